@@ -1,0 +1,47 @@
+# epochfs developer entry points. `make demo` and `make test` work on a fresh machine:
+# they create .venv, install the project (torch pinned to the CPU build for dev) and, as root,
+# the Debian packages the tests need.
+SHELL := /bin/bash
+VENV ?= .venv
+PY := $(VENV)/bin/python
+APT_PACKAGES := fuse3 libfuse3-3 prometheus rclone
+PYTEST_ARGS ?=
+
+.PHONY: all venv system-deps test test-slow lint typecheck demo bench clean
+
+all: test
+
+system-deps:
+	@bash scripts/system-deps.sh $(APT_PACKAGES)
+
+$(VENV)/.installed: pyproject.toml
+	@test -x $(PY) || python3 -m venv $(VENV)
+	$(PY) -m pip install -q --disable-pip-version-check -U pip setuptools wheel
+	# torch first, pinned: this takes the CPU build; a loose pin would pull a multi-GB CUDA build.
+	$(PY) -m pip install -q --disable-pip-version-check torch==2.13.0
+	$(PY) -m pip install -q --disable-pip-version-check -e '.[dev]'
+	@touch $@
+
+venv: $(VENV)/.installed
+
+test: system-deps venv
+	$(PY) -m pytest $(PYTEST_ARGS)
+
+test-slow: system-deps venv
+	$(PY) -m pytest -m slow $(PYTEST_ARGS)
+
+lint: venv
+	$(VENV)/bin/ruff check .
+	$(MAKE) typecheck
+
+typecheck: venv
+	@bash scripts/typecheck.sh $(PY)
+
+demo: system-deps venv
+	$(PY) examples/demo.py
+
+bench: system-deps venv
+	$(VENV)/bin/epochfs bench
+
+clean:
+	rm -rf build .pytest_cache .mypy_cache .ruff_cache

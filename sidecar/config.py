@@ -1,0 +1,302 @@
+"""Typed settings for every epochfs command, from flags and ``EPOCHFS_*`` environment variables.
+
+Each field is declared once, with its flag, type, default and a line of doc; the argparse parser,
+the environment lookup and the docs (``epochfs <cmd> --help``) all come from that declaration.
+Flags win over the environment, the environment over defaults. Invalid values raise
+:class:`ConfigError` naming the flag; the CLI turns it into one line on stderr and exit status 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any, TypeVar
+from urllib.parse import urlparse
+
+from epochfs.sidecar.store import Schedule
+
+REMOTE_SCHEMES = ("s3", "gs", "gcs", "http", "https", "file")
+
+_UNITS = {
+    "": 1,
+    "b": 1,
+    "k": 1000,
+    "m": 1000**2,
+    "g": 1000**3,
+    "t": 1000**4,
+    "p": 1000**5,
+    "ki": 1024,
+    "mi": 1024**2,
+    "gi": 1024**3,
+    "ti": 1024**4,
+    "pi": 1024**5,
+}
+_SIZE_RE = re.compile(r"^\s*([0-9]*\.?[0-9]+)\s*([kmgtp]?i?)b?\s*$", re.IGNORECASE)
+
+
+class ConfigError(ValueError):
+    """A bad flag or environment value; the message names the flag."""
+
+
+def parse_size(text: str) -> int:
+    """Parse ``500Mi``, ``20Gi``, ``1.5T``, ``4096`` into bytes (binary and decimal units)."""
+    m = _SIZE_RE.match(str(text))
+    if not m:
+        raise ValueError(f"not a size: {text!r} (examples: 500Mi, 20Gi, 1.5T, 4096)")
+    number, unit = float(m.group(1)), m.group(2).lower()
+    if unit not in _UNITS:
+        raise ValueError(f"unknown unit in {text!r}")
+    return int(number * _UNITS[unit])
+
+
+def format_size(n: float) -> str:
+    """Human size with binary units, for status lines."""
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if abs(n) < 1024 or unit == "TiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    raise AssertionError("unreachable")
+
+
+def _opt(
+    flag: str,
+    doc: str,
+    *,
+    default: Any = None,
+    parse: Callable[[str], Any] = str,
+    required: bool = False,
+) -> Any:
+    return field(
+        default=default,
+        metadata={"flag": flag, "doc": doc, "parse": parse, "required": required},
+    )
+
+
+def _positive_int(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise ValueError("must be at least 1")
+    return value
+
+
+def _non_negative_int(text: str) -> int:
+    value = int(text)
+    if value < 0:
+        raise ValueError("must not be negative")
+    return value
+
+
+def _fraction(text: str) -> float:
+    value = float(text)
+    if not 0.0 <= value < 1.0:
+        raise ValueError("must be in [0, 1)")
+    return value
+
+
+def _port(text: str) -> int:
+    value = int(text)
+    if not 0 <= value <= 65535:
+        raise ValueError("must be a TCP port (0-65535)")
+    return value
+
+
+def _capacity(text: str) -> int:
+    if str(text).strip().startswith("-"):
+        raise ValueError("must not be negative")
+    value = parse_size(text)
+    if value <= 0:
+        raise ValueError("must be positive")
+    return value
+
+
+def _schedule(text: str) -> Schedule | None:
+    return Schedule.parse(text) if text else None
+
+
+def _remote(text: str) -> str:
+    url = text.strip()
+    if not url:
+        raise ValueError("must not be empty")
+    scheme = urlparse(url).scheme.lower()
+    if scheme == "":
+        raise ValueError(f"needs a scheme ({', '.join(s + '://' for s in REMOTE_SCHEMES)}): {url!r}")
+    if scheme not in REMOTE_SCHEMES:
+        raise ValueError(f"unknown URL scheme {scheme!r} (known: {', '.join(REMOTE_SCHEMES)})")
+    return url
+
+
+@dataclass(frozen=True)
+class CacheSettings:
+    """Where the node cache lives."""
+
+    cache: Path = _opt("--cache", "cache directory on the node volume", parse=Path, required=True)
+
+    def validate(self) -> None:
+        if self.cache.exists() and not self.cache.is_dir():
+            raise ConfigError(f"--cache: {self.cache} exists and is not a directory")
+
+
+@dataclass(frozen=True)
+class SamplerSettings(CacheSettings):
+    """What to sample, how fast, and the cache rules (``epochfs sample`` and ``epochfs sidecar``)."""
+
+    remote: str = _opt("--remote", "dataset URL: s3://, gs://, https:// (index file), file://",
+                       parse=_remote, required=True)
+    capacity: int = _opt("--capacity", "cache byte budget, e.g. 500Mi, 20Gi, 1.5T",
+                         default=10 * 1024**3, parse=_capacity)
+    seed: int = _opt("--seed", "seed of the sampling order (same seed, same order)", default=0, parse=int)
+    shard_index: int = _opt("--shard-index", "this node's shard (0-based)", default=0,
+                            parse=_non_negative_int)
+    shard_count: int = _opt("--shard-count", "number of shards (nodes)", default=1, parse=_positive_int)
+    concurrency: int = _opt("--concurrency", "downloads in flight", default=32, parse=_positive_int)
+    endpoint_url: str | None = _opt("--endpoint-url", "S3-compatible endpoint (AWS_* credentials honoured)")
+    min_samples: int = _opt("--min-samples", "complete samples needed before epoch 0 can be cut",
+                            default=1, parse=_positive_int)
+    keep_epochs: int = _opt("--keep-epochs", "newest epochs kept pinned", default=2, parse=_positive_int)
+    max_object_size: int | None = _opt("--max-object-size",
+                                       "skip objects larger than this (default: what an epoch can hold)",
+                                       parse=_capacity)
+    schedule: Schedule | None = _opt("--schedule", "schedule mode, e.g. initial=1000,growth=1.5",
+                                     parse=_schedule)
+    headroom: float = _opt("--headroom", "share of capacity kept free of epochs for new samples",
+                           default=0.25, parse=_fraction)
+    retries: int = _opt("--retries", "attempts per object before it is skipped", default=5,
+                        parse=_positive_int)
+    index_url: str | None = _opt("--index", "for http(s) remotes: URL of the index file listing keys")
+    cut_interval: float = _opt("--cut-interval", "cut a new epoch every N seconds (0: only on request)",
+                               default=0.0, parse=float)
+
+    @property
+    def object_limit(self) -> int:
+        """Largest object fetched: --max-object-size, or what one epoch may hold."""
+        budget = max(1, int(self.capacity * (1.0 - self.headroom)))
+        return budget if self.max_object_size is None else min(self.max_object_size, budget)
+
+    def validate(self) -> None:
+        super().validate()
+        if self.shard_index >= self.shard_count:
+            raise ConfigError(
+                f"--shard-index: {self.shard_index} must be below --shard-count {self.shard_count}"
+            )
+        if self.max_object_size is not None and self.capacity < self.max_object_size:
+            raise ConfigError(
+                f"--capacity: {format_size(self.capacity)} is smaller than --max-object-size "
+                f"{format_size(self.max_object_size)}"
+            )
+
+
+@dataclass(frozen=True)
+class MountSettings(CacheSettings):
+    """The read-only FUSE view (``epochfs mount``)."""
+
+    mount: Path = _opt("--mount", "mount point (an empty directory)", parse=Path, required=True)
+    link_root: Path | None = _opt(
+        "--link-root",
+        "read-only path to the objects folder that epoch symlinks point into "
+        "(default: a read-only bind mount made under the cache)",
+        parse=Path,
+    )
+    foreground: bool = _opt("--foreground", "stay in the foreground (always true under the sidecar)",
+                            default=True, parse=lambda s: s.lower() in ("1", "true", "yes"))
+
+
+@dataclass(frozen=True)
+class SidecarSettings(SamplerSettings):
+    """Sampler + FUSE server + health and metrics endpoints (``epochfs sidecar``)."""
+
+    mount: Path = _opt("--mount", "mount point (an empty directory)", parse=Path, required=True)
+    link_root: Path | None = _opt("--link-root", "read-only path to the objects folder", parse=Path)
+    health_port: int = _opt("--health-port", "port of /healthz, /readyz and /metrics", default=8080,
+                            parse=_port)
+    metrics_port: int | None = _opt("--metrics-port", "separate /metrics port (default: health port)",
+                                    parse=_port)
+
+
+T = TypeVar("T", bound=CacheSettings)
+
+
+def env_name(flag: str) -> str:
+    """``--shard-index`` -> ``EPOCHFS_SHARD_INDEX``."""
+    return "EPOCHFS_" + flag.lstrip("-").replace("-", "_").upper()
+
+
+def add_arguments(parser: argparse.ArgumentParser, cls: type[CacheSettings]) -> None:
+    """Declare one flag per settings field (values parsed later, so env can fill gaps)."""
+    for f in fields(cls):
+        meta = f.metadata
+        default = "" if f.default is None else f.default
+        if isinstance(default, Path):
+            default = str(default)
+        help_text = f"{meta['doc']} (env {env_name(meta['flag'])}"
+        help_text += f"; default {default})" if default != "" else ")"
+        parser.add_argument(meta["flag"], dest=f.name, default=None, metavar=f.name.upper(),
+                            help=help_text)
+
+
+def from_args(
+    cls: type[T], ns: argparse.Namespace, environ: dict[str, str] | None = None
+) -> T:
+    """Build and validate settings: flag, else ``EPOCHFS_*`` variable, else the default."""
+    env = os.environ if environ is None else environ
+    values: dict[str, Any] = {}
+    for f in fields(cls):
+        meta = f.metadata
+        raw = getattr(ns, f.name, None)
+        source = meta["flag"]
+        if raw is None and env_name(meta["flag"]) in env:
+            raw = env[env_name(meta["flag"])]
+            source = f"{meta['flag']} (from {env_name(meta['flag'])})"
+        if raw is None:
+            if meta["required"]:
+                raise ConfigError(f"{meta['flag']}: required (or set {env_name(meta['flag'])})")
+            values[f.name] = f.default
+            continue
+        try:
+            values[f.name] = meta["parse"](raw)
+        except (ValueError, TypeError) as e:
+            raise ConfigError(f"{source}: {e}") from None
+    settings = cls(**values)
+    settings.validate()
+    return settings
+
+
+def parse(cls: type[T], argv: Sequence[str], environ: dict[str, str] | None = None) -> T:
+    """Parse a flag list into settings (used by tests and by child processes)."""
+    parser = argparse.ArgumentParser(prog="epochfs", exit_on_error=False)
+    add_arguments(parser, cls)
+    try:
+        ns = parser.parse_args(list(argv))
+    except argparse.ArgumentError as e:
+        raise ConfigError(str(e)) from None
+    return from_args(cls, ns, environ)
+
+
+def to_argv(settings: CacheSettings, cls: type[CacheSettings] | None = None) -> list[str]:
+    """Flags that reproduce ``settings`` for ``cls`` (the supervisor starts children with them)."""
+    out: list[str] = []
+    for f in fields(cls or type(settings)):
+        value = getattr(settings, f.name)
+        if value is None:
+            continue
+        out += [f.metadata["flag"], str(value)]
+    return out
+
+
+__all__ = [
+    "CacheSettings",
+    "ConfigError",
+    "MountSettings",
+    "SamplerSettings",
+    "SidecarSettings",
+    "add_arguments",
+    "env_name",
+    "format_size",
+    "from_args",
+    "parse",
+    "parse_size",
+    "to_argv",
+]
