@@ -67,7 +67,7 @@ CREATE TABLE IF NOT EXISTS epochs (
     new INTEGER NOT NULL,
     evicted INTEGER NOT NULL,
     max_sample INTEGER NOT NULL,   -- highest samples.id when cut: later samples are pending
-    last_read REAL NOT NULL,
+    last_read REAL NOT NULL,       -- 0 until a reader records a read
     retired INTEGER NOT NULL DEFAULT 0
 );
 CREATE TABLE IF NOT EXISTS epoch_samples (
@@ -755,7 +755,7 @@ class Store:
         db.execute(
             "INSERT INTO epochs(n, cut_at, samples, bytes, new, evicted, max_sample, last_read) "
             "VALUES(?,?,?,?,?,?,?,?)",
-            (n, now, int(samples), int(nbytes), new, evicted, max(max_all, int(max_sample)), now),
+            (n, now, int(samples), int(nbytes), new, evicted, max(max_all, int(max_sample)), 0.0),
         )
         db.execute("DELETE FROM cut_requests WHERE n <= ?", (n,))
         self._bump(db, "cuts_total", 1)
