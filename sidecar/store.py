@@ -432,6 +432,7 @@ class Store:
                             orphans += 1
             self._reserved = 0
             with self._tx():
+                self._recount(self._db)
                 self._meta_set("inflight_bytes", "0")
         return RecoveryReport(temp_removed, len(bad), orphans, integrity)
 
@@ -499,8 +500,19 @@ class Store:
 
     # ------------------------------------------------------------------ capacity
     def cache_bytes(self) -> int:
-        """Bytes of complete samples (reservations not included)."""
-        return int(self._query("SELECT COALESCE(SUM(size), 0) FROM samples")[0][0])
+        """Bytes of complete samples (reservations not included), from a running total."""
+        row = self._query("SELECT value FROM counters WHERE name='cache_bytes'")
+        return int(row[0][0]) if row else 0
+
+    def _recount(self, db: sqlite3.Connection) -> None:
+        """Reset the running totals from the samples table (at recovery; they are kept in step)."""
+        count, total = db.execute("SELECT COUNT(*), COALESCE(SUM(size), 0) FROM samples").fetchone()
+        for name, value in (("cache_bytes", total), ("cache_samples", count)):
+            db.execute(
+                "INSERT INTO counters(name, value) VALUES(?, ?) "
+                "ON CONFLICT(name) DO UPDATE SET value=excluded.value",
+                (name, int(value)),
+            )
 
     @property
     def reserved(self) -> int:
@@ -560,6 +572,8 @@ class Store:
                     (a.sid, a.key, a.path, a.size, a.checksum, a.version, now),
                 )
             self._bump(self._db, "fetched_total", len(items))
+            self._bump(self._db, "cache_samples", len(items))
+            self._bump(self._db, "cache_bytes", sum(a.size for a in items))
             self._bump(self._db, "fetched_bytes_total", sum(a.size for a in items))
             self._reserved = max(0, self._reserved - sum(a.size for a in items))
             self._meta_set("inflight_bytes", str(self._reserved))
@@ -628,6 +642,8 @@ class Store:
                     freed += v[2]
             if victims:
                 self._bump(self._db, "evicted_total", len(victims))
+                self._bump(self._db, "cache_samples", -len(victims))
+                self._bump(self._db, "cache_bytes", -freed)
                 self._bump(self._db, "evicted_bytes_total", freed)
         for _, sid, _ in victims:
             with contextlib.suppress(FileNotFoundError):

@@ -90,6 +90,7 @@ def test_eviction_takes_oldest_admitted_first(cache_dir: Path) -> None:
     assert keys == list(range(3, 13)), keys
     assert store.stats().evicted_total == 3
     assert store.stats().evicted_bytes_total == 300
+    assert store.cache_bytes() == store.stats().cache_bytes == 1000
     assert [e.epoch for e in store.epochs()] == [1]
 
 
@@ -228,6 +229,7 @@ def test_recovery_repairs_after_a_crash(store: Store, cache_dir: Path) -> None:
     assert report.integrity == "ok"
     assert [f.path for f in reopened.epoch_files(0)] == ["c"]
     assert reopened.epochs()[0].samples == 1
+    assert reopened.cache_bytes() == 100
     assert "2 index row(s) dropped" in str(report)
 
 
