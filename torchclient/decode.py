@@ -1,0 +1,109 @@
+"""Turning one sample file into tensors, in the DataLoader's worker processes.
+
+Decoders are module-level functions (so they pickle into worker processes under any start method)
+that take a path and return the sample. ``npy`` maps the file copy-on-write: the tensor's memory *is*
+the page cache of the file, so the reading process copies nothing (the batch collation copies once,
+into the shared-memory batch). Every failure is a :class:`SampleDecodeError` naming the file, so a
+corrupt sample is a clear error in the training process, never a dead worker.
+"""
+
+from __future__ import annotations
+
+import os
+import zipfile
+from collections.abc import Callable
+from typing import Any, Literal
+
+import numpy as np
+import torch
+
+Decoder = Callable[[str], Any]
+DecodeKind = Literal["auto", "npy", "npz", "pt", "bytes"]
+DECODE_KINDS: tuple[str, ...] = ("auto", "npy", "npz", "pt", "bytes")
+
+
+class SampleDecodeError(ValueError):
+    """A sample file could not be decoded; the message names the file and the decoder.
+
+    Constructible from one message string, so the DataLoader can re-raise it in the training process
+    with the worker's traceback attached.
+    """
+
+    def __init__(self, msg: str, path: str | None = None) -> None:
+        super().__init__(msg)
+        self.path = path
+
+
+_NATIVE = "<" if np.little_endian else ">"
+
+
+def _tensor(array: np.ndarray) -> torch.Tensor:
+    """A tensor over ``array``'s memory; only a non-native byte order forces a copy."""
+    if array.dtype.byteorder not in ("=", "|", _NATIVE):
+        array = array.astype(array.dtype.newbyteorder("="))
+    return torch.from_numpy(array)
+
+
+def decode_npy(path: str) -> torch.Tensor:
+    """A ``.npy`` file as a tensor backed by a private (copy-on-write) mapping of the file: no copy.
+
+    Copy-on-write keeps the tensor writable (torch expects that) while writes, if a transform makes
+    any, land in private pages and never reach the file, which the mount serves read-only anyway.
+    """
+    return _tensor(np.load(path, mmap_mode="c", allow_pickle=False))
+
+
+def decode_npz(path: str) -> dict[str, torch.Tensor]:
+    """A ``.npz`` file as a dict of tensors, one per array (compressed members are inflated here)."""
+    with np.load(path, allow_pickle=False) as archive:
+        return {name: _tensor(archive[name]) for name in archive.files}
+
+
+def decode_pt(path: str) -> Any:
+    """A ``torch.save`` file, loaded with ``weights_only=True`` (no arbitrary code), on the CPU.
+
+    Files in torch's zip format are memory-mapped, so large tensors are not read into memory twice.
+    """
+    return torch.load(path, weights_only=True, map_location="cpu", mmap=zipfile.is_zipfile(path))
+
+
+def decode_bytes(path: str) -> torch.Tensor:
+    """The raw bytes of the file as a 1-D uint8 tensor (one read, no further copy)."""
+    return torch.from_numpy(np.fromfile(path, dtype=np.uint8))
+
+
+_BY_KIND: dict[str, Decoder] = {"npy": decode_npy, "npz": decode_npz, "pt": decode_pt, "bytes": decode_bytes}
+_BY_SUFFIX: dict[str, Decoder] = {".npy": decode_npy, ".npz": decode_npz, ".pt": decode_pt, ".pth": decode_pt}
+
+
+def decode_auto(path: str) -> Any:
+    """Pick the decoder from the extension: .npy, .npz, .pt/.pth; anything else is raw bytes."""
+    return _BY_SUFFIX.get(os.path.splitext(path)[1].lower(), decode_bytes)(path)
+
+
+def resolve_decoder(decode: str | Decoder) -> Decoder:
+    """The decoder for a kind name or a callable, validated up front with a clear error."""
+    if callable(decode):
+        return decode
+    if decode == "auto":
+        return decode_auto
+    if isinstance(decode, str) and decode in _BY_KIND:
+        return _BY_KIND[decode]
+    raise ValueError(f"decode must be one of {', '.join(DECODE_KINDS)} or a callable taking a path; "
+                     f"got {decode!r}")
+
+
+def load_sample(path: str, decoder: Decoder, transform: Callable[[Any], Any] | None = None) -> Any:
+    """Decode ``path`` and apply ``transform``; decoding failures become a :class:`SampleDecodeError`."""
+    try:
+        sample = decoder(path)
+    except SampleDecodeError:
+        raise
+    except FileNotFoundError as exc:
+        raise SampleDecodeError(f"sample file vanished or never existed: {path}: {exc}", path) from exc
+    except Exception as exc:
+        name = getattr(decoder, "__name__", type(decoder).__name__)
+        raise SampleDecodeError(
+            f"cannot decode sample {path} with {name}: {type(exc).__name__}: {exc} "
+            "(the file is corrupt, truncated or not in this format)", path) from exc
+    return sample if transform is None else transform(sample)

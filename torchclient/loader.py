@@ -1,0 +1,314 @@
+"""``EpochLoader``: one persistent DataLoader over growing epochs, with a free epoch boundary.
+
+How the boundary is made free: the DataLoader is built once, over a dataset that decodes a *path*
+(``epoch-N/<relative path>``), with persistent worker processes. Its batch sampler is a plan the
+training process fills at each boundary with the paths of the current epoch. So ``epoch(n + 1)``:
+
+1. looks up ``root/epoch-<n+1>`` only when its iteration starts (as late as possible, so the cut holds
+   every sample the sidecar fetched during epoch n), waiting for the cut if needed;
+2. reads the manifest in the training process (one small file, no directory walk);
+3. splits it over the ranks of the node (``EpochSampler`` semantics) and, when torch.distributed is
+   initialised, makes the number of batches equal across the world (one all_reduce);
+4. hands the plan to the same worker processes, which start decoding at once: no process start, no
+   dataset pickling, at the boundary.
+
+The loader measures each epoch (samples, bytes, seconds, seconds the training process waited for
+data) as an :class:`EpochStats`, kept in ``history`` and passed to ``on_epoch_end``: the place where
+client-side reporting hooks in.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+import torch
+from torch.utils.data import DataLoader, Dataset, Sampler
+
+from .dataset import EpochDataset, Progress, print_progress
+from .decode import Decoder, load_sample, resolve_decoder
+from .sampler import epoch_indices
+from .world import World
+
+Partition = Literal["node", "global"]
+Balance = Literal["pad", "truncate", "none"]
+_RESERVED_KWARGS = ("dataset", "batch_size", "shuffle", "sampler", "batch_sampler", "drop_last")
+
+
+@dataclass
+class EpochStats:
+    """What one epoch delivered to this rank, measured in the training process."""
+
+    epoch: int
+    files: int = 0
+    """Files in the epoch folder (the node's whole epoch, before the split over ranks)."""
+    samples: int = 0
+    """Samples delivered to this rank (repeats from padding included)."""
+    batches: int = 0
+    bytes: int = 0
+    """File bytes of the delivered samples (from the manifest sizes)."""
+    seconds: float = 0.0
+    """Wall time from the first lookup of the epoch to its last batch (cut wait included)."""
+    wait_seconds: float = 0.0
+    """Time the training process spent waiting for the next batch (time spent training excluded)."""
+    cut_wait_seconds: float = 0.0
+    """Part of ``seconds`` spent waiting for the epoch folder to appear (its cut)."""
+    padded: int = 0
+    """Samples repeated (or, negative, dropped) to equalise batch counts across ranks."""
+    complete: bool = False
+    """False when the consumer stopped early (break) or an error ended the epoch."""
+
+    @property
+    def mb_per_s(self) -> float:
+        return self.bytes / 1e6 / self.seconds if self.seconds > 0 else 0.0
+
+    @property
+    def samples_per_s(self) -> float:
+        return self.samples / self.seconds if self.seconds > 0 else 0.0
+
+    def line(self) -> str:
+        """One human line, the one the examples print."""
+        return (f"epoch {self.epoch}: {self.samples} samples in {self.batches} batches "
+                f"({self.files} files in the epoch), {self.bytes / 1e6:.1f} MB in {self.seconds:.2f}s = "
+                f"{self.mb_per_s:.1f} MB/s, {self.samples_per_s:.0f} samples/s; "
+                f"waited {self.wait_seconds:.2f}s for data (cut {self.cut_wait_seconds:.2f}s)"
+                + ("" if self.complete else " [incomplete]"))
+
+
+class _PathDataset(Dataset[Any]):
+    """Decodes ``root/<relative path>``; the index *is* the path, so it never changes across epochs."""
+
+    def __init__(self, root: str, decoder: Decoder, transform: Callable[[Any], Any] | None) -> None:
+        self.root = root
+        self.decoder = decoder
+        self.transform = transform
+
+    def __getitem__(self, relative: str) -> Any:
+        return load_sample(os.path.join(self.root, relative), self.decoder, self.transform)
+
+
+class _PlanSampler(Sampler[list[str]]):
+    """The batch sampler the persistent DataLoader iterates: the current epoch's batches of paths."""
+
+    def __init__(self) -> None:
+        self.batches: list[list[str]] = []
+
+    def __iter__(self) -> Iterator[list[str]]:
+        return iter(self.batches)
+
+    def __len__(self) -> int:
+        return len(self.batches)
+
+
+def default_num_workers(local_size: int = 1) -> int:
+    """Worker processes per rank: the CPUs of this node shared by its ranks, one left for training; 1-8."""
+    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    return max(1, min(8, cpus // max(local_size, 1) - 1))
+
+
+def _count_batches(samples: int, batch_size: int, drop_last: bool) -> int:
+    return samples // batch_size if drop_last else math.ceil(samples / batch_size)
+
+
+def _all_reduce_int(value: int, op: Literal["max", "min"]) -> int:
+    """``value`` reduced over the world when torch.distributed is initialised (else ``value``)."""
+    import torch.distributed as dist
+
+    if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() == 1:
+        return value
+    device = torch.device("cpu")
+    if dist.get_backend() == "nccl":
+        device = torch.device("cuda", torch.cuda.current_device())
+    tensor = torch.tensor([value], dtype=torch.int64, device=device)
+    dist.all_reduce(tensor, op=dist.ReduceOp.MAX if op == "max" else dist.ReduceOp.MIN)
+    return int(tensor.item())
+
+
+class EpochLoader:
+    """Batches of epoch n of the mount at ``root``, one persistent DataLoader for all epochs.
+
+    ``for batch in loader.epoch(n)`` looks up ``epoch-n`` when the iteration starts (waiting for its
+    cut), splits it over the ranks of this node (``partition="node"``, the default, since each node's
+    sidecar samples its own shard; ``"global"`` splits over every rank, for schedule mode with the same
+    shard on every node) with ``EpochSampler`` semantics (shuffled with ``seed + n``), and, when
+    torch.distributed is initialised, equalises the batch count across the world: ``balance="pad"``
+    (default) repeats this rank's own samples of the epoch, from the start of its shuffled list, up to
+    the largest count; ``"truncate"`` drops this rank's last batches down to the smallest count.
+
+    Worker processes decode (``decode``/``transform`` as in :class:`EpochDataset`); defaults: a few
+    workers per rank (:func:`default_num_workers`), ``persistent_workers``, ``prefetch_factor=4``,
+    ``pin_memory`` when CUDA is available. Other keyword arguments go to ``torch.utils.data.DataLoader``.
+    """
+
+    def __init__(self, root: str | os.PathLike[str], *, batch_size: int, num_workers: int | None = None,
+                 decode: str | Decoder = "auto", transform: Callable[[Any], Any] | None = None,
+                 shuffle: bool = True, seed: int = 0, drop_last: bool = False, partition: Partition = "node",
+                 balance: Balance = "pad", num_replicas: int | None = None, rank: int | None = None,
+                 wait: bool = True, timeout: float = 600.0, progress: Progress | None = print_progress,
+                 on_epoch_end: Callable[[EpochStats], None] | None = None, **dataloader_kwargs: Any) -> None:
+        if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+            raise ValueError(f"batch_size must be an int >= 1, got {batch_size!r}")
+        if partition not in ("node", "global"):
+            raise ValueError(f"partition must be 'node' or 'global', got {partition!r}")
+        if balance not in ("pad", "truncate", "none"):
+            raise ValueError(f"balance must be 'pad', 'truncate' or 'none', got {balance!r}")
+        if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
+            raise ValueError(f"seed must be a non-negative int, got {seed!r}")
+        if transform is not None and not callable(transform):
+            raise ValueError(f"transform must be callable or None, got {transform!r}")
+        if on_epoch_end is not None and not callable(on_epoch_end):
+            raise ValueError(f"on_epoch_end must be callable or None, got {on_epoch_end!r}")
+        if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not timeout > 0:
+            raise ValueError(f"timeout must be a positive number of seconds, got {timeout!r}")
+        clash = sorted(set(dataloader_kwargs) & set(_RESERVED_KWARGS))
+        if clash:
+            raise TypeError(f"EpochLoader sets {', '.join(clash)} itself (the epoch plan is its sampler); "
+                            "use batch_size=, shuffle=, drop_last= of EpochLoader")
+        world = World.detect()
+        if num_replicas is None:
+            num_replicas = world.local_size if partition == "node" else world.size
+        if rank is None:
+            rank = world.local_rank if partition == "node" else world.rank
+        if isinstance(num_replicas, bool) or not isinstance(num_replicas, int) or num_replicas < 1:
+            raise ValueError(f"num_replicas must be an int >= 1, got {num_replicas!r}")
+        if isinstance(rank, bool) or not isinstance(rank, int) or not 0 <= rank < num_replicas:
+            raise ValueError(f"rank must be an int in [0, num_replicas={num_replicas}), got {rank!r}")
+        if num_workers is None:
+            num_workers = default_num_workers(world.local_size)
+        if isinstance(num_workers, bool) or not isinstance(num_workers, int) or num_workers < 0:
+            raise ValueError(f"num_workers must be an int >= 0, got {num_workers!r}")
+        self.root = Path(root)
+        self.batch_size = batch_size
+        self.num_workers = num_workers
+        self.decoder = resolve_decoder(decode)
+        self.transform = transform
+        self.shuffle = bool(shuffle)
+        self.seed = seed
+        self.drop_last = bool(drop_last)
+        self.partition = partition
+        self.balance = balance
+        self.num_replicas = num_replicas
+        self.rank = rank
+        self.wait = bool(wait)
+        self.timeout = timeout
+        self.progress = progress
+        self.on_epoch_end = on_epoch_end
+        options: dict[str, Any] = {"pin_memory": torch.cuda.is_available()}
+        if num_workers > 0:
+            options.update(persistent_workers=True, prefetch_factor=4)
+        options.update(dataloader_kwargs)
+        self.dataloader_options = options
+        self.history: list[EpochStats] = []
+        self._plan = _PlanSampler()
+        self._loader: DataLoader[Any] | None = None
+        # Building the DataLoader now validates its options up front (workers start at the first epoch).
+        self._build_loader()
+
+    def _build_loader(self) -> DataLoader[Any]:
+        """The one DataLoader (worker processes start at its first iteration, not here)."""
+        if self._loader is None:
+            dataset = _PathDataset(str(self.root), self.decoder, self.transform)
+            self._loader = DataLoader(dataset, batch_sampler=self._plan, num_workers=self.num_workers,
+                                      **self.dataloader_options)
+        return self._loader
+
+    def epoch(self, epoch: int) -> EpochRun:
+        """An iterable of the batches of epoch ``epoch``; the epoch is looked up when iteration starts."""
+        if isinstance(epoch, bool) or not isinstance(epoch, int) or epoch < 0:
+            raise ValueError(f"epoch must be a non-negative int, got {epoch!r}")
+        return EpochRun(self, epoch)
+
+    def plan(self, epoch: int) -> tuple[EpochDataset, list[list[str]], list[int], int]:
+        """Look up ``epoch`` and compute this rank's batches of paths, their byte sizes and the padding.
+
+        Collective when torch.distributed is initialised (every rank must call it for the same epoch).
+        """
+        dataset = EpochDataset(self.root, epoch, decode=self.decoder, wait=self.wait, timeout=self.timeout,
+                               progress=self.progress)
+        indices = epoch_indices(len(dataset), num_replicas=self.num_replicas, rank=self.rank,
+                                shuffle=self.shuffle, seed=self.seed, epoch=epoch, drop_last=False)
+        mine = _count_batches(len(indices), self.batch_size, self.drop_last)
+        padded = 0
+        if self.balance != "none":
+            target = _all_reduce_int(mine, "max" if self.balance == "pad" else "min")
+            if target > mine:
+                if not indices:
+                    raise RuntimeError(f"epoch {epoch} under {self.root} has no files for this rank, so it "
+                                       f"cannot pad to the {target} batches other ranks have")
+                want = target * self.batch_size
+                padded = want - len(indices)
+                indices = (indices * math.ceil(want / len(indices)))[:want]
+            elif target < mine:
+                keep = target * self.batch_size
+                padded = keep - len(indices)
+                indices = indices[:keep]
+        prefix = f"epoch-{epoch}/"
+        batches: list[list[str]] = []
+        sizes: list[int] = []
+        for start in range(0, len(indices), self.batch_size):
+            chunk = indices[start:start + self.batch_size]
+            if self.drop_last and len(chunk) < self.batch_size:
+                break
+            batches.append([prefix + dataset.files[i] for i in chunk])
+            sizes.append(sum(dataset.sizes[i] for i in chunk))
+        return dataset, batches, sizes, padded
+
+    def close(self) -> None:
+        """Stop the worker processes (also done when the loader is garbage-collected)."""
+        loader, self._loader = self._loader, None
+        if loader is not None:
+            iterator = getattr(loader, "_iterator", None)
+            shutdown = getattr(iterator, "_shutdown_workers", None)
+            if shutdown is not None:
+                shutdown()
+            loader._iterator = None
+
+    def __enter__(self) -> EpochLoader:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class EpochRun:
+    """The batches of one epoch; iterate it once (a second iteration reads the same epoch again)."""
+
+    def __init__(self, loader: EpochLoader, epoch: int) -> None:
+        self.loader = loader
+        self.epoch = epoch
+        self.stats: EpochStats | None = None
+        self.dataset: EpochDataset | None = None
+
+    def __iter__(self) -> Iterator[Any]:
+        loader = self.loader
+        started = time.monotonic()
+        dataset, batches, sizes, padded = loader.plan(self.epoch)
+        self.dataset = dataset
+        stats = EpochStats(epoch=self.epoch, files=len(dataset), cut_wait_seconds=dataset.wait_seconds,
+                           padded=padded)
+        self.stats = stats
+        dataloader = loader._build_loader()
+        loader._plan.batches = batches
+        try:
+            waiting = time.monotonic()
+            iterator = iter(dataloader)
+            for number, batch in enumerate(iterator):
+                stats.wait_seconds += time.monotonic() - waiting
+                stats.batches += 1
+                stats.samples += len(batches[number])
+                stats.bytes += sizes[number]
+                stats.seconds = time.monotonic() - started
+                yield batch
+                waiting = time.monotonic()
+            stats.wait_seconds += time.monotonic() - waiting
+            stats.complete = True
+        finally:
+            stats.seconds = time.monotonic() - started
+            loader.history.append(stats)
+            if loader.on_epoch_end is not None:
+                loader.on_epoch_end(stats)
