@@ -1,0 +1,204 @@
+"""Mount helpers: mount point checks, the read-only link root, waiting for and removing mounts.
+
+Everything here works on paths and the kernel's mount table (``/proc/self/mountinfo``) and runs the
+system's ``mount``/``umount``/``fusermount3`` binaries, so the supervisor can use it without
+importing mfusepy (a FUSE server crash must not take the supervisor with it).
+"""
+
+from __future__ import annotations
+
+import errno
+import logging
+import os
+import shutil
+import subprocess
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from epochfs.sidecar.config import ConfigError
+
+log = logging.getLogger("epochfs.fuse")
+
+MOUNTINFO = Path("/proc/self/mountinfo")
+DEFAULT_LINK_ROOT_NAME = "objects-ro"
+
+
+@dataclass(frozen=True)
+class MountEntry:
+    """One line of the mount table."""
+
+    mount_point: str
+    fstype: str
+    source: str
+    options: str
+
+    @property
+    def read_only(self) -> bool:
+        return "ro" in self.options.split(",")
+
+
+def _unescape(field: str) -> str:
+    """mountinfo escapes space, tab, newline and backslash as ``\\ooo``."""
+    out, i = [], 0
+    while i < len(field):
+        if field[i] == "\\" and i + 3 < len(field) and field[i + 1 : i + 4].isdigit():
+            out.append(chr(int(field[i + 1 : i + 4], 8)))
+            i += 4
+        else:
+            out.append(field[i])
+            i += 1
+    return "".join(out)
+
+
+def mount_table() -> list[MountEntry]:
+    """The current mounts, in mount order."""
+    entries = []
+    for line in MOUNTINFO.read_text().splitlines():
+        left, _, right = line.partition(" - ")
+        lf, rf = left.split(), right.split()
+        if len(lf) < 6 or len(rf) < 2:
+            continue
+        entries.append(MountEntry(_unescape(lf[4]), rf[0], _unescape(rf[1]), lf[5]))
+    return entries
+
+
+def find_mount(path: Path) -> MountEntry | None:
+    """The topmost mount at exactly ``path`` (resolved without following a dead mount), if any."""
+    target = os.path.normpath(os.path.abspath(path))
+    found = None
+    for e in mount_table():
+        if e.mount_point == target:
+            found = e
+    return found
+
+
+def is_dead(path: Path) -> bool:
+    """True for a FUSE mount whose server is gone ("Transport endpoint is not connected")."""
+    try:
+        os.stat(path)
+    except OSError as e:
+        return e.errno in (errno.ENOTCONN, errno.ECONNABORTED)
+    return False
+
+
+def lazy_unmount(path: Path) -> bool:
+    """Detach the mount(s) at ``path`` even if busy; True if nothing is mounted there afterwards."""
+    target = str(os.path.normpath(os.path.abspath(path)))
+    for _ in range(8):  # mounts can be stacked; take them off one by one
+        entry = find_mount(Path(target))
+        if entry is None:
+            return True
+        commands: list[list[str]] = []
+        if entry.fstype.startswith("fuse") and shutil.which("fusermount3"):
+            commands.append(["fusermount3", "-u", "-z", target])
+        commands.append(["umount", "-l", target])
+        for cmd in commands:
+            result = subprocess.run(cmd, capture_output=True, text=True, check=False)
+            if result.returncode == 0:
+                log.info("unmounted %s (%s)", target, entry.fstype)
+                break
+            log.debug("%s: %s", " ".join(cmd), result.stderr.strip())
+        else:
+            return False
+    return find_mount(Path(target)) is None
+
+
+def check_mount_point(path: Path) -> None:
+    """Refuse a mount point that is missing, not a folder, in use or not empty (ConfigError).
+
+    A dead FUSE mount left by a crashed server is lazily unmounted first, so a restart never
+    stacks mounts.
+    """
+    entry = find_mount(path)
+    if entry is not None and is_dead(path):
+        log.warning("%s: dead mount (%s) from a previous server; unmounting it", path, entry.fstype)
+        if not lazy_unmount(path):
+            raise ConfigError(f"--mount: {path} holds a dead mount that could not be unmounted")
+        entry = find_mount(path)
+    if entry is not None:
+        raise ConfigError(
+            f"--mount: {path} is already a mount point ({entry.fstype} from {entry.source}); "
+            f"unmount it first (epochfs unmount --mount {path})"
+        )
+    if not path.exists():
+        raise ConfigError(f"--mount: {path} does not exist (create an empty directory)")
+    if not path.is_dir():
+        raise ConfigError(f"--mount: {path} is not a directory")
+    if any(os.scandir(path)):
+        raise ConfigError(f"--mount: {path} is not empty")
+
+
+def make_readonly_bind(source: Path, target: Path) -> bool:
+    """Bind-mount ``source`` read-only at ``target``; returns True if this call mounted it.
+
+    An existing read-only bind (left by a server that was killed) is reused. Nothing written
+    through ``target`` can reach ``source``: even root gets EROFS.
+    """
+    source = Path(os.path.abspath(source))
+    target = Path(os.path.abspath(target))
+    entry = find_mount(target)
+    if entry is not None:
+        if entry.read_only and not is_dead(target):
+            log.info("reusing the read-only bind mount at %s", target)
+            return False
+        lazy_unmount(target)
+    target.mkdir(parents=True, exist_ok=True)
+    steps = (
+        ["mount", "--bind", str(source), str(target)],
+        ["mount", "-o", "remount,bind,ro", str(target)],
+    )
+    for cmd in steps:
+        result = subprocess.run(cmd, capture_output=True, text=True, check=False)
+        if result.returncode != 0:
+            lazy_unmount(target)
+            raise ConfigError(
+                f"--link-root: cannot make a read-only bind mount of {source} at {target} "
+                f"({result.stderr.strip() or 'mount failed'}); run with CAP_SYS_ADMIN or pass "
+                f"--link-root with a read-only path to the objects folder"
+            )
+    if not os.statvfs(target).f_flag & os.ST_RDONLY:
+        lazy_unmount(target)
+        raise ConfigError(f"--link-root: {target} did not become read-only")
+    log.info("read-only bind mount of %s at %s", source, target)
+    return True
+
+
+def check_link_root(path: Path) -> None:
+    """A user-given link root must exist; a writable one is allowed but warned about."""
+    if not path.is_absolute():
+        raise ConfigError(f"--link-root: {path} must be an absolute path")
+    if not path.is_dir():
+        raise ConfigError(f"--link-root: {path} is not a directory")
+    if not os.statvfs(path).f_flag & os.ST_RDONLY:
+        log.warning("--link-root %s is writable: files reached through the mount can be changed", path)
+
+
+def wait_for_mount(
+    path: Path, *, timeout: float = 10.0, alive: Callable[[], bool] | None = None
+) -> bool:
+    """Poll until a live FUSE mount answers at ``path``; False on timeout or once ``alive()`` is false."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        entry = find_mount(path)
+        if entry is not None and entry.fstype.startswith("fuse") and not is_dead(path):
+            return True
+        if alive is not None and not alive():
+            return False
+        time.sleep(0.02)
+    return False
+
+
+def unmount_stale(path: Path) -> int:
+    """``epochfs unmount --mount DIR``: lazily unmount whatever epochfs left at DIR (exit status)."""
+    path = Path(os.path.abspath(path))
+    entry = find_mount(path)
+    if entry is None:
+        print(f"epochfs unmount: nothing mounted at {path}")
+        return 0
+    if lazy_unmount(path):
+        print(f"epochfs unmount: unmounted {path} ({entry.fstype})")
+        return 0
+    print(f"epochfs unmount: could not unmount {path}; is it in use by another namespace?")
+    return 1

@@ -1,0 +1,328 @@
+"""The mfusepy translator: FUSE calls in, :class:`~epochfs.fuse.view.View` answers out.
+
+Thin on purpose (ratarmount style): every namespace decision lives in the view. What is here is
+what only FUSE knows about:
+
+* errors: unknown names ENOENT, every write-type call EROFS, anything unexpected EIO (logged);
+* caching: long entry/attribute timeouts for the immutable epoch trees, negative lookups uncached
+  (so a new epoch shows at once), ``FUSE_CAP_CACHE_SYMLINKS`` so the kernel keeps symlink targets,
+  readdir-plus so listing a folder fills the kernel's entry cache without one lookup per file;
+* change: a refresher thread re-reads the store and tells the kernel to drop what changed
+  (``latest``, ``status.json``, retired epochs) through libfuse's notification calls.
+
+Only calls that are implemented are defined here (mfusepy registers any attribute named like a
+FUSE call, and calls left to libfuse in C are faster than Python no-ops).
+
+Import this module only after ``FUSE_LIBRARY_PATH`` is set (see :mod:`epochfs.fuse.server`):
+mfusepy binds libfuse when it is imported.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import errno
+import functools
+import itertools
+import logging
+import os
+import threading
+from collections.abc import Callable
+from typing import Any, TypeVar, cast
+
+import mfusepy
+from epochfs.fuse.view import (
+    CONTROL_DIR,
+    LATEST_NAME,
+    STATUS_NAME,
+    Attr,
+    NotADirectory,
+    NotALink,
+    NotFound,
+    View,
+)
+
+log = logging.getLogger("epochfs.fuse")
+
+FuseOSError = mfusepy.FuseOSError
+
+# libfuse 3 capability bits (fuse_common.h) and readdir flags (fuse.h).
+FUSE_CAP_READDIRPLUS = 1 << 13
+FUSE_CAP_READDIRPLUS_AUTO = 1 << 14
+FUSE_CAP_CACHE_SYMLINKS = 1 << 23
+FUSE_READDIR_PLUS = 1 << 0
+FUSE_FILL_DIR_PLUS = 1 << 1
+FUSE_ROOT_ID = 1
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def translate_errors(method: F) -> F:
+    """Map view errors to errno; anything unexpected becomes EIO (and is logged with its cause)."""
+
+    @functools.wraps(method)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return method(*args, **kwargs)
+        except FuseOSError:
+            raise
+        except NotFound as e:
+            raise FuseOSError(errno.ENOENT) from e
+        except NotADirectory as e:
+            raise FuseOSError(errno.ENOTDIR) from e
+        except NotALink as e:
+            raise FuseOSError(errno.EINVAL) from e
+        except Exception as e:
+            log.exception("unexpected error in %s%r", method.__name__, args[1:])
+            raise FuseOSError(errno.EIO) from e
+
+    return cast(F, wrapper)
+
+
+def _read_only(*_args: Any, **_kwargs: Any) -> int:
+    raise FuseOSError(errno.EROFS)
+
+
+class KernelNotifier:
+    """libfuse's cache-invalidation calls, bound once the mount is up (libfuse 3 only)."""
+
+    def __init__(self, fuse_ptr: int | None) -> None:
+        self._fuse = ctypes.c_void_p(fuse_ptr) if fuse_ptr else None
+        self._se: ctypes.c_void_p | None = None
+        lib = mfusepy._libfuse
+        self.available = bool(self._fuse) and mfusepy.fuse_version_major == 3
+        if not self.available:
+            return
+        lib.fuse_get_session.argtypes = [ctypes.c_void_p]
+        lib.fuse_get_session.restype = ctypes.c_void_p
+        lib.fuse_invalidate_path.argtypes = [ctypes.c_void_p, ctypes.c_char_p]
+        lib.fuse_invalidate_path.restype = ctypes.c_int
+        lib.fuse_lowlevel_notify_inval_entry.argtypes = [
+            ctypes.c_void_p, ctypes.c_uint64, ctypes.c_char_p, ctypes.c_size_t,
+        ]
+        lib.fuse_lowlevel_notify_inval_entry.restype = ctypes.c_int
+        self._se = ctypes.c_void_p(lib.fuse_get_session(self._fuse))
+        self._lib = lib
+
+    def forget_root_entry(self, name: str) -> None:
+        """Drop the kernel's cached entry ``/name`` (a retired epoch, a changed ``latest``)."""
+        if self.available:
+            raw = name.encode()
+            self._lib.fuse_lowlevel_notify_inval_entry(self._se, FUSE_ROOT_ID, raw, len(raw))
+
+    def invalidate(self, path: str) -> None:
+        """Drop the kernel's cached attributes and data of ``path`` (no-op if it has none)."""
+        if self.available:
+            self._lib.fuse_invalidate_path(self._fuse, path.encode())
+
+
+class Refresher:
+    """Re-reads the store every ``interval`` seconds, records reads, invalidates what changed."""
+
+    def __init__(self, *, view: View, interval: float) -> None:
+        if interval <= 0:
+            raise ValueError("refresh interval must be positive")
+        self.view = view
+        self.interval = interval
+        self.notifier = KernelNotifier(None)
+        self._stop = threading.Event()
+        self._wake = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def start(self, notifier: KernelNotifier) -> None:
+        self.notifier = notifier
+        self._thread = threading.Thread(target=self._run, name="epochfs-refresh", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._wake.set()
+        if self._thread is not None and self._thread is not threading.current_thread():
+            self._thread.join(timeout=10)
+
+    def poke(self) -> None:
+        """Refresh now (after a cut on lookup, say) instead of at the next tick."""
+        self._wake.set()
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            try:
+                self.tick()
+            except Exception:
+                log.exception("refresh failed; retrying in %.1fs", self.interval)
+            self._wake.wait(self.interval)
+            self._wake.clear()
+
+    def tick(self) -> None:
+        view = self.view
+        view.flush_reads()
+        old, new = view.refresh()
+        n = self.notifier
+        for gone in sorted(set(old.live) - set(new.live)):
+            log.info("epoch %d retired: removing it from the mount", gone)
+            n.invalidate(f"/{CONTROL_DIR}/epoch-{gone}.manifest")
+            n.invalidate(f"/epoch-{gone}")
+            n.forget_root_entry(f"epoch-{gone}")
+        if old.latest != new.latest:
+            n.invalidate(f"/{LATEST_NAME}")
+            n.forget_root_entry(LATEST_NAME)
+        if old.status_key != new.status_key or len(old.status) != len(new.status):
+            n.invalidate(f"/{CONTROL_DIR}/{STATUS_NAME}")
+
+
+class EpochOperations(mfusepy.Operations):
+    """The epochfs mount: a read-only namespace whose files are symlinks into the cache."""
+
+    use_ns = True
+
+    def __init__(self, *, view: View, timeout: float, refresh_interval: float = 0.5) -> None:
+        if timeout <= 0:
+            raise ValueError("timeout must be positive")
+        self.view = view
+        self.timeout = timeout
+        self.refresher = Refresher(view=view, interval=refresh_interval)
+        self._handles: dict[int, bytes] = {}
+        self._next_handle = itertools.count(1)
+        self._uid = view.uid
+        self._gid = view.gid
+
+    def _stat(self, attr: Attr) -> dict[str, int]:
+        return attr.to_stat(uid=self._uid, gid=self._gid)
+
+    # ------------------------------------------------------------------ lifecycle
+    def init_with_config(self, conn_info: Any, config_3: Any) -> None:
+        if config_3 is not None:
+            config_3.entry_timeout = self.timeout
+            config_3.attr_timeout = self.timeout
+            config_3.negative_timeout = 0.0
+            config_3.use_ino = 0
+            config_3.kernel_cache = 0
+            config_3.direct_io = 0
+            config_3.auto_cache = 0
+        if conn_info is not None:
+            want = FUSE_CAP_CACHE_SYMLINKS | FUSE_CAP_READDIRPLUS | FUSE_CAP_READDIRPLUS_AUTO
+            missing = want & ~conn_info.capable
+            if missing & FUSE_CAP_CACHE_SYMLINKS:
+                log.warning("kernel cannot cache symlink targets: every open costs a readlink")
+            conn_info.want |= want & conn_info.capable
+        fuse_ptr = mfusepy._libfuse.fuse_get_context().contents.fuse
+        self.refresher.start(KernelNotifier(fuse_ptr))
+        log.info("mounted: entry/attr timeout %.0fs, negative lookups uncached", self.timeout)
+
+    def destroy(self, path: str) -> None:
+        self.refresher.stop()
+
+    # ------------------------------------------------------------------ namespace
+    @translate_errors
+    def getattr(self, path: str, fh: Any = None) -> dict[str, int]:
+        before = self.view.snapshot
+        attr = self.view.getattr(path)
+        if self.view.snapshot is not before:
+            self.refresher.poke()  # a cut on lookup happened: refresh latest/status now
+        return self._stat(attr)
+
+    @translate_errors
+    def readlink(self, path: str) -> str:
+        return self.view.readlink(path)
+
+    @translate_errors
+    def readdir_with_offset(self, path: str, offset: int, fh: int) -> list[Any]:
+        # Only used if EpochFUSE is not (mfusepy's own readdir loop); kept correct anyway.
+        entries = self.entries(path)
+        return [(name, self._stat(a), i + 1) for i, (name, a) in enumerate(entries) if i >= offset]
+
+    def entries(self, path: str) -> list[tuple[str, Attr]]:
+        """``.``, ``..`` and the folder's entries (readdir and readdir-plus share this)."""
+        listing = self.view.listdir(path)
+        here = self.view.getattr(path)
+        return [(".", here), ("..", here), *listing]
+
+    @translate_errors
+    def open(self, path: str, fi: Any) -> int:
+        if fi.flags & os.O_ACCMODE != os.O_RDONLY or fi.flags & (os.O_TRUNC | os.O_APPEND):
+            raise FuseOSError(errno.EROFS)
+        data = self.view.read_file(path)
+        handle = next(self._next_handle)
+        self._handles[handle] = data
+        fi.fh = handle
+        if self.view.is_mutable_file(path):
+            fi.direct_io = 1  # status.json changes: never serve it from the page cache
+        else:
+            fi.keep_cache = 1  # manifests are immutable
+        return 0
+
+    @translate_errors
+    def read(self, path: str, size: int, offset: int, fi: Any) -> bytes:
+        data = self._handles.get(fi.fh)
+        if data is None:
+            raise FuseOSError(errno.EBADF)
+        return data[offset : offset + size]
+
+    @translate_errors
+    def release(self, path: str, fi: Any) -> int:
+        self._handles.pop(fi.fh, None)
+        return 0
+
+    @translate_errors
+    def statfs(self, path: str) -> dict[str, int]:
+        stats = self.view.store.stats()
+        bsize = 4096
+        blocks = max(1, stats.capacity_bytes // bsize)
+        used = min(blocks, (stats.cache_bytes + stats.inflight_bytes + bsize - 1) // bsize)
+        return {
+            "f_bsize": bsize,
+            "f_frsize": bsize,
+            "f_blocks": blocks,
+            "f_bfree": blocks - used,
+            "f_bavail": blocks - used,
+            "f_files": stats.samples,
+            "f_ffree": 0,
+            "f_namemax": 255,
+        }
+
+    # ------------------------------------------------------------------ every write: EROFS
+    write = staticmethod(_read_only)
+    create = staticmethod(_read_only)
+    mkdir = staticmethod(_read_only)
+    mknod = staticmethod(_read_only)
+    unlink = staticmethod(_read_only)
+    rmdir = staticmethod(_read_only)
+    rename = staticmethod(_read_only)
+    link = staticmethod(_read_only)
+    symlink = staticmethod(_read_only)
+    chmod = staticmethod(_read_only)
+    chown = staticmethod(_read_only)
+    truncate = staticmethod(_read_only)
+    utimens = staticmethod(_read_only)
+    setxattr = staticmethod(_read_only)
+    removexattr = staticmethod(_read_only)
+
+
+WRITE_CALLS = (
+    "write", "create", "mkdir", "mknod", "unlink", "rmdir", "rename", "link", "symlink", "chmod",
+    "chown", "truncate", "utimens", "setxattr", "removexattr",
+)
+
+
+class EpochFUSE(mfusepy.FUSE):
+    """mfusepy's FUSE with readdir-plus: entries go to the kernel with their attributes.
+
+    mfusepy's readdir passes only the file type to libfuse; with ``FUSE_FILL_DIR_PLUS`` and offsets
+    libfuse turns each entry into a cached lookup, so reading every file of a freshly listed epoch
+    costs one readlink per file instead of a lookup and a readlink.
+    """
+
+    def readdir_fuse_3(self, path: bytes | None, buf: Any, filler: Any, offset: int, fip: Any,
+                       flags: int) -> int:
+        ops = cast(EpochOperations, self.operations)
+        decoded = "/" if path is None else path.decode(self.encoding, self.errors)
+        entries = translate_errors(EpochOperations.entries)(ops, decoded)
+        plus = bool(flags & FUSE_READDIR_PLUS)
+        st = mfusepy.c_stat()
+        for i in range(offset, len(entries)):
+            name, attr = entries[i]
+            ctypes.memset(ctypes.byref(st), 0, ctypes.sizeof(st))
+            mfusepy.set_st_attrs(st, ops._stat(attr), use_ns=True)
+            fill = FUSE_FILL_DIR_PLUS if plus and name not in (".", "..") else 0
+            if filler(buf, name.encode(self.encoding, self.errors), st, i + 1, fill) != 0:
+                break
+        return 0

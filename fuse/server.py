@@ -1,0 +1,126 @@
+"""``epochfs mount``: the foreground FUSE server over one cache folder.
+
+Start-up order matters: settings and mount point are checked first (a clear error and exit 2,
+nothing mounted), then the read-only link root is made, then libfuse 3 is chosen and mfusepy
+imported, then the mount. SIGTERM, SIGINT and SIGHUP are handled by libfuse (it ends its loop and
+unmounts, lazily when busy); we then remove the link-root bind mount we made and exit 0.
+"""
+
+from __future__ import annotations
+
+import glob
+import logging
+import os
+import subprocess
+from pathlib import Path
+
+from epochfs.fuse.mounting import (
+    DEFAULT_LINK_ROOT_NAME,
+    check_link_root,
+    check_mount_point,
+    find_mount,
+    lazy_unmount,
+    make_readonly_bind,
+)
+from epochfs.sidecar.config import ConfigError, MountSettings
+from epochfs.sidecar.store import Store
+
+log = logging.getLogger("epochfs.fuse")
+
+MIN_TIMEOUT = 1.0
+MAX_TIMEOUT = 3600.0
+
+
+def find_libfuse3() -> str:
+    """Absolute path of libfuse 3 (mfusepy would otherwise pick libfuse 2 when both exist)."""
+    env = os.environ.get("FUSE_LIBRARY_PATH")
+    if env:
+        if not os.path.isabs(env) or not os.path.exists(env):
+            raise ConfigError(f"FUSE_LIBRARY_PATH: {env!r} must be an absolute path to libfuse3.so.3")
+        return env
+    try:
+        out = subprocess.run(["ldconfig", "-p"], capture_output=True, text=True, check=False).stdout
+    except FileNotFoundError:
+        out = ""
+    arch_tag = {"x86_64": "x86-64", "aarch64": "AArch64"}.get(os.uname().machine, "")
+    candidates = []
+    for line in out.splitlines():
+        name, _, target = line.partition("=>")
+        path = target.strip()
+        if name.strip().startswith("libfuse3.so.3") and os.path.isabs(path) and os.path.exists(path):
+            candidates.append((arch_tag not in name, path))
+    if candidates:
+        return sorted(candidates)[0][1]
+    for pattern in ("/lib/*/libfuse3.so.3", "/usr/lib/*/libfuse3.so.3", "/usr/lib*/libfuse3.so.3",
+                    "/lib*/libfuse3.so.3", "/usr/local/lib*/libfuse3.so.3"):
+        hits = sorted(glob.glob(pattern))
+        if hits:
+            return os.path.abspath(hits[0])
+    raise ConfigError("libfuse 3 not found (install fuse3 / libfuse3-3, or set FUSE_LIBRARY_PATH)")
+
+
+def cache_timeout(in_use_seconds: float) -> float:
+    """Entry/attribute timeout: long, but short enough that a reader's lookups keep its epoch pinned.
+
+    The kernel asks again for ``epoch-N`` once its entry expires, and that lookup is what records
+    the epoch as in use; three chances per ``in_use_seconds`` window keep it pinned while read.
+    """
+    return max(MIN_TIMEOUT, min(MAX_TIMEOUT, in_use_seconds / 3.0))
+
+
+def run_mount(settings: MountSettings) -> int:
+    """Serve the epoch view of ``settings.cache`` at ``settings.mount`` until signalled."""
+    mount = Path(os.path.abspath(settings.mount))
+    cache = Path(os.path.abspath(settings.cache))
+    check_mount_point(mount)
+    libfuse = find_libfuse3()
+    if settings.link_root is not None:
+        check_link_root(settings.link_root)
+    store = Store(cache, create=True)
+    made_bind = False
+    link_root = settings.link_root
+    if link_root is None:
+        link_root = cache / DEFAULT_LINK_ROOT_NAME
+        made_bind = make_readonly_bind(store.objects_dir, link_root)
+    os.environ["FUSE_LIBRARY_PATH"] = libfuse
+    try:
+        from epochfs.fuse.operations import EpochFUSE, EpochOperations
+        from epochfs.fuse.view import View
+
+        timeout = cache_timeout(store.policy().in_use_seconds)
+        view = View(store=store, link_root=Path(link_root))
+        ops = EpochOperations(view=view, timeout=timeout)
+        log.info("serving %s at %s (links into %s, libfuse %s)", cache, mount, link_root, libfuse)
+        try:
+            EpochFUSE(
+                ops,
+                str(mount),
+                raw_fi=True,
+                foreground=True,
+                allow_other=True,
+                default_permissions=True,
+                ro=True,
+                fsname=f"epochfs:{cache}",
+                subtype="epochfs",
+            )
+        except RuntimeError as e:
+            # libfuse reports the signal that ended its loop as a non-zero status; a failed mount
+            # leaves nothing mounted and is the only real error here.
+            if find_mount(mount) is None and not _was_mounted(ops):
+                log.error("mount failed at %s: %s", mount, e)
+                return 1
+            log.info("stopped by signal (libfuse status %s)", e)
+        ops.refresher.stop()
+        return 0
+    finally:
+        left = find_mount(mount)
+        if left is not None and left.fstype.startswith("fuse"):
+            lazy_unmount(mount)
+        if made_bind:
+            lazy_unmount(Path(link_root))
+        store.close()
+
+
+def _was_mounted(ops: object) -> bool:
+    refresher = getattr(ops, "refresher", None)
+    return bool(refresher is not None and refresher._thread is not None)

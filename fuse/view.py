@@ -1,0 +1,425 @@
+"""The read-only namespace of an epochfs mount, computed from the node store (no FUSE here).
+
+Keeping the namespace free of FUSE lets it be tested without a mount and keeps the FUSE translator
+(:mod:`epochfs.fuse.operations`) a thin layer. Layout::
+
+    /epoch-<N>/<relative/path>     symlink -> <link_root>/<object name>, one per sample of epoch N
+    /latest                        symlink -> epoch-<newest live N>
+    /.epochfs/status.json          Store.stats() as JSON, rendered per open
+    /.epochfs/epoch-<N>.manifest   "#epochfs-manifest v1<TAB>epoch=N<TAB>files=M<TAB>bytes=B" then
+                                   "path<TAB>size<TAB>checksum" per file, sorted by path
+
+An epoch is immutable once cut, so its tree and manifest are built once and cached until it
+retires. What changes (the set of live epochs, ``latest``, ``status.json``) is re-read from the
+store by :meth:`View.refresh`, which the server calls periodically and on demand.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+import stat
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from epochfs.sidecar.store import FileEntry, Store
+
+log = logging.getLogger("epochfs.fuse")
+
+CONTROL_DIR = ".epochfs"
+STATUS_NAME = "status.json"
+LATEST_NAME = "latest"
+MANIFEST_MAGIC = "#epochfs-manifest v1"
+_EPOCH_RE = re.compile(r"^epoch-(0|[1-9][0-9]{0,17})$")
+_MANIFEST_RE = re.compile(r"^epoch-(0|[1-9][0-9]{0,17})\.manifest$")
+
+DIR_MODE = stat.S_IFDIR | 0o555
+LINK_MODE = stat.S_IFLNK | 0o777
+FILE_MODE = stat.S_IFREG | 0o444
+
+
+class NotFound(LookupError):
+    """The path names nothing in the view (the FUSE layer answers ENOENT)."""
+
+
+class NotADirectory(LookupError):
+    """A directory operation on something that is not one (ENOTDIR)."""
+
+
+class NotALink(LookupError):
+    """readlink of something that is not a symlink (EINVAL)."""
+
+
+@dataclass(frozen=True)
+class Attr:
+    """What ``stat`` shows for one node; stable for immutable nodes so the kernel keeps its caches."""
+
+    mode: int
+    size: int
+    mtime: float
+    nlink: int = 1
+
+    def to_stat(self, *, uid: int, gid: int) -> dict[str, int]:
+        """The ``stat`` fields as mfusepy takes them with ``use_ns`` (times in nanoseconds)."""
+        ns = int(self.mtime * 1e9)
+        return {
+            "st_mode": self.mode,
+            "st_size": self.size,
+            "st_nlink": self.nlink,
+            "st_uid": uid,
+            "st_gid": gid,
+            "st_mtime": ns,
+            "st_ctime": ns,
+            "st_atime": ns,
+            "st_blocks": (self.size + 511) // 512,
+        }
+
+    @property
+    def is_dir(self) -> bool:
+        return stat.S_ISDIR(self.mode)
+
+    @property
+    def is_link(self) -> bool:
+        return stat.S_ISLNK(self.mode)
+
+
+@dataclass
+class _Dir:
+    """One folder of an epoch tree: child name -> attributes, plus the sorted listing."""
+
+    attr: Attr
+    children: dict[str, Attr] = field(default_factory=dict)
+    listing: list[tuple[str, Attr]] = field(default_factory=list)
+
+
+class EpochTree:
+    """The immutable folder tree of one epoch, built once from ``Store.epoch_files``."""
+
+    def __init__(self, *, epoch: int, cut_at: float, files: list[FileEntry], link_root: Path) -> None:
+        self.epoch = epoch
+        self.cut_at = cut_at
+        self.files = files
+        root_attr = Attr(DIR_MODE, 0, cut_at, 2)
+        self.dirs: dict[str, _Dir] = {"": _Dir(root_attr)}
+        self.links: dict[str, str] = {}
+        self.link_attrs: dict[str, Attr] = {}
+        self.total_bytes = 0
+        prefix = str(link_root).rstrip("/")
+        for f in files:
+            parts = f.path.split("/")
+            if not f.path or any(p in ("", ".", "..") for p in parts):
+                log.warning("epoch %d: skipping unsafe path %r", epoch, f.path)
+                continue
+            parent = ""
+            ok = True
+            for part in parts[:-1]:
+                here = f"{parent}/{part}" if parent else part
+                if here in self.links:
+                    ok = False
+                    break
+                if here not in self.dirs:
+                    attr = Attr(DIR_MODE, 0, cut_at, 2)
+                    self.dirs[here] = _Dir(attr)
+                    self.dirs[parent].children[part] = attr
+                parent = here
+            if not ok or f.path in self.dirs or f.path in self.links:
+                log.warning("epoch %d: %r clashes with another path; not shown", epoch, f.path)
+                continue
+            target = f"{prefix}/{f.object_name}"
+            attr = Attr(LINK_MODE, len(target.encode()), cut_at)
+            self.links[f.path] = target
+            self.link_attrs[f.path] = attr
+            self.dirs[parent].children[parts[-1]] = attr
+            self.total_bytes += f.size
+        for d in self.dirs.values():
+            d.listing = sorted(d.children.items())
+
+    def lookup(self, rel: str) -> Attr:
+        if rel in self.link_attrs:
+            return self.link_attrs[rel]
+        d = self.dirs.get(rel)
+        if d is None:
+            raise NotFound(rel)
+        return d.attr
+
+    def listdir(self, rel: str) -> list[tuple[str, Attr]]:
+        d = self.dirs.get(rel)
+        if d is None:
+            if rel in self.links:
+                raise NotADirectory(rel)
+            raise NotFound(rel)
+        return d.listing
+
+    def readlink(self, rel: str) -> str:
+        target = self.links.get(rel)
+        if target is None:
+            if rel in self.dirs:
+                raise NotALink(rel)
+            raise NotFound(rel)
+        return target
+
+    def manifest(self) -> bytes:
+        """The manifest text (format fixed in the project brief, read in one pass by clients)."""
+        lines = [
+            f"{MANIFEST_MAGIC}\tepoch={self.epoch}\tfiles={len(self.links)}\tbytes={self.total_bytes}"
+        ]
+        lines += [f"{f.path}\t{f.size}\t{f.checksum}" for f in self.files if f.path in self.links]
+        return ("\n".join(lines) + "\n").encode()
+
+
+def parse_epoch_name(name: str) -> int | None:
+    """``epoch-12`` -> 12; anything else (``epoch-012``, ``epoch-x``) -> None."""
+    m = _EPOCH_RE.match(name)
+    return int(m.group(1)) if m else None
+
+
+def split_path(path: str) -> list[str]:
+    """``/a/b/`` -> ``["a", "b"]``; the FUSE layer passes absolute paths."""
+    return [p for p in path.split("/") if p]
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """The changing part of the view, re-read from the store by :meth:`View.refresh`."""
+
+    live: dict[int, float]
+    """Live epoch -> cut time."""
+    latest: int | None
+    status: bytes
+    status_key: bytes
+    """``status`` without its clock field: tells whether anything but the time changed."""
+
+
+class View:
+    """The whole namespace over one store. Thread-safe: FUSE calls it from many threads."""
+
+    def __init__(self, *, store: Store, link_root: Path, uid: int = 0, gid: int = 0,
+                 started: float | None = None, read_debounce: float = 10.0) -> None:
+        if not link_root.is_absolute():
+            raise ValueError(f"link root must be an absolute path, got {link_root}")
+        if read_debounce < 0:
+            raise ValueError("read_debounce must not be negative")
+        self.store = store
+        self.link_root = link_root
+        self.uid = uid
+        self.gid = gid
+        self.started = time.time() if started is None else started
+        self.read_debounce = read_debounce
+        self._lock = threading.Lock()
+        self._trees: dict[int, EpochTree] = {}
+        self._manifests: dict[int, bytes] = {}
+        self._last_recorded: dict[int, float] = {}
+        self._pending_reads: set[int] = set()
+        self._snap = self._read_snapshot()
+        self._dir_attr = Attr(DIR_MODE, 0, self.started, 2)
+
+    # ------------------------------------------------------------------ changing state
+    def _read_snapshot(self) -> Snapshot:
+        stats = self.store.stats()
+        doc = stats.to_json()
+        live = {int(e["epoch"]): float(e["cut_at"]) for e in stats.epochs}
+        status = (json.dumps(doc, indent=2, sort_keys=True) + "\n").encode()
+        key_doc = dict(doc)
+        key_doc.pop("time", None)
+        key = json.dumps(key_doc, sort_keys=True).encode()
+        return Snapshot(live, stats.latest_epoch, status, key)
+
+    @property
+    def snapshot(self) -> Snapshot:
+        return self._snap
+
+    def refresh(self) -> tuple[Snapshot, Snapshot]:
+        """Re-read live epochs and status from the store; returns (old, new) for invalidation."""
+        new = self._read_snapshot()
+        with self._lock:
+            old = self._snap
+            self._snap = new
+            for n in [n for n in self._trees if n not in new.live]:
+                del self._trees[n]
+            for n in [n for n in self._manifests if n not in new.live]:
+                del self._manifests[n]
+        return old, new
+
+    def render_status(self) -> bytes:
+        """A fresh status document (each open of status.json gets its own)."""
+        doc = self.store.stats().to_json()
+        return (json.dumps(doc, indent=2, sort_keys=True) + "\n").encode()
+
+    # ------------------------------------------------------------------ reads and pins
+    def note_read(self, n: int) -> None:
+        """Remember that epoch ``n`` was used; :meth:`flush_reads` records it (debounced)."""
+        last = self._last_recorded.get(n)
+        if last is not None and time.monotonic() - last < self.read_debounce:
+            return
+        with self._lock:
+            self._pending_reads.add(n)
+            self._last_recorded[n] = time.monotonic()
+
+    def flush_reads(self) -> list[int]:
+        """Write the noted reads to the store (off the FUSE request path: it takes a write lock)."""
+        with self._lock:
+            pending = sorted(self._pending_reads)
+            self._pending_reads.clear()
+        for n in pending:
+            self.store.record_read(n)
+        return pending
+
+    # ------------------------------------------------------------------ epochs
+    def _epoch_live(self, n: int, *, cut: bool) -> float | None:
+        """Cut time of live epoch ``n``; with ``cut``, a lookup above the newest asks for a cut."""
+        cut_at = self._snap.live.get(n)
+        if cut_at is not None:
+            return cut_at
+        newest = self.store.newest_epoch()
+        if newest is not None and n <= newest:
+            # Cut after our last refresh, or retired / never cut: ask the store, not the snapshot.
+            live = {e.epoch: e.cut_at for e in self.store.epochs()}
+            if n in live:
+                self.refresh()
+            return live.get(n)
+        if not cut:
+            return None
+        if not self.store.request_cut(n):
+            return None
+        self.refresh()
+        return self._snap.live.get(n)
+
+    def tree(self, n: int) -> EpochTree:
+        """The tree of live epoch ``n`` (built once, cached until it retires)."""
+        t = self._trees.get(n)
+        if t is not None:
+            return t
+        cut_at = self._snap.live.get(n)
+        if cut_at is None:
+            raise NotFound(f"epoch-{n}")
+        try:
+            files = self.store.epoch_files(n)
+        except KeyError:
+            raise NotFound(f"epoch-{n}") from None
+        t = EpochTree(epoch=n, cut_at=cut_at, files=files, link_root=self.link_root)
+        with self._lock:
+            if n in self._snap.live:
+                self._trees.setdefault(n, t)
+        return self._trees.get(n, t)
+
+    def manifest(self, n: int) -> bytes:
+        m = self._manifests.get(n)
+        if m is None:
+            m = self.tree(n).manifest()
+            with self._lock:
+                if n in self._snap.live:
+                    self._manifests[n] = m
+        return m
+
+    # ------------------------------------------------------------------ namespace
+    def getattr(self, path: str) -> Attr:
+        """Attributes of ``path``; raises NotFound. Looking up ``epoch-N`` may cut it."""
+        parts = split_path(path)
+        snap = self._snap
+        if not parts:
+            return self._dir_attr
+        head = parts[0]
+        if head == LATEST_NAME and len(parts) == 1:
+            if snap.latest is None:
+                raise NotFound(path)
+            target = f"epoch-{snap.latest}"
+            return Attr(LINK_MODE, len(target), snap.live.get(snap.latest, self.started))
+        if head == CONTROL_DIR:
+            if len(parts) == 1:
+                return self._dir_attr
+            if len(parts) == 2:
+                name = parts[1]
+                if name == STATUS_NAME:
+                    return Attr(FILE_MODE, len(snap.status), self.started)
+                m = _MANIFEST_RE.match(name)
+                if m:
+                    mn = int(m.group(1))
+                    cut_at = self._epoch_live(mn, cut=False)
+                    if cut_at is not None:
+                        return Attr(FILE_MODE, len(self.manifest(mn)), cut_at)
+            raise NotFound(path)
+        n = parse_epoch_name(head)
+        if n is None:
+            raise NotFound(path)
+        if len(parts) == 1:
+            cut_at = self._epoch_live(n, cut=True)
+            if cut_at is None:
+                raise NotFound(path)
+            self.note_read(n)
+            return Attr(DIR_MODE, 0, cut_at, 2)
+        if n not in snap.live and self._epoch_live(n, cut=False) is None:
+            raise NotFound(path)
+        self.note_read(n)
+        return self.tree(n).lookup("/".join(parts[1:]))
+
+    def listdir(self, path: str) -> list[tuple[str, Attr]]:
+        """Entries of a folder (without ``.`` and ``..``); raises NotFound / NotADirectory."""
+        parts = split_path(path)
+        snap = self._snap
+        if not parts:
+            out: list[tuple[str, Attr]] = [(CONTROL_DIR, self._dir_attr)]
+            for live, cut_at in sorted(snap.live.items()):
+                out.append((f"epoch-{live}", Attr(DIR_MODE, 0, cut_at, 2)))
+            if snap.latest is not None:
+                out.append((LATEST_NAME, self.getattr("/" + LATEST_NAME)))
+            return out
+        if parts[0] == CONTROL_DIR:
+            if len(parts) != 1:
+                raise NotADirectory(path) if len(parts) == 2 else NotFound(path)
+            out = [(STATUS_NAME, Attr(FILE_MODE, len(snap.status), self.started))]
+            for live in sorted(snap.live):
+                name = f"epoch-{live}.manifest"
+                out.append((name, self.getattr(f"/{CONTROL_DIR}/{name}")))
+            return out
+        n = parse_epoch_name(parts[0])
+        if n is None or n not in snap.live:
+            if parts[0] == LATEST_NAME and len(parts) == 1:
+                raise NotADirectory(path)
+            raise NotFound(path)
+        self.note_read(n)
+        return self.tree(n).listdir("/".join(parts[1:]))
+
+    def readlink(self, path: str) -> str:
+        parts = split_path(path)
+        if parts == [LATEST_NAME]:
+            latest = self._snap.latest
+            if latest is None:
+                raise NotFound(path)
+            return f"epoch-{latest}"
+        if len(parts) < 2:
+            if parts and (parts[0] == CONTROL_DIR or parse_epoch_name(parts[0]) is not None):
+                raise NotALink(path)
+            raise NotFound(path)
+        n = parse_epoch_name(parts[0])
+        if n is None or n not in self._snap.live:
+            if parts[0] == CONTROL_DIR:
+                self.getattr(path)
+                raise NotALink(path)
+            raise NotFound(path)
+        return self.tree(n).readlink("/".join(parts[1:]))
+
+    def read_file(self, path: str) -> bytes:
+        """The bytes of a control file (status.json, a manifest); raises NotFound."""
+        parts = split_path(path)
+        if len(parts) == 2 and parts[0] == CONTROL_DIR:
+            if parts[1] == STATUS_NAME:
+                return self.render_status()
+            m = _MANIFEST_RE.match(parts[1])
+            if m:
+                n = int(m.group(1))
+                if self._epoch_live(n, cut=False) is not None:
+                    return self.manifest(n)
+        raise NotFound(path)
+
+    def is_mutable_file(self, path: str) -> bool:
+        """Control files whose content changes (served with direct I/O, never page-cached)."""
+        return split_path(path) == [CONTROL_DIR, STATUS_NAME]
+
+    def walk_epoch(self, n: int) -> Iterator[tuple[str, str]]:
+        """(relative path, symlink target) of every file of live epoch ``n`` (warm-up, tests)."""
+        t = self.tree(n)
+        yield from t.links.items()

@@ -1,0 +1,116 @@
+"""Helpers for FUSE tests: fill a cache through the Store API and run ``epochfs mount`` for real.
+
+Caches are populated the way the sampler does it (reserve, temp file, fsync, admit, cut), so these
+tests do not depend on the sampler. ``mounted`` starts the real CLI in a subprocess, waits for the
+mount, and always unmounts and stops it, printing the server log when the test body failed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from epochfs.fuse.mounting import find_mount, lazy_unmount, wait_for_mount
+from epochfs.sidecar.store import Admission, Policy, Store
+
+ROOT = Path(__file__).resolve().parent.parent
+EPOCHFS = [sys.executable, "-m", "epochfs.sidecar.cli"]
+
+
+def sid_of(key: str) -> str:
+    return hashlib.blake2b(key.encode(), digest_size=16).hexdigest()
+
+
+def open_store(cache: Path, *, capacity: int = 1 << 30, keep_epochs: int = 2, min_samples: int = 1,
+               in_use_seconds: float = 300.0, headroom: float = 0.25) -> Store:
+    store = Store(cache, create=True)
+    store.configure(Policy(capacity=capacity, keep_epochs=keep_epochs, min_samples=min_samples,
+                           in_use_seconds=in_use_seconds, headroom=headroom))
+    return store
+
+
+def admit(store: Store, objects: dict[str, bytes]) -> None:
+    """Admit ``objects`` (key -> bytes) as the sampler would; keys double as relative paths."""
+    items = []
+    for key, body in objects.items():
+        if not store.reserve(len(body)):
+            raise RuntimeError(f"no room for {key} ({len(body)} bytes)")
+        temp = store.temp_path()
+        with open(temp, "wb") as f:
+            f.write(body)
+            f.flush()
+            os.fsync(f.fileno())
+        checksum = "md5:" + hashlib.md5(body).hexdigest()
+        items.append(Admission(key, key, sid_of(key), len(body), checksum, "v1", temp))
+    store.admit(items)
+
+
+def make_objects(count: int, size: int, *, prefix: str = "train/", seed: int = 0,
+                 start: int = 0) -> dict[str, bytes]:
+    rng = random.Random(seed * 1_000_003 + start)
+    return {f"{prefix}{i:05d}.bin": rng.randbytes(size) for i in range(start, start + count)}
+
+
+@dataclass
+class Mount:
+    """A running ``epochfs mount``."""
+
+    path: Path
+    cache: Path
+    proc: subprocess.Popen[bytes]
+    log: Path
+
+    def log_text(self) -> str:
+        return self.log.read_text(errors="replace") if self.log.exists() else ""
+
+
+@contextlib.contextmanager
+def mounted(cache: Path, mount: Path, *, args: tuple[str, ...] = (), timeout: float = 20.0,
+            env: dict[str, str] | None = None) -> Iterator[Mount]:
+    """Run ``epochfs mount`` on ``cache`` at ``mount`` for the duration of the block."""
+    mount.mkdir(parents=True, exist_ok=True)
+    log = mount.parent / f"{mount.name}.server.log"
+    with open(log, "wb") as out:  # the child keeps its own copy of the descriptor
+        proc = subprocess.Popen(
+            [*EPOCHFS, "--log-level", "DEBUG", "mount", "--cache", str(cache), "--mount", str(mount),
+             *args],
+            stdout=out, stderr=subprocess.STDOUT, env={**os.environ, **(env or {})},
+        )
+    m = Mount(mount, cache, proc, log)
+    failed = True
+    try:
+        if not wait_for_mount(mount, timeout=timeout, alive=lambda: proc.poll() is None):
+            raise RuntimeError(f"epochfs mount did not come up (exit {proc.poll()}):\n{m.log_text()}")
+        yield m
+        failed = False
+    finally:
+        stop(m)
+        if failed:
+            sys.stderr.write(f"--- epochfs mount log ({log}) ---\n{m.log_text()[-20000:]}\n")
+
+
+def stop(m: Mount, *, sig: int = signal.SIGTERM) -> int | None:
+    """Signal the server, wait, and make sure nothing is left mounted or running."""
+    if m.proc.poll() is None:
+        m.proc.send_signal(sig)
+        try:
+            m.proc.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            m.proc.kill()
+            m.proc.wait()
+    deadline = time.monotonic() + 5
+    while find_mount(m.path) is not None and time.monotonic() < deadline:
+        lazy_unmount(m.path)
+    ro = m.cache / "objects-ro"
+    if find_mount(ro) is not None:
+        lazy_unmount(ro)
+    return m.proc.returncode
