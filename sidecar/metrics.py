@@ -1,0 +1,400 @@
+"""Every Prometheus metric of epochfs, in one module.
+
+Three sources feed the sidecar's ``/metrics``, merged into one exposition by :class:`MergedCollector`:
+
+* **The store** (:class:`StoreCollector`): counters the SQLite index already persists (samples
+  fetched, bytes fetched, skipped, evicted, cuts) and occupancy/epoch gauges, read with
+  ``Store.stats()`` at scrape time. They never go backwards when a child restarts, because they
+  live on the node volume, not in a process.
+* **The children** (:class:`ProcessMetrics`): per-process instrumentation of the sampler
+  (retried/failed fetches, fetch latency, downloads in flight, cut waits) and of the FUSE server
+  (requests and errors by operation). The supervisor sets ``PROMETHEUS_MULTIPROC_DIR`` for its
+  children, so prometheus-client writes their values to mmap files that survive a crash; the
+  supervisor sums them (:func:`multiprocess_collector`). Dead children's live gauges are dropped
+  with :func:`forget_process`.
+* **The supervisor itself** (:class:`SidecarMetrics`): samples and bytes served (counted from
+  opens of object files, see ``epochfs.sidecar.served``), what the torch client reports, child
+  restarts.
+
+Labels are bounded: ``result`` (4 values), ``op`` (FUSE operation names, others folded into
+``other``), ``errno`` (a short list, others ``other``), ``child`` (2 values). Never a key, a path
+or an epoch number.
+"""
+
+from __future__ import annotations
+
+import errno as errno_mod
+import os
+import threading
+import time
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, Protocol
+
+from epochfs.sidecar.store import Stats
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.multiprocess import MultiProcessCollector, mark_process_dead
+
+MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
+
+REMOTE_RESULTS = ("ok", "retried", "failed", "skipped")
+"""``epochfs_remote_objects_total{result}``: ok and skipped come from the store, the rest from the
+sampler process (so a sampler crash never loses the persistent ones)."""
+PROCESS_RESULTS = ("retried", "failed")
+
+FUSE_OPS = (
+    "lookup", "getattr", "readdir", "opendir", "releasedir", "readlink", "open", "read", "release",
+    "statfs", "access", "getxattr", "listxattr", "flush", "fsync", "fsyncdir", "write", "create",
+    "mkdir", "mknod", "unlink", "rmdir", "rename", "link", "symlink", "chmod", "chown", "truncate",
+    "utimens", "setxattr", "removexattr", "init", "destroy", "other",
+)
+FUSE_ERRNOS = ("ENOENT", "EROFS", "EACCES", "EPERM", "EIO", "ENOTDIR", "EISDIR", "ENODATA", "other")
+
+FETCH_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0)
+CUT_WAIT_BUCKETS = (0.001, 0.01, 0.1, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0, 900.0)
+
+# Families the store collector exports (the dashboard test checks expressions against these names).
+STORE_COUNTERS = {
+    "epochfs_remote_bytes": "Bytes of objects fetched from the remote and admitted to the cache.",
+    "epochfs_evicted_samples": "Samples evicted from the cache to make room.",
+    "epochfs_evicted_bytes": "Bytes evicted from the cache to make room.",
+    "epochfs_cuts": "Epochs cut.",
+}
+STORE_GAUGES = {
+    "epochfs_cache_bytes": "Bytes of complete samples in the cache.",
+    "epochfs_cache_capacity_bytes": "The cache byte budget (--capacity).",
+    "epochfs_cache_inflight_bytes": "Bytes reserved for downloads in flight.",
+    "epochfs_cache_samples": "Complete samples in the cache.",
+    "epochfs_catalog_objects": "Objects listed in the remote catalog (this shard).",
+    "epochfs_epoch_latest": "Number of the newest epoch (absent before the first cut).",
+    "epochfs_epoch_samples": "Samples in the newest epoch.",
+    "epochfs_epoch_bytes": "Bytes in the newest epoch.",
+    "epochfs_epochs_live": "Epochs currently visible.",
+    "epochfs_pending_cuts": "Cut requests waiting for their condition.",
+    "epochfs_backpressure": "1 while sampling is paused because nothing is evictable, else 0.",
+}
+
+
+def fuse_op_label(op: str) -> str:
+    """Fold an operation name into the bounded ``op`` label set."""
+    return op if op in FUSE_OPS else "other"
+
+
+def errno_label(code: int | None) -> str:
+    """Fold an errno into the bounded ``errno`` label set."""
+    name = errno_mod.errorcode.get(code or 0, "other")
+    return name if name in FUSE_ERRNOS else "other"
+
+
+class ProcessMetrics:
+    """Per-process instrumentation of the sampler and the FUSE server.
+
+    Under the supervisor (``PROMETHEUS_MULTIPROC_DIR`` set before prometheus-client is imported) the
+    values go to mmap files the supervisor merges; otherwise they live in ``registry`` (tests
+    inject a fresh ``CollectorRegistry`` and read values back with ``get_sample_value``). Every
+    label value is created up front, so each series exists (at zero) from the first scrape.
+    """
+
+    def __init__(self, *, registry: CollectorRegistry | None) -> None:
+        self.remote_objects = Counter(
+            "epochfs_remote_objects", "Remote objects by result (ok, retried, failed, skipped).",
+            ["result"], registry=registry,
+        )
+        self.remote_fetch_seconds = Histogram(
+            "epochfs_remote_fetch_seconds", "Seconds to fetch and verify one object.",
+            buckets=FETCH_BUCKETS, registry=registry,
+        )
+        self.inflight_downloads = Gauge(
+            "epochfs_inflight_downloads", "Downloads in flight.",
+            multiprocess_mode="livesum", registry=registry,
+        )
+        self.cut_wait_seconds = Histogram(
+            "epochfs_cut_wait_seconds", "Seconds from a cut request (lookup of epoch-N) to the cut.",
+            buckets=CUT_WAIT_BUCKETS, registry=registry,
+        )
+        self.fuse_requests = Counter(
+            "epochfs_fuse_requests", "FUSE requests served, by operation.", ["op"], registry=registry,
+        )
+        self.fuse_errors = Counter(
+            "epochfs_fuse_errors", "FUSE requests answered with an error, by operation and errno.",
+            ["op", "errno"], registry=registry,
+        )
+        for result in PROCESS_RESULTS:
+            self.remote_objects.labels(result=result)
+
+    def init_fuse_ops(self, ops: Iterable[str]) -> None:
+        """Create the request/error series of the operations a server implements (at zero)."""
+        for op in ops:
+            label = fuse_op_label(op)
+            self.fuse_requests.labels(op=label)
+            self.fuse_errors.labels(op=label, errno="ENOENT" if label == "lookup" else "EROFS")
+
+    # The calls the sampler makes -------------------------------------------------------------
+    def remote_retried(self) -> None:
+        """One failed attempt that will be retried."""
+        self.remote_objects.labels(result="retried").inc()
+
+    def remote_failed(self) -> None:
+        """An object given up after its last attempt (the store counts it as skipped too)."""
+        self.remote_objects.labels(result="failed").inc()
+
+    def observe_fetch(self, seconds: float) -> None:
+        """Latency of one successful fetch (GET, stream, hash, fsync)."""
+        self.remote_fetch_seconds.observe(seconds)
+
+    @contextmanager
+    def download(self) -> Iterator[None]:
+        """Count one download in flight for the duration of the block."""
+        self.inflight_downloads.inc()
+        try:
+            yield
+        finally:
+            self.inflight_downloads.dec()
+
+    def cut_waited(self, seconds: float) -> None:
+        """A requested cut happened ``seconds`` after its request (0 for immediate cuts)."""
+        self.cut_wait_seconds.observe(max(0.0, seconds))
+
+    # The calls the FUSE server makes ----------------------------------------------------------
+    def fuse_request(self, op: str, error: int | None = None) -> None:
+        """One FUSE request; ``error`` is the errno it answered, if any."""
+        label = fuse_op_label(op)
+        self.fuse_requests.labels(op=label).inc()
+        if error:
+            self.fuse_errors.labels(op=label, errno=errno_label(error)).inc()
+
+
+_default_lock = threading.Lock()
+_default: ProcessMetrics | None = None
+
+
+def process_metrics() -> ProcessMetrics:
+    """The process-wide :class:`ProcessMetrics` on the default registry (created on first use)."""
+    global _default
+    with _default_lock:
+        if _default is None:
+            from prometheus_client import REGISTRY
+
+            _default = ProcessMetrics(registry=REGISTRY)
+        return _default
+
+
+class SidecarMetrics:
+    """Metrics the supervisor process counts itself (not multiprocess: it is one long-lived process)."""
+
+    def __init__(self, *, registry: CollectorRegistry) -> None:
+        self.registry = registry
+        self.served_samples = Counter(
+            "epochfs_served_samples", "Opens of cached object files by any process (samples served).",
+            registry=registry,
+        )
+        self.served_bytes = Counter(
+            "epochfs_served_bytes", "Bytes served, counting each open as a whole-file read.",
+            registry=registry,
+        )
+        self.served_lost_events = Counter(
+            "epochfs_served_lost_events", "Open events lost because the fanotify queue overflowed.",
+            registry=registry,
+        )
+        self.client_samples = Counter(
+            "epochfs_client_samples", "Samples the torch client reports it delivered to training.",
+            registry=registry,
+        )
+        self.client_bytes = Counter(
+            "epochfs_client_bytes", "Bytes the torch client reports it delivered to training.",
+            registry=registry,
+        )
+        self.client_wait_seconds = Counter(
+            "epochfs_client_wait_seconds", "Seconds the training loop reports it waited for data.",
+            registry=registry,
+        )
+        self.child_restarts = Counter(
+            "epochfs_child_restarts", "Restarts of a child process after it died.", ["child"],
+            registry=registry,
+        )
+        self.child_up = Gauge(
+            "epochfs_child_up", "1 while the child process runs.", ["child"], registry=registry,
+        )
+        self.mounted = Gauge(
+            "epochfs_mounted", "1 while the FUSE view is mounted and answers.", registry=registry,
+        )
+        for child in ("sampler", "fuse"):
+            self.child_restarts.labels(child=child)
+            self.child_up.labels(child=child)
+
+    def add_served(self, samples: int, nbytes: int) -> None:
+        self.served_samples.inc(samples)
+        self.served_bytes.inc(nbytes)
+
+    def add_client_report(self, *, samples: int, nbytes: int, wait_seconds: float) -> None:
+        """Add one report (deltas since the client's previous report); validated by the caller."""
+        self.client_samples.inc(samples)
+        self.client_bytes.inc(nbytes)
+        self.client_wait_seconds.inc(wait_seconds)
+
+    def totals(self) -> dict[str, float]:
+        """Current values of the persistent counters (saved to the store so restarts resume them)."""
+        get = self.registry.get_sample_value
+        return {
+            "served_samples_total": get("epochfs_served_samples_total") or 0.0,
+            "served_bytes_total": get("epochfs_served_bytes_total") or 0.0,
+            "client_samples_total": get("epochfs_client_samples_total") or 0.0,
+            "client_bytes_total": get("epochfs_client_bytes_total") or 0.0,
+            "client_wait_seconds_total": get("epochfs_client_wait_seconds_total") or 0.0,
+        }
+
+    def resume(self, totals: dict[str, float]) -> None:
+        """Start from totals a previous supervisor saved, so the counters keep growing."""
+        self.served_samples.inc(max(0.0, totals.get("served_samples_total", 0.0)))
+        self.served_bytes.inc(max(0.0, totals.get("served_bytes_total", 0.0)))
+        self.client_samples.inc(max(0.0, totals.get("client_samples_total", 0.0)))
+        self.client_bytes.inc(max(0.0, totals.get("client_bytes_total", 0.0)))
+        self.client_wait_seconds.inc(max(0.0, totals.get("client_wait_seconds_total", 0.0)))
+
+
+class _Collector(Protocol):
+    def collect(self) -> Iterable[Metric]: ...
+
+
+class StoreCollector:
+    """Exports what the store persists, read at scrape time; absent while the cache has no index."""
+
+    def __init__(self, *, stats: Callable[[], Stats | None]) -> None:
+        self._stats = stats
+
+    def collect(self) -> Iterator[Metric]:
+        stats = self._stats()
+        if stats is None:
+            return
+        remote = CounterMetricFamily(
+            "epochfs_remote_objects", "Remote objects by result (ok, retried, failed, skipped).",
+            labels=["result"],
+        )
+        remote.add_metric(["ok"], stats.fetched_total)
+        remote.add_metric(["skipped"], stats.skipped_total)
+        yield remote
+        counters = {
+            "epochfs_remote_bytes": stats.fetched_bytes_total,
+            "epochfs_evicted_samples": stats.evicted_total,
+            "epochfs_evicted_bytes": stats.evicted_bytes_total,
+            "epochfs_cuts": stats.cuts_total,
+        }
+        for name, value in counters.items():
+            yield CounterMetricFamily(name, STORE_COUNTERS[name], value=value)
+        newest = stats.epochs[-1] if stats.epochs else None
+        gauges: dict[str, float | None] = {
+            "epochfs_cache_bytes": stats.cache_bytes,
+            "epochfs_cache_capacity_bytes": stats.capacity_bytes,
+            "epochfs_cache_inflight_bytes": stats.inflight_bytes,
+            "epochfs_cache_samples": stats.samples,
+            "epochfs_catalog_objects": stats.catalog_objects,
+            "epochfs_epoch_latest": None if newest is None else newest["epoch"],
+            "epochfs_epoch_samples": None if newest is None else newest["samples"],
+            "epochfs_epoch_bytes": None if newest is None else newest["bytes"],
+            "epochfs_epochs_live": len(stats.epochs),
+            "epochfs_pending_cuts": len(stats.pending_cuts),
+            "epochfs_backpressure": 1 if stats.backpressure else 0,
+        }
+        for name, gauge_value in gauges.items():
+            if gauge_value is not None:
+                yield GaugeMetricFamily(name, STORE_GAUGES[name], value=gauge_value)
+
+
+def multiprocess_collector(path: Path) -> _Collector:
+    """The children's values from the mmap files in ``path`` (not registered anywhere)."""
+    return MultiProcessCollector(None, path=str(path))
+
+
+def forget_process(pid: int, path: Path) -> None:
+    """A child died: drop its live gauges (downloads in flight); its counters stay summed."""
+    mark_process_dead(pid, str(path))
+
+
+class MergedCollector:
+    """Merge families of the same name from several collectors into one.
+
+    ``epochfs_remote_objects_total`` gets ``ok``/``skipped`` from the store and ``retried``/``failed``
+    from the sampler; an exposition with the family twice would be invalid, so samples are joined
+    (and summed when the same labels come twice).
+    """
+
+    def __init__(self, collectors: Iterable[_Collector]) -> None:
+        self._collectors = list(collectors)
+
+    def collect(self) -> Iterator[Metric]:
+        merged: dict[str, Metric] = {}
+        for collector in self._collectors:
+            for family in collector.collect():
+                known = merged.get(family.name)
+                if known is None:
+                    copy = Metric(family.name, family.documentation, family.type, family.unit)
+                    copy.samples = list(family.samples)
+                    merged[family.name] = copy
+                    continue
+                index = {(s.name, tuple(sorted(s.labels.items()))): i for i, s in enumerate(known.samples)}
+                for s in family.samples:
+                    key = (s.name, tuple(sorted(s.labels.items())))
+                    if key in index:
+                        old = known.samples[index[key]]
+                        known.samples[index[key]] = old._replace(value=old.value + s.value)
+                    else:
+                        known.samples.append(s)
+        yield from merged.values()
+
+
+def sidecar_registry(
+    *, stats: Callable[[], Stats | None], multiproc_dir: Path | None, sidecar: SidecarMetrics
+) -> CollectorRegistry:
+    """The registry the sidecar's ``/metrics`` serves: store + children + supervisor, merged."""
+    sources: list[_Collector] = [StoreCollector(stats=stats), sidecar.registry]
+    if multiproc_dir is not None:
+        sources.append(multiprocess_collector(multiproc_dir))
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(MergedCollector(sources))
+    return registry
+
+
+def prepare_multiproc_dir(path: Path) -> Path:
+    """Create (or empty) the folder for the children's metric files: stale files from a previous
+    supervisor would be summed with the new ones."""
+    path.mkdir(parents=True, exist_ok=True)
+    for entry in os.scandir(path):
+        if entry.name.endswith(".db"):
+            os.unlink(entry.path)
+    return path
+
+
+def throttled(fn: Callable[[], Any], *, every: float) -> Callable[[], Any]:
+    """Call ``fn`` at most once per ``every`` seconds, returning the cached result in between."""
+    state: dict[str, Any] = {"at": -float("inf"), "value": None}
+    lock = threading.Lock()
+
+    def call() -> Any:
+        with lock:
+            now = time.monotonic()
+            if now - state["at"] >= every:
+                state["value"] = fn()
+                state["at"] = now
+            return state["value"]
+
+    return call
+
+
+__all__ = [
+    "FUSE_OPS",
+    "MULTIPROC_ENV",
+    "REMOTE_RESULTS",
+    "STORE_COUNTERS",
+    "STORE_GAUGES",
+    "MergedCollector",
+    "ProcessMetrics",
+    "SidecarMetrics",
+    "StoreCollector",
+    "forget_process",
+    "multiprocess_collector",
+    "prepare_multiproc_dir",
+    "process_metrics",
+    "sidecar_registry",
+]

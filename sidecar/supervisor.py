@@ -1,0 +1,504 @@
+"""``epochfs sidecar``: a small supervisor over two child processes, the sampler and the FUSE server.
+
+Why child processes: the two share nothing but the store on the node volume, so a crash of one
+never takes the other down, and each can be restarted alone. The supervisor
+
+* checks the mount point first (missing, not a folder, not empty, mounted by something alive:
+  :class:`ConfigError`, exit 2; a dead FUSE mount left by a crash is lazily unmounted);
+* runs ``epochfs sample`` and ``epochfs mount`` with flags rebuilt by ``config.to_argv``, their
+  output on its stderr prefixed ``[sampler]`` / ``[fuse]``;
+* restarts a dead sampler with exponential backoff while the mount keeps serving;
+* notices a dead FUSE server or a dead mount (ENOTCONN, or a stat that hangs past a deadline),
+  lazily unmounts and mounts again, never stacking mounts;
+* on SIGTERM/SIGINT stops the sampler, unmounts (lazily if busy) and exits 0; a second signal kills
+  the children, detaches the mount and exits at once;
+* serves ``/healthz``, ``/readyz``, ``/metrics`` and the torch client's report endpoint, counts
+  samples served from opens of object files (``served.py``), and calls the Kubernetes reporter
+  when ``epochfs.sidecar.kube`` provides one.
+
+Children get ``PR_SET_PDEATHSIG`` so that they die with the supervisor even after a ``kill -9``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import FrameType
+from typing import IO, Any, Protocol
+
+from epochfs.sidecar import config, mountpoint
+from epochfs.sidecar.config import ConfigError, MountSettings, SamplerSettings, SidecarSettings
+from epochfs.sidecar.store import Stats, Store, StoreError
+
+log = logging.getLogger("epochfs.supervisor")
+
+TOTALS_META = "sidecar_totals"
+"""Store meta key where the supervisor saves its own counters (served, client) across restarts."""
+
+# Child bootstrap: ask the kernel to SIGTERM us when the supervisor dies, then run the CLI. Done in
+# the child rather than with preexec_fn, which is unsafe once the supervisor has threads.
+_CHILD_BOOT = (
+    "import ctypes, os, signal, sys\n"
+    "ctypes.CDLL(None).prctl(1, signal.SIGTERM)\n"
+    "if os.getppid() != int(sys.argv[1]): sys.exit(1)\n"
+    "from epochfs.sidecar.cli import main\n"
+    "sys.exit(main(sys.argv[2:]))\n"
+)
+
+
+class Reporter(Protocol):
+    """What the supervisor tells the cluster (implemented by ``epochfs.sidecar.kube``)."""
+
+    def on_cut(self, epoch: int, samples: int) -> None: ...
+    def on_backpressure(self, on: bool) -> None: ...
+    def on_remote_errors(self, skipped_total: int) -> None: ...
+    def on_remount(self, reason: str) -> None: ...
+    def update_status(self, status: dict[str, Any]) -> None: ...
+
+
+def load_reporter(settings: SidecarSettings) -> Reporter | None:
+    """The Kubernetes reporter when ``epochfs.sidecar.kube`` offers ``reporter_from_environment``.
+
+    The hook: ``kube.reporter_from_environment(settings) -> Reporter | None`` (None outside a
+    cluster). Missing module or function: no reporting. A reporter error never stops the sidecar.
+    """
+    try:
+        from epochfs.sidecar import kube  # type: ignore[attr-defined,unused-ignore]
+    except ImportError:
+        return None
+    factory = getattr(kube, "reporter_from_environment", None)
+    if factory is None:
+        log.info("epochfs.sidecar.kube has no reporter_from_environment(); cluster reporting off")
+        return None
+    try:
+        reporter: Reporter | None = factory(settings)
+        return reporter
+    except Exception:
+        log.exception("kube reporter failed to start; cluster reporting off")
+        return None
+
+
+@dataclass
+class Child:
+    """One supervised child process and its restart bookkeeping."""
+
+    name: str
+    argv: list[str]
+    proc: subprocess.Popen[bytes] | None = None
+    started_at: float = 0.0
+    restarts: int = 0
+    backoff: float = 0.0
+    next_start: float = 0.0
+    last_exit: int | None = None
+    log_thread: threading.Thread | None = field(default=None, repr=False)
+
+    @property
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    @property
+    def pid(self) -> int | None:
+        return self.proc.pid if self.proc is not None else None
+
+
+def _pump(name: str, stream: IO[bytes], sink: IO[str]) -> None:
+    """Copy a child's output to the supervisor's stderr, one prefixed line at a time."""
+    for raw in iter(stream.readline, b""):
+        line = raw.decode("utf-8", errors="replace").rstrip("\n")
+        with contextlib.suppress(ValueError, OSError):
+            sink.write(f"[{name}] {line}\n")
+            sink.flush()
+    stream.close()
+
+
+class Supervisor:
+    """Runs the sidecar until a signal; see the module docstring. Keyword-only, validated up front."""
+
+    BACKOFF_MIN = 0.5
+    BACKOFF_MAX = 30.0
+    STABLE_AFTER = 30.0
+    """A child that ran this long before dying restarts at the minimum backoff again."""
+    UNHEALTHY_CRASHES = 5
+    """Consecutive quick sampler crashes after which /healthz fails (the pod gets restarted)."""
+
+    def __init__(
+        self,
+        *,
+        settings: SidecarSettings,
+        python: str = sys.executable,
+        log_level: str = "INFO",
+        stat_timeout: float = 2.0,
+        tick: float = 0.25,
+        sink: IO[str] | None = None,
+        http_host: str = "0.0.0.0",
+    ) -> None:
+        if stat_timeout <= 0 or tick <= 0:
+            raise ValueError("stat_timeout and tick must be positive")
+        self.settings = settings
+        self.python = python
+        self.log_level = log_level
+        self.stat_timeout = stat_timeout
+        self.tick = tick
+        self.sink = sink if sink is not None else sys.stderr
+        self.http_host = http_host
+        self.mount = Path(settings.mount).absolute()
+        self.cache = Path(settings.cache).absolute()
+        sampler_settings = SamplerSettings(
+            **{f: getattr(settings, f) for f in SamplerSettings.__dataclass_fields__}
+        )
+        mount_settings = MountSettings(
+            cache=settings.cache, mount=settings.mount, link_root=settings.link_root, foreground=True
+        )
+        self.sampler = Child("sampler", ["sample", *config.to_argv(sampler_settings, SamplerSettings)])
+        self.fuse = Child("fuse", ["mount", *config.to_argv(mount_settings, MountSettings)])
+        self._signals = 0
+        self._stop = threading.Event()
+        self._mounted = False
+        self._last_probe = "not mounted"
+        self._probe_failures = 0
+        self._store: Store | None = None
+        self._multiproc_dir: Path | None = None
+        self._metrics: Any = None
+        self._endpoints: list[Any] = []
+        self._counter: Any = None
+        self._reporter: Reporter | None = None
+        self._seen: dict[str, Any] = {}
+
+    # ------------------------------------------------------------------ children
+    def _env(self) -> dict[str, str]:
+        env = dict(os.environ)
+        if self._multiproc_dir is not None:
+            env["PROMETHEUS_MULTIPROC_DIR"] = str(self._multiproc_dir)
+        env["PYTHONUNBUFFERED"] = "1"
+        return env
+
+    def _start(self, child: Child) -> None:
+        argv = [self.python, "-c", _CHILD_BOOT, str(os.getpid()), "--log-level", self.log_level,
+                *child.argv]
+        child.proc = subprocess.Popen(
+            argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+            env=self._env(), start_new_session=True,
+        )
+        child.started_at = time.monotonic()
+        assert child.proc.stdout is not None
+        child.log_thread = threading.Thread(
+            target=_pump, args=(child.name, child.proc.stdout, self.sink),
+            name=f"epochfs-log-{child.name}", daemon=True,
+        )
+        child.log_thread.start()
+        if self._metrics is not None:
+            self._metrics.child_up.labels(child=child.name).set(1)
+        log.info("started %s (pid %d)", child.name, child.proc.pid)
+
+    def _reaped(self, child: Child) -> bool:
+        """True once when ``child`` has exited; records it and schedules the restart."""
+        if child.proc is None or child.proc.poll() is None:
+            return False
+        code = child.proc.returncode
+        child.last_exit = code
+        ran = time.monotonic() - child.started_at
+        if self._multiproc_dir is not None:
+            from epochfs.sidecar.metrics import forget_process
+
+            forget_process(child.proc.pid, self._multiproc_dir)
+        if self._metrics is not None:
+            self._metrics.child_up.labels(child=child.name).set(0)
+        child.proc = None
+        if ran >= self.STABLE_AFTER:
+            child.backoff = 0.0
+        child.backoff = min(self.BACKOFF_MAX, max(self.BACKOFF_MIN, child.backoff * 2))
+        child.next_start = time.monotonic() + child.backoff
+        log.warning("%s exited with status %s after %.1fs; restarting in %.1fs",
+                    child.name, code, ran, child.backoff)
+        return True
+
+    def _restart_due(self, child: Child) -> None:
+        if child.proc is None and time.monotonic() >= child.next_start and not self._stop.is_set():
+            child.restarts += 1
+            if self._metrics is not None:
+                self._metrics.child_restarts.labels(child=child.name).inc()
+            self._start(child)
+
+    def _terminate(self, child: Child, *, timeout: float) -> None:
+        proc = child.proc
+        if proc is None:
+            return
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+            try:
+                proc.wait(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                log.warning("%s did not stop within %.0fs; killing it", child.name, timeout)
+                proc.kill()
+                proc.wait()
+        if child.log_thread is not None:
+            child.log_thread.join(timeout=2)
+        child.proc = None
+
+    # ------------------------------------------------------------------ the mount
+    def _fuse_mounted(self) -> bool:
+        return any(mountpoint.is_fuse(m) for m in mountpoint.mounts_at(self.mount))
+
+    def _remount(self, reason: str) -> None:
+        """The FUSE server died or its mount is dead: kill, detach, start again (no stacking)."""
+        log.warning("FUSE view lost (%s): unmounting lazily and mounting again", reason)
+        self._mounted = False
+        if self.fuse.proc is not None and self.fuse.proc.poll() is None:
+            self.fuse.proc.kill()
+            self.fuse.proc.wait()
+        self._reaped(self.fuse)
+        try:
+            mountpoint.lazy_unmount(self.mount)
+        except (OSError, subprocess.SubprocessError) as e:
+            log.error("lazy unmount of %s failed: %s", self.mount, e)
+        self.fuse.next_start = time.monotonic() + min(self.fuse.backoff, 2.0)
+        if self._reporter is not None:
+            self._safe(self._reporter.on_remount, reason)
+
+    def _watch_mount(self) -> None:
+        if self._reaped(self.fuse):
+            self._remount(f"FUSE server exited with status {self.fuse.last_exit}")
+            return
+        if not self.fuse.alive:
+            return
+        present = self._fuse_mounted()
+        if not present:
+            if self._mounted:
+                self._remount("mount disappeared")
+            return
+        state = mountpoint.probe(self.mount, timeout=self.stat_timeout)
+        self._last_probe = state
+        if state == "ok":
+            if not self._mounted:
+                log.info("mounted %s", self.mount)
+            self._mounted = True
+            self._probe_failures = 0
+            return
+        self._probe_failures += 1
+        if state == "dead" or self._probe_failures >= 3:
+            self._remount(f"mount answered {state}")
+
+    # ------------------------------------------------------------------ health
+    def health(self) -> tuple[bool, dict[str, Any]]:
+        """Alive: the FUSE server runs and the mount answers a stat within the deadline; the
+        sampler runs, or is being restarted after fewer than UNHEALTHY_CRASHES quick crashes."""
+        probe = mountpoint.probe(self.mount, timeout=self.stat_timeout)
+        sampler_ok = self.sampler.alive or (
+            self.sampler.backoff < self.BACKOFF_MIN * 2 ** (self.UNHEALTHY_CRASHES - 1)
+        )
+        ok = self.fuse.alive and probe == "ok" and sampler_ok
+        return ok, {"mount": probe, "children": self._children_doc()}
+
+    def ready(self) -> tuple[bool, dict[str, Any]]:
+        """Ready: mounted, and epoch 0 exists or could be cut now."""
+        stats = self._stats()
+        cuttable = stats is not None and self._epoch0_ready(stats)
+        ok = self._mounted and self._fuse_mounted() and cuttable
+        return ok, {
+            "mounted": self._mounted,
+            "epoch0": cuttable,
+            "samples": 0 if stats is None else stats.samples,
+        }
+
+    def _epoch0_ready(self, stats: Stats) -> bool:
+        if stats.epochs or stats.latest_epoch is not None:
+            return True
+        assert self._store is not None
+        policy = self._store.policy()
+        need = max(1, policy.min_samples)
+        if policy.schedule is not None:
+            # Approximation of the store's window rule: the first window's size, at most what
+            # the catalog offers after skips.
+            window = min(policy.schedule.size(0), max(1, stats.catalog_objects - stats.skipped_total))
+            need = max(need, window)
+        return stats.samples >= need
+
+    def _children_doc(self) -> dict[str, Any]:
+        return {
+            c.name: {"pid": c.pid, "alive": c.alive, "restarts": c.restarts, "last_exit": c.last_exit}
+            for c in (self.sampler, self.fuse)
+        }
+
+    def _stats(self) -> Stats | None:
+        if self._store is None:
+            return None
+        try:
+            return self._store.stats()
+        except Exception as e:
+            log.warning("store stats: %s", e)
+            return None
+
+    # ------------------------------------------------------------------ periodic work
+    @staticmethod
+    def _safe(fn: Callable[..., Any], *args: Any) -> None:
+        try:
+            fn(*args)
+        except Exception:
+            log.exception("kube reporter call %s failed", getattr(fn, "__name__", fn))
+
+    def _periodic(self) -> None:
+        """Every couple of seconds: mark new object folders, save totals, tell the reporter."""
+        if self._counter is not None:
+            self._counter.rescan()
+        if self._store is None or self._metrics is None:
+            return
+        totals = self._metrics.totals()
+        if totals != self._seen.get("totals"):
+            try:
+                self._store.set_meta(TOTALS_META, json.dumps(totals, sort_keys=True))
+                self._seen["totals"] = totals
+            except Exception as e:
+                log.warning("saving totals: %s", e)
+        if self._reporter is None:
+            return
+        stats = self._stats()
+        if stats is None:
+            return
+        rep = self._reporter
+        if stats.latest_epoch is not None and stats.latest_epoch != self._seen.get("epoch"):
+            self._seen["epoch"] = stats.latest_epoch
+            self._safe(rep.on_cut, stats.latest_epoch, int(stats.epochs[-1]["samples"]))
+        if stats.backpressure != self._seen.get("backpressure", False):
+            self._seen["backpressure"] = stats.backpressure
+            self._safe(rep.on_backpressure, stats.backpressure)
+        if stats.skipped_total > self._seen.get("skipped", 0):
+            self._seen["skipped"] = stats.skipped_total
+            self._safe(rep.on_remote_errors, stats.skipped_total)
+        self._safe(rep.update_status, stats.to_json())
+
+    # ------------------------------------------------------------------ signals
+    def _on_signal(self, signum: int, frame: FrameType | None) -> None:
+        self._signals += 1
+        if self._signals == 1:
+            log.info("%s: stopping (send again to exit at once)", signal.Signals(signum).name)
+            self._stop.set()
+            return
+        log.warning("second signal: killing children and exiting now")
+        for child in (self.sampler, self.fuse):
+            if child.proc is not None and child.proc.poll() is None:
+                child.proc.kill()
+        with contextlib.suppress(Exception):
+            mountpoint.lazy_unmount(self.mount)
+        os._exit(128 + signum)
+
+    # ------------------------------------------------------------------ setup and the loop
+    def _setup_observability(self) -> None:
+        from epochfs.sidecar import endpoints, metrics, served
+        from prometheus_client import CollectorRegistry, disable_created_metrics
+
+        disable_created_metrics()
+        self._multiproc_dir = metrics.prepare_multiproc_dir(
+            Path(tempfile.mkdtemp(prefix="epochfs-metrics-"))
+        )
+        sidecar_metrics = metrics.SidecarMetrics(registry=CollectorRegistry(auto_describe=True))
+        assert self._store is not None
+        saved = self._store.meta(TOTALS_META)
+        if saved:
+            with contextlib.suppress(ValueError, TypeError):
+                sidecar_metrics.resume({k: float(v) for k, v in json.loads(saved).items()})
+        self._metrics = sidecar_metrics
+        registry = metrics.sidecar_registry(
+            stats=self._stats, multiproc_dir=self._multiproc_dir, sidecar=sidecar_metrics
+        )
+
+        def on_report(r: endpoints.ClientReport) -> None:
+            sidecar_metrics.add_client_report(samples=r.samples, nbytes=r.nbytes,
+                                              wait_seconds=r.wait_seconds)
+
+        # /metrics on --metrics-port when given, and on the health port in any case.
+        ports = [self.settings.health_port]
+        if self.settings.metrics_port is not None and self.settings.metrics_port != ports[0]:
+            ports.append(self.settings.metrics_port)
+        for port in ports:
+            ep = endpoints.Endpoints(
+                host=self.http_host, port=port, health=self.health, ready=self.ready,
+                registry=registry, on_client_report=on_report,
+            )
+            ep.start()
+            self._endpoints.append(ep)
+            log.info("serving /healthz /readyz /metrics on port %d", ep.port)
+        self._counter = served.OpenCounter(
+            objects_dir=self.cache / "objects",
+            on_open=sidecar_metrics.add_served,
+            on_lost=sidecar_metrics.served_lost_events.inc,
+        )
+        if not self._counter.start():
+            self._counter = None
+
+    def run(self) -> int:
+        """Check, start, supervise until a signal, stop cleanly. Returns the exit status."""
+        if mountpoint.check_mount_point(self.mount):
+            log.warning("%s held a dead mount; it was unmounted lazily", self.mount)
+        try:
+            self._store = Store(self.cache, create=True)
+        except StoreError as e:
+            raise ConfigError(f"--cache: {e}") from None
+        previous = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGINT)}
+        for s in previous:
+            signal.signal(s, self._on_signal)
+        try:
+            self._setup_observability()
+            self._reporter = load_reporter(self.settings)
+            self._start(self.sampler)
+            self._start(self.fuse)
+            last_periodic = 0.0
+            while not self._stop.wait(self.tick):
+                self._reaped(self.sampler)
+                self._restart_due(self.sampler)
+                self._watch_mount()
+                self._restart_due(self.fuse)
+                if time.monotonic() - last_periodic >= 2.0:
+                    last_periodic = time.monotonic()
+                    self._periodic()
+            return self._shutdown()
+        finally:
+            for s, handler in previous.items():
+                signal.signal(s, handler)
+            self._cleanup()
+
+    def _shutdown(self) -> int:
+        """Stop the sampler, then the FUSE server, then make sure nothing stays mounted."""
+        self._terminate(self.sampler, timeout=5.0)
+        self._terminate(self.fuse, timeout=3.0)
+        if mountpoint.mounts_at(self.mount):
+            log.info("unmounting %s lazily", self.mount)
+            mountpoint.lazy_unmount(self.mount)
+        self._mounted = False
+        self._periodic()
+        log.info("stopped")
+        return 0
+
+    def _cleanup(self) -> None:
+        for child in (self.sampler, self.fuse):
+            if child.proc is not None and child.proc.poll() is None:
+                child.proc.kill()
+                child.proc.wait()
+        with contextlib.suppress(Exception):
+            if mountpoint.mounts_at(self.mount):
+                mountpoint.lazy_unmount(self.mount)
+        if self._counter is not None:
+            self._counter.stop()
+        for ep in self._endpoints:
+            ep.stop()
+        if self._store is not None:
+            self._store.close()
+        if self._multiproc_dir is not None:
+            shutil.rmtree(self._multiproc_dir, ignore_errors=True)
+
+
+def run_sidecar(settings: SidecarSettings) -> int:
+    """Entry point of ``epochfs sidecar`` (see :class:`Supervisor`)."""
+    level = logging.getLevelName(logging.getLogger().getEffectiveLevel())
+    return Supervisor(settings=settings, log_level=str(level)).run()
