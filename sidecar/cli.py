@@ -77,6 +77,28 @@ def _cmd_status(ns: argparse.Namespace) -> int:
     )
 
 
+BENCHMARKS = ("fetch", "mount", "loader")
+
+
+def _cmd_bench(ns: argparse.Namespace) -> int:
+    """Run benchmarks/<name>.py of the source checkout this package was installed from."""
+    import subprocess
+
+    bench_dir = Path(__file__).resolve().parent.parent / "benchmarks"
+    if not bench_dir.is_dir():
+        raise config.ConfigError(
+            f"needs the benchmarks/ folder of an epochfs source checkout (looked in {bench_dir})"
+        )
+    status = 0
+    for name in ns.names or BENCHMARKS:
+        script = bench_dir / f"{name}.py"
+        if not script.is_file():
+            raise config.ConfigError(f"unknown benchmark {name!r} (known: {', '.join(BENCHMARKS)})")
+        print(f"== epochfs bench {name}", flush=True)
+        status = max(status, subprocess.run([sys.executable, str(script), *ns.args]).returncode)
+    return status
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="epochfs",
@@ -115,6 +137,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--watch", action="store_true", help="refresh in place until interrupted")
     p.add_argument("--interval", type=float, default=2.0, help="seconds between refreshes")
     p.set_defaults(func=_cmd_status)
+
+    p = sub.add_parser("bench", help="run the benchmarks (ratios to baselines measured in the same run)")
+    p.add_argument("names", nargs="*", help=f"which: {', '.join(BENCHMARKS)} (default: all)")
+    p.add_argument("--args", nargs=argparse.REMAINDER, default=[], help="passed to each benchmark script")
+    p.set_defaults(func=_cmd_bench)
     return parser
 
 

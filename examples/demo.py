@@ -1,0 +1,158 @@
+"""The epochfs demo: the whole mission on one machine, in about a minute (``make demo``, as root).
+
+1. generates a "remote" dataset on local disk (incompressible float32 arrays in .npz files, with a
+   label that a small model can learn),
+2. starts ``epochfs sidecar`` with a cache much smaller than the dataset and a download rate limit,
+   so the cache grows while training runs and then evicts its oldest samples,
+3. trains a small torch model for six epochs through ``EpochLoader`` over the mount's ``epoch-N/``
+   folders, printing one line per epoch (samples, new, evicted, cache occupancy, MB/s, loss),
+4. stops the sidecar (SIGTERM: it unmounts and exits 0), also on Ctrl-C.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from epochfs.torchclient import EpochLoader, EpochStats
+
+DIM = 1024  # float32 values per sample: 4 KiB of array data, incompressible
+
+
+def generate_dataset(root: Path, count: int, *, seed: int = 0) -> None:
+    """``count`` samples ``train/NNNNN.npz`` with ``x`` (random float32) and a learnable label ``y``."""
+    rng = np.random.default_rng(seed)
+    direction = rng.standard_normal(DIM).astype(np.float32)
+    (root / "train").mkdir(parents=True, exist_ok=True)
+    for i in range(count):
+        x = rng.standard_normal(DIM).astype(np.float32)
+        y = np.int64(x @ direction > 0)
+        np.savez(root / "train" / f"{i:05d}.npz", x=x, y=y)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def wait_ready(port: int, sidecar: subprocess.Popen[bytes], log: Path, timeout: float = 60.0) -> None:
+    """Poll /readyz until the mount is up and epoch 0 can be cut."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if sidecar.poll() is not None:
+            sys.exit(f"demo: the sidecar exited with status {sidecar.returncode}:\n{log.read_text()[-3000:]}")
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/readyz", timeout=2) as r:
+                if r.status == 200:
+                    return
+        except OSError:
+            pass
+        time.sleep(0.2)
+    sys.exit(f"demo: the sidecar was not ready after {timeout:.0f}s:\n{log.read_text()[-3000:]}")
+
+
+def stop(sidecar: subprocess.Popen[bytes], mount: Path) -> None:
+    """SIGTERM the sidecar (it stops the sampler and unmounts), then make sure nothing is left."""
+    if sidecar.poll() is None:
+        sidecar.send_signal(signal.SIGTERM)
+        try:
+            sidecar.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            sidecar.kill()
+            sidecar.wait()
+    if os.path.ismount(mount):
+        subprocess.run(["fusermount3", "-uz", str(mount)], check=False)
+
+
+def epoch_line(stats: EpochStats, status: dict[str, object], loss: float) -> str:
+    entry = next((e for e in status["epochs"] if e["epoch"] == stats.epoch), None)  # type: ignore[attr-defined]
+    new = entry["new"] if entry else "?"
+    evicted = entry["evicted"] if entry else "?"
+    used = int(status["cache_bytes"])  # type: ignore[call-overload]
+    cap = int(status["capacity_bytes"])  # type: ignore[call-overload]
+    return (
+        f"epoch {stats.epoch}: {stats.files:5d} samples ({new} new, {evicted} evicted)  "
+        f"cache {used / 2**20:5.1f}/{cap / 2**20:.1f} MiB ({100 * used / cap:3.0f}%)  "
+        f"{stats.mb_per_s:6.1f} MB/s  waited {stats.wait_seconds:4.2f}s  loss {loss:.3f}"
+    )
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--workdir", type=Path, default=None, help="keep files here (default: a temp dir)")
+    parser.add_argument("--samples", type=int, default=4000, help="samples in the generated dataset")
+    parser.add_argument("--capacity", default="6Mi", help="cache capacity (the dataset is ~17 MiB)")
+    parser.add_argument("--max-rate", default="3Mi", help="download rate limit, bytes/s")
+    parser.add_argument("--epochs", type=int, default=6)
+    parser.add_argument("--workers", type=int, default=2)
+    args = parser.parse_args()
+
+    if os.geteuid() != 0:
+        sys.exit("demo: FUSE mounts with allow_other need root here; run as root (make demo)")
+    workdir = args.workdir or Path(tempfile.mkdtemp(prefix="epochfs-demo-"))
+    remote, cache, mount = workdir / "remote", workdir / "cache", workdir / "mnt"
+    for d in (cache, mount):
+        shutil.rmtree(d, ignore_errors=True)
+        d.mkdir(parents=True)
+    if not (remote / "train").is_dir():
+        print(f"demo: generating {args.samples} samples under {remote}")
+        generate_dataset(remote, args.samples)
+
+    port = free_port()
+    log = workdir / "sidecar.log"
+    cmd = [sys.executable, "-m", "epochfs.sidecar.cli", "sidecar", "--remote", f"file://{remote}",
+           "--cache", str(cache), "--mount", str(mount), "--capacity", args.capacity,
+           "--max-rate", args.max_rate, "--min-samples", "64", "--concurrency", "8",
+           "--health-port", str(port)]
+    print(f"demo: starting the sidecar (log: {log})")
+    with open(log, "wb") as out:
+        sidecar = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT)
+    loader: EpochLoader | None = None
+    try:
+        wait_ready(port, sidecar, log)
+        print(f"demo: mounted at {mount}; training {args.epochs} epochs on growing epoch-N/ folders")
+        torch.manual_seed(0)
+        model = torch.nn.Sequential(torch.nn.Linear(DIM, 64), torch.nn.ReLU(), torch.nn.Linear(64, 2))
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.05)
+        loader = EpochLoader(mount, batch_size=32, num_workers=args.workers, decode="npz", progress=None)
+        for epoch in range(args.epochs):
+            losses = []
+            for batch in loader.epoch(epoch):
+                optimizer.zero_grad()
+                loss = torch.nn.functional.cross_entropy(model(batch["x"]), batch["y"])
+                loss.backward()
+                optimizer.step()
+                losses.append(float(loss))
+            status = json.loads((mount / ".epochfs" / "status.json").read_text())
+            print(epoch_line(loader.history[-1], status, sum(losses) / max(1, len(losses))), flush=True)
+        print("demo: done; stopping the sidecar")
+        return 0
+    except KeyboardInterrupt:
+        print("\ndemo: interrupted; stopping the sidecar")
+        return 130
+    finally:
+        if loader is not None:
+            loader.close()
+        stop(sidecar, mount)
+        left = os.path.ismount(mount)
+        print(f"demo: sidecar exited with {sidecar.returncode}; mount {'STILL PRESENT' if left else 'gone'}")
+        if args.workdir is None:
+            shutil.rmtree(workdir, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
