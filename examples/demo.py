@@ -26,7 +26,6 @@ from pathlib import Path
 
 import numpy as np
 import torch
-
 from epochfs.torchclient import EpochLoader, EpochStats
 
 DIM = 1024  # float32 values per sample: 4 KiB of array data, incompressible
@@ -92,7 +91,9 @@ def epoch_line(stats: EpochStats, status: dict[str, object], loss: float) -> str
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--workdir", type=Path, default=None, help="keep files here (default: a temp dir)")
     parser.add_argument("--samples", type=int, default=4000, help="samples in the generated dataset")
     parser.add_argument("--capacity", default="6Mi", help="cache capacity (the dataset is ~17 MiB)")
