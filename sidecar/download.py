@@ -1,0 +1,282 @@
+"""Fetch one object into a temp file of the store, verified, with bounded retries.
+
+The bytes go from the remote reader to the temp file in large blocks while md5 is computed on the
+same blocks (hashlib and file writes release the GIL, so many downloads hash in parallel). The
+temp file is fsynced before it is handed back, so :meth:`Store.admit` only has to rename it.
+
+A download is verified against the size in the catalog (and the Content-Length) and, when the
+remote's ETag is a plain md5, against it. Transient failures (connection reset, timeout, truncated
+body, checksum mismatch, 5xx, SlowDown/throttling) are retried with exponential backoff and full
+jitter up to ``attempts`` times; anything else (404, 403, an object that changed size since the
+listing) is given up at once. Either way the caller skips the sample and sampling goes on; nothing
+partial or unverified ever leaves this module.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import http.client
+import importlib
+import logging
+import os
+import random
+import socket
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from epochfs.sidecar.remote import BLOCK, Remote, plain_md5_etag
+from epochfs.sidecar.store import Admission, Candidate, Store
+
+log = logging.getLogger("epochfs.download")
+
+TRANSIENT_CODES = frozenset(
+    {
+        "SlowDown",
+        "Throttling",
+        "ThrottlingException",
+        "RequestTimeout",
+        "RequestTimeTooSkewed",
+        "InternalError",
+        "ServiceUnavailable",
+        "503",
+        "500",
+        "502",
+        "504",
+        "RequestLimitExceeded",
+        "TooManyRequests",
+    }
+)
+
+
+class TransferError(Exception):
+    """A download that went wrong in a way worth retrying (truncated, corrupt)."""
+
+
+class ChangedError(Exception):
+    """The object is no longer what the catalog listed (size differs): not retried."""
+
+
+class LocalWriteError(Exception):
+    """Writing to the node volume failed (disk full, I/O error): the sampler must stop."""
+
+
+class Cancelled(Exception):
+    """The sampler is stopping; the download was abandoned."""
+
+
+def _chain(exc: BaseException) -> Iterator[BaseException]:
+    seen: set[int] = set()
+    e: BaseException | None = exc
+    while e is not None and id(e) not in seen:
+        seen.add(id(e))
+        yield e
+        e = e.__cause__ or e.__context__
+
+
+def _optional(module: str) -> Any:
+    try:
+        return importlib.import_module(module)
+    except ImportError:  # pragma: no cover - both come with s3fs
+        return None
+
+
+def is_transient(exc: BaseException) -> bool:
+    """Whether a failed attempt is worth another try (network trouble, 5xx, throttling)."""
+    bce: Any = _optional("botocore.exceptions")
+    aiohttp: Any = _optional("aiohttp")
+    for e in _chain(exc):
+        if isinstance(e, (FileNotFoundError, PermissionError, ChangedError, LocalWriteError)):
+            return False
+        if isinstance(
+            e,
+            (TransferError, ConnectionError, TimeoutError, socket.timeout, asyncio.TimeoutError,
+             http.client.IncompleteRead, http.client.RemoteDisconnected),
+        ):
+            return True
+        if bce is not None:
+            if isinstance(e, bce.ClientError):
+                err = e.response.get("Error", {}) if e.response else {}
+                code = str(err.get("Code", ""))
+                status = int((e.response or {}).get("ResponseMetadata", {}).get("HTTPStatusCode", 0) or 0)
+                return code in TRANSIENT_CODES or status >= 500 or status == 429
+            if isinstance(
+                e,
+                (bce.HTTPClientError, bce.EndpointConnectionError, bce.IncompleteReadError,
+                 bce.ConnectionError),
+            ):
+                return True
+        if aiohttp is not None and isinstance(e, aiohttp.ClientError):
+            if isinstance(e, aiohttp.ClientResponseError):
+                return e.status >= 500 or e.status == 429
+            return True
+        if type(e).__name__ in ("FSTimeoutError", "ResponseParserError"):
+            return True
+    return False
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    """Bounded attempts with exponential backoff and full jitter (AWS's recommended scheme)."""
+
+    attempts: int = 5
+    base: float = 0.1
+    cap: float = 10.0
+
+    def __post_init__(self) -> None:
+        if self.attempts < 1:
+            raise ValueError("attempts must be at least 1")
+        if self.base < 0 or self.cap < self.base:
+            raise ValueError("need 0 <= base <= cap")
+
+    def delay(self, attempt: int, rng: random.Random | None = None) -> float:
+        """Seconds to wait after failed attempt number ``attempt`` (1-based)."""
+        upper = min(self.cap, self.base * (2 ** (attempt - 1)))
+        return (rng or random).uniform(0, upper)
+
+
+@dataclass(frozen=True)
+class FetchResult:
+    """The outcome of one object: an admission ready for the store, or why it was skipped."""
+
+    candidate: Candidate
+    admission: Admission | None
+    error: str | None = None
+    attempts: int = 0
+    cancelled: bool = False
+
+
+class Downloader:
+    """Fetches catalog candidates into the store's temp folder; safe to use from many threads."""
+
+    def __init__(
+        self,
+        *,
+        store: Store,
+        remote: Remote,
+        retry: RetryPolicy,
+        stop: threading.Event,
+        block: int = BLOCK,
+    ) -> None:
+        if block < 4096:
+            raise ValueError("block must be at least 4096 bytes")
+        self.store = store
+        self.remote = remote
+        self.retry = retry
+        self.stop = stop
+        self.block = block
+        self._lock = threading.Lock()
+        self._temps: set[Path] = set()
+        self.retried = 0
+
+    def active_temps(self) -> list[Path]:
+        """Temp files of downloads in progress (removed by the sampler when it abandons them)."""
+        with self._lock:
+            return list(self._temps)
+
+    def fetch(self, cand: Candidate) -> FetchResult:
+        """Download ``cand`` with retries; never raises except :class:`LocalWriteError`."""
+        attempt = 0
+        while True:
+            attempt += 1
+            if self.stop.is_set():
+                return FetchResult(cand, None, "stopping", attempt - 1, cancelled=True)
+            try:
+                return FetchResult(cand, self._attempt(cand), None, attempt)
+            except Cancelled:
+                return FetchResult(cand, None, "stopping", attempt, cancelled=True)
+            except LocalWriteError:
+                raise
+            except Exception as e:
+                reason = f"{type(e).__name__}: {e}".strip()
+                if not is_transient(e):
+                    return FetchResult(cand, None, reason, attempt)
+                if attempt >= self.retry.attempts:
+                    return FetchResult(cand, None, f"gave up after {attempt} attempts: {reason}", attempt)
+                with self._lock:
+                    self.retried += 1
+                delay = self.retry.delay(attempt)
+                log.debug("retrying %s in %.2fs after %s", cand.key, delay, reason)
+                if self.stop.wait(delay):
+                    return FetchResult(cand, None, "stopping", attempt, cancelled=True)
+
+    def _attempt(self, cand: Candidate) -> Admission:
+        temp = self.store.temp_path()
+        reader = self.remote.open(cand.key)
+        try:
+            if reader.size is not None and reader.size != cand.size:
+                raise ChangedError(f"size is {reader.size}, the listing said {cand.size}")
+            with self._lock:
+                self._temps.add(temp)
+            try:
+                md5, total = self._stream(reader, temp)
+            except BaseException:
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(temp)
+                raise
+            finally:
+                with self._lock:
+                    self._temps.discard(temp)
+        finally:
+            reader.close()
+        try:
+            if total != cand.size:
+                raise TransferError(f"got {total} bytes, expected {cand.size}")
+            expected = plain_md5_etag(reader.etag) or plain_md5_etag(cand.version)
+            if expected is not None and expected != md5:
+                raise TransferError(f"md5 {md5} does not match the ETag {expected}")
+        except BaseException:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(temp)
+            raise
+        version = (reader.etag or cand.version).strip('"')
+        return Admission(cand.key, cand.path, cand.sid, total, f"md5:{md5}", version, temp)
+
+    def _stream(self, reader: object, temp: Path) -> tuple[str, int]:
+        """Copy the reader into ``temp`` while hashing; fsync before returning (md5 hex, bytes)."""
+        read = reader.read  # type: ignore[attr-defined]
+        h = hashlib.md5()
+        total = 0
+        try:
+            fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
+        except OSError as e:
+            raise LocalWriteError(f"cannot create {temp}: {e}") from e
+        try:
+            while True:
+                if self.stop.is_set():
+                    raise Cancelled()
+                chunk = read(self.block)
+                if not chunk:
+                    break
+                h.update(chunk)
+                total += len(chunk)
+                view = memoryview(chunk)
+                try:
+                    while view:
+                        n = os.write(fd, view)
+                        view = view[n:]
+                except OSError as e:
+                    raise LocalWriteError(f"writing {temp}: {e}") from e
+            try:
+                os.fsync(fd)
+            except OSError as e:
+                raise LocalWriteError(f"fsync {temp}: {e}") from e
+        finally:
+            os.close(fd)
+        return h.hexdigest(), total
+
+
+__all__ = [
+    "Cancelled",
+    "ChangedError",
+    "Downloader",
+    "FetchResult",
+    "LocalWriteError",
+    "RetryPolicy",
+    "TransferError",
+    "is_transient",
+]

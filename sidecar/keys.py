@@ -1,0 +1,106 @@
+"""Remote keys -> safe relative paths inside ``epoch-N/``, or the reason a key is skipped.
+
+A remote is untrusted: S3 keys may hold ``..``, a leading ``/``, control characters or names too
+long for a filesystem, and a local folder may hold names that are not UTF-8. Such keys must never
+make the cache write outside its folder or break a listing, so they are refused here, before they
+reach the catalog. Objects are stored under their sample id (never under the key), so the path is
+only what the FUSE view shows; it is still kept strict so that ``epoch-N/<path>`` is always a plain,
+valid, unambiguous relative path and the manifest (tab/newline separated) stays parseable.
+
+Every refused key is skipped, never renamed: a renamed key could collide with another real key.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+
+MAX_COMPONENT_BYTES = 255
+"""Longest file name most Linux filesystems accept (NAME_MAX)."""
+MAX_PATH_BYTES = 4096
+"""Longest path the kernel accepts (PATH_MAX), counted for the relative path alone."""
+
+
+@dataclass(frozen=True)
+class SafeKey:
+    """A key accepted for the catalog: its path inside ``epoch-N/`` and its sample id."""
+
+    key: str
+    path: str
+    sid: str
+
+
+@dataclass(frozen=True)
+class Skip:
+    """A key refused, with a short reason for the log (``reason`` is a stable category)."""
+
+    key: str
+    reason: str
+
+
+def sample_id(key: str) -> str:
+    """The sample id of a key: hex of a 16-byte blake2b of its UTF-8 bytes (names the object file)."""
+    return hashlib.blake2b(key.encode("utf-8"), digest_size=16).hexdigest()
+
+
+def is_directory_marker(key: str | bytes) -> bool:
+    """Keys ending in ``/`` are folder placeholders (S3 consoles make them), not samples."""
+    return key.endswith(b"/") if isinstance(key, bytes) else key.endswith("/")
+
+
+def check_key(key: str | bytes) -> SafeKey | Skip:
+    """Map one remote key (relative to the remote root) to a :class:`SafeKey` or a :class:`Skip`.
+
+    ``key`` may be ``bytes`` (raw names from a local folder) or ``str``; a ``str`` holding lone
+    surrogates (how Python decodes undecodable file names) counts as non-UTF-8.
+    """
+    if isinstance(key, bytes):
+        try:
+            text = key.decode("utf-8")
+        except UnicodeDecodeError:
+            return Skip(key.decode("utf-8", "backslashreplace"), "not UTF-8")
+    else:
+        text = key
+    try:
+        raw = text.encode("utf-8")
+    except UnicodeEncodeError:
+        return Skip(text.encode("utf-8", "backslashreplace").decode("ascii"), "not UTF-8")
+    reason = _reason(text, raw)
+    if reason is not None:
+        return Skip(text, reason)
+    return SafeKey(key=text, path=text, sid=sample_id(text))
+
+
+def _reason(text: str, raw: bytes) -> str | None:
+    if not text:
+        return "empty key"
+    if "\x00" in text:
+        return "NUL byte"
+    if any(ord(c) < 0x20 or 0x7F <= ord(c) < 0xA0 or c in "\u2028\u2029" for c in text):
+        return "control character"
+    if "\\" in text:
+        return "backslash"
+    if text.startswith("/"):
+        return "leading /"
+    if len(raw) > MAX_PATH_BYTES:
+        return f"path over {MAX_PATH_BYTES} bytes"
+    parts = text.split("/")
+    for part in parts:
+        if part == "":
+            return "empty component (//)"
+        if part in (".", ".."):
+            return f"{part!r} component"
+        if len(part.encode("utf-8")) > MAX_COMPONENT_BYTES:
+            return f"component over {MAX_COMPONENT_BYTES} bytes"
+    return None
+
+
+__all__ = [
+    "MAX_COMPONENT_BYTES",
+    "MAX_PATH_BYTES",
+    "SafeKey",
+    "Skip",
+    "check_key",
+    "is_directory_marker",
+    "sample_id",
+]

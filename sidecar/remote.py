@@ -1,0 +1,419 @@
+"""Remote datasets through fsspec: list keys as a stream, open one object as a byte stream.
+
+One class per kind of remote, behind the small :class:`Remote` interface the catalog and the
+downloader use:
+
+- ``s3://bucket/prefix`` (s3fs/aiobotocore): paged ``ListObjectsV2`` streamed page by page, and
+  one plain ``GetObject`` per object whose body is read in large blocks, so a download costs one
+  request (``fs.open`` would add a HEAD and ranged reads). Retries are left to the downloader
+  (bounded attempts, backoff with jitter), so botocore's and s3fs's own retries are switched off.
+- ``file:///path``: a sorted walk of the folder (names as bytes, so non-UTF-8 names are seen and
+  skipped rather than crashing the listing); symlinked folders are not followed.
+- ``http(s)://base``: an index file (``--index`` or ``<base>/index.txt``) with one key per line,
+  optionally ``key<TAB>size[<TAB>version]``; keys without a size cost one HEAD each while listing.
+- ``gs://bucket/prefix`` through gcsfs when it is installed (a clear message when it is not).
+
+Version tags: the S3 ETag, the GCS generation (or ETag), ``mtime_ns`` for files, and the HTTP
+ETag/Last-Modified or the index's version column.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import stat
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any, BinaryIO, Protocol
+from urllib.parse import quote, urlparse
+
+log = logging.getLogger("epochfs.remote")
+
+BLOCK = 1 << 20
+"""Bytes handed from the network to the writer at a time (hashing and writing release the GIL)."""
+
+
+class RemoteError(Exception):
+    """A remote that cannot be used at all (missing library, unreachable, bad URL)."""
+
+
+@dataclass(frozen=True)
+class RemoteObject:
+    """One listed object: key relative to the remote root (bytes when not UTF-8), size, version."""
+
+    key: str | bytes
+    size: int
+    version: str
+
+
+class Reader(Protocol):
+    """An open remote object: ``read(n)`` returns up to n bytes, ``b""`` at the end."""
+
+    size: int | None
+    """Length announced by the remote (Content-Length, file size), None when unknown."""
+    etag: str | None
+    """The ETag of what is being read, when the remote gives one."""
+
+    def read(self, n: int) -> bytes: ...
+
+    def close(self) -> None: ...
+
+
+class Remote(Protocol):
+    """What the catalog and the downloader need from a remote."""
+
+    url: str
+    sorted_listing: bool
+    """True when :meth:`list` yields keys in UTF-8 byte order (file/folder clashes can be found)."""
+
+    def list(self) -> Iterator[RemoteObject]: ...
+
+    def open(self, key: str) -> Reader: ...
+
+    def close(self) -> None: ...
+
+
+def plain_md5_etag(etag: str | None) -> str | None:
+    """The hex md5 an ETag stands for, or None (multipart ``-N`` ETags, SSE-KMS, other stores)."""
+    if not etag:
+        return None
+    tag = etag.strip().strip('"').lower()
+    if len(tag) == 32 and all(c in "0123456789abcdef" for c in tag):
+        return tag
+    return None
+
+
+# ---------------------------------------------------------------------------- S3
+class _S3Reader:
+    def __init__(self, remote: S3Remote, response: dict[str, Any]) -> None:
+        self._remote = remote
+        self._body = response["Body"]
+        self.size: int | None = response.get("ContentLength")
+        self.etag: str | None = response.get("ETag")
+
+    def read(self, n: int) -> bytes:
+        return self._remote._sync(_read_block(self._body, n))
+
+    def close(self) -> None:
+        with contextlib.suppress(Exception):
+            self._body.close()
+
+
+async def _read_block(body: Any, n: int) -> bytes:
+    """Read up to ``n`` bytes (fewer only at the end): one thread hop per block, not per packet."""
+    parts: list[bytes] = []
+    got = 0
+    while got < n:
+        chunk = await body.read(n - got)
+        if not chunk:
+            break
+        parts.append(chunk)
+        got += len(chunk)
+    return parts[0] if len(parts) == 1 else b"".join(parts)
+
+
+class S3Remote:
+    """``s3://bucket/prefix`` through s3fs's aiobotocore client, on fsspec's I/O thread."""
+
+    sorted_listing = True
+
+    def __init__(
+        self,
+        *,
+        url: str,
+        endpoint_url: str | None = None,
+        concurrency: int = 32,
+        connect_timeout: float = 10.0,
+        read_timeout: float = 30.0,
+    ) -> None:
+        try:
+            import s3fs
+        except ImportError as e:  # pragma: no cover - s3fs is a sidecar dependency
+            raise RemoteError("s3:// needs s3fs: pip install 'epochfs[sidecar]'") from e
+        parsed = urlparse(url)
+        if not parsed.netloc:
+            raise RemoteError(f"no bucket in {url!r} (expected s3://bucket/prefix)")
+        self.url = url
+        self.bucket = parsed.netloc
+        self.prefix = parsed.path.strip("/")
+        self._fs = s3fs.S3FileSystem(
+            endpoint_url=endpoint_url,
+            skip_instance_cache=True,
+            config_kwargs={
+                "max_pool_connections": max(10, concurrency + 4),
+                "connect_timeout": connect_timeout,
+                "read_timeout": read_timeout,
+                "retries": {"mode": "standard", "max_attempts": 1},
+            },
+        )
+        self._fs.retries = 1
+        from fsspec.asyn import sync
+
+        self._sync_fn = sync
+        self._client = self._sync(self._fs.set_session())
+
+    def _sync(self, coro: Any) -> Any:
+        async def run() -> Any:
+            return await coro
+
+        return self._sync_fn(self._fs.loop, run)
+
+    def _full_key(self, key: str) -> str:
+        return f"{self.prefix}/{key}" if self.prefix else key
+
+    def list(self) -> Iterator[RemoteObject]:
+        prefix = f"{self.prefix}/" if self.prefix else ""
+        token: str | None = None
+        while True:
+            kwargs: dict[str, Any] = {"Bucket": self.bucket, "Prefix": prefix, "MaxKeys": 1000}
+            if token:
+                kwargs["ContinuationToken"] = token
+            try:
+                page = self._sync(self._client.list_objects_v2(**kwargs))
+            except Exception as e:
+                raise RemoteError(f"cannot list {self.url}: {e}") from e
+            for item in page.get("Contents", ()):
+                key = str(item["Key"])[len(prefix):]
+                yield RemoteObject(key, int(item["Size"]), str(item.get("ETag", "")).strip('"'))
+            if not page.get("IsTruncated"):
+                return
+            token = page.get("NextContinuationToken")
+
+    def open(self, key: str) -> Reader:
+        response = self._sync(self._client.get_object(Bucket=self.bucket, Key=self._full_key(key)))
+        return _S3Reader(self, response)
+
+    def close(self) -> None:
+        with contextlib.suppress(Exception):
+            self._sync(self._client.__aexit__(None, None, None))
+
+
+# ---------------------------------------------------------------------------- file://
+class _FileReader:
+    def __init__(self, f: BinaryIO) -> None:
+        self._f = f
+        self.size: int | None = os.fstat(f.fileno()).st_size
+        self.etag: str | None = None
+
+    def read(self, n: int) -> bytes:
+        return self._f.read(n)
+
+    def close(self) -> None:
+        self._f.close()
+
+
+class FileRemote:
+    """``file:///path``: a local or mounted folder (NFS, a PVC), walked in sorted order."""
+
+    sorted_listing = False  # a per-folder sorted walk is not byte order across folders
+
+    def __init__(self, *, url: str) -> None:
+        parsed = urlparse(url)
+        root = (parsed.netloc + parsed.path) if parsed.netloc not in ("", "localhost") else parsed.path
+        self.url = url
+        self.root = os.fsencode(root or "/")
+        if not os.path.isdir(self.root):
+            raise RemoteError(f"{url}: {root} is not a folder")
+
+    def list(self) -> Iterator[RemoteObject]:
+        yield from self._walk(self.root, b"")
+
+    def _walk(self, folder: bytes, rel: bytes) -> Iterator[RemoteObject]:
+        try:
+            entries = sorted(os.scandir(folder), key=lambda e: e.name)
+        except OSError as e:
+            log.warning("cannot list %s: %s", os.fsdecode(folder), e)
+            return
+        for entry in entries:
+            name = rel + entry.name
+            try:
+                if entry.is_dir(follow_symlinks=False):
+                    yield from self._walk(entry.path, name + b"/")
+                    continue
+                st = entry.stat(follow_symlinks=True)
+            except OSError:
+                continue
+            if not stat.S_ISREG(st.st_mode):
+                continue
+            try:
+                key: str | bytes = name.decode("utf-8")
+            except UnicodeDecodeError:
+                key = name
+            yield RemoteObject(key, st.st_size, f"mtime:{st.st_mtime_ns}")
+
+    def open(self, key: str) -> Reader:
+        return _FileReader(open(os.path.join(self.root, os.fsencode(key)), "rb", buffering=0))
+
+    def close(self) -> None:
+        pass
+
+
+# ---------------------------------------------------------------------------- http(s)://
+class _HTTPReader:
+    def __init__(self, f: Any) -> None:
+        self._f = f
+        details = getattr(f, "details", {}) or {}
+        size = details.get("size")
+        self.size: int | None = int(size) if size is not None else None
+        self.etag: str | None = None
+
+    def read(self, n: int) -> bytes:
+        out = bytearray()
+        while len(out) < n:
+            chunk = self._f.read(n - len(out))
+            if not chunk:
+                break
+            out += chunk
+        return bytes(out)
+
+    def close(self) -> None:
+        with contextlib.suppress(Exception):
+            self._f.close()
+
+
+class HTTPRemote:
+    """``http(s)://base`` with an index file listing the keys, one per line."""
+
+    sorted_listing = False
+
+    def __init__(self, *, url: str, index_url: str | None = None, read_timeout: float = 30.0) -> None:
+        import aiohttp
+        import fsspec
+
+        self.url = url
+        self.base = url.rstrip("/")
+        self.index_url = index_url or f"{self.base}/index.txt"
+        self._fs = fsspec.filesystem(
+            "http",
+            skip_instance_cache=True,
+            client_kwargs={"timeout": aiohttp.ClientTimeout(total=None, sock_read=read_timeout,
+                                                            sock_connect=10)},
+        )
+
+    def _object_url(self, key: str) -> str:
+        return f"{self.base}/{quote(key, safe='/')}"
+
+    def list(self) -> Iterator[RemoteObject]:
+        try:
+            f = self._fs.open(self.index_url, "rb", block_size=0)
+        except Exception as e:
+            raise RemoteError(f"cannot read the index {self.index_url}: {e}") from e
+        with f:
+            pending = b""
+            while True:
+                block = f.read(BLOCK)
+                if not block:
+                    break
+                pending += block
+                *lines, pending = pending.split(b"\n")
+                for line in lines:
+                    obj = self._parse(line)
+                    if obj is not None:
+                        yield obj
+            if pending:
+                obj = self._parse(pending)
+                if obj is not None:
+                    yield obj
+
+    def _parse(self, line: bytes) -> RemoteObject | None:
+        line = line.rstrip(b"\r")
+        if not line or line.startswith(b"#"):
+            return None
+        fields = line.split(b"\t")
+        raw = fields[0]
+        try:
+            key: str | bytes = raw.decode("utf-8")
+        except UnicodeDecodeError:
+            return RemoteObject(raw, 0, "")
+        if len(fields) >= 2 and fields[1].strip():
+            size = int(fields[1])
+            version = fields[2].decode("utf-8", "replace") if len(fields) >= 3 else ""
+            return RemoteObject(key, size, version)
+        assert isinstance(key, str)
+        info = self._fs.info(self._object_url(key))
+        version = str(info.get("ETag") or info.get("etag") or info.get("Last-Modified") or "")
+        return RemoteObject(key, int(info.get("size") or 0), version)
+
+    def open(self, key: str) -> Reader:
+        return _HTTPReader(self._fs.open(self._object_url(key), "rb", block_size=0))
+
+    def close(self) -> None:
+        pass
+
+
+# ---------------------------------------------------------------------------- other fsspec
+class FsspecRemote:
+    """Any other fsspec filesystem (``gs://``): a plain walk and ``fs.open`` per object."""
+
+    sorted_listing = False
+
+    def __init__(self, *, url: str, fs: Any) -> None:
+        self.url = url
+        self._fs = fs
+        self.root = url.split("://", 1)[1].rstrip("/")
+
+    def list(self) -> Iterator[RemoteObject]:
+        for _folder, _dirs, files in self._fs.walk(self.root, detail=True):
+            for name in sorted(files):
+                info = files[name]
+                full = str(info["name"])
+                key = full[len(self.root) + 1:] if full.startswith(self.root + "/") else full
+                version = str(
+                    info.get("generation") or info.get("etag") or info.get("mtime") or info.get("updated")
+                    or ""
+                )
+                yield RemoteObject(key, int(info.get("size") or 0), version)
+
+    def open(self, key: str) -> Reader:
+        f = self._fs.open(f"{self.root}/{key}", "rb", block_size=BLOCK, cache_type="none")
+        reader = _HTTPReader(f)
+        reader.size = getattr(f, "size", None)
+        return reader
+
+    def close(self) -> None:
+        pass
+
+
+def open_remote(
+    url: str,
+    *,
+    endpoint_url: str | None = None,
+    index_url: str | None = None,
+    concurrency: int = 32,
+    read_timeout: float = 30.0,
+) -> Remote:
+    """The :class:`Remote` for ``url``; raises :class:`RemoteError` with a message for the user."""
+    scheme = urlparse(url).scheme.lower()
+    if scheme == "s3":
+        return S3Remote(
+            url=url, endpoint_url=endpoint_url, concurrency=concurrency, read_timeout=read_timeout
+        )
+    if scheme == "file":
+        return FileRemote(url=url)
+    if scheme in ("http", "https"):
+        return HTTPRemote(url=url, index_url=index_url, read_timeout=read_timeout)
+    if scheme in ("gs", "gcs"):
+        try:
+            import gcsfs
+        except ImportError:
+            raise RemoteError(
+                "gs:// needs gcsfs, which is not installed: pip install 'epochfs[gcs]'"
+            ) from None
+        return FsspecRemote(url=url, fs=gcsfs.GCSFileSystem())
+    raise RemoteError(f"unknown URL scheme {scheme!r}")
+
+
+__all__ = [
+    "BLOCK",
+    "FileRemote",
+    "FsspecRemote",
+    "HTTPRemote",
+    "Reader",
+    "Remote",
+    "RemoteError",
+    "RemoteObject",
+    "S3Remote",
+    "open_remote",
+    "plain_md5_etag",
+]
