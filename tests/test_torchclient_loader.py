@@ -1,0 +1,219 @@
+"""EpochLoader over growing epochs on a plain folder with the mount's layout.
+
+``check_loader_over_growing_epochs`` takes only a root, so the same check runs on a real mount (where
+the lookup of epoch-N is what cuts it): pass ``progress=None`` there and let the sidecar cut.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import threading
+from collections import Counter
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from epochfs.torchclient import EpochLoader, EpochStats, SampleDecodeError, decode_bytes, read_manifest
+from epochfs.torchclient.plainfolder import publish_epoch
+
+
+def path_pid_bytes(path: str) -> tuple[str, int, torch.Tensor]:
+    """Decoder for the check: which file, which worker process, and its bytes as the loader read them."""
+    return path, os.getpid(), decode_bytes(path)
+
+
+def keep_list(batch: list) -> list:
+    return batch
+
+
+def check_loader_over_growing_epochs(root: str | os.PathLike[str], *, epochs: tuple[int, ...] = (0, 1, 2),
+                                     num_workers: int = 2, batch_size: int = 3,
+                                     progress: Callable[[str], None] | None = None,
+                                     events: list[tuple[str, int]] | None = None) -> list[EpochStats]:
+    """Read ``epochs`` through one EpochLoader and check every byte of every file against its manifest.
+
+    Checks: each epoch delivers each of its files exactly once (world of one), the bytes' md5 equals
+    the manifest checksum, the stats count them, and the same worker processes serve every epoch.
+    ``events`` (if given) receives ("batch", n) for every batch as it arrives.
+    """
+    loader = EpochLoader(root, batch_size=batch_size, num_workers=num_workers, decode=path_pid_bytes,
+                         collate_fn=keep_list, progress=progress, timeout=120)
+    worker_pids: list[set[int]] = []
+    try:
+        for epoch in epochs:
+            run = loader.epoch(epoch)
+            seen: Counter[str] = Counter()
+            pids: set[int] = set()
+            base = Path(root) / f"epoch-{epoch}"
+            expected: dict[str, str] = {}
+            for batch in run:
+                if not expected:
+                    assert run.dataset is not None and run.dataset.checksums is not None
+                    expected = dict(zip(run.dataset.files, run.dataset.checksums, strict=True))
+                if events is not None:
+                    events.append(("batch", epoch))
+                for path, pid, data in batch:
+                    rel = Path(path).relative_to(base).as_posix()
+                    seen[rel] += 1
+                    pids.add(pid)
+                    assert f"md5:{hashlib.md5(data.numpy().tobytes()).hexdigest()}" == expected[rel], rel
+            manifest = read_manifest(root, epoch)
+            assert manifest is not None, f"epoch {epoch} has no manifest"
+            assert seen == Counter(e.path for e in manifest.entries), f"epoch {epoch}: every file once"
+            stats = loader.history[-1]
+            assert (stats.epoch, stats.samples, stats.bytes, stats.complete) == (
+                epoch, len(manifest.entries), manifest.total_bytes, True)
+            worker_pids.append(pids)
+    finally:
+        loader.close()
+    if num_workers:
+        assert os.getpid() not in set().union(*worker_pids), "decoding happens in worker processes"
+        assert set().union(*worker_pids[1:]) <= worker_pids[0], "later epochs reuse the first workers"
+    return loader.history
+
+
+class GrowingFolder:
+    """A stand-in sidecar: epoch n holds the first ``sizes[n]`` objects; it cuts an epoch when asked.
+
+    Asking is the loader's first miss (its progress line), as the lookup of epoch-N is on the mount.
+    """
+
+    def __init__(self, root: Path, objects: Path, sizes: list[int]) -> None:
+        self.root, self.objects, self.sizes = root, objects, sizes
+        self.asked: list[int] = []
+        self.cut_next = threading.Event()
+        self.stop = False
+        self.thread = threading.Thread(target=self._run)
+
+    def publish(self, epoch: int) -> None:
+        names = sorted(os.listdir(self.objects))[: self.sizes[epoch]]
+        publish_epoch(self.root, epoch, {f"part-{n[:2]}/{n}": self.objects / n for n in names})
+
+    def progress(self, line: str) -> None:
+        self.asked.append(int(line.split("waiting for epoch ")[1].split()[0]))
+        self.cut_next.set()
+
+    def _run(self) -> None:
+        published = {0}
+        while not self.stop:
+            if not self.cut_next.wait(0.5):
+                continue
+            self.cut_next.clear()
+            for epoch in self.asked:
+                if epoch not in published:
+                    self.publish(epoch)
+                    published.add(epoch)
+
+    def __enter__(self) -> GrowingFolder:
+        self.publish(0)
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop = True
+        self.thread.join()
+
+
+def _objects(tmp_path: Path, count: int, *, seed: int = 0) -> Path:
+    folder = tmp_path / "objects"
+    folder.mkdir()
+    rng = np.random.default_rng(seed)
+    for i in range(count):
+        size = int(rng.integers(1, 40_000))
+        (folder / f"{i:02x}{i:06d}.bin").write_bytes(rng.bytes(size))
+    return folder
+
+
+def test_two_workers_over_three_growing_epochs_read_every_byte(tmp_path: Path) -> None:
+    root = tmp_path / "mnt"
+    events: list[tuple[str, int]] = []
+    with GrowingFolder(root, _objects(tmp_path, 20), sizes=[7, 13, 20]) as sidecar:
+
+        def progress(line: str) -> None:
+            events.append(("wait", int(line.split("waiting for epoch ")[1].split()[0])))
+            sidecar.progress(line)
+
+        history = check_loader_over_growing_epochs(root, progress=progress, events=events)
+    assert [s.files for s in history] == [7, 13, 20]
+    # Epoch n+1 is asked for at the boundary: after the last batch of epoch n, never before.
+    for n in (1, 2):
+        assert events.index(("wait", n)) > max(i for i, e in enumerate(events) if e == ("batch", n - 1))
+    assert sidecar.asked[:2] == [1, 2]
+
+
+def test_corrupt_sample_raises_naming_the_file_and_the_loader_goes_on(tmp_path: Path) -> None:
+    objects = tmp_path / "objects"
+    objects.mkdir()
+    for i in range(6):
+        np.save(objects / f"s{i}.npy", np.full((8,), i, np.float32))
+    (objects / "s9.npy").write_bytes(b"\x93NUMPY not an array")
+    root = tmp_path / "mnt"
+    good = {f"s{i}.npy": objects / f"s{i}.npy" for i in range(6)}
+    publish_epoch(root, 0, {**good, "s9.npy": objects / "s9.npy"})
+    publish_epoch(root, 1, good)
+    with EpochLoader(root, batch_size=2, num_workers=2, progress=None) as loader:
+        with pytest.raises(SampleDecodeError, match=r"epoch-0/s9\.npy"):
+            for _ in loader.epoch(0):
+                pass
+        assert loader.history[-1].complete is False
+        values = sorted(v for batch in loader.epoch(1) for v in batch[:, 0].tolist())
+        assert values == [0, 1, 2, 3, 4, 5]
+        assert loader.history[-1].complete
+
+
+def test_split_over_node_ranks_and_stats(tmp_path: Path) -> None:
+    objects = tmp_path / "objects"
+    objects.mkdir()
+    for i in range(11):
+        np.save(objects / f"{i:02d}.npy", np.array([i], np.int64))
+    root = tmp_path / "mnt"
+    publish_epoch(root, 0, {p.name: p for p in objects.iterdir()})
+    per_rank = []
+    for rank in range(2):
+        with EpochLoader(root, batch_size=2, num_workers=0, num_replicas=2, rank=rank, seed=3) as loader:
+            per_rank.append([int(v) for b in loader.epoch(0) for v in b[:, 0]])
+            stats = loader.history[-1]
+            assert stats.samples == 6 and stats.batches == 3 and stats.files == 11
+            assert stats.bytes == sum((objects / f"{i:02d}.npy").stat().st_size for i in per_rank[-1])
+            assert stats.mb_per_s > 0 and "epoch 0: 6 samples in 3 batches" in stats.line()
+    assert set(per_rank[0]) | set(per_rank[1]) == set(range(11))
+    assert len(per_rank[0] + per_rank[1]) == 12, "11 files over 2 ranks: one repeated as padding"
+
+
+def test_drop_last_break_and_shuffle_per_epoch(tmp_path: Path) -> None:
+    objects = tmp_path / "objects"
+    objects.mkdir()
+    for i in range(10):
+        np.save(objects / f"{i:02d}.npy", np.array([i], np.int64))
+    root = tmp_path / "mnt"
+    publish_epoch(root, 0, {p.name: p for p in objects.iterdir()})
+    publish_epoch(root, 1, {p.name: p for p in objects.iterdir()})
+    reports: list[EpochStats] = []
+    with EpochLoader(root, batch_size=4, num_workers=1, drop_last=True, progress=None,
+                     on_epoch_end=reports.append) as loader:
+        first = [b[:, 0].tolist() for b in loader.epoch(0)]
+        assert [len(b) for b in first] == [4, 4]
+        for _ in loader.epoch(1):
+            break
+        assert reports[-1].complete is False and reports[-1].batches == 1
+        again = [b[:, 0].tolist() for b in loader.epoch(1)]
+        assert len(again) == 2 and again != first, "epoch 1 has its own permutation"
+    assert [r.epoch for r in reports] == [0, 1, 1]
+
+
+@pytest.mark.parametrize("kwargs, error, match", [
+    ({"batch_size": 0}, ValueError, "batch_size"),
+    ({"batch_size": 2, "sampler": None}, TypeError, "sets sampler itself"),
+    ({"batch_size": 2, "partition": "rack"}, ValueError, "partition"),
+    ({"batch_size": 2, "balance": "avg"}, ValueError, "balance"),
+    ({"batch_size": 2, "num_replicas": 2, "rank": 2}, ValueError, "rank must be"),
+    ({"batch_size": 2, "decode": "tiff"}, ValueError, "decode must be"),
+    ({"batch_size": 2, "timeout": -1}, ValueError, "timeout"),
+    ({"batch_size": 2, "num_workers": 0, "prefetch_factor": 2}, ValueError, "prefetch_factor"),
+])
+def test_options_are_validated_up_front(tmp_path: Path, kwargs: dict, error: type, match: str) -> None:
+    with pytest.raises(error, match=match):
+        EpochLoader(tmp_path, **kwargs)
