@@ -1,0 +1,143 @@
+"""Every bad flag of ``epochfs sample`` exits 2 with one clear line naming the flag.
+
+Run through the real ``epochfs`` console script in a subprocess, as a user or the supervisor would.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+EPOCHFS = str(Path(sys.executable).with_name("epochfs"))
+
+
+def run(
+    args: list[str], env: dict[str, str] | None = None, timeout: float = 60
+) -> subprocess.CompletedProcess[str]:
+    full_env = {k: v for k, v in os.environ.items() if not k.startswith("EPOCHFS_")}
+    full_env.update(env or {})
+    return subprocess.run([EPOCHFS, *args], capture_output=True, text=True, env=full_env, timeout=timeout)
+
+
+@pytest.fixture
+def dataset(tmp_path: Path) -> Path:
+    root = tmp_path / "data"
+    (root / "train").mkdir(parents=True)
+    for i in range(3):
+        (root / "train" / f"{i}.bin").write_bytes(os.urandom(4096))
+    return root
+
+
+def one_line(proc: subprocess.CompletedProcess[str]) -> str:
+    lines = [line for line in proc.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1, f"expected one line on stderr, got: {proc.stderr!r}"
+    return lines[0]
+
+
+@pytest.mark.parametrize(
+    ("extra", "env", "flag", "words"),
+    [
+        (["--capacity=-5Gi"], {}, "--capacity", "negative"),
+        (["--capacity", "0"], {}, "--capacity", "positive"),
+        (["--capacity", "lots"], {}, "--capacity", "not a size"),
+        ([], {"EPOCHFS_CAPACITY": "-1"}, "--capacity", "EPOCHFS_CAPACITY"),
+        (["--shard-index", "2", "--shard-count", "2"], {}, "--shard-index", "below --shard-count"),
+        (["--shard-index=-1"], {}, "--shard-index", "negative"),
+        (["--shard-count", "0"], {}, "--shard-count", "at least 1"),
+        (["--concurrency", "0"], {}, "--concurrency", "at least 1"),
+        (["--capacity", "1Mi", "--max-object-size", "2Mi"], {}, "--capacity",
+         "smaller than --max-object-size"),
+        (["--schedule", "initial=0"], {}, "--schedule", "initial"),
+        (["--schedule", "speed=3"], {}, "--schedule", "unknown"),
+        (["--headroom", "1.5"], {}, "--headroom", "[0, 1)"),
+        (["--seed", "abc"], {}, "--seed", "invalid"),
+    ],
+)
+def test_bad_flags_exit_2_naming_the_flag(
+    tmp_path: Path, dataset: Path, extra: list[str], env: dict[str, str], flag: str, words: str
+) -> None:
+    proc = run(["sample", "--remote", dataset.as_uri(), "--cache", str(tmp_path / "c"), *extra], env)
+    assert proc.returncode == 2, proc.stderr
+    line = one_line(proc)
+    assert line.startswith(f"epochfs sample: {flag}"), line
+    assert words in line
+    assert not (tmp_path / "c").exists(), "a refused command must not create the cache"
+
+
+@pytest.mark.parametrize(
+    ("remote", "words"),
+    [("ftp://host/data", "unknown URL scheme 'ftp'"), ("data/train", "needs a scheme"), ("", "empty")],
+)
+def test_bad_remote_url(tmp_path: Path, remote: str, words: str) -> None:
+    proc = run(["sample", "--remote", remote, "--cache", str(tmp_path / "c")])
+    assert proc.returncode == 2
+    line = one_line(proc)
+    assert line.startswith("epochfs sample: --remote") and words in line, line
+
+
+def test_cache_that_is_a_file(tmp_path: Path, dataset: Path) -> None:
+    (tmp_path / "file").write_text("not a folder")
+    proc = run(["sample", "--remote", dataset.as_uri(), "--cache", str(tmp_path / "file")])
+    assert proc.returncode == 2
+    line = one_line(proc)
+    assert line.startswith("epochfs sample: --cache") and "not a directory" in line, line
+
+
+def test_missing_required_flags(tmp_path: Path) -> None:
+    proc = run(["sample", "--cache", str(tmp_path / "c")])
+    assert proc.returncode == 2
+    assert one_line(proc).startswith("epochfs sample: --remote: required")
+
+
+def test_gcs_without_gcsfs_is_a_clear_message(tmp_path: Path) -> None:
+    try:
+        import gcsfs  # noqa: F401
+    except ImportError:
+        pass
+    else:
+        pytest.skip("gcsfs is installed here")
+    proc = run(["--log-level", "ERROR", "sample", "--remote", "gs://bucket/data",
+                "--cache", str(tmp_path / "c")])
+    assert proc.returncode == 2
+    line = one_line(proc)
+    assert line.startswith("epochfs sample: --remote") and "gcsfs" in line, line
+
+
+def test_folder_that_does_not_exist(tmp_path: Path) -> None:
+    proc = run(["--log-level", "ERROR", "sample", "--remote", (tmp_path / "nope").as_uri(),
+                "--cache", str(tmp_path / "c")])
+    assert proc.returncode == 2
+    line = one_line(proc)
+    assert line.startswith("epochfs sample: --remote") and "not a folder" in line, line
+
+
+def test_capacity_smaller_than_every_object(tmp_path: Path, dataset: Path) -> None:
+    proc = run(["--log-level", "ERROR", "sample", "--remote", dataset.as_uri(),
+                "--cache", str(tmp_path / "c"), "--capacity", "3000"])
+    assert proc.returncode == 2
+    line = one_line(proc)
+    assert line.startswith("epochfs sample: --capacity") and "larger than the object limit" in line, line
+
+
+def test_max_object_size_smaller_than_every_object(tmp_path: Path, dataset: Path) -> None:
+    proc = run(["--log-level", "ERROR", "sample", "--remote", dataset.as_uri(),
+                "--cache", str(tmp_path / "c"), "--max-object-size", "1Ki"])
+    assert proc.returncode == 2
+    assert one_line(proc).startswith("epochfs sample: --max-object-size")
+
+
+def test_a_cache_keeps_its_seed(tmp_path: Path, dataset: Path) -> None:
+    """Ranks in the catalog belong to one seed: another seed on the same cache is refused."""
+    cache = tmp_path / "c"
+    first = run(["--log-level", "ERROR", "sample", "--remote", dataset.as_uri(), "--cache", str(cache),
+                 "--seed", "1", "--capacity", "1"])  # refused after the identity is recorded
+    assert first.returncode == 2
+    proc = run(["--log-level", "ERROR", "sample", "--remote", dataset.as_uri(), "--cache", str(cache),
+                "--seed", "2"])
+    assert proc.returncode == 2
+    line = one_line(proc)
+    assert line.startswith("epochfs sample: --seed") and "'1'" in line, line
