@@ -77,7 +77,8 @@ def find_mount(path: Path) -> MountEntry | None:
 def is_dead(path: Path) -> bool:
     """True for a FUSE mount whose server is gone ("Transport endpoint is not connected")."""
     try:
-        os.stat(path)
+        # statfs always goes to the server; a stat may be answered from the kernel's attr cache.
+        os.statvfs(path)
     except OSError as e:
         return e.errno in (errno.ENOTCONN, errno.ECONNABORTED)
     return False

@@ -127,6 +127,7 @@ class Refresher:
         self._stop = threading.Event()
         self._wake = threading.Event()
         self._thread: threading.Thread | None = None
+        self._seen = view.snapshot  # what the kernel was last told about
 
     def start(self, notifier: KernelNotifier) -> None:
         self.notifier = notifier
@@ -155,7 +156,11 @@ class Refresher:
     def tick(self) -> None:
         view = self.view
         view.flush_reads()
-        old, new = view.refresh()
+        view.refresh()
+        # Compare with what the kernel last heard of, not with the view's previous snapshot:
+        # request threads refresh the view too (a cut on lookup) and must not hide a change.
+        old, new = self._seen, view.snapshot
+        self._seen = new
         n = self.notifier
         for gone in sorted(set(old.live) - set(new.live)):
             log.info("epoch %d retired: removing it from the mount", gone)

@@ -83,6 +83,8 @@ def run_mount(settings: MountSettings) -> int:
         link_root = cache / DEFAULT_LINK_ROOT_NAME
         made_bind = make_readonly_bind(store.objects_dir, link_root)
     os.environ["FUSE_LIBRARY_PATH"] = libfuse
+    # mfusepy logs every callback it registers at DEBUG under "fuse"; keep ours readable.
+    logging.getLogger("fuse").setLevel(max(logging.INFO, logging.getLogger().level))
     try:
         from epochfs.fuse.operations import EpochFUSE, EpochOperations
         from epochfs.fuse.view import View

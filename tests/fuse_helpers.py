@@ -77,7 +77,8 @@ class Mount:
 def mounted(cache: Path, mount: Path, *, args: tuple[str, ...] = (), timeout: float = 20.0,
             env: dict[str, str] | None = None) -> Iterator[Mount]:
     """Run ``epochfs mount`` on ``cache`` at ``mount`` for the duration of the block."""
-    mount.mkdir(parents=True, exist_ok=True)
+    if find_mount(mount) is None:  # a dead mount is left for the server to clean up
+        mount.mkdir(parents=True, exist_ok=True)
     log = mount.parent / f"{mount.name}.server.log"
     with open(log, "wb") as out:  # the child keeps its own copy of the descriptor
         proc = subprocess.Popen(

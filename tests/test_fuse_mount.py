@@ -1,0 +1,389 @@
+"""Real mounts: ``epochfs mount`` over a cache filled through the Store API, read as a user would."""
+
+from __future__ import annotations
+
+import errno
+import glob
+import hashlib
+import json
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+from conftest import wait_until
+from epochfs.fuse.mounting import find_mount, is_dead
+from fuse_helpers import EPOCHFS, admit, make_objects, mounted, open_store, stop
+
+pytestmark = [
+    pytest.mark.fuse,
+    pytest.mark.skipif(os.geteuid() != 0 or not os.path.exists("/dev/fuse"),
+                       reason="needs root and /dev/fuse"),
+]
+
+
+def files_under(root: Path) -> dict[str, bytes]:
+    out = {}
+    for dirpath, _dirs, names in os.walk(root):
+        for name in names:
+            p = Path(dirpath) / name
+            out[str(p.relative_to(root))] = p.read_bytes()
+    return out
+
+
+def read_manifest(path: Path) -> tuple[str, list[tuple[str, int, str]]]:
+    lines = path.read_text().splitlines()
+    return lines[0], [(a, int(b), c) for a, b, c in (line.split("\t") for line in lines[1:])]
+
+
+def last_read(cache: Path, n: int) -> float:
+    db = sqlite3.connect(f"file:{cache / 'index.sqlite'}?mode=ro", uri=True)
+    try:
+        return float(db.execute("SELECT last_read FROM epochs WHERE n=?", (n,)).fetchone()[0])
+    finally:
+        db.close()
+
+
+def test_every_byte_growth_and_latest(tmp_path: Path) -> None:
+    cache, mnt = tmp_path / "cache", tmp_path / "mnt"
+    store = open_store(cache)
+    first = make_objects(20, 4096, seed=1)
+    admit(store, first)
+    store.cut(0)
+    with mounted(cache, mnt) as m:
+        assert os.readlink(m.path / "latest") == "epoch-0"
+        assert files_under(m.path / "epoch-0") == first
+        more = make_objects(15, 70_000, start=20, seed=2)
+        admit(store, more)
+        # A lookup of the next epoch cuts it at once (the condition holds).
+        got = files_under(m.path / "epoch-1")
+        assert got == first | more
+        wait_until(lambda: os.readlink(m.path / "latest") == "epoch-1", timeout=10, what="latest")
+        assert sorted(os.listdir(m.path)) == [".epochfs", "epoch-0", "epoch-1", "latest"]
+        assert files_under(m.path / "latest") == first | more
+        assert files_under(m.path / "epoch-0") == first  # immutable
+    assert m.proc.returncode == 0
+    store.close()
+
+
+def test_cut_on_lookup_waits_for_condition_and_is_not_cached(tmp_path: Path) -> None:
+    cache, mnt = tmp_path / "cache", tmp_path / "mnt"
+    store = open_store(cache, min_samples=5)
+    admit(store, make_objects(3, 100))
+    with mounted(cache, mnt) as m:
+        for _ in range(3):  # repeated lookups: each asks again (negative entries are not cached)
+            assert not os.path.exists(m.path / "epoch-0")
+        assert [n for n, _ in store.pending_cuts()] == [0]
+        assert "epoch-0" not in os.listdir(m.path)
+        admit(store, make_objects(2, 100, start=3))
+        t0 = time.monotonic()
+        assert os.path.isdir(m.path / "epoch-0")  # the same lookup now succeeds at once
+        assert time.monotonic() - t0 < 2
+        assert len(os.listdir(m.path / "epoch-0" / "train")) == 5
+    assert m.proc.returncode == 0
+    store.close()
+
+
+def test_queued_cut_appears_when_sampler_cuts(tmp_path: Path) -> None:
+    cache, mnt = tmp_path / "cache", tmp_path / "mnt"
+    store = open_store(cache, min_samples=4)
+    admit(store, make_objects(1, 100))
+    with mounted(cache, mnt) as m:
+        assert not os.path.exists(m.path / "epoch-2")
+        admit(store, make_objects(3, 100, start=1))
+        assert store.process_cut_requests()[0][0] == 2  # what the sampler does after admitting
+        wait_until(lambda: "epoch-2" in os.listdir(m.path), timeout=10, what="epoch-2 listed")
+        assert os.readlink(m.path / "latest") == "epoch-2"
+        assert len(os.listdir(m.path / "epoch-2" / "train")) == 4
+    store.close()
+
+
+def test_every_write_call_is_erofs_even_for_root(tmp_path: Path) -> None:
+    cache, mnt = tmp_path / "cache", tmp_path / "mnt"
+    store = open_store(cache)
+    objs = make_objects(3, 1000)
+    admit(store, objs)
+    store.cut(0)
+    with mounted(cache, mnt) as m:
+        e0 = m.path / "epoch-0"
+        f = e0 / "train" / "00000.bin"
+        target = Path(os.readlink(f))
+        status = m.path / ".epochfs" / "status.json"
+        assert os.geteuid() == 0
+        attempts = {
+            "open for write via symlink": lambda: os.open(f, os.O_WRONLY),
+            "open rw via symlink": lambda: os.open(f, os.O_RDWR),
+            "append via symlink": lambda: os.open(f, os.O_WRONLY | os.O_APPEND),
+            "write to object through link root": lambda: os.open(target, os.O_WRONLY),
+            "create": lambda: os.open(e0 / "new.bin", os.O_WRONLY | os.O_CREAT, 0o644),
+            "create at root": lambda: os.open(m.path / "new", os.O_WRONLY | os.O_CREAT, 0o644),
+            "open status for write": lambda: os.open(status, os.O_WRONLY),
+            "mkdir": lambda: os.mkdir(e0 / "d"),
+            "mknod": lambda: os.mknod(e0 / "fifo", 0o600 | 0o010000),
+            "unlink": lambda: os.unlink(f),
+            "unlink object": lambda: os.unlink(target),
+            "rmdir": lambda: os.rmdir(e0 / "train"),
+            "rename": lambda: os.rename(f, e0 / "train" / "x.bin"),
+            "rename epoch": lambda: os.rename(e0, m.path / "epoch-9"),
+            "link": lambda: os.link(f, e0 / "hard", follow_symlinks=False),
+            "symlink": lambda: os.symlink("/etc/passwd", e0 / "s"),
+            "chmod via symlink": lambda: os.chmod(f, 0o777),
+            "chmod dir": lambda: os.chmod(e0, 0o777),
+            "chown": lambda: os.chown(f, 1, 1),
+            "lchown": lambda: os.lchown(f, 1, 1),
+            "truncate via symlink": lambda: os.truncate(f, 0),
+            "truncate status": lambda: os.truncate(status, 0),
+            "utime via symlink": lambda: os.utime(f, (1, 1)),
+            "utime no-follow": lambda: os.utime(f, (1, 1), follow_symlinks=False),
+            "utime dir": lambda: os.utime(e0, (1, 1)),
+            "setxattr": lambda: os.setxattr(e0, "user.x", b"1"),
+            "setxattr via symlink": lambda: os.setxattr(f, "user.x", b"1"),
+            "removexattr": lambda: os.removexattr(e0, "user.x"),
+        }
+        for what, call in attempts.items():
+            with pytest.raises(OSError) as e:
+                call()
+            assert e.value.errno == errno.EROFS, f"{what}: {e.value!r}"
+        assert files_under(e0) == objs
+    store.close()
+
+
+def test_unknown_paths_are_enoent(tmp_path: Path) -> None:
+    cache, mnt = tmp_path / "cache", tmp_path / "mnt"
+    store = open_store(cache)
+    admit(store, make_objects(2, 10))
+    store.cut(0)
+    with mounted(cache, mnt) as m:
+        for rel in ("nope", "epoch-00", "epoch-x", "epoch--1", "epoch-0/nope", "epoch-0/train/zz",
+                    ".epochfs/nope", ".epochfs/epoch-9.manifest", ".epochfs/epoch-0.manifest/x"):
+            with pytest.raises(OSError) as e:
+                os.stat(m.path / rel)
+            assert e.value.errno in (errno.ENOENT, errno.ENOTDIR), rel
+        with pytest.raises(FileNotFoundError):
+            (m.path / "epoch-0" / "missing.bin").read_bytes()
+    store.close()
+
+
+def test_manifest_matches_folder_and_tools_behave(tmp_path: Path) -> None:
+    cache, mnt = tmp_path / "cache", tmp_path / "mnt"
+    store = open_store(cache)
+    arrays = {f"arrays/{i:03d}.npy": np.arange(i * 10, dtype=np.float32).reshape(-1) for i in range(1, 8)}
+    objs = {}
+    for key, arr in arrays.items():
+        p = tmp_path / "tmp.npy"
+        np.save(p, arr)
+        objs[key] = p.read_bytes()
+    objs |= make_objects(5, 333, prefix="deep/a/b/")
+    admit(store, objs)
+    store.cut(0)
+    with mounted(cache, mnt) as m:
+        e0 = m.path / "epoch-0"
+        header, rows = read_manifest(m.path / ".epochfs" / "epoch-0.manifest")
+        total = sum(map(len, objs.values()))
+        assert header == f"#epochfs-manifest v1\tepoch=0\tfiles={len(objs)}\tbytes={total}"
+        assert [r[0] for r in rows] == sorted(objs)
+        walked = sorted(str((Path(d) / n).relative_to(e0)) for d, _, ns in os.walk(e0) for n in ns)
+        assert walked == [r[0] for r in rows]
+        for path, size, checksum in rows:
+            assert os.path.getsize(e0 / path) == size
+            assert checksum == "md5:" + hashlib.md5((e0 / path).read_bytes()).hexdigest()
+        assert sorted(glob.glob(str(e0 / "arrays" / "*.npy"))) == [str(e0 / k) for k in sorted(arrays)]
+        assert sorted(glob.glob(str(e0 / "**" / "*.bin"), recursive=True)) == sorted(
+            str(e0 / k) for k in objs if k.endswith(".bin"))
+        for key, arr in arrays.items():
+            np.testing.assert_array_equal(np.load(e0 / key), arr)
+            mm = np.load(e0 / key, mmap_mode="r")
+            np.testing.assert_array_equal(mm, arr)
+            del mm
+        st = os.stat(m.path / ".epochfs" / "status.json")
+        doc = json.loads((m.path / ".epochfs" / "status.json").read_text())
+        assert doc["samples"] == len(objs) and doc["latest_epoch"] == 0
+        assert st.st_mode & 0o777 == 0o444
+        assert os.statvfs(m.path).f_blocks > 0
+    store.close()
+
+
+def test_status_json_changes_while_mounted(tmp_path: Path) -> None:
+    cache, mnt = tmp_path / "cache", tmp_path / "mnt"
+    store = open_store(cache)
+    admit(store, make_objects(2, 10))
+    with mounted(cache, mnt) as m:
+        status = m.path / ".epochfs" / "status.json"
+        assert json.loads(status.read_text())["samples"] == 2
+        admit(store, make_objects(5, 10, start=2))
+        assert json.loads(status.read_text())["samples"] == 7  # fresh per open (direct I/O)
+        wait_until(lambda: os.path.getsize(status) == len(status.read_bytes()), timeout=10,
+                   what="status.json size to follow its content")
+    store.close()
+
+
+def test_retired_epochs_vanish(tmp_path: Path) -> None:
+    cache, mnt = tmp_path / "cache", tmp_path / "mnt"
+    store = open_store(cache, keep_epochs=1, in_use_seconds=300)
+    admit(store, make_objects(3, 100))
+    store.cut(0)
+    with mounted(cache, mnt) as m:
+        listed = sorted(os.listdir(m.path / "epoch-0" / "train"))  # kernel now caches these entries
+        assert len(listed) == 3
+        assert (m.path / ".epochfs" / "epoch-0.manifest").exists()
+        admit(store, make_objects(2, 100, start=3))
+        store.cut(1)
+        assert store.retire(now=time.time() + 10_000) == [0]  # as the sampler's eviction would
+        wait_until(lambda: not os.path.exists(m.path / "epoch-0"), timeout=10, what="epoch-0 gone")
+        assert "epoch-0" not in os.listdir(m.path)
+        assert not os.path.exists(m.path / "epoch-0" / "train" / listed[0])
+        assert not (m.path / ".epochfs" / "epoch-0.manifest").exists()
+        assert os.readlink(m.path / "latest") == "epoch-1"
+        assert not os.path.exists(m.path / "epoch-0")  # and a lookup does not bring it back
+    store.close()
+
+
+def test_lookups_record_reads_so_the_epoch_stays_pinned(tmp_path: Path) -> None:
+    cache, mnt = tmp_path / "cache", tmp_path / "mnt"
+    store = open_store(cache, keep_epochs=1)
+    admit(store, make_objects(3, 100))
+    store.cut(0)
+    assert last_read(cache, 0) == 0.0
+    with mounted(cache, mnt) as m:
+        os.listdir(m.path / "epoch-0" / "train")
+        wait_until(lambda: last_read(cache, 0) > 0, timeout=10, what="read recorded")
+        admit(store, make_objects(1, 100, start=3))
+        store.cut(1)
+        assert store.retire() == []  # epoch 0 is in use, so it stays although not the newest
+        assert os.path.isdir(m.path / "epoch-0")
+    store.close()
+
+
+READER = r"""
+import hashlib, os, sys, time
+root, seconds = sys.argv[1], float(sys.argv[2])
+with open(os.path.join(root, ".epochfs", "epoch-0.manifest")) as f:
+    rows = [line.split("\t") for line in f.read().splitlines()[1:]]
+deadline, reads, bad = time.monotonic() + seconds, 0, 0
+while time.monotonic() < deadline:
+    for path, size, checksum in rows:
+        with open(os.path.join(root, "epoch-0", path), "rb") as f:
+            data = f.read()
+        reads += 1
+        if len(data) != int(size) or "md5:" + hashlib.md5(data).hexdigest() != checksum:
+            bad += 1
+            print("BAD", path, file=sys.stderr)
+print(reads, bad)
+"""
+
+WRITER = r"""
+import sys, time
+sys.path.insert(0, sys.argv[3])
+from fuse_helpers import admit, make_objects
+from epochfs.sidecar.store import Store
+store = Store(sys.argv[1])
+deadline, i, admitted, cuts = time.monotonic() + float(sys.argv[2]), 1000, 0, 0
+while time.monotonic() < deadline:
+    try:
+        admit(store, make_objects(1, 65536, start=i, seed=9))
+        admitted += 1
+        i += 1
+        if admitted % 4:
+            continue
+    except RuntimeError:
+        pass  # backpressure: the cut below lets older samples fall out of the newest epoch
+    store.cut()
+    cuts += 1
+print(admitted, cuts, store.stats().evicted_total)
+"""
+
+
+def test_readers_under_eviction_pressure(tmp_path: Path) -> None:
+    cache, mnt = tmp_path / "cache", tmp_path / "mnt"
+    size, count = 65536, 24
+    # Half the capacity is headroom: epoch 0 (24) + the newest epoch (32) leave samples to evict.
+    store = open_store(cache, capacity=64 * size, keep_epochs=1, headroom=0.5)
+    admit(store, make_objects(count, size, seed=3))
+    store.cut(0)
+    with mounted(cache, mnt) as m:
+        os.listdir(m.path / "epoch-0")  # a reader's first lookup pins epoch 0 (recorded async)
+        wait_until(lambda: last_read(cache, 0) > 0, timeout=10, what="epoch 0 in use")
+        seconds = "4"
+        readers = [subprocess.Popen([sys.executable, "-c", READER, str(m.path), seconds],
+                                    stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                   for _ in range(4)]
+        writer = subprocess.Popen([sys.executable, "-c", WRITER, str(cache), seconds,
+                                   str(Path(__file__).parent)],
+                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        w_out, w_err = writer.communicate(timeout=60)
+        assert writer.returncode == 0, w_err
+        admitted, cuts, evicted = map(int, w_out.split())
+        for r in readers:
+            out, err = r.communicate(timeout=60)
+            assert r.returncode == 0, err
+            reads, bad = map(int, out.split())
+            assert bad == 0, err
+            assert reads >= count
+        assert evicted > 0 and cuts > 0 and admitted > count  # there was real pressure
+        assert os.path.isdir(m.path / "epoch-0")
+    store.close()
+
+
+def test_sigterm_exits_zero_and_leaves_nothing(tmp_path: Path) -> None:
+    cache, mnt = tmp_path / "cache", tmp_path / "mnt"
+    store = open_store(cache)
+    admit(store, make_objects(2, 10))
+    store.cut(0)
+    with mounted(cache, mnt) as m:
+        fd = os.open(m.path / "epoch-0", os.O_RDONLY)  # busy mount: the unmount must be lazy
+        try:
+            assert stop(m, sig=signal.SIGTERM) == 0
+        finally:
+            os.close(fd)
+        assert find_mount(mnt) is None
+        assert find_mount(cache / "objects-ro") is None
+    store.close()
+    with open_store(cache) as again:
+        assert [e.epoch for e in again.epochs()] == [0]
+
+
+def epochfs(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([*EPOCHFS, *args], capture_output=True, text=True, timeout=60)
+
+
+def test_bad_mount_points_exit_2(tmp_path: Path) -> None:
+    cache = tmp_path / "cache"
+    open_store(cache).close()
+    r = epochfs("mount", "--cache", str(cache), "--mount", str(tmp_path / "missing"))
+    assert r.returncode == 2 and "--mount" in r.stderr and "does not exist" in r.stderr
+    full = tmp_path / "full"
+    full.mkdir()
+    (full / "x").write_text("x")
+    r = epochfs("mount", "--cache", str(cache), "--mount", str(full))
+    assert r.returncode == 2 and "not empty" in r.stderr
+    with mounted(cache, tmp_path / "mnt") as m:
+        r = epochfs("mount", "--cache", str(cache), "--mount", str(m.path))
+        assert r.returncode == 2 and "already a mount point" in r.stderr
+    assert find_mount(tmp_path / "missing") is None
+
+
+def test_dead_mount_is_cleaned_and_remounted(tmp_path: Path) -> None:
+    cache, mnt = tmp_path / "cache", tmp_path / "mnt"
+    store = open_store(cache)
+    objs = make_objects(3, 500)
+    admit(store, objs)
+    store.cut(0)
+    with mounted(cache, mnt) as m:
+        m.proc.kill()
+        m.proc.wait()
+        assert is_dead(mnt)
+        with mounted(cache, mnt) as again:  # finds the dead mount, unmounts it, mounts anew
+            assert files_under(again.path / "epoch-0") == objs
+            again.proc.kill()
+            again.proc.wait()
+            assert is_dead(mnt)
+            r = epochfs("unmount", "--mount", str(mnt))
+            assert r.returncode == 0, r.stderr
+            assert find_mount(mnt) is None
+            assert not is_dead(mnt)
+    store.close()
