@@ -22,6 +22,7 @@ Children get ``PR_SET_PDEATHSIG`` so that they die with the supervisor even afte
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import logging
 import os
@@ -38,7 +39,8 @@ from pathlib import Path
 from types import FrameType
 from typing import IO, Any, Protocol
 
-from epochfs.sidecar import config, mountpoint
+from epochfs.fuse import mounting
+from epochfs.sidecar import config
 from epochfs.sidecar.config import ConfigError, MountSettings, SamplerSettings, SidecarSettings
 from epochfs.sidecar.store import Stats, Store, StoreError
 
@@ -56,6 +58,27 @@ _CHILD_BOOT = (
     "from epochfs.sidecar.cli import main\n"
     "sys.exit(main(sys.argv[2:]))\n"
 )
+
+
+def probe(path: Path, *, timeout: float) -> str:
+    """Stat and list ``path`` within ``timeout`` seconds: "ok", "dead" (ENOTCONN), "hung" or
+    "error: ...". A stat of a hung FUSE server would block; the helper thread is a daemon and is
+    left behind if it never returns."""
+    result: list[str] = []
+
+    def run() -> None:
+        try:
+            os.stat(path)
+            os.listdir(path)
+            result.append("ok")
+        except OSError as e:
+            dead = e.errno in (errno.ENOTCONN, errno.ECONNABORTED)
+            result.append("dead" if dead else f"error: {e.strerror}")
+
+    t = threading.Thread(target=run, name="epochfs-probe", daemon=True)
+    t.start()
+    t.join(timeout)
+    return result[0] if result else "hung"
 
 
 class Reporter(Protocol):
@@ -249,20 +272,29 @@ class Supervisor:
 
     # ------------------------------------------------------------------ the mount
     def _fuse_mounted(self) -> bool:
-        return any(mountpoint.is_fuse(m) for m in mountpoint.mounts_at(self.mount))
+        entry = mounting.find_mount(self.mount)
+        return entry is not None and entry.fstype.startswith("fuse")
+
+    def _unmount_link_root(self) -> None:
+        """The FUSE server removes the read-only bind it made, but a restarted server reuses the
+        one a killed server left and so does not own it: the supervisor removes it at the end."""
+        if self.settings.link_root is None:
+            link_root = self.cache / mounting.DEFAULT_LINK_ROOT_NAME
+            if mounting.find_mount(link_root) is not None:
+                mounting.lazy_unmount(link_root)
 
     def _remount(self, reason: str) -> None:
         """The FUSE server died or its mount is dead: kill, detach, start again (no stacking)."""
         log.warning("FUSE view lost (%s): unmounting lazily and mounting again", reason)
         self._mounted = False
+        if self._metrics is not None:
+            self._metrics.mounted.set(0)
         if self.fuse.proc is not None and self.fuse.proc.poll() is None:
             self.fuse.proc.kill()
             self.fuse.proc.wait()
         self._reaped(self.fuse)
-        try:
-            mountpoint.lazy_unmount(self.mount)
-        except (OSError, subprocess.SubprocessError) as e:
-            log.error("lazy unmount of %s failed: %s", self.mount, e)
+        if not mounting.lazy_unmount(self.mount):
+            log.error("lazy unmount of %s failed; retrying before the next start", self.mount)
         self.fuse.next_start = time.monotonic() + min(self.fuse.backoff, 2.0)
         if self._reporter is not None:
             self._safe(self._reporter.on_remount, reason)
@@ -278,12 +310,14 @@ class Supervisor:
             if self._mounted:
                 self._remount("mount disappeared")
             return
-        state = mountpoint.probe(self.mount, timeout=self.stat_timeout)
+        state = probe(self.mount, timeout=self.stat_timeout)
         self._last_probe = state
         if state == "ok":
             if not self._mounted:
                 log.info("mounted %s", self.mount)
             self._mounted = True
+            if self._metrics is not None:
+                self._metrics.mounted.set(1)
             self._probe_failures = 0
             return
         self._probe_failures += 1
@@ -294,12 +328,12 @@ class Supervisor:
     def health(self) -> tuple[bool, dict[str, Any]]:
         """Alive: the FUSE server runs and the mount answers a stat within the deadline; the
         sampler runs, or is being restarted after fewer than UNHEALTHY_CRASHES quick crashes."""
-        probe = mountpoint.probe(self.mount, timeout=self.stat_timeout)
+        answer = probe(self.mount, timeout=self.stat_timeout)
         sampler_ok = self.sampler.alive or (
             self.sampler.backoff < self.BACKOFF_MIN * 2 ** (self.UNHEALTHY_CRASHES - 1)
         )
-        ok = self.fuse.alive and probe == "ok" and sampler_ok
-        return ok, {"mount": probe, "children": self._children_doc()}
+        ok = self.fuse.alive and answer == "ok" and sampler_ok
+        return ok, {"mount": answer, "children": self._children_doc()}
 
     def ready(self) -> tuple[bool, dict[str, Any]]:
         """Ready: mounted, and epoch 0 exists or could be cut now."""
@@ -390,7 +424,8 @@ class Supervisor:
             if child.proc is not None and child.proc.poll() is None:
                 child.proc.kill()
         with contextlib.suppress(Exception):
-            mountpoint.lazy_unmount(self.mount)
+            mounting.lazy_unmount(self.mount)
+            self._unmount_link_root()
         os._exit(128 + signum)
 
     # ------------------------------------------------------------------ setup and the loop
@@ -439,8 +474,7 @@ class Supervisor:
 
     def run(self) -> int:
         """Check, start, supervise until a signal, stop cleanly. Returns the exit status."""
-        if mountpoint.check_mount_point(self.mount):
-            log.warning("%s held a dead mount; it was unmounted lazily", self.mount)
+        mounting.check_mount_point(self.mount)  # dead mounts are detached, others refused
         try:
             self._store = Store(self.cache, create=True)
         except StoreError as e:
@@ -472,9 +506,10 @@ class Supervisor:
         """Stop the sampler, then the FUSE server, then make sure nothing stays mounted."""
         self._terminate(self.sampler, timeout=5.0)
         self._terminate(self.fuse, timeout=3.0)
-        if mountpoint.mounts_at(self.mount):
+        if mounting.find_mount(self.mount) is not None:
             log.info("unmounting %s lazily", self.mount)
-            mountpoint.lazy_unmount(self.mount)
+            mounting.lazy_unmount(self.mount)
+        self._unmount_link_root()
         self._mounted = False
         self._periodic()
         log.info("stopped")
@@ -486,8 +521,8 @@ class Supervisor:
                 child.proc.kill()
                 child.proc.wait()
         with contextlib.suppress(Exception):
-            if mountpoint.mounts_at(self.mount):
-                mountpoint.lazy_unmount(self.mount)
+            mounting.lazy_unmount(self.mount)
+            self._unmount_link_root()
         if self._counter is not None:
             self._counter.stop()
         for ep in self._endpoints:

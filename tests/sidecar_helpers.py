@@ -1,0 +1,150 @@
+"""Helpers for sidecar tests: run ``epochfs sidecar`` for real against moto and always clean up.
+
+``running_sidecar`` starts the real CLI in a subprocess, waits until ``/readyz`` answers 200, and on
+the way out sends SIGTERM, checks the exit status and that nothing is left mounted, and prints the
+supervisor's log (which holds both children's prefixed logs) when the test body failed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from conftest import free_port, wait_until
+from epochfs.fuse.mounting import find_mount, lazy_unmount
+
+EPOCHFS = [sys.executable, "-m", "epochfs.sidecar.cli"]
+
+
+@dataclass
+class Sidecar:
+    """A running ``epochfs sidecar``."""
+
+    proc: subprocess.Popen[bytes]
+    mount: Path
+    cache: Path
+    port: int
+    log: Path
+    exit_code: int | None = field(default=None)
+
+    @property
+    def base(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def log_text(self) -> str:
+        return self.log.read_text(errors="replace") if self.log.exists() else ""
+
+    def get(self, path: str) -> tuple[int, bytes]:
+        try:
+            with urllib.request.urlopen(self.base + path, timeout=10) as r:
+                return int(r.status), r.read()
+        except urllib.error.HTTPError as e:
+            return e.code, e.read()
+        except OSError:
+            return 0, b""
+
+    def health(self) -> dict[str, Any]:
+        code, body = self.get("/healthz")
+        doc = json.loads(body) if body else {}
+        doc["code"] = code
+        return doc
+
+    def child_pid(self, name: str) -> int | None:
+        children = self.health().get("children", {})
+        child = children.get(name, {})
+        return child.get("pid") if child.get("alive") else None
+
+    def metrics(self) -> str:
+        code, body = self.get("/metrics")
+        assert code == 200, body
+        return body.decode()
+
+    def metric(self, name: str, **labels: str) -> float | None:
+        """One sample's value from /metrics (None when absent)."""
+        from prometheus_client.parser import text_string_to_metric_families
+
+        for family in text_string_to_metric_families(self.metrics()):
+            for s in family.samples:
+                if s.name == name and s.labels == labels:
+                    return float(s.value)
+        return None
+
+    def stop(self, sig: int = signal.SIGTERM, timeout: float = 15.0) -> int:
+        if self.proc.poll() is None:
+            self.proc.send_signal(sig)
+            try:
+                self.proc.wait(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self.exit_code = self.proc.returncode
+        return self.exit_code
+
+
+def sidecar_argv(*, remote: str, endpoint: str, cache: Path, mount: Path, port: int,
+                 extra: tuple[str, ...] = ()) -> list[str]:
+    return [*EPOCHFS, "--log-level", "INFO", "sidecar", "--remote", remote, "--endpoint-url", endpoint,
+            "--cache", str(cache), "--mount", str(mount), "--health-port", str(port), *extra]
+
+
+def leftover_mounts(*paths: Path) -> list[str]:
+    return [str(p) for p in paths if find_mount(p) is not None]
+
+
+def cleanup_mounts(*paths: Path) -> None:
+    for p in paths:
+        for _ in range(4):
+            if find_mount(p) is None:
+                break
+            lazy_unmount(p)
+
+
+@contextlib.contextmanager
+def running_sidecar(
+    tmp_path: Path, *, remote: str, endpoint: str, extra: tuple[str, ...] = (),
+    ready_timeout: float = 60.0, expect_ready: bool = True,
+) -> Iterator[Sidecar]:
+    """Start the sidecar; yield once ready; stop it with SIGTERM and check a clean exit."""
+    cache, mount = tmp_path / "cache", tmp_path / "mnt"
+    with contextlib.suppress(FileExistsError):  # a dead mount there fails even lexists()
+        mount.mkdir()
+    port = free_port()
+    log = tmp_path / "sidecar.log"
+    with open(log, "wb") as out:
+        proc = subprocess.Popen(
+            sidecar_argv(remote=remote, endpoint=endpoint, cache=cache, mount=mount, port=port,
+                         extra=extra),
+            stdout=out, stderr=subprocess.STDOUT, env={**os.environ, "EPOCHFS_PROGRESS_SECONDS": "1"},
+        )
+    car = Sidecar(proc, mount, cache, port, log)
+    failed = True
+    try:
+        if expect_ready:
+            wait_until(lambda: car.get("/readyz")[0] == 200 or proc.poll() is not None,
+                       timeout=ready_timeout, what="/readyz")
+            assert proc.poll() is None, f"sidecar exited {proc.returncode}:\n{car.log_text()[-5000:]}"
+        yield car
+        failed = False
+    finally:
+        started = time.monotonic()
+        code = car.stop()
+        took = time.monotonic() - started
+        left = leftover_mounts(mount, cache / "objects-ro")
+        cleanup_mounts(mount, cache / "objects-ro")
+        if failed:
+            sys.stderr.write(f"--- sidecar log ({log}) ---\n{car.log_text()[-30000:]}\n")
+        else:
+            assert code == 0, f"sidecar exit {code}:\n{car.log_text()[-5000:]}"
+            assert took < 10, f"SIGTERM took {took:.1f}s"
+            assert not left, f"left mounted: {left}"

@@ -1,0 +1,216 @@
+"""``epochfs sidecar`` for real: a supervisor, a sampler and a FUSE server against moto's S3 server.
+
+Each test mounts for real (root, /dev/fuse) and leaves nothing mounted or running: the helper stops
+the sidecar with SIGTERM and asserts exit 0 within seconds and no mount left behind.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import threading
+import time
+from pathlib import Path
+
+import pytest
+from conftest import S3Server, free_port, put_objects, random_objects, wait_until
+from epochfs.fuse.mounting import find_mount, is_dead, lazy_unmount, mount_table, wait_for_mount
+from epochfs.sidecar.store import Store
+from sidecar_helpers import EPOCHFS, cleanup_mounts, running_sidecar, sidecar_argv
+
+pytestmark = [
+    pytest.mark.fuse,
+    pytest.mark.skipif(os.geteuid() != 0 or not os.path.exists("/dev/fuse"), reason="needs root and FUSE"),
+]
+
+BUCKET = "data"
+
+
+def remote_with(s3: S3Server, count: int, size: int) -> dict[str, bytes]:
+    objects = random_objects(count, size)
+    put_objects(s3, BUCKET, objects)
+    return objects
+
+
+def check_epoch_bytes(mount: Path, n: int, objects: dict[str, bytes]) -> list[str]:
+    """Every file of epoch-n equals the remote object at that key; returns its file list."""
+    root = mount / f"epoch-{n}"
+    files = sorted(str(p.relative_to(root)) for p in root.rglob("*") if not p.is_dir())
+    assert files, f"epoch-{n} is empty"
+    for rel in files:
+        assert (root / rel).read_bytes() == objects[rel], f"epoch-{n}/{rel} differs from the remote"
+    manifest = (mount / ".epochfs" / f"epoch-{n}.manifest").read_text().splitlines()
+    assert [line.split("\t")[0] for line in manifest[1:]] == files
+    return files
+
+
+def samples_now(cache: Path) -> int:
+    with Store(cache) as store:
+        return store.stats().samples
+
+
+def fuse_mounts_at(path: Path) -> int:
+    target = os.path.abspath(path)
+    return sum(1 for e in mount_table() if e.mount_point == target)
+
+
+def test_epochs_equal_the_remote_and_grow_then_sigterm_is_clean(s3: S3Server, tmp_path: Path) -> None:
+    objects = remote_with(s3, 60, 32 * 1024)
+    extra = ("--capacity", "64Mi", "--min-samples", "5", "--concurrency", "4", "--max-rate", "400Ki")
+    with running_sidecar(tmp_path, remote=f"s3://{BUCKET}", endpoint=s3.endpoint, extra=extra) as car:
+        health = car.health()
+        assert health["code"] == 200 and health["mount"] == "ok", health
+        first = check_epoch_bytes(car.mount, 0, objects)
+        assert len(first) >= 5
+        wait_until(lambda: samples_now(car.cache) >= len(first) + 5, timeout=60, what="more samples")
+        second = check_epoch_bytes(car.mount, 1, objects)
+        assert set(first) <= set(second) and len(second) > len(first)  # nothing evicted: 64 MiB
+        assert os.readlink(car.mount / "latest") == "epoch-1"
+        # /metrics shows the store's occupancy and epochs.
+        with Store(car.cache) as store:
+            s = store.stats()
+        assert car.metric("epochfs_cache_capacity_bytes") == 64 * 1024**2
+        assert car.metric("epochfs_epoch_latest") == 1
+        assert car.metric("epochfs_cuts_total") == s.cuts_total == 2
+        assert car.metric("epochfs_mounted") == 1
+        assert car.metric("epochfs_child_up", child="sampler") == 1
+    # running_sidecar checked exit 0 within 10 s and no mount left; the store opens cleanly.
+    with Store(tmp_path / "cache") as store:
+        report = store.recover()
+        assert report.integrity == "ok" and report.rows_dropped == 0
+        assert store.stats().samples >= len(second)
+
+
+def test_kill_sampler_during_reads(s3: S3Server, tmp_path: Path) -> None:
+    objects = remote_with(s3, 80, 32 * 1024)
+    extra = ("--capacity", "64Mi", "--min-samples", "5", "--concurrency", "2", "--max-rate", "200Ki")
+    with running_sidecar(tmp_path, remote=f"s3://{BUCKET}", endpoint=s3.endpoint, extra=extra) as car:
+        files = check_epoch_bytes(car.mount, 0, objects)
+        errors: list[str] = []
+        rounds = [0]
+        stop = threading.Event()
+
+        def reader() -> None:
+            while not stop.is_set():
+                for rel in files:
+                    try:
+                        if (car.mount / "epoch-0" / rel).read_bytes() != objects[rel]:
+                            errors.append(f"wrong bytes in {rel}")
+                    except OSError as e:
+                        errors.append(f"{rel}: {e}")
+                rounds[0] += 1
+
+        t = threading.Thread(target=reader)
+        t.start()
+        try:
+            old = car.child_pid("sampler")
+            assert old is not None
+            wait_until(lambda: rounds[0] >= 2, timeout=20, what="reads before the kill")
+            os.kill(old, signal.SIGKILL)
+            wait_until(lambda: car.child_pid("sampler") not in (None, old), timeout=20,
+                       what="sampler restarted")
+            before = samples_now(car.cache)
+            wait_until(lambda: samples_now(car.cache) > before, timeout=30, what="sampler fetching again")
+            seen = rounds[0]
+            wait_until(lambda: rounds[0] >= seen + 2, timeout=20, what="reads after the restart")
+        finally:
+            stop.set()
+            t.join()
+        assert errors == []
+        assert "restarting" in car.log_text()
+        assert car.metric("epochfs_child_restarts_total", child="sampler") == 1
+
+
+def test_kill_fuse_server_remounts_within_10s(s3: S3Server, tmp_path: Path) -> None:
+    objects = remote_with(s3, 20, 16 * 1024)
+    extra = ("--capacity", "64Mi", "--min-samples", "5")
+    with running_sidecar(tmp_path, remote=f"s3://{BUCKET}", endpoint=s3.endpoint, extra=extra) as car:
+        before = check_epoch_bytes(car.mount, 0, objects)
+        old = car.child_pid("fuse")
+        assert old is not None
+        killed = time.monotonic()
+        os.kill(old, signal.SIGKILL)
+
+        def back() -> bool:
+            pid = car.child_pid("fuse")
+            return pid not in (None, old) and car.get("/readyz")[0] == 200
+        wait_until(back, timeout=10, what="the mount back after kill -9 of the FUSE server")
+        assert time.monotonic() - killed < 10
+        assert fuse_mounts_at(car.mount) == 1, "mounts stacked"
+        assert fuse_mounts_at(car.cache / "objects-ro") == 1, "link-root binds stacked"
+        assert check_epoch_bytes(car.mount, 0, objects) == before
+        assert car.metric("epochfs_child_restarts_total", child="fuse") == 1
+
+
+def run_sidecar_cli(
+    tmp_path: Path, mount: Path, s3_endpoint: str = "http://127.0.0.1:9"
+) -> subprocess.CompletedProcess[str]:
+    argv = sidecar_argv(remote=f"s3://{BUCKET}", endpoint=s3_endpoint, cache=tmp_path / "cache",
+                        mount=mount, port=free_port())
+    return subprocess.run(argv, capture_output=True, text=True, timeout=60)
+
+
+def test_bad_mount_points_exit_2(tmp_path: Path) -> None:
+    missing = run_sidecar_cli(tmp_path, tmp_path / "nope")
+    assert missing.returncode == 2 and "--mount" in missing.stderr and "does not exist" in missing.stderr
+    full = tmp_path / "full"
+    full.mkdir()
+    (full / "x").write_text("x")
+    r = run_sidecar_cli(tmp_path, full)
+    assert r.returncode == 2 and "not empty" in r.stderr
+    afile = tmp_path / "afile"
+    afile.write_text("x")
+    r = run_sidecar_cli(tmp_path, afile)
+    assert r.returncode == 2 and "--mount" in r.stderr
+    busy = tmp_path / "busy"
+    busy.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "tmpfs", str(busy)], check=True)
+    try:
+        r = run_sidecar_cli(tmp_path, busy)
+        assert r.returncode == 2 and "already" in r.stderr and "tmpfs" in r.stderr
+    finally:
+        lazy_unmount(busy)
+    assert find_mount(busy) is None
+    for line in (missing.stderr + r.stderr).splitlines():  # nothing was started
+        assert not line.startswith("[sampler]") and not line.startswith("[fuse]")
+
+
+def test_dead_mount_at_start_is_cleaned(s3: S3Server, tmp_path: Path) -> None:
+    objects = remote_with(s3, 10, 8 * 1024)
+    cache, mount = tmp_path / "cache", tmp_path / "mnt"
+    mount.mkdir()
+    # A FUSE server killed with -9 leaves a dead mount ("Transport endpoint is not connected").
+    server = subprocess.Popen([*EPOCHFS, "mount", "--cache", str(cache), "--mount", str(mount)],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        assert wait_for_mount(mount, timeout=20, alive=lambda: server.poll() is None)
+        server.kill()
+        server.wait()
+        assert is_dead(mount)
+        with running_sidecar(tmp_path, remote=f"s3://{BUCKET}", endpoint=s3.endpoint,
+                             extra=("--min-samples", "3")) as car:
+            assert fuse_mounts_at(car.mount) == 1
+            check_epoch_bytes(car.mount, 0, objects)
+    finally:
+        if server.poll() is None:
+            server.kill()
+            server.wait()
+        cleanup_mounts(mount, cache / "objects-ro")
+
+
+def test_second_signal_exits_at_once(s3: S3Server, tmp_path: Path) -> None:
+    remote_with(s3, 5, 4 * 1024)
+    with running_sidecar(tmp_path, remote=f"s3://{BUCKET}", endpoint=s3.endpoint,
+                         extra=("--min-samples", "1")) as car:
+        # Hold the mount busy (a cwd inside it) so the normal stop would need the lazy path.
+        holder = subprocess.Popen(["sleep", "30"], cwd=car.mount)
+        try:
+            car.proc.send_signal(signal.SIGTERM)
+            car.proc.send_signal(signal.SIGTERM)
+            car.proc.wait(timeout=5)
+            assert car.proc.returncode in (0, 128 + signal.SIGTERM)
+            wait_until(lambda: find_mount(car.mount) is None, timeout=5, what="mount gone")
+        finally:
+            holder.kill()
+            holder.wait()
