@@ -1,0 +1,222 @@
+"""Loader benchmark: an epoch through the mount against the same loader on the node volume's files.
+
+    python benchmarks/loader.py                                   # generated plain folder (~1.0x expected)
+    python benchmarks/loader.py --mount /mnt/epochfs --cache-objects /cache/objects --epochs 0 1 2
+
+For each epoch, one side runs ``EpochLoader`` over ``<mount>/epoch-N`` (paths through the mount:
+lookups, symlinks, then the kernel reads the object files), the other runs the *same* DataLoader setup
+(same workers, prefetch, batch size, decoder, order) over the object files those entries point to,
+opened directly on the node volume. Both DataLoaders keep persistent workers across epochs, and the
+order of the two sides alternates per epoch so neither always gets the warmer page cache. Reported per
+side: samples/s, MB/s, and CPU seconds per GB delivered of the training process (and of its workers).
+The aim is at least 0.9x of direct from the second epoch on.
+
+``--cache-objects DIR`` says where the object files are reachable directly when the symlink targets in
+the mount are not (for example in another container): a target ``.../ab/abcdef...`` is read as
+``DIR/ab/abcdef...``. Without it the symlink targets are opened as they are.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import sys
+import tempfile
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from epochfs.torchclient import EpochDataset, EpochLoader
+from epochfs.torchclient.decode import resolve_decoder
+from epochfs.torchclient.loader import _PathDataset, _PlanSampler
+from epochfs.torchclient.plainfolder import publish_epoch
+from epochfs.torchclient.sampler import epoch_indices
+from torch.utils.data import DataLoader
+
+_TICKS = os.sysconf("SC_CLK_TCK")
+
+
+@dataclass
+class Side:
+    """One epoch read by one side (through the mount, or direct)."""
+
+    side: str
+    epoch: int
+    samples: int
+    bytes: int
+    seconds: float
+    cpu_seconds: float
+    worker_cpu_seconds: float
+
+    @property
+    def mb_per_s(self) -> float:
+        return self.bytes / 1e6 / self.seconds
+
+    @property
+    def samples_per_s(self) -> float:
+        return self.samples / self.seconds
+
+    @property
+    def cpu_per_gb(self) -> float:
+        return self.cpu_seconds / (self.bytes / 1e9) if self.bytes else 0.0
+
+    @property
+    def worker_cpu_per_gb(self) -> float:
+        return self.worker_cpu_seconds / (self.bytes / 1e9) if self.bytes else 0.0
+
+
+def keep_list(batch: list[Any]) -> list[Any]:
+    return batch
+
+
+def _self_cpu() -> float:
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
+def _workers_cpu(loader: DataLoader[Any] | None) -> float:
+    """CPU seconds so far of a DataLoader's (persistent) worker processes, from /proc."""
+    iterator = getattr(loader, "_iterator", None)
+    total = 0.0
+    for worker in getattr(iterator, "_workers", []):
+        try:
+            fields = Path(f"/proc/{worker.pid}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        total += (int(fields[11]) + int(fields[12])) / _TICKS
+    return total
+
+
+def _drain(batches: Any) -> tuple[int, float]:
+    """Consume every batch (touching nothing, like a GPU step that is not the bottleneck)."""
+    count = 0
+    started = time.perf_counter()
+    for batch in batches:
+        count += len(batch)
+    return count, time.perf_counter() - started
+
+
+def generate(workdir: Path, *, samples: int, sample_bytes: int, epochs: int) -> Path:
+    """A plain folder with the mount's layout: objects/<sid[:2]>/<sid> and growing epoch-N/ of symlinks."""
+    objects = workdir / "objects"
+    rng = np.random.default_rng(0)
+    elements = max(1, sample_bytes // 4)
+    names = []
+    for i in range(samples):
+        sid = f"{rng.integers(0, 2**63):016x}{i:08x}"
+        (objects / sid[:2]).mkdir(parents=True, exist_ok=True)
+        with open(objects / sid[:2] / sid, "wb") as handle:
+            np.lib.format.write_array(handle, rng.standard_normal(elements, dtype=np.float32))
+        names.append(sid)
+    root = workdir / "mnt"
+    for epoch in range(epochs):
+        count = samples * (epoch + 1) // epochs
+        publish_epoch(root, epoch, {f"train/{i:06d}.npy": objects / names[i][:2] / names[i]
+                                    for i in range(count)}, checksums=False)
+    return root
+
+
+def direct_paths(dataset: EpochDataset, cache_objects: Path | None) -> list[str]:
+    """The object file behind each entry of the epoch, as the node volume names it."""
+    paths = []
+    for rel in dataset.files:
+        entry = dataset.dir / rel
+        target = Path(os.readlink(entry)) if entry.is_symlink() else entry
+        if not target.is_absolute():
+            target = (entry.parent / target).resolve()
+        if cache_objects is not None:
+            target = cache_objects / target.parent.name / target.name
+        paths.append(str(target))
+    return paths
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--root", "--mount", dest="root", type=Path,
+                        help="the epochfs mount (default: generate a plain folder with its layout)")
+    parser.add_argument("--cache-objects", type=Path, help="where the object files are reachable directly")
+    parser.add_argument("--epochs", type=int, nargs="+", default=[0, 1, 2])
+    parser.add_argument("--batch-size", type=int, default=16)
+    parser.add_argument("--workers", type=int, default=None, help="DataLoader workers (default: by CPUs)")
+    parser.add_argument("--decode", default="npy", help="npy (default), bytes, auto, npz, pt")
+    parser.add_argument("--samples", type=int, default=384, help="generated samples (plain folder only)")
+    parser.add_argument("--sample-mib", type=float, default=1.0, help="generated sample size in MiB")
+    parser.add_argument("--json", type=Path, help="also write the results here")
+    args = parser.parse_args(argv)
+    torch.set_num_threads(1)
+    with tempfile.TemporaryDirectory(prefix="epochfs-bench-loader-") as tmp:
+        root = args.root
+        if root is None:
+            root = generate(Path(tmp), samples=args.samples, sample_bytes=int(args.sample_mib * 2**20),
+                            epochs=max(args.epochs) + 1)
+            print(f"generated {args.samples} samples of {args.sample_mib} MiB under {root} "
+                  "(plain folder: both sides read the same files, so ~1.0x is expected)")
+        return run(root, args)
+
+
+def run(root: Path, args: argparse.Namespace) -> int:
+    collate = None if args.decode == "npy" else keep_list
+    extra = {} if collate is None else {"collate_fn": collate}
+    mount = EpochLoader(root, batch_size=args.batch_size, num_workers=args.workers, decode=args.decode,
+                        shuffle=True, seed=0, progress=None, **extra)
+    plan = _PlanSampler()
+    direct = DataLoader(_PathDataset("", resolve_decoder(args.decode), None), batch_sampler=plan,
+                        num_workers=mount.num_workers, **mount.dataloader_options)
+    print(f"{mount.num_workers} workers, batch {args.batch_size}, decode {args.decode}, "
+          f"pin_memory={mount.dataloader_options['pin_memory']}")
+    header = (f"{'epoch':>5} {'side':>6} {'files':>6} {'MB':>8} {'samples/s':>10} {'MB/s':>8} "
+              f"{'cpu s/GB':>9} {'worker cpu s/GB':>16}")
+    print(header)
+    results: list[Side] = []
+    with mount:
+        for number, epoch in enumerate(args.epochs):
+            dataset = EpochDataset(root, epoch, decode=args.decode, progress=None)
+            indices = epoch_indices(len(dataset), num_replicas=1, rank=0, shuffle=True, seed=0, epoch=epoch,
+                                    drop_last=False)
+            paths = direct_paths(dataset, args.cache_objects)
+            order = ("mount", "direct") if number % 2 == 0 else ("direct", "mount")
+            for side in order:
+                cpu0, workers0 = _self_cpu(), _workers_cpu(mount._loader if side == "mount" else direct)
+                if side == "mount":
+                    samples, seconds = _drain(mount.epoch(epoch))
+                    workers1 = _workers_cpu(mount._loader)
+                else:
+                    plan.batches = [[paths[i] for i in indices[s:s + args.batch_size]]
+                                    for s in range(0, len(indices), args.batch_size)]
+                    samples, seconds = _drain(direct)
+                    workers1 = _workers_cpu(direct)
+                nbytes = sum(dataset.sizes[i] for i in indices)
+                result = Side(side, epoch, samples, nbytes, seconds, _self_cpu() - cpu0, workers1 - workers0)
+                results.append(result)
+                print(f"{epoch:>5} {side:>6} {len(dataset):>6} {nbytes / 1e6:>8.1f} "
+                      f"{result.samples_per_s:>10.0f} {result.mb_per_s:>8.1f} {result.cpu_per_gb:>9.2f} "
+                      f"{result.worker_cpu_per_gb:>16.2f}",
+                      flush=True)
+            by_side = {r.side: r for r in results[-2:]}
+            print(f"{epoch:>5} {'ratio':>6} mount/direct MB/s = "
+                  f"{by_side['mount'].mb_per_s / by_side['direct'].mb_per_s:.2f}x", flush=True)
+    iterator = getattr(direct, "_iterator", None)
+    if iterator is not None:
+        iterator._shutdown_workers()
+    later = [r for r in results if r.epoch != args.epochs[0]]
+    if later:
+        mount_rate = sum(r.bytes for r in later if r.side == "mount") / sum(
+            r.seconds for r in later if r.side == "mount")
+        direct_rate = sum(r.bytes for r in later if r.side == "direct") / sum(
+            r.seconds for r in later if r.side == "direct")
+        print(f"from the second epoch on: mount {mount_rate / 1e6:.1f} MB/s, "
+              f"direct {direct_rate / 1e6:.1f} MB/s, {mount_rate / direct_rate:.2f}x (aim: >= 0.9x)")
+    if args.json:
+        args.json.write_text(json.dumps([{**asdict(r), "mb_per_s": r.mb_per_s, "cpu_per_gb": r.cpu_per_gb}
+                                         for r in results], indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
