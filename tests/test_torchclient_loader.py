@@ -217,3 +217,20 @@ def test_drop_last_break_and_shuffle_per_epoch(tmp_path: Path) -> None:
 def test_options_are_validated_up_front(tmp_path: Path, kwargs: dict, error: type, match: str) -> None:
     with pytest.raises(error, match=match):
         EpochLoader(tmp_path, **kwargs)
+
+
+def test_starting_an_epoch_closes_the_unfinished_one(tmp_path: Path) -> None:
+    objects = tmp_path / "objects"
+    objects.mkdir()
+    for i in range(8):
+        np.save(objects / f"{i:02d}.npy", np.array([i], np.int64))
+    root = tmp_path / "mnt"
+    for epoch in (0, 1):
+        publish_epoch(root, epoch, {p.name: p for p in objects.iterdir()})
+    with EpochLoader(root, batch_size=2, num_workers=1, progress=None) as loader:
+        first = iter(loader.epoch(0))
+        next(first)
+        values = sorted(int(v) for batch in loader.epoch(1) for v in batch[:, 0])
+        assert values == list(range(8)), "the new epoch gets the workers to itself"
+        assert next(first, None) is None, "the unfinished epoch was closed"
+        assert [(s.epoch, s.complete, s.batches) for s in loader.history] == [(0, False, 1), (1, True, 4)]

@@ -22,7 +22,8 @@ from __future__ import annotations
 import math
 import os
 import time
-from collections.abc import Callable, Iterator
+import weakref
+from collections.abc import Callable, Generator, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -206,6 +207,8 @@ class EpochLoader:
         self.history: list[EpochStats] = []
         self._plan = _PlanSampler()
         self._loader: DataLoader[Any] | None = None
+        # The running epoch, weakly: a loop that breaks drops the generator (and records its stats) at once.
+        self._active: weakref.ref[Generator[Any, None, None]] | None = None
         # Building the DataLoader now validates its options up front (workers start at the first epoch).
         self._build_loader()
 
@@ -285,6 +288,16 @@ class EpochRun:
         self.dataset: EpochDataset | None = None
 
     def __iter__(self) -> Iterator[Any]:
+        """Start the epoch: the lookup of ``epoch-N`` happens now. An unfinished previous epoch of the
+        same loader is closed first (recorded as incomplete): the workers serve one plan at a time."""
+        previous = self.loader._active() if self.loader._active is not None else None
+        if previous is not None:
+            previous.close()
+        batches = self._batches()
+        self.loader._active = weakref.ref(batches)
+        return batches
+
+    def _batches(self) -> Generator[Any, None, None]:
         loader = self.loader
         started = time.monotonic()
         dataset, batches, sizes, padded = loader.plan(self.epoch)
