@@ -11,7 +11,8 @@ files, so they count too.
 
 Limits, documented in docs/metrics.md: fanotify merges identical queued events (same file, same
 process) that we have not read yet, so a process re-opening one file in a tight loop may count
-once; fan-out folders created after a rescan are marked at the next rescan (every few seconds).
+once. The 256 hex fan-out folders are made up front and marked at start; any other folder that
+appears is marked at the next rescan (the supervisor rescans every tick).
 Needs CAP_SYS_ADMIN (the sidecar is privileged for FUSE anyway); without it :meth:`OpenCounter.start`
 returns False and the served counters stay at zero (the torch client's report still gives
 ``epochfs_client_*``).
@@ -55,8 +56,10 @@ class OpenCounter:
         objects_dir: Path,
         on_open: Callable[[int, int], None],
         on_lost: Callable[[int], None] | None = None,
+        precreate: bool = True,
     ) -> None:
         self.objects_dir = Path(objects_dir)
+        self.precreate = precreate
         self._on_open = on_open
         self._on_lost = on_lost or (lambda n: None)
         self._fd = -1
@@ -84,6 +87,12 @@ class OpenCounter:
                         os.strerror(err))
             return False
         self._libc, self._fd = libc, fd
+        if self.precreate:
+            # Sample ids are hex digests, so objects/ holds at most 256 fan-out folders. Making
+            # them now (empty folders are harmless to the store) marks every one before the first
+            # object lands, so no open slips through between a folder's creation and a rescan.
+            for i in range(256):
+                (self.objects_dir / f"{i:02x}").mkdir(parents=True, exist_ok=True)
         self.rescan()
         self._thread = threading.Thread(target=self._run, name="epochfs-served", daemon=True)
         self._thread.start()
@@ -113,6 +122,8 @@ class OpenCounter:
                 added += 1
             else:
                 log.warning("fanotify_mark %s: %s", entry.path, os.strerror(ctypes.get_errno()))
+        if added:
+            log.info("watching opens in %d object folder(s) (+%d)", len(self._marked), added)
         return added
 
     def _run(self) -> None:

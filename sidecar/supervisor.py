@@ -13,8 +13,9 @@ never takes the other down, and each can be restarted alone. The supervisor
 * on SIGTERM/SIGINT stops the sampler, unmounts (lazily if busy) and exits 0; a second signal kills
   the children, detaches the mount and exits at once;
 * serves ``/healthz``, ``/readyz``, ``/metrics`` and the torch client's report endpoint, counts
-  samples served from opens of object files (``served.py``), and calls the Kubernetes reporter
-  when ``epochfs.sidecar.kube`` provides one.
+  samples served from opens of object files (``served.py``), and tells the Kubernetes reporter
+  (``epochfs.sidecar.kube``: Events and a status annotation; a no-op outside a cluster) about cuts,
+  backpressure, remote errors and remounts.
 
 Children get ``PR_SET_PDEATHSIG`` so that they die with the supervisor even after a ``kill -9``.
 """
@@ -33,7 +34,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import FrameType
@@ -82,35 +83,28 @@ def probe(path: Path, *, timeout: float) -> str:
 
 
 class Reporter(Protocol):
-    """What the supervisor tells the cluster (implemented by ``epochfs.sidecar.kube``)."""
+    """What the supervisor tells the cluster (``epochfs.sidecar.kube``; see its docstring)."""
 
+    def start(self) -> None: ...
+    def close(self, *, flush: bool = True) -> None: ...
     def on_cut(self, epoch: int, samples: int) -> None: ...
     def on_backpressure(self, on: bool) -> None: ...
-    def on_remote_errors(self, skipped_total: int) -> None: ...
-    def on_remount(self, reason: str) -> None: ...
-    def update_status(self, status: dict[str, Any]) -> None: ...
+    def on_remote_errors(self, n: int) -> None: ...
+    def on_remount(self) -> None: ...
+    def update_status(self, stats: Mapping[str, Any]) -> None: ...
 
 
-def load_reporter(settings: SidecarSettings) -> Reporter | None:
-    """The Kubernetes reporter when ``epochfs.sidecar.kube`` offers ``reporter_from_environment``.
-
-    The hook: ``kube.reporter_from_environment(settings) -> Reporter | None`` (None outside a
-    cluster). Missing module or function: no reporting. A reporter error never stops the sidecar.
-    """
+def load_reporter(mount: Path) -> Reporter | None:
+    """The Kubernetes reporter: Events and a status annotation inside a cluster, a no-op outside
+    (``kube.from_environment`` says why in one log line). Bad ``EPOCHFS_KUBE_*`` values raise
+    ConfigError (exit 2). Its calls only record and return; a background thread sends."""
     try:
-        from epochfs.sidecar import kube  # type: ignore[attr-defined,unused-ignore]
-    except ImportError:
+        from epochfs.sidecar import kube
+    except ImportError:  # an image without the kube module: no cluster reporting
         return None
-    factory = getattr(kube, "reporter_from_environment", None)
-    if factory is None:
-        log.info("epochfs.sidecar.kube has no reporter_from_environment(); cluster reporting off")
-        return None
-    try:
-        reporter: Reporter | None = factory(settings)
-        return reporter
-    except Exception:
-        log.exception("kube reporter failed to start; cluster reporting off")
-        return None
+    reporter: Reporter = kube.from_environment(mount=str(mount))
+    reporter.start()
+    return reporter
 
 
 @dataclass
@@ -297,7 +291,7 @@ class Supervisor:
             log.error("lazy unmount of %s failed; retrying before the next start", self.mount)
         self.fuse.next_start = time.monotonic() + min(self.fuse.backoff, 2.0)
         if self._reporter is not None:
-            self._safe(self._reporter.on_remount, reason)
+            self._safe(self._reporter.on_remount)
 
     def _watch_mount(self) -> None:
         if self._reaped(self.fuse):
@@ -383,9 +377,7 @@ class Supervisor:
             log.exception("kube reporter call %s failed", getattr(fn, "__name__", fn))
 
     def _periodic(self) -> None:
-        """Every couple of seconds: mark new object folders, save totals, tell the reporter."""
-        if self._counter is not None:
-            self._counter.rescan()
+        """Every couple of seconds: save the supervisor's totals, tell the reporter."""
         if self._store is None or self._metrics is None:
             return
         totals = self._metrics.totals()
@@ -401,15 +393,17 @@ class Supervisor:
         if stats is None:
             return
         rep = self._reporter
+        self._seen.setdefault("epoch", stats.latest_epoch)  # epochs cut before we started: no Event
         if stats.latest_epoch is not None and stats.latest_epoch != self._seen.get("epoch"):
             self._seen["epoch"] = stats.latest_epoch
             self._safe(rep.on_cut, stats.latest_epoch, int(stats.epochs[-1]["samples"]))
         if stats.backpressure != self._seen.get("backpressure", False):
             self._seen["backpressure"] = stats.backpressure
             self._safe(rep.on_backpressure, stats.backpressure)
-        if stats.skipped_total > self._seen.get("skipped", 0):
+        previous = self._seen.setdefault("skipped", stats.skipped_total)  # count from our start
+        if stats.skipped_total > previous:
             self._seen["skipped"] = stats.skipped_total
-            self._safe(rep.on_remote_errors, stats.skipped_total)
+            self._safe(rep.on_remote_errors, stats.skipped_total - previous)
         self._safe(rep.update_status, stats.to_json())
 
     # ------------------------------------------------------------------ signals
@@ -484,7 +478,7 @@ class Supervisor:
             signal.signal(s, self._on_signal)
         try:
             self._setup_observability()
-            self._reporter = load_reporter(self.settings)
+            self._reporter = load_reporter(self.mount)
             self._start(self.sampler)
             self._start(self.fuse)
             last_periodic = 0.0
@@ -493,6 +487,8 @@ class Supervisor:
                 self._restart_due(self.sampler)
                 self._watch_mount()
                 self._restart_due(self.fuse)
+                if self._counter is not None:
+                    self._counter.rescan()  # a scandir of at most 256 entries
                 if time.monotonic() - last_periodic >= 2.0:
                     last_periodic = time.monotonic()
                     self._periodic()
@@ -525,6 +521,8 @@ class Supervisor:
             self._unmount_link_root()
         if self._counter is not None:
             self._counter.stop()
+        if self._reporter is not None:
+            self._safe(self._reporter.close)
         for ep in self._endpoints:
             ep.stop()
         if self._store is not None:

@@ -337,7 +337,7 @@ def test_open_counter_counts_opens_of_objects_through_any_path(tmp_path: Path) -
         seen["samples"] += n
         seen["bytes"] += b
 
-    counter = OpenCounter(objects_dir=objects, on_open=on_open)
+    counter = OpenCounter(objects_dir=objects, on_open=on_open, precreate=False)
     assert counter.start()
     try:
         link = tmp_path / "epoch-0.bin"
@@ -359,5 +359,19 @@ def test_open_counter_counts_opens_of_objects_through_any_path(tmp_path: Path) -
         total = sum(len(b) for b in files.values()) + len(files[next(iter(files))]) + 7
         wait_until(lambda: seen["samples"] >= 5, timeout=10, what="5 opens counted")
         assert seen == {"samples": 5, "bytes": total}
+    finally:
+        counter.stop()
+    # With precreate, the 256 hex fan-out folders exist and are watched from the start.
+    counter = OpenCounter(objects_dir=objects, on_open=on_open)
+    assert counter.start()
+    try:
+        assert len(counter._marked) == 256 and (objects / "ff").is_dir()
+        fresh = objects / "ee" / ("ee" + "1" * 30)
+        temp = tmp_path / "cache" / "tmp" / "fresh.part"
+        temp.write_bytes(b"q" * 3)
+        os.rename(temp, fresh)  # as the store admits: written elsewhere, renamed in
+        fresh.read_bytes()
+        wait_until(lambda: seen["samples"] >= 6, timeout=10, what="an open in a precreated folder")
+        assert seen["bytes"] == total + 3
     finally:
         counter.stop()

@@ -75,6 +75,11 @@ def test_epochs_equal_the_remote_and_grow_then_sigterm_is_clean(s3: S3Server, tm
         assert car.metric("epochfs_cuts_total") == s.cuts_total == 2
         assert car.metric("epochfs_mounted") == 1
         assert car.metric("epochfs_child_up", child="sampler") == 1
+        # The children's own counters arrive through the multiprocess folder.
+        assert (car.metric("epochfs_fuse_requests_total", op="getattr") or 0) > 0
+        assert (car.metric("epochfs_remote_fetch_seconds_count") or 0) >= s.fetched_total
+        # Opens of the epoch's files were counted as samples served (fanotify on the cache).
+        assert (car.metric("epochfs_served_samples_total") or 0) >= len(first) + len(second)
     # running_sidecar checked exit 0 within 10 s and no mount left; the store opens cleanly.
     with Store(tmp_path / "cache") as store:
         report = store.recover()
