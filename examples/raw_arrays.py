@@ -38,6 +38,9 @@ def make_folder(root: Path, *, samples: int, shape: tuple[int, ...], epochs: int
 
 def train(root: Path, *, epochs: int, batch_size: int, num_workers: int | None) -> list[EpochStats]:
     torch.manual_seed(0)
+    # torch imports its compiler stack when the first optimizer is built (~2 s): do it before epoch 0,
+    # so the first epoch's numbers measure the data, not torch's start-up.
+    torch.optim.SGD([torch.zeros(1, requires_grad=True)], lr=0.0)
     model: torch.nn.Module | None = None
     optimizer: torch.optim.Optimizer | None = None
     loader = EpochLoader(root, batch_size=batch_size, num_workers=num_workers, decode="npy",
