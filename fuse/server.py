@@ -68,6 +68,18 @@ def cache_timeout(in_use_seconds: float) -> float:
     return max(MIN_TIMEOUT, min(MAX_TIMEOUT, in_use_seconds / 3.0))
 
 
+def warm_files() -> int:
+    """Most symlinks warmed per epoch (``EPOCHFS_WARM_FILES``; 0 turns the warm-up off)."""
+    raw = os.environ.get("EPOCHFS_WARM_FILES", "200000")
+    try:
+        value = int(raw)
+        if value < 0:
+            raise ValueError
+    except ValueError:
+        raise ConfigError(f"EPOCHFS_WARM_FILES: {raw!r} is not a non-negative integer") from None
+    return value
+
+
 def run_mount(settings: MountSettings) -> int:
     """Serve the epoch view of ``settings.cache`` at ``settings.mount`` until signalled."""
     mount = Path(os.path.abspath(settings.mount))
@@ -91,7 +103,7 @@ def run_mount(settings: MountSettings) -> int:
 
         timeout = cache_timeout(store.policy().in_use_seconds)
         view = View(store=store, link_root=Path(link_root))
-        ops = EpochOperations(view=view, timeout=timeout)
+        ops = EpochOperations(view=view, timeout=timeout, mount=mount, warm_files=warm_files())
         log.info("serving %s at %s (links into %s, libfuse %s)", cache, mount, link_root, libfuse)
         try:
             EpochFUSE(

@@ -387,3 +387,35 @@ def test_dead_mount_is_cleaned_and_remounted(tmp_path: Path) -> None:
             assert find_mount(mnt) is None
             assert not is_dead(mnt)
     store.close()
+
+
+def served_calls(m) -> dict[str, int]:
+    import ast
+    import re
+
+    found = re.search(r"calls served: (\{.*\})", m.log_text())
+    assert found, m.log_text()[-2000:]
+    return dict(ast.literal_eval(found.group(1)))
+
+
+@pytest.mark.parametrize("warm", [True, False])
+def test_kernel_caches_symlinks_one_readlink_per_file(tmp_path: Path, warm: bool) -> None:
+    """Reading every file twice costs one readlink per file and no per-file lookup (readdir-plus)."""
+    cache, mnt = tmp_path / "cache", tmp_path / "mnt"
+    store = open_store(cache)
+    objs = make_objects(300, 64)
+    admit(store, objs)
+    store.cut(0)
+    env = {} if warm else {"EPOCHFS_WARM_FILES": "0"}
+    with mounted(cache, mnt, env=env) as m:
+        assert os.path.isdir(m.path / "epoch-0")
+        if warm:
+            wait_until(lambda: "warmed 300 symlink(s) of epoch 0" in m.log_text(), timeout=20,
+                       what="warm-up of epoch 0")
+        for _ in range(2):
+            assert files_under(m.path / "epoch-0") == objs
+        assert stop(m) == 0
+    calls = served_calls(m)
+    assert calls["readlink"] == len(objs), calls
+    assert calls.get("getattr", 0) < 20, calls  # epoch and folder lookups only, none per file
+    store.close()

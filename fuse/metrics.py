@@ -1,0 +1,82 @@
+"""Prometheus counters of the FUSE server: requests and errors by operation.
+
+They live in the fuse package because fuse may import nothing from ``epochfs.sidecar`` but the
+store (DESIGN.md's dependency rule, checked by tests/test_layering.py); every other metric is in
+``epochfs.sidecar.metrics``, which re-exports these. Under the supervisor,
+``PROMETHEUS_MULTIPROC_DIR`` is set for this process, so the values go to mmap files the supervisor
+sums into its ``/metrics``, and they survive a crash of the server.
+
+Labels are bounded: ``op`` is a FUSE operation name (others fold into ``other``), ``errno`` a short
+list of names (others ``other``). Never a path.
+"""
+
+from __future__ import annotations
+
+import errno as errno_mod
+import threading
+from collections.abc import Iterable
+
+from prometheus_client import CollectorRegistry, Counter
+
+FUSE_OPS = (
+    "lookup", "getattr", "readdir", "opendir", "releasedir", "readlink", "open", "read", "release",
+    "statfs", "access", "getxattr", "listxattr", "flush", "fsync", "fsyncdir", "write", "create",
+    "mkdir", "mknod", "unlink", "rmdir", "rename", "link", "symlink", "chmod", "chown", "truncate",
+    "utimens", "setxattr", "removexattr", "init", "destroy", "other",
+)
+FUSE_ERRNOS = ("ENOENT", "EROFS", "EACCES", "EPERM", "EIO", "EINVAL", "EBADF", "ENOTDIR", "EISDIR",
+               "ENODATA", "other")
+
+
+def fuse_op_label(op: str) -> str:
+    """Fold an operation name into the bounded ``op`` label set."""
+    return op if op in FUSE_OPS else "other"
+
+
+def errno_label(code: int | None) -> str:
+    """Fold an errno into the bounded ``errno`` label set."""
+    name = errno_mod.errorcode.get(code or 0, "other")
+    return name if name in FUSE_ERRNOS else "other"
+
+
+class FuseMetrics:
+    """``epochfs_fuse_requests_total{op}`` and ``epochfs_fuse_errors_total{op,errno}``."""
+
+    def __init__(self, *, registry: CollectorRegistry | None) -> None:
+        self.requests = Counter(
+            "epochfs_fuse_requests", "FUSE requests served, by operation.", ["op"], registry=registry,
+        )
+        self.errors = Counter(
+            "epochfs_fuse_errors", "FUSE requests answered with an error, by operation and errno.",
+            ["op", "errno"], registry=registry,
+        )
+
+    def init_ops(self, ops: Iterable[str]) -> None:
+        """Create the series of the operations a server implements, at zero, so they exist from the
+        first scrape (dashboards then show 0 rather than no data)."""
+        for op in ops:
+            label = fuse_op_label(op)
+            self.requests.labels(op=label)
+            self.errors.labels(op=label, errno="ENOENT" if label in ("getattr", "lookup") else "EIO")
+
+    def request(self, op: str, error: int | None = None) -> None:
+        """One FUSE request; ``error`` is the errno it answered, if any."""
+        label = fuse_op_label(op)
+        self.requests.labels(op=label).inc()
+        if error:
+            self.errors.labels(op=label, errno=errno_label(error)).inc()
+
+
+_lock = threading.Lock()
+_default: FuseMetrics | None = None
+
+
+def fuse_metrics() -> FuseMetrics:
+    """The process-wide :class:`FuseMetrics` on the default registry (created on first use)."""
+    global _default
+    with _lock:
+        if _default is None:
+            from prometheus_client import REGISTRY
+
+            _default = FuseMetrics(registry=REGISTRY)
+        return _default
