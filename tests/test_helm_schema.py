@@ -1,0 +1,78 @@
+"""values.schema.json: helm refuses wrong types and unknown keys before rendering anything."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+import pytest
+import yaml
+from helm_helpers import CHART, RELEASE, helm, helm_binary, with_remote
+
+SCHEMA = json.loads((CHART / "values.schema.json").read_text())
+
+
+@pytest.fixture(scope="module")
+def helm_bin() -> Path:
+    return helm_binary()
+
+
+def test_schema_is_valid_and_accepts_the_default_values() -> None:
+    jsonschema.Draft7Validator.check_schema(SCHEMA)
+    values = yaml.safe_load((CHART / "values.yaml").read_text())
+    jsonschema.validate(values, SCHEMA)
+    # Every key of values.yaml is declared (so additionalProperties: false rejects only typos).
+    assert set(values) <= set(SCHEMA["properties"])
+
+
+@pytest.mark.parametrize(
+    ("values", "message"),
+    [
+        ({"nodes": "four"}, "nodes"),
+        ({"nodes": 0}, "nodes"),
+        ({"sidecar": {"native": "yes"}}, "native"),
+        ({"cache": {"volume": {"type": "nfs", "size": "10Gi"}}}, "type"),
+        ({"cache": {"volume": {"type": "emptyDir", "size": "lots"}}}, "size"),
+        ({"remote": {"url": "ftp://host/data"}}, "url"),
+        ({"image": {"repository": "r", "digest": "latest"}}, "digest"),
+    ],
+)
+def test_helm_rejects_a_wrong_type_or_value(helm_bin: Path, tmp_path: Path, values: dict[str, Any],
+                                            message: str) -> None:
+    merged = with_remote(values) if "remote" not in values else values
+    proc = helm(helm_bin, "template", RELEASE, str(CHART), values=merged, tmp=tmp_path, check=False)
+    assert proc.returncode != 0
+    assert "schema" in proc.stderr.lower() and message in proc.stderr
+
+
+@pytest.mark.parametrize(
+    "values",
+    [
+        {"replicas": 3},  # an unknown top-level key (a typo of nodes, say)
+        {"remote": {"url": "s3://b/p", "credentials": {"accessKey": "AKIA..."}}},  # no place for keys
+        {"trainer": {"image": {"repository": "x"}, "gpus": 8}},
+    ],
+)
+def test_helm_rejects_unknown_keys(helm_bin: Path, tmp_path: Path, values: dict[str, Any]) -> None:
+    proc = helm(helm_bin, "template", RELEASE, str(CHART), values=with_remote(values), tmp=tmp_path,
+                check=False)
+    assert proc.returncode != 0
+    assert "additional properties" in proc.stderr.lower() or "additionalproperties" in proc.stderr.lower()
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate(with_remote(values), SCHEMA)
+
+
+def test_a_valid_override_renders(helm_bin: Path, tmp_path: Path) -> None:
+    """The schema is not so strict that ordinary settings fail."""
+    values = with_remote({
+        "nodes": 8, "trainer": {"image": {"repository": "ghcr.io/acme/train", "tag": "v3"},
+                                "command": ["torchrun", "train.py"],
+                                "resources": {"limits": {"nvidia.com/gpu": 8}},
+                                "env": [{"name": "EPOCHS", "value": "90"}]},
+        "cache": {"capacity": "1.5T", "volume": {"type": "ephemeral", "size": "2Ti"}},
+        "job": {"activeDeadlineSeconds": 86400, "ttlSecondsAfterFinished": None},
+        "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}],
+    })
+    helm(helm_bin, "template", RELEASE, str(CHART), values=values, tmp=tmp_path)
