@@ -79,4 +79,5 @@ def fuse_metrics() -> FuseMetrics:
             from prometheus_client import REGISTRY
 
             _default = FuseMetrics(registry=REGISTRY)
+            _default.init_ops(("getattr", "readlink", "readdir", "open", "read", "release", "statfs"))
         return _default

@@ -6,12 +6,13 @@ Three sources feed the sidecar's ``/metrics``, merged into one exposition by :cl
   fetched, bytes fetched, skipped, evicted, cuts) and occupancy/epoch gauges, read with
   ``Store.stats()`` at scrape time. They never go backwards when a child restarts, because they
   live on the node volume, not in a process.
-* **The children** (:class:`ProcessMetrics`): per-process instrumentation of the sampler
-  (retried/failed fetches, fetch latency, downloads in flight, cut waits) and of the FUSE server
-  (requests and errors by operation). The supervisor sets ``PROMETHEUS_MULTIPROC_DIR`` for its
-  children, so prometheus-client writes their values to mmap files that survive a crash; the
-  supervisor sums them (:func:`multiprocess_collector`). Dead children's live gauges are dropped
-  with :func:`forget_process`.
+* **The children**: per-process instrumentation of the sampler (:class:`ProcessMetrics`:
+  retried/failed fetches, fetch latency, downloads in flight, cut waits) and of the FUSE server
+  (:class:`FuseMetrics`, defined in ``epochfs.fuse.metrics`` because fuse may import nothing from
+  sidecar but the store: requests and errors by operation). The supervisor sets
+  ``PROMETHEUS_MULTIPROC_DIR`` for its children, so prometheus-client writes their values to mmap
+  files that survive a crash; the supervisor sums them (:func:`multiprocess_collector`). Dead
+  children's live gauges are dropped with :func:`forget_process`.
 * **The supervisor itself** (:class:`SidecarMetrics`): samples and bytes served (counted from
   opens of object files, see ``epochfs.sidecar.served``), what the torch client reports, child
   restarts.
@@ -23,15 +24,14 @@ or an epoch number.
 
 from __future__ import annotations
 
-import errno as errno_mod
 import os
 import threading
-import time
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Protocol
 
+from epochfs.fuse.metrics import FUSE_ERRNOS, FUSE_OPS, FuseMetrics, fuse_metrics
 from epochfs.sidecar.store import Stats
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
@@ -43,14 +43,6 @@ REMOTE_RESULTS = ("ok", "retried", "failed", "skipped")
 """``epochfs_remote_objects_total{result}``: ok and skipped come from the store, the rest from the
 sampler process (so a sampler crash never loses the persistent ones)."""
 PROCESS_RESULTS = ("retried", "failed")
-
-FUSE_OPS = (
-    "lookup", "getattr", "readdir", "opendir", "releasedir", "readlink", "open", "read", "release",
-    "statfs", "access", "getxattr", "listxattr", "flush", "fsync", "fsyncdir", "write", "create",
-    "mkdir", "mknod", "unlink", "rmdir", "rename", "link", "symlink", "chmod", "chown", "truncate",
-    "utimens", "setxattr", "removexattr", "init", "destroy", "other",
-)
-FUSE_ERRNOS = ("ENOENT", "EROFS", "EACCES", "EPERM", "EIO", "ENOTDIR", "EISDIR", "ENODATA", "other")
 
 FETCH_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0)
 CUT_WAIT_BUCKETS = (0.001, 0.01, 0.1, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0, 900.0)
@@ -77,19 +69,9 @@ STORE_GAUGES = {
 }
 
 
-def fuse_op_label(op: str) -> str:
-    """Fold an operation name into the bounded ``op`` label set."""
-    return op if op in FUSE_OPS else "other"
-
-
-def errno_label(code: int | None) -> str:
-    """Fold an errno into the bounded ``errno`` label set."""
-    name = errno_mod.errorcode.get(code or 0, "other")
-    return name if name in FUSE_ERRNOS else "other"
-
-
 class ProcessMetrics:
-    """Per-process instrumentation of the sampler and the FUSE server.
+    """Per-process instrumentation of the sampler (the FUSE server's counters are
+    :class:`epochfs.fuse.metrics.FuseMetrics`, re-exported here).
 
     Under the supervisor (``PROMETHEUS_MULTIPROC_DIR`` set before prometheus-client is imported) the
     values go to mmap files the supervisor merges; otherwise they live in ``registry`` (tests
@@ -114,22 +96,8 @@ class ProcessMetrics:
             "epochfs_cut_wait_seconds", "Seconds from a cut request (lookup of epoch-N) to the cut.",
             buckets=CUT_WAIT_BUCKETS, registry=registry,
         )
-        self.fuse_requests = Counter(
-            "epochfs_fuse_requests", "FUSE requests served, by operation.", ["op"], registry=registry,
-        )
-        self.fuse_errors = Counter(
-            "epochfs_fuse_errors", "FUSE requests answered with an error, by operation and errno.",
-            ["op", "errno"], registry=registry,
-        )
         for result in PROCESS_RESULTS:
             self.remote_objects.labels(result=result)
-
-    def init_fuse_ops(self, ops: Iterable[str]) -> None:
-        """Create the request/error series of the operations a server implements (at zero)."""
-        for op in ops:
-            label = fuse_op_label(op)
-            self.fuse_requests.labels(op=label)
-            self.fuse_errors.labels(op=label, errno="ENOENT" if label == "lookup" else "EROFS")
 
     # The calls the sampler makes -------------------------------------------------------------
     def remote_retried(self) -> None:
@@ -156,14 +124,6 @@ class ProcessMetrics:
     def cut_waited(self, seconds: float) -> None:
         """A requested cut happened ``seconds`` after its request (0 for immediate cuts)."""
         self.cut_wait_seconds.observe(max(0.0, seconds))
-
-    # The calls the FUSE server makes ----------------------------------------------------------
-    def fuse_request(self, op: str, error: int | None = None) -> None:
-        """One FUSE request; ``error`` is the errno it answered, if any."""
-        label = fuse_op_label(op)
-        self.fuse_requests.labels(op=label).inc()
-        if error:
-            self.fuse_errors.labels(op=label, errno=errno_label(error)).inc()
 
 
 _default_lock = threading.Lock()
@@ -366,33 +326,20 @@ def prepare_multiproc_dir(path: Path) -> Path:
     return path
 
 
-def throttled(fn: Callable[[], Any], *, every: float) -> Callable[[], Any]:
-    """Call ``fn`` at most once per ``every`` seconds, returning the cached result in between."""
-    state: dict[str, Any] = {"at": -float("inf"), "value": None}
-    lock = threading.Lock()
-
-    def call() -> Any:
-        with lock:
-            now = time.monotonic()
-            if now - state["at"] >= every:
-                state["value"] = fn()
-                state["at"] = now
-            return state["value"]
-
-    return call
-
-
 __all__ = [
+    "FUSE_ERRNOS",
     "FUSE_OPS",
     "MULTIPROC_ENV",
     "REMOTE_RESULTS",
     "STORE_COUNTERS",
     "STORE_GAUGES",
+    "FuseMetrics",
     "MergedCollector",
     "ProcessMetrics",
     "SidecarMetrics",
     "StoreCollector",
     "forget_process",
+    "fuse_metrics",
     "multiprocess_collector",
     "prepare_multiproc_dir",
     "process_metrics",

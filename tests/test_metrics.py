@@ -74,10 +74,8 @@ def samples_of(registry: CollectorRegistry) -> dict[tuple[str, tuple[tuple[str, 
 def test_process_metrics_values_after_known_actions() -> None:
     reg = CollectorRegistry()
     m = metrics.ProcessMetrics(registry=reg)
-    m.init_fuse_ops(["getattr", "lookup", "mkdir"])
     get = reg.get_sample_value
     assert get("epochfs_remote_objects_total", {"result": "retried"}) == 0
-    assert get("epochfs_fuse_requests_total", {"op": "getattr"}) == 0
     m.remote_retried()
     m.remote_retried()
     m.remote_failed()
@@ -87,10 +85,6 @@ def test_process_metrics_values_after_known_actions() -> None:
         assert get("epochfs_inflight_downloads") == 1
     m.cut_waited(1.5)
     m.cut_waited(-1)  # clock skew between processes never makes a negative wait
-    m.fuse_request("getattr")
-    m.fuse_request("mkdir", errno.EROFS)
-    m.fuse_request("lookup", errno.ENOENT)
-    m.fuse_request("ioctl", errno.ENOTTY)  # unknown op and errno fold into "other"
     assert get("epochfs_remote_objects_total", {"result": "retried"}) == 2
     assert get("epochfs_remote_objects_total", {"result": "failed"}) == 1
     assert get("epochfs_remote_fetch_seconds_count") == 2
@@ -99,12 +93,25 @@ def test_process_metrics_values_after_known_actions() -> None:
     assert get("epochfs_inflight_downloads") == 0
     assert get("epochfs_cut_wait_seconds_count") == 2
     assert get("epochfs_cut_wait_seconds_sum") == pytest.approx(1.5)
-    assert get("epochfs_fuse_requests_total", {"op": "getattr"}) == 1
+
+
+def test_fuse_metrics_values_after_known_requests() -> None:
+    reg = CollectorRegistry()
+    m = metrics.FuseMetrics(registry=reg)
+    m.init_ops(["getattr", "readlink", "mkdir"])
+    get = reg.get_sample_value
+    assert get("epochfs_fuse_requests_total", {"op": "getattr"}) == 0
+    assert get("epochfs_fuse_errors_total", {"op": "getattr", "errno": "ENOENT"}) == 0
+    m.request("getattr")
+    m.request("mkdir", errno.EROFS)
+    m.request("getattr", errno.ENOENT)
+    m.request("ioctl", errno.ENOTTY)  # unknown op and errno fold into "other"
+    assert get("epochfs_fuse_requests_total", {"op": "getattr"}) == 2
+    assert get("epochfs_fuse_requests_total", {"op": "mkdir"}) == 1
     assert get("epochfs_fuse_errors_total", {"op": "mkdir", "errno": "EROFS"}) == 1
-    assert get("epochfs_fuse_errors_total", {"op": "lookup", "errno": "ENOENT"}) == 1
+    assert get("epochfs_fuse_errors_total", {"op": "getattr", "errno": "ENOENT"}) == 1
     assert get("epochfs_fuse_errors_total", {"op": "other", "errno": "other"}) == 1
-    assert get("epochfs_fuse_errors_total", {"op": "getattr", "errno": "EROFS"}) == 0  # created at zero
-    assert get("epochfs_fuse_errors_total", {"op": "getattr", "errno": "EIO"}) is None
+    assert get("epochfs_fuse_errors_total", {"op": "readlink", "errno": "EROFS"}) is None
 
 
 def test_store_collector_reads_persisted_counters_and_gauges(store: Store) -> None:
@@ -168,7 +175,8 @@ for _ in range(int(sys.argv[1])):
     m.remote_retried()
 m.observe_fetch(0.2)
 m.inflight_downloads.inc(int(sys.argv[2]))
-m.fuse_request("getattr")
+from epochfs.fuse.metrics import fuse_metrics
+fuse_metrics().request("getattr")
 print(os.getpid())
 """
 
@@ -216,9 +224,9 @@ def full_exposition(tmp_path: Path, store: Store) -> str:
     store.cut()
     env = dict(os.environ, PROMETHEUS_MULTIPROC_DIR=str(mpdir))
     code = (
-        "from epochfs.sidecar.metrics import process_metrics\n"
-        "m = process_metrics(); m.init_fuse_ops(['getattr', 'lookup'])\n"
-        "m.observe_fetch(0.1); m.cut_waited(0.0); m.fuse_request('lookup', 2)\n"
+        "from epochfs.sidecar.metrics import fuse_metrics, process_metrics\n"
+        "m = process_metrics(); fuse_metrics().request('getattr', 2)\n"
+        "m.observe_fetch(0.1); m.cut_waited(0.0)\n"
         "with m.download(): pass\n"
     )
     subprocess.run([sys.executable, "-c", code], env=env, check=True)
