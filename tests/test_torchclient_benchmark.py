@@ -18,7 +18,7 @@ def test_loader_benchmark_on_a_plain_folder(tmp_path: Path, capsys, monkeypatch)
     spec.loader.exec_module(bench)
     out = tmp_path / "result.json"
     assert bench.main(["--samples", "24", "--sample-mib", "0.05", "--epochs", "0", "1", "--workers", "1",
-                       "--batch-size", "4", "--json", str(out)]) == 0
+                       "--batch-size", "4", "--repeat", "1", "--json", str(out)]) == 0
     results = json.loads(out.read_text())
     assert sorted((r["epoch"], r["side"]) for r in results) == [(0, "direct"), (0, "mount"), (1, "direct"),
                                                                 (1, "mount")]
