@@ -6,6 +6,7 @@ checkov from scripts/get-checkov.py (its own venv, since its pins clash with the
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -121,3 +122,34 @@ def env_of(c: dict[str, Any]) -> dict[str, Any]:
 
 def mounts_of(c: dict[str, Any]) -> dict[str, dict[str, Any]]:
     return {m["mountPath"]: m for m in c.get("volumeMounts", [])}
+
+
+def run_checkov(target: Path, framework: str) -> list[dict[str, Any]]:
+    """Failed checks of one checkov run (offline: no download of guidelines)."""
+    flag = "-d" if target.is_dir() else "-f"
+    proc = subprocess.run(
+        [str(checkov_binary()), flag, str(target), "--framework", framework, "-o", "json",
+         "--skip-download", "--compact"],
+        capture_output=True, text=True, timeout=600,
+    )
+    assert proc.returncode in (0, 1), proc.stderr[-2000:]
+    report = json.loads(proc.stdout)
+    reports = report if isinstance(report, list) else [report]
+    passed = sum(len(r["results"]["passed_checks"]) for r in reports)
+    assert passed > 0, "checkov checked nothing"
+    return [f for r in reports for f in r["results"]["failed_checks"]]
+
+
+def unexplained(failed: list[dict[str, Any]], skips: list[dict[str, Any]]) -> tuple[list[str], list[str]]:
+    """(findings no skip explains, skips no finding needs)."""
+    used: set[str] = set()
+    missing = []
+    for f in failed:
+        kind = f["resource"].split(".")[0]
+        entry = next((s for s in skips if s["id"] == f["check_id"] and kind in s.get("kinds", [kind])), None)
+        if entry is None:
+            missing.append(f"{f['check_id']} {f['check_name']} on {f['resource']} ({f['file_path']})")
+        else:
+            used.add(entry["id"])
+    stale = [s["id"] for s in skips if s["id"] not in used]
+    return missing, stale
