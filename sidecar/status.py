@@ -1,17 +1,28 @@
-"""``epochfs status``: occupancy bar, epochs table and counters, from a cache or a mount."""
+"""``epochfs status``: occupancy bar, epochs table, rates and error counts, from a cache or a mount.
+
+It reads the same document the mount serves as ``.epochfs/status.json`` (``Store.stats()``), so it
+works while a sidecar runs and on a cache folder with no sidecar. With ``--cache`` it adds the
+supervisor's own totals (samples and bytes served, what the torch client reported), which the
+supervisor saves in the store every few seconds. ``--watch`` redraws in place and derives rates
+from the difference between two readings, so no process has to keep rate state for it.
+"""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
 from epochfs.sidecar.config import ConfigError, format_size
 from epochfs.sidecar.store import Store
 
 BAR_WIDTH = 40
+TOTALS_META = "sidecar_totals"  # written by epochfs.sidecar.supervisor
+CLEAR = "\x1b[H\x1b[2J"
 
 
 def read_stats(*, cache: Path | None, mount: Path | None) -> dict[str, Any]:
@@ -22,13 +33,56 @@ def read_stats(*, cache: Path | None, mount: Path | None) -> dict[str, Any]:
             return dict(json.loads(path.read_text()))
         except FileNotFoundError:
             raise ConfigError(f"--mount: {mount} is not an epochfs mount (no {path.name})") from None
+        except OSError as e:
+            raise ConfigError(f"--mount: cannot read {path}: {e.strerror}") from None
     assert cache is not None
     with Store(cache) as store:
-        return store.stats().to_json()
+        doc = store.stats().to_json()
+        saved = store.meta(TOTALS_META)
+    if saved:
+        with contextlib.suppress(ValueError, TypeError, AttributeError):  # a damaged value: skip it
+            doc.update({k: float(v) for k, v in json.loads(saved).items()})
+    return doc
 
 
-def render(stats: dict[str, Any], rates: dict[str, float] | None = None) -> str:
-    """Human view of a status document."""
+def rates(prev: dict[str, Any], cur: dict[str, Any], seconds: float) -> dict[str, float]:
+    """Per-second rates of the counters present in both readings (never negative: a reset of a
+    counter, e.g. a wiped cache, reads as 0 rather than a negative rate)."""
+    dt = max(1e-6, seconds)
+
+    def rate(key: str, scale: float = 1.0) -> float | None:
+        if key not in prev or key not in cur:
+            return None
+        return max(0.0, (float(cur[key]) - float(prev[key])) / dt / scale)
+
+    out: dict[str, float] = {}
+    for label, key, scale in (
+        ("fetch MB/s", "fetched_bytes_total", 1e6),
+        ("fetch samples/s", "fetched_total", 1.0),
+        ("serve MB/s", "served_bytes_total", 1e6),
+        ("serve samples/s", "served_samples_total", 1.0),
+        ("evict samples/s", "evicted_total", 1.0),
+        ("skips/s", "skipped_total", 1.0),
+        ("trainer wait", "client_wait_seconds_total", 1.0),
+    ):
+        value = rate(key, scale)
+        if value is not None:
+            out[label] = value
+    return out
+
+
+def _fmt_rates(r: dict[str, float]) -> str:
+    parts = []
+    for label, value in r.items():
+        if label == "trainer wait":
+            parts.append(f"trainer waited {100 * min(1.0, value):.0f}% of the time")
+        else:
+            parts.append(f"{label} {value:.1f}")
+    return "rates: " + "  ".join(parts)
+
+
+def render(stats: dict[str, Any], rate_values: dict[str, float] | None = None) -> str:
+    """Human view of a status document (and of rates, when two readings are known)."""
     used = int(stats["cache_bytes"])
     inflight = int(stats.get("inflight_bytes", 0))
     cap = max(1, int(stats["capacity_bytes"]))
@@ -38,13 +92,26 @@ def render(stats: dict[str, Any], rates: dict[str, float] | None = None) -> str:
     lines = [
         f"cache [{bar}] {format_size(used)} / {format_size(cap)} ({100 * used / cap:.1f}%)"
         + (f", {format_size(inflight)} in flight" if inflight else ""),
-        f"samples {stats['samples']}  fetched {stats['fetched_total']}  evicted {stats['evicted_total']}"
-        f"  skipped {stats['skipped_total']}  catalog {stats.get('catalog_objects', 0)}"
+        f"samples {stats['samples']}  fetched {stats['fetched_total']} "
+        f"({format_size(int(stats.get('fetched_bytes_total', 0)))})  evicted {stats['evicted_total']}"
+        f"  catalog {stats.get('catalog_objects', 0)}  cuts {stats.get('cuts_total', 0)}"
         f"  mode {stats.get('mode', 'snapshot')}",
-        "backpressure: " + ("YES (nothing evictable; sampling paused)" if stats["backpressure"] else "no"),
     ]
-    if rates:
-        lines.append("  ".join(f"{k} {v}" for k, v in rates.items()))
+    if "served_samples_total" in stats:
+        lines.append(
+            f"served {int(stats['served_samples_total'])} sample opens "
+            f"({format_size(int(stats.get('served_bytes_total', 0)))})"
+            + (f"  client reported {int(stats.get('client_samples_total', 0))} samples, waited "
+               f"{float(stats.get('client_wait_seconds_total', 0)):.1f}s"
+               if stats.get("client_samples_total") else "")
+        )
+    lines.append(
+        f"errors: {stats['skipped_total']} object(s) skipped (failed after retries or refused)"
+        + ("  backpressure: YES (cache full, nothing evictable; sampling paused)"
+           if stats["backpressure"] else "  backpressure: no")
+    )
+    if rate_values:
+        lines.append(_fmt_rates(rate_values))
     pending_cuts = stats.get("pending_cuts") or []
     if pending_cuts:
         lines.append(f"pending cuts: {', '.join(str(n) for n in pending_cuts)}")
@@ -59,27 +126,51 @@ def render(stats: dict[str, Any], rates: dict[str, float] | None = None) -> str:
     return "\n".join(lines)
 
 
+def watch_view(
+    read: Callable[[], dict[str, Any]],
+    *,
+    interval: float,
+    out: TextIO,
+    iterations: int | None = None,
+    clock: Callable[[], float] = time.monotonic,
+    sleep: Callable[[float], None] = time.sleep,
+) -> None:
+    """Redraw the view every ``interval`` seconds (``iterations`` bounds it for tests)."""
+    previous: tuple[float, dict[str, Any]] | None = None
+    shown = 0
+    while iterations is None or shown < iterations:
+        stats = read()
+        now = clock()
+        rate_values = rates(previous[1], stats, now - previous[0]) if previous is not None else None
+        previous = (now, stats)
+        out.write(CLEAR + render(stats, rate_values) + "\n")
+        out.flush()
+        shown += 1
+        if iterations is None or shown < iterations:
+            sleep(interval)
+
+
 def run_status(
     *, cache: Path | None, mount: Path | None, as_json: bool, watch: bool, interval: float
 ) -> int:
+    if interval <= 0:
+        raise ConfigError("--interval: must be positive")
+
+    def read() -> dict[str, Any]:
+        return read_stats(cache=cache, mount=mount)
+
     if not watch:
-        stats = read_stats(cache=cache, mount=mount)
+        stats = read()
         if as_json:
             json.dump(stats, sys.stdout, indent=2, sort_keys=True)
             sys.stdout.write("\n")
         else:
             print(render(stats))
         return 0
-    previous: tuple[float, dict[str, Any]] | None = None
-    while True:
-        stats = read_stats(cache=cache, mount=mount)
-        now = time.monotonic()
-        rates: dict[str, float] | None = None
-        if previous is not None:
-            dt = max(1e-6, now - previous[0])
-            fetched = int(stats["fetched_bytes_total"]) - int(previous[1]["fetched_bytes_total"])
-            rates = {"fetch MB/s": round(fetched / dt / 1e6, 1)}
-        previous = (now, stats)
-        sys.stdout.write("\x1b[H\x1b[2J" + render(stats, rates) + "\n")
-        sys.stdout.flush()
-        time.sleep(interval)
+    if as_json:  # one JSON document per line, for scripts that follow a run
+        while True:
+            sys.stdout.write(json.dumps(read(), sort_keys=True) + "\n")
+            sys.stdout.flush()
+            time.sleep(interval)
+    watch_view(read, interval=interval, out=sys.stdout)
+    return 0

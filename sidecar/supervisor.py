@@ -43,12 +43,13 @@ from typing import IO, Any, Protocol
 from epochfs.fuse import mounting
 from epochfs.sidecar import config
 from epochfs.sidecar.config import ConfigError, MountSettings, SamplerSettings, SidecarSettings
+from epochfs.sidecar.status import TOTALS_META
 from epochfs.sidecar.store import Stats, Store, StoreError
 
 log = logging.getLogger("epochfs.supervisor")
 
-TOTALS_META = "sidecar_totals"
-"""Store meta key where the supervisor saves its own counters (served, client) across restarts."""
+# Store meta key where the supervisor saves its own counters (served, client) across restarts;
+# `epochfs status --cache` shows them.
 
 # Child bootstrap: ask the kernel to SIGTERM us when the supervisor dies, then run the CLI. Done in
 # the child rather than with preexec_fn, which is unsafe once the supervisor has threads.

@@ -383,3 +383,50 @@ def test_open_counter_counts_opens_of_objects_through_any_path(tmp_path: Path) -
         assert seen["bytes"] == total + 3
     finally:
         counter.stop()
+
+
+# ---------------------------------------------------------------------- epochfs status
+def test_status_rates_render_and_watch(store: Store) -> None:
+    import io
+
+    from epochfs.sidecar import status
+
+    for i in range(3):
+        put(store, f"train/{i}.bin", 100)
+    store.cut()
+    store.count_skip(2)
+    store.set_backpressure(True)
+    store.set_meta(status.TOTALS_META, json.dumps({"served_samples_total": 7, "served_bytes_total": 700}))
+    doc = status.read_stats(cache=store.root, mount=None)
+    assert doc["served_samples_total"] == 7 and doc["cache_bytes"] == 300
+    text = status.render(doc)
+    assert "[" + "#" * 12 in text and "300 B / 1000 B (30.0%)" in text
+    assert "2 object(s) skipped" in text and "backpressure: YES" in text
+    assert "served 7 sample opens" in text
+    assert "     0         3" in text  # the epochs table
+
+    later = dict(doc, fetched_bytes_total=doc["fetched_bytes_total"] + 2_000_000,
+                 fetched_total=doc["fetched_total"] + 20, served_samples_total=17, evicted_total=0)
+    r = status.rates(doc, later, 2.0)
+    assert r["fetch MB/s"] == 1.0 and r["fetch samples/s"] == 10 and r["serve samples/s"] == 5
+    assert status.rates(later, doc, 2.0)["fetch MB/s"] == 0  # a reset never shows a negative rate
+
+    readings = iter([doc, later])
+    ticks = iter([0.0, 2.0])
+    out = io.StringIO()
+    status.watch_view(lambda: next(readings), interval=2.0, out=out, iterations=2,
+                      clock=lambda: next(ticks), sleep=lambda s: None)
+    frames = out.getvalue().split(status.CLEAR)[1:]
+    assert len(frames) == 2 and "rates:" not in frames[0]
+    assert "fetch MB/s 1.0" in frames[1] and "serve samples/s 5.0" in frames[1]
+
+
+def test_status_cli_on_a_cache_without_sidecar(store: Store) -> None:
+    put(store, "train/a.bin", 100)
+    cmd = [sys.executable, "-m", "epochfs.sidecar.cli", "status", "--cache", str(store.root)]
+    doc = json.loads(subprocess.run([*cmd, "--json"], capture_output=True, text=True, check=True).stdout)
+    assert doc["samples"] == 1 and doc["cache_bytes"] == 100
+    text = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout
+    assert "(no epoch cut yet)" in text and "errors: 0 object(s) skipped" in text
+    bad = subprocess.run([*cmd, "--interval", "0", "--watch"], capture_output=True, text=True)
+    assert bad.returncode == 2 and "--interval" in bad.stderr

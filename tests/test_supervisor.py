@@ -80,6 +80,13 @@ def test_epochs_equal_the_remote_and_grow_then_sigterm_is_clean(s3: S3Server, tm
         assert (car.metric("epochfs_remote_fetch_seconds_count") or 0) >= s.fetched_total
         # Opens of the epoch's files were counted as samples served (fanotify on the cache).
         assert (car.metric("epochfs_served_samples_total") or 0) >= len(first) + len(second)
+        # The live exposition passes promtool; `epochfs status --mount` works while it runs.
+        check = subprocess.run(["promtool", "check", "metrics"], input=car.metrics(),
+                               capture_output=True, text=True)
+        assert check.returncode == 0, check.stdout + check.stderr
+        out = subprocess.run([*EPOCHFS, "status", "--mount", str(car.mount)], capture_output=True,
+                             text=True, check=True).stdout
+        assert "epoch" in out and "backpressure: no" in out
     # running_sidecar checked exit 0 within 10 s and no mount left; the store opens cleanly.
     with Store(tmp_path / "cache") as store:
         report = store.recover()
