@@ -57,6 +57,9 @@ def test_helm_lint_passes_strict(helm_bin: Path, tmp_path: Path) -> None:
     for values in (with_remote({}), with_remote(MATRIX["multi-node"]), with_remote(MATRIX["legacy-sidecar"])):
         proc = helm(helm_bin, "lint", "--strict", str(CHART), values=values, tmp=tmp_path)
         assert "0 chart(s) failed" in proc.stdout
+    proc = helm(helm_bin, "lint", "--strict", str(CHART), "-f", str(CHART / "ci" / "default-values.yaml"),
+                tmp=tmp_path)
+    assert "0 chart(s) failed" in proc.stdout
 
 
 def test_remote_url_is_required(helm_bin: Path, tmp_path: Path) -> None:

@@ -66,6 +66,9 @@ EPOCHFS_* variables (sidecar/config.py); the image's ENTRYPOINT is `epochfs side
     {{- end }}
     - name: EPOCHFS_CUT_INTERVAL
       value: {{ .Values.sidecar.cutInterval | quote }}
+    # The root filesystem is read-only: SDK caches and config lookups go to the /tmp emptyDir.
+    - name: HOME
+      value: /tmp
     - name: EPOCHFS_KUBE_REPORTING
       value: {{ ternary "1" "0" .Values.kubeReporting.enabled | quote }}
     {{- if .Values.kubeReporting.enabled }}
