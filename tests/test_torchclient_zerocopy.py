@@ -46,3 +46,19 @@ def test_bytes_and_npz_are_plain_memory(tmp_path: Path) -> None:
     publish_epoch(tmp_path / "mnt", 0, {"s.npz": objects / "s.npz"})
     tensor = EpochDataset(tmp_path / "mnt", 0)[0]["x"]
     assert "s.npz" not in _mapping_of(tensor.data_ptr())[2]
+
+
+def test_loader_batches_reach_the_training_process_in_shared_memory(tmp_path: Path) -> None:
+    """Workers map the files and collate into shared memory; the training process receives it as is."""
+    from epochfs.torchclient import EpochLoader
+
+    objects = tmp_path / "objects"
+    objects.mkdir()
+    for i in range(4):
+        np.save(objects / f"{i}.npy", np.full((64, 64), i, np.float32))
+    publish_epoch(tmp_path / "mnt", 0, {f"{i}.npy": objects / f"{i}.npy" for i in range(4)})
+    with EpochLoader(tmp_path / "mnt", batch_size=2, num_workers=1, decode="npy", shuffle=False,
+                     progress=None) as loader:
+        batches = list(loader.epoch(0))
+    assert all(batch.is_shared() for batch in batches)
+    assert [batch[:, 0, 0].tolist() for batch in batches] == [[0.0, 1.0], [2.0, 3.0]]

@@ -134,9 +134,9 @@ class EpochDataset(Dataset[Any]):
         self.checksums: list[str] | None
         if manifest is not None:
             self.source = "manifest"
-            self.files = [e.path for e in manifest.entries]
-            self.sizes = [e.size for e in manifest.entries]
-            self.checksums = [e.checksum for e in manifest.entries]
+            self.files = manifest.paths
+            self.sizes = manifest.sizes
+            self.checksums = manifest.checksums
         else:
             self.source = "walk"
             listing = walk_epoch(self.root, self.epoch)
