@@ -88,6 +88,36 @@ def test_strict_validation_would_catch_a_typo(rendered: dict[str, list[dict[str,
         kubernetes_validate.validate(job, K8S_VERSIONS[0], strict=True)
 
 
+def test_pod_spec_is_consistent(rendered: dict[str, list[dict[str, Any]]]) -> None:
+    """What the API server checks beyond the schema: references resolve, names are unique."""
+    for case, objs in rendered.items():
+        spec = pod_spec(objs)
+        volumes = [v["name"] for v in spec["volumes"]]
+        assert len(volumes) == len(set(volumes)), case
+        containers = spec.get("initContainers", []) + spec["containers"]
+        assert len({c["name"] for c in containers}) == len(containers), case
+        for c in containers:
+            paths = [m["mountPath"] for m in c.get("volumeMounts", [])]
+            assert len(paths) == len(set(paths)), (case, c["name"])
+            for m in c.get("volumeMounts", []):
+                assert m["name"] in volumes, (case, c["name"], m["name"])
+                assert not ("subPath" in m and "subPathExpr" in m), (case, m)
+                if m.get("mountPropagation") == "Bidirectional":
+                    assert c["securityContext"]["privileged"] is True, case
+            names = [e["name"] for e in c.get("env", [])]
+            assert len(names) == len(set(names)), (case, c["name"], names)
+            ports = {p["name"] for p in c.get("ports", [])}
+            for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
+                if probe in c:
+                    assert c[probe]["httpGet"]["port"] in ports, (case, probe)
+            if "restartPolicy" in c:
+                assert c in spec.get("initContainers", []) and c["restartPolicy"] == "Always", case
+        for svc in (o for o in objs if o["kind"] == "Service"):
+            targets = {p["targetPort"] for p in svc["spec"]["ports"]}
+            named = {p["name"] for c in containers for p in c.get("ports", [])}
+            assert targets <= named, case
+
+
 def test_native_sidecar_starts_first_with_probes(rendered: dict[str, list[dict[str, Any]]]) -> None:
     spec = pod_spec(rendered["default"])
     assert [c["name"] for c in spec["initContainers"]] == ["epochfs"]
