@@ -140,6 +140,7 @@ def running_sidecar(
         started = time.monotonic()
         code = car.stop()
         took = time.monotonic() - started
+        print(f"sidecar stopped by SIGTERM in {took:.2f}s (exit {code})")
         left = leftover_mounts(mount, cache / "objects-ro")
         cleanup_mounts(mount, cache / "objects-ro")
         if failed:

@@ -148,7 +148,9 @@ def test_kill_fuse_server_remounts_within_10s(s3: S3Server, tmp_path: Path) -> N
             pid = car.child_pid("fuse")
             return pid not in (None, old) and car.get("/readyz")[0] == 200
         wait_until(back, timeout=10, what="the mount back after kill -9 of the FUSE server")
-        assert time.monotonic() - killed < 10
+        took = time.monotonic() - killed
+        print(f"mount back {took:.2f}s after kill -9 of the FUSE server")
+        assert took < 10
         assert fuse_mounts_at(car.mount) == 1, "mounts stacked"
         assert fuse_mounts_at(car.cache / "objects-ro") == 1, "link-root binds stacked"
         assert check_epoch_bytes(car.mount, 0, objects) == before
