@@ -167,7 +167,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def run(root: Path, args: argparse.Namespace) -> int:
     collate = None if args.decode == "npy" else keep_list
-    extra = {} if collate is None else {"collate_fn": collate}
+    extra: dict[str, Any] = {} if collate is None else {"collate_fn": collate}
     mount = EpochLoader(root, batch_size=args.batch_size, num_workers=args.workers, decode=args.decode,
                         shuffle=True, seed=0, progress=None, **extra)
     plan = _PlanSampler()
