@@ -113,7 +113,7 @@ def cleanup_mounts(*paths: Path) -> None:
 @contextlib.contextmanager
 def running_sidecar(
     tmp_path: Path, *, remote: str, endpoint: str, extra: tuple[str, ...] = (),
-    ready_timeout: float = 60.0, expect_ready: bool = True,
+    ready_timeout: float = 60.0, expect_ready: bool = True, expect_exit: int = 0,
 ) -> Iterator[Sidecar]:
     """Start the sidecar; yield once ready; stop it with SIGTERM and check a clean exit."""
     cache, mount = tmp_path / "cache", tmp_path / "mnt"
@@ -146,6 +146,6 @@ def running_sidecar(
         if failed:
             sys.stderr.write(f"--- sidecar log ({log}) ---\n{car.log_text()[-30000:]}\n")
         else:
-            assert code == 0, f"sidecar exit {code}:\n{car.log_text()[-5000:]}"
+            assert code == expect_exit, f"sidecar exit {code}:\n{car.log_text()[-5000:]}"
             assert took < 10, f"SIGTERM took {took:.1f}s"
             assert not left, f"left mounted: {left}"

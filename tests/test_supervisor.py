@@ -11,6 +11,7 @@ import signal
 import subprocess
 import threading
 import time
+import urllib.request
 from pathlib import Path
 
 import pytest
@@ -215,16 +216,26 @@ def test_dead_mount_at_start_is_cleaned(s3: S3Server, tmp_path: Path) -> None:
 
 def test_second_signal_exits_at_once(s3: S3Server, tmp_path: Path) -> None:
     remote_with(s3, 5, 4 * 1024)
+    metrics_port = free_port()
     with running_sidecar(tmp_path, remote=f"s3://{BUCKET}", endpoint=s3.endpoint,
-                         extra=("--min-samples", "1")) as car:
-        # Hold the mount busy (a cwd inside it) so the normal stop would need the lazy path.
-        holder = subprocess.Popen(["sleep", "30"], cwd=car.mount)
-        try:
-            car.proc.send_signal(signal.SIGTERM)
-            car.proc.send_signal(signal.SIGTERM)
-            car.proc.wait(timeout=5)
-            assert car.proc.returncode in (0, 128 + signal.SIGTERM)
-            wait_until(lambda: find_mount(car.mount) is None, timeout=5, what="mount gone")
-        finally:
-            holder.kill()
-            holder.wait()
+                         extra=("--min-samples", "1", "--metrics-port", str(metrics_port)),
+                         expect_exit=128 + signal.SIGINT) as car:
+        # /metrics on its own port too (EPOCHFS_METRICS_PORT / --metrics-port).
+        body = urllib.request.urlopen(f"http://127.0.0.1:{metrics_port}/metrics", timeout=10).read()
+        assert b"epochfs_cache_capacity_bytes" in body
+        # Freeze the sampler so the orderly stop waits on it (its 5 s grace), then signal twice.
+        sampler = car.child_pid("sampler")
+        assert sampler is not None
+        os.kill(sampler, signal.SIGSTOP)
+        car.proc.send_signal(signal.SIGTERM)
+        wait_until(lambda: "send again to exit at once" in car.log_text(), timeout=10,
+                   what="the first signal handled")
+        started = time.monotonic()
+        car.proc.send_signal(signal.SIGINT)
+        car.proc.wait(timeout=5)
+        assert time.monotonic() - started < 2
+        assert car.proc.returncode == 128 + signal.SIGINT
+        wait_until(lambda: find_mount(car.mount) is None, timeout=5, what="mount gone")
+        wait_until(lambda: not os.path.exists(f"/proc/{sampler}") or
+                   Path(f"/proc/{sampler}/stat").read_text().split()[2] == "Z", timeout=5,
+                   what="the frozen sampler killed")
