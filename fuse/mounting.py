@@ -64,9 +64,17 @@ def mount_table() -> list[MountEntry]:
     return entries
 
 
+def canonical(path: Path) -> str:
+    """``path`` as the mount table spells it: its parent's symlinks resolved, the path itself not
+    touched (it may be a dead mount that answers every stat with ENOTCONN)."""
+    absolute = os.path.normpath(os.path.abspath(path))
+    parent, name = os.path.split(absolute)
+    return os.path.join(os.path.realpath(parent), name) if name else absolute
+
+
 def find_mount(path: Path) -> MountEntry | None:
-    """The topmost mount at exactly ``path`` (resolved without following a dead mount), if any."""
-    target = os.path.normpath(os.path.abspath(path))
+    """The topmost mount at exactly ``path``, if any."""
+    target = canonical(path)
     found = None
     for e in mount_table():
         if e.mount_point == target:
@@ -86,7 +94,7 @@ def is_dead(path: Path) -> bool:
 
 def lazy_unmount(path: Path) -> bool:
     """Detach the mount(s) at ``path`` even if busy; True if nothing is mounted there afterwards."""
-    target = str(os.path.normpath(os.path.abspath(path)))
+    target = canonical(path)
     for _ in range(8):  # mounts can be stacked; take them off one by one
         entry = find_mount(Path(target))
         if entry is None:

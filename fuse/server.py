@@ -114,7 +114,8 @@ def run_mount(settings: MountSettings) -> int:
                 allow_other=True,
                 default_permissions=True,
                 ro=True,
-                fsname=f"epochfs:{cache}",
+                # libfuse splits options at commas: keep them out of the name shown by `mount`.
+                fsname="epochfs:" + str(cache).replace(",", "_").replace("\\", "_"),
                 subtype="epochfs",
             )
         except RuntimeError as e:

@@ -209,7 +209,7 @@ def test_manifest_matches_folder_and_tools_behave(tmp_path: Path) -> None:
 
 
 def test_status_json_changes_while_mounted(tmp_path: Path) -> None:
-    cache, mnt = tmp_path / "cache", tmp_path / "mnt"
+    cache, mnt = tmp_path / "ca,che dir", tmp_path / "mnt"  # a comma must not break mount options
     store = open_store(cache)
     admit(store, make_objects(2, 10))
     with mounted(cache, mnt) as m:
@@ -329,7 +329,8 @@ def test_readers_under_eviction_pressure(tmp_path: Path) -> None:
     store.close()
 
 
-def test_sigterm_exits_zero_and_leaves_nothing(tmp_path: Path) -> None:
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+def test_signal_exits_zero_and_leaves_nothing(tmp_path: Path, sig: int) -> None:
     cache, mnt = tmp_path / "cache", tmp_path / "mnt"
     store = open_store(cache)
     admit(store, make_objects(2, 10))
@@ -337,7 +338,7 @@ def test_sigterm_exits_zero_and_leaves_nothing(tmp_path: Path) -> None:
     with mounted(cache, mnt) as m:
         fd = os.open(m.path / "epoch-0", os.O_RDONLY)  # busy mount: the unmount must be lazy
         try:
-            assert stop(m, sig=signal.SIGTERM) == 0
+            assert stop(m, sig=sig) == 0
         finally:
             os.close(fd)
         assert find_mount(mnt) is None
