@@ -403,6 +403,18 @@ def test_legacy_mode_needs_a_trainer_command(helm_bin: Path, tmp_path: Path) -> 
     assert proc.returncode != 0 and "set trainer.command" in proc.stderr
 
 
+def test_older_clusters_get_the_legacy_mode(helm_bin: Path, tmp_path: Path) -> None:
+    """Below 1.29 the native sidecar is refused with advice; legacy mode validates on 1.25-1.28."""
+    proc = helm(helm_bin, "template", RELEASE, str(CHART), "--kube-version", "1.28.9",
+                values=with_remote({}), tmp=tmp_path, check=False)
+    assert proc.returncode != 0 and "set sidecar.native=false" in proc.stderr
+    text = helm(helm_bin, "template", RELEASE, str(CHART), "--kube-version", "1.25.0", "-n", NAMESPACE,
+                values=with_remote(MATRIX["legacy-sidecar"]), tmp=tmp_path).stdout
+    for obj in (d for d in yaml.safe_load_all(text) if d):
+        for version in ("1.25.0", "1.28.0"):
+            kubernetes_validate.validate(obj, version, strict=True)
+
+
 @pytest.mark.skipif(shutil.which("sh") is None, reason="needs /bin/sh")
 def test_legacy_wrappers_wait_for_the_mount_and_stop_the_sidecar(
     rendered: dict[str, list[dict[str, Any]]], tmp_path: Path,
