@@ -238,3 +238,21 @@ def test_starting_an_epoch_closes_the_unfinished_one(tmp_path: Path) -> None:
         assert values == list(range(8)), "the new epoch gets the workers to itself"
         assert next(first, None) is None, "the unfinished epoch was closed"
         assert [(s.epoch, s.complete, s.batches) for s in loader.history] == [(0, False, 1), (1, True, 4)]
+
+
+def test_node_partition_from_env_and_warning_without_it(tmp_path: Path,
+                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    for var in ("LOCAL_RANK", "LOCAL_WORLD_SIZE", "SLURM_LOCALID", "SLURM_NTASKS_PER_NODE",
+                "OMPI_COMM_WORLD_LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_SIZE"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("RANK", "3")
+    monkeypatch.setenv("WORLD_SIZE", "4")
+    with pytest.warns(UserWarning, match="assuming they all share this node"):
+        everywhere = EpochLoader(tmp_path, batch_size=1, num_workers=0)
+    assert (everywhere.num_replicas, everywhere.rank, everywhere.progress) == (4, 3, None)
+    monkeypatch.setenv("LOCAL_RANK", "1")
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "2")
+    node = EpochLoader(tmp_path, batch_size=1, num_workers=0)
+    assert (node.num_replicas, node.rank) == (2, 1)
+    whole = EpochLoader(tmp_path, batch_size=1, num_workers=0, partition="global")
+    assert (whole.num_replicas, whole.rank) == (4, 3)

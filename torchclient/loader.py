@@ -22,6 +22,7 @@ from __future__ import annotations
 import math
 import os
 import time
+import warnings
 import weakref
 from collections.abc import Callable, Generator, Iterator
 from dataclasses import dataclass
@@ -34,7 +35,7 @@ from torch.utils.data import DataLoader, Dataset, Sampler
 from .dataset import EpochDataset, Progress, print_progress
 from .decode import Decoder, load_sample, resolve_decoder
 from .sampler import epoch_indices
-from .world import World
+from .world import World, has_local_env
 
 Partition = Literal["node", "global"]
 Balance = Literal["pad", "truncate", "none"]
@@ -171,6 +172,10 @@ class EpochLoader:
             raise TypeError(f"EpochLoader sets {', '.join(clash)} itself (the epoch plan is its sampler); "
                             "use batch_size=, shuffle=, drop_last= of EpochLoader")
         world = World.detect()
+        if partition == "node" and num_replicas is None and world.size > 1 and not has_local_env():
+            warnings.warn(f"EpochLoader: {world.size} ranks but no LOCAL_RANK/LOCAL_WORLD_SIZE (or Slurm/"
+                          "Open MPI equivalents): assuming they all share this node's mount. On several "
+                          "nodes, set them (torchrun does) or pass num_replicas= and rank=.", stacklevel=2)
         if num_replicas is None:
             num_replicas = world.local_size if partition == "node" else world.size
         if rank is None:
@@ -197,7 +202,8 @@ class EpochLoader:
         self.rank = rank
         self.wait = bool(wait)
         self.timeout = timeout
-        self.progress = progress
+        # One progress line per node is enough: the node's ranks all wait for the same cut.
+        self.progress = None if progress is print_progress and world.local_rank != 0 else progress
         self.on_epoch_end = on_epoch_end
         options: dict[str, Any] = {"pin_memory": torch.cuda.is_available()}
         if num_workers > 0:

@@ -72,6 +72,12 @@ class World:
         return cls(rank=rank, size=size, local_rank=local_rank, local_size=local_size)
 
 
+def has_local_env(env: Mapping[str, str] | None = None) -> bool:
+    """Whether the launcher said which ranks share this node (else :meth:`World.detect` assumes one node)."""
+    env = os.environ if env is None else env
+    return any(rank_var in env and size_var in env for rank_var, size_var in _LOCAL_VARS)
+
+
 def _dist_rank_and_size() -> tuple[int, int] | None:
     try:
         import torch.distributed as dist
