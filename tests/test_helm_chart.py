@@ -62,6 +62,18 @@ def test_helm_lint_passes_strict(helm_bin: Path, tmp_path: Path) -> None:
     assert "0 chart(s) failed" in proc.stdout
 
 
+def test_chart_packages_with_its_schema_and_dashboard(helm_bin: Path, tmp_path: Path) -> None:
+    import tarfile
+
+    helm(helm_bin, "package", str(CHART), "-d", str(tmp_path), tmp=tmp_path)
+    [tgz] = tmp_path.glob("epochfs-*.tgz")
+    with tarfile.open(tgz) as t:
+        names = set(t.getnames())
+    for required in ("values.schema.json", "dashboards/epochfs.json", "templates/NOTES.txt",
+                     "templates/tests/test-readyz.yaml"):
+        assert f"epochfs/{required}" in names, required
+
+
 def test_remote_url_is_required(helm_bin: Path, tmp_path: Path) -> None:
     proc = helm(helm_bin, "template", RELEASE, str(CHART), tmp=tmp_path, check=False)
     assert proc.returncode != 0
