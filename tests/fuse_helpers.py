@@ -60,6 +60,16 @@ def make_objects(count: int, size: int, *, prefix: str = "train/", seed: int = 0
     return {f"{prefix}{i:05d}.bin": rng.randbytes(size) for i in range(start, start + count)}
 
 
+def files_under(root: Path) -> dict[str, bytes]:
+    """Relative path -> bytes of every file below ``root``, read through ``os.walk`` and ``open``."""
+    out = {}
+    for dirpath, _dirs, names in os.walk(root):
+        for name in names:
+            p = Path(dirpath) / name
+            out[str(p.relative_to(root))] = p.read_bytes()
+    return out
+
+
 @dataclass
 class Mount:
     """A running ``epochfs mount``."""

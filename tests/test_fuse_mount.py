@@ -18,22 +18,13 @@ import numpy as np
 import pytest
 from conftest import wait_until
 from epochfs.fuse.mounting import find_mount, is_dead
-from fuse_helpers import EPOCHFS, admit, make_objects, mounted, open_store, stop
+from fuse_helpers import EPOCHFS, admit, files_under, make_objects, mounted, open_store, stop
 
 pytestmark = [
     pytest.mark.fuse,
     pytest.mark.skipif(os.geteuid() != 0 or not os.path.exists("/dev/fuse"),
                        reason="needs root and /dev/fuse"),
 ]
-
-
-def files_under(root: Path) -> dict[str, bytes]:
-    out = {}
-    for dirpath, _dirs, names in os.walk(root):
-        for name in names:
-            p = Path(dirpath) / name
-            out[str(p.relative_to(root))] = p.read_bytes()
-    return out
 
 
 def read_manifest(path: Path) -> tuple[str, list[tuple[str, int, str]]]:
