@@ -11,7 +11,8 @@ policy, list the catalog, then loop until SIGTERM/SIGINT:
 
 - take the next candidates in sampling order (snapshot mode: a cursor over the order that starts
   a new pass when it reaches the end, so a dataset larger than the cache streams through it; schedule
-  mode: the missing keys of the next epoch's window first, then the windows after it);
+  mode: the missing keys of the next epoch's window first, then those of the windows after it, never
+  keys in front of the window, which the epoch budget has trimmed);
 - reserve, download with ``--concurrency`` in flight, admit verified downloads in batches;
 - serve queued cut requests after each batch, cut on the ``--cut-interval`` timer;
 - log a progress line every few seconds.
@@ -37,6 +38,7 @@ from typing import Any
 from epochfs.sidecar.catalog import CatalogReport, build_catalog
 from epochfs.sidecar.config import ConfigError, SamplerSettings, format_size
 from epochfs.sidecar.download import Downloader, FetchResult, LocalWriteError, RetryPolicy
+from epochfs.sidecar.metrics import process_metrics
 from epochfs.sidecar.remote import Remote, RemoteError, open_remote
 from epochfs.sidecar.store import Admission, Candidate, Policy, Store
 
@@ -103,6 +105,9 @@ class Sampler:
         self._ready_since = 0.0
         self._queue: deque[tuple[int, Candidate]] = deque()
         self._cursor: int | None = None
+        self._windows: dict[int, tuple[int, int]] = {}
+        self._target = -1
+        self._lookahead = False
         self._passes = 0
         self._exhausted_at: float | None = None
         self._backpressure = False
@@ -131,6 +136,8 @@ class Sampler:
     def _next_candidate(self) -> Candidate | None:
         """The next key to fetch in sampling order, skipping what is already in flight."""
         while True:
+            if self._queue and self._stale():
+                self._queue.clear()
             while self._queue:
                 rank, cand = self._queue.popleft()
                 if self.settings.schedule is None:
@@ -144,12 +151,58 @@ class Sampler:
         """In flight, or downloaded and waiting for its admission batch."""
         return key in self._inflight or any(a.key == key for a in self._ready)
 
+    def _window(self, n: int) -> tuple[int, int]:
+        if n not in self._windows:
+            self._windows[n] = self.store.schedule_window(n)
+        return self._windows[n]
+
+    def _schedule_target(self) -> int:
+        """The epoch whose window is fetched first: the lowest requested one, else newest + 1."""
+        newest = self.store.newest_epoch()
+        target = 0 if newest is None else newest + 1
+        pending = self.store.pending_cuts()
+        return max(target, pending[0][0]) if pending else target
+
+    def _schedule_rows(self) -> list[tuple[int, Candidate]]:
+        """Schedule mode: the missing keys of the next epoch's window, then of the one after it.
+
+        Keys in front of the window (trimmed by the epoch budget) are never fetched again, and the
+        next window is looked at only once this one is complete, and no further: a sample admitted
+        after a cut cannot be evicted before the next one, so keys of later windows would take the
+        room the next window needs.
+        """
+        target = self._target = self._schedule_target()
+        self._lookahead = False
+        for n in (target, target + 1):
+            lo, hi = self._window(n)
+            rows = self.store.window_candidates(lo, hi, limit=REFILL + len(self._inflight))
+            if rows:
+                # Until this window is complete (in flight counts as missing), look no further.
+                self._lookahead = n != target
+                return [r for r in rows if not self._busy(r[1].key)]
+        return []
+
+    def _reserve(self, cand: Candidate) -> bool:
+        """Reserve room for ``cand``; a look-ahead download only takes room that is free.
+
+        Evicting for the next window could take samples of the window before it that were
+        fetched ahead of their cut and are not in an epoch yet.
+        """
+        if self._lookahead:
+            policy_capacity = self.settings.capacity
+            if self.store.cache_bytes() + self.store.reserved + cand.size > policy_capacity:
+                return False
+        return self.store.reserve(cand.size)
+
+    def _stale(self) -> bool:
+        """Schedule mode: a cut or a request moved the target since the queue was filled."""
+        return self.settings.schedule is not None and self._schedule_target() != self._target
+
     def _refill(self) -> bool:
         if self._exhausted_at is not None and time.monotonic() - self._exhausted_at < 1.0:
             return False
         if self.settings.schedule is not None:
-            # Always from the front: the next epoch's window must complete before anything later.
-            rows = self.store.candidates(after_rank=None, limit=REFILL + len(self._inflight))
+            rows = self._schedule_rows()
         else:
             rows = self.store.candidates(after_rank=self._cursor, limit=REFILL)
             if not rows and self._cursor is not None:
@@ -177,13 +230,17 @@ class Sampler:
             while not self.stop.is_set():
                 # Start downloads while there is room in flight and in the cache.
                 while len(self._inflight) < self.settings.concurrency and not self.stop.is_set():
+                    if pending is not None and self._stale():
+                        pending = None
                     cand = pending or self._next_candidate()
                     pending = None
                     if cand is None:
                         break
-                    if not self.store.reserve(cand.size):
+                    if not self._reserve(cand):
                         pending = cand
-                        self._set_backpressure(True)
+                        # Full with downloads of our own is not backpressure: they will land.
+                        if not self._inflight and not self._ready:
+                            self._set_backpressure(True)
                         break
                     self._set_backpressure(False)
                     self._inflight[cand.key] = cand
@@ -243,6 +300,7 @@ class Sampler:
     def _serve_cuts(self) -> None:
         for n, waited in self.store.process_cut_requests():
             log.info("cut epoch %d on request (waited %.1fs)", n, waited)
+            process_metrics().cut_waited(waited)
             self._last_cut = time.monotonic()
 
     def _set_backpressure(self, on: bool) -> None:

@@ -487,6 +487,27 @@ class Store:
             for r in rows
         ]
 
+    def schedule_window(self, n: int) -> tuple[int, int]:
+        """Schedule mode: positions [lo, hi) of epoch ``n``'s window (the sampler fetches it first)."""
+        policy = self.policy()
+        if policy.schedule is None:
+            raise ValueError("not in schedule mode")
+        with self._lock:
+            return self._window(self._db, policy, n)
+
+    def window_candidates(self, lo: int, hi: int, *, limit: int) -> list[tuple[int, Candidate]]:
+        """Catalog entries at positions [lo, hi) that are neither cached nor skipped, in order."""
+        rows = self._query(
+            "SELECT c.pos, c.key, c.path, c.sid, c.size, c.version FROM catalog c "
+            "WHERE c.pos >= ? AND c.pos < ? AND c.skipped = 0 "
+            "AND NOT EXISTS (SELECT 1 FROM samples s WHERE s.key = c.key) ORDER BY c.pos LIMIT ?",
+            (lo, hi, limit),
+        )
+        return [
+            (int(r[0]), Candidate(str(r[1]), str(r[2]), str(r[3]), int(r[4]), str(r[5])))
+            for r in rows
+        ]
+
     def mark_skipped(self, key: str) -> None:
         """Record that a key will not be fetched (failed downloads, refused by policy)."""
         with self._tx():

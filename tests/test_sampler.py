@@ -237,3 +237,37 @@ def test_cut_requests_are_served_and_sigterm_is_clean(s3: S3Server, tmp_path: Pa
     assert "stopped cleanly" in sp.log_text()
     verify_cache(cache, objects)
     assert Store(cache).stats().inflight_bytes == 0
+
+
+def test_schedule_mode_under_capacity_pressure(s3: S3Server, tmp_path: Path) -> None:
+    """Windows trimmed to the epoch budget: same epochs on two nodes, capacity held throughout."""
+    from epochfs.sidecar.store import Schedule
+
+    size, count, capacity = 3000, 60, 60_000
+    objects = random_objects(count, size)
+    put_objects(s3, "bkt", objects)
+    order = sampling.order(3, list(objects))
+    schedule = Schedule(initial=8, growth=1.25)
+    budget_objects = int(capacity * 0.75) // size
+    expected = {}
+    for n in range(6):
+        hi = min(count, schedule.size(n))
+        expected[n] = sorted(order[max(0, hi - budget_objects):hi])
+    lists = []
+    for name, concurrency in (("a", "1"), ("b", "16")):
+        cache = tmp_path / name
+        with running_sampler(cache, "s3://bkt", *s3_args(s3), "--seed", "3", "--schedule", str(schedule),
+                             "--capacity", str(capacity), "--keep-epochs", "1", "--concurrency", concurrency,
+                             env=s3_env(s3.endpoint)) as sp, Store(cache) as store:
+            got = {}
+            for n in range(6):
+                def ready(n: int = n, cache: Path = cache) -> bool:
+                    assert disk_bytes(cache) <= capacity
+                    return store.cut(n) is not None
+
+                wait_until(ready, what=f"epoch {n} cut", interval=0.02)
+                got[n] = sorted(f.path for f in store.epoch_files(n))
+            lists.append(got)
+            assert sp.stats()["evicted_total"] > 0
+        verify_cache(cache, objects)
+    assert lists[0] == lists[1] == expected
