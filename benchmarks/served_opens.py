@@ -1,0 +1,95 @@
+"""What counting served samples (fanotify open events, ``sidecar/served.py``) costs a reader.
+
+One run, same files: a reader opens and reads every file of a fake cache folder from the page cache,
+first with nothing watching (the baseline), then while an ``OpenCounter`` runs in another process
+(as the supervisor does), then unwatched again; the best of ``--repeat`` passes each. Prints the
+opens per second of each, the ratio, and whether every open was counted.
+
+    sudo .venv/bin/python benchmarks/served_opens.py --dir /var/tmp/epochfs-served --files 4000
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+LISTENER = """
+import sys, time
+from pathlib import Path
+from epochfs.sidecar.served import OpenCounter
+seen = [0]
+c = OpenCounter(objects_dir=Path(sys.argv[1]), on_open=lambda n, b: seen.__setitem__(0, seen[0] + n))
+assert c.start(), "fanotify unavailable (needs CAP_SYS_ADMIN)"
+print("ready", flush=True)
+sys.stdin.readline()
+deadline = time.monotonic() + 10
+while seen[0] < int(sys.argv[2]) and time.monotonic() < deadline:
+    time.sleep(0.05)
+c.stop()
+print(seen[0], flush=True)
+"""
+
+
+def make_files(root: Path, count: int, size: int) -> list[Path]:
+    files = []
+    for i in range(count):
+        fan = f"{i % 256:02x}"
+        path = root / "objects" / fan / f"{fan}{i:030d}"
+        if not path.exists() or path.stat().st_size != size:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_bytes(os.urandom(size))
+        files.append(path)
+    return files
+
+
+def read_all(files: list[Path]) -> float:
+    start = time.perf_counter()
+    for p in files:
+        with open(p, "rb") as f:
+            while f.read(1 << 20):
+                pass
+    return time.perf_counter() - start
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--dir", type=Path, default=Path("/var/tmp/epochfs-served"))
+    ap.add_argument("--files", type=int, default=4000)
+    ap.add_argument("--size", type=int, default=64 * 1024)
+    ap.add_argument("--repeat", type=int, default=5)
+    args = ap.parse_args()
+    files = make_files(args.dir, args.files, args.size)
+    read_all(files)  # warm the page cache
+    before = min(read_all(files) for _ in range(args.repeat))
+    listener = subprocess.Popen(
+        [sys.executable, "-c", LISTENER, str(args.dir / "objects"), str(args.repeat * len(files))],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+    )
+    assert listener.stdin is not None and listener.stdout is not None
+    if listener.stdout.readline().strip() != "ready":
+        listener.wait()
+        print("the listener failed to start (fanotify needs CAP_SYS_ADMIN)", file=sys.stderr)
+        return 1
+    watched = min(read_all(files) for _ in range(args.repeat))
+    listener.stdin.write("\n")
+    listener.stdin.flush()
+    counted = int(listener.stdout.readline())
+    listener.wait()
+    after = min(read_all(files) for _ in range(args.repeat))
+    base = min(before, after)
+    n = len(files)
+    print(f"{n} files of {args.size} B, page cache warm, best of {args.repeat}:")
+    print(f"  unwatched: {n / base:10.0f} opens/s  ({n * args.size / base / 1e6:.0f} MB/s)")
+    print(f"  watched:   {n / watched:10.0f} opens/s  ({n * args.size / watched / 1e6:.0f} MB/s)")
+    print(f"  watched / unwatched throughput: {base / watched:.2f}; "
+          f"cost per open: {(watched - base) / n * 1e6:.1f} us")
+    print(f"  opens counted: {counted} of {args.repeat * n}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
