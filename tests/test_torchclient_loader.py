@@ -29,6 +29,13 @@ def keep_list(batch: list) -> list:
     return batch
 
 
+def die_on_bad(path: str) -> torch.Tensor:
+    """Decoder whose worker process dies (as if killed for memory) on a file named bad.npy."""
+    if path.endswith("bad.npy"):
+        os._exit(3)
+    return torch.from_numpy(np.load(path))
+
+
 def check_loader_over_growing_epochs(root: str | os.PathLike[str], *, epochs: tuple[int, ...] = (0, 1, 2),
                                      num_workers: int = 2, batch_size: int = 3,
                                      progress: Callable[[str], None] | None = None,
@@ -256,3 +263,20 @@ def test_node_partition_from_env_and_warning_without_it(tmp_path: Path,
     assert (node.num_replicas, node.rank) == (2, 1)
     whole = EpochLoader(tmp_path, batch_size=1, num_workers=0, partition="global")
     assert (whole.num_replicas, whole.rank) == (4, 3)
+
+
+def test_a_dead_worker_fails_the_epoch_and_the_next_epoch_gets_new_workers(tmp_path: Path) -> None:
+    objects = tmp_path / "objects"
+    objects.mkdir()
+    for i in range(6):
+        np.save(objects / f"{i}.npy", np.array([i], np.int64))
+    np.save(objects / "bad.npy", np.array([9], np.int64))
+    good = {f"{i}.npy": objects / f"{i}.npy" for i in range(6)}
+    root = tmp_path / "mnt"
+    publish_epoch(root, 0, {**good, "bad.npy": objects / "bad.npy"})
+    publish_epoch(root, 1, good)
+    with EpochLoader(root, batch_size=2, num_workers=2, decode=die_on_bad, progress=None) as loader:
+        with pytest.raises(RuntimeError, match="exited unexpectedly"):
+            for _ in loader.epoch(0):
+                pass
+        assert sorted(int(v) for batch in loader.epoch(1) for v in batch[:, 0]) == list(range(6))

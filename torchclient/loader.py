@@ -267,6 +267,11 @@ class EpochLoader:
             sizes.append(sum(dataset.sizes[i] for i in chunk))
         return dataset, batches, sizes, padded
 
+    def _workers_alive(self) -> bool:
+        """False when a worker process of the DataLoader has died (private DataLoader state, read only)."""
+        iterator = getattr(self._loader, "_iterator", None)
+        return all(worker.is_alive() for worker in getattr(iterator, "_workers", []))
+
     def close(self) -> None:
         """Stop the worker processes (also done when the loader is garbage-collected)."""
         loader, self._loader = self._loader, None
@@ -276,6 +281,7 @@ class EpochLoader:
             if shutdown is not None:
                 shutdown()
             loader._iterator = None
+        self._plan = _PlanSampler()
 
     def __enter__(self) -> EpochLoader:
         return self
@@ -326,6 +332,12 @@ class EpochRun:
                 waiting = time.monotonic()
             stats.wait_seconds += time.monotonic() - waiting
             stats.complete = True
+        except Exception:
+            # A sample's error leaves the workers serving; a dead worker (killed, out of memory) breaks
+            # the DataLoader for good, so drop it: the next epoch starts fresh workers.
+            if not loader._workers_alive():
+                loader.close()
+            raise
         finally:
             stats.seconds = time.monotonic() - started
             loader.history.append(stats)
