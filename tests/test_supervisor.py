@@ -6,6 +6,7 @@ the sidecar with SIGTERM and asserts exit 0 within seconds and no mount left beh
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -239,3 +240,25 @@ def test_second_signal_exits_at_once(s3: S3Server, tmp_path: Path) -> None:
         wait_until(lambda: not os.path.exists(f"/proc/{sampler}") or
                    Path(f"/proc/{sampler}/stat").read_text().split()[2] == "Z", timeout=5,
                    what="the frozen sampler killed")
+
+
+def test_hung_fuse_server_is_replaced(s3: S3Server, tmp_path: Path) -> None:
+    objects = remote_with(s3, 10, 8 * 1024)
+    with running_sidecar(tmp_path, remote=f"s3://{BUCKET}", endpoint=s3.endpoint,
+                         extra=("--min-samples", "3")) as car:
+        before = check_epoch_bytes(car.mount, 0, objects)
+        old = car.child_pid("fuse")
+        assert old is not None
+        os.kill(old, signal.SIGSTOP)  # alive but answering nothing: stats of the mount hang
+        try:
+            def replaced() -> bool:
+                pid = car.child_pid("fuse")
+                return pid not in (None, old) and car.get("/readyz")[0] == 200
+            # Three probes of 2 s each time out, then kill, lazy unmount, new server.
+            wait_until(replaced, timeout=30, what="a new FUSE server after the old one hung")
+        finally:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(old, signal.SIGCONT)
+        assert fuse_mounts_at(car.mount) == 1
+        assert check_epoch_bytes(car.mount, 0, objects) == before
+        assert "mount answered hung" in car.log_text()
