@@ -280,3 +280,18 @@ def test_a_dead_worker_fails_the_epoch_and_the_next_epoch_gets_new_workers(tmp_p
             for _ in loader.epoch(0):
                 pass
         assert sorted(int(v) for batch in loader.epoch(1) for v in batch[:, 0]) == list(range(6))
+
+
+def test_npz_samples_batch_into_a_dict_of_tensors(tmp_path: Path) -> None:
+    objects = tmp_path / "objects"
+    objects.mkdir()
+    for i in range(5):
+        np.savez_compressed(objects / f"clip{i}.npz", frames=np.full((2, 4, 4), i, np.uint8),
+                            flow=np.full((2, 2, 4, 4), i / 2, np.float32))
+    root = tmp_path / "mnt"
+    publish_epoch(root, 0, {f"clips/clip{i}.npz": objects / f"clip{i}.npz" for i in range(5)})
+    with EpochLoader(root, batch_size=2, num_workers=2, decode="npz", shuffle=False, progress=None) as loader:
+        batches = list(loader.epoch(0))
+    assert [tuple(b["frames"].shape) for b in batches] == [(2, 2, 4, 4), (2, 2, 4, 4), (1, 2, 4, 4)]
+    assert [int(v) for b in batches for v in b["frames"][:, 0, 0, 0]] == [0, 1, 2, 3, 4]
+    assert batches[2]["flow"].dtype == torch.float32 and float(batches[2]["flow"].max()) == 2.0
