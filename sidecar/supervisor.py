@@ -342,17 +342,18 @@ class Supervisor:
         }
 
     def _epoch0_ready(self, stats: Stats) -> bool:
+        """The store's cut condition for epoch 0, read-only: enough samples and, in schedule mode,
+        no sample of epoch 0's window still missing."""
         if stats.epochs or stats.latest_epoch is not None:
             return True
         assert self._store is not None
         policy = self._store.policy()
-        need = max(1, policy.min_samples)
-        if policy.schedule is not None:
-            # Approximation of the store's window rule: the first window's size, at most what
-            # the catalog offers after skips.
-            window = min(policy.schedule.size(0), max(1, stats.catalog_objects - stats.skipped_total))
-            need = max(need, window)
-        return stats.samples >= need
+        if stats.samples < max(1, policy.min_samples):
+            return False
+        if policy.schedule is None:
+            return True
+        lo, hi = self._store.schedule_window(0)
+        return not self._store.window_candidates(lo, hi, limit=1)
 
     def _children_doc(self) -> dict[str, Any]:
         return {

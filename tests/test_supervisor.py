@@ -262,3 +262,13 @@ def test_hung_fuse_server_is_replaced(s3: S3Server, tmp_path: Path) -> None:
         assert fuse_mounts_at(car.mount) == 1
         assert check_epoch_bytes(car.mount, 0, objects) == before
         assert "mount answered hung" in car.log_text()
+
+
+def test_ready_in_schedule_mode_means_epoch0_can_be_cut(s3: S3Server, tmp_path: Path) -> None:
+    objects = remote_with(s3, 30, 8 * 1024)
+    # Slow sampling: readiness after the first sample would be premature (epoch 0 needs 8).
+    extra = ("--schedule", "initial=8,growth=2", "--min-samples", "1", "--concurrency", "1",
+             "--max-rate", "32Ki")
+    with running_sidecar(tmp_path, remote=f"s3://{BUCKET}", endpoint=s3.endpoint, extra=extra) as car:
+        files = check_epoch_bytes(car.mount, 0, objects)  # the lookup cuts at once: ready was true
+        assert len(files) == 8
