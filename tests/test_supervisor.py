@@ -272,3 +272,25 @@ def test_ready_in_schedule_mode_means_epoch0_can_be_cut(s3: S3Server, tmp_path: 
     with running_sidecar(tmp_path, remote=f"s3://{BUCKET}", endpoint=s3.endpoint, extra=extra) as car:
         files = check_epoch_bytes(car.mount, 0, objects)  # the lookup cuts at once: ready was true
         assert len(files) == 8
+
+
+def test_children_die_with_a_killed_supervisor(s3: S3Server, tmp_path: Path) -> None:
+    remote_with(s3, 5, 4 * 1024)
+    with running_sidecar(tmp_path, remote=f"s3://{BUCKET}", endpoint=s3.endpoint,
+                         extra=("--min-samples", "1"), expect_exit=-signal.SIGKILL) as car:
+        pids = [car.child_pid("sampler"), car.child_pid("fuse")]
+        assert None not in pids
+        car.proc.kill()  # no chance to clean up: PR_SET_PDEATHSIG must stop the children
+        car.proc.wait()
+
+        def gone(pid: int) -> bool:
+            try:
+                return Path(f"/proc/{pid}/stat").read_text().split()[2] == "Z"
+            except FileNotFoundError:
+                return True
+        wait_until(lambda: all(gone(p) for p in pids if p is not None), timeout=15,
+                   what="children gone after kill -9 of the supervisor")
+        # The FUSE server unmounted on its SIGTERM; a dead mount would be cleaned at next start.
+        wait_until(lambda: find_mount(car.mount) is None or is_dead(car.mount), timeout=10,
+                   what="no live mount left")
+        cleanup_mounts(car.mount, car.cache / "objects-ro")
