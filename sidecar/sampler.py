@@ -323,8 +323,10 @@ class Sampler:
         interval = self.settings.cut_interval
         if interval > 0 and now - self._last_cut >= interval:
             self._last_cut = now
-            # An epoch identical to the newest one would only push older epochs out.
-            if self._rates.samples != self._samples_at_cut or self.store.newest_epoch() is None:
+            # An epoch identical to the newest one is only worth it under backpressure, where
+            # pushing the oldest pinned epoch out is what frees room.
+            if (self._rates.samples != self._samples_at_cut or self._backpressure
+                    or self.store.newest_epoch() is None):
                 n = self.store.cut()
                 if n is not None:
                     self._samples_at_cut = self._rates.samples

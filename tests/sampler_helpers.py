@@ -53,12 +53,13 @@ class SamplerProc:
 def start_sampler(
     cache: Path, remote: str, *args: str, env: dict[str, str] | None = None, log: Path | None = None
 ) -> SamplerProc:
-    """Start ``epochfs sample`` and wait until its index exists (or it exits)."""
+    """Start ``epochfs sample`` and wait until it has run recovery (or exited)."""
     log = log or cache.parent / f"{cache.name}-sampler.log"
     log.parent.mkdir(parents=True, exist_ok=True)
     full_env = {k: v for k, v in os.environ.items() if not k.startswith("EPOCHFS_")}
     full_env["EPOCHFS_PROGRESS_SECONDS"] = "1"
     full_env.update(env or {})
+    runs_before = log.read_text(errors="replace").count(" recovery: ") if log.exists() else 0
     with open(log, "ab") as out:
         proc = subprocess.Popen(
             [EPOCHFS, "sample", "--remote", remote, "--cache", str(cache), *args],
@@ -67,7 +68,11 @@ def start_sampler(
             env=full_env,
         )
     sp = SamplerProc(proc, log, cache)
-    wait_until(lambda: (cache / INDEX_NAME).exists() or proc.poll() is not None, what="sampler index")
+    # Recovery is logged once signal handlers are in place and the index exists.
+    wait_until(
+        lambda: sp.log_text().count(" recovery: ") > runs_before or proc.poll() is not None,
+        what="sampler start (recovery logged)",
+    )
     if proc.poll() is not None:
         raise AssertionError(f"sampler exited {proc.returncode}:\n{sp.log_text()[-3000:]}")
     return sp
