@@ -36,7 +36,7 @@ from kube_fake_api import FakeApiServer
 pytestmark = [
     pytest.mark.fuse,
     pytest.mark.skipif(os.geteuid() != 0 or not os.path.exists("/dev/fuse"), reason="needs root and FUSE"),
-    pytest.mark.skipif(subprocess.run(["which", "unshare", "nsenter", "setpriv"], capture_output=True).returncode,
+    pytest.mark.skipif(not all(shutil.which(t) for t in ("unshare", "nsenter", "setpriv")),
                        reason="needs util-linux unshare, nsenter and setpriv"),
 ]
 
