@@ -24,11 +24,13 @@ import os
 import random
 import socket
 import threading
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from epochfs.sidecar.metrics import process_metrics
 from epochfs.sidecar.remote import BLOCK, Remote, plain_md5_etag
 from epochfs.sidecar.store import Admission, Candidate, Store
 
@@ -114,7 +116,8 @@ def is_transient(exc: BaseException) -> bool:
             if isinstance(e, aiohttp.ClientResponseError):
                 return e.status >= 500 or e.status == 429
             return True
-        if type(e).__name__ in ("FSTimeoutError", "ResponseParserError"):
+        # FlexibleChecksumError: botocore's own check of the body against x-amz-checksum-*.
+        if type(e).__name__ in ("FSTimeoutError", "ResponseParserError", "FlexibleChecksumError"):
             return True
     return False
 
@@ -185,8 +188,13 @@ class Downloader:
             attempt += 1
             if self.stop.is_set():
                 return FetchResult(cand, None, "stopping", attempt - 1, cancelled=True)
+            metrics = process_metrics()  # retried/failed, fetch seconds, downloads in flight
             try:
-                return FetchResult(cand, self._attempt(cand), None, attempt)
+                started = time.monotonic()
+                with metrics.download():
+                    admission = self._attempt(cand)
+                metrics.observe_fetch(time.monotonic() - started)
+                return FetchResult(cand, admission, None, attempt)
             except Cancelled:
                 return FetchResult(cand, None, "stopping", attempt, cancelled=True)
             except LocalWriteError:
@@ -194,9 +202,12 @@ class Downloader:
             except Exception as e:
                 reason = f"{type(e).__name__}: {e}".strip()
                 if not is_transient(e):
+                    metrics.remote_failed()
                     return FetchResult(cand, None, reason, attempt)
                 if attempt >= self.retry.attempts:
+                    metrics.remote_failed()
                     return FetchResult(cand, None, f"gave up after {attempt} attempts: {reason}", attempt)
+                metrics.remote_retried()
                 with self._lock:
                     self.retried += 1
                 delay = self.retry.delay(attempt)

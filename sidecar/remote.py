@@ -144,7 +144,7 @@ class S3Remote:
                 "max_pool_connections": max(10, concurrency + 4),
                 "connect_timeout": connect_timeout,
                 "read_timeout": read_timeout,
-                "retries": {"mode": "standard", "max_attempts": 1},
+                "retries": {"mode": "standard", "total_max_attempts": 1},
             },
         )
         self._fs.retries = 1

@@ -1,0 +1,184 @@
+"""A small HTTP proxy in front of the moto S3 server that injects faults into object GETs.
+
+Faults are planned per object path, one per attempt, so a test knows exactly what the sampler saw:
+
+- ``reset``: the connection is reset (RST) before any response byte;
+- ``reset-body``: headers and half the body are sent, then the connection is reset;
+- ``truncate``: headers with the full Content-Length, half the body, then a clean close;
+- ``stall``: headers and half the body, then silence until the proxy stops (or 60 s);
+- ``503``: an S3 ``SlowDown`` error with status 503;
+- ``500``: an S3 ``InternalError`` with status 500;
+- ``404``: an S3 ``NoSuchKey`` error (the object vanished after the listing);
+- ``corrupt``: the full body with one byte flipped (same length, so only a checksum catches it);
+- ``ok``: forwarded untouched.
+
+Anything without a plan (listings, HEADs, planned paths after their plan runs out) is forwarded.
+"""
+
+from __future__ import annotations
+
+import http.client
+import socket
+import struct
+import threading
+from collections import defaultdict
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from urllib.parse import urlsplit
+
+FAULTS = ("reset", "reset-body", "truncate", "stall", "503", "500", "404", "corrupt", "ok")
+
+_ERRORS = {
+    "503": (503, "SlowDown", "Please reduce your request rate."),
+    "500": (500, "InternalError", "We encountered an internal error. Please try again."),
+    "404": (404, "NoSuchKey", "The specified key does not exist."),
+}
+
+
+class FaultProxy:
+    """The proxy server; ``plan[path]`` lists the faults of successive GETs of that path."""
+
+    def __init__(self, *, upstream: str, host: str = "127.0.0.1", port: int = 0) -> None:
+        parts = urlsplit(upstream)
+        if parts.scheme != "http" or not parts.hostname or not parts.port:
+            raise ValueError(f"upstream must be http://host:port, got {upstream!r}")
+        self.upstream = (parts.hostname, parts.port)
+        self.plan: dict[str, list[str]] = {}
+        self.gets: dict[str, int] = defaultdict(int)
+        self.injected: dict[str, int] = defaultdict(int)
+        self.lock = threading.Lock()
+        self.stopping = threading.Event()
+        proxy = self
+
+        class Handler(_Handler):
+            owner = proxy
+
+        self.server = ThreadingHTTPServer((host, port), Handler)
+        self.server.daemon_threads = True
+        self.endpoint = f"http://{host}:{self.server.server_address[1]}"
+        self._thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+
+    def set_plan(self, path: str, faults: list[str]) -> None:
+        unknown = [f for f in faults if f not in FAULTS]
+        if unknown:
+            raise ValueError(f"unknown fault(s): {unknown}")
+        with self.lock:
+            self.plan[path] = list(faults)
+
+    def next_fault(self, path: str) -> str:
+        with self.lock:
+            self.gets[path] += 1
+            faults = self.plan.get(path)
+            fault = faults.pop(0) if faults else "ok"
+            if fault != "ok":
+                self.injected[fault] += 1
+            return fault
+
+    def __enter__(self) -> FaultProxy:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stopping.set()
+        self.server.shutdown()
+        self.server.server_close()
+        self._thread.join(timeout=10)
+
+
+class _Handler(BaseHTTPRequestHandler):
+    owner: FaultProxy
+    protocol_version = "HTTP/1.1"
+
+    def log_message(self, format: str, *args: object) -> None:  # quiet
+        pass
+
+    def _forward(self) -> tuple[int, list[tuple[str, str]], bytes]:
+        length = int(self.headers.get("Content-Length") or 0)
+        body = self.rfile.read(length) if length else None
+        conn = http.client.HTTPConnection(*self.owner.upstream, timeout=30)
+        try:
+            headers = {k: v for k, v in self.headers.items() if k.lower() != "connection"}
+            conn.request(self.command, self.path, body=body, headers=headers)
+            resp = conn.getresponse()
+            data = resp.read()
+            return resp.status, [(k, v) for k, v in resp.getheaders()
+                                 if k.lower() not in ("connection", "transfer-encoding")], data
+        finally:
+            conn.close()
+
+    def _send(self, status: int, headers: list[tuple[str, str]], body: bytes) -> None:
+        self.send_response(status)
+        for k, v in headers:
+            if k.lower() != "content-length":
+                self.send_header(k, v)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+        self.wfile.flush()
+
+    def _reset(self) -> None:
+        self.connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        self.connection.close()
+        self.close_connection = True
+
+    def _is_object_get(self) -> bool:
+        path = urlsplit(self.path).path
+        return self.command == "GET" and path.count("/") >= 2 and "?" not in self.path
+
+    def do_GET(self) -> None:
+        if not self._is_object_get():
+            self._send(*self._forward())
+            return
+        path = urlsplit(self.path).path
+        fault = self.owner.next_fault(path)
+        if fault == "reset":
+            self._reset()
+            return
+        if fault in _ERRORS:
+            status, code, message = _ERRORS[fault]
+            body = (f'<?xml version="1.0" encoding="UTF-8"?><Error><Code>{code}</Code>'
+                    f"<Message>{message}</Message><Resource>{path}</Resource></Error>").encode()
+            self._send(status, [("Content-Type", "application/xml")], body)
+            return
+        status, headers, data = self._forward()
+        if status != 200 or fault == "ok":
+            self._send(status, headers, data)
+            return
+        if fault == "corrupt":
+            flipped = bytearray(data)
+            if flipped:
+                flipped[len(flipped) // 2] ^= 0xFF
+            self._send(status, headers, bytes(flipped))
+            return
+        # reset-body, truncate, stall: full headers, half the body.
+        self.send_response(status)
+        for k, v in headers:
+            if k.lower() != "content-length":
+                self.send_header(k, v)
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data[: len(data) // 2])
+        self.wfile.flush()
+        if fault == "reset-body":
+            self._reset()
+        elif fault == "truncate":
+            self.connection.shutdown(socket.SHUT_RDWR)
+            self.close_connection = True
+        else:  # stall
+            self.owner.stopping.wait(60)
+            self.close_connection = True
+
+    def do_HEAD(self) -> None:
+        status, headers, _ = self._forward()
+        self.send_response(status)
+        for k, v in headers:
+            self.send_header(k, v)
+        self.end_headers()
+
+    def do_PUT(self) -> None:
+        self._send(*self._forward())
+
+    def do_POST(self) -> None:
+        self._send(*self._forward())
+
+    def do_DELETE(self) -> None:
+        self._send(*self._forward())

@@ -1,0 +1,82 @@
+"""Faults from the remote (through tests/faultproxy.py): retried or skipped, never stored corrupt."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from conftest import S3Server, put_objects, random_objects, wait_until
+from epochfs.sidecar.store import Store
+from faultproxy import FaultProxy
+from sampler_helpers import index_rows, running_sampler, s3_env, verify_cache
+
+# Short read timeout so that a stalled body is noticed in a second, not thirty.
+FAST = {"EPOCHFS_READ_TIMEOUT": "1"}
+
+
+@pytest.fixture
+def proxy(s3: S3Server) -> Iterator[FaultProxy]:
+    with FaultProxy(upstream=s3.endpoint) as p:
+        yield p
+
+
+def sample_keys(cache: Path) -> set[str]:
+    return {str(r[0]) for r in index_rows(cache, "SELECT key FROM samples")}
+
+
+def test_transient_faults_are_retried(s3: S3Server, proxy: FaultProxy, tmp_path: Path) -> None:
+    objects = random_objects(24, 200_000)
+    put_objects(s3, "bkt", objects)
+    keys = sorted(objects)
+    plans = {
+        keys[0]: ["reset"],
+        keys[1]: ["reset-body"],
+        keys[2]: ["truncate"],
+        keys[3]: ["stall"],
+        keys[4]: ["503", "503"],
+        keys[5]: ["500"],
+        keys[6]: ["corrupt"],
+        keys[7]: ["reset", "truncate", "503", "corrupt"],  # four failures, the fifth attempt works
+    }
+    for key, faults in plans.items():
+        proxy.set_plan(f"/bkt/{key}", faults)
+    cache = tmp_path / "cache"
+    with running_sampler(cache, "s3://bkt", "--endpoint-url", proxy.endpoint, "--retries", "5",
+                         "--concurrency", "8", env=s3_env(s3.endpoint) | FAST) as sp:
+        wait_until(lambda: sp.stats()["samples"] == len(objects), what="every object, despite faults")
+        log = sp.log_text()
+    assert verify_cache(cache, objects) == len(objects)
+    for key, faults in plans.items():
+        assert proxy.gets[f"/bkt/{key}"] == len(faults) + 1, key
+    assert sum(proxy.injected.values()) == sum(len(f) for f in plans.values())
+    assert Store(cache).stats().skipped_total == 0
+    assert re.search(r"[1-9]\d* retried", log), "progress lines count retries"
+
+
+def test_persistent_faults_are_skipped_after_bounded_attempts(
+    s3: S3Server, proxy: FaultProxy, tmp_path: Path
+) -> None:
+    objects = random_objects(12, 50_000)
+    put_objects(s3, "bkt", objects)
+    keys = sorted(objects)
+    proxy.set_plan(f"/bkt/{keys[0]}", ["503"] * 10)
+    proxy.set_plan(f"/bkt/{keys[1]}", ["corrupt"] * 10)
+    proxy.set_plan(f"/bkt/{keys[2]}", ["truncate"] * 10)
+    proxy.set_plan(f"/bkt/{keys[3]}", ["404"])
+    cache = tmp_path / "cache"
+    with running_sampler(cache, "s3://bkt", "--endpoint-url", proxy.endpoint, "--retries", "3",
+                         env=s3_env(s3.endpoint) | FAST) as sp:
+        wait_until(lambda: sp.stats()["samples"] == len(objects) - 4
+                   and sp.stats()["skipped_total"] == 4, what="the rest fetched, four skipped")
+        log = sp.log_text()
+    assert sample_keys(cache) == set(keys[4:])
+    for key in keys[:3]:
+        assert proxy.gets[f"/bkt/{key}"] == 3, f"{key}: attempts are bounded by --retries"
+        assert f"skipping '{key}': gave up after 3 attempts" in log
+    assert proxy.gets[f"/bkt/{keys[3]}"] == 1, "a missing object is not retried"
+    verify_cache(cache, objects)
+    with Store(cache) as store:
+        skipped = {c.key for _, c in store.candidates(after_rank=None, limit=100)}
+        assert not skipped & set(keys[:4]), "skipped keys are not fetched again in this cache"
