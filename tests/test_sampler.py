@@ -271,3 +271,37 @@ def test_schedule_mode_under_capacity_pressure(s3: S3Server, tmp_path: Path) -> 
             assert sp.stats()["evicted_total"] > 0
         verify_cache(cache, objects)
     assert lists[0] == lists[1] == expected
+
+
+def test_http_remote_with_an_index(tmp_path: Path) -> None:
+    import functools
+    import threading
+    from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
+
+    root = tmp_path / "site"
+    objects = random_objects(15, 7000, prefix="shards/")
+    for key, body in objects.items():
+        (root / key).parent.mkdir(parents=True, exist_ok=True)
+        (root / key).write_bytes(body)
+    keys = sorted(objects)
+    # Sizes given for most keys; two without a size cost one HEAD each; one unsafe key is skipped.
+    lines = [f"{k}\t{len(objects[k])}" for k in keys[:-2]] + keys[-2:] + ["../etc/passwd\t10", "# comment"]
+    (root / "index.txt").write_text("\n".join(lines) + "\n")
+
+    class Quiet(SimpleHTTPRequestHandler):
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(Quiet, directory=str(root)))
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        url = f"http://127.0.0.1:{server.server_address[1]}"
+        cache = tmp_path / "cache"
+        with running_sampler(cache, url) as sp:
+            wait_until(fetched(sp, len(objects)), what="every indexed object")
+        assert verify_cache(cache, objects) == len(objects)
+        assert Store(cache).stats().skipped_total == 1
+    finally:
+        server.shutdown()
+        server.server_close()
