@@ -145,6 +145,7 @@ class S3Remote:
                 "connect_timeout": connect_timeout,
                 "read_timeout": read_timeout,
                 "retries": {"mode": "standard", "total_max_attempts": 1},
+                "response_checksum_validation": "when_required",
             },
         )
         self._fs.retries = 1

@@ -44,10 +44,9 @@ from epochfs.sidecar.store import Admission, Candidate, Policy, Store
 
 log = logging.getLogger("epochfs.sampler")
 
-ADMIT_BATCH = 64
-"""Most verified downloads made visible in one store transaction."""
-ADMIT_EVERY = 0.1
-"""Seconds a verified download may wait for its batch."""
+ADMIT_BATCH = 512
+"""Most verified downloads made visible in one store transaction (the admitter takes what is
+waiting, so batches grow with the download rate and stay small when it is low)."""
 POLL = 0.2
 """Seconds between checks of the store while waiting (backpressure, idle, pending cuts)."""
 REFILL = 512
@@ -101,8 +100,9 @@ class Sampler:
         self._tasks: queue.Queue[Candidate | None] = queue.Queue()
         self._results: queue.Queue[FetchResult | BaseException] = queue.Queue()
         self._inflight: dict[str, Candidate] = {}
-        self._ready: list[Admission] = []
-        self._ready_since = 0.0
+        self._admit_q: queue.Queue[Admission | None] = queue.Queue()
+        self._admitting: dict[str, Admission] = {}
+        self._admit_lock = threading.Lock()
         self._queue: deque[tuple[int, Candidate]] = deque()
         self._cursor: int | None = None
         self._windows: dict[int, tuple[int, int]] = {}
@@ -116,6 +116,7 @@ class Sampler:
         self._samples_at_cut = -1
         now = time.monotonic()
         self._rates = _Rates(started=now, last_time=now)
+        self._admit_thread = threading.Thread(target=self._admitter, name="admit", daemon=True)
         self._threads = [
             threading.Thread(target=self._worker, name=f"fetch-{i}", daemon=True)
             for i in range(settings.concurrency)
@@ -149,7 +150,10 @@ class Sampler:
 
     def _busy(self, key: str) -> bool:
         """In flight, or downloaded and waiting for its admission batch."""
-        return key in self._inflight or any(a.key == key for a in self._ready)
+        if key in self._inflight:
+            return True
+        with self._admit_lock:
+            return key in self._admitting
 
     def _window(self, n: int) -> tuple[int, int]:
         if n not in self._windows:
@@ -192,7 +196,7 @@ class Sampler:
             policy_capacity = self.settings.capacity
             if self.store.cache_bytes() + self.store.reserved + cand.size > policy_capacity:
                 return False
-        return self.store.reserve(cand.size)
+        return self.store.reserve(cand.size, capacity=self.settings.capacity)
 
     def _stale(self) -> bool:
         """Schedule mode: a cut or a request moved the target since the queue was filled."""
@@ -225,6 +229,7 @@ class Sampler:
         """Fetch until stopped; raises :class:`LocalWriteError` when the node volume fails."""
         for t in self._threads:
             t.start()
+        self._admit_thread.start()
         pending: Candidate | None = None
         try:
             while not self.stop.is_set():
@@ -239,14 +244,13 @@ class Sampler:
                     if not self._reserve(cand):
                         pending = cand
                         # Full with downloads of our own is not backpressure: they will land.
-                        if not self._inflight and not self._ready:
+                        if not self._inflight and not self._admitting:
                             self._set_backpressure(True)
                         break
                     self._set_backpressure(False)
                     self._inflight[cand.key] = cand
                     self._tasks.put(cand)
-                self._collect(ADMIT_EVERY if self._ready else POLL)
-                self._admit_ready(force=not self._inflight)
+                self._collect(POLL)
                 self._tick(pending)
                 if self._fatal is not None:
                     raise self._fatal
@@ -273,11 +277,7 @@ class Sampler:
         cand = item.candidate
         self._inflight.pop(cand.key, None)
         if item.admission is not None:
-            if not self._ready:
-                self._ready_since = time.monotonic()
-            self._ready.append(item.admission)
-            if len(self._ready) >= ADMIT_BATCH:
-                self._admit_ready(force=True)
+            self._hand_over(item.admission)
             return
         self.store.release(cand.size)
         if item.cancelled:
@@ -286,16 +286,57 @@ class Sampler:
         self.store.mark_skipped(cand.key)
         self._rates.skipped += 1
 
-    def _admit_ready(self, *, force: bool) -> None:
-        if not self._ready:
-            return
-        if not force and time.monotonic() - self._ready_since < ADMIT_EVERY:
-            return
-        batch, self._ready = self._ready, []
-        self.store.admit(batch)
-        self._rates.samples += len(batch)
-        self._rates.nbytes += sum(a.size for a in batch)
-        self._serve_cuts()
+    def _hand_over(self, admission: Admission) -> None:
+        with self._admit_lock:
+            self._admitting[admission.key] = admission
+        self._admit_q.put(admission)
+
+    def _admitter(self) -> None:
+        """Makes verified downloads visible in batches, off the scheduling thread.
+
+        Admission renames files and fsyncs their folders (a few ms per batch folder); doing it here
+        keeps the loop starting downloads meanwhile. ``None`` asks it to finish what it has and end.
+        """
+        done = False
+        while not done:
+            first = self._admit_q.get()
+            batch: list[Admission] = []
+            if first is None:
+                done = True
+            else:
+                batch.append(first)
+            while len(batch) < ADMIT_BATCH:
+                try:
+                    item = self._admit_q.get_nowait()
+                except queue.Empty:
+                    break
+                if item is None:
+                    done = True
+                    break
+                batch.append(item)
+            if not batch:
+                continue
+            try:
+                self.store.admit(batch)
+            except BaseException as e:
+                if isinstance(e, OSError):
+                    e = LocalWriteError(f"admitting {len(batch)} sample(s): {e}")
+                self._fatal = self._fatal or e
+                for a in batch:
+                    with contextlib.suppress(FileNotFoundError):
+                        os.unlink(a.temp)
+                    self.store.release(a.size)
+                return
+            finally:
+                with self._admit_lock:
+                    for a in batch:
+                        self._admitting.pop(a.key, None)
+            self._rates.samples += len(batch)
+            self._rates.nbytes += sum(a.size for a in batch)
+            try:
+                self._serve_cuts()
+            except Exception as e:  # a cut that fails must not stop admissions
+                log.error("serving cut requests failed: %s", e)
 
     def _serve_cuts(self) -> None:
         for n, waited in self.store.process_cut_requests():
@@ -369,18 +410,21 @@ class Sampler:
                 continue
             self._inflight.pop(item.candidate.key, None)
             if item.admission is not None:
-                self._ready.append(item.admission)
+                self._hand_over(item.admission)
             else:
                 self.store.release(item.candidate.size)
         try:
-            if self._ready and not isinstance(self._fatal, LocalWriteError):
-                self.store.admit(self._ready)
-                self._rates.samples += len(self._ready)
+            self._admit_q.put(None)
+            if self._admit_thread.is_alive():
+                self._admit_thread.join(timeout=60)
         finally:
-            for a in self._ready:
+            with self._admit_lock:
+                left = list(self._admitting.values())
+                self._admitting.clear()
+            for a in left:  # only if the admitter failed: nothing of them is visible
                 with contextlib.suppress(FileNotFoundError):
                     os.unlink(a.temp)
-            self._ready = []
+                self.store.release(a.size)
             for temp in self.downloader.active_temps():
                 with contextlib.suppress(FileNotFoundError):
                     os.unlink(temp)
