@@ -217,7 +217,7 @@ class Downloader:
 
     def _attempt(self, cand: Candidate) -> Admission:
         temp = self.store.temp_path()
-        reader = self.remote.open(cand.key)
+        reader = self.remote.open(cand.key, checksum=plain_md5_etag(cand.version) is None)
         try:
             if reader.size is not None and reader.size != cand.size:
                 raise ChangedError(f"size is {reader.size}, the listing said {cand.size}")

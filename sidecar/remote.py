@@ -69,7 +69,10 @@ class Remote(Protocol):
 
     def list(self) -> Iterator[RemoteObject]: ...
 
-    def open(self, key: str) -> Reader: ...
+    def open(self, key: str, *, checksum: bool = False) -> Reader:
+        """Open ``key`` for reading; ``checksum`` asks the remote to verify the body with a
+        checksum of its own when it has one (used when the ETag is not a plain md5)."""
+        ...
 
     def close(self) -> None: ...
 
@@ -145,6 +148,8 @@ class S3Remote:
                 "connect_timeout": connect_timeout,
                 "read_timeout": read_timeout,
                 "retries": {"mode": "standard", "total_max_attempts": 1},
+                # The downloader checks md5 against plain-md5 ETags itself; botocore's CRC of
+                # every body on the one I/O thread is asked for only where no md5 exists.
                 "response_checksum_validation": "when_required",
             },
         )
@@ -181,9 +186,12 @@ class S3Remote:
                 return
             token = page.get("NextContinuationToken")
 
-    def open(self, key: str) -> Reader:
-        response = self._sync(self._client.get_object(Bucket=self.bucket, Key=self._full_key(key)))
-        return _S3Reader(self, response)
+    def open(self, key: str, *, checksum: bool = False) -> Reader:
+        kwargs: dict[str, Any] = {"Bucket": self.bucket, "Key": self._full_key(key)}
+        if checksum:
+            # botocore then checks the body against the object's x-amz-checksum-* (if stored).
+            kwargs["ChecksumMode"] = "ENABLED"
+        return _S3Reader(self, self._sync(self._client.get_object(**kwargs)))
 
     def close(self) -> None:
         with contextlib.suppress(Exception):
@@ -243,7 +251,7 @@ class FileRemote:
                 key = name
             yield RemoteObject(key, st.st_size, f"mtime:{st.st_mtime_ns}")
 
-    def open(self, key: str) -> Reader:
+    def open(self, key: str, *, checksum: bool = False) -> Reader:
         return _FileReader(open(os.path.join(self.root, os.fsencode(key)), "rb", buffering=0))
 
     def close(self) -> None:
@@ -336,7 +344,7 @@ class HTTPRemote:
         version = str(info.get("ETag") or info.get("etag") or info.get("Last-Modified") or "")
         return RemoteObject(key, int(info.get("size") or 0), version)
 
-    def open(self, key: str) -> Reader:
+    def open(self, key: str, *, checksum: bool = False) -> Reader:
         return _HTTPReader(self._fs.open(self._object_url(key), "rb", block_size=0))
 
     def close(self) -> None:
@@ -366,7 +374,7 @@ class FsspecRemote:
                 )
                 yield RemoteObject(key, int(info.get("size") or 0), version)
 
-    def open(self, key: str) -> Reader:
+    def open(self, key: str, *, checksum: bool = False) -> Reader:
         f = self._fs.open(f"{self.root}/{key}", "rb", block_size=BLOCK, cache_type="none")
         reader = _HTTPReader(f)
         reader.size = getattr(f, "size", None)
