@@ -65,6 +65,24 @@ def mbps(dt: float, total: int) -> float:
     return total / dt / 1e6
 
 
+def paced_read(paths: list[str], rate: float) -> float:
+    """Read like a trainer consuming ``rate`` bytes/s (sleeping when ahead); returns MB/s achieved."""
+    total = 0
+    view = memoryview(BUF)
+    t0 = time.perf_counter()
+    for p in paths:
+        ahead = t0 + total / rate - time.perf_counter()
+        if ahead > 0:
+            time.sleep(ahead)
+        fd = os.open(p, os.O_RDONLY)
+        try:
+            while (n := os.readv(fd, [view])) > 0:
+                total += n
+        finally:
+            os.close(fd)
+    return total / (time.perf_counter() - t0) / 1e6
+
+
 def drop_caches(enabled: bool) -> None:
     if not enabled:
         return
@@ -170,6 +188,17 @@ def bench_class(args: argparse.Namespace, name: str, size: int, count: int, proc
                 f" ({row['ratio_repeat']:.2f}x)",
                 flush=True,
             )
+        if args.pace > 0:
+            # A trainer-like reader at a fixed rate, one process, data warm: does a fresh epoch keep up?
+            epoch += 1
+            fresh = list_epoch(mnt / f"epoch-{epoch}")
+            paced = {"direct": paced_read(direct, args.pace * 1e6),
+                     "mount_first": paced_read(fresh, args.pace * 1e6)}
+            print(f"{name:>6} paced at {args.pace:.0f} MB/s, one reader, data warm: direct "
+                  f"{paced['direct']:.0f} MB/s, fresh epoch through the mount {paced['mount_first']:.0f}"
+                  f" MB/s ({paced['mount_first'] / paced['direct']:.2f}x)", flush=True)
+            rows.append({"size": name, "pace_mbps": args.pace, "paced_direct": round(paced["direct"]),
+                         "paced_mount_first": round(paced["mount_first"])})
         # Per-open cost in one process, min of 7 passes (less noisy than throughput under load).
         per_file = {"direct": [], "mount": []}
         for _ in range(7):
@@ -280,6 +309,8 @@ def main() -> int:
     ap.add_argument("--repeat", type=int, default=3, help="runs per cell; the median is reported")
     ap.add_argument("--no-drop", action="store_true", help="never drop the page cache")
     ap.add_argument("--no-warm", action="store_true", help="turn the server's symlink warm-up off")
+    ap.add_argument("--pace", type=float, default=600.0,
+                    help="MB/s of the paced (trainer-like) reader; 0 skips that phase")
     ap.add_argument("--rclone", action="store_true",
                     help="also read the same files from a local S3 (moto) through rclone mount")
     ap.add_argument("--json", type=Path, help="also write the results here")
