@@ -411,3 +411,27 @@ def test_kernel_caches_symlinks_one_readlink_per_file(tmp_path: Path, warm: bool
     assert calls["readlink"] == len(objs), calls
     assert calls.get("getattr", 0) < 20, calls  # epoch and folder lookups only, none per file
     store.close()
+
+
+def test_link_root_flag(tmp_path: Path) -> None:
+    from epochfs.fuse.mounting import lazy_unmount, make_readonly_bind
+
+    cache, mnt, ro = tmp_path / "cache", tmp_path / "mnt", tmp_path / "ro"
+    store = open_store(cache)
+    objs = make_objects(4, 100)
+    admit(store, objs)
+    store.cut(0)
+    mnt.mkdir()
+    r = epochfs("mount", "--cache", str(cache), "--mount", str(mnt), "--link-root", "relative/ro")
+    assert r.returncode == 2 and "--link-root" in r.stderr
+    assert make_readonly_bind(cache / "objects", ro)
+    try:
+        with mounted(cache, mnt, args=("--link-root", str(ro))) as m:
+            link = os.readlink(m.path / "epoch-0" / "train" / "00000.bin")
+            assert link.startswith(f"{ro}/")
+            assert files_under(m.path / "epoch-0") == objs
+            assert find_mount(cache / "objects-ro") is None  # no bind of its own
+        assert find_mount(ro) is not None  # the server leaves a bind it did not make
+    finally:
+        lazy_unmount(ro)
+    store.close()
