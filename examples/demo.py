@@ -137,7 +137,7 @@ def main() -> int:
                 loss = torch.nn.functional.cross_entropy(model(batch["x"]), batch["y"])
                 loss.backward()
                 optimizer.step()
-                losses.append(float(loss))
+                losses.append(loss.item())
             status = json.loads((mount / ".epochfs" / "status.json").read_text())
             print(epoch_line(loader.history[-1], status, sum(losses) / max(1, len(losses))), flush=True)
         print("demo: done; stopping the sidecar")

@@ -167,6 +167,9 @@ class SamplerSettings(CacheSettings):
     retries: int = _opt("--retries", "attempts per object before it is skipped", default=5,
                         parse=_positive_int)
     index_url: str | None = _opt("--index", "for http(s) remotes: URL of the index file listing keys")
+    in_use_seconds: float = _opt("--in-use-seconds",
+                                 "an epoch looked up this recently stays pinned beyond --keep-epochs",
+                                 default=30.0, parse=float)
     max_rate: int | None = _opt("--max-rate", "limit on download bytes per second, e.g. 50Mi (default: none)",
                                 parse=_capacity)
     cut_interval: float = _opt("--cut-interval", "cut a new epoch every N seconds (0: only on request)",

@@ -143,7 +143,7 @@ class Policy:
     """Complete samples needed before an epoch can be cut."""
     headroom: float = 0.25
     """Share of the capacity kept out of epochs so that sampling can go on while epochs are pinned."""
-    in_use_seconds: float = 300.0
+    in_use_seconds: float = 30.0
     """An epoch read within this many seconds stays pinned even when it is not among the newest."""
     schedule: Schedule | None = None
     """Schedule mode when set; snapshot mode otherwise."""
@@ -385,7 +385,7 @@ class Store:
                 keep_epochs=int(get("keep_epochs") or 2),
                 min_samples=int(get("min_samples") or 1),
                 headroom=float(get("headroom") or 0.25),
-                in_use_seconds=float(get("in_use_seconds") or 300.0),
+                in_use_seconds=float(get("in_use_seconds") or 30.0),
                 schedule=Schedule.parse(schedule) if schedule else None,
             )
 
