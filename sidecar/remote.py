@@ -89,18 +89,38 @@ def plain_md5_etag(etag: str | None) -> str | None:
 
 # ---------------------------------------------------------------------------- S3
 class _S3Reader:
-    def __init__(self, remote: S3Remote, response: dict[str, Any]) -> None:
+    """A GetObject body read on fsspec's I/O loop, one thread hop per block.
+
+    The request and the first block come back in one hop, and the end is known from the
+    Content-Length, so an object smaller than a block costs a single hop.
+    """
+
+    def __init__(self, remote: S3Remote, response: dict[str, Any], first: bytes) -> None:
         self._remote = remote
         self._body = response["Body"]
         self.size: int | None = response.get("ContentLength")
         self.etag: str | None = response.get("ETag")
+        self._first: bytes | None = first
+        self._left = None if self.size is None else self.size - len(first)
 
     def read(self, n: int) -> bytes:
-        return self._remote._sync(_read_block(self._body, n))
+        if self._first is not None:
+            first, self._first = self._first, None
+            if len(first) <= n:
+                return first
+            self._first = first[n:]
+            return first[:n]
+        if self._left is not None and self._left <= 0:
+            return b""
+        block: bytes = self._remote._sync(_read_block(self._body, n))
+        if self._left is not None:
+            self._left -= len(block)
+        return block
 
     def close(self) -> None:
+        # aiohttp objects belong to their loop: close there, without waiting.
         with contextlib.suppress(Exception):
-            self._body.close()
+            self._remote._fs.loop.call_soon_threadsafe(self._body.close)
 
 
 async def _read_block(body: Any, n: int) -> bytes:
@@ -191,7 +211,17 @@ class S3Remote:
         if checksum:
             # botocore then checks the body against the object's x-amz-checksum-* (if stored).
             kwargs["ChecksumMode"] = "ENABLED"
-        return _S3Reader(self, self._sync(self._client.get_object(**kwargs)))
+        response, first = self._sync(self._get(kwargs))
+        return _S3Reader(self, response, first)
+
+    async def _get(self, kwargs: dict[str, Any]) -> tuple[dict[str, Any], bytes]:
+        response = await self._client.get_object(**kwargs)
+        try:
+            first = await _read_block(response["Body"], BLOCK)
+        except BaseException:
+            response["Body"].close()
+            raise
+        return response, first
 
     def close(self) -> None:
         with contextlib.suppress(Exception):
