@@ -22,7 +22,6 @@ import re
 import stat
 import threading
 import time
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -210,6 +209,7 @@ class View:
         self.started = time.time() if started is None else started
         self.read_debounce = read_debounce
         self._lock = threading.Lock()
+        self._refresh_lock = threading.Lock()
         self._trees: dict[int, EpochTree] = {}
         self._manifests: dict[int, bytes] = {}
         self._last_recorded: dict[int, float] = {}
@@ -234,14 +234,15 @@ class View:
 
     def refresh(self) -> tuple[Snapshot, Snapshot]:
         """Re-read live epochs and status from the store; returns (old, new) for invalidation."""
-        new = self._read_snapshot()
-        with self._lock:
-            old = self._snap
-            self._snap = new
-            for n in [n for n in self._trees if n not in new.live]:
-                del self._trees[n]
-            for n in [n for n in self._manifests if n not in new.live]:
-                del self._manifests[n]
+        with self._refresh_lock:  # one at a time, so a slow refresh never installs an older state
+            new = self._read_snapshot()
+            with self._lock:
+                old = self._snap
+                self._snap = new
+                for n in [n for n in self._trees if n not in new.live]:
+                    del self._trees[n]
+                for n in [n for n in self._manifests if n not in new.live]:
+                    del self._manifests[n]
         return old, new
 
     def render_status(self) -> bytes:
@@ -418,8 +419,3 @@ class View:
     def is_mutable_file(self, path: str) -> bool:
         """Control files whose content changes (served with direct I/O, never page-cached)."""
         return split_path(path) == [CONTROL_DIR, STATUS_NAME]
-
-    def walk_epoch(self, n: int) -> Iterator[tuple[str, str]]:
-        """(relative path, symlink target) of every file of live epoch ``n`` (warm-up, tests)."""
-        t = self.tree(n)
-        yield from t.links.items()
