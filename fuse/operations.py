@@ -64,7 +64,7 @@ F = TypeVar("F", bound=Callable[..., Any])
 def translate_errors(method: F) -> F:
     """Map view errors to errno; anything unexpected becomes EIO (and is logged with its cause).
     Every call is counted by operation, and every error by operation and errno."""
-    op = method.__name__.removesuffix("_with_offset")
+    op = {"listing": "readdir"}.get(method.__name__, method.__name__.removesuffix("_with_offset"))
 
     @functools.wraps(method)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
@@ -447,7 +447,7 @@ class EpochFUSE(mfusepy.FUSE):
                        flags: int) -> int:
         ops = cast(EpochOperations, self.operations)
         decoded = "/" if path is None else path.decode(self.encoding, self.errors)
-        here, listing = translate_errors(EpochOperations.listing)(ops, decoded)
+        here, listing = _translated_listing(ops, decoded)
         plus = FUSE_FILL_DIR_PLUS if flags & FUSE_READDIR_PLUS else 0
         encoding, errors = self.encoding, self.errors
         for i in range(offset, len(listing) + 2):
@@ -459,3 +459,6 @@ class EpochFUSE(mfusepy.FUSE):
             if filler(buf, name.encode(encoding, errors), self._c_stat(ops, attr), i + 1, fill) != 0:
                 break
         return 0
+
+
+_translated_listing = translate_errors(EpochOperations.listing)

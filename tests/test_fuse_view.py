@@ -147,3 +147,23 @@ def test_operations_define_no_unimplemented_calls() -> None:
                                                                           "readdir_with_offset"}
     defined = {n for n in fuse_calls if n in vars(operations.EpochOperations)}
     assert defined == implemented & fuse_calls
+
+
+def test_requests_are_counted_by_operation(store) -> None:
+    from epochfs.fuse.metrics import fuse_metrics
+
+    m = fuse_metrics()
+
+    def count(op: str, err: str | None = None) -> float:
+        if err is None:
+            return m.requests.labels(op=op)._value.get()
+        return m.errors.labels(op=op, errno=err)._value.get()
+
+    ops = operations.EpochOperations(view=View(store=store, link_root=LINK_ROOT), timeout=10)
+    before = (count("readdir"), count("getattr"), count("getattr", "ENOENT"))
+    operations._translated_listing(ops, "/")
+    ops.getattr("/")
+    with pytest.raises(OSError):
+        ops.getattr("/nope")
+    assert (count("readdir"), count("getattr"), count("getattr", "ENOENT")) == (
+        before[0] + 1, before[1] + 2, before[2] + 1)
