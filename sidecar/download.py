@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from epochfs.sidecar.metrics import process_metrics
-from epochfs.sidecar.remote import BLOCK, Remote, plain_md5_etag
+from epochfs.sidecar.remote import BLOCK, Remote, RemoteHTTPError, plain_md5_etag
 from epochfs.sidecar.store import Admission, Candidate, Store
 
 log = logging.getLogger("epochfs.download")
@@ -94,6 +94,8 @@ def is_transient(exc: BaseException) -> bool:
     for e in _chain(exc):
         if isinstance(e, (FileNotFoundError, PermissionError, ChangedError, LocalWriteError)):
             return False
+        if isinstance(e, RemoteHTTPError):
+            return e.status >= 500 or e.status == 429
         if isinstance(
             e,
             (TransferError, ConnectionError, TimeoutError, socket.timeout, asyncio.TimeoutError,

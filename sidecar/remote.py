@@ -38,6 +38,14 @@ class RemoteError(Exception):
     """A remote that cannot be used at all (missing library, unreachable, bad URL)."""
 
 
+class RemoteHTTPError(Exception):
+    """An HTTP error status for one object (the message never holds a presigned URL)."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+
+
 @dataclass(frozen=True)
 class RemoteObject:
     """One listed object: key relative to the remote root (bytes when not UTF-8), size, version."""
@@ -136,8 +144,33 @@ async def _read_block(body: Any, n: int) -> bytes:
     return parts[0] if len(parts) == 1 else b"".join(parts)
 
 
+class _AiohttpBody:
+    """The body of a plain aiohttp response, shaped like botocore's streaming body."""
+
+    def __init__(self, response: Any) -> None:
+        self._response = response
+
+    async def read(self, n: int) -> bytes:
+        data: bytes = await self._response.content.read(n)
+        return data
+
+    def close(self) -> None:
+        self._response.close()
+
+
+class _Fallback(Exception):
+    """The presigned fast path cannot serve this bucket (region redirect, auth scheme)."""
+
+
 class S3Remote:
-    """``s3://bucket/prefix`` through s3fs's aiobotocore client, on fsspec's I/O thread."""
+    """``s3://bucket/prefix`` through s3fs's aiobotocore client, on fsspec's I/O thread.
+
+    Object GETs take a fast path: the URL is presigned on the calling (worker) thread with a plain
+    botocore client, and fetched with one aiohttp session on the I/O loop. That skips botocore's
+    request and response pipeline on the single loop thread, which otherwise caps small-object
+    rates; listing and any GET the fast path cannot serve (a region redirect, no credentials, a
+    request for S3's own checksum check) go through the aiobotocore client as usual.
+    """
 
     sorted_listing = True
 
@@ -178,6 +211,33 @@ class S3Remote:
 
         self._sync_fn = sync
         self._client = self._sync(self._fs.set_session())
+        self._timeouts = (connect_timeout, read_timeout)
+        self._concurrency = concurrency
+        self._http: Any = None
+        self._presigner: Any = None
+        self._fast = True
+        try:
+            self._presigner = self._make_presigner(endpoint_url)
+        except Exception as e:
+            log.info("S3 presigned GETs unavailable (%s); using botocore for every GET", e)
+            self._fast = False
+
+    def _make_presigner(self, endpoint_url: str | None) -> Any:
+        import botocore.session
+        from botocore.config import Config
+
+        region = self._client.meta.region_name
+        with contextlib.suppress(Exception):
+            head = self._sync(self._client.head_bucket(Bucket=self.bucket))
+            headers = head.get("ResponseMetadata", {}).get("HTTPHeaders", {})
+            region = headers.get("x-amz-bucket-region") or region
+        session = botocore.session.get_session()
+        client = session.create_client(
+            "s3", region_name=region, endpoint_url=endpoint_url,
+            config=Config(signature_version="s3v4"),
+        )
+        client.generate_presigned_url("get_object", Params={"Bucket": self.bucket, "Key": "x"})
+        return client
 
     def _sync(self, coro: Any) -> Any:
         async def run() -> Any:
@@ -208,11 +268,55 @@ class S3Remote:
 
     def open(self, key: str, *, checksum: bool = False) -> Reader:
         kwargs: dict[str, Any] = {"Bucket": self.bucket, "Key": self._full_key(key)}
+        refused: _Fallback | None = None
+        if self._fast and not checksum:
+            try:
+                url = self._presigner.generate_presigned_url("get_object", Params=kwargs, ExpiresIn=900)
+                response, first = self._sync(self._get_fast(url, key))
+                return _S3Reader(self, response, first)
+            except _Fallback as e:
+                refused = e
         if checksum:
             # botocore then checks the body against the object's x-amz-checksum-* (if stored).
             kwargs["ChecksumMode"] = "ENABLED"
         response, first = self._sync(self._get(kwargs))
+        if refused is not None and self._fast:
+            # botocore got what the presigned URL was refused: stop using the fast path.
+            log.warning("S3 presigned GETs refused (%s); using botocore for every GET", refused)
+            self._fast = False
         return _S3Reader(self, response, first)
+
+    async def _get_fast(self, url: str, key: str) -> tuple[dict[str, Any], bytes]:
+        import aiohttp
+
+        if self._http is None:
+            connect, read = self._timeouts
+            self._http = aiohttp.ClientSession(
+                connector=aiohttp.TCPConnector(limit=self._concurrency + 4),
+                timeout=aiohttp.ClientTimeout(total=None, sock_connect=connect, sock_read=read),
+                auto_decompress=False,
+            )
+        resp = await self._http.get(url)
+        try:
+            if resp.status != 200:
+                text = (await resp.read())[:2000].decode("utf-8", "replace")
+                code = text.split("<Code>", 1)[1].split("</Code>", 1)[0] if "<Code>" in text else ""
+                why = f"HTTP {resp.status} {code or resp.reason}".strip()
+                if resp.status == 404:
+                    raise FileNotFoundError(f"{key}: {why}")
+                if resp.status in (301, 307, 400, 403):
+                    raise _Fallback(why)  # botocore retries it (and redirects, or reports it)
+                raise RemoteHTTPError(resp.status, f"{key}: {why}")
+            first = await _read_block(resp.content, BLOCK)
+        except BaseException:
+            resp.close()
+            raise
+        response = {
+            "Body": _AiohttpBody(resp),
+            "ContentLength": resp.content_length,
+            "ETag": resp.headers.get("ETag"),
+        }
+        return response, first
 
     async def _get(self, kwargs: dict[str, Any]) -> tuple[dict[str, Any], bytes]:
         response = await self._client.get_object(**kwargs)
@@ -224,6 +328,9 @@ class S3Remote:
         return response, first
 
     def close(self) -> None:
+        if self._http is not None:
+            with contextlib.suppress(Exception):
+                self._sync(self._http.close())
         with contextlib.suppress(Exception):
             self._sync(self._client.__aexit__(None, None, None))
 
@@ -451,6 +558,7 @@ __all__ = [
     "Reader",
     "Remote",
     "RemoteError",
+    "RemoteHTTPError",
     "RemoteObject",
     "S3Remote",
     "open_remote",

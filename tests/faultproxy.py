@@ -47,6 +47,8 @@ class FaultProxy:
         self.injected: dict[str, int] = defaultdict(int)
         self.lock = threading.Lock()
         self.stopping = threading.Event()
+        self.refuse_presigned = False
+        """Answer 403 to every presigned URL (as a store that does not accept them would)."""
         proxy = self
 
         class Handler(_Handler):
@@ -121,14 +123,20 @@ class _Handler(BaseHTTPRequestHandler):
         self.close_connection = True
 
     def _is_object_get(self) -> bool:
+        # /bucket/key (query strings, such as presigned signatures, do not matter); listings
+        # are /bucket?list-type=2.
         path = urlsplit(self.path).path
-        return self.command == "GET" and path.count("/") >= 2 and "?" not in self.path
+        return self.command == "GET" and len(path.strip("/").split("/", 1)) == 2
 
     def do_GET(self) -> None:
         if not self._is_object_get():
             self._send(*self._forward())
             return
         path = urlsplit(self.path).path
+        if self.owner.refuse_presigned and "X-Amz-Signature=" in self.path:
+            body = b"<Error><Code>AccessDenied</Code><Message>no presigned URLs here</Message></Error>"
+            self._send(403, [("Content-Type", "application/xml")], body)
+            return
         fault = self.owner.next_fault(path)
         if fault == "reset":
             self._reset()

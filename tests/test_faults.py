@@ -76,7 +76,26 @@ def test_persistent_faults_are_skipped_after_bounded_attempts(
         assert proxy.gets[f"/bkt/{key}"] == 3, f"{key}: attempts are bounded by --retries"
         assert f"skipping '{key}': gave up after 3 attempts" in log
     assert proxy.gets[f"/bkt/{keys[3]}"] == 1, "a missing object is not retried"
+    assert "X-Amz-Signature" not in log, "signed URLs are never logged"
     verify_cache(cache, objects)
     with Store(cache) as store:
         skipped = {c.key for _, c in store.candidates(after_rank=None, limit=100)}
         assert not skipped & set(keys[:4]), "skipped keys are not fetched again in this cache"
+
+
+def test_refused_presigned_gets_fall_back_to_signed_requests(
+    s3: S3Server, proxy: FaultProxy, tmp_path: Path
+) -> None:
+    objects = random_objects(20, 10_000)
+    put_objects(s3, "bkt", objects)
+    proxy.refuse_presigned = True
+    proxy.set_plan(f"/bkt/{sorted(objects)[0]}", ["503"])  # faults still apply on the slow path
+    cache = tmp_path / "cache"
+    with running_sampler(cache, "s3://bkt", "--endpoint-url", proxy.endpoint,
+                         env=s3_env(s3.endpoint) | FAST) as sp:
+        wait_until(lambda: sp.stats()["samples"] == len(objects), what="every object")
+        log = sp.log_text()
+    assert "presigned GETs refused (HTTP 403 AccessDenied); using botocore for every GET" in log
+    assert "X-Amz-Signature" not in log, "signed URLs are never logged"
+    assert verify_cache(cache, objects) == len(objects)
+    assert proxy.injected["503"] == 1
