@@ -155,7 +155,7 @@ class Refresher:
         self._stop.set()
         self._wake.set()
         if self._thread is not None and self._thread is not threading.current_thread():
-            self._thread.join(timeout=10)
+            self._thread.join(timeout=2)
 
     def poke(self) -> None:
         """Refresh now (after a cut on lookup, say) instead of at the next tick."""
@@ -239,6 +239,9 @@ class Warmer:
             try:
                 self.warmed[n] = self.warm(n)
                 log.debug("warmed %d symlink(s) of epoch %d", self.warmed[n], n)
+            except OSError as e:
+                if not self._stop.is_set():  # at unmount the mount stops answering: not an error
+                    log.warning("warm-up of epoch %d stopped: %s", n, e)
             except Exception:
                 log.exception("warm-up of epoch %d failed", n)
 
