@@ -86,6 +86,7 @@ def run_mount(settings: MountSettings) -> int:
     cache = Path(os.path.abspath(settings.cache))
     check_mount_point(mount)
     libfuse = find_libfuse3()
+    warm = warm_files()
     if settings.link_root is not None:
         check_link_root(settings.link_root)
     store = Store(cache, create=True)
@@ -103,7 +104,7 @@ def run_mount(settings: MountSettings) -> int:
 
         timeout = cache_timeout(store.policy().in_use_seconds)
         view = View(store=store, link_root=Path(link_root))
-        ops = EpochOperations(view=view, timeout=timeout, mount=mount, warm_files=warm_files())
+        ops = EpochOperations(view=view, timeout=timeout, mount=mount, warm_files=warm)
         log.info("serving %s at %s (links into %s, libfuse %s)", cache, mount, link_root, libfuse)
         try:
             EpochFUSE(
