@@ -124,6 +124,32 @@ def is_transient(exc: BaseException) -> bool:
     return False
 
 
+def is_unavailable(exc: BaseException) -> bool:
+    """Whether a failure says the remote as a whole is unreachable or overloaded (connection
+    refused/reset, timeout, 5xx, throttling), rather than that this one object is bad."""
+    bce: Any = _optional("botocore.exceptions")
+    aiohttp: Any = _optional("aiohttp")
+    for e in _chain(exc):
+        if isinstance(e, (TransferError, ChangedError, FileNotFoundError, PermissionError)):
+            return False
+        if isinstance(e, RemoteHTTPError):
+            return e.status >= 500 or e.status == 429
+        if isinstance(e, (ConnectionError, TimeoutError, socket.timeout, asyncio.TimeoutError)):
+            return True
+        if bce is not None:
+            if isinstance(e, bce.ClientError):
+                status = int((e.response or {}).get("ResponseMetadata", {}).get("HTTPStatusCode", 0) or 0)
+                code = str((e.response or {}).get("Error", {}).get("Code", ""))
+                return status >= 500 or status == 429 or code in TRANSIENT_CODES
+            if isinstance(e, (bce.EndpointConnectionError, bce.ConnectTimeoutError, bce.ReadTimeoutError)):
+                return True
+        if aiohttp is not None and isinstance(
+            e, (aiohttp.ClientConnectorError, aiohttp.ServerDisconnectedError, aiohttp.ServerTimeoutError)
+        ):
+            return True
+    return False
+
+
 @dataclass(frozen=True)
 class RetryPolicy:
     """Bounded attempts with exponential backoff and full jitter (AWS's recommended scheme)."""
@@ -153,6 +179,8 @@ class FetchResult:
     error: str | None = None
     attempts: int = 0
     cancelled: bool = False
+    unavailable: bool = False
+    """Given up on errors that point at the remote as a whole (see :func:`is_unavailable`)."""
 
 
 class Downloader:
@@ -208,7 +236,8 @@ class Downloader:
                     return FetchResult(cand, None, reason, attempt)
                 if attempt >= self.retry.attempts:
                     metrics.remote_failed()
-                    return FetchResult(cand, None, f"gave up after {attempt} attempts: {reason}", attempt)
+                    return FetchResult(cand, None, f"gave up after {attempt} attempts: {reason}", attempt,
+                                       unavailable=is_unavailable(e))
                 metrics.remote_retried()
                 with self._lock:
                     self.retried += 1
@@ -292,4 +321,5 @@ __all__ = [
     "RetryPolicy",
     "TransferError",
     "is_transient",
+    "is_unavailable",
 ]

@@ -53,6 +53,11 @@ REFILL = 512
 """Candidates read from the catalog at a time."""
 STOP_GRACE = 5.0
 """Seconds the stop waits for in-flight downloads before abandoning them."""
+OUTAGE_AFTER = 5
+"""Consecutive objects given up on remote-wide errors (connection, timeout, 5xx) that make the
+sampler treat the remote as down: it then pauses and keeps the keys instead of skipping them."""
+OUTAGE_PAUSE = (2.0, 60.0)
+"""First and longest pause while the remote is down (doubling in between)."""
 
 
 def _env_float(name: str, default: float) -> float:
@@ -112,6 +117,11 @@ class Sampler:
         self._exhausted_at: float | None = None
         self._backpressure = False
         self._fatal: BaseException | None = None
+        self._retry: deque[Candidate] = deque()
+        self._retry_keys: set[str] = set()
+        self._down_streak = 0
+        self._pause = OUTAGE_PAUSE[0]
+        self._paused_until = 0.0
         self._last_cut = time.monotonic()
         self._samples_at_cut = -1
         now = time.monotonic()
@@ -136,6 +146,11 @@ class Sampler:
     # ------------------------------------------------------------------ candidates
     def _next_candidate(self) -> Candidate | None:
         """The next key to fetch in sampling order, skipping what is already in flight."""
+        while self._retry:
+            cand = self._retry.popleft()
+            self._retry_keys.discard(cand.key)
+            if not self._busy(cand.key):
+                return cand
         while True:
             if self._queue and self._stale():
                 self._queue.clear()
@@ -149,8 +164,8 @@ class Sampler:
                 return None
 
     def _busy(self, key: str) -> bool:
-        """In flight, or downloaded and waiting for its admission batch."""
-        if key in self._inflight:
+        """In flight, waiting for its admission batch, or kept for after an outage."""
+        if key in self._inflight or key in self._retry_keys:
             return True
         with self._admit_lock:
             return key in self._admitting
@@ -234,7 +249,8 @@ class Sampler:
         try:
             while not self.stop.is_set():
                 # Start downloads while there is room in flight and in the cache.
-                while len(self._inflight) < self.settings.concurrency and not self.stop.is_set():
+                while (len(self._inflight) < self.settings.concurrency and not self.stop.is_set()
+                       and time.monotonic() >= self._paused_until):
                     if pending is not None and self._stale():
                         pending = None
                     cand = pending or self._next_candidate()
@@ -278,13 +294,36 @@ class Sampler:
         self._inflight.pop(cand.key, None)
         if item.admission is not None:
             self._hand_over(item.admission)
+            self._remote_up()
             return
         self.store.release(cand.size)
         if item.cancelled:
             return
+        if item.unavailable:
+            self._down_streak += 1
+            if self._down_streak >= OUTAGE_AFTER:
+                # The remote is down, not this object: keep the key and pause.
+                self._retry.append(cand)
+                self._retry_keys.add(cand.key)
+                if time.monotonic() >= self._paused_until:
+                    log.warning(
+                        "remote unavailable (%d objects in a row: %s); pausing %.0fs, keys kept",
+                        self._down_streak, item.error, self._pause,
+                    )
+                    self._paused_until = time.monotonic() + self._pause
+                    self._pause = min(OUTAGE_PAUSE[1], self._pause * 2)
+                return
+        else:
+            self._remote_up()
         log.warning("skipping %r: %s", cand.key, item.error)
         self.store.mark_skipped(cand.key)
         self._rates.skipped += 1
+
+    def _remote_up(self) -> None:
+        if self._down_streak >= OUTAGE_AFTER:
+            log.info("remote reachable again")
+        self._down_streak = 0
+        self._pause = OUTAGE_PAUSE[0]
 
     def _hand_over(self, admission: Admission) -> None:
         with self._admit_lock:

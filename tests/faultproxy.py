@@ -47,6 +47,8 @@ class FaultProxy:
         self.injected: dict[str, int] = defaultdict(int)
         self.lock = threading.Lock()
         self.stopping = threading.Event()
+        self.down: str | None = None
+        """When set, the fault every object GET gets (an outage), before any plan."""
         self.refuse_presigned = False
         """Answer 403 to every presigned URL (as a store that does not accept them would)."""
         proxy = self
@@ -69,8 +71,8 @@ class FaultProxy:
     def next_fault(self, path: str) -> str:
         with self.lock:
             self.gets[path] += 1
-            faults = self.plan.get(path)
-            fault = faults.pop(0) if faults else "ok"
+            faults = self.plan.get(path) or ["ok"]
+            fault = self.down or (faults.pop(0) if len(faults) else "ok")
             if fault != "ok":
                 self.injected[fault] += 1
             return fault

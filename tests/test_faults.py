@@ -99,3 +99,25 @@ def test_refused_presigned_gets_fall_back_to_signed_requests(
     assert "X-Amz-Signature" not in log, "signed URLs are never logged"
     assert verify_cache(cache, objects) == len(objects)
     assert proxy.injected["503"] == 1
+
+
+@pytest.mark.parametrize("fault", ["503", "reset"])
+def test_an_outage_pauses_sampling_instead_of_skipping_everything(
+    s3: S3Server, proxy: FaultProxy, tmp_path: Path, fault: str
+) -> None:
+    objects = random_objects(40, 5_000)
+    put_objects(s3, "bkt", objects)
+    proxy.down = fault
+    cache = tmp_path / "cache"
+    with running_sampler(cache, "s3://bkt", "--endpoint-url", proxy.endpoint, "--retries", "2",
+                         "--concurrency", "4", env=s3_env(s3.endpoint) | FAST) as sp:
+        wait_until(lambda: "remote unavailable" in sp.log_text(), what="the outage noticed")
+        gets = sum(proxy.gets.values())
+        wait_until(lambda: sum(proxy.gets.values()) > gets, what="probing after the pause")
+        skipped = sp.stats()["skipped_total"]
+        assert skipped < 5, "only the objects that failed before the outage was recognised"
+        proxy.down = None
+        wait_until(lambda: sp.stats()["samples"] == len(objects) - skipped, what="the rest after the outage")
+        assert "remote reachable again" in sp.log_text()
+        assert sp.stats()["skipped_total"] == skipped
+    verify_cache(cache, objects)
