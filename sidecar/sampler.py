@@ -51,8 +51,9 @@ POLL = 0.2
 """Seconds between checks of the store while waiting (backpressure, idle, pending cuts)."""
 REFILL = 512
 """Candidates read from the catalog at a time."""
-STOP_GRACE = 5.0
-"""Seconds the stop waits for in-flight downloads before abandoning them."""
+STOP_GRACE = 2.0
+"""Seconds the stop waits for in-flight downloads before abandoning them (the supervisor allows
+the sampler 5 s to exit before it kills it)."""
 OUTAGE_AFTER = 5
 """Consecutive objects given up on remote-wide errors (connection, timeout, 5xx) that make the
 sampler treat the remote as down: it then pauses and keeps the keys instead of skipping them."""
