@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -10,7 +11,7 @@ import pytest
 from conftest import S3Server, put_objects, random_objects, wait_until
 from epochfs.sidecar.store import Store
 from faultproxy import FaultProxy
-from sampler_helpers import index_rows, running_sampler, s3_env, verify_cache
+from sampler_helpers import index_rows, running_sampler, s3_env, start_sampler, verify_cache
 
 # Short read timeout so that a stalled body is noticed in a second, not thirty.
 FAST = {"EPOCHFS_READ_TIMEOUT": "1"}
@@ -120,4 +121,25 @@ def test_an_outage_pauses_sampling_instead_of_skipping_everything(
         wait_until(lambda: sp.stats()["samples"] == len(objects) - skipped, what="the rest after the outage")
         assert "remote reachable again" in sp.log_text()
         assert sp.stats()["skipped_total"] == skipped
+    verify_cache(cache, objects)
+
+
+def test_sigterm_with_stalled_downloads_is_clean_and_quick(
+    s3: S3Server, proxy: FaultProxy, tmp_path: Path
+) -> None:
+    objects = random_objects(3, 4 << 20)
+    put_objects(s3, "bkt", objects)
+    for key in objects:
+        proxy.set_plan(f"/bkt/{key}", ["stall"])  # half the body, then silence
+    cache = tmp_path / "cache"
+    sp = start_sampler(cache, "s3://bkt", "--endpoint-url", proxy.endpoint, env=s3_env(s3.endpoint))
+    try:
+        wait_until(lambda: len(list((cache / "tmp").iterdir())) == 3, what="three stalled downloads")
+    finally:
+        started = time.monotonic()
+        rc = sp.stop(timeout=15)
+    assert rc == 0, sp.log_text()[-2000:]
+    assert time.monotonic() - started < 5, "the supervisor kills a sampler that takes over 5 s"
+    assert list((cache / "tmp").iterdir()) == []
+    assert "stopped cleanly" in sp.log_text()
     verify_cache(cache, objects)
