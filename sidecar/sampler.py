@@ -24,6 +24,7 @@ are admitted, temp files are removed, reservations released, and the command exi
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import logging
 import os
 import queue
@@ -32,6 +33,7 @@ import threading
 import time
 from collections import deque
 from dataclasses import dataclass
+from pathlib import Path
 from types import FrameType
 from typing import Any
 
@@ -492,6 +494,28 @@ def _install_signals(stop: threading.Event) -> list[tuple[signal.Signals, Any]]:
     return old
 
 
+LOCK_NAME = "sampler.lock"
+
+
+def _lock_cache(cache: Path) -> int:
+    """Hold the cache's sampler lock for the life of the process (the kernel drops it on exit,
+    kill -9 included). Two samplers on one cache would each count only their own reservations and
+    the second one's recovery would delete the first one's downloads in flight."""
+    fd = os.open(cache / LOCK_NAME, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        holder = os.pread(fd, 32, 0).decode("ascii", "replace").strip() or "?"
+        os.close(fd)
+        raise ConfigError(
+            f"--cache: {cache} is in use by another epochfs sample (pid {holder}); "
+            f"one sampler per cache"
+        ) from None
+    os.ftruncate(fd, 0)
+    os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+    return fd
+
+
 def _check_identity(store: Store, settings: SamplerSettings) -> None:
     """A cache belongs to one (remote, seed, shard): its ranks and samples were made for them."""
     wanted = {
@@ -535,7 +559,9 @@ def run_sample(settings: SamplerSettings) -> int:
             signal.signal(sig, h)
         raise
     remote: Remote | None = None
+    lock_fd: int | None = None
     try:
+        lock_fd = _lock_cache(settings.cache)
         _check_identity(store, settings)
         log.info("%s", store.recover())
         store.configure(
@@ -587,6 +613,8 @@ def run_sample(settings: SamplerSettings) -> int:
         if remote is not None:
             remote.close()
         store.close()
+        if lock_fd is not None:
+            os.close(lock_fd)
         for sig, h in old_signals:
             signal.signal(sig, h)
 

@@ -305,3 +305,25 @@ def test_http_remote_with_an_index(tmp_path: Path) -> None:
     finally:
         server.shutdown()
         server.server_close()
+
+
+def test_one_sampler_per_cache(tmp_path: Path) -> None:
+    import subprocess
+
+    from sampler_helpers import EPOCHFS
+
+    root = tmp_path / "data"
+    root.mkdir()
+    (root / "a.bin").write_bytes(b"a")
+    cache = tmp_path / "cache"
+    with running_sampler(cache, root.as_uri()) as sp:
+        second = subprocess.run([EPOCHFS, "--log-level", "ERROR", "sample", "--remote", root.as_uri(),
+                                 "--cache", str(cache)], capture_output=True, text=True, timeout=60)
+        assert second.returncode == 2
+        assert second.stderr.strip() == (
+            f"epochfs sample: --cache: {cache} is in use by another epochfs sample "
+            f"(pid {sp.proc.pid}); one sampler per cache"
+        )
+    # Released at exit (and by the kernel on kill -9): a new sampler starts.
+    with running_sampler(cache, root.as_uri()) as sp:
+        wait_until(fetched(sp, 1), what="the object")
