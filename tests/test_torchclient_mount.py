@@ -20,12 +20,18 @@ pytestmark = [
 ]
 
 
-def test_epoch_loader_reads_every_byte_through_the_mount(s3: S3Server, tmp_path: Path) -> None:
+def test_epoch_loader_reads_every_byte_through_the_mount(s3: S3Server, tmp_path: Path,
+                                                          monkeypatch: pytest.MonkeyPatch) -> None:
     objects = random_objects(48, 20_000)
     put_objects(s3, "train-data", objects)
     with running_sidecar(tmp_path, remote="s3://train-data", endpoint=s3.endpoint,
                          extra=("--capacity", "4Mi", "--min-samples", "8")) as car:
+        monkeypatch.setenv("EPOCHFS_REPORT_URL", f"{car.base}/v1/client-report")
         history = check_loader_over_growing_epochs(car.mount, epochs=(0, 1, 2), num_workers=2)
+        # The loader reported what it delivered; the sidecar exports it.
+        delivered = sum(h.samples for h in history)
+        assert car.metric("epochfs_client_samples_total") == delivered
+        assert car.metric("epochfs_client_bytes_total") == sum(h.bytes for h in history)
         assert [h.epoch for h in history] == [0, 1, 2]
         assert all(h.complete for h in history)
         sizes = [h.files for h in history]

@@ -13,8 +13,9 @@ training process fills at each boundary with the paths of the current epoch. So 
    dataset pickling, at the boundary.
 
 The loader measures each epoch (samples, bytes, seconds, seconds the training process waited for
-data) as an :class:`EpochStats`, kept in ``history`` and passed to ``on_epoch_end``: the place where
-client-side reporting hooks in.
+data) as an :class:`EpochStats`, kept in ``history`` and passed to ``on_epoch_end``; with
+``report=True`` (default) it also posts those increments to the sidecar on the pod's loopback
+(:mod:`epochfs.torchclient.report`), from a thread, never in the way of training.
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ from torch.utils.data import DataLoader, Dataset, Sampler
 
 from .dataset import EpochDataset, Progress, print_progress
 from .decode import Decoder, load_sample, resolve_decoder
+from .report import ClientReporter, report_url_from_env
 from .sampler import epoch_indices
 from .world import World, has_local_env
 
@@ -152,7 +154,8 @@ class EpochLoader:
                  shuffle: bool = True, seed: int = 0, drop_last: bool = False, partition: Partition = "node",
                  balance: Balance = "pad", num_replicas: int | None = None, rank: int | None = None,
                  wait: bool = True, timeout: float = 600.0, progress: Progress | None = print_progress,
-                 on_epoch_end: Callable[[EpochStats], None] | None = None, **dataloader_kwargs: Any) -> None:
+                 on_epoch_end: Callable[[EpochStats], None] | None = None, report: bool = True,
+                 **dataloader_kwargs: Any) -> None:
         if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
             raise ValueError(f"batch_size must be an int >= 1, got {batch_size!r}")
         if partition not in ("node", "global"):
@@ -211,6 +214,7 @@ class EpochLoader:
         options.update(dataloader_kwargs)
         self.dataloader_options = options
         self.history: list[EpochStats] = []
+        self.reporter = ClientReporter(url=report_url_from_env() if report else None)
         self._plan = _PlanSampler()
         self._loader: DataLoader[Any] | None = None
         # The running epoch, weakly: a loop that breaks drops the generator (and records its stats) at once.
@@ -275,6 +279,7 @@ class EpochLoader:
     def close(self) -> None:
         """Stop the worker processes (also done when the loader is garbage-collected)."""
         loader, self._loader = self._loader, None
+        self.reporter.close()
         if loader is not None:
             iterator = getattr(loader, "_iterator", None)
             shutdown = getattr(iterator, "_shutdown_workers", None)
@@ -323,7 +328,9 @@ class EpochRun:
             waiting = time.monotonic()
             iterator = iter(dataloader)
             for number, batch in enumerate(iterator):
-                stats.wait_seconds += time.monotonic() - waiting
+                waited = time.monotonic() - waiting
+                stats.wait_seconds += waited
+                loader.reporter.add(samples=len(batches[number]), nbytes=sizes[number], wait_seconds=waited)
                 stats.batches += 1
                 stats.samples += len(batches[number])
                 stats.bytes += sizes[number]

@@ -1,0 +1,117 @@
+"""The torch client's reports to the sidecar: counted right, posted from a thread, never in the way."""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import pytest
+from conftest import free_port, wait_until
+from epochfs.torchclient import EpochLoader
+from epochfs.torchclient.plainfolder import publish_epoch
+from epochfs.torchclient.report import ClientReporter, report_url_from_env
+
+
+class Collector:
+    """A small HTTP server that records every JSON body posted to it."""
+
+    def __init__(self) -> None:
+        self.bodies: list[dict] = []
+        collector = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                assert self.path == "/v1/client-report"
+                length = int(self.headers["Content-Length"])
+                collector.bodies.append(json.loads(self.rfile.read(length)))
+                self.send_response(204)
+                self.end_headers()
+
+            def log_message(self, *args: object) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/v1/client-report"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def total(self, field: str) -> float:
+        return sum(b[field] for b in self.bodies)
+
+
+@pytest.fixture
+def collector() -> Iterator[Collector]:
+    c = Collector()
+    yield c
+    c.server.shutdown()
+    c.server.server_close()
+
+
+def make_epoch(root: Path, count: int, size: int) -> None:
+    objects = root.parent / "objects"
+    objects.mkdir()
+    files = {}
+    for i in range(count):
+        (objects / f"{i}.bin").write_bytes(bytes([i % 256]) * size)
+        files[f"train/{i:03d}.bin"] = objects / f"{i}.bin"
+    publish_epoch(root, 0, files)
+
+
+def test_loader_reports_what_it_delivered(tmp_path: Path, collector: Collector,
+                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("EPOCHFS_REPORT_URL", collector.url)
+    root = tmp_path / "mnt"
+    make_epoch(root, 10, 1000)
+    loader = EpochLoader(root, batch_size=3, num_workers=0, decode="bytes", progress=None)
+    batches = sum(1 for _ in loader.epoch(0))
+    loader.close()  # posts what is left
+    assert batches == 4
+    assert collector.total("samples") == 10
+    assert collector.total("bytes") == 10_000
+    assert collector.total("wait_seconds") > 0
+    assert loader.reporter.failed_reports == 0
+
+
+def test_a_missing_sidecar_never_breaks_training(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("EPOCHFS_REPORT_URL", f"http://127.0.0.1:{free_port()}/v1/client-report")
+    root = tmp_path / "mnt"
+    make_epoch(root, 5, 100)
+    loader = EpochLoader(root, batch_size=2, num_workers=0, decode="bytes", progress=None)
+    assert sum(len(b) for b in loader.epoch(0)) == 5
+    loader.close()
+    assert loader.reporter.failed_reports >= 1 and loader.reporter.sent_reports == 0
+
+
+def test_reporter_keeps_increments_until_a_post_succeeds(collector: Collector) -> None:
+    dead = ClientReporter(url=f"http://127.0.0.1:{free_port()}/v1/client-report", interval=60)
+    dead.add(samples=2, nbytes=20, wait_seconds=0.5)
+    assert dead.flush() is False
+    dead.url = collector.url  # the sidecar came up
+    dead.add(samples=1, nbytes=10, wait_seconds=0.25)
+    assert dead.flush() is True
+    assert collector.bodies == [{"samples": 3, "bytes": 30, "wait_seconds": 0.75}]
+    dead.close()
+
+
+def test_report_thread_posts_periodically(collector: Collector) -> None:
+    reporter = ClientReporter(url=collector.url, interval=0.05)
+    reporter.add(samples=4, nbytes=40, wait_seconds=0.0)
+    wait_until(lambda: collector.bodies, what="a periodic report")
+    reporter.close()
+    assert collector.total("samples") == 4
+
+
+@pytest.mark.parametrize("value,expected", [
+    ("off", None), ("", None), ("http://127.0.0.1:9/v1/client-report", "http://127.0.0.1:9/v1/client-report"),
+])
+def test_report_url_from_env(monkeypatch: pytest.MonkeyPatch, value: str, expected: str | None) -> None:
+    monkeypatch.setenv("EPOCHFS_REPORT_URL", value)
+    assert report_url_from_env() == expected
+
+
+def test_a_bad_report_url_is_a_clear_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("EPOCHFS_REPORT_URL", "ftp://x")
+    with pytest.raises(ValueError, match="EPOCHFS_REPORT_URL"):
+        report_url_from_env()

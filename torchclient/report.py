@@ -1,0 +1,119 @@
+"""Reports from the training loop to the sidecar on the pod's loopback: is the GPU starved?
+
+The loader counts what it delivered (samples, bytes) and how long the training loop waited for the
+next batch; a daemon thread posts the increments every ``interval`` seconds as JSON to the
+sidecar's ``/v1/client-report`` endpoint, which exports them as ``epochfs_client_*_total``.
+
+Reporting must never slow or break training: :meth:`ClientReporter.add` only adds to counters under
+a lock held for nanoseconds; the HTTP call happens on the thread, with a short timeout; failures are
+counted and logged once, and after repeated failures the reporter backs off (a pod without a sidecar
+costs one failed connection per minute at most). Where to report: ``EPOCHFS_REPORT_URL`` (the Helm
+chart sets it), else ``http://127.0.0.1:8080/v1/client-report``; ``EPOCHFS_REPORT_URL=off`` (or an
+empty value) disables reporting.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import threading
+import urllib.request
+from urllib.parse import urlparse
+
+log = logging.getLogger("epochfs.torchclient.report")
+
+DEFAULT_URL = "http://127.0.0.1:8080/v1/client-report"
+MAX_BACKOFF = 60.0
+
+
+def report_url_from_env() -> str | None:
+    """The report URL from ``EPOCHFS_REPORT_URL`` (None when reporting is off)."""
+    url = os.environ.get("EPOCHFS_REPORT_URL", DEFAULT_URL).strip()
+    if url.lower() in ("", "off", "none", "0", "false"):
+        return None
+    if urlparse(url).scheme not in ("http", "https"):
+        raise ValueError(f"EPOCHFS_REPORT_URL must be an http(s) URL or 'off', got {url!r}")
+    return url
+
+
+class ClientReporter:
+    """Counts deliveries and posts increments to the sidecar from a daemon thread."""
+
+    def __init__(self, *, url: str | None, interval: float = 2.0, timeout: float = 1.0) -> None:
+        if interval <= 0 or timeout <= 0:
+            raise ValueError("interval and timeout must be positive")
+        self.url = url
+        self.interval = interval
+        self.timeout = timeout
+        self.sent_reports = 0
+        self.failed_reports = 0
+        self._lock = threading.Lock()
+        self._samples = 0
+        self._bytes = 0
+        self._wait = 0.0
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def add(self, *, samples: int, nbytes: int, wait_seconds: float) -> None:
+        """Count one delivered batch (cheap; called from the training loop)."""
+        if self.url is None:
+            return
+        with self._lock:
+            self._samples += samples
+            self._bytes += nbytes
+            self._wait += max(0.0, wait_seconds)
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._run, name="epochfs-report", daemon=True)
+            self._thread.start()
+
+    def _take(self) -> dict[str, float | int] | None:
+        with self._lock:
+            if not (self._samples or self._bytes or self._wait):
+                return None
+            body: dict[str, float | int] = {
+                "samples": self._samples, "bytes": self._bytes, "wait_seconds": round(self._wait, 6)
+            }
+            self._samples, self._bytes, self._wait = 0, 0, 0.0
+            return body
+
+    def _give_back(self, body: dict[str, float | int]) -> None:
+        with self._lock:
+            self._samples += int(body["samples"])
+            self._bytes += int(body["bytes"])
+            self._wait += float(body["wait_seconds"])
+
+    def flush(self) -> bool:
+        """Post what was counted since the last report; False (and kept for later) on failure."""
+        body = self._take()
+        if body is None or self.url is None:
+            return True
+        request = urllib.request.Request(
+            self.url, data=json.dumps(body).encode(), method="POST",
+            headers={"Content-Type": "application/json"},
+        )
+        try:
+            with urllib.request.urlopen(request, timeout=self.timeout) as response:
+                response.read()
+        except OSError as e:
+            self._give_back(body)
+            self.failed_reports += 1
+            if self.failed_reports == 1:
+                log.info("epochfs: cannot report to the sidecar at %s (%s); will retry quietly", self.url, e)
+            return False
+        self.sent_reports += 1
+        return True
+
+    def _run(self) -> None:
+        delay = self.interval
+        while not self._stop.wait(delay):
+            ok = self.flush()
+            delay = self.interval if ok else min(MAX_BACKOFF, delay * 2)
+
+    def close(self) -> None:
+        """Post the last increments (best effort) and stop the thread."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=self.timeout + 1)
+            self._thread = None
+        self.flush()
