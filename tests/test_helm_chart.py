@@ -478,3 +478,19 @@ def test_legacy_wrappers_wait_for_the_mount_and_stop_the_sidecar(
         if sidecar.poll() is None:
             os.killpg(sidecar.pid, signal.SIGKILL)
             sidecar.wait()
+
+
+def test_trainer_reports_to_its_own_sidecar(rendered: dict[str, list[dict[str, Any]]],
+                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    """The torch client's report URL points at the sidecar's health port on the pod's loopback."""
+    from epochfs.torchclient.report import report_url_from_env
+
+    for case, objs in rendered.items():
+        spec = pod_spec(objs)
+        sidecar = container(spec, "epochfs")
+        probe_port = sidecar["livenessProbe"]["httpGet"]["port"]
+        port = next(p["containerPort"] for p in sidecar["ports"] if p["name"] == probe_port)
+        url = env_of(container(spec, "trainer"))["EPOCHFS_REPORT_URL"]
+        assert url == f"http://127.0.0.1:{port}/v1/client-report", case
+        monkeypatch.setenv("EPOCHFS_REPORT_URL", url)
+        assert report_url_from_env() == url, case
