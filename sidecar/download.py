@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from epochfs.sidecar.metrics import process_metrics
+from epochfs.sidecar.ratelimit import RateLimiter
 from epochfs.sidecar.remote import BLOCK, Remote, RemoteHTTPError, plain_md5_etag
 from epochfs.sidecar.store import Admission, Candidate, Store
 
@@ -194,6 +195,7 @@ class Downloader:
         retry: RetryPolicy,
         stop: threading.Event,
         block: int = BLOCK,
+        rate: RateLimiter | None = None,
     ) -> None:
         if block < 4096:
             raise ValueError("block must be at least 4096 bytes")
@@ -202,6 +204,7 @@ class Downloader:
         self.retry = retry
         self.stop = stop
         self.block = block
+        self.rate = rate
         self._lock = threading.Lock()
         self._temps: set[Path] = set()
         self.retried = 0
@@ -294,6 +297,8 @@ class Downloader:
                 chunk = read(self.block)
                 if not chunk:
                     break
+                if self.rate is not None and not self.rate.take(len(chunk), self.stop):
+                    raise Cancelled()
                 h.update(chunk)
                 total += len(chunk)
                 view = memoryview(chunk)

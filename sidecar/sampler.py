@@ -41,6 +41,7 @@ from epochfs.sidecar.catalog import CatalogReport, build_catalog
 from epochfs.sidecar.config import ConfigError, SamplerSettings, format_size
 from epochfs.sidecar.download import Downloader, FetchResult, LocalWriteError, RetryPolicy
 from epochfs.sidecar.metrics import process_metrics
+from epochfs.sidecar.ratelimit import RateLimiter
 from epochfs.sidecar.remote import Remote, RemoteError, open_remote
 from epochfs.sidecar.store import Admission, Candidate, Policy, Store
 
@@ -103,7 +104,8 @@ class Sampler:
         self.stop = stop
         self.progress_every = progress_every
         self.downloader = Downloader(
-            store=store, remote=remote, retry=RetryPolicy(attempts=settings.retries), stop=stop
+            store=store, remote=remote, retry=RetryPolicy(attempts=settings.retries), stop=stop,
+            rate=RateLimiter(rate=settings.max_rate) if settings.max_rate else None,
         )
         self._tasks: queue.Queue[Candidate | None] = queue.Queue()
         self._results: queue.Queue[FetchResult | BaseException] = queue.Queue()
@@ -570,6 +572,7 @@ def run_sample(settings: SamplerSettings) -> int:
                 keep_epochs=settings.keep_epochs,
                 min_samples=settings.min_samples,
                 headroom=settings.headroom,
+                in_use_seconds=settings.in_use_seconds,
                 schedule=settings.schedule,
             )
         )
