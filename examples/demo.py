@@ -60,7 +60,7 @@ def wait_ready(port: int, sidecar: subprocess.Popen[bytes], log: Path, timeout: 
                     return
         except OSError:
             pass
-        time.sleep(0.2)
+        time.sleep(0.05)
     sys.exit(f"demo: the sidecar was not ready after {timeout:.0f}s:\n{log.read_text()[-3000:]}")
 
 
@@ -97,7 +97,9 @@ def main() -> int:
     parser.add_argument("--workdir", type=Path, default=None, help="keep files here (default: a temp dir)")
     parser.add_argument("--samples", type=int, default=4000, help="samples in the generated dataset")
     parser.add_argument("--capacity", default="6Mi", help="cache capacity (the dataset is ~17 MiB)")
-    parser.add_argument("--max-rate", default="3Mi", help="download rate limit, bytes/s")
+    parser.add_argument("--max-rate", default="4Mi",
+                        help="download rate limit, bytes/s (about what the demo's training consumes, so "
+                             "each epoch roughly doubles until the cache is full)")
     parser.add_argument("--epochs", type=int, default=6)
     parser.add_argument("--workers", type=int, default=2)
     args = parser.parse_args()
@@ -113,23 +115,28 @@ def main() -> int:
         print(f"demo: generating {args.samples} samples under {remote}")
         generate_dataset(remote, args.samples)
 
+    # Torch set-up first (its first use in a process takes a moment), so epoch 0 is asked for as soon
+    # as the sidecar is ready: the loader looks nothing up until an epoch starts.
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(DIM, 64), torch.nn.ReLU(), torch.nn.Linear(64, 2))
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.05)
+    loader = EpochLoader(mount, batch_size=32, num_workers=args.workers, decode="npz", progress=None)
+
     port = free_port()
     log = workdir / "sidecar.log"
     cmd = [sys.executable, "-m", "epochfs.sidecar.cli", "sidecar", "--remote", f"file://{remote}",
            "--cache", str(cache), "--mount", str(mount), "--capacity", args.capacity,
            "--max-rate", args.max_rate, "--min-samples", "64", "--concurrency", "8",
+           # Demo epochs last a fraction of a second: keep only the newest two epochs pinned
+           # (real runs keep the default 30 s grace for an epoch a slow rank has just opened).
+           "--in-use-seconds", "0",
            "--health-port", str(port)]
     print(f"demo: starting the sidecar (log: {log})")
     with open(log, "wb") as out:
         sidecar = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT)
-    loader: EpochLoader | None = None
     try:
         wait_ready(port, sidecar, log)
         print(f"demo: mounted at {mount}; training {args.epochs} epochs on growing epoch-N/ folders")
-        torch.manual_seed(0)
-        model = torch.nn.Sequential(torch.nn.Linear(DIM, 64), torch.nn.ReLU(), torch.nn.Linear(64, 2))
-        optimizer = torch.optim.SGD(model.parameters(), lr=0.05)
-        loader = EpochLoader(mount, batch_size=32, num_workers=args.workers, decode="npz", progress=None)
         for epoch in range(args.epochs):
             losses = []
             for batch in loader.epoch(epoch):
@@ -146,8 +153,7 @@ def main() -> int:
         print("\ndemo: interrupted; stopping the sidecar")
         return 130
     finally:
-        if loader is not None:
-            loader.close()
+        loader.close()
         stop(sidecar, mount)
         left = os.path.ismount(mount)
         print(f"demo: sidecar exited with {sidecar.returncode}; mount {'STILL PRESENT' if left else 'gone'}")
