@@ -20,10 +20,14 @@ the mount are not (for example in another container): a target ``.../ab/abcdef..
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import resource
+import signal
+import socket
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -124,6 +128,60 @@ def generate(workdir: Path, *, samples: int, sample_bytes: int, epochs: int) -> 
     return root
 
 
+def write_remote(folder: Path, *, samples: int, sample_bytes: int) -> int:
+    """A local "remote" of ``samples`` float32 .npy files under ``folder/train``; returns its bytes."""
+    rng = np.random.default_rng(0)
+    (folder / "train").mkdir(parents=True)
+    total = 0
+    for i in range(samples):
+        path = folder / "train" / f"{i:06d}.npy"
+        np.save(path, rng.standard_normal(max(1, sample_bytes // 4), dtype=np.float32))
+        total += path.stat().st_size
+    return total
+
+
+@contextlib.contextmanager
+def sidecar_mount(workdir: Path, *, samples: int, sample_bytes: int) -> Any:
+    """Run ``epochfs sidecar`` over a generated file:// remote; yield the mount once every sample is in.
+
+    Needs root (FUSE). The capacity holds the whole set, so every epoch lists every sample and the
+    comparison is about the read path only.
+    """
+    remote, cache, mount = workdir / "remote", workdir / "cache", workdir / "mnt"
+    total = write_remote(remote, samples=samples, sample_bytes=sample_bytes)
+    mount.mkdir()
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    log_path = workdir / "sidecar.log"
+    with open(log_path, "wb") as log:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "epochfs.sidecar.cli", "sidecar", "--remote", f"file://{remote}",
+             "--cache", str(cache), "--mount", str(mount), "--capacity", str(total * 2),
+             "--health-port", str(port)], stdout=log, stderr=subprocess.STDOUT)
+    try:
+        deadline = time.monotonic() + 300
+        status = mount / ".epochfs" / "status.json"
+        while True:  # poll until the sampler has fetched the whole set
+            if proc.poll() is not None:
+                raise SystemExit(f"sidecar exited {proc.returncode}: {log_path.read_text()[-2000:]}")
+            with contextlib.suppress(OSError, ValueError):
+                if json.loads(status.read_text())["samples"] >= samples:
+                    break
+            if time.monotonic() > deadline:
+                raise SystemExit("sidecar did not fetch the set within 300 s")
+            time.sleep(0.2)
+        print(f"sidecar: {samples} samples ({total / 1e6:.0f} MB) fetched into {cache}, mounted at {mount}")
+        yield mount
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
 def direct_paths(dataset: EpochDataset, cache_objects: Path | None) -> list[str]:
     """The object file behind each entry of the epoch, as the node volume names it."""
     paths = []
@@ -153,10 +211,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeat", type=int, default=3,
                         help="reads of each epoch per side, alternating sides (medians are reported)")
     parser.add_argument("--json", type=Path, help="also write the results here")
+    parser.add_argument("--sidecar", action="store_true",
+                        help="run a real epochfs sidecar over generated samples and read through its mount "
+                             "(root; the default of `epochfs bench loader`)")
     args = parser.parse_args(argv)
     torch.set_num_threads(1)
     with tempfile.TemporaryDirectory(prefix="epochfs-bench-loader-") as tmp:
         root = args.root
+        if args.sidecar:
+            with sidecar_mount(Path(tmp), samples=args.samples,
+                               sample_bytes=int(args.sample_mib * 2**20)) as mount:
+                return run(mount, args)
         if root is None:
             root = generate(Path(tmp), samples=args.samples, sample_bytes=int(args.sample_mib * 2**20),
                             epochs=max(args.epochs) + 1)
