@@ -126,7 +126,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("cut", help="cut an epoch now and print its number")
     config.add_arguments(p, config.CacheSettings)
     p.add_argument("--epoch", type=int, default=None, help="epoch number (default: newest + 1)")
-    p.add_argument("--force", action="store_true", help="cut even if the schedule window is incomplete")
+    p.add_argument("--force", action="store_true",
+                   help="cut what is there, even below --min-samples or with the schedule window incomplete")
     p.set_defaults(func=_cmd_cut)
 
     p = sub.add_parser("status", help="occupancy, epochs and rates of a cache or mount")

@@ -802,8 +802,8 @@ class Store:
 
         An existing epoch is returned as is, so several ranks asking for the same N get one snapshot.
         ``n`` at or below the newest epoch that does not exist is refused with ValueError: epochs are
-        only ever added at the top. With ``wait_condition`` false the condition is not checked
-        (``min_samples`` still applies).
+        only ever added at the top. With ``wait_condition`` false (``epochfs cut --force``) the
+        condition is not checked, ``min_samples`` included; an epoch still needs one sample.
         """
         policy = self.policy()
         with self._tx():
