@@ -12,6 +12,7 @@ import logging
 import os
 import shutil
 import subprocess
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -82,14 +83,30 @@ def find_mount(path: Path) -> MountEntry | None:
     return found
 
 
-def is_dead(path: Path) -> bool:
-    """True for a FUSE mount whose server is gone ("Transport endpoint is not connected")."""
-    try:
-        # statfs always goes to the server; a stat may be answered from the kernel's attr cache.
-        os.statvfs(path)
-    except OSError as e:
-        return e.errno in (errno.ENOTCONN, errno.ECONNABORTED)
-    return False
+def is_dead(path: Path, *, timeout: float = 5.0) -> bool:
+    """True for a FUSE mount whose server is gone ("Transport endpoint is not connected") or does
+    not answer within ``timeout`` seconds (a stopped or wedged server would block us forever).
+
+    statfs always goes to the server; a stat may be answered from the kernel's attribute cache. It
+    runs in a daemon thread so that a mount that never answers costs a stuck thread, not a hang.
+    """
+    outcome: list[bool] = []
+
+    def probe() -> None:
+        try:
+            os.statvfs(path)
+        except OSError as e:
+            outcome.append(e.errno in (errno.ENOTCONN, errno.ECONNABORTED))
+            return
+        outcome.append(False)
+
+    worker = threading.Thread(target=probe, name="epochfs-mount-probe", daemon=True)
+    worker.start()
+    worker.join(timeout)
+    if not outcome:
+        log.warning("%s: no answer from the mount within %.0fs; treating it as dead", path, timeout)
+        return True
+    return outcome[0]
 
 
 def lazy_unmount(path: Path) -> bool:

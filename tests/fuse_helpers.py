@@ -83,6 +83,10 @@ class Mount:
         return self.log.read_text(errors="replace") if self.log.exists() else ""
 
 
+def _interrupt(signum: int, _frame: object) -> None:
+    raise KeyboardInterrupt(f"signal {signum} while a test mount was up")
+
+
 @contextlib.contextmanager
 def mounted(cache: Path, mount: Path, *, args: tuple[str, ...] = (), timeout: float = 20.0,
             env: dict[str, str] | None = None) -> Iterator[Mount]:
@@ -98,12 +102,17 @@ def mounted(cache: Path, mount: Path, *, args: tuple[str, ...] = (), timeout: fl
         )
     m = Mount(mount, cache, proc, log)
     failed = True
+    # A SIGTERM to pytest (a CI timeout) would end it without running this cleanup and leave a
+    # mount behind; turn it into an exception while a mount is up.
+    previous = signal.getsignal(signal.SIGTERM) or signal.SIG_DFL
+    signal.signal(signal.SIGTERM, _interrupt)
     try:
         if not wait_for_mount(mount, timeout=timeout, alive=lambda: proc.poll() is None):
             raise RuntimeError(f"epochfs mount did not come up (exit {proc.poll()}):\n{m.log_text()}")
         yield m
         failed = False
     finally:
+        signal.signal(signal.SIGTERM, previous)
         stop(m)
         if failed:
             sys.stderr.write(f"--- epochfs mount log ({log}) ---\n{m.log_text()[-20000:]}\n")

@@ -435,3 +435,18 @@ def test_link_root_flag(tmp_path: Path) -> None:
     finally:
         lazy_unmount(ro)
     store.close()
+
+
+def test_a_mount_that_does_not_answer_counts_as_dead(tmp_path: Path) -> None:
+    cache, mnt = tmp_path / "cache", tmp_path / "mnt"
+    open_store(cache).close()
+    with mounted(cache, mnt) as m:
+        assert not is_dead(mnt)
+        m.proc.send_signal(signal.SIGSTOP)  # a wedged server: requests wait, nothing fails
+        try:
+            t0 = time.monotonic()
+            assert is_dead(mnt, timeout=1.0)
+            assert time.monotonic() - t0 < 5
+        finally:
+            m.proc.send_signal(signal.SIGCONT)
+        assert not is_dead(mnt)
