@@ -18,7 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from epochfs.sidecar.config import ConfigError
+from epochfs.fuse.errors import MountError
 
 log = logging.getLogger("epochfs.fuse")
 
@@ -132,7 +132,7 @@ def lazy_unmount(path: Path) -> bool:
 
 
 def check_mount_point(path: Path) -> None:
-    """Refuse a mount point that is missing, not a folder, in use or not empty (ConfigError).
+    """Refuse a mount point that is missing, not a folder, in use or not empty (MountError).
 
     A dead FUSE mount left by a crashed server is lazily unmounted first, so a restart never
     stacks mounts.
@@ -141,19 +141,19 @@ def check_mount_point(path: Path) -> None:
     if entry is not None and is_dead(path):
         log.warning("%s: dead mount (%s) from a previous server; unmounting it", path, entry.fstype)
         if not lazy_unmount(path):
-            raise ConfigError(f"--mount: {path} holds a dead mount that could not be unmounted")
+            raise MountError(f"--mount: {path} holds a dead mount that could not be unmounted")
         entry = find_mount(path)
     if entry is not None:
-        raise ConfigError(
+        raise MountError(
             f"--mount: {path} is already a mount point ({entry.fstype} from {entry.source}); "
             f"unmount it first (epochfs unmount --mount {path})"
         )
     if not path.exists():
-        raise ConfigError(f"--mount: {path} does not exist (create an empty directory)")
+        raise MountError(f"--mount: {path} does not exist (create an empty directory)")
     if not path.is_dir():
-        raise ConfigError(f"--mount: {path} is not a directory")
+        raise MountError(f"--mount: {path} is not a directory")
     if any(os.scandir(path)):
-        raise ConfigError(f"--mount: {path} is not empty")
+        raise MountError(f"--mount: {path} is not empty")
 
 
 def make_readonly_bind(source: Path, target: Path) -> bool:
@@ -179,14 +179,14 @@ def make_readonly_bind(source: Path, target: Path) -> bool:
         result = subprocess.run(cmd, capture_output=True, text=True, check=False)
         if result.returncode != 0:
             lazy_unmount(target)
-            raise ConfigError(
+            raise MountError(
                 f"--link-root: cannot make a read-only bind mount of {source} at {target} "
                 f"({result.stderr.strip() or 'mount failed'}); run with CAP_SYS_ADMIN or pass "
                 f"--link-root with a read-only path to the objects folder"
             )
     if not os.statvfs(target).f_flag & os.ST_RDONLY:
         lazy_unmount(target)
-        raise ConfigError(f"--link-root: {target} did not become read-only")
+        raise MountError(f"--link-root: {target} did not become read-only")
     log.info("read-only bind mount of %s at %s", source, target)
     return True
 
@@ -194,9 +194,9 @@ def make_readonly_bind(source: Path, target: Path) -> bool:
 def check_link_root(path: Path) -> None:
     """A user-given link root must exist; a writable one is allowed but warned about."""
     if not path.is_absolute():
-        raise ConfigError(f"--link-root: {path} must be an absolute path")
+        raise MountError(f"--link-root: {path} must be an absolute path")
     if not path.is_dir():
-        raise ConfigError(f"--link-root: {path} is not a directory")
+        raise MountError(f"--link-root: {path} is not a directory")
     if not os.statvfs(path).f_flag & os.ST_RDONLY:
         log.warning("--link-root %s is writable: files reached through the mount can be changed", path)
 

@@ -14,6 +14,7 @@ import os
 import subprocess
 from pathlib import Path
 
+from epochfs.fuse.errors import MountError
 from epochfs.fuse.mounting import (
     DEFAULT_LINK_ROOT_NAME,
     check_link_root,
@@ -22,7 +23,6 @@ from epochfs.fuse.mounting import (
     lazy_unmount,
     make_readonly_bind,
 )
-from epochfs.sidecar.config import ConfigError, MountSettings
 from epochfs.sidecar.store import Store
 
 log = logging.getLogger("epochfs.fuse")
@@ -36,7 +36,7 @@ def find_libfuse3() -> str:
     env = os.environ.get("FUSE_LIBRARY_PATH")
     if env:
         if not os.path.isabs(env) or not os.path.exists(env):
-            raise ConfigError(f"FUSE_LIBRARY_PATH: {env!r} must be an absolute path to libfuse3.so.3")
+            raise MountError(f"FUSE_LIBRARY_PATH: {env!r} must be an absolute path to libfuse3.so.3")
         return env
     try:
         out = subprocess.run(["ldconfig", "-p"], capture_output=True, text=True, check=False).stdout
@@ -56,7 +56,7 @@ def find_libfuse3() -> str:
         hits = sorted(glob.glob(pattern))
         if hits:
             return os.path.abspath(hits[0])
-    raise ConfigError("libfuse 3 not found (install fuse3 / libfuse3-3, or set FUSE_LIBRARY_PATH)")
+    raise MountError("libfuse 3 not found (install fuse3 / libfuse3-3, or set FUSE_LIBRARY_PATH)")
 
 
 def cache_timeout(in_use_seconds: float) -> float:
@@ -76,22 +76,26 @@ def warm_files() -> int:
         if value < 0:
             raise ValueError
     except ValueError:
-        raise ConfigError(f"EPOCHFS_WARM_FILES: {raw!r} is not a non-negative integer") from None
+        raise MountError(f"EPOCHFS_WARM_FILES: {raw!r} is not a non-negative integer") from None
     return value
 
 
-def run_mount(settings: MountSettings) -> int:
-    """Serve the epoch view of ``settings.cache`` at ``settings.mount`` until signalled."""
-    mount = Path(os.path.abspath(settings.mount))
-    cache = Path(os.path.abspath(settings.cache))
+def run_mount(*, cache: Path, mount: Path, link_root: Path | None = None) -> int:
+    """Serve the epoch view of ``cache`` at ``mount`` until signalled (``epochfs mount``).
+
+    ``link_root``: a read-only path to the cache's objects folder that epoch symlinks point into;
+    default: a read-only bind mount made under the cache. Plain arguments, not the CLI's settings
+    type, since fuse imports only the store from sidecar.
+    """
+    mount = Path(os.path.abspath(mount))
+    cache = Path(os.path.abspath(cache))
     check_mount_point(mount)
     libfuse = find_libfuse3()
     warm = warm_files()
-    if settings.link_root is not None:
-        check_link_root(settings.link_root)
+    if link_root is not None:
+        check_link_root(link_root)
     store = Store(cache, create=True)
     made_bind = False
-    link_root = settings.link_root
     if link_root is None:
         link_root = cache / DEFAULT_LINK_ROOT_NAME
         made_bind = make_readonly_bind(store.objects_dir, link_root)

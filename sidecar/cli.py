@@ -13,6 +13,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from epochfs.fuse.errors import MountError
 from epochfs.sidecar import config
 from epochfs.sidecar.store import Store, StoreError
 
@@ -30,7 +31,7 @@ def _cmd_mount(ns: argparse.Namespace) -> int:
     settings = config.from_args(config.MountSettings, ns)
     from epochfs.fuse.server import run_mount
 
-    return run_mount(settings)
+    return run_mount(cache=settings.cache, mount=settings.mount, link_root=settings.link_root)
 
 
 def _cmd_sidecar(ns: argparse.Namespace) -> int:
@@ -156,7 +157,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     try:
         return int(ns.func(ns) or 0)
-    except config.ConfigError as e:
+    except (config.ConfigError, MountError) as e:
         print(f"epochfs {ns.command}: {e}", file=sys.stderr)
         return 2
     except StoreError as e:
