@@ -34,14 +34,14 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import FrameType
-from typing import IO, Any, Protocol
+from typing import IO, Any
 
 from epochfs.fuse import mounting
-from epochfs.sidecar import config
+from epochfs.sidecar import config, kube
 from epochfs.sidecar.config import ConfigError, MountSettings, SamplerSettings, SidecarSettings
 from epochfs.sidecar.status import TOTALS_META
 from epochfs.sidecar.store import Stats, Store, StoreError
@@ -83,27 +83,11 @@ def probe(path: Path, *, timeout: float) -> str:
     return result[0] if result else "hung"
 
 
-class Reporter(Protocol):
-    """What the supervisor tells the cluster (``epochfs.sidecar.kube``; see its docstring)."""
-
-    def start(self) -> None: ...
-    def close(self, *, flush: bool = True) -> None: ...
-    def on_cut(self, epoch: int, samples: int) -> None: ...
-    def on_backpressure(self, on: bool) -> None: ...
-    def on_remote_errors(self, n: int) -> None: ...
-    def on_remount(self) -> None: ...
-    def update_status(self, stats: Mapping[str, Any]) -> None: ...
-
-
-def load_reporter(mount: Path) -> Reporter | None:
+def load_reporter(mount: Path) -> kube.Reporter:
     """The Kubernetes reporter: Events and a status annotation inside a cluster, a no-op outside
     (``kube.from_environment`` says why in one log line). Bad ``EPOCHFS_KUBE_*`` values raise
     ConfigError (exit 2). Its calls only record and return; a background thread sends."""
-    try:
-        from epochfs.sidecar import kube
-    except ImportError:  # an image without the kube module: no cluster reporting
-        return None
-    reporter: Reporter = kube.from_environment(mount=str(mount))
+    reporter = kube.from_environment(mount=str(mount))
     reporter.start()
     return reporter
 
@@ -191,7 +175,7 @@ class Supervisor:
         self._metrics: Any = None
         self._endpoints: list[Any] = []
         self._counter: Any = None
-        self._reporter: Reporter | None = None
+        self._reporter: kube.Reporter | None = None
         self._seen: dict[str, Any] = {}
 
     # ------------------------------------------------------------------ children
