@@ -5,6 +5,7 @@ SHELL := /bin/bash
 VENV ?= .venv
 PY := $(VENV)/bin/python
 APT_PACKAGES := fuse3 libfuse3-3 prometheus rclone
+BENCH_APT_PACKAGES := s3fs
 PYTEST_ARGS ?=
 
 .PHONY: all venv system-deps test test-slow lint typecheck demo bench clean
@@ -41,6 +42,7 @@ demo: system-deps venv
 	$(PY) examples/demo.py
 
 bench: system-deps venv
+	@bash scripts/system-deps.sh $(BENCH_APT_PACKAGES)
 	$(VENV)/bin/epochfs bench
 
 clean:

@@ -222,16 +222,36 @@ def _free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def bench_rclone(args: argparse.Namespace, name: str, size: int, count: int, procs_list: list[int],
-                 drop: bool) -> list[dict[str, object]]:
-    """The same files in a local S3 server (moto), read through ``rclone mount --vfs-cache-mode full``.
+def remote_mount_command(tool: str, *, endpoint: str, mnt: Path, cache: Path, work: Path,
+                         env: dict[str, str]) -> list[str]:
+    """The command that mounts moto's ``bkt/train`` read-only at ``mnt`` with ``tool``'s disk cache."""
+    if tool == "rclone":
+        env.update({"RCLONE_CONFIG_MOTO_TYPE": "s3", "RCLONE_CONFIG_MOTO_PROVIDER": "Other",
+                    "RCLONE_CONFIG_MOTO_ENDPOINT": endpoint, "RCLONE_CONFIG_MOTO_ACCESS_KEY_ID": "testing",
+                    "RCLONE_CONFIG_MOTO_SECRET_ACCESS_KEY": "testing"})
+        return ["rclone", "mount", "moto:bkt/train", str(mnt), "--vfs-cache-mode", "full",
+                "--cache-dir", str(cache), "--read-only", "--allow-other"]
+    if tool == "s3fs":
+        passwd = work / "passwd-s3fs"
+        passwd.write_text("testing:testing\n")
+        passwd.chmod(0o600)
+        return ["s3fs", "bkt:/train", str(mnt), "-f", "-o",
+                f"url={endpoint},use_path_request_style,use_cache={cache},passwd_file={passwd},"
+                "ro,allow_other,parallel_count=8"]
+    raise ValueError(f"unknown remote mount tool {tool!r}")
 
-    First read: a fresh rclone cache, so rclone downloads every object; repeat: the same files again,
-    served from rclone's on-disk cache through its (Go) FUSE daemon.
+
+def bench_remote_mount(args: argparse.Namespace, tool: str, name: str, size: int, count: int,
+                       procs_list: list[int], drop: bool) -> list[dict[str, object]]:
+    """The same files in a local S3 server (moto), read through ``rclone mount --vfs-cache-mode full``
+    or ``s3fs -o use_cache``.
+
+    First read: a fresh cache, so the tool downloads every object; repeat: the same files again,
+    served from the tool's on-disk cache through its own FUSE daemon.
     """
     import boto3
 
-    work = args.dir / f"rclone-{name}"
+    work = args.dir / f"{tool}-{name}"
     mnt, rcache = work / "mnt", work / "rcache"
     mnt.mkdir(parents=True)
     port = _free_port()
@@ -258,20 +278,16 @@ def bench_rclone(args: argparse.Namespace, name: str, size: int, count: int, pro
                                           start=start).items():
                 client.put_object(Bucket="bkt", Key=key, Body=body)
         # AWS_CA_BUNDLE (set on some hosts) makes rclone's S3 client fail on a plain-HTTP endpoint.
-        base = {k: v for k, v in os.environ.items() if k != "AWS_CA_BUNDLE"}
-        env = {**base, **creds, "RCLONE_CONFIG_MOTO_TYPE": "s3",
-               "RCLONE_CONFIG_MOTO_PROVIDER": "Other", "RCLONE_CONFIG_MOTO_ENDPOINT": endpoint,
-               "RCLONE_CONFIG_MOTO_ACCESS_KEY_ID": "testing",
-               "RCLONE_CONFIG_MOTO_SECRET_ACCESS_KEY": "testing"}
+        env = {**{k: v for k, v in os.environ.items() if k != "AWS_CA_BUNDLE"}, **creds}
         for procs in procs_list:
             shutil.rmtree(rcache, ignore_errors=True)
-            rclone = subprocess.Popen(
-                ["rclone", "mount", "moto:bkt/train", str(mnt), "--vfs-cache-mode", "full",
-                 "--cache-dir", str(rcache), "--read-only", "--allow-other"],
-                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
+            rcache.mkdir(parents=True)
+            command = remote_mount_command(tool, endpoint=endpoint, mnt=mnt, cache=rcache, work=work,
+                                           env=env)
+            daemon = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
             try:
-                if not wait_for_mount(mnt, timeout=30, alive=lambda r=rclone: r.poll() is None):
-                    raise SystemExit("rclone mount did not come up")
+                if not wait_for_mount(mnt, timeout=30, alive=lambda d=daemon: d.poll() is None):
+                    raise SystemExit(f"{tool} mount did not come up")
                 with mp.get_context("fork").Pool(procs) as pool:
                     drop_caches(drop)
                     t0 = time.perf_counter()
@@ -282,17 +298,17 @@ def bench_rclone(args: argparse.Namespace, name: str, size: int, count: int, pro
                                                for _ in range(args.repeat))
                 assert len(paths) == count, (len(paths), count)
             finally:
-                rclone.send_signal(signal.SIGTERM)
+                daemon.send_signal(signal.SIGTERM)
                 try:
-                    rclone.wait(timeout=30)
+                    daemon.wait(timeout=30)
                 except subprocess.TimeoutExpired:
-                    rclone.kill()
-                    rclone.wait()
+                    daemon.kill()
+                    daemon.wait()
                 if find_mount(mnt) is not None:
                     lazy_unmount(mnt)
-            rows.append({"size": name, "files": count, "procs": procs, "rclone_first": round(first),
-                         "rclone_repeat": round(repeat)})
-            print(f"{name:>6} x{count:<5} procs={procs}  rclone first {first:6.0f} MB/s (downloads "
+            rows.append({"size": name, "files": count, "procs": procs, f"{tool}_first": round(first),
+                         f"{tool}_repeat": round(repeat)})
+            print(f"{name:>6} x{count:<5} procs={procs}  {tool} first {first:6.0f} MB/s (downloads "
                   f"from moto)  repeat {repeat:6.0f} MB/s (median of {args.repeat})", flush=True)
     finally:
         moto.terminate()
@@ -313,6 +329,8 @@ def main() -> int:
                     help="MB/s of the paced (trainer-like) reader; 0 skips that phase")
     ap.add_argument("--rclone", action="store_true",
                     help="also read the same files from a local S3 (moto) through rclone mount")
+    ap.add_argument("--s3fs", action="store_true",
+                    help="also read the same files from a local S3 (moto) through s3fs -o use_cache")
     ap.add_argument("--json", type=Path, help="also write the results here")
     args = ap.parse_args()
     drop = not args.no_drop
@@ -328,8 +346,9 @@ def main() -> int:
         for name, size, count in (("4MiB", 4 << 20, args.big), ("64KiB", 64 << 10, args.small)):
             rows, calls[name] = bench_class(args, name, size, count, procs_list, drop)
             results += rows
-            if args.rclone:
-                results += bench_rclone(args, name, size, count, procs_list, drop)
+            for tool in ("rclone", "s3fs"):
+                if getattr(args, tool):
+                    results += bench_remote_mount(args, tool, name, size, count, procs_list, drop)
     finally:
         shutil.rmtree(args.dir, ignore_errors=True)
     print(f"page cache dropped before cold phases: {'yes' if drop else 'no (--no-drop)'}; "
