@@ -28,6 +28,8 @@ from dataclasses import dataclass
 from typing import Any, BinaryIO, Protocol
 from urllib.parse import quote, urlparse
 
+from epochfs.sidecar.httpget import GetPool, HTTPStatusError
+
 log = logging.getLogger("epochfs.remote")
 
 BLOCK = 1 << 20
@@ -56,7 +58,11 @@ class RemoteObject:
 
 
 class Reader(Protocol):
-    """An open remote object: ``read(n)`` returns up to n bytes, ``b""`` at the end."""
+    """An open remote object: ``read(n)`` returns up to n bytes, ``b""`` at the end.
+
+    Readers may also offer ``readinto(buffer) -> int`` (0 at the end); the downloader then reads
+    into one reused buffer per thread instead of getting a new ``bytes`` per block.
+    """
 
     size: int | None
     """Length announced by the remote (Content-Length, file size), None when unknown."""
@@ -144,20 +150,6 @@ async def _read_block(body: Any, n: int) -> bytes:
     return parts[0] if len(parts) == 1 else b"".join(parts)
 
 
-class _AiohttpBody:
-    """The body of a plain aiohttp response, shaped like botocore's streaming body."""
-
-    def __init__(self, response: Any) -> None:
-        self._response = response
-
-    async def read(self, n: int) -> bytes:
-        data: bytes = await self._response.content.read(n)
-        return data
-
-    def close(self) -> None:
-        self._response.close()
-
-
 class _Fallback(Exception):
     """The presigned fast path cannot serve this bucket (region redirect, auth scheme)."""
 
@@ -166,10 +158,12 @@ class S3Remote:
     """``s3://bucket/prefix`` through s3fs's aiobotocore client, on fsspec's I/O thread.
 
     Object GETs take a fast path: the URL is presigned on the calling (worker) thread with a plain
-    botocore client, and fetched with one aiohttp session on the I/O loop. That skips botocore's
-    request and response pipeline on the single loop thread, which otherwise caps small-object
-    rates; listing and any GET the fast path cannot serve (a region redirect, no credentials, a
-    request for S3's own checksum check) go through the aiobotocore client as usual.
+    botocore client and fetched on that same thread over a pool of keep-alive connections
+    (:mod:`epochfs.sidecar.httpget`), the body read straight into the downloader's buffer. That
+    keeps both botocore's request pipeline and the body's bytes off the single I/O loop thread,
+    which otherwise caps small-object rates and, for large objects, costs as much CPU as the md5.
+    Listing and any GET the fast path cannot serve (a region redirect, no credentials, a request
+    for S3's own checksum check) go through the aiobotocore client on the I/O loop as usual.
     """
 
     sorted_listing = True
@@ -211,9 +205,10 @@ class S3Remote:
 
         self._sync_fn = sync
         self._client = self._sync(self._fs.set_session())
-        self._timeouts = (connect_timeout, read_timeout)
-        self._concurrency = concurrency
-        self._http: Any = None
+        self._gets = GetPool(
+            connect_timeout=connect_timeout, read_timeout=read_timeout,
+            cafile=os.environ.get("AWS_CA_BUNDLE") or None, max_idle=concurrency + 4,
+        )
         self._presigner: Any = None
         self._fast = True
         try:
@@ -270,12 +265,18 @@ class S3Remote:
         kwargs: dict[str, Any] = {"Bucket": self.bucket, "Key": self._full_key(key)}
         refused: _Fallback | None = None
         if self._fast and not checksum:
+            url = self._presigner.generate_presigned_url("get_object", Params=kwargs, ExpiresIn=900)
             try:
-                url = self._presigner.generate_presigned_url("get_object", Params=kwargs, ExpiresIn=900)
-                response, first = self._sync(self._get_fast(url, key))
-                return _S3Reader(self, response, first)
-            except _Fallback as e:
-                refused = e
+                return self._gets.get(url)
+            except HTTPStatusError as e:
+                text = e.body[:2000].decode("utf-8", "replace")
+                code = text.split("<Code>", 1)[1].split("</Code>", 1)[0] if "<Code>" in text else ""
+                why = f"HTTP {e.status} {code or e.reason}".strip()
+                if e.status == 404:
+                    raise FileNotFoundError(f"{key}: {why}") from None
+                if e.status not in (301, 307, 400, 403):
+                    raise RemoteHTTPError(e.status, f"{key}: {why}") from None
+                refused = _Fallback(why)  # botocore retries it (and redirects, or reports it)
         if checksum:
             # botocore then checks the body against the object's x-amz-checksum-* (if stored).
             kwargs["ChecksumMode"] = "ENABLED"
@@ -285,38 +286,6 @@ class S3Remote:
             log.warning("S3 presigned GETs refused (%s); using botocore for every GET", refused)
             self._fast = False
         return _S3Reader(self, response, first)
-
-    async def _get_fast(self, url: str, key: str) -> tuple[dict[str, Any], bytes]:
-        import aiohttp
-
-        if self._http is None:
-            connect, read = self._timeouts
-            self._http = aiohttp.ClientSession(
-                connector=aiohttp.TCPConnector(limit=self._concurrency + 4),
-                timeout=aiohttp.ClientTimeout(total=None, sock_connect=connect, sock_read=read),
-                auto_decompress=False,
-            )
-        resp = await self._http.get(url)
-        try:
-            if resp.status != 200:
-                text = (await resp.read())[:2000].decode("utf-8", "replace")
-                code = text.split("<Code>", 1)[1].split("</Code>", 1)[0] if "<Code>" in text else ""
-                why = f"HTTP {resp.status} {code or resp.reason}".strip()
-                if resp.status == 404:
-                    raise FileNotFoundError(f"{key}: {why}")
-                if resp.status in (301, 307, 400, 403):
-                    raise _Fallback(why)  # botocore retries it (and redirects, or reports it)
-                raise RemoteHTTPError(resp.status, f"{key}: {why}")
-            first = await _read_block(resp.content, BLOCK)
-        except BaseException:
-            resp.close()
-            raise
-        response = {
-            "Body": _AiohttpBody(resp),
-            "ContentLength": resp.content_length,
-            "ETag": resp.headers.get("ETag"),
-        }
-        return response, first
 
     async def _get(self, kwargs: dict[str, Any]) -> tuple[dict[str, Any], bytes]:
         response = await self._client.get_object(**kwargs)
@@ -328,9 +297,7 @@ class S3Remote:
         return response, first
 
     def close(self) -> None:
-        if self._http is not None:
-            with contextlib.suppress(Exception):
-                self._sync(self._http.close())
+        self._gets.close()  # also ends reads blocked on a stalled body
         with contextlib.suppress(Exception):
             self._sync(self._client.__aexit__(None, None, None))
 
@@ -344,6 +311,10 @@ class _FileReader:
 
     def read(self, n: int) -> bytes:
         return self._f.read(n)
+
+    def readinto(self, buf: memoryview) -> int:
+        n: int | None = self._f.readinto(buf)  # type: ignore[attr-defined]  # a raw FileIO
+        return n or 0
 
     def close(self) -> None:
         self._f.close()

@@ -1,0 +1,213 @@
+"""Blocking HTTP GETs on the calling thread, over a pool of keep-alive connections.
+
+Why not the event loop: a download's bytes are hashed and written on a worker thread anyway, and
+when the body also comes in through one asyncio loop every socket chunk (64-256 KiB) costs a loop
+iteration, a parser callback, a future wake-up and a join on that one thread, under the GIL. For
+4 MiB objects that was as much CPU as the md5 itself (about 6 ms per object). Here each worker
+thread reads the body straight into its own buffer (``readinto``: one copy, from the kernel), and
+the GIL is released for every ``recv``, every md5 update and every write, so the worker threads
+spread over all cores with little Python per megabyte.
+
+The HTTP client is the standard library's :mod:`http.client`. Connections are kept alive and
+reused; an idle connection that the server has closed meanwhile is noticed before it is reused
+(readable while idle means EOF or junk) and replaced, so a stale connection does not cost a
+failed attempt. :meth:`GetPool.close` shuts every connection down, which wakes threads blocked in
+a read of a stalled body so that a stop never waits for the read timeout.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import http.client
+import select
+import socket
+import ssl
+import threading
+from typing import Any
+from urllib.parse import urlsplit
+
+
+class _ConnMixin:
+    """A connection with separate connect and read timeouts (http.client has only one)."""
+
+    sock: Any
+    timeout: Any
+    read_timeout: float
+
+    def connect(self) -> None:
+        super().connect()  # type: ignore[misc]
+        self.sock.settimeout(self.read_timeout)
+
+
+class _HTTPConn(_ConnMixin, http.client.HTTPConnection):
+    pass
+
+
+class _HTTPSConn(_ConnMixin, http.client.HTTPSConnection):
+    pass
+
+
+def _dropped(conn: http.client.HTTPConnection) -> bool:
+    """True when an idle connection cannot be reused (closed by the server, or not connected)."""
+    sock = conn.sock
+    if sock is None:
+        return False  # http.client connects it on the next request
+    try:
+        readable, _, _ = select.select([sock], [], [], 0)
+    except (OSError, ValueError):
+        return True
+    return bool(readable)  # idle and readable: EOF (the server closed it) or unexpected bytes
+
+
+class Response:
+    """A response whose status is 200; the body is read with :meth:`readinto` or :meth:`read`."""
+
+    def __init__(self, pool: GetPool, key: tuple[str, str], conn: http.client.HTTPConnection,
+                 resp: http.client.HTTPResponse) -> None:
+        self._pool = pool
+        self._key = key
+        self._conn: http.client.HTTPConnection | None = conn
+        self._resp = resp
+        self.size: int | None = resp.length
+        self.etag: str | None = resp.getheader("ETag")
+
+    def readinto(self, buf: memoryview) -> int:
+        """Fill ``buf`` (fewer bytes only at the end of the body, 0 at the end)."""
+        return self._resp.readinto(buf)
+
+    def read(self, n: int) -> bytes:
+        return self._resp.read(n)
+
+    def close(self) -> None:
+        """Give the connection back when the body was read to its end, else close it."""
+        conn, self._conn = self._conn, None
+        if conn is None:
+            return
+        if self._resp.isclosed() and not self._resp.will_close:
+            self._pool._put(self._key, conn)
+        else:
+            self._resp.close()
+            self._pool._discard(conn)
+
+
+class HTTPStatusError(Exception):
+    """A status other than 200; ``body`` holds the start of the error document (S3's XML)."""
+
+    def __init__(self, status: int, reason: str, body: bytes) -> None:
+        super().__init__(f"HTTP {status} {reason}")
+        self.status = status
+        self.reason = reason
+        self.body = body
+
+
+class GetPool:
+    """Keep-alive HTTP(S) connections shared by the worker threads; safe to use from many."""
+
+    def __init__(self, *, connect_timeout: float, read_timeout: float, cafile: str | None = None,
+                 max_idle: int = 64) -> None:
+        if connect_timeout <= 0 or read_timeout <= 0:
+            raise ValueError("timeouts must be positive")
+        if max_idle < 1:
+            raise ValueError("max_idle must be at least 1")
+        self.connect_timeout = connect_timeout
+        self.read_timeout = read_timeout
+        self.max_idle = max_idle
+        self._cafile = cafile
+        self._ssl: ssl.SSLContext | None = None
+        self._lock = threading.Lock()
+        self._idle: dict[tuple[str, str], list[http.client.HTTPConnection]] = {}
+        self._all: set[http.client.HTTPConnection] = set()
+        self._closed = False
+
+    def get(self, url: str) -> Response:
+        """Send ``GET url``; a 200 answer comes back as a :class:`Response` to read.
+
+        Raises :class:`HTTPStatusError` for any other status (its connection is closed), and the
+        socket's errors (``ConnectionError``, ``TimeoutError``, ``http.client.HTTPException``).
+        """
+        parts = urlsplit(url)
+        key = (parts.scheme, parts.netloc)
+        target = parts.path + (f"?{parts.query}" if parts.query else "")
+        conn = self._take(key, parts)
+        try:
+            conn.request("GET", target or "/")
+            resp = conn.getresponse()
+        except BaseException:
+            self._discard(conn)
+            raise
+        if resp.status != 200:
+            try:
+                body = resp.read(64 * 1024)
+            except Exception:
+                body = b""
+            self._discard(conn)
+            raise HTTPStatusError(resp.status, resp.reason, body)
+        return Response(self, key, conn, resp)
+
+    def _take(self, key: tuple[str, str], parts: Any) -> http.client.HTTPConnection:
+        while True:
+            with self._lock:
+                if self._closed:
+                    raise ConnectionAbortedError("the connection pool is closed")
+                idle = self._idle.get(key)
+                conn = idle.pop() if idle else None
+            if conn is None:
+                break
+            if not _dropped(conn):
+                return conn
+            self._discard(conn)
+        host = parts.hostname or ""
+        fresh: _HTTPConn | _HTTPSConn
+        if parts.scheme == "https":
+            fresh = _HTTPSConn(host, parts.port, timeout=self.connect_timeout,
+                               context=self._ssl_context())
+        elif parts.scheme == "http":
+            fresh = _HTTPConn(host, parts.port, timeout=self.connect_timeout)
+        else:
+            raise ValueError(f"not an http(s) URL scheme: {parts.scheme!r}")
+        fresh.read_timeout = self.read_timeout
+        with self._lock:
+            self._all.add(fresh)
+        return fresh
+
+    def _ssl_context(self) -> ssl.SSLContext:
+        # One context for every connection: loading the CA certificates takes tens of ms.
+        with self._lock:
+            if self._ssl is None:
+                self._ssl = ssl.create_default_context(cafile=self._cafile)
+            return self._ssl
+
+    def _put(self, key: tuple[str, str], conn: http.client.HTTPConnection) -> None:
+        with self._lock:
+            idle = self._idle.setdefault(key, [])
+            if not self._closed and len(idle) < self.max_idle:
+                idle.append(conn)
+                return
+        self._discard(conn)
+
+    def _discard(self, conn: http.client.HTTPConnection) -> None:
+        with self._lock:
+            self._all.discard(conn)
+        with contextlib.suppress(Exception):
+            conn.close()
+
+    def close(self) -> None:
+        """Close every connection; reads blocked on one of them (a stalled body) end at once."""
+        with self._lock:
+            self._closed = True
+            idle = {c for conns in self._idle.values() for c in conns}
+            busy = self._all - idle
+            self._all.clear()
+            self._idle.clear()
+        for conn in idle:
+            with contextlib.suppress(Exception):
+                conn.close()
+        for conn in busy:
+            sock = conn.sock
+            if sock is not None:
+                # shutdown, not close: another thread may be inside recv() on this socket.
+                with contextlib.suppress(OSError):
+                    sock.shutdown(socket.SHUT_RDWR)
+
+
+__all__ = ["GetPool", "HTTPStatusError", "Response"]

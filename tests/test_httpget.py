@@ -1,0 +1,171 @@
+"""The blocking GET pool of the S3 fast path, against a real local HTTP server."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+from epochfs.sidecar.httpget import GetPool, HTTPStatusError
+
+BODY = bytes(range(256)) * 4096  # 1 MiB
+
+
+class _Server:
+    def __init__(self) -> None:
+        self.connections: list[str] = []
+        self.stall = threading.Event()
+        self.release = threading.Event()
+        self.closed = threading.Semaphore(0)
+        owner = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, format: str, *args: object) -> None:
+                pass
+
+            def setup(self) -> None:
+                super().setup()
+                owner.connections.append(f"{self.client_address}")
+
+            def do_GET(self) -> None:
+                if self.path.startswith("/missing"):
+                    body = b"<Error><Code>NoSuchKey</Code></Error>"
+                    self.send_response(404)
+                    self.send_header("Content-Length", str(len(body)))
+                    self.end_headers()
+                    self.wfile.write(body)
+                    return
+                close = self.path.startswith("/close")
+                if self.path.startswith("/drop"):
+                    self.close_connection = True  # closed after the response, without saying so
+                self.send_response(200)
+                self.send_header("Content-Length", str(len(BODY)))
+                self.send_header("ETag", '"abc"')
+                if close:
+                    self.send_header("Connection", "close")
+                    self.close_connection = True
+                self.end_headers()
+                if self.path.startswith("/stall"):
+                    self.wfile.write(BODY[:1000])
+                    self.wfile.flush()
+                    owner.stall.set()
+                    owner.release.wait(30)
+                    self.close_connection = True
+                    return
+                self.wfile.write(BODY)
+
+        class Server(ThreadingHTTPServer):
+            def shutdown_request(self, request: object) -> None:
+                super().shutdown_request(request)  # type: ignore[arg-type]
+                owner.closed.release()
+
+        self.httpd = Server(("127.0.0.1", 0), Handler)
+        self.httpd.daemon_threads = True
+        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
+        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
+        self.thread.start()
+
+    def close(self) -> None:
+        self.release.set()
+        self.httpd.shutdown()
+        self.httpd.server_close()
+        self.thread.join(timeout=10)
+
+
+@pytest.fixture
+def server() -> Iterator[_Server]:
+    s = _Server()
+    try:
+        yield s
+    finally:
+        s.close()
+
+
+def read_all(pool: GetPool, url: str) -> bytes:
+    resp = pool.get(url)
+    buf = memoryview(bytearray(300_000))
+    out = bytearray()
+    try:
+        while n := resp.readinto(buf):
+            out += buf[:n]
+    finally:
+        resp.close()
+    assert resp.size == len(BODY) and resp.etag == '"abc"'
+    return bytes(out)
+
+
+def test_bodies_are_read_whole_over_one_kept_alive_connection(server: _Server) -> None:
+    pool = GetPool(connect_timeout=5, read_timeout=5)
+    try:
+        for i in range(3):
+            assert read_all(pool, f"{server.url}/bkt/k{i}?X-Amz-Signature=s") == BODY
+    finally:
+        pool.close()
+    assert len(server.connections) == 1, "the connection is reused"
+
+
+def test_a_connection_the_server_closed_is_replaced_not_failed(server: _Server) -> None:
+    pool = GetPool(connect_timeout=5, read_timeout=5)
+    try:
+        assert read_all(pool, f"{server.url}/close/a") == BODY  # "Connection: close"
+        assert server.closed.acquire(timeout=10)
+        assert read_all(pool, f"{server.url}/drop/b") == BODY  # closed while idle in the pool
+        assert server.closed.acquire(timeout=10)
+        assert read_all(pool, f"{server.url}/c") == BODY
+    finally:
+        pool.close()
+    assert len(server.connections) == 3
+
+
+def test_an_error_status_carries_the_error_document(server: _Server) -> None:
+    pool = GetPool(connect_timeout=5, read_timeout=5)
+    try:
+        with pytest.raises(HTTPStatusError) as info:
+            pool.get(f"{server.url}/missing/x?X-Amz-Signature=secret")
+        assert info.value.status == 404
+        assert b"NoSuchKey" in info.value.body
+        assert "secret" not in str(info.value)
+        assert read_all(pool, f"{server.url}/after") == BODY, "the pool still works"
+    finally:
+        pool.close()
+
+
+def test_close_wakes_a_read_blocked_on_a_stalled_body(server: _Server) -> None:
+    pool = GetPool(connect_timeout=5, read_timeout=30)
+    resp = pool.get(f"{server.url}/stall/x")
+    result: list[object] = []
+
+    def reader() -> None:
+        buf = memoryview(bytearray(len(BODY)))
+        try:
+            result.append(resp.readinto(buf))
+        except Exception as e:  # either an early end or an error is fine: not a 30 s wait
+            result.append(e)
+
+    t = threading.Thread(target=reader, daemon=True)
+    t.start()
+    assert server.stall.wait(10)
+    started = time.monotonic()
+    pool.close()
+    t.join(timeout=5)
+    assert not t.is_alive(), "close() ended the blocked read"
+    assert time.monotonic() - started < 5
+    assert result and result[0] != len(BODY)
+    with pytest.raises(ConnectionAbortedError):
+        pool.get(f"{server.url}/after-close")
+
+
+def test_a_silent_server_times_out(server: _Server) -> None:
+    pool = GetPool(connect_timeout=5, read_timeout=0.5)
+    try:
+        resp = pool.get(f"{server.url}/stall/y")
+        buf = memoryview(bytearray(len(BODY)))
+        with pytest.raises(TimeoutError):
+            resp.readinto(buf)
+        resp.close()
+    finally:
+        pool.close()
