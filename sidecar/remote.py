@@ -3,10 +3,11 @@
 One class per kind of remote, behind the small :class:`Remote` interface the catalog and the
 downloader use:
 
-- ``s3://bucket/prefix`` (s3fs/aiobotocore): paged ``ListObjectsV2`` streamed page by page, and
-  one plain ``GetObject`` per object whose body is read in large blocks, so a download costs one
-  request (``fs.open`` would add a HEAD and ranged reads). Retries are left to the downloader
-  (bounded attempts, backoff with jitter), so botocore's and s3fs's own retries are switched off.
+- ``s3://bucket/prefix`` (botocore): paged ``ListObjectsV2`` streamed page by page, and one plain
+  ``GetObject`` per object (a presigned URL fetched on the worker thread) whose body is read in
+  large blocks, so a download costs one request (``fs.open`` would add a HEAD and ranged reads).
+  Retries are left to the downloader (bounded attempts, backoff with jitter), so botocore's own
+  retries are switched off.
 - ``file:///path``: a sorted walk of the folder (names as bytes, so non-UTF-8 names are seen and
   skipped rather than crashing the listing); symlinked folders are not followed.
 - ``http(s)://base``: an index file (``--index`` or ``<base>/index.txt``) with one key per line,
@@ -102,52 +103,29 @@ def plain_md5_etag(etag: str | None) -> str | None:
 
 
 # ---------------------------------------------------------------------------- S3
-class _S3Reader:
-    """A GetObject body read on fsspec's I/O loop, one thread hop per block.
+class _BotoReader:
+    """A GetObject body from botocore's own connection pool, read on the calling thread (the
+    fallback when presigned URLs are refused, and S3's own checksum checks)."""
 
-    The request and the first block come back in one hop, and the end is known from the
-    Content-Length, so an object smaller than a block costs a single hop.
-    """
-
-    def __init__(self, remote: S3Remote, response: dict[str, Any], first: bytes) -> None:
-        self._remote = remote
+    def __init__(self, response: dict[str, Any]) -> None:
         self._body = response["Body"]
         self.size: int | None = response.get("ContentLength")
         self.etag: str | None = response.get("ETag")
-        self._first: bytes | None = first
-        self._left = None if self.size is None else self.size - len(first)
 
     def read(self, n: int) -> bytes:
-        if self._first is not None:
-            first, self._first = self._first, None
-            if len(first) <= n:
-                return first
-            self._first = first[n:]
-            return first[:n]
-        if self._left is not None and self._left <= 0:
-            return b""
-        block: bytes = self._remote._sync(_read_block(self._body, n))
-        if self._left is not None:
-            self._left -= len(block)
-        return block
+        parts: list[bytes] = []
+        got = 0
+        while got < n:
+            chunk: bytes = self._body.read(n - got)
+            if not chunk:
+                break
+            parts.append(chunk)
+            got += len(chunk)
+        return parts[0] if len(parts) == 1 else b"".join(parts)
 
     def close(self) -> None:
-        # aiohttp objects belong to their loop: close there, without waiting.
         with contextlib.suppress(Exception):
-            self._remote._fs.loop.call_soon_threadsafe(self._body.close)
-
-
-async def _read_block(body: Any, n: int) -> bytes:
-    """Read up to ``n`` bytes (fewer only at the end): one thread hop per block, not per packet."""
-    parts: list[bytes] = []
-    got = 0
-    while got < n:
-        chunk = await body.read(n - got)
-        if not chunk:
-            break
-        parts.append(chunk)
-        got += len(chunk)
-    return parts[0] if len(parts) == 1 else b"".join(parts)
+            self._body.close()
 
 
 class _Fallback(Exception):
@@ -155,15 +133,18 @@ class _Fallback(Exception):
 
 
 class S3Remote:
-    """``s3://bucket/prefix`` through s3fs's aiobotocore client, on fsspec's I/O thread.
+    """``s3://bucket/prefix`` through one botocore client (thread-safe), used from any thread.
 
-    Object GETs take a fast path: the URL is presigned on the calling (worker) thread with a plain
-    botocore client and fetched on that same thread over a pool of keep-alive connections
-    (:mod:`epochfs.sidecar.httpget`), the body read straight into the downloader's buffer. That
-    keeps both botocore's request pipeline and the body's bytes off the single I/O loop thread,
-    which otherwise caps small-object rates and, for large objects, costs as much CPU as the md5.
+    Object GETs take a fast path: the URL is presigned on the calling (worker) thread and fetched
+    on that same thread over a pool of keep-alive connections (:mod:`epochfs.sidecar.httpget`),
+    the body read straight into the downloader's buffer. That skips botocore's request and
+    response pipeline (about 0.4 ms of CPU per object) and keeps every byte off any shared thread.
     Listing and any GET the fast path cannot serve (a region redirect, no credentials, a request
-    for S3's own checksum check) go through the aiobotocore client on the I/O loop as usual.
+    for S3's own checksum check) use the botocore client directly.
+
+    Plain botocore rather than s3fs/aiobotocore: nothing here needs an event loop any more, and
+    leaving s3fs, aiobotocore and aiohttp out saves about 0.2 s of start-up (imports, a second
+    client, the I/O thread).
     """
 
     sorted_listing = True
@@ -178,71 +159,54 @@ class S3Remote:
         read_timeout: float = 30.0,
     ) -> None:
         try:
-            import s3fs
-        except ImportError as e:  # pragma: no cover - s3fs is a sidecar dependency
-            raise RemoteError("s3:// needs s3fs: pip install 'epochfs[sidecar]'") from e
+            import botocore.session
+            from botocore.config import Config
+        except ImportError as e:  # pragma: no cover - botocore is a sidecar dependency
+            raise RemoteError("s3:// needs botocore: pip install 'epochfs[sidecar]'") from e
         parsed = urlparse(url)
         if not parsed.netloc:
             raise RemoteError(f"no bucket in {url!r} (expected s3://bucket/prefix)")
         self.url = url
         self.bucket = parsed.netloc
         self.prefix = parsed.path.strip("/")
-        self._fs = s3fs.S3FileSystem(
-            endpoint_url=endpoint_url,
-            skip_instance_cache=True,
-            config_kwargs={
-                "max_pool_connections": max(10, concurrency + 4),
-                "connect_timeout": connect_timeout,
-                "read_timeout": read_timeout,
-                "retries": {"mode": "standard", "total_max_attempts": 1},
-                # The downloader checks md5 against plain-md5 ETags itself; botocore's CRC of
-                # every body on the one I/O thread is asked for only where no md5 exists.
-                "response_checksum_validation": "when_required",
-            },
+        self._config = Config(
+            signature_version="s3v4",
+            max_pool_connections=max(10, concurrency + 4),
+            connect_timeout=connect_timeout,
+            read_timeout=read_timeout,
+            # Retries are the downloader's (bounded, with backoff and jitter).
+            retries={"mode": "standard", "total_max_attempts": 1},
+            # The downloader checks md5 against plain-md5 ETags itself; botocore's CRC of every
+            # body is asked for only where no md5 exists.
+            response_checksum_validation="when_required",
         )
-        self._fs.retries = 1
-        from fsspec.asyn import sync
-
-        self._sync_fn = sync
-        self._client = self._sync(self._fs.set_session())
+        self._endpoint_url = endpoint_url
+        self._session = botocore.session.get_session()
+        self._client = self._session.create_client("s3", endpoint_url=endpoint_url, config=self._config)
+        self._use_bucket_region()
         self._gets = GetPool(
             connect_timeout=connect_timeout, read_timeout=read_timeout,
             cafile=os.environ.get("AWS_CA_BUNDLE") or None, max_idle=concurrency + 4,
         )
-        self._presigner: Any = None
         self._fast = True
         try:
-            self._presigner = self._make_presigner(endpoint_url)
+            self._client.generate_presigned_url("get_object", Params={"Bucket": self.bucket, "Key": "x"})
         except Exception as e:
             log.info("S3 presigned GETs unavailable (%s); using botocore for every GET", e)
             self._fast = False
 
-    def _make_presigner(self, endpoint_url: str | None) -> Any:
-        import botocore.session
-        from botocore.config import Config
-
+    def _use_bucket_region(self) -> None:
+        """Sign for the bucket's own region (presigned URLs are not redirected like requests)."""
         region = self._client.meta.region_name
         with contextlib.suppress(Exception):
-            head = self._sync(self._client.head_bucket(Bucket=self.bucket))
+            head = self._client.head_bucket(Bucket=self.bucket)
             headers = head.get("ResponseMetadata", {}).get("HTTPHeaders", {})
             region = headers.get("x-amz-bucket-region") or region
-        session = botocore.session.get_session()
-        with contextlib.suppress(Exception):
-            # The loader of s3fs's session has parsed the S3 model and endpoints already:
-            # sharing it makes this client cost ~10 ms instead of ~100 ms of start-up.
-            session.register_component("data_loader", self._fs.session.get_component("data_loader"))
-        client = session.create_client(
-            "s3", region_name=region, endpoint_url=endpoint_url,
-            config=Config(signature_version="s3v4"),
-        )
-        client.generate_presigned_url("get_object", Params={"Bucket": self.bucket, "Key": "x"})
-        return client
-
-    def _sync(self, coro: Any) -> Any:
-        async def run() -> Any:
-            return await coro
-
-        return self._sync_fn(self._fs.loop, run)
+        if region and region != self._client.meta.region_name:
+            self._client.close()
+            self._client = self._session.create_client(
+                "s3", region_name=region, endpoint_url=self._endpoint_url, config=self._config
+            )
 
     def _full_key(self, key: str) -> str:
         return f"{self.prefix}/{key}" if self.prefix else key
@@ -255,7 +219,7 @@ class S3Remote:
             if token:
                 kwargs["ContinuationToken"] = token
             try:
-                page = self._sync(self._client.list_objects_v2(**kwargs))
+                page = self._client.list_objects_v2(**kwargs)
             except Exception as e:
                 raise RemoteError(f"cannot list {self.url}: {e}") from e
             for item in page.get("Contents", ()):
@@ -269,7 +233,7 @@ class S3Remote:
         kwargs: dict[str, Any] = {"Bucket": self.bucket, "Key": self._full_key(key)}
         refused: _Fallback | None = None
         if self._fast and not checksum:
-            url = self._presigner.generate_presigned_url("get_object", Params=kwargs, ExpiresIn=900)
+            url = self._client.generate_presigned_url("get_object", Params=kwargs, ExpiresIn=900)
             try:
                 return self._gets.get(url)
             except HTTPStatusError as e:
@@ -284,26 +248,17 @@ class S3Remote:
         if checksum:
             # botocore then checks the body against the object's x-amz-checksum-* (if stored).
             kwargs["ChecksumMode"] = "ENABLED"
-        response, first = self._sync(self._get(kwargs))
+        response = self._client.get_object(**kwargs)
         if refused is not None and self._fast:
             # botocore got what the presigned URL was refused: stop using the fast path.
             log.warning("S3 presigned GETs refused (%s); using botocore for every GET", refused)
             self._fast = False
-        return _S3Reader(self, response, first)
-
-    async def _get(self, kwargs: dict[str, Any]) -> tuple[dict[str, Any], bytes]:
-        response = await self._client.get_object(**kwargs)
-        try:
-            first = await _read_block(response["Body"], BLOCK)
-        except BaseException:
-            response["Body"].close()
-            raise
-        return response, first
+        return _BotoReader(response)
 
     def close(self) -> None:
         self._gets.close()  # also ends reads blocked on a stalled body
         with contextlib.suppress(Exception):
-            self._sync(self._client.__aexit__(None, None, None))
+            self._client.close()
 
 
 # ---------------------------------------------------------------------------- file://

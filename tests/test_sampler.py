@@ -222,8 +222,10 @@ def test_cut_requests_are_served_and_sigterm_is_clean(s3: S3Server, tmp_path: Pa
     objects = random_objects(30, 2_000_000)
     put_objects(s3, "bkt", objects)
     cache = tmp_path / "cache"
+    # --max-rate keeps the first 3 samples (6 MB) from landing before the lookup below is made
+    # (about 0.6 s at 8 MiB/s; unthrottled they take a few ms, less than the poll interval).
     sp = start_sampler(cache, "s3://bkt", *s3_args(s3), "--min-samples", "3", "--concurrency", "2",
-                       env=s3_env(s3.endpoint))
+                       "--max-rate", "8Mi", env=s3_env(s3.endpoint))
     try:
         with Store(cache) as store:
             wait_until(lambda: store.catalog_count() == 30, what="catalog")
