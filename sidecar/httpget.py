@@ -53,10 +53,12 @@ def _dropped(conn: http.client.HTTPConnection) -> bool:
     if sock is None:
         return False  # http.client connects it on the next request
     try:
-        readable, _, _ = select.select([sock], [], [], 0)
+        poller = select.poll()  # not select(): file descriptors may be above FD_SETSIZE
+        poller.register(sock, select.POLLIN)
+        events = poller.poll(0)
     except (OSError, ValueError):
         return True
-    return bool(readable)  # idle and readable: EOF (the server closed it) or unexpected bytes
+    return bool(events)  # idle and readable: EOF (the server closed it) or unexpected bytes
 
 
 class Response:

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import ssl
+import subprocess
 import threading
 import time
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 
 import pytest
 from epochfs.sidecar.httpget import GetPool, HTTPStatusError
@@ -169,3 +172,28 @@ def test_a_silent_server_times_out(server: _Server) -> None:
         resp.close()
     finally:
         pool.close()
+
+
+def test_https_with_a_ca_bundle(server: _Server, tmp_path: Path) -> None:
+    """The TLS path: the certificate is checked against ``cafile`` (AWS_CA_BUNDLE in the sampler)."""
+    key, cert = tmp_path / "key.pem", tmp_path / "cert.pem"
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
+                    "-subj", "/CN=127.0.0.1", "-addext", "subjectAltName=IP:127.0.0.1",
+                    "-keyout", str(key), "-out", str(cert)], check=True, capture_output=True)
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    context.load_cert_chain(cert, key)
+    server.httpd.socket = context.wrap_socket(server.httpd.socket, server_side=True)
+    url = server.url.replace("http://", "https://")
+    pool = GetPool(connect_timeout=5, read_timeout=5, cafile=str(cert))
+    try:
+        assert read_all(pool, f"{url}/bkt/a") == BODY
+        assert read_all(pool, f"{url}/bkt/b") == BODY
+    finally:
+        pool.close()
+    assert len(server.connections) == 1
+    untrusted = GetPool(connect_timeout=5, read_timeout=5)
+    try:
+        with pytest.raises(ssl.SSLCertVerificationError):
+            untrusted.get(f"{url}/bkt/c")
+    finally:
+        untrusted.close()
