@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from typing import Any, BinaryIO, Protocol
 from urllib.parse import quote, urlparse
 
-from epochfs.sidecar.httpget import GetPool, HTTPStatusError
+from epochfs.sidecar.httpget import DEFAULT_RECV_BUFFER, GetPool, HTTPStatusError
 
 log = logging.getLogger("epochfs.remote")
 
@@ -187,6 +187,7 @@ class S3Remote:
         self._gets = GetPool(
             connect_timeout=connect_timeout, read_timeout=read_timeout,
             cafile=os.environ.get("AWS_CA_BUNDLE") or None, max_idle=concurrency + 4,
+            recv_buffer=DEFAULT_RECV_BUFFER,
         )
         self._fast = True
         try:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import socket
 import ssl
 import subprocess
 import threading
@@ -11,7 +12,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
-from epochfs.sidecar.httpget import GetPool, HTTPStatusError
+from epochfs.sidecar.httpget import GetPool, HTTPStatusError, usable_recv_buffer
 
 BODY = bytes(range(256)) * 4096  # 1 MiB
 
@@ -197,3 +198,20 @@ def test_https_with_a_ca_bundle(server: _Server, tmp_path: Path) -> None:
             untrusted.get(f"{url}/bkt/c")
     finally:
         untrusted.close()
+
+
+def test_a_large_receive_buffer_only_when_the_kernel_grants_it(server: _Server) -> None:
+    with open("/proc/sys/net/core/rmem_max") as f:
+        rmem_max = int(f.read())
+    assert usable_recv_buffer(rmem_max + 1) == 0, "less than asked for: keep autotuning"
+    assert usable_recv_buffer(0) == 0
+    wanted = min(rmem_max, 1 << 20)
+    assert usable_recv_buffer(wanted) == wanted
+    pool = GetPool(connect_timeout=5, read_timeout=5, recv_buffer=wanted)
+    try:
+        resp = pool.get(f"{server.url}/bkt/a")
+        sock = resp._conn.sock  # type: ignore[union-attr]
+        assert sock.getsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF) >= wanted
+        resp.close()
+    finally:
+        pool.close()
