@@ -23,6 +23,7 @@ import logging
 import os
 import random
 import socket
+import ssl
 import threading
 import time
 from collections.abc import Iterator
@@ -97,11 +98,15 @@ def is_transient(exc: BaseException) -> bool:
             return False
         if isinstance(e, RemoteHTTPError):
             return e.status >= 500 or e.status == 429
+        if isinstance(e, ssl.SSLCertVerificationError):
+            return False  # a configuration problem (CA bundle, endpoint), not a passing one
         if isinstance(
             e,
             (TransferError, ConnectionError, TimeoutError, socket.timeout, asyncio.TimeoutError,
-             http.client.IncompleteRead, http.client.RemoteDisconnected),
+             http.client.HTTPException, ssl.SSLError),
         ):
+            # HTTPException: a truncated or garbled response (IncompleteRead, BadStatusLine...);
+            # SSLError: a TLS connection cut mid-body (SSLEOFError) on the presigned fast path.
             return True
         if bce is not None:
             if isinstance(e, bce.ClientError):

@@ -215,3 +215,19 @@ def test_a_large_receive_buffer_only_when_the_kernel_grants_it(server: _Server) 
         resp.close()
     finally:
         pool.close()
+
+
+def test_errors_of_the_fast_path_are_classified() -> None:
+    """What http.client and ssl raise on the fast path: retried, except a certificate problem."""
+    import http.client
+
+    from epochfs.sidecar.download import is_transient, is_unavailable
+
+    assert is_transient(http.client.BadStatusLine("garbage"))
+    assert is_transient(http.client.IncompleteRead(b"", 10))
+    assert is_transient(ssl.SSLEOFError(8, "EOF occurred in violation of protocol"))
+    assert is_transient(http.client.RemoteDisconnected("closed")) and is_unavailable(
+        http.client.RemoteDisconnected("closed"))
+    assert is_transient(TimeoutError("timed out")) and is_unavailable(TimeoutError("timed out"))
+    assert not is_transient(ssl.SSLCertVerificationError(1, "certificate verify failed"))
+    assert not is_transient(FileNotFoundError("k: HTTP 404 NoSuchKey"))
