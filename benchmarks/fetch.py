@@ -12,7 +12,8 @@ Each tool runs ``--repeat`` times per dataset, in rotating order, into a fresh f
 disk; medians are reported with bytes/s (large) or objects/s (small) and ratios of the sampler to
 each baseline. The CPU seconds the moto server used during each run are reported too: moto is one
 Python process, and when it uses about one core for the whole run it, not the client, is the
-bottleneck, which caps every tool at the same rate.
+bottleneck, which caps every tool at the same rate. The CPU each tool's own process used (start-up
+and exit included) is reported beside it.
 
     .venv/bin/python benchmarks/fetch.py                       # defaults: 96 x 4 MiB, 3000 x 64 KiB
     .venv/bin/python benchmarks/fetch.py --large 96 --small 3000 --repeat 3 --json out.json
@@ -24,6 +25,7 @@ import argparse
 import concurrent.futures
 import json
 import os
+import resource
 import shutil
 import signal
 import socket
@@ -67,6 +69,8 @@ class Run:
     server_cpu_seconds: float
     steady_seconds: float | None = None
     """epochfs only: from the catalog being ready to the last sample (start-up excluded)."""
+    client_cpu_seconds: float = float("nan")
+    """CPU (user + system) of the tool's process for the whole run, start-up and exit included."""
 
     @property
     def mb_per_s(self) -> float:
@@ -90,6 +94,12 @@ def cpu_seconds(pid: int | None) -> float:
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     ticks = sum(int(x) for x in fields[11:15])
     return ticks / os.sysconf("SC_CLK_TCK")
+
+
+def children_cpu() -> float:
+    """User + system CPU seconds of this process's terminated and waited-for children."""
+    ru = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return ru.ru_utime + ru.ru_stime
 
 
 def start_moto(port: int, log: Path) -> subprocess.Popen[bytes]:
@@ -264,31 +274,35 @@ def main(argv: list[str] | None = None) -> int:
                     dest = scratch / f"{tool}-{name}-{rep}"
                     subprocess.run(["sync"], check=False)
                     cpu0 = cpu_seconds(moto.pid if moto else None)
+                    client0 = children_cpu()
                     seconds = TOOLS[tool](endpoint, url, dest, count, args.concurrency)
                     cpu = cpu_seconds(moto.pid if moto else None) - cpu0
+                    client = children_cpu() - client0
                     n, total = files_in(dest / "objects" if tool == "epochfs" else dest)
                     if n != count or total != count * size:
                         raise RuntimeError(f"{tool} fetched {n} files / {total} bytes of {name}")
                     steady = STEADY.pop("last", None) if tool == "epochfs" else None
-                    runs.append(Run(tool, name, count, total, seconds, cpu, steady))
+                    runs.append(Run(tool, name, count, total, seconds, cpu, steady, client))
                     print(f"  {name:5s} {tool:8s} run {rep}: {seconds:6.2f}s  "
                           f"{total / seconds / 1e6:7.1f} MB/s  {count / seconds:7.0f} obj/s  "
-                          f"moto CPU {cpu / seconds:4.0%} of a core"
+                          f"moto CPU {cpu / seconds:4.0%} of a core  client CPU {client:5.2f}s"
                           + (f"  (after start-up: {steady:.2f}s)" if steady else ""), flush=True)
                     shutil.rmtree(dest, ignore_errors=True)
         print()
         print(f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs")
-        print(f"{'dataset':8s} {'tool':8s} {'median s':>9s} {'MB/s':>8s} {'obj/s':>8s} {'moto CPU':>9s}")
+        print(f"{'dataset':8s} {'tool':8s} {'median s':>9s} {'MB/s':>8s} {'obj/s':>8s} {'moto CPU':>9s} "
+              f"{'client CPU s':>13s}")
         medians: dict[tuple[str, str], Run] = {}
         for name in datasets:
             for tool in tools:
                 mine = [r for r in runs if r.tool == tool and r.dataset == name]
                 secs = statistics.median(r.seconds for r in mine)
                 cpu = statistics.median(r.server_cpu_seconds / r.seconds for r in mine)
+                client = statistics.median(r.client_cpu_seconds for r in mine)
                 med = Run(tool, name, mine[0].objects, mine[0].bytes, secs, cpu * secs)
                 medians[(name, tool)] = med
                 print(f"{name:8s} {tool:8s} {secs:9.2f} {med.mb_per_s:8.1f} {med.objects_per_s:8.0f} "
-                      f"{cpu:9.0%}")
+                      f"{cpu:9.0%} {client:13.2f}")
         print()
         if "epochfs" in tools:
             for name, unit in (("large", "bytes/s"), ("small", "objects/s")):
