@@ -48,7 +48,7 @@ def usable_recv_buffer(wanted: int) -> int:
 
 class _ConnMixin:
     """A connection with separate connect and read timeouts (http.client has only one) and,
-    optionally, a large receive buffer from the first byte (see :class:`GetPool`)."""
+    optionally, a large receive buffer set before the first request (see :class:`GetPool`)."""
 
     sock: Any
     timeout: Any
