@@ -85,7 +85,7 @@ def _chain(exc: BaseException) -> Iterator[BaseException]:
 def _optional(module: str) -> Any:
     try:
         return importlib.import_module(module)
-    except ImportError:  # pragma: no cover - both come with s3fs
+    except ImportError:  # pragma: no cover - botocore and aiohttp come with the sidecar extra
         return None
 
 

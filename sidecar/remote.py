@@ -1,4 +1,4 @@
-"""Remote datasets through fsspec: list keys as a stream, open one object as a byte stream.
+"""Remote datasets: list keys as a stream, open one object as a byte stream.
 
 One class per kind of remote, behind the small :class:`Remote` interface the catalog and the
 downloader use:
