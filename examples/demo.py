@@ -133,7 +133,9 @@ def main() -> int:
            "--health-port", str(port)]
     print(f"demo: starting the sidecar (log: {log})")
     with open(log, "wb") as out:
-        sidecar = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT)
+        # Its own session: Ctrl-C reaches the demo only, which then stops the sidecar with one SIGTERM
+        # (a second signal would make it exit at once instead of cleanly).
+        sidecar = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
     try:
         wait_ready(port, sidecar, log)
         print(f"demo: mounted at {mount}; training {args.epochs} epochs on growing epoch-N/ folders")
