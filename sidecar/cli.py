@@ -7,7 +7,6 @@ status`` stays fast and works where only the cache folder is present.
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import sys
 from collections.abc import Sequence
@@ -165,12 +164,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     except KeyboardInterrupt:
         return 130
-
-
-def print_json(obj: object) -> None:
-    """One JSON document on stdout (shared by sub-commands with --json)."""
-    json.dump(obj, sys.stdout, indent=2, sort_keys=True)
-    sys.stdout.write("\n")
 
 
 if __name__ == "__main__":

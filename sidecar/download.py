@@ -89,6 +89,13 @@ def _optional(module: str) -> Any:
         return None
 
 
+def _client_error(e: Any) -> tuple[int, str]:
+    """HTTP status and S3 error code of a botocore ClientError."""
+    response = e.response or {}
+    status = int(response.get("ResponseMetadata", {}).get("HTTPStatusCode", 0) or 0)
+    return status, str(response.get("Error", {}).get("Code", ""))
+
+
 def is_transient(exc: BaseException) -> bool:
     """Whether a failed attempt is worth another try (network trouble, 5xx, throttling)."""
     bce: Any = _optional("botocore.exceptions")
@@ -110,9 +117,7 @@ def is_transient(exc: BaseException) -> bool:
             return True
         if bce is not None:
             if isinstance(e, bce.ClientError):
-                err = e.response.get("Error", {}) if e.response else {}
-                code = str(err.get("Code", ""))
-                status = int((e.response or {}).get("ResponseMetadata", {}).get("HTTPStatusCode", 0) or 0)
+                status, code = _client_error(e)
                 return code in TRANSIENT_CODES or status >= 500 or status == 429
             if isinstance(
                 e,
@@ -144,8 +149,7 @@ def is_unavailable(exc: BaseException) -> bool:
             return True
         if bce is not None:
             if isinstance(e, bce.ClientError):
-                status = int((e.response or {}).get("ResponseMetadata", {}).get("HTTPStatusCode", 0) or 0)
-                code = str((e.response or {}).get("Error", {}).get("Code", ""))
+                status, code = _client_error(e)
                 return status >= 500 or status == 429 or code in TRANSIENT_CODES
             if isinstance(e, (bce.EndpointConnectionError, bce.ConnectTimeoutError, bce.ReadTimeoutError)):
                 return True

@@ -475,12 +475,19 @@ class Store:
         """The next catalog entries in sampling order that are neither cached nor skipped."""
         lower = -(2**63) if after_rank is None else after_rank
         op = ">=" if after_rank is None else ">"
+        return self._candidates(
+            f"c.rank {op} ? ORDER BY c.rank, c.key LIMIT ?", (lower, limit), order_column="rank"
+        )
+
+    def _candidates(
+        self, where: str, args: tuple[object, ...], *, order_column: str
+    ) -> list[tuple[int, Candidate]]:
+        """Catalog rows matching ``where`` that are neither cached nor skipped, as (order, candidate)."""
         rows = self._query(
-            f"SELECT c.rank, c.key, c.path, c.sid, c.size, c.version FROM catalog c "
-            f"WHERE c.rank {op} ? AND c.skipped = 0 "
-            f"AND NOT EXISTS (SELECT 1 FROM samples s WHERE s.key = c.key) "
-            f"ORDER BY c.rank, c.key LIMIT ?",
-            (lower, limit),
+            f"SELECT c.{order_column}, c.key, c.path, c.sid, c.size, c.version FROM catalog c "
+            f"WHERE c.skipped = 0 AND NOT EXISTS (SELECT 1 FROM samples s WHERE s.key = c.key) "
+            f"AND {where}",
+            args,
         )
         return [
             (int(r[0]), Candidate(str(r[1]), str(r[2]), str(r[3]), int(r[4]), str(r[5])))
@@ -497,16 +504,9 @@ class Store:
 
     def window_candidates(self, lo: int, hi: int, *, limit: int) -> list[tuple[int, Candidate]]:
         """Catalog entries at positions [lo, hi) that are neither cached nor skipped, in order."""
-        rows = self._query(
-            "SELECT c.pos, c.key, c.path, c.sid, c.size, c.version FROM catalog c "
-            "WHERE c.pos >= ? AND c.pos < ? AND c.skipped = 0 "
-            "AND NOT EXISTS (SELECT 1 FROM samples s WHERE s.key = c.key) ORDER BY c.pos LIMIT ?",
-            (lo, hi, limit),
+        return self._candidates(
+            "c.pos >= ? AND c.pos < ? ORDER BY c.pos LIMIT ?", (lo, hi, limit), order_column="pos"
         )
-        return [
-            (int(r[0]), Candidate(str(r[1]), str(r[2]), str(r[3]), int(r[4]), str(r[5])))
-            for r in rows
-        ]
 
     def mark_skipped(self, key: str) -> None:
         """Record that a key will not be fetched (failed downloads, refused by policy)."""
