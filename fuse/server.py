@@ -8,13 +8,12 @@ unmounts, lazily when busy); we then remove the link-root bind mount we made and
 
 from __future__ import annotations
 
-import glob
 import logging
 import os
-import subprocess
 from pathlib import Path
 
 from epochfs.fuse.errors import MountError
+from epochfs.fuse.libfuse import find_libfuse3
 from epochfs.fuse.mounting import (
     DEFAULT_LINK_ROOT_NAME,
     check_link_root,
@@ -29,34 +28,6 @@ log = logging.getLogger("epochfs.fuse")
 
 MIN_TIMEOUT = 1.0
 MAX_TIMEOUT = 3600.0
-
-
-def find_libfuse3() -> str:
-    """Absolute path of libfuse 3 (mfusepy would otherwise pick libfuse 2 when both exist)."""
-    env = os.environ.get("FUSE_LIBRARY_PATH")
-    if env:
-        if not os.path.isabs(env) or not os.path.exists(env):
-            raise MountError(f"FUSE_LIBRARY_PATH: {env!r} must be an absolute path to libfuse3.so.3")
-        return env
-    try:
-        out = subprocess.run(["ldconfig", "-p"], capture_output=True, text=True, check=False).stdout
-    except FileNotFoundError:
-        out = ""
-    arch_tag = {"x86_64": "x86-64", "aarch64": "AArch64"}.get(os.uname().machine, "")
-    candidates = []
-    for line in out.splitlines():
-        name, _, target = line.partition("=>")
-        path = target.strip()
-        if name.strip().startswith("libfuse3.so.3") and os.path.isabs(path) and os.path.exists(path):
-            candidates.append((arch_tag not in name, path))
-    if candidates:
-        return sorted(candidates)[0][1]
-    for pattern in ("/lib/*/libfuse3.so.3", "/usr/lib/*/libfuse3.so.3", "/usr/lib*/libfuse3.so.3",
-                    "/lib*/libfuse3.so.3", "/usr/local/lib*/libfuse3.so.3"):
-        hits = sorted(glob.glob(pattern))
-        if hits:
-            return os.path.abspath(hits[0])
-    raise MountError("libfuse 3 not found (install fuse3 / libfuse3-3, or set FUSE_LIBRARY_PATH)")
 
 
 def cache_timeout(in_use_seconds: float) -> float:
@@ -109,7 +80,10 @@ def run_mount(*, cache: Path, mount: Path, link_root: Path | None = None) -> int
         timeout = cache_timeout(store.policy().in_use_seconds)
         view = View(store=store, link_root=Path(link_root))
         ops = EpochOperations(view=view, timeout=timeout, mount=mount, warm_files=warm)
-        log.info("serving %s at %s (links into %s, libfuse %s)", cache, mount, link_root, libfuse)
+        import mfusepy
+
+        log.info("serving %s at %s (links into %s) with libfuse %d.%d from %s", cache, mount, link_root,
+                 mfusepy.fuse_version_major, mfusepy.fuse_version_minor, libfuse)
         try:
             EpochFUSE(
                 ops,
@@ -137,7 +111,7 @@ def run_mount(*, cache: Path, mount: Path, link_root: Path | None = None) -> int
         if left is not None and left.fstype.startswith("fuse"):
             lazy_unmount(mount)
         if made_bind:
-            lazy_unmount(Path(link_root))
+            lazy_unmount(Path(link_root), any_kind=True)
         store.close()
 
 

@@ -8,7 +8,7 @@ import os
 from pathlib import Path
 
 import pytest
-from epochfs.fuse.server import find_libfuse3
+from epochfs.fuse.libfuse import find_libfuse3
 from epochfs.fuse.view import MANIFEST_MAGIC, EpochTree, NotALink, NotFound, View
 from epochfs.sidecar.store import FileEntry
 from fuse_helpers import admit, make_objects, open_store, sid_of
