@@ -109,12 +109,20 @@ def is_dead(path: Path, *, timeout: float = 5.0) -> bool:
     return outcome[0]
 
 
-def lazy_unmount(path: Path) -> bool:
-    """Detach the mount(s) at ``path`` even if busy; True if nothing is mounted there afterwards."""
+def lazy_unmount(path: Path, *, any_kind: bool = False) -> bool:
+    """Detach the FUSE mount(s) at ``path`` even if busy; True if no FUSE mount is left there.
+
+    Only FUSE mounts are touched unless ``any_kind`` (for the read-only bind this package makes):
+    in a pod, ``path`` or its parent is the shared volume's own mount point, and detaching that
+    would cut the trainer off the volume for good.
+    """
     target = canonical(path)
     for _ in range(8):  # mounts can be stacked; take them off one by one
         entry = find_mount(Path(target))
         if entry is None:
+            return True
+        if not any_kind and not entry.fstype.startswith("fuse"):
+            log.debug("%s: %s mount on top is not ours to unmount", target, entry.fstype)
             return True
         commands: list[list[str]] = []
         if entry.fstype.startswith("fuse") and shutil.which("fusermount3"):
@@ -128,28 +136,47 @@ def lazy_unmount(path: Path) -> bool:
             log.debug("%s: %s", " ".join(cmd), result.stderr.strip())
         else:
             return False
-    return find_mount(Path(target)) is None
+    entry = find_mount(Path(target))
+    return entry is None or (not any_kind and not entry.fstype.startswith("fuse"))
 
 
 def check_mount_point(path: Path) -> None:
-    """Refuse a mount point that is missing, not a folder, in use or not empty (MountError).
+    """Make ready the folder the view is mounted at, or refuse it (MountError).
 
-    A dead FUSE mount left by a crashed server is lazily unmounted first, so a restart never
-    stacks mounts.
+    A missing folder is created when its parent exists (in a pod: a subdirectory of the shared
+    volume). A dead FUSE mount left by a crashed server is lazily unmounted first, so a restart
+    never stacks mounts. Refused: a live mount, a folder that is a mount point of another kind
+    (the shared volume's own mount point: a FUSE mount there would hide the volume from readers
+    that started later, and a remount after a crash could never reach them), a file, a folder
+    that is not empty.
     """
     entry = find_mount(path)
-    if entry is not None and is_dead(path):
+    if entry is not None and entry.fstype.startswith("fuse") and is_dead(path):
         log.warning("%s: dead mount (%s) from a previous server; unmounting it", path, entry.fstype)
         if not lazy_unmount(path):
             raise MountError(f"--mount: {path} holds a dead mount that could not be unmounted")
         entry = find_mount(path)
-    if entry is not None:
+    if entry is not None and entry.fstype.startswith("fuse"):
         raise MountError(
             f"--mount: {path} is already a mount point ({entry.fstype} from {entry.source}); "
             f"unmount it first (epochfs unmount --mount {path})"
         )
-    if not path.exists():
-        raise MountError(f"--mount: {path} does not exist (create an empty directory)")
+    if entry is not None:
+        raise MountError(
+            f"--mount: {path} is already a mount point ({entry.fstype} from {entry.source}), such as a "
+            f"shared volume's own: mount the view in a subdirectory of it (--mount {path}/view), so "
+            f"that a restarted FUSE server reaches the readers that started before the restart"
+        )
+    if not path.exists() and not path.is_symlink():
+        if not path.parent.is_dir():
+            raise MountError(f"--mount: {path} does not exist, nor does its parent {path.parent}")
+        try:
+            path.mkdir(mode=0o755)
+        except FileExistsError:
+            pass  # made by a concurrent start
+        except OSError as e:
+            raise MountError(f"--mount: cannot create {path}: {e.strerror}") from None
+        log.info("created the mount point %s", path)
     if not path.is_dir():
         raise MountError(f"--mount: {path} is not a directory")
     if any(os.scandir(path)):
@@ -169,7 +196,7 @@ def make_readonly_bind(source: Path, target: Path) -> bool:
         if entry.read_only and not is_dead(target):
             log.info("reusing the read-only bind mount at %s", target)
             return False
-        lazy_unmount(target)
+        lazy_unmount(target, any_kind=True)
     target.mkdir(parents=True, exist_ok=True)
     steps = (
         ["mount", "--bind", str(source), str(target)],
@@ -178,14 +205,14 @@ def make_readonly_bind(source: Path, target: Path) -> bool:
     for cmd in steps:
         result = subprocess.run(cmd, capture_output=True, text=True, check=False)
         if result.returncode != 0:
-            lazy_unmount(target)
+            lazy_unmount(target, any_kind=True)
             raise MountError(
                 f"--link-root: cannot make a read-only bind mount of {source} at {target} "
                 f"({result.stderr.strip() or 'mount failed'}); run with CAP_SYS_ADMIN or pass "
                 f"--link-root with a read-only path to the objects folder"
             )
     if not os.statvfs(target).f_flag & os.ST_RDONLY:
-        lazy_unmount(target)
+        lazy_unmount(target, any_kind=True)
         raise MountError(f"--link-root: {target} did not become read-only")
     log.info("read-only bind mount of %s at %s", source, target)
     return True
@@ -223,6 +250,9 @@ def unmount_stale(path: Path) -> int:
     if entry is None:
         print(f"epochfs unmount: nothing mounted at {path}")
         return 0
+    if not entry.fstype.startswith("fuse"):
+        print(f"epochfs unmount: {path} is a {entry.fstype} mount, not a FUSE view; left alone")
+        return 1
     if lazy_unmount(path):
         print(f"epochfs unmount: unmounted {path} ({entry.fstype})")
         return 0

@@ -194,11 +194,15 @@ class SamplerSettings(CacheSettings):
             )
 
 
+MOUNT_HELP = ("where the view is mounted: an empty folder, created if missing; in a pod a subdirectory "
+              "of the shared volume, never the volume's own mount point")
+
+
 @dataclass(frozen=True)
 class MountSettings(CacheSettings):
     """The read-only FUSE view (``epochfs mount``)."""
 
-    mount: Path = _opt("--mount", "mount point (an empty directory)", parse=Path, required=True)
+    mount: Path = _opt("--mount", MOUNT_HELP, parse=Path, required=True)
     link_root: Path | None = _opt(
         "--link-root",
         "read-only path to the objects folder that epoch symlinks point into "
@@ -213,7 +217,7 @@ class MountSettings(CacheSettings):
 class SidecarSettings(SamplerSettings):
     """Sampler + FUSE server + health and metrics endpoints (``epochfs sidecar``)."""
 
-    mount: Path = _opt("--mount", "mount point (an empty directory)", parse=Path, required=True)
+    mount: Path = _opt("--mount", MOUNT_HELP, parse=Path, required=True)
     link_root: Path | None = _opt("--link-root", "read-only path to the objects folder", parse=Path)
     health_port: int = _opt("--health-port", "port of /healthz, /readyz and /metrics", default=8080,
                             parse=_port)

@@ -260,7 +260,7 @@ class Supervisor:
         if self.settings.link_root is None:
             link_root = self.cache / mounting.DEFAULT_LINK_ROOT_NAME
             if mounting.find_mount(link_root) is not None:
-                mounting.lazy_unmount(link_root)
+                mounting.lazy_unmount(link_root, any_kind=True)
 
     def _remount(self, reason: str) -> None:
         """The FUSE server died or its mount is dead: kill, detach, start again (no stacking)."""

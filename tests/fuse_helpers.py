@@ -132,5 +132,5 @@ def stop(m: Mount, *, sig: int = signal.SIGTERM) -> int | None:
         lazy_unmount(m.path)
     ro = m.cache / "objects-ro"
     if find_mount(ro) is not None:
-        lazy_unmount(ro)
+        lazy_unmount(ro, any_kind=True)
     return m.proc.returncode

@@ -107,18 +107,24 @@ def cleanup_mounts(*paths: Path) -> None:
         for _ in range(4):
             if find_mount(p) is None:
                 break
-            lazy_unmount(p)
+            lazy_unmount(p, any_kind=True)
 
 
 @contextlib.contextmanager
 def running_sidecar(
     tmp_path: Path, *, remote: str, endpoint: str, extra: tuple[str, ...] = (),
     ready_timeout: float = 60.0, expect_ready: bool = True, expect_exit: int = 0,
+    mount: Path | None = None,
 ) -> Iterator[Sidecar]:
-    """Start the sidecar; yield once ready; stop it with SIGTERM and check a clean exit."""
-    cache, mount = tmp_path / "cache", tmp_path / "mnt"
-    with contextlib.suppress(FileExistsError):  # a dead mount there fails even lexists()
-        mount.mkdir()
+    """Start the sidecar; yield once ready; stop it with SIGTERM and check a clean exit.
+
+    ``mount``: where the view goes (default ``tmp_path/mnt``, made here); a given path is left for
+    the sidecar to create, as a subdirectory of a pod's shared volume is."""
+    cache = tmp_path / "cache"
+    if mount is None:
+        mount = tmp_path / "mnt"
+        with contextlib.suppress(FileExistsError):  # a dead mount there fails even lexists()
+            mount.mkdir()
     port = free_port()
     log = tmp_path / "sidecar.log"
     with open(log, "wb") as out:

@@ -167,8 +167,45 @@ def run_sidecar_cli(
     return subprocess.run(argv, capture_output=True, text=True, timeout=60)
 
 
+def test_view_in_a_subdirectory_of_a_volume_never_touches_the_volume(s3: S3Server, tmp_path: Path) -> None:
+    """The pod's layout: the shared volume is a mount point of its own; the sidecar creates the
+    view's folder inside it, mounts there, remounts there after a crash, and leaves the volume's
+    mount point alone at every step (a detached volume would cut the trainer off for good)."""
+    objects = remote_with(s3, 12, 8 * 1024)
+    volume = tmp_path / "volume"
+    volume.mkdir()
+    subprocess.run(["mount", "--bind", str(volume), str(volume)], check=True)
+    try:
+        def volume_mounted() -> bool:
+            entry = find_mount(volume)
+            return entry is not None and not entry.fstype.startswith("fuse")
+
+        r = run_sidecar_cli(tmp_path, volume)  # the volume's own mount point: refused, with the fix
+        assert r.returncode == 2 and "subdirectory" in r.stderr and f"{volume}/view" in r.stderr
+        assert volume_mounted()
+        r = subprocess.run([*EPOCHFS, "unmount", "--mount", str(volume)], capture_output=True, text=True)
+        assert r.returncode == 1 and "left alone" in r.stdout and volume_mounted()
+
+        view = volume / "view"
+        extra = ("--capacity", "64Mi", "--min-samples", "4")
+        with running_sidecar(tmp_path, remote=f"s3://{BUCKET}", endpoint=s3.endpoint, extra=extra,
+                             mount=view) as car:
+            assert fuse_mounts_at(view) == 1 and volume_mounted()
+            before = check_epoch_bytes(view, 0, objects)
+            old = car.child_pid("fuse")
+            assert old is not None
+            os.kill(old, signal.SIGKILL)
+            wait_until(lambda: car.child_pid("fuse") not in (None, old) and car.get("/readyz")[0] == 200,
+                       timeout=10, what="the view back after kill -9 of the FUSE server")
+            assert fuse_mounts_at(view) == 1 and volume_mounted()
+            assert check_epoch_bytes(view, 0, objects) == before
+        assert find_mount(view) is None and volume_mounted()
+    finally:
+        lazy_unmount(volume, any_kind=True)
+
+
 def test_bad_mount_points_exit_2(tmp_path: Path) -> None:
-    missing = run_sidecar_cli(tmp_path, tmp_path / "nope")
+    missing = run_sidecar_cli(tmp_path, tmp_path / "nope" / "view")
     assert missing.returncode == 2 and "--mount" in missing.stderr and "does not exist" in missing.stderr
     full = tmp_path / "full"
     full.mkdir()
@@ -186,7 +223,7 @@ def test_bad_mount_points_exit_2(tmp_path: Path) -> None:
         r = run_sidecar_cli(tmp_path, busy)
         assert r.returncode == 2 and "already" in r.stderr and "tmpfs" in r.stderr
     finally:
-        lazy_unmount(busy)
+        lazy_unmount(busy, any_kind=True)
     assert find_mount(busy) is None
     for line in (missing.stderr + r.stderr).splitlines():  # nothing was started
         assert not line.startswith("[sampler]") and not line.startswith("[fuse]")
