@@ -1,17 +1,52 @@
 """epochfs.torchclient: torch Datasets and loaders over the epoch-N/ folders of an epochfs mount.
 
-Knows only the mount's file layout (``layout``), so it works on any folder shaped like the mount and
-imports nothing from the sidecar or the FUSE server.
+Knows only the mount's file layout (:mod:`.layout`), so it works on any folder shaped like the mount
+and imports nothing from the sidecar or the FUSE server.
+
+The public names are imported lazily, on first use: importing this package (which every import of
+``epochfs.torchclient.layout`` does first) must not import torch, so that the FUSE server, which
+reads the layout contract from :mod:`.layout`, never loads it. ``from epochfs.torchclient import
+EpochLoader`` works as before and imports torch then.
 """
 
-from .dataset import EpochDataset, wait_for_epoch
-from .decode import SampleDecodeError, decode_auto, decode_bytes, decode_npy, decode_npz, decode_pt
-from .layout import Manifest, ManifestEntry, ManifestError, list_epochs, read_manifest, read_status
-from .loader import EpochLoader, EpochRun, EpochStats, default_num_workers
-from .sampler import EpochSampler, epoch_indices
-from .world import World
+from __future__ import annotations
 
-__all__ = [
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # what static tools see; at run time __getattr__ below imports on demand
+    from .dataset import EpochDataset, wait_for_epoch
+    from .decode import SampleDecodeError, decode_auto, decode_bytes, decode_npy, decode_npz, decode_pt
+    from .layout import Manifest, ManifestEntry, ManifestError, list_epochs, read_manifest, read_status
+    from .loader import EpochLoader, EpochRun, EpochStats, default_num_workers
+    from .sampler import EpochSampler, epoch_indices
+    from .world import World
+
+_SUBMODULE = {
+    "EpochDataset": "dataset",
+    "wait_for_epoch": "dataset",
+    "SampleDecodeError": "decode",
+    "decode_auto": "decode",
+    "decode_bytes": "decode",
+    "decode_npy": "decode",
+    "decode_npz": "decode",
+    "decode_pt": "decode",
+    "Manifest": "layout",
+    "ManifestEntry": "layout",
+    "ManifestError": "layout",
+    "list_epochs": "layout",
+    "read_manifest": "layout",
+    "read_status": "layout",
+    "EpochLoader": "loader",
+    "EpochRun": "loader",
+    "EpochStats": "loader",
+    "default_num_workers": "loader",
+    "EpochSampler": "sampler",
+    "epoch_indices": "sampler",
+    "World": "world",
+}
+
+__all__ = [  # a literal list, as linters read it; tests/test_layout.py checks it matches _SUBMODULE
     "EpochDataset",
     "EpochLoader",
     "EpochRun",
@@ -34,3 +69,17 @@ __all__ = [
     "read_status",
     "wait_for_epoch",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    """Import the submodule that defines ``name`` on first access, and keep the name here."""
+    submodule = _SUBMODULE.get(name)
+    if submodule is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f".{submodule}", __name__), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_SUBMODULE))

@@ -1,36 +1,119 @@
-"""The mount's file layout, the only thing the client knows about epochfs.
+"""The mount's file layout: names, the epoch-name grammar, the manifest and status formats.
 
-    root/epoch-N/<relative paths>        one folder per epoch (symlinks to the object files)
-    root/latest -> epoch-N
-    root/.epochfs/status.json            occupancy, epochs, pending cuts
-    root/.epochfs/epoch-N.manifest       the file list of epoch N
+The one definition of what a folder shaped like an epochfs mount holds::
 
-The client never imports the sidecar or the FUSE server: any folder with this layout works (a plain
-folder in tests, the FUSE mount in production). Looking up ``root/epoch-N`` for N above the newest asks
-the sidecar for a cut; that is why :func:`epoch_exists` is a plain ``stat`` and never a directory
-listing of ``root``.
+    root/epoch-N/<relative paths>        one folder per live epoch (symlinks to the object files)
+    root/latest -> epoch-N               the newest live epoch
+    root/.epochfs/status.json            occupancy, epochs, pending cuts (a JSON object)
+    root/.epochfs/epoch-N.manifest       the file list of epoch N, in the manifest format below
+
+Both sides use it: the FUSE view (:mod:`epochfs.fuse.view`) names epochs, renders ``status.json``
+and writes manifests with it; the torch client finds epochs and parses manifests with it. Any folder
+with this layout works for the client (a plain folder in tests, the FUSE mount in production).
+
+**Why it lives in the torch client.** The client installs without the sidecar and the FUSE server
+and imports nothing from them, so the contract must live on its side; ``fuse`` importing
+``epochfs.torchclient.layout`` is the one allowed import from ``fuse`` into ``torchclient``. Keep this
+module on the standard library only: ``import epochfs.torchclient.layout`` must not import torch
+(``tests/test_layout.py`` checks), so the sidecar image and its FUSE server never load it.
+
+**Epoch names.** ``epoch-N`` with N in canonical decimal: ``0``, or a digit 1-9 followed by at most
+17 ASCII digits (so N < 10**18 fits the store's signed 64-bit integers). ``epoch-007``, ``epoch-+7``,
+``epoch-٣`` or ``epoch-1\\n`` name no epoch: each epoch has exactly one name, so the kernel caches
+one entry per epoch, one lookup pins it, and a stray name never asks for a cut.
+
+**Manifest, version 1** (UTF-8, read in one pass): a header line
+``#epochfs-manifest v1<TAB>epoch=N<TAB>files=M<TAB>bytes=B``, then ``path<TAB>size<TAB>checksum`` per
+file (checksum ``md5:<hex>``), sorted by path, each line ending in a newline. Paths never hold a tab
+or a newline (the sidecar never admits such keys). A reader refuses another version by name.
+
+Looking up ``root/epoch-N`` for N above the newest asks the sidecar for a cut; that is why
+:func:`epoch_exists` is a plain ``stat`` and never a directory listing of ``root``.
 """
 
 from __future__ import annotations
 
 import json
+import operator
 import os
 import re
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
-MANIFEST_MAGIC = "#epochfs-manifest v1"
-_EPOCH_DIR = re.compile(r"^epoch-(\d+)$")
+CONTROL_DIR = ".epochfs"
+STATUS_NAME = "status.json"
+LATEST_NAME = "latest"
+EPOCH_PREFIX = "epoch-"
+MANIFEST_SUFFIX = ".manifest"
+MAX_EPOCH = 10**18 - 1
+"""The largest epoch number with a name (18 digits)."""
+MANIFEST_VERSION = 1
+MANIFEST_MAGIC = f"#epochfs-manifest v{MANIFEST_VERSION}"
+
+_NUMBER = r"(0|[1-9][0-9]{0,17})"
+_EPOCH_NAME = re.compile(EPOCH_PREFIX + _NUMBER)
+_MANIFEST_NAME = re.compile(EPOCH_PREFIX + _NUMBER + re.escape(MANIFEST_SUFFIX))
+_MAGIC_PREFIX = "#epochfs-manifest v"
 
 
+# ---------------------------------------------------------------------------------------- names
+def epoch_name(n: int) -> str:
+    """``12`` -> ``epoch-12``; ValueError for a number that has no name (negative, above MAX_EPOCH)."""
+    if isinstance(n, bool) or not isinstance(n, int) or not 0 <= n <= MAX_EPOCH:
+        raise ValueError(f"epoch numbers are ints from 0 to {MAX_EPOCH}, got {n!r}")
+    return f"{EPOCH_PREFIX}{n}"
+
+
+def parse_epoch_name(name: str) -> int | None:
+    """``epoch-12`` -> 12; anything else (``epoch-012``, ``epoch-x``, ``epoch-1.manifest``) -> None."""
+    m = _EPOCH_NAME.fullmatch(name)
+    return int(m.group(1)) if m else None
+
+
+def manifest_name(n: int) -> str:
+    """``12`` -> ``epoch-12.manifest`` (the file's name inside ``.epochfs/``)."""
+    return epoch_name(n) + MANIFEST_SUFFIX
+
+
+def parse_manifest_name(name: str) -> int | None:
+    """``epoch-12.manifest`` -> 12; anything else -> None (same number grammar as epoch names)."""
+    m = _MANIFEST_NAME.fullmatch(name)
+    return int(m.group(1)) if m else None
+
+
+def epoch_dir(root: str | os.PathLike[str], epoch: int) -> Path:
+    return Path(root) / epoch_name(epoch)
+
+
+def control_dir(root: str | os.PathLike[str]) -> Path:
+    return Path(root) / CONTROL_DIR
+
+
+def manifest_path(root: str | os.PathLike[str], epoch: int) -> Path:
+    return control_dir(root) / manifest_name(epoch)
+
+
+def status_path(root: str | os.PathLike[str]) -> Path:
+    return control_dir(root) / STATUS_NAME
+
+
+def latest_path(root: str | os.PathLike[str]) -> Path:
+    return Path(root) / LATEST_NAME
+
+
+# ---------------------------------------------------------------------------------------- manifest
 class ManifestError(ValueError):
-    """A manifest that does not follow the v1 format; the message names the file and the line."""
+    """A manifest that does not follow the format; the message names the file and the line."""
 
 
-@dataclass(frozen=True)
-class ManifestEntry:
-    """One file of an epoch: its path relative to ``epoch-N/``, its size and checksum (``md5:<hex>``)."""
+class ManifestEntry(NamedTuple):
+    """One file of an epoch: its path relative to ``epoch-N/``, its size and checksum (``md5:<hex>``).
+
+    A named tuple, so writers may pass plain ``(path, size, checksum)`` tuples where entries are taken
+    (the FUSE view does, for every file of a million-file epoch).
+    """
 
     path: str
     size: int
@@ -57,44 +140,24 @@ class Manifest:
         return tuple(map(ManifestEntry, self.paths, self.sizes, self.checksums))
 
 
-def epoch_dir(root: str | os.PathLike[str], epoch: int) -> Path:
-    return Path(root) / f"epoch-{epoch}"
+def format_manifest(epoch: int, entries: Iterable[tuple[str, int, str]]) -> str:
+    """Manifest text for ``entries`` (sorted here by path): what the FUSE view serves.
 
-
-def manifest_path(root: str | os.PathLike[str], epoch: int) -> Path:
-    return Path(root) / ".epochfs" / f"epoch-{epoch}.manifest"
-
-
-def status_path(root: str | os.PathLike[str]) -> Path:
-    return Path(root) / ".epochfs" / "status.json"
-
-
-def epoch_exists(root: str | os.PathLike[str], epoch: int) -> bool:
-    """Look up ``root/epoch-N``; on the mount this lookup is what asks for the cut of epoch N."""
-    return epoch_dir(root, epoch).is_dir()
-
-
-def list_epochs(root: str | os.PathLike[str]) -> list[int]:
-    """Epoch numbers visible under ``root`` now, ascending (for error messages and progress lines)."""
-    try:
-        names = os.listdir(root)
-    except OSError:
-        return []
-    found = []
-    for name in names:
-        match = _EPOCH_DIR.match(name)
-        if match:
-            found.append(int(match.group(1)))
-    return sorted(found)
-
-
-def read_status(root: str | os.PathLike[str]) -> dict[str, Any] | None:
-    """The sidecar's ``status.json`` as a dict, or None where there is none (a plain folder)."""
-    try:
-        data = json.loads(status_path(root).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
-    return data if isinstance(data, dict) else None
+    ValueError for a path holding a tab or newline (it would break the format for every reader).
+    """
+    epoch_name(epoch)  # a number with a name, or ValueError
+    ordered = sorted(entries, key=operator.itemgetter(0))
+    total = sum(e[1] for e in ordered)
+    lines = [f"{MANIFEST_MAGIC}\tepoch={epoch}\tfiles={len(ordered)}\tbytes={total}"]
+    lines += [f"{path}\t{size}\t{checksum}" for path, size, checksum in ordered]
+    text = "\n".join(lines) + "\n"
+    # One pass in C instead of a check per path: the counts hold unless some field holds a separator.
+    if text.count("\t") != 3 + 2 * len(ordered) or text.count("\n") != 1 + len(ordered) or "\r" in text:
+        for path, _, _ in ordered:
+            if any(c in path for c in "\t\n\r"):
+                raise ValueError(f"manifest paths cannot hold tabs or newlines: {path!r}")
+        raise ValueError("manifest checksums cannot hold tabs or newlines")
+    return text
 
 
 def parse_manifest(text: str, *, source: str, epoch: int | None = None) -> Manifest:
@@ -106,6 +169,9 @@ def parse_manifest(text: str, *, source: str, epoch: int | None = None) -> Manif
         raise ManifestError(f"{source}: empty manifest (no header line)")
     header = lines[0].split("\t")
     if header[0] != MANIFEST_MAGIC:
+        if header[0].startswith(_MAGIC_PREFIX):
+            raise ManifestError(f"{source}: manifest version {header[0][len(_MAGIC_PREFIX):]!r} is not "
+                                f"supported (this client reads v{MANIFEST_VERSION})")
         raise ManifestError(f"{source}: line 1 is not a '{MANIFEST_MAGIC}' header: {lines[0][:80]!r}")
     fields: dict[str, int] = {}
     for item in header[1:]:
@@ -146,6 +212,45 @@ def _raise_bad_line(body: list[str], source: str) -> None:
             raise ManifestError(f"{source}: line {number} is not 'path<TAB>size<TAB>checksum': {line[:80]!r}")
 
 
+# ---------------------------------------------------------------------------------------- status
+def format_status(doc: Mapping[str, Any]) -> str:
+    """``status.json``'s text: sorted keys, indented, one trailing newline (stable, diffable)."""
+    return json.dumps(doc, indent=2, sort_keys=True) + "\n"
+
+
+def parse_status(text: str) -> dict[str, Any] | None:
+    """A status document as a dict, or None when the text is not a JSON object."""
+    try:
+        data = json.loads(text)
+    except ValueError:
+        return None
+    return data if isinstance(data, dict) else None
+
+
+# ---------------------------------------------------------------------------------------- a folder
+def epoch_exists(root: str | os.PathLike[str], epoch: int) -> bool:
+    """Look up ``root/epoch-N``; on the mount this lookup is what asks for the cut of epoch N."""
+    return epoch_dir(root, epoch).is_dir()
+
+
+def list_epochs(root: str | os.PathLike[str]) -> list[int]:
+    """Epoch numbers visible under ``root`` now, ascending (for error messages and progress lines)."""
+    try:
+        names = os.listdir(root)
+    except OSError:
+        return []
+    return sorted(n for n in map(parse_epoch_name, names) if n is not None)
+
+
+def read_status(root: str | os.PathLike[str]) -> dict[str, Any] | None:
+    """The sidecar's ``status.json`` as a dict, or None where there is none (a plain folder)."""
+    try:
+        text = status_path(root).read_text(encoding="utf-8")
+    except (OSError, ValueError):
+        return None
+    return parse_status(text)
+
+
 def read_manifest(root: str | os.PathLike[str], epoch: int) -> Manifest | None:
     """The manifest of ``epoch``, or None where the folder has none (then the client walks the folder)."""
     path = manifest_path(root, epoch)
@@ -154,18 +259,6 @@ def read_manifest(root: str | os.PathLike[str], epoch: int) -> Manifest | None:
     except FileNotFoundError:
         return None
     return parse_manifest(text, source=str(path), epoch=epoch)
-
-
-def format_manifest(epoch: int, entries: list[ManifestEntry]) -> str:
-    """Manifest text for ``entries`` (sorted here by path), the exact format the sidecar writes."""
-    ordered = sorted(entries, key=lambda e: e.path)
-    for entry in ordered:
-        if any(c in entry.path for c in "\t\n\r"):
-            raise ValueError(f"manifest paths cannot hold tabs or newlines: {entry.path!r}")
-    total = sum(e.size for e in ordered)
-    lines = [f"{MANIFEST_MAGIC}\tepoch={epoch}\tfiles={len(ordered)}\tbytes={total}"]
-    lines += [f"{e.path}\t{e.size}\t{e.checksum}" for e in ordered]
-    return "\n".join(lines) + "\n"
 
 
 def walk_epoch(root: str | os.PathLike[str], epoch: int) -> list[tuple[str, int]]:

@@ -35,6 +35,7 @@ from torch.utils.data import DataLoader, Dataset, Sampler
 
 from .dataset import EpochDataset, Progress, print_progress
 from .decode import Decoder, load_sample, resolve_decoder
+from .layout import epoch_name
 from .report import ClientReporter, report_url_from_env
 from .sampler import epoch_indices
 from .world import World, has_local_env
@@ -260,7 +261,7 @@ class EpochLoader:
                 keep = target * self.batch_size
                 padded = keep - len(indices)
                 indices = indices[:keep]
-        prefix = f"epoch-{epoch}/"
+        prefix = epoch_name(epoch) + "/"
         batches: list[list[str]] = []
         sizes: list[int] = []
         for start in range(0, len(indices), self.batch_size):

@@ -9,13 +9,21 @@ so a reader never sees half an epoch). Not used on a real mount.
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 import time
 from collections.abc import Mapping
 from pathlib import Path
 
-from .layout import ManifestEntry, epoch_dir, format_manifest, manifest_path, status_path
+from .layout import (
+    ManifestEntry,
+    control_dir,
+    epoch_dir,
+    format_manifest,
+    format_status,
+    latest_path,
+    manifest_path,
+    status_path,
+)
 
 
 def md5_of(path: str | os.PathLike[str]) -> str:
@@ -42,13 +50,12 @@ def publish_epoch(root: str | os.PathLike[str], epoch: int,
     for rel, target in files.items():
         target = Path(target).resolve()
         entries.append(ManifestEntry(rel, target.stat().st_size, md5_of(target) if checksums else "md5:"))
-    meta = root / ".epochfs"
-    meta.mkdir(parents=True, exist_ok=True)
+    control_dir(root).mkdir(parents=True, exist_ok=True)
     manifest = manifest_path(root, epoch)
     tmp_manifest = manifest.with_suffix(".tmp")
     tmp_manifest.write_text(format_manifest(epoch, entries), encoding="utf-8")
     os.replace(tmp_manifest, manifest)
-    staging = root / f".staging-epoch-{epoch}"
+    staging = root / f".staging-{final.name}"
     staging.mkdir()
     for rel, target in files.items():
         link = staging / rel
@@ -59,10 +66,10 @@ def publish_epoch(root: str | os.PathLike[str], epoch: int,
     if latest_tmp.is_symlink():
         latest_tmp.unlink()
     latest_tmp.symlink_to(final.name)
-    os.replace(latest_tmp, root / "latest")
+    os.replace(latest_tmp, latest_path(root))
     status = {"samples": len(entries), "cache_bytes": sum(e.size for e in entries), "latest_epoch": epoch,
               "pending_cuts": [], "backpressure": False, "mode": "plain-folder", "time": time.time()}
     tmp_status = status_path(root).with_suffix(".tmp")
-    tmp_status.write_text(json.dumps(status), encoding="utf-8")
+    tmp_status.write_text(format_status(status), encoding="utf-8")
     os.replace(tmp_status, status_path(root))
     return final
