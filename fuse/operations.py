@@ -34,15 +34,14 @@ from typing import Any, TypeVar, cast
 
 import mfusepy
 from epochfs.fuse.metrics import fuse_metrics
-from epochfs.fuse.view import (
+from epochfs.fuse.view import Attr, NotADirectory, NotALink, NotFound, View
+from epochfs.torchclient.layout import (
     CONTROL_DIR,
     LATEST_NAME,
     STATUS_NAME,
-    Attr,
-    NotADirectory,
-    NotALink,
-    NotFound,
-    View,
+    epoch_dir,
+    epoch_name,
+    manifest_name,
     parse_epoch_name,
 )
 
@@ -64,7 +63,7 @@ F = TypeVar("F", bound=Callable[..., Any])
 def translate_errors(method: F) -> F:
     """Map view errors to errno; anything unexpected becomes EIO (and is logged with its cause).
     Every call is counted by operation, and every error by operation and errno."""
-    op = {"listing": "readdir"}.get(method.__name__, method.__name__.removesuffix("_with_offset"))
+    op = {"listing": "readdir"}.get(method.__name__, method.__name__)
 
     @functools.wraps(method)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
@@ -181,9 +180,9 @@ class Refresher:
         n = self.notifier
         for gone in sorted(set(old.live) - set(new.live)):
             log.info("epoch %d retired: removing it from the mount", gone)
-            n.invalidate(f"/{CONTROL_DIR}/epoch-{gone}.manifest")
-            n.invalidate(f"/epoch-{gone}")
-            n.forget_root_entry(f"epoch-{gone}")
+            n.invalidate(f"/{CONTROL_DIR}/{manifest_name(gone)}")
+            n.invalidate(f"/{epoch_name(gone)}")
+            n.forget_root_entry(epoch_name(gone))
         if old.latest != new.latest:
             n.invalidate(f"/{LATEST_NAME}")
             n.forget_root_entry(LATEST_NAME)
@@ -251,7 +250,7 @@ class Warmer:
             dirs = sorted(self.view.tree(n).dirs)
         except NotFound:
             return 0
-        base = os.fspath(self.mount / f"epoch-{n}")
+        base = os.fspath(epoch_dir(self.mount, n))
         count = 0
         for rel in dirs:
             try:
@@ -340,21 +339,22 @@ class EpochOperations(mfusepy.Operations):
         self.calls["readlink"] += 1
         return self.view.readlink(path)
 
-    @translate_errors
     def readdir_with_offset(self, path: str, offset: int, fh: int) -> list[Any]:
-        # Only used if EpochFUSE is not (mfusepy's own readdir loop); kept correct anyway.
-        entries = self.entries(path)
-        return [(name, self._stat(a), i + 1) for i, (name, a) in enumerate(entries) if i >= offset]
+        """Never called: :meth:`EpochFUSE.readdir_fuse_3` answers every readdir, with readdir-plus.
+
+        It must exist all the same: mfusepy installs libfuse's readdir callback only for operations
+        that define ``readdir`` or ``readdir_with_offset``, and without it no folder could be listed.
+        """
+        raise FuseOSError(errno.ENOSYS)
 
     def listing(self, path: str) -> tuple[Attr, list[tuple[str, Attr]]]:
-        """The folder's own attributes and its entries (readdir and readdir-plus share this)."""
+        """The folder's own attributes and its entries, for :meth:`EpochFUSE.readdir_fuse_3`.
+
+        Not named ``readdir``: mfusepy would register it as the FUSE call, and EpochFUSE answers
+        readdir itself (with readdir-plus), so a plain readdir here would never be called.
+        """
         self.calls["readdir"] += 1
         return self.view.getattr(path), self.view.listdir(path)
-
-    def entries(self, path: str) -> list[tuple[str, Attr]]:
-        """``.``, ``..`` and the folder's entries."""
-        here, listing = self.listing(path)
-        return [(".", here), ("..", here), *listing]
 
     @translate_errors
     def open(self, path: str, fi: Any) -> int:

@@ -1,13 +1,14 @@
 """The read-only namespace of an epochfs mount, computed from the node store (no FUSE here).
 
 Keeping the namespace free of FUSE lets it be tested without a mount and keeps the FUSE translator
-(:mod:`epochfs.fuse.operations`) a thin layer. Layout::
+(:mod:`epochfs.fuse.operations`) a thin layer. Layout (names, the epoch-name grammar and the
+manifest and status formats come from :mod:`epochfs.torchclient.layout`, the one definition both
+the mount and the torch client read; it is stdlib-only and imports no torch)::
 
     /epoch-<N>/<relative/path>     symlink -> <link_root>/<object name>, one per sample of epoch N
     /latest                        symlink -> epoch-<newest live N>
     /.epochfs/status.json          Store.stats() as JSON, rendered per open
-    /.epochfs/epoch-<N>.manifest   "#epochfs-manifest v1<TAB>epoch=N<TAB>files=M<TAB>bytes=B" then
-                                   "path<TAB>size<TAB>checksum" per file, sorted by path
+    /.epochfs/epoch-<N>.manifest   the file list of epoch N (layout.format_manifest)
 
 An epoch is immutable once cut, so its tree and manifest are built once and cached until it
 retires. What changes (the set of live epochs, ``latest``, ``status.json``) is re-read from the
@@ -16,9 +17,7 @@ store by :meth:`View.refresh`, which the server calls periodically and on demand
 
 from __future__ import annotations
 
-import json
 import logging
-import re
 import stat
 import threading
 import time
@@ -26,15 +25,19 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from epochfs.sidecar.store import FileEntry, Store
+from epochfs.torchclient.layout import (
+    CONTROL_DIR,
+    LATEST_NAME,
+    STATUS_NAME,
+    epoch_name,
+    format_manifest,
+    format_status,
+    manifest_name,
+    parse_epoch_name,
+    parse_manifest_name,
+)
 
 log = logging.getLogger("epochfs.fuse")
-
-CONTROL_DIR = ".epochfs"
-STATUS_NAME = "status.json"
-LATEST_NAME = "latest"
-MANIFEST_MAGIC = "#epochfs-manifest v1"
-_EPOCH_RE = re.compile(r"^epoch-(0|[1-9][0-9]{0,17})$")
-_MANIFEST_RE = re.compile(r"^epoch-(0|[1-9][0-9]{0,17})\.manifest$")
 
 DIR_MODE = stat.S_IFDIR | 0o555
 LINK_MODE = stat.S_IFLNK | 0o777
@@ -81,10 +84,6 @@ class Attr:
     def is_dir(self) -> bool:
         return stat.S_ISDIR(self.mode)
 
-    @property
-    def is_link(self) -> bool:
-        return stat.S_ISLNK(self.mode)
-
 
 @dataclass
 class _Dir:
@@ -106,7 +105,6 @@ class EpochTree:
         self.dirs: dict[str, _Dir] = {"": _Dir(root_attr)}
         self.links: dict[str, str] = {}
         self.link_attrs: dict[str, Attr] = {}
-        self.total_bytes = 0
         prefix = str(link_root).rstrip("/")
         for f in files:
             parts = f.path.split("/")
@@ -133,7 +131,6 @@ class EpochTree:
             self.links[f.path] = target
             self.link_attrs[f.path] = attr
             self.dirs[parent].children[parts[-1]] = attr
-            self.total_bytes += f.size
         for d in self.dirs.values():
             d.listing = sorted(d.children.items())
 
@@ -162,18 +159,9 @@ class EpochTree:
         return target
 
     def manifest(self) -> bytes:
-        """The manifest text (format fixed in the project brief, read in one pass by clients)."""
-        lines = [
-            f"{MANIFEST_MAGIC}\tepoch={self.epoch}\tfiles={len(self.links)}\tbytes={self.total_bytes}"
-        ]
-        lines += [f"{f.path}\t{f.size}\t{f.checksum}" for f in self.files if f.path in self.links]
-        return ("\n".join(lines) + "\n").encode()
-
-
-def parse_epoch_name(name: str) -> int | None:
-    """``epoch-12`` -> 12; anything else (``epoch-012``, ``epoch-x``) -> None."""
-    m = _EPOCH_RE.match(name)
-    return int(m.group(1)) if m else None
+        """The manifest of the files shown (skipped paths left out), in the layout's format."""
+        rows = [(f.path, f.size, f.checksum) for f in self.files if f.path in self.links]
+        return format_manifest(self.epoch, rows).encode()
 
 
 def split_path(path: str) -> list[str]:
@@ -222,10 +210,10 @@ class View:
         stats = self.store.stats()
         doc = stats.to_json()
         live = {int(e["epoch"]): float(e["cut_at"]) for e in stats.epochs}
-        status = (json.dumps(doc, indent=2, sort_keys=True) + "\n").encode()
+        status = format_status(doc).encode()
         key_doc = dict(doc)
         key_doc.pop("time", None)
-        key = json.dumps(key_doc, sort_keys=True).encode()
+        key = format_status(key_doc).encode()
         return Snapshot(live, stats.latest_epoch, status, key)
 
     @property
@@ -247,8 +235,7 @@ class View:
 
     def render_status(self) -> bytes:
         """A fresh status document (each open of status.json gets its own)."""
-        doc = self.store.stats().to_json()
-        return (json.dumps(doc, indent=2, sort_keys=True) + "\n").encode()
+        return format_status(self.store.stats().to_json()).encode()
 
     # ------------------------------------------------------------------ reads and pins
     def note_read(self, n: int) -> None:
@@ -296,11 +283,11 @@ class View:
             return t
         cut_at = self._snap.live.get(n)
         if cut_at is None:
-            raise NotFound(f"epoch-{n}")
+            raise NotFound(epoch_name(n))
         try:
             files = self.store.epoch_files(n)
         except KeyError:
-            raise NotFound(f"epoch-{n}") from None
+            raise NotFound(epoch_name(n)) from None
         t = EpochTree(epoch=n, cut_at=cut_at, files=files, link_root=self.link_root)
         with self._lock:
             if n in self._snap.live:
@@ -327,7 +314,7 @@ class View:
         if head == LATEST_NAME and len(parts) == 1:
             if snap.latest is None:
                 raise NotFound(path)
-            target = f"epoch-{snap.latest}"
+            target = epoch_name(snap.latest)
             return Attr(LINK_MODE, len(target), snap.live.get(snap.latest, self.started))
         if head == CONTROL_DIR:
             if len(parts) == 1:
@@ -336,9 +323,8 @@ class View:
                 name = parts[1]
                 if name == STATUS_NAME:
                     return Attr(FILE_MODE, len(snap.status), self.started)
-                m = _MANIFEST_RE.match(name)
-                if m:
-                    mn = int(m.group(1))
+                mn = parse_manifest_name(name)
+                if mn is not None:
                     cut_at = self._epoch_live(mn, cut=False)
                     if cut_at is not None:
                         return Attr(FILE_MODE, len(self.manifest(mn)), cut_at)
@@ -364,7 +350,7 @@ class View:
         if not parts:
             out: list[tuple[str, Attr]] = [(CONTROL_DIR, self._dir_attr)]
             for live, cut_at in sorted(snap.live.items()):
-                out.append((f"epoch-{live}", Attr(DIR_MODE, 0, cut_at, 2)))
+                out.append((epoch_name(live), Attr(DIR_MODE, 0, cut_at, 2)))
             if snap.latest is not None:
                 out.append((LATEST_NAME, self.getattr("/" + LATEST_NAME)))
             return out
@@ -373,7 +359,7 @@ class View:
                 raise NotADirectory(path) if len(parts) == 2 else NotFound(path)
             out = [(STATUS_NAME, Attr(FILE_MODE, len(snap.status), self.started))]
             for live in sorted(snap.live):
-                name = f"epoch-{live}.manifest"
+                name = manifest_name(live)
                 out.append((name, self.getattr(f"/{CONTROL_DIR}/{name}")))
             return out
         n = parse_epoch_name(parts[0])
@@ -390,7 +376,7 @@ class View:
             latest = self._snap.latest
             if latest is None:
                 raise NotFound(path)
-            return f"epoch-{latest}"
+            return epoch_name(latest)
         if len(parts) < 2:
             if parts and (parts[0] == CONTROL_DIR or parse_epoch_name(parts[0]) is not None):
                 raise NotALink(path)
@@ -409,11 +395,9 @@ class View:
         if len(parts) == 2 and parts[0] == CONTROL_DIR:
             if parts[1] == STATUS_NAME:
                 return self.render_status()
-            m = _MANIFEST_RE.match(parts[1])
-            if m:
-                n = int(m.group(1))
-                if self._epoch_live(n, cut=False) is not None:
-                    return self.manifest(n)
+            n = parse_manifest_name(parts[1])
+            if n is not None and self._epoch_live(n, cut=False) is not None:
+                return self.manifest(n)
         raise NotFound(path)
 
     def is_mutable_file(self, path: str) -> bool:

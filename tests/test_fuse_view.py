@@ -5,12 +5,14 @@ from __future__ import annotations
 import errno
 import hashlib
 import os
+import stat
 from pathlib import Path
 
 import pytest
 from epochfs.fuse.libfuse import find_libfuse3
-from epochfs.fuse.view import MANIFEST_MAGIC, EpochTree, NotALink, NotFound, View
+from epochfs.fuse.view import EpochTree, NotALink, NotFound, View
 from epochfs.sidecar.store import FileEntry
+from epochfs.torchclient.layout import MANIFEST_MAGIC, parse_manifest
 from fuse_helpers import admit, make_objects, open_store, sid_of
 
 os.environ.setdefault("FUSE_LIBRARY_PATH", find_libfuse3())
@@ -39,7 +41,7 @@ def test_tree_layout_and_links(store) -> None:
     target = view.readlink("/epoch-0/a/b/00001.bin")
     assert target == f"{LINK_ROOT}/{sid_of('a/b/00001.bin')[:2]}/{sid_of('a/b/00001.bin')}"
     attr = view.getattr("/epoch-0/a/b/00001.bin")
-    assert attr.is_link and attr.size == len(target)
+    assert stat.S_ISLNK(attr.mode) and attr.size == len(target)
     assert view.getattr("/epoch-0/a").is_dir
     assert view.readlink("/latest") == "epoch-0"
     with pytest.raises(NotALink):
@@ -64,6 +66,22 @@ def test_manifest_format(store) -> None:
         assert int(size) == len(objs[path])
         assert checksum == "md5:" + hashlib.md5(objs[path]).hexdigest()
     assert view.getattr("/.epochfs/epoch-0.manifest").size == len(text.encode())
+    parsed = parse_manifest(text, source="view", epoch=0)  # what the torch client reads
+    assert parsed.paths == sorted(objs) and parsed.total_bytes == 4 * 33
+
+
+@pytest.mark.parametrize("name", ["epoch-007", "epoch-00", "epoch-+7", "epoch- 7", "epoch-7 ", "epoch-7\n",
+                                  "epoch-\u0667", "Epoch-7", "epoch-1000000000000000007"])
+def test_only_canonical_epoch_names_are_epochs(store, name: str) -> None:
+    """The layout's strict grammar: no second name for epoch 7, and no cut asked through one."""
+    admit(store, make_objects(2, 10))
+    view = View(store=store, link_root=LINK_ROOT)
+    for path in (f"/{name}", f"/.epochfs/{name}.manifest", f"/{name}/00000.bin"):
+        with pytest.raises(NotFound):
+            view.getattr(path)
+    assert store.newest_epoch() is None and store.stats().pending_cuts == []
+    assert view.getattr("/epoch-7").is_dir  # the canonical name asks for, and gets, the cut
+    assert [n for n, _ in view.listdir("/")] == [".epochfs", "epoch-7", "latest"]
 
 
 def test_clashing_and_unsafe_paths_are_skipped() -> None:
