@@ -12,13 +12,12 @@ from __future__ import annotations
 import os
 import zipfile
 from collections.abc import Callable
-from typing import Any, Literal
+from typing import Any
 
 import numpy as np
 import torch
 
 Decoder = Callable[[str], Any]
-DecodeKind = Literal["auto", "npy", "npz", "pt", "bytes"]
 DECODE_KINDS: tuple[str, ...] = ("auto", "npy", "npz", "pt", "bytes")
 
 
