@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from epochfs.sidecar import sampling
 from epochfs.sidecar.keys import SafeKey, check_key, is_directory_marker
 from epochfs.sidecar.remote import Remote
-from epochfs.sidecar.store import CatalogRow, Store
+from epochfs.sidecar.store import CatalogRow, Meta, Store
 
 log = logging.getLogger("epochfs.catalog")
 
@@ -187,7 +187,6 @@ def build_catalog(
         rows.append(
             CatalogRow(
                 key=checked.key,
-                path=checked.path,
                 sid=checked.sid,
                 size=obj.size,
                 version=obj.version,
@@ -198,10 +197,10 @@ def build_catalog(
             flush()
     flush()
     # A restart lists again: count only skips beyond those an earlier listing already counted.
-    counted = int(store.meta("catalog_skips_counted") or 0)
+    counted = int(store.meta(Meta.CATALOG_SKIPS_COUNTED) or 0)
     if listing_skips > counted:
         store.count_skip(listing_skips - counted)
-        store.set_meta("catalog_skips_counted", str(listing_skips))
+        store.set_meta(Meta.CATALOG_SKIPS_COUNTED, str(listing_skips))
     if finder is not None and not finder.sorted:
         log.warning("the listing of %s was not sorted: file/folder name clashes were not checked",
                     remote.url)

@@ -50,7 +50,7 @@ def _cmd_cut(ns: argparse.Namespace) -> int:
     settings = config.from_args(config.CacheSettings, ns)
     with Store(settings.cache) as store:
         try:
-            n = store.cut(ns.epoch, wait_condition=not ns.force)
+            n = store.cut(ns.epoch, force=ns.force)
         except ValueError as e:
             raise config.ConfigError(f"--epoch: {e}") from None
         if n is None:

@@ -289,7 +289,7 @@ class Downloader:
                 os.unlink(temp)
             raise
         version = (reader.etag or cand.version).strip('"')
-        return Admission(cand.key, cand.path, cand.sid, total, f"md5:{md5}", version, temp)
+        return Admission(cand.key, cand.sid, total, f"md5:{md5}", version, temp)
 
     def _buffer(self) -> memoryview:
         """This thread's block buffer, reused by every download it makes (no allocation per block)."""

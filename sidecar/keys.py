@@ -23,10 +23,9 @@ MAX_PATH_BYTES = 4096
 
 @dataclass(frozen=True)
 class SafeKey:
-    """A key accepted for the catalog: its path inside ``epoch-N/`` and its sample id."""
+    """A key accepted for the catalog (also its path inside ``epoch-N/``) and its sample id."""
 
     key: str
-    path: str
     sid: str
 
 
@@ -68,7 +67,7 @@ def check_key(key: str | bytes) -> SafeKey | Skip:
     reason = _reason(text, raw)
     if reason is not None:
         return Skip(text, reason)
-    return SafeKey(key=text, path=text, sid=sample_id(text))
+    return SafeKey(key=text, sid=sample_id(text))
 
 
 def _reason(text: str, raw: bytes) -> str | None:

@@ -43,7 +43,8 @@ from epochfs.sidecar.download import Downloader, FetchResult, LocalWriteError, R
 from epochfs.sidecar.metrics import process_metrics
 from epochfs.sidecar.ratelimit import RateLimiter
 from epochfs.sidecar.remote import Remote, RemoteError, open_remote
-from epochfs.sidecar.store import Admission, Candidate, Policy, Store
+from epochfs.sidecar.reservations import Reservations
+from epochfs.sidecar.store import Admission, Candidate, Meta, Policy, Store
 
 log = logging.getLogger("epochfs.sampler")
 
@@ -99,6 +100,7 @@ class Sampler:
         if progress_every <= 0:
             raise ValueError("progress_every must be positive")
         self.store = store
+        self.reservations = Reservations(store)
         self.remote = remote
         self.settings = settings
         self.stop = stop
@@ -214,9 +216,9 @@ class Sampler:
         """
         if self._lookahead:
             policy_capacity = self.settings.capacity
-            if self.store.cache_bytes() + self.store.reserved + cand.size > policy_capacity:
+            if self.store.cache_bytes() + self.reservations.reserved + cand.size > policy_capacity:
                 return False
-        return self.store.reserve(cand.size, capacity=self.settings.capacity)
+        return self.reservations.reserve(cand.size, capacity=self.settings.capacity)
 
     def _stale(self) -> bool:
         """Schedule mode: a cut or a request moved the target since the queue was filled."""
@@ -301,7 +303,7 @@ class Sampler:
             self._hand_over(item.admission)
             self._remote_up()
             return
-        self.store.release(cand.size)
+        self.reservations.release(cand.size)
         if item.cancelled:
             return
         if item.unavailable:
@@ -361,7 +363,7 @@ class Sampler:
             if not batch:
                 continue
             try:
-                self.store.admit(batch)
+                self.reservations.admit(batch)
             except BaseException as e:
                 if isinstance(e, OSError):
                     e = LocalWriteError(f"admitting {len(batch)} sample(s): {e}")
@@ -369,7 +371,7 @@ class Sampler:
                 for a in batch:
                     with contextlib.suppress(FileNotFoundError):
                         os.unlink(a.temp)
-                    self.store.release(a.size)
+                    self.reservations.release(a.size)
                 return
             finally:
                 with self._admit_lock:
@@ -427,7 +429,7 @@ class Sampler:
         mbps = (r.nbytes - r.last_bytes) / dt / 1e6
         rate = (r.samples - r.last_samples) / dt
         r.last_time, r.last_bytes, r.last_samples = now, r.nbytes, r.samples
-        self.store.publish_inflight()
+        self.reservations.publish()
         stats = self.store.stats()
         state = "backpressure" if self._backpressure else ("idle" if not self._inflight else "fetching")
         log.info(
@@ -456,7 +458,7 @@ class Sampler:
             if item.admission is not None:
                 self._hand_over(item.admission)
             else:
-                self.store.release(item.candidate.size)
+                self.reservations.release(item.candidate.size)
         try:
             self._admit_q.put(None)
             if self._admit_thread.is_alive():
@@ -468,15 +470,15 @@ class Sampler:
             for a in left:  # only if the admitter failed: nothing of them is visible
                 with contextlib.suppress(FileNotFoundError):
                     os.unlink(a.temp)
-                self.store.release(a.size)
+                self.reservations.release(a.size)
             for temp in self.downloader.active_temps():
                 with contextlib.suppress(FileNotFoundError):
                     os.unlink(temp)
             for cand in self._inflight.values():
-                self.store.release(cand.size)
+                self.reservations.release(cand.size)
             self._inflight.clear()
             with contextlib.suppress(Exception):
-                self.store.publish_inflight()
+                self.reservations.publish()
                 self.store.set_backpressure(False)
 
 
@@ -521,14 +523,14 @@ def _lock_cache(cache: Path) -> int:
 def _check_identity(store: Store, settings: SamplerSettings) -> None:
     """A cache belongs to one (remote, seed, shard): its ranks and samples were made for them."""
     wanted = {
-        "remote": ("--remote", settings.remote),
-        "seed": ("--seed", str(settings.seed)),
-        "shard": ("--shard-index/--shard-count", f"{settings.shard_index}/{settings.shard_count}"),
+        Meta.SAMPLER_REMOTE: ("--remote", settings.remote),
+        Meta.SAMPLER_SEED: ("--seed", str(settings.seed)),
+        Meta.SAMPLER_SHARD: ("--shard-index/--shard-count", f"{settings.shard_index}/{settings.shard_count}"),
     }
-    for name, (flag, value) in wanted.items():
-        have = store.meta(f"sampler_{name}")
+    for key, (flag, value) in wanted.items():
+        have = store.meta(key)
         if have is None:
-            store.set_meta(f"sampler_{name}", value)
+            store.set_meta(key, value)
         elif have != value:
             raise ConfigError(
                 f"{flag}: the cache {settings.cache} was filled with {have!r}, not {value!r}; "

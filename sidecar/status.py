@@ -18,10 +18,9 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from epochfs.sidecar.config import ConfigError, format_size
-from epochfs.sidecar.store import Store
+from epochfs.sidecar.store import Meta, Store
 
 BAR_WIDTH = 40
-TOTALS_META = "sidecar_totals"  # written by epochfs.sidecar.supervisor
 CLEAR = "\x1b[H\x1b[2J"
 
 
@@ -38,7 +37,7 @@ def read_stats(*, cache: Path | None, mount: Path | None) -> dict[str, Any]:
     assert cache is not None
     with Store(cache) as store:
         doc = store.stats().to_json()
-        saved = store.meta(TOTALS_META)
+        saved = store.meta(Meta.SIDECAR_TOTALS)
     if saved:
         with contextlib.suppress(ValueError, TypeError, AttributeError):  # a damaged value: skip it
             doc.update({k: float(v) for k, v in json.loads(saved).items()})

@@ -43,13 +43,9 @@ from typing import IO, Any
 from epochfs.fuse import mounting
 from epochfs.sidecar import config, kube
 from epochfs.sidecar.config import ConfigError, MountSettings, SamplerSettings, SidecarSettings
-from epochfs.sidecar.status import TOTALS_META
-from epochfs.sidecar.store import Stats, Store, StoreError
+from epochfs.sidecar.store import Meta, Stats, Store, StoreError
 
 log = logging.getLogger("epochfs.supervisor")
-
-# Store meta key where the supervisor saves its own counters (served, client) across restarts;
-# `epochfs status --cache` shows them.
 
 # Child bootstrap: ask the kernel to SIGTERM us when the supervisor dies, then run the CLI. Done in
 # the child rather than with preexec_fn, which is unsafe once the supervisor has threads.
@@ -317,7 +313,7 @@ class Supervisor:
     def ready(self) -> tuple[bool, dict[str, Any]]:
         """Ready: mounted, and epoch 0 exists or could be cut now."""
         stats = self._stats()
-        cuttable = stats is not None and self._epoch0_ready(stats)
+        cuttable = stats is not None and self._epoch0_ready(stats.latest_epoch)
         ok = self._mounted and self._fuse_mounted() and cuttable
         return ok, {
             "mounted": self._mounted,
@@ -325,19 +321,16 @@ class Supervisor:
             "samples": 0 if stats is None else stats.samples,
         }
 
-    def _epoch0_ready(self, stats: Stats) -> bool:
-        """The store's cut condition for epoch 0, read-only: enough samples and, in schedule mode,
-        no sample of epoch 0's window still missing."""
-        if stats.epochs or stats.latest_epoch is not None:
+    def _epoch0_ready(self, latest_epoch: int | None) -> bool:
+        """An epoch exists, or epoch 0 could be cut now (the store's one cut condition)."""
+        if latest_epoch is not None:
             return True
         assert self._store is not None
-        policy = self._store.policy()
-        if stats.samples < max(1, policy.min_samples):
+        try:
+            return self._store.cut_ready(0)
+        except Exception as e:
+            log.warning("store cut condition: %s", e)
             return False
-        if policy.schedule is None:
-            return True
-        lo, hi = self._store.schedule_window(0)
-        return not self._store.window_candidates(lo, hi, limit=1)
 
     def _children_doc(self) -> dict[str, Any]:
         return {
@@ -369,7 +362,7 @@ class Supervisor:
         totals = self._metrics.totals()
         if totals != self._seen.get("totals"):
             try:
-                self._store.set_meta(TOTALS_META, json.dumps(totals, sort_keys=True))
+                self._store.set_meta(Meta.SIDECAR_TOTALS, json.dumps(totals, sort_keys=True))
                 self._seen["totals"] = totals
             except Exception as e:
                 log.warning("saving totals: %s", e)
@@ -419,7 +412,7 @@ class Supervisor:
         )
         sidecar_metrics = metrics.SidecarMetrics(registry=CollectorRegistry(auto_describe=True))
         assert self._store is not None
-        saved = self._store.meta(TOTALS_META)
+        saved = self._store.meta(Meta.SIDECAR_TOTALS)
         if saved:
             with contextlib.suppress(ValueError, TypeError):
                 sidecar_metrics.resume({k: float(v) for k, v in json.loads(saved).items()})

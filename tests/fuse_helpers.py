@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from epochfs.fuse.mounting import find_mount, lazy_unmount, wait_for_mount
+from epochfs.sidecar.reservations import Reservations
 from epochfs.sidecar.store import Admission, Policy, Store
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -40,9 +41,10 @@ def open_store(cache: Path, *, capacity: int = 1 << 30, keep_epochs: int = 2, mi
 
 def admit(store: Store, objects: dict[str, bytes]) -> None:
     """Admit ``objects`` (key -> bytes) as the sampler would; keys double as relative paths."""
+    reservations = Reservations(store)
     items = []
     for key, body in objects.items():
-        if not store.reserve(len(body)):
+        if not reservations.reserve(len(body)):
             raise RuntimeError(f"no room for {key} ({len(body)} bytes)")
         temp = store.temp_path()
         with open(temp, "wb") as f:
@@ -50,8 +52,8 @@ def admit(store: Store, objects: dict[str, bytes]) -> None:
             f.flush()
             os.fsync(f.fileno())
         checksum = "md5:" + hashlib.md5(body).hexdigest()
-        items.append(Admission(key, key, sid_of(key), len(body), checksum, "v1", temp))
-    store.admit(items)
+        items.append(Admission(key, sid_of(key), len(body), checksum, "v1", temp))
+    reservations.admit(items)
 
 
 def make_objects(count: int, size: int, *, prefix: str = "train/", seed: int = 0,

@@ -15,6 +15,7 @@ from pathlib import Path
 
 from conftest import wait_until
 from epochfs.sidecar.store import INDEX_NAME, Store
+from store_helpers import sample_checksums
 
 EPOCHFS = str(Path(sys.executable).with_name("epochfs"))
 
@@ -118,7 +119,7 @@ def verify_cache(cache: Path, source: dict[str, bytes] | None = None) -> int:
     assert leftovers == [], f"temp files left: {leftovers}"
     count = 0
     with Store(cache) as store:
-        for key, checksum, path in store.sample_checksums():
+        for key, checksum, path in sample_checksums(store):
             data = path.read_bytes()
             assert checksum == "md5:" + hashlib.md5(data).hexdigest(), f"{key}: checksum mismatch"
             if source is not None:

@@ -11,6 +11,7 @@ from epochfs.sidecar import sampling
 from epochfs.sidecar.catalog import build_catalog
 from epochfs.sidecar.remote import RemoteObject
 from epochfs.sidecar.store import Store
+from store_helpers import catalog_count
 
 
 class ListingOnly:
@@ -50,7 +51,7 @@ def listing_peak_bytes(tmp_path: Path, n: int) -> int:
         _, peak = tracemalloc.get_traced_memory()
     finally:
         tracemalloc.stop()
-    assert report.listed == report.added == store.catalog_count() == n
+    assert report.listed == report.added == catalog_count(store) == n
     return peak
 
 

@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 def test_ordinary_keys_keep_their_path(key: str) -> None:
     got = check_key(key)
     assert isinstance(got, SafeKey)
-    assert got.path == key
+    assert got.key == key
     assert got.sid == hashlib.blake2b(key.encode(), digest_size=16).hexdigest()
 
 
@@ -85,7 +85,7 @@ def test_any_accepted_key_is_a_safe_relative_path(key: str | bytes) -> None:
     got = check_key(key)
     if isinstance(got, Skip):
         return
-    path = got.path
+    path = got.key
     assert not path.startswith("/")
     assert not os.path.isabs(path)
     assert os.path.normpath(path) == path, "normalization would change it: not canonical"

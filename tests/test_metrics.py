@@ -20,8 +20,9 @@ import pytest
 from conftest import ROOT, wait_until
 from epochfs.sidecar import metrics
 from epochfs.sidecar.endpoints import CLIENT_REPORT_PATH, ClientReport, Endpoints
+from epochfs.sidecar.reservations import Reservations
 from epochfs.sidecar.served import OpenCounter
-from epochfs.sidecar.store import Admission, Policy, Store
+from epochfs.sidecar.store import Admission, Meta, Policy, Store
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -45,14 +46,15 @@ ISSUE_NAMES = {
 
 
 def put(store: Store, key: str, size: int) -> Admission:
-    assert store.reserve(size)
+    reservations = Reservations(store)
+    assert reservations.reserve(size)
     temp = store.temp_path()
     body = hashlib.sha256(key.encode()).digest() * (size // 32 + 1)
     with open(temp, "wb") as f:
         f.write(body[:size])
     sid = hashlib.blake2b(key.encode(), digest_size=16).hexdigest()
-    a = Admission(key, key, sid, size, "md5:x", "v1", temp)
-    store.admit([a])
+    a = Admission(key, sid, size, "md5:x", "v1", temp)
+    reservations.admit([a])
     return a
 
 
@@ -129,8 +131,9 @@ def test_store_collector_reads_persisted_counters_and_gauges(store: Store) -> No
         put(store, f"train/{i}.bin", 100)
     assert store.cut() == 1  # holds the newest 400 bytes: samples 4, 5 and 3
     store.retire()
-    assert store.reserve(500)  # evicts samples 0, 1, 2 (600 bytes), which epoch 1 does not hold
-    store.release(500)
+    reservations = Reservations(store)
+    assert reservations.reserve(500)  # evicts samples 0, 1, 2 (600 bytes), which epoch 1 does not hold
+    reservations.release(500)
     s = store.stats()
     values = samples_of(reg)
     assert values[("epochfs_remote_objects_total", (("result", "ok"),))] == 6
@@ -396,7 +399,7 @@ def test_status_rates_render_and_watch(store: Store) -> None:
     store.cut()
     store.count_skip(2)
     store.set_backpressure(True)
-    store.set_meta(status.TOTALS_META, json.dumps({"served_samples_total": 7, "served_bytes_total": 700}))
+    store.set_meta(Meta.SIDECAR_TOTALS, json.dumps({"served_samples_total": 7, "served_bytes_total": 700}))
     doc = status.read_stats(cache=store.root, mount=None)
     assert doc["served_samples_total"] == 7 and doc["cache_bytes"] == 300
     text = status.render(doc)

@@ -19,6 +19,7 @@ from sampler_helpers import (
     start_sampler,
     verify_cache,
 )
+from store_helpers import catalog_count
 
 
 def s3_args(s3: S3Server) -> list[str]:
@@ -49,7 +50,7 @@ def test_s3_every_byte_verified(s3: S3Server, tmp_path: Path) -> None:
     with Store(cache) as store:
         versions = dict(index_rows(cache, "SELECT key, version FROM samples"))
         assert versions["train/00000.bin"] == hashlib.md5(objects["train/00000.bin"]).hexdigest()
-        assert store.catalog_count() == len(objects)
+        assert catalog_count(store) == len(objects)
 
 
 def test_file_remote_every_byte_and_unsafe_names(tmp_path: Path) -> None:
@@ -228,7 +229,7 @@ def test_cut_requests_are_served_and_sigterm_is_clean(s3: S3Server, tmp_path: Pa
                        "--max-rate", "8Mi", env=s3_env(s3.endpoint))
     try:
         with Store(cache) as store:
-            wait_until(lambda: store.catalog_count() == 30, what="catalog")
+            wait_until(lambda: catalog_count(store) == 30, what="catalog")
             assert store.request_cut(0) is False  # as the FUSE view does on a lookup of epoch-0
             wait_until(lambda: store.epochs(), what="epoch 0 cut once 3 samples are complete")
             assert store.epochs()[0].samples >= 3

@@ -8,6 +8,7 @@ import sqlite3
 from pathlib import Path
 
 import pytest
+from epochfs.sidecar.reservations import Reservations
 from epochfs.sidecar.store import (
     Admission,
     CatalogRow,
@@ -17,23 +18,21 @@ from epochfs.sidecar.store import (
     StoreError,
     object_name,
 )
-
-
-def sid_of(key: str) -> str:
-    return hashlib.blake2b(key.encode(), digest_size=16).hexdigest()
+from store_helpers import resolve, sample_checksums, sid_of
 
 
 def put(store: Store, key: str, size: int = 100, *, fill: int | None = None) -> Admission:
     """Reserve, write a temp file and admit one sample, as the sampler does."""
-    assert store.reserve(size), f"no room for {key}"
+    reservations = Reservations(store)
+    assert reservations.reserve(size), f"no room for {key}"
     body = bytes([(fill if fill is not None else len(key)) % 256]) * size
     temp = store.temp_path()
     with open(temp, "wb") as f:
         f.write(body)
         f.flush()
         os.fsync(f.fileno())
-    a = Admission(key, key, sid_of(key), size, "md5:" + hashlib.md5(body).hexdigest(), "v1", temp)
-    store.admit([a])
+    a = Admission(key, sid_of(key), size, "md5:" + hashlib.md5(body).hexdigest(), "v1", temp)
+    reservations.admit([a])
     return a
 
 
@@ -66,12 +65,13 @@ def test_missing_or_file_cache_is_an_error(tmp_path: Path) -> None:
 
 
 def test_reservations_count_against_capacity(store: Store) -> None:
-    assert store.reserve(600)
-    assert not store.reserve(500), "600 reserved + 500 would exceed 1000"
-    store.release(600)
-    assert store.reserve(1000)
-    assert not store.reserve(1)
-    assert not store.reserve(1001)
+    reservations = Reservations(store)
+    assert reservations.reserve(600)
+    assert not reservations.reserve(500), "600 reserved + 500 would exceed 1000"
+    reservations.release(600)
+    assert reservations.reserve(1000)
+    assert not reservations.reserve(1)
+    assert not reservations.reserve(1001)
 
 
 def test_eviction_takes_oldest_admitted_first(cache_dir: Path) -> None:
@@ -86,7 +86,7 @@ def test_eviction_takes_oldest_admitted_first(cache_dir: Path) -> None:
     assert [f.path for f in store.epoch_files(1)] == [f"k{i}" for i in range(3, 10)]
     for i in range(10, 13):
         put(store, f"k{i}")  # each evicts the oldest unpinned: k0, then k1, then k2
-    keys = sorted(int(k[1:]) for k, _, _ in store.sample_checksums())
+    keys = sorted(int(k[1:]) for k, _, _ in sample_checksums(store))
     assert keys == list(range(3, 13)), keys
     assert store.stats().evicted_total == 3
     assert store.stats().evicted_bytes_total == 300
@@ -99,9 +99,9 @@ def test_pinned_epoch_survives_and_backpressure(store: Store) -> None:
         put(store, f"k{i}")
     assert store.cut(0) == 0
     # Everything is in the newest epoch: nothing is evictable, so no room.
-    assert not store.reserve(100)
+    assert not Reservations(store).reserve(100)
     assert store.stats().samples == 10
-    for _, checksum, path in store.sample_checksums():
+    for _, checksum, path in sample_checksums(store):
         assert "md5:" + hashlib.md5(path.read_bytes()).hexdigest() == checksum
 
 
@@ -113,7 +113,7 @@ def test_samples_after_the_newest_cut_are_not_evicted_for_new_ones(store: Store)
     for i in range(5):
         put(store, f"new{i}")
     # Epoch 0 pins old*, new* wait for the next cut: no room, and nothing was evicted.
-    assert not store.reserve(100)
+    assert not Reservations(store).reserve(100)
     assert store.stats().evicted_total == 0
 
 
@@ -175,14 +175,14 @@ def test_retirement_respects_keep_and_recent_reads(store: Store) -> None:
     assert [e.epoch for e in store.epochs()] == [1]
     with pytest.raises(KeyError):
         store.epoch_files(0)
-    assert store.resolve(0, "a") is None
-    assert store.resolve(1, "a") is not None
+    assert resolve(store, 0, "a") is None
+    assert resolve(store, 1, "a") is not None
 
 
 def test_schedule_windows_are_a_function_of_catalog(cache_dir: Path) -> None:
     store = Store(cache_dir, create=True)
     store.configure(Policy(capacity=10_000, schedule=Schedule(initial=2, growth=2.0), headroom=0.0))
-    rows = [CatalogRow(f"k{i}", f"k{i}", sid_of(f"k{i}"), 100, "v", rank=i) for i in range(8)]
+    rows = [CatalogRow(f"k{i}", sid_of(f"k{i}"), 100, "v", rank=i) for i in range(8)]
     store.add_catalog(rows)
     assert store.finalize_catalog() == 8
     put(store, "k1")

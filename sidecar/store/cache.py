@@ -1,0 +1,208 @@
+"""``Store``: one cache folder, the facade the sampler, the FUSE server and the CLI open.
+
+It owns the folder's parts (the SQLite :class:`Index`, the :class:`ObjectFiles`) and puts the
+rules of the other modules of this package behind one object: the catalog queries, eviction,
+epochs and stats. Nothing here knows remotes, FUSE or Kubernetes, so both processes can open the
+same folder and rely on SQLite (WAL mode) for consistency between them.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Iterable
+from pathlib import Path
+
+from epochfs.sidecar.store import catalog, epochs, eviction, recovery
+from epochfs.sidecar.store.index import INDEX_NAME, Index, Meta
+from epochfs.sidecar.store.objects import ObjectFiles
+from epochfs.sidecar.store.records import (
+    Admission,
+    Candidate,
+    CatalogRow,
+    EpochInfo,
+    FileEntry,
+    Policy,
+    RecoveryReport,
+    Schedule,
+    Stats,
+    StoreError,
+)
+from epochfs.sidecar.store.stats import read_stats
+
+
+class Store:
+    """A cache folder on the node volume. Thread-safe; several processes may open the same folder."""
+
+    def __init__(self, root: str | os.PathLike[str], *, create: bool = False) -> None:
+        self.root = Path(root)
+        if self.root.exists() and not self.root.is_dir():
+            raise StoreError(f"cache path {self.root} exists and is not a directory")
+        if not self.root.exists():
+            if not create:
+                raise StoreError(f"cache directory {self.root} does not exist")
+            self.root.mkdir(parents=True)
+        index = self.root / INDEX_NAME
+        if not create and not index.exists():
+            raise StoreError(f"{self.root} is not an epochfs cache (no {INDEX_NAME})")
+        self.files = ObjectFiles(self.root)
+        self.objects_dir = self.files.objects_dir
+        self.tmp_dir = self.files.tmp_dir
+        self._ix = Index(index)
+
+    def close(self) -> None:
+        self._ix.close()
+
+    def __enter__(self) -> Store:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # ------------------------------------------------------------------ meta and policy
+    def meta(self, key: Meta) -> str | None:
+        """A value recorded in the index (identity of the sampler, the supervisor's totals...)."""
+        return self._ix.get(key)
+
+    def set_meta(self, key: Meta, value: str) -> None:
+        with self._ix.write():
+            self._ix.put(key, value)
+
+    def configure(self, policy: Policy) -> None:
+        """Record the cache rules (the sampler does this at start; readers pick them up)."""
+        if policy.capacity <= 0:
+            raise ValueError("capacity must be positive")
+        with self._ix.write():
+            put = self._ix.put
+            put(Meta.CAPACITY, str(policy.capacity))
+            put(Meta.KEEP_EPOCHS, str(policy.keep_epochs))
+            put(Meta.MIN_SAMPLES, str(policy.min_samples))
+            put(Meta.HEADROOM, repr(policy.headroom))
+            put(Meta.IN_USE_SECONDS, repr(policy.in_use_seconds))
+            put(Meta.SCHEDULE, str(policy.schedule) if policy.schedule else "")
+
+    def policy(self) -> Policy:
+        """The rules last recorded by :meth:`configure` (defaults and capacity 1 before that)."""
+        with self._ix.read():
+            get = self._ix.get
+            schedule = get(Meta.SCHEDULE)
+            return Policy(
+                capacity=int(get(Meta.CAPACITY) or 1),
+                keep_epochs=int(get(Meta.KEEP_EPOCHS) or 2),
+                min_samples=int(get(Meta.MIN_SAMPLES) or 1),
+                headroom=float(get(Meta.HEADROOM) or 0.25),
+                in_use_seconds=float(get(Meta.IN_USE_SECONDS) or 30.0),
+                schedule=Schedule.parse(schedule) if schedule else None,
+            )
+
+    def recover(self) -> RecoveryReport:
+        """Make the folder consistent after a crash: the sampler runs this before it writes."""
+        return recovery.recover(self._ix, self.files)
+
+    # ------------------------------------------------------------------ catalog
+    def add_catalog(self, rows: Iterable[CatalogRow]) -> int:
+        return catalog.add(self._ix, rows)
+
+    def finalize_catalog(self) -> int:
+        return catalog.finalize(self._ix)
+
+    def candidates(self, *, after_rank: int | None, limit: int) -> list[tuple[int, Candidate]]:
+        return catalog.candidates(self._ix, after_rank=after_rank, limit=limit)
+
+    def schedule_window(self, n: int) -> tuple[int, int]:
+        """Schedule mode: positions [lo, hi) of epoch ``n``'s window (the sampler fetches it first)."""
+        policy = self.policy()
+        if policy.schedule is None:
+            raise ValueError("not in schedule mode")
+        with self._ix.read() as db:
+            return epochs.window(db, policy, n)
+
+    def window_candidates(self, lo: int, hi: int, *, limit: int) -> list[tuple[int, Candidate]]:
+        return catalog.window_candidates(self._ix, lo, hi, limit=limit)
+
+    def mark_skipped(self, key: str) -> None:
+        catalog.mark_skipped(self._ix, key)
+
+    def count_skip(self, n: int = 1) -> None:
+        catalog.count_skip(self._ix, n)
+
+    # ------------------------------------------------------------------ samples
+    def cache_bytes(self) -> int:
+        """Bytes of complete samples (reservations not included), from a running total."""
+        return self._ix.counter("cache_bytes")
+
+    def temp_path(self) -> Path:
+        return self.files.temp_path()
+
+    def admit(self, items: list[Admission], *, inflight_bytes: int | None = None) -> None:
+        """Make verified downloads visible: rename into objects/, fsync dirs, then commit the index.
+
+        The caller has already fsynced each temp file. ``inflight_bytes``: the downloads still in
+        flight once these are in, recorded in the same transaction so that status never counts a
+        sample twice. A crash before the commit leaves objects the index does not know; recovery
+        removes them.
+        """
+        if not items:
+            return
+        self.files.install(items)
+        now = time.time()
+        with self._ix.write() as db:
+            for a in items:
+                db.execute(
+                    "INSERT INTO samples(sid, key, path, size, checksum, version, admitted_at) "
+                    "VALUES(?,?,?,?,?,?,?)",
+                    (a.sid, a.key, a.key, a.size, a.checksum, a.version, now),
+                )
+            total = sum(a.size for a in items)
+            self._ix.bump("fetched_total", len(items))
+            self._ix.bump("cache_samples", len(items))
+            self._ix.bump("cache_bytes", total)
+            self._ix.bump("fetched_bytes_total", total)
+            if inflight_bytes is not None:
+                self._ix.put(Meta.INFLIGHT_BYTES, str(inflight_bytes))
+
+    def evict(self, need: int) -> int:
+        """Evict the oldest unpinned samples until ``need`` bytes are free; returns bytes freed."""
+        return eviction.evict(self._ix, self.files, self.policy(), need)
+
+    def set_backpressure(self, on: bool) -> None:
+        self.set_meta(Meta.BACKPRESSURE, "1" if on else "0")
+
+    # ------------------------------------------------------------------ epochs
+    def cut_ready(self, n: int) -> bool:
+        """``epoch-n`` can be served now: it is live, or it could be cut at once."""
+        return epochs.cut_ready(self._ix, self.policy(), n)
+
+    def cut(self, n: int | None = None, *, force: bool = False) -> int | None:
+        """Cut epoch ``n`` (default newest + 1) if its condition holds, or ignoring it with
+        ``force``; returns n, else None (see :func:`epochs.cut`)."""
+        return epochs.cut(self._ix, self.policy(), n, force=force)
+
+    def request_cut(self, n: int) -> bool:
+        return epochs.request_cut(self._ix, self.policy(), n)
+
+    def pending_cuts(self) -> list[tuple[int, float]]:
+        return epochs.pending_cuts(self._ix)
+
+    def process_cut_requests(self) -> list[tuple[int, float]]:
+        return epochs.process_cut_requests(self._ix, self.policy())
+
+    def retire(self, *, now: float | None = None) -> list[int]:
+        return epochs.retire(self._ix, self.policy(), now=now)
+
+    def newest_epoch(self) -> int | None:
+        return epochs.newest(self._ix)
+
+    def epochs(self) -> list[EpochInfo]:
+        return epochs.listing(self._ix)
+
+    def epoch_files(self, n: int) -> list[FileEntry]:
+        return epochs.files(self._ix, n)
+
+    def record_read(self, n: int, *, now: float | None = None) -> None:
+        epochs.record_read(self._ix, n, now=now)
+
+    # ------------------------------------------------------------------ status
+    def stats(self) -> Stats:
+        """Occupancy, counters and live epochs in one consistent read."""
+        return read_stats(self._ix, self.policy())

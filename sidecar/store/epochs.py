@@ -1,0 +1,232 @@
+"""Epochs: the cut condition, cuts, schedule windows, cut requests, pins and retirement.
+
+An epoch is an immutable snapshot: its rows in ``epoch_samples`` are written once, at its cut, and
+removed only when it retires, so a reader sees the same files for as long as the epoch is live.
+Epoch numbers only grow: a cut below the newest epoch is refused, and an existing epoch is
+returned as is, so several ranks asking for the same N get one snapshot.
+
+:func:`cut_ready` is the one cut condition: the FUSE view's lookups, the sampler's timer and queued
+requests, and the supervisor's readiness all ask it.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import time
+
+from epochfs.sidecar.store.index import Index
+from epochfs.sidecar.store.objects import object_name
+from epochfs.sidecar.store.records import EpochInfo, FileEntry, Policy
+
+
+def window(db: sqlite3.Connection, policy: Policy, n: int) -> tuple[int, int]:
+    """Schedule mode: positions [lo, hi) of epoch n's window in the sampling order, its front
+    trimmed so that the window's bytes fit the epoch budget."""
+    assert policy.schedule is not None
+    total = int(db.execute("SELECT COUNT(*) FROM catalog").fetchone()[0])
+    hi = min(total, policy.schedule.size(n))
+    rows = db.execute(
+        "SELECT pos, SUM(size) OVER (ORDER BY pos DESC) FROM catalog WHERE pos < ? ORDER BY pos DESC",
+        (hi,),
+    )
+    lo = hi
+    for pos, cum in rows:
+        if int(cum) > policy.epoch_budget:
+            break
+        lo = int(pos)
+    return lo, hi
+
+
+def condition_holds(db: sqlite3.Connection, policy: Policy, n: int) -> bool:
+    """At least ``min_samples`` complete and, in schedule mode, epoch n's window complete."""
+    complete = int(db.execute("SELECT COUNT(*) FROM samples").fetchone()[0])
+    if complete < max(1, policy.min_samples):
+        return False
+    if policy.schedule is None:
+        return True
+    lo, hi = window(db, policy, n)
+    missing = db.execute(
+        "SELECT COUNT(*) FROM catalog c WHERE c.pos >= ? AND c.pos < ? AND c.skipped=0 "
+        "AND NOT EXISTS (SELECT 1 FROM samples s WHERE s.key=c.key)",
+        (lo, hi),
+    ).fetchone()[0]
+    return int(missing) == 0
+
+
+def _newest(db: sqlite3.Connection) -> int | None:
+    row = db.execute("SELECT MAX(n) FROM epochs").fetchone()[0]
+    return None if row is None else int(row)
+
+
+def cut_ready(ix: Index, policy: Policy, n: int) -> bool:
+    """True when ``epoch-n`` can be served now: it is live, or it is above the newest epoch and its
+    cut condition holds. A read: it never takes the write lock."""
+    with ix.read() as db:
+        row = db.execute("SELECT retired FROM epochs WHERE n=?", (n,)).fetchone()
+        if row is not None:
+            return not int(row[0])
+        newest = _newest(db)
+        if newest is not None and n < newest:
+            return False
+        return condition_holds(db, policy, n)
+
+
+def _insert_epoch(db: sqlite3.Connection, policy: Policy, n: int) -> None:
+    now = time.time()
+    prev_row = db.execute("SELECT MAX(n) FROM epochs WHERE n < ?", (n,)).fetchone()[0]
+    if policy.schedule is None:
+        db.execute(
+            "INSERT INTO epoch_samples(epoch, sample) SELECT ?, id FROM "
+            "(SELECT id, SUM(size) OVER (ORDER BY id DESC) AS cum FROM samples) WHERE cum <= ?",
+            (n, policy.epoch_budget),
+        )
+    else:
+        lo, hi = window(db, policy, n)
+        db.execute(
+            "INSERT INTO epoch_samples(epoch, sample) SELECT ?, s.id FROM samples s "
+            "JOIN catalog c ON c.key = s.key WHERE c.pos >= ? AND c.pos < ?",
+            (n, lo, hi),
+        )
+    samples, nbytes, max_sample = db.execute(
+        "SELECT COUNT(*), COALESCE(SUM(s.size), 0), COALESCE(MAX(s.id), 0) FROM epoch_samples e "
+        "JOIN samples s ON s.id = e.sample WHERE e.epoch=?",
+        (n,),
+    ).fetchone()
+    max_all = int(db.execute("SELECT COALESCE(MAX(id), 0) FROM samples").fetchone()[0])
+    new, evicted = int(samples), 0
+    if prev_row is not None:
+        prev_max, prev_samples = db.execute(
+            "SELECT max_sample, samples FROM epochs WHERE n=?", (prev_row,)).fetchone()
+        new = int(db.execute("SELECT COUNT(*) FROM epoch_samples WHERE epoch=? AND sample > ?",
+                             (n, int(prev_max))).fetchone()[0])
+        evicted = max(0, int(prev_samples) + new - int(samples))
+    db.execute(
+        "INSERT INTO epochs(n, cut_at, samples, bytes, new, evicted, max_sample, last_read) "
+        "VALUES(?,?,?,?,?,?,?,?)",
+        (n, now, int(samples), int(nbytes), new, evicted, max(max_all, int(max_sample)), 0.0),
+    )
+    db.execute("DELETE FROM cut_requests WHERE n <= ?", (n,))
+
+
+def cut(ix: Index, policy: Policy, n: int | None = None, *, force: bool = False) -> int | None:
+    """Cut epoch ``n`` (default newest + 1) if its condition holds; returns n, else None.
+
+    An existing epoch is returned as is. ``n`` at or below the newest epoch that does not exist is
+    refused with ValueError: epochs are only ever added at the top. ``force`` (``epochfs cut
+    --force``) skips the condition, ``min_samples`` included; an epoch still needs one sample.
+    """
+    with ix.write() as db:
+        newest = _newest(db)
+        if n is None:
+            n = 0 if newest is None else newest + 1
+        if n < 0:
+            raise ValueError("epoch numbers start at 0")
+        exists = db.execute("SELECT retired FROM epochs WHERE n=?", (n,)).fetchone()
+        if exists is not None:
+            if int(exists[0]):
+                raise ValueError(f"epoch {n} has retired")
+            return n
+        if newest is not None and n < newest:
+            raise ValueError(f"epoch {n} is below the newest epoch {newest} and was never cut")
+        if not condition_holds(db, policy, n) and (
+                not force or int(db.execute("SELECT COUNT(*) FROM samples").fetchone()[0]) == 0):
+            return None
+        _insert_epoch(db, policy, n)
+        ix.bump("cuts_total", 1)
+        return n
+
+
+def request_cut(ix: Index, policy: Policy, n: int) -> bool:
+    """A reader asked for epoch ``n``: True when it can be served now (cut if needed), else the
+    request is queued for the sampler. A miss costs one read, plus one write the first time."""
+    with ix.read() as db:
+        row = db.execute("SELECT retired FROM epochs WHERE n=?", (n,)).fetchone()
+        if row is not None:
+            return not int(row[0])
+        newest = _newest(db)
+        if newest is not None and n < newest:
+            return False
+        ready = condition_holds(db, policy, n)
+        queued = db.execute("SELECT 1 FROM cut_requests WHERE n=?", (n,)).fetchone() is not None
+    if ready:
+        try:
+            if cut(ix, policy, n) is not None:
+                return True
+        except ValueError:
+            return False
+    if not queued:
+        with ix.write() as db:
+            db.execute("INSERT OR IGNORE INTO cut_requests(n, requested_at) VALUES(?, ?)", (n, time.time()))
+    return False
+
+
+def pending_cuts(ix: Index) -> list[tuple[int, float]]:
+    """Queued cut requests (epoch, time requested), lowest first."""
+    return [(int(n), float(t)) for n, t in ix.query("SELECT n, requested_at FROM cut_requests ORDER BY n")]
+
+
+def process_cut_requests(ix: Index, policy: Policy) -> list[tuple[int, float]]:
+    """Cut every queued epoch whose condition now holds; returns (epoch, seconds waited)."""
+    done = []
+    for n, requested in pending_cuts(ix):
+        try:
+            result = cut(ix, policy, n)
+        except ValueError:
+            with ix.write() as db:
+                db.execute("DELETE FROM cut_requests WHERE n=?", (n,))
+            continue
+        if result is None:
+            break
+        done.append((n, time.time() - requested))
+    return done
+
+
+def live(db: sqlite3.Connection, policy: Policy, now: float) -> list[int]:
+    """Epochs that stay visible: the newest ``keep_epochs`` and those read within the in-use window."""
+    rows = db.execute("SELECT n, last_read FROM epochs WHERE retired=0 ORDER BY n DESC").fetchall()
+    return [int(n) for i, (n, last_read) in enumerate(rows)
+            if i < policy.keep_epochs or now - float(last_read) < policy.in_use_seconds]
+
+
+def retire(ix: Index, policy: Policy, *, now: float | None = None) -> list[int]:
+    """Retire the epochs that are neither among the newest K nor read recently."""
+    now = time.time() if now is None else now
+    with ix.write() as db:
+        keep = set(live(db, policy, now))
+        gone = [int(n) for (n,) in db.execute("SELECT n FROM epochs WHERE retired=0").fetchall()
+                if int(n) not in keep]
+        for n in gone:
+            db.execute("UPDATE epochs SET retired=1 WHERE n=?", (n,))
+            db.execute("DELETE FROM epoch_samples WHERE epoch=?", (n,))
+    return gone
+
+
+def newest(ix: Index) -> int | None:
+    row = ix.query("SELECT MAX(n) FROM epochs")[0][0]
+    return None if row is None else int(row)
+
+
+def listing(ix: Index) -> list[EpochInfo]:
+    """The live (visible) epochs, oldest first."""
+    rows = ix.query("SELECT n, samples, bytes, new, evicted, cut_at FROM epochs WHERE retired=0 ORDER BY n")
+    return [EpochInfo(int(a), int(b), int(c), int(d), int(e), float(f)) for a, b, c, d, e, f in rows]
+
+
+def files(ix: Index, n: int) -> list[FileEntry]:
+    """The files of live epoch ``n`` sorted by path; KeyError when it is not live."""
+    with ix.read() as db:
+        row = db.execute("SELECT retired FROM epochs WHERE n=?", (n,)).fetchone()
+        if row is None or int(row[0]):
+            raise KeyError(n)
+        rows = db.execute(
+            "SELECT s.path, s.size, s.checksum, s.sid FROM epoch_samples e "
+            "JOIN samples s ON s.id = e.sample WHERE e.epoch=? ORDER BY s.path",
+            (n,),
+        ).fetchall()
+    return [FileEntry(str(p), int(sz), str(c), object_name(str(sid))) for p, sz, c, sid in rows]
+
+
+def record_read(ix: Index, n: int, *, now: float | None = None) -> None:
+    """Note that epoch ``n`` is being read, which keeps it pinned for ``in_use_seconds``."""
+    with ix.write() as db:
+        db.execute("UPDATE epochs SET last_read=? WHERE n=?", (time.time() if now is None else now, n))

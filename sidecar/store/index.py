@@ -1,0 +1,195 @@
+"""The SQLite index of a cache folder: schema, transactions, typed meta keys and counters.
+
+Two processes (the sampler, which writes, and the FUSE server, which reads and asks for cuts) open
+the same ``index.sqlite`` in WAL mode, so readers never block the writer and vice versa. Writes use
+``BEGIN IMMEDIATE`` so writers serialize across processes instead of failing on lock upgrades;
+reads use a deferred ``BEGIN`` and so never take the write lock.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import sqlite3
+import threading
+from collections.abc import Iterator
+from enum import Enum
+from pathlib import Path
+from typing import Any
+
+from epochfs.sidecar.store.records import StoreError
+
+INDEX_NAME = "index.sqlite"
+SCHEMA_VERSION = 1
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS meta (name TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS counters (name TEXT PRIMARY KEY, value INTEGER NOT NULL);
+CREATE TABLE IF NOT EXISTS catalog (
+    key TEXT PRIMARY KEY,          -- the remote key (relative to the remote root)
+    path TEXT NOT NULL,            -- the path shown inside epoch-N/ (equal to key since schema 1)
+    sid TEXT NOT NULL,             -- sample id: names the object file
+    size INTEGER NOT NULL,
+    version TEXT NOT NULL,         -- ETag / generation / mtime tag
+    rank INTEGER NOT NULL,         -- position key in the sampling order (keyed hash of seed, key)
+    pos INTEGER,                   -- 0-based position in the order, assigned by finalize_catalog
+    skipped INTEGER NOT NULL DEFAULT 0
+);
+CREATE INDEX IF NOT EXISTS catalog_rank ON catalog(rank);
+CREATE INDEX IF NOT EXISTS catalog_pos ON catalog(pos);
+CREATE TABLE IF NOT EXISTS samples (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,   -- admission order: eviction takes the smallest first
+    sid TEXT NOT NULL UNIQUE,
+    key TEXT NOT NULL UNIQUE,
+    path TEXT NOT NULL,
+    size INTEGER NOT NULL,
+    checksum TEXT NOT NULL,
+    version TEXT NOT NULL,
+    admitted_at REAL NOT NULL
+);
+CREATE TABLE IF NOT EXISTS epochs (
+    n INTEGER PRIMARY KEY,
+    cut_at REAL NOT NULL,
+    samples INTEGER NOT NULL,
+    bytes INTEGER NOT NULL,
+    new INTEGER NOT NULL,
+    evicted INTEGER NOT NULL,
+    max_sample INTEGER NOT NULL,   -- highest samples.id when cut: later samples are pending
+    last_read REAL NOT NULL,       -- 0 until a reader records a read
+    retired INTEGER NOT NULL DEFAULT 0
+);
+CREATE TABLE IF NOT EXISTS epoch_samples (
+    epoch INTEGER NOT NULL,
+    sample INTEGER NOT NULL,
+    PRIMARY KEY (epoch, sample)
+) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS epoch_samples_sample ON epoch_samples(sample);
+CREATE TABLE IF NOT EXISTS cut_requests (n INTEGER PRIMARY KEY, requested_at REAL NOT NULL);
+"""
+
+
+class Meta(str, Enum):
+    """Every key of the ``meta`` table, so a misspelt key is a NameError, not a silent miss."""
+
+    SCHEMA_VERSION = "schema_version"
+    CAPACITY = "capacity"
+    KEEP_EPOCHS = "keep_epochs"
+    MIN_SAMPLES = "min_samples"
+    HEADROOM = "headroom"
+    IN_USE_SECONDS = "in_use_seconds"
+    SCHEDULE = "schedule"
+    INFLIGHT_BYTES = "inflight_bytes"
+    """Bytes reserved by downloads in flight, published by the sampler for status and metrics."""
+    BACKPRESSURE = "backpressure"
+    CATALOG_OBJECTS = "catalog_objects"
+    CATALOG_SKIPS_COUNTED = "catalog_skips_counted"
+    """Listing skips already added to ``skipped_total`` (a relisting must not count them twice)."""
+    SAMPLER_REMOTE = "sampler_remote"
+    SAMPLER_SEED = "sampler_seed"
+    SAMPLER_SHARD = "sampler_shard"
+    SIDECAR_TOTALS = "sidecar_totals"
+    """The supervisor's own counters (served, client reports), kept across restarts."""
+
+
+COUNTER_NAMES = (
+    "fetched_total",
+    "fetched_bytes_total",
+    "evicted_total",
+    "evicted_bytes_total",
+    "skipped_total",
+    "cuts_total",
+)
+"""Counters that only grow; ``cache_bytes`` and ``cache_samples`` are running totals beside them."""
+
+
+class Index:
+    """One connection to ``index.sqlite`` with its lock. Thread-safe within a process."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.lock = threading.RLock()
+        try:
+            self.db = sqlite3.connect(path, timeout=30.0, isolation_level=None, check_same_thread=False)
+            self.db.execute("PRAGMA journal_mode=WAL")
+            self.db.execute("PRAGMA synchronous=NORMAL")
+            self.db.execute("PRAGMA busy_timeout=30000")
+            self.db.executescript(SCHEMA)
+            self._check_version()
+        except sqlite3.DatabaseError as e:
+            raise StoreError(f"{path}: {e}") from e
+
+    def _check_version(self) -> None:
+        """Record the schema version once; refuse an index written by another schema."""
+        with self.read():
+            version = self.get(Meta.SCHEMA_VERSION)
+        if version is None:
+            with self.write():
+                if self.get(Meta.SCHEMA_VERSION) is None:
+                    self.put(Meta.SCHEMA_VERSION, str(SCHEMA_VERSION))
+                version = self.get(Meta.SCHEMA_VERSION)
+        if version is not None and int(version) != SCHEMA_VERSION:
+            raise StoreError(f"{self.path}: schema version {version}, this epochfs reads {SCHEMA_VERSION}")
+
+    def close(self) -> None:
+        with self.lock:
+            self.db.close()
+
+    @contextlib.contextmanager
+    def write(self) -> Iterator[sqlite3.Connection]:
+        """One write transaction under the lock; IMMEDIATE so writers serialize across processes."""
+        with self._transaction("BEGIN IMMEDIATE") as db:
+            yield db
+
+    @contextlib.contextmanager
+    def read(self) -> Iterator[sqlite3.Connection]:
+        """One consistent read (a deferred transaction: it never takes the write lock)."""
+        with self._transaction("BEGIN") as db:
+            yield db
+
+    @contextlib.contextmanager
+    def _transaction(self, begin: str) -> Iterator[sqlite3.Connection]:
+        with self.lock:
+            self.db.execute(begin)
+            try:
+                yield self.db
+            except BaseException:
+                self.db.execute("ROLLBACK")
+                raise
+            else:
+                self.db.execute("COMMIT")
+
+    def query(self, sql: str, args: tuple[object, ...] = ()) -> list[Any]:
+        """A single statement outside an explicit transaction (autocommit read)."""
+        with self.lock:
+            return self.db.execute(sql, args).fetchall()
+
+    def get(self, key: Meta) -> str | None:
+        with self.lock:
+            row = self.db.execute("SELECT value FROM meta WHERE name=?", (key.value,)).fetchone()
+        return None if row is None else str(row[0])
+
+    def put(self, key: Meta, value: str) -> None:
+        """Set a meta value; call inside :meth:`write`."""
+        self.db.execute(
+            "INSERT INTO meta(name, value) VALUES(?, ?) ON CONFLICT(name) DO UPDATE SET value=excluded.value",
+            (key.value, value),
+        )
+
+    def bump(self, name: str, by: int) -> None:
+        """Add ``by`` to a counter; call inside :meth:`write`."""
+        self.db.execute(
+            "INSERT INTO counters(name, value) VALUES(?, ?) "
+            "ON CONFLICT(name) DO UPDATE SET value=value+excluded.value",
+            (name, by),
+        )
+
+    def set_counter(self, name: str, value: int) -> None:
+        """Set a running total; call inside :meth:`write`."""
+        self.db.execute(
+            "INSERT INTO counters(name, value) VALUES(?, ?) "
+            "ON CONFLICT(name) DO UPDATE SET value=excluded.value",
+            (name, value),
+        )
+
+    def counter(self, name: str) -> int:
+        row = self.query("SELECT value FROM counters WHERE name=?", (name,))
+        return int(row[0][0]) if row else 0

@@ -1,0 +1,100 @@
+"""Object files on the node volume: names, temp files, atomic installs, removal and the scan that
+recovery needs.
+
+An object is named from its sample id (a hash of the key), never from the key, so a hostile key
+can never name a file. It becomes visible only after temp -> fsync (by the writer) -> rename ->
+directory fsync; the index row is committed after that, so a crash leaves at worst an object the
+index does not know (an orphan), never an index row without its object.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import uuid
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+
+from epochfs.sidecar.store.records import Admission
+
+OBJECTS_DIR = "objects"
+TMP_DIR = "tmp"
+
+
+def object_name(sid: str) -> str:
+    """Object file name (relative to ``objects/``) of a sample id: fanned out by its first byte."""
+    return f"{sid[:2]}/{sid}"
+
+
+def fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+class ObjectFiles:
+    """The ``objects/`` and ``tmp/`` folders of one cache."""
+
+    def __init__(self, root: Path) -> None:
+        self.objects_dir = root / OBJECTS_DIR
+        self.tmp_dir = root / TMP_DIR
+        self.objects_dir.mkdir(exist_ok=True)
+        self.tmp_dir.mkdir(exist_ok=True)
+
+    def path_of(self, sid: str) -> Path:
+        return self.objects_dir / object_name(sid)
+
+    def temp_path(self) -> Path:
+        """A fresh temp file name for one download (in tmp/, removed at start-up if left)."""
+        return self.tmp_dir / f"{uuid.uuid4().hex}.part"
+
+    def install(self, items: Iterable[Admission]) -> None:
+        """Rename fsynced temp files into place, read-only, and fsync the folders they went to."""
+        dirs: set[Path] = set()
+        for a in items:
+            target = self.path_of(a.sid)
+            target.parent.mkdir(exist_ok=True)
+            os.chmod(a.temp, 0o444)
+            os.replace(a.temp, target)
+            dirs.add(target.parent)
+        for d in dirs:
+            fsync_dir(d)
+
+    def remove(self, sids: Iterable[str]) -> None:
+        for sid in sids:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(self.path_of(sid))
+
+    def size_of(self, sid: str) -> int:
+        """The object's size in bytes, -1 when it is missing."""
+        try:
+            return os.stat(self.path_of(sid)).st_size
+        except FileNotFoundError:
+            return -1
+
+    def clear_temps(self) -> int:
+        """Remove every temp file (partial downloads of a previous run); returns how many."""
+        removed = 0
+        for entry in os.scandir(self.tmp_dir):
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(entry.path)
+                removed += 1
+        return removed
+
+    def names(self) -> Iterator[os.DirEntry[str]]:
+        """Every object file (sample ids as names) under the fan-out folders."""
+        for fan in os.scandir(self.objects_dir):
+            if fan.is_dir(follow_symlinks=False):
+                yield from os.scandir(fan.path)
+
+    def remove_orphans(self, known: set[str]) -> int:
+        """Remove object files whose sample id the index does not know; returns how many."""
+        orphans = 0
+        for entry in self.names():
+            if entry.name not in known:
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(entry.path)
+                    orphans += 1
+        return orphans

@@ -1,0 +1,176 @@
+"""The values that cross the store's boundary: rules, catalog entries, admissions, epochs, stats.
+
+Plain frozen dataclasses with no behaviour beyond parsing, so the sampler, the FUSE view and the
+CLI can exchange them without knowing SQLite. A sample's key is also its path inside ``epoch-N/``
+(keys are made safe before they reach the catalog: :mod:`epochfs.sidecar.keys`).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+
+class StoreError(Exception):
+    """A cache folder that cannot be used (not a folder, corrupt index, wrong schema)."""
+
+
+@dataclass(frozen=True)
+class Schedule:
+    """Schedule mode: epoch N holds the first ``initial * growth**N`` keys of the sampling order."""
+
+    initial: int
+    growth: float
+
+    def size(self, n: int) -> int:
+        """Number of keys in epoch ``n``'s window before the capacity budget trims its front."""
+        return round(self.initial * (self.growth**n))
+
+    def __str__(self) -> str:
+        return f"initial={self.initial},growth={self.growth}"
+
+    @classmethod
+    def parse(cls, text: str) -> Schedule:
+        """Parse ``initial=1000,growth=1.5``; raises ValueError with the reason."""
+        fields: dict[str, str] = {}
+        for part in text.split(","):
+            name, sep, value = part.partition("=")
+            if not sep:
+                raise ValueError(f"expected name=value, got {part!r}")
+            fields[name.strip()] = value.strip()
+        unknown = set(fields) - {"initial", "growth"}
+        if unknown:
+            raise ValueError(f"unknown schedule field(s): {', '.join(sorted(unknown))}")
+        try:
+            initial = int(fields.get("initial", "1000"))
+            growth = float(fields.get("growth", "1.5"))
+        except ValueError as e:
+            raise ValueError(f"not a number: {e}") from None
+        if initial < 1:
+            raise ValueError("initial must be at least 1")
+        if growth < 1.0:
+            raise ValueError("growth must be at least 1.0")
+        return cls(initial=initial, growth=growth)
+
+
+@dataclass(frozen=True)
+class Policy:
+    """The cache rules both processes must agree on; stored in the index by the sampler."""
+
+    capacity: int
+    """Byte budget of the cache, in-flight downloads included."""
+    keep_epochs: int = 2
+    """The newest K epochs stay pinned (never evicted, never retired)."""
+    min_samples: int = 1
+    """Complete samples needed before an epoch can be cut."""
+    headroom: float = 0.25
+    """Share of the capacity kept out of epochs so that sampling can go on while epochs are pinned."""
+    in_use_seconds: float = 30.0
+    """An epoch read within this many seconds stays pinned even when it is not among the newest."""
+    schedule: Schedule | None = None
+    """Schedule mode when set; snapshot mode otherwise."""
+
+    @property
+    def epoch_budget(self) -> int:
+        """Most bytes one epoch may hold, so that new samples still fit beside the pinned epochs."""
+        return max(1, int(self.capacity * (1.0 - self.headroom)))
+
+
+@dataclass(frozen=True)
+class CatalogRow:
+    """One listed remote object, with its sampling-order rank precomputed by the sampler."""
+
+    key: str
+    sid: str
+    size: int
+    version: str
+    rank: int
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """A catalog entry chosen for download."""
+
+    key: str
+    sid: str
+    size: int
+    version: str
+
+
+@dataclass(frozen=True)
+class Admission:
+    """A fully written, verified temp file ready to become a sample."""
+
+    key: str
+    sid: str
+    size: int
+    checksum: str
+    version: str
+    temp: Path
+
+
+@dataclass(frozen=True)
+class FileEntry:
+    """One file of an epoch: its path inside epoch-N/, size, checksum and object file name."""
+
+    path: str
+    size: int
+    checksum: str
+    object_name: str
+
+
+@dataclass(frozen=True)
+class EpochInfo:
+    """A live epoch as listed by :meth:`Store.epochs`."""
+
+    epoch: int
+    samples: int
+    bytes: int
+    new: int
+    evicted: int
+    cut_at: float
+
+
+@dataclass(frozen=True)
+class RecoveryReport:
+    """What start-up recovery found and repaired."""
+
+    temp_removed: int = 0
+    rows_dropped: int = 0
+    orphans_removed: int = 0
+    integrity: str = "ok"
+
+    def __str__(self) -> str:
+        return (
+            f"recovery: integrity {self.integrity}, {self.temp_removed} temp file(s) removed, "
+            f"{self.rows_dropped} index row(s) dropped, {self.orphans_removed} orphan object(s) removed"
+        )
+
+
+@dataclass
+class Stats:
+    """Occupancy and counters, the body of ``status.json`` and ``epochfs status --json``."""
+
+    cache_bytes: int
+    """Bytes of complete samples; ``cache_bytes + inflight_bytes <= capacity_bytes`` always."""
+    capacity_bytes: int
+    samples: int
+    inflight_bytes: int
+    backpressure: bool
+    catalog_objects: int
+    pending_cuts: list[int]
+    epochs: list[dict[str, Any]]
+    fetched_total: int = 0
+    fetched_bytes_total: int = 0
+    evicted_total: int = 0
+    evicted_bytes_total: int = 0
+    skipped_total: int = 0
+    cuts_total: int = 0
+    latest_epoch: int | None = None
+    mode: str = "snapshot"
+    time: float = field(default_factory=time.time)
+
+    def to_json(self) -> dict[str, object]:
+        return asdict(self)

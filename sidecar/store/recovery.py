@@ -1,0 +1,56 @@
+"""Start-up recovery: make a cache folder consistent after a crash, before anything writes.
+
+What a crash can leave, given the order of writes (temp -> fsync -> rename -> dir fsync -> index
+commit; eviction: index commit -> unlink): partial temp files, objects the index does not know, and
+index rows whose object is missing or short (a volume that lost writes). Each is repaired here, and
+the running totals are recounted from the samples table.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+
+from epochfs.sidecar.store.index import Index, Meta
+from epochfs.sidecar.store.objects import ObjectFiles
+from epochfs.sidecar.store.records import RecoveryReport, StoreError
+
+
+def drop_samples(db: sqlite3.Connection, sample_ids: list[int]) -> None:
+    """Forget samples whose objects are gone; epochs that listed them stop listing them."""
+    for sample_id in sample_ids:
+        for (epoch,) in db.execute("SELECT epoch FROM epoch_samples WHERE sample=?", (sample_id,)):
+            db.execute("UPDATE epochs SET samples=samples-1 WHERE n=?", (epoch,))
+        db.execute("DELETE FROM epoch_samples WHERE sample=?", (sample_id,))
+        db.execute("DELETE FROM samples WHERE id=?", (sample_id,))
+
+
+def recount(ix: Index) -> None:
+    """Reset the running totals from the samples table; call inside :meth:`Index.write`."""
+    count, total = ix.db.execute("SELECT COUNT(*), COALESCE(SUM(size), 0) FROM samples").fetchone()
+    ix.set_counter("cache_bytes", int(total))
+    ix.set_counter("cache_samples", int(count))
+
+
+def recover(ix: Index, files: ObjectFiles) -> RecoveryReport:
+    """Remove temp files, drop index rows whose object is missing or has the wrong size, remove
+    objects the index does not know, and run ``PRAGMA integrity_check``."""
+    with ix.lock:
+        integrity = str(ix.db.execute("PRAGMA integrity_check").fetchone()[0])
+        if integrity != "ok":
+            raise StoreError(f"{ix.path}: integrity check failed: {integrity}")
+        temp_removed = files.clear_temps()
+        known: set[str] = set()
+        bad: list[int] = []
+        for sid, size, sample_id in ix.db.execute("SELECT sid, size, id FROM samples").fetchall():
+            if files.size_of(str(sid)) != int(size):
+                bad.append(int(sample_id))
+            else:
+                known.add(str(sid))
+        if bad:
+            with ix.write() as db:
+                drop_samples(db, bad)
+        orphans = files.remove_orphans(known)
+        with ix.write():
+            recount(ix)
+            ix.put(Meta.INFLIGHT_BYTES, "0")
+    return RecoveryReport(temp_removed, len(bad), orphans, integrity)

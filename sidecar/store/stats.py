@@ -1,0 +1,37 @@
+"""Occupancy, counters and live epochs in one consistent read: ``status.json``, ``epochfs status``,
+the metrics collector and the Kubernetes status annotation all show this one document."""
+
+from __future__ import annotations
+
+from epochfs.sidecar.store.index import COUNTER_NAMES, Index, Meta
+from epochfs.sidecar.store.records import Policy, Stats
+
+
+def read_stats(ix: Index, policy: Policy) -> Stats:
+    with ix.read() as db:
+        samples, nbytes = db.execute("SELECT COUNT(*), COALESCE(SUM(size), 0) FROM samples").fetchone()
+        counters = dict(db.execute("SELECT name, value FROM counters").fetchall())
+        inflight = int(ix.get(Meta.INFLIGHT_BYTES) or 0)
+        backpressure = ix.get(Meta.BACKPRESSURE) == "1"
+        catalog = int(ix.get(Meta.CATALOG_OBJECTS) or 0)
+        pending = [int(r[0]) for r in db.execute("SELECT n FROM cut_requests ORDER BY n")]
+        epochs = [
+            {"epoch": int(a), "samples": int(b), "bytes": int(c), "new": int(d),
+             "evicted": int(e), "cut_at": float(f)}
+            for a, b, c, d, e, f in db.execute(
+                "SELECT n, samples, bytes, new, evicted, cut_at FROM epochs WHERE retired=0 ORDER BY n"
+            )
+        ]
+    return Stats(
+        cache_bytes=int(nbytes),
+        capacity_bytes=policy.capacity,
+        samples=int(samples),
+        inflight_bytes=inflight,
+        backpressure=backpressure,
+        catalog_objects=catalog,
+        pending_cuts=pending,
+        epochs=epochs,
+        latest_epoch=int(epochs[-1]["epoch"]) if epochs else None,
+        mode="schedule" if policy.schedule else "snapshot",
+        **{k: int(counters.get(k, 0)) for k in COUNTER_NAMES},
+    )

@@ -1,0 +1,44 @@
+"""Reading a cache's index directly, for checks that production code has no use for.
+
+The store keeps no query that only tests need (issue: production functions used only by tests);
+these read ``index.sqlite`` with plain SQL, read-only, beside a running sampler if need be.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import sqlite3
+from pathlib import Path
+
+from epochfs.sidecar.store import INDEX_NAME, Store, object_name
+
+
+def sid_of(key: str) -> str:
+    return hashlib.blake2b(key.encode(), digest_size=16).hexdigest()
+
+
+def _rows(cache: Path, sql: str, args: tuple[object, ...] = ()) -> list[tuple[object, ...]]:
+    db = sqlite3.connect(f"file:{cache / INDEX_NAME}?mode=ro", uri=True, timeout=30)
+    try:
+        return db.execute(sql, args).fetchall()
+    finally:
+        db.close()
+
+
+def sample_checksums(store: Store) -> list[tuple[str, str, Path]]:
+    """(key, checksum, object path) of every sample."""
+    return [(str(k), str(c), store.objects_dir / object_name(str(s)))
+            for k, c, s in _rows(store.root, "SELECT key, checksum, sid FROM samples")]
+
+
+def catalog_count(store: Store) -> int:
+    return int(str(_rows(store.root, "SELECT COUNT(*) FROM catalog")[0][0]))
+
+
+def resolve(store: Store, n: int, path: str) -> Path | None:
+    """The object file behind ``epoch-n/path``, or None when the live epoch does not list it."""
+    try:
+        entries = store.epoch_files(n)
+    except KeyError:
+        return None
+    return next((store.objects_dir / e.object_name for e in entries if e.path == path), None)
