@@ -7,6 +7,8 @@ checkov from scripts/get-checkov.py (its own venv, since its pins clash with the
 from __future__ import annotations
 
 import json
+import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -16,6 +18,8 @@ import yaml
 
 ROOT = Path(__file__).resolve().parent.parent
 CHART = ROOT / "helm" / "epochfs"
+# The example parent chart: epochfs attached to a Pod, a PyTorchJob or a JobSet (one per release).
+EXAMPLES = ROOT / "examples" / "kubernetes"
 NAMESPACE = "training"
 RELEASE = "mnist"
 REMOTE = "s3://datasets/imagenet/train"
@@ -49,6 +53,19 @@ MATRIX: dict[str, dict[str, Any]] = {
     "digests": {
         "image": {"digest": "sha256:" + "a" * 64},
         "trainer": {"image": {"repository": "pytorch/pytorch", "digest": "sha256:" + "b" * 64}},
+    },
+    # A cluster with Kueue and a batch scheduler: labels everywhere, checkpoints on a PVC.
+    "kueue-extras": {
+        "nodes": 2,
+        "commonLabels": {"team": "vision", "cost-center": "ml-42"},
+        "job": {"labels": {"kueue.x-k8s.io/queue-name": "team-a"},
+                "annotations": {"example.com/owner": "vision"}},
+        "schedulerName": "volcano",
+        "trainer": {"extraVolumes": [{"name": "checkpoints",
+                                      "persistentVolumeClaim": {"claimName": "ckpt"}}],
+                    "extraVolumeMounts": [{"name": "checkpoints", "mountPath": "/checkpoints"}]},
+        "dashboard": {"enabled": True},
+        "cache": {"volume": {"type": "ephemeral", "size": "100Gi"}},
     },
 }
 
@@ -122,6 +139,71 @@ def env_of(c: dict[str, Any]) -> dict[str, Any]:
 
 def mounts_of(c: dict[str, Any]) -> dict[str, dict[str, Any]]:
     return {m["mountPath"]: m for m in c.get("volumeMounts", [])}
+
+
+# --------------------------------------------------------------------------- the example parent chart
+
+
+def build_examples(helm_bin: Path, tmp: Path) -> Path:
+    """A copy of examples/kubernetes with its dependency fetched as a user does it
+    (`helm dependency update`, which packages ../../helm/epochfs into charts/), so the repository's
+    tree is never written. Returns the chart's folder; built once per tmp folder."""
+    chart = tmp / "examples" / "kubernetes"
+    if (chart / "charts").is_dir():
+        return chart
+    shutil.copytree(EXAMPLES, chart, ignore=shutil.ignore_patterns("charts", "Chart.lock"))
+    (tmp / "helm").mkdir(exist_ok=True)
+    (tmp / "helm" / "epochfs").symlink_to(CHART)  # what file://../../helm/epochfs names
+    homes = {f"HELM_{k}_HOME": str(tmp / ".helm" / k.lower()) for k in ("CACHE", "CONFIG", "DATA")}
+    proc = subprocess.run([str(helm_bin), "dependency", "update", str(chart)], capture_output=True,
+                          text=True, timeout=120, env={**os.environ, **homes})
+    assert proc.returncode == 0, proc.stderr
+    return chart
+
+
+def example_values(workload: str, values: dict[str, Any] | None = None,
+                   parent_values: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The example chart's values: `values` are the epochfs chart's (a remote by default, and
+    job.enabled=false always), `parent_values` the example's own (trainer, pod, pytorchjob...)."""
+    epochfs = with_remote(values or {})
+    epochfs["job"] = {**epochfs.get("job", {}), "enabled": False}
+    return {**(parent_values or {}), "workload": workload, "epochfs": epochfs}
+
+
+def render_example(helm_bin: Path, workload: str, values: dict[str, Any] | None, tmp: Path,
+                   parent_values: dict[str, Any] | None = None,
+                   args: tuple[str, ...] = ()) -> list[dict[str, Any]]:
+    """Every object of one release of the example chart (the epochfs chart's shared objects and
+    its helm test hook included)."""
+    chart = build_examples(helm_bin, tmp)
+    text = helm(helm_bin, "template", RELEASE, str(chart), "--namespace", NAMESPACE, *args,
+                values=example_values(workload, values, parent_values), tmp=tmp).stdout
+    return [d for d in yaml.safe_load_all(text) if d]
+
+
+def workload_of(objs: list[dict[str, Any]], kind: str) -> dict[str, Any]:
+    """The one object of `kind` that is not a helm hook (the chart's test Pod is one)."""
+    found = [o for o in objs if o["kind"] == kind
+             and "helm.sh/hook" not in o["metadata"].get("annotations", {})]
+    assert len(found) == 1, f"expected one {kind}, got {[o['metadata']['name'] for o in found]}"
+    return found[0]
+
+
+def render_pod_snippet(helm_bin: Path, values: dict[str, Any], tmp: Path,
+                       parent_values: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The plain Pod of examples/kubernetes (workload=pod), rendered by the real helm: epochfs
+    attached through the chart's named templates. `values` are the epochfs chart's values
+    (remote.url defaults to REMOTE); `parent_values` the example's own, e.g.
+    {"trainer": {"image": "...", "command": [...]}, "pod": {"shardIndex": 0}}."""
+    return workload_of(render_example(helm_bin, "pod", values, tmp, parent_values), "Pod")
+
+
+def as_pod(template: dict[str, Any], name: str) -> dict[str, Any]:
+    """A pod template (of a Job, a PyTorchJob...) as the Pod its controller would create, for
+    strict validation."""
+    return {"apiVersion": "v1", "kind": "Pod",
+            "metadata": {**template.get("metadata", {}), "name": name, "namespace": NAMESPACE},
+            "spec": template["spec"]}
 
 
 def run_checkov(target: Path, framework: str) -> list[dict[str, Any]]:

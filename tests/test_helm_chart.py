@@ -9,12 +9,14 @@ shard env, least privilege, RBAC equal to the calls sidecar/kube.py makes, metri
 from __future__ import annotations
 
 import copy
+import hashlib
 import json
 import os
 import re
 import shutil
 import signal
 import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -60,6 +62,10 @@ def test_helm_lint_passes_strict(helm_bin: Path, tmp_path: Path) -> None:
     proc = helm(helm_bin, "lint", "--strict", str(CHART), "-f", str(CHART / "ci" / "default-values.yaml"),
                 tmp=tmp_path)
     assert "0 chart(s) failed" in proc.stdout
+    # Only the shared objects (no remote needed), and every value of the Job's extras set.
+    for values in ({"job": {"enabled": False}}, with_remote(MATRIX["kueue-extras"])):
+        proc = helm(helm_bin, "lint", "--strict", str(CHART), values=values, tmp=tmp_path)
+        assert "0 chart(s) failed" in proc.stdout
 
 
 def test_chart_packages_with_its_schema_and_dashboard(helm_bin: Path, tmp_path: Path) -> None:
@@ -70,7 +76,7 @@ def test_chart_packages_with_its_schema_and_dashboard(helm_bin: Path, tmp_path: 
     with tarfile.open(tgz) as t:
         names = set(t.getnames())
     for required in ("values.schema.json", "dashboards/epochfs.json", "templates/NOTES.txt",
-                     "templates/tests/test-readyz.yaml"):
+                     "templates/_attach.tpl", "templates/tests/test-readyz.yaml"):
         assert f"epochfs/{required}" in names, required
 
 
@@ -153,13 +159,22 @@ def test_mount_is_shared_bidirectional_and_read_only_for_the_trainer(
         spec = pod_spec(objs)
         side, trainer = container(spec, "epochfs"), container(spec, "trainer")
         s_env, t_env = env_of(side), env_of(trainer)
-        mount_path = s_env["EPOCHFS_MOUNT"]
+        # The shared volume sits at sidecar.mountPath in both containers; the FUSE view is its
+        # subdirectory view/ (EPOCHFS_MOUNT, the same in both), never the volume's mount point.
+        view = s_env["EPOCHFS_MOUNT"]
+        mount_path = "/mnt/epochfs"
+        assert view == f"{mount_path}/view" and t_env["EPOCHFS_MOUNT"] == view, case
         s_mounts, t_mounts = mounts_of(side), mounts_of(trainer)
         assert s_mounts[mount_path]["mountPropagation"] == "Bidirectional", case
         assert side["securityContext"]["privileged"] is True, case
         assert t_mounts[mount_path]["mountPropagation"] == "HostToContainer", case
         assert t_mounts[mount_path]["readOnly"] is True, case
-        assert s_mounts[mount_path]["name"] == t_mounts[mount_path]["name"], case
+        assert s_mounts[mount_path]["name"] == t_mounts[mount_path]["name"] == "epochfs-mount", case
+        vols = {v["name"]: v for v in spec["volumes"]}
+        assert vols["epochfs-mount"] == {"name": "epochfs-mount", "emptyDir": {}}, case
+        for c in (side, trainer):  # no volume is mounted at the view or inside it
+            for m in c["volumeMounts"]:
+                assert m["mountPath"] != view and not m["mountPath"].startswith(view + "/"), (case, m)
         # Epoch entries are symlinks into the link root: it lies on a read-only mount of the
         # cache volume, at the same path in both containers.
         link_root = Path(s_env["EPOCHFS_LINK_ROOT"])
@@ -174,7 +189,35 @@ def test_mount_is_shared_bidirectional_and_read_only_for_the_trainer(
         for m in trainer["volumeMounts"]:
             if m["name"] in ("epochfs-cache", "epochfs-mount"):
                 assert m["readOnly"] is True, (case, m)
-        assert t_env["EPOCHFS_MOUNT"] == mount_path, case
+        assert settings_mount(spec) == Path(view), case
+
+
+def settings_mount(spec: dict[str, Any]) -> Path:
+    return _sidecar_settings(spec, completion_index=0).mount
+
+
+def test_view_follows_the_mount_path(helm_bin: Path, tmp_path: Path) -> None:
+    """One named template gives the view's path to both containers, for any sidecar.mountPath."""
+    spec = pod_spec(render(helm_bin, with_remote({"sidecar": {"mountPath": "/data/epochfs/"}}), tmp_path))
+    for name in ("epochfs", "trainer"):
+        c = container(spec, name)
+        assert env_of(c)["EPOCHFS_MOUNT"] == "/data/epochfs/view", name
+        assert mounts_of(c)["/data/epochfs/"]["name"] == "epochfs-mount", name
+    assert settings_mount(spec) == Path("/data/epochfs/view")
+
+
+def test_default_trainer_reads_epoch_0_of_the_view(rendered: dict[str, list[dict[str, Any]]],
+                                                   tmp_path: Path) -> None:
+    """The default command (a smoke test) runs: it lists $EPOCHFS_MOUNT and its epoch-0/."""
+    command = container(pod_spec(rendered["default"]), "trainer")["command"]
+    assert command[:2] == ["python", "-c"]
+    view = tmp_path / "mnt" / "view"
+    (view / "epoch-0" / "train").mkdir(parents=True)
+    (view / "epoch-0" / "a.npz").write_bytes(b"x")
+    proc = subprocess.run([sys.executable, "-c", command[2]], capture_output=True, text=True, timeout=60,
+                          env={**os.environ, "EPOCHFS_MOUNT": str(view)})
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split() == [str(view), "['epoch-0']", "2", "['a.npz',", "'train']"]
 
 
 def test_trainer_is_restricted_in_every_case(rendered: dict[str, list[dict[str, Any]]]) -> None:
@@ -291,7 +334,7 @@ def test_rbac_is_exactly_the_calls_the_reporter_makes(rendered: dict[str, list[d
     off = rendered["monitoring-off"]
     assert not [o for o in off if o["kind"] in ("Role", "RoleBinding")]
     spec = pod_spec(off)
-    assert "kube-api-access" not in {v["name"] for v in spec["volumes"]}
+    assert "epochfs-kube-api-access" not in {v["name"] for v in spec["volumes"]}
     assert env_of(container(spec, "epochfs"))["EPOCHFS_KUBE_REPORTING"] == "0"
 
 
@@ -315,7 +358,11 @@ def test_metrics_service_monitor_and_dashboard(rendered: dict[str, list[dict[str
     assert cm["metadata"]["labels"]["grafana_dashboard"] == "1"
     assert cm["metadata"]["annotations"]["grafana_folder"] == "Training"
     shipped = json.loads((CHART / "dashboards" / "epochfs.json").read_text())
-    assert json.loads(cm["data"]["epochfs.json"]) == shipped
+    dashboard = json.loads(cm["data"]["epochfs.json"])
+    digest = hashlib.sha256(f"{NAMESPACE}/{RELEASE}".encode()).hexdigest()[:8]
+    assert dashboard["uid"] == f"epochfs-{RELEASE}-{digest}"
+    assert dashboard["title"] == f"epochfs ({NAMESPACE}/{RELEASE})"
+    assert {**dashboard, "uid": shipped["uid"], "title": shipped["title"]} == shipped  # nothing else
     off = rendered["monitoring-off"]
     assert not [o for o in off if o["kind"] in ("Service", "ServiceMonitor", "ConfigMap")]
     assert "prometheus.io/scrape" not in one(off, "Job")["spec"]["template"]["metadata"]["annotations"]
@@ -343,11 +390,11 @@ def test_credentials_come_only_from_a_secret(rendered: dict[str, list[dict[str, 
     spec = pod_spec(rendered["credentials-files"])
     side = container(spec, "epochfs")
     vols = {v["name"]: v for v in spec["volumes"]}
-    assert vols["remote-credentials"]["secret"]["secretName"] == "s3-creds"
+    assert vols["epochfs-remote-credentials"]["secret"]["secretName"] == "s3-creds"
     mount = mounts_of(side)["/var/run/secrets/epochfs/remote"]
-    assert mount["readOnly"] is True and mount["name"] == "remote-credentials"
+    assert mount["readOnly"] is True and mount["name"] == "epochfs-remote-credentials"
     assert env_of(side)["AWS_SHARED_CREDENTIALS_FILE"] == "/var/run/secrets/epochfs/remote/credentials"
-    assert "remote-credentials" not in {m["name"] for m in container(spec, "trainer")["volumeMounts"]}
+    assert "epochfs-remote-credentials" not in {m["name"] for m in container(spec, "trainer")["volumeMounts"]}
     # No literal secret anywhere: env values of secret-like names are file paths or references.
     for case, objs in rendered.items():
         for c in pod_spec(objs).get("initContainers", []) + pod_spec(objs)["containers"]:
@@ -390,7 +437,8 @@ def test_notes_say_how_to_watch_the_cache(helm_bin: Path, tmp_path: Path) -> Non
     proc = helm(helm_bin, "install", RELEASE, str(CHART), "--dry-run=client", "--namespace", NAMESPACE,
                 values=with_remote({}), tmp=tmp_path)
     notes = proc.stdout.split("NOTES:", 1)[1]
-    assert "epochfs status --mount /mnt/epochfs --watch" in notes
+    assert "epochfs status --mount /mnt/epochfs/view --watch" in notes
+    assert "Trainers read /mnt/epochfs/view/epoch-N/" in notes
     assert "reason=EpochCut" in notes and "helm test" in notes
 
 
@@ -494,3 +542,164 @@ def test_trainer_reports_to_its_own_sidecar(rendered: dict[str, list[dict[str, A
         assert url == f"http://127.0.0.1:{port}/v1/client-report", case
         monkeypatch.setenv("EPOCHFS_REPORT_URL", url)
         assert report_url_from_env() == url, case
+
+
+# --------------------------------------------------------------------------- operators' settings
+
+
+def test_dashboard_uid_is_unique_per_release(helm_bin: Path, tmp_path: Path) -> None:
+    """Grafana keys dashboards by uid (at most 40 characters of [A-Za-z0-9_-]): two releases, in one
+    namespace or two, never share one, and a release name of 53 characters still fits."""
+    values = with_remote({"dashboard": {"enabled": True}})
+    uids = {}
+    for release, namespace in (("mnist", "training"), ("mnist", "research"), ("imagenet", "training"),
+                               ("a" * 53, "training"), ("a" * 53, "research")):
+        text = helm(helm_bin, "template", release, str(CHART), "-n", namespace, "--show-only",
+                    "templates/dashboard-configmap.yaml", values=values, tmp=tmp_path).stdout
+        cm = yaml.safe_load(text)
+        dashboard = json.loads(cm["data"]["epochfs.json"])
+        assert re.fullmatch(r"[A-Za-z0-9_-]{1,40}", dashboard["uid"]), dashboard["uid"]
+        assert dashboard["title"] == f"epochfs ({namespace}/{release})"
+        uids[(release, namespace)] = dashboard["uid"]
+    assert len(set(uids.values())) == len(uids), uids
+
+
+def test_ephemeral_storage_request_follows_a_node_disk_cache(
+    rendered: dict[str, list[dict[str, Any]]], helm_bin: Path, tmp_path: Path,
+) -> None:
+    """An emptyDir cache on node disk is requested as ephemeral storage (the scheduler then places
+    the pod where the cache fits); other caches, and the user's own figures, are left alone."""
+    def requests(objs: list[dict[str, Any]]) -> dict[str, Any]:
+        res: dict[str, Any] = container(pod_spec(objs), "epochfs")["resources"]
+        return dict(res.get("requests", {}))
+
+    default = requests(rendered["default"])
+    assert default == {"cpu": "500m", "memory": "512Mi", "ephemeral-storage": "20Gi"}
+    assert requests(rendered["legacy-sidecar"])["ephemeral-storage"] == "20Gi"
+    for case in ("hostpath", "ephemeral-pvc"):  # the cache is not ephemeral storage
+        assert "ephemeral-storage" not in requests(rendered[case]), case
+    cases: dict[str, tuple[dict[str, Any], str | None]] = {
+        "memory": ({"cache": {"volume": {"medium": "Memory", "size": "4Gi"}}}, None),
+        "off": ({"cache": {"volume": {"requestEphemeralStorage": False}}}, None),
+        "big": ({"cache": {"volume": {"size": "1500Gi"}}}, "1500Gi"),
+        "own-request": ({"sidecar": {"resources": {"requests": {"ephemeral-storage": "30Gi"}}}}, "30Gi"),
+        "own-limit": ({"sidecar": {"resources": {"limits": {"ephemeral-storage": "10Gi"}}}}, None),
+        "no-resources": ({"sidecar": {"resources": None}}, "20Gi"),
+    }
+    for case, (values, expected) in cases.items():
+        objs = render(helm_bin, with_remote(values), tmp_path)
+        assert requests(objs).get("ephemeral-storage") == expected, case
+        kubernetes_validate.validate(one(objs, "Job"), K8S_VERSIONS[-1], strict=True)
+
+
+def test_common_labels_reach_every_object(rendered: dict[str, list[dict[str, Any]]]) -> None:
+    objs = rendered["kueue-extras"]
+    common = {"team": "vision", "cost-center": "ml-42"}
+    assert {o["kind"] for o in objs} >= {"Job", "ServiceAccount", "Role", "RoleBinding", "Service",
+                                         "NetworkPolicy", "ConfigMap", "Pod"}
+    for obj in objs:
+        assert common.items() <= obj["metadata"]["labels"].items(), obj["kind"]
+        # commonLabels add; they never replace the chart's own (selectors rely on them).
+        assert obj["metadata"]["labels"]["app.kubernetes.io/name"] == "epochfs", obj["kind"]
+    job = one(objs, "Job")
+    assert common.items() <= job["spec"]["template"]["metadata"]["labels"].items()
+    claim = {v["name"]: v for v in pod_spec(objs)["volumes"]}["epochfs-cache"]["ephemeral"]
+    assert common.items() <= claim["volumeClaimTemplate"]["metadata"]["labels"].items()
+    # Selectors still select the pods.
+    pod_labels = job["spec"]["template"]["metadata"]["labels"]
+    assert one(objs, "Service")["spec"]["selector"].items() <= pod_labels.items()
+    assert one(objs, "NetworkPolicy")["spec"]["podSelector"]["matchLabels"].items() <= pod_labels.items()
+
+
+def test_common_labels_cannot_replace_the_selector_labels(helm_bin: Path, tmp_path: Path) -> None:
+    objs = render(helm_bin, with_remote({"commonLabels": {"app.kubernetes.io/name": "other",
+                                                           "app.kubernetes.io/instance": "x"}}), tmp_path)
+    for obj in objs:
+        labels = obj["metadata"]["labels"]
+        assert labels["app.kubernetes.io/name"] == "epochfs"
+        assert labels["app.kubernetes.io/instance"] == RELEASE
+    labels = one(objs, "Job")["spec"]["template"]["metadata"]["labels"]
+    assert labels["app.kubernetes.io/name"] == "epochfs"
+
+
+def test_job_labels_annotations_and_scheduler_for_kueue(rendered: dict[str, list[dict[str, Any]]]) -> None:
+    """Kueue admits a Job by the queue-name label on the Job object itself (not its pods)."""
+    job = one(rendered["kueue-extras"], "Job")
+    assert job["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] == "team-a"
+    assert job["metadata"]["annotations"] == {"example.com/owner": "vision"}
+    assert "kueue.x-k8s.io/queue-name" not in job["spec"]["template"]["metadata"]["labels"]
+    assert job["spec"]["template"]["spec"]["schedulerName"] == "volcano"
+    default = one(rendered["default"], "Job")
+    assert "annotations" not in default["metadata"]
+    assert "schedulerName" not in default["spec"]["template"]["spec"]
+    assert not [o for o in rendered["kueue-extras"] if o["kind"] != "Job"
+                and "kueue.x-k8s.io/queue-name" in o["metadata"]["labels"]]
+
+
+def test_trainer_extra_volumes_for_checkpoints(rendered: dict[str, list[dict[str, Any]]]) -> None:
+    spec = pod_spec(rendered["kueue-extras"])
+    vols = {v["name"]: v for v in spec["volumes"]}
+    assert vols["checkpoints"] == {"name": "checkpoints", "persistentVolumeClaim": {"claimName": "ckpt"}}
+    mount = mounts_of(container(spec, "trainer"))["/checkpoints"]
+    assert mount == {"name": "checkpoints", "mountPath": "/checkpoints"}
+    assert "checkpoints" not in {m["name"] for m in container(spec, "epochfs")["volumeMounts"]}
+
+
+@pytest.mark.parametrize(
+    ("trainer", "message"),
+    [
+        ({"extraVolumes": [{"name": "epochfs-cache", "emptyDir": {}}]},
+         '"epochfs-cache" is a volume of the chart'),
+        ({"extraVolumes": [{"name": "dshm", "emptyDir": {}}]}, '"dshm" is a volume of the chart'),
+        ({"extraVolumes": [{"name": "c", "emptyDir": {}}],
+          "extraVolumeMounts": [{"name": "c", "mountPath": "/mnt/epochfs"}]},
+         "/mnt/epochfs is a mount path of the chart"),
+        ({"extraVolumes": [{"name": "c", "emptyDir": {}}],
+          "extraVolumeMounts": [{"name": "c", "mountPath": "/tmp/"}]}, "/tmp/ is a mount path of the chart"),
+        ({"extraVolumeMounts": [{"name": "nowhere", "mountPath": "/x"}]}, '"nowhere" names no volume'),
+    ],
+)
+def test_extra_volumes_may_not_clash_with_the_chart(helm_bin: Path, tmp_path: Path,
+                                                    trainer: dict[str, Any], message: str) -> None:
+    proc = helm(helm_bin, "template", RELEASE, str(CHART), values=with_remote({"trainer": trainer}),
+                tmp=tmp_path, check=False)
+    assert proc.returncode != 0 and message in proc.stderr, proc.stderr
+
+
+# --------------------------------------------------------------------------- job.enabled=false
+
+
+@pytest.mark.parametrize("nodes", [1, 3])
+def test_without_the_job_only_shared_objects_render(helm_bin: Path, tmp_path: Path, nodes: int) -> None:
+    """job.enabled=false: no Job (and no remote needed), no NetworkPolicy over pods the chart does
+    not own, a metrics Service without the Job's rendezvous port; every object still valid."""
+    values = {"job": {"enabled": False}, "nodes": nodes, "dashboard": {"enabled": True},
+              "metrics": {"serviceMonitor": {"enabled": True}}, "commonLabels": {"team": "vision"}}
+    objs = render(helm_bin, values, tmp_path)  # no remote.url: nothing here needs it
+    kinds = sorted(o["kind"] for o in objs)
+    assert kinds == ["ConfigMap", "Pod", "Role", "RoleBinding", "Service", "ServiceAccount", "ServiceMonitor"]
+    for obj in objs:
+        if not obj["apiVersion"].startswith(CRD_GROUPS):
+            kubernetes_validate.validate(obj, K8S_VERSIONS[-1], strict=True)
+        assert obj["metadata"]["labels"]["team"] == "vision"
+    svc = one(objs, "Service")
+    assert [p["name"] for p in svc["spec"]["ports"]] == ["metrics"]
+    assert svc["spec"]["selector"] == {"app.kubernetes.io/name": "epochfs",
+                                       "app.kubernetes.io/instance": RELEASE,
+                                       "app.kubernetes.io/component": "training"}
+    assert one(objs, "Pod")["metadata"]["annotations"]["helm.sh/hook"] == "test"
+    # Metrics and the test hook off: the ServiceAccount and the Role are all that is left.
+    values = {"job": {"enabled": False}, "metrics": {"enabled": False}, "tests": {"enabled": False}}
+    kinds = sorted(o["kind"] for o in render(helm_bin, values, tmp_path))
+    assert kinds == ["Role", "RoleBinding", "ServiceAccount"]
+
+
+def test_without_the_job_notes_say_how_to_attach(helm_bin: Path, tmp_path: Path) -> None:
+    proc = helm(helm_bin, "install", RELEASE, str(CHART), "--dry-run=client", "--namespace", NAMESPACE,
+                values={"job": {"enabled": False}}, tmp=tmp_path)
+    notes = proc.stdout.split("NOTES:", 1)[1]
+    assert "job.enabled=false" in notes and "no training Job" in notes
+    for template in ("epochfs.sidecarContainer", "epochfs.volumes", "epochfs.trainerVolumeMounts",
+                     "epochfs.trainerEnv", "epochfs.podLabels"):
+        assert template in notes
+    assert "/mnt/epochfs/view/epoch-N/" in notes and "job/" not in notes

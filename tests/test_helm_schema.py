@@ -37,6 +37,23 @@ def test_schema_is_valid_and_accepts_the_default_values() -> None:
         ({"cache": {"volume": {"type": "emptyDir", "size": "lots"}}}, "size"),
         ({"remote": {"url": "ftp://host/data"}}, "url"),
         ({"image": {"repository": "r", "digest": "latest"}}, "digest"),
+        ({"sidecar": {"mountPath": "/"}}, "mountPath"),
+        ({"sidecar": {"mountPath": "mnt/epochfs"}}, "mountPath"),
+        ({"job": {"enabled": "no"}}, "enabled"),
+        ({"job": {"labels": {"kueue.x-k8s.io/queue-name": 7}}}, "queue-name"),
+        ({"job": {"labels": {"kueue.x-k8s.io/queue-name": "team a"}}}, "queue-name"),
+        ({"job": {"annotations": {"owner": ["a"]}}}, "owner"),
+        ({"commonLabels": {"team": "x" * 64}}, "team"),
+        ({"commonLabels": {"bad key!": "x"}}, "bad key!"),
+        ({"schedulerName": 5}, "schedulerName"),
+        ({"trainer": {"image": {"repository": "x"}, "extraVolumes": [{"emptyDir": {}}]}}, "name"),
+        ({"trainer": {"image": {"repository": "x"}, "extraVolumes": [{"name": "Bad_Name", "emptyDir": {}}]}},
+         "name"),
+        ({"trainer": {"image": {"repository": "x"}, "extraVolumeMounts": [{"name": "c"}]}}, "mountPath"),
+        ({"trainer": {"image": {"repository": "x"},
+                      "extraVolumeMounts": [{"name": "c", "mountPath": "ckpt"}]}}, "mountPath"),
+        ({"cache": {"volume": {"type": "emptyDir", "size": "1Gi", "requestEphemeralStorage": "yes"}}},
+         "requestEphemeralStorage"),
     ],
 )
 def test_helm_rejects_a_wrong_type_or_value(helm_bin: Path, tmp_path: Path, values: dict[str, Any],
@@ -64,6 +81,17 @@ def test_helm_rejects_unknown_keys(helm_bin: Path, tmp_path: Path, values: dict[
         jsonschema.validate(with_remote(values), SCHEMA)
 
 
+@pytest.mark.parametrize("url", ["gs://bucket/train", "gcs://bucket/train", "s3://b/p", "https://h/d",
+                                 "file:///data/train"])
+def test_every_remote_scheme_of_the_image_is_accepted(helm_bin: Path, tmp_path: Path, url: str) -> None:
+    """gs:// stays accepted: the image installs gcsfs for it (issue 9, D)."""
+    proc = helm(helm_bin, "template", RELEASE, str(CHART), "--show-only", "templates/job.yaml",
+                values={"remote": {"url": url}}, tmp=tmp_path)
+    job = yaml.safe_load(proc.stdout)
+    side = job["spec"]["template"]["spec"]["initContainers"][0]
+    assert {"name": "EPOCHFS_REMOTE", "value": url} in side["env"]
+
+
 def test_a_valid_override_renders(helm_bin: Path, tmp_path: Path) -> None:
     """The schema is not so strict that ordinary settings fail."""
     values = with_remote({
@@ -72,7 +100,11 @@ def test_a_valid_override_renders(helm_bin: Path, tmp_path: Path) -> None:
                                 "resources": {"limits": {"nvidia.com/gpu": 8}},
                                 "env": [{"name": "EPOCHS", "value": "90"}]},
         "cache": {"capacity": "1.5T", "volume": {"type": "ephemeral", "size": "2Ti"}},
-        "job": {"activeDeadlineSeconds": 86400, "ttlSecondsAfterFinished": None},
+        "job": {"activeDeadlineSeconds": 86400, "ttlSecondsAfterFinished": None,
+                "labels": {"kueue.x-k8s.io/queue-name": "team-a"},
+                "annotations": {"note": "any text, even spaces"}},
         "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}],
+        "commonLabels": {"team": "vision", "example.com/cost-center": "ML_42"},
+        "schedulerName": "volcano",
     })
     helm(helm_bin, "template", RELEASE, str(CHART), values=values, tmp=tmp_path)

@@ -1,4 +1,8 @@
-{{/* Names, labels and the small computations shared by the templates. */}}
+{{/* Names, labels and the small computations shared by the templates.
+
+Templates a parent chart may include (those of _attach.tpl and epochfs.sidecarContainer) take
+either the chart's context ("." here, .Subcharts.epochfs in a parent) or a dict with that context
+under "context" plus options (see _attach.tpl). The helpers below take the chart's context. */}}
 
 {{- define "epochfs.name" -}}
 {{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" -}}
@@ -28,19 +32,21 @@ app.kubernetes.io/name: {{ include "epochfs.name" . }}
 app.kubernetes.io/instance: {{ .Release.Name }}
 {{- end -}}
 
+{{/* Labels of every object: the chart's own, then commonLabels (which cannot override them). */}}
 {{- define "epochfs.labels" -}}
-helm.sh/chart: {{ include "epochfs.chart" . }}
-{{ include "epochfs.selectorLabels" . }}
-app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
-app.kubernetes.io/managed-by: {{ .Release.Service }}
-app.kubernetes.io/part-of: epochfs
+{{- $own := dict "helm.sh/chart" (include "epochfs.chart" .) "app.kubernetes.io/version" .Chart.AppVersion
+    "app.kubernetes.io/managed-by" .Release.Service "app.kubernetes.io/part-of" "epochfs" -}}
+{{- $own = merge $own (fromYaml (include "epochfs.selectorLabels" .)) -}}
+{{- toYaml (merge $own .Values.commonLabels) -}}
 {{- end -}}
 
+{{/* The ServiceAccount of the pods (a parent may include it too: see _attach.tpl). */}}
 {{- define "epochfs.serviceAccountName" -}}
-{{- if .Values.serviceAccount.create -}}
-{{- default (include "epochfs.fullname" .) .Values.serviceAccount.name -}}
+{{- $ctx := . -}}{{- if hasKey . "context" }}{{ $ctx = .context }}{{ end -}}
+{{- if $ctx.Values.serviceAccount.create -}}
+{{- default (include "epochfs.fullname" $ctx) $ctx.Values.serviceAccount.name -}}
 {{- else -}}
-{{- default "default" .Values.serviceAccount.name -}}
+{{- default "default" $ctx.Values.serviceAccount.name -}}
 {{- end -}}
 {{- end -}}
 
@@ -91,16 +97,28 @@ app.kubernetes.io/part-of: epochfs
 {{- if eq .Values.cache.volume.type "hostPath" -}}shard-$(EPOCHFS_SHARD_INDEX){{- end -}}
 {{- end -}}
 
-{{/* The shard index: the Indexed Job's completion index, or 0 for a single node. */}}
-{{- define "epochfs.shardIndexEnv" -}}
-- name: EPOCHFS_SHARD_INDEX
-{{- if include "epochfs.indexed" . }}
-  valueFrom:
-    fieldRef:
-      fieldPath: metadata.annotations['batch.kubernetes.io/job-completion-index']
-{{- else }}
-  value: "0"
-{{- end }}
+{{- define "epochfs.controlDir" -}}/var/run/epochfs-control{{- end -}}
+
+{{/* The resources of the sidecar: sidecar.resources, plus an ephemeral-storage request as large
+     as an emptyDir cache on node disk (values.yaml cache.volume.requestEphemeralStorage says why)
+     unless the user sets an ephemeral-storage request or limit. */}}
+{{- define "epochfs.sidecarResources" -}}
+{{- $res := deepCopy (default (dict) .Values.sidecar.resources) -}}
+{{- $vol := .Values.cache.volume -}}
+{{- if and $vol.requestEphemeralStorage (eq $vol.type "emptyDir") (not $vol.medium) -}}
+{{- $requests := default (dict) (get $res "requests") -}}
+{{- $limits := default (dict) (get $res "limits") -}}
+{{- if not (or (hasKey $requests "ephemeral-storage") (hasKey $limits "ephemeral-storage")) -}}
+{{- $_ := set $requests "ephemeral-storage" $vol.size -}}
+{{- $_ = set $res "requests" $requests -}}
+{{- end -}}
+{{- end -}}
+{{- with $res }}{{ toYaml . }}{{ end -}}
 {{- end -}}
 
-{{- define "epochfs.controlDir" -}}/var/run/epochfs-control{{- end -}}
+{{/* The Grafana dashboard's uid: unique per release (Grafana keys dashboards by uid, so two
+     releases with one uid would overwrite each other), at most Grafana's 40 characters. */}}
+{{- define "epochfs.dashboardUid" -}}
+{{- $hash := sha256sum (printf "%s/%s" .Release.Namespace .Release.Name) | trunc 8 -}}
+{{- printf "epochfs-%s-%s" (.Release.Name | trunc 23 | trimSuffix "-") $hash -}}
+{{- end -}}

@@ -2,16 +2,21 @@
 The epochfs sidecar container: an init container with restartPolicy Always (native sidecar) or,
 with sidecar.native=false, the first regular container. Settings reach `epochfs sidecar` as
 EPOCHFS_* variables (sidecar/config.py); the image's ENTRYPOINT is `epochfs sidecar`.
+It takes the chart's context or a dict with options (see _attach.tpl), so a parent chart can
+include it in its own pods.
 */}}
 {{- define "epochfs.sidecarContainer" -}}
-{{- $native := .Values.sidecar.native -}}
-{{- $subPathExpr := include "epochfs.cacheSubPathExpr" . -}}
-{{- $control := include "epochfs.controlDir" . -}}
-{{- $creds := .Values.remote.credentials -}}
+{{- include "epochfs.checkAttach" . -}}
+{{- $ctx := . -}}{{- if hasKey . "context" }}{{ $ctx = .context }}{{ end -}}
+{{- $v := $ctx.Values -}}
+{{- $native := $v.sidecar.native -}}
+{{- $subPathExpr := include "epochfs.cacheSubPathExpr" $ctx -}}
+{{- $control := include "epochfs.controlDir" $ctx -}}
+{{- $creds := $v.remote.credentials -}}
 {{- $period := 2 -}}
 - name: epochfs
-  image: {{ include "epochfs.image" . }}
-  imagePullPolicy: {{ .Values.image.pullPolicy }}
+  image: {{ include "epochfs.image" $ctx }}
+  imagePullPolicy: {{ $v.image.pullPolicy }}
   {{- if $native }}
   restartPolicy: Always
   {{- else }}
@@ -29,53 +34,54 @@ EPOCHFS_* variables (sidecar/config.py); the image's ENTRYPOINT is `epochfs side
   {{- end }}
   env:
     - name: EPOCHFS_REMOTE
-      value: {{ .Values.remote.url | quote }}
-    {{- with .Values.remote.endpointUrl }}
+      value: {{ $v.remote.url | quote }}
+    {{- with $v.remote.endpointUrl }}
     - name: EPOCHFS_ENDPOINT_URL
       value: {{ . | quote }}
     {{- end }}
-    {{- with .Values.remote.indexUrl }}
+    {{- with $v.remote.indexUrl }}
     - name: EPOCHFS_INDEX
       value: {{ . | quote }}
     {{- end }}
     - name: EPOCHFS_CACHE
-      value: {{ .Values.cache.path | quote }}
+      value: {{ $v.cache.path | quote }}
+    # The FUSE view, in a subdirectory of the shared volume (the sidecar creates it).
     - name: EPOCHFS_MOUNT
-      value: {{ .Values.sidecar.mountPath | quote }}
+      value: {{ include "epochfs.viewPath" $ctx | quote }}
     # Epoch symlinks point into the read-only mount of the cache, which the trainer has too.
     - name: EPOCHFS_LINK_ROOT
-      value: "{{ .Values.cache.readOnlyPath }}/objects"
+      value: "{{ $v.cache.readOnlyPath }}/objects"
     - name: EPOCHFS_CAPACITY
-      value: {{ include "epochfs.capacity" . | quote }}
+      value: {{ include "epochfs.capacity" $ctx | quote }}
     {{- include "epochfs.shardIndexEnv" . | nindent 4 }}
     - name: EPOCHFS_SHARD_COUNT
-      value: {{ .Values.nodes | quote }}
+      value: {{ $v.nodes | quote }}
     - name: EPOCHFS_HEALTH_PORT
-      value: {{ .Values.sidecar.healthPort | quote }}
+      value: {{ $v.sidecar.healthPort | quote }}
     - name: EPOCHFS_SEED
-      value: {{ .Values.sidecar.seed | quote }}
+      value: {{ $v.sidecar.seed | quote }}
     - name: EPOCHFS_MIN_SAMPLES
-      value: {{ .Values.sidecar.minSamples | quote }}
+      value: {{ $v.sidecar.minSamples | quote }}
     - name: EPOCHFS_KEEP_EPOCHS
-      value: {{ .Values.sidecar.keepEpochs | quote }}
+      value: {{ $v.sidecar.keepEpochs | quote }}
     - name: EPOCHFS_CONCURRENCY
-      value: {{ .Values.sidecar.concurrency | quote }}
-    {{- with .Values.sidecar.schedule }}
+      value: {{ $v.sidecar.concurrency | quote }}
+    {{- with $v.sidecar.schedule }}
     - name: EPOCHFS_SCHEDULE
       value: {{ . | quote }}
     {{- end }}
     - name: EPOCHFS_CUT_INTERVAL
-      value: {{ .Values.sidecar.cutInterval | quote }}
+      value: {{ $v.sidecar.cutInterval | quote }}
     # The root filesystem is read-only: SDK caches and config lookups go to the /tmp emptyDir.
     - name: HOME
       value: /tmp
     - name: EPOCHFS_KUBE_REPORTING
-      value: {{ ternary "1" "0" .Values.kubeReporting.enabled | quote }}
-    {{- if .Values.kubeReporting.enabled }}
+      value: {{ ternary "1" "0" $v.kubeReporting.enabled | quote }}
+    {{- if $v.kubeReporting.enabled }}
     - name: EPOCHFS_KUBE_STATUS_INTERVAL
-      value: {{ .Values.kubeReporting.statusIntervalSeconds | quote }}
+      value: {{ $v.kubeReporting.statusIntervalSeconds | quote }}
     - name: EPOCHFS_KUBE_ERROR_THRESHOLD
-      value: {{ .Values.kubeReporting.remoteErrorThreshold | quote }}
+      value: {{ $v.kubeReporting.remoteErrorThreshold | quote }}
     - name: POD_NAME
       valueFrom:
         fieldRef:
@@ -99,7 +105,7 @@ EPOCHFS_* variables (sidecar/config.py); the image's ENTRYPOINT is `epochfs side
       value: "{{ $creds.mountPath }}/{{ $key }}"
     {{- end }}
     {{- end }}
-    {{- with .Values.sidecar.env }}
+    {{- with $v.sidecar.env }}
     {{- toYaml . | nindent 4 }}
     {{- end }}
   {{- if and $creds.secretName (eq $creds.mode "env") }}
@@ -109,7 +115,7 @@ EPOCHFS_* variables (sidecar/config.py); the image's ENTRYPOINT is `epochfs side
   {{- end }}
   ports:
     - name: metrics
-      containerPort: {{ .Values.sidecar.healthPort }}
+      containerPort: {{ $v.sidecar.healthPort }}
       protocol: TCP
   # Ready = mounted and epoch 0 can be cut. A native sidecar's startupProbe gates the trainer's start.
   startupProbe:
@@ -118,7 +124,7 @@ EPOCHFS_* variables (sidecar/config.py); the image's ENTRYPOINT is `epochfs side
       port: metrics
     periodSeconds: {{ $period }}
     timeoutSeconds: 2
-    failureThreshold: {{ max 1 (div (int .Values.sidecar.startupTimeoutSeconds) $period) }}
+    failureThreshold: {{ max 1 (div (int $v.sidecar.startupTimeoutSeconds) $period) }}
   readinessProbe:
     httpGet:
       path: /readyz
@@ -132,33 +138,35 @@ EPOCHFS_* variables (sidecar/config.py); the image's ENTRYPOINT is `epochfs side
     periodSeconds: 10
     timeoutSeconds: 5
     failureThreshold: 3
-  {{- with .Values.sidecar.resources }}
+  {{- with include "epochfs.sidecarResources" $ctx }}
   resources:
-    {{- toYaml . | nindent 4 }}
+    {{- . | nindent 4 }}
   {{- end }}
   securityContext:
     # Required by mountPropagation Bidirectional (see values.yaml sidecar.runAsUser and docs).
     privileged: true
-    runAsUser: {{ .Values.sidecar.runAsUser }}
+    runAsUser: {{ $v.sidecar.runAsUser }}
     readOnlyRootFilesystem: true
     seccompProfile:
       type: RuntimeDefault
   volumeMounts:
+    # The shared volume; FUSE mounts the view in its subdirectory and Bidirectional propagation
+    # carries that mount to the trainer.
     - name: epochfs-mount
-      mountPath: {{ .Values.sidecar.mountPath }}
+      mountPath: {{ $v.sidecar.mountPath }}
       mountPropagation: Bidirectional
     - name: epochfs-cache
-      mountPath: {{ .Values.cache.path }}
+      mountPath: {{ $v.cache.path }}
       {{- with $subPathExpr }}
       subPathExpr: {{ . }}
       {{- end }}
     - name: epochfs-cache
-      mountPath: {{ .Values.cache.readOnlyPath }}
+      mountPath: {{ $v.cache.readOnlyPath }}
       readOnly: true
       {{- with $subPathExpr }}
       subPathExpr: {{ . }}
       {{- end }}
-    - name: tmp
+    - name: epochfs-tmp
       mountPath: /tmp
       subPath: sidecar
     {{- if not $native }}
@@ -167,12 +175,12 @@ EPOCHFS_* variables (sidecar/config.py); the image's ENTRYPOINT is `epochfs side
       readOnly: true
     {{- end }}
     {{- if and $creds.secretName (eq $creds.mode "files") }}
-    - name: remote-credentials
+    - name: epochfs-remote-credentials
       mountPath: {{ $creds.mountPath }}
       readOnly: true
     {{- end }}
-    {{- if .Values.kubeReporting.enabled }}
-    - name: kube-api-access
+    {{- if $v.kubeReporting.enabled }}
+    - name: epochfs-kube-api-access
       mountPath: /var/run/secrets/kubernetes.io/serviceaccount
       readOnly: true
     {{- end }}

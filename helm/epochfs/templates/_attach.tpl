@@ -1,0 +1,234 @@
+{{/*
+Named templates that attach epochfs to a pod: the chart's own Job uses them, and so can a parent
+chart for its own workloads (a Pod, a Deployment, a Kubeflow PyTorchJob, a JobSet...) with
+job.enabled=false. docs/kubernetes.md ("Attach epochfs to your own workloads") and
+examples/kubernetes/ show them in use.
+
+Every one takes ARG, either
+  * the epochfs chart's context: "." inside this chart, .Subcharts.epochfs in a parent chart
+    (.Subcharts.<alias> for an aliased dependency), or
+  * a dict with that context under "context" and options:
+      shardIndex           the pod's shard, a fixed number (e.g. 0 for a single Pod)
+      shardIndexFieldPath  the pod's shard from the downward API, e.g.
+                           "metadata.labels['training.kubeflow.org/replica-index']"
+      command              epochfs.trainerCommand only: the trainer's command (a list)
+    Without a shard option the shard is 0 for nodes=1 and the Indexed Job's completion index
+    (annotation batch.kubernetes.io/job-completion-index) for nodes>1, which is also what a
+    JobSet's Indexed Jobs carry. The shard count is always the chart's `nodes`.
+
+  epochfs.sidecarContainer     a list holding the sidecar container: put it under initContainers
+                               (sidecar.native=true, the default) or containers (false)
+  epochfs.volumes              the volumes the sidecar and the trainer mounts need (a list)
+  epochfs.trainerVolumeMounts  the trainer's mounts: the view (read-only) and the cache (read-only)
+  epochfs.trainerEnv           the trainer's EPOCHFS_* environment (EPOCHFS_MOUNT: the view)
+  epochfs.trainerCommand       the trainer's command, wrapped for sidecar.native=false (a list)
+  epochfs.podLabels            the pod labels the metrics Service and helm test select (a map)
+  epochfs.podAnnotations       prometheus.io/* scrape annotations and podAnnotations (a map)
+  epochfs.serviceAccountName   the ServiceAccount the sidecar's kube reporting is bound to
+  epochfs.viewPath             where trainers find epoch-N/: <sidecar.mountPath>/view
+*/}}
+
+{{/* The FUSE view: a subdirectory of the shared mount volume, which the sidecar creates. Never the
+     volume's own mount point: that is a mount point already (the kubelet's), and after a FUSE
+     server restart a new FUSE mount in the subdirectory reaches trainers that started earlier. */}}
+{{- define "epochfs.viewPath" -}}
+{{- $ctx := . -}}{{- if hasKey . "context" }}{{ $ctx = .context }}{{ end -}}
+{{- printf "%s/view" (trimSuffix "/" $ctx.Values.sidecar.mountPath) -}}
+{{- end -}}
+
+{{/* What every attached pod needs: a remote, and a cluster that runs native sidecars. */}}
+{{- define "epochfs.checkAttach" -}}
+{{- $ctx := . -}}{{- $opts := dict -}}
+{{- if hasKey . "context" }}{{ $ctx = .context }}{{ $opts = . }}{{ end -}}
+{{- if not $ctx.Values.remote.url -}}
+{{- fail "remote.url is required (s3://bucket/prefix, gs://..., https://..., file://...)" -}}
+{{- end -}}
+{{- if and $ctx.Values.sidecar.native (semverCompare "<1.29.0-0" $ctx.Capabilities.KubeVersion.Version) -}}
+{{- fail (printf "native sidecars (init containers with restartPolicy Always) need Kubernetes 1.29 or newer, this cluster is %s: set sidecar.native=false" $ctx.Capabilities.KubeVersion.Version) -}}
+{{- end -}}
+{{- if and (hasKey $opts "shardIndex") (hasKey $opts "shardIndexFieldPath") -}}
+{{- fail "epochfs: give shardIndex or shardIndexFieldPath, not both" -}}
+{{- end -}}
+{{- if hasKey $opts "shardIndex" -}}
+{{- $i := toString $opts.shardIndex -}}
+{{- if or (not (regexMatch "^[0-9]+$" $i)) (ge (atoi $i) (int $ctx.Values.nodes)) -}}
+{{- fail (printf "epochfs: shardIndex %s is not one of 0..%d (nodes=%d)" $i (sub (int $ctx.Values.nodes) 1) (int $ctx.Values.nodes)) -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+
+{{/* EPOCHFS_SHARD_INDEX, in both containers: from the options, else 0 for one node, else the
+     Indexed Job's completion index. */}}
+{{- define "epochfs.shardIndexEnv" -}}
+{{- $ctx := . -}}{{- $opts := dict -}}
+{{- if hasKey . "context" }}{{ $ctx = .context }}{{ $opts = . }}{{ end -}}
+- name: EPOCHFS_SHARD_INDEX
+{{- if hasKey $opts "shardIndex" }}
+  value: {{ toString $opts.shardIndex | quote }}
+{{- else if hasKey $opts "shardIndexFieldPath" }}
+  valueFrom:
+    fieldRef:
+      fieldPath: {{ $opts.shardIndexFieldPath }}
+{{- else if include "epochfs.indexed" $ctx }}
+  valueFrom:
+    fieldRef:
+      fieldPath: metadata.annotations['batch.kubernetes.io/job-completion-index']
+{{- else }}
+  value: "0"
+{{- end }}
+{{- end -}}
+
+{{- define "epochfs.podLabels" -}}
+{{- $ctx := . -}}{{- if hasKey . "context" }}{{ $ctx = .context }}{{ end -}}
+{{- $own := merge (fromYaml (include "epochfs.selectorLabels" $ctx)) (dict "app.kubernetes.io/component" "training") -}}
+{{- toYaml (merge $own $ctx.Values.podLabels $ctx.Values.commonLabels) -}}
+{{- end -}}
+
+{{- define "epochfs.podAnnotations" -}}
+{{- $ctx := . -}}{{- if hasKey . "context" }}{{ $ctx = .context }}{{ end -}}
+{{- $ann := dict -}}
+{{- if $ctx.Values.metrics.enabled -}}
+{{- $ann = dict "prometheus.io/scrape" "true" "prometheus.io/port" (toString $ctx.Values.sidecar.healthPort) "prometheus.io/path" "/metrics" -}}
+{{- end -}}
+{{- $ann = merge $ann $ctx.Values.podAnnotations -}}
+{{- with $ann }}{{ toYaml . }}{{ end -}}
+{{- end -}}
+
+{{/* The volumes of an attached pod. Every name starts with epochfs- so that none clashes with the
+     workload's own volumes. */}}
+{{- define "epochfs.volumes" -}}
+{{- $ctx := . -}}{{- if hasKey . "context" }}{{ $ctx = .context }}{{ end -}}
+{{- $v := $ctx.Values -}}
+{{- $creds := $v.remote.credentials -}}
+- name: epochfs-mount
+  emptyDir: {}
+{{- if eq $v.cache.volume.type "emptyDir" }}
+- name: epochfs-cache
+  emptyDir:
+    sizeLimit: {{ $v.cache.volume.size }}
+    {{- with $v.cache.volume.medium }}
+    medium: {{ . }}
+    {{- end }}
+{{- else if eq $v.cache.volume.type "hostPath" }}
+- name: epochfs-cache
+  hostPath:
+    path: {{ $v.cache.volume.hostPath.path }}
+    type: DirectoryOrCreate
+{{- else if eq $v.cache.volume.type "ephemeral" }}
+- name: epochfs-cache
+  ephemeral:
+    volumeClaimTemplate:
+      metadata:
+        labels:
+          {{- $labels := merge (fromYaml (include "epochfs.selectorLabels" $ctx)) (dict "app.kubernetes.io/component" "cache") }}
+          {{- toYaml (merge $labels $v.commonLabels) | nindent 10 }}
+      spec:
+        accessModes:
+          {{- toYaml $v.cache.volume.ephemeral.accessModes | nindent 10 }}
+        {{- with $v.cache.volume.ephemeral.storageClassName }}
+        storageClassName: {{ . }}
+        {{- end }}
+        resources:
+          requests:
+            storage: {{ $v.cache.volume.size }}
+{{- else }}
+{{- fail (printf "cache.volume.type: %q is not one of emptyDir, hostPath, ephemeral" $v.cache.volume.type) }}
+{{- end }}
+# The sidecar's /tmp (its root filesystem is read-only); the chart's Job gives the trainer a
+# subPath of it too.
+- name: epochfs-tmp
+  emptyDir:
+    sizeLimit: 1Gi
+{{- if not $v.sidecar.native }}
+- name: epochfs-control
+  emptyDir:
+    sizeLimit: 1Mi
+{{- end }}
+{{- if and $creds.secretName (eq $creds.mode "files") }}
+- name: epochfs-remote-credentials
+  secret:
+    secretName: {{ $creds.secretName }}
+    defaultMode: 0400
+{{- end }}
+{{- if $v.kubeReporting.enabled }}
+# What automountServiceAccountToken would mount, given to the sidecar only.
+- name: epochfs-kube-api-access
+  projected:
+    defaultMode: 0444
+    sources:
+      - serviceAccountToken:
+          path: token
+          expirationSeconds: 3607
+      - configMap:
+          name: kube-root-ca.crt
+          items:
+            - key: ca.crt
+              path: ca.crt
+      - downwardAPI:
+          items:
+            - path: namespace
+              fieldRef:
+                apiVersion: v1
+                fieldPath: metadata.namespace
+{{- end }}
+{{- end -}}
+
+{{/* The trainer's mounts: the shared mount volume (read-only; the view is its subdirectory view/,
+     which reaches the trainer by HostToContainer propagation) and the cache volume read-only at
+     the path the view's symlinks point into. */}}
+{{- define "epochfs.trainerVolumeMounts" -}}
+{{- $ctx := . -}}{{- if hasKey . "context" }}{{ $ctx = .context }}{{ end -}}
+{{- $v := $ctx.Values -}}
+{{- $subPathExpr := include "epochfs.cacheSubPathExpr" $ctx -}}
+- name: epochfs-mount
+  mountPath: {{ $v.sidecar.mountPath }}
+  mountPropagation: HostToContainer
+  readOnly: true
+- name: epochfs-cache
+  mountPath: {{ $v.cache.readOnlyPath }}
+  readOnly: true
+  {{- with $subPathExpr }}
+  subPathExpr: {{ . }}
+  {{- end }}
+{{- if not $v.sidecar.native }}
+- name: epochfs-control
+  mountPath: {{ include "epochfs.controlDir" $ctx }}
+{{- end }}
+{{- end -}}
+
+{{/* The trainer's environment: where the view and the read-only cache are, where the torch client
+     reports to its own sidecar, and the pod's shard. */}}
+{{- define "epochfs.trainerEnv" -}}
+{{- $ctx := . -}}{{- if hasKey . "context" }}{{ $ctx = .context }}{{ end -}}
+- name: EPOCHFS_MOUNT
+  value: {{ include "epochfs.viewPath" $ctx | quote }}
+- name: EPOCHFS_CACHE
+  value: {{ $ctx.Values.cache.readOnlyPath | quote }}
+- name: EPOCHFS_REPORT_URL  # the torch client reports deliveries and waits to the sidecar
+  value: "http://127.0.0.1:{{ $ctx.Values.sidecar.healthPort }}/v1/client-report"
+{{ include "epochfs.shardIndexEnv" . }}
+{{- end -}}
+
+{{/* The trainer's command (option "command"). With sidecar.native=false it is wrapped in /bin/sh
+     (the trainer image needs one): wait for the view, run the command (the container's args
+     follow it), then leave the file that tells the sidecar to stop; the exit code is the
+     trainer's. */}}
+{{- define "epochfs.trainerCommand" -}}
+{{- $ctx := .context -}}
+{{- $command := default (list) .command -}}
+{{- if $ctx.Values.sidecar.native -}}
+{{- with $command }}{{ toYaml . }}{{ end -}}
+{{- else -}}
+{{- if not $command -}}
+{{- fail "sidecar.native=false wraps trainer.command (to wait for the mount and stop the sidecar at the end): set trainer.command" -}}
+{{- end -}}
+- /bin/sh
+- -c
+- >-
+  until [ -e "$EPOCHFS_MOUNT/.epochfs/status.json" ]; do sleep 1; done;
+  trap 'touch {{ include "epochfs.controlDir" $ctx }}/trainer-exited' EXIT;
+  "$@"
+- epochfs-trainer
+{{ toYaml $command }}
+{{- end -}}
+{{- end -}}
