@@ -2,12 +2,18 @@
 
 Heavy modules (fsspec, mfusepy, prometheus) are imported inside the handlers so that ``epochfs
 status`` stays fast and works where only the cache folder is present.
+
+``--log-level`` (or ``EPOCHFS_LOG_LEVEL``) goes before or after the command. Output cut short by
+a reader that stopped reading (``epochfs status | head``) ends the command quietly with status 141,
+as a tool killed by SIGPIPE would, not with a traceback.
 """
 
 from __future__ import annotations
 
 import argparse
 import logging
+import os
+import select
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -99,38 +105,57 @@ def _cmd_bench(ns: argparse.Namespace) -> int:
     return status
 
 
+def _common_options() -> argparse.ArgumentParser:
+    """Options of every command, accepted before the command and after it (after wins)."""
+    common = argparse.ArgumentParser(add_help=False)
+    # SUPPRESS: a sub-command that is not given the flag leaves the value given before it.
+    common.add_argument(
+        config.LOG_LEVEL_FLAG, dest="log_level", default=argparse.SUPPRESS, metavar="LEVEL",
+        help=f"{', '.join(config.LOG_LEVELS)} (env {config.env_name(config.LOG_LEVEL_FLAG)}; "
+             f"default {config.LOG_LEVEL_DEFAULT}); before or after the command",
+    )
+    return common
+
+
 def build_parser() -> argparse.ArgumentParser:
+    common = _common_options()
     parser = argparse.ArgumentParser(
         prog="epochfs",
         description="Train on a growing local sample of a remote dataset, served as epoch-N/ folders.",
+        parents=[common],
     )
-    parser.add_argument("--log-level", default="INFO", help="DEBUG, INFO, WARNING, ERROR")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
-    p = sub.add_parser("sample", help="run the sampler alone (no mount) until interrupted")
+    p = sub.add_parser("sample", parents=[common], help="run the sampler alone (no mount) until interrupted")
     config.add_arguments(p, config.SamplerSettings)
     p.set_defaults(func=_cmd_sample)
 
-    p = sub.add_parser("mount", help="serve the read-only epoch view of a cache (FUSE server alone)")
+    p = sub.add_parser(
+        "mount", parents=[common],
+        help="serve the read-only epoch view of a cache (FUSE server alone)",
+    )
     config.add_arguments(p, config.MountSettings)
     p.set_defaults(func=_cmd_mount)
 
-    p = sub.add_parser("sidecar", help="sampler + FUSE view + health/metrics: the Kubernetes sidecar")
+    p = sub.add_parser(
+        "sidecar", parents=[common],
+        help="sampler + FUSE view + health/metrics: the Kubernetes sidecar",
+    )
     config.add_arguments(p, config.SidecarSettings)
     p.set_defaults(func=_cmd_sidecar)
 
-    p = sub.add_parser("unmount", help="unmount a (possibly stale) epochfs mount")
+    p = sub.add_parser("unmount", parents=[common], help="unmount a (possibly stale) epochfs mount")
     p.add_argument("--mount", required=True, help="mount point")
     p.set_defaults(func=_cmd_unmount)
 
-    p = sub.add_parser("cut", help="cut an epoch now and print its number")
+    p = sub.add_parser("cut", parents=[common], help="cut an epoch now and print its number")
     config.add_arguments(p, config.CacheSettings)
     p.add_argument("--epoch", type=int, default=None, help="epoch number (default: newest + 1)")
     p.add_argument("--force", action="store_true",
                    help="cut what is there, even below --min-samples or with the schedule window incomplete")
     p.set_defaults(func=_cmd_cut)
 
-    p = sub.add_parser("status", help="occupancy, epochs and rates of a cache or mount")
+    p = sub.add_parser("status", parents=[common], help="occupancy, epochs and rates of a cache or mount")
     where = p.add_mutually_exclusive_group(required=True)
     where.add_argument("--cache", help="cache directory")
     where.add_argument("--mount", help="mount point of a running sidecar")
@@ -139,18 +164,60 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--interval", type=float, default=2.0, help="seconds between refreshes")
     p.set_defaults(func=_cmd_status)
 
-    p = sub.add_parser("bench", help="run the benchmarks (ratios to baselines measured in the same run)")
+    p = sub.add_parser(
+        "bench", parents=[common],
+        help="run the benchmarks (ratios to baselines measured in the same run)",
+    )
     p.add_argument("names", nargs="*", help=f"which: {', '.join(BENCHMARKS)} (default: all)")
     p.add_argument("--args", nargs=argparse.REMAINDER, default=[], help="passed to each benchmark script")
     p.set_defaults(func=_cmd_bench)
     return parser
 
 
+SIGPIPE_STATUS = 128 + 13
+"""Exit status when stdout's reader went away: what a shell reports for a tool killed by SIGPIPE."""
+
+
+def _stdout_reader_gone() -> bool:
+    """True when stdout is a pipe or socket whose reading end is closed (poll says POLLERR/HUP)."""
+    try:
+        fd = sys.stdout.fileno()
+    except (AttributeError, OSError, ValueError):
+        return False
+    poller = select.poll()
+    poller.register(fd, select.POLLOUT)
+    return any(ev & (select.POLLERR | select.POLLHUP) for _, ev in poller.poll(0))
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    try:
+        try:
+            status = _main(argv)
+        except SystemExit:  # --help and usage errors print, then exit
+            sys.stdout.flush()
+            raise
+        sys.stdout.flush()  # here, not at exit, so that a closed pipe is caught below
+        return status
+    except BrokenPipeError:
+        if not _stdout_reader_gone():
+            raise  # a socket's broken pipe, not ours to hide
+        # Later writes (the interpreter's final flush included) go nowhere instead of failing.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+        return SIGPIPE_STATUS
+
+
+def _main(argv: Sequence[str] | None) -> int:
     parser = build_parser()
     ns = parser.parse_args(argv)
+    try:
+        level = config.resolve_log_level(getattr(ns, "log_level", None))
+    except config.ConfigError as e:
+        print(f"epochfs {ns.command}: {e}", file=sys.stderr)
+        return 2
     logging.basicConfig(
-        level=getattr(logging, str(ns.log_level).upper(), logging.INFO),
+        level=getattr(logging, level),
         format="%(asctime)s %(name)s %(levelname)s %(message)s",
         stream=sys.stderr,
     )
