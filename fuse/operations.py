@@ -7,8 +7,8 @@ what only FUSE knows about:
 * caching: long entry/attribute timeouts for the immutable epoch trees, negative lookups uncached
   (so a new epoch shows at once), ``FUSE_CAP_CACHE_SYMLINKS`` so the kernel keeps symlink targets,
   readdir-plus so listing a folder fills the kernel's entry cache without one lookup per file;
-* change: a refresher thread re-reads the store and tells the kernel to drop what changed
-  (``latest``, ``status.json``, retired epochs) through libfuse's notification calls.
+* change: the refresher and the warmer (:mod:`epochfs.fuse.kernelcache`) are started and stopped
+  here, with the mount.
 
 Only calls that are implemented are defined here (mfusepy registers any attribute named like a
 FUSE call, and calls left to libfuse in C are faster than Python no-ops).
@@ -20,30 +20,20 @@ mfusepy binds libfuse when it is imported.
 from __future__ import annotations
 
 import collections
-import ctypes
 import errno
 import functools
 import itertools
 import logging
 import os
-import queue
-import threading
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar, cast
 
 import mfusepy
+from epochfs.fuse.kernelcache import KernelNotifier, Refresher, Warmer
 from epochfs.fuse.metrics import fuse_metrics
 from epochfs.fuse.view import Attr, NotADirectory, NotALink, NotFound, View
-from epochfs.torchclient.layout import (
-    CONTROL_DIR,
-    LATEST_NAME,
-    STATUS_NAME,
-    epoch_dir,
-    epoch_name,
-    manifest_name,
-    parse_epoch_name,
-)
+from epochfs.torchclient.layout import parse_epoch_name
 
 log = logging.getLogger("epochfs.fuse")
 
@@ -55,7 +45,6 @@ FUSE_CAP_READDIRPLUS_AUTO = 1 << 14
 FUSE_CAP_CACHE_SYMLINKS = 1 << 23
 FUSE_READDIR_PLUS = 1 << 0
 FUSE_FILL_DIR_PLUS = 1 << 1
-FUSE_ROOT_ID = 1
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -96,174 +85,6 @@ def translate_errors(method: F) -> F:
 
 def _read_only(*_args: Any, **_kwargs: Any) -> int:
     raise FuseOSError(errno.EROFS)
-
-
-class KernelNotifier:
-    """libfuse's cache-invalidation calls, bound once the mount is up (libfuse 3 only)."""
-
-    def __init__(self, fuse_ptr: int | None) -> None:
-        self._fuse = ctypes.c_void_p(fuse_ptr) if fuse_ptr else None
-        self._se: ctypes.c_void_p | None = None
-        lib = mfusepy._libfuse
-        self.available = bool(self._fuse) and mfusepy.fuse_version_major == 3
-        if not self.available:
-            return
-        lib.fuse_get_session.argtypes = [ctypes.c_void_p]
-        lib.fuse_get_session.restype = ctypes.c_void_p
-        lib.fuse_invalidate_path.argtypes = [ctypes.c_void_p, ctypes.c_char_p]
-        lib.fuse_invalidate_path.restype = ctypes.c_int
-        lib.fuse_lowlevel_notify_inval_entry.argtypes = [
-            ctypes.c_void_p, ctypes.c_uint64, ctypes.c_char_p, ctypes.c_size_t,
-        ]
-        lib.fuse_lowlevel_notify_inval_entry.restype = ctypes.c_int
-        self._se = ctypes.c_void_p(lib.fuse_get_session(self._fuse))
-        self._lib = lib
-
-    def forget_root_entry(self, name: str) -> None:
-        """Drop the kernel's cached entry ``/name`` (a retired epoch, a changed ``latest``)."""
-        if self.available:
-            raw = name.encode()
-            self._lib.fuse_lowlevel_notify_inval_entry(self._se, FUSE_ROOT_ID, raw, len(raw))
-
-    def invalidate(self, path: str) -> None:
-        """Drop the kernel's cached attributes and data of ``path`` (no-op if it has none)."""
-        if self.available:
-            self._lib.fuse_invalidate_path(self._fuse, path.encode())
-
-
-class Refresher:
-    """Re-reads the store every ``interval`` seconds, records reads, invalidates what changed."""
-
-    def __init__(self, *, view: View, interval: float) -> None:
-        if interval <= 0:
-            raise ValueError("refresh interval must be positive")
-        self.view = view
-        self.interval = interval
-        self.notifier = KernelNotifier(None)
-        self._stop = threading.Event()
-        self._wake = threading.Event()
-        self._thread: threading.Thread | None = None
-        self._seen = view.snapshot  # what the kernel was last told about
-
-    def start(self, notifier: KernelNotifier) -> None:
-        self.notifier = notifier
-        self._thread = threading.Thread(target=self._run, name="epochfs-refresh", daemon=True)
-        self._thread.start()
-
-    def stop(self) -> None:
-        self._stop.set()
-        self._wake.set()
-        if self._thread is not None and self._thread is not threading.current_thread():
-            self._thread.join(timeout=2)
-
-    def poke(self) -> None:
-        """Refresh now (after a cut on lookup, say) instead of at the next tick."""
-        self._wake.set()
-
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            try:
-                self.tick()
-            except Exception:
-                log.exception("refresh failed; retrying in %.1fs", self.interval)
-            self._wake.wait(self.interval)
-            self._wake.clear()
-
-    def tick(self) -> None:
-        view = self.view
-        view.flush_reads()
-        view.refresh()
-        # Compare with what the kernel last heard of, not with the view's previous snapshot:
-        # request threads refresh the view too (a cut on lookup) and must not hide a change.
-        old, new = self._seen, view.snapshot
-        self._seen = new
-        n = self.notifier
-        for gone in sorted(set(old.live) - set(new.live)):
-            log.info("epoch %d retired: removing it from the mount", gone)
-            n.invalidate(f"/{CONTROL_DIR}/{manifest_name(gone)}")
-            n.invalidate(f"/{epoch_name(gone)}")
-            n.forget_root_entry(epoch_name(gone))
-        if old.latest != new.latest:
-            n.invalidate(f"/{LATEST_NAME}")
-            n.forget_root_entry(LATEST_NAME)
-        if old.status_key != new.status_key or len(old.status) != len(new.status):
-            n.invalidate(f"/{CONTROL_DIR}/{STATUS_NAME}")
-
-
-class Warmer:
-    """Reads each symlink of an epoch once through the mount, right after the epoch's first lookup.
-
-    With ``FUSE_CAP_CACHE_SYMLINKS`` the kernel keeps a symlink's target once it has read it, so a
-    trainer's first open of a file costs a readlink round trip into Python (~30 µs) on top of the
-    read itself; for small files that halves throughput. The warmer pays those round trips ahead
-    of the reader, on another core, in the order a listing gives. It only lists and reads links,
-    never sample bytes; epochs larger than ``max_files`` are warmed up to that many files (each
-    cached target holds a page of kernel memory, reclaimable under pressure).
-    """
-
-    def __init__(self, *, view: View, mount: Path, max_files: int = 200_000) -> None:
-        if max_files < 0:
-            raise ValueError("max_files must not be negative")
-        self.view = view
-        self.mount = mount
-        self.max_files = max_files
-        self.warmed: dict[int, int] = {}
-        self._requested: set[int] = set()
-        self._queue: queue.SimpleQueue[int | None] = queue.SimpleQueue()
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
-        self._lock = threading.Lock()
-
-    def request(self, n: int) -> None:
-        if n in self._requested or self.max_files == 0:
-            return
-        with self._lock:
-            if n in self._requested or self._stop.is_set():
-                return
-            self._requested.add(n)
-            if self._thread is None:
-                self._thread = threading.Thread(target=self._run, name="epochfs-warm", daemon=True)
-                self._thread.start()
-        self._queue.put(n)
-
-    def stop(self) -> None:
-        self._stop.set()
-        self._queue.put(None)
-
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            n = self._queue.get()
-            if n is None:
-                return
-            try:
-                self.warmed[n] = self.warm(n)
-                log.debug("warmed %d symlink(s) of epoch %d", self.warmed[n], n)
-            except OSError as e:
-                if not self._stop.is_set():  # at unmount the mount stops answering: not an error
-                    log.warning("warm-up of epoch %d stopped: %s", n, e)
-            except Exception:
-                log.exception("warm-up of epoch %d failed", n)
-
-    def warm(self, n: int) -> int:
-        """List every folder of epoch ``n`` and read each link once; returns links read."""
-        try:
-            dirs = sorted(self.view.tree(n).dirs)
-        except NotFound:
-            return 0
-        base = os.fspath(epoch_dir(self.mount, n))
-        count = 0
-        for rel in dirs:
-            try:
-                with os.scandir(f"{base}/{rel}" if rel else base) as it:
-                    for entry in it:
-                        if self._stop.is_set() or count >= self.max_files:
-                            return count
-                        if entry.is_symlink():
-                            os.readlink(entry.path)
-                            count += 1
-            except FileNotFoundError:
-                return count  # retired meanwhile
-        return count
 
 
 class EpochOperations(mfusepy.Operations):
