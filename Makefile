@@ -33,6 +33,7 @@ test-slow: system-deps venv
 
 lint: venv
 	$(VENV)/bin/ruff check .
+	$(VENV)/bin/lint-imports  # the layers: .importlinter, docs/architecture.md
 	$(MAKE) typecheck
 
 typecheck: venv
