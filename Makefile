@@ -6,9 +6,11 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 APT_PACKAGES := fuse3 libfuse3-3 prometheus rclone
 BENCH_APT_PACKAGES := s3fs
+# The container test (make test-container): its own dockerd, and a base image made by debootstrap.
+CONTAINER_APT_PACKAGES := docker.io debootstrap
 PYTEST_ARGS ?=
 
-.PHONY: all venv system-deps test test-slow lint typecheck demo bench clean
+.PHONY: all venv system-deps test test-slow test-container lint typecheck demo bench clean
 
 all: test
 
@@ -30,6 +32,12 @@ test: system-deps venv
 
 test-slow: system-deps venv
 	$(PY) -m pytest -m slow $(PYTEST_ARGS)
+
+# The image built and the chart's pod run by a real Docker engine (docs/container-test.md): root,
+# a few minutes the first time (base image and image build), well under one after that.
+test-container: system-deps venv
+	@bash scripts/system-deps.sh $(CONTAINER_APT_PACKAGES)
+	EPOCHFS_CONTAINER_TEST=1 $(PY) -m pytest tests/test_container_pod.py $(PYTEST_ARGS)
 
 lint: venv
 	$(VENV)/bin/ruff check .

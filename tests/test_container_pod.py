@@ -1,0 +1,287 @@
+"""The chart's pod for real: the image built from the Dockerfile and the Job's pod from `helm
+template` run container by container by a real Docker engine (tests/container_pod.py), against a
+real S3 server (moto) on 127.0.0.1.
+
+Why: the other chart tests validate the rendered objects and run the sidecar in a namespace made
+to look like a pod; only a container runtime shows whether the pod works as written: the
+propagation of the FUSE mount between containers, the users, the read-only roots, the privileged
+sidecar, libfuse in the image, signals. What is checked, for the native sidecar and the legacy
+(regular container) one, and for two pods of a two-node Job:
+
+* the trainer (tests/container_trainer.py, in place of the chart's command, as the chart's user)
+  reads every byte of epoch 0 through the view's symlinks, equal to the remote's bytes, and every
+  write or create it tries (view, symlink targets, cache, volume, root filesystem) is refused;
+* kill -9 of the FUSE server inside the sidecar container, and the same trainer process reads a
+  new epoch within seconds;
+* the pod's end (SIGTERM, terminationGracePeriodSeconds): the sidecar exits 0 and nothing stays
+  mounted under the pod's folders; the sidecar's log names the libfuse it loaded;
+* with two nodes, each pod's epoch holds only keys of its own shard;
+* the image: gcsfs imports (gs:// remotes), the installed packages are exactly the pinned ones,
+  no pip, no layer holds wheels, the default user is 10001.
+
+It runs only when EPOCHFS_CONTAINER_TEST=1, which `make test-container` sets after installing
+docker.io and debootstrap (docs/container-test.md); then a missing prerequisite (root, /dev/fuse,
+dockerd, runc, debootstrap) fails the test instead of skipping it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import os
+import re
+import shutil
+import subprocess
+import tarfile
+import time
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from conftest import S3Server, free_port, put_objects, random_objects, wait_until
+from container_engine import ROOT, Engine, base_image, epochfs_image
+from container_pod import Pod, job_pods
+from helm_helpers import helm_binary, one, render
+from pod_env import PodObjects
+from pod_volumes import mount_points
+
+pytestmark = [
+    pytest.mark.fuse,
+    pytest.mark.skipif(os.environ.get("EPOCHFS_CONTAINER_TEST") != "1",
+                       reason="run by `make test-container` (EPOCHFS_CONTAINER_TEST=1)"),
+    pytest.mark.timeout(1800),
+]
+
+BUCKET = "data"
+OBJECTS = random_objects(48, 64 * 1024)
+MIN_SAMPLES = 10
+TRAINER_UID = 10001
+REFUSED = {"EROFS", "EACCES"}
+SECRET = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
+          "AWS_DEFAULT_REGION": "us-east-1"}
+TRAINER_SCRIPT = (Path(__file__).parent / "container_trainer.py").read_text()
+
+
+@pytest.fixture(scope="module")
+def engine() -> Iterator[Engine]:
+    # Asked for explicitly (make test-container): what is missing fails, rather than skipping to
+    # a green run that tested nothing.
+    missing = [what for what, ok in (
+        ("root", os.geteuid() == 0), ("/dev/fuse", os.path.exists("/dev/fuse")),
+        ("dockerd (Debian docker.io)", shutil.which("dockerd")), ("runc", shutil.which("runc")),
+        ("debootstrap", shutil.which("debootstrap")), ("/usr/bin/python3 (runc-wrapper)",
+                                                       os.access("/usr/bin/python3", os.X_OK)),
+    ) if not ok]
+    if missing:
+        pytest.fail(f"the container test needs {', '.join(missing)}")
+    engine = Engine().start()
+    try:
+        yield engine
+    finally:
+        engine.stop()
+    assert engine.proc is None and mount_points(engine.cache) == []  # dockerd gone, nothing mounted
+
+
+@pytest.fixture(scope="module")
+def image(engine: Engine) -> str:
+    return epochfs_image(engine.docker, base_image(engine.docker))
+
+
+def job(tmp_path: Path, image: str, s3: S3Server, *, native: bool, nodes: int, port: int,
+        mode: str) -> dict[str, Any]:
+    """The chart's Job for this test: the local image for both containers, the trainer script as
+    the trainer's command, moto as the remote with its keys from a Secret, no cluster reporting."""
+    repository, tag = image.rsplit(":", 1)
+    local = {"repository": repository, "tag": tag, "pullPolicy": "Never"}
+    assert "$(" not in TRAINER_SCRIPT  # the kubelet would expand it in a command
+    values = {
+        "remote": {"url": f"s3://{BUCKET}", "endpointUrl": s3.endpoint,
+                   "credentials": {"secretName": "s3-credentials", "mode": "env"}},
+        "image": local,
+        "trainer": {"image": local, "command": ["python", "-c", TRAINER_SCRIPT], "args": [mode]},
+        "sidecar": {"native": native, "healthPort": port, "minSamples": MIN_SAMPLES,
+                    "startupTimeoutSeconds": 120},
+        "cache": {"volume": {"size": "256Mi"}},
+        "kubeReporting": {"enabled": False},
+        "nodes": nodes,
+        "terminationGracePeriodSeconds": 30,
+    }
+    return one(render(helm_binary(), values, tmp_path), "Job")
+
+
+def health(port: int) -> dict[str, Any]:
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=5) as r:
+        value: dict[str, Any] = json.loads(r.read())
+        return value
+
+
+def result(pod: Pod, tmp: Path, name: str, timeout: float) -> dict[str, Any]:
+    """A result file of the trainer, once written; fails at once if the trainer died first."""
+    path = tmp / name
+
+    def ready() -> bool:
+        if path.exists():
+            return True
+        state = pod.state("trainer")
+        if not state["Running"] and not path.exists():
+            raise AssertionError(f"trainer exited {state['ExitCode']} before {name}:\n{pod.logs('trainer')}")
+        return False
+
+    wait_until(ready, timeout=timeout, interval=0.1, what=name)
+    value: dict[str, Any] = json.loads(path.read_text())
+    summary = {k: v for k, v in value.items() if k not in ("files", "targets")}
+    print(name, summary, f"{len(value.get('files', ()))} file(s)")  # shown when a test fails
+    return value
+
+
+def check_epoch(seen: dict[str, Any], cache_ro: str, *, keys: set[str] | None = None) -> None:
+    """Every file of the epoch equals the remote's object; links land in the read-only cache."""
+    assert "error" not in seen, seen
+    assert len(seen["files"]) >= MIN_SAMPLES, seen
+    for rel, digest in seen["files"].items():
+        assert hashlib.sha256(OBJECTS[rel]).hexdigest() == digest, rel
+        assert seen["targets"][rel].startswith(cache_ro + "/objects/"), seen["targets"][rel]
+    if keys is not None:
+        assert set(seen["files"]) <= keys
+
+
+def check_trainer_confined(first: dict[str, Any]) -> None:
+    """The restricted trainer as the chart declares it: its user and fsGroup, no capabilities,
+    no_new_privs, a read-only root; and no write anywhere near the data goes through."""
+    who = first["identity"]
+    assert (who["uid"], who["gid"]) == (TRAINER_UID, TRAINER_UID) and TRAINER_UID in who["groups"], who
+    assert int(who["cap_eff"], 16) == 0 and who["no_new_privs"] == "1" and who["root_read_only"], who
+    allowed = {op: answer for op, answer in first["refused"].items() if answer not in REFUSED}
+    assert not allowed, allowed
+
+
+def trainer_env(pod: Pod) -> dict[str, str]:
+    config: dict[str, Any] = pod.docker.inspect(pod.name_of("trainer"))["Config"]
+    return dict(e.split("=", 1) for e in config["Env"])
+
+
+def start(tmp_path: Path, engine: Engine, spec: dict[str, Any], identity: Any, name: str) -> Pod:
+    pod = Pod(engine.docker, spec, identity, tmp_path / name,
+              objects=PodObjects(secrets={"s3-credentials": SECRET}))
+    pod.start(timeout=180)
+    return pod
+
+
+def end(pod: Pod) -> None:
+    """The pod's end: the trainer has exited 0; SIGTERM within the grace period; the sidecar
+    exits 0, nothing of the pod stays mounted, and the sidecar said which libfuse it loaded."""
+    assert pod.wait_for("trainer", 120) == 0, pod.logs("trainer")
+    began = time.monotonic()
+    codes = pod.terminate()
+    assert codes == {"epochfs": 0, "trainer": 0}, (codes, pod.logs("epochfs")[-4000:])
+    assert time.monotonic() - began < pod.grace
+    assert pod.leftover_mounts() == []
+    assert re.search(r"with libfuse 3\.\d+ from /\S*libfuse3\.so\.\d+", pod.logs("epochfs")), \
+        pod.logs("epochfs")[-4000:]
+
+
+@pytest.mark.parametrize("native", [True, False], ids=["native-sidecar", "legacy-sidecar"])
+def test_pod_reads_epochs_survives_a_fuse_crash_and_ends_clean(
+        engine: Engine, image: str, s3: S3Server, tmp_path: Path, native: bool) -> None:
+    put_objects(s3, BUCKET, OBJECTS)
+    port = free_port()
+    [(spec, identity)] = job_pods(job(tmp_path, image, s3, native=native, nodes=1, port=port, mode="crash"))
+    pod = start(tmp_path, engine, spec, identity, "pod")
+    try:
+        env = trainer_env(pod)
+        tmp = pod.host_path("trainer", "/tmp")
+        first = result(pod, tmp, "result-0.json", 120)
+        check_epoch(first, env["EPOCHFS_CACHE"])
+        check_trainer_confined(first)
+
+        # kill -9 of the FUSE server inside the sidecar container: the supervisor remounts, and
+        # the trainer process that started before reads a new epoch through the new mount.
+        fuse_pid = health(port)["children"]["fuse"]["pid"]
+        pod.exec("epochfs", "python", "-c", f"import os, signal; os.kill({fuse_pid}, signal.SIGKILL)")
+        killed = time.monotonic()
+        (tmp / "go-1").touch()
+        second = result(pod, tmp, "result-1.json", 90)
+        check_epoch(second, env["EPOCHFS_CACHE"])
+        assert second["epoch"] == 1 and time.monotonic() - killed < 10, second
+        assert health(port)["children"]["fuse"]["pid"] != fuse_pid
+        end(pod)
+    finally:
+        print(f"--- sidecar log ---\n{pod.logs('epochfs')}\n--- trainer log ---\n{pod.logs('trainer')}")
+        pod.cleanup()
+
+
+def test_two_node_job_pods_read_their_own_shards(engine: Engine, image: str, s3: S3Server,
+                                                  tmp_path: Path) -> None:
+    from epochfs.sidecar.keyorder import shard_of
+
+    put_objects(s3, BUCKET, OBJECTS)
+    pods = job_pods(job(tmp_path, image, s3, native=True, nodes=2, port=free_port(), mode="read"))
+    assert len(pods) == 2
+    seen: list[set[str]] = []
+    # One after the other: on the host network both sidecars would want the same port.
+    for index, (spec, identity) in enumerate(pods):
+        shard = {k for k in OBJECTS if shard_of(k, 2) == index}
+        pod = start(tmp_path, engine, spec, identity, f"pod-{index}")
+        try:
+            env = trainer_env(pod)
+            first = result(pod, pod.host_path("trainer", "/tmp"), "result-0.json", 120)
+            check_epoch(first, env["EPOCHFS_CACHE"], keys=shard)
+            seen.append(set(first["files"]))
+            end(pod)
+        finally:
+            print(f"--- pod {index} sidecar log ---\n{pod.logs('epochfs')}")
+            pod.cleanup()
+    assert seen[0] and seen[1] and not seen[0] & seen[1]
+
+
+def _layer_names(engine: Engine, image: str) -> list[set[str]]:
+    """The file names each layer of the image adds (docker save, read as a stream)."""
+    proc = subprocess.Popen(["docker", "save", image], stdout=subprocess.PIPE,
+                            env={**os.environ, "DOCKER_HOST": engine.docker.host})
+    assert proc.stdout is not None
+    layers = []
+    with tarfile.open(fileobj=proc.stdout, mode="r|") as outer:
+        for member in outer:
+            inner = outer.extractfile(member) if member.isfile() else None
+            if not isinstance(inner, io.BufferedReader):
+                continue
+            head = inner.peek(262)[257:262]
+            if head == b"ustar":  # a layer (blobs/sha256/...); the config and manifests are JSON
+                with tarfile.open(fileobj=inner, mode="r|") as layer:
+                    layers.append({m.name.lstrip("./") for m in layer})
+    assert proc.wait() == 0
+    return layers
+
+
+def test_image_pins_gcsfs_and_no_build_leftovers(engine: Engine, image: str) -> None:
+    docker = engine.docker
+    config: dict[str, Any] = docker.inspect(image)["Config"]
+    assert config["User"] == "10001:10001" and config["Entrypoint"] == ["epochfs", "sidecar"]
+    probe = ("import importlib.metadata as m, json, gcsfs, epochfs.sidecar.cli\n"
+             "from epochfs.fuse.libfuse import find_libfuse3\n"
+             "print(json.dumps({'dists': {d.metadata['Name']: d.version for d in m.distributions()},"
+             " 'libfuse': find_libfuse3()}))")
+    out = json.loads(docker("run", "--rm", "--network", "host", "--entrypoint", "python", image, "-c",
+                            probe).stdout)
+    assert re.fullmatch(r"/\S+/libfuse3\.so\.\d+", out["libfuse"]), out["libfuse"]
+
+    def norm(name: str) -> str:
+        return re.sub(r"[-_.]+", "-", name).lower()
+
+    pins = dict(line.split("==") for line in (ROOT / "docker" / "constraints.txt").read_text().splitlines()
+                if line and not line.startswith("#"))
+    installed = {norm(k): v for k, v in out["dists"].items() if norm(k) != "epochfs"}
+    expected = {k: v for k, v in pins.items() if k != "setuptools"}  # the build backend left
+    assert installed == expected
+    no_pip = docker("run", "--rm", "--entrypoint", "python", image, "-m", "pip", "--version", check=False)
+    assert no_pip.returncode != 0 and "No module named pip" in no_pip.stderr
+
+    layers = _layer_names(engine, image)
+    assert layers, "docker save gave no layers"
+    everything = set().union(*layers)
+    assert not any(re.match(r"(tmp/)?wheels/", n) for n in everything)
+    assert not any(n.startswith("opt/epochfs/") and "/site-packages/pip/" in n for n in everything)
+    assert sum(1 for layer in layers if "opt/epochfs/bin/epochfs" in layer) == 1
