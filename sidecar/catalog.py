@@ -18,7 +18,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from epochfs.sidecar import sampling
+from epochfs.sidecar import keyorder
 from epochfs.sidecar.keys import SafeKey, check_key, is_directory_marker
 from epochfs.sidecar.remote import Remote
 from epochfs.sidecar.store import CatalogRow, Meta, Store
@@ -157,7 +157,7 @@ def build_catalog(
             elif report.hostile == LOG_LIMIT + 1:
                 log.warning("more unsafe keys: only their count is reported from now on")
             continue
-        cataloged = sampling.in_shard(checked.key, shard_index, shard_count)
+        cataloged = keyorder.in_shard(checked.key, shard_index, shard_count)
         if cataloged:
             report.in_shard += 1
             if obj.size > object_limit:
@@ -190,7 +190,7 @@ def build_catalog(
                 sid=checked.sid,
                 size=obj.size,
                 version=obj.version,
-                rank=sampling.rank(seed, checked.key),
+                rank=keyorder.rank(seed, checked.key),
             )
         )
         if len(rows) >= batch:

@@ -10,6 +10,7 @@ import hashlib
 import sqlite3
 from pathlib import Path
 
+from epochfs.sidecar import keyorder
 from epochfs.sidecar.store import INDEX_NAME, Store, object_name
 
 
@@ -42,3 +43,8 @@ def resolve(store: Store, n: int, path: str) -> Path | None:
     except KeyError:
         return None
     return next((store.objects_dir / e.object_name for e in entries if e.path == path), None)
+
+
+def sampling_order(seed: int, keys: list[str]) -> list[str]:
+    """``keys`` sorted in sampling order (ties, which need a 64-bit collision, broken by key)."""
+    return sorted(keys, key=lambda k: (keyorder.rank(seed, k), k))

@@ -7,11 +7,11 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from epochfs.sidecar import sampling
+from epochfs.sidecar import keyorder
 from epochfs.sidecar.catalog import build_catalog
 from epochfs.sidecar.remote import RemoteObject
 from epochfs.sidecar.store import Store
-from store_helpers import catalog_count
+from store_helpers import catalog_count, sampling_order
 
 
 class ListingOnly:
@@ -72,9 +72,9 @@ def test_catalog_is_in_sampling_order_and_only_this_shard(tmp_path: Path) -> Non
     store = Store(tmp_path / "c", create=True)
     report = build_catalog(store, ListingOnly(iter([(k, 10) for k in keys])), seed=5, shard_index=1,
                            shard_count=3, object_limit=100)
-    mine = [k for k in keys if sampling.shard_of(k, 3) == 1]
+    mine = [k for k in keys if keyorder.shard_of(k, 3) == 1]
     assert report.in_shard == len(mine)
-    assert catalog_keys(store) == sampling.order(5, mine)
+    assert catalog_keys(store) == sampling_order(5, mine)
 
 
 def test_limits_and_hostile_keys_are_counted_once_across_restarts(tmp_path: Path) -> None:

@@ -9,7 +9,7 @@ import time
 from pathlib import Path
 
 from conftest import S3Server, put_objects, random_objects, wait_until
-from epochfs.sidecar import sampling
+from epochfs.sidecar import keyorder
 from epochfs.sidecar.store import Store
 from sampler_helpers import (
     disk_bytes,
@@ -19,7 +19,7 @@ from sampler_helpers import (
     start_sampler,
     verify_cache,
 )
-from store_helpers import catalog_count
+from store_helpers import catalog_count, sampling_order
 
 
 def s3_args(s3: S3Server) -> list[str]:
@@ -141,7 +141,7 @@ def test_eviction_order_and_pinned_epochs(s3: S3Server, tmp_path: Path) -> None:
         wait_until(settled(10), what="cache full and backpressure")
         ids = {str(k): int(i) for k, i in index_rows(cache, "SELECT key, id FROM samples")}
         by_age = sorted(ids, key=ids.__getitem__)
-        order = sampling.order(0, list(objects))
+        order = sampling_order(0, list(objects))
         assert set(ids) == set(order[:10]), "the first ten keys of the sampling order"
         assert sp.stats()["evicted_total"] == 0
 
@@ -187,7 +187,7 @@ def test_eviction_order_and_pinned_epochs(s3: S3Server, tmp_path: Path) -> None:
 def test_schedule_mode_epochs_are_reproducible(s3: S3Server, tmp_path: Path) -> None:
     objects = random_objects(60, 3000)
     put_objects(s3, "bkt", objects)
-    order = sampling.order(7, list(objects))
+    order = sampling_order(7, list(objects))
     lists = []
     for name, concurrency in (("a", "1"), ("b", "16")):
         cache = tmp_path / name
@@ -209,7 +209,7 @@ def test_shards_split_the_dataset(s3: S3Server, tmp_path: Path) -> None:
     got = []
     for i in range(2):
         cache = tmp_path / f"shard{i}"
-        expected = [k for k in objects if sampling.shard_of(k, 2) == i]
+        expected = [k for k in objects if keyorder.shard_of(k, 2) == i]
         with running_sampler(cache, "s3://bkt", *s3_args(s3), "--shard-index", str(i),
                              "--shard-count", "2", env=s3_env(s3.endpoint)) as sp:
             wait_until(fetched(sp, len(expected)), what=f"shard {i}")
@@ -249,7 +249,7 @@ def test_schedule_mode_under_capacity_pressure(s3: S3Server, tmp_path: Path) -> 
     size, count, capacity = 3000, 60, 60_000
     objects = random_objects(count, size)
     put_objects(s3, "bkt", objects)
-    order = sampling.order(3, list(objects))
+    order = sampling_order(3, list(objects))
     schedule = Schedule(initial=8, growth=1.25)
     budget_objects = int(capacity * 0.75) // size
     expected = {}

@@ -1,4 +1,4 @@
-"""The sampling order and the shards: pure functions of (seed, key) and (key, shard count).
+"""The sampling order of keys and the shards: pure functions of (seed, key) and (key, shard count).
 
 The order is a keyed hash, not a shuffle of a list, so it needs no list in memory, is the same on
 every node and every restart for the same seed, and is stable when keys are added: a new key takes
@@ -47,9 +47,4 @@ def in_shard(key: str, shard_index: int, shard_count: int) -> bool:
     return shard_count == 1 or shard_of(key, shard_count) == shard_index
 
 
-def order(seed: int, keys: list[str]) -> list[str]:
-    """``keys`` sorted in sampling order (ties, which need a 64-bit collision, broken by key)."""
-    return sorted(keys, key=lambda k: (rank(seed, k), k))
-
-
-__all__ = ["in_shard", "order", "rank", "shard_of"]
+__all__ = ["in_shard", "rank", "shard_of"]

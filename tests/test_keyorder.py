@@ -1,13 +1,14 @@
-"""Sampling order and shards: pure functions with the properties the design relies on."""
+"""The sampling order of keys and the shards: pure functions with the properties the design relies on."""
 
 from __future__ import annotations
 
 import collections
 
 import pytest
-from epochfs.sidecar.sampling import in_shard, order, rank, shard_of
+from epochfs.sidecar.keyorder import in_shard, rank, shard_of
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from store_helpers import sampling_order as order
 
 keys_st = st.lists(st.text(min_size=1, max_size=30), min_size=1, max_size=80, unique=True)
 seed_st = st.integers(min_value=-(2**70), max_value=2**70)

@@ -1,0 +1,83 @@
+"""The outage breaker: tell a remote that is down from an object that is bad.
+
+A failure that points at the remote as a whole (connection refused or reset, timeout, 5xx,
+throttling) on ``OUTAGE_AFTER`` objects in a row means the remote is down: skipping those keys
+would lose them for good, so the breaker keeps them for later and pauses new downloads, with a
+pause that doubles up to a bound. One success closes it again.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections import deque
+from collections.abc import Callable
+
+from epochfs.sidecar.store import Candidate
+
+log = logging.getLogger("epochfs.sampler")
+
+OUTAGE_AFTER = 5
+"""Consecutive objects given up on remote-wide errors that make the sampler treat the remote as
+down: it then pauses and keeps the keys instead of skipping them."""
+OUTAGE_PAUSE = (2.0, 60.0)
+"""First and longest pause while the remote is down (doubling in between)."""
+
+
+class OutageBreaker:
+    """Counts remote-wide failures in a row; keeps keys and pauses while the remote is down.
+    Used from the sampler's loop thread only."""
+
+    def __init__(self, *, after: int = OUTAGE_AFTER, pause: tuple[float, float] = OUTAGE_PAUSE) -> None:
+        if after < 1 or not 0 < pause[0] <= pause[1]:
+            raise ValueError("need after >= 1 and 0 < first pause <= longest pause")
+        self.after = after
+        self.first_pause, self.longest_pause = pause
+        self._streak = 0
+        self._pause = self.first_pause
+        self.paused_until = 0.0
+        self._kept: deque[Candidate] = deque()
+        self._kept_keys: set[str] = set()
+
+    @property
+    def open(self) -> bool:
+        """The remote counts as down."""
+        return self._streak >= self.after
+
+    def paused(self, now: float | None = None) -> bool:
+        return (time.monotonic() if now is None else now) < self.paused_until
+
+    def is_kept(self, key: str) -> bool:
+        return key in self._kept_keys
+
+    def next_kept(self, busy: Callable[[str], bool]) -> Candidate | None:
+        """A key kept through an outage, to fetch again first (passing over busy ones)."""
+        while self._kept:
+            cand = self._kept.popleft()
+            self._kept_keys.discard(cand.key)
+            if not busy(cand.key):
+                return cand
+        return None
+
+    def failed(self, cand: Candidate, error: str | None) -> bool:
+        """A remote-wide failure of ``cand``; True when the key is kept (the remote is down), False
+        when it is to be skipped like any bad object."""
+        self._streak += 1
+        if not self.open:
+            return False
+        self._kept.append(cand)
+        self._kept_keys.add(cand.key)
+        now = time.monotonic()
+        if now >= self.paused_until:
+            log.warning("remote unavailable (%d objects in a row: %s); pausing %.0fs, keys kept",
+                        self._streak, error, self._pause)
+            self.paused_until = now + self._pause
+            self._pause = min(self.longest_pause, self._pause * 2)
+        return True
+
+    def succeeded(self) -> None:
+        """An object came through (or failed for a reason of its own): the remote is up."""
+        if self.open:
+            log.info("remote reachable again")
+        self._streak = 0
+        self._pause = self.first_pause

@@ -1,0 +1,178 @@
+"""``epochfs sample``: the command around the loop.
+
+Order of a run: open or create the cache, hold its sampler lock, check that the cache belongs to
+this (remote, seed, shard), run recovery (and log what it repaired), record the policy, list the
+catalog, then run the :class:`~epochfs.sidecar.sampler.loop.Sampler` until SIGTERM/SIGINT. Exit
+status: 0 after a clean stop, 2 for bad settings (ConfigError), 1 when the node volume fails.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import logging
+import os
+import signal
+import threading
+from pathlib import Path
+from types import FrameType
+from typing import Any
+
+from epochfs.sidecar.catalog import CatalogReport, build_catalog
+from epochfs.sidecar.config import ConfigError, SamplerSettings, format_size
+from epochfs.sidecar.download import LocalWriteError
+from epochfs.sidecar.remote import Remote, RemoteError, open_remote
+from epochfs.sidecar.sampler.loop import Sampler
+from epochfs.sidecar.store import Meta, Policy, Store
+
+log = logging.getLogger("epochfs.sampler")
+
+
+def _env_float(name: str, default: float) -> float:
+    try:
+        return float(os.environ.get(name, default))
+    except ValueError:
+        return default
+
+
+def _install_signals(stop: threading.Event) -> list[tuple[signal.Signals, Any]]:
+    """SIGTERM/SIGINT set the stop flag (only possible on the main thread)."""
+    if threading.current_thread() is not threading.main_thread():
+        return []
+    old: list[tuple[signal.Signals, Any]] = []
+
+    def handler(signum: int, frame: FrameType | None) -> None:
+        if not stop.is_set():
+            log.info("signal %d: stopping (finishing or abandoning downloads in flight)", signum)
+        stop.set()
+
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        old.append((sig, signal.signal(sig, handler)))
+    return old
+
+
+LOCK_NAME = "sampler.lock"
+
+
+def _lock_cache(cache: Path) -> int:
+    """Hold the cache's sampler lock for the life of the process (the kernel drops it on exit,
+    kill -9 included). Two samplers on one cache would each count only their own reservations and
+    the second one's recovery would delete the first one's downloads in flight."""
+    fd = os.open(cache / LOCK_NAME, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        holder = os.pread(fd, 32, 0).decode("ascii", "replace").strip() or "?"
+        os.close(fd)
+        raise ConfigError(
+            f"--cache: {cache} is in use by another epochfs sample (pid {holder}); "
+            f"one sampler per cache"
+        ) from None
+    os.ftruncate(fd, 0)
+    os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+    return fd
+
+
+def _check_identity(store: Store, settings: SamplerSettings) -> None:
+    """A cache belongs to one (remote, seed, shard): its ranks and samples were made for them."""
+    wanted = {
+        Meta.SAMPLER_REMOTE: ("--remote", settings.remote),
+        Meta.SAMPLER_SEED: ("--seed", str(settings.seed)),
+        Meta.SAMPLER_SHARD: ("--shard-index/--shard-count", f"{settings.shard_index}/{settings.shard_count}"),
+    }
+    for key, (flag, value) in wanted.items():
+        have = store.meta(key)
+        if have is None:
+            store.set_meta(key, value)
+        elif have != value:
+            raise ConfigError(
+                f"{flag}: the cache {settings.cache} was filled with {have!r}, not {value!r}; "
+                f"use another --cache (or remove this one)"
+            )
+
+
+def _check_capacity(settings: SamplerSettings, report: CatalogReport) -> None:
+    if report.added == 0 and report.too_large > 0:
+        limit_flag = (
+            "--max-object-size"
+            if settings.max_object_size is not None and settings.object_limit == settings.max_object_size
+            else "--capacity"
+        )
+        raise ConfigError(
+            f"{limit_flag}: every object of this shard is larger than the object limit "
+            f"{format_size(settings.object_limit)} (capacity {format_size(settings.capacity)}, "
+            f"headroom {settings.headroom:.0%}); the smallest is {format_size(report.smallest_refused)}"
+        )
+
+
+def run_sample(settings: SamplerSettings) -> int:
+    """The ``epochfs sample`` command: 0 after a clean stop, 2 for bad settings, 1 on disk failure."""
+    stop = threading.Event()
+    old_signals = _install_signals(stop)
+    try:
+        store = Store(settings.cache, create=True)
+    except Exception:
+        for sig, h in old_signals:
+            signal.signal(sig, h)
+        raise
+    remote: Remote | None = None
+    lock_fd: int | None = None
+    try:
+        lock_fd = _lock_cache(settings.cache)
+        _check_identity(store, settings)
+        log.info("%s", store.recover())
+        store.configure(
+            Policy(
+                capacity=settings.capacity,
+                keep_epochs=settings.keep_epochs,
+                min_samples=settings.min_samples,
+                headroom=settings.headroom,
+                in_use_seconds=settings.in_use_seconds,
+                schedule=settings.schedule,
+            )
+        )
+        try:
+            remote = open_remote(
+                settings.remote,
+                endpoint_url=settings.endpoint_url,
+                index_url=settings.index_url,
+                concurrency=settings.concurrency,
+                read_timeout=_env_float("EPOCHFS_READ_TIMEOUT", 30.0),
+            )
+            report = build_catalog(
+                store,
+                remote,
+                seed=settings.seed,
+                shard_index=settings.shard_index,
+                shard_count=settings.shard_count,
+                object_limit=settings.object_limit,
+                stop=stop,
+            )
+        except RemoteError as e:
+            raise ConfigError(f"--remote: {e}") from None
+        if stop.is_set():
+            return 0
+        _check_capacity(settings, report)
+        sampler = Sampler(
+            store=store,
+            remote=remote,
+            settings=settings,
+            stop=stop,
+            progress_every=_env_float("EPOCHFS_PROGRESS_SECONDS", 5.0),
+        )
+        try:
+            sampler.run()
+        except LocalWriteError as e:
+            log.error("the node volume failed: %s", e)
+            return 1
+        log.info("stopped cleanly")
+        return 0
+    finally:
+        if remote is not None:
+            remote.close()
+        store.close()
+        if lock_fd is not None:
+            os.close(lock_fd)
+        for sig, h in old_signals:
+            signal.signal(sig, h)
+
+

@@ -1,0 +1,271 @@
+"""The sampler's loop: start downloads in fetch order, collect them, hand them to the admitter.
+
+One loop on one thread decides what to fetch and owns every reservation, so capacity accounting
+stays in one place: a download starts only once :class:`Reservations` has made room for it
+(evicting the samples admitted first that no live epoch holds), and when nothing can be evicted the
+loop raises backpressure in the store and waits for a cut or a retirement to free room. A pool of
+worker threads only downloads into temp files; the :class:`Admitter` makes them visible; the
+:class:`OutageBreaker` keeps keys through a remote outage; the :class:`FetchOrder` says what is next.
+
+Stopping: the workers see the stop flag between blocks and abandon their downloads; finished ones
+are admitted, temp files are removed and reservations released.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import queue
+import threading
+import time
+
+from epochfs.sidecar.config import SamplerSettings, format_size
+from epochfs.sidecar.download import Downloader, FetchResult, RetryPolicy
+from epochfs.sidecar.metrics import process_metrics
+from epochfs.sidecar.ratelimit import RateLimiter
+from epochfs.sidecar.remote import Remote
+from epochfs.sidecar.reservations import Reservations
+from epochfs.sidecar.sampler.admitter import Admitter
+from epochfs.sidecar.sampler.breaker import OutageBreaker
+from epochfs.sidecar.sampler.order import FetchOrder
+from epochfs.sidecar.sampler.progress import Rates
+from epochfs.sidecar.store import Admission, Candidate, Store
+
+log = logging.getLogger("epochfs.sampler")
+
+POLL = 0.2
+"""Seconds between checks of the store while waiting (backpressure, idle, pending cuts)."""
+STOP_GRACE = 2.0
+"""Seconds the stop waits for in-flight downloads before abandoning them (the supervisor allows
+the sampler 5 s to exit before it kills it)."""
+
+
+class Sampler:
+    """The fetch loop over an opened store and remote (``run_sample`` builds one)."""
+
+    def __init__(
+        self,
+        *,
+        store: Store,
+        remote: Remote,
+        settings: SamplerSettings,
+        stop: threading.Event,
+        progress_every: float = 5.0,
+        breaker: OutageBreaker | None = None,
+    ) -> None:
+        if progress_every <= 0:
+            raise ValueError("progress_every must be positive")
+        self.store = store
+        self.reservations = Reservations(store)
+        self.remote = remote
+        self.settings = settings
+        self.stop = stop
+        self.progress_every = progress_every
+        self.downloader = Downloader(
+            store=store, remote=remote, retry=RetryPolicy(attempts=settings.retries), stop=stop,
+            rate=RateLimiter(rate=settings.max_rate) if settings.max_rate else None,
+        )
+        self.breaker = breaker or OutageBreaker()
+        self.admitter = Admitter(reservations=self.reservations, on_batch=self._admitted)
+        self.order = FetchOrder(store=store, schedule_mode=settings.schedule is not None,
+                                busy=self._busy, inflight=lambda: len(self._inflight))
+        self._tasks: queue.Queue[Candidate | None] = queue.Queue()
+        self._results: queue.Queue[FetchResult | BaseException] = queue.Queue()
+        self._inflight: dict[str, Candidate] = {}
+        self._backpressure = False
+        self._fatal: BaseException | None = None
+        self._last_cut = time.monotonic()
+        self._samples_at_cut = -1
+        now = time.monotonic()
+        self.rates = Rates(started=now, last_time=now)
+        self._threads = [
+            threading.Thread(target=self._worker, name=f"fetch-{i}", daemon=True)
+            for i in range(settings.concurrency)
+        ]
+
+    # ------------------------------------------------------------------ workers
+    def _worker(self) -> None:
+        while True:
+            cand = self._tasks.get()
+            if cand is None:
+                return
+            try:
+                self._results.put(self.downloader.fetch(cand))
+            except BaseException as e:  # LocalWriteError or a bug: the loop stops on it
+                self._results.put(e)
+
+    def _busy(self, key: str) -> bool:
+        """In flight, waiting for its admission batch, or kept for after an outage."""
+        return key in self._inflight or self.breaker.is_kept(key) or self.admitter.holds(key)
+
+    def _next_candidate(self) -> Candidate | None:
+        return self.breaker.next_kept(self._busy) or self.order.next()
+
+    def _reserve(self, cand: Candidate) -> bool:
+        """Reserve room for ``cand``; a look-ahead download only takes room that is free.
+
+        Evicting for the next window could take samples of the window before it that were
+        fetched ahead of their cut and are not in an epoch yet.
+        """
+        capacity = self.settings.capacity
+        if self.order.lookahead and (
+                self.store.cache_bytes() + self.reservations.reserved + cand.size > capacity):
+            return False
+        return self.reservations.reserve(cand.size, capacity=capacity)
+
+    # ------------------------------------------------------------------ the loop
+    def run(self) -> None:
+        """Fetch until stopped; raises :class:`LocalWriteError` when the node volume fails."""
+        for t in self._threads:
+            t.start()
+        self.admitter.start()
+        pending: Candidate | None = None
+        try:
+            while not self.stop.is_set():
+                pending = self._start_downloads(pending)
+                self._collect(POLL)
+                self._tick(pending)
+                fatal = self._fatal or self.admitter.fatal
+                if fatal is not None:
+                    raise fatal
+        finally:
+            self._shutdown()
+
+    def _start_downloads(self, pending: Candidate | None) -> Candidate | None:
+        """Start downloads while there is room in flight and in the cache; returns the candidate
+        that found no room (tried again first)."""
+        while (len(self._inflight) < self.settings.concurrency and not self.stop.is_set()
+               and not self.breaker.paused()):
+            if pending is not None and self.order.stale():
+                pending = None
+            cand = pending or self._next_candidate()
+            pending = None
+            if cand is None:
+                break
+            if not self._reserve(cand):
+                # Full with downloads of our own is not backpressure: they will land.
+                if not self._inflight and not self.admitter.busy():
+                    self._set_backpressure(True)
+                return cand
+            self._set_backpressure(False)
+            self._inflight[cand.key] = cand
+            self._tasks.put(cand)
+        return None
+
+    def _collect(self, timeout: float) -> None:
+        """Take finished downloads: verified ones wait for the next admission batch."""
+        try:
+            item = self._results.get(timeout=timeout)
+        except queue.Empty:
+            return
+        while True:
+            self._handle(item)
+            try:
+                item = self._results.get_nowait()
+            except queue.Empty:
+                return
+
+    def _handle(self, item: FetchResult | BaseException) -> None:
+        if isinstance(item, BaseException):
+            self._fatal = self._fatal or item
+            return
+        cand = item.candidate
+        self._inflight.pop(cand.key, None)
+        if item.admission is not None:
+            self.admitter.hand_over(item.admission)
+            self.breaker.succeeded()
+            return
+        self.reservations.release(cand.size)
+        if item.cancelled:
+            return
+        if item.unavailable:
+            if self.breaker.failed(cand, item.error):
+                return  # the remote is down, not this object: the key is kept
+        else:
+            self.breaker.succeeded()
+        log.warning("skipping %r: %s", cand.key, item.error)
+        self.store.mark_skipped(cand.key)
+        self.rates.skipped += 1
+
+    def _admitted(self, batch: list[Admission]) -> None:
+        """After each admitted batch (on the admitter's thread): rates, then queued cuts."""
+        self.rates.samples += len(batch)
+        self.rates.nbytes += sum(a.size for a in batch)
+        try:
+            self._serve_cuts()
+        except Exception as e:  # a cut that fails must not stop admissions
+            log.error("serving cut requests failed: %s", e)
+
+    def _serve_cuts(self) -> None:
+        for n, waited in self.store.process_cut_requests():
+            log.info("cut epoch %d on request (waited %.1fs)", n, waited)
+            process_metrics().cut_waited(waited)
+            self._last_cut = time.monotonic()
+
+    def _set_backpressure(self, on: bool) -> None:
+        if on == self._backpressure:
+            return
+        self._backpressure = on
+        self.store.set_backpressure(on)
+        if on:
+            stats = self.store.stats()
+            log.warning("backpressure: cache full (%s of %s) and nothing evictable; "
+                        "waiting for a cut or an epoch to retire",
+                        format_size(stats.cache_bytes), format_size(stats.capacity_bytes))
+        else:
+            log.info("backpressure cleared")
+
+    def _tick(self, pending: Candidate | None) -> None:
+        """Timers: cut interval, queued cuts while idle, progress line."""
+        now = time.monotonic()
+        interval = self.settings.cut_interval
+        if interval > 0 and now - self._last_cut >= interval:
+            self._last_cut = now
+            # An epoch identical to the newest one is only worth it under backpressure, where
+            # pushing the oldest pinned epoch out is what frees room.
+            if (self.rates.samples != self._samples_at_cut or self._backpressure
+                    or self.store.newest_epoch() is None):
+                n = self.store.cut()
+                if n is not None:
+                    self._samples_at_cut = self.rates.samples
+                    log.info("cut epoch %d (every %.0fs)", n, interval)
+        if not self._inflight:
+            self._serve_cuts()
+        if now - self.rates.last_time >= self.progress_every:
+            self.reservations.publish()
+            state = "backpressure" if self._backpressure else ("idle" if not self._inflight else "fetching")
+            self.rates.log_progress(now, state=state, inflight=len(self._inflight),
+                                    retried=self.downloader.retried, stats=self.store.stats())
+
+    def _shutdown(self) -> None:
+        """Admit what finished, abandon the rest, remove temp files, release reservations."""
+        self.stop.set()
+        for _ in self._threads:
+            self._tasks.put(None)
+        deadline = time.monotonic() + STOP_GRACE
+        while self._inflight and time.monotonic() < deadline:
+            try:
+                item = self._results.get(timeout=0.1)
+            except queue.Empty:
+                continue
+            if isinstance(item, BaseException):
+                self._fatal = self._fatal or item
+                continue
+            self._inflight.pop(item.candidate.key, None)
+            if item.admission is not None:
+                self.admitter.hand_over(item.admission)
+            else:
+                self.reservations.release(item.candidate.size)
+        try:
+            self.admitter.finish()
+        finally:
+            for temp in self.downloader.active_temps():
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(temp)
+            for cand in self._inflight.values():
+                self.reservations.release(cand.size)
+            self._inflight.clear()
+            with contextlib.suppress(Exception):
+                self.reservations.publish()
+                self.store.set_backpressure(False)

@@ -1,0 +1,114 @@
+"""The fetch order: which catalog key to download next.
+
+Snapshot mode: a cursor over the sampling order that starts a new pass when it reaches the end, so
+a dataset larger than the cache streams through it. Schedule mode: the missing keys of the next
+epoch's window first, then those of the window after it (a look-ahead), never keys in front of the
+window, which the epoch budget has trimmed. Keys already busy (in flight, waiting for admission,
+kept through an outage) are passed over; the caller says which through ``busy``.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections import deque
+from collections.abc import Callable
+
+from epochfs.sidecar.store import Candidate, Store
+
+log = logging.getLogger("epochfs.sampler")
+
+REFILL = 512
+"""Candidates read from the catalog at a time."""
+EXHAUSTED_WAIT = 1.0
+"""Seconds before a catalog found empty of candidates is asked again."""
+
+
+class FetchOrder:
+    """Candidates in sampling order, read from the store's catalog a batch at a time."""
+
+    def __init__(self, *, store: Store, schedule_mode: bool, busy: Callable[[str], bool],
+                 inflight: Callable[[], int]) -> None:
+        self.store = store
+        self.schedule_mode = schedule_mode
+        self._busy = busy
+        self._inflight = inflight
+        self._queue: deque[tuple[int, Candidate]] = deque()
+        self._cursor: int | None = None
+        self._windows: dict[int, tuple[int, int]] = {}
+        self._target = -1
+        self.lookahead = False
+        """Schedule mode: the candidates come from the window after the next epoch's."""
+        self.passes = 0
+        self._exhausted_at: float | None = None
+
+    def next(self) -> Candidate | None:
+        """The next key to fetch, or None when the catalog has nothing left to fetch right now."""
+        while True:
+            if self._queue and self.stale():
+                self._queue.clear()
+            while self._queue:
+                rank, cand = self._queue.popleft()
+                if not self.schedule_mode:
+                    self._cursor = rank
+                if not self._busy(cand.key):
+                    return cand
+            if not self._refill():
+                return None
+
+    def stale(self) -> bool:
+        """Schedule mode: a cut or a request moved the target since the queue was filled."""
+        return self.schedule_mode and self._schedule_target() != self._target
+
+    def _window(self, n: int) -> tuple[int, int]:
+        if n not in self._windows:
+            self._windows[n] = self.store.schedule_window(n)
+        return self._windows[n]
+
+    def _schedule_target(self) -> int:
+        """The epoch whose window is fetched first: the lowest requested one, else newest + 1."""
+        newest = self.store.newest_epoch()
+        target = 0 if newest is None else newest + 1
+        pending = self.store.pending_cuts()
+        return max(target, pending[0][0]) if pending else target
+
+    def _schedule_rows(self) -> list[tuple[int, Candidate]]:
+        """The missing keys of the next epoch's window, then of the one after it.
+
+        The next window is looked at only once this one is complete, and no further: a sample
+        admitted after a cut cannot be evicted before the next one, so keys of later windows would
+        take the room the next window needs.
+        """
+        target = self._target = self._schedule_target()
+        self.lookahead = False
+        for n in (target, target + 1):
+            lo, hi = self._window(n)
+            rows = self.store.window_candidates(lo, hi, limit=REFILL + self._inflight())
+            if rows:
+                # Until this window is complete (in flight counts as missing), look no further.
+                self.lookahead = n != target
+                return [r for r in rows if not self._busy(r[1].key)]
+        return []
+
+    def _snapshot_rows(self) -> list[tuple[int, Candidate]]:
+        rows = self.store.candidates(after_rank=self._cursor, limit=REFILL)
+        if not rows and self._cursor is not None:
+            self._cursor = None
+            rows = self.store.candidates(after_rank=None, limit=REFILL)
+            if [r for r in rows if not self._busy(r[1].key)]:
+                self.passes += 1
+                log.info("pass %d over the catalog done; starting again from the front "
+                         "(samples evicted since are fetched again)", self.passes)
+        return rows
+
+    def _refill(self) -> bool:
+        if self._exhausted_at is not None and time.monotonic() - self._exhausted_at < EXHAUSTED_WAIT:
+            return False
+        rows = self._schedule_rows() if self.schedule_mode else self._snapshot_rows()
+        rows = [r for r in rows if not self._busy(r[1].key)]
+        if not rows:
+            self._exhausted_at = time.monotonic()
+            return False
+        self._exhausted_at = None
+        self._queue.extend(rows)
+        return True

@@ -1,0 +1,38 @@
+"""The sampler's progress line: what this run fetched, at what rate, and what the cache holds."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+
+from epochfs.sidecar.config import format_size
+from epochfs.sidecar.store import Stats
+
+log = logging.getLogger("epochfs.sampler")
+
+
+@dataclass
+class Rates:
+    """Counters of this run, and where the last progress line left them."""
+
+    started: float
+    samples: int = 0
+    nbytes: int = 0
+    skipped: int = 0
+    last_time: float = 0.0
+    last_bytes: int = 0
+    last_samples: int = 0
+
+    def log_progress(self, now: float, *, state: str, inflight: int, retried: int, stats: Stats) -> None:
+        """One line since the last one; rates over the interval between the two."""
+        dt = max(now - self.last_time, 1e-9)
+        mbps = (self.nbytes - self.last_bytes) / dt / 1e6
+        rate = (self.samples - self.last_samples) / dt
+        self.last_time, self.last_bytes, self.last_samples = now, self.nbytes, self.samples
+        log.info(
+            "%s: %d sample(s) fetched this run (%.0f/s, %.1f MB/s), %d in flight, %d skipped, "
+            "%d retried; cache %s / %s, %d sample(s), epochs %s",
+            state, self.samples, rate, mbps, inflight, self.skipped, retried,
+            format_size(stats.cache_bytes), format_size(stats.capacity_bytes), stats.samples,
+            [e["epoch"] for e in stats.epochs] or "none",
+        )

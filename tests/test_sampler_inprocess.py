@@ -1,0 +1,167 @@
+"""The sampler's parts in-process over an in-memory remote: fetch order, outages, retries,
+backpressure, admission. No server, no subprocess: each test runs in about a second."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import pytest
+from conftest import wait_until
+from epochfs.sidecar import config, keyorder
+from epochfs.sidecar.catalog import build_catalog
+from epochfs.sidecar.config import SamplerSettings
+from epochfs.sidecar.sampler import Sampler
+from epochfs.sidecar.sampler.breaker import OutageBreaker
+from epochfs.sidecar.sampler.order import FetchOrder
+from epochfs.sidecar.store import CatalogRow, Policy, Store
+from memory_remote import MemoryRemote
+from store_helpers import sample_checksums, sid_of
+
+
+def objects_of(count: int, size: int = 1024) -> dict[str, bytes]:
+    return {f"train/{i:04d}.bin": bytes([i % 251]) * size for i in range(count)}
+
+
+def settings_for(cache: Path, *extra: str) -> SamplerSettings:
+    return config.parse(SamplerSettings, ["--cache", str(cache), "--remote", "file:///unused",
+                                          "--capacity", "1Mi", "--concurrency", "4", *extra], environ={})
+
+
+@contextmanager
+def sampling(cache: Path, remote: MemoryRemote, settings: SamplerSettings,
+             breaker: OutageBreaker | None = None) -> Iterator[tuple[Store, Sampler]]:
+    """The sampler's loop on a thread, as ``epochfs sample`` runs it after listing."""
+    store = Store(cache, create=True)
+    store.configure(Policy(capacity=settings.capacity, keep_epochs=settings.keep_epochs,
+                           min_samples=settings.min_samples, headroom=settings.headroom))
+    build_catalog(store, remote, seed=settings.seed, shard_index=0, shard_count=1,
+                  object_limit=settings.object_limit)
+    stop = threading.Event()
+    sampler = Sampler(store=store, remote=remote, settings=settings, stop=stop, breaker=breaker)
+    errors: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            sampler.run()
+        except BaseException as e:
+            errors.append(e)
+
+    thread = threading.Thread(target=run, name="sampler-under-test")
+    thread.start()
+    try:
+        yield store, sampler
+    finally:
+        stop.set()
+        thread.join(timeout=30)
+        store.close()
+    assert not thread.is_alive() and not errors, errors
+
+
+def test_every_object_once_in_sampling_order(tmp_path: Path) -> None:
+    objects = objects_of(40)
+    remote = MemoryRemote(objects)
+    settings = settings_for(tmp_path / "cache", "--concurrency", "1", "--seed", "9")
+    with sampling(tmp_path / "cache", remote, settings) as (store, _):
+        wait_until(lambda: store.stats().samples == 40, timeout=20, what="every object admitted")
+        got = {key: path.read_bytes() for key, _, path in sample_checksums(store)}
+    assert got == objects
+    assert set(remote.opens.values()) == {1}, "each object opened once"
+    expected = sorted(objects, key=lambda k: (keyorder.rank(9, k), k))
+    assert list(remote.opens) == expected, "one download at a time follows the sampling order"
+
+
+def test_a_transient_failure_is_retried_and_a_missing_object_skipped(tmp_path: Path) -> None:
+    objects = objects_of(10)
+    remote = MemoryRemote(objects)
+    remote.fail("train/0003.bin", ConnectionResetError(104, "reset"))
+    remote.fail("train/0007.bin", FileNotFoundError(2, "deleted since the listing"))
+    settings = settings_for(tmp_path / "cache", "--retries", "3")
+    with sampling(tmp_path / "cache", remote, settings) as (store, sampler):
+        wait_until(lambda: store.stats().samples + store.stats().skipped_total == 10, timeout=20,
+                   what="every object admitted or skipped")
+        assert sampler.downloader.retried == 1
+        assert store.stats().skipped_total == 1
+    assert remote.opens["train/0003.bin"] == 2 and remote.opens["train/0007.bin"] == 1
+
+
+def test_an_outage_keeps_the_keys_and_sampling_resumes(tmp_path: Path) -> None:
+    objects = objects_of(30)
+    remote = MemoryRemote(objects)
+    remote.down.set()
+    breaker = OutageBreaker(after=3, pause=(0.05, 0.2))
+    settings = settings_for(tmp_path / "cache", "--retries", "1", "--concurrency", "1")
+    with sampling(tmp_path / "cache", remote, settings, breaker=breaker) as (store, _):
+        wait_until(lambda: breaker.open, timeout=20, what="the breaker to open")
+        skipped = store.stats().skipped_total
+        assert skipped == breaker.after - 1, "only the failures before the outage was seen are skipped"
+        wait_until(lambda: sum(remote.opens.values()) >= breaker.after + 3, timeout=20,
+                   what="kept keys tried again while down")
+        assert store.stats().skipped_total == skipped, "no key is skipped while the remote is down"
+        remote.down.clear()
+        wait_until(lambda: store.stats().samples == 30 - skipped, timeout=20, what="the rest fetched")
+        assert not breaker.open
+
+
+def test_backpressure_waits_for_a_cut_and_never_exceeds_the_capacity(tmp_path: Path) -> None:
+    objects = objects_of(60, 1024)
+    remote = MemoryRemote(objects)
+    settings = settings_for(tmp_path / "cache", "--capacity", "10Ki", "--headroom", "0.5",
+                            "--keep-epochs", "1")
+    seen: list[int] = []
+
+    def within(store: Store) -> bool:
+        s = store.stats()
+        seen.append(s.cache_bytes + s.inflight_bytes)
+        return s.backpressure
+
+    with sampling(tmp_path / "cache", remote, settings) as (store, _):
+        wait_until(lambda: store.stats().samples >= 10, timeout=20, what="the cache full")
+        assert store.cut() is not None
+        wait_until(lambda: within(store), timeout=20, what="backpressure once the epoch pins half")
+        fetched = store.stats().fetched_total
+        assert store.cut() is not None  # the older epoch retires: its samples become evictable
+        wait_until(lambda: store.stats().fetched_total > fetched, timeout=20, what="sampling resumed")
+        wait_until(lambda: within(store), timeout=20, what="backpressure again")
+    assert max(seen) <= 10 * 1024
+
+
+def test_fetch_order_passes_over_busy_keys_and_starts_a_new_pass(tmp_path: Path) -> None:
+    store = Store(tmp_path / "cache", create=True)
+    store.add_catalog([CatalogRow(f"k{i}", sid_of(f"k{i}"), 10, "v", rank=i) for i in range(5)])
+    store.finalize_catalog()
+    busy = {"k1"}
+    order = FetchOrder(store=store, schedule_mode=False, busy=busy.__contains__, inflight=lambda: 0)
+    got = [order.next() for _ in range(4)]
+    assert [c.key for c in got if c] == ["k0", "k2", "k3", "k4"] and order.passes == 0
+    # At the end of the order a new pass starts from the front (nothing was admitted).
+    again = order.next()
+    assert again is not None and again.key == "k0" and order.passes == 1
+    busy.update(f"k{i}" for i in range(5))  # everything in flight: nothing to start
+    assert order.next() is None
+    store.close()
+
+
+def test_breaker_opens_after_a_streak_and_its_pause_doubles_to_a_bound() -> None:
+    from epochfs.sidecar.store import Candidate
+
+    b = OutageBreaker(after=2, pause=(1.0, 3.0))
+    cands = [Candidate(f"k{i}", sid_of(f"k{i}"), 1, "v") for i in range(5)]
+    assert not b.failed(cands[0], "refused")  # skipped: one failure is not an outage
+    assert b.failed(cands[1], "refused") and b.open and b.paused()
+    pauses = []
+    for c in cands[2:]:
+        b.paused_until = 0.0
+        b.failed(c, "refused")
+        pauses.append(round(b.paused_until - time.monotonic()))
+    assert pauses == [2, 3, 3]
+    assert b.next_kept(lambda k: k == "k1").key == "k2"  # k1 busy: passed over
+    b.succeeded()
+    assert not b.open
+    b.paused_until = 0.0
+    assert not b.failed(cands[0], "refused"), "after a success the streak starts again"
+    with pytest.raises(ValueError):
+        OutageBreaker(after=0)
