@@ -15,6 +15,7 @@ sidecar, libfuse in the image, signals. What is checked, for the native sidecar 
   new epoch within seconds;
 * the pod's end (SIGTERM, terminationGracePeriodSeconds): the sidecar exits 0 and nothing stays
   mounted under the pod's folders; the sidecar's log names the libfuse it loaded;
+* the plain Pod of examples/kubernetes (the attach snippet) behaves like the Job's pod;
 * with two nodes, each pod's epoch holds only keys of its own shard;
 * the image: gcsfs imports (gs:// remotes), the installed packages are exactly the pinned ones,
   no pip, no layer holds wheels, the default user is 10001.
@@ -44,8 +45,8 @@ import pytest
 from conftest import S3Server, free_port, put_objects, random_objects, wait_until
 from container_engine import ROOT, Engine, base_image, epochfs_image
 from container_pod import Pod, job_pods
-from helm_helpers import helm_binary, one, render
-from pod_env import PodObjects
+from helm_helpers import helm_binary, one, render, render_pod_snippet
+from pod_env import PodIdentity, PodObjects
 from pod_volumes import mount_points
 
 pytestmark = [
@@ -63,6 +64,7 @@ REFUSED = {"EROFS", "EACCES"}
 SECRET = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
           "AWS_DEFAULT_REGION": "us-east-1"}
 TRAINER_SCRIPT = (Path(__file__).parent / "container_trainer.py").read_text()
+assert "$(" not in TRAINER_SCRIPT  # the kubelet would expand it in a command
 
 
 @pytest.fixture(scope="module")
@@ -90,18 +92,14 @@ def image(engine: Engine) -> str:
     return epochfs_image(engine.docker, base_image(engine.docker))
 
 
-def job(tmp_path: Path, image: str, s3: S3Server, *, native: bool, nodes: int, port: int,
-        mode: str) -> dict[str, Any]:
-    """The chart's Job for this test: the local image for both containers, the trainer script as
-    the trainer's command, moto as the remote with its keys from a Secret, no cluster reporting."""
+def epochfs_values(image: str, s3: S3Server, *, native: bool, nodes: int, port: int) -> dict[str, Any]:
+    """The chart's values for this test: the local image, moto as the remote with its keys from a
+    Secret, no cluster reporting."""
     repository, tag = image.rsplit(":", 1)
-    local = {"repository": repository, "tag": tag, "pullPolicy": "Never"}
-    assert "$(" not in TRAINER_SCRIPT  # the kubelet would expand it in a command
-    values = {
+    return {
         "remote": {"url": f"s3://{BUCKET}", "endpointUrl": s3.endpoint,
                    "credentials": {"secretName": "s3-credentials", "mode": "env"}},
-        "image": local,
-        "trainer": {"image": local, "command": ["python", "-c", TRAINER_SCRIPT], "args": [mode]},
+        "image": {"repository": repository, "tag": tag, "pullPolicy": "Never"},
         "sidecar": {"native": native, "healthPort": port, "minSamples": MIN_SAMPLES,
                     "startupTimeoutSeconds": 120},
         "cache": {"volume": {"size": "256Mi"}},
@@ -109,6 +107,16 @@ def job(tmp_path: Path, image: str, s3: S3Server, *, native: bool, nodes: int, p
         "nodes": nodes,
         "terminationGracePeriodSeconds": 30,
     }
+
+
+def job(tmp_path: Path, image: str, s3: S3Server, *, native: bool, nodes: int, port: int,
+        mode: str) -> dict[str, Any]:
+    """The chart's Job for this test, with the local image and the trainer script as the
+    trainer's command."""
+    repository, tag = image.rsplit(":", 1)
+    values = epochfs_values(image, s3, native=native, nodes=nodes, port=port)
+    values["trainer"] = {"image": {"repository": repository, "tag": tag, "pullPolicy": "Never"},
+                         "command": ["python", "-c", TRAINER_SCRIPT], "args": [mode]}
     return one(render(helm_binary(), values, tmp_path), "Job")
 
 
@@ -163,7 +171,7 @@ def trainer_env(pod: Pod) -> dict[str, str]:
     return dict(e.split("=", 1) for e in config["Env"])
 
 
-def start(tmp_path: Path, engine: Engine, spec: dict[str, Any], identity: Any, name: str) -> Pod:
+def start(tmp_path: Path, engine: Engine, spec: dict[str, Any], identity: PodIdentity, name: str) -> Pod:
     pod = Pod(engine.docker, spec, identity, tmp_path / name,
               objects=PodObjects(secrets={"s3-credentials": SECRET}))
     pod.start(timeout=180)
@@ -183,6 +191,28 @@ def end(pod: Pod) -> None:
         pod.logs("epochfs")[-4000:]
 
 
+def crash_and_end(pod: Pod, port: int) -> None:
+    """Epoch 0 read and writes refused; kill -9 of the FUSE server and the same trainer reads
+    epoch 1; then the pod's end."""
+    env = trainer_env(pod)
+    tmp = pod.host_path("trainer", "/tmp")
+    first = result(pod, tmp, "result-0.json", 120)
+    check_epoch(first, env["EPOCHFS_CACHE"])
+    check_trainer_confined(first)
+
+    # kill -9 of the FUSE server inside the sidecar container: the supervisor remounts, and
+    # the trainer process that started before reads a new epoch through the new mount.
+    fuse_pid = health(port)["children"]["fuse"]["pid"]
+    pod.exec("epochfs", "python", "-c", f"import os, signal; os.kill({fuse_pid}, signal.SIGKILL)")
+    killed = time.monotonic()
+    (tmp / "go-1").touch()
+    second = result(pod, tmp, "result-1.json", 90)
+    check_epoch(second, env["EPOCHFS_CACHE"])
+    assert second["epoch"] == 1 and time.monotonic() - killed < 10, second
+    assert health(port)["children"]["fuse"]["pid"] != fuse_pid
+    end(pod)
+
+
 @pytest.mark.parametrize("native", [True, False], ids=["native-sidecar", "legacy-sidecar"])
 def test_pod_reads_epochs_survives_a_fuse_crash_and_ends_clean(
         engine: Engine, image: str, s3: S3Server, tmp_path: Path, native: bool) -> None:
@@ -191,23 +221,30 @@ def test_pod_reads_epochs_survives_a_fuse_crash_and_ends_clean(
     [(spec, identity)] = job_pods(job(tmp_path, image, s3, native=native, nodes=1, port=port, mode="crash"))
     pod = start(tmp_path, engine, spec, identity, "pod")
     try:
-        env = trainer_env(pod)
-        tmp = pod.host_path("trainer", "/tmp")
-        first = result(pod, tmp, "result-0.json", 120)
-        check_epoch(first, env["EPOCHFS_CACHE"])
-        check_trainer_confined(first)
+        crash_and_end(pod, port)
+    finally:
+        print(f"--- sidecar log ---\n{pod.logs('epochfs')}\n--- trainer log ---\n{pod.logs('trainer')}")
+        pod.cleanup()
 
-        # kill -9 of the FUSE server inside the sidecar container: the supervisor remounts, and
-        # the trainer process that started before reads a new epoch through the new mount.
-        fuse_pid = health(port)["children"]["fuse"]["pid"]
-        pod.exec("epochfs", "python", "-c", f"import os, signal; os.kill({fuse_pid}, signal.SIGKILL)")
-        killed = time.monotonic()
-        (tmp / "go-1").touch()
-        second = result(pod, tmp, "result-1.json", 90)
-        check_epoch(second, env["EPOCHFS_CACHE"])
-        assert second["epoch"] == 1 and time.monotonic() - killed < 10, second
-        assert health(port)["children"]["fuse"]["pid"] != fuse_pid
-        end(pod)
+
+def test_the_attach_examples_pod_works_the_same(engine: Engine, image: str, s3: S3Server,
+                                                 tmp_path: Path) -> None:
+    """The plain Pod of examples/kubernetes (epochfs attached to a user's own Pod through the
+    chart's named templates) runs like the chart's Job."""
+    put_objects(s3, BUCKET, OBJECTS)
+    port = free_port()
+    manifest = render_pod_snippet(
+        helm_binary(), epochfs_values(image, s3, native=True, nodes=1, port=port), tmp_path,
+        parent_values={"trainer": {"image": image, "imagePullPolicy": "Never",
+                                   "command": ["python", "-c", TRAINER_SCRIPT], "args": ["crash"]},
+                       "pod": {"shardIndex": 0}})
+    meta = manifest["metadata"]
+    identity = PodIdentity(name=meta["name"], namespace=meta.get("namespace", "default"),
+                           labels=dict(meta.get("labels") or {}),
+                           annotations=dict(meta.get("annotations") or {}))
+    pod = start(tmp_path, engine, manifest["spec"], identity, "pod")
+    try:
+        crash_and_end(pod, port)
     finally:
         print(f"--- sidecar log ---\n{pod.logs('epochfs')}\n--- trainer log ---\n{pod.logs('trainer')}")
         pod.cleanup()
