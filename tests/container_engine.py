@@ -105,6 +105,9 @@ class Engine:
              "--ip6tables=false", "--data-root", str(self.cache / "data"),
              "--exec-root", str(self.cache / "exec"), "-H", f"unix://{self.socket}",
              "--pidfile", str(self.pidfile),
+             # Where a system containerd runs (dockerd then uses it), stay out of the namespaces
+             # of the machine's own dockerd.
+             "--containerd-namespace", "epochfs-ct", "--containerd-plugins-namespace", "epochfs-ct-plugins",
              "--add-runtime", f"{RUNTIME}={ROOT / 'scripts' / 'runc-wrapper'}"],
             stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
         )
