@@ -37,12 +37,13 @@ from typing import Any
 
 import numpy as np
 import torch
+from torch.utils.data import DataLoader
+
 from epochfs.torchclient import EpochDataset, EpochLoader
 from epochfs.torchclient.decode import resolve_decoder
 from epochfs.torchclient.loader import _PathDataset, _PlanSampler
 from epochfs.torchclient.plainfolder import publish_epoch
 from epochfs.torchclient.sampler import epoch_indices
-from torch.utils.data import DataLoader
 
 _TICKS = os.sysconf("SC_CLK_TCK")
 

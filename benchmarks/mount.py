@@ -35,8 +35,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests"))
 
-from epochfs.fuse.mounting import find_mount, lazy_unmount, wait_for_mount  # noqa: E402
 from fuse_helpers import admit, make_objects, open_store  # noqa: E402
+
+from epochfs.fuse.mounting import find_mount, lazy_unmount, wait_for_mount  # noqa: E402
 
 BUF = bytearray(8 << 20)
 

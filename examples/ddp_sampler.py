@@ -23,9 +23,10 @@ import numpy as np
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
+from torch.utils.data import DataLoader
+
 from epochfs.torchclient import EpochDataset, EpochLoader, EpochSampler
 from epochfs.torchclient.plainfolder import publish_epoch
-from torch.utils.data import DataLoader
 
 
 def make_folder(root: Path, files: int, epochs: int) -> None:

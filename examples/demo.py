@@ -26,6 +26,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
+
 from epochfs.torchclient import EpochLoader, EpochStats
 
 DIM = 1024  # float32 values per sample: 4 KiB of array data, incompressible

@@ -23,9 +23,10 @@ from pathlib import Path
 
 import numpy as np
 import torch
+from torch.utils.data import DataLoader
+
 from epochfs.torchclient import EpochDataset, default_num_workers
 from epochfs.torchclient.plainfolder import publish_epoch
-from torch.utils.data import DataLoader
 
 
 def make_folder(root: Path, *, samples: int, frames: int, size: int) -> None:

@@ -19,6 +19,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
+
 from epochfs.torchclient import EpochLoader, EpochStats
 from epochfs.torchclient.plainfolder import publish_epoch
 

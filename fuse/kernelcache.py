@@ -22,6 +22,7 @@ import threading
 from pathlib import Path
 
 import mfusepy
+
 from epochfs.fuse.view import NotFound, View
 from epochfs.torchclient.layout import (
     CONTROL_DIR,

@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any, TypeVar, cast
 
 import mfusepy
+
 from epochfs.fuse.kernelcache import KernelNotifier, Refresher, Warmer
 from epochfs.fuse.metrics import fuse_metrics
 from epochfs.fuse.view import Attr, NotADirectory, NotALink, NotFound, View

@@ -14,8 +14,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from conftest import wait_until
-from epochfs.sidecar.store import INDEX_NAME, Store
 from store_helpers import sample_checksums
+
+from epochfs.sidecar.store import INDEX_NAME, Store
 
 EPOCHFS = str(Path(sys.executable).with_name("epochfs"))
 

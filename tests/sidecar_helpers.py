@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from conftest import free_port, wait_until
+
 from epochfs.fuse.mounting import find_mount, lazy_unmount
 
 EPOCHFS = [sys.executable, "-m", "epochfs.sidecar.cli"]

@@ -7,11 +7,12 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from store_helpers import catalog_count, sampling_order
+
 from epochfs.sidecar import keyorder
 from epochfs.sidecar.catalog import build_catalog
 from epochfs.sidecar.remote import RemoteObject
 from epochfs.sidecar.store import Store
-from store_helpers import catalog_count, sampling_order
 
 
 class ListingOnly:

@@ -8,8 +8,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-from epochfs.sidecar.store import Policy, Store
 from test_store import put
+
+from epochfs.sidecar.store import Policy, Store
 
 EPOCHFS = [sys.executable, "-m", "epochfs.sidecar.cli"]
 

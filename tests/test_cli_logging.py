@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
+
 from epochfs.sidecar import cli
 from epochfs.sidecar.store import Store
 

@@ -15,8 +15,9 @@ from pathlib import Path
 
 import pytest
 from conftest import S3Server, put_objects, wait_until
-from epochfs.sidecar.store import Store
 from sampler_helpers import SamplerProc, running_sampler, s3_env, start_sampler, verify_cache
+
+from epochfs.sidecar.store import Store
 
 
 def dataset(seed: int) -> dict[str, bytes]:

@@ -28,11 +28,12 @@ from pathlib import Path
 import pytest
 import tomllib
 import yaml
-from epochfs.fuse import libfuse
-from epochfs.sidecar import cli, config
 from helm_helpers import run_checkov, unexplained
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
+
+from epochfs.fuse import libfuse
+from epochfs.sidecar import cli, config
 
 ROOT = Path(__file__).resolve().parent.parent
 DOCKERFILE = ROOT / "Dockerfile"

@@ -9,9 +9,10 @@ from pathlib import Path
 
 import pytest
 from conftest import S3Server, put_objects, random_objects, wait_until
-from epochfs.sidecar.store import Store
 from faultproxy import FaultProxy
 from sampler_helpers import index_rows, running_sampler, s3_env, start_sampler, verify_cache
+
+from epochfs.sidecar.store import Store
 
 # Short read timeout so that a stalled body is noticed in a second, not thirty.
 FAST = {"EPOCHFS_READ_TIMEOUT": "1"}

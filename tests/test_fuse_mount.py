@@ -17,8 +17,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 from conftest import wait_until
-from epochfs.fuse.mounting import find_mount, is_dead
 from fuse_helpers import EPOCHFS, admit, files_under, make_objects, mounted, open_store, stop
+
+from epochfs.fuse.mounting import find_mount, is_dead
 
 pytestmark = [
     pytest.mark.fuse,

@@ -9,11 +9,12 @@ import stat
 from pathlib import Path
 
 import pytest
+from fuse_helpers import admit, make_objects, open_store, sid_of
+
 from epochfs.fuse.libfuse import find_libfuse3
 from epochfs.fuse.view import EpochTree, NotALink, NotFound, View
 from epochfs.sidecar.store import FileEntry
 from epochfs.torchclient.layout import MANIFEST_MAGIC, parse_manifest
-from fuse_helpers import admit, make_objects, open_store, sid_of
 
 os.environ.setdefault("FUSE_LIBRARY_PATH", find_libfuse3())
 # mfusepy binds libfuse when imported: choose libfuse 3 first.

@@ -22,7 +22,6 @@ import jsonschema
 import kubernetes_validate
 import pytest
 import yaml
-from epochfs.sidecar import config
 from helm_helpers import (
     CHART,
     EXAMPLES,
@@ -44,6 +43,8 @@ from helm_helpers import (
     with_remote,
     workload_of,
 )
+
+from epochfs.sidecar import config
 
 K8S_VERSIONS = ("1.29.0", kubernetes_validate.latest_version())
 REPLICA_INDEX = "metadata.labels['training.kubeflow.org/replica-index']"

@@ -23,7 +23,6 @@ from typing import Any
 import kubernetes_validate
 import pytest
 import yaml
-from epochfs.sidecar import config, kube
 from helm_helpers import (
     CHART,
     MATRIX,
@@ -39,6 +38,8 @@ from helm_helpers import (
     render,
     with_remote,
 )
+
+from epochfs.sidecar import config, kube
 
 K8S_VERSIONS = ("1.29.0", kubernetes_validate.latest_version())
 CRD_GROUPS = ("monitoring.coreos.com/",)  # not in Kubernetes' schemas: checked field by field below

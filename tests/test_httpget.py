@@ -12,6 +12,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
+
 from epochfs.sidecar.httpget import GetPool, HTTPStatusError, usable_recv_buffer
 
 BODY = bytes(range(256)) * 4096  # 1 MiB

@@ -18,12 +18,13 @@ from urllib.parse import quote, urlsplit
 
 import pytest
 from conftest import S3Server, free_port, put_objects, random_objects, wait_until
+from proxy_helpers import BODY, ForwardProxy, ReverseFront, StaticServer, TLSFiles, make_tls
+from sampler_helpers import running_sampler, s3_env, verify_cache
+
 from epochfs.sidecar.download import is_transient, is_unavailable
 from epochfs.sidecar.httpget import GetPool, Proxy, ProxyConnectError, ProxyError
 from epochfs.sidecar.remote import RemoteHTTPError, S3Remote
 from epochfs.sidecar.store import Store
-from proxy_helpers import BODY, ForwardProxy, ReverseFront, StaticServer, TLSFiles, make_tls
-from sampler_helpers import running_sampler, s3_env, verify_cache
 
 PROXY_VARS = ("http_proxy", "HTTP_PROXY", "https_proxy", "HTTPS_PROXY", "all_proxy", "ALL_PROXY",
               "no_proxy", "NO_PROXY", "REQUEST_METHOD")

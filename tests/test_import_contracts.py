@@ -12,8 +12,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-import epochfs
 import pytest
+
+import epochfs
 
 ROOT = Path(__file__).resolve().parent.parent
 LINT_IMPORTS = Path(sys.executable).with_name("lint-imports")

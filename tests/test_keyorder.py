@@ -5,10 +5,11 @@ from __future__ import annotations
 import collections
 
 import pytest
-from epochfs.sidecar.keyorder import in_shard, rank, shard_of
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from store_helpers import sampling_order as order
+
+from epochfs.sidecar.keyorder import in_shard, rank, shard_of
 
 keys_st = st.lists(st.text(min_size=1, max_size=30), min_size=1, max_size=80, unique=True)
 seed_st = st.integers(min_value=-(2**70), max_value=2**70)

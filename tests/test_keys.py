@@ -6,9 +6,10 @@ import hashlib
 import os
 
 import pytest
-from epochfs.sidecar.keys import SafeKey, Skip, check_key, is_directory_marker, sample_id
 from hypothesis import given
 from hypothesis import strategies as st
+
+from epochfs.sidecar.keys import SafeKey, Skip, check_key, is_directory_marker, sample_id
 
 
 @pytest.mark.parametrize(

@@ -14,9 +14,10 @@ from pathlib import Path
 
 import pytest
 from conftest import free_port, wait_until
-from epochfs.sidecar import config, kube
 from kube_fake_api import FakeApiServer
 from kubernetes import client as k8s
+
+from epochfs.sidecar import config, kube
 
 
 class FakeClock:

@@ -13,6 +13,9 @@ import sys
 from pathlib import Path
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
 from epochfs.torchclient import layout
 from epochfs.torchclient.layout import (
     MANIFEST_MAGIC,
@@ -35,8 +38,6 @@ from epochfs.torchclient.layout import (
     read_status,
     status_path,
 )
-from hypothesis import given
-from hypothesis import strategies as st
 
 ACCEPTED = {"epoch-0": 0, "epoch-7": 7, "epoch-10": 10, "epoch-100": 100,
             f"epoch-{MAX_EPOCH}": MAX_EPOCH}

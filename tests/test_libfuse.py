@@ -8,6 +8,7 @@ import os
 from pathlib import Path
 
 import pytest
+
 from epochfs.fuse.errors import MountError
 from epochfs.fuse.libfuse import find_libfuse3, from_globs, from_ldconfig
 

@@ -18,13 +18,14 @@ from pathlib import Path
 
 import pytest
 from conftest import ROOT, wait_until
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.parser import text_string_to_metric_families
+
 from epochfs.sidecar import metrics
 from epochfs.sidecar.endpoints import CLIENT_REPORT_PATH, ClientReport, Endpoints
 from epochfs.sidecar.reservations import Reservations
 from epochfs.sidecar.served import OpenCounter
 from epochfs.sidecar.store import Admission, Meta, Policy, Store
-from prometheus_client import CollectorRegistry, generate_latest
-from prometheus_client.parser import text_string_to_metric_families
 
 DASHBOARD = ROOT / "helm" / "epochfs" / "dashboards" / "epochfs.json"
 

@@ -9,8 +9,6 @@ import time
 from pathlib import Path
 
 from conftest import S3Server, put_objects, random_objects, wait_until
-from epochfs.sidecar import keyorder
-from epochfs.sidecar.store import Store
 from sampler_helpers import (
     disk_bytes,
     index_rows,
@@ -20,6 +18,9 @@ from sampler_helpers import (
     verify_cache,
 )
 from store_helpers import catalog_count, sampling_order
+
+from epochfs.sidecar import keyorder
+from epochfs.sidecar.store import Store
 
 
 def s3_args(s3: S3Server) -> list[str]:

@@ -11,6 +11,9 @@ from pathlib import Path
 
 import pytest
 from conftest import wait_until
+from memory_remote import MemoryRemote
+from store_helpers import sample_checksums, sid_of
+
 from epochfs.sidecar import config, keyorder
 from epochfs.sidecar.catalog import build_catalog
 from epochfs.sidecar.config import SamplerSettings
@@ -18,8 +21,6 @@ from epochfs.sidecar.sampler import Sampler
 from epochfs.sidecar.sampler.breaker import OutageBreaker
 from epochfs.sidecar.sampler.order import FetchOrder
 from epochfs.sidecar.store import CatalogRow, Policy, Store
-from memory_remote import MemoryRemote
-from store_helpers import sample_checksums, sid_of
 
 
 def objects_of(count: int, size: int = 1024) -> dict[str, bytes]:

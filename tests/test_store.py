@@ -8,6 +8,8 @@ import sqlite3
 from pathlib import Path
 
 import pytest
+from store_helpers import resolve, sample_checksums, sid_of
+
 from epochfs.sidecar.reservations import Reservations
 from epochfs.sidecar.store import (
     Admission,
@@ -18,7 +20,6 @@ from epochfs.sidecar.store import (
     StoreError,
     object_name,
 )
-from store_helpers import resolve, sample_checksums, sid_of
 
 
 def put(store: Store, key: str, size: int = 100, *, fill: int | None = None) -> Admission:

@@ -17,9 +17,10 @@ from pathlib import Path
 
 import pytest
 from conftest import S3Server, free_port, put_objects, random_objects, wait_until
+from sidecar_helpers import EPOCHFS, cleanup_mounts, running_sidecar, sidecar_argv
+
 from epochfs.fuse.mounting import find_mount, is_dead, lazy_unmount, mount_table, wait_for_mount
 from epochfs.sidecar.store import Store
-from sidecar_helpers import EPOCHFS, cleanup_mounts, running_sidecar, sidecar_argv
 
 pytestmark = [
     pytest.mark.fuse,

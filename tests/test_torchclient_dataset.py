@@ -8,6 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+
 from epochfs.torchclient import EpochDataset, ManifestError, SampleDecodeError, read_manifest
 from epochfs.torchclient.layout import format_manifest, manifest_path, parse_manifest
 from epochfs.torchclient.plainfolder import md5_of, publish_epoch

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+
 from epochfs.torchclient.plainfolder import publish_epoch
 
 SIZES = {0: [5, 12], 1: [9, 4]}  # files per epoch on rank 0's and rank 1's node
@@ -25,6 +26,7 @@ BATCH = 2
 def _rank_main(rank: int, root: str, store: str, out: str, balance: str) -> None:
     import torch
     import torch.distributed as dist
+
     from epochfs.torchclient import EpochLoader
 
     dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=2)

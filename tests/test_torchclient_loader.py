@@ -16,6 +16,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+
 from epochfs.torchclient import EpochLoader, EpochStats, SampleDecodeError, decode_bytes, read_manifest
 from epochfs.torchclient.plainfolder import publish_epoch
 

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 from conftest import free_port, wait_until
+
 from epochfs.torchclient import EpochLoader
 from epochfs.torchclient.plainfolder import publish_epoch
 from epochfs.torchclient.report import ClientReporter, report_url_from_env

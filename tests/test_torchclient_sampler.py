@@ -5,10 +5,11 @@ from __future__ import annotations
 from collections import Counter
 
 import pytest
-from epochfs.torchclient import EpochSampler, World
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from torch.utils.data import DistributedSampler
+
+from epochfs.torchclient import EpochSampler, World
 
 
 class _Sized:

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
+
 from epochfs.torchclient import EpochDataset
 from epochfs.torchclient.plainfolder import publish_epoch
 
