@@ -12,7 +12,6 @@ import logging
 import os
 from pathlib import Path
 
-from epochfs.fuse.errors import MountError
 from epochfs.fuse.libfuse import find_libfuse3
 from epochfs.fuse.mounting import (
     DEFAULT_LINK_ROOT_NAME,
@@ -39,19 +38,7 @@ def cache_timeout(in_use_seconds: float) -> float:
     return max(MIN_TIMEOUT, min(MAX_TIMEOUT, in_use_seconds / 3.0))
 
 
-def warm_files() -> int:
-    """Most symlinks warmed per epoch (``EPOCHFS_WARM_FILES``; 0 turns the warm-up off)."""
-    raw = os.environ.get("EPOCHFS_WARM_FILES", "200000")
-    try:
-        value = int(raw)
-        if value < 0:
-            raise ValueError
-    except ValueError:
-        raise MountError(f"EPOCHFS_WARM_FILES: {raw!r} is not a non-negative integer") from None
-    return value
-
-
-def run_mount(*, cache: Path, mount: Path, link_root: Path | None = None) -> int:
+def run_mount(*, cache: Path, mount: Path, link_root: Path | None = None, warm_files: int = 200_000) -> int:
     """Serve the epoch view of ``cache`` at ``mount`` until signalled (``epochfs mount``).
 
     ``link_root``: a read-only path to the cache's objects folder that epoch symlinks point into;
@@ -62,7 +49,6 @@ def run_mount(*, cache: Path, mount: Path, link_root: Path | None = None) -> int
     cache = Path(os.path.abspath(cache))
     check_mount_point(mount)
     libfuse = find_libfuse3()
-    warm = warm_files()
     if link_root is not None:
         check_link_root(link_root)
     store = Store(cache, create=True)
@@ -79,7 +65,7 @@ def run_mount(*, cache: Path, mount: Path, link_root: Path | None = None) -> int
 
         timeout = cache_timeout(store.policy().in_use_seconds)
         view = View(store=store, link_root=Path(link_root))
-        ops = EpochOperations(view=view, timeout=timeout, mount=mount, warm_files=warm)
+        ops = EpochOperations(view=view, timeout=timeout, mount=mount, warm_files=warm_files)
         import mfusepy
 
         log.info("serving %s at %s (links into %s) with libfuse %d.%d from %s", cache, mount, link_root,

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 from urllib.parse import urlparse
 
-from epochfs.sidecar.store import Schedule
+from epochfs.sidecar.store import Policy, Schedule
 
 REMOTE_SCHEMES = ("s3", "gs", "gcs", "http", "https", "file")
 
@@ -97,6 +97,22 @@ def _fraction(text: str) -> float:
     return value
 
 
+def _positive_float(text: str) -> float:
+    value = float(text)
+    if not value > 0:
+        raise ValueError("must be positive")
+    return value
+
+
+def _switch(text: str) -> bool:
+    value = str(text).strip().lower()
+    if value in ("1", "true", "yes", "on"):
+        return True
+    if value in ("0", "false", "no", "off"):
+        return False
+    raise ValueError(f"must be 1/0, true/false, yes/no or on/off, got {text!r}")
+
+
 def _port(text: str) -> int:
     value = int(text)
     if not 0 <= value <= 65535:
@@ -174,11 +190,21 @@ class SamplerSettings(CacheSettings):
                                 parse=_capacity)
     cut_interval: float = _opt("--cut-interval", "cut a new epoch every N seconds (0: only on request)",
                                default=0.0, parse=float)
+    read_timeout: float = _opt("--read-timeout",
+                               "seconds of silence before a download counts as stalled and is retried",
+                               default=30.0, parse=_positive_float)
+    progress_seconds: float = _opt("--progress-seconds", "seconds between the sampler's progress lines",
+                                   default=5.0, parse=_positive_float)
+
+    def policy(self) -> Policy:
+        """The cache rules these settings give, as the store records them."""
+        return Policy(capacity=self.capacity, keep_epochs=self.keep_epochs, min_samples=self.min_samples,
+                      headroom=self.headroom, in_use_seconds=self.in_use_seconds, schedule=self.schedule)
 
     @property
     def object_limit(self) -> int:
         """Largest object fetched: --max-object-size, or what one epoch may hold."""
-        budget = max(1, int(self.capacity * (1.0 - self.headroom)))
+        budget = self.policy().epoch_budget
         return budget if self.max_object_size is None else min(self.max_object_size, budget)
 
     def validate(self) -> None:
@@ -194,6 +220,7 @@ class SamplerSettings(CacheSettings):
             )
 
 
+WARM_HELP = "most symlinks of a new epoch warmed in the kernel's cache (0: no warm-up)"
 MOUNT_HELP = ("where the view is mounted: an empty folder, created if missing; in a pod a subdirectory "
               "of the shared volume, never the volume's own mount point")
 
@@ -209,8 +236,7 @@ class MountSettings(CacheSettings):
         "(default: a read-only bind mount made under the cache)",
         parse=Path,
     )
-    foreground: bool = _opt("--foreground", "stay in the foreground (always true under the sidecar)",
-                            default=True, parse=lambda s: s.lower() in ("1", "true", "yes"))
+    warm_files: int = _opt("--warm-files", WARM_HELP, default=200_000, parse=_non_negative_int)
 
 
 @dataclass(frozen=True)
@@ -223,6 +249,16 @@ class SidecarSettings(SamplerSettings):
                             parse=_port)
     metrics_port: int | None = _opt("--metrics-port", "separate /metrics port (default: health port)",
                                     parse=_port)
+    warm_files: int = _opt("--warm-files", WARM_HELP, default=200_000, parse=_non_negative_int)
+    kube_reporting: bool = _opt("--kube-reporting",
+                                "Events and a status annotation on this pod when in a cluster (1/0)",
+                                default=True, parse=_switch)
+    kube_status_interval: float = _opt("--kube-status-interval",
+                                       "seconds between patches of the pod's status annotation",
+                                       default=30.0, parse=_positive_float)
+    kube_error_threshold: int = _opt("--kube-error-threshold",
+                                     "remote errors within a minute that raise a RemoteErrors Event",
+                                     default=20, parse=_positive_int)
 
 
 T = TypeVar("T", bound=CacheSettings)

@@ -526,39 +526,29 @@ def status_summary(stats: Mapping[str, Any]) -> dict[str, Any]:
     }
 
 
-def _positive(environ: Mapping[str, str], name: str, default: float) -> float:
-    from epochfs.sidecar.config import ConfigError
-
-    raw = environ.get(name)
-    if raw is None or raw == "":
-        return default
-    try:
-        value = float(raw)
-    except ValueError:
-        raise ConfigError(f"{name}: not a number: {raw!r}") from None
-    if value <= 0:
-        raise ConfigError(f"{name}: must be positive, got {raw!r}")
-    return value
-
-
 def from_environment(
     environ: Mapping[str, str] | None = None,
     *,
     service_account_dir: Path = SERVICE_ACCOUNT_DIR,
     mount: str = "",
+    reporting: bool = True,
+    status_interval: float = 30.0,
+    error_threshold: int = 20,
     **kwargs: Any,
 ) -> KubeReporter | DisabledReporter:
     """A reporter for this process: a :class:`KubeReporter` inside a cluster with reporting on,
     else a :class:`DisabledReporter` after one log line that says why.
 
-    Bad ``EPOCHFS_KUBE_*`` values raise ``ConfigError`` (the CLI's exit status 2): they are a
-    deployment mistake to fix, not an API error to ride out. ``kwargs`` go to the constructor.
+    ``reporting``, ``status_interval`` and ``error_threshold`` are the sidecar's settings
+    (``--kube-*``, validated by :mod:`epochfs.sidecar.config`); ``environ`` gives what the cluster
+    and the downward API set (KUBERNETES_SERVICE_HOST, POD_NAME...). ``kwargs`` go to the constructor.
     """
     env = os.environ if environ is None else environ
-    switch = env.get("EPOCHFS_KUBE_REPORTING", "1").strip().lower()
-    if switch in ("0", "false", "no", "off"):
-        log.info("kubernetes reporting off (EPOCHFS_KUBE_REPORTING=%s)", switch)
+    if not reporting:
+        log.info("kubernetes reporting off (--kube-reporting / EPOCHFS_KUBE_REPORTING)")
         return DisabledReporter(reason="switched off")
+    if status_interval <= 0 or error_threshold < 1:
+        raise ValueError("status_interval must be positive and error_threshold at least 1")
     token = service_account_dir / "token"
     if not env.get("KUBERNETES_SERVICE_HOST") or not token.is_file():
         log.info("kubernetes reporting off: not running in a cluster (no KUBERNETES_SERVICE_HOST or no "
@@ -570,9 +560,6 @@ def from_environment(
         log.warning("kubernetes reporting off: POD_NAME and POD_NAMESPACE must come from the downward "
                     "API (the Helm chart sets them)")
         return DisabledReporter(reason="pod unknown")
-    status_interval = _positive(env, "EPOCHFS_KUBE_STATUS_INTERVAL", 30.0)
-    threshold = int(_positive(env, "EPOCHFS_KUBE_ERROR_THRESHOLD", 20))
-
     from kubernetes import client as k8s
     from kubernetes.config.config_exception import ConfigException
     from kubernetes.config.incluster_config import InClusterConfigLoader
@@ -590,7 +577,7 @@ def from_environment(
     log.info("kubernetes reporting on: Events and the %s annotation of pod %s/%s",
              STATUS_ANNOTATION, namespace, name)
     return KubeReporter(api_client=k8s.ApiClient(configuration), pod=pod, mount=mount,
-                        status_interval=status_interval, error_threshold=threshold, **kwargs)
+                        status_interval=status_interval, error_threshold=error_threshold, **kwargs)
 
 
 def _read(path: Path) -> str:

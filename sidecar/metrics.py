@@ -37,12 +37,9 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.multiprocess import MultiProcessCollector, mark_process_dead
 
-MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
-
-REMOTE_RESULTS = ("ok", "retried", "failed", "skipped")
-"""``epochfs_remote_objects_total{result}``: ok and skipped come from the store, the rest from the
-sampler process (so a sampler crash never loses the persistent ones)."""
 PROCESS_RESULTS = ("retried", "failed")
+"""``epochfs_remote_objects_total{result}`` values counted by the sampler process; ``ok`` and
+``skipped`` come from the store (so a sampler crash never loses the persistent ones)."""
 
 FETCH_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0)
 CUT_WAIT_BUCKETS = (0.001, 0.01, 0.1, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0, 900.0)
@@ -329,8 +326,6 @@ def prepare_multiproc_dir(path: Path) -> Path:
 __all__ = [
     "FUSE_ERRNOS",
     "FUSE_OPS",
-    "MULTIPROC_ENV",
-    "REMOTE_RESULTS",
     "STORE_COUNTERS",
     "STORE_GAUGES",
     "FuseMetrics",

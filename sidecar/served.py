@@ -98,10 +98,6 @@ class OpenCounter:
         self._thread.start()
         return True
 
-    @property
-    def active(self) -> bool:
-        return self._fd >= 0
-
     def rescan(self) -> int:
         """Mark fan-out folders that appeared since the last scan; returns how many were added."""
         if self._fd < 0 or self._libc is None:

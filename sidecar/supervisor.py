@@ -79,11 +79,14 @@ def probe(path: Path, *, timeout: float) -> str:
     return result[0] if result else "hung"
 
 
-def load_reporter(mount: Path) -> kube.Reporter:
+def load_reporter(settings: SidecarSettings, mount: Path) -> kube.Reporter:
     """The Kubernetes reporter: Events and a status annotation inside a cluster, a no-op outside
-    (``kube.from_environment`` says why in one log line). Bad ``EPOCHFS_KUBE_*`` values raise
-    ConfigError (exit 2). Its calls only record and return; a background thread sends."""
-    reporter = kube.from_environment(mount=str(mount))
+    (``kube.from_environment`` says why in one log line). Its calls only record and return; a
+    background thread sends."""
+    reporter = kube.from_environment(
+        mount=str(mount), reporting=settings.kube_reporting,
+        status_interval=settings.kube_status_interval, error_threshold=settings.kube_error_threshold,
+    )
     reporter.start()
     return reporter
 
@@ -157,7 +160,8 @@ class Supervisor:
             **{f: getattr(settings, f) for f in SamplerSettings.__dataclass_fields__}
         )
         mount_settings = MountSettings(
-            cache=settings.cache, mount=settings.mount, link_root=settings.link_root, foreground=True
+            cache=settings.cache, mount=settings.mount, link_root=settings.link_root,
+            warm_files=settings.warm_files,
         )
         self.sampler = Child("sampler", ["sample", *config.to_argv(sampler_settings, SamplerSettings)])
         self.fuse = Child("fuse", ["mount", *config.to_argv(mount_settings, MountSettings)])
@@ -457,7 +461,7 @@ class Supervisor:
             signal.signal(s, self._on_signal)
         try:
             self._setup_observability()
-            self._reporter = load_reporter(self.mount)
+            self._reporter = load_reporter(self.settings, self.mount)
             self._start(self.sampler)
             self._start(self.fuse)
             last_periodic = 0.0

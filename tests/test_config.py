@@ -55,6 +55,10 @@ def one_line(proc: subprocess.CompletedProcess[str]) -> str:
         (["--schedule", "speed=3"], {}, "--schedule", "unknown"),
         (["--headroom", "1.5"], {}, "--headroom", "[0, 1)"),
         (["--seed", "abc"], {}, "--seed", "invalid"),
+        # Settings once read where they were used, each with its own policy for a bad value.
+        ([], {"EPOCHFS_READ_TIMEOUT": "soon"}, "--read-timeout", "EPOCHFS_READ_TIMEOUT"),
+        (["--read-timeout", "0"], {}, "--read-timeout", "positive"),
+        ([], {"EPOCHFS_PROGRESS_SECONDS": "-1"}, "--progress-seconds", "positive"),
     ],
 )
 def test_bad_flags_exit_2_naming_the_flag(
@@ -141,3 +145,50 @@ def test_a_cache_keeps_its_seed(tmp_path: Path, dataset: Path) -> None:
     assert proc.returncode == 2
     line = one_line(proc)
     assert line.startswith("epochfs sample: --seed") and "'1'" in line, line
+
+
+@pytest.mark.parametrize(
+    ("command", "env", "flag"),
+    [
+        ("mount", {"EPOCHFS_WARM_FILES": "many"}, "--warm-files"),
+        ("sidecar", {"EPOCHFS_WARM_FILES": "-3"}, "--warm-files"),
+        ("sidecar", {"EPOCHFS_KUBE_REPORTING": "maybe"}, "--kube-reporting"),
+        ("sidecar", {"EPOCHFS_KUBE_STATUS_INTERVAL": "soon"}, "--kube-status-interval"),
+        ("sidecar", {"EPOCHFS_KUBE_ERROR_THRESHOLD": "0"}, "--kube-error-threshold"),
+    ],
+)
+def test_every_setting_has_one_policy_for_a_bad_value(
+    tmp_path: Path, dataset: Path, command: str, env: dict[str, str], flag: str
+) -> None:
+    """Bad values of settings the FUSE server and the supervisor read exit 2 naming the flag and
+    the variable, before anything is mounted or started."""
+    args = [command, "--cache", str(tmp_path / "c"), "--mount", str(tmp_path / "m")]
+    if command == "sidecar":
+        args += ["--remote", dataset.as_uri()]
+    proc = run(args, env)
+    assert proc.returncode == 2, proc.stderr
+    line = one_line(proc)
+    assert line.startswith(f"epochfs {command}: {flag}") and next(iter(env)) in line, line
+    assert not (tmp_path / "m").exists()
+
+
+@pytest.mark.parametrize("command", ["sample", "mount", "sidecar"])
+def test_every_epochfs_variable_is_in_help(command: str) -> None:
+    """Each EPOCHFS_* variable the code reads is declared as a setting, so --help lists it."""
+    import re
+
+    from epochfs.sidecar import config
+
+    root = Path(__file__).resolve().parent.parent
+    read = set()
+    for path in [*root.glob("sidecar/**/*.py"), *root.glob("fuse/*.py")]:
+        read |= set(re.findall(r"EPOCHFS_[A-Z_]+", path.read_text()))
+    declared = {config.env_name(f.metadata["flag"]) for cls in (config.SidecarSettings, config.MountSettings)
+                for f in config.fields(cls)} | {"EPOCHFS_LOG_LEVEL"}
+    assert read <= declared | {"EPOCHFS_REPORT_URL"}, sorted(read - declared)
+    proc = run([command, "--help"])
+    assert proc.returncode == 0
+    cls = {"sample": config.SamplerSettings, "mount": config.MountSettings,
+           "sidecar": config.SidecarSettings}[command]
+    for f in config.fields(cls):
+        assert config.env_name(f.metadata["flag"]) in proc.stdout.replace("\n", " "), f.name

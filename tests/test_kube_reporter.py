@@ -307,7 +307,7 @@ def test_outside_a_cluster_reporting_is_off_with_one_log_line(
     r.close()
     caplog.clear()
     with caplog.at_level(logging.INFO, logger="epochfs.kube"):
-        r = kube.from_environment({"EPOCHFS_KUBE_REPORTING": "0", "KUBERNETES_SERVICE_HOST": "10.0.0.1"},
+        r = kube.from_environment({"KUBERNETES_SERVICE_HOST": "10.0.0.1"}, reporting=False,
                                   service_account_dir=tmp_path)
     assert isinstance(r, kube.DisabledReporter)
     assert len(caplog.records) == 1 and "EPOCHFS_KUBE_REPORTING" in caplog.records[0].getMessage()
@@ -328,9 +328,8 @@ def test_in_cluster_configuration_over_tls(tmp_path: Path) -> None:
     try:
         sa = _service_account(tmp_path / "sa", api)
         env = {"KUBERNETES_SERVICE_HOST": "127.0.0.1", "KUBERNETES_SERVICE_PORT": str(api.port),
-               "POD_NAME": api.pod_name, "POD_UID": api.pod_uid, "NODE_NAME": "node-7",
-               "EPOCHFS_KUBE_STATUS_INTERVAL": "5"}
-        r = kube.from_environment(env, service_account_dir=sa)
+               "POD_NAME": api.pod_name, "POD_UID": api.pod_uid, "NODE_NAME": "node-7"}
+        r = kube.from_environment(env, service_account_dir=sa, status_interval=5)
         assert isinstance(r, kube.KubeReporter)
         assert r.status_interval == 5 and r.pod.namespace == api.namespace  # namespace from the file
         r.on_cut(0, 7)
@@ -339,8 +338,10 @@ def test_in_cluster_configuration_over_tls(tmp_path: Path) -> None:
         assert api.event("EpochCut")["source"]["host"] == "node-7"
         assert api.annotation()["samples"] == 12
         assert api.protocol_errors == []
-        with pytest.raises(config.ConfigError, match="EPOCHFS_KUBE_STATUS_INTERVAL"):
-            kube.from_environment({**env, "EPOCHFS_KUBE_STATUS_INTERVAL": "soon"}, service_account_dir=sa)
+        with pytest.raises(config.ConfigError, match=r"--kube-status-interval.*EPOCHFS_KUBE_STATUS_INTERVAL"):
+            config.parse(config.SidecarSettings, ["--cache", str(tmp_path / "c"), "--mount", "/m",
+                                                  "--remote", "s3://b"],
+                         environ={"EPOCHFS_KUBE_STATUS_INTERVAL": "soon"})
         missing_pod = {k: v for k, v in env.items() if k != "POD_NAME"}
         assert isinstance(kube.from_environment(missing_pod, service_account_dir=sa), kube.DisabledReporter)
     finally:

@@ -22,16 +22,9 @@ from epochfs.sidecar.config import ConfigError, SamplerSettings, format_size
 from epochfs.sidecar.download import LocalWriteError
 from epochfs.sidecar.remote import Remote, RemoteError, open_remote
 from epochfs.sidecar.sampler.loop import Sampler
-from epochfs.sidecar.store import Meta, Policy, Store
+from epochfs.sidecar.store import Meta, Store
 
 log = logging.getLogger("epochfs.sampler")
-
-
-def _env_float(name: str, default: float) -> float:
-    try:
-        return float(os.environ.get(name, default))
-    except ValueError:
-        return default
 
 
 def _install_signals(stop: threading.Event) -> list[tuple[signal.Signals, Any]]:
@@ -120,23 +113,14 @@ def run_sample(settings: SamplerSettings) -> int:
         lock_fd = _lock_cache(settings.cache)
         _check_identity(store, settings)
         log.info("%s", store.recover())
-        store.configure(
-            Policy(
-                capacity=settings.capacity,
-                keep_epochs=settings.keep_epochs,
-                min_samples=settings.min_samples,
-                headroom=settings.headroom,
-                in_use_seconds=settings.in_use_seconds,
-                schedule=settings.schedule,
-            )
-        )
+        store.configure(settings.policy())
         try:
             remote = open_remote(
                 settings.remote,
                 endpoint_url=settings.endpoint_url,
                 index_url=settings.index_url,
                 concurrency=settings.concurrency,
-                read_timeout=_env_float("EPOCHFS_READ_TIMEOUT", 30.0),
+                read_timeout=settings.read_timeout,
             )
             report = build_catalog(
                 store,
@@ -157,7 +141,7 @@ def run_sample(settings: SamplerSettings) -> int:
             remote=remote,
             settings=settings,
             stop=stop,
-            progress_every=_env_float("EPOCHFS_PROGRESS_SECONDS", 5.0),
+            progress_every=settings.progress_seconds,
         )
         try:
             sampler.run()
