@@ -27,6 +27,7 @@ COPY pyproject.toml README.md ./
 COPY sidecar/ sidecar/
 COPY fuse/ fuse/
 COPY torchclient/ torchclient/
+COPY src/ src/
 RUN /opt/epochfs/bin/python -m pip install --no-cache-dir --disable-pip-version-check --no-index \
        --no-build-isolation -c docker/constraints.txt ".[sidecar,gcs]" \
     && /opt/epochfs/bin/python -m pip uninstall --yes setuptools pip

@@ -45,7 +45,7 @@ lint: venv
 	$(MAKE) typecheck
 
 typecheck: venv
-	@bash scripts/typecheck.sh $(PY)
+	$(PY) -m mypy -p epochfs  # the installed package, through its plain path entry
 
 demo: system-deps venv
 	$(PY) examples/demo.py

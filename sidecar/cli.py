@@ -18,6 +18,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+import epochfs
 from epochfs.fuse.errors import MountError
 from epochfs.sidecar import config
 from epochfs.sidecar.store import Store, StoreError
@@ -36,8 +37,7 @@ def _cmd_mount(ns: argparse.Namespace) -> int:
     settings = config.from_args(config.MountSettings, ns)
     from epochfs.fuse.server import run_mount
 
-    return run_mount(cache=settings.cache, mount=settings.mount, link_root=settings.link_root,
-                     warm_files=settings.warm_files)
+    return run_mount(cache=settings.cache, mount=settings.mount, link_root=settings.link_root)
 
 
 def _cmd_sidecar(ns: argparse.Namespace) -> int:
@@ -118,6 +118,18 @@ def _common_options() -> argparse.ArgumentParser:
     return common
 
 
+class _VersionAction(argparse.Action):
+    """``--version``: like argparse's own, but reads the version only when asked for it."""
+
+    def __init__(self, option_strings: Sequence[str], dest: str, help: str | None = None) -> None:
+        super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS, help=help)
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace,
+                 values: object, option_string: str | None = None) -> None:
+        print(f"epochfs {epochfs.__version__}")
+        parser.exit()
+
+
 def build_parser() -> argparse.ArgumentParser:
     common = _common_options()
     parser = argparse.ArgumentParser(
@@ -125,6 +137,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="Train on a growing local sample of a remote dataset, served as epoch-N/ folders.",
         parents=[common],
     )
+    parser.add_argument("--version", action=_VersionAction, help="print the version and exit")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     p = sub.add_parser("sample", parents=[common], help="run the sampler alone (no mount) until interrupted")

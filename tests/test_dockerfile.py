@@ -314,7 +314,7 @@ def _context_files() -> list[Path]:
                    (pattern.startswith("**/") and fnmatch.fnmatch(Path(name).name, pattern[3:])))
             if hit:
                 included = negate
-        if included and (ROOT / name).is_file():
+        if included and ((ROOT / name).is_file() or (ROOT / name).is_symlink()):
             out.append(Path(name))
     return out
 
@@ -336,7 +336,7 @@ def test_build_stage_replayed_builds_the_wheel(tmp_path: Path) -> None:
     ctx = tmp_path / "ctx"
     for rel in _context_files():
         (ctx / rel).parent.mkdir(parents=True, exist_ok=True)
-        shutil.copy2(ROOT / rel, ctx / rel)
+        shutil.copy2(ROOT / rel, ctx / rel, follow_symlinks=False)  # src/epochfs/* are symlinks
     wheels = tmp_path / "wheels"
     subprocess.run([sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "--no-build-isolation",
                     "--wheel-dir", str(wheels), str(ctx)], check=True, capture_output=True, timeout=300)
