@@ -37,7 +37,8 @@ def _cmd_mount(ns: argparse.Namespace) -> int:
     settings = config.from_args(config.MountSettings, ns)
     from epochfs.fuse.server import run_mount
 
-    return run_mount(cache=settings.cache, mount=settings.mount, link_root=settings.link_root)
+    return run_mount(cache=settings.cache, mount=settings.mount, link_root=settings.link_root,
+                     warm_files=settings.warm_files)
 
 
 def _cmd_sidecar(ns: argparse.Namespace) -> int:
