@@ -31,11 +31,12 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Protocol
 
-from epochfs.fuse.metrics import FUSE_ERRNOS, FUSE_OPS, FuseMetrics, fuse_metrics
-from epochfs.sidecar.store import Stats
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.multiprocess import MultiProcessCollector, mark_process_dead
+
+from epochfs.fuse.metrics import FUSE_ERRNOS, FUSE_OPS, FuseMetrics, fuse_metrics
+from epochfs.sidecar.store import Stats
 
 PROCESS_RESULTS = ("retried", "failed")
 """``epochfs_remote_objects_total{result}`` values counted by the sampler process; ``ok`` and

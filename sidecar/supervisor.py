@@ -407,8 +407,9 @@ class Supervisor:
 
     # ------------------------------------------------------------------ setup and the loop
     def _setup_observability(self) -> None:
-        from epochfs.sidecar import endpoints, metrics, served
         from prometheus_client import CollectorRegistry, disable_created_metrics
+
+        from epochfs.sidecar import endpoints, metrics, served
 
         disable_created_metrics()
         self._multiproc_dir = metrics.prepare_multiproc_dir(
