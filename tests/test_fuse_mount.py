@@ -86,12 +86,34 @@ def test_queued_cut_appears_when_sampler_cuts(tmp_path: Path) -> None:
     store = open_store(cache, min_samples=4)
     admit(store, make_objects(1, 100))
     with mounted(cache, mnt) as m:
-        assert not os.path.exists(m.path / "epoch-2")
+        assert not os.path.exists(m.path / "epoch-0")
         admit(store, make_objects(3, 100, start=1))
-        assert store.process_cut_requests()[0][0] == 2  # what the sampler does after admitting
-        wait_until(lambda: "epoch-2" in os.listdir(m.path), timeout=10, what="epoch-2 listed")
-        assert os.readlink(m.path / "latest") == "epoch-2"
-        assert len(os.listdir(m.path / "epoch-2" / "train")) == 4
+        assert store.process_cut_requests()[0][0] == 0  # what the sampler does after admitting
+        wait_until(lambda: "epoch-0" in os.listdir(m.path), timeout=10, what="epoch-0 listed")
+        assert os.readlink(m.path / "latest") == "epoch-0"
+        assert len(os.listdir(m.path / "epoch-0" / "train")) == 4
+    store.close()
+
+
+def test_stray_lookups_far_ahead_cut_nothing(tmp_path: Path) -> None:
+    """`stat epoch-999999` from a monitoring script, thousands of times from several threads, before
+    and after epoch 0: no cut, no queued request, and the trainer's epochs still come in order."""
+    import concurrent.futures
+
+    cache, mnt = tmp_path / "cache", tmp_path / "mnt"
+    store = open_store(cache, min_samples=1)
+    admit(store, make_objects(2, 100))
+
+    def storm(start: int) -> int:
+        return sum(os.path.exists(mnt / f"epoch-{start + 7 * i}") for i in range(500))
+
+    with mounted(cache, mnt) as m, concurrent.futures.ThreadPoolExecutor(4) as pool:
+        assert sum(pool.map(storm, (999_999, 2, 10**17, 50))) == 0
+        assert store.stats().cuts_total == 0 and store.pending_cuts() == []
+        assert os.path.isdir(m.path / "epoch-0")
+        assert sum(pool.map(storm, (999_999, 2, 10**17, 50))) == 0
+        assert os.path.isdir(m.path / "epoch-1")
+        assert [e.epoch for e in store.epochs()] == [0, 1] and store.stats().cuts_total == 2
     store.close()
 
 

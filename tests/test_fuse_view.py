@@ -76,13 +76,14 @@ def test_manifest_format(store) -> None:
 def test_only_canonical_epoch_names_are_epochs(store, name: str) -> None:
     """The layout's strict grammar: no second name for epoch 7, and no cut asked through one."""
     admit(store, make_objects(2, 10))
+    assert store.cut(6) == 6  # explicit: epoch 7 is the next one a lookup may cut
     view = View(store=store, link_root=LINK_ROOT)
     for path in (f"/{name}", f"/.epochfs/{name}.manifest", f"/{name}/00000.bin"):
         with pytest.raises(NotFound):
             view.getattr(path)
-    assert store.newest_epoch() is None and store.stats().pending_cuts == []
+    assert store.newest_epoch() == 6 and store.stats().pending_cuts == []
     assert view.getattr("/epoch-7").is_dir  # the canonical name asks for, and gets, the cut
-    assert [n for n, _ in view.listdir("/")] == [".epochfs", "epoch-7", "latest"]
+    assert [n for n, _ in view.listdir("/")] == [".epochfs", "epoch-6", "epoch-7", "latest"]
 
 
 def test_clashing_and_unsafe_paths_are_skipped() -> None:
@@ -105,10 +106,14 @@ def test_lookup_above_newest_cuts_or_queues(store) -> None:
     assert [n for n, _ in store.pending_cuts()] == [0]
     admit(store, make_objects(1, 10, start=1))
     assert view.getattr("/epoch-0").is_dir  # now at once, no refresh needed
-    assert view.getattr("/epoch-5").is_dir  # numbers may skip
+    with pytest.raises(NotFound):
+        view.getattr("/epoch-5")  # a lookup never skips ahead: only the next epoch is cut
+    assert store.cut(5) == 5  # an explicit cut may (a resumed trainer's number)
+    assert view.getattr("/epoch-5").is_dir
     with pytest.raises(NotFound):
         view.getattr("/epoch-3")  # below the newest, never cut
-    assert [e.epoch for e in store.epochs()] == [0, 5]
+    assert view.getattr("/epoch-6").is_dir
+    assert [e.epoch for e in store.epochs()] == [0, 5, 6]
 
 
 def test_reads_are_recorded_debounced(store) -> None:

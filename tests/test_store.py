@@ -131,11 +131,37 @@ def test_cut_is_one_snapshot_and_immutable(store: Store) -> None:
 
 
 def test_epoch_numbers_follow_the_trainer(store: Store) -> None:
+    """An explicit cut may jump to the trainer's number (a resumed run); a lookup cuts only the
+    next epoch, so a stray one far ahead can never make the epochs below it impossible."""
     put(store, "a")
-    assert store.request_cut(5) is True
+    assert store.request_cut(5) is False, "a lookup far ahead of the first epoch cuts nothing"
+    assert store.epochs() == [] and store.pending_cuts() == []
+    assert store.cut(5) == 5  # explicit: `epochfs cut --epoch 5`
     assert [e.epoch for e in store.epochs()] == [5]
     with pytest.raises(ValueError, match="below the newest"):
         store.cut(3)
+    assert store.request_cut(3) is False
+    assert store.request_cut(6) is True
+    assert [e.epoch for e in store.epochs()] == [5, 6]
+
+
+def test_a_lookup_storm_costs_no_cuts_and_no_rows(cache_dir: Path) -> None:
+    """10,000 stray lookups far ahead, before and after epoch 0: no cut, no queued request, and
+    the trainer's next epoch is still cut when asked."""
+    store = Store(cache_dir, create=True)
+    store.configure(Policy(capacity=10_000, min_samples=2))
+    put(store, "a")
+    for n in range(1, 10_001):
+        assert store.request_cut(n * 97) is False
+    assert store.request_cut(0) is False, "min-samples not met yet"
+    assert [n for n, _ in store.pending_cuts()] == [0]
+    put(store, "b")
+    assert [n for n, _ in store.process_cut_requests()] == [0]
+    for n in range(2, 5_000):
+        assert store.request_cut(n) is False
+    assert store.stats().cuts_total == 1 and store.pending_cuts() == []
+    assert store.request_cut(1) is True
+    assert [e.epoch for e in store.epochs()] == [0, 1]
 
 
 def test_min_samples_defers_cut_until_condition_holds(cache_dir: Path) -> None:

@@ -136,15 +136,26 @@ def cut(ix: Index, policy: Policy, n: int | None = None, *, force: bool = False)
         return n
 
 
+def next_epoch(newest: int | None) -> int:
+    """The one epoch number a lookup may cut: the one after the newest (0 for the first)."""
+    return 0 if newest is None else newest + 1
+
+
 def request_cut(ix: Index, policy: Policy, n: int) -> bool:
-    """A reader asked for epoch ``n``: True when it can be served now (cut if needed), else the
-    request is queued for the sampler. A miss costs one read, plus one write the first time."""
+    """A reader looked up epoch ``n``: True when it can be served now (cut if needed).
+
+    Only the next epoch (newest + 1) is ever cut or queued for a lookup: a stray lookup far ahead
+    (``stat epoch-999999``) answers no and leaves nothing behind, so it can neither make the
+    epochs below it impossible nor cost a cut or a row. A jump ahead is for an explicit cut
+    (:func:`cut`: ``epochfs cut --epoch N``). A miss costs one read, plus one write the first
+    time the next epoch is asked for before its condition holds.
+    """
     with ix.read() as db:
         row = db.execute("SELECT retired FROM epochs WHERE n=?", (n,)).fetchone()
         if row is not None:
             return not int(row[0])
         newest = _newest(db)
-        if newest is not None and n < newest:
+        if n != next_epoch(newest):
             return False
         ready = condition_holds(db, policy, n)
         queued = db.execute("SELECT 1 FROM cut_requests WHERE n=?", (n,)).fetchone() is not None
@@ -169,6 +180,11 @@ def process_cut_requests(ix: Index, policy: Policy) -> list[tuple[int, float]]:
     """Cut every queued epoch whose condition now holds; returns (epoch, seconds waited)."""
     done = []
     for n, requested in pending_cuts(ix):
+        if n > next_epoch(newest(ix)):
+            # Queued far ahead (by an older epochfs): dropped, never cut on a lookup's word.
+            with ix.write() as db:
+                db.execute("DELETE FROM cut_requests WHERE n=?", (n,))
+            continue
         try:
             result = cut(ix, policy, n)
         except ValueError:
