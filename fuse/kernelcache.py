@@ -15,10 +15,12 @@ mfusepy binds libfuse when it is imported.
 from __future__ import annotations
 
 import ctypes
+import errno
 import logging
 import os
 import queue
 import threading
+from collections.abc import Callable
 from pathlib import Path
 
 import mfusepy
@@ -36,16 +38,36 @@ from epochfs.torchclient.layout import (
 log = logging.getLogger("epochfs.fuse")
 
 FUSE_ROOT_ID = 1
+_DEVICE_GONE = frozenset({-errno.EBADF, -errno.ENODEV, -errno.ENOTCONN})
 
 
 class KernelNotifier:
-    """libfuse's cache-invalidation calls, bound once the mount is up (libfuse 3 only)."""
+    """libfuse's cache-invalidation calls, bound once the mount is up (libfuse 3 only).
+
+    **Teardown.** libfuse ends its loop, then closes the device (``fuse_unmount``) and frees the
+    session (``fuse_destroy``); a notification sent after the first writes to a closed descriptor
+    (``fuse: writing device: Bad file descriptor``), one sent after the second uses freed memory
+    (SIGSEGV). So every libfuse call here is made holding ``_lock`` and only in the right state:
+
+    * ``open``: notifications and :meth:`end_session` allowed;
+    * ``closed`` (:meth:`close`, before the loop is asked to end): no more notifications;
+      :meth:`end_session` still allowed (the session is alive);
+    * ``detached`` (:meth:`detach`, from the destroy callback, the last call before libfuse frees
+      the session): no libfuse call at all.
+
+    ``close`` and ``detach`` take the lock, so once they return no call is in flight and none can
+    start. A notification is also skipped once libfuse says its loop is ending, and an error saying
+    the device is gone (EBADF, ENODEV, ENOTCONN: someone unmounted us) closes the notifier.
+    """
 
     def __init__(self, fuse_ptr: int | None) -> None:
         self._fuse = ctypes.c_void_p(fuse_ptr) if fuse_ptr else None
         self._se: ctypes.c_void_p | None = None
+        self._lock = threading.Lock()
         lib = mfusepy._libfuse
         self.available = bool(self._fuse) and mfusepy.fuse_version_major == 3
+        self._open = self.available
+        self._attached = self.available
         if not self.available:
             return
         lib.fuse_get_session.argtypes = [ctypes.c_void_p]
@@ -56,19 +78,64 @@ class KernelNotifier:
             ctypes.c_void_p, ctypes.c_uint64, ctypes.c_char_p, ctypes.c_size_t,
         ]
         lib.fuse_lowlevel_notify_inval_entry.restype = ctypes.c_int
+        lib.fuse_session_exit.argtypes = [ctypes.c_void_p]
+        lib.fuse_session_exit.restype = None
+        lib.fuse_session_exited.argtypes = [ctypes.c_void_p]
+        lib.fuse_session_exited.restype = ctypes.c_int
         self._se = ctypes.c_void_p(lib.fuse_get_session(self._fuse))
         self._lib = lib
+
+    @property
+    def open(self) -> bool:
+        """True while notifications may still be sent."""
+        return self._open
+
+    def _notify(self, call: Callable[[], int]) -> None:
+        with self._lock:
+            if not self._open:
+                return
+            if self._lib.fuse_session_exited(self._se):
+                self._open = False  # the loop is ending: the device is about to close
+                log.debug("FUSE loop ending: no more kernel notifications")
+                return
+            result = call()
+            if result in _DEVICE_GONE:
+                self._open = False
+                log.info("kernel notifications stopped: %s", os.strerror(-result))
 
     def forget_root_entry(self, name: str) -> None:
         """Drop the kernel's cached entry ``/name`` (a retired epoch, a changed ``latest``)."""
         if self.available:
             raw = name.encode()
-            self._lib.fuse_lowlevel_notify_inval_entry(self._se, FUSE_ROOT_ID, raw, len(raw))
+            self._notify(lambda: self._lib.fuse_lowlevel_notify_inval_entry(self._se, FUSE_ROOT_ID, raw,
+                                                                              len(raw)))
 
     def invalidate(self, path: str) -> None:
         """Drop the kernel's cached attributes and data of ``path`` (no-op if it has none)."""
         if self.available:
-            self._lib.fuse_invalidate_path(self._fuse, path.encode())
+            raw = path.encode()
+            self._notify(lambda: self._lib.fuse_invalidate_path(self._fuse, raw))
+
+    def close(self) -> None:
+        """No more notifications; returns once none is in flight."""
+        with self._lock:
+            self._open = False
+
+    def end_session(self) -> bool:
+        """Close, then ask libfuse's loop to end (``fuse_session_exit``); False when there is no
+        session to end (not mounted yet, or already torn down)."""
+        with self._lock:
+            self._open = False
+            if not self._attached:
+                return False
+            self._lib.fuse_session_exit(self._se)
+            return True
+
+    def detach(self) -> None:
+        """The session is about to be freed: no libfuse call of any kind from now on."""
+        with self._lock:
+            self._open = False
+            self._attached = False
 
 
 class Refresher:
@@ -90,11 +157,14 @@ class Refresher:
         self._thread = threading.Thread(target=self._run, name="epochfs-refresh", daemon=True)
         self._thread.start()
 
-    def stop(self) -> None:
+    def stop(self, timeout: float = 5.0) -> None:
+        """Close the notifier (so no notification is sent once this returns, even by a tick that
+        is still running), then end the thread, waiting up to ``timeout`` seconds for it."""
+        self.notifier.close()
         self._stop.set()
         self._wake.set()
         if self._thread is not None and self._thread is not threading.current_thread():
-            self._thread.join(timeout=2)
+            self._thread.join(timeout=timeout)
 
     def poke(self) -> None:
         """Refresh now (after a cut on lookup, say) instead of at the next tick."""
@@ -166,9 +236,14 @@ class Warmer:
                 self._thread.start()
         self._queue.put(n)
 
-    def stop(self) -> None:
-        self._stop.set()
+    def stop(self, timeout: float = 5.0) -> None:
+        """End the warm-up (it reads through the mount, so stop it while the mount still answers)."""
+        with self._lock:
+            self._stop.set()
+            thread = self._thread
         self._queue.put(None)
+        if thread is not None and thread is not threading.current_thread():
+            thread.join(timeout=timeout)
 
     def _run(self) -> None:
         while not self._stop.is_set():

@@ -20,11 +20,13 @@ mfusepy binds libfuse when it is imported.
 from __future__ import annotations
 
 import collections
+import contextlib
 import errno
 import functools
 import itertools
 import logging
 import os
+import threading
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar, cast
@@ -102,6 +104,12 @@ class EpochOperations(mfusepy.Operations):
         self.refresher = Refresher(view=view, interval=refresh_interval)
         self.warmer = (Warmer(view=view, mount=mount, max_files=warm_files)
                        if mount is not None and warm_files > 0 else None)
+        self.mount = mount
+        # Stopping: a signal thread calls stop_serving() while the loop runs; libfuse calls destroy()
+        # once the loop has ended and the device is closed, just before it frees the session.
+        self._life = threading.Lock()
+        self._stopping = False
+        self._torn_down = threading.Event()
         self._handles: dict[int, bytes] = {}
         self._next_handle = itertools.count(1)
         self._uid = view.uid
@@ -133,13 +141,53 @@ class EpochOperations(mfusepy.Operations):
             # listing, and every later file then costs a lookup before its readlink.
             conn_info.want &= ~FUSE_CAP_READDIRPLUS_AUTO
         fuse_ptr = mfusepy._libfuse.fuse_get_context().contents.fuse
-        self.refresher.start(KernelNotifier(fuse_ptr))
+        notifier = KernelNotifier(fuse_ptr)
+        with self._life:
+            if self._stopping:  # a signal came before the mount was up: end the loop at once
+                notifier.end_session()
+                log.info("mounted while stopping: ending at once")
+                return
+            self.refresher.start(notifier)
         log.info("mounted: entry/attr timeout %.0fs, negative lookups uncached", self.timeout)
 
-    def destroy(self, path: str) -> None:
+    def stop_serving(self) -> None:
+        """End the mount cleanly (from the signal thread, while the loop still serves requests).
+
+        The order is the point: first the threads beside the loop stop and the notifier closes (a
+        notification in flight completes, since the loop still answers the kernel), and only then
+        is libfuse's loop asked to end (``fuse_session_exit``). libfuse then closes the device and
+        frees the session with nothing of ours left to touch them. ``fuse_session_exit`` only sets
+        a flag, so the loop is woken by a request of our own (a statfs of the mount) until it ends.
+        """
+        with self._life:
+            if self._stopping:
+                return
+            self._stopping = True
+            self.refresher.stop()
+            if self.warmer is not None:
+                self.warmer.stop()
+            self.refresher.notifier.end_session()  # before init: init ends the loop itself
+        while self.mount is not None and not self._torn_down.wait(0.1):
+            with contextlib.suppress(OSError):  # not mounted yet, or already gone: nothing to wake
+                os.statvfs(self.mount)
+
+    def loop_ended(self) -> None:
+        """The FUSE loop has returned (destroy ran, or the mount never came up)."""
+        self._teardown()
+
+    def _teardown(self) -> None:
+        with self._life:
+            self._stopping = True
+            self.refresher.notifier.detach()
+            self._torn_down.set()
         self.refresher.stop()
         if self.warmer is not None:
             self.warmer.stop()
+
+    def destroy(self, path: str) -> None:
+        # Called by fuse_destroy after the device is closed and before the session is freed: from
+        # here on nothing may call into libfuse (KernelNotifier.detach waits for a call in flight).
+        self._teardown()
         log.info("unmounting; calls served: %s", dict(sorted(self.calls.items())) or "none")
 
     # ------------------------------------------------------------------ namespace

@@ -2,14 +2,24 @@
 
 Start-up order matters: settings and mount point are checked first (a clear error and exit 2,
 nothing mounted), then the read-only link root is made, then libfuse 3 is chosen and mfusepy
-imported, then the mount. SIGTERM, SIGINT and SIGHUP are handled by libfuse (it ends its loop and
-unmounts, lazily when busy); we then remove the link-root bind mount we made and exit 0.
+imported, then the mount.
+
+SIGTERM, SIGINT and SIGHUP are not left to libfuse: its handler ends the loop at once, and libfuse
+then closes the device and frees the session while our refresher thread may be sending the kernel
+a notification (``fuse: writing device: Bad file descriptor``, then SIGSEGV). Instead they are
+blocked in every thread and taken by one thread of ours (:class:`StopSignals`), which stops the
+threads beside the loop first and only then asks the loop to end
+(:meth:`~epochfs.fuse.operations.EpochOperations.stop_serving`). libfuse then unmounts (lazily
+when busy); we remove the link-root bind mount we made and exit 0.
 """
 
 from __future__ import annotations
 
 import logging
 import os
+import signal
+import threading
+from collections.abc import Callable
 from pathlib import Path
 
 from epochfs.fuse.libfuse import find_libfuse3
@@ -36,6 +46,50 @@ def cache_timeout(in_use_seconds: float) -> float:
     the epoch as in use; three chances per ``in_use_seconds`` window keep it pinned while read.
     """
     return max(MIN_TIMEOUT, min(MAX_TIMEOUT, in_use_seconds / 3.0))
+
+
+class StopSignals:
+    """Takes SIGTERM, SIGINT and SIGHUP away from libfuse for the life of the mount.
+
+    :meth:`__enter__` blocks them in the calling (main) thread before libfuse starts its threads,
+    so every thread inherits the block, and starts a thread that waits for them
+    (``sigtimedwait``) and calls ``on_signal`` once, off libfuse's signal path. :meth:`__exit__`
+    ends that thread, discards a signal that came during the teardown (we are stopping anyway)
+    and restores the mask.
+    """
+
+    SIGNALS = frozenset({signal.SIGTERM, signal.SIGINT, signal.SIGHUP})
+
+    def __init__(self, on_signal: Callable[[], None]) -> None:
+        self.on_signal = on_signal
+        self.received: int | None = None
+        self._done = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="epochfs-signals", daemon=True)
+        self._previous: set[int | signal.Signals] = set()
+
+    def __enter__(self) -> StopSignals:
+        self._previous = signal.pthread_sigmask(signal.SIG_BLOCK, self.SIGNALS)
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._done.set()
+        self._thread.join(timeout=5)
+        while signal.sigtimedwait(self.SIGNALS, 0) is not None:
+            pass
+        signal.pthread_sigmask(signal.SIG_SETMASK, self._previous)
+
+    def _run(self) -> None:
+        while not self._done.is_set():
+            info = signal.sigtimedwait(self.SIGNALS, 0.25)
+            if info is None or self.received is not None:
+                continue
+            self.received = info.si_signo
+            log.info("%s: stopping", signal.Signals(info.si_signo).name)
+            try:
+                self.on_signal()
+            except Exception:
+                log.exception("stopping the mount failed")
 
 
 def run_mount(*, cache: Path, mount: Path, link_root: Path | None = None, warm_files: int = 200_000) -> int:
@@ -70,27 +124,31 @@ def run_mount(*, cache: Path, mount: Path, link_root: Path | None = None, warm_f
 
         log.info("serving %s at %s (links into %s) with libfuse %d.%d from %s", cache, mount, link_root,
                  mfusepy.fuse_version_major, mfusepy.fuse_version_minor, libfuse)
-        try:
-            EpochFUSE(
-                ops,
-                str(mount),
-                raw_fi=True,
-                foreground=True,
-                allow_other=True,
-                default_permissions=True,
-                ro=True,
-                # libfuse splits options at commas: keep them out of the name shown by `mount`.
-                fsname="epochfs:" + str(cache).replace(",", "_").replace("\\", "_"),
-                subtype="epochfs",
-            )
-        except RuntimeError as e:
-            # libfuse reports the signal that ended its loop as a non-zero status; a failed mount
-            # leaves nothing mounted and is the only real error here.
-            if find_mount(mount) is None and not _was_mounted(ops):
-                log.error("mount failed at %s: %s", mount, e)
-                return 1
-            log.info("stopped by signal (libfuse status %s)", e)
-        ops.refresher.stop()
+        with StopSignals(ops.stop_serving) as signals:
+            try:
+                EpochFUSE(
+                    ops,
+                    str(mount),
+                    raw_fi=True,
+                    foreground=True,
+                    allow_other=True,
+                    default_permissions=True,
+                    ro=True,
+                    # libfuse splits options at commas: keep them out of the name shown by `mount`.
+                    fsname="epochfs:" + str(cache).replace(",", "_").replace("\\", "_"),
+                    subtype="epochfs",
+                )
+            except RuntimeError as e:
+                # A failed mount leaves nothing mounted and is the only real error here; a loop
+                # that ended otherwise (unmounted under us) is a stop.
+                if find_mount(mount) is None and not _was_mounted(ops):
+                    log.error("mount failed at %s: %s", mount, e)
+                    return 1
+                log.info("FUSE loop ended (libfuse status %s)", e)
+            finally:
+                ops.loop_ended()
+        if signals.received is None:
+            log.info("FUSE loop ended without a signal (unmounted from outside)")
         return 0
     finally:
         left = find_mount(mount)
