@@ -5,64 +5,44 @@ same blocks (hashlib and file writes release the GIL, so many downloads hash in 
 temp file is fsynced before it is handed back, so :meth:`Store.admit` only has to rename it.
 
 A download is verified against the size in the catalog (and the Content-Length) and, when the
-remote's ETag is a plain md5, against it. Transient failures (connection reset, timeout, truncated
-body, checksum mismatch, 5xx, SlowDown/throttling) are retried with exponential backoff and full
-jitter up to ``attempts`` times; anything else (404, 403, an object that changed size since the
-listing) is given up at once. Either way the caller skips the sample and sampling goes on; nothing
-partial or unverified ever leaves this module.
+remote's ETag is a plain md5, against it. What happens after a failure depends only on its kind
+(:mod:`epochfs.sidecar.remote_errors`; the remotes type their failures where they arise, and
+this module types its own: a size that differs from the listing is :class:`Changed`, a
+truncated body or an md5 mismatch :class:`Transient`):
+
+- not found, changed, denied (404, 403, a proxy's 407, an object whose size changed since the
+  listing, a TLS certificate that does not verify), or an error no rule knows: given up at once;
+- transient (truncated or garbled body, checksum mismatch, a TLS connection cut mid-body):
+  retried with exponential backoff and full jitter up to ``attempts`` times in all;
+- unavailable (connection refused or reset, timeout, 5xx, SlowDown/throttling): retried the same
+  way, and when given up on, marked :attr:`FetchResult.unavailable` so the sampler's outage
+  breaker counts it (several in a row: the remote is down, the keys are kept).
+
+Either way the caller skips the sample (unless the breaker keeps it) and sampling goes on;
+nothing partial or unverified ever leaves this module. A failure to write the node volume is not
+the remote's: it raises :class:`LocalWriteError`, which stops the sampler.
 """
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import hashlib
-import http.client
-import importlib
 import logging
 import os
 import random
-import socket
-import ssl
 import threading
 import time
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from epochfs.sidecar.metrics import process_metrics
 from epochfs.sidecar.ratelimit import RateLimiter
-from epochfs.sidecar.remote import BLOCK, Remote, RemoteHTTPError, plain_md5_etag
+from epochfs.sidecar.remote import BLOCK, Remote, plain_md5_etag
+from epochfs.sidecar.remote_errors import Changed, Kind, RemoteFailure, Transient, translate
 from epochfs.sidecar.store import Admission, Candidate, Store
 
 log = logging.getLogger("epochfs.download")
-
-TRANSIENT_CODES = frozenset(
-    {
-        "SlowDown",
-        "Throttling",
-        "ThrottlingException",
-        "RequestTimeout",
-        "RequestTimeTooSkewed",
-        "InternalError",
-        "ServiceUnavailable",
-        "503",
-        "500",
-        "502",
-        "504",
-        "RequestLimitExceeded",
-        "TooManyRequests",
-    }
-)
-
-
-class TransferError(Exception):
-    """A download that went wrong in a way worth retrying (truncated, corrupt)."""
-
-
-class ChangedError(Exception):
-    """The object is no longer what the catalog listed (size differs): not retried."""
 
 
 class LocalWriteError(Exception):
@@ -73,91 +53,26 @@ class Cancelled(Exception):
     """The sampler is stopping; the download was abandoned."""
 
 
-def _chain(exc: BaseException) -> Iterator[BaseException]:
-    seen: set[int] = set()
-    e: BaseException | None = exc
-    while e is not None and id(e) not in seen:
-        seen.add(id(e))
-        yield e
-        e = e.__cause__ or e.__context__
+def failure_kind(exc: BaseException) -> Kind:
+    """The one classifier: the kind of a failed attempt, which decides retry, skip or outage.
 
-
-def _optional(module: str) -> Any:
-    try:
-        return importlib.import_module(module)
-    except ImportError:  # pragma: no cover - botocore and aiohttp come with the sidecar extra
-        return None
-
-
-def _client_error(e: Any) -> tuple[int, str]:
-    """HTTP status and S3 error code of a botocore ClientError."""
-    response = e.response or {}
-    status = int(response.get("ResponseMetadata", {}).get("HTTPStatusCode", 0) or 0)
-    return status, str(response.get("Error", {}).get("Code", ""))
+    Remotes raise typed failures; a standard-library error from a remote that does not type its
+    own (a socket error, ``http.client``'s) is typed by the same rules. Anything else is a
+    failure of this one object that another try would not mend.
+    """
+    failure = translate(exc)
+    return type(failure) if failure is not None else RemoteFailure
 
 
 def is_transient(exc: BaseException) -> bool:
     """Whether a failed attempt is worth another try (network trouble, 5xx, throttling)."""
-    bce: Any = _optional("botocore.exceptions")
-    aiohttp: Any = _optional("aiohttp")
-    for e in _chain(exc):
-        if isinstance(e, (FileNotFoundError, PermissionError, ChangedError, LocalWriteError)):
-            return False
-        if isinstance(e, RemoteHTTPError):
-            return e.status >= 500 or e.status == 429
-        if isinstance(e, ssl.SSLCertVerificationError):
-            return False  # a configuration problem (CA bundle, endpoint), not a passing one
-        if isinstance(
-            e,
-            (TransferError, ConnectionError, TimeoutError, socket.timeout, asyncio.TimeoutError,
-             http.client.HTTPException, ssl.SSLError),
-        ):
-            # HTTPException: a truncated or garbled response (IncompleteRead, BadStatusLine...);
-            # SSLError: a TLS connection cut mid-body (SSLEOFError) on the presigned fast path.
-            return True
-        if bce is not None:
-            if isinstance(e, bce.ClientError):
-                status, code = _client_error(e)
-                return code in TRANSIENT_CODES or status >= 500 or status == 429
-            if isinstance(
-                e,
-                (bce.HTTPClientError, bce.EndpointConnectionError, bce.IncompleteReadError,
-                 bce.ConnectionError),
-            ):
-                return True
-        if aiohttp is not None and isinstance(e, aiohttp.ClientError):
-            if isinstance(e, aiohttp.ClientResponseError):
-                return e.status >= 500 or e.status == 429
-            return True
-        # FlexibleChecksumError: botocore's own check of the body against x-amz-checksum-*.
-        if type(e).__name__ in ("FSTimeoutError", "ResponseParserError", "FlexibleChecksumError"):
-            return True
-    return False
+    return failure_kind(exc).retry
 
 
 def is_unavailable(exc: BaseException) -> bool:
     """Whether a failure says the remote as a whole is unreachable or overloaded (connection
     refused/reset, timeout, 5xx, throttling), rather than that this one object is bad."""
-    bce: Any = _optional("botocore.exceptions")
-    aiohttp: Any = _optional("aiohttp")
-    for e in _chain(exc):
-        if isinstance(e, (TransferError, ChangedError, FileNotFoundError, PermissionError)):
-            return False
-        if isinstance(e, RemoteHTTPError):
-            return e.status >= 500 or e.status == 429
-        if isinstance(e, (ConnectionError, TimeoutError, socket.timeout, asyncio.TimeoutError)):
-            return True
-        if bce is not None:
-            if isinstance(e, bce.ClientError):
-                status, code = _client_error(e)
-                return status >= 500 or status == 429 or code in TRANSIENT_CODES
-            if isinstance(e, (bce.EndpointConnectionError, bce.ConnectTimeoutError, bce.ReadTimeoutError)):
-                return True
-        if aiohttp is not None and isinstance(
-            e, (aiohttp.ClientConnectorError, aiohttp.ServerDisconnectedError, aiohttp.ServerTimeoutError)
-        ):
-            return True
-    return False
+    return failure_kind(exc).outage
 
 
 @dataclass(frozen=True)
@@ -190,7 +105,7 @@ class FetchResult:
     attempts: int = 0
     cancelled: bool = False
     unavailable: bool = False
-    """Given up on errors that point at the remote as a whole (see :func:`is_unavailable`)."""
+    """Given up on failures that point at the remote as a whole (:class:`Unavailable`)."""
 
 
 class Downloader:
@@ -244,13 +159,14 @@ class Downloader:
                 raise
             except Exception as e:
                 reason = f"{type(e).__name__}: {e}".strip()
-                if not is_transient(e):
+                kind = failure_kind(e)
+                if not kind.retry:
                     metrics.remote_failed()
                     return FetchResult(cand, None, reason, attempt)
                 if attempt >= self.retry.attempts:
                     metrics.remote_failed()
                     return FetchResult(cand, None, f"gave up after {attempt} attempts: {reason}", attempt,
-                                       unavailable=is_unavailable(e))
+                                       unavailable=kind.outage)
                 metrics.remote_retried()
                 with self._lock:
                     self.retried += 1
@@ -264,7 +180,7 @@ class Downloader:
         reader = self.remote.open(cand.key, checksum=plain_md5_etag(cand.version) is None)
         try:
             if reader.size is not None and reader.size != cand.size:
-                raise ChangedError(f"size is {reader.size}, the listing said {cand.size}")
+                raise Changed(f"size is {reader.size}, the listing said {cand.size}")
             with self._lock:
                 self._temps.add(temp)
             try:
@@ -280,10 +196,10 @@ class Downloader:
             reader.close()
         try:
             if total != cand.size:
-                raise TransferError(f"got {total} bytes, expected {cand.size}")
+                raise Transient(f"got {total} bytes, expected {cand.size}")
             expected = plain_md5_etag(reader.etag) or plain_md5_etag(cand.version)
             if expected is not None and expected != md5:
-                raise TransferError(f"md5 {md5} does not match the ETag {expected}")
+                raise Transient(f"md5 {md5} does not match the ETag {expected}")
         except BaseException:
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(temp)
@@ -350,12 +266,11 @@ class Downloader:
 
 __all__ = [
     "Cancelled",
-    "ChangedError",
     "Downloader",
     "FetchResult",
     "LocalWriteError",
     "RetryPolicy",
-    "TransferError",
+    "failure_kind",
     "is_transient",
     "is_unavailable",
 ]

@@ -16,6 +16,11 @@ downloader use:
 
 Version tags: the S3 ETag, the GCS generation (or ETag), ``mtime_ns`` for files, and the HTTP
 ETag/Last-Modified or the index's version column.
+
+Failures: each remote raises the typed failures of :mod:`epochfs.sidecar.remote_errors` (not
+found, changed, denied, transient, unavailable) from ``open`` and from its reader's ``read``,
+translated from its library's exceptions where they arise; :class:`RemoteError` says that the
+remote cannot be used at all.
 """
 
 from __future__ import annotations
@@ -30,7 +35,16 @@ from functools import partial
 from typing import Any, BinaryIO, Protocol
 from urllib.parse import quote, urlparse
 
-from epochfs.sidecar.httpget import DEFAULT_RECV_BUFFER, GetPool, HTTPStatusError, ProxyError
+from epochfs.sidecar.httpget import DEFAULT_RECV_BUFFER, GetPool, HTTPStatusError, Response
+from epochfs.sidecar.remote_errors import (
+    RemoteError,
+    RemoteFailure,
+    Translated,
+    aiohttp_kind,
+    botocore_kind,
+    fast_path_failure,
+    s3_answer,
+)
 
 log = logging.getLogger("epochfs.remote")
 
@@ -38,16 +52,12 @@ BLOCK = 1 << 20
 """Bytes handed from the network to the writer at a time (hashing and writing release the GIL)."""
 
 
-class RemoteError(Exception):
-    """A remote that cannot be used at all (missing library, unreachable, bad URL)."""
+RemoteHTTPError = RemoteFailure
+"""The former name of a failure with an HTTP status: every :class:`RemoteFailure` has ``status``."""
 
-
-class RemoteHTTPError(Exception):
-    """An HTTP error status for one object (the message never holds a presigned URL)."""
-
-    def __init__(self, status: int, message: str) -> None:
-        super().__init__(message)
-        self.status = status
+_BOTOCORE = Translated(botocore_kind)
+_OS = Translated()  # the standard library's errors only: files, the presigned fast path's sockets
+_FSSPEC = Translated(aiohttp_kind)
 
 
 @dataclass(frozen=True)
@@ -60,7 +70,8 @@ class RemoteObject:
 
 
 class Reader(Protocol):
-    """An open remote object: ``read(n)`` returns up to n bytes, ``b""`` at the end.
+    """An open remote object: ``read(n)`` returns up to n bytes, ``b""`` at the end; a failure
+    is raised as a :class:`~epochfs.sidecar.remote_errors.RemoteFailure`.
 
     Readers may also offer ``readinto(buffer) -> int`` (0 at the end); the downloader then reads
     into one reused buffer per thread instead of getting a new ``bytes`` per block.
@@ -87,7 +98,8 @@ class Remote(Protocol):
 
     def open(self, key: str, *, checksum: bool = False) -> Reader:
         """Open ``key`` for reading; ``checksum`` asks the remote to verify the body with a
-        checksum of its own when it has one (used when the ETag is not a plain md5)."""
+        checksum of its own when it has one (used when the ETag is not a plain md5). Raises a
+        :class:`~epochfs.sidecar.remote_errors.RemoteFailure` saying what went wrong."""
         ...
 
     def close(self) -> None: ...
@@ -116,17 +128,39 @@ class _BotoReader:
     def read(self, n: int) -> bytes:
         parts: list[bytes] = []
         got = 0
-        while got < n:
-            chunk: bytes = self._body.read(n - got)
-            if not chunk:
-                break
-            parts.append(chunk)
-            got += len(chunk)
+        with _BOTOCORE:
+            while got < n:
+                chunk: bytes = self._body.read(n - got)
+                if not chunk:
+                    break
+                parts.append(chunk)
+                got += len(chunk)
         return parts[0] if len(parts) == 1 else b"".join(parts)
 
     def close(self) -> None:
         with contextlib.suppress(Exception):
             self._body.close()
+
+
+class _FastReader:
+    """A presigned GET's body (:class:`epochfs.sidecar.httpget.Response`), read into the
+    downloader's buffer; the socket's, TLS's and ``http.client``'s errors come out typed."""
+
+    def __init__(self, response: Response) -> None:
+        self._response = response
+        self.size = response.size
+        self.etag = response.etag
+
+    def readinto(self, buf: memoryview) -> int:
+        with _OS:
+            return self._response.readinto(buf)
+
+    def read(self, n: int) -> bytes:
+        with _OS:
+            return self._response.read(n)
+
+    def close(self) -> None:
+        self._response.close()
 
 
 class _Fallback(Exception):
@@ -257,24 +291,24 @@ class S3Remote:
         kwargs: dict[str, Any] = {"Bucket": self.bucket, "Key": self._full_key(key)}
         refused: _Fallback | None = None
         if self._fast and not checksum:
-            url = self._client.generate_presigned_url("get_object", Params=kwargs, ExpiresIn=900)
+            with _BOTOCORE:
+                url = self._client.generate_presigned_url("get_object", Params=kwargs, ExpiresIn=900)
             try:
-                return self._gets.get(url)
-            except ProxyError as e:  # 407, or a tunnel the proxy refused: not S3's answer
-                raise RemoteHTTPError(e.status, f"{key}: {e}") from None
-            except HTTPStatusError as e:
-                text = e.body[:2000].decode("utf-8", "replace")
-                code = text.split("<Code>", 1)[1].split("</Code>", 1)[0] if "<Code>" in text else ""
-                why = f"HTTP {e.status} {code or e.reason}".strip()
-                if e.status == 404:
-                    raise FileNotFoundError(f"{key}: {why}") from None
-                if e.status not in (301, 307, 400, 403):
-                    raise RemoteHTTPError(e.status, f"{key}: {why}") from None
-                refused = _Fallback(why)  # botocore retries it (and redirects, or reports it)
+                return _FastReader(self._gets.get(url))
+            except Exception as e:
+                if isinstance(e, HTTPStatusError) and e.status in (301, 307, 400, 403):
+                    # botocore tries it again (and redirects, or reports it).
+                    refused = _Fallback(s3_answer(e)[1])
+                else:
+                    failure = fast_path_failure(e, key=key)
+                    if failure is None:
+                        raise
+                    raise failure from e
         if checksum:
             # botocore then checks the body against the object's x-amz-checksum-* (if stored).
             kwargs["ChecksumMode"] = "ENABLED"
-        response = self._client.get_object(**kwargs)
+        with _BOTOCORE:
+            response = self._client.get_object(**kwargs)
         if refused is not None and self._fast:
             # botocore got what the presigned URL was refused: stop using the fast path.
             log.warning("S3 presigned GETs refused (%s); using botocore for every GET", refused)
@@ -295,10 +329,12 @@ class _FileReader:
         self.etag: str | None = None
 
     def read(self, n: int) -> bytes:
-        return self._f.read(n)
+        with _OS:
+            return self._f.read(n)
 
     def readinto(self, buf: memoryview) -> int:
-        n: int | None = self._f.readinto(buf)  # type: ignore[attr-defined]  # a raw FileIO
+        with _OS:
+            n: int | None = self._f.readinto(buf)  # type: ignore[attr-defined]  # a raw FileIO
         return n or 0
 
     def close(self) -> None:
@@ -345,7 +381,8 @@ class FileRemote:
             yield RemoteObject(key, st.st_size, f"mtime:{st.st_mtime_ns}")
 
     def open(self, key: str, *, checksum: bool = False) -> Reader:
-        return _FileReader(open(os.path.join(self.root, os.fsencode(key)), "rb", buffering=0))
+        with _OS:  # ENOENT: not found; EACCES: denied; other errors (EIO) pass through
+            return _FileReader(open(os.path.join(self.root, os.fsencode(key)), "rb", buffering=0))
 
     def close(self) -> None:
         pass
@@ -362,11 +399,12 @@ class _HTTPReader:
 
     def read(self, n: int) -> bytes:
         out = bytearray()
-        while len(out) < n:
-            chunk = self._f.read(n - len(out))
-            if not chunk:
-                break
-            out += chunk
+        with _FSSPEC:
+            while len(out) < n:
+                chunk = self._f.read(n - len(out))
+                if not chunk:
+                    break
+                out += chunk
         return bytes(out)
 
     def close(self) -> None:
@@ -438,7 +476,8 @@ class HTTPRemote:
         return RemoteObject(key, int(info.get("size") or 0), version)
 
     def open(self, key: str, *, checksum: bool = False) -> Reader:
-        return _HTTPReader(self._fs.open(self._object_url(key), "rb", block_size=0))
+        with _FSSPEC:
+            return _HTTPReader(self._fs.open(self._object_url(key), "rb", block_size=0))
 
     def close(self) -> None:
         pass
@@ -468,7 +507,8 @@ class FsspecRemote:
                 yield RemoteObject(key, int(info.get("size") or 0), version)
 
     def open(self, key: str, *, checksum: bool = False) -> Reader:
-        f = self._fs.open(f"{self.root}/{key}", "rb", block_size=BLOCK, cache_type="none")
+        with _FSSPEC:
+            f = self._fs.open(f"{self.root}/{key}", "rb", block_size=BLOCK, cache_type="none")
         reader = _HTTPReader(f)
         reader.size = getattr(f, "size", None)
         return reader
@@ -514,6 +554,7 @@ __all__ = [
     "Reader",
     "Remote",
     "RemoteError",
+    "RemoteFailure",
     "RemoteHTTPError",
     "RemoteObject",
     "S3Remote",

@@ -6,9 +6,13 @@ Faults are planned per object path, one per attempt, so a test knows exactly wha
 - ``reset-body``: headers and half the body are sent, then the connection is reset;
 - ``truncate``: headers with the full Content-Length, half the body, then a clean close;
 - ``stall``: headers and half the body, then silence until the proxy stops (or 60 s);
+- ``garbage``: bytes that are not an HTTP response, then a clean close;
 - ``503``: an S3 ``SlowDown`` error with status 503;
 - ``500``: an S3 ``InternalError`` with status 500;
+- ``429``: a ``TooManyRequests`` error with status 429 (throttling as some S3-compatible stores say it);
 - ``404``: an S3 ``NoSuchKey`` error (the object vanished after the listing);
+- ``403``: an S3 ``AccessDenied`` error (on a presigned GET the sampler then tries botocore, which
+  takes the next fault of the plan);
 - ``corrupt``: the full body with one byte flipped (same length, so only a checksum catches it);
 - ``ok``: forwarded untouched.
 
@@ -25,12 +29,15 @@ from collections import defaultdict
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import urlsplit
 
-FAULTS = ("reset", "reset-body", "truncate", "stall", "503", "500", "404", "corrupt", "ok")
+FAULTS = ("reset", "reset-body", "truncate", "stall", "garbage", "503", "500", "429", "404", "403",
+          "corrupt", "ok")
 
 _ERRORS = {
     "503": (503, "SlowDown", "Please reduce your request rate."),
     "500": (500, "InternalError", "We encountered an internal error. Please try again."),
+    "429": (429, "TooManyRequests", "Please reduce your request rate."),
     "404": (404, "NoSuchKey", "The specified key does not exist."),
+    "403": (403, "AccessDenied", "Access Denied"),
 }
 
 
@@ -142,6 +149,12 @@ class _Handler(BaseHTTPRequestHandler):
         fault = self.owner.next_fault(path)
         if fault == "reset":
             self._reset()
+            return
+        if fault == "garbage":
+            self.wfile.write(b"\x16\x03\x01 this is not HTTP\r\n\r\n")
+            self.wfile.flush()
+            self.connection.shutdown(socket.SHUT_RDWR)
+            self.close_connection = True
             return
         if fault in _ERRORS:
             status, code, message = _ERRORS[fault]

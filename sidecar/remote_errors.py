@@ -1,0 +1,304 @@
+"""What a failed fetch says about another try: the typed failures of the remote layer.
+
+Each remote translates its library's exceptions into one of these kinds where they arise (in
+``open`` and in its reader's ``read``), so the downloader decides from the kind alone and never
+looks inside another library's exceptions:
+
+============  =========================================================  ============================
+kind          raised for                                                 the downloader
+============  =========================================================  ============================
+NotFound      404, ``NoSuchKey``, ENOENT: gone since the listing         skips it at once
+Changed       not what the listing said (its size differs)               skips it at once
+Denied        403, 407, EACCES, other 4xx, a TLS certificate that fails  skips it at once
+Transient     truncated or garbled body, checksum mismatch, TLS cut      retries; then skips it
+Unavailable   connection refused/reset, timeout, 5xx, throttling         retries; then counts it
+                                                                         toward an outage
+============  =========================================================  ============================
+
+An exception no rule knows (a bug, an unusual ``OSError`` such as EIO) is left as it is; the
+downloader skips the object without retrying, as it always did. :class:`RemoteError` is apart: a
+remote that cannot be used at all (bad URL, missing library, listing refused) stops the command.
+
+One translation per library, each a *rule* naming the kind of one exception, run by
+:func:`translate` over the exception and its causes in a single walk: the standard library's
+(sockets, ``http.client``, ``ssl``, files) for every remote, :func:`botocore_kind` for S3
+through botocore, :func:`aiohttp_kind` for fsspec's ``http(s)://`` and ``gs://``, and
+:func:`fast_path_failure` for S3's presigned GETs (:mod:`epochfs.sidecar.httpget`), whose error
+document is read with :mod:`xml.etree`. The rules reproduce the downloader's behaviour before the
+failures were typed, case by case (tests/test_remote_errors.py holds the table), including two
+quirks kept on purpose: an ``http(s)://`` remote's 5xx is retried but not counted toward an
+outage, and botocore's ``SSLError`` (even a certificate that fails) is retried.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import http.client
+import ssl
+import xml.etree.ElementTree as ElementTree
+from collections.abc import Callable, Iterator
+from typing import Any, ClassVar
+
+from epochfs.sidecar.httpget import HTTPStatusError, ProxyError
+
+
+class RemoteError(Exception):
+    """A remote that cannot be used at all (missing library, unreachable, bad URL)."""
+
+
+class RemoteFailure(Exception):
+    """One object could not be fetched. The class says whether another try may work
+    (``retry``) and whether the failure is the remote's as a whole (``outage``); ``status`` is
+    the HTTP status when the remote answered with one."""
+
+    retry: ClassVar[bool] = False
+    outage: ClassVar[bool] = False
+
+    def __init__(self, message: str, *, status: int | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+class NotFound(RemoteFailure):
+    """The object is gone (404, ``NoSuchKey``, ENOENT): another try finds nothing either."""
+
+
+class Changed(RemoteFailure):
+    """The object is not what the listing said (its size differs): the listing is stale for it."""
+
+
+class Denied(RemoteFailure):
+    """The remote, or the way to it, will not serve this request as made (403, a proxy's 407,
+    EACCES, a TLS certificate that does not verify, any other 4xx): a configuration problem,
+    which another try would meet again."""
+
+
+class Transient(RemoteFailure):
+    """Worth another try: a truncated or garbled response, a checksum mismatch, a TLS
+    connection cut mid-body. Given up on, it says nothing about the remote as a whole."""
+
+    retry = True
+
+
+class Unavailable(Transient):
+    """Worth another try, and a sign that the remote as a whole is down or overloaded
+    (connection refused or reset, a timeout, 5xx, throttling): objects given up on this way in a
+    row make the sampler pause and keep their keys (the outage breaker)."""
+
+    outage = True
+
+
+Kind = type[RemoteFailure]
+Rule = Callable[[BaseException], "Kind | None"]
+"""A library's translation: the kind one exception stands for, or None when it does not know it."""
+
+
+def stdlib_kind(e: BaseException) -> Kind | None:
+    """The kind of a standard-library error (sockets, ``http.client``, ``ssl``, files), or of a
+    failure already typed further down a chain."""
+    if isinstance(e, RemoteFailure):
+        return type(e)
+    if isinstance(e, FileNotFoundError):
+        return NotFound
+    if isinstance(e, (PermissionError, ssl.SSLCertVerificationError)):
+        return Denied  # a certificate that fails is a configuration problem, not a passing one
+    if isinstance(e, (ConnectionError, TimeoutError, asyncio.TimeoutError)):
+        return Unavailable  # refused, reset, aborted (also socket.timeout, fsspec's FSTimeoutError)
+    if isinstance(e, (http.client.HTTPException, ssl.SSLError)):
+        # A truncated or garbled response (IncompleteRead, BadStatusLine...); a TLS connection
+        # cut mid-body (SSLEOFError). RemoteDisconnected is a ConnectionResetError: above.
+        return Transient
+    return None
+
+
+def _chain(exc: BaseException) -> Iterator[BaseException]:
+    """``exc`` and the exceptions it was raised from or while handling, outermost first."""
+    seen: set[int] = set()
+    e: BaseException | None = exc
+    while e is not None and id(e) not in seen:
+        seen.add(id(e))
+        yield e
+        e = e.__cause__ or e.__context__
+
+
+def _link_kind(e: BaseException, rule: Rule | None) -> Kind | None:
+    """The standard library's verdict first; the library's own rule for what it does not know,
+    or to tell that an error of both kinds (aiohttp's TLS handshake error) is an outage."""
+    found = stdlib_kind(e)
+    own = rule(e) if rule is not None else None
+    if found is None:
+        return own
+    if found is Transient and own is not None and issubclass(own, Unavailable):
+        return Unavailable
+    return found
+
+
+def translate(exc: BaseException, rule: Rule | None = None, *, what: str = "") -> RemoteFailure | None:
+    """The typed failure ``exc`` stands for, or None when no rule knows it (leave it as it is).
+
+    One walk down the chain of causes: the outermost exception that a rule knows gives the kind.
+    When that kind is :class:`Transient`, the causes below it may still show an outage: a
+    botocore or aiohttp wrapper around a connection reset or a timeout is :class:`Unavailable`,
+    one around a truncated body is not. ``what`` (the key) starts the message when given.
+    """
+    if isinstance(exc, RemoteFailure):
+        return exc
+    kind: Kind | None = None
+    for link in _chain(exc):
+        found = _link_kind(link, rule)
+        if found is None:
+            continue
+        if kind is None:
+            kind = found
+            if kind is not Transient:
+                break
+        elif issubclass(found, Unavailable):
+            kind = Unavailable
+            break
+        elif not issubclass(found, Transient):
+            break  # a cause that is not about the connection: no outage
+    if kind is None:
+        return None
+    prefix = f"{what}: " if what else ""
+    failure = kind(f"{prefix}{type(exc).__name__}: {exc}".rstrip(": "))
+    failure.__cause__ = exc
+    return failure
+
+
+class Translated:
+    """A context manager that re-raises a library's exception as its typed failure, where it
+    arises (``with Translated(botocore_kind): body.read(n)``); an exception no rule knows, and
+    one already typed, pass through unchanged. Reusable and thread-safe: it holds only the rule."""
+
+    __slots__ = ("rule",)
+
+    def __init__(self, rule: Rule | None = None) -> None:
+        self.rule = rule
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, _type: object, exc: BaseException | None, _tb: object) -> None:
+        if not isinstance(exc, Exception) or isinstance(exc, RemoteFailure):
+            return
+        failure = translate(exc, self.rule)
+        if failure is not None:
+            raise failure from exc
+
+
+# ---------------------------------------------------------------------------- HTTP and S3
+S3_RETRY_CODES = frozenset({
+    "SlowDown", "Throttling", "ThrottlingException", "RequestLimitExceeded", "TooManyRequests",
+    "RequestTimeout", "RequestTimeTooSkewed", "InternalError", "ServiceUnavailable",
+    "500", "502", "503", "504",  # botocore's code when the error had no body
+})
+"""S3 error codes worth another try whatever their status (throttling answers 400 on some stores)."""
+
+
+def status_kind(status: int) -> Kind:
+    """The kind of an HTTP error status of one object: 5xx and 429 are the remote's."""
+    if status >= 500 or status == 429:
+        return Unavailable
+    return NotFound if status == 404 else Denied
+
+
+def s3_kind(status: int, code: str) -> Kind:
+    """The kind of an S3 error answer, from its status and its error code."""
+    if code in S3_RETRY_CODES:
+        return Unavailable
+    if code == "NoSuchKey":
+        return NotFound
+    return status_kind(status)
+
+
+def s3_error_code(document: bytes) -> str:
+    """The ``<Code>`` of an S3 error document (``<Error><Code>SlowDown</Code>...</Error>``), or
+    "" when there is none (an empty body, a proxy's HTML page, a document cut short)."""
+    try:
+        root = ElementTree.fromstring(document)
+    except ElementTree.ParseError:
+        return ""
+    for child in root:
+        if child.tag.rpartition("}")[2] == "Code":  # with or without an XML namespace
+            return (child.text or "").strip()
+    return ""
+
+
+def s3_answer(e: HTTPStatusError) -> tuple[str, str]:
+    """The error code of an S3 error answer and a short description (``HTTP 503 SlowDown``)."""
+    code = s3_error_code(e.body)
+    return code, f"HTTP {e.status} {code or e.reason}".strip()
+
+
+def fast_path_failure(exc: BaseException, *, key: str) -> RemoteFailure | None:
+    """The typed failure of a presigned GET (:mod:`epochfs.sidecar.httpget`), or None: S3's
+    error answer (status and ``<Code>``), a proxy's refusal by its status, else the socket's,
+    TLS's or ``http.client``'s error. The message names the key, never the presigned URL."""
+    if isinstance(exc, ProxyError):  # 407, or a tunnel the proxy refused: not S3's answer
+        return status_kind(exc.status)(f"{key}: {exc}", status=exc.status)
+    if isinstance(exc, HTTPStatusError):
+        code, why = s3_answer(exc)
+        return s3_kind(exc.status, code)(f"{key}: {why}", status=exc.status)
+    return translate(exc)
+
+
+def botocore_kind(e: BaseException) -> Kind | None:
+    """The kind of a botocore exception: S3's error answers by status and code, transport
+    errors as retried (an outage when the connection could not be made or timed out, or, seen
+    by :func:`translate`, when a reset lies under them)."""
+    from botocore import exceptions as bce
+    from botocore.parsers import ResponseParserError
+
+    if isinstance(e, bce.ClientError):
+        response: dict[str, Any] = dict(e.response or {})
+        status = int(response.get("ResponseMetadata", {}).get("HTTPStatusCode", 0) or 0)
+        return s3_kind(status, str(response.get("Error", {}).get("Code", "")))
+    if isinstance(e, (bce.EndpointConnectionError, bce.ConnectTimeoutError, bce.ReadTimeoutError)):
+        return Unavailable
+    if isinstance(e, (bce.HTTPClientError, bce.ConnectionError, bce.IncompleteReadError,
+                      bce.FlexibleChecksumError, ResponseParserError)):
+        # FlexibleChecksumError: botocore's own check of the body against x-amz-checksum-*.
+        return Transient
+    return None
+
+
+def aiohttp_kind(e: BaseException) -> Kind | None:
+    """The kind of an aiohttp exception (fsspec's ``http(s)://``, gcsfs). A 5xx answer is
+    retried but not counted toward an outage, as before failures were typed; fsspec already
+    turns a 404, and a connection it cannot make, into FileNotFoundError."""
+    try:
+        import aiohttp
+    except ImportError:  # pragma: no cover - aiohttp comes with the sidecar extra
+        return None
+    if isinstance(e, aiohttp.ClientResponseError):
+        return Transient if e.status >= 500 or e.status == 429 else status_kind(e.status)
+    if isinstance(e, (aiohttp.ClientConnectorError, aiohttp.ServerDisconnectedError,
+                      aiohttp.ServerTimeoutError)):
+        return Unavailable
+    if isinstance(e, aiohttp.ClientError):
+        return Transient
+    return None
+
+
+__all__ = [
+    "S3_RETRY_CODES",
+    "Changed",
+    "Denied",
+    "Kind",
+    "NotFound",
+    "RemoteError",
+    "RemoteFailure",
+    "Rule",
+    "Transient",
+    "Translated",
+    "Unavailable",
+    "aiohttp_kind",
+    "botocore_kind",
+    "fast_path_failure",
+    "s3_answer",
+    "s3_error_code",
+    "s3_kind",
+    "status_kind",
+    "stdlib_kind",
+    "translate",
+]
