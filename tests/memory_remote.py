@@ -2,8 +2,16 @@
 milliseconds (mountpoint-s3's in-memory and failure-injecting clients are the model).
 
 It speaks the :class:`epochfs.sidecar.remote.Remote` protocol: ``list`` in key order, ``open`` with
-the md5 ETag of each body. ``fail(key, *errors)`` makes the next opens of a key raise those errors
-in turn; ``down`` makes every open raise ConnectionRefusedError (a remote outage) until cleared.
+the md5 ETag of each body, and failures typed as a real remote types them
+(:mod:`epochfs.sidecar.remote_errors`):
+
+- ``fail(key, *errors)`` makes the next opens of a key raise those errors in turn: typed failures
+  (``Unavailable(...)``, ``NotFound(...)``...) as they are, a standard-library error
+  (``ConnectionResetError``, ``FileNotFoundError``) typed where it arises, as ``file://`` does;
+- ``damage(key, *faults)`` makes the next opens of a key serve a damaged body in turn:
+  ``"truncate"`` (half of it, the full size announced) or ``"corrupt"`` (one byte flipped);
+- ``objects[key] = body`` after the listing changes the object behind the catalog's back;
+- ``down`` makes every open raise :class:`Unavailable` (connection refused: an outage) until cleared.
 """
 
 from __future__ import annotations
@@ -13,13 +21,16 @@ import threading
 from collections.abc import Iterator
 
 from epochfs.sidecar.remote import RemoteObject
+from epochfs.sidecar.remote_errors import NotFound, Translated, Unavailable
+
+DAMAGE = ("truncate", "corrupt")
 
 
 class MemoryReader:
-    def __init__(self, body: bytes, etag: str) -> None:
+    def __init__(self, body: bytes, etag: str, *, size: int | None = None) -> None:
         self._body = memoryview(body)
         self._pos = 0
-        self.size: int | None = len(body)
+        self.size: int | None = len(body) if size is None else size
         self.etag: str | None = etag
 
     def read(self, n: int) -> bytes:
@@ -42,11 +53,19 @@ class MemoryRemote:
         self.down = threading.Event()
         self.opens: dict[str, int] = {}
         self._failures: dict[str, list[BaseException]] = {}
+        self._damage: dict[str, list[str]] = {}
         self._lock = threading.Lock()
 
     def fail(self, key: str, *errors: BaseException) -> None:
         with self._lock:
             self._failures.setdefault(key, []).extend(errors)
+
+    def damage(self, key: str, *faults: str) -> None:
+        unknown = set(faults) - set(DAMAGE)
+        if unknown:
+            raise ValueError(f"unknown damage {sorted(unknown)} (known: {DAMAGE})")
+        with self._lock:
+            self._damage.setdefault(key, []).extend(faults)
 
     def list(self) -> Iterator[RemoteObject]:
         for key in sorted(self.objects, key=lambda k: k.encode()):
@@ -58,14 +77,24 @@ class MemoryRemote:
             self.opens[key] = self.opens.get(key, 0) + 1
             queued = self._failures.get(key)
             error = queued.pop(0) if queued else None
+            damaged = self._damage.get(key)
+            fault = damaged.pop(0) if damaged else None
         if self.down.is_set():
-            raise ConnectionRefusedError(111, "Connection refused (the remote is down)")
+            raise Unavailable(f"{key}: ConnectionRefusedError: Connection refused (the remote is down)")
         if error is not None:
-            raise error
+            with Translated():  # a standard-library error is typed here, as a real remote does
+                raise error
         if key not in self.objects:
-            raise FileNotFoundError(key)
+            raise NotFound(f"{key}: no such object")
         body = self.objects[key]
-        return MemoryReader(body, hashlib.md5(body).hexdigest())
+        etag = hashlib.md5(body).hexdigest()
+        if fault == "truncate":
+            return MemoryReader(body[:len(body) // 2], etag, size=len(body))
+        if fault == "corrupt":
+            flipped = bytearray(body)
+            flipped[len(flipped) // 2] ^= 0xFF
+            return MemoryReader(bytes(flipped), etag)
+        return MemoryReader(body, etag)
 
     def close(self) -> None:
         pass

@@ -1,11 +1,12 @@
 """The sampler's parts in-process over an in-memory remote: fetch order, outages, retries,
-backpressure, admission. No server, no subprocess: each test runs in about a second."""
+backpressure, admission, and what each kind of remote failure leads to. No server, no subprocess:
+each test runs in about a second."""
 
 from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -17,6 +18,7 @@ from store_helpers import sample_checksums, sid_of
 from epochfs.sidecar import config, keyorder
 from epochfs.sidecar.catalog import build_catalog
 from epochfs.sidecar.config import SamplerSettings
+from epochfs.sidecar.remote_errors import Changed, Denied, NotFound, Transient, Unavailable
 from epochfs.sidecar.sampler import Sampler
 from epochfs.sidecar.sampler.breaker import OutageBreaker
 from epochfs.sidecar.sampler.order import FetchOrder
@@ -34,13 +36,17 @@ def settings_for(cache: Path, *extra: str) -> SamplerSettings:
 
 @contextmanager
 def sampling(cache: Path, remote: MemoryRemote, settings: SamplerSettings,
-             breaker: OutageBreaker | None = None) -> Iterator[tuple[Store, Sampler]]:
-    """The sampler's loop on a thread, as ``epochfs sample`` runs it after listing."""
+             breaker: OutageBreaker | None = None,
+             after_listing: Callable[[], None] | None = None) -> Iterator[tuple[Store, Sampler]]:
+    """The sampler's loop on a thread, as ``epochfs sample`` runs it after listing
+    (``after_listing`` changes the remote between the two)."""
     store = Store(cache, create=True)
     store.configure(Policy(capacity=settings.capacity, keep_epochs=settings.keep_epochs,
                            min_samples=settings.min_samples, headroom=settings.headroom))
     build_catalog(store, remote, seed=settings.seed, shard_index=0, shard_count=1,
                   object_limit=settings.object_limit)
+    if after_listing is not None:
+        after_listing()
     stop = threading.Event()
     sampler = Sampler(store=store, remote=remote, settings=settings, stop=stop, breaker=breaker)
     errors: list[BaseException] = []
@@ -87,6 +93,83 @@ def test_a_transient_failure_is_retried_and_a_missing_object_skipped(tmp_path: P
         assert sampler.downloader.retried == 1
         assert store.stats().skipped_total == 1
     assert remote.opens["train/0003.bin"] == 2 and remote.opens["train/0007.bin"] == 1
+
+
+def test_failures_not_worth_another_try_are_skipped_at_once(tmp_path: Path) -> None:
+    """Not found, denied, changed since the listing, or an error no rule knows: one attempt each,
+    skipped, and none of them counts toward an outage."""
+    objects = objects_of(12)
+    keys = sorted(objects)
+    remote = MemoryRemote(objects)
+    remote.fail(keys[0], NotFound(f"{keys[0]}: HTTP 404 NoSuchKey"))
+    remote.fail(keys[1], Denied(f"{keys[1]}: HTTP 403 AccessDenied", status=403))
+    remote.fail(keys[2], PermissionError(13, "Permission denied"))  # typed at the remote: denied
+    remote.fail(keys[3], Changed(f"{keys[3]}: not the listed version"))
+    remote.fail(keys[4], ValueError("a failure no rule knows"))
+    breaker = OutageBreaker(after=1, pause=(30.0, 30.0))  # any outage would stall the test
+
+    def replace_one() -> None:
+        remote.objects[keys[5]] += b"longer since the listing"  # the downloader: changed
+
+    settings = settings_for(tmp_path / "cache", "--retries", "5")
+    with sampling(tmp_path / "cache", remote, settings, breaker,
+                  after_listing=replace_one) as (store, sampler):
+        wait_until(lambda: store.stats().samples == 6 and store.stats().skipped_total == 6, timeout=20,
+                   what="six admitted, six skipped")
+        assert sampler.downloader.retried == 0
+        assert not breaker.open
+    assert [remote.opens[k] for k in keys[:6]] == [1] * 6, "one attempt each"
+    with Store(tmp_path / "cache") as store:
+        assert {key for key, _, _ in sample_checksums(store)} == set(keys[6:])
+
+
+def test_failures_worth_another_try_are_retried_then_admitted(tmp_path: Path) -> None:
+    """Typed by the remote (transient, unavailable) or by the downloader's own checks (a truncated
+    body, a corrupt one): retried, then admitted with the right bytes."""
+    objects = objects_of(10, 4096)
+    keys = sorted(objects)
+    remote = MemoryRemote(objects)
+    remote.fail(keys[0], Transient(f"{keys[0]}: BadStatusLine: garbage"))
+    remote.fail(keys[1], Unavailable(f"{keys[1]}: HTTP 503 SlowDown", status=503))
+    remote.fail(keys[2], TimeoutError("timed out"))  # typed at the remote: unavailable
+    remote.damage(keys[3], "truncate")
+    remote.damage(keys[4], "corrupt", "truncate")
+    settings = settings_for(tmp_path / "cache", "--retries", "3")
+    with sampling(tmp_path / "cache", remote, settings) as (store, sampler):
+        wait_until(lambda: store.stats().samples == 10, timeout=20, what="every object admitted")
+        assert sampler.downloader.retried == 6
+        assert store.stats().skipped_total == 0
+        got = {key: path.read_bytes() for key, _, path in sample_checksums(store)}
+    assert got == objects, "only verified bytes are admitted"
+    assert [remote.opens[k] for k in keys[:5]] == [2, 2, 2, 2, 3]
+
+
+def test_only_unavailable_failures_given_up_count_toward_an_outage(tmp_path: Path) -> None:
+    """Both are retried; given up on, a transient failure is skipped like a bad object, while an
+    unavailable one counts toward an outage: here one is enough, so its key is kept, fetched again
+    after the pause and admitted."""
+    objects = objects_of(6)
+    keys = sorted(objects)
+    remote = MemoryRemote(objects)
+    remote.fail(keys[0], *[Transient(f"{keys[0]}: IncompleteRead")] * 2)
+    remote.fail(keys[1], *[Unavailable(f"{keys[1]}: ConnectionResetError")] * 2)
+    breaker = OutageBreaker(after=1, pause=(0.5, 0.5))
+    opened = False
+
+    def done(store: Store) -> bool:
+        nonlocal opened
+        opened = opened or breaker.open
+        return store.stats().samples == 5
+
+    settings = settings_for(tmp_path / "cache", "--retries", "2", "--concurrency", "1")
+    with sampling(tmp_path / "cache", remote, settings, breaker) as (store, _):
+        wait_until(lambda: done(store), timeout=20, what="all but the transient one admitted")
+        assert store.stats().skipped_total == 1
+    assert opened, "the unavailable key opened the breaker"
+    assert not breaker.open, "the key fetched after the pause closed it again"
+    assert remote.opens[keys[0]] == 2 and remote.opens[keys[1]] == 3
+    with Store(tmp_path / "cache") as store:
+        assert {key for key, _, _ in sample_checksums(store)} == set(keys[1:])
 
 
 def test_an_outage_keeps_the_keys_and_sampling_resumes(tmp_path: Path) -> None:
