@@ -1,4 +1,8 @@
-"""Faults from the remote (through tests/faultproxy.py): retried or skipped, never stored corrupt."""
+"""Faults from the remote (through tests/faultproxy.py): retried or skipped, never stored corrupt.
+
+What each fault is typed as, backend by backend, is in tests/test_remote_errors.py; here the whole
+sampler shows the outcome: transient and unavailable failures retried, not found and denied ones
+skipped at once, an outage paused through."""
 
 from __future__ import annotations
 
@@ -41,6 +45,8 @@ def test_transient_faults_are_retried(s3: S3Server, proxy: FaultProxy, tmp_path:
         keys[5]: ["500"],
         keys[6]: ["corrupt"],
         keys[7]: ["reset", "truncate", "503", "corrupt"],  # four failures, the fifth attempt works
+        keys[8]: ["garbage"],  # not an HTTP response
+        keys[9]: ["429", "429"],  # throttled
     }
     for key, faults in plans.items():
         proxy.set_plan(f"/bkt/{key}", faults)
@@ -67,22 +73,29 @@ def test_persistent_faults_are_skipped_after_bounded_attempts(
     proxy.set_plan(f"/bkt/{keys[1]}", ["corrupt"] * 10)
     proxy.set_plan(f"/bkt/{keys[2]}", ["truncate"] * 10)
     proxy.set_plan(f"/bkt/{keys[3]}", ["404"])
+    proxy.set_plan(f"/bkt/{keys[4]}", ["403"] * 10)
     cache = tmp_path / "cache"
     with running_sampler(cache, "s3://bkt", "--endpoint-url", proxy.endpoint, "--retries", "3",
                          env=s3_env(s3.endpoint) | FAST) as sp:
-        wait_until(lambda: sp.stats()["samples"] == len(objects) - 4
-                   and sp.stats()["skipped_total"] == 4, what="the rest fetched, four skipped")
+        wait_until(lambda: sp.stats()["samples"] == len(objects) - 5
+                   and sp.stats()["skipped_total"] == 5, what="the rest fetched, five skipped")
         log = sp.log_text()
-    assert sample_keys(cache) == set(keys[4:])
+    assert sample_keys(cache) == set(keys[5:])
     for key in keys[:3]:
         assert proxy.gets[f"/bkt/{key}"] == 3, f"{key}: attempts are bounded by --retries"
         assert f"skipping '{key}': gave up after 3 attempts" in log
     assert proxy.gets[f"/bkt/{keys[3]}"] == 1, "a missing object is not retried"
+    assert f"skipping '{keys[3]}': NotFound: {keys[3]}: HTTP 404 NoSuchKey" in log
+    # Denied: the presigned GET's 403 goes to botocore (another signature might be accepted),
+    # whose 403 is final: one attempt of two GETs, not retried.
+    assert proxy.gets[f"/bkt/{keys[4]}"] == 2, "an object access is denied to is not retried"
+    assert f"skipping '{keys[4]}': Denied: " in log and "AccessDenied" in log
+    assert "presigned GETs refused" not in log, "botocore was refused too: the fast path stays"
     assert "X-Amz-Signature" not in log, "signed URLs are never logged"
     verify_cache(cache, objects)
     with Store(cache) as store:
         skipped = {c.key for _, c in store.candidates(after_rank=None, limit=100)}
-        assert not skipped & set(keys[:4]), "skipped keys are not fetched again in this cache"
+        assert not skipped & set(keys[:5]), "skipped keys are not fetched again in this cache"
 
 
 def test_refused_presigned_gets_fall_back_to_signed_requests(
