@@ -80,7 +80,7 @@ class Reporter(Protocol):
     def start(self) -> None: ...
     def close(self, *, flush: bool = True) -> None: ...
     def on_cut(self, epoch: int, samples: int) -> None: ...
-    def on_backpressure(self, on: bool) -> None: ...
+    def on_backpressure(self, on: bool, reason: str | None = None) -> None: ...
     def on_remote_errors(self, n: int) -> None: ...
     def on_remount(self) -> None: ...
     def update_status(self, stats: Mapping[str, Any]) -> None: ...
@@ -103,7 +103,7 @@ class DisabledReporter:
     def on_cut(self, epoch: int, samples: int) -> None:
         pass
 
-    def on_backpressure(self, on: bool) -> None:
+    def on_backpressure(self, on: bool, reason: str | None = None) -> None:
         pass
 
     def on_remote_errors(self, n: int) -> None:
@@ -236,13 +236,16 @@ class KubeReporter:
         """An epoch was cut: a Normal ``EpochCut`` Event (aggregated: count and latest message)."""
         self._record(REASON_CUT, "Normal", f"cut epoch {int(epoch)} with {int(samples)} samples")
 
-    def on_backpressure(self, on: bool) -> None:
+    def on_backpressure(self, on: bool, reason: str | None = None) -> None:
         """The sampler's backpressure state; an Event when it starts and when it ends."""
         with self._lock:
             if bool(on) == self._backpressure:
                 return
             self._backpressure = bool(on)
-        if on:
+        if on and reason == "disk full":
+            self._record(REASON_BACKPRESSURE_ON, "Warning",
+                         "the cache's filesystem is full: sampling paused, keys kept, until space returns")
+        elif on:
             self._record(REASON_BACKPRESSURE_ON, "Warning",
                          "cache full and nothing evictable (live epochs pin it): sampling paused "
                          "until an epoch retires")
@@ -523,6 +526,7 @@ def status_summary(stats: Mapping[str, Any]) -> dict[str, Any]:
         "capacityBytes": cap,
         "occupancy": round(used / cap, 3) if cap else 0.0,
         "backpressure": bool(stats.get("backpressure")),
+        "backpressureReason": stats.get("backpressure_reason"),
     }
 
 

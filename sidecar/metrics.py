@@ -63,7 +63,8 @@ STORE_GAUGES = {
     "epochfs_epoch_bytes": "Bytes in the newest epoch.",
     "epochfs_epochs_live": "Epochs currently visible.",
     "epochfs_pending_cuts": "Cut requests waiting for their condition.",
-    "epochfs_backpressure": "1 while sampling is paused because nothing is evictable, else 0.",
+    "epochfs_backpressure": "1 while sampling is paused (nothing evictable, or the disk is full), else 0.",
+    "epochfs_disk_full": "1 while sampling is paused because the cache's filesystem is full, else 0.",
 }
 
 
@@ -254,6 +255,7 @@ class StoreCollector:
             "epochfs_epochs_live": len(stats.epochs),
             "epochfs_pending_cuts": len(stats.pending_cuts),
             "epochfs_backpressure": 1 if stats.backpressure else 0,
+            "epochfs_disk_full": 1 if stats.backpressure_reason == "disk full" else 0,
         }
         for name, gauge_value in gauges.items():
             if gauge_value is not None:

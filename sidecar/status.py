@@ -106,7 +106,7 @@ def render(stats: dict[str, Any], rate_values: dict[str, float] | None = None) -
         )
     lines.append(
         f"errors: {stats['skipped_total']} object(s) skipped (failed after retries or refused)"
-        + ("  backpressure: YES (cache full, nothing evictable; sampling paused)"
+        + (f"  backpressure: YES ({stats.get('backpressure_reason') or 'cache full'}; sampling paused)"
            if stats["backpressure"] else "  backpressure: no")
     )
     if rate_values:

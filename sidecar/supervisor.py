@@ -382,7 +382,7 @@ class Supervisor:
             self._safe(rep.on_cut, stats.latest_epoch, int(stats.epochs[-1]["samples"]))
         if stats.backpressure != self._seen.get("backpressure", False):
             self._seen["backpressure"] = stats.backpressure
-            self._safe(rep.on_backpressure, stats.backpressure)
+            self._safe(rep.on_backpressure, stats.backpressure, stats.backpressure_reason)
         previous = self._seen.setdefault("skipped", stats.skipped_total)  # count from our start
         if stats.skipped_total > previous:
             self._seen["skipped"] = stats.skipped_total

@@ -149,7 +149,7 @@ def test_store_collector_reads_persisted_counters_and_gauges(store: Store) -> No
     assert values[("epochfs_epoch_latest", ())] == 1
     assert values[("epochfs_epoch_samples", ())] == s.epochs[-1]["samples"] == 3
     assert values[("epochfs_backpressure", ())] == 0
-    store.set_backpressure(True)
+    store.set_backpressure("cache full")
     assert samples_of(reg)[("epochfs_backpressure", ())] == 1
 
 
@@ -399,7 +399,7 @@ def test_status_rates_render_and_watch(store: Store) -> None:
         put(store, f"train/{i}.bin", 100)
     store.cut()
     store.count_skip(2)
-    store.set_backpressure(True)
+    store.set_backpressure("cache full")
     store.set_meta(Meta.SIDECAR_TOTALS, json.dumps({"served_samples_total": 7, "served_bytes_total": 700}))
     doc = status.read_stats(cache=store.root, mount=None)
     assert doc["served_samples_total"] == 7 and doc["cache_bytes"] == 300

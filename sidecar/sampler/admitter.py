@@ -28,10 +28,14 @@ ADMIT_BATCH = 512
 class Admitter:
     """One thread admitting verified downloads through the sampler's reservations."""
 
-    def __init__(self, *, reservations: Reservations, on_batch: Callable[[list[Admission]], None]) -> None:
+    def __init__(self, *, reservations: Reservations, on_batch: Callable[[list[Admission]], None],
+                 on_failure: Callable[[list[Admission], BaseException], bool] | None = None) -> None:
         self.reservations = reservations
         self.on_batch = on_batch
         """Called after each admitted batch (rates, queued cuts); its errors are logged only."""
+        self.on_failure = on_failure
+        """Called when a batch could not be admitted (its temp files already removed and its
+        reservations released); True when the failure is handled (a full disk), False to stop."""
         self.fatal: BaseException | None = None
         """The error that stopped admissions (the node volume failed): the loop raises it."""
         self._q: queue.Queue[Admission | None] = queue.Queue()
@@ -95,13 +99,15 @@ class Admitter:
             try:
                 self.reservations.admit(batch)
             except BaseException as e:
-                if isinstance(e, OSError):
-                    e = LocalWriteError(f"admitting {len(batch)} sample(s): {e}")
-                self.fatal = self.fatal or e
                 for a in batch:
                     with contextlib.suppress(FileNotFoundError):
                         os.unlink(a.temp)
                     self.reservations.release(a.size)
+                if self.on_failure is not None and isinstance(e, Exception) and self.on_failure(batch, e):
+                    continue
+                if isinstance(e, OSError):
+                    e = LocalWriteError(f"admitting {len(batch)} sample(s): {e}")
+                self.fatal = self.fatal or e
                 return
             finally:
                 with self._lock:

@@ -59,6 +59,13 @@ class OutageBreaker:
                 return cand
         return None
 
+    def keep(self, cand: Candidate) -> None:
+        """Keep ``cand`` to fetch again first (its download could not finish for a reason of the
+        node's, such as a full disk)."""
+        if cand.key not in self._kept_keys:
+            self._kept.append(cand)
+            self._kept_keys.add(cand.key)
+
     def failed(self, cand: Candidate, error: str | None) -> bool:
         """A remote-wide failure of ``cand``; True when the key is kept (the remote is down), False
         when it is to be skipped like any bad object."""

@@ -14,20 +14,26 @@ are admitted, temp files are removed and reservations released.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 import os
 import queue
 import threading
 import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
 
 from epochfs.sidecar.config import SamplerSettings, format_size
-from epochfs.sidecar.download import Downloader, FetchResult, RetryPolicy
+from epochfs.sidecar.download import Downloader, FetchResult, LocalWriteError, RetryPolicy
 from epochfs.sidecar.metrics import process_metrics
 from epochfs.sidecar.ratelimit import RateLimiter
 from epochfs.sidecar.remote import Remote
 from epochfs.sidecar.reservations import Reservations
 from epochfs.sidecar.sampler.admitter import Admitter
 from epochfs.sidecar.sampler.breaker import OutageBreaker
+from epochfs.sidecar.sampler.diskspace import DiskSpace, is_disk_full
 from epochfs.sidecar.sampler.order import FetchOrder
 from epochfs.sidecar.sampler.progress import Rates
 from epochfs.sidecar.store import Admission, Candidate, Store
@@ -39,6 +45,16 @@ POLL = 0.2
 STOP_GRACE = 2.0
 """Seconds the stop waits for in-flight downloads before abandoning them (the supervisor allows
 the sampler 5 s to exit before it kills it)."""
+CACHE_FULL = "cache full"
+DISK_FULL = "disk full"
+
+
+@dataclass(frozen=True)
+class _DiskFull:
+    """A download or admission of ``candidate`` that found the node volume full."""
+
+    candidate: Candidate
+    error: BaseException
 
 
 class Sampler:
@@ -67,13 +83,16 @@ class Sampler:
             rate=RateLimiter(rate=settings.max_rate) if settings.max_rate else None,
         )
         self.breaker = breaker or OutageBreaker()
-        self.admitter = Admitter(reservations=self.reservations, on_batch=self._admitted)
+        self.disk = DiskSpace(Path(settings.cache), settings.capacity)
+        self.admitter = Admitter(reservations=self.reservations, on_batch=self._admitted,
+                                 on_failure=self._admit_failed)
         self.order = FetchOrder(store=store, schedule_mode=settings.schedule is not None,
                                 busy=self._busy, inflight=lambda: len(self._inflight))
         self._tasks: queue.Queue[Candidate | None] = queue.Queue()
-        self._results: queue.Queue[FetchResult | BaseException] = queue.Queue()
+        self._results: queue.Queue[FetchResult | _DiskFull | BaseException] = queue.Queue()
         self._inflight: dict[str, Candidate] = {}
-        self._backpressure = False
+        self._backpressure: str | None = None
+        self._recorded_capacity = settings.capacity
         self._fatal: BaseException | None = None
         self._last_cut = time.monotonic()
         self._samples_at_cut = -1
@@ -92,7 +111,9 @@ class Sampler:
                 return
             try:
                 self._results.put(self.downloader.fetch(cand))
-            except BaseException as e:  # LocalWriteError or a bug: the loop stops on it
+            except LocalWriteError as e:
+                self._results.put(_DiskFull(cand, e) if is_disk_full(e) else e)
+            except BaseException as e:  # another node-volume failure or a bug: the loop stops on it
                 self._results.put(e)
 
     def _busy(self, key: str) -> bool:
@@ -108,9 +129,10 @@ class Sampler:
         Evicting for the next window could take samples of the window before it that were
         fetched ahead of their cut and are not in an epoch yet.
         """
-        capacity = self.settings.capacity
-        if self.order.lookahead and (
-                self.store.cache_bytes() + self.reservations.reserved + cand.size > capacity):
+        used = self.store.cache_bytes() + self.reservations.reserved
+        capacity = self.disk.effective_capacity(used)
+        self._record_capacity(capacity)
+        if self.order.lookahead and used + cand.size > capacity:
             return False
         return self.reservations.reserve(cand.size, capacity=capacity)
 
@@ -146,9 +168,9 @@ class Sampler:
             if not self._reserve(cand):
                 # Full with downloads of our own is not backpressure: they will land.
                 if not self._inflight and not self.admitter.busy():
-                    self._set_backpressure(True)
+                    self._set_backpressure(DISK_FULL if self.disk.limited else CACHE_FULL)
                 return cand
-            self._set_backpressure(False)
+            self._set_backpressure(None)
             self._inflight[cand.key] = cand
             self._tasks.put(cand)
         return None
@@ -166,9 +188,15 @@ class Sampler:
             except queue.Empty:
                 return
 
-    def _handle(self, item: FetchResult | BaseException) -> None:
+    def _handle(self, item: FetchResult | _DiskFull | BaseException) -> None:
         if isinstance(item, BaseException):
             self._fatal = self._fatal or item
+            return
+        if isinstance(item, _DiskFull):
+            if self._inflight.pop(item.candidate.key, None) is not None:
+                self.reservations.release(item.candidate.size)
+            self.breaker.keep(item.candidate)  # fetched again once there is room
+            self.disk.filled(item.error)
             return
         cand = item.candidate
         self._inflight.pop(cand.key, None)
@@ -185,8 +213,36 @@ class Sampler:
         else:
             self.breaker.succeeded()
         log.warning("skipping %r: %s", cand.key, item.error)
-        self.store.mark_skipped(cand.key)
+        self._write(lambda: self.store.mark_skipped(cand.key))
         self.rates.skipped += 1
+
+    def _record_capacity(self, capacity: int) -> None:
+        """Tell the store when the disk bounds the cache below --capacity (or stops doing so), so
+        that epochs are cut to the budget that really exists and status shows it."""
+        if abs(capacity - self._recorded_capacity) <= self._recorded_capacity // 100:
+            return
+        self._recorded_capacity = capacity
+        policy = dataclasses.replace(self.settings.policy(), capacity=max(1, capacity))
+        self._write(lambda: self.store.configure(policy))
+
+    def _write(self, fn: Callable[[], Any]) -> Any:
+        """A store write from the loop: a full disk pauses sampling instead of ending it."""
+        try:
+            return fn()
+        except Exception as e:
+            if not is_disk_full(e):
+                raise
+            self.disk.filled(e)
+            return None
+
+    def _admit_failed(self, batch: list[Admission], error: BaseException) -> bool:
+        """The admitter could not commit ``batch`` (its files are gone, reservations released): a
+        full disk keeps the keys for later; anything else stops the sampler."""
+        if not is_disk_full(error):
+            return False
+        for a in batch:
+            self._results.put(_DiskFull(Candidate(a.key, a.sid, a.size, a.version), error))
+        return True
 
     def _admitted(self, batch: list[Admission]) -> None:
         """After each admitted batch (on the admitter's thread): rates, then queued cuts."""
@@ -203,17 +259,17 @@ class Sampler:
             process_metrics().cut_waited(waited)
             self._last_cut = time.monotonic()
 
-    def _set_backpressure(self, on: bool) -> None:
-        if on == self._backpressure:
+    def _set_backpressure(self, reason: str | None) -> None:
+        if reason == self._backpressure:
             return
-        self._backpressure = on
-        self.store.set_backpressure(on)
-        if on:
+        self._backpressure = reason
+        self._write(lambda: self.store.set_backpressure(reason))
+        if reason == CACHE_FULL:
             stats = self.store.stats()
             log.warning("backpressure: cache full (%s of %s) and nothing evictable; "
                         "waiting for a cut or an epoch to retire",
                         format_size(stats.cache_bytes), format_size(stats.capacity_bytes))
-        else:
+        elif reason is None:
             log.info("backpressure cleared")
 
     def _tick(self, pending: Candidate | None) -> None:
@@ -226,14 +282,14 @@ class Sampler:
             # pushing the oldest pinned epoch out is what frees room.
             if (self.rates.samples != self._samples_at_cut or self._backpressure
                     or self.store.newest_epoch() is None):
-                n = self.store.cut()
+                n = self._write(self.store.cut)
                 if n is not None:
                     self._samples_at_cut = self.rates.samples
                     log.info("cut epoch %d (every %.0fs)", n, interval)
         if not self._inflight:
-            self._serve_cuts()
+            self._write(self._serve_cuts)
         if now - self.rates.last_time >= self.progress_every:
-            self.reservations.publish()
+            self._write(self.reservations.publish)
             state = "backpressure" if self._backpressure else ("idle" if not self._inflight else "fetching")
             self.rates.log_progress(now, state=state, inflight=len(self._inflight),
                                     retried=self.downloader.retried, stats=self.store.stats())
@@ -252,8 +308,11 @@ class Sampler:
             if isinstance(item, BaseException):
                 self._fatal = self._fatal or item
                 continue
-            self._inflight.pop(item.candidate.key, None)
-            if item.admission is not None:
+            was_inflight = self._inflight.pop(item.candidate.key, None) is not None
+            if isinstance(item, _DiskFull):
+                if was_inflight:  # the admitter released its own
+                    self.reservations.release(item.candidate.size)
+            elif item.admission is not None:
                 self.admitter.hand_over(item.admission)
             else:
                 self.reservations.release(item.candidate.size)
@@ -268,4 +327,4 @@ class Sampler:
             self._inflight.clear()
             with contextlib.suppress(Exception):
                 self.reservations.publish()
-                self.store.set_backpressure(False)
+                self.store.set_backpressure(None)

@@ -146,27 +146,34 @@ class Store:
             return
         self.files.install(items)
         now = time.time()
-        with self._ix.write() as db:
-            for a in items:
-                db.execute(
-                    "INSERT INTO samples(sid, key, path, size, checksum, version, admitted_at) "
-                    "VALUES(?,?,?,?,?,?,?)",
-                    (a.sid, a.key, a.key, a.size, a.checksum, a.version, now),
-                )
-            total = sum(a.size for a in items)
-            self._ix.bump("fetched_total", len(items))
-            self._ix.bump("cache_samples", len(items))
-            self._ix.bump("cache_bytes", total)
-            self._ix.bump("fetched_bytes_total", total)
-            if inflight_bytes is not None:
-                self._ix.put(Meta.INFLIGHT_BYTES, str(inflight_bytes))
+        try:
+            with self._ix.write() as db:
+                for a in items:
+                    db.execute(
+                        "INSERT INTO samples(sid, key, path, size, checksum, version, admitted_at) "
+                        "VALUES(?,?,?,?,?,?,?)",
+                        (a.sid, a.key, a.key, a.size, a.checksum, a.version, now),
+                    )
+                total = sum(a.size for a in items)
+                self._ix.bump("fetched_total", len(items))
+                self._ix.bump("cache_samples", len(items))
+                self._ix.bump("cache_bytes", total)
+                self._ix.bump("fetched_bytes_total", total)
+                if inflight_bytes is not None:
+                    self._ix.put(Meta.INFLIGHT_BYTES, str(inflight_bytes))
+        except BaseException:
+            # Nothing references them: give their room back now rather than at the next recovery
+            # (the commit failing is most often a full disk).
+            self.files.remove(a.sid for a in items)
+            raise
 
     def evict(self, need: int) -> int:
         """Evict the oldest unpinned samples until ``need`` bytes are free; returns bytes freed."""
         return eviction.evict(self._ix, self.files, self.policy(), need)
 
-    def set_backpressure(self, on: bool) -> None:
-        self.set_meta(Meta.BACKPRESSURE, "1" if on else "0")
+    def set_backpressure(self, reason: str | None) -> None:
+        """Sampling paused, and why ("cache full", "disk full"); None when it goes on."""
+        self.set_meta(Meta.BACKPRESSURE, reason or "")
 
     # ------------------------------------------------------------------ epochs
     def cut_ready(self, n: int) -> bool:

@@ -11,12 +11,19 @@ requests, and the supervisor's readiness all ask it.
 
 from __future__ import annotations
 
+import logging
 import sqlite3
 import time
 
 from epochfs.sidecar.store.index import Index
 from epochfs.sidecar.store.objects import object_name
 from epochfs.sidecar.store.records import EpochInfo, FileEntry, Policy
+
+log = logging.getLogger("epochfs.store")
+
+
+def _disk_full(e: sqlite3.OperationalError) -> bool:
+    return getattr(e, "sqlite_errorcode", None) == sqlite3.SQLITE_FULL or "disk is full" in str(e)
 
 
 def window(db: sqlite3.Connection, policy: Policy, n: int) -> tuple[int, int]:
@@ -159,15 +166,23 @@ def request_cut(ix: Index, policy: Policy, n: int) -> bool:
             return False
         ready = condition_holds(db, policy, n)
         queued = db.execute("SELECT 1 FROM cut_requests WHERE n=?", (n,)).fetchone() is not None
-    if ready:
-        try:
-            if cut(ix, policy, n) is not None:
-                return True
-        except ValueError:
-            return False
-    if not queued:
-        with ix.write() as db:
-            db.execute("INSERT OR IGNORE INTO cut_requests(n, requested_at) VALUES(?, ?)", (n, time.time()))
+    try:
+        if ready:
+            try:
+                if cut(ix, policy, n) is not None:
+                    return True
+            except ValueError:
+                return False
+        if not queued:
+            with ix.write() as db:
+                db.execute("INSERT OR IGNORE INTO cut_requests(n, requested_at) VALUES(?, ?)",
+                           (n, time.time()))
+    except sqlite3.OperationalError as e:
+        if not _disk_full(e):
+            raise
+        # The index cannot grow: the epoch is not there yet (ENOENT, asked again later), which a
+        # reader survives; an error here would reach it as EIO.
+        log.warning("cannot cut epoch %d now: %s", n, e)
     return False
 
 
@@ -243,6 +258,14 @@ def files(ix: Index, n: int) -> list[FileEntry]:
 
 
 def record_read(ix: Index, n: int, *, now: float | None = None) -> None:
-    """Note that epoch ``n`` is being read, which keeps it pinned for ``in_use_seconds``."""
-    with ix.write() as db:
-        db.execute("UPDATE epochs SET last_read=? WHERE n=?", (time.time() if now is None else now, n))
+    """Note that epoch ``n`` is being read, which keeps it pinned for ``in_use_seconds``.
+
+    Best effort on a full disk: the epoch stays pinned by its last record (and by being among the
+    newest), and the reader must not see an error for a bookkeeping write."""
+    try:
+        with ix.write() as db:
+            db.execute("UPDATE epochs SET last_read=? WHERE n=?", (time.time() if now is None else now, n))
+    except sqlite3.OperationalError as e:
+        if not _disk_full(e):
+            raise
+        log.warning("cannot record a read of epoch %d now: %s", n, e)

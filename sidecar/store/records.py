@@ -67,7 +67,7 @@ class Policy:
     """Complete samples needed before an epoch can be cut."""
     headroom: float = 0.25
     """Share of the capacity kept out of epochs so that sampling can go on while epochs are pinned."""
-    in_use_seconds: float = 30.0
+    in_use_seconds: float = 600.0
     """An epoch read within this many seconds stays pinned even when it is not among the newest."""
     schedule: Schedule | None = None
     """Schedule mode when set; snapshot mode otherwise."""
@@ -159,6 +159,7 @@ class Stats:
     samples: int
     inflight_bytes: int
     backpressure: bool
+    """Sampling is paused: see ``backpressure_reason``."""
     catalog_objects: int
     pending_cuts: list[int]
     epochs: list[dict[str, Any]]
@@ -170,6 +171,9 @@ class Stats:
     cuts_total: int = 0
     latest_epoch: int | None = None
     mode: str = "snapshot"
+    backpressure_reason: str | None = None
+    """"cache full" (nothing evictable: live epochs pin it) or "disk full" (the node volume has no
+    room, whatever the budget says); None while sampling goes on."""
     time: float = field(default_factory=time.time)
 
     def to_json(self) -> dict[str, object]:

@@ -12,7 +12,8 @@ def read_stats(ix: Index, policy: Policy) -> Stats:
         samples, nbytes = db.execute("SELECT COUNT(*), COALESCE(SUM(size), 0) FROM samples").fetchone()
         counters = dict(db.execute("SELECT name, value FROM counters").fetchall())
         inflight = int(ix.get(Meta.INFLIGHT_BYTES) or 0)
-        backpressure = ix.get(Meta.BACKPRESSURE) == "1"
+        # "1" was written by epochfs before the reason was recorded.
+        reason = {"0": "", "1": "cache full"}.get(ix.get(Meta.BACKPRESSURE) or "", ix.get(Meta.BACKPRESSURE))
         catalog = int(ix.get(Meta.CATALOG_OBJECTS) or 0)
         pending = [int(r[0]) for r in db.execute("SELECT n FROM cut_requests ORDER BY n")]
         epochs = [
@@ -27,7 +28,8 @@ def read_stats(ix: Index, policy: Policy) -> Stats:
         capacity_bytes=policy.capacity,
         samples=int(samples),
         inflight_bytes=inflight,
-        backpressure=backpressure,
+        backpressure=bool(reason),
+        backpressure_reason=reason or None,
         catalog_objects=catalog,
         pending_cuts=pending,
         epochs=epochs,

@@ -1,0 +1,98 @@
+"""The node volume's free space: the capacity the sampler can really use, and disk-full episodes.
+
+``--capacity`` is a budget, not a promise that the volume has that much room: another tenant of
+the disk, the index and its write-ahead log, or a budget larger than the filesystem can all leave
+less. So the sampler plans with the *effective* capacity, ``min(--capacity, cached + reserved +
+free - margin)``, read from ``statvfs`` at most once a second, which makes eviction start before
+the disk is full and lets sampling resume by itself when space comes back. If a write fails with
+ENOSPC anyway (someone else filled the disk, or the index grew), the sampler keeps the key and
+measures again at once: the smaller room makes it evict or, when nothing is evictable, pause with
+"disk full" in status, metrics and an Event, until the free space comes back. It never crashes,
+and readers of existing epochs never notice.
+"""
+
+from __future__ import annotations
+
+import errno
+import logging
+import os
+import sqlite3
+import time
+from pathlib import Path
+
+log = logging.getLogger("epochfs.sampler")
+
+MARGIN_MAX = 64 * 1024 * 1024
+"""Free bytes kept for the index, its write-ahead log and the filesystem itself (at most)..."""
+MARGIN_SHARE = 0.10
+"""...or this share of the filesystem, when it is small..."""
+MARGIN_MIN = 8 * 1024 * 1024
+"""...but never less: SQLite's write-ahead log alone grows to about 4 MiB between checkpoints."""
+CHECK_EVERY = 1.0
+"""Seconds between statvfs calls."""
+
+
+def is_disk_full(exc: BaseException) -> bool:
+    """ENOSPC / EDQUOT anywhere in the chain, or SQLite's "database or disk is full"."""
+    seen: set[int] = set()
+    e: BaseException | None = exc
+    while e is not None and id(e) not in seen:
+        seen.add(id(e))
+        if isinstance(e, OSError) and e.errno in (errno.ENOSPC, errno.EDQUOT):
+            return True
+        if isinstance(e, sqlite3.OperationalError) and (
+                getattr(e, "sqlite_errorcode", None) == sqlite3.SQLITE_FULL or "disk is full" in str(e)):
+            return True
+        e = e.__cause__ or e.__context__
+    return False
+
+
+class DiskSpace:
+    """Free space of the filesystem that holds the cache, and the capacity it allows."""
+
+    def __init__(self, cache: Path, capacity: int) -> None:
+        self.cache = cache
+        self.capacity = capacity
+        st = os.statvfs(cache)
+        self.fs_bytes = st.f_blocks * st.f_frsize
+        self.margin = max(MARGIN_MIN, min(MARGIN_MAX, int(self.fs_bytes * MARGIN_SHARE)))
+        self._free = st.f_bavail * st.f_frsize
+        self._checked = time.monotonic()
+        self._room: int | None = None
+        self._warned = False
+        self.limited = False
+        """The last effective capacity was below ``--capacity``: the disk, not the budget, bounds
+        the cache (a pause now is "disk full", not "cache full")."""
+
+    def free(self) -> int:
+        now = time.monotonic()
+        if now - self._checked >= CHECK_EVERY:
+            st = os.statvfs(self.cache)
+            self._free = st.f_bavail * st.f_frsize
+            self._checked = now
+        return self._free
+
+    def effective_capacity(self, used: int) -> int:
+        """The budget the sampler can fill; ``used`` is its cached plus reserved bytes.
+
+        ``used + free`` is taken at one moment (samples admitted since fill the disk as they grow
+        ``used``, so the sum holds between two checks); what the index and other files take shows
+        as less free space at the next check."""
+        checked = self._checked
+        free = self.free()
+        if self._room is None or self._checked != checked:
+            self._room = used + free - self.margin
+        room = self._room
+        self.limited = room < self.capacity
+        if self.limited and not self._warned:
+            self._warned = True
+            log.warning("--capacity %d bytes is more than the cache's filesystem can hold now (%d used, "
+                        "%d free, %d kept free): sampling within %d bytes while that lasts",
+                        self.capacity, used, free, self.margin, max(0, room))
+        return max(0, min(self.capacity, room))
+
+    def filled(self, error: BaseException) -> None:
+        """A write hit a full disk: measure again before the next reservation."""
+        log.warning("the cache's filesystem is full (%s): key kept, budget measured again", error)
+        self._checked = 0.0
+        self._warned = False

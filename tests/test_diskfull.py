@@ -1,0 +1,131 @@
+"""A full node volume pauses sampling; it never crashes the sampler, loses keys or breaks readers.
+
+The cache lives on a small tmpfs of its own (a real filesystem that answers ENOSPC), the remote is
+in memory, and the sampler's loop runs in-process.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import os
+import sqlite3
+import subprocess
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from conftest import wait_until
+from memory_remote import MemoryReader, MemoryRemote
+from store_helpers import sample_checksums
+from test_sampler_inprocess import objects_of, sampling, settings_for
+
+from epochfs.sidecar.store import Store
+
+pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="mounts a tmpfs")
+
+
+@contextlib.contextmanager
+def small_volume(path: Path, size: str) -> Iterator[Path]:
+    path.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(path)], check=True)
+    try:
+        yield path
+    finally:
+        subprocess.run(["umount", "-l", str(path)], check=False)
+
+
+def fill(volume: Path, *, leave: int) -> Path:
+    """Write a filler file until only about ``leave`` bytes are free."""
+    filler = volume / "filler"
+    with open(filler, "wb") as f:
+        while True:
+            st = os.statvfs(volume)
+            free = st.f_bavail * st.f_frsize
+            if free <= leave:
+                break
+            try:
+                f.write(b"\0" * min(1 << 20, free - leave))
+                f.flush()
+            except OSError as e:
+                assert e.errno == errno.ENOSPC
+                break
+    return filler
+
+
+class GatedRemote(MemoryRemote):
+    """Opens wait for ``gate``: downloads can be held in flight while the disk is filled."""
+
+    def __init__(self, objects: dict[str, bytes]) -> None:
+        super().__init__(objects)
+        self.gate = threading.Event()
+        self.waiting = 0
+
+    def open(self, key: str, *, checksum: bool = False) -> MemoryReader:
+        self.waiting += 1
+        assert self.gate.wait(30), "gate never opened"
+        return super().open(key, checksum=checksum)
+
+
+def test_a_full_disk_pauses_sampling_keeps_every_key_and_resumes(tmp_path: Path) -> None:
+    objects = objects_of(40, 128 * 1024)
+    remote = GatedRemote(objects)
+    with small_volume(tmp_path / "vol", "32m") as vol:
+        cache = vol / "cache"
+        settings = settings_for(cache, "--capacity", "6Mi", "--concurrency", "4")
+        with sampling(cache, remote, settings) as (store, sampler):
+            wait_until(lambda: remote.waiting >= 4, what="downloads in flight")
+            filler = fill(vol, leave=16 * 1024)
+            remote.gate.set()
+            wait_until(lambda: store.stats().backpressure_reason == "disk full", timeout=20,
+                       what="disk full in the status")
+            assert store.stats().skipped_total == 0, "keys are kept, not skipped"
+            assert sampler.disk.limited
+            filler.unlink()
+            wait_until(lambda: store.stats().samples == 40, timeout=30, what="every object, space back")
+            assert store.stats().backpressure_reason is None
+            got = {key: path.read_bytes() for key, _, path in sample_checksums(store)}
+        assert got == objects
+        assert not list((cache / "tmp").iterdir())
+
+
+def test_a_budget_larger_than_the_filesystem_is_clamped_to_it(tmp_path: Path) -> None:
+    """--capacity 1Gi on a 32 MiB volume: sampling stops at what the volume holds ("disk full": the
+    disk, not the budget, bounds it), and a cut lets it turn over instead of crash-looping."""
+    objects = objects_of(160, 256 * 1024)
+    remote = MemoryRemote(objects)
+    with small_volume(tmp_path / "vol", "32m") as vol:
+        cache = vol / "cache"
+        settings = settings_for(cache, "--capacity", "1Gi", "--keep-epochs", "1")
+        with sampling(cache, remote, settings) as (store, _):
+            wait_until(lambda: store.stats().backpressure_reason == "disk full", timeout=30,
+                       what="the clamped budget reached")
+            assert store.stats().cache_bytes < 32 * 1024 * 1024 and store.stats().skipped_total == 0
+            assert store.stats().capacity_bytes < 32 * 1024 * 1024, "status shows the budget the disk allows"
+            fetched = store.stats().fetched_total
+            assert store.cut() is not None
+            wait_until(lambda: store.stats().evicted_total > 0 and store.stats().fetched_total > fetched,
+                       timeout=30, what="turnover after the cut")
+            assert store.stats().skipped_total == 0
+
+
+def test_readers_of_a_live_epoch_never_see_an_error_on_a_full_disk(tmp_path: Path) -> None:
+    """Lookups of the next epoch and read records need index writes: on a full disk they answer
+    "not yet" and stay silent; the files of the live epoch read as before."""
+    objects = objects_of(6, 64 * 1024)
+    with small_volume(tmp_path / "vol", "32m") as vol:
+        cache = vol / "cache"
+        with sampling(cache, MemoryRemote(objects), settings_for(cache)) as (store, _):
+            wait_until(lambda: store.stats().samples == 6, what="samples")
+        store = Store(cache)
+        assert store.cut(0) == 0
+        with sqlite3.connect(cache / "index.sqlite") as db:  # an empty log: the next write must grow it
+            db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        fill(vol, leave=0)
+        for _ in range(3):
+            store.record_read(0)  # best effort: no error
+            assert store.request_cut(1) is False, "not yet: asked again later"
+        for entry in store.epoch_files(0):
+            assert (store.objects_dir / entry.object_name).read_bytes() == objects[entry.path]
+        store.close()
