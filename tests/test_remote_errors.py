@@ -4,9 +4,10 @@ The outcomes below (``skip``: given up at once; ``retry``: retried, then skipped
 retried, then counted toward an outage) are literals computed with the downloader's rules as they
 were before failures were typed (``is_transient``/``is_unavailable`` in ``git show
 53422a7:sidecar/download.py``), run on the same exceptions, and on the same faults for the real
-backends: the typed failures change no decision. Two quirks are kept on purpose and named in the
-table: an ``http(s)://`` remote's 5xx is retried but not counted toward an outage, and botocore's
-``SSLError`` is retried even for a certificate that does not verify.
+backends: the typed failures change no decision. Three quirks are kept on purpose and named in
+the table: an ``http(s)://`` remote's 5xx is retried but not counted toward an outage, fsspec
+reports such a remote that cannot be reached as not found, and botocore's ``SSLError`` is retried
+even for a certificate that does not verify.
 """
 
 from __future__ import annotations
@@ -158,7 +159,7 @@ BOTOCORE: list[Case] = [  # s3:// through botocore (a refused fast path, S3's ch
 
 FSSPEC: list[Case] = [  # http(s):// and gs:// through fsspec (aiohttp)
     ("404", lambda: FileNotFoundError(URL), "NotFound", "skip"),
-    ("unreachable, said as not found", lambda: chained(FileNotFoundError(URL), connector_error(
+    ("quirk: unreachable, said as not found", lambda: chained(FileNotFoundError(URL), connector_error(
         aiohttp.ClientConnectorError, ConnectionRefusedError(111, "refused"))), "NotFound", "skip"),
     ("403", lambda: response_error(403, "Forbidden"), "Denied", "skip"),
     ("quirk: 503", lambda: response_error(503, "Service Unavailable"), "Transient", "retry"),
