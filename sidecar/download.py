@@ -20,7 +20,7 @@ truncated body or an md5 mismatch :class:`Transient`):
 
 Either way the caller skips the sample (unless the breaker keeps it) and sampling goes on;
 nothing partial or unverified ever leaves this module. A failure to write the node volume is not
-the remote's: it raises :class:`LocalWriteError`, which stops the sampler.
+the remote's and is never retried as one: it raises :class:`LocalWriteError` to the sampler.
 """
 
 from __future__ import annotations
@@ -46,7 +46,8 @@ log = logging.getLogger("epochfs.download")
 
 
 class LocalWriteError(Exception):
-    """Writing to the node volume failed (disk full, I/O error): the sampler must stop."""
+    """Writing to the node volume failed (disk full, I/O error): not a remote failure. The sampler
+    pauses on a full disk and stops on any other."""
 
 
 class Cancelled(Exception):
