@@ -20,7 +20,7 @@ from pathlib import Path
 
 import epochfs
 from epochfs.fuse.errors import MountError
-from epochfs.sidecar import config
+from epochfs.sidecar import config, redact
 from epochfs.sidecar.store import Store, StoreError
 
 log = logging.getLogger("epochfs")
@@ -236,13 +236,14 @@ def _main(argv: Sequence[str] | None) -> int:
         format="%(asctime)s %(name)s %(levelname)s %(message)s",
         stream=sys.stderr,
     )
+    redact.install()
     try:
         return int(ns.func(ns) or 0)
     except (config.ConfigError, MountError) as e:
-        print(f"epochfs {ns.command}: {e}", file=sys.stderr)
+        print(redact.redact(f"epochfs {ns.command}: {e}"), file=sys.stderr)
         return 2
     except StoreError as e:
-        print(f"epochfs {ns.command}: --cache: {e}", file=sys.stderr)
+        print(redact.redact(f"epochfs {ns.command}: --cache: {e}"), file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         return 130

@@ -185,7 +185,7 @@ class SamplerSettings(CacheSettings):
     index_url: str | None = _opt("--index", "for http(s) remotes: URL of the index file listing keys")
     in_use_seconds: float = _opt("--in-use-seconds",
                                  "an epoch looked up this recently stays pinned beyond --keep-epochs",
-                                 default=30.0, parse=float)
+                                 default=600.0, parse=float)
     max_rate: int | None = _opt("--max-rate", "limit on download bytes per second, e.g. 50Mi (default: none)",
                                 parse=_capacity)
     cut_interval: float = _opt("--cut-interval", "cut a new epoch every N seconds (0: only on request)",
@@ -320,14 +320,16 @@ def parse(cls: type[T], argv: Sequence[str], environ: dict[str, str] | None = No
     return from_args(cls, ns, environ)
 
 
-def to_argv(settings: CacheSettings, cls: type[CacheSettings] | None = None) -> list[str]:
-    """Flags that reproduce ``settings`` for ``cls`` (the supervisor starts children with them)."""
-    out: list[str] = []
+def to_env(settings: CacheSettings, cls: type[CacheSettings] | None = None) -> dict[str, str | None]:
+    """``EPOCHFS_*`` variables that reproduce ``settings`` for ``cls`` (None: unset it).
+
+    The supervisor starts its children with these rather than with flags: a command line is
+    visible to every user of the node (``ps -ef``), and settings can hold secrets (a password in
+    ``--endpoint-url``)."""
+    out: dict[str, str | None] = {}
     for f in fields(cls or type(settings)):
         value = getattr(settings, f.name)
-        if value is None:
-            continue
-        out += [f.metadata["flag"], str(value)]
+        out[env_name(f.metadata["flag"])] = None if value is None else str(value)
     return out
 
 
@@ -368,5 +370,5 @@ __all__ = [
     "parse",
     "parse_size",
     "resolve_log_level",
-    "to_argv",
+    "to_env",
 ]

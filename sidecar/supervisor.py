@@ -5,7 +5,8 @@ never takes the other down, and each can be restarted alone. The supervisor
 
 * checks the mount point first (missing, not a folder, not empty, mounted by something alive:
   :class:`ConfigError`, exit 2; a dead FUSE mount left by a crash is lazily unmounted);
-* runs ``epochfs sample`` and ``epochfs mount`` with flags rebuilt by ``config.to_argv``, their
+* runs ``epochfs sample`` and ``epochfs mount`` with their settings in ``EPOCHFS_*`` variables
+  (``config.to_env``; never on a command line, which any user can read), their
   output on its stderr prefixed ``[sampler]`` / ``[fuse]``;
 * restarts a dead sampler with exponential backoff while the mount keeps serving;
 * notices a dead FUSE server or a dead mount (ENOTCONN, or a stat that hangs past a deadline),
@@ -97,6 +98,8 @@ class Child:
 
     name: str
     argv: list[str]
+    settings_env: dict[str, str | None]
+    """Its settings as ``EPOCHFS_*`` variables (None: unset), from ``config.to_env``."""
     proc: subprocess.Popen[bytes] | None = None
     started_at: float = 0.0
     restarts: int = 0
@@ -163,8 +166,8 @@ class Supervisor:
             cache=settings.cache, mount=settings.mount, link_root=settings.link_root,
             warm_files=settings.warm_files,
         )
-        self.sampler = Child("sampler", ["sample", *config.to_argv(sampler_settings, SamplerSettings)])
-        self.fuse = Child("fuse", ["mount", *config.to_argv(mount_settings, MountSettings)])
+        self.sampler = Child("sampler", ["sample"], config.to_env(sampler_settings, SamplerSettings))
+        self.fuse = Child("fuse", ["mount"], config.to_env(mount_settings, MountSettings))
         self._signals = 0
         self._stop = threading.Event()
         self._mounted = False
@@ -179,19 +182,26 @@ class Supervisor:
         self._seen: dict[str, Any] = {}
 
     # ------------------------------------------------------------------ children
-    def _env(self) -> dict[str, str]:
+    def _env(self, child: Child) -> dict[str, str]:
         env = dict(os.environ)
+        for name, value in child.settings_env.items():
+            if value is None:
+                env.pop(name, None)
+            else:
+                env[name] = value
         if self._multiproc_dir is not None:
             env["PROMETHEUS_MULTIPROC_DIR"] = str(self._multiproc_dir)
         env["PYTHONUNBUFFERED"] = "1"
         return env
 
     def _start(self, child: Child) -> None:
-        argv = [self.python, "-c", _CHILD_BOOT, str(os.getpid()), "--log-level", self.log_level,
+        # -P: never import from the working directory (an epochfs/ folder there would shadow the
+        # installed package).
+        argv = [self.python, "-P", "-c", _CHILD_BOOT, str(os.getpid()), "--log-level", self.log_level,
                 *child.argv]
         child.proc = subprocess.Popen(
             argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-            env=self._env(), start_new_session=True,
+            env=self._env(child), start_new_session=True,
         )
         child.started_at = time.monotonic()
         assert child.proc.stdout is not None

@@ -20,6 +20,7 @@ from typing import Any
 from epochfs.sidecar.catalog import CatalogReport, build_catalog
 from epochfs.sidecar.config import ConfigError, SamplerSettings, format_size
 from epochfs.sidecar.download import LocalWriteError
+from epochfs.sidecar.redact import redact
 from epochfs.sidecar.remote import Remote, RemoteError, open_remote
 from epochfs.sidecar.sampler.loop import Sampler
 from epochfs.sidecar.store import Meta, Store
@@ -68,7 +69,8 @@ def _lock_cache(cache: Path) -> int:
 def _check_identity(store: Store, settings: SamplerSettings) -> None:
     """A cache belongs to one (remote, seed, shard): its ranks and samples were made for them."""
     wanted = {
-        Meta.SAMPLER_REMOTE: ("--remote", settings.remote),
+        # Credentials in the URL stay out of the index (a changed password is the same remote).
+        Meta.SAMPLER_REMOTE: ("--remote", redact(settings.remote)),
         Meta.SAMPLER_SEED: ("--seed", str(settings.seed)),
         Meta.SAMPLER_SHARD: ("--shard-index/--shard-count", f"{settings.shard_index}/{settings.shard_count}"),
     }
