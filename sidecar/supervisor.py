@@ -32,7 +32,6 @@ import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 from collections.abc import Callable
@@ -47,6 +46,9 @@ from epochfs.sidecar.config import ConfigError, MountSettings, SamplerSettings, 
 from epochfs.sidecar.store import Meta, Stats, Store, StoreError
 
 log = logging.getLogger("epochfs.supervisor")
+
+METRICS_DIR_NAME = "metrics"
+"""Folder of the cache where the children write their Prometheus multiprocess files."""
 
 # Child bootstrap: ask the kernel to SIGTERM us when the supervisor dies, then run the CLI. Done in
 # the child rather than with preexec_fn, which is unsafe once the supervisor has threads.
@@ -422,9 +424,10 @@ class Supervisor:
         from epochfs.sidecar import endpoints, metrics, served
 
         disable_created_metrics()
-        self._multiproc_dir = metrics.prepare_multiproc_dir(
-            Path(tempfile.mkdtemp(prefix="epochfs-metrics-"))
-        )
+        # A fixed folder in the cache, emptied at every start: a supervisor killed with -9 leaves
+        # its children's metric files behind, and the next one must not sum them (nor pile up
+        # folders in /tmp).
+        self._multiproc_dir = metrics.prepare_multiproc_dir(self.cache / METRICS_DIR_NAME)
         sidecar_metrics = metrics.SidecarMetrics(registry=CollectorRegistry(auto_describe=True))
         assert self._store is not None
         saved = self._store.meta(Meta.SIDECAR_TOTALS)

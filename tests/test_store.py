@@ -145,6 +145,33 @@ def test_epoch_numbers_follow_the_trainer(store: Store) -> None:
     assert [e.epoch for e in store.epochs()] == [5, 6]
 
 
+def test_a_queued_cut_is_reported_once_by_concurrent_servers(cache_dir: Path) -> None:
+    """The admitter and the loop both serve queued cuts: the wait is counted for the one that cut."""
+    import threading
+
+    for _round in range(20):
+        path = cache_dir / f"r{_round}"
+        store = Store(path, create=True)
+        store.configure(Policy(capacity=10_000, min_samples=2))
+        put(store, "a")
+        assert store.request_cut(0) is False
+        put(store, "b")
+        done: list[list[tuple[int, float]]] = []
+        barrier = threading.Barrier(2)
+
+        def serve(s: Store = store) -> None:
+            barrier.wait()
+            done.append(s.process_cut_requests())
+
+        threads = [threading.Thread(target=serve) for _ in range(2)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert sorted(n for d in done for n, _ in d) == [0], done
+        store.close()
+
+
 def test_a_lookup_storm_costs_no_cuts_and_no_rows(cache_dir: Path) -> None:
     """10,000 stray lookups far ahead, before and after epoch 0: no cut, no queued request, and
     the trainer's next epoch is still cut when asked."""
@@ -256,6 +283,7 @@ def test_recovery_repairs_after_a_crash(store: Store, cache_dir: Path) -> None:
     assert report.integrity == "ok"
     assert [f.path for f in reopened.epoch_files(0)] == ["c"]
     assert reopened.epochs()[0].samples == 1
+    assert reopened.epochs()[0].bytes == 100, "the epoch stops counting the lost samples' bytes"
     assert reopened.cache_bytes() == 100
     assert "2 index row(s) dropped" in str(report)
 

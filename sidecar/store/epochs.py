@@ -122,6 +122,11 @@ def cut(ix: Index, policy: Policy, n: int | None = None, *, force: bool = False)
     refused with ValueError: epochs are only ever added at the top. ``force`` (``epochfs cut
     --force``) skips the condition, ``min_samples`` included; an epoch still needs one sample.
     """
+    return _cut(ix, policy, n, force=force)[0]
+
+
+def _cut(ix: Index, policy: Policy, n: int | None, *, force: bool) -> tuple[int | None, bool]:
+    """:func:`cut`, and whether this call made the epoch (False when it existed already)."""
     with ix.write() as db:
         newest = _newest(db)
         if n is None:
@@ -132,15 +137,15 @@ def cut(ix: Index, policy: Policy, n: int | None = None, *, force: bool = False)
         if exists is not None:
             if int(exists[0]):
                 raise ValueError(f"epoch {n} has retired")
-            return n
+            return n, False
         if newest is not None and n < newest:
             raise ValueError(f"epoch {n} is below the newest epoch {newest} and was never cut")
         if not condition_holds(db, policy, n) and (
                 not force or int(db.execute("SELECT COUNT(*) FROM samples").fetchone()[0]) == 0):
-            return None
+            return None, False
         _insert_epoch(db, policy, n)
         ix.bump("cuts_total", 1)
-        return n
+        return n, True
 
 
 def next_epoch(newest: int | None) -> int:
@@ -192,7 +197,8 @@ def pending_cuts(ix: Index) -> list[tuple[int, float]]:
 
 
 def process_cut_requests(ix: Index, policy: Policy) -> list[tuple[int, float]]:
-    """Cut every queued epoch whose condition now holds; returns (epoch, seconds waited)."""
+    """Cut every queued epoch whose condition now holds; returns (epoch, seconds waited) for the
+    cuts this call made (the sampler's admitter and its loop both call it: a wait is counted once)."""
     done = []
     for n, requested in pending_cuts(ix):
         if n > next_epoch(newest(ix)):
@@ -201,14 +207,15 @@ def process_cut_requests(ix: Index, policy: Policy) -> list[tuple[int, float]]:
                 db.execute("DELETE FROM cut_requests WHERE n=?", (n,))
             continue
         try:
-            result = cut(ix, policy, n)
+            result, made = _cut(ix, policy, n, force=False)
         except ValueError:
             with ix.write() as db:
                 db.execute("DELETE FROM cut_requests WHERE n=?", (n,))
             continue
         if result is None:
             break
-        done.append((n, time.time() - requested))
+        if made:
+            done.append((n, time.time() - requested))
     return done
 
 

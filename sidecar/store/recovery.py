@@ -16,10 +16,12 @@ from epochfs.sidecar.store.records import RecoveryReport, StoreError
 
 
 def drop_samples(db: sqlite3.Connection, sample_ids: list[int]) -> None:
-    """Forget samples whose objects are gone; epochs that listed them stop listing them."""
+    """Forget samples whose objects are gone; epochs that listed them stop listing them (and stop
+    counting their bytes)."""
     for sample_id in sample_ids:
-        for (epoch,) in db.execute("SELECT epoch FROM epoch_samples WHERE sample=?", (sample_id,)):
-            db.execute("UPDATE epochs SET samples=samples-1 WHERE n=?", (epoch,))
+        size = int(db.execute("SELECT size FROM samples WHERE id=?", (sample_id,)).fetchone()[0])
+        for (epoch,) in db.execute("SELECT epoch FROM epoch_samples WHERE sample=?", (sample_id,)).fetchall():
+            db.execute("UPDATE epochs SET samples=samples-1, bytes=bytes-? WHERE n=?", (size, epoch))
         db.execute("DELETE FROM epoch_samples WHERE sample=?", (sample_id,))
         db.execute("DELETE FROM samples WHERE id=?", (sample_id,))
 
