@@ -22,7 +22,8 @@ _SIGNED = re.compile(
 
 def redact(text: str) -> str:
     """``text`` with URL credentials and signature parameters replaced by ``***``."""
-    text = _USERINFO.sub(lambda m: f"{m['scheme']}***@", text)
+    text = _USERINFO.sub(
+        lambda m: f"{m['scheme']}***:***@" if ":" in m["userinfo"] else f"{m['scheme']}***@", text)
     return _SIGNED.sub(lambda m: f"{m['name']}***", text)
 
 

@@ -18,9 +18,10 @@ SECRET = "s3cr3t-P4ss"
 
 
 @pytest.mark.parametrize(("text", "kept"), [
-    (f"http://user:{SECRET}@10.0.0.1:9000/bucket", "http://***@10.0.0.1:9000/bucket"),
+    (f"http://user:{SECRET}@10.0.0.1:9000/bucket", "http://***:***@10.0.0.1:9000/bucket"),
     (f"Could not connect to the endpoint URL: \"https://AKIA:{SECRET}@minio.local/x\"",
-     "Could not connect to the endpoint URL: \"https://***@minio.local/x\""),
+     "Could not connect to the endpoint URL: \"https://***:***@minio.local/x\""),
+    (f"https://{SECRET}@gitlab.example/x", "https://***@gitlab.example/x"),
     (f"GET https://b.s3.amazonaws.com/k?X-Amz-Credential=AKIA%2F1&X-Amz-Signature={SECRET}&x=1",
      "GET https://b.s3.amazonaws.com/k?X-Amz-Credential=***&X-Amz-Signature=***&x=1"),
     ("s3://bucket/prefix/no-secret@here", "s3://bucket/prefix/no-secret@here"),
@@ -38,7 +39,7 @@ def test_log_records_are_redacted(caplog: pytest.LogCaptureFixture) -> None:
             raise OSError(f"connect to http://u:{SECRET}@127.0.0.1:9 failed")
         except OSError:
             log.exception("listing failed")
-    assert SECRET not in caplog.text and "http://***@127.0.0.1:9" in caplog.text
+    assert SECRET not in caplog.text and "http://***:***@127.0.0.1:9" in caplog.text
 
 
 def test_children_get_settings_through_the_environment() -> None:
