@@ -1,0 +1,336 @@
+"""The folder view (``--view folder``): the FUSE view's layout written as plain files on a volume.
+
+Why: the FUSE view needs a privileged sidecar in Kubernetes (only privileged containers may use
+Bidirectional mount propagation), which Restricted clusters refuse. The epoch entries are symlinks
+into a read-only view of the cache anyway, so the same tree can be *published* into a folder of a
+volume shared with the trainer, and nothing needs a mount or a privilege.
+
+**One layout, one renderer.** What the folder holds is rendered by :class:`epochfs.fuse.view.View`,
+the namespace the FUSE server serves (epoch trees with its path rules, manifests, ``latest``,
+``status.json`` in the formats of :mod:`epochfs.torchclient.layout`); this module only writes it
+down. So for the same store the two views show the same epochs, entries, targets and manifests by
+construction, and ``tests/test_folderview_equivalence.py`` checks it against a real mount.
+
+**A reader never sees half of anything.** An epoch is built under a dot-prefixed temporary name
+(readers and ``layout.list_epochs`` ignore it): its manifest is written first (temp file, fsync,
+rename into ``.epochfs/``), then its folders and symlinks, each folder fsynced, then one
+``rename`` makes ``epoch-N/`` appear whole. ``latest`` and ``status.json`` are replaced by
+temp + rename. A retired epoch is renamed away before its manifest goes and its files are removed,
+so ``epoch-N/`` is either complete or absent. After a crash (``kill -9``) :meth:`recover` removes
+the leftovers (temporary names), every epoch the store no longer holds, and any visible epoch
+that does not match the store (another cache, another link root); it never touches an epoch a
+reader may be using.
+
+**Retirement follows the store.** Without FUSE nothing sees a reader's lookups or opens, so "in
+use" comes from what the store records: the newest ``keep_epochs``, the reads reported by the torch
+client (``/v1/client-report?epoch=N``, ``/v1/cut``), and a grace period: each epoch is recorded as
+read when it is published, so it stays for at least ``in_use_seconds`` (default 600 s) even when no
+client reports. The folder of an epoch is removed once the store has retired it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import secrets
+import shutil
+import signal
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import FrameType
+
+from epochfs.fuse.view import EpochTree, View
+from epochfs.sidecar.store import Store
+from epochfs.torchclient.layout import (
+    CONTROL_DIR,
+    LATEST_NAME,
+    STATUS_NAME,
+    epoch_name,
+    manifest_name,
+    parse_epoch_name,
+    parse_manifest_name,
+)
+
+log = logging.getLogger("epochfs.folderview")
+
+TEMP_PREFIX = ".epochfs-"
+"""Temporary names in the folder (builds, retirements, ``latest``): dot-prefixed, never an epoch name."""
+CONTROL_TEMP_PREFIX = ".tmp-"
+"""Temporary names inside ``.epochfs/`` (manifests and ``status.json`` being written)."""
+DIR_MODE = 0o555
+FILE_MODE = 0o444
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def remove_tree(path: Path) -> None:
+    """Remove a published tree (its folders are 0555, as the FUSE view shows them: opened up
+    first, which only root could skip); nothing if it is gone."""
+    if path.is_symlink() or path.is_file():
+        path.unlink(missing_ok=True)
+        return
+    with contextlib.suppress(FileNotFoundError):
+        for dirpath, _dirs, _files in os.walk(path):
+            os.chmod(dirpath, 0o755)
+        shutil.rmtree(path)
+
+
+@dataclass
+class Recovery:
+    """What :meth:`FolderPublisher.recover` removed at start-up."""
+
+    leftovers: list[str] = field(default_factory=list)
+    """Temporary names of an interrupted build, retirement or replacement."""
+    stale: list[int] = field(default_factory=list)
+    """Visible epochs the store no longer holds, or that did not match it (rebuilt)."""
+
+
+@dataclass
+class Step:
+    """What one :meth:`FolderPublisher.step` changed."""
+
+    published: list[int] = field(default_factory=list)
+    retired: list[int] = field(default_factory=list)
+    latest: int | None = None
+
+
+class FolderPublisher:
+    """Writes the view of ``store`` into ``folder``; :meth:`step` brings the folder up to date."""
+
+    def __init__(self, *, store: Store, folder: Path, link_root: Path,
+                 status_seconds: float = 1.0, grace: bool = True) -> None:
+        if not folder.is_absolute():
+            raise ValueError(f"folder must be an absolute path, got {folder}")
+        self.store = store
+        self.folder = folder
+        self.control = folder / CONTROL_DIR
+        self.view = View(store=store, link_root=link_root)
+        self.status_seconds = status_seconds
+        self.grace = grace
+        self._status_written = -1e18
+        self._status_key = b""
+        self._latest: int | None = None
+        self._live_seen: frozenset[int] | None = None
+
+    # ------------------------------------------------------------------ what is in the folder
+    def visible(self) -> list[int]:
+        """Epoch folders a reader sees now, ascending."""
+        try:
+            names = os.listdir(self.folder)
+        except FileNotFoundError:
+            return []
+        return sorted(n for n in map(parse_epoch_name, names) if n is not None)
+
+    def _temp(self, parent: Path, prefix: str, what: str) -> Path:
+        return parent / f"{prefix}{what}-{os.getpid()}-{secrets.token_hex(4)}"
+
+    # ------------------------------------------------------------------ start-up
+    def recover(self) -> Recovery:
+        """Clean what a killed publisher left: temporary names, epochs the store has retired,
+        manifests without their epoch, and visible epochs that differ from the store's (another
+        cache or link root: rebuilt by the next :meth:`step`)."""
+        self.folder.mkdir(exist_ok=True)
+        self.control.mkdir(exist_ok=True)
+        os.chmod(self.control, 0o755)
+        report = Recovery()
+        for name in sorted(os.listdir(self.folder)):
+            if name.startswith(TEMP_PREFIX):
+                remove_tree(self.folder / name)
+                report.leftovers.append(name)
+        for name in sorted(os.listdir(self.control)):
+            if name.startswith(CONTROL_TEMP_PREFIX):
+                (self.control / name).unlink(missing_ok=True)
+                report.leftovers.append(f"{CONTROL_DIR}/{name}")
+        self.view.refresh()
+        live = self.view.snapshot.live
+        for n in self.visible():
+            if n not in live or not self._matches(n):
+                self._retire(n)
+                report.stale.append(n)
+        for name in os.listdir(self.control):
+            mn = parse_manifest_name(name)
+            if mn is not None and mn not in live:
+                (self.control / name).unlink(missing_ok=True)
+        if report.leftovers or report.stale:
+            log.info("recovered %s: removed leftovers %s, stale epochs %s", self.folder,
+                     report.leftovers, report.stale)
+        return report
+
+    def _matches(self, n: int) -> bool:
+        """A visible epoch is the store's epoch n: same manifest, same first link target."""
+        try:
+            manifest = (self.control / manifest_name(n)).read_bytes()
+            tree = self.view.tree(n)
+        except (OSError, LookupError):
+            return False
+        if manifest != self.view.manifest(n):
+            return False
+        first = next(iter(sorted(tree.links)), None)
+        if first is None:
+            return True
+        try:
+            return os.readlink(self.folder / epoch_name(n) / first) == tree.links[first]
+        except OSError:
+            return False
+
+    # ------------------------------------------------------------------ one pass
+    def step(self, *, force_status: bool = False) -> Step:
+        """Publish new epochs, move ``latest``, rewrite ``status.json`` when due, retire the epochs
+        the store retired. Cheap when nothing changed: one small query of the epochs table."""
+        done = Step()
+        live_now = frozenset(e.epoch for e in self.store.epochs())
+        status_due = time.monotonic() - self._status_written >= self.status_seconds
+        if live_now == self._live_seen and not status_due and not force_status:
+            return done
+        self.view.refresh()
+        snap = self.view.snapshot
+        visible = set(self.visible())
+        for n in sorted(snap.live):
+            if n not in visible and self._publish(n):
+                done.published.append(n)
+        latest = snap.latest if snap.latest is not None and (self.folder / epoch_name(snap.latest)).is_dir() \
+            else None
+        if latest != self._latest or not (self.folder / LATEST_NAME).is_symlink():
+            self._write_latest(latest)
+        done.latest = latest
+        if snap.status_key != self._status_key or status_due or force_status:
+            self._replace_control(STATUS_NAME, snap.status, fsync=False)
+            self._status_key = snap.status_key
+            self._status_written = time.monotonic()
+        for n in sorted(visible - set(snap.live)):
+            if n != latest:
+                self._retire(n)
+                done.retired.append(n)
+        self._live_seen = frozenset(snap.live)
+        if done.published or done.retired:
+            log.info("published %s, retired %s; latest -> %s", done.published, done.retired, latest)
+        return done
+
+    # ------------------------------------------------------------------ writing
+    def _replace_control(self, name: str, data: bytes, *, fsync: bool) -> None:
+        temp = self._temp(self.control, CONTROL_TEMP_PREFIX, name)
+        with open(temp, "wb") as f:
+            f.write(data)
+            if fsync:
+                f.flush()
+                os.fsync(f.fileno())
+        os.chmod(temp, FILE_MODE)
+        os.replace(temp, self.control / name)
+
+    def _write_latest(self, latest: int | None) -> None:
+        path = self.folder / LATEST_NAME
+        if latest is None:
+            path.unlink(missing_ok=True)
+        else:
+            temp = self._temp(self.folder, TEMP_PREFIX, LATEST_NAME)
+            os.symlink(epoch_name(latest), temp)
+            os.replace(temp, path)
+        self._latest = latest
+
+    def _publish(self, n: int) -> bool:
+        """Make ``epoch-N/`` appear whole: manifest first, the tree under a temporary name, one
+        rename. False when the epoch retired meanwhile."""
+        try:
+            tree = self.view.tree(n)
+            manifest = self.view.manifest(n)
+        except LookupError:
+            return False
+        started = time.monotonic()
+        self._replace_control(manifest_name(n), manifest, fsync=True)
+        temp = self._temp(self.folder, TEMP_PREFIX, epoch_name(n))
+        try:
+            self._build(tree, temp)
+            os.rename(temp, self.folder / epoch_name(n))
+        except BaseException:
+            remove_tree(temp)
+            raise
+        _fsync_dir(self.folder)
+        if self.grace:
+            self.store.record_read(n)  # the grace: pinned for in_use_seconds from now
+        log.debug("epoch %d: %d entries in %.2fs", n, len(tree.links), time.monotonic() - started)
+        return True
+
+    @staticmethod
+    def _build(tree: EpochTree, root: Path) -> None:
+        """Folders and symlinks of ``tree`` under ``root``; every folder fsynced, then made 0555."""
+        os.mkdir(root, 0o755)
+        dirs = sorted(rel for rel in tree.dirs if rel)  # parents sort before their children
+        for rel in dirs:
+            os.mkdir(root / rel, 0o755)
+        for rel, target in tree.links.items():
+            os.symlink(target, root / rel)
+        for rel in ["", *dirs]:
+            here = root / rel if rel else root
+            _fsync_dir(here)
+            os.chmod(here, DIR_MODE)
+
+    def _retire(self, n: int) -> None:
+        """``epoch-N/`` disappears at once (renamed away), then its manifest, then its files."""
+        path = self.folder / epoch_name(n)
+        if path.exists() or path.is_symlink():
+            gone = self._temp(self.folder, TEMP_PREFIX, f"retired-{epoch_name(n)}")
+            os.rename(path, gone)
+            _fsync_dir(self.folder)
+            (self.control / manifest_name(n)).unlink(missing_ok=True)
+            remove_tree(gone)
+        else:
+            (self.control / manifest_name(n)).unlink(missing_ok=True)
+
+
+def default_link_root(store: Store, link_root: Path | None) -> Path:
+    """The link root: as given (absolute), else the cache's own objects folder (writable)."""
+    if link_root is None:
+        log.warning("no --link-root: epoch entries point into %s, which the sidecar can write; "
+                    "give readers a read-only mount of it and pass its path as --link-root",
+                    store.objects_dir)
+        return store.objects_dir.absolute()
+    if not link_root.is_absolute():
+        raise ValueError(f"--link-root: {link_root} must be an absolute path")
+    return link_root
+
+
+def run_publish(*, cache: Path, folder: Path, link_root: Path | None = None, interval: float = 0.25) -> int:
+    """``epochfs publish``: keep ``folder`` equal to the view of ``cache`` until SIGTERM/SIGINT.
+
+    SIGUSR1 wakes the loop at once (the supervisor sends it after a cut it made on request). The
+    folder is left as it is on exit: readers keep reading, and the next start recovers from it.
+    """
+    stop = threading.Event()
+    wake = threading.Event()
+
+    def on_stop(signum: int, _frame: FrameType | None) -> None:
+        log.info("%s: stopping", signal.Signals(signum).name)
+        stop.set()
+        wake.set()
+
+    def on_wake(_signum: int, _frame: FrameType | None) -> None:
+        wake.set()
+
+    for s in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(s, on_stop)
+    signal.signal(signal.SIGUSR1, on_wake)
+    folder = Path(os.path.abspath(folder))
+    if folder.exists() and not folder.is_dir():
+        raise ValueError(f"--mount: {folder} exists and is not a folder")
+    with Store(cache) as store:
+        publisher = FolderPublisher(store=store, folder=folder, link_root=default_link_root(store, link_root))
+        publisher.recover()
+        log.info("publishing %s into %s (links into %s)", cache, folder, publisher.view.link_root)
+        publisher.step(force_status=True)
+        while not stop.is_set():
+            wake.wait(interval)
+            wake.clear()
+            if not stop.is_set():
+                publisher.step()
+    log.info("stopped; %s left as published", folder)
+    return 0
+
