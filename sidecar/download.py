@@ -4,8 +4,13 @@ The bytes go from the remote reader to the temp file in large blocks while md5 i
 same blocks (hashlib and file writes release the GIL, so many downloads hash in parallel). The
 temp file is fsynced before it is handed back, so :meth:`Store.admit` only has to rename it.
 
-A download is verified against the size in the catalog (and the Content-Length) and, when the
-remote's ETag is a plain md5, against it. What happens after a failure depends only on its kind
+A download is verified against the size in the catalog (and the Content-Length) and against the
+first of these the remote offers (:mod:`epochfs.sidecar.checksums`): a plain md5 ETag, a
+full-object checksum sent with the body (S3's ``x-amz-checksum-*``), or a multipart ETag re-hashed
+from the written file's parts. The sample records ``md5:<hex>`` only when one of them vouched for
+the bytes, else ``size-only`` (with the md5 kept apart, as the scrub's reference for the local
+copy), and the kind of check in ``verified``. A mismatch is :class:`Transient` and retried: wrong
+bytes are never admitted with a checksum. What happens after a failure depends only on its kind
 (:mod:`epochfs.sidecar.remote_errors`; the remotes type their failures where they arise, and
 this module types its own: a size that differs from the listing is :class:`Changed`, a
 truncated body or an md5 mismatch :class:`Transient`):
@@ -36,11 +41,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from epochfs.sidecar import checksums
 from epochfs.sidecar.metrics import process_metrics
 from epochfs.sidecar.ratelimit import RateLimiter
 from epochfs.sidecar.remote import BLOCK, Remote, plain_md5_etag
 from epochfs.sidecar.remote_errors import Changed, Kind, RemoteFailure, Transient, translate
-from epochfs.sidecar.store import Admission, Candidate, Store
+from epochfs.sidecar.store import SIZE_ONLY, Admission, Candidate, Store
 
 log = logging.getLogger("epochfs.download")
 
@@ -182,10 +188,12 @@ class Downloader:
         try:
             if reader.size is not None and reader.size != cand.size:
                 raise Changed(f"size is {reader.size}, the listing said {cand.size}")
+            full: tuple[str, str] | None = getattr(reader, "checksum", None)
+            full_hasher = checksums.full_object_hasher(full)
             with self._lock:
                 self._temps.add(temp)
             try:
-                md5, total = self._stream(reader, temp)
+                md5, total = self._stream(reader, temp, full_hasher)
             except BaseException:
                 with contextlib.suppress(FileNotFoundError):
                     os.unlink(temp)
@@ -198,15 +206,56 @@ class Downloader:
         try:
             if total != cand.size:
                 raise Transient(f"got {total} bytes, expected {cand.size}")
-            expected = plain_md5_etag(reader.etag) or plain_md5_etag(cand.version)
-            if expected is not None and expected != md5:
-                raise Transient(f"md5 {md5} does not match the ETag {expected}")
+            kind = self._verify(cand, temp, md5, reader.etag, full, full_hasher,
+                                etag_is_md5=getattr(reader, "etag_is_md5", True))
         except BaseException:
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(temp)
             raise
         version = (reader.etag or cand.version).strip('"')
-        return Admission(cand.key, cand.sid, total, f"md5:{md5}", version, temp)
+        checksum = SIZE_ONLY if kind == checksums.SIZE_ONLY else f"md5:{md5}"
+        return Admission(cand.key, cand.sid, total, checksum, version, temp, digest=md5, verified=kind)
+
+    def _verify(self, cand: Candidate, temp: Path, md5: str, etag: str | None,
+                full: tuple[str, str] | None, full_hasher: checksums.Hasher | None, *,
+                etag_is_md5: bool) -> str:
+        """Check the written body against what the remote stored; returns the kind of check that
+        vouched for it (``size-only`` when nothing could). Raises :class:`Transient` on a mismatch.
+        ``etag_is_md5``: False when the remote says its ETags are not content hashes (S3 objects
+        encrypted with KMS or customer keys)."""
+        expected = None
+        if etag_is_md5:
+            expected = plain_md5_etag(etag) or plain_md5_etag(cand.version)
+        if expected is not None:
+            if expected != md5:
+                raise Transient(f"md5 {md5} does not match the ETag {expected}")
+            return checksums.ETAG_MD5
+        if full is not None and full_hasher is not None:
+            got = checksums.encoded(full_hasher)
+            if got != full[1]:
+                raise Transient(f"{full[0]} {got} does not match the stored checksum {full[1]}")
+            return full[0]
+        multipart = checksums.multipart_etag(etag or cand.version) if etag_is_md5 else None
+        part_size = getattr(self.remote, "part_size", None)
+        if multipart is not None and part_size is not None:
+            self._verify_parts(cand, temp, multipart, part_size)
+            return checksums.ETAG_MULTIPART
+        return checksums.SIZE_ONLY
+
+    @staticmethod
+    def _verify_parts(cand: Candidate, temp: Path, multipart: tuple[str, int], part_size: Any) -> None:
+        """Re-hash the written file part by part into the multipart ETag: with the parts the same
+        size as the first (one HEAD), else with every part's size asked (one HEAD each)."""
+        tag, count = multipart
+        wanted = f"{tag}-{count}"
+        sizes = checksums.uniform_parts(cand.size, count, int(part_size(cand.key, 1)))
+        if sizes is not None and checksums.parts_etag(temp, sizes) == wanted:
+            return
+        if 1 < count <= checksums.MAX_PART_HEADS:
+            sizes = [int(part_size(cand.key, i)) for i in range(1, count + 1)]
+            if sum(sizes) == cand.size and checksums.parts_etag(temp, sizes) == wanted:
+                return
+        raise Transient(f"the parts of the body do not hash to the multipart ETag {wanted}")
 
     def _buffer(self) -> memoryview:
         """This thread's block buffer, reused by every download it makes (no allocation per block)."""
@@ -215,8 +264,9 @@ class Downloader:
             buf = self._local.buf = memoryview(bytearray(self.block))
         return buf
 
-    def _stream(self, reader: object, temp: Path) -> tuple[str, int]:
-        """Copy the reader into ``temp`` while hashing; fsync before returning (md5 hex, bytes).
+    def _stream(self, reader: object, temp: Path, extra: checksums.Hasher | None = None) -> tuple[str, int]:
+        """Copy the reader into ``temp`` while hashing (md5, and ``extra`` on the same blocks);
+        fsync before returning (md5 hex, bytes).
 
         Readers with ``readinto`` (the S3 fast path, files) fill this thread's reused buffer: the
         bytes are copied once, from the kernel, and the GIL is released for the read, the md5
@@ -249,6 +299,8 @@ class Downloader:
                 if rate is not None and not rate.take(n, stop):
                     raise Cancelled()
                 h.update(chunk)
+                if extra is not None:
+                    extra.update(chunk)
                 total += n
                 view = memoryview(chunk)
                 try:

@@ -41,14 +41,37 @@ _BOTOCORE = Translated(botocore_kind)
 _OS = Translated()  # the presigned fast path's sockets, TLS and http.client
 
 
+_CHECKSUMS = ("CRC64NVME", "CRC32C", "CRC32", "SHA256", "SHA1")
+
+
+def _full_object_checksum(response: dict[str, Any]) -> tuple[str, str] | None:
+    """The object's stored checksum of its whole body, ``(algorithm, base64)``, from a GetObject
+    answer made with ``ChecksumMode=ENABLED``; None for none or a composite one (``...-N``: a
+    checksum of the parts' checksums, which the multipart ETag check covers instead)."""
+    if str(response.get("ChecksumType") or "FULL_OBJECT").upper() != "FULL_OBJECT":
+        return None
+    for name in _CHECKSUMS:
+        value = response.get(f"Checksum{name}")
+        if value and "-" not in str(value):
+            return name.lower(), str(value)
+    return None
+
+
 class _BotoReader:
     """A GetObject body from botocore's own connection pool, read on the calling thread (the
-    fallback when presigned URLs are refused, and S3's own checksum checks)."""
+    fallback when presigned URLs are refused, and S3's own checksum checks).
+
+    It also says what can verify the body (:mod:`epochfs.sidecar.checksums`): ``checksum``, the
+    full-object checksum S3 stored, and ``etag_is_md5``, False for objects encrypted with KMS or
+    customer keys, whose ETags are not md5s of their content."""
 
     def __init__(self, response: dict[str, Any]) -> None:
         self._body = response["Body"]
         self.size: int | None = response.get("ContentLength")
         self.etag: str | None = response.get("ETag")
+        self.checksum = _full_object_checksum(response)
+        encryption = str(response.get("ServerSideEncryption") or "")
+        self.etag_is_md5 = not (encryption.startswith("aws:kms") or response.get("SSECustomerAlgorithm"))
 
     def read(self, n: int) -> bytes:
         parts: list[bytes] = []
@@ -241,6 +264,13 @@ class S3Remote:
             log.warning("S3 presigned GETs refused (%s); using botocore for every GET", refused)
             self._fast = False
         return _BotoReader(response)
+
+    def part_size(self, key: str, part: int) -> int:
+        """Size of part ``part`` (1-based) of a multipart object (``HeadObject`` with
+        ``PartNumber``): the downloader re-hashes a body into its multipart ETag with it."""
+        with _BOTOCORE:
+            head = self._client.head_object(Bucket=self.bucket, Key=self._full_key(key), PartNumber=part)
+        return int(head["ContentLength"])
 
     def close(self) -> None:
         self._gets.close()  # also ends reads blocked on a stalled body

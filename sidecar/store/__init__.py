@@ -6,6 +6,8 @@ and asks for cuts). It knows nothing of remotes, FUSE or Kubernetes. Layout of a
     index.sqlite          samples, epochs, catalog, counters (WAL mode)
     objects/ab/<sid>      one file per sample, named from its sample id, never from its key
     tmp/<random>.part     in-flight downloads; never listed, removed at start-up
+    epochs.hwm            high-water mark of epoch numbers, kept outside the index
+    quarantine/<sid>      damaged objects moved out by ``epochfs verify`` (quarantine.log: why)
 
 Rules kept here (see DESIGN.md): an object is visible only after temp -> fsync -> rename -> dir
 fsync -> index commit; eviction removes the samples admitted first that no live epoch holds; an
@@ -13,17 +15,22 @@ epoch, once cut, never changes while it is visible. The byte budget of downloads
 sampler's (:mod:`epochfs.sidecar.reservations`).
 
 Modules, one concern each: :mod:`.records` (the values that cross the boundary), :mod:`.index`
-(SQLite, transactions, meta keys, counters), :mod:`.objects` (object and temp files),
-:mod:`.recovery`, :mod:`.catalog` (catalog queries), :mod:`.eviction`, :mod:`.epochs` (cuts, the cut
-condition, windows, requests, retirement), :mod:`.stats`, :mod:`.reader` (what the FUSE view may
-ask) and :mod:`.cache` (the :class:`Store` facade).
+(SQLite, transactions, meta keys, counters), :mod:`.handle` (following the index when its files
+change), :mod:`.reset` (replacing a damaged index), :mod:`.hwm` (the epoch high-water mark),
+:mod:`.objects` (object and temp files), :mod:`.recovery`, :mod:`.integrity` (objects against
+their md5, quarantine), :mod:`.catalog` (catalog queries), :mod:`.eviction`, :mod:`.epochs` (cuts,
+the cut condition, windows, requests, retirement), :mod:`.stats`, :mod:`.reader` (what the FUSE
+view may ask) and :mod:`.cache` (the :class:`Store` facade).
 """
 
 from epochfs.sidecar.store.cache import Store
+from epochfs.sidecar.store.hwm import HWM_NAME
 from epochfs.sidecar.store.index import INDEX_NAME, Meta
+from epochfs.sidecar.store.integrity import QUARANTINE_DIR
 from epochfs.sidecar.store.objects import OBJECTS_DIR, TMP_DIR, object_name
 from epochfs.sidecar.store.reader import EpochReader
 from epochfs.sidecar.store.records import (
+    SIZE_ONLY,
     Admission,
     Candidate,
     CatalogRow,
@@ -33,12 +40,17 @@ from epochfs.sidecar.store.records import (
     RecoveryReport,
     Schedule,
     Stats,
+    StoredObject,
     StoreError,
+    TakenOut,
 )
 
 __all__ = [
+    "HWM_NAME",
     "INDEX_NAME",
     "OBJECTS_DIR",
+    "QUARANTINE_DIR",
+    "SIZE_ONLY",
     "TMP_DIR",
     "Admission",
     "Candidate",
@@ -53,5 +65,7 @@ __all__ = [
     "Stats",
     "Store",
     "StoreError",
+    "StoredObject",
+    "TakenOut",
     "object_name",
 ]

@@ -4,17 +4,23 @@ It owns the folder's parts (the SQLite :class:`Index`, the :class:`ObjectFiles`)
 rules of the other modules of this package behind one object: the catalog queries, eviction,
 epochs and stats. Nothing here knows remotes, FUSE or Kubernetes, so both processes can open the
 same folder and rely on SQLite (WAL mode) for consistency between them.
+
+Every use goes through the process's :class:`IndexHandle`, which follows the index if its files
+change underneath (a reset by another process, a deleted write-ahead log) and resets a damaged
+one when a writer opens it.
 """
 
 from __future__ import annotations
 
 import os
+import sqlite3
 import time
 from collections.abc import Iterable
 from pathlib import Path
 
-from epochfs.sidecar.store import catalog, epochs, eviction, recovery
-from epochfs.sidecar.store.index import INDEX_NAME, Index, Meta
+from epochfs.sidecar.store import catalog, epochs, eviction, integrity, recovery
+from epochfs.sidecar.store.handle import IndexHandle
+from epochfs.sidecar.store.index import INDEX_NAME, Index, Meta, is_corruption
 from epochfs.sidecar.store.objects import ObjectFiles
 from epochfs.sidecar.store.records import (
     Admission,
@@ -26,7 +32,9 @@ from epochfs.sidecar.store.records import (
     RecoveryReport,
     Schedule,
     Stats,
+    StoredObject,
     StoreError,
+    TakenOut,
 )
 from epochfs.sidecar.store.stats import read_stats
 
@@ -35,6 +43,8 @@ class Store:
     """A cache folder on the node volume. Thread-safe; several processes may open the same folder."""
 
     def __init__(self, root: str | os.PathLike[str], *, create: bool = False) -> None:
+        """Open the cache folder ``root``; ``create`` makes it (and its index) when missing, and
+        replaces an index SQLite finds damaged at open (one log line, see :mod:`.reset`)."""
         self.root = Path(root)
         if self.root.exists() and not self.root.is_dir():
             raise StoreError(f"cache path {self.root} exists and is not a directory")
@@ -48,10 +58,14 @@ class Store:
         self.files = ObjectFiles(self.root)
         self.objects_dir = self.files.objects_dir
         self.tmp_dir = self.files.tmp_dir
-        self._ix = Index(index)
+        self._handle = IndexHandle(index, create=create)
+
+    @property
+    def _ix(self) -> Index:
+        return self._handle.get()
 
     def close(self) -> None:
-        self._ix.close()
+        self._handle.close()
 
     def __enter__(self) -> Store:
         return self
@@ -65,15 +79,17 @@ class Store:
         return self._ix.get(key)
 
     def set_meta(self, key: Meta, value: str) -> None:
-        with self._ix.write():
-            self._ix.put(key, value)
+        ix = self._ix
+        with ix.write():
+            ix.put(key, value)
 
     def configure(self, policy: Policy) -> None:
         """Record the cache rules (the sampler does this at start; readers pick them up)."""
         if policy.capacity <= 0:
             raise ValueError("capacity must be positive")
-        with self._ix.write():
-            put = self._ix.put
+        ix = self._ix
+        with ix.write():
+            put = ix.put
             put(Meta.CAPACITY, str(policy.capacity))
             put(Meta.KEEP_EPOCHS, str(policy.keep_epochs))
             put(Meta.MIN_SAMPLES, str(policy.min_samples))
@@ -83,8 +99,9 @@ class Store:
 
     def policy(self) -> Policy:
         """The rules last recorded by :meth:`configure` (defaults and capacity 1 before that)."""
-        with self._ix.read():
-            get = self._ix.get
+        ix = self._ix
+        with ix.read():
+            get = ix.get
             schedule = get(Meta.SCHEDULE)
             return Policy(
                 capacity=int(get(Meta.CAPACITY) or 1),
@@ -95,9 +112,48 @@ class Store:
                 schedule=Schedule.parse(schedule) if schedule else None,
             )
 
-    def recover(self) -> RecoveryReport:
-        """Make the folder consistent after a crash: the sampler runs this before it writes."""
-        return recovery.recover(self._ix, self.files)
+    def recover(self, *, integrity: str | None = None) -> RecoveryReport:
+        """Make the folder consistent after a crash: the sampler runs this before it writes.
+        ``integrity``: the result of an integrity check just made (:meth:`check_index`)."""
+        return recovery.recover(self._ix, self.files, integrity=integrity)
+
+    # ------------------------------------------------------------------ the index itself
+    def check_index(self) -> str:
+        """``PRAGMA integrity_check`` of the index; a damaged one (a garbage page, malformed) is
+        moved aside and replaced by a fresh one, in one log line. Returns "ok", or what was wrong
+        with the index that was replaced. For the one writer (the sampler), at its start."""
+        try:
+            result = self._ix.integrity()
+        except sqlite3.DatabaseError as e:
+            if not is_corruption(e):
+                raise
+            result = str(e)
+        if result != "ok":
+            self._handle.reset(result)
+        return result
+
+    def index_lost(self) -> bool:
+        """The index file was deleted under this process, which should restart to make a new one."""
+        return self._handle.lost()
+
+    def next_epoch(self) -> int:
+        """The number the next cut gets (above every number ever published from this cache)."""
+        return epochs.next_number(self._ix)
+
+    # ------------------------------------------------------------------ integrity of objects
+    def stored_objects(self, *, after_id: int, limit: int) -> list[StoredObject]:
+        """Samples in admission order after ``after_id``, as a scrub checks them."""
+        return integrity.objects_after(self._ix, after_id, limit)
+
+    def check_object(self, obj: StoredObject, *, pace: integrity.Pace | None = None,
+                     buffer: memoryview | None = None) -> str | None:
+        """What is wrong with the object file of ``obj`` (None: its size and md5 are as recorded)."""
+        return integrity.check(self.files.path_of(obj.sid), obj, pace=pace, buffer=buffer)
+
+    def take_out(self, damaged: list[tuple[StoredObject, str]], *, quarantine: bool) -> list[TakenOut]:
+        """Drop damaged samples from the index and count them; move their files to
+        ``quarantine/`` (``quarantine``) or remove them so the sampler fetches them again."""
+        return integrity.take_out(self._ix, self.files, damaged, quarantine=quarantine)
 
     # ------------------------------------------------------------------ catalog
     def add_catalog(self, rows: Iterable[CatalogRow]) -> int:
@@ -146,21 +202,23 @@ class Store:
             return
         self.files.install(items)
         now = time.time()
+        ix = self._ix
         try:
-            with self._ix.write() as db:
+            with ix.write() as db:
                 for a in items:
                     db.execute(
-                        "INSERT INTO samples(sid, key, path, size, checksum, version, admitted_at) "
-                        "VALUES(?,?,?,?,?,?,?)",
-                        (a.sid, a.key, a.key, a.size, a.checksum, a.version, now),
+                        "INSERT INTO samples(sid, key, path, size, checksum, version, admitted_at, "
+                        "digest, verified) VALUES(?,?,?,?,?,?,?,?,?)",
+                        (a.sid, a.key, a.key, a.size, a.checksum, a.version, now, a.local_digest,
+                         a.verified),
                     )
                 total = sum(a.size for a in items)
-                self._ix.bump("fetched_total", len(items))
-                self._ix.bump("cache_samples", len(items))
-                self._ix.bump("cache_bytes", total)
-                self._ix.bump("fetched_bytes_total", total)
+                ix.bump("fetched_total", len(items))
+                ix.bump("cache_samples", len(items))
+                ix.bump("cache_bytes", total)
+                ix.bump("fetched_bytes_total", total)
                 if inflight_bytes is not None:
-                    self._ix.put(Meta.INFLIGHT_BYTES, str(inflight_bytes))
+                    ix.put(Meta.INFLIGHT_BYTES, str(inflight_bytes))
         except BaseException:
             # Nothing references them: give their room back now rather than at the next recovery
             # (the commit failing is most often a full disk).

@@ -3,7 +3,9 @@
 An epoch is an immutable snapshot: its rows in ``epoch_samples`` are written once, at its cut, and
 removed only when it retires, so a reader sees the same files for as long as the epoch is live.
 Epoch numbers only grow: a cut below the newest epoch is refused, and an existing epoch is
-returned as is, so several ranks asking for the same N get one snapshot.
+returned as is, so several ranks asking for the same N get one snapshot. "The newest" counts the
+high-water mark kept outside the index (:mod:`.hwm`) too, so a number published once is never cut
+again with other content, even after the index lost it (a rolled-back write-ahead log, a reset).
 
 :func:`cut_ready` is the one cut condition: the FUSE view's lookups, the sampler's timer and queued
 requests, and the supervisor's readiness all ask it.
@@ -11,10 +13,12 @@ requests, and the supervisor's readiness all ask it.
 
 from __future__ import annotations
 
+import errno
 import logging
 import sqlite3
 import time
 
+from epochfs.sidecar.store import hwm
 from epochfs.sidecar.store.index import Index
 from epochfs.sidecar.store.objects import object_name
 from epochfs.sidecar.store.records import EpochInfo, FileEntry, Policy
@@ -22,7 +26,9 @@ from epochfs.sidecar.store.records import EpochInfo, FileEntry, Policy
 log = logging.getLogger("epochfs.store")
 
 
-def _disk_full(e: sqlite3.OperationalError) -> bool:
+def _disk_full(e: BaseException) -> bool:
+    if isinstance(e, OSError):
+        return e.errno in (errno.ENOSPC, errno.EDQUOT)
     return getattr(e, "sqlite_errorcode", None) == sqlite3.SQLITE_FULL or "disk is full" in str(e)
 
 
@@ -65,6 +71,12 @@ def _newest(db: sqlite3.Connection) -> int | None:
     return None if row is None else int(row)
 
 
+def _top(ix: Index, db: sqlite3.Connection) -> int | None:
+    """The highest number that may not be cut again: the index's newest epoch, or the high-water
+    mark when the index lost published epochs."""
+    return hwm.floor(hwm.read(ix.path.parent), _newest(db))
+
+
 def cut_ready(ix: Index, policy: Policy, n: int) -> bool:
     """True when ``epoch-n`` can be served now: it is live, or it is above the newest epoch and its
     cut condition holds. A read: it never takes the write lock."""
@@ -72,8 +84,8 @@ def cut_ready(ix: Index, policy: Policy, n: int) -> bool:
         row = db.execute("SELECT retired FROM epochs WHERE n=?", (n,)).fetchone()
         if row is not None:
             return not int(row[0])
-        newest = _newest(db)
-        if newest is not None and n < newest:
+        top = _top(ix, db)
+        if top is not None and n <= top:
             return False
         return condition_holds(db, policy, n)
 
@@ -126,11 +138,16 @@ def cut(ix: Index, policy: Policy, n: int | None = None, *, force: bool = False)
 
 
 def _cut(ix: Index, policy: Policy, n: int | None, *, force: bool) -> tuple[int | None, bool]:
-    """:func:`cut`, and whether this call made the epoch (False when it existed already)."""
+    """:func:`cut`, and whether this call made the epoch (False when it existed already).
+
+    The high-water mark is raised before the commit (``cutting``) and after it (``published``):
+    see :mod:`.hwm` for why both."""
+    root = ix.path.parent
     with ix.write() as db:
         newest = _newest(db)
+        top = hwm.floor(hwm.read(root), newest)
         if n is None:
-            n = 0 if newest is None else newest + 1
+            n = next_epoch(top)
         if n < 0:
             raise ValueError("epoch numbers start at 0")
         exists = db.execute("SELECT retired FROM epochs WHERE n=?", (n,)).fetchone()
@@ -140,12 +157,22 @@ def _cut(ix: Index, policy: Policy, n: int | None, *, force: bool) -> tuple[int 
             return n, False
         if newest is not None and n < newest:
             raise ValueError(f"epoch {n} is below the newest epoch {newest} and was never cut")
+        if top is not None and n <= top:
+            raise ValueError(f"epoch {n} may have been published before the index lost it "
+                             f"(high-water mark {top}); epochs continue at {top + 1}")
         if not condition_holds(db, policy, n) and (
                 not force or int(db.execute("SELECT COUNT(*) FROM samples").fetchone()[0]) == 0):
             return None, False
+        hwm.raise_to(root, cutting=n)
         _insert_epoch(db, policy, n)
         ix.bump("cuts_total", 1)
-        return n, True
+    try:
+        with ix.write():
+            hwm.raise_to(root, published=n)
+    except (OSError, sqlite3.OperationalError) as e:
+        # The cut stands; only a later loss of the index could then re-use n (see hwm.floor).
+        log.warning("epoch %d is cut, but its high-water mark could not be recorded: %s", n, e)
+    return n, True
 
 
 def next_epoch(newest: int | None) -> int:
@@ -166,8 +193,7 @@ def request_cut(ix: Index, policy: Policy, n: int) -> bool:
         row = db.execute("SELECT retired FROM epochs WHERE n=?", (n,)).fetchone()
         if row is not None:
             return not int(row[0])
-        newest = _newest(db)
-        if n != next_epoch(newest):
+        if n != next_epoch(_top(ix, db)):
             return False
         ready = condition_holds(db, policy, n)
         queued = db.execute("SELECT 1 FROM cut_requests WHERE n=?", (n,)).fetchone() is not None
@@ -182,11 +208,11 @@ def request_cut(ix: Index, policy: Policy, n: int) -> bool:
             with ix.write() as db:
                 db.execute("INSERT OR IGNORE INTO cut_requests(n, requested_at) VALUES(?, ?)",
                            (n, time.time()))
-    except sqlite3.OperationalError as e:
+    except (sqlite3.OperationalError, OSError) as e:
         if not _disk_full(e):
             raise
-        # The index cannot grow: the epoch is not there yet (ENOENT, asked again later), which a
-        # reader survives; an error here would reach it as EIO.
+        # The index (or the high-water mark) cannot grow: the epoch is not there yet (ENOENT,
+        # asked again later), which a reader survives; an error here would reach it as EIO.
         log.warning("cannot cut epoch %d now: %s", n, e)
     return False
 
@@ -201,7 +227,7 @@ def process_cut_requests(ix: Index, policy: Policy) -> list[tuple[int, float]]:
     cuts this call made (the sampler's admitter and its loop both call it: a wait is counted once)."""
     done = []
     for n, requested in pending_cuts(ix):
-        if n > next_epoch(newest(ix)):
+        if n > next_number(ix):
             # Queued far ahead (by an older epochfs): dropped, never cut on a lookup's word.
             with ix.write() as db:
                 db.execute("DELETE FROM cut_requests WHERE n=?", (n,))
@@ -242,6 +268,12 @@ def retire(ix: Index, policy: Policy, *, now: float | None = None) -> list[int]:
 def newest(ix: Index) -> int | None:
     row = ix.query("SELECT MAX(n) FROM epochs")[0][0]
     return None if row is None else int(row)
+
+
+def next_number(ix: Index) -> int:
+    """The number the next cut gets: above the newest epoch and above the high-water mark."""
+    with ix.read() as db:
+        return next_epoch(_top(ix, db))
 
 
 def listing(ix: Index) -> list[EpochInfo]:

@@ -9,6 +9,7 @@ reads use a deferred ``BEGIN`` and so never take the write lock.
 from __future__ import annotations
 
 import contextlib
+import os
 import sqlite3
 import threading
 from collections.abc import Iterator
@@ -16,10 +17,25 @@ from enum import Enum
 from pathlib import Path
 from typing import Any
 
-from epochfs.sidecar.store.records import StoreError
+from epochfs.sidecar.store.records import SIZE_ONLY, StoreError
 
 INDEX_NAME = "index.sqlite"
-SCHEMA_VERSION = 1
+WAL_SUFFIX = "-wal"
+SHM_SUFFIX = "-shm"
+SCHEMA_VERSION = 2
+"""2: samples record ``digest`` (md5 of the bytes admitted) and ``verified`` (what checked them)."""
+
+_CORRUPT_CODES = (11, 26)  # SQLITE_CORRUPT, SQLITE_NOTADB (named in the sqlite3 module from 3.11)
+
+
+def is_corruption(exc: BaseException) -> bool:
+    """True when SQLite says the index file itself is damaged (malformed, not a database), as
+    opposed to busy, locked, full or unreadable, which a reset would not mend."""
+    code = getattr(exc, "sqlite_errorcode", None)
+    if isinstance(code, int):
+        return code & 0xFF in _CORRUPT_CODES
+    text = str(exc)
+    return "malformed" in text or "not a database" in text
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (name TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -42,9 +58,11 @@ CREATE TABLE IF NOT EXISTS samples (
     key TEXT NOT NULL UNIQUE,
     path TEXT NOT NULL,
     size INTEGER NOT NULL,
-    checksum TEXT NOT NULL,
+    checksum TEXT NOT NULL,        -- what the manifest shows: md5:<hex> of verified bytes, or size-only
     version TEXT NOT NULL,
-    admitted_at REAL NOT NULL
+    admitted_at REAL NOT NULL,
+    digest TEXT NOT NULL DEFAULT '',   -- md5 hex of the bytes admitted: the scrub's reference
+    verified TEXT NOT NULL DEFAULT ''  -- what verified them against the remote (etag-md5, crc64nvme...)
 );
 CREATE TABLE IF NOT EXISTS epochs (
     n INTEGER PRIMARY KEY,
@@ -97,8 +115,17 @@ COUNTER_NAMES = (
     "evicted_bytes_total",
     "skipped_total",
     "cuts_total",
+    "corrupt_objects_total",
 )
 """Counters that only grow; ``cache_bytes`` and ``cache_samples`` are running totals beside them."""
+
+
+def _file_id(path: Path) -> tuple[int, int] | None:
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        return None
+    return st.st_dev, st.st_ino
 
 
 class Index:
@@ -106,6 +133,7 @@ class Index:
 
     def __init__(self, path: Path) -> None:
         self.path = path
+        self.wal = path.with_name(path.name + WAL_SUFFIX)
         self.lock = threading.RLock()
         try:
             self.db = sqlite3.connect(path, timeout=30.0, isolation_level=None, check_same_thread=False)
@@ -116,14 +144,47 @@ class Index:
             self._check_version()
         except sqlite3.DatabaseError as e:
             raise StoreError(f"{path}: {e}") from e
+        # What this connection opened: a file put in its place, or a write-ahead log deleted
+        # under it, is seen by :meth:`changed` (the connection keeps the files it opened).
+        self.opened = (_file_id(path), _file_id(self.wal))
+
+    def changed(self) -> str | None:
+        """None while the index and its write-ahead log are the files this connection opened;
+        otherwise what happened: ``index missing``, ``index replaced``, ``wal missing`` or ``wal
+        replaced``. Two stat calls: cheap enough to ask before every use."""
+        index, wal = _file_id(self.path), _file_id(self.wal)
+        if index != self.opened[0]:
+            return "index missing" if index is None else "index replaced"
+        if wal != self.opened[1] and self.opened[1] is not None:
+            return "wal missing" if wal is None else "wal replaced"
+        return None
+
+    def checkpoint(self) -> tuple[int, int, int]:
+        """Copy every committed page of this connection's write-ahead log into the index file and
+        truncate the log (``PRAGMA wal_checkpoint(TRUNCATE)``): (busy, log frames, checkpointed)."""
+        with self.lock:
+            busy, frames, done = self.db.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
+        return int(busy), int(frames), int(done)
+
+    def integrity(self) -> str:
+        """``PRAGMA integrity_check``: "ok", or SQLite's description of the damage."""
+        with self.lock:
+            rows = self.db.execute("PRAGMA integrity_check").fetchall()
+        return "; ".join(str(r[0]) for r in rows[:5])
 
     def _check_version(self) -> None:
-        """Record the schema version once; refuse an index written by another schema."""
+        """Record the schema version once; migrate an older index; refuse a newer one."""
         with self.read():
             version = self.get(Meta.SCHEMA_VERSION)
         if version is None:
             with self.write():
                 if self.get(Meta.SCHEMA_VERSION) is None:
+                    self.put(Meta.SCHEMA_VERSION, str(SCHEMA_VERSION))
+                version = self.get(Meta.SCHEMA_VERSION)
+        if version is not None and int(version) == 1:
+            with self.write():
+                if self.get(Meta.SCHEMA_VERSION) == "1":
+                    _migrate_1_to_2(self.db)
                     self.put(Meta.SCHEMA_VERSION, str(SCHEMA_VERSION))
                 version = self.get(Meta.SCHEMA_VERSION)
         if version is not None and int(version) != SCHEMA_VERSION:
@@ -193,3 +254,18 @@ class Index:
     def counter(self, name: str) -> int:
         row = self.query("SELECT value FROM counters WHERE name=?", (name,))
         return int(row[0][0]) if row else 0
+
+
+def _migrate_1_to_2(db: sqlite3.Connection) -> None:
+    """Schema 1 recorded ``md5:<hex>`` of whatever arrived, verified or not. Keep that md5 as the
+    scrub's digest; the manifest keeps vouching for it only where the ETag was that same md5 (the
+    downloader had checked it), and says ``size-only`` for the rest (multipart ETags, files...)."""
+    columns = {str(r[1]) for r in db.execute("PRAGMA table_info(samples)")}
+    if "digest" not in columns:
+        db.execute("ALTER TABLE samples ADD COLUMN digest TEXT NOT NULL DEFAULT ''")
+    if "verified" not in columns:
+        db.execute("ALTER TABLE samples ADD COLUMN verified TEXT NOT NULL DEFAULT ''")
+    db.execute("UPDATE samples SET digest = substr(checksum, 5) WHERE checksum LIKE 'md5:%'")
+    db.execute("UPDATE samples SET verified = 'etag-md5' WHERE digest != '' "
+               "AND lower(trim(version, '\"')) = digest")
+    db.execute("UPDATE samples SET verified = ?, checksum = ? WHERE verified = ''", (SIZE_ONLY, SIZE_ONLY))

@@ -99,9 +99,22 @@ class Candidate:
     version: str
 
 
+SIZE_ONLY = "size-only"
+"""The checksum recorded for a sample whose body nothing could verify beyond its size (no md5
+ETag, no stored checksum the remote offers): the manifest says so rather than vouch for bytes."""
+
+
 @dataclass(frozen=True)
 class Admission:
-    """A fully written, verified temp file ready to become a sample."""
+    """A fully written, verified temp file ready to become a sample.
+
+    ``checksum`` is what the manifest shows: ``md5:<hex>`` of bytes that were verified against the
+    remote, or :data:`SIZE_ONLY`. ``digest`` is the md5 (hex) of the bytes written, whatever
+    verified them: the scrub's reference for the local copy (empty: taken from ``checksum``).
+    ``verified`` names what checked the body against the remote (``etag-md5``, ``etag-multipart``,
+    ``crc32``, ``crc32c``, ``crc64nvme``, ``sha1``, ``sha256``, ``size-only``; empty when the
+    caller did not say).
+    """
 
     key: str
     sid: str
@@ -109,6 +122,15 @@ class Admission:
     checksum: str
     version: str
     temp: Path
+    digest: str = ""
+    verified: str = ""
+
+    @property
+    def local_digest(self) -> str:
+        """The md5 hex of the bytes written (from ``checksum`` when ``digest`` was not given)."""
+        if self.digest:
+            return self.digest
+        return self.checksum[4:] if self.checksum.startswith("md5:") else ""
 
 
 @dataclass(frozen=True)
@@ -149,6 +171,35 @@ class RecoveryReport:
         )
 
 
+@dataclass(frozen=True)
+class StoredObject:
+    """One sample as the scrub checks it: its object file against the size and md5 recorded."""
+
+    id: int
+    sid: str
+    key: str
+    size: int
+    digest: str
+    """md5 hex of the bytes admitted; empty for samples of an index older than schema 2 that had
+    none (only their size is checked)."""
+    verified: str
+
+
+@dataclass(frozen=True)
+class TakenOut:
+    """A sample the scrub found damaged and took out of the index (quarantined or removed)."""
+
+    key: str
+    sid: str
+    size: int
+    problem: str
+    moved_to: Path | None
+    """Where the object file went (``<cache>/quarantine/<sid>``); None when it was removed or
+    was already gone."""
+    refetch: Candidate | None
+    """The catalog entry to fetch again (None when the catalog no longer lists the key)."""
+
+
 @dataclass
 class Stats:
     """Occupancy and counters, the body of ``status.json`` and ``epochfs status --json``."""
@@ -169,6 +220,8 @@ class Stats:
     evicted_bytes_total: int = 0
     skipped_total: int = 0
     cuts_total: int = 0
+    corrupt_objects_total: int = 0
+    """Samples found damaged (wrong bytes, wrong size, missing) by a scrub and taken out."""
     latest_epoch: int | None = None
     mode: str = "snapshot"
     backpressure_reason: str | None = None

@@ -33,11 +33,13 @@ def recount(ix: Index) -> None:
     ix.set_counter("cache_samples", int(count))
 
 
-def recover(ix: Index, files: ObjectFiles) -> RecoveryReport:
+def recover(ix: Index, files: ObjectFiles, *, integrity: str | None = None) -> RecoveryReport:
     """Remove temp files, drop index rows whose object is missing or has the wrong size, remove
-    objects the index does not know, and run ``PRAGMA integrity_check``."""
+    objects the index does not know, and run ``PRAGMA integrity_check`` (unless ``integrity``
+    gives the result of one just made). Sizes only: the scrub compares contents."""
     with ix.lock:
-        integrity = str(ix.db.execute("PRAGMA integrity_check").fetchone()[0])
+        if integrity is None:
+            integrity = ix.integrity()
         if integrity != "ok":
             raise StoreError(f"{ix.path}: integrity check failed: {integrity}")
         temp_removed = files.clear_temps()

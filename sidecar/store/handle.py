@@ -1,0 +1,115 @@
+"""The index a process uses, kept pointing at the real ``index.sqlite``.
+
+A SQLite connection keeps the files it opened, so if the index is moved aside (another process
+reset a damaged one) or its write-ahead log is deleted (by hand, by a cleaner), the connection
+goes on in a world of its own: its writes land in a log no new opener sees, and every new opener
+fails ("disk I/O error") while the old log's frames are still listed in the shared memory file.
+Before each use the handle checks the files (two ``stat`` calls) and follows such a change at
+once, logging it in one line:
+
+* **write-ahead log deleted**: this connection still holds the deleted log, so it checkpoints
+  it (``wal_checkpoint(TRUNCATE)``: every committed transaction copied into ``index.sqlite``)
+  and then reopens; nothing committed is lost and new openers work again;
+* **log or index replaced** (someone else did the above, or a reset): reopen;
+* **index deleted**: nothing to reopen; :meth:`IndexHandle.lost` says so, and the sampler exits so
+  that its next start makes a fresh index (epoch numbers continue above the high-water mark).
+
+Opening for a writer (``create``) resets an index that SQLite reports as damaged at open
+(:mod:`.reset`); :meth:`IndexHandle.reset` does the same after a failed integrity check.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from pathlib import Path
+
+from epochfs.sidecar.store import reset
+from epochfs.sidecar.store.index import Index, is_corruption
+from epochfs.sidecar.store.records import StoreError
+
+log = logging.getLogger("epochfs.store")
+
+
+def _corrupt(e: StoreError) -> bool:
+    cause = e.__cause__
+    return cause is not None and is_corruption(cause)
+
+
+class IndexHandle:
+    """The current :class:`Index` of one cache folder for one process. Thread-safe."""
+
+    def __init__(self, path: Path, *, create: bool) -> None:
+        self.path = path
+        self._lock = threading.Lock()
+        self._lost_logged = False
+        self._index = self._open(create=create)
+
+    def _open(self, *, create: bool) -> Index:
+        try:
+            return Index(self.path)
+        except StoreError as e:
+            if not create or not _corrupt(e):
+                raise
+            problem = str(e.__cause__)
+        with reset.reset_lock(self.path.parent):
+            try:
+                return Index(self.path)  # another process reset it meanwhile
+            except StoreError as e:
+                if not _corrupt(e):
+                    raise
+            aside = reset.move_aside(self.path.parent)
+            reset.report(self.path.parent, problem, aside)
+            return Index(self.path)
+
+    def get(self) -> Index:
+        """The index to use now, reopened first if its files changed under it."""
+        ix = self._index
+        what = ix.changed()
+        if what is None or (what == "index missing" and self._lost_logged):
+            return ix
+        return self._follow(ix, what)
+
+    def _follow(self, ix: Index, what: str) -> Index:
+        with self._lock:
+            if self._index is not ix:
+                return self._index  # another thread followed it
+            if what == "index missing":
+                log.error("the cache index %s was deleted under this process; it goes on with the "
+                          "index it has open until it restarts", self.path)
+                self._lost_logged = True
+                return ix
+            saved = ""
+            if what == "wal missing":
+                try:
+                    _, frames, done = ix.checkpoint()
+                    saved = f"; {done} of {frames} page(s) of the deleted log saved into the index"
+                except Exception as e:  # reopening is still the only way on
+                    saved = f"; saving the deleted log failed ({e})"
+            try:
+                new = Index(self.path)
+            except StoreError as e:
+                log.error("the cache index %s changed (%s) and cannot be reopened: %s",
+                          self.path, what, e)
+                return ix
+            log.error("the cache index %s changed under this process (%s)%s; reopened",
+                      self.path, what.replace("wal", "write-ahead log"), saved)
+            # The old connection is left to the garbage collector: a thread may still hold it.
+            self._index = new
+            return new
+
+    def lost(self) -> bool:
+        """The index file was deleted under this process (it should restart)."""
+        return self._index.changed() == "index missing"
+
+    def reset(self, problem: str) -> Path:
+        """Move this (damaged) index aside and open a fresh one; returns where the old one went."""
+        with self._lock, reset.reset_lock(self.path.parent):
+            self._index.close()
+            aside = reset.move_aside(self.path.parent)
+            reset.report(self.path.parent, problem, aside)
+            self._index = Index(self.path)
+            return aside
+
+    def close(self) -> None:
+        self._index.close()

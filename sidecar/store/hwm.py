@@ -1,0 +1,100 @@
+"""The high-water mark of epoch numbers, kept outside the SQLite index.
+
+An epoch number, once published, must never come back with other content, even when the index
+loses its newest transactions (a deleted or damaged write-ahead log rolls it back) or is reset
+(a corrupt index moved aside). The index cannot vouch for that, since it is what was lost, so
+``<cache>/epochs.hwm`` records two numbers, each written atomically (temp file, fsync, rename,
+folder fsync) and only ever raised:
+
+* ``cutting``: raised *before* a cut commits, inside the cut's write transaction (which
+  serializes cutters across processes);
+* ``published``: raised *after* the cut committed, in a write transaction of its own.
+
+A cut that failed before its commit (a crash, a full disk) leaves ``cutting`` one above
+``published`` while the index's newest epoch equals ``published``: that number was never seen
+and may be cut. An index whose newest epoch is below ``published`` has lost published epochs:
+every number up to ``cutting`` counts as used. See :func:`floor`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from epochfs.sidecar.store.objects import fsync_dir
+
+log = logging.getLogger("epochfs.store")
+
+HWM_NAME = "epochs.hwm"
+
+
+@dataclass(frozen=True)
+class HighWater:
+    """The numbers in ``epochs.hwm`` (-1: none yet)."""
+
+    published: int = -1
+    cutting: int = -1
+
+    def raised(self, *, published: int = -1, cutting: int = -1) -> HighWater:
+        return HighWater(max(self.published, published), max(self.cutting, cutting, published))
+
+
+def read(root: Path) -> HighWater | None:
+    """The recorded marks; None when there is no file (a cache from before it, or no cut yet).
+
+    A file that cannot be parsed (a damaged volume) is reported and read as none: the index's
+    own newest epoch is all that is left to go by."""
+    try:
+        text = (root / HWM_NAME).read_text(encoding="ascii", errors="replace")
+    except FileNotFoundError:
+        return None
+    try:
+        published, cutting = (int(x) for x in text.split())
+    except ValueError:
+        log.error("%s is damaged (%r); epoch numbers continue from the index alone",
+                  root / HWM_NAME, text[:40])
+        return None
+    return HighWater(published, max(cutting, published))
+
+
+def write(root: Path, mark: HighWater) -> None:
+    """Replace ``epochs.hwm`` atomically and durably; OSError (ENOSPC...) when it cannot."""
+    target = root / HWM_NAME
+    temp = root / f".{HWM_NAME}.{os.getpid()}.tmp"
+    try:
+        fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
+        try:
+            data = f"{mark.published} {mark.cutting}\n".encode()
+            os.write(fd, data)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(temp, target)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(temp)
+        raise
+    fsync_dir(root)
+
+
+def raise_to(root: Path, *, published: int = -1, cutting: int = -1) -> None:
+    """Raise the marks (never lower them); call while holding the index's write lock."""
+    mark = read(root) or HighWater()
+    new = mark.raised(published=published, cutting=cutting)
+    if new != mark:
+        write(root, new)
+
+
+def floor(mark: HighWater | None, newest: int | None) -> int | None:
+    """The highest epoch number that may never be cut again (None: any number may be cut).
+
+    ``newest`` is the index's newest epoch. While it is at or above ``published`` the index has
+    every published epoch, and a ``cutting`` above it was never committed; below ``published``
+    the index lost epochs, and every number up to ``cutting`` may have been seen."""
+    top = -1 if newest is None else newest
+    if mark is not None and top < mark.published:
+        top = max(top, mark.cutting)
+    return None if top < 0 else top

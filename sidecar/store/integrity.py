@@ -1,0 +1,127 @@
+"""Integrity of what the cache holds: object files against their recorded md5, and taking a
+damaged one out.
+
+The scrub (``epochfs verify``, and the sampler's background scrub) reads each object file and
+compares its size and md5 with what admission recorded (``samples.digest``). Start-up recovery
+checks sizes only (it must be quick); a flipped byte is found here. A damaged sample is taken out
+the way recovery drops a lost one: its row goes (epochs that listed it stop listing it and
+counting its bytes), ``corrupt_objects_total`` counts it, and only after the commit is the file
+moved to ``<cache>/quarantine/`` (``epochfs verify``) or removed (the background scrub, which
+then fetches the key again). A reader never gets the damaged bytes from a listing made after
+that; one that already holds the listing finds the file gone rather than wrong.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from epochfs.sidecar.store.index import Index
+from epochfs.sidecar.store.objects import ObjectFiles
+from epochfs.sidecar.store.records import Candidate, StoredObject, TakenOut
+from epochfs.sidecar.store.recovery import drop_samples
+
+QUARANTINE_DIR = "quarantine"
+QUARANTINE_LOG = "quarantine.log"
+BLOCK = 1 << 20
+"""Bytes read and hashed at a time (hashlib releases the GIL for blocks this large)."""
+
+Pace = Callable[[int], bool]
+"""Called with each block's size before it is hashed; False stops the check (the scrub's rate
+limit and stop flag)."""
+
+
+class Stopped(Exception):
+    """The pace callback asked the check to stop."""
+
+
+def objects_after(ix: Index, after_id: int, limit: int) -> list[StoredObject]:
+    """Samples in admission order after ``after_id``: the scrub walks the cache in batches."""
+    rows = ix.query(
+        "SELECT id, sid, key, size, digest, verified FROM samples WHERE id > ? ORDER BY id LIMIT ?",
+        (after_id, limit),
+    )
+    return [StoredObject(int(a), str(b), str(c), int(d), str(e), str(f)) for a, b, c, d, e, f in rows]
+
+
+def check(path: Path, obj: StoredObject, *, pace: Pace | None = None,
+          buffer: memoryview | None = None) -> str | None:
+    """What is wrong with ``obj``'s file at ``path`` (None: nothing): missing, a size other than
+    the recorded one, or an md5 other than the recorded digest. Raises :class:`Stopped`."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return "missing"
+    try:
+        size = os.fstat(fd).st_size
+        if size != obj.size:
+            return f"size {size}, recorded {obj.size}"
+        if not obj.digest:
+            return None  # an index from before digests were recorded: the size is all there is
+        buf = buffer if buffer is not None else memoryview(bytearray(BLOCK))
+        h = hashlib.md5()
+        total = 0
+        while True:
+            if pace is not None and not pace(len(buf)):
+                raise Stopped()
+            n = os.readv(fd, [buf])
+            if not n:
+                break
+            h.update(buf[:n])
+            total += n
+    finally:
+        os.close(fd)
+    if total != obj.size:
+        return f"read {total} bytes, recorded {obj.size}"
+    digest = h.hexdigest()
+    if digest != obj.digest:
+        return f"md5 {digest}, recorded {obj.digest}"
+    return None
+
+
+def take_out(ix: Index, files: ObjectFiles, damaged: list[tuple[StoredObject, str]], *,
+             quarantine: bool) -> list[TakenOut]:
+    """Drop the damaged samples from the index (as recovery drops lost ones), count them, then
+    move their files to ``quarantine/`` or remove them. A sample no longer in the index (evicted
+    while it was checked) is left alone: its file is not the cache's any more."""
+    taken: list[tuple[StoredObject, str, Candidate | None]] = []
+    with ix.write() as db:
+        for obj, problem in damaged:
+            if db.execute("SELECT 1 FROM samples WHERE id=? AND sid=?", (obj.id, obj.sid)).fetchone() is None:
+                continue
+            drop_samples(db, [obj.id])
+            ix.bump("cache_samples", -1)
+            ix.bump("cache_bytes", -obj.size)
+            ix.bump("corrupt_objects_total", 1)
+            row = db.execute("SELECT key, sid, size, version FROM catalog WHERE key=? AND skipped=0",
+                             (obj.key,)).fetchone()
+            cand = None if row is None else Candidate(str(row[0]), str(row[1]), int(row[2]), str(row[3]))
+            taken.append((obj, problem, cand))
+    out = []
+    for obj, problem, cand in taken:
+        moved = _quarantine(files, obj, problem) if quarantine else None
+        if moved is None:
+            files.remove([obj.sid])
+        out.append(TakenOut(obj.key, obj.sid, obj.size, problem, moved, cand))
+    return out
+
+
+def _quarantine(files: ObjectFiles, obj: StoredObject, problem: str) -> Path | None:
+    """Move the object file to ``<cache>/quarantine/<sid>`` and note why in ``quarantine.log``
+    (one JSON line each); None when the file is already gone."""
+    folder = files.objects_dir.parent / QUARANTINE_DIR
+    folder.mkdir(exist_ok=True)
+    target = folder / obj.sid
+    try:
+        os.replace(files.path_of(obj.sid), target)
+    except FileNotFoundError:
+        return None
+    note = {"time": time.time(), "key": obj.key, "sid": obj.sid, "size": obj.size, "problem": problem}
+    with contextlib.suppress(OSError), open(folder / QUARANTINE_LOG, "a", encoding="utf-8") as f:
+        f.write(json.dumps(note) + "\n")
+    return target
