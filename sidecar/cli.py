@@ -41,6 +41,13 @@ def _cmd_mount(ns: argparse.Namespace) -> int:
                      warm_files=settings.warm_files)
 
 
+def _cmd_publish(ns: argparse.Namespace) -> int:
+    settings = config.from_args(config.PublishSettings, ns)
+    from epochfs.sidecar.folderview import run_publish
+
+    return run_publish(cache=settings.cache, folder=settings.mount, link_root=settings.link_root)
+
+
 def _cmd_sidecar(ns: argparse.Namespace) -> int:
     settings = config.from_args(config.SidecarSettings, ns)
     from epochfs.sidecar.supervisor import run_sidecar
@@ -153,8 +160,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=_cmd_mount)
 
     p = sub.add_parser(
+        "publish", parents=[common],
+        help="write the epoch view of a cache into a folder as plain files (folder publisher alone)",
+    )
+    config.add_arguments(p, config.PublishSettings)
+    p.set_defaults(func=_cmd_publish)
+
+    p = sub.add_parser(
         "sidecar", parents=[common],
-        help="sampler + FUSE view + health/metrics: the Kubernetes sidecar",
+        help="sampler + the view (FUSE or folder) + health/metrics: the Kubernetes sidecar",
     )
     config.add_arguments(p, config.SidecarSettings)
     p.set_defaults(func=_cmd_sidecar)

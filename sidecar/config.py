@@ -133,6 +133,16 @@ def _schedule(text: str) -> Schedule | None:
     return Schedule.parse(text) if text else None
 
 
+VIEWS = ("fuse", "folder")
+
+
+def _view(text: str) -> str:
+    value = str(text).strip().lower()
+    if value not in VIEWS:
+        raise ValueError(f"must be one of {', '.join(VIEWS)}, got {text!r}")
+    return value
+
+
 def _remote(text: str) -> str:
     url = text.strip()
     if not url:
@@ -239,11 +249,41 @@ class MountSettings(CacheSettings):
     warm_files: int = _opt("--warm-files", WARM_HELP, default=200_000, parse=_non_negative_int)
 
 
+PUBLISH_HELP = ("the folder the view is published into (created if missing): in a pod a subdirectory of "
+                "the volume shared with the trainer")
+VIEW_HELP = ("fuse: a FUSE mount (a privileged sidecar in Kubernetes; any lookup of epoch-N asks for its "
+             "cut); folder: the same layout published as plain files into --mount, no privilege needed "
+             "(docs/folderview.md)")
+
+
+@dataclass(frozen=True)
+class PublishSettings(CacheSettings):
+    """The folder view alone (``epochfs publish``): the FUSE view's layout written as files."""
+
+    mount: Path = _opt("--mount", PUBLISH_HELP, parse=Path, required=True)
+    link_root: Path | None = _opt(
+        "--link-root",
+        "read-only path to the objects folder that epoch symlinks point into, as readers see it "
+        "(default: the cache's own objects folder)",
+        parse=Path,
+    )
+
+    def validate(self) -> None:
+        super().validate()
+        if self.mount.exists() and not self.mount.is_dir():
+            raise ConfigError(f"--mount: {self.mount} exists and is not a folder")
+        if self.link_root is not None and not self.link_root.is_absolute():
+            raise ConfigError(f"--link-root: {self.link_root} must be an absolute path")
+
+
 @dataclass(frozen=True)
 class SidecarSettings(SamplerSettings):
-    """Sampler + FUSE server + health and metrics endpoints (``epochfs sidecar``)."""
+    """Sampler + the view (FUSE server or folder publisher) + health and metrics endpoints
+    (``epochfs sidecar``)."""
 
-    mount: Path = _opt("--mount", MOUNT_HELP, parse=Path, required=True)
+    mount: Path = _opt("--mount", MOUNT_HELP + "; with --view folder, the folder the view is published into",
+                       parse=Path, required=True)
+    view: str = _opt("--view", VIEW_HELP, default="fuse", parse=_view)
     link_root: Path | None = _opt("--link-root", "read-only path to the objects folder", parse=Path)
     health_port: int = _opt("--health-port", "port of /healthz, /readyz and /metrics", default=8080,
                             parse=_port)
@@ -361,6 +401,7 @@ __all__ = [
     "CacheSettings",
     "ConfigError",
     "MountSettings",
+    "PublishSettings",
     "SamplerSettings",
     "SidecarSettings",
     "add_arguments",

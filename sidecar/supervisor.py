@@ -1,4 +1,10 @@
-"""``epochfs sidecar``: a small supervisor over two child processes, the sampler and the FUSE server.
+"""``epochfs sidecar``: a small supervisor over two child processes, the sampler and the view.
+
+The view is the FUSE server (``--view fuse``, the default) or the folder publisher (``--view
+folder``: the same layout written as plain files, no mount and no privilege; docs/folderview.md).
+The publisher is a child process like the FUSE server, not a thread here, for the same reasons:
+a crash or a stall of it (writing 100k symlinks) never delays the probes or the endpoints, it is
+restarted alone with backoff, and ``kill -9`` of it is a case its recovery handles.
 
 Why child processes: the two share nothing but the store on the node volume, so a crash of one
 never takes the other down, and each can be restarted alone. The supervisor
@@ -42,7 +48,13 @@ from typing import IO, Any
 
 from epochfs.fuse import mounting
 from epochfs.sidecar import config, kube
-from epochfs.sidecar.config import ConfigError, MountSettings, SamplerSettings, SidecarSettings
+from epochfs.sidecar.config import (
+    ConfigError,
+    MountSettings,
+    PublishSettings,
+    SamplerSettings,
+    SidecarSettings,
+)
 from epochfs.sidecar.store import Meta, Stats, Store, StoreError
 
 log = logging.getLogger("epochfs.supervisor")
@@ -170,6 +182,12 @@ class Supervisor:
         )
         self.sampler = Child("sampler", ["sample"], config.to_env(sampler_settings, SamplerSettings))
         self.fuse = Child("fuse", ["mount"], config.to_env(mount_settings, MountSettings))
+        self.folder_view = settings.view == "folder"
+        publish_settings = PublishSettings(cache=settings.cache, mount=settings.mount,
+                                           link_root=settings.link_root)
+        self.publisher = Child("publisher", ["publish"], config.to_env(publish_settings, PublishSettings))
+        self.view = self.publisher if self.folder_view else self.fuse
+        """The child that serves the view: the FUSE server or the folder publisher."""
         self._signals = 0
         self._stop = threading.Event()
         self._mounted = False
@@ -315,22 +333,41 @@ class Supervisor:
         if state == "dead" or self._probe_failures >= 3:
             self._remount(f"mount answered {state}")
 
+    # ------------------------------------------------------------------ the folder view
+    def _check_folder(self) -> None:
+        """The folder view's folder: a folder (what a previous run published stays and is
+        recovered) or a missing one whose parent exists."""
+        if self.mount.exists() and not self.mount.is_dir():
+            raise ConfigError(f"--mount: {self.mount} exists and is not a folder")
+        if not self.mount.parent.is_dir():
+            raise ConfigError(f"--mount: the parent of {self.mount} is not a folder")
+
+    def _watch_publisher(self) -> None:
+        """Restart a dead publisher with backoff (what it published stays readable meanwhile);
+        "mounted" is "published": the publisher runs and status.json is there."""
+        self._reaped(self.publisher)
+        published = self.publisher.alive and (self.mount / ".epochfs" / "status.json").is_file()
+        if published != self._mounted:
+            log.info("folder view %s %s", self.mount, "published" if published else "not published")
+        self._mounted = published
+        if self._metrics is not None:
+            self._metrics.mounted.set(int(published))
+
     # ------------------------------------------------------------------ health
     def health(self) -> tuple[bool, dict[str, Any]]:
         """Alive: the FUSE server runs and the mount answers a stat within the deadline; the
         sampler runs, or is being restarted after fewer than UNHEALTHY_CRASHES quick crashes."""
         answer = probe(self.mount, timeout=self.stat_timeout)
-        sampler_ok = self.sampler.alive or (
-            self.sampler.backoff < self.BACKOFF_MIN * 2 ** (self.UNHEALTHY_CRASHES - 1)
-        )
-        ok = self.fuse.alive and answer == "ok" and sampler_ok
+        sampler_ok, view_ok = (c.alive or c.backoff < self.BACKOFF_MIN * 2 ** (self.UNHEALTHY_CRASHES - 1)
+                               for c in (self.sampler, self.view))
+        ok = (view_ok if self.folder_view else self.fuse.alive) and answer == "ok" and sampler_ok
         return ok, {"mount": answer, "children": self._children_doc()}
 
     def ready(self) -> tuple[bool, dict[str, Any]]:
-        """Ready: mounted, and epoch 0 exists or could be cut now."""
+        """Ready: mounted (folder view: published), and epoch 0 exists or could be cut now."""
         stats = self._stats()
         cuttable = stats is not None and self._epoch0_ready(stats.latest_epoch)
-        ok = self._mounted and self._fuse_mounted() and cuttable
+        ok = self._mounted and (self.folder_view or self._fuse_mounted()) and cuttable
         return ok, {
             "mounted": self._mounted,
             "epoch0": cuttable,
@@ -351,7 +388,7 @@ class Supervisor:
     def _children_doc(self) -> dict[str, Any]:
         return {
             c.name: {"pid": c.pid, "alive": c.alive, "restarts": c.restarts, "last_exit": c.last_exit}
-            for c in (self.sampler, self.fuse)
+            for c in (self.sampler, self.view)
         }
 
     def _stats(self) -> Stats | None:
@@ -409,12 +446,13 @@ class Supervisor:
             self._stop.set()
             return
         log.warning("second signal: killing children and exiting now")
-        for child in (self.sampler, self.fuse):
+        for child in (self.sampler, self.view):
             if child.proc is not None and child.proc.poll() is None:
                 child.proc.kill()
-        with contextlib.suppress(Exception):
-            mounting.lazy_unmount(self.mount)
-            self._unmount_link_root()
+        if not self.folder_view:
+            with contextlib.suppress(Exception):
+                mounting.lazy_unmount(self.mount)
+                self._unmount_link_root()
         os._exit(128 + signum)
 
     # ------------------------------------------------------------------ setup and the loop
@@ -465,7 +503,10 @@ class Supervisor:
 
     def run(self) -> int:
         """Check, start, supervise until a signal, stop cleanly. Returns the exit status."""
-        mounting.check_mount_point(self.mount)  # dead mounts are detached, others refused
+        if self.folder_view:
+            self._check_folder()
+        else:
+            mounting.check_mount_point(self.mount)  # dead mounts are detached, others refused
         try:
             self._store = Store(self.cache, create=True)
         except StoreError as e:
@@ -477,13 +518,16 @@ class Supervisor:
             self._setup_observability()
             self._reporter = load_reporter(self.settings, self.mount)
             self._start(self.sampler)
-            self._start(self.fuse)
+            self._start(self.view)
             last_periodic = 0.0
             while not self._stop.wait(self.tick):
                 self._reaped(self.sampler)
                 self._restart_due(self.sampler)
-                self._watch_mount()
-                self._restart_due(self.fuse)
+                if self.folder_view:
+                    self._watch_publisher()
+                else:
+                    self._watch_mount()
+                self._restart_due(self.view)
                 if self._counter is not None:
                     self._counter.rescan()  # a scandir of at most 256 entries
                 if time.monotonic() - last_periodic >= 2.0:
@@ -496,10 +540,11 @@ class Supervisor:
             self._cleanup()
 
     def _shutdown(self) -> int:
-        """Stop the sampler, then the FUSE server, then make sure nothing stays mounted."""
+        """Stop the sampler, then the view, then make sure nothing stays mounted (the folder view
+        is left as published: readers keep reading, and the next start recovers from it)."""
         self._terminate(self.sampler, timeout=5.0)
-        self._terminate(self.fuse, timeout=3.0)
-        if mounting.find_mount(self.mount) is not None:
+        self._terminate(self.view, timeout=3.0)
+        if not self.folder_view and mounting.find_mount(self.mount) is not None:
             log.info("unmounting %s lazily", self.mount)
             mounting.lazy_unmount(self.mount)
         self._unmount_link_root()
@@ -509,13 +554,14 @@ class Supervisor:
         return 0
 
     def _cleanup(self) -> None:
-        for child in (self.sampler, self.fuse):
+        for child in (self.sampler, self.view):
             if child.proc is not None and child.proc.poll() is None:
                 child.proc.kill()
                 child.proc.wait()
-        with contextlib.suppress(Exception):
-            mounting.lazy_unmount(self.mount)
-            self._unmount_link_root()
+        if not self.folder_view:
+            with contextlib.suppress(Exception):
+                mounting.lazy_unmount(self.mount)
+                self._unmount_link_root()
         if self._counter is not None:
             self._counter.stop()
         if self._reporter is not None:

@@ -1,0 +1,126 @@
+"""Run ``epochfs sidecar --view folder`` for real, with no privilege at all, and always stop it.
+
+As root the sidecar is started through ``setpriv`` with every capability dropped (bounding set,
+inheritable, ambient, so nothing is effective or permitted after exec) and no_new_privs set: it
+can neither mount, nor use fanotify, nor pass a permission check it does not own. It keeps uid 0
+because the test machine's Python lives under /root (0700), which another user cannot reach; the
+container test (tests/test_container_pod.py) runs the image's sidecar as a non-root user. The
+remote is a ``file://`` folder, so no S3 server is needed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+from conftest import free_port, wait_until
+from sidecar_helpers import EPOCHFS, Sidecar
+
+
+def unprivileged(argv: list[str]) -> list[str]:
+    """``argv`` without any capability and with no_new_privs when we are root; as is otherwise."""
+    if os.geteuid() != 0:
+        return argv
+    return ["setpriv", "--no-new-privs", "--inh-caps=-all", "--ambient-caps=-all", "--bounding-set=-all",
+            *argv]
+
+
+@contextlib.contextmanager
+def owned_dir() -> Iterator[Path]:
+    """A fresh folder (removed afterwards, published read-only folders included)."""
+    path = Path(tempfile.mkdtemp(prefix="epochfs-folderview-"))
+    try:
+        yield path
+    finally:
+        for dirpath, _dirs, _files in os.walk(path):  # published folders are 0555
+            with contextlib.suppress(OSError):
+                os.chmod(dirpath, 0o755)
+        shutil.rmtree(path, ignore_errors=True)
+
+
+def write_remote(root: Path, objects: dict[str, bytes]) -> None:
+    for key, body in objects.items():
+        p = root / key
+        p.parent.mkdir(parents=True, exist_ok=True)
+        p.write_bytes(body)
+    for dirpath, _dirs, files in os.walk(root):
+        os.chmod(dirpath, 0o755)
+        for name in files:
+            os.chmod(os.path.join(dirpath, name), 0o644)
+
+
+def cli(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+    """``epochfs <args>`` as the unprivileged user."""
+    return subprocess.run(unprivileged([*EPOCHFS, *args]), capture_output=True, text=True, check=check,
+                          timeout=60)
+
+
+def proc_status(pid: int) -> dict[str, str]:
+    out = {}
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        key, _, value = line.partition(":")
+        out[key] = value.strip()
+    return out
+
+
+def process_tree(pid: int) -> list[int]:
+    """``pid`` and its descendants, from /proc (children files)."""
+    found, todo = [], [pid]
+    while todo:
+        p = todo.pop()
+        found.append(p)
+        for task in Path(f"/proc/{p}/task").glob("*"):
+            with contextlib.suppress(OSError):
+                todo += [int(c) for c in (task / "children").read_text().split()]
+    return found
+
+
+@contextlib.contextmanager
+def folder_sidecar(base: Path, remote: Path, *, extra: tuple[str, ...] = (), ready: bool = True,
+                   expect_exit: int = 0) -> Iterator[Sidecar]:
+    """``epochfs sidecar --view folder`` with its cache and folder under ``base``; yields once
+    ready (unless ``ready`` is false), stops it with SIGTERM and checks the exit status."""
+    cache, folder = base / "cache", base / "shared" / "view"
+    folder.parent.mkdir(exist_ok=True)
+    port = free_port()
+    log = base / f"sidecar-{port}.log"
+    argv = [*EPOCHFS, "--log-level", "DEBUG", "sidecar", "--view", "folder", "--remote", f"file://{remote}",
+            "--cache", str(cache), "--mount", str(folder), "--health-port", str(port),
+            "--link-root", str(cache / "objects"), "--concurrency", "4", *extra]
+    env = {**os.environ, "EPOCHFS_PROGRESS_SECONDS": "1", "HOME": str(base)}
+    with open(log, "wb") as out:
+        proc = subprocess.Popen(unprivileged(argv), stdout=out, stderr=subprocess.STDOUT, env=env)
+    car = Sidecar(proc, folder, cache, port, log)
+    failed = True
+    try:
+        if ready:
+            wait_until(lambda: car.get("/readyz")[0] == 200 or proc.poll() is not None, timeout=60,
+                       what="/readyz")
+            assert proc.poll() is None, f"sidecar exited {proc.returncode}:\n{car.log_text()[-5000:]}"
+        yield car
+        failed = False
+    finally:
+        started = time.monotonic()
+        code = car.stop()
+        took = time.monotonic() - started
+        if failed:
+            sys.stderr.write(f"--- sidecar log ({log}) ---\n{car.log_text()[-30000:]}\n")
+        else:
+            assert code == expect_exit, f"sidecar exit {code}:\n{car.log_text()[-5000:]}"
+            assert took < 10, f"SIGTERM took {took:.1f}s"
+
+
+def kill_child(car: Sidecar, name: str) -> int:
+    """SIGKILL the named child of the supervisor; returns its pid."""
+    pid = car.child_pid(name)
+    assert pid is not None, car.health()
+    os.kill(pid, signal.SIGKILL)
+    return pid

@@ -1,0 +1,140 @@
+"""``epochfs sidecar --view folder`` for real, with no capability and no_new_privs:
+epochs published from a ``file://`` remote, byte-exact; cuts by ``epochfs cut`` and the interval; a
+publisher killed with -9 restarted while readers keep reading; SIGTERM exits 0 and leaves the folder.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from pathlib import Path
+
+import pytest
+from conftest import random_objects, wait_until
+from folderview_helpers import (
+    cli,
+    folder_sidecar,
+    kill_child,
+    owned_dir,
+    proc_status,
+    process_tree,
+    write_remote,
+)
+
+from epochfs.torchclient import layout
+
+pytestmark = pytest.mark.skipif(os.geteuid() == 0 and not os.path.exists("/usr/bin/setpriv"),
+                                reason="needs setpriv to drop root")
+
+
+def check_epoch(folder: Path, n: int, objects: dict[str, bytes]) -> list[str]:
+    manifest = layout.read_manifest(folder, n)
+    assert manifest is not None, f"epoch-{n} has no manifest"
+    assert manifest.paths, f"epoch-{n} is empty"
+    for rel in manifest.paths:
+        assert (folder / f"epoch-{n}" / rel).read_bytes() == objects[rel], rel
+    assert [p for p, _ in layout.walk_epoch(folder, n)] == manifest.paths
+    return manifest.paths
+
+
+@pytest.fixture
+def remote() -> tuple[Path, dict[str, bytes]]:
+    with owned_dir() as base:
+        objects = random_objects(40, 8192, seed=3)
+        write_remote(base, objects)
+        yield base, objects
+
+
+def test_unprivileged_sidecar_publishes_epochs_byte_exact(remote: tuple[Path, dict[str, bytes]]) -> None:
+    root, objects = remote
+    with owned_dir() as base, folder_sidecar(base, root, extra=("--min-samples", "10")) as car:
+        # No process of the sidecar holds a privilege: no capability at all, no_new_privs.
+        tree = process_tree(car.proc.pid)
+        assert len(tree) >= 3, tree  # supervisor, sampler, publisher
+        for pid in tree:
+            st = proc_status(pid)
+            assert st["CapEff"] == st["CapPrm"] == "0" * 16, (pid, st)
+            if os.geteuid() == 0:
+                assert st["CapBnd"] == "0" * 16 and st["NoNewPrivs"] == "1", (pid, st)
+        health = car.health()
+        assert health["code"] == 200 and set(health["children"]) == {"sampler", "publisher"}, health
+        assert car.metric("epochfs_mounted") == 1
+        out = cli("cut", "--cache", str(car.cache))
+        assert out.stdout.strip() == "0", out
+        wait_until(lambda: layout.epoch_exists(car.mount, 0), timeout=10, what="epoch-0 published")
+        first = check_epoch(car.mount, 0, objects)
+        assert len(first) >= 10
+        assert os.readlink(car.mount / "latest") == "epoch-0"
+        wait_until(lambda: (layout.read_status(car.mount) or {}).get("samples") == len(objects),
+                   timeout=60, what="every object sampled")
+        assert cli("cut", "--cache", str(car.cache)).stdout.strip() == "1"
+        wait_until(lambda: layout.epoch_exists(car.mount, 1), timeout=10, what="epoch-1 published")
+        assert sorted(check_epoch(car.mount, 1, objects)) == sorted(objects)
+        assert layout.list_epochs(car.mount) == [0, 1]
+        assert os.readlink(car.mount / "latest") == "epoch-1"
+    # SIGTERM: exit 0 (checked by the helper); the folder stays as published for readers.
+    assert car.exit_code == 0
+
+
+def test_cut_interval_publishes_and_a_killed_publisher_is_replaced_while_readers_read(
+        remote: tuple[Path, dict[str, bytes]]) -> None:
+    root, objects = remote
+    # Slow sampling (about 4 samples a second), so every interval brings new samples to cut, and a
+    # short in-use window and a small cache, so epochs also retire (and objects go) while they read.
+    extra = ("--cut-interval", "0.5", "--max-rate", "32Ki", "--in-use-seconds", "2", "--capacity", "160Ki")
+    with owned_dir() as base:
+        with folder_sidecar(base, root, extra=extra) as car:
+            wait_until(lambda: len(layout.list_epochs(car.mount)) >= 2, timeout=30, what="two interval cuts")
+            errors: list[str] = []
+            stop = threading.Event()
+
+            def reader() -> None:
+                while not stop.is_set():
+                    for n in layout.list_epochs(car.mount)[-1:]:
+                        try:
+                            check_epoch(car.mount, n, objects)
+                        except FileNotFoundError:
+                            if n in layout.list_epochs(car.mount):  # gone only if retired meanwhile
+                                errors.append(f"epoch-{n} unreadable while listed")
+                        except AssertionError as e:
+                            errors.append(str(e))
+
+            t = threading.Thread(target=reader)
+            t.start()
+            try:
+                old = kill_child(car, "publisher")
+                wait_until(lambda: car.child_pid("publisher") not in (None, old), timeout=15,
+                           what="the publisher restarted")
+                newest = max(layout.list_epochs(car.mount))
+                wait_until(lambda: max(layout.list_epochs(car.mount)) > newest, timeout=15,
+                           what="publishing goes on after the restart")
+            finally:
+                stop.set()
+                t.join()
+            assert not errors, errors[:5]
+            assert car.health()["children"]["publisher"]["restarts"] == 1
+            wait_until(lambda: min(layout.list_epochs(car.mount)) > 0, timeout=15, what="a retirement")
+        # A SIGTERM lets a build in progress finish: nothing temporary is left behind.
+        assert not [n for n in os.listdir(car.mount) if n.startswith(".epochfs-")]
+        assert not [n for n in os.listdir(car.mount / ".epochfs") if n.startswith(".tmp-")]
+
+
+def test_a_file_where_the_folder_goes_exits_2() -> None:
+    with owned_dir() as base:
+        (base / "shared").mkdir()
+        (base / "shared" / "view").write_text("not a folder")
+        with folder_sidecar(base, base, ready=False, expect_exit=2) as car:
+            car.proc.wait(timeout=30)
+        assert "--mount" in car.log_text() and "not a folder" in car.log_text()
+
+
+def test_the_view_setting_flag_environment_default_and_a_bad_value() -> None:
+    from epochfs.sidecar import config
+
+    base = ["--remote", "file:///data", "--cache", "/c", "--mount", "/m"]
+    assert config.parse(config.SidecarSettings, base, environ={}).view == "fuse"
+    assert config.parse(config.SidecarSettings, base, environ={"EPOCHFS_VIEW": "folder"}).view == "folder"
+    assert config.parse(config.SidecarSettings, [*base, "--view", "FUSE"],
+                        environ={"EPOCHFS_VIEW": "folder"}).view == "fuse"
+    with pytest.raises(config.ConfigError, match=r"--view \(from EPOCHFS_VIEW\): must be one of fuse, folder"):
+        config.parse(config.SidecarSettings, base, environ={"EPOCHFS_VIEW": "nfs"})
