@@ -26,11 +26,33 @@ Every one takes ARG, either
   epochfs.podAnnotations       prometheus.io/* scrape annotations and podAnnotations (a map)
   epochfs.serviceAccountName   the ServiceAccount the sidecar's kube reporting is bound to
   epochfs.viewPath             where trainers find epoch-N/: <sidecar.mountPath>/view
+  epochfs.folderView           "true" with sidecar.view=folder (the folder view: no FUSE, no
+                               privilege; docs/folderview.md), empty with the FUSE view
 */}}
 
-{{/* The FUSE view: a subdirectory of the shared mount volume, which the sidecar creates. Never the
+{{/* The view: "true" when the sidecar publishes the epochs as plain files (sidecar.view=folder). */}}
+{{- define "epochfs.folderView" -}}
+{{- $ctx := . -}}{{- if hasKey . "context" }}{{ $ctx = .context }}{{ end -}}
+{{- if eq (toString $ctx.Values.sidecar.view) "folder" }}true{{ end -}}
+{{- end -}}
+
+{{/* The sidecar's user: sidecar.runAsUser, else root for the FUSE view (mounting for another user
+     needs CAP_SYS_ADMIN) and the image's user 10001 for the folder view. */}}
+{{- define "epochfs.sidecarUser" -}}
+{{- $ctx := . -}}{{- if hasKey . "context" }}{{ $ctx = .context }}{{ end -}}
+{{- if not (kindIs "invalid" $ctx.Values.sidecar.runAsUser) -}}
+{{- $ctx.Values.sidecar.runAsUser -}}
+{{- else if include "epochfs.folderView" $ctx -}}
+10001
+{{- else -}}
+0
+{{- end -}}
+{{- end -}}
+
+{{/* The view: a subdirectory of the shared mount volume, which the sidecar creates. Never the
      volume's own mount point: that is a mount point already (the kubelet's), and after a FUSE
-     server restart a new FUSE mount in the subdirectory reaches trainers that started earlier. */}}
+     server restart a new FUSE mount in the subdirectory reaches trainers that started earlier.
+     The folder view publishes into the same subdirectory. */}}
 {{- define "epochfs.viewPath" -}}
 {{- $ctx := . -}}{{- if hasKey . "context" }}{{ $ctx = .context }}{{ end -}}
 {{- printf "%s/view" (trimSuffix "/" $ctx.Values.sidecar.mountPath) -}}
@@ -45,6 +67,16 @@ Every one takes ARG, either
 {{- end -}}
 {{- if and $ctx.Values.sidecar.native (semverCompare "<1.29.0-0" $ctx.Capabilities.KubeVersion.Version) -}}
 {{- fail (printf "native sidecars (init containers with restartPolicy Always) need Kubernetes 1.29 or newer, this cluster is %s: set sidecar.native=false" $ctx.Capabilities.KubeVersion.Version) -}}
+{{- end -}}
+{{- if include "epochfs.folderView" $ctx -}}
+{{- if eq $ctx.Values.cache.volume.type "hostPath" -}}
+{{- fail "sidecar.view=folder is for clusters that enforce the Baseline or Restricted Pod Security Standard, which forbid hostPath volumes: use cache.volume.type emptyDir or ephemeral (or the FUSE view)" -}}
+{{- end -}}
+{{- if eq (include "epochfs.sidecarUser" $ctx) "0" -}}
+{{- fail "sidecar.view=folder runs the sidecar as a non-root user: set sidecar.runAsUser to a non-zero uid, or leave it empty (10001, the image's user)" -}}
+{{- end -}}
+{{- else if ne (toString $ctx.Values.sidecar.view) "fuse" -}}
+{{- fail (printf "sidecar.view: %q is not one of fuse, folder" (toString $ctx.Values.sidecar.view)) -}}
 {{- end -}}
 {{- if and (hasKey $opts "shardIndex") (hasKey $opts "shardIndexFieldPath") -}}
 {{- fail "epochfs: give shardIndex or shardIndexFieldPath, not both" -}}
@@ -174,15 +206,17 @@ Every one takes ARG, either
 {{- end -}}
 
 {{/* The trainer's mounts: the shared mount volume (read-only; the view is its subdirectory view/,
-     which reaches the trainer by HostToContainer propagation) and the cache volume read-only at
-     the path the view's symlinks point into. */}}
+     which reaches the trainer by HostToContainer propagation, or as plain files with the folder
+     view) and the cache volume read-only at the path the view's symlinks point into. */}}
 {{- define "epochfs.trainerVolumeMounts" -}}
 {{- $ctx := . -}}{{- if hasKey . "context" }}{{ $ctx = .context }}{{ end -}}
 {{- $v := $ctx.Values -}}
 {{- $subPathExpr := include "epochfs.cacheSubPathExpr" $ctx -}}
 - name: epochfs-mount
   mountPath: {{ $v.sidecar.mountPath }}
+  {{- if not (include "epochfs.folderView" $ctx) }}
   mountPropagation: HostToContainer
+  {{- end }}
   readOnly: true
 - name: epochfs-cache
   mountPath: {{ $v.cache.readOnlyPath }}

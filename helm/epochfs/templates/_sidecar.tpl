@@ -14,6 +14,7 @@ include it in its own pods.
 {{- $control := include "epochfs.controlDir" $ctx -}}
 {{- $creds := $v.remote.credentials -}}
 {{- $period := 2 -}}
+{{- $folder := include "epochfs.folderView" $ctx -}}
 - name: epochfs
   image: {{ include "epochfs.image" $ctx }}
   imagePullPolicy: {{ $v.image.pullPolicy }}
@@ -45,9 +46,14 @@ include it in its own pods.
     {{- end }}
     - name: EPOCHFS_CACHE
       value: {{ $v.cache.path | quote }}
-    # The FUSE view, in a subdirectory of the shared volume (the sidecar creates it).
+    # The view, in a subdirectory of the shared volume (the sidecar creates it).
     - name: EPOCHFS_MOUNT
       value: {{ include "epochfs.viewPath" $ctx | quote }}
+    {{- if $folder }}
+    # The folder view: the layout published as plain files, no FUSE and no privilege.
+    - name: EPOCHFS_VIEW
+      value: folder
+    {{- end }}
     # Epoch symlinks point into the read-only mount of the cache, which the trainer has too.
     - name: EPOCHFS_LINK_ROOT
       value: "{{ $v.cache.readOnlyPath }}/objects"
@@ -117,7 +123,8 @@ include it in its own pods.
     - name: metrics
       containerPort: {{ $v.sidecar.healthPort }}
       protocol: TCP
-  # Ready = mounted and epoch 0 can be cut. A native sidecar's startupProbe gates the trainer's start.
+  # Ready = mounted (folder view: published) and epoch 0 can be cut. A native sidecar's startupProbe
+  # gates the trainer's start.
   startupProbe:
     httpGet:
       path: /readyz
@@ -143,18 +150,30 @@ include it in its own pods.
     {{- . | nindent 4 }}
   {{- end }}
   securityContext:
+    {{- if $folder }}
+    # The folder view needs no privilege: the Restricted Pod Security Standard.
+    privileged: false
+    allowPrivilegeEscalation: false
+    capabilities:
+      drop: [ALL]
+    runAsNonRoot: true
+    runAsUser: {{ include "epochfs.sidecarUser" $ctx }}
+    {{- else }}
     # Required by mountPropagation Bidirectional (see values.yaml sidecar.runAsUser and docs).
     privileged: true
-    runAsUser: {{ $v.sidecar.runAsUser }}
+    runAsUser: {{ include "epochfs.sidecarUser" $ctx }}
+    {{- end }}
     readOnlyRootFilesystem: true
     seccompProfile:
       type: RuntimeDefault
   volumeMounts:
-    # The shared volume; FUSE mounts the view in its subdirectory and Bidirectional propagation
-    # carries that mount to the trainer.
+    # The shared volume. FUSE view: mounted in its subdirectory, and Bidirectional propagation
+    # carries that mount to the trainer. Folder view: the subdirectory holds plain files.
     - name: epochfs-mount
       mountPath: {{ $v.sidecar.mountPath }}
+      {{- if not $folder }}
       mountPropagation: Bidirectional
+      {{- end }}
     - name: epochfs-cache
       mountPath: {{ $v.cache.path }}
       {{- with $subPathExpr }}
