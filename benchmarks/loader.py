@@ -1,7 +1,8 @@
 """Loader benchmark: an epoch through the mount against the same loader on the node volume's files.
 
-    python benchmarks/loader.py                                   # generated plain folder (~1.0x expected)
-    python benchmarks/loader.py --mount /mnt/epochfs --cache-objects /cache/objects --epochs 0 1 2
+    python -m epochfs.benchmarks.loader                          # generated plain folder (~1.0x expected)
+    python -m epochfs.benchmarks.loader --mount /mnt/epochfs --cache-objects /cache/objects --epochs 0 1 2
+    sudo epochfs bench loader --args --sidecar                   # a real sidecar's mount (root)
 
 For each epoch, one side runs ``EpochLoader`` over ``<mount>/epoch-N`` (paths through the mount:
 lookups, symlinks, then the kernel reads the object files), the other runs the *same* DataLoader setup
@@ -23,33 +24,32 @@ import argparse
 import contextlib
 import json
 import os
-import resource
-import signal
-import socket
 import statistics
-import subprocess
 import sys
-import tempfile
-import time
+from collections.abc import Iterable, Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
-import torch
-from torch.utils.data import DataLoader
 
-from epochfs.torchclient import EpochDataset, EpochLoader
-from epochfs.torchclient.decode import resolve_decoder
-from epochfs.torchclient.loader import _PathDataset, _PlanSampler
-from epochfs.torchclient.plainfolder import publish_epoch
-from epochfs.torchclient.sampler import epoch_indices
+from epochfs.benchmarks import harness
 
-_TICKS = os.sysconf("SC_CLK_TCK")
+try:
+    import torch
+    from torch.utils.data import DataLoader
+
+    from epochfs.torchclient import EpochDataset, EpochLoader
+    from epochfs.torchclient.decode import resolve_decoder
+    from epochfs.torchclient.loader import _PathDataset, _PlanSampler
+    from epochfs.torchclient.plainfolder import publish_epoch
+    from epochfs.torchclient.sampler import epoch_indices
+except ModuleNotFoundError as missing:
+    harness.missing_module(missing)
 
 
 @dataclass
-class Side:
+class Side(harness.Rates):
     """One epoch read by one side (through the mount, or direct)."""
 
     side: str
@@ -62,12 +62,8 @@ class Side:
     worker_cpu_seconds: float
 
     @property
-    def mb_per_s(self) -> float:
-        return self.bytes / 1e6 / self.seconds
-
-    @property
     def samples_per_s(self) -> float:
-        return self.samples / self.seconds
+        return self.per_s(self.samples)
 
     @property
     def cpu_per_gb(self) -> float:
@@ -82,31 +78,19 @@ def keep_list(batch: list[Any]) -> list[Any]:
     return batch
 
 
-def _self_cpu() -> float:
-    usage = resource.getrusage(resource.RUSAGE_SELF)
-    return usage.ru_utime + usage.ru_stime
-
-
 def _workers_cpu(loader: DataLoader[Any] | None) -> float:
     """CPU seconds so far of a DataLoader's (persistent) worker processes, from /proc."""
     iterator = getattr(loader, "_iterator", None)
     total = 0.0
     for worker in getattr(iterator, "_workers", []):
-        try:
-            fields = Path(f"/proc/{worker.pid}/stat").read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        total += (int(fields[11]) + int(fields[12])) / _TICKS
+        with contextlib.suppress(OSError):  # a worker gone
+            total += harness.cpu_seconds(worker.pid, children=False)
     return total
 
 
-def _drain(batches: Any) -> tuple[int, float]:
+def _drain(batches: Iterable[Any]) -> tuple[int, float]:
     """Consume every batch (touching nothing, like a GPU step that is not the bottleneck)."""
-    count = 0
-    started = time.perf_counter()
-    for batch in batches:
-        count += len(batch)
-    return count, time.perf_counter() - started
+    return harness.timed(lambda: sum(len(batch) for batch in batches))
 
 
 def generate(workdir: Path, *, samples: int, sample_bytes: int, epochs: int) -> Path:
@@ -141,8 +125,14 @@ def write_remote(folder: Path, *, samples: int, sample_bytes: int) -> int:
     return total
 
 
+def _fetched(status: Path, samples: int) -> bool:
+    with contextlib.suppress(OSError, ValueError):
+        return bool(json.loads(status.read_text())["samples"] >= samples)
+    return False
+
+
 @contextlib.contextmanager
-def sidecar_mount(workdir: Path, *, samples: int, sample_bytes: int) -> Any:
+def sidecar_mount(workdir: Path, *, samples: int, sample_bytes: int) -> Iterator[Path]:
     """Run ``epochfs sidecar`` over a generated file:// remote; yield the mount once every sample is in.
 
     Needs root (FUSE). The capacity holds the whole set, so every epoch lists every sample and the
@@ -151,36 +141,16 @@ def sidecar_mount(workdir: Path, *, samples: int, sample_bytes: int) -> Any:
     remote, cache, mount = workdir / "remote", workdir / "cache", workdir / "mnt"
     total = write_remote(remote, samples=samples, sample_bytes=sample_bytes)
     mount.mkdir()
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-    log_path = workdir / "sidecar.log"
-    with open(log_path, "wb") as log:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "epochfs.sidecar.cli", "sidecar", "--remote", f"file://{remote}",
-             "--cache", str(cache), "--mount", str(mount), "--capacity", str(total * 2),
-             "--health-port", str(port)], stdout=log, stderr=subprocess.STDOUT)
-    try:
-        deadline = time.monotonic() + 300
-        status = mount / ".epochfs" / "status.json"
-        while True:  # poll until the sampler has fetched the whole set
-            if proc.poll() is not None:
-                raise SystemExit(f"sidecar exited {proc.returncode}: {log_path.read_text()[-2000:]}")
-            with contextlib.suppress(OSError, ValueError):
-                if json.loads(status.read_text())["samples"] >= samples:
-                    break
-            if time.monotonic() > deadline:
-                raise SystemExit("sidecar did not fetch the set within 300 s")
-            time.sleep(0.2)
+    with harness.running(
+        [*harness.EPOCHFS, "sidecar", "--remote", f"file://{remote}",
+         "--cache", str(cache), "--mount", str(mount), "--capacity", str(total * 2),
+         "--health-port", str(harness.free_port())],
+        what="sidecar (fetching the set)", log=workdir / "sidecar.log", timeout=300, interval=0.2,
+        ready=lambda: _fetched(mount / ".epochfs" / "status.json", samples),  # the whole set fetched
+        unmount=(mount, cache / "objects-ro"),
+    ):
         print(f"sidecar: {samples} samples ({total / 1e6:.0f} MB) fetched into {cache}, mounted at {mount}")
         yield mount
-    finally:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
 
 
 def direct_paths(dataset: EpochDataset, cache_objects: Path | None) -> list[str]:
@@ -217,14 +187,14 @@ def main(argv: list[str] | None = None) -> int:
                              "(root; the default of `epochfs bench loader`)")
     args = parser.parse_args(argv)
     torch.set_num_threads(1)
-    with tempfile.TemporaryDirectory(prefix="epochfs-bench-loader-") as tmp:
+    with harness.work_dir(prefix="epochfs-bench-loader-") as tmp:
         root = args.root
         if args.sidecar:
-            with sidecar_mount(Path(tmp), samples=args.samples,
+            with sidecar_mount(tmp, samples=args.samples,
                                sample_bytes=int(args.sample_mib * 2**20)) as mount:
                 return run(mount, args)
         if root is None:
-            root = generate(Path(tmp), samples=args.samples, sample_bytes=int(args.sample_mib * 2**20),
+            root = generate(tmp, samples=args.samples, sample_bytes=int(args.sample_mib * 2**20),
                             epochs=max(args.epochs) + 1)
             print(f"generated {args.samples} samples of {args.sample_mib} MiB under {root} "
                   "(plain folder: both sides read the same files, so ~1.0x is expected)")
@@ -241,9 +211,10 @@ def run(root: Path, args: argparse.Namespace) -> int:
                         num_workers=mount.num_workers, **mount.dataloader_options)
     print(f"{mount.num_workers} workers, batch {args.batch_size}, decode {args.decode}, "
           f"pin_memory={mount.dataloader_options['pin_memory']}")
-    header = (f"{'epoch':>5} {'round':>5} {'side':>6} {'files':>6} {'MB':>8} {'samples/s':>10} {'MB/s':>8} "
-              f"{'cpu s/GB':>9} {'worker cpu s/GB':>16}")
-    print(header)
+    table = harness.Table(("epoch", ">5"), ("round", ">5"), ("side", ">6"), ("files", ">6"), ("MB", ">8.1f"),
+                          ("samples/s", ">10.0f"), ("MB/s", ">8.1f"), ("cpu s/GB", ">9.2f"),
+                          ("worker cpu s/GB", ">16.2f"))
+    print(table.header())
     results: list[Side] = []
     ratios: dict[int, float] = {}
     with mount:
@@ -259,26 +230,25 @@ def run(root: Path, args: argparse.Namespace) -> int:
                 order = ("mount", "direct") if (number + round_) % 2 == 0 else ("direct", "mount")
                 for side in order:
                     loader = mount._loader if side == "mount" else direct
-                    cpu0, workers0 = _self_cpu(), _workers_cpu(loader)
+                    cpu0, workers0 = harness.self_cpu(), _workers_cpu(loader)
                     samples, seconds = _drain(mount.epoch(epoch) if side == "mount" else direct)
-                    result = Side(side, epoch, round_, samples, nbytes, seconds, _self_cpu() - cpu0,
+                    result = Side(side, epoch, round_, samples, nbytes, seconds, harness.self_cpu() - cpu0,
                                   _workers_cpu(loader) - workers0)
                     results.append(result)
-                    print(f"{epoch:>5} {round_:>5} {side:>6} {len(dataset):>6} {nbytes / 1e6:>8.1f} "
-                          f"{result.samples_per_s:>10.0f} {result.mb_per_s:>8.1f} {result.cpu_per_gb:>9.2f} "
-                          f"{result.worker_cpu_per_gb:>16.2f}", flush=True)
+                    print(table.row(epoch, round_, side, len(dataset), nbytes / 1e6, result.samples_per_s,
+                                    result.mb_per_s, result.cpu_per_gb, result.worker_cpu_per_gb), flush=True)
             medians = {side: statistics.median(r.mb_per_s for r in results
                                                if r.epoch == epoch and r.side == side)
                        for side in ("mount", "direct")}
             ratios[epoch] = medians["mount"] / medians["direct"]
             print(f"{epoch:>5} {'':>5} {'ratio':>6} median MB/s mount {medians['mount']:.1f} / direct "
-                  f"{medians['direct']:.1f} = {ratios[epoch]:.2f}x", flush=True)
+                  f"{medians['direct']:.1f} = {harness.times(ratios[epoch])}", flush=True)
     iterator = getattr(direct, "_iterator", None)
     if iterator is not None:
         iterator._shutdown_workers()
     later = [ratio for epoch, ratio in ratios.items() if epoch != args.epochs[0]]
     if later:
-        print(f"from the second epoch on: mount/direct {statistics.geometric_mean(later):.2f}x "
+        print(f"from the second epoch on: mount/direct {harness.times(statistics.geometric_mean(later))} "
               f"(geometric mean of the per-epoch median ratios; aim: >= 0.9x)")
     if args.json:
         args.json.write_text(json.dumps([{**asdict(r), "mb_per_s": r.mb_per_s, "cpu_per_gb": r.cpu_per_gb}

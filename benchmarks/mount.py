@@ -11,7 +11,8 @@ Cold phases drop the page cache first (``echo 3 > /proc/sys/vm/drop_caches``, ro
 ``--no-drop`` every phase is warm and the report says so. Ratios compare like with like: mount
 first (cold) / direct cold, mount first (warm) / direct warm, mount repeat / direct warm.
 
-    sudo .venv/bin/python benchmarks/mount.py --dir /var/tmp/epochfs-bench
+    sudo epochfs bench mount --args --dir /var/tmp/epochfs-bench
+    sudo .venv/bin/python -m epochfs.benchmarks.mount --dir /var/tmp/epochfs-bench
 
 The mount server's Python call counts are printed too (from its shutdown log line): the design
 aims for one readlink per file on a first read and none on a repeat.
@@ -20,24 +21,23 @@ aims for one readlink per file on a first read and none on a repeat.
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import multiprocessing as mp
+import multiprocessing.pool
 import os
+import random
 import re
 import shutil
-import signal
 import statistics
-import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "tests"))
-
-from fuse_helpers import admit, make_objects, open_store  # noqa: E402
-
-from epochfs.fuse.mounting import find_mount, lazy_unmount, wait_for_mount  # noqa: E402
+from epochfs.benchmarks import harness
+from epochfs.sidecar.keys import sample_id
+from epochfs.sidecar.store import Admission, Policy, Store
 
 BUF = bytearray(8 << 20)
 
@@ -60,10 +60,6 @@ def _read_files(paths: list[str]) -> int:
 
 
 PHASES = ("direct_cold", "direct_warm", "mount_first_cold", "mount_first_warm", "mount_repeat")
-
-
-def mbps(dt: float, total: int) -> float:
-    return total / dt / 1e6
 
 
 def paced_read(paths: list[str], rate: float) -> float:
@@ -91,11 +87,10 @@ def drop_caches(enabled: bool) -> None:
     Path("/proc/sys/vm/drop_caches").write_text("3\n")
 
 
-def timed_read(pool: mp.pool.Pool, procs: int, paths: list[str]) -> tuple[float, int]:
+def timed_read(pool: multiprocessing.pool.Pool, procs: int, paths: list[str]) -> tuple[int, float]:
+    """Bytes read by ``procs`` readers sharing ``paths``, and the seconds it took."""
     chunks = [paths[i::procs] for i in range(procs)]
-    t0 = time.perf_counter()
-    total = sum(pool.map(_read_files, chunks))
-    return time.perf_counter() - t0, total
+    return harness.timed(lambda: sum(pool.map(_read_files, chunks)))
 
 
 def list_epoch(folder: Path) -> list[str]:
@@ -106,38 +101,49 @@ def list_epoch(folder: Path) -> list[str]:
     return out
 
 
-class Server:
-    """``epochfs mount`` over one cache, for the length of a ``with`` block."""
+def first_read(pool: multiprocessing.pool.Pool, procs: int, folder: Path) -> tuple[list[str], int, float]:
+    """A first read of a folder: list it, then read every file, the listing inside the timing;
+    returns the paths, the bytes and the seconds."""
+    t0 = time.perf_counter()
+    paths = list_epoch(folder)
+    total, _ = timed_read(pool, procs, paths)
+    return paths, total, time.perf_counter() - t0
 
-    def __init__(self, cache: Path, mnt: Path, env: dict[str, str]) -> None:
-        self.cache, self.mnt, self.log = cache, mnt, mnt.parent / "mount.log"
-        self.env = env
 
-    def __enter__(self) -> Server:
-        with open(self.log, "wb") as out:
-            self.proc = subprocess.Popen(
-                [sys.executable, "-m", "epochfs.sidecar.cli", "mount", "--cache", str(self.cache),
-                 "--mount", str(self.mnt)],
-                stdout=out, stderr=subprocess.STDOUT, env={**os.environ, **self.env},
-            )
-        if not wait_for_mount(self.mnt, timeout=30, alive=lambda: self.proc.poll() is None):
-            raise SystemExit(f"mount did not come up:\n{self.log.read_text()}")
-        return self
+def make_objects(count: int, size: int, *, start: int = 0) -> Iterator[tuple[str, bytes]]:
+    """``count`` (key, random bytes) pairs from index ``start``: ``train/00000.bin`` on."""
+    rng = random.Random(start)
+    for i in range(start, start + count):
+        yield f"train/{i:05d}.bin", rng.randbytes(size)
 
-    def __exit__(self, *exc: object) -> None:
-        self.proc.send_signal(signal.SIGTERM)
-        try:
-            self.proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
-        for path in (self.mnt, self.cache / "objects-ro"):
-            if find_mount(path) is not None:
-                lazy_unmount(path, any_kind=True)
 
-    def calls(self) -> str:
-        m = re.search(r"calls served: (\{.*\})", self.log.read_text())
-        return m.group(1) if m else "?"
+def fill_cache(cache: Path, size: int, count: int) -> list[str]:
+    """A cache of ``count`` files of ``size`` bytes, all in epoch 0, made through the Store API as the
+    sampler makes it (temp file, fsync, one admission per 64); returns the object files' paths."""
+    store = Store(cache, create=True)
+    try:
+        store.configure(Policy(capacity=1 << 40, keep_epochs=1000, min_samples=1, in_use_seconds=300.0))
+        for start in range(0, count, 64):
+            batch = []
+            for key, body in make_objects(min(64, count - start), size, start=start):
+                temp = store.temp_path()
+                with open(temp, "wb") as f:
+                    f.write(body)
+                    f.flush()
+                    os.fsync(f.fileno())
+                checksum = "md5:" + hashlib.md5(body).hexdigest()
+                batch.append(Admission(key, sample_id(key), size, checksum, "v1", temp))
+            store.admit(batch, inflight_bytes=0)
+        store.cut(0)
+        return [str(cache / "objects" / f.object_name) for f in store.epoch_files(0)]
+    finally:
+        store.close()
+
+
+def served_calls(log: Path) -> str:
+    """The mount server's Python call counts, from its shutdown log line."""
+    m = re.search(r"calls served: (\{.*\})", log.read_text())
+    return m.group(1) if m else "?"
 
 
 def bench_class(args: argparse.Namespace, name: str, size: int, count: int, procs_list: list[int],
@@ -146,47 +152,44 @@ def bench_class(args: argparse.Namespace, name: str, size: int, count: int, proc
     work = args.dir / name
     cache, mnt = work / "cache", work / "mnt"
     mnt.mkdir(parents=True)
-    store = open_store(cache, capacity=1 << 40, keep_epochs=1000)
-    for start in range(0, count, 64):
-        admit(store, make_objects(min(64, count - start), size, prefix="train/", start=start))
-    store.cut(0)
-    direct = [str(cache / "objects" / f.object_name) for f in store.epoch_files(0)]
-    store.close()
+    direct = fill_cache(cache, size, count)
     env = {"EPOCHFS_WARM_FILES": "0"} if args.no_warm else {}
     rows: list[dict[str, object]] = []
     epoch = 0
-    with Server(cache, mnt, env) as server:
+    log = work / "mount.log"
+    with harness.running([*harness.EPOCHFS, "mount", "--cache", str(cache), "--mount", str(mnt)],
+                         what="epochfs mount", ready=lambda: harness.mounted(mnt), interval=0.02, log=log,
+                         env={**os.environ, **env}, unmount=(mnt, cache / "objects-ro")):
         for procs in procs_list:
             with mp.get_context("fork").Pool(procs) as pool:
                 samples: dict[str, list[float]] = {k: [] for k in PHASES}
                 for _ in range(args.repeat):  # interleaved, so load from others hits all phases
                     drop_caches(drop)
-                    samples["direct_cold"].append(mbps(*timed_read(pool, procs, direct)))
+                    samples["direct_cold"].append(harness.mb_per_s(*timed_read(pool, procs, direct)))
                     timed_read(pool, procs, direct)  # untimed: a second touch settles the LRU
-                    samples["direct_warm"].append(mbps(*timed_read(pool, procs, direct)))
+                    samples["direct_warm"].append(harness.mb_per_s(*timed_read(pool, procs, direct)))
                     for phase in ("mount_first_cold", "mount_first_warm"):
                         epoch += 1  # a fresh epoch: its lookup cuts it; the kernel knows none of it
                         if phase == "mount_first_cold":
                             drop_caches(drop)
-                        t0 = time.perf_counter()
-                        paths = list_epoch(mnt / f"epoch-{epoch}")  # listing is part of a first read
-                        _, total = timed_read(pool, procs, paths)
-                        samples[phase].append(total / (time.perf_counter() - t0) / 1e6)
+                        paths, total, seconds = first_read(pool, procs, mnt / f"epoch-{epoch}")
+                        samples[phase].append(harness.mb_per_s(total, seconds))
                         assert len(paths) == count, (len(paths), count)
-                    samples["mount_repeat"].append(mbps(*timed_read(pool, procs, paths)))
+                    samples["mount_repeat"].append(harness.mb_per_s(*timed_read(pool, procs, paths)))
             med = {k: statistics.median(v) for k, v in samples.items()}
+            ratio = {"first_cold": round(med["mount_first_cold"] / med["direct_cold"], 2),
+                     "first_warm": round(med["mount_first_warm"] / med["direct_warm"], 2),
+                     "repeat": round(med["mount_repeat"] / med["direct_warm"], 2)}
             row: dict[str, object] = {"size": name, "files": count, "procs": procs, "repeat": args.repeat}
             row |= {k: round(v) for k, v in med.items()}
-            row["ratio_first_cold"] = round(med["mount_first_cold"] / med["direct_cold"], 2)
-            row["ratio_first_warm"] = round(med["mount_first_warm"] / med["direct_warm"], 2)
-            row["ratio_repeat"] = round(med["mount_repeat"] / med["direct_warm"], 2)
+            row |= {f"ratio_{k}": v for k, v in ratio.items()}
             rows.append(row)
             print(
                 f"{name:>6} x{count:<5} procs={procs}  direct cold {med['direct_cold']:6.0f} MB/s"
                 f"  warm {med['direct_warm']:6.0f} | mount first cold {med['mount_first_cold']:6.0f}"
-                f" ({row['ratio_first_cold']:.2f}x)  first warm {med['mount_first_warm']:6.0f}"
-                f" ({row['ratio_first_warm']:.2f}x)  repeat {med['mount_repeat']:6.0f}"
-                f" ({row['ratio_repeat']:.2f}x)",
+                f" ({harness.times(ratio['first_cold'])})  first warm {med['mount_first_warm']:6.0f}"
+                f" ({harness.times(ratio['first_warm'])})  repeat {med['mount_repeat']:6.0f}"
+                f" ({harness.times(ratio['repeat'])})",
                 flush=True,
             )
         if args.pace > 0:
@@ -197,11 +200,11 @@ def bench_class(args: argparse.Namespace, name: str, size: int, count: int, proc
                      "mount_first": paced_read(fresh, args.pace * 1e6)}
             print(f"{name:>6} paced at {args.pace:.0f} MB/s, one reader, data warm: direct "
                   f"{paced['direct']:.0f} MB/s, fresh epoch through the mount {paced['mount_first']:.0f}"
-                  f" MB/s ({paced['mount_first'] / paced['direct']:.2f}x)", flush=True)
+                  f" MB/s ({harness.times(paced['mount_first'] / paced['direct'])})", flush=True)
             rows.append({"size": name, "pace_mbps": args.pace, "paced_direct": round(paced["direct"]),
                          "paced_mount_first": round(paced["mount_first"])})
         # Per-open cost in one process, min of 7 passes (less noisy than throughput under load).
-        per_file = {"direct": [], "mount": []}
+        per_file: dict[str, list[float]] = {"direct": [], "mount": []}
         for _ in range(7):
             for key, files in (("direct", direct), ("mount", paths)):
                 t0 = time.perf_counter()
@@ -209,34 +212,25 @@ def bench_class(args: argparse.Namespace, name: str, size: int, count: int, proc
                 per_file[key].append((time.perf_counter() - t0) / len(files) * 1e6)
         best = {k: min(v) for k, v in per_file.items()}
         print(f"{name:>6} warm, one process, min of 7: {best['direct']:.1f} us/file direct, "
-              f"{best['mount']:.1f} us/file through the mount ({best['direct'] / best['mount']:.2f}x)")
+              f"{best['mount']:.1f} us/file through the mount "
+              f"({harness.times(best['direct'] / best['mount'])})")
         rows.append({"size": name, "us_per_file_direct": round(best["direct"], 2),
                      "us_per_file_mount": round(best["mount"], 2)})
-    return rows, server.calls()
-
-
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+    return rows, served_calls(log)
 
 
 def remote_mount_command(tool: str, *, endpoint: str, mnt: Path, cache: Path, work: Path,
                          env: dict[str, str]) -> list[str]:
     """The command that mounts moto's ``bkt/train`` read-only at ``mnt`` with ``tool``'s disk cache."""
     if tool == "rclone":
-        env.update({"RCLONE_CONFIG_MOTO_TYPE": "s3", "RCLONE_CONFIG_MOTO_PROVIDER": "Other",
-                    "RCLONE_CONFIG_MOTO_ENDPOINT": endpoint, "RCLONE_CONFIG_MOTO_ACCESS_KEY_ID": "testing",
-                    "RCLONE_CONFIG_MOTO_SECRET_ACCESS_KEY": "testing"})
-        return ["rclone", "mount", "moto:bkt/train", str(mnt), "--vfs-cache-mode", "full",
+        env.update(harness.rclone_env("moto", endpoint))
+        return [harness.program("rclone"), "mount", "moto:bkt/train", str(mnt), "--vfs-cache-mode", "full",
                 "--cache-dir", str(cache), "--read-only", "--allow-other"]
     if tool == "s3fs":
         passwd = work / "passwd-s3fs"
-        passwd.write_text("testing:testing\n")
+        passwd.write_text("{AWS_ACCESS_KEY_ID}:{AWS_SECRET_ACCESS_KEY}\n".format(**harness.CREDENTIALS))
         passwd.chmod(0o600)
-        return ["s3fs", "bkt:/train", str(mnt), "-f", "-o",
+        return [harness.program("s3fs"), "bkt:/train", str(mnt), "-f", "-o",
                 f"url={endpoint},use_path_request_style,use_cache={cache},passwd_file={passwd},"
                 "ro,allow_other,parallel_count=8"]
     raise ValueError(f"unknown remote mount tool {tool!r}")
@@ -250,74 +244,37 @@ def bench_remote_mount(args: argparse.Namespace, tool: str, name: str, size: int
     First read: a fresh cache, so the tool downloads every object; repeat: the same files again,
     served from the tool's on-disk cache through its own FUSE daemon.
     """
-    import boto3
-
     work = args.dir / f"{tool}-{name}"
     mnt, rcache = work / "mnt", work / "rcache"
     mnt.mkdir(parents=True)
-    port = _free_port()
-    moto = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    endpoint = f"http://127.0.0.1:{port}"
-    creds = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
-             "AWS_DEFAULT_REGION": "us-east-1"}
     rows: list[dict[str, object]] = []
-    try:
-        client = boto3.client("s3", endpoint_url=endpoint, aws_access_key_id="testing",
-                              aws_secret_access_key="testing", region_name="us-east-1")
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                client.create_bucket(Bucket="bkt")
-                break
-            except Exception:
-                if time.monotonic() > deadline or moto.poll() is not None:
-                    raise
-                time.sleep(0.1)
+    with harness.moto_server() as moto:
         for start in range(0, count, 64):
-            for key, body in make_objects(min(64, count - start), size, prefix="train/",
-                                          start=start).items():
-                client.put_object(Bucket="bkt", Key=key, Body=body)
-        # AWS_CA_BUNDLE (set on some hosts) makes rclone's S3 client fail on a plain-HTTP endpoint.
-        env = {**{k: v for k, v in os.environ.items() if k != "AWS_CA_BUNDLE"}, **creds}
+            batch = list(make_objects(min(64, count - start), size, start=start))
+            harness.put_objects(moto.endpoint, "bkt", len(batch), batch.__getitem__)
+        env = harness.s3_env()
         for procs in procs_list:
             shutil.rmtree(rcache, ignore_errors=True)
             rcache.mkdir(parents=True)
-            command = remote_mount_command(tool, endpoint=endpoint, mnt=mnt, cache=rcache, work=work,
+            command = remote_mount_command(tool, endpoint=moto.endpoint, mnt=mnt, cache=rcache, work=work,
                                            env=env)
-            daemon = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
-            try:
-                if not wait_for_mount(mnt, timeout=30, alive=lambda d=daemon: d.poll() is None):
-                    raise SystemExit(f"{tool} mount did not come up")
-                with mp.get_context("fork").Pool(procs) as pool:
-                    drop_caches(drop)
-                    t0 = time.perf_counter()
-                    paths = list_epoch(mnt)
-                    _, total = timed_read(pool, procs, paths)
-                    first = total / (time.perf_counter() - t0) / 1e6
-                    repeat = statistics.median(mbps(*timed_read(pool, procs, paths))
-                                               for _ in range(args.repeat))
-                assert len(paths) == count, (len(paths), count)
-            finally:
-                daemon.send_signal(signal.SIGTERM)
-                try:
-                    daemon.wait(timeout=30)
-                except subprocess.TimeoutExpired:
-                    daemon.kill()
-                    daemon.wait()
-                if find_mount(mnt) is not None:
-                    lazy_unmount(mnt)
+            with harness.running(command, what=f"{tool} mount", ready=lambda: harness.mounted(mnt),
+                                 interval=0.02, env=env, unmount=(mnt,)), \
+                    mp.get_context("fork").Pool(procs) as pool:
+                drop_caches(drop)
+                paths, total, seconds = first_read(pool, procs, mnt)
+                first = harness.mb_per_s(total, seconds)
+                repeat = statistics.median(harness.mb_per_s(*timed_read(pool, procs, paths))
+                                           for _ in range(args.repeat))
+            assert len(paths) == count, (len(paths), count)
             rows.append({"size": name, "files": count, "procs": procs, f"{tool}_first": round(first),
                          f"{tool}_repeat": round(repeat)})
             print(f"{name:>6} x{count:<5} procs={procs}  {tool} first {first:6.0f} MB/s (downloads "
                   f"from moto)  repeat {repeat:6.0f} MB/s (median of {args.repeat})", flush=True)
-    finally:
-        moto.terminate()
-        moto.wait()
     return rows
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--dir", type=Path, default=Path("/var/tmp/epochfs-bench"))
     ap.add_argument("--big", type=int, default=256, help="number of 4 MiB files")
@@ -333,25 +290,25 @@ def main() -> int:
     ap.add_argument("--s3fs", action="store_true",
                     help="also read the same files from a local S3 (moto) through s3fs -o use_cache")
     ap.add_argument("--json", type=Path, help="also write the results here")
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
     drop = not args.no_drop
     if drop and os.geteuid() != 0:
         ap.error("dropping the page cache needs root (or pass --no-drop)")
     procs_list = [int(p) for p in args.procs.split(",")]
-    for mnt in args.dir.glob("*/mnt"):
-        lazy_unmount(mnt)
-    shutil.rmtree(args.dir, ignore_errors=True)
+    harness.require("mfusepy")  # epochfs mount
+    remotes = [tool for tool in ("rclone", "s3fs") if getattr(args, tool)]
+    if remotes:
+        harness.require("boto3", "moto", "flask", "flask_cors")
+        for tool in remotes:
+            harness.program(tool)
     results: list[dict[str, object]] = []
     calls = {}
-    try:
+    with harness.work_dir(args.dir):
         for name, size, count in (("4MiB", 4 << 20, args.big), ("64KiB", 64 << 10, args.small)):
             rows, calls[name] = bench_class(args, name, size, count, procs_list, drop)
             results += rows
-            for tool in ("rclone", "s3fs"):
-                if getattr(args, tool):
-                    results += bench_remote_mount(args, tool, name, size, count, procs_list, drop)
-    finally:
-        shutil.rmtree(args.dir, ignore_errors=True)
+            for tool in remotes:
+                results += bench_remote_mount(args, tool, name, size, count, procs_list, drop)
     print(f"page cache dropped before cold phases: {'yes' if drop else 'no (--no-drop)'}; "
           f"MB/s are medians of {args.repeat} interleaved runs; warm-up {'off' if args.no_warm else 'on'}")
     for name, c in calls.items():

@@ -5,7 +5,10 @@ first with nothing watching (the baseline), then while an ``OpenCounter`` runs i
 (as the supervisor does), then unwatched again; the best of ``--repeat`` passes each. Prints the
 opens per second of each, the ratio, and whether every open was counted.
 
-    sudo .venv/bin/python benchmarks/served_opens.py --dir /var/tmp/epochfs-served --files 4000
+    sudo epochfs bench served_opens --args --dir /var/tmp/epochfs-served --files 4000
+    sudo .venv/bin/python -m epochfs.benchmarks.served_opens --files 4000
+
+The files stay in ``--dir`` between runs (made again only where missing or of another size).
 """
 
 from __future__ import annotations
@@ -14,8 +17,9 @@ import argparse
 import os
 import subprocess
 import sys
-import time
 from pathlib import Path
+
+from epochfs.benchmarks import harness
 
 LISTENER = """
 import sys, time
@@ -46,45 +50,50 @@ def make_files(root: Path, count: int, size: int) -> list[Path]:
     return files
 
 
-def read_all(files: list[Path]) -> float:
-    start = time.perf_counter()
+def _read(files: list[Path]) -> None:
     for p in files:
         with open(p, "rb") as f:
             while f.read(1 << 20):
                 pass
-    return time.perf_counter() - start
 
 
-def main() -> int:
+def read_all(files: list[Path]) -> float:
+    """Seconds to open and read every file to the end."""
+    return harness.timed(lambda: _read(files))[1]
+
+
+def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--dir", type=Path, default=Path("/var/tmp/epochfs-served"))
     ap.add_argument("--files", type=int, default=4000)
     ap.add_argument("--size", type=int, default=64 * 1024)
     ap.add_argument("--repeat", type=int, default=5)
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
     files = make_files(args.dir, args.files, args.size)
     read_all(files)  # warm the page cache
     before = min(read_all(files) for _ in range(args.repeat))
     listener = subprocess.Popen(
-        [sys.executable, "-c", LISTENER, str(args.dir / "objects"), str(args.repeat * len(files))],
+        [*harness.PYTHON, "-c", LISTENER, str(args.dir / "objects"), str(args.repeat * len(files))],
         stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
     )
-    assert listener.stdin is not None and listener.stdout is not None
-    if listener.stdout.readline().strip() != "ready":
-        listener.wait()
-        print("the listener failed to start (fanotify needs CAP_SYS_ADMIN)", file=sys.stderr)
-        return 1
-    watched = min(read_all(files) for _ in range(args.repeat))
-    listener.stdin.write("\n")
-    listener.stdin.flush()
-    counted = int(listener.stdout.readline())
-    listener.wait()
+    try:
+        assert listener.stdin is not None and listener.stdout is not None
+        if listener.stdout.readline().strip() != "ready":
+            print("the listener failed to start (fanotify needs CAP_SYS_ADMIN)", file=sys.stderr)
+            return 1
+        watched = min(read_all(files) for _ in range(args.repeat))
+        listener.stdin.write("\n")
+        listener.stdin.flush()
+        counted = int(listener.stdout.readline())
+        listener.wait()  # it ends by itself once it has reported
+    finally:
+        harness.stop(listener)  # only if it is still there (a failure above)
     after = min(read_all(files) for _ in range(args.repeat))
     base = min(before, after)
     n = len(files)
     print(f"{n} files of {args.size} B, page cache warm, best of {args.repeat}:")
-    print(f"  unwatched: {n / base:10.0f} opens/s  ({n * args.size / base / 1e6:.0f} MB/s)")
-    print(f"  watched:   {n / watched:10.0f} opens/s  ({n * args.size / watched / 1e6:.0f} MB/s)")
+    print(f"  unwatched: {n / base:10.0f} opens/s  ({harness.mb_per_s(n * args.size, base):.0f} MB/s)")
+    print(f"  watched:   {n / watched:10.0f} opens/s  ({harness.mb_per_s(n * args.size, watched):.0f} MB/s)")
     print(f"  watched / unwatched throughput: {base / watched:.2f}; "
           f"cost per open: {(watched - base) / n * 1e6:.1f} us")
     print(f"  opens counted: {counted} of {args.repeat * n}")

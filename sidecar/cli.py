@@ -92,25 +92,45 @@ def _cmd_status(ns: argparse.Namespace) -> int:
     )
 
 
-BENCHMARKS = ("fetch", "mount", "loader")
+DEFAULT_BENCHMARKS = ("fetch", "mount", "loader")
+"""What ``epochfs bench`` runs without names (served_opens needs fanotify: named, it runs too)."""
+NOT_BENCHMARKS = frozenset({"harness"})
+
+
+def installed_benchmarks() -> list[str] | None:
+    """The modules of ``epochfs.benchmarks`` that are benchmarks, found without importing any of them
+    (nothing in the product imports that package); None where it is not installed (the image)."""
+    import importlib.util
+    import pkgutil
+
+    spec = importlib.util.find_spec("epochfs.benchmarks")
+    if spec is None or spec.submodule_search_locations is None:
+        return None
+    return sorted(m.name for m in pkgutil.iter_modules(spec.submodule_search_locations)
+                  if not m.name.startswith("_") and m.name not in NOT_BENCHMARKS)
 
 
 def _cmd_bench(ns: argparse.Namespace) -> int:
-    """Run benchmarks/<name>.py of the source checkout this package was installed from."""
+    """Run each benchmark as ``python -m epochfs.benchmarks.<name>``, one process each."""
     import subprocess
 
-    bench_dir = Path(__file__).resolve().parent.parent / "benchmarks"
-    if not bench_dir.is_dir():
+    known = installed_benchmarks()
+    if not known:
         raise config.ConfigError(
-            f"needs the benchmarks/ folder of an epochfs source checkout (looked in {bench_dir})"
+            "this installation of epochfs holds no benchmarks (the sidecar image leaves them out): "
+            "install the epochfs package with its bench extra, pip install 'epochfs[bench]', "
+            "or use a source checkout"
         )
+    names = ns.names or [n for n in DEFAULT_BENCHMARKS if n in known]
+    for name in names:
+        if name not in known:
+            raise config.ConfigError(f"unknown benchmark {name!r} (known: {', '.join(known)})")
     status = 0
-    for name in ns.names or BENCHMARKS:
-        script = bench_dir / f"{name}.py"
-        if not script.is_file():
-            raise config.ConfigError(f"unknown benchmark {name!r} (known: {', '.join(BENCHMARKS)})")
+    for name in names:
         print(f"== epochfs bench {name}", flush=True)
-        status = max(status, subprocess.run([sys.executable, str(script), *ns.args]).returncode)
+        # -P: nothing is imported from the working folder, wherever the command runs.
+        command = [sys.executable, "-P", "-m", f"epochfs.benchmarks.{name}", *ns.args]
+        status = max(status, subprocess.run(command).returncode)
     return status
 
 
@@ -197,8 +217,15 @@ def build_parser() -> argparse.ArgumentParser:
         "bench", parents=[common],
         help="run the benchmarks (ratios to baselines measured in the same run)",
     )
-    p.add_argument("names", nargs="*", help=f"which: {', '.join(BENCHMARKS)} (default: all)")
-    p.add_argument("--args", nargs=argparse.REMAINDER, default=[], help="passed to each benchmark script")
+    known = installed_benchmarks()
+    p.add_argument(
+        "names", nargs="*",
+        help=f"which: {', '.join(known) if known else 'none installed here'} "
+             f"(default: {', '.join(DEFAULT_BENCHMARKS)}); each has its own --help "
+             f"(epochfs bench NAME --args --help)",
+    )
+    p.add_argument("--args", nargs=argparse.REMAINDER, default=[],
+                   help="passed to each benchmark (python -m epochfs.benchmarks.NAME ARGS)")
     p.set_defaults(func=_cmd_bench)
     return parser
 
