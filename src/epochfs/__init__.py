@@ -2,8 +2,9 @@
 
 One distribution, three packages, each a top-level folder of the source tree:
 ``epochfs.sidecar`` (``sidecar/``), ``epochfs.fuse`` (``fuse/``) and ``epochfs.torchclient``
-(``torchclient/``). This folder, ``src/epochfs/``, is the package that holds them: the three
-entries beside this file are symlinks to those folders, so that ``src/`` is an ordinary import
+(``torchclient/``), plus the benchmarks (``benchmarks/``, ``epochfs.benchmarks``; not in the
+image). This folder, ``src/epochfs/``, is the package that holds them: the entries beside this
+file are symlinks to those folders, so that ``src/`` is an ordinary import
 root. An editable install (``make venv``) puts ``src/`` on ``sys.path`` with a plain ``.pth`` path
 entry, which mypy, pyright and any other tool follow, and a module added to any of the folders is
 importable at once, without reinstalling. A wheel holds the files themselves.
