@@ -80,6 +80,14 @@ def _cmd_cut(ns: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_verify(ns: argparse.Namespace) -> int:
+    settings = config.from_args(config.CacheSettings, ns)
+    from epochfs.sidecar.scrub import run_verify
+
+    return run_verify(settings.cache, as_json=ns.json, quarantine=not ns.report_only,
+                      progress_every=ns.progress_seconds)
+
+
 def _cmd_status(ns: argparse.Namespace) -> int:
     from epochfs.sidecar.status import run_status
 
@@ -203,6 +211,19 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--force", action="store_true",
                    help="cut what is there, even below --min-samples or with the schedule window incomplete")
     p.set_defaults(func=_cmd_cut)
+
+    p = sub.add_parser(
+        "verify", parents=[common],
+        help="check every cached object against the md5 recorded at admission; quarantine damaged "
+             "ones (exit status 1 when any)",
+    )
+    config.add_arguments(p, config.CacheSettings)
+    p.add_argument("--json", action="store_true", help="machine-readable report on stdout")
+    p.add_argument("--report-only", action="store_true",
+                   help="change nothing: report damaged objects without quarantining them")
+    p.add_argument("--progress-seconds", type=float, default=5.0,
+                   help="seconds between progress lines on stderr (0: none)")
+    p.set_defaults(func=_cmd_verify)
 
     p = sub.add_parser("status", parents=[common], help="occupancy, epochs and rates of a cache or mount")
     where = p.add_mutually_exclusive_group(required=True)

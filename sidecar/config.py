@@ -120,6 +120,13 @@ def _port(text: str) -> int:
     return value
 
 
+def _rate(text: str) -> int:
+    """A byte rate such as ``8Mi`` (per second); 0 turns the feature off."""
+    if str(text).strip().startswith("-"):
+        raise ValueError("must not be negative")
+    return parse_size(text)
+
+
 def _capacity(text: str) -> int:
     if str(text).strip().startswith("-"):
         raise ValueError("must not be negative")
@@ -205,6 +212,10 @@ class SamplerSettings(CacheSettings):
                                default=30.0, parse=_positive_float)
     progress_seconds: float = _opt("--progress-seconds", "seconds between the sampler's progress lines",
                                    default=5.0, parse=_positive_float)
+    scrub_rate: int = _opt("--scrub-rate",
+                           "bytes per second the background scrub reads to check cached objects against "
+                           "their md5, evicting and fetching again damaged ones (0: no scrub)",
+                           default=8 * 1024**2, parse=_rate)
 
     def policy(self) -> Policy:
         """The cache rules these settings give, as the store records them."""

@@ -1,9 +1,12 @@
 """``epochfs sample``: the command around the loop.
 
-Order of a run: open or create the cache, hold its sampler lock, check that the cache belongs to
-this (remote, seed, shard), run recovery (and log what it repaired), record the policy, list the
-catalog, then run the :class:`~epochfs.sidecar.sampler.loop.Sampler` until SIGTERM/SIGINT. Exit
-status: 0 after a clean stop, 2 for bad settings (ConfigError), 1 when the node volume fails.
+Order of a run: open or create the cache, hold its sampler lock, check the index (a damaged one,
+a garbage page say, is moved aside and replaced by a fresh one in one log line, see
+:mod:`epochfs.sidecar.store.reset`), check that the cache belongs to this (remote, seed, shard), run
+recovery (and log what it repaired), record the policy, list the catalog, then run the
+:class:`~epochfs.sidecar.sampler.loop.Sampler` until SIGTERM/SIGINT. Exit status: 0 after a clean
+stop, 2 for bad settings (ConfigError), 1 when the node volume or the index fails (one log line;
+the next start repairs what it can, so a restart is not a crash loop).
 """
 
 from __future__ import annotations
@@ -12,6 +15,7 @@ import fcntl
 import logging
 import os
 import signal
+import sqlite3
 import threading
 from pathlib import Path
 from types import FrameType
@@ -23,7 +27,7 @@ from epochfs.sidecar.download import LocalWriteError
 from epochfs.sidecar.redact import redact
 from epochfs.sidecar.remote import Remote, RemoteError, open_remote
 from epochfs.sidecar.sampler.loop import Sampler
-from epochfs.sidecar.store import Meta, Store
+from epochfs.sidecar.store import Meta, Store, StoreError
 
 log = logging.getLogger("epochfs.sampler")
 
@@ -113,8 +117,9 @@ def run_sample(settings: SamplerSettings) -> int:
     lock_fd: int | None = None
     try:
         lock_fd = _lock_cache(settings.cache)
+        store.check_index()  # a damaged index is replaced (one log line), never a crash loop
         _check_identity(store, settings)
-        log.info("%s", store.recover())
+        log.info("%s", store.recover(integrity="ok"))
         store.configure(settings.policy())
         try:
             remote = open_remote(
@@ -149,6 +154,10 @@ def run_sample(settings: SamplerSettings) -> int:
             sampler.run()
         except LocalWriteError as e:
             log.error("the node volume failed: %s", e)
+            return 1
+        except (StoreError, sqlite3.DatabaseError) as e:
+            # A damaged index is replaced at the next start (check_index), a deleted one remade.
+            log.error("the cache index failed: %s; exiting (the next start repairs it)", e)
             return 1
         log.info("stopped cleanly")
         return 0

@@ -5,7 +5,9 @@ stays in one place: a download starts only once :class:`Reservations` has made r
 (evicting the samples admitted first that no live epoch holds), and when nothing can be evicted the
 loop raises backpressure in the store and waits for a cut or a retirement to free room. A pool of
 worker threads only downloads into temp files; the :class:`Admitter` makes them visible; the
-:class:`OutageBreaker` keeps keys through a remote outage; the :class:`FetchOrder` says what is next.
+:class:`OutageBreaker` keeps keys through a remote outage; the :class:`FetchOrder` says what is next;
+the :class:`~epochfs.sidecar.scrub.Scrubber` (``--scrub-rate``) checks cached objects in the
+background and hands back the keys of damaged ones, fetched again first.
 
 Stopping: the workers see the stop flag between blocks and abandon their downloads; finished ones
 are admitted, temp files are removed and reservations released.
@@ -36,7 +38,8 @@ from epochfs.sidecar.sampler.breaker import OutageBreaker
 from epochfs.sidecar.sampler.diskspace import DiskSpace, is_disk_full
 from epochfs.sidecar.sampler.order import FetchOrder
 from epochfs.sidecar.sampler.progress import Rates
-from epochfs.sidecar.store import Admission, Candidate, Store
+from epochfs.sidecar.scrub import Scrubber
+from epochfs.sidecar.store import Admission, Candidate, Store, StoreError
 
 log = logging.getLogger("epochfs.sampler")
 
@@ -88,6 +91,11 @@ class Sampler:
                                  on_failure=self._admit_failed)
         self.order = FetchOrder(store=store, schedule_mode=settings.schedule is not None,
                                 busy=self._busy, inflight=lambda: len(self._inflight))
+        self._refetch: queue.SimpleQueue[Candidate] = queue.SimpleQueue()
+        """Keys of damaged objects the scrub evicted, to fetch again first."""
+        self.scrubber = (Scrubber(store=store, rate=settings.scrub_rate, stop=stop,
+                                  on_damaged=self._refetch.put)
+                         if settings.scrub_rate > 0 else None)
         self._tasks: queue.Queue[Candidate | None] = queue.Queue()
         self._results: queue.Queue[FetchResult | _DiskFull | BaseException] = queue.Queue()
         self._inflight: dict[str, Candidate] = {}
@@ -121,6 +129,11 @@ class Sampler:
         return key in self._inflight or self.breaker.is_kept(key) or self.admitter.holds(key)
 
     def _next_candidate(self) -> Candidate | None:
+        while True:  # damaged objects the scrub evicted go first, like keys kept through an outage
+            try:
+                self.breaker.keep(self._refetch.get_nowait())
+            except queue.Empty:
+                break
         return self.breaker.next_kept(self._busy) or self.order.next()
 
     def _reserve(self, cand: Candidate) -> bool:
@@ -142,6 +155,8 @@ class Sampler:
         for t in self._threads:
             t.start()
         self.admitter.start()
+        if self.scrubber is not None:
+            self.scrubber.start()
         pending: Candidate | None = None
         try:
             while not self.stop.is_set():
@@ -273,7 +288,10 @@ class Sampler:
             log.info("backpressure cleared")
 
     def _tick(self, pending: Candidate | None) -> None:
-        """Timers: cut interval, queued cuts while idle, progress line."""
+        """Timers: cut interval, queued cuts while idle, progress line; a deleted index."""
+        if self.store.index_lost():
+            raise StoreError("the cache index was deleted under the running sampler; exiting so that "
+                             "the next start makes a fresh one (epochs continue above the high-water mark)")
         now = time.monotonic()
         interval = self.settings.cut_interval
         if interval > 0 and now - self._last_cut >= interval:
@@ -318,6 +336,8 @@ class Sampler:
                 self.reservations.release(item.candidate.size)
         try:
             self.admitter.finish()
+            if self.scrubber is not None:
+                self.scrubber.join(timeout=STOP_GRACE)
         finally:
             for temp in self.downloader.active_temps():
                 with contextlib.suppress(FileNotFoundError):

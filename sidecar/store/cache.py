@@ -122,18 +122,24 @@ class Store:
         """``PRAGMA integrity_check`` of the index; a damaged one (a garbage page, malformed) is
         moved aside and replaced by a fresh one, in one log line. Returns "ok", or what was wrong
         with the index that was replaced. For the one writer (the sampler), at its start."""
-        try:
-            result = self._ix.integrity()
-        except sqlite3.DatabaseError as e:
-            if not is_corruption(e):
-                raise
-            result = str(e)
+        result = self.index_integrity()
         if result != "ok":
             self._handle.reset(result)
         return result
 
+    def index_integrity(self) -> str:
+        """``PRAGMA integrity_check`` of the index, changing nothing ("ok", or the damage)."""
+        try:
+            return self._ix.integrity()
+        except sqlite3.DatabaseError as e:
+            if not is_corruption(e):
+                raise
+            return str(e)
+
     def index_lost(self) -> bool:
-        """The index file was deleted under this process, which should restart to make a new one."""
+        """The index file was deleted under this process, which should restart to make a new one.
+        (Asking follows any other change first: the sampler asks about once a second.)"""
+        self._handle.get()
         return self._handle.lost()
 
     def next_epoch(self) -> int:

@@ -9,8 +9,10 @@ once, logging it in one line:
 
 * **write-ahead log deleted**: this connection still holds the deleted log, so it checkpoints
   it (``wal_checkpoint(TRUNCATE)``: every committed transaction copied into ``index.sqlite``)
-  and then reopens; nothing committed is lost and new openers work again;
-* **log or index replaced** (someone else did the above, or a reset): reopen;
+  and then reopens; nothing committed is lost and new openers work again. The same when a new,
+  empty log is already at the path (a new opener's failed attempt makes one) while the shared
+  memory still lists frames it cannot hold (:meth:`Index.frames_elsewhere`);
+* **log or index replaced** otherwise (another process saved the log first, or a reset): reopen;
 * **index deleted**: nothing to reopen; :meth:`IndexHandle.lost` says so, and the sampler exits so
   that its next start makes a fresh index (epoch numbers continue above the high-water mark).
 
@@ -22,6 +24,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from pathlib import Path
 
 from epochfs.sidecar.store import reset
@@ -31,9 +34,18 @@ from epochfs.sidecar.store.records import StoreError
 log = logging.getLogger("epochfs.store")
 
 
+OPEN_WAIT = 3.0
+"""Seconds an opener waits while the index's deleted write-ahead log is still being saved."""
+_SHORT_READ = 522  # SQLITE_IOERR_SHORT_READ: the log the shared memory lists is not at the path
+
+
 def _corrupt(e: StoreError) -> bool:
     cause = e.__cause__
     return cause is not None and is_corruption(cause)
+
+
+def _log_elsewhere(e: StoreError) -> bool:
+    return getattr(e.__cause__, "sqlite_errorcode", None) == _SHORT_READ
 
 
 class IndexHandle:
@@ -46,12 +58,18 @@ class IndexHandle:
         self._index = self._open(create=create)
 
     def _open(self, *, create: bool) -> Index:
-        try:
-            return Index(self.path)
-        except StoreError as e:
-            if not create or not _corrupt(e):
-                raise
-            problem = str(e.__cause__)
+        deadline = time.monotonic() + OPEN_WAIT
+        while True:
+            try:
+                return Index(self.path)
+            except StoreError as e:
+                if _log_elsewhere(e) and time.monotonic() < deadline:
+                    time.sleep(0.05)  # a process that holds the deleted log saves it at its next use
+                    continue
+                if not create or not _corrupt(e):
+                    raise
+                problem = str(e.__cause__)
+                break
         with reset.reset_lock(self.path.parent):
             try:
                 return Index(self.path)  # another process reset it meanwhile
@@ -80,10 +98,11 @@ class IndexHandle:
                 self._lost_logged = True
                 return ix
             saved = ""
-            if what == "wal missing":
+            if what == "wal missing" or ix.frames_elsewhere():
+                what = "write-ahead log deleted"
                 try:
                     _, frames, done = ix.checkpoint()
-                    saved = f"; {done} of {frames} page(s) of the deleted log saved into the index"
+                    saved = f"; {done} of its {frames} frame(s) saved into the index by a checkpoint"
                 except Exception as e:  # reopening is still the only way on
                     saved = f"; saving the deleted log failed ({e})"
             try:
@@ -92,8 +111,9 @@ class IndexHandle:
                 log.error("the cache index %s changed (%s) and cannot be reopened: %s",
                           self.path, what, e)
                 return ix
-            log.error("the cache index %s changed under this process (%s)%s; reopened",
-                      self.path, what.replace("wal", "write-ahead log"), saved)
+            log.log(logging.ERROR if saved else logging.WARNING,
+                    "the cache index %s changed under this process (%s)%s; reopened",
+                    self.path, what.replace("wal ", "write-ahead log "), saved)
             # The old connection is left to the garbage collector: a thread may still hold it.
             self._index = new
             return new

@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import os
 import sqlite3
+import sys
 import threading
 from collections.abc import Iterator
 from enum import Enum
@@ -159,11 +160,30 @@ class Index:
             return "wal missing" if wal is None else "wal replaced"
         return None
 
+    def frames_elsewhere(self) -> bool:
+        """True when the shared-memory index lists more log frames than the write-ahead log file
+        now at the path holds: the frames live in a log that was deleted, which only connections
+        opened before the deletion (this one) can still read. False when the file holds them (a
+        checkpoint by another process already saved them) or the header cannot be read."""
+        try:
+            with open(self.path.with_name(self.path.name + SHM_SUFFIX), "rb") as f:
+                header = f.read(48)
+            wal_size = os.stat(self.wal).st_size if self.wal.exists() else 0
+        except OSError:
+            return False
+        if len(header) < 48:
+            return False
+        page = int.from_bytes(header[14:16], sys.byteorder)
+        frames = int.from_bytes(header[16:20], sys.byteorder)
+        page = 65536 if page == 1 else page
+        return frames > 0 and wal_size < 32 + frames * (24 + page)
+
     def checkpoint(self) -> tuple[int, int, int]:
         """Copy every committed page of this connection's write-ahead log into the index file and
         truncate the log (``PRAGMA wal_checkpoint(TRUNCATE)``): (busy, log frames, checkpointed)."""
         with self.lock:
-            busy, frames, done = self.db.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
+            busy, frames, done = self.db.execute("PRAGMA wal_checkpoint(FULL)").fetchone()
+            self.db.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
         return int(busy), int(frames), int(done)
 
     def integrity(self) -> str:

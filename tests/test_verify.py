@@ -1,0 +1,110 @@
+"""``epochfs verify --cache DIR`` through the console script: every object against the md5
+recorded at its admission; damaged ones reported, quarantined and counted; the sampler then
+fetches them again."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from conftest import wait_until
+from memory_remote import MemoryRemote
+from sampler_helpers import index_rows
+from store_helpers import sid_of
+from test_integrity import damage, objects_of, sampling
+
+from epochfs.sidecar.store import INDEX_NAME, Store, object_name
+
+EPOCHFS = str(Path(sys.executable).with_name("epochfs"))
+
+
+def verify(cache: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([EPOCHFS, "verify", "--cache", str(cache), *args], capture_output=True,
+                          text=True, timeout=120)
+
+
+def filled(tmp_path: Path, count: int = 10) -> tuple[Path, dict[str, bytes], MemoryRemote]:
+    objects = objects_of(count)
+    remote = MemoryRemote(objects)
+    cache = tmp_path / "cache"
+    with sampling(cache, remote, "--scrub-rate", "0") as (store, _):
+        wait_until(lambda: store.stats().samples == count, what="every object admitted")
+        store.cut(0)
+    return cache, objects, remote
+
+
+def test_verify_finds_quarantines_and_counts_damaged_objects_then_the_sampler_fetches_them(
+        tmp_path: Path) -> None:
+    cache, objects, remote = filled(tmp_path)
+    keys = sorted(objects)
+    flipped, truncated = keys[2], keys[5]
+    damage(cache / "objects" / object_name(sid_of(flipped)), "flip")
+    damage(cache / "objects" / object_name(sid_of(truncated)), "truncate")
+
+    proc = verify(cache, "--progress-seconds", "0.000001")
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    lines = proc.stdout.splitlines()
+    assert lines[0].startswith("index: ok; 10 objects") and "10 etag-md5" in lines[0]
+    damaged = {line.split()[1].rstrip(":"): line for line in lines if line.startswith("DAMAGED ")}
+    assert set(damaged) == {flipped, truncated}
+    assert "md5 " in damaged[flipped] and "size 1976, recorded 2976" in damaged[truncated]
+    assert lines[-1] == "2 damaged, 8 ok"
+    assert "verify: 10/10 objects" in proc.stderr, "progress lines on stderr"
+
+    quarantine = cache / "quarantine"
+    assert sorted(p.name for p in quarantine.iterdir() if p.name != "quarantine.log") == sorted(
+        [sid_of(flipped), sid_of(truncated)])
+    notes = [json.loads(line) for line in (quarantine / "quarantine.log").read_text().splitlines()]
+    assert {n["key"] for n in notes} == {flipped, truncated}
+    with Store(cache) as store:
+        stats = store.stats()
+        assert (stats.samples, stats.corrupt_objects_total) == (8, 2)
+        assert stats.cache_bytes == sum(len(b) for k, b in objects.items() if k not in (flipped, truncated))
+        assert [e.samples for e in store.epochs()] == [8], "the epoch stops listing them"
+        assert flipped not in {f.path for f in store.epoch_files(0)}
+
+    assert verify(cache).returncode == 0, "nothing damaged is left"
+    with sampling(cache, remote, "--scrub-rate", "0") as (store, _):
+        wait_until(lambda: store.stats().samples == 10, what="both fetched again")
+    with Store(cache) as store:
+        for key, body in objects.items():
+            assert (store.objects_dir / object_name(sid_of(key))).read_bytes() == body
+    assert remote.opens[flipped] == 2 and remote.opens[truncated] == 2
+    again = verify(cache, "--json")
+    assert again.returncode == 0
+    report = json.loads(again.stdout)
+    assert (report["objects"], report["ok"], report["damaged"]) == (10, 10, [])
+
+
+def test_verify_json_and_report_only_change_nothing(tmp_path: Path) -> None:
+    cache, objects, _ = filled(tmp_path, 4)
+    key = sorted(objects)[1]
+    path = cache / "objects" / object_name(sid_of(key))
+    damage(path, "flip")
+    proc = verify(cache, "--json", "--report-only")
+    assert proc.returncode == 1
+    report = json.loads(proc.stdout)
+    assert report["index"] == "ok" and report["objects"] == 4 and report["ok"] == 3
+    assert report["verified"] == {"etag-md5": 4}
+    [entry] = report["damaged"]
+    assert entry["key"] == key and entry["quarantined_to"] is None and entry["problem"].startswith("md5 ")
+    assert path.exists() and not (cache / "quarantine").exists()
+    assert int(str(index_rows(cache, "SELECT COUNT(*) FROM samples")[0][0])) == 4
+
+
+def test_verify_reports_a_damaged_index(tmp_path: Path) -> None:
+    cache, _, _ = filled(tmp_path, 30)
+    index = cache / INDEX_NAME
+    size = index.stat().st_size
+    with open(index, "r+b") as f:
+        f.seek((size // 4096 // 2) * 4096)
+        f.write(os.urandom(4096))
+    proc = verify(cache, "--json")
+    assert proc.returncode in (1, 2), proc.stderr
+    if proc.returncode == 1:
+        assert json.loads(proc.stdout)["index"] != "ok"
+    else:  # SQLite could not even open it: one line, no traceback
+        assert "Traceback" not in proc.stderr and proc.stderr.startswith("epochfs verify: --cache:")
