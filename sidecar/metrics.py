@@ -51,6 +51,8 @@ STORE_COUNTERS = {
     "epochfs_evicted_samples": "Samples evicted from the cache to make room.",
     "epochfs_evicted_bytes": "Bytes evicted from the cache to make room.",
     "epochfs_cuts": "Epochs cut.",
+    "epochfs_corrupt_objects": "Cached objects a scrub found damaged (wrong bytes, wrong size, missing) "
+                               "and took out of the cache.",
 }
 STORE_GAUGES = {
     "epochfs_cache_bytes": "Bytes of complete samples in the cache.",
@@ -239,6 +241,7 @@ class StoreCollector:
             "epochfs_evicted_samples": stats.evicted_total,
             "epochfs_evicted_bytes": stats.evicted_bytes_total,
             "epochfs_cuts": stats.cuts_total,
+            "epochfs_corrupt_objects": stats.corrupt_objects_total,
         }
         for name, value in counters.items():
             yield CounterMetricFamily(name, STORE_COUNTERS[name], value=value)

@@ -16,6 +16,7 @@ from sampler_helpers import index_rows
 from store_helpers import sid_of
 from test_integrity import damage, objects_of, sampling
 
+from epochfs.sidecar.metrics import StoreCollector
 from epochfs.sidecar.store import INDEX_NAME, Store, object_name
 
 EPOCHFS = str(Path(sys.executable).with_name("epochfs"))
@@ -64,6 +65,9 @@ def test_verify_finds_quarantines_and_counts_damaged_objects_then_the_sampler_fe
         assert (stats.samples, stats.corrupt_objects_total) == (8, 2)
         assert stats.cache_bytes == sum(len(b) for k, b in objects.items() if k not in (flipped, truncated))
         assert [e.samples for e in store.epochs()] == [8], "the epoch stops listing them"
+        exported = {s.name: s.value for family in StoreCollector(stats=store.stats).collect()
+                    for s in family.samples}
+        assert exported["epochfs_corrupt_objects_total"] == 2
         assert flipped not in {f.path for f in store.epoch_files(0)}
 
     assert verify(cache).returncode == 0, "nothing damaged is left"
