@@ -6,7 +6,8 @@ The mount lets the kernel cache entries, attributes and symlink targets for a lo
 * :class:`Refresher` re-reads the store every half second (or at once when poked after a cut on
   lookup), records the reads the view noted, and tells the kernel to drop what changed: ``latest``,
   ``status.json`` and retired epochs, through libfuse's notification calls (:class:`KernelNotifier`);
-* :class:`Warmer` reads every symlink of a new epoch once through the mount, ahead of the trainer.
+* :class:`Warmer` reads every symlink of a new epoch once through the mount, ahead of the trainer
+  (from a child process: the server itself never waits on its own mount).
 
 Import this module only after ``FUSE_LIBRARY_PATH`` is set (see :mod:`epochfs.fuse.server`):
 mfusepy binds libfuse when it is imported.
@@ -14,23 +15,25 @@ mfusepy binds libfuse when it is imported.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import errno
 import logging
 import os
 import queue
+import subprocess
+import sys
 import threading
 from collections.abc import Callable
 from pathlib import Path
 
 import mfusepy
 
-from epochfs.fuse.view import NotFound, View
+from epochfs.fuse.view import View
 from epochfs.torchclient.layout import (
     CONTROL_DIR,
     LATEST_NAME,
     STATUS_NAME,
-    epoch_dir,
     epoch_name,
     manifest_name,
 )
@@ -181,6 +184,7 @@ class Refresher:
 
     def tick(self) -> None:
         view = self.view
+        view.renew_held()
         view.flush_reads()
         view.refresh()
         # Compare with what the kernel last heard of, not with the view's previous snapshot:
@@ -200,6 +204,44 @@ class Refresher:
             n.invalidate(f"/{CONTROL_DIR}/{STATUS_NAME}")
 
 
+# The warm-up child: lists the folders of ``<mount>/epoch-N`` and reads each symlink once, for each
+# epoch number it reads on stdin, answering "N count" (or "N retired", "N error ...") on stdout.
+# Standard library only, so it starts in milliseconds; it dies with the thread that started it.
+_WARM_CHILD = r"""
+import ctypes, os, signal, sys
+ctypes.CDLL(None).prctl(1, signal.SIGKILL)
+if os.getppid() != int(sys.argv[3]):
+    sys.exit(0)
+mount, limit = sys.argv[1], int(sys.argv[2])
+
+def warm(base):
+    count, folders = 0, [base]
+    while folders:
+        with os.scandir(folders.pop()) as it:
+            subfolders = []
+            for entry in it:  # the server lists in path order
+                if entry.is_symlink():
+                    if count >= limit:
+                        return count
+                    os.readlink(entry.path)
+                    count += 1
+                elif entry.is_dir(follow_symlinks=False):
+                    subfolders.append(entry.path)
+        folders.extend(reversed(subfolders))
+    return count
+
+for line in sys.stdin:
+    n = line.strip()
+    try:
+        answer = str(warm(os.path.join(mount, "epoch-" + n)))
+    except FileNotFoundError:
+        answer = "retired"
+    except OSError as e:
+        answer = "error " + str(e)
+    print(n, answer, flush=True)
+"""
+
+
 class Warmer:
     """Reads each symlink of an epoch once through the mount, right after the epoch's first lookup.
 
@@ -209,6 +251,13 @@ class Warmer:
     of the reader, on another core, in the order a listing gives. It only lists and reads links,
     never sample bytes; epochs larger than ``max_files`` are warmed up to that many files (each
     cached target holds a page of kernel memory, reclaimable under pressure).
+
+    The reads run in a **child process**, never in the server's own: a FUSE server that waits on
+    its own mount cannot die. Killed (kill -9) while one of its threads waited for the answer to
+    a readlink on its mount, the server stayed a zombie forever (that thread waits uninterruptibly
+    for an answer only the dead threads could give, and the device stays open as long as the
+    process exists), and with it the mount and every reader of it. A child's wait ends when the
+    server's device closes; the child dies with the thread that started it (``PR_SET_PDEATHSIG``).
     """
 
     def __init__(self, *, view: View, mount: Path, max_files: int = 200_000) -> None:
@@ -222,6 +271,7 @@ class Warmer:
         self._queue: queue.SimpleQueue[int | None] = queue.SimpleQueue()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        self._child: subprocess.Popen[str] | None = None
         self._lock = threading.Lock()
 
     def request(self, n: int) -> None:
@@ -240,42 +290,57 @@ class Warmer:
         """End the warm-up (it reads through the mount, so stop it while the mount still answers)."""
         with self._lock:
             self._stop.set()
-            thread = self._thread
+            thread, child = self._thread, self._child
         self._queue.put(None)
+        if child is not None and child.poll() is None:
+            child.kill()
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                child.wait(timeout=timeout)
         if thread is not None and thread is not threading.current_thread():
             thread.join(timeout=timeout)
 
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            n = self._queue.get()
-            if n is None:
-                return
-            try:
-                self.warmed[n] = self.warm(n)
-                log.debug("warmed %d symlink(s) of epoch %d", self.warmed[n], n)
-            except OSError as e:
-                if not self._stop.is_set():  # at unmount the mount stops answering: not an error
-                    log.warning("warm-up of epoch %d stopped: %s", n, e)
-            except Exception:
-                log.exception("warm-up of epoch %d failed", n)
+    def _start_child(self) -> subprocess.Popen[str] | None:
+        with self._lock:
+            if self._stop.is_set():
+                return None
+            self._child = subprocess.Popen(
+                [sys.executable, "-c", _WARM_CHILD, str(self.mount), str(self.max_files), str(os.getpid())],
+                stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, close_fds=True,
+            )
+            return self._child
 
-    def warm(self, n: int) -> int:
-        """List every folder of epoch ``n`` and read each link once; returns links read."""
+    def _run(self) -> None:
+        child: subprocess.Popen[str] | None = None
         try:
-            dirs = sorted(self.view.tree(n).dirs)
-        except NotFound:
-            return 0
-        base = os.fspath(epoch_dir(self.mount, n))
-        count = 0
-        for rel in dirs:
-            try:
-                with os.scandir(f"{base}/{rel}" if rel else base) as it:
-                    for entry in it:
-                        if self._stop.is_set() or count >= self.max_files:
-                            return count
-                        if entry.is_symlink():
-                            os.readlink(entry.path)
-                            count += 1
-            except FileNotFoundError:
-                return count  # retired meanwhile
-        return count
+            while not self._stop.is_set():
+                n = self._queue.get()
+                if n is None or self._stop.is_set():
+                    return
+                if child is None:
+                    child = self._start_child()
+                    if child is None:
+                        return
+                assert child.stdin is not None and child.stdout is not None
+                try:
+                    child.stdin.write(f"{n}\n")
+                    child.stdin.flush()
+                    answer = child.stdout.readline().strip().split(maxsplit=1)
+                except (OSError, ValueError):
+                    answer = []
+                if len(answer) < 2 or answer[0] != str(n):
+                    if not self._stop.is_set():
+                        log.warning("warm-up of epoch %d stopped: the warm-up process ended", n)
+                    return
+                if answer[1].isdigit():
+                    self.warmed[n] = int(answer[1])
+                    log.debug("warmed %d symlink(s) of epoch %d", self.warmed[n], n)
+                elif answer[1].startswith("error") and not self._stop.is_set():
+                    log.warning("warm-up of epoch %d stopped: %s", n, answer[1][6:])
+                else:
+                    log.debug("warm-up of epoch %d: %s", n, answer[1])
+        except Exception:
+            log.exception("warm-up failed")
+        finally:
+            if child is not None and child.poll() is None:
+                child.kill()
+                child.wait()

@@ -20,7 +20,6 @@ mfusepy binds libfuse when it is imported.
 from __future__ import annotations
 
 import collections
-import contextlib
 import errno
 import functools
 import itertools
@@ -111,6 +110,7 @@ class EpochOperations(mfusepy.Operations):
         self._stopping = False
         self._torn_down = threading.Event()
         self._handles: dict[int, bytes] = {}
+        self._dir_holds: dict[int, int] = {}
         self._next_handle = itertools.count(1)
         self._uid = view.uid
         self._gid = view.gid
@@ -150,14 +150,16 @@ class EpochOperations(mfusepy.Operations):
             self.refresher.start(notifier)
         log.info("mounted: entry/attr timeout %.0fs, negative lookups uncached", self.timeout)
 
-    def stop_serving(self) -> None:
+    def stop_serving(self, wake: Callable[[], None] | None = None) -> None:
         """End the mount cleanly (from the signal thread, while the loop still serves requests).
 
         The order is the point: first the threads beside the loop stop and the notifier closes (a
         notification in flight completes, since the loop still answers the kernel), and only then
         is libfuse's loop asked to end (``fuse_session_exit``). libfuse then closes the device and
         frees the session with nothing of ours left to touch them. ``fuse_session_exit`` only sets
-        a flag, so the loop is woken by a request of our own (a statfs of the mount) until it ends.
+        a flag that the loop's main thread checks when it wakes, so ``wake`` (a signal to that
+        thread) is called until the loop has ended. Nothing here waits on the mount itself: a
+        server waiting on its own mount can hang for good.
         """
         with self._life:
             if self._stopping:
@@ -166,10 +168,11 @@ class EpochOperations(mfusepy.Operations):
             self.refresher.stop()
             if self.warmer is not None:
                 self.warmer.stop()
-            self.refresher.notifier.end_session()  # before init: init ends the loop itself
-        while self.mount is not None and not self._torn_down.wait(0.1):
-            with contextlib.suppress(OSError):  # not mounted yet, or already gone: nothing to wake
-                os.statvfs(self.mount)
+            # Before init there is no session yet: init sees _stopping and ends the loop itself.
+            ended = self.refresher.notifier.end_session()
+        while ended and wake is not None and not self._torn_down.is_set():
+            wake()
+            self._torn_down.wait(0.1)
 
     def loop_ended(self) -> None:
         """The FUSE loop has returned (destroy ran, or the mount never came up)."""
@@ -225,6 +228,25 @@ class EpochOperations(mfusepy.Operations):
         """
         self.calls["readdir"] += 1
         return self.view.getattr(path), self.view.listdir(path)
+
+    @translate_errors
+    def opendir(self, path: str) -> int:
+        """A folder handle inside ``epoch-N`` holds the epoch (kept pinned) until it is released:
+        a reader that keeps its epoch open keeps it whole, however long it pauses."""
+        self.calls["opendir"] += 1
+        n = self.view.open_dir(path)
+        if n is None:
+            return 0
+        handle = next(self._next_handle)
+        self._dir_holds[handle] = n
+        return handle
+
+    @translate_errors
+    def releasedir(self, path: str | None, fh: int) -> int:
+        n = self._dir_holds.pop(fh, None)
+        if n is not None:
+            self.view.close_dir(n)
+        return 0
 
     @translate_errors
     def open(self, path: str, fi: Any) -> int:

@@ -21,6 +21,7 @@ import signal
 import threading
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from epochfs.fuse.libfuse import find_libfuse3
 from epochfs.fuse.mounting import (
@@ -39,6 +40,9 @@ MIN_TIMEOUT = 1.0
 MAX_TIMEOUT = 3600.0
 
 
+MAX_READ_DEBOUNCE = 10.0
+
+
 def cache_timeout(in_use_seconds: float) -> float:
     """Entry/attribute timeout: long, but short enough that a reader's lookups keep its epoch pinned.
 
@@ -48,26 +52,46 @@ def cache_timeout(in_use_seconds: float) -> float:
     return max(MIN_TIMEOUT, min(MAX_TIMEOUT, in_use_seconds / 3.0))
 
 
+def read_debounce(in_use_seconds: float) -> float:
+    """Seconds between two recorded reads of one epoch: at most 10 s, and a sixth of the window, so
+    a held epoch (an open folder handle) is renewed several times per window, however short."""
+    return max(0.0, min(MAX_READ_DEBOUNCE, in_use_seconds / 6.0))
+
+
+def guaranteed_pause(in_use_seconds: float) -> float:
+    """How long a reader that stopped reading (and holds nothing open) may pause before its epoch
+    can retire: the window, less what the kernel's entry cache and the debounce may hide of its
+    last read (its last lookup the server saw can be one timeout and one debounce older).
+    600 s (the default window) gives 390 s."""
+    return max(0.0, in_use_seconds - cache_timeout(in_use_seconds) - read_debounce(in_use_seconds))
+
+
 class StopSignals:
     """Takes SIGTERM, SIGINT and SIGHUP away from libfuse for the life of the mount.
 
     :meth:`__enter__` blocks them in the calling (main) thread before libfuse starts its threads,
     so every thread inherits the block, and starts a thread that waits for them
-    (``sigtimedwait``) and calls ``on_signal`` once, off libfuse's signal path. :meth:`__exit__`
-    ends that thread, discards a signal that came during the teardown (we are stopping anyway)
-    and restores the mask.
+    (``sigtimedwait``) and calls ``on_signal(wake)`` once, off libfuse's signal path. ``wake``
+    interrupts the main thread's wait inside libfuse's loop (a SIGUSR1 with a no-op handler) so
+    that it sees the loop was asked to end. :meth:`__exit__` ends the thread, discards a signal
+    that came during the teardown (we are stopping anyway) and restores the mask and handler.
     """
 
     SIGNALS = frozenset({signal.SIGTERM, signal.SIGINT, signal.SIGHUP})
+    WAKE = signal.SIGUSR1
 
-    def __init__(self, on_signal: Callable[[], None]) -> None:
+    def __init__(self, on_signal: Callable[[Callable[[], None]], None]) -> None:
         self.on_signal = on_signal
         self.received: int | None = None
         self._done = threading.Event()
         self._thread = threading.Thread(target=self._run, name="epochfs-signals", daemon=True)
         self._previous: set[int | signal.Signals] = set()
+        self._previous_wake: Any = signal.SIG_DFL
+        self._main = threading.get_ident()
 
     def __enter__(self) -> StopSignals:
+        self._main = threading.get_ident()
+        self._previous_wake = signal.signal(self.WAKE, _ignore_signal)
         self._previous = signal.pthread_sigmask(signal.SIG_BLOCK, self.SIGNALS)
         self._thread.start()
         return self
@@ -78,18 +102,32 @@ class StopSignals:
         while signal.sigtimedwait(self.SIGNALS, 0) is not None:
             pass
         signal.pthread_sigmask(signal.SIG_SETMASK, self._previous)
+        if not self._thread.is_alive():  # else a late wake() must still find the no-op handler
+            signal.signal(self.WAKE, self._previous_wake)
+
+    def wake(self) -> None:
+        """Interrupt the main thread's wait (libfuse's loop checks its exit flag after it)."""
+        signal.pthread_kill(self._main, self.WAKE)
 
     def _run(self) -> None:
         while not self._done.is_set():
-            info = signal.sigtimedwait(self.SIGNALS, 0.25)
+            try:
+                info = signal.sigtimedwait(self.SIGNALS, 0.25)
+            except Exception:  # never let this thread die: the signals are blocked everywhere else
+                log.exception("waiting for signals failed; waiting again")
+                continue
             if info is None or self.received is not None:
                 continue
             self.received = info.si_signo
             log.info("%s: stopping", signal.Signals(info.si_signo).name)
             try:
-                self.on_signal()
+                self.on_signal(self.wake)
             except Exception:
                 log.exception("stopping the mount failed")
+
+
+def _ignore_signal(signum: int, frame: object) -> None:
+    """The wake-up signal only interrupts a wait; nothing to do."""
 
 
 def run_mount(*, cache: Path, mount: Path, link_root: Path | None = None, warm_files: int = 200_000) -> int:
@@ -117,13 +155,16 @@ def run_mount(*, cache: Path, mount: Path, link_root: Path | None = None, warm_f
         from epochfs.fuse.operations import EpochFUSE, EpochOperations
         from epochfs.fuse.view import View
 
-        timeout = cache_timeout(store.policy().in_use_seconds)
-        view = View(store=store, link_root=Path(link_root))
+        in_use = store.policy().in_use_seconds
+        timeout = cache_timeout(in_use)
+        view = View(store=store, link_root=Path(link_root), read_debounce=read_debounce(in_use))
         ops = EpochOperations(view=view, timeout=timeout, mount=mount, warm_files=warm_files)
         import mfusepy
 
         log.info("serving %s at %s (links into %s) with libfuse %d.%d from %s", cache, mount, link_root,
                  mfusepy.fuse_version_major, mfusepy.fuse_version_minor, libfuse)
+        log.info("in-use window %gs: an epoch held open stays; one read from stays at least %gs after "
+                 "the last read", in_use, guaranteed_pause(in_use))
         with StopSignals(ops.stop_serving) as signals:
             try:
                 EpochFUSE(

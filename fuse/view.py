@@ -17,6 +17,7 @@ store by :meth:`View.refresh`, which the server calls periodically and on demand
 
 from __future__ import annotations
 
+import collections
 import logging
 import stat
 import threading
@@ -202,6 +203,7 @@ class View:
         self._manifests: dict[int, bytes] = {}
         self._last_recorded: dict[int, float] = {}
         self._pending_reads: set[int] = set()
+        self._held: collections.Counter[int] = collections.Counter()
         self._snap = self._read_snapshot()
         self._dir_attr = Attr(DIR_MODE, 0, self.started, 2)
 
@@ -246,6 +248,40 @@ class View:
         with self._lock:
             self._pending_reads.add(n)
             self._last_recorded[n] = time.monotonic()
+
+    def open_dir(self, path: str) -> int | None:
+        """A folder is opened (opendir): inside a live epoch, the epoch is held until
+        :meth:`close_dir`. Returns the epoch held, None outside epochs; NotFound / NotADirectory
+        when ``path`` is no folder of a live epoch."""
+        parts = split_path(path)
+        n = parse_epoch_name(parts[0]) if parts else None
+        if n is None:
+            return None
+        if n not in self._snap.live:
+            raise NotFound(path)
+        self.tree(n).listdir("/".join(parts[1:]))  # a folder of the epoch, or NotFound/NotADirectory
+        with self._lock:
+            self._held[n] += 1
+        self.note_read(n)
+        return n
+
+    def close_dir(self, n: int) -> None:
+        """The folder handle :meth:`open_dir` counted is released."""
+        with self._lock:
+            self._held[n] -= 1
+            if self._held[n] <= 0:
+                del self._held[n]
+
+    def held(self) -> list[int]:
+        """Epochs with an open folder handle (a reader inside them), ascending."""
+        with self._lock:
+            return sorted(self._held)
+
+    def renew_held(self) -> None:
+        """Note a read of every held epoch (debounced like any read), so a reader that keeps an
+        epoch open keeps it pinned however long it pauses."""
+        for n in self.held():
+            self.note_read(n)
 
     def flush_reads(self) -> list[int]:
         """Write the noted reads to the store (off the FUSE request path: it takes a write lock)."""
@@ -387,7 +423,9 @@ class View:
                 self.getattr(path)
                 raise NotALink(path)
             raise NotFound(path)
-        return self.tree(n).readlink("/".join(parts[1:]))
+        target = self.tree(n).readlink("/".join(parts[1:]))
+        self.note_read(n)  # a file's first open: a read of its epoch
+        return target
 
     def read_file(self, path: str) -> bytes:
         """The bytes of a control file (status.json, a manifest); raises NotFound."""

@@ -165,7 +165,8 @@ def test_operations_define_no_unimplemented_calls() -> None:
     """mfusepy registers any attribute named like a FUSE call: keep only what we implement."""
     import mfusepy
 
-    implemented = {"getattr", "readlink", "readdir_with_offset", "open", "read", "release", "statfs",
+    implemented = {"getattr", "readlink", "readdir_with_offset", "opendir", "releasedir", "open", "read",
+                   "release", "statfs",
                    "init_with_config", "destroy", *operations.WRITE_CALLS}
     fuse_calls = {name for name, *_ in mfusepy.fuse_operations._fields_} | {"init_with_config",
                                                                           "readdir_with_offset"}
