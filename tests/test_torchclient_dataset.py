@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import errno
+import logging
+import os
 import threading
 from pathlib import Path
 
@@ -191,3 +194,76 @@ def test_manifest_errors_name_the_file_and_line(tmp_path: Path, objects: Path) -
     with pytest.raises(ValueError, match="tabs or newlines"):
         format_manifest(0, [*parse_manifest(good, source="m").entries[:1],
                             type(parse_manifest(good, source="m").entries[0])("a\tb", 1, "md5:")])
+
+
+class FlakyDecoder:
+    """Fails like a path on a mount being replaced (ENOENT, then ENOTCONN), then reads."""
+
+    def __init__(self, failures: int) -> None:
+        self.failures = failures
+        self.calls = 0
+
+    def __call__(self, path: str) -> bytes:
+        self.calls += 1
+        if self.calls <= self.failures:
+            err = errno.ENOENT if self.calls % 2 else errno.ENOTCONN
+            raise OSError(err, os.strerror(err), path)
+        return Path(path).read_bytes()
+
+
+def test_a_listed_file_briefly_unreachable_is_retried_with_one_log_line(
+        tmp_path: Path, objects: Path, caplog: pytest.LogCaptureFixture) -> None:
+    root = tmp_path / "mnt"
+    _publish(root, 0, objects, ["d.bin"])
+    decoder = FlakyDecoder(failures=3)
+    ds = EpochDataset(root, 0, decode=decoder)
+    with caplog.at_level(logging.WARNING, logger="epochfs.torchclient"):
+        assert ds[0] == bytes(range(10))
+    assert decoder.calls == 4
+    lines = [r.getMessage() for r in caplog.records if r.name == "epochfs.torchclient"]
+    assert len(lines) == 1 and "read after" in lines[0] and "3 retries" in lines[0], lines
+    assert "epoch-0/train/d.bin" in lines[0]
+
+
+def test_a_file_that_stays_missing_fails_after_the_bound(tmp_path: Path, objects: Path,
+                                                          caplog: pytest.LogCaptureFixture) -> None:
+    root = tmp_path / "mnt"
+    _publish(root, 0, objects, ["a.npy", "d.bin", "c.pt"])
+    ds = EpochDataset(root, 0, retry_seconds=0.2)
+    for name in ("a.npy", "d.bin"):
+        (root / "epoch-0" / "train" / name).unlink()
+    with caplog.at_level(logging.WARNING, logger="epochfs.torchclient"):
+        with pytest.raises(SampleDecodeError, match=r"vanished or never existed: .*a\.npy.*tried for 0\.2s"):
+            ds[0]
+        # Given up once: the next missing file fails at once (one bound per process, not per file).
+        with pytest.raises(SampleDecodeError, match=r"d\.bin"):
+            ds[2]
+    lines = [r.getMessage() for r in caplog.records if r.name == "epochfs.torchclient"]
+    assert len(lines) == 1 and "giving up" in lines[0] and "retry_seconds=0.2" in lines[0], lines
+    assert torch.equal(ds[1]["w"], torch.arange(5))  # a read that succeeds ends the fast failing
+    with caplog.at_level(logging.WARNING, logger="epochfs.torchclient"), \
+            pytest.raises(SampleDecodeError, match=r"d\.bin"):
+        ds[2]
+    lines = [r.getMessage() for r in caplog.records if r.name == "epochfs.torchclient"]
+    assert len(lines) == 2 and "giving up" in lines[1], lines  # retried again, then given up
+
+
+def test_the_dataset_holds_its_epoch_open_and_copies_do_not(tmp_path: Path, objects: Path) -> None:
+    import pickle
+
+    root = tmp_path / "mnt"
+    _publish(root, 0, objects, ["a.npy"])
+    ds = EpochDataset(root, 0)
+    assert ds.held
+    held = [int(fd) for fd in os.listdir("/proc/self/fd")
+            if os.path.realpath(f"/proc/self/fd/{fd}") == str(root / "epoch-0")]
+    assert len(held) == 1
+    copy = pickle.loads(pickle.dumps(ds))
+    assert not copy.held and copy[0].shape == (4, 3)
+    ds.release()
+    assert not ds.held
+    assert not any(os.path.realpath(f"/proc/self/fd/{fd}") == str(root / "epoch-0")
+                   for fd in os.listdir("/proc/self/fd"))
+    assert not EpochDataset(root, 0, hold=False).held
+    with pytest.raises(ValueError, match="retry_seconds"):
+        EpochDataset(root, 0, retry_seconds=-1)

@@ -4,12 +4,22 @@ The file list comes from the epoch's manifest (no directory walk over a million 
 to a walk of the folder where there is none (a plain folder). Asking for an epoch above the newest asks
 the sidecar for its cut; the dataset waits for it with backoff, tells the user what it waits for, and
 gives up with a :class:`TimeoutError` that says what *is* there.
+
+Two things keep a reader's epoch whole on the mount (docs/torchclient.md, "Pauses and restarts"):
+the dataset **holds its epoch open** (one open folder handle on ``epoch-N/`` in the process that made
+it, released by :meth:`EpochDataset.release`, or when the dataset is collected), which the sidecar
+counts as a reader inside the epoch, so a pause of any length loses nothing; and reads of listed files
+that fail the way a mount being restarted fails are **retried** for up to ``retry_seconds``
+(:mod:`.retry`).
 """
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import math
 import os
+import stat
 import sys
 import time
 from collections.abc import Callable
@@ -19,7 +29,11 @@ from typing import Any
 from torch.utils.data import Dataset
 
 from .decode import Decoder, load_sample, resolve_decoder
-from .layout import epoch_dir, epoch_exists, list_epochs, read_manifest, read_status, walk_epoch
+from .layout import Manifest, epoch_dir, epoch_exists, list_epochs, read_manifest, read_status, walk_epoch
+from .retry import RETRY_SECONDS, check_retry_seconds, retrying
+
+HOLD_CHECK_SECONDS = 5.0
+"""How often (at most) a dataset checks that its hold is on the mount now there (not a replaced one)."""
 
 Progress = Callable[[str], None]
 
@@ -83,7 +97,7 @@ def wait_for_epoch(root: str | os.PathLike[str], epoch: int, *, wait: bool = Tru
     start = time.monotonic()
     if epoch_exists(root, epoch):
         return 0.0
-    if not root.is_dir():
+    if not _root_present(root):
         raise FileNotFoundError(f"epochfs root {root} does not exist or is not a folder "
                                 "(is the sidecar's mount there?)")
     if not wait:
@@ -107,6 +121,14 @@ def wait_for_epoch(root: str | os.PathLike[str], epoch: int, *, wait: bool = Tru
             return time.monotonic() - start
 
 
+def _root_present(root: Path) -> bool:
+    """A folder, or a mount being replaced (a dead FUSE mount answers ENOTCONN): wait for it then."""
+    try:
+        return stat.S_ISDIR(os.stat(root).st_mode)
+    except OSError as e:
+        return e.errno in (errno.ENOTCONN, errno.ECONNABORTED)
+
+
 class EpochDataset(Dataset[Any]):
     """The files of ``root/epoch-<epoch>/`` in a stable order (by relative path); item i is file i decoded.
 
@@ -115,36 +137,119 @@ class EpochDataset(Dataset[Any]):
     callable taking a path. ``transform`` is applied to the decoded sample. With ``wait=True`` an epoch
     that is not there yet is waited for (up to ``timeout`` seconds); ``progress`` receives the waiting
     lines (None silences them).
+
+    ``retry_seconds`` bounds the retries of a listed file that is briefly unreachable (a restart of
+    the sidecar's FUSE server; 0 turns them off). ``hold`` (default True) keeps ``epoch-N/`` open in
+    the process that made the dataset until :meth:`release` (or until the dataset is collected), so
+    the sidecar keeps the epoch whole however long the reader pauses; copies in worker processes do
+    not hold it.
     """
 
     def __init__(self, root: str | os.PathLike[str], epoch: int, *, decode: str | Decoder = "auto",
                  transform: Callable[[Any], Any] | None = None, wait: bool = True, timeout: float = 600.0,
-                 progress: Progress | None = print_progress) -> None:
+                 progress: Progress | None = print_progress, retry_seconds: float = RETRY_SECONDS,
+                 hold: bool = True) -> None:
         self.epoch = _check_epoch(epoch)
         self.decoder: Decoder = resolve_decoder(decode)
         if transform is not None and not callable(transform):
             raise ValueError(f"transform must be callable or None, got {transform!r}")
         self.transform = transform
         _check_timeout(timeout)
+        self.retry_seconds = check_retry_seconds(retry_seconds)
         self.root = Path(root)
+        self._hold: int | None = None
+        self._hold_dev: int | None = None
+        self._hold_checked = 0.0
+        self._holding = bool(hold)
         self.wait_seconds = wait_for_epoch(self.root, self.epoch, wait=wait, timeout=timeout,
                                            progress=progress)
         self.dir = epoch_dir(self.root, self.epoch)
-        manifest = read_manifest(self.root, self.epoch)
+        listing = retrying(f"the file list of {self.dir}", self._list, seconds=self.retry_seconds)
         self.checksums: list[str] | None
-        if manifest is not None:
+        if isinstance(listing, Manifest):
             self.source = "manifest"
-            self.files = manifest.paths
-            self.sizes = manifest.sizes
-            self.checksums = manifest.checksums
+            self.files = listing.paths
+            self.sizes = listing.sizes
+            self.checksums = listing.checksums
         else:
             self.source = "walk"
-            listing = walk_epoch(self.root, self.epoch)
             self.files = [path for path, _ in listing]
             self.sizes = [size for _, size in listing]
             self.checksums = None
         self.nbytes = sum(self.sizes)
+        if self._holding:
+            self._open_hold()
 
+    def _list(self) -> Manifest | list[tuple[str, int]]:
+        """The manifest, else a walk; a folder that is not there (the mount being replaced: its
+        mount point is empty for a moment) is an ENOENT, which the caller retries, never an empty
+        epoch."""
+        manifest = read_manifest(self.root, self.epoch)
+        if manifest is not None:
+            return manifest
+        if not epoch_exists(self.root, self.epoch):
+            raise FileNotFoundError(errno.ENOENT, "epoch folder not found", str(self.dir))
+        listing = walk_epoch(self.root, self.epoch)
+        if not epoch_exists(self.root, self.epoch):  # gone during the walk: the walk saw nothing
+            raise FileNotFoundError(errno.ENOENT, "epoch folder gone during the walk", str(self.dir))
+        return listing
+
+    # ------------------------------------------------------------------ holding the epoch open
+    def _open_hold(self) -> None:
+        self._close_hold()
+        try:
+            fd = os.open(self.dir, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        except OSError:
+            return  # retried at the next renew_hold(); the in-use window still applies
+        self._hold = fd
+        try:
+            self._hold_dev = os.fstat(fd).st_dev
+        except OSError:
+            self._hold_dev = None
+        self._hold_checked = time.monotonic()
+
+    def _close_hold(self) -> None:
+        fd, self._hold = self._hold, None
+        if fd is not None:
+            with contextlib.suppress(OSError):
+                os.close(fd)
+
+    @property
+    def held(self) -> bool:
+        """Whether this process holds ``epoch-N/`` open now."""
+        return self._hold is not None
+
+    def renew_hold(self) -> None:
+        """Take the hold again if the mount was replaced since (a FUSE server restart: the old
+        handle belongs to the dead mount). Cheap: at most one ``stat`` of the root per 5 s."""
+        if not self._holding:
+            return
+        now = time.monotonic()
+        if now - self._hold_checked < HOLD_CHECK_SECONDS:
+            return
+        self._hold_checked = now
+        try:
+            dev = os.stat(self.dir).st_dev
+        except OSError:
+            return  # the mount is away; try again later
+        if self._hold is None or dev != self._hold_dev:
+            self._open_hold()
+
+    def release(self) -> None:
+        """Stop holding the epoch open (the sidecar may retire it once the in-use window passes)."""
+        self._holding = False
+        self._close_hold()
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = dict(self.__dict__)
+        state.update(_hold=None, _hold_dev=None, _holding=False)  # copies (workers) do not hold
+        return state
+
+    def __del__(self) -> None:
+        with contextlib.suppress(Exception):
+            self._close_hold()
+
+    # ------------------------------------------------------------------ the Dataset
     def __len__(self) -> int:
         return len(self.files)
 
@@ -153,7 +258,8 @@ class EpochDataset(Dataset[Any]):
         return self.dir / self.files[index]
 
     def __getitem__(self, index: int) -> Any:
-        return load_sample(str(self.dir / self.files[index]), self.decoder, self.transform)
+        return load_sample(str(self.dir / self.files[index]), self.decoder, self.transform,
+                           retry_seconds=self.retry_seconds)
 
     def __repr__(self) -> str:
         return (f"EpochDataset(root={str(self.root)!r}, epoch={self.epoch}, files={len(self.files)}, "

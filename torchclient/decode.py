@@ -17,6 +17,8 @@ from typing import Any
 import numpy as np
 import torch
 
+from .retry import RETRY_SECONDS, retrying, transient
+
 Decoder = Callable[[str], Any]
 DECODE_KINDS: tuple[str, ...] = ("auto", "npy", "npz", "pt", "bytes")
 
@@ -92,17 +94,31 @@ def resolve_decoder(decode: str | Decoder) -> Decoder:
                      f"got {decode!r}")
 
 
-def load_sample(path: str, decoder: Decoder, transform: Callable[[Any], Any] | None = None) -> Any:
-    """Decode ``path`` and apply ``transform``; decoding failures become a :class:`SampleDecodeError`."""
+def load_sample(path: str, decoder: Decoder, transform: Callable[[Any], Any] | None = None, *,
+                retry_seconds: float = RETRY_SECONDS) -> Any:
+    """Decode ``path`` and apply ``transform``; decoding failures become a :class:`SampleDecodeError`.
+
+    A read that fails as a path on a mount being replaced does (ENOENT, ENOTCONN: a FUSE server
+    restart) is tried again for up to ``retry_seconds``, one log line per incident
+    (:mod:`.retry`); the caller passes only paths the epoch lists.
+    """
     try:
-        sample = decoder(path)
+        sample = retrying(f"sample {path}", lambda: decoder(path), seconds=retry_seconds)
     except SampleDecodeError:
         raise
-    except FileNotFoundError as exc:
-        raise SampleDecodeError(f"sample file vanished or never existed: {path}: {exc}", path) from exc
-    except Exception as exc:
-        name = getattr(decoder, "__name__", type(decoder).__name__)
+    except OSError as exc:
+        if not transient(exc):
+            raise _decode_error(path, decoder, exc) from exc
         raise SampleDecodeError(
-            f"cannot decode sample {path} with {name}: {type(exc).__name__}: {exc} "
-            "(the file is corrupt, truncated or not in this format)", path) from exc
+            f"sample file vanished or never existed: {path}: {exc} (tried for {retry_seconds:g}s; was "
+            "its epoch retired while nothing held it open, or is the mount gone?)", path) from exc
+    except Exception as exc:
+        raise _decode_error(path, decoder, exc) from exc
     return sample if transform is None else transform(sample)
+
+
+def _decode_error(path: str, decoder: Decoder, exc: Exception) -> SampleDecodeError:
+    name = getattr(decoder, "__name__", type(decoder).__name__)
+    return SampleDecodeError(
+        f"cannot decode sample {path} with {name}: {type(exc).__name__}: {exc} "
+        "(the file is corrupt, truncated or not in this format)", path)

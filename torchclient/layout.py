@@ -229,8 +229,10 @@ def parse_status(text: str) -> dict[str, Any] | None:
 
 # ---------------------------------------------------------------------------------------- a folder
 def epoch_exists(root: str | os.PathLike[str], epoch: int) -> bool:
-    """Look up ``root/epoch-N``; on the mount this lookup is what asks for the cut of epoch N."""
-    return epoch_dir(root, epoch).is_dir()
+    """Look up ``root/epoch-N``; on the mount this lookup is what asks for the cut of epoch N.
+
+    False also while the mount does not answer (a dead FUSE mount's ENOTCONN, during a restart)."""
+    return os.path.isdir(epoch_dir(root, epoch))
 
 
 def list_epochs(root: str | os.PathLike[str]) -> list[int]:

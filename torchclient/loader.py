@@ -37,6 +37,7 @@ from .dataset import EpochDataset, Progress, print_progress
 from .decode import Decoder, load_sample, resolve_decoder
 from .layout import epoch_name
 from .report import ClientReporter, report_url_from_env
+from .retry import RETRY_SECONDS, check_retry_seconds
 from .sampler import epoch_indices
 from .world import World, has_local_env
 
@@ -86,15 +87,21 @@ class EpochStats:
 
 
 class _PathDataset(Dataset[Any]):
-    """Decodes ``root/<relative path>``; the index *is* the path, so it never changes across epochs."""
+    """Decodes ``root/<relative path>``; the index *is* the path, so it never changes across epochs.
 
-    def __init__(self, root: str, decoder: Decoder, transform: Callable[[Any], Any] | None) -> None:
+    Paths come from the epoch's manifest, so a briefly unreachable one (a FUSE server restart) is
+    retried for up to ``retry_seconds``."""
+
+    def __init__(self, root: str, decoder: Decoder, transform: Callable[[Any], Any] | None,
+                 retry_seconds: float = RETRY_SECONDS) -> None:
         self.root = root
         self.decoder = decoder
         self.transform = transform
+        self.retry_seconds = retry_seconds
 
     def __getitem__(self, relative: str) -> Any:
-        return load_sample(os.path.join(self.root, relative), self.decoder, self.transform)
+        return load_sample(os.path.join(self.root, relative), self.decoder, self.transform,
+                           retry_seconds=self.retry_seconds)
 
 
 class _PlanSampler(Sampler[list[str]]):
@@ -148,6 +155,11 @@ class EpochLoader:
     Worker processes decode (``decode``/``transform`` as in :class:`EpochDataset`); defaults: a few
     workers per rank (:func:`default_num_workers`), ``persistent_workers``, ``prefetch_factor=4``,
     ``pin_memory`` when CUDA is available. Other keyword arguments go to ``torch.utils.data.DataLoader``.
+
+    The training process holds the running epoch's folder open from its lookup to its last batch
+    (also while training pauses between batches: a checkpoint, a validation pass), so the sidecar
+    keeps it whole; a listed file that is briefly unreachable (a FUSE server restart) is retried for
+    up to ``retry_seconds`` (default 30; 0: never), one warning line per incident.
     """
 
     def __init__(self, root: str | os.PathLike[str], *, batch_size: int, num_workers: int | None = None,
@@ -156,7 +168,7 @@ class EpochLoader:
                  balance: Balance = "pad", num_replicas: int | None = None, rank: int | None = None,
                  wait: bool = True, timeout: float = 600.0, progress: Progress | None = print_progress,
                  on_epoch_end: Callable[[EpochStats], None] | None = None, report: bool = True,
-                 **dataloader_kwargs: Any) -> None:
+                 retry_seconds: float = RETRY_SECONDS, **dataloader_kwargs: Any) -> None:
         if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
             raise ValueError(f"batch_size must be an int >= 1, got {batch_size!r}")
         if partition not in ("node", "global"):
@@ -192,6 +204,7 @@ class EpochLoader:
             num_workers = default_num_workers(world.local_size)
         if isinstance(num_workers, bool) or not isinstance(num_workers, int) or num_workers < 0:
             raise ValueError(f"num_workers must be an int >= 0, got {num_workers!r}")
+        self.retry_seconds = check_retry_seconds(retry_seconds)
         self.root = Path(root)
         self.batch_size = batch_size
         self.num_workers = num_workers
@@ -226,7 +239,7 @@ class EpochLoader:
     def _build_loader(self) -> DataLoader[Any]:
         """The one DataLoader (worker processes start at its first iteration, not here)."""
         if self._loader is None:
-            dataset = _PathDataset(str(self.root), self.decoder, self.transform)
+            dataset = _PathDataset(str(self.root), self.decoder, self.transform, self.retry_seconds)
             self._loader = DataLoader(dataset, batch_sampler=self._plan, num_workers=self.num_workers,
                                       **self.dataloader_options)
         return self._loader
@@ -243,7 +256,7 @@ class EpochLoader:
         Collective when torch.distributed is initialised (every rank must call it for the same epoch).
         """
         dataset = EpochDataset(self.root, epoch, decode=self.decoder, wait=self.wait, timeout=self.timeout,
-                               progress=self.progress)
+                               progress=self.progress, retry_seconds=self.retry_seconds)
         indices = epoch_indices(len(dataset), num_replicas=self.num_replicas, rank=self.rank,
                                 shuffle=self.shuffle, seed=self.seed, epoch=epoch, drop_last=False)
         mine = _count_batches(len(indices), self.batch_size, self.drop_last)
@@ -329,6 +342,7 @@ class EpochRun:
             waiting = time.monotonic()
             iterator = iter(dataloader)
             for number, batch in enumerate(iterator):
+                dataset.renew_hold()  # after a FUSE server restart, hold the epoch on the new mount
                 waited = time.monotonic() - waiting
                 stats.wait_seconds += waited
                 loader.reporter.add(samples=len(batches[number]), nbytes=sizes[number], wait_seconds=waited)
@@ -347,6 +361,7 @@ class EpochRun:
                 loader.close()
             raise
         finally:
+            dataset.release()  # the epoch is done with: the sidecar may retire it after the window
             stats.seconds = time.monotonic() - started
             loader.history.append(stats)
             if loader.on_epoch_end is not None:
