@@ -159,7 +159,8 @@ def test_a_queued_cut_is_reported_once_by_concurrent_servers(cache_dir: Path) ->
         done: list[list[tuple[int, float]]] = []
         barrier = threading.Barrier(2)
 
-        def serve(s: Store = store) -> None:
+        def serve(s: Store = store, barrier: threading.Barrier = barrier,
+                  done: list[list[tuple[int, float]]] = done) -> None:
             barrier.wait()
             done.append(s.process_cut_requests())
 
