@@ -375,12 +375,13 @@ class Supervisor:
         }
 
     def _epoch0_ready(self, latest_epoch: int | None) -> bool:
-        """An epoch exists, or epoch 0 could be cut now (the store's one cut condition)."""
+        """An epoch exists, or the first one could be cut now (the store's one cut condition; the
+        first is 0, or the number after the high-water mark once an index was reset)."""
         if latest_epoch is not None:
             return True
         assert self._store is not None
         try:
-            return self._store.cut_ready(0)
+            return self._store.cut_ready(self._store.next_epoch())
         except Exception as e:
             log.warning("store cut condition: %s", e)
             return False

@@ -67,8 +67,7 @@ class FetchOrder:
 
     def _schedule_target(self) -> int:
         """The epoch whose window is fetched first: the lowest requested one, else newest + 1."""
-        newest = self.store.newest_epoch()
-        target = 0 if newest is None else newest + 1
+        target = self.store.next_epoch()  # above every number ever published (an index reset too)
         pending = self.store.pending_cuts()
         return max(target, pending[0][0]) if pending else target
 
