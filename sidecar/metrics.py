@@ -15,11 +15,11 @@ Three sources feed the sidecar's ``/metrics``, merged into one exposition by :cl
   children's live gauges are dropped with :func:`forget_process`.
 * **The supervisor itself** (:class:`SidecarMetrics`): samples and bytes served (counted from
   opens of object files, see ``epochfs.sidecar.served``), what the torch client reports, child
-  restarts.
+  restarts; and the counters of its HTTP endpoints (:class:`EndpointMetrics`).
 
 Labels are bounded: ``result`` (4 values), ``op`` (FUSE operation names, others folded into
-``other``), ``errno`` (a short list, others ``other``), ``child`` (2 values). Never a key, a path
-or an epoch number.
+``other``), ``errno`` (a short list, others ``other``), ``child`` (2 values), ``reason`` (6 values).
+Never a key, a path or an epoch number.
 """
 
 from __future__ import annotations
@@ -215,6 +215,54 @@ class SidecarMetrics:
         self.client_wait_seconds.inc(max(0.0, totals.get("client_wait_seconds_total", 0.0)))
 
 
+ENDPOINT_REJECT_REASONS = ("capacity", "evicted", "timeout", "too_large", "bad_request", "busy")
+"""``epochfs_http_rejected_total{reason}``: why the sidecar's HTTP endpoints closed a connection or
+refused a request (see ``epochfs.sidecar.endpoints``)."""
+
+
+class EndpointMetrics:
+    """Counters of the sidecar's HTTP endpoints (``epochfs.sidecar.endpoints``), summed over the
+    process's listeners (the health port and, when given, the metrics port).
+
+    A collector itself (not registered anywhere by default): :func:`sidecar_registry` merges the
+    process-wide one (:func:`endpoint_metrics`); tests give an Endpoints a fresh one to read back.
+    """
+
+    def __init__(self, *, registry: CollectorRegistry | None = None) -> None:
+        self.rejected = Counter(
+            "epochfs_http_rejected",
+            "Connections closed or requests refused by the HTTP endpoints, by reason: capacity (every "
+            "slot busy), evicted (an idle connection closed for a new one), timeout, too_large, "
+            "bad_request, busy (the report queue full).",
+            ["reason"], registry=registry,
+        )
+        self.connections = Gauge(
+            "epochfs_http_connections", "Open connections to the sidecar's HTTP endpoints.",
+            multiprocess_mode="livesum", registry=registry,
+        )
+        for reason in ENDPOINT_REJECT_REASONS:
+            self.rejected.labels(reason=reason)
+
+    def reject(self, reason: str) -> None:
+        self.rejected.labels(reason=reason if reason in ENDPOINT_REJECT_REASONS else "bad_request").inc()
+
+    def collect(self) -> Iterator[Metric]:
+        yield from self.rejected.collect()
+        yield from self.connections.collect()
+
+
+_endpoint_default: EndpointMetrics | None = None
+
+
+def endpoint_metrics() -> EndpointMetrics:
+    """The process-wide :class:`EndpointMetrics` (created on first use, registered nowhere)."""
+    global _endpoint_default
+    with _default_lock:
+        if _endpoint_default is None:
+            _endpoint_default = EndpointMetrics()
+        return _endpoint_default
+
+
 class _Collector(Protocol):
     def collect(self) -> Iterable[Metric]: ...
 
@@ -311,7 +359,7 @@ def sidecar_registry(
     *, stats: Callable[[], Stats | None], multiproc_dir: Path | None, sidecar: SidecarMetrics
 ) -> CollectorRegistry:
     """The registry the sidecar's ``/metrics`` serves: store + children + supervisor, merged."""
-    sources: list[_Collector] = [StoreCollector(stats=stats), sidecar.registry]
+    sources: list[_Collector] = [StoreCollector(stats=stats), sidecar.registry, endpoint_metrics()]
     if multiproc_dir is not None:
         sources.append(multiprocess_collector(multiproc_dir))
     registry = CollectorRegistry(auto_describe=False)
@@ -330,15 +378,18 @@ def prepare_multiproc_dir(path: Path) -> Path:
 
 
 __all__ = [
+    "ENDPOINT_REJECT_REASONS",
     "FUSE_ERRNOS",
     "FUSE_OPS",
     "STORE_COUNTERS",
     "STORE_GAUGES",
+    "EndpointMetrics",
     "FuseMetrics",
     "MergedCollector",
     "ProcessMetrics",
     "SidecarMetrics",
     "StoreCollector",
+    "endpoint_metrics",
     "forget_process",
     "fuse_metrics",
     "multiprocess_collector",

@@ -251,7 +251,7 @@ def test_exposition_has_every_issue_name_and_passes_promtool(tmp_path: Path, sto
     # Bounded labels only: no label value looks like a key, path or epoch number.
     for family in text_string_to_metric_families(text):
         for s in family.samples:
-            assert set(s.labels) <= {"result", "op", "errno", "child", "le"}, s
+            assert set(s.labels) <= {"result", "op", "errno", "child", "reason", "le"}, s
     promtool = shutil.which("promtool")
     assert promtool, "promtool (Debian package prometheus) is required"
     check = subprocess.run([promtool, "check", "metrics"], input=text, capture_output=True, text=True)
