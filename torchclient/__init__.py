@@ -15,6 +15,8 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # what static tools see; at run time __getattr__ below imports on demand
+    from .arrayloader import ArrayEpochRun, ArrayLoader, default_num_threads
+    from .arrays import ArraySampleError
     from .dataset import EpochDataset, wait_for_epoch
     from .decode import SampleDecodeError, decode_auto, decode_bytes, decode_npy, decode_npz, decode_pt
     from .layout import Manifest, ManifestEntry, ManifestError, list_epochs, read_manifest, read_status
@@ -23,6 +25,10 @@ if TYPE_CHECKING:  # what static tools see; at run time __getattr__ below import
     from .world import World
 
 _SUBMODULE = {
+    "ArrayEpochRun": "arrayloader",
+    "ArrayLoader": "arrayloader",
+    "default_num_threads": "arrayloader",
+    "ArraySampleError": "arrays",
     "EpochDataset": "dataset",
     "wait_for_epoch": "dataset",
     "SampleDecodeError": "decode",
@@ -47,6 +53,9 @@ _SUBMODULE = {
 }
 
 __all__ = [  # a literal list, as linters read it; tests/test_layout.py checks it matches _SUBMODULE
+    "ArrayEpochRun",
+    "ArrayLoader",
+    "ArraySampleError",
     "EpochDataset",
     "EpochLoader",
     "EpochRun",
@@ -62,6 +71,7 @@ __all__ = [  # a literal list, as linters read it; tests/test_layout.py checks i
     "decode_npy",
     "decode_npz",
     "decode_pt",
+    "default_num_threads",
     "default_num_workers",
     "epoch_indices",
     "list_epochs",

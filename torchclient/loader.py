@@ -8,7 +8,8 @@ training process fills at each boundary with the paths of the current epoch. So 
    every sample the sidecar fetched during epoch n), waiting for the cut if needed;
 2. reads the manifest in the training process (one small file, no directory walk);
 3. splits it over the ranks of the node (``EpochSampler`` semantics) and, when torch.distributed is
-   initialised, makes the number of batches equal across the world (one all_reduce);
+   initialised, makes the number of batches equal across the world (one all_reduce), by the rule in
+   :mod:`.epochplan` that :class:`~epochfs.torchclient.arrayloader.ArrayLoader` follows too;
 4. hands the plan to the same worker processes, which start decoding at once: no process start, no
    dataset pickling, at the boundary.
 
@@ -20,29 +21,24 @@ data) as an :class:`EpochStats`, kept in ``history`` and passed to ``on_epoch_en
 
 from __future__ import annotations
 
-import math
 import os
 import time
-import warnings
 import weakref
 from collections.abc import Callable, Generator, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import torch
 from torch.utils.data import DataLoader, Dataset, Sampler
 
 from .dataset import EpochDataset, Progress, print_progress
 from .decode import Decoder, load_sample, resolve_decoder
+from .epochplan import Balance, Partition, plan_batches, resolve_split
 from .layout import epoch_name
 from .report import ClientReporter, report_url_from_env
 from .retry import RETRY_SECONDS, check_retry_seconds
-from .sampler import epoch_indices
-from .world import World, has_local_env
 
-Partition = Literal["node", "global"]
-Balance = Literal["pad", "truncate", "none"]
 _RESERVED_KWARGS = ("dataset", "batch_size", "shuffle", "sampler", "batch_sampler", "drop_last")
 
 
@@ -123,24 +119,6 @@ def default_num_workers(local_size: int = 1) -> int:
     return max(1, min(8, cpus // max(local_size, 1) - 1))
 
 
-def _count_batches(samples: int, batch_size: int, drop_last: bool) -> int:
-    return samples // batch_size if drop_last else math.ceil(samples / batch_size)
-
-
-def _all_reduce_int(value: int, op: Literal["max", "min"]) -> int:
-    """``value`` reduced over the world when torch.distributed is initialised (else ``value``)."""
-    import torch.distributed as dist
-
-    if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() == 1:
-        return value
-    device = torch.device("cpu")
-    if dist.get_backend() == "nccl":
-        device = torch.device("cuda", torch.cuda.current_device())
-    tensor = torch.tensor([value], dtype=torch.int64, device=device)
-    dist.all_reduce(tensor, op=dist.ReduceOp.MAX if op == "max" else dist.ReduceOp.MIN)
-    return int(tensor.item())
-
-
 class EpochLoader:
     """Batches of epoch n of the mount at ``root``, one persistent DataLoader for all epochs.
 
@@ -171,8 +149,6 @@ class EpochLoader:
                  retry_seconds: float = RETRY_SECONDS, **dataloader_kwargs: Any) -> None:
         if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
             raise ValueError(f"batch_size must be an int >= 1, got {batch_size!r}")
-        if partition not in ("node", "global"):
-            raise ValueError(f"partition must be 'node' or 'global', got {partition!r}")
         if balance not in ("pad", "truncate", "none"):
             raise ValueError(f"balance must be 'pad', 'truncate' or 'none', got {balance!r}")
         if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
@@ -187,19 +163,7 @@ class EpochLoader:
         if clash:
             raise TypeError(f"EpochLoader sets {', '.join(clash)} itself (the epoch plan is its sampler); "
                             "use batch_size=, shuffle=, drop_last= of EpochLoader")
-        world = World.detect()
-        if partition == "node" and num_replicas is None and world.size > 1 and not has_local_env():
-            warnings.warn(f"EpochLoader: {world.size} ranks but no LOCAL_RANK/LOCAL_WORLD_SIZE (or Slurm/"
-                          "Open MPI equivalents): assuming they all share this node's mount. On several "
-                          "nodes, set them (torchrun does) or pass num_replicas= and rank=.", stacklevel=2)
-        if num_replicas is None:
-            num_replicas = world.local_size if partition == "node" else world.size
-        if rank is None:
-            rank = world.local_rank if partition == "node" else world.rank
-        if isinstance(num_replicas, bool) or not isinstance(num_replicas, int) or num_replicas < 1:
-            raise ValueError(f"num_replicas must be an int >= 1, got {num_replicas!r}")
-        if isinstance(rank, bool) or not isinstance(rank, int) or not 0 <= rank < num_replicas:
-            raise ValueError(f"rank must be an int in [0, num_replicas={num_replicas}), got {rank!r}")
+        num_replicas, rank, world = resolve_split(partition, num_replicas, rank, who="EpochLoader")
         if num_workers is None:
             num_workers = default_num_workers(world.local_size)
         if isinstance(num_workers, bool) or not isinstance(num_workers, int) or num_workers < 0:
@@ -257,32 +221,13 @@ class EpochLoader:
         """
         dataset = EpochDataset(self.root, epoch, decode=self.decoder, wait=self.wait, timeout=self.timeout,
                                progress=self.progress, retry_seconds=self.retry_seconds)
-        indices = epoch_indices(len(dataset), num_replicas=self.num_replicas, rank=self.rank,
-                                shuffle=self.shuffle, seed=self.seed, epoch=epoch, drop_last=False)
-        mine = _count_batches(len(indices), self.batch_size, self.drop_last)
-        padded = 0
-        if self.balance != "none":
-            target = _all_reduce_int(mine, "max" if self.balance == "pad" else "min")
-            if target > mine:
-                if not indices:
-                    raise RuntimeError(f"epoch {epoch} under {self.root} has no files for this rank, so it "
-                                       f"cannot pad to the {target} batches other ranks have")
-                want = target * self.batch_size
-                padded = want - len(indices)
-                indices = (indices * math.ceil(want / len(indices)))[:want]
-            elif target < mine:
-                keep = target * self.batch_size
-                padded = keep - len(indices)
-                indices = indices[:keep]
+        plan, padded = plan_batches(len(dataset), epoch=epoch, batch_size=self.batch_size,
+                                    num_replicas=self.num_replicas, rank=self.rank, shuffle=self.shuffle,
+                                    seed=self.seed, drop_last=self.drop_last, balance=self.balance,
+                                    where=str(self.root))
         prefix = epoch_name(epoch) + "/"
-        batches: list[list[str]] = []
-        sizes: list[int] = []
-        for start in range(0, len(indices), self.batch_size):
-            chunk = indices[start:start + self.batch_size]
-            if self.drop_last and len(chunk) < self.batch_size:
-                break
-            batches.append([prefix + dataset.files[i] for i in chunk])
-            sizes.append(sum(dataset.sizes[i] for i in chunk))
+        batches = [[prefix + dataset.files[i] for i in chunk] for chunk in plan]
+        sizes = [sum(dataset.sizes[i] for i in chunk) for chunk in plan]
         return dataset, batches, sizes, padded
 
     def _workers_alive(self) -> bool:

@@ -1,0 +1,407 @@
+"""Fixed-shape array samples read straight into the caller's memory: ``.npy``, stored ``.npz`` members, raw.
+
+Why: :class:`~epochfs.torchclient.arrayloader.ArrayLoader` reads each sample with one ``os.preadv``
+into its row of a batch tensor, on threads (reading is I/O, which releases the GIL). That needs to
+know, per file, where the array's bytes are, without decoding anything in Python. A reader is made
+once per loader from the first file (:func:`make_reader`) and keeps a *template*: the exact header
+bytes that sit in front of the array data in that file. Then each sample costs one ``open``, one
+``preadv`` of [header scratch, row] and one ``close``; the header read is compared with the template
+as bytes. Only a file whose header differs takes a slow path, which parses it and either reads it
+(the same shape and dtype with other header bytes, a member elsewhere in the zip) or raises
+:class:`ArraySampleError` naming the file.
+
+- ``npy``: the header is the ``.npy`` header (magic, version, length, dict); the data follows it.
+- ``npz``: ``np.savez`` stores each member uncompressed (``ZIP_STORED``) as ``<name>.npy``: the
+  template is the member's zip local header (checked field by field: signature, no encryption, stored,
+  name and extra lengths, name; not the CRC or the date, which differ per file) plus its ``.npy``
+  header, at the offset the first file has it. ``np.savez_compressed`` members are refused by name.
+  Only the member's bytes are read: the zip's CRC is not checked (the sidecar verified the whole
+  object's checksum when it fetched it) and damage elsewhere in the file is not seen.
+- ``raw``: no header; the declared dtype and shape say it all, and the file size must match exactly.
+
+Arrays must be in native byte order and C order (or a layout where both orders agree), with a dtype
+torch holds; other files are errors, never a silent conversion.
+"""
+
+from __future__ import annotations
+
+import ast
+import os
+import struct
+import zipfile
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from .decode import SampleDecodeError
+
+FORMATS: tuple[str, ...] = ("auto", "npy", "npz", "raw")
+NPY_MAGIC = b"\x93NUMPY"
+_ZIP_LOCAL = struct.Struct("<4sHHHHHIIIHH")  # a zip local file header, 30 bytes before name and extra
+_ZIP_LOCAL_SIG = b"PK\x03\x04"
+_HEADER_PROBE = 4096  # bytes read to parse a header on the slow path (np.save writes 128)
+_MAX_HEADER = 10_000  # np.load's own limit on a header's length (it refuses longer ones)
+
+
+class ArraySampleError(SampleDecodeError):
+    """A sample file that does not fit the loader (format, shape, dtype, size); the message names it."""
+
+
+@dataclass(frozen=True)
+class ArraySpec:
+    """The one dtype and shape every sample of a loader has."""
+
+    dtype: np.dtype[Any]
+    shape: tuple[int, ...]
+
+    @property
+    def nbytes(self) -> int:
+        return int(self.dtype.itemsize * int(np.prod(self.shape, dtype=np.int64)))
+
+    def describe(self) -> str:
+        return f"{self.dtype.name} {self.shape}"
+
+
+@dataclass(frozen=True)
+class NpyHeader:
+    """A parsed ``.npy`` header: the array's spec, its order and the bytes from magic to data."""
+
+    spec: ArraySpec
+    fortran: bool
+    length: int
+
+
+class _NeedMore(Exception):
+    def __init__(self, length: int) -> None:
+        self.length = length
+
+
+def parse_npy_header(data: bytes, path: str) -> NpyHeader:
+    """Parse the ``.npy`` header at the start of ``data`` (``ast.literal_eval``: literals only)."""
+    if len(data) < 10 or data[:6] != NPY_MAGIC:
+        raise ArraySampleError(f"sample {path} is not a .npy array (no \\x93NUMPY magic at its start)", path)
+    major = data[6]
+    if major == 1:
+        start, (length,) = 10, struct.unpack_from("<H", data, 8)
+    elif major in (2, 3) and len(data) >= 12:
+        start, (length,) = 12, struct.unpack_from("<I", data, 8)
+    else:
+        raise ArraySampleError(f"sample {path}: .npy format version {major} is not supported", path)
+    if length > _MAX_HEADER:
+        raise ArraySampleError(f"sample {path}: .npy header of {length} bytes, more than np.load reads", path)
+    if len(data) < start + length:
+        raise _NeedMore(start + length)
+    try:
+        text = data[start:start + length].decode("utf-8" if major == 3 else "latin1")
+        fields = ast.literal_eval(text)
+        dtype = np.lib.format.descr_to_dtype(fields["descr"])
+        shape = tuple(int(n) for n in fields["shape"])
+        fortran = bool(fields["fortran_order"])
+    except Exception as exc:
+        raise ArraySampleError(f"sample {path}: unreadable .npy header ({type(exc).__name__}: {exc})",
+                               path) from exc
+    return NpyHeader(ArraySpec(dtype, shape), fortran, start + length)
+
+
+def read_npy_header(fd: int, offset: int, path: str) -> NpyHeader:
+    """Read and parse the ``.npy`` header at ``offset`` of an open file."""
+    data = os.pread(fd, _HEADER_PROBE, offset)
+    try:
+        return parse_npy_header(data, path)
+    except _NeedMore as more:
+        data = os.pread(fd, more.length, offset)
+        if len(data) < more.length:
+            raise ArraySampleError(f"sample {path}: .npy header cut short (truncated file)", path) from None
+        return parse_npy_header(data, path)
+
+
+def check_spec(spec: ArraySpec, path: str) -> ArraySpec:
+    """Refuse what cannot be read byte for byte into a tensor row (ArraySampleError naming ``path``)."""
+    if spec.dtype.hasobject or spec.dtype.fields is not None or spec.dtype.subdtype is not None:
+        raise ArraySampleError(f"sample {path} holds {spec.dtype} (objects, records or subarrays); "
+                               "ArrayLoader reads plain numeric arrays (use EpochLoader for others)", path)
+    if not spec.dtype.isnative:
+        raise ArraySampleError(f"sample {path} holds {spec.dtype.str} in non-native byte order; ArrayLoader "
+                               "copies bytes as they are (resave in native order, or use EpochLoader)", path)
+    if spec.nbytes == 0:
+        raise ArraySampleError(f"sample {path} holds an empty array {spec.describe()}", path)
+    return spec
+
+
+def _layouts_differ(header: NpyHeader) -> bool:
+    """Fortran order stores other bytes than C order once two dimensions are longer than 1."""
+    return header.fortran and sum(n > 1 for n in header.spec.shape) > 1
+
+
+def _mismatch(path: str, found: ArraySpec, expected: ArraySpec, where: str = "") -> ArraySampleError:
+    return ArraySampleError(
+        f"sample {path}{where} holds {found.describe()}, but this loader reads {expected.describe()} "
+        "(every sample must have the same dtype and shape)", path)
+
+
+def _truncated(path: str, fd: int, need: int, what: str) -> ArraySampleError:
+    try:
+        size = os.fstat(fd).st_size
+    except OSError:
+        size = -1
+    return ArraySampleError(f"sample {path} is truncated: {size} bytes, but {what} needs {need}", path)
+
+
+def preadv_at_least(fd: int, buffers: Sequence[memoryview], offset: int, need: int) -> int:
+    """``os.preadv`` into ``buffers``; continue after a short read until ``need`` bytes or end of file."""
+    got = os.preadv(fd, buffers, offset)
+    while got < need:
+        rest: list[memoryview] = []
+        skip = got
+        for buf in buffers:
+            if skip >= len(buf):
+                skip -= len(buf)
+                continue
+            rest.append(buf[skip:])
+            skip = 0
+        more = os.preadv(fd, rest, offset + got)
+        if more <= 0:
+            break
+        got += more
+    return got
+
+
+class SampleReader:
+    """Reads one sample file into a row (a writable byte view of ``spec.nbytes``); thread-safe."""
+
+    kind = ""
+    scratch_bytes = 0
+    """Bytes of per-thread scratch :meth:`read_into` needs (the template header's length)."""
+
+    def __init__(self, spec: ArraySpec) -> None:
+        self.spec = spec
+
+    def read_into(self, path: str, row: memoryview, scratch: bytearray) -> None:
+        """Fill ``row`` with the array of ``path``, or raise :class:`ArraySampleError` naming it."""
+        try:
+            fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+        except OSError as exc:
+            raise ArraySampleError(f"cannot open sample {path}: {exc}", path) from exc
+        try:
+            self._read(fd, path, row, scratch)
+        except OSError as exc:
+            raise ArraySampleError(f"cannot read sample {path}: {exc}", path) from exc
+        finally:
+            os.close(fd)
+
+    def _read(self, fd: int, path: str, row: memoryview, scratch: bytearray) -> None:
+        raise NotImplementedError
+
+    def _expect(self, header: NpyHeader, path: str, where: str = "") -> None:
+        check_spec(header.spec, path)
+        if header.spec != self.spec:
+            raise _mismatch(path, header.spec, self.spec, where)
+        if _layouts_differ(header):
+            raise ArraySampleError(f"sample {path}{where} is stored in Fortran order; ArrayLoader reads C "
+                                   "order (resave with np.ascontiguousarray, or use EpochLoader)", path)
+
+
+class NpyReader(SampleReader):
+    """``.npy`` files: one ``preadv`` of [header, row] at offset 0, the header compared as bytes."""
+
+    kind = "npy"
+
+    def __init__(self, spec: ArraySpec, header: bytes) -> None:
+        super().__init__(spec)
+        self.header = header
+        self.scratch_bytes = len(header)
+
+    @classmethod
+    def from_file(cls, path: str, expect: ArraySpec | None) -> NpyReader:
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+        try:
+            header = read_npy_header(fd, 0, path)
+            reader = cls(expect or check_spec(header.spec, path), os.pread(fd, header.length, 0))
+            reader._expect(header, path)
+        finally:
+            os.close(fd)
+        return reader
+
+    def _read(self, fd: int, path: str, row: memoryview, scratch: bytearray) -> None:
+        head = memoryview(scratch)[:len(self.header)]
+        need = len(self.header) + len(row)
+        got = preadv_at_least(fd, [head, row], 0, need)
+        if got >= len(self.header) and head == self.header:
+            if got < need:
+                raise _truncated(path, fd, need, f"a .npy of {self.spec.describe()}")
+            return
+        header = read_npy_header(fd, 0, path)  # another header: other padding, version, shape, dtype
+        self._expect(header, path)
+        need = header.length + len(row)
+        if preadv_at_least(fd, [row], header.length, len(row)) < len(row):
+            raise _truncated(path, fd, need, f"a .npy of {self.spec.describe()}")
+
+
+@dataclass(frozen=True)
+class _Member:
+    """Where a stored ``.npz`` member's array is: its local header's offset, lengths and .npy header."""
+
+    local_offset: int
+    name: bytes
+    extra_length: int
+    npy: NpyHeader
+
+    @property
+    def npy_offset(self) -> int:
+        return self.local_offset + _ZIP_LOCAL.size + len(self.name) + self.extra_length
+
+    @property
+    def data_offset(self) -> int:
+        return self.npy_offset + self.npy.length
+
+
+def _member_names(zf: zipfile.ZipFile) -> list[str]:
+    return [n[:-4] for n in zf.namelist() if n.endswith(".npy")]
+
+
+def locate_member(fd: int, path: str, member: str | None) -> _Member:
+    """Find ``member`` (None: the only one) in the zip's central directory, and check it is stored."""
+    try:
+        with os.fdopen(os.dup(fd), "rb") as handle, zipfile.ZipFile(handle) as zf:
+            names = _member_names(zf)
+            if member is None:
+                if len(names) != 1:
+                    raise ArraySampleError(f"sample {path} holds arrays {names}; pass member= to say which "
+                                           "one ArrayLoader reads", path)
+                member = names[0]
+            try:
+                info = zf.getinfo(member + ".npy")
+            except KeyError:
+                raise ArraySampleError(f"sample {path} has no array {member!r} (it holds {names})",
+                                       path) from None
+    except zipfile.BadZipFile as exc:
+        raise ArraySampleError(f"sample {path} is not a readable .npz (zip) file, or it is truncated: {exc}",
+                               path) from exc
+    if info.compress_type != zipfile.ZIP_STORED:
+        raise ArraySampleError(
+            f"sample {path}: array {member!r} is compressed (np.savez_compressed); ArrayLoader reads "
+            "stored members only, straight from the file (save with np.savez, or use EpochLoader)", path)
+    if info.flag_bits & 0x1:
+        raise ArraySampleError(f"sample {path}: array {member!r} is encrypted", path)
+    local = os.pread(fd, _ZIP_LOCAL.size, info.header_offset)
+    if len(local) < _ZIP_LOCAL.size or local[:4] != _ZIP_LOCAL_SIG:
+        raise ArraySampleError(f"sample {path}: no zip local header for {member!r} where the directory says",
+                               path)
+    name_length, extra_length = _ZIP_LOCAL.unpack(local)[9:11]
+    name = os.pread(fd, name_length, info.header_offset + _ZIP_LOCAL.size)
+    npy_offset = info.header_offset + _ZIP_LOCAL.size + name_length + extra_length
+    npy = read_npy_header(fd, npy_offset, f"{path} (member {member!r})")
+    found = _Member(info.header_offset, name, extra_length, npy)
+    if info.file_size < npy.length + npy.spec.nbytes:
+        raise ArraySampleError(f"sample {path}: member {member!r} is shorter than its .npy header says", path)
+    return found
+
+
+class NpzReader(SampleReader):
+    """Stored ``.npz`` members: one ``preadv`` of [local header + .npy header, row] at the template offset."""
+
+    kind = "npz"
+
+    def __init__(self, spec: ArraySpec, member: str, template: _Member, prefix: bytes) -> None:
+        super().__init__(spec)
+        self.member = member
+        self.template = template
+        self.prefix = prefix
+        self.scratch_bytes = len(prefix)
+        self._npy_at = template.npy_offset - template.local_offset
+
+    @classmethod
+    def from_file(cls, path: str, member: str | None, expect: ArraySpec | None) -> NpzReader:
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+        try:
+            found = locate_member(fd, path, member)
+            name = found.name.decode("utf-8", "replace")[:-4]
+            spec = expect or check_spec(found.npy.spec, path)
+            prefix = os.pread(fd, found.data_offset - found.local_offset, found.local_offset)
+            reader = cls(spec, name, found, prefix)
+            reader._expect(found.npy, path, f" (member {name!r})")
+        finally:
+            os.close(fd)
+        return reader
+
+    def _prefix_fits(self, head: memoryview) -> bool:
+        """The local header is the template member's (CRC and dates may differ) and the .npy header equal."""
+        t = self.template
+        sig, _version, flags, method, _time, _date, _crc, _csize, _usize, name_length, extra_length = \
+            _ZIP_LOCAL.unpack_from(head)
+        return (sig == _ZIP_LOCAL_SIG and not flags & 0x1 and method == zipfile.ZIP_STORED
+                and name_length == len(t.name) and extra_length == t.extra_length
+                and head[_ZIP_LOCAL.size:_ZIP_LOCAL.size + name_length] == t.name
+                and head[self._npy_at:] == self.prefix[self._npy_at:])
+
+    def _read(self, fd: int, path: str, row: memoryview, scratch: bytearray) -> None:
+        head = memoryview(scratch)[:len(self.prefix)]
+        need = len(self.prefix) + len(row)
+        got = preadv_at_least(fd, [head, row], self.template.local_offset, need)
+        what = f"member {self.member!r} of {self.spec.describe()}"
+        if got >= len(self.prefix) and self._prefix_fits(head):
+            if got < need:
+                raise _truncated(path, fd, self.template.local_offset + need, what)
+            return
+        found = locate_member(fd, path, self.member)  # elsewhere in this zip, or not fitting at all
+        self._expect(found.npy, path, f" (member {self.member!r})")
+        if preadv_at_least(fd, [row], found.data_offset, len(row)) < len(row):
+            raise _truncated(path, fd, found.data_offset + len(row), what)
+
+
+class RawReader(SampleReader):
+    """Raw files of exactly ``spec.nbytes``: one ``preadv`` of [row, one more byte] to catch longer files."""
+
+    kind = "raw"
+    scratch_bytes = 1
+
+    def _read(self, fd: int, path: str, row: memoryview, scratch: bytearray) -> None:
+        tail = memoryview(scratch)[:1]
+        got = preadv_at_least(fd, [row, tail], 0, len(row))
+        if got < len(row):
+            raise _truncated(path, fd, len(row), f"a raw {self.spec.describe()}")
+        if got > len(row):
+            size = os.fstat(fd).st_size
+            raise ArraySampleError(f"sample {path} holds {size} bytes, more than the {len(row)} of a raw "
+                                   f"{self.spec.describe()} (another shape or dtype?)", path)
+
+
+def expected_spec(dtype: Any, shape: Any) -> tuple[np.dtype[Any] | None, tuple[int, ...] | None]:
+    """Validate the declared dtype and shape (either may be None: then taken from the first file)."""
+    dt = None if dtype is None else np.dtype(dtype)
+    if shape is None:
+        return dt, None
+    if isinstance(shape, int):
+        shape = (shape,)
+    dims = tuple(shape)
+    if not all(isinstance(n, (int, np.integer)) and not isinstance(n, bool) and n >= 0 for n in dims):
+        raise ValueError(f"shape must be a tuple of ints >= 0, got {shape!r}")
+    return dt, tuple(int(n) for n in dims)
+
+
+def make_reader(kind: str, first: str, *, member: str | None = None, dtype: Any = None,
+                shape: Any = None) -> SampleReader:
+    """The reader for a loader, its template taken from ``first`` (the epoch's first file).
+
+    ``kind``: "npy", "npz", "raw" or "auto" (by ``first``'s extension: ``.npy``, ``.npz``; anything
+    else is raw, which needs ``dtype`` and ``shape``). Given ``dtype``/``shape`` are what every sample
+    must hold; those not given come from ``first``.
+    """
+    if kind not in FORMATS:
+        raise ValueError(f"format must be one of {', '.join(FORMATS)}, got {kind!r}")
+    dt, dims = expected_spec(dtype, shape)
+    if kind == "auto":
+        kind = {".npy": "npy", ".npz": "npz"}.get(os.path.splitext(first)[1].lower(), "raw")
+    if kind == "raw":
+        if dt is None or dims is None:
+            raise ValueError(f"raw samples need dtype= and shape= ({first} is neither .npy nor .npz)")
+        return RawReader(check_spec(ArraySpec(dt, dims), first))
+    probe: SampleReader = NpyReader.from_file(first, None) if kind == "npy" else \
+        NpzReader.from_file(first, member, None)
+    found = probe.spec
+    if (dt is not None and dt != found.dtype) or (dims is not None and dims != found.shape):
+        raise _mismatch(first, found, ArraySpec(dt or found.dtype, dims if dims is not None else found.shape),
+                        "" if kind == "npy" else f" (member {getattr(probe, 'member', '')!r})")
+    return probe
