@@ -43,7 +43,7 @@ from pathlib import Path
 from types import FrameType
 
 from epochfs.fuse.view import EpochTree, View
-from epochfs.sidecar.store import Store
+from epochfs.sidecar.store import Store, object_name
 from epochfs.torchclient.layout import (
     CONTROL_DIR,
     LATEST_NAME,
@@ -62,6 +62,8 @@ CONTROL_TEMP_PREFIX = ".tmp-"
 """Temporary names inside ``.epochfs/`` (manifests and ``status.json`` being written)."""
 DIR_MODE = 0o555
 FILE_MODE = 0o444
+INLINE_LINK_BYTES = 59
+"""The longest symlink target ext4 keeps in the inode; a longer one takes a data block (4 KiB)."""
 
 
 def _fsync_dir(path: Path) -> None:
@@ -152,10 +154,13 @@ class FolderPublisher:
                 report.leftovers.append(f"{CONTROL_DIR}/{name}")
         self.view.refresh()
         live = self.view.snapshot.live
-        for n in self.visible():
-            if n not in live or not self._matches(n):
-                self._retire(n)
-                report.stale.append(n)
+        visible = self.visible()
+        report.stale = [n for n in visible if n not in live or not self._matches(n)]
+        # latest first, to an epoch that stays, so it never points at one being removed.
+        kept = [n for n in visible if n not in report.stale]
+        self._write_latest(max(kept) if kept else None)
+        for n in report.stale:
+            self._retire(n)
         for name in os.listdir(self.control):
             mn = parse_manifest_name(name)
             if mn is not None and mn not in live:
@@ -298,39 +303,45 @@ def default_link_root(store: Store, link_root: Path | None) -> Path:
     return link_root
 
 
-def run_publish(*, cache: Path, folder: Path, link_root: Path | None = None, interval: float = 0.25) -> int:
+def check_target_length(link_root: Path) -> int:
+    """The length of the entries' targets; warns when ext4 would give each its own 4 KiB block."""
+    length = len(f"{link_root}/{object_name('0' * 32)}".encode())
+    if length > INLINE_LINK_BYTES:
+        log.warning("epoch entries' targets are %d bytes (link root %s): on ext4 each one longer than %d "
+                    "bytes takes a 4 KiB block of the folder's volume; a link root of at most %d bytes "
+                    "keeps them in their inodes", length, link_root, INLINE_LINK_BYTES,
+                    INLINE_LINK_BYTES - (length - len(str(link_root).encode())))
+    return length
+
+
+def run_publish(*, cache: Path, folder: Path, link_root: Path | None = None, interval: float = 0.1) -> int:
     """``epochfs publish``: keep ``folder`` equal to the view of ``cache`` until SIGTERM/SIGINT.
 
-    SIGUSR1 wakes the loop at once (the supervisor sends it after a cut it made on request). The
-    folder is left as it is on exit: readers keep reading, and the next start recovers from it.
+    The store is polled every ``interval`` seconds (one small query when nothing changed), so a
+    cut, whoever made it, is published within about that. No signal wakes it: one sent in the
+    moment before the interpreter installs its handlers would kill it. A signal lets a build in
+    progress finish; the folder is left as it is on exit: readers keep reading, and the next start
+    recovers from it.
     """
     stop = threading.Event()
-    wake = threading.Event()
 
     def on_stop(signum: int, _frame: FrameType | None) -> None:
         log.info("%s: stopping", signal.Signals(signum).name)
         stop.set()
-        wake.set()
-
-    def on_wake(_signum: int, _frame: FrameType | None) -> None:
-        wake.set()
 
     for s in (signal.SIGTERM, signal.SIGINT):
         signal.signal(s, on_stop)
-    signal.signal(signal.SIGUSR1, on_wake)
     folder = Path(os.path.abspath(folder))
     if folder.exists() and not folder.is_dir():
         raise ValueError(f"--mount: {folder} exists and is not a folder")
     with Store(cache) as store:
         publisher = FolderPublisher(store=store, folder=folder, link_root=default_link_root(store, link_root))
+        check_target_length(publisher.view.link_root)
         publisher.recover()
         log.info("publishing %s into %s (links into %s)", cache, folder, publisher.view.link_root)
         publisher.step(force_status=True)
-        while not stop.is_set():
-            wake.wait(interval)
-            wake.clear()
-            if not stop.is_set():
-                publisher.step()
+        while not stop.wait(interval):
+            publisher.step()
     log.info("stopped; %s left as published", folder)
     return 0
 
