@@ -170,6 +170,10 @@ def test_the_folder_pod_is_wired_for_the_folder_view(folder_renders: dict[str, l
         assert not s_mounts["/mnt/epochfs"].get("readOnly") and t_mounts["/mnt/epochfs"]["readOnly"], case
         ro = str(Path(s_env["EPOCHFS_LINK_ROOT"]).parent)
         assert s_mounts[ro]["readOnly"] and t_mounts[ro]["readOnly"], case
+        assert t_env["EPOCHFS_CACHE"] == ro, case
+        # Entries are real symlinks on the volume: a target (link root + "/ab/" + 32 hex) under
+        # 60 bytes stays in the inode on ext4 instead of taking a 4 KiB block.
+        assert len(s_env["EPOCHFS_LINK_ROOT"]) + 36 < 60, case
         sc = side["securityContext"]
         assert sc["runAsUser"] == 10001 and sc["readOnlyRootFilesystem"] is True, case
         # The settings the sidecar parses from its environment: the folder view.
@@ -180,12 +184,17 @@ def test_the_folder_pod_is_wired_for_the_folder_view(folder_renders: dict[str, l
         kubernetes_validate.validate(as_pod({"metadata": {}, "spec": spec}, "p"), "1.29.0", strict=True)
 
 
-def test_a_non_root_user_of_ones_own_and_the_fuse_default_unchanged(helm_bin: Path, tmp_path: Path) -> None:
+def test_own_user_and_read_only_path_and_the_fuse_defaults_unchanged(helm_bin: Path, tmp_path: Path) -> None:
     spec = pod_spec(render(helm_bin, with_remote(merged(FOLDER, {"sidecar": {"runAsUser": 4242}})), tmp_path))
     assert container(spec, "epochfs")["securityContext"]["runAsUser"] == 4242
     assert violations(spec) == []
     fuse = container(pod_spec(render(helm_bin, with_remote({}), tmp_path)), "epochfs")
     assert fuse["securityContext"]["runAsUser"] == 0 and "EPOCHFS_VIEW" not in env_of(fuse)
+    assert env_of(fuse)["EPOCHFS_LINK_ROOT"] == "/var/cache/epochfs-ro/objects"
+    own_path = merged(FOLDER, {"cache": {"readOnlyPath": "/ro/"}})
+    own = pod_spec(render(helm_bin, with_remote(own_path), tmp_path))
+    assert env_of(container(own, "epochfs"))["EPOCHFS_LINK_ROOT"] == "/ro/objects"
+    assert "/ro" in mounts_of(container(own, "trainer"))
 
 
 @pytest.mark.parametrize("values,message", [

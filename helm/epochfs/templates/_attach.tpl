@@ -49,6 +49,22 @@ Every one takes ARG, either
 {{- end -}}
 {{- end -}}
 
+{{/* Where the cache volume is mounted read-only in both containers (epoch entries are symlinks
+     into <it>/objects): cache.readOnlyPath, else /var/cache/epochfs-ro for the FUSE view and
+     /epochfs-ro for the folder view, whose entries are real symlinks on the shared volume: with
+     the short path a target (link root + 36 characters) stays under 60 bytes, which ext4 keeps in
+     the inode, where a longer one takes a 4 KiB block per entry (400 MB for 100k entries). */}}
+{{- define "epochfs.readOnlyPath" -}}
+{{- $ctx := . -}}{{- if hasKey . "context" }}{{ $ctx = .context }}{{ end -}}
+{{- if $ctx.Values.cache.readOnlyPath -}}
+{{- trimSuffix "/" $ctx.Values.cache.readOnlyPath -}}
+{{- else if include "epochfs.folderView" $ctx -}}
+/epochfs-ro
+{{- else -}}
+/var/cache/epochfs-ro
+{{- end -}}
+{{- end -}}
+
 {{/* The view: a subdirectory of the shared mount volume, which the sidecar creates. Never the
      volume's own mount point: that is a mount point already (the kubelet's), and after a FUSE
      server restart a new FUSE mount in the subdirectory reaches trainers that started earlier.
@@ -219,7 +235,7 @@ Every one takes ARG, either
   {{- end }}
   readOnly: true
 - name: epochfs-cache
-  mountPath: {{ $v.cache.readOnlyPath }}
+  mountPath: {{ include "epochfs.readOnlyPath" $ctx }}
   readOnly: true
   {{- with $subPathExpr }}
   subPathExpr: {{ . }}
@@ -237,7 +253,7 @@ Every one takes ARG, either
 - name: EPOCHFS_MOUNT
   value: {{ include "epochfs.viewPath" $ctx | quote }}
 - name: EPOCHFS_CACHE
-  value: {{ $ctx.Values.cache.readOnlyPath | quote }}
+  value: {{ include "epochfs.readOnlyPath" $ctx | quote }}
 - name: EPOCHFS_REPORT_URL  # the torch client reports deliveries and waits to the sidecar
   value: "http://127.0.0.1:{{ $ctx.Values.sidecar.healthPort }}/v1/client-report"
 {{ include "epochfs.shardIndexEnv" . }}

@@ -56,7 +56,7 @@ include it in its own pods.
     {{- end }}
     # Epoch symlinks point into the read-only mount of the cache, which the trainer has too.
     - name: EPOCHFS_LINK_ROOT
-      value: "{{ $v.cache.readOnlyPath }}/objects"
+      value: "{{ include "epochfs.readOnlyPath" $ctx }}/objects"
     - name: EPOCHFS_CAPACITY
       value: {{ include "epochfs.capacity" $ctx | quote }}
     {{- include "epochfs.shardIndexEnv" . | nindent 4 }}
@@ -180,7 +180,7 @@ include it in its own pods.
       subPathExpr: {{ . }}
       {{- end }}
     - name: epochfs-cache
-      mountPath: {{ $v.cache.readOnlyPath }}
+      mountPath: {{ include "epochfs.readOnlyPath" $ctx }}
       readOnly: true
       {{- with $subPathExpr }}
       subPathExpr: {{ . }}
