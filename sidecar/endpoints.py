@@ -2,7 +2,11 @@
 
 ``POST /v1/client-report`` takes a JSON body ``{"samples": int, "bytes": int, "wait_seconds": float}``
 (increments since the client's previous report) from the torch client on the pod's loopback; other
-addresses get 403, so nothing outside the pod can inflate the numbers.
+addresses get 403, so nothing outside the pod can inflate the numbers. Its query may name the
+epochs the client reads (``?epoch=N``, repeated): the folder view's only sign that they are in use
+(a query, so that older sidecars, which refuse unknown body fields, still take the report).
+``POST /v1/cut?epoch=N[&jump=1]`` (loopback only, no body) asks for a cut as a lookup of
+``epoch-N`` does on the FUSE view (:mod:`epochfs.sidecar.cutrequest`), on a worker of its own.
 
 Anyone who reaches the port can connect, so the server's cost is bounded whatever they send
 (docs/sidecar.md, "HTTP endpoints under load"):
@@ -30,6 +34,7 @@ Anyone who reaches the port can connect, so the server's cost is bounded whateve
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import errno
 import ipaddress
 import json
@@ -50,13 +55,17 @@ from typing import Any, NamedTuple
 
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
+from epochfs.sidecar.cutrequest import CUT_PATH, CutRequest
 from epochfs.sidecar.metrics import EndpointMetrics, endpoint_metrics
+from epochfs.torchclient.layout import parse_epoch_name
 
 log = logging.getLogger("epochfs.endpoints")
 
 CLIENT_REPORT_PATH = "/v1/client-report"
 MAX_REPORT_BYTES = 4096
 MAX_JSON_DEPTH = 4
+MAX_REPORT_EPOCHS = 8
+"""Epochs one report may name as in use (a rank reads one; a few more for a pipeline)."""
 """A report is one flat object (depth 1); deeper JSON is refused before it is parsed."""
 
 Check = Callable[[], tuple[bool, dict[str, Any]]]
@@ -100,6 +109,24 @@ class ClientReport:
     samples: int
     nbytes: int
     wait_seconds: float
+    epochs: tuple[int, ...] = ()
+    """Epochs the client reads now (from the query), which the folder view keeps as in use."""
+
+    @staticmethod
+    def parse_epochs(query: str) -> tuple[int, ...]:
+        """``epoch=3&epoch=4`` -> (3, 4); ValueError for anything else."""
+        if not query:
+            return ()
+        found: list[int] = []
+        for item in query.split("&"):
+            name, sep, value = item.partition("=")
+            n = parse_epoch_name("epoch-" + value) if name == "epoch" and sep else None
+            if n is None:
+                raise ValueError(f"the query may only name epochs (epoch=N), got {item[:40]!r}")
+            found.append(n)
+        if len(found) > MAX_REPORT_EPOCHS:
+            raise ValueError(f"at most {MAX_REPORT_EPOCHS} epochs per report")
+        return tuple(sorted(set(found)))
 
     @classmethod
     def parse(cls, body: bytes) -> ClientReport:
@@ -203,6 +230,7 @@ class _Conn:
         "keep_alive",
         "loopback",
         "out",
+        "query",
         "seq",
         "served",
         "sock",
@@ -223,6 +251,7 @@ class _Conn:
         self.served = 0
         self.seq = 0
         self.body_wanted = 0
+        self.query = ""
         self.timeout_reply: Reply | None = None
         self.waited = 0  # bytes dropped while lingering
 
@@ -301,10 +330,12 @@ class Endpoints:
         on_client_report: Callable[[ClientReport], None] | None,
         limits: Limits | None = None,
         metrics: EndpointMetrics | None = None,
+        on_cut: Callable[[CutRequest], tuple[int, dict[str, Any]]] | None = None,
     ) -> None:
         self.limits = limits if limits is not None else Limits()
         self._metrics = metrics if metrics is not None else endpoint_metrics()
         self._on_report = on_client_report
+        self._on_cut = on_cut
         family = socket.AF_INET6 if ":" in host else socket.AF_INET
         self._listener = socket.create_server((host, port), family=family, backlog=self.limits.backlog)
         self._listener.setblocking(False)
@@ -318,6 +349,7 @@ class Endpoints:
                 _text(503, f"metrics collection did not finish within {self.limits.check_timeout:g}s"),
             )
         self._reports = _Worker("epochfs-http-report", self.limits.report_queue)
+        self._cuts = _Worker("epochfs-http-cut", 64)
         self._selector = selectors.DefaultSelector()
         self._wake_r, self._wake_w = socket.socketpair()
         self._wake_r.setblocking(False)
@@ -350,6 +382,7 @@ class Endpoints:
         for flight in self._flights.values():
             flight.worker.start()
         self._reports.start()
+        self._cuts.start()
         self._selector.register(self._listener, selectors.EVENT_READ, None)
         self._selector.register(self._wake_r, selectors.EVENT_READ, self._wake_r)
         self._thread = threading.Thread(target=self._serve, name=f"epochfs-http-{self.port}", daemon=True)
@@ -371,6 +404,7 @@ class Endpoints:
         for flight in self._flights.values():
             flight.worker.stop()
         self._reports.stop()
+        self._cuts.stop()
 
     # ------------------------------------------------------------------ the loop
     def _wake(self) -> None:
@@ -639,7 +673,7 @@ class Endpoints:
             length = int(value) if len(value) <= 18 else 1 << 62
         tokens = {t.strip().lower() for v in headers.get(b"connection", []) for t in v.split(b",")}
         conn.keep_alive = v.group(2) != b"0" and b"close" not in tokens
-        path = target.split(b"?", 1)[0].decode("latin-1")
+        path, _, query = target.decode("latin-1").partition("?")
         if method == b"GET":
             if length:
                 conn.keep_alive = False  # the body is not read: close after the response
@@ -648,7 +682,10 @@ class Endpoints:
                 self._respond(conn, _text(404, "not found"))
             else:
                 self._join(conn, flight)
+        elif method == b"POST" and path == CUT_PATH:
+            self._post_cut(conn, query, length)
         elif method == b"POST":
+            conn.query = query
             self._post_report(conn, path, length, headers.get(b"expect", []))
         else:
             self._refuse(conn, "bad_request", _text(501, f"unsupported method {method.decode('latin-1')!r}"))
@@ -672,9 +709,46 @@ class Endpoints:
             conn.body_wanted = length
             self._set_state(conn, BODY, conn.deadline)
 
+    def _post_cut(self, conn: _Conn, query: str, length: int) -> None:
+        """A cut request: loopback only, no body; answered by a worker (the store may block)."""
+        if self._on_cut is None:
+            self._respond(conn, _text(404, "not found"), close=True)
+            return
+        if not conn.loopback:
+            self._respond(conn, _text(403, "cut requests are accepted on loopback only"), close=True)
+            return
+        if length:
+            self._refuse(conn, "bad_request", _text(400, "a cut request has no body"))
+            return
+        try:
+            request = CutRequest.parse(query)
+        except ValueError as e:
+            self._refuse(conn, "bad_request", _text(400, str(e)))
+            return
+        on_cut = self._on_cut
+        conn.seq += 1
+        seq = conn.seq
+
+        def job() -> None:
+            try:
+                code, doc = on_cut(request)
+                reply = Reply(code, json.dumps(doc, sort_keys=True).encode() + b"\n", "application/json")
+            except Exception:
+                log.exception("cut request %s", request)
+                reply = _text(500, "cut request failed")
+            self._post(self._answer, conn, seq, reply)
+
+        busy = _text(503, "busy, retry later", ("Retry-After", "1"))
+        conn.timeout_reply = busy
+        self._set_state(conn, BUSY, time.monotonic() + self.limits.check_timeout)
+        if not self._cuts.submit(job):
+            self._metrics.reject("busy")
+            self._respond(conn, busy)
+
     def _report(self, conn: _Conn, body: bytes) -> None:
         try:
             report = ClientReport.parse(body)
+            report = dataclasses.replace(report, epochs=ClientReport.parse_epochs(conn.query))
         except ValueError as e:
             self._metrics.reject("bad_request")
             self._respond(conn, _text(400, str(e)))

@@ -200,6 +200,7 @@ class Supervisor:
         self._counter: Any = None
         self._reporter: kube.Reporter | None = None
         self._seen: dict[str, Any] = {}
+        self._reads_noted: dict[int, float] = {}
 
     # ------------------------------------------------------------------ children
     def _env(self, child: Child) -> dict[str, str]:
@@ -353,6 +354,19 @@ class Supervisor:
         if self._metrics is not None:
             self._metrics.mounted.set(int(published))
 
+    def _client_reads(self, epochs: tuple[int, ...]) -> None:
+        """The torch client reads these epochs (its report says so): record a read of each, at
+        most one per epoch per 10 s, which keeps them pinned as a lookup on the FUSE view does;
+        with the folder view it is the only sign of a reader."""
+        now = time.monotonic()
+        for n in epochs:
+            if now - self._reads_noted.get(n, -1e18) >= 10.0 and self._store is not None:
+                self._reads_noted[n] = now
+                try:
+                    self._store.record_read(n)
+                except Exception as e:
+                    log.warning("recording a read of epoch %d: %s", n, e)
+
     # ------------------------------------------------------------------ health
     def health(self) -> tuple[bool, dict[str, Any]]:
         """Alive: the FUSE server runs and the mount answers a stat within the deadline; the
@@ -460,7 +474,7 @@ class Supervisor:
     def _setup_observability(self) -> None:
         from prometheus_client import CollectorRegistry, disable_created_metrics
 
-        from epochfs.sidecar import endpoints, metrics, served
+        from epochfs.sidecar import cutrequest, endpoints, metrics, served
 
         disable_created_metrics()
         # A fixed folder in the cache, emptied at every start: a supervisor killed with -9 leaves
@@ -481,6 +495,11 @@ class Supervisor:
         def on_report(r: endpoints.ClientReport) -> None:
             sidecar_metrics.add_client_report(samples=r.samples, nbytes=r.nbytes,
                                               wait_seconds=r.wait_seconds)
+            self._client_reads(r.epochs)
+
+        def on_cut(request: cutrequest.CutRequest) -> tuple[int, dict[str, Any]]:
+            assert self._store is not None
+            return cutrequest.answer(self._store, request)
 
         # /metrics on --metrics-port when given, and on the health port in any case.
         ports = [self.settings.health_port]
@@ -489,7 +508,7 @@ class Supervisor:
         for port in ports:
             ep = endpoints.Endpoints(
                 host=self.http_host, port=port, health=self.health, ready=self.ready,
-                registry=registry, on_client_report=on_report,
+                registry=registry, on_client_report=on_report, on_cut=on_cut,
             )
             ep.start()
             self._endpoints.append(ep)

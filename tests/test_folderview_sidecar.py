@@ -1,13 +1,19 @@
 """``epochfs sidecar --view folder`` for real, with no capability and no_new_privs:
-epochs published from a ``file://`` remote, byte-exact; cuts by ``epochfs cut`` and the interval; a
+epochs published from a ``file://`` remote, byte-exact; cuts by a request on the loopback port (as
+the torch client asks), by ``epochfs cut`` and by the interval; reads reported in use recorded; a
 publisher killed with -9 restarted while readers keep reading; SIGTERM exits 0 and leaves the folder.
 """
 
 from __future__ import annotations
 
+import json
 import os
+import sqlite3
 import threading
+import urllib.error
+import urllib.request
 from pathlib import Path
+from typing import Any
 
 import pytest
 from conftest import random_objects, wait_until
@@ -20,11 +26,21 @@ from folderview_helpers import (
     process_tree,
     write_remote,
 )
+from sidecar_helpers import Sidecar
 
 from epochfs.torchclient import layout
 
 pytestmark = pytest.mark.skipif(os.geteuid() == 0 and not os.path.exists("/usr/bin/setpriv"),
                                 reason="needs setpriv to drop root")
+
+
+def cut(car: Sidecar, query: str) -> tuple[int, dict[str, Any]]:
+    req = urllib.request.Request(f"{car.base}/v1/cut?{query}", data=b"", method="POST")
+    try:
+        with urllib.request.urlopen(req, timeout=10) as r:
+            return int(r.status), json.loads(r.read())
+    except urllib.error.HTTPError as e:
+        return e.code, json.loads(e.read())
 
 
 def check_epoch(folder: Path, n: int, objects: dict[str, bytes]) -> list[str]:
@@ -35,6 +51,14 @@ def check_epoch(folder: Path, n: int, objects: dict[str, bytes]) -> list[str]:
         assert (folder / f"epoch-{n}" / rel).read_bytes() == objects[rel], rel
     assert [p for p, _ in layout.walk_epoch(folder, n)] == manifest.paths
     return manifest.paths
+
+
+def last_read(cache: Path, n: int) -> float:
+    db = sqlite3.connect(f"file:{cache / 'index.sqlite'}?mode=ro", uri=True, timeout=30)
+    try:
+        return float(db.execute("SELECT last_read FROM epochs WHERE n=?", (n,)).fetchone()[0])
+    finally:
+        db.close()
 
 
 @pytest.fixture
@@ -59,19 +83,29 @@ def test_unprivileged_sidecar_publishes_epochs_byte_exact(remote: tuple[Path, di
         health = car.health()
         assert health["code"] == 200 and set(health["children"]) == {"sampler", "publisher"}, health
         assert car.metric("epochfs_mounted") == 1
-        out = cli("cut", "--cache", str(car.cache))
-        assert out.stdout.strip() == "0", out
+        # Epoch 0 as the torch client asks for it: a cut request on the loopback port.
+        assert cut(car, "epoch=1")[0] == 409  # only the next epoch, unless a jump is asked for
+        code, doc = cut(car, "epoch=0")
+        assert (code, doc["state"]) == (200, "live"), doc
         wait_until(lambda: layout.epoch_exists(car.mount, 0), timeout=10, what="epoch-0 published")
         first = check_epoch(car.mount, 0, objects)
         assert len(first) >= 10
-        assert os.readlink(car.mount / "latest") == "epoch-0"
+        # latest moves right after the epoch appears (it never points at a missing one).
+        wait_until(lambda: os.readlink(car.mount / "latest") == "epoch-0", timeout=10, what="latest")
         wait_until(lambda: (layout.read_status(car.mount) or {}).get("samples") == len(objects),
                    timeout=60, what="every object sampled")
-        assert cli("cut", "--cache", str(car.cache)).stdout.strip() == "1"
+        assert cli("cut", "--cache", str(car.cache)).stdout.strip() == "1"  # the CLI still cuts
         wait_until(lambda: layout.epoch_exists(car.mount, 1), timeout=10, what="epoch-1 published")
         assert sorted(check_epoch(car.mount, 1, objects)) == sorted(objects)
         assert layout.list_epochs(car.mount) == [0, 1]
-        assert os.readlink(car.mount / "latest") == "epoch-1"
+        wait_until(lambda: os.readlink(car.mount / "latest") == "epoch-1", timeout=10, what="latest")
+        # The torch client's report names the epoch it reads: the sidecar records a read of it.
+        before = last_read(car.cache, 0)
+        report = urllib.request.Request(f"{car.base}/v1/client-report?epoch=0", method="POST",
+                                        data=b'{"samples": 1, "bytes": 8192, "wait_seconds": 0}')
+        with urllib.request.urlopen(report, timeout=10) as r:
+            assert r.status == 204
+        wait_until(lambda: last_read(car.cache, 0) > before, timeout=10, what="the read recorded")
     # SIGTERM: exit 0 (checked by the helper); the folder stays as published for readers.
     assert car.exit_code == 0
 
@@ -136,5 +170,6 @@ def test_the_view_setting_flag_environment_default_and_a_bad_value() -> None:
     assert config.parse(config.SidecarSettings, base, environ={"EPOCHFS_VIEW": "folder"}).view == "folder"
     assert config.parse(config.SidecarSettings, [*base, "--view", "FUSE"],
                         environ={"EPOCHFS_VIEW": "folder"}).view == "fuse"
-    with pytest.raises(config.ConfigError, match=r"--view \(from EPOCHFS_VIEW\): must be one of fuse, folder"):
+    with pytest.raises(config.ConfigError,
+                       match=r"--view \(from EPOCHFS_VIEW\): must be one of fuse, folder"):
         config.parse(config.SidecarSettings, base, environ={"EPOCHFS_VIEW": "nfs"})

@@ -1,0 +1,119 @@
+"""Cuts asked for over HTTP: ``POST /v1/cut?epoch=N`` (and ``&jump=1``), the folder view's lookup.
+
+Why: on the FUSE view a trainer's lookup of ``epoch-N`` is what asks for its cut; a folder on a
+shared volume has no lookup to intercept, so the torch client asks the sidecar on its loopback
+port instead (``EpochDataset`` / ``EpochLoader`` when ``epoch-N/`` is not there). The request
+follows the store's rule for lookups, so no request, however stray, can cost a cut or make an
+epoch a trainer will ask for impossible:
+
+* **next only**: a request for the next epoch (newest + 1, or above the store's high-water mark
+  after an index reset: ``Store.next_epoch``) cuts it when its condition holds, or
+  queues it (the sampler cuts it as soon as the condition holds); a request further ahead cuts
+  nothing and leaves nothing behind;
+* **a jump is explicit**: ``jump=1`` cuts epoch N above the newest at once if its condition holds
+  (a resumed trainer that starts at epoch 7 while the cache holds epochs 0-2), as ``epochfs cut
+  --epoch N`` does; nothing is queued, the client asks again;
+* a request for a live epoch records a read of it (as a lookup does), which pins it for
+  ``in_use_seconds``.
+
+Answers (JSON ``{"epoch", "state", "newest", "message"}``): 200 ``live`` (it is, or was just cut),
+202 ``waiting`` (the next epoch, queued, or a jump whose condition does not hold yet: ask again),
+409 ``refused`` (ahead of the next epoch without ``jump=1``), 410 ``gone`` (at or below the
+newest and not live: retired, or never cut). Asking again after a 409 or a 410 will not help.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Protocol
+from urllib.parse import parse_qs
+
+from epochfs.sidecar.store import EpochInfo
+from epochfs.torchclient.layout import MAX_EPOCH, parse_epoch_name
+
+CUT_PATH = "/v1/cut"
+
+
+class CutStore(Protocol):
+    """What answering a cut request needs of the store."""
+
+    def epochs(self) -> list[EpochInfo]: ...
+
+    def newest_epoch(self) -> int | None: ...
+
+    def next_epoch(self) -> int: ...
+
+    def request_cut(self, n: int) -> bool: ...
+
+    def cut(self, n: int | None = None, *, force: bool = False) -> int | None: ...
+
+    def record_read(self, n: int, *, now: float | None = None) -> None: ...
+
+
+@dataclass(frozen=True)
+class CutRequest:
+    """One validated request: the epoch, and whether jumping above newest + 1 is asked for."""
+
+    epoch: int
+    jump: bool = False
+
+    @classmethod
+    def parse(cls, query: str) -> CutRequest:
+        """From the query string (``epoch=N`` once, ``jump=1`` optional); ValueError says why not."""
+        try:
+            fields = parse_qs(query, keep_blank_values=True, strict_parsing=bool(query), max_num_fields=4)
+        except ValueError as e:
+            raise ValueError(f"malformed query: {e}") from None
+        unknown = set(fields) - {"epoch", "jump"}
+        if unknown:
+            raise ValueError(f"unknown parameter(s): {', '.join(sorted(unknown))}")
+        values = fields.get("epoch", [])
+        if len(values) != 1:
+            raise ValueError("give the epoch once: ?epoch=N")
+        epoch = parse_epoch_name("epoch-" + values[0])
+        if epoch is None:
+            raise ValueError(f"epoch must be a canonical decimal from 0 to {MAX_EPOCH}, got {values[0]!r}")
+        jumps = fields.get("jump", ["0"])
+        if len(jumps) != 1 or jumps[0] not in ("0", "1"):
+            raise ValueError("jump must be 1 (or 0) and given at most once")
+        return cls(epoch=epoch, jump=jumps[0] == "1")
+
+    def query(self) -> str:
+        return f"epoch={self.epoch}" + ("&jump=1" if self.jump else "")
+
+
+def _doc(req: CutRequest, state: str, newest: int | None, message: str) -> dict[str, Any]:
+    return {"epoch": req.epoch, "state": state, "newest": newest, "message": message}
+
+
+def answer(store: CutStore, req: CutRequest) -> tuple[int, dict[str, Any]]:
+    """Ask ``store`` for the cut ``req`` names; (HTTP status, JSON document) as described above."""
+    n = req.epoch
+    next_n = store.next_epoch()  # first: an epoch cut after this read is found live below
+    live = {e.epoch for e in store.epochs()}
+    newest = max(live) if live else None
+    if n in live:
+        store.record_read(n)
+        return 200, _doc(req, "live", newest, f"epoch {n} is live")
+    if n < next_n:
+        return 410, _doc(req, "gone", newest, f"epoch {n} is not live: it has retired, or it is below the "
+                                              f"next epoch {next_n} and was never cut (epochs are only "
+                                              "added above the newest)")
+    if n > next_n and not req.jump:
+        return 409, _doc(req, "refused", newest, f"only the next epoch ({next_n}) is cut on request; ask "
+                                                 f"with jump=1 to cut epoch {n} (a resumed trainer)")
+    if n > next_n:
+        try:
+            made = store.cut(n)
+        except ValueError as e:  # another cut came first and n is below it now
+            return 409, _doc(req, "refused", store.newest_epoch(), str(e))
+        if made is None:
+            return 202, _doc(req, "waiting", newest, f"the cut condition for epoch {n} does not hold "
+                                                     "yet (min-samples, or its schedule window); ask again")
+        store.record_read(n)
+        return 200, _doc(req, "live", n, f"epoch {n} cut (a jump from {next_n})")
+    if store.request_cut(n):
+        store.record_read(n)
+        return 200, _doc(req, "live", n, f"epoch {n} is live")
+    return 202, _doc(req, "waiting", newest, f"epoch {n} is queued: it is cut as soon as its condition "
+                                             "holds (min-samples, or its schedule window); ask again")
