@@ -163,5 +163,6 @@ def test_sigterm_under_a_storm_of_changes_never_crashes(tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(1800)  # about 1.5 s a round on a busy 2-core machine
 def test_sigterm_under_a_storm_of_changes_never_crashes_many_times(tmp_path: Path) -> None:
     run_rounds(tmp_path, SLOW_ROUNDS)
