@@ -1,7 +1,7 @@
 """Prometheus counters of the FUSE server: requests and errors by operation.
 
 They live in the fuse package because fuse may import nothing from ``epochfs.sidecar`` but the
-store (DESIGN.md's dependency rule, checked by tests/test_layering.py); every other metric is in
+store (DESIGN.md's dependency rule, checked by import-linter: .importlinter); every other metric is in
 ``epochfs.sidecar.metrics``, which re-exports these. Under the supervisor,
 ``PROMETHEUS_MULTIPROC_DIR`` is set for this process, so the values go to mmap files the supervisor
 sums into its ``/metrics``, and they survive a crash of the server.

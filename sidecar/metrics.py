@@ -35,7 +35,6 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.multiprocess import MultiProcessCollector, mark_process_dead
 
-from epochfs.fuse.metrics import FUSE_ERRNOS, FUSE_OPS, FuseMetrics, fuse_metrics
 from epochfs.sidecar.store import Stats
 
 PROCESS_RESULTS = ("retried", "failed")
@@ -72,7 +71,8 @@ STORE_GAUGES = {
 
 class ProcessMetrics:
     """Per-process instrumentation of the sampler (the FUSE server's counters are
-    :class:`epochfs.fuse.metrics.FuseMetrics`, re-exported here).
+    :class:`epochfs.fuse.metrics.FuseMetrics`: this module imports nothing of the FUSE server, so
+    the sampler's downloader can count here without loading it).
 
     Under the supervisor (``PROMETHEUS_MULTIPROC_DIR`` set before prometheus-client is imported) the
     values go to mmap files the supervisor merges; otherwise they live in ``registry`` (tests
@@ -240,11 +240,11 @@ class EndpointMetrics:
             "epochfs_http_connections", "Open connections to the sidecar's HTTP endpoints.",
             multiprocess_mode="livesum", registry=registry,
         )
-        for reason in ENDPOINT_REJECT_REASONS:
-            self.rejected.labels(reason=reason)
+        self._by_reason = {reason: self.rejected.labels(reason=reason) for reason in ENDPOINT_REJECT_REASONS}
 
     def reject(self, reason: str) -> None:
-        self.rejected.labels(reason=reason if reason in ENDPOINT_REJECT_REASONS else "bad_request").inc()
+        """Count one (an unknown reason counts as bad_request); cheap: called per connection."""
+        self._by_reason.get(reason, self._by_reason["bad_request"]).inc()
 
     def collect(self) -> Iterator[Metric]:
         yield from self.rejected.collect()
@@ -379,19 +379,15 @@ def prepare_multiproc_dir(path: Path) -> Path:
 
 __all__ = [
     "ENDPOINT_REJECT_REASONS",
-    "FUSE_ERRNOS",
-    "FUSE_OPS",
     "STORE_COUNTERS",
     "STORE_GAUGES",
     "EndpointMetrics",
-    "FuseMetrics",
     "MergedCollector",
     "ProcessMetrics",
     "SidecarMetrics",
     "StoreCollector",
     "endpoint_metrics",
     "forget_process",
-    "fuse_metrics",
     "multiprocess_collector",
     "prepare_multiproc_dir",
     "process_metrics",

@@ -21,6 +21,7 @@ from conftest import ROOT, wait_until
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
+from epochfs.fuse.metrics import FuseMetrics
 from epochfs.sidecar import metrics
 from epochfs.sidecar.endpoints import CLIENT_REPORT_PATH, ClientReport, Endpoints
 from epochfs.sidecar.reservations import Reservations
@@ -100,7 +101,7 @@ def test_process_metrics_values_after_known_actions() -> None:
 
 def test_fuse_metrics_values_after_known_requests() -> None:
     reg = CollectorRegistry()
-    m = metrics.FuseMetrics(registry=reg)
+    m = FuseMetrics(registry=reg)
     m.init_ops(["getattr", "readlink", "mkdir"])
     get = reg.get_sample_value
     assert get("epochfs_fuse_requests_total", {"op": "getattr"}) == 0
@@ -228,7 +229,8 @@ def full_exposition(tmp_path: Path, store: Store) -> str:
     store.cut()
     env = dict(os.environ, PROMETHEUS_MULTIPROC_DIR=str(mpdir))
     code = (
-        "from epochfs.sidecar.metrics import fuse_metrics, process_metrics\n"
+        "from epochfs.fuse.metrics import fuse_metrics\n"
+        "from epochfs.sidecar.metrics import process_metrics\n"
         "m = process_metrics(); fuse_metrics().request('getattr', 2)\n"
         "m.observe_fetch(0.1); m.cut_waited(0.0)\n"
         "with m.download(): pass\n"
