@@ -15,8 +15,8 @@ Anyone who reaches the port can connect, so the server's cost is bounded whateve
   blocking; no thread per connection. Requests are parsed there with fixed limits on the head
   (:class:`Limits`), the body and, for reports, the JSON nesting.
 * **A fixed set of worker threads** runs what may block: one per check (``/healthz``,
-  ``/readyz``), one for ``/metrics`` and one for client reports (a bounded queue; full: 503 with
-  ``Retry-After``). Checks and ``/metrics`` are *single-flight*: requests that arrive while one
+  ``/readyz``), one for ``/metrics``, one for client reports and one for cut requests (bounded
+  queues; full: 503 with ``Retry-After``). Checks and ``/metrics`` are *single-flight*: requests that arrive while one
   runs wait for its answer, so a flood of probes costs one check at a time and can never queue
   behind reports or scrapes. A check that has not answered within ``check_timeout`` gets 503.
 * **A cap on open connections.** At the cap a new connection closes the oldest connection that
@@ -64,9 +64,9 @@ log = logging.getLogger("epochfs.endpoints")
 CLIENT_REPORT_PATH = "/v1/client-report"
 MAX_REPORT_BYTES = 4096
 MAX_JSON_DEPTH = 4
+"""A report is one flat object (depth 1); deeper JSON is refused before it is parsed."""
 MAX_REPORT_EPOCHS = 8
 """Epochs one report may name as in use (a rank reads one; a few more for a pipeline)."""
-"""A report is one flat object (depth 1); deeper JSON is refused before it is parsed."""
 
 Check = Callable[[], tuple[bool, dict[str, Any]]]
 
@@ -227,8 +227,8 @@ class _Conn:
         "buf",
         "deadline",
         "events",
+        "host",
         "keep_alive",
-        "loopback",
         "out",
         "query",
         "seq",
@@ -239,9 +239,9 @@ class _Conn:
         "waited",
     )
 
-    def __init__(self, sock: socket.socket, loopback: bool) -> None:
+    def __init__(self, sock: socket.socket, host: str) -> None:
         self.sock = sock
-        self.loopback = loopback
+        self.host = host
         self.state = CLOSED
         self.events = 0
         self.buf = bytearray()
@@ -520,18 +520,21 @@ class Endpoints:
             self._open(sock, str(addr[0]))
 
     def _open(self, sock: socket.socket, host: str) -> None:
+        if len(self._conns) >= self.limits.max_connections:
+            victim = self._victim()
+            if victim is None:  # every connection has a request in progress: refuse the new one
+                self._metrics.reject("capacity")
+                with contextlib.suppress(OSError):
+                    sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, _RST)
+                sock.close()
+                return
+            self._metrics.reject("evicted")
+            self._close(victim, reset=True)
         sock.setblocking(False)
-        conn = _Conn(sock, _is_loopback(host))
+        conn = _Conn(sock, host)
         self._conns.add(conn)
         self._metrics.connections.inc()
         self._wait_for_request(conn, time.monotonic())
-        if len(self._conns) > self.limits.max_connections:
-            victim = self._victim()
-            assert victim is not None  # conn itself waits
-            self._metrics.reject("capacity" if victim is conn else "evicted")
-            self._close(victim, reset=True)
-            if victim is conn:
-                return
         self._readable(conn)  # the request often arrives with the handshake
 
     def _victim(self) -> _Conn | None:
@@ -694,7 +697,7 @@ class Endpoints:
         limit = self.limits.max_body_bytes
         if path != CLIENT_REPORT_PATH or self._on_report is None:
             self._respond(conn, _text(404, "not found"), close=True)
-        elif not conn.loopback:
+        elif not _is_loopback(conn.host):
             self._respond(conn, _text(403, "client reports are accepted on loopback only"), close=True)
         elif length == 0:
             self._refuse(conn, "bad_request", _text(400, f"a JSON body of at most {limit} bytes is required"))
@@ -714,7 +717,7 @@ class Endpoints:
         if self._on_cut is None:
             self._respond(conn, _text(404, "not found"), close=True)
             return
-        if not conn.loopback:
+        if not _is_loopback(conn.host):
             self._respond(conn, _text(403, "cut requests are accepted on loopback only"), close=True)
             return
         if length:
