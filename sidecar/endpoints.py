@@ -16,9 +16,10 @@ Anyone who reaches the port can connect, so the server's cost is bounded whateve
   (:class:`Limits`), the body and, for reports, the JSON nesting.
 * **A fixed set of worker threads** runs what may block: one per check (``/healthz``,
   ``/readyz``), one for ``/metrics``, one for client reports and one for cut requests (bounded
-  queues; full: 503 with ``Retry-After``). Checks and ``/metrics`` are *single-flight*: requests that arrive while one
-  runs wait for its answer, so a flood of probes costs one check at a time and can never queue
-  behind reports or scrapes. A check that has not answered within ``check_timeout`` gets 503.
+  queues; full: 503 with ``Retry-After``). Checks and ``/metrics`` are *single-flight*: requests
+  that arrive while one runs wait for its answer, so a flood of probes costs one check at a time
+  and can never queue behind reports, cuts or scrapes. A check that has not answered within
+  ``check_timeout`` gets 503.
 * **A cap on open connections.** At the cap a new connection closes the oldest connection that
   has no request in progress (one that finished and is lingering first, then the one that has
   waited longest for its request); when every connection has a request in progress, the new one is
