@@ -231,7 +231,7 @@ def run_load(serve: Callable[..., Server], *, idle: int, busy: int, rounds: int,
     threads_before = threading.active_count()
     rss_before = rss_bytes()
     srv = serve()
-    threads_cap = threads_before + flooders + 6  # I/O thread, healthz, readyz, metrics, reports, +1
+    threads_cap = threads_before + flooders + 6  # I/O thread, healthz, readyz, metrics, reports, cuts
     stop = threading.Event()
     counts: dict[str, int] = collections.Counter()
     workers = [threading.Thread(target=flood, args=(srv.port, stop, counts), daemon=True)
