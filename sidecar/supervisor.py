@@ -501,18 +501,23 @@ class Supervisor:
             assert self._store is not None
             return cutrequest.answer(self._store, request)
 
-        # /metrics on --metrics-port when given, and on the health port in any case.
-        ports = [self.settings.health_port]
-        if self.settings.metrics_port is not None and self.settings.metrics_port != ports[0]:
-            ports.append(self.settings.metrics_port)
-        for port in ports:
+        # /metrics on the health port, or only on --metrics-port when that is given and differs:
+        # then a NetworkPolicy can open scrapes to Prometheus while the probes, the torch client's
+        # reports and cut requests stay on a port only the pod and the kubelet reach.
+        metrics_port = self.settings.metrics_port
+        separate = metrics_port is not None and metrics_port != self.settings.health_port
+        ports: list[tuple[int, Any, Any, Any]] = [
+            (self.settings.health_port, None if separate else registry, on_report, on_cut)]
+        if metrics_port is not None and separate:
+            ports.append((metrics_port, registry, None, None))
+        for port, reg, report, cut in ports:
             ep = endpoints.Endpoints(
                 host=self.http_host, port=port, health=self.health, ready=self.ready,
-                registry=registry, on_client_report=on_report, on_cut=on_cut,
+                registry=reg, on_client_report=report, on_cut=cut,
             )
             ep.start()
             self._endpoints.append(ep)
-            log.info("serving /healthz /readyz /metrics on port %d", ep.port)
+            log.info("serving /healthz /readyz%s on port %d", " /metrics" if reg is not None else "", ep.port)
         self._counter = served.OpenCounter(
             objects_dir=self.cache / "objects",
             on_open=sidecar_metrics.add_served,

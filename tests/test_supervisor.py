@@ -259,9 +259,10 @@ def test_second_signal_exits_at_once(s3: S3Server, tmp_path: Path) -> None:
     with running_sidecar(tmp_path, remote=f"s3://{BUCKET}", endpoint=s3.endpoint,
                          extra=("--min-samples", "1", "--metrics-port", str(metrics_port)),
                          expect_exit=128 + signal.SIGINT) as car:
-        # /metrics on its own port too (EPOCHFS_METRICS_PORT / --metrics-port).
+        # /metrics on its own port (EPOCHFS_METRICS_PORT / --metrics-port), and only there.
         body = urllib.request.urlopen(f"http://127.0.0.1:{metrics_port}/metrics", timeout=10).read()
         assert b"epochfs_cache_capacity_bytes" in body
+        assert car.get("/metrics")[0] == 404 and car.get("/healthz")[0] == 200
         # Freeze the sampler so the orderly stop waits on it (its 5 s grace), then signal twice.
         sampler = car.child_pid("sampler")
         assert sampler is not None
