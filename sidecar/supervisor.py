@@ -73,10 +73,20 @@ _CHILD_BOOT = (
 )
 
 
+_stuck_probes: dict[str, threading.Thread] = {}
+_stuck_lock = threading.Lock()
+
+
 def probe(path: Path, *, timeout: float) -> str:
     """Stat and list ``path`` within ``timeout`` seconds: "ok", "dead" (ENOTCONN), "hung" or
-    "error: ...". A stat of a hung FUSE server would block; the helper thread is a daemon and is
-    left behind if it never returns."""
+    "error: ...". A stat of a hung FUSE server would block, so it runs in a daemon thread left
+    behind if it never returns; while one is still stuck on ``path``, later probes answer "hung" at
+    once instead of leaving one more thread each (probes come every few seconds)."""
+    key = str(path)
+    with _stuck_lock:
+        stuck = _stuck_probes.get(key)
+        if stuck is not None and stuck.is_alive():
+            return "hung"
     result: list[str] = []
 
     def run() -> None:
@@ -91,7 +101,11 @@ def probe(path: Path, *, timeout: float) -> str:
     t = threading.Thread(target=run, name="epochfs-probe", daemon=True)
     t.start()
     t.join(timeout)
-    return result[0] if result else "hung"
+    if result:
+        return result[0]
+    with _stuck_lock:
+        _stuck_probes[key] = t
+    return "hung"
 
 
 def load_reporter(settings: SidecarSettings, mount: Path) -> kube.Reporter:

@@ -335,3 +335,29 @@ def test_children_die_with_a_killed_supervisor(s3: S3Server, tmp_path: Path) -> 
         wait_until(lambda: find_mount(car.mount) is None or is_dead(car.mount), timeout=10,
                    what="no live mount left")
         cleanup_mounts(car.mount, car.cache / "objects-ro")
+
+
+def test_probes_of_a_hung_mount_leave_one_thread_not_one_each(tmp_path: Path) -> None:
+    """A stopped FUSE server makes every stat hang: probes every few seconds must not pile up
+    stuck threads (one stays, the others answer "hung" at once)."""
+    from fuse_helpers import admit, make_objects, mounted, open_store
+
+    from epochfs.sidecar.supervisor import probe
+
+    store = open_store(tmp_path / "cache")
+    admit(store, make_objects(2, 100))
+    store.cut(0)
+    with mounted(tmp_path / "cache", tmp_path / "mnt") as m:
+        assert probe(m.path, timeout=2) == "ok"
+        os.kill(m.proc.pid, signal.SIGSTOP)
+        try:
+            before = threading.active_count()
+            started = time.monotonic()
+            answers = [probe(m.path, timeout=0.3) for _ in range(10)]
+            assert answers == ["hung"] * 10
+            assert threading.active_count() <= before + 1
+            assert time.monotonic() - started < 3, "later probes do not wait for the stuck one"
+        finally:
+            os.kill(m.proc.pid, signal.SIGCONT)
+        wait_until(lambda: probe(m.path, timeout=2) == "ok", timeout=10, what="the mount answering again")
+    store.close()
