@@ -185,17 +185,18 @@ class ArrayLoader:
         self._active: weakref.ref[Generator[torch.Tensor, None, None]] | None = None
 
     # ------------------------------------------------------------------ the epoch
-    def epoch(self, epoch: int) -> ArrayEpochRun:
-        """An iterable of the batches of epoch ``epoch``; the epoch is looked up when iteration starts."""
-        return ArrayEpochRun(self, _check_int("epoch", epoch, 0))
+    def epoch(self, epoch: int, *, jump: bool = False) -> ArrayEpochRun:
+        """An iterable of the batches of epoch ``epoch``; the epoch is looked up when iteration starts.
+        ``jump=True``: its cut may skip numbers (a resumed trainer's first epoch), as in EpochLoader."""
+        return ArrayEpochRun(self, _check_int("epoch", epoch, 0), jump=jump)
 
-    def plan(self, epoch: int) -> tuple[EpochDataset, list[list[int]], int]:
+    def plan(self, epoch: int, *, jump: bool = False) -> tuple[EpochDataset, list[list[int]], int]:
         """Look up ``epoch`` (waiting for its cut) and compute this rank's batches of file indices.
 
         Collective when torch.distributed is initialised (every rank must call it for the same epoch).
         """
         dataset = EpochDataset(self.root, epoch, decode="bytes", wait=self.wait, timeout=self.timeout,
-                               progress=self.progress, retry_seconds=self.retry_seconds)
+                               progress=self.progress, retry_seconds=self.retry_seconds, jump=jump)
         batches, padded = plan_batches(len(dataset), epoch=epoch, batch_size=self.batch_size,
                                        num_replicas=self.num_replicas, rank=self.rank, shuffle=self.shuffle,
                                        seed=self.seed, drop_last=self.drop_last, balance=self.balance)
@@ -337,9 +338,10 @@ class _Pipeline:
 class ArrayEpochRun:
     """The batches of one epoch of an :class:`ArrayLoader`; iterating again reads the epoch again."""
 
-    def __init__(self, loader: ArrayLoader, epoch: int) -> None:
+    def __init__(self, loader: ArrayLoader, epoch: int, *, jump: bool = False) -> None:
         self.loader = loader
         self.epoch = epoch
+        self.jump = jump
         self.stats: EpochStats | None = None
         self.dataset: EpochDataset | None = None
 
@@ -356,12 +358,13 @@ class ArrayEpochRun:
     def _batches(self) -> Generator[torch.Tensor, None, None]:
         loader = self.loader
         started = time.monotonic()
-        dataset, batches, padded = loader.plan(self.epoch)
+        dataset, batches, padded = loader.plan(self.epoch, jump=self.jump)
         self.dataset = dataset
         stats = EpochStats(epoch=self.epoch, files=len(dataset), cut_wait_seconds=dataset.wait_seconds,
                            padded=padded)
         self.stats = stats
         pipeline: _Pipeline | None = None
+        loader.reporter.reading(self.epoch)  # named in reports: the folder view's sign of a reader
         try:
             if batches:
                 reader = loader._prepare(dataset)
@@ -386,6 +389,7 @@ class ArrayEpochRun:
             if pipeline is not None:
                 pipeline.close()
             dataset.release()  # the epoch is done with: the sidecar may retire it after the window
+            loader.reporter.done(self.epoch)
             stats.seconds = time.monotonic() - started
             loader.history.append(stats)
             if loader.on_epoch_end is not None:

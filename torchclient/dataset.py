@@ -28,6 +28,7 @@ from typing import Any
 
 from torch.utils.data import Dataset
 
+from .cutask import CutAnswer, ask_cut, sidecar_url_from_env
 from .decode import Decoder, load_sample, resolve_decoder
 from .layout import Manifest, epoch_dir, epoch_exists, list_epochs, read_manifest, read_status, walk_epoch
 from .retry import RETRY_SECONDS, check_retry_seconds, retrying
@@ -82,14 +83,35 @@ def _check_timeout(timeout: object) -> float:
     return float(timeout)
 
 
+class _FromEnv:
+    """The default of ``sidecar_url``: ``EPOCHFS_REPORT_URL``'s scheme and host."""
+
+
+FROM_ENV = _FromEnv()
+ASK_EVERY = 1.0
+"""Seconds between cut requests while an epoch is missing (the sidecar queues the next epoch; asking
+again covers a sidecar restart and a jump, which is never queued)."""
+PUBLISH_GRACE = 5.0
+"""How long ``wait=False`` still looks for an epoch the sidecar just said is live (the folder view
+publishes it within about 0.1 s)."""
+
+
 def wait_for_epoch(root: str | os.PathLike[str], epoch: int, *, wait: bool = True, timeout: float = 600.0,
-                   progress: Progress | None = print_progress, progress_every: float = 5.0) -> float:
+                   progress: Progress | None = print_progress, progress_every: float = 5.0,
+                   jump: bool = False, sidecar_url: str | _FromEnv | None = FROM_ENV) -> float:
     """Look up ``root/epoch-N`` (on the mount, the lookup asks for the cut) until it exists.
+
+    While it is missing, the sidecar at ``sidecar_url`` (default: from ``EPOCHFS_REPORT_URL``; None:
+    never) is also asked for the cut (``POST /v1/cut``, :mod:`.cutask`), once a second: on the folder
+    view (``--view folder``) that request is what a lookup is on the FUSE view. ``jump=True`` lets
+    the cut skip numbers (a resumed trainer starting above the newest epoch + 1); otherwise only
+    the next epoch is cut, as for a lookup.
 
     Returns the seconds spent waiting. The first miss reports at once (so a user sees why training
     has not started), then every ``progress_every`` seconds; lookups back off from 20 ms to 0.5 s.
-    Raises FileNotFoundError for a missing root, or a missing epoch with ``wait=False``, and
-    TimeoutError after ``timeout``; both name the epoch and say what is present.
+    Raises FileNotFoundError for a missing root, a missing epoch with ``wait=False``, or one the
+    sidecar says can never be cut (retired, or below the newest and never cut), and TimeoutError
+    after ``timeout``; each names the epoch and says what is present.
     """
     epoch = _check_epoch(epoch)
     timeout = _check_timeout(timeout)
@@ -100,16 +122,23 @@ def wait_for_epoch(root: str | os.PathLike[str], epoch: int, *, wait: bool = Tru
     if not _root_present(root):
         raise FileNotFoundError(f"epochfs root {root} does not exist or is not a folder "
                                 "(is the sidecar's mount there?)")
+    base = sidecar_url_from_env() if isinstance(sidecar_url, _FromEnv) else sidecar_url
+    answer = ask_cut(base, epoch, jump=jump) if base else None
+    _check_answer(answer, root, epoch)
     if not wait:
+        if answer is not None and answer.state == "live":
+            return _wait_published(root, epoch, start)
         raise FileNotFoundError(f"epoch {epoch} is not under {root} ({describe_root(root)}); "
                                 "pass wait=True to wait for its cut")
     delay = 0.02
     next_report = start
+    next_ask = start + ASK_EVERY
     while True:
         now = time.monotonic()
         if now >= next_report and progress is not None:
+            said = f"; sidecar: {answer.message}" if answer is not None and answer.state != "live" else ""
             progress(f"epochfs: waiting for epoch {epoch} under {root} ({now - start:.0f}s so far; "
-                     f"{describe_root(root)})")
+                     f"{describe_root(root)}{said})")
             next_report = now + progress_every
         remaining = timeout - (now - start)
         if remaining <= 0:
@@ -119,6 +148,28 @@ def wait_for_epoch(root: str | os.PathLike[str], epoch: int, *, wait: bool = Tru
         delay = min(delay * 1.5, 0.5)
         if epoch_exists(root, epoch):
             return time.monotonic() - start
+        if base and time.monotonic() >= next_ask:
+            answer = ask_cut(base, epoch, jump=jump) or answer
+            _check_answer(answer, root, epoch)
+            next_ask = time.monotonic() + ASK_EVERY
+
+
+def _check_answer(answer: CutAnswer | None, root: Path, epoch: int) -> None:
+    if answer is not None and answer.final and not epoch_exists(root, epoch):
+        raise FileNotFoundError(f"epoch {epoch} will not appear under {root}: the sidecar says "
+                                f"{answer.message} ({describe_root(root)})")
+
+
+def _wait_published(root: Path, epoch: int, start: float) -> float:
+    """The sidecar cut it: the folder view shows it within about 0.1 s."""
+    delay = 0.01
+    while time.monotonic() - start < PUBLISH_GRACE:
+        if epoch_exists(root, epoch):
+            return time.monotonic() - start
+        time.sleep(delay)
+        delay = min(delay * 2, 0.2)
+    raise FileNotFoundError(f"epoch {epoch} was cut but did not appear under {root} within "
+                            f"{PUBLISH_GRACE:g}s ({describe_root(root)})")
 
 
 def _root_present(root: Path) -> bool:
@@ -136,7 +187,9 @@ class EpochDataset(Dataset[Any]):
     (``weights_only=True``), "bytes" (uint8 tensor), "auto" (by extension; unknown ones are bytes) or a
     callable taking a path. ``transform`` is applied to the decoded sample. With ``wait=True`` an epoch
     that is not there yet is waited for (up to ``timeout`` seconds); ``progress`` receives the waiting
-    lines (None silences them).
+    lines (None silences them). A missing epoch is also asked of the sidecar (the folder view's
+    lookup, :func:`wait_for_epoch`); ``jump=True`` lets that cut skip numbers (a resumed trainer's
+    first epoch above the newest + 1).
 
     ``retry_seconds`` bounds the retries of a listed file that is briefly unreachable (a restart of
     the sidecar's FUSE server; 0 turns them off). ``hold`` (default True) keeps ``epoch-N/`` open in
@@ -148,7 +201,7 @@ class EpochDataset(Dataset[Any]):
     def __init__(self, root: str | os.PathLike[str], epoch: int, *, decode: str | Decoder = "auto",
                  transform: Callable[[Any], Any] | None = None, wait: bool = True, timeout: float = 600.0,
                  progress: Progress | None = print_progress, retry_seconds: float = RETRY_SECONDS,
-                 hold: bool = True) -> None:
+                 hold: bool = True, jump: bool = False) -> None:
         self.epoch = _check_epoch(epoch)
         self.decoder: Decoder = resolve_decoder(decode)
         if transform is not None and not callable(transform):
@@ -162,7 +215,7 @@ class EpochDataset(Dataset[Any]):
         self._hold_checked = 0.0
         self._holding = bool(hold)
         self.wait_seconds = wait_for_epoch(self.root, self.epoch, wait=wait, timeout=timeout,
-                                           progress=progress)
+                                           progress=progress, jump=jump)
         self.dir = epoch_dir(self.root, self.epoch)
         listing = retrying(f"the file list of {self.dir}", self._list, seconds=self.retry_seconds)
         self.checksums: list[str] | None

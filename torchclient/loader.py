@@ -208,19 +208,22 @@ class EpochLoader:
                                       **self.dataloader_options)
         return self._loader
 
-    def epoch(self, epoch: int) -> EpochRun:
-        """An iterable of the batches of epoch ``epoch``; the epoch is looked up when iteration starts."""
+    def epoch(self, epoch: int, *, jump: bool = False) -> EpochRun:
+        """An iterable of the batches of epoch ``epoch``; the epoch is looked up when iteration starts.
+
+        ``jump=True``: a cut may skip numbers to reach it (a resumed trainer's first epoch, above the
+        sidecar's newest + 1); otherwise only the next epoch is cut, as for a lookup."""
         if isinstance(epoch, bool) or not isinstance(epoch, int) or epoch < 0:
             raise ValueError(f"epoch must be a non-negative int, got {epoch!r}")
-        return EpochRun(self, epoch)
+        return EpochRun(self, epoch, jump=jump)
 
-    def plan(self, epoch: int) -> tuple[EpochDataset, list[list[str]], list[int], int]:
+    def plan(self, epoch: int, *, jump: bool = False) -> tuple[EpochDataset, list[list[str]], list[int], int]:
         """Look up ``epoch`` and compute this rank's batches of paths, their byte sizes and the padding.
 
         Collective when torch.distributed is initialised (every rank must call it for the same epoch).
         """
         dataset = EpochDataset(self.root, epoch, decode=self.decoder, wait=self.wait, timeout=self.timeout,
-                               progress=self.progress, retry_seconds=self.retry_seconds)
+                               progress=self.progress, retry_seconds=self.retry_seconds, jump=jump)
         plan, padded = plan_batches(len(dataset), epoch=epoch, batch_size=self.batch_size,
                                     num_replicas=self.num_replicas, rank=self.rank, shuffle=self.shuffle,
                                     seed=self.seed, drop_last=self.drop_last, balance=self.balance,
@@ -257,9 +260,10 @@ class EpochLoader:
 class EpochRun:
     """The batches of one epoch; iterate it once (a second iteration reads the same epoch again)."""
 
-    def __init__(self, loader: EpochLoader, epoch: int) -> None:
+    def __init__(self, loader: EpochLoader, epoch: int, *, jump: bool = False) -> None:
         self.loader = loader
         self.epoch = epoch
+        self.jump = jump
         self.stats: EpochStats | None = None
         self.dataset: EpochDataset | None = None
 
@@ -276,13 +280,14 @@ class EpochRun:
     def _batches(self) -> Generator[Any, None, None]:
         loader = self.loader
         started = time.monotonic()
-        dataset, batches, sizes, padded = loader.plan(self.epoch)
+        dataset, batches, sizes, padded = loader.plan(self.epoch, jump=self.jump)
         self.dataset = dataset
         stats = EpochStats(epoch=self.epoch, files=len(dataset), cut_wait_seconds=dataset.wait_seconds,
                            padded=padded)
         self.stats = stats
         dataloader = loader._build_loader()
         loader._plan.batches = batches
+        loader.reporter.reading(self.epoch)  # named in reports: the folder view's sign of a reader
         try:
             waiting = time.monotonic()
             iterator = iter(dataloader)
@@ -307,6 +312,7 @@ class EpochRun:
             raise
         finally:
             dataset.release()  # the epoch is done with: the sidecar may retire it after the window
+            loader.reporter.done(self.epoch)
             stats.seconds = time.monotonic() - started
             loader.history.append(stats)
             if loader.on_epoch_end is not None:

@@ -10,6 +10,13 @@ counted and logged once, and after repeated failures the reporter backs off (a p
 costs one failed connection per minute at most). Where to report: ``EPOCHFS_REPORT_URL`` (the Helm
 chart sets it), else ``http://127.0.0.1:8080/v1/client-report``; ``EPOCHFS_REPORT_URL=off`` (or an
 empty value) disables reporting.
+
+**Epochs in use.** While a loader reads an epoch (:meth:`ClientReporter.reading` to
+:meth:`ClientReporter.done`), every report names it in its query (``?epoch=N``), and a report is
+sent at least every ``HEARTBEAT`` seconds even without deliveries (a pause for a checkpoint). The
+sidecar records a read of each named epoch, which keeps it pinned: on the folder view
+(``--view folder``) this is the only sign that a reader uses an epoch. A query rather than a body
+field, so that an older sidecar (which refuses unknown fields) still takes the report.
 """
 
 from __future__ import annotations
@@ -18,6 +25,7 @@ import json
 import logging
 import os
 import threading
+import time
 import urllib.request
 from urllib.parse import urlparse
 
@@ -25,6 +33,9 @@ log = logging.getLogger("epochfs.torchclient.report")
 
 DEFAULT_URL = "http://127.0.0.1:8080/v1/client-report"
 MAX_BACKOFF = 60.0
+HEARTBEAT = 30.0
+"""Seconds between reports while an epoch is read and nothing is delivered: well within the sidecar's
+in-use window (600 s by default), so a paused reader keeps its epoch."""
 
 
 def report_url_from_env() -> str | None:
@@ -52,8 +63,32 @@ class ClientReporter:
         self._samples = 0
         self._bytes = 0
         self._wait = 0.0
+        self._epochs: dict[int, int] = {}
+        self._last_sent = 0.0
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+
+    def reading(self, epoch: int) -> None:
+        """An epoch is being read: name it in every report until :meth:`done` (cheap)."""
+        if self.url is None:
+            return
+        with self._lock:
+            self._epochs[epoch] = self._epochs.get(epoch, 0) + 1
+        self._start()
+
+    def done(self, epoch: int) -> None:
+        """The epoch :meth:`reading` named is no longer read (by this caller)."""
+        with self._lock:
+            left = self._epochs.get(epoch, 0) - 1
+            if left > 0:
+                self._epochs[epoch] = left
+            else:
+                self._epochs.pop(epoch, None)
+
+    def _start(self) -> None:
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._run, name="epochfs-report", daemon=True)
+            self._thread.start()
 
     def add(self, *, samples: int, nbytes: int, wait_seconds: float) -> None:
         """Count one delivered batch (cheap; called from the training loop)."""
@@ -63,13 +98,12 @@ class ClientReporter:
             self._samples += samples
             self._bytes += nbytes
             self._wait += max(0.0, wait_seconds)
-        if self._thread is None:
-            self._thread = threading.Thread(target=self._run, name="epochfs-report", daemon=True)
-            self._thread.start()
+        self._start()
 
     def _take(self) -> dict[str, float | int] | None:
         with self._lock:
-            if not (self._samples or self._bytes or self._wait):
+            heartbeat = bool(self._epochs) and time.monotonic() - self._last_sent >= HEARTBEAT
+            if not (self._samples or self._bytes or self._wait or heartbeat):
                 return None
             body: dict[str, float | int] = {
                 "samples": self._samples, "bytes": self._bytes, "wait_seconds": round(self._wait, 6)
@@ -88,8 +122,13 @@ class ClientReporter:
         body = self._take()
         if body is None or self.url is None:
             return True
+        with self._lock:
+            epochs = sorted(self._epochs)[-8:]  # the sidecar takes at most 8
+        url = self.url
+        if epochs:
+            url += ("&" if "?" in url else "?") + "&".join(f"epoch={n}" for n in epochs)
         request = urllib.request.Request(
-            self.url, data=json.dumps(body).encode(), method="POST",
+            url, data=json.dumps(body).encode(), method="POST",
             headers={"Content-Type": "application/json"},
         )
         try:
@@ -102,6 +141,7 @@ class ClientReporter:
                 log.info("epochfs: cannot report to the sidecar at %s (%s); will retry quietly", self.url, e)
             return False
         self.sent_reports += 1
+        self._last_sent = time.monotonic()
         return True
 
     def _run(self) -> None:
