@@ -393,6 +393,11 @@ def test_dead_mount_is_cleaned_and_remounted(tmp_path: Path) -> None:
         m.proc.wait()
         assert is_dead(mnt)
         with mounted(cache, mnt) as again:  # finds the dead mount, unmounts it, mounts anew
+            # wait_for_mount can take the moment between the dead mount's detach and the new mount
+            # for a live mount (its statvfs lands on the bare folder): wait for the new server's own
+            # word that it is mounted.
+            wait_until(lambda: "mounted: entry/attr timeout" in again.log_text(), timeout=20,
+                       what="the new server mounted")
             assert files_under(again.path / "epoch-0") == objs
             again.proc.kill()
             again.proc.wait()
