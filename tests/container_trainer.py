@@ -12,6 +12,9 @@ mount, byte for byte, and the same process must live through a FUSE server crash
   errno name ("allowed" if it went through).
 * mode "crash": then waits for /tmp/go-1 (the test has just killed the FUSE server) and reads
   epoch 1, a new epoch, retrying what fails on the way (each errno counted): result-1.json.
+* mode "folder" (the sidecar's folder view): as "crash", but a lookup cuts nothing on a folder, so
+  while an epoch is missing the trainer asks the sidecar for it as the torch client does
+  (``POST /v1/cut?epoch=N`` on the base of EPOCHFS_REPORT_URL); the test kills the publisher.
 Exit 0 when done; an unexpected exception exits non-zero with its traceback.
 """
 
@@ -23,6 +26,8 @@ import json
 import os
 import sys
 import time
+import urllib.error
+import urllib.request
 from collections import Counter
 from collections.abc import Callable
 from typing import Any
@@ -43,13 +48,29 @@ def errno_name(e: OSError) -> str:
     return errno.errorcode.get(e.errno or 0, str(e.errno))
 
 
-def read_epoch(n: int, timeout: float) -> dict[str, Any]:
-    """Every file of epoch-n: a lookup asks for the cut; failures (ENOENT before the cut,
-    ENOTCONN while the view is remounted) are retried until ``timeout``."""
+def ask_cut(n: int, errors: Counter[str]) -> None:
+    """What the torch client does on the folder view while epoch-n is missing."""
+    base = os.environ["EPOCHFS_REPORT_URL"].split("/v1/", 1)[0]
+    request = urllib.request.Request(f"{base}/v1/cut?epoch={n}", data=b"", method="POST")
+    try:
+        with urllib.request.urlopen(request, timeout=5) as r:
+            errors[f"cut {r.status}"] += 1
+    except urllib.error.HTTPError as e:
+        errors[f"cut {e.code}"] += 1
+    except OSError as e:
+        errors[f"cut {type(e).__name__}"] += 1
+
+
+def read_epoch(n: int, timeout: float, *, ask: bool = False) -> dict[str, Any]:
+    """Every file of epoch-n: a lookup asks for the cut (with ``ask``, a request to the sidecar);
+    failures (ENOENT before the cut, ENOTCONN while the view is remounted) are retried until
+    ``timeout``."""
     start = time.monotonic()
     errors: Counter[str] = Counter()
     root = os.path.join(MOUNT, f"epoch-{n}")
     while True:
+        if ask and not os.path.isdir(root):
+            ask_cut(n, errors)
         try:
             files, targets = {}, {}
 
@@ -126,14 +147,15 @@ def wait_for(path: str, timeout: float) -> None:
 
 
 def main(mode: str) -> int:
-    first = read_epoch(0, 120)
+    ask = mode == "folder"
+    first = read_epoch(0, 120, ask=ask)
     if "error" not in first:
         first["refused"] = refusals(first)
     first["identity"] = identity()
     publish("result-0.json", first)
-    if mode == "crash":
+    if mode in ("crash", "folder"):
         wait_for("/tmp/go-1", 300)
-        publish("result-1.json", read_epoch(1, 20))
+        publish("result-1.json", read_epoch(1, 20, ask=ask))
     return 0
 
 

@@ -17,6 +17,10 @@ sidecar, libfuse in the image, signals. What is checked, for the native sidecar 
   mounted under the pod's folders; the sidecar's log names the libfuse it loaded;
 * the plain Pod of examples/kubernetes (the attach snippet) behaves like the Job's pod;
 * with two nodes, each pod's epoch holds only keys of its own shard;
+* the folder view (sidecar.view=folder): the rendered pod passes the Restricted Pod Security
+  Standard (tests/pss.py), its sidecar runs as 10001 with no capability, no_new_privs and a
+  read-only root, and the same checks hold (byte-exact reads with the epochs asked for over the
+  loopback port, refused writes, kill -9 of the publisher, SIGTERM exit 0);
 * the image: gcsfs imports (gs:// remotes), the installed packages are exactly the pinned ones,
   no pip, no layer holds wheels, the default user is 10001.
 
@@ -92,16 +96,17 @@ def image(engine: Engine) -> str:
     return epochfs_image(engine.docker, base_image(engine.docker))
 
 
-def epochfs_values(image: str, s3: S3Server, *, native: bool, nodes: int, port: int) -> dict[str, Any]:
+def epochfs_values(image: str, s3: S3Server, *, native: bool, nodes: int, port: int,
+                   view: str = "fuse") -> dict[str, Any]:
     """The chart's values for this test: the local image, moto as the remote with its keys from a
     Secret, no cluster reporting."""
     repository, tag = image.rsplit(":", 1)
     return {
+        "sidecar": {"native": native, "healthPort": port, "minSamples": MIN_SAMPLES,
+                    "startupTimeoutSeconds": 120, "view": view},
         "remote": {"url": f"s3://{BUCKET}", "endpointUrl": s3.endpoint,
                    "credentials": {"secretName": "s3-credentials", "mode": "env"}},
         "image": {"repository": repository, "tag": tag, "pullPolicy": "Never"},
-        "sidecar": {"native": native, "healthPort": port, "minSamples": MIN_SAMPLES,
-                    "startupTimeoutSeconds": 120},
         "cache": {"volume": {"size": "256Mi"}},
         "kubeReporting": {"enabled": False},
         "nodes": nodes,
@@ -110,11 +115,11 @@ def epochfs_values(image: str, s3: S3Server, *, native: bool, nodes: int, port: 
 
 
 def job(tmp_path: Path, image: str, s3: S3Server, *, native: bool, nodes: int, port: int,
-        mode: str) -> dict[str, Any]:
+        mode: str, view: str = "fuse") -> dict[str, Any]:
     """The chart's Job for this test, with the local image and the trainer script as the
     trainer's command."""
     repository, tag = image.rsplit(":", 1)
-    values = epochfs_values(image, s3, native=native, nodes=nodes, port=port)
+    values = epochfs_values(image, s3, native=native, nodes=nodes, port=port, view=view)
     values["trainer"] = {"image": {"repository": repository, "tag": tag, "pullPolicy": "Never"},
                          "command": ["python", "-c", TRAINER_SCRIPT], "args": [mode]}
     return one(render(helm_binary(), values, tmp_path), "Job")
@@ -178,7 +183,7 @@ def start(tmp_path: Path, engine: Engine, spec: dict[str, Any], identity: PodIde
     return pod
 
 
-def end(pod: Pod) -> None:
+def end(pod: Pod, *, fuse: bool = True) -> None:
     """The pod's end: the trainer has exited 0; SIGTERM within the grace period; the sidecar
     exits 0, nothing of the pod stays mounted, and the sidecar said which libfuse it loaded."""
     assert pod.wait_for("trainer", 120) == 0, pod.logs("trainer")
@@ -187,7 +192,7 @@ def end(pod: Pod) -> None:
     assert codes == {"epochfs": 0, "trainer": 0}, (codes, pod.logs("epochfs")[-4000:])
     assert time.monotonic() - began < pod.grace
     assert pod.leftover_mounts() == []
-    assert re.search(r"with libfuse 3\.\d+ from /\S*libfuse3\.so\.\d+", pod.logs("epochfs")), \
+    assert not fuse or re.search(r"with libfuse 3\.\d+ from /\S*libfuse3\.so\.\d+", pod.logs("epochfs")), \
         pod.logs("epochfs")[-4000:]
 
 
@@ -245,6 +250,51 @@ def test_the_attach_examples_pod_works_the_same(engine: Engine, image: str, s3: 
     pod = start(tmp_path, engine, manifest["spec"], identity, "pod")
     try:
         crash_and_end(pod, port)
+    finally:
+        print(f"--- sidecar log ---\n{pod.logs('epochfs')}\n--- trainer log ---\n{pod.logs('trainer')}")
+        pod.cleanup()
+
+
+def test_folder_view_pod_is_restricted_and_works_unprivileged(engine: Engine, image: str, s3: S3Server,
+                                                             tmp_path: Path) -> None:
+    """sidecar.view=folder: the pod passes the Restricted Pod Security Standard as rendered, the
+    sidecar runs as 10001 with no capability, no_new_privs and a read-only root; the trainer
+    reads epoch 0 (asked for over the loopback port, as the torch client does) byte for byte and
+    every write it tries is refused; kill -9 of the publisher, and the same trainer reads epoch 1
+    within seconds; SIGTERM: exit 0, nothing mounted."""
+    from pss import violations
+
+    put_objects(s3, BUCKET, OBJECTS)
+    port = free_port()
+    manifest = job(tmp_path, image, s3, native=True, nodes=1, port=port, mode="folder", view="folder")
+    [(spec, identity)] = job_pods(manifest)
+    assert violations(spec, manifest["spec"]["template"].get("metadata")) == []
+    pod = start(tmp_path, engine, spec, identity, "pod")
+    try:
+        probe = ("import json, os\n"
+                 "st = dict(l.rstrip('\\n').split(':\\t', 1)\n"
+                 "          for l in open('/proc/1/status') if ':\\t' in l)\n"
+                 "root = next(l.split()[5] for l in open('/proc/1/mountinfo') if l.split()[4] == '/')\n"
+                 "print(json.dumps({'uid': os.getuid(), 'cap_eff': st['CapEff'].strip(),"
+                 " 'cap_bnd': st['CapBnd'].strip(), 'nnp': st['NoNewPrivs'].strip(), 'root': root}))")
+        who = json.loads(pod.exec("epochfs", "python", "-c", probe).stdout)
+        assert who["uid"] == 10001 and int(who["cap_eff"], 16) == 0 and who["nnp"] == "1", who
+        assert "ro" in who["root"].split(","), who
+        env = trainer_env(pod)
+        tmp = pod.host_path("trainer", "/tmp")
+        first = result(pod, tmp, "result-0.json", 120)
+        check_epoch(first, env["EPOCHFS_CACHE"])
+        check_trainer_confined(first)
+        assert any(k.startswith("cut 200") for k in first["errors"]), first["errors"]  # it asked
+        publisher = health(port)["children"]["publisher"]["pid"]
+        pod.exec("epochfs", "python", "-c", f"import os, signal; os.kill({publisher}, signal.SIGKILL)")
+        killed = time.monotonic()
+        (tmp / "go-1").touch()
+        second = result(pod, tmp, "result-1.json", 90)
+        check_epoch(second, env["EPOCHFS_CACHE"])
+        assert second["epoch"] == 1 and time.monotonic() - killed < 10, second
+        assert health(port)["children"]["publisher"]["pid"] != publisher
+        end(pod, fuse=False)
     finally:
         print(f"--- sidecar log ---\n{pod.logs('epochfs')}\n--- trainer log ---\n{pod.logs('trainer')}")
         pod.cleanup()
