@@ -129,7 +129,7 @@ def main() -> int:
            "--cache", str(cache), "--mount", str(mount), "--capacity", args.capacity,
            "--max-rate", args.max_rate, "--min-samples", "64", "--concurrency", "8",
            # Demo epochs last a fraction of a second: keep only the newest two epochs pinned
-           # (real runs keep the default 30 s grace for an epoch a slow rank has just opened).
+           # (real runs keep the default 600 s grace for an epoch a slow rank has just opened).
            "--in-use-seconds", "0",
            "--health-port", str(port)]
     print(f"demo: starting the sidecar (log: {log})")

@@ -236,7 +236,11 @@ def wait_for_mount(
     while time.monotonic() < deadline:
         entry = find_mount(path)
         if entry is not None and entry.fstype.startswith("fuse") and not is_dead(path):
-            return True
+            # The probe may have answered from the moment between a dead mount's detach and the
+            # new mount: it counts only if a FUSE mount is (still) there afterwards.
+            after = find_mount(path)
+            if after is not None and after.fstype.startswith("fuse"):
+                return True
         if alive is not None and not alive():
             return False
         time.sleep(0.02)

@@ -313,9 +313,20 @@ class Supervisor:
         self._mounted = False
         if self._metrics is not None:
             self._metrics.mounted.set(0)
-        if self.fuse.proc is not None and self.fuse.proc.poll() is None:
-            self.fuse.proc.kill()
-            self.fuse.proc.wait()
+        proc = self.fuse.proc
+        if proc is not None and proc.poll() is None:
+            proc.kill()
+            try:
+                proc.wait(timeout=3)
+            except subprocess.TimeoutExpired:
+                # Stuck in the kernel on its own mount: it dies once the mount is detached, or
+                # never; either way a new server must not wait for it.
+                log.error("FUSE server pid %d did not die after SIGKILL (stuck in the kernel); "
+                          "detaching its mount and starting a new one", proc.pid)
+                mounting.lazy_unmount(self.mount)
+                self.fuse.proc = None
+                self.fuse.last_exit = None
+                self.fuse.next_start = time.monotonic()
         self._reaped(self.fuse)
         if not mounting.lazy_unmount(self.mount):
             log.error("lazy unmount of %s failed; retrying before the next start", self.mount)

@@ -108,7 +108,7 @@ class Store:
                 keep_epochs=int(get(Meta.KEEP_EPOCHS) or 2),
                 min_samples=int(get(Meta.MIN_SAMPLES) or 1),
                 headroom=float(get(Meta.HEADROOM) or 0.25),
-                in_use_seconds=float(get(Meta.IN_USE_SECONDS) or 30.0),
+                in_use_seconds=float(get(Meta.IN_USE_SECONDS) or Policy.in_use_seconds),
                 schedule=Schedule.parse(schedule) if schedule else None,
             )
 
