@@ -20,7 +20,8 @@ available. Each loader reads once to start (workers, ring buffers), then ``--rep
 page cache warm, the loaders' order rotating per round, and the medians are reported; then, as root,
 once each with the page cache dropped before the read (``sync; echo 3 > /proc/sys/vm/drop_caches``):
 cold, the disk's rate. Reported per read: MB/s (file bytes, decimal), CPU seconds per GB of the
-training process (ArrayLoader's threads included) and of the worker processes, and their sum.
+training process (ArrayLoader's threads included; the part in the kernel, where no GIL is held, too)
+and of the worker processes, and their sum.
 
 **Places.** ``direct``: a plain folder with the mount's layout whose entries are symlinks to the
 files. With ``--sidecar`` (root), a real ``epochfs sidecar`` fetches the files from a ``file://``
@@ -34,6 +35,7 @@ import argparse
 import contextlib
 import json
 import os
+import resource
 import statistics
 import sys
 from collections.abc import Iterator
@@ -72,6 +74,8 @@ class Read(harness.Rates):
     bytes: int
     seconds: float
     cpu_seconds: float
+    system_seconds: float
+    """The part of ``cpu_seconds`` spent in the kernel (copies from the page cache: no GIL held)."""
     worker_cpu_seconds: float
 
     def per_gb(self, seconds: float) -> float:
@@ -98,6 +102,10 @@ def _workers_cpu(loader: DataLoader[Any] | None) -> float:
         with contextlib.suppress(OSError):  # a worker gone
             total += harness.cpu_seconds(worker.pid, children=False)
     return total
+
+
+def _system_cpu() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_stime
 
 
 def drop_caches() -> None:
@@ -177,10 +185,12 @@ class Bench:
         batches: Any = {"array": lambda: self.array.epoch(0), "epoch": lambda: self.epoch.epoch(0),
                         "plain": lambda: self.plain}[name]()
         dataloader = {"epoch": self.epoch._loader, "plain": self.plain}.get(name)
-        cpu0, workers0 = harness.self_cpu(), _workers_cpu(dataloader)
+        cpu0, system0, workers0 = harness.self_cpu(), _system_cpu(), _workers_cpu(dataloader)
         samples, seconds = harness.timed(lambda: sum(len(batch) for batch in batches))
-        cpu, workers = harness.self_cpu() - cpu0, _workers_cpu(dataloader) - workers0
-        return Read(self.size, self.place, cache, name, round_, samples, self.bytes, seconds, cpu, workers)
+        cpu, system = harness.self_cpu() - cpu0, _system_cpu() - system0
+        workers = _workers_cpu(dataloader) - workers0
+        return Read(self.size, self.place, cache, name, round_, samples, self.bytes, seconds, cpu, system,
+                    workers)
 
     def close(self) -> None:
         self.array.close()
@@ -191,8 +201,8 @@ class Bench:
 
 
 TABLE = harness.Table(("size", ">7s"), ("place", "6s"), ("cache", "5s"), ("loader", "6s"), ("round", ">5"),
-                      ("MB/s", ">8.0f"), ("train cpu s/GB", ">14.3f"), ("worker cpu s/GB", ">15.3f"),
-                      ("total cpu s/GB", ">14.3f"))
+                      ("MB/s", ">8.0f"), ("train cpu s/GB", ">14.3f"), ("of which sys", ">12.3f"),
+                      ("worker cpu s/GB", ">15.3f"), ("total cpu s/GB", ">14.3f"))
 
 
 def _size_name(size: int) -> str:
@@ -224,7 +234,7 @@ def measure(root: Path, args: argparse.Namespace, size: int, place: str, results
 
 def _row(r: Read) -> str:
     return TABLE.row(_size_name(r.size), r.place, r.cache, r.loader, r.round, r.mb_per_s,
-                     r.per_gb(r.cpu_seconds), r.per_gb(r.worker_cpu_seconds),
+                     r.per_gb(r.cpu_seconds), r.per_gb(r.system_seconds), r.per_gb(r.worker_cpu_seconds),
                      r.per_gb(r.cpu_seconds + r.worker_cpu_seconds))
 
 
@@ -239,10 +249,11 @@ def summary(results: list[Read]) -> list[str]:
         rate = {n: statistics.median(r.mb_per_s for r in rs) for n, rs in mine.items() if rs}
         cpu = {n: statistics.median(r.per_gb(r.cpu_seconds + r.worker_cpu_seconds) for r in rs)
                for n, rs in mine.items() if rs}
+        train = {n: statistics.median(r.per_gb(r.cpu_seconds) for r in rs) for n, rs in mine.items() if rs}
         if "plain" not in rate:
             continue
-        parts = [f"{n} {rate[n]:.0f} MB/s ({harness.times(rate[n] / rate['plain'])}), {cpu[n]:.2f} cpu s/GB"
-                 for n in LOADERS if n in rate]
+        parts = [f"{n} {rate[n]:.0f} MB/s ({harness.times(rate[n] / rate['plain'])}), {cpu[n]:.2f} cpu s/GB "
+                 f"({train[n]:.2f} in training)" for n in LOADERS if n in rate]
         lines.append(f"{_size_name(size):>7} {place:6} {cache:5} " + "; ".join(parts))
     return lines
 
@@ -283,7 +294,8 @@ def main(argv: list[str] | None = None) -> int:
             else:
                 direct = plain_folder(tmp / f"direct-{size}", {f"train/{p.name}": p for p in paths})
                 measure(direct, args, size, "direct", results)
-    print("\nmedians (ratio of MB/s to the plain DataLoader), CPU of the training process and its workers:")
+    print("\nmedians: MB/s (ratio to the plain DataLoader), CPU s/GB of the training process and its workers "
+          "(of the training process alone):")
     for line in summary(results):
         print(line)
     if args.json:

@@ -20,7 +20,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 EPOCHFS = Path(sys.executable).with_name("epochfs")
-BENCHMARKS = ("fetch", "loader", "mount", "served_opens")
+BENCHMARKS = ("arrayloader", "fetch", "loader", "mount", "served_opens")
 
 # Put first on sys.path (PYTHONPATH), this makes the named modules look absent to every process.
 HIDE = """
@@ -79,7 +79,7 @@ def test_an_unknown_name_is_refused_naming_the_known_ones(tmp_path: Path) -> Non
     result = bench("fetch", "nosuch", cwd=tmp_path)
     assert result.returncode == 2
     assert result.stdout == ""  # refused before any benchmark ran
-    assert "unknown benchmark 'nosuch' (known: fetch, loader, mount, served_opens)" in result.stderr
+    assert f"unknown benchmark 'nosuch' (known: {', '.join(BENCHMARKS)})" in result.stderr
 
 
 @needs_root
@@ -89,6 +89,7 @@ def test_served_opens_runs_from_outside_the_checkout(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize(("name", "hidden", "args", "named"), [
     ("loader", "torch", ["--samples", "4"], "torch"),
+    ("arrayloader", "torch", ["--mb", "1", "--no-cold"], "torch"),
     ("fetch", "moto", ["--tools", "epochfs", "--large", "1", "--small", "1"], "moto[server]"),
 ])
 def test_a_missing_dependency_names_the_extra(tmp_path: Path, name: str, hidden: str, args: list[str],
