@@ -20,7 +20,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 EPOCHFS = Path(sys.executable).with_name("epochfs")
-BENCHMARKS = ("arrayloader", "fetch", "loader", "mount", "served_opens")
+BENCHMARKS = ("arrayloader", "fetch", "folderview", "loader", "mount", "served_opens")
 
 # Put first on sys.path (PYTHONPATH), this makes the named modules look absent to every process.
 HIDE = """

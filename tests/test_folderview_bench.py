@@ -1,0 +1,49 @@
+"""``epochfs bench folderview`` at toy sizes (seconds): its numbers mean nothing here, its output
+format and clean-up do (nothing left mounted or on disk, the short link root's bind included)."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from pathlib import Path
+
+import pytest
+from test_bench_cli import bench, decoy
+
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(os.geteuid() != 0 or not os.path.exists("/dev/fuse"),
+                       reason="drops the page cache and mounts the FUSE view: needs root and /dev/fuse"),
+]
+
+
+def binds() -> set[str]:
+    return {line.split()[4] for line in Path("/proc/self/mountinfo").read_text().splitlines()
+            if line.split()[4].startswith("/run/efb")}
+
+
+def test_folderview_benchmark_runs_and_leaves_nothing(tmp_path: Path) -> None:
+    before = binds()
+    work = tmp_path / "work"
+    out = tmp_path / "result.json"
+    result = bench("folderview", "--args", "--dir", str(work), "--entries", "300", "--big", "2",
+                   "--small", "8", "--repeat", "1", "--json", str(out), cwd=decoy(tmp_path / "elsewhere"),
+                   timeout=300)
+    assert result.returncode == 0, result.stdout + result.stderr
+    text = result.stdout
+    for label in ("short", "long"):
+        assert re.search(rf"^publish +300 entries, link root {label} +\(\d+ B targets\): +\d+\.\d\d s", text,
+                         re.M), text
+    for size, count in (("4MiB", 2), ("64KiB", 8)):
+        for view in ("folder", "fuse"):
+            assert re.search(rf"^ *{size} x{count} +procs=1 +{view} +first cold +\d+ \(\d+\.\d\dx\) +first "
+                             rf"warm +\d+ \(\d+\.\d\dx\) +repeat +\d+ \(\d+\.\d\dx\) MB/s$", text, re.M), text
+    doc = json.loads(out.read_text())
+    assert [r["link_root"] for r in doc["publish"]] == ["short", "long"]
+    assert doc["publish"][0]["target_bytes"] < 60 <= doc["publish"][1]["target_bytes"]
+    assert [r["size"] for r in doc["reads"]] == ["4MiB", "64KiB"]
+    assert not work.exists()
+    after = binds()
+    assert str(work) not in Path("/proc/self/mountinfo").read_text()
+    assert after <= before, after - before  # the short link root's bind is gone
