@@ -80,6 +80,20 @@ def write(root: Path, mark: HighWater) -> None:
     fsync_dir(root)
 
 
+def clear_temps(root: Path) -> int:
+    """Remove the temp files of writers that died between writing and renaming (kill -9 during a
+    cut); a live process's temp (a cut on lookup in the FUSE server, right now) is left alone."""
+    removed = 0
+    for path in root.glob(f".{HWM_NAME}.*.tmp"):
+        pid = path.name[len(HWM_NAME) + 2:-len(".tmp")]
+        if pid.isdigit() and int(pid) != os.getpid() and os.path.exists(f"/proc/{pid}"):
+            continue
+        with contextlib.suppress(FileNotFoundError):
+            path.unlink()
+            removed += 1
+    return removed
+
+
 def raise_to(root: Path, *, published: int = -1, cutting: int = -1) -> None:
     """Raise the marks (never lower them); call while holding the index's write lock."""
     mark = read(root) or HighWater()

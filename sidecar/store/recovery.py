@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import sqlite3
 
+from epochfs.sidecar.store import hwm
 from epochfs.sidecar.store.index import Index, Meta
 from epochfs.sidecar.store.objects import ObjectFiles
 from epochfs.sidecar.store.records import RecoveryReport, StoreError
@@ -42,7 +43,7 @@ def recover(ix: Index, files: ObjectFiles, *, integrity: str | None = None) -> R
             integrity = ix.integrity()
         if integrity != "ok":
             raise StoreError(f"{ix.path}: integrity check failed: {integrity}")
-        temp_removed = files.clear_temps()
+        temp_removed = files.clear_temps() + hwm.clear_temps(files.objects_dir.parent)
         known: set[str] = set()
         bad: list[int] = []
         for sid, size, sample_id in ix.db.execute("SELECT sid, size, id FROM samples").fetchall():
