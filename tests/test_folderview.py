@@ -96,7 +96,7 @@ def test_the_manifest_is_there_before_the_folder_and_builds_are_hidden(
     def spy(target: str, link: object, *a: object, **k: object) -> None:
         seen.append((layout.list_epochs(folder), layout.manifest_path(folder, 0).exists(),
                      sorted(n for n in os.listdir(folder) if n.startswith("."))))
-        real_symlink(target, link)  # type: ignore[arg-type]
+        real_symlink(target, link, *a, **k)  # type: ignore[arg-type]  # dir_fd: the build's folder
 
     monkeypatch.setattr(folderview.os, "symlink", spy)
     p.step()
@@ -204,7 +204,7 @@ def test_a_failed_build_leaves_no_epoch_and_is_tried_again(tmp_path: Path,
         calls["n"] += 1
         if calls["n"] == 3:
             raise OSError(28, "No space left on device")
-        real_symlink(target, link)  # type: ignore[arg-type]
+        real_symlink(target, link, *a, **k)  # type: ignore[arg-type]  # dir_fd: the build's folder
 
     monkeypatch.setattr(folderview.os, "symlink", failing)
     with pytest.raises(OSError):
