@@ -1,6 +1,6 @@
 """A small fake Kubernetes API server on 127.0.0.1 for the reporting tests.
 
-It speaks enough of the real protocol for sidecar/kube.py: POST and PATCH of core/v1 Events,
+It speaks enough of the real protocol for sidecar/kube/: POST and PATCH of core/v1 Events,
 merge-PATCH of a Pod. Each request is checked as the API server would: the bearer token, the
 path, the verb, the content type, and the body (or the object a patch produces) validated in
 strict mode against the Kubernetes OpenAPI schema by kubernetes-validate. Anything else is

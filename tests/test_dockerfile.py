@@ -345,7 +345,7 @@ def test_build_stage_replayed_builds_the_wheel(tmp_path: Path) -> None:
         names = z.namelist()
         meta = z.read(next(n for n in names if n.endswith("METADATA"))).decode()
         entry_points = z.read(next(n for n in names if n.endswith("entry_points.txt"))).decode()
-    assert "epochfs/sidecar/cli.py" in names and "epochfs/sidecar/kube.py" in names
+    assert "epochfs/sidecar/cli.py" in names and "epochfs/sidecar/kube/__init__.py" in names
     assert "epochfs/fuse/server.py" in names
     assert "epochfs = epochfs.sidecar.cli:main" in entry_points
     assert "Provides-Extra: sidecar" in meta and "Provides-Extra: gcs" in meta

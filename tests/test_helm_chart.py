@@ -3,7 +3,7 @@
 Every rendered object is validated by kubernetes-validate (strict: unknown fields are errors)
 against Kubernetes 1.29 and the newest version it knows; then the objects are checked for what
 the design needs: a native sidecar with probes, mount propagation, the read-only trainer view,
-shard env, least privilege, RBAC equal to the calls sidecar/kube.py makes, metrics wiring.
+shard env, least privilege, RBAC equal to the calls sidecar/kube/ makes, metrics wiring.
 """
 
 from __future__ import annotations

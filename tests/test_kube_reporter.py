@@ -1,4 +1,4 @@
-"""sidecar/kube.py against a fake Kubernetes API server on 127.0.0.1 (tests/kube_fake_api.py).
+"""sidecar/kube/ against a fake Kubernetes API server on 127.0.0.1 (tests/kube_fake_api.py).
 
 The server checks every request (token, path, verb, content type, body validated against the
 Kubernetes 1.29 schema in strict mode); a fake clock drives rate limits and intervals, so nothing
