@@ -21,7 +21,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-from conftest import free_port, wait_until
+from common import free_port, wait_until
 from sidecar_helpers import EPOCHFS, Sidecar
 
 

@@ -13,7 +13,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from conftest import wait_until
+from common import wait_until
 from store_helpers import sample_checksums
 
 from epochfs.sidecar.store import INDEX_NAME, Store

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from conftest import free_port, wait_until
+from common import free_port, wait_until
 
 from epochfs.fuse.mounting import find_mount, lazy_unmount
 

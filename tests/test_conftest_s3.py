@@ -1,4 +1,4 @@
-from conftest import S3Server, put_objects
+from common import S3Server, put_objects
 
 
 def test_s3_server_round_trip(s3: S3Server) -> None:

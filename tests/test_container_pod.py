@@ -46,7 +46,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import S3Server, free_port, put_objects, random_objects, wait_until
+from common import S3Server, free_port, put_objects, random_objects, wait_until
 from container_engine import ROOT, Engine, base_image, epochfs_image
 from container_pod import Pod, job_pods
 from helm_helpers import helm_binary, one, render, render_pod_snippet

@@ -14,7 +14,7 @@ import signal
 from pathlib import Path
 
 import pytest
-from conftest import S3Server, put_objects, wait_until
+from common import S3Server, put_objects, wait_until
 from sampler_helpers import SamplerProc, running_sampler, s3_env, start_sampler, verify_cache
 
 from epochfs.sidecar.store import Store

@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import ROOT, wait_until
+from common import ROOT, wait_until
 
 pytestmark = [
     pytest.mark.fuse,

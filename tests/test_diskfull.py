@@ -16,7 +16,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from conftest import wait_until
+from common import wait_until
 from memory_remote import MemoryReader, MemoryRemote
 from store_helpers import sample_checksums
 from test_sampler_inprocess import objects_of, sampling, settings_for

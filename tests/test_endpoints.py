@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import S3Server, put_objects, random_objects, wait_until
+from common import S3Server, put_objects, random_objects, wait_until
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry
 from sidecar_helpers import running_sidecar
 

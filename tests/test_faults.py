@@ -12,7 +12,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from conftest import S3Server, put_objects, random_objects, wait_until
+from common import S3Server, put_objects, random_objects, wait_until
 from faultproxy import FaultProxy
 from sampler_helpers import index_rows, running_sampler, s3_env, start_sampler, verify_cache
 

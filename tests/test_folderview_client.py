@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from conftest import free_port, wait_until
+from common import free_port, wait_until
 from fuse_helpers import admit, make_objects, open_store
 
 from epochfs.sidecar import cutrequest, metrics

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import wait_until
+from common import wait_until
 from fuse_helpers import admit, files_under, make_objects, mounted, open_store
 
 from epochfs.sidecar.folderview import FolderPublisher

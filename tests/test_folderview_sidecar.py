@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import random_objects, wait_until
+from common import random_objects, wait_until
 from folderview_helpers import (
     cli,
     folder_sidecar,

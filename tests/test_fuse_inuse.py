@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import ROOT, wait_until
+from common import ROOT, wait_until
 from fuse_helpers import admit, make_objects, mounted, open_store
 
 from epochfs.fuse.server import cache_timeout, guaranteed_pause, read_debounce

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import wait_until
+from common import wait_until
 from fuse_helpers import EPOCHFS, admit, files_under, make_objects, mounted, open_store, stop
 
 from epochfs.fuse.mounting import find_mount, is_dead

@@ -8,7 +8,7 @@ import os
 from pathlib import Path
 
 import pytest
-from conftest import S3Server, put_objects, random_objects, wait_until
+from common import S3Server, put_objects, random_objects, wait_until
 from fuse_helpers import files_under, mounted
 from sampler_helpers import running_sampler, s3_env
 

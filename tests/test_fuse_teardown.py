@@ -25,7 +25,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from conftest import wait_until
+from common import wait_until
 from fuse_helpers import admit, make_objects, mounted, open_store, stop
 
 from epochfs.fuse.mounting import find_mount

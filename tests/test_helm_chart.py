@@ -507,7 +507,7 @@ def test_legacy_wrappers_wait_for_the_mount_and_stop_the_sidecar(
     env = {**os.environ, "PATH": f"{bindir}:{os.environ['PATH']}", "EPOCHFS_MOUNT": str(mount)}
     sidecar = subprocess.Popen(["/bin/sh", "-c", side_script], env=env, start_new_session=True)
     try:
-        from conftest import wait_until
+        from common import wait_until
 
         wait_until(lambda: log.exists() and "started sidecar" in log.read_text(), what="fake sidecar start")
         run = subprocess.Popen(["/bin/sh", "-c", trainer_script, "epochfs-trainer", "sh", "-c",

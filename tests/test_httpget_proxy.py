@@ -17,7 +17,7 @@ from pathlib import Path
 from urllib.parse import quote, urlsplit
 
 import pytest
-from conftest import S3Server, free_port, put_objects, random_objects, wait_until
+from common import S3Server, free_port, put_objects, random_objects, wait_until
 from proxy_helpers import BODY, ForwardProxy, ReverseFront, StaticServer, TLSFiles, make_tls
 from sampler_helpers import running_sampler, s3_env, verify_cache
 

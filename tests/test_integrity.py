@@ -20,7 +20,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
-from conftest import S3Server, random_objects, wait_until
+from common import S3Server, random_objects, wait_until
 from faultproxy import FaultProxy
 from memory_remote import MemoryReader, MemoryRemote
 from sampler_helpers import index_rows, running_sampler, s3_env, start_sampler, verify_cache

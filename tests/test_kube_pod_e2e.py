@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import S3Server, free_port, put_objects, random_objects, wait_until
+from common import S3Server, free_port, put_objects, random_objects, wait_until
 from helm_helpers import container, helm_binary, pod_spec, render, with_remote
 from kube_fake_api import FakeApiServer
 

@@ -13,7 +13,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from conftest import free_port, wait_until
+from common import free_port, wait_until
 from kube_fake_api import FakeApiServer
 from kubernetes import client as k8s
 

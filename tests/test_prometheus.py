@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import ROOT, S3Server, free_port, put_objects, random_objects, wait_until
+from common import ROOT, S3Server, free_port, put_objects, random_objects, wait_until
 from sidecar_helpers import EPOCHFS, running_sidecar
 
 PROMETHEUS = shutil.which("prometheus")

@@ -32,7 +32,7 @@ import urllib3.exceptions as u3
 import yarl
 from aiohttp.http_exceptions import ContentLengthError
 from botocore.parsers import ResponseParserError
-from conftest import S3Server, put_objects
+from common import S3Server, put_objects
 from faultproxy import FaultProxy
 from fsspec.exceptions import FSTimeoutError
 from multidict import CIMultiDict, CIMultiDictProxy

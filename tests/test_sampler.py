@@ -8,7 +8,7 @@ import random
 import time
 from pathlib import Path
 
-from conftest import S3Server, put_objects, random_objects, wait_until
+from common import S3Server, put_objects, random_objects, wait_until
 from sampler_helpers import (
     disk_bytes,
     index_rows,

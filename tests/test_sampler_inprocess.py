@@ -11,7 +11,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
-from conftest import wait_until
+from common import wait_until
 from memory_remote import MemoryRemote
 from store_helpers import sample_checksums, sid_of
 

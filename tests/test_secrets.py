@@ -8,7 +8,7 @@ import os
 from pathlib import Path
 
 import pytest
-from conftest import free_port, wait_until
+from common import free_port, wait_until
 from sidecar_helpers import running_sidecar
 
 from epochfs.sidecar import config

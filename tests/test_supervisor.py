@@ -16,7 +16,7 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-from conftest import S3Server, free_port, put_objects, random_objects, wait_until
+from common import S3Server, free_port, put_objects, random_objects, wait_until
 from sidecar_helpers import EPOCHFS, cleanup_mounts, running_sidecar, sidecar_argv
 
 from epochfs.fuse.mounting import find_mount, is_dead, lazy_unmount, mount_table, wait_for_mount

@@ -22,7 +22,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from conftest import S3Server, put_objects
+from common import S3Server, put_objects
 from sidecar_helpers import running_sidecar
 from test_torchclient_loader import GrowingFolder
 from test_torchclient_report import Collector

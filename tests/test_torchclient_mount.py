@@ -10,7 +10,7 @@ import os
 from pathlib import Path
 
 import pytest
-from conftest import S3Server, put_objects, random_objects
+from common import S3Server, put_objects, random_objects
 from sidecar_helpers import running_sidecar
 from test_torchclient_loader import check_loader_over_growing_epochs
 

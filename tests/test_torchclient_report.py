@@ -9,7 +9,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
-from conftest import free_port, wait_until
+from common import free_port, wait_until
 
 from epochfs.torchclient import EpochLoader
 from epochfs.torchclient.plainfolder import publish_epoch

@@ -24,7 +24,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import S3Server, put_objects, random_objects, wait_until
+from common import S3Server, put_objects, random_objects, wait_until
 from fuse_helpers import admit, make_objects, mounted, open_store
 from sidecar_helpers import running_sidecar
 

@@ -10,7 +10,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from conftest import wait_until
+from common import wait_until
 from memory_remote import MemoryRemote
 from sampler_helpers import index_rows
 from store_helpers import sid_of
