@@ -1,0 +1,193 @@
+"""The :class:`Supervisor` itself: its settings and children, the loop, signals and shutdown.
+
+The loop is the one place that orders the other parts (:mod:`.children`, :mod:`.watch`,
+:mod:`.health`, :mod:`.observability`, mixed into :class:`Supervisor`): check the mount point,
+open the store, start the endpoints and the children, then every ``tick`` reap and restart, watch
+the view, rescan the served counter and, every couple of seconds, save totals and tell the
+reporter; on a signal stop in order. Kept apart so that the order is read in one screen.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import shutil
+import signal
+import sys
+import threading
+import time
+from pathlib import Path
+from types import FrameType
+from typing import IO, Any
+
+from epochfs.fuse import mounting
+from epochfs.sidecar import config, kube
+from epochfs.sidecar.config import (
+    ConfigError,
+    MountSettings,
+    PublishSettings,
+    SamplerSettings,
+    SidecarSettings,
+)
+from epochfs.sidecar.store import Store, StoreError
+from epochfs.sidecar.supervisor.children import Child
+from epochfs.sidecar.supervisor.health import HealthChecks
+from epochfs.sidecar.supervisor.observability import Observability, load_reporter
+
+log = logging.getLogger("epochfs.supervisor")
+
+class Supervisor(HealthChecks, Observability):
+    """Runs the sidecar until a signal; see the package docstring. Keyword-only, validated up front.
+
+    Its parts are mixins: :class:`~.children.ChildProcesses` (start, reap, restart, stop, the
+    backoff), :class:`~.watch.MountWatch` (the probe, remount, the publisher's liveness),
+    :class:`~.health.HealthChecks` (``/healthz``, ``/readyz``) and
+    :class:`~.observability.Observability` (metrics, endpoints, served counter, reporter)."""
+
+    def __init__(
+        self,
+        *,
+        settings: SidecarSettings,
+        python: str = sys.executable,
+        log_level: str = "INFO",
+        stat_timeout: float = 2.0,
+        tick: float = 0.25,
+        sink: IO[str] | None = None,
+        http_host: str = "0.0.0.0",
+    ) -> None:
+        if stat_timeout <= 0 or tick <= 0:
+            raise ValueError("stat_timeout and tick must be positive")
+        self.settings = settings
+        self.python = python
+        self.log_level = log_level
+        self.stat_timeout = stat_timeout
+        self.tick = tick
+        self.sink = sink if sink is not None else sys.stderr
+        self.http_host = http_host
+        self.mount = Path(settings.mount).absolute()
+        self.cache = Path(settings.cache).absolute()
+        sampler_settings = SamplerSettings(
+            **{f: getattr(settings, f) for f in SamplerSettings.__dataclass_fields__}
+        )
+        mount_settings = MountSettings(
+            cache=settings.cache, mount=settings.mount, link_root=settings.link_root,
+            warm_files=settings.warm_files,
+        )
+        self.sampler = Child("sampler", ["sample"], config.to_env(sampler_settings, SamplerSettings))
+        self.fuse = Child("fuse", ["mount"], config.to_env(mount_settings, MountSettings))
+        self.folder_view = settings.view == "folder"
+        publish_settings = PublishSettings(cache=settings.cache, mount=settings.mount,
+                                           link_root=settings.link_root)
+        self.publisher = Child("publisher", ["publish"], config.to_env(publish_settings, PublishSettings))
+        self.view = self.publisher if self.folder_view else self.fuse
+        """The child that serves the view: the FUSE server or the folder publisher."""
+        self._signals = 0
+        self._stop = threading.Event()
+        self._mounted = False
+        self._last_probe = "not mounted"
+        self._probe_failures = 0
+        self._store: Store | None = None
+        self._multiproc_dir: Path | None = None
+        self._metrics: Any = None
+        self._endpoints: list[Any] = []
+        self._counter: Any = None
+        self._reporter: kube.Reporter | None = None
+        self._seen: dict[str, Any] = {}
+        self._reads_noted: dict[int, float] = {}
+
+    # ------------------------------------------------------------------ signals
+    def _on_signal(self, signum: int, frame: FrameType | None) -> None:
+        self._signals += 1
+        if self._signals == 1:
+            log.info("%s: stopping (send again to exit at once)", signal.Signals(signum).name)
+            self._stop.set()
+            return
+        log.warning("second signal: killing children and exiting now")
+        for child in (self.sampler, self.view):
+            if child.proc is not None and child.proc.poll() is None:
+                child.proc.kill()
+        if not self.folder_view:
+            with contextlib.suppress(Exception):
+                mounting.lazy_unmount(self.mount)
+                self._unmount_link_root()
+        os._exit(128 + signum)
+
+    # ------------------------------------------------------------------ the loop
+    def run(self) -> int:
+        """Check, start, supervise until a signal, stop cleanly. Returns the exit status."""
+        if self.folder_view:
+            self._check_folder()
+        else:
+            mounting.check_mount_point(self.mount)  # dead mounts are detached, others refused
+        try:
+            self._store = Store(self.cache, create=True)
+        except StoreError as e:
+            raise ConfigError(f"--cache: {e}") from None
+        previous = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGINT)}
+        for s in previous:
+            signal.signal(s, self._on_signal)
+        try:
+            self._setup_observability()
+            self._reporter = load_reporter(self.settings, self.mount)
+            self._start(self.sampler)
+            self._start(self.view)
+            last_periodic = 0.0
+            while not self._stop.wait(self.tick):
+                self._reaped(self.sampler)
+                self._restart_due(self.sampler)
+                if self.folder_view:
+                    self._watch_publisher()
+                else:
+                    self._watch_mount()
+                self._restart_due(self.view)
+                if self._counter is not None:
+                    self._counter.rescan()  # a scandir of at most 256 entries
+                if time.monotonic() - last_periodic >= 2.0:
+                    last_periodic = time.monotonic()
+                    self._periodic()
+            return self._shutdown()
+        finally:
+            for s, handler in previous.items():
+                signal.signal(s, handler)
+            self._cleanup()
+
+    def _shutdown(self) -> int:
+        """Stop the sampler, then the view, then make sure nothing stays mounted (the folder view
+        is left as published: readers keep reading, and the next start recovers from it)."""
+        self._terminate(self.sampler, timeout=5.0)
+        self._terminate(self.view, timeout=3.0)
+        if not self.folder_view and mounting.find_mount(self.mount) is not None:
+            log.info("unmounting %s lazily", self.mount)
+            mounting.lazy_unmount(self.mount)
+        self._unmount_link_root()
+        self._mounted = False
+        self._periodic()
+        log.info("stopped")
+        return 0
+
+    def _cleanup(self) -> None:
+        for child in (self.sampler, self.view):
+            if child.proc is not None and child.proc.poll() is None:
+                child.proc.kill()
+                child.proc.wait()
+        if not self.folder_view:
+            with contextlib.suppress(Exception):
+                mounting.lazy_unmount(self.mount)
+                self._unmount_link_root()
+        if self._counter is not None:
+            self._counter.stop()
+        if self._reporter is not None:
+            self._safe(self._reporter.close)
+        for ep in self._endpoints:
+            ep.stop()
+        if self._store is not None:
+            self._store.close()
+        if self._multiproc_dir is not None:
+            shutil.rmtree(self._multiproc_dir, ignore_errors=True)
+
+
+def run_sidecar(settings: SidecarSettings) -> int:
+    """Entry point of ``epochfs sidecar`` (see :class:`Supervisor`)."""
+    level = logging.getLevelName(logging.getLogger().getEffectiveLevel())
+    return Supervisor(settings=settings, log_level=str(level)).run()

@@ -1,0 +1,71 @@
+"""The documents behind ``/healthz`` and ``/readyz``: when the sidecar is alive, when it is ready.
+
+Its own module because these two answers are a contract with the kubelet (a failed liveness
+restarts the pod; readiness gates the trainer), so their rules stand together and apart from the
+machinery that produces the facts they read (the probe, the children, the store's one cut
+condition). The endpoints call them on worker threads of their own.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING, Any
+
+from epochfs.sidecar.store import Stats, Store
+from epochfs.sidecar.supervisor.children import Child
+from epochfs.sidecar.supervisor.watch import MountWatch, probe
+
+log = logging.getLogger("epochfs.supervisor")
+
+
+class HealthChecks(MountWatch):
+    """The :class:`~epochfs.sidecar.supervisor.Supervisor`'s answers to the probes (a mixin)."""
+
+    UNHEALTHY_CRASHES = 5
+    """Consecutive quick sampler crashes after which /healthz fails (the pod gets restarted)."""
+
+    sampler: Child
+    view: Child
+    folder_view: bool
+    _store: Store | None
+
+    if TYPE_CHECKING:
+        def _stats(self) -> Stats | None: ...
+
+    def health(self) -> tuple[bool, dict[str, Any]]:
+        """Alive: the FUSE server runs and the mount answers a stat within the deadline; the
+        sampler runs, or is being restarted after fewer than UNHEALTHY_CRASHES quick crashes."""
+        answer = probe(self.mount, timeout=self.stat_timeout)
+        sampler_ok, view_ok = (c.alive or c.backoff < self.BACKOFF_MIN * 2 ** (self.UNHEALTHY_CRASHES - 1)
+                               for c in (self.sampler, self.view))
+        ok = (view_ok if self.folder_view else self.fuse.alive) and answer == "ok" and sampler_ok
+        return ok, {"mount": answer, "children": self._children_doc()}
+
+    def ready(self) -> tuple[bool, dict[str, Any]]:
+        """Ready: mounted (folder view: published), and epoch 0 exists or could be cut now."""
+        stats = self._stats()
+        cuttable = stats is not None and self._epoch0_ready(stats.latest_epoch)
+        ok = self._mounted and (self.folder_view or self._fuse_mounted()) and cuttable
+        return ok, {
+            "mounted": self._mounted,
+            "epoch0": cuttable,
+            "samples": 0 if stats is None else stats.samples,
+        }
+
+    def _epoch0_ready(self, latest_epoch: int | None) -> bool:
+        """An epoch exists, or the first one could be cut now (the store's one cut condition; the
+        first is 0, or the number after the high-water mark once an index was reset)."""
+        if latest_epoch is not None:
+            return True
+        assert self._store is not None
+        try:
+            return self._store.cut_ready(self._store.next_epoch())
+        except Exception as e:
+            log.warning("store cut condition: %s", e)
+            return False
+
+    def _children_doc(self) -> dict[str, Any]:
+        return {
+            c.name: {"pid": c.pid, "alive": c.alive, "restarts": c.restarts, "last_exit": c.last_exit}
+            for c in (self.sampler, self.view)
+        }

@@ -1,0 +1,176 @@
+"""What the supervisor tells the outside: the metrics registry, the HTTP endpoints on their ports,
+the served-opens counter, the Kubernetes reporter, and the totals it saves every couple of seconds.
+
+Its own module because it is the supervisor's one place that wires callbacks into other layers
+(:mod:`~epochfs.sidecar.endpoints`, :mod:`~epochfs.sidecar.served`, :mod:`~epochfs.sidecar.kube`,
+:mod:`~epochfs.sidecar.metrics`) and holds the port rule: ``/metrics`` is served on the health
+port, or only on ``--metrics-port`` when that is given and differs. None of it decides anything
+about the children or the mount; a failure here is logged, never fatal to supervision.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from epochfs.sidecar import kube
+from epochfs.sidecar.config import SidecarSettings
+from epochfs.sidecar.store import Meta, Stats, Store
+
+log = logging.getLogger("epochfs.supervisor")
+
+METRICS_DIR_NAME = "metrics"
+"""Folder of the cache where the children write their Prometheus multiprocess files."""
+
+
+def load_reporter(settings: SidecarSettings, mount: Path) -> kube.Reporter:
+    """The Kubernetes reporter: Events and a status annotation inside a cluster, a no-op outside
+    (``kube.from_environment`` says why in one log line). Its calls only record and return; a
+    background thread sends."""
+    reporter = kube.from_environment(
+        mount=str(mount), reporting=settings.kube_reporting,
+        status_interval=settings.kube_status_interval, error_threshold=settings.kube_error_threshold,
+    )
+    reporter.start()
+    return reporter
+
+
+class Observability:
+    """The :class:`~epochfs.sidecar.supervisor.Supervisor`'s metrics, endpoints, served counter
+    and reporter calls (a mixin: the attributes below are set by its ``__init__``)."""
+
+    settings: SidecarSettings
+    cache: Path
+    http_host: str
+    _store: Store | None
+    _multiproc_dir: Path | None
+    _metrics: Any
+    _endpoints: list[Any]
+    _counter: Any
+    _reporter: kube.Reporter | None
+    _seen: dict[str, Any]
+    _reads_noted: dict[int, float]
+
+    if TYPE_CHECKING:
+        def health(self) -> tuple[bool, dict[str, Any]]: ...
+
+        def ready(self) -> tuple[bool, dict[str, Any]]: ...
+
+    def _stats(self) -> Stats | None:
+        if self._store is None:
+            return None
+        try:
+            return self._store.stats()
+        except Exception as e:
+            log.warning("store stats: %s", e)
+            return None
+
+    @staticmethod
+    def _safe(fn: Callable[..., Any], *args: Any) -> None:
+        try:
+            fn(*args)
+        except Exception:
+            log.exception("kube reporter call %s failed", getattr(fn, "__name__", fn))
+
+    def _periodic(self) -> None:
+        """Every couple of seconds: save the supervisor's totals, tell the reporter."""
+        if self._store is None or self._metrics is None:
+            return
+        totals = self._metrics.totals()
+        if totals != self._seen.get("totals"):
+            try:
+                self._store.set_meta(Meta.SIDECAR_TOTALS, json.dumps(totals, sort_keys=True))
+                self._seen["totals"] = totals
+            except Exception as e:
+                log.warning("saving totals: %s", e)
+        if self._reporter is None:
+            return
+        stats = self._stats()
+        if stats is None:
+            return
+        rep = self._reporter
+        self._seen.setdefault("epoch", stats.latest_epoch)  # epochs cut before we started: no Event
+        if stats.latest_epoch is not None and stats.latest_epoch != self._seen.get("epoch"):
+            self._seen["epoch"] = stats.latest_epoch
+            self._safe(rep.on_cut, stats.latest_epoch, int(stats.epochs[-1]["samples"]))
+        if stats.backpressure != self._seen.get("backpressure", False):
+            self._seen["backpressure"] = stats.backpressure
+            self._safe(rep.on_backpressure, stats.backpressure, stats.backpressure_reason)
+        previous = self._seen.setdefault("skipped", stats.skipped_total)  # count from our start
+        if stats.skipped_total > previous:
+            self._seen["skipped"] = stats.skipped_total
+            self._safe(rep.on_remote_errors, stats.skipped_total - previous)
+        self._safe(rep.update_status, stats.to_json())
+
+    def _client_reads(self, epochs: tuple[int, ...]) -> None:
+        """The torch client reads these epochs (its report says so): record a read of each, at
+        most one per epoch per 10 s, which keeps them pinned as a lookup on the FUSE view does;
+        with the folder view it is the only sign of a reader."""
+        now = time.monotonic()
+        for n in epochs:
+            if now - self._reads_noted.get(n, -1e18) >= 10.0 and self._store is not None:
+                self._reads_noted[n] = now
+                try:
+                    self._store.record_read(n)
+                except Exception as e:
+                    log.warning("recording a read of epoch %d: %s", n, e)
+
+    def _setup_observability(self) -> None:
+        from prometheus_client import CollectorRegistry, disable_created_metrics
+
+        from epochfs.sidecar import cutrequest, endpoints, metrics, served
+
+        disable_created_metrics()
+        # A fixed folder in the cache, emptied at every start: a supervisor killed with -9 leaves
+        # its children's metric files behind, and the next one must not sum them (nor pile up
+        # folders in /tmp).
+        self._multiproc_dir = metrics.prepare_multiproc_dir(self.cache / METRICS_DIR_NAME)
+        sidecar_metrics = metrics.SidecarMetrics(registry=CollectorRegistry(auto_describe=True))
+        assert self._store is not None
+        saved = self._store.meta(Meta.SIDECAR_TOTALS)
+        if saved:
+            with contextlib.suppress(ValueError, TypeError):
+                sidecar_metrics.resume({k: float(v) for k, v in json.loads(saved).items()})
+        self._metrics = sidecar_metrics
+        registry = metrics.sidecar_registry(
+            stats=self._stats, multiproc_dir=self._multiproc_dir, sidecar=sidecar_metrics
+        )
+
+        def on_report(r: endpoints.ClientReport) -> None:
+            sidecar_metrics.add_client_report(samples=r.samples, nbytes=r.nbytes,
+                                              wait_seconds=r.wait_seconds)
+            self._client_reads(r.epochs)
+
+        def on_cut(request: cutrequest.CutRequest) -> tuple[int, dict[str, Any]]:
+            assert self._store is not None
+            return cutrequest.answer(self._store, request)
+
+        # /metrics on the health port, or only on --metrics-port when that is given and differs:
+        # then a NetworkPolicy can open scrapes to Prometheus while the probes, the torch client's
+        # reports and cut requests stay on a port only the pod and the kubelet reach.
+        metrics_port = self.settings.metrics_port
+        separate = metrics_port is not None and metrics_port != self.settings.health_port
+        ports: list[tuple[int, Any, Any, Any]] = [
+            (self.settings.health_port, None if separate else registry, on_report, on_cut)]
+        if metrics_port is not None and separate:
+            ports.append((metrics_port, registry, None, None))
+        for port, reg, report, cut in ports:
+            ep = endpoints.Endpoints(
+                host=self.http_host, port=port, health=self.health, ready=self.ready,
+                registry=reg, on_client_report=report, on_cut=cut,
+            )
+            ep.start()
+            self._endpoints.append(ep)
+            log.info("serving /healthz /readyz%s on port %d", " /metrics" if reg is not None else "", ep.port)
+        self._counter = served.OpenCounter(
+            objects_dir=self.cache / "objects",
+            on_open=sidecar_metrics.add_served,
+            on_lost=sidecar_metrics.served_lost_events.inc,
+        )
+        if not self._counter.start():
+            self._counter = None

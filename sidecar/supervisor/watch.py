@@ -1,0 +1,167 @@
+"""Is the view alive? The probe of the mount, the FUSE mount's watch and remount, and the folder
+publisher's liveness.
+
+Its own module because it holds the supervisor's one rule about a hung FUSE server: a stat of a
+hung mount blocks, so :func:`probe` runs it in a daemon thread it may leave behind, and leaves at
+most one behind per path (a probe comes every few seconds). On that answer the watch decides to
+remount: the server exited, the mount vanished, it answered ENOTCONN, or three probes in a row
+failed; it then kills the server, lazily unmounts and mounts again, never stacking mounts.
+"""
+
+from __future__ import annotations
+
+import errno
+import logging
+import os
+import subprocess
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from epochfs.fuse import mounting
+from epochfs.sidecar import kube
+from epochfs.sidecar.config import ConfigError, SidecarSettings
+from epochfs.sidecar.supervisor.children import Child, ChildProcesses
+
+log = logging.getLogger("epochfs.supervisor")
+
+_stuck_probes: dict[str, threading.Thread] = {}
+_stuck_lock = threading.Lock()
+
+
+def probe(path: Path, *, timeout: float) -> str:
+    """Stat and list ``path`` within ``timeout`` seconds: "ok", "dead" (ENOTCONN), "hung" or
+    "error: ...". A stat of a hung FUSE server would block, so it runs in a daemon thread left
+    behind if it never returns; while one is still stuck on ``path``, later probes answer "hung" at
+    once instead of leaving one more thread each (probes come every few seconds)."""
+    key = str(path)
+    with _stuck_lock:
+        stuck = _stuck_probes.get(key)
+        if stuck is not None and stuck.is_alive():
+            return "hung"
+    result: list[str] = []
+
+    def run() -> None:
+        try:
+            os.stat(path)
+            os.listdir(path)
+            result.append("ok")
+        except OSError as e:
+            dead = e.errno in (errno.ENOTCONN, errno.ECONNABORTED)
+            result.append("dead" if dead else f"error: {e.strerror}")
+
+    t = threading.Thread(target=run, name="epochfs-probe", daemon=True)
+    t.start()
+    t.join(timeout)
+    if result:
+        return result[0]
+    with _stuck_lock:
+        _stuck_probes[key] = t
+    return "hung"
+
+
+class MountWatch(ChildProcesses):
+    """The :class:`~epochfs.sidecar.supervisor.Supervisor`'s part that watches the view: the FUSE
+    mount (``--view fuse``) or the folder publisher (``--view folder``). ``_mounted`` is what
+    readiness reads: mounted and answering, or published."""
+
+    settings: SidecarSettings
+    mount: Path
+    cache: Path
+    stat_timeout: float
+    fuse: Child
+    publisher: Child
+    _mounted: bool
+    _last_probe: str
+    _probe_failures: int
+    _reporter: kube.Reporter | None
+
+    if TYPE_CHECKING:
+        @staticmethod
+        def _safe(fn: Callable[..., Any], *args: Any) -> None: ...
+
+    def _fuse_mounted(self) -> bool:
+        entry = mounting.find_mount(self.mount)
+        return entry is not None and entry.fstype.startswith("fuse")
+
+    def _unmount_link_root(self) -> None:
+        """The FUSE server removes the read-only bind it made, but a restarted server reuses the
+        one a killed server left and so does not own it: the supervisor removes it at the end."""
+        if self.settings.link_root is None:
+            link_root = self.cache / mounting.DEFAULT_LINK_ROOT_NAME
+            if mounting.find_mount(link_root) is not None:
+                mounting.lazy_unmount(link_root, any_kind=True)
+
+    def _remount(self, reason: str) -> None:
+        """The FUSE server died or its mount is dead: kill, detach, start again (no stacking)."""
+        log.warning("FUSE view lost (%s): unmounting lazily and mounting again", reason)
+        self._mounted = False
+        if self._metrics is not None:
+            self._metrics.mounted.set(0)
+        proc = self.fuse.proc
+        if proc is not None and proc.poll() is None:
+            proc.kill()
+            try:
+                proc.wait(timeout=3)
+            except subprocess.TimeoutExpired:
+                # Stuck in the kernel on its own mount: it dies once the mount is detached, or
+                # never; either way a new server must not wait for it.
+                log.error("FUSE server pid %d did not die after SIGKILL (stuck in the kernel); "
+                          "detaching its mount and starting a new one", proc.pid)
+                mounting.lazy_unmount(self.mount)
+                self.fuse.proc = None
+                self.fuse.last_exit = None
+                self.fuse.next_start = time.monotonic()
+        self._reaped(self.fuse)
+        if not mounting.lazy_unmount(self.mount):
+            log.error("lazy unmount of %s failed; retrying before the next start", self.mount)
+        self.fuse.next_start = time.monotonic() + min(self.fuse.backoff, 2.0)
+        if self._reporter is not None:
+            self._safe(self._reporter.on_remount)
+
+    def _watch_mount(self) -> None:
+        if self._reaped(self.fuse):
+            self._remount(f"FUSE server exited with status {self.fuse.last_exit}")
+            return
+        if not self.fuse.alive:
+            return
+        present = self._fuse_mounted()
+        if not present:
+            if self._mounted:
+                self._remount("mount disappeared")
+            return
+        state = probe(self.mount, timeout=self.stat_timeout)
+        self._last_probe = state
+        if state == "ok":
+            if not self._mounted:
+                log.info("mounted %s", self.mount)
+            self._mounted = True
+            if self._metrics is not None:
+                self._metrics.mounted.set(1)
+            self._probe_failures = 0
+            return
+        self._probe_failures += 1
+        if state == "dead" or self._probe_failures >= 3:
+            self._remount(f"mount answered {state}")
+
+    # ------------------------------------------------------------------ the folder view
+    def _check_folder(self) -> None:
+        """The folder view's folder: a folder (what a previous run published stays and is
+        recovered) or a missing one whose parent exists."""
+        if self.mount.exists() and not self.mount.is_dir():
+            raise ConfigError(f"--mount: {self.mount} exists and is not a folder")
+        if not self.mount.parent.is_dir():
+            raise ConfigError(f"--mount: the parent of {self.mount} is not a folder")
+
+    def _watch_publisher(self) -> None:
+        """Restart a dead publisher with backoff (what it published stays readable meanwhile);
+        "mounted" is "published": the publisher runs and status.json is there."""
+        self._reaped(self.publisher)
+        published = self.publisher.alive and (self.mount / ".epochfs" / "status.json").is_file()
+        if published != self._mounted:
+            log.info("folder view %s %s", self.mount, "published" if published else "not published")
+        self._mounted = published
+        if self._metrics is not None:
+            self._metrics.mounted.set(int(published))
