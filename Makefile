@@ -10,7 +10,7 @@ BENCH_APT_PACKAGES := s3fs
 CONTAINER_APT_PACKAGES := docker.io debootstrap
 PYTEST_ARGS ?=
 
-.PHONY: all venv system-deps test test-slow test-container lint typecheck demo bench clean
+.PHONY: all venv system-deps test test-slow test-reliability test-container lint typecheck demo bench clean
 
 all: test
 
@@ -32,6 +32,12 @@ test: system-deps venv
 
 test-slow: system-deps venv
 	$(PY) -m pytest -m slow $(PYTEST_ARGS)
+
+# The reliability suite (docs/reliability.md, "The reliability suite"): the store's model-based test
+# at length and the soak of the real sidecar (EPOCHFS_SOAK_SECONDS, default 600; root and FUSE),
+# each printing its summary. About 15 minutes.
+test-reliability: system-deps venv
+	$(PY) -m pytest -m slow -rP tests/test_store_model.py tests/test_soak.py $(PYTEST_ARGS)
 
 # The image built and the chart's pod run by a real Docker engine (docs/container-test.md): root,
 # a few minutes the first time (base image and image build), well under one after that.

@@ -1,0 +1,1135 @@
+"""A model of the node store, checked against the real one step by step (hypothesis, stateful).
+
+The machine drives the real :class:`Store` and :class:`Reservations` in a temp folder the way the
+sampler and the FUSE server do: downloads reserve their bytes (evicting when the budget is full,
+refused when nothing is evictable: backpressure), write and fsync a temp file and are admitted in
+batches or given up; epochs are cut explicitly (``epochfs cut``, jumps included) and by lookups
+(``request_cut``: the next epoch, far-ahead strays, live and retired ones), queued cuts are served,
+reads pin epochs at a controlled ``now``, retirement runs at a controlled ``now``; the store is
+closed and reopened with ``recover()`` (abandoning downloads as temp files, partial temp files or
+installed objects whose index row never committed), and the sampler is "killed with -9": a forked
+child continues the sampler's work (downloads, admissions, cuts, lookups, eviction, retirement, even
+recovery itself) on the same folder and SIGKILLs itself before its k-th database statement or file
+operation, so transactions are left uncommitted and files half written at points hypothesis chooses.
+
+A plain-Python model predicts every answer and the whole index (samples and their admission order,
+epochs and their files, pins, queued cuts, counters). After a kill the store must equal the model
+after one of the child's committed transactions, never anything in between. After every step:
+
+* cache bytes + bytes reserved <= capacity;
+* a live epoch's file list (paths, sizes, checksums, objects) is the one it was cut with, and an
+  epoch number once seen is never seen again with other content, nor forgotten by the index;
+* nothing a live epoch lists is evicted: every listed object exists and its bytes hash to the
+  recorded checksum (and equal what was downloaded);
+* the running totals agree with the samples table (``cache_bytes`` = sum of sizes) and with stats;
+* the objects folder holds exactly the samples' objects and ``tmp/`` exactly the downloads in flight.
+
+The default run is short; ``test_store_model_long`` (slow) runs many more and longer examples.
+Run it with ``make test-reliability`` or ``pytest -m slow tests/test_store_model.py``; set
+``EPOCHFS_MODEL_EXAMPLES`` to change the long run's number of examples.
+"""
+
+from __future__ import annotations
+
+import copy
+import functools
+import hashlib
+import os
+import random
+import re
+import shutil
+import signal
+import sqlite3
+import tempfile
+import time
+import traceback
+from collections import Counter
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import (
+    RuleBasedStateMachine,
+    initialize,
+    invariant,
+    precondition,
+    rule,
+    run_state_machine_as_test,
+)
+from store_helpers import sid_of
+
+from epochfs.sidecar.reservations import Reservations
+from epochfs.sidecar.store import INDEX_NAME, Admission, Policy, Store, object_name
+
+KEYS = [f"train/{i:03d}.bin" for i in range(24)]
+CAPACITY = 4096
+SIZES = st.one_of(st.integers(0, 1400), st.sampled_from([0, 1, 1024, 2048, 3072]))
+FAR = 999_999
+COUNTERS = ("fetched_total", "fetched_bytes_total", "evicted_total", "evicted_bytes_total", "cuts_total",
+            "cache_bytes", "cache_samples")
+
+FileRow = tuple[str, int, str, str]  # path, size, checksum, object name
+ROOT_NAMES = {INDEX_NAME, f"{INDEX_NAME}-wal", f"{INDEX_NAME}-shm", "index.lock", "epochs.hwm", "objects",
+              "tmp"}
+HWM_TEMP = re.compile(r"\.epochs\.hwm\.\d+\.tmp")
+
+
+def body_of(key: str, version: int, size: int) -> bytes:
+    return random.Random(f"{key}#{version}").randbytes(size)
+
+
+def checksum_of(body: bytes) -> str:
+    return "md5:" + hashlib.md5(body).hexdigest()
+
+
+# ---------------------------------------------------------------------------------------- the model
+@dataclass
+class MSample:
+    key: str
+    id: int
+    size: int
+    checksum: str
+    body: bytes
+
+    @property
+    def object_name(self) -> str:
+        return object_name(sid_of(self.key))
+
+
+@dataclass
+class MEpoch:
+    n: int
+    files: tuple[FileRow, ...]
+    ids: frozenset[int]
+    samples: int
+    bytes: int
+    new: int
+    evicted: int
+    max_sample: int
+    last_read: float = 0.0
+    retired: bool = False
+
+
+@dataclass
+class Model:
+    """What the store must hold, and the answers it must give, in plain Python."""
+
+    policy: Policy
+    samples: dict[str, MSample] = field(default_factory=dict)
+    seq: int = 0  # sqlite_sequence of samples: the last id handed out
+    epochs: dict[int, MEpoch] = field(default_factory=dict)
+    pending: set[int] = field(default_factory=set)
+    counters: dict[str, int] = field(default_factory=lambda: dict.fromkeys(COUNTERS[:5], 0))
+    inflight_meta: int = 0
+    trace: list[Model] | None = None
+    """When set, a copy of the model is appended at every committed transaction."""
+
+    # -- plumbing
+    def snapshot(self) -> Model:
+        trace, self.trace = self.trace, None
+        try:
+            return copy.deepcopy(self)
+        finally:
+            self.trace = trace
+
+    def commit(self) -> None:
+        if self.trace is not None:
+            self.trace.append(self.snapshot())
+
+    @property
+    def cache_bytes(self) -> int:
+        return sum(s.size for s in self.samples.values())
+
+    def by_id(self) -> list[MSample]:
+        return sorted(self.samples.values(), key=lambda s: s.id)
+
+    def newest(self) -> int | None:
+        return max(self.epochs) if self.epochs else None
+
+    def next_epoch(self) -> int:
+        newest = self.newest()
+        return 0 if newest is None else newest + 1
+
+    def live(self) -> list[int]:
+        return sorted(n for n, e in self.epochs.items() if not e.retired)
+
+    def condition(self) -> bool:
+        return len(self.samples) >= max(1, self.policy.min_samples)
+
+    def signature(self) -> dict[str, Any]:
+        counters = dict(self.counters, cache_bytes=self.cache_bytes, cache_samples=len(self.samples))
+        return {
+            "samples": sorted((s.key, s.id, s.size, s.checksum) for s in self.samples.values()),
+            "epochs": sorted((e.n, e.retired, e.last_read, e.samples, e.bytes, e.new, e.evicted, e.max_sample)
+                             for e in self.epochs.values()),
+            "files": {n: list(self.epochs[n].files) for n in self.live()},
+            "pending": sorted(self.pending),
+            "counters": counters,
+            "inflight": self.inflight_meta,
+        }
+
+    # -- the store's rules
+    def retire(self, now: float) -> list[int]:
+        live = sorted(self.live(), reverse=True)
+        keep = {n for i, n in enumerate(live)
+                if i < self.policy.keep_epochs or now - self.epochs[n].last_read < self.policy.in_use_seconds}
+        gone = sorted(n for n in live if n not in keep)
+        for n in gone:
+            e = self.epochs[n]
+            e.retired, e.files, e.ids = True, (), frozenset()
+        self.commit()
+        return gone
+
+    def evict(self, need: int, now: float) -> int:
+        self.retire(now)
+        top = max((e.max_sample for e in self.epochs.values()), default=0)
+        pinned = frozenset().union(*(e.ids for e in self.epochs.values() if not e.retired))
+        freed, victims = 0, []
+        for s in self.by_id():
+            if freed >= need:
+                break
+            if s.id <= top and s.id not in pinned:
+                victims.append(s)
+                freed += s.size
+        for v in victims:
+            del self.samples[v.key]
+        if victims:
+            self.counters["evicted_total"] += len(victims)
+            self.counters["evicted_bytes_total"] += freed
+        self.commit()
+        return freed
+
+    def reserve(self, size: int, reserved: int, cap: int, now: float) -> bool:
+        if size > cap:
+            return False
+        need = self.cache_bytes + reserved + size - cap
+        if need > 0:
+            self.evict(need, now)
+            need = self.cache_bytes + reserved + size - cap
+        return need <= 0
+
+    def admit(self, items: list[tuple[str, bytes]], inflight_left: int) -> None:
+        for key, body in items:
+            self.seq += 1
+            self.samples[key] = MSample(key, self.seq, len(body), checksum_of(body), body)
+        self.counters["fetched_total"] += len(items)
+        self.counters["fetched_bytes_total"] += sum(len(b) for _, b in items)
+        self.inflight_meta = inflight_left
+        self.commit()
+
+    def cut(self, n: int | None = None, *, force: bool = False) -> tuple[int | None, bool]:
+        """(epoch, made): :func:`epochs._cut`."""
+        newest = self.newest()
+        if n is None:
+            n = self.next_epoch()
+        if n < 0:
+            raise ValueError("negative")
+        if n in self.epochs:
+            if self.epochs[n].retired:
+                raise ValueError("retired")
+            return n, False
+        if newest is not None and n < newest:
+            raise ValueError("below the newest")
+        if not self.condition() and (not force or not self.samples):
+            return None, False
+        self._insert(n)
+        self.counters["cuts_total"] += 1
+        self.commit()
+        return n, True
+
+    def _insert(self, n: int) -> None:
+        chosen, total = [], 0
+        for s in reversed(self.by_id()):
+            total += s.size
+            if total > self.policy.epoch_budget:
+                break
+            chosen.append(s)
+        prev = max((m for m in self.epochs if m < n), default=None)
+        new, evicted = len(chosen), 0
+        if prev is not None:
+            p = self.epochs[prev]
+            new = sum(1 for s in chosen if s.id > p.max_sample)
+            evicted = max(0, p.samples + new - len(chosen))
+        files = tuple(sorted((s.key, s.size, s.checksum, s.object_name) for s in chosen))
+        self.epochs[n] = MEpoch(n, files, frozenset(s.id for s in chosen), len(chosen),
+                                sum(s.size for s in chosen), new, evicted,
+                                max(s.id for s in self.samples.values()))
+        self.pending = {p for p in self.pending if p > n}
+
+    def cut_ready(self, n: int) -> bool:
+        if n in self.epochs:
+            return not self.epochs[n].retired
+        newest = self.newest()
+        if newest is not None and n < newest:
+            return False
+        return self.condition()
+
+    def request_cut(self, n: int) -> bool:
+        if n in self.epochs:
+            return not self.epochs[n].retired
+        if n != self.next_epoch():
+            return False
+        if self.condition() and self.cut(n)[0] is not None:
+            return True
+        if n not in self.pending:
+            self.pending.add(n)
+            self.commit()
+        return False
+
+    def process_cut_requests(self) -> list[int]:
+        done = []
+        for n in sorted(self.pending):
+            if n > self.next_epoch():
+                self.pending.discard(n)
+                self.commit()
+                continue
+            try:
+                result, made = self.cut(n)
+            except ValueError:
+                self.pending.discard(n)
+                self.commit()
+                continue
+            if result is None:
+                break
+            if made:
+                done.append(n)
+        return done
+
+    def record_read(self, n: int, now: float) -> None:
+        if n in self.epochs:
+            self.epochs[n].last_read = now
+        self.commit()
+
+
+# ------------------------------------------------------------------------------- crash injection
+CRASH_KINDS = ("statement", "commit", "committed", "file")
+
+
+@dataclass(frozen=True)
+class CrashPoint:
+    """Where a child is killed: in its ``op``-th operation, before its ``k``-th database statement
+    (``statement``), before or just after its ``k``-th COMMIT (``commit``, ``committed``), or before
+    its ``k``-th file operation (``file``: rename, unlink, fsync, chmod, or half-way through writing
+    a temp file). A point the operation never reaches kills nothing; every child is killed with -9
+    after its last operation anyway."""
+
+    op: int
+    kind: str
+    k: int
+
+
+class Crash:
+    def __init__(self, at: CrashPoint) -> None:
+        self.at = at
+        self.op = -1
+        self.counts = dict.fromkeys(CRASH_KINDS, 0)
+
+    def enter(self, op: int) -> None:
+        self.op = op
+        self.counts = dict.fromkeys(CRASH_KINDS, 0)
+
+    def point(self, kind: str) -> None:
+        if self.op != self.at.op:
+            return
+        self.counts[kind] += 1
+        if kind == self.at.kind and self.counts[kind] == self.at.k:
+            os.kill(os.getpid(), signal.SIGKILL)
+
+
+class CrashingConnection:
+    """The index's sqlite3 connection, with crash points around every statement."""
+
+    def __init__(self, db: sqlite3.Connection, crash: Crash) -> None:
+        self._db = db
+        self._crash = crash
+
+    def execute(self, *args: Any) -> sqlite3.Cursor:
+        commit = str(args[0]).strip().upper() == "COMMIT"
+        self._crash.point("statement")
+        if commit:
+            self._crash.point("commit")
+        cursor = self._db.execute(*args)
+        if commit:
+            self._crash.point("committed")
+        return cursor
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._db, name)
+
+
+def crash_points_in_os(crash: Crash) -> None:
+    """In the child only: a crash point before every file operation the store makes."""
+    for name in ("replace", "unlink", "fsync", "chmod", "rename"):
+        real = getattr(os, name)
+
+        def wrapped(*args: Any, _real: Callable[..., Any] = real, **kwargs: Any) -> Any:
+            crash.point("file")
+            return _real(*args, **kwargs)
+
+        setattr(os, name, wrapped)
+
+
+def crash_points(n_ops: int) -> st.SearchStrategy[CrashPoint]:
+    return st.builds(CrashPoint, st.integers(0, n_ops), st.sampled_from(CRASH_KINDS), st.integers(1, 8))
+
+
+@dataclass
+class Download:
+    key: str
+    body: bytes
+    temp: Path | None  # None: the child makes it
+
+
+def write_temp(path: Path, body: bytes, crash: Crash | None = None) -> None:
+    with open(path, "wb") as f:
+        f.write(body[: len(body) // 2])
+        if crash is not None:
+            crash.point("file")  # killed with half the body written
+        f.write(body[len(body) // 2:])
+        f.flush()
+        os.fsync(f.fileno())
+
+
+class ChildPlan:
+    """The operations a child (the sampler, forked) will do, planned on a copy of the model that
+    records every state a commit can leave (``states``), with each answer the store must give."""
+
+    def __init__(self, machine: StoreMachine) -> None:
+        self.sim = machine.model.snapshot()
+        self.sim.trace = [self.sim.snapshot()]
+        self.inflight = dict(machine.inflight)
+        self.versions = dict(machine.versions)
+        self.clock = machine.clock
+        self.ops: list[tuple[Any, ...]] = []
+
+    @property
+    def states(self) -> list[Model]:
+        assert self.sim.trace is not None
+        return self.sim.trace
+
+    def download(self, key: str, size: int) -> bool:
+        reserved = sum(len(d.body) for d in self.inflight.values())
+        ok = self.sim.reserve(size, reserved, CAPACITY, time.time())
+        self.versions[key] = self.versions.get(key, 0) + 1
+        body = body_of(key, self.versions[key], size)
+        self.ops.append(("download", key, body, ok))
+        if ok:
+            self.inflight[key] = Download(key, body, None)
+        return ok
+
+    def admit(self, keys: list[str]) -> None:
+        done = [self.inflight.pop(k) for k in keys]
+        self.sim.admit([(d.key, d.body) for d in done], sum(len(d.body) for d in self.inflight.values()))
+        self.ops.append(("admit", keys))
+
+    def cut(self, n: int | None) -> None:
+        self.ops.append(("cut", n, self.sim.cut(n)[0]))
+
+    def lookup(self, n: int) -> None:
+        self.ops.append(("lookup", n, self.sim.request_cut(n)))
+
+    def serve(self) -> None:
+        self.ops.append(("serve", self.sim.process_cut_requests()))
+
+    def retire(self, now: float) -> None:
+        self.ops.append(("retire", now, self.sim.retire(now)))
+
+    def evict(self, need: int) -> None:
+        self.ops.append(("evict", need, self.sim.evict(need, time.time())))
+
+    def read(self, n: int) -> None:
+        self.sim.record_read(n, self.clock)
+        self.ops.append(("read", n, self.clock))
+
+
+# ------------------------------------------------------------------------------------ the machine
+class StoreMachine(RuleBasedStateMachine):
+    def __init__(self, base: Path) -> None:
+        super().__init__()
+        self.dir = Path(tempfile.mkdtemp(dir=base))
+        self.root = self.dir / "cache"
+        self.store: Store | None = None
+        self.ro: sqlite3.Connection | None = None
+        self.inflight: dict[str, Download] = {}
+        self.versions: dict[str, int] = {}
+        self.history: dict[int, list[FileRow]] = {}
+        self.kills = 0
+
+    # -- opening, closing, reading the index
+    def _open(self) -> None:
+        self.store = Store(self.root)
+        self.ro = sqlite3.connect(f"file:{self.root / INDEX_NAME}?mode=ro", uri=True, timeout=30)
+
+    def _close(self) -> None:
+        if self.ro is not None:
+            self.ro.close()
+            self.ro = None
+        if self.store is not None:
+            self.store.close()
+            self.store = None
+
+    def teardown(self) -> None:
+        if self.store is not None and hasattr(self, "model"):
+            stats = self.store.stats()
+            RUN_STATS["examples"] += 1
+            RUN_STATS["kill -9"] += self.kills
+            RUN_STATS["cuts"] += stats.cuts_total
+            RUN_STATS["evictions"] += stats.evicted_total
+            RUN_STATS["admissions"] += stats.fetched_total
+            RUN_STATS["retired epochs"] += sum(1 for e in self.model.epochs.values() if e.retired)
+            RUN_STATS["most samples"] = max(RUN_STATS["most samples"], stats.samples)
+        self._close()
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+    def _rows(self, sql: str) -> list[tuple[Any, ...]]:
+        assert self.ro is not None
+        return self.ro.execute(sql).fetchall()
+
+    def _signature(self) -> dict[str, Any]:
+        assert self.store is not None
+        rows = self._rows("SELECT n, retired, last_read, samples, bytes, new, evicted, max_sample "
+                          "FROM epochs")
+        epochs = sorted((int(n), bool(r), float(lr), int(s), int(b), int(nw), int(ev), int(ms))
+                        for n, r, lr, s, b, nw, ev, ms in rows)
+        counters = dict.fromkeys(COUNTERS, 0) | {str(k): int(v) for k, v in self._rows(
+            "SELECT name, value FROM counters") if k in COUNTERS}
+        inflight = self._rows("SELECT value FROM meta WHERE name='inflight_bytes'")
+        return {
+            "samples": sorted((str(k), int(i), int(s), str(c)) for k, i, s, c in self._rows(
+                "SELECT key, id, size, checksum FROM samples")),
+            "epochs": epochs,
+            "files": {e.epoch: [(f.path, f.size, f.checksum, f.object_name)
+                                for f in self.store.epoch_files(e.epoch)] for e in self.store.epochs()},
+            "pending": [n for n, _ in self.store.pending_cuts()],
+            "counters": counters,
+            "inflight": int(inflight[0][0]) if inflight else 0,
+        }
+
+    @property
+    def reserved(self) -> int:
+        return sum(len(d.body) for d in self.inflight.values())
+
+    def _new_body(self, key: str, size: int) -> bytes:
+        self.versions[key] = self.versions.get(key, 0) + 1
+        return body_of(key, self.versions[key], size)
+
+    def _free_key(self, start: int, taken: set[str]) -> str | None:
+        for i in range(len(KEYS)):
+            key = KEYS[(start + i) % len(KEYS)]
+            if key not in taken:
+                return key
+        return None
+
+    def _epoch_number(self, kind: str, pick: int) -> int:
+        m = self.model
+        newest = m.newest()
+        live, retired = m.live(), sorted(n for n, e in m.epochs.items() if e.retired)
+        gaps = [n for n in range(newest or 0) if n not in m.epochs]
+        options = {
+            "next": [m.next_epoch()],
+            "next+1": [m.next_epoch() + 1],
+            "ahead": [m.next_epoch() + 2 + pick % 40],
+            "far": [FAR + pick],
+            "live": live,
+            "retired": retired,
+            "gap": gaps,
+            "negative": [-1],
+        }[kind] or [m.next_epoch()]
+        return options[pick % len(options)]
+
+    # -- set-up
+    @initialize(keep=st.integers(1, 3), headroom=st.sampled_from([0.0, 0.25, 0.5]),
+                min_samples=st.sampled_from([1, 1, 3]), in_use=st.sampled_from([60.0, 300.0]))
+    def setup(self, keep: int, headroom: float, min_samples: int, in_use: float) -> None:
+        policy = Policy(capacity=CAPACITY, keep_epochs=keep, min_samples=min_samples, headroom=headroom,
+                        in_use_seconds=in_use)
+        store = Store(self.root, create=True)
+        store.configure(policy)
+        store.close()
+        self._open()
+        assert self.store is not None
+        self.reservations = Reservations(self.store)
+        self.model = Model(policy)
+        # Reads are recorded far ahead of the wall clock, so the retirement that eviction runs at the
+        # wall clock sees them all as recent, and the model can predict it exactly.
+        self.clock = time.time() + 1e6
+
+    # -- downloads: reserve, write, admit or give up
+    @rule(start=st.integers(0, len(KEYS) - 1),
+          sizes=st.lists(st.tuples(SIZES, st.sampled_from(["admit", "admit", "admit", "keep", "give up"])),
+                         min_size=1, max_size=4),
+          clamp=st.sampled_from([None, None, None, 0.5, 0.8]))
+    def fetch(self, start: int, sizes: list[tuple[int, str]], clamp: float | None) -> None:
+        """Downloads as the sampler starts them: reserve (evicting, or refused: backpressure),
+        write and fsync a temp file; then admitted in one batch, kept in flight or given up."""
+        assert self.store is not None
+        batch = []
+        for i, (size, then) in enumerate(sizes):
+            key = self._free_key(start + 7 * i, set(self.model.samples) | set(self.inflight))
+            if key is None:
+                break
+            size = min(size, self.model.policy.epoch_budget)  # --max-object-size: what an epoch holds
+            cap = None if clamp is None else int(CAPACITY * clamp)  # the disk's effective capacity
+            expected = self.model.reserve(size, self.reserved, cap or CAPACITY, time.time())
+            got = self.reservations.reserve(size, capacity=cap)
+            assert got == expected, f"reserve({size}, capacity={cap}) answered {got}, model {expected}"
+            if not got:
+                break  # backpressure: the sampler waits
+            body = self._new_body(key, size)
+            temp = self.store.temp_path()
+            write_temp(temp, body)
+            self.inflight[key] = Download(key, body, temp)
+            assert self.store.cache_bytes() + self.reservations.reserved <= (cap or CAPACITY)
+            if then == "admit":
+                batch.append(key)
+            elif then == "give up":
+                self._give_up(key)
+        if batch:
+            self._admit(batch)
+        assert self.reservations.reserved == self.reserved
+
+    # Rules are drawn with equal weight: two more doors to fetching keep the cache near full, where
+    # eviction, backpressure and pins meet.
+    @rule(start=st.integers(0, len(KEYS) - 1),
+          sizes=st.lists(st.tuples(SIZES, st.just("admit")), min_size=2, max_size=4))
+    def fetch_batch(self, start: int, sizes: list[tuple[int, str]]) -> None:
+        self.fetch(start, sizes, None)
+
+    @rule(start=st.integers(0, len(KEYS) - 1), size=SIZES)
+    def fetch_one(self, start: int, size: int) -> None:
+        self.fetch(start, [(size, "admit")], None)
+
+    def _admit(self, keys: list[str]) -> None:
+        items = [self._admission(self.inflight[k]) for k in keys]
+        self.reservations.admit(items)
+        done = [self.inflight.pop(k) for k in keys]
+        self.model.admit([(d.key, d.body) for d in done], self.reserved)
+        assert self.reservations.reserved == self.reserved
+
+    def _give_up(self, key: str) -> None:
+        d = self.inflight.pop(key)
+        assert d.temp is not None
+        d.temp.unlink()
+        self.reservations.release(len(d.body))
+
+    @precondition(lambda self: self.inflight)
+    @rule(data=st.data())
+    def admit(self, data: st.DataObject) -> None:
+        """Downloads kept in flight finish and are admitted in one batch."""
+        self._admit(data.draw(st.lists(st.sampled_from(sorted(self.inflight)), min_size=1, max_size=3,
+                                       unique=True)))
+
+    def _admission(self, d: Download) -> Admission:
+        assert d.temp is not None
+        return Admission(d.key, sid_of(d.key), len(d.body), checksum_of(d.body), "v1", d.temp)
+
+    @precondition(lambda self: self.inflight)
+    @rule(pick=st.integers(0, 100))
+    def give_up_download(self, pick: int) -> None:
+        self._give_up(sorted(self.inflight)[pick % len(self.inflight)])
+        assert self.reservations.reserved == self.reserved
+
+    @rule(need=st.integers(0, CAPACITY))
+    def evict(self, need: int) -> None:
+        assert self.store is not None
+        expected = self.model.evict(need, time.time())
+        assert self.store.evict(need) == expected
+
+    # -- cuts and lookups
+    @rule(kind=st.sampled_from(["default", "next", "next+1", "ahead", "live", "retired", "gap", "negative"]),
+          pick=st.integers(0, 1000), force=st.booleans())
+    def cut(self, kind: str, pick: int, force: bool) -> None:
+        assert self.store is not None
+        n = None if kind == "default" else self._epoch_number(kind, pick)
+        try:
+            expected: object = self.model.cut(n, force=force)[0]
+        except ValueError:
+            expected = ValueError
+        try:
+            got: object = self.store.cut(n, force=force)
+        except ValueError:
+            got = ValueError
+        assert got == expected, f"cut({n}, force={force}) gave {got}, model {expected}"
+
+    @rule(kind=st.sampled_from(["next", "next", "next+1", "ahead", "far", "live", "retired", "gap"]),
+          pick=st.integers(0, 1000))
+    def lookup(self, kind: str, pick: int) -> None:
+        """A lookup of epoch-N through the mount: request_cut, as the FUSE view asks it."""
+        assert self.store is not None
+        n = self._epoch_number(kind, pick)
+        ready = self.model.cut_ready(n)
+        assert self.store.cut_ready(n) == ready, f"cut_ready({n})"
+        expected = self.model.request_cut(n)
+        assert self.store.request_cut(n) == expected, f"request_cut({n})"
+        if expected:
+            assert [f.path for f in self.store.epoch_files(n)] == [f[0] for f in self.model.epochs[n].files]
+        else:
+            with pytest.raises(KeyError):
+                self.store.epoch_files(n)
+
+    @rule(count=st.integers(1, 60), pick=st.integers(0, 1000))
+    def lookup_storm(self, count: int, pick: int) -> None:
+        """Stray lookups far ahead (``stat epoch-999999`` from a script): no cut, no row, no answer."""
+        assert self.store is not None
+        base = self.model.next_epoch()
+        for i in range(count):
+            n = FAR + pick + i if i % 2 else base + 1 + (pick + i) % 50
+            assert self.store.request_cut(n) is False
+            assert self.model.request_cut(n) is False
+
+    @rule()
+    def serve_cut_requests(self) -> None:
+        assert self.store is not None
+        expected = self.model.process_cut_requests()
+        assert [n for n, _ in self.store.process_cut_requests()] == expected
+
+    # -- pins and retirement
+    @rule(kind=st.sampled_from(["live", "live", "retired", "next"]), pick=st.integers(0, 1000),
+          back=st.sampled_from([0.0, 0.0, 30.0, 299.0]))
+    def read(self, kind: str, pick: int, back: float) -> None:
+        """A reader records a read of epoch n (``now`` at the machine's clock, or a while before)."""
+        assert self.store is not None
+        n = self._epoch_number(kind, pick)
+        self.store.record_read(n, now=self.clock - back)
+        self.model.record_read(n, self.clock - back)
+
+    @rule(advance=st.sampled_from([0.0, 1.0, 59.0, 60.0, 61.0, 299.0, 301.0, 1000.0]))
+    def retire(self, advance: float) -> None:
+        assert self.store is not None
+        self.clock += advance
+        expected = self.model.retire(self.clock)
+        assert sorted(self.store.retire(now=self.clock)) == expected
+
+    # -- restarts
+    @rule(data=st.data(), strays=st.integers(0, 2))
+    def restart(self, data: st.DataObject, strays: int) -> None:
+        """The sampler stops with downloads in flight (each left as a complete or partial temp file,
+        or already renamed into objects/ when the index commit never came), then starts again."""
+        assert self.store is not None
+        temps = orphans = 0
+        for key in sorted(self.inflight):
+            d = self.inflight[key]
+            assert d.temp is not None
+            how = data.draw(st.sampled_from(["temp", "partial", "installed"]), label=f"abandon {key}")
+            if how == "installed":
+                self.store.files.install([self._admission(d)])
+                orphans += 1
+            else:
+                if how == "partial":
+                    os.truncate(d.temp, len(d.body) // 2)
+                temps += 1
+        for _ in range(strays):
+            self.store.temp_path().write_bytes(b"partial")
+            temps += 1
+        self._close()
+        self._open()
+        assert self.store is not None
+        report = self.store.recover()
+        assert (report.integrity, report.rows_dropped) == ("ok", 0), report
+        assert (report.temp_removed, report.orphans_removed) == (temps, orphans), report
+        self.inflight = {}
+        self.reservations = Reservations(self.store)
+        self.model.inflight_meta = 0
+
+    @rule(plan=st.lists(st.sampled_from(["download", "download", "admit", "admit", "cut", "lookup",
+                                         "serve", "retire", "evict", "read"]), min_size=1, max_size=6),
+          recovery_killed=st.booleans(), data=st.data())
+    def kill_9(self, plan: list[str], recovery_killed: bool, data: st.DataObject) -> None:
+        """The sampler goes on in a forked child that does the ops of ``plan`` and is killed with
+        SIGKILL at a point hypothesis draws (:class:`CrashPoint`); with ``recovery_killed`` the next
+        start is killed too, in the middle of its recovery. Then a start that recovers."""
+        child = ChildPlan(self)
+        for kind in plan:
+            sim = child.sim
+            if kind == "download":
+                key = self._free_key(data.draw(st.integers(0, len(KEYS) - 1), label="key"),
+                                     set(sim.samples) | set(child.inflight))
+                if key is not None:
+                    child.download(key, min(data.draw(SIZES, label="size"), sim.policy.epoch_budget))
+            elif kind == "admit" and child.inflight:
+                child.admit(data.draw(st.lists(st.sampled_from(sorted(child.inflight)), min_size=1,
+                                               max_size=3, unique=True), label="admit"))
+            elif kind == "cut":
+                n = data.draw(st.sampled_from([None, sim.next_epoch(), sim.next_epoch() + 2]), label="cut")
+                child.cut(n)
+            elif kind == "lookup":
+                child.lookup(data.draw(st.sampled_from([sim.next_epoch(), FAR, *sim.live()]), label="lookup"))
+            elif kind == "serve":
+                child.serve()
+            elif kind == "retire":
+                child.retire(self.clock + data.draw(st.sampled_from([0.0, 100.0, 1000.0]), label="advance"))
+            elif kind == "evict":
+                child.evict(data.draw(st.integers(1, CAPACITY), label="need"))
+            elif kind == "read" and sim.epochs:
+                child.read(data.draw(st.sampled_from(sorted(sim.epochs)), label="read"))
+        at = data.draw(crash_points(len(child.ops)), label="crash point")
+        again = data.draw(crash_points(0), label="crash point in recovery") if recovery_killed else None
+        self.crash_and_recover(child, at, again)
+
+    def crash_and_recover(self, child: ChildPlan, at: CrashPoint, again: CrashPoint | None = None) -> bool:
+        """Run ``child`` in a forked process killed at ``at``; kill the next start during its
+        recovery at ``again``; then start and recover, and find which committed state the store
+        is in. True when the child was killed at ``at`` (False: it finished first)."""
+        self._close()
+        killed = self._run_child(lambda crash: self._child_ops(child.ops, crash), at)
+        self.kills += 1
+        if again is not None:
+            self._run_child(lambda crash: _recover_in_child(self.root, crash), again)
+        self._open()
+        assert self.store is not None
+        report = self.store.recover()
+        assert (report.integrity, report.rows_dropped) == ("ok", 0), report
+        got = self._signature()
+        assert got.pop("inflight") == 0
+        states = child.states
+        matches = [m for m in states if {**m.signature(), "inflight": None} == {**got, "inflight": None}]
+        assert matches, _closest_diff(states, got)
+        self.model = matches[-1]
+        self.model.trace = None
+        self.model.inflight_meta = 0
+        self.versions = child.versions
+        self.inflight = {}
+        self.reservations = Reservations(self.store)
+        return killed
+
+    def _run_child(self, work: Callable[[Crash], None], at: CrashPoint) -> bool:
+        """Fork; the child does ``work`` with crash points and is killed at ``at`` (or kills
+        itself when done: then False). The parent has no connection open across the fork."""
+        assert self.store is None and self.ro is None
+        errors = self.dir / "child-error.txt"
+        finished = self.dir / "child-finished"
+        finished.unlink(missing_ok=True)
+        pid = os.fork()
+        if pid == 0:  # the child: never returns into the test
+            try:
+                crash = Crash(at)
+                work(crash)
+                finished.touch()
+                os.kill(os.getpid(), signal.SIGKILL)
+            except BaseException:
+                with open(errors, "w") as f:
+                    f.write(traceback.format_exc())
+            finally:
+                os._exit(3)
+        _, status = os.waitpid(pid, 0)
+        if not (os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGKILL):
+            raise AssertionError(f"child failed (status {status}):\n"
+                                 f"{errors.read_text() if errors.exists() else '(no traceback)'}")
+        return not finished.exists()
+
+    def _child_ops(self, ops: list[tuple[Any, ...]], crash: Crash) -> None:
+        store = Store(self.root)
+        store._ix.db = CrashingConnection(store._ix.db, crash)  # type: ignore[assignment]
+        crash_points_in_os(crash)
+        reservations = self.reservations  # the sampler's own, as forked, on the reopened folder
+        reservations.store = store
+        inflight = dict(self.inflight)
+        for i, op in enumerate(ops):
+            crash.enter(i)
+            kind = op[0]
+            if kind == "download":
+                _, key, body, ok = op
+                got = reservations.reserve(len(body))
+                assert got == ok, f"child: reserve({len(body)}) gave {got}, model {ok}"
+                if got:
+                    temp = store.temp_path()
+                    write_temp(temp, body, crash)
+                    inflight[key] = Download(key, body, temp)
+            elif kind == "admit":
+                reservations.admit([self._admission(inflight.pop(k)) for k in op[1]])
+            elif kind == "cut":
+                assert store.cut(op[1]) == op[2], op
+            elif kind == "lookup":
+                assert store.request_cut(op[1]) == op[2], op
+            elif kind == "serve":
+                assert [n for n, _ in store.process_cut_requests()] == op[1], op
+            elif kind == "retire":
+                assert sorted(store.retire(now=op[1])) == op[2], op
+            elif kind == "evict":
+                assert store.evict(op[1]) == op[2], op
+            elif kind == "read":
+                store.record_read(op[1], now=op[2])
+        crash.enter(len(ops))
+
+    def check_all(self) -> None:
+        """Every invariant, for callers outside hypothesis (the crash sweep)."""
+        self.the_store_equals_the_model()
+        self.capacity_is_never_exceeded()
+        self.epochs_never_change_and_numbers_are_never_reused()
+        self.every_listed_file_is_readable_with_its_bytes()
+        self.files_on_disk_are_what_the_index_says()
+
+    # -- invariants, after every step
+    @invariant()
+    def the_store_equals_the_model(self) -> None:
+        if self.store is None:
+            return
+        got = self._signature()
+        want = self.model.signature()
+        if got != want:
+            raise AssertionError(_diff(want, got))
+
+    @invariant()
+    def capacity_is_never_exceeded(self) -> None:
+        if self.store is None:
+            return
+        cache = self.store.cache_bytes()
+        assert cache + self.reservations.reserved <= CAPACITY, (cache, self.reservations.reserved)
+        stats = self.store.stats()
+        assert stats.cache_bytes == cache == self.model.cache_bytes, "running total vs samples table"
+        assert stats.samples == len(self.model.samples)
+        assert [e["epoch"] for e in stats.epochs] == self.model.live()
+        assert stats.latest_epoch == (self.model.live()[-1] if self.model.live() else None)
+        for e in self.store.epochs():
+            assert e.bytes <= self.model.policy.epoch_budget
+
+    @invariant()
+    def epochs_never_change_and_numbers_are_never_reused(self) -> None:
+        if self.store is None:
+            return
+        for info in self.store.epochs():
+            files = [(f.path, f.size, f.checksum, f.object_name) for f in self.store.epoch_files(info.epoch)]
+            seen = self.history.setdefault(info.epoch, files)
+            assert files == seen, f"epoch {info.epoch} changed while live:\nwas {seen}\nnow {files}"
+        known = {int(n) for (n,) in self._rows("SELECT n FROM epochs")}
+        assert set(self.history) <= known, f"epochs forgotten by the index: {set(self.history) - known}"
+
+    @invariant()
+    def every_listed_file_is_readable_with_its_bytes(self) -> None:
+        if self.store is None:
+            return
+        for info in self.store.epochs():
+            for f in self.store.epoch_files(info.epoch):
+                data = (self.store.objects_dir / f.object_name).read_bytes()
+                assert checksum_of(data) == f.checksum, f"epoch {info.epoch}: {f.path} has other bytes"
+                assert data == self.model.samples[f.path].body
+
+    @invariant()
+    def files_on_disk_are_what_the_index_says(self) -> None:
+        if self.store is None:
+            return
+        on_disk = {f"{p.parent.name}/{p.name}" for p in self.store.objects_dir.glob("*/*")}
+        assert on_disk == {s.object_name for s in self.model.samples.values()}, "objects vs samples"
+        temps = {p.name for p in self.store.tmp_dir.iterdir()}
+        assert temps == {d.temp.name for d in self.inflight.values() if d.temp is not None}
+        strays = {p.name for p in self.root.iterdir()} - ROOT_NAMES
+        assert strays == set(), f"left in the cache folder: {strays}"
+
+    @invariant()
+    def the_next_number_is_the_models(self) -> None:
+        """The high-water mark outside the index never moves the next number (nothing here loses
+        index transactions), and a lookup may ask for exactly that one."""
+        if self.store is None:
+            return
+        assert self.store.next_epoch() == self.model.next_epoch()
+
+
+def _recover_in_child(root: Path, crash: Crash) -> None:
+    store = Store(root)
+    store._ix.db = CrashingConnection(store._ix.db, crash)  # type: ignore[assignment]
+    crash_points_in_os(crash)
+    crash.enter(0)
+    store.recover()
+
+
+def _diff(want: dict[str, Any], got: dict[str, Any]) -> str:
+    lines = ["the store differs from the model:"]
+    for k in want:
+        if want[k] != got.get(k):
+            lines.append(f"  {k}:\n    model {want[k]}\n    store {got.get(k)}")
+    return "\n".join(lines)
+
+
+def _closest_diff(states: list[Model], got: dict[str, Any]) -> str:
+    """No committed state matches: show the diff to each state the child could have left."""
+    out = ["after kill -9 the store equals none of the states the child could have committed:"]
+    for i, m in enumerate(states):
+        out.append(f"-- state {i}: {_diff({**m.signature(), 'inflight': None}, {**got, 'inflight': None})}")
+    return "\n".join(out)
+
+
+@pytest.fixture
+def base(tmp_path: Path) -> Iterator[Path]:
+    """A folder in memory when the machine has one (/dev/shm): fsync there costs nothing, and
+    these tests fsync thousands of times (crash safety does not depend on the disk here: the
+    processes die, the kernel keeps what they wrote)."""
+    shm = Path("/dev/shm")
+    if shm.is_dir() and os.access(shm, os.W_OK):
+        folder = Path(tempfile.mkdtemp(prefix="epochfs-model-", dir=shm))
+        try:
+            yield folder
+        finally:
+            shutil.rmtree(folder, ignore_errors=True)
+    else:
+        yield tmp_path
+
+
+RUN_STATS: Counter[str] = Counter()
+"""What the examples of the last run did, summed (printed by the tests)."""
+
+
+def run_machine(base: Path, *, examples: int, steps: int) -> None:
+    RUN_STATS.clear()
+    started = time.monotonic()
+    run_state_machine_as_test(
+        lambda: StoreMachine(base),
+        settings=settings(max_examples=examples, stateful_step_count=steps, deadline=None,
+                          suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much,
+                                                 HealthCheck.data_too_large]),
+    )
+    print(f"store model: {examples} examples of up to {steps} steps in {time.monotonic() - started:.0f} s: "
+          + ", ".join(f"{k} {v}" for k, v in RUN_STATS.items()))
+
+
+def test_store_model(base: Path) -> None:
+    run_machine(base, examples=60, steps=50)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(3600)
+def test_store_model_long(base: Path) -> None:
+    run_machine(base, examples=int(os.environ.get("EPOCHFS_MODEL_EXAMPLES", "500")), steps=80)
+
+
+# ------------------------------------------------------------------- every crash point, in order
+class Sweep:
+    """A machine set to one state, and a way back to it, to try every crash point from there."""
+
+    def __init__(self, base: Path) -> None:
+        m = self.machine = StoreMachine(base)
+        # Keep one epoch, a 3,072-byte epoch budget, six samples before a lookup may cut.
+        m.setup(keep=1, headroom=0.25, min_samples=6, in_use=60.0)
+        m.fetch(0, [(700, "admit")] * 5, None)  # 3,500 of 4,096 bytes
+        m.cut("default", 0, True)  # epoch 0 (forced): the four newest; the oldest is evictable
+        m.lookup("next", 0)  # epoch 1 asked for: five samples of six, so queued
+        m.fetch(9, [(300, "keep")], None)  # a download in flight
+        m.check_all()
+        self.saved = base / "saved"
+        shutil.copytree(m.root, self.saved)
+        self.model = m.model.snapshot()
+        self.inflight, self.versions = dict(m.inflight), dict(m.versions)
+        self.history = copy.deepcopy(m.history)
+
+    def reset(self) -> StoreMachine:
+        m = self.machine
+        m._close()
+        shutil.rmtree(m.root)
+        shutil.copytree(self.saved, m.root)
+        m._open()
+        assert m.store is not None
+        m.model = self.model.snapshot()
+        m.inflight, m.versions = dict(self.inflight), dict(self.versions)
+        m.history = copy.deepcopy(self.history)
+        m.reservations = Reservations(m.store)
+        assert m.reservations.reserve(m.reserved)
+        return m
+
+    def plan(self) -> ChildPlan:
+        """The sampler's next moves, each one a transaction or a few (see the comments)."""
+        m = self.machine
+        child = ChildPlan(m)
+        assert child.download(KEYS[20], 700)  # reserve: evicts the oldest sample, then writes
+        child.admit([KEYS[20], *sorted(m.inflight)])  # two admitted: six samples
+        child.serve()  # the queued cut: epoch 1
+        child.read(0)  # epoch 0 in use
+        child.retire(m.clock + 1000)  # ... no longer: it retires
+        child.evict(1000)  # the samples only epoch 0 held
+        child.lookup(child.sim.next_epoch())  # four samples: queued
+        return child
+
+    def close(self) -> None:
+        self.machine.teardown()
+        shutil.rmtree(self.saved, ignore_errors=True)
+
+
+def sweep_sampler(base: Path, kinds: tuple[str, ...]) -> int:
+    """Every crash point of ``kinds`` in every op of :meth:`Sweep.plan`; returns how many."""
+    sweep = Sweep(base)
+    tried = 0
+    try:
+        for op in range(len(sweep.plan().ops)):
+            for kind in kinds:
+                for k in range(1, 500):
+                    m = sweep.reset()
+                    killed = m.crash_and_recover(sweep.plan(), CrashPoint(op, kind, k))
+                    m.check_all()
+                    m.fetch(3, [(200, "admit")], None)  # and the next start works
+                    m.check_all()
+                    tried += 1
+                    if not killed:
+                        break
+    finally:
+        sweep.close()
+    return tried
+
+
+def test_every_crash_point_of_the_sampler_leaves_a_committed_state(base: Path) -> None:
+    """kill -9 before and just after each COMMIT and before each file operation of a planned run
+    of the sampler (reserve with eviction, temp write, batch admission, a queued cut, a read, a
+    retirement, an eviction, a lookup): recovery leaves exactly one committed state, every
+    invariant holds, and a start after it goes on."""
+    tried = sweep_sampler(base, ("commit", "committed", "file"))
+    print(f"{tried} crash points tried")
+    assert tried > 30
+
+
+@pytest.mark.slow
+def test_every_statement_is_a_crash_point(base: Path) -> None:
+    """The same, killed before every database statement too (inside transactions, reads)."""
+    tried = sweep_sampler(base, CRASH_KINDS)
+    print(f"{tried} crash points tried, every statement and file operation")
+    assert tried > 100
+
+
+def test_every_crash_point_of_recovery(base: Path) -> None:
+    """A start killed during its recovery (temp files, a partial one, an installed object whose
+    row never came), at every COMMIT and file operation: the next recovery finishes the job."""
+    sweep = Sweep(base)
+    tried = 0
+    try:
+        for kind in CRASH_KINDS:
+            for k in range(1, 200):
+                m = sweep.reset()
+                assert m.store is not None
+                d = m.inflight[sorted(m.inflight)[0]]
+                m.store.files.install([m._admission(d)])  # an object whose row never committed
+                m.store.temp_path().write_bytes(b"half")
+                m.inflight = {}
+                m._close()
+                killed = m._run_child(functools.partial(_recover_in_child, m.root), CrashPoint(0, kind, k))
+                m._open()
+                assert m.store is not None
+                report = m.store.recover()
+                assert (report.integrity, report.rows_dropped) == ("ok", 0)
+                m.reservations = Reservations(m.store)
+                m.model.inflight_meta = 0
+                m.check_all()
+                tried += 1
+                if not killed:
+                    break
+    finally:
+        sweep.close()
+    assert tried > 3
+
+
+def test_a_killed_cut_leaves_no_temp_file(base: Path) -> None:
+    """kill -9 while a cut writes ``epochs.hwm`` (its temp file written, not yet renamed), then a
+    start that recovers: nothing of the dead process may stay in the cache folder. (Found by the
+    machine: recovery left ``.epochs.hwm.<pid>.tmp`` behind for good.)"""
+    sweep = Sweep(base)
+    try:
+        m = sweep.reset()
+        child = ChildPlan(m)
+        assert child.download(KEYS[20], 700)
+        child.admit([KEYS[20], *sorted(m.inflight)])
+        child.cut(None)  # six samples: the cut is made
+        assert m.crash_and_recover(child, CrashPoint(2, "file", 1))  # before the mark's fsync
+        m.check_all()
+        left = sorted(p.name for p in m.root.iterdir() if HWM_TEMP.fullmatch(p.name))
+        assert left == [], f"left in {m.root} after recovery: {left}"
+    finally:
+        sweep.close()
