@@ -306,3 +306,17 @@ def test_two_processes_share_the_index(store: Store, cache_dir: Path) -> None:
     assert reader.stats().samples == 1
     db = sqlite3.connect(cache_dir / "index.sqlite")
     assert db.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+
+
+def test_admitting_a_cached_key_again_is_refused_and_its_object_kept(store: Store) -> None:
+    """A second admission of a cached key must not replace (then lose) the object a live epoch lists."""
+    a = put(store, "a.bin", fill=1)
+    assert store.cut(0) == 0
+    temp = store.temp_path()
+    temp.write_bytes(bytes([2]) * 100)
+    again = Admission("a.bin", a.sid, 100, a.checksum, "v2", temp)
+    with pytest.raises(ValueError, match=r"already in the cache: a\.bin"):
+        store.admit([again])
+    obj = store.objects_dir / object_name(a.sid)
+    assert obj.read_bytes() == bytes([1]) * 100, "the live epoch's object is untouched"
+    assert [f.path for f in store.epoch_files(0)] == ["a.bin"]

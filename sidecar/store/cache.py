@@ -206,6 +206,17 @@ class Store:
         """
         if not items:
             return
+        keys = [a.key for a in items]
+        sids = [a.sid for a in items]
+        if len(set(keys)) != len(keys) or len(set(sids)) != len(sids):
+            raise ValueError("a sample is admitted twice in one batch")
+        marks = ",".join("?" * len(items))
+        known = self._ix.query(f"SELECT key FROM samples WHERE key IN ({marks}) OR sid IN ({marks})",
+                               (*keys, *sids))
+        if known:
+            # Installing first would replace the object a live epoch lists, then lose it to the
+            # failed insert's clean-up: refuse before touching any file.
+            raise ValueError(f"already in the cache: {', '.join(sorted(str(r[0]) for r in known))}")
         self.files.install(items)
         now = time.time()
         ix = self._ix
