@@ -6,52 +6,20 @@ in memory, and the sampler's loop runs in-process.
 
 from __future__ import annotations
 
-import contextlib
-import errno
 import os
 import sqlite3
-import subprocess
 import threading
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from common import wait_until
+from inprocess import fill, objects_of, sampling, settings_for, small_volume
 from memory_remote import MemoryReader, MemoryRemote
 from store_helpers import sample_checksums
-from test_sampler_inprocess import objects_of, sampling, settings_for
 
 from epochfs.sidecar.store import Store
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="mounts a tmpfs")
-
-
-@contextlib.contextmanager
-def small_volume(path: Path, size: str) -> Iterator[Path]:
-    path.mkdir()
-    subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(path)], check=True)
-    try:
-        yield path
-    finally:
-        subprocess.run(["umount", "-l", str(path)], check=False)
-
-
-def fill(volume: Path, *, leave: int) -> Path:
-    """Write a filler file until only about ``leave`` bytes are free."""
-    filler = volume / "filler"
-    with open(filler, "wb") as f:
-        while True:
-            st = os.statvfs(volume)
-            free = st.f_bavail * st.f_frsize
-            if free <= leave:
-                break
-            try:
-                f.write(b"\0" * min(1 << 20, free - leave))
-                f.flush()
-            except OSError as e:
-                assert e.errno == errno.ENOSPC
-                break
-    return filler
 
 
 class GatedRemote(MemoryRemote):

@@ -13,12 +13,12 @@ import logging
 import os
 import shutil
 import signal
-import threading
 import zlib
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+import inprocess
 import pytest
 from common import S3Server, random_objects, wait_until
 from faultproxy import FaultProxy
@@ -26,9 +26,6 @@ from memory_remote import MemoryReader, MemoryRemote
 from sampler_helpers import index_rows, running_sampler, s3_env, start_sampler, verify_cache
 from store_helpers import sid_of
 
-from epochfs.sidecar import config
-from epochfs.sidecar.catalog import build_catalog
-from epochfs.sidecar.config import SamplerSettings
 from epochfs.sidecar.remote import RemoteObject
 from epochfs.sidecar.sampler import Sampler
 from epochfs.sidecar.store import HWM_NAME, INDEX_NAME, Admission, Policy, Store, object_name
@@ -43,31 +40,9 @@ def objects_of(count: int, size: int = 3000) -> dict[str, bytes]:
 
 @contextmanager
 def sampling(cache: Path, remote: MemoryRemote, *extra: str) -> Iterator[tuple[Store, Sampler]]:
-    """The sampler's loop on a thread over ``remote``, as ``epochfs sample`` runs it after listing."""
-    settings = config.parse(SamplerSettings, ["--cache", str(cache), "--remote", "file:///unused",
-                                              "--capacity", "1Mi", "--concurrency", "4", *extra], environ={})
-    store = Store(cache, create=True)
-    store.configure(settings.policy())
-    build_catalog(store, remote, seed=0, shard_index=0, shard_count=1, object_limit=settings.object_limit)
-    stop = threading.Event()
-    sampler = Sampler(store=store, remote=remote, settings=settings, stop=stop)
-    errors: list[BaseException] = []
-
-    def run() -> None:
-        try:
-            sampler.run()
-        except BaseException as e:
-            errors.append(e)
-
-    thread = threading.Thread(target=run, name="sampler-under-test")
-    thread.start()
-    try:
+    """The sampler's loop on a thread over ``remote`` (tests/inprocess.py), with extra flags."""
+    with inprocess.sampling(cache, remote, inprocess.settings_for(cache, *extra)) as (store, sampler):
         yield store, sampler
-    finally:
-        stop.set()
-        thread.join(timeout=30)
-        store.close()
-    assert not thread.is_alive() and not errors, errors
 
 
 def samples(cache: Path) -> dict[str, tuple[str, str, str]]:

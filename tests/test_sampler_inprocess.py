@@ -4,68 +4,20 @@ each test runs in about a second."""
 
 from __future__ import annotations
 
-import threading
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
 from common import wait_until
+from inprocess import objects_of, sampling, settings_for
 from memory_remote import MemoryRemote
 from store_helpers import sample_checksums, sid_of
 
-from epochfs.sidecar import config, keyorder
-from epochfs.sidecar.catalog import build_catalog
-from epochfs.sidecar.config import SamplerSettings
+from epochfs.sidecar import keyorder
 from epochfs.sidecar.remote_errors import Changed, Denied, NotFound, Transient, Unavailable
-from epochfs.sidecar.sampler import Sampler
 from epochfs.sidecar.sampler.breaker import OutageBreaker
 from epochfs.sidecar.sampler.order import FetchOrder
-from epochfs.sidecar.store import CatalogRow, Policy, Store
-
-
-def objects_of(count: int, size: int = 1024) -> dict[str, bytes]:
-    return {f"train/{i:04d}.bin": bytes([i % 251]) * size for i in range(count)}
-
-
-def settings_for(cache: Path, *extra: str) -> SamplerSettings:
-    return config.parse(SamplerSettings, ["--cache", str(cache), "--remote", "file:///unused",
-                                          "--capacity", "1Mi", "--concurrency", "4", *extra], environ={})
-
-
-@contextmanager
-def sampling(cache: Path, remote: MemoryRemote, settings: SamplerSettings,
-             breaker: OutageBreaker | None = None,
-             after_listing: Callable[[], None] | None = None) -> Iterator[tuple[Store, Sampler]]:
-    """The sampler's loop on a thread, as ``epochfs sample`` runs it after listing
-    (``after_listing`` changes the remote between the two)."""
-    store = Store(cache, create=True)
-    store.configure(Policy(capacity=settings.capacity, keep_epochs=settings.keep_epochs,
-                           min_samples=settings.min_samples, headroom=settings.headroom))
-    build_catalog(store, remote, seed=settings.seed, shard_index=0, shard_count=1,
-                  object_limit=settings.object_limit)
-    if after_listing is not None:
-        after_listing()
-    stop = threading.Event()
-    sampler = Sampler(store=store, remote=remote, settings=settings, stop=stop, breaker=breaker)
-    errors: list[BaseException] = []
-
-    def run() -> None:
-        try:
-            sampler.run()
-        except BaseException as e:
-            errors.append(e)
-
-    thread = threading.Thread(target=run, name="sampler-under-test")
-    thread.start()
-    try:
-        yield store, sampler
-    finally:
-        stop.set()
-        thread.join(timeout=30)
-        store.close()
-    assert not thread.is_alive() and not errors, errors
+from epochfs.sidecar.store import CatalogRow, Store
 
 
 def test_every_object_once_in_sampling_order(tmp_path: Path) -> None:

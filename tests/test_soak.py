@@ -38,7 +38,6 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -46,6 +45,7 @@ from typing import Any
 import pytest
 from common import S3Server, put_objects, wait_until
 from faultproxy import FaultProxy
+from inprocess import small_volume
 from sidecar_helpers import Sidecar, running_sidecar
 from store_helpers import sample_checksums
 
@@ -101,16 +101,6 @@ def dataset(count: int, seed: int) -> dict[str, bytes]:
     rng = random.Random(seed)
     sizes = [4 << 10, 16 << 10, 64 << 10, 128 << 10, 256 << 10]
     return {f"train/{i:05d}.bin": rng.randbytes(rng.choice(sizes)) for i in range(count)}
-
-
-@contextlib.contextmanager
-def small_volume(path: Path, size: str) -> Iterator[Path]:
-    path.mkdir()
-    subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(path)], check=True)
-    try:
-        yield path
-    finally:
-        subprocess.run(["umount", "-l", str(path)], check=False)
 
 
 def fill(volume: Path, *, leave: int) -> Path:

@@ -1,0 +1,92 @@
+"""The sampler's loop in-process over an in-memory remote, and small real filesystems for it: what
+the in-process tests of several areas share (sampler logic, disk space, integrity, the soak)."""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import os
+import subprocess
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from memory_remote import MemoryRemote
+
+from epochfs.sidecar import config
+from epochfs.sidecar.catalog import build_catalog
+from epochfs.sidecar.config import SamplerSettings
+from epochfs.sidecar.sampler import Sampler
+from epochfs.sidecar.sampler.breaker import OutageBreaker
+from epochfs.sidecar.store import Store
+
+
+def objects_of(count: int, size: int = 1024) -> dict[str, bytes]:
+    return {f"train/{i:04d}.bin": bytes([i % 251]) * size for i in range(count)}
+
+
+def settings_for(cache: Path, *extra: str) -> SamplerSettings:
+    return config.parse(SamplerSettings, ["--cache", str(cache), "--remote", "file:///unused",
+                                          "--capacity", "1Mi", "--concurrency", "4", *extra], environ={})
+
+
+@contextmanager
+def sampling(cache: Path, remote: MemoryRemote, settings: SamplerSettings,
+             breaker: OutageBreaker | None = None,
+             after_listing: Callable[[], None] | None = None) -> Iterator[tuple[Store, Sampler]]:
+    """The sampler's loop on a thread, as ``epochfs sample`` runs it after listing
+    (``after_listing`` changes the remote between the two)."""
+    store = Store(cache, create=True)
+    store.configure(settings.policy())
+    build_catalog(store, remote, seed=settings.seed, shard_index=0, shard_count=1,
+                  object_limit=settings.object_limit)
+    if after_listing is not None:
+        after_listing()
+    stop = threading.Event()
+    sampler = Sampler(store=store, remote=remote, settings=settings, stop=stop, breaker=breaker)
+    errors: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            sampler.run()
+        except BaseException as e:
+            errors.append(e)
+
+    thread = threading.Thread(target=run, name="sampler-under-test")
+    thread.start()
+    try:
+        yield store, sampler
+    finally:
+        stop.set()
+        thread.join(timeout=30)
+        store.close()
+    assert not thread.is_alive() and not errors, errors
+
+
+@contextlib.contextmanager
+def small_volume(path: Path, size: str) -> Iterator[Path]:
+    path.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(path)], check=True)
+    try:
+        yield path
+    finally:
+        subprocess.run(["umount", "-l", str(path)], check=False)
+
+
+def fill(volume: Path, *, leave: int) -> Path:
+    """Write a filler file until only about ``leave`` bytes are free."""
+    filler = volume / "filler"
+    with open(filler, "wb") as f:
+        while True:
+            st = os.statvfs(volume)
+            free = st.f_bavail * st.f_frsize
+            if free <= leave:
+                break
+            try:
+                f.write(b"\0" * min(1 << 20, free - leave))
+                f.flush()
+            except OSError as e:
+                assert e.errno == errno.ENOSPC
+                break
+    return filler
