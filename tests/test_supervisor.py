@@ -320,7 +320,8 @@ def test_children_die_with_a_killed_supervisor(s3: S3Server, tmp_path: Path) -> 
         pids = [car.child_pid("sampler"), car.child_pid("fuse")]
         assert None not in pids
         metric_files = car.cache / "metrics"
-        assert any(metric_files.glob("*.db")), "the children's metric files live in the cache"
+        wait_until(lambda: any(metric_files.glob("*.db")), timeout=15,
+                   what="the children's metric files in the cache")
         car.proc.kill()  # no chance to clean up: PR_SET_PDEATHSIG must stop the children
         car.proc.wait()
 
