@@ -33,7 +33,9 @@ def test_folderview_benchmark_runs_and_leaves_nothing(tmp_path: Path) -> None:
     assert result.returncode == 0, result.stdout + result.stderr
     text = result.stdout
     for label in ("short", "long"):
-        assert re.search(rf"^publish +300 entries, link root {label} +\(\d+ B targets\): +\d+\.\d\d s", text,
+        assert re.search(rf"^publish +300 entries, link root {label} +\(\d+ B targets\): +\d+\.\d\d s "
+                         r"\( *\d+ entries/s; CPU +\d+\.\d\d s\), bare links +\d+\.\d\d s \(\d+\.\d\dx\), "
+                         r"retire +\d+\.\d\d s", text,
                          re.M), text
     for size, count in (("4MiB", 2), ("64KiB", 8)):
         for view in ("folder", "fuse"):
