@@ -25,7 +25,7 @@ class Collector:
 
         class Handler(BaseHTTPRequestHandler):
             def do_POST(self) -> None:
-                assert self.path == "/v1/client-report"
+                assert self.path.split("?")[0] == "/v1/client-report"  # ?epoch=N names the epoch read
                 length = int(self.headers["Content-Length"])
                 collector.bodies.append(json.loads(self.rfile.read(length)))
                 self.send_response(204)
