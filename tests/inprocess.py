@@ -75,9 +75,10 @@ def small_volume(path: Path, size: str) -> Iterator[Path]:
 
 
 def fill(volume: Path, *, leave: int) -> Path:
-    """Write a filler file until only about ``leave`` bytes are free."""
+    """A filler file that leaves about ``leave`` bytes free (less if the sampler writes meanwhile);
+    called again, it tops the same file up."""
     filler = volume / "filler"
-    with open(filler, "wb") as f:
+    with open(filler, "ab") as f:
         while True:
             st = os.statvfs(volume)
             free = st.f_bavail * st.f_frsize
@@ -87,6 +88,7 @@ def fill(volume: Path, *, leave: int) -> Path:
                 f.write(b"\0" * min(1 << 20, free - leave))
                 f.flush()
             except OSError as e:
-                assert e.errno == errno.ENOSPC
+                if e.errno != errno.ENOSPC:
+                    raise
                 break
     return filler

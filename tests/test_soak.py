@@ -27,7 +27,6 @@ tmpfs, FUSE). ``make test-reliability`` runs the long one.
 from __future__ import annotations
 
 import contextlib
-import errno
 import hashlib
 import json
 import os
@@ -45,7 +44,7 @@ from typing import Any
 import pytest
 from common import S3Server, put_objects, wait_until
 from faultproxy import FaultProxy
-from inprocess import small_volume
+from inprocess import fill, small_volume
 from sidecar_helpers import Sidecar, running_sidecar
 from store_helpers import sample_checksums
 
@@ -101,25 +100,6 @@ def dataset(count: int, seed: int) -> dict[str, bytes]:
     rng = random.Random(seed)
     sizes = [4 << 10, 16 << 10, 64 << 10, 128 << 10, 256 << 10]
     return {f"train/{i:05d}.bin": rng.randbytes(rng.choice(sizes)) for i in range(count)}
-
-
-def fill(volume: Path, *, leave: int) -> Path:
-    """A filler file that leaves about ``leave`` bytes free (less if the sampler writes meanwhile)."""
-    filler = volume / "filler"
-    with open(filler, "ab") as f:
-        while True:
-            st = os.statvfs(volume)
-            free = st.f_bavail * st.f_frsize
-            if free <= leave:
-                break
-            try:
-                f.write(b"\0" * min(1 << 20, free - leave))
-                f.flush()
-            except OSError as e:
-                if e.errno != errno.ENOSPC:
-                    raise
-                break
-    return filler
 
 
 @dataclass
