@@ -43,6 +43,7 @@ from pathlib import Path
 from types import FrameType
 
 from epochfs.fuse.view import EpochTree, View
+from epochfs.sidecar.signals import set_from_handler
 from epochfs.sidecar.store import Store, object_name
 from epochfs.torchclient.layout import (
     CONTROL_DIR,
@@ -335,8 +336,8 @@ def run_publish(*, cache: Path, folder: Path, link_root: Path | None = None, int
     stop = threading.Event()
 
     def on_stop(signum: int, _frame: FrameType | None) -> None:
-        log.info("%s: stopping", signal.Signals(signum).name)
-        stop.set()
+        name = signal.Signals(signum).name
+        set_from_handler(stop, then=lambda: log.info("%s: stopping", name))
 
     for s in (signal.SIGTERM, signal.SIGINT):
         signal.signal(s, on_stop)

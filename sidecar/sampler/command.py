@@ -27,6 +27,7 @@ from epochfs.sidecar.download import LocalWriteError
 from epochfs.sidecar.redact import redact
 from epochfs.sidecar.remote import Remote, RemoteError, open_remote
 from epochfs.sidecar.sampler.loop import Sampler
+from epochfs.sidecar.signals import set_from_handler
 from epochfs.sidecar.store import Meta, Store, StoreError
 
 log = logging.getLogger("epochfs.sampler")
@@ -37,11 +38,14 @@ def _install_signals(stop: threading.Event) -> list[tuple[signal.Signals, Any]]:
     if threading.current_thread() is not threading.main_thread():
         return []
     old: list[tuple[signal.Signals, Any]] = []
+    noted: list[int] = []
 
     def handler(signum: int, frame: FrameType | None) -> None:
-        if not stop.is_set():
-            log.info("signal %d: stopping (finishing or abandoning downloads in flight)", signum)
-        stop.set()
+        if noted:
+            return  # a second signal (the supervisor's, then PDEATHSIG's): one stop is enough
+        noted.append(signum)
+        set_from_handler(stop, then=lambda: log.info(
+            "signal %d: stopping (finishing or abandoning downloads in flight)", signum))
 
     for sig in (signal.SIGTERM, signal.SIGINT):
         old.append((sig, signal.signal(sig, handler)))

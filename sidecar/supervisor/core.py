@@ -30,6 +30,7 @@ from epochfs.sidecar.config import (
     SamplerSettings,
     SidecarSettings,
 )
+from epochfs.sidecar.signals import set_from_handler
 from epochfs.sidecar.store import Store, StoreError
 from epochfs.sidecar.supervisor.children import Child
 from epochfs.sidecar.supervisor.health import HealthChecks
@@ -100,8 +101,9 @@ class Supervisor(HealthChecks, Observability):
     def _on_signal(self, signum: int, frame: FrameType | None) -> None:
         self._signals += 1
         if self._signals == 1:
-            log.info("%s: stopping (send again to exit at once)", signal.Signals(signum).name)
-            self._stop.set()
+            name = signal.Signals(signum).name
+            set_from_handler(self._stop,
+                             then=lambda: log.info("%s: stopping (send again to exit at once)", name))
             return
         log.warning("second signal: killing children and exiting now")
         for child in (self.sampler, self.view):
