@@ -34,7 +34,7 @@ import os
 import time
 import weakref
 from collections import deque
-from collections.abc import Callable, Generator, Iterator
+from collections.abc import Callable, Generator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -45,7 +45,7 @@ import torch
 from .arrays import FORMATS, ArraySampleError, SampleReader, expected_spec, make_reader
 from .dataset import EpochDataset, Progress, print_progress
 from .epochplan import Balance, Partition, plan_batches, resolve_split
-from .loader import EpochStats
+from .loader import EpochStats, RunBase
 from .report import ClientReporter, report_url_from_env
 from .retry import RETRY_SECONDS, check_retry_seconds, retrying, transient
 
@@ -335,25 +335,11 @@ class _Pipeline:
         self.pending.clear()
 
 
-class ArrayEpochRun:
-    """The batches of one epoch of an :class:`ArrayLoader`; iterating again reads the epoch again."""
+class ArrayEpochRun(RunBase):
+    """The batches of one epoch of an :class:`ArrayLoader`; iterating again reads the epoch again
+    (the ring serves one epoch at a time: see :class:`RunBase`)."""
 
-    def __init__(self, loader: ArrayLoader, epoch: int, *, jump: bool = False) -> None:
-        self.loader = loader
-        self.epoch = epoch
-        self.jump = jump
-        self.stats: EpochStats | None = None
-        self.dataset: EpochDataset | None = None
-
-    def __iter__(self) -> Iterator[torch.Tensor]:
-        """Start the epoch: ``epoch-N`` is looked up now. An unfinished epoch of the loader is closed
-        first (recorded as incomplete): the ring serves one epoch at a time."""
-        previous = self.loader._active() if self.loader._active is not None else None
-        if previous is not None:
-            previous.close()
-        batches = self._batches()
-        self.loader._active = weakref.ref(batches)
-        return batches
+    loader: ArrayLoader
 
     def _batches(self) -> Generator[torch.Tensor, None, None]:
         loader = self.loader

@@ -257,10 +257,12 @@ class EpochLoader:
         self.close()
 
 
-class EpochRun:
-    """The batches of one epoch; iterate it once (a second iteration reads the same epoch again)."""
+class RunBase:
+    """What the runs of both loaders share: one epoch, asked for when iterated; an unfinished
+    previous epoch of the same loader is closed first (recorded as incomplete), since a loader's
+    workers or ring serve one epoch at a time. Subclasses make the batches (``_batches``)."""
 
-    def __init__(self, loader: EpochLoader, epoch: int, *, jump: bool = False) -> None:
+    def __init__(self, loader: Any, epoch: int, *, jump: bool = False) -> None:
         self.loader = loader
         self.epoch = epoch
         self.jump = jump
@@ -268,14 +270,22 @@ class EpochRun:
         self.dataset: EpochDataset | None = None
 
     def __iter__(self) -> Iterator[Any]:
-        """Start the epoch: the lookup of ``epoch-N`` happens now. An unfinished previous epoch of the
-        same loader is closed first (recorded as incomplete): the workers serve one plan at a time."""
+        """Start the epoch: the lookup of ``epoch-N`` happens now."""
         previous = self.loader._active() if self.loader._active is not None else None
         if previous is not None:
             previous.close()
         batches = self._batches()
         self.loader._active = weakref.ref(batches)
         return batches
+
+    def _batches(self) -> Generator[Any, None, None]:
+        raise NotImplementedError
+
+
+class EpochRun(RunBase):
+    """The batches of one epoch; iterate it once (a second iteration reads the same epoch again)."""
+
+    loader: EpochLoader
 
     def _batches(self) -> Generator[Any, None, None]:
         loader = self.loader
