@@ -102,7 +102,7 @@ def _cmd_status(ns: argparse.Namespace) -> int:
 
 DEFAULT_BENCHMARKS = ("fetch", "mount", "loader")
 """What ``epochfs bench`` runs without names (served_opens needs fanotify: named, it runs too)."""
-NOT_BENCHMARKS = frozenset({"harness"})
+NOT_BENCHMARKS = frozenset({"harness", "synthetic_s3"})  # helpers, not benchmarks
 
 
 def installed_benchmarks() -> list[str] | None:
