@@ -1,0 +1,337 @@
+"""How epochfs's costs grow with the size of the remote: the real sidecar against a synthetic S3
+endpoint (:mod:`epochfs.benchmarks.synthetic_s3`) of 10k, 100k, (1M, 10M) keys.
+
+For each size, a fresh cache and mount, and the real ``epochfs sidecar`` (supervisor, sampler,
+FUSE server) against the endpoint in its own process (ListObjectsV2 pages of 1,000 keys after
+``--list-latency`` each, 20 ms like S3; ``--size`` byte objects, 16 KiB by default; class folders):
+
+- **first sample**: from the sidecar's start until the index holds one sample;
+- **epoch 0**: until ``stat epoch-0`` through the mount succeeds (a lookup asks for the cut);
+- **RSS** of the supervisor, the sampler and the FUSE server (at epoch 0 and at the end);
+- once ``--samples`` samples are cached: an explicit cut (``epochfs cut``, a process, beside the
+  start-up of a bare ``python`` in the same run), a **lookup cut** (``stat epoch-N`` of a new N
+  through the mount), ``epochfs status --json`` (a process), a **fresh epoch's scandir** (every
+  folder of the new epoch walked once through the mount) and the FUSE server's RSS before and
+  after it (bytes per file listed);
+- **index** size on disk (``index.sqlite`` with its WAL);
+- **restart**: SIGTERM, the same command on the same cache, and the time to the next sample
+  fetched (a new admission in the index), and to ``/readyz``;
+- the endpoint's counters: listing pages and GETs of the whole run.
+
+The baseline of each time is in the same row: the listing alone costs ``pages x latency`` at the
+least (the ``list floor`` column). Output: a markdown table (``--markdown FILE`` too) and JSON
+(``--json FILE``).
+
+    epochfs bench scale                                   # 10k and 100k keys
+    python -m epochfs.benchmarks.scale --sizes 10k,100k,1M --json scale.json --markdown scale.md
+    python -m epochfs.benchmarks.scale --sizes 2000 --samples 200     # a smoke run (seconds)
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import sqlite3
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable, Iterator
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from epochfs.benchmarks import harness
+
+SUFFIX = {"k": 1_000, "m": 1_000_000}
+
+
+def parse_count(text: str) -> int:
+    """``10k``, ``1M``, ``2500``."""
+    text = text.strip().lower()
+    return int(float(text[:-1]) * SUFFIX[text[-1]]) if text and text[-1] in SUFFIX else int(text)
+
+
+def label(n: int) -> str:
+    for unit, size in (("M", 1_000_000), ("k", 1_000)):
+        if n >= size and n % size == 0:
+            return f"{n // size}{unit}"
+    return str(n)
+
+
+@dataclass
+class Result:
+    keys: int
+    classes: int
+    size: int
+    samples: int
+    list_floor_s: float
+    first_sample_s: float = float("nan")
+    epoch0_s: float = float("nan")
+    cut_cli_s: float = float("nan")
+    python_start_s: float = float("nan")
+    lookup_cut_s: float = float("nan")
+    status_s: float = float("nan")
+    scandir_s: float = float("nan")
+    scandir_files: int = 0
+    fuse_bytes_per_file: float = float("nan")
+    index_bytes: int = 0
+    restart_ready_s: float = float("nan")
+    restart_sample_s: float = float("nan")
+    rss_mb: dict[str, float] = field(default_factory=dict)
+    """Resident MB per process (``supervisor``, ``sampler``, ``fuse``) at epoch 0 and at the end."""
+    server: dict[str, int] = field(default_factory=dict)
+
+
+def rss_mb(pid: int | None) -> float:
+    if pid is None:
+        return float("nan")
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return float("nan")
+
+
+class Index:
+    """Read-only polls of the cache index (no lock taken, the sidecar is never waited on)."""
+
+    def __init__(self, cache: Path) -> None:
+        self.path = cache / "index.sqlite"
+        self.db: sqlite3.Connection | None = None
+
+    def newest_sample(self) -> int:
+        """The highest admission id (0 for none yet): a new admission raises it, eviction does not."""
+        try:
+            if self.db is None:
+                if not self.path.exists():
+                    return 0
+                self.db = sqlite3.connect(f"file:{self.path}?mode=ro", uri=True, timeout=5)
+            row = self.db.execute("SELECT max(id), count(*) FROM samples").fetchone()
+            return int(row[0] or 0)
+        except sqlite3.Error:
+            self.close()
+            return 0
+
+    def count(self) -> int:
+        try:
+            with contextlib.closing(sqlite3.connect(f"file:{self.path}?mode=ro", uri=True, timeout=5)) as db:
+                return int(db.execute("SELECT count(*) FROM samples").fetchone()[0])
+        except sqlite3.Error:
+            return 0
+
+    def close(self) -> None:
+        if self.db is not None:
+            self.db.close()
+            self.db = None
+
+
+def wait_for(what: str, check: Callable[[], bool], proc: subprocess.Popen[bytes], *, timeout: float,
+             log: Path, interval: float = 0.02) -> float:
+    """Seconds until ``check()`` holds (polled every ``interval``), failing if ``proc`` dies."""
+    started = time.perf_counter()
+    harness.wait_ready(proc, check, what=what, timeout=timeout, interval=interval, log=log)
+    return time.perf_counter() - started
+
+
+def get_json(url: str) -> dict[str, Any]:
+    try:
+        with urllib.request.urlopen(url, timeout=5) as r:
+            return dict(json.load(r))
+    except urllib.error.HTTPError as e:
+        return dict(json.loads(e.read() or b"{}"))
+    except (OSError, ValueError):
+        return {}
+
+
+def ready(port: int) -> bool:
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/readyz", timeout=2) as r:
+            return int(r.status) == 200
+    except OSError:
+        return False
+
+
+def pids(port: int, supervisor: int) -> dict[str, int | None]:
+    children = get_json(f"http://127.0.0.1:{port}/healthz").get("children", {})
+    return {"supervisor": supervisor, **{name: c.get("pid") if c.get("alive") else None
+                                         for name, c in children.items()}}
+
+
+def exists(path: Path) -> bool:
+    try:
+        os.stat(path)
+        return True
+    except OSError:
+        return False
+
+
+def walk(folder: Path) -> int:
+    """Files below ``folder`` through ``scandir`` (what a Dataset's directory walk does)."""
+    count = 0
+    stack = [str(folder)]
+    while stack:
+        with os.scandir(stack.pop()) as entries:
+            for entry in entries:
+                if entry.is_dir(follow_symlinks=False):
+                    stack.append(entry.path)
+                else:
+                    count += 1
+    return count
+
+
+def timed_run(cmd: list[str], env: dict[str, str]) -> float:
+    started = time.perf_counter()
+    done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
+    elapsed = time.perf_counter() - started
+    if done.returncode != 0:
+        harness.fail(f"{' '.join(cmd[-3:])} exited {done.returncode}: {done.stderr[-2000:]}")
+    return elapsed
+
+
+@contextlib.contextmanager
+def endpoint(keys: int, classes: int, size: int, latency: float, log: Path) -> Iterator[str]:
+    port = harness.free_port()
+    url = f"http://127.0.0.1:{port}"
+    cmd = [*harness.PYTHON, "-m", "epochfs.benchmarks.synthetic_s3", "--keys", str(keys), "--classes",
+           str(classes), "--size", str(size), "--port", str(port), "--list-latency", str(latency)]
+    with harness.running(cmd, what="synthetic S3", ready=lambda: bool(get_json(url + "/_stats")), log=log):
+        yield url
+
+
+def measure(keys: int, ns: argparse.Namespace, folder: Path) -> Result:
+    classes = ns.classes if keys >= ns.classes else 0
+    samples = min(ns.samples, keys // 2)
+    pages = -(-keys // 1000)
+    result = Result(keys=keys, classes=classes, size=ns.size, samples=samples,
+                    list_floor_s=pages * ns.list_latency)
+    cache, mount, log = folder / "cache", folder / "mnt", folder / "sidecar.log"
+    env = harness.s3_env()
+    with endpoint(keys, classes, ns.size, ns.list_latency, folder / "s3.log") as url:
+        port = harness.free_port()
+        capacity = max(64 << 20, 3 * samples * ns.size)
+        cmd = [*harness.EPOCHFS, "--log-level", "INFO", "sidecar", "--remote", "s3://bench",
+               "--endpoint-url", url, "--cache", str(cache), "--mount", str(mount),
+               "--health-port", str(port), "--capacity", str(capacity), "--min-samples", "1"]
+        index = Index(cache)
+        timeout = ns.timeout
+        proc = harness.start(cmd, log=log, env=env)
+        try:
+            result.first_sample_s = wait_for("the first sample", lambda: index.newest_sample() > 0, proc,
+                                             timeout=timeout, log=log)
+            result.epoch0_s = result.first_sample_s + wait_for(
+                "epoch-0 through the mount", lambda: exists(mount / "epoch-0"), proc, timeout=timeout,
+                log=log)
+            who = pids(port, proc.pid)
+            result.rss_mb.update({f"{k}@epoch0": rss_mb(p) for k, p in who.items()})
+            wait_for(f"{samples} samples", lambda: index.count() >= samples, proc, timeout=timeout, log=log,
+                     interval=0.2)
+            result.python_start_s = timed_run([*harness.PYTHON, "-c", "pass"], env)
+            result.cut_cli_s = timed_run([*harness.EPOCHFS, "cut", "--cache", str(cache)], env)
+            newest = max(int(p.name.split("-")[1]) for p in mount.iterdir() if p.name.startswith("epoch-"))
+            started = time.perf_counter()
+            os.stat(mount / f"epoch-{newest + 1}")  # the lookup cuts it (min-samples holds)
+            result.lookup_cut_s = time.perf_counter() - started
+            result.status_s = timed_run([*harness.EPOCHFS, "status", "--cache", str(cache), "--json"], env)
+            fuse = pids(port, proc.pid).get("fuse")
+            before = rss_mb(fuse)
+            started = time.perf_counter()
+            result.scandir_files = walk(mount / f"epoch-{newest + 1}")
+            result.scandir_s = time.perf_counter() - started
+            grown = rss_mb(fuse) - before
+            result.fuse_bytes_per_file = grown * (1 << 20) / max(1, result.scandir_files)
+            result.rss_mb.update({f"{k}@end": rss_mb(p) for k, p in pids(port, proc.pid).items()})
+            result.index_bytes = sum(p.stat().st_size for p in cache.glob("index.sqlite*"))
+            # Restart on the same cache: the time to the next sample fetched.
+            harness.stop(proc, unmount=[mount])
+            index.close()
+            newest_id = index.newest_sample()
+            index.close()
+            proc = harness.start(cmd, log=folder / "sidecar-restart.log", env=env)
+            started = time.perf_counter()
+            result.restart_sample_s = wait_for("a sample after the restart",
+                                               lambda: index.newest_sample() > newest_id, proc,
+                                               timeout=timeout, log=folder / "sidecar-restart.log")
+            wait_for("/readyz after the restart", lambda: ready(port), proc, timeout=timeout,
+                     log=folder / "sidecar-restart.log")
+            result.restart_ready_s = time.perf_counter() - started
+        finally:
+            index.close()
+            harness.stop(proc, unmount=[mount])
+        result.server = get_json(url + "/_stats")
+    return result
+
+
+COLUMNS = [
+    ("keys", "keys", lambda r: label(r.keys)),
+    ("list floor", "s", lambda r: f"{r.list_floor_s:.2f}"),
+    ("first sample", "s", lambda r: f"{r.first_sample_s:.1f}"),
+    ("epoch 0", "s", lambda r: f"{r.epoch0_s:.1f}"),
+    ("restart: next sample", "s", lambda r: f"{r.restart_sample_s:.1f}"),
+    ("restart: ready", "s", lambda r: f"{r.restart_ready_s:.1f}"),
+    ("index", "MB", lambda r: f"{r.index_bytes / 1e6:.1f}"),
+    ("cut (CLI)", "s", lambda r: f"{r.cut_cli_s:.2f}"),
+    ("lookup cut", "s", lambda r: f"{r.lookup_cut_s:.3f}"),
+    ("status (CLI)", "s", lambda r: f"{r.status_s:.2f}"),
+    ("python start", "s", lambda r: f"{r.python_start_s:.2f}"),
+    ("scandir", "s", lambda r: f"{r.scandir_s:.3f} ({r.scandir_files} files)"),
+    ("FUSE per file", "B", lambda r: f"{r.fuse_bytes_per_file:.0f}"),
+]
+RSS = ("supervisor", "sampler", "fuse")
+
+
+def markdown(results: list[Result]) -> str:
+    head = [f"{t} ({u})" if u != "keys" else t for t, u, _ in COLUMNS]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    lines += ["| " + " | ".join(fmt(r) for _, _, fmt in COLUMNS) + " |" for r in results]
+    lines += ["", "| keys | " + " | ".join(f"{p} RSS at epoch 0 / end (MB)" for p in RSS)
+              + " | LIST pages | GETs |", "|" + "---|" * (len(RSS) + 3)]
+    for r in results:
+        nan = float("nan")
+        rss = [f"{r.rss_mb.get(p + '@epoch0', nan):.0f} / {r.rss_mb.get(p + '@end', nan):.0f}" for p in RSS]
+        lines.append(f"| {label(r.keys)} | " + " | ".join(rss)
+                     + f" | {r.server.get('list_pages', 0)} | {r.server.get('gets', 0)} |")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m epochfs.benchmarks.scale", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--sizes", default="10k,100k", help="remote sizes in keys (default 10k,100k; 1M and 10M "
+                   "take about 2 and 20 minutes of listing each)")
+    p.add_argument("--samples", type=int, default=5000,
+                   help="samples cached before the cut, status and scandir (at most half the keys)")
+    p.add_argument("--size", type=int, default=16 * 1024, help="bytes per object (16384)")
+    p.add_argument("--classes", type=int, default=100, help="class folders in the remote (100)")
+    p.add_argument("--list-latency", type=float, default=0.02, help="seconds per listing page (0.02)")
+    p.add_argument("--timeout", type=float, default=3600, help="seconds any one wait may take")
+    p.add_argument("--dir", type=Path, help="scratch folder (emptied; default: a temp folder)")
+    p.add_argument("--json", type=Path, help="write the results here")
+    p.add_argument("--markdown", type=Path, help="write the tables here")
+    ns = p.parse_args(argv)
+    harness.require("boto3", "botocore")
+    if not Path("/dev/fuse").exists() or os.geteuid() != 0:
+        harness.fail("needs root and /dev/fuse (the sidecar mounts its FUSE view)")
+    results = []
+    for size in [parse_count(s) for s in ns.sizes.split(",") if s.strip()]:
+        with harness.work_dir(ns.dir / label(size) if ns.dir else None) as folder:
+            print(f"{label(size)} keys ...", file=sys.stderr, flush=True)
+            results.append(measure(size, ns, folder))
+    table = markdown(results)
+    print(f"{ns.size} B objects, {ns.classes} class folders, "
+          f"{ns.list_latency * 1000:.0f} ms per listing page")
+    print(table)
+    if ns.markdown:
+        ns.markdown.write_text(table + "\n")
+    if ns.json:
+        ns.json.write_text(json.dumps([asdict(r) for r in results], indent=2) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
