@@ -8,7 +8,7 @@
 # Override it to build on another base, e.g. a locally made one where no registry is reachable
 # (the container test does: docs/container-test.md):  docker build --build-arg BASE=my/base:tag .
 # checkov:skip=CKV_DOCKER_7: checkov does not read ARG defaults; BASE defaults to a version-pinned
-# image, which tests/test_dockerfile.py asserts.
+# image, which tests/deploy/test_dockerfile.py asserts.
 ARG BASE=python:3.11.14-slim-trixie
 
 # ---- build: the whole runtime environment in one venv, /opt/epochfs --------------------------

@@ -37,13 +37,13 @@ test-slow: system-deps venv
 # at length and the soak of the real sidecar (EPOCHFS_SOAK_SECONDS, default 600; root and FUSE),
 # each printing its summary. About 15 minutes.
 test-reliability: system-deps venv
-	$(PY) -m pytest -m slow -rP tests/test_store_model.py tests/test_soak.py $(PYTEST_ARGS)
+	$(PY) -m pytest -m slow -rP tests/store/test_store_model.py tests/sidecar/test_soak.py $(PYTEST_ARGS)
 
 # The image built and the chart's pod run by a real Docker engine (docs/container-test.md): root,
 # a few minutes the first time (base image and image build), well under one after that.
 test-container: system-deps venv
 	@bash scripts/system-deps.sh $(CONTAINER_APT_PACKAGES)
-	EPOCHFS_CONTAINER_TEST=1 $(PY) -m pytest tests/test_container_pod.py $(PYTEST_ARGS)
+	EPOCHFS_CONTAINER_TEST=1 $(PY) -m pytest tests/deploy/test_container_pod.py $(PYTEST_ARGS)
 
 lint: venv
 	$(VENV)/bin/ruff check .

@@ -4,7 +4,7 @@
 # build backend (setuptools, which builds wheels itself since 70.1: the image builds epochfs
 # without build isolation, from these pins) from the package index; its `pip freeze --all` (pip and epochfs left out) replaces the pins
 # below the file's "# ---" line; the header above it is kept. Local pip config (find-links, extra indexes) is ignored
-# so the pins are what the index serves to the image build. tests/test_dockerfile.py then checks
+# so the pins are what the index serves to the image build. tests/deploy/test_dockerfile.py then checks
 # that the pins resolve on Python 3.11 and 3.13.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)

@@ -9,7 +9,7 @@ volume shared with the trainer, and nothing needs a mount or a privilege.
 the namespace the FUSE server serves (epoch trees with its path rules, manifests, ``latest``,
 ``status.json`` in the formats of :mod:`epochfs.torchclient.layout`); this module only writes it
 down. So for the same store the two views show the same epochs, entries, targets and manifests by
-construction, and ``tests/test_folderview_equivalence.py`` checks it against a real mount.
+construction, and ``tests/folderview/test_folderview_equivalence.py`` checks it against a real mount.
 
 **A reader never sees half of anything.** An epoch is built under a dot-prefixed temporary name
 (readers and ``layout.list_epochs`` ignore it): its manifest is written first (temp file, fsync,

@@ -25,7 +25,7 @@ One translation per library, each a *rule* naming the kind of one exception, run
 through botocore, :func:`aiohttp_kind` for fsspec's ``http(s)://`` and ``gs://``, and
 :func:`fast_path_failure` for S3's presigned GETs (:mod:`epochfs.sidecar.httpget`), whose error
 document is read with :mod:`xml.etree`. The rules reproduce the downloader's behaviour before the
-failures were typed, case by case (tests/test_remote_errors.py holds the table), including three
+failures were typed, case by case (tests/remote/test_remote_errors.py holds the table), including three
 quirks kept on purpose: an ``http(s)://`` remote's 5xx is retried but not counted toward an
 outage; fsspec reports such a remote that cannot be reached as FileNotFoundError (not found); and
 botocore's ``SSLError`` (even a certificate that fails) is retried.

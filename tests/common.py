@@ -14,6 +14,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+TESTS = ROOT / "tests"
+"""The helpers' folder: a test file run as a script (a rank's process) needs it on PYTHONPATH."""
 
 
 def free_port() -> int:

@@ -4,7 +4,7 @@ As root the sidecar is started through ``setpriv`` with every capability dropped
 inheritable, ambient, so nothing is effective or permitted after exec) and no_new_privs set: it
 can neither mount, nor use fanotify, nor pass a permission check it does not own. It keeps uid 0
 because the test machine's Python lives under /root (0700), which another user cannot reach; the
-container test (tests/test_container_pod.py) runs the image's sidecar as a non-root user. The
+container test (tests/deploy/test_container_pod.py) runs the image's sidecar as a non-root user. The
 remote is a ``file://`` folder, so no S3 server is needed.
 """
 

@@ -49,7 +49,7 @@ class TLSFiles:
 
 
 def make_tls(folder: Path) -> TLSFiles:
-    """A certificate for ``127.0.0.1`` made with openssl (as tests/test_httpget.py does)."""
+    """A certificate for ``127.0.0.1`` made with openssl (as tests/remote/test_httpget.py does)."""
     key, cert = folder / "key.pem", folder / "cert.pem"
     subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
                     "-subj", "/CN=127.0.0.1", "-addext", "subjectAltName=IP:127.0.0.1",

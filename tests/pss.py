@@ -4,7 +4,7 @@ Written from the standard's definition (kubernetes.io/docs/concepts/security/pod
 the Baseline controls plus the Restricted ones, as of Kubernetes 1.29-1.31). Every control the
 standard names is checked on the pod spec, every container (init, regular and ephemeral) and the
 pod's annotations; :func:`violations` returns one line per failed control, empty when the pod
-passes. ``tests/test_helm_folderview.py`` shows that each control can fail.
+passes. ``tests/deploy/test_helm_folderview.py`` shows that each control can fail.
 
 Baseline: no hostProcess; no host namespaces (hostNetwork, hostPID, hostIPC); not privileged;
 capabilities added only from the baseline set; no hostPath volumes; no host ports; AppArmor not

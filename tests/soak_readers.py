@@ -1,4 +1,4 @@
-"""A verifying reader for the soak (tests/test_soak.py): one process, run as a script.
+"""A verifying reader for the soak (tests/sidecar/test_soak.py): one process, run as a script.
 
 Over and over it takes the newest epoch (``latest``), reads its manifest, and reads every listed
 file through the mount, comparing its bytes to the remote's object (a copy of the remote's objects

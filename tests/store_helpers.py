@@ -7,11 +7,13 @@ these read ``index.sqlite`` with plain SQL, read-only, beside a running sampler 
 from __future__ import annotations
 
 import hashlib
+import os
 import sqlite3
 from pathlib import Path
 
 from epochfs.sidecar import keyorder
-from epochfs.sidecar.store import INDEX_NAME, Store, object_name
+from epochfs.sidecar.reservations import Reservations
+from epochfs.sidecar.store import INDEX_NAME, Admission, Store, object_name
 
 
 def sid_of(key: str) -> str:
@@ -48,3 +50,18 @@ def resolve(store: Store, n: int, path: str) -> Path | None:
 def sampling_order(seed: int, keys: list[str]) -> list[str]:
     """``keys`` sorted in sampling order (ties, which need a 64-bit collision, broken by key)."""
     return sorted(keys, key=lambda k: (keyorder.rank(seed, k), k))
+
+
+def put(store: Store, key: str, size: int = 100, *, fill: int | None = None) -> Admission:
+    """Reserve, write a temp file and admit one sample, as the sampler does."""
+    reservations = Reservations(store)
+    assert reservations.reserve(size), f"no room for {key}"
+    body = bytes([(fill if fill is not None else len(key)) % 256]) * size
+    temp = store.temp_path()
+    with open(temp, "wb") as f:
+        f.write(body)
+        f.flush()
+        os.fsync(f.fileno())
+    a = Admission(key, sid_of(key), size, "md5:" + hashlib.md5(body).hexdigest(), "v1", temp)
+    reservations.admit([a])
+    return a

@@ -52,7 +52,7 @@ _SUBMODULE = {
     "World": "world",
 }
 
-__all__ = [  # a literal list, as linters read it; tests/test_layout.py checks it matches _SUBMODULE
+__all__ = [  # a literal list, as linters read it; tests/torchclient/test_layout.py checks it matches _SUBMODULE
     "ArrayEpochRun",
     "ArrayLoader",
     "ArraySampleError",

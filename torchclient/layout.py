@@ -15,7 +15,7 @@ with this layout works for the client (a plain folder in tests, the FUSE mount i
 and imports nothing from them, so the contract must live on its side; ``fuse`` importing
 ``epochfs.torchclient.layout`` is the one allowed import from ``fuse`` into ``torchclient``. Keep this
 module on the standard library only: ``import epochfs.torchclient.layout`` must not import torch
-(``tests/test_layout.py`` checks), so the sidecar image and its FUSE server never load it.
+(``tests/torchclient/test_layout.py`` checks), so the sidecar image and its FUSE server never load it.
 
 **Epoch names.** ``epoch-N`` with N in canonical decimal: ``0``, or a digit 1-9 followed by at most
 17 ASCII digits (so N < 10**18 fits the store's signed 64-bit integers). ``epoch-007``, ``epoch-+7``,

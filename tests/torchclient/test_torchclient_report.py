@@ -2,44 +2,16 @@
 
 from __future__ import annotations
 
-import json
-import threading
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
 from common import free_port, wait_until
+from torchclient_helpers import Collector
 
 from epochfs.torchclient import EpochLoader
 from epochfs.torchclient.plainfolder import publish_epoch
 from epochfs.torchclient.report import ClientReporter, report_url_from_env
-
-
-class Collector:
-    """A small HTTP server that records every JSON body posted to it."""
-
-    def __init__(self) -> None:
-        self.bodies: list[dict] = []
-        collector = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:
-                assert self.path.split("?")[0] == "/v1/client-report"  # ?epoch=N names the epoch read
-                length = int(self.headers["Content-Length"])
-                collector.bodies.append(json.loads(self.rfile.read(length)))
-                self.send_response(204)
-                self.end_headers()
-
-            def log_message(self, *args: object) -> None:
-                pass
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/v1/client-report"
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-
-    def total(self, field: str) -> float:
-        return sum(b[field] for b in self.bodies)
 
 
 @pytest.fixture

@@ -22,10 +22,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from common import S3Server, put_objects
+from common import TESTS, S3Server, put_objects
 from sidecar_helpers import running_sidecar
-from test_torchclient_loader import GrowingFolder
-from test_torchclient_report import Collector
+from torchclient_helpers import Collector, GrowingFolder
 
 from epochfs.torchclient import ArrayLoader, ArraySampleError, EpochLoader, EpochSampler
 from epochfs.torchclient.epochplan import plan_batches
@@ -260,7 +259,8 @@ def test_two_gloo_ranks_with_different_epochs_get_equal_batch_counts(tmp_path: P
         names = [f"{i:02d}.npy" for i in range(12)]
         files = {n: _npy(np.array([i])) for i, n in enumerate(names)}
         _publish(tmp_path, files, {e: names[:s[rank]] for e, s in SIZES.items()}, name=f"node{rank}")
-    env = {**os.environ, "LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "1", "WORLD_SIZE": "2"}
+    env = {**os.environ, "LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "1", "WORLD_SIZE": "2",
+           "PYTHONPATH": str(TESTS)}
     procs = [subprocess.Popen([sys.executable, __file__, str(r), str(tmp_path / f"node{r}"),
                                str(tmp_path / "store"), str(tmp_path / f"rank{r}.json")],
                               env={**env, "RANK": str(r)}, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)

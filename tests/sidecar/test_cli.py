@@ -8,7 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from test_store import put
+from store_helpers import put
 
 from epochfs.sidecar.store import Policy, Store
 

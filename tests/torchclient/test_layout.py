@@ -1,8 +1,8 @@
 """The mount's layout contract (epochfs.torchclient.layout): names, epoch-name grammar, formats.
 
 The FUSE view writes with this module and the torch client reads with it; these tests pin the
-contract itself, without torch, a store or a mount (tests/test_fuse_view.py checks that the view
-serves it, tests/test_torchclient_dataset.py that the client reads it).
+contract itself, without torch, a store or a mount (tests/mount/test_fuse_view.py checks that the view
+serves it, tests/torchclient/test_torchclient_dataset.py that the client reads it).
 """
 
 from __future__ import annotations

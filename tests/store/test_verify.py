@@ -11,10 +11,10 @@ import sys
 from pathlib import Path
 
 from common import wait_until
+from integrity_helpers import damage, objects_of, sampling
 from memory_remote import MemoryRemote
 from sampler_helpers import index_rows
 from store_helpers import sid_of
-from test_integrity import damage, objects_of, sampling
 
 from epochfs.sidecar.metrics import StoreCollector
 from epochfs.sidecar.store import INDEX_NAME, Store, object_name

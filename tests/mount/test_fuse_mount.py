@@ -327,7 +327,7 @@ def test_readers_under_eviction_pressure(tmp_path: Path) -> None:
                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
                    for _ in range(4)]
         writer = subprocess.Popen([sys.executable, "-c", WRITER, str(cache), seconds,
-                                   str(Path(__file__).parent)],
+                                   str(Path(__file__).resolve().parents[1])],
                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         w_out, w_err = writer.communicate(timeout=60)
         assert writer.returncode == 0, w_err

@@ -17,9 +17,8 @@ import zipfile
 from pathlib import Path
 
 import pytest
+from bench_helpers import ROOT, bench, decoy
 
-ROOT = Path(__file__).resolve().parent.parent
-EPOCHFS = Path(sys.executable).with_name("epochfs")
 BENCHMARKS = ("arrayloader", "fetch", "folderview", "loader", "mount", "served_opens")
 
 # Put first on sys.path (PYTHONPATH), this makes the named modules look absent to every process.
@@ -38,17 +37,8 @@ sys.meta_path.insert(0, _Hide())
 needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="fanotify (served_opens) and FUSE need root")
 
 
-def bench(*args: str, cwd: Path, env: dict[str, str] | None = None,
-          timeout: float = 120) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([str(EPOCHFS), "bench", *args], cwd=cwd, env=env, capture_output=True, text=True,
-                          timeout=timeout)
 
 
-def decoy(folder: Path) -> Path:
-    """A folder outside the checkout with an ``epochfs`` package in it that must never be imported."""
-    (folder / "epochfs").mkdir(parents=True)
-    (folder / "epochfs" / "__init__.py").write_text("raise SystemExit('the decoy epochfs was imported')\n")
-    return folder
 
 
 def served_opens_args(folder: Path) -> list[str]:

@@ -15,34 +15,24 @@ import shutil
 import signal
 import zlib
 from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 
-import inprocess
 import pytest
 from common import S3Server, random_objects, wait_until
 from faultproxy import FaultProxy
+from integrity_helpers import damage, objects_of, sampling
 from memory_remote import MemoryReader, MemoryRemote
 from sampler_helpers import index_rows, running_sampler, s3_env, start_sampler, verify_cache
 from store_helpers import sid_of
 
 from epochfs.sidecar.remote import RemoteObject
-from epochfs.sidecar.sampler import Sampler
 from epochfs.sidecar.store import HWM_NAME, INDEX_NAME, Admission, Policy, Store, object_name
 
 PART = 4096
 
 
-def objects_of(count: int, size: int = 3000) -> dict[str, bytes]:
-    return {f"train/{i:04d}.bin": hashlib.sha256(str(i).encode()).digest() * (size // 32)
-            for i in range(count)}
 
 
-@contextmanager
-def sampling(cache: Path, remote: MemoryRemote, *extra: str) -> Iterator[tuple[Store, Sampler]]:
-    """The sampler's loop on a thread over ``remote`` (tests/inprocess.py), with extra flags."""
-    with inprocess.sampling(cache, remote, inprocess.settings_for(cache, *extra)) as (store, sampler):
-        yield store, sampler
 
 
 def samples(cache: Path) -> dict[str, tuple[str, str, str]]:
@@ -51,19 +41,6 @@ def samples(cache: Path) -> dict[str, tuple[str, str, str]]:
             index_rows(cache, "SELECT key, checksum, digest, verified FROM samples")}
 
 
-def damage(path: Path, how: str) -> None:
-    """Flip one byte in the middle of a cached object, or cut it short (as a bad disk would)."""
-    os.chmod(path, 0o644)
-    with open(path, "r+b") as f:
-        if how == "flip":
-            size = os.fstat(f.fileno()).st_size
-            f.seek(size // 2)
-            byte = f.read(1)
-            f.seek(size // 2)
-            f.write(bytes([byte[0] ^ 0x01]))
-        else:
-            f.truncate(os.fstat(f.fileno()).st_size - 1000)
-    os.chmod(path, 0o444)
 
 
 # ---------------------------------------------------------------------------- the background scrub

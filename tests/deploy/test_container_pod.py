@@ -67,7 +67,7 @@ TRAINER_UID = 10001
 REFUSED = {"EROFS", "EACCES"}
 SECRET = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
           "AWS_DEFAULT_REGION": "us-east-1"}
-TRAINER_SCRIPT = (Path(__file__).parent / "container_trainer.py").read_text()
+TRAINER_SCRIPT = (Path(__file__).resolve().parents[1] / "container_trainer.py").read_text()
 assert "$(" not in TRAINER_SCRIPT  # the kubelet would expand it in a command
 
 

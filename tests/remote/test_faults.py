@@ -1,6 +1,6 @@
 """Faults from the remote (through tests/faultproxy.py): retried or skipped, never stored corrupt.
 
-What each fault is typed as, backend by backend, is in tests/test_remote_errors.py; here the whole
+What each fault is typed as, backend by backend, is in tests/remote/test_remote_errors.py; here the whole
 sampler shows the outcome: transient and unavailable failures retried, not found and denied ones
 skipped at once, an outage paused through."""
 

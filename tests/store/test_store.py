@@ -8,7 +8,7 @@ import sqlite3
 from pathlib import Path
 
 import pytest
-from store_helpers import resolve, sample_checksums, sid_of
+from store_helpers import put, resolve, sample_checksums, sid_of
 
 from epochfs.sidecar.reservations import Reservations
 from epochfs.sidecar.store import (
@@ -20,21 +20,6 @@ from epochfs.sidecar.store import (
     StoreError,
     object_name,
 )
-
-
-def put(store: Store, key: str, size: int = 100, *, fill: int | None = None) -> Admission:
-    """Reserve, write a temp file and admit one sample, as the sampler does."""
-    reservations = Reservations(store)
-    assert reservations.reserve(size), f"no room for {key}"
-    body = bytes([(fill if fill is not None else len(key)) % 256]) * size
-    temp = store.temp_path()
-    with open(temp, "wb") as f:
-        f.write(body)
-        f.flush()
-        os.fsync(f.fileno())
-    a = Admission(key, sid_of(key), size, "md5:" + hashlib.md5(body).hexdigest(), "v1", temp)
-    reservations.admit([a])
-    return a
 
 
 @pytest.fixture

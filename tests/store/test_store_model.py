@@ -25,7 +25,7 @@ after one of the child's committed transactions, never anything in between. Afte
 * the objects folder holds exactly the samples' objects and ``tmp/`` exactly the downloads in flight.
 
 The default run is short; ``test_store_model_long`` (slow) runs many more and longer examples.
-Run it with ``make test-reliability`` or ``pytest -m slow tests/test_store_model.py``; set
+Run it with ``make test-reliability`` or ``pytest -m slow tests/store/test_store_model.py``; set
 ``EPOCHFS_MODEL_EXAMPLES`` to change the long run's number of examples.
 """
 

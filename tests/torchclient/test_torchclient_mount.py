@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from common import S3Server, put_objects, random_objects
 from sidecar_helpers import running_sidecar
-from test_torchclient_loader import check_loader_over_growing_epochs
+from torchclient_helpers import check_loader_over_growing_epochs
 
 pytestmark = [
     pytest.mark.fuse,

@@ -203,12 +203,12 @@ def test_own_user_and_read_only_path_and_the_fuse_defaults_unchanged(helm_bin: P
 ])
 def test_what_restricted_cannot_have_is_refused(helm_bin: Path, tmp_path: Path, values: dict[str, Any],
                                                 message: str) -> None:
-    proc = helm(helm_bin, "template", "r", str(Path(__file__).parent.parent / "helm" / "epochfs"),
+    proc = helm(helm_bin, "template", "r", str(Path(__file__).resolve().parents[2] / "helm" / "epochfs"),
                 values=with_remote(merged(FOLDER, values)), tmp=tmp_path, check=False)
     assert proc.returncode != 0 and message in proc.stderr, proc.stderr
 
 
 def test_an_unknown_view_is_refused_by_the_schema(helm_bin: Path, tmp_path: Path) -> None:
-    proc = helm(helm_bin, "template", "r", str(Path(__file__).parent.parent / "helm" / "epochfs"),
+    proc = helm(helm_bin, "template", "r", str(Path(__file__).resolve().parents[2] / "helm" / "epochfs"),
                 values=with_remote({"sidecar": {"view": "nfs"}}), tmp=tmp_path, check=False)
     assert proc.returncode != 0 and "/sidecar/view" in proc.stderr, proc.stderr

@@ -57,7 +57,7 @@ pytestmark = [
 ]
 
 BUCKET = "soak"
-READERS = Path(__file__).with_name("soak_readers.py")
+READERS = Path(__file__).resolve().parents[1] / "soak_readers.py"
 FAULTS = ("reset", "reset-body", "truncate", "stall", "garbage", "503", "500", "429", "corrupt")
 RESTART_GRACE = 2.0
 """Seconds after the mount answers again during which reader failures still count as the restart's."""

@@ -21,7 +21,7 @@ import tomllib
 
 import epochfs
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 FOLDERS = ("sidecar", "fuse", "torchclient")
 VERSION = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]
 EPOCHFS = Path(sys.executable).with_name("epochfs")

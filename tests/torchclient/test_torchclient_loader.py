@@ -6,28 +6,16 @@ the lookup of epoch-N is what cuts it): pass ``progress=None`` there and let the
 
 from __future__ import annotations
 
-import hashlib
 import os
-import threading
-from collections import Counter
-from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
+from torchclient_helpers import GrowingFolder, check_loader_over_growing_epochs
 
-from epochfs.torchclient import EpochLoader, EpochStats, SampleDecodeError, decode_bytes, read_manifest
+from epochfs.torchclient import EpochLoader, EpochStats, SampleDecodeError
 from epochfs.torchclient.plainfolder import publish_epoch
-
-
-def path_pid_bytes(path: str) -> tuple[str, int, torch.Tensor]:
-    """Decoder for the check: which file, which worker process, and its bytes as the loader read them."""
-    return path, os.getpid(), decode_bytes(path)
-
-
-def keep_list(batch: list) -> list:
-    return batch
 
 
 def die_on_bad(path: str) -> torch.Tensor:
@@ -37,96 +25,8 @@ def die_on_bad(path: str) -> torch.Tensor:
     return torch.from_numpy(np.load(path))
 
 
-def check_loader_over_growing_epochs(root: str | os.PathLike[str], *, epochs: tuple[int, ...] = (0, 1, 2),
-                                     num_workers: int = 2, batch_size: int = 3,
-                                     progress: Callable[[str], None] | None = None,
-                                     events: list[tuple[str, int]] | None = None) -> list[EpochStats]:
-    """Read ``epochs`` through one EpochLoader and check every byte of every file against its manifest.
-
-    Checks: each epoch delivers each of its files exactly once (world of one), the bytes' md5 equals
-    the manifest checksum, the stats count them, and the same worker processes serve every epoch.
-    ``events`` (if given) receives ("batch", n) for every batch as it arrives.
-    """
-    loader = EpochLoader(root, batch_size=batch_size, num_workers=num_workers, decode=path_pid_bytes,
-                         collate_fn=keep_list, progress=progress, timeout=120)
-    decoded_by: set[int] = set()
-    worker_sets: list[set[int]] = []
-    try:
-        for epoch in epochs:
-            run = loader.epoch(epoch)
-            seen: Counter[str] = Counter()
-            pids: set[int] = set()
-            base = Path(root) / f"epoch-{epoch}"
-            expected: dict[str, str] = {}
-            for batch in run:
-                if not expected:
-                    assert run.dataset is not None and run.dataset.checksums is not None
-                    expected = dict(zip(run.dataset.files, run.dataset.checksums, strict=True))
-                if events is not None:
-                    events.append(("batch", epoch))
-                for path, pid, data in batch:
-                    rel = Path(path).relative_to(base).as_posix()
-                    seen[rel] += 1
-                    pids.add(pid)
-                    assert f"md5:{hashlib.md5(data.numpy().tobytes()).hexdigest()}" == expected[rel], rel
-            manifest = read_manifest(root, epoch)
-            assert manifest is not None, f"epoch {epoch} has no manifest"
-            assert seen == Counter(e.path for e in manifest.entries), f"epoch {epoch}: every file once"
-            stats = loader.history[-1]
-            assert (stats.epoch, stats.samples, stats.bytes, stats.complete) == (
-                epoch, len(manifest.entries), manifest.total_bytes, True)
-            decoded_by |= pids
-            if num_workers:
-                # The DataLoader's own worker processes (private API, test only): the same every epoch.
-                worker_sets.append({w.pid for w in loader._loader._iterator._workers})  # type: ignore[union-attr]
-    finally:
-        loader.close()
-    if num_workers:
-        assert len(worker_sets[0]) == num_workers and decoded_by <= worker_sets[0], "decoding is in workers"
-        assert all(s == worker_sets[0] for s in worker_sets), "every epoch runs on the same worker processes"
-    return loader.history
 
 
-class GrowingFolder:
-    """A stand-in sidecar: epoch n holds the first ``sizes[n]`` objects; it cuts an epoch when asked.
-
-    Asking is the loader's first miss (its progress line), as the lookup of epoch-N is on the mount.
-    """
-
-    def __init__(self, root: Path, objects: Path, sizes: list[int]) -> None:
-        self.root, self.objects, self.sizes = root, objects, sizes
-        self.asked: list[int] = []
-        self.cut_next = threading.Event()
-        self.stop = False
-        self.thread = threading.Thread(target=self._run)
-
-    def publish(self, epoch: int) -> None:
-        names = sorted(os.listdir(self.objects))[: self.sizes[epoch]]
-        publish_epoch(self.root, epoch, {f"part-{n[:2]}/{n}": self.objects / n for n in names})
-
-    def progress(self, line: str) -> None:
-        self.asked.append(int(line.split("waiting for epoch ")[1].split()[0]))
-        self.cut_next.set()
-
-    def _run(self) -> None:
-        published = {0}
-        while not self.stop:
-            if not self.cut_next.wait(0.5):
-                continue
-            self.cut_next.clear()
-            for epoch in self.asked:
-                if epoch not in published:
-                    self.publish(epoch)
-                    published.add(epoch)
-
-    def __enter__(self) -> GrowingFolder:
-        self.publish(0)
-        self.thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop = True
-        self.thread.join()
 
 
 def _objects(tmp_path: Path, count: int, *, seed: int = 0) -> Path:

@@ -179,7 +179,7 @@ def test_every_epochfs_variable_is_in_help(command: str) -> None:
 
     from epochfs.sidecar import config
 
-    root = Path(__file__).resolve().parent.parent
+    root = Path(__file__).resolve().parents[2]
     read = set()
     for path in [*root.glob("sidecar/**/*.py"), *root.glob("fuse/*.py")]:
         read |= set(re.findall(r"EPOCHFS_[A-Z_]+", path.read_text()))

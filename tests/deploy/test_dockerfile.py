@@ -8,7 +8,7 @@ asserted: no `# syntax=` line (offline builds), the base as a build ARG defaulti
 python:slim, one venv built in the build stage from docker/constraints.txt and copied whole. The
 constraints must pin every requirement exactly and resolve to themselves on Python 3.11 and 3.13.
 The build stage's wheel is replayed from exactly the files the build context would hold. The image
-itself is built and run by tests/test_container_pod.py (`make test-container`).
+itself is built and run by tests/deploy/test_container_pod.py (`make test-container`).
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ from packaging.utils import canonicalize_name
 from epochfs.fuse import libfuse
 from epochfs.sidecar import cli, config
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 DOCKERFILE = ROOT / "Dockerfile"
 PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())
 
@@ -224,7 +224,7 @@ def test_every_command_it_runs_exists() -> None:
 def test_fuse3_package_brings_a_libfuse_the_sidecar_finds() -> None:
     """The package the image installs, fuse3, depends on a libfuse3-N package (libfuse3-3 on
     bookworm, libfuse3-4 on trixie); the library it holds is the one the FUSE server loads.
-    (The image itself is checked by tests/test_container_pod.py.)"""
+    (The image itself is checked by tests/deploy/test_container_pod.py.)"""
     depends = subprocess.run(["dpkg-query", "-W", "-f=${Depends}", "fuse3"], capture_output=True, text=True)
     if depends.returncode != 0:
         pytest.skip("fuse3 is not installed on this host (make system-deps installs it)")

@@ -9,7 +9,7 @@ import re
 from pathlib import Path
 
 import pytest
-from test_bench_cli import bench, decoy
+from bench_helpers import bench, decoy
 
 pytestmark = [
     pytest.mark.slow,
