@@ -21,6 +21,7 @@ if TYPE_CHECKING:  # what static tools see; at run time __getattr__ below import
     from .decode import SampleDecodeError, decode_auto, decode_bytes, decode_npy, decode_npz, decode_pt
     from .layout import Manifest, ManifestEntry, ManifestError, list_epochs, read_manifest, read_status
     from .loader import EpochLoader, EpochRun, EpochStats, default_num_workers
+    from .resume import EpochResumeError
     from .sampler import EpochSampler, epoch_indices
     from .world import World
 
@@ -47,17 +48,20 @@ _SUBMODULE = {
     "EpochRun": "loader",
     "EpochStats": "loader",
     "default_num_workers": "loader",
+    "EpochResumeError": "resume",
     "EpochSampler": "sampler",
     "epoch_indices": "sampler",
     "World": "world",
 }
 
-__all__ = [  # a literal list, as linters read it; tests/torchclient/test_layout.py checks it matches _SUBMODULE
+# A literal list, as linters read it; tests/torchclient/test_layout.py checks it matches _SUBMODULE.
+__all__ = [
     "ArrayEpochRun",
     "ArrayLoader",
     "ArraySampleError",
     "EpochDataset",
     "EpochLoader",
+    "EpochResumeError",
     "EpochRun",
     "EpochSampler",
     "EpochStats",

@@ -47,6 +47,7 @@ from .dataset import EpochDataset, Progress, print_progress
 from .epochplan import Balance, Partition, plan_batches, resolve_split
 from .loader import EpochStats, RunBase
 from .report import ClientReporter, report_url_from_env
+from .resume import OnResumeMismatch, Resumable
 from .retry import RETRY_SECONDS, check_retry_seconds, retrying, transient
 
 
@@ -117,7 +118,7 @@ def _check_int(name: str, value: object, minimum: int) -> int:
     return value
 
 
-class ArrayLoader:
+class ArrayLoader(Resumable):
     """Batches of fixed-shape arrays of epoch n of the mount at ``root``, read by threads into reused tensors.
 
     ``for batch in loader.epoch(n)`` yields tensors of shape ``(batch_size, *shape)`` (the last one
@@ -131,7 +132,8 @@ class ArrayLoader:
     asked for; ``copy=True`` reads each batch into memory of its own instead. ``device="cuda:N"``
     copies each batch on a side stream into a fresh device tensor (non-blocking, ordered before your
     next kernel on the current stream). Split, balance, waiting, reporting, holding the running epoch
-    and ``retry_seconds`` are EpochLoader's.
+    and ``retry_seconds`` are EpochLoader's, and so are ``state_dict()``/``load_state_dict()``,
+    ``on_resume_mismatch`` and ``next_epoch`` (:mod:`.resume`).
     """
 
     def __init__(self, root: str | os.PathLike[str], *, batch_size: int, num_threads: int | None = None,
@@ -142,7 +144,8 @@ class ArrayLoader:
                  num_replicas: int | None = None, rank: int | None = None, wait: bool = True,
                  timeout: float = 600.0, progress: Progress | None = print_progress,
                  on_epoch_end: Callable[[EpochStats], None] | None = None, report: bool = True,
-                 retry_seconds: float = RETRY_SECONDS) -> None:
+                 retry_seconds: float = RETRY_SECONDS,
+                 on_resume_mismatch: OnResumeMismatch = "raise") -> None:
         self.batch_size = _check_int("batch_size", batch_size, 1)
         self.prefetch = _check_int("prefetch", prefetch, 1)
         self.seed = _check_int("seed", seed, 0)
@@ -155,6 +158,7 @@ class ArrayLoader:
         if on_epoch_end is not None and not callable(on_epoch_end):
             raise ValueError(f"on_epoch_end must be callable or None, got {on_epoch_end!r}")
         self.retry_seconds = check_retry_seconds(retry_seconds)
+        self._init_resume(on_resume_mismatch)
         self.dtype, self.shape = expected_spec(dtype, shape)
         if format == "raw" and (self.dtype is None or self.shape is None):
             raise ValueError("format='raw' needs dtype= and shape=")
@@ -344,7 +348,8 @@ class ArrayEpochRun(RunBase):
     def _batches(self) -> Generator[torch.Tensor, None, None]:
         loader = self.loader
         started = time.monotonic()
-        dataset, batches, padded = loader.plan(self.epoch, jump=self.jump)
+        dataset, batches, padded = self._begin()
+        batches = batches[self.start_batch:]
         self.dataset = dataset
         stats = EpochStats(epoch=self.epoch, files=len(dataset), cut_wait_seconds=dataset.wait_seconds,
                            padded=padded)
@@ -369,8 +374,10 @@ class ArrayEpochRun(RunBase):
                 stats.samples += len(indices)
                 stats.bytes += nbytes
                 stats.seconds = time.monotonic() - started
+                loader._resume_advance(len(indices))
                 yield batch
             stats.complete = True
+            loader._resume_done()
         finally:
             if pipeline is not None:
                 pipeline.close()

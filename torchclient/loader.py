@@ -37,6 +37,7 @@ from .decode import Decoder, load_sample, resolve_decoder
 from .epochplan import Balance, Partition, plan_batches, resolve_split
 from .layout import epoch_name
 from .report import ClientReporter, report_url_from_env
+from .resume import OnResumeMismatch, Resumable
 from .retry import RETRY_SECONDS, check_retry_seconds
 
 _RESERVED_KWARGS = ("dataset", "batch_size", "shuffle", "sampler", "batch_sampler", "drop_last")
@@ -119,7 +120,7 @@ def default_num_workers(local_size: int = 1) -> int:
     return max(1, min(8, cpus // max(local_size, 1) - 1))
 
 
-class EpochLoader:
+class EpochLoader(Resumable):
     """Batches of epoch n of the mount at ``root``, one persistent DataLoader for all epochs.
 
     ``for batch in loader.epoch(n)`` looks up ``epoch-n`` when the iteration starts (waiting for its
@@ -138,6 +139,10 @@ class EpochLoader:
     (also while training pauses between batches: a checkpoint, a validation pass), so the sidecar
     keeps it whole; a listed file that is briefly unreachable (a FUSE server restart) is retried for
     up to ``retry_seconds`` (default 30; 0: never), one warning line per incident.
+
+    ``state_dict()``/``load_state_dict()`` save and restore the position in an epoch (:mod:`.resume`);
+    ``on_resume_mismatch`` says what a resume does when its epoch is gone or differs ("raise" or
+    "restart"); ``next_epoch`` is the epoch to iterate next.
     """
 
     def __init__(self, root: str | os.PathLike[str], *, batch_size: int, num_workers: int | None = None,
@@ -146,7 +151,8 @@ class EpochLoader:
                  balance: Balance = "pad", num_replicas: int | None = None, rank: int | None = None,
                  wait: bool = True, timeout: float = 600.0, progress: Progress | None = print_progress,
                  on_epoch_end: Callable[[EpochStats], None] | None = None, report: bool = True,
-                 retry_seconds: float = RETRY_SECONDS, **dataloader_kwargs: Any) -> None:
+                 retry_seconds: float = RETRY_SECONDS, on_resume_mismatch: OnResumeMismatch = "raise",
+                 **dataloader_kwargs: Any) -> None:
         if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
             raise ValueError(f"batch_size must be an int >= 1, got {batch_size!r}")
         if balance not in ("pad", "truncate", "none"):
@@ -169,6 +175,7 @@ class EpochLoader:
         if isinstance(num_workers, bool) or not isinstance(num_workers, int) or num_workers < 0:
             raise ValueError(f"num_workers must be an int >= 0, got {num_workers!r}")
         self.retry_seconds = check_retry_seconds(retry_seconds)
+        self._init_resume(on_resume_mismatch)
         self.root = Path(root)
         self.batch_size = batch_size
         self.num_workers = num_workers
@@ -258,9 +265,10 @@ class EpochLoader:
 
 
 class RunBase:
-    """What the runs of both loaders share: one epoch, asked for when iterated; an unfinished
-    previous epoch of the same loader is closed first (recorded as incomplete), since a loader's
-    workers or ring serve one epoch at a time. Subclasses make the batches (``_batches``)."""
+    """What the runs of both loaders share: one epoch, asked for when iterated (or measured); an
+    unfinished previous epoch of the same loader is closed first (recorded as incomplete), since a
+    loader's workers or ring serve one epoch at a time; a loaded state (:mod:`.resume`) skips the
+    batches it consumed. Subclasses make the batches (``_batches``)."""
 
     def __init__(self, loader: Any, epoch: int, *, jump: bool = False) -> None:
         self.loader = loader
@@ -268,9 +276,42 @@ class RunBase:
         self.jump = jump
         self.stats: EpochStats | None = None
         self.dataset: EpochDataset | None = None
+        self.start_batch = 0
+        """Batches skipped at the start because a loaded state had consumed them (0 otherwise)."""
+        self._planned: tuple[Any, ...] | None = None
+
+    def __len__(self) -> int:
+        """The batches of this epoch for this rank (the same on every rank unless ``balance="none"``),
+        including any a resume skips, as ``len(StatefulDataLoader)``. Before iteration this looks the
+        epoch up (cutting it on the mount) and plans it, collectively when torch.distributed is
+        initialised; the iteration then uses that plan."""
+        if self._planned is None:
+            self._planned = self._lookup()
+        return len(self._planned[1])
+
+    def _lookup(self) -> tuple[Any, ...]:
+        """``loader.plan(epoch)``; a resumed epoch is allowed to be cut out of order (``jump``), and
+        one not on the node any more is an :class:`EpochResumeError` saying so."""
+        loader = self.loader
+        pending = loader._resume_pending(self.epoch)
+        try:
+            planned: tuple[Any, ...] = loader.plan(self.epoch, jump=self.jump or pending is not None)
+        except (FileNotFoundError, TimeoutError) as exc:
+            if pending is None or loader.on_resume_mismatch == "restart":
+                raise
+            raise loader._resume_gone(self.epoch, exc) from exc
+        return planned
+
+    def _begin(self) -> tuple[Any, ...]:
+        """The plan (made by ``len()`` or now) and the position: the batches already consumed skipped."""
+        planned = self._planned if self._planned is not None else self._lookup()
+        self._planned = None  # a second iteration looks the epoch up again
+        dataset, batches = planned[0], planned[1]
+        self.start_batch = self.loader._resume_start(self.epoch, dataset, len(batches))
+        return planned
 
     def __iter__(self) -> Iterator[Any]:
-        """Start the epoch: the lookup of ``epoch-N`` happens now."""
+        """Start the epoch: the lookup of ``epoch-N`` happens now (unless ``len()`` made it)."""
         previous = self.loader._active() if self.loader._active is not None else None
         if previous is not None:
             previous.close()
@@ -290,7 +331,9 @@ class EpochRun(RunBase):
     def _batches(self) -> Generator[Any, None, None]:
         loader = self.loader
         started = time.monotonic()
-        dataset, batches, sizes, padded = loader.plan(self.epoch, jump=self.jump)
+        dataset, batches, sizes, padded = self._begin()
+        skip = self.start_batch
+        batches, sizes = batches[skip:], sizes[skip:]
         self.dataset = dataset
         stats = EpochStats(epoch=self.epoch, files=len(dataset), cut_wait_seconds=dataset.wait_seconds,
                            padded=padded)
@@ -310,10 +353,12 @@ class EpochRun(RunBase):
                 stats.samples += len(batches[number])
                 stats.bytes += sizes[number]
                 stats.seconds = time.monotonic() - started
+                loader._resume_advance(len(batches[number]))
                 yield batch
                 waiting = time.monotonic()
             stats.wait_seconds += time.monotonic() - waiting
             stats.complete = True
+            loader._resume_done()
         except Exception:
             # A sample's error leaves the workers serving; a dead worker (killed, out of memory) breaks
             # the DataLoader for good, so drop it: the next epoch starts fresh workers.

@@ -1,0 +1,225 @@
+"""Resuming a loader mid-epoch: ``state_dict()`` / ``load_state_dict()`` for both loaders.
+
+Why it can be exact: an epoch folder is immutable while it is on the node, and the batches a rank
+gets are a pure function of its file list and the loader's settings (:mod:`.epochplan`). So the
+position in an epoch is just (epoch, batches already yielded); a restarted job that looks up the
+same epoch, finds the same file list and skips those batches gets exactly the remaining samples.
+
+What the state holds (plain Python values, for ``torch.save`` or JSON): the epoch and the batches
+and samples yielded of it to this rank, the epoch's batch count for this rank, the epoch's identity
+(its number of files and a digest of its file list, paths and sizes), and the settings the plan
+depends on (seed, shuffle, batch size, drop_last, world size, rank, partition, balance). Names
+follow ``torchdata``'s ``StatefulDataLoader``: ``state_dict()`` after a batch says that batch is
+consumed; ``load_state_dict()`` on a fresh loader makes its next iteration of that epoch start after it.
+
+When the epoch is **not** on the node any more, or is another epoch under the same number (a
+drained node, a cold cache whose sidecar cut its own epoch N, an epoch retired while the job was
+down), the remaining samples cannot be produced. By default the iteration then raises
+:class:`EpochResumeError` naming the epoch, the position and what was found, before any batch, so
+nothing trains on other data by surprise; ``on_resume_mismatch="restart"`` instead trains on epoch N
+as the node has it now, from its first batch (one WARNING line). docs/torchclient.md, "Resuming".
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass
+from typing import Any, Literal
+
+log = logging.getLogger("epochfs.torchclient")
+
+STATE_VERSION = 1
+OnResumeMismatch = Literal["raise", "restart"]
+SETTINGS = ("batch_size", "seed", "shuffle", "drop_last", "num_replicas", "partition", "balance")
+"""The settings the batches depend on, besides the rank: a state made with others cannot resume."""
+
+
+class EpochResumeError(RuntimeError):
+    """The epoch a loader state points into is gone from the node or is not the same epoch any more.
+
+    ``.epoch`` is its number, ``.position`` the batches already consumed of it; the message says
+    what was found and the choices."""
+
+    def __init__(self, message: str, epoch: int, position: int) -> None:
+        super().__init__(message)
+        self.epoch = epoch
+        self.position = position
+
+
+def epoch_digest(files: Sequence[str], sizes: Sequence[int]) -> str:
+    """``sha256:<hex>`` of an epoch's file list (paths and sizes, in order): its identity on a node."""
+    digest = hashlib.sha256()
+    digest.update("\n".join(f"{path}\t{size}" for path, size in zip(files, sizes, strict=True)).encode())
+    return "sha256:" + digest.hexdigest()
+
+
+@dataclass
+class Position:
+    """Where a loader is: ``batches`` of the ``total`` batches of ``epoch`` consumed by this rank."""
+
+    epoch: int
+    batches: int = 0
+    samples: int = 0
+    total: int | None = None
+    files: int | None = None
+    digest: str | None = None
+    complete: bool = False
+
+
+class Resumable:
+    """The state methods of :class:`~.loader.EpochLoader` and :class:`~.arrayloader.ArrayLoader`.
+
+    A loader keeps the position of its running (or last) epoch, updated as batches are yielded, and
+    a loaded position not applied yet (``pending``), which the next iteration of its epoch uses."""
+
+    batch_size: int
+    seed: int
+    shuffle: bool
+    drop_last: bool
+    num_replicas: int
+    rank: int
+    partition: str
+    balance: str
+    on_resume_mismatch: OnResumeMismatch
+    _position: Position | None
+    _pending: Position | None
+    _digest_of: Any  # the dataset the position's digest is computed from, lazily
+
+    def _init_resume(self, on_resume_mismatch: str) -> None:
+        if on_resume_mismatch not in ("raise", "restart"):
+            raise ValueError(f"on_resume_mismatch must be 'raise' or 'restart', got {on_resume_mismatch!r}")
+        self.on_resume_mismatch = on_resume_mismatch  # type: ignore[assignment]
+        self._position = None
+        self._pending = None
+        self._digest_of = None
+
+    # ------------------------------------------------------------------ the public side
+    def state_dict(self) -> dict[str, Any]:
+        """The position (epoch, batches and samples consumed by this rank), the epoch's identity and
+        the settings, as plain values. Cheap after the first call of an epoch (the digest is kept)."""
+        position = self._pending or self._position
+        state: dict[str, Any] = {"version": STATE_VERSION, "loader": type(self).__name__}
+        if position is not None and position is self._position and self._digest_of is not None:
+            dataset, self._digest_of = self._digest_of, None
+            position.digest = epoch_digest(dataset.files, dataset.sizes)
+        fields = asdict(position) if position is not None else asdict(Position(epoch=-1))
+        state.update(epoch=None if position is None else fields["epoch"],
+                     batches_yielded=fields["batches"], samples_yielded=fields["samples"],
+                     batches=fields["total"], complete=fields["complete"], files=fields["files"],
+                     digest=fields["digest"], rank=self.rank)
+        state.update({name: getattr(self, name) for name in SETTINGS})
+        return state
+
+    def load_state_dict(self, state_dict: Mapping[str, Any]) -> None:
+        """Continue from ``state_dict``: the next iteration of its epoch skips the batches it consumed.
+
+        Settings that change the batches (batch size, seed, shuffle, drop_last, world size,
+        partition, balance) must be the loader's: otherwise ValueError naming them. A state from
+        another rank is accepted when the batch counts are equal across ranks (``balance`` "pad" or
+        "truncate"): the position is then the same on every rank, as in a checkpoint written by rank
+        0 only (Lightning's); only the batch count, not the file list, can be checked then."""
+        state = dict(state_dict)
+        if state.get("version") != STATE_VERSION:
+            raise ValueError(f"loader state version {state.get('version')!r} is not {STATE_VERSION} "
+                             "(made by another epochfs?)")
+        differ = [f"{name}={state.get(name)!r} (this loader: {getattr(self, name)!r})"
+                  for name in SETTINGS if state.get(name) != getattr(self, name)]
+        if differ:
+            raise ValueError("the loader state was made with other settings, so its remaining batches "
+                             f"would not be these: {', '.join(differ)}")
+        if state.get("rank") != self.rank and self.balance == "none":
+            raise ValueError(f"the loader state is rank {state.get('rank')}'s and this is rank {self.rank}: "
+                             "with balance='none' ranks' batch counts differ, so load each rank's own state")
+        if state.get("epoch") is None:
+            self._position = self._pending = None
+            return
+        position = Position(epoch=int(state["epoch"]), batches=int(state["batches_yielded"]),
+                            samples=int(state["samples_yielded"]), total=state.get("batches"),
+                            files=state.get("files"), digest=state.get("digest"),
+                            complete=bool(state.get("complete")))
+        if state.get("rank") != self.rank:
+            position.files = position.digest = None  # another rank's node may hold other files
+        self._digest_of = None
+        if position.complete or position.batches == 0:
+            self._position, self._pending = position, None  # nothing to skip: the next epoch starts fresh
+        else:
+            self._position, self._pending = None, position
+
+    @property
+    def next_epoch(self) -> int:
+        """The epoch a training loop should iterate next: the loaded or running epoch while it is
+        unfinished, the one after it once it completed; 0 before any."""
+        position = self._pending or self._position
+        if position is None:
+            return 0
+        return position.epoch + 1 if position.complete else position.epoch
+
+    # ------------------------------------------------------------------ used by the runs
+    def _resume_pending(self, epoch: int) -> Position | None:
+        """The loaded position if it is ``epoch``'s; a pending one of another epoch is dropped."""
+        pending = self._pending
+        if pending is not None and pending.epoch != epoch:
+            log.warning("epochfs: the loaded state points into epoch %d (batch %d of %s), but epoch %d "
+                        "is iterated: the state is not used",
+                        pending.epoch, pending.batches, pending.total, epoch)
+            self._pending = pending = None
+        return pending
+
+    def _resume_gone(self, epoch: int, exc: BaseException) -> EpochResumeError:
+        pending = self._pending
+        assert pending is not None
+        return EpochResumeError(
+            f"cannot resume epoch {epoch} at batch {pending.batches} of {pending.total}: the epoch is not on "
+            f"this node any more ({exc}). Its remaining samples are gone with it (a drained node, a cold "
+            f"cache, an epoch retired while the job was down). Choices: on_resume_mismatch='restart' trains "
+            f"on epoch {epoch} as the sidecar cuts it now, from its first batch; or iterate a newer epoch "
+            f"(the loaded state is then not used)", epoch, pending.batches)
+
+    def _resume_start(self, epoch: int, dataset: Any, total: int) -> int:
+        """Begin ``epoch`` (planned: ``total`` batches of ``dataset``): the batches to skip.
+
+        Checks a pending position against the epoch found; on a mismatch raises EpochResumeError,
+        or with ``on_resume_mismatch="restart"`` logs one line and starts from the first batch."""
+        pending = self._resume_pending(epoch)
+        self._pending = None
+        self._position = Position(epoch=epoch, total=total, files=len(dataset))
+        self._digest_of = dataset
+        if pending is None:
+            return 0
+        found = [f"{total} batches for this rank, not {pending.total}"] if pending.total != total else []
+        if pending.files is not None and pending.files != len(dataset):
+            found.append(f"{len(dataset)} files, not {pending.files}")
+        if not found and pending.digest is not None:
+            digest = epoch_digest(dataset.files, dataset.sizes)
+            self._digest_of, self._position.digest = None, digest
+            if digest != pending.digest:
+                found.append("another file list (the same count, other paths or sizes)")
+        if found:
+            what = (f"epoch {epoch} on this node is not the one the state was saved in: it has "
+                    f"{'; '.join(found)}")
+            if self.on_resume_mismatch == "raise":
+                raise EpochResumeError(
+                    f"cannot resume epoch {epoch} at batch {pending.batches} of {pending.total}: {what} "
+                    "(a drained node or a cold cache: the sidecar cut a new epoch under this number). "
+                    f"Choices: on_resume_mismatch='restart' trains on epoch {epoch} as it is now, from its "
+                    "first batch; or iterate a newer epoch (the loaded state is then not used)",
+                    epoch, pending.batches)
+            log.warning("epochfs: %s; on_resume_mismatch='restart': training on it from its first batch "
+                        "instead of resuming at batch %d", what, pending.batches)
+            return 0
+        skip = min(pending.batches, total)
+        self._position.batches, self._position.samples = skip, pending.samples
+        return skip
+
+    def _resume_advance(self, samples: int) -> None:
+        """A batch of ``samples`` was yielded (it counts as consumed from now on)."""
+        position = self._position
+        if position is not None:
+            position.batches += 1
+            position.samples += samples
+
+    def _resume_done(self) -> None:
+        if self._position is not None:
+            self._position.complete = True
