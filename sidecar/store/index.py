@@ -23,8 +23,11 @@ from epochfs.sidecar.store.records import SIZE_ONLY, StoreError
 INDEX_NAME = "index.sqlite"
 WAL_SUFFIX = "-wal"
 SHM_SUFFIX = "-shm"
-SCHEMA_VERSION = 2
-"""2: samples record ``digest`` (md5 of the bytes admitted) and ``verified`` (what checked them)."""
+SCHEMA_VERSION = 3
+"""2: samples record ``digest`` (md5 of the bytes admitted) and ``verified`` (what checked them).
+3: catalog rows record ``seen`` (the listing that last saw them: a relist drops the rows it did not
+see), the ``listing_parts`` table holds each lister's progress (a listing resumes after a restart),
+and ``pos`` is no longer numbered (windows are ranges of the rank order)."""
 
 _CORRUPT_CODES = (11, 26)  # SQLITE_CORRUPT, SQLITE_NOTADB (named in the sqlite3 module from 3.11)
 
@@ -48,11 +51,19 @@ CREATE TABLE IF NOT EXISTS catalog (
     size INTEGER NOT NULL,
     version TEXT NOT NULL,         -- ETag / generation / mtime tag
     rank INTEGER NOT NULL,         -- position key in the sampling order (keyed hash of seed, key)
-    pos INTEGER,                   -- 0-based position in the order, assigned by finalize_catalog
-    skipped INTEGER NOT NULL DEFAULT 0
+    pos INTEGER,                   -- unused since schema 3 (was: position numbered after listing)
+    skipped INTEGER NOT NULL DEFAULT 0,
+    seen INTEGER NOT NULL DEFAULT 0  -- the listing generation that last saw the key (schema 3)
 );
 CREATE INDEX IF NOT EXISTS catalog_rank ON catalog(rank);
-CREATE INDEX IF NOT EXISTS catalog_pos ON catalog(pos);
+CREATE TABLE IF NOT EXISTS listing_parts (
+    part INTEGER PRIMARY KEY,      -- one lister's share of the key space in the running listing
+    prefix TEXT NOT NULL,          -- the listing prefix (relative to the remote root)
+    start TEXT NOT NULL,           -- list keys after this one ('' = from the prefix's start)
+    stop TEXT,                     -- keys from this one on belong to the next part (NULL = none)
+    after TEXT NOT NULL,           -- the last key committed: a restart resumes after it
+    done INTEGER NOT NULL DEFAULT 0
+);
 CREATE TABLE IF NOT EXISTS samples (
     id INTEGER PRIMARY KEY AUTOINCREMENT,   -- admission order: eviction takes the smallest first
     sid TEXT NOT NULL UNIQUE,
@@ -102,6 +113,12 @@ class Meta(str, Enum):
     CATALOG_OBJECTS = "catalog_objects"
     CATALOG_SKIPS_COUNTED = "catalog_skips_counted"
     """Listing skips already added to ``skipped_total`` (a relisting must not count them twice)."""
+    LISTING_GENERATION = "listing_generation"
+    """The generation of the listing that is running or last ran (rows it saw carry it)."""
+    LISTING_COMPLETE = "listing_complete"
+    """The generation of the newest listing that went to the end (absent: none did yet)."""
+    LISTING_SOURCE = "listing_source"
+    """Where the running listing reads keys: ``list`` or the index URL (a change starts afresh)."""
     SAMPLER_REMOTE = "sampler_remote"
     SAMPLER_SEED = "sampler_seed"
     SAMPLER_SHARD = "sampler_shard"
@@ -199,12 +216,19 @@ class Index:
         if version is None:
             with self.write():
                 if self.get(Meta.SCHEMA_VERSION) is None:
+                    self.db.execute(_SEEN_INDEX)
                     self.put(Meta.SCHEMA_VERSION, str(SCHEMA_VERSION))
                 version = self.get(Meta.SCHEMA_VERSION)
         if version is not None and int(version) == 1:
             with self.write():
                 if self.get(Meta.SCHEMA_VERSION) == "1":
                     _migrate_1_to_2(self.db)
+                    self.put(Meta.SCHEMA_VERSION, "2")
+                version = self.get(Meta.SCHEMA_VERSION)
+        if version is not None and int(version) == 2:
+            with self.write():
+                if self.get(Meta.SCHEMA_VERSION) == "2":
+                    _migrate_2_to_3(self)
                     self.put(Meta.SCHEMA_VERSION, str(SCHEMA_VERSION))
                 version = self.get(Meta.SCHEMA_VERSION)
         if version is not None and int(version) != SCHEMA_VERSION:
@@ -274,6 +298,23 @@ class Index:
     def counter(self, name: str) -> int:
         row = self.query("SELECT value FROM counters WHERE name=?", (name,))
         return int(row[0][0]) if row else 0
+
+
+_SEEN_INDEX = "CREATE INDEX IF NOT EXISTS catalog_seen ON catalog(seen)"
+
+
+def _migrate_2_to_3(ix: Index) -> None:
+    """Schema 2 numbered ``pos`` after a complete listing (its index goes) and had no listing
+    generations: every row counts as seen by listing 0, complete when the catalog was numbered."""
+    db = ix.db
+    columns = {str(r[1]) for r in db.execute("PRAGMA table_info(catalog)")}
+    if "seen" not in columns:
+        db.execute("ALTER TABLE catalog ADD COLUMN seen INTEGER NOT NULL DEFAULT 0")
+    db.execute("DROP INDEX IF EXISTS catalog_pos")
+    db.execute(_SEEN_INDEX)
+    ix.put(Meta.LISTING_GENERATION, "0")
+    if ix.get(Meta.CATALOG_OBJECTS) is not None:
+        ix.put(Meta.LISTING_COMPLETE, "0")
 
 
 def _migrate_1_to_2(db: sqlite3.Connection) -> None:
