@@ -1,8 +1,10 @@
 """Catalog queries: the listed remote objects, their sampling order, and what is left to fetch.
 
 The catalog is written by the listing (:mod:`epochfs.sidecar.catalog`) and read by the sampler's
-fetch order; a row's ``rank`` is the keyed hash that defines the sampling order, and ``pos`` its
-0-based position once the listing is complete (schedule-mode windows are ranges of ``pos``).
+fetch order; a row's ``rank`` is the keyed hash that defines the sampling order. Positions in that
+order (schedule-mode windows are ranges of them) are counted along the rank index, never stored, so
+neither a listing nor a relist renumbers rows. ``seen`` is the listing generation that last saw a
+row: a complete relist drops the rows it did not see.
 """
 
 from __future__ import annotations
@@ -28,14 +30,14 @@ def add(ix: Index, rows: Iterable[CatalogRow]) -> int:
 
 
 def finalize(ix: Index) -> int:
-    """Number the catalog in sampling order (positions define schedule-mode windows)."""
-    with ix.write() as db:
-        db.execute(
-            "UPDATE catalog SET pos = (SELECT p FROM (SELECT key AS k, "
-            "ROW_NUMBER() OVER (ORDER BY rank, key) - 1 AS p FROM catalog) WHERE k = catalog.key)"
-        )
-        total = int(db.execute("SELECT COUNT(*) FROM catalog").fetchone()[0])
+    """Record that the running listing is complete: the catalog's count, and the generation that
+    windows and relists go by. Rows are not numbered (positions are implicit in the rank order),
+    so this touches the meta table only; counting is one scan of the rank index, outside any
+    write transaction."""
+    total = int(ix.query("SELECT COUNT(*) FROM catalog")[0][0])
+    with ix.write():
         ix.put(Meta.CATALOG_OBJECTS, str(total))
+        ix.put(Meta.LISTING_COMPLETE, ix.get(Meta.LISTING_GENERATION) or "0")
     return total
 
 
@@ -61,9 +63,16 @@ def candidates(ix: Index, *, after_rank: int | None, limit: int) -> list[tuple[i
 
 
 def window_candidates(ix: Index, lo: int, hi: int, *, limit: int) -> list[tuple[int, Candidate]]:
-    """Catalog entries at positions [lo, hi) that are neither cached nor skipped, in order."""
-    return _candidates(ix, "c.pos >= ? AND c.pos < ? ORDER BY c.pos LIMIT ?", (lo, hi, limit),
-                       order_column="pos")
+    """Catalog entries at positions [lo, hi) of the rank order that are neither cached nor
+    skipped, in order (positions are counted, not stored: no row is ever renumbered)."""
+    rows = ix.query(
+        "SELECT w.n, w.key, w.sid, w.size, w.version FROM (SELECT ROW_NUMBER() OVER () - 1 + ? AS n, "
+        "key, sid, size, version, skipped FROM (SELECT key, sid, size, version, skipped FROM catalog "
+        "ORDER BY rank, key LIMIT ? OFFSET ?)) w WHERE w.skipped = 0 "
+        "AND NOT EXISTS (SELECT 1 FROM samples s WHERE s.key = w.key) ORDER BY w.n LIMIT ?",
+        (lo, max(0, hi - lo), lo, limit),
+    )
+    return [(int(r[0]), Candidate(str(r[1]), str(r[2]), int(r[3]), str(r[4]))) for r in rows]
 
 
 def mark_skipped(ix: Index, key: str) -> None:

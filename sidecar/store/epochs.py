@@ -38,16 +38,23 @@ def window(db: sqlite3.Connection, policy: Policy, n: int) -> tuple[int, int]:
     assert policy.schedule is not None
     total = int(db.execute("SELECT COUNT(*) FROM catalog").fetchone()[0])
     hi = min(total, policy.schedule.size(n))
+    # Positions are implicit (the rank order), never numbered: listing and relisting stay cheap.
     rows = db.execute(
-        "SELECT pos, SUM(size) OVER (ORDER BY pos DESC) FROM catalog WHERE pos < ? ORDER BY pos DESC",
+        "SELECT size FROM (SELECT rank, key, size FROM catalog ORDER BY rank, key LIMIT ?) "
+        "ORDER BY rank DESC, key DESC",
         (hi,),
     )
-    lo = hi
-    for pos, cum in rows:
-        if int(cum) > policy.epoch_budget:
+    lo, cum = hi, 0
+    for (size,) in rows:
+        cum += int(size)
+        if cum > policy.epoch_budget:
             break
-        lo = int(pos)
+        lo -= 1
     return lo, hi
+
+
+WINDOW_KEYS = "(SELECT key, skipped FROM catalog ORDER BY rank, key LIMIT ? OFFSET ?)"
+"""The catalog rows at positions [lo, hi) of the rank order; arguments (hi - lo, lo)."""
 
 
 def condition_holds(db: sqlite3.Connection, policy: Policy, n: int) -> bool:
@@ -57,11 +64,13 @@ def condition_holds(db: sqlite3.Connection, policy: Policy, n: int) -> bool:
         return False
     if policy.schedule is None:
         return True
+    if db.execute("SELECT 1 FROM meta WHERE name='listing_complete'").fetchone() is None:
+        return False  # windows are positions in the order of a complete listing
     lo, hi = window(db, policy, n)
     missing = db.execute(
-        "SELECT COUNT(*) FROM catalog c WHERE c.pos >= ? AND c.pos < ? AND c.skipped=0 "
+        f"SELECT COUNT(*) FROM {WINDOW_KEYS} c WHERE c.skipped=0 "
         "AND NOT EXISTS (SELECT 1 FROM samples s WHERE s.key=c.key)",
-        (lo, hi),
+        (hi - lo, lo),
     ).fetchone()[0]
     return int(missing) == 0
 
@@ -102,9 +111,9 @@ def _insert_epoch(db: sqlite3.Connection, policy: Policy, n: int) -> None:
     else:
         lo, hi = window(db, policy, n)
         db.execute(
-            "INSERT INTO epoch_samples(epoch, sample) SELECT ?, s.id FROM samples s "
-            "JOIN catalog c ON c.key = s.key WHERE c.pos >= ? AND c.pos < ?",
-            (n, lo, hi),
+            f"INSERT INTO epoch_samples(epoch, sample) SELECT ?, s.id FROM samples s "
+            f"JOIN {WINDOW_KEYS} c ON c.key = s.key",
+            (n, hi - lo, lo),
         )
     samples, nbytes, max_sample = db.execute(
         "SELECT COUNT(*), COALESCE(SUM(s.size), 0), COALESCE(MAX(s.id), 0) FROM epoch_samples e "
