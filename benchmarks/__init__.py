@@ -6,9 +6,10 @@ on the same machine in the same run, and prints the ratio.
 
 ``fetch`` (the sampler against s5cmd and rclone on a local S3 server), ``mount`` (reads through the
 mount against direct reads), ``loader`` (EpochLoader through the mount against the same loader on
-the object files), ``served_opens`` (what counting served samples costs a reader). ``harness`` holds
-what they share. Their dependencies are the ``bench`` extra (``pip install 'epochfs[bench]'``) and,
-for some options, programs from the system's packages (rclone, s3fs). docs/performance.md.
+the object files), ``served_opens`` (what counting served samples costs a reader), ``scale`` (the
+sidecar against ``synthetic_s3``, a procedural S3 endpoint of up to 10M keys), ``fleet`` (a model of
+1,000 nodes against S3's request limits). ``harness`` holds what they share. Their dependencies are
+the ``bench`` extra (``pip install 'epochfs[bench]'``) and, for some options, programs from the system's packages (rclone, s3fs). docs/performance.md.
 
 Nothing in the product imports this package (.importlinter says so); the sidecar image leaves it out.
 """

@@ -11,8 +11,8 @@ through botocore, and the presigned GETs of :mod:`epochfs.sidecar.httpget`):
   answered after ``list_latency`` seconds (20 ms by default, about what S3 takes per page);
 - ``HEAD`` and ``GET /bucket/key``, with ``Range: bytes=a-b`` (206, Content-Range);
 - ``GET /_stats``: the request counters as JSON (``POST /_stats/reset`` zeroes them);
-- throttling on demand: :attr:`SyntheticS3.server`'s ``throttle_lists`` answers that many
-  listing pages ``503 SlowDown`` (object GETs are throttled by tests/faultproxy.py in front).
+- throttling on demand: the listing requests numbered in ``server.throttle_pages`` are answered
+  ``503 SlowDown`` (object GETs are throttled by tests/faultproxy.py in front).
 
 Path-style and virtual-hosted requests are both accepted; signatures are not checked.
 
@@ -362,6 +362,7 @@ class _Handler(BaseHTTPRequestHandler):
             if self.server.list_latency:
                 time.sleep(self.server.list_latency)
             if self.server.take_throttled_list():
+                self.server.stats.add(list_pages=1)
                 self._error(503, "SlowDown", "Please reduce your request rate.")
                 return
             try:
@@ -401,16 +402,16 @@ class _Server(ThreadingHTTPServer):
         self.list_latency = list_latency
         self.get_latency = get_latency
         self.stats = Stats()
-        self.throttle_lists = 0
-        """The next this many listing pages are answered 503 SlowDown (S3's throttling)."""
+        self.throttle_pages: set[int] = set()
+        """Listing requests (numbered from 1 in arrival order) answered 503 SlowDown, as S3
+        throttles; each still counts in ``list_pages``."""
+        self._pages_seen = 0
         self._throttle_lock = threading.Lock()
 
     def take_throttled_list(self) -> bool:
         with self._throttle_lock:
-            if self.throttle_lists <= 0:
-                return False
-            self.throttle_lists -= 1
-            return True
+            self._pages_seen += 1
+            return self._pages_seen in self.throttle_pages
 
 
 class SyntheticS3:
