@@ -26,7 +26,10 @@ import hashlib
 import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
+
+if TYPE_CHECKING:
+    from .epochplan import Balance, Partition
 
 log = logging.getLogger("epochfs.torchclient")
 
@@ -80,8 +83,8 @@ class Resumable:
     drop_last: bool
     num_replicas: int
     rank: int
-    partition: str
-    balance: str
+    partition: Partition
+    balance: Balance
     on_resume_mismatch: OnResumeMismatch
     _position: Position | None
     _pending: Position | None
