@@ -55,13 +55,16 @@ class IndexHandle:
         self.path = path
         self._lock = threading.Lock()
         self._lost_logged = False
+        # A writer-side opener (the sidecar's processes open with ``create``) may migrate an older
+        # schema; a reader (``epochfs status``) never writes at open.
+        self._migrate = create
         self._index = self._open(create=create)
 
     def _open(self, *, create: bool) -> Index:
         deadline = time.monotonic() + OPEN_WAIT
         while True:
             try:
-                return Index(self.path)
+                return Index(self.path, migrate=self._migrate)
             except StoreError as e:
                 if _log_elsewhere(e) and time.monotonic() < deadline:
                     time.sleep(0.05)  # a process that holds the deleted log saves it at its next use
@@ -72,13 +75,13 @@ class IndexHandle:
                 break
         with reset.reset_lock(self.path.parent):
             try:
-                return Index(self.path)  # another process reset it meanwhile
+                return Index(self.path, migrate=self._migrate)  # another process reset it meanwhile
             except StoreError as e:
                 if not _corrupt(e):
                     raise
             aside = reset.move_aside(self.path.parent)
             reset.report(self.path.parent, problem, aside)
-            return Index(self.path)
+            return Index(self.path, migrate=self._migrate)
 
     def get(self) -> Index:
         """The index to use now, reopened first if its files changed under it."""
@@ -106,7 +109,7 @@ class IndexHandle:
                 except Exception as e:  # reopening is still the only way on
                     saved = f"; saving the deleted log failed ({e})"
             try:
-                new = Index(self.path)
+                new = Index(self.path, migrate=self._migrate)
             except StoreError as e:
                 log.error("the cache index %s changed (%s) and cannot be reopened: %s",
                           self.path, what, e)
@@ -128,7 +131,7 @@ class IndexHandle:
             self._index.close()
             aside = reset.move_aside(self.path.parent)
             reset.report(self.path.parent, problem, aside)
-            self._index = Index(self.path)
+            self._index = Index(self.path, migrate=self._migrate)
             return aside
 
     def close(self) -> None:

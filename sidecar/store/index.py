@@ -4,6 +4,12 @@ Two processes (the sampler, which writes, and the FUSE server, which reads and a
 the same ``index.sqlite`` in WAL mode, so readers never block the writer and vice versa. Writes use
 ``BEGIN IMMEDIATE`` so writers serialize across processes instead of failing on lock upgrades;
 reads use a deferred ``BEGIN`` and so never take the write lock.
+
+Opening an index whose schema is current is reads only (one deferred read of the version): a
+reader (``epochfs status``, the FUSE server, the supervisor's readiness) opens it while the sampler
+holds the write lock for as long as it likes. Only a missing schema (a fresh index) or an older
+one takes the write lock, and an older one is migrated only by an opener that may (``migrate``:
+the sidecar's processes, which open with ``create``), never by ``epochfs status`` or ``verify``.
 """
 
 from __future__ import annotations
@@ -29,6 +35,8 @@ SCHEMA_VERSION = 3
 see), the ``listing_parts`` table holds each lister's progress (a listing resumes after a restart),
 and ``pos`` is no longer numbered (windows are ranges of the rank order)."""
 
+BUSY_MS = 30000
+"""How long a statement waits for another process's write lock before "database is locked"."""
 _CORRUPT_CODES = (11, 26)  # SQLITE_CORRUPT, SQLITE_NOTADB (named in the sqlite3 module from 3.11)
 
 
@@ -41,7 +49,7 @@ def is_corruption(exc: BaseException) -> bool:
     text = str(exc)
     return "malformed" in text or "not a database" in text
 
-SCHEMA = """
+SCHEMA = """  -- statements split at semicolons: none inside a comment
 CREATE TABLE IF NOT EXISTS meta (name TEXT PRIMARY KEY, value TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS counters (name TEXT PRIMARY KEY, value INTEGER NOT NULL);
 CREATE TABLE IF NOT EXISTS catalog (
@@ -85,8 +93,12 @@ CREATE TABLE IF NOT EXISTS epochs (
     evicted INTEGER NOT NULL,
     max_sample INTEGER NOT NULL,   -- highest samples.id when cut: later samples are pending
     last_read REAL NOT NULL,       -- 0 until a reader records a read
-    retired INTEGER NOT NULL DEFAULT 0
+    retired INTEGER NOT NULL DEFAULT 0,
+    first_sample INTEGER           -- set: the epoch is the samples with first_sample <= id <= max_sample,
+                                   -- NULL: the epoch is its rows in epoch_samples
 );
+-- Only epochs that are not a range of the admission order (schedule-mode windows, epochs cut by
+-- schema 2) have rows here.
 CREATE TABLE IF NOT EXISTS epoch_samples (
     epoch INTEGER NOT NULL,
     sample INTEGER NOT NULL,
@@ -149,17 +161,17 @@ def _file_id(path: Path) -> tuple[int, int] | None:
 class Index:
     """One connection to ``index.sqlite`` with its lock. Thread-safe within a process."""
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, *, migrate: bool = True) -> None:
+        """Open ``path``. ``migrate``: this opener may upgrade an older schema (else StoreError)."""
         self.path = path
         self.wal = path.with_name(path.name + WAL_SUFFIX)
         self.lock = threading.RLock()
         try:
             self.db = sqlite3.connect(path, timeout=30.0, isolation_level=None, check_same_thread=False)
-            self.db.execute("PRAGMA journal_mode=WAL")
+            self.db.execute(f"PRAGMA busy_timeout={BUSY_MS}")
             self.db.execute("PRAGMA synchronous=NORMAL")
-            self.db.execute("PRAGMA busy_timeout=30000")
-            self.db.executescript(SCHEMA)
-            self._check_version()
+            if self._version() != SCHEMA_VERSION:
+                self._prepare(migrate=migrate)
         except sqlite3.DatabaseError as e:
             raise StoreError(f"{path}: {e}") from e
         # What this connection opened: a file put in its place, or a write-ahead log deleted
@@ -209,30 +221,47 @@ class Index:
             rows = self.db.execute("PRAGMA integrity_check").fetchall()
         return "; ".join(str(r[0]) for r in rows[:5])
 
-    def _check_version(self) -> None:
-        """Record the schema version once; migrate an older index; refuse a newer one."""
-        with self.read():
-            version = self.get(Meta.SCHEMA_VERSION)
-        if version is None:
-            with self.write():
-                if self.get(Meta.SCHEMA_VERSION) is None:
-                    self.db.execute(_SEEN_INDEX)
-                    self.put(Meta.SCHEMA_VERSION, str(SCHEMA_VERSION))
-                version = self.get(Meta.SCHEMA_VERSION)
-        if version is not None and int(version) == 1:
-            with self.write():
-                if self.get(Meta.SCHEMA_VERSION) == "1":
-                    _migrate_1_to_2(self.db)
-                    self.put(Meta.SCHEMA_VERSION, "2")
-                version = self.get(Meta.SCHEMA_VERSION)
-        if version is not None and int(version) == 2:
-            with self.write():
-                if self.get(Meta.SCHEMA_VERSION) == "2":
-                    _migrate_2_to_3(self)
-                    self.put(Meta.SCHEMA_VERSION, str(SCHEMA_VERSION))
-                version = self.get(Meta.SCHEMA_VERSION)
-        if version is not None and int(version) != SCHEMA_VERSION:
-            raise StoreError(f"{self.path}: schema version {version}, this epochfs reads {SCHEMA_VERSION}")
+    def _version(self) -> int | None:
+        """The recorded schema version, in one deferred read (None: no schema yet)."""
+        with self.read() as db:
+            return self._version_in(db)
+
+    def _prepare(self, *, migrate: bool) -> None:
+        """Make a fresh index, or migrate an older one (``migrate``); refuse a newer one. Under the
+        write lock, looking again first (another process may have done it meanwhile)."""
+        mode = str(self.db.execute("PRAGMA journal_mode").fetchone()[0]).lower()
+        if mode != "wal":
+            self.db.execute("PRAGMA journal_mode=WAL")
+        with self.write() as db:
+            version = self._version_in(db)
+            if version is None:
+                for statement in SCHEMA.split(";"):
+                    if statement.strip():
+                        db.execute(statement)
+                self.put(Meta.SCHEMA_VERSION, str(SCHEMA_VERSION))
+                return
+            if version > SCHEMA_VERSION:
+                raise StoreError(f"{self.path}: schema version {version}, "
+                                 f"this epochfs reads {SCHEMA_VERSION}")
+            if version == SCHEMA_VERSION:
+                return
+            if not migrate:
+                raise StoreError(f"{self.path}: schema version {version}; the sampler upgrades it to "
+                                 f"{SCHEMA_VERSION} at its next start")
+            if version == 1:
+                _migrate_1_to_2(db)
+            _migrate_2_to_3(db)
+            self.put(Meta.SCHEMA_VERSION, str(SCHEMA_VERSION))
+
+    @staticmethod
+    def _version_in(db: sqlite3.Connection) -> int | None:
+        try:
+            row = db.execute("SELECT value FROM meta WHERE name=?", (Meta.SCHEMA_VERSION.value,)).fetchone()
+        except sqlite3.OperationalError as e:
+            if "no such table" not in str(e):
+                raise
+            return None
+        return None if row is None else int(row[0])
 
     def close(self) -> None:
         with self.lock:
@@ -330,3 +359,11 @@ def _migrate_1_to_2(db: sqlite3.Connection) -> None:
     db.execute("UPDATE samples SET verified = 'etag-md5' WHERE digest != '' "
                "AND lower(trim(version, '\"')) = digest")
     db.execute("UPDATE samples SET verified = ?, checksum = ? WHERE verified = ''", (SIZE_ONLY, SIZE_ONLY))
+
+
+def _migrate_2_to_3(db: sqlite3.Connection) -> None:
+    """Epochs may be ranges of the admission order: one column, NULL for the epochs already cut
+    (they keep their ``epoch_samples`` rows until they retire). No row is rewritten."""
+    columns = {str(r[1]) for r in db.execute("PRAGMA table_info(epochs)")}
+    if "first_sample" not in columns:
+        db.execute("ALTER TABLE epochs ADD COLUMN first_sample INTEGER")
