@@ -1,10 +1,11 @@
 """``s3://bucket/prefix`` through botocore, with presigned GETs on the worker threads.
 
-Listing is a paged ``ListObjectsV2`` streamed page by page. Each object is one plain
-``GetObject`` (a presigned URL fetched on the worker thread, :mod:`epochfs.sidecar.httpget`)
-whose body is read in large blocks, so a download costs one request (``fs.open`` would add a HEAD
-and ranged reads). Retries are left to the downloader (bounded attempts, backoff with jitter), so
-botocore's own retries are switched off.
+Listing is a paged ``ListObjectsV2``: :meth:`S3Remote.list_page` is one page (a prefix, a
+delimiter, a start key), which the parallel listers of :mod:`epochfs.sidecar.listing` call.
+Each object is one plain ``GetObject`` (a presigned URL fetched on the worker thread,
+:mod:`epochfs.sidecar.httpget`) whose body is read in large blocks, so a download costs one
+request (``fs.open`` would add a HEAD and ranged reads). Retries are left to the downloader
+(bounded attempts, backoff with jitter), so botocore's own retries are switched off.
 
 Failures come out typed where they arise (:mod:`epochfs.sidecar.remote_errors`): botocore's by
 :func:`~epochfs.sidecar.remote_errors.botocore_kind`, the fast path's S3 error answers (their
@@ -218,24 +219,38 @@ class S3Remote:
         return f"{self.prefix}/{key}" if self.prefix else key
 
     def list(self) -> Iterator[RemoteObject]:
-        from epochfs.sidecar.remote import RemoteObject  # the interface module imports this one
-
-        prefix = f"{self.prefix}/" if self.prefix else ""
         token: str | None = None
         while True:
-            kwargs: dict[str, Any] = {"Bucket": self.bucket, "Prefix": prefix, "MaxKeys": 1000}
-            if token:
-                kwargs["ContinuationToken"] = token
-            try:
-                page = self._client.list_objects_v2(**kwargs)
-            except Exception as e:
-                raise RemoteError(f"cannot list {self.url}: {e}") from e
-            for item in page.get("Contents", ()):
-                key = str(item["Key"])[len(prefix):]
-                yield RemoteObject(key, int(item["Size"]), str(item.get("ETag", "")).strip('"'))
-            if not page.get("IsTruncated"):
+            objects, _, token = self.list_page("", token=token)
+            yield from objects
+            if token is None:
                 return
-            token = page.get("NextContinuationToken")
+
+    def list_page(self, prefix: str, *, start_after: str = "", token: str | None = None,
+                  delimiter: bool = False) -> tuple[list[RemoteObject], list[str], str | None]:
+        """One ``ListObjectsV2`` page of keys under ``prefix`` (relative to the remote root) after
+        ``start_after`` (or from ``token``): (objects, common prefixes with ``delimiter``, the
+        token of the next page or None). Keys and prefixes come back relative to the root."""
+        from epochfs.sidecar.remote import RemoteObject  # the interface module imports this one
+
+        root = f"{self.prefix}/" if self.prefix else ""
+        kwargs: dict[str, Any] = {"Bucket": self.bucket, "Prefix": root + prefix, "MaxKeys": 1000}
+        if token:
+            kwargs["ContinuationToken"] = token
+        elif start_after:
+            kwargs["StartAfter"] = root + start_after
+        if delimiter:
+            kwargs["Delimiter"] = "/"
+        try:
+            page = self._client.list_objects_v2(**kwargs)
+        except Exception as e:
+            raise RemoteError(f"cannot list {self.url}: {e}") from e
+        objects = [RemoteObject(str(item["Key"])[len(root):], int(item["Size"]),
+                                str(item.get("ETag", "")).strip('"'))
+                   for item in page.get("Contents", ())]
+        prefixes = [str(p["Prefix"])[len(root):] for p in page.get("CommonPrefixes", ())]
+        more = page.get("IsTruncated") and page.get("NextContinuationToken")
+        return objects, prefixes, str(more) if more else None
 
     def open(self, key: str, *, checksum: bool = False) -> Reader:
         kwargs: dict[str, Any] = {"Bucket": self.bucket, "Key": self._full_key(key)}
