@@ -168,6 +168,10 @@ class Store:
     def finalize_catalog(self) -> int:
         return catalog.finalize(self._ix)
 
+    def listings(self) -> catalog.Listings:
+        """The catalog's listing side (generations, listers' progress, page commits, relists)."""
+        return catalog.Listings(self._ix)
+
     def candidates(self, *, after_rank: int | None, limit: int) -> list[tuple[int, Candidate]]:
         return catalog.candidates(self._ix, after_rank=after_rank, limit=limit)
 

@@ -10,6 +10,7 @@ row: a complete relist drops the rows it did not see.
 from __future__ import annotations
 
 from collections.abc import Iterable
+from dataclasses import dataclass
 
 from epochfs.sidecar.store.index import Index, Meta
 from epochfs.sidecar.store.records import Candidate, CatalogRow
@@ -86,3 +87,115 @@ def count_skip(ix: Index, n: int = 1) -> None:
     """Count keys skipped before they reached the catalog (hostile names, too large)."""
     with ix.write():
         ix.bump("skipped_total", n)
+
+
+# ---------------------------------------------------------------------------- listings
+@dataclass
+class Part:
+    """One lister's share of the key space: keys under ``prefix`` after ``start`` and before
+    ``stop``; ``after`` is the resume point the source gave with the last committed page."""
+
+    part: int
+    prefix: str
+    start: str
+    stop: str | None
+    after: str = ""
+    done: bool = False
+
+
+@dataclass(frozen=True)
+class ListingState:
+    generation: int
+    """The running (or last) listing's generation."""
+    complete: int | None
+    """The newest generation that went to the end (None: no complete listing yet)."""
+    source: str | None
+    parts: list[Part]
+    """The running listing's parts ([] when no listing is running)."""
+
+    @property
+    def running(self) -> bool:
+        return any(not p.done for p in self.parts)
+
+
+class Listings:
+    """The listing side of the catalog: generations, each lister's progress, page commits, the
+    merge at the end of a relist. Every write is one page or one batch: nothing rewrites the
+    catalog, so a listing of 10M keys costs 10k small transactions, not one long one."""
+
+    DROP_BATCH = 5000
+
+    def __init__(self, ix: Index) -> None:
+        self.ix = ix
+
+    def state(self) -> ListingState:
+        with self.ix.read() as db:
+            gen = int(self.ix.get(Meta.LISTING_GENERATION) or 0)
+            complete = self.ix.get(Meta.LISTING_COMPLETE)
+            source = self.ix.get(Meta.LISTING_SOURCE)
+            parts = [Part(int(r[0]), str(r[1]), str(r[2]), None if r[3] is None else str(r[3]),
+                          str(r[4]), bool(r[5]))
+                     for r in db.execute("SELECT part, prefix, start, stop, after, done "
+                                         "FROM listing_parts ORDER BY part")]
+        return ListingState(gen, None if complete is None else int(complete), source, parts)
+
+    def begin(self, parts: list[Part], source: str) -> int:
+        """Start a new listing generation over ``parts``; returns its generation."""
+        with self.ix.write() as db:
+            gen = int(self.ix.get(Meta.LISTING_GENERATION) or 0) + 1
+            db.execute("DELETE FROM listing_parts")
+            db.executemany(
+                "INSERT INTO listing_parts(part, prefix, start, stop, after, done) VALUES(?,?,?,?,?,?)",
+                [(p.part, p.prefix, p.start, p.stop, p.after, int(p.done)) for p in parts],
+            )
+            self.ix.put(Meta.LISTING_GENERATION, str(gen))
+            self.ix.put(Meta.LISTING_SOURCE, source)
+            self.ix.set_counter("listing_skips", 0)
+        return gen
+
+    def commit_page(self, gen: int, part: Part, rows: list[CatalogRow], *, skips: int,
+                    clashes: list[str]) -> int:
+        """Write one page's rows (marked seen by ``gen``) and the part's progress in one
+        transaction, so a restart resumes exactly after the last committed page. Returns the
+        number of keys new to the catalog."""
+        new = 0
+        with self.ix.write() as db:
+            for r in rows:
+                cur = db.execute("UPDATE catalog SET size=?, version=?, seen=? WHERE key=?",
+                                 (r.size, r.version, gen, r.key))
+                if cur.rowcount == 0:
+                    db.execute("INSERT INTO catalog(key, path, sid, size, version, rank, seen) "
+                               "VALUES(?,?,?,?,?,?,?)", (r.key, r.key, r.sid, r.size, r.version, r.rank, gen))
+                    new += 1
+            for key in clashes:  # written with an earlier page: it is also a folder
+                if db.execute("UPDATE catalog SET skipped=1 WHERE key=?", (key,)).rowcount:
+                    self.ix.bump("skipped_total", 1)
+            db.execute("UPDATE listing_parts SET after=?, done=? WHERE part=?",
+                       (part.after, int(part.done), part.part))
+            if skips:
+                self.ix.bump("listing_skips", skips)
+            if new:
+                self.ix.put(Meta.CATALOG_OBJECTS, str(int(self.ix.get(Meta.CATALOG_OBJECTS) or 0) + new))
+        return new
+
+    def finish(self, gen: int) -> tuple[int, int]:
+        """The listing ``gen`` went to the end: drop the rows it did not see (keys deleted from the
+        remote, a few thousand per transaction), count its skips once, record it complete.
+        Returns (keys in the catalog, keys dropped). Cached samples of dropped keys stay until
+        evicted (a live epoch never changes); they are not fetched again."""
+        dropped = 0
+        while True:
+            with self.ix.write() as db:
+                n = db.execute("DELETE FROM catalog WHERE key IN (SELECT key FROM catalog "
+                               "WHERE seen < ? LIMIT ?)", (gen, self.DROP_BATCH)).rowcount
+            dropped += n
+            if n < self.DROP_BATCH:
+                break
+        skips = self.ix.counter("listing_skips")
+        with self.ix.write() as db:
+            counted = int(self.ix.get(Meta.CATALOG_SKIPS_COUNTED) or 0)
+            if skips > counted:  # a relist must not count again what an earlier listing counted
+                self.ix.bump("skipped_total", skips - counted)
+                self.ix.put(Meta.CATALOG_SKIPS_COUNTED, str(skips))
+            db.execute("DELETE FROM listing_parts")
+        return finalize(self.ix), dropped
