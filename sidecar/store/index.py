@@ -33,7 +33,12 @@ SCHEMA_VERSION = 3
 """2: samples record ``digest`` (md5 of the bytes admitted) and ``verified`` (what checked them).
 3: catalog rows record ``seen`` (the listing that last saw them: a relist drops the rows it did not
 see), the ``listing_parts`` table holds each lister's progress (a listing resumes after a restart),
-and ``pos`` is no longer numbered (windows are ranges of the rank order)."""
+and ``pos`` is no longer numbered (windows are ranges of the rank order); an epoch may be a range
+of the admission order (``epochs.first_sample``) instead of one ``epoch_samples`` row per sample
+(epochs cut before keep their rows: NULL ``first_sample``).
+
+A change of the schema bumps this number with a migration: an index whose version is current is
+opened without running the schema (no write), so a table added without a bump would be missing."""
 
 BUSY_MS = 30000
 """How long a statement waits for another process's write lock before "database is locked"."""
@@ -235,9 +240,8 @@ class Index:
         with self.write() as db:
             version = self._version_in(db)
             if version is None:
-                for statement in SCHEMA.split(";"):
-                    if statement.strip():
-                        db.execute(statement)
+                _create(db)
+                db.execute(_SEEN_INDEX)
                 self.put(Meta.SCHEMA_VERSION, str(SCHEMA_VERSION))
                 return
             if version > SCHEMA_VERSION:
@@ -248,9 +252,11 @@ class Index:
             if not migrate:
                 raise StoreError(f"{self.path}: schema version {version}; the sampler upgrades it to "
                                  f"{SCHEMA_VERSION} at its next start")
+            _create(db)  # tables added since (CREATE IF NOT EXISTS)
             if version == 1:
                 _migrate_1_to_2(db)
-            _migrate_2_to_3(db)
+            _migrate_2_to_3(self)
+            _migrate_epochs_2_to_3(db)
             self.put(Meta.SCHEMA_VERSION, str(SCHEMA_VERSION))
 
     @staticmethod
@@ -361,7 +367,14 @@ def _migrate_1_to_2(db: sqlite3.Connection) -> None:
     db.execute("UPDATE samples SET verified = ?, checksum = ? WHERE verified = ''", (SIZE_ONLY, SIZE_ONLY))
 
 
-def _migrate_2_to_3(db: sqlite3.Connection) -> None:
+def _create(db: sqlite3.Connection) -> None:
+    """Every table and index of :data:`SCHEMA` that is missing (inside a write transaction)."""
+    for statement in SCHEMA.split(";"):
+        if statement.strip():
+            db.execute(statement)
+
+
+def _migrate_epochs_2_to_3(db: sqlite3.Connection) -> None:
     """Epochs may be ranges of the admission order: one column, NULL for the epochs already cut
     (they keep their ``epoch_samples`` rows until they retire). No row is rewritten."""
     columns = {str(r[1]) for r in db.execute("PRAGMA table_info(epochs)")}
