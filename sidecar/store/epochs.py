@@ -1,7 +1,12 @@
 """Epochs: the cut condition, cuts, schedule windows, cut requests, pins and retirement.
 
-An epoch is an immutable snapshot: its rows in ``epoch_samples`` are written once, at its cut, and
-removed only when it retires, so a reader sees the same files for as long as the epoch is live.
+An epoch is an immutable snapshot. In snapshot mode it is a range of the admission order: the
+samples with ``first_sample <= id <= max_sample`` (the newest samples that fit the epoch budget
+at the cut), so a cut writes one row whatever the number of samples. It stays the same set because
+ids only grow (a later sample gets a higher id) and eviction never takes a sample inside a live
+epoch's range. A schedule-mode window is not a range of the admission order: its cut writes one
+``epoch_samples`` row per sample (NULL ``first_sample``), as did every cut of schema 2; those rows
+are removed when the epoch retires.
 Epoch numbers only grow: a cut below the newest epoch is refused, and an existing epoch is
 returned as is, so several ranks asking for the same N get one snapshot. "The newest" counts the
 high-water mark kept outside the index (:mod:`.hwm`) too, so a number published once is never cut
@@ -17,6 +22,7 @@ import errno
 import logging
 import sqlite3
 import time
+from collections.abc import Iterator
 
 from epochfs.sidecar.store import hwm
 from epochfs.sidecar.store.index import Index
@@ -57,10 +63,15 @@ WINDOW_KEYS = "(SELECT key, skipped FROM catalog ORDER BY rank, key LIMIT ? OFFS
 """The catalog rows at positions [lo, hi) of the rank order; arguments (hi - lo, lo)."""
 
 
+def at_least(db: sqlite3.Connection, count: int) -> bool:
+    """At least ``count`` samples are complete (reads at most ``count`` rows, not the table)."""
+    row = db.execute("SELECT COUNT(*) FROM (SELECT 1 FROM samples LIMIT ?)", (count,)).fetchone()
+    return int(row[0]) >= count
+
+
 def condition_holds(db: sqlite3.Connection, policy: Policy, n: int) -> bool:
     """At least ``min_samples`` complete and, in schedule mode, epoch n's window complete."""
-    complete = int(db.execute("SELECT COUNT(*) FROM samples").fetchone()[0])
-    if complete < max(1, policy.min_samples):
+    if not at_least(db, max(1, policy.min_samples)):
         return False
     if policy.schedule is None:
         return True
@@ -100,38 +111,45 @@ def cut_ready(ix: Index, policy: Policy, n: int) -> bool:
 
 
 def _insert_epoch(db: sqlite3.Connection, policy: Policy, n: int) -> None:
+    """One ``epochs`` row (a range of the admission order); a schedule-mode window also writes
+    its ``epoch_samples`` rows. Snapshot mode reads the samples it holds and writes nothing else."""
     now = time.time()
     prev_row = db.execute("SELECT MAX(n) FROM epochs WHERE n < ?", (n,)).fetchone()[0]
+    max_all = int(db.execute("SELECT COALESCE(MAX(id), 0) FROM samples").fetchone()[0])
+    first: int | None
     if policy.schedule is None:
-        db.execute(
-            "INSERT INTO epoch_samples(epoch, sample) SELECT ?, id FROM "
-            "(SELECT id, SUM(size) OVER (ORDER BY id DESC) AS cum FROM samples) WHERE cum <= ?",
-            (n, policy.epoch_budget),
-        )
+        low, samples, nbytes = db.execute(
+            "SELECT MIN(id), COUNT(*), COALESCE(SUM(size), 0) FROM "
+            "(SELECT id, size, SUM(size) OVER (ORDER BY id DESC) AS cum FROM samples) WHERE cum <= ?",
+            (policy.epoch_budget,),
+        ).fetchone()
+        first = max_all + 1 if low is None else int(low)
     else:
+        first = None
         lo, hi = window(db, policy, n)
         db.execute(
             f"INSERT INTO epoch_samples(epoch, sample) SELECT ?, s.id FROM samples s "
             f"JOIN {WINDOW_KEYS} c ON c.key = s.key",
             (n, hi - lo, lo),
         )
-    samples, nbytes, max_sample = db.execute(
-        "SELECT COUNT(*), COALESCE(SUM(s.size), 0), COALESCE(MAX(s.id), 0) FROM epoch_samples e "
-        "JOIN samples s ON s.id = e.sample WHERE e.epoch=?",
-        (n,),
-    ).fetchone()
-    max_all = int(db.execute("SELECT COALESCE(MAX(id), 0) FROM samples").fetchone()[0])
+        samples, nbytes = db.execute(
+            "SELECT COUNT(*), COALESCE(SUM(s.size), 0) FROM epoch_samples e "
+            "JOIN samples s ON s.id = e.sample WHERE e.epoch=?", (n,)).fetchone()
     new, evicted = int(samples), 0
     if prev_row is not None:
         prev_max, prev_samples = db.execute(
             "SELECT max_sample, samples FROM epochs WHERE n=?", (prev_row,)).fetchone()
-        new = int(db.execute("SELECT COUNT(*) FROM epoch_samples WHERE epoch=? AND sample > ?",
-                             (n, int(prev_max))).fetchone()[0])
+        if first is not None:
+            new = int(db.execute("SELECT COUNT(*) FROM samples WHERE id >= ? AND id > ?",
+                                 (first, int(prev_max))).fetchone()[0])
+        else:
+            new = int(db.execute("SELECT COUNT(*) FROM epoch_samples WHERE epoch=? AND sample > ?",
+                                 (n, int(prev_max))).fetchone()[0])
         evicted = max(0, int(prev_samples) + new - int(samples))
     db.execute(
-        "INSERT INTO epochs(n, cut_at, samples, bytes, new, evicted, max_sample, last_read) "
-        "VALUES(?,?,?,?,?,?,?,?)",
-        (n, now, int(samples), int(nbytes), new, evicted, max(max_all, int(max_sample)), 0.0),
+        "INSERT INTO epochs(n, cut_at, samples, bytes, new, evicted, max_sample, last_read, first_sample) "
+        "VALUES(?,?,?,?,?,?,?,?,?)",
+        (n, now, int(samples), int(nbytes), new, evicted, max_all, 0.0, first),
     )
     db.execute("DELETE FROM cut_requests WHERE n <= ?", (n,))
 
@@ -169,8 +187,7 @@ def _cut(ix: Index, policy: Policy, n: int | None, *, force: bool) -> tuple[int 
         if top is not None and n <= top:
             raise ValueError(f"epoch {n} may have been published before the index lost it "
                              f"(high-water mark {top}); epochs continue at {top + 1}")
-        if not condition_holds(db, policy, n) and (
-                not force or int(db.execute("SELECT COUNT(*) FROM samples").fetchone()[0]) == 0):
+        if not condition_holds(db, policy, n) and (not force or not at_least(db, 1)):
             return None, False
         hwm.raise_to(root, cutting=n)
         _insert_epoch(db, policy, n)
@@ -291,18 +308,50 @@ def listing(ix: Index) -> list[EpochInfo]:
     return [EpochInfo(int(a), int(b), int(c), int(d), int(e), float(f)) for a, b, c, d, e, f in rows]
 
 
+FILE_CHUNK = 20_000
+"""Rows per read of :func:`iter_files`: each chunk is its own short read, so a reader building a
+large epoch's tree never holds the index (or its connection) for the whole epoch."""
+
+_FILES_OF = {
+    True: ("SELECT path, size, checksum, sid, key FROM samples WHERE key > ? AND +id BETWEEN ? AND ? "
+           "ORDER BY key LIMIT ?"),
+    False: ("SELECT s.path, s.size, s.checksum, s.sid, s.key FROM samples s WHERE s.key > ? AND EXISTS "
+            "(SELECT 1 FROM epoch_samples e WHERE e.epoch = ? AND e.sample = s.id) "
+            "ORDER BY s.key LIMIT ?"),
+}
+
+
+def _bounds(db: sqlite3.Connection, n: int) -> tuple[bool, tuple[int, ...]]:
+    """(a range?, the query's arguments after the key) of live epoch ``n``; KeyError when it is
+    not live."""
+    row = db.execute("SELECT retired, first_sample, max_sample FROM epochs WHERE n=?", (n,)).fetchone()
+    if row is None or int(row[0]):
+        raise KeyError(n)
+    if row[1] is None:
+        return False, (n,)
+    return True, (int(row[1]), int(row[2]))
+
+
+def iter_files(ix: Index, n: int, *, chunk: int = FILE_CHUNK) -> Iterator[FileEntry]:
+    """The files of live epoch ``n`` in path order (a sample's path is its key), read in chunks;
+    KeyError when it is not live. Nothing of the epoch is held but the chunk being read."""
+    with ix.read() as db:
+        ranged, args = _bounds(db, n)
+    after = ""
+    sql = _FILES_OF[ranged]
+    while True:
+        with ix.read() as db:
+            rows = db.execute(sql, (after, *args, chunk)).fetchall()
+        for p, sz, c, sid, _ in rows:
+            yield FileEntry(str(p), int(sz), str(c), object_name(str(sid)))
+        if len(rows) < chunk:
+            return
+        after = str(rows[-1][4])
+
+
 def files(ix: Index, n: int) -> list[FileEntry]:
     """The files of live epoch ``n`` sorted by path; KeyError when it is not live."""
-    with ix.read() as db:
-        row = db.execute("SELECT retired FROM epochs WHERE n=?", (n,)).fetchone()
-        if row is None or int(row[0]):
-            raise KeyError(n)
-        rows = db.execute(
-            "SELECT s.path, s.size, s.checksum, s.sid FROM epoch_samples e "
-            "JOIN samples s ON s.id = e.sample WHERE e.epoch=? ORDER BY s.path",
-            (n,),
-        ).fetchall()
-    return [FileEntry(str(p), int(sz), str(c), object_name(str(sid))) for p, sz, c, sid in rows]
+    return list(iter_files(ix, n))
 
 
 def record_read(ix: Index, n: int, *, now: float | None = None) -> None:

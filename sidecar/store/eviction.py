@@ -16,15 +16,38 @@ from epochfs.sidecar.store.objects import ObjectFiles
 from epochfs.sidecar.store.records import Policy
 
 
+def gaps(db: sqlite3.Connection) -> list[tuple[int, int]]:
+    """Ranges of sample ids no live epoch's range holds, up to the newest cut, lowest first (a
+    handful: one below, between and above the live epochs' ranges)."""
+    newest = int(db.execute("SELECT COALESCE(MAX(max_sample), 0) FROM epochs").fetchone()[0])
+    held = db.execute("SELECT first_sample, max_sample FROM epochs WHERE retired=0 "
+                      "AND first_sample IS NOT NULL AND first_sample <= max_sample "
+                      "ORDER BY first_sample").fetchall()
+    out, lo = [], 1
+    for first, last in held:
+        if int(first) > lo:
+            out.append((lo, int(first) - 1))
+        lo = max(lo, int(last) + 1)
+    if lo <= newest:
+        out.append((lo, newest))
+    return out
+
+
 def _evictable(db: sqlite3.Connection, limit: int) -> list[tuple[int, str, int]]:
-    newest = db.execute("SELECT COALESCE(MAX(max_sample), 0) FROM epochs").fetchone()[0]
-    rows = db.execute(
-        "SELECT s.id, s.sid, s.size FROM samples s WHERE s.id <= ? "
-        "AND NOT EXISTS (SELECT 1 FROM epoch_samples e WHERE e.sample = s.id) "
-        "ORDER BY s.id LIMIT ?",
-        (newest, limit),
-    ).fetchall()
-    return [(int(a), str(b), int(c)) for a, b, c in rows]
+    """The oldest samples outside every live epoch: each gap between live ranges is read from
+    its start, so pinned samples are never walked (an epoch listed row by row is checked too)."""
+    out: list[tuple[int, str, int]] = []
+    for lo, hi in gaps(db):
+        rows = db.execute(
+            "SELECT s.id, s.sid, s.size FROM samples s WHERE s.id BETWEEN ? AND ? "
+            "AND NOT EXISTS (SELECT 1 FROM epoch_samples e WHERE e.sample = s.id) "
+            "ORDER BY s.id LIMIT ?",
+            (lo, hi, limit - len(out)),
+        ).fetchall()
+        out += [(int(a), str(b), int(c)) for a, b, c in rows]
+        if len(out) >= limit:
+            break
+    return out
 
 
 def evict(ix: Index, files: ObjectFiles, policy: Policy, need: int) -> int:

@@ -21,8 +21,10 @@ def drop_samples(db: sqlite3.Connection, sample_ids: list[int]) -> None:
     counting their bytes)."""
     for sample_id in sample_ids:
         size = int(db.execute("SELECT size FROM samples WHERE id=?", (sample_id,)).fetchone()[0])
-        for (epoch,) in db.execute("SELECT epoch FROM epoch_samples WHERE sample=?", (sample_id,)).fetchall():
-            db.execute("UPDATE epochs SET samples=samples-1, bytes=bytes-? WHERE n=?", (size, epoch))
+        db.execute("UPDATE epochs SET samples=samples-1, bytes=bytes-:size WHERE retired=0 AND "
+                   "(first_sample <= :id AND :id <= max_sample OR first_sample IS NULL AND n IN "
+                   "(SELECT epoch FROM epoch_samples WHERE sample=:id))",
+                   {"size": size, "id": sample_id})
         db.execute("DELETE FROM epoch_samples WHERE sample=?", (sample_id,))
         db.execute("DELETE FROM samples WHERE id=?", (sample_id,))
 
