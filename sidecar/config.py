@@ -10,156 +10,33 @@ from __future__ import annotations
 
 import argparse
 import os
-import re
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field, fields
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any, TypeVar
-from urllib.parse import urlparse
 
+from epochfs.sidecar.confparse import (
+    _capacity,
+    _fraction,
+    _non_negative_float,
+    _non_negative_int,
+    _opt,
+    _port,
+    _positive_float,
+    _positive_int,
+    _rate,
+    _remote,
+    _schedule,
+    _switch,
+    _view,
+    format_size,
+    parse_size,
+)
 from epochfs.sidecar.store import Policy, Schedule
-
-REMOTE_SCHEMES = ("s3", "gs", "gcs", "http", "https", "file")
-
-_UNITS = {
-    "": 1,
-    "b": 1,
-    "k": 1000,
-    "m": 1000**2,
-    "g": 1000**3,
-    "t": 1000**4,
-    "p": 1000**5,
-    "ki": 1024,
-    "mi": 1024**2,
-    "gi": 1024**3,
-    "ti": 1024**4,
-    "pi": 1024**5,
-}
-_SIZE_RE = re.compile(r"^\s*([0-9]*\.?[0-9]+)\s*([kmgtp]?i?)b?\s*$", re.IGNORECASE)
 
 
 class ConfigError(ValueError):
     """A bad flag or environment value; the message names the flag."""
-
-
-def parse_size(text: str) -> int:
-    """Parse ``500Mi``, ``20Gi``, ``1.5T``, ``4096`` into bytes (binary and decimal units)."""
-    m = _SIZE_RE.match(str(text))
-    if not m:
-        raise ValueError(f"not a size: {text!r} (examples: 500Mi, 20Gi, 1.5T, 4096)")
-    number, unit = float(m.group(1)), m.group(2).lower()
-    if unit not in _UNITS:
-        raise ValueError(f"unknown unit in {text!r}")
-    return int(number * _UNITS[unit])
-
-
-def format_size(n: float) -> str:
-    """Human size with binary units, for status lines."""
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if abs(n) < 1024 or unit == "TiB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024
-    raise AssertionError("unreachable")
-
-
-def _opt(
-    flag: str,
-    doc: str,
-    *,
-    default: Any = None,
-    parse: Callable[[str], Any] = str,
-    required: bool = False,
-) -> Any:
-    return field(
-        default=default,
-        metadata={"flag": flag, "doc": doc, "parse": parse, "required": required},
-    )
-
-
-def _positive_int(text: str) -> int:
-    value = int(text)
-    if value < 1:
-        raise ValueError("must be at least 1")
-    return value
-
-
-def _non_negative_int(text: str) -> int:
-    value = int(text)
-    if value < 0:
-        raise ValueError("must not be negative")
-    return value
-
-
-def _fraction(text: str) -> float:
-    value = float(text)
-    if not 0.0 <= value < 1.0:
-        raise ValueError("must be in [0, 1)")
-    return value
-
-
-def _positive_float(text: str) -> float:
-    value = float(text)
-    if not value > 0:
-        raise ValueError("must be positive")
-    return value
-
-
-def _switch(text: str) -> bool:
-    value = str(text).strip().lower()
-    if value in ("1", "true", "yes", "on"):
-        return True
-    if value in ("0", "false", "no", "off"):
-        return False
-    raise ValueError(f"must be 1/0, true/false, yes/no or on/off, got {text!r}")
-
-
-def _port(text: str) -> int:
-    value = int(text)
-    if not 0 <= value <= 65535:
-        raise ValueError("must be a TCP port (0-65535)")
-    return value
-
-
-def _rate(text: str) -> int:
-    """A byte rate such as ``8Mi`` (per second); 0 turns the feature off."""
-    if str(text).strip().startswith("-"):
-        raise ValueError("must not be negative")
-    return parse_size(text)
-
-
-def _capacity(text: str) -> int:
-    if str(text).strip().startswith("-"):
-        raise ValueError("must not be negative")
-    value = parse_size(text)
-    if value <= 0:
-        raise ValueError("must be positive")
-    return value
-
-
-def _schedule(text: str) -> Schedule | None:
-    return Schedule.parse(text) if text else None
-
-
-VIEWS = ("fuse", "folder")
-
-
-def _view(text: str) -> str:
-    value = str(text).strip().lower()
-    if value not in VIEWS:
-        raise ValueError(f"must be one of {', '.join(VIEWS)}, got {text!r}")
-    return value
-
-
-def _remote(text: str) -> str:
-    url = text.strip()
-    if not url:
-        raise ValueError("must not be empty")
-    scheme = urlparse(url).scheme.lower()
-    if scheme == "":
-        raise ValueError(f"needs a scheme ({', '.join(s + '://' for s in REMOTE_SCHEMES)}): {url!r}")
-    if scheme not in REMOTE_SCHEMES:
-        raise ValueError(f"unknown URL scheme {scheme!r} (known: {', '.join(REMOTE_SCHEMES)})")
-    return url
 
 
 @dataclass(frozen=True)
@@ -199,7 +76,16 @@ class SamplerSettings(CacheSettings):
                            default=0.25, parse=_fraction)
     retries: int = _opt("--retries", "attempts per object before it is skipped", default=5,
                         parse=_positive_int)
-    index_url: str | None = _opt("--index", "for http(s) remotes: URL of the index file listing keys")
+    index_url: str | None = _opt("--index",
+                                 "read the keys from this index instead of listing the remote: an "
+                                 "`epochfs index` file or an S3 Inventory manifest.json, any fsspec URL "
+                                 "(for http(s) remotes also a plain key list; default <base>/index.txt)")
+    list_threads: int = _opt("--list-threads", "listers working at once on the remote's folders or key "
+                             "ranges (S3), each one page at a time", default=8, parse=_positive_int)
+    relist_interval: float = _opt("--relist-interval",
+                                  "list the remote again every N seconds in the background to pick up "
+                                  "new and deleted keys (0: never; `epochfs relist` asks at any time)",
+                                  default=0.0, parse=_non_negative_float)
     in_use_seconds: float = _opt("--in-use-seconds",
                                  "an epoch looked up this recently stays pinned beyond --keep-epochs",
                                  default=600.0, parse=float)

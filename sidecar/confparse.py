@@ -1,0 +1,160 @@
+"""The value parsers of the settings (sizes, counts, fractions, ports, URLs...) and the field
+declaration helper: each parser raises ValueError saying what is wrong, which
+:mod:`epochfs.sidecar.config` turns into a :class:`~epochfs.sidecar.config.ConfigError` naming the
+flag (exit status 2). Kept apart so that config.py holds only the settings themselves.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from dataclasses import field
+from typing import Any
+from urllib.parse import urlparse
+
+from epochfs.sidecar.store import Schedule
+
+REMOTE_SCHEMES = ("s3", "gs", "gcs", "http", "https", "file")
+
+_UNITS = {
+    "": 1,
+    "b": 1,
+    "k": 1000,
+    "m": 1000**2,
+    "g": 1000**3,
+    "t": 1000**4,
+    "p": 1000**5,
+    "ki": 1024,
+    "mi": 1024**2,
+    "gi": 1024**3,
+    "ti": 1024**4,
+    "pi": 1024**5,
+}
+_SIZE_RE = re.compile(r"^\s*([0-9]*\.?[0-9]+)\s*([kmgtp]?i?)b?\s*$", re.IGNORECASE)
+
+
+def parse_size(text: str) -> int:
+    """Parse ``500Mi``, ``20Gi``, ``1.5T``, ``4096`` into bytes (binary and decimal units)."""
+    m = _SIZE_RE.match(str(text))
+    if not m:
+        raise ValueError(f"not a size: {text!r} (examples: 500Mi, 20Gi, 1.5T, 4096)")
+    number, unit = float(m.group(1)), m.group(2).lower()
+    if unit not in _UNITS:
+        raise ValueError(f"unknown unit in {text!r}")
+    return int(number * _UNITS[unit])
+
+
+def format_size(n: float) -> str:
+    """Human size with binary units, for status lines."""
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if abs(n) < 1024 or unit == "TiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    raise AssertionError("unreachable")
+
+
+def _opt(
+    flag: str,
+    doc: str,
+    *,
+    default: Any = None,
+    parse: Callable[[str], Any] = str,
+    required: bool = False,
+) -> Any:
+    return field(
+        default=default,
+        metadata={"flag": flag, "doc": doc, "parse": parse, "required": required},
+    )
+
+
+def _positive_int(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise ValueError("must be at least 1")
+    return value
+
+
+def _non_negative_int(text: str) -> int:
+    value = int(text)
+    if value < 0:
+        raise ValueError("must not be negative")
+    return value
+
+
+def _non_negative_float(text: str) -> float:
+    value = float(text)
+    if not value >= 0:  # NaN too
+        raise ValueError("must not be negative")
+    return value
+
+
+def _fraction(text: str) -> float:
+    value = float(text)
+    if not 0.0 <= value < 1.0:
+        raise ValueError("must be in [0, 1)")
+    return value
+
+
+def _positive_float(text: str) -> float:
+    value = float(text)
+    if not value > 0:
+        raise ValueError("must be positive")
+    return value
+
+
+def _switch(text: str) -> bool:
+    value = str(text).strip().lower()
+    if value in ("1", "true", "yes", "on"):
+        return True
+    if value in ("0", "false", "no", "off"):
+        return False
+    raise ValueError(f"must be 1/0, true/false, yes/no or on/off, got {text!r}")
+
+
+def _port(text: str) -> int:
+    value = int(text)
+    if not 0 <= value <= 65535:
+        raise ValueError("must be a TCP port (0-65535)")
+    return value
+
+
+def _rate(text: str) -> int:
+    """A byte rate such as ``8Mi`` (per second); 0 turns the feature off."""
+    if str(text).strip().startswith("-"):
+        raise ValueError("must not be negative")
+    return parse_size(text)
+
+
+def _capacity(text: str) -> int:
+    if str(text).strip().startswith("-"):
+        raise ValueError("must not be negative")
+    value = parse_size(text)
+    if value <= 0:
+        raise ValueError("must be positive")
+    return value
+
+
+def _schedule(text: str) -> Schedule | None:
+    return Schedule.parse(text) if text else None
+
+
+VIEWS = ("fuse", "folder")
+
+
+def _view(text: str) -> str:
+    value = str(text).strip().lower()
+    if value not in VIEWS:
+        raise ValueError(f"must be one of {', '.join(VIEWS)}, got {text!r}")
+    return value
+
+
+def _remote(text: str) -> str:
+    url = text.strip()
+    if not url:
+        raise ValueError("must not be empty")
+    scheme = urlparse(url).scheme.lower()
+    if scheme == "":
+        raise ValueError(f"needs a scheme ({', '.join(s + '://' for s in REMOTE_SCHEMES)}): {url!r}")
+    if scheme not in REMOTE_SCHEMES:
+        raise ValueError(f"unknown URL scheme {scheme!r} (known: {', '.join(REMOTE_SCHEMES)})")
+    return url
