@@ -1,32 +1,39 @@
-"""What can vouch for a downloaded body, beyond its size: the checks the downloader runs.
+"""What can vouch for a downloaded body, beyond its size: the checks the downloader runs, and the
+one digest it computes while streaming.
 
 A body is *verified* when a checksum the remote stored before the transfer matches the bytes that
-arrived. Three such checksums exist, tried in this order by :mod:`epochfs.sidecar.download`:
+arrived. These are tried in this order by :mod:`epochfs.sidecar.download` (:func:`choose`):
 
-* a plain md5 ETag (a single-part S3 upload without KMS/customer keys, and many other stores):
-  the md5 computed while streaming must equal it. Kind ``etag-md5``.
-* a full-object checksum the remote returns with the body (S3 with ``ChecksumMode=ENABLED``:
-  ``x-amz-checksum-crc64nvme``/``crc32c``/``crc32``/``sha1``/``sha256`` of type FULL_OBJECT),
-  computed on the same blocks as the md5. Kind: the algorithm's name. CRC32C and CRC64NVME need
-  awscrt (``pip install awscrt``); without it those checksums cannot be computed here.
+* a full-object checksum the remote returns with the body (S3 with checksum mode enabled:
+  ``x-amz-checksum-crc64nvme``/``crc32c``/``crc32``/``sha1``/``sha256`` of type FULL_OBJECT; every
+  object uploaded since 2025 has one, CRC64NVME by default): that CRC is computed while streaming
+  (awscrt's hardware CRC, about 20 GB/s on one core, against 0.5-0.8 GB/s for md5) and must equal
+  it. Kind: the algorithm's name.
+* a plain md5 ETag (a single-part upload without KMS/customer keys that stored no checksum, and
+  many other stores): the md5 computed while streaming must equal it. Kind ``etag-md5``.
 * a multipart ETag (``<md5 of the parts' md5s>-<parts>``): the md5 of each part of the written
   file, with the part sizes the remote reports (S3: ``HeadObject`` with ``PartNumber``),
   re-hashed into that ETag. Kind ``etag-multipart``.
 
 When none applies (``file://``, most HTTP servers, S3 objects encrypted with KMS or customer keys
 that store no checksum) the kind is ``size-only``: the store then records no checksum that would
-vouch for the bytes (the manifest says ``size-only``), only their md5 as the reference for scrubs
-of the local copy. Nothing here imports the rest of epochfs.
+vouch for the bytes (the manifest says ``size-only``).
+
+Exactly one digest of each body is computed while it streams, and it is recorded as the scrub's
+reference for the local copy (:mod:`epochfs.sidecar.store.digests`, ``<algorithm>:<value>``): the
+stored checksum's algorithm, md5 for a plain md5 ETag, else the cheapest (CRC64NVME). md5 is never
+computed when a stored checksum can vouch for the bytes. Nothing here imports the rest of epochfs
+but the store's digests.
 """
 
 from __future__ import annotations
 
-import base64
 import hashlib
-import zlib
-from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+
+from epochfs.sidecar.store import digests
+from epochfs.sidecar.store.digests import Hasher
 
 ETAG_MD5 = "etag-md5"
 ETAG_MULTIPART = "etag-multipart"
@@ -36,65 +43,35 @@ MAX_PART_HEADS = 256
 """Most parts whose sizes are asked one by one when the parts are not all of the first part's size
 (a HEAD each); beyond that such an object cannot be verified by its multipart ETag."""
 
+FULL_OBJECT = ("crc64nvme", "crc32c", "crc32", "sha256", "sha1")
+"""The full-object checksums S3 may store, in the order they are preferred when several are sent."""
 
-class Hasher(Protocol):
-    def update(self, data: Any, /) -> None: ...
-
-    def digest(self) -> bytes: ...
-
-
-class _Crc:
-    """A CRC with the interface of hashlib's objects; ``fn(data, crc) -> crc``."""
-
-    def __init__(self, fn: Callable[[Any, int], int], width: int) -> None:
-        self._fn = fn
-        self._width = width
-        self._value = 0
-
-    def update(self, data: Any, /) -> None:
-        self._value = self._fn(data, self._value)
-
-    def digest(self) -> bytes:
-        return self._value.to_bytes(self._width, "big")
-
-
-def _crt(name: str, width: int) -> Callable[[], Hasher] | None:
-    try:
-        from awscrt import checksums
-    except ImportError:
-        return None
-    fn = getattr(checksums, name)
-    return lambda: _Crc(lambda data, crc: int(fn(data, crc)), width)
-
-
-def _algorithms() -> dict[str, Callable[[], Hasher]]:
-    found: dict[str, Callable[[], Hasher]] = {
-        "crc32": lambda: _Crc(zlib.crc32, 4),
-        "sha1": hashlib.sha1,
-        "sha256": hashlib.sha256,
-    }
-    for name, width in (("crc32c", 4), ("crc64nvme", 8)):
-        factory = _crt(name, width)
-        if factory is not None:
-            found[name] = factory
-    return found
-
-
-ALGORITHMS = _algorithms()
+ALGORITHMS = {name: digests.FACTORIES[name] for name in FULL_OBJECT if digests.available(name)}
 """Full-object checksums computable here, by their lower-case S3 names."""
 
 
-def full_object_hasher(checksum: tuple[str, str] | None) -> Hasher | None:
-    """A hasher for a full-object checksum ``(algorithm, base64 value)``; None when there is none
-    or its algorithm cannot be computed here."""
-    if checksum is None or checksum[0] not in ALGORITHMS:
-        return None
-    return ALGORITHMS[checksum[0]]()
+@dataclass(frozen=True)
+class Plan:
+    """What the downloader computes while streaming one body, and what it decides.
+
+    ``algorithm`` is the one digest computed on the body's blocks (and recorded for the scrub);
+    ``kind`` the check that digest settles (a full-object checksum's name or ``etag-md5``), with
+    ``expected`` the value it must equal (as :func:`epochfs.sidecar.store.digests.value` writes
+    it); ``kind`` None: the digest vouches for nothing by itself (multipart ETag, size only)."""
+
+    algorithm: str
+    kind: str | None = None
+    expected: str | None = None
 
 
-def encoded(h: Hasher) -> str:
-    """A hasher's digest as S3 writes checksums: base64."""
-    return base64.b64encode(h.digest()).decode("ascii")
+def choose(full: tuple[str, str] | None, md5_etag: str | None) -> Plan:
+    """The plan for a body: its stored full-object checksum ``(algorithm, base64)`` when there is
+    one computable here, else its plain md5 ETag (hex), else only the local digest."""
+    if full is not None and full[0] in ALGORITHMS:
+        return Plan(full[0], full[0], full[1])
+    if md5_etag is not None:
+        return Plan(digests.MD5, ETAG_MD5, md5_etag.lower())
+    return Plan(digests.LOCAL)
 
 
 def multipart_etag(etag: str | None) -> tuple[str, int] | None:
@@ -145,10 +122,12 @@ __all__ = [
     "ALGORITHMS",
     "ETAG_MD5",
     "ETAG_MULTIPART",
+    "FULL_OBJECT",
     "MAX_PART_HEADS",
     "SIZE_ONLY",
-    "encoded",
-    "full_object_hasher",
+    "Hasher",
+    "Plan",
+    "choose",
     "multipart_etag",
     "parts_etag",
     "uniform_parts",

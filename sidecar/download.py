@@ -1,19 +1,23 @@
 """Fetch one object into a temp file of the store, verified, with bounded retries.
 
-The bytes go from the remote reader to the temp file in large blocks while md5 is computed on the
-same blocks (hashlib and file writes release the GIL, so many downloads hash in parallel). The
-temp file is fsynced before it is handed back, so :meth:`Store.admit` only has to rename it.
+The bytes go from the remote reader to the temp file in large blocks while exactly one digest is
+computed on the same blocks (awscrt's CRCs, hashlib and file writes release the GIL, so many
+downloads hash in parallel). The temp file is fsynced before it is handed back, so
+:meth:`Store.admit` only has to rename it.
 
 A download is verified against the size in the catalog (and the Content-Length) and against the
-first of these the remote offers (:mod:`epochfs.sidecar.checksums`): a plain md5 ETag, a
-full-object checksum sent with the body (S3's ``x-amz-checksum-*``), or a multipart ETag re-hashed
-from the written file's parts. The sample records ``md5:<hex>`` only when one of them vouched for
-the bytes, else ``size-only`` (with the md5 kept apart, as the scrub's reference for the local
-copy), and the kind of check in ``verified``. A mismatch is :class:`Transient` and retried: wrong
-bytes are never admitted with a checksum. What happens after a failure depends only on its kind
+first of these the remote offers (:mod:`epochfs.sidecar.checksums`): a full-object checksum sent
+with the body (S3's ``x-amz-checksum-*``, asked for on every GET), a plain md5 ETag, or a
+multipart ETag re-hashed from the written file's parts. The digest computed while streaming is
+the stored checksum's algorithm (a CRC: md5 is never computed when a stored checksum can vouch
+for the bytes), md5 for a plain md5 ETag, else CRC64NVME; it is recorded as
+``<algorithm>:<value>``, as the scrub's reference for the local copy, and as the manifest's
+checksum only when something vouched for the bytes (else ``size-only``), with the kind of check
+in ``verified``. A mismatch is :class:`Transient` and retried: wrong bytes are never admitted
+with a checksum. What happens after a failure depends only on its kind
 (:mod:`epochfs.sidecar.remote_errors`; the remotes type their failures where they arise, and
 this module types its own: a size that differs from the listing is :class:`Changed`, a
-truncated body or an md5 mismatch :class:`Transient`):
+truncated body or a checksum mismatch :class:`Transient`):
 
 - not found, changed, denied (404, 403, a proxy's 407, an object whose size changed since the
   listing, a TLS certificate that does not verify), or an error no rule knows: given up at once;
@@ -31,12 +35,12 @@ the remote's and is never retried as one: it raises :class:`LocalWriteError` to 
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import logging
 import os
 import random
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -46,7 +50,7 @@ from epochfs.sidecar.metrics import process_metrics
 from epochfs.sidecar.ratelimit import RateLimiter
 from epochfs.sidecar.remote import BLOCK, Remote, plain_md5_etag
 from epochfs.sidecar.remote_errors import Changed, Kind, RemoteFailure, Transient, translate
-from epochfs.sidecar.store import SIZE_ONLY, Admission, Candidate, Store
+from epochfs.sidecar.store import SIZE_ONLY, Admission, Candidate, Store, digests
 
 log = logging.getLogger("epochfs.download")
 
@@ -127,7 +131,9 @@ class Downloader:
         stop: threading.Event,
         block: int = BLOCK,
         rate: RateLimiter | None = None,
+        hashers: Callable[[str], checksums.Hasher] = digests.new_hasher,
     ) -> None:
+        """``hashers`` makes the one hasher of each body from its algorithm's name."""
         if block < 4096:
             raise ValueError("block must be at least 4096 bytes")
         self.store = store
@@ -136,6 +142,7 @@ class Downloader:
         self.stop = stop
         self.block = block
         self.rate = rate
+        self.hashers = hashers
         self._lock = threading.Lock()
         self._temps: set[Path] = set()
         self._local = threading.local()
@@ -184,16 +191,18 @@ class Downloader:
 
     def _attempt(self, cand: Candidate) -> Admission:
         temp = self.store.temp_path()
-        reader = self.remote.open(cand.key, checksum=plain_md5_etag(cand.version) is None)
+        reader = self.remote.open(cand.key, checksum=True)
         try:
             if reader.size is not None and reader.size != cand.size:
                 raise Changed(f"size is {reader.size}, the listing said {cand.size}")
-            full: tuple[str, str] | None = getattr(reader, "checksum", None)
-            full_hasher = checksums.full_object_hasher(full)
+            etag_is_md5 = getattr(reader, "etag_is_md5", True)
+            md5_etag = (plain_md5_etag(reader.etag) or plain_md5_etag(cand.version)) if etag_is_md5 else None
+            plan = checksums.choose(getattr(reader, "checksum", None), md5_etag)
+            h = self.hashers(plan.algorithm)
             with self._lock:
                 self._temps.add(temp)
             try:
-                md5, total = self._stream(reader, temp, full_hasher)
+                total = self._stream(reader, temp, h)
             except BaseException:
                 with contextlib.suppress(FileNotFoundError):
                     os.unlink(temp)
@@ -206,35 +215,28 @@ class Downloader:
         try:
             if total != cand.size:
                 raise Transient(f"got {total} bytes, expected {cand.size}")
-            kind = self._verify(cand, temp, md5, reader.etag, full, full_hasher,
-                                etag_is_md5=getattr(reader, "etag_is_md5", True))
+            got = digests.value(plan.algorithm, h)
+            kind = self._verify(cand, temp, plan, got, reader.etag, etag_is_md5=etag_is_md5)
         except BaseException:
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(temp)
             raise
         version = (reader.etag or cand.version).strip('"')
-        checksum = SIZE_ONLY if kind == checksums.SIZE_ONLY else f"md5:{md5}"
-        return Admission(cand.key, cand.sid, total, checksum, version, temp, digest=md5, verified=kind)
+        digest = f"{plan.algorithm}:{got}"
+        checksum = SIZE_ONLY if kind == checksums.SIZE_ONLY else digest
+        return Admission(cand.key, cand.sid, total, checksum, version, temp, digest=digest, verified=kind)
 
-    def _verify(self, cand: Candidate, temp: Path, md5: str, etag: str | None,
-                full: tuple[str, str] | None, full_hasher: checksums.Hasher | None, *,
-                etag_is_md5: bool) -> str:
+    def _verify(self, cand: Candidate, temp: Path, plan: checksums.Plan, got: str,
+                etag: str | None, *, etag_is_md5: bool) -> str:
         """Check the written body against what the remote stored; returns the kind of check that
         vouched for it (``size-only`` when nothing could). Raises :class:`Transient` on a mismatch.
         ``etag_is_md5``: False when the remote says its ETags are not content hashes (S3 objects
         encrypted with KMS or customer keys)."""
-        expected = None
-        if etag_is_md5:
-            expected = plain_md5_etag(etag) or plain_md5_etag(cand.version)
-        if expected is not None:
-            if expected != md5:
-                raise Transient(f"md5 {md5} does not match the ETag {expected}")
-            return checksums.ETAG_MD5
-        if full is not None and full_hasher is not None:
-            got = checksums.encoded(full_hasher)
-            if got != full[1]:
-                raise Transient(f"{full[0]} {got} does not match the stored checksum {full[1]}")
-            return full[0]
+        if plan.kind is not None:
+            if got != plan.expected:
+                what = "the ETag" if plan.kind == checksums.ETAG_MD5 else "the stored checksum"
+                raise Transient(f"{plan.algorithm} {got} does not match {what} {plan.expected}")
+            return plan.kind
         multipart = checksums.multipart_etag(etag or cand.version) if etag_is_md5 else None
         part_size = getattr(self.remote, "part_size", None)
         if multipart is not None and part_size is not None:
@@ -264,18 +266,17 @@ class Downloader:
             buf = self._local.buf = memoryview(bytearray(self.block))
         return buf
 
-    def _stream(self, reader: object, temp: Path, extra: checksums.Hasher | None = None) -> tuple[str, int]:
-        """Copy the reader into ``temp`` while hashing (md5, and ``extra`` on the same blocks);
-        fsync before returning (md5 hex, bytes).
+    def _stream(self, reader: object, temp: Path, h: checksums.Hasher) -> int:
+        """Copy the reader into ``temp`` while hashing with ``h`` on the same blocks; fsync
+        before returning the number of bytes.
 
         Readers with ``readinto`` (the S3 fast path, files) fill this thread's reused buffer: the
-        bytes are copied once, from the kernel, and the GIL is released for the read, the md5
+        bytes are copied once, from the kernel, and the GIL is released for the read, the hash
         update and the write alike. Other readers hand over a new ``bytes`` per block.
         """
         readinto: Any = getattr(reader, "readinto", None)
         read = reader.read  # type: ignore[attr-defined]
         buf = self._buffer() if readinto is not None else None
-        h = hashlib.md5()
         total = 0
         stop = self.stop
         rate = self.rate
@@ -299,8 +300,6 @@ class Downloader:
                 if rate is not None and not rate.take(n, stop):
                     raise Cancelled()
                 h.update(chunk)
-                if extra is not None:
-                    extra.update(chunk)
                 total += n
                 view = memoryview(chunk)
                 try:
@@ -314,7 +313,7 @@ class Downloader:
                 raise LocalWriteError(f"fsync {temp}: {e}") from e
         finally:
             os.close(fd)
-        return h.hexdigest(), total
+        return total
 
 
 __all__ = [

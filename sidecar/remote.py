@@ -85,8 +85,9 @@ class Remote(Protocol):
     def list(self) -> Iterator[RemoteObject]: ...
 
     def open(self, key: str, *, checksum: bool = False) -> Reader:
-        """Open ``key`` for reading; ``checksum`` asks the remote to verify the body with a
-        checksum of its own when it has one (used when the ETag is not a plain md5). Raises a
+        """Open ``key`` for reading; ``checksum`` asks the remote to send the checksum it stored
+        for the body, when it has one, as the reader's ``checksum`` (S3: checksum mode), for the
+        downloader to verify the body against. Raises a
         :class:`~epochfs.sidecar.remote_errors.RemoteFailure` saying what went wrong."""
         ...
 

@@ -44,23 +44,43 @@ _OS = Translated()  # the presigned fast path's sockets, TLS and http.client
 
 _CHECKSUMS = ("CRC64NVME", "CRC32C", "CRC32", "SHA256", "SHA1")
 
+CHECKSUM_MODE = {"x-amz-checksum-mode": "ENABLED"}
+"""The header that asks S3 to send the object's stored checksum with its body (signed into the
+presigned URL, so it must be sent as it was signed)."""
 
-def _full_object_checksum(response: dict[str, Any]) -> tuple[str, str] | None:
+
+def _full_object_checksum(kind: object, values: dict[str, object]) -> tuple[str, str] | None:
     """The object's stored checksum of its whole body, ``(algorithm, base64)``, from a GetObject
-    answer made with ``ChecksumMode=ENABLED``; None for none or a composite one (``...-N``: a
-    checksum of the parts' checksums, which the multipart ETag check covers instead)."""
-    if str(response.get("ChecksumType") or "FULL_OBJECT").upper() != "FULL_OBJECT":
+    answer made with checksum mode enabled (``values``: upper-case algorithm name -> value,
+    ``kind``: the checksum type); None for none or a composite one (``...-N``: a checksum of the
+    parts' checksums, which the multipart ETag check covers instead)."""
+    if str(kind or "FULL_OBJECT").upper() != "FULL_OBJECT":
         return None
     for name in _CHECKSUMS:
-        value = response.get(f"Checksum{name}")
+        value = values.get(name)
         if value and "-" not in str(value):
             return name.lower(), str(value)
     return None
 
 
+def _not_content_hashes(encryption: object, customer_algorithm: object) -> bool:
+    """Whether ETags are not md5s of the content: objects encrypted with KMS or customer keys."""
+    return str(encryption or "").startswith("aws:kms") or bool(customer_algorithm)
+
+
+def _no_second_check(params: dict[str, Any], **_: Any) -> None:
+    """botocore would check a GetObject body against its stored checksum itself when checksum mode
+    is enabled (on every read, before the downloader's own check of the same bytes): the
+    downloader checks it once, on the blocks it writes, so botocore is told of no algorithm to
+    check (``before-call``, after botocore has resolved them into the request context)."""
+    checksum = params.get("context", {}).get("checksum")
+    if isinstance(checksum, dict):
+        checksum.pop("response_algorithms", None)
+
+
 class _BotoReader:
     """A GetObject body from botocore's own connection pool, read on the calling thread (the
-    fallback when presigned URLs are refused, and S3's own checksum checks).
+    fallback when presigned URLs are refused).
 
     It also says what can verify the body (:mod:`epochfs.sidecar.checksums`): ``checksum``, the
     full-object checksum S3 stored, and ``etag_is_md5``, False for objects encrypted with KMS or
@@ -70,9 +90,10 @@ class _BotoReader:
         self._body = response["Body"]
         self.size: int | None = response.get("ContentLength")
         self.etag: str | None = response.get("ETag")
-        self.checksum = _full_object_checksum(response)
-        encryption = str(response.get("ServerSideEncryption") or "")
-        self.etag_is_md5 = not (encryption.startswith("aws:kms") or response.get("SSECustomerAlgorithm"))
+        self.checksum = _full_object_checksum(
+            response.get("ChecksumType"), {name: response.get(f"Checksum{name}") for name in _CHECKSUMS})
+        self.etag_is_md5 = not _not_content_hashes(response.get("ServerSideEncryption"),
+                                                   response.get("SSECustomerAlgorithm"))
 
     def read(self, n: int) -> bytes:
         parts: list[bytes] = []
@@ -93,12 +114,20 @@ class _BotoReader:
 
 class _FastReader:
     """A presigned GET's body (:class:`epochfs.sidecar.httpget.Response`), read into the
-    downloader's buffer; the socket's, TLS's and ``http.client``'s errors come out typed."""
+    downloader's buffer; the socket's, TLS's and ``http.client``'s errors come out typed. Like
+    :class:`_BotoReader` it says what can verify the body, read from the response's headers."""
 
     def __init__(self, response: Response) -> None:
         self._response = response
         self.size = response.size
         self.etag = response.etag
+        header = response.header
+        self.checksum = _full_object_checksum(
+            header("x-amz-checksum-type"),
+            {name: header(f"x-amz-checksum-{name.lower()}") for name in _CHECKSUMS})
+        self.etag_is_md5 = not _not_content_hashes(
+            header("x-amz-server-side-encryption"),
+            header("x-amz-server-side-encryption-customer-algorithm"))
 
     def readinto(self, buf: memoryview) -> int:
         with _OS:
@@ -123,9 +152,11 @@ class S3Remote:
     on that same thread over a pool of keep-alive connections (:mod:`epochfs.sidecar.httpget`),
     the body read straight into the downloader's buffer. That skips botocore's request and
     response pipeline (about 0.4 ms of CPU per object) and keeps every byte off any shared thread.
-    Listing and any GET the fast path cannot serve (a region redirect, no credentials, a request
-    for S3's own checksum check) use the botocore client directly. Both go through the same
-    proxy: the fast path takes the one botocore's client takes (see :meth:`_proxies`).
+    Every GET asks for the object's stored checksum (``x-amz-checksum-mode: ENABLED``, signed
+    into the URL), which the downloader checks while streaming. Listing and any GET the fast path
+    cannot serve (a region redirect, no credentials) use the botocore client directly. Both go
+    through the same proxy: the fast path takes the one botocore's client takes (see
+    :meth:`_proxies`).
 
     Plain botocore rather than s3fs/aiobotocore: nothing here needs an event loop any more, and
     leaving s3fs, aiobotocore and aiohttp out saves about 0.2 s of start-up (imports, a second
@@ -161,13 +192,13 @@ class S3Remote:
             read_timeout=read_timeout,
             # Retries are the downloader's (bounded, with backoff and jitter).
             retries={"mode": "standard", "total_max_attempts": 1},
-            # The downloader checks md5 against plain-md5 ETags itself; botocore's CRC of every
-            # body is asked for only where no md5 exists.
+            # The downloader checks every body against the stored checksum (or md5 ETag) itself,
+            # on the blocks it writes; botocore's own check is switched off (_no_second_check).
             response_checksum_validation="when_required",
         )
         self._endpoint_url = endpoint_url
         self._session = botocore.session.get_session()
-        self._client = self._session.create_client("s3", endpoint_url=endpoint_url, config=self._config)
+        self._client = self._new_client()
         self._use_bucket_region()
         pool = partial(
             GetPool, connect_timeout=connect_timeout, read_timeout=read_timeout,
@@ -199,9 +230,13 @@ class S3Remote:
             region = headers.get("x-amz-bucket-region") or region
         if region and region != self._client.meta.region_name:
             self._client.close()
-            self._client = self._session.create_client(
-                "s3", region_name=region, endpoint_url=self._endpoint_url, config=self._config
-            )
+            self._client = self._new_client(region)
+
+    def _new_client(self, region: str | None = None) -> Any:
+        client = self._session.create_client(
+            "s3", region_name=region, endpoint_url=self._endpoint_url, config=self._config)
+        client.meta.events.register("before-call.s3.GetObject", _no_second_check)
+        return client
 
     def _proxies(self) -> dict[str, str]:
         """The proxies of botocore's own client, so listing and the fast path take one route:
@@ -253,13 +288,17 @@ class S3Remote:
         return objects, prefixes, str(more) if more else None
 
     def open(self, key: str, *, checksum: bool = False) -> Reader:
-        kwargs: dict[str, Any] = {"Bucket": self.bucket, "Key": self._full_key(key)}
+        """Open ``key``; S3 is always asked for the object's stored checksum (checksum mode), which
+        the reader hands to the downloader as ``checksum`` (``checksum`` is ignored: there is no
+        cost in asking)."""
+        kwargs: dict[str, Any] = {"Bucket": self.bucket, "Key": self._full_key(key),
+                                  "ChecksumMode": "ENABLED"}
         refused: _Fallback | None = None
-        if self._fast and not checksum:
+        if self._fast:
             with _BOTOCORE:
                 url = self._client.generate_presigned_url("get_object", Params=kwargs, ExpiresIn=900)
             try:
-                return _FastReader(self._gets.get(url))
+                return _FastReader(self._gets.get(url, CHECKSUM_MODE))
             except Exception as e:
                 if isinstance(e, HTTPStatusError) and e.status in (301, 307, 400, 403):
                     # botocore tries it again (and redirects, or reports it).
@@ -269,9 +308,6 @@ class S3Remote:
                     if failure is None:
                         raise
                     raise failure from e
-        if checksum:
-            # botocore then checks the body against the object's x-amz-checksum-* (if stored).
-            kwargs["ChecksumMode"] = "ENABLED"
         with _BOTOCORE:
             response = self._client.get_object(**kwargs)
         if refused is not None and self._fast:

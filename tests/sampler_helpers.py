@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import os
 import signal
 import sqlite3
@@ -14,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from common import wait_until
+from digest_helpers import expected_record
 from store_helpers import sample_checksums
 
 from epochfs.sidecar.store import INDEX_NAME, Store
@@ -124,10 +124,10 @@ def verify_cache(cache: Path, source: dict[str, bytes] | None = None) -> int:
                    index_rows(cache, "SELECT key, digest, verified FROM samples")}
         for key, checksum, path in sample_checksums(store):
             data = path.read_bytes()
-            md5 = hashlib.md5(data).hexdigest()
-            assert digests[key][0] == md5, f"{key}: digest mismatch"
+            digest, vouched = expected_record(digests[key][0], data)
+            assert digests[key][0] == digest, f"{key}: digest mismatch"
             # Only a checksum the remote vouched for is recorded; a size-only sample says so.
-            expected = "size-only" if digests[key][1] == "size-only" else "md5:" + md5
+            expected = "size-only" if digests[key][1] == "size-only" else vouched
             assert checksum == expected, f"{key}: checksum {checksum!r}, verified {digests[key][1]}"
             if source is not None:
                 assert key in source, f"{key}: not a remote object"

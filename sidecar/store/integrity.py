@@ -1,8 +1,11 @@
-"""Integrity of what the cache holds: object files against their recorded md5, and taking a
+"""Integrity of what the cache holds: object files against their recorded digest, and taking a
 damaged one out.
 
 The scrub (``epochfs verify``, and the sampler's background scrub) reads each object file and
-compares its size and md5 with what admission recorded (``samples.digest``). Start-up recovery
+compares its size and digest with what admission recorded (``samples.digest``), in the algorithm
+the digest names (:mod:`.digests`: the CRC64NVME, CRC32C, CRC32 or SHA the download was verified
+with, or md5; a bare hex digest of an older index is an md5), so that a body is never hashed in a
+second algorithm just for the scrub. Start-up recovery
 checks sizes only (it must be quick); a flipped byte is found here. A damaged sample is taken out
 the way recovery drops a lost one: its row goes (epochs that listed it stop listing it and
 counting its bytes), ``corrupt_objects_total`` counts it, and only after the commit is the file
@@ -14,13 +17,13 @@ that; one that already holds the listing finds the file gone rather than wrong.
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import json
 import os
 import time
 from collections.abc import Callable
 from pathlib import Path
 
+from epochfs.sidecar.store import digests
 from epochfs.sidecar.store.index import Index
 from epochfs.sidecar.store.objects import ObjectFiles
 from epochfs.sidecar.store.records import Candidate, StoredObject, TakenOut
@@ -52,7 +55,10 @@ def objects_after(ix: Index, after_id: int, limit: int) -> list[StoredObject]:
 def check(path: Path, obj: StoredObject, *, pace: Pace | None = None,
           buffer: memoryview | None = None) -> str | None:
     """What is wrong with ``obj``'s file at ``path`` (None: nothing): missing, a size other than
-    the recorded one, or an md5 other than the recorded digest. Raises :class:`Stopped`."""
+    the recorded one, or a digest other than the recorded one (in the algorithm it names). A
+    sample without a digest (an index from before digests were recorded), or with one in an
+    algorithm that cannot be computed here (awscrt missing), has only its size checked. Raises
+    :class:`Stopped`."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
     except FileNotFoundError:
@@ -61,10 +67,14 @@ def check(path: Path, obj: StoredObject, *, pace: Pace | None = None,
         size = os.fstat(fd).st_size
         if size != obj.size:
             return f"size {size}, recorded {obj.size}"
-        if not obj.digest:
-            return None  # an index from before digests were recorded: the size is all there is
+        try:
+            reference = digests.hasher(obj.digest)
+        except ValueError:
+            reference = None
+        if reference is None:
+            return None
+        h, algorithm, expected = reference
         buf = buffer if buffer is not None else memoryview(bytearray(BLOCK))
-        h = hashlib.md5()
         total = 0
         while True:
             if pace is not None and not pace(len(buf)):
@@ -78,9 +88,9 @@ def check(path: Path, obj: StoredObject, *, pace: Pace | None = None,
         os.close(fd)
     if total != obj.size:
         return f"read {total} bytes, recorded {obj.size}"
-    digest = h.hexdigest()
-    if digest != obj.digest:
-        return f"md5 {digest}, recorded {obj.digest}"
+    got = digests.value(algorithm, h)
+    if got != expected:
+        return f"{algorithm} {got}, recorded {expected}"
     return None
 
 

@@ -1,0 +1,141 @@
+"""Digests of object bodies that carry the name of their algorithm: ``md5:<hex>``,
+``crc64nvme:<base64>``, ``crc32c:<base64>``, ``crc32:<base64>``, ``sha1:<base64>``,
+``sha256:<base64>``.
+
+Why a digest names its algorithm: the downloader computes exactly one digest of each body while
+streaming it, the one the remote's stored checksum is in (a CRC64NVME, say, checked against S3's
+``x-amz-checksum-crc64nvme``), or md5 where only a plain md5 ETag can vouch for the bytes. That
+digest is recorded as the sample's ``digest`` and is the reference every later scrub of the local
+copy recomputes, so the scrub must be told which algorithm to run. A bare 32-digit hex string (the
+digests of index schema 2 before they carried a name) is an md5. md5 is written in hex, as in the
+manifest's ``md5:<hex>``; the others in base64, as S3 writes its checksums, so a digest and the
+checksum S3 stored compare as strings.
+
+CRC32C and CRC64NVME are awscrt's (hardware CRC instructions, about 20 GB/s on one core, the GIL
+released); CRC32 is zlib's; md5 and the SHAs are hashlib's. Without awscrt the two CRCs are not
+available here (:func:`available`), and a digest naming one cannot be checked (:func:`hasher`
+raises ``ValueError``).
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import zlib
+from collections.abc import Callable
+from typing import Any, Protocol
+
+MD5 = "md5"
+
+
+class Hasher(Protocol):
+    def update(self, data: Any, /) -> None: ...
+
+    def digest(self) -> bytes: ...
+
+
+class _Crc:
+    """A CRC with the interface of hashlib's objects; ``fn(data, crc) -> crc``."""
+
+    def __init__(self, fn: Callable[[Any, int], int], width: int) -> None:
+        self._fn = fn
+        self._width = width
+        self._value = 0
+
+    def update(self, data: Any, /) -> None:
+        self._value = self._fn(data, self._value)
+
+    def digest(self) -> bytes:
+        return self._value.to_bytes(self._width, "big")
+
+
+def _crt(name: str, width: int) -> Callable[[], Hasher] | None:
+    try:
+        from awscrt import checksums
+    except ImportError:
+        return None
+    fn = getattr(checksums, name)
+    return lambda: _Crc(fn, width)
+
+
+def _factories() -> dict[str, Callable[[], Hasher]]:
+    found: dict[str, Callable[[], Hasher]] = {
+        MD5: hashlib.md5,
+        "crc32": lambda: _Crc(zlib.crc32, 4),
+        "sha1": hashlib.sha1,
+        "sha256": hashlib.sha256,
+    }
+    for name, width in (("crc32c", 4), ("crc64nvme", 8)):
+        factory = _crt(name, width)
+        if factory is not None:
+            found[name] = factory
+    return found
+
+
+FACTORIES = _factories()
+"""Hashers computable here, by lower-case algorithm name."""
+
+LOCAL = "crc64nvme" if "crc64nvme" in FACTORIES else MD5
+"""The digest of a body that nothing the remote stored is computed in (a multipart ETag, no
+checksum at all): it only has to find a changed byte of the local copy later, so the cheapest."""
+
+
+def available(algorithm: str) -> bool:
+    """Whether digests in ``algorithm`` can be computed here."""
+    return algorithm in FACTORIES
+
+
+def new_hasher(algorithm: str) -> Hasher:
+    """A fresh hasher for ``algorithm``; ``ValueError`` when it cannot be computed here."""
+    try:
+        return FACTORIES[algorithm]()
+    except KeyError:
+        raise ValueError(f"cannot compute {algorithm!r} digests here"
+                         + (" (awscrt is not installed)" if algorithm in ("crc32c", "crc64nvme") else "")
+                         ) from None
+
+
+def value(algorithm: str, h: Hasher) -> str:
+    """The value part of a digest: hex for md5, base64 (as S3 writes checksums) for the rest."""
+    raw = h.digest()
+    return raw.hex() if algorithm == MD5 else base64.b64encode(raw).decode("ascii")
+
+
+def format_digest(algorithm: str, h: Hasher) -> str:
+    """``<algorithm>:<value>`` of what ``h`` has hashed."""
+    return f"{algorithm}:{value(algorithm, h)}"
+
+
+def parse(digest: str) -> tuple[str, str] | None:
+    """``(algorithm, value)`` of a recorded digest; a bare 32-digit hex string is an md5 (schema 2
+    before digests named their algorithm); None for an empty one (only the size is known)."""
+    if not digest:
+        return None
+    algorithm, sep, rest = digest.partition(":")
+    if sep:
+        return algorithm.lower(), rest
+    return MD5, digest.lower()
+
+
+def hasher(digest: str) -> tuple[Hasher, str, str] | None:
+    """``(a fresh hasher, algorithm, expected value)`` to check bytes against ``digest``; None
+    when the digest is empty. ``ValueError`` when its algorithm cannot be computed here."""
+    parsed = parse(digest)
+    if parsed is None:
+        return None
+    algorithm, expected = parsed
+    return new_hasher(algorithm), algorithm, expected
+
+
+__all__ = [
+    "FACTORIES",
+    "LOCAL",
+    "MD5",
+    "Hasher",
+    "available",
+    "format_digest",
+    "hasher",
+    "new_hasher",
+    "parse",
+    "value",
+]
