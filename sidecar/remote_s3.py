@@ -323,6 +323,14 @@ class S3Remote:
             head = self._client.head_object(Bucket=self.bucket, Key=self._full_key(key), PartNumber=part)
         return int(head["ContentLength"])
 
+    def put_file(self, key: str, path: str) -> None:
+        """Upload the file at ``path`` as ``key`` (one PutObject; ``epochfs index --out s3://``)."""
+        with open(path, "rb") as body:
+            try:
+                self._client.put_object(Bucket=self.bucket, Key=self._full_key(key), Body=body)
+            except Exception as e:
+                raise RemoteError(f"cannot write s3://{self.bucket}/{self._full_key(key)}: {e}") from e
+
     def close(self) -> None:
         self._gets.close()  # also ends reads blocked on a stalled body
         with contextlib.suppress(Exception):
