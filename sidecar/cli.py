@@ -80,6 +80,44 @@ def _cmd_cut(ns: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_relist(ns: argparse.Namespace) -> int:
+    """Ask the running sampler of a cache for a relist (it looks within a second)."""
+    settings = config.from_args(config.CacheSettings, ns)
+    with Store(settings.cache) as store:
+        n = store.listings().request_relist()
+    print(f"relist {n} requested: the running sampler lists the remote again in the background")
+    return 0
+
+
+def _cmd_index(ns: argparse.Namespace) -> int:
+    """List a remote once (in parallel) into an index file that sidecars read with --index."""
+    from epochfs.sidecar.confparse import _positive_int, _remote
+    from epochfs.sidecar.listing.indexfile import write_index
+    from epochfs.sidecar.remote import RemoteError, open_remote
+
+    try:
+        url = _remote(ns.remote)
+    except ValueError as e:
+        raise config.ConfigError(f"REMOTE: {e}") from None
+    try:
+        threads = _positive_int(ns.list_threads)
+    except ValueError as e:
+        raise config.ConfigError(f"--list-threads: {e}") from None
+    try:
+        remote = open_remote(url, endpoint_url=ns.endpoint_url)
+    except RemoteError as e:
+        raise config.ConfigError(f"REMOTE: {e}") from None
+    try:
+        count = write_index(remote, ns.out, threads=threads, endpoint_url=ns.endpoint_url)
+    except RemoteError as e:
+        print(f"epochfs index: {e}", file=sys.stderr)
+        return 1
+    finally:
+        remote.close()
+    print(count)
+    return 0
+
+
 def _cmd_verify(ns: argparse.Namespace) -> int:
     settings = config.from_args(config.CacheSettings, ns)
     from epochfs.sidecar.scrub import run_verify
@@ -211,6 +249,23 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--force", action="store_true",
                    help="cut what is there, even below --min-samples or with the schedule window incomplete")
     p.set_defaults(func=_cmd_cut)
+
+    p = sub.add_parser("relist", parents=[common],
+                       help="ask the running sampler of a cache to list the remote again (new and "
+                            "deleted keys), in the background")
+    config.add_arguments(p, config.CacheSettings)
+    p.set_defaults(func=_cmd_relist)
+
+    p = sub.add_parser("index", parents=[common],
+                       help="list a remote once, in parallel, into an index file that sidecars read "
+                            "with --index instead of listing (one listing for a fleet)")
+    p.add_argument("remote", metavar="REMOTE", help="dataset URL: s3://, gs://, https://, file://")
+    p.add_argument("--out", required=True,
+                   help="where the index goes: a path or any fsspec URL, or s3://bucket/key")
+    p.add_argument("--endpoint-url", default=os.environ.get("EPOCHFS_ENDPOINT_URL"),
+                   help="S3-compatible endpoint (AWS_* credentials honoured)")
+    p.add_argument("--list-threads", default="8", help="listers working at once (default 8)")
+    p.set_defaults(func=_cmd_index)
 
     p = sub.add_parser(
         "verify", parents=[common],

@@ -3,8 +3,11 @@
 Order of a run: open or create the cache, hold its sampler lock, check the index (a damaged one,
 a garbage page say, is moved aside and replaced by a fresh one in one log line, see
 :mod:`epochfs.sidecar.store.reset`), check that the cache belongs to this (remote, seed, shard), run
-recovery (and log what it repaired), record the policy, list the catalog, then run the
-:class:`~epochfs.sidecar.sampler.loop.Sampler` until SIGTERM/SIGINT. Exit status: 0 after a clean
+recovery (and log what it repaired), record the policy, then run the
+:class:`~epochfs.sidecar.sampler.loop.Sampler` until SIGTERM/SIGINT with the listing beside it
+(:class:`~epochfs.sidecar.listing.ListingThread`): a complete catalog is fetched from at once (no
+listing before fetching), an unfinished listing resumes, a new one starts; relists run every
+``--relist-interval`` seconds and when ``epochfs relist`` asks. Exit status: 0 after a clean
 stop, 2 for bad settings (ConfigError), 1 when the node volume or the index fails (one log line;
 the next start repairs what it can, so a restart is not a crash loop).
 """
@@ -21,12 +24,13 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
-from epochfs.sidecar.catalog import CatalogReport, build_catalog
+from epochfs.sidecar.listing import CatalogReport, Lister, ListingThread
+from epochfs.sidecar.listing.indexfile import listing_source
 from epochfs.sidecar.config import ConfigError, SamplerSettings, format_size
 from epochfs.sidecar.download import LocalWriteError
 from epochfs.sidecar.redact import redact
 from epochfs.sidecar.remote import Remote, RemoteError, open_remote
-from epochfs.sidecar.sampler.loop import Sampler
+from epochfs.sidecar.sampler.loop import STOP_GRACE, Sampler
 from epochfs.sidecar.signals import set_from_handler
 from epochfs.sidecar.store import Meta, Store, StoreError
 
@@ -94,7 +98,9 @@ def _check_identity(store: Store, settings: SamplerSettings) -> None:
 
 
 def _check_capacity(settings: SamplerSettings, report: CatalogReport) -> None:
-    if report.added == 0 and report.too_large > 0:
+    """After a complete listing: an empty catalog because every object is too large is a bad
+    setting (the listing thread stops the sampler; the command exits 2)."""
+    if report.total == 0 and report.too_large > 0:
         limit_flag = (
             "--max-object-size"
             if settings.max_object_size is not None and settings.object_limit == settings.max_object_size
@@ -133,20 +139,21 @@ def run_sample(settings: SamplerSettings) -> int:
                 concurrency=settings.concurrency,
                 read_timeout=settings.read_timeout,
             )
-            report = build_catalog(
-                store,
-                remote,
-                seed=settings.seed,
-                shard_index=settings.shard_index,
-                shard_count=settings.shard_count,
-                object_limit=settings.object_limit,
-                stop=stop,
-            )
+            lister = Lister(store, listing_source(settings, remote), seed=settings.seed,
+                            shard_index=settings.shard_index, shard_count=settings.shard_count,
+                            object_limit=settings.object_limit, threads=settings.list_threads, stop=stop)
+            # Finding the spans lists a little (folders) here, so a remote that cannot be listed
+            # at all is a bad setting (exit 2); the pages are listed beside the sampler.
+            prepared = lister.prepare() if lister.needed() else None
         except RemoteError as e:
             raise ConfigError(f"--remote: {e}") from None
-        if stop.is_set():
-            return 0
-        _check_capacity(settings, report)
+        if prepared is None:
+            log.info("catalog of %s keys complete: fetching at once (relist: %s)",
+                     store.meta(Meta.CATALOG_OBJECTS) or "0",
+                     f"every {settings.relist_interval:.0f}s" if settings.relist_interval
+                     else "on request, epochfs relist")
+        listing = ListingThread(lister, interval=settings.relist_interval, prepared=prepared,
+                                on_complete=lambda report: _check_capacity(settings, report))
         sampler = Sampler(
             store=store,
             remote=remote,
@@ -154,6 +161,10 @@ def run_sample(settings: SamplerSettings) -> int:
             stop=stop,
             progress_every=settings.progress_seconds,
         )
+        sampler.order.listing = listing.running.is_set
+        if prepared is not None:
+            listing.running.set()  # until the thread takes over: the first pages come soon
+        listing.start()
         try:
             sampler.run()
         except LocalWriteError as e:
@@ -163,6 +174,11 @@ def run_sample(settings: SamplerSettings) -> int:
             # A damaged index is replaced at the next start (check_index), a deleted one remade.
             log.error("the cache index failed: %s; exiting (the next start repairs it)", e)
             return 1
+        finally:
+            stop.set()
+            listing.join(timeout=STOP_GRACE)
+        if listing.fatal is not None:
+            raise listing.fatal
         log.info("stopped cleanly")
         return 0
     finally:

@@ -5,6 +5,11 @@ a dataset larger than the cache streams through it. Schedule mode: the missing k
 epoch's window first, then those of the window after it (a look-ahead), never keys in front of the
 window, which the epoch budget has trimmed. Keys already busy (in flight, waiting for admission,
 kept through an outage) are passed over; the caller says which through ``busy``.
+
+While the listing runs (``listing`` says so), snapshot mode draws from what is listed so far: the
+cursor walks the rank order of the listed keys, and keys listed later with a rank behind the
+cursor wait for the next pass. Schedule mode waits for the first complete listing: its windows are
+positions in the order of the whole catalog, which move while keys are still arriving.
 """
 
 from __future__ import annotations
@@ -14,7 +19,7 @@ import time
 from collections import deque
 from collections.abc import Callable
 
-from epochfs.sidecar.store import Candidate, Store
+from epochfs.sidecar.store import Candidate, Meta, Store
 
 log = logging.getLogger("epochfs.sampler")
 
@@ -22,13 +27,15 @@ REFILL = 512
 """Candidates read from the catalog at a time."""
 EXHAUSTED_WAIT = 1.0
 """Seconds before a catalog found empty of candidates is asked again."""
+LISTING_WAIT = 0.05
+"""The same while a listing is adding keys (the first pages must be fetched at once)."""
 
 
 class FetchOrder:
     """Candidates in sampling order, read from the store's catalog a batch at a time."""
 
     def __init__(self, *, store: Store, schedule_mode: bool, busy: Callable[[str], bool],
-                 inflight: Callable[[], int]) -> None:
+                 inflight: Callable[[], int], listing: Callable[[], bool] | None = None) -> None:
         self.store = store
         self.schedule_mode = schedule_mode
         self._busy = busy
@@ -41,6 +48,8 @@ class FetchOrder:
         """Schedule mode: the candidates come from the window after the next epoch's."""
         self.passes = 0
         self._exhausted_at: float | None = None
+        self.listing: Callable[[], bool] = listing or (lambda: False)
+        """True while a listing adds keys to the catalog (set by ``epochfs sample``)."""
 
     def next(self) -> Candidate | None:
         """The next key to fetch, or None when the catalog has nothing left to fetch right now."""
@@ -80,6 +89,8 @@ class FetchOrder:
         """
         target = self._target = self._schedule_target()
         self.lookahead = False
+        if self.store.meta(Meta.LISTING_COMPLETE) is None:
+            return []  # windows are positions in a complete listing's order
         for n in (target, target + 1):
             lo, hi = self._window(n)
             rows = self.store.window_candidates(lo, hi, limit=REFILL + self._inflight())
@@ -101,7 +112,8 @@ class FetchOrder:
         return rows
 
     def _refill(self) -> bool:
-        if self._exhausted_at is not None and time.monotonic() - self._exhausted_at < EXHAUSTED_WAIT:
+        wait = LISTING_WAIT if self.listing() else EXHAUSTED_WAIT
+        if self._exhausted_at is not None and time.monotonic() - self._exhausted_at < wait:
             return False
         rows = self._schedule_rows() if self.schedule_mode else self._snapshot_rows()
         rows = [r for r in rows if not self._busy(r[1].key)]

@@ -199,3 +199,12 @@ class Listings:
                 self.ix.put(Meta.CATALOG_SKIPS_COUNTED, str(skips))
             db.execute("DELETE FROM listing_parts")
         return finalize(self.ix), dropped
+
+    def relist_requests(self) -> int:
+        """Relists asked for so far (``epochfs relist``); the listing thread serves new ones."""
+        return self.ix.counter("relist_requests")
+
+    def request_relist(self) -> int:
+        with self.ix.write():
+            self.ix.bump("relist_requests", 1)
+        return self.ix.counter("relist_requests")

@@ -1,0 +1,203 @@
+"""What of a listed page goes into the catalog: safe keys of this shard under the object limit.
+
+Each key is checked (:mod:`epochfs.sidecar.keys`), hashed into its shard and its rank in the
+sampling order (:mod:`epochfs.sidecar.keyorder`), and filtered by the object size limit. Hostile
+keys and objects over the limit are counted (the store adds them to ``skipped_total`` once per
+complete listing) and logged once each (the first ``LOG_LIMIT`` of each kind, then a summary).
+When a span lists in byte order (S3), a key that is also a folder of other keys (``a/b`` beside
+``a/b/c``) cannot be shown as both a file and a folder: the file is skipped and counted the same
+way. Across spans, a file whose name is a span boundary folder (``cat`` beside ``cat/``) is too.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from dataclasses import dataclass, field
+
+from epochfs.sidecar import keyorder
+from epochfs.sidecar.keys import SafeKey, check_key, is_directory_marker
+from epochfs.sidecar.remote import RemoteObject
+from epochfs.sidecar.store import CatalogRow
+
+log = logging.getLogger("epochfs.catalog")
+
+LOG_LIMIT = 100
+"""Skipped keys logged one by one per kind before only the counts are reported."""
+
+
+@dataclass
+class CatalogReport:
+    """What one listing found (this run of it: a resumed listing counts from the resume)."""
+
+    listed: int = 0
+    """Objects the remote listed (all shards)."""
+    in_shard: int = 0
+    """Listed objects that belong to this node's shard (valid keys only)."""
+    added: int = 0
+    """Objects written to the catalog."""
+    new: int = 0
+    """Keys that were not in the catalog before."""
+    dropped: int = 0
+    """Keys the complete listing did not see any more (deleted from the remote)."""
+    hostile: int = 0
+    too_large: int = 0
+    clashes: int = 0
+    markers: int = 0
+    largest_refused: int = 0
+    smallest_refused: int = 0
+    pages: int = 0
+    seconds: float = 0.0
+    complete: bool = False
+    total: int = 0
+    """Keys in the catalog at the end."""
+    reasons: dict[str, int] = field(default_factory=dict)
+
+    def __str__(self) -> str:
+        parts = [
+            f"catalog: {self.listed} object(s) listed in {self.seconds:.1f}s ({self.pages} page(s))",
+            f"{self.in_shard} in this shard",
+            f"{self.added} cataloged",
+        ]
+        if self.new != self.added:
+            parts.append(f"{self.new} new")
+        if self.dropped:
+            parts.append(f"{self.dropped} gone from the remote dropped")
+        if self.hostile:
+            why = ", ".join(f"{k}: {v}" for k, v in sorted(self.reasons.items()))
+            parts.append(f"{self.hostile} unsafe key(s) skipped ({why})")
+        if self.too_large:
+            parts.append(f"{self.too_large} over the object limit skipped")
+        if self.clashes:
+            parts.append(f"{self.clashes} file/folder name clash(es) skipped")
+        if self.markers:
+            parts.append(f"{self.markers} folder marker(s) ignored")
+        if not self.complete:
+            parts.append("not complete")
+        return ", ".join(parts)
+
+
+class ClashFinder:
+    """Finds keys that are also folders of later keys, in a listing sorted by UTF-8 bytes.
+
+    Keeps a stack of recent keys whose folder range ``[key + "/", key + "0")`` is still ahead;
+    the ranges are nested, so a stack suffices and stays as short as the deepest nesting. Only
+    keys this node cataloged are reported (another shard's file is another node's business).
+    """
+
+    def __init__(self) -> None:
+        self._stack: list[tuple[str, bool]] = []
+        self._last: str | None = None
+        self.sorted = True
+
+    def see(self, key: str, cataloged: bool) -> list[str]:
+        """Feed the next key; returns earlier cataloged keys now known to be folders (to skip)."""
+        if self._last is not None and key < self._last:
+            self.sorted = False
+        self._last = key
+        if not self.sorted:
+            return []
+        clashes = []
+        while self._stack and key >= self._stack[-1][0] + "0":
+            self._stack.pop()
+        for i in range(len(self._stack) - 1, -1, -1):
+            f, was_cataloged = self._stack[i]
+            if key.startswith(f + "/"):
+                if was_cataloged:
+                    clashes.append(f)
+                del self._stack[i]
+        self._stack.append((key, cataloged))
+        return clashes
+
+
+@dataclass
+class Filtered:
+    rows: list[CatalogRow]
+    skips: int
+    """Skips to count: hostile keys, objects over the limit, clashes found within the page."""
+    clashes: list[str]
+    """Keys of earlier pages found to be folders (to mark skipped)."""
+
+
+class PageFilter:
+    """Turns listed pages into catalog rows; one per listing, shared by its lister threads (the
+    report under a lock), with one :class:`ClashFinder` per span."""
+
+    def __init__(self, report: CatalogReport, *, seed: int, shard_index: int, shard_count: int,
+                 object_limit: int, boundaries: set[str]) -> None:
+        self.report = report
+        self.seed = seed
+        self.shard_index = shard_index
+        self.shard_count = shard_count
+        self.object_limit = object_limit
+        self.boundaries = boundaries
+        self._lock = threading.Lock()
+
+    def page(self, objects: list[RemoteObject], finder: ClashFinder | None) -> Filtered:
+        rows: list[CatalogRow] = []
+        later: list[str] = []
+        skips = 0
+        report = self.report
+        for obj in objects:
+            with self._lock:
+                report.listed += 1
+            if is_directory_marker(obj.key):
+                with self._lock:
+                    report.markers += 1
+                continue
+            checked = check_key(obj.key)
+            if not isinstance(checked, SafeKey):
+                skips += 1
+                with self._lock:
+                    report.hostile += 1
+                    report.reasons[checked.reason] = report.reasons.get(checked.reason, 0) + 1
+                    n = report.hostile
+                if n <= LOG_LIMIT:
+                    log.warning("skipping key %r: %s", checked.key, checked.reason)
+                elif n == LOG_LIMIT + 1:
+                    log.warning("more unsafe keys: only their count is reported from now on")
+                continue
+            key = checked.key
+            cataloged = keyorder.in_shard(key, self.shard_index, self.shard_count)
+            if cataloged:
+                with self._lock:
+                    report.in_shard += 1
+                if obj.size > self.object_limit:
+                    cataloged = False
+                    skips += 1
+                    with self._lock:
+                        report.too_large += 1
+                        report.largest_refused = max(report.largest_refused, obj.size)
+                        report.smallest_refused = (obj.size if report.too_large == 1
+                                                   else min(report.smallest_refused, obj.size))
+                        n = report.too_large
+                    if n <= LOG_LIMIT:
+                        log.warning("skipping %r: %d bytes is over the object limit %d", key,
+                                    obj.size, self.object_limit)
+            if cataloged and key + "/" in self.boundaries:
+                cataloged = False
+                skips += 1
+                self._clash(key)
+            if finder is not None:
+                for clash in finder.see(key, cataloged):
+                    self._clash(clash)
+                    kept = [r for r in rows if r.key != clash]
+                    if len(kept) < len(rows):
+                        rows = kept
+                        skips += 1
+                    else:
+                        later.append(clash)
+            if cataloged:
+                rows.append(CatalogRow(key=key, sid=checked.sid, size=obj.size, version=obj.version,
+                                       rank=keyorder.rank(self.seed, key)))
+        with self._lock:
+            report.added += len(rows) - len(later)
+        return Filtered(rows, skips, later)
+
+    def _clash(self, key: str) -> None:
+        with self._lock:
+            self.report.clashes += 1
+        log.warning("skipping key %r: it is also a folder of other keys", key)
+
+
+__all__ = ["LOG_LIMIT", "CatalogReport", "ClashFinder", "Filtered", "PageFilter"]

@@ -1,0 +1,297 @@
+"""One listing for a fleet: ``epochfs index`` writes the remote's keys to a file once, and every
+sidecar given ``--index URL`` reads them from it instead of listing the remote.
+
+The format is gzip'd JSON lines, read as a stream (memory bounded by one line, whatever the number
+of keys)::
+
+    {"epochfs_index": 1, "remote": "s3://bucket/prefix", "sorted": true, "created": 1767225600}
+    {"k": "class-0001/0000.jpg", "s": 16384, "v": "9b2cf535f27731c974343645a3985328"}
+    {"kb": "<base64 of a key that is not UTF-8>", "s": 1, "v": ""}
+    {"end": true, "count": 2}
+
+The header carries the format version (a newer one is refused with a clear message); the trailer
+proves the file is whole: a truncated index is an error, never a listing that ends early (its end
+would drop every key it did not reach). Keys are written span by span in key order, so the file is
+sorted and file/folder clashes are found as in a listing. The URL is any fsspec URL (``file://``,
+``http(s)://``, ``gs://``...) or ``s3://`` (read and written with the remote's own S3 client).
+An S3 Inventory ``manifest.json`` is accepted as an index too (:mod:`.inventory`).
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import gzip
+import json
+import logging
+import os
+import queue
+import tempfile
+import threading
+import time
+from collections.abc import Iterator
+from typing import IO, Any
+from urllib.parse import urlparse
+
+from epochfs.sidecar.listing.sources import Page, Source, Span, source_for
+from epochfs.sidecar.redact import redact
+from epochfs.sidecar.remote import HTTPRemote, Remote, RemoteError, RemoteObject
+
+log = logging.getLogger("epochfs.catalog")
+
+FORMAT_VERSION = 1
+PAGE = 1000
+BLOCK = 1 << 20
+
+
+class _ReaderFile:
+    """A remote :class:`~epochfs.sidecar.remote.Reader` as a binary file for gzip and readline."""
+
+    def __init__(self, reader: Any) -> None:
+        self._reader = reader
+
+    def read(self, n: int = -1) -> bytes:
+        if n is None or n < 0:
+            parts = []
+            while chunk := self._reader.read(BLOCK):
+                parts.append(chunk)
+            return b"".join(parts)
+        return bytes(self._reader.read(n))
+
+    def readable(self) -> bool:
+        return True
+
+    def close(self) -> None:
+        self._reader.close()
+
+
+def _s3_split(url: str) -> tuple[str, str]:
+    parsed = urlparse(url)
+    return parsed.netloc, parsed.path.lstrip("/")
+
+
+@contextlib.contextmanager
+def open_stream(url: str, *, endpoint_url: str | None = None) -> Iterator[IO[bytes]]:
+    """``url`` opened for streamed reading (gunzipped when it is gzip)."""
+    raw: Any
+    if urlparse(url).scheme == "s3":
+        from epochfs.sidecar.remote_s3 import S3Remote
+
+        bucket, key = _s3_split(url)
+        s3 = S3Remote(url=f"s3://{bucket}", endpoint_url=endpoint_url, concurrency=1)
+        try:
+            raw = _ReaderFile(s3.open(key))
+        except Exception as e:
+            s3.close()
+            raise RemoteError(f"cannot read {redact(url)}: {e}") from e
+        closer: Any = s3
+    else:
+        import fsspec
+
+        try:
+            raw = fsspec.open(url, "rb", block_size=0 if url.startswith("http") else BLOCK).open()
+        except Exception as e:
+            raise RemoteError(f"cannot read {redact(url)}: {e}") from e
+        closer = None
+    import io
+
+    buffered: Any = io.BufferedReader(raw, BLOCK) if isinstance(raw, _ReaderFile) else raw
+    try:
+        magic = buffered.peek(2)[:2] if hasattr(buffered, "peek") else b""
+        stream: Any = gzip.GzipFile(fileobj=buffered) if magic == b"\x1f\x8b" else buffered
+        yield stream
+    finally:
+        with contextlib.suppress(Exception):
+            buffered.close()
+        if closer is not None:
+            closer.close()
+
+
+def is_index(url: str, *, endpoint_url: str | None = None) -> bool:
+    """True when ``url`` holds an epochfs index (its first line is the header)."""
+    try:
+        with open_stream(url, endpoint_url=endpoint_url) as f:
+            head = f.readline(4096)
+    except (RemoteError, OSError):
+        return False
+    return head.startswith(b'{"epochfs_index"')
+
+
+class IndexSource:
+    """Keys from an ``epochfs index`` file: one span, a resume point is the records consumed."""
+
+    def __init__(self, url: str, *, endpoint_url: str | None = None, page: int = PAGE) -> None:
+        self.url = url
+        self.name = "index:" + redact(url)
+        self.endpoint_url = endpoint_url
+        self.page = page
+        self.sorted_listing = True
+        with open_stream(url, endpoint_url=endpoint_url) as f:
+            self.header = self._header(f.readline())
+        self.sorted_listing = bool(self.header.get("sorted"))
+
+    def _header(self, line: bytes) -> dict[str, Any]:
+        try:
+            header = json.loads(line)
+        except ValueError:
+            header = None
+        if not isinstance(header, dict) or "epochfs_index" not in header:
+            raise RemoteError(f"{redact(self.url)} is not an epochfs index (no header line)")
+        if header["epochfs_index"] != FORMAT_VERSION:
+            raise RemoteError(f"{redact(self.url)}: index format {header['epochfs_index']}, this epochfs "
+                              f"reads {FORMAT_VERSION}: write it again with this version's epochfs index")
+        return header
+
+    def spans(self) -> list[Span]:
+        return [Span("", "", None)]
+
+    def pages(self, span: Span, after: str) -> Iterator[Page]:
+        skip = consumed = int(after or 0)
+        batch: list[RemoteObject] = []
+        with open_stream(self.url, endpoint_url=self.endpoint_url) as f:
+            self._header(f.readline())
+            for i, line in enumerate(f):
+                record = json.loads(line)
+                if "end" in record:
+                    if int(record.get("count", -1)) != consumed:
+                        raise RemoteError(f"{redact(self.url)}: the trailer counts {record.get('count')} "
+                                          f"key(s), the file holds {consumed}: write the index again")
+                    yield Page(batch, str(consumed), True)
+                    return
+                if i < skip:
+                    continue  # resumed: committed before the restart
+                batch.append(record_object(record))
+                consumed += 1
+                if len(batch) >= self.page:
+                    yield Page(batch, str(consumed), False)
+                    batch = []
+        raise RemoteError(f"{redact(self.url)} ends without its trailer: the index is truncated "
+                          "(write it again); the listing is not finished from it")
+
+
+def record_object(record: dict[str, Any]) -> RemoteObject:
+    key: str | bytes = record["k"] if "k" in record else base64.b64decode(record["kb"])
+    return RemoteObject(key, int(record.get("s", 0)), str(record.get("v", "")))
+
+
+def object_record(obj: RemoteObject) -> bytes:
+    doc: dict[str, Any] = {"s": obj.size, "v": obj.version}
+    if isinstance(obj.key, bytes):
+        doc = {"kb": base64.b64encode(obj.key).decode("ascii"), **doc}
+    else:
+        doc = {"k": obj.key, **doc}
+    return json.dumps(doc, ensure_ascii=False, separators=(",", ":")).encode("utf-8", "surrogatepass") + b"\n"
+
+
+def listing_source(settings: Any, remote: Remote) -> Source:
+    """What the sampler lists from: ``--index`` (an epochfs index or an S3 Inventory manifest)
+    when given, except an http(s) remote's plain key list; else the remote itself."""
+    url = settings.index_url
+    if url:
+        if url.rstrip("/").endswith("manifest.json"):
+            from epochfs.sidecar.listing.inventory import InventorySource
+
+            return InventorySource(url, remote_url=settings.remote, endpoint_url=settings.endpoint_url)
+        if not isinstance(remote, HTTPRemote) or is_index(url, endpoint_url=settings.endpoint_url):
+            return IndexSource(url, endpoint_url=settings.endpoint_url)
+    return source_for(remote)
+
+
+# ---------------------------------------------------------------------------- writing
+def write_index(remote: Remote, out: str, *, threads: int = 8, endpoint_url: str | None = None,
+                progress_seconds: float = 5.0) -> int:
+    """List ``remote`` in parallel spans and write its index to ``out``; returns the key count.
+
+    Each span is written to its own gzip member in a temporary folder (the spans list at once);
+    the members are then joined in span order (a concatenation of gzip members is one gzip
+    stream) between the header and the trailer, so the index is in key order."""
+    source = source_for(remote)
+    spans = source.spans()
+    log.info("indexing %s: %d span(s), %d lister thread(s)", redact(remote.url), len(spans),
+             min(threads, len(spans)))
+    started = time.monotonic()
+    counts = [0] * len(spans)
+    with tempfile.TemporaryDirectory(prefix="epochfs-index-") as tmp, contextlib.ExitStack() as stack:
+        files = [stack.enter_context(gzip.open(os.path.join(tmp, f"{i:06d}.gz"), "wb", compresslevel=6))
+                 for i in range(len(spans))]
+        turns: queue.SimpleQueue[tuple[int, Iterator[Page]]] = queue.SimpleQueue()
+        for i, span in enumerate(spans):
+            turns.put((i, source.pages(span, "")))
+        left = [len(spans)]
+        errors: list[BaseException] = []
+        lock = threading.Lock()
+        last_log = [started]
+
+        def worker() -> None:
+            while not errors:
+                with lock:
+                    if left[0] == 0:
+                        return
+                try:
+                    i, pages = turns.get(timeout=0.05)
+                except queue.Empty:
+                    continue
+                try:
+                    page = next(pages, None) or Page([], "", True)
+                    files[i].write(b"".join(object_record(o) for o in page.objects))
+                except BaseException as e:
+                    errors.append(e)
+                    return
+                with lock:
+                    counts[i] += len(page.objects)
+                    if page.done:
+                        left[0] -= 1
+                    now = time.monotonic()
+                    if now - last_log[0] >= progress_seconds:
+                        last_log[0] = now
+                        total = sum(counts)
+                        log.info("indexing: %d key(s) so far (%.0f/s), %d of %d span(s) done", total,
+                                 total / max(now - started, 1e-9), len(spans) - left[0], len(spans))
+                if not page.done:
+                    turns.put((i, pages))
+
+        workers = [threading.Thread(target=worker, daemon=True) for _ in range(min(threads, len(spans)))]
+        for t in workers:
+            t.start()
+        for t in workers:
+            t.join()
+        for f in files:
+            f.close()
+        if errors:
+            raise errors[0]
+        total = sum(counts)
+        joined = os.path.join(tmp, "index.jsonl.gz")
+        with open(joined, "wb") as out_file:
+            header = {"epochfs_index": FORMAT_VERSION, "remote": redact(remote.url),
+                      "sorted": bool(source.sorted_listing), "created": int(time.time())}
+            out_file.write(gzip.compress(json.dumps(header).encode() + b"\n"))
+            for i in range(len(spans)):
+                with open(os.path.join(tmp, f"{i:06d}.gz"), "rb") as part:
+                    while block := part.read(BLOCK):
+                        out_file.write(block)
+            out_file.write(gzip.compress(json.dumps({"end": True, "count": total}).encode() + b"\n"))
+        _upload(joined, out, endpoint_url=endpoint_url)
+    log.info("indexed %d key(s) of %s in %.1fs into %s", total, redact(remote.url),
+             time.monotonic() - started, redact(out))
+    return total
+
+
+def _upload(path: str, out: str, *, endpoint_url: str | None) -> None:
+    if urlparse(out).scheme == "s3":
+        from epochfs.sidecar.remote_s3 import S3Remote
+
+        bucket, key = _s3_split(out)
+        s3 = S3Remote(url=f"s3://{bucket}", endpoint_url=endpoint_url, concurrency=1)
+        try:
+            s3.put_file(key, path)
+        finally:
+            s3.close()
+        return
+    import fsspec
+
+    with open(path, "rb") as src, fsspec.open(out, "wb") as dst:
+        while block := src.read(BLOCK):
+            dst.write(block)
+
+
+__all__ = ["FORMAT_VERSION", "IndexSource", "is_index", "listing_source", "open_stream", "write_index"]

@@ -1,0 +1,116 @@
+"""An S3 Inventory report as the listing: its ``manifest.json`` and the CSV (or Parquet) data
+files it names, read as streams, one span per data file (listed in parallel, no LIST request).
+
+Amazon writes inventories to a destination bucket as ``<source-bucket>/<config-id>/<date>/
+manifest.json`` with data files under ``<source-bucket>/<config-id>/data/``; the manifest names
+them by key in the destination bucket (``destinationBucket`` is an ARN). For an ``s3://``
+manifest the data files are read from that bucket; for any other URL (a copy on a file system or
+behind HTTP) the keys are resolved against the URL's root, the manifest's URL less its last four
+path components. CSV keys are URL-encoded (as Amazon writes them); keys outside the remote's
+prefix are passed over (not counted). Parquet needs pyarrow (a clear error when it is not
+installed); ORC is not read. A resume point is the rows of the data file consumed.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import posixpath
+from collections.abc import Iterator
+from typing import Any
+from urllib.parse import unquote, urlparse
+
+from epochfs.sidecar.listing.indexfile import PAGE, open_stream
+from epochfs.sidecar.listing.sources import Page, Span
+from epochfs.sidecar.redact import redact
+from epochfs.sidecar.remote import RemoteError, RemoteObject
+
+
+class InventorySource:
+    sorted_listing = False  # data files are not promised to be in key order
+
+    def __init__(self, manifest_url: str, *, remote_url: str, endpoint_url: str | None = None) -> None:
+        self.url = manifest_url
+        self.name = "inventory:" + redact(manifest_url)
+        self.endpoint_url = endpoint_url
+        parsed = urlparse(remote_url)
+        root = parsed.path.strip("/")
+        self.prefix = f"{root}/" if root else ""
+        with open_stream(manifest_url, endpoint_url=endpoint_url) as f:
+            try:
+                manifest = json.loads(f.read())
+            except ValueError as e:
+                raise RemoteError(f"{redact(manifest_url)}: not an S3 Inventory manifest ({e})") from None
+        self.format = str(manifest.get("fileFormat", "")).upper()
+        if self.format not in ("CSV", "PARQUET"):
+            raise RemoteError(f"{redact(manifest_url)}: inventory format {manifest.get('fileFormat')!r} "
+                              "is not read (CSV, or Parquet with pyarrow installed)")
+        if self.format == "PARQUET":
+            try:
+                import pyarrow.parquet  # noqa: F401
+            except ImportError:
+                raise RemoteError(f"{redact(manifest_url)}: a Parquet inventory needs pyarrow, which is "
+                                  "not installed (pip install pyarrow), or ask S3 for a CSV one") from None
+        self.schema = [c.strip() for c in str(manifest.get("fileSchema", "")).split(",")]
+        if "Key" not in self.schema:
+            raise RemoteError(f"{redact(manifest_url)}: the inventory schema has no Key column")
+        if (parsed.scheme == "s3" and manifest.get("sourceBucket")
+                and manifest["sourceBucket"] != parsed.netloc):
+            raise RemoteError(f"{redact(manifest_url)} is the inventory of bucket "
+                              f"{manifest['sourceBucket']!r}, not of {parsed.netloc!r}")
+        dest = str(manifest.get("destinationBucket", "")).rsplit(":", 1)[-1]
+        if urlparse(manifest_url).scheme == "s3":
+            base = f"s3://{dest}"
+        else:
+            scheme, _, path = manifest_url.partition("://")
+            base = f"{scheme}://" + posixpath.dirname(posixpath.dirname(posixpath.dirname(
+                posixpath.dirname(path))))
+        self.files = [f"{base.rstrip('/')}/{f['key']}" for f in manifest.get("files", [])]
+
+    def spans(self) -> list[Span]:
+        return [Span(url, "", None) for url in self.files]
+
+    def _rows(self, url: str) -> Iterator[dict[str, Any]]:
+        if self.format == "PARQUET":
+            import pyarrow.parquet as pq
+
+            with open_stream(url, endpoint_url=self.endpoint_url) as f:
+                for batch in pq.ParquetFile(f).iter_batches(batch_size=PAGE):
+                    yield from batch.to_pylist()
+            return
+        with open_stream(url, endpoint_url=self.endpoint_url) as f:
+            text = io.TextIOWrapper(f, encoding="utf-8", errors="surrogateescape", newline="")
+            for row in csv.reader(text):
+                yield dict(zip(self.schema, row, strict=False))
+
+    def pages(self, span: Span, after: str) -> Iterator[Page]:
+        skip = consumed = int(after or 0)
+        batch: list[RemoteObject] = []
+        for i, row in enumerate(self._rows(span.prefix)):
+            if i < skip:
+                continue
+            consumed += 1
+            full = str(row["Key"])
+            if self.format == "CSV":
+                raw = unquote(full.replace("+", " "), errors="surrogateescape")
+                full = raw
+            if not full.startswith(self.prefix):
+                continue
+            if str(row.get("IsDeleteMarker", "")).lower() == "true":
+                continue
+            if "IsLatest" in row and str(row["IsLatest"]).lower() == "false":
+                continue
+            key: str | bytes = full[len(self.prefix):]
+            try:
+                str(key).encode("utf-8")
+            except UnicodeEncodeError:
+                key = str(key).encode("utf-8", "surrogateescape")
+            batch.append(RemoteObject(key, int(row.get("Size") or 0), str(row.get("ETag") or "")))
+            if len(batch) >= PAGE:
+                yield Page(batch, str(consumed), False)
+                batch = []
+        yield Page(batch, str(consumed), True)
+
+
+__all__ = ["InventorySource"]

@@ -1,0 +1,165 @@
+"""Parallel listers that write the catalog page by page while the sampler already fetches from it.
+
+The spans of a :class:`~epochfs.sidecar.listing.sources.Source` wait in one queue; each of
+``threads`` listers takes a span, lists ONE page of it, commits the page's rows together with the
+span's resume point (:meth:`~epochfs.sidecar.store.catalog.Listings.commit_page`), and puts the span
+back at the end of the queue. So every span advances at the same page rate whatever the number of
+threads: with one span per class folder, the catalog holds the first keys of every class after
+the first round of pages, and the sampler, which draws in rank order from what is listed, fetches
+from every class from its first second on.
+
+A listing is a generation: rows it sees carry it, and when it reaches the end the rows it did not
+see (keys deleted from the remote) are dropped. A listing interrupted by a stop or a crash resumes
+from each span's committed resume point at the next start (:meth:`Lister.run`); at most the pages
+in flight when it stopped (one per thread) are listed twice.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+
+from epochfs.sidecar.listing.filter import CatalogReport, ClashFinder, PageFilter
+from epochfs.sidecar.listing.sources import Page, Source, Span
+from epochfs.sidecar.store import Store
+from epochfs.sidecar.store.catalog import Part
+
+log = logging.getLogger("epochfs.catalog")
+
+
+@dataclass
+class _Turn:
+    part: Part
+    pages: Iterator[Page] | None = None
+    finder: ClashFinder | None = None
+
+
+class Lister:
+    """Lists ``source`` into ``store``'s catalog with ``threads`` listers (see the module doc)."""
+
+    def __init__(self, store: Store, source: Source, *, seed: int, shard_index: int = 0,
+                 shard_count: int = 1, object_limit: int = 2**62, threads: int = 8,
+                 stop: threading.Event | None = None, progress_every: int = 100_000,
+                 on_page: Callable[[CatalogReport], None] | None = None) -> None:
+        if threads < 1 or progress_every < 1:
+            raise ValueError("threads and progress_every must be positive")
+        self.store = store
+        self.source = source
+        self.seed = seed
+        self.shard_index = shard_index
+        self.shard_count = shard_count
+        self.object_limit = object_limit
+        self.threads = threads
+        self.stop = stop or threading.Event()
+        self.progress_every = progress_every
+        self.on_page = on_page
+
+    def needed(self) -> bool:
+        """True when no complete listing exists, one is running, or the source changed."""
+        state = self.store.listings().state()
+        return state.complete is None or bool(state.parts) or state.source != self.source.name
+
+    def prepare(self, *, fresh: bool = False) -> tuple[int, list[Part], set[str]]:
+        """The listing to run: the running one (same source, not ``fresh``) or a new generation
+        over the source's spans (found here: a remote that cannot be listed fails here)."""
+        listings = self.store.listings()
+        state = listings.state()
+        if state.parts and state.source == self.source.name and not fresh:
+            parts = state.parts
+            gen = state.generation
+            log.info("resuming listing %d: %d of %d span(s) to go", gen,
+                     sum(not p.done for p in parts), len(parts))
+        else:
+            spans = self.source.spans()
+            parts = [Part(i, s.prefix, s.start, s.stop) for i, s in enumerate(spans)]
+            gen = listings.begin(parts, self.source.name)
+            log.info("listing %d: %d span(s), %d lister thread(s)", gen, len(parts),
+                     min(self.threads, len(parts)))
+        return gen, parts, {p.start for p in parts if p.start}
+
+    def run(self, *, fresh: bool = False,
+            prepared: tuple[int, list[Part], set[str]] | None = None) -> CatalogReport:
+        """List to the end (or until stopped); ``report.complete`` says which."""
+        gen, parts, boundaries = prepared or self.prepare(fresh=fresh)
+        report = CatalogReport()
+        started = time.monotonic()
+        filt = PageFilter(report, seed=self.seed, shard_index=self.shard_index,
+                          shard_count=self.shard_count, object_limit=self.object_limit,
+                          boundaries=boundaries)
+        turns: queue.SimpleQueue[_Turn] = queue.SimpleQueue()
+        todo = [p for p in parts if not p.done]
+        for p in todo:
+            turns.put(_Turn(p, finder=ClashFinder() if self.source.sorted_listing else None))
+        left = [len(todo)]
+        errors: list[BaseException] = []
+        lock = threading.Lock()
+        next_progress = [self.progress_every]
+
+        def worker() -> None:
+            while not self.stop.is_set() and not errors:
+                with lock:
+                    if left[0] == 0:
+                        return
+                try:
+                    turn = turns.get(timeout=0.05)
+                except queue.Empty:
+                    continue
+                try:
+                    done = self._turn(gen, turn, filt)
+                except BaseException as e:
+                    errors.append(e)
+                    return
+                with lock:
+                    report.pages += 1
+                    if done:
+                        left[0] -= 1
+                    if report.listed >= next_progress[0]:
+                        next_progress[0] += self.progress_every
+                        elapsed = time.monotonic() - started
+                        log.info("listing: %d object(s) so far (%.0f/s), %d cataloged, %d of %d span(s) "
+                                 "done", report.listed, report.listed / max(elapsed, 1e-9), report.added,
+                                 len(todo) - left[0], len(todo))
+                if not done:
+                    turns.put(turn)
+                if self.on_page is not None:
+                    self.on_page(report)
+
+        threads = [threading.Thread(target=worker, name=f"lister-{i}", daemon=True)
+                   for i in range(min(self.threads, max(1, len(todo))))]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        if errors:
+            raise errors[0]
+        report.seconds = time.monotonic() - started
+        if left[0] == 0:
+            report.total, report.dropped = self.store.listings().finish(gen)
+            report.complete = True
+        log.info("%s; %d in the catalog", report, report.total)
+        return report
+
+    def _turn(self, gen: int, turn: _Turn, filt: PageFilter) -> bool:
+        """One page of one span, committed with its resume point; True when the span is done."""
+        part = turn.part
+        if turn.pages is None:
+            turn.pages = self.source.pages(Span(part.prefix, part.start, part.stop), part.after)
+        page = next(turn.pages, None)
+        if page is None:
+            page = Page([], part.after, True)
+        out = filt.page(page.objects, turn.finder)
+        part.after, part.done = page.after, page.done
+        new = self.store.listings().commit_page(gen, part, out.rows, skips=out.skips, clashes=out.clashes)
+        with filt._lock:
+            filt.report.new += new
+        if page.done and turn.finder is not None and not turn.finder.sorted:
+            log.warning("the listing of span %d was not sorted: file/folder name clashes were not "
+                        "checked", part.part)
+        return page.done
+
+
+__all__ = ["Lister"]

@@ -1,0 +1,163 @@
+"""Where a listing reads keys from, cut into spans that listers walk in parallel, page by page.
+
+A source says how to split the key space (:meth:`Source.spans`) and yields one span's pages from a
+resume point (:meth:`Source.pages`); each page carries the resume point after it, which the lister
+commits with the page's rows, so a restart resumes where the last committed page ended.
+
+- :class:`PagedSource`, a remote that lists a page at a time under a prefix after a start key
+  (S3's ``ListObjectsV2``, :meth:`~epochfs.sidecar.remote_s3.S3Remote.list_page`): the folders are
+  found with the delimiter (descending through a single top folder such as ``train/``), and the
+  key space is cut into ranges at folder boundaries, at most ``max_spans`` of them, so that every
+  class folder lists at once instead of one after the other. A resume point is the last key.
+- :class:`SerialSource`, any other remote (``file://``, ``http(s)://`` index files, ``gs://``): one
+  span over ``list()``; a resume point is the number of objects consumed (the listing is read
+  again up to it, without writing).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from itertools import islice
+from typing import Protocol
+
+from epochfs.sidecar.remote import Remote, RemoteObject
+
+PAGE = 1000
+"""Objects per page of a serial source (a paged remote's pages are its own: 1,000 on S3)."""
+DISCOVERY_PAGES = 10
+"""Delimiter pages read to find folders (10k folders); later folders share the last span."""
+DESCEND = 4
+"""Levels of single folders descended through (``data/train/``) before the key space is cut."""
+
+
+@dataclass(frozen=True)
+class Span:
+    """Keys under ``prefix``, after ``start`` ('' = from the beginning), before ``stop`` (None:
+    to the end). Keys are relative to the remote root."""
+
+    prefix: str
+    start: str
+    stop: str | None
+
+
+@dataclass(frozen=True)
+class Page:
+    objects: list[RemoteObject]
+    after: str
+    """Resume point after this page (the source's own notion)."""
+    done: bool
+    """The span has no more pages."""
+
+
+class Source(Protocol):
+    name: str
+    """What the listing reads (``list``, or an index URL): a change starts a new listing."""
+    sorted_listing: bool
+    """Each span's pages are in UTF-8 byte order of keys (file/folder clashes can be found)."""
+
+    def spans(self) -> list[Span]: ...
+
+    def pages(self, span: Span, after: str) -> Iterator[Page]: ...
+
+
+class PagedRemote(Protocol):
+    """A remote with :meth:`list_page` (see :meth:`epochfs.sidecar.remote_s3.S3Remote.list_page`)."""
+
+    def list_page(self, prefix: str, *, start_after: str = "", token: str | None = None,
+                  delimiter: bool = False) -> tuple[list[RemoteObject], list[str], str | None]: ...
+
+
+class PagedSource:
+    """Parallel listing of a remote that lists a page at a time (S3)."""
+
+    name = "list"
+    sorted_listing = True
+
+    def __init__(self, remote: PagedRemote, *, max_spans: int = 256) -> None:
+        self.remote = remote
+        self.max_spans = max(1, max_spans)
+
+    def _folders(self, prefix: str) -> tuple[list[str], bool]:
+        """The folders directly under ``prefix`` (at most DISCOVERY_PAGES pages of them) and
+        whether files sit beside them."""
+        folders: list[str] = []
+        files = False
+        token: str | None = None
+        for _ in range(DISCOVERY_PAGES):
+            objects, prefixes, token = self.remote.list_page(prefix, token=token, delimiter=True)
+            folders += prefixes
+            files = files or any(o.key != prefix for o in objects)
+            if token is None:
+                break
+        return folders, files
+
+    def spans(self) -> list[Span]:
+        prefix = ""
+        folders: list[str] = []
+        for _ in range(DESCEND):
+            folders, files = self._folders(prefix)
+            if len(folders) == 1 and not files:
+                prefix = folders[0]
+                continue
+            break
+        if len(folders) < 2:
+            return [Span(prefix, "", None)]
+        step = -(-len(folders) // self.max_spans)
+        starts = ["", *folders[step::step]]
+        return [Span(prefix, start, starts[i + 1] if i + 1 < len(starts) else None)
+                for i, start in enumerate(starts)]
+
+    def pages(self, span: Span, after: str) -> Iterator[Page]:
+        token: str | None = None
+        start_after = max(after, span.start)
+        while True:
+            objects, _, token = self.remote.list_page(span.prefix, start_after=start_after, token=token)
+            kept = objects
+            done = token is None
+            if span.stop is not None:
+                kept = [o for o in objects if str(o.key) < span.stop]
+                done = done or len(kept) < len(objects)
+            if kept:
+                after = str(kept[-1].key)
+            yield Page(kept, after, done)
+            if done:
+                return
+
+
+class SerialSource:
+    """One listing stream (``file://``, ``http(s)://``, ``gs://``): one span, pages of PAGE."""
+
+    name = "list"
+
+    def __init__(self, remote: Remote, *, page: int = PAGE) -> None:
+        self.remote = remote
+        self.sorted_listing = remote.sorted_listing
+        self.page = max(1, page)
+
+    def spans(self) -> list[Span]:
+        return [Span("", "", None)]
+
+    def pages(self, span: Span, after: str) -> Iterator[Page]:
+        consumed = int(after or 0)
+        it = iter(self.remote.list())
+        for _ in islice(it, consumed):
+            pass
+        while True:
+            batch = list(islice(it, self.page))
+            consumed += len(batch)
+            done = len(batch) < self.page
+            yield Page(batch, str(consumed), done)
+            if done:
+                return
+
+
+def source_for(remote: Remote, *, max_spans: int = 256, page: int = PAGE) -> Source:
+    """The parallel source when the remote lists in pages, else the serial one (``page``
+    objects a page)."""
+    if callable(getattr(remote, "list_page", None)):
+        return PagedSource(remote, max_spans=max_spans)  # type: ignore[arg-type]
+    return SerialSource(remote, page=page)
+
+
+__all__ = ["Page", "PagedRemote", "PagedSource", "SerialSource", "Source", "Span", "source_for"]
