@@ -5,7 +5,8 @@ resume point (:meth:`Source.pages`); each page carries the resume point after it
 commits with the page's rows, so a restart resumes where the last committed page ended.
 
 - :class:`PagedSource`, a remote that lists a page at a time under a prefix after a start key
-  (S3's ``ListObjectsV2``, :meth:`~epochfs.sidecar.remote_s3.S3Remote.list_page`): the folders are
+  (S3's ``ListObjectsV2``, :meth:`~epochfs.sidecar.remote_s3.S3Remote.list_page`): a remote that
+  fits in one page is that page (one request); otherwise the folders are
   found with the delimiter (descending through a single top folder such as ``train/``), and the
   key space is cut into ranges at folder boundaries, at most ``max_spans`` of them, so that every
   class folder lists at once instead of one after the other. A resume point is the last key.
@@ -77,6 +78,7 @@ class PagedSource:
     def __init__(self, remote: PagedRemote, *, max_spans: int = 256) -> None:
         self.remote = remote
         self.max_spans = max(1, max_spans)
+        self._probe: list[RemoteObject] | None = None
 
     def _folders(self, prefix: str) -> tuple[list[str], bool]:
         """The folders directly under ``prefix`` (at most DISCOVERY_PAGES pages of them) and
@@ -93,6 +95,11 @@ class PagedSource:
         return folders, files
 
     def spans(self) -> list[Span]:
+        # A remote that fits in one page is listed by that page alone (one request, no split).
+        objects, _, token = self.remote.list_page("")
+        if token is None:
+            self._probe = objects
+            return [Span("", "", None)]
         prefix = ""
         folders: list[str] = []
         for _ in range(DESCEND):
@@ -109,6 +116,10 @@ class PagedSource:
                 for i, start in enumerate(starts)]
 
     def pages(self, span: Span, after: str) -> Iterator[Page]:
+        probe, self._probe = self._probe, None
+        if probe is not None and not after and span == Span("", "", None):
+            yield Page(probe, str(probe[-1].key) if probe else "", True)
+            return
         token: str | None = None
         start_after = max(after, span.start)
         while True:
