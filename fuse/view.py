@@ -288,9 +288,11 @@ class View:
         with self._lock:
             pending = sorted(self._pending_reads)
             self._pending_reads.clear()
-        for n in pending:
-            self.store.record_read(n)
-        return pending
+        done = [n for n in pending if self.store.record_read(n) is not False]
+        if len(done) < len(pending):  # the index was busy or full: the next flush tries again
+            with self._lock:
+                self._pending_reads.update(n for n in pending if n not in done)
+        return done
 
     # ------------------------------------------------------------------ epochs
     def _epoch_live(self, n: int, *, cut: bool) -> float | None:

@@ -306,6 +306,9 @@ class Sampler:
                     log.info("cut epoch %d (every %.0fs)", n, interval)
         if not self._inflight:
             self._write(self._serve_cuts)
+        # Epochs beyond --keep-epochs retire once out of their in-use window, full cache or not
+        # (a read when nothing is due).
+        self._write(self.store.retire)
         if now - self.rates.last_time >= self.progress_every:
             self._write(self.reservations.publish)
             state = "backpressure" if self._backpressure else ("idle" if not self._inflight else "fetching")

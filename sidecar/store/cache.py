@@ -285,8 +285,10 @@ class Store:
     def epoch_files(self, n: int) -> list[FileEntry]:
         return epochs.files(self._ix, n)
 
-    def record_read(self, n: int, *, now: float | None = None) -> None:
-        epochs.record_read(self._ix, n, now=now)
+    def record_read(self, n: int, *, now: float | None = None) -> bool:
+        """Keep epoch ``n`` pinned for the in-use window; False when the index could not take the
+        write now (busy or full): the caller tries again later."""
+        return epochs.record_read(self._ix, n, now=now)
 
     # ------------------------------------------------------------------ status
     def stats(self) -> Stats:

@@ -25,7 +25,7 @@ import time
 from collections.abc import Iterator
 
 from epochfs.sidecar.store import hwm
-from epochfs.sidecar.store.index import Index
+from epochfs.sidecar.store.index import Index, is_busy
 from epochfs.sidecar.store.objects import object_name
 from epochfs.sidecar.store.records import EpochInfo, FileEntry, Policy
 
@@ -164,13 +164,16 @@ def cut(ix: Index, policy: Policy, n: int | None = None, *, force: bool = False)
     return _cut(ix, policy, n, force=force)[0]
 
 
-def _cut(ix: Index, policy: Policy, n: int | None, *, force: bool) -> tuple[int | None, bool]:
+def _cut(ix: Index, policy: Policy, n: int | None, *, force: bool,
+         reader: bool = False) -> tuple[int | None, bool]:
     """:func:`cut`, and whether this call made the epoch (False when it existed already).
+    ``reader``: a cut on lookup, which waits only briefly for the write lock (see
+    :meth:`Index.write_now`).
 
     The high-water mark is raised before the commit (``cutting``) and after it (``published``):
     see :mod:`.hwm` for why both."""
     root = ix.path.parent
-    with ix.write() as db:
+    with (ix.write_now() if reader else ix.write()) as db:
         newest = _newest(db)
         top = hwm.floor(hwm.read(root), newest)
         if n is None:
@@ -193,7 +196,7 @@ def _cut(ix: Index, policy: Policy, n: int | None, *, force: bool) -> tuple[int 
         _insert_epoch(db, policy, n)
         ix.bump("cuts_total", 1)
     try:
-        with ix.write():
+        with ix.write_now() if reader else ix.write():
             hwm.raise_to(root, published=n)
     except (OSError, sqlite3.OperationalError) as e:
         # The cut stands; only a later loss of the index could then re-use n (see hwm.floor).
@@ -226,15 +229,20 @@ def request_cut(ix: Index, policy: Policy, n: int) -> bool:
     try:
         if ready:
             try:
-                if cut(ix, policy, n) is not None:
+                if _cut(ix, policy, n, force=False, reader=True)[0] is not None:
                     return True
             except ValueError:
                 return False
         if not queued:
-            with ix.write() as db:
+            with ix.write_now() as db:
                 db.execute("INSERT OR IGNORE INTO cut_requests(n, requested_at) VALUES(?, ?)",
                            (n, time.time()))
     except (sqlite3.OperationalError, OSError) as e:
+        if is_busy(e):
+            # The sampler holds the write lock (a long transaction): "not yet", at once; the
+            # reader's next lookup asks again. Waiting here would stall a FUSE request.
+            log.info("epoch %d: the index is busy; the lookup answers not yet", n)
+            return False
         if not _disk_full(e):
             raise
         # The index (or the high-water mark) cannot grow: the epoch is not there yet (ENOENT,
@@ -279,8 +287,17 @@ def live(db: sqlite3.Connection, policy: Policy, now: float) -> list[int]:
 
 
 def retire(ix: Index, policy: Policy, *, now: float | None = None) -> list[int]:
-    """Retire the epochs that are neither among the newest K nor read recently."""
+    """Retire the epochs that are neither among the newest K nor read recently.
+
+    The sampler calls this on its own schedule (every tick), not only when it must evict, so with
+    a cache that is not full epochs beyond ``keep_epochs`` still go once out of their in-use
+    window. A look first, under a read: the write lock is taken only when something is due."""
     now = time.time() if now is None else now
+    with ix.read() as db:
+        due = db.execute("SELECT COUNT(*) FROM epochs WHERE retired=0").fetchone()[0] > len(
+            live(db, policy, now))
+    if not due:
+        return []
     with ix.write() as db:
         keep = set(live(db, policy, now))
         gone = [int(n) for (n,) in db.execute("SELECT n FROM epochs WHERE retired=0").fetchall()
@@ -354,15 +371,19 @@ def files(ix: Index, n: int) -> list[FileEntry]:
     return list(iter_files(ix, n))
 
 
-def record_read(ix: Index, n: int, *, now: float | None = None) -> None:
-    """Note that epoch ``n`` is being read, which keeps it pinned for ``in_use_seconds``.
+def record_read(ix: Index, n: int, *, now: float | None = None) -> bool:
+    """Note that epoch ``n`` is being read, which keeps it pinned for ``in_use_seconds``; False
+    when it could not be written now (the caller keeps it for its next try).
 
-    Best effort on a full disk: the epoch stays pinned by its last record (and by being among the
-    newest), and the reader must not see an error for a bookkeeping write."""
+    Best effort on a full disk and while the sampler holds the write lock (a reader waits only
+    :data:`~.index.READER_WAIT_MS` for it): the epoch stays pinned by its last record (and by being
+    among the newest), and the reader must not see an error for a bookkeeping write."""
     try:
-        with ix.write() as db:
+        with ix.write_now() as db:
             db.execute("UPDATE epochs SET last_read=? WHERE n=?", (time.time() if now is None else now, n))
     except sqlite3.OperationalError as e:
-        if not _disk_full(e):
+        if not _disk_full(e) and not is_busy(e):
             raise
         log.warning("cannot record a read of epoch %d now: %s", n, e)
+        return False
+    return True

@@ -42,6 +42,17 @@ opened without running the schema (no write), so a table added without a bump wo
 
 BUSY_MS = 30000
 """How long a statement waits for another process's write lock before "database is locked"."""
+READER_WAIT_MS = 250
+"""How long a reader's bookkeeping write (:meth:`Index.write_now`) waits for the write lock."""
+_BUSY_CODES = (5, 6)  # SQLITE_BUSY, SQLITE_LOCKED
+
+
+def is_busy(exc: BaseException) -> bool:
+    """True when another connection holds the lock (the statement may succeed later)."""
+    code = getattr(exc, "sqlite_errorcode", None)
+    if isinstance(code, int):
+        return code & 0xFF in _BUSY_CODES
+    return "database is locked" in str(exc)
 _CORRUPT_CODES = (11, 26)  # SQLITE_CORRUPT, SQLITE_NOTADB (named in the sqlite3 module from 3.11)
 
 
@@ -278,6 +289,19 @@ class Index:
         """One write transaction under the lock; IMMEDIATE so writers serialize across processes."""
         with self._transaction("BEGIN IMMEDIATE") as db:
             yield db
+
+    @contextlib.contextmanager
+    def write_now(self, wait_ms: int = READER_WAIT_MS) -> Iterator[sqlite3.Connection]:
+        """A write transaction for a reader's small bookkeeping (a read record, a cut on lookup):
+        it waits at most ``wait_ms`` for the write lock, then raises an OperationalError that
+        :func:`is_busy` recognizes, so a FUSE request never waits out the sampler's long write."""
+        with self.lock:
+            self.db.execute(f"PRAGMA busy_timeout={int(wait_ms)}")
+            try:
+                with self._transaction("BEGIN IMMEDIATE") as db:
+                    yield db
+            finally:
+                self.db.execute(f"PRAGMA busy_timeout={BUSY_MS}")
 
     @contextlib.contextmanager
     def read(self) -> Iterator[sqlite3.Connection]:

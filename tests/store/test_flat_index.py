@@ -1,0 +1,156 @@
+"""An index that stays flat (issue 14): readers beside a held write lock, cuts whose writes do not
+grow with the samples, status without a scan, an older index that opens, retirement on schedule.
+
+Each test would fail on the store before the change: readers waited out the sampler's write lock
+(30 s, then "database is locked"), a cut wrote one row per sample, status counted the samples
+table, and epochs beyond ``keep_epochs`` stayed until something had to be evicted.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from common import wait_until
+from fuse_helpers import admit, make_objects, open_store
+from inprocess import objects_of, sampling, settings_for
+from memory_remote import MemoryRemote
+
+from epochfs.fuse.view import View
+from epochfs.sidecar.status import read_stats
+from epochfs.sidecar.store import INDEX_NAME, Meta, Policy, Store, StoreError
+
+LINK_ROOT = Path("/cache/objects-ro")
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> Iterator[Store]:
+    s = open_store(tmp_path / "cache", keep_epochs=1, in_use_seconds=60.0)
+    yield s
+    s.close()
+
+
+def hold_write_lock(cache: Path) -> sqlite3.Connection:
+    """Another connection in the middle of a long write (as the sampler's is, listing 10M keys)."""
+    db = sqlite3.connect(cache / INDEX_NAME, isolation_level=None, timeout=1)
+    db.execute("BEGIN IMMEDIATE")
+    db.execute("INSERT INTO counters(name, value) VALUES('held', 1)")
+    return db
+
+
+def test_readers_answer_while_another_process_holds_the_write_lock(store: Store) -> None:
+    admit(store, make_objects(3, 10))
+    assert store.cut(0) == 0
+    view = View(store=store, link_root=LINK_ROOT, read_debounce=0)
+    writer = hold_write_lock(store.root)
+    try:
+        with Store(store.root) as reader:  # opening is a read
+            assert reader.stats().samples == 3
+        assert read_stats(cache=store.root, mount=None)["samples"] == 3  # epochfs status --cache
+        assert store.cut_ready(0) and store.cut_ready(1)  # the supervisor's readiness
+        assert [n for n, _ in view.listdir("/epoch-0/train")] == ["00000.bin", "00001.bin", "00002.bin"]
+        assert view.readlink("/epoch-0/train/00001.bin").startswith(str(LINK_ROOT))
+        assert b'"samples": 3' in view.read_file("/.epochfs/status.json")
+        # Bookkeeping writes give up at once and are kept for later, never an error or a stall.
+        assert view.flush_reads() == []
+        assert not store.request_cut(1)  # "not yet": the lookup asks again
+    finally:
+        writer.execute("ROLLBACK")
+        writer.close()
+    assert view.flush_reads() == [0], "the read noted while the index was busy is recorded now"
+    assert store.request_cut(1)
+
+
+def changes_of_a_cut(tmp_path: Path, samples: int) -> tuple[int, int]:
+    with open_store(tmp_path / f"cache-{samples}") as store:
+        admit(store, make_objects(samples, 4))
+        db = store._ix.db
+        before = db.total_changes
+        assert store.cut(0) == 0
+        rows = db.execute("SELECT COUNT(*) FROM epoch_samples").fetchone()[0]
+        assert [f.path for f in store.epoch_files(0)] == sorted(make_objects(samples, 4))
+        return db.total_changes - before, int(rows)
+
+
+def test_a_cut_writes_the_same_rows_whatever_the_number_of_samples(tmp_path: Path) -> None:
+    few, few_rows = changes_of_a_cut(tmp_path, 10)
+    many, many_rows = changes_of_a_cut(tmp_path, 2000)
+    assert few == many, f"a cut of 10 samples changed {few} rows, of 2000 samples {many}"
+    assert few_rows == many_rows == 0
+
+
+def test_status_reads_running_totals_not_the_samples_table(store: Store) -> None:
+    admit(store, make_objects(5, 7))
+    store.cut(0)
+    statements: list[str] = []
+    store._ix.db.set_trace_callback(statements.append)
+    try:
+        stats = store.stats()
+    finally:
+        store._ix.db.set_trace_callback(None)
+    assert (stats.samples, stats.cache_bytes) == (5, 35)
+    scans = [s for s in statements if "FROM samples" in s or "from samples" in s]
+    assert scans == [], scans
+
+
+SCHEMA_2 = """
+CREATE TABLE meta (name TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE counters (name TEXT PRIMARY KEY, value INTEGER NOT NULL);
+CREATE TABLE catalog (key TEXT PRIMARY KEY, path TEXT NOT NULL, sid TEXT NOT NULL, size INTEGER NOT NULL,
+    version TEXT NOT NULL, rank INTEGER NOT NULL, pos INTEGER, skipped INTEGER NOT NULL DEFAULT 0);
+CREATE INDEX catalog_rank ON catalog(rank);
+CREATE INDEX catalog_pos ON catalog(pos);
+CREATE TABLE samples (id INTEGER PRIMARY KEY AUTOINCREMENT, sid TEXT NOT NULL UNIQUE,
+    key TEXT NOT NULL UNIQUE,
+    path TEXT NOT NULL, size INTEGER NOT NULL, checksum TEXT NOT NULL, version TEXT NOT NULL,
+    admitted_at REAL NOT NULL, digest TEXT NOT NULL DEFAULT '', verified TEXT NOT NULL DEFAULT '');
+CREATE TABLE epochs (n INTEGER PRIMARY KEY, cut_at REAL NOT NULL, samples INTEGER NOT NULL,
+    bytes INTEGER NOT NULL, new INTEGER NOT NULL, evicted INTEGER NOT NULL, max_sample INTEGER NOT NULL,
+    last_read REAL NOT NULL, retired INTEGER NOT NULL DEFAULT 0);
+CREATE TABLE epoch_samples (epoch INTEGER NOT NULL, sample INTEGER NOT NULL, PRIMARY KEY (epoch, sample))
+    WITHOUT ROWID;
+CREATE INDEX epoch_samples_sample ON epoch_samples(sample);
+CREATE TABLE cut_requests (n INTEGER PRIMARY KEY, requested_at REAL NOT NULL);
+INSERT INTO meta VALUES ('schema_version', '2');
+INSERT INTO samples(sid, key, path, size, checksum, version, admitted_at)
+    VALUES ('aa01', 'x/1', 'x/1', 5, 'md5:1', 'v', 0), ('bb02', 'x/2', 'x/2', 6, 'md5:2', 'v', 0),
+           ('cc03', 'x/3', 'x/3', 7, 'md5:3', 'v', 0);
+INSERT INTO epochs VALUES (0, 1.0, 2, 11, 2, 0, 2, 0, 0);
+INSERT INTO epoch_samples VALUES (0, 1), (0, 2);
+INSERT INTO counters VALUES ('cache_samples', 3), ('cache_bytes', 18);
+"""
+
+
+def test_a_schema_2_cache_opens_keeps_its_epochs_and_cuts_ranges(tmp_path: Path) -> None:
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    db = sqlite3.connect(cache / INDEX_NAME)
+    db.executescript(SCHEMA_2)
+    db.close()
+    with pytest.raises(StoreError, match="schema version 2"):
+        Store(cache)  # a reader (epochfs status) never migrates
+    with Store(cache, create=True) as store:  # the sidecar's processes do
+        assert [f.path for f in store.epoch_files(0)] == ["x/1", "x/2"]  # listed rows kept
+        store.configure(Policy(capacity=1000))
+        assert store.cut(1) == 1
+        assert [f.path for f in store.epoch_files(1)] == ["x/1", "x/2", "x/3"]
+        assert store.epoch_files(0)[1].object_name == "bb/bb02"
+    with Store(cache) as reader:
+        assert reader.meta(Meta.SCHEMA_VERSION) == "3"
+        assert not reader.stats().epochs[0]["epoch"]
+
+
+def test_the_sampler_retires_epochs_beyond_keep_without_eviction_pressure(tmp_path: Path) -> None:
+    """--keep-epochs 1 and a cache far from full: epochs 0-2 go once the newest is 3 (none was read,
+    so none is in its in-use window), though nothing ever had to be evicted."""
+    remote = MemoryRemote(objects_of(6, 64))
+    settings = settings_for(tmp_path / "cache", "--keep-epochs", "1", "--capacity", "1Mi")
+    with sampling(tmp_path / "cache", remote, settings) as (store, _):
+        wait_until(lambda: store.stats().samples == 6, what="every object fetched")
+        for n in range(4):
+            assert store.cut(n) == n
+        wait_until(lambda: [e.epoch for e in store.epochs()] == [3], what="epochs 0-2 retired")
+        stats = store.stats()
+        assert stats.evicted_total == 0 and stats.cache_bytes < stats.capacity_bytes // 100
