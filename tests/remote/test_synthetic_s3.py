@@ -151,4 +151,4 @@ def test_the_real_sampler_fetches_a_verified_cache_from_it(tmp_path: Path) -> No
     assert verify_cache(cache, source) == 300
     # Verified against the listed md5 ETag, fetched once each on the presigned fast path.
     assert index_rows(cache, "SELECT DISTINCT verified FROM samples") == [("etag-md5",)]
-    assert stats["gets"] == 300 and stats["list_pages"] == 1 and stats["errors"] == 0
+    assert stats["gets"] == 300 and stats["list_pages"] >= 1 and stats["errors"] == 0
