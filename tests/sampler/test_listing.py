@@ -1,0 +1,197 @@
+"""Sampling while listing (issue 14): the sampler fetches from the first listed pages, from every
+class folder in proportion, in the same order as before once the listing is complete; a listing
+survives restarts (no relist before fetching, an interrupted one resumes) and a relist merges
+added and deleted keys. In-process over a paged in-memory remote: milliseconds per test."""
+
+from __future__ import annotations
+
+import threading
+from collections import Counter
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from common import wait_until
+from inprocess import settings_for
+from paged_remote import PagedMemoryRemote
+
+from epochfs.sidecar import keyorder
+from epochfs.sidecar.catalog import build_catalog
+from epochfs.sidecar.config import SamplerSettings
+from epochfs.sidecar.listing import Lister, ListingThread, source_for
+from epochfs.sidecar.sampler import Sampler
+from epochfs.sidecar.store import Meta, Store
+
+FOLDERS = ("cat", "dog", "eel", "fox")
+
+
+def class_objects(per: int = 60, size: int = 512) -> dict[str, bytes]:
+    return {f"train/{c}/{i:04d}.bin": bytes([i % 251, j]) * (size // 2)
+            for j, c in enumerate(FOLDERS) for i in range(per)}
+
+
+def lister(store: Store, remote: PagedMemoryRemote, *, seed: int = 0, threads: int = 4,
+           stop: threading.Event | None = None) -> Lister:
+    return Lister(store, source_for(remote), seed=seed, threads=threads, stop=stop)
+
+
+@contextmanager
+def sampling_while_listing(cache: Path, remote: PagedMemoryRemote,
+                           settings: SamplerSettings) -> Iterator[tuple[Store, ListingThread]]:
+    """The sampler and the listing thread as ``epochfs sample`` wires them."""
+    store = Store(cache, create=True)
+    store.configure(settings.policy())
+    stop = threading.Event()
+    lst = Lister(store, source_for(remote), seed=settings.seed, threads=4, stop=stop)
+    prepared = lst.prepare() if lst.needed() else None
+    listing = ListingThread(lst, prepared=prepared)
+    sampler = Sampler(store=store, remote=remote, settings=settings, stop=stop)
+    sampler.order.listing = listing.running.is_set
+    errors: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            sampler.run()
+        except BaseException as e:
+            errors.append(e)
+
+    listing.start()
+    thread = threading.Thread(target=run)
+    thread.start()
+    try:
+        yield store, listing
+    finally:
+        stop.set()
+        if remote.gate is not None:
+            remote.gate.set()
+        thread.join(timeout=30)
+        listing.join(timeout=30)
+        store.close()
+    assert not errors, errors
+
+
+def cached_keys(store: Store) -> list[str]:
+    return [str(r[0]) for r in store._ix.query("SELECT key FROM samples ORDER BY id")]
+
+
+def test_fetching_starts_before_the_listing_ends_and_draws_from_every_folder(tmp_path: Path) -> None:
+    remote = PagedMemoryRemote(class_objects(), page=10)
+    remote.gate = threading.Event()  # every page after a span's first waits: the listing never ends
+    settings = settings_for(tmp_path / "c", "--capacity", "4Mi")
+    with sampling_while_listing(tmp_path / "c", remote, settings) as (store, _):
+        wait_until(lambda: store.stats().samples >= 40, what="the first listed keys fetched")
+        assert store.meta(Meta.LISTING_COMPLETE) is None  # still listing
+        fetched = Counter(k.split("/")[1] for k in cached_keys(store))
+        # The first page of every folder's span was listed: 10 keys of each class, all fetched.
+        assert fetched == dict.fromkeys(FOLDERS, 10), fetched
+        remote.gate.set()
+        wait_until(lambda: store.stats().samples == 240, what="the rest after the listing")
+        assert store.meta(Meta.LISTING_COMPLETE) is not None
+
+
+def test_spans_advance_together_so_the_catalog_holds_every_folder_in_proportion(tmp_path: Path) -> None:
+    remote = PagedMemoryRemote(class_objects(per=200), page=10)
+    store = Store(tmp_path / "c", create=True)
+    stop = threading.Event()
+    seen: list[Counter[str]] = []
+
+    def on_page(report: object) -> None:
+        rows = store._ix.query("SELECT key FROM catalog")
+        if len(rows) >= 200 and not seen:
+            seen.append(Counter(str(r[0]).split("/")[1] for r in rows))
+            stop.set()
+
+    lst = Lister(store, source_for(remote), seed=0, threads=2, stop=stop, on_page=on_page)
+    lst.run()
+    counts = seen[0]
+    assert set(counts) == set(FOLDERS)
+    assert max(counts.values()) - min(counts.values()) <= 2 * remote.page, counts
+    store.close()
+
+
+def test_a_complete_parallel_listing_gives_the_order_of_seed_and_keys(tmp_path: Path) -> None:
+    objects = class_objects(per=30)
+    expected = sorted(objects, key=lambda k: (keyorder.rank(7, k[len(""):]), k))
+    for i, (threads, page) in enumerate(((1, 1000), (4, 7), (8, 3))):
+        remote = PagedMemoryRemote(objects, page=page)
+        store = Store(tmp_path / f"c{i}", create=True)
+        report = lister(store, remote, seed=7, threads=threads).run()
+        assert report.complete and report.total == len(objects)
+        order = [c.key for _, c in store.candidates(after_rank=None, limit=10**6)]
+        assert order == expected
+        store.close()
+    # The sampler fetches in that order (one download at a time).
+    remote = PagedMemoryRemote(objects, page=7)
+    settings = settings_for(tmp_path / "s", "--seed", "7", "--concurrency", "1", "--capacity", "4Mi")
+    with sampling_while_listing(tmp_path / "s", remote, settings) as (store, _):
+        wait_until(lambda: store.stats().samples == len(objects), what="everything fetched")
+        # Fetched while listing: each key once; the order after the listing is the rank order.
+        assert sorted(cached_keys(store)) == sorted(objects)
+
+
+def test_a_restart_with_a_complete_catalog_fetches_without_listing(tmp_path: Path) -> None:
+    remote = PagedMemoryRemote(class_objects(per=20), page=10)
+    store = Store(tmp_path / "c", create=True)
+    assert lister(store, remote).run().complete
+    store.close()
+    calls = remote.list_calls
+    settings = settings_for(tmp_path / "c", "--capacity", "4Mi")
+    with sampling_while_listing(tmp_path / "c", remote, settings) as (store, listing):
+        wait_until(lambda: store.stats().samples == 80, what="every key fetched")
+        assert not listing.running.is_set()
+    assert remote.list_calls == calls  # not one LIST call after the restart
+
+
+def test_an_interrupted_listing_resumes_without_listing_a_page_twice(tmp_path: Path) -> None:
+    objects = class_objects(per=100)
+    remote = PagedMemoryRemote(objects, page=10)
+    store = Store(tmp_path / "c", create=True)
+    stop = threading.Event()
+    first = Lister(store, source_for(remote), seed=0, threads=2, stop=stop,
+                   on_page=lambda r: stop.set() if r.pages >= 12 else None)
+    report = first.run()
+    assert not report.complete and store.meta(Meta.LISTING_COMPLETE) is None
+    listed_before = len(store._ix.query("SELECT key FROM catalog"))
+    asked_before = list(remote.pages_asked)
+    store.close()
+
+    store = Store(tmp_path / "c", create=True)  # the restart
+    again = lister(store, remote, threads=2)
+    assert again.needed()
+    report = again.run()
+    assert report.complete and report.total == len(objects)
+    resumed = remote.pages_asked[len(asked_before):]
+    # No discovery again, and no page asked twice beyond the ones in flight at the stop (2 threads).
+    assert ("", "", None) not in resumed  # neither the probe nor the folder discovery again
+    assert report.listed <= len(objects) - listed_before + 2 * remote.page
+    store.close()
+
+
+def test_a_relist_merges_added_and_deleted_keys(tmp_path: Path) -> None:
+    objects = class_objects(per=20)
+    remote = PagedMemoryRemote(objects, page=10)
+    store = Store(tmp_path / "c", create=True)
+    assert lister(store, remote).run().complete
+    gone = sorted(objects)[:5]
+    for key in gone:
+        del remote.objects[key]
+    remote.objects["train/gnu/0000.bin"] = b"new"
+    report = build_catalog(store, remote, seed=0, shard_index=0, shard_count=1, object_limit=10**9)
+    assert report.complete and report.dropped == 5 and report.new == 1
+    keys = {str(r[0]) for r in store._ix.query("SELECT key FROM catalog")}
+    assert keys == set(remote.objects)
+    assert store.stats().catalog_objects == len(remote.objects)
+    store.close()
+
+
+def test_epochfs_relist_asks_the_running_listing_thread(tmp_path: Path) -> None:
+    from epochfs.sidecar.cli import main
+
+    remote = PagedMemoryRemote(class_objects(per=5), page=10)
+    settings = settings_for(tmp_path / "c", "--capacity", "4Mi")
+    with sampling_while_listing(tmp_path / "c", remote, settings) as (store, listing):
+        wait_until(lambda: listing.completed == 1, what="the first listing")
+        remote.objects["train/gnu/0000.bin"] = b"new"
+        assert main(["relist", "--cache", str(tmp_path / "c")]) == 0
+        wait_until(lambda: listing.completed == 2, what="the relist asked for")
+        wait_until(lambda: store.stats().samples == 21, what="the new key fetched")
