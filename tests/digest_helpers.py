@@ -45,3 +45,10 @@ def expected_record(recorded_digest: str, data: bytes) -> tuple[str, str]:
         return md5, f"md5:{md5}"
     digest = digest_of(algorithm, data)
     return digest, digest
+
+
+def checksum_like(checksum: str, data: bytes) -> str:
+    """``data``'s checksum in the algorithm that a manifest ``checksum`` names (``md5:<hex>``,
+    ``crc32:<base64>``...): equal to ``checksum`` when ``data`` are the bytes it vouches for."""
+    algorithm, sep, _ = checksum.partition(":")
+    return digest_of(algorithm if sep else "md5", data)

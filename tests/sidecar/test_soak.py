@@ -27,7 +27,6 @@ tmpfs, FUSE). ``make test-reliability`` runs the long one.
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import json
 import os
 import random
@@ -43,6 +42,7 @@ from typing import Any
 
 import pytest
 from common import S3Server, put_objects, wait_until
+from digest_helpers import digest_of
 from faultproxy import FaultProxy
 from inprocess import fill, small_volume
 from sidecar_helpers import Sidecar, running_sidecar
@@ -340,7 +340,7 @@ def run_soak(s3: S3Server, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, plan
         (expected / "objects" / key).parent.mkdir(parents=True, exist_ok=True)
         (expected / "objects" / key).write_bytes(body)
     (expected / "checksums.json").write_text(json.dumps(
-        {k: "md5:" + hashlib.md5(b).hexdigest() for k, b in objects.items()}))
+        {k: digest_of("crc32", b) for k, b in objects.items()}))  # the CRC32 S3 stores at upload
     monkeypatch.setenv("EPOCHFS_READ_TIMEOUT", "2")  # a stalled body is retried in 2 s, not 30
     # Half the budget out of epochs and a short in-use window: samples turn over in seconds, so the
     # remote's faults, eviction and cuts keep happening all along.
