@@ -12,7 +12,7 @@ from __future__ import annotations
 import contextlib
 import os
 import uuid
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 
 from epochfs.sidecar.store.records import Admission
@@ -39,6 +39,7 @@ class ObjectFiles:
 
     def __init__(self, root: Path) -> None:
         self.objects_dir = root / OBJECTS_DIR
+        self._objects = str(self.objects_dir)
         self.tmp_dir = root / TMP_DIR
         self.objects_dir.mkdir(exist_ok=True)
         self.tmp_dir.mkdir(exist_ok=True)
@@ -68,9 +69,10 @@ class ObjectFiles:
                 os.unlink(self.path_of(sid))
 
     def size_of(self, sid: str) -> int:
-        """The object's size in bytes, -1 when it is missing."""
+        """The object's size in bytes, -1 when it is missing. A plain string path: pathlib
+        interns every name it parses, which grows with the samples recovery checks."""
         try:
-            return os.stat(self.path_of(sid)).st_size
+            return os.stat(f"{self._objects}/{object_name(sid)}").st_size
         except FileNotFoundError:
             return -1
 
@@ -89,12 +91,28 @@ class ObjectFiles:
             if fan.is_dir(follow_symlinks=False):
                 yield from os.scandir(fan.path)
 
-    def remove_orphans(self, known: set[str]) -> int:
-        """Remove object files whose sample id the index does not know; returns how many."""
+    def remove_orphans(self, known: Callable[[list[str]], set[str]], *, batch: int = 1024) -> int:
+        """Remove object files whose sample id the index does not know; returns how many.
+
+        ``known(names)`` answers which of a batch of names the index holds, so only one batch of
+        names is in memory at a time, whatever the number of objects."""
         orphans = 0
+        entries: list[os.DirEntry[str]] = []
+
+        def flush() -> None:
+            nonlocal orphans
+            held = known([e.name for e in entries])
+            for entry in entries:
+                if entry.name not in held:
+                    with contextlib.suppress(FileNotFoundError):
+                        os.unlink(entry.path)
+                        orphans += 1
+            entries.clear()
+
         for entry in self.names():
-            if entry.name not in known:
-                with contextlib.suppress(FileNotFoundError):
-                    os.unlink(entry.path)
-                    orphans += 1
+            entries.append(entry)
+            if len(entries) >= batch:
+                flush()
+        if entries:
+            flush()
         return orphans

@@ -4,6 +4,10 @@ What a crash can leave, given the order of writes (temp -> fsync -> rename -> di
 commit; eviction: index commit -> unlink): partial temp files, objects the index does not know, and
 index rows whose object is missing or short (a volume that lost writes). Each is repaired here, and
 the running totals are recounted from the samples table.
+
+Samples are compared with their object files a chunk at a time in admission order, and object
+files with the index a batch of names at a time: memory stays flat at any number of samples (the
+scan itself, a ``stat`` per sample, still grows with them).
 """
 
 from __future__ import annotations
@@ -14,6 +18,9 @@ from epochfs.sidecar.store import hwm
 from epochfs.sidecar.store.index import Index, Meta
 from epochfs.sidecar.store.objects import ObjectFiles
 from epochfs.sidecar.store.records import RecoveryReport, StoreError
+
+CHUNK = 10_000
+"""Samples read (or dropped) per transaction by recovery."""
 
 
 def drop_samples(db: sqlite3.Connection, sample_ids: list[int]) -> None:
@@ -46,17 +53,29 @@ def recover(ix: Index, files: ObjectFiles, *, integrity: str | None = None) -> R
         if integrity != "ok":
             raise StoreError(f"{ix.path}: integrity check failed: {integrity}")
         temp_removed = files.clear_temps() + hwm.clear_temps(files.objects_dir.parent)
-        known: set[str] = set()
         bad: list[int] = []
-        for sid, size, sample_id in ix.db.execute("SELECT sid, size, id FROM samples").fetchall():
-            if files.size_of(str(sid)) != int(size):
-                bad.append(int(sample_id))
-            else:
-                known.add(str(sid))
-        if bad:
+        after = 0
+        while True:  # in admission order, a chunk per read: no set of every sample id in memory
+            with ix.read() as db:
+                rows = db.execute("SELECT id, sid, size FROM samples WHERE id > ? ORDER BY id LIMIT ?",
+                                  (after, CHUNK)).fetchall()
+            for sample_id, sid, size in rows:
+                if files.size_of(str(sid)) != int(size):
+                    bad.append(int(sample_id))
+            if len(rows) < CHUNK:
+                break
+            after = int(rows[-1][0])
+        for i in range(0, len(bad), CHUNK):
             with ix.write() as db:
-                drop_samples(db, bad)
-        orphans = files.remove_orphans(known)
+                drop_samples(db, bad[i:i + CHUNK])
+
+        def known(names: list[str]) -> set[str]:
+            marks = ",".join("?" * len(names))
+            with ix.read() as db:
+                return {str(r[0]) for r in db.execute(f"SELECT sid FROM samples WHERE sid IN ({marks})",
+                                                       names)}
+
+        orphans = files.remove_orphans(known, batch=500)
         with ix.write():
             recount(ix)
             ix.put(Meta.INFLIGHT_BYTES, "0")

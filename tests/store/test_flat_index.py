@@ -9,6 +9,7 @@ table, and epochs beyond ``keep_epochs`` stayed until something had to be evicte
 from __future__ import annotations
 
 import sqlite3
+import tracemalloc
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -154,3 +155,31 @@ def test_the_sampler_retires_epochs_beyond_keep_without_eviction_pressure(tmp_pa
         wait_until(lambda: [e.epoch for e in store.epochs()] == [3], what="epochs 0-2 retired")
         stats = store.stats()
         assert stats.evicted_total == 0 and stats.cache_bytes < stats.capacity_bytes // 100
+
+
+def recovery_peak(tmp_path: Path, samples: int, monkeypatch: pytest.MonkeyPatch) -> int:
+    """Peak bytes Python allocates while ``recover()`` checks ``samples`` samples (and one orphan)."""
+    from epochfs.sidecar.store import recovery
+
+    monkeypatch.setattr(recovery, "CHUNK", 200, raising=False)
+    with open_store(tmp_path / f"cache-{samples}") as store:
+        for start in range(0, samples, 1000):
+            admit(store, make_objects(min(1000, samples - start), 1, start=start))
+        (store.objects_dir / "ff").mkdir(exist_ok=True)
+        (store.objects_dir / "ff" / "ff00orphan").write_bytes(b"x")
+        tracemalloc.start()
+        try:
+            report = store.recover()
+            peak = tracemalloc.get_traced_memory()[1]
+        finally:
+            tracemalloc.stop()
+        assert report.orphans_removed == 1 and report.rows_dropped == 0
+        assert store.stats().samples == samples
+        return peak
+
+
+def test_recovery_memory_does_not_grow_with_the_samples(tmp_path: Path,
+                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    small = recovery_peak(tmp_path, 600, monkeypatch)
+    large = recovery_peak(tmp_path, 6000, monkeypatch)
+    assert large < 2 * small, f"peak {small} bytes at 600 samples, {large} at 6000"
