@@ -16,123 +16,28 @@ through botocore, and the presigned GETs of :mod:`epochfs.sidecar.httpget`):
 
 Path-style and virtual-hosted requests are both accepted; signatures are not checked.
 
-**Keys.** ``count`` keys, flat (``{prefix}sample-00000042.bin``) or in ``classes`` class folders
-(``{prefix}class-0007/sample-00012345.bin``, sample ``i`` in class ``i % classes``, as datasets
-keep one class per folder so that the first pages of a listing hold one class). The key at each
-position of the sorted listing is a formula, so a page is found by bisection over positions.
-
-**Bodies.** ``size`` bytes: a fixed random filler followed by 16 bytes of ``blake2b(key)``, so every
-object differs, and its ETag (the md5 of the body, as S3's for a single-part upload) costs an md5
-state copy and one 16-byte update, not an md5 of the whole body: a listing page of 1,000 keys costs
-the server about as much as the XML. ``python -m epochfs.benchmarks.synthetic_s3 --help`` runs it
+The bucket (keys and bodies computed from a position, class folders, md5 ETags) is
+``_synthetic_data.Dataset``; the listing pages, their XML and ranges are ``_synthetic_xml`` (both
+re-exported here; the leading underscore keeps them out of ``epochfs bench``'s list). This module
+is the HTTP server and its counters. ``python -m epochfs.benchmarks.synthetic_s3 --help`` runs it
 as a process; :class:`SyntheticS3` runs it on threads of the caller (tests).
 """
 
 from __future__ import annotations
 
 import argparse
-import base64
-import bisect
 import contextlib
-import hashlib
 import json
-import random
-import re
 import sys
 import threading
 import time
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 from email.utils import formatdate
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any
-from urllib.parse import parse_qs, quote, unquote, urlsplit
-from xml.sax.saxutils import escape
+from urllib.parse import parse_qs, unquote, urlsplit
 
-MAX_KEYS = 1000
-"""S3 answers at most 1,000 keys (and common prefixes) per ListObjectsV2 page."""
-LAST_MODIFIED = "2024-01-01T00:00:00.000Z"
-_TAIL = 16  # bytes of blake2b(key) at the end of each body
-_TOP = "\U0010ffff"  # above every character of a key: cp + _TOP is past every key under cp
-
-
-@dataclass(frozen=True)
-class Dataset:
-    """The procedural bucket: ``count`` keys of ``size`` bytes under ``prefix``."""
-
-    count: int
-    size: int = 16 * 1024
-    classes: int = 0
-    """Class folders (0: flat keys)."""
-    prefix: str = ""
-    """Before every key, e.g. ``train/`` (a folder) or empty."""
-    bucket: str = "bench"
-    _filler: bytes = field(default=b"", repr=False, compare=False)
-    _md5: Any = field(default=None, repr=False, compare=False)
-
-    def __post_init__(self) -> None:
-        if self.count < 0 or self.size < 0 or self.classes < 0:
-            raise ValueError("count, size and classes must not be negative")
-        filler = random.Random(1234).randbytes(max(0, self.size - _TAIL))
-        object.__setattr__(self, "_filler", filler)
-        object.__setattr__(self, "_md5", hashlib.md5(filler))
-
-    # ------------------------------------------------------------------ keys
-    def key(self, pos: int) -> str:
-        """The key at position ``pos`` (0-based) of the sorted listing."""
-        if not self.classes:
-            return f"{self.prefix}sample-{pos:08d}.bin"
-        per, extra = divmod(self.count, self.classes)
-        # Classes below ``extra`` hold per + 1 samples; class c starts at c * per + min(c, extra).
-        big = extra * (per + 1)
-        if pos < big:
-            cls, m = divmod(pos, per + 1)
-        else:
-            cls, m = divmod(pos - big, per) if per else (extra, 0)
-            cls += extra
-        return f"{self.prefix}class-{cls:04d}/sample-{m * self.classes + cls:08d}.bin"
-
-    def keys(self) -> _Keys:
-        """The sorted keys as a sequence (computed on access), for bisection."""
-        return _Keys(self)
-
-    def position(self, key: str) -> int | None:
-        """The position of ``key``, or None when the bucket has no such key."""
-        keys = self.keys()
-        pos = bisect.bisect_left(keys, key)
-        return pos if pos < self.count and keys[pos] == key else None
-
-    # ------------------------------------------------------------------ bodies
-    def body(self, key: str) -> bytes:
-        tail = hashlib.blake2b(key.encode(), digest_size=_TAIL).digest()
-        return (self._filler + tail)[-self.size:] if self.size else b""
-
-    def etag(self, key: str) -> str:
-        """The md5 of :meth:`body` (from the filler's precomputed md5 state)."""
-        if self.size < _TAIL:
-            return hashlib.md5(self.body(key)).hexdigest()
-        md5 = self._md5.copy()
-        md5.update(hashlib.blake2b(key.encode(), digest_size=_TAIL).digest())
-        return str(md5.hexdigest())
-
-
-class _Keys(Sequence[str]):
-    """The dataset's sorted keys as a read-only sequence (``bisect`` works on it)."""
-
-    def __init__(self, dataset: Dataset) -> None:
-        self.dataset = dataset
-
-    def __len__(self) -> int:
-        return self.dataset.count
-
-    def __getitem__(self, pos: Any) -> Any:
-        if isinstance(pos, slice):
-            return [self.dataset.key(i) for i in range(*pos.indices(len(self)))]
-        if pos < 0:
-            pos += len(self)
-        if not 0 <= pos < len(self):
-            raise IndexError(pos)
-        return self.dataset.key(pos)
+from epochfs.benchmarks._synthetic_data import Dataset
+from epochfs.benchmarks._synthetic_xml import MAX_KEYS, byte_range, error_xml, list_page, list_xml
 
 
 @dataclass
@@ -167,111 +72,6 @@ class Stats:
         return ["list_pages", "gets", "range_gets", "heads", "bucket_heads", "errors", "bytes_sent"]
 
 
-# ---------------------------------------------------------------------------------- listing
-def list_page(data: Dataset, *, prefix: str = "", delimiter: str = "", resume: str = "",
-              max_keys: int = MAX_KEYS) -> tuple[list[str], list[str], str | None]:
-    """One ListObjectsV2 page: (keys, common prefixes, where the next page resumes or None).
-
-    ``resume`` is the smallest string the page may list (inclusive); keys and common prefixes
-    count together against ``max_keys``, as in S3.
-    """
-    keys_seq = data.keys()
-    keys: list[str] = []
-    prefixes: list[str] = []
-    pos = bisect.bisect_left(keys_seq, max(prefix, resume))
-    last = ""
-    while pos < data.count and len(keys) + len(prefixes) < max_keys:
-        key = keys_seq[pos]
-        if not key.startswith(prefix):
-            return keys, prefixes, None
-        cut = key.find(delimiter, len(prefix)) if delimiter else -1
-        if cut >= 0:
-            common = key[:cut + len(delimiter)]
-            prefixes.append(common)
-            last = common + _TOP
-            pos = bisect.bisect_left(keys_seq, last, lo=pos)
-        else:
-            keys.append(key)
-            last = key + "\x00"
-            pos += 1
-    more = pos < data.count and keys_seq[pos].startswith(prefix)
-    return keys, prefixes, (last if more else None)
-
-
-def _token(resume: str) -> str:
-    return base64.urlsafe_b64encode(resume.encode("utf-8", "surrogatepass")).decode()
-
-
-def _untoken(token: str) -> str:
-    return base64.urlsafe_b64decode(token.encode()).decode("utf-8", "surrogatepass")
-
-
-def _list_xml(data: Dataset, query: dict[str, str]) -> bytes:
-    prefix = query.get("prefix", "")
-    delimiter = query.get("delimiter", "")
-    start_after = query.get("start-after", "")
-    token = query.get("continuation-token")
-    max_keys = max(0, min(MAX_KEYS, int(query.get("max-keys", MAX_KEYS))))
-    resume = _untoken(token) if token else (start_after + "\x00" if start_after else "")
-    keys, prefixes, nxt = list_page(data, prefix=prefix, delimiter=delimiter, resume=resume,
-                                    max_keys=max_keys)
-    url = query.get("encoding-type") == "url"
-
-    def enc(s: str) -> str:
-        return escape(quote(s, safe="/") if url else s)
-
-    out = ['<?xml version="1.0" encoding="UTF-8"?>\n'
-           '<ListBucketResult xmlns="http://s3.amazonaws.com/doc/2006-03-01/">',
-           f"<Name>{escape(data.bucket)}</Name><Prefix>{enc(prefix)}</Prefix>",
-           f"<KeyCount>{len(keys) + len(prefixes)}</KeyCount><MaxKeys>{max_keys}</MaxKeys>"]
-    if delimiter:
-        out.append(f"<Delimiter>{enc(delimiter)}</Delimiter>")
-    if url:
-        out.append("<EncodingType>url</EncodingType>")
-    if start_after:
-        out.append(f"<StartAfter>{enc(start_after)}</StartAfter>")
-    if token:
-        out.append(f"<ContinuationToken>{escape(token)}</ContinuationToken>")
-    out.append(f"<IsTruncated>{'true' if nxt is not None else 'false'}</IsTruncated>")
-    if nxt is not None:
-        out.append(f"<NextContinuationToken>{_token(nxt)}</NextContinuationToken>")
-    size = data.size
-    for key in keys:
-        out.append(f"<Contents><Key>{enc(key)}</Key><LastModified>{LAST_MODIFIED}</LastModified>"
-                   f"<ETag>&quot;{data.etag(key)}&quot;</ETag><Size>{size}</Size>"
-                   "<StorageClass>STANDARD</StorageClass></Contents>")
-    for common in prefixes:
-        out.append(f"<CommonPrefixes><Prefix>{enc(common)}</Prefix></CommonPrefixes>")
-    out.append("</ListBucketResult>")
-    return "".join(out).encode()
-
-
-def _error_xml(code: str, message: str, resource: str) -> bytes:
-    return (f'<?xml version="1.0" encoding="UTF-8"?><Error><Code>{code}</Code>'
-            f"<Message>{escape(message)}</Message><Resource>{escape(resource)}</Resource>"
-            "<RequestId>synthetic</RequestId></Error>").encode()
-
-
-_RANGE = re.compile(r"bytes=(\d*)-(\d*)$")
-
-
-def byte_range(header: str | None, size: int) -> tuple[int, int] | str | None:
-    """``(first, last)`` of a ``Range`` header for an object of ``size`` bytes; None for no (or an
-    ignorable) header; ``"unsatisfiable"`` for a range past the end (416)."""
-    if not header:
-        return None
-    m = _RANGE.match(header.strip())
-    if m is None or not (m.group(1) or m.group(2)):
-        return None  # S3 ignores a Range it cannot read
-    if not m.group(1):  # the last n bytes
-        n = int(m.group(2))
-        return (max(0, size - n), size - 1) if n and size else "unsatisfiable"
-    first = int(m.group(1))
-    last = int(m.group(2)) if m.group(2) else size - 1
-    if first >= size or last < first:
-        return "unsatisfiable"
-    return first, min(last, size - 1)
-
 
 # ---------------------------------------------------------------------------------- server
 class _Handler(BaseHTTPRequestHandler):
@@ -296,7 +96,7 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _error(self, status: int, code: str, message: str, *, head: bool = False) -> None:
         self.server.stats.add(errors=1)
-        self._send(status, b"" if head else _error_xml(code, message, self.path),
+        self._send(status, b"" if head else error_xml(code, message, self.path),
                    {"Content-Type": "application/xml"}, head=head)
 
     def _target(self) -> tuple[str, str, dict[str, str]]:
@@ -366,7 +166,7 @@ class _Handler(BaseHTTPRequestHandler):
                 self._error(503, "SlowDown", "Please reduce your request rate.")
                 return
             try:
-                body = _list_xml(self.server.data, query)
+                body = list_xml(self.server.data, query)
             except ValueError:  # a bad max-keys or continuation token
                 self._error(400, "InvalidArgument", "Invalid argument")
                 return
@@ -465,5 +265,9 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
+__all__ = ["MAX_KEYS", "Dataset", "Stats", "SyntheticS3", "byte_range", "list_page", "main"]
+
+
 if __name__ == "__main__":
     sys.exit(main())
+
