@@ -1,27 +1,34 @@
 """Sampler fetch throughput versus s5cmd and rclone on the same local S3 server, in one run.
 
-Starts a moto S3 server on 127.0.0.1 (or uses ``--endpoint``), uploads two datasets (large
-objects, 4 MiB by default, and small ones, 64 KiB), then downloads each dataset with:
+Starts a moto S3 server on 127.0.0.1 (or uses ``--endpoint``), uploads datasets of large
+objects (4 MiB by default) and small ones (64 KiB), each twice (``--checksums``): the modern way,
+with a CRC64NVME full-object checksum stored (what S3 stores for every new object by default, and
+what boto3 sends when asked), and md5-only (no stored checksum, a plain md5 ETag, what older
+uploads left), then downloads each dataset with:
 
-* ``epochfs sample`` (the real command: listing, sampling order, reservations, md5 while
-  streaming, fsync, atomic admission), timed from process start until the index lists every object;
+* ``epochfs sample`` (the real command: listing, sampling order, reservations, one checksum while
+  streaming (the stored CRC64NVME, or md5 for an md5-only object), fsync, atomic admission), timed
+  from process start until the index lists every object; the run is checked to have verified
+  every object by the expected kind;
 * ``s5cmd cp 's3://bucket/prefix/*' DIR`` (``--numworkers`` workers, its default 256);
 * ``rclone copy`` with ``--transfers`` and ``--checkers`` set to the same concurrency as the sampler.
 
 Each tool runs ``--repeat`` times per dataset, in rotating order, into a fresh folder on the same
 disk; medians are reported with bytes/s (large) or objects/s (small) and ratios of the sampler to
-each baseline. The CPU seconds the moto server used during each run are reported too: moto is one
-Python process, and when it uses about one core for the whole run it, not the client, is the
-bottleneck, which caps every tool at the same rate. The CPU each tool's own process used (start-up
-and exit included) is reported beside it.
+each baseline, per stored checksum. The CPU seconds the moto server used during each run are
+reported too: moto is one Python process, and when it uses about one core for the whole run it,
+not the client, is the bottleneck, which caps every tool at the same rate. The CPU each tool's own
+process used (start-up and exit included) is reported beside it.
 
     epochfs bench fetch                                         # defaults: 96 x 4 MiB, 3000 x 64 KiB
     python -m epochfs.benchmarks.fetch --large 96 --small 3000 --repeat 3 --json out.json
+    python -m epochfs.benchmarks.fetch --checksums crc64nvme --small 0   # 4 MiB, CRC64NVME only
 """
 
 from __future__ import annotations
 
 import argparse
+import concurrent.futures
 import contextlib
 import json
 import os
@@ -44,6 +51,9 @@ PROGRAM: dict[str, str] = {}
 class Run(harness.Rates):
     tool: str
     dataset: str
+    checksum: str
+    """What S3 stored to verify the objects by: ``crc64nvme`` (a full-object checksum) or ``md5``
+    (only a plain md5 ETag)."""
     objects: int
     bytes: int
     seconds: float
@@ -58,9 +68,46 @@ class Run(harness.Rates):
         return self.per_s(self.objects)
 
 
-def upload(endpoint: str, bucket: str, prefix: str, count: int, size: int) -> int:
+CHECKSUMS = {"crc64nvme": "crc64nvme", "crc32": "crc32", "md5": "etag-md5"}
+"""How objects are uploaded (the checksum S3 stores for them) -> the kind the sampler must record."""
+
+
+def upload(endpoint: str, bucket: str, prefix: str, count: int, size: int, checksum: str, *,
+           threads: int = 8) -> int:
+    """Upload ``count`` objects of ``size`` bytes under ``prefix`` with S3 storing ``checksum``:
+    ``crc64nvme``/``crc32`` (boto3 computes it and S3 stores it, as modern uploads do) or ``md5``
+    (no checksum sent, so S3 stores none and the ETag, a plain md5, is all that can verify)."""
+    harness.require("boto3")
+    import boto3
+    from botocore.config import Config
+
     seed = os.urandom(size + count)
-    return harness.put_objects(endpoint, bucket, count, lambda i: (f"{prefix}/{i:06d}.bin", seed[i:i + size]))
+    when = "when_required" if checksum == "md5" else "when_supported"
+    client = boto3.client("s3", endpoint_url=endpoint, region_name="us-east-1",
+                          aws_access_key_id=harness.CREDENTIALS["AWS_ACCESS_KEY_ID"],
+                          aws_secret_access_key=harness.CREDENTIALS["AWS_SECRET_ACCESS_KEY"],
+                          config=Config(request_checksum_calculation=when))
+    exists = (client.exceptions.BucketAlreadyOwnedByYou, client.exceptions.BucketAlreadyExists)
+    with contextlib.suppress(*exists):
+        client.create_bucket(Bucket=bucket)
+    extra = {} if checksum == "md5" else {"ChecksumAlgorithm": checksum.upper()}
+
+    def put(i: int) -> int:
+        body = seed[i:i + size]
+        client.put_object(Bucket=bucket, Key=f"{prefix}/{i:06d}.bin", Body=body, **extra)
+        return len(body)
+
+    with concurrent.futures.ThreadPoolExecutor(threads) as pool:
+        return sum(pool.map(put, range(count)))
+
+
+def verified_kinds(cache: Path) -> set[str]:
+    """The kinds of check the sampler recorded for its samples."""
+    db = sqlite3.connect(f"file:{cache / 'index.sqlite'}?mode=ro", uri=True, timeout=5)
+    try:
+        return {str(r[0]) for r in db.execute("SELECT DISTINCT verified FROM samples")}
+    finally:
+        db.close()
 
 
 class IndexWatch:
@@ -161,10 +208,13 @@ def files_in(dest: Path) -> tuple[int, int]:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--large", type=int, default=96, help="number of large objects")
+    ap.add_argument("--large", type=int, default=96, help="number of large objects (0: none)")
     ap.add_argument("--large-size", type=int, default=4 << 20, help="bytes per large object")
-    ap.add_argument("--small", type=int, default=3000, help="number of small objects")
+    ap.add_argument("--small", type=int, default=3000, help="number of small objects (0: none)")
     ap.add_argument("--small-size", type=int, default=64 << 10, help="bytes per small object")
+    ap.add_argument("--checksums", default="crc64nvme,md5",
+                    help=f"what S3 stores for each dataset's objects, one upload each "
+                         f"({', '.join(CHECKSUMS)})")
     ap.add_argument("--concurrency", type=int, default=32, help="epochfs --concurrency, rclone --transfers")
     ap.add_argument("--repeat", type=int, default=3, help="runs per tool and dataset (median reported)")
     ap.add_argument("--dir", type=Path, default=None, help="scratch folder (default: a temp dir)")
@@ -177,25 +227,29 @@ def main(argv: list[str] | None = None) -> int:
     unknown = sorted(set(tools) - set(TOOLS))
     if unknown:
         ap.error(f"--tools: unknown {', '.join(unknown)} (known: {', '.join(TOOLS)})")
+    checksums = [c for c in args.checksums.split(",") if c]
+    unknown = sorted(set(checksums) - set(CHECKSUMS))
+    if unknown or not checksums:
+        ap.error(f"--checksums: unknown {', '.join(unknown) or 'none given'} (known: {', '.join(CHECKSUMS)})")
     PROGRAM.update({tool: harness.program(tool) for tool in tools})
     with contextlib.ExitStack() as stack:
         scratch = stack.enter_context(harness.work_dir(prefix="epochfs-fetch-", parent=args.dir))
         moto = None if args.endpoint else stack.enter_context(harness.moto_server(scratch / "moto.log"))
         endpoint = moto.endpoint if moto is not None else args.endpoint
         moto_pid = moto.proc.pid if moto is not None else None
-        datasets = {
-            "large": (args.large, args.large_size),
-            "small": (args.small, args.small_size),
-        }
-        for name, (count, size) in datasets.items():
-            upload(endpoint, "bench", name, count, size)
+        sizes = {"large": (args.large, args.large_size), "small": (args.small, args.small_size)}
+        datasets = [(name, checksum) for name, (count, _) in sizes.items() if count for checksum in checksums]
+        for name, checksum in datasets:
+            count, size = sizes[name]
+            upload(endpoint, "bench", f"{name}-{checksum}", count, size, checksum)
         runs: list[Run] = []
-        for name, (count, size) in datasets.items():
-            url = f"s3://bench/{name}"
+        for name, checksum in datasets:
+            count, size = sizes[name]
+            url = f"s3://bench/{name}-{checksum}"
             for rep in range(args.repeat):
                 order = tools[rep % len(tools):] + tools[: rep % len(tools)]
                 for tool in order:
-                    dest = scratch / f"{tool}-{name}-{rep}"
+                    dest = scratch / f"{tool}-{name}-{checksum}-{rep}"
                     subprocess.run(["sync"], check=False)
                     cpu0 = harness.cpu_seconds(moto_pid)
                     client0 = harness.children_cpu()
@@ -204,10 +258,13 @@ def main(argv: list[str] | None = None) -> int:
                     client = harness.children_cpu() - client0
                     n, total = files_in(dest / "objects" if tool == "epochfs" else dest)
                     if n != count or total != count * size:
-                        raise RuntimeError(f"{tool} fetched {n} files / {total} bytes of {name}")
+                        raise RuntimeError(f"{tool} fetched {n} files / {total} bytes of {name}-{checksum}")
+                    if tool == "epochfs" and verified_kinds(dest) != {CHECKSUMS[checksum]}:
+                        raise RuntimeError(f"{name}-{checksum}: the sampler verified by "
+                                           f"{sorted(verified_kinds(dest))}, not {CHECKSUMS[checksum]}")
                     steady = STEADY.pop("last", None) if tool == "epochfs" else None
-                    runs.append(Run(tool, name, count, total, seconds, cpu, steady, client))
-                    print(f"  {name:5s} {tool:8s} run {rep}: {seconds:6.2f}s  "
+                    runs.append(Run(tool, name, checksum, count, total, seconds, cpu, steady, client))
+                    print(f"  {name:5s} {checksum:9s} {tool:8s} run {rep}: {seconds:6.2f}s  "
                           f"{harness.mb_per_s(total, seconds):7.1f} MB/s  {count / seconds:7.0f} obj/s  "
                           f"moto CPU {cpu / seconds:4.0%} of a core  client CPU {client:5.2f}s"
                           + (f"  (after start-up: {steady:.2f}s)" if steady else ""), flush=True)
@@ -215,33 +272,35 @@ def main(argv: list[str] | None = None) -> int:
         print()
         print(f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs")
         table = harness.Table(("dataset", "8s"), ("tool", "8s"), ("median s", "9.2f"), ("MB/s", "8.1f"),
-                              ("obj/s", "8.0f"), ("moto CPU", "9.0%"), ("client CPU s", "13.2f"))
+                              ("obj/s", "8.0f"), ("moto CPU", "9.0%"), ("client CPU s", "13.2f"),
+                              ("checksum", "10s"))
         print(table.header())
-        medians: dict[tuple[str, str], Run] = {}
-        for name in datasets:
+        medians: dict[tuple[str, str, str], Run] = {}
+        for name, checksum in datasets:
             for tool in tools:
-                done = [r for r in runs if r.tool == tool and r.dataset == name]
+                done = [r for r in runs if r.tool == tool and r.dataset == name and r.checksum == checksum]
                 secs = statistics.median(r.seconds for r in done)
                 cpu = statistics.median(r.server_cpu_seconds / r.seconds for r in done)
                 client = statistics.median(r.client_cpu_seconds for r in done)
-                med = Run(tool, name, done[0].objects, done[0].bytes, secs, cpu * secs)
-                medians[(name, tool)] = med
-                print(table.row(name, tool, secs, med.mb_per_s, med.objects_per_s, cpu, client))
+                med = Run(tool, name, checksum, done[0].objects, done[0].bytes, secs, cpu * secs,
+                          client_cpu_seconds=client)
+                medians[(name, checksum, tool)] = med
+                print(table.row(name, tool, secs, med.mb_per_s, med.objects_per_s, cpu, client, checksum))
         print()
         if "epochfs" in tools:
-            for name, unit in (("large", "bytes/s"), ("small", "objects/s")):
-                mine = medians[(name, "epochfs")]
+            for name, checksum in datasets:
+                unit = "bytes/s" if name == "large" else "objects/s"
+                mine = medians[(name, checksum, "epochfs")]
                 steady = statistics.median(
-                    r.steady_seconds for r in runs
-                    if r.tool == "epochfs" and r.dataset == name and r.steady_seconds
-                )
+                    r.steady_seconds for r in runs if r.steady_seconds and r.tool == "epochfs"
+                    and (r.dataset, r.checksum) == (name, checksum))
                 for base in tools:
                     if base == "epochfs":
                         continue
-                    base_seconds = medians[(name, base)].seconds
+                    base_seconds = medians[(name, checksum, base)].seconds
                     print(f"{name} ({unit}): epochfs / {base} = {harness.times(base_seconds / mine.seconds)} "
                           f"end to end, {harness.times(base_seconds / steady)} after the sampler's start-up "
-                          f"({mine.seconds - steady:.2f}s)")
+                          f"({mine.seconds - steady:.2f}s); objects stored with {checksum}")
         if args.json:
             args.json.write_text(json.dumps([asdict(r) for r in runs], indent=2))
         return 0
