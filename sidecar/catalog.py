@@ -26,7 +26,7 @@ def build_catalog(
     shard_count: int,
     object_limit: int,
     stop: threading.Event | None = None,
-    threads: int = 8,
+    threads: int = 4,
     batch: int = 1000,
     progress_every: int = 100_000,
     progress: Callable[[CatalogReport], None] | None = None,

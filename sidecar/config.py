@@ -81,7 +81,10 @@ class SamplerSettings(CacheSettings):
                                  "`epochfs index` file or an S3 Inventory manifest.json, any fsspec URL "
                                  "(for http(s) remotes also a plain key list; default <base>/index.txt)")
     list_threads: int = _opt("--list-threads", "listers working at once on the remote's folders or key "
-                             "ranges (S3), each one page at a time", default=8, parse=_positive_int)
+                             "ranges (S3), each one page at a time (every folder advances at the same "
+                             "rate whatever this is; more listers list faster where there are cores to "
+                             "parse pages, and slow the sampler where there are not)",
+                             default=4, parse=_positive_int)
     relist_interval: float = _opt("--relist-interval",
                                   "list the remote again every N seconds in the background to pick up "
                                   "new and deleted keys (0: never; `epochfs relist` asks at any time)",

@@ -42,7 +42,7 @@ class Lister:
     """Lists ``source`` into ``store``'s catalog with ``threads`` listers (see the module doc)."""
 
     def __init__(self, store: Store, source: Source, *, seed: int, shard_index: int = 0,
-                 shard_count: int = 1, object_limit: int = 2**62, threads: int = 8,
+                 shard_count: int = 1, object_limit: int = 2**62, threads: int = 4,
                  stop: threading.Event | None = None, progress_every: int = 100_000,
                  on_page: Callable[[CatalogReport], None] | None = None) -> None:
         if threads < 1 or progress_every < 1:
@@ -57,6 +57,7 @@ class Lister:
         self.stop = stop or threading.Event()
         self.progress_every = progress_every
         self.on_page = on_page
+        self._commit = threading.Lock()
 
     def needed(self) -> bool:
         """True when no complete listing exists, one is running, or the source changed."""
@@ -153,7 +154,14 @@ class Lister:
             page = Page([], part.after, True)
         out = filt.page(page.objects, turn.finder)
         part.after, part.done = page.after, page.done
-        new = self.store.listings().commit_page(gen, part, out.rows, skips=out.skips, clashes=out.clashes)
+        # One lister writes at a time: the listers then contend with the sampler's writers (the
+        # admitter, cuts) as one thread, not as many; several listers barging on the index's lock
+        # starved admissions for the whole listing (measured on 2 cores, 100k keys in 100 class
+        # folders: first sample at 28 s with 8 listers, 4.5-9 s with this; 3 s with 4 listers).
+        with self._commit:
+            new = self.store.listings().commit_page(gen, part, out.rows, skips=out.skips,
+                                                    clashes=out.clashes)
+        time.sleep(0)  # let a waiting writer of the sampler take the index's lock first
         with filt._lock:
             filt.report.new += new
         if page.done and turn.finder is not None and not turn.finder.sorted:
