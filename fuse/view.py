@@ -19,19 +19,28 @@ from __future__ import annotations
 
 import collections
 import logging
-import stat
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
+from typing import TypeVar
 
-from epochfs.sidecar.store import FileEntry, Store
+from epochfs.fuse.tree import (
+    DIR_MODE,
+    FILE_MODE,
+    LINK_MODE,
+    Attr,
+    EpochTree,
+    NotADirectory,
+    NotALink,
+    NotFound,
+)
+from epochfs.sidecar.store import Store
 from epochfs.torchclient.layout import (
     CONTROL_DIR,
     LATEST_NAME,
     STATUS_NAME,
     epoch_name,
-    format_manifest,
     format_status,
     manifest_name,
     parse_epoch_name,
@@ -40,129 +49,24 @@ from epochfs.torchclient.layout import (
 
 log = logging.getLogger("epochfs.fuse")
 
-DIR_MODE = stat.S_IFDIR | 0o555
-LINK_MODE = stat.S_IFLNK | 0o777
-FILE_MODE = stat.S_IFREG | 0o444
+__all__ = ["DIR_MODE", "FILE_MODE", "LINK_MODE", "TREES_KEPT", "Attr", "EpochTree", "NotADirectory",
+           "NotALink", "NotFound", "Snapshot", "View", "split_path"]
 
 
-class NotFound(LookupError):
-    """The path names nothing in the view (the FUSE layer answers ENOENT)."""
+
+T = TypeVar("T")
+TREES_KEPT = 2
+"""Epoch trees (and manifests) the view keeps built, the most recently built first: a trainer
+reads one epoch while the next is warmed, and any other epoch looked at is built again from the
+store when asked, so the server's memory does not grow with the number of epochs viewed."""
 
 
-class NotADirectory(LookupError):
-    """A directory operation on something that is not one (ENOTDIR)."""
-
-
-class NotALink(LookupError):
-    """readlink of something that is not a symlink (EINVAL)."""
-
-
-@dataclass(frozen=True)
-class Attr:
-    """What ``stat`` shows for one node; stable for immutable nodes so the kernel keeps its caches."""
-
-    mode: int
-    size: int
-    mtime: float
-    nlink: int = 1
-
-    def to_stat(self, *, uid: int, gid: int) -> dict[str, int]:
-        """The ``stat`` fields as mfusepy takes them with ``use_ns`` (times in nanoseconds)."""
-        ns = int(self.mtime * 1e9)
-        return {
-            "st_mode": self.mode,
-            "st_size": self.size,
-            "st_nlink": self.nlink,
-            "st_uid": uid,
-            "st_gid": gid,
-            "st_mtime": ns,
-            "st_ctime": ns,
-            "st_atime": ns,
-            "st_blocks": (self.size + 511) // 512,
-        }
-
-    @property
-    def is_dir(self) -> bool:
-        return stat.S_ISDIR(self.mode)
-
-
-@dataclass
-class _Dir:
-    """One folder of an epoch tree: child name -> attributes, plus the sorted listing."""
-
-    attr: Attr
-    children: dict[str, Attr] = field(default_factory=dict)
-    listing: list[tuple[str, Attr]] = field(default_factory=list)
-
-
-class EpochTree:
-    """The immutable folder tree of one epoch, built once from ``Store.epoch_files``."""
-
-    def __init__(self, *, epoch: int, cut_at: float, files: list[FileEntry], link_root: Path) -> None:
-        self.epoch = epoch
-        self.cut_at = cut_at
-        self.files = files
-        root_attr = Attr(DIR_MODE, 0, cut_at, 2)
-        self.dirs: dict[str, _Dir] = {"": _Dir(root_attr)}
-        self.links: dict[str, str] = {}
-        self.link_attrs: dict[str, Attr] = {}
-        prefix = str(link_root).rstrip("/")
-        for f in files:
-            parts = f.path.split("/")
-            if not f.path or any(p in ("", ".", "..") for p in parts):
-                log.warning("epoch %d: skipping unsafe path %r", epoch, f.path)
-                continue
-            parent = ""
-            ok = True
-            for part in parts[:-1]:
-                here = f"{parent}/{part}" if parent else part
-                if here in self.links:
-                    ok = False
-                    break
-                if here not in self.dirs:
-                    attr = Attr(DIR_MODE, 0, cut_at, 2)
-                    self.dirs[here] = _Dir(attr)
-                    self.dirs[parent].children[part] = attr
-                parent = here
-            if not ok or f.path in self.dirs or f.path in self.links:
-                log.warning("epoch %d: %r clashes with another path; not shown", epoch, f.path)
-                continue
-            target = f"{prefix}/{f.object_name}"
-            attr = Attr(LINK_MODE, len(target.encode()), cut_at)
-            self.links[f.path] = target
-            self.link_attrs[f.path] = attr
-            self.dirs[parent].children[parts[-1]] = attr
-        for d in self.dirs.values():
-            d.listing = sorted(d.children.items())
-
-    def lookup(self, rel: str) -> Attr:
-        if rel in self.link_attrs:
-            return self.link_attrs[rel]
-        d = self.dirs.get(rel)
-        if d is None:
-            raise NotFound(rel)
-        return d.attr
-
-    def listdir(self, rel: str) -> list[tuple[str, Attr]]:
-        d = self.dirs.get(rel)
-        if d is None:
-            if rel in self.links:
-                raise NotADirectory(rel)
-            raise NotFound(rel)
-        return d.listing
-
-    def readlink(self, rel: str) -> str:
-        target = self.links.get(rel)
-        if target is None:
-            if rel in self.dirs:
-                raise NotALink(rel)
-            raise NotFound(rel)
-        return target
-
-    def manifest(self) -> bytes:
-        """The manifest of the files shown (skipped paths left out), in the layout's format."""
-        rows = [(f.path, f.size, f.checksum) for f in self.files if f.path in self.links]
-        return format_manifest(self.epoch, rows).encode()
+def _keep_newest_used(cache: dict[int, T], n: int, keep: int) -> None:
+    """Move ``n`` to the end of ``cache`` (insertion order: least recently built first) and drop
+    the oldest entries beyond ``keep``."""
+    cache[n] = cache.pop(n)
+    while len(cache) > keep:
+        del cache[next(iter(cache))]
 
 
 def split_path(path: str) -> list[str]:
@@ -329,8 +233,9 @@ class View:
         t = EpochTree(epoch=n, cut_at=cut_at, files=files, link_root=self.link_root)
         with self._lock:
             if n in self._snap.live:
-                self._trees.setdefault(n, t)
-        return self._trees.get(n, t)
+                t = self._trees.setdefault(n, t)
+                _keep_newest_used(self._trees, n, TREES_KEPT)
+        return t
 
     def manifest(self, n: int) -> bytes:
         m = self._manifests.get(n)
@@ -339,6 +244,7 @@ class View:
             with self._lock:
                 if n in self._snap.live:
                     self._manifests[n] = m
+                    _keep_newest_used(self._manifests, n, TREES_KEPT)
         return m
 
     # ------------------------------------------------------------------ namespace
