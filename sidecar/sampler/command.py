@@ -24,10 +24,10 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
-from epochfs.sidecar.listing import CatalogReport, Lister, ListingThread
-from epochfs.sidecar.listing.indexfile import listing_source
 from epochfs.sidecar.config import ConfigError, SamplerSettings, format_size
 from epochfs.sidecar.download import LocalWriteError
+from epochfs.sidecar.listing import CatalogReport, Lister, ListingThread
+from epochfs.sidecar.listing.indexfile import listing_source
 from epochfs.sidecar.redact import redact
 from epochfs.sidecar.remote import Remote, RemoteError, open_remote
 from epochfs.sidecar.sampler.loop import STOP_GRACE, Sampler
