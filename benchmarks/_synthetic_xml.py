@@ -57,13 +57,22 @@ def _untoken(token: str) -> str:
     return base64.urlsafe_b64decode(token.encode()).decode("utf-8", "surrogatepass")
 
 
+def resume_point(query: dict[str, str]) -> str:
+    """Where a ListObjectsV2 request starts: the smallest string its page may list, the same
+    whether it was asked with ``start-after`` or with a continuation token (a page asked twice,
+    either way, has the same resume point)."""
+    token = query.get("continuation-token")
+    start_after = query.get("start-after", "")
+    return _untoken(token) if token else (start_after + "\x00" if start_after else "")
+
+
 def list_xml(data: Dataset, query: dict[str, str]) -> bytes:
     prefix = query.get("prefix", "")
     delimiter = query.get("delimiter", "")
     start_after = query.get("start-after", "")
     token = query.get("continuation-token")
     max_keys = max(0, min(MAX_KEYS, int(query.get("max-keys", MAX_KEYS))))
-    resume = _untoken(token) if token else (start_after + "\x00" if start_after else "")
+    resume = resume_point(query)
     keys, prefixes, nxt = list_page(data, prefix=prefix, delimiter=delimiter, resume=resume,
                                     max_keys=max_keys)
     url = query.get("encoding-type") == "url"
@@ -124,4 +133,4 @@ def byte_range(header: str | None, size: int) -> tuple[int, int] | str | None:
     return first, min(last, size - 1)
 
 
-__all__ = ["LAST_MODIFIED", "MAX_KEYS", "byte_range", "error_xml", "list_page", "list_xml"]
+__all__ = ["LAST_MODIFIED", "MAX_KEYS", "byte_range", "error_xml", "list_page", "list_xml", "resume_point"]

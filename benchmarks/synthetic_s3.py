@@ -12,7 +12,8 @@ through botocore, and the presigned GETs of :mod:`epochfs.sidecar.httpget`):
 - ``HEAD`` and ``GET /bucket/key``, with ``Range: bytes=a-b`` (206, Content-Range);
 - ``GET /_stats``: the request counters as JSON (``POST /_stats/reset`` zeroes them);
 - throttling on demand: the listing requests numbered in ``server.throttle_pages`` are answered
-  ``503 SlowDown`` (object GETs are throttled by tests/faultproxy.py in front).
+  ``503 SlowDown`` (object GETs are throttled by tests/faultproxy.py in front); every listing
+  request's query is kept in ``server.list_log`` (where a listing resumed after a throttled page).
 
 Path-style and virtual-hosted requests are both accepted; signatures are not checked.
 
@@ -37,7 +38,14 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import parse_qs, unquote, urlsplit
 
 from epochfs.benchmarks._synthetic_data import Dataset
-from epochfs.benchmarks._synthetic_xml import MAX_KEYS, byte_range, error_xml, list_page, list_xml
+from epochfs.benchmarks._synthetic_xml import (
+    MAX_KEYS,
+    byte_range,
+    error_xml,
+    list_page,
+    list_xml,
+    resume_point,
+)
 
 
 @dataclass
@@ -161,7 +169,7 @@ class _Handler(BaseHTTPRequestHandler):
         elif query.get("list-type") == "2":
             if self.server.list_latency:
                 time.sleep(self.server.list_latency)
-            if self.server.take_throttled_list():
+            if self.server.take_throttled_list(query):
                 self.server.stats.add(list_pages=1)
                 self._error(503, "SlowDown", "Please reduce your request rate.")
                 return
@@ -205,13 +213,16 @@ class _Server(ThreadingHTTPServer):
         self.throttle_pages: set[int] = set()
         """Listing requests (numbered from 1 in arrival order) answered 503 SlowDown, as S3
         throttles; each still counts in ``list_pages``."""
-        self._pages_seen = 0
+        self.list_log: list[tuple[dict[str, str], bool]] = []
+        """Every listing request in arrival order: its query and whether it was throttled (what
+        a test reads to see where a listing resumed)."""
         self._throttle_lock = threading.Lock()
 
-    def take_throttled_list(self) -> bool:
+    def take_throttled_list(self, query: dict[str, str]) -> bool:
         with self._throttle_lock:
-            self._pages_seen += 1
-            return self._pages_seen in self.throttle_pages
+            throttled = len(self.list_log) + 1 in self.throttle_pages
+            self.list_log.append((query, throttled))
+            return throttled
 
 
 class SyntheticS3:
@@ -265,7 +276,7 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-__all__ = ["MAX_KEYS", "Dataset", "Stats", "SyntheticS3", "byte_range", "list_page", "main"]
+__all__ = ["MAX_KEYS", "Dataset", "Stats", "SyntheticS3", "byte_range", "list_page", "main", "resume_point"]
 
 
 if __name__ == "__main__":
