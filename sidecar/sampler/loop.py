@@ -96,6 +96,8 @@ class Sampler:
         self.scrubber = (Scrubber(store=store, rate=settings.scrub_rate, stop=stop,
                                   on_damaged=self._refetch.put)
                          if settings.scrub_rate > 0 else None)
+        self.index_check = store.index_checker(stop)
+        """The background full check of the index (store/checkup.py): damage found ends the loop."""
         self._tasks: queue.Queue[Candidate | None] = queue.Queue()
         self._results: queue.Queue[FetchResult | _DiskFull | BaseException] = queue.Queue()
         self._inflight: dict[str, Candidate] = {}
@@ -157,6 +159,7 @@ class Sampler:
         self.admitter.start()
         if self.scrubber is not None:
             self.scrubber.start()
+        self.index_check.start()
         pending: Candidate | None = None
         try:
             while not self.stop.is_set():
@@ -292,6 +295,10 @@ class Sampler:
         if self.store.index_lost():
             raise StoreError("the cache index was deleted under the running sampler; exiting so that "
                              "the next start makes a fresh one (epochs continue above the high-water mark)")
+        damage = self.index_check.damage()
+        if damage is not None:
+            raise StoreError(f"the cache index is damaged ({damage}); exiting so that the next start "
+                             "checks it in full and replaces it")
         now = time.monotonic()
         interval = self.settings.cut_interval
         if interval > 0 and now - self._last_cut >= interval:
@@ -341,6 +348,7 @@ class Sampler:
             self.admitter.finish()
             if self.scrubber is not None:
                 self.scrubber.join(timeout=STOP_GRACE)
+            self.index_check.join(timeout=STOP_GRACE)
         finally:
             for temp in self.downloader.active_temps():
                 with contextlib.suppress(FileNotFoundError):

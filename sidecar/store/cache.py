@@ -14,11 +14,12 @@ from __future__ import annotations
 
 import os
 import sqlite3
+import threading
 import time
 from collections.abc import Iterable
 from pathlib import Path
 
-from epochfs.sidecar.store import catalog, epochs, eviction, integrity, recovery
+from epochfs.sidecar.store import catalog, checkup, epochs, eviction, integrity, recovery
 from epochfs.sidecar.store.handle import IndexHandle
 from epochfs.sidecar.store.index import INDEX_NAME, Index, Meta, is_corruption
 from epochfs.sidecar.store.objects import ObjectFiles
@@ -118,14 +119,16 @@ class Store:
         return recovery.recover(self._ix, self.files, integrity=integrity)
 
     # ------------------------------------------------------------------ the index itself
-    def check_index(self) -> str:
-        """``PRAGMA integrity_check`` of the index; a damaged one (a garbage page, malformed) is
-        moved aside and replaced by a fresh one, in one log line. Returns "ok", or what was wrong
-        with the index that was replaced. For the one writer (the sampler), at its start."""
-        result = self.index_integrity()
-        if result != "ok":
-            self._handle.reset(result)
-        return result
+    def check_index(self, *, full_below: int | None = None) -> str:
+        """The start-up check of the index (:func:`checkup.at_start`: the full ``integrity_check``
+        only when a marker asks for it or the index is small, else a cheap one); a damaged index
+        is moved aside and replaced by a fresh one, in one log line. Returns "ok", or what was
+        wrong with the index that was replaced. For the one writer (the sampler), at its start."""
+        return checkup.at_start(self._handle, full_below=full_below)
+
+    def index_checker(self, stop: threading.Event) -> checkup.Background:
+        """The background full check of the index (the sampler runs it; :mod:`.checkup`)."""
+        return checkup.Background(self._handle, stop)
 
     def index_integrity(self) -> str:
         """``PRAGMA integrity_check`` of the index, changing nothing ("ok", or the damage)."""

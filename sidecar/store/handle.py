@@ -17,7 +17,8 @@ once, logging it in one line:
   that its next start makes a fresh index (epoch numbers continue above the high-water mark).
 
 Opening for a writer (``create``) resets an index that SQLite reports as damaged at open
-(:mod:`.reset`); :meth:`IndexHandle.reset` does the same after a failed integrity check.
+(:mod:`.reset`); :meth:`IndexHandle.reset` does the same after a failed integrity check
+(:mod:`.checkup`). Either clears the :mod:`.checkmark` marker: the damage went with the old index.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ import threading
 import time
 from pathlib import Path
 
-from epochfs.sidecar.store import reset
+from epochfs.sidecar.store import checkmark, reset
 from epochfs.sidecar.store.index import Index, is_corruption
 from epochfs.sidecar.store.records import StoreError
 
@@ -81,6 +82,7 @@ class IndexHandle:
                     raise
             aside = reset.move_aside(self.path.parent)
             reset.report(self.path.parent, problem, aside)
+            checkmark.clear(self.path.parent)  # the damage it asked to repair went with the old index
             return Index(self.path, migrate=self._migrate)
 
     def get(self) -> Index:
@@ -131,6 +133,7 @@ class IndexHandle:
             self._index.close()
             aside = reset.move_aside(self.path.parent)
             reset.report(self.path.parent, problem, aside)
+            checkmark.clear(self.path.parent)
             self._index = Index(self.path, migrate=self._migrate)
             return aside
 
