@@ -46,8 +46,6 @@ MAX_PART_HEADS = 256
 FULL_OBJECT = ("crc64nvme", "crc32c", "crc32", "sha256", "sha1")
 """The full-object checksums S3 may store, in the order they are preferred when several are sent."""
 
-ALGORITHMS = {name: digests.FACTORIES[name] for name in FULL_OBJECT if digests.available(name)}
-"""Full-object checksums computable here, by their lower-case S3 names."""
 
 
 @dataclass(frozen=True)
@@ -67,11 +65,11 @@ class Plan:
 def choose(full: tuple[str, str] | None, md5_etag: str | None) -> Plan:
     """The plan for a body: its stored full-object checksum ``(algorithm, base64)`` when there is
     one computable here, else its plain md5 ETag (hex), else only the local digest."""
-    if full is not None and full[0] in ALGORITHMS:
+    if full is not None and full[0] in FULL_OBJECT and digests.available(full[0]):
         return Plan(full[0], full[0], full[1])
     if md5_etag is not None:
         return Plan(digests.MD5, ETAG_MD5, md5_etag.lower())
-    return Plan(digests.LOCAL)
+    return Plan(digests.local_algorithm())
 
 
 def multipart_etag(etag: str | None) -> tuple[str, int] | None:
@@ -119,7 +117,6 @@ def parts_etag(path: Path, sizes: list[int], *, block: int = 1 << 20) -> str:
 
 
 __all__ = [
-    "ALGORITHMS",
     "ETAG_MD5",
     "ETAG_MULTIPART",
     "FULL_OBJECT",

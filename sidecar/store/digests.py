@@ -20,6 +20,7 @@ raises ``ValueError``).
 from __future__ import annotations
 
 import base64
+import functools
 import hashlib
 import zlib
 from collections.abc import Callable
@@ -49,50 +50,47 @@ class _Crc:
         return self._value.to_bytes(self._width, "big")
 
 
-def _crt(name: str, width: int) -> Callable[[], Hasher] | None:
+_BUILTIN: dict[str, Callable[[], Hasher]] = {
+    MD5: hashlib.md5,
+    "crc32": lambda: _Crc(zlib.crc32, 4),
+    "sha1": hashlib.sha1,
+    "sha256": hashlib.sha256,
+}
+_CRT_WIDTHS = {"crc32c": 4, "crc64nvme": 8}
+
+
+@functools.cache
+def _crt() -> Any:
+    """awscrt's checksums module, or None without awscrt; imported on first use, so that processes
+    which only read the store (the FUSE server, ``epochfs status``) do not load its native library."""
     try:
         from awscrt import checksums
     except ImportError:
         return None
-    fn = getattr(checksums, name)
-    return lambda: _Crc(fn, width)
-
-
-def _factories() -> dict[str, Callable[[], Hasher]]:
-    found: dict[str, Callable[[], Hasher]] = {
-        MD5: hashlib.md5,
-        "crc32": lambda: _Crc(zlib.crc32, 4),
-        "sha1": hashlib.sha1,
-        "sha256": hashlib.sha256,
-    }
-    for name, width in (("crc32c", 4), ("crc64nvme", 8)):
-        factory = _crt(name, width)
-        if factory is not None:
-            found[name] = factory
-    return found
-
-
-FACTORIES = _factories()
-"""Hashers computable here, by lower-case algorithm name."""
-
-LOCAL = "crc64nvme" if "crc64nvme" in FACTORIES else MD5
-"""The digest of a body that nothing the remote stored is computed in (a multipart ETag, no
-checksum at all): it only has to find a changed byte of the local copy later, so the cheapest."""
+    return checksums
 
 
 def available(algorithm: str) -> bool:
     """Whether digests in ``algorithm`` can be computed here."""
-    return algorithm in FACTORIES
+    return algorithm in _BUILTIN or (algorithm in _CRT_WIDTHS and _crt() is not None)
+
+
+def local_algorithm() -> str:
+    """The digest of a body that nothing the remote stored is computed in (a multipart ETag, no
+    checksum at all): it only has to find a changed byte of the local copy later, so the cheapest."""
+    return "crc64nvme" if available("crc64nvme") else MD5
 
 
 def new_hasher(algorithm: str) -> Hasher:
     """A fresh hasher for ``algorithm``; ``ValueError`` when it cannot be computed here."""
-    try:
-        return FACTORIES[algorithm]()
-    except KeyError:
-        raise ValueError(f"cannot compute {algorithm!r} digests here"
-                         + (" (awscrt is not installed)" if algorithm in ("crc32c", "crc64nvme") else "")
-                         ) from None
+    builtin = _BUILTIN.get(algorithm)
+    if builtin is not None:
+        return builtin()
+    crt = _crt() if algorithm in _CRT_WIDTHS else None
+    if crt is None:
+        missing = " (awscrt is not installed)" if algorithm in _CRT_WIDTHS else ""
+        raise ValueError(f"cannot compute {algorithm!r} digests here{missing}")
+    return _Crc(getattr(crt, algorithm), _CRT_WIDTHS[algorithm])
 
 
 def value(algorithm: str, h: Hasher) -> str:
@@ -128,13 +126,12 @@ def hasher(digest: str) -> tuple[Hasher, str, str] | None:
 
 
 __all__ = [
-    "FACTORIES",
-    "LOCAL",
     "MD5",
     "Hasher",
     "available",
     "format_digest",
     "hasher",
+    "local_algorithm",
     "new_hasher",
     "parse",
     "value",
