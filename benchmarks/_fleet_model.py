@@ -50,6 +50,8 @@ class Params:
     page_seconds: float = 0.097
     get_seconds: float = 0.02
     start_seconds: float = 1.0
+    start_spread: float = 0.0
+    """Nodes start at ``start_seconds`` plus a uniform draw in [0, this) (0: all at once)."""
     concurrency: int = CONCURRENCY
     list_threads: int = LIST_THREADS
     max_spans: int = MAX_SPANS
@@ -248,7 +250,7 @@ def simulate(p: Params) -> Outcome:
         out.index_build_s = (p.discovery + -(-pages // build_listers)) * p.page_seconds
         out.list_requests = p.discovery + pages
     for i in range(p.nodes):
-        push(p.start_seconds, _START, i)
+        push(p.start_seconds + rng.uniform(0, p.start_spread), _START, i)
     now = 0.0
     while events:
         now, _, kind, i, a = heapq.heappop(events)

@@ -96,6 +96,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--page-seconds", type=float, default=d.page_seconds)
     ap.add_argument("--get-seconds", type=float, default=d.get_seconds)
     ap.add_argument("--start-seconds", type=float, default=d.start_seconds)
+    ap.add_argument("--start-spread", type=float, default=d.start_spread,
+                    help="seconds over which the nodes start (0: all at once)")
     ap.add_argument("--concurrency", type=int, default=d.concurrency)
     ap.add_argument("--list-threads", type=int, default=d.list_threads)
     ap.add_argument("--epoch0-samples", type=int, default=d.epoch0_samples)
@@ -109,7 +111,8 @@ def main(argv: list[str] | None = None) -> int:
     for mode in modes:
         p = Params(nodes=ns.nodes, keys=ns.keys, index=mode == "index", folders=ns.folders,
                    prefixes=ns.prefixes, rate=ns.rate, page_seconds=ns.page_seconds,
-                   get_seconds=ns.get_seconds, start_seconds=ns.start_seconds, concurrency=ns.concurrency,
+                   get_seconds=ns.get_seconds, start_seconds=ns.start_seconds,
+                   start_spread=ns.start_spread, concurrency=ns.concurrency,
                    list_threads=ns.list_threads, epoch0_samples=ns.epoch0_samples, fetch=ns.fetch,
                    horizon=ns.horizon, seed=ns.seed)
         outcomes.append(simulate(p))
