@@ -23,6 +23,7 @@ if TYPE_CHECKING:  # what static tools see; at run time __getattr__ below import
     from .loader import EpochLoader, EpochRun, EpochStats, default_num_workers
     from .resume import EpochResumeError
     from .sampler import EpochSampler, epoch_indices
+    from .stream import EpochStream
     from .world import World
 
 _SUBMODULE = {
@@ -51,6 +52,7 @@ _SUBMODULE = {
     "EpochResumeError": "resume",
     "EpochSampler": "sampler",
     "epoch_indices": "sampler",
+    "EpochStream": "stream",
     "World": "world",
 }
 
@@ -65,6 +67,7 @@ __all__ = [
     "EpochRun",
     "EpochSampler",
     "EpochStats",
+    "EpochStream",
     "Manifest",
     "ManifestEntry",
     "ManifestError",

@@ -279,15 +279,17 @@ class RunBase:
         self.start_batch = 0
         """Batches skipped at the start because a loaded state had consumed them (0 otherwise)."""
         self._planned: tuple[Any, ...] | None = None
+        self._length: int | None = None
 
     def __len__(self) -> int:
         """The batches of this epoch for this rank (the same on every rank unless ``balance="none"``),
         including any a resume skips, as ``len(StatefulDataLoader)``. Before iteration this looks the
         epoch up (cutting it on the mount) and plans it, collectively when torch.distributed is
-        initialised; the iteration then uses that plan."""
-        if self._planned is None:
+        initialised; the iteration then uses that plan. Known once planned, it is not asked again."""
+        if self._length is None:
             self._planned = self._lookup()
-        return len(self._planned[1])
+            self._length = len(self._planned[1])
+        return self._length
 
     def _lookup(self) -> tuple[Any, ...]:
         """``loader.plan(epoch)``; a resumed epoch is allowed to be cut out of order (``jump``), and
@@ -307,6 +309,7 @@ class RunBase:
         planned = self._planned if self._planned is not None else self._lookup()
         self._planned = None  # a second iteration looks the epoch up again
         dataset, batches = planned[0], planned[1]
+        self._length = len(batches)
         self.start_batch = self.loader._resume_start(self.epoch, dataset, len(batches))
         return planned
 
