@@ -62,6 +62,14 @@ from epochfs.benchmarks._fleet_model import (
 )
 
 
+def _seconds(median: float, worst: float, digits: int) -> str:
+    """``median / worst``: ``none`` when no node got there in the simulated time, a worst of
+    ``not all`` when some did not."""
+    if median != median:
+        return "none"
+    return f"{median:,.{digits}f} / " + ("not all" if worst == float("inf") else f"{worst:,.{digits}f}")
+
+
 def row(o: Outcome) -> str:
     mode = "`--index`" if o.mode == "index" else f"each node lists ({o.folders or 'no'} folders)"
     cells = [mode, str(o.listers), f"{o.list_requests:,}",
@@ -69,8 +77,8 @@ def row(o: Outcome) -> str:
              f"{o.peak_get_per_s:,.0f} / {o.mean_get_per_s:,.0f}",
              f"{o.list_slowdowns:,} / {o.get_slowdowns:,}", f"{o.sampler_restarts:,}",
              f"{o.listing_pauses:,}",
-             f"{o.given_up:,} / {o.kept:,}", f"{o.epoch0_median_s:,.1f} / {o.epoch0_worst_s:,.1f}",
-             f"{o.listed_median_s:,.0f} / {o.listed_worst_s:,.0f}", str(o.nodes_without_epoch0),
+             f"{o.given_up:,} / {o.kept:,}", _seconds(o.epoch0_median_s, o.epoch0_worst_s, 1),
+             _seconds(o.listed_median_s, o.listed_worst_s, 0), str(o.nodes_without_epoch0),
              f"{o.index_build_s:.0f}"]
     return "| " + " | ".join(cells) + " |"
 
