@@ -26,7 +26,7 @@ import itertools
 import logging
 import os
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, TypeVar, cast
 
@@ -220,7 +220,7 @@ class EpochOperations(mfusepy.Operations):
         """
         raise FuseOSError(errno.ENOSYS)
 
-    def listing(self, path: str) -> tuple[Attr, list[tuple[str, Attr]]]:
+    def listing(self, path: str) -> tuple[Attr, Sequence[tuple[str, Attr]]]:
         """The folder's own attributes and its entries, for :meth:`EpochFUSE.readdir_fuse_3`.
 
         Not named ``readdir``: mfusepy would register it as the FUSE call, and EpochFUSE answers

@@ -3,14 +3,34 @@
 Split from :mod:`epochfs.fuse.view` (which keeps the changing namespace around it) so that each
 module holds one concern: this one turns an epoch's file list into folders and symlinks, with the
 path rules (unsafe or clashing paths are skipped) the FUSE view and the folder view share.
+
+**Compact on purpose** (issue 14: the server held ~0.85 KB per file in dicts and objects, ~770 MB
+for a 1M-file epoch). Nothing is kept per file as a Python object: the tree is a handful of flat
+arrays, built in one pass over the store's stream and answered by binary search:
+
+* every node (folder or file) has its leaf name in one ``bytes`` blob (``_name_off`` bounds each);
+  nodes are laid out one folder's children after another, each run sorted by name, so a folder's
+  listing is an index range (readdir offsets are indexes into it) and a lookup is a bisection per
+  path component;
+* ``_ref[node]`` is a file's ordinal (its object name's place in ``_objs``), or ``-(rank + 1)``
+  for a folder, whose children are ``_dir_first[rank]`` .. ``+ _dir_count[rank]``;
+* ``_shown`` has one byte per file of the stream (shown or skipped), so the manifest is the store's
+  stream read again, filtered, without keeping sizes or checksums here.
+
+An :class:`Attr` or a name string exists only while the kernel asks for it. About 60-70 bytes per
+file (a 20-byte leaf name, a 35-byte object name, two 4-byte indexes); docs/performance.md, "FUSE
+server memory".
 """
 
 from __future__ import annotations
 
 import logging
 import stat
-from dataclasses import dataclass, field
+from array import array
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence, Set
+from dataclasses import dataclass
 from pathlib import Path
+from typing import overload
 
 from epochfs.sidecar.store import FileEntry
 from epochfs.torchclient.layout import format_manifest
@@ -20,6 +40,10 @@ log = logging.getLogger("epochfs.fuse")
 DIR_MODE = stat.S_IFDIR | 0o555
 LINK_MODE = stat.S_IFLNK | 0o777
 FILE_MODE = stat.S_IFREG | 0o444
+
+_ROOT = -1
+"""The node index of the epoch's own folder (it is nobody's child)."""
+_ENC = ("utf-8", "surrogateescape")  # what mfusepy decodes paths with
 
 
 class NotFound(LookupError):
@@ -63,80 +87,322 @@ class Attr:
         return stat.S_ISDIR(self.mode)
 
 
-@dataclass
-class _Dir:
-    """One folder of an epoch tree: child name -> attributes, plus the sorted listing."""
+def _smallest(values: array[int]) -> array[int]:
+    """The same integers in 4-byte slots when they fit (every index of an epoch under 2**31)."""
+    if not values or (min(values) >= -(1 << 31) and max(values) < (1 << 31)):
+        return array("i", values)
+    return values
 
-    attr: Attr
-    children: dict[str, Attr] = field(default_factory=dict)
-    listing: list[tuple[str, Attr]] = field(default_factory=list)
+
+class _Builder:
+    """One pass over the files in path order: a folder's subtree is contiguous in that order, so
+    each folder is complete (and written out as one sorted run) when the stream leaves it; only the
+    folders on the current path hold Python objects meanwhile."""
+
+    def __init__(self, epoch: int) -> None:
+        self.epoch = epoch
+        self.names = bytearray()
+        self.name_off = array("q", [0])
+        self.ref = array("q")
+        self.objs = bytearray()
+        self.obj_off = array("q", [0])
+        self.dir_first = array("q")
+        self.dir_count = array("q")
+        self.shown = bytearray()
+        # open folders, root first: (name, child name -> object name (a file) or rank (a folder))
+        self.stack: list[tuple[str, dict[str, str | int | None]]] = [("", {})]
+
+    def add(self, f: FileEntry, prev: str | None) -> bool:
+        parts = f.path.split("/")
+        if not f.path or "\0" in f.path or any(p in ("", ".", "..") for p in parts):
+            log.warning("epoch %d: skipping unsafe path %r", self.epoch, f.path)
+            return False
+        if prev is not None and f.path < prev:
+            raise ValueError(f"epoch {self.epoch}: files must come in path order ({f.path!r} after {prev!r})")
+        dirs = parts[:-1]
+        stack, common = self.stack, 0
+        while common < len(dirs) and common + 1 < len(stack) and stack[common + 1][0] == dirs[common]:
+            common += 1
+        while len(self.stack) > common + 1:
+            self._close()
+        for part in dirs[common:]:
+            children = self.stack[-1][1]
+            if part in children:  # a file of that name came first (a folder would still be open)
+                log.warning("epoch %d: %r clashes with another path; not shown", self.epoch, f.path)
+                return False
+            children[part] = None
+            self.stack.append((part, {}))
+        children = self.stack[-1][1]
+        if parts[-1] in children:
+            log.warning("epoch %d: %r clashes with another path; not shown", self.epoch, f.path)
+            return False
+        children[parts[-1]] = f.object_name
+        return True
+
+    def _close(self) -> int:
+        """Write the deepest open folder's children out as one sorted run; returns its rank."""
+        name, children = self.stack.pop()
+        first = len(self.ref)
+        for child in sorted(children):
+            value = children[child]
+            self.names += child.encode(*_ENC)
+            self.name_off.append(len(self.names))
+            if isinstance(value, str):
+                self.ref.append(len(self.obj_off) - 1)
+                self.objs += value.encode(*_ENC)
+                self.obj_off.append(len(self.objs))
+            else:
+                assert value is not None
+                self.ref.append(-(value + 1))
+        rank = len(self.dir_first)
+        self.dir_first.append(first)
+        self.dir_count.append(len(children))
+        if self.stack:
+            self.stack[-1][1][name] = rank
+        return rank
+
+    def finish(self) -> int:
+        """Close every folder still open; the root's rank."""
+        rank = 0
+        while self.stack:
+            rank = self._close()
+        return rank
 
 
 class EpochTree:
-    """The immutable folder tree of one epoch, built once from ``Store.epoch_files``."""
+    """The immutable folder tree of one epoch, built once from the store's files of the epoch.
 
-    def __init__(self, *, epoch: int, cut_at: float, files: list[FileEntry], link_root: Path) -> None:
+    ``files`` must come in path order (the store's order: a sample's path is its key, listed by
+    key); ``reread`` gives the same files again for :meth:`manifest` (by default ``files`` itself
+    when it is a sequence)."""
+
+    def __init__(self, *, epoch: int, cut_at: float, files: Iterable[FileEntry], link_root: Path,
+                 reread: Callable[[], Iterable[FileEntry]] | None = None) -> None:
         self.epoch = epoch
         self.cut_at = cut_at
-        self.files = files
-        root_attr = Attr(DIR_MODE, 0, cut_at, 2)
-        self.dirs: dict[str, _Dir] = {"": _Dir(root_attr)}
-        self.links: dict[str, str] = {}
-        self.link_attrs: dict[str, Attr] = {}
-        prefix = str(link_root).rstrip("/")
+        if reread is None and isinstance(files, Sequence):
+            listed = files
+            reread = lambda: listed  # noqa: E731
+        self._reread = reread
+        b = _Builder(epoch)
+        prev: str | None = None
         for f in files:
-            parts = f.path.split("/")
-            if not f.path or any(p in ("", ".", "..") for p in parts):
-                log.warning("epoch %d: skipping unsafe path %r", epoch, f.path)
-                continue
-            parent = ""
-            ok = True
-            for part in parts[:-1]:
-                here = f"{parent}/{part}" if parent else part
-                if here in self.links:
-                    ok = False
-                    break
-                if here not in self.dirs:
-                    attr = Attr(DIR_MODE, 0, cut_at, 2)
-                    self.dirs[here] = _Dir(attr)
-                    self.dirs[parent].children[part] = attr
-                parent = here
-            if not ok or f.path in self.dirs or f.path in self.links:
-                log.warning("epoch %d: %r clashes with another path; not shown", epoch, f.path)
-                continue
-            target = f"{prefix}/{f.object_name}"
-            attr = Attr(LINK_MODE, len(target.encode()), cut_at)
-            self.links[f.path] = target
-            self.link_attrs[f.path] = attr
-            self.dirs[parent].children[parts[-1]] = attr
-        for d in self.dirs.values():
-            d.listing = sorted(d.children.items())
+            ok = b.add(f, prev)
+            b.shown.append(ok)
+            if ok:
+                prev = f.path
+        self._root_rank = b.finish()
+        self._names = bytes(b.names)
+        self._name_off = _smallest(b.name_off)
+        self._ref = _smallest(b.ref)
+        self._objs = bytes(b.objs)
+        self._obj_off = _smallest(b.obj_off)
+        self._dir_first = _smallest(b.dir_first)
+        self._dir_count = _smallest(b.dir_count)
+        self._shown = bytes(b.shown)
+        self.files_shown = len(self._obj_off) - 1
+        self._dir_attr = Attr(DIR_MODE, 0, cut_at, 2)
+        self._prefix_len = len(str(link_root).rstrip("/").encode(*_ENC)) + 1
+        self._prefix = str(link_root).rstrip("/") + "/"
+        self._link_attrs: dict[int, Attr] = {}  # by target length: a few per epoch
 
+    # ------------------------------------------------------------------ memory
+    def nbytes(self) -> int:
+        """Bytes held by the arrays and blobs (what grows with the files; the rest is constant)."""
+        arrays = (self._name_off, self._ref, self._obj_off, self._dir_first, self._dir_count)
+        return (len(self._names) + len(self._objs) + len(self._shown)
+                + sum(a.itemsize * len(a) for a in arrays))
+
+    # ------------------------------------------------------------------ nodes
+    def _name(self, node: int) -> str:
+        return self._names[self._name_off[node]:self._name_off[node + 1]].decode(*_ENC)
+
+    def _rank(self, node: int) -> int | None:
+        """The folder rank of ``node``, None for a file."""
+        if node == _ROOT:
+            return self._root_rank
+        r = self._ref[node]
+        return -r - 1 if r < 0 else None
+
+    def _child(self, rank: int, name: bytes) -> int:
+        lo = self._dir_first[rank]
+        hi = lo + self._dir_count[rank]
+        names, off = self._names, self._name_off
+        while lo < hi:
+            mid = (lo + hi) // 2
+            here = names[off[mid]:off[mid + 1]]
+            if here < name:
+                lo = mid + 1
+            elif here > name:
+                hi = mid
+            else:
+                return mid
+        raise NotFound(name.decode(*_ENC))
+
+    def _find(self, rel: str) -> int:
+        if not rel:
+            return _ROOT
+        node = _ROOT
+        for part in rel.split("/"):
+            rank = self._rank(node)
+            if rank is None:
+                raise NotFound(rel)
+            try:
+                node = self._child(rank, part.encode(*_ENC))
+            except NotFound:
+                raise NotFound(rel) from None
+        return node
+
+    def _target(self, node: int) -> str:
+        i = self._ref[node]
+        return self._prefix + self._objs[self._obj_off[i]:self._obj_off[i + 1]].decode(*_ENC)
+
+    def _attr(self, node: int) -> Attr:
+        r = self._ref[node] if node != _ROOT else -1
+        if r < 0:
+            return self._dir_attr
+        size = self._prefix_len + self._obj_off[r + 1] - self._obj_off[r]
+        attr = self._link_attrs.get(size)
+        if attr is None:
+            attr = self._link_attrs.setdefault(size, Attr(LINK_MODE, size, self.cut_at))
+        return attr
+
+    # ------------------------------------------------------------------ answers
     def lookup(self, rel: str) -> Attr:
-        if rel in self.link_attrs:
-            return self.link_attrs[rel]
-        d = self.dirs.get(rel)
-        if d is None:
-            raise NotFound(rel)
-        return d.attr
+        return self._attr(self._find(rel))
 
-    def listdir(self, rel: str) -> list[tuple[str, Attr]]:
-        d = self.dirs.get(rel)
-        if d is None:
-            if rel in self.links:
-                raise NotADirectory(rel)
-            raise NotFound(rel)
-        return d.listing
+    def listdir(self, rel: str) -> Listing:
+        node = self._find(rel)
+        rank = self._rank(node)
+        if rank is None:
+            raise NotADirectory(rel)
+        return Listing(self, self._dir_first[rank], self._dir_count[rank])
 
     def readlink(self, rel: str) -> str:
-        target = self.links.get(rel)
-        if target is None:
-            if rel in self.dirs:
-                raise NotALink(rel)
-            raise NotFound(rel)
-        return target
+        node = self._find(rel)
+        if self._rank(node) is not None:
+            raise NotALink(rel)
+        return self._target(node)
+
+    def walk(self) -> Iterator[tuple[str, bool]]:
+        """(relative path, is a folder) of every node, the root ``""`` first, folders before
+        their contents, each folder's children in name order."""
+        yield "", True
+        todo = [("", self._root_rank)]
+        while todo:
+            base, rank = todo.pop()
+            first = self._dir_first[rank]
+            sub = []
+            for node in range(first, first + self._dir_count[rank]):
+                rel = base + self._name(node)
+                child = self._rank(node)
+                yield rel, child is not None
+                if child is not None:
+                    sub.append((rel + "/", child))
+            todo.extend(reversed(sub))
+
+    @property
+    def links(self) -> Links:
+        """Relative path -> symlink target of every file shown (a view, nothing copied)."""
+        return Links(self)
+
+    @property
+    def dirs(self) -> Dirs:
+        """The relative paths of every folder, ``""`` the epoch's own (a view, nothing copied)."""
+        return Dirs(self)
 
     def manifest(self) -> bytes:
-        """The manifest of the files shown (skipped paths left out), in the layout's format."""
-        rows = [(f.path, f.size, f.checksum) for f in self.files if f.path in self.links]
+        """The manifest of the files shown (skipped paths left out), in the layout's format: the
+        epoch's files read again (``reread``) and filtered by what the build showed."""
+        if self._reread is None:
+            raise ValueError("this tree was built from a one-shot iterable: no manifest")
+        rows = []
+        count = 0
+        shown = self._shown
+        for i, f in enumerate(self._reread()):
+            if i >= len(shown):
+                raise NotFound(f"epoch {self.epoch} changed since its tree was built")
+            if shown[i]:
+                rows.append((f.path, f.size, f.checksum))
+            count = i + 1
+        if count != len(shown):
+            raise NotFound(f"epoch {self.epoch} changed since its tree was built")
         return format_manifest(self.epoch, rows).encode()
+
+
+class Listing(Sequence[tuple[str, Attr]]):
+    """A folder's entries, (name, attributes) made when asked: index ``i`` is readdir offset ``i``."""
+
+    def __init__(self, tree: EpochTree, first: int, count: int) -> None:
+        self._tree = tree
+        self._first = first
+        self._count = count
+
+    def __len__(self) -> int:
+        return self._count
+
+    @overload
+    def __getitem__(self, i: int) -> tuple[str, Attr]: ...
+
+    @overload
+    def __getitem__(self, i: slice) -> list[tuple[str, Attr]]: ...
+
+    def __getitem__(self, i: int | slice) -> tuple[str, Attr] | list[tuple[str, Attr]]:
+        if isinstance(i, slice):
+            return [self[j] for j in range(*i.indices(self._count))]
+        if i < 0:
+            i += self._count
+        if not 0 <= i < self._count:
+            raise IndexError(i)
+        node = self._first + i
+        return self._tree._name(node), self._tree._attr(node)
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Sequence):
+            return NotImplemented
+        return len(self) == len(other) and list(self) == list(other)
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return f"Listing({list(self)!r})"
+
+
+class Links(Mapping[str, str]):
+    """Relative path -> symlink target of every file of a tree, answered from its arrays."""
+
+    def __init__(self, tree: EpochTree) -> None:
+        self._tree = tree
+
+    def __getitem__(self, rel: str) -> str:
+        try:
+            return self._tree.readlink(rel)
+        except LookupError:
+            raise KeyError(rel) from None
+
+    def __iter__(self) -> Iterator[str]:
+        return (rel for rel, is_dir in self._tree.walk() if not is_dir)
+
+    def __len__(self) -> int:
+        return self._tree.files_shown
+
+
+class Dirs(Set[str]):
+    """The relative paths of every folder of a tree (``""`` its root), answered from its arrays."""
+
+    def __init__(self, tree: EpochTree) -> None:
+        self._tree = tree
+
+    def __contains__(self, rel: object) -> bool:
+        if not isinstance(rel, str):
+            return False
+        try:
+            return self._tree.lookup(rel).is_dir
+        except LookupError:
+            return False
+
+    def __iter__(self) -> Iterator[str]:
+        return (rel for rel, is_dir in self._tree.walk() if is_dir)
+
+    def __len__(self) -> int:
+        return len(self._tree._dir_first)

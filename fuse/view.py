@@ -21,6 +21,7 @@ import collections
 import logging
 import threading
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TypeVar
@@ -226,11 +227,12 @@ class View:
         cut_at = self._snap.live.get(n)
         if cut_at is None:
             raise NotFound(epoch_name(n))
-        try:
-            files = self.store.epoch_files(n)
+        store = self.store
+        try:  # streamed: no list of the epoch's files is ever held (issue 14)
+            t = EpochTree(epoch=n, cut_at=cut_at, files=store.iter_epoch_files(n), link_root=self.link_root,
+                          reread=lambda: store.iter_epoch_files(n))
         except KeyError:
             raise NotFound(epoch_name(n)) from None
-        t = EpochTree(epoch=n, cut_at=cut_at, files=files, link_root=self.link_root)
         with self._lock:
             if n in self._snap.live:
                 t = self._trees.setdefault(n, t)
@@ -240,7 +242,10 @@ class View:
     def manifest(self, n: int) -> bytes:
         m = self._manifests.get(n)
         if m is None:
-            m = self.tree(n).manifest()
+            try:
+                m = self.tree(n).manifest()
+            except KeyError:  # retired while it was read again
+                raise NotFound(manifest_name(n)) from None
             with self._lock:
                 if n in self._snap.live:
                     self._manifests[n] = m
@@ -287,7 +292,7 @@ class View:
         self.note_read(n)
         return self.tree(n).lookup("/".join(parts[1:]))
 
-    def listdir(self, path: str) -> list[tuple[str, Attr]]:
+    def listdir(self, path: str) -> Sequence[tuple[str, Attr]]:
         """Entries of a folder (without ``.`` and ``..``); raises NotFound / NotADirectory."""
         parts = split_path(path)
         snap = self._snap

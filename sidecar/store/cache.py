@@ -16,7 +16,7 @@ import os
 import sqlite3
 import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 from epochfs.sidecar.store import catalog, checkup, epochs, eviction, integrity, recovery
@@ -287,6 +287,11 @@ class Store:
 
     def epoch_files(self, n: int) -> list[FileEntry]:
         return epochs.files(self._ix, n)
+
+    def iter_epoch_files(self, n: int) -> Iterator[FileEntry]:
+        """:meth:`epoch_files` streamed in chunks (KeyError at the first step when ``n`` is not
+        live): the FUSE view builds a 1M-file tree without a list of them."""
+        return epochs.iter_files(self._ix, n)
 
     def record_read(self, n: int, *, now: float | None = None) -> bool:
         """Keep epoch ``n`` pinned for the in-use window; False when the index could not take the

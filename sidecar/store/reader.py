@@ -8,6 +8,7 @@ test can hand it anything that answers these calls.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Protocol
 
@@ -28,6 +29,8 @@ class EpochReader(Protocol):
     def epochs(self) -> list[EpochInfo]: ...
 
     def epoch_files(self, n: int) -> list[FileEntry]: ...
+
+    def iter_epoch_files(self, n: int) -> Iterator[FileEntry]: ...
 
     def request_cut(self, n: int) -> bool: ...
 
