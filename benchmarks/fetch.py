@@ -193,6 +193,41 @@ def run_rclone(endpoint: str, url: str, dest: Path, count: int, concurrency: int
 TOOLS = {"epochfs": run_epochfs, "s5cmd": run_s5cmd, "rclone": run_rclone}
 
 
+def download_cpu(endpoint: str, url: str, dest: Path, concurrency: int) -> tuple[float, int]:
+    """The sampler's download path in this process (the real :class:`Downloader` and S3 remote, no
+    sampler around them): (CPU seconds of this process, objects) for every object
+    under ``url``, fetched on ``concurrency`` threads. What the client spends per object,
+    without start-up and with the machine's other load left out of the count."""
+    import threading
+
+    from epochfs.sidecar.download import Downloader, RetryPolicy
+    from epochfs.sidecar.remote_s3 import S3Remote
+    from epochfs.sidecar.store import Candidate, Store
+
+    for name, value in harness.s3_env().items():
+        os.environ.setdefault(name, value)
+    remote = S3Remote(url=url, endpoint_url=endpoint, concurrency=concurrency)
+    store = Store(dest, create=True)
+    try:
+        cands = [Candidate(str(o.key), f"{i:032x}", o.size, o.version) for i, o in enumerate(remote.list())]
+        downloader = Downloader(store=store, remote=remote, retry=RetryPolicy(attempts=1),
+                                stop=threading.Event())
+        cpu0 = time.process_time()
+        with concurrent.futures.ThreadPoolExecutor(concurrency) as pool:
+            results = list(pool.map(downloader.fetch, cands))
+        cpu = time.process_time() - cpu0
+        failed = [r.error for r in results if r.admission is None]
+        if failed:
+            raise RuntimeError(f"{len(failed)} downloads failed: {failed[:3]}")
+        for r in results:
+            assert r.admission is not None
+            r.admission.temp.unlink()
+        return cpu, len(cands)
+    finally:
+        store.close()
+        remote.close()
+
+
 def files_in(dest: Path) -> tuple[int, int]:
     n = total = 0
     for root, _dirs, files in os.walk(dest):
@@ -269,6 +304,18 @@ def main(argv: list[str] | None = None) -> int:
                           f"moto CPU {cpu / seconds:4.0%} of a core  client CPU {client:5.2f}s"
                           + (f"  (after start-up: {steady:.2f}s)" if steady else ""), flush=True)
                     shutil.rmtree(dest, ignore_errors=True)
+        if "epochfs" in tools:
+            print()
+            for name, checksum in datasets:
+                per = []
+                for rep in range(args.repeat):
+                    cpu, n = download_cpu(endpoint, f"s3://bench/{name}-{checksum}",
+                                          scratch / f"inproc-{name}-{checksum}-{rep}", args.concurrency)
+                    per.append(cpu / n)
+                    shutil.rmtree(scratch / f"inproc-{name}-{checksum}-{rep}", ignore_errors=True)
+                print(f"{name} ({checksum}): client CPU per object on the download path, in process: "
+                      f"{statistics.median(per) * 1e3:.2f} ms (median of {len(per)}: "
+                      f"{', '.join(f'{c * 1e3:.2f}' for c in per)})", flush=True)
         print()
         print(f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs")
         table = harness.Table(("dataset", "8s"), ("tool", "8s"), ("median s", "9.2f"), ("MB/s", "8.1f"),
