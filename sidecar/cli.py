@@ -269,8 +269,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser(
         "verify", parents=[common],
-        help="check every cached object against the md5 recorded at admission; quarantine damaged "
-             "ones (exit status 1 when any)",
+        help="check every cached object against the digest (CRC or md5) recorded at admission; "
+             "quarantine damaged ones (exit status 1 when any)",
     )
     config.add_arguments(p, config.CacheSettings)
     p.add_argument("--json", action="store_true", help="machine-readable report on stdout")

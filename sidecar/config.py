@@ -103,7 +103,8 @@ class SamplerSettings(CacheSettings):
                                    default=5.0, parse=_positive_float)
     scrub_rate: int = _opt("--scrub-rate",
                            "bytes per second the background scrub reads to check cached objects against "
-                           "their md5, evicting and fetching again damaged ones (0: no scrub)",
+                           "the digest recorded at admission, evicting and fetching again damaged ones "
+                           "(0: no scrub)",
                            default=8 * 1024**2, parse=_rate)
 
     def policy(self) -> Policy:
