@@ -1,4 +1,6 @@
-"""Scrubbing the cache: every object file against the size and md5 recorded at its admission.
+"""Scrubbing the cache: every object file against the size and digest recorded at its admission
+(in the algorithm the digest names: the CRC the download was verified with, or md5; see
+:mod:`epochfs.sidecar.store.digests`).
 
 Start-up recovery checks sizes only, so a flipped byte on the node volume (bit rot, a bad disk, a
 stray write by root) would be served for as long as the sample lives. Two scrubs find it:
