@@ -108,9 +108,10 @@ ETag, no stored checksum the remote offers): the manifest says so rather than vo
 class Admission:
     """A fully written, verified temp file ready to become a sample.
 
-    ``checksum`` is what the manifest shows: ``md5:<hex>`` of bytes that were verified against the
-    remote, or :data:`SIZE_ONLY`. ``digest`` is the md5 (hex) of the bytes written, whatever
-    verified them: the scrub's reference for the local copy (empty: taken from ``checksum``).
+    ``checksum`` is what the manifest shows: the digest (``md5:<hex>``, ``crc64nvme:<base64>``...)
+    of bytes that were verified against the remote, or :data:`SIZE_ONLY`. ``digest`` is the digest
+    of the bytes written, whatever verified them, naming its algorithm (:mod:`.digests`; a bare hex
+    string is an md5): the scrub's reference for the local copy (empty: taken from ``checksum``).
     ``verified`` names what checked the body against the remote (``etag-md5``, ``etag-multipart``,
     ``crc32``, ``crc32c``, ``crc64nvme``, ``sha1``, ``sha256``, ``size-only``; empty when the
     caller did not say).
@@ -127,7 +128,8 @@ class Admission:
 
     @property
     def local_digest(self) -> str:
-        """The md5 hex of the bytes written (from ``checksum`` when ``digest`` was not given)."""
+        """The digest of the bytes written (an ``md5:`` ``checksum``'s hex when ``digest`` was not
+        given)."""
         if self.digest:
             return self.digest
         return self.checksum[4:] if self.checksum.startswith("md5:") else ""
@@ -180,8 +182,8 @@ class StoredObject:
     key: str
     size: int
     digest: str
-    """md5 hex of the bytes admitted; empty for samples of an index older than schema 2 that had
-    none (only their size is checked)."""
+    """The digest of the bytes admitted, ``<algorithm>:<value>`` or a bare md5 hex (:mod:`.digests`);
+    empty for samples of an index older than schema 2 that had none (only their size is checked)."""
     verified: str
 
 
