@@ -23,13 +23,19 @@ truncated body or a checksum mismatch :class:`Transient`):
   listing, a TLS certificate that does not verify), or an error no rule knows: given up at once;
 - transient (truncated or garbled body, checksum mismatch, a TLS connection cut mid-body):
   retried with exponential backoff and full jitter up to ``attempts`` times in all;
-- unavailable (connection refused or reset, timeout, 5xx, SlowDown/throttling): retried the same
-  way, and when given up on, marked :attr:`FetchResult.unavailable` so the sampler's outage
-  breaker counts it (several in a row: the remote is down, the keys are kept).
+- unavailable (connection refused or reset, timeout, a 5xx that is not throttling): retried the
+  same way, and when given up on, marked :attr:`FetchResult.unavailable` so the sampler's outage
+  breaker counts it (several in a row: the remote is down, the keys are kept);
+- throttled (S3 ``SlowDown``, HTTP 429, GCS ``rateLimitExceeded``): returned at once, marked
+  :attr:`FetchResult.throttled`, whatever attempt it was. It is not counted against ``attempts``
+  and nothing sleeps in the download slot: the sampler keeps the key, fetches it again after a
+  full-jitter delay and narrows its fetch window, which is what lowers the request rate
+  (retrying in place would not: every slot would keep asking).
 
-Either way the caller skips the sample (unless the breaker keeps it) and sampling goes on;
-nothing partial or unverified ever leaves this module. A failure to write the node volume is not
-the remote's and is never retried as one: it raises :class:`LocalWriteError` to the sampler.
+Either way (throttling apart) the caller skips the sample (unless the breaker keeps it) and
+sampling goes on; nothing partial or unverified ever leaves this module. A failure to write the
+node volume is not the remote's and is never retried as one: it raises :class:`LocalWriteError`
+to the sampler.
 """
 
 from __future__ import annotations
@@ -76,14 +82,20 @@ def failure_kind(exc: BaseException) -> Kind:
 
 
 def is_transient(exc: BaseException) -> bool:
-    """Whether a failed attempt is worth another try (network trouble, 5xx, throttling)."""
+    """Whether a failed attempt is worth another try (network trouble, 5xx, throttling: the
+    last one by the sampler, not here)."""
     return failure_kind(exc).retry
 
 
 def is_unavailable(exc: BaseException) -> bool:
     """Whether a failure says the remote as a whole is unreachable or overloaded (connection
-    refused/reset, timeout, 5xx, throttling), rather than that this one object is bad."""
+    refused/reset, timeout, 5xx), rather than that this one object is bad."""
     return failure_kind(exc).outage
+
+
+def is_throttled(exc: BaseException) -> bool:
+    """Whether a failure asks for fewer requests (SlowDown, 429): never the object's fault."""
+    return failure_kind(exc).throttled
 
 
 @dataclass(frozen=True)
@@ -117,6 +129,8 @@ class FetchResult:
     cancelled: bool = False
     unavailable: bool = False
     """Given up on failures that point at the remote as a whole (:class:`Unavailable`)."""
+    throttled: bool = False
+    """The remote asked for fewer requests (:class:`Throttled`): fetch the key again later."""
 
 
 class Downloader:
@@ -174,6 +188,9 @@ class Downloader:
             except Exception as e:
                 reason = f"{type(e).__name__}: {e}".strip()
                 kind = failure_kind(e)
+                if kind.throttled:
+                    metrics.throttled()
+                    return FetchResult(cand, None, reason, attempt, throttled=True)
                 if not kind.retry:
                     metrics.remote_failed()
                     return FetchResult(cand, None, reason, attempt)
@@ -323,6 +340,7 @@ __all__ = [
     "LocalWriteError",
     "RetryPolicy",
     "failure_kind",
+    "is_throttled",
     "is_transient",
     "is_unavailable",
 ]

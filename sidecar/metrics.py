@@ -93,6 +93,16 @@ class ProcessMetrics:
             "epochfs_inflight_downloads", "Downloads in flight.",
             multiprocess_mode="livesum", registry=registry,
         )
+        self.throttled_total = Counter(
+            "epochfs_throttled", "Object GETs the remote answered with throttling (S3 SlowDown, "
+            "HTTP 429, GCS rateLimitExceeded); the key is fetched again later, never skipped.",
+            registry=registry,
+        )
+        self.fetch_window = Gauge(
+            "epochfs_fetch_window", "Downloads the sampler allows in flight (its AIMD window: "
+            "halved on throttling, grown back to --concurrency).",
+            multiprocess_mode="livesum", registry=registry,
+        )
         self.cut_wait_seconds = Histogram(
             "epochfs_cut_wait_seconds", "Seconds from a cut request (lookup of epoch-N) to the cut.",
             buckets=CUT_WAIT_BUCKETS, registry=registry,
@@ -112,6 +122,14 @@ class ProcessMetrics:
     def observe_fetch(self, seconds: float) -> None:
         """Latency of one successful fetch (GET, stream, hash, fsync)."""
         self.remote_fetch_seconds.observe(seconds)
+
+    def throttled(self) -> None:
+        """One object GET answered with throttling (not a retry, not a failure)."""
+        self.throttled_total.inc()
+
+    def set_fetch_window(self, size: int) -> None:
+        """The sampler's fetch window now allows ``size`` downloads in flight."""
+        self.fetch_window.set(size)
 
     @contextmanager
     def download(self) -> Iterator[None]:

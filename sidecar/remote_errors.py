@@ -11,7 +11,11 @@ NotFound      404, ``NoSuchKey``, ENOENT: gone since the listing         skips i
 Changed       not what the listing said (its size differs)               skips it at once
 Denied        403, 407, EACCES, other 4xx, a TLS certificate that fails  skips it at once
 Transient     truncated or garbled body, checksum mismatch, TLS cut      retries; then skips it
-Unavailable   connection refused/reset, timeout, 5xx, throttling         retries; then counts it
+Throttled     S3 ``SlowDown`` (or another throttling code), HTTP 429,    returns at once, not counted
+              GCS ``rateLimitExceeded``: the store asks for fewer        against the retries; the
+              requests                                                   sampler keeps the key and
+                                                                         narrows its fetch window
+Unavailable   connection refused/reset, timeout, other 5xx               retries; then counts it
                                                                          toward an outage
 ============  =========================================================  ============================
 
@@ -28,7 +32,9 @@ document is read with :mod:`xml.etree`. The rules reproduce the downloader's beh
 failures were typed, case by case (tests/remote/test_remote_errors.py holds the table), including three
 quirks kept on purpose: an ``http(s)://`` remote's 5xx is retried but not counted toward an
 outage; fsspec reports such a remote that cannot be reached as FileNotFoundError (not found); and
-botocore's ``SSLError`` (even a certificate that fails) is retried.
+botocore's ``SSLError`` (even a certificate that fails) is retried. One change on purpose since
+(issue 14): throttling, once an outage like any 5xx (and a plain retry over fsspec), is
+:class:`Throttled`, because giving a throttled object up skipped it for good.
 """
 
 from __future__ import annotations
@@ -54,6 +60,7 @@ class RemoteFailure(Exception):
 
     retry: ClassVar[bool] = False
     outage: ClassVar[bool] = False
+    throttled: ClassVar[bool] = False
 
     def __init__(self, message: str, *, status: int | None = None) -> None:
         super().__init__(message)
@@ -83,10 +90,21 @@ class Transient(RemoteFailure):
 
 class Unavailable(Transient):
     """Worth another try, and a sign that the remote as a whole is down or overloaded
-    (connection refused or reset, a timeout, 5xx, throttling): objects given up on this way in a
-    row make the sampler pause and keep their keys (the outage breaker)."""
+    (connection refused or reset, a timeout, a 5xx that is not throttling): objects given up on
+    this way in a row make the sampler pause and keep their keys (the outage breaker)."""
 
     outage = True
+
+
+class Throttled(Transient):
+    """The store asks for fewer requests (S3 ``503 SlowDown`` and its other throttling codes,
+    HTTP 429, GCS ``rateLimitExceeded``). It says nothing about the object, so it is never a
+    reason to skip one, and nothing about the remote being down, so it is not an outage either:
+    the answer is to ask less often. The downloader returns it at once (not counted against
+    ``--retries``, no sleep in a download slot); the sampler keeps the key, fetches it again
+    after a full-jitter delay and halves its fetch window (:mod:`epochfs.sidecar.sampler.throttle`)."""
+
+    throttled = True
 
 
 Kind = type[RemoteFailure]
@@ -188,23 +206,30 @@ class Translated:
 
 
 # ---------------------------------------------------------------------------- HTTP and S3
-S3_RETRY_CODES = frozenset({
+S3_THROTTLE_CODES = frozenset({
     "SlowDown", "Throttling", "ThrottlingException", "RequestLimitExceeded", "TooManyRequests",
+})
+"""S3 error codes that ask for fewer requests, whatever their status (400 on some stores)."""
+S3_RETRY_CODES = S3_THROTTLE_CODES | frozenset({
     "RequestTimeout", "RequestTimeTooSkewed", "InternalError", "ServiceUnavailable",
     "500", "502", "503", "504",  # botocore's code when the error had no body
 })
-"""S3 error codes worth another try whatever their status (throttling answers 400 on some stores)."""
+"""S3 error codes worth another try whatever their status."""
 
 
 def status_kind(status: int) -> Kind:
-    """The kind of an HTTP error status of one object: 5xx and 429 are the remote's."""
-    if status >= 500 or status == 429:
+    """The kind of an HTTP error status of one object: 429 is throttling, 5xx the remote's."""
+    if status == 429:
+        return Throttled
+    if status >= 500:
         return Unavailable
     return NotFound if status == 404 else Denied
 
 
 def s3_kind(status: int, code: str) -> Kind:
     """The kind of an S3 error answer, from its status and its error code."""
+    if code in S3_THROTTLE_CODES:
+        return Throttled
     if code in S3_RETRY_CODES:
         return Unavailable
     if code == "NoSuchKey":
@@ -263,16 +288,37 @@ def botocore_kind(e: BaseException) -> Kind | None:
     return None
 
 
+GCS_THROTTLE_REASONS = ("rateLimitExceeded", "userRateLimitExceeded")
+"""GCS's error reasons for throttling (a 429, or a 403 on older APIs)."""
+
+
+def gcs_kind(e: BaseException) -> Kind | None:
+    """Throttling as gcsfs reports it (its ``HttpError``, once its own retries are spent): a
+    ``code`` of 429 or a ``rateLimitExceeded`` reason. gcsfs is optional, so the error is
+    recognised by its attributes, not its class; other gcsfs errors stay as they were."""
+    if type(e).__name__ != "HttpError":
+        return None
+    if getattr(e, "code", None) == 429 or any(r in str(e) for r in GCS_THROTTLE_REASONS):
+        return Throttled
+    return None
+
+
 def aiohttp_kind(e: BaseException) -> Kind | None:
     """The kind of an aiohttp exception (fsspec's ``http(s)://``, gcsfs). A 5xx answer is
-    retried but not counted toward an outage, as before failures were typed; fsspec already
-    turns a 404, and a connection it cannot make, into FileNotFoundError."""
+    retried but not counted toward an outage, as before failures were typed; a 429 is
+    throttling; fsspec already turns a 404, and a connection it cannot make, into
+    FileNotFoundError."""
+    gcs = gcs_kind(e)
+    if gcs is not None:
+        return gcs
     try:
         import aiohttp
     except ImportError:  # pragma: no cover - aiohttp comes with the sidecar extra
         return None
     if isinstance(e, aiohttp.ClientResponseError):
-        return Transient if e.status >= 500 or e.status == 429 else status_kind(e.status)
+        if e.status == 429:
+            return Throttled
+        return Transient if e.status >= 500 else status_kind(e.status)
     if isinstance(e, (aiohttp.ClientConnectorError, aiohttp.ServerDisconnectedError,
                       aiohttp.ServerTimeoutError)):
         return Unavailable
@@ -282,7 +328,9 @@ def aiohttp_kind(e: BaseException) -> Kind | None:
 
 
 __all__ = [
+    "GCS_THROTTLE_REASONS",
     "S3_RETRY_CODES",
+    "S3_THROTTLE_CODES",
     "Changed",
     "Denied",
     "Kind",
@@ -290,12 +338,14 @@ __all__ = [
     "RemoteError",
     "RemoteFailure",
     "Rule",
+    "Throttled",
     "Transient",
     "Translated",
     "Unavailable",
     "aiohttp_kind",
     "botocore_kind",
     "fast_path_failure",
+    "gcs_kind",
     "s3_answer",
     "s3_error_code",
     "s3_kind",

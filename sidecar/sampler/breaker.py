@@ -1,9 +1,11 @@
 """The outage breaker: tell a remote that is down from an object that is bad.
 
-A failure that points at the remote as a whole (connection refused or reset, timeout, 5xx,
-throttling) on ``OUTAGE_AFTER`` objects in a row means the remote is down: skipping those keys
+A failure that points at the remote as a whole (connection refused or reset, timeout, a 5xx
+that is not throttling) on ``OUTAGE_AFTER`` objects in a row means the remote is down: skipping those keys
 would lose them for good, so the breaker keeps them for later and pauses new downloads, with a
-pause that doubles up to a bound. One success closes it again.
+pause that doubles up to a bound. One success closes it again. Throttling (S3 ``SlowDown``,
+429) is not an outage and never reaches the breaker: the fetch window answers it
+(:mod:`.throttle`).
 """
 
 from __future__ import annotations

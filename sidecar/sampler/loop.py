@@ -7,7 +7,10 @@ loop raises backpressure in the store and waits for a cut or a retirement to fre
 worker threads only downloads into temp files; the :class:`Admitter` makes them visible; the
 :class:`OutageBreaker` keeps keys through a remote outage; the :class:`FetchOrder` says what is next;
 the :class:`~epochfs.sidecar.scrub.Scrubber` (``--scrub-rate``) checks cached objects in the
-background and hands back the keys of damaged ones, fetched again first.
+background and hands back the keys of damaged ones, fetched again first. Throttling (S3
+``SlowDown``, 429) is apart from outages (:mod:`.throttle`): the :class:`FetchWindow` bounds the
+downloads in flight below ``--concurrency`` while the store throttles, and a throttled key is
+never skipped, it waits in :class:`Deferred` for a full-jitter delay and is fetched again first.
 
 Stopping: the workers see the stop flag between blocks and abandon their downloads; finished ones
 are admitted, temp files are removed and reservations released.
@@ -38,6 +41,7 @@ from epochfs.sidecar.sampler.breaker import OutageBreaker
 from epochfs.sidecar.sampler.diskspace import DiskSpace, is_disk_full
 from epochfs.sidecar.sampler.order import FetchOrder
 from epochfs.sidecar.sampler.progress import Rates
+from epochfs.sidecar.sampler.throttle import Deferred, FetchWindow
 from epochfs.sidecar.scrub import Scrubber
 from epochfs.sidecar.store import Admission, Candidate, Store, StoreError
 
@@ -48,6 +52,8 @@ POLL = 0.2
 STOP_GRACE = 2.0
 """Seconds the stop waits for in-flight downloads before abandoning them (the supervisor allows
 the sampler 5 s to exit before it kills it)."""
+WINDOW_LOG_EVERY = 10.0
+"""Seconds between log lines about the fetch window shrinking (the shrinks between are counted)."""
 CACHE_FULL = "cache full"
 DISK_FULL = "disk full"
 
@@ -86,6 +92,12 @@ class Sampler:
             rate=RateLimiter(rate=settings.max_rate) if settings.max_rate else None,
         )
         self.breaker = breaker or OutageBreaker()
+        self.window = FetchWindow(settings.concurrency)
+        self.deferred = Deferred()
+        """Throttled keys, fetched again after their full-jitter delay."""
+        self._shrinks = 0
+        self._window_logged = float("-inf")
+        process_metrics().set_fetch_window(self.window.size)
         self.disk = DiskSpace(Path(settings.cache), settings.capacity)
         self.admitter = Admitter(reservations=self.reservations, on_batch=self._admitted,
                                  on_failure=self._admit_failed)
@@ -127,8 +139,9 @@ class Sampler:
                 self._results.put(e)
 
     def _busy(self, key: str) -> bool:
-        """In flight, waiting for its admission batch, or kept for after an outage."""
-        return key in self._inflight or self.breaker.is_kept(key) or self.admitter.holds(key)
+        """In flight, waiting for its admission batch, kept for after an outage or throttled."""
+        return (key in self._inflight or self.breaker.is_kept(key) or self.deferred.holds(key)
+                or self.admitter.holds(key))
 
     def _next_candidate(self) -> Candidate | None:
         while True:  # damaged objects the scrub evicted go first, like keys kept through an outage
@@ -136,7 +149,7 @@ class Sampler:
                 self.breaker.keep(self._refetch.get_nowait())
             except queue.Empty:
                 break
-        return self.breaker.next_kept(self._busy) or self.order.next()
+        return self.deferred.due() or self.breaker.next_kept(self._busy) or self.order.next()
 
     def _reserve(self, cand: Candidate) -> bool:
         """Reserve room for ``cand``; a look-ahead download only takes room that is free.
@@ -164,7 +177,8 @@ class Sampler:
         try:
             while not self.stop.is_set():
                 pending = self._start_downloads(pending)
-                self._collect(POLL)
+                due = self.deferred.next_due_in()
+                self._collect(POLL if due is None else min(POLL, max(0.005, due)))
                 self._tick(pending)
                 fatal = self._fatal or self.admitter.fatal
                 if fatal is not None:
@@ -175,7 +189,7 @@ class Sampler:
     def _start_downloads(self, pending: Candidate | None) -> Candidate | None:
         """Start downloads while there is room in flight and in the cache; returns the candidate
         that found no room (tried again first)."""
-        while (len(self._inflight) < self.settings.concurrency and not self.stop.is_set()
+        while (len(self._inflight) < self.window.size and not self.stop.is_set()
                and not self.breaker.paused()):
             if pending is not None and self.order.stale():
                 pending = None
@@ -221,10 +235,17 @@ class Sampler:
         if item.admission is not None:
             self.admitter.hand_over(item.admission)
             self.breaker.succeeded()
+            self.deferred.fetched(cand.key)
+            if self.window.succeeded():
+                process_metrics().set_fetch_window(self.window.size)
             return
         self.reservations.release(cand.size)
         if item.cancelled:
             return
+        if item.throttled:
+            self._throttled(cand, item.error)
+            return
+        self.deferred.fetched(cand.key)
         if item.unavailable:
             if self.breaker.failed(cand, item.error):
                 return  # the remote is down, not this object: the key is kept
@@ -233,6 +254,23 @@ class Sampler:
         log.warning("skipping %r: %s", cand.key, item.error)
         self._write(lambda: self.store.mark_skipped(cand.key))
         self.rates.skipped += 1
+
+    def _throttled(self, cand: Candidate, error: str | None) -> None:
+        """The store throttled ``cand``'s GET: never skipped, fetched again after a full-jitter
+        delay; the fetch window halves (once per burst), logged at most every WINDOW_LOG_EVERY."""
+        delay = self.deferred.defer(cand)
+        log.debug("throttled %r (%s); again in %.2fs", cand.key, error, delay)
+        if not self.window.throttled():
+            return
+        process_metrics().set_fetch_window(self.window.size)
+        self._shrinks += 1
+        now = time.monotonic()
+        if now - self._window_logged >= WINDOW_LOG_EVERY:
+            log.warning("remote throttling (%s): fetch window %d of %d (%d shrink(s) since the last "
+                        "line); throttled keys are kept and fetched again", error, self.window.size,
+                        self.window.limit, self._shrinks)
+            self._window_logged = now
+            self._shrinks = 0
 
     def _record_capacity(self, capacity: int) -> None:
         """Tell the store when the disk bounds the cache below --capacity (or stops doing so), so

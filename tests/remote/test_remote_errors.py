@@ -4,10 +4,12 @@ The outcomes below (``skip``: given up at once; ``retry``: retried, then skipped
 retried, then counted toward an outage) are literals computed with the downloader's rules as they
 were before failures were typed (``is_transient``/``is_unavailable`` in ``git show
 53422a7:sidecar/download.py``), run on the same exceptions, and on the same faults for the real
-backends: the typed failures change no decision. Three quirks are kept on purpose and named in
-the table: an ``http(s)://`` remote's 5xx is retried but not counted toward an outage, fsspec
-reports such a remote that cannot be reached as not found, and botocore's ``SSLError`` is retried
-even for a certificate that does not verify.
+backends: the typed failures change no decision, but one made on purpose since (issue 14):
+throttling (SlowDown, 429, GCS ``rateLimitExceeded``) is ``throttled``, returned at once for the
+sampler to fetch again later (it was ``outage``, or ``retry`` over fsspec). Three quirks are kept
+on purpose and named in the table: an ``http(s)://`` remote's 5xx is retried but not counted
+toward an outage, fsspec reports such a remote that cannot be reached as not found, and
+botocore's ``SSLError`` is retried even for a certificate that does not verify.
 """
 
 from __future__ import annotations
@@ -38,7 +40,14 @@ from fsspec.exceptions import FSTimeoutError
 from multidict import CIMultiDict, CIMultiDictProxy
 from store_helpers import sid_of
 
-from epochfs.sidecar.download import Downloader, FetchResult, RetryPolicy, is_transient, is_unavailable
+from epochfs.sidecar.download import (
+    Downloader,
+    FetchResult,
+    RetryPolicy,
+    is_throttled,
+    is_transient,
+    is_unavailable,
+)
 from epochfs.sidecar.httpget import HTTPStatusError, Proxy, ProxyConnectError, ProxyError
 from epochfs.sidecar.remote import FileRemote, HTTPRemote, Remote, S3Remote
 from epochfs.sidecar.remote_errors import (
@@ -82,6 +91,17 @@ def connector_error(cls: type[aiohttp.ClientConnectorError], os_error: OSError) 
     return cls(ConnectionKey("h", 443, True, True, None, None, None), os_error)
 
 
+class GcsHttpError(Exception):
+    """gcsfs's ``HttpError`` (gcsfs is not installed here): a message and a ``code``."""
+
+    def __init__(self, code: int, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+GcsHttpError.__name__ = "HttpError"
+
+
 # (case, the exception as it arises, the kind it is typed as (None: left as it is), outcome)
 Case = tuple[str, Callable[[], BaseException], "str | None", str]
 
@@ -116,13 +136,14 @@ BOTOCORE: list[Case] = [  # s3:// through botocore (a refused fast path, S3's ch
     ("NoSuchKey 404", lambda: client_error(404, "NoSuchKey"), "NotFound", "skip"),
     ("AccessDenied 403", lambda: client_error(403, "AccessDenied"), "Denied", "skip"),
     ("InvalidRange 416", lambda: client_error(416, "InvalidRange"), "Denied", "skip"),
-    ("SlowDown 503", lambda: client_error(503, "SlowDown"), "Unavailable", "outage"),
+    ("SlowDown 503", lambda: client_error(503, "SlowDown"), "Throttled", "throttled"),
     ("InternalError 500", lambda: client_error(500, "InternalError"), "Unavailable", "outage"),
     ("502 without a body", lambda: client_error(502, "502"), "Unavailable", "outage"),
     ("RequestTimeout 400", lambda: client_error(400, "RequestTimeout"), "Unavailable", "outage"),
     ("RequestTimeTooSkewed 403", lambda: client_error(403, "RequestTimeTooSkewed"), "Unavailable", "outage"),
-    ("Throttling 400", lambda: client_error(400, "Throttling"), "Unavailable", "outage"),
-    ("TooManyRequests 429", lambda: client_error(429, "TooManyRequests"), "Unavailable", "outage"),
+    ("Throttling 400", lambda: client_error(400, "Throttling"), "Throttled", "throttled"),
+    ("TooManyRequests 429", lambda: client_error(429, "TooManyRequests"), "Throttled", "throttled"),
+    ("503 without a body", lambda: client_error(503, "503"), "Unavailable", "outage"),
     ("endpoint refused", lambda: chained(bce.EndpointConnectionError(endpoint_url=URL, error="x"),
                                          u3.NewConnectionError(None, "refused"),
                                          ConnectionRefusedError(111, "refused")), "Unavailable", "outage"),
@@ -164,7 +185,11 @@ FSSPEC: list[Case] = [  # http(s):// and gs:// through fsspec (aiohttp)
     ("403", lambda: response_error(403, "Forbidden"), "Denied", "skip"),
     ("quirk: 503", lambda: response_error(503, "Service Unavailable"), "Transient", "retry"),
     ("quirk: 500", lambda: response_error(500, "Internal Server Error"), "Transient", "retry"),
-    ("quirk: 429", lambda: response_error(429, "Too Many Requests"), "Transient", "retry"),
+    ("429", lambda: response_error(429, "Too Many Requests"), "Throttled", "throttled"),
+    ("GCS rateLimitExceeded 429", lambda: GcsHttpError(429, "rateLimitExceeded: too many requests"),
+     "Throttled", "throttled"),
+    ("GCS rateLimitExceeded 403", lambda: GcsHttpError(403, "The project exceeded the rate limit: "
+                                                       "rateLimitExceeded"), "Throttled", "throttled"),
     ("truncated body", lambda: chained(aiohttp.ClientPayloadError("Response payload is not completed"),
                                        ContentLengthError("short")), "Transient", "retry"),
     ("other client error", lambda: aiohttp.ClientConnectionError("x"), "Transient", "retry"),
@@ -190,6 +215,8 @@ TABLE = [pytest.param(backend, *case, id=f"{backend}: {case[0]}")
 
 def outcome(failure: BaseException) -> str:
     """What the downloader does with a failed attempt, from its public classifier."""
+    if is_throttled(failure):
+        return "throttled"
     if not is_transient(failure):
         return "skip"
     return "outage" if is_unavailable(failure) else "retry"
@@ -225,10 +252,13 @@ FAST_PATH = [  # (id, what the presigned GET raised, kind, outcome)
     ("409 OperationAborted", s3_error(409, "OperationAborted"), "Denied", "skip"),
     ("412 PreconditionFailed", s3_error(412, "PreconditionFailed"), "Denied", "skip"),
     ("416 InvalidRange", s3_error(416, "InvalidRange"), "Denied", "skip"),
-    ("429 TooManyRequests", s3_error(429, "TooManyRequests"), "Unavailable", "outage"),
+    ("429 TooManyRequests", s3_error(429, "TooManyRequests"), "Throttled", "throttled"),
+    ("429 from a proxy page", HTTPStatusError(429, "Too Many Requests", b"<html>slow down</html>"),
+     "Throttled", "throttled"),
     ("500 InternalError", s3_error(500, "InternalError"), "Unavailable", "outage"),
     ("502 BadGateway", s3_error(502, "BadGateway"), "Unavailable", "outage"),
-    ("503 SlowDown", s3_error(503, "SlowDown"), "Unavailable", "outage"),
+    ("503 SlowDown", s3_error(503, "SlowDown"), "Throttled", "throttled"),
+    ("503 ServiceUnavailable", s3_error(503, "ServiceUnavailable"), "Unavailable", "outage"),
     ("504 from a proxy page", HTTPStatusError(504, "Gateway Timeout", b"<html>proxy page</html>"),
      "Unavailable", "outage"),
     ("proxy 407", ProxyError(PROXY, 407, "Proxy Authentication Required"), "Denied", "skip"),
@@ -281,9 +311,9 @@ S3_FAULTS = [
     ("truncate", "Transient", "retry", "Transient", "retry"),
     ("corrupt", "Transient", "retry", "Transient", "retry"),
     ("garbage", "Transient", "retry", "Transient", "retry"),
-    ("503", "Unavailable", "outage", "Unavailable", "outage"),
+    ("503", "Throttled", "throttled", "Throttled", "throttled"),  # SlowDown
     ("500", "Unavailable", "outage", "Unavailable", "outage"),
-    ("429", "Unavailable", "outage", "Unavailable", "outage"),
+    ("429", "Throttled", "throttled", "Throttled", "throttled"),
     ("404", "NotFound", "skip", "NotFound", "skip"),
     ("403", "Denied", "skip", "Denied", "skip"),  # presigned: refused, then botocore's answer
 ]
@@ -301,6 +331,9 @@ def decided(result: FetchResult) -> tuple[str, str]:
     """(kind, outcome) of a failed fetch: the kind heads its reason."""
     assert result.admission is None and result.error is not None, result
     kind = result.error.removeprefix(f"gave up after {result.attempts} attempts: ").split(":")[0]
+    if result.throttled:
+        assert result.attempts == 1, "a throttled answer returns at once, not retried in place"
+        return kind, "throttled"
     if result.attempts == 1:
         return kind, "skip"
     return kind, "outage" if result.unavailable else "retry"
@@ -365,7 +398,7 @@ def http_proxy(tmp_path: Path) -> Iterator[FaultProxy]:
     ("stall", "Unavailable", "outage"),
     ("garbage", "Denied", "skip"),  # aiohttp answers a garbled status line as a 400
     ("503", "Transient", "retry"),  # quirk: not counted toward an outage
-    ("429", "Transient", "retry"),
+    ("429", "Throttled", "throttled"),
     ("404", "NotFound", "skip"),
     ("403", "Denied", "skip"),
 ])

@@ -1,0 +1,128 @@
+"""The sampler's answer to throttling: a fetch window (AIMD) and keys put back for later.
+
+A throttled answer (S3 ``503 SlowDown``, HTTP 429, GCS ``rateLimitExceeded``) says the store wants
+fewer requests from this node; it says nothing about the object. Retrying the object in its
+download slot (as an outage is retried) does not lower the request rate, every slot keeps asking,
+and giving it up after a few tries skipped it for good. So the sampler does what TCP does with a
+congested link:
+
+- :class:`FetchWindow` bounds the downloads in flight: halved on a throttled answer (at most once
+  per ``cooldown``, so the answers of one burst count once), grown by one after a window's worth
+  of successes, between 1 and ``--concurrency`` (additive increase, multiplicative decrease);
+- :class:`Deferred` holds the throttled keys, each fetched again after a full-jitter delay that
+  doubles with the key's throttled answers in a row (``uniform(0, min(cap, base * 2**n))``), so
+  nodes throttled at the same instant do not ask again at the same instant.
+
+Both are pure (no threads, no I/O): the clock and the random source are injected, and the loop
+calls them from its one thread.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import random
+import time
+from collections.abc import Callable
+
+from epochfs.sidecar.store import Candidate
+
+THROTTLE_COOLDOWN = 0.1
+"""Seconds after a halving in which further throttled answers do not halve the window again."""
+DEFER_BASE = 0.1
+"""Upper bound of the first full-jitter delay of a throttled key (seconds), doubled per answer."""
+DEFER_CAP = 20.0
+"""Longest upper bound of a throttled key's delay (seconds)."""
+
+
+class FetchWindow:
+    """How many downloads may be in flight: AIMD between 1 and ``limit`` (``--concurrency``)."""
+
+    def __init__(self, limit: int, *, cooldown: float = THROTTLE_COOLDOWN,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        if limit < 1 or cooldown < 0:
+            raise ValueError("need limit >= 1 and cooldown >= 0")
+        self.limit = limit
+        self.cooldown = cooldown
+        self.clock = clock
+        self.size = limit
+        self._successes = 0
+        self._last_cut: float | None = None
+
+    def throttled(self) -> bool:
+        """A throttled answer: halve the window unless it was halved less than ``cooldown`` ago
+        (the other answers of the same burst). True when it shrank."""
+        now = self.clock()
+        if self._last_cut is not None and now - self._last_cut < self.cooldown:
+            return False
+        self._last_cut = now
+        self._successes = 0
+        if self.size == 1:
+            return False
+        self.size = max(1, self.size // 2)
+        return True
+
+    def succeeded(self) -> bool:
+        """A download came through: one more per window of successes. True when it grew."""
+        if self.size >= self.limit:
+            return False
+        self._successes += 1
+        if self._successes < self.size:
+            return False
+        self._successes = 0
+        self.size += 1
+        return True
+
+
+class Deferred:
+    """Throttled keys waiting for their full-jitter delay, soonest first."""
+
+    def __init__(self, *, base: float = DEFER_BASE, cap: float = DEFER_CAP,
+                 clock: Callable[[], float] = time.monotonic, rng: random.Random | None = None) -> None:
+        if not 0 < base <= cap:
+            raise ValueError("need 0 < base <= cap")
+        self.base = base
+        self.cap = cap
+        self.clock = clock
+        self.rng = rng or random.Random()
+        self._heap: list[tuple[float, int, Candidate]] = []
+        self._keys: set[str] = set()
+        self._answers: dict[str, int] = {}
+        self._seq = itertools.count()
+
+    def __len__(self) -> int:
+        return len(self._heap)
+
+    def holds(self, key: str) -> bool:
+        return key in self._keys
+
+    def defer(self, cand: Candidate) -> float:
+        """Put ``cand`` back after its throttled answer; returns its delay in seconds."""
+        n = self._answers.get(cand.key, 0)
+        self._answers[cand.key] = n + 1
+        delay = self.rng.uniform(0, min(self.cap, self.base * 2 ** min(n, 30)))
+        if cand.key not in self._keys:
+            self._keys.add(cand.key)
+            heapq.heappush(self._heap, (self.clock() + delay, next(self._seq), cand))
+        return delay
+
+    def fetched(self, key: str) -> None:
+        """``key`` came through (or failed for a reason of its own): its next throttle starts over."""
+        self._answers.pop(key, None)
+
+    def due(self) -> Candidate | None:
+        """A key whose delay has passed, or None."""
+        if not self._heap or self._heap[0][0] > self.clock():
+            return None
+        _, _, cand = heapq.heappop(self._heap)
+        self._keys.discard(cand.key)
+        return cand
+
+    def next_due_in(self) -> float | None:
+        """Seconds until the next key is due (0 when one is), None when none waits."""
+        if not self._heap:
+            return None
+        return max(0.0, self._heap[0][0] - self.clock())
+
+
+__all__ = ["DEFER_BASE", "DEFER_CAP", "THROTTLE_COOLDOWN", "Deferred", "FetchWindow"]
