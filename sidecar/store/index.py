@@ -1,4 +1,5 @@
-"""The SQLite index of a cache folder: schema, transactions, typed meta keys and counters.
+"""The SQLite index of a cache folder: connections, transactions, typed meta keys and counters
+(the tables and their migrations: :mod:`.schema`; the names of meta keys: :mod:`.meta`).
 
 Two processes (the sampler, which writes, and the FUSE server, which reads and asks for cuts) open
 the same ``index.sqlite`` in WAL mode, so readers never block the writer and vice versa. Writes use
@@ -20,17 +21,24 @@ import sqlite3
 import sys
 import threading
 from collections.abc import Iterator
-from enum import Enum
 from pathlib import Path
 from typing import Any
 
 from epochfs.sidecar.store import checkmark
-from epochfs.sidecar.store.records import SIZE_ONLY, StoreError
+from epochfs.sidecar.store.meta import Meta
+from epochfs.sidecar.store.records import StoreError
+from epochfs.sidecar.store.schema import (
+    SCHEMA_VERSION,
+    SEEN_INDEX,
+    create,
+    migrate_1_to_2,
+    migrate_2_to_3,
+    migrate_epochs_2_to_3,
+)
 
 INDEX_NAME = "index.sqlite"
 WAL_SUFFIX = "-wal"
 SHM_SUFFIX = "-shm"
-SCHEMA_VERSION = 3
 """2: samples record ``digest`` (md5 of the bytes admitted) and ``verified`` (what checked them).
 3: catalog rows record ``seen`` (the listing that last saw them: a relist drops the rows it did not
 see), the ``listing_parts`` table holds each lister's progress (a listing resumes after a restart),
@@ -65,111 +73,6 @@ def is_corruption(exc: BaseException) -> bool:
         return code & 0xFF in _CORRUPT_CODES
     text = str(exc)
     return "malformed" in text or "not a database" in text
-
-SCHEMA = """  -- statements split at semicolons: none inside a comment
-CREATE TABLE IF NOT EXISTS meta (name TEXT PRIMARY KEY, value TEXT NOT NULL);
-CREATE TABLE IF NOT EXISTS counters (name TEXT PRIMARY KEY, value INTEGER NOT NULL);
-CREATE TABLE IF NOT EXISTS catalog (
-    key TEXT PRIMARY KEY,          -- the remote key (relative to the remote root)
-    path TEXT NOT NULL,            -- the path shown inside epoch-N/ (equal to key since schema 1)
-    sid TEXT NOT NULL,             -- sample id: names the object file
-    size INTEGER NOT NULL,
-    version TEXT NOT NULL,         -- ETag / generation / mtime tag
-    rank INTEGER NOT NULL,         -- position key in the sampling order (keyed hash of seed, key)
-    pos INTEGER,                   -- unused since schema 3 (was: position numbered after listing)
-    skipped INTEGER NOT NULL DEFAULT 0,
-    seen INTEGER NOT NULL DEFAULT 0  -- the listing generation that last saw the key (schema 3)
-);
-CREATE INDEX IF NOT EXISTS catalog_rank ON catalog(rank);
-CREATE TABLE IF NOT EXISTS listing_parts (
-    part INTEGER PRIMARY KEY,      -- one lister's share of the key space in the running listing
-    prefix TEXT NOT NULL,          -- the listing prefix (relative to the remote root)
-    start TEXT NOT NULL,           -- list keys after this one ('' = from the prefix's start)
-    stop TEXT,                     -- keys from this one on belong to the next part (NULL = none)
-    after TEXT NOT NULL,           -- the last key committed: a restart resumes after it
-    done INTEGER NOT NULL DEFAULT 0
-);
-CREATE TABLE IF NOT EXISTS samples (
-    id INTEGER PRIMARY KEY AUTOINCREMENT,   -- admission order: eviction takes the smallest first
-    sid TEXT NOT NULL UNIQUE,
-    key TEXT NOT NULL UNIQUE,
-    path TEXT NOT NULL,
-    size INTEGER NOT NULL,
-    checksum TEXT NOT NULL,        -- what the manifest shows: md5:<hex> of verified bytes, or size-only
-    version TEXT NOT NULL,
-    admitted_at REAL NOT NULL,
-    digest TEXT NOT NULL DEFAULT '',   -- md5 hex of the bytes admitted: the scrub's reference
-    verified TEXT NOT NULL DEFAULT ''  -- what verified them against the remote (etag-md5, crc64nvme...)
-);
-CREATE TABLE IF NOT EXISTS epochs (
-    n INTEGER PRIMARY KEY,
-    cut_at REAL NOT NULL,
-    samples INTEGER NOT NULL,
-    bytes INTEGER NOT NULL,
-    new INTEGER NOT NULL,
-    evicted INTEGER NOT NULL,
-    max_sample INTEGER NOT NULL,   -- highest samples.id when cut: later samples are pending
-    last_read REAL NOT NULL,       -- 0 until a reader records a read
-    retired INTEGER NOT NULL DEFAULT 0,
-    first_sample INTEGER           -- set: the epoch is the samples with first_sample <= id <= max_sample,
-                                   -- NULL: the epoch is its rows in epoch_samples
-);
--- Only epochs that are not a range of the admission order (schedule-mode windows, epochs cut by
--- schema 2) have rows here.
-CREATE TABLE IF NOT EXISTS epoch_samples (
-    epoch INTEGER NOT NULL,
-    sample INTEGER NOT NULL,
-    PRIMARY KEY (epoch, sample)
-) WITHOUT ROWID;
-CREATE INDEX IF NOT EXISTS epoch_samples_sample ON epoch_samples(sample);
-CREATE TABLE IF NOT EXISTS cut_requests (n INTEGER PRIMARY KEY, requested_at REAL NOT NULL);
-"""
-
-
-class Meta(str, Enum):
-    """Every key of the ``meta`` table, so a misspelt key is a NameError, not a silent miss."""
-
-    SCHEMA_VERSION = "schema_version"
-    CAPACITY = "capacity"
-    KEEP_EPOCHS = "keep_epochs"
-    MIN_SAMPLES = "min_samples"
-    HEADROOM = "headroom"
-    IN_USE_SECONDS = "in_use_seconds"
-    SCHEDULE = "schedule"
-    INFLIGHT_BYTES = "inflight_bytes"
-    """Bytes reserved by downloads in flight, published by the sampler for status and metrics."""
-    BACKPRESSURE = "backpressure"
-    CATALOG_OBJECTS = "catalog_objects"
-    CATALOG_SKIPS_COUNTED = "catalog_skips_counted"
-    """Listing skips already added to ``skipped_total`` (a relisting must not count them twice)."""
-    LISTING_GENERATION = "listing_generation"
-    """The generation of the listing that is running or last ran (rows it saw carry it)."""
-    LISTING_COMPLETE = "listing_complete"
-    """The generation of the newest listing that went to the end (absent: none did yet)."""
-    LISTING_SOURCE = "listing_source"
-    """Where the running listing reads keys: ``list`` or the index URL (a change starts afresh)."""
-    SAMPLER_REMOTE = "sampler_remote"
-    SAMPLER_SEED = "sampler_seed"
-    SAMPLER_SHARD = "sampler_shard"
-    SIDECAR_TOTALS = "sidecar_totals"
-    """The supervisor's own counters (served, client reports), kept across restarts."""
-    INDEX_CHECKED_AT = "index_checked_at"
-    """When the last full ``integrity_check`` of this index began (unix time; :mod:`.checkup`)."""
-    INDEX_CHECK_RESULT = "index_check_result"
-    """What it found: "ok", or the damage (then :mod:`.checkmark` forces a repair at the next start)."""
-
-
-COUNTER_NAMES = (
-    "fetched_total",
-    "fetched_bytes_total",
-    "evicted_total",
-    "evicted_bytes_total",
-    "skipped_total",
-    "cuts_total",
-    "corrupt_objects_total",
-)
-"""Counters that only grow; ``cache_bytes`` and ``cache_samples`` are running totals beside them."""
-
 
 def _file_id(path: Path) -> tuple[int, int] | None:
     try:
@@ -265,8 +168,8 @@ class Index:
         with self.write() as db:
             version = self._version_in(db)
             if version is None:
-                _create(db)
-                db.execute(_SEEN_INDEX)
+                create(db)
+                db.execute(SEEN_INDEX)
                 self.put(Meta.SCHEMA_VERSION, str(SCHEMA_VERSION))
                 return
             if version > SCHEMA_VERSION:
@@ -277,11 +180,11 @@ class Index:
             if not migrate:
                 raise StoreError(f"{self.path}: schema version {version}; the sampler upgrades it to "
                                  f"{SCHEMA_VERSION} at its next start")
-            _create(db)  # tables added since (CREATE IF NOT EXISTS)
+            create(db)  # tables added since (CREATE IF NOT EXISTS)
             if version == 1:
-                _migrate_1_to_2(db)
-            _migrate_2_to_3(self)
-            _migrate_epochs_2_to_3(db)
+                migrate_1_to_2(db)
+            migrate_2_to_3(db)
+            migrate_epochs_2_to_3(db)
             self.put(Meta.SCHEMA_VERSION, str(SCHEMA_VERSION))
 
     @staticmethod
@@ -389,50 +292,3 @@ class Index:
     def counter(self, name: str) -> int:
         row = self.query("SELECT value FROM counters WHERE name=?", (name,))
         return int(row[0][0]) if row else 0
-
-
-_SEEN_INDEX = "CREATE INDEX IF NOT EXISTS catalog_seen ON catalog(seen)"
-
-
-def _migrate_2_to_3(ix: Index) -> None:
-    """Schema 2 numbered ``pos`` after a complete listing (its index goes) and had no listing
-    generations: every row counts as seen by listing 0, complete when the catalog was numbered."""
-    db = ix.db
-    columns = {str(r[1]) for r in db.execute("PRAGMA table_info(catalog)")}
-    if "seen" not in columns:
-        db.execute("ALTER TABLE catalog ADD COLUMN seen INTEGER NOT NULL DEFAULT 0")
-    db.execute("DROP INDEX IF EXISTS catalog_pos")
-    db.execute(_SEEN_INDEX)
-    ix.put(Meta.LISTING_GENERATION, "0")
-    if ix.get(Meta.CATALOG_OBJECTS) is not None:
-        ix.put(Meta.LISTING_COMPLETE, "0")
-
-
-def _migrate_1_to_2(db: sqlite3.Connection) -> None:
-    """Schema 1 recorded ``md5:<hex>`` of whatever arrived, verified or not. Keep that md5 as the
-    scrub's digest; the manifest keeps vouching for it only where the ETag was that same md5 (the
-    downloader had checked it), and says ``size-only`` for the rest (multipart ETags, files...)."""
-    columns = {str(r[1]) for r in db.execute("PRAGMA table_info(samples)")}
-    if "digest" not in columns:
-        db.execute("ALTER TABLE samples ADD COLUMN digest TEXT NOT NULL DEFAULT ''")
-    if "verified" not in columns:
-        db.execute("ALTER TABLE samples ADD COLUMN verified TEXT NOT NULL DEFAULT ''")
-    db.execute("UPDATE samples SET digest = substr(checksum, 5) WHERE checksum LIKE 'md5:%'")
-    db.execute("UPDATE samples SET verified = 'etag-md5' WHERE digest != '' "
-               "AND lower(trim(version, '\"')) = digest")
-    db.execute("UPDATE samples SET verified = ?, checksum = ? WHERE verified = ''", (SIZE_ONLY, SIZE_ONLY))
-
-
-def _create(db: sqlite3.Connection) -> None:
-    """Every table and index of :data:`SCHEMA` that is missing (inside a write transaction)."""
-    for statement in SCHEMA.split(";"):
-        if statement.strip():
-            db.execute(statement)
-
-
-def _migrate_epochs_2_to_3(db: sqlite3.Connection) -> None:
-    """Epochs may be ranges of the admission order: one column, NULL for the epochs already cut
-    (they keep their ``epoch_samples`` rows until they retire). No row is rewritten."""
-    columns = {str(r[1]) for r in db.execute("PRAGMA table_info(epochs)")}
-    if "first_sample" not in columns:
-        db.execute("ALTER TABLE epochs ADD COLUMN first_sample INTEGER")

@@ -8,7 +8,8 @@ cuts and counters are a few rows each. The FUSE server reads this twice a second
 
 from __future__ import annotations
 
-from epochfs.sidecar.store.index import COUNTER_NAMES, Index, Meta
+from epochfs.sidecar.store.index import Index, Meta
+from epochfs.sidecar.store.meta import COUNTER_NAMES
 from epochfs.sidecar.store.records import Policy, Stats
 
 

@@ -1,0 +1,53 @@
+"""The index's named values: every key of the ``meta`` table and the counters that only grow.
+
+Apart from :mod:`.index` so that the schema's migrations (:mod:`.schema`) can name them too.
+"""
+
+from __future__ import annotations
+
+from enum import Enum
+
+
+class Meta(str, Enum):
+    """Every key of the ``meta`` table, so a misspelt key is a NameError, not a silent miss."""
+
+    SCHEMA_VERSION = "schema_version"
+    CAPACITY = "capacity"
+    KEEP_EPOCHS = "keep_epochs"
+    MIN_SAMPLES = "min_samples"
+    HEADROOM = "headroom"
+    IN_USE_SECONDS = "in_use_seconds"
+    SCHEDULE = "schedule"
+    INFLIGHT_BYTES = "inflight_bytes"
+    """Bytes reserved by downloads in flight, published by the sampler for status and metrics."""
+    BACKPRESSURE = "backpressure"
+    CATALOG_OBJECTS = "catalog_objects"
+    CATALOG_SKIPS_COUNTED = "catalog_skips_counted"
+    """Listing skips already added to ``skipped_total`` (a relisting must not count them twice)."""
+    LISTING_GENERATION = "listing_generation"
+    """The generation of the listing that is running or last ran (rows it saw carry it)."""
+    LISTING_COMPLETE = "listing_complete"
+    """The generation of the newest listing that went to the end (absent: none did yet)."""
+    LISTING_SOURCE = "listing_source"
+    """Where the running listing reads keys: ``list`` or the index URL (a change starts afresh)."""
+    SAMPLER_REMOTE = "sampler_remote"
+    SAMPLER_SEED = "sampler_seed"
+    SAMPLER_SHARD = "sampler_shard"
+    SIDECAR_TOTALS = "sidecar_totals"
+    """The supervisor's own counters (served, client reports), kept across restarts."""
+    INDEX_CHECKED_AT = "index_checked_at"
+    """When the last full ``integrity_check`` of this index began (unix time; :mod:`.checkup`)."""
+    INDEX_CHECK_RESULT = "index_check_result"
+    """What it found: "ok", or the damage (then :mod:`.checkmark` forces a repair at the next start)."""
+
+
+COUNTER_NAMES = (
+    "fetched_total",
+    "fetched_bytes_total",
+    "evicted_total",
+    "evicted_bytes_total",
+    "skipped_total",
+    "cuts_total",
+    "corrupt_objects_total",
+)
+"""Counters that only grow; ``cache_bytes`` and ``cache_samples`` are running totals beside them."""

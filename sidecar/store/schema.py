@@ -1,0 +1,126 @@
+"""The index's schema: its tables, the version they make, and the migrations from older ones.
+
+Kept apart from :mod:`.index` (connections, transactions, meta and counters) because it changes on
+its own clock: a column added here comes with its migration and a bump of ``SCHEMA_VERSION``, and
+nothing else in the store needs to change with it. Migrations only add columns and indexes or fill
+them in place; none rewrites every row of a large table.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+
+from epochfs.sidecar.store.meta import Meta
+from epochfs.sidecar.store.records import SIZE_ONLY
+
+SCHEMA_VERSION = 3
+
+SCHEMA = """  -- statements split at semicolons: none inside a comment
+CREATE TABLE IF NOT EXISTS meta (name TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS counters (name TEXT PRIMARY KEY, value INTEGER NOT NULL);
+CREATE TABLE IF NOT EXISTS catalog (
+    key TEXT PRIMARY KEY,          -- the remote key (relative to the remote root)
+    path TEXT NOT NULL,            -- the path shown inside epoch-N/ (equal to key since schema 1)
+    sid TEXT NOT NULL,             -- sample id: names the object file
+    size INTEGER NOT NULL,
+    version TEXT NOT NULL,         -- ETag / generation / mtime tag
+    rank INTEGER NOT NULL,         -- position key in the sampling order (keyed hash of seed, key)
+    pos INTEGER,                   -- unused since schema 3 (was: position numbered after listing)
+    skipped INTEGER NOT NULL DEFAULT 0,
+    seen INTEGER NOT NULL DEFAULT 0  -- the listing generation that last saw the key (schema 3)
+);
+CREATE INDEX IF NOT EXISTS catalog_rank ON catalog(rank);
+CREATE TABLE IF NOT EXISTS listing_parts (
+    part INTEGER PRIMARY KEY,      -- one lister's share of the key space in the running listing
+    prefix TEXT NOT NULL,          -- the listing prefix (relative to the remote root)
+    start TEXT NOT NULL,           -- list keys after this one ('' = from the prefix's start)
+    stop TEXT,                     -- keys from this one on belong to the next part (NULL = none)
+    after TEXT NOT NULL,           -- the last key committed: a restart resumes after it
+    done INTEGER NOT NULL DEFAULT 0
+);
+CREATE TABLE IF NOT EXISTS samples (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,   -- admission order: eviction takes the smallest first
+    sid TEXT NOT NULL UNIQUE,
+    key TEXT NOT NULL UNIQUE,
+    path TEXT NOT NULL,
+    size INTEGER NOT NULL,
+    checksum TEXT NOT NULL,        -- what the manifest shows: md5:<hex> of verified bytes, or size-only
+    version TEXT NOT NULL,
+    admitted_at REAL NOT NULL,
+    digest TEXT NOT NULL DEFAULT '',   -- md5 hex of the bytes admitted: the scrub's reference
+    verified TEXT NOT NULL DEFAULT ''  -- what verified them against the remote (etag-md5, crc64nvme...)
+);
+CREATE TABLE IF NOT EXISTS epochs (
+    n INTEGER PRIMARY KEY,
+    cut_at REAL NOT NULL,
+    samples INTEGER NOT NULL,
+    bytes INTEGER NOT NULL,
+    new INTEGER NOT NULL,
+    evicted INTEGER NOT NULL,
+    max_sample INTEGER NOT NULL,   -- highest samples.id when cut: later samples are pending
+    last_read REAL NOT NULL,       -- 0 until a reader records a read
+    retired INTEGER NOT NULL DEFAULT 0,
+    first_sample INTEGER           -- set: the epoch is the samples with first_sample <= id <= max_sample,
+                                   -- NULL: the epoch is its rows in epoch_samples
+);
+-- Only epochs that are not a range of the admission order (schedule-mode windows, epochs cut by
+-- schema 2) have rows here.
+CREATE TABLE IF NOT EXISTS epoch_samples (
+    epoch INTEGER NOT NULL,
+    sample INTEGER NOT NULL,
+    PRIMARY KEY (epoch, sample)
+) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS epoch_samples_sample ON epoch_samples(sample);
+CREATE TABLE IF NOT EXISTS cut_requests (n INTEGER PRIMARY KEY, requested_at REAL NOT NULL);
+"""
+
+
+SEEN_INDEX = "CREATE INDEX IF NOT EXISTS catalog_seen ON catalog(seen)"
+
+
+def migrate_2_to_3(db: sqlite3.Connection) -> None:
+    """Schema 2 numbered ``pos`` after a complete listing (its index goes) and had no listing
+    generations: every row counts as seen by listing 0, complete when the catalog was numbered."""
+    columns = {str(r[1]) for r in db.execute("PRAGMA table_info(catalog)")}
+    if "seen" not in columns:
+        db.execute("ALTER TABLE catalog ADD COLUMN seen INTEGER NOT NULL DEFAULT 0")
+    db.execute("DROP INDEX IF EXISTS catalog_pos")
+    db.execute(SEEN_INDEX)
+    _put(db, Meta.LISTING_GENERATION, "0")
+    if db.execute("SELECT 1 FROM meta WHERE name=?", (Meta.CATALOG_OBJECTS.value,)).fetchone():
+        _put(db, Meta.LISTING_COMPLETE, "0")
+
+
+def migrate_1_to_2(db: sqlite3.Connection) -> None:
+    """Schema 1 recorded ``md5:<hex>`` of whatever arrived, verified or not. Keep that md5 as the
+    scrub's digest; the manifest keeps vouching for it only where the ETag was that same md5 (the
+    downloader had checked it), and says ``size-only`` for the rest (multipart ETags, files...)."""
+    columns = {str(r[1]) for r in db.execute("PRAGMA table_info(samples)")}
+    if "digest" not in columns:
+        db.execute("ALTER TABLE samples ADD COLUMN digest TEXT NOT NULL DEFAULT ''")
+    if "verified" not in columns:
+        db.execute("ALTER TABLE samples ADD COLUMN verified TEXT NOT NULL DEFAULT ''")
+    db.execute("UPDATE samples SET digest = substr(checksum, 5) WHERE checksum LIKE 'md5:%'")
+    db.execute("UPDATE samples SET verified = 'etag-md5' WHERE digest != '' "
+               "AND lower(trim(version, '\"')) = digest")
+    db.execute("UPDATE samples SET verified = ?, checksum = ? WHERE verified = ''", (SIZE_ONLY, SIZE_ONLY))
+
+
+def create(db: sqlite3.Connection) -> None:
+    """Every table and index of :data:`SCHEMA` that is missing (inside a write transaction)."""
+    for statement in SCHEMA.split(";"):
+        if statement.strip():
+            db.execute(statement)
+
+
+def migrate_epochs_2_to_3(db: sqlite3.Connection) -> None:
+    """Epochs may be ranges of the admission order: one column, NULL for the epochs already cut
+    (they keep their ``epoch_samples`` rows until they retire). No row is rewritten."""
+    columns = {str(r[1]) for r in db.execute("PRAGMA table_info(epochs)")}
+    if "first_sample" not in columns:
+        db.execute("ALTER TABLE epochs ADD COLUMN first_sample INTEGER")
+
+
+def _put(db: sqlite3.Connection, key: Meta, value: str) -> None:
+    db.execute("INSERT INTO meta(name, value) VALUES(?, ?) "
+               "ON CONFLICT(name) DO UPDATE SET value=excluded.value", (key.value, value))
