@@ -9,14 +9,17 @@ import heapq
 import inspect
 import random
 import statistics
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from epochfs.sidecar.config import SamplerSettings
 from epochfs.sidecar.download import RetryPolicy
 from epochfs.sidecar.listing.background import RETRY_MAX, RETRY_MIN
+from epochfs.sidecar.listing.indexfile import HEADER_RETRY
 from epochfs.sidecar.listing.sources import DISCOVERY_PAGES, PagedSource
 from epochfs.sidecar.sampler.breaker import OUTAGE_AFTER, OUTAGE_PAUSE
 from epochfs.sidecar.sampler.order import LISTING_WAIT
+from epochfs.sidecar.sampler.throttle import DEFER_BASE, DEFER_CAP, THROTTLE_COOLDOWN, FetchWindow
 from epochfs.sidecar.supervisor.children import ChildProcesses
 
 GET_LIMIT = 5500.0
@@ -67,6 +70,10 @@ class Params:
     outage_pause: tuple[float, float] = OUTAGE_PAUSE
     list_retry: tuple[float, float] = LIST_RETRY
     listing_wait: float = LISTING_WAIT
+    defer: tuple[float, float] = (DEFER_BASE, DEFER_CAP)
+    """A throttled key's full-jitter delay: first bound, longest bound (doubling per answer)."""
+    window_cooldown: float = THROTTLE_COOLDOWN
+    header_retry: tuple[float, float] = HEADER_RETRY
 
     @property
     def spans(self) -> int:
@@ -101,10 +108,14 @@ class Outcome:
     sampler_restarts: int = 0
     listing_pauses: int = 0
     given_up: int = 0
-    """Objects given up on SlowDown and skipped (the breaker still closed): never fetched."""
-    kept: int = 0
-    """Objects given up on SlowDown with the breaker open: kept and tried again later."""
-    breaker_pauses: int = 0
+    """Objects skipped for good: none since throttling is its own kind (a SlowDown never skips)."""
+    deferred: int = 0
+    """Throttled GETs whose key was put back for a full-jitter delay (the sampler's Deferred)."""
+    header_retries: int = 0
+    """Throttled index-header GETs read again after a full-jitter pause (no restart)."""
+    window_shrinks: int = 0
+    min_window_mean: float = float("nan")
+    """The smallest fetch window each node reached, averaged over the nodes."""
     index_build_s: float = 0.0
     simulated_s: float = 0.0
     epoch0_median_s: float = float("nan")
@@ -138,28 +149,32 @@ class Store:
 
 
 # Event kinds.
-_START, _DISCOVER, _PAGE, _LIST_RUN, _READ, _WORKER, _RETRY, _GET_DONE = range(8)
+_START, _DISCOVER, _PAGE, _LIST_RUN, _READ, _WORKER, _RETRY, _GET_DONE, _HEADER, _DUE = range(10)
 
 
 class Node:
-    __slots__ = ("available", "backoff", "disc", "failed", "fetched", "inflight", "list_pause", "listed",
-                 "next_key", "parked", "pause", "paused_until", "read", "started_at", "streak", "taken")
+    __slots__ = ("available", "backoff", "disc", "due", "failed", "fetched", "gets", "header_bound",
+                 "inflight", "list_pause", "listed", "min_window", "next_key", "parked", "read", "run_listed",
+                 "started_at", "taken", "window")
 
-    def __init__(self, p: Params) -> None:
+    def __init__(self, p: Params, clock: Callable[[], float]) -> None:
         self.disc = 0  # discovery pages done in this start
         self.listed = 0  # pages (or index chunks) committed
         self.taken = 0  # pages handed to listers (committed or in flight)
         self.inflight = 0  # lister pages in flight
         self.failed = False  # the running listing run hit a SlowDown
-        self.list_pause = p.list_retry[0]
+        self.list_pause = p.list_retry[0]  # the bound of the next full-jitter pause
+        self.run_listed = 0  # pages committed when the running listing run began
         self.read = 0  # index chunks read in the current stream (a resumed stream reads again)
         self.available = 0  # shard keys in the catalog
         self.parked = 0  # download slots waiting for keys
         self.next_key = 0
         self.fetched = 0
-        self.streak = 0
-        self.pause = 0.0
-        self.paused_until = 0.0
+        self.gets = 0  # GETs in flight
+        self.due: list[int] = []  # throttled keys whose delay has passed (their throttled answers)
+        self.window = FetchWindow(p.concurrency, cooldown=p.window_cooldown, clock=clock)
+        self.min_window = p.concurrency
+        self.header_bound = p.header_retry[0]
         self.backoff = 0.0
         self.started_at = 0.0
 
@@ -184,7 +199,8 @@ def simulate(p: Params) -> Outcome:
     second_gets: dict[int, int] = {}
     epoch0_at = [float("nan")] * p.nodes
     listed_at = [float("nan")] * p.nodes
-    nodes = [Node(p) for _ in range(p.nodes)]
+    sim_now = [0.0]
+    nodes = [Node(p, lambda: sim_now[0]) for _ in range(p.nodes)]
 
     def push(t: float, kind: int, node: int, a: int = 0) -> None:
         nonlocal seq
@@ -216,16 +232,20 @@ def simulate(p: Params) -> Outcome:
         node.backoff = min(longest, max(first, node.backoff * 2))
         push(now + node.backoff + p.start_seconds, _START, i)
 
+    def wake(now: float, i: int, node: Node, n: int) -> None:
+        """Wake up to ``n`` parked download slots."""
+        n = max(0, min(node.parked, n))
+        for _ in range(n):
+            push(now, _WORKER, i)
+        node.parked -= n
+
     def committed(now: float, i: int, node: Node) -> None:
         """One more page (chunk) in the catalog: the shard keys it holds, and idle slots woken."""
         node.listed += 1
         node.available = shard * node.listed // units
         if node.listed == units:
             listed_at[i] = now
-        wake = min(node.parked, node.available - node.next_key)
-        for _ in range(max(0, wake)):
-            push(now + p.listing_wait / 2, _WORKER, i)
-        node.parked -= max(0, wake)
+        wake(now + p.listing_wait / 2, i, node, node.available - node.next_key)
 
     def start_fetching(now: float, i: int, node: Node) -> None:
         node.parked = p.concurrency  # every slot waits for the first keys
@@ -233,16 +253,26 @@ def simulate(p: Params) -> Outcome:
     def run_listing(now: float, i: int, node: Node) -> None:
         """A listing run: ``listers`` threads, one page per turn, from the committed points."""
         node.failed = False
+        node.run_listed = node.listed
         for _ in range(min(listers, pages - node.taken)):
             node.taken += 1
             node.inflight += 1
             push(now, _PAGE, i, node.taken - 1)
 
     def list_failed(now: float, i: int, node: Node) -> None:
-        """The run's listers are all back: the listing thread pauses, then resumes."""
+        """The run's listers are all back: the listing thread pauses (full jitter; the bound back
+        to its minimum when the run committed pages), then resumes."""
         out.listing_pauses += 1
-        push(now + node.list_pause, _LIST_RUN, i)
+        if node.listed > node.run_listed:
+            node.list_pause = p.list_retry[0]
+        push(now + rng.uniform(0, node.list_pause), _LIST_RUN, i)
         node.list_pause = min(p.list_retry[1], node.list_pause * 2)
+
+    def header_throttled(now: float, i: int, node: Node) -> None:
+        """The index header's GET was throttled: read again after a full-jitter pause."""
+        out.header_retries += 1
+        push(now + rng.uniform(0, node.header_bound), _HEADER, i)
+        node.header_bound = min(p.header_retry[1], node.header_bound * 2)
 
     if p.index:
         # One listing for the fleet, before the job: `epochfs index`, its listers over the spans.
@@ -254,20 +284,23 @@ def simulate(p: Params) -> Outcome:
     now = 0.0
     while events:
         now, _, kind, i, a = heapq.heappop(events)
+        sim_now[0] = now
         if now > p.horizon:
             break
         node = nodes[i]
         if kind == _START:
             node.started_at = now
-            if p.index:  # the index header: one GET; throttled, the sampler exits
-                if request(now, rng.randrange(p.prefixes), False):
-                    start_fetching(now, i, node)
-                    push(now + p.get_seconds, _LIST_RUN, i)
-                else:
-                    restart(now, i, node)
+            if p.index:
+                push(now, _HEADER, i)
             else:
                 node.disc = 0
                 push(now, _DISCOVER, i)
+        elif kind == _HEADER:  # the index header: one GET; throttled, read again later
+            if request(now, rng.randrange(p.prefixes), False):
+                start_fetching(now, i, node)
+                push(now + p.get_seconds, _LIST_RUN, i)
+            else:
+                header_throttled(now, i, node)
         elif kind == _DISCOVER:
             if not request(now, 0, True):
                 restart(now + p.page_seconds, i, node)
@@ -310,43 +343,42 @@ def simulate(p: Params) -> Outcome:
                 node.taken += 1
                 node.inflight += 1
                 push(done, _PAGE, i, node.taken - 1)
-        elif kind == _WORKER:  # a download slot asks for its next key
-            if node.next_key >= target:
+        elif kind == _WORKER:  # a download slot asks for its next key (due throttled keys first)
+            nothing = not node.due and node.next_key >= min(target, node.available)
+            if node.gets >= node.window.size or nothing:
+                node.parked += 1  # the window is full, or nothing to fetch now
                 continue
-            if now < node.paused_until:
-                push(node.paused_until, _WORKER, i)
-                continue
-            if node.next_key >= node.available:
-                node.parked += 1
-                continue
-            node.next_key += 1
-            push(now, _RETRY, i, 1)
-        elif kind == _RETRY:  # attempt ``a`` of a GET
+            node.gets += 1
+            if node.due:
+                push(now, _RETRY, i, node.due.pop())
+            else:
+                node.next_key += 1
+                push(now, _RETRY, i, 0)
+        elif kind == _RETRY:  # a GET of a key throttled ``a`` times before
             if request(now, rng.randrange(p.prefixes), False):
                 push(now + p.get_seconds, _GET_DONE, i)
-            elif a < p.retry.attempts:
-                push(now + 0.01 + p.retry.delay(a, rng), _RETRY, i, a + 1)
-            else:  # given up as unavailable: the outage breaker counts it
-                node.streak += 1
-                if node.streak < p.outage_after:
-                    out.given_up += 1  # skipped for good, as any bad object
-                else:
-                    out.kept += 1
-                    node.next_key -= 1  # the key is kept for later
-                    if now >= node.paused_until:
-                        first, longest = p.outage_pause
-                        node.pause = min(longest, node.pause * 2) if node.pause else first
-                        node.paused_until = now + node.pause
-                        out.breaker_pauses += 1
+            else:  # throttled: the key waits a full-jitter delay; the window halves
+                out.deferred += 1
+                node.gets -= 1
+                if node.window.throttled():
+                    out.window_shrinks += 1
+                    node.min_window = min(node.min_window, node.window.size)
+                first, longest = p.defer
+                push(now + 0.01 + rng.uniform(0, min(longest, first * 2 ** min(a, 30))), _DUE, i, a + 1)
                 push(now + 0.01, _WORKER, i)
+        elif kind == _DUE:  # a throttled key's delay has passed: fetched again first
+            node.due.append(a)
+            wake(now, i, node, 1)
         elif kind == _GET_DONE:
             node.fetched += 1
-            node.streak = 0
-            node.pause = 0.0
+            node.gets -= 1
+            if node.window.succeeded():
+                wake(now, i, node, 1)
             if node.fetched == epoch0:
                 epoch0_at[i] = now
             push(now, _WORKER, i)
     out.simulated_s = min(now, p.horizon)
+    out.min_window_mean = statistics.fmean(n.min_window for n in nodes)
     reached = [t for t in epoch0_at if t == t]
     out.epoch0_s = reached
     out.nodes_without_epoch0 = p.nodes - len(reached)

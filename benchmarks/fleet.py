@@ -77,7 +77,8 @@ def row(o: Outcome) -> str:
              f"{o.peak_get_per_s:,.0f} / {o.mean_get_per_s:,.0f}",
              f"{o.list_slowdowns:,} / {o.get_slowdowns:,}", f"{o.sampler_restarts:,}",
              f"{o.listing_pauses:,}",
-             f"{o.given_up:,} / {o.kept:,}", _seconds(o.epoch0_median_s, o.epoch0_worst_s, 1),
+             f"{o.given_up:,} / {o.deferred:,}", f"{o.min_window_mean:.1f}", f"{o.header_retries:,}",
+             _seconds(o.epoch0_median_s, o.epoch0_worst_s, 1),
              _seconds(o.listed_median_s, o.listed_worst_s, 0), str(o.nodes_without_epoch0),
              f"{o.index_build_s:.0f}"]
     return "| " + " | ".join(cells) + " |"
@@ -85,7 +86,8 @@ def row(o: Outcome) -> str:
 
 COLUMNS = ["mode", "listers per node", "LIST requests", "LIST/s peak / mean", "GET requests",
            "GET/s peak / mean", "SlowDown LIST / GET", "sampler restarts", "listing pauses",
-           "objects skipped / kept (breaker)", "epoch 0 median / worst (s)", "listed median / worst (s)",
+           "objects skipped / throttled GETs deferred", "smallest window (mean)", "index header retries",
+           "epoch 0 median / worst (s)", "listed median / worst (s)",
            "nodes without epoch 0", "index build (s)"]
 HEADER = "| " + " | ".join(COLUMNS) + " |\n|" + "---|" * len(COLUMNS)
 

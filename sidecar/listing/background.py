@@ -4,8 +4,12 @@
 A relist is a new listing generation written over the catalog the sampler keeps fetching from:
 new keys join the sampling order where their rank puts them, and when the relist reaches the end
 the keys it did not see are dropped (:meth:`~epochfs.sidecar.store.catalog.Listings.finish`). A
-listing that fails (the remote is down) is tried again after a pause that doubles up to
-``RETRY_MAX`` seconds; the sampler goes on with the catalog it has.
+listing that fails (the remote is down, or throttles) is tried again after a full-jitter pause,
+``uniform(0, bound)`` with a bound that doubles from ``RETRY_MIN`` up to ``RETRY_MAX`` seconds and
+falls back to ``RETRY_MIN`` once a run has committed a page: the sampler goes on with the catalog
+it has. The jitter and the reset matter for a fleet (docs/scale.md, the fleet model): pauses
+without them kept nodes throttled at the same instant in cohorts that asked again together, and
+a node that listed a few pages between throttles still waited up to a minute each time.
 
 ``epochfs relist --cache DIR`` asks by bumping the ``relist_requests`` counter in the index (as
 ``epochfs cut`` writes to the index, not to the process); this thread looks every ``POLL`` seconds.
@@ -14,6 +18,7 @@ listing that fails (the remote is down) is tried again after a pause that double
 from __future__ import annotations
 
 import logging
+import random
 import threading
 import time
 from collections.abc import Callable
@@ -26,7 +31,10 @@ log = logging.getLogger("epochfs.catalog")
 POLL = 1.0
 """Seconds between looks at the relist requests and the interval."""
 RETRY_MIN = 1.0
+"""The first bound of the pause after a failed listing run (and the bound after one that
+committed a page)."""
 RETRY_MAX = 60.0
+"""The longest bound of that pause (doubling from RETRY_MIN)."""
 
 
 class ListingThread(threading.Thread):
@@ -34,7 +42,8 @@ class ListingThread(threading.Thread):
     report of each complete listing (a check that fails there stops the sampler)."""
 
     def __init__(self, lister: Lister, *, interval: float = 0.0, prepared: object = None,
-                 on_complete: Callable[[CatalogReport], None] | None = None) -> None:
+                 on_complete: Callable[[CatalogReport], None] | None = None,
+                 rng: random.Random | None = None) -> None:
         super().__init__(name="listing", daemon=True)
         self.lister = lister
         self.interval = interval
@@ -44,6 +53,7 @@ class ListingThread(threading.Thread):
         """Set while a listing runs (the fetch order looks for new keys sooner meanwhile)."""
         self.completed = 0
         self.fatal: BaseException | None = None
+        self.rng = rng or random.Random()
 
     @property
     def stop(self) -> threading.Event:
@@ -75,16 +85,21 @@ class ListingThread(threading.Thread):
 
     def _list(self, *, fresh: bool) -> bool:
         """One listing to the end: True when complete; False when stopped or failed."""
-        pause = RETRY_MIN
+        bound = RETRY_MIN
         while not self.stop.is_set():
             self.running.set()
+            before = self._resume_points()
             try:
                 prepared, self._prepared = self._prepared, None
                 report = self.lister.run(fresh=fresh, prepared=prepared)  # type: ignore[arg-type]
             except Exception as e:
-                log.warning("listing failed: %s; trying again in %.0fs (sampling goes on)", e, pause)
+                if self._resume_points() != before:
+                    bound = RETRY_MIN  # the run committed pages: the remote lists, start over
+                pause = self.rng.uniform(0, bound)
+                log.warning("listing failed: %s; trying again in %.1fs (full jitter up to %.0fs; "
+                            "sampling goes on)", e, pause, bound)
                 self.stop.wait(pause)
-                pause = min(RETRY_MAX, pause * 2)
+                bound = min(RETRY_MAX, bound * 2)
                 fresh = False  # resume the listing begun, do not start another
                 continue
             finally:
@@ -101,6 +116,13 @@ class ListingThread(threading.Thread):
                     return False
             return True
         return False
+
+    def _resume_points(self) -> list[tuple[int, str, bool]]:
+        """Where each span of the running listing stands (changes when a page is committed)."""
+        try:
+            return [(p.part, p.after, p.done) for p in self.lister.store.listings().state().parts]
+        except Exception:  # a store that cannot be read now: no reset, the pause still doubles
+            return []
 
 
 __all__ = ["ListingThread"]

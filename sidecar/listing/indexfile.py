@@ -15,6 +15,10 @@ would drop every key it did not reach). Keys are written span by span in key ord
 sorted and file/folder clashes are found as in a listing. The URL is any fsspec URL (``file://``,
 ``http(s)://``, ``gs://``...) or ``s3://`` (read and written with the remote's own S3 client).
 An S3 Inventory ``manifest.json`` is accepted as an index too (:mod:`.inventory`).
+
+A fleet reads one index at once, so its header GET is where a store throttles first: a throttled
+header read (S3 ``SlowDown``, 429) is tried again after a full-jitter pause until the sampler
+stops, instead of ending the sampler (which the supervisor restarted into the same throttle).
 """
 
 from __future__ import annotations
@@ -22,10 +26,12 @@ from __future__ import annotations
 import base64
 import contextlib
 import gzip
+import io
 import json
 import logging
 import os
 import queue
+import random
 import tempfile
 import threading
 import time
@@ -36,33 +42,38 @@ from urllib.parse import urlparse
 from epochfs.sidecar.listing.sources import Page, Source, Span, source_for
 from epochfs.sidecar.redact import redact
 from epochfs.sidecar.remote import HTTPRemote, Remote, RemoteError, RemoteObject
+from epochfs.sidecar.remote_errors import aiohttp_kind, translate
 
 log = logging.getLogger("epochfs.catalog")
 
 FORMAT_VERSION = 1
+HEADER_RETRY = (0.5, 30.0)
+"""First and longest bound of the full-jitter pause before a throttled header read is tried again."""
 PAGE = 1000
 BLOCK = 1 << 20
 
 
-class _ReaderFile:
-    """A remote :class:`~epochfs.sidecar.remote.Reader` as a binary file for gzip and readline."""
+class _ReaderFile(io.RawIOBase):
+    """A remote :class:`~epochfs.sidecar.remote.Reader` as a raw binary file, for
+    :class:`io.BufferedReader` (which needs ``readinto`` and ``closed``), gzip and readline."""
 
     def __init__(self, reader: Any) -> None:
+        super().__init__()
         self._reader = reader
 
-    def read(self, n: int = -1) -> bytes:
-        if n is None or n < 0:
-            parts = []
-            while chunk := self._reader.read(BLOCK):
-                parts.append(chunk)
-            return b"".join(parts)
-        return bytes(self._reader.read(n))
+    def readinto(self, b: Any) -> int:
+        view = memoryview(b).cast("B")
+        data = self._reader.read(len(view))
+        view[:len(data)] = data
+        return len(data)
 
     def readable(self) -> bool:
         return True
 
     def close(self) -> None:
-        self._reader.close()
+        if not self.closed:
+            self._reader.close()
+        super().close()
 
 
 def _s3_split(url: str) -> tuple[str, str]:
@@ -93,8 +104,6 @@ def open_stream(url: str, *, endpoint_url: str | None = None) -> Iterator[IO[byt
         except Exception as e:
             raise RemoteError(f"cannot read {redact(url)}: {e}") from e
         closer = None
-    import io
-
     buffered: Any = io.BufferedReader(raw, BLOCK) if isinstance(raw, _ReaderFile) else raw
     try:
         magic = buffered.peek(2)[:2] if hasattr(buffered, "peek") else b""
@@ -105,6 +114,13 @@ def open_stream(url: str, *, endpoint_url: str | None = None) -> Iterator[IO[byt
             buffered.close()
         if closer is not None:
             closer.close()
+
+
+def is_throttled(exc: BaseException) -> bool:
+    """Whether ``exc`` (a :class:`RemoteError` wrapping a read, or the read's own error) is the
+    store throttling: a typed :class:`~epochfs.sidecar.remote_errors.Throttled` in its chain."""
+    failure = translate(exc, aiohttp_kind)  # walks the causes: the first typed one decides
+    return failure is not None and failure.throttled
 
 
 def is_index(url: str, *, endpoint_url: str | None = None) -> bool:
@@ -120,15 +136,32 @@ def is_index(url: str, *, endpoint_url: str | None = None) -> bool:
 class IndexSource:
     """Keys from an ``epochfs index`` file: one span, a resume point is the records consumed."""
 
-    def __init__(self, url: str, *, endpoint_url: str | None = None, page: int = PAGE) -> None:
+    def __init__(self, url: str, *, endpoint_url: str | None = None, page: int = PAGE,
+                 stop: threading.Event | None = None, rng: random.Random | None = None) -> None:
+        """``stop``: a throttled header read is tried again until it is set (None: not retried)."""
         self.url = url
         self.name = "index:" + redact(url)
         self.endpoint_url = endpoint_url
         self.page = page
         self.sorted_listing = True
-        with open_stream(url, endpoint_url=endpoint_url) as f:
-            self.header = self._header(f.readline())
+        self.header = self._read_header(stop, rng or random.Random())
         self.sorted_listing = bool(self.header.get("sorted"))
+
+    def _read_header(self, stop: threading.Event | None, rng: random.Random) -> dict[str, Any]:
+        bound = HEADER_RETRY[0]
+        while True:
+            try:
+                with open_stream(self.url, endpoint_url=self.endpoint_url) as f:
+                    return self._header(f.readline())
+            except Exception as e:
+                if stop is None or stop.is_set() or not is_throttled(e):
+                    raise
+                pause = rng.uniform(0, bound)
+                log.warning("reading the index header of %s: throttled (%s); trying again in %.1fs",
+                            redact(self.url), e, pause)
+                if stop.wait(pause):
+                    raise
+                bound = min(HEADER_RETRY[1], bound * 2)
 
     def _header(self, line: bytes) -> dict[str, Any]:
         try:
@@ -183,9 +216,10 @@ def object_record(obj: RemoteObject) -> bytes:
     return json.dumps(doc, ensure_ascii=False, separators=(",", ":")).encode("utf-8", "surrogatepass") + b"\n"
 
 
-def listing_source(settings: Any, remote: Remote) -> Source:
+def listing_source(settings: Any, remote: Remote, *, stop: threading.Event | None = None) -> Source:
     """What the sampler lists from: ``--index`` (an epochfs index or an S3 Inventory manifest)
-    when given, except an http(s) remote's plain key list; else the remote itself."""
+    when given, except an http(s) remote's plain key list; else the remote itself. ``stop``: a
+    throttled index header is read again until it is set."""
     url = settings.index_url
     if url:
         if url.rstrip("/").endswith("manifest.json"):
@@ -193,7 +227,7 @@ def listing_source(settings: Any, remote: Remote) -> Source:
 
             return InventorySource(url, remote_url=settings.remote, endpoint_url=settings.endpoint_url)
         if not isinstance(remote, HTTPRemote) or is_index(url, endpoint_url=settings.endpoint_url):
-            return IndexSource(url, endpoint_url=settings.endpoint_url)
+            return IndexSource(url, endpoint_url=settings.endpoint_url, stop=stop)
     return source_for(remote)
 
 

@@ -139,7 +139,7 @@ def run_sample(settings: SamplerSettings) -> int:
                 concurrency=settings.concurrency,
                 read_timeout=settings.read_timeout,
             )
-            lister = Lister(store, listing_source(settings, remote), seed=settings.seed,
+            lister = Lister(store, listing_source(settings, remote, stop=stop), seed=settings.seed,
                             shard_index=settings.shard_index, shard_count=settings.shard_count,
                             object_limit=settings.object_limit, threads=settings.list_threads, stop=stop)
             # Finding the spans lists a little (folders) here, so a remote that cannot be listed

@@ -358,7 +358,9 @@ class Sampler:
             self._write(self.reservations.publish)
             state = "backpressure" if self._backpressure else ("idle" if not self._inflight else "fetching")
             self.rates.log_progress(now, state=state, inflight=len(self._inflight),
-                                    retried=self.downloader.retried, stats=self.store.stats())
+                                    retried=self.downloader.retried, stats=self.store.stats(),
+                                    window=(self.window.size, self.window.limit),
+                                    throttled=len(self.deferred))
 
     def _shutdown(self) -> None:
         """Admit what finished, abandon the rest, remove temp files, release reservations."""

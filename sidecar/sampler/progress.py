@@ -23,16 +23,18 @@ class Rates:
     last_bytes: int = 0
     last_samples: int = 0
 
-    def log_progress(self, now: float, *, state: str, inflight: int, retried: int, stats: Stats) -> None:
-        """One line since the last one; rates over the interval between the two."""
+    def log_progress(self, now: float, *, state: str, inflight: int, retried: int, stats: Stats,
+                     window: tuple[int, int] = (0, 0), throttled: int = 0) -> None:
+        """One line since the last one; rates over the interval between the two. ``window``: the
+        fetch window and --concurrency; ``throttled``: keys waiting after a throttled answer."""
         dt = max(now - self.last_time, 1e-9)
         mbps = (self.nbytes - self.last_bytes) / dt / 1e6
         rate = (self.samples - self.last_samples) / dt
         self.last_time, self.last_bytes, self.last_samples = now, self.nbytes, self.samples
         log.info(
-            "%s: %d sample(s) fetched this run (%.0f/s, %.1f MB/s), %d in flight, %d skipped, "
-            "%d retried; cache %s / %s, %d sample(s), epochs %s",
-            state, self.samples, rate, mbps, inflight, self.skipped, retried,
+            "%s: %d sample(s) fetched this run (%.0f/s, %.1f MB/s), %d in flight (window %d/%d), "
+            "%d skipped, %d retried, %d throttled; cache %s / %s, %d sample(s), epochs %s",
+            state, self.samples, rate, mbps, inflight, *window, self.skipped, retried, throttled,
             format_size(stats.cache_bytes), format_size(stats.capacity_bytes), stats.samples,
             [e["epoch"] for e in stats.epochs] or "none",
         )

@@ -1,34 +1,45 @@
 """The real sampler answers S3's ``503 SlowDown`` the way the fleet model (benchmarks/fleet.py)
 assumes, so the model's request counts and waits are those of the code:
 
-- a throttled object GET is tried ``RetryPolicy.attempts`` times in all, no more, no fewer;
-- ``OUTAGE_AFTER`` objects given up in a row on SlowDown pause new downloads (the first pause
-  ``OUTAGE_PAUSE[0]``), the keys kept;
+- a throttled object GET is never given up and never retried in its download slot: the key waits
+  a full-jitter delay and is fetched again, however many SlowDowns it gets (more than
+  ``--retries``), and nothing is skipped;
+- a store that throttles every GET for a while does not open the outage breaker: the fetch window
+  shrinks to one download in flight (the model's ``FetchWindow``), grows back to
+  ``--concurrency`` afterwards, and every key is fetched;
+- a throttled ``--index`` header GET is read again (the model's ``header_retry``), not the end of
+  the sampler;
 - a SlowDown while finding the spans (before the listing begins) ends the sampler (status 2,
   ``cannot list``), and the next start finds them again from the first page;
-- a SlowDown on a page of the listing pauses the listing thread (``LIST_RETRY``), the sampler
-  running on, and the listing resumes each span from its last committed page: no page before the
-  throttled one is listed again (the LIST requests are the model's count plus the throttled one).
+- a SlowDown on a page of the listing pauses the listing thread (full jitter up to
+  ``LIST_RETRY[0]`` the first time), the sampler running on, and the listing resumes each span
+  from its last committed page: no page before the throttled one is listed again (the LIST
+  requests are the model's count plus the throttled one).
 
 Object GETs are throttled by tests/faultproxy.py in front of the synthetic S3 endpoint
-(benchmarks/synthetic_s3.py); listing pages by the endpoint itself. If the sampler's behaviour
-changes (a listing that relists, retries in place, or exits), these tests fail and the model must
-change with it.
+(benchmarks/synthetic_s3.py) or moto; listing pages by the endpoint itself. If the sampler's
+behaviour changes (a throttled key given up, retried in place, a listing that relists or exits),
+these tests fail and the model must change with it.
 """
 
 from __future__ import annotations
 
+import gzip
+import hashlib
+import json
 import re
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from common import wait_until
+from common import S3Server, put_objects, wait_until
 from faultproxy import FaultProxy
 from sampler_helpers import index_rows, running_sampler, s3_env, start_sampler
 
 from epochfs.benchmarks.fleet import Params
 from epochfs.benchmarks.synthetic_s3 import Dataset, SyntheticS3, resume_point
+from epochfs.sidecar.listing.indexfile import FORMAT_VERSION, object_record
+from epochfs.sidecar.remote import RemoteObject
 
 MODEL = Params()
 
@@ -53,44 +64,67 @@ def sample_keys(cache: Path) -> set[str]:
     return {str(r[0]) for r in index_rows(cache, "SELECT key FROM samples")}
 
 
-def test_a_throttled_get_is_tried_as_often_as_the_model_says(
+def test_a_throttled_get_is_never_given_up_nor_retried_in_its_slot(
     s3: SyntheticS3, proxy: FaultProxy, tmp_path: Path
 ) -> None:
-    attempts = MODEL.retry.attempts
-    assert attempts == 5  # the sampler's default --retries, the model's default
-    proxy.set_plan(object_path(s3, 0), ["503"] * (attempts - 1))  # the last attempt gets through
-    proxy.set_plan(object_path(s3, 1), ["503"] * attempts)  # given up after the last
+    retries = MODEL.retry.attempts
+    assert retries == 5  # the sampler's default --retries, the model's default
+    proxy.set_plan(object_path(s3, 0), ["503"] * (retries + 3))  # more SlowDowns than --retries
+    proxy.set_plan(object_path(s3, 1), ["503"])
     cache = tmp_path / "cache"
     with running_sampler(cache, s3.url, "--endpoint-url", proxy.endpoint, "--capacity", "32Mi",
                          env=s3_env(proxy.endpoint)) as sp:
-        wait_until(lambda: sp.stats()["samples"] == 39 and sp.stats()["skipped_total"] >= 1,
-                   what="every object fetched but the one given up")
-    assert proxy.gets[object_path(s3, 0)] == attempts
-    assert proxy.gets[object_path(s3, 1)] == attempts  # not one more
-    keys = sample_keys(cache)
-    assert s3.data.key(0)[len("train/"):] in keys and s3.data.key(1)[len("train/"):] not in keys
+        wait_until(lambda: sp.stats()["samples"] == 40, what="every object, the throttled ones too")
+        assert sp.stats()["skipped_total"] == 0
+        log = sp.log_text()
+    assert proxy.gets[object_path(s3, 0)] == retries + 4  # each SlowDown, then the one that worked
+    assert proxy.gets[object_path(s3, 1)] == 2
     assert all(proxy.gets[object_path(s3, i)] == 1 for i in range(2, 40))
+    assert re.search(r"remote throttling \(.*HTTP 503 SlowDown\): fetch window \d+ of 32", log), log[-3000:]
+    assert "gave up" not in log and "remote unavailable" not in log
+    assert len(sample_keys(cache)) == 40
 
 
-def test_objects_given_up_in_a_row_pause_downloads_as_the_model_says(
+def test_a_store_that_throttles_every_get_shrinks_the_window_not_the_dataset(
     s3: SyntheticS3, proxy: FaultProxy, tmp_path: Path
 ) -> None:
     proxy.down = "503"  # every object GET: SlowDown
     cache = tmp_path / "cache"
+    concurrency = 4
     with running_sampler(cache, s3.url, "--endpoint-url", proxy.endpoint, "--capacity", "32Mi",
-                         "--concurrency", "1", env=s3_env(proxy.endpoint)) as sp:
-        line = wait_until(lambda: re.search(r"remote unavailable \((\d+) objects in a row.*pausing (\d+)s",
-                                            sp.log_text()), what="the breaker opening")
-        with proxy.lock:
-            seen = dict(proxy.gets)
-        # One download at a time: OUTAGE_AFTER objects, each tried `attempts` times, then the pause
-        # (seconds long: nothing else is asked for before this is read).
-        assert int(line.group(1)) == MODEL.outage_after
-        assert float(line.group(2)) == MODEL.outage_pause[0]
-        assert sorted(seen.values()) == [MODEL.retry.attempts] * MODEL.outage_after
+                         "--concurrency", str(concurrency), env=s3_env(proxy.endpoint)) as sp:
+        wait_until(lambda: re.search(rf"\(window 1/{concurrency}\), 0 skipped, 0 retried, [1-9]\d* throttled",
+                                     sp.log_text()), what="the fetch window down to one, keys kept")
+        assert sum(proxy.gets.values()) > 40  # more SlowDowns than objects: each key asked again
+        assert "remote unavailable" not in sp.log_text(), "throttling is not an outage"
         proxy.down = None
-        wait_until(lambda: sp.stats()["samples"] == 40 - (MODEL.outage_after - 1),
-                   what="the rest after the outage, the last object given up kept")
+        wait_until(lambda: sp.stats()["samples"] == 40, what="every object after the throttling")
+        wait_until(lambda: re.search(rf"\(window {concurrency}/{concurrency}\)", sp.log_text().split(
+            "remote throttling")[-1]), what="the window back to --concurrency")
+        assert sp.stats()["skipped_total"] == 0
+
+
+def test_a_throttled_index_header_is_read_again_not_the_end_of_the_sampler(
+    s3_server: S3Server, tmp_path: Path
+) -> None:
+    s3_server.reset()
+    objects = {f"data/{i:03d}.bin": bytes([i]) * 1000 for i in range(20)}
+    records = [RemoteObject(k[len("data/"):], len(b), hashlib.md5(b).hexdigest()) for k, b in objects.items()]
+    index = (json.dumps({"epochfs_index": FORMAT_VERSION, "sorted": True}).encode() + b"\n"
+             + b"".join(object_record(r) for r in records)
+             + json.dumps({"end": True, "count": len(records)}).encode() + b"\n")
+    put_objects(s3_server, "bkt", {**objects, "index.jsonl.gz": gzip.compress(index)})
+    with FaultProxy(upstream=s3_server.endpoint) as proxy:
+        proxy.set_plan("/bkt/index.jsonl.gz", ["503", "503"])  # the header's GET, twice
+        cache = tmp_path / "cache"
+        with running_sampler(cache, "s3://bkt/data", "--endpoint-url", proxy.endpoint,
+                             "--index", "s3://bkt/index.jsonl.gz", env=s3_env(proxy.endpoint)) as sp:
+            wait_until(lambda: sp.stats()["samples"] == len(objects), what="every key from the index")
+            assert sp.proc.poll() is None  # never exited (it ended with status 2 before)
+            log = sp.log_text()
+    assert log.count("reading the index header of s3://bkt/index.jsonl.gz: throttled") == 2
+    # Two throttled header GETs, the header read, then the stream.
+    assert proxy.gets["/bkt/index.jsonl.gz"] == 4
 
 
 Request = tuple[str, str, str]
@@ -133,10 +167,10 @@ def test_a_throttled_listing_page_resumes_from_its_span_and_the_sampler_keeps_ru
     tmp_path: Path,
 ) -> None:
     """Once the listing has begun, a SlowDown fails the listing run, not the sampler: the listing
-    thread pauses (the model's first listing pause) and resumes every span from the point its last
-    page committed. No page before the throttled one is listed again: the LIST requests are the
-    model's discovery and pages plus the throttled one asked again, and nothing after the throttle
-    starts a span over."""
+    thread pauses (full jitter up to the model's first listing pause) and resumes every span from
+    the point its last page committed. No page before the throttled one is listed again: the LIST
+    requests are the model's discovery and pages plus the throttled one asked again, and nothing
+    after the throttle starts a span over."""
     model = Params(keys=2500, folders=2)  # two class folders: two spans of two pages
     data = Dataset(model.keys, 256, classes=model.folders)
     with SyntheticS3(data, list_latency=0) as s3:
@@ -148,9 +182,11 @@ def test_a_throttled_listing_page_resumes_from_its_span_and_the_sampler_keeps_ru
             wait_until(lambda: sp.stats()["samples"] == model.keys, timeout=120,
                        what="every object, one sampler run")
             assert sp.proc.poll() is None  # never exited
-            pause = re.search(r"listing failed: .*SlowDown.*trying again in (\d+)s", sp.log_text())
+            pause = re.search(r"listing failed: .*SlowDown.*trying again in ([\d.]+)s \(full jitter up to "
+                              r"(\d+)s", sp.log_text())
             assert pause is not None, sp.log_text()[-3000:]
-            assert float(pause.group(1)) == MODEL.list_retry[0]
+            assert float(pause.group(2)) == MODEL.list_retry[0]
+            assert 0 <= float(pause.group(1)) <= MODEL.list_retry[0]
         assert s3.stats.snapshot()["list_pages"] == model.discovery + model.pages + 1
         throttled_at, before, throttled, after = split_at_throttle(s3)
         assert throttled_at == model.discovery + model.spans + 1
