@@ -12,6 +12,7 @@ one when a writer opens it.
 
 from __future__ import annotations
 
+import logging
 import os
 import sqlite3
 import threading
@@ -19,7 +20,7 @@ import time
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
-from epochfs.sidecar.store import catalog, checkup, epochs, eviction, integrity, recovery
+from epochfs.sidecar.store import catalog, checkup, epochs, eviction, integrity, journal, objectscan, recovery
 from epochfs.sidecar.store.handle import IndexHandle
 from epochfs.sidecar.store.index import INDEX_NAME, Index, Meta, is_corruption
 from epochfs.sidecar.store.objects import ObjectFiles
@@ -60,12 +61,21 @@ class Store:
         self.objects_dir = self.files.objects_dir
         self.tmp_dir = self.files.tmp_dir
         self._handle = IndexHandle(index, create=create)
+        self.files.journal = journal.Journal(lambda: self._ix)
+        self._recovered = False
+        """This store recovered the folder (it is the writer): its close is a clean stop."""
 
     @property
     def _ix(self) -> Index:
         return self._handle.get()
 
     def close(self) -> None:
+        if self._recovered:
+            self._recovered = False
+            try:
+                recovery.stopped(self._ix, self.files)
+            except (StoreError, sqlite3.Error) as e:  # the next start treats it as a crash
+                logging.getLogger("epochfs.store").warning("could not record a clean stop: %s", e)
         self._handle.close()
 
     def __enter__(self) -> Store:
@@ -116,7 +126,9 @@ class Store:
     def recover(self, *, integrity: str | None = None) -> RecoveryReport:
         """Make the folder consistent after a crash: the sampler runs this before it writes.
         ``integrity``: the result of an integrity check just made (:meth:`check_index`)."""
-        return recovery.recover(self._ix, self.files, integrity=integrity)
+        report = recovery.recover(self._ix, self.files, integrity=integrity)
+        self._recovered = True
+        return report
 
     # ------------------------------------------------------------------ the index itself
     def check_index(self, *, full_below: int | None = None) -> str:
@@ -128,7 +140,8 @@ class Store:
 
     def index_checker(self, stop: threading.Event) -> checkup.Background:
         """The background full check of the index (the sampler runs it; :mod:`.checkup`)."""
-        return checkup.Background(self._handle, stop)
+        return checkup.Background(self._handle, stop,
+                                  after=lambda s: objectscan.scan(lambda: self._ix, self.files, s))
 
     def index_integrity(self) -> str:
         """``PRAGMA integrity_check`` of the index, changing nothing ("ok", or the damage)."""

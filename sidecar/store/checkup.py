@@ -33,6 +33,7 @@ import logging
 import sqlite3
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from epochfs.sidecar.store import checkmark
@@ -176,7 +177,9 @@ class Background:
     for it every tick and exits when it is set."""
 
     def __init__(self, handle: IndexHandle, stop: threading.Event, *, every: float = EVERY,
-                 duty: float = DUTY) -> None:
+                 duty: float = DUTY, after: Callable[[threading.Event], object] | None = None) -> None:
+        """``after``: run once each full check passes (the store's scan of the object files,
+        :mod:`.objectscan`), on this thread."""
         if not 0 < duty <= 1:
             raise ValueError("duty must be in (0, 1]")
         self.handle = handle
@@ -187,6 +190,7 @@ class Background:
         self.checks = 0
         """Full checks this thread completed (tests and the log read it)."""
         self.found: str | None = None
+        self.after = after
         self._slice = 0.0
         self._thread = threading.Thread(target=self._run, name="index-check", daemon=True)
 
@@ -226,6 +230,11 @@ class Background:
                 return
             log.info("index: background full check ok in %.1fs", time.time() - started)
             record(self.handle.get(), started, "ok")
+            if self.after is not None:
+                try:
+                    self.after(self.stop)
+                except Exception as e:  # busy, unreadable: the next round tries again
+                    log.warning("background object scan failed: %s", e)
 
     def check(self) -> str | None:
         """One paced full check on a read-only connection: "ok", the damage, or None if stopped.

@@ -37,6 +37,8 @@ class Meta(str, Enum):
     """The supervisor's own counters (served, client reports), kept across restarts."""
     INDEX_CHECKED_AT = "index_checked_at"
     """When the last full ``integrity_check`` of this index began (unix time; :mod:`.checkup`)."""
+    WRITER_RUNNING = "writer_running"
+    """The boot id of the machine the sampler recovered on, until its clean stop (:mod:`.recovery`)."""
     INDEX_CHECK_RESULT = "index_check_result"
     """What it found: "ok", or the damage (then :mod:`.checkmark` forces a repair at the next start)."""
 

@@ -4,7 +4,9 @@ recovery needs.
 An object is named from its sample id (a hash of the key), never from the key, so a hostile key
 can never name a file. It becomes visible only after temp -> fsync (by the writer) -> rename ->
 directory fsync; the index row is committed after that, so a crash leaves at worst an object the
-index does not know (an orphan), never an index row without its object.
+index does not know (an orphan), never an index row without its object. Renames and unlinks
+are told to a :class:`RecoveryJournal` (the store's :class:`.journal.Journal`), so that the next
+start checks only the names a crash can have left out of step, not every object.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import os
 import uuid
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
+from typing import Protocol
 
 from epochfs.sidecar.store.records import Admission
 
@@ -34,8 +37,19 @@ def fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
+class RecoveryJournal(Protocol):
+    """Told before objects are renamed into place and after they are unlinked."""
+
+    def before_install(self, sids: list[str]) -> None: ...
+
+    def removed(self, sids: list[str]) -> None: ...
+
+
 class ObjectFiles:
     """The ``objects/`` and ``tmp/`` folders of one cache."""
+
+    journal: RecoveryJournal | None = None
+    """Set by the store: renames are journaled before they happen, unlinks after."""
 
     def __init__(self, root: Path) -> None:
         self.objects_dir = root / OBJECTS_DIR
@@ -52,7 +66,12 @@ class ObjectFiles:
         return self.tmp_dir / f"{uuid.uuid4().hex}.part"
 
     def install(self, items: Iterable[Admission]) -> None:
-        """Rename fsynced temp files into place, read-only, and fsync the folders they went to."""
+        """Rename fsynced temp files into place, read-only, and fsync the folders they went to
+        (their names committed to the journal first: a crash before the index commit leaves
+        orphans that the next start finds there)."""
+        items = list(items)
+        if self.journal is not None:
+            self.journal.before_install([a.sid for a in items])
         dirs: set[Path] = set()
         for a in items:
             target = self.path_of(a.sid)
@@ -64,9 +83,22 @@ class ObjectFiles:
             fsync_dir(d)
 
     def remove(self, sids: Iterable[str]) -> None:
+        """Unlink objects (their rows already gone), then tell the journal."""
+        done = []
         for sid in sids:
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(self.path_of(sid))
+            done.append(sid)
+        if self.journal is not None:
+            self.journal.removed(done)
+
+    def unlink(self, sid: str) -> bool:
+        """Remove one object file (recovery's own, journal untouched); False when it was not there."""
+        try:
+            os.unlink(self.path_of(sid))
+        except FileNotFoundError:
+            return False
+        return True
 
     def size_of(self, sid: str) -> int:
         """The object's size in bytes, -1 when it is missing. A plain string path: pathlib

@@ -1,26 +1,35 @@
 """Start-up recovery: make a cache folder consistent after a crash, before anything writes.
 
 What a crash can leave, given the order of writes (temp -> fsync -> rename -> dir fsync -> index
-commit; eviction: index commit -> unlink): partial temp files, objects the index does not know, and
-index rows whose object is missing or short (a volume that lost writes). Each is repaired here, and
-the running totals are recounted from the samples table.
+commit; eviction: index commit -> unlink): temp files (every one is removed: they are the
+downloads that were in flight), objects the index does not know (the last admissions before the
+crash) and objects whose rows are gone (the last eviction). Those names are in the recovery
+journal (:mod:`.journal`), so a start checks only them: its cost is the window a crash can leave,
+never the whole cache. After a clean stop the journal is empty.
 
-Samples are compared with their object files a chunk at a time in admission order, and object
-files with the index a batch of names at a time: memory stays flat at any number of samples (the
-scan itself, a ``stat`` per sample, still grows with them).
+The full scan (every sample's object ``stat``-ed, every object file listed, in chunks: flat
+memory, linear time) runs at start only when the journal cannot vouch for the folder: an index
+without one (new, reset, or from an older epochfs), or a machine that went down under a running
+sampler (the index runs with ``synchronous=NORMAL``: its last commits, journal included, may be
+lost; the boot id recorded at start, ``Meta.WRITER_RUNNING``, tells). Files deleted by hand or
+lost by a faulty volume are found in the background (:mod:`.objectscan`) and by the scrub.
 """
 
 from __future__ import annotations
 
+import logging
 import sqlite3
 
-from epochfs.sidecar.store import hwm
+from epochfs.sidecar.store import hwm, journal
 from epochfs.sidecar.store.index import Index, Meta
 from epochfs.sidecar.store.objects import ObjectFiles
 from epochfs.sidecar.store.records import RecoveryReport, StoreError
 
+log = logging.getLogger("epochfs.store")
+
 CHUNK = 10_000
 """Samples read (or dropped) per transaction by recovery."""
+BOOT_ID = "/proc/sys/kernel/random/boot_id"
 
 
 def drop_samples(db: sqlite3.Connection, sample_ids: list[int]) -> None:
@@ -43,40 +52,116 @@ def recount(ix: Index) -> None:
     ix.set_counter("cache_samples", int(count))
 
 
+def boot_id() -> str:
+    """This boot of the machine (the same in every container on it); "unknown" without /proc."""
+    try:
+        with open(BOOT_ID, encoding="ascii") as f:
+            return f.read().strip() or "unknown"
+    except OSError:
+        return "unknown"
+
+
 def recover(ix: Index, files: ObjectFiles, *, integrity: str | None = None) -> RecoveryReport:
-    """Remove temp files, drop index rows whose object is missing or has the wrong size, remove
-    objects the index does not know, and run ``PRAGMA integrity_check`` (unless ``integrity``
-    gives the result of one just made). Sizes only: the scrub compares contents."""
+    """Remove temp files; then, for the journaled names only (or every object when a full scan
+    is needed, see the module's docstring), drop index rows whose object is missing or has the
+    wrong size and remove objects the index does not know. Runs ``PRAGMA integrity_check``
+    unless ``integrity`` gives the result of one just made. Sizes only: the scrub compares
+    contents. Marks the writer as running until :func:`stopped`."""
     with ix.lock:
         if integrity is None:
             integrity = ix.integrity()
         if integrity != "ok":
             raise StoreError(f"{ix.path}: integrity check failed: {integrity}")
         temp_removed = files.clear_temps() + hwm.clear_temps(files.objects_dir.parent)
-        bad: list[int] = []
-        after = 0
-        while True:  # in admission order, a chunk per read: no set of every sample id in memory
-            with ix.read() as db:
-                rows = db.execute("SELECT id, sid, size FROM samples WHERE id > ? ORDER BY id LIMIT ?",
-                                  (after, CHUNK)).fetchall()
-            for sample_id, sid, size in rows:
-                if files.size_of(str(sid)) != int(size):
-                    bad.append(int(sample_id))
-            if len(rows) < CHUNK:
-                break
-            after = int(rows[-1][0])
-        for i in range(0, len(bad), CHUNK):
-            with ix.write() as db:
-                drop_samples(db, bad[i:i + CHUNK])
-
-        def known(names: list[str]) -> set[str]:
-            marks = ",".join("?" * len(names))
-            with ix.read() as db:
-                return {str(r[0]) for r in db.execute(f"SELECT sid FROM samples WHERE sid IN ({marks})",
-                                                       names)}
-
-        orphans = files.remove_orphans(known, batch=500)
-        with ix.write():
-            recount(ix)
+        boot = boot_id()
+        with ix.read() as db:
+            journaled = journal.exists(db)
+            running = ix.get(Meta.WRITER_RUNNING)
+        if not journaled:
+            why = "the index has no recovery journal yet (new, reset or older)"
+        elif running is not None and running != boot:
+            why = "the machine restarted under a running sampler: the index may have lost its last commits"
+        else:
+            why = None
+        if why is None:
+            dropped, orphans = _window(ix, files)
+        else:
+            log.info("recovery: checking every object file: %s", why)
+            dropped, orphans = _full(ix, files)
+        with ix.write() as db:
+            if why is not None:
+                recount(ix)
+                journal.create(db)
+            journal.clear(db)  # every name in it was resolved above
             ix.put(Meta.INFLIGHT_BYTES, "0")
-    return RecoveryReport(temp_removed, len(bad), orphans, integrity)
+            ix.put(Meta.WRITER_RUNNING, boot)
+    return RecoveryReport(temp_removed, dropped, orphans, integrity)
+
+
+def stopped(ix: Index, files: ObjectFiles) -> None:
+    """The writer that recovered stops cleanly: forget the unlinked names, clear the mark."""
+    if isinstance(files.journal, journal.Journal):
+        files.journal.flush()
+    with ix.write() as db:
+        db.execute("DELETE FROM meta WHERE name=?", (Meta.WRITER_RUNNING.value,))
+
+
+def _window(ix: Index, files: ObjectFiles) -> tuple[int, int]:
+    """Check the journaled names: a file without its row goes (an interrupted admission or
+    eviction); a row whose file is missing or short goes (only a volume that lost writes)."""
+    bad: list[tuple[int, str, int]] = []
+    orphans = 0
+    after = ""
+    while True:
+        with ix.read() as db:
+            sids = journal.names(db, after, CHUNK)
+            marks = ",".join("?" * len(sids))
+            rows = {str(s): (int(i), int(n)) for i, s, n in db.execute(
+                f"SELECT id, sid, size FROM samples WHERE sid IN ({marks})", sids)} if sids else {}
+        for sid in sids:
+            if sid not in rows:
+                orphans += files.unlink(sid)
+            elif files.size_of(sid) != rows[sid][1]:
+                bad.append((rows[sid][0], sid, rows[sid][1]))
+        if len(sids) < CHUNK:
+            break
+        after = sids[-1]
+    if bad:
+        with ix.write() as db:
+            drop_samples(db, [i for i, _, _ in bad])
+            ix.bump("cache_samples", -len(bad))
+            ix.bump("cache_bytes", -sum(n for _, _, n in bad))
+        for _, sid, _ in bad:
+            files.unlink(sid)
+        log.warning("recovery: %d sample(s) lost their object file: %s", len(bad),
+                    ", ".join(sid for _, sid, _ in bad[:5]))
+    return len(bad), orphans
+
+
+def _full(ix: Index, files: ObjectFiles) -> tuple[int, int]:
+    """Every sample against its object file, then every object file against the index; the
+    samples a chunk at a time in admission order, the files a batch of names at a time (flat
+    memory, a ``stat`` per sample)."""
+    bad: list[int] = []
+    after = 0
+    while True:  # in admission order, a chunk per read: no set of every sample id in memory
+        with ix.read() as db:
+            rows = db.execute("SELECT id, sid, size FROM samples WHERE id > ? ORDER BY id LIMIT ?",
+                              (after, CHUNK)).fetchall()
+        for sample_id, sid, size in rows:
+            if files.size_of(str(sid)) != int(size):
+                bad.append(int(sample_id))
+        if len(rows) < CHUNK:
+            break
+        after = int(rows[-1][0])
+    for i in range(0, len(bad), CHUNK):
+        with ix.write() as db:
+            drop_samples(db, bad[i:i + CHUNK])
+
+    def known(names: list[str]) -> set[str]:
+        marks = ",".join("?" * len(names))
+        with ix.read() as db:
+            return {str(r[0]) for r in db.execute(f"SELECT sid FROM samples WHERE sid IN ({marks})",
+                                                   names)}
+
+    return len(bad), files.remove_orphans(known, batch=500)

@@ -1,0 +1,126 @@
+"""The background scan of the object files: what start-up recovery no longer checks.
+
+Start-up recovery checks only the names in the recovery journal (:mod:`.journal`), the window a
+crash can leave. A file deleted by hand, or lost by a volume that dropped writes, is outside that
+window; this scan finds it. The sampler's background index check (:class:`.checkup.Background`)
+runs it after each full check of the index passes (every 6 hours), paced to :data:`DUTY` of one
+core (a ``stat`` per sample and a listing of ``objects/``: metadata only; the scrub reads bytes):
+
+* a sample whose object is missing or has another size is taken out as the scrub takes out a
+  damaged one (:func:`.integrity.take_out`: row dropped, epochs stop listing it,
+  ``corrupt_objects_total`` counts it, the file removed), one WARNING line each; the key is
+  fetched again when the sampling order reaches it;
+* an object file that neither a sample nor the journal names is removed (the index lost the
+  commit that admitted it). The question and the unlink are asked under the index's write lock,
+  and an admission journals its names under that lock before it renames, so an admission in
+  flight is never taken for an orphan. Without a journal (an index not yet recovered) no file is
+  removed: the next start's full scan does it.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from epochfs.sidecar.store import integrity, journal
+from epochfs.sidecar.store.index import Index
+from epochfs.sidecar.store.objects import ObjectFiles
+from epochfs.sidecar.store.records import StoredObject
+
+log = logging.getLogger("epochfs.store")
+
+DUTY = 0.25
+"""Share of one core the scan may use (it works :data:`SLICE` seconds, then rests)."""
+SLICE = 0.05
+CHUNK = 2000
+"""Samples read per query."""
+BATCH = 500
+"""Object names asked about (and removed) per write transaction."""
+
+
+@dataclass(frozen=True)
+class ScanReport:
+    samples: int
+    lost: int
+    orphans: int
+
+
+class _Pace:
+    """False when the scan must stop; rests so that it works ``duty`` of the time."""
+
+    def __init__(self, stop: threading.Event, duty: float) -> None:
+        self.stop = stop
+        self.duty = duty
+        self._slice = time.monotonic()
+
+    def __call__(self) -> bool:
+        if self.stop.is_set():
+            return False
+        worked = time.monotonic() - self._slice
+        if worked >= SLICE and self.duty < 1:
+            if self.stop.wait(worked * (1 - self.duty) / self.duty):
+                return False
+            self._slice = time.monotonic()
+        return True
+
+
+def scan(index: Callable[[], Index], files: ObjectFiles, stop: threading.Event, *,
+         duty: float = DUTY) -> ScanReport | None:
+    """One paced pass over every sample and every object file; None when ``stop`` ended it."""
+    pace = _Pace(stop, duty)
+    started = time.monotonic()
+    samples = lost = 0
+    after = 0
+    while True:
+        objs = integrity.objects_after(index(), after, CHUNK)
+        damaged: list[tuple[StoredObject, str]] = []
+        for obj in objs:
+            if not pace():
+                return None
+            size = files.size_of(obj.sid)
+            if size != obj.size:
+                damaged.append((obj, "missing" if size < 0 else f"size {size}, recorded {obj.size}"))
+        samples += len(objs)
+        if damaged:
+            taken = integrity.take_out(index(), files, damaged, quarantine=False)
+            lost += len(taken)
+            for t in taken:
+                log.warning("object scan: the object of %s (%s) is %s: sample dropped, fetched again "
+                            "when the sampling order reaches it", t.key, t.sid, t.problem)
+        if len(objs) < CHUNK:
+            break
+        after = objs[-1].id
+    orphans = 0
+    names: list[str] = []
+    for entry in files.names():
+        if not pace():
+            return None
+        names.append(entry.name)
+        if len(names) >= BATCH:
+            orphans += _remove_orphans(index(), files, names)
+            names = []
+    if names:
+        orphans += _remove_orphans(index(), files, names)
+    if orphans:
+        log.warning("object scan: removed %d object file(s) the index does not know", orphans)
+    log.info("object scan: %d samples checked in %.1fs, %d lost, %d orphan(s) removed",
+             samples, time.monotonic() - started, lost, orphans)
+    return ScanReport(samples, lost, orphans)
+
+
+def _remove_orphans(ix: Index, files: ObjectFiles, names: list[str]) -> int:
+    marks = ",".join("?" * len(names))
+    removed = 0
+    with ix.write() as db:
+        if not journal.exists(db):
+            return 0
+        known = {str(r[0]) for r in db.execute(
+            f"SELECT sid FROM samples WHERE sid IN ({marks}) "
+            f"UNION SELECT sid FROM {journal.TABLE} WHERE sid IN ({marks})", names + names)}
+        for name in names:
+            if name not in known:
+                removed += files.unlink(name)
+    return removed
