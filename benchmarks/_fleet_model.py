@@ -155,7 +155,7 @@ _START, _DISCOVER, _PAGE, _LIST_RUN, _READ, _WORKER, _RETRY, _GET_DONE, _HEADER,
 class Node:
     __slots__ = ("available", "backoff", "disc", "due", "failed", "fetched", "gets", "header_bound",
                  "inflight", "list_pause", "listed", "min_window", "next_key", "parked", "read", "run_listed",
-                 "started_at", "taken", "window")
+                 "started_at", "taken", "waiting", "window")
 
     def __init__(self, p: Params, clock: Callable[[], float]) -> None:
         self.disc = 0  # discovery pages done in this start
@@ -171,6 +171,7 @@ class Node:
         self.next_key = 0
         self.fetched = 0
         self.gets = 0  # GETs in flight
+        self.waiting = 0  # throttled keys waiting for their delay (then in ``due``)
         self.due: list[int] = []  # throttled keys whose delay has passed (their throttled answers)
         self.window = FetchWindow(p.concurrency, cooldown=p.window_cooldown, clock=clock)
         self.min_window = p.concurrency
@@ -345,7 +346,10 @@ def simulate(p: Params) -> Outcome:
                 push(done, _PAGE, i, node.taken - 1)
         elif kind == _WORKER:  # a download slot asks for its next key (due throttled keys first)
             nothing = not node.due and node.next_key >= min(target, node.available)
-            if node.gets >= node.window.size or nothing:
+            # A throttled key's wait holds its place in the window (as in the sampler's loop).
+            full = node.gets >= node.window.size or (
+                not node.due and node.gets + node.waiting >= node.window.size)
+            if full or nothing:
                 node.parked += 1  # the window is full, or nothing to fetch now
                 continue
             node.gets += 1
@@ -364,9 +368,11 @@ def simulate(p: Params) -> Outcome:
                     out.window_shrinks += 1
                     node.min_window = min(node.min_window, node.window.size)
                 first, longest = p.defer
+                node.waiting += 1
                 push(now + 0.01 + rng.uniform(0, min(longest, first * 2 ** min(a, 30))), _DUE, i, a + 1)
                 push(now + 0.01, _WORKER, i)
         elif kind == _DUE:  # a throttled key's delay has passed: fetched again first
+            node.waiting -= 1
             node.due.append(a)
             wake(now, i, node, 1)
         elif kind == _GET_DONE:

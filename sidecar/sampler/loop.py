@@ -149,7 +149,7 @@ class Sampler:
                 self.breaker.keep(self._refetch.get_nowait())
             except queue.Empty:
                 break
-        return self.deferred.due() or self.breaker.next_kept(self._busy) or self.order.next()
+        return self.breaker.next_kept(self._busy) or self.order.next()
 
     def _reserve(self, cand: Candidate) -> bool:
         """Reserve room for ``cand``; a look-ahead download only takes room that is free.
@@ -193,7 +193,14 @@ class Sampler:
                and not self.breaker.paused()):
             if pending is not None and self.order.stale():
                 pending = None
-            cand = pending or self._next_candidate()
+            cand = pending or self.deferred.due()
+            if cand is None:
+                # A throttled key's wait holds its place in the window: a throttled answer comes
+                # back in one round trip, so a freed slot would otherwise ask again at once and
+                # the window would not lower the request rate.
+                if len(self._inflight) + len(self.deferred) >= self.window.size:
+                    break
+                cand = self._next_candidate()
             pending = None
             if cand is None:
                 break

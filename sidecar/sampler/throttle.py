@@ -8,7 +8,10 @@ congested link:
 
 - :class:`FetchWindow` bounds the downloads in flight: halved on a throttled answer (at most once
   per ``cooldown``, so the answers of one burst count once), grown by one after a window's worth
-  of successes, between 1 and ``--concurrency`` (additive increase, multiplicative decrease);
+  of successes, between 1 and ``--concurrency`` (additive increase, multiplicative decrease). A
+  throttled key waiting for its delay holds its place in the window: a throttled answer comes
+  back in one round trip, so without that a window of one would still ask ~50 times a second
+  (the fleet model showed it), while with it the request rate falls with the delays;
 - :class:`Deferred` holds the throttled keys, each fetched again after a full-jitter delay that
   doubles with the key's throttled answers in a row (``uniform(0, min(cap, base * 2**n))``), so
   nodes throttled at the same instant do not ask again at the same instant.
@@ -31,7 +34,7 @@ THROTTLE_COOLDOWN = 0.1
 """Seconds after a halving in which further throttled answers do not halve the window again."""
 DEFER_BASE = 0.1
 """Upper bound of the first full-jitter delay of a throttled key (seconds), doubled per answer."""
-DEFER_CAP = 20.0
+DEFER_CAP = 10.0
 """Longest upper bound of a throttled key's delay (seconds)."""
 
 
