@@ -86,7 +86,7 @@ def recover(ix: Index, files: ObjectFiles, *, integrity: str | None = None) -> R
         if why is None:
             dropped, orphans = _window(ix, files)
         else:
-            log.info("recovery: checking every object file: %s", why)
+            log.info("start-up check of every object file (%s)", why)
             dropped, orphans = _full(ix, files)
         with ix.write() as db:
             if why is not None:
@@ -133,7 +133,7 @@ def _window(ix: Index, files: ObjectFiles) -> tuple[int, int]:
             ix.bump("cache_bytes", -sum(n for _, _, n in bad))
         for _, sid, _ in bad:
             files.unlink(sid)
-        log.warning("recovery: %d sample(s) lost their object file: %s", len(bad),
+        log.warning("start-up check: %d sample(s) lost their object file: %s", len(bad),
                     ", ".join(sid for _, sid, _ in bad[:5]))
     return len(bad), orphans
 
