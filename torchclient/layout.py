@@ -24,7 +24,8 @@ one entry per epoch, one lookup pins it, and a stray name never asks for a cut.
 
 **Manifest, version 1** (UTF-8, read in one pass): a header line
 ``#epochfs-manifest v1<TAB>epoch=N<TAB>files=M<TAB>bytes=B``, then ``path<TAB>size<TAB>checksum`` per
-file (checksum ``md5:<hex>``), sorted by path, each line ending in a newline. Paths never hold a tab
+file (checksum ``<algorithm>:<value>``: ``crc64nvme:<base64>``, ``md5:<hex>``... of verified
+bytes, or ``size-only``), sorted by path, each line ending in a newline. Paths never hold a tab
 or a newline (the sidecar never admits such keys). A reader refuses another version by name.
 
 Looking up ``root/epoch-N`` for N above the newest asks the sidecar for a cut; that is why
@@ -109,7 +110,8 @@ class ManifestError(ValueError):
 
 
 class ManifestEntry(NamedTuple):
-    """One file of an epoch: its path relative to ``epoch-N/``, its size and checksum (``md5:<hex>``).
+    """One file of an epoch: its path relative to ``epoch-N/``, its size and checksum
+    (``crc64nvme:<base64>``, ``md5:<hex>``..., or ``size-only``).
 
     A named tuple, so writers may pass plain ``(path, size, checksum)`` tuples where entries are taken
     (the FUSE view does, for every file of a million-file epoch).
