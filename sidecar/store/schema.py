@@ -44,10 +44,10 @@ CREATE TABLE IF NOT EXISTS samples (
     key TEXT NOT NULL UNIQUE,
     path TEXT NOT NULL,
     size INTEGER NOT NULL,
-    checksum TEXT NOT NULL,        -- what the manifest shows: md5:<hex> of verified bytes, or size-only
+    checksum TEXT NOT NULL,        -- the manifest's: the digest if the remote vouched, else size-only
     version TEXT NOT NULL,
     admitted_at REAL NOT NULL,
-    digest TEXT NOT NULL DEFAULT '',   -- md5 hex of the bytes admitted: the scrub's reference
+    digest TEXT NOT NULL DEFAULT '',   -- algo:value of the bytes (bare hex: md5): the scrub's reference
     verified TEXT NOT NULL DEFAULT ''  -- what verified them against the remote (etag-md5, crc64nvme...)
 );
 CREATE TABLE IF NOT EXISTS epochs (
