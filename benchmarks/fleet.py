@@ -21,20 +21,22 @@ constants (imported, so the model follows the code):
   is one span), listed round-robin one page per turn by ``min(--list-threads, spans)`` listers,
   each page ``--page-seconds`` (S3's 20 ms and botocore's ~77 µs per key) and committed with its
   span's resume point. A ``SlowDown`` on a page fails the listing run: the other listers finish
-  the pages they hold, and the listing thread (``ListingThread``) tries again after a pause of
-  ``RETRY_MIN`` doubling to ``RETRY_MAX`` (not reset by progress within one listing), resuming
-  every span from its committed point: no page is listed twice, the sampler keeps running.
+  the pages they hold, and the listing thread (``ListingThread``) tries again after
+  ``uniform(0, bound)``, the bound doubling from ``RETRY_MIN`` to ``RETRY_MAX`` and back to
+  ``RETRY_MIN`` when the run committed a page, resuming every span from its committed point: no
+  page is listed twice, the sampler keeps running.
 - **with** ``--index``: the keys were listed once for the fleet beforehand by ``epochfs index``
   (its pages over ``min(8, spans)`` listers, reported apart); each node reads the index header
-  with one GET at start (a ``SlowDown`` there restarts the sampler) and streams it with another
+  with one GET at start (a ``SlowDown`` there is read again after ``uniform(0, bound)``,
+  ``HEADER_RETRY``) and streams it with another
   (``--index-seconds-per-key``), a throttled stream being resumed by the listing thread as above.
 - **fetching starts while listing**: ``concurrency`` downloads in flight draw from the keys of the
   node's shard listed so far (idle slots look again ``LISTING_WAIT`` after new keys, half of it on
-  average); each download is a GET of ``--get-seconds``. A ``SlowDown`` is retried by
-  :class:`~epochfs.sidecar.download.RetryPolicy` (``attempts`` in all, full-jitter backoff); an
-  object given up that way counts toward the outage breaker (:mod:`epochfs.sidecar.sampler.breaker`):
-  ``OUTAGE_AFTER`` in a row pause new downloads for 2 s, doubling to 60 s, keeping the keys;
-  objects given up before the breaker opens are skipped. Epoch 0 is the node's
+  average); each download is a GET of ``--get-seconds``. A ``SlowDown`` is never retried in the
+  slot nor skipped (:mod:`epochfs.sidecar.sampler.throttle`): the key waits
+  ``uniform(0, min(DEFER_CAP, DEFER_BASE * 2**n))`` and is fetched again first, and the node's
+  ``FetchWindow`` (the real class, on the simulated clock) halves; a waiting key holds its place
+  in the window. Epoch 0 is the node's
   ``--epoch0-samples``-th sample. Each node fetches ``--fetch`` samples (0: its whole shard).
 
 tests/remote/test_slowdown_backoff.py checks these assumptions against the real sampler.
