@@ -100,15 +100,126 @@ def measure_tree(cache: Path) -> dict[str, float]:
             "rss_bytes_per_file": (rss1 - rss0) / files, "build_s_traced": seconds, "build_s": plain}
 
 
+_MALLINFO2_FIELDS = ("arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks", "fsmblks", "uordblks",
+                     "fordblks", "keepcost")
+
+
+def _mallinfo2() -> dict[str, int]:
+    """glibc's malloc statistics of this process (``uordblks`` in use, ``fordblks`` free but kept)."""
+    import ctypes
+
+    class MallInfo2(ctypes.Structure):
+        _fields_ = [(name, ctypes.c_size_t) for name in _MALLINFO2_FIELDS]
+
+    libc = ctypes.CDLL(None)
+    libc.mallinfo2.restype = MallInfo2
+    info = libc.mallinfo2()
+    return {name: int(getattr(info, name)) for name in _MALLINFO2_FIELDS}
+
+
+def _smaps_rollup(pid: int) -> dict[str, int]:
+    out = {}
+    with open(f"/proc/{pid}/smaps_rollup") as f:
+        for line in f:
+            parts = line.split()
+            if len(parts) == 3 and parts[2] == "kB":
+                out[parts[0].rstrip(":")] = int(parts[1]) * 1024
+    return out
+
+
+def probe_stats() -> dict[str, int]:
+    """What the server holds, by part: RSS, glibc's heap (mallinfo2), the view's trees and manifests."""
+    from epochfs.fuse.view import View
+
+    views = [o for o in gc.get_objects() if isinstance(o, View)]
+    trees = sum(t.nbytes() for v in views for t in list(v._trees.values()))
+    manifests = sum(len(m) for v in views for m in list(v._manifests.values()))
+    nbytes = [getattr(m, "nbytes", None) for v in views for m in list(v._manifests.values())]
+    kept = sum(n() if callable(n) else 0 for n in nbytes) or manifests
+    smaps = _smaps_rollup(os.getpid())
+    return {"rss": rss(), "anonymous": smaps.get("Anonymous", 0), **_mallinfo2(), "tree_bytes": trees,
+            "manifest_bytes": manifests, "manifest_kept_bytes": kept}
+
+
+def _serve_probed(probe: Path, argv: list[str]) -> int:
+    """``epochfs mount`` in this process, with a thread that answers ``probe/req-N`` files with
+    ``probe/resp-N`` (:func:`probe_stats` as JSON): what only the server's own process can see."""
+    import threading
+
+    def answer() -> None:
+        n = 0
+        while True:
+            req = probe / f"req-{n}"
+            if req.exists():
+                tmp = probe / f".resp-{n}"
+                tmp.write_text(json.dumps(probe_stats()))
+                tmp.rename(probe / f"resp-{n}")
+                n += 1
+            else:
+                time.sleep(0.02)
+
+    threading.Thread(target=answer, daemon=True, name="probe").start()
+    from epochfs.sidecar.cli import main as epochfs_main
+
+    return epochfs_main(argv)
+
+
+class _Probe:
+    def __init__(self, folder: Path, proc: subprocess.Popen[bytes], log: Path) -> None:
+        self.folder = folder
+        self.proc = proc
+        self.log = log
+        self.n = 0
+
+    def __call__(self) -> dict[str, int]:
+        n, self.n = self.n, self.n + 1
+        (self.folder / f"req-{n}").write_text("")
+        resp = self.folder / f"resp-{n}"
+        harness.wait_ready(self.proc, resp.exists, what="the server's memory probe", timeout=120.0,
+                           interval=0.02, log=self.log)
+        return dict(json.loads(resp.read_text()))
+
+
+def _forget_kernel_entries() -> bool:
+    """Make the kernel drop its unused dentries and inodes (FORGETs to the server). Root only."""
+    try:
+        with open("/proc/sys/vm/drop_caches", "w") as f:
+            f.write("2\n")
+    except OSError:
+        return False
+    return True
+
+
+def _settled(probe: _Probe) -> dict[str, int]:
+    """Probe until the RSS stops falling (the server works through the kernel's FORGETs)."""
+    last = probe()
+    for _ in range(100):
+        time.sleep(0.2)
+        now = probe()
+        if now["rss"] >= last["rss"] - 64 * 1024:
+            return now
+        last = now
+    return last
+
+
 def measure_mount(work: Path, cache: Path, files: int) -> dict[str, float]:
-    """A real mount: every folder of epoch 0 scanned; the server's RSS growth per file."""
+    """A real mount: every folder of epoch 0 scanned; the server's RSS growth per file, by part.
+
+    Parts: after the scan (tree built, libfuse holding a node per entry the kernel was handed);
+    after the kernel forgot its entries (``drop_caches``: libfuse frees its nodes; what stays is the
+    server's own: the tree, glibc's kept heap); after the epoch's manifest is read whole.
+    """
     mnt = work / "mnt"
     mnt.mkdir()
+    probe_dir = work / "probe"
+    probe_dir.mkdir()
     env = {**os.environ, "EPOCHFS_WARM_FILES": "0"}
-    with harness.running([*harness.EPOCHFS, "mount", "--cache", str(cache), "--mount", str(mnt)],
-                         what="epochfs mount", ready=lambda: harness.mounted(mnt), interval=0.02,
+    cmd = [*harness.PYTHON, "-m", "epochfs.benchmarks.fuse_memory", "--serve", str(probe_dir), "--",
+           "mount", "--cache", str(cache), "--mount", str(mnt)]
+    with harness.running(cmd, what="epochfs mount", ready=lambda: harness.mounted(mnt), interval=0.02,
                          log=work / "mount.log", env=env, unmount=(mnt, cache / "objects-ro")) as proc:
-        rss0 = _rss_of(proc.pid)
+        probe = _Probe(probe_dir, proc, work / "mount.log")
+        p0 = probe()
         t0 = time.perf_counter()
         seen = 0
         todo = [mnt / "epoch-0"]
@@ -120,13 +231,29 @@ def measure_mount(work: Path, cache: Path, files: int) -> dict[str, float]:
                     else:
                         seen += 1
         seconds = time.perf_counter() - t0
-        rss1 = _rss_of(proc.pid)
+        p1 = probe()
         t0 = time.perf_counter()
         again = sum(1 for d in os.scandir(mnt / "epoch-0" / "train") for _ in os.scandir(d.path))
         repeat = time.perf_counter() - t0
+        forgot = _forget_kernel_entries()
+        p2 = _settled(probe) if forgot else None
+        with open(mnt / ".epochfs" / "epoch-0.manifest", "rb") as f:
+            while f.read(1 << 20):
+                pass
+        p3 = probe()
     assert seen == files == again, (seen, files, again)
-    return {"scandir_s": seconds, "scandir_repeat_s": repeat,
-            "server_rss_bytes_per_file": (rss1 - rss0) / files}
+    out: dict[str, float] = {"scandir_s": seconds, "scandir_repeat_s": repeat,
+                             "server_rss_bytes_per_file": (p1["rss"] - p0["rss"]) / files,
+                             "server_tree_bytes_per_file": p1["tree_bytes"] / files,
+                             "server_heap_free_bytes_per_file": (p1["fordblks"] - p0["fordblks"]) / files}
+    if p2 is not None:
+        out.update({"libfuse_nodes_bytes_per_file": (p1["rss"] - p2["rss"]) / files,
+                    "server_own_bytes_per_file": (p2["rss"] - p0["rss"]) / files,
+                    "manifest_rss_bytes_per_file": (p3["rss"] - p2["rss"]) / files,
+                    "manifest_kept_bytes_per_file": p3["manifest_kept_bytes"] / files,
+                    "server_total_bytes_per_file": (p3["rss"] - p0["rss"]) / files})
+    out["probes"] = [p for p in (p0, p1, p2, p3) if p is not None]  # type: ignore[assignment]
+    return out
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -136,14 +263,19 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--dir", type=Path, default=None, help="scratch folder (emptied first)")
     ap.add_argument("--json", type=Path, default=None)
     ap.add_argument("--measure-tree", type=Path, default=None, help=argparse.SUPPRESS)
+    ap.add_argument("--serve", type=Path, default=None, help=argparse.SUPPRESS)
+    ap.add_argument("rest", nargs="*", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
+    if args.serve is not None:
+        return _serve_probed(args.serve, args.rest)
     if args.measure_tree is not None:
         print(json.dumps(measure_tree(args.measure_tree)))
         return 0
     results = []
     table = harness.Table(("files", ">9d"), ("tree B/file", ">11.0f"), ("peak B/file", ">11.0f"),
                            ("RSS B/file", ">10.0f"), ("build s", ">8.2f"), ("scandir s", ">9s"),
-                           ("server RSS B/file", ">17s"))
+                           ("server RSS B/file", ">17s"), ("libfuse nodes", ">13s"), ("own", ">5s"),
+                           ("manifest", ">8s"), ("total", ">6s"))
     print(table.header())
     with harness.work_dir(args.dir) as work:
         for files in args.files:
@@ -161,7 +293,10 @@ def main(argv: list[str] | None = None) -> int:
             print(table.row(files, row["tree_bytes_per_file"], row["peak_bytes_per_file"],
                             row["rss_bytes_per_file"], row["build_s"],
                             f"{row['scandir_s']:.2f}" if "scandir_s" in row else "-",
-                            f"{row['server_rss_bytes_per_file']:.0f}" if "scandir_s" in row else "-"),
+                            *(f"{row[k]:.0f}" if k in row else "-" for k in (
+                                "server_rss_bytes_per_file", "libfuse_nodes_bytes_per_file",
+                                "server_own_bytes_per_file", "manifest_rss_bytes_per_file",
+                                "server_total_bytes_per_file"))),
                   flush=True)
     if args.json is not None:
         args.json.write_text(json.dumps(results, indent=2))

@@ -34,6 +34,7 @@ import mfusepy
 
 from epochfs.fuse.kernelcache import KernelNotifier, Refresher, Warmer
 from epochfs.fuse.metrics import fuse_metrics
+from epochfs.fuse.packed import PackedBytes
 from epochfs.fuse.view import Attr, NotADirectory, NotALink, NotFound, View
 from epochfs.torchclient.layout import parse_epoch_name
 
@@ -109,7 +110,7 @@ class EpochOperations(mfusepy.Operations):
         self._life = threading.Lock()
         self._stopping = False
         self._torn_down = threading.Event()
-        self._handles: dict[int, bytes] = {}
+        self._handles: dict[int, bytes | PackedBytes] = {}
         self._dir_holds: dict[int, int] = {}
         self._next_handle = itertools.count(1)
         self._uid = view.uid
@@ -253,7 +254,7 @@ class EpochOperations(mfusepy.Operations):
         if fi.flags & os.O_ACCMODE != os.O_RDONLY or fi.flags & (os.O_TRUNC | os.O_APPEND):
             raise FuseOSError(errno.EROFS)
         self.calls["open"] += 1
-        data = self.view.read_file(path)
+        data = self.view.open_file(path)
         handle = next(self._next_handle)
         self._handles[handle] = data
         fi.fh = handle

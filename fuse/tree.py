@@ -31,9 +31,10 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from epochfs.fuse.packed import PackedBytes, PackedWriter
 from epochfs.fuse.treeviews import Dirs, Links, Listing
 from epochfs.sidecar.store import FileEntry
-from epochfs.torchclient.layout import format_manifest
+from epochfs.torchclient.layout import MANIFEST_MAGIC, format_manifest
 
 log = logging.getLogger("epochfs.fuse")
 
@@ -44,6 +45,8 @@ FILE_MODE = stat.S_IFREG | 0o444
 _ROOT = -1
 """The node index of the epoch's own folder (it is nobody's child)."""
 _ENC = ("utf-8", "surrogateescape")  # what mfusepy decodes paths with
+_MANIFEST_BATCH = 4096
+"""Manifest rows formatted at a time (their text is compressed away before the next batch)."""
 
 
 class NotFound(LookupError):
@@ -312,19 +315,36 @@ class EpochTree:
         return Dirs(self)
 
     def manifest(self) -> bytes:
-        """The manifest of the files shown (skipped paths left out), in the layout's format: the
-        epoch's files read again (``reread``) and filtered by what the build showed."""
+        """The manifest as plain bytes (:meth:`packed_manifest`, inflated whole)."""
+        return bytes(self.packed_manifest())
+
+    def packed_manifest(self) -> PackedBytes:
+        """The manifest of the files shown (skipped paths left out), in the layout's format, kept
+        compressed: the epoch's files read again (``reread``), filtered by what the build showed,
+        and formatted a batch at a time, so neither the rows nor the text are ever held whole."""
         if self._reread is None:
             raise ValueError("this tree was built from a one-shot iterable: no manifest")
-        rows = []
-        count = 0
+        out = PackedWriter()
+        batch: list[tuple[str, int, str]] = []
+        files = total = count = 0
         shown = self._shown
+
+        def flush() -> None:
+            text = format_manifest(self.epoch, batch)  # checks the fields; rows come in path order
+            out.write(text[text.index("\n") + 1:].encode())
+            batch.clear()
+
         for i, f in enumerate(self._reread()):
             if i >= len(shown):
                 raise NotFound(f"epoch {self.epoch} changed since its tree was built")
             if shown[i]:
-                rows.append((f.path, f.size, f.checksum))
+                batch.append((f.path, f.size, f.checksum))
+                files += 1
+                total += f.size
+                if len(batch) >= _MANIFEST_BATCH:
+                    flush()
             count = i + 1
         if count != len(shown):
             raise NotFound(f"epoch {self.epoch} changed since its tree was built")
-        return format_manifest(self.epoch, rows).encode()
+        flush()
+        return out.finish(f"{MANIFEST_MAGIC}\tepoch={self.epoch}\tfiles={files}\tbytes={total}\n".encode())

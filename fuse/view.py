@@ -26,6 +26,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TypeVar
 
+from epochfs.fuse.heap import release_free_memory
+from epochfs.fuse.packed import PackedBytes
 from epochfs.fuse.tree import (
     DIR_MODE,
     FILE_MODE,
@@ -105,7 +107,7 @@ class View:
         self._lock = threading.Lock()
         self._refresh_lock = threading.Lock()
         self._trees: dict[int, EpochTree] = {}
-        self._manifests: dict[int, bytes] = {}
+        self._manifests: dict[int, PackedBytes] = {}
         self._last_recorded: dict[int, float] = {}
         self._pending_reads: set[int] = set()
         self._held: collections.Counter[int] = collections.Counter()
@@ -237,19 +239,26 @@ class View:
             if n in self._snap.live:
                 t = self._trees.setdefault(n, t)
                 _keep_newest_used(self._trees, n, TREES_KEPT)
+        release_free_memory()  # the build's high-water mark (the store's chunks of rows), not kept
         return t
 
     def manifest(self, n: int) -> bytes:
+        """Epoch ``n``'s manifest as plain bytes (the folder view writes it to a file)."""
+        return bytes(self.packed_manifest(n))
+
+    def packed_manifest(self, n: int) -> PackedBytes:
+        """Epoch ``n``'s manifest, kept compressed (:mod:`epochfs.fuse.packed`): FUSE reads slice it."""
         m = self._manifests.get(n)
         if m is None:
             try:
-                m = self.tree(n).manifest()
+                m = self.tree(n).packed_manifest()
             except KeyError:  # retired while it was read again
                 raise NotFound(manifest_name(n)) from None
             with self._lock:
                 if n in self._snap.live:
                     self._manifests[n] = m
                     _keep_newest_used(self._manifests, n, TREES_KEPT)
+            release_free_memory()
         return m
 
     # ------------------------------------------------------------------ namespace
@@ -276,7 +285,7 @@ class View:
                 if mn is not None:
                     cut_at = self._epoch_live(mn, cut=False)
                     if cut_at is not None:
-                        return Attr(FILE_MODE, len(self.manifest(mn)), cut_at)
+                        return Attr(FILE_MODE, len(self.packed_manifest(mn)), cut_at)
             raise NotFound(path)
         n = parse_epoch_name(head)
         if n is None:
@@ -340,16 +349,21 @@ class View:
         self.note_read(n)  # a file's first open: a read of its epoch
         return target
 
-    def read_file(self, path: str) -> bytes:
-        """The bytes of a control file (status.json, a manifest); raises NotFound."""
+    def open_file(self, path: str) -> bytes | PackedBytes:
+        """The content of a control file (status.json, a manifest) for an open: sliced by each
+        read, never inflated whole (a manifest stays compressed); raises NotFound."""
         parts = split_path(path)
         if len(parts) == 2 and parts[0] == CONTROL_DIR:
             if parts[1] == STATUS_NAME:
                 return self.render_status()
             n = parse_manifest_name(parts[1])
             if n is not None and self._epoch_live(n, cut=False) is not None:
-                return self.manifest(n)
+                return self.packed_manifest(n)
         raise NotFound(path)
+
+    def read_file(self, path: str) -> bytes:
+        """The whole bytes of a control file (:meth:`open_file`, inflated); raises NotFound."""
+        return bytes(self.open_file(path))
 
     def is_mutable_file(self, path: str) -> bool:
         """Control files whose content changes (served with direct I/O, never page-cached)."""
