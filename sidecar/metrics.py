@@ -1,6 +1,7 @@
 """Every Prometheus metric of epochfs, in one module.
 
-Three sources feed the sidecar's ``/metrics``, merged into one exposition by :class:`MergedCollector`:
+Three sources feed the sidecar's ``/metrics``, merged into one exposition by :class:`MergedCollector`
+(:mod:`.metrics_merge`, the plumbing; every metric itself is defined here):
 
 * **The store** (:class:`StoreCollector`): counters the SQLite index already persists (samples
   fetched, bytes fetched, skipped, evicted, cuts) and occupancy/epoch gauges, read with
@@ -24,17 +25,21 @@ Never a key, a path or an epoch number.
 
 from __future__ import annotations
 
-import os
 import threading
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Protocol
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
-from prometheus_client.multiprocess import MultiProcessCollector, mark_process_dead
 
+from epochfs.sidecar.metrics_merge import (
+    Collector,
+    MergedCollector,
+    forget_process,
+    multiprocess_collector,
+    prepare_multiproc_dir,
+)
 from epochfs.sidecar.store import Stats
 
 PROCESS_RESULTS = ("retried", "failed")
@@ -281,10 +286,6 @@ def endpoint_metrics() -> EndpointMetrics:
         return _endpoint_default
 
 
-class _Collector(Protocol):
-    def collect(self) -> Iterable[Metric]: ...
-
-
 class StoreCollector:
     """Exports what the store persists, read at scrape time; absent while the cache has no index."""
 
@@ -331,68 +332,16 @@ class StoreCollector:
                 yield GaugeMetricFamily(name, STORE_GAUGES[name], value=gauge_value)
 
 
-def multiprocess_collector(path: Path) -> _Collector:
-    """The children's values from the mmap files in ``path`` (not registered anywhere)."""
-    return MultiProcessCollector(None, path=str(path))
-
-
-def forget_process(pid: int, path: Path) -> None:
-    """A child died: drop its live gauges (downloads in flight); its counters stay summed."""
-    mark_process_dead(pid, str(path))
-
-
-class MergedCollector:
-    """Merge families of the same name from several collectors into one.
-
-    ``epochfs_remote_objects_total`` gets ``ok``/``skipped`` from the store and ``retried``/``failed``
-    from the sampler; an exposition with the family twice would be invalid, so samples are joined
-    (and summed when the same labels come twice).
-    """
-
-    def __init__(self, collectors: Iterable[_Collector]) -> None:
-        self._collectors = list(collectors)
-
-    def collect(self) -> Iterator[Metric]:
-        merged: dict[str, Metric] = {}
-        for collector in self._collectors:
-            for family in collector.collect():
-                known = merged.get(family.name)
-                if known is None:
-                    copy = Metric(family.name, family.documentation, family.type, family.unit)
-                    copy.samples = list(family.samples)
-                    merged[family.name] = copy
-                    continue
-                index = {(s.name, tuple(sorted(s.labels.items()))): i for i, s in enumerate(known.samples)}
-                for s in family.samples:
-                    key = (s.name, tuple(sorted(s.labels.items())))
-                    if key in index:
-                        old = known.samples[index[key]]
-                        known.samples[index[key]] = old._replace(value=old.value + s.value)
-                    else:
-                        known.samples.append(s)
-        yield from merged.values()
-
-
 def sidecar_registry(
     *, stats: Callable[[], Stats | None], multiproc_dir: Path | None, sidecar: SidecarMetrics
 ) -> CollectorRegistry:
     """The registry the sidecar's ``/metrics`` serves: store + children + supervisor, merged."""
-    sources: list[_Collector] = [StoreCollector(stats=stats), sidecar.registry, endpoint_metrics()]
+    sources: list[Collector] = [StoreCollector(stats=stats), sidecar.registry, endpoint_metrics()]
     if multiproc_dir is not None:
         sources.append(multiprocess_collector(multiproc_dir))
     registry = CollectorRegistry(auto_describe=False)
     registry.register(MergedCollector(sources))
     return registry
-
-
-def prepare_multiproc_dir(path: Path) -> Path:
-    """Create (or empty) the folder for the children's metric files: stale files from a previous
-    supervisor would be summed with the new ones."""
-    path.mkdir(parents=True, exist_ok=True)
-    for entry in os.scandir(path):
-        if entry.name.endswith(".db"):
-            os.unlink(entry.path)
-    return path
 
 
 __all__ = [
