@@ -204,7 +204,7 @@ class Chaos:
         for when, length in outages:
             if not self.at(when):
                 return
-            self.proxy.down = "503"
+            self.proxy.down = "500"  # an outage (a 503 SlowDown is throttling: retried, never an outage)
             self.outages += 1
             self.stop.wait(length)
             self.proxy.down = None
