@@ -39,10 +39,10 @@ from collections.abc import Iterator
 from typing import IO, Any
 from urllib.parse import urlparse
 
+from epochfs.sidecar.listing.retry import while_throttled
 from epochfs.sidecar.listing.sources import Page, Source, Span, source_for
 from epochfs.sidecar.redact import redact
 from epochfs.sidecar.remote import HTTPRemote, Remote, RemoteError, RemoteObject
-from epochfs.sidecar.remote_errors import aiohttp_kind, translate
 
 log = logging.getLogger("epochfs.catalog")
 
@@ -116,13 +116,6 @@ def open_stream(url: str, *, endpoint_url: str | None = None) -> Iterator[IO[byt
             closer.close()
 
 
-def is_throttled(exc: BaseException) -> bool:
-    """Whether ``exc`` (a :class:`RemoteError` wrapping a read, or the read's own error) is the
-    store throttling: a typed :class:`~epochfs.sidecar.remote_errors.Throttled` in its chain."""
-    failure = translate(exc, aiohttp_kind)  # walks the causes: the first typed one decides
-    return failure is not None and failure.throttled
-
-
 def is_index(url: str, *, endpoint_url: str | None = None) -> bool:
     """True when ``url`` holds an epochfs index (its first line is the header)."""
     try:
@@ -148,20 +141,12 @@ class IndexSource:
         self.sorted_listing = bool(self.header.get("sorted"))
 
     def _read_header(self, stop: threading.Event | None, rng: random.Random) -> dict[str, Any]:
-        bound = HEADER_RETRY[0]
-        while True:
-            try:
-                with open_stream(self.url, endpoint_url=self.endpoint_url) as f:
-                    return self._header(f.readline())
-            except Exception as e:
-                if stop is None or stop.is_set() or not is_throttled(e):
-                    raise
-                pause = rng.uniform(0, bound)
-                log.warning("reading the index header of %s: throttled (%s); trying again in %.1fs",
-                            redact(self.url), e, pause)
-                if stop.wait(pause):
-                    raise
-                bound = min(HEADER_RETRY[1], bound * 2)
+        def read() -> dict[str, Any]:
+            with open_stream(self.url, endpoint_url=self.endpoint_url) as f:
+                return self._header(f.readline())
+
+        return while_throttled(read, stop=stop, rng=rng, bounds=HEADER_RETRY, log=log,
+                               what=f"reading the index header of {redact(self.url)}")
 
     def _header(self, line: bytes) -> dict[str, Any]:
         try:
@@ -219,7 +204,8 @@ def object_record(obj: RemoteObject) -> bytes:
 def listing_source(settings: Any, remote: Remote, *, stop: threading.Event | None = None) -> Source:
     """What the sampler lists from: ``--index`` (an epochfs index or an S3 Inventory manifest)
     when given, except an http(s) remote's plain key list; else the remote itself. ``stop``: a
-    throttled index header is read again until it is set."""
+    throttled index header, or a throttled page that finds the folders, is read again until it is
+    set."""
     url = settings.index_url
     if url:
         if url.rstrip("/").endswith("manifest.json"):
@@ -228,7 +214,7 @@ def listing_source(settings: Any, remote: Remote, *, stop: threading.Event | Non
             return InventorySource(url, remote_url=settings.remote, endpoint_url=settings.endpoint_url)
         if not isinstance(remote, HTTPRemote) or is_index(url, endpoint_url=settings.endpoint_url):
             return IndexSource(url, endpoint_url=settings.endpoint_url, stop=stop)
-    return source_for(remote)
+    return source_for(remote, stop=stop)
 
 
 # ---------------------------------------------------------------------------- writing

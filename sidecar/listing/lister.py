@@ -58,6 +58,8 @@ class Lister:
         self.progress_every = progress_every
         self.on_page = on_page
         self._commit = threading.Lock()
+        self.committed = 0
+        """Pages committed by this lister since it was made (the listing thread's pause reads it)."""
 
     def needed(self) -> bool:
         """True when no complete listing exists, one is running, or the source changed."""
@@ -161,6 +163,7 @@ class Lister:
         with self._commit:
             new = self.store.listings().commit_page(gen, part, out.rows, skips=out.skips,
                                                     clashes=out.clashes)
+            self.committed += 1
         time.sleep(0)  # let a waiting writer of the sampler take the index's lock first
         with filt._lock:
             filt.report.new += new

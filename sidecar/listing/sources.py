@@ -10,6 +10,10 @@ commits with the page's rows, so a restart resumes where the last committed page
   found with the delimiter (descending through a single top folder such as ``train/``), and the
   key space is cut into ranges at folder boundaries, at most ``max_spans`` of them, so that every
   class folder lists at once instead of one after the other. A resume point is the last key.
+  Finding the folders comes before the listing thread (whose pause answers a throttled page of the
+  listing), so a throttled page of it is read again in place after a full-jitter pause
+  (``DISCOVERY_RETRY``, :func:`~epochfs.sidecar.listing.retry.while_throttled`) until the sampler
+  stops; the pages read before it are kept.
 - :class:`SerialSource`, any other remote (``file://``, ``http(s)://`` index files, ``gs://``): one
   span over ``list()``; a resume point is the number of objects consumed (the listing is read
   again up to it, without writing).
@@ -17,12 +21,18 @@ commits with the page's rows, so a restart resumes where the last committed page
 
 from __future__ import annotations
 
+import logging
+import random
+import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
 from itertools import islice
 from typing import Protocol
 
+from epochfs.sidecar.listing.retry import while_throttled
 from epochfs.sidecar.remote import Remote, RemoteObject
+
+log = logging.getLogger("epochfs.catalog")
 
 PAGE = 1000
 """Objects per page of a serial source (a paged remote's pages are its own: 1,000 on S3)."""
@@ -30,6 +40,9 @@ DISCOVERY_PAGES = 10
 """Delimiter pages read to find folders (10k folders); later folders share the last span."""
 DESCEND = 4
 """Levels of single folders descended through (``data/train/``) before the key space is cut."""
+DISCOVERY_RETRY = (0.5, 30.0)
+"""First and longest bound of the full-jitter pause before a throttled page that finds the
+folders is read again (as the ``--index`` header's, :data:`.indexfile.HEADER_RETRY`)."""
 
 
 @dataclass(frozen=True)
@@ -75,10 +88,23 @@ class PagedSource:
     name = "list"
     sorted_listing = True
 
-    def __init__(self, remote: PagedRemote, *, max_spans: int = 256) -> None:
+    def __init__(self, remote: PagedRemote, *, max_spans: int = 256, stop: threading.Event | None = None,
+                 rng: random.Random | None = None) -> None:
+        """``stop``: a throttled page while finding the folders is read again until it is set
+        (None: not retried, the error raised)."""
         self.remote = remote
         self.max_spans = max(1, max_spans)
+        self.stop = stop
+        self.rng = rng or random.Random()
         self._probe: list[RemoteObject] | None = None
+
+    def _discover(self, prefix: str, *, token: str | None = None,
+                  delimiter: bool = False) -> tuple[list[RemoteObject], list[str], str | None]:
+        """One page that finds the spans, read again while the store throttles it."""
+        return while_throttled(
+            lambda: self.remote.list_page(prefix, token=token, delimiter=delimiter),
+            stop=self.stop, rng=self.rng, bounds=DISCOVERY_RETRY, log=log,
+            what=f"finding the folders under {prefix or 'the root'!r}")
 
     def _folders(self, prefix: str) -> tuple[list[str], bool]:
         """The folders directly under ``prefix`` (at most DISCOVERY_PAGES pages of them) and
@@ -87,7 +113,7 @@ class PagedSource:
         files = False
         token: str | None = None
         for _ in range(DISCOVERY_PAGES):
-            objects, prefixes, token = self.remote.list_page(prefix, token=token, delimiter=True)
+            objects, prefixes, token = self._discover(prefix, token=token, delimiter=True)
             folders += prefixes
             files = files or any(o.key != prefix for o in objects)
             if token is None:
@@ -96,7 +122,7 @@ class PagedSource:
 
     def spans(self) -> list[Span]:
         # A remote that fits in one page is listed by that page alone (one request, no split).
-        objects, _, token = self.remote.list_page("")
+        objects, _, token = self._discover("")
         if token is None:
             self._probe = objects
             return [Span("", "", None)]
@@ -163,11 +189,13 @@ class SerialSource:
                 return
 
 
-def source_for(remote: Remote, *, max_spans: int = 256, page: int = PAGE) -> Source:
+def source_for(remote: Remote, *, max_spans: int = 256, page: int = PAGE,
+               stop: threading.Event | None = None) -> Source:
     """The parallel source when the remote lists in pages, else the serial one (``page``
-    objects a page)."""
+    objects a page). ``stop``: the parallel source's discovery is read again while throttled
+    until it is set."""
     if callable(getattr(remote, "list_page", None)):
-        return PagedSource(remote, max_spans=max_spans)  # type: ignore[arg-type]
+        return PagedSource(remote, max_spans=max_spans, stop=stop)  # type: ignore[arg-type]
     return SerialSource(remote, page=page)
 
 

@@ -9,8 +9,9 @@ assumes, so the model's request counts and waits are those of the code:
   ``--concurrency`` afterwards, and every key is fetched;
 - a throttled ``--index`` header GET is read again (the model's ``header_retry``), not the end of
   the sampler;
-- a SlowDown while finding the spans (before the listing begins) ends the sampler (status 2,
-  ``cannot list``), and the next start finds them again from the first page;
+- a SlowDown while finding the spans (before the listing begins) is read again in place after a
+  full-jitter pause (the model's ``discovery_retry``), not the end of the sampler: only the
+  throttled page is asked again;
 - a SlowDown on a page of the listing pauses the listing thread (full jitter up to
   ``LIST_RETRY[0]`` the first time), the sampler running on, and the listing resumes each span
   from its last committed page: no page before the throttled one is listed again (the LIST
@@ -34,7 +35,7 @@ from pathlib import Path
 import pytest
 from common import S3Server, put_objects, wait_until
 from faultproxy import FaultProxy
-from sampler_helpers import index_rows, running_sampler, s3_env, start_sampler
+from sampler_helpers import index_rows, running_sampler, s3_env
 
 from epochfs.benchmarks.fleet import Params
 from epochfs.benchmarks.synthetic_s3 import Dataset, SyntheticS3, resume_point
@@ -143,28 +144,38 @@ def split_at_throttle(s3: SyntheticS3) -> tuple[int, list[Request], Request, lis
     return at + 1, [r for r, _ in log[:at]], log[at][0], [r for r, _ in log[at + 1:]]
 
 
-def test_a_throttled_discovery_page_ends_the_sampler_and_the_next_start_discovers_again(
+def test_a_throttled_discovery_page_is_read_again_in_place_not_the_end_of_the_sampler(
     tmp_path: Path,
 ) -> None:
     """Before the listing begins (the probe page, then the folders with the delimiter) a SlowDown
-    is a remote that cannot be listed: status 2, and the next start (the supervisor's) finds the
-    spans again from the first page, as the model's discovery does."""
+    is read again after a full-jitter pause (the model's ``discovery_retry``), the sampler running
+    on: not status 2 and a restart that finds the spans again from the first page (which it was
+    before). Only the throttled page is asked again: the LIST requests are the model's discovery
+    and pages plus that one."""
     model = Params(keys=2500, folders=0)  # flat keys: one span, discovery lists them with the delimiter
     with SyntheticS3(Dataset(model.keys, 512), list_latency=0) as s3:
-        s3.server.throttle_pages = {2}  # the first delimiter page
+        s3.server.throttle_pages = {2, 3}  # the first delimiter page, and again when asked again
         cache = tmp_path / "cache"
-        sp = start_sampler(cache, s3.url, "--endpoint-url", s3.endpoint, "--capacity", "32Mi",
-                           env=s3_env(s3.endpoint))
-        assert sp.proc.wait(timeout=60) == 2, sp.log_text()[-3000:]
-        assert "cannot list" in sp.log_text() and "SlowDown" in sp.log_text()
-        assert s3.stats.snapshot()["list_pages"] == 2 and s3.stats.snapshot()["gets"] == 0
         with running_sampler(cache, s3.url, "--endpoint-url", s3.endpoint, "--capacity", "32Mi",
-                             env=s3_env(s3.endpoint)) as again:
-            wait_until(lambda: again.stats()["samples"] == model.keys, what="every object after the restart")
-        # The restart: the discovery from its first page, then the listing; nothing else.
+                             env=s3_env(s3.endpoint)) as sp:
+            wait_until(lambda: sp.stats()["samples"] == model.keys, what="every object, one sampler run")
+            assert sp.proc.poll() is None  # never exited (status 2 before)
+            log = sp.log_text()
+        pauses = [(float(m.group(1)), float(m.group(2))) for m in re.finditer(
+            r"finding the folders under 'the root': throttled \(.*SlowDown.*\); trying again in ([\d.]+)s "
+            r"\(full jitter up to ([\d.]+)s\)", log)]
+        first = MODEL.discovery_retry[0]
+        assert [bound for _, bound in pauses] == [first, 2 * first], log[-3000:]
+        assert all(0 <= pause <= bound for pause, bound in pauses)
+        assert "epochfs sample: --remote" not in log  # the exit's line before
         assert s3.stats.snapshot()["list_pages"] == 2 + model.discovery + model.pages
-        _, _, _, after = split_at_throttle(s3)
-        assert after[0] == ("", "", "")  # the probe page again: the discovery from its start
+        throttled_at, before, throttled, after = split_at_throttle(s3)
+        probe = ("", "", "")
+        assert throttled_at == 2 and before == [probe] and throttled == ("", "/", "")  # a delimiter page
+        assert after[:2] == [throttled, throttled]  # the same page asked again, twice
+        # The probe page is not asked again (the discovery did not start over): the one after the
+        # discovery is the listing's first page.
+        assert after.count(probe) == 1
 
 
 def test_a_throttled_listing_page_resumes_from_its_span_and_the_sampler_keeps_running(

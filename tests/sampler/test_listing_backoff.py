@@ -1,6 +1,8 @@
-"""The listing thread's pause after a failed run: full jitter, and the bound back to its minimum
-once a run has committed a page (so a fleet's throttled nodes neither come back in step nor wait
-a minute after every page they list)."""
+"""The listing thread's pause after a failed run: full jitter, the bound doubled after a run that
+committed nothing and kept (not reset) after one that committed a page, so a fleet's throttled
+nodes neither come back in step nor come back within a second of every SlowDown (the reset to the
+minimum after each committed page did: docs/scale.md, the fleet model); it starts over only after
+a run that listed for a quiet while."""
 
 from __future__ import annotations
 
@@ -15,7 +17,7 @@ import pytest
 from common import wait_until
 
 from epochfs.sidecar.listing import Lister, ListingThread
-from epochfs.sidecar.listing.background import RETRY_MIN
+from epochfs.sidecar.listing.background import QUIET, RETRY_MAX, RETRY_MIN, pause_bound
 from epochfs.sidecar.listing.sources import Page, Span
 from epochfs.sidecar.remote import RemoteObject
 from epochfs.sidecar.remote_errors import Throttled
@@ -53,11 +55,11 @@ class NoWait(random.Random):
         return a
 
 
-def test_the_pause_is_jittered_and_starts_over_after_a_committed_page(
+def test_the_pause_is_jittered_doubles_and_is_kept_after_a_committed_page(
         tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
-    # Run 1 lists a page, then is throttled; run 2 is throttled at once; run 3 lists a page and
-    # is throttled; run 4 lists to the end.
-    source = ScriptedSource(["ok", "slowdown", "slowdown", "ok", "slowdown"])
+    # Runs 1-3 are throttled at once; runs 4 and 5 each list a page, then are throttled; run 6
+    # lists to the end.
+    source = ScriptedSource(["slowdown", "slowdown", "slowdown", "ok", "slowdown", "ok", "slowdown"])
     store = Store(tmp_path / "cache", create=True)
     stop = threading.Event()
     caplog.set_level(logging.WARNING, logger="epochfs.catalog")
@@ -71,5 +73,15 @@ def test_the_pause_is_jittered_and_starts_over_after_a_committed_page(
         store.close()
     bounds = [float(m.group(1)) for r in caplog.records
               if (m := re.search(r"listing failed: .*SlowDown.*full jitter up to (\d+)s", r.getMessage()))]
-    # Doubling while nothing is committed (1, 2), back to the minimum after a committed page.
-    assert bounds == [RETRY_MIN, 2 * RETRY_MIN, RETRY_MIN]
+    # Doubling while nothing is committed (1, 2, 4), kept after each committed page (4, 4): the
+    # reset to the minimum gave 1 after the first committed page.
+    assert bounds == [RETRY_MIN, 2 * RETRY_MIN, 4 * RETRY_MIN, 4 * RETRY_MIN, 4 * RETRY_MIN]
+
+
+def test_the_bound_starts_over_only_after_a_quiet_run_and_stays_within_its_limits() -> None:
+    # The rule itself (the listing thread's runs above last far less than QUIET).
+    assert pause_bound(8.0, 3, QUIET - 1) == 8.0
+    assert pause_bound(8.0, 3, QUIET) == RETRY_MIN  # a run that listed for a quiet while
+    assert pause_bound(8.0, 0, QUIET) == 16.0  # nothing committed, however long it took
+    assert [pause_bound(None, 0), pause_bound(RETRY_MAX, 0), pause_bound(None, 5)] == [
+        RETRY_MIN, RETRY_MAX, RETRY_MIN]
