@@ -6,6 +6,7 @@ stays in one place: a download starts only once :class:`Reservations` has made r
 loop raises backpressure in the store and waits for a cut or a retirement to free room. A pool of
 worker threads only downloads into temp files; the :class:`Admitter` makes them visible; the
 :class:`OutageBreaker` keeps keys through a remote outage; the :class:`FetchOrder` says what is next;
+the :class:`CutSchedule` cuts epochs (:mod:`.cutter`);
 the :class:`~epochfs.sidecar.scrub.Scrubber` (``--scrub-rate``) checks cached objects in the
 background and hands back the keys of damaged ones, fetched again first. Throttling (S3
 ``SlowDown``, 429) is apart from outages (:mod:`.throttle`): the :class:`FetchWindow` bounds the
@@ -38,6 +39,7 @@ from epochfs.sidecar.remote import Remote
 from epochfs.sidecar.reservations import Reservations
 from epochfs.sidecar.sampler.admitter import Admitter
 from epochfs.sidecar.sampler.breaker import OutageBreaker
+from epochfs.sidecar.sampler.cutter import CutSchedule
 from epochfs.sidecar.sampler.diskspace import DiskSpace, is_disk_full
 from epochfs.sidecar.sampler.order import FetchOrder
 from epochfs.sidecar.sampler.progress import Rates
@@ -116,8 +118,7 @@ class Sampler:
         self._backpressure: str | None = None
         self._recorded_capacity = settings.capacity
         self._fatal: BaseException | None = None
-        self._last_cut = time.monotonic()
-        self._samples_at_cut = -1
+        self.cuts = CutSchedule(store, settings.cut_interval, self._write)
         now = time.monotonic()
         self.rates = Rates(started=now, last_time=now)
         self._threads = [
@@ -312,15 +313,9 @@ class Sampler:
         self.rates.samples += len(batch)
         self.rates.nbytes += sum(a.size for a in batch)
         try:
-            self._serve_cuts()
+            self.cuts.serve_requests()
         except Exception as e:  # a cut that fails must not stop admissions
             log.error("serving cut requests failed: %s", e)
-
-    def _serve_cuts(self) -> None:
-        for n, waited in self.store.process_cut_requests():
-            log.info("cut epoch %d on request (waited %.1fs)", n, waited)
-            process_metrics().cut_waited(waited)
-            self._last_cut = time.monotonic()
 
     def _set_backpressure(self, reason: str | None) -> None:
         if reason == self._backpressure:
@@ -345,19 +340,9 @@ class Sampler:
             raise StoreError(f"the cache index is damaged ({damage}); exiting so that the next start "
                              "checks it in full and replaces it")
         now = time.monotonic()
-        interval = self.settings.cut_interval
-        if interval > 0 and now - self._last_cut >= interval:
-            self._last_cut = now
-            # An epoch identical to the newest one is only worth it under backpressure, where
-            # pushing the oldest pinned epoch out is what frees room.
-            if (self.rates.samples != self._samples_at_cut or self._backpressure
-                    or self.store.newest_epoch() is None):
-                n = self._write(self.store.cut)
-                if n is not None:
-                    self._samples_at_cut = self.rates.samples
-                    log.info("cut epoch %d (every %.0fs)", n, interval)
+        self.cuts.tick(now, samples=self.rates.samples, backpressure=self._backpressure is not None)
         if not self._inflight:
-            self._write(self._serve_cuts)
+            self._write(self.cuts.serve_requests)
         # Epochs beyond --keep-epochs retire once out of their in-use window, full cache or not
         # (a read when nothing is due).
         self._write(self.store.retire)
