@@ -1,161 +1,28 @@
 """The fleet model's simulation (:mod:`epochfs.benchmarks.fleet` has what it models and why, and
-the command): the store's token buckets, each node's discovery, parallel listing with resume,
-index stream and downloads as events in one heap. Underscored: a helper, not a benchmark of its own.
+the command; :mod:`._fleet_params` its parameters, counts and the store's token buckets): each
+node's discovery, parallel listing with resume, index stream and downloads as events in one heap.
+Underscored: a helper, not a benchmark of its own.
 """
 
 from __future__ import annotations
 
 import heapq
-import inspect
 import random
 import statistics
 from collections.abc import Callable
-from dataclasses import dataclass, field
 
-from epochfs.sidecar.config import SamplerSettings
-from epochfs.sidecar.download import RetryPolicy
-from epochfs.sidecar.listing.background import RETRY_MAX, RETRY_MIN
-from epochfs.sidecar.listing.indexfile import HEADER_RETRY
-from epochfs.sidecar.listing.sources import DISCOVERY_PAGES, PagedSource
-from epochfs.sidecar.sampler.breaker import OUTAGE_AFTER, OUTAGE_PAUSE
-from epochfs.sidecar.sampler.order import LISTING_WAIT
-from epochfs.sidecar.sampler.throttle import DEFER_BASE, DEFER_CAP, THROTTLE_COOLDOWN, FetchWindow
-from epochfs.sidecar.supervisor.children import ChildProcesses
-
-GET_LIMIT = 5500.0
-"""S3: GET/HEAD requests per second per partitioned prefix (LIST counted against it here)."""
-PUT_LIMIT = 3500.0
-"""S3: PUT/COPY/POST/DELETE requests per second per partitioned prefix (the model makes none)."""
-RESTART = (ChildProcesses.BACKOFF_MIN, ChildProcesses.BACKOFF_MAX, ChildProcesses.STABLE_AFTER)
-"""The supervisor's restart backoff of a dead sampler: first, longest, reset after this long up."""
-LIST_RETRY = (RETRY_MIN, RETRY_MAX)
-"""The listing thread's pause after a failed listing run: first, longest (doubling between)."""
-LIST_THREADS: int = SamplerSettings.list_threads
-"""``--list-threads``: listers per node."""
-CONCURRENCY: int = SamplerSettings.concurrency
-"""``--concurrency``: downloads in flight per node."""
-MAX_SPANS = int(inspect.signature(PagedSource.__init__).parameters["max_spans"].default)
-"""Spans (folders) a listing is cut into at most."""
-INDEX_THREADS = 8
-"""``epochfs index``'s listers (its ``threads``)."""
-
-
-@dataclass
-class Params:
-    nodes: int = 1000
-    keys: int = 1_000_000
-    index: bool = False
-    folders: int = 100
-    """Class folders the keys sit in (0: flat keys, one span)."""
-    prefixes: int = 1
-    rate: float = GET_LIMIT
-    page_keys: int = 1000
-    page_seconds: float = 0.097
-    get_seconds: float = 0.02
-    start_seconds: float = 1.0
-    start_spread: float = 0.0
-    """Nodes start at ``start_seconds`` plus a uniform draw in [0, this) (0: all at once)."""
-    concurrency: int = CONCURRENCY
-    list_threads: int = LIST_THREADS
-    max_spans: int = MAX_SPANS
-    discovery_pages: int = DISCOVERY_PAGES
-    epoch0_samples: int = 100
-    fetch: int = 0
-    """Samples each node fetches (0: its whole shard)."""
-    index_seconds_per_key: float = 2e-6
-    horizon: float = 3600.0
-    seed: int = 0
-    retry: RetryPolicy = field(default_factory=RetryPolicy)
-    outage_after: int = OUTAGE_AFTER
-    outage_pause: tuple[float, float] = OUTAGE_PAUSE
-    list_retry: tuple[float, float] = LIST_RETRY
-    listing_wait: float = LISTING_WAIT
-    defer: tuple[float, float] = (DEFER_BASE, DEFER_CAP)
-    """A throttled key's full-jitter delay: first bound, longest bound (doubling per answer)."""
-    window_cooldown: float = THROTTLE_COOLDOWN
-    header_retry: tuple[float, float] = HEADER_RETRY
-
-    @property
-    def spans(self) -> int:
-        return 1 if self.folders < 2 else min(self.folders, self.max_spans)
-
-    @property
-    def pages(self) -> int:
-        """Listing pages of the whole key space (each span's last page may be short)."""
-        return self.spans * -(-self.keys // (self.spans * self.page_keys))
-
-    @property
-    def discovery(self) -> int:
-        """LIST requests that find the spans: the probe page, then delimiter pages."""
-        if self.keys <= self.page_keys:
-            return 1
-        shown = self.keys if self.folders < 2 else self.folders  # keys or folders per delimiter page
-        return 1 + min(self.discovery_pages, -(-shown // self.page_keys))
-
-
-@dataclass
-class Outcome:
-    mode: str
-    nodes: int
-    keys: int
-    folders: int = 0
-    listers: int = 0
-    list_requests: int = 0
-    get_requests: int = 0
-    slowdowns: int = 0
-    list_slowdowns: int = 0
-    get_slowdowns: int = 0
-    sampler_restarts: int = 0
-    listing_pauses: int = 0
-    given_up: int = 0
-    """Objects skipped for good: none since throttling is its own kind (a SlowDown never skips)."""
-    deferred: int = 0
-    """Throttled GETs whose key was put back for a full-jitter delay (the sampler's Deferred)."""
-    header_retries: int = 0
-    """Throttled index-header GETs read again after a full-jitter pause (no restart)."""
-    window_shrinks: int = 0
-    min_window_mean: float = float("nan")
-    """The smallest fetch window each node reached, averaged over the nodes."""
-    index_build_s: float = 0.0
-    simulated_s: float = 0.0
-    epoch0_median_s: float = float("nan")
-    epoch0_worst_s: float = float("nan")
-    listed_median_s: float = float("nan")
-    listed_worst_s: float = float("nan")
-    nodes_without_epoch0: int = 0
-    peak_list_per_s: float = 0.0
-    peak_get_per_s: float = 0.0
-    mean_list_per_s: float = 0.0
-    mean_get_per_s: float = 0.0
-    epoch0_s: list[float] = field(default_factory=list, repr=False)
-
-
-class Store:
-    """Token buckets per prefix: ``rate`` requests per second, one second of burst."""
-
-    def __init__(self, prefixes: int, rate: float) -> None:
-        self.rate = rate
-        self.tokens = [rate] * prefixes
-        self.last = [0.0] * prefixes
-
-    def admit(self, prefix: int, now: float) -> bool:
-        tokens = min(self.rate, self.tokens[prefix] + (now - self.last[prefix]) * self.rate)
-        self.last[prefix] = now
-        if tokens >= 1.0:
-            self.tokens[prefix] = tokens - 1.0
-            return True
-        self.tokens[prefix] = tokens
-        return False
-
+from epochfs.benchmarks._fleet_params import INDEX_THREADS, Outcome, Params, Store
+from epochfs.sidecar.listing.background import pause_bound
+from epochfs.sidecar.sampler.throttle import FetchWindow
 
 # Event kinds.
 _START, _DISCOVER, _PAGE, _LIST_RUN, _READ, _WORKER, _RETRY, _GET_DONE, _HEADER, _DUE = range(10)
 
 
 class Node:
-    __slots__ = ("available", "backoff", "disc", "due", "failed", "fetched", "gets", "header_bound",
-                 "inflight", "list_pause", "listed", "min_window", "next_key", "parked", "read", "run_listed",
-                 "started_at", "taken", "waiting", "window")
+    __slots__ = ("available", "disc", "disc_bound", "due", "failed", "fetched", "gets", "header_bound",
+                 "inflight", "list_pause", "listed", "min_window", "next_key", "parked", "read", "run_began",
+                 "run_listed", "taken", "waiting", "window")
 
     def __init__(self, p: Params, clock: Callable[[], float]) -> None:
         self.disc = 0  # discovery pages done in this start
@@ -163,8 +30,9 @@ class Node:
         self.taken = 0  # pages handed to listers (committed or in flight)
         self.inflight = 0  # lister pages in flight
         self.failed = False  # the running listing run hit a SlowDown
-        self.list_pause = p.list_retry[0]  # the bound of the next full-jitter pause
+        self.list_pause: float | None = None  # the bound of the last listing pause (None: none yet)
         self.run_listed = 0  # pages committed when the running listing run began
+        self.run_began = 0.0  # when it began
         self.read = 0  # index chunks read in the current stream (a resumed stream reads again)
         self.available = 0  # shard keys in the catalog
         self.parked = 0  # download slots waiting for keys
@@ -176,8 +44,7 @@ class Node:
         self.window = FetchWindow(p.concurrency, cooldown=p.window_cooldown, clock=clock)
         self.min_window = p.concurrency
         self.header_bound = p.header_retry[0]
-        self.backoff = 0.0
-        self.started_at = 0.0
+        self.disc_bound = p.discovery_retry[0]
 
 
 def simulate(p: Params) -> Outcome:
@@ -224,15 +91,6 @@ def simulate(p: Params) -> Outcome:
             out.get_slowdowns += 1
         return False
 
-    def restart(now: float, i: int, node: Node) -> None:
-        """The sampler exited (status 2): the supervisor starts it again after its backoff."""
-        out.sampler_restarts += 1
-        first, longest, stable = RESTART
-        if now - node.started_at >= stable:
-            node.backoff = 0.0
-        node.backoff = min(longest, max(first, node.backoff * 2))
-        push(now + node.backoff + p.start_seconds, _START, i)
-
     def wake(now: float, i: int, node: Node, n: int) -> None:
         """Wake up to ``n`` parked download slots."""
         n = max(0, min(node.parked, n))
@@ -254,20 +112,18 @@ def simulate(p: Params) -> Outcome:
     def run_listing(now: float, i: int, node: Node) -> None:
         """A listing run: ``listers`` threads, one page per turn, from the committed points."""
         node.failed = False
-        node.run_listed = node.listed
+        node.run_listed, node.run_began = node.listed, now
         for _ in range(min(listers, pages - node.taken)):
             node.taken += 1
             node.inflight += 1
             push(now, _PAGE, i, node.taken - 1)
 
     def list_failed(now: float, i: int, node: Node) -> None:
-        """The run's listers are all back: the listing thread pauses (full jitter; the bound back
-        to its minimum when the run committed pages), then resumes."""
+        """The run's listers are all back: the listing thread pauses (full jitter, the bound from
+        the code's ``pause_bound``), then resumes."""
         out.listing_pauses += 1
-        if node.listed > node.run_listed:
-            node.list_pause = p.list_retry[0]
+        node.list_pause = pause_bound(node.list_pause, node.listed - node.run_listed, now - node.run_began)
         push(now + rng.uniform(0, node.list_pause), _LIST_RUN, i)
-        node.list_pause = min(p.list_retry[1], node.list_pause * 2)
 
     def header_throttled(now: float, i: int, node: Node) -> None:
         """The index header's GET was throttled: read again after a full-jitter pause."""
@@ -290,7 +146,6 @@ def simulate(p: Params) -> Outcome:
             break
         node = nodes[i]
         if kind == _START:
-            node.started_at = now
             if p.index:
                 push(now, _HEADER, i)
             else:
@@ -303,8 +158,10 @@ def simulate(p: Params) -> Outcome:
             else:
                 header_throttled(now, i, node)
         elif kind == _DISCOVER:
-            if not request(now, 0, True):
-                restart(now + p.page_seconds, i, node)
+            if not request(now, 0, True):  # throttled: the same page again after a full-jitter pause
+                out.discovery_retries += 1
+                push(now + p.page_seconds + rng.uniform(0, node.disc_bound), _DISCOVER, i)
+                node.disc_bound = min(p.discovery_retry[1], node.disc_bound * 2)
             elif node.disc + 1 < p.discovery:
                 node.disc += 1
                 push(now + p.page_seconds, _DISCOVER, i)
@@ -313,6 +170,7 @@ def simulate(p: Params) -> Outcome:
                 run_listing(now + p.page_seconds, i, node)
         elif kind == _LIST_RUN:
             if p.index:  # (re)open the index stream: one GET
+                node.run_listed, node.run_began = node.listed, now
                 if request(now, rng.randrange(p.prefixes), False):
                     node.read = 0
                     push(now + p.get_seconds, _READ, i)
@@ -403,4 +261,4 @@ def simulate(p: Params) -> Outcome:
     return out
 
 
-__all__ = ["GET_LIMIT", "LIST_RETRY", "RESTART", "Outcome", "Params", "Store", "simulate"]
+__all__ = ["Node", "simulate"]

@@ -9,22 +9,24 @@ splitting it under sustained load, over minutes; that is left out (the model is 
 of a job, before any split; ``--prefixes`` spreads the keys over several partitions instead).
 
 Each node does what ``epochfs sample`` does since 7c148ca (sidecar/listing), with the real code's
-constants (imported, so the model follows the code):
+constants and the listing pause's rule (imported, so the model follows the code):
 
 - **discovery** (without ``--index``), before the sampler starts: one page without the delimiter
   (a remote of one page is that page), then the folders with the delimiter, up to
-  ``DISCOVERY_PAGES`` pages (a flat bucket: that many pages of keys). A ``SlowDown`` here ends the
-  sampler (``cannot list``, status 2); the supervisor restarts it after its backoff
-  (``ChildProcesses``: 0.5 s doubling to 30 s, reset after 30 s up) plus ``--start-seconds``, and
-  the discovery starts over (no listing generation was begun).
+  ``DISCOVERY_PAGES`` pages (a flat bucket: that many pages of keys). A ``SlowDown`` here is read
+  again in place after ``uniform(0, bound)``, the bound doubling through ``DISCOVERY_RETRY``
+  (:func:`~epochfs.sidecar.listing.retry.while_throttled`); the pages before it are kept, the
+  sampler does not exit (it did until the discovery retry: the supervisor restarted it and the
+  discovery started over).
 - **listing**: the key space is cut into one span per folder (at most ``max_spans``; a flat bucket
   is one span), listed round-robin one page per turn by ``min(--list-threads, spans)`` listers,
   each page ``--page-seconds`` (S3's 20 ms and botocore's ~77 µs per key) and committed with its
   span's resume point. A ``SlowDown`` on a page fails the listing run: the other listers finish
   the pages they hold, and the listing thread (``ListingThread``) tries again after
-  ``uniform(0, bound)``, the bound doubling from ``RETRY_MIN`` to ``RETRY_MAX`` and back to
-  ``RETRY_MIN`` when the run committed a page, resuming every span from its committed point: no
-  page is listed twice, the sampler keeps running.
+  ``uniform(0, bound)``, the bound from the code's ``pause_bound`` (doubling up to ``RETRY_MAX``
+  after a run that committed nothing, halved down to ``RETRY_MIN`` after one that committed a
+  page), resuming every span from its committed point: no page is listed twice, the sampler keeps
+  running.
 - **with** ``--index``: the keys were listed once for the fleet beforehand by ``epochfs index``
   (its pages over ``min(8, spans)`` listers, reported apart); each node reads the index header
   with one GET at start (a ``SlowDown`` there is read again after ``uniform(0, bound)``,
@@ -52,16 +54,8 @@ import json
 import sys
 from dataclasses import asdict
 
-from epochfs.benchmarks._fleet_model import (
-    GET_LIMIT,
-    LIST_RETRY,
-    PUT_LIMIT,
-    RESTART,
-    Outcome,
-    Params,
-    Store,
-    simulate,
-)
+from epochfs.benchmarks._fleet_model import simulate
+from epochfs.benchmarks._fleet_params import GET_LIMIT, LIST_RETRY, PUT_LIMIT, Outcome, Params, Store
 
 
 def _seconds(median: float, worst: float, digits: int) -> str:
@@ -77,7 +71,7 @@ def row(o: Outcome) -> str:
     cells = [mode, str(o.listers), f"{o.list_requests:,}",
              f"{o.peak_list_per_s:,.0f} / {o.mean_list_per_s:,.0f}", f"{o.get_requests:,}",
              f"{o.peak_get_per_s:,.0f} / {o.mean_get_per_s:,.0f}",
-             f"{o.list_slowdowns:,} / {o.get_slowdowns:,}", f"{o.sampler_restarts:,}",
+             f"{o.list_slowdowns:,} / {o.get_slowdowns:,}", f"{o.discovery_retries:,}",
              f"{o.listing_pauses:,}",
              f"{o.given_up:,} / {o.deferred:,}", f"{o.min_window_mean:.1f}", f"{o.header_retries:,}",
              _seconds(o.epoch0_median_s, o.epoch0_worst_s, 1),
@@ -87,7 +81,7 @@ def row(o: Outcome) -> str:
 
 
 COLUMNS = ["mode", "listers per node", "LIST requests", "LIST/s peak / mean", "GET requests",
-           "GET/s peak / mean", "SlowDown LIST / GET", "sampler restarts", "listing pauses",
+           "GET/s peak / mean", "SlowDown LIST / GET", "discovery retries", "listing pauses",
            "objects skipped / throttled GETs deferred", "smallest window (mean)", "index header retries",
            "epoch 0 median / worst (s)", "listed median / worst (s)",
            "nodes without epoch 0", "index build (s)"]
@@ -138,7 +132,7 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-__all__ = ["GET_LIMIT", "LIST_RETRY", "PUT_LIMIT", "RESTART", "Outcome", "Params", "Store", "main", "row",
+__all__ = ["GET_LIMIT", "LIST_RETRY", "PUT_LIMIT", "Outcome", "Params", "Store", "main", "row",
            "simulate"]
 
 
