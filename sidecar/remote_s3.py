@@ -36,6 +36,9 @@ from epochfs.sidecar.remote_errors import (
 if TYPE_CHECKING:
     from epochfs.sidecar.remote import Reader, RemoteObject
 
+    ListedPage = tuple[list[RemoteObject], list[str], str | None]
+    """(objects, common prefixes, next page's token or None)."""
+
 log = logging.getLogger("epochfs.remote")
 
 _BOTOCORE = Translated(botocore_kind)
@@ -262,7 +265,7 @@ class S3Remote:
                 return
 
     def list_page(self, prefix: str, *, start_after: str = "", token: str | None = None,
-                  delimiter: bool = False) -> tuple[list[RemoteObject], list[str], str | None]:
+                  delimiter: bool = False) -> ListedPage:
         """One ``ListObjectsV2`` page of keys under ``prefix`` (relative to the remote root) after
         ``start_after`` (or from ``token``): (objects, common prefixes with ``delimiter``, the
         token of the next page or None). Keys and prefixes come back relative to the root."""
