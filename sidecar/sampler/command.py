@@ -146,6 +146,9 @@ def run_sample(settings: SamplerSettings) -> int:
             # at all is a bad setting (exit 2); the pages are listed beside the sampler.
             prepared = lister.prepare() if lister.needed() else None
         except RemoteError as e:
+            if stop.is_set():  # SIGTERM while a throttled discovery page waited: a clean stop
+                log.info("stopped while finding the remote's folders (%s)", e)
+                return 0
             raise ConfigError(f"--remote: {e}") from None
         if prepared is None:
             log.info("catalog of %s keys complete: fetching at once (relist: %s)",

@@ -178,6 +178,18 @@ def test_a_throttled_discovery_page_is_read_again_in_place_not_the_end_of_the_sa
         assert after.count(probe) == 1
 
 
+def test_a_stop_while_a_throttled_discovery_page_waits_is_a_clean_exit(tmp_path: Path) -> None:
+    """SIGTERM during the discovery's pause (a pod deleted while the store throttles every LIST)
+    is a clean stop, exit 0: not a bad ``--remote`` (status 2), which the supervisor would report
+    as a settings error."""
+    with SyntheticS3(Dataset(2500, 512), list_latency=0) as s3:
+        s3.server.throttle_pages = set(range(2, 10_000))  # every page after the probe
+        with running_sampler(tmp_path / "cache", s3.url, "--endpoint-url", s3.endpoint, "--capacity",
+                             "32Mi", env=s3_env(s3.endpoint)) as sp:  # asserts exit 0 after SIGTERM
+            wait_until(lambda: "throttled" in sp.log_text(), what="a throttled discovery page")
+        assert "epochfs sample: --remote" not in sp.log_text()
+
+
 def test_a_throttled_listing_page_resumes_from_its_span_and_the_sampler_keeps_running(
     tmp_path: Path,
 ) -> None:
