@@ -245,9 +245,10 @@ class Store:
                 for a in items:
                     db.execute(
                         "INSERT INTO samples(sid, key, path, size, checksum, version, admitted_at, "
-                        "digest, verified) VALUES(?,?,?,?,?,?,?,?,?)",
+                        "digest, verified, rank) VALUES(?,?,?,?,?,?,?,?,?,"
+                        "(SELECT rank FROM catalog WHERE key=?))",
                         (a.sid, a.key, a.key, a.size, a.checksum, a.version, now, a.local_digest,
-                         a.verified),
+                         a.verified, a.key),
                     )
                 total = sum(a.size for a in items)
                 ix.bump("fetched_total", len(items))

@@ -4,9 +4,11 @@ An epoch is an immutable snapshot. In snapshot mode it is a range of the admissi
 samples with ``first_sample <= id <= max_sample`` (the newest samples that fit the epoch budget
 at the cut), so a cut writes one row whatever the number of samples. It stays the same set because
 ids only grow (a later sample gets a higher id) and eviction never takes a sample inside a live
-epoch's range. A schedule-mode window is not a range of the admission order: its cut writes one
-``epoch_samples`` row per sample (NULL ``first_sample``), as did every cut of schema 2; those rows
-are removed when the epoch retires.
+epoch's range. A schedule-mode window is not a range of the admission order but a range of the
+sampling order: its row records the window's ends and ``max_sample`` (:mod:`.windows`), plus a row
+per cached sample of a key a relist dropped inside those ends. Epochs cut by schema 2 or 3 (and a
+window bounds cannot describe) are their ``epoch_samples`` rows (NULL ``first_sample`` and
+``lo_key``), removed when the epoch retires.
 Epoch numbers only grow: a cut below the newest epoch is refused, and an existing epoch is
 returned as is, so several ranks asking for the same N get one snapshot. "The newest" counts the
 high-water mark kept outside the index (:mod:`.hwm`) too, so a number published once is never cut
@@ -28,6 +30,8 @@ from epochfs.sidecar.store import hwm
 from epochfs.sidecar.store.index import Index, is_busy
 from epochfs.sidecar.store.objects import object_name
 from epochfs.sidecar.store.records import EpochInfo, FileEntry, Policy
+from epochfs.sidecar.store.windows import FILES_IN_WINDOW, WINDOW_KEYS, members, record
+from epochfs.sidecar.store.windows import window as window  # the store's schedule_window asks here
 
 log = logging.getLogger("epochfs.store")
 
@@ -36,31 +40,6 @@ def _disk_full(e: BaseException) -> bool:
     if isinstance(e, OSError):
         return e.errno in (errno.ENOSPC, errno.EDQUOT)
     return getattr(e, "sqlite_errorcode", None) == sqlite3.SQLITE_FULL or "disk is full" in str(e)
-
-
-def window(db: sqlite3.Connection, policy: Policy, n: int) -> tuple[int, int]:
-    """Schedule mode: positions [lo, hi) of epoch n's window in the sampling order, its front
-    trimmed so that the window's bytes fit the epoch budget."""
-    assert policy.schedule is not None
-    total = int(db.execute("SELECT COUNT(*) FROM catalog").fetchone()[0])
-    hi = min(total, policy.schedule.size(n))
-    # Positions are implicit (the rank order), never numbered: listing and relisting stay cheap.
-    rows = db.execute(
-        "SELECT size FROM (SELECT rank, key, size FROM catalog ORDER BY rank, key LIMIT ?) "
-        "ORDER BY rank DESC, key DESC",
-        (hi,),
-    )
-    lo, cum = hi, 0
-    for (size,) in rows:
-        cum += int(size)
-        if cum > policy.epoch_budget:
-            break
-        lo -= 1
-    return lo, hi
-
-
-WINDOW_KEYS = "(SELECT key, skipped FROM catalog ORDER BY rank, key LIMIT ? OFFSET ?)"
-"""The catalog rows at positions [lo, hi) of the rank order; arguments (hi - lo, lo)."""
 
 
 def at_least(db: sqlite3.Connection, count: int) -> bool:
@@ -111,46 +90,50 @@ def cut_ready(ix: Index, policy: Policy, n: int) -> bool:
 
 
 def _insert_epoch(db: sqlite3.Connection, policy: Policy, n: int) -> None:
-    """One ``epochs`` row (a range of the admission order); a schedule-mode window also writes
-    its ``epoch_samples`` rows. Snapshot mode reads the samples it holds and writes nothing else."""
+    """One ``epochs`` row: a range of the admission order (snapshot mode) or a window's bounds
+    (schedule mode, with its few ``epoch_excluded`` rows, or its ``epoch_samples`` rows when
+    bounds cannot describe it: :func:`.windows.record`)."""
     now = time.time()
     prev_row = db.execute("SELECT MAX(n) FROM epochs WHERE n < ?", (n,)).fetchone()[0]
+    prev_max = 0 if prev_row is None else int(db.execute(
+        "SELECT max_sample FROM epochs WHERE n=?", (prev_row,)).fetchone()[0])
     max_all = int(db.execute("SELECT COALESCE(MAX(id), 0) FROM samples").fetchone()[0])
-    first: int | None
+    first: int | None = None
+    bounds: tuple[int | None, str | None, int | None, str | None] = (None, None, None, None)
     if policy.schedule is None:
-        low, samples, nbytes = db.execute(
-            "SELECT MIN(id), COUNT(*), COALESCE(SUM(size), 0) FROM "
-            "(SELECT id, size, SUM(size) OVER (ORDER BY id DESC) AS cum FROM samples) WHERE cum <= ?",
-            (policy.epoch_budget,),
-        ).fetchone()
+        low = db.execute(
+            "SELECT MIN(id) FROM (SELECT id, SUM(size) OVER (ORDER BY id DESC) AS cum FROM samples) "
+            "WHERE cum <= ?", (policy.epoch_budget,)).fetchone()[0]
         first = max_all + 1 if low is None else int(low)
     else:
-        first = None
-        lo, hi = window(db, policy, n)
-        db.execute(
-            f"INSERT INTO epoch_samples(epoch, sample) SELECT ?, s.id FROM samples s "
-            f"JOIN {WINDOW_KEYS} c ON c.key = s.key",
-            (n, hi - lo, lo),
-        )
-        samples, nbytes = db.execute(
-            "SELECT COUNT(*), COALESCE(SUM(s.size), 0) FROM epoch_samples e "
-            "JOIN samples s ON s.id = e.sample WHERE e.epoch=?", (n,)).fetchone()
-    new, evicted = int(samples), 0
-    if prev_row is not None:
-        prev_max, prev_samples = db.execute(
-            "SELECT max_sample, samples FROM epochs WHERE n=?", (prev_row,)).fetchone()
-        if first is not None:
-            new = int(db.execute("SELECT COUNT(*) FROM samples WHERE id >= ? AND id > ?",
-                                 (first, int(prev_max))).fetchone()[0])
-        else:
-            new = int(db.execute("SELECT COUNT(*) FROM epoch_samples WHERE epoch=? AND sample > ?",
-                                 (n, int(prev_max))).fetchone()[0])
-        evicted = max(0, int(prev_samples) + new - int(samples))
+        bounds = record(db, policy, n, max_all) or bounds
     db.execute(
-        "INSERT INTO epochs(n, cut_at, samples, bytes, new, evicted, max_sample, last_read, first_sample) "
-        "VALUES(?,?,?,?,?,?,?,?,?)",
-        (n, now, int(samples), int(nbytes), new, evicted, max_all, 0.0, first),
+        "INSERT INTO epochs(n, cut_at, samples, bytes, new, evicted, max_sample, last_read, "
+        "first_sample, lo_rank, lo_key, hi_rank, hi_key) VALUES(?,?,0,0,0,0,?,?,?,?,?,?,?)",
+        (n, now, max_all, 0.0, first, *bounds),
     )
+    if first is not None:
+        samples, nbytes = (int(v) for v in db.execute(
+            "SELECT COUNT(*), COALESCE(SUM(size), 0) FROM samples WHERE id >= ?", (first,)).fetchone())
+        new = int(db.execute("SELECT COUNT(*) FROM samples WHERE id >= ? AND id > ?",
+                             (first, prev_max)).fetchone()[0])
+    elif bounds[1] is not None:
+        samples, nbytes = members(db, n)
+        new = members(db, n, above=prev_max)[0]
+    else:
+        samples, nbytes = (int(v) for v in db.execute(
+            "SELECT COUNT(*), COALESCE(SUM(s.size), 0) FROM epoch_samples e "
+            "JOIN samples s ON s.id = e.sample WHERE e.epoch=?", (n,)).fetchone())
+        new = int(db.execute("SELECT COUNT(*) FROM epoch_samples WHERE epoch=? AND sample > ?",
+                             (n, prev_max)).fetchone()[0])
+    evicted = 0
+    if prev_row is not None:
+        prev_samples = int(db.execute("SELECT samples FROM epochs WHERE n=?", (prev_row,)).fetchone()[0])
+        evicted = max(0, prev_samples + new - samples)
+    else:
+        new = samples
+    db.execute("UPDATE epochs SET samples=?, bytes=?, new=?, evicted=? WHERE n=?",
+               (samples, nbytes, new, evicted, n))
     db.execute("DELETE FROM cut_requests WHERE n <= ?", (n,))
 
 
@@ -305,6 +288,7 @@ def retire(ix: Index, policy: Policy, *, now: float | None = None) -> list[int]:
         for n in gone:
             db.execute("UPDATE epochs SET retired=1 WHERE n=?", (n,))
             db.execute("DELETE FROM epoch_samples WHERE epoch=?", (n,))
+            db.execute("DELETE FROM epoch_excluded WHERE epoch=?", (n,))
     return gone
 
 
@@ -330,35 +314,40 @@ FILE_CHUNK = 20_000
 large epoch's tree never holds the index (or its connection) for the whole epoch."""
 
 _FILES_OF = {
-    True: ("SELECT path, size, checksum, sid, key FROM samples WHERE key > ? AND +id BETWEEN ? AND ? "
-           "ORDER BY key LIMIT ?"),
-    False: ("SELECT s.path, s.size, s.checksum, s.sid, s.key FROM samples s WHERE s.key > ? AND EXISTS "
-            "(SELECT 1 FROM epoch_samples e WHERE e.epoch = ? AND e.sample = s.id) "
-            "ORDER BY s.key LIMIT ?"),
+    "range": ("SELECT path, size, checksum, sid, key FROM samples WHERE key > ? AND +id BETWEEN ? AND ? "
+              "ORDER BY key LIMIT ?"),
+    "rows": ("SELECT s.path, s.size, s.checksum, s.sid, s.key FROM samples s WHERE s.key > ? AND EXISTS "
+             "(SELECT 1 FROM epoch_samples e WHERE e.epoch = ? AND e.sample = s.id) "
+             "ORDER BY s.key LIMIT ?"),
 }
 
 
-def _bounds(db: sqlite3.Connection, n: int) -> tuple[bool, tuple[int, ...]]:
-    """(a range?, the query's arguments after the key) of live epoch ``n``; KeyError when it is
-    not live."""
-    row = db.execute("SELECT retired, first_sample, max_sample FROM epochs WHERE n=?", (n,)).fetchone()
+def _query(db: sqlite3.Connection, n: int) -> tuple[str, tuple[int, ...]]:
+    """The query listing live epoch ``n`` after a key, and its arguments after that key (the
+    limit follows); KeyError when it is not live."""
+    row = db.execute("SELECT retired, first_sample, max_sample, lo_key FROM epochs WHERE n=?",
+                     (n,)).fetchone()
     if row is None or int(row[0]):
         raise KeyError(n)
-    if row[1] is None:
-        return False, (n,)
-    return True, (int(row[1]), int(row[2]))
+    if row[1] is not None:
+        return _FILES_OF["range"], (int(row[1]), int(row[2]))
+    if row[3] is not None:
+        return FILES_IN_WINDOW, ()
+    return _FILES_OF["rows"], (n,)
 
 
 def iter_files(ix: Index, n: int, *, chunk: int = FILE_CHUNK) -> Iterator[FileEntry]:
     """The files of live epoch ``n`` in path order (a sample's path is its key), read in chunks;
     KeyError when it is not live. Nothing of the epoch is held but the chunk being read."""
     with ix.read() as db:
-        ranged, args = _bounds(db, n)
+        sql, args = _query(db, n)
     after = ""
-    sql = _FILES_OF[ranged]
     while True:
         with ix.read() as db:
-            rows = db.execute(sql, (after, *args, chunk)).fetchall()
+            if sql is FILES_IN_WINDOW:
+                rows = db.execute(sql, (n, after, chunk)).fetchall()
+            else:
+                rows = db.execute(sql, (after, *args, chunk)).fetchall()
         for p, sz, c, sid, _ in rows:
             yield FileEntry(str(p), int(sz), str(c), object_name(str(sid)))
         if len(rows) < chunk:

@@ -14,6 +14,7 @@ from epochfs.sidecar.store import epochs
 from epochfs.sidecar.store.index import Index
 from epochfs.sidecar.store.objects import ObjectFiles
 from epochfs.sidecar.store.records import Policy
+from epochfs.sidecar.store.windows import IN_WINDOW
 
 
 def gaps(db: sqlite3.Connection) -> list[tuple[int, int]]:
@@ -35,13 +36,15 @@ def gaps(db: sqlite3.Connection) -> list[tuple[int, int]]:
 
 def _evictable(db: sqlite3.Connection, limit: int) -> list[tuple[int, str, int]]:
     """The oldest samples outside every live epoch: each gap between live ranges is read from
-    its start, so pinned samples are never walked (an epoch listed row by row is checked too)."""
+    its start, so pinned samples are never walked (an epoch listed row by row, or a schedule-mode
+    window recorded by its bounds, is checked too)."""
     out: list[tuple[int, str, int]] = []
     for lo, hi in gaps(db):
         rows = db.execute(
             "SELECT s.id, s.sid, s.size FROM samples s WHERE s.id BETWEEN ? AND ? "
             "AND NOT EXISTS (SELECT 1 FROM epoch_samples e WHERE e.sample = s.id) "
-            "ORDER BY s.id LIMIT ?",
+            "AND NOT EXISTS (SELECT 1 FROM epochs e WHERE e.retired = 0 AND e.lo_key IS NOT NULL "
+            f"AND {IN_WINDOW}) ORDER BY s.id LIMIT ?",
             (lo, hi, limit - len(out)),
         ).fetchall()
         out += [(int(a), str(b), int(c)) for a, b, c in rows]

@@ -33,6 +33,7 @@ from epochfs.sidecar.store.schema import (
     create,
     migrate_1_to_2,
     migrate_2_to_3,
+    migrate_3_to_4,
     migrate_epochs_2_to_3,
 )
 
@@ -45,6 +46,9 @@ see), the ``listing_parts`` table holds each lister's progress (a listing resume
 and ``pos`` is no longer numbered (windows are ranges of the rank order); an epoch may be a range
 of the admission order (``epochs.first_sample``) instead of one ``epoch_samples`` row per sample
 (epochs cut before keep their rows: NULL ``first_sample``).
+4: samples record their key's catalog ``rank``, and a schedule-mode window is its bounds in the
+sampling order (``epochs.lo_rank``, ``lo_key``, ``hi_rank``, ``hi_key``) with ``max_sample``, less
+the few samples in ``epoch_excluded``, instead of one ``epoch_samples`` row per sample.
 
 A change of the schema bumps this number with a migration: an index whose version is current is
 opened without running the schema (no write), so a table added without a bump would be missing."""
@@ -185,6 +189,7 @@ class Index:
                 migrate_1_to_2(db)
             migrate_2_to_3(db)
             migrate_epochs_2_to_3(db)
+            migrate_3_to_4(db)
             self.put(Meta.SCHEMA_VERSION, str(SCHEMA_VERSION))
 
     @staticmethod

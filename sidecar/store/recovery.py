@@ -24,6 +24,7 @@ from epochfs.sidecar.store import hwm, journal
 from epochfs.sidecar.store.index import Index, Meta
 from epochfs.sidecar.store.objects import ObjectFiles
 from epochfs.sidecar.store.records import RecoveryReport, StoreError
+from epochfs.sidecar.store.windows import IN_WINDOW
 
 log = logging.getLogger("epochfs.store")
 
@@ -37,11 +38,13 @@ def drop_samples(db: sqlite3.Connection, sample_ids: list[int]) -> None:
     counting their bytes)."""
     for sample_id in sample_ids:
         size = int(db.execute("SELECT size FROM samples WHERE id=?", (sample_id,)).fetchone()[0])
-        db.execute("UPDATE epochs SET samples=samples-1, bytes=bytes-:size WHERE retired=0 AND "
-                   "(first_sample <= :id AND :id <= max_sample OR first_sample IS NULL AND n IN "
-                   "(SELECT epoch FROM epoch_samples WHERE sample=:id))",
+        db.execute("UPDATE epochs AS e SET samples=samples-1, bytes=bytes-:size WHERE retired=0 AND "
+                   "(first_sample <= :id AND :id <= max_sample OR first_sample IS NULL AND (lo_key IS "
+                   "NULL AND n IN (SELECT epoch FROM epoch_samples WHERE sample=:id) OR lo_key IS NOT "
+                   f"NULL AND EXISTS (SELECT 1 FROM samples s WHERE s.id=:id AND {IN_WINDOW})))",
                    {"size": size, "id": sample_id})
         db.execute("DELETE FROM epoch_samples WHERE sample=?", (sample_id,))
+        db.execute("DELETE FROM epoch_excluded WHERE sample=?", (sample_id,))
         db.execute("DELETE FROM samples WHERE id=?", (sample_id,))
 
 

@@ -13,7 +13,7 @@ import sqlite3
 from epochfs.sidecar.store.meta import Meta
 from epochfs.sidecar.store.records import SIZE_ONLY
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 
 SCHEMA = """  -- statements split at semicolons: none inside a comment
 CREATE TABLE IF NOT EXISTS meta (name TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -48,7 +48,9 @@ CREATE TABLE IF NOT EXISTS samples (
     version TEXT NOT NULL,
     admitted_at REAL NOT NULL,
     digest TEXT NOT NULL DEFAULT '',   -- algo:value of the bytes (bare hex: md5): the scrub's reference
-    verified TEXT NOT NULL DEFAULT ''  -- what verified them against the remote (etag-md5, crc64nvme...)
+    verified TEXT NOT NULL DEFAULT '',  -- what verified them against the remote (etag-md5, crc64nvme...)
+    rank INTEGER                   -- the key's catalog rank when admitted (schema 4, NULL: unknown):
+                                   -- schedule-mode epochs are ranges of (rank, key)
 );
 CREATE TABLE IF NOT EXISTS epochs (
     n INTEGER PRIMARY KEY,
@@ -60,17 +62,30 @@ CREATE TABLE IF NOT EXISTS epochs (
     max_sample INTEGER NOT NULL,   -- highest samples.id when cut: later samples are pending
     last_read REAL NOT NULL,       -- 0 until a reader records a read
     retired INTEGER NOT NULL DEFAULT 0,
-    first_sample INTEGER           -- set: the epoch is the samples with first_sample <= id <= max_sample,
-                                   -- NULL: the epoch is its rows in epoch_samples
+    first_sample INTEGER,          -- set: the epoch is the samples with first_sample <= id <= max_sample,
+                                   -- NULL: a window (lo_key set) or its rows in epoch_samples
+    lo_rank INTEGER,               -- set (schema 4): a schedule-mode window, the samples with
+    lo_key TEXT,                   -- (lo_rank, lo_key) <= (rank, key) <= (hi_rank, hi_key) and
+    hi_rank INTEGER,               -- id <= max_sample, less its rows in epoch_excluded
+    hi_key TEXT
 );
--- Only epochs that are not a range of the admission order (schedule-mode windows, epochs cut by
--- schema 2) have rows here.
+-- Only epochs that are neither a range of the admission order nor a window (windows cut by schema
+-- 3 or by a store whose samples' ranks disagree with the catalog's, epochs cut by schema 2) have
+-- rows here.
 CREATE TABLE IF NOT EXISTS epoch_samples (
     epoch INTEGER NOT NULL,
     sample INTEGER NOT NULL,
     PRIMARY KEY (epoch, sample)
 ) WITHOUT ROWID;
 CREATE INDEX IF NOT EXISTS epoch_samples_sample ON epoch_samples(sample);
+-- The cached samples inside a window's bounds that were not in it when it was cut: their keys had
+-- left the catalog (a relist dropped them). A handful, not one row per sample.
+CREATE TABLE IF NOT EXISTS epoch_excluded (
+    epoch INTEGER NOT NULL,
+    sample INTEGER NOT NULL,
+    PRIMARY KEY (epoch, sample)
+) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS epoch_excluded_sample ON epoch_excluded(sample);
 CREATE TABLE IF NOT EXISTS cut_requests (n INTEGER PRIMARY KEY, requested_at REAL NOT NULL);
 """
 
@@ -107,10 +122,14 @@ def migrate_1_to_2(db: sqlite3.Connection) -> None:
 
 
 def create(db: sqlite3.Connection) -> None:
-    """Every table and index of :data:`SCHEMA` that is missing (inside a write transaction)."""
+    """Every table and index of :data:`SCHEMA` that is missing (inside a write transaction); the
+    index on ``samples.rank`` too once the column is there (an older index gets it from
+    :func:`migrate_3_to_4`)."""
     for statement in SCHEMA.split(";"):
         if statement.strip():
             db.execute(statement)
+    if "rank" in {str(r[1]) for r in db.execute("PRAGMA table_info(samples)")}:
+        db.execute(SAMPLES_RANK_INDEX)
 
 
 def migrate_epochs_2_to_3(db: sqlite3.Connection) -> None:
@@ -119,6 +138,27 @@ def migrate_epochs_2_to_3(db: sqlite3.Connection) -> None:
     columns = {str(r[1]) for r in db.execute("PRAGMA table_info(epochs)")}
     if "first_sample" not in columns:
         db.execute("ALTER TABLE epochs ADD COLUMN first_sample INTEGER")
+
+
+SAMPLES_RANK_INDEX = "CREATE INDEX IF NOT EXISTS samples_rank ON samples(rank, key)"
+
+
+def migrate_3_to_4(db: sqlite3.Connection) -> None:
+    """Schedule-mode windows become bounds of the sampling order (``epochs.lo_rank``...) instead of
+    one ``epoch_samples`` row per sample, which needs each sample's rank: filled from the catalog
+    by key (a sample whose key the catalog no longer lists keeps NULL: it is in no window cut
+    from now on, as it was in none before). Epochs already cut keep their rows until they retire."""
+    columns = {str(r[1]) for r in db.execute("PRAGMA table_info(samples)")}
+    if "rank" not in columns:
+        db.execute("ALTER TABLE samples ADD COLUMN rank INTEGER")
+    db.execute("UPDATE samples SET rank = (SELECT c.rank FROM catalog c WHERE c.key = samples.key) "
+               "WHERE rank IS NULL")
+    columns = {str(r[1]) for r in db.execute("PRAGMA table_info(epochs)")}
+    for name, kind in (("lo_rank", "INTEGER"), ("lo_key", "TEXT"), ("hi_rank", "INTEGER"),
+                       ("hi_key", "TEXT")):
+        if name not in columns:
+            db.execute(f"ALTER TABLE epochs ADD COLUMN {name} {kind}")
+    db.execute(SAMPLES_RANK_INDEX)
 
 
 def _put(db: sqlite3.Connection, key: Meta, value: str) -> None:

@@ -8,6 +8,7 @@ table, and epochs beyond ``keep_epochs`` stayed until something had to be evicte
 
 from __future__ import annotations
 
+import random
 import sqlite3
 import tracemalloc
 from collections.abc import Iterator
@@ -18,10 +19,14 @@ from common import wait_until
 from fuse_helpers import admit, make_objects, open_store
 from inprocess import objects_of, sampling, settings_for
 from memory_remote import MemoryRemote
+from store_helpers import sid_of
 
 from epochfs.fuse.view import View
 from epochfs.sidecar.status import read_stats
-from epochfs.sidecar.store import INDEX_NAME, Meta, Policy, Store, StoreError
+from epochfs.sidecar.store import INDEX_NAME, CatalogRow, Meta, Policy, Schedule, Store, StoreError
+from epochfs.sidecar.store.catalog import Part
+from epochfs.sidecar.store.objects import object_name
+from epochfs.sidecar.store.recovery import drop_samples
 
 LINK_ROOT = Path("/cache/objects-ro")
 
@@ -64,9 +69,20 @@ def test_readers_answer_while_another_process_holds_the_write_lock(store: Store)
     assert store.request_cut(1)
 
 
-def changes_of_a_cut(tmp_path: Path, samples: int) -> tuple[int, int]:
-    with open_store(tmp_path / f"cache-{samples}") as store:
-        admit(store, make_objects(samples, 4))
+def catalog_of(keys: list[str], *, seed: int = 1, size: int = 4) -> list[CatalogRow]:
+    """Catalog rows for ``keys``, ranked in a shuffled order (as the keyed hash would)."""
+    ranks = random.Random(seed).sample(range(10 * len(keys) + 10), len(keys))
+    return [CatalogRow(k, sid_of(k), size, "v", rank=r) for k, r in zip(keys, ranks, strict=True)]
+
+
+def changes_of_a_cut(tmp_path: Path, samples: int, *, schedule: bool = False) -> tuple[int, int]:
+    with open_store(tmp_path / f"cache-{samples}-{schedule}") as store:
+        objects = make_objects(samples, 4)
+        if schedule:  # epoch 0's window: every key of the catalog
+            store.configure(Policy(capacity=1 << 30, schedule=Schedule(initial=samples, growth=1.0)))
+            store.add_catalog(catalog_of(sorted(objects)))
+            store.finalize_catalog()
+        admit(store, objects)
         db = store._ix.db
         before = db.total_changes
         assert store.cut(0) == 0
@@ -80,6 +96,119 @@ def test_a_cut_writes_the_same_rows_whatever_the_number_of_samples(tmp_path: Pat
     many, many_rows = changes_of_a_cut(tmp_path, 2000)
     assert few == many, f"a cut of 10 samples changed {few} rows, of 2000 samples {many}"
     assert few_rows == many_rows == 0
+
+
+def test_a_schedule_mode_cut_writes_the_same_rows_whatever_the_number_of_samples(tmp_path: Path) -> None:
+    """A window is recorded by its ends in the sampling order, not one row per sample."""
+    few, few_rows = changes_of_a_cut(tmp_path, 10, schedule=True)
+    many, many_rows = changes_of_a_cut(tmp_path, 2000, schedule=True)
+    assert few == many, f"a cut of 10 samples changed {few} rows, of 2000 samples {many}"
+    assert few_rows == many_rows == 0
+
+
+def relist(store: Store, rows: list[CatalogRow]) -> None:
+    """A complete relist that finds exactly ``rows`` (keys not among them are dropped)."""
+    listings = store.listings()
+    part = Part(0, "", "", None, after="", done=True)
+    gen = listings.begin([part], "test")
+    listings.commit_page(gen, part, rows, skips=0, clashes=[])
+    listings.finish(gen)
+
+
+class Windows:
+    """A schedule-mode store beside what its epochs held when cut, computed as the store did before
+    windows were bounds: the cached samples whose keys sat at the window's positions."""
+
+    def __init__(self, store: Store) -> None:
+        self.store = store
+        self.expected: dict[int, set[str]] = {}
+
+    def cached(self) -> set[str]:
+        return {str(k) for (k,) in self.store._ix.query("SELECT key FROM samples")}
+
+    def cut(self, n: int) -> None:
+        lo, hi = self.store.schedule_window(n)
+        keys = {str(k) for (k,) in self.store._ix.query(
+            "SELECT key FROM catalog ORDER BY rank, key LIMIT ? OFFSET ?", (hi - lo, lo))}
+        assert self.store.cut(n) == n
+        self.expected[n] = keys & self.cached()
+
+    def check(self) -> None:
+        """Every live epoch lists what it was cut with (less what was dropped), counts it right,
+        and every file it lists is there."""
+        cached = self.cached()
+        for info in self.store.epochs():
+            want = sorted(self.expected[info.epoch] & cached)
+            files = self.store.epoch_files(info.epoch)
+            assert [f.path for f in files] == want, f"epoch {info.epoch}"
+            assert (info.samples, info.bytes) == (len(files), sum(f.size for f in files))
+            for f in files:
+                assert (self.store.objects_dir / f.object_name).stat().st_size == f.size
+
+
+def test_schedule_windows_keep_their_content_through_relists_evictions_and_drops(tmp_path: Path) -> None:
+    store = open_store(tmp_path / "cache", capacity=8000, headroom=0.5, keep_epochs=2)
+    store.configure(Policy(capacity=8000, headroom=0.5, keep_epochs=2,
+                           schedule=Schedule(initial=10, growth=1.5)))  # budget: 40 samples
+    objects = make_objects(60, 100)
+    keys = sorted(objects)
+    rows = catalog_of(keys, size=100)
+    store.add_catalog(rows)
+    store.finalize_catalog()
+    order = [r.key for r in sorted(rows, key=lambda r: (r.rank, r.key))]
+    w = Windows(store)
+    try:
+        admit(store, {k: objects[k] for k in order[:14]})  # window 0 and some of window 1
+        w.cut(0)
+        assert len(w.expected[0]) == 10
+        # A relist drops two cached keys inside window 1 (one of them in window 0), and finds one
+        # ranked inside window 1's ends.
+        gone = {order[2], order[11]}
+        new_key = "train/new-in-window.bin"
+        between = CatalogRow(new_key, sid_of(new_key), 100, "v", rank=next(
+            r.rank + 1 for r in rows if r.key == order[5]))
+        relist(store, [r for r in rows if r.key not in gone] + [between])
+        order = [k for k in order if k not in gone]
+        order.insert(order.index(next(r.key for r in rows if r.rank == between.rank - 1)) + 1, new_key)
+        objects[new_key] = bytes(100)
+        admit(store, {k: objects[k] for k in order[:15] if k not in w.cached()})
+        w.cut(1)
+        assert not w.expected[1] & gone and new_key in w.expected[1]
+        w.check()  # epoch 0 still lists its sample of the dropped key
+        assert store._ix.query("SELECT COUNT(*) FROM epoch_excluded WHERE epoch=1")[0][0] == len(gone)
+        # A key found inside epoch 1's ends after the cut is admitted: it waits for epoch 2.
+        late = "train/late.bin"
+        relist(store, [r for r in rows if r.key not in gone] + [between, CatalogRow(
+            late, sid_of(late), 100, "v", rank=between.rank + 0)])
+        admit(store, {late: bytes(100)})
+        w.check()
+        # Eviction takes everything but the live epochs' samples (and those after the newest cut).
+        store.evict(1 << 30)
+        assert w.cached() == w.expected[0] | w.expected[1] | {late}
+        w.check()
+        # Samples lost (recovery, scrub) leave every epoch that held them, counts included.
+        drop = sorted(w.expected[1] - w.expected[0])[:2] + sorted(w.expected[0] & w.expected[1])[:1]
+        with store._ix.write() as db:
+            ids = [int(db.execute("SELECT id FROM samples WHERE key=?", (k,)).fetchone()[0]) for k in drop]
+            drop_samples(db, ids)
+        for held in w.expected.values():
+            held -= set(drop)  # fetched again later, they are new samples: in no epoch cut before
+        w.check()
+        # A sample admitted before its key reached the catalog has no rank: its window is cut
+        # one row per sample, and lists it all the same.
+        early = "train/early.bin"
+        admit(store, {early: bytes(100)})
+        relist(store, [r for r in rows if r.key not in gone] + [between, CatalogRow(
+            early, sid_of(early), 100, "v", rank=-1)])
+        order = [early, *order]
+        admit(store, {k: objects[k] for k in order[:22] if k in objects and k not in w.cached()})
+        w.cut(2)
+        assert early in w.expected[2]
+        assert store._ix.query("SELECT COUNT(*) FROM epoch_samples WHERE epoch=2")[0][0] > 0
+        w.check()
+        assert object_name(sid_of(early))
+    finally:
+        store.close()
 
 
 def test_status_reads_running_totals_not_the_samples_table(store: Store) -> None:
@@ -139,7 +268,7 @@ def test_a_schema_2_cache_opens_keeps_its_epochs_and_cuts_ranges(tmp_path: Path)
         assert [f.path for f in store.epoch_files(1)] == ["x/1", "x/2", "x/3"]
         assert store.epoch_files(0)[1].object_name == "bb/bb02"
     with Store(cache) as reader:
-        assert reader.meta(Meta.SCHEMA_VERSION) == "3"
+        assert reader.meta(Meta.SCHEMA_VERSION) == "4"
         assert not reader.stats().epochs[0]["epoch"]
 
 
