@@ -7,8 +7,10 @@ them by key in the destination bucket (``destinationBucket`` is an ARN). For an 
 manifest the data files are read from that bucket; for any other URL (a copy on a file system or
 behind HTTP) the keys are resolved against the URL's root, the manifest's URL less its last four
 path components. CSV keys are URL-encoded (as Amazon writes them); keys outside the remote's
-prefix are passed over (not counted). Parquet needs pyarrow (a clear error when it is not
-installed); ORC is not read. A resume point is the rows of the data file consumed.
+prefix are passed over (not counted). Parquet data files are read by :mod:`.parquet` (pyarrow,
+the ``parquet`` extra: without it the manifest is refused at start, naming the extra); ORC is
+not read. Rows of non-current versions (``IsLatest`` false) and delete markers are passed over,
+in every format. A resume point is the rows of the data file consumed.
 """
 
 from __future__ import annotations
@@ -18,10 +20,10 @@ import io
 import json
 import posixpath
 from collections.abc import Iterator
-from typing import Any
 from urllib.parse import unquote, urlparse
 
 from epochfs.sidecar.listing.indexfile import PAGE, open_stream
+from epochfs.sidecar.listing.parquet import Row, parquet_rows, require_pyarrow
 from epochfs.sidecar.listing.sources import Page, Span
 from epochfs.sidecar.redact import redact
 from epochfs.sidecar.remote import RemoteError, RemoteObject
@@ -45,16 +47,14 @@ class InventorySource:
         self.format = str(manifest.get("fileFormat", "")).upper()
         if self.format not in ("CSV", "PARQUET"):
             raise RemoteError(f"{redact(manifest_url)}: inventory format {manifest.get('fileFormat')!r} "
-                              "is not read (CSV, or Parquet with pyarrow installed)")
+                              "is not read (ask S3 for a CSV or Parquet inventory)")
+        self.schema: list[str] = []
         if self.format == "PARQUET":
-            try:
-                import pyarrow.parquet  # noqa: F401
-            except ImportError:
-                raise RemoteError(f"{redact(manifest_url)}: a Parquet inventory needs pyarrow, which is "
-                                  "not installed (pip install pyarrow), or ask S3 for a CSV one") from None
-        self.schema = [c.strip() for c in str(manifest.get("fileSchema", "")).split(",")]
-        if "Key" not in self.schema:
-            raise RemoteError(f"{redact(manifest_url)}: the inventory schema has no Key column")
+            require_pyarrow(manifest_url)  # its fileSchema is a Parquet message; columns are read
+        else:
+            self.schema = [c.strip() for c in str(manifest.get("fileSchema", "")).split(",")]
+            if "Key" not in self.schema:
+                raise RemoteError(f"{redact(manifest_url)}: the inventory schema has no Key column")
         if (parsed.scheme == "s3" and manifest.get("sourceBucket")
                 and manifest["sourceBucket"] != parsed.netloc):
             raise RemoteError(f"{redact(manifest_url)} is the inventory of bucket "
@@ -71,42 +71,37 @@ class InventorySource:
     def spans(self) -> list[Span]:
         return [Span(url, "", None) for url in self.files]
 
-    def _rows(self, url: str) -> Iterator[dict[str, Any]]:
+    def _rows(self, url: str, skip: int) -> Iterator[Row]:
+        """The data file's rows from row ``skip`` on, as :class:`.parquet.Row`."""
         if self.format == "PARQUET":
-            import pyarrow.parquet as pq
-
-            with open_stream(url, endpoint_url=self.endpoint_url) as f:
-                for batch in pq.ParquetFile(f).iter_batches(batch_size=PAGE):
-                    yield from batch.to_pylist()
+            yield from parquet_rows(url, skip, endpoint_url=self.endpoint_url)
             return
         with open_stream(url, endpoint_url=self.endpoint_url) as f:
             text = io.TextIOWrapper(f, encoding="utf-8", errors="surrogateescape", newline="")
-            for row in csv.reader(text):
-                yield dict(zip(self.schema, row, strict=False))
+            for i, values in enumerate(csv.reader(text)):
+                if i < skip:
+                    continue
+                row = dict(zip(self.schema, values, strict=False))
+                # CSV keys are URL-encoded (form encoding: "+" is a space).
+                key = unquote(row["Key"].replace("+", " "), errors="surrogateescape")
+                current = (row.get("IsDeleteMarker", "").lower() != "true"
+                           and row.get("IsLatest", "").lower() != "false")
+                yield Row(key, int(row.get("Size") or 0), row.get("ETag") or "", current)
 
     def pages(self, span: Span, after: str) -> Iterator[Page]:
-        skip = consumed = int(after or 0)
+        consumed = int(after or 0)
         batch: list[RemoteObject] = []
-        for i, row in enumerate(self._rows(span.prefix)):
-            if i < skip:
-                continue
+        for row in self._rows(span.prefix, consumed):
             consumed += 1
-            full = str(row["Key"])
-            if self.format == "CSV":
-                raw = unquote(full.replace("+", " "), errors="surrogateescape")
-                full = raw
-            if not full.startswith(self.prefix):
-                continue
-            if str(row.get("IsDeleteMarker", "")).lower() == "true":
-                continue
-            if "IsLatest" in row and str(row["IsLatest"]).lower() == "false":
+            full = row.key
+            if not full.startswith(self.prefix) or not row.current:
                 continue
             key: str | bytes = full[len(self.prefix):]
             try:
                 str(key).encode("utf-8")
             except UnicodeEncodeError:
                 key = str(key).encode("utf-8", "surrogateescape")
-            batch.append(RemoteObject(key, int(row.get("Size") or 0), str(row.get("ETag") or "")))
+            batch.append(RemoteObject(key, row.size, row.etag))
             if len(batch) >= PAGE:
                 yield Page(batch, str(consumed), False)
                 batch = []

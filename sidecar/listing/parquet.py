@@ -1,0 +1,165 @@
+"""The rows of an S3 Inventory Parquet data file, read a batch at a time through a seekable file.
+
+Parquet keeps its schema and row-group directory in a footer at the end of the file and each
+column where the writer put it, so it cannot be read as a stream like CSV: the file is opened
+for random access instead (``s3://`` through the remote's own S3 client, one ranged GET per
+buffered read; any other URL through fsspec, whose files seek) and pyarrow reads the footer, then
+one row group's chunks of the five columns used, in buffered reads of :data:`BLOCK`, handing out
+:data:`PAGE` rows at a time. Memory is bounded by a batch and a read buffer per column, whatever
+the size of the file; nothing is spooled to disk.
+
+Column names are Amazon's for Parquet and ORC: ``key`` (not URL-encoded, unlike CSV), ``size``,
+``e_tag``, and for an inventory of all versions ``is_latest`` and ``is_delete_marker``. pyarrow
+is optional (``pip install 'epochfs[parquet]'``): it is imported here only, when a Parquet
+inventory is read.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+from collections.abc import Callable, Iterator
+from typing import IO, Any, NamedTuple
+from urllib.parse import urlparse
+
+from epochfs.sidecar.redact import redact
+from epochfs.sidecar.remote import RemoteError
+
+PAGE = 1000
+BLOCK = 1 << 20
+COLUMNS = ("key", "size", "e_tag", "is_latest", "is_delete_marker")
+EXTRA = "pip install 'epochfs[parquet]'"
+
+
+class Row(NamedTuple):
+    """One inventory row: the full key (undecodable bytes surrogate-escaped), its size and ETag,
+    and whether it is the object's current version (latest, not a delete marker)."""
+
+    key: str
+    size: int
+    etag: str
+    current: bool
+
+
+def require_pyarrow(url: str) -> None:
+    """Fail at start, naming the extra, rather than at the first data file."""
+    try:
+        import pyarrow.parquet  # noqa: F401
+    except ImportError:
+        raise RemoteError(f"{redact(url)}: a Parquet inventory needs pyarrow, which is not installed "
+                          f"here: {EXTRA} (or ask S3 for a CSV inventory)") from None
+
+
+class _RangedFile(io.RawIOBase):
+    """A remote object of known size as a seekable raw file: each read is one ranged read."""
+
+    def __init__(self, read_range: Callable[[int, int], bytes], size: int) -> None:
+        super().__init__()
+        self._read_range = read_range
+        self._size = size
+        self._pos = 0
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def tell(self) -> int:
+        return self._pos
+
+    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
+        base = {io.SEEK_SET: 0, io.SEEK_CUR: self._pos, io.SEEK_END: self._size}[whence]
+        self._pos = max(0, base + offset)
+        return self._pos
+
+    def readinto(self, b: Any) -> int:
+        view = memoryview(b).cast("B")
+        n = min(len(view), self._size - self._pos)
+        if n <= 0:
+            return 0
+        data = self._read_range(self._pos, self._pos + n - 1)
+        view[:len(data)] = data
+        self._pos += len(data)
+        return len(data)
+
+
+@contextlib.contextmanager
+def open_seekable(url: str, *, endpoint_url: str | None = None) -> Iterator[IO[bytes]]:
+    """``url`` opened for random access (see the module's docstring)."""
+    if urlparse(url).scheme != "s3":
+        import fsspec
+
+        try:
+            f = fsspec.open(url, "rb", block_size=BLOCK).open()
+        except Exception as e:
+            raise RemoteError(f"cannot read {redact(url)}: {e}") from e
+        with f:
+            yield f
+        return
+    from epochfs.sidecar.remote_s3 import S3Remote
+
+    parsed = urlparse(url)
+    bucket, key = parsed.netloc, parsed.path.lstrip("/")
+    s3 = S3Remote(url=f"s3://{bucket}", endpoint_url=endpoint_url, concurrency=1)
+    # The remote's client (its endpoint, region, credentials and proxy); S3Remote itself only
+    # opens whole objects, and a range is all Parquet needs.
+    client = s3._client
+    try:
+        try:
+            size = int(client.head_object(Bucket=bucket, Key=key)["ContentLength"])
+        except Exception as e:
+            raise RemoteError(f"cannot read {redact(url)}: {e}") from e
+
+        def read_range(first: int, last: int) -> bytes:
+            try:
+                body = client.get_object(Bucket=bucket, Key=key, Range=f"bytes={first}-{last}")["Body"]
+                try:
+                    return bytes(body.read())
+                finally:
+                    body.close()
+            except Exception as e:
+                raise RemoteError(f"cannot read {redact(url)} bytes {first}-{last}: {e}") from e
+
+        with io.BufferedReader(_RangedFile(read_range, size), BLOCK) as f:
+            yield f
+    finally:
+        s3.close()
+
+
+def parquet_rows(url: str, skip: int, *, endpoint_url: str | None = None) -> Iterator[Row]:
+    """The rows of a Parquet data file from row ``skip`` on (row groups before it are not read)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    with open_seekable(url, endpoint_url=endpoint_url) as f:
+        try:
+            pf = pq.ParquetFile(f, buffer_size=BLOCK)
+        except (OSError, ValueError) as e:  # pyarrow's ArrowInvalid is a ValueError
+            raise RemoteError(f"{redact(url)}: not a Parquet file ({e})") from None
+        names = set(pf.schema_arrow.names)
+        if "key" not in names:
+            raise RemoteError(f"{redact(url)}: the inventory has no key column")
+        columns = [c for c in COLUMNS if c in names]
+        meta, first, before = pf.metadata, 0, 0
+        while first < meta.num_row_groups and before + meta.row_group(first).num_rows <= skip:
+            before += meta.row_group(first).num_rows
+            first += 1
+        drop = skip - before
+        groups = list(range(first, meta.num_row_groups))
+        if not groups:
+            return
+        for batch in pf.iter_batches(batch_size=PAGE, row_groups=groups, columns=columns):
+            n = batch.num_rows
+            # As bytes whatever the column's annotation: a key that is not UTF-8 stays a key.
+            keys = batch.column("key").cast(pa.large_binary()).to_pylist()
+            cols = {c: batch.column(c).to_pylist() if c in names else [None] * n for c in COLUMNS[1:]}
+            for i in range(drop, n):
+                raw = keys[i] or b""
+                latest, marker = cols["is_latest"][i], cols["is_delete_marker"][i]
+                yield Row(raw.decode("utf-8", "surrogateescape"), int(cols["size"][i] or 0),
+                          str(cols["e_tag"][i] or ""), latest is not False and not marker)
+            drop = max(0, drop - n)
+
+
+__all__ = ["EXTRA", "Row", "parquet_rows", "require_pyarrow"]
