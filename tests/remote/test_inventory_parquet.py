@@ -21,6 +21,8 @@ from common import S3Server, put_objects, wait_until
 from faultproxy import FaultProxy
 from sampler_helpers import EPOCHFS, index_rows, running_sampler, s3_env
 
+from epochfs.sidecar.listing.inventory import InventorySource
+
 MANIFEST = "src/cfg/2026-01-01T00-00Z/manifest.json"
 # Amazon's Parquet schema for an inventory of all versions (the fields used, in its order).
 SCHEMA = ("message s3.inventory { required binary bucket (UTF8); required binary key (UTF8); optional "
@@ -153,3 +155,18 @@ def test_a_parquet_inventory_without_pyarrow_names_the_extra(tmp_path: Path) -> 
     assert result.returncode == 2, result.stdout + result.stderr
     assert "pip install 'epochfs[parquet]'" in result.stderr.splitlines()[-1]
     assert "Traceback" not in result.stderr
+
+
+def test_a_parquet_data_file_resumes_at_the_row_it_stopped(tmp_path: Path) -> None:
+    """A resume point is rows consumed: row groups before it are skipped, then rows within one."""
+    root = tmp_path / "inv"
+    rows: list[Row] = [(f"train/{i:02d}.bin", True, False) for i in range(25)]  # row groups of 7
+    for key, data in inventory_objects([parquet_file(rows, key_type=pa.string())]).items():
+        (root / key).parent.mkdir(parents=True, exist_ok=True)
+        (root / key).write_bytes(data)
+    source = InventorySource(f"file://{root / MANIFEST}", remote_url="s3://src/train")
+    [span] = source.spans()
+    for after in (0, 6, 7, 10, 21, 24, 25):
+        pages = list(source.pages(span, str(after)))
+        assert [o.key for p in pages for o in p.objects] == [f"{i:02d}.bin" for i in range(after, 25)]
+        assert pages[-1].after == "25" and pages[-1].done
