@@ -5,8 +5,8 @@ column where the writer put it, so it cannot be read as a stream like CSV: the f
 for random access instead (``s3://`` through the remote's own S3 client, one ranged GET per
 buffered read; any other URL through fsspec, whose files seek) and pyarrow reads the footer, then
 one row group's chunks of the five columns used, in buffered reads of :data:`BLOCK`, handing out
-:data:`PAGE` rows at a time. Memory is bounded by a batch and a read buffer per column, whatever
-the size of the file; nothing is spooled to disk.
+:data:`PAGE` rows at a time. Memory is bounded by one row group's reading state, whatever the
+size of the file (docs/listing.md has the numbers); nothing is spooled to disk.
 
 Column names are Amazon's for Parquet and ORC: ``key`` (not URL-encoded, unlike CSV), ``size``,
 ``e_tag``, and for an inventory of all versions ``is_latest`` and ``is_delete_marker``. pyarrow
