@@ -131,14 +131,3 @@ def test_an_s3_inventory_csv_manifest_is_an_index(tmp_path: Path) -> None:
     assert report.complete and report.hostile == 1
     assert catalog_keys(store) == {k[len("train/"):] for k, _, _ in rows[:40]}
     store.close()
-
-
-def test_a_parquet_inventory_without_pyarrow_is_a_clear_error(tmp_path: Path) -> None:
-    try:
-        import pyarrow  # noqa: F401
-    except ImportError:
-        url = inventory(tmp_path / "inv", [("train/a", 1, "e")], fmt="Parquet")
-        with pytest.raises(RemoteError, match="pyarrow"):
-            InventorySource(url, remote_url="s3://src/train")
-    else:
-        pytest.skip("pyarrow is installed here")
