@@ -39,13 +39,16 @@ def _evictable(db: sqlite3.Connection, limit: int) -> list[tuple[int, str, int]]
     its start, so pinned samples are never walked (an epoch listed row by row, or a schedule-mode
     window recorded by its bounds, is checked too)."""
     out: list[tuple[int, str, int]] = []
+    windows = [int(n) for (n,) in db.execute(
+        "SELECT n FROM epochs WHERE retired=0 AND lo_key IS NOT NULL").fetchall()]
+    in_window = (f"AND NOT EXISTS (SELECT 1 FROM epochs e WHERE e.n IN ({','.join('?' * len(windows))}) "
+                 f"AND {IN_WINDOW}) ") if windows else ""
     for lo, hi in gaps(db):
         rows = db.execute(
             "SELECT s.id, s.sid, s.size FROM samples s WHERE s.id BETWEEN ? AND ? "
             "AND NOT EXISTS (SELECT 1 FROM epoch_samples e WHERE e.sample = s.id) "
-            "AND NOT EXISTS (SELECT 1 FROM epochs e WHERE e.retired = 0 AND e.lo_key IS NOT NULL "
-            f"AND {IN_WINDOW}) ORDER BY s.id LIMIT ?",
-            (lo, hi, limit - len(out)),
+            f"{in_window}ORDER BY s.id LIMIT ?",
+            (lo, hi, *windows, limit - len(out)),
         ).fetchall()
         out += [(int(a), str(b), int(c)) for a, b, c in rows]
         if len(out) >= limit:

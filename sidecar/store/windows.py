@@ -55,10 +55,12 @@ IN_WINDOW = ("s.rank IS NOT NULL AND (s.rank, s.key) >= (e.lo_rank, e.lo_key) "
 
 FILES_IN_WINDOW = (
     "SELECT s.path, s.size, s.checksum, s.sid, s.key FROM samples s, epochs e "
-    f"WHERE e.n = ? AND s.key > ? AND {IN_WINDOW} ORDER BY s.key LIMIT ?"
+    f"WHERE e.n = ? AND s.key > ? AND {IN_WINDOW.replace('(s.rank, s.key) ', '(+s.rank, s.key) ')} "
+    "ORDER BY s.key LIMIT ?"
 )
 """The files of a window recorded by its bounds, in key order after a key; arguments (n, after,
-limit). Walks the samples in key order, as a listing of ``epoch_samples`` rows did."""
+limit). Walks the samples in key order (``+s.rank``: not the rank index, whose range a chunk
+would read and sort whole each time), as a listing of ``epoch_samples`` rows did."""
 
 
 def _end(db: sqlite3.Connection, position: int) -> tuple[int, str]:
@@ -102,7 +104,8 @@ def record(db: sqlite3.Connection, policy: Policy, n: int, max_sample: int) -> B
 def members(db: sqlite3.Connection, n: int, *, above: int = 0) -> tuple[int, int]:
     """(samples, bytes) of epoch n, a window recorded by its bounds, counting only the samples
     whose id is above ``above`` (one range read of the ``samples_rank`` index)."""
+    newer = "AND s.id > ?" if above else "AND ? = 0"  # all: the rank index's range, not every id
     count, total = db.execute(
         "SELECT COUNT(*), COALESCE(SUM(s.size), 0) FROM epochs e, samples s "
-        f"WHERE e.n = ? AND s.id > ? AND {IN_WINDOW}", (n, above)).fetchone()
+        f"WHERE e.n = ? {newer} AND {IN_WINDOW}", (n, above)).fetchone()
     return int(count), int(total)
