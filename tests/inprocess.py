@@ -31,6 +31,23 @@ def settings_for(cache: Path, *extra: str) -> SamplerSettings:
                                           "--capacity", "1Mi", "--concurrency", "4", *extra], environ={})
 
 
+def start_recording(target: Callable[[], object], name: str = "sampler-under-test"
+                    ) -> tuple[threading.Thread, list[BaseException]]:
+    """``target`` on a started thread, and the list that receives whatever it raised (a test
+    asserts it empty, or on what ended the loop)."""
+    errors: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            target()
+        except BaseException as e:
+            errors.append(e)
+
+    thread = threading.Thread(target=run, name=name)
+    thread.start()
+    return thread, errors
+
+
 @contextmanager
 def sampling(cache: Path, remote: MemoryRemote, settings: SamplerSettings,
              breaker: OutageBreaker | None = None,
@@ -45,16 +62,7 @@ def sampling(cache: Path, remote: MemoryRemote, settings: SamplerSettings,
         after_listing()
     stop = threading.Event()
     sampler = Sampler(store=store, remote=remote, settings=settings, stop=stop, breaker=breaker)
-    errors: list[BaseException] = []
-
-    def run() -> None:
-        try:
-            sampler.run()
-        except BaseException as e:
-            errors.append(e)
-
-    thread = threading.Thread(target=run, name="sampler-under-test")
-    thread.start()
+    thread, errors = start_recording(sampler.run)
     try:
         yield store, sampler
     finally:

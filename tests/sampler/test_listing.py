@@ -12,7 +12,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from common import wait_until
-from inprocess import settings_for
+from inprocess import settings_for, start_recording
 from paged_remote import PagedMemoryRemote
 
 from epochfs.sidecar import keyorder
@@ -47,17 +47,8 @@ def sampling_while_listing(cache: Path, remote: PagedMemoryRemote,
     listing = ListingThread(lst, prepared=prepared)
     sampler = Sampler(store=store, remote=remote, settings=settings, stop=stop)
     sampler.order.listing = listing.running.is_set
-    errors: list[BaseException] = []
-
-    def run() -> None:
-        try:
-            sampler.run()
-        except BaseException as e:
-            errors.append(e)
-
     listing.start()
-    thread = threading.Thread(target=run)
-    thread.start()
+    thread, errors = start_recording(sampler.run)
     try:
         yield store, listing
     finally:

@@ -87,19 +87,10 @@ def run_until_it_ends(cache: Path, remote: MemoryRemote,
                       meanwhile: Callable[[Store], None] | None = None) -> list[BaseException]:
     """Open the cache and run the sampler's loop on a thread until it ends on its own (it must
     within 30 s); ``meanwhile`` runs once it is going. Returns what it raised."""
-    ended: list[BaseException] = []
     with Store(cache, create=True) as store:
         stop = threading.Event()
         sampler = Sampler(store=store, remote=remote, settings=inprocess.settings_for(cache), stop=stop)
-
-        def run() -> None:
-            try:
-                sampler.run()
-            except BaseException as e:
-                ended.append(e)
-
-        thread = threading.Thread(target=run, name="sampler-under-test")
-        thread.start()
+        thread, ended = inprocess.start_recording(sampler.run)
         try:
             if meanwhile is not None:
                 meanwhile(store)
