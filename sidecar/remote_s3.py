@@ -1,7 +1,8 @@
 """``s3://bucket/prefix`` through botocore, with presigned GETs on the worker threads.
 
 Listing is a paged ``ListObjectsV2``: :meth:`S3Remote.list_page` is one page (a prefix, a
-delimiter, a start key), which the parallel listers of :mod:`epochfs.sidecar.listing` call.
+delimiter, a start key), which the parallel listers of :mod:`epochfs.sidecar.listing` call; it is
+presigned and fetched like a GET and read with ElementTree (:mod:`epochfs.sidecar.s3listxml`).
 Each object is one plain ``GetObject`` (a presigned URL fetched on the worker thread,
 :mod:`epochfs.sidecar.httpget`) whose body is read in large blocks, so a download costs one
 request (``fs.open`` would add a HEAD and ranged reads). Retries are left to the downloader
@@ -27,11 +28,13 @@ from urllib.parse import urlparse
 from epochfs.sidecar.httpget import DEFAULT_RECV_BUFFER, GetPool, HTTPStatusError, Response
 from epochfs.sidecar.remote_errors import (
     RemoteError,
+    Transient,
     Translated,
     botocore_kind,
     fast_path_failure,
     s3_answer,
 )
+from epochfs.sidecar.s3listxml import ListedXML, ListXMLError, client_error_text, parse_list_page
 
 if TYPE_CHECKING:
     from epochfs.sidecar.remote import Reader, RemoteObject
@@ -156,10 +159,10 @@ class S3Remote:
     the body read straight into the downloader's buffer. That skips botocore's request and
     response pipeline (about 0.4 ms of CPU per object) and keeps every byte off any shared thread.
     Every GET asks for the object's stored checksum (``x-amz-checksum-mode: ENABLED``, signed
-    into the URL), which the downloader checks while streaming. Listing and any GET the fast path
-    cannot serve (a region redirect, no credentials) use the botocore client directly. Both go
-    through the same proxy: the fast path takes the one botocore's client takes (see
-    :meth:`_proxies`).
+    into the URL), which the downloader checks while streaming. Listing pages take the same path
+    (:meth:`list_page`). What the fast path cannot serve (a region redirect, no credentials) goes
+    through the botocore client directly. Both go through the same proxy: the fast path takes the
+    one botocore's client takes (see :meth:`_proxies`).
 
     Plain botocore rather than s3fs/aiobotocore: nothing here needs an event loop any more, and
     leaving s3fs, aiobotocore and aiohttp out saves about 0.2 s of start-up (imports, a second
@@ -209,6 +212,7 @@ class S3Remote:
             recv_buffer=DEFAULT_RECV_BUFFER,
         )
         self._fast = True
+        self._fast_list = True  # off once botocore lists what a presigned listing was refused
         try:
             self._gets = pool(proxies=self._proxies())
         except ValueError as e:  # a proxy URL the fast path cannot use: botocore decides
@@ -268,7 +272,11 @@ class S3Remote:
                   delimiter: bool = False) -> ListedPage:
         """One ``ListObjectsV2`` page of keys under ``prefix`` (relative to the remote root) after
         ``start_after`` (or from ``token``): (objects, common prefixes with ``delimiter``, the
-        token of the next page or None). Keys and prefixes come back relative to the root."""
+        token of the next page or None). Keys and prefixes come back relative to the root.
+
+        Like a GET, the page is a presigned URL fetched over the pool (:meth:`_list_fast`: no
+        botocore response pipeline, a fraction of its CPU a key); botocore lists when that path is
+        off or refused (a region redirect, an auth scheme)."""
         from epochfs.sidecar.remote import RemoteObject  # the interface module imports this one
 
         root = f"{self.prefix}/" if self.prefix else ""
@@ -279,16 +287,60 @@ class S3Remote:
             kwargs["StartAfter"] = root + start_after
         if delimiter:
             kwargs["Delimiter"] = "/"
+        fast = self._list_fast(kwargs) if self._fast and self._fast_list else None
+        if isinstance(fast, ListedXML):
+            cut = len(root)
+            return ([RemoteObject(key[cut:], size, etag) for key, size, etag in fast.objects],
+                    [p[cut:] for p in fast.prefixes],
+                    fast.next_token if fast.truncated and fast.next_token else None)
         try:
             page = self._client.list_objects_v2(**kwargs)
         except Exception as e:
             raise RemoteError(f"cannot list {self.url}: {e}") from e
+        if fast is not None and self._fast_list:
+            # botocore listed what the presigned URL was refused: stop using it for listing.
+            log.warning("S3 presigned listing refused (%s); using botocore for every page", fast)
+            self._fast_list = False
         objects = [RemoteObject(str(item["Key"])[len(root):], int(item["Size"]),
                                 str(item.get("ETag", "")).strip('"'))
                    for item in page.get("Contents", ())]
         prefixes = [str(p["Prefix"])[len(root):] for p in page.get("CommonPrefixes", ())]
         more = page.get("IsTruncated") and page.get("NextContinuationToken")
         return objects, prefixes, str(more) if more else None
+
+    def _list_fast(self, kwargs: dict[str, Any]) -> ListedXML | _Fallback:
+        """The page of ``kwargs`` through a presigned URL, read with ElementTree
+        (:mod:`epochfs.sidecar.s3listxml`); a :class:`_Fallback` when S3 refuses the URL (301,
+        307, 400, 403: botocore asks again, and redirects or reports it). Any other failure is a
+        :class:`RemoteError` worded as botocore's (``cannot list ...: An error occurred
+        (NoSuchBucket) ...``) raised from the typed failure a GET would give
+        (:func:`~epochfs.sidecar.remote_errors.fast_path_failure`: a ``503 SlowDown`` is
+        :class:`~epochfs.sidecar.remote_errors.Throttled`). ``encoding-type=url`` is asked, as
+        botocore asks it, so keys XML 1.0 cannot carry come back (decoded by the parser)."""
+        what = f"list {kwargs['Prefix']!r}"
+        with _BOTOCORE:
+            url = self._client.generate_presigned_url(
+                "list_objects_v2", Params={**kwargs, "EncodingType": "url"}, ExpiresIn=900)
+        try:
+            response = self._gets.get(url)
+            try:
+                body = b"".join(iter(partial(response.read, 1 << 20), b""))
+            finally:
+                response.close()
+        except Exception as e:
+            if isinstance(e, HTTPStatusError) and e.status in (301, 307, 400, 403):
+                return _Fallback(s3_answer(e)[1])
+            failure = fast_path_failure(e, key=what)
+            if failure is None:
+                raise RemoteError(f"cannot list {self.url}: {e}") from e
+            if failure.__cause__ is None:
+                failure.__cause__ = e
+            text = client_error_text(e.status, e.body) if isinstance(e, HTTPStatusError) else str(failure)
+            raise RemoteError(f"cannot list {self.url}: {text}") from failure
+        try:
+            return parse_list_page(body)
+        except ListXMLError as e:  # a garbled or cut page: worth another try, as botocore's parser error
+            raise RemoteError(f"cannot list {self.url}: {e}") from Transient(f"{what}: {e}")
 
     def open(self, key: str, *, checksum: bool = False) -> Reader:
         """Open ``key``; S3 is always asked for the object's stored checksum (checksum mode), which
