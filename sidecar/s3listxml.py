@@ -13,9 +13,9 @@ carry (control characters) still come back, and when the answer says ``EncodingT
 the keys, prefixes and ``StartAfter`` are decoded with ``unquote_plus``, as botocore's
 ``decode_list_object_v2`` does. XML entities (``&amp;`` ...) and UTF-8 are the parser's.
 
-An error answer is described the way botocore's ``ClientError`` words it
-(``An error occurred (NoSuchBucket) when calling the ListObjectsV2 operation: ...``), so a listing
-refused on either path says the same thing.
+An error answer is described the way botocore's ``ClientError`` words it (``An error occurred
+(NoSuchBucket) when calling the ListObjectsV2 operation (reached max retries: 0): ...``), so a
+listing refused on either path says the same thing.
 """
 
 from __future__ import annotations
@@ -109,13 +109,18 @@ def error_fields(document: bytes) -> tuple[str, str]:
     return fields.get("Code", ""), fields.get("Message", "")
 
 
-def client_error_text(status: int, document: bytes, operation: str = "ListObjectsV2") -> str:
+def client_error_text(status: int, document: bytes, *, operation: str = "ListObjectsV2",
+                      retries: int | None = 0) -> str:
     """What botocore's ``ClientError`` says of this error answer: the code (or the status when the
-    body holds none, as botocore) and the message (or the status's reason phrase)."""
+    body holds none, as botocore) and the message (or the status's reason phrase). ``retries``:
+    the retries botocore says it reached, None for none said; a client allowed one attempt
+    (``total_max_attempts=1``, as :class:`~epochfs.sidecar.remote_s3.S3Remote`'s) says
+    ``(reached max retries: 0)`` of every error."""
     code, message = error_fields(document)
     code = code or str(status)
     message = message or http.client.responses.get(status, "")
-    return f"An error occurred ({code}) when calling the {operation} operation: {message}"
+    reached = f" (reached max retries: {retries})" if retries is not None else ""
+    return f"An error occurred ({code}) when calling the {operation} operation{reached}: {message}"
 
 
 __all__ = ["NS", "ListXMLError", "ListedXML", "client_error_text", "error_fields", "parse_list_page"]
