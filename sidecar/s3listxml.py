@@ -92,11 +92,17 @@ def parse_list_page(document: bytes) -> ListedXML:
         elif tag == _START_AFTER:
             page.start_after = child.text or ""
     if encoded:  # as botocore's decode_list_object_v2: Key, CommonPrefixes' Prefix, StartAfter
-        page.objects = [(unquote_plus(k), s, e) for k, s, e in objects]
-        page.prefixes = [unquote_plus(p) for p in prefixes]
+        page.objects = [(_decoded(k), s, e) for k, s, e in objects]
+        page.prefixes = [_decoded(p) for p in prefixes]
         if page.start_after is not None:
-            page.start_after = unquote_plus(page.start_after)
+            page.start_after = _decoded(page.start_after)
     return page
+
+
+def _decoded(value: str) -> str:
+    """``unquote_plus(value)`` (botocore's ``unquote_str``), skipped for the common key that holds
+    nothing to decode."""
+    return unquote_plus(value) if "%" in value or "+" in value else value
 
 
 def error_fields(document: bytes) -> tuple[str, str]:
