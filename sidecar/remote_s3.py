@@ -335,7 +335,11 @@ class S3Remote:
                 raise RemoteError(f"cannot list {self.url}: {e}") from e
             if failure.__cause__ is None:
                 failure.__cause__ = e
-            text = client_error_text(e.status, e.body) if isinstance(e, HTTPStatusError) else str(failure)
+            if isinstance(e, HTTPStatusError):
+                text = client_error_text(e.status, e.body)
+            else:  # name the endpoint, as botocore's transport errors do (never the userinfo)
+                parsed = urlparse(url)
+                text = f"{failure} (endpoint {parsed.scheme}://{parsed.netloc.rpartition('@')[2]})"
             raise RemoteError(f"cannot list {self.url}: {text}") from failure
         try:
             return parse_list_page(body)

@@ -19,12 +19,12 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import urlsplit
 
 import pytest
-from common import S3Server
+from common import S3Server, free_port
 
 from epochfs.benchmarks.synthetic_s3 import Dataset, SyntheticS3
 from epochfs.sidecar.listing.retry import is_throttled
 from epochfs.sidecar.remote import RemoteError
-from epochfs.sidecar.remote_errors import Throttled
+from epochfs.sidecar.remote_errors import Throttled, Unavailable
 from epochfs.sidecar.remote_s3 import S3Remote
 from epochfs.sidecar.s3listxml import parse_list_page
 
@@ -269,3 +269,25 @@ def test_a_missing_bucket_says_what_botocore_says(s3: S3Server) -> None:
     finally:
         fast.close()
         slow.close()
+
+
+def test_an_endpoint_that_cannot_be_reached_is_named_without_its_password(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A connection refused on the fast path says which endpoint (as botocore's "Could not connect
+    to the endpoint URL" did), without the userinfo, and is an outage for the listing thread."""
+    for name, value in {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
+                        "AWS_DEFAULT_REGION": "us-east-1"}.items():
+        monkeypatch.setenv(name, value)
+    port = free_port()
+    remote = S3Remote(url="s3://bkt/x", endpoint_url=f"http://user:pa55word@127.0.0.1:{port}",
+                      connect_timeout=5, read_timeout=5)
+    calls = botocore_calls(remote)
+    try:
+        with pytest.raises(RemoteError) as raised:
+            remote.list_page("")
+        assert f"(endpoint http://127.0.0.1:{port})" in str(raised.value)
+        assert "pa55word" not in str(raised.value)
+        assert isinstance(raised.value.__cause__, Unavailable)
+        assert calls == []
+    finally:
+        remote.close()
