@@ -1,11 +1,11 @@
 """One ``ListObjectsV2`` answer read with :mod:`xml.etree.ElementTree`, for the presigned listing
 fast path of :meth:`epochfs.sidecar.remote_s3.S3Remote.list_page`.
 
-Why not botocore: its response pipeline (a generic XML-to-shape parser, then every field through
-its type handlers and the event hooks) cost about 150 µs of CPU a key on the 2-core test machine,
-under the GIL, in the sampler's own process, where the listers run beside the fetches. The C
-``ElementTree`` parser and a walk over the few fields a listing needs cost a small fraction of
-that (docs/listing.md has both numbers and the command).
+Why not botocore: a page through its request and response pipeline (a generic XML-to-shape
+parser, then every field through its type handlers and the event hooks) cost 114-126 µs of CPU a
+key on the 2-core test machine, under the GIL, in the sampler's own process, where the listers run
+beside the fetches; the presigned page read here cost 11-13 µs a key in the same runs
+(docs/listing.md has the command).
 
 What botocore does that matters is kept: the request asks for ``encoding-type=url`` (botocore sets
 it by default, ``set_list_objects_encoding_type_url``) so that keys with characters XML 1.0 cannot
