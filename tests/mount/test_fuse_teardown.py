@@ -37,7 +37,7 @@ pytestmark = [
                        reason="needs root and /dev/fuse"),
 ]
 
-ROUNDS = 20
+ROUNDS = 12  # in the suite; the slow variant runs SLOW_ROUNDS
 SLOW_ROUNDS = 200
 
 
