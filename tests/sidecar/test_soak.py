@@ -463,6 +463,7 @@ def soak_seconds() -> float:
     return float(os.environ.get("EPOCHFS_SOAK_SECONDS", "600"))
 
 
+@pytest.mark.slow  # a soak: in make test-reliability, beside the long one (the suite's 10-minute budget)
 def test_soak_short(s3: S3Server, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     run_soak(s3, tmp_path, monkeypatch, plan_for(20, seed=1), seed=1)
 
