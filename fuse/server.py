@@ -118,6 +118,11 @@ class StopSignals:
                 continue
             if info is None or self.received is not None:
                 continue
+            if info.si_signo not in self.SIGNALS:
+                # After SIGSTOP/SIGCONT (a debugger, a cgroup freezer) the wait can return a struct
+                # that holds no signal; taking it for one lost the SIGTERM that followed.
+                log.debug("signal wait returned no stop signal (si_signo %d); waiting again", info.si_signo)
+                continue
             self.received = info.si_signo
             log.info("%s: stopping", signal.Signals(info.si_signo).name)
             try:
