@@ -39,6 +39,7 @@ from .layout import epoch_name
 from .report import ClientReporter, report_url_from_env
 from .resume import OnResumeMismatch, Resumable
 from .retry import RETRY_SECONDS, check_retry_seconds
+from .workers import worker_failure
 
 _RESERVED_KWARGS = ("dataset", "batch_size", "shuffle", "sampler", "batch_sampler", "drop_last")
 
@@ -240,21 +241,24 @@ class EpochLoader(Resumable):
         sizes = [sum(dataset.sizes[i] for i in chunk) for chunk in plan]
         return dataset, batches, sizes, padded
 
-    def _workers_alive(self) -> bool:
-        """False when a worker process of the DataLoader has died (private DataLoader state, read only)."""
+    def _worker_failure(self, exc: Exception) -> Exception | None:
+        """The error to raise when a worker of the DataLoader died (None while all live), see
+        :func:`worker_failure` (private DataLoader state, read only)."""
         iterator = getattr(self._loader, "_iterator", None)
-        return all(worker.is_alive() for worker in getattr(iterator, "_workers", []))
+        return worker_failure(exc, list(getattr(iterator, "_workers", [])))
 
     def close(self) -> None:
-        """Stop the worker processes (also done when the loader is garbage-collected)."""
+        """Stop the worker processes (also done when the loader is garbage-collected). The workers
+        first: while they are registered, torch's SIGCHLD handler raises wherever the main thread is
+        when one of them dies (here, the reporter's join)."""
         loader, self._loader = self._loader, None
-        self.reporter.close()
         if loader is not None:
             iterator = getattr(loader, "_iterator", None)
             shutdown = getattr(iterator, "_shutdown_workers", None)
             if shutdown is not None:
                 shutdown()
             loader._iterator = None
+        self.reporter.close()
         self._plan = _PlanSampler()
 
     def __enter__(self) -> EpochLoader:
@@ -362,12 +366,16 @@ class EpochRun(RunBase):
             stats.wait_seconds += time.monotonic() - waiting
             stats.complete = True
             loader._resume_done()
-        except Exception:
+        except Exception as exc:
             # A sample's error leaves the workers serving; a dead worker (killed, out of memory) breaks
             # the DataLoader for good, so drop it: the next epoch starts fresh workers.
-            if not loader._workers_alive():
-                loader.close()
-            raise
+            failure = loader._worker_failure(exc)
+            if failure is None:
+                raise
+            loader.close()
+            if failure is exc:
+                raise
+            raise failure from exc
         finally:
             dataset.release()  # the epoch is done with: the sidecar may retire it after the window
             loader.reporter.done(self.epoch)

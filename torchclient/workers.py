@@ -1,0 +1,58 @@
+"""Telling a dead DataLoader worker from a sample's error.
+
+A worker killed mid-epoch (out of memory, ``os._exit`` in a decoder) reaches the training loop in one
+of two shapes. Usually torch notices the dead process and raises ``RuntimeError: DataLoader worker
+(pid N) exited unexpectedly``. But when the worker dies just after it put a batch on the queue, the
+main process unpickling that batch connects to the dying worker for the tensors' shared memory and
+gets ``ConnectionResetError`` (or ``EOFError``) while the process is not reaped yet: torch checks the
+workers once, finds them all alive, and re-raises the connection error. Training code (and our tests)
+then sees a socket error instead of the worker's death, and torch's SIGCHLD handler raises the real
+error a moment later wherever the main thread happens to be.
+
+:func:`worker_failure` waits for that death (on the processes' sentinels, bounded) and names it, so
+the caller raises one clear error and drops the broken DataLoader.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from multiprocessing.connection import wait
+from typing import Any
+
+DYING_WORKER_SECONDS = 10.0
+"""How long a broken link to a worker waits for that worker's exit before it counts as the error it
+is (a worker that has closed its sockets exits within milliseconds)."""
+
+
+def _raised_in_worker(exc: BaseException) -> bool:
+    """True for an error a worker raised and torch re-raised here (``ExceptionWrapper.reraise``):
+    a sample's own error, which says nothing about the worker's health."""
+    return "in DataLoader worker process" in str(exc)
+
+
+def worker_failure(exc: Exception, workers: Sequence[Any], *,
+                   wait_seconds: float = DYING_WORKER_SECONDS) -> Exception | None:
+    """The error a dead worker should surface as, or None when every worker lives.
+
+    ``workers`` are the DataLoader's ``multiprocessing.Process`` objects. A broken connection or
+    queue (``ConnectionError``, ``EOFError``) not raised by a worker means a worker is going away:
+    wait up to ``wait_seconds`` for one to exit. torch's own "exited unexpectedly" error is returned
+    as it is; any other error with a dead worker becomes a ``RuntimeError`` naming the pids.
+    """
+    if not workers:
+        return None
+    try:
+        if isinstance(exc, (ConnectionError, EOFError)) and not _raised_in_worker(exc):
+            wait([worker.sentinel for worker in workers], timeout=wait_seconds)
+        dead = [worker for worker in workers if not worker.is_alive()]
+    except RuntimeError as signalled:  # torch's SIGCHLD handler saw the death during the wait
+        return signalled
+    if not dead:
+        return None
+    if isinstance(exc, RuntimeError) and "exited unexpectedly" in str(exc):
+        return exc
+    pids = ", ".join(str(worker.pid) for worker in dead)
+    codes = ", ".join(str(worker.exitcode) for worker in dead)
+    return RuntimeError(f"DataLoader worker (pid(s) {pids}) exited unexpectedly (exit code(s) {codes}); "
+                        f"the epoch is incomplete and the next one starts new workers "
+                        f"(it showed here as {type(exc).__name__}: {exc})")
