@@ -20,7 +20,7 @@ import pytest
 from bench_helpers import ROOT, bench, decoy
 
 BENCHMARKS = ("arrayloader", "fetch", "fleet", "folderview", "fuse_memory", "loader", "mount", "scale",
-              "served_opens")
+              "scale_cached", "served_opens")
 
 # Put first on sys.path (PYTHONPATH), this makes the named modules look absent to every process.
 HIDE = """
