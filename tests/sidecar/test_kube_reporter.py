@@ -178,7 +178,9 @@ def test_status_annotation_is_patched_and_throttled(api: FakeApiServer, clock: F
 
 @pytest.mark.parametrize("fault", [403, 409, 429, 500, 503, "hang"])
 def test_every_api_error_is_survived(api: FakeApiServer, clock: FakeClock, fault: int | str) -> None:
-    r = make_reporter(api, clock, request_timeout=0.5)
+    # A hang costs the timeout three times, so it is short there; a request that does not hang must
+    # never meet it on a loaded machine (0.5 s for every fault timed a good request out in a run).
+    r = make_reporter(api, clock, request_timeout=1.5 if fault == "hang" else 30)
     # A failing create.
     api.fail_next(fault)
     r.on_cut(0, 10)
