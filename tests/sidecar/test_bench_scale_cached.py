@@ -58,7 +58,7 @@ def test_scale_cached_seeds_a_consistent_cache_and_measures_every_column(tmp_pat
     timings = ["restart_sample_s", "restart_epoch_s", "restart_ready_s", "python_start_s", "status_s",
                "cut_cli_s", "lookup_cut_s", "scandir_s"]
     assert all(math.isfinite(result[t]) and result[t] > 0 for t in timings), result
-    assert math.isfinite(result["fuse_bytes_per_file"])
+    assert math.isfinite(result["fuse_bytes_per_file"]) and result["lookup_cut_made"]
     # The fresh epoch holds every seeded sample (epoch 0's budget took them all) and what came since.
     assert result["scandir_files"] >= CACHED
     assert result["index_bytes"] > 0 and result["seeded_index_bytes"] > 0
