@@ -43,7 +43,12 @@ def worker_failure(exc: Exception, workers: Sequence[Any], *,
         return None
     try:
         if isinstance(exc, (ConnectionError, EOFError)) and not _raised_in_worker(exc):
-            wait([worker.sentinel for worker in workers], timeout=wait_seconds)
+            ready = wait([worker.sentinel for worker in workers], timeout=wait_seconds)
+            for worker in workers:
+                if worker.sentinel in ready:
+                    # The sentinel is ready once the exiting process closed its files, a moment
+                    # before it can be reaped: is_alive() alone could still say True.
+                    worker.join(timeout=wait_seconds)
         dead = [worker for worker in workers if not worker.is_alive()]
     except RuntimeError as signalled:  # torch's SIGCHLD handler saw the death during the wait
         return signalled
