@@ -272,29 +272,37 @@ def test_constraints_pin_every_requirement_exactly() -> None:
     assert os.access(script, os.X_OK) and "freeze" in script.read_text()
 
 
-@pytest.mark.parametrize("python", ["3.11", "3.13"])
-def test_constraints_resolve_to_themselves_on_python(python: str, tmp_path: Path) -> None:
-    """pip, asked for '.[sidecar,gcs]'s requirements under the pins for CPython `python` on Linux
-    x86-64 (the default base has 3.11, Debian trixie's python3 is 3.13), installs exactly pinned
-    versions and needs nothing the pins lack. Needs the package index (metadata only)."""
-    pins = _pins()
-    report = tmp_path / "report.json"
+def _resolve_under_pins(python: str, folder: Path) -> subprocess.Popen[str]:
+    """pip's dry run of '.[sidecar,gcs]''s requirements under the pins for CPython ``python`` on Linux
+    x86-64, started (both versions resolve at once: each is mostly waiting on the index)."""
     platforms = [a for p in ("manylinux_2_28", "manylinux_2_17", "manylinux2014", "manylinux_2_5")
                  for a in ("--platform", f"{p}_x86_64")]
     reqs = [str(r) for r in _requirements() if r.name != "setuptools"]
-    proc = subprocess.run(
+    folder.mkdir()
+    return subprocess.Popen(
         [sys.executable, "-m", "pip", "install", "--dry-run", "--quiet", "--disable-pip-version-check",
          "--ignore-installed", "--only-binary=:all:", "--python-version", python, *platforms,
-         "--target", str(tmp_path / "target"), "--report", str(report), "-c", str(ROOT / CONSTRAINTS),
-         *reqs], capture_output=True, text=True, timeout=600)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    resolved = {canonicalize_name(i["metadata"]["name"]): i["metadata"]["version"]
-                for i in json.loads(report.read_text())["install"]}
-    assert resolved and all(pins.get(n) == v for n, v in resolved.items()), \
-        {n: (v, pins.get(n)) for n, v in resolved.items() if pins.get(n) != v}
-    runtime = {n for n in pins if n != "setuptools"}
-    if python == "3.11":  # the pins are a freeze on 3.11: nothing in them is unused there
-        assert set(resolved) == runtime, runtime ^ set(resolved)
+         "--target", str(folder / "target"), "--report", str(folder / "report.json"),
+         "-c", str(ROOT / CONSTRAINTS), *reqs], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+
+
+def test_constraints_resolve_to_themselves_on_python_3_11_and_3_13(tmp_path: Path) -> None:
+    """pip, asked for '.[sidecar,gcs]''s requirements under the pins (the default base has 3.11,
+    Debian trixie's python3 is 3.13), installs exactly pinned versions and needs nothing the pins
+    lack. Needs the package index (metadata only)."""
+    pins = _pins()
+    runs = {python: _resolve_under_pins(python, tmp_path / python) for python in ("3.11", "3.13")}
+    for python, proc in runs.items():
+        _, stderr = proc.communicate(timeout=600)
+        assert proc.returncode == 0, (python, stderr[-3000:])
+        report = json.loads((tmp_path / python / "report.json").read_text())
+        resolved = {canonicalize_name(i["metadata"]["name"]): i["metadata"]["version"]
+                    for i in report["install"]}
+        assert resolved and all(pins.get(n) == v for n, v in resolved.items()), \
+            (python, {n: (v, pins.get(n)) for n, v in resolved.items() if pins.get(n) != v})
+        runtime = {n for n in pins if n != "setuptools"}
+        if python == "3.11":  # the pins are a freeze on 3.11: nothing in them is unused there
+            assert set(resolved) == runtime, runtime ^ set(resolved)
 
 
 def _context_files() -> list[Path]:

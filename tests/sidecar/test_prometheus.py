@@ -38,12 +38,12 @@ NAMESPACE, POD = "training", "job-0-sidecar"
 
 @contextlib.contextmanager
 def prometheus(tmp_path: Path, target_port: int) -> Iterator[str]:
-    """A Prometheus server scraping ``127.0.0.1:target_port`` every second; yields its base URL."""
+    """A Prometheus server scraping ``127.0.0.1:target_port`` twice a second; yields its base URL."""
     port = free_port()
     config = tmp_path / "prometheus.yml"
     config.write_text(
-        "global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\n"
-        "scrape_configs:\n  - job_name: epochfs\n    scrape_timeout: 900ms\n    static_configs:\n"
+        "global:\n  scrape_interval: 500ms\n  evaluation_interval: 500ms\n"
+        "scrape_configs:\n  - job_name: epochfs\n    scrape_timeout: 450ms\n    static_configs:\n"
         f"      - targets: ['127.0.0.1:{target_port}']\n"
         f"        labels: {{namespace: {NAMESPACE}, pod: {POD}}}\n"
     )
@@ -97,7 +97,7 @@ def test_every_dashboard_expression_returns_a_result(s3: S3Server, tmp_path: Pat
     # A cut every second (no reader pins those epochs, so older samples become evictable); epochs
     # hold at most 512 KiB so pinned ones never fill the cache.
     extra = ("--capacity", "2Mi", "--headroom", "0.75", "--min-samples", "5", "--concurrency", "4",
-             "--max-rate", "1Mi", "--cut-interval", "1")
+             "--max-rate", "2Mi", "--cut-interval", "1")
     with running_sidecar(tmp_path, remote="s3://data", endpoint=s3.endpoint, extra=extra) as car, \
             prometheus(tmp_path, car.port) as prom:
         # Traffic for every panel: opens of samples (served), a client report, cuts, evictions.

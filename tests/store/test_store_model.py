@@ -986,7 +986,7 @@ def run_machine(base: Path, *, examples: int, steps: int) -> None:
 
 
 def test_store_model(base: Path) -> None:
-    run_machine(base, examples=60, steps=50)
+    run_machine(base, examples=30, steps=50)  # 500 x 80 in test_store_model_long (slow)
 
 
 @pytest.mark.slow
