@@ -16,7 +16,11 @@ FUSE server) against the endpoint in its own process (ListObjectsV2 pages of 1,0
 - **index** size on disk (``index.sqlite`` with its WAL);
 - **restart**: SIGTERM, the same command on the same cache, and the time to the next sample
   fetched (a new admission in the index), and to ``/readyz``;
-- the endpoint's counters: listing pages and GETs of the whole run.
+- the endpoint's counters: listing pages and GETs of the whole run;
+- **fetching while the listing runs and after it** (:mod:`epochfs.benchmarks._scale_fetch`):
+  samples admitted per second in a ``--fetch-window`` from epoch 0 while the listing runs, and in
+  the restarted sidecar once its (resumed) listing is complete (the benchmark waits for that at
+  the end), the catalog's keys per second in the first, the CPU of the sampler and the endpoint.
 
 The baseline of each time is in the same row: the listing alone costs ``pages x latency`` at the
 least (the ``list floor`` column). Output: a markdown table (``--markdown FILE`` too) and JSON
@@ -44,6 +48,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from epochfs.benchmarks import _scale_fetch as fetching
 from epochfs.benchmarks import harness
 
 SUFFIX = {"k": 1_000, "m": 1_000_000}
@@ -81,6 +86,10 @@ class Result:
     index_bytes: int = 0
     restart_ready_s: float = float("nan")
     restart_sample_s: float = float("nan")
+    while_listing: dict[str, float] = field(default_factory=dict)
+    """The fetch window while the listing runs (:class:`_scale_fetch.Window` as a dict)."""
+    after_listing: dict[str, float] = field(default_factory=dict)
+    """The fetch window once the listing is complete."""
     rss_mb: dict[str, float] = field(default_factory=dict)
     """Resident MB per process (``supervisor``, ``sampler``, ``fuse``) at epoch 0 and at the end."""
     server: dict[str, int] = field(default_factory=dict)
@@ -195,13 +204,15 @@ def timed_run(cmd: list[str], env: dict[str, str]) -> float:
 
 
 @contextlib.contextmanager
-def endpoint(keys: int, classes: int, size: int, latency: float, log: Path) -> Iterator[str]:
+def endpoint(keys: int, classes: int, size: int, latency: float,
+             log: Path) -> Iterator[tuple[str, int]]:
     port = harness.free_port()
     url = f"http://127.0.0.1:{port}"
     cmd = [*harness.PYTHON, "-m", "epochfs.benchmarks.synthetic_s3", "--keys", str(keys), "--classes",
            str(classes), "--size", str(size), "--port", str(port), "--list-latency", str(latency)]
-    with harness.running(cmd, what="synthetic S3", ready=lambda: bool(get_json(url + "/_stats")), log=log):
-        yield url
+    with harness.running(cmd, what="synthetic S3", ready=lambda: bool(get_json(url + "/_stats")),
+                         log=log) as proc:
+        yield url, proc.pid
 
 
 def measure(keys: int, ns: argparse.Namespace, folder: Path) -> Result:
@@ -212,7 +223,7 @@ def measure(keys: int, ns: argparse.Namespace, folder: Path) -> Result:
                     list_floor_s=pages * ns.list_latency)
     cache, mount, log = folder / "cache", folder / "mnt", folder / "sidecar.log"
     env = harness.s3_env()
-    with endpoint(keys, classes, ns.size, ns.list_latency, folder / "s3.log") as url:
+    with endpoint(keys, classes, ns.size, ns.list_latency, folder / "s3.log") as (url, s3_pid):
         port = harness.free_port()
         capacity = max(64 << 20, 3 * samples * ns.size)
         cmd = [*harness.EPOCHFS, "--log-level", "INFO", "sidecar", "--remote", "s3://bench",
@@ -229,6 +240,10 @@ def measure(keys: int, ns: argparse.Namespace, folder: Path) -> Result:
                 log=log)
             who = pids(port, proc.pid)
             result.rss_mb.update({f"{k}@epoch0": rss_mb(p) for k, p in who.items()})
+            if ns.fetch_window > 0:
+                result.while_listing = asdict(fetching.measure(
+                    cache / "index.sqlite", ns.fetch_window, sampler=who.get("sampler"), endpoint=s3_pid,
+                    while_listing=True))
             wait_for(f"{samples} samples", lambda: index.count() >= samples, proc, timeout=timeout, log=log,
                      interval=0.2)
             result.python_start_s = timed_run([*harness.PYTHON, "-c", "pass"], env)
@@ -260,11 +275,21 @@ def measure(keys: int, ns: argparse.Namespace, folder: Path) -> Result:
             wait_for("/readyz after the restart", lambda: ready(port), proc, timeout=timeout,
                      log=folder / "sidecar-restart.log")
             result.restart_ready_s = time.perf_counter() - started
+            if ns.fetch_window > 0:
+                wait_for("the complete listing", lambda: fetching.listing_complete(cache / "index.sqlite"),
+                         proc, timeout=timeout, log=folder / "sidecar-restart.log", interval=0.5)
+                result.after_listing = asdict(fetching.measure(
+                    cache / "index.sqlite", ns.fetch_window, sampler=pids(port, proc.pid).get("sampler"),
+                    endpoint=s3_pid, while_listing=False))
         finally:
             index.close()
             harness.stop(proc, unmount=[mount])
         result.server = get_json(url + "/_stats")
     return result
+
+
+def _rate(window: dict[str, float], name: str) -> float:
+    return window.get(name, float("nan"))
 
 
 COLUMNS = [
@@ -281,6 +306,9 @@ COLUMNS = [
     ("python start", "s", lambda r: f"{r.python_start_s:.2f}"),
     ("scandir", "s", lambda r: f"{r.scandir_s:.3f} ({r.scandir_files} files)"),
     ("FUSE per file", "B", lambda r: f"{r.fuse_bytes_per_file:.0f}"),
+    ("fetch while listing", "/s", lambda r: f"{_rate(r.while_listing, 'samples_per_s'):.0f}"),
+    ("fetch after listing", "/s", lambda r: f"{_rate(r.after_listing, 'samples_per_s'):.0f}"),
+    ("listing", "keys/s", lambda r: f"{_rate(r.while_listing, 'keys_per_s'):.0f}"),
 ]
 RSS = ("supervisor", "sampler", "fuse")
 
@@ -290,12 +318,16 @@ def markdown(results: list[Result]) -> str:
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     lines += ["| " + " | ".join(fmt(r) for _, _, fmt in COLUMNS) + " |" for r in results]
     lines += ["", "| keys | " + " | ".join(f"{p} RSS at epoch 0 / end (MB)" for p in RSS)
-              + " | LIST pages | GETs |", "|" + "---|" * (len(RSS) + 3)]
+              + " | LIST pages | GETs | sampler / endpoint CPU while listing (cores) | after |",
+              "|" + "---|" * (len(RSS) + 5)]
     for r in results:
         nan = float("nan")
         rss = [f"{r.rss_mb.get(p + '@epoch0', nan):.0f} / {r.rss_mb.get(p + '@end', nan):.0f}" for p in RSS]
+        cpu = [f"{_rate(w, 'sampler_cpu'):.2f} / {_rate(w, 'endpoint_cpu'):.2f}"
+               for w in (r.while_listing, r.after_listing)]
         lines.append(f"| {label(r.keys)} | " + " | ".join(rss)
-                     + f" | {r.server.get('list_pages', 0)} | {r.server.get('gets', 0)} |")
+                     + f" | {r.server.get('list_pages', 0)} | {r.server.get('gets', 0)} | "
+                     + " | ".join(cpu) + " |")
     return "\n".join(lines)
 
 
@@ -309,6 +341,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--size", type=int, default=16 * 1024, help="bytes per object (16384)")
     p.add_argument("--classes", type=int, default=100, help="class folders in the remote (100)")
     p.add_argument("--list-latency", type=float, default=0.02, help="seconds per listing page (0.02)")
+    p.add_argument("--fetch-window", type=float, default=10.0,
+                   help="seconds of each fetch window, while the listing runs and after it (10; 0: "
+                   "neither, and no wait for the complete listing after the restart)")
     p.add_argument("--timeout", type=float, default=3600, help="seconds any one wait may take")
     p.add_argument("--dir", type=Path, help="scratch folder (emptied; default: a temp folder)")
     p.add_argument("--json", type=Path, help="write the results here")

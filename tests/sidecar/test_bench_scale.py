@@ -25,14 +25,18 @@ pytestmark = [
 def test_scale_measures_every_column_at_a_tiny_size(tmp_path: Path) -> None:
     out = tmp_path / "scale.json"
     table = tmp_path / "scale.md"
+    # 1 s a listing page over 25 class folders (one page each, four listers): the listing runs for
+    # about 7 s after its folders are found, so epoch 0 comes while it still runs; 5,000 keys (more
+    # than the 64 MiB cache holds) so that the restart finds keys to fetch.
     done = subprocess.run(
-        [sys.executable, "-P", "-m", "epochfs.benchmarks.scale", "--sizes", "2500", "--samples", "200",
-         "--classes", "10", "--dir", str(tmp_path / "work"), "--json", str(out), "--markdown", str(table)],
+        [sys.executable, "-P", "-m", "epochfs.benchmarks.scale", "--sizes", "5000", "--samples", "200",
+         "--classes", "25", "--list-latency", "1", "--fetch-window", "2", "--dir", str(tmp_path / "work"),
+         "--json", str(out), "--markdown", str(table)],
         capture_output=True, text=True, timeout=240,
     )
     assert done.returncode == 0, done.stdout + done.stderr
     [result] = json.loads(out.read_text())
-    assert result["keys"] == 2500 and result["classes"] == 10 and result["samples"] == 200
+    assert result["keys"] == 5000 and result["classes"] == 25 and result["samples"] == 200
     timings = ["first_sample_s", "epoch0_s", "cut_cli_s", "lookup_cut_s", "status_s", "scandir_s",
                "restart_sample_s", "restart_ready_s", "python_start_s"]
     assert all(math.isfinite(result[t]) and result[t] > 0 for t in timings), result
@@ -44,9 +48,20 @@ def test_scale_measures_every_column_at_a_tiny_size(tmp_path: Path) -> None:
     # every sample was one GET.
     assert result["server"]["list_pages"] >= 6 and result["server"]["errors"] == 0
     assert result["server"]["gets"] >= result["scandir_files"]
+    # The fetch windows: one while the listing ran (it ends early when the listing completes), one
+    # of the full length after it; rates and CPU shares measured in both.
+    during, after = result["while_listing"], result["after_listing"]
+    assert during["seconds"] > 0 and after["seconds"] >= 2, (during, after)
+    for window in (during, after):
+        assert all(math.isfinite(window[k]) and window[k] >= 0 for k in
+                   ("samples_per_s", "keys_per_s", "sampler_cpu", "endpoint_cpu")), window
+        assert window["sampler_cpu"] > 0
+    assert after["keys_per_s"] == 0  # the catalog is complete
     lines = table.read_text().splitlines()
     assert lines[0].startswith("| keys | list floor (s) | first sample (s) | epoch 0 (s) |")
-    assert lines[2].startswith("| 2500 | 0.06 |")
-    assert "| 2500 |" in done.stdout
+    assert lines[0].endswith("| fetch while listing (/s) | fetch after listing (/s) | listing (keys/s) |")
+    assert lines[2].startswith("| 5k | 5.00 |")
+    assert "sampler / endpoint CPU while listing (cores) | after |" in lines[4]
+    assert "| 5k |" in done.stdout
     assert not [m for m in mount_table() if m.mount_point.startswith(str(tmp_path))]
     assert list((tmp_path / "work").iterdir()) == []  # its scratch folder removed
