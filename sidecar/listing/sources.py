@@ -9,7 +9,9 @@ commits with the page's rows, so a restart resumes where the last committed page
   fits in one page is that page (one request); otherwise the folders are
   found with the delimiter (descending through a single top folder such as ``train/``), and the
   key space is cut into ranges at folder boundaries, at most ``max_spans`` of them, so that every
-  class folder lists at once instead of one after the other. A resume point is the last key.
+  class folder lists at once instead of one after the other; when the level holds only folders,
+  and no more than ``max_spans``, each folder is a span listed under its own prefix (no range, so
+  no page past its end). A resume point is the last key.
   Finding the folders comes before the listing thread (whose pause answers a throttled page of the
   listing), so a throttled page of it is read again in place after a full-jitter pause
   (``DISCOVERY_RETRY``, :func:`~epochfs.sidecar.listing.retry.while_throttled`) until the sampler
@@ -108,17 +110,17 @@ class PagedSource:
 
     def _folders(self, prefix: str) -> tuple[list[str], bool]:
         """The folders directly under ``prefix`` (at most DISCOVERY_PAGES pages of them) and
-        whether files sit beside them."""
+        whether anything else is there: files beside them, or more than those pages showed."""
         folders: list[str] = []
-        files = False
+        others = False
         token: str | None = None
         for _ in range(DISCOVERY_PAGES):
             objects, prefixes, token = self._discover(prefix, token=token, delimiter=True)
             folders += prefixes
-            files = files or any(o.key != prefix for o in objects)
+            others = others or any(o.key != prefix for o in objects)
             if token is None:
                 break
-        return folders, files
+        return folders, others or token is not None
 
     def spans(self) -> list[Span]:
         # A remote that fits in one page is listed by that page alone (one request, no split).
@@ -136,6 +138,11 @@ class PagedSource:
             break
         if len(folders) < 2:
             return [Span(prefix, "", None)]
+        if not files and len(folders) <= self.max_spans:
+            # Nothing but these folders: each is listed under its own prefix, so the store ends a
+            # folder's last page at the folder's end (a range would ask one more page whenever a
+            # folder's keys fill whole pages: it cannot know the next key is past its stop).
+            return [Span(folder, "", None) for folder in folders]
         step = -(-len(folders) // self.max_spans)
         starts = ["", *folders[step::step]]
         return [Span(prefix, start, starts[i + 1] if i + 1 < len(starts) else None)
