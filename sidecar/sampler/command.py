@@ -165,6 +165,7 @@ def run_sample(settings: SamplerSettings) -> int:
             progress_every=settings.progress_seconds,
         )
         sampler.order.listing = listing.running.is_set
+        lister.yield_to = sampler.fetching  # the listers leave it the index a share of the time
         if prepared is not None:
             listing.running.set()  # until the thread takes over: the first pages come soon
         listing.start()

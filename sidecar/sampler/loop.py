@@ -139,6 +139,11 @@ class Sampler:
             except BaseException as e:  # another node-volume failure or a bug: the loop stops on it
                 self._results.put(e)
 
+    def fetching(self) -> bool:
+        """Downloads in flight or waiting for admission: the listers leave the index to this
+        sampler a share of the time (``Lister.yield_to``)."""
+        return bool(self._inflight) or self.admitter.busy()
+
     def _busy(self, key: str) -> bool:
         """In flight, waiting for its admission batch, kept for after an outage or throttled."""
         return (key in self._inflight or self.breaker.is_kept(key) or self.deferred.holds(key)

@@ -1,0 +1,71 @@
+"""The listers and the sampler share the index (one connection and lock per process): while the
+sampler fetches, the listers leave it free between their page commits at least as long as a
+commit held it (``INDEX_SHARE``), so the fetch loop and the admitter are not starved for the whole
+listing (docs/listing.md, "The listing and the fetches on one CPU"). The commits are observed as
+the real store makes them; no clock is asserted on, only their order in time."""
+
+from __future__ import annotations
+
+import threading
+import time
+from pathlib import Path
+
+import pytest
+from paged_remote import PagedMemoryRemote
+
+from epochfs.sidecar.listing import Lister, source_for
+from epochfs.sidecar.listing.lister import INDEX_SHARE
+from epochfs.sidecar.store import Store
+from epochfs.sidecar.store.catalog import Listings
+
+
+def objects(folders: int = 4, per: int = 100) -> dict[str, bytes]:
+    return {f"train/c{j}/{i:04d}.bin": bytes([i % 251, j]) * 8 for j in range(folders) for i in range(per)}
+
+
+def list_recording_commits(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                           fetching: threading.Event) -> list[tuple[float, float]]:
+    """List ``objects()`` with four listers while ``fetching`` says whether the sampler fetches;
+    returns each page commit's (start, end) in ``time.monotonic()``, in order."""
+    spans: list[tuple[float, float]] = []
+    real = Listings.commit_page
+
+    def observed(self: Listings, *args: object, **kwargs: object) -> int:
+        start = time.monotonic()
+        try:
+            return real(self, *args, **kwargs)  # type: ignore[arg-type]
+        finally:
+            spans.append((start, time.monotonic()))
+
+    monkeypatch.setattr(Listings, "commit_page", observed)
+    store = Store(tmp_path / "c", create=True)
+    try:
+        lister = Lister(store, source_for(PagedMemoryRemote(objects(), page=10)), seed=0, threads=4,
+                        yield_to=fetching.is_set)
+        report = lister.run()
+        assert report.complete and report.total == 400
+    finally:
+        store.close()
+    return sorted(spans)
+
+
+def test_while_the_sampler_fetches_the_index_is_free_between_commits_as_long_as_they_held_it(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    fetching = threading.Event()
+    fetching.set()
+    spans = list_recording_commits(tmp_path, monkeypatch, fetching)
+    assert len(spans) >= 40  # 40 pages (and a last empty look per span)
+    factor = 1 / INDEX_SHARE - 1
+    short = [(i, spans[i], spans[i + 1]) for i in range(len(spans) - 1)
+             if spans[i + 1][0] - spans[i][1] < (spans[i][1] - spans[i][0]) * factor]
+    assert not short, f"{len(short)} of {len(spans) - 1} gaps shorter than the commit before: {short[:3]}"
+
+
+def test_the_listers_commit_without_pausing_when_the_sampler_is_not_fetching(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A sampler with nothing in flight (cache full, schedule mode waiting for the listing) costs
+    the listing nothing: with four listers, some commit follows the one before without a pause."""
+    spans = list_recording_commits(tmp_path, monkeypatch, threading.Event())
+    factor = 1 / INDEX_SHARE - 1
+    assert any(spans[i + 1][0] - spans[i][1] < (spans[i][1] - spans[i][0]) * factor
+               for i in range(len(spans) - 1))
