@@ -19,6 +19,8 @@ An S3 Inventory ``manifest.json`` is accepted as an index too (:mod:`.inventory`
 A fleet reads one index at once, so its header GET is where a store throttles first: a throttled
 header read (S3 ``SlowDown``, 429) is tried again after a full-jitter pause until the sampler
 stops, instead of ending the sampler (which the supervisor restarted into the same throttle).
+``epochfs index`` itself reads a throttled page again the same way (the folders' discovery in
+place, a listing page by resuming its span from its last written page) instead of failing.
 """
 
 from __future__ import annotations
@@ -39,7 +41,7 @@ from collections.abc import Iterator
 from typing import IO, Any
 from urllib.parse import urlparse
 
-from epochfs.sidecar.listing.retry import while_throttled
+from epochfs.sidecar.listing.retry import is_throttled, while_throttled
 from epochfs.sidecar.listing.sources import Page, Source, Span, source_for
 from epochfs.sidecar.redact import redact
 from epochfs.sidecar.remote import HTTPRemote, Remote, RemoteError, RemoteObject
@@ -49,6 +51,9 @@ log = logging.getLogger("epochfs.catalog")
 FORMAT_VERSION = 1
 HEADER_RETRY = (0.5, 30.0)
 """First and longest bound of the full-jitter pause before a throttled header read is tried again."""
+INDEX_RETRY = (0.5, 30.0)
+"""The same for a throttled page while ``epochfs index`` lists (per span; the span resumes from its
+last written page, so nothing is written twice)."""
 PAGE = 1000
 BLOCK = 1 << 20
 
@@ -225,7 +230,9 @@ def write_index(remote: Remote, out: str, *, threads: int = 8, endpoint_url: str
     Each span is written to its own gzip member in a temporary folder (the spans list at once);
     the members are then joined in span order (a concatenation of gzip members is one gzip
     stream) between the header and the trailer, so the index is in key order."""
-    source = source_for(remote)
+    stop = threading.Event()  # never set: a throttled request is read again until it answers
+    rng = random.Random()
+    source = source_for(remote, stop=stop)  # a throttled page finding the folders: read again in place
     spans = source.spans()
     log.info("indexing %s: %d span(s), %d lister thread(s)", redact(remote.url), len(spans),
              min(threads, len(spans)))
@@ -241,6 +248,8 @@ def write_index(remote: Remote, out: str, *, threads: int = 8, endpoint_url: str
         errors: list[BaseException] = []
         lock = threading.Lock()
         last_log = [started]
+        afters = [""] * len(spans)  # each span's resume point: the end of its last written page
+        bounds = [INDEX_RETRY[0]] * len(spans)
 
         def worker() -> None:
             while not errors:
@@ -255,8 +264,18 @@ def write_index(remote: Remote, out: str, *, threads: int = 8, endpoint_url: str
                     page = next(pages, None) or Page([], "", True)
                     files[i].write(b"".join(object_record(o) for o in page.objects))
                 except BaseException as e:
-                    errors.append(e)
-                    return
+                    if not is_throttled(e):
+                        errors.append(e)
+                        return
+                    # The span is listed again from its last written page, after a full-jitter
+                    # pause (its bound doubling): one index for a fleet is worth waiting for.
+                    pause, bounds[i] = rng.uniform(0, bounds[i]), min(INDEX_RETRY[1], bounds[i] * 2)
+                    log.warning("indexing: a page of span %d throttled (%s); listing it again in %.1fs",
+                                i, e, pause)
+                    stop.wait(pause)
+                    turns.put((i, source.pages(spans[i], afters[i])))
+                    continue
+                afters[i] = page.after
                 with lock:
                     counts[i] += len(page.objects)
                     if page.done:

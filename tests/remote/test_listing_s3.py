@@ -66,6 +66,26 @@ def test_epochfs_index_once_then_sidecars_list_nothing(tmp_path: Path,
     assert stats["list_pages"] == 0 and stats["gets"] == 2100
 
 
+def test_epochfs_index_reads_throttled_pages_again_and_writes_every_key_once(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A SlowDown while ``epochfs index`` finds the folders, and one on a page of a span: each is
+    asked again (the discovery page in place, the span from its last written page) and the index
+    is whole, every key once; it failed with exit 2 before."""
+    data = Dataset(2100, 512, classes=3, prefix="train/")
+    for name, value in s3_env("").items():
+        monkeypatch.setenv(name, value)
+    with SyntheticS3(data, list_latency=0) as s3:
+        # The remote is s3://bench/train: 1 the probe, 2 the folders, 3-5 a page per class.
+        s3.server.throttle_pages = {2, 4}
+        out = tmp_path / "keys.jsonl.gz"
+        assert main(["index", s3.url, "--endpoint-url", s3.endpoint, "--out", f"file://{out}"]) == 0
+        lines = gzip.decompress(out.read_bytes()).splitlines()
+        assert json.loads(lines[-1]) == {"end": True, "count": 2100}
+        keys = [json.loads(x)["k"] for x in lines[1:-1]]
+        assert keys == sorted(data.key(i)[len("train/"):] for i in range(2100))
+        assert s3.stats.snapshot()["list_pages"] == 5 + 2  # the two throttled pages asked again
+
+
 def write_index(path: Path, objects: list[RemoteObject], *, trailer: bool = True) -> str:
     body = json.dumps({"epochfs_index": FORMAT_VERSION, "sorted": False}).encode() + b"\n"
     body += b"".join(object_record(o) for o in objects)
