@@ -191,6 +191,10 @@ class Store:
     def candidates(self, *, after_rank: int | None, limit: int) -> list[tuple[int, Candidate]]:
         return catalog.candidates(self._ix, after_rank=after_rank, limit=limit)
 
+    def resume_rank(self) -> int | None:
+        """Where a restarted sampler's pass goes on (:func:`.catalog.resume_rank`)."""
+        return catalog.resume_rank(self._ix)
+
     def schedule_window(self, n: int) -> tuple[int, int]:
         """Schedule mode: positions [lo, hi) of epoch ``n``'s window (the sampler fetches it first)."""
         policy = self.policy()

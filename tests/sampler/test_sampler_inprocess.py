@@ -11,13 +11,13 @@ import pytest
 from common import wait_until
 from inprocess import objects_of, sampling, settings_for
 from memory_remote import MemoryRemote
-from store_helpers import sample_checksums, sid_of
+from store_helpers import put, sample_checksums, sid_of
 
 from epochfs.sidecar import keyorder
 from epochfs.sidecar.remote_errors import Changed, Denied, NotFound, Transient, Unavailable
 from epochfs.sidecar.sampler.breaker import OutageBreaker
 from epochfs.sidecar.sampler.order import FetchOrder
-from epochfs.sidecar.store import CatalogRow, Store
+from epochfs.sidecar.store import CatalogRow, Policy, Store
 
 
 def test_every_object_once_in_sampling_order(tmp_path: Path) -> None:
@@ -178,6 +178,23 @@ def test_fetch_order_passes_over_busy_keys_and_starts_a_new_pass(tmp_path: Path)
     assert again is not None and again.key == "k0" and order.passes == 1
     busy.update(f"k{i}" for i in range(5))  # everything in flight: nothing to start
     assert order.next() is None
+    store.close()
+
+
+def test_a_restarted_fetch_order_goes_on_from_the_newest_admissions_not_the_front(tmp_path: Path) -> None:
+    """Ranks 50-59 cached, 0-49 evicted since (not cached): a new FetchOrder (a restarted sampler)
+    goes on at rank 60, where the last run was, rather than starting a pass at the front (which,
+    with a million cached keys, first stepped over all of them). The front comes at the next pass."""
+    store = Store(tmp_path / "cache", create=True)
+    store.configure(Policy(capacity=1 << 20, keep_epochs=2, min_samples=1, in_use_seconds=60.0))
+    store.add_catalog([CatalogRow(f"k{i}", sid_of(f"k{i}"), 10, "v", rank=i) for i in range(100)])
+    store.finalize_catalog()
+    for i in (57, 50, 59, 51, 52, 53, 54, 55, 56, 58):  # admitted out of order, as downloads finish
+        put(store, f"k{i}", 10)
+    order = FetchOrder(store=store, schedule_mode=False, busy=lambda key: False, inflight=lambda: 0)
+    got = [order.next() for _ in range(41)]
+    assert [c.key for c in got if c] == [f"k{i}" for i in range(60, 100)] + ["k0"]
+    assert order.passes == 1
     store.close()
 
 
