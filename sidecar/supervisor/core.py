@@ -46,6 +46,15 @@ class Supervisor(HealthChecks, Observability):
     :class:`~.health.HealthChecks` (``/healthz``, ``/readyz``) and
     :class:`~.observability.Observability` (metrics, endpoints, served counter, reporter)."""
 
+    SAMPLER_STOP_GRACE = 5.0
+    VIEW_STOP_GRACE = 20.0
+    """Seconds the view is given to exit after SIGTERM before it is killed. The FUSE server's exit
+    waits for the kernel to free every dentry and inode it caches for the mount: that runs inside
+    the server's unmount (``umount2``), takes ~2-4 s per million files listed (docs/mount.md,
+    "Stopping"), and a SIGKILL cannot cut it short (the process dies only when the call returns),
+    so a kill saves nothing and only skips the server's clean end (the index closed, the read-only
+    bind removed). 5 + 20 s stays inside Kubernetes' default 30 s grace (the chart gives 60 s)."""
+
     def __init__(
         self,
         *,
@@ -157,8 +166,8 @@ class Supervisor(HealthChecks, Observability):
     def _shutdown(self) -> int:
         """Stop the sampler, then the view, then make sure nothing stays mounted (the folder view
         is left as published: readers keep reading, and the next start recovers from it)."""
-        self._terminate(self.sampler, timeout=5.0)
-        self._terminate(self.view, timeout=3.0)
+        self._terminate(self.sampler, timeout=self.SAMPLER_STOP_GRACE)
+        self._terminate(self.view, timeout=self.VIEW_STOP_GRACE)
         if not self.folder_view and mounting.find_mount(self.mount) is not None:
             log.info("unmounting %s lazily", self.mount)
             mounting.lazy_unmount(self.mount)
