@@ -55,6 +55,9 @@ def make_store(cache: Path, files: int) -> None:
         with db:
             db.executemany("INSERT INTO samples(sid, key, path, size, checksum, version, admitted_at) "
                            "VALUES(?,?,?,?,?,?,?)", rows())
+            # The running totals that admission keeps (a cut reads its extent from them).
+            db.execute("INSERT OR REPLACE INTO counters SELECT 'cache_samples', COUNT(*) FROM samples")
+            db.execute("INSERT OR REPLACE INTO counters SELECT 'cache_bytes', SUM(size) FROM samples")
     finally:
         db.close()
     with Store(cache) as store:

@@ -30,6 +30,7 @@ from epochfs.sidecar.store import hwm
 from epochfs.sidecar.store.index import Index, is_busy
 from epochfs.sidecar.store.objects import object_name
 from epochfs.sidecar.store.records import EpochInfo, FileEntry, Policy
+from epochfs.sidecar.store.snapshot import newest_within
 from epochfs.sidecar.store.windows import FILES_IN_WINDOW, WINDOW_KEYS, members, record
 from epochfs.sidecar.store.windows import window as window  # the store's schedule_window asks here
 
@@ -100,11 +101,10 @@ def _insert_epoch(db: sqlite3.Connection, policy: Policy, n: int) -> None:
     max_all = int(db.execute("SELECT COALESCE(MAX(id), 0) FROM samples").fetchone()[0])
     first: int | None = None
     bounds: tuple[int | None, str | None, int | None, str | None] = (None, None, None, None)
+    extent: tuple[int, int] | None = None
     if policy.schedule is None:
-        low = db.execute(
-            "SELECT MIN(id) FROM (SELECT id, SUM(size) OVER (ORDER BY id DESC) AS cum FROM samples) "
-            "WHERE cum <= ?", (policy.epoch_budget,)).fetchone()[0]
-        first = max_all + 1 if low is None else int(low)
+        first, *counted = newest_within(db, policy.epoch_budget, max_all)
+        extent = (counted[0], counted[1])
     else:
         bounds = record(db, policy, n, max_all) or bounds
     db.execute(
@@ -112,11 +112,11 @@ def _insert_epoch(db: sqlite3.Connection, policy: Policy, n: int) -> None:
         "first_sample, lo_rank, lo_key, hi_rank, hi_key) VALUES(?,?,0,0,0,0,?,?,?,?,?,?,?)",
         (n, now, max_all, 0.0, first, *bounds),
     )
-    if first is not None:
-        samples, nbytes = (int(v) for v in db.execute(
-            "SELECT COUNT(*), COALESCE(SUM(size), 0) FROM samples WHERE id >= ?", (first,)).fetchone())
-        new = int(db.execute("SELECT COUNT(*) FROM samples WHERE id >= ? AND id > ?",
-                             (first, prev_max)).fetchone()[0])
+    if first is not None and extent is not None:
+        samples, nbytes = extent  # from the running totals (:mod:`.snapshot`), not a count
+        # The samples since the last cut (all of them for the first epoch: not counted).
+        new = samples if prev_row is None else int(db.execute(
+            "SELECT COUNT(*) FROM samples WHERE id >= ? AND id > ?", (first, prev_max)).fetchone()[0])
     elif bounds[1] is not None:
         samples, nbytes = members(db, n)
         new = members(db, n, above=prev_max)[0]
