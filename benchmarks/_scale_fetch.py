@@ -5,16 +5,16 @@ index the sampler's fetch loop and admitter use too. How much that costs the fet
 two rates measured in the same run, on the same cache, from the same sidecar process:
 
 - **while listing**: from epoch 0 for ``window`` seconds, or until the listing is complete;
-- **after listing**: in the restarted sidecar (its restart measured first, as before), once the
-  index records the (resumed) listing complete, ``window`` seconds.
+- **after listing**: once the restarted sidecar (its restart measured first, as before) has
+  completed the listing, a third start of the sidecar with ``ROOM`` more capacity (samples
+  admitted after the benchmark's cuts cannot be evicted before the next cut, so the second start
+  stops fetching once its cache is full): ``window`` seconds from its first new sample.
 
 Each window reads, at its two ends, the highest admission id in the index (one per sample
 admitted; eviction does not lower it), the catalog's key count (``catalog_objects``, raised by every
 committed page) and the CPU seconds of the sampler process and of the synthetic S3 endpoint (which
 shares this machine's cores, as S3 does not: its share says how much of a slow window is the
-endpoint's). The sampler keeps fetching in both: only the epochs cut hold samples (epoch 0 while
-listing; the benchmark's two cuts, about ``--samples`` each, after), and it evicts the others once
-the cache is full.
+endpoint's).
 """
 
 from __future__ import annotations
@@ -29,6 +29,8 @@ from epochfs.benchmarks import harness
 
 POLL = 0.25
 """Seconds between looks at the index while a window runs."""
+ROOM = 1 << 30
+"""Bytes of capacity added for the window after the listing (65k samples of 16 KiB)."""
 
 
 @dataclass
