@@ -192,7 +192,8 @@ class EpochOperations(mfusepy.Operations):
         # Called by fuse_destroy after the device is closed and before the session is freed: from
         # here on nothing may call into libfuse (KernelNotifier.detach waits for a call in flight).
         self._teardown()
-        log.info("unmounting; calls served: %s", dict(sorted(self.calls.items())) or "none")
+        log.info("unmounted (the kernel's and libfuse's caches freed); calls served: %s",
+                 dict(sorted(self.calls.items())) or "none")
 
     # ------------------------------------------------------------------ namespace
     @translate_errors
