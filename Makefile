@@ -9,6 +9,9 @@ BENCH_APT_PACKAGES := s3fs
 # The container test (make test-container): its own dockerd, and a base image made by debootstrap.
 CONTAINER_APT_PACKAGES := docker.io debootstrap
 PYTEST_ARGS ?=
+# make test runs the suite in this many pytest-xdist workers: most of its time is spent waiting on
+# real processes, mounts and servers, not on the CPU (TEST_JOBS=0: all in the one pytest process).
+TEST_JOBS ?= 2
 
 .PHONY: all venv system-deps test test-slow test-reliability test-container lint typecheck demo bench clean
 
@@ -28,7 +31,7 @@ $(VENV)/.installed: pyproject.toml
 venv: $(VENV)/.installed
 
 test: system-deps venv
-	$(PY) -m pytest $(PYTEST_ARGS)
+	$(PY) -m pytest -n $(TEST_JOBS) --dist worksteal $(PYTEST_ARGS)
 
 test-slow: system-deps venv
 	$(PY) -m pytest -m slow $(PYTEST_ARGS)
