@@ -24,6 +24,7 @@ from __future__ import annotations
 import concurrent.futures
 import contextlib
 import importlib.util
+import json
 import os
 import re
 import resource
@@ -36,7 +37,7 @@ import tempfile
 import time
 import urllib.request
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, NoReturn, TypeVar
 
@@ -60,6 +61,15 @@ EPOCHFS = [*PYTHON, "-m", "epochfs.sidecar.cli"]
 PROGRAM_SOURCE = {"epochfs": "pip install epochfs", "s5cmd": INSTALL, "rclone": "apt-get install rclone",
                   "s3fs": "apt-get install s3fs"}
 """Where each program the benchmarks run comes from (``make bench`` installs the system ones)."""
+
+
+def write_results(table: str, results: Sequence[Any], *, markdown: Path | None,
+                  json_path: Path | None) -> None:
+    """The benchmark's markdown tables and its results (dataclasses) as JSON, where asked for."""
+    if markdown:
+        markdown.write_text(table + "\n")
+    if json_path:
+        json_path.write_text(json.dumps([asdict(r) for r in results], indent=2) + "\n")
 
 
 # ---------------------------------------------------------------------------------- dependencies

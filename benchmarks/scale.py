@@ -373,10 +373,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{ns.size} B objects, {ns.classes} class folders, "
           f"{ns.list_latency * 1000:.0f} ms per listing page")
     print(table)
-    if ns.markdown:
-        ns.markdown.write_text(table + "\n")
-    if ns.json:
-        ns.json.write_text(json.dumps([asdict(r) for r in results], indent=2) + "\n")
+    harness.write_results(table, results, markdown=ns.markdown, json_path=ns.json)
     return 0
 
 

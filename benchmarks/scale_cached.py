@@ -40,7 +40,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from epochfs.benchmarks import harness
@@ -292,10 +292,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{ns.size} B objects, {ns.classes} class folders, a complete catalog, sidecar restarted on "
           "the seeded cache")
     print(table)
-    if ns.markdown:
-        ns.markdown.write_text(table + "\n")
-    if ns.json:
-        ns.json.write_text(json.dumps([asdict(r) for r in results], indent=2) + "\n")
+    harness.write_results(table, results, markdown=ns.markdown, json_path=ns.json)
     return 0
 
 
