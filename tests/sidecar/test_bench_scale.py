@@ -7,11 +7,11 @@ from __future__ import annotations
 import json
 import math
 import os
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from bench_helpers import run_benchmark
 
 from epochfs.fuse.mounting import mount_table
 
@@ -28,11 +28,11 @@ def test_scale_measures_every_column_at_a_tiny_size(tmp_path: Path) -> None:
     # 1 s a listing page over 25 class folders (one page each, four listers): the listing runs for
     # about 7 s after its folders are found, so epoch 0 comes while it still runs; 5,000 keys (more
     # than the 64 MiB cache holds) so that the restart finds keys to fetch.
-    done = subprocess.run(
+    done = run_benchmark(
         [sys.executable, "-P", "-m", "epochfs.benchmarks.scale", "--sizes", "5000", "--samples", "200",
          "--classes", "25", "--list-latency", "1", "--fetch-window", "2", "--dir", str(tmp_path / "work"),
          "--json", str(out), "--markdown", str(table)],
-        capture_output=True, text=True, timeout=240,
+        timeout=240,
     )
     assert done.returncode == 0, done.stdout + done.stderr
     [result] = json.loads(out.read_text())

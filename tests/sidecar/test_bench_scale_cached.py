@@ -11,11 +11,11 @@ import json
 import math
 import os
 import sqlite3
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from bench_helpers import run_benchmark
 
 from epochfs.fuse.mounting import mount_table
 
@@ -43,10 +43,10 @@ def processes_naming(text: str) -> list[str]:
 
 def test_scale_cached_seeds_a_consistent_cache_and_measures_every_column(tmp_path: Path) -> None:
     out, table, work = tmp_path / "cached.json", tmp_path / "cached.md", tmp_path / "work"
-    done = subprocess.run(
+    done = run_benchmark(
         [sys.executable, "-P", "-m", "epochfs.benchmarks.scale_cached", "--cached", str(CACHED), "--verify",
          "--dir", str(work), "--keep", "--json", str(out), "--markdown", str(table)],
-        capture_output=True, text=True, timeout=240,
+        timeout=240,
     )
     assert done.returncode == 0, done.stdout + done.stderr
     assert not [m for m in mount_table() if m.mount_point.startswith(str(tmp_path))]
