@@ -87,8 +87,7 @@ class ListingThread(threading.Thread):
         return self.lister.stop
 
     def run(self) -> None:
-        listings = self.lister.store.listings()
-        served = listings.relist_requests()
+        served = self.lister.store.listings().relist_requests()
         last = time.monotonic()
         pending = self.lister.needed()
         fresh = False
@@ -102,7 +101,7 @@ class ListingThread(threading.Thread):
                 continue
             if self.stop.wait(POLL):
                 return
-            asked = listings.relist_requests()
+            asked = self.lister.store.listings().relist_requests()  # the index it has now
             if asked > served:
                 served = asked
                 log.info("relist asked for (epochfs relist)")

@@ -13,11 +13,14 @@ see (keys deleted from the remote) are dropped. A listing interrupted by a stop 
 from each span's committed resume point at the next start (:meth:`Lister.run`); at most the pages
 in flight when it stopped (one per thread) are listed twice.
 
-While the sampler fetches (``yield_to``), the listers hold the index at most ``INDEX_SHARE`` of
-the time: the sampler's fetch loop and admitter use the same index (one connection, one lock per
-process), and a page's commit holds it for a thousand rows' inserts. Committing back to back, four
-listers held it ~85% of the time and the sampler fetched a tenth of what it fetches once the
-listing is done (docs/listing.md, "The listing and the fetches on one CPU").
+``epochfs sample`` gives the listers a Store of their own (a second connection to the index, with
+its own lock): the sampler's reads (the fetch order's candidates, the cache's bytes, the stats) run
+beside a page commit (WAL), where with one connection and one lock per process they waited for it.
+Writers still take turns: the sampler's admitter and a page commit serialize on the index's write
+lock. While the sampler fetches (``yield_to``), the listers hold the index at most ``INDEX_SHARE``
+of the time: a page's commit holds the write lock for a thousand rows' inserts, and committing back
+to back, four listers held it ~85% of the time and the sampler fetched a tenth of what it fetches
+once the listing is done (docs/listing.md, "The listing and the fetches on one CPU").
 """
 
 from __future__ import annotations

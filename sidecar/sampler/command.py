@@ -7,9 +7,12 @@ recovery (and log what it repaired), record the policy, then run the
 :class:`~epochfs.sidecar.sampler.loop.Sampler` until SIGTERM/SIGINT with the listing beside it
 (:class:`~epochfs.sidecar.listing.ListingThread`): a complete catalog is fetched from at once (no
 listing before fetching), an unfinished listing resumes, a new one starts; relists run every
-``--relist-interval`` seconds and when ``epochfs relist`` asks. Exit status: 0 after a clean
-stop, 2 for bad settings (ConfigError), 1 when the node volume or the index fails (one log line;
-the next start repairs what it can, so a restart is not a crash loop).
+``--relist-interval`` seconds and when ``epochfs relist`` asks. The listers write the catalog
+through a Store of their own (a second connection and lock), so that the fetch loop's reads never
+wait behind a page commit (docs/listing.md, "The listing and the fetches on one CPU").
+
+Exit status: 0 after a clean stop, 2 for bad settings (ConfigError), 1 when the node volume or the
+index fails (one log line; the next start repairs what it can, so a restart is not a crash loop).
 """
 
 from __future__ import annotations
@@ -125,12 +128,17 @@ def run_sample(settings: SamplerSettings) -> int:
         raise
     remote: Remote | None = None
     lock_fd: int | None = None
+    catalog_store: Store | None = None
     try:
         lock_fd = _lock_cache(settings.cache)
         store.check_index()  # a damaged index is replaced (one log line), never a crash loop
         _check_identity(store, settings)
         log.info("%s", store.recover(integrity="ok"))
         store.configure(settings.policy())
+        # The listers write the catalog through a connection (and lock) of their own, opened once
+        # the index is checked and recovered: the fetch loop's reads never wait behind a page
+        # commit (WAL: readers do not block on the writer), and its writes wait in SQLite only.
+        catalog_store = Store(settings.cache)
         try:
             remote = open_remote(
                 settings.remote,
@@ -139,7 +147,7 @@ def run_sample(settings: SamplerSettings) -> int:
                 concurrency=settings.concurrency,
                 read_timeout=settings.read_timeout,
             )
-            lister = Lister(store, listing_source(settings, remote, stop=stop), seed=settings.seed,
+            lister = Lister(catalog_store, listing_source(settings, remote, stop=stop), seed=settings.seed,
                             shard_index=settings.shard_index, shard_count=settings.shard_count,
                             object_limit=settings.object_limit, threads=settings.list_threads, stop=stop)
             # Finding the spans lists a little (folders) here, so a remote that cannot be listed
@@ -188,6 +196,8 @@ def run_sample(settings: SamplerSettings) -> int:
     finally:
         if remote is not None:
             remote.close()
+        if catalog_store is not None:
+            catalog_store.close()
         store.close()
         if lock_fd is not None:
             os.close(lock_fd)

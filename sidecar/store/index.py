@@ -78,6 +78,17 @@ def is_corruption(exc: BaseException) -> bool:
     text = str(exc)
     return "malformed" in text or "not a database" in text
 
+_WRITERS: dict[str, threading.RLock] = {}
+_WRITERS_LOCK = threading.Lock()
+
+
+def _writers(path: Path) -> threading.RLock:
+    """This process's lock for the writers of ``path`` (one per index file, whatever the
+    connections): see :meth:`Index.write`."""
+    with _WRITERS_LOCK:
+        return _WRITERS.setdefault(os.path.realpath(path), threading.RLock())
+
+
 def _file_id(path: Path) -> tuple[int, int] | None:
     try:
         st = os.stat(path)
@@ -94,6 +105,7 @@ class Index:
         self.path = path
         self.wal = path.with_name(path.name + WAL_SUFFIX)
         self.lock = threading.RLock()
+        self.writers = _writers(path)
         try:
             self.db = sqlite3.connect(path, timeout=30.0, isolation_level=None, check_same_thread=False)
             self.db.execute(f"PRAGMA busy_timeout={BUSY_MS}")
@@ -208,8 +220,14 @@ class Index:
 
     @contextlib.contextmanager
     def write(self) -> Iterator[sqlite3.Connection]:
-        """One write transaction under the lock; IMMEDIATE so writers serialize across processes."""
-        with self._transaction("BEGIN IMMEDIATE") as db:
+        """One write transaction under the lock; IMMEDIATE so writers serialize across processes.
+
+        The writers of this process queue first on one lock per index file (``writers``), before
+        their connection's lock: a writer that waits for another connection's write transaction in
+        this process (the listers write the catalog through their own, ``epochfs sample``) waits
+        there, not in SQLite's busy handler with its connection's lock held, so the readers of its
+        connection are not held up behind the other connection's commit."""
+        with self.writers, self._transaction("BEGIN IMMEDIATE") as db:
             yield db
 
     @contextlib.contextmanager
