@@ -126,11 +126,6 @@ def seed(cache: Path, data: Dataset, cached: int, *, capacity: int,
     return steps
 
 
-def lowest_ranks(store: Store, count: int) -> list[tuple[str, str, int]]:
-    """(key, sid, size) of the first ``count`` catalog keys in the sampling order."""
-    return [(c.key, c.sid, c.size) for _, c in store.candidates(after_rank=None, limit=count)]
-
-
 def admit(store: Store, data: Dataset, cached: int, *, progress: Progress = _stderr,
           every: float = 5.0) -> None:
     """Fetch the first ``cached`` keys in the sampling order, from ``data`` instead of a remote,

@@ -90,6 +90,13 @@ def cut_ready(ix: Index, policy: Policy, n: int) -> bool:
         return condition_holds(db, policy, n)
 
 
+def _listed(db: sqlite3.Connection, n: int) -> tuple[int, int]:
+    """(samples, bytes) of epoch n listed row by row in ``epoch_samples``."""
+    count, total = db.execute("SELECT COUNT(*), COALESCE(SUM(s.size), 0) FROM epoch_samples e "
+                              "JOIN samples s ON s.id = e.sample WHERE e.epoch=?", (n,)).fetchone()
+    return int(count), int(total)
+
+
 def _insert_epoch(db: sqlite3.Connection, policy: Policy, n: int) -> None:
     """One ``epochs`` row: a range of the admission order (snapshot mode) or a window's bounds
     (schedule mode, with its few ``epoch_excluded`` rows, or its ``epoch_samples`` rows when
@@ -101,10 +108,9 @@ def _insert_epoch(db: sqlite3.Connection, policy: Policy, n: int) -> None:
     max_all = int(db.execute("SELECT COALESCE(MAX(id), 0) FROM samples").fetchone()[0])
     first: int | None = None
     bounds: tuple[int | None, str | None, int | None, str | None] = (None, None, None, None)
-    extent: tuple[int, int] | None = None
     if policy.schedule is None:
-        first, *counted = newest_within(db, policy.epoch_budget, max_all)
-        extent = (counted[0], counted[1])
+        # From the running totals (:mod:`.snapshot`), not a count of the epoch's rows.
+        first, samples, nbytes = newest_within(db, policy.epoch_budget, max_all)
     else:
         bounds = record(db, policy, n, max_all) or bounds
     db.execute(
@@ -112,26 +118,21 @@ def _insert_epoch(db: sqlite3.Connection, policy: Policy, n: int) -> None:
         "first_sample, lo_rank, lo_key, hi_rank, hi_key) VALUES(?,?,0,0,0,0,?,?,?,?,?,?,?)",
         (n, now, max_all, 0.0, first, *bounds),
     )
-    if first is not None and extent is not None:
-        samples, nbytes = extent  # from the running totals (:mod:`.snapshot`), not a count
-        # The samples since the last cut (all of them for the first epoch: not counted).
-        new = samples if prev_row is None else int(db.execute(
-            "SELECT COUNT(*) FROM samples WHERE id >= ? AND id > ?", (first, prev_max)).fetchone()[0])
-    elif bounds[1] is not None:
-        samples, nbytes = members(db, n)
-        new = members(db, n, above=prev_max)[0]
-    else:
-        samples, nbytes = (int(v) for v in db.execute(
-            "SELECT COUNT(*), COALESCE(SUM(s.size), 0) FROM epoch_samples e "
-            "JOIN samples s ON s.id = e.sample WHERE e.epoch=?", (n,)).fetchone())
-        new = int(db.execute("SELECT COUNT(*) FROM epoch_samples WHERE epoch=? AND sample > ?",
-                             (n, prev_max)).fetchone()[0])
-    evicted = 0
+    if first is None:
+        samples, nbytes = members(db, n) if bounds[1] is not None else _listed(db, n)
+    new, evicted = samples, 0  # the first epoch: all of it is new
     if prev_row is not None:
+        # The samples since the last cut.
+        if first is not None:
+            new = int(db.execute("SELECT COUNT(*) FROM samples WHERE id >= ? AND id > ?",
+                                 (first, prev_max)).fetchone()[0])
+        elif bounds[1] is not None:
+            new = members(db, n, above=prev_max)[0]
+        else:
+            new = int(db.execute("SELECT COUNT(*) FROM epoch_samples WHERE epoch=? AND sample > ?",
+                                 (n, prev_max)).fetchone()[0])
         prev_samples = int(db.execute("SELECT samples FROM epochs WHERE n=?", (prev_row,)).fetchone()[0])
         evicted = max(0, prev_samples + new - samples)
-    else:
-        new = samples
     db.execute("UPDATE epochs SET samples=?, bytes=?, new=?, evicted=? WHERE n=?",
                (samples, nbytes, new, evicted, n))
     db.execute("DELETE FROM cut_requests WHERE n <= ?", (n,))
