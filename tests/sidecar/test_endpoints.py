@@ -135,6 +135,20 @@ def connect(port: int, timeout: float = 3.0) -> socket.socket:
     return s
 
 
+def refused_or_closed(port: int, timeout: float) -> bool:
+    """A new connection that the server closes (FIN or RST) within ``timeout`` seconds; on a loaded
+    machine its reset can end the handshake itself (``connect`` raises ConnectionResetError), which
+    is the same answer."""
+    try:
+        s = connect(port)
+    except ConnectionResetError:
+        return True
+    try:
+        return closed_by_peer(s, timeout)
+    finally:
+        s.close()
+
+
 def read_response(f: Any) -> tuple[int, dict[str, str], bytes]:
     """One response from a buffered socket file (several may follow on a keep-alive connection)."""
     status = f.readline()
@@ -464,9 +478,7 @@ def test_when_every_slot_has_a_request_in_progress_a_new_connection_is_closed(
         for s in waiting:
             s.sendall(b"GET /healthz HTTP/1.1\r\n\r\n")
         wait_until(lambda: len(srv.ep._flights["/healthz"].waiters) == 8, timeout=5, what="8 probes waiting")
-        extra = connect(srv.port)
-        assert closed_by_peer(extra, timeout=2)
-        extra.close()
+        assert refused_or_closed(srv.port, timeout=2)
         assert srv.rejected("capacity") == 1
         release.set()
         for s in waiting:
