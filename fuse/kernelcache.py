@@ -63,12 +63,17 @@ class KernelNotifier:
     the device is gone (EBADF, ENODEV, ENOTCONN: someone unmounted us) closes the notifier.
     """
 
-    def __init__(self, fuse_ptr: int | None) -> None:
+    def __init__(self, fuse_ptr: int | None, *, session: int | None = None,
+                 inode_of: Callable[[str], int] | None = None) -> None:
+        """``fuse_ptr``: the high-level ``struct fuse`` (paths invalidated by libfuse); or
+        ``session`` and ``inode_of`` for the low-level adapter (paths turned into inode numbers
+        here, :mod:`epochfs.fuse.inodes`)."""
         self._fuse = ctypes.c_void_p(fuse_ptr) if fuse_ptr else None
         self._se: ctypes.c_void_p | None = None
+        self._inode_of = inode_of
         self._lock = threading.Lock()
         lib = mfusepy._libfuse
-        self.available = bool(self._fuse) and mfusepy.fuse_version_major == 3
+        self.available = (bool(self._fuse) or bool(session)) and mfusepy.fuse_version_major == 3
         self._open = self.available
         self._attached = self.available
         if not self.available:
@@ -81,11 +86,15 @@ class KernelNotifier:
             ctypes.c_void_p, ctypes.c_uint64, ctypes.c_char_p, ctypes.c_size_t,
         ]
         lib.fuse_lowlevel_notify_inval_entry.restype = ctypes.c_int
+        lib.fuse_lowlevel_notify_inval_inode.argtypes = [
+            ctypes.c_void_p, ctypes.c_uint64, ctypes.c_int64, ctypes.c_int64,
+        ]
+        lib.fuse_lowlevel_notify_inval_inode.restype = ctypes.c_int
         lib.fuse_session_exit.argtypes = [ctypes.c_void_p]
         lib.fuse_session_exit.restype = None
         lib.fuse_session_exited.argtypes = [ctypes.c_void_p]
         lib.fuse_session_exited.restype = ctypes.c_int
-        self._se = ctypes.c_void_p(lib.fuse_get_session(self._fuse))
+        self._se = ctypes.c_void_p(session if session else lib.fuse_get_session(self._fuse))
         self._lib = lib
 
     @property
@@ -115,9 +124,17 @@ class KernelNotifier:
 
     def invalidate(self, path: str) -> None:
         """Drop the kernel's cached attributes and data of ``path`` (no-op if it has none)."""
-        if self.available:
+        if not self.available:
+            return
+        if self._inode_of is None:
             raw = path.encode()
             self._notify(lambda: self._lib.fuse_invalidate_path(self._fuse, raw))
+            return
+        try:
+            ino = self._inode_of(path)
+        except LookupError:
+            return  # names nothing: the kernel cannot hold it either
+        self._notify(lambda: self._lib.fuse_lowlevel_notify_inval_inode(self._se, ino, 0, 0))
 
     def close(self) -> None:
         """No more notifications; returns once none is in flight."""

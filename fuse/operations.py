@@ -52,6 +52,17 @@ FUSE_FILL_DIR_PLUS = 1 << 1
 F = TypeVar("F", bound=Callable[..., Any])
 
 
+def wanted_capabilities(capable: int, want: int) -> int:
+    """The capability bits to ask of the kernel: symlink targets cached, readdir-plus always.
+
+    Always readdir-plus, not "auto": auto sends attributes only with the first chunk of a listing,
+    and every later file then costs a lookup before its readlink."""
+    wish = FUSE_CAP_CACHE_SYMLINKS | FUSE_CAP_READDIRPLUS
+    if wish & ~capable & FUSE_CAP_CACHE_SYMLINKS:
+        log.warning("kernel cannot cache symlink targets: every open costs a readlink")
+    return (want | (wish & capable)) & ~FUSE_CAP_READDIRPLUS_AUTO
+
+
 def translate_errors(method: F) -> F:
     """Map view errors to errno; anything unexpected becomes EIO (and is logged with its cause).
     Every call is counted by operation, and every error by operation and errno."""
@@ -133,16 +144,12 @@ class EpochOperations(mfusepy.Operations):
             config_3.direct_io = 0
             config_3.auto_cache = 0
         if conn_info is not None:
-            want = FUSE_CAP_CACHE_SYMLINKS | FUSE_CAP_READDIRPLUS
-            missing = want & ~conn_info.capable
-            if missing & FUSE_CAP_CACHE_SYMLINKS:
-                log.warning("kernel cannot cache symlink targets: every open costs a readlink")
-            conn_info.want |= want & conn_info.capable
-            # Always readdir-plus, not "auto": auto sends attributes only with the first chunk of a
-            # listing, and every later file then costs a lookup before its readlink.
-            conn_info.want &= ~FUSE_CAP_READDIRPLUS_AUTO
+            conn_info.want = wanted_capabilities(conn_info.capable, conn_info.want)
         fuse_ptr = mfusepy._libfuse.fuse_get_context().contents.fuse
-        notifier = KernelNotifier(fuse_ptr)
+        self.start_serving(KernelNotifier(fuse_ptr))
+
+    def start_serving(self, notifier: KernelNotifier) -> None:
+        """The mount is up (libfuse's init): start the refresher with the kernel's notifier."""
         with self._life:
             if self._stopping:  # a signal came before the mount was up: end the loop at once
                 notifier.end_session()
@@ -266,14 +273,14 @@ class EpochOperations(mfusepy.Operations):
         return 0
 
     @translate_errors
-    def read(self, path: str, size: int, offset: int, fi: Any) -> bytes:
+    def read(self, path: str | None, size: int, offset: int, fi: Any) -> bytes:
         data = self._handles.get(fi.fh)
         if data is None:
             raise FuseOSError(errno.EBADF)
         return data[offset : offset + size]
 
     @translate_errors
-    def release(self, path: str, fi: Any) -> int:
+    def release(self, path: str | None, fi: Any) -> int:
         self._handles.pop(fi.fh, None)
         return 0
 
@@ -344,7 +351,7 @@ class EpochFUSE(mfusepy.FUSE):
                        flags: int) -> int:
         ops = cast(EpochOperations, self.operations)
         decoded = "/" if path is None else path.decode(self.encoding, self.errors)
-        here, listing = _translated_listing(ops, decoded)
+        here, listing = translate_listing(ops, decoded)
         plus = FUSE_FILL_DIR_PLUS if flags & FUSE_READDIR_PLUS else 0
         encoding, errors = self.encoding, self.errors
         for i in range(offset, len(listing) + 2):
@@ -358,4 +365,4 @@ class EpochFUSE(mfusepy.FUSE):
         return 0
 
 
-_translated_listing = translate_errors(EpochOperations.listing)
+translate_listing = translate_errors(EpochOperations.listing)

@@ -21,7 +21,7 @@ import signal
 import threading
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from epochfs.fuse.libfuse import find_libfuse3
 from epochfs.fuse.mounting import (
@@ -33,6 +33,9 @@ from epochfs.fuse.mounting import (
     make_readonly_bind,
 )
 from epochfs.sidecar.store import Store
+
+if TYPE_CHECKING:
+    from epochfs.fuse.operations import EpochOperations
 
 log = logging.getLogger("epochfs.fuse")
 
@@ -135,12 +138,14 @@ def _ignore_signal(signum: int, frame: object) -> None:
     """The wake-up signal only interrupts a wait; nothing to do."""
 
 
-def run_mount(*, cache: Path, mount: Path, link_root: Path | None = None, warm_files: int = 200_000) -> int:
+def run_mount(*, cache: Path, mount: Path, link_root: Path | None = None, warm_files: int = 200_000,
+              fuse_api: str = "lowlevel") -> int:
     """Serve the epoch view of ``cache`` at ``mount`` until signalled (``epochfs mount``).
 
     ``link_root``: a read-only path to the cache's objects folder that epoch symlinks point into;
-    default: a read-only bind mount made under the cache. Plain arguments, not the CLI's settings
-    type, since fuse imports only the store from sidecar.
+    default: a read-only bind mount made under the cache. ``fuse_api``: ``lowlevel`` (inode numbers
+    computed, :mod:`epochfs.fuse.lowlevel`) or ``highlevel`` (mfusepy's path API). Plain arguments,
+    not the CLI's settings type, since fuse imports only the store from sidecar.
     """
     mount = Path(os.path.abspath(mount))
     cache = Path(os.path.abspath(cache))
@@ -157,7 +162,7 @@ def run_mount(*, cache: Path, mount: Path, link_root: Path | None = None, warm_f
     # mfusepy logs every callback it registers at DEBUG under "fuse"; keep ours readable.
     logging.getLogger("fuse").setLevel(max(logging.INFO, logging.getLogger().level))
     try:
-        from epochfs.fuse.operations import EpochFUSE, EpochOperations
+        from epochfs.fuse.operations import EpochOperations
         from epochfs.fuse.view import View
 
         in_use = store.policy().in_use_seconds
@@ -166,33 +171,24 @@ def run_mount(*, cache: Path, mount: Path, link_root: Path | None = None, warm_f
         ops = EpochOperations(view=view, timeout=timeout, mount=mount, warm_files=warm_files)
         import mfusepy
 
-        log.info("serving %s at %s (links into %s) with libfuse %d.%d from %s", cache, mount, link_root,
-                 mfusepy.fuse_version_major, mfusepy.fuse_version_minor, libfuse)
+        log.info("serving %s at %s (links into %s) with libfuse %d.%d from %s, %s API", cache, mount,
+                 link_root, mfusepy.fuse_version_major, mfusepy.fuse_version_minor, libfuse,
+                 "low-level" if fuse_api == "lowlevel" else "high-level")
         log.info("in-use window %gs: an epoch held open stays; one read from stays at least %gs after "
                  "the last read", in_use, guaranteed_pause(in_use))
+        # libfuse splits options at commas: keep them out of the name shown by `mount`.
+        fsname = "epochfs:" + str(cache).replace(",", "_").replace("\\", "_")
         with StopSignals(ops.stop_serving) as signals:
             try:
-                EpochFUSE(
-                    ops,
-                    str(mount),
-                    raw_fi=True,
-                    foreground=True,
-                    allow_other=True,
-                    default_permissions=True,
-                    ro=True,
-                    # libfuse splits options at commas: keep them out of the name shown by `mount`.
-                    fsname="epochfs:" + str(cache).replace(",", "_").replace("\\", "_"),
-                    subtype="epochfs",
-                )
-            except RuntimeError as e:
-                # A failed mount leaves nothing mounted and is the only real error here; a loop
-                # that ended otherwise (unmounted under us) is a stop.
-                if find_mount(mount) is None and not _was_mounted(ops):
-                    log.error("mount failed at %s: %s", mount, e)
-                    return 1
-                log.info("FUSE loop ended (libfuse status %s)", e)
+                if fuse_api == "lowlevel":
+                    failed = _serve_lowlevel(ops, mount, fsname)
+                else:
+                    failed = _serve_highlevel(ops, mount, fsname)
             finally:
                 ops.loop_ended()
+            if failed is not None:
+                log.error("mount failed at %s: %s", mount, failed)
+                return 1
         if signals.received is None:
             log.info("FUSE loop ended without a signal (unmounted from outside)")
         return 0
@@ -203,6 +199,38 @@ def run_mount(*, cache: Path, mount: Path, link_root: Path | None = None, warm_f
         if made_bind:
             lazy_unmount(Path(link_root), any_kind=True)
         store.close()
+
+
+def _serve_highlevel(ops: EpochOperations, mount: Path, fsname: str) -> str | None:
+    """Serve through mfusepy (libfuse's high-level API) until the loop ends; why the mount failed,
+    or None."""
+    from epochfs.fuse.operations import EpochFUSE
+
+    try:
+        EpochFUSE(ops, str(mount), raw_fi=True, foreground=True, allow_other=True,
+                  default_permissions=True, ro=True, fsname=fsname, subtype="epochfs")
+    except RuntimeError as e:
+        # A failed mount leaves nothing mounted and is the only real error here; a loop that
+        # ended otherwise (unmounted under us) is a stop.
+        if find_mount(mount) is None and not _was_mounted(ops):
+            return str(e)
+        log.info("FUSE loop ended (libfuse status %s)", e)
+    return None
+
+
+def _serve_lowlevel(ops: EpochOperations, mount: Path, fsname: str) -> str | None:
+    """Serve through libfuse's low-level API (:mod:`epochfs.fuse.lowlevel`) until the loop ends;
+    why the mount failed, or None."""
+    from epochfs.fuse.lowlevel import LowLevelFUSE, MountFailed
+
+    options = f"allow_other,default_permissions,ro,fsname={fsname},subtype=epochfs"
+    try:
+        status = LowLevelFUSE(ops, mountpoint=str(mount), options=options).run()
+    except MountFailed as e:
+        return str(e)
+    if status not in (0, None):
+        log.info("FUSE loop ended (libfuse status %s)", status)
+    return None
 
 
 def _was_mounted(ops: object) -> bool:

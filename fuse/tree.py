@@ -24,6 +24,7 @@ server memory".
 
 from __future__ import annotations
 
+import bisect
 import logging
 import stat
 from array import array
@@ -111,6 +112,7 @@ class _Builder:
         self.obj_off = array("q", [0])
         self.dir_first = array("q")
         self.dir_count = array("q")
+        self.dir_node = array("q")  # folder rank -> its node (the root: _ROOT)
         self.shown = bytearray()
         # open folders, root first: (name, child name -> object name (a file) or rank (a folder))
         self.stack: list[tuple[str, dict[str, str | int | None]]] = [("", {})]
@@ -157,7 +159,9 @@ class _Builder:
             else:
                 assert value is not None
                 self.ref.append(-(value + 1))
+                self.dir_node[value] = len(self.ref) - 1
         rank = len(self.dir_first)
+        self.dir_node.append(_ROOT)
         self.dir_first.append(first)
         self.dir_count.append(len(children))
         if self.stack:
@@ -202,6 +206,7 @@ class EpochTree:
         self._obj_off = _smallest(b.obj_off)
         self._dir_first = _smallest(b.dir_first)
         self._dir_count = _smallest(b.dir_count)
+        self._dir_node = _smallest(b.dir_node)
         self._shown = bytes(b.shown)
         self.files_shown = len(self._obj_off) - 1
         self._dir_attr = Attr(DIR_MODE, 0, cut_at, 2)
@@ -212,7 +217,7 @@ class EpochTree:
     # ------------------------------------------------------------------ memory
     def nbytes(self) -> int:
         """Bytes held by the arrays and blobs (what grows with the files; the rest is constant)."""
-        arrays = (self._name_off, self._ref, self._obj_off, self._dir_first, self._dir_count)
+        arrays = (self._name_off, self._ref, self._obj_off, self._dir_first, self._dir_count, self._dir_node)
         return (len(self._names) + len(self._objs) + len(self._shown)
                 + sum(a.itemsize * len(a) for a in arrays))
 
@@ -269,6 +274,37 @@ class EpochTree:
         if attr is None:
             attr = self._link_attrs.setdefault(size, Attr(LINK_MODE, size, self.cut_at))
         return attr
+
+    # ------------------------------------------------------------------ nodes by number
+    # The low-level FUSE adapter (:mod:`epochfs.fuse.inodes`) names nodes by these numbers instead of
+    # keeping a table of paths: a node's number is stable for the epoch's life, since a rebuilt tree
+    # (the same immutable files) lays out the same arrays.
+    def node_of(self, rel: str) -> int:
+        """The node number of ``rel`` (-1 for the epoch's own folder); NotFound if absent."""
+        return self._find(rel)
+
+    def path_of(self, node: int) -> str:
+        """The relative path of node ``node`` (:meth:`node_of`'s inverse); NotFound if out of range.
+        A node's folder is the run of children that holds it: runs are laid out in rank order, so a
+        bisection of the runs' starts finds it (a few bytes per folder, nothing per file)."""
+        if node == _ROOT:
+            return ""
+        if not 0 <= node < len(self._ref):
+            raise NotFound(f"node {node}")
+        parts = []
+        while node != _ROOT:
+            parts.append(self._name(node))
+            rank = bisect.bisect_right(self._dir_first, node) - 1
+            node = self._dir_node[rank]
+        return "/".join(reversed(parts))
+
+    def first_child(self, rel: str) -> int:
+        """The node number of the first entry of folder ``rel`` (its listing's entry ``i`` is node
+        ``first + i``); NotADirectory for a file."""
+        rank = self._rank(self._find(rel))
+        if rank is None:
+            raise NotADirectory(rel)
+        return self._dir_first[rank]
 
     # ------------------------------------------------------------------ answers
     def lookup(self, rel: str) -> Attr:

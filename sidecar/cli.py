@@ -38,7 +38,7 @@ def _cmd_mount(ns: argparse.Namespace) -> int:
     from epochfs.fuse.server import run_mount
 
     return run_mount(cache=settings.cache, mount=settings.mount, link_root=settings.link_root,
-                     warm_files=settings.warm_files)
+                     warm_files=settings.warm_files, fuse_api=settings.fuse_api)
 
 
 def _cmd_publish(ns: argparse.Namespace) -> int:

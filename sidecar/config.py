@@ -18,6 +18,7 @@ from typing import Any, TypeVar
 from epochfs.sidecar.confparse import (
     _capacity,
     _fraction,
+    _fuse_api,
     _non_negative_float,
     _non_negative_int,
     _opt,
@@ -131,6 +132,8 @@ class SamplerSettings(CacheSettings):
             )
 
 
+FUSE_API_HELP = ("libfuse API the FUSE server uses: lowlevel (inode numbers computed, nothing kept per "
+                 "file) or highlevel (libfuse keeps a node per file the kernel holds; docs/mount.md)")
 WARM_HELP = "most symlinks of a new epoch warmed in the kernel's cache (0: no warm-up)"
 MOUNT_HELP = ("where the view is mounted: an empty folder, created if missing; in a pod a subdirectory "
               "of the shared volume, never the volume's own mount point")
@@ -148,6 +151,7 @@ class MountSettings(CacheSettings):
         parse=Path,
     )
     warm_files: int = _opt("--warm-files", WARM_HELP, default=200_000, parse=_non_negative_int)
+    fuse_api: str = _opt("--fuse-api", FUSE_API_HELP, default="lowlevel", parse=_fuse_api)
 
 
 PUBLISH_HELP = ("the folder the view is published into (created if missing): in a pod a subdirectory of "
@@ -191,6 +195,7 @@ class SidecarSettings(SamplerSettings):
     metrics_port: int | None = _opt("--metrics-port", "separate /metrics port (default: health port)",
                                     parse=_port)
     warm_files: int = _opt("--warm-files", WARM_HELP, default=200_000, parse=_non_negative_int)
+    fuse_api: str = _opt("--fuse-api", FUSE_API_HELP, default="lowlevel", parse=_fuse_api)
     kube_reporting: bool = _opt("--kube-reporting",
                                 "Events and a status annotation on this pod when in a cluster (1/0)",
                                 default=True, parse=_switch)

@@ -148,6 +148,16 @@ def _view(text: str) -> str:
     return value
 
 
+FUSE_APIS = ("lowlevel", "highlevel")
+
+
+def _fuse_api(text: str) -> str:
+    value = str(text).strip().lower()
+    if value not in FUSE_APIS:
+        raise ValueError(f"must be one of {', '.join(FUSE_APIS)}, got {text!r}")
+    return value
+
+
 def _remote(text: str) -> str:
     url = text.strip()
     if not url:

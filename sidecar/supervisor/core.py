@@ -82,7 +82,7 @@ class Supervisor(HealthChecks, Observability):
         )
         mount_settings = MountSettings(
             cache=settings.cache, mount=settings.mount, link_root=settings.link_root,
-            warm_files=settings.warm_files,
+            warm_files=settings.warm_files, fuse_api=settings.fuse_api,
         )
         self.sampler = Child("sampler", ["sample"], config.to_env(sampler_settings, SamplerSettings))
         self.fuse = Child("fuse", ["mount"], config.to_env(mount_settings, MountSettings))

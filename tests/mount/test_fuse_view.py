@@ -186,7 +186,7 @@ def test_requests_are_counted_by_operation(store) -> None:
 
     ops = operations.EpochOperations(view=View(store=store, link_root=LINK_ROOT), timeout=10)
     before = (count("readdir"), count("getattr"), count("getattr", "ENOENT"))
-    operations._translated_listing(ops, "/")
+    operations.translate_listing(ops, "/")
     ops.getattr("/")
     with pytest.raises(OSError):
         ops.getattr("/nope")

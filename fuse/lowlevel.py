@@ -1,0 +1,276 @@
+"""The mount through libfuse's low-level API: inode numbers in, :class:`EpochOperations` answers out.
+
+Why a second adapter: libfuse's high-level API (what mfusepy binds) keeps a node with its name for
+every entry the kernel caches, ~137 bytes each, so the server grew ~357 bytes per file a trainer
+looked at, against an aim of 200 (issue 14; docs/performance.md, "FUSE server memory"). The
+low-level API leaves inode numbers to the file system; :mod:`epochfs.fuse.inodes` computes them
+from the view, so nothing is kept per file here and the kernel's FORGETs are left to libfuse.
+
+Thin on purpose: each callback turns its inode number into the path :class:`EpochOperations`
+answers for (errors, metrics, cuts on lookup, epoch holds, the warmer and the refresher stay
+there), then replies. Every callback replies exactly once, whatever happens (a request without a
+reply would hang its caller in the kernel): a FuseOSError gives its errno, anything else EIO.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import errno
+import logging
+from collections.abc import Callable
+from typing import Any
+
+import mfusepy
+
+from epochfs.fuse.inodes import Inodes
+from epochfs.fuse.kernelcache import KernelNotifier
+from epochfs.fuse.lowlevel_abi import (
+    CALLBACK_TYPES,
+    DIRECT_IO_BIT,
+    KEEP_CACHE_BIT,
+    EntryParam,
+    LowLevelOps,
+    bind,
+    make_args,
+)
+from epochfs.fuse.operations import EpochOperations, FuseOSError, translate_listing, wanted_capabilities
+from epochfs.fuse.view import Attr, NotFound
+
+log = logging.getLogger("epochfs.fuse")
+
+_ENC = ("utf-8", "surrogateescape")  # as mfusepy decodes paths
+_WRITE_CALLS = ("setattr", "mknod", "mkdir", "unlink", "rmdir", "symlink", "rename", "link", "write",
+                "create", "setxattr", "removexattr", "fallocate")
+
+
+class MountFailed(RuntimeError):
+    """libfuse could not create the session or mount it (nothing is left mounted)."""
+
+
+class _FileInfo:
+    """What EpochOperations reads and sets of a ``struct fuse_file_info``."""
+
+    def __init__(self, flags: int = 0, fh: int = 0) -> None:
+        self.flags = flags
+        self.fh = fh
+        self.direct_io = 0
+        self.keep_cache = 0
+
+
+def _join(parent: str, name: str) -> str:
+    return ("/" if parent == "/" else parent + "/") + name
+
+
+class LowLevelFUSE:
+    """One low-level libfuse session serving ``ops`` at ``mountpoint`` (:meth:`run` blocks)."""
+
+    def __init__(self, ops: EpochOperations, *, mountpoint: str, options: str) -> None:
+        self.ops = ops
+        self.inodes = Inodes(ops.view)
+        self.mountpoint = mountpoint
+        self.options = options
+        self.lib = bind()
+        self.timeout = float(ops.timeout)
+        self._se: int | None = None
+        self._stats: dict[Attr, Any] = {}
+        self._keep: list[Any] = []  # the C callbacks: freed callbacks would crash libfuse
+        self._c_ops = LowLevelOps()
+        handlers: dict[str, Callable[..., None]] = {
+            "init": self._init, "destroy": self._destroy, "lookup": self._lookup,
+            "getattr": self._getattr, "readlink": self._readlink, "open": self._open,
+            "read": self._read, "release": self._release, "opendir": self._opendir,
+            "readdir": self._readdir, "readdirplus": self._readdirplus,
+            "releasedir": self._releasedir, "statfs": self._statfs,
+        }
+        for name in _WRITE_CALLS:
+            handlers[name] = self._read_only
+        for name, fn in handlers.items():
+            c_fn = CALLBACK_TYPES[name](fn)
+            self._keep.append(c_fn)
+            setattr(self._c_ops, name, ctypes.cast(c_fn, ctypes.c_void_p))
+
+    # ------------------------------------------------------------------ the session
+    def run(self) -> int:
+        """Mount, serve until the session ends (a signal, an unmount), unmount; libfuse's status."""
+        lib = self.lib
+        args, argv = make_args([b"epochfs", b"-o", self.options.encode()])
+        se = lib.fuse_session_new(ctypes.byref(args), ctypes.byref(self._c_ops), ctypes.sizeof(self._c_ops),
+                                  None)
+        if not se:
+            raise MountFailed(f"libfuse refused the session (options {self.options!r})")
+        self._se = se
+        try:
+            if lib.fuse_session_mount(se, self.mountpoint.encode()) != 0:
+                raise MountFailed(f"libfuse could not mount {self.mountpoint}")
+            try:
+                config = lib.fuse_loop_cfg_create()
+                try:
+                    return int(lib.fuse_session_loop_mt_312(se, config))
+                finally:
+                    lib.fuse_loop_cfg_destroy(config)
+            finally:
+                lib.fuse_session_unmount(se)
+        finally:
+            lib.fuse_session_destroy(se)  # calls destroy (the notifier detaches) if init ran
+            del argv
+
+    # ------------------------------------------------------------------ helpers
+    def _reply(self, req: int, op: str, answer: Callable[[], None]) -> None:
+        try:
+            answer()
+        except FuseOSError as e:
+            self.lib.fuse_reply_err(req, e.errno)
+        except NotFound:
+            self.lib.fuse_reply_err(req, errno.ENOENT)
+        except BaseException:
+            log.exception("unexpected error in low-level %s", op)
+            self.lib.fuse_reply_err(req, errno.EIO)
+
+    def _path(self, ino: int) -> str:
+        try:
+            return self.inodes.path(ino)
+        except NotFound as e:
+            raise FuseOSError(errno.ENOENT) from e
+
+    def _c_stat(self, attr: Attr) -> Any:
+        """A filled ``struct stat`` per distinct Attr (all files of an epoch share a few)."""
+        st = self._stats.get(attr)
+        if st is None:
+            if len(self._stats) > 4096:
+                self._stats.clear()
+            st = mfusepy.c_stat()
+            mfusepy.set_st_attrs(st, self.ops._stat(attr), use_ns=True)
+            self._stats[attr] = st
+        return st
+
+    def _entry(self, ino: int, stat: dict[str, int]) -> EntryParam:
+        e = EntryParam()
+        e.ino = ino
+        e.generation = 1
+        mfusepy.set_st_attrs(e.attr, stat, use_ns=True)
+        e.attr.st_ino = ino
+        e.attr_timeout = e.entry_timeout = self.timeout
+        return e
+
+    # ------------------------------------------------------------------ lifecycle
+    def _init(self, userdata: int, conn: Any) -> None:
+        try:
+            c = conn.contents
+            c.want = wanted_capabilities(c.capable, c.want)
+            self.ops.start_serving(KernelNotifier(None, session=self._se, inode_of=self.inodes.ino))
+        except BaseException:
+            log.exception("low-level init failed")
+
+    def _destroy(self, userdata: int) -> None:
+        try:
+            self.ops.destroy("/")
+        except BaseException:
+            log.exception("low-level destroy failed")
+
+    # ------------------------------------------------------------------ namespace
+    def _lookup(self, req: int, parent: int, name: bytes) -> None:
+        def answer() -> None:
+            path = _join(self._path(parent), name.decode(*_ENC))
+            stat = self.ops.getattr(path)
+            e = self._entry(self.inodes.ino(path), stat)
+            self.lib.fuse_reply_entry(req, ctypes.byref(e))
+        self._reply(req, "lookup", answer)
+
+    def _getattr(self, req: int, ino: int, fi: Any) -> None:
+        def answer() -> None:
+            st = mfusepy.c_stat()
+            mfusepy.set_st_attrs(st, self.ops.getattr(self._path(ino)), use_ns=True)
+            st.st_ino = ino
+            self.lib.fuse_reply_attr(req, ctypes.byref(st), self.timeout)
+        self._reply(req, "getattr", answer)
+
+    def _readlink(self, req: int, ino: int) -> None:
+        def answer() -> None:
+            self.lib.fuse_reply_readlink(req, self.ops.readlink(self._path(ino)).encode(*_ENC))
+        self._reply(req, "readlink", answer)
+
+    def _opendir(self, req: int, ino: int, fi: Any) -> None:
+        def answer() -> None:
+            fi.contents.fh = self.ops.opendir(self._path(ino))
+            self.lib.fuse_reply_open(req, fi)
+        self._reply(req, "opendir", answer)
+
+    def _releasedir(self, req: int, ino: int, fi: Any) -> None:
+        def answer() -> None:
+            self.ops.releasedir(None, fi.contents.fh)
+            self.lib.fuse_reply_err(req, 0)
+        self._reply(req, "releasedir", answer)
+
+    def _readdir(self, req: int, ino: int, size: int, off: int, fi: Any) -> None:
+        self._reply(req, "readdir", lambda: self._list(req, ino, size, off, plus=False))
+
+    def _readdirplus(self, req: int, ino: int, size: int, off: int, fi: Any) -> None:
+        self._reply(req, "readdirplus", lambda: self._list(req, ino, size, off, plus=True))
+
+    def _list(self, req: int, ino: int, size: int, off: int, *, plus: bool) -> None:
+        """Entries from offset ``off`` while they fit in ``size`` bytes; with ``plus`` each carries
+        its attributes and inode number, so the kernel caches the entry without a lookup."""
+        path = self._path(ino)
+        here, listing = translate_listing(self.ops, path)
+        first = self.inodes.first_child_ino(path)
+        buf = ctypes.create_string_buffer(size)
+        base = ctypes.addressof(buf)
+        pos = 0
+        e = EntryParam()
+        e.generation = 1
+        e.attr_timeout = e.entry_timeout = self.timeout
+        add_plus, add = self.lib.fuse_add_direntry_plus, self.lib.fuse_add_direntry
+        for i in range(off, len(listing) + 2):
+            if i < 2:  # "." and "..": the kernel links neither, and inode 0 asks for no entry
+                name, attr, child, shown = ("." if i == 0 else ".."), here, 0, ino
+            else:
+                name, attr = listing[i - 2]
+                child = first + i - 2 if first is not None else self.inodes.ino(_join(path, name))
+                shown = child
+            e.ino = child
+            e.attr = self._c_stat(attr)
+            e.attr.st_ino = shown
+            raw = name.encode(*_ENC)
+            if plus:
+                n = add_plus(req, base + pos, size - pos, raw, ctypes.byref(e), i + 1)
+            else:
+                n = add(req, base + pos, size - pos, raw, ctypes.byref(e.attr), i + 1)
+            if n > size - pos:
+                break
+            pos += n
+        self.lib.fuse_reply_buf(req, buf, pos)
+
+    # ------------------------------------------------------------------ control files
+    def _open(self, req: int, ino: int, fi: Any) -> None:
+        def answer() -> None:
+            c = fi.contents
+            info = _FileInfo(flags=c.flags)
+            self.ops.open(self._path(ino), info)
+            c.fh = info.fh
+            c.bits = (c.bits | (DIRECT_IO_BIT if info.direct_io else 0)
+                      | (KEEP_CACHE_BIT if info.keep_cache else 0))
+            self.lib.fuse_reply_open(req, fi)
+        self._reply(req, "open", answer)
+
+    def _read(self, req: int, ino: int, size: int, off: int, fi: Any) -> None:
+        def answer() -> None:
+            data = self.ops.read(None, size, off, _FileInfo(fh=fi.contents.fh))
+            self.lib.fuse_reply_buf(req, data, len(data))
+        self._reply(req, "read", answer)
+
+    def _release(self, req: int, ino: int, fi: Any) -> None:
+        def answer() -> None:
+            self.ops.release(None, _FileInfo(fh=fi.contents.fh))
+            self.lib.fuse_reply_err(req, 0)
+        self._reply(req, "release", answer)
+
+    def _statfs(self, req: int, ino: int) -> None:
+        def answer() -> None:
+            st = mfusepy.c_statvfs()
+            for key, value in self.ops.statfs("/").items():
+                setattr(st, key, value)
+            self.lib.fuse_reply_statfs(req, ctypes.byref(st))
+        self._reply(req, "statfs", answer)
+
+    def _read_only(self, req: int, *_args: Any) -> None:
+        self.lib.fuse_reply_err(req, errno.EROFS)
