@@ -29,6 +29,7 @@ import time
 import tracemalloc
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 from epochfs.benchmarks import harness
 from epochfs.sidecar.store import INDEX_NAME, Policy, Store
@@ -205,23 +206,23 @@ def _settled(probe: _Probe) -> dict[str, int]:
     return last
 
 
-def measure_mount(work: Path, cache: Path, files: int) -> dict[str, float]:
+def measure_mount(work: Path, cache: Path, files: int, api: str = "lowlevel") -> dict[str, float]:
     """A real mount: every folder of epoch 0 scanned; the server's RSS growth per file, by part.
 
     Parts: after the scan (tree built, libfuse holding a node per entry the kernel was handed);
     after the kernel forgot its entries (``drop_caches``: libfuse frees its nodes; what stays is the
     server's own: the tree, glibc's kept heap); after the epoch's manifest is read whole.
     """
-    mnt = work / "mnt"
+    mnt = work / f"mnt-{api}"
     mnt.mkdir()
-    probe_dir = work / "probe"
+    probe_dir = work / f"probe-{api}"
     probe_dir.mkdir()
-    env = {**os.environ, "EPOCHFS_WARM_FILES": "0"}
+    env = {**os.environ, "EPOCHFS_WARM_FILES": "0", "EPOCHFS_FUSE_API": api}
     cmd = [*harness.PYTHON, "-m", "epochfs.benchmarks.fuse_memory", "--serve", str(probe_dir), "--",
            "mount", "--cache", str(cache), "--mount", str(mnt)]
     with harness.running(cmd, what="epochfs mount", ready=lambda: harness.mounted(mnt), interval=0.02,
-                         log=work / "mount.log", env=env, unmount=(mnt, cache / "objects-ro")) as proc:
-        probe = _Probe(probe_dir, proc, work / "mount.log")
+                         log=work / f"mount-{api}.log", env=env, unmount=(mnt, cache / "objects-ro")) as proc:
+        probe = _Probe(probe_dir, proc, work / f"mount-{api}.log")
         p0 = probe()
         t0 = time.perf_counter()
         seen = 0
@@ -263,6 +264,8 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--files", type=int, nargs="+", default=[100_000, 1_000_000])
     ap.add_argument("--mount-max", type=int, default=100_000, help="mount and scan only up to this size")
+    ap.add_argument("--apis", nargs="+", choices=("lowlevel", "highlevel"), default=["lowlevel", "highlevel"],
+                    help="libfuse APIs to mount with (each a server of its own over the same store)")
     ap.add_argument("--dir", type=Path, default=None, help="scratch folder (emptied first)")
     ap.add_argument("--json", type=Path, default=None)
     ap.add_argument("--measure-tree", type=Path, default=None, help=argparse.SUPPRESS)
@@ -275,8 +278,9 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps(measure_tree(args.measure_tree)))
         return 0
     results = []
-    table = harness.Table(("files", ">9d"), ("tree B/file", ">11.0f"), ("peak B/file", ">11.0f"),
-                           ("RSS B/file", ">10.0f"), ("build s", ">8.2f"), ("scandir s", ">9s"),
+    table = harness.Table(("files", ">9d"), ("api", ">9s"), ("tree B/file", ">11.0f"),
+                           ("peak B/file", ">11.0f"), ("RSS B/file", ">10.0f"),
+                           ("build s", ">8.2f"), ("scandir s", ">9s"),
                            ("server RSS B/file", ">17s"), ("libfuse nodes", ">13s"), ("own", ">5s"),
                            ("manifest", ">8s"), ("total", ">6s"))
     print(table.header())
@@ -289,18 +293,20 @@ def main(argv: list[str] | None = None) -> int:
             made = time.perf_counter() - t0
             out = subprocess.run([*harness.PYTHON, "-m", "epochfs.benchmarks.fuse_memory", "--measure-tree",
                                   str(cache)], check=True, capture_output=True, text=True)
-            row: dict[str, float] = {**json.loads(out.stdout.splitlines()[-1]), "store_s": made}
-            if files <= args.mount_max:
-                row.update(measure_mount(here, cache, files))
-            results.append(row)
-            print(table.row(files, row["tree_bytes_per_file"], row["peak_bytes_per_file"],
-                            row["rss_bytes_per_file"], row["build_s"],
-                            f"{row['scandir_s']:.2f}" if "scandir_s" in row else "-",
-                            *(f"{row[k]:.0f}" if k in row else "-" for k in (
-                                "server_rss_bytes_per_file", "libfuse_nodes_bytes_per_file",
-                                "server_own_bytes_per_file", "manifest_rss_bytes_per_file",
-                                "server_total_bytes_per_file"))),
-                  flush=True)
+            tree: dict[str, float] = {**json.loads(out.stdout.splitlines()[-1]), "store_s": made}
+            for api in (args.apis if files <= args.mount_max else ["-"]):
+                row: dict[str, Any] = {**tree, "files": files, "api": api}
+                if api != "-":
+                    row.update(measure_mount(here, cache, files, api))
+                results.append(row)
+                print(table.row(files, api, row["tree_bytes_per_file"], row["peak_bytes_per_file"],
+                                row["rss_bytes_per_file"], row["build_s"],
+                                f"{row['scandir_s']:.2f}" if "scandir_s" in row else "-",
+                                *(f"{row[k]:.0f}" if k in row else "-" for k in (
+                                    "server_rss_bytes_per_file", "libfuse_nodes_bytes_per_file",
+                                    "server_own_bytes_per_file", "manifest_rss_bytes_per_file",
+                                    "server_total_bytes_per_file"))),
+                      flush=True)
     if args.json is not None:
         args.json.write_text(json.dumps(results, indent=2))
     return 0
