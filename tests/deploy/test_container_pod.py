@@ -185,14 +185,16 @@ def start(tmp_path: Path, engine: Engine, spec: dict[str, Any], identity: PodIde
 
 def end(pod: Pod, *, fuse: bool = True) -> None:
     """The pod's end: the trainer has exited 0; SIGTERM within the grace period; the sidecar
-    exits 0, nothing of the pod stays mounted, and the sidecar said which libfuse it loaded."""
+    exits 0, nothing of the pod stays mounted, and the sidecar said which libfuse it loaded (the
+    image's: libfuse 3.17 on trixie) and that it served through the low-level API."""
     assert pod.wait_for("trainer", 120) == 0, pod.logs("trainer")
     began = time.monotonic()
     codes = pod.terminate()
     assert codes == {"epochfs": 0, "trainer": 0}, (codes, pod.logs("epochfs")[-4000:])
     assert time.monotonic() - began < pod.grace
     assert pod.leftover_mounts() == []
-    assert not fuse or re.search(r"with libfuse 3\.\d+ from /\S*libfuse3\.so\.\d+", pod.logs("epochfs")), \
+    assert not fuse or re.search(r"with libfuse 3\.\d+ from /\S*libfuse3\.so\.\d+, low-level API",
+                                  pod.logs("epochfs")), \
         pod.logs("epochfs")[-4000:]
 
 
