@@ -137,10 +137,10 @@ class MissingCall(RuntimeError):
     """The loaded libfuse lacks a call the low-level adapter needs."""
 
 
-def bind() -> Any:
-    """libfuse (the library mfusepy loaded) with the low-level calls declared; MissingCall if one
-    is absent."""
-    lib = mfusepy._libfuse
+def bind(lib: Any = None) -> Any:
+    """``lib`` (default: the libfuse mfusepy loaded) with the low-level calls declared; MissingCall
+    naming the first one it lacks."""
+    lib = mfusepy._libfuse if lib is None else lib
     for name, (argtypes, restype) in _SIGNATURES.items():
         try:
             fn = getattr(lib, name)

@@ -222,10 +222,16 @@ def _serve_lowlevel(ops: EpochOperations, mount: Path, fsname: str) -> str | Non
     """Serve through libfuse's low-level API (:mod:`epochfs.fuse.lowlevel`) until the loop ends;
     why the mount failed, or None."""
     from epochfs.fuse.lowlevel import LowLevelFUSE, MountFailed
+    from epochfs.fuse.lowlevel_abi import MissingCall
 
     options = f"allow_other,default_permissions,ro,fsname={fsname},subtype=epochfs"
     try:
-        status = LowLevelFUSE(ops, mountpoint=str(mount), options=options).run()
+        server = LowLevelFUSE(ops, mountpoint=str(mount), options=options)
+    except MissingCall as e:
+        log.warning("%s: serving through the high-level API instead", e)
+        return _serve_highlevel(ops, mount, fsname)
+    try:
+        status = server.run()
     except MountFailed as e:
         return str(e)
     if status not in (0, None):

@@ -4,7 +4,9 @@ retired epochs or out-of-range nodes name nothing."""
 
 from __future__ import annotations
 
+import ctypes
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 from fuse_helpers import admit, make_objects, open_store
@@ -22,6 +24,7 @@ from epochfs.fuse.inodes import (
     manifest_ino,
     split_ino,
 )
+from epochfs.fuse.lowlevel_abi import MissingCall, bind
 from epochfs.fuse.tree import EpochTree, NotADirectory, NotFound
 from epochfs.fuse.view import View
 from epochfs.sidecar.store import FileEntry
@@ -99,3 +102,11 @@ def test_paths_and_numbers_of_a_store_view(tmp_path: Path) -> None:
     with pytest.raises(NotFound):
         inodes.path(1 << 40 | 5)  # a node of an epoch that never was
     store.close()
+
+
+def test_a_libfuse_without_a_low_level_call_is_named() -> None:
+    partial = SimpleNamespace(fuse_session_new=SimpleNamespace(), fuse_session_mount=SimpleNamespace(),
+                              fuse_session_unmount=SimpleNamespace())
+    with pytest.raises(MissingCall, match="libfuse has no fuse_session_destroy"):
+        bind(partial)
+    assert partial.fuse_session_mount.restype is ctypes.c_int
