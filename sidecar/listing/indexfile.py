@@ -241,9 +241,15 @@ def write_index(remote: Remote, out: str, *, threads: int = 8, endpoint_url: str
     with tempfile.TemporaryDirectory(prefix="epochfs-index-") as tmp, contextlib.ExitStack() as stack:
         files = [stack.enter_context(gzip.open(os.path.join(tmp, f"{i:06d}.gz"), "wb", compresslevel=6))
                  for i in range(len(spans))]
-        turns: queue.SimpleQueue[tuple[int, Iterator[Page]]] = queue.SimpleQueue()
+        # A span's turn: (span, its pages); None tells a worker to end. Each worker blocks on the
+        # queue and the worker that ends the last span, or fails, wakes every other. No polling
+        # with a timed get: with several consumers, CPython 3.11's SimpleQueue.get(timeout=...)
+        # woken by a put whose item another consumer took, past its deadline, waits again with no
+        # timeout; after the last put that wait never ends (1 in 5 runs of the throttle test).
+        turns: queue.SimpleQueue[tuple[int, Iterator[Page]] | None] = queue.SimpleQueue()
         for i, span in enumerate(spans):
             turns.put((i, source.pages(span, "")))
+        n_workers = min(threads, len(spans))
         left = [len(spans)]
         errors: list[BaseException] = []
         lock = threading.Lock()
@@ -251,21 +257,23 @@ def write_index(remote: Remote, out: str, *, threads: int = 8, endpoint_url: str
         afters = [""] * len(spans)  # each span's resume point: the end of its last written page
         bounds = [INDEX_RETRY[0]] * len(spans)
 
+        def end_all() -> None:
+            for _ in range(n_workers):
+                turns.put(None)
+
         def worker() -> None:
-            while not errors:
-                with lock:
-                    if left[0] == 0:
-                        return
-                try:
-                    i, pages = turns.get(timeout=0.05)
-                except queue.Empty:
-                    continue
+            while True:
+                turn = turns.get()
+                if turn is None:
+                    return
+                i, pages = turn
                 try:
                     page = next(pages, None) or Page([], "", True)
                     files[i].write(b"".join(object_record(o) for o in page.objects))
                 except BaseException as e:
                     if not is_throttled(e):
                         errors.append(e)
+                        end_all()
                         return
                     # The span is listed again from its last written page, after a full-jitter
                     # pause (its bound doubling): one index for a fleet is worth waiting for.
@@ -280,6 +288,8 @@ def write_index(remote: Remote, out: str, *, threads: int = 8, endpoint_url: str
                     counts[i] += len(page.objects)
                     if page.done:
                         left[0] -= 1
+                        if left[0] == 0:
+                            end_all()
                     now = time.monotonic()
                     if now - last_log[0] >= progress_seconds:
                         last_log[0] = now
@@ -289,7 +299,7 @@ def write_index(remote: Remote, out: str, *, threads: int = 8, endpoint_url: str
                 if not page.done:
                     turns.put((i, pages))
 
-        workers = [threading.Thread(target=worker, daemon=True) for _ in range(min(threads, len(spans)))]
+        workers = [threading.Thread(target=worker, daemon=True) for _ in range(n_workers)]
         for t in workers:
             t.start()
         for t in workers:
