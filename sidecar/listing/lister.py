@@ -115,7 +115,11 @@ class Lister:
         filt = PageFilter(report, seed=self.seed, shard_index=self.shard_index,
                           shard_count=self.shard_count, object_limit=self.object_limit,
                           boundaries=boundaries)
-        turns: queue.SimpleQueue[_Turn] = queue.SimpleQueue()
+        # queue.Queue, not SimpleQueue: workers poll with a timed get (to see a stop), and with
+        # several consumers CPython 3.11's SimpleQueue.get(timeout=...) can wait with no timeout
+        # (woken for an item another worker took, past its deadline): after the last span a
+        # worker then never ended and the listing was never recorded complete.
+        turns: queue.Queue[_Turn] = queue.Queue()
         todo = [p for p in parts if not p.done]
         for p in todo:
             turns.put(_Turn(p, finder=ClashFinder() if self.source.sorted_listing else None))
