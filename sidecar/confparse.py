@@ -138,24 +138,20 @@ def _schedule(text: str) -> Schedule | None:
     return Schedule.parse(text) if text else None
 
 
+def _one_of(choices: tuple[str, ...]) -> Callable[[str], str]:
+    """A parser that takes one of ``choices`` (any case, spaces around ignored)."""
+    def parse(text: str) -> str:
+        value = str(text).strip().lower()
+        if value not in choices:
+            raise ValueError(f"must be one of {', '.join(choices)}, got {text!r}")
+        return value
+    return parse
+
+
 VIEWS = ("fuse", "folder")
-
-
-def _view(text: str) -> str:
-    value = str(text).strip().lower()
-    if value not in VIEWS:
-        raise ValueError(f"must be one of {', '.join(VIEWS)}, got {text!r}")
-    return value
-
-
+_view = _one_of(VIEWS)
 FUSE_APIS = ("lowlevel", "highlevel")
-
-
-def _fuse_api(text: str) -> str:
-    value = str(text).strip().lower()
-    if value not in FUSE_APIS:
-        raise ValueError(f"must be one of {', '.join(FUSE_APIS)}, got {text!r}")
-    return value
+_fuse_api = _one_of(FUSE_APIS)
 
 
 def _remote(text: str) -> str:
