@@ -124,8 +124,10 @@ def _insert_epoch(db: sqlite3.Connection, policy: Policy, n: int) -> None:
     if prev_row is not None:
         # The samples since the last cut.
         if first is not None:
-            new = int(db.execute("SELECT COUNT(*) FROM samples WHERE id >= ? AND id > ?",
-                                 (first, prev_max)).fetchone()[0])
+            # One bound: with two (id >= first AND id > prev_max) SQLite ranges the rowid on one of
+            # them and filters the rest, so a cut counted every sample (0.15 s at 1M).
+            new = int(db.execute("SELECT COUNT(*) FROM samples WHERE id >= ?",
+                                 (max(first, prev_max + 1),)).fetchone()[0])
         elif bounds[1] is not None:
             new = members(db, n, above=prev_max)[0]
         else:
