@@ -11,6 +11,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+import pytest
 from common import wait_until
 from inprocess import settings_for, start_recording
 from paged_remote import PagedMemoryRemote
@@ -80,7 +81,13 @@ def test_fetching_starts_before_the_listing_ends_and_draws_from_every_folder(tmp
         assert store.meta(Meta.LISTING_COMPLETE) is not None
 
 
-def test_spans_advance_together_so_the_catalog_holds_every_folder_in_proportion(tmp_path: Path) -> None:
+@pytest.mark.parametrize("threads", [1, 2])
+def test_spans_advance_together_so_the_catalog_holds_every_folder_in_proportion(
+        tmp_path: Path, threads: int) -> None:
+    """Spans take turns a page at a time. With one lister the turns are a strict round: no folder
+    is more than a page ahead of another. With two, a lister that stalls while it holds a span's
+    turn (the GIL, a commit) lets the other go round the rest (seen once in 60 runs: 3 pages
+    behind), so only "every folder listed" is certain there."""
     remote = PagedMemoryRemote(class_objects(per=200), page=10)
     store = Store(tmp_path / "c", create=True)
     stop = threading.Event()
@@ -92,11 +99,12 @@ def test_spans_advance_together_so_the_catalog_holds_every_folder_in_proportion(
             seen.append(Counter(str(r[0]).split("/")[1] for r in rows))
             stop.set()
 
-    lst = Lister(store, source_for(remote), seed=0, threads=2, stop=stop, on_page=on_page)
+    lst = Lister(store, source_for(remote), seed=0, threads=threads, stop=stop, on_page=on_page)
     lst.run()
     counts = seen[0]
     assert set(counts) == set(FOLDERS)
-    assert max(counts.values()) - min(counts.values()) <= 2 * remote.page, counts
+    if threads == 1:
+        assert max(counts.values()) - min(counts.values()) <= remote.page, counts
     store.close()
 
 
