@@ -18,7 +18,8 @@ epoch retires (:class:`~epochfs.fuse.kernelcache.Refresher`).
 
 from __future__ import annotations
 
-from epochfs.fuse.view import NotFound, View, split_path
+from epochfs.fuse.tree import EpochTree
+from epochfs.fuse.view import TREES_KEPT, NotFound, View, split_path
 from epochfs.torchclient.layout import (
     CONTROL_DIR,
     LATEST_NAME,
@@ -68,11 +69,30 @@ def split_ino(ino: int) -> tuple[int, int] | None:
 
 
 class Inodes:
-    """Paths to inode numbers and back, over one :class:`View`. Stateless apart from the view (its
-    trees are built on demand there); raises NotFound for what names nothing."""
+    """Paths to inode numbers and back, over one :class:`View` (its trees are built on demand
+    there); raises NotFound for what names nothing.
+
+    The numbers of an epoch's nodes hold only while a rebuilt tree lays out the same nodes, which
+    the contract (an epoch's file list never changes while it is visible) promises; each epoch's
+    first tree leaves its shape here (four integers), and a tree of another shape names nothing
+    (ENOENT) rather than the wrong file."""
 
     def __init__(self, view: View) -> None:
         self.view = view
+        self._shapes: dict[int, tuple[int, int, int, int]] = {}
+
+    def tree(self, n: int) -> EpochTree:
+        """Epoch ``n``'s tree, checked against the shape its numbers were given with."""
+        tree = self.view.tree(n)
+        shape = tree.shape
+        first = self._shapes.setdefault(n, shape)
+        if first != shape:
+            raise NotFound(f"epoch {n} changed since its inode numbers were given ({first} -> {shape})")
+        if len(self._shapes) > 4 * TREES_KEPT + 64:  # forget retired epochs now and then
+            live = self.view.snapshot.live
+            for gone in [k for k in self._shapes if k not in live]:
+                del self._shapes[gone]
+        return tree
 
     def path(self, ino: int) -> str:
         """The absolute path of ``ino`` in the mount."""
@@ -87,7 +107,7 @@ class Inodes:
         n, node = split
         if node == -1:
             return f"/{epoch_name(n)}"
-        return f"/{epoch_name(n)}/{self.view.tree(n).path_of(node)}"
+        return f"/{epoch_name(n)}/{self.tree(n).path_of(node)}"
 
     def ino(self, path: str) -> int:
         """The inode number of absolute path ``path`` (which the caller has looked up)."""
@@ -112,7 +132,7 @@ class Inodes:
             raise NotFound(path)
         if len(parts) == 1:
             return epoch_ino(n)
-        return epoch_ino(n, self.view.tree(n).node_of("/".join(parts[1:])))
+        return epoch_ino(n, self.tree(n).node_of("/".join(parts[1:])))
 
     def first_child_ino(self, path: str) -> int | None:
         """For a folder inside an epoch: the inode number of its first entry (its listing's entry
@@ -121,4 +141,4 @@ class Inodes:
         n = parse_epoch_name(parts[0]) if parts else None
         if n is None:
             return None
-        return epoch_ino(n, self.view.tree(n).first_child("/".join(parts[1:])))
+        return epoch_ino(n, self.tree(n).first_child("/".join(parts[1:])))

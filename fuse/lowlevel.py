@@ -72,6 +72,8 @@ class LowLevelFUSE:
         self.lib = bind()
         self.timeout = float(ops.timeout)
         self._se: int | None = None
+        self._notifier: KernelNotifier | None = None
+        self._unnumbered: set[str] = set()  # names already warned about (bounded)
         self._stats: dict[Attr, Any] = {}
         self._keep: list[Any] = []  # the C callbacks: freed callbacks would crash libfuse
         self._c_ops = LowLevelOps()
@@ -108,6 +110,12 @@ class LowLevelFUSE:
                     return int(lib.fuse_session_loop_mt_312(se, config))
                 finally:
                     lib.fuse_loop_cfg_destroy(config)
+                    # No notification from here on: the loop reset the session's "exited" flag,
+                    # and the unmount below closes the device before libfuse forgets its number
+                    # (a notification then could reach a reused descriptor). After a signal the
+                    # notifier is closed already; after an unmount from outside, here.
+                    if self._notifier is not None:
+                        self._notifier.close()
             finally:
                 lib.fuse_session_unmount(se)
         finally:
@@ -157,7 +165,8 @@ class LowLevelFUSE:
         try:
             c = conn.contents
             c.want = wanted_capabilities(c.capable, c.want)
-            self.ops.start_serving(KernelNotifier(None, session=self._se, inode_of=self.inodes.ino))
+            self._notifier = KernelNotifier(None, session=self._se, inode_of=self.inodes.ino)
+            self.ops.start_serving(self._notifier)
         except BaseException:
             log.exception("low-level init failed")
 
@@ -191,8 +200,9 @@ class LowLevelFUSE:
 
     def _opendir(self, req: int, ino: int, fi: Any) -> None:
         def answer() -> None:
-            fi.contents.fh = self.ops.opendir(self._path(ino))
-            self.lib.fuse_reply_open(req, fi)
+            fi.contents.fh = handle = self.ops.opendir(self._path(ino))
+            if self.lib.fuse_reply_open(req, fi) == -errno.ENOENT:  # the request was aborted
+                self.ops.releasedir(None, handle)  # else its epoch would stay held for good
         self._reply(req, "opendir", answer)
 
     def _releasedir(self, req: int, ino: int, fi: Any) -> None:
@@ -213,6 +223,7 @@ class LowLevelFUSE:
         path = self._path(ino)
         here, listing = translate_listing(self.ops, path)
         first = self.inodes.first_child_ino(path)
+        parent = self.inodes.ino(path.rpartition("/")[0] or "/") if off < 2 else 0
         buf = ctypes.create_string_buffer(size)
         base = ctypes.addressof(buf)
         pos = 0
@@ -222,10 +233,19 @@ class LowLevelFUSE:
         add_plus, add = self.lib.fuse_add_direntry_plus, self.lib.fuse_add_direntry
         for i in range(off, len(listing) + 2):
             if i < 2:  # "." and "..": the kernel links neither, and inode 0 asks for no entry
-                name, attr, child, shown = ("." if i == 0 else ".."), here, 0, ino
+                name, attr, child, shown = ("." if i == 0 else ".."), here, 0, (ino if i == 0 else parent)
             else:
                 name, attr = listing[i - 2]
-                child = first + i - 2 if first is not None else self.inodes.ino(_join(path, name))
+                if first is not None:
+                    child = first + i - 2
+                else:
+                    try:
+                        child = self.inodes.ino(_join(path, name))
+                    except NotFound:  # an epoch past the inode numbers' range: not shown
+                        if name not in self._unnumbered and len(self._unnumbered) < 64:
+                            self._unnumbered.add(name)
+                            log.warning("%s has no inode number: left out of the listing", _join(path, name))
+                        continue
                 shown = child
             e.ino = child
             e.attr = self._c_stat(attr)
@@ -249,7 +269,8 @@ class LowLevelFUSE:
             c.fh = info.fh
             c.bits = (c.bits | (DIRECT_IO_BIT if info.direct_io else 0)
                       | (KEEP_CACHE_BIT if info.keep_cache else 0))
-            self.lib.fuse_reply_open(req, fi)
+            if self.lib.fuse_reply_open(req, fi) == -errno.ENOENT:  # the request was aborted
+                self.ops.release(None, info)
         self._reply(req, "open", answer)
 
     def _read(self, req: int, ino: int, size: int, off: int, fi: Any) -> None:

@@ -27,6 +27,7 @@ from __future__ import annotations
 import bisect
 import logging
 import stat
+import zlib
 from array import array
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
@@ -213,6 +214,7 @@ class EpochTree:
         self._prefix_len = len(str(link_root).rstrip("/").encode(*_ENC)) + 1
         self._prefix = str(link_root).rstrip("/") + "/"
         self._link_attrs: dict[int, Attr] = {}  # by target length: a few per epoch
+        self._shape: tuple[int, int, int, int] | None = None
 
     # ------------------------------------------------------------------ memory
     def nbytes(self) -> int:
@@ -297,6 +299,14 @@ class EpochTree:
             rank = bisect.bisect_right(self._dir_first, node) - 1
             node = self._dir_node[rank]
         return "/".join(reversed(parts))
+
+    @property
+    def shape(self) -> tuple[int, int, int, int]:
+        """(nodes, files shown, CRC-32 of the names, of the link targets): what differs if the
+        epoch's file list did (:mod:`.inodes`). Computed once per tree (~1% of its build)."""
+        if self._shape is None:
+            self._shape = (len(self._ref), self.files_shown, zlib.crc32(self._names), zlib.crc32(self._objs))
+        return self._shape
 
     def first_child(self, rel: str) -> int:
         """The node number of the first entry of folder ``rel`` (its listing's entry ``i`` is node

@@ -110,3 +110,28 @@ def test_a_libfuse_without_a_low_level_call_is_named() -> None:
     with pytest.raises(MissingCall, match="libfuse has no fuse_session_destroy"):
         bind(partial)
     assert partial.fuse_session_mount.restype is ctypes.c_int
+
+
+class _Shifting:
+    """A stand-in view whose epoch 0 is built from another file list the second time: what the
+    contract forbids, and what must not make a kernel-held number name another file."""
+
+    def __init__(self, lists: list[list[FileEntry]]) -> None:
+        self.lists = lists
+
+    def tree(self, n: int) -> EpochTree:
+        files = self.lists.pop(0) if len(self.lists) > 1 else self.lists[0]
+        return EpochTree(epoch=n, cut_at=1.0, files=files, link_root=Path("/objects"))
+
+
+def test_a_number_of_an_epoch_whose_files_changed_names_nothing() -> None:
+    before = [FileEntry(f"c/{i}", 1, "md5:0", f"ab/{i:04d}") for i in range(5)]
+    after = [FileEntry(f"c/{i}", 1, "md5:0", f"ab/{i:04d}") for i in range(1, 6)]  # same shape, other files
+    inodes = Inodes(_Shifting([before, after]))  # type: ignore[arg-type]
+    ino = inodes.ino("/epoch-0/c/2")
+    with pytest.raises(NotFound, match="changed since its inode numbers were given"):
+        inodes.path(ino)
+    with pytest.raises(NotFound, match="changed"):
+        inodes.ino("/epoch-0/c/3")
+    same = Inodes(_Shifting([before, list(before)]))  # type: ignore[arg-type]
+    assert same.path(same.ino("/epoch-0/c/2")) == "/epoch-0/c/2"

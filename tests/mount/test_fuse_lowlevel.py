@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from fuse_helpers import EPOCHFS, admit, make_objects, mounted, open_store
 
-from epochfs.fuse.inodes import CONTROL_INO, LATEST_INO, ROOT_INO, STATUS_INO, Inodes
+from epochfs.fuse.inodes import CONTROL_INO, LATEST_INO, MAX_EPOCH, ROOT_INO, STATUS_INO, Inodes
 from epochfs.fuse.view import View
 
 pytestmark = [
@@ -132,3 +132,20 @@ def test_an_unknown_fuse_api_is_refused_before_mounting(tmp_path: Path) -> None:
     assert out.returncode == 2
     assert "--fuse-api" in out.stderr and "lowlevel, highlevel" in out.stderr
     assert not (tmp_path / "m").exists()
+
+
+def test_an_epoch_past_the_inode_numbers_is_left_out_not_the_listing(tmp_path: Path) -> None:
+    """``epochfs cut --epoch N`` accepts epoch numbers far past what inode numbers encode
+    (``MAX_EPOCH``): the root still lists, without that epoch, and says so in the log."""
+    cache = tmp_path / "cache"
+    _store(cache)
+    store = open_store(cache)
+    huge = MAX_EPOCH + 5
+    assert store.cut(huge, force=True) == huge
+    store.close()
+    with mounted(cache, tmp_path / "mnt") as m:
+        names = os.listdir(m.path)
+        assert "epoch-0" in names and f"epoch-{huge}" not in names
+        assert not os.path.exists(m.path / f"epoch-{huge}")
+        assert sorted(os.listdir(m.path / "epoch-0")) == ["train", "val"]
+    assert f"epoch-{huge} has no inode number" in m.log_text()
