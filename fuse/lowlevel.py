@@ -9,7 +9,8 @@ from the view, so nothing is kept per file here and the kernel's FORGETs are lef
 Thin on purpose: each callback turns its inode number into the path :class:`EpochOperations`
 answers for (errors, metrics, cuts on lookup, epoch holds, the warmer and the refresher stay
 there), then replies. Every callback replies exactly once, whatever happens (a request without a
-reply would hang its caller in the kernel): a FuseOSError gives its errno, anything else EIO.
+reply would hang its caller in the kernel): a FuseOSError gives its errno, a number or name that
+names nothing ENOENT, anything else EIO.
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ from epochfs.fuse.lowlevel_abi import (
     make_args,
 )
 from epochfs.fuse.operations import EpochOperations, FuseOSError, translate_listing, wanted_capabilities
-from epochfs.fuse.view import Attr, NotFound
+from epochfs.fuse.view import NotFound
 
 log = logging.getLogger("epochfs.fuse")
 
@@ -74,7 +75,6 @@ class LowLevelFUSE:
         self._se: int | None = None
         self._notifier: KernelNotifier | None = None
         self._unnumbered: set[str] = set()  # names already warned about (bounded)
-        self._stats: dict[Attr, Any] = {}
         self._keep: list[Any] = []  # the C callbacks: freed callbacks would crash libfuse
         self._c_ops = LowLevelOps()
         handlers: dict[str, Callable[..., None]] = {
@@ -134,23 +134,6 @@ class LowLevelFUSE:
             log.exception("unexpected error in low-level %s", op)
             self.lib.fuse_reply_err(req, errno.EIO)
 
-    def _path(self, ino: int) -> str:
-        try:
-            return self.inodes.path(ino)
-        except NotFound as e:
-            raise FuseOSError(errno.ENOENT) from e
-
-    def _c_stat(self, attr: Attr) -> Any:
-        """A filled ``struct stat`` per distinct Attr (all files of an epoch share a few)."""
-        st = self._stats.get(attr)
-        if st is None:
-            if len(self._stats) > 4096:
-                self._stats.clear()
-            st = mfusepy.c_stat()
-            mfusepy.set_st_attrs(st, self.ops._stat(attr), use_ns=True)
-            self._stats[attr] = st
-        return st
-
     def _entry(self, ino: int, stat: dict[str, int]) -> EntryParam:
         e = EntryParam()
         e.ino = ino
@@ -179,7 +162,7 @@ class LowLevelFUSE:
     # ------------------------------------------------------------------ namespace
     def _lookup(self, req: int, parent: int, name: bytes) -> None:
         def answer() -> None:
-            path = _join(self._path(parent), name.decode(*_ENC))
+            path = _join(self.inodes.path(parent), name.decode(*_ENC))
             stat = self.ops.getattr(path)
             e = self._entry(self.inodes.ino(path), stat)
             self.lib.fuse_reply_entry(req, ctypes.byref(e))
@@ -188,19 +171,19 @@ class LowLevelFUSE:
     def _getattr(self, req: int, ino: int, fi: Any) -> None:
         def answer() -> None:
             st = mfusepy.c_stat()
-            mfusepy.set_st_attrs(st, self.ops.getattr(self._path(ino)), use_ns=True)
+            mfusepy.set_st_attrs(st, self.ops.getattr(self.inodes.path(ino)), use_ns=True)
             st.st_ino = ino
             self.lib.fuse_reply_attr(req, ctypes.byref(st), self.timeout)
         self._reply(req, "getattr", answer)
 
     def _readlink(self, req: int, ino: int) -> None:
         def answer() -> None:
-            self.lib.fuse_reply_readlink(req, self.ops.readlink(self._path(ino)).encode(*_ENC))
+            self.lib.fuse_reply_readlink(req, self.ops.readlink(self.inodes.path(ino)).encode(*_ENC))
         self._reply(req, "readlink", answer)
 
     def _opendir(self, req: int, ino: int, fi: Any) -> None:
         def answer() -> None:
-            fi.contents.fh = handle = self.ops.opendir(self._path(ino))
+            fi.contents.fh = handle = self.ops.opendir(self.inodes.path(ino))
             if self.lib.fuse_reply_open(req, fi) == -errno.ENOENT:  # the request was aborted
                 self.ops.releasedir(None, handle)  # else its epoch would stay held for good
         self._reply(req, "opendir", answer)
@@ -220,7 +203,7 @@ class LowLevelFUSE:
     def _list(self, req: int, ino: int, size: int, off: int, *, plus: bool) -> None:
         """Entries from offset ``off`` while they fit in ``size`` bytes; with ``plus`` each carries
         its attributes and inode number, so the kernel caches the entry without a lookup."""
-        path = self._path(ino)
+        path = self.inodes.path(ino)
         here, listing = translate_listing(self.ops, path)
         first = self.inodes.first_child_ino(path)
         parent = self.inodes.ino(path.rpartition("/")[0] or "/") if off < 2 else 0
@@ -248,7 +231,7 @@ class LowLevelFUSE:
                         continue
                 shown = child
             e.ino = child
-            e.attr = self._c_stat(attr)
+            e.attr = self.ops.c_stat(attr)
             e.attr.st_ino = shown
             raw = name.encode(*_ENC)
             if plus:
@@ -265,7 +248,7 @@ class LowLevelFUSE:
         def answer() -> None:
             c = fi.contents
             info = _FileInfo(flags=c.flags)
-            self.ops.open(self._path(ino), info)
+            self.ops.open(self.inodes.path(ino), info)
             c.fh = info.fh
             c.bits = (c.bits | (DIRECT_IO_BIT if info.direct_io else 0)
                       | (KEEP_CACHE_BIT if info.keep_cache else 0))

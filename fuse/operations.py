@@ -129,9 +129,22 @@ class EpochOperations(mfusepy.Operations):
         # Python-side calls by kind: the benchmark and the shutdown log use them to show how much
         # work the kernel's caches leave to Python (ideally: one readlink per file, nothing else).
         self.calls: collections.Counter[str] = collections.Counter()
+        self._c_stats: dict[Attr, Any] = {}
 
     def _stat(self, attr: Attr) -> dict[str, int]:
         return attr.to_stat(uid=self._uid, gid=self._gid)
+
+    def c_stat(self, attr: Attr) -> Any:
+        """A filled ``struct stat`` per distinct Attr (all files of an epoch share a few), for the
+        readdir-plus of both adapters. Not named like a FUSE call, so mfusepy does not register it."""
+        st = self._c_stats.get(attr)
+        if st is None:
+            if len(self._c_stats) > 4096:
+                self._c_stats.clear()
+            st = mfusepy.c_stat()
+            mfusepy.set_st_attrs(st, self._stat(attr), use_ns=True)
+            self._c_stats[attr] = st
+        return st
 
     # ------------------------------------------------------------------ lifecycle
     def init_with_config(self, conn_info: Any, config_3: Any) -> None:
@@ -333,20 +346,6 @@ class EpochFUSE(mfusepy.FUSE):
     costs one readlink per file instead of a lookup and a readlink.
     """
 
-    _stats: dict[Attr, Any]
-
-    def _c_stat(self, ops: EpochOperations, attr: Attr) -> Any:
-        """A filled ``struct stat`` per distinct Attr (all files of an epoch share one)."""
-        cache = self.__dict__.setdefault("_stats", {})
-        st = cache.get(attr)
-        if st is None:
-            if len(cache) > 4096:
-                cache.clear()
-            st = mfusepy.c_stat()
-            mfusepy.set_st_attrs(st, ops._stat(attr), use_ns=True)
-            cache[attr] = st
-        return st
-
     def readdir_fuse_3(self, path: bytes | None, buf: Any, filler: Any, offset: int, fip: Any,
                        flags: int) -> int:
         ops = cast(EpochOperations, self.operations)
@@ -360,7 +359,7 @@ class EpochFUSE(mfusepy.FUSE):
             else:
                 name, attr = listing[i - 2]
                 fill = plus
-            if filler(buf, name.encode(encoding, errors), self._c_stat(ops, attr), i + 1, fill) != 0:
+            if filler(buf, name.encode(encoding, errors), ops.c_stat(attr), i + 1, fill) != 0:
                 break
         return 0
 
