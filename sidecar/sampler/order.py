@@ -9,9 +9,13 @@ flight, waiting for admission, kept through an outage) are passed over; the call
 through ``busy``.
 
 While the listing runs (``listing`` says so), snapshot mode draws from what is listed so far: the
-cursor walks the rank order of the listed keys, and keys listed later with a rank behind the
-cursor wait for the next pass. Schedule mode waits for the first complete listing: its windows are
-positions in the order of the whole catalog, which move while keys are still arriving.
+cursor walks the rank order of the listed keys, and a key listed later with a rank behind the
+cursor is **owed** to the pass: it is fetched before the cursor moves on (:func:`.catalog.refill`),
+never left for the next pass. So at any moment the pass has fetched (or is fetching) every listed
+key up to its cursor, a uniform sample of what is listed, and once the listing is complete the
+cache converges to exactly the first keys of the whole order. Schedule mode waits for the first
+complete listing: its windows are positions in the order of the whole catalog, which move while
+keys are still arriving.
 """
 
 from __future__ import annotations
@@ -27,10 +31,16 @@ log = logging.getLogger("epochfs.sampler")
 
 REFILL = 512
 """Candidates read from the catalog at a time."""
+LISTING_REFILL = 32
+"""The same while a listing adds keys: keys listed behind the cursor are found at the next refill,
+so the candidates queued ahead of them are few."""
 EXHAUSTED_WAIT = 1.0
 """Seconds before a catalog found empty of candidates is asked again."""
 LISTING_WAIT = 0.05
 """The same while a listing is adding keys (the first pages must be fetched at once)."""
+OFFERED_EVERY = 1.0
+"""Seconds between records of how far the pass has offered the catalog's rows (a restart goes on
+looking for owed rows from there: at most this much of the listing is looked at twice)."""
 
 
 class FetchOrder:
@@ -44,7 +54,13 @@ class FetchOrder:
         self._inflight = inflight
         self._queue: deque[tuple[int, Candidate]] = deque()
         self._cursor: int | None = None if schedule_mode else store.resume_rank()
-        """Snapshot mode: the rank fetched last; a restart goes on where the last run was."""
+        """Snapshot mode: the highest rank offered in this pass; a restart goes on where the last
+        run was."""
+        self._offered = self._offered_at_start() if not schedule_mode else 0
+        """Snapshot mode: every catalog row up to this rowid was offered in this pass."""
+        self._offered_recorded = (self._offered, time.monotonic())
+        self.owed = 0
+        """Snapshot mode: keys fetched as owed so far (listed after the cursor passed them)."""
         self._windows: dict[int, tuple[int, int]] = {}
         self._target = -1
         self.lookahead = False
@@ -61,8 +77,8 @@ class FetchOrder:
                 self._queue.clear()
             while self._queue:
                 rank, cand = self._queue.popleft()
-                if not self.schedule_mode:
-                    self._cursor = rank
+                if not self.schedule_mode and (self._cursor is None or rank > self._cursor):
+                    self._cursor = rank  # an owed key lies behind the cursor: it stays
                 if not self._busy(cand.key):
                     return cand
             if not self._refill():
@@ -103,16 +119,37 @@ class FetchOrder:
                 return [r for r in rows if not self._busy(r[1].key)]
         return []
 
+    def _offered_at_start(self) -> int:
+        """Where to look for owed rows from: the last run's record, else (a new cache, or one
+        from before the record) nowhere before the catalog's end unless the pass starts afresh."""
+        recorded = self.store.offered_upto()
+        if recorded is not None:
+            return recorded
+        return 0 if self._cursor is None else self.store.last_catalog_row()
+
     def _snapshot_rows(self) -> list[tuple[int, Candidate]]:
-        rows = self.store.candidates(after_rank=self._cursor, limit=REFILL)
+        limit = LISTING_REFILL if self.listing() else REFILL
+        got = self.store.refill(cursor=self._cursor, offered_upto=self._offered, limit=limit)
+        rows = got.rows
+        self.owed += got.owed
+        self._offered = got.offered_upto
         if not rows and self._cursor is not None:
             self._cursor = None
-            rows = self.store.candidates(after_rank=None, limit=REFILL)
+            got = self.store.refill(cursor=None, offered_upto=self._offered, limit=limit)
+            rows, self._offered = got.rows, got.offered_upto
             if [r for r in rows if not self._busy(r[1].key)]:
                 self.passes += 1
                 log.info("pass %d over the catalog done; starting again from the front "
                          "(samples evicted since are fetched again)", self.passes)
+        self._record_offered()
         return rows
+
+    def _record_offered(self) -> None:
+        value, at = self._offered_recorded
+        now = time.monotonic()
+        if value != self._offered and now - at >= OFFERED_EVERY:
+            self.store.record_offered_upto(self._offered)
+            self._offered_recorded = (self._offered, now)
 
     def _refill(self) -> bool:
         wait = LISTING_WAIT if self.listing() else EXHAUSTED_WAIT

@@ -191,6 +191,22 @@ class Store:
     def candidates(self, *, after_rank: int | None, limit: int) -> list[tuple[int, Candidate]]:
         return catalog.candidates(self._ix, after_rank=after_rank, limit=limit)
 
+    def refill(self, *, cursor: int | None, offered_upto: int, limit: int) -> catalog.Refill:
+        """The snapshot-mode pass's next candidates, owed rows first (:func:`.catalog.refill`)."""
+        return catalog.refill(self._ix, cursor=cursor, offered_upto=offered_upto, limit=limit)
+
+    def offered_upto(self) -> int | None:
+        """Where the last run's pass had offered every catalog row (None: never recorded)."""
+        value = self._ix.get(Meta.FETCH_OFFERED)
+        return None if value is None else int(value)
+
+    def record_offered_upto(self, rowid: int) -> None:
+        with self._ix.write():
+            self._ix.put(Meta.FETCH_OFFERED, str(rowid))
+
+    def last_catalog_row(self) -> int:
+        return catalog.last_row(self._ix)
+
     def resume_rank(self) -> int | None:
         """Where a restarted sampler's pass goes on (:func:`.catalog.resume_rank`)."""
         return catalog.resume_rank(self._ix)

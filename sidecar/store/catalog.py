@@ -42,17 +42,71 @@ def finalize(ix: Index) -> int:
     return total
 
 
+_UNFETCHED = ("FROM catalog c WHERE c.skipped = 0 "
+              "AND NOT EXISTS (SELECT 1 FROM samples s WHERE s.key = c.key)")
+"""Catalog rows that are neither cached nor skipped."""
+
+
 def _candidates(
     ix: Index, where: str, args: tuple[object, ...], *, order_column: str
 ) -> list[tuple[int, Candidate]]:
     """Catalog rows matching ``where`` that are neither cached nor skipped, as (order, candidate)."""
-    rows = ix.query(
-        f"SELECT c.{order_column}, c.key, c.sid, c.size, c.version FROM catalog c "
-        f"WHERE c.skipped = 0 AND NOT EXISTS (SELECT 1 FROM samples s WHERE s.key = c.key) "
-        f"AND {where}",
-        args,
-    )
+    rows = ix.query(f"SELECT c.{order_column}, c.key, c.sid, c.size, c.version {_UNFETCHED} AND {where}",
+                    args)
     return [(int(r[0]), Candidate(str(r[1]), str(r[2]), int(r[3]), str(r[4]))) for r in rows]
+
+
+@dataclass(frozen=True)
+class Refill:
+    """One read of the snapshot-mode fetch order (:func:`refill`)."""
+
+    rows: list[tuple[int, Candidate]]
+    """(rank, candidate): the owed rows first (in rank order), then the walk's."""
+    owed: int
+    """How many of ``rows`` are owed: listed after the cursor had passed their rank."""
+    offered_upto: int
+    """Every catalog row up to this rowid has now been offered in this pass (or is above the
+    cursor, where the walk will find it): the next refill looks for owed rows after it."""
+
+
+def refill(ix: Index, *, cursor: int | None, offered_upto: int, limit: int) -> Refill:
+    """The next candidates of a snapshot-mode pass: first the rows **owed** to it, then the walk.
+
+    The pass walks the rank order of the keys listed so far, ``cursor`` being the highest rank it
+    has offered. A key listed after the walk passed its rank is owed: without this it would wait
+    for the next pass (behind everything else when the dataset fits the cache), and the keys that
+    list first would be over-represented long after the listing is complete. Rows are numbered
+    in the order they enter the catalog (SQLite's rowid: a new row takes the highest plus one), so
+    the rows inserted since the last refill are those after ``offered_upto``; of them, those at or
+    below the cursor are owed. The owed rows and the walk are read in one transaction, so a row
+    is offered once per pass, by one or the other. While more owed rows remain than ``limit``,
+    the walk waits: a pass's sample is every listed key up to its cursor before it goes further,
+    and once the listing is complete the cache holds exactly the first keys of the whole order.
+    """
+    walk_from = -(2**63) if cursor is None else cursor
+    op = ">=" if cursor is None else ">"
+    select = "SELECT c.rowid, c.rank, c.key, c.sid, c.size, c.version"
+    with ix.read() as db:
+        top = int(db.execute("SELECT COALESCE(MAX(rowid), 0) FROM catalog").fetchone()[0])
+        # A relist that dropped the newest rows lets new ones take lower numbers again.
+        upto = min(offered_upto, top)
+        owed = []
+        if cursor is not None and top > upto:
+            owed = db.execute(f"{select} {_UNFETCHED} AND c.rowid > ? AND c.rank <= ? "
+                              "ORDER BY c.rowid LIMIT ?", (upto, cursor, limit)).fetchall()
+            if len(owed) >= limit:
+                top = int(owed[-1][0])
+        walk = [] if len(owed) >= limit else db.execute(
+            f"{select} {_UNFETCHED} AND c.rank {op} ? ORDER BY c.rank, c.key LIMIT ?",
+            (walk_from, limit - len(owed))).fetchall()
+    owed.sort(key=lambda r: (int(r[1]), str(r[2])))
+    rows = [(int(r[1]), Candidate(str(r[2]), str(r[3]), int(r[4]), str(r[5]))) for r in owed + walk]
+    return Refill(rows, len(owed), top)
+
+
+def last_row(ix: Index) -> int:
+    """The highest rowid of the catalog (0 when empty)."""
+    return int(ix.query("SELECT COALESCE(MAX(rowid), 0) FROM catalog")[0][0])
 
 
 def candidates(ix: Index, *, after_rank: int | None, limit: int) -> list[tuple[int, Candidate]]:

@@ -1,0 +1,102 @@
+"""The snapshot-mode fetch order while keys arrive: a key listed after the pass's cursor passed its
+rank is owed and fetched before the cursor moves on, so the pass's sample is every listed key up to
+its cursor, and once the listing is complete the cache is exactly a prefix of the whole order.
+
+Pages arrive in random order, of random sizes, between random numbers of fetches (hypothesis), as
+a listing of many spans does beside a sampler that fetches as fast as it can.
+"""
+
+from __future__ import annotations
+
+import random
+import tempfile
+from pathlib import Path
+from unittest import mock
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from store_helpers import put, sid_of
+
+from epochfs.sidecar.sampler.order import LISTING_REFILL, FetchOrder
+from epochfs.sidecar.store import CatalogRow, Policy, Store
+
+
+def _rows(keys: list[str], ranks: dict[str, int]) -> list[CatalogRow]:
+    return [CatalogRow(k, sid_of(k), 10, "v", rank=ranks[k]) for k in keys]
+
+
+def _fetch(order: FetchOrder, store: Store, n: int, fetched: list[str]) -> None:
+    for _ in range(n):
+        cand = order.next()
+        if cand is None:
+            return
+        put(store, cand.key, 10)
+        fetched.append(cand.key)
+
+
+@settings(max_examples=12, deadline=None)
+@given(seed=st.integers(0, 2**32 - 1), pages=st.integers(2, 12), fetches=st.integers(1, 15))
+def test_keys_listed_behind_the_cursor_are_owed_and_the_cache_converges_to_the_order(
+        seed: int, pages: int, fetches: int) -> None:
+    rng = random.Random(seed)
+    keys = [f"class-{i % 7}/{i:04d}" for i in range(90)]
+    ranks = {k: rng.randrange(-(2**63), 2**63) for k in keys}
+    rng.shuffle(keys)  # pages of random spans arrive in random order
+    cuts = sorted(rng.sample(range(1, len(keys)), pages - 1))
+    batches = [keys[a:b] for a, b in zip([0, *cuts], [*cuts, len(keys)], strict=True)]
+    # The order asks an exhausted catalog again after LISTING_WAIT; here keys arrive between calls.
+    with tempfile.TemporaryDirectory() as tmp, mock.patch("epochfs.sidecar.sampler.order.LISTING_WAIT", 0.0):
+        store = Store(Path(tmp) / "cache", create=True)
+        store.configure(Policy(capacity=1 << 30, keep_epochs=2, min_samples=1, in_use_seconds=60.0))
+        order = FetchOrder(store=store, schedule_mode=False, busy=lambda key: False, inflight=lambda: 0,
+                           listing=lambda: True)
+        listed: list[str] = []
+        fetched: list[str] = []
+        for batch in batches:
+            store.add_catalog(_rows(batch, ranks))
+            listed += batch
+            _fetch(order, store, rng.randint(0, fetches), fetched)
+            # Catch-up: whenever the pass moves past rank r, every key listed so far up to r is in.
+            if fetched:
+                cursor = max(ranks[k] for k in fetched)
+                behind = {k for k in listed if ranks[k] < cursor}
+                owed_now = behind - set(fetched)
+                _fetch(order, store, len(owed_now) + LISTING_REFILL, fetched)  # the queued, then the owed
+                assert owed_now <= set(fetched) and order.passes == 0, \
+                    "a key listed behind the cursor was left for a later pass"
+        store.finalize_catalog()
+        # The listing is complete: once what was queued and what is owed are in, the cache is a
+        # prefix of the whole order at every step, however far the pass goes.
+        cursor = max((ranks[k] for k in fetched), default=-(2**63))
+        _fetch(order, store, len({k for k in keys if ranks[k] < cursor} - set(fetched)) + LISTING_REFILL,
+               fetched)
+        _fetch(order, store, rng.randint(0, len(keys) - len(fetched)), fetched)
+        assert order.passes == 0, "a key listed late waited for a second pass"
+        assert len(set(fetched)) == len(fetched), "a key was fetched twice in one pass"
+        whole_order = sorted(keys, key=lambda k: (ranks[k], k))
+        assert sorted(fetched, key=lambda k: (ranks[k], k)) == whole_order[:len(fetched)]
+        store.close()
+
+
+def test_a_restarted_order_still_fetches_what_was_owed(tmp_path: Path) -> None:
+    """The pass's record of the rows it offered survives a restart: keys listed behind the cursor
+    just before the stop are still owed after it. (A restarted pass goes on from before the lowest
+    rank of the newest 256 admissions: owed keys below that would wait for the next pass.)"""
+    store = Store(tmp_path / "cache", create=True)
+    store.configure(Policy(capacity=1 << 30, keep_epochs=2, min_samples=1, in_use_seconds=60.0))
+    ranks = {f"k{i:03d}": i for i in range(600)}
+    store.add_catalog(_rows([f"k{i:03d}" for i in range(0, 600, 2)], ranks))  # the even keys list first
+    order = FetchOrder(store=store, schedule_mode=False, busy=lambda key: False, inflight=lambda: 0,
+                       listing=lambda: True)
+    fetched: list[str] = []
+    _fetch(order, store, 300, fetched)
+    assert fetched == [f"k{i:03d}" for i in range(0, 600, 2)]
+    store.record_offered_upto(order._offered)  # as the order does at most once a second
+    store.add_catalog(_rows([f"k{i:03d}" for i in range(1, 600, 2)], ranks))  # the odd keys, late
+    restarted = FetchOrder(store=store, schedule_mode=False, busy=lambda key: False,
+                           inflight=lambda: 0, listing=lambda: True)
+    more: list[str] = []
+    _fetch(restarted, store, 300, more)
+    assert sorted(more) == [f"k{i:03d}" for i in range(1, 600, 2)]
+    assert restarted.owed >= 44 and restarted.passes == 0
+    store.close()
