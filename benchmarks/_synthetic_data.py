@@ -19,9 +19,27 @@ import hashlib
 import random
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 _TAIL = 16  # bytes of blake2b(key) at the end of each body
+
+
+class Bucket(Protocol):
+    """What the endpoint serves: :class:`Dataset`, or a shaped ``_keyspaces.KeySpace``."""
+
+    @property
+    def count(self) -> int: ...
+    @property
+    def size(self) -> int: ...
+    @property
+    def prefix(self) -> str: ...
+    @property
+    def bucket(self) -> str: ...
+    def key(self, pos: int) -> str: ...
+    def keys(self) -> Sequence[str]: ...
+    def position(self, key: str) -> int | None: ...
+    def body(self, key: str) -> bytes: ...
+    def etag(self, key: str) -> str: ...
 
 
 @dataclass(frozen=True)
@@ -103,4 +121,4 @@ class _Keys(Sequence[str]):
         return self.dataset.key(pos)
 
 
-__all__ = ["Dataset"]
+__all__ = ["Bucket", "Dataset"]

@@ -11,7 +11,7 @@ import re
 from urllib.parse import quote
 from xml.sax.saxutils import escape
 
-from epochfs.benchmarks._synthetic_data import Dataset
+from epochfs.benchmarks._synthetic_data import Bucket
 
 MAX_KEYS = 1000
 """S3 answers at most 1,000 keys (and common prefixes) per ListObjectsV2 page."""
@@ -19,7 +19,7 @@ LAST_MODIFIED = "2024-01-01T00:00:00.000Z"
 _TOP = "\U0010ffff"  # above every character of a key: cp + _TOP is past every key under cp
 
 
-def list_page(data: Dataset, *, prefix: str = "", delimiter: str = "", resume: str = "",
+def list_page(data: Bucket, *, prefix: str = "", delimiter: str = "", resume: str = "",
               max_keys: int = MAX_KEYS) -> tuple[list[str], list[str], str | None]:
     """One ListObjectsV2 page: (keys, common prefixes, where the next page resumes or None).
 
@@ -66,7 +66,7 @@ def resume_point(query: dict[str, str]) -> str:
     return _untoken(token) if token else (start_after + "\x00" if start_after else "")
 
 
-def list_xml(data: Dataset, query: dict[str, str]) -> bytes:
+def list_xml(data: Bucket, query: dict[str, str]) -> bytes:
     prefix = query.get("prefix", "")
     delimiter = query.get("delimiter", "")
     start_after = query.get("start-after", "")

@@ -18,7 +18,8 @@ through botocore, and the presigned GETs of :mod:`epochfs.sidecar.httpget`):
 Path-style and virtual-hosted requests are both accepted; signatures are not checked.
 
 The bucket (keys and bodies computed from a position, class folders, md5 ETags) is
-``_synthetic_data.Dataset``; the listing pages, their XML and ranges are ``_synthetic_xml`` (both
+``_synthetic_data.Dataset``, or a shaped key space of ``_keyspaces`` (``--keyspace``: skewed,
+nested, many or mixed folders, flat); the listing pages, their XML and ranges are ``_synthetic_xml`` (both
 re-exported here; the leading underscore keeps them out of ``epochfs bench``'s list). This module
 is the HTTP server and its counters. ``python -m epochfs.benchmarks.synthetic_s3 --help`` runs it
 as a process; :class:`SyntheticS3` runs it on threads of the caller (tests).
@@ -37,7 +38,8 @@ from email.utils import formatdate
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import parse_qs, unquote, urlsplit
 
-from epochfs.benchmarks._synthetic_data import Dataset
+from epochfs.benchmarks._keyspaces import SHAPES, KeySpace, parse_spec
+from epochfs.benchmarks._synthetic_data import Bucket, Dataset
 from epochfs.benchmarks._synthetic_xml import (
     MAX_KEYS,
     byte_range,
@@ -203,7 +205,7 @@ class _Server(ThreadingHTTPServer):
     daemon_threads = True
     request_queue_size = 256
 
-    def __init__(self, address: tuple[str, int], data: Dataset, list_latency: float,
+    def __init__(self, address: tuple[str, int], data: Bucket, list_latency: float,
                  get_latency: float) -> None:
         super().__init__(address, _Handler)
         self.data = data
@@ -228,7 +230,7 @@ class _Server(ThreadingHTTPServer):
 class SyntheticS3:
     """The endpoint on threads of this process, for a ``with`` block (tests)."""
 
-    def __init__(self, data: Dataset, *, host: str = "127.0.0.1", port: int = 0, list_latency: float = 0.02,
+    def __init__(self, data: Bucket, *, host: str = "127.0.0.1", port: int = 0, list_latency: float = 0.02,
                  get_latency: float = 0.0) -> None:
         self.data = data
         self.server = _Server((host, port), data, list_latency, get_latency)
@@ -262,12 +264,23 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--classes", type=int, default=0, help="class folders (default 0: flat keys)")
     p.add_argument("--prefix", default="", help="before every key, e.g. train/")
     p.add_argument("--bucket", default="bench")
+    p.add_argument("--keyspace", metavar="SPEC",
+                   help=f"a shaped key space instead of --keys/--classes/--prefix/--size, e.g. "
+                   f"skewed:keys=100000,folders=100,seed=0 (shapes: {', '.join(SHAPES)}; "
+                   "benchmarks/_keyspaces.py)")
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=int, default=0, help="0: a free port (printed)")
     p.add_argument("--list-latency", type=float, default=0.02, help="seconds per listing page (0.02)")
     p.add_argument("--get-latency", type=float, default=0.0, help="seconds before each object answer (0)")
     ns = p.parse_args(argv)
-    data = Dataset(ns.keys, ns.size, ns.classes, ns.prefix, ns.bucket)
+    data: Bucket
+    if ns.keyspace:
+        try:
+            data = KeySpace(parse_spec(ns.keyspace), bucket=ns.bucket)
+        except ValueError as e:
+            p.error(f"--keyspace: {e}")
+    else:
+        data = Dataset(ns.keys, ns.size, ns.classes, ns.prefix, ns.bucket)
     with SyntheticS3(data, host=ns.host, port=ns.port, list_latency=ns.list_latency,
                      get_latency=ns.get_latency) as s3:
         print(f"synthetic S3 at {s3.endpoint}: {s3.url} ({data.count} keys of {data.size} B)", flush=True)
