@@ -1,0 +1,285 @@
+"""How fair a sample each epoch is: every epoch of a real sidecar against uniform random samples of
+the same size from the whole dataset (issue 19, "the sampler samples").
+
+The design promises that at every cut an epoch is as close to a uniform random sample of the
+dataset as what is known allows (DESIGN.md, "A fair sample, always"), including while the listing
+runs. Early epochs were measured to hold the keys that happened to list first: the first pages of
+each folder, small folders over-represented. This benchmark measures that per epoch, so that a
+change to the listing or the fetch order shows its effect as numbers:
+
+For each key space shape (:mod:`epochfs.benchmarks._keyspaces`: ``equal``, ``skewed``, ``nested``,
+``many``, ``flat``, ``mixed`` class folders, ``--keys`` keys of ``--size`` bytes), the synthetic S3
+endpoint serves it in its own process (ListObjectsV2 pages after ``--list-latency`` each, 20 ms
+like S3), and a real ``epochfs sidecar`` (supervisor, sampler, FUSE view; as root) samples it into
+a fresh cache large enough that nothing is evicted. Epoch N is cut by a lookup of ``epoch-N``
+through the mount at ``(N + 1) x --every`` seconds from the sidecar's start (a lookup above the
+newest epoch asks for the cut; ENOENT means not yet, and the lookup is tried again every 50 ms),
+and its manifest (``.epochfs/epoch-N.manifest``) gives the sample. Per epoch, against the median
+of ``--draws`` uniform random samples of its size (:mod:`epochfs.benchmarks._fairness_stats`):
+
+- **folders covered**: the class folders (strata) the epoch holds keys of, and the ratio to random;
+- **folder-mix TV**: the total-variation distance between the epoch's mix of folders and the
+  dataset's (0: the same mix), and the ratio to random;
+- **in-folder KS**: how evenly the epoch's keys spread inside their folders (the KS distance of
+  their positions in the folder to uniform, weighted by the folders' sample counts; near 1 when
+  only each folder's first keys are there), and the ratio to random; and the ratio to random
+  samples with the epoch's own count in each folder (**KS ratio, same mix**): a folder's KS
+  shrinks with its samples, so an epoch crowded into few folders looks better spread than a random
+  sample of the whole dataset; the same-mix ratio measures the spread inside folders alone.
+
+A fair epoch has ratios near 1.0 (TV and KS above 1 are worse than random, folders covered below 1).
+Strata: the top-level class folder (``mixed``: ``arrays/`` and each ``train/class-k/``; ``flat``:
+deciles of the key order); ``--strata leaf`` uses the folders that hold the files (``nested``'s
+sub-folders). Also in each row: the catalog's keys at the cut (how far the listing had come).
+
+The sidecar runs with ``--warm-files 0 --scrub-rate 0`` (nothing reads the epochs; their CPU
+would only slow the sampler on a small machine) and ``--min-samples 1``; ``--sidecar-arg`` adds
+flags. Output: one markdown table (``--markdown FILE`` too) headed by the commit and the command,
+and JSON rows (``--json FILE``).
+
+    epochfs bench fairness                                     # six shapes, 100k keys, 6 epochs
+    python -m epochfs.benchmarks.fairness --shapes skewed,mixed --keys 1M --markdown f.md
+    python -m epochfs.benchmarks.fairness --keys 2000 --epochs 2 --every 1     # a smoke run
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import shlex
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from types import FrameType
+
+from epochfs.benchmarks import _fairness_stats as stats
+from epochfs.benchmarks import harness
+from epochfs.benchmarks._keyspaces import SHAPES, KeySpace, Shape, with_defaults
+from epochfs.benchmarks._scale_fetch import progress
+from epochfs.benchmarks.scale import get_json, label, parse_count
+from epochfs.torchclient.layout import read_manifest
+
+RETRY = 0.05
+"""Seconds between lookups of an epoch not cut yet."""
+
+
+@dataclass
+class Row:
+    """One epoch of one key space, beside random samples of its size."""
+
+    shape: str
+    spec: str
+    keys: int
+    strata: int
+    epoch: int
+    at_s: float
+    """Seconds from the sidecar's start to the lookup that found the epoch."""
+    listed: int
+    """Keys in the catalog at the cut."""
+    samples: int
+    covered: int
+    covered_random: float
+    covered_ratio: float
+    tv: float
+    tv_random: float
+    tv_ratio: float
+    ks: float
+    ks_random: float
+    ks_ratio: float
+    ks_same_mix: float
+    """The in-folder KS of random samples with this epoch's count in each folder."""
+    ks_same_mix_ratio: float
+
+
+@dataclass
+class Cut:
+    epoch: int
+    at_s: float
+    listed: int
+    positions: list[int]
+
+
+@contextlib.contextmanager
+def endpoint(shape: Shape, latency: float, log: Path) -> Iterator[str]:
+    """The synthetic S3 endpoint serving ``shape`` in its own process."""
+    port = harness.free_port()
+    url = f"http://127.0.0.1:{port}"
+    cmd = [*harness.PYTHON, "-m", "epochfs.benchmarks.synthetic_s3", "--keyspace", shape.spec(),
+           "--port", str(port), "--list-latency", str(latency)]
+    with harness.running(cmd, what="synthetic S3", ready=lambda: bool(get_json(url + "/_stats")), log=log):
+        yield url
+
+
+def look_up(mount: Path, epoch: int, proc: subprocess.Popen[bytes], *, wait: float, log: Path) -> None:
+    """``stat epoch-N`` through the mount until it answers (ENOENT: the cut is pending)."""
+    deadline = time.monotonic() + wait
+    while True:
+        try:
+            os.stat(mount / f"epoch-{epoch}")
+            return
+        except OSError:  # ENOENT: not cut yet (or the mount not up: the bare folder has no epochs)
+            pass
+        if proc.poll() is not None:
+            harness.fail(f"the sidecar exited with status {proc.returncode}{harness.log_tail(log)}")
+        if time.monotonic() > deadline:
+            harness.fail(f"epoch-{epoch} was not cut within {wait:.0f} s{harness.log_tail(log)}")
+        time.sleep(RETRY)
+
+
+def sample(space: KeySpace, ns: argparse.Namespace, folder: Path) -> list[Cut]:
+    """Run the sidecar against ``space`` and cut its epochs on the schedule."""
+    cache, mount, log = folder / "cache", folder / "mnt", folder / "sidecar.log"
+    capacity = ns.capacity or str(max(256 << 20, 2 * space.count * max(space.size, 4096)))
+    cuts: list[Cut] = []
+    with endpoint(space.shape, ns.list_latency, folder / "s3.log") as url:
+        cmd = [*harness.EPOCHFS, "--log-level", "INFO", "sidecar", "--remote", f"s3://{space.bucket}",
+               "--endpoint-url", url, "--cache", str(cache), "--mount", str(mount),
+               "--health-port", str(harness.free_port()), "--capacity", capacity, "--min-samples", "1",
+               "--seed", str(ns.sampler_seed), "--warm-files", "0", "--scrub-rate", "0", *ns.sidecar_arg]
+        started = time.monotonic()
+        with harness.running(cmd, what="epochfs sidecar", log=log, env=harness.s3_env(),
+                             unmount=[mount]) as proc:
+            for epoch in range(ns.epochs):
+                time.sleep(max(0.0, started + (epoch + 1) * ns.every - time.monotonic()))
+                look_up(mount, epoch, proc, wait=ns.cut_wait, log=log)
+                at = time.monotonic() - started
+                listed = progress(cache / "index.sqlite").keys
+                manifest = read_manifest(mount, epoch)
+                if manifest is None:
+                    harness.fail(f"epoch-{epoch} has no manifest in {mount / '.epochfs'}")
+                positions = [space.position(p) for p in manifest.paths]
+                unknown = [p for p, q in zip(manifest.paths, positions, strict=True) if q is None]
+                if unknown:
+                    harness.fail(f"epoch-{epoch} holds {len(unknown)} paths the key space lacks: "
+                                 f"{unknown[:3]}")
+                cuts.append(Cut(epoch, at, listed, [q for q in positions if q is not None]))
+                print(f"  epoch {epoch} at {at:.1f} s: {len(positions)} samples, {listed} keys listed",
+                      file=sys.stderr, flush=True)
+    return cuts
+
+
+def measure(shape: Shape, ns: argparse.Namespace, folder: Path) -> list[Row]:
+    space = KeySpace(shape)
+    _, bounds = space.strata(ns.strata)
+    rows = []
+    for cut in sample(space, ns, folder):
+        c = stats.compare(cut.positions, bounds, draws=ns.draws, seed=ns.seed)
+        rows.append(Row(shape=shape.name, spec=shape.spec(), keys=space.count, strata=c.strata,
+                        epoch=cut.epoch, at_s=cut.at_s, listed=cut.listed, samples=c.sample.samples,
+                        covered=int(c.sample.covered),
+                        covered_random=c.random.covered, covered_ratio=c.covered_ratio, tv=c.sample.tv,
+                        tv_random=c.random.tv, tv_ratio=c.tv_ratio, ks=c.sample.ks, ks_random=c.random.ks,
+                        ks_ratio=c.ks_ratio, ks_same_mix=c.same_mix_ks,
+                        ks_same_mix_ratio=c.same_mix_ks_ratio))
+    return rows
+
+
+COLUMNS = ("shape", "keys", "strata", "epoch", "cut at (s)", "listed", "samples",
+           "folders covered (random)", "ratio", "folder-mix TV (random)", "ratio",
+           "in-folder KS (random)", "ratio", "KS ratio, same mix")
+
+
+def cells(r: Row) -> list[str]:
+    return [r.shape, label(r.keys), str(r.strata), str(r.epoch), f"{r.at_s:.1f}", str(r.listed),
+            str(r.samples),
+            f"{r.covered} ({r.covered_random:.0f})", harness.times(r.covered_ratio),
+            f"{r.tv:.3f} ({r.tv_random:.3f})", harness.times(r.tv_ratio),
+            f"{r.ks:.3f} ({r.ks_random:.3f})", harness.times(r.ks_ratio), harness.times(r.ks_same_mix_ratio)]
+
+
+def source() -> str:
+    """The commit of the checkout this epochfs runs from (``+ changes`` when it has any), or unknown."""
+    import epochfs
+
+    top = Path(epochfs.__file__).resolve().parents[2]
+    try:
+        head = subprocess.run(["git", "-C", str(top), "rev-parse", "--short", "HEAD"], capture_output=True,
+                              text=True, timeout=30, check=True).stdout.strip()
+        dirty = subprocess.run(["git", "-C", str(top), "status", "--porcelain", "--untracked-files=no"],
+                               capture_output=True, text=True, timeout=30, check=True).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return "unknown (not a git checkout)"
+    return f"{head} + uncommitted changes ({top})" if dirty else f"{head} ({top})"
+
+
+def markdown(rows: list[Row], ns: argparse.Namespace, argv: list[str], specs: list[str]) -> str:
+    lines = [f"commit {source()}",
+             f"command: python -m epochfs.benchmarks.fairness {shlex.join(argv)}".rstrip(), "",
+             f"{ns.size} B objects, {ns.list_latency * 1000:.0f} ms per listing page, epoch N cut at "
+             f"(N + 1) x {ns.every:g} s from the sidecar's start, strata: {ns.strata} folders, random: "
+             f"median of {ns.draws} draws; ratio = epoch / random; KS ratio, same mix: to random samples "
+             "with the epoch's count in each folder (the spread inside folders alone)", "",
+             "| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
+    lines += ["| " + " | ".join(cells(r)) + " |" for r in rows]
+    lines += ["", "key spaces: " + "; ".join(specs)]
+    return "\n".join(lines)
+
+
+def _terminate(signum: int, frame: FrameType | None) -> None:
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)  # once: a second one does not cut the clean-up short
+    raise KeyboardInterrupt  # clean up as for Ctrl-C: the sidecar stopped, mounts and folders removed
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    p = argparse.ArgumentParser(prog="python -m epochfs.benchmarks.fairness", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--shapes", default=",".join(SHAPES), help=f"key spaces (default {','.join(SHAPES)})")
+    p.add_argument("--keys", type=parse_count, default=100_000, help="keys per key space: 100k, 1M (100k)")
+    p.add_argument("--folders", type=int, help="class folders (default per shape: equal and skewed 100, "
+                   "nested 10, many 5000)")
+    p.add_argument("--skew", type=float, help="Zipf exponent of folder sizes (skewed 1.1; equal and many 0), "
+                   "lognormal sigma of nested's sub-folders (1.0)")
+    p.add_argument("--subfolders", type=int, help="nested: mean sub-folders per class folder (20)")
+    p.add_argument("--seed", type=int, default=0, help="seed of the key spaces and the random draws (0)")
+    p.add_argument("--size", type=int, default=4096, help="bytes per object (4096)")
+    p.add_argument("--list-latency", type=float, default=0.02, help="seconds per listing page (0.02)")
+    p.add_argument("--every", type=float, default=2.0, help="seconds between cuts, from the start (2)")
+    p.add_argument("--epochs", type=int, default=6, help="epochs cut per key space (6)")
+    p.add_argument("--capacity",
+                   help="the sidecar's --capacity (default: twice the dataset, at least 256 MiB)")
+    p.add_argument("--strata", choices=("top", "leaf"), default="top",
+                   help="what a key counts in: its top-level class folder (default) or its own folder")
+    p.add_argument("--draws", type=int, default=20, help="random samples per epoch (median taken; 20)")
+    p.add_argument("--sampler-seed", type=int, default=0, help="the sidecar's --seed (0)")
+    p.add_argument("--sidecar-arg", action="append", default=[], metavar="FLAG",
+                   help="one more flag for the sidecar, e.g. --sidecar-arg=--list-threads=8 (repeatable)")
+    p.add_argument("--cut-wait", type=float, default=60.0, help="seconds a pending cut may take (60)")
+    p.add_argument("--dir", type=Path, help="scratch folder (emptied; default: a temp folder)")
+    p.add_argument("--json", type=Path, help="write the rows here")
+    p.add_argument("--markdown", type=Path, help="write the table here")
+    ns = p.parse_args(argv)
+    names = [s.strip() for s in ns.shapes.split(",") if s.strip()]
+    try:
+        shapes = [with_defaults(Shape(n, ns.keys, ns.folders, ns.skew, ns.subfolders, ns.seed, ns.size))
+                  for n in names]
+    except ValueError as e:
+        p.error(str(e))
+    harness.require("botocore")
+    if not Path("/dev/fuse").exists() or os.geteuid() != 0:
+        harness.fail("needs root and /dev/fuse (the sidecar mounts its FUSE view)")
+    signal.signal(signal.SIGTERM, _terminate)
+    signal.signal(signal.SIGINT, signal.default_int_handler)  # also where it was started ignoring SIGINT
+    rows: list[Row] = []
+    try:
+        for shape in shapes:
+            with harness.work_dir(ns.dir / shape.name if ns.dir else None) as folder:
+                print(f"{shape.name}: {label(shape.keys)} keys ({shape.spec()}) ...", file=sys.stderr,
+                      flush=True)
+                rows += measure(shape, ns, folder)
+    except KeyboardInterrupt:
+        print("fairness: interrupted; the sidecar and the endpoint stopped, scratch removed", file=sys.stderr)
+        return 130
+    table = markdown(rows, ns, argv, [s.spec() for s in shapes])
+    print(table)
+    harness.write_results(table, rows, markdown=ns.markdown, json_path=ns.json)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

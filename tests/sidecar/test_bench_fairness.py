@@ -1,0 +1,51 @@
+"""``benchmarks/fairness.py`` at a toy size (seconds): every key space shape served by the synthetic
+endpoint in its own process, a real sidecar cutting two epochs through its mount, a row per epoch,
+the commit and the command in the output, and nothing left behind. The fairness numbers mean
+nothing here (they change with the sampler); that each is measured, does."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import sys
+from pathlib import Path
+
+import pytest
+from bench_helpers import run_benchmark
+
+from epochfs.benchmarks._keyspaces import SHAPES
+from epochfs.fuse.mounting import mount_table
+
+pytestmark = [
+    pytest.mark.fuse,
+    pytest.mark.skipif(os.geteuid() != 0 or not Path("/dev/fuse").exists(),
+                       reason="needs root and /dev/fuse"),
+]
+
+
+def test_fairness_has_a_row_per_shape_and_epoch_at_a_tiny_size(tmp_path: Path) -> None:
+    out, table = tmp_path / "fairness.json", tmp_path / "fairness.md"
+    args = ["--keys", "2000", "--epochs", "2", "--every", "1", "--draws", "5",
+            "--dir", str(tmp_path / "work"), "--json", str(out), "--markdown", str(table)]
+    done = run_benchmark([sys.executable, "-P", "-m", "epochfs.benchmarks.fairness", *args], timeout=240)
+    assert done.returncode == 0, done.stdout + done.stderr
+    rows = json.loads(out.read_text())
+    assert [(r["shape"], r["epoch"]) for r in rows] == [(s, e) for s in SHAPES for e in (0, 1)]
+    for r in rows:
+        assert r["keys"] == 2000 and r["samples"] >= 1 and 0 < r["at_s"] < 60, r
+        assert r["at_s"] >= r["epoch"] + 1 - 0.1  # not before its time on the schedule
+        assert 1 <= r["covered"] <= r["strata"] and r["listed"] >= 0
+        assert all(math.isfinite(r[k]) for k in ("tv", "ks", "tv_random", "ks_random", "covered_random"))
+    assert {r["shape"]: r["strata"] for r in rows}["flat"] == 10  # deciles
+    lines = table.read_text().splitlines()
+    assert lines[0].startswith("commit ")
+    assert lines[1] == "command: python -m epochfs.benchmarks.fairness " + " ".join(args)
+    header = next(i for i, line in enumerate(lines) if line.startswith("| shape |"))
+    assert "| folders covered (random) | ratio | folder-mix TV (random) |" in lines[header]
+    body = lines[header + 2:header + 2 + len(rows)]
+    assert [line.split(" | ")[0] for line in body] == [f"| {s}" for s in SHAPES for _ in (0, 1)]
+    assert all(line.count("|") == lines[header].count("|") for line in body)
+    assert "| skewed | 2k | 100 | 1 |" in done.stdout
+    assert not [m for m in mount_table() if m.mount_point.startswith(str(tmp_path))]
+    assert list((tmp_path / "work").iterdir()) == []  # its scratch folders removed

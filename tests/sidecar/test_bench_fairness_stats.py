@@ -1,0 +1,99 @@
+"""The fairness benchmark's metrics (benchmarks/_fairness_stats.py) on samples whose answers are
+known: folders covered, the folder-mix total-variation distance, the in-folder KS distance, and
+the random baselines they are compared with."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from epochfs.benchmarks._fairness_stats import (
+    compare,
+    folder_mix_tv,
+    folders_covered,
+    in_folder_ks,
+    measure,
+    random_baseline,
+    ratio,
+    same_mix_ks,
+    strata_of,
+)
+
+FOUR = [0, 1000, 2000, 3000, 4000]  # four strata of 1,000 positions
+SKEWED = [0, 100, 1000, 4000]  # 100, 900 and 3,000 positions
+
+
+def test_strata_and_folders_covered() -> None:
+    assert list(strata_of([0, 999, 1000, 3999], FOUR)) == [0, 0, 1, 3]
+    assert folders_covered([0, 999, 1000, 3999], FOUR) == 3
+    assert folders_covered([], FOUR) == 0
+    with pytest.raises(ValueError):
+        strata_of([4000], FOUR)
+    with pytest.raises(ValueError):
+        strata_of([0], [0, 10, 10, 20])  # an empty stratum
+
+
+def test_folder_mix_tv() -> None:
+    assert folder_mix_tv(range(4000), FOUR) == 0.0
+    assert folder_mix_tv([0, 1000, 2000, 3000], FOUR) == 0.0  # one of each: the dataset's mix
+    assert folder_mix_tv(range(100), FOUR) == pytest.approx(0.75)  # all in one of four equal folders
+    # One key from each of three folders of 100, 900 and 3,000: 1/3 each against 0.025, 0.225, 0.75.
+    assert folder_mix_tv([0, 100, 1000], SKEWED) == pytest.approx(0.5 * (0.3083 + 0.1083 + 0.4167), abs=1e-3)
+    assert math.isnan(folder_mix_tv([], FOUR))
+
+
+def test_in_folder_ks() -> None:
+    # A whole folder: its keys' middles, as close to uniform as 1,000 slots allow.
+    assert in_folder_ks(range(1000), FOUR) == pytest.approx(0.5 / 1000)
+    # The first tenth of a folder (what listing it from its start gives): nearly 0.9.
+    assert in_folder_ks(range(100), FOUR) == pytest.approx(0.9 + 0.5 / 1000)
+    # One key in the middle of its folder: 0.5 (plus the half slot), wherever the folder is.
+    assert in_folder_ks([1500], FOUR) == in_folder_ks([500], FOUR) == pytest.approx(0.5005)
+    # Weighted by sample counts: 100 keys spread evenly in folder 0, the 100 first keys of folder 1.
+    even = list(range(5, 1000, 10))  # 100 keys, one in the middle of each run of 10
+    first = list(range(1000, 1100))
+    ks_even, ks_first = in_folder_ks(even, FOUR), in_folder_ks(first, FOUR)
+    assert ks_even < 0.02 and ks_first > 0.89
+    assert in_folder_ks(even + first, FOUR) == pytest.approx((ks_even + ks_first) / 2)
+    assert math.isnan(in_folder_ks([], FOUR))
+
+
+def test_measure_refuses_repeated_positions() -> None:
+    assert measure([1, 2, 3000], FOUR).samples == 3
+    with pytest.raises(ValueError):
+        measure([1, 1], FOUR)
+
+
+def test_the_random_baseline_is_seeded_and_fair() -> None:
+    a = random_baseline(400, FOUR, draws=20, seed=3)
+    assert a == random_baseline(400, FOUR, draws=20, seed=3)
+    assert a != random_baseline(400, FOUR, draws=20, seed=4)
+    assert a.samples == 400 and a.covered == 4
+    assert a.tv < 0.1 and a.ks < 0.2  # random samples of 400 (100 a folder): small distances
+    census = random_baseline(4000, FOUR, draws=3)
+    assert (census.covered, census.tv) == (4, 0.0) and census.ks == pytest.approx(0.5 / 1000)
+    # Few keys over many folders cover about as many folders as keys.
+    many = random_baseline(50, list(range(0, 100_001, 20)), draws=20)
+    assert 45 <= many.covered <= 50
+
+
+def test_compare_gives_ratios_to_random() -> None:
+    first = compare(range(400), FOUR, draws=20)  # the first 400 keys: one folder, its first 40%
+    assert first.strata == 4 and first.sample.samples == 400 and first.sample.covered == 1
+    assert first.covered_ratio == pytest.approx(0.25)
+    assert first.tv_ratio > 5 and first.ks_ratio > 5 and first.same_mix_ks_ratio > 5
+    spread = compare(range(5, 4000, 10), FOUR, draws=20)  # every tenth key: more even than random
+    assert spread.covered_ratio == 1.0 and spread.sample.tv == 0.0 and spread.tv_ratio == 0.0
+    assert spread.ks_ratio < 0.5
+    # The same mix: random samples with 40 keys in each of the first two folders.
+    crowded = np.r_[np.arange(0, 1000, 25), np.arange(1000, 2000, 25)]
+    baseline = same_mix_ks(crowded, FOUR, draws=20)
+    assert 0.05 < baseline < 0.3 and compare(crowded, FOUR).same_mix_ks == baseline
+    assert math.isnan(same_mix_ks([], FOUR))
+
+
+def test_ratio() -> None:
+    assert ratio(0.5, 0.25) == 2.0 and ratio(0.0, 0.0) == 1.0 and ratio(0.1, 0.0) == math.inf
+    assert math.isnan(ratio(math.nan, 1.0))
