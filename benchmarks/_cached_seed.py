@@ -65,10 +65,11 @@ class BucketRemote:
         self.pages = 0
 
     def list_page(self, prefix: str, *, start_after: str = "", token: str | None = None,
-                  delimiter: bool = False) -> tuple[list[RemoteObject], list[str], str | None]:
+                  delimiter: bool = False, max_keys: int = 1000
+                  ) -> tuple[list[RemoteObject], list[str], str | None]:
         resume = token if token is not None else (start_after + "\x00" if start_after else "")
         keys, prefixes, nxt = list_page(self.data, prefix=prefix, delimiter="/" if delimiter else "",
-                                        resume=resume)
+                                        resume=resume, max_keys=max_keys)
         self.pages += 1
         return [RemoteObject(k, self.data.size, self.data.etag(k)) for k in keys], prefixes, nxt
 

@@ -64,6 +64,10 @@ STORE_GAUGES = {
     "epochfs_cache_inflight_bytes": "Bytes reserved for downloads in flight.",
     "epochfs_cache_samples": "Complete samples in the cache.",
     "epochfs_catalog_objects": "Objects listed in the remote catalog (this shard).",
+    "epochfs_listing_covered_ratio": "Share of the remote's keys the listing has seen (1 once complete; "
+                                     "from its estimate of the keys left while it runs).",
+    "epochfs_catalog_estimated_objects": "Objects the remote is estimated to hold (this shard): the "
+                                         "catalog over the covered share.",
     "epochfs_epoch_latest": "Number of the newest epoch (absent before the first cut).",
     "epochfs_epoch_samples": "Samples in the newest epoch.",
     "epochfs_epoch_bytes": "Bytes in the newest epoch.",
@@ -319,6 +323,8 @@ class StoreCollector:
             "epochfs_cache_inflight_bytes": stats.inflight_bytes,
             "epochfs_cache_samples": stats.samples,
             "epochfs_catalog_objects": stats.catalog_objects,
+            "epochfs_listing_covered_ratio": stats.listing.get("covered"),
+            "epochfs_catalog_estimated_objects": stats.listing.get("estimated_objects"),
             "epochfs_epoch_latest": None if newest is None else newest["epoch"],
             "epochfs_epoch_samples": None if newest is None else newest["samples"],
             "epochfs_epoch_bytes": None if newest is None else newest["bytes"],

@@ -269,7 +269,7 @@ class S3Remote:
                 return
 
     def list_page(self, prefix: str, *, start_after: str = "", token: str | None = None,
-                  delimiter: bool = False) -> ListedPage:
+                  delimiter: bool = False, max_keys: int = 1000) -> ListedPage:
         """One ``ListObjectsV2`` page of keys under ``prefix`` (relative to the remote root) after
         ``start_after`` (or from ``token``): (objects, common prefixes with ``delimiter``, the
         token of the next page or None). Keys and prefixes come back relative to the root.
@@ -280,7 +280,8 @@ class S3Remote:
         from epochfs.sidecar.remote import RemoteObject  # the interface module imports this one
 
         root = f"{self.prefix}/" if self.prefix else ""
-        kwargs: dict[str, Any] = {"Bucket": self.bucket, "Prefix": root + prefix, "MaxKeys": 1000}
+        kwargs: dict[str, Any] = {"Bucket": self.bucket, "Prefix": root + prefix,
+                                  "MaxKeys": max(1, min(1000, max_keys))}
         if token:
             kwargs["ContinuationToken"] = token
         elif start_after:

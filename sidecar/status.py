@@ -96,6 +96,14 @@ def render(stats: dict[str, Any], rate_values: dict[str, float] | None = None) -
         f"  catalog {stats.get('catalog_objects', 0)}  cuts {stats.get('cuts_total', 0)}"
         f"  mode {stats.get('mode', 'snapshot')}",
     ]
+    listing = stats.get("listing") or {}
+    if listing and not listing.get("complete"):
+        lines.append(
+            f"listing: {int(listing.get('listed', 0)):,} of about {int(listing.get('estimated', 0)):,} keys "
+            f"seen ({100 * float(listing.get('covered', 0)):.1f}%), {listing.get('spans_reached', 0)} of "
+            f"{listing.get('spans', 0)} folder(s) reached: epochs cut now sample what is listed so far")
+    elif listing.get("complete"):
+        lines.append("listing: complete (epochs sample the whole dataset)")
     if "served_samples_total" in stats:
         lines.append(
             f"served {int(stats['served_samples_total'])} sample opens "

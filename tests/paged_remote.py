@@ -20,17 +20,24 @@ class PagedMemoryRemote(MemoryRemote):
         self.page = page
         self.list_calls = 0
         self.gate: threading.Event | None = None
-        """When set to a cleared Event, continuation pages (a token) wait for it."""
+        """When set to a cleared Event, every page but a span's first (a token, or a start after a
+        key) waits for it."""
         self.pages_asked: list[tuple[str, str, str | None]] = []
+        self.hold: dict[str, threading.Event] = {}
+        """Prefixes whose pages (any, the first included) wait for their Event."""
         self._count = threading.Lock()
 
     def list_page(self, prefix: str, *, start_after: str = "", token: str | None = None,
-                  delimiter: bool = False) -> tuple[list[RemoteObject], list[str], str | None]:
+                  delimiter: bool = False, max_keys: int = 1000
+                  ) -> tuple[list[RemoteObject], list[str], str | None]:
         with self._count:
             self.list_calls += 1
             self.pages_asked.append((prefix, start_after, token))
+        held = self.hold.get(prefix)
+        if held is not None and not delimiter:
+            held.wait()
         gate = self.gate
-        if gate is not None and token and not delimiter:
+        if gate is not None and (token or start_after) and not delimiter:
             gate.wait()
         resume = token or start_after
         keys = sorted((k for k in self.objects if k.startswith(prefix) and k > resume),
@@ -39,7 +46,7 @@ class PagedMemoryRemote(MemoryRemote):
         prefixes: list[str] = []
         last = ""
         for k in keys:
-            if len(objects) + len(prefixes) >= self.page:
+            if len(objects) + len(prefixes) >= min(self.page, max_keys):
                 return objects, prefixes, last
             rest = k[len(prefix):]
             if delimiter and "/" in rest:

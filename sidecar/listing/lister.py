@@ -25,15 +25,15 @@ once the listing is done (docs/listing.md, "The listing and the fetches on one C
 
 from __future__ import annotations
 
+import json
 import logging
-import queue
 import threading
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 
 from epochfs.sidecar.listing.filter import CatalogReport, ClashFinder, PageFilter
-from epochfs.sidecar.listing.sources import Page, Source, Span
+from epochfs.sidecar.listing.planner import Planner, Segment
+from epochfs.sidecar.listing.sources import Page, PagedSource, Source, Span
 from epochfs.sidecar.store import Store
 from epochfs.sidecar.store.catalog import Part
 
@@ -45,13 +45,6 @@ a commit that held it ``t`` seconds no lister commits for ``t * (1 / INDEX_SHARE
 sampler's threads find it free at least as long as a commit held it. When the sampler is not
 fetching (the cache full, schedule mode waiting for the complete listing, nothing to fetch) the
 listers commit back to back."""
-
-
-@dataclass
-class _Turn:
-    part: Part
-    pages: Iterator[Page] | None = None
-    finder: ClashFinder | None = None
 
 
 class Lister:
@@ -82,6 +75,9 @@ class Lister:
         """No lister commits before this ``time.monotonic()`` (the sampler's turn)."""
         self.committed = 0
         """Pages committed by this lister since it was made (the listing thread's pause reads it)."""
+        self.planner: Planner | None = None
+        """The running listing's planner (what is listed next; its estimate for status)."""
+        self._began = 0.0
 
     def needed(self) -> bool:
         """True when no complete listing exists, one is running, or the source changed."""
@@ -114,51 +110,48 @@ class Lister:
         started = time.monotonic()
         filt = PageFilter(report, seed=self.seed, shard_index=self.shard_index,
                           shard_count=self.shard_count, object_limit=self.object_limit,
-                          boundaries=boundaries)
-        # queue.Queue, not SimpleQueue: workers poll with a timed get (to see a stop), and with
-        # several consumers CPython 3.11's SimpleQueue.get(timeout=...) can wait with no timeout
-        # (woken for an item another worker took, past its deadline): after the last span a
-        # worker then never ended and the listing was never recorded complete.
-        turns: queue.Queue[_Turn] = queue.Queue()
-        todo = [p for p in parts if not p.done]
-        for p in todo:
-            turns.put(_Turn(p, finder=ClashFinder() if self.source.sorted_listing else None))
-        left = [len(todo)]
+                          boundaries={b for b in boundaries if b.endswith("/")})
+        planner = self.planner = Planner(parts, splittable=isinstance(self.source, PagedSource))
+        self._began = round(time.time(), 3)
+        streams: dict[int, Iterator[Page]] = {}
+        """A serial source's page stream of each part (one span, read in order)."""
+        finders: dict[int, ClashFinder] = {}
         errors: list[BaseException] = []
         lock = threading.Lock()
+        wake = threading.Condition(lock)
         next_progress = [self.progress_every]
 
         def worker() -> None:
             while not self.stop.is_set() and not errors:
-                with lock:
-                    if left[0] == 0:
+                seg = planner.take()
+                if seg is None:
+                    if planner.open_segments == 0:
                         return
-                try:
-                    turn = turns.get(timeout=0.05)
-                except queue.Empty:
+                    with wake:  # every open segment is being read: wait for one to come back
+                        wake.wait(0.05)
                     continue
                 try:
-                    done = self._turn(gen, turn, filt)
+                    self._turn(gen, seg, filt, planner, streams, finders)
                 except BaseException as e:
+                    planner.release(seg)
                     errors.append(e)
                     return
-                with lock:
+                with wake:
+                    wake.notify_all()
                     report.pages += 1
-                    if done:
-                        left[0] -= 1
                     if report.listed >= next_progress[0]:
                         next_progress[0] += self.progress_every
                         elapsed = time.monotonic() - started
-                        log.info("listing: %d object(s) so far (%.0f/s), %d cataloged, %d of %d span(s) "
-                                 "done", report.listed, report.listed / max(elapsed, 1e-9), report.added,
-                                 len(todo) - left[0], len(todo))
-                if not done:
-                    turns.put(turn)
+                        known = planner.progress()
+                        log.info("listing: %d object(s) so far (%.0f/s), %d cataloged, about %d "
+                                 "in all; %d of %d span(s) reached", report.listed,
+                                 report.listed / max(elapsed, 1e-9), report.added, known["estimated"],
+                                 known["spans_reached"], known["spans"])
                 if self.on_page is not None:
                     self.on_page(report)
 
         threads = [threading.Thread(target=worker, name=f"lister-{i}", daemon=True)
-                   for i in range(min(self.threads, max(1, len(todo))))]
+                   for i in range(min(self.threads, max(1, planner.open_segments)))]
         for t in threads:
             t.start()
         for t in threads:
@@ -166,21 +159,35 @@ class Lister:
         if errors:
             raise errors[0]
         report.seconds = time.monotonic() - started
-        if left[0] == 0:
+        if planner.open_segments == 0:
             report.total, report.dropped = self.store.listings().finish(gen)
             report.complete = True
         log.info("%s; %d in the catalog", report, report.total)
         return report
 
-    def _turn(self, gen: int, turn: _Turn, filt: PageFilter) -> bool:
-        """One page of one span, committed with its resume point; True when the span is done."""
-        part = turn.part
-        if turn.pages is None:
-            turn.pages = self.source.pages(Span(part.prefix, part.start, part.stop), part.after)
-        page = next(turn.pages, None)
+    def _progress(self, planner: Planner, seg: Segment, keys: int) -> str:
+        """The listing's progress for status once this page is in (JSON)."""
+        return json.dumps({**planner.progress((seg, keys)), "began": self._began}, separators=(",", ":"))
+
+    def _turn(self, gen: int, seg: Segment, filt: PageFilter, planner: Planner,
+              streams: dict[int, Iterator[Page]], finders: dict[int, ClashFinder]) -> None:
+        """One page of one segment, committed with its resume point (a segment the planner just
+        split off another: with the other's new stop)."""
+        part = seg.part
+        span = Span(part.prefix, part.start, part.stop)
+        if isinstance(self.source, PagedSource):
+            page: Page | None = self.source.read_page(span, part.after, seg.page)
+        else:
+            if part.part not in streams:
+                streams[part.part] = self.source.pages(span, part.after)
+            page = next(streams[part.part], None)
         if page is None:
             page = Page([], part.after, True)
-        out = filt.page(page.objects, turn.finder)
+        finder = finders.get(part.part)
+        if finder is None and self.source.sorted_listing:
+            finder = finders[part.part] = ClashFinder()
+        out = filt.page(page.objects, finder)
+        keys = [str(o.key) for o in page.objects]
         part.after, part.done = page.after, page.done
         # One lister writes at a time: the listers then contend with the sampler's writers (the
         # admitter, cuts) as one thread, not as many; several listers barging on the index's lock
@@ -191,17 +198,19 @@ class Lister:
                 pass  # the sampler's turn at the index (no other lister commits meanwhile)
             began = time.monotonic()
             new = self.store.listings().commit_page(gen, part, out.rows, skips=out.skips,
-                                                    clashes=out.clashes)
+                                                    clashes=out.clashes,
+                                                    cut_from=seg.parent.part if seg.parent else None,
+                                                    progress=self._progress(planner, seg, len(keys)))
             self.committed += 1
             if self.yield_to is not None and self.yield_to():
                 self._free_at = began + (time.monotonic() - began) / INDEX_SHARE
+        planner.record(seg, keys)
         time.sleep(0)  # let a waiting writer of the sampler take the index's lock first
         with filt._lock:
             filt.report.new += new
-        if page.done and turn.finder is not None and not turn.finder.sorted:
+        if page.done and finder is not None and not finder.sorted:
             log.warning("the listing of span %d was not sorted: file/folder name clashes were not "
                         "checked", part.part)
-        return page.done
 
 
 __all__ = ["INDEX_SHARE", "Lister"]

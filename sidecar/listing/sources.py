@@ -40,6 +40,9 @@ PAGE = 1000
 """Objects per page of a serial source (a paged remote's pages are its own: 1,000 on S3)."""
 DISCOVERY_PAGES = 10
 """Delimiter pages read to find folders (10k folders); later folders share the last span."""
+MAX_FOLDER_SPANS = 10_000
+"""Folders listed each under its own prefix at most (as many as the discovery pages find): the
+listing's first round then reads a page of every folder, in random order (:mod:`.planner`)."""
 DESCEND = 4
 """Levels of single folders descended through (``data/train/``) before the key space is cut."""
 DISCOVERY_RETRY = (0.5, 30.0)
@@ -81,7 +84,8 @@ class PagedRemote(Protocol):
     """A remote with :meth:`list_page` (see :meth:`epochfs.sidecar.remote_s3.S3Remote.list_page`)."""
 
     def list_page(self, prefix: str, *, start_after: str = "", token: str | None = None,
-                  delimiter: bool = False) -> tuple[list[RemoteObject], list[str], str | None]: ...
+                  delimiter: bool = False, max_keys: int = 1000
+                  ) -> tuple[list[RemoteObject], list[str], str | None]: ...
 
 
 class PagedSource:
@@ -90,8 +94,8 @@ class PagedSource:
     name = "list"
     sorted_listing = True
 
-    def __init__(self, remote: PagedRemote, *, max_spans: int = 256, stop: threading.Event | None = None,
-                 rng: random.Random | None = None) -> None:
+    def __init__(self, remote: PagedRemote, *, max_spans: int = MAX_FOLDER_SPANS,
+                 stop: threading.Event | None = None, rng: random.Random | None = None) -> None:
         """``stop``: a throttled page while finding the folders is read again until it is set
         (None: not retried, the error raised)."""
         self.remote = remote
@@ -169,6 +173,25 @@ class PagedSource:
                 return
 
 
+    def read_page(self, span: Span, after: str, max_keys: int) -> Page:
+        """One page of at most ``max_keys`` keys of ``span`` after ``after`` (or its start): a
+        page can start after any string, so the listing may split a span and read its parts in
+        any order (:mod:`.planner`)."""
+        probe, self._probe = self._probe, None
+        if probe is not None and not after and span == Span("", "", None):
+            return Page(probe, str(probe[-1].key) if probe else "", True)
+        if span.stop is not None and after and after + "\x00" >= span.stop:
+            return Page([], after, True)  # the last page ended at the stop: nothing is left
+        objects, _, token = self.remote.list_page(span.prefix, start_after=max(after, span.start),
+                                                  max_keys=max_keys)
+        kept = objects
+        done = token is None
+        if span.stop is not None:
+            kept = [o for o in objects if str(o.key) < span.stop]
+            done = done or len(kept) < len(objects)
+        return Page(kept, str(kept[-1].key) if kept else after, done)
+
+
 class SerialSource:
     """One listing stream (``file://``, ``http(s)://``, ``gs://``): one span, pages of PAGE."""
 
@@ -196,7 +219,7 @@ class SerialSource:
                 return
 
 
-def source_for(remote: Remote, *, max_spans: int = 256, page: int = PAGE,
+def source_for(remote: Remote, *, max_spans: int = MAX_FOLDER_SPANS, page: int = PAGE,
                stop: threading.Event | None = None) -> Source:
     """The parallel source when the remote lists in pages, else the serial one (``page``
     objects a page). ``stop``: the parallel source's discovery is read again while throttled

@@ -9,6 +9,9 @@ row: a complete relist drops the rows it did not see.
 
 from __future__ import annotations
 
+import json
+import sqlite3
+import time
 from collections.abc import Iterable
 from dataclasses import dataclass
 
@@ -158,6 +161,29 @@ def count_skip(ix: Index, n: int = 1) -> None:
         ix.bump("skipped_total", n)
 
 
+FIRST_ROUND_WAIT = 10.0
+"""Seconds from a listing's start that the first epoch waits for a page of every folder."""
+
+
+def first_round_pending(db: sqlite3.Connection) -> bool:
+    """The first epoch ever, while a listing has not yet read a page of every folder (span) and
+    began less than :data:`FIRST_ROUND_WAIT` seconds ago: an epoch cut then would sample the
+    folders that happened to list first (the listing reads every folder's first page before any
+    second one, in random order: docs/sampler.md)."""
+    if db.execute("SELECT 1 FROM epochs LIMIT 1").fetchone() is not None:
+        return False
+    if db.execute("SELECT 1 FROM listing_parts WHERE done=0 LIMIT 1").fetchone() is None:
+        return False
+    row = db.execute("SELECT value FROM meta WHERE name=?", (Meta.LISTING_PROGRESS.value,)).fetchone()
+    try:
+        known = json.loads(row[0]) if row else {}
+    except ValueError:
+        return False
+    if known.get("first_round") or not known.get("began"):
+        return False
+    return time.time() - float(known["began"]) < FIRST_ROUND_WAIT
+
+
 # ---------------------------------------------------------------------------- listings
 @dataclass
 class Part:
@@ -223,10 +249,12 @@ class Listings:
         return gen
 
     def commit_page(self, gen: int, part: Part, rows: list[CatalogRow], *, skips: int,
-                    clashes: list[str]) -> int:
+                    clashes: list[str], cut_from: Part | None = None, progress: str | None = None) -> int:
         """Write one page's rows (marked seen by ``gen``) and the part's progress in one
-        transaction, so a restart resumes exactly after the last committed page. Returns the
-        number of keys new to the catalog."""
+        transaction, so a restart resumes exactly after the last committed page. ``cut_from``:
+        the part ``part`` was split off (the listing's planner), whose new stop is written with
+        ``part``'s first page. ``progress``: what the listing knows (JSON, :data:`Meta.LISTING_PROGRESS`).
+        Returns the number of keys new to the catalog."""
         new = 0
         with self.ix.write() as db:
             for r in rows:
@@ -239,10 +267,15 @@ class Listings:
             for key in clashes:  # written with an earlier page: it is also a folder
                 if db.execute("UPDATE catalog SET skipped=1 WHERE key=?", (key,)).rowcount:
                     self.ix.bump("skipped_total", 1)
-            db.execute("UPDATE listing_parts SET after=?, done=? WHERE part=?",
-                       (part.after, int(part.done), part.part))
+            for p in (part, cut_from) if cut_from is not None else (part,):
+                db.execute("INSERT INTO listing_parts(part, prefix, start, stop, after, done) "
+                           "VALUES(?,?,?,?,?,?) ON CONFLICT(part) DO UPDATE SET stop=excluded.stop, "
+                           "after=excluded.after, done=excluded.done",
+                           (p.part, p.prefix, p.start, p.stop, p.after, int(p.done)))
             if skips:
                 self.ix.bump("listing_skips", skips)
+            if progress is not None:
+                self.ix.put(Meta.LISTING_PROGRESS, progress)
             if new:
                 self.ix.put(Meta.CATALOG_OBJECTS, str(int(self.ix.get(Meta.CATALOG_OBJECTS) or 0) + new))
         return new

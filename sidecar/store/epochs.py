@@ -27,6 +27,7 @@ import time
 from collections.abc import Iterator
 
 from epochfs.sidecar.store import hwm
+from epochfs.sidecar.store.catalog import first_round_pending
 from epochfs.sidecar.store.index import Index, is_busy
 from epochfs.sidecar.store.objects import object_name
 from epochfs.sidecar.store.records import EpochInfo, FileEntry, Policy
@@ -50,11 +51,12 @@ def at_least(db: sqlite3.Connection, count: int) -> bool:
 
 
 def condition_holds(db: sqlite3.Connection, policy: Policy, n: int) -> bool:
-    """At least ``min_samples`` complete and, in schedule mode, epoch n's window complete."""
+    """At least ``min_samples`` complete and, in schedule mode, epoch n's window complete; the
+    first epoch in snapshot mode also waits (boundedly) for the listing's first round."""
     if not at_least(db, max(1, policy.min_samples)):
         return False
     if policy.schedule is None:
-        return True
+        return not first_round_pending(db)
     if db.execute("SELECT 1 FROM meta WHERE name='listing_complete'").fetchone() is None:
         return False  # windows are positions in the order of a complete listing
     lo, hi = window(db, policy, n)

@@ -30,6 +30,9 @@ class Meta(str, Enum):
     """The generation of the newest listing that went to the end (absent: none did yet)."""
     LISTING_SOURCE = "listing_source"
     """Where the running listing reads keys: ``list`` or the index URL (a change starts afresh)."""
+    LISTING_PROGRESS = "listing_progress"
+    """What the running listing knows (JSON: keys listed and estimated in all, spans reached, the
+    first round done, when it began), written with each page; status and the first cut read it."""
     FETCH_OFFERED = "fetch_offered"
     """Snapshot mode: the catalog rowid up to which the pass has offered every row (owed rows are
     after it; :func:`.catalog.refill`), so a restart still fetches the keys owed to the pass."""

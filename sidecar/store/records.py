@@ -229,6 +229,8 @@ class Stats:
     backpressure_reason: str | None = None
     """"cache full" (nothing evictable: live epochs pin it) or "disk full" (the node volume has no
     room, whatever the budget says); None while sampling goes on."""
+    listing: dict[str, Any] = field(default_factory=dict)
+    """How much of the dataset the listing has covered (:func:`.stats.listing_known`)."""
     time: float = field(default_factory=time.time)
 
     def to_json(self) -> dict[str, object]:

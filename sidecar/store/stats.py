@@ -8,6 +8,10 @@ cuts and counters are a few rows each. The FUSE server reads this twice a second
 
 from __future__ import annotations
 
+import json
+import sqlite3
+from typing import Any
+
 from epochfs.sidecar.store.index import Index, Meta
 from epochfs.sidecar.store.meta import COUNTER_NAMES
 from epochfs.sidecar.store.records import Policy, Stats
@@ -21,6 +25,7 @@ def read_stats(ix: Index, policy: Policy) -> Stats:
         # "1" was written by epochfs before the reason was recorded.
         reason = {"0": "", "1": "cache full"}.get(ix.get(Meta.BACKPRESSURE) or "", ix.get(Meta.BACKPRESSURE))
         catalog = int(ix.get(Meta.CATALOG_OBJECTS) or 0)
+        listing = listing_known(ix, db, catalog)
         pending = [int(r[0]) for r in db.execute("SELECT n FROM cut_requests ORDER BY n")]
         epochs = [
             {"epoch": int(a), "samples": int(b), "bytes": int(c), "new": int(d),
@@ -41,5 +46,28 @@ def read_stats(ix: Index, policy: Policy) -> Stats:
         epochs=epochs,
         latest_epoch=int(epochs[-1]["epoch"]) if epochs else None,
         mode="schedule" if policy.schedule else "snapshot",
+        listing=listing,
         **{k: int(counters.get(k, 0)) for k in COUNTER_NAMES},
     )
+
+
+def listing_known(ix: Index, db: sqlite3.Connection, catalog: int) -> dict[str, Any]:
+    """How much of the dataset the listing has covered, so a user can tell an early epoch (cut
+    from the first keys listed) from a representative one: ``complete``; while it runs, keys
+    ``listed`` of about ``estimated`` in the remote (every shard's, from the listing's estimates),
+    ``covered`` (their ratio), folders (``spans``) reached, and this shard's ``estimated_objects``."""
+    running = db.execute("SELECT 1 FROM listing_parts WHERE done=0 LIMIT 1").fetchone() is not None
+    if not running:
+        complete = ix.get(Meta.LISTING_COMPLETE) is not None
+        return {"complete": complete, "covered": 1.0 if complete else 0.0,
+                "estimated_objects": catalog if complete else None}
+    try:
+        known = json.loads(ix.get(Meta.LISTING_PROGRESS) or "{}")
+    except ValueError:
+        known = {}
+    listed, estimated = int(known.get("listed", 0)), int(known.get("estimated", 0))
+    covered = min(1.0, listed / estimated) if estimated > 0 else 0.0
+    return {"complete": False, "covered": round(covered, 4), "listed": listed, "estimated": estimated,
+            "spans": int(known.get("spans", 0)), "spans_reached": int(known.get("spans_reached", 0)),
+            "first_round": bool(known.get("first_round", False)),
+            "estimated_objects": round(catalog / covered) if covered > 0 else None}

@@ -21,7 +21,9 @@ from epochfs.sidecar.catalog import build_catalog
 from epochfs.sidecar.config import SamplerSettings
 from epochfs.sidecar.listing import Lister, ListingThread, source_for
 from epochfs.sidecar.sampler import Sampler
+from epochfs.sidecar.status import render
 from epochfs.sidecar.store import Meta, Store
+from epochfs.sidecar.store import catalog as catalog_module
 
 FOLDERS = ("cat", "dog", "eel", "fox")
 
@@ -194,3 +196,40 @@ def test_epochfs_relist_asks_the_running_listing_thread(tmp_path: Path) -> None:
         assert main(["relist", "--cache", str(tmp_path / "c")]) == 0
         wait_until(lambda: listing.completed == 2, what="the relist asked for")
         wait_until(lambda: store.stats().samples == 21, what="the new key fetched")
+
+
+def test_the_first_epoch_waits_for_a_page_of_every_folder_and_status_shows_the_listing(
+        tmp_path: Path) -> None:
+    """While one folder's first page has not come, the first cut waits (the fetched keys are from
+    the other three folders); status shows the listing's coverage and the folders reached."""
+    remote = PagedMemoryRemote(class_objects(), page=10)
+    held = remote.hold["train/fox/"] = threading.Event()
+    settings = settings_for(tmp_path / "c", "--capacity", "4Mi")
+    with sampling_while_listing(tmp_path / "c", remote, settings) as (store, _):
+        wait_until(lambda: store.stats().samples >= 30, what="keys of the other folders fetched")
+        listing = store.stats().listing
+        assert listing["complete"] is False and listing["first_round"] is False
+        assert (listing["spans"], listing["spans_reached"]) == (4, 3), listing
+        assert 0 < listing["covered"] < 1 and listing["estimated"] > listing["listed"] > 0
+        assert "3 of 4 folder(s) reached" in render(store.stats().to_json())
+        assert store.cut() is None, "the first epoch was cut before every folder had a page listed"
+        held.set()
+        wait_until(lambda: store.cut() is not None, what="the first epoch once fox's first page is in")
+        wait_until(lambda: store.stats().listing["complete"], what="the listing complete")
+        assert store.stats().listing["covered"] == 1.0
+        assert "listing: complete" in render(store.stats().to_json())
+
+
+def test_the_first_epochs_wait_for_the_first_round_is_bounded(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(catalog_module, "FIRST_ROUND_WAIT", 0.5)
+    remote = PagedMemoryRemote(class_objects(), page=10)
+    held = remote.hold["train/fox/"] = threading.Event()
+    settings = settings_for(tmp_path / "c", "--capacity", "4Mi")
+    with sampling_while_listing(tmp_path / "c", remote, settings) as (store, _):
+        try:
+            wait_until(lambda: store.stats().samples >= 1, what="the first sample")
+            wait_until(lambda: store.cut() is not None, what="the first epoch after the bound")
+            assert store.stats().listing["first_round"] is False
+        finally:
+            held.set()  # the lister waiting on it ends with the listing

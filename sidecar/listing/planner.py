@@ -1,0 +1,311 @@
+"""Which stretch of the key space the listing reads next, so what is listed is a fair sample early.
+
+The sampler draws uniformly from what is listed (the rank order of the listed keys, owed keys
+first: :mod:`epochfs.sidecar.sampler.order`), so an epoch cut while the listing runs is as fair as
+the listed set is. A listing that reads each folder page after page from its first name lists the
+first names first; one that reads spans round-robin lists small folders completely while large
+ones are still at their start. The planner keeps the listed set spread instead:
+
+1. **One round first, in random order.** Every span (a folder found by the discovery) gets one
+   small page (:data:`FIRST_PAGE` keys) before any span gets a second, in a random order of spans,
+   so a cut after part of that round still draws from folders all over the key space.
+2. **Then find where each span ends.** S3 cannot list backwards, so a span's size is unknown until
+   a page past its end comes back empty. A :class:`~.keyshape.KeyShape` turns the span's keys into
+   numbers; the planner *gallops*: it splits the span's open end at as far again as its known
+   extent (``StartAfter`` takes any string) and reads a small page there, doubling the known extent
+   with each page that finds keys, until one finds none. Those pages are real keys from far inside
+   the folder, not only its first names; the one empty page per span is the price of its size.
+3. **Then the least covered span.** With its end bounded, a segment's keys left are its density
+   (keys per number, from its own pages) times the numbers left. The next page goes to the span
+   whose listed share of its estimated size is the smallest, so the listed mix follows the spans'
+   sizes rather than their page counts; inside it, a segment estimated to hold more than
+   :data:`SPLIT_AT` keys is split at its estimated middle and read from there, so a span's pages
+   spread across its whole range. Pages start at :data:`FIRST_PAGE` keys in each segment and
+   double up to :data:`FULL_PAGE` (S3's most).
+
+Estimates decide only the order. Every segment is read to its end with contiguous pages, and a
+split cuts a segment in two that exactly partition it (the lower keeps the keys up to the split
+point, the upper lists after it), committed with the upper one's first page; so no key is listed
+twice or left out whatever the estimates say (``tests/sampler/test_listing_planner.py`` checks
+that over random key spaces). While a split's first page is read, the segment it was cut from
+waits, and a failed page undoes the split. A restart takes each remaining segment as a span of
+its own (the estimates live in memory).
+"""
+
+from __future__ import annotations
+
+import heapq
+import random
+import threading
+from dataclasses import dataclass, field
+
+from epochfs.sidecar.listing.keyshape import KeyShape
+from epochfs.sidecar.store.catalog import Part
+
+FIRST_PAGE = 100
+"""Keys asked in the first page of a segment; each later page asks twice as many."""
+FULL_PAGE = 1000
+"""The most keys a page asks for (S3's limit)."""
+SPLIT_AT = 1000
+"""A bounded segment estimated to hold more keys than this is split at its middle."""
+MAX_SEGMENTS_PER_SPAN = 32
+"""Open segments a span is split into at most."""
+MAX_SEGMENTS = 20_000
+"""Open segments of the whole listing at most (each is a row of the index)."""
+SHAPE_KEYS = 2000
+"""Keys of a span kept to learn its shape."""
+
+
+@dataclass
+class Segment:
+    """One listing part being read, with what the planner knows of it."""
+
+    part: Part
+    span: int
+    page: int = FIRST_PAGE
+    """Keys the next page asks for."""
+    listed: int = 0
+    first: str | None = None
+    last: str | None = None
+    density: float | None = None
+    """Keys per number of the span's shape, from this segment's pages (None: unknown)."""
+    busy: bool = False
+    parent: Segment | None = None
+    """Set while this is a split whose first page is not committed yet: the segment it was cut
+    from (which waits meanwhile) ..."""
+    parent_stop: str | None = None
+    """... and that segment's stop before the split (restored if the page fails)."""
+
+    @property
+    def open(self) -> bool:
+        return not self.part.done
+
+
+@dataclass
+class _Span:
+    id: int
+    prefix: str
+    segments: list[Segment] = field(default_factory=list)
+    listed: int = 0
+    keys: list[str] = field(default_factory=list)
+    shape: KeyShape | None = None
+    low: str | None = None
+    """The smallest and largest key listed in the span: its known extent."""
+    high: str | None = None
+    version: int = 0
+    reached: bool = False
+    """Its first page is committed."""
+
+
+def _rel(key: str, prefix: str) -> str:
+    return key[len(prefix):] if key.startswith(prefix) else key
+
+
+class Planner:
+    """Hands the listers segments to read (:meth:`take`) and learns from each committed page
+    (:meth:`record`). Thread-safe; no I/O."""
+
+    def __init__(self, parts: list[Part], *, splittable: bool, rng: random.Random | None = None) -> None:
+        self.splittable = splittable
+        self.rng = rng or random.Random()
+        self._lock = threading.Lock()
+        self._spans: list[_Span] = []
+        self._untouched: list[int] = []
+        self._heap: list[tuple[int, float, float, int, int]] = []
+        self._next_part = max((p.part for p in parts), default=-1) + 1
+        self._open = 0
+        self._reached = 0
+        for p in parts:
+            if not p.done:
+                span = _Span(len(self._spans), p.prefix)
+                span.segments.append(Segment(p, span.id))
+                self._spans.append(span)
+                self._untouched.append(span.id)
+                self._open += 1
+        self.rng.shuffle(self._untouched)
+
+    @property
+    def open_segments(self) -> int:
+        return self._open
+
+    # ------------------------------------------------------------------ choosing
+    def take(self) -> Segment | None:
+        """The segment to read a page of next, marked busy (a split of a segment is committed
+        with its first page: ``seg.parent``); None while every open segment is busy."""
+        with self._lock:
+            while self._untouched:
+                span = self._spans[self._untouched.pop()]
+                seg = span.segments[0]
+                if seg.open and not seg.busy:
+                    seg.busy = True
+                    return seg
+            held = []
+            chosen = None
+            while self._heap and chosen is None:
+                entry = heapq.heappop(self._heap)
+                span = self._spans[entry[-1]]
+                if entry[-2] != span.version:
+                    continue
+                if any(s.open for s in span.segments):
+                    held.append(entry)
+                chosen = self._choose(span)
+            for entry in held:
+                heapq.heappush(self._heap, entry)
+            return chosen
+
+    def _choose(self, span: _Span) -> Segment | None:
+        free = [s for s in span.segments if s.open and not s.busy]
+        if not free:
+            return None
+        tail = next((s for s in free if s.part.stop is None), None)
+        if tail is not None:  # the span's end is unknown: gallop
+            seg, point = tail, self._horizon(span)
+        else:
+            seg = max(free, key=lambda s: self._left(span, s) or 0.0)
+            left = self._left(span, seg) or 0.0
+            point = None
+            if left > SPLIT_AT:
+                lo = self._after_number(span, seg)
+                point = (lo + self._number(span, seg.part.stop)) // 2
+        child = self._split(span, seg, point) if point is not None else None
+        chosen = child or seg
+        chosen.busy = True
+        return chosen
+
+    def _split(self, span: _Span, seg: Segment, point: int) -> Segment | None:
+        """Cut ``seg`` at the number ``point`` (None when it cannot be cut there)."""
+        if (not self.splittable or span.shape is None or self._open >= MAX_SEGMENTS
+                or sum(s.open for s in span.segments) >= MAX_SEGMENTS_PER_SPAN):
+            return None
+        lo = self._after_number(span, seg)
+        if point - lo < 2 or point >= self._number(span, seg.part.stop):
+            return None
+        key = span.prefix + span.shape.key(point)
+        after = seg.part.after or seg.part.start
+        if key <= after or (seg.part.stop is not None and key + "\x00" >= seg.part.stop):
+            return None
+        part = Part(self._next_part, seg.part.prefix, key, seg.part.stop)
+        self._next_part += 1
+        # A gallop's page asks as many keys as the next of the segment would (a span that keeps
+        # finding keys further out is large: its pages grow as if it were read straight on).
+        child = Segment(part, span.id, page=seg.page if seg.part.stop is None else FIRST_PAGE,
+                        density=seg.density, parent=seg, parent_stop=seg.part.stop)
+        seg.part.stop = key + "\x00"
+        seg.busy = True  # until the split is committed
+        span.segments.append(child)
+        self._open += 1
+        return child
+
+    def release(self, seg: Segment) -> None:
+        """A page of ``seg`` failed: it is read again later (a split is undone)."""
+        with self._lock:
+            span = self._spans[seg.span]
+            seg.busy = False
+            if seg.parent is not None:
+                seg.parent.part.stop = seg.parent_stop
+                seg.parent.busy = False
+                span.segments.remove(seg)
+                self._open -= 1
+            self._push(span)
+
+    # ------------------------------------------------------------------ estimates
+    def _number(self, span: _Span, key: str | None) -> int:
+        assert span.shape is not None
+        return span.shape.number(None if key is None else _rel(key, span.prefix))
+
+    def _after_number(self, span: _Span, seg: Segment) -> int:
+        after = seg.part.after or seg.part.start
+        return self._number(span, after) if after else 0
+
+    def _horizon(self, span: _Span) -> int:
+        """As far again as the span's known extent: where the gallop reads next."""
+        if span.low is None or span.high is None:
+            return self._number(span, None)
+        low, high = self._number(span, span.low), self._number(span, span.high)
+        return high + (high - low) + 1
+
+    def _left(self, span: _Span, seg: Segment) -> float | None:
+        """Keys estimated left in ``seg`` (None: nothing known); an open end counts as far as
+        the horizon."""
+        if not seg.open:
+            return 0.0
+        if span.shape is None:
+            return None
+        density = seg.density if seg.density is not None else self._span_density(span)
+        if density is None:
+            return None
+        hi = min(self._number(span, seg.part.stop), self._horizon(span))
+        return max(0.0, density * (hi - self._after_number(span, seg)))
+
+    @staticmethod
+    def _span_density(span: _Span) -> float | None:
+        listed = 0
+        width = 0.0
+        for seg in span.segments:
+            if seg.density and seg.listed > 1:
+                listed += seg.listed
+                width += seg.listed / seg.density
+        return listed / width if width > 0 else None
+
+    def progress(self, page: tuple[Segment, int] | None = None) -> dict[str, int | bool]:
+        """What this run of the listing knows, as status shows it: keys listed (every shard's),
+        keys estimated in all (listed plus the estimates of what is left, where spans have
+        estimates; a span not reached yet counts as its first page), spans reached of all.
+        ``page``: a segment's page of that many keys about to be committed, counted in."""
+        with self._lock:
+            listed = sum(s.listed for s in self._spans) + (page[1] if page else 0)
+            reached = self._reached + (page is not None and not self._spans[page[0].span].reached)
+            left = 0.0
+            for span in self._spans:
+                if not span.reached:
+                    left += FIRST_PAGE
+                    continue
+                left += sum(self._left(span, seg) or 0.0 for seg in span.segments)
+            return {"listed": listed, "estimated": listed + round(left), "spans": len(self._spans),
+                    "spans_reached": reached, "first_round": reached == len(self._spans)}
+
+    def _push(self, span: _Span) -> None:
+        """Queue ``span`` by its priority: an unknown end first, then the least listed share."""
+        if not any(s.open for s in span.segments):
+            return
+        span.version += 1
+        unbounded = any(s.open and s.part.stop is None for s in span.segments)
+        left = [self._left(span, s) for s in span.segments if s.open]
+        rest = sum(x or 0.0 for x in left)
+        total = span.listed + rest
+        share = span.listed / total if total > 0 else 0.0
+        heapq.heappush(self._heap, (0 if unbounded else 1, share, -rest, span.version, span.id))
+
+    # ------------------------------------------------------------------ learning
+    def record(self, seg: Segment, keys: list[str]) -> None:
+        """A page of ``seg`` is committed (``seg.part`` carries its new resume point and done
+        flag; a split, with the segment it was cut from)."""
+        with self._lock:
+            span = self._spans[seg.span]
+            seg.busy = False
+            if not span.reached:
+                span.reached = True
+                self._reached += 1
+            if seg.parent is not None:
+                seg.parent.busy = False
+                seg.parent = None
+            if keys:
+                seg.listed += len(keys)
+                span.listed += len(keys)
+                seg.first = seg.first or keys[0]
+                seg.last = keys[-1]
+                if len(span.keys) < SHAPE_KEYS:
+                    span.keys += [_rel(k, span.prefix) for k in keys[:SHAPE_KEYS - len(span.keys)]]
+                    span.shape = KeyShape.learn(span.keys)
+                span.low = keys[0] if span.low is None else min(span.low, keys[0])
+                span.high = keys[-1] if span.high is None else max(span.high, keys[-1])
+                if seg.listed > 1 and seg.first is not None:
+                    width = self._number(span, seg.last) - self._number(span, seg.first)
+                    seg.density = (seg.listed - 1) / width if width > 0 else seg.density
+                seg.page = min(FULL_PAGE, seg.page * 2)
+            if seg.part.done:
+                self._open -= 1
+            self._push(span)
+
+
+__all__ = ["FIRST_PAGE", "FULL_PAGE", "Planner", "Segment"]
