@@ -55,10 +55,11 @@ class KeyShape:
     alphabets: tuple[str, ...]
 
     @classmethod
-    def learn(cls, keys: Iterable[str]) -> KeyShape:
+    def learn(cls, keys: Iterable[str], seen: list[set[str]] | None = None) -> KeyShape:
         """The shape of ``keys`` (relative to the span's prefix): one alphabet a position, as
-        long as the longest key (at most :data:`MAX_POSITIONS`)."""
-        seen: list[set[str]] = []
+        long as the longest key (at most :data:`MAX_POSITIONS`). ``seen``: the characters seen
+        at each position so far, updated in place (a shape learnt page by page)."""
+        seen = [] if seen is None else seen
         for key in keys:
             for i, c in enumerate(key[:MAX_POSITIONS]):
                 if i == len(seen):

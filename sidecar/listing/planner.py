@@ -37,6 +37,7 @@ from __future__ import annotations
 import heapq
 import random
 import threading
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from epochfs.sidecar.listing.keyshape import KeyShape
@@ -52,8 +53,8 @@ MAX_SEGMENTS_PER_SPAN = 32
 """Open segments a span is split into at most."""
 MAX_SEGMENTS = 20_000
 """Open segments of the whole listing at most (each is a row of the index)."""
-SHAPE_KEYS = 2000
-"""Keys of a span kept to learn its shape."""
+SHAPE_KEYS = 1000
+"""Keys of a span its shape is learnt from at most."""
 
 
 @dataclass
@@ -87,12 +88,16 @@ class _Span:
     prefix: str
     segments: list[Segment] = field(default_factory=list)
     listed: int = 0
-    keys: list[str] = field(default_factory=list)
+    learnt: int = 0
+    """Keys its shape was learnt from."""
+    seen: list[set[str]] = field(default_factory=list)
     shape: KeyShape | None = None
     low: str | None = None
     """The smallest and largest key listed in the span: its known extent."""
     high: str | None = None
     version: int = 0
+    rest: float = 0.0
+    """Keys estimated left in its open segments when it was last queued (:meth:`Planner._push`)."""
     reached: bool = False
     """Its first page is committed."""
 
@@ -115,6 +120,9 @@ class Planner:
         self._next_part = max((p.part for p in parts), default=-1) + 1
         self._open = 0
         self._reached = 0
+        self._listed = 0
+        self._rest = 0.0
+        """The sum of the spans' ``rest``: what :meth:`progress` shows without a pass over them."""
         for p in parts:
             if not p.done:
                 span = _Span(len(self._spans), p.prefix)
@@ -247,31 +255,29 @@ class Planner:
                 width += seg.listed / seg.density
         return listed / width if width > 0 else None
 
-    def progress(self, page: tuple[Segment, int] | None = None) -> dict[str, int | bool]:
+    def progress(self, pages: Sequence[tuple[Segment, int]] = ()) -> dict[str, int | bool]:
         """What this run of the listing knows, as status shows it: keys listed (every shard's),
         keys estimated in all (listed plus the estimates of what is left, where spans have
         estimates; a span not reached yet counts as its first page), spans reached of all.
-        ``page``: a segment's page of that many keys about to be committed, counted in."""
+        ``pages``: pages of segments of that many keys about to be committed, counted in."""
         with self._lock:
-            listed = sum(s.listed for s in self._spans) + (page[1] if page else 0)
-            reached = self._reached + (page is not None and not self._spans[page[0].span].reached)
-            left = 0.0
-            for span in self._spans:
-                if not span.reached:
-                    left += FIRST_PAGE
-                    continue
-                left += sum(self._left(span, seg) or 0.0 for seg in span.segments)
+            listed = self._listed + sum(n for _, n in pages)
+            reached = self._reached + len({seg.span for seg, _ in pages
+                                           if not self._spans[seg.span].reached})
+            left = self._rest + FIRST_PAGE * (len(self._spans) - self._reached)
             return {"listed": listed, "estimated": listed + round(left), "spans": len(self._spans),
                     "spans_reached": reached, "first_round": reached == len(self._spans)}
 
     def _push(self, span: _Span) -> None:
         """Queue ``span`` by its priority: an unknown end first, then the least listed share."""
-        if not any(s.open for s in span.segments):
+        left = [self._left(span, s) for s in span.segments if s.open]
+        rest = sum(x or 0.0 for x in left)
+        self._rest += rest - span.rest
+        span.rest = rest
+        if not left:
             return
         span.version += 1
         unbounded = any(s.open and s.part.stop is None for s in span.segments)
-        left = [self._left(span, s) for s in span.segments if s.open]
-        rest = sum(x or 0.0 for x in left)
         total = span.listed + rest
         share = span.listed / total if total > 0 else 0.0
         heapq.heappush(self._heap, (0 if unbounded else 1, share, -rest, span.version, span.id))
@@ -292,11 +298,13 @@ class Planner:
             if keys:
                 seg.listed += len(keys)
                 span.listed += len(keys)
+                self._listed += len(keys)
                 seg.first = seg.first or keys[0]
                 seg.last = keys[-1]
-                if len(span.keys) < SHAPE_KEYS:
-                    span.keys += [_rel(k, span.prefix) for k in keys[:SHAPE_KEYS - len(span.keys)]]
-                    span.shape = KeyShape.learn(span.keys)
+                if span.learnt < SHAPE_KEYS:  # every 8th key of a page, its first and its last
+                    sample = [*keys[::8], keys[-1]]
+                    span.learnt += len(sample)
+                    span.shape = KeyShape.learn((_rel(k, span.prefix) for k in sample), span.seen)
                 span.low = keys[0] if span.low is None else min(span.low, keys[0])
                 span.high = keys[-1] if span.high is None else max(span.high, keys[-1])
                 if seg.listed > 1 and seg.first is not None:

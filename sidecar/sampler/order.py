@@ -21,6 +21,7 @@ keys are still arriving.
 from __future__ import annotations
 
 import logging
+import sqlite3
 import time
 from collections import deque
 from collections.abc import Callable
@@ -145,11 +146,20 @@ class FetchOrder:
         return rows
 
     def _record_offered(self) -> None:
+        """At most once a second, and only while a listing adds keys (nothing is owed otherwise):
+        a record that cannot be written (a full disk) is tried again later, as it only saves a
+        restart from leaving owed keys for the next pass."""
         value, at = self._offered_recorded
         now = time.monotonic()
-        if value != self._offered and now - at >= OFFERED_EVERY:
+        if value == self._offered or now - at < OFFERED_EVERY or not self.listing():
+            return
+        self._offered_recorded = (value, now)
+        try:
             self.store.record_offered_upto(self._offered)
-            self._offered_recorded = (self._offered, now)
+        except (OSError, sqlite3.Error) as e:
+            log.debug("could not record how far the pass offered the catalog: %s", e)
+            return
+        self._offered_recorded = (self._offered, now)
 
     def _refill(self) -> bool:
         wait = LISTING_WAIT if self.listing() else EXHAUSTED_WAIT

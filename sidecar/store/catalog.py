@@ -199,6 +199,18 @@ class Part:
 
 
 @dataclass(frozen=True)
+class PageRows:
+    """One listed page as the catalog takes it: its part (with its new resume point), its rows,
+    the skips it counted, earlier keys found to be folders, and the part it was split off."""
+
+    part: Part
+    rows: list[CatalogRow]
+    skips: int
+    clashes: list[str]
+    cut_from: Part | None = None
+
+
+@dataclass(frozen=True)
 class ListingState:
     generation: int
     """The running (or last) listing's generation."""
@@ -250,35 +262,44 @@ class Listings:
 
     def commit_page(self, gen: int, part: Part, rows: list[CatalogRow], *, skips: int,
                     clashes: list[str], cut_from: Part | None = None, progress: str | None = None) -> int:
-        """Write one page's rows (marked seen by ``gen``) and the part's progress in one
-        transaction, so a restart resumes exactly after the last committed page. ``cut_from``:
-        the part ``part`` was split off (the listing's planner), whose new stop is written with
-        ``part``'s first page. ``progress``: what the listing knows (JSON, :data:`Meta.LISTING_PROGRESS`).
-        Returns the number of keys new to the catalog."""
-        new = 0
+        """One page (:meth:`commit_pages`); returns the number of keys new to the catalog."""
+        return self.commit_pages(gen, [PageRows(part, rows, skips, clashes, cut_from)], progress=progress)[0]
+
+    def commit_pages(self, gen: int, pages: list[PageRows], *, progress: str | None = None) -> list[int]:
+        """Write pages' rows (marked seen by ``gen``) and their parts' progress in one transaction,
+        so a restart resumes exactly after the last committed page of each part. A part split off
+        another (``cut_from``) is written with its first page, with the other's new stop.
+        ``progress``: what the listing knows (JSON, :data:`Meta.LISTING_PROGRESS`). Returns the
+        number of keys new to the catalog, a page each."""
+        news = []
         with self.ix.write() as db:
-            for r in rows:
-                cur = db.execute("UPDATE catalog SET size=?, version=?, seen=? WHERE key=?",
-                                 (r.size, r.version, gen, r.key))
-                if cur.rowcount == 0:
-                    db.execute("INSERT INTO catalog(key, path, sid, size, version, rank, seen) "
-                               "VALUES(?,?,?,?,?,?,?)", (r.key, r.key, r.sid, r.size, r.version, r.rank, gen))
-                    new += 1
-            for key in clashes:  # written with an earlier page: it is also a folder
-                if db.execute("UPDATE catalog SET skipped=1 WHERE key=?", (key,)).rowcount:
-                    self.ix.bump("skipped_total", 1)
-            for p in (part, cut_from) if cut_from is not None else (part,):
-                db.execute("INSERT INTO listing_parts(part, prefix, start, stop, after, done) "
-                           "VALUES(?,?,?,?,?,?) ON CONFLICT(part) DO UPDATE SET stop=excluded.stop, "
-                           "after=excluded.after, done=excluded.done",
-                           (p.part, p.prefix, p.start, p.stop, p.after, int(p.done)))
-            if skips:
-                self.ix.bump("listing_skips", skips)
+            for page in pages:
+                new = 0
+                for r in page.rows:
+                    cur = db.execute("UPDATE catalog SET size=?, version=?, seen=? WHERE key=?",
+                                     (r.size, r.version, gen, r.key))
+                    if cur.rowcount == 0:
+                        db.execute("INSERT INTO catalog(key, path, sid, size, version, rank, seen) "
+                                   "VALUES(?,?,?,?,?,?,?)",
+                                   (r.key, r.key, r.sid, r.size, r.version, r.rank, gen))
+                        new += 1
+                for key in page.clashes:  # written with an earlier page: it is also a folder
+                    if db.execute("UPDATE catalog SET skipped=1 WHERE key=?", (key,)).rowcount:
+                        self.ix.bump("skipped_total", 1)
+                for p in (page.part, page.cut_from) if page.cut_from is not None else (page.part,):
+                    db.execute("INSERT INTO listing_parts(part, prefix, start, stop, after, done) "
+                               "VALUES(?,?,?,?,?,?) ON CONFLICT(part) DO UPDATE SET stop=excluded.stop, "
+                               "after=excluded.after, done=excluded.done",
+                               (p.part, p.prefix, p.start, p.stop, p.after, int(p.done)))
+                if page.skips:
+                    self.ix.bump("listing_skips", page.skips)
+                news.append(new)
             if progress is not None:
                 self.ix.put(Meta.LISTING_PROGRESS, progress)
-            if new:
-                self.ix.put(Meta.CATALOG_OBJECTS, str(int(self.ix.get(Meta.CATALOG_OBJECTS) or 0) + new))
-        return new
+            if sum(news):
+                total = int(self.ix.get(Meta.CATALOG_OBJECTS) or 0) + sum(news)
+                self.ix.put(Meta.CATALOG_OBJECTS, str(total))
+        return news
 
     def finish(self, gen: int) -> tuple[int, int]:
         """The listing ``gen`` went to the end: drop the rows it did not see (keys deleted from the

@@ -56,9 +56,10 @@ def test_keys_listed_behind_the_cursor_are_owed_and_the_cache_converges_to_the_o
             store.add_catalog(_rows(batch, ranks))
             listed += batch
             _fetch(order, store, rng.randint(0, fetches), fetched)
-            # Catch-up: whenever the pass moves past rank r, every key listed so far up to r is in.
-            if fetched:
-                cursor = max(ranks[k] for k in fetched)
+            # Catch-up: once the pass has offered keys up to rank r (its queue drained), every key
+            # listed so far up to r is in.
+            if fetched and order._cursor is not None:
+                cursor = order._cursor  # the highest rank offered (queued or fetched)
                 behind = {k for k in listed if ranks[k] < cursor}
                 owed_now = behind - set(fetched)
                 _fetch(order, store, len(owed_now) + LISTING_REFILL, fetched)  # the queued, then the owed

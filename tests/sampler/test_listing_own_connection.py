@@ -48,10 +48,10 @@ def test_the_samplers_reads_answer_while_a_lister_holds_a_page_commit(
             made["lister"] = self
 
     held, gate = threading.Event(), threading.Event()
-    real = Listings.commit_page
+    real = Listings.commit_pages
     commits = [0]
 
-    def holding(self: Listings, *args: Any, **kwargs: Any) -> int:
+    def holding(self: Listings, *args: Any, **kwargs: Any) -> list[int]:
         commits[0] += 1  # one lister commits at a time (Lister._commit)
         if commits[0] == HELD_PAGE:
             with self.ix.write():  # what a commit holds: its connection's lock, SQLite's write lock
@@ -62,7 +62,7 @@ def test_the_samplers_reads_answer_while_a_lister_holds_a_page_commit(
     monkeypatch.setattr(command, "open_remote", lambda *a, **k: remote)
     monkeypatch.setattr(command, "Sampler", RecordingSampler)
     monkeypatch.setattr(command, "Lister", RecordingLister)
-    monkeypatch.setattr(Listings, "commit_page", holding)
+    monkeypatch.setattr(Listings, "commit_pages", holding)
     settings = settings_for(tmp_path / "c", "--capacity", "4Mi")
     thread, errors = start_recording(lambda: made.setdefault("rc", command.run_sample(settings)))
     try:
