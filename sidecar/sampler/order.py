@@ -20,6 +20,7 @@ keys are still arriving.
 
 from __future__ import annotations
 
+import heapq
 import logging
 import sqlite3
 import time
@@ -39,6 +40,18 @@ EXHAUSTED_WAIT = 1.0
 """Seconds before a catalog found empty of candidates is asked again."""
 LISTING_WAIT = 0.05
 """The same while a listing is adding keys (the first pages must be fetched at once)."""
+OWED_SCAN = 4096
+"""Rows looked at for owed keys in one refill at most (in the order they were listed)."""
+MAX_OWED = 200_000
+"""Owed keys held in memory at most (a heap by rank, ~150 bytes each); past it the listing's
+newer rows wait to be looked at."""
+LEAD = 8.0
+"""While a listing runs, the pass goes no further up the order than LEAD times the share of the
+whole (estimated) dataset it has fetched, plus :data:`PACE_START` keys' worth: it fetches what
+is listed at no more than LEAD times a fair sample's rate, instead of all of the first keys
+listed. Once the listing has seen 1/LEAD of the dataset the pace no longer holds it back."""
+PACE_START = 1000
+"""Keys the pace allows before any is fetched (so epoch 0 has samples within seconds)."""
 OFFERED_EVERY = 1.0
 """Seconds between records of how far the pass has offered the catalog's rows (a restart goes on
 looking for owed rows from there: at most this much of the listing is looked at twice)."""
@@ -54,6 +67,12 @@ class FetchOrder:
         self._busy = busy
         self._inflight = inflight
         self._queue: deque[tuple[int, Candidate]] = deque()
+        self._owed: list[tuple[int, str, int, Candidate]] = []
+        """Snapshot mode: keys owed to the pass (listed after its cursor passed their rank),
+        a heap by rank: the lowest first, so what is fetched of them is a uniform sample of
+        them whatever order they were listed in."""
+        self._handed = 0
+        """Keys handed out in this pass (the pace's count)."""
         self._cursor: int | None = None if schedule_mode else store.resume_rank()
         """Snapshot mode: the highest rank offered in this pass; a restart goes on where the last
         run was."""
@@ -76,11 +95,18 @@ class FetchOrder:
         while True:
             if self._queue and self.stale():
                 self._queue.clear()
+            while self._owed:
+                cand = heapq.heappop(self._owed)[3]
+                if not self._busy(cand.key):
+                    self.owed += 1
+                    self._handed += 1
+                    return cand
             while self._queue:
                 rank, cand = self._queue.popleft()
                 if not self.schedule_mode and (self._cursor is None or rank > self._cursor):
                     self._cursor = rank  # an owed key lies behind the cursor: it stays
                 if not self._busy(cand.key):
+                    self._handed += 1
                     return cand
             if not self._refill():
                 return None
@@ -129,21 +155,39 @@ class FetchOrder:
         return 0 if self._cursor is None else self.store.last_catalog_row()
 
     def _snapshot_rows(self) -> list[tuple[int, Candidate]]:
-        limit = LISTING_REFILL if self.listing() else REFILL
-        got = self.store.refill(cursor=self._cursor, offered_upto=self._offered, limit=limit)
-        rows = got.rows
-        self.owed += got.owed
+        listing = self.listing()
+        room = MAX_OWED - len(self._owed)
+        limit = LISTING_REFILL if listing else REFILL
+        pace = self._pace() if listing else None
+        got = self.store.refill(cursor=self._cursor, offered_upto=self._offered,
+                                owed_limit=min(OWED_SCAN, room), walk_limit=0 if self._owed else limit,
+                                walk_below=pace)
+        for rank, rowid, cand in got.owed:
+            heapq.heappush(self._owed, (rank, cand.key, rowid, cand))
         self._offered = got.offered_upto
-        if not rows and self._cursor is not None:
+        rows = got.walk
+        if not rows and not got.owed and self._cursor is not None and not self._owed and pace is None:
             self._cursor = None
-            got = self.store.refill(cursor=None, offered_upto=self._offered, limit=limit)
-            rows, self._offered = got.rows, got.offered_upto
+            self._handed = 0
+            got = self.store.refill(cursor=None, offered_upto=self._offered, owed_limit=0, walk_limit=limit)
+            rows, self._offered = got.walk, got.offered_upto
             if [r for r in rows if not self._busy(r[1].key)]:
                 self.passes += 1
                 log.info("pass %d over the catalog done; starting again from the front "
                          "(samples evicted since are fetched again)", self.passes)
         self._record_offered()
         return rows
+
+    def _pace(self) -> int | None:
+        """The highest rank the pass may walk to while the listing runs (None: no limit)."""
+        known = self.store.listing_known()
+        estimated = known.get("estimated_objects")
+        if known.get("complete") or not estimated:
+            return None
+        share = LEAD * (self._handed + self._inflight() + PACE_START) / max(1, int(estimated))
+        if share >= 1.0:
+            return None
+        return int(share * 2**64) - 2**63
 
     def _record_offered(self) -> None:
         """At most once a second, and only while a listing adds keys (nothing is owed otherwise):
@@ -154,8 +198,10 @@ class FetchOrder:
         if value == self._offered or now - at < OFFERED_EVERY or not self.listing():
             return
         self._offered_recorded = (value, now)
+        # Owed keys held in memory are lost with a stop: a restart looks at their rows again.
+        upto = min([self._offered, *(rowid - 1 for _, _, rowid, _ in self._owed)])
         try:
-            self.store.record_offered_upto(self._offered)
+            self.store.record_offered_upto(upto)
         except (OSError, sqlite3.Error) as e:
             log.debug("could not record how far the pass offered the catalog: %s", e)
             return
@@ -167,7 +213,7 @@ class FetchOrder:
             return False
         rows = self._schedule_rows() if self.schedule_mode else self._snapshot_rows()
         rows = [r for r in rows if not self._busy(r[1].key)]
-        if not rows:
+        if not rows and not self._owed:
             self._exhausted_at = time.monotonic()
             return False
         self._exhausted_at = None

@@ -19,8 +19,19 @@ import threading
 import time
 from collections.abc import Iterable, Iterator
 from pathlib import Path
+from typing import Any
 
-from epochfs.sidecar.store import catalog, checkup, epochs, eviction, integrity, journal, objectscan, recovery
+from epochfs.sidecar.store import (
+    catalog,
+    checkup,
+    epochs,
+    eviction,
+    integrity,
+    journal,
+    objectscan,
+    recovery,
+    stats,
+)
 from epochfs.sidecar.store.handle import IndexHandle
 from epochfs.sidecar.store.index import INDEX_NAME, Index, Meta, is_corruption
 from epochfs.sidecar.store.objects import ObjectFiles
@@ -191,9 +202,16 @@ class Store:
     def candidates(self, *, after_rank: int | None, limit: int) -> list[tuple[int, Candidate]]:
         return catalog.candidates(self._ix, after_rank=after_rank, limit=limit)
 
-    def refill(self, *, cursor: int | None, offered_upto: int, limit: int) -> catalog.Refill:
-        """The snapshot-mode pass's next candidates, owed rows first (:func:`.catalog.refill`)."""
-        return catalog.refill(self._ix, cursor=cursor, offered_upto=offered_upto, limit=limit)
+    def refill(self, *, cursor: int | None, offered_upto: int, owed_limit: int, walk_limit: int,
+               walk_below: int | None = None) -> catalog.Refill:
+        """The snapshot-mode pass's owed rows and next candidates (:func:`.catalog.refill`)."""
+        return catalog.refill(self._ix, cursor=cursor, offered_upto=offered_upto, owed_limit=owed_limit,
+                              walk_limit=walk_limit, walk_below=walk_below)
+
+    def listing_known(self) -> dict[str, Any]:
+        """How much of the dataset the listing has covered (:func:`.stats.listing_known`)."""
+        with self._ix.read() as db:
+            return stats.listing_known(self._ix, db, int(self._ix.get(Meta.CATALOG_OBJECTS) or 0))
 
     def offered_upto(self) -> int | None:
         """Where the last run's pass had offered every catalog row (None: never recorded)."""

@@ -63,17 +63,19 @@ def _candidates(
 class Refill:
     """One read of the snapshot-mode fetch order (:func:`refill`)."""
 
-    rows: list[tuple[int, Candidate]]
-    """(rank, candidate): the owed rows first (in rank order), then the walk's."""
-    owed: int
-    """How many of ``rows`` are owed: listed after the cursor had passed their rank."""
+    owed: list[tuple[int, int, Candidate]]
+    """(rank, rowid, candidate) of the rows owed to the pass: listed after its cursor had passed
+    their rank (in the order they were listed)."""
+    walk: list[tuple[int, Candidate]]
+    """(rank, candidate): the walk's next rows above the cursor, in rank order."""
     offered_upto: int
-    """Every catalog row up to this rowid has now been offered in this pass (or is above the
-    cursor, where the walk will find it): the next refill looks for owed rows after it."""
+    """Every catalog row up to this rowid has now been offered in this pass (as owed, or above
+    the cursor, where the walk will find it): the next refill looks for owed rows after it."""
 
 
-def refill(ix: Index, *, cursor: int | None, offered_upto: int, limit: int) -> Refill:
-    """The next candidates of a snapshot-mode pass: first the rows **owed** to it, then the walk.
+def refill(ix: Index, *, cursor: int | None, offered_upto: int, owed_limit: int, walk_limit: int,
+           walk_below: int | None = None) -> Refill:
+    """The rows **owed** to a snapshot-mode pass, then (``walk_limit``) the walk's next rows.
 
     The pass walks the rank order of the keys listed so far, ``cursor`` being the highest rank it
     has offered. A key listed after the walk passed its rank is owed: without this it would wait
@@ -82,29 +84,35 @@ def refill(ix: Index, *, cursor: int | None, offered_upto: int, limit: int) -> R
     in the order they enter the catalog (SQLite's rowid: a new row takes the highest plus one), so
     the rows inserted since the last refill are those after ``offered_upto``; of them, those at or
     below the cursor are owed. The owed rows and the walk are read in one transaction, so a row
-    is offered once per pass, by one or the other. While more owed rows remain than ``limit``,
-    the walk waits: a pass's sample is every listed key up to its cursor before it goes further,
-    and once the listing is complete the cache holds exactly the first keys of the whole order.
+    is offered once per pass, by one or the other; when ``owed_limit`` rows are owed the walk
+    waits for the next refill. ``walk_below``: the walk goes no higher than this rank (the fetch
+    order's pace while a listing runs).
     """
     walk_from = -(2**63) if cursor is None else cursor
     op = ">=" if cursor is None else ">"
     select = "SELECT c.rowid, c.rank, c.key, c.sid, c.size, c.version"
+    top_rank = 2**63 - 1 if walk_below is None else walk_below
     with ix.read() as db:
         top = int(db.execute("SELECT COALESCE(MAX(rowid), 0) FROM catalog").fetchone()[0])
         # A relist that dropped the newest rows lets new ones take lower numbers again.
         upto = min(offered_upto, top)
         owed = []
+        walk_ok = walk_limit > 0
         if cursor is not None and top > upto:
-            owed = db.execute(f"{select} {_UNFETCHED} AND c.rowid > ? AND c.rank <= ? "
-                              "ORDER BY c.rowid LIMIT ?", (upto, cursor, limit)).fetchall()
-            if len(owed) >= limit:
-                top = int(owed[-1][0])
-        walk = [] if len(owed) >= limit else db.execute(
-            f"{select} {_UNFETCHED} AND c.rank {op} ? ORDER BY c.rank, c.key LIMIT ?",
-            (walk_from, limit - len(owed))).fetchall()
-    owed.sort(key=lambda r: (int(r[1]), str(r[2])))
-    rows = [(int(r[1]), Candidate(str(r[2]), str(r[3]), int(r[4]), str(r[5]))) for r in owed + walk]
-    return Refill(rows, len(owed), top)
+            if owed_limit > 0:
+                owed = db.execute(f"{select} {_UNFETCHED} AND c.rowid > ? AND c.rank <= ? "
+                                  "ORDER BY c.rowid LIMIT ?", (upto, cursor, owed_limit)).fetchall()
+            if owed_limit <= 0 or len(owed) >= owed_limit:
+                # Rows after these are not looked at yet (some may be owed): no walk past them.
+                top = int(owed[-1][0]) if owed else upto
+                walk_ok = False
+        walk = db.execute(
+            f"{select} {_UNFETCHED} AND c.rank {op} ? AND c.rank <= ? ORDER BY c.rank, c.key LIMIT ?",
+            (walk_from, top_rank, walk_limit)).fetchall() if walk_ok else []
+    return Refill([(int(r[1]), int(r[0]), Candidate(str(r[2]), str(r[3]), int(r[4]), str(r[5])))
+                   for r in owed],
+                  [(int(r[1]), Candidate(str(r[2]), str(r[3]), int(r[4]), str(r[5]))) for r in walk],
+                  top)
 
 
 def last_row(ix: Index) -> int:
@@ -161,7 +169,7 @@ def count_skip(ix: Index, n: int = 1) -> None:
         ix.bump("skipped_total", n)
 
 
-FIRST_ROUND_WAIT = 10.0
+FIRST_ROUND_WAIT = 4.0
 """Seconds from a listing's start that the first epoch waits for a page of every folder."""
 
 

@@ -101,3 +101,33 @@ def test_a_restarted_order_still_fetches_what_was_owed(tmp_path: Path) -> None:
     assert sorted(more) == [f"k{i:03d}" for i in range(1, 600, 2)]
     assert restarted.owed >= 44 and restarted.passes == 0
     store.close()
+
+
+def test_while_listing_the_pass_goes_up_the_order_no_faster_than_its_pace(tmp_path: Path) -> None:
+    """A listing that has seen 100 keys of an estimated 100,000: the pass fetches only the listed
+    keys within LEAD times a fair sample's share of the order (plus PACE_START keys' worth), not
+    all of the first keys listed; once the listing is complete, the rest."""
+    from epochfs.sidecar.sampler.order import LEAD, PACE_START
+    from epochfs.sidecar.store.catalog import Part
+
+    store = Store(tmp_path / "cache", create=True)
+    store.configure(Policy(capacity=1 << 30, keep_epochs=2, min_samples=1, in_use_seconds=60.0))
+    listings = store.listings()
+    gen = listings.begin([Part(0, "", "", None)], "list")
+    step = 2**64 // 100
+    keys = [f"k{i:03d}" for i in range(100)]
+    rows = [CatalogRow(k, sid_of(k), 10, "v", rank=-(2**63) + i * step + 1) for i, k in enumerate(keys)]
+    listings.commit_page(gen, Part(0, "", "", None, after="k099"), rows, skips=0, clashes=[],
+                         progress='{"listed": 100, "estimated": 100000, "spans": 1, "spans_reached": 1}')
+    order = FetchOrder(store=store, schedule_mode=False, busy=lambda key: False, inflight=lambda: 0,
+                       listing=lambda: True)
+    fetched: list[str] = []
+    with mock.patch("epochfs.sidecar.sampler.order.LISTING_WAIT", 0.0):
+        _fetch(order, store, 100, fetched)
+    share = LEAD * (len(fetched) + PACE_START) / 100_000
+    assert 0 < len(fetched) <= int(share * 100) + 1, fetched
+    assert fetched == keys[:len(fetched)]
+    listings.finish(gen)  # the listing is complete: no pace
+    with mock.patch("epochfs.sidecar.sampler.order.LISTING_WAIT", 0.0):
+        _fetch(order, store, 100, fetched)
+    assert sorted(fetched) == keys
