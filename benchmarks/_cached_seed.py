@@ -35,7 +35,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from epochfs.benchmarks._synthetic_data import Dataset
+from epochfs.benchmarks._synthetic_data import Bucket, Dataset
 from epochfs.benchmarks._synthetic_xml import list_page
 from epochfs.sidecar.listing.lister import Lister
 from epochfs.sidecar.listing.sources import PagedSource
@@ -60,7 +60,7 @@ class BucketRemote:
     """The synthetic bucket's ListObjectsV2 pages in process: what ``S3Remote.list_page`` returns
     against the endpoint serving the same :class:`Dataset`, without the HTTP round trip."""
 
-    def __init__(self, data: Dataset) -> None:
+    def __init__(self, data: Bucket) -> None:
         self.data = data
         self.pages = 0
 

@@ -42,7 +42,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, fields, replace
 from typing import Any, NamedTuple
 
-from epochfs.benchmarks._synthetic_data import Dataset
+from epochfs.benchmarks._synthetic_data import Dataset, SortedKeys
 
 SHAPES = ("equal", "skewed", "nested", "many", "flat", "mixed")
 DEFAULTS: dict[str, dict[str, float]] = {
@@ -206,9 +206,9 @@ class KeySpace:
         f = self.folders[i]
         return f"{f.path}{f.stem}-{pos - self.starts[i]:0{self.width}d}{f.ext}"
 
-    def keys(self) -> _Keys:
+    def keys(self) -> SortedKeys:
         """The sorted keys as a sequence (computed on access), for bisection."""
-        return _Keys(self)
+        return SortedKeys(self)
 
     def position(self, key: str) -> int | None:
         """The position of ``key``, or None when the bucket has no such key."""
@@ -259,21 +259,6 @@ class KeySpace:
 
     def etag(self, key: str) -> str:
         return self._bodies.etag(key)
-
-
-class _Keys(Sequence[str]):
-    """A key space's sorted keys as a read-only sequence (``bisect`` works on it)."""
-
-    def __init__(self, space: KeySpace) -> None:
-        self.space = space
-
-    def __len__(self) -> int:
-        return self.space.count
-
-    def __getitem__(self, pos: Any) -> Any:
-        if isinstance(pos, slice):
-            return [self.space.key(i) for i in range(*pos.indices(len(self)))]
-        return self.space.key(pos + len(self) if pos < 0 else pos)
 
 
 def build(name: str, keys: int, **params: Any) -> KeySpace:

@@ -102,10 +102,19 @@ class Dataset:
         return str(md5.hexdigest())
 
 
-class _Keys(Sequence[str]):
-    """The dataset's sorted keys as a read-only sequence (``bisect`` works on it)."""
+class Positional(Protocol):
+    """A bucket whose sorted keys are computed from their positions."""
 
-    def __init__(self, dataset: Dataset) -> None:
+    @property
+    def count(self) -> int: ...
+
+    def key(self, pos: int) -> str: ...
+
+
+class _Keys(Sequence[str]):
+    """A bucket's sorted keys as a read-only sequence (``bisect`` works on it)."""
+
+    def __init__(self, dataset: Positional) -> None:
         self.dataset = dataset
 
     def __len__(self) -> int:
@@ -121,4 +130,7 @@ class _Keys(Sequence[str]):
         return self.dataset.key(pos)
 
 
-__all__ = ["Bucket", "Dataset"]
+__all__ = ["Bucket", "Dataset", "Positional", "SortedKeys"]
+
+SortedKeys = _Keys
+"""The sequence of a :class:`Positional` bucket's keys (shared by the key spaces)."""

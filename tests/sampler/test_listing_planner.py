@@ -79,7 +79,7 @@ def _tv(a: Counter[str], b: Counter[str]) -> float:
 def test_half_way_through_the_listed_keys_follow_the_folders_sizes_and_spread_in_each() -> None:
     """Folders of skewed sizes (one of 6,000 keys, a few of hundreds, many of a dozen), the large
     ones anywhere in key order. Stopped once half the keys are listed: the listed mix is close to
-    the folders' sizes (TV 0.04-0.11 in runs), and the big folder's listed names reach across it,
+    the folders' sizes (TV 0.107 with one lister), and the big folder's listed names reach across it,
     not its first names. (Before the planner, half way through held every smaller folder whole and
     the big one's first 2,000 names: TV 0.26, two thirds of its names unreached.)"""
     rng = random.Random(7)
@@ -87,7 +87,9 @@ def test_half_way_through_the_listed_keys_follow_the_folders_sizes_and_spread_in
     rng.shuffle(sizes)
     keys = sorted(f"train/class-{f:03d}/sample-{i * 7:08d}.bin"
                   for f, n in enumerate(sizes) for i in range(n))
-    got, _, complete = _listed(keys, page=1000, threads=2, stop_at=0.5)
+    # One lister: with several, which spans' pages are in flight when the count passes half way
+    # depends on the machine's load (TV 0.06-0.13 with two, 0.18 once under a loaded suite).
+    got, _, complete = _listed(keys, page=1000, threads=1, stop_at=0.5)
     assert not complete
     folder = lambda k: k.split("/")[1]  # noqa: E731
     whole, listed = Counter(map(folder, keys)), Counter(map(folder, got))
