@@ -53,6 +53,10 @@ MAX_SEGMENTS_PER_SPAN = 32
 """Open segments a span is split into at most."""
 MAX_SEGMENTS = 20_000
 """Open segments of the whole listing at most (each is a row of the index)."""
+OPEN_END_REACH = 3.0
+"""A span whose end is not found yet is guessed to reach this many times its known extent past
+it: a span read from its start is usually far from its end (a guess too small lets the fetch
+order's pace, which divides by the estimated whole, take too much of the first keys listed)."""
 SHAPE_KEYS = 1000
 """Keys of a span its shape is learnt from at most."""
 
@@ -225,12 +229,13 @@ class Planner:
         after = seg.part.after or seg.part.start
         return self._number(span, after) if after else 0
 
-    def _horizon(self, span: _Span) -> int:
-        """As far again as the span's known extent: where the gallop reads next."""
+    def _horizon(self, span: _Span, reach: float = 1.0) -> int:
+        """``reach`` times the span's known extent past its end: where the gallop reads next
+        (as far again), or how far an open end is guessed to go (:data:`OPEN_END_REACH`)."""
         if span.low is None or span.high is None:
             return self._number(span, None)
         low, high = self._number(span, span.low), self._number(span, span.high)
-        return high + (high - low) + 1
+        return high + int((high - low) * reach) + 1
 
     def _left(self, span: _Span, seg: Segment) -> float | None:
         """Keys estimated left in ``seg`` (None: nothing known); an open end counts as far as
@@ -242,7 +247,7 @@ class Planner:
         density = seg.density if seg.density is not None else self._span_density(span)
         if density is None:
             return None
-        hi = min(self._number(span, seg.part.stop), self._horizon(span))
+        hi = min(self._number(span, seg.part.stop), self._horizon(span, OPEN_END_REACH))
         return max(0.0, density * (hi - self._after_number(span, seg)))
 
     @staticmethod
@@ -258,13 +263,17 @@ class Planner:
     def progress(self, pages: Sequence[tuple[Segment, int]] = ()) -> dict[str, int | bool]:
         """What this run of the listing knows, as status shows it: keys listed (every shard's),
         keys estimated in all (listed plus the estimates of what is left, where spans have
-        estimates; a span not reached yet counts as its first page), spans reached of all.
+        estimates; a span not reached yet as the reached ones on average), spans reached of all.
         ``pages``: pages of segments of that many keys about to be committed, counted in."""
         with self._lock:
             listed = self._listed + sum(n for _, n in pages)
             reached = self._reached + len({seg.span for seg, _ in pages
                                            if not self._spans[seg.span].reached})
-            left = self._rest + FIRST_PAGE * (len(self._spans) - self._reached)
+            # A span not reached yet counts as the reached ones do on average (as its first page
+            # before any is): the whole is guessed from the part seen, not from a page a span.
+            unreached = len(self._spans) - self._reached
+            each = (self._listed + self._rest) / self._reached if self._reached else FIRST_PAGE
+            left = self._rest + each * unreached
             return {"listed": listed, "estimated": listed + round(left), "spans": len(self._spans),
                     "spans_reached": reached, "first_round": reached == len(self._spans)}
 

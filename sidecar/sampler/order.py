@@ -28,6 +28,7 @@ from collections import deque
 from collections.abc import Callable
 
 from epochfs.sidecar.store import Candidate, Meta, Store
+from epochfs.sidecar.store.catalog import FIRST_ROUND_WAIT
 
 log = logging.getLogger("epochfs.sampler")
 
@@ -45,7 +46,7 @@ OWED_SCAN = 4096
 MAX_OWED = 200_000
 """Owed keys held in memory at most (a heap by rank, ~150 bytes each); past it the listing's
 newer rows wait to be looked at."""
-LEAD = 8.0
+LEAD = 4.0
 """While a listing runs, the pass goes no further up the order than LEAD times the share of the
 whole (estimated) dataset it has fetched, plus :data:`PACE_START` keys' worth: it fetches what
 is listed at no more than LEAD times a fair sample's rate, instead of all of the first keys
@@ -184,6 +185,8 @@ class FetchOrder:
         estimated = known.get("estimated_objects")
         if known.get("complete") or not estimated:
             return None
+        if not known.get("first_round") and time.time() - known.get("began", 0) < FIRST_ROUND_WAIT:
+            return -(2**63)  # the first round of pages first: the first folders listed are not the sample
         share = LEAD * (self._handed + self._inflight() + PACE_START) / max(1, int(estimated))
         if share >= 1.0:
             return None

@@ -69,5 +69,5 @@ def listing_known(ix: Index, db: sqlite3.Connection, catalog: int) -> dict[str, 
     covered = min(1.0, listed / estimated) if estimated > 0 else 0.0
     return {"complete": False, "covered": round(covered, 4), "listed": listed, "estimated": estimated,
             "spans": int(known.get("spans", 0)), "spans_reached": int(known.get("spans_reached", 0)),
-            "first_round": bool(known.get("first_round", False)),
+            "first_round": bool(known.get("first_round", False)), "began": float(known.get("began", 0)),
             "estimated_objects": round(catalog / covered) if covered > 0 else None}

@@ -131,3 +131,31 @@ def test_while_listing_the_pass_goes_up_the_order_no_faster_than_its_pace(tmp_pa
     with mock.patch("epochfs.sidecar.sampler.order.LISTING_WAIT", 0.0):
         _fetch(order, store, 100, fetched)
     assert sorted(fetched) == keys
+
+
+def test_while_the_first_round_of_pages_runs_the_pass_waits_for_it(tmp_path: Path) -> None:
+    """The first keys listed are the first folders' first pages: the pass fetches nothing until
+    every folder has a page listed (or the wait's bound has passed), then goes on."""
+    import json
+    import time
+
+    from epochfs.sidecar.store.catalog import Part
+
+    store = Store(tmp_path / "cache", create=True)
+    store.configure(Policy(capacity=1 << 30, keep_epochs=2, min_samples=1, in_use_seconds=60.0))
+    listings = store.listings()
+    gen = listings.begin([Part(0, "a/", "", None), Part(1, "b/", "", None)], "list")
+    keys = [f"a/{i:03d}" for i in range(10)]
+    known = {"listed": 10, "estimated": 20, "spans": 2, "spans_reached": 1, "first_round": False,
+             "began": time.time()}
+    listings.commit_page(gen, Part(0, "a/", "", None, after="a/009"), _rows(keys, {k: 0 for k in keys}),
+                         skips=0, clashes=[], progress=json.dumps(known))
+    order = FetchOrder(store=store, schedule_mode=False, busy=lambda key: False, inflight=lambda: 0,
+                       listing=lambda: True)
+    with mock.patch("epochfs.sidecar.sampler.order.LISTING_WAIT", 0.0):
+        assert order.next() is None  # folder b/ has no page yet
+        known.update(spans_reached=2, first_round=True)
+        listings.commit_page(gen, Part(1, "b/", "", None), [], skips=0, clashes=[],
+                             progress=json.dumps(known))
+        got = order.next()
+    assert got is not None and got.key.startswith("a/")

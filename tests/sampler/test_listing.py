@@ -21,6 +21,7 @@ from epochfs.sidecar.catalog import build_catalog
 from epochfs.sidecar.config import SamplerSettings
 from epochfs.sidecar.listing import Lister, ListingThread, source_for
 from epochfs.sidecar.sampler import Sampler
+from epochfs.sidecar.sampler import order as order_module
 from epochfs.sidecar.status import render
 from epochfs.sidecar.store import Meta, Store
 from epochfs.sidecar.store import catalog as catalog_module
@@ -199,9 +200,11 @@ def test_epochfs_relist_asks_the_running_listing_thread(tmp_path: Path) -> None:
 
 
 def test_the_first_epoch_waits_for_a_page_of_every_folder_and_status_shows_the_listing(
-        tmp_path: Path) -> None:
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """While one folder's first page has not come, the first cut waits (the fetched keys are from
     the other three folders); status shows the listing's coverage and the folders reached."""
+    monkeypatch.setattr(catalog_module, "FIRST_ROUND_WAIT", 60.0)
+    monkeypatch.setattr(order_module, "FIRST_ROUND_WAIT", 0.0)  # the fetches do not wait here
     remote = PagedMemoryRemote(class_objects(), page=10)
     held = remote.hold["train/fox/"] = threading.Event()
     settings = settings_for(tmp_path / "c", "--capacity", "4Mi")
@@ -223,6 +226,7 @@ def test_the_first_epoch_waits_for_a_page_of_every_folder_and_status_shows_the_l
 def test_the_first_epochs_wait_for_the_first_round_is_bounded(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(catalog_module, "FIRST_ROUND_WAIT", 0.5)
+    monkeypatch.setattr(order_module, "FIRST_ROUND_WAIT", 0.5)
     remote = PagedMemoryRemote(class_objects(), page=10)
     held = remote.hold["train/fox/"] = threading.Event()
     settings = settings_for(tmp_path / "c", "--capacity", "4Mi")
