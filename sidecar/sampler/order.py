@@ -10,12 +10,14 @@ through ``busy``.
 
 While the listing runs (``listing`` says so), snapshot mode draws from what is listed so far: the
 cursor walks the rank order of the listed keys, and a key listed later with a rank behind the
-cursor is **owed** to the pass: it is fetched before the cursor moves on (:func:`.catalog.refill`),
-never left for the next pass. So at any moment the pass has fetched (or is fetching) every listed
-key up to its cursor, a uniform sample of what is listed, and once the listing is complete the
-cache converges to exactly the first keys of the whole order. Schedule mode waits for the first
-complete listing: its windows are positions in the order of the whole catalog, which move while
-keys are still arriving.
+cursor is **owed** to the pass: owed keys are fetched, lowest rank first, before the cursor moves
+on (:func:`.catalog.refill`), never left for the next pass; once the listing is complete the cache
+converges to exactly the first keys of the whole order. The walk is paced while the listing runs
+(:meth:`FetchOrder._pace`): nothing until the listing's first round has a page of every folder,
+then no faster than :data:`LEAD` times a fair sample's share of the estimated whole, so the first
+keys listed do not make up the early epochs (docs/sampler.md, "A fair sample while the listing
+runs"). Schedule mode waits for the first complete listing: its windows are positions in the order
+of the whole catalog, which move while keys are still arriving.
 """
 
 from __future__ import annotations
