@@ -169,7 +169,7 @@ def count_skip(ix: Index, n: int = 1) -> None:
         ix.bump("skipped_total", n)
 
 
-FIRST_ROUND_WAIT = 4.0
+FIRST_ROUND_WAIT = 3.0
 """Seconds from a listing's start that the first epoch waits for a page of every folder."""
 
 
