@@ -28,8 +28,9 @@ split cuts a segment in two that exactly partition it (the lower keeps the keys 
 point, the upper lists after it), committed with the upper one's first page; so no key is listed
 twice or left out whatever the estimates say (``tests/sampler/test_listing_planner.py`` checks
 that over random key spaces). While a split's first page is read, the segment it was cut from
-waits, and a failed page undoes the split. A restart takes each remaining segment as a span of
-its own (the estimates live in memory).
+waits; a failed page ends the listing run, and the next run starts from what the index holds (a
+split not committed never happened). A restart takes each remaining segment as a span of its own
+(the estimates live in memory).
 """
 
 from __future__ import annotations
@@ -77,9 +78,7 @@ class Segment:
     busy: bool = False
     parent: Segment | None = None
     """Set while this is a split whose first page is not committed yet: the segment it was cut
-    from (which waits meanwhile) ..."""
-    parent_stop: str | None = None
-    """... and that segment's stop before the split (restored if the page fails)."""
+    from (which waits meanwhile)."""
 
     @property
     def open(self) -> bool:
@@ -201,24 +200,12 @@ class Planner:
         # A gallop's page asks as many keys as the next of the segment would (a span that keeps
         # finding keys further out is large: its pages grow as if it were read straight on).
         child = Segment(part, span.id, page=seg.page if seg.part.stop is None else FIRST_PAGE,
-                        density=seg.density, parent=seg, parent_stop=seg.part.stop)
+                        density=seg.density, parent=seg)
         seg.part.stop = key + "\x00"
         seg.busy = True  # until the split is committed
         span.segments.append(child)
         self._open += 1
         return child
-
-    def release(self, seg: Segment) -> None:
-        """A page of ``seg`` failed: it is read again later (a split is undone)."""
-        with self._lock:
-            span = self._spans[seg.span]
-            seg.busy = False
-            if seg.parent is not None:
-                seg.parent.part.stop = seg.parent_stop
-                seg.parent.busy = False
-                span.segments.remove(seg)
-                self._open -= 1
-            self._push(span)
 
     # ------------------------------------------------------------------ estimates
     def _number(self, span: _Span, key: str | None) -> int:
