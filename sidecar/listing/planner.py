@@ -54,6 +54,9 @@ MAX_SEGMENTS_PER_SPAN = 32
 """Open segments a span is split into at most."""
 MAX_SEGMENTS = 20_000
 """Open segments of the whole listing at most (each is a row of the index)."""
+GALLOP_REACH = 3.0
+"""How far past a span's known end the gallop reads, in times its known extent (so a span 1,000
+times its first page is bounded in 5 steps, not 10)."""
 OPEN_END_REACH = 3.0
 """A span whose end is not found yet is guessed to reach this many times its known extent past
 it: a span read from its start is usually far from its end (a guess too small lets the fetch
@@ -170,7 +173,7 @@ class Planner:
             return None
         tail = next((s for s in free if s.part.stop is None), None)
         if tail is not None:  # the span's end is unknown: gallop
-            seg, point = tail, self._horizon(span)
+            seg, point = tail, self._horizon(span, GALLOP_REACH)
         else:
             seg = max(free, key=lambda s: self._left(span, s) or 0.0)
             left = self._left(span, seg) or 0.0
