@@ -360,14 +360,15 @@ class EpochTree:
         """The relative paths of every folder, ``""`` the epoch's own (a view, nothing copied)."""
         return Dirs(self)
 
-    def manifest(self) -> bytes:
+    def manifest(self, header: str = "") -> bytes:
         """The manifest as plain bytes (:meth:`packed_manifest`, inflated whole)."""
-        return bytes(self.packed_manifest())
+        return bytes(self.packed_manifest(header))
 
-    def packed_manifest(self) -> PackedBytes:
+    def packed_manifest(self, header: str = "") -> PackedBytes:
         """The manifest of the files shown (skipped paths left out), in the layout's format, kept
         compressed: the epoch's files read again (``reread``), filtered by what the build showed,
-        and formatted a batch at a time, so neither the rows nor the text are ever held whole."""
+        and formatted a batch at a time, so neither the rows nor the text are ever held whole.
+        ``header``: more fields of the header line (``\tname=value``...)."""
         if self._reread is None:
             raise ValueError("this tree was built from a one-shot iterable: no manifest")
         out = PackedWriter()
@@ -393,4 +394,5 @@ class EpochTree:
         if count != len(shown):
             raise NotFound(f"epoch {self.epoch} changed since its tree was built")
         flush()
-        return out.finish(f"{MANIFEST_MAGIC}\tepoch={self.epoch}\tfiles={files}\tbytes={total}\n".encode())
+        return out.finish(f"{MANIFEST_MAGIC}\tepoch={self.epoch}\tfiles={files}\tbytes={total}{header}\n"
+                          .encode())

@@ -135,6 +135,12 @@ class Manifest:
     sizes: list[int]
     checksums: list[str]
     total_bytes: int
+    listed: int | None = None
+    """Keys of this node's shard the sidecar's listing had seen when the epoch was cut (header
+    ``listed=``; None when the header does not say)."""
+    estimated: int | None = None
+    """About how many keys the remote holds for this shard, as estimated then (``estimated=``):
+    an epoch cut while ``listed`` is far below it samples the part listed so far."""
 
     @property
     def entries(self) -> tuple[ManifestEntry, ...]:
@@ -203,7 +209,8 @@ def parse_manifest(text: str, *, source: str, epoch: int | None = None) -> Manif
         raise ManifestError(f"{source}: header says files={fields['files']}, found {len(paths)} lines")
     if total != fields["bytes"]:
         raise ManifestError(f"{source}: header says bytes={fields['bytes']}, entries sum to {total}")
-    return Manifest(epoch=fields["epoch"], paths=paths, sizes=sizes, checksums=checksums, total_bytes=total)
+    return Manifest(epoch=fields["epoch"], paths=paths, sizes=sizes, checksums=checksums, total_bytes=total,
+                    listed=fields.get("listed"), estimated=fields.get("estimated"))
 
 
 def _raise_bad_line(body: list[str], source: str) -> None:

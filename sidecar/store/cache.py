@@ -211,7 +211,7 @@ class Store:
     def listing_known(self) -> dict[str, Any]:
         """How much of the dataset the listing has covered (:func:`.stats.listing_known`)."""
         with self._ix.read() as db:
-            return stats.listing_known(self._ix, db, int(self._ix.get(Meta.CATALOG_OBJECTS) or 0))
+            return stats.listing_known(db, int(self._ix.get(Meta.CATALOG_OBJECTS) or 0))
 
     def offered_upto(self) -> int | None:
         """Where the last run's pass had offered every catalog row (None: never recorded)."""

@@ -32,6 +32,7 @@ from epochfs.sidecar.store.index import Index, is_busy
 from epochfs.sidecar.store.objects import object_name
 from epochfs.sidecar.store.records import EpochInfo, FileEntry, Policy
 from epochfs.sidecar.store.snapshot import newest_within
+from epochfs.sidecar.store.stats import known_at_cut
 from epochfs.sidecar.store.windows import FILES_IN_WINDOW, WINDOW_KEYS, members, record
 from epochfs.sidecar.store.windows import window as window  # the store's schedule_window asks here
 
@@ -117,8 +118,9 @@ def _insert_epoch(db: sqlite3.Connection, policy: Policy, n: int) -> None:
         bounds = record(db, policy, n, max_all) or bounds
     db.execute(
         "INSERT INTO epochs(n, cut_at, samples, bytes, new, evicted, max_sample, last_read, "
-        "first_sample, lo_rank, lo_key, hi_rank, hi_key) VALUES(?,?,0,0,0,0,?,?,?,?,?,?,?)",
-        (n, now, max_all, 0.0, first, *bounds),
+        "first_sample, lo_rank, lo_key, hi_rank, hi_key, listed, estimated) "
+        "VALUES(?,?,0,0,0,0,?,?,?,?,?,?,?,?,?)",
+        (n, now, max_all, 0.0, first, *bounds, *known_at_cut(db)),
     )
     if first is None:
         samples, nbytes = members(db, n) if bounds[1] is not None else _listed(db, n)
@@ -310,8 +312,10 @@ def next_number(ix: Index) -> int:
 
 def listing(ix: Index) -> list[EpochInfo]:
     """The live (visible) epochs, oldest first."""
-    rows = ix.query("SELECT n, samples, bytes, new, evicted, cut_at FROM epochs WHERE retired=0 ORDER BY n")
-    return [EpochInfo(int(a), int(b), int(c), int(d), int(e), float(f)) for a, b, c, d, e, f in rows]
+    rows = ix.query("SELECT n, samples, bytes, new, evicted, cut_at, listed, estimated FROM epochs "
+                    "WHERE retired=0 ORDER BY n")
+    return [EpochInfo(int(a), int(b), int(c), int(d), int(e), float(f), g, h)
+            for a, b, c, d, e, f, g, h in rows]
 
 
 FILE_CHUNK = 20_000

@@ -34,6 +34,7 @@ from epochfs.sidecar.store.schema import (
     migrate_1_to_2,
     migrate_2_to_3,
     migrate_3_to_4,
+    migrate_4_to_5,
     migrate_epochs_2_to_3,
 )
 
@@ -202,6 +203,7 @@ class Index:
             migrate_2_to_3(db)
             migrate_epochs_2_to_3(db)
             migrate_3_to_4(db)
+            migrate_4_to_5(db)
             self.put(Meta.SCHEMA_VERSION, str(SCHEMA_VERSION))
 
     @staticmethod

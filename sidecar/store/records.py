@@ -155,6 +155,10 @@ class EpochInfo:
     new: int
     evicted: int
     cut_at: float
+    listed: int | None = None
+    """Keys of this shard the listing had seen when the epoch was cut (None: not recorded)."""
+    estimated: int | None = None
+    """About how many keys the remote held for this shard, as the listing estimated then."""
 
 
 @dataclass(frozen=True)

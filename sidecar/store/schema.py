@@ -13,7 +13,7 @@ import sqlite3
 from epochfs.sidecar.store.meta import Meta
 from epochfs.sidecar.store.records import SIZE_ONLY
 
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 
 SCHEMA = """  -- statements split at semicolons: none inside a comment
 CREATE TABLE IF NOT EXISTS meta (name TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -67,7 +67,9 @@ CREATE TABLE IF NOT EXISTS epochs (
     lo_rank INTEGER,               -- set (schema 4): a schedule-mode window, the samples with
     lo_key TEXT,                   -- (lo_rank, lo_key) <= (rank, key) <= (hi_rank, hi_key) and
     hi_rank INTEGER,               -- id <= max_sample, less its rows in epoch_excluded
-    hi_key TEXT
+    hi_key TEXT,
+    listed INTEGER,                -- (schema 5) keys of this shard listed when it was cut, and
+    estimated INTEGER              -- about how many the remote holds for it (NULL: not known)
 );
 -- Only epochs that are neither a range of the admission order nor a window (windows cut by schema
 -- 3 or by a store whose samples' ranks disagree with the catalog's, epochs cut by schema 2) have
@@ -159,6 +161,15 @@ def migrate_3_to_4(db: sqlite3.Connection) -> None:
         if name not in columns:
             db.execute(f"ALTER TABLE epochs ADD COLUMN {name} {kind}")
     db.execute(SAMPLES_RANK_INDEX)
+
+
+def migrate_4_to_5(db: sqlite3.Connection) -> None:
+    """Epochs record how much of the dataset the listing had seen when they were cut (their
+    manifest's header says it): two columns, NULL for the epochs already cut."""
+    columns = {str(r[1]) for r in db.execute("PRAGMA table_info(epochs)")}
+    for name in ("listed", "estimated"):
+        if name not in columns:
+            db.execute(f"ALTER TABLE epochs ADD COLUMN {name} INTEGER")
 
 
 def _put(db: sqlite3.Connection, key: Meta, value: str) -> None:

@@ -25,13 +25,14 @@ def read_stats(ix: Index, policy: Policy) -> Stats:
         # "1" was written by epochfs before the reason was recorded.
         reason = {"0": "", "1": "cache full"}.get(ix.get(Meta.BACKPRESSURE) or "", ix.get(Meta.BACKPRESSURE))
         catalog = int(ix.get(Meta.CATALOG_OBJECTS) or 0)
-        listing = listing_known(ix, db, catalog)
+        listing = listing_known(db, catalog)
         pending = [int(r[0]) for r in db.execute("SELECT n FROM cut_requests ORDER BY n")]
         epochs = [
             {"epoch": int(a), "samples": int(b), "bytes": int(c), "new": int(d),
-             "evicted": int(e), "cut_at": float(f)}
-            for a, b, c, d, e, f in db.execute(
-                "SELECT n, samples, bytes, new, evicted, cut_at FROM epochs WHERE retired=0 ORDER BY n"
+             "evicted": int(e), "cut_at": float(f), "listed": g, "estimated": h}
+            for a, b, c, d, e, f, g, h in db.execute(
+                "SELECT n, samples, bytes, new, evicted, cut_at, listed, estimated FROM epochs "
+                "WHERE retired=0 ORDER BY n"
             )
         ]
     return Stats(
@@ -51,18 +52,23 @@ def read_stats(ix: Index, policy: Policy) -> Stats:
     )
 
 
-def listing_known(ix: Index, db: sqlite3.Connection, catalog: int) -> dict[str, Any]:
+def _meta(db: sqlite3.Connection, key: Meta) -> str | None:
+    row = db.execute("SELECT value FROM meta WHERE name=?", (key.value,)).fetchone()
+    return None if row is None else str(row[0])
+
+
+def listing_known(db: sqlite3.Connection, catalog: int) -> dict[str, Any]:
     """How much of the dataset the listing has covered, so a user can tell an early epoch (cut
     from the first keys listed) from a representative one: ``complete``; while it runs, keys
     ``listed`` of about ``estimated`` in the remote (every shard's, from the listing's estimates),
     ``covered`` (their ratio), folders (``spans``) reached, and this shard's ``estimated_objects``."""
     running = db.execute("SELECT 1 FROM listing_parts WHERE done=0 LIMIT 1").fetchone() is not None
     if not running:
-        complete = ix.get(Meta.LISTING_COMPLETE) is not None
+        complete = _meta(db, Meta.LISTING_COMPLETE) is not None
         return {"complete": complete, "covered": 1.0 if complete else 0.0,
                 "estimated_objects": catalog if complete else None}
     try:
-        known = json.loads(ix.get(Meta.LISTING_PROGRESS) or "{}")
+        known = json.loads(_meta(db, Meta.LISTING_PROGRESS) or "{}")
     except ValueError:
         known = {}
     listed, estimated = int(known.get("listed", 0)), int(known.get("estimated", 0))
@@ -71,3 +77,13 @@ def listing_known(ix: Index, db: sqlite3.Connection, catalog: int) -> dict[str, 
             "spans": int(known.get("spans", 0)), "spans_reached": int(known.get("spans_reached", 0)),
             "first_round": bool(known.get("first_round", False)), "began": float(known.get("began", 0)),
             "estimated_objects": round(catalog / covered) if covered > 0 else None}
+
+
+def known_at_cut(db: sqlite3.Connection) -> tuple[int | None, int | None]:
+    """(keys of this shard listed, about how many the remote holds for it): what an epoch cut now
+    records, and its manifest's header says; (None, None) before anything is listed."""
+    catalog = int(_meta(db, Meta.CATALOG_OBJECTS) or 0)
+    estimated = listing_known(db, catalog).get("estimated_objects")
+    if not catalog:
+        return None, None
+    return catalog, max(catalog, int(estimated)) if estimated is not None else catalog
