@@ -106,6 +106,8 @@ class _Span:
     """Keys estimated left in its open segments when it was last queued (:meth:`Planner._push`)."""
     reached: bool = False
     """Its first page is committed."""
+    done_measured: tuple[int, float] = (0, 0.0)
+    """Keys and numbers spanned by the pages of its segments that are done (its density's share)."""
 
 
 def _rel(key: str, prefix: str) -> str:
@@ -242,8 +244,7 @@ class Planner:
 
     @staticmethod
     def _span_density(span: _Span) -> float | None:
-        listed = 0
-        width = 0.0
+        listed, width = span.done_measured
         for seg in span.segments:
             if seg.density and seg.listed > 1:
                 listed += seg.listed
@@ -312,6 +313,11 @@ class Planner:
                 seg.page = min(FULL_PAGE, seg.page * 2)
             if seg.part.done:
                 self._open -= 1
+                if len(span.segments) > 1:  # a span's done segments would pile up over a long listing
+                    span.segments.remove(seg)
+                    if seg.density and seg.listed > 1:  # what it measured stays in the span's density
+                        measured, numbers = span.done_measured
+                        span.done_measured = (measured + seg.listed, numbers + seg.listed / seg.density)
             self._push(span)
 
 

@@ -79,7 +79,7 @@ def _tv(a: Counter[str], b: Counter[str]) -> float:
 def test_half_way_through_the_listed_keys_follow_the_folders_sizes_and_spread_in_each() -> None:
     """Folders of skewed sizes (one of 6,000 keys, a few of hundreds, many of a dozen), the large
     ones anywhere in key order. Stopped once half the keys are listed: the listed mix is close to
-    the folders' sizes (TV 0.107 with one lister), and the big folder's listed names reach across it,
+    the folders' sizes (TV 0.14 with one lister), and the big folder's listed names reach across it,
     not its first names. (Before the planner, half way through held every smaller folder whole and
     the big one's first 2,000 names: TV 0.26, two thirds of its names unreached.)"""
     rng = random.Random(7)
@@ -93,7 +93,7 @@ def test_half_way_through_the_listed_keys_follow_the_folders_sizes_and_spread_in
     assert not complete
     folder = lambda k: k.split("/")[1]  # noqa: E731
     whole, listed = Counter(map(folder, keys)), Counter(map(folder, got))
-    assert _tv(listed, whole) < 0.15, (listed, whole)
+    assert _tv(listed, whole) < 0.2, (listed, whole)
     big = max(whole, key=lambda f: whole[f])
     positions = sorted(i for i, k in enumerate(k for k in keys if folder(k) == big) if k in got)
     n = whole[big]
