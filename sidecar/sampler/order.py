@@ -31,6 +31,7 @@ from collections.abc import Callable
 
 from epochfs.sidecar.store import Candidate, Meta, Store
 from epochfs.sidecar.store.catalog import FIRST_ROUND_WAIT
+from epochfs.sidecar.store.stats import awaits_first_round
 
 log = logging.getLogger("epochfs.sampler")
 
@@ -187,7 +188,7 @@ class FetchOrder:
         estimated = known.get("estimated_objects")
         if known.get("complete") or not estimated:
             return None
-        if not known.get("first_round") and time.time() - known.get("began", 0) < FIRST_ROUND_WAIT:
+        if awaits_first_round(known, FIRST_ROUND_WAIT):
             return -(2**63)  # the first round of pages first: the first folders listed are not the sample
         share = LEAD * (self._handed + self._inflight() + PACE_START) / max(1, int(estimated))
         if share >= 1.0:

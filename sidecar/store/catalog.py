@@ -9,14 +9,13 @@ row: a complete relist drops the rows it did not see.
 
 from __future__ import annotations
 
-import json
 import sqlite3
-import time
 from collections.abc import Iterable
 from dataclasses import dataclass
 
 from epochfs.sidecar.store.index import Index, Meta
 from epochfs.sidecar.store.records import Candidate, CatalogRow
+from epochfs.sidecar.store.stats import awaits_first_round, listing_known
 
 
 def add(ix: Index, rows: Iterable[CatalogRow]) -> int:
@@ -180,16 +179,7 @@ def first_round_pending(db: sqlite3.Connection) -> bool:
     second one, in random order: docs/sampler.md)."""
     if db.execute("SELECT 1 FROM epochs LIMIT 1").fetchone() is not None:
         return False
-    if db.execute("SELECT 1 FROM listing_parts WHERE done=0 LIMIT 1").fetchone() is None:
-        return False
-    row = db.execute("SELECT value FROM meta WHERE name=?", (Meta.LISTING_PROGRESS.value,)).fetchone()
-    try:
-        known = json.loads(row[0]) if row else {}
-    except ValueError:
-        return False
-    if known.get("first_round") or not known.get("began"):
-        return False
-    return time.time() - float(known["began"]) < FIRST_ROUND_WAIT
+    return awaits_first_round(listing_known(db, 0), FIRST_ROUND_WAIT)
 
 
 # ---------------------------------------------------------------------------- listings

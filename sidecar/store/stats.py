@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import sqlite3
+import time
 from typing import Any
 
 from epochfs.sidecar.store.index import Index, Meta
@@ -77,6 +78,14 @@ def listing_known(db: sqlite3.Connection, catalog: int) -> dict[str, Any]:
             "spans": int(known.get("spans", 0)), "spans_reached": int(known.get("spans_reached", 0)),
             "first_round": bool(known.get("first_round", False)), "began": float(known.get("began", 0)),
             "estimated_objects": round(catalog / covered) if covered > 0 else None}
+
+
+def awaits_first_round(known: dict[str, Any], wait: float) -> bool:
+    """True while the running listing of ``known`` (:func:`listing_known`) has not read a page of
+    every folder and began less than ``wait`` seconds ago: the first epoch and the fetches wait
+    for that round (docs/sampler.md)."""
+    began = float(known.get("began") or 0.0)
+    return known.get("first_round") is False and began > 0 and time.time() - began < wait
 
 
 def known_at_cut(db: sqlite3.Connection) -> tuple[int | None, int | None]:
