@@ -183,7 +183,10 @@ class FetchOrder:
         return rows
 
     def _pace(self) -> int | None:
-        """The highest rank the pass may walk to while the listing runs (None: no limit)."""
+        """The highest rank the pass may walk to while the first listing runs (None: no limit;
+        a relist adds to a catalog that was complete: the pass knows the dataset whole)."""
+        if self.store.meta(Meta.LISTING_COMPLETE) is not None:
+            return None
         known = self.store.listing_known()
         estimated = known.get("estimated_objects")
         if known.get("complete") or not estimated:

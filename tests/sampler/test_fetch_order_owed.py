@@ -159,3 +159,30 @@ def test_while_the_first_round_of_pages_runs_the_pass_waits_for_it(tmp_path: Pat
                              progress=json.dumps(known))
         got = order.next()
     assert got is not None and got.key.startswith("a/")
+
+
+def test_a_relist_does_not_pace_the_pass(tmp_path: Path) -> None:
+    """A relist runs over a complete catalog: its first pages make the estimate of the whole
+    huge (listed / covered), but the pass must go on at full speed, not at a fair sample's pace
+    of a dataset it already knows whole."""
+    from epochfs.sidecar.store.catalog import Part
+
+    store = Store(tmp_path / "cache", create=True)
+    store.configure(Policy(capacity=1 << 30, keep_epochs=2, min_samples=1, in_use_seconds=60.0))
+    listings = store.listings()
+    keys = [f"k{i:03d}" for i in range(100)]
+    step = 2**64 // 100
+    rows = [CatalogRow(k, sid_of(k), 10, "v", rank=-(2**63) + i * step + 1) for i, k in enumerate(keys)]
+    gen = listings.begin([Part(0, "", "", None)], "list")
+    listings.commit_page(gen, Part(0, "", "", None, after="k099", done=True), rows, skips=0, clashes=[])
+    listings.finish(gen)
+    relist = listings.begin([Part(0, "", "", None)], "list")  # a relist: one page of 1,000 seen
+    listings.commit_page(relist, Part(0, "", "", None, after="k000"), rows[:1], skips=0, clashes=[],
+                         progress='{"listed": 1, "estimated": 100000, "spans": 1, "spans_reached": 1}')
+    order = FetchOrder(store=store, schedule_mode=False, busy=lambda key: False, inflight=lambda: 0,
+                       listing=lambda: True)
+    fetched: list[str] = []
+    with mock.patch("epochfs.sidecar.sampler.order.LISTING_WAIT", 0.0):
+        _fetch(order, store, 100, fetched)
+    assert fetched == keys
+    store.close()
