@@ -27,6 +27,7 @@ import logging
 import random
 import threading
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from itertools import islice
 from typing import Protocol
@@ -45,6 +46,20 @@ MAX_FOLDER_SPANS = 10_000
 listing's first round then reads a page of every folder, in random order (:mod:`.planner`)."""
 DESCEND = 4
 """Levels of single folders descended through (``data/train/``) before the key space is cut."""
+EXPAND_UNDER = 64
+"""Fewer folders than this at the level found: each is looked into, and one that holds only
+folders is replaced by them (level by level, up to DESCEND levels), so that the class folders
+inside ``train/`` beside ``arrays/``, or the videos of ten class folders, are spans of their
+own: the listing's first round reads a page of each and its planner covers each in proportion,
+where one span over ``train/`` read its classes in whatever order its splits fell (the
+fairness benchmark's ``mixed``: one class 80% listed while two had a page)."""
+EXPAND_LISTS = 64
+"""Folders looked into at most (one small LIST page each, more for a folder of many folders)."""
+LOOK_THREADS = 8
+"""Folders looked into at once (each look is a LIST request's round trip)."""
+PROBE_KEYS = 100
+"""Keys and folders asked in the first page of a look into a folder (a folder of files shows
+it at once, without a full page of them)."""
 DISCOVERY_RETRY = (0.5, 30.0)
 """First and longest bound of the full-jitter pause before a throttled page that finds the
 folders is read again (as the ``--index`` header's, :data:`.indexfile.HEADER_RETRY`)."""
@@ -104,11 +119,11 @@ class PagedSource:
         self.rng = rng or random.Random()
         self._probe: list[RemoteObject] | None = None
 
-    def _discover(self, prefix: str, *, token: str | None = None,
-                  delimiter: bool = False) -> tuple[list[RemoteObject], list[str], str | None]:
+    def _discover(self, prefix: str, *, token: str | None = None, delimiter: bool = False,
+                  max_keys: int = 1000) -> tuple[list[RemoteObject], list[str], str | None]:
         """One page that finds the spans, read again while the store throttles it."""
         return while_throttled(
-            lambda: self.remote.list_page(prefix, token=token, delimiter=delimiter),
+            lambda: self.remote.list_page(prefix, token=token, delimiter=delimiter, max_keys=max_keys),
             stop=self.stop, rng=self.rng, bounds=DISCOVERY_RETRY, log=log,
             what=f"finding the folders under {prefix or 'the root'!r}")
 
@@ -146,11 +161,49 @@ class PagedSource:
             # Nothing but these folders: each is listed under its own prefix, so the store ends a
             # folder's last page at the folder's end (a range would ask one more page whenever a
             # folder's keys fill whole pages: it cannot know the next key is past its stop).
-            return [Span(folder, "", None) for folder in folders]
+            return [Span(folder, "", None) for folder in self._expand(folders)]
         step = -(-len(folders) // self.max_spans)
         starts = ["", *folders[step::step]]
         return [Span(prefix, start, starts[i + 1] if i + 1 < len(starts) else None)
                 for i, start in enumerate(starts)]
+
+    def _subfolders(self, prefix: str) -> list[str] | None:
+        """The folders that ``prefix`` holds, when it holds nothing else and no more than
+        DISCOVERY_PAGES pages of them (else None)."""
+        folders: list[str] = []
+        token: str | None = None
+        for page in range(DISCOVERY_PAGES):
+            objects, prefixes, token = self._discover(prefix, token=token, delimiter=True,
+                                                      max_keys=PROBE_KEYS if page == 0 else 1000)
+            if any(o.key != prefix for o in objects):
+                return None
+            folders += prefixes
+            if token is None:
+                return folders or None
+        return None
+
+    def _expand(self, folders: list[str]) -> list[str]:
+        """``folders`` with those that hold only folders replaced by them, a whole level at a
+        time while there are fewer than :data:`EXPAND_UNDER`; in key order. A level is looked
+        into whole or not at all: classes looked into beside classes that are not would list
+        as many more first pages as they hold folders (the fairness benchmark's ``nested``, four
+        classes of ten looked into: those four were 80% listed while the others were 10%)."""
+        spans, frontier, looked = list(folders), list(folders), 0
+        for _ in range(DESCEND):
+            if len(spans) >= EXPAND_UNDER or looked + len(frontier) > EXPAND_LISTS:
+                break
+            looked += len(frontier)
+            with ThreadPoolExecutor(LOOK_THREADS, thread_name_prefix="discovery") as pool:
+                inside = dict(zip(frontier, pool.map(self._subfolders, frontier), strict=True))
+            deeper = [sub for subs in inside.values() if subs for sub in subs]
+            replaced = sum(1 for subs in inside.values() if subs)
+            if not deeper or len(spans) - replaced + len(deeper) > self.max_spans:
+                break
+            spans = [sub for folder in spans for sub in (inside.get(folder) or [folder])]
+            frontier = deeper
+        if len(spans) > len(folders):
+            log.info("listing %d folders found inside %d", len(spans), len(folders))
+        return spans
 
     def pages(self, span: Span, after: str) -> Iterator[Page]:
         probe, self._probe = self._probe, None

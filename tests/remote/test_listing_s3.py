@@ -75,15 +75,16 @@ def test_epochfs_index_reads_throttled_pages_again_and_writes_every_key_once(
     for name, value in s3_env("").items():
         monkeypatch.setenv(name, value)
     with SyntheticS3(data, list_latency=0) as s3:
-        # The remote is s3://bench/train: 1 the probe, 2 the folders, 3-5 a page per class.
-        s3.server.throttle_pages = {2, 4}
+        # The remote is s3://bench/train: 1 the probe, 2 the folders, 3-5 a look into each class
+        # (files: no folders inside), 6-8 a page per class.
+        s3.server.throttle_pages = {2, 7}
         out = tmp_path / "keys.jsonl.gz"
         assert main(["index", s3.url, "--endpoint-url", s3.endpoint, "--out", f"file://{out}"]) == 0
         lines = gzip.decompress(out.read_bytes()).splitlines()
         assert json.loads(lines[-1]) == {"end": True, "count": 2100}
         keys = [json.loads(x)["k"] for x in lines[1:-1]]
         assert keys == sorted(data.key(i)[len("train/"):] for i in range(2100))
-        assert s3.stats.snapshot()["list_pages"] == 5 + 2  # the two throttled pages asked again
+        assert s3.stats.snapshot()["list_pages"] == 8 + 2  # the two throttled pages asked again
 
 
 def write_index(path: Path, objects: list[RemoteObject], *, trailer: bool = True) -> str:

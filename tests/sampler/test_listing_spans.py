@@ -52,3 +52,45 @@ def test_a_single_top_folder_is_descended_through() -> None:
     spans, keys, _ = _list_all(remote, PagedSource(remote))
     assert spans == [Span("train/class-0/", "", None), Span("train/class-1/", "", None)]
     assert sorted(keys) == sorted(objects)
+
+
+def test_folders_of_folders_are_looked_into_so_each_class_is_a_span() -> None:
+    """``arrays/`` beside ``train/`` (class folders inside): one span over ``train/`` read its
+    classes in whatever order its splits fell; each class is a span of its own instead."""
+    objects = {f"arrays/{i:03d}.npy": b"x" for i in range(15)}
+    objects |= {f"train/class-{c}/{i:03d}.png": b"x" for c in range(3) for i in range(12)}
+    remote = PagedMemoryRemote(objects, page=10)
+    spans, keys, _ = _list_all(remote, PagedSource(remote))
+    assert spans == [Span("arrays/", "", None), *(Span(f"train/class-{c}/", "", None) for c in range(3))]
+    assert sorted(keys) == sorted(objects)
+
+
+def test_nested_folders_are_looked_into_level_by_level() -> None:
+    objects = {f"class-{c}/video-{v}/{i:02d}.bin": b"x"
+               for c in range(3) for v in range(2) for i in range(11)}
+    remote = PagedMemoryRemote(objects, page=10)
+    spans, keys, _ = _list_all(remote, PagedSource(remote))
+    assert spans == [Span(f"class-{c}/video-{v}/", "", None) for c in range(3) for v in range(2)]
+    assert sorted(keys) == sorted(objects)
+
+
+def test_a_folder_with_files_beside_its_folders_stays_one_span() -> None:
+    objects = {f"a/sub-{s}/{i}.bin": b"x" for s in range(2) for i in range(12)}
+    objects["a/readme.txt"] = b"beside"
+    objects |= {f"b/{i:02d}.bin": b"x" for i in range(12)}
+    remote = PagedMemoryRemote(objects, page=10)
+    spans, keys, _ = _list_all(remote, PagedSource(remote))
+    assert spans == [Span("a/", "", None), Span("b/", "", None)]
+    assert sorted(keys) == sorted(objects)
+
+
+def test_many_folders_are_not_looked_into() -> None:
+    """At EXPAND_UNDER folders or more, each is a span as found: no LIST request a folder."""
+    from epochfs.sidecar.listing.sources import EXPAND_UNDER
+
+    objects = {f"c{c:03d}/v{v}/{i}.bin": b"x"
+               for c in range(EXPAND_UNDER) for v in range(2) for i in range(2)}
+    remote = PagedMemoryRemote(objects, page=100)
+    spans = PagedSource(remote).spans()
+    assert spans == [Span(f"c{c:03d}/", "", None) for c in range(EXPAND_UNDER)]
+    assert remote.list_calls <= 2  # the probe of the root, the folders under it
