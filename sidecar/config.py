@@ -205,6 +205,10 @@ class SidecarSettings(SamplerSettings):
     kube_error_threshold: int = _opt("--kube-error-threshold",
                                      "remote errors within a minute that raise a RemoteErrors Event",
                                      default=20, parse=_positive_int)
+    termination_log: Path = _opt("--termination-log",
+                                 "file that gets the reason when the sidecar stops on a refused "
+                                 "setting, where it exists (Kubernetes shows it in kubectl describe pod)",
+                                 default=Path("/dev/termination-log"), parse=Path)
 
 
 T = TypeVar("T", bound=CacheSettings)

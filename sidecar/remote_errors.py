@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import asyncio
 import http.client
+import socket
 import ssl
 import xml.etree.ElementTree as ElementTree
 from collections.abc import Callable, Iterator
@@ -353,3 +354,28 @@ __all__ = [
     "stdlib_kind",
     "translate",
 ]
+
+
+def _library_kind(e: BaseException) -> Kind | None:
+    """botocore's verdict, else aiohttp's (each only where its library is installed)."""
+    for rule in (botocore_kind, aiohttp_kind):
+        try:
+            kind = rule(e)
+        except ImportError:
+            continue
+        if kind is not None:
+            return kind
+    return None
+
+
+def may_answer_later(exc: BaseException) -> bool:
+    """Whether a remote that failed as ``exc`` at the start may answer later: it could not be
+    reached (connection refused or reset, a timeout, a 5xx: a store still starting) or it asked
+    for fewer requests; not when it answered with a refusal (no such bucket, access denied), nor
+    when its host name does not resolve (a typo in ``--endpoint-url``), nor for an error no rule
+    knows. ``epochfs sample`` exits 1 for the first (the sidecar starts it again) and 2 for the
+    rest (the sidecar stops with the reason: docs/sidecar.md)."""
+    if any(isinstance(link, socket.gaierror) for link in _chain(exc)):
+        return False
+    failure = translate(exc, _library_kind)
+    return failure is not None and failure.retry

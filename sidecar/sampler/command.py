@@ -11,8 +11,11 @@ listing before fetching), an unfinished listing resumes, a new one starts; relis
 through a Store of their own (a second connection and lock), so that the fetch loop's reads never
 wait behind a page commit (docs/listing.md, "The listing and the fetches on one CPU").
 
-Exit status: 0 after a clean stop, 2 for bad settings (ConfigError), 1 when the node volume or the
-index fails (one log line; the next start repairs what it can, so a restart is not a crash loop).
+Exit status: 0 after a clean stop, 2 for bad settings (ConfigError: among them a remote that
+answers the first listing with a refusal, no such bucket or folder, access denied, or whose host
+does not resolve), 1 when the remote cannot be reached at the start (a store still starting:
+:func:`~epochfs.sidecar.remote_errors.may_answer_later`) or the node volume or the index fails
+(one log line; the next start repairs what it can, so a restart is not a crash loop).
 """
 
 from __future__ import annotations
@@ -33,6 +36,7 @@ from epochfs.sidecar.listing import CatalogReport, Lister, ListingThread
 from epochfs.sidecar.listing.indexfile import listing_source
 from epochfs.sidecar.redact import redact
 from epochfs.sidecar.remote import Remote, RemoteError, open_remote
+from epochfs.sidecar.remote_errors import may_answer_later
 from epochfs.sidecar.sampler.loop import STOP_GRACE, Sampler
 from epochfs.sidecar.signals import set_from_handler
 from epochfs.sidecar.store import Meta, Store, StoreError
@@ -117,7 +121,8 @@ def _check_capacity(settings: SamplerSettings, report: CatalogReport) -> None:
 
 
 def run_sample(settings: SamplerSettings) -> int:
-    """The ``epochfs sample`` command: 0 after a clean stop, 2 for bad settings, 1 on disk failure."""
+    """The ``epochfs sample`` command: 0 after a clean stop, 2 for bad settings, 1 on a failure
+    another start may not meet (the remote unreachable at the start, the disk)."""
     stop = threading.Event()
     old_signals = _install_signals(stop)
     try:
@@ -157,6 +162,10 @@ def run_sample(settings: SamplerSettings) -> int:
             if stop.is_set():  # SIGTERM while a throttled discovery page waited: a clean stop
                 log.info("stopped while finding the remote's folders (%s)", e)
                 return 0
+            if may_answer_later(e):
+                log.error("the remote cannot be reached now: %s (exit 1: the sidecar starts the "
+                          "sampler again after a backoff)", e)
+                return 1
             raise ConfigError(f"--remote: {e}") from None
         if prepared is None:
             log.info("catalog of %s keys complete: fetching at once (relist: %s)",

@@ -48,6 +48,12 @@ class Child:
     backoff: float = 0.0
     next_start: float = 0.0
     last_exit: int | None = None
+    last_ran: float = 0.0
+    """Seconds its last run lasted."""
+    last_error: str = ""
+    """Its last ``epochfs <command>: ...`` line: the reason the CLI gives when it exits 2."""
+    stop_on_refusal: bool = False
+    """An exit 2 at its start (its settings refused) stops the supervisor instead of a restart."""
     log_thread: threading.Thread | None = field(default=None, repr=False)
 
     @property
@@ -59,10 +65,14 @@ class Child:
         return self.proc.pid if self.proc is not None else None
 
 
-def _pump(name: str, stream: IO[bytes], sink: IO[str]) -> None:
-    """Copy a child's output to the supervisor's stderr, one prefixed line at a time."""
+def _pump(child: Child, stream: IO[bytes], sink: IO[str]) -> None:
+    """Copy a child's output to the supervisor's stderr, one prefixed line at a time (and keep its
+    last error line: the reason of an exit 2)."""
+    name = child.name
     for raw in iter(stream.readline, b""):
         line = raw.decode("utf-8", errors="replace").rstrip("\n")
+        if line.startswith("epochfs "):
+            child.last_error = line
         with contextlib.suppress(ValueError, OSError):
             sink.write(f"[{name}] {line}\n")
             sink.flush()
@@ -110,7 +120,7 @@ class ChildProcesses:
         child.started_at = time.monotonic()
         assert child.proc.stdout is not None
         child.log_thread = threading.Thread(
-            target=_pump, args=(child.name, child.proc.stdout, self.sink),
+            target=_pump, args=(child, child.proc.stdout, self.sink),
             name=f"epochfs-log-{child.name}", daemon=True,
         )
         child.log_thread.start()
@@ -132,6 +142,10 @@ class ChildProcesses:
         if self._metrics is not None:
             self._metrics.child_up.labels(child=child.name).set(0)
         child.proc = None
+        child.last_ran = ran
+        if child.stop_on_refusal and self.refused(child) is not None:
+            log.error("%s refused its settings (exit 2 after %.1fs): stopping", child.name, ran)
+            return True  # the supervisor stops on it (core.Supervisor.run): no restart
         if ran >= self.STABLE_AFTER:
             child.backoff = 0.0
         child.backoff = min(self.BACKOFF_MAX, max(self.BACKOFF_MIN, child.backoff * 2))
@@ -139,6 +153,17 @@ class ChildProcesses:
         log.warning("%s exited with status %s after %.1fs; restarting in %.1fs",
                     child.name, code, ran, child.backoff)
         return True
+
+    def refused(self, child: Child) -> str | None:
+        """The reason ``child`` gave for refusing its settings, when it exited 2 (the CLI's status
+        for a bad setting: no such bucket or folder, access denied, a bad flag) before it had run
+        :attr:`STABLE_AFTER` seconds; None otherwise. Restarting it would only say it again every
+        30 s: the supervisor stops instead (docs/sidecar.md)."""
+        if child.last_exit != 2 or child.last_ran >= self.STABLE_AFTER:
+            return None
+        if child.log_thread is not None:
+            child.log_thread.join(timeout=2)  # its last lines, the reason among them
+        return child.last_error or f"{child.name} exited with status 2"
 
     def _restart_due(self, child: Child) -> None:
         if child.proc is None and time.monotonic() >= child.next_start and not self._stop.is_set():

@@ -84,7 +84,8 @@ class Supervisor(HealthChecks, Observability):
             cache=settings.cache, mount=settings.mount, link_root=settings.link_root,
             warm_files=settings.warm_files, fuse_api=settings.fuse_api,
         )
-        self.sampler = Child("sampler", ["sample"], config.to_env(sampler_settings, SamplerSettings))
+        self.sampler = Child("sampler", ["sample"], config.to_env(sampler_settings, SamplerSettings),
+                             stop_on_refusal=True)
         self.fuse = Child("fuse", ["mount"], config.to_env(mount_settings, MountSettings))
         self.folder_view = settings.view == "folder"
         publish_settings = PublishSettings(cache=settings.cache, mount=settings.mount,
@@ -144,8 +145,11 @@ class Supervisor(HealthChecks, Observability):
             self._start(self.sampler)
             self._start(self.view)
             last_periodic = 0.0
+            refused: str | None = None
             while not self._stop.wait(self.tick):
-                self._reaped(self.sampler)
+                if self._reaped(self.sampler) and self.refused(self.sampler) is not None:
+                    refused = self.refused(self.sampler)
+                    break
                 self._restart_due(self.sampler)
                 if self.folder_view:
                     self._watch_publisher()
@@ -157,7 +161,11 @@ class Supervisor(HealthChecks, Observability):
                 if time.monotonic() - last_periodic >= 2.0:
                     last_periodic = time.monotonic()
                     self._periodic()
-            return self._shutdown()
+            status = self._shutdown()
+            if refused is not None:
+                write_termination_message(self.settings.termination_log, refused)
+                raise ConfigError(f"the sampler refused its settings, so the sidecar stops: {refused}")
+            return status
         finally:
             for s, handler in previous.items():
                 signal.signal(s, handler)
@@ -196,6 +204,15 @@ class Supervisor(HealthChecks, Observability):
             self._store.close()
         if self._multiproc_dir is not None:
             shutil.rmtree(self._multiproc_dir, ignore_errors=True)
+
+
+def write_termination_message(path: Path, text: str) -> None:
+    """Leave ``text`` where Kubernetes shows why the container stopped (``--termination-log``,
+    ``terminationMessagePath``'s default): only where that file exists, in a pod; nothing
+    elsewhere."""
+    if path.exists():
+        with contextlib.suppress(OSError):
+            path.write_text(text[:4096] + "\n")
 
 
 def run_sidecar(settings: SidecarSettings) -> int:

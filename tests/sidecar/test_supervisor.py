@@ -362,3 +362,26 @@ def test_probes_of_a_hung_mount_leave_one_thread_not_one_each(tmp_path: Path) ->
             os.kill(m.proc.pid, signal.SIGCONT)
         wait_until(lambda: probe(m.path, timeout=2) == "ok", timeout=10, what="the mount answering again")
     store.close()
+
+
+@pytest.mark.parametrize("remote", ["missing-folder", "missing-bucket"])
+def test_a_remote_the_sampler_refuses_stops_the_sidecar_with_the_reason(
+        s3: S3Server, tmp_path: Path, remote: str) -> None:
+    """A typo must not restart the sampler forever: the sampler exits 2 at its start (no such
+    folder, no such bucket), and the sidecar stops with exit 2, the sampler's reason on its last
+    line and in the termination message Kubernetes shows; nothing is left mounted."""
+    url = f"file://{tmp_path / 'no-such-folder'}" if remote == "missing-folder" else "s3://no-such-bucket"
+    term = tmp_path / "termination-log"
+    term.write_text("")
+    mount = tmp_path / "view"
+    argv = [*sidecar_argv(remote=url, endpoint=s3.endpoint, cache=tmp_path / "cache", mount=mount,
+                          port=free_port()), "--termination-log", str(term)]
+    env = {**os.environ, "AWS_ACCESS_KEY_ID": "x",
+           "AWS_SECRET_ACCESS_KEY": "x", "AWS_DEFAULT_REGION": "us-east-1"}
+    r = subprocess.run(argv, capture_output=True, text=True, timeout=60, env=env)
+    last = r.stderr.strip().splitlines()[-1]
+    assert r.returncode == 2, r.stderr[-2000:]
+    assert last.startswith("epochfs sidecar: the sampler refused its settings") and "--remote" in last, last
+    assert "restarting" not in r.stderr
+    assert "--remote" in term.read_text()
+    assert find_mount(mount) is None
