@@ -137,6 +137,16 @@ def test_pod_spec_is_consistent(rendered: dict[str, list[dict[str, Any]]]) -> No
             assert targets <= named, case
 
 
+def test_the_sidecar_says_why_it_stopped(rendered: dict[str, list[dict[str, Any]]]) -> None:
+    """A refused setting ends the sidecar with its reason in /dev/termination-log (the sidecar's
+    --termination-log default); any other end shows the log's last lines in kubectl describe pod."""
+    for case, objs in rendered.items():
+        spec = pod_spec(objs)
+        [car] = [c for c in spec.get("initContainers", []) + spec["containers"] if c["name"] == "epochfs"]
+        assert car["terminationMessagePolicy"] == "FallbackToLogsOnError", case
+        assert car.get("terminationMessagePath", "/dev/termination-log") == "/dev/termination-log", case
+
+
 def test_native_sidecar_starts_first_with_probes(rendered: dict[str, list[dict[str, Any]]]) -> None:
     spec = pod_spec(rendered["default"])
     assert [c["name"] for c in spec["initContainers"]] == ["epochfs"]

@@ -18,6 +18,9 @@ include it in its own pods.
 - name: epochfs
   image: {{ include "epochfs.image" $ctx }}
   imagePullPolicy: {{ $v.image.pullPolicy }}
+  # A refused setting (no such bucket, access denied) stops the sidecar with its reason in
+  # /dev/termination-log; any other end shows the log's last lines: kubectl describe pod.
+  terminationMessagePolicy: FallbackToLogsOnError
   {{- if $native }}
   restartPolicy: Always
   {{- else }}
