@@ -102,6 +102,8 @@ def render(stats: dict[str, Any], rate_values: dict[str, float] | None = None) -
             f"listing: {int(listing.get('listed', 0)):,} of about {int(listing.get('estimated', 0)):,} keys "
             f"seen ({100 * float(listing.get('covered', 0)):.1f}%), {listing.get('spans_reached', 0)} of "
             f"{listing.get('spans', 0)} folder(s) reached: epochs cut now sample what is listed so far")
+    elif listing.get("warning"):
+        lines.append(f"listing: complete; WARNING: {listing['warning']}")
     elif listing.get("complete"):
         lines.append("listing: complete (epochs sample the whole dataset)")
     if "served_samples_total" in stats:

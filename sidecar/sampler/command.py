@@ -106,7 +106,13 @@ def _check_identity(store: Store, settings: SamplerSettings) -> None:
 
 def _check_capacity(settings: SamplerSettings, report: CatalogReport) -> None:
     """After a complete listing: an empty catalog because every object is too large is a bad
-    setting (the listing thread stops the sampler; the command exits 2)."""
+    setting (the listing thread stops the sampler; the command exits 2); an empty one otherwise
+    is a warning (a mistyped prefix, or objects not uploaded yet: status and /readyz say it too)."""
+    if report.total == 0 and report.too_large == 0:
+        log.warning("0 objects under %s for this node (%s): check --remote's prefix%s",
+                    redact(settings.remote), report,
+                    f"; listing again every {settings.relist_interval:.0f}s" if settings.relist_interval
+                    else "; epochfs relist lists it again")
     if report.total == 0 and report.too_large > 0:
         limit_flag = (
             "--max-object-size"

@@ -62,12 +62,18 @@ def listing_known(db: sqlite3.Connection, catalog: int) -> dict[str, Any]:
     """How much of the dataset the listing has covered, so a user can tell an early epoch (cut
     from the first keys listed) from a representative one: ``complete``; while it runs, keys
     ``listed`` of about ``estimated`` in the remote (every shard's, from the listing's estimates),
-    ``covered`` (their ratio), folders (``spans``) reached, and this shard's ``estimated_objects``."""
+    ``covered`` (their ratio), folders (``spans``) reached, and this shard's ``estimated_objects``;
+    a complete listing that found nothing for this shard has a ``warning``."""
     running = db.execute("SELECT 1 FROM listing_parts WHERE done=0 LIMIT 1").fetchone() is not None
     if not running:
         complete = _meta(db, Meta.LISTING_COMPLETE) is not None
-        return {"complete": complete, "covered": 1.0 if complete else 0.0,
-                "estimated_objects": catalog if complete else None}
+        known: dict[str, Any] = {"complete": complete, "covered": 1.0 if complete else 0.0,
+                                 "estimated_objects": catalog if complete else None}
+        if complete and catalog == 0:
+            # A mistyped prefix lists nothing: say so where users look (status, /readyz).
+            remote = _meta(db, Meta.SAMPLER_REMOTE) or "the remote"
+            known["warning"] = f"0 objects under {remote} for this node: check --remote's prefix"
+        return known
     try:
         known = json.loads(_meta(db, Meta.LISTING_PROGRESS) or "{}")
     except ValueError:

@@ -42,15 +42,25 @@ class HealthChecks(MountWatch):
         return ok, {"mount": answer, "children": self._children_doc()}
 
     def ready(self) -> tuple[bool, dict[str, Any]]:
-        """Ready: mounted (folder view: published), and epoch 0 exists or could be cut now."""
+        """Ready: mounted (folder view: published), and epoch 0 exists or could be cut now; when
+        not, ``reason`` says why in words (a listing that found nothing first: waiting would not
+        help)."""
         stats = self._stats()
         cuttable = stats is not None and self._epoch0_ready(stats.latest_epoch)
-        ok = self._mounted and (self.folder_view or self._fuse_mounted()) and cuttable
-        return ok, {
+        mounted = self._mounted and (self.folder_view or self._fuse_mounted())
+        doc: dict[str, Any] = {
             "mounted": self._mounted,
             "epoch0": cuttable,
             "samples": 0 if stats is None else stats.samples,
         }
+        warning = (stats.listing or {}).get("warning") if stats is not None else None
+        if warning:
+            doc["reason"] = warning
+        elif not mounted:
+            doc["reason"] = "the view is not mounted yet"
+        elif not cuttable:
+            doc["reason"] = "epoch 0 cannot be cut yet (too few samples cached)"
+        return mounted and cuttable, doc
 
     def _epoch0_ready(self, latest_epoch: int | None) -> bool:
         """An epoch exists, or the first one could be cut now (the store's one cut condition; the

@@ -1,0 +1,47 @@
+"""A remote prefix that lists nothing (a typo, or objects not uploaded yet) is said where users
+look: a warning in the log, a line in ``epochfs status``, the reason of ``/readyz``; the sidecar
+keeps running (it is not a refused setting: the objects may come) (issue 21)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+import pytest
+from common import wait_until
+from sidecar_helpers import EPOCHFS, running_sidecar
+
+
+@pytest.mark.fuse
+def test_an_empty_prefix_is_the_reason_readyz_gives_and_status_warns(tmp_path: Path) -> None:
+    remote = tmp_path / "data" / "trian"  # a typo of train/: an empty folder
+    remote.mkdir(parents=True)
+    with running_sidecar(tmp_path, remote=f"file://{remote}", endpoint="", expect_ready=False) as car:
+        def reason() -> str:
+            code, body = car.get("/readyz")
+            return "" if code != 503 or not body else str(json.loads(body).get("reason", ""))
+
+        wait_until(lambda: "0 objects under" in reason(), timeout=60, what="/readyz's reason")
+        assert f"file://{remote}" in reason() and "check --remote's prefix" in reason()
+        assert "WARNING" in car.log_text() and "0 objects under" in car.log_text()
+        out = subprocess.run([*EPOCHFS, "status", "--cache", str(car.cache)], capture_output=True,
+                             text=True, timeout=60)
+        assert out.returncode == 0, out.stderr
+        assert "WARNING: 0 objects under" in out.stdout, out.stdout
+        assert car.proc.poll() is None, "an empty listing is a warning, not a stop"
+
+
+def test_a_listing_with_objects_has_no_warning(tmp_path: Path) -> None:
+    from epochfs.sidecar.store import CatalogRow, Store
+    from epochfs.sidecar.store.index import Meta
+
+    store = Store(tmp_path / "cache", create=True)
+    store.set_meta(Meta.SAMPLER_REMOTE, "s3://bucket/train")
+    store.finalize_catalog()
+    assert store.listing_known()["warning"] == "0 objects under s3://bucket/train for this node: " \
+        "check --remote's prefix"
+    store.add_catalog([CatalogRow("a.bin", "sid", 1, "v", rank=0)])
+    store.finalize_catalog()
+    assert "warning" not in store.listing_known()
+    store.close()
