@@ -23,6 +23,7 @@ from epochfs.fuse.view import TREES_KEPT, NotFound, View, split_path
 from epochfs.torchclient.layout import (
     CONTROL_DIR,
     LATEST_NAME,
+    MAX_EPOCH,
     STATUS_NAME,
     epoch_name,
     manifest_name,
@@ -37,8 +38,6 @@ STATUS_INO = 4
 _SHIFT = 32
 _NODE_MASK = (1 << _SHIFT) - 1
 _MANIFEST = 1 << 62
-MAX_EPOCH = (1 << 29) - 2
-"""The highest epoch number with inode numbers (an epoch a second would take 17 years to reach it)."""
 MAX_NODES = _NODE_MASK - 1
 """Nodes an epoch's tree may have and still be named (files and folders)."""
 

@@ -12,7 +12,10 @@ epoch a trainer will ask for impossible:
   nothing and leaves nothing behind;
 * **a jump is explicit**: ``jump=1`` cuts epoch N above the newest at once if its condition holds
   (a resumed trainer that starts at epoch 7 while the cache holds epochs 0-2), as ``epochfs cut
-  --epoch N`` does; nothing is queued, the client asks again;
+  --epoch N`` does; nothing is queued, the client asks again; a jump of more than ``MAX_JUMP``
+  (1,000) epochs is refused for good (``"final": true``: most often a step count passed as the
+  epoch; an operator may cut it with ``epochfs cut --epoch N --far``), and a number above
+  ``MAX_EPOCH`` (536,870,910, the view's inode numbers) is a 400;
 * a request for a live epoch records a read of it (as a lookup does), which pins it for
   ``in_use_seconds``.
 
@@ -28,7 +31,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 from urllib.parse import parse_qs
 
-from epochfs.sidecar.store import EpochInfo
+from epochfs.sidecar.store import MAX_JUMP, EpochInfo
 from epochfs.torchclient.layout import MAX_EPOCH, parse_epoch_name
 
 CUT_PATH = "/v1/cut"
@@ -102,6 +105,11 @@ def answer(store: CutStore, req: CutRequest) -> tuple[int, dict[str, Any]]:
     if n > next_n and not req.jump:
         return 409, _doc(req, "refused", newest, f"only the next epoch ({next_n}) is cut on request; ask "
                                                  f"with jump=1 to cut epoch {n} (a resumed trainer)")
+    if n > next_n + MAX_JUMP:
+        why = (f"epoch {n} is {n - next_n:,} above the next epoch {next_n}: a jump of more than "
+               f"{MAX_JUMP:,} epochs is refused (a step count passed as the epoch?); an operator may "
+               f"cut it with epochfs cut --epoch {n} --far")
+        return 409, {**_doc(req, "refused", newest, why), "final": True}
     if n > next_n:
         try:
             made = store.cut(n)

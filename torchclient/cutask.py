@@ -49,11 +49,14 @@ class CutAnswer:
     status: int
     state: str
     message: str
+    refused_for_good: bool = False
+    """The sidecar says asking again will not help (a jump too far: ``"final": true``)."""
 
     @property
     def final(self) -> bool:
-        """The epoch can never appear (retired, or below the newest and never cut)."""
-        return self.state == "gone"
+        """The epoch can never appear (retired, or below the newest and never cut), or the
+        sidecar refuses it for good (a jump of more than its limit)."""
+        return self.state == "gone" or self.refused_for_good
 
 
 def ask_cut(base_url: str, epoch: int, *, jump: bool = False, timeout: float = 2.0) -> CutAnswer | None:
@@ -74,4 +77,5 @@ def ask_cut(base_url: str, epoch: int, *, jump: bool = False, timeout: float = 2
         doc = None
     if not isinstance(doc, dict) or "state" not in doc:
         return None  # not the cut endpoint (an older sidecar's 404, a proxy's page)
-    return CutAnswer(status=status, state=str(doc["state"]), message=str(doc.get("message", "")))
+    return CutAnswer(status=status, state=str(doc["state"]), message=str(doc.get("message", "")),
+                     refused_for_good=doc.get("final") is True)

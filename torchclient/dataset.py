@@ -30,7 +30,16 @@ from torch.utils.data import Dataset
 
 from .cutask import CutAnswer, ask_cut, sidecar_url_from_env
 from .decode import Decoder, load_sample, resolve_decoder
-from .layout import Manifest, epoch_dir, epoch_exists, list_epochs, read_manifest, read_status, walk_epoch
+from .layout import (
+    MAX_EPOCH,
+    Manifest,
+    epoch_dir,
+    epoch_exists,
+    list_epochs,
+    read_manifest,
+    read_status,
+    walk_epoch,
+)
 from .retry import RETRY_SECONDS, check_retry_seconds, retrying
 
 HOLD_CHECK_SECONDS = 5.0
@@ -70,8 +79,9 @@ def describe_root(root: str | os.PathLike[str]) -> str:
 
 
 def _check_epoch(epoch: object) -> int:
-    if isinstance(epoch, bool) or not isinstance(epoch, int) or epoch < 0:
-        raise ValueError(f"epoch must be a non-negative int, got {epoch!r}")
+    if isinstance(epoch, bool) or not isinstance(epoch, int) or not 0 <= epoch <= MAX_EPOCH:
+        raise ValueError(f"epoch must be an int from 0 to {MAX_EPOCH:,} (the largest epoch number), "
+                         f"got {epoch!r}")
     return epoch
 
 

@@ -17,8 +17,10 @@ and imports nothing from them, so the contract must live on its side; ``fuse`` i
 module on the standard library only: ``import epochfs.torchclient.layout`` must not import torch
 (``tests/torchclient/test_layout.py`` checks), so the sidecar image and its FUSE server never load it.
 
-**Epoch names.** ``epoch-N`` with N in canonical decimal: ``0``, or a digit 1-9 followed by at most
-17 ASCII digits (so N < 10**18 fits the store's signed 64-bit integers). ``epoch-007``, ``epoch-+7``,
+**Epoch names.** ``epoch-N`` with N in canonical decimal from 0 to :data:`MAX_EPOCH` (536,870,910:
+the FUSE view's inode numbers give each epoch a block of its own, and no more blocks exist; the
+store refuses a cut above it, the endpoint and ``epochfs cut`` answer it with the limit):
+``0``, or a digit 1-9 followed by at most 8 ASCII digits. ``epoch-007``, ``epoch-+7``,
 ``epoch-٣`` or ``epoch-1\\n`` name no epoch: each epoch has exactly one name, so the kernel caches
 one entry per epoch, one lookup pins it, and a stray name never asks for a cut.
 
@@ -48,12 +50,15 @@ STATUS_NAME = "status.json"
 LATEST_NAME = "latest"
 EPOCH_PREFIX = "epoch-"
 MANIFEST_SUFFIX = ".manifest"
-MAX_EPOCH = 10**18 - 1
-"""The largest epoch number with a name (18 digits)."""
+MAX_EPOCH = (1 << 29) - 2
+"""The largest epoch number: the FUSE view's inode numbers have a block for each epoch up to it
+(``fuse/inodes.py``; an epoch a second would take 17 years to get there). The store keeps the
+same number (``sidecar/store/epochs.py``: it imports nothing of the client) and refuses a cut
+above it; ``tests/torchclient/test_layout.py`` checks they agree."""
 MANIFEST_VERSION = 1
 MANIFEST_MAGIC = f"#epochfs-manifest v{MANIFEST_VERSION}"
 
-_NUMBER = r"(0|[1-9][0-9]{0,17})"
+_NUMBER = r"(0|[1-9][0-9]{0,8})"
 _EPOCH_NAME = re.compile(EPOCH_PREFIX + _NUMBER)
 _MANIFEST_NAME = re.compile(EPOCH_PREFIX + _NUMBER + re.escape(MANIFEST_SUFFIX))
 _MAGIC_PREFIX = "#epochfs-manifest v"
@@ -70,7 +75,7 @@ def epoch_name(n: int) -> str:
 def parse_epoch_name(name: str) -> int | None:
     """``epoch-12`` -> 12; anything else (``epoch-012``, ``epoch-x``, ``epoch-1.manifest``) -> None."""
     m = _EPOCH_NAME.fullmatch(name)
-    return int(m.group(1)) if m else None
+    return int(m.group(1)) if m and int(m.group(1)) <= MAX_EPOCH else None
 
 
 def manifest_name(n: int) -> str:
@@ -81,7 +86,7 @@ def manifest_name(n: int) -> str:
 def parse_manifest_name(name: str) -> int | None:
     """``epoch-12.manifest`` -> 12; anything else -> None (same number grammar as epoch names)."""
     m = _MANIFEST_NAME.fullmatch(name)
-    return int(m.group(1)) if m else None
+    return int(m.group(1)) if m and int(m.group(1)) <= MAX_EPOCH else None
 
 
 def epoch_dir(root: str | os.PathLike[str], epoch: int) -> Path:

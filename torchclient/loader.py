@@ -35,7 +35,7 @@ from torch.utils.data import DataLoader, Dataset, Sampler
 from .dataset import EpochDataset, Progress, print_progress
 from .decode import Decoder, load_sample, resolve_decoder
 from .epochplan import Balance, Partition, plan_batches, resolve_split
-from .layout import epoch_name
+from .layout import MAX_EPOCH, epoch_name
 from .report import ClientReporter, report_url_from_env
 from .resume import OnResumeMismatch, Resumable
 from .retry import RETRY_SECONDS, check_retry_seconds
@@ -221,8 +221,9 @@ class EpochLoader(Resumable):
 
         ``jump=True``: a cut may skip numbers to reach it (a resumed trainer's first epoch, above the
         sidecar's newest + 1); otherwise only the next epoch is cut, as for a lookup."""
-        if isinstance(epoch, bool) or not isinstance(epoch, int) or epoch < 0:
-            raise ValueError(f"epoch must be a non-negative int, got {epoch!r}")
+        if isinstance(epoch, bool) or not isinstance(epoch, int) or not 0 <= epoch <= MAX_EPOCH:
+            raise ValueError(f"epoch must be an int from 0 to {MAX_EPOCH:,} (the largest epoch number), "
+                             f"got {epoch!r}")
         return EpochRun(self, epoch, jump=jump)
 
     def plan(self, epoch: int, *, jump: bool = False) -> tuple[EpochDataset, list[list[str]], list[int], int]:

@@ -25,7 +25,8 @@ view may ask) and :mod:`.cache` (the :class:`Store` facade).
 """
 
 from epochfs.sidecar.store.cache import Store
-from epochfs.sidecar.store.hwm import HWM_NAME
+from epochfs.sidecar.store.epochs import MAX_JUMP
+from epochfs.sidecar.store.hwm import HWM_NAME, MAX_EPOCH
 from epochfs.sidecar.store.index import INDEX_NAME, Meta
 from epochfs.sidecar.store.integrity import QUARANTINE_DIR
 from epochfs.sidecar.store.objects import OBJECTS_DIR, TMP_DIR, object_name
@@ -49,6 +50,8 @@ from epochfs.sidecar.store.records import (
 __all__ = [
     "HWM_NAME",
     "INDEX_NAME",
+    "MAX_EPOCH",
+    "MAX_JUMP",
     "OBJECTS_DIR",
     "QUARANTINE_DIR",
     "SIZE_ONLY",

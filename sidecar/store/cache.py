@@ -314,10 +314,11 @@ class Store:
         """``epoch-n`` can be served now: it is live, or it could be cut at once."""
         return epochs.cut_ready(self._ix, self.policy(), n)
 
-    def cut(self, n: int | None = None, *, force: bool = False) -> int | None:
+    def cut(self, n: int | None = None, *, force: bool = False, far: bool = False) -> int | None:
         """Cut epoch ``n`` (default newest + 1) if its condition holds, or ignoring it with
-        ``force``; returns n, else None (see :func:`epochs.cut`)."""
-        return epochs.cut(self._ix, self.policy(), n, force=force)
+        ``force``; ``far``: a jump of more than MAX_JUMP epochs; returns n, else None (see
+        :func:`epochs.cut`)."""
+        return epochs.cut(self._ix, self.policy(), n, force=force, far=far)
 
     def request_cut(self, n: int) -> bool:
         return epochs.request_cut(self._ix, self.policy(), n)

@@ -28,6 +28,7 @@ from collections.abc import Iterator
 
 from epochfs.sidecar.store import hwm
 from epochfs.sidecar.store.catalog import first_round_pending
+from epochfs.sidecar.store.hwm import MAX_EPOCH
 from epochfs.sidecar.store.index import Index, is_busy
 from epochfs.sidecar.store.objects import object_name
 from epochfs.sidecar.store.records import EpochInfo, FileEntry, Policy
@@ -144,17 +145,34 @@ def _insert_epoch(db: sqlite3.Connection, policy: Policy, n: int) -> None:
     db.execute("DELETE FROM cut_requests WHERE n <= ?", (n,))
 
 
-def cut(ix: Index, policy: Policy, n: int | None = None, *, force: bool = False) -> int | None:
+def cut(ix: Index, policy: Policy, n: int | None = None, *, force: bool = False,
+        far: bool = False) -> int | None:
     """Cut epoch ``n`` (default newest + 1) if its condition holds; returns n, else None.
 
     An existing epoch is returned as is. ``n`` at or below the newest epoch that does not exist is
     refused with ValueError: epochs are only ever added at the top. ``force`` (``epochfs cut
     --force``) skips the condition, ``min_samples`` included; an epoch still needs one sample.
+    ``n`` above :data:`MAX_EPOCH` is refused, and more than :data:`MAX_JUMP` above the next
+    epoch unless ``far`` (``epochfs cut --far``, an operator's decision).
     """
-    return _cut(ix, policy, n, force=force)[0]
+    return _cut(ix, policy, n, force=force, far=far)[0]
 
 
-def _cut(ix: Index, policy: Policy, n: int | None, *, force: bool,
+def check_number(n: int, next_n: int, *, far: bool) -> None:
+    """ValueError naming the limit for an epoch number that may not be cut: negative, above
+    :data:`MAX_EPOCH`, or (unless ``far``) more than :data:`MAX_JUMP` above ``next_n``."""
+    if n < 0:
+        raise ValueError("epoch numbers start at 0")
+    if n > MAX_EPOCH:
+        raise ValueError(f"epoch {n} is above the largest epoch number {MAX_EPOCH:,} (the view has "
+                         "no inode numbers past it)")
+    if n > next_n + MAX_JUMP and not far:
+        raise ValueError(f"epoch {n} is {n - next_n:,} above the next epoch {next_n}: a jump of more "
+                         f"than {MAX_JUMP:,} epochs is refused (a step count passed as the epoch?); an "
+                         f"operator may cut it with epochfs cut --epoch {n} --far")
+
+
+def _cut(ix: Index, policy: Policy, n: int | None, *, force: bool, far: bool = False,
          reader: bool = False) -> tuple[int | None, bool]:
     """:func:`cut`, and whether this call made the epoch (False when it existed already).
     ``reader``: a cut on lookup, which waits only briefly for the write lock (see
@@ -168,8 +186,7 @@ def _cut(ix: Index, policy: Policy, n: int | None, *, force: bool,
         top = hwm.floor(hwm.read(root), newest)
         if n is None:
             n = next_epoch(top)
-        if n < 0:
-            raise ValueError("epoch numbers start at 0")
+        check_number(n, next_epoch(top), far=far)
         exists = db.execute("SELECT retired FROM epochs WHERE n=?", (n,)).fetchone()
         if exists is not None:
             if int(exists[0]):
@@ -192,6 +209,24 @@ def _cut(ix: Index, policy: Policy, n: int | None, *, force: bool,
         # The cut stands; only a later loss of the index could then re-use n (see hwm.floor).
         log.warning("epoch %d is cut, but its high-water mark could not be recorded: %s", n, e)
     return n, True
+
+
+MAX_JUMP = 1000
+"""Epochs a cut may jump above the next one (a resumed trainer starting at epoch 7 while the
+cache holds 0-2): more is refused unless an operator asks (``epochfs cut --far``), as a far
+number is most often a step count passed as the epoch."""
+
+
+def drop_out_of_range(db: sqlite3.Connection) -> list[int]:
+    """Remove the epochs numbered above MAX_EPOCH (cut before the limit was enforced: the view
+    never showed them, having no inode numbers for them, and every later cut was refused below
+    them); returns their numbers."""
+    gone = [int(r[0]) for r in db.execute("SELECT n FROM epochs WHERE n > ?", (MAX_EPOCH,))]
+    for table in ("epoch_samples", "epoch_excluded"):
+        db.execute(f"DELETE FROM {table} WHERE epoch > ?", (MAX_EPOCH,))
+    db.execute("DELETE FROM epochs WHERE n > ?", (MAX_EPOCH,))
+    db.execute("DELETE FROM cut_requests WHERE n > ?", (MAX_EPOCH,))
+    return gone
 
 
 def next_epoch(newest: int | None) -> int:

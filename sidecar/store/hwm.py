@@ -29,6 +29,10 @@ from epochfs.sidecar.store.objects import fsync_dir
 log = logging.getLogger("epochfs.store")
 
 HWM_NAME = "epochs.hwm"
+MAX_EPOCH = (1 << 29) - 2
+"""The largest epoch number: the FUSE view's inode numbers have a block for each epoch up to it
+(``torchclient/layout.py``'s MAX_EPOCH, the same number: the store imports nothing of the
+client). A mark above it (written before the limit was enforced) is read as none."""
 
 
 @dataclass(frozen=True)
@@ -56,6 +60,11 @@ def read(root: Path) -> HighWater | None:
     except ValueError:
         log.error("%s is damaged (%r); epoch numbers continue from the index alone",
                   root / HWM_NAME, text[:40])
+        return None
+    if max(published, cutting) > MAX_EPOCH:
+        log.error("%s holds epoch %d, above the largest epoch number %d (never shown by the view); "
+                  "epoch numbers continue from the index alone", root / HWM_NAME,
+                  max(published, cutting), MAX_EPOCH)
         return None
     return HighWater(published, max(cutting, published))
 
@@ -96,8 +105,8 @@ def clear_temps(root: Path) -> int:
 
 def raise_to(root: Path, *, published: int = -1, cutting: int = -1) -> None:
     """Raise the marks (never lower them); call while holding the index's write lock."""
-    mark = read(root) or HighWater()
-    new = mark.raised(published=published, cutting=cutting)
+    mark = read(root)
+    new = (mark or HighWater()).raised(published=published, cutting=cutting)
     if new != mark:
         write(root, new)
 

@@ -20,7 +20,7 @@ from __future__ import annotations
 import logging
 import sqlite3
 
-from epochfs.sidecar.store import hwm, journal
+from epochfs.sidecar.store import epochs, hwm, journal
 from epochfs.sidecar.store.index import Index, Meta
 from epochfs.sidecar.store.objects import ObjectFiles
 from epochfs.sidecar.store.records import RecoveryReport, StoreError
@@ -96,6 +96,10 @@ def recover(ix: Index, files: ObjectFiles, *, integrity: str | None = None) -> R
                 recount(ix)
                 journal.create(db)
             journal.clear(db)  # every name in it was resolved above
+            far = epochs.drop_out_of_range(db)
+            if far:
+                log.warning("dropped epoch(s) %s: above the largest epoch number %d, the view never "
+                            "showed them and no later epoch could be cut", far, hwm.MAX_EPOCH)
             ix.put(Meta.INFLIGHT_BYTES, "0")
             ix.put(Meta.WRITER_RUNNING, boot)
     return RecoveryReport(temp_removed, dropped, orphans, integrity)

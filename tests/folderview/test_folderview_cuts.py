@@ -87,6 +87,31 @@ def test_the_rule_next_only_queued_jump_gone(tmp_path: Path) -> None:
     store.close()
 
 
+def test_a_far_jump_is_refused_for_good_and_an_epoch_past_the_limit_is_a_bad_request(
+        tmp_path: Path, endpoints: Callable[..., Any]) -> None:
+    """One loopback request used to end the view for the cache's life (``epoch=2147483648&jump=1``
+    answered 200 live, the epoch had no inode numbers, every later epoch was invisible): a number
+    above MAX_EPOCH is a 400 naming the limit; a jump of more than MAX_JUMP is a 409 the client
+    does not ask again after; nothing is cut."""
+    from epochfs.sidecar.store import MAX_JUMP
+    from epochfs.torchclient.cutask import ask_cut
+
+    store = open_store(tmp_path / "cache")
+    admit(store, make_objects(3, 10))
+    ep, _ = endpoints(lambda req: cutrequest.answer(store, req))
+    code, body = request(ep.port, "POST", "/v1/cut?epoch=2147483648&jump=1")
+    assert code == 400 and b"536870910" in body, body
+    code, body = request(ep.port, "POST", f"/v1/cut?epoch={MAX_JUMP + 1}&jump=1")
+    doc = json.loads(body)
+    assert (code, doc["state"], doc["final"]) == (409, "refused", True), doc
+    assert "--far" in doc["message"] and store.newest_epoch() is None
+    answer = ask_cut(f"http://127.0.0.1:{ep.port}", MAX_JUMP + 1, jump=True)
+    assert answer is not None and answer.final, answer
+    code, body = request(ep.port, "POST", f"/v1/cut?epoch={MAX_JUMP}&jump=1")  # at the limit
+    assert code == 200 and store.newest_epoch() == MAX_JUMP, body
+    store.close()
+
+
 def test_many_ranks_asking_for_one_epoch_get_one_cut(tmp_path: Path) -> None:
     store = open_store(tmp_path / "cache")
     admit(store, make_objects(4, 10))

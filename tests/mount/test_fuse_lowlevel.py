@@ -134,18 +134,39 @@ def test_an_unknown_fuse_api_is_refused_before_mounting(tmp_path: Path) -> None:
     assert not (tmp_path / "m").exists()
 
 
-def test_an_epoch_past_the_inode_numbers_is_left_out_not_the_listing(tmp_path: Path) -> None:
-    """``epochfs cut --epoch N`` accepts epoch numbers far past what inode numbers encode
-    (``MAX_EPOCH``): the root still lists, without that epoch, and says so in the log."""
+def test_an_epoch_past_the_inode_numbers_is_refused_and_a_cache_holding_one_recovers(
+        tmp_path: Path) -> None:
+    """The store refuses a cut above ``MAX_EPOCH`` (the view has no inode numbers past it), and
+    one more than MAX_JUMP above the next epoch unless an operator asks (``far``). A cache cut
+    that far before the limit was enforced (the epoch row and ``epochs.hwm`` above it: every
+    later cut was refused, the view showed nothing new) recovers at the sampler's next start."""
+    import sqlite3
+
+    from epochfs.sidecar.store import HWM_NAME, MAX_JUMP
+
     cache = tmp_path / "cache"
     _store(cache)
     store = open_store(cache)
     huge = MAX_EPOCH + 5
-    assert store.cut(huge, force=True) == huge
+    with pytest.raises(ValueError, match="above the largest epoch number 536,870,910"):
+        store.cut(huge, force=True)
+    with pytest.raises(ValueError, match="a jump of more than 1,000 epochs is refused"):
+        store.cut(2 + MAX_JUMP, force=True)
+    assert store.cut(1 + MAX_JUMP, force=True) == 1 + MAX_JUMP  # at the limit: a jump
+    assert store.cut(MAX_EPOCH, force=True, far=True) == MAX_EPOCH  # an operator's far jump
+    store.close()
+    # What an older epochfs left: an epoch above the limit, in the index and the high-water mark.
+    with sqlite3.connect(cache / "index.sqlite") as db:
+        db.execute("INSERT INTO epochs(n, cut_at, samples, bytes, new, evicted, max_sample, last_read, "
+                   "first_sample) SELECT ?, cut_at, samples, bytes, 0, 0, max_sample, last_read, "
+                   "first_sample FROM epochs WHERE n=0", (huge,))
+    (cache / HWM_NAME).write_text(f"{huge} {huge}\n")
+    store = open_store(cache)
+    store.recover(integrity="ok")
+    assert [e.epoch for e in store.epochs()] == [0, 1 + MAX_JUMP, MAX_EPOCH]
     store.close()
     with mounted(cache, tmp_path / "mnt") as m:
         names = os.listdir(m.path)
-        assert "epoch-0" in names and f"epoch-{huge}" not in names
-        assert not os.path.exists(m.path / f"epoch-{huge}")
+        assert {"epoch-0", f"epoch-{1 + MAX_JUMP}", f"epoch-{MAX_EPOCH}"} <= set(names)
+        assert f"epoch-{huge}" not in names
         assert sorted(os.listdir(m.path / "epoch-0")) == ["train", "val"]
-    assert f"epoch-{huge} has no inode number" in m.log_text()

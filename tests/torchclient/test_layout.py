@@ -178,3 +178,21 @@ def test_status_format_and_reading(tmp_path: Path) -> None:
     assert read_status(tmp_path) == doc
     status_path(tmp_path).write_bytes(b"\xff\xfe")
     assert read_status(tmp_path) is None
+
+
+def test_one_limit_for_epoch_numbers_in_the_client_the_store_and_the_view() -> None:
+    """The view's inode numbers end at MAX_EPOCH; the store (which imports nothing of the client)
+    keeps the same number, and the client refuses a number past it before asking anything."""
+    import tempfile
+
+    from epochfs.fuse import inodes
+    from epochfs.sidecar.store import MAX_EPOCH as STORE_MAX
+    from epochfs.torchclient.dataset import wait_for_epoch
+
+    assert STORE_MAX == MAX_EPOCH == inodes.MAX_EPOCH
+    inodes.epoch_ino(MAX_EPOCH)  # has inode numbers
+    with pytest.raises(inodes.NotFound):
+        inodes.epoch_ino(MAX_EPOCH + 1)
+    assert parse_epoch_name(f"epoch-{MAX_EPOCH + 1}") is None
+    with tempfile.TemporaryDirectory() as root, pytest.raises(ValueError, match="536,870,910"):
+        wait_for_epoch(root, 2_147_483_648, wait=False)
