@@ -27,6 +27,7 @@ newest and not live: retired, or never cut). Asking again after a 409 or a 410 w
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 from urllib.parse import parse_qs
@@ -89,8 +90,20 @@ def _doc(req: CutRequest, state: str, newest: int | None, message: str) -> dict[
     return {"epoch": req.epoch, "state": state, "newest": newest, "message": message}
 
 
-def answer(store: CutStore, req: CutRequest) -> tuple[int, dict[str, Any]]:
-    """Ask ``store`` for the cut ``req`` names; (HTTP status, JSON document) as described above."""
+def answer(store: CutStore, req: CutRequest, *,
+           unpublished: Callable[[int], str | None] | None = None) -> tuple[int, dict[str, Any]]:
+    """Ask ``store`` for the cut ``req`` names; (HTTP status, JSON document) as described above.
+    ``unpublished``: the folder view's reason a live epoch is not in the folder (its volume full);
+    such an epoch is answered 202 ``waiting`` with that reason, not ``live``."""
+    status, doc = _answer(store, req)
+    why = unpublished(req.epoch) if unpublished is not None and doc["state"] == "live" else None
+    if why:
+        return 202, {**doc, "state": "waiting",
+                     "message": f"epoch {req.epoch} is cut but not published: {why}; ask again"}
+    return status, doc
+
+
+def _answer(store: CutStore, req: CutRequest) -> tuple[int, dict[str, Any]]:
     n = req.epoch
     next_n = store.next_epoch()  # first: an epoch cut after this read is found live below
     live = {e.epoch for e in store.epochs()}

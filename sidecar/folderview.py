@@ -31,6 +31,7 @@ client reports. The folder of an epoch is removed once the store has retired it.
 from __future__ import annotations
 
 import contextlib
+import errno
 import logging
 import os
 import secrets
@@ -44,7 +45,7 @@ from types import FrameType
 
 from epochfs.fuse.view import EpochTree, View
 from epochfs.sidecar.signals import set_from_handler
-from epochfs.sidecar.store import Store, object_name
+from epochfs.sidecar.store import Meta, Store, object_name
 from epochfs.torchclient.layout import (
     CONTROL_DIR,
     LATEST_NAME,
@@ -224,13 +225,17 @@ class FolderPublisher:
     # ------------------------------------------------------------------ writing
     def _replace_control(self, name: str, data: bytes, *, fsync: bool) -> None:
         temp = self._temp(self.control, CONTROL_TEMP_PREFIX, name)
-        with open(temp, "wb") as f:
-            f.write(data)
-            if fsync:
-                f.flush()
-                os.fsync(f.fileno())
-        os.chmod(temp, FILE_MODE)
-        os.replace(temp, self.control / name)
+        try:
+            with open(temp, "wb") as f:
+                f.write(data)
+                if fsync:
+                    f.flush()
+                    os.fsync(f.fileno())
+            os.chmod(temp, FILE_MODE)
+            os.replace(temp, self.control / name)
+        except BaseException:
+            temp.unlink(missing_ok=True)  # a full volume: the old file stays, whole
+            raise
 
     def _write_latest(self, latest: int | None) -> None:
         path = self.folder / LATEST_NAME
@@ -347,11 +352,59 @@ def run_publish(*, cache: Path, folder: Path, link_root: Path | None = None, int
     with Store(cache) as store:
         publisher = FolderPublisher(store=store, folder=folder, link_root=default_link_root(store, link_root))
         check_target_length(publisher.view.link_root)
-        publisher.recover()
         log.info("publishing %s into %s (links into %s)", cache, folder, publisher.view.link_root)
-        publisher.step(force_status=True)
-        while not stop.wait(interval):
-            publisher.step()
+        _publish_until(stop, publisher, interval=interval)
     log.info("stopped; %s left as published", folder)
     return 0
+
+
+FULL_ERRNOS = (errno.ENOSPC, errno.EDQUOT)
+"""A volume with no room (or no quota) left: the publisher waits for room instead of failing."""
+PAUSED_RETRY = 2.0
+"""Seconds between tries to publish while the folder's volume is full."""
+
+
+def _publish_until(stop: threading.Event, publisher: FolderPublisher, *, interval: float) -> None:
+    """Recover the folder, then step every ``interval`` seconds until ``stop``. A full volume
+    pauses publishing instead of ending the process (a crash loop restarted every 30 s, its
+    /healthz failing, while nothing could be written anyway): what is published stays readable
+    (every write is temp + rename, and a failed build removes its temp), the reason goes to the
+    log once and to the index (status, /v1/cut, the metrics), and each try every
+    :data:`PAUSED_RETRY` seconds either publishes (room came back: resumed by itself) or
+    fails the same way again."""
+    recovered = False
+    paused: str | None = None
+    while True:
+        try:
+            if not recovered:
+                publisher.recover()
+                recovered = True
+                publisher.step(force_status=True)
+            else:
+                publisher.step(force_status=paused is not None)
+            if paused is not None:
+                log.info("publishing resumed: the folder's volume has room again")
+                paused = None
+                _record_pause(publisher.store, None)
+        except OSError as e:
+            if e.errno not in FULL_ERRNOS:
+                raise
+            where = e.filename or publisher.folder
+            reason = f"the folder view's volume is full ({os.strerror(e.errno)}: {where})"
+            if paused is None:
+                log.error("%s: publishing paused; what is published stays readable; trying again every "
+                          "%.0fs", reason, PAUSED_RETRY)
+                _record_pause(publisher.store, reason)
+            paused = reason
+        if stop.wait(PAUSED_RETRY if paused is not None else interval):
+            return
+
+
+def _record_pause(store: Store, reason: str | None) -> None:
+    """Write (or clear) the pause's reason in the index; a failure to is logged, not raised (the
+    index may be on the full volume too)."""
+    try:
+        store.set_meta(Meta.PUBLISH_PAUSED, reason)
+    except Exception as e:
+        log.warning("could not record the publisher's pause in the index: %s", e)
 

@@ -75,6 +75,8 @@ STORE_GAUGES = {
     "epochfs_pending_cuts": "Cut requests waiting for their condition.",
     "epochfs_backpressure": "1 while sampling is paused (nothing evictable, or the disk is full), else 0.",
     "epochfs_disk_full": "1 while sampling is paused because the cache's filesystem is full, else 0.",
+    "epochfs_publish_paused": "Folder view: 1 while publishing waits for room on the folder's volume, "
+                              "else 0.",
 }
 
 
@@ -332,6 +334,7 @@ class StoreCollector:
             "epochfs_pending_cuts": len(stats.pending_cuts),
             "epochfs_backpressure": 1 if stats.backpressure else 0,
             "epochfs_disk_full": 1 if stats.backpressure_reason == "disk full" else 0,
+            "epochfs_publish_paused": 1 if stats.publish_paused else 0,
         }
         for name, gauge_value in gauges.items():
             if gauge_value is not None:

@@ -119,6 +119,9 @@ def render(stats: dict[str, Any], rate_values: dict[str, float] | None = None) -
         + (f"  backpressure: YES ({stats.get('backpressure_reason') or 'cache full'}; sampling paused)"
            if stats["backpressure"] else "  backpressure: no")
     )
+    if stats.get("publish_paused"):
+        lines.append(f"folder view: publishing PAUSED: {stats['publish_paused']} (published epochs stay "
+                     "readable; it resumes by itself when room comes back)")
     if rate_values:
         lines.append(_fmt_rates(rate_values))
     pending_cuts = stats.get("pending_cuts") or []

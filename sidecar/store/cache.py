@@ -100,10 +100,14 @@ class Store:
         """A value recorded in the index (identity of the sampler, the supervisor's totals...)."""
         return self._ix.get(key)
 
-    def set_meta(self, key: Meta, value: str) -> None:
+    def set_meta(self, key: Meta, value: str | None) -> None:
+        """Set a meta value (None: remove it)."""
         ix = self._ix
-        with ix.write():
-            ix.put(key, value)
+        with ix.write() as db:
+            if value is None:
+                db.execute("DELETE FROM meta WHERE name=?", (key.value,))
+            else:
+                ix.put(key, value)
 
     def configure(self, policy: Policy) -> None:
         """Record the cache rules (the sampler does this at start; readers pick them up)."""

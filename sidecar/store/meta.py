@@ -21,6 +21,9 @@ class Meta(str, Enum):
     INFLIGHT_BYTES = "inflight_bytes"
     """Bytes reserved by downloads in flight, published by the sampler for status and metrics."""
     BACKPRESSURE = "backpressure"
+    PUBLISH_PAUSED = "publish_paused"
+    """Why the folder view's publisher cannot write the folder now (its volume full), while it
+    waits for room; absent otherwise. Status, /v1/cut and the metrics read it."""
     CATALOG_OBJECTS = "catalog_objects"
     CATALOG_SKIPS_COUNTED = "catalog_skips_counted"
     """Listing skips already added to ``skipped_total`` (a relisting must not count them twice)."""

@@ -235,6 +235,9 @@ class Stats:
     room, whatever the budget says); None while sampling goes on."""
     listing: dict[str, Any] = field(default_factory=dict)
     """How much of the dataset the listing has covered (:func:`.stats.listing_known`)."""
+    publish_paused: str | None = None
+    """Folder view: why its publisher cannot write the folder now (its volume full); None while it
+    publishes."""
     time: float = field(default_factory=time.time)
 
     def to_json(self) -> dict[str, object]:

@@ -49,6 +49,7 @@ def read_stats(ix: Index, policy: Policy) -> Stats:
         latest_epoch=int(epochs[-1]["epoch"]) if epochs else None,
         mode="schedule" if policy.schedule else "snapshot",
         listing=listing,
+        publish_paused=ix.get(Meta.PUBLISH_PAUSED),
         **{k: int(counters.get(k, 0)) for k in COUNTER_NAMES},
     )
 

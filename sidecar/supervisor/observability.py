@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 from epochfs.sidecar import kube
 from epochfs.sidecar.config import SidecarSettings
 from epochfs.sidecar.store import Meta, Stats, Store
+from epochfs.torchclient.layout import epoch_name
 
 log = logging.getLogger("epochfs.supervisor")
 
@@ -146,9 +147,18 @@ class Observability:
                                               wait_seconds=r.wait_seconds)
             self._client_reads(r.epochs)
 
+        def unpublished(n: int) -> str | None:
+            """Folder view: why live epoch ``n`` is not in the folder (its publisher paused)."""
+            assert self._store is not None
+            paused = self._store.meta(Meta.PUBLISH_PAUSED)
+            if paused and not (self.settings.mount / epoch_name(n)).is_dir():
+                return paused
+            return None
+
         def on_cut(request: cutrequest.CutRequest) -> tuple[int, dict[str, Any]]:
             assert self._store is not None
-            return cutrequest.answer(self._store, request)
+            return cutrequest.answer(self._store, request,
+                                     unpublished=unpublished if self.settings.view == "folder" else None)
 
         # /metrics on the health port, or only on --metrics-port when that is given and differs:
         # then a NetworkPolicy can open scrapes to Prometheus while the probes, the torch client's
