@@ -26,6 +26,8 @@ MAX_MESSAGE = 1024  # the API server truncates longer Event messages; keep ours 
 REASON_CUT = "EpochCut"
 REASON_BACKPRESSURE_ON = "BackpressureStarted"
 REASON_BACKPRESSURE_OFF = "BackpressureEnded"
+REASON_PUBLISH_PAUSED = "PublishPaused"
+REASON_PUBLISH_RESUMED = "PublishResumed"
 REASON_REMOTE_ERRORS = "RemoteErrors"
 REASON_REMOUNT = "Remounted"
 
@@ -98,6 +100,7 @@ class EventRecorder:
         self._wake = threading.Condition(self._lock)
         self._events: dict[str, EventState] = {}
         self._backpressure = False
+        self._publish_paused = False
         self._errors: collections.deque[tuple[float, int]] = collections.deque()
         self._errors_reported_at: float | None = None
         self._status: dict[str, Any] | None = None
@@ -124,6 +127,20 @@ class EventRecorder:
                          "until an epoch retires")
         else:
             self._record(REASON_BACKPRESSURE_OFF, "Normal", "cache space freed: sampling resumed")
+
+    def on_publish_paused(self, reason: str | None) -> None:
+        """The folder view's publisher waits for room (``reason``) or publishes again (None); an
+        Event when that changes: "disk full" where a cluster's operators look."""
+        with self._lock:
+            if (reason is not None) == self._publish_paused:
+                return
+            self._publish_paused = reason is not None
+        if reason is not None:
+            self._record(REASON_PUBLISH_PAUSED, "Warning",
+                         f"disk full: {reason}; publishing paused, what is published stays readable")
+        else:
+            self._record(REASON_PUBLISH_RESUMED, "Normal",
+                         "the folder view's volume has room: publishing resumed")
 
     def on_remote_errors(self, n: int) -> None:
         """``n`` new remote errors; a Warning when a window holds at least the threshold.

@@ -102,6 +102,9 @@ class Observability:
         if stats.backpressure != self._seen.get("backpressure", False):
             self._seen["backpressure"] = stats.backpressure
             self._safe(rep.on_backpressure, stats.backpressure, stats.backpressure_reason)
+        if stats.publish_paused != self._seen.get("publish_paused"):
+            self._seen["publish_paused"] = stats.publish_paused
+            self._safe(rep.on_publish_paused, stats.publish_paused)
         previous = self._seen.setdefault("skipped", stats.skipped_total)  # count from our start
         if stats.skipped_total > previous:
             self._seen["skipped"] = stats.skipped_total

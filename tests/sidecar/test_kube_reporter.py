@@ -117,6 +117,22 @@ def test_backpressure_reports_changes_only(api: FakeApiServer, clock: FakeClock)
     assert api.event("BackpressureStarted")["count"] == 2
 
 
+def test_a_paused_folder_view_is_a_disk_full_warning_and_its_end_an_event(
+        api: FakeApiServer, clock: FakeClock) -> None:
+    r = make_reporter(api, clock)
+    r.on_publish_paused(None)
+    r.flush()
+    assert api.requests == []
+    r.on_publish_paused("the folder view's volume is full (No space left on device: /data/view)")
+    r.on_publish_paused("the folder view's volume is full (No space left on device: /data/view)")
+    r.flush()
+    event = api.event("PublishPaused")
+    assert event["type"] == "Warning" and event["count"] == 1 and "disk full" in event["message"]
+    r.on_publish_paused(None)
+    r.flush()
+    assert api.event("PublishResumed")["type"] == "Normal"
+
+
 def test_remote_errors_warn_over_the_threshold_once_a_window(api: FakeApiServer, clock: FakeClock) -> None:
     r = make_reporter(api, clock, error_threshold=5, error_window=60)
     r.on_remote_errors(2)
