@@ -57,6 +57,7 @@ STORE_COUNTERS = {
     "epochfs_cuts": "Epochs cut.",
     "epochfs_corrupt_objects": "Cached objects a scrub found damaged (wrong bytes, wrong size, missing) "
                                "and took out of the cache.",
+    "epochfs_repaired_samples": "Damaged samples fetched again into their place (their epochs kept them).",
 }
 STORE_GAUGES = {
     "epochfs_cache_bytes": "Bytes of complete samples in the cache.",
@@ -77,6 +78,8 @@ STORE_GAUGES = {
     "epochfs_disk_full": "1 while sampling is paused because the cache's filesystem is full, else 0.",
     "epochfs_publish_paused": "Folder view: 1 while publishing waits for room on the folder's volume, "
                               "else 0.",
+    "epochfs_samples_repairing": "Samples whose object file is being fetched again in place (absent "
+                                 "meanwhile; lost ones included).",
 }
 
 
@@ -315,6 +318,7 @@ class StoreCollector:
             "epochfs_evicted_bytes": stats.evicted_bytes_total,
             "epochfs_cuts": stats.cuts_total,
             "epochfs_corrupt_objects": stats.corrupt_objects_total,
+            "epochfs_repaired_samples": stats.repaired_total,
         }
         for name, value in counters.items():
             yield CounterMetricFamily(name, STORE_COUNTERS[name], value=value)
@@ -335,6 +339,7 @@ class StoreCollector:
             "epochfs_backpressure": 1 if stats.backpressure else 0,
             "epochfs_disk_full": 1 if stats.backpressure_reason == "disk full" else 0,
             "epochfs_publish_paused": 1 if stats.publish_paused else 0,
+            "epochfs_samples_repairing": stats.repairing,
         }
         for name, gauge_value in gauges.items():
             if gauge_value is not None:

@@ -6,13 +6,18 @@ Start-up recovery checks sizes only, so a flipped byte on the node volume (bit r
 stray write by root) would be served for as long as the sample lives. Two scrubs find it:
 
 * ``epochfs verify --cache DIR`` (:func:`run_verify`): one pass at full speed, a progress line on
-  stderr every few seconds, damaged objects *quarantined* (their rows dropped as recovery drops a
-  lost sample, their files moved to ``<cache>/quarantine/``, why in ``quarantine.log``), a
-  summary or ``--json`` on stdout, exit status 1 when anything was damaged. It may run beside a
-  running sidecar: it takes nothing but SQLite's write lock for the moment of a quarantine.
+  stderr every few seconds, damaged objects *quarantined* (their files moved to
+  ``<cache>/quarantine/``, why in ``quarantine.log``, the samples marked for a repair in place),
+  a summary or ``--json`` on stdout, exit status 1 when anything was damaged. It may run beside a
+  running sidecar: it takes nothing but SQLite's write lock for the moment of a quarantine; the
+  sampler finds the repairs within seconds.
 * the sampler's background scrub (:class:`Scrubber`): a thread of the sampler (the one writer)
   that walks the cache in admission order at ``--scrub-rate`` bytes per second, over and over;
   a damaged object is removed and its key handed back to the sampler, which fetches it again.
+
+A repair is made in place (:func:`epochfs.sidecar.store.integrity.take_out`): the sample keeps
+its row, so every epoch that lists it keeps listing it under the same name, and the download
+that repairs it becomes the same object file again (docs/reliability.md, "Repairs").
 
 Both count what they take out in ``corrupt_objects_total`` (the store's counter, kept across
 restarts, exported as ``epochfs_corrupt_objects_total``).
@@ -101,8 +106,9 @@ class Scrubber:
     def _take_out(self, obj: StoredObject, problem: str) -> None:
         for taken in self.store.take_out([(obj, problem)], quarantine=False):
             self.damaged += 1
-            again = "fetched again" if taken.refetch is not None else "no longer listed, not fetched again"
-            log.warning("scrub: cached object of %r is damaged (%s): evicted, %s", taken.key, problem, again)
+            again = ("fetched again into its place (its epochs keep it)" if taken.refetch is not None
+                     else "no longer listed: its entries stay without their file")
+            log.warning("scrub: cached object of %r is damaged (%s): %s", taken.key, problem, again)
             if taken.refetch is not None:
                 self.on_damaged(taken.refetch)
 
@@ -207,7 +213,7 @@ def _print_report(report: dict[str, Any], *, quarantine: bool, out: TextIO) -> N
         if d["quarantined_to"]:
             where = f"quarantined to {d['quarantined_to']}"
         else:
-            where = ("taken out of the index (its file was gone)" if quarantine
+            where = ("marked for a repair in place (its file was gone)" if quarantine
                      else "left in place (--report-only)")
         print(f"DAMAGED {d['key']}: {d['problem']}; {where}", file=out)
     print(f"{len(report['damaged'])} damaged, {report['ok']} ok", file=out)

@@ -51,6 +51,9 @@ log = logging.getLogger("epochfs.sampler")
 
 POLL = 0.2
 """Seconds between checks of the store while waiting (backpressure, idle, pending cuts)."""
+REPAIRS_EVERY = 5.0
+"""Seconds between looks at the samples waiting for a repair in place (the scrub of this process
+hands its own over at once)."""
 STOP_GRACE = 2.0
 """Seconds the stop waits for in-flight downloads before abandoning them (the supervisor allows
 the sampler 5 s to exit before it kills it)."""
@@ -110,6 +113,8 @@ class Sampler:
         self.scrubber = (Scrubber(store=store, rate=settings.scrub_rate, stop=stop,
                                   on_damaged=self._refetch.put)
                          if settings.scrub_rate > 0 else None)
+        self._repairs_looked = -REPAIRS_EVERY
+        """When the index's repairs were last looked at (``epochfs verify``'s, a restart's)."""
         self.index_check = store.index_checker(stop)
         """The background full check of the index (store/checkup.py): damage found ends the loop."""
         self._tasks: queue.Queue[Candidate | None] = queue.Queue()
@@ -345,6 +350,12 @@ class Sampler:
             raise StoreError(f"the cache index is damaged ({damage}); exiting so that the next start "
                              "checks it in full and replaces it")
         now = time.monotonic()
+        if now - self._repairs_looked >= REPAIRS_EVERY:
+            # Repairs this process did not queue: epochfs verify's quarantines, a restart's.
+            self._repairs_looked = now
+            for cand in self.store.repairs_due():
+                if not self._busy(cand.key):
+                    self._refetch.put(cand)
         self.cuts.tick(now, samples=self.rates.samples, backpressure=self._backpressure is not None)
         if not self._inflight:
             self._write(self.cuts.serve_requests)

@@ -273,12 +273,26 @@ class Store:
         if len(set(keys)) != len(keys) or len(set(sids)) != len(sids):
             raise ValueError("a sample is admitted twice in one batch")
         marks = ",".join("?" * len(items))
-        known = self._ix.query(f"SELECT key FROM samples WHERE key IN ({marks}) OR sid IN ({marks})",
-                               (*keys, *sids))
-        if known:
+        known = self._ix.query(
+            "SELECT s.key, s.sid, s.id, s.size, s.digest, s.version, r.lost FROM samples s "
+            f"LEFT JOIN repairs r ON r.sample = s.id WHERE s.key IN ({marks}) OR s.sid IN ({marks})",
+            (*keys, *sids))
+        by_key = {a.key: a for a in items}
+        waiting = {str(r[0]): r for r in known
+                   if r[6] == 0 and str(r[0]) in by_key and by_key[str(r[0])].sid == str(r[1])}
+        others = [r for r in known if str(r[0]) not in waiting]
+        if others:
             # Installing first would replace the object a live epoch lists, then lose it to the
             # failed insert's clean-up: refuse before touching any file.
-            raise ValueError(f"already in the cache: {', '.join(sorted(str(r[0]) for r in known))}")
+            raise ValueError(f"already in the cache: {', '.join(sorted(str(r[0]) for r in others))}")
+        if waiting:
+            integrity.repair(self._ix, self.files, [(by_key[k], int(r[2]), int(r[3]), str(r[4]), str(r[5]))
+                                                    for k, r in waiting.items()])
+            items = [a for a in items if a.key not in waiting]
+            if not items:
+                if inflight_bytes is not None:
+                    self.set_meta(Meta.INFLIGHT_BYTES, str(inflight_bytes))
+                return
         self.files.install(items)
         now = time.time()
         ix = self._ix
@@ -304,6 +318,10 @@ class Store:
             # (the commit failing is most often a full disk).
             self.files.remove(a.sid for a in items)
             raise
+
+    def repairs_due(self, *, limit: int = 256) -> list[Candidate]:
+        """Samples waiting for a repair that can be fetched again (:func:`.integrity.repairs_due`)."""
+        return integrity.repairs_due(self._ix, limit=limit)
 
     def evict(self, need: int) -> int:
         """Evict the oldest unpinned samples until ``need`` bytes are free; returns bytes freed."""
@@ -359,3 +377,4 @@ class Store:
     def stats(self) -> Stats:
         """Occupancy, counters and live epochs in one consistent read."""
         return read_stats(self._ix, self.policy())
+

@@ -71,6 +71,7 @@ def evict(ix: Index, files: ObjectFiles, policy: Policy, need: int) -> int:
                 if freed >= need:
                     break
                 db.execute("DELETE FROM samples WHERE id=?", (v[0],))
+                db.execute("DELETE FROM repairs WHERE sample=?", (v[0],))
                 victims.append(v)
                 freed += v[2]
         if victims:

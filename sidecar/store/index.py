@@ -35,6 +35,7 @@ from epochfs.sidecar.store.schema import (
     migrate_2_to_3,
     migrate_3_to_4,
     migrate_4_to_5,
+    migrate_5_to_6,
     migrate_epochs_2_to_3,
 )
 
@@ -204,6 +205,7 @@ class Index:
             migrate_epochs_2_to_3(db)
             migrate_3_to_4(db)
             migrate_4_to_5(db)
+            migrate_5_to_6(db)
             self.put(Meta.SCHEMA_VERSION, str(SCHEMA_VERSION))
 
     @staticmethod

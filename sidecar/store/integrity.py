@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import os
 import time
 from collections.abc import Callable
@@ -26,8 +27,7 @@ from pathlib import Path
 from epochfs.sidecar.store import digests
 from epochfs.sidecar.store.index import Index
 from epochfs.sidecar.store.objects import ObjectFiles
-from epochfs.sidecar.store.records import Candidate, StoredObject, TakenOut
-from epochfs.sidecar.store.recovery import drop_samples
+from epochfs.sidecar.store.records import Admission, Candidate, StoredObject, TakenOut
 
 QUARANTINE_DIR = "quarantine"
 QUARANTINE_LOG = "quarantine.log"
@@ -39,6 +39,9 @@ Pace = Callable[[int], bool]
 limit and stop flag)."""
 
 
+log = logging.getLogger("epochfs.store")
+
+
 class Stopped(Exception):
     """The pace callback asked the check to stop."""
 
@@ -46,7 +49,8 @@ class Stopped(Exception):
 def objects_after(ix: Index, after_id: int, limit: int) -> list[StoredObject]:
     """Samples in admission order after ``after_id``: the scrub walks the cache in batches."""
     rows = ix.query(
-        "SELECT id, sid, key, size, digest, verified FROM samples WHERE id > ? ORDER BY id LIMIT ?",
+        "SELECT id, sid, key, size, digest, verified FROM samples WHERE id > ? "
+        "AND id NOT IN (SELECT sample FROM repairs) ORDER BY id LIMIT ?",
         (after_id, limit),
     )
     return [StoredObject(int(a), str(b), str(c), int(d), str(e), str(f)) for a, b, c, d, e, f in rows]
@@ -96,21 +100,27 @@ def check(path: Path, obj: StoredObject, *, pace: Pace | None = None,
 
 def take_out(ix: Index, files: ObjectFiles, damaged: list[tuple[StoredObject, str]], *,
              quarantine: bool) -> list[TakenOut]:
-    """Drop the damaged samples from the index (as recovery drops lost ones), count them, then
-    move their files to ``quarantine/`` or remove them. A sample no longer in the index (evicted
-    while it was checked) is left alone: its file is not the cache's any more."""
+    """Mark the damaged samples for repair in place, count them, then move their files to
+    ``quarantine/`` or remove them; the sampler fetches each again into the same sample
+    (:func:`repairs_due`, :meth:`.Store.admit`). The samples row stays: every epoch that lists
+    the sample keeps listing it, under the same name and inode number, and its entry points at
+    the right bytes again once the repair lands (until then its object file is absent). A
+    sample whose key the catalog no longer lists cannot be fetched again: it is marked lost.
+    Before issue 20 the row was dropped and the key fetched as a new sample, outside every live
+    epoch: the epoch being read shrank under its reader. A sample no longer in the index
+    (evicted while it was checked) is left alone: its file is not the cache's any more."""
     taken: list[tuple[StoredObject, str, Candidate | None]] = []
+    now = time.time()
     with ix.write() as db:
         for obj, problem in damaged:
             if db.execute("SELECT 1 FROM samples WHERE id=? AND sid=?", (obj.id, obj.sid)).fetchone() is None:
                 continue
-            drop_samples(db, [obj.id])
-            ix.bump("cache_samples", -1)
-            ix.bump("cache_bytes", -obj.size)
             ix.bump("corrupt_objects_total", 1)
             row = db.execute("SELECT key, sid, size, version FROM catalog WHERE key=? AND skipped=0",
                              (obj.key,)).fetchone()
             cand = None if row is None else Candidate(str(row[0]), str(row[1]), int(row[2]), str(row[3]))
+            db.execute("INSERT INTO repairs(sample, lost, since) VALUES(?,?,?) ON CONFLICT(sample) "
+                       "DO UPDATE SET lost=excluded.lost", (obj.id, int(cand is None), now))
             taken.append((obj, problem, cand))
     out = []
     for obj, problem, cand in taken:
@@ -119,6 +129,56 @@ def take_out(ix: Index, files: ObjectFiles, damaged: list[tuple[StoredObject, st
             files.remove([obj.sid])
         out.append(TakenOut(obj.key, obj.sid, obj.size, problem, moved, cand))
     return out
+
+
+def repair(ix: Index, files: ObjectFiles, fixes: list[tuple[Admission, int, int, str, str]]) -> None:
+    """Repairs in place: each download of a sample waiting for its repair (the samples row
+    ``id`` with its recorded ``size``, ``digest`` and ``version``) becomes its object file
+    again when it holds the same bytes, and the sample is whole; every epoch listing it is
+    unchanged (same row, same name). Other bytes (the remote's object changed since) cannot
+    stand for the sample in the epochs cut with the old ones: the download is dropped and the
+    sample marked lost (its entry stays; its file stays absent until it is evicted). The
+    samples' bytes were counted when they were first admitted: no running total moves."""
+    good = [(a, i) for a, i, size, digest, version in fixes if _same_bytes(a, size, digest, version)]
+    bad = [(a, i) for a, i, size, digest, version in fixes if not _same_bytes(a, size, digest, version)]
+    for a, _ in bad:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(a.temp)
+        log.warning("cannot repair %r: the remote's object is not the bytes the epochs hold (its "
+                    "version or digest changed); its entries stay, without their file", a.key)
+    files.install([a for a, _ in good])
+    with ix.write() as db:
+        for _, i in good:
+            db.execute("DELETE FROM repairs WHERE sample=?", (i,))
+        for _, i in bad:
+            db.execute("UPDATE repairs SET lost=1 WHERE sample=?", (i,))
+        ix.bump("repaired_total", len(good))
+        ix.bump("fetched_total", len(good))
+        ix.bump("fetched_bytes_total", sum(a.size for a, _ in good))
+    if good:
+        log.info("repaired %d sample(s) in place: %s", len(good),
+                 ", ".join(repr(a.key) for a, _ in good[:5]))
+
+
+def _same_bytes(a: Admission, size: int, digest: str, version: str) -> bool:
+    """Whether download ``a`` holds the bytes a sample of ``size``, ``digest`` and ``version``
+    held: the same digest where both are in one algorithm, else the same version and size."""
+    if a.size != size:
+        return False
+    mine, theirs = digests.parse(a.local_digest), digests.parse(digest)
+    if mine is not None and theirs is not None and mine[0] == theirs[0]:
+        return mine[1] == theirs[1]
+    return a.version == version
+
+
+def repairs_due(ix: Index, *, limit: int) -> list[Candidate]:
+    """Samples waiting for a repair whose key the catalog still lists, as the candidates to
+    fetch again (the catalog's size and version: a download of other bytes is refused at
+    admission and the sample marked lost)."""
+    rows = ix.query("SELECT c.key, c.sid, c.size, c.version FROM repairs r JOIN samples s ON s.id = r.sample "
+                    "JOIN catalog c ON c.key = s.key AND c.skipped = 0 WHERE r.lost = 0 ORDER BY r.sample "
+                    "LIMIT ?", (limit,))
+    return [Candidate(str(a), str(b), int(c), str(d)) for a, b, c, d in rows]
 
 
 def _quarantine(files: ObjectFiles, obj: StoredObject, problem: str) -> Path | None:

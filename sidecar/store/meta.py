@@ -60,5 +60,6 @@ COUNTER_NAMES = (
     "skipped_total",
     "cuts_total",
     "corrupt_objects_total",
+    "repaired_total",
 )
 """Counters that only grow; ``cache_bytes`` and ``cache_samples`` are running totals beside them."""

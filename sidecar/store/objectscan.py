@@ -7,9 +7,9 @@ runs it after each full check of the index passes (every 6 hours), paced to :dat
 core (a ``stat`` per sample and a listing of ``objects/``: metadata only; the scrub reads bytes):
 
 * a sample whose object is missing or has another size is taken out as the scrub takes out a
-  damaged one (:func:`.integrity.take_out`: row dropped, epochs stop listing it,
-  ``corrupt_objects_total`` counts it, the file removed), one WARNING line each; the key is
-  fetched again when the sampling order reaches it;
+  damaged one (:func:`.integrity.take_out`: marked for a repair in place, its row and every
+  epoch's entry kept, ``corrupt_objects_total`` counts it, the file removed), one WARNING line
+  each; the sampler fetches it again into its place (``repairs``, every few seconds);
 * an object file that neither a sample nor the journal names is removed (the index lost the
   commit that admitted it). The question and the unlink are asked under the index's write lock,
   and an admission journals its names under that lock before it renames, so an admission in
@@ -88,8 +88,8 @@ def scan(index: Callable[[], Index], files: ObjectFiles, stop: threading.Event, 
             taken = integrity.take_out(index(), files, damaged, quarantine=False)
             lost += len(taken)
             for t in taken:
-                log.warning("object scan: the object of %s (%s) is %s: sample dropped, fetched again "
-                            "when the sampling order reaches it", t.key, t.sid, t.problem)
+                log.warning("object scan: the object of %s (%s) is %s: fetched again into its place "
+                            "(its epochs keep it)", t.key, t.sid, t.problem)
         if len(objs) < CHUNK:
             break
         after = objs[-1].id

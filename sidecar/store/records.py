@@ -228,6 +228,10 @@ class Stats:
     cuts_total: int = 0
     corrupt_objects_total: int = 0
     """Samples found damaged (wrong bytes, wrong size, missing) by a scrub and taken out."""
+    repaired_total: int = 0
+    """Damaged samples fetched again into their place (every epoch listing them kept them)."""
+    repairing: int = 0
+    """Samples waiting for their repair now (their object file absent), lost ones included."""
     latest_epoch: int | None = None
     mode: str = "snapshot"
     backpressure_reason: str | None = None

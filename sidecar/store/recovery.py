@@ -46,6 +46,7 @@ def drop_samples(db: sqlite3.Connection, sample_ids: list[int]) -> None:
         db.execute("DELETE FROM epoch_samples WHERE sample=?", (sample_id,))
         db.execute("DELETE FROM epoch_excluded WHERE sample=?", (sample_id,))
         db.execute("DELETE FROM samples WHERE id=?", (sample_id,))
+        db.execute("DELETE FROM repairs WHERE sample=?", (sample_id,))
 
 
 def recount(ix: Index) -> None:
@@ -115,7 +116,9 @@ def stopped(ix: Index, files: ObjectFiles) -> None:
 
 def _window(ix: Index, files: ObjectFiles) -> tuple[int, int]:
     """Check the journaled names: a file without its row goes (an interrupted admission or
-    eviction); a row whose file is missing or short goes (only a volume that lost writes)."""
+    eviction); a row whose file is missing or short goes (only a volume that lost writes). A
+    sample waiting for its repair has no file by design: its row stays (a file there is a
+    repair that did not commit: it goes, and the repair is made again)."""
     bad: list[tuple[int, str, int]] = []
     orphans = 0
     after = ""
@@ -124,7 +127,8 @@ def _window(ix: Index, files: ObjectFiles) -> tuple[int, int]:
             sids = journal.names(db, after, CHUNK)
             marks = ",".join("?" * len(sids))
             rows = {str(s): (int(i), int(n)) for i, s, n in db.execute(
-                f"SELECT id, sid, size FROM samples WHERE sid IN ({marks})", sids)} if sids else {}
+                f"SELECT id, sid, size FROM samples WHERE sid IN ({marks}) "
+                "AND id NOT IN (SELECT sample FROM repairs)", sids)} if sids else {}
         for sid in sids:
             if sid not in rows:
                 orphans += files.unlink(sid)
@@ -153,8 +157,8 @@ def _full(ix: Index, files: ObjectFiles) -> tuple[int, int]:
     after = 0
     while True:  # in admission order, a chunk per read: no set of every sample id in memory
         with ix.read() as db:
-            rows = db.execute("SELECT id, sid, size FROM samples WHERE id > ? ORDER BY id LIMIT ?",
-                              (after, CHUNK)).fetchall()
+            rows = db.execute("SELECT id, sid, size FROM samples WHERE id > ? AND id NOT IN "
+                              "(SELECT sample FROM repairs) ORDER BY id LIMIT ?", (after, CHUNK)).fetchall()
         for sample_id, sid, size in rows:
             if files.size_of(str(sid)) != int(size):
                 bad.append(int(sample_id))

@@ -13,7 +13,7 @@ import sqlite3
 from epochfs.sidecar.store.meta import Meta
 from epochfs.sidecar.store.records import SIZE_ONLY
 
-SCHEMA_VERSION = 5
+SCHEMA_VERSION = 6
 
 SCHEMA = """  -- statements split at semicolons: none inside a comment
 CREATE TABLE IF NOT EXISTS meta (name TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -89,6 +89,13 @@ CREATE TABLE IF NOT EXISTS epoch_excluded (
 ) WITHOUT ROWID;
 CREATE INDEX IF NOT EXISTS epoch_excluded_sample ON epoch_excluded(sample);
 CREATE TABLE IF NOT EXISTS cut_requests (n INTEGER PRIMARY KEY, requested_at REAL NOT NULL);
+-- Samples whose object file is being fetched again in place (schema 6): damaged or missing, found
+-- by the scrub or epochfs verify. The samples row stays, so every epoch keeps listing the sample.
+CREATE TABLE IF NOT EXISTS repairs (
+    sample INTEGER PRIMARY KEY,    -- samples.id
+    lost INTEGER NOT NULL DEFAULT 0,  -- 1: cannot be repaired (the remote no longer has these bytes)
+    since REAL NOT NULL
+);
 """
 
 
@@ -170,6 +177,11 @@ def migrate_4_to_5(db: sqlite3.Connection) -> None:
     for name in ("listed", "estimated"):
         if name not in columns:
             db.execute(f"ALTER TABLE epochs ADD COLUMN {name} INTEGER")
+
+
+def migrate_5_to_6(db: sqlite3.Connection) -> None:
+    """The ``repairs`` table (made by :func:`create`): nothing to fill, an older epochfs dropped a
+    damaged sample's row instead of repairing it in place."""
 
 
 def _put(db: sqlite3.Connection, key: Meta, value: str) -> None:

@@ -28,6 +28,7 @@ def read_stats(ix: Index, policy: Policy) -> Stats:
         catalog = int(ix.get(Meta.CATALOG_OBJECTS) or 0)
         listing = listing_known(db, catalog)
         pending = [int(r[0]) for r in db.execute("SELECT n FROM cut_requests ORDER BY n")]
+        repairing = int(db.execute("SELECT COUNT(*) FROM repairs").fetchone()[0])
         epochs = [
             {"epoch": int(a), "samples": int(b), "bytes": int(c), "new": int(d),
              "evicted": int(e), "cut_at": float(f), "listed": g, "estimated": h}
@@ -50,6 +51,7 @@ def read_stats(ix: Index, policy: Policy) -> Stats:
         mode="schedule" if policy.schedule else "snapshot",
         listing=listing,
         publish_paused=ix.get(Meta.PUBLISH_PAUSED),
+        repairing=repairing,
         **{k: int(counters.get(k, 0)) for k in COUNTER_NAMES},
     )
 

@@ -268,7 +268,7 @@ def test_a_schema_2_cache_opens_keeps_its_epochs_and_cuts_ranges(tmp_path: Path)
         assert [f.path for f in store.epoch_files(1)] == ["x/1", "x/2", "x/3"]
         assert store.epoch_files(0)[1].object_name == "bb/bb02"
     with Store(cache) as reader:
-        assert reader.meta(Meta.SCHEMA_VERSION) == "5"
+        assert reader.meta(Meta.SCHEMA_VERSION) == "6"
         assert not reader.stats().epochs[0]["epoch"]
 
 

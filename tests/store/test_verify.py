@@ -1,6 +1,6 @@
 """``epochfs verify --cache DIR`` through the console script: every object against the md5
 recorded at its admission; damaged ones reported, quarantined and counted; the sampler then
-fetches them again."""
+fetches them again into their place: the epochs that list them keep listing them (issue 20)."""
 
 from __future__ import annotations
 
@@ -62,20 +62,22 @@ def test_verify_finds_quarantines_and_counts_damaged_objects_then_the_sampler_fe
     assert {n["key"] for n in notes} == {flipped, truncated}
     with Store(cache) as store:
         stats = store.stats()
-        assert (stats.samples, stats.corrupt_objects_total) == (8, 2)
-        assert stats.cache_bytes == sum(len(b) for k, b in objects.items() if k not in (flipped, truncated))
-        assert [e.samples for e in store.epochs()] == [8], "the epoch stops listing them"
+        assert (stats.samples, stats.corrupt_objects_total, stats.repairing) == (10, 2, 2)
+        before = store.epoch_files(0)
+        assert [e.samples for e in store.epochs()] == [10], "the epoch keeps listing them"
+        assert {flipped, truncated} <= {f.path for f in before}
         exported = {s.name: s.value for family in StoreCollector(stats=store.stats).collect()
                     for s in family.samples}
-        assert exported["epochfs_corrupt_objects_total"] == 2
-        assert flipped not in {f.path for f in store.epoch_files(0)}
+        assert exported["epochfs_corrupt_objects_total"] == 2 and exported["epochfs_samples_repairing"] == 2
 
-    assert verify(cache).returncode == 0, "nothing damaged is left"
+    assert verify(cache).returncode == 0, "nothing damaged left (those waiting for a repair: not checked)"
     with sampling(cache, remote, "--scrub-rate", "0") as (store, _):
-        wait_until(lambda: store.stats().samples == 10, what="both fetched again")
+        wait_until(lambda: store.stats().repairing == 0, what="both fetched again into their place")
     with Store(cache) as store:
         for key, body in objects.items():
             assert (store.objects_dir / object_name(sid_of(key))).read_bytes() == body
+        assert store.epoch_files(0) == before, "epoch 0 is the same epoch: same files, same lines"
+        assert store.stats().repaired_total == 2
     assert remote.opens[flipped] == 2 and remote.opens[truncated] == 2
     again = verify(cache, "--json")
     assert again.returncode == 0
