@@ -49,6 +49,7 @@ import contextlib
 import os
 import shlex
 import signal
+import statistics
 import subprocess
 import sys
 import time
@@ -94,6 +95,9 @@ class Row:
     ks_same_mix: float
     """The in-folder KS of random samples with this epoch's count in each folder."""
     ks_same_mix_ratio: float
+    run: int = 0
+    """Which of ``--runs`` runs of the key space (run-to-run spread: the cut times and sample
+    counts move with the machine's load)."""
 
 
 @dataclass
@@ -163,7 +167,7 @@ def sample(space: KeySpace, ns: argparse.Namespace, folder: Path) -> list[Cut]:
     return cuts
 
 
-def measure(shape: Shape, ns: argparse.Namespace, folder: Path) -> list[Row]:
+def measure(shape: Shape, ns: argparse.Namespace, folder: Path, run: int = 0) -> list[Row]:
     space = KeySpace(shape)
     _, bounds = space.strata(ns.strata)
     rows = []
@@ -175,8 +179,35 @@ def measure(shape: Shape, ns: argparse.Namespace, folder: Path) -> list[Row]:
                         covered_random=c.random.covered, covered_ratio=c.covered_ratio, tv=c.sample.tv,
                         tv_random=c.random.tv, tv_ratio=c.tv_ratio, ks=c.sample.ks, ks_random=c.random.ks,
                         ks_ratio=c.ks_ratio, ks_same_mix=c.same_mix_ks,
-                        ks_same_mix_ratio=c.same_mix_ks_ratio))
+                        ks_same_mix_ratio=c.same_mix_ks_ratio, run=run))
     return rows
+
+
+SUMMARY_COLUMNS = ("shape", "epoch", "runs", "cut at (s)", "samples", "folders ratio", "TV ratio",
+                   "KS ratio, same mix")
+
+
+def _spread(values: list[float], fmt: str) -> str:
+    """``median [min-max]`` of ``values`` (the median alone for one)."""
+    values = sorted(values)
+    mid = statistics.median(values)
+    if len(values) == 1:
+        return format(mid, fmt)
+    return f"{format(mid, fmt)} [{format(values[0], fmt)}-{format(values[-1], fmt)}]"
+
+
+def summary(rows: list[Row]) -> list[dict[str, str | int]]:
+    """Per key space and epoch over the runs: the median of each figure and its range."""
+    groups: dict[tuple[str, int], list[Row]] = {}
+    for r in rows:
+        groups.setdefault((r.shape, r.epoch), []).append(r)
+    return [{"shape": shape, "epoch": epoch, "runs": len(rs),
+             "cut at (s)": _spread([r.at_s for r in rs], ".1f"),
+             "samples": _spread([float(r.samples) for r in rs], ".0f"),
+             "folders ratio": _spread([r.covered_ratio for r in rs], ".2f"),
+             "TV ratio": _spread([r.tv_ratio for r in rs], ".2f"),
+             "KS ratio, same mix": _spread([r.ks_same_mix_ratio for r in rs], ".2f")}
+            for (shape, epoch), rs in groups.items()]
 
 
 COLUMNS = ("shape", "keys", "strata", "epoch", "cut at (s)", "listed", "samples",
@@ -214,8 +245,15 @@ def markdown(rows: list[Row], ns: argparse.Namespace, argv: list[str], specs: li
              f"(N + 1) x {ns.every:g} s from the sidecar's start, strata: {ns.strata} folders, random: "
              f"median of {ns.draws} draws; ratio = epoch / random; KS ratio, same mix: to random samples "
              "with the epoch's count in each folder (the spread inside folders alone)", "",
-             "| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
-    lines += ["| " + " | ".join(cells(r)) + " |" for r in rows]
+             ]
+    if ns.runs > 1:
+        lines += [f"Over {ns.runs} runs: the median and [the range] of each figure", "",
+                  "| " + " | ".join(SUMMARY_COLUMNS) + " |", "|" + "---|" * len(SUMMARY_COLUMNS)]
+        lines += ["| " + " | ".join(str(s[c]) for c in SUMMARY_COLUMNS) + " |" for s in summary(rows)]
+        lines += ["", "Every run:", ""]
+    lines += ["| " + " | ".join(COLUMNS) + (" | run |" if ns.runs > 1 else " |"),
+              "|" + "---|" * (len(COLUMNS) + (ns.runs > 1))]
+    lines += ["| " + " | ".join(cells(r)) + (f" | {r.run} |" if ns.runs > 1 else " |") for r in rows]
     lines += ["", "key spaces: " + "; ".join(specs)]
     return "\n".join(lines)
 
@@ -250,6 +288,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--sidecar-arg", action="append", default=[], metavar="FLAG",
                    help="one more flag for the sidecar, e.g. --sidecar-arg=--list-threads=8 (repeatable)")
     p.add_argument("--cut-wait", type=float, default=60.0, help="seconds a pending cut may take (60)")
+    p.add_argument("--runs", type=int, default=1,
+                   help="runs of every key space (the table gives the median and range of each figure; 1)")
     p.add_argument("--dir", type=Path, help="scratch folder (emptied; default: a temp folder)")
     p.add_argument("--json", type=Path, help="write the rows here")
     p.add_argument("--markdown", type=Path, help="write the table here")
@@ -265,13 +305,16 @@ def main(argv: list[str] | None = None) -> int:
         harness.fail("needs root and /dev/fuse (the sidecar mounts its FUSE view)")
     signal.signal(signal.SIGTERM, _terminate)
     signal.signal(signal.SIGINT, signal.default_int_handler)  # also where it was started ignoring SIGINT
+    if ns.runs < 1:
+        p.error("--runs must be at least 1")
     rows: list[Row] = []
     try:
-        for shape in shapes:
-            with harness.work_dir(ns.dir / shape.name if ns.dir else None) as folder:
-                print(f"{shape.name}: {label(shape.keys)} keys ({shape.spec()}) ...", file=sys.stderr,
-                      flush=True)
-                rows += measure(shape, ns, folder)
+        for run in range(ns.runs):
+            for shape in shapes:
+                with harness.work_dir(ns.dir / shape.name if ns.dir else None) as folder:
+                    print(f"{shape.name}: {label(shape.keys)} keys ({shape.spec()}), run {run + 1} of "
+                          f"{ns.runs} ...", file=sys.stderr, flush=True)
+                    rows += measure(shape, ns, folder, run)
     except KeyboardInterrupt:
         print("fairness: interrupted; the sidecar and the endpoint stopped, scratch removed", file=sys.stderr)
         return 130

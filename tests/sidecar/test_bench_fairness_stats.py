@@ -97,3 +97,27 @@ def test_compare_gives_ratios_to_random() -> None:
 def test_ratio() -> None:
     assert ratio(0.5, 0.25) == 2.0 and ratio(0.0, 0.0) == 1.0 and ratio(0.1, 0.0) == math.inf
     assert math.isnan(ratio(math.nan, 1.0))
+
+
+def test_runs_are_summarized_by_their_median_and_range() -> None:
+    """``--runs N``: per key space and epoch, the median of each figure and its range."""
+    import argparse
+    import dataclasses
+
+    from epochfs.benchmarks.fairness import Row, markdown, summary
+
+    base = Row(shape="equal", spec="equal:keys=10", keys=10, strata=2, epoch=0, at_s=2.0, listed=10,
+               samples=4, covered=2, covered_random=2.0, covered_ratio=1.0, tv=0.1, tv_random=0.1,
+               tv_ratio=1.0, ks=0.2, ks_random=0.2, ks_ratio=1.0, ks_same_mix=0.2, ks_same_mix_ratio=1.0)
+    rows = [dataclasses.replace(base, run=i, tv_ratio=t, samples=n, at_s=a)
+            for i, (t, n, a) in enumerate([(3.0, 10, 2.2), (1.0, 30, 2.0), (2.0, 20, 2.4)])]
+    rows.append(dataclasses.replace(base, epoch=1, tv_ratio=1.5))
+    [first, second] = summary(rows)
+    assert (first["epoch"], first["runs"]) == (0, 3)
+    assert first["TV ratio"] == "2.00 [1.00-3.00]" and first["samples"] == "20 [10-30]"
+    assert first["cut at (s)"] == "2.2 [2.0-2.4]"
+    assert (second["runs"], second["TV ratio"]) == (1, "1.50")
+    ns = argparse.Namespace(size=4096, list_latency=0.02, every=2.0, strata="top", draws=20, runs=3)
+    table = markdown(rows, ns, ["--runs", "3"], ["equal:keys=10"])
+    assert "Over 3 runs" in table and "| equal | 0 | 3 | 2.2 [2.0-2.4] |" in table
+    assert table.count("| run |") == 1
