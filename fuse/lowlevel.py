@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import ctypes
 import errno
+import itertools
 import logging
 from collections.abc import Callable
 from typing import Any
@@ -36,6 +37,10 @@ from epochfs.fuse.lowlevel_abi import (
 )
 from epochfs.fuse.operations import EpochOperations, FuseOSError, translate_listing, wanted_capabilities
 from epochfs.fuse.view import NotFound
+
+LISTING_HANDLES = 1 << 62
+"""Folder handles from here on are the adapter's own (a listing's snapshot), not the
+operations' (which number theirs from 1)."""
 
 log = logging.getLogger("epochfs.fuse")
 
@@ -75,6 +80,10 @@ class LowLevelFUSE:
         self._se: int | None = None
         self._notifier: KernelNotifier | None = None
         self._unnumbered: set[str] = set()  # names already warned about (bounded)
+        self._listings: dict[int, tuple[Any, Any]] = {}
+        """Folders that change (the root, ``.epochfs``): the listing a handle started reading, so
+        the readdir calls of one listing read one snapshot (:meth:`_list`)."""
+        self._listing_handles = itertools.count(LISTING_HANDLES)
         self._keep: list[Any] = []  # the C callbacks: freed callbacks would crash libfuse
         self._c_ops = LowLevelOps()
         handlers: dict[str, Callable[..., None]] = {
@@ -183,28 +192,51 @@ class LowLevelFUSE:
 
     def _opendir(self, req: int, ino: int, fi: Any) -> None:
         def answer() -> None:
-            fi.contents.fh = handle = self.ops.opendir(self.inodes.path(ino))
+            handle = self.ops.opendir(self.inodes.path(ino))
+            if handle == 0:  # a folder that changes (no epoch held): its listings are snapshots
+                handle = next(self._listing_handles)
+            fi.contents.fh = handle
             if self.lib.fuse_reply_open(req, fi) == -errno.ENOENT:  # the request was aborted
-                self.ops.releasedir(None, handle)  # else its epoch would stay held for good
+                self._forget_listing(handle)  # else its epoch would stay held for good
         self._reply(req, "opendir", answer)
+
+    def _forget_listing(self, handle: int) -> None:
+        if handle >= LISTING_HANDLES:
+            self._listings.pop(handle, None)
+        else:
+            self.ops.releasedir(None, handle)
 
     def _releasedir(self, req: int, ino: int, fi: Any) -> None:
         def answer() -> None:
-            self.ops.releasedir(None, fi.contents.fh)
+            self._forget_listing(fi.contents.fh)
             self.lib.fuse_reply_err(req, 0)
         self._reply(req, "releasedir", answer)
 
     def _readdir(self, req: int, ino: int, size: int, off: int, fi: Any) -> None:
-        self._reply(req, "readdir", lambda: self._list(req, ino, size, off, plus=False))
+        handle = fi.contents.fh
+        self._reply(req, "readdir", lambda: self._list(req, ino, size, off, handle, plus=False))
 
     def _readdirplus(self, req: int, ino: int, size: int, off: int, fi: Any) -> None:
-        self._reply(req, "readdirplus", lambda: self._list(req, ino, size, off, plus=True))
+        handle = fi.contents.fh
+        self._reply(req, "readdirplus", lambda: self._list(req, ino, size, off, handle, plus=True))
 
-    def _list(self, req: int, ino: int, size: int, off: int, *, plus: bool) -> None:
+    def _snapshot(self, path: str, off: int, handle: int) -> tuple[Any, Any]:
+        """The listing of ``path`` for the readdir of ``handle`` at ``off``: the one this handle
+        started at offset 0 in a folder that changes (a cut between two calls of one listing
+        shifted the offsets: ``latest`` came twice, an entry could be skipped), computed afresh
+        for an epoch's folders (immutable) and at each offset 0 (a rewinddir sees the new root)."""
+        if handle < LISTING_HANDLES:
+            return translate_listing(self.ops, path)
+        snap = self._listings.get(handle)
+        if snap is None or off == 0:
+            snap = self._listings[handle] = translate_listing(self.ops, path)
+        return snap
+
+    def _list(self, req: int, ino: int, size: int, off: int, handle: int, *, plus: bool) -> None:
         """Entries from offset ``off`` while they fit in ``size`` bytes; with ``plus`` each carries
         its attributes and inode number, so the kernel caches the entry without a lookup."""
         path = self.inodes.path(ino)
-        here, listing = translate_listing(self.ops, path)
+        here, listing = self._snapshot(path, off, handle)
         first = self.inodes.first_child_ino(path)
         parent = self.inodes.ino(path.rpartition("/")[0] or "/") if off < 2 else 0
         buf = ctypes.create_string_buffer(size)
