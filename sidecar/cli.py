@@ -17,17 +17,22 @@ import select
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING, cast
 
 import epochfs
 from epochfs.fuse.errors import MountError
 from epochfs.sidecar import config, redact
 from epochfs.sidecar.store import Store, StoreError
 
+if TYPE_CHECKING:
+    from epochfs.sidecar.remote import Remote
+
 log = logging.getLogger("epochfs")
 
 
 def _cmd_sample(ns: argparse.Namespace) -> int:
     settings = config.from_args(config.SamplerSettings, ns)
+    config.check_cache(settings.cache, create=True)
     from epochfs.sidecar.sampler import run_sample
 
     return run_sample(settings)
@@ -35,6 +40,9 @@ def _cmd_sample(ns: argparse.Namespace) -> int:
 
 def _cmd_mount(ns: argparse.Namespace) -> int:
     settings = config.from_args(config.MountSettings, ns)
+    # An epochfs cache must be there: mounting a missing or empty folder served an empty view for
+    # ever. The sidecar makes its cache (and index) before it starts this command as its child.
+    config.check_cache(settings.cache, create=False)
     from epochfs.fuse.server import run_mount
 
     return run_mount(cache=settings.cache, mount=settings.mount, link_root=settings.link_root,
@@ -43,6 +51,7 @@ def _cmd_mount(ns: argparse.Namespace) -> int:
 
 def _cmd_publish(ns: argparse.Namespace) -> int:
     settings = config.from_args(config.PublishSettings, ns)
+    config.check_cache(settings.cache, create=False)
     from epochfs.sidecar.folderview import run_publish
 
     return run_publish(cache=settings.cache, folder=settings.mount, link_root=settings.link_root)
@@ -50,6 +59,7 @@ def _cmd_publish(ns: argparse.Namespace) -> int:
 
 def _cmd_sidecar(ns: argparse.Namespace) -> int:
     settings = config.from_args(config.SidecarSettings, ns)
+    config.check_cache(settings.cache, create=True)
     from epochfs.sidecar.supervisor import run_sidecar
 
     return run_sidecar(settings)
@@ -63,9 +73,10 @@ def _cmd_unmount(ns: argparse.Namespace) -> int:
 
 def _cmd_cut(ns: argparse.Namespace) -> int:
     settings = config.from_args(config.CacheSettings, ns)
+    config.check_cache(settings.cache, create=False)
     with Store(settings.cache) as store:
         try:
-            n = store.cut(ns.epoch, force=ns.force)
+            n = store.cut(ns.epoch, force=ns.force, far=ns.far)
         except ValueError as e:
             raise config.ConfigError(f"--epoch: {e}") from None
         if n is None:
@@ -83,6 +94,7 @@ def _cmd_cut(ns: argparse.Namespace) -> int:
 def _cmd_relist(ns: argparse.Namespace) -> int:
     """Ask the running sampler of a cache for a relist (it looks within a second)."""
     settings = config.from_args(config.CacheSettings, ns)
+    config.check_cache(settings.cache, create=False)
     with Store(settings.cache) as store:
         n = store.listings().request_relist()
     print(f"relist {n} requested: the running sampler lists the remote again in the background")
@@ -108,7 +120,10 @@ def _cmd_index(ns: argparse.Namespace) -> int:
     except RemoteError as e:
         raise config.ConfigError(f"REMOTE: {e}") from None
     try:
-        count = write_index(remote, ns.out, threads=threads, endpoint_url=ns.endpoint_url)
+        if _gzipped_name(ns.out):
+            count = write_index(remote, ns.out, threads=threads, endpoint_url=ns.endpoint_url)
+        else:
+            count = _write_plain_index(remote, ns.out, threads=threads, endpoint_url=ns.endpoint_url)
     except RemoteError as e:
         print(f"epochfs index: {e}", file=sys.stderr)
         return 1
@@ -118,8 +133,38 @@ def _cmd_index(ns: argparse.Namespace) -> int:
     return 0
 
 
+def _gzipped_name(out: str) -> bool:
+    """Whether ``epochfs index --out`` names a gzip file (its path ends in ``.gz``; a URL's query
+    is not part of the name)."""
+    from urllib.parse import urlparse
+
+    path = urlparse(out).path if "://" in out else out
+    return path.endswith(".gz")
+
+
+def _write_plain_index(remote: Remote, out: str, *, threads: int, endpoint_url: str | None) -> int:
+    """The index as plain JSON lines, for an ``--out`` whose name does not end in ``.gz`` (it was
+    gzip whatever the name). Readers take either: they look at the first bytes, not the name."""
+    import gzip
+    import shutil
+    import tempfile
+
+    from epochfs.sidecar.listing.indexfile import BLOCK, _upload, write_index
+
+    with tempfile.TemporaryDirectory(prefix="epochfs-index-") as tmp:
+        packed, plain = os.path.join(tmp, "index.jsonl.gz"), os.path.join(tmp, "index.jsonl")
+        count = write_index(remote, packed, threads=threads, endpoint_url=endpoint_url)
+        with gzip.open(packed, "rb") as src, open(plain, "wb") as dst:
+            shutil.copyfileobj(src, dst, BLOCK)
+        os.remove(packed)
+        _upload(plain, out, endpoint_url=endpoint_url)
+    log.info("wrote the index to %s as plain JSON lines (its name does not end in .gz)", redact.redact(out))
+    return count
+
+
 def _cmd_verify(ns: argparse.Namespace) -> int:
     settings = config.from_args(config.CacheSettings, ns)
+    config.check_cache(settings.cache, create=False)
     from epochfs.sidecar.scrub import run_verify
 
     return run_verify(settings.cache, as_json=ns.json, quarantine=not ns.report_only,
@@ -129,6 +174,8 @@ def _cmd_verify(ns: argparse.Namespace) -> int:
 def _cmd_status(ns: argparse.Namespace) -> int:
     from epochfs.sidecar.status import run_status
 
+    if ns.cache:
+        config.check_cache(Path(ns.cache), create=False)
     return run_status(
         cache=Path(ns.cache) if ns.cache else None,
         mount=Path(ns.mount) if ns.mount else None,
@@ -204,6 +251,21 @@ class _VersionAction(argparse.Action):
         parser.exit()
 
 
+class _CommandParser(argparse.ArgumentParser):
+    """A command's parser: it refuses an argument it does not know itself, with its own usage
+    (``usage: epochfs sidecar ...``, ``epochfs sidecar: error: unrecognized arguments: --bogus``),
+    where argparse hands the argument back to the top-level parser, which printed the top-level
+    usage and named no command."""
+
+    def parse_known_args(  # type: ignore[override]
+        self, args: Sequence[str] | None = None, namespace: argparse.Namespace | None = None
+    ) -> tuple[argparse.Namespace, list[str]]:
+        ns, extras = super().parse_known_args(args, namespace)
+        if extras:
+            self.error(f"unrecognized arguments: {' '.join(extras)}")
+        return ns, extras
+
+
 def build_parser() -> argparse.ArgumentParser:
     common = _common_options()
     parser = argparse.ArgumentParser(
@@ -212,7 +274,9 @@ def build_parser() -> argparse.ArgumentParser:
         parents=[common],
     )
     parser.add_argument("--version", action=_VersionAction, help="print the version and exit")
-    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    # Typed as plain parsers: each takes the common options' parser as a parent.
+    sub = cast("argparse._SubParsersAction[argparse.ArgumentParser]", parser.add_subparsers(
+        dest="command", required=True, metavar="COMMAND", parser_class=_CommandParser))
 
     p = sub.add_parser("sample", parents=[common], help="run the sampler alone (no mount) until interrupted")
     config.add_arguments(p, config.SamplerSettings)
@@ -248,6 +312,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--epoch", type=int, default=None, help="epoch number (default: newest + 1)")
     p.add_argument("--force", action="store_true",
                    help="cut what is there, even below --min-samples or with the schedule window incomplete")
+    p.add_argument("--far", action="store_true",
+                   help="allow --epoch more than 1,000 above the next epoch (refused otherwise: most often "
+                        "a step count passed as the epoch); never above 536,870,910")
     p.set_defaults(func=_cmd_cut)
 
     p = sub.add_parser("relist", parents=[common],
@@ -261,7 +328,8 @@ def build_parser() -> argparse.ArgumentParser:
                             "with --index instead of listing (one listing for a fleet)")
     p.add_argument("remote", metavar="REMOTE", help="dataset URL: s3://, gs://, https://, file://")
     p.add_argument("--out", required=True,
-                   help="where the index goes: a path or any fsspec URL, or s3://bucket/key")
+                   help="where the index goes: a path or any fsspec URL, or s3://bucket/key; gzip'd "
+                        "when the name ends in .gz, plain JSON lines otherwise")
     p.add_argument("--endpoint-url", default=os.environ.get("EPOCHFS_ENDPOINT_URL"),
                    help="S3-compatible endpoint (AWS_* credentials honoured)")
     p.add_argument("--list-threads", default="8", help="listers working at once (default 8)")

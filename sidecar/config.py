@@ -9,7 +9,10 @@ Flags win over the environment, the environment over defaults. Invalid values ra
 from __future__ import annotations
 
 import argparse
+import errno
 import os
+import stat
+import tempfile
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, fields
 from pathlib import Path
@@ -33,7 +36,7 @@ from epochfs.sidecar.confparse import (
     format_size,
     parse_size,
 )
-from epochfs.sidecar.store import Policy, Schedule
+from epochfs.sidecar.store import INDEX_NAME, Policy, Schedule
 
 
 class ConfigError(ValueError):
@@ -48,7 +51,7 @@ class CacheSettings:
 
     def validate(self) -> None:
         if self.cache.exists() and not self.cache.is_dir():
-            raise ConfigError(f"--cache: {self.cache} exists and is not a directory")
+            raise ConfigError(f"--cache {self.cache}: exists and is not a directory")
 
 
 @dataclass(frozen=True)
@@ -211,6 +214,60 @@ class SidecarSettings(SamplerSettings):
                                  default=Path("/dev/termination-log"), parse=Path)
 
 
+CACHE_HINT = "start `epochfs sample` or `epochfs sidecar` with this --cache first"
+
+
+def _os_reason(e: OSError) -> str:
+    """The system's words for ``e`` ("permission denied", "read-only file system")."""
+    text = os.strerror(e.errno) if e.errno else (str(e) or type(e).__name__)
+    return text[:1].lower() + text[1:]
+
+
+def _nearest_existing(path: Path) -> Path | None:
+    return next((p for p in path.parents if os.path.lexists(p)), None)
+
+
+def check_cache(path: Path, *, create: bool) -> None:
+    """Refuse a ``--cache`` that cannot be used with one line naming it, ``--cache PATH: reason``,
+    before a command opens it (issue 21: never a traceback from a bad path).
+
+    ``create`` (``sample``, ``sidecar``): the folder is made when missing, as the store would make
+    it, so a path that cannot be made (under ``/proc``, below a file, on a read-only file system,
+    permission denied) is refused here. Without it (``mount``, ``publish``, ``cut``, ``relist``,
+    ``verify``, ``status``) an epochfs cache must be there already: a missing folder, or one
+    without the index, is refused naming the commands that make one. Either way the folder must
+    take a new file: SQLite writes beside its index even to read it (WAL)."""
+    where = f"--cache {path}"
+    try:
+        st: os.stat_result | None = os.stat(path)
+    except (FileNotFoundError, NotADirectoryError):
+        st = None
+    except OSError as e:
+        raise ConfigError(f"{where}: {_os_reason(e)}") from None
+    if st is not None and not stat.S_ISDIR(st.st_mode):
+        raise ConfigError(f"{where}: exists and is not a directory")
+    if st is None:
+        if not create:
+            raise ConfigError(f"{where}: no epochfs cache there (the folder does not exist); {CACHE_HINT}")
+        parent = _nearest_existing(path)
+        if parent is not None and not parent.is_dir():
+            raise ConfigError(f"{where}: cannot create it: {parent} is not a directory")
+        try:
+            path.mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            inside = f" in {parent}" if parent is not None else ""
+            raise ConfigError(f"{where}: cannot create it{inside}: {_os_reason(e)}") from None
+    elif not create and not os.path.lexists(path / INDEX_NAME):
+        raise ConfigError(f"{where}: no epochfs cache there (no {INDEX_NAME}); {CACHE_HINT}")
+    try:
+        with tempfile.TemporaryFile(dir=path):
+            pass
+    except OSError as e:
+        if e.errno in (errno.ENOSPC, errno.EDQUOT):
+            return  # writable but full: each command meets that itself (status reports it)
+        raise ConfigError(f"{where}: cannot write in it: {_os_reason(e)}") from None
+
+
 T = TypeVar("T", bound=CacheSettings)
 
 
@@ -315,6 +372,7 @@ __all__ = [
     "SamplerSettings",
     "SidecarSettings",
     "add_arguments",
+    "check_cache",
     "env_name",
     "format_size",
     "from_args",

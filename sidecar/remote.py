@@ -32,7 +32,14 @@ from dataclasses import dataclass
 from typing import Any, BinaryIO, Protocol
 from urllib.parse import quote, urlparse
 
-from epochfs.sidecar.remote_errors import RemoteError, RemoteFailure, Translated, aiohttp_kind
+from epochfs.sidecar.redact import redact
+from epochfs.sidecar.remote_errors import (
+    RemoteError,
+    RemoteFailure,
+    Translated,
+    aiohttp_kind,
+    failure_reason,
+)
 from epochfs.sidecar.remote_s3 import S3Remote
 
 log = logging.getLogger("epochfs.remote")
@@ -221,7 +228,7 @@ class HTTPRemote:
         try:
             f = self._fs.open(self.index_url, "rb", block_size=0)
         except Exception as e:
-            raise RemoteError(f"cannot read the index {self.index_url}: {e}") from e
+            raise RemoteError(f"cannot read the index {redact(self.index_url)}: {failure_reason(e)}") from e
         with f:
             pending = b""
             while True:

@@ -40,7 +40,9 @@ botocore's ``SSLError`` (even a certificate that fails) is retried. One change o
 from __future__ import annotations
 
 import asyncio
+import http
 import http.client
+import os
 import socket
 import ssl
 import xml.etree.ElementTree as ElementTree
@@ -139,6 +141,44 @@ def _chain(exc: BaseException) -> Iterator[BaseException]:
         seen.add(id(e))
         yield e
         e = e.__cause__ or e.__context__
+
+
+def failure_reason(exc: BaseException) -> str:
+    """The cause of ``exc`` in a few words for a message: ``HTTP 404 Not Found``, ``connection
+    refused``, ``host name does not resolve (...)``, ``timed out``, a TLS failure; else the text of
+    the first exception of the chain that says more than a URL. fsspec reports an http(s) URL it
+    cannot read as ``FileNotFoundError(url)``, whose text is only the URL again (issue 21)."""
+    links = list(_chain(exc))
+    for link in links:
+        status = getattr(link, "status", None)  # aiohttp's ClientResponseError, HTTPStatusError...
+        if isinstance(status, int) and 100 <= status <= 599:
+            phrase = getattr(link, "message", None) or getattr(link, "reason", None)
+            if not isinstance(phrase, str) or not phrase:
+                try:
+                    phrase = http.HTTPStatus(status).phrase
+                except ValueError:
+                    phrase = ""
+            return f"HTTP {status} {phrase}".rstrip()
+    for link in links:
+        if isinstance(link, socket.gaierror):
+            return f"host name does not resolve ({link.strerror or link})"
+    for link in links:
+        if isinstance(link, ssl.SSLCertVerificationError):
+            return f"TLS certificate refused ({link.verify_message or link})"
+        if isinstance(link, ssl.SSLError):
+            return f"TLS failed ({link.reason or link})"
+    for link in links:
+        if isinstance(link, (TimeoutError, asyncio.TimeoutError)):
+            return "timed out"
+    for link in links:
+        if isinstance(link, OSError) and isinstance(link.errno, int) and link.errno > 0:
+            text = os.strerror(link.errno)
+            return text[:1].lower() + text[1:]
+    for link in links:
+        text = str(link).strip()
+        if text and not (" " not in text and "://" in text):  # more than a bare URL
+            return text
+    return type(exc).__name__
 
 
 def _link_kind(e: BaseException, rule: Rule | None) -> Kind | None:
@@ -345,6 +385,7 @@ __all__ = [
     "Unavailable",
     "aiohttp_kind",
     "botocore_kind",
+    "failure_reason",
     "fast_path_failure",
     "gcs_kind",
     "s3_answer",
@@ -375,7 +416,10 @@ def may_answer_later(exc: BaseException) -> bool:
     when its host name does not resolve (a typo in ``--endpoint-url``), nor for an error no rule
     knows. ``epochfs sample`` exits 1 for the first (the sidecar starts it again) and 2 for the
     rest (the sidecar stops with the reason: docs/sidecar.md)."""
-    if any(isinstance(link, socket.gaierror) for link in _chain(exc)):
+    links = list(_chain(exc))
+    if any(isinstance(link, socket.gaierror) for link in links):
         return False
+    if any(isinstance(link, (ConnectionError, TimeoutError, asyncio.TimeoutError)) for link in links):
+        return True  # under any wrapper: fsspec reports an http(s) URL it cannot reach as not found
     failure = translate(exc, _library_kind)
     return failure is not None and failure.retry

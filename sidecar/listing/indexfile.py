@@ -45,6 +45,7 @@ from epochfs.sidecar.listing.retry import is_throttled, while_throttled
 from epochfs.sidecar.listing.sources import Page, Source, Span, source_for
 from epochfs.sidecar.redact import redact
 from epochfs.sidecar.remote import HTTPRemote, Remote, RemoteError, RemoteObject
+from epochfs.sidecar.remote_errors import failure_reason
 
 log = logging.getLogger("epochfs.catalog")
 
@@ -99,7 +100,7 @@ def open_stream(url: str, *, endpoint_url: str | None = None) -> Iterator[IO[byt
             raw = _ReaderFile(s3.open(key))
         except Exception as e:
             s3.close()
-            raise RemoteError(f"cannot read {redact(url)}: {e}") from e
+            raise RemoteError(f"cannot read the index {redact(url)}: {failure_reason(e)}") from e
         closer: Any = s3
     else:
         import fsspec
@@ -107,7 +108,7 @@ def open_stream(url: str, *, endpoint_url: str | None = None) -> Iterator[IO[byt
         try:
             raw = fsspec.open(url, "rb", block_size=0 if url.startswith("http") else BLOCK).open()
         except Exception as e:
-            raise RemoteError(f"cannot read {redact(url)}: {e}") from e
+            raise RemoteError(f"cannot read the index {redact(url)}: {failure_reason(e)}") from e
         closer = None
     buffered: Any = io.BufferedReader(raw, BLOCK) if isinstance(raw, _ReaderFile) else raw
     try:

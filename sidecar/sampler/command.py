@@ -172,7 +172,7 @@ def run_sample(settings: SamplerSettings) -> int:
                 log.error("the remote cannot be reached now: %s (exit 1: the sidecar starts the "
                           "sampler again after a backoff)", e)
                 return 1
-            raise ConfigError(f"--remote: {e}") from None
+            raise ConfigError(f"{'--index' if settings.index_url else '--remote'}: {e}") from None
         if prepared is None:
             log.info("catalog of %s keys complete: fetching at once (relist: %s)",
                      store.meta(Meta.CATALOG_OBJECTS) or "0",

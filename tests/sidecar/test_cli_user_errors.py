@@ -1,0 +1,364 @@
+"""Issue 21: every user error of the CLI fails fast, with exit status 2 and one line naming the flag
+and the reason, never a traceback. Run through the real ``epochfs`` console script in a subprocess.
+
+Each test here failed before its fix: a sub-command's unknown flag answered with the top-level
+usage; a ``--cache`` that could not be made or used ended in a traceback (or a line that did not
+name the path); ``epochfs mount`` served an empty view of a missing cache; ``epochfs index --out
+x.txt`` wrote gzip; an http(s) index that could not be read named its URL twice and no cause.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import gzip
+import http.server
+import os
+import shutil
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from common import free_port
+from sidecar_helpers import running_sidecar
+
+from epochfs.fuse.mounting import find_mount, lazy_unmount
+from epochfs.sidecar.store import INDEX_NAME, Policy, Store
+
+EPOCHFS = str(Path(sys.executable).with_name("epochfs"))
+IS_ROOT = os.geteuid() == 0
+
+
+def run(args: list[str], *, prefix: tuple[str, ...] = (), timeout: float = 60
+        ) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("EPOCHFS_")}
+    return subprocess.run([*prefix, EPOCHFS, *args], capture_output=True, text=True, env=env,
+                          timeout=timeout)
+
+
+def refusal(proc: subprocess.CompletedProcess[str]) -> str:
+    """The one line of a refusal: exit 2, no traceback, nothing else on stderr."""
+    out = proc.stdout + proc.stderr
+    assert "Traceback" not in out, out
+    assert proc.returncode == 2, out
+    lines = [line for line in proc.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1, f"expected one line on stderr, got: {proc.stderr!r}"
+    return lines[0]
+
+
+@pytest.fixture
+def dataset(tmp_path: Path) -> Path:
+    root = tmp_path / "data"
+    (root / "train").mkdir(parents=True)
+    for i in range(3):
+        (root / "train" / f"{i}.bin").write_bytes(os.urandom(1024))
+    return root
+
+
+def make_cache(path: Path) -> Path:
+    with Store(path, create=True) as store:
+        store.configure(Policy(capacity=1 << 20))
+    return path
+
+
+# ---------------------------------------------------------------------------- 1. unknown flags
+@pytest.mark.parametrize(
+    ("command", "args"),
+    [
+        ("sample", []),
+        ("sidecar", []),
+        ("mount", []),
+        ("publish", []),
+        ("cut", []),
+        ("relist", []),
+        ("verify", []),
+        ("status", ["--cache", "/nowhere"]),
+        ("unmount", ["--mount", "/nowhere"]),
+        ("index", ["file:///nowhere", "--out", "/nowhere/x.gz"]),
+        ("bench", []),
+    ],
+)
+def test_an_unknown_flag_is_refused_with_the_commands_own_usage(command: str, args: list[str]) -> None:
+    proc = run([command, *args, "--bogus"])
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
+    assert proc.stderr.startswith(f"usage: epochfs {command} "), proc.stderr
+    assert proc.stderr.splitlines()[-1] == f"epochfs {command}: error: unrecognized arguments: --bogus"
+
+
+def test_a_stray_argument_after_the_command_is_the_commands_error_and_before_it_the_top_levels(
+) -> None:
+    after = run(["cut", "--cache", "/nowhere", "stray"])
+    assert after.returncode == 2
+    assert after.stderr.splitlines()[-1] == "epochfs cut: error: unrecognized arguments: stray"
+    before = run(["--bogus", "cut", "--cache", "/nowhere"])
+    assert before.returncode == 2 and before.stderr.startswith("usage: epochfs [-h]"), before.stderr
+    assert before.stderr.splitlines()[-1] == "epochfs: error: unrecognized arguments: --bogus"
+
+
+# ---------------------------------------------------------------------------- 2. --cache
+CREATES = ("sample", "sidecar")
+"""The commands that make a missing cache; the others need one made already."""
+CACHE_COMMANDS = ("sample", "sidecar", "mount", "publish", "cut", "relist", "verify", "status")
+
+
+def cache_args(command: str, cache: Path, tmp_path: Path, dataset: Path) -> list[str]:
+    extra = {
+        "sample": ["--remote", dataset.as_uri()],
+        "sidecar": ["--remote", dataset.as_uri(), "--mount", str(tmp_path / "view"),
+                    "--health-port", str(free_port())],
+        "mount": ["--mount", str(tmp_path / "view")],
+        "publish": ["--mount", str(tmp_path / "view")],
+    }.get(command, [])
+    return [command, "--cache", str(cache), *extra]
+
+
+@pytest.mark.parametrize("command", CACHE_COMMANDS)
+def test_a_cache_under_proc_is_refused_naming_it(command: str, tmp_path: Path, dataset: Path) -> None:
+    cache = Path(f"/proc/epochfs-test-{os.getpid()}")
+    line = refusal(run(cache_args(command, cache, tmp_path, dataset)))
+    assert line.startswith(f"epochfs {command}: --cache {cache}: "), line
+    if command in CREATES:
+        assert line.endswith("cannot create it in /proc: no such file or directory"), line
+    else:
+        assert "no epochfs cache there (the folder does not exist)" in line and "epochfs sample" in line
+    assert not (tmp_path / "view").exists()  # refused before anything else was made
+
+
+@pytest.mark.parametrize("command", CACHE_COMMANDS)
+def test_a_cache_that_is_a_file_or_below_one_is_refused_naming_it(
+    command: str, tmp_path: Path, dataset: Path
+) -> None:
+    afile = tmp_path / "afile"
+    afile.write_text("not a folder")
+    line = refusal(run(cache_args(command, afile, tmp_path, dataset)))
+    assert line == f"epochfs {command}: --cache {afile}: exists and is not a directory"
+    below = afile / "cache"
+    line = refusal(run(cache_args(command, below, tmp_path, dataset)))
+    assert line.startswith(f"epochfs {command}: --cache {below}: "), line
+    if command in CREATES:
+        assert line.endswith(f"cannot create it: {afile} is not a directory"), line
+    else:
+        assert "no epochfs cache there" in line, line
+
+
+@contextlib.contextmanager
+def read_only_view(source: Path, target: Path) -> Iterator[Path]:
+    """``source`` seen read-only at ``target`` (a read-only bind mount: root only)."""
+    target.mkdir()
+    made = subprocess.run(["mount", "--bind", "-o", "ro", str(source), str(target)],
+                          capture_output=True, text=True)
+    if made.returncode != 0:
+        pytest.skip(f"cannot bind-mount here: {made.stderr.strip()}")
+    try:
+        if os.access(target, os.W_OK):  # an older mount(8) ignores ro on the first call
+            subprocess.run(["mount", "-o", "remount,bind,ro", str(target)], check=True)
+        yield target
+    finally:
+        lazy_unmount(target, any_kind=True)
+
+
+@pytest.mark.skipif(not IS_ROOT, reason="a read-only bind mount needs root")
+@pytest.mark.parametrize("command", CACHE_COMMANDS)
+def test_a_cache_on_a_read_only_file_system_is_refused_naming_it(
+    command: str, tmp_path: Path, dataset: Path
+) -> None:
+    source = make_cache(tmp_path / "source" / "cache")
+    with read_only_view(source.parent, tmp_path / "ro") as ro:
+        cache = ro / "cache"
+        line = refusal(run(cache_args(command, cache, tmp_path, dataset)))
+        assert line == f"epochfs {command}: --cache {cache}: cannot write in it: read-only file system"
+        if command in CREATES:
+            fresh = ro / "fresh"
+            line = refusal(run(cache_args(command, fresh, tmp_path, dataset)))
+            assert line == (f"epochfs {command}: --cache {fresh}: cannot create it in {ro}: "
+                            f"read-only file system")
+
+
+def without_root_privilege() -> tuple[str, ...]:
+    """A prefix that runs a command without root's right to ignore file modes (none needed when
+    the tests do not run as root)."""
+    if not IS_ROOT:
+        return ()
+    setpriv = shutil.which("setpriv")
+    if setpriv is None:
+        pytest.skip("needs setpriv to drop root's file-mode override")
+    return (setpriv, "--bounding-set", "-dac_override,-dac_read_search", "--")
+
+
+@pytest.mark.parametrize("command", CACHE_COMMANDS)
+def test_a_cache_where_permission_is_denied_is_refused_naming_it(
+    command: str, tmp_path: Path, dataset: Path
+) -> None:
+    prefix = without_root_privilege()
+    locked = tmp_path / "locked"
+    make_cache(locked / "cache")
+    locked.chmod(0o500)
+    (locked / "cache").chmod(0o500)
+    try:
+        cache = locked / "cache"
+        line = refusal(run(cache_args(command, cache, tmp_path, dataset), prefix=prefix))
+        assert line == f"epochfs {command}: --cache {cache}: cannot write in it: permission denied"
+        if command in CREATES:
+            fresh = locked / "fresh"
+            line = refusal(run(cache_args(command, fresh, tmp_path, dataset), prefix=prefix))
+            assert line == (f"epochfs {command}: --cache {fresh}: cannot create it in {locked}: "
+                            f"permission denied")
+    finally:
+        (locked / "cache").chmod(0o700)
+        locked.chmod(0o700)
+
+
+# ---------------------------------------------------------------------------- 3. mount's cache
+@contextlib.contextmanager
+def nothing_left_mounted(*paths: Path) -> Iterator[None]:
+    """Before the fix ``epochfs mount`` mounted an empty cache: never leave such a mount behind."""
+    try:
+        yield
+    finally:
+        for p in paths:
+            if find_mount(p) is not None:
+                lazy_unmount(p, any_kind=True)
+
+
+def test_mount_refuses_a_cache_folder_that_does_not_exist(tmp_path: Path) -> None:
+    cache, view = tmp_path / "cache", tmp_path / "view"
+    with nothing_left_mounted(view, cache / "objects-ro"):
+        line = refusal(run(["mount", "--cache", str(cache), "--mount", str(view)], timeout=30))
+    assert line == (f"epochfs mount: --cache {cache}: no epochfs cache there (the folder does not "
+                    f"exist); start `epochfs sample` or `epochfs sidecar` with this --cache first")
+    assert not cache.exists() and not view.exists()  # nothing made, nothing mounted
+
+
+def test_mount_refuses_a_folder_that_holds_no_epochfs_cache(tmp_path: Path) -> None:
+    cache, view = tmp_path / "cache", tmp_path / "view"
+    cache.mkdir()
+    with nothing_left_mounted(view, cache / "objects-ro"):
+        line = refusal(run(["mount", "--cache", str(cache), "--mount", str(view)], timeout=30))
+    assert line == (f"epochfs mount: --cache {cache}: no epochfs cache there (no {INDEX_NAME}); "
+                    f"start `epochfs sample` or `epochfs sidecar` with this --cache first")
+    assert list(cache.iterdir()) == [] and not view.exists()
+
+
+@pytest.mark.parametrize("view", ["fuse", "folder"])
+def test_the_sidecar_serves_a_cache_it_makes(view: str, tmp_path: Path, dataset: Path) -> None:
+    """The sidecar makes its cache (and index) before it starts its view's child, so the
+    refusal of a missing cache never meets the sidecar's own ``epochfs mount`` or ``publish``."""
+    if view == "fuse" and (not IS_ROOT or not os.path.exists("/dev/fuse")):
+        pytest.skip("the FUSE view needs root and /dev/fuse")
+    with running_sidecar(tmp_path, remote=dataset.as_uri(), endpoint="",
+                         extra=("--view", view, "--kube-reporting", "0")) as car:
+        assert car.health()["code"] == 200
+        assert (car.cache / INDEX_NAME).exists()
+    assert "no epochfs cache there" not in car.log_text()
+
+
+# ---------------------------------------------------------------------------- 4. index --out
+def test_index_writes_plain_json_lines_for_a_name_without_gz(tmp_path: Path, dataset: Path) -> None:
+    """The reader looks at the first bytes, not the name, so a plain file is an index too."""
+    from epochfs.sidecar.listing.indexfile import IndexSource, is_index
+
+    plain, packed = tmp_path / "keys.txt", tmp_path / "keys.jsonl.gz"
+    for out in (plain, packed):
+        proc = run(["index", dataset.as_uri(), "--out", str(out)])
+        assert proc.returncode == 0 and proc.stdout.strip() == "3", proc.stderr
+        assert "Traceback" not in proc.stderr
+    assert packed.read_bytes()[:2] == b"\x1f\x8b"  # gzip, as before
+    assert plain.read_bytes().startswith(b'{"epochfs_index"'), plain.read_bytes()[:20]
+    assert gzip.decompress(packed.read_bytes()).splitlines()[1:] == plain.read_bytes().splitlines()[1:]
+    assert is_index(plain.as_uri())
+    source = IndexSource(plain.as_uri())
+    keys = [o.key for page in source.pages(source.spans()[0], "") for o in page.objects]
+    assert sorted(keys) == ["train/0.bin", "train/1.bin", "train/2.bin"]
+
+
+# ---------------------------------------------------------------------------- 5. an index URL
+class _Answers(http.server.BaseHTTPRequestHandler):
+    """Answers every request with the status its path starts with (``/404/index.txt``)."""
+
+    def do_GET(self) -> None:
+        self.send_response(int(self.path.strip("/").split("/")[0]))
+        self.send_header("Content-Length", "0")
+        self.end_headers()
+
+    do_HEAD = do_GET
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+@pytest.fixture
+def answers() -> Iterator[str]:
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Answers)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+@pytest.mark.parametrize(("status", "reason"), [(404, "HTTP 404 Not Found"),
+                                                (500, "HTTP 500 Internal Server Error")])
+def test_an_index_url_that_answers_an_error_names_the_url_once_and_the_status(
+    answers: str, status: int, reason: str
+) -> None:
+    from epochfs.sidecar.remote import HTTPRemote, RemoteError
+
+    url = f"{answers}/{status}/index.txt"
+    with pytest.raises(RemoteError) as raised:
+        list(HTTPRemote(url=f"{answers}/data", index_url=url, read_timeout=5).list())
+    assert str(raised.value) == f"cannot read the index {url}: {reason}"
+
+
+def test_an_index_url_with_credentials_is_redacted_in_the_message() -> None:
+    from epochfs.sidecar.remote import HTTPRemote, RemoteError
+
+    port = free_port()  # nothing listens there
+    url = f"http://user:secret@127.0.0.1:{port}/index.txt?sig=abc"
+    with pytest.raises(RemoteError) as raised:
+        list(HTTPRemote(url=f"http://127.0.0.1:{port}/data", index_url=url, read_timeout=5).list())
+    assert str(raised.value) == (f"cannot read the index http://***:***@127.0.0.1:{port}/index.txt?sig=***: "
+                                 f"connection refused")
+
+
+def listing_failure(args: list[str], *, timeout: float = 60) -> str:
+    """Start ``epochfs sample``, return its first "listing failed" log line, then stop it."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("EPOCHFS_")}
+    env["EPOCHFS_PROGRESS_SECONDS"] = "1"  # a line every second at least: readline never stalls
+    proc = subprocess.Popen([EPOCHFS, "sample", *args], stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE, text=True, env=env)
+    seen: list[str] = []
+    try:
+        assert proc.stderr is not None
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            line = proc.stderr.readline()
+            if not line:
+                break
+            seen.append(line)
+            if "listing failed" in line:
+                return line.rstrip("\n")
+        raise AssertionError(f"no listing failure logged (exit {proc.poll()}):\n{''.join(seen)}")
+    finally:
+        proc.terminate()
+        _, rest = proc.communicate(timeout=30)
+        assert "Traceback" not in "".join(seen) + rest
+
+
+@pytest.mark.parametrize("case", ["refused", "404"])
+def test_the_sampler_names_an_index_url_it_cannot_read_once_with_the_cause(
+    case: str, tmp_path: Path, answers: str
+) -> None:
+    if case == "refused":
+        base, reason = f"http://127.0.0.1:{free_port()}", "connection refused"
+        url = f"{base}/index.txt"
+    else:
+        base, reason = answers, "HTTP 404 Not Found"
+        url = f"{base}/404/index.txt"
+    line = listing_failure(["--remote", f"{base}/data", "--index", url, "--cache", str(tmp_path / "c")])
+    assert f"listing failed: cannot read the index {url}: {reason};" in line, line
+    assert line.count(url) == 1, line
