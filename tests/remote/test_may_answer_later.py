@@ -46,3 +46,30 @@ def test_a_missing_folder_is_a_refusal(tmp_path: Path) -> None:
 
 def test_an_error_no_rule_knows_is_not_retried() -> None:
     assert not may_answer_later(RemoteError("s3:// needs botocore"))
+
+
+def test_an_index_url_nothing_listens_on_may_answer_later_and_a_missing_one_is_a_refusal(
+        tmp_path: Path) -> None:
+    """fsspec reports an http(s) URL it cannot reach as FileNotFoundError: the connection refused
+    under it still says a restart may get past it; a 404 does not."""
+    import threading
+    from http.server import HTTPServer, SimpleHTTPRequestHandler
+
+    from epochfs.sidecar.listing.indexfile import open_stream
+
+    def first_error(url: str) -> RemoteError:
+        with pytest.raises(RemoteError) as info, open_stream(url):
+            pass
+        return info.value
+
+    refused = first_error(f"http://127.0.0.1:{free_port()}/index.jsonl.gz")
+    assert "connection refused" in str(refused) and may_answer_later(refused)
+    server = HTTPServer(("127.0.0.1", 0), SimpleHTTPRequestHandler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        missing = first_error(f"http://127.0.0.1:{server.server_port}/no-such-index.jsonl.gz")
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert "HTTP 404" in str(missing) and not may_answer_later(missing)

@@ -66,6 +66,19 @@ def test_cut_below_the_newest_is_a_flag_error(cache_dir: Path) -> None:
     assert low.stderr.strip().startswith("epochfs cut: --epoch:") and len(low.stderr.splitlines()) == 1
 
 
+def test_cut_refuses_a_far_jump_unless_far_and_a_number_past_the_limit(cache_dir: Path) -> None:
+    """``epochfs cut --epoch 8589934592`` exited 0 and left an epoch the view could never show,
+    every later epoch invisible (issue 20): now exit 2 naming the limit; a jump of more than
+    1,000 epochs needs --far."""
+    make_cache(cache_dir, 2)
+    huge = run("cut", "--cache", str(cache_dir), "--epoch", "8589934592", "--far")
+    assert huge.returncode == 2 and "largest epoch number 536,870,910" in huge.stderr, huge.stderr
+    far = run("cut", "--cache", str(cache_dir), "--epoch", "5000")
+    assert far.returncode == 2 and "--far" in far.stderr and len(far.stderr.splitlines()) == 1, far.stderr
+    asked = run("cut", "--cache", str(cache_dir), "--epoch", "5000", "--far")
+    assert (asked.returncode, asked.stdout.strip()) == (0, "5000"), asked.stderr
+
+
 def test_status_of_a_missing_cache_or_mount_exits_2(tmp_path: Path) -> None:
     for args in (("--cache", str(tmp_path / "nope")), ("--mount", str(tmp_path))):
         result = run("status", *args)
