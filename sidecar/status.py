@@ -70,14 +70,41 @@ def rates(prev: dict[str, Any], cur: dict[str, Any], seconds: float) -> dict[str
     return out
 
 
+def per_second(nbytes: float) -> str:
+    """A byte rate in the unit that fits: ``512 B/s``, ``3.4 KiB/s``, ``2.1 MiB/s``."""
+    return f"{format_size(int(nbytes))}/s"
+
+
 def _fmt_rates(r: dict[str, float]) -> str:
     parts = []
     for label, value in r.items():
         if label == "trainer wait":
             parts.append(f"trainer waited {100 * min(1.0, value):.0f}% of the time")
+        elif label.endswith(" MB/s"):
+            parts.append(f"{label[:-len(' MB/s')]} {per_second(value * 1e6)}")
         else:
             parts.append(f"{label} {value:.1f}")
     return "rates: " + "  ".join(parts)
+
+
+def first_epoch_line(stats: dict[str, Any], rate_values: dict[str, float] | None = None) -> str | None:
+    """``epoch 0: 54/200 samples cached (27%), ~20 s at 2.7 samples/s (2.1 MiB/s)`` before the
+    first cut (the estimate once two readings give a rate); None once an epoch exists."""
+    first = stats.get("first_epoch")
+    if not first:
+        return None
+    have, target = int(first.get("samples", 0)), max(1, int(first.get("target", 1)))
+    line = f"epoch 0: {min(have, target)}/{target} samples cached ({100 * min(1.0, have / target):.0f}%)"
+    if have >= target and first.get("listing_round"):
+        return line + ", waiting for the listing's first round (a page of every folder, at most 3 s)"
+    if have >= target:
+        return line + ": it is cut at the first lookup of epoch-0"
+    per_s = (rate_values or {}).get("fetch samples/s", 0.0)
+    if per_s > 0:
+        eta = (target - have) / per_s
+        line += (f", ~{eta:.0f} s at {per_s:.1f} samples/s "
+                 f"({per_second((rate_values or {}).get('fetch MB/s', 0.0) * 1e6)})")
+    return line
 
 
 def render(stats: dict[str, Any], rate_values: dict[str, float] | None = None) -> str:
@@ -134,7 +161,8 @@ def render(stats: dict[str, Any], rate_values: dict[str, float] | None = None) -
             f"{format_size(e['bytes']):>12}"
         )
     if not stats["epochs"]:
-        lines.append("  (no epoch cut yet)")
+        first = first_epoch_line(stats, rate_values)
+        lines.append(f"  (no epoch cut yet{': ' + first if first else ''})")
     return "\n".join(lines)
 
 

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 from epochfs.sidecar.store.index import Index, Meta
 from epochfs.sidecar.store.records import Candidate, CatalogRow
-from epochfs.sidecar.store.stats import awaits_first_round, listing_known
+from epochfs.sidecar.store.stats import FIRST_ROUND_WAIT, awaits_first_round, listing_known
 
 
 def add(ix: Index, rows: Iterable[CatalogRow]) -> int:
@@ -167,9 +167,6 @@ def count_skip(ix: Index, n: int = 1) -> None:
     with ix.write():
         ix.bump("skipped_total", n)
 
-
-FIRST_ROUND_WAIT = 3.0
-"""Seconds from a listing's start that the first epoch waits for a page of every folder."""
 
 
 def first_round_pending(db: sqlite3.Connection) -> bool:

@@ -239,6 +239,10 @@ class Stats:
     room, whatever the budget says); None while sampling goes on."""
     listing: dict[str, Any] = field(default_factory=dict)
     """How much of the dataset the listing has covered (:func:`.stats.listing_known`)."""
+    first_epoch: dict[str, Any] | None = None
+    """Before the first cut: what the first epoch waits for, ``{"samples": cached, "target":
+    needed}`` (``--min-samples``, or the first schedule window's size), and ``"listing_round":
+    true`` while it waits for the listing's first round; None once an epoch exists."""
     publish_paused: str | None = None
     """Folder view: why its publisher cannot write the folder now (its volume full); None while it
     publishes."""

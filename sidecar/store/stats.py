@@ -17,6 +17,9 @@ from epochfs.sidecar.store.index import Index, Meta
 from epochfs.sidecar.store.meta import COUNTER_NAMES
 from epochfs.sidecar.store.records import Policy, Stats
 
+FIRST_ROUND_WAIT = 3.0
+"""Seconds from a listing's start that the first epoch waits for a page of every folder."""
+
 
 def read_stats(ix: Index, policy: Policy) -> Stats:
     with ix.read() as db:
@@ -50,10 +53,22 @@ def read_stats(ix: Index, policy: Policy) -> Stats:
         latest_epoch=int(epochs[-1]["epoch"]) if epochs else None,
         mode="schedule" if policy.schedule else "snapshot",
         listing=listing,
+        first_epoch=None if epochs else _first_epoch(policy, int(samples), listing),
         publish_paused=ix.get(Meta.PUBLISH_PAUSED),
         repairing=repairing,
         **{k: int(counters.get(k, 0)) for k in COUNTER_NAMES},
     )
+
+
+def _first_epoch(policy: Policy, samples: int, listing: dict[str, Any]) -> dict[str, Any]:
+    """What the first cut waits for, from figures already read (no scan: status is read twice a
+    second): the samples its condition needs (``--min-samples``, or the first schedule window's
+    size, whose keys are fetched first) and how many are cached."""
+    target = policy.schedule.size(0) if policy.schedule is not None else max(1, policy.min_samples)
+    doc: dict[str, Any] = {"samples": samples, "target": int(target)}
+    if policy.schedule is None and awaits_first_round(listing, FIRST_ROUND_WAIT):
+        doc["listing_round"] = True
+    return doc
 
 
 def _meta(db: sqlite3.Connection, key: Meta) -> str | None:

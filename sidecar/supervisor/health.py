@@ -59,7 +59,13 @@ class HealthChecks(MountWatch):
         elif not mounted:
             doc["reason"] = "the view is not mounted yet"
         elif not cuttable:
-            doc["reason"] = "epoch 0 cannot be cut yet (too few samples cached)"
+            first = (stats.first_epoch if stats is not None else None) or {}
+            if first.get("samples", 0) >= first.get("target", 1) and first.get("listing_round"):
+                doc["reason"] = "epoch 0 waits for the listing's first round (a page of every folder)"
+            elif first:
+                doc["reason"] = f"epoch 0: {first['samples']}/{first['target']} samples cached"
+            else:
+                doc["reason"] = "epoch 0 cannot be cut yet"
         return mounted and cuttable, doc
 
     def _epoch0_ready(self, latest_epoch: int | None) -> bool:

@@ -45,3 +45,21 @@ def test_a_listing_with_objects_has_no_warning(tmp_path: Path) -> None:
     store.finalize_catalog()
     assert "warning" not in store.listing_known()
     store.close()
+
+
+@pytest.mark.fuse
+def test_readyz_says_how_far_epoch_0_is(tmp_path: Path) -> None:
+    """Not ready because epoch 0 needs more samples than are cached: /readyz's reason says how
+    many of how many (issue 21, "the way to epoch 0")."""
+    remote = tmp_path / "data"
+    remote.mkdir()
+    for i in range(5):
+        (remote / f"{i}.bin").write_bytes(b"x" * 100)
+    with running_sidecar(tmp_path, remote=f"file://{remote}", endpoint="", expect_ready=False,
+                         extra=("--min-samples", "1000")) as car:
+        def reason() -> str:
+            code, body = car.get("/readyz")
+            return "" if code != 503 or not body else str(json.loads(body).get("reason", ""))
+
+        wait_until(lambda: reason() == "epoch 0: 5/1000 samples cached", timeout=60,
+                   what="/readyz's reason counting the samples")

@@ -424,7 +424,7 @@ def test_status_rates_render_and_watch(store: Store) -> None:
                       clock=lambda: next(ticks), sleep=lambda s: None)
     frames = out.getvalue().split(status.CLEAR)[1:]
     assert len(frames) == 2 and "rates:" not in frames[0]
-    assert "fetch MB/s 1.0" in frames[1] and "serve samples/s 5.0" in frames[1]
+    assert "fetch 976.6 KiB/s" in frames[1] and "serve samples/s 5.0" in frames[1]
 
 
 def test_status_cli_on_a_cache_without_sidecar(store: Store) -> None:
@@ -433,6 +433,27 @@ def test_status_cli_on_a_cache_without_sidecar(store: Store) -> None:
     doc = json.loads(subprocess.run([*cmd, "--json"], capture_output=True, text=True, check=True).stdout)
     assert doc["samples"] == 1 and doc["cache_bytes"] == 100
     text = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout
-    assert "(no epoch cut yet)" in text and "errors: 0 object(s) skipped" in text
+    assert "(no epoch cut yet: epoch 0: 1/1 samples cached" in text and "errors: 0 object(s) skipped" in text
     bad = subprocess.run([*cmd, "--interval", "0", "--watch"], capture_output=True, text=True)
     assert bad.returncode == 2 and "--interval" in bad.stderr
+
+
+def test_status_says_how_far_epoch_0_is(store: Store) -> None:
+    """Before the first cut, status gives the target, the progress and, with two readings, an
+    estimate (issue 21, "the way to epoch 0"); rates in units that fit."""
+    from epochfs.sidecar import status
+    from epochfs.sidecar.store import Policy
+
+    store.configure(Policy(capacity=10_000, min_samples=200))
+    for i in range(54):
+        put(store, f"train/{i}.bin", 10)
+    doc = status.read_stats(cache=store.root, mount=None)
+    assert doc["first_epoch"] == {"samples": 54, "target": 200}
+    assert "(no epoch cut yet: epoch 0: 54/200 samples cached (27%))" in status.render(doc)
+    later = dict(doc, fetched_total=doc["fetched_total"] + 20,
+                 fetched_bytes_total=doc["fetched_bytes_total"] + 2048)
+    text = status.render(later, status.rates(doc, later, 2.0))
+    assert "epoch 0: 54/200 samples cached (27%), ~15 s at 10.0 samples/s (1.0 KiB/s)" in text
+    assert "fetch 1.0 KiB/s" in text
+    store.cut(force=True)
+    assert status.read_stats(cache=store.root, mount=None)["first_epoch"] is None
