@@ -160,6 +160,7 @@ class Downloader:
         self._lock = threading.Lock()
         self._temps: set[Path] = set()
         self._local = threading.local()
+        self._warned_part_sizes = False
         self.retried = 0
 
     def active_temps(self) -> list[Path]:
@@ -257,17 +258,36 @@ class Downloader:
         multipart = checksums.multipart_etag(etag or cand.version) if etag_is_md5 else None
         part_size = getattr(self.remote, "part_size", None)
         if multipart is not None and part_size is not None:
-            self._verify_parts(cand, temp, multipart, part_size)
+            first = int(part_size(cand.key, 1))
+            if first <= 0 < cand.size:
+                self._no_part_sizes(cand, first)
+                return checksums.SIZE_ONLY
+            self._verify_parts(cand, temp, multipart, part_size, first)
             return checksums.ETAG_MULTIPART
         return checksums.SIZE_ONLY
 
+    def _no_part_sizes(self, cand: Candidate, first: int) -> None:
+        """The remote says a part of a non-empty multipart object is ``first`` bytes: the sizes of
+        its parts cannot be had (a proxy that answers HEAD with ``Content-Length: 0``), so no
+        body could ever hash to its ETag. Such objects are admitted checked by their size, as
+        a remote without checksums gives them (the manifest says ``size-only``), with one WARNING
+        naming the cause, where every one of them failed as a Transient error and was skipped."""
+        if not self._warned_part_sizes:
+            self._warned_part_sizes = True
+            log.warning("the remote answers HEAD ?partNumber=1 of %r (%d bytes, multipart ETag) with "
+                        "Content-Length %d: the parts' sizes cannot be had (a proxy between here and "
+                        "the store that drops HEAD lengths?), so multipart ETags cannot be checked; "
+                        "such objects are admitted checked by size only (manifest: size-only)",
+                        cand.key, cand.size, first)
+
     @staticmethod
-    def _verify_parts(cand: Candidate, temp: Path, multipart: tuple[str, int], part_size: Any) -> None:
+    def _verify_parts(cand: Candidate, temp: Path, multipart: tuple[str, int], part_size: Any,
+                      first: int) -> None:
         """Re-hash the written file part by part into the multipart ETag: with the parts the same
         size as the first (one HEAD), else with every part's size asked (one HEAD each)."""
         tag, count = multipart
         wanted = f"{tag}-{count}"
-        sizes = checksums.uniform_parts(cand.size, count, int(part_size(cand.key, 1)))
+        sizes = checksums.uniform_parts(cand.size, count, first)
         if sizes is not None and checksums.parts_etag(temp, sizes) == wanted:
             return
         if 1 < count <= checksums.MAX_PART_HEADS:

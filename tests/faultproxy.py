@@ -56,6 +56,8 @@ class FaultProxy:
         self.stopping = threading.Event()
         self.down: str | None = None
         """When set, the fault every object GET gets (an outage), before any plan."""
+        self.head_zero_length = False
+        """Answer every HEAD with ``Content-Length: 0`` (as a proxy that drops HEAD lengths does)."""
         self.refuse_presigned = False
         """Answer 403 to every presigned URL (as a store that does not accept them would)."""
         proxy = self
@@ -194,6 +196,8 @@ class _Handler(BaseHTTPRequestHandler):
         status, headers, _ = self._forward()
         self.send_response(status)
         for k, v in headers:
+            if self.owner.head_zero_length and k.lower() == "content-length":
+                v = "0"
             self.send_header(k, v)
         self.end_headers()
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+import logging
 import os
 import re
 import threading
@@ -240,3 +241,20 @@ def test_a_body_corrupted_on_every_attempt_is_refused_counted_and_never_stored(
         assert d.active_temps() == [] and list(store.tmp_dir.iterdir()) == [], "nothing kept"
         assert store.stats().samples == 0
     assert proxy.injected["corrupt"] == 3
+
+
+def test_a_proxy_that_drops_head_lengths_leaves_multipart_objects_checked_by_size(
+        s3: S3Server, bodies: dict[str, bytes], proxy: FaultProxy, tmp_path: Path,
+        caplog: pytest.LogCaptureFixture) -> None:
+    """A proxy answering HEAD with ``Content-Length: 0``: the parts' sizes cannot be had, and
+    every multipart object failed verification as a bare Transient and was skipped (issue 20).
+    Now it is admitted checked by its size, with one WARNING naming the cause."""
+    proxy.head_zero_length = True
+    key = "kinds/multipart.bin"
+    with caplog.at_level(logging.WARNING, logger="epochfs.download"), \
+            downloader(tmp_path, proxy.endpoint) as (d, _store):
+        result = d.fetch(candidate(s3, key))
+        assert result.admission is not None and result.error is None, result
+        assert result.admission.verified == "size-only" and result.admission.checksum == "size-only"
+        assert result.admission.temp.read_bytes() == bodies[key]
+    assert any("Content-Length 0" in r.message and "proxy" in r.message for r in caplog.records)
