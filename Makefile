@@ -13,7 +13,7 @@ PYTEST_ARGS ?=
 # real processes, mounts and servers, not on the CPU (TEST_JOBS=0: all in the one pytest process).
 TEST_JOBS ?= 2
 
-.PHONY: all venv system-deps test test-slow test-reliability test-container lint typecheck demo bench clean
+.PHONY: all venv system-deps test test-slow test-reliability test-container lint typecheck demo bench dist clean
 
 all: test
 
@@ -65,5 +65,15 @@ bench: system-deps venv
 	@bash scripts/system-deps.sh $(BENCH_APT_PACKAGES)
 	$(VENV)/bin/epochfs bench $(BENCH) $(if $(BENCH_ARGS),--args $(BENCH_ARGS))
 
+# What a user installs without a clone: the wheel and the sdist (PEP 517 hooks of setuptools, no
+# network), and the Helm chart packaged by the real helm (scripts/get-helm.py): all in dist/.
+# `pip install 'dist/epochfs-<version>-py3-none-any.whl[sidecar,torch]'` installs it.
+dist: venv
+	rm -rf dist build
+	$(PY) -m pip wheel -q --disable-pip-version-check --no-deps --no-build-isolation -w dist .
+	$(PY) -c "from setuptools import build_meta; print(build_meta.build_sdist('dist'))"
+	"$$($(PY) scripts/get-helm.py | tail -n 1)" package helm/epochfs -d dist
+	@ls -1 dist
+
 clean:
-	rm -rf build .pytest_cache .mypy_cache .ruff_cache
+	rm -rf build dist .pytest_cache .mypy_cache .ruff_cache

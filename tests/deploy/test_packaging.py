@@ -103,3 +103,50 @@ def test_the_wheel_holds_every_module(tmp_path: Path) -> None:
                      for p in (ROOT / folder).rglob("*") if p.suffix == ".py" or p.name == "py.typed"}
     assert expected <= names, sorted(expected - names)
     assert not any(n.startswith(("sidecar/", "fuse/", "torchclient/", "src/")) for n in names)
+
+
+def test_the_built_wheel_installed_alone_runs_a_short_sample(tmp_path: Path) -> None:
+    """What a user without a clone gets: the wheel installed by itself (``pip install --target``,
+    nothing of this checkout on the path: ``python -I``, the wheel's folder first), whose
+    ``epochfs --version`` names this version and whose sampler fetches a small file:// dataset
+    and is stopped cleanly (issue 21, "Install")."""
+    import json
+    import signal
+
+    from common import wait_until
+
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "--no-build-isolation",
+                    "--wheel-dir", str(tmp_path / "wheels"), str(ROOT)],
+                   check=True, capture_output=True, timeout=300)
+    [wheel] = (tmp_path / "wheels").glob("epochfs-*.whl")
+    target = tmp_path / "installed"
+    subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--target", str(target),
+                    str(wheel)], check=True, capture_output=True, timeout=300)
+    run_cli = ("import sys; sys.path.insert(0, sys.argv.pop(1)); import epochfs; "
+               "assert epochfs.__file__.startswith(sys.path[0]), epochfs.__file__; "
+               "from epochfs.sidecar.cli import main; sys.exit(main())")
+
+    def cli(*args: str) -> list[str]:
+        return [sys.executable, "-I", "-c", run_cli, str(target), *args]
+
+    version = subprocess.run(cli("--version"), capture_output=True, text=True, timeout=60)
+    assert version.returncode == 0 and VERSION in version.stdout, version.stdout + version.stderr
+    data = tmp_path / "data"
+    data.mkdir()
+    for i in range(12):
+        (data / f"{i:02d}.bin").write_bytes(bytes([i]) * 1000)
+    cache = tmp_path / "cache"
+    sampler = subprocess.Popen(cli("sample", "--remote", f"file://{data}", "--cache", str(cache)),
+                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        def fetched() -> bool:
+            status = subprocess.run(cli("status", "--cache", str(cache), "--json"), capture_output=True,
+                                    text=True, timeout=60)
+            return status.returncode == 0 and json.loads(status.stdout)["samples"] == 12
+
+        wait_until(lambda: sampler.poll() is not None or fetched(), timeout=60, what="12 samples fetched")
+        assert sampler.poll() is None, sampler.communicate()[0]
+    finally:
+        sampler.send_signal(signal.SIGTERM)
+        out = sampler.communicate(timeout=30)[0]
+    assert sampler.returncode == 0 and "Traceback" not in out, out
