@@ -1,0 +1,72 @@
+"""The docs a user follows are true (issue 21): every relative link of the README and of docs/
+names a file of the repository, and every ``epochfs <command>`` they show is a command the CLI
+has, with the flags it shows for it."""
+
+from __future__ import annotations
+
+import argparse
+import re
+from pathlib import Path
+
+import pytest
+
+from epochfs.sidecar.cli import build_parser
+
+ROOT = Path(__file__).resolve().parents[2]
+PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+LINK = re.compile(r"\]\(([^)\s]+)\)")
+COMMAND = re.compile(r"`epochfs ([a-z][a-z_-]*)((?: [^`]*)?)`")
+FENCE = re.compile(r"^```[a-z]*\n(.*?)^```", re.S | re.M)
+BLOCK_COMMAND = re.compile(r"^\s*(?:\$ )?epochfs ([a-z][a-z_-]*)(.*)$", re.M)
+
+
+def _shown(text: str) -> list[tuple[str, str]]:
+    """(command, the rest of its line) of every ``epochfs <command>`` in inline code and in code
+    blocks (continuation lines joined)."""
+    found = COMMAND.findall(text)
+    for block in FENCE.findall(text):
+        found += BLOCK_COMMAND.findall(block.replace("\\\n", " "))
+    return found
+
+
+def _commands() -> dict[str, argparse.ArgumentParser]:
+    parser = build_parser()
+    [sub] = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+    return dict(sub.choices)
+
+
+@pytest.mark.parametrize("page", PAGES, ids=[p.name for p in PAGES])
+def test_relative_links_name_files_that_exist(page: Path) -> None:
+    dead = []
+    for target in LINK.findall(page.read_text()):
+        if "://" in target or target.startswith(("#", "mailto:")):
+            continue
+        path = target.split("#", 1)[0]
+        if path and not (page.parent / path).exists():
+            dead.append(target)
+    assert not dead, f"{page.relative_to(ROOT)}: dead links {dead}"
+
+
+@pytest.mark.parametrize("page", PAGES, ids=[p.name for p in PAGES])
+def test_the_commands_shown_are_the_clis_with_their_flags(page: Path) -> None:
+    commands = _commands()
+    wrong = []
+    for name, rest in _shown(page.read_text()):
+        if name not in commands:
+            wrong.append(f"epochfs {name}: no such command")
+            continue
+        known = {opt for action in commands[name]._actions for opt in action.option_strings}
+        own = rest.split(" --args ", 1)[0]  # what follows --args is the benchmark's
+        for flag in re.findall(r"(?<![\w-])(--[a-z][a-z0-9-]*)", own):
+            if flag not in known:
+                wrong.append(f"epochfs {name} {flag}: no such flag")
+    assert not wrong, f"{page.relative_to(ROOT)}: {sorted(set(wrong))}"
+
+
+def test_a_dead_link_and_a_missing_command_would_be_found(tmp_path: Path) -> None:
+    """The checks above can fail."""
+    assert "nope" not in _commands() and "cut" in _commands()
+    assert LINK.findall("see [x](docs/missing.md) and [y](https://e.x)") == ["docs/missing.md", "https://e.x"]
+    assert COMMAND.findall("run `epochfs cut --cache DIR --nope`") == [("cut", " --cache DIR --nope")]
+    block = "```sh\nepochfs sidecar --remote s3://b \\\n    --nope 1\n```\n"
+    assert _shown(block) == [("sidecar", " --remote s3://b      --nope 1")]
