@@ -25,6 +25,7 @@ from epochfs.sidecar import config, redact
 from epochfs.sidecar.store import Store, StoreError
 
 if TYPE_CHECKING:
+    from epochfs.sidecar.progressbar import Progress
     from epochfs.sidecar.remote import Remote
 
 log = logging.getLogger("epochfs")
@@ -119,11 +120,15 @@ def _cmd_index(ns: argparse.Namespace) -> int:
         remote = open_remote(url, endpoint_url=ns.endpoint_url)
     except RemoteError as e:
         raise config.ConfigError(f"REMOTE: {e}") from None
+    from epochfs.sidecar.progressbar import Progress
+
+    bar = Progress("index:", out=sys.stderr, unit="spans")  # a bar on a terminal, else log lines
     try:
         if _gzipped_name(ns.out):
-            count = write_index(remote, ns.out, threads=threads, endpoint_url=ns.endpoint_url)
+            count = write_index(remote, ns.out, threads=threads, endpoint_url=ns.endpoint_url, progress=bar)
         else:
-            count = _write_plain_index(remote, ns.out, threads=threads, endpoint_url=ns.endpoint_url)
+            count = _write_plain_index(remote, ns.out, threads=threads, endpoint_url=ns.endpoint_url,
+                                       progress=bar)
     except RemoteError as e:
         print(f"epochfs index: {e}", file=sys.stderr)
         return 1
@@ -142,7 +147,8 @@ def _gzipped_name(out: str) -> bool:
     return path.endswith(".gz")
 
 
-def _write_plain_index(remote: Remote, out: str, *, threads: int, endpoint_url: str | None) -> int:
+def _write_plain_index(remote: Remote, out: str, *, threads: int, endpoint_url: str | None,
+                       progress: Progress | None = None) -> int:
     """The index as plain JSON lines, for an ``--out`` whose name does not end in ``.gz`` (it was
     gzip whatever the name). Readers take either: they look at the first bytes, not the name."""
     import gzip
@@ -153,7 +159,7 @@ def _write_plain_index(remote: Remote, out: str, *, threads: int, endpoint_url: 
 
     with tempfile.TemporaryDirectory(prefix="epochfs-index-") as tmp:
         packed, plain = os.path.join(tmp, "index.jsonl.gz"), os.path.join(tmp, "index.jsonl")
-        count = write_index(remote, packed, threads=threads, endpoint_url=endpoint_url)
+        count = write_index(remote, packed, threads=threads, endpoint_url=endpoint_url, progress=progress)
         with gzip.open(packed, "rb") as src, open(plain, "wb") as dst:
             shutil.copyfileobj(src, dst, BLOCK)
         os.remove(packed)

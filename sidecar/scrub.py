@@ -36,6 +36,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from epochfs.sidecar.config import format_size
+from epochfs.sidecar.progressbar import Progress
 from epochfs.sidecar.ratelimit import RateLimiter
 from epochfs.sidecar.store import Candidate, Store, StoredObject
 from epochfs.sidecar.store.integrity import BLOCK, Stopped
@@ -124,21 +125,22 @@ def _check(store: Store, obj: StoredObject, pace: Callable[[int], bool] | None,
 
 # ---------------------------------------------------------------------------- epochfs verify
 class _Progress:
-    """A progress line on stderr every ``every`` seconds of a long run."""
+    """Progress on stderr: a bar on a terminal, else a line every ``every`` seconds."""
 
     def __init__(self, *, objects: int, nbytes: int, every: float, out: TextIO) -> None:
-        self.objects, self.nbytes, self.every, self.out = objects, nbytes, every, out
-        self.started = self.last = time.monotonic()
+        self.objects, self.nbytes = objects, nbytes
+        self.bar = Progress("verify:", out=out, unit="objects", every=every)
+
+    def _detail(self, done_bytes: int, damaged: int) -> str:
+        rate = done_bytes / max(time.monotonic() - self.bar.started, 1e-9)
+        return (f"{format_size(done_bytes)} of {format_size(self.nbytes)} ({format_size(rate)}/s), "
+                f"{damaged} damaged")
 
     def tick(self, done: int, done_bytes: int, damaged: int) -> None:
-        now = time.monotonic()
-        if self.every <= 0 or now - self.last < self.every:
-            return
-        self.last = now
-        rate = done_bytes / max(now - self.started, 1e-9)
-        print(f"verify: {done}/{self.objects} objects, {format_size(done_bytes)} of "
-              f"{format_size(self.nbytes)} ({format_size(rate)}/s), {damaged} damaged",
-              file=self.out, flush=True)
+        self.bar.update(done, self.objects, self._detail(done_bytes, damaged))
+
+    def close(self, done: int, done_bytes: int, damaged: int) -> None:
+        self.bar.close(done, self.objects, self._detail(done_bytes, damaged))
 
 
 def verify(store: Store, *, quarantine: bool = True, progress_every: float = 5.0,
@@ -150,9 +152,10 @@ def verify(store: Store, *, quarantine: bool = True, progress_every: float = 5.0
     report: dict[str, Any] = {"cache": str(store.root), "index": index, "objects": 0, "bytes": 0,
                               "ok": 0, "damaged": [], "verified": {}}
     if index == "ok":
-        _walk(store, report, quarantine=quarantine,
-              progress=_Progress(objects=store.stats().samples, nbytes=store.cache_bytes(),
-                                 every=progress_every, out=err or sys.stderr))
+        progress = _Progress(objects=store.stats().samples, nbytes=store.cache_bytes(),
+                             every=progress_every, out=err or sys.stderr)
+        _walk(store, report, quarantine=quarantine, progress=progress)
+        progress.close(report["objects"], report["bytes"], len(report["damaged"]))
     report["seconds"] = round(time.monotonic() - started, 3)
     return report
 

@@ -43,6 +43,7 @@ from urllib.parse import urlparse
 
 from epochfs.sidecar.listing.retry import is_throttled, while_throttled
 from epochfs.sidecar.listing.sources import Page, Source, Span, source_for
+from epochfs.sidecar.progressbar import Progress
 from epochfs.sidecar.redact import redact
 from epochfs.sidecar.remote import HTTPRemote, Remote, RemoteError, RemoteObject
 from epochfs.sidecar.remote_errors import failure_reason
@@ -225,8 +226,10 @@ def listing_source(settings: Any, remote: Remote, *, stop: threading.Event | Non
 
 # ---------------------------------------------------------------------------- writing
 def write_index(remote: Remote, out: str, *, threads: int = 8, endpoint_url: str | None = None,
-                progress_seconds: float = 5.0) -> int:
+                progress_seconds: float = 5.0, progress: Progress | None = None) -> int:
     """List ``remote`` in parallel spans and write its index to ``out``; returns the key count.
+    ``progress``: a bar of the spans done on a terminal (``epochfs index``); else, and without
+    one, a log line every ``progress_seconds``.
 
     Each span is written to its own gzip member in a temporary folder (the spans list at once);
     the members are then joined in span order (a concatenation of gzip members is one gzip
@@ -292,7 +295,11 @@ def write_index(remote: Remote, out: str, *, threads: int = 8, endpoint_url: str
                         if left[0] == 0:
                             end_all()
                     now = time.monotonic()
-                    if now - last_log[0] >= progress_seconds:
+                    if progress is not None and progress.tty:
+                        total = sum(counts)
+                        progress.update(len(spans) - left[0], len(spans),
+                                        f"{total:,} keys ({total / max(now - started, 1e-9):,.0f}/s)")
+                    elif now - last_log[0] >= progress_seconds:
                         last_log[0] = now
                         total = sum(counts)
                         log.info("indexing: %d key(s) so far (%.0f/s), %d of %d span(s) done", total,
@@ -305,6 +312,8 @@ def write_index(remote: Remote, out: str, *, threads: int = 8, endpoint_url: str
             t.start()
         for t in workers:
             t.join()
+        if progress is not None:
+            progress.close()
         for f in files:
             f.close()
         if errors:
