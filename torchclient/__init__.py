@@ -21,6 +21,7 @@ if TYPE_CHECKING:  # what static tools see; at run time __getattr__ below import
     from .decode import SampleDecodeError, decode_auto, decode_bytes, decode_npy, decode_npz, decode_pt
     from .layout import Manifest, ManifestEntry, ManifestError, list_epochs, read_manifest, read_status
     from .loader import EpochLoader, EpochRun, EpochStats, default_num_workers
+    from .npyheader import NpyHeaderError, NpzMemberError
     from .resume import EpochResumeError
     from .sampler import EpochSampler, epoch_indices
     from .stream import EpochStream
@@ -49,6 +50,8 @@ _SUBMODULE = {
     "EpochRun": "loader",
     "EpochStats": "loader",
     "default_num_workers": "loader",
+    "NpyHeaderError": "npyheader",
+    "NpzMemberError": "npyheader",
     "EpochResumeError": "resume",
     "EpochSampler": "sampler",
     "epoch_indices": "sampler",
@@ -71,6 +74,8 @@ __all__ = [
     "Manifest",
     "ManifestEntry",
     "ManifestError",
+    "NpyHeaderError",
+    "NpzMemberError",
     "SampleDecodeError",
     "World",
     "decode_auto",

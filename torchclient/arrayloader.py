@@ -44,6 +44,7 @@ import torch
 
 from .arrays import FORMATS, ArraySampleError, SampleReader, expected_spec, make_reader
 from .dataset import EpochDataset, Progress, print_progress
+from .decode import check_max_bytes
 from .epochplan import Balance, Partition, plan_batches, resolve_split
 from .loader import EpochStats, RunBase
 from .report import ClientReporter, report_url_from_env
@@ -125,7 +126,12 @@ class ArrayLoader(Resumable):
     shorter unless ``drop_last``). Samples: ``format="npy"``, ``"npz"`` (the stored member ``member``,
     or the only one), ``"raw"`` (``dtype`` and ``shape`` required) or ``"auto"`` (by the first file's
     extension). ``dtype``/``shape`` not given come from the epoch's first file; every sample must
-    match, else :class:`~epochfs.torchclient.arrays.ArraySampleError` names the file.
+    match, else :class:`~epochfs.torchclient.arrays.ArraySampleError` names the file. The first file's
+    header is parsed strictly, and the array it declares must fit in the file (and be at most
+    ``max_array_bytes`` when given: the file's own size bounds it otherwise, and a sample of a
+    few GiB is legitimate here), checked before any buffer is allocated; a
+    header that fails is a :class:`~epochfs.torchclient.npyheader.NpyHeaderError` (an
+    ``ArraySampleError``) naming the file, the field and the value.
 
     ``num_threads`` threads read ``prefetch`` batches ahead into a ring of ``prefetch + 1`` buffers
     (pinned when ``pin_memory``, default: CUDA available). A host batch is valid until the next one is
@@ -145,8 +151,10 @@ class ArrayLoader(Resumable):
                  timeout: float = 600.0, progress: Progress | None = print_progress,
                  on_epoch_end: Callable[[EpochStats], None] | None = None, report: bool = True,
                  retry_seconds: float = RETRY_SECONDS,
-                 on_resume_mismatch: OnResumeMismatch = "raise") -> None:
+                 on_resume_mismatch: OnResumeMismatch = "raise",
+                 max_array_bytes: int | None = None) -> None:
         self.batch_size = _check_int("batch_size", batch_size, 1)
+        self.max_array_bytes = check_max_bytes(max_array_bytes)
         self.prefetch = _check_int("prefetch", prefetch, 1)
         self.seed = _check_int("seed", seed, 0)
         if balance not in ("pad", "truncate", "none"):
@@ -210,7 +218,7 @@ class ArrayLoader(Resumable):
         """The reader (its template from the first epoch's first file), the threads, the ring."""
         if self.reader is None:
             self.reader = make_reader(self.format, str(dataset.path(0)), member=self.member, dtype=self.dtype,
-                                      shape=self.shape)
+                                      shape=self.shape, max_array_bytes=self.max_array_bytes)
             self._tensor_dtype = torch_dtype(self.reader.spec.dtype, str(dataset.path(0)))
         if self._pool is None:
             self._pool = cf.ThreadPoolExecutor(self.num_threads, thread_name_prefix="epochfs-array")

@@ -21,6 +21,11 @@ as bytes. Only a file whose header differs takes a slow path, which parses it an
 
 Arrays must be in native byte order and C order (or a layout where both orders agree), with a dtype
 torch holds; other files are errors, never a silent conversion.
+
+The first file's header is parsed strictly (:func:`~.npyheader.parse_npy_header`) and what it declares
+must fit in the file (or the member) and under ``max_array_bytes`` before the loader allocates its
+batch buffers from it; later files' headers are compared with the template as bytes, and only one
+that differs is parsed (strictly too).
 """
 
 from __future__ import annotations
@@ -33,10 +38,14 @@ from typing import Any
 
 import numpy as np
 
+from .decode import MAX_ARRAY_BYTES
 from .npyheader import (
     ArraySampleError,
     ArraySpec,
     NpyHeader,
+    NpzMemberError,
+    check_fits,
+    check_limit,
     check_spec,
     layouts_differ,
     mismatch_error,
@@ -45,8 +54,8 @@ from .npyheader import (
     truncated_error,
 )
 
-__all__ = ["FORMATS", "ArraySampleError", "ArraySpec", "NpyReader", "NpzReader", "RawReader", "SampleReader",
-           "expected_spec", "locate_member", "make_reader"]
+__all__ = ["FORMATS", "MAX_ARRAY_BYTES", "ArraySampleError", "ArraySpec", "NpyReader", "NpzMemberError",
+           "NpzReader", "RawReader", "SampleReader", "expected_spec", "locate_member", "make_reader"]
 
 FORMATS: tuple[str, ...] = ("auto", "npy", "npz", "raw")
 _ZIP_LOCAL = struct.Struct("<4sHHHHHIIIHH")  # a zip local file header, 30 bytes before name and extra
@@ -99,10 +108,13 @@ class NpyReader(SampleReader):
         self.scratch_bytes = len(header)
 
     @classmethod
-    def from_file(cls, path: str, expect: ArraySpec | None) -> NpyReader:
+    def from_file(cls, path: str, expect: ArraySpec | None,
+                  max_array_bytes: int | None = MAX_ARRAY_BYTES) -> NpyReader:
         fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
         try:
             header = read_npy_header(fd, 0, path)
+            check_fits(header, path, os.fstat(fd).st_size - header.length)  # before any allocation
+            check_limit(header.spec, path, max_array_bytes)
             reader = cls(expect or check_spec(header.spec, path), os.pread(fd, header.length, 0))
             reader._expect(header, path)
         finally:
@@ -159,8 +171,8 @@ def locate_member(fd: int, path: str, member: str | None) -> _Member:
             try:
                 info = zf.getinfo(member + ".npy")
             except KeyError:
-                raise ArraySampleError(f"sample {path} has no array {member!r} (it holds {names})",
-                                       path) from None
+                raise NpzMemberError(f"sample {path} has no array {member!r} (it holds {names})",
+                                     path) from None
     except zipfile.BadZipFile as exc:
         raise ArraySampleError(f"sample {path} is not a readable .npz (zip) file, or it is truncated: {exc}",
                                path) from exc
@@ -170,6 +182,10 @@ def locate_member(fd: int, path: str, member: str | None) -> _Member:
             "stored members only, straight from the file (save with np.savez, or use EpochLoader)", path)
     if info.flag_bits & 0x1:
         raise ArraySampleError(f"sample {path}: array {member!r} is encrypted", path)
+    if info.compress_size != info.file_size:
+        raise ArraySampleError(f"sample {path}: the zip directory records array {member!r} as stored, but "
+                               f"with {info.compress_size} bytes stored for {info.file_size} (a corrupt zip)",
+                               path)
     local = os.pread(fd, _ZIP_LOCAL.size, info.header_offset)
     if len(local) < _ZIP_LOCAL.size or local[:4] != _ZIP_LOCAL_SIG:
         raise ArraySampleError(f"sample {path}: no zip local header for {member!r} where the directory says",
@@ -177,10 +193,13 @@ def locate_member(fd: int, path: str, member: str | None) -> _Member:
     name_length, extra_length = _ZIP_LOCAL.unpack(local)[9:11]
     name = os.pread(fd, name_length, info.header_offset + _ZIP_LOCAL.size)
     npy_offset = info.header_offset + _ZIP_LOCAL.size + name_length + extra_length
-    npy = read_npy_header(fd, npy_offset, f"{path} (member {member!r})")
+    where = f" (member {member!r})"
+    npy = read_npy_header(fd, npy_offset, path, where)
     found = _Member(info.header_offset, name, extra_length, npy)
-    if info.file_size < npy.length + npy.spec.nbytes:
-        raise ArraySampleError(f"sample {path}: member {member!r} is shorter than its .npy header says", path)
+    # What the member holds after its .npy header: as the zip directory records it, and at most what
+    # the file has there (a directory may lie); checked before the header's shape is allocated.
+    available = min(info.file_size, os.fstat(fd).st_size - npy_offset) - npy.length
+    check_fits(npy, path, available, where, holder="the member")
     return found
 
 
@@ -198,11 +217,13 @@ class NpzReader(SampleReader):
         self._npy_at = template.npy_offset - template.local_offset
 
     @classmethod
-    def from_file(cls, path: str, member: str | None, expect: ArraySpec | None) -> NpzReader:
+    def from_file(cls, path: str, member: str | None, expect: ArraySpec | None,
+                  max_array_bytes: int | None = MAX_ARRAY_BYTES) -> NpzReader:
         fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
         try:
             found = locate_member(fd, path, member)
             name = found.name.decode("utf-8", "replace")[:-4]
+            check_limit(found.npy.spec, path, max_array_bytes, f" (member {name!r})")
             spec = expect or check_spec(found.npy.spec, path)
             prefix = os.pread(fd, found.data_offset - found.local_offset, found.local_offset)
             reader = cls(spec, name, found, prefix)
@@ -253,6 +274,21 @@ class RawReader(SampleReader):
                                    f"{self.spec.describe()} (another shape or dtype?)", path)
 
 
+def _check_raw_size(first: str, spec: ArraySpec) -> None:
+    """A first raw file of another size than the declared array is refused before buffers are made.
+    (One that cannot be stat'ed now is left to the reader, which retries a mount's restart.)"""
+    try:
+        size = os.stat(first).st_size
+    except OSError:
+        return
+    if size < spec.nbytes:
+        raise ArraySampleError(f"sample {first} is truncated: {size} bytes, but a raw {spec.describe()} "
+                               f"needs {spec.nbytes}", first)
+    if size > spec.nbytes:
+        raise ArraySampleError(f"sample {first} holds {size} bytes, more than the {spec.nbytes} of a raw "
+                               f"{spec.describe()} (another shape or dtype?)", first)
+
+
 def expected_spec(dtype: Any, shape: Any) -> tuple[np.dtype[Any] | None, tuple[int, ...] | None]:
     """Validate the declared dtype and shape (either may be None: then taken from the first file)."""
     dt = None if dtype is None else np.dtype(dtype)
@@ -267,12 +303,14 @@ def expected_spec(dtype: Any, shape: Any) -> tuple[np.dtype[Any] | None, tuple[i
 
 
 def make_reader(kind: str, first: str, *, member: str | None = None, dtype: Any = None,
-                shape: Any = None) -> SampleReader:
+                shape: Any = None, max_array_bytes: int | None = MAX_ARRAY_BYTES) -> SampleReader:
     """The reader for a loader, its template taken from ``first`` (the epoch's first file).
 
     ``kind``: "npy", "npz", "raw" or "auto" (by ``first``'s extension: ``.npy``, ``.npz``; anything
     else is raw, which needs ``dtype`` and ``shape``). Given ``dtype``/``shape`` are what every sample
-    must hold; those not given come from ``first``.
+    must hold; those not given come from ``first``. One sample's array may be at most
+    ``max_array_bytes`` (None: no limit), and what ``first``'s header declares must fit in the file:
+    both are checked here, before the loader allocates anything of that size.
     """
     if kind not in FORMATS:
         raise ValueError(f"format must be one of {', '.join(FORMATS)}, got {kind!r}")
@@ -282,9 +320,12 @@ def make_reader(kind: str, first: str, *, member: str | None = None, dtype: Any 
     if kind == "raw":
         if dt is None or dims is None:
             raise ValueError(f"raw samples need dtype= and shape= ({first} is neither .npy nor .npz)")
-        return RawReader(check_spec(ArraySpec(dt, dims), first))
-    probe: SampleReader = NpyReader.from_file(first, None) if kind == "npy" else \
-        NpzReader.from_file(first, member, None)
+        raw = check_spec(ArraySpec(dt, dims), first)
+        check_limit(raw, first, max_array_bytes, what="a raw sample of")
+        _check_raw_size(first, raw)
+        return RawReader(raw)
+    probe: SampleReader = NpyReader.from_file(first, None, max_array_bytes) if kind == "npy" else \
+        NpzReader.from_file(first, member, None, max_array_bytes)
     found = probe.spec
     if (dt is not None and dt != found.dtype) or (dims is not None and dims != found.shape):
         expected = ArraySpec(dt or found.dtype, dims if dims is not None else found.shape)

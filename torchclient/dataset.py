@@ -29,7 +29,7 @@ from typing import Any
 from torch.utils.data import Dataset
 
 from .cutask import CutAnswer, ask_cut, sidecar_url_from_env
-from .decode import Decoder, load_sample, resolve_decoder
+from .decode import MAX_ARRAY_BYTES, Decoder, check_max_bytes, load_sample, resolve_decoder
 from .layout import (
     MAX_EPOCH,
     Manifest,
@@ -199,7 +199,8 @@ class EpochDataset(Dataset[Any]):
     that is not there yet is waited for (up to ``timeout`` seconds); ``progress`` receives the waiting
     lines (None silences them). A missing epoch is also asked of the sidecar (the folder view's
     lookup, :func:`wait_for_epoch`); ``jump=True`` lets that cut skip numbers (a resumed trainer's
-    first epoch above the newest + 1).
+    first epoch above the newest + 1). ``max_array_bytes`` (default 2 GiB; None: no limit) bounds what
+    one ``.npz`` member may inflate to with ``decode="npz"`` or ``"auto"``.
 
     ``retry_seconds`` bounds the retries of a listed file that is briefly unreachable (a restart of
     the sidecar's FUSE server; 0 turns them off). ``hold`` (default True) keeps ``epoch-N/`` open in
@@ -211,9 +212,10 @@ class EpochDataset(Dataset[Any]):
     def __init__(self, root: str | os.PathLike[str], epoch: int, *, decode: str | Decoder = "auto",
                  transform: Callable[[Any], Any] | None = None, wait: bool = True, timeout: float = 600.0,
                  progress: Progress | None = print_progress, retry_seconds: float = RETRY_SECONDS,
-                 hold: bool = True, jump: bool = False) -> None:
+                 hold: bool = True, jump: bool = False,
+                 max_array_bytes: int | None = MAX_ARRAY_BYTES) -> None:
         self.epoch = _check_epoch(epoch)
-        self.decoder: Decoder = resolve_decoder(decode)
+        self.decoder: Decoder = resolve_decoder(decode, max_array_bytes=check_max_bytes(max_array_bytes))
         if transform is not None and not callable(transform):
             raise ValueError(f"transform must be callable or None, got {transform!r}")
         self.transform = transform

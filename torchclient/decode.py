@@ -9,6 +9,7 @@ corrupt sample is a clear error in the training process, never a dead worker.
 
 from __future__ import annotations
 
+import functools
 import os
 import zipfile
 from collections.abc import Callable
@@ -21,6 +22,8 @@ from .retry import RETRY_SECONDS, retrying, transient
 
 Decoder = Callable[[str], Any]
 DECODE_KINDS: tuple[str, ...] = ("auto", "npy", "npz", "pt", "bytes")
+MAX_ARRAY_BYTES = 2 << 30
+"""Default ``max_array_bytes`` (2 GiB): the most bytes an array may declare, or an .npz member inflate to."""
 
 
 class SampleDecodeError(ValueError):
@@ -33,6 +36,15 @@ class SampleDecodeError(ValueError):
     def __init__(self, msg: str, path: str | None = None) -> None:
         super().__init__(msg)
         self.path = path
+
+
+def check_max_bytes(max_array_bytes: int | None) -> int | None:
+    """Validate a loader's ``max_array_bytes`` option: an int >= 1, or None for no limit."""
+    if max_array_bytes is None:
+        return None
+    if isinstance(max_array_bytes, bool) or not isinstance(max_array_bytes, int) or max_array_bytes < 1:
+        raise ValueError(f"max_array_bytes must be an int >= 1 or None (no limit), got {max_array_bytes!r}")
+    return max_array_bytes
 
 
 _NATIVE = "<" if np.little_endian else ">"
@@ -54,10 +66,18 @@ def decode_npy(path: str) -> torch.Tensor:
     return _tensor(np.load(path, mmap_mode="c", allow_pickle=False))
 
 
-def decode_npz(path: str) -> dict[str, torch.Tensor]:
-    """A ``.npz`` file as a dict of tensors, one per array (compressed members are inflated here)."""
-    with np.load(path, allow_pickle=False) as archive:
-        return {name: _tensor(archive[name]) for name in archive.files}
+def decode_npz(path: str, *, max_array_bytes: int | None = MAX_ARRAY_BYTES) -> dict[str, torch.Tensor]:
+    """A ``.npz`` file as a dict of tensors, one per array (compressed members are inflated here).
+
+    Each member's ``.npy`` header is parsed strictly and what it declares must fit in the member; a
+    member may inflate to at most ``max_array_bytes`` of array data (None: no limit), checked from
+    the zip's recorded size before inflating and counted while inflating. The dict is an
+    :class:`~epochfs.torchclient.npzread.NpzSample`: a name it lacks raises ``NpzMemberError`` (a
+    KeyError and a SampleDecodeError) naming the file and the arrays it holds.
+    """
+    from .npzread import npz_sample, read_npz  # here: .npzread imports this module's SampleDecodeError
+
+    return npz_sample(path, {name: _tensor(array) for name, array in read_npz(path, max_array_bytes)})
 
 
 def decode_pt(path: str) -> Any:
@@ -77,15 +97,24 @@ _BY_KIND: dict[str, Decoder] = {"npy": decode_npy, "npz": decode_npz, "pt": deco
 _BY_SUFFIX: dict[str, Decoder] = {".npy": decode_npy, ".npz": decode_npz, ".pt": decode_pt, ".pth": decode_pt}
 
 
-def decode_auto(path: str) -> Any:
+def decode_auto(path: str, *, max_array_bytes: int | None = MAX_ARRAY_BYTES) -> Any:
     """Pick the decoder from the extension: .npy, .npz, .pt/.pth; anything else is raw bytes."""
-    return _BY_SUFFIX.get(os.path.splitext(path)[1].lower(), decode_bytes)(path)
+    decoder = _BY_SUFFIX.get(os.path.splitext(path)[1].lower(), decode_bytes)
+    if decoder is decode_npz:
+        return decode_npz(path, max_array_bytes=max_array_bytes)
+    return decoder(path)
 
 
-def resolve_decoder(decode: str | Decoder) -> Decoder:
-    """The decoder for a kind name or a callable, validated up front with a clear error."""
+def resolve_decoder(decode: str | Decoder, *, max_array_bytes: int | None = MAX_ARRAY_BYTES) -> Decoder:
+    """The decoder for a kind name or a callable, validated up front with a clear error.
+
+    ``max_array_bytes`` other than the default binds into "npz" and "auto" (a ``functools.partial``,
+    which pickles into worker processes); a callable is used as it is."""
     if callable(decode):
         return decode
+    if decode in ("auto", "npz") and max_array_bytes != MAX_ARRAY_BYTES:
+        base = decode_auto if decode == "auto" else decode_npz
+        return functools.partial(base, max_array_bytes=max_array_bytes)
     if decode == "auto":
         return decode_auto
     if isinstance(decode, str) and decode in _BY_KIND:
@@ -118,7 +147,7 @@ def load_sample(path: str, decoder: Decoder, transform: Callable[[Any], Any] | N
 
 
 def _decode_error(path: str, decoder: Decoder, exc: Exception) -> SampleDecodeError:
-    name = getattr(decoder, "__name__", type(decoder).__name__)
+    name = getattr(getattr(decoder, "func", decoder), "__name__", type(decoder).__name__)
     return SampleDecodeError(
         f"cannot decode sample {path} with {name}: {type(exc).__name__}: {exc} "
         "(the file is corrupt, truncated or not in this format)", path)

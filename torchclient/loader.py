@@ -33,7 +33,7 @@ import torch
 from torch.utils.data import DataLoader, Dataset, Sampler
 
 from .dataset import EpochDataset, Progress, print_progress
-from .decode import Decoder, load_sample, resolve_decoder
+from .decode import MAX_ARRAY_BYTES, Decoder, check_max_bytes, load_sample, resolve_decoder
 from .epochplan import Balance, Partition, plan_batches, resolve_split
 from .layout import MAX_EPOCH, epoch_name
 from .report import ClientReporter, report_url_from_env
@@ -141,6 +141,12 @@ class EpochLoader(Resumable):
     keeps it whole; a listed file that is briefly unreachable (a FUSE server restart) is retried for
     up to ``retry_seconds`` (default 30; 0: never), one warning line per incident.
 
+    ``max_array_bytes`` (default 2 GiB; None: no limit) bounds what one ``.npz`` member may inflate
+    to with ``decode="npz"`` or ``"auto"`` (checked from the zip's recorded size and while inflating;
+    each member's ``.npy`` header is parsed strictly and must fit in the member). A sample's dict
+    raises :class:`~epochfs.torchclient.npyheader.NpzMemberError` (a KeyError) naming the file and
+    its arrays for a name it lacks.
+
     ``state_dict()``/``load_state_dict()`` save and restore the position in an epoch (:mod:`.resume`);
     ``on_resume_mismatch`` says what a resume does when its epoch is gone or differs ("raise" or
     "restart"); ``next_epoch`` is the epoch to iterate next.
@@ -153,7 +159,7 @@ class EpochLoader(Resumable):
                  wait: bool = True, timeout: float = 600.0, progress: Progress | None = print_progress,
                  on_epoch_end: Callable[[EpochStats], None] | None = None, report: bool = True,
                  retry_seconds: float = RETRY_SECONDS, on_resume_mismatch: OnResumeMismatch = "raise",
-                 **dataloader_kwargs: Any) -> None:
+                 max_array_bytes: int | None = MAX_ARRAY_BYTES, **dataloader_kwargs: Any) -> None:
         if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
             raise ValueError(f"batch_size must be an int >= 1, got {batch_size!r}")
         if balance not in ("pad", "truncate", "none"):
@@ -180,7 +186,8 @@ class EpochLoader(Resumable):
         self.root = Path(root)
         self.batch_size = batch_size
         self.num_workers = num_workers
-        self.decoder = resolve_decoder(decode)
+        self.max_array_bytes = check_max_bytes(max_array_bytes)
+        self.decoder = resolve_decoder(decode, max_array_bytes=self.max_array_bytes)
         self.transform = transform
         self.shuffle = bool(shuffle)
         self.seed = seed
