@@ -65,7 +65,14 @@ def describe_root(root: str | os.PathLike[str]) -> str:
     status = read_status(root)
     if status is not None:
         bits = []
-        if isinstance(status.get("samples"), int):
+        first = status.get("first_epoch")
+        if isinstance(first, dict) and isinstance(first.get("samples"), int) and \
+                isinstance(first.get("target"), int) and first["target"] > 0:
+            # Before the first cut: how far epoch 0 is (its target: --min-samples or the window).
+            have, target = min(first["samples"], first["target"]), first["target"]
+            bits.append(f"epoch 0: {have}/{target} samples cached ({100 * have // target}%)"
+                        + (", waiting for the listing's first round" if first.get("listing_round") else ""))
+        elif isinstance(status.get("samples"), int):
             bits.append(f"{status['samples']} samples cached")
         if isinstance(status.get("cache_bytes"), int) and isinstance(status.get("capacity_bytes"), int):
             bits.append(f"{status['cache_bytes'] / 1e6:.1f} of {status['capacity_bytes'] / 1e6:.1f} MB")

@@ -267,3 +267,21 @@ def test_the_dataset_holds_its_epoch_open_and_copies_do_not(tmp_path: Path, obje
     assert not EpochDataset(root, 0, hold=False).held
     with pytest.raises(ValueError, match="retry_seconds"):
         EpochDataset(root, 0, retry_seconds=-1)
+
+
+def test_the_waiting_line_says_how_far_epoch_0_is(tmp_path: Path) -> None:
+    """Before the first cut, the sidecar's status.json has first_epoch: the trainer's waiting line
+    and its timeout say 'epoch 0: 54/200 samples cached (27%)' (issue 21)."""
+    import json
+
+    from epochfs.torchclient.dataset import describe_root
+
+    root = tmp_path / "mnt"
+    (root / ".epochfs").mkdir(parents=True)
+    status = {"samples": 54, "cache_bytes": 5400, "capacity_bytes": 10**6, "pending_cuts": [0],
+              "first_epoch": {"samples": 54, "target": 200}}
+    (root / ".epochfs" / "status.json").write_text(json.dumps(status))
+    assert describe_root(root) == ("no epoch folders yet; sidecar: epoch 0: 54/200 samples cached (27%), "
+                                   "0.0 of 1.0 MB, pending cuts [0]")
+    with pytest.raises(TimeoutError, match=r"epoch 0: 54/200 samples cached \(27%\)"):
+        EpochDataset(root, 0, timeout=0.1, progress=None)
