@@ -154,12 +154,17 @@ def render(stats: dict[str, Any], rate_values: dict[str, float] | None = None) -
     pending_cuts = stats.get("pending_cuts") or []
     if pending_cuts:
         lines.append(f"pending cuts: {', '.join(str(n) for n in pending_cuts)}")
-    lines.append(f"{'epoch':>6} {'samples':>9} {'new':>7} {'evicted':>8} {'bytes':>12}")
+    # new: admitted since the epoch before; left out: the epoch before's samples not in this one
+    # (turned over), which is not the cache's eviction count above.
+    lines.append(f"{'epoch':>6} {'samples':>9} {'new':>7} {'left out':>8} {'bytes':>12}")
     for e in stats["epochs"]:
         lines.append(
             f"{e['epoch']:>6} {e['samples']:>9} {e.get('new', 0):>7} {e.get('evicted', 0):>8} "
             f"{format_size(e['bytes']):>12}"
         )
+    if stats["epochs"]:
+        lines.append("  (new: admitted since the epoch before; left out: samples of the epoch before not in "
+                     "this one)")
     if not stats["epochs"]:
         first = first_epoch_line(stats, rate_values)
         lines.append(f"  (no epoch cut yet{': ' + first if first else ''})")

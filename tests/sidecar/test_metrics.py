@@ -410,6 +410,7 @@ def test_status_rates_render_and_watch(store: Store) -> None:
     assert "2 object(s) skipped" in text and "backpressure: YES" in text
     assert "served 7 sample opens" in text
     assert "     0         3" in text  # the epochs table
+    assert "left out" in text and "left out: samples of the epoch before not in this one" in text
 
     later = dict(doc, fetched_bytes_total=doc["fetched_bytes_total"] + 2_000_000,
                  fetched_total=doc["fetched_total"] + 20, served_samples_total=17, evicted_total=0)
