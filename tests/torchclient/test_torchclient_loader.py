@@ -196,3 +196,13 @@ def test_npz_samples_batch_into_a_dict_of_tensors(tmp_path: Path) -> None:
     assert [tuple(b["frames"].shape) for b in batches] == [(2, 2, 4, 4), (2, 2, 4, 4), (1, 2, 4, 4)]
     assert [int(v) for b in batches for v in b["frames"][:, 0, 0, 0]] == [0, 1, 2, 3, 4]
     assert batches[2]["flow"].dtype == torch.float32 and float(batches[2]["flow"].max()) == 2.0
+
+
+def test_an_epochs_throughput_leaves_out_its_wait_for_the_cut() -> None:
+    """An epoch that waited 18 s of its 20 for its cut read 100 MB in 2 s: 50 MB/s, not 5 (issue 21)."""
+    from epochfs.torchclient.loader import EpochStats
+
+    stats = EpochStats(epoch=3, files=10, samples=10, batches=1, bytes=100_000_000, seconds=20.0,
+                       cut_wait_seconds=18.0, complete=True)
+    assert stats.reading_seconds == 2.0 and stats.mb_per_s == 50.0 and stats.samples_per_s == 5.0
+    assert "100.0 MB in 2.00s = 50.0 MB/s" in stats.line() and "18.00s for the cut before" in stats.line()
