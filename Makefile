@@ -5,6 +5,9 @@ SHELL := /bin/bash
 VENV ?= .venv
 PY := $(VENV)/bin/python
 APT_PACKAGES := fuse3 libfuse3-3 prometheus rclone
+DEMO_APT_PACKAGES := fuse3 libfuse3-3
+# make demo without the dev environment: its own venv with the demo extra only (sidecar, torch).
+DEMO_VENV ?= .venv-demo
 BENCH_APT_PACKAGES := s3fs
 # The container test (make test-container): its own dockerd, and a base image made by debootstrap.
 CONTAINER_APT_PACKAGES := docker.io debootstrap
@@ -56,8 +59,19 @@ lint: venv
 typecheck: venv
 	$(PY) -m mypy -p epochfs  # the installed package, through its plain path entry
 
-demo: system-deps venv
-	$(PY) examples/demo.py
+# The demo needs FUSE and the demo extra only: the dev venv when there is one (make test made it),
+# else a venv of its own with torch (CPU, pinned) and '.[demo]', a fraction of the dev one.
+demo:
+	@bash scripts/system-deps.sh $(DEMO_APT_PACKAGES)
+	@if [ -e $(VENV)/.installed ]; then $(PY) examples/demo.py; \
+	else $(MAKE) --no-print-directory $(DEMO_VENV)/.installed && $(DEMO_VENV)/bin/python examples/demo.py; fi
+
+$(DEMO_VENV)/.installed: pyproject.toml
+	@test -x $(DEMO_VENV)/bin/python || python3 -m venv $(DEMO_VENV)
+	$(DEMO_VENV)/bin/python -m pip install -q --disable-pip-version-check -U pip setuptools wheel
+	$(DEMO_VENV)/bin/python -m pip install -q --disable-pip-version-check torch==2.13.0
+	$(DEMO_VENV)/bin/python -m pip install -q --disable-pip-version-check -e '.[demo]'
+	@touch $@
 
 # The benchmarks (docs/performance.md), as root (mount drops the page cache): fetch, mount and loader
 # by default; BENCH names others (BENCH=served_opens), BENCH_ARGS is passed to each of them.
@@ -76,4 +90,4 @@ dist: venv
 	@ls -1 dist
 
 clean:
-	rm -rf build dist .pytest_cache .mypy_cache .ruff_cache
+	rm -rf build dist $(DEMO_VENV) .pytest_cache .mypy_cache .ruff_cache

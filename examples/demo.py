@@ -139,6 +139,10 @@ def main() -> int:
         sidecar = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
     try:
         wait_ready(port, sidecar, log)
+        # Cut epoch 0 now, with a lookup: the loader's first lookup comes after its workers start,
+        # and on a busy machine the sampler filled the whole cache meanwhile (epoch 0 was then as
+        # large as every later one, and the demo showed no growth).
+        (mount / "epoch-0").is_dir()
         print(f"demo: mounted at {mount}; training {args.epochs} epochs on growing epoch-N/ folders")
         for epoch in range(args.epochs):
             losses = []
