@@ -37,6 +37,7 @@ from epochfs.sidecar.confparse import (
     parse_size,
 )
 from epochfs.sidecar.store import INDEX_NAME, Policy, Schedule
+from epochfs.torchclient.globs import Globs
 
 
 class ConfigError(ValueError):
@@ -84,6 +85,17 @@ class SamplerSettings(CacheSettings):
                                  "read the keys from this index instead of listing the remote: an "
                                  "`epochfs index` file or an S3 Inventory manifest.json, any fsspec URL "
                                  "(for http(s) remotes also a plain key list; default <base>/index.txt)")
+    include: Globs | None = _opt("--include",
+                                 "take only the keys matching one of these globs, a comma-separated "
+                                 "list matched against the key relative to --remote: '*.npy' (a name "
+                                 "at any depth), 'train/**' (everything under train/), 'a/*/b.npz'; "
+                                 "the others are never listed into the catalog nor fetched, and "
+                                 "counted as skipped (docs/listing.md, \"Choosing the files\"; "
+                                 "default: every key)", parse=Globs.parse)
+    exclude: Globs | None = _opt("--exclude",
+                                 "leave out the keys matching one of these globs (same syntax as "
+                                 "--include, and applied after it), e.g. '**/*.json,*.tmp'",
+                                 parse=Globs.parse)
     list_threads: int = _opt("--list-threads", "listers working at once on the remote's folders or key "
                              "ranges (S3), each one page at a time (every folder advances at the same "
                              "rate whatever this is; more listers list faster where there are cores to "

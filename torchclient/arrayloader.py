@@ -34,7 +34,7 @@ import os
 import time
 import weakref
 from collections import deque
-from collections.abc import Callable, Generator
+from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -46,6 +46,7 @@ from .arrays import FORMATS, ArraySampleError, SampleReader, expected_spec, make
 from .dataset import EpochDataset, Progress, print_progress
 from .decode import check_max_bytes
 from .epochplan import Balance, Partition, plan_batches, resolve_split
+from .globs import KeyFilter
 from .loader import EpochStats, RunBase
 from .report import ClientReporter, report_url_from_env
 from .resume import OnResumeMismatch, Resumable
@@ -139,7 +140,9 @@ class ArrayLoader(Resumable):
     copies each batch on a side stream into a fresh device tensor (non-blocking, ordered before your
     next kernel on the current stream). Split, balance, waiting, reporting, holding the running epoch
     and ``retry_seconds`` are EpochLoader's, and so are ``state_dict()``/``load_state_dict()``,
-    ``on_resume_mismatch`` and ``next_epoch`` (:mod:`.resume`).
+    ``on_resume_mismatch``, ``next_epoch`` (:mod:`.resume`) and ``include``/``exclude`` (the
+    files of each epoch chosen by globs, as in :class:`EpochDataset`: ``include="*.npy"`` over a
+    folder that also holds images). ``dtype``/``shape`` not given come from the first file kept.
     """
 
     def __init__(self, root: str | os.PathLike[str], *, batch_size: int, num_threads: int | None = None,
@@ -152,8 +155,11 @@ class ArrayLoader(Resumable):
                  on_epoch_end: Callable[[EpochStats], None] | None = None, report: bool = True,
                  retry_seconds: float = RETRY_SECONDS,
                  on_resume_mismatch: OnResumeMismatch = "raise",
-                 max_array_bytes: int | None = None) -> None:
+                 max_array_bytes: int | None = None, include: str | Sequence[str] | None = None,
+                 exclude: str | Sequence[str] | None = None) -> None:
         self.batch_size = _check_int("batch_size", batch_size, 1)
+        keys = KeyFilter(include, exclude)
+        self.include, self.exclude = keys.include, keys.exclude
         self.max_array_bytes = check_max_bytes(max_array_bytes)
         self.prefetch = _check_int("prefetch", prefetch, 1)
         self.seed = _check_int("seed", seed, 0)
@@ -208,7 +214,8 @@ class ArrayLoader(Resumable):
         Collective when torch.distributed is initialised (every rank must call it for the same epoch).
         """
         dataset = EpochDataset(self.root, epoch, decode="bytes", wait=self.wait, timeout=self.timeout,
-                               progress=self.progress, retry_seconds=self.retry_seconds, jump=jump)
+                               progress=self.progress, retry_seconds=self.retry_seconds, jump=jump,
+                               include=self.include, exclude=self.exclude)
         batches, padded = plan_batches(len(dataset), epoch=epoch, batch_size=self.batch_size,
                                        num_replicas=self.num_replicas, rank=self.rank, shuffle=self.shuffle,
                                        seed=self.seed, drop_last=self.drop_last, balance=self.balance)

@@ -22,7 +22,7 @@ import os
 import stat
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +30,7 @@ from torch.utils.data import Dataset
 
 from .cutask import CutAnswer, ask_cut, sidecar_url_from_env
 from .decode import MAX_ARRAY_BYTES, Decoder, check_max_bytes, load_sample, resolve_decoder
+from .globs import KeyFilter
 from .layout import (
     MAX_EPOCH,
     Manifest,
@@ -214,14 +215,23 @@ class EpochDataset(Dataset[Any]):
     the process that made the dataset until :meth:`release` (or until the dataset is collected), so
     the sidecar keeps the epoch whole however long the reader pauses; copies in worker processes do
     not hold it.
+
+    ``include``/``exclude`` choose the files (a comma-separated string of globs or a list of them,
+    matched against the path inside ``epoch-N/``, the sidecar's ``--include``/``--exclude`` rule,
+    :mod:`.globs`): a file is kept when it matches an include (or none is given) and no exclude;
+    the manifest's order is kept and ``excluded`` counts the files left out. Patterns are checked
+    before the epoch is looked up (a bad one is a ValueError naming the argument).
     """
 
     def __init__(self, root: str | os.PathLike[str], epoch: int, *, decode: str | Decoder = "auto",
                  transform: Callable[[Any], Any] | None = None, wait: bool = True, timeout: float = 600.0,
                  progress: Progress | None = print_progress, retry_seconds: float = RETRY_SECONDS,
                  hold: bool = True, jump: bool = False,
-                 max_array_bytes: int | None = MAX_ARRAY_BYTES) -> None:
+                 max_array_bytes: int | None = MAX_ARRAY_BYTES,
+                 include: str | Sequence[str] | None = None,
+                 exclude: str | Sequence[str] | None = None) -> None:
         self.epoch = _check_epoch(epoch)
+        self.keys = KeyFilter(include, exclude)
         self.decoder: Decoder = resolve_decoder(decode, max_array_bytes=check_max_bytes(max_array_bytes))
         if transform is not None and not callable(transform):
             raise ValueError(f"transform must be callable or None, got {transform!r}")
@@ -248,6 +258,15 @@ class EpochDataset(Dataset[Any]):
             self.files = [path for path, _ in listing]
             self.sizes = [size for _, size in listing]
             self.checksums = None
+        self.excluded = 0
+        """Files of the epoch that ``include``/``exclude`` left out."""
+        if self.keys:
+            keep = [i for i, path in enumerate(self.files) if self.keys.keep(path)]
+            self.excluded = len(self.files) - len(keep)
+            self.files = [self.files[i] for i in keep]
+            self.sizes = [self.sizes[i] for i in keep]
+            if self.checksums is not None:
+                self.checksums = [self.checksums[i] for i in keep]
         self.nbytes = sum(self.sizes)
         if self._holding:
             self._open_hold()
@@ -335,4 +354,5 @@ class EpochDataset(Dataset[Any]):
 
     def __repr__(self) -> str:
         return (f"EpochDataset(root={str(self.root)!r}, epoch={self.epoch}, files={len(self.files)}, "
-                f"bytes={self.nbytes}, from={self.source})")
+                f"bytes={self.nbytes}, from={self.source}"
+                + (f", excluded={self.excluded}" if self.keys else "") + ")")

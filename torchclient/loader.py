@@ -24,7 +24,7 @@ from __future__ import annotations
 import os
 import time
 import weakref
-from collections.abc import Callable, Generator, Iterator
+from collections.abc import Callable, Generator, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -35,6 +35,7 @@ from torch.utils.data import DataLoader, Dataset, Sampler
 from .dataset import EpochDataset, Progress, print_progress
 from .decode import MAX_ARRAY_BYTES, Decoder, check_max_bytes, load_sample, resolve_decoder
 from .epochplan import Balance, Partition, plan_batches, resolve_split
+from .globs import KeyFilter
 from .layout import MAX_EPOCH, epoch_name
 from .report import ClientReporter, report_url_from_env
 from .resume import OnResumeMismatch, Resumable
@@ -158,6 +159,10 @@ class EpochLoader(Resumable):
     ``state_dict()``/``load_state_dict()`` save and restore the position in an epoch (:mod:`.resume`);
     ``on_resume_mismatch`` says what a resume does when its epoch is gone or differs ("raise" or
     "restart"); ``next_epoch`` is the epoch to iterate next.
+
+    ``include``/``exclude`` choose the files of every epoch as in :class:`EpochDataset` (globs over
+    the path inside ``epoch-N/``, the sidecar's ``--include``/``--exclude`` rule; checked here, up
+    front): a cache shared by readers of different files, or one filled before the sidecar was told.
     """
 
     def __init__(self, root: str | os.PathLike[str], *, batch_size: int, num_workers: int | None = None,
@@ -167,7 +172,8 @@ class EpochLoader(Resumable):
                  wait: bool = True, timeout: float = 600.0, progress: Progress | None = print_progress,
                  on_epoch_end: Callable[[EpochStats], None] | None = None, report: bool = True,
                  retry_seconds: float = RETRY_SECONDS, on_resume_mismatch: OnResumeMismatch = "raise",
-                 max_array_bytes: int | None = MAX_ARRAY_BYTES, **dataloader_kwargs: Any) -> None:
+                 max_array_bytes: int | None = MAX_ARRAY_BYTES, include: str | Sequence[str] | None = None,
+                 exclude: str | Sequence[str] | None = None, **dataloader_kwargs: Any) -> None:
         if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
             raise ValueError(f"batch_size must be an int >= 1, got {batch_size!r}")
         if balance not in ("pad", "truncate", "none"):
@@ -184,6 +190,7 @@ class EpochLoader(Resumable):
         if clash:
             raise TypeError(f"EpochLoader sets {', '.join(clash)} itself (the epoch plan is its sampler); "
                             "use batch_size=, shuffle=, drop_last= of EpochLoader")
+        keys = KeyFilter(include, exclude)
         num_replicas, rank, world = resolve_split(partition, num_replicas, rank, who="EpochLoader")
         if num_workers is None:
             num_workers = default_num_workers(world.local_size)
@@ -197,6 +204,7 @@ class EpochLoader(Resumable):
         self.max_array_bytes = check_max_bytes(max_array_bytes)
         self.decoder = resolve_decoder(decode, max_array_bytes=self.max_array_bytes)
         self.transform = transform
+        self.include, self.exclude = keys.include, keys.exclude
         self.shuffle = bool(shuffle)
         self.seed = seed
         self.drop_last = bool(drop_last)
@@ -247,7 +255,8 @@ class EpochLoader(Resumable):
         Collective when torch.distributed is initialised (every rank must call it for the same epoch).
         """
         dataset = EpochDataset(self.root, epoch, decode=self.decoder, wait=self.wait, timeout=self.timeout,
-                               progress=self.progress, retry_seconds=self.retry_seconds, jump=jump)
+                               progress=self.progress, retry_seconds=self.retry_seconds, jump=jump,
+                               include=self.include, exclude=self.exclude)
         plan, padded = plan_batches(len(dataset), epoch=epoch, batch_size=self.batch_size,
                                     num_replicas=self.num_replicas, rank=self.rank, shuffle=self.shuffle,
                                     seed=self.seed, drop_last=self.drop_last, balance=self.balance,

@@ -1,4 +1,5 @@
-"""What of a listed page goes into the catalog: safe keys of this shard under the object limit.
+"""What of a listed page goes into the catalog: safe keys of this shard, kept by the include/exclude
+globs, under the object limit.
 
 Each key is checked (:mod:`epochfs.sidecar.keys`), hashed into its shard and its rank in the
 sampling order (:mod:`epochfs.sidecar.keyorder`), and filtered by the object size limit. Hostile
@@ -7,6 +8,11 @@ complete listing) and logged once each (the first ``LOG_LIMIT`` of each kind, th
 When a span lists in byte order (S3), a key that is also a folder of other keys (``a/b`` beside
 ``a/b/c``) cannot be shown as both a file and a folder: the file is skipped and counted the same
 way. Across spans, a file whose name is a span boundary folder (``cat`` beside ``cat/``) is too.
+
+Keys of this shard that ``--include``/``--exclude`` leave out (a :class:`~epochfs.torchclient.globs.
+KeyFilter`, matched against the key relative to the remote root) are never cataloged, so never
+fetched; they are counted as ``excluded`` and with the other skips (``skipped_total``), and not
+logged one by one (they are a choice, not a problem).
 """
 
 from __future__ import annotations
@@ -19,6 +25,7 @@ from epochfs.sidecar import keyorder
 from epochfs.sidecar.keys import SafeKey, check_key, is_directory_marker
 from epochfs.sidecar.remote import RemoteObject
 from epochfs.sidecar.store import CatalogRow
+from epochfs.torchclient.globs import KeyFilter
 
 log = logging.getLogger("epochfs.catalog")
 
@@ -41,6 +48,8 @@ class CatalogReport:
     dropped: int = 0
     """Keys the complete listing did not see any more (deleted from the remote)."""
     hostile: int = 0
+    excluded: int = 0
+    """Keys of this shard left out by ``--include``/``--exclude`` (never cataloged nor fetched)."""
     too_large: int = 0
     clashes: int = 0
     markers: int = 0
@@ -66,6 +75,8 @@ class CatalogReport:
         if self.hostile:
             why = ", ".join(f"{k}: {v}" for k, v in sorted(self.reasons.items()))
             parts.append(f"{self.hostile} unsafe key(s) skipped ({why})")
+        if self.excluded:
+            parts.append(f"{self.excluded} left out by --include/--exclude")
         if self.too_large:
             parts.append(f"{self.too_large} over the object limit skipped")
         if self.clashes:
@@ -114,18 +125,21 @@ class ClashFinder:
 class Filtered:
     rows: list[CatalogRow]
     skips: int
-    """Skips to count: hostile keys, objects over the limit, clashes found within the page."""
+    """Skips to count: hostile keys, keys left out by the include/exclude globs, objects over the
+    limit, clashes found within the page."""
     clashes: list[str]
     """Keys of earlier pages found to be folders (to mark skipped)."""
 
 
 class PageFilter:
     """Turns listed pages into catalog rows; one per listing, shared by its lister threads (the
-    report under a lock), with one :class:`ClashFinder` per span."""
+    report under a lock), with one :class:`ClashFinder` per span. ``keys``: the include/exclude
+    globs (None or an empty filter: every key)."""
 
     def __init__(self, report: CatalogReport, *, seed: int, shard_index: int, shard_count: int,
-                 object_limit: int, boundaries: set[str]) -> None:
+                 object_limit: int, boundaries: set[str], keys: KeyFilter | None = None) -> None:
         self.report = report
+        self.keys = keys if keys else None
         self.seed = seed
         self.shard_index = shard_index
         self.shard_count = shard_count
@@ -162,7 +176,12 @@ class PageFilter:
             if cataloged:
                 with self._lock:
                     report.in_shard += 1
-                if obj.size > self.object_limit:
+                if self.keys is not None and not self.keys.keep(key):
+                    cataloged = False
+                    skips += 1
+                    with self._lock:
+                        report.excluded += 1
+                elif obj.size > self.object_limit:
                     cataloged = False
                     skips += 1
                     with self._lock:

@@ -29,7 +29,7 @@ import json
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
 from epochfs.sidecar.listing.filter import CatalogReport, ClashFinder, PageFilter
@@ -37,6 +37,7 @@ from epochfs.sidecar.listing.planner import Planner, Segment
 from epochfs.sidecar.listing.sources import Page, PagedSource, Source, Span
 from epochfs.sidecar.store import Store
 from epochfs.sidecar.store.catalog import PageRows, Part
+from epochfs.torchclient.globs import KeyFilter
 
 log = logging.getLogger("epochfs.catalog")
 
@@ -49,17 +50,25 @@ listers commit back to back."""
 
 
 class Lister:
-    """Lists ``source`` into ``store``'s catalog with ``threads`` listers (see the module doc)."""
+    """Lists ``source`` into ``store``'s catalog with ``threads`` listers (see the module doc).
+
+    ``include``/``exclude``: the ``--include``/``--exclude`` globs (comma-separated strings or
+    sequences of patterns; :mod:`epochfs.torchclient.globs`): keys they leave out are never
+    cataloged. The patterns are recorded with the listing's source (:attr:`listing_name`), so a
+    start with other patterns lists afresh, as one with another ``--index`` does."""
 
     def __init__(self, store: Store, source: Source, *, seed: int, shard_index: int = 0,
                  shard_count: int = 1, object_limit: int = 2**62, threads: int = 4,
                  stop: threading.Event | None = None, progress_every: int = 100_000,
                  on_page: Callable[[CatalogReport], None] | None = None,
-                 yield_to: Callable[[], bool] | None = None) -> None:
+                 yield_to: Callable[[], bool] | None = None,
+                 include: str | Sequence[str] | None = None,
+                 exclude: str | Sequence[str] | None = None) -> None:
         if threads < 1 or progress_every < 1:
             raise ValueError("threads and progress_every must be positive")
         self.store = store
         self.source = source
+        self.keys = KeyFilter(include, exclude)
         self.seed = seed
         self.shard_index = shard_index
         self.shard_count = shard_count
@@ -83,17 +92,27 @@ class Lister:
         """The running listing's planner (what is listed next; its estimate for status)."""
         self._began = 0.0
 
+    @property
+    def listing_name(self) -> str:
+        """What the cache records as the listing's source (:attr:`Source.name`, followed by the
+        include/exclude patterns when there are any): a change starts a new listing, whose end
+        drops the rows it did not see (keys another filter had taken)."""
+        keys = self.keys.describe()
+        return f"{self.source.name} {keys}" if keys else self.source.name
+
     def needed(self) -> bool:
-        """True when no complete listing exists, one is running, or the source changed."""
+        """True when no complete listing exists, one is running, or the source (or the include/
+        exclude patterns) changed."""
         state = self.store.listings().state()
-        return state.complete is None or bool(state.parts) or state.source != self.source.name
+        return state.complete is None or bool(state.parts) or state.source != self.listing_name
 
     def prepare(self, *, fresh: bool = False) -> tuple[int, list[Part], set[str]]:
         """The listing to run: the running one (same source, not ``fresh``) or a new generation
         over the source's spans (found here: a remote that cannot be listed fails here)."""
         listings = self.store.listings()
         state = listings.state()
-        if state.parts and state.source == self.source.name and not fresh:
+        name = self.listing_name
+        if state.parts and state.source == name and not fresh:
             parts = state.parts
             gen = state.generation
             log.info("resuming listing %d: %d of %d span(s) to go", gen,
@@ -101,9 +120,13 @@ class Lister:
         else:
             spans = self.source.spans()
             parts = [Part(i, s.prefix, s.start, s.stop) for i, s in enumerate(spans)]
-            gen = listings.begin(parts, self.source.name)
-            log.info("listing %d: %d span(s), %d lister thread(s)", gen, len(parts),
-                     min(self.threads, len(parts)))
+            if state.source is not None and state.source != name:
+                log.info("the listing's source or --include/--exclude changed (%s, was %s): "
+                         "listing afresh", name, state.source)
+            gen = listings.begin(parts, name)
+            log.info("listing %d: %d span(s), %d lister thread(s)%s", gen, len(parts),
+                     min(self.threads, len(parts)),
+                     f"; keys kept: {self._keys_line()}" if self.keys else "")
         return gen, parts, {p.start for p in parts if p.start}
 
     def run(self, *, fresh: bool = False,
@@ -114,7 +137,7 @@ class Lister:
         started = time.monotonic()
         filt = PageFilter(report, seed=self.seed, shard_index=self.shard_index,
                           shard_count=self.shard_count, object_limit=self.object_limit,
-                          boundaries={b for b in boundaries if b.endswith("/")})
+                          boundaries={b for b in boundaries if b.endswith("/")}, keys=self.keys)
         planner = self.planner = Planner(parts, splittable=isinstance(self.source, PagedSource))
         self._began = round(time.time(), 3)
         streams: dict[int, Iterator[Page]] = {}
@@ -170,6 +193,10 @@ class Lister:
             report.complete = True
         log.info("%s; %d in the catalog", report, report.total)
         return report
+
+    def _keys_line(self) -> str:
+        inc = ", ".join(self.keys.include) or "every key"
+        return inc + (f", less {', '.join(self.keys.exclude)}" if self.keys.exclude else "")
 
     def _turn(self, gen: int, seg: Segment, filt: PageFilter, planner: Planner,
               streams: dict[int, Iterator[Page]], finders: dict[int, ClashFinder]) -> None:

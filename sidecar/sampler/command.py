@@ -160,7 +160,8 @@ def run_sample(settings: SamplerSettings) -> int:
             )
             lister = Lister(catalog_store, listing_source(settings, remote, stop=stop), seed=settings.seed,
                             shard_index=settings.shard_index, shard_count=settings.shard_count,
-                            object_limit=settings.object_limit, threads=settings.list_threads, stop=stop)
+                            object_limit=settings.object_limit, threads=settings.list_threads, stop=stop,
+                            include=settings.include, exclude=settings.exclude)
             # Finding the spans lists a little (folders) here, so a remote that cannot be listed
             # at all is a bad setting (exit 2); the pages are listed beside the sampler.
             prepared = lister.prepare() if lister.needed() else None
