@@ -44,7 +44,8 @@ MATRIX: dict[str, dict[str, Any]] = {
         "metrics": {"serviceMonitor": {"enabled": True, "labels": {"release": "prometheus"}}},
         "dashboard": {"enabled": True, "annotations": {"grafana_folder": "Training"}},
     },
-    "credentials-env": {"remote": {"credentials": {"secretName": "s3-creds", "mode": "env"}}},
+    "credentials-env": {"remote": {"credentials": {"secretName": "s3-creds", "mode": "env"},
+                                   "include": "train/**,*.npy", "exclude": "**/*.json"}},
     "credentials-files": {
         "remote": {"endpointUrl": "https://minio.example:9000",
                    "credentials": {"secretName": "s3-creds", "mode": "files",

@@ -266,6 +266,10 @@ def test_sidecar_env_parses_into_settings(rendered: dict[str, list[dict[str, Any
         assert settings.health_port == 8080, case
         assert str(settings.link_root).startswith("/"), case
     assert _sidecar_settings(pod_spec(rendered["default"]), 0).capacity == 20 * 1024**3 * 9 // 10
+    assert _sidecar_settings(pod_spec(rendered["default"]), 0).include is None
+    chosen = _sidecar_settings(pod_spec(rendered["credentials-env"]), 0)  # remote.include/exclude
+    assert chosen.include is not None and chosen.exclude is not None
+    assert (str(chosen.include), str(chosen.exclude)) == ("train/**,*.npy", "**/*.json")
     assert _sidecar_settings(pod_spec(rendered["ephemeral-pvc"]), 0).capacity == 90 * 1024**3
 
 

@@ -47,6 +47,14 @@ include it in its own pods.
     - name: EPOCHFS_INDEX
       value: {{ . | quote }}
     {{- end }}
+    {{- with $v.remote.include }}
+    - name: EPOCHFS_INCLUDE
+      value: {{ . | quote }}
+    {{- end }}
+    {{- with $v.remote.exclude }}
+    - name: EPOCHFS_EXCLUDE
+      value: {{ . | quote }}
+    {{- end }}
     - name: EPOCHFS_CACHE
       value: {{ $v.cache.path | quote }}
     # The view, in a subdirectory of the shared volume (the sidecar creates it).
