@@ -117,6 +117,9 @@ class Sampler:
         """When the index's repairs were last looked at (``epochfs verify``'s, a restart's)."""
         self.index_check = store.index_checker(stop)
         """The background full check of the index (store/checkup.py): damage found ends the loop."""
+        self.members = store.members_keeper(stop)
+        """Writes each live epoch's members file, what a damaged index is rebuilt from
+        (store/memberfiles.py), whichever process cut it."""
         self._tasks: queue.Queue[Candidate | None] = queue.Queue()
         self._results: queue.Queue[FetchResult | _DiskFull | BaseException] = queue.Queue()
         self._inflight: dict[str, Candidate] = {}
@@ -184,6 +187,7 @@ class Sampler:
         if self.scrubber is not None:
             self.scrubber.start()
         self.index_check.start()
+        self.members.start()
         pending: Candidate | None = None
         try:
             while not self.stop.is_set():
@@ -397,6 +401,7 @@ class Sampler:
             if self.scrubber is not None:
                 self.scrubber.join(timeout=STOP_GRACE)
             self.index_check.join(timeout=STOP_GRACE)
+            self.members.join(timeout=STOP_GRACE)
         finally:
             for temp in self.downloader.active_temps():
                 with contextlib.suppress(FileNotFoundError):

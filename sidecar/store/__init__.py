@@ -7,6 +7,7 @@ and asks for cuts). It knows nothing of remotes, FUSE or Kubernetes. Layout of a
     objects/ab/<sid>      one file per sample, named from its sample id, never from its key
     tmp/<random>.part     in-flight downloads; never listed, removed at start-up
     epochs.hwm            high-water mark of epoch numbers, kept outside the index
+    epochs/epoch-N.members  the members of each live epoch, what a damaged index is rebuilt from
     quarantine/<sid>      damaged objects moved out by ``epochfs verify`` (quarantine.log: why)
 
 Rules kept here (see DESIGN.md): an object is visible only after temp -> fsync -> rename -> dir
@@ -16,7 +17,8 @@ sampler's (:mod:`epochfs.sidecar.reservations`).
 
 Modules, one concern each: :mod:`.records` (the values that cross the boundary), :mod:`.index`
 (SQLite, transactions, meta keys, counters), :mod:`.handle` (following the index when its files
-change), :mod:`.reset` (replacing a damaged index), :mod:`.hwm` (the epoch high-water mark),
+change), :mod:`.reset` (replacing a damaged index), :mod:`.memberfiles` (each live epoch's members, kept
+outside the index, and the rebuild from them), :mod:`.hwm` (the epoch high-water mark),
 :mod:`.objects` (object and temp files), :mod:`.recovery` (with :mod:`.journal`, the names a crash
 can leave out of step, and :mod:`.objectscan`, the background scan), :mod:`.integrity` (objects against
 their md5, quarantine), :mod:`.catalog` (catalog queries), :mod:`.eviction`, :mod:`.epochs` (cuts,

@@ -28,6 +28,7 @@ from epochfs.sidecar.store import (
     eviction,
     integrity,
     journal,
+    memberfiles,
     objectscan,
     recovery,
     stats,
@@ -157,6 +158,15 @@ class Store:
         """The background full check of the index (the sampler runs it; :mod:`.checkup`)."""
         return checkup.Background(self._handle, stop,
                                   after=lambda s: objectscan.scan(lambda: self._ix, self.files, s))
+
+    def members_keeper(self, stop: threading.Event) -> memberfiles.Keeper:
+        """The thread that keeps a members file for every live epoch (:mod:`.memberfiles`: what
+        a damaged index is rebuilt from); the sampler runs it."""
+        return memberfiles.Keeper(lambda: self._ix, self.root, stop)
+
+    def write_members(self) -> list[int]:
+        """One pass of the :meth:`members_keeper` now: the epochs whose members file it wrote."""
+        return memberfiles.Keeper(lambda: self._ix, self.root).sync()
 
     def index_integrity(self) -> str:
         """``PRAGMA integrity_check`` of the index, changing nothing ("ok", or the damage)."""

@@ -26,7 +26,7 @@ import sqlite3
 import time
 from collections.abc import Iterator
 
-from epochfs.sidecar.store import hwm
+from epochfs.sidecar.store import hwm, memberfiles
 from epochfs.sidecar.store.catalog import first_round_pending
 from epochfs.sidecar.store.hwm import MAX_EPOCH
 from epochfs.sidecar.store.index import Index, is_busy
@@ -331,6 +331,9 @@ def retire(ix: Index, policy: Policy, *, now: float | None = None) -> list[int]:
             db.execute("UPDATE epochs SET retired=1 WHERE n=?", (n,))
             db.execute("DELETE FROM epoch_samples WHERE epoch=?", (n,))
             db.execute("DELETE FROM epoch_excluded WHERE epoch=?", (n,))
+        # Before the commit: a members file must never outlive its epoch (its objects may be
+        # evicted next), and one removed for a retirement that then fails is written again.
+        memberfiles.remove(ix.path.parent, gone)
     return gone
 
 

@@ -17,7 +17,8 @@ once, logging it in one line:
   that its next start makes a fresh index (epoch numbers continue above the high-water mark).
 
 Opening for a writer (``create``) resets an index that SQLite reports as damaged at open
-(:mod:`.reset`); :meth:`IndexHandle.reset` does the same after a failed integrity check
+(:mod:`.reset`: a fresh index rebuilt from the live epochs' members files takes its place);
+:meth:`IndexHandle.reset` does the same after a failed integrity check
 (:mod:`.checkup`). Either clears the :mod:`.checkmark` marker: the damage went with the old index.
 """
 
@@ -80,8 +81,7 @@ class IndexHandle:
             except StoreError as e:
                 if not _corrupt(e):
                     raise
-            aside = reset.move_aside(self.path.parent)
-            reset.report(self.path.parent, problem, aside)
+            reset.replace(self.path.parent, problem, migrate=self._migrate)
             checkmark.clear(self.path.parent)  # the damage it asked to repair went with the old index
             return Index(self.path, migrate=self._migrate)
 
@@ -128,11 +128,11 @@ class IndexHandle:
         return self._index.changed() == "index missing"
 
     def reset(self, problem: str) -> Path:
-        """Move this (damaged) index aside and open a fresh one; returns where the old one went."""
+        """Move this (damaged) index aside and open a fresh one, rebuilt from the epochs' members
+        files (:mod:`.reset`); returns where the old one went."""
         with self._lock, reset.reset_lock(self.path.parent):
             self._index.close()
-            aside = reset.move_aside(self.path.parent)
-            reset.report(self.path.parent, problem, aside)
+            aside = reset.replace(self.path.parent, problem, migrate=self._migrate)
             checkmark.clear(self.path.parent)
             self._index = Index(self.path, migrate=self._migrate)
             return aside

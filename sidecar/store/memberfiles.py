@@ -1,0 +1,456 @@
+"""Each live epoch's members, kept outside the index: what a damaged index is rebuilt from.
+
+A damaged ``index.sqlite`` is replaced (:mod:`.reset`), and before this module the fresh index knew
+nothing: every published epoch vanished (a reader inside one got ENOENT for every file), start-up
+recovery removed every object file as an orphan and the sampler fetched the whole cache again. The
+objects were fine all along; what was lost was which samples each epoch holds. So that is written
+down beside the index, one file per live epoch::
+
+    <cache>/epochs/epoch-<N>.members
+
+A first JSON line for the epoch (its ``epochs`` row: cut time, counts, ``max_sample``, what the
+listing knew; and the cache's rules and identity from ``meta``, :data:`KEPT_META`), then lines of
+members, each a JSON array of up to :data:`CHUNK` member rows (:data:`_COLUMNS`: id, sid, key, path
+(null: the key), size, manifest checksum, version, admission time, digest, what verified it, rank),
+and a last line with the number of members, their bytes and the SHA-256 of every line before it: a
+file damaged on the volume is refused whole, never half used. Written to a temp name, fsynced,
+renamed, its folder fsynced.
+
+**Who writes them.** The :class:`Keeper`, a thread of the sampler (the one writer of the cache),
+about a second after each cut, whichever process cut (the sampler's timer and queued cuts, the FUSE
+server's cut on lookup, ``/v1/cut``, ``epochfs cut``): every :data:`EVERY` seconds it looks for live
+epochs without a file (one small query and a listing of ``epochs/``). Not the cut itself: a cut
+holds the index's write lock, which the FUSE server's lookups and every admission wait on, and a
+snapshot-mode cut writes one row whatever the epoch's size, while its file costs 6-8 s of CPU
+per million members (paced to :data:`DUTY` of a core). A file goes into place under the write lock
+after a last look that its epoch is still live, and a retirement removes it before its commit
+(:func:`.epochs.retire`), so a file never outlives its epoch (a retired epoch's objects may be
+evicted at once). A file is never rewritten: the epoch cannot change while it is live.
+
+**What a rebuild does** (:func:`rebuild`, called by :mod:`.reset` on the fresh index before it
+takes the damaged one's place, so no process ever opens the fresh index without its epochs): for
+each file, lowest epoch first, in one transaction, every member gets its sample row back with its
+old id (the admission order, which eviction follows, is kept) and the epoch its row, its members as
+``epoch_samples`` rows and its last read set to now (in use: it stays for the in-use window). An
+object file of the recorded size is kept as is: recovery knows it (no orphan), the sampler's
+relisting finds its key cached (not fetched), and its digest is kept for the scrub, which checks
+its bytes later (a rebuild reads no object: a ``stat`` per member, not a terabyte of md5). A member
+whose file is missing or of another size waits for a repair in place (``repairs``: fetched again
+under the same name; a wrong-size file is removed first, never served). The next sample id stays
+above every restored epoch's ``max_sample``, the running totals are recounted, and the newest
+file's rules and identity go back into ``meta`` (the FUSE server reads the rules before the sampler
+records them again; the sampler refuses another seed, which made the restored ranks).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import logging
+import os
+import sqlite3
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from epochfs.sidecar.store.hwm import MAX_EPOCH
+from epochfs.sidecar.store.index import Index, Meta
+from epochfs.sidecar.store.objects import OBJECTS_DIR, fsync_dir, object_name
+from epochfs.sidecar.store.windows import IN_WINDOW
+
+log = logging.getLogger("epochfs.store")
+
+MEMBERS_DIR = "epochs"
+SUFFIX = ".members"
+PREFIX = "epoch-"
+FORMAT = 1
+EVERY = 1.0
+"""Seconds between two looks of the :class:`Keeper` for live epochs without their file."""
+CHUNK = 20_000
+"""Members read per read transaction while a file is written (never the whole epoch at once)."""
+DUTY = 0.5
+"""Share of one core the :class:`Keeper` may use while it writes a file (it rests between chunks):
+a 1M-member file took 6-8 s of CPU (13 s paced) on the 2-core test machine."""
+
+_COLUMNS = ("s.id, s.sid, s.key, CASE WHEN s.path = s.key THEN NULL ELSE s.path END, s.size, s.checksum, "
+            "s.version, s.admitted_at, s.digest, s.verified, s.rank")
+"""A member's fields, in the order of its array in the file (the path is null when it is the key,
+as it is since schema 1: not a second copy of every key)."""
+_BY_ID = {
+    "range": (f"SELECT {_COLUMNS} FROM samples s WHERE s.id > ? AND s.id BETWEEN ? AND ? "
+              "ORDER BY s.id LIMIT ?"),
+    "rows": (f"SELECT {_COLUMNS} FROM epoch_samples e JOIN samples s ON s.id = e.sample "
+             "WHERE e.epoch = ? AND e.sample > ? ORDER BY e.sample LIMIT ?"),
+}
+_WINDOW = (f"SELECT {_COLUMNS} FROM samples s, epochs e WHERE e.n = ? AND s.key > ? AND "
+           f"{IN_WINDOW.replace('(s.rank, s.key) ', '(+s.rank, s.key) ')} ORDER BY s.key LIMIT ?")
+KEPT_META = (Meta.CAPACITY, Meta.KEEP_EPOCHS, Meta.MIN_SAMPLES, Meta.HEADROOM, Meta.IN_USE_SECONDS,
+             Meta.SCHEDULE, Meta.SAMPLER_REMOTE, Meta.SAMPLER_SEED, Meta.SAMPLER_SHARD)
+"""The index's ``meta`` values a rebuilt index gets back (from the newest epoch's file): the
+cache's rules, which the FUSE server reads before the sampler records them again, and what the
+cache was filled from (remote, seed, shard), which the sampler checks at start: the restored
+samples' ranks were made with that seed."""
+_HEADER_COLUMNS = ("cut_at", "samples", "bytes", "new", "evicted", "max_sample", "listed", "estimated")
+
+
+def folder(root: Path) -> Path:
+    return root / MEMBERS_DIR
+
+
+def path_of(root: Path, n: int) -> Path:
+    """The members file of epoch ``n`` in the cache folder ``root``."""
+    return folder(root) / f"{PREFIX}{n}{SUFFIX}"
+
+
+def number_of(name: str) -> int | None:
+    """The epoch a members file name is for (None: not a members file)."""
+    if not (name.startswith(PREFIX) and name.endswith(SUFFIX)):
+        return None
+    digits = name[len(PREFIX):-len(SUFFIX)]
+    return int(digits) if digits.isdigit() and (digits == "0" or not digits.startswith("0")) else None
+
+
+def present(root: Path) -> dict[int, Path]:
+    """The members files in ``root``'s ``epochs/`` folder by epoch number (none: no folder)."""
+    try:
+        names = os.listdir(folder(root))
+    except FileNotFoundError:
+        return {}
+    out = {}
+    for name in names:
+        n = number_of(name)
+        if n is not None:
+            out[n] = folder(root) / name
+    return out
+
+
+def remove(root: Path, numbers: list[int]) -> None:
+    """Remove the members files of epochs that retire (before their retirement commits: a file
+    must never outlive its epoch, whose objects may be evicted right after)."""
+    for n in numbers:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(path_of(root, n))
+
+
+def clear_temps(root: Path) -> None:
+    """Remove the temp files of writers that died before their rename (kill -9 while a file was
+    written); a live process's temp is left alone."""
+    try:
+        names = os.listdir(folder(root))
+    except FileNotFoundError:
+        return
+    for name in names:
+        if name.startswith(f".{PREFIX}") and name.endswith(".tmp"):
+            pid = name.split(".")[-3]
+            if pid.isdigit() and os.path.exists(f"/proc/{pid}"):
+                continue
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(folder(root) / name)
+
+
+# ---------------------------------------------------------------------------- writing
+def _chunks(ix: Index, n: int) -> Iterator[list[tuple[Any, ...]]]:
+    """The members of live epoch ``n`` as rows of :data:`_COLUMNS`, a chunk per read transaction
+    (the epoch cannot change while it is live); KeyError when it is not live."""
+    with ix.read() as db:
+        row = db.execute("SELECT retired, first_sample, max_sample, lo_key FROM epochs WHERE n=?",
+                         (n,)).fetchone()
+    if row is None or int(row[0]):
+        raise KeyError(n)
+    window = row[3] is not None and row[1] is None
+    after: int | str = "" if window else 0
+    while True:
+        with ix.read() as db:
+            if window:
+                rows = db.execute(_WINDOW, (n, after, CHUNK)).fetchall()
+            elif row[1] is not None:
+                rows = db.execute(_BY_ID["range"], (after, int(row[1]), int(row[2]), CHUNK)).fetchall()
+            else:
+                rows = db.execute(_BY_ID["rows"], (n, after, CHUNK)).fetchall()
+        if rows:
+            yield rows
+        if len(rows) < CHUNK:
+            return
+        after = str(rows[-1][2]) if window else int(rows[-1][0])
+
+
+def _header(ix: Index, n: int) -> dict[str, Any] | None:
+    with ix.read() as db:
+        row = db.execute(f"SELECT {', '.join(_HEADER_COLUMNS)} FROM epochs WHERE n=? AND retired=0",
+                         (n,)).fetchone()
+        marks = ",".join("?" * len(KEPT_META))
+        meta = dict(db.execute(f"SELECT name, value FROM meta WHERE name IN ({marks})",
+                               [m.value for m in KEPT_META]).fetchall())
+    if row is None:
+        return None
+    return {"epochfs_members": FORMAT, "epoch": n, **dict(zip(_HEADER_COLUMNS, row, strict=True)),
+            "meta": meta}
+
+
+def write(ix: Index, root: Path, n: int, *, stop: threading.Event | None = None) -> bool:
+    """Write epoch ``n``'s members file (temp, fsync, rename under the write lock after a last
+    look that the epoch is still live, folder fsync); False when it is not live or ``stop`` was
+    set meanwhile (nothing left behind)."""
+    header = _header(ix, n)
+    if header is None:
+        return False
+    where = folder(root)
+    where.mkdir(exist_ok=True)
+    temp = where / f".{PREFIX}{n}{SUFFIX}.{os.getpid()}.{threading.get_ident()}.tmp"
+    digest = hashlib.sha256()
+    encode = json.JSONEncoder(ensure_ascii=True, separators=(",", ":"), check_circular=False).encode
+    count = nbytes = 0
+    try:
+        with open(temp, "wb") as f:
+            chunks = _chunks(ix, n)
+            head = (encode(header) + "\n").encode("ascii")
+            digest.update(head)
+            f.write(head)
+            try:
+                began = time.monotonic()
+                for rows in chunks:  # one line per chunk: one call of the C encoder, not one per row
+                    data = (encode(rows) + "\n").encode("ascii")
+                    digest.update(data)
+                    f.write(data)
+                    count += len(rows)
+                    nbytes += sum(r[4] for r in rows)
+                    # Paced to DUTY of a core: the sampler's threads share this process's GIL.
+                    worked = time.monotonic() - began
+                    if stop is not None and stop.wait(worked * (1 - DUTY) / DUTY):
+                        return False
+                    began = time.monotonic()
+            except KeyError:
+                return False  # retired meanwhile
+            f.write((encode({"end": count, "bytes": nbytes, "sha256": digest.hexdigest()}) + "\n")
+                    .encode("ascii"))
+            f.flush()
+            os.fsync(f.fileno())
+        if count != header["samples"] or nbytes != header["bytes"]:
+            log.warning("epoch %d lists %d samples (%d bytes), its row says %s (%s bytes): its members "
+                        "file records what it lists", n, count, nbytes, header["samples"], header["bytes"])
+        with ix.write() as db:  # retire() removes the file before its commit: serialized with it
+            live = db.execute("SELECT 1 FROM epochs WHERE n=? AND retired=0", (n,)).fetchone()
+            if live is None:
+                return False
+            os.replace(temp, path_of(root, n))
+        fsync_dir(where)
+        return True
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(temp)
+
+
+@dataclass
+class Keeper:
+    """Writes the members file of every live epoch that lacks one and removes those of retired
+    epochs; on a thread of the sampler (:meth:`start`), or one pass at a time (:meth:`sync`)."""
+
+    ix: Callable[[], Index]
+    """The index to use now (the store's handle: it follows a reset)."""
+    root: Path
+    stop: threading.Event = field(default_factory=threading.Event)
+    every: float = EVERY
+    written: int = 0
+    """Files this keeper wrote (tests and the log read it)."""
+    _thread: threading.Thread | None = None
+    _warned: float = float("-inf")
+
+    def sync(self) -> list[int]:
+        """One pass: write the files that are missing, newest epoch first; returns the epochs
+        written. A file once written is never rewritten (the epoch cannot change), and only a
+        file whose epoch the index says retired is removed (a crash between :func:`.epochs.retire`'s
+        unlink and its commit leaves none, a failed commit leaves a live epoch without one):
+        neither trusts an index that may be damaged to say what is *not* there."""
+        ix = self.ix()
+        clear_temps(self.root)
+        rows = ix.query("SELECT n, retired FROM epochs")
+        files = present(self.root)
+        remove(self.root, [int(n) for n, retired in rows if int(retired) and int(n) in files])
+        done = []
+        for n in sorted((int(n) for n, retired in rows if not int(retired)), reverse=True):
+            if self.stop.is_set():
+                break
+            if n not in files and write(ix, self.root, n, stop=self.stop):
+                self.written += 1
+                done.append(n)
+        return done
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._run, name="epoch-members", daemon=True)
+        self._thread.start()
+
+    def join(self, timeout: float | None = None) -> None:
+        if self._thread is not None and self._thread.is_alive():
+            self._thread.join(timeout)
+
+    def _run(self) -> None:
+        while not self.stop.wait(self.every):
+            try:
+                done = self.sync()
+                if done:
+                    log.debug("epoch members written for %s", done)
+            except Exception as e:  # busy, a full disk, a damaged index: the next look tries again
+                now = time.monotonic()
+                if now - self._warned >= 60.0:
+                    self._warned = now
+                    log.warning("could not write the members of the live epochs (%s); trying again", e)
+
+
+# ---------------------------------------------------------------------------- reading back
+@dataclass
+class Rebuilt:
+    """What :func:`rebuild` restored."""
+
+    epochs: list[int] = field(default_factory=list)
+    samples: int = 0
+    """Sample rows restored (a sample in two epochs once)."""
+    kept: int = 0
+    """Of those, the ones whose object file is there with its size: nothing to fetch."""
+    repairs: int = 0
+    """Members whose object file was missing or short: fetched again in place."""
+    refused: dict[int, str] = field(default_factory=dict)
+    """Members files that could not be used, and why (their epochs stay lost)."""
+
+
+class _Damaged(Exception):
+    pass
+
+
+def _parse(path: Path, n: int) -> Iterator[Any]:
+    """The header, then each line's list of member rows: _Damaged (raised after the last line,
+    so the caller's transaction rolls back) when the last line's count or hash does not match."""
+    digest = hashlib.sha256()
+    count = 0
+    with open(path, "rb") as f:
+        first = f.readline()
+        digest.update(first)
+        try:
+            head = json.loads(first)
+        except ValueError as e:
+            raise _Damaged(f"bad first line ({e})") from None
+        if not isinstance(head, dict) or head.get("epochfs_members") != FORMAT or head.get("epoch") != n:
+            raise _Damaged("not the members file of this epoch")
+        yield head
+        for number, line in enumerate(f, start=2):
+            if line.startswith(b"{"):
+                try:
+                    end = json.loads(line)
+                except ValueError as e:
+                    raise _Damaged(f"bad last line ({e})") from None
+                if end.get("end") != count or end.get("sha256") != digest.hexdigest():
+                    raise _Damaged("its count or checksum does not match its lines")
+                if f.read(1):
+                    raise _Damaged("lines after its last line")
+                return
+            digest.update(line)
+            try:
+                rows = json.loads(line)
+            except ValueError as e:
+                raise _Damaged(f"bad line {number} ({e})") from None
+            if not isinstance(rows, list) or any(not isinstance(r, list) or len(r) != 11 for r in rows):
+                raise _Damaged(f"bad line {number}")
+            count += len(rows)
+            yield rows
+    raise _Damaged("cut short (no last line)")
+
+
+def _insert(db: sqlite3.Connection, n: int, rows: list[list[Any]], objects: str,
+            now: float) -> tuple[int, int]:
+    """Restore one line of epoch ``n``'s members: the sample rows not restored yet (by an older
+    epoch's file) with their object files looked at, a repair for each missing or short one,
+    and the epoch's ``epoch_samples`` rows. Returns (object files kept, repairs)."""
+    ids = [r[0] for r in rows]
+    have: set[int] = set()
+    for i in range(0, len(ids), 500):
+        part = ids[i:i + 500]
+        have.update(int(x[0]) for x in db.execute(
+            f"SELECT id FROM samples WHERE id IN ({','.join('?' * len(part))})", part))
+    fresh = [r for r in rows if r[0] not in have]
+    db.executemany(
+        "INSERT OR IGNORE INTO samples(id, sid, key, path, size, checksum, version, admitted_at, digest, "
+        "verified, rank) VALUES(?,?,?,?,?,?,?,?,?,?,?)",
+        [(r[0], r[1], r[2], r[2] if r[3] is None else r[3], *r[4:]) for r in fresh])
+    missing = []
+    for r in fresh:
+        path = f"{objects}/{object_name(str(r[1]))}"
+        try:
+            if os.stat(path).st_size == int(r[4]):
+                continue
+        except FileNotFoundError:
+            pass
+        else:  # short or long: damaged, never to be served
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(path)
+        missing.append((now, r[0], r[1]))
+    db.executemany("INSERT OR IGNORE INTO repairs(sample, lost, since) SELECT id, 0, ? FROM samples "
+                   "WHERE id=? AND sid=?", missing)
+    db.executemany("INSERT OR IGNORE INTO epoch_samples(epoch, sample) SELECT ?, id FROM samples "
+                   "WHERE id=? AND sid=?", [(n, r[0], r[1]) for r in rows])
+    return len(fresh) - len(missing), len(missing)
+
+
+def _restore(ix: Index, n: int, path: Path, objects: str, now: float) -> tuple[int, int, dict[str, str]]:
+    """Restore epoch ``n`` from its members file in one write transaction (rolled back whole
+    when the file turns out damaged); returns (object files kept, repairs, the meta values it
+    recorded)."""
+    kept = repairs = 0
+    with ix.write() as db:
+        lines = _parse(path, n)
+        head = next(lines)
+        for rows in lines:
+            k, r = _insert(db, n, rows, objects, now)
+            kept, repairs = kept + k, repairs + r
+        count, nbytes = db.execute("SELECT COUNT(*), COALESCE(SUM(s.size), 0) FROM epoch_samples e "
+                                   "JOIN samples s ON s.id = e.sample WHERE e.epoch=?", (n,)).fetchone()
+        db.execute(
+            "INSERT INTO epochs(n, cut_at, samples, bytes, new, evicted, max_sample, last_read, listed, "
+            "estimated) VALUES(?,?,?,?,?,?,?,?,?,?)",
+            (n, float(head["cut_at"]), int(count), int(nbytes), int(head["new"]), int(head["evicted"]),
+             int(head["max_sample"]), now, head.get("listed"), head.get("estimated")))
+    meta = head.get("meta")
+    return kept, repairs, {str(k): str(v) for k, v in meta.items()} if isinstance(meta, dict) else {}
+
+
+def rebuild(ix: Index, root: Path) -> Rebuilt:
+    """Restore into the fresh index ``ix`` (nothing else uses it yet) every epoch that has a
+    members file in ``root``, with its samples (see the module's docstring). A file that is
+    damaged is refused whole (logged); its epoch stays lost, and the high-water mark keeps its
+    number from being cut again."""
+    done = Rebuilt()
+    objects = f"{root / OBJECTS_DIR}"
+    now = time.time()
+    meta: dict[str, str] = {}
+    for n, path in sorted(present(root).items()):
+        if n > MAX_EPOCH:
+            continue
+        try:
+            kept, repairs, meta = _restore(ix, n, path, objects, now)
+        except (_Damaged, OSError, ValueError, KeyError, TypeError, sqlite3.IntegrityError) as e:
+            done.refused[n] = str(e) or type(e).__name__
+            log.error("epoch %d cannot be restored from %s: %s; it stays lost", n, path, done.refused[n])
+            continue
+        done.epochs.append(n)
+        done.kept += kept
+        done.repairs += repairs
+    known = {m.value: m for m in KEPT_META}
+    with ix.write() as db:
+        for name, value in meta.items():  # the newest restored epoch's
+            if name in known:
+                ix.put(known[name], value)
+        count, total = db.execute("SELECT COUNT(*), COALESCE(SUM(size), 0) FROM samples").fetchone()
+        ix.set_counter("cache_samples", int(count))
+        ix.set_counter("cache_bytes", int(total))
+        # New samples get ids above every restored epoch's max_sample (eviction never takes a
+        # sample above the newest cut's, and ids tell what a cut saw).
+        top = int(db.execute("SELECT COALESCE(MAX(max_sample), 0) FROM epochs").fetchone()[0])
+        seq = db.execute("SELECT seq FROM sqlite_sequence WHERE name='samples'").fetchone()
+        if seq is None:
+            db.execute("INSERT INTO sqlite_sequence(name, seq) VALUES('samples', ?)", (top,))
+        elif int(seq[0]) < top:
+            db.execute("UPDATE sqlite_sequence SET seq=? WHERE name='samples'", (top,))
+        done.samples = int(count)
+    return done
