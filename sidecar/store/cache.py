@@ -12,6 +12,7 @@ one when a writer opens it.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import sqlite3
@@ -291,10 +292,28 @@ class Store:
         waiting = {str(r[0]): r for r in known
                    if r[6] == 0 and str(r[0]) in by_key and by_key[str(r[0])].sid == str(r[1])}
         others = [r for r in known if str(r[0]) not in waiting]
-        if others:
+        # The same sample downloaded again while its first download was being admitted (the fetch
+        # order had queued the key before it was cached): the cached object stays, the second copy
+        # is dropped, the rest of the batch is admitted. It stopped the sampler before.
+        again = {str(r[0]) for r in others if str(r[0]) in by_key and by_key[str(r[0])].sid == str(r[1])
+                 and r[6] is None}
+        clashes = [r for r in others if str(r[0]) not in again]
+        if clashes:
             # Installing first would replace the object a live epoch lists, then lose it to the
             # failed insert's clean-up: refuse before touching any file.
-            raise ValueError(f"already in the cache: {', '.join(sorted(str(r[0]) for r in others))}")
+            raise ValueError(f"already in the cache: {', '.join(sorted(str(r[0]) for r in clashes))}")
+        if again:
+            for key in again:
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(by_key[key].temp)
+            logging.getLogger("epochfs.store").info(
+                "dropped %d sample(s) fetched again while cached: %s", len(again),
+                     ", ".join(sorted(again)[:5]))
+            items = [a for a in items if a.key not in again]
+            if not items and not waiting:
+                if inflight_bytes is not None:
+                    self.set_meta(Meta.INFLIGHT_BYTES, str(inflight_bytes))
+                return
         if waiting:
             integrity.repair(self._ix, self.files, [(by_key[k], int(r[2]), int(r[3]), str(r[4]), str(r[5]))
                                                     for k, r in waiting.items()])

@@ -293,15 +293,24 @@ def test_two_processes_share_the_index(store: Store, cache_dir: Path) -> None:
     assert db.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
 
 
-def test_admitting_a_cached_key_again_is_refused_and_its_object_kept(store: Store) -> None:
-    """A second admission of a cached key must not replace (then lose) the object a live epoch lists."""
+def test_admitting_a_cached_key_again_drops_the_copy_and_keeps_its_object(store: Store) -> None:
+    """A second admission of a cached key must not replace (then lose) the object a live epoch
+    lists: the second copy is dropped and the rest of its batch admitted (the sampler can download
+    a key again while its first download is being admitted: it stopped the sampler with "already in
+    the cache" before). Another key with the same sample id is still refused."""
     a = put(store, "a.bin", fill=1)
     assert store.cut(0) == 0
-    temp = store.temp_path()
+    temp, other = store.temp_path(), store.temp_path()
     temp.write_bytes(bytes([2]) * 100)
+    other.write_bytes(bytes([3]) * 100)
     again = Admission("a.bin", a.sid, 100, a.checksum, "v2", temp)
+    b = Admission("b.bin", sid_of("b.bin"), 100, "size-only", "v1", other)
+    store.admit([again, b])
+    assert not temp.exists() and store.stats().samples == 2
+    clash = store.temp_path()
+    clash.write_bytes(b"x")
     with pytest.raises(ValueError, match=r"already in the cache: a\.bin"):
-        store.admit([again])
+        store.admit([Admission("c.bin", a.sid, 1, "size-only", "v1", clash)])
     obj = store.objects_dir / object_name(a.sid)
     assert obj.read_bytes() == bytes([1]) * 100, "the live epoch's object is untouched"
     assert [f.path for f in store.epoch_files(0)] == ["a.bin"]
