@@ -65,3 +65,26 @@ def put(store: Store, key: str, size: int = 100, *, fill: int | None = None) -> 
     a = Admission(key, sid_of(key), size, "md5:" + hashlib.md5(body).hexdigest(), "v1", temp)
     reservations.admit([a])
     return a
+
+
+def garble(cache: Path, table: str, pages: int = 7) -> list[int]:
+    """Garbage over ``pages`` leaf pages of ``table`` in the middle of its b-tree (a stopped cache:
+    everything checkpointed into the index file first; a FUSE server may still have it open).
+    Returns the pages."""
+    index = cache / INDEX_NAME
+    db = sqlite3.connect(index)
+    try:
+        db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        leaves = [int(r[0]) for r in db.execute(
+            "SELECT pageno FROM dbstat WHERE name=? AND pagetype='leaf' ORDER BY path", (table,))]
+        size = int(db.execute("PRAGMA page_size").fetchone()[0])
+    finally:
+        db.close()
+    assert len(leaves) >= pages + 2, leaves
+    middle = len(leaves) // 2 - pages // 2
+    hit = leaves[middle:middle + pages]
+    with open(index, "r+b") as f:
+        for page in hit:
+            f.seek((page - 1) * size)
+            f.write(os.urandom(size))
+    return hit

@@ -13,7 +13,6 @@ from __future__ import annotations
 import errno
 import json
 import os
-import sqlite3
 import threading
 import time
 from collections import Counter
@@ -23,30 +22,11 @@ from common import wait_until
 from fuse_helpers import files_under, mounted
 from integrity_helpers import objects_of, sampling
 from memory_remote import MemoryRemote
+from store_helpers import garble
 
 from epochfs.sidecar.folderview import FolderPublisher
-from epochfs.sidecar.store import INDEX_NAME, Store
+from epochfs.sidecar.store import Store
 from epochfs.sidecar.store.memberfiles import path_of
-
-
-def garble(cache: Path, table: str, pages: int = 7) -> None:
-    """Garbage over ``pages`` leaf pages in the middle of ``table``'s b-tree (the sampler stopped:
-    everything checkpointed into the index file; the FUSE server may still have it open)."""
-    index = cache / INDEX_NAME
-    db = sqlite3.connect(index)
-    try:
-        db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
-        leaves = [int(r[0]) for r in db.execute(
-            "SELECT pageno FROM dbstat WHERE name=? AND pagetype='leaf' ORDER BY path", (table,))]
-        size = int(db.execute("PRAGMA page_size").fetchone()[0])
-    finally:
-        db.close()
-    assert len(leaves) >= pages + 2, leaves
-    middle = len(leaves) // 2 - pages // 2
-    with open(index, "r+b") as f:
-        for page in leaves[middle:middle + pages]:
-            f.seek((page - 1) * size)
-            f.write(os.urandom(size))
 
 
 class Reader:

@@ -16,7 +16,6 @@ from __future__ import annotations
 import json
 import logging
 import os
-import sqlite3
 import time
 from pathlib import Path
 
@@ -26,7 +25,7 @@ from fuse_helpers import admit, make_objects, open_store
 from integrity_helpers import objects_of, sampling
 from memory_remote import MemoryRemote
 from sampler_helpers import verify_cache
-from store_helpers import sid_of
+from store_helpers import garble, sid_of
 
 from epochfs.sidecar.store import (
     INDEX_NAME,
@@ -39,28 +38,6 @@ from epochfs.sidecar.store import (
     object_name,
 )
 from epochfs.sidecar.store.memberfiles import path_of
-
-
-def garble(cache: Path, table: str, pages: int = 7) -> list[int]:
-    """Garbage over ``pages`` leaf pages of ``table`` in the middle of the b-tree (a stopped cache:
-    everything checkpointed into the index file). Returns the pages."""
-    index = cache / INDEX_NAME
-    db = sqlite3.connect(index)
-    try:
-        db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
-        leaves = [int(r[0]) for r in db.execute(
-            "SELECT pageno FROM dbstat WHERE name=? AND pagetype='leaf' ORDER BY path", (table,))]
-        size = int(db.execute("PRAGMA page_size").fetchone()[0])
-    finally:
-        db.close()
-    assert len(leaves) >= pages + 2, leaves
-    middle = len(leaves) // 2 - pages // 2
-    hit = leaves[middle:middle + pages]
-    with open(index, "r+b") as f:
-        for page in hit:
-            f.seek((page - 1) * size)
-            f.write(os.urandom(size))
-    return hit
 
 
 def snapshot(store: Store) -> dict[int, list[FileEntry]]:
