@@ -90,7 +90,7 @@ class SamplerSettings(CacheSettings):
                                  "list matched against the key relative to --remote: '*.npy' (a name "
                                  "at any depth), 'train/**' (everything under train/), 'a/*/b.npz'; "
                                  "the others are never listed into the catalog nor fetched, and "
-                                 "counted as skipped (docs/listing.md, \"Choosing the files\"; "
+                                 "counted in status (docs/listing.md, \"Choosing the files\"; "
                                  "default: every key)", parse=Globs.parse)
     exclude: Globs | None = _opt("--exclude",
                                  "leave out the keys matching one of these globs (same syntax as "

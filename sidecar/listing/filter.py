@@ -11,8 +11,9 @@ way. Across spans, a file whose name is a span boundary folder (``cat`` beside `
 
 Keys of this shard that ``--include``/``--exclude`` leave out (a :class:`~epochfs.torchclient.globs.
 KeyFilter`, matched against the key relative to the remote root) are never cataloged, so never
-fetched; they are counted as ``excluded`` and with the other skips (``skipped_total``), and not
-logged one by one (they are a choice, not a problem).
+fetched; they are counted as ``excluded`` (apart from the skips, which count problems: status
+shows them as the listing's "left out by --include/--exclude", not as errors), and not logged one
+by one (they are a choice, not a problem).
 """
 
 from __future__ import annotations
@@ -125,10 +126,11 @@ class ClashFinder:
 class Filtered:
     rows: list[CatalogRow]
     skips: int
-    """Skips to count: hostile keys, keys left out by the include/exclude globs, objects over the
-    limit, clashes found within the page."""
+    """Skips to count: hostile keys, objects over the limit, clashes found within the page."""
     clashes: list[str]
     """Keys of earlier pages found to be folders (to mark skipped)."""
+    excluded: int = 0
+    """Keys of this shard left out by the include/exclude globs (a choice, not a skip)."""
 
 
 class PageFilter:
@@ -150,7 +152,7 @@ class PageFilter:
     def page(self, objects: list[RemoteObject], finder: ClashFinder | None) -> Filtered:
         rows: list[CatalogRow] = []
         later: list[str] = []
-        skips = 0
+        skips = excluded = 0
         report = self.report
         for obj in objects:
             with self._lock:
@@ -178,7 +180,7 @@ class PageFilter:
                     report.in_shard += 1
                 if self.keys is not None and not self.keys.keep(key):
                     cataloged = False
-                    skips += 1
+                    excluded += 1
                     with self._lock:
                         report.excluded += 1
                 elif obj.size > self.object_limit:
@@ -211,7 +213,7 @@ class PageFilter:
                                        rank=keyorder.rank(self.seed, key)))
         with self._lock:
             report.added += len(rows) - len(later)
-        return Filtered(rows, skips, later)
+        return Filtered(rows, skips, later, excluded)
 
     def _clash(self, key: str) -> None:
         with self._lock:

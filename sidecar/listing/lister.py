@@ -217,7 +217,8 @@ class Lister:
             finder = finders[part.part] = ClashFinder()
         out = filt.page(page.objects, finder)
         part.after, part.done = page.after, page.done
-        rows = PageRows(part, out.rows, out.skips, out.clashes, seg.parent.part if seg.parent else None)
+        rows = PageRows(part, out.rows, out.skips, out.clashes, seg.parent.part if seg.parent else None,
+                        out.excluded)
         done = _Done(seg, [str(o.key) for o in page.objects], rows)
         if page.done and finder is not None and not finder.sorted:
             log.warning("the listing of span %d was not sorted: file/folder name clashes were not "

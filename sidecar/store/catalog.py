@@ -203,6 +203,8 @@ class PageRows:
     skips: int
     clashes: list[str]
     cut_from: Part | None = None
+    excluded: int = 0
+    """Keys the include/exclude globs left out (the ``listing_excluded`` counter: status)."""
 
 
 @dataclass(frozen=True)
@@ -253,6 +255,7 @@ class Listings:
             self.ix.put(Meta.LISTING_GENERATION, str(gen))
             self.ix.put(Meta.LISTING_SOURCE, source)
             self.ix.set_counter("listing_skips", 0)
+            self.ix.set_counter("listing_excluded", 0)
         return gen
 
     def commit_page(self, gen: int, part: Part, rows: list[CatalogRow], *, skips: int,
@@ -288,6 +291,8 @@ class Listings:
                                (p.part, p.prefix, p.start, p.stop, p.after, int(p.done)))
                 if page.skips:
                     self.ix.bump("listing_skips", page.skips)
+                if page.excluded:
+                    self.ix.bump("listing_excluded", page.excluded)
                 news.append(new)
             if progress is not None:
                 self.ix.put(Meta.LISTING_PROGRESS, progress)

@@ -81,16 +81,24 @@ def listing_known(db: sqlite3.Connection, catalog: int) -> dict[str, Any]:
     from the first keys listed) from a representative one: ``complete``; while it runs, keys
     ``listed`` of about ``estimated`` in the remote (every shard's, from the listing's estimates),
     ``covered`` (their ratio), folders (``spans``) reached, and this shard's ``estimated_objects``;
-    a complete listing that found nothing for this shard has a ``warning``."""
+    a complete listing that found nothing for this shard has a ``warning``; ``excluded``: keys of
+    this shard the running (or last) listing left out by ``--include``/``--exclude``."""
     running = db.execute("SELECT 1 FROM listing_parts WHERE done=0 LIMIT 1").fetchone() is not None
+    row = db.execute("SELECT value FROM counters WHERE name='listing_excluded'").fetchone()
+    excluded = int(row[0]) if row is not None else 0
     if not running:
         complete = _meta(db, Meta.LISTING_COMPLETE) is not None
         known: dict[str, Any] = {"complete": complete, "covered": 1.0 if complete else 0.0,
                                  "estimated_objects": catalog if complete else None}
+        if excluded:
+            known["excluded"] = excluded
         if complete and catalog == 0:
             # A mistyped prefix lists nothing: say so where users look (status, /readyz).
             remote = _meta(db, Meta.SAMPLER_REMOTE) or "the remote"
-            known["warning"] = f"0 objects under {remote} for this node: check --remote's prefix"
+            known["warning"] = (f"0 objects under {remote} for this node: check --remote's prefix"
+                                if not excluded else
+                                f"0 objects kept of {excluded} under {remote} for this node: "
+                                "--include/--exclude left out every key")
         return known
     try:
         known = json.loads(_meta(db, Meta.LISTING_PROGRESS) or "{}")
@@ -98,10 +106,13 @@ def listing_known(db: sqlite3.Connection, catalog: int) -> dict[str, Any]:
         known = {}
     listed, estimated = int(known.get("listed", 0)), int(known.get("estimated", 0))
     covered = min(1.0, listed / estimated) if estimated > 0 else 0.0
-    return {"complete": False, "covered": round(covered, 4), "listed": listed, "estimated": estimated,
-            "spans": int(known.get("spans", 0)), "spans_reached": int(known.get("spans_reached", 0)),
-            "first_round": bool(known.get("first_round", False)), "began": float(known.get("began", 0)),
-            "estimated_objects": round(catalog / covered) if covered > 0 else None}
+    out = {"complete": False, "covered": round(covered, 4), "listed": listed, "estimated": estimated,
+           "spans": int(known.get("spans", 0)), "spans_reached": int(known.get("spans_reached", 0)),
+           "first_round": bool(known.get("first_round", False)), "began": float(known.get("began", 0)),
+           "estimated_objects": round(catalog / covered) if covered > 0 else None}
+    if excluded:
+        out["excluded"] = excluded
+    return out
 
 
 def awaits_first_round(known: dict[str, Any], wait: float) -> bool:

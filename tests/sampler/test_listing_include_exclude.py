@@ -1,6 +1,7 @@
 """``--include``/``--exclude`` on the sidecar (issue 22, "Choose the files"): over a prefix holding
 ``arrays/*.npy`` beside ``train/<class>/*.png`` and a few ``*.json``, the keys the globs leave out
-are never cataloged nor fetched, are counted (the catalog's log line, ``skipped_total`` in status),
+are never cataloged nor fetched, are counted apart from the skips (the catalog's log line, status's
+listing ``excluded`` and its "left out by --include/--exclude" line, never an error),
 and a change of the globs lists afresh. In-process over the paged in-memory remote (the listing
 and the sampler as ``epochfs sample`` wires them), then through the real ``epochfs sample`` over a
 ``file://`` folder and S3 (moto), and bad globs refused with exit 2 through the real CLI."""
@@ -99,8 +100,11 @@ def test_include_catalogs_and_fetches_only_the_matching_keys(tmp_path: Path,
         assert (report.listed, report.added, report.excluded) == (
             len(OBJECTS), len(NPY), len(PNG) + len(JSON))
         stats = store.stats()
-        assert stats.skipped_total == len(PNG) + len(JSON) and stats.catalog_objects == len(NPY)
-        assert f"{len(PNG) + len(JSON)} object(s) skipped" in render(stats.to_json())
+        assert stats.skipped_total == 0 and stats.catalog_objects == len(NPY)
+        assert stats.listing["excluded"] == len(PNG) + len(JSON)
+        text = render(stats.to_json())
+        assert f"{len(PNG) + len(JSON)} key(s) left out by --include/--exclude" in text
+        assert "errors: 0 object(s) skipped" in text
         line = next(r.getMessage() for r in caplog.records if r.getMessage().startswith("catalog: "))
         assert f"{len(NPY)} cataloged, {len(PNG) + len(JSON)} left out by --include/--exclude" in line
     finally:
@@ -127,11 +131,11 @@ def test_include_exclude_and_both_choose_the_catalog(tmp_path: Path, globs: dict
         left_out = len(OBJECTS) - len(expected)
         assert (report.added, report.excluded, report.complete) == (
             len(expected), left_out, True)
-        assert store.stats().skipped_total == left_out
-        # A relist of the same choice counts nothing again.
+        assert store.stats().skipped_total == 0 and store.stats().listing["excluded"] == left_out
+        # A relist of the same choice counts the same (the last listing's), not twice.
         _, again = list_once(store, remote, fresh=True, **globs)
         assert again.excluded == left_out
-        assert store.stats().skipped_total == left_out and catalog_keys(store) == expected
+        assert store.stats().listing["excluded"] == left_out and catalog_keys(store) == expected
 
 
 def test_only_this_shards_keys_are_counted_as_left_out(tmp_path: Path) -> None:
@@ -236,11 +240,13 @@ def test_epochfs_sample_over_a_file_folder(tmp_path: Path, args: list[str], expe
     assert sorted(str(r[0]) for r in index_rows(cache, "SELECT key FROM catalog")) == expected
     assert sorted(str(r[0]) for r in index_rows(cache, "SELECT key FROM samples")) == expected
     stats = sp.stats()
-    assert stats["skipped_total"] == left_out and stats["fetched_total"] == len(expected)
+    assert stats["skipped_total"] == 0 and stats["fetched_total"] == len(expected)
+    assert stats["listing"]["excluded"] == left_out
     out = subprocess.run([EPOCHFS, "status", "--cache", str(cache)], capture_output=True, text=True,
                          timeout=60)
     assert out.returncode == 0, out.stderr
-    assert f"errors: {left_out} object(s) skipped" in out.stdout, out.stdout
+    assert f"listing: {left_out} key(s) left out by --include/--exclude" in out.stdout, out.stdout
+    assert "errors: 0 object(s) skipped" in out.stdout, out.stdout
 
 
 def test_epochfs_sample_over_s3(s3: S3Server, tmp_path: Path) -> None:
@@ -257,7 +263,8 @@ def test_epochfs_sample_over_s3(s3: S3Server, tmp_path: Path) -> None:
                    what="every chosen object fetched")
     assert verify_cache(cache, {k: OBJECTS[k] for k in expected}) == len(expected)
     assert sorted(str(r[0]) for r in index_rows(cache, "SELECT key FROM catalog")) == expected
-    assert sp.stats()["skipped_total"] == len(OBJECTS) - len(expected)
+    assert sp.stats()["skipped_total"] == 0
+    assert sp.stats()["listing"]["excluded"] == len(OBJECTS) - len(expected)
 
 
 def run_cli(args: list[str], env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:

@@ -63,3 +63,23 @@ def test_readyz_says_how_far_epoch_0_is(tmp_path: Path) -> None:
 
         wait_until(lambda: reason() == "epoch 0: 5/1000 samples cached", timeout=60,
                    what="/readyz's reason counting the samples")
+
+
+def test_a_listing_whose_globs_left_out_every_key_says_so(tmp_path: Path) -> None:
+    """Not 'check --remote's prefix' when the keys are there but --include/--exclude left them all
+    out: the warning says that, and the count is the listing's own, not an error."""
+    from epochfs.sidecar.store import Store
+    from epochfs.sidecar.store.catalog import PageRows, Part
+    from epochfs.sidecar.store.index import Meta
+
+    store = Store(tmp_path / "cache", create=True)
+    store.set_meta(Meta.SAMPLER_REMOTE, "s3://bucket/train")
+    listings = store.listings()
+    gen = listings.begin([Part(0, "", "", None)], "list")
+    listings.commit_pages(gen, [PageRows(Part(0, "", "", None, after="z", done=True), [], 0, [], None, 12)])
+    listings.finish(gen)
+    known = store.listing_known()
+    assert known["excluded"] == 12 and store.stats().skipped_total == 0
+    assert known["warning"] == ("0 objects kept of 12 under s3://bucket/train for this node: "
+                                "--include/--exclude left out every key")
+    store.close()
