@@ -70,18 +70,26 @@ class Reader:
         self.thread.join(timeout=60)
 
 
+
+ARGS = ("--keep-epochs", "3", "--scrub-rate", "0")
+
+
+def cut_two_epochs(cache: Path, remote: MemoryRemote, count: int) -> None:
+    """Epoch 0 of half the ``count`` objects, epoch 1 of all of them, and both members files written
+    by the sampler's keeper."""
+    with sampling(cache, remote, *ARGS) as (store, _):
+        wait_until(lambda: store.stats().samples >= count // 2, what=f"{count // 2} samples")
+        assert store.cut(force=True) == 0
+        wait_until(lambda: store.stats().samples == count, what="every object admitted")
+        assert store.cut(force=True) == 1
+        wait_until(lambda: path_of(cache, 0).exists() and path_of(cache, 1).exists(), timeout=10,
+                   what="the sampler's keeper wrote both members files")
+
 def test_a_reader_inside_an_epoch_reads_through_an_index_reset(tmp_path: Path) -> None:
     objects = objects_of(300, size=1000)
     remote = MemoryRemote(objects)
     cache = tmp_path / "cache"
-    args = ("--keep-epochs", "3", "--scrub-rate", "0")
-    with sampling(cache, remote, *args) as (store, _):
-        wait_until(lambda: store.stats().samples >= 150, what="150 samples")
-        assert store.cut(force=True) == 0
-        wait_until(lambda: store.stats().samples == 300, what="every object admitted")
-        assert store.cut(force=True) == 1
-        wait_until(lambda: path_of(cache, 0).exists() and path_of(cache, 1).exists(), timeout=10,
-                   what="the sampler's keeper wrote both members files")
+    cut_two_epochs(cache, remote, 300)
     opened = sum(remote.opens.values())
     assert opened == 300
     with mounted(cache, tmp_path / "mnt") as m:
@@ -98,7 +106,7 @@ def test_a_reader_inside_an_epoch_reads_through_an_index_reset(tmp_path: Path) -
                 assert fresh.check_index() != "ok"
                 back = time.monotonic() - started
                 fresh.recover(integrity="ok")
-            with sampling(cache, remote, *args) as (store, _):
+            with sampling(cache, remote, *ARGS) as (store, _):
                 wait_until(lambda: "(index replaced); reopened" in m.log_text(), timeout=30,
                            what="the FUSE server follows the replaced index")
                 passes = len(reader.listings)
@@ -125,14 +133,7 @@ def test_the_folder_views_published_epochs_stay_through_an_index_reset(tmp_path:
     objects = objects_of(120, size=800)
     remote = MemoryRemote(objects)
     cache, folder = tmp_path / "cache", tmp_path / "view"
-    args = ("--keep-epochs", "3", "--scrub-rate", "0")
-    with sampling(cache, remote, *args) as (store, _):
-        wait_until(lambda: store.stats().samples >= 60, what="60 samples")
-        assert store.cut(force=True) == 0
-        wait_until(lambda: store.stats().samples == 120, what="every object admitted")
-        assert store.cut(force=True) == 1
-        wait_until(lambda: path_of(cache, 0).exists() and path_of(cache, 1).exists(), timeout=10,
-                   what="the members files")
+    cut_two_epochs(cache, remote, 120)
     with Store(cache, create=True) as store:
         publisher = FolderPublisher(store=store, folder=folder, link_root=store.objects_dir.absolute())
         publisher.recover()
