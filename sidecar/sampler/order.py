@@ -30,8 +30,7 @@ from collections import deque
 from collections.abc import Callable
 
 from epochfs.sidecar.store import Candidate, Meta, Store
-from epochfs.sidecar.store.catalog import FIRST_ROUND_WAIT
-from epochfs.sidecar.store.stats import awaits_first_round
+from epochfs.sidecar.store.stats import FIRST_ROUND_WAIT, awaits_first_round
 
 log = logging.getLogger("epochfs.sampler")
 

@@ -289,39 +289,39 @@ class Store:
             f"LEFT JOIN repairs r ON r.sample = s.id WHERE s.key IN ({marks}) OR s.sid IN ({marks})",
             (*keys, *sids))
         by_key = {a.key: a for a in items}
-        waiting = {str(r[0]): r for r in known
-                   if r[6] == 0 and str(r[0]) in by_key and by_key[str(r[0])].sid == str(r[1])}
-        others = [r for r in known if str(r[0]) not in waiting]
+        waiting: dict[str, Any] = {}  # samples waiting for a repair in place: this is it
+        again: list[str] = []
         # The same sample downloaded again while its first download was being admitted (the fetch
         # order had queued the key before it was cached): the cached object stays, the second copy
         # is dropped, the rest of the batch is admitted. It stopped the sampler before.
-        again = {str(r[0]) for r in others if str(r[0]) in by_key and by_key[str(r[0])].sid == str(r[1])
-                 and r[6] is None}
-        clashes = [r for r in others if str(r[0]) not in again]
+        clashes: list[str] = []
+        for r in known:
+            key, a = str(r[0]), by_key.get(str(r[0]))
+            if a is None or a.sid != str(r[1]) or r[6] not in (0, None):
+                clashes.append(key)
+            elif r[6] == 0:
+                waiting[key] = r
+            else:
+                again.append(key)
         if clashes:
             # Installing first would replace the object a live epoch lists, then lose it to the
             # failed insert's clean-up: refuse before touching any file.
-            raise ValueError(f"already in the cache: {', '.join(sorted(str(r[0]) for r in clashes))}")
+            raise ValueError(f"already in the cache: {', '.join(sorted(clashes))}")
+        for key in again:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(by_key[key].temp)
         if again:
-            for key in again:
-                with contextlib.suppress(FileNotFoundError):
-                    os.unlink(by_key[key].temp)
             logging.getLogger("epochfs.store").info(
                 "dropped %d sample(s) fetched again while cached: %s", len(again),
-                     ", ".join(sorted(again)[:5]))
-            items = [a for a in items if a.key not in again]
-            if not items and not waiting:
-                if inflight_bytes is not None:
-                    self.set_meta(Meta.INFLIGHT_BYTES, str(inflight_bytes))
-                return
+                ", ".join(sorted(again)[:5]))
         if waiting:
             integrity.repair(self._ix, self.files, [(by_key[k], int(r[2]), int(r[3]), str(r[4]), str(r[5]))
                                                     for k, r in waiting.items()])
-            items = [a for a in items if a.key not in waiting]
-            if not items:
-                if inflight_bytes is not None:
-                    self.set_meta(Meta.INFLIGHT_BYTES, str(inflight_bytes))
-                return
+        items = [a for a in items if a.key not in waiting and a.key not in again]
+        if not items:
+            if inflight_bytes is not None:
+                self.set_meta(Meta.INFLIGHT_BYTES, str(inflight_bytes))
+            return
         self.files.install(items)
         now = time.time()
         ix = self._ix

@@ -139,14 +139,17 @@ def repair(ix: Index, files: ObjectFiles, fixes: list[tuple[Admission, int, int,
     stand for the sample in the epochs cut with the old ones: the download is dropped and the
     sample marked lost (its entry stays; its file stays absent until it is evicted). The
     samples' bytes were counted when they were first admitted: no running total moves."""
-    good = [(a, i) for a, i, size, digest, version in fixes if _same_bytes(a, size, digest, version)]
-    bad = [(a, i) for a, i, size, digest, version in fixes if not _same_bytes(a, size, digest, version)]
+    good: list[tuple[Admission, int]] = []
+    bad: list[tuple[Admission, int]] = []
+    for a, i, size, digest, version in fixes:
+        (good if _same_bytes(a, size, digest, version) else bad).append((a, i))
     for a, _ in bad:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(a.temp)
         log.warning("cannot repair %r: the remote's object is not the bytes the epochs hold (its "
                     "version or digest changed); its entries stay, without their file", a.key)
-    files.install([a for a, _ in good])
+    if good:
+        files.install([a for a, _ in good])
     with ix.write() as db:
         for _, i in good:
             db.execute("DELETE FROM repairs WHERE sample=?", (i,))

@@ -136,13 +136,15 @@ def remove(root: Path, numbers: list[int]) -> None:
             os.unlink(path_of(root, n))
 
 
-def clear_temps(root: Path) -> None:
+def clear_temps(root: Path) -> int:
     """Remove the temp files of writers that died before their rename (kill -9 while a file was
-    written); a live process's temp is left alone."""
+    written; start-up recovery calls this, as it clears the other temp files); a live process's
+    temp is left alone. Returns how many were removed."""
     try:
         names = os.listdir(folder(root))
     except FileNotFoundError:
-        return
+        return 0
+    removed = 0
     for name in names:
         if name.startswith(f".{PREFIX}") and name.endswith(".tmp"):
             pid = name.split(".")[-3]
@@ -150,6 +152,8 @@ def clear_temps(root: Path) -> None:
                 continue
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(folder(root) / name)
+                removed += 1
+    return removed
 
 
 # ---------------------------------------------------------------------------- writing
@@ -266,7 +270,6 @@ class Keeper:
         unlink and its commit leaves none, a failed commit leaves a live epoch without one):
         neither trusts an index that may be damaged to say what is *not* there."""
         ix = self.ix()
-        clear_temps(self.root)
         rows = ix.query("SELECT n, retired FROM epochs")
         files = present(self.root)
         remove(self.root, [int(n) for n, retired in rows if int(retired) and int(n) in files])

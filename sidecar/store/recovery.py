@@ -20,7 +20,7 @@ from __future__ import annotations
 import logging
 import sqlite3
 
-from epochfs.sidecar.store import epochs, hwm, journal
+from epochfs.sidecar.store import epochs, hwm, journal, memberfiles
 from epochfs.sidecar.store.index import Index, Meta
 from epochfs.sidecar.store.objects import ObjectFiles
 from epochfs.sidecar.store.records import RecoveryReport, StoreError
@@ -76,7 +76,8 @@ def recover(ix: Index, files: ObjectFiles, *, integrity: str | None = None) -> R
             integrity = ix.integrity()
         if integrity != "ok":
             raise StoreError(f"{ix.path}: integrity check failed: {integrity}")
-        temp_removed = files.clear_temps() + hwm.clear_temps(files.objects_dir.parent)
+        root = files.objects_dir.parent
+        temp_removed = files.clear_temps() + hwm.clear_temps(root) + memberfiles.clear_temps(root)
         boot = boot_id()
         with ix.read() as db:
             journaled = journal.exists(db)

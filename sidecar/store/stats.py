@@ -29,7 +29,8 @@ def read_stats(ix: Index, policy: Policy) -> Stats:
         # "1" was written by epochfs before the reason was recorded.
         reason = {"0": "", "1": "cache full"}.get(ix.get(Meta.BACKPRESSURE) or "", ix.get(Meta.BACKPRESSURE))
         catalog = int(ix.get(Meta.CATALOG_OBJECTS) or 0)
-        listing = listing_known(db, catalog)
+        listing = listing_known(db, catalog, excluded=int(counters.get("listing_excluded", 0)))
+        publish_paused = ix.get(Meta.PUBLISH_PAUSED)
         pending = [int(r[0]) for r in db.execute("SELECT n FROM cut_requests ORDER BY n")]
         repairing = int(db.execute("SELECT COUNT(*) FROM repairs").fetchone()[0])
         epochs = [
@@ -54,7 +55,7 @@ def read_stats(ix: Index, policy: Policy) -> Stats:
         mode="schedule" if policy.schedule else "snapshot",
         listing=listing,
         first_epoch=None if epochs else _first_epoch(policy, int(samples), listing),
-        publish_paused=ix.get(Meta.PUBLISH_PAUSED),
+        publish_paused=publish_paused,
         repairing=repairing,
         **{k: int(counters.get(k, 0)) for k in COUNTER_NAMES},
     )
@@ -76,7 +77,7 @@ def _meta(db: sqlite3.Connection, key: Meta) -> str | None:
     return None if row is None else str(row[0])
 
 
-def listing_known(db: sqlite3.Connection, catalog: int) -> dict[str, Any]:
+def listing_known(db: sqlite3.Connection, catalog: int, *, excluded: int | None = None) -> dict[str, Any]:
     """How much of the dataset the listing has covered, so a user can tell an early epoch (cut
     from the first keys listed) from a representative one: ``complete``; while it runs, keys
     ``listed`` of about ``estimated`` in the remote (every shard's, from the listing's estimates),
@@ -84,8 +85,9 @@ def listing_known(db: sqlite3.Connection, catalog: int) -> dict[str, Any]:
     a complete listing that found nothing for this shard has a ``warning``; ``excluded``: keys of
     this shard the running (or last) listing left out by ``--include``/``--exclude``."""
     running = db.execute("SELECT 1 FROM listing_parts WHERE done=0 LIMIT 1").fetchone() is not None
-    row = db.execute("SELECT value FROM counters WHERE name='listing_excluded'").fetchone()
-    excluded = int(row[0]) if row is not None else 0
+    if excluded is None:  # read_stats has every counter already
+        row = db.execute("SELECT value FROM counters WHERE name='listing_excluded'").fetchone()
+        excluded = int(row[0]) if row is not None else 0
     if not running:
         complete = _meta(db, Meta.LISTING_COMPLETE) is not None
         known: dict[str, Any] = {"complete": complete, "covered": 1.0 if complete else 0.0,
@@ -127,7 +129,7 @@ def known_at_cut(db: sqlite3.Connection) -> tuple[int | None, int | None]:
     """(keys of this shard listed, about how many the remote holds for it): what an epoch cut now
     records, and its manifest's header says; (None, None) before anything is listed."""
     catalog = int(_meta(db, Meta.CATALOG_OBJECTS) or 0)
-    estimated = listing_known(db, catalog).get("estimated_objects")
     if not catalog:
         return None, None
+    estimated = listing_known(db, catalog).get("estimated_objects")
     return catalog, max(catalog, int(estimated)) if estimated is not None else catalog
