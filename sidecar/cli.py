@@ -17,16 +17,12 @@ import select
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, cast
+from typing import cast
 
 import epochfs
 from epochfs.fuse.errors import MountError
 from epochfs.sidecar import config, redact
 from epochfs.sidecar.store import Store, StoreError
-
-if TYPE_CHECKING:
-    from epochfs.sidecar.progressbar import Progress
-    from epochfs.sidecar.remote import Remote
 
 log = logging.getLogger("epochfs")
 
@@ -124,11 +120,8 @@ def _cmd_index(ns: argparse.Namespace) -> int:
 
     bar = Progress("index:", out=sys.stderr, unit="spans")  # a bar on a terminal, else log lines
     try:
-        if _gzipped_name(ns.out):
-            count = write_index(remote, ns.out, threads=threads, endpoint_url=ns.endpoint_url, progress=bar)
-        else:
-            count = _write_plain_index(remote, ns.out, threads=threads, endpoint_url=ns.endpoint_url,
-                                       progress=bar)
+        count = write_index(remote, ns.out, threads=threads, endpoint_url=ns.endpoint_url, progress=bar,
+                            plain=not _gzipped_name(ns.out))
     except RemoteError as e:
         print(f"epochfs index: {e}", file=sys.stderr)
         return 1
@@ -145,27 +138,6 @@ def _gzipped_name(out: str) -> bool:
 
     path = urlparse(out).path if "://" in out else out
     return path.endswith(".gz")
-
-
-def _write_plain_index(remote: Remote, out: str, *, threads: int, endpoint_url: str | None,
-                       progress: Progress | None = None) -> int:
-    """The index as plain JSON lines, for an ``--out`` whose name does not end in ``.gz`` (it was
-    gzip whatever the name). Readers take either: they look at the first bytes, not the name."""
-    import gzip
-    import shutil
-    import tempfile
-
-    from epochfs.sidecar.listing.indexfile import BLOCK, _upload, write_index
-
-    with tempfile.TemporaryDirectory(prefix="epochfs-index-") as tmp:
-        packed, plain = os.path.join(tmp, "index.jsonl.gz"), os.path.join(tmp, "index.jsonl")
-        count = write_index(remote, packed, threads=threads, endpoint_url=endpoint_url, progress=progress)
-        with gzip.open(packed, "rb") as src, open(plain, "wb") as dst:
-            shutil.copyfileobj(src, dst, BLOCK)
-        os.remove(packed)
-        _upload(plain, out, endpoint_url=endpoint_url)
-    log.info("wrote the index to %s as plain JSON lines (its name does not end in .gz)", redact.redact(out))
-    return count
 
 
 def _cmd_verify(ns: argparse.Namespace) -> int:

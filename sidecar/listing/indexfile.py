@@ -226,10 +226,11 @@ def listing_source(settings: Any, remote: Remote, *, stop: threading.Event | Non
 
 # ---------------------------------------------------------------------------- writing
 def write_index(remote: Remote, out: str, *, threads: int = 8, endpoint_url: str | None = None,
-                progress_seconds: float = 5.0, progress: Progress | None = None) -> int:
+                progress_seconds: float = 5.0, progress: Progress | None = None, plain: bool = False) -> int:
     """List ``remote`` in parallel spans and write its index to ``out``; returns the key count.
     ``progress``: a bar of the spans done on a terminal (``epochfs index``); else, and without
-    one, a log line every ``progress_seconds``.
+    one, a log line every ``progress_seconds``. ``plain``: JSON lines, not gzip (an ``--out``
+    whose name does not end in ``.gz``; readers take either, by the first bytes).
 
     Each span is written to its own gzip member in a temporary folder (the spans list at once);
     the members are then joined in span order (a concatenation of gzip members is one gzip
@@ -241,7 +242,7 @@ def write_index(remote: Remote, out: str, *, threads: int = 8, endpoint_url: str
     log.info("indexing %s: %d span(s), %d lister thread(s)", redact(remote.url), len(spans),
              min(threads, len(spans)))
     started = time.monotonic()
-    counts = [0] * len(spans)
+    listed = [0]  # keys written so far, every span's
     with tempfile.TemporaryDirectory(prefix="epochfs-index-") as tmp, contextlib.ExitStack() as stack:
         files = [stack.enter_context(gzip.open(os.path.join(tmp, f"{i:06d}.gz"), "wb", compresslevel=6))
                  for i in range(len(spans))]
@@ -289,19 +290,19 @@ def write_index(remote: Remote, out: str, *, threads: int = 8, endpoint_url: str
                     continue
                 afters[i] = page.after
                 with lock:
-                    counts[i] += len(page.objects)
+                    listed[0] += len(page.objects)
                     if page.done:
                         left[0] -= 1
                         if left[0] == 0:
                             end_all()
                     now = time.monotonic()
                     if progress is not None and progress.tty:
-                        total = sum(counts)
+                        total = listed[0]
                         progress.update(len(spans) - left[0], len(spans),
                                         f"{total:,} keys ({total / max(now - started, 1e-9):,.0f}/s)")
                     elif now - last_log[0] >= progress_seconds:
                         last_log[0] = now
-                        total = sum(counts)
+                        total = listed[0]
                         log.info("indexing: %d key(s) so far (%.0f/s), %d of %d span(s) done", total,
                                  total / max(now - started, 1e-9), len(spans) - left[0], len(spans))
                 if not page.done:
@@ -318,17 +319,19 @@ def write_index(remote: Remote, out: str, *, threads: int = 8, endpoint_url: str
             f.close()
         if errors:
             raise errors[0]
-        total = sum(counts)
-        joined = os.path.join(tmp, "index.jsonl.gz")
+        total = listed[0]
+        joined = os.path.join(tmp, "index.jsonl" if plain else "index.jsonl.gz")
+        pack = (lambda b: b) if plain else gzip.compress
         with open(joined, "wb") as out_file:
             header = {"epochfs_index": FORMAT_VERSION, "remote": redact(remote.url),
                       "sorted": bool(source.sorted_listing), "created": int(time.time())}
-            out_file.write(gzip.compress(json.dumps(header).encode() + b"\n"))
+            out_file.write(pack(json.dumps(header).encode() + b"\n"))
             for i in range(len(spans)):
-                with open(os.path.join(tmp, f"{i:06d}.gz"), "rb") as part:
+                path = os.path.join(tmp, f"{i:06d}.gz")
+                with gzip.open(path, "rb") if plain else open(path, "rb") as part:
                     while block := part.read(BLOCK):
                         out_file.write(block)
-            out_file.write(gzip.compress(json.dumps({"end": True, "count": total}).encode() + b"\n"))
+            out_file.write(pack(json.dumps({"end": True, "count": total}).encode() + b"\n"))
         _upload(joined, out, endpoint_url=endpoint_url)
     log.info("indexed %d key(s) of %s in %.1fs into %s", total, redact(remote.url),
              time.monotonic() - started, redact(out))

@@ -127,17 +127,20 @@ class PagedSource:
             stop=self.stop, rng=self.rng, bounds=DISCOVERY_RETRY, log=log,
             what=f"finding the folders under {prefix or 'the root'!r}")
 
-    def _folders(self, prefix: str) -> tuple[list[str], bool]:
+    def _folders(self, prefix: str, *, first_keys: int = 1000,
+                 stop_on_files: bool = False) -> tuple[list[str], bool]:
         """The folders directly under ``prefix`` (at most DISCOVERY_PAGES pages of them) and
-        whether anything else is there: files beside them, or more than those pages showed."""
+        whether anything else is there: files beside them, or more than those pages showed.
+        ``first_keys``: what the first page asks; ``stop_on_files``: no page after one with files."""
         folders: list[str] = []
         others = False
         token: str | None = None
-        for _ in range(DISCOVERY_PAGES):
-            objects, prefixes, token = self._discover(prefix, token=token, delimiter=True)
+        for page in range(DISCOVERY_PAGES):
+            objects, prefixes, token = self._discover(prefix, token=token, delimiter=True,
+                                                      max_keys=first_keys if page == 0 else 1000)
             folders += prefixes
             others = others or any(o.key != prefix for o in objects)
-            if token is None:
+            if token is None or (others and stop_on_files):
                 break
         return folders, others or token is not None
 
@@ -170,17 +173,8 @@ class PagedSource:
     def _subfolders(self, prefix: str) -> list[str] | None:
         """The folders that ``prefix`` holds, when it holds nothing else and no more than
         DISCOVERY_PAGES pages of them (else None)."""
-        folders: list[str] = []
-        token: str | None = None
-        for page in range(DISCOVERY_PAGES):
-            objects, prefixes, token = self._discover(prefix, token=token, delimiter=True,
-                                                      max_keys=PROBE_KEYS if page == 0 else 1000)
-            if any(o.key != prefix for o in objects):
-                return None
-            folders += prefixes
-            if token is None:
-                return folders or None
-        return None
+        folders, others = self._folders(prefix, first_keys=PROBE_KEYS, stop_on_files=True)
+        return folders if folders and not others else None
 
     def _expand(self, folders: list[str]) -> list[str]:
         """``folders`` with those that hold only folders replaced by them, a whole level at a

@@ -147,8 +147,7 @@ class Supervisor(HealthChecks, Observability):
             last_periodic = 0.0
             refused: str | None = None
             while not self._stop.wait(self.tick):
-                if self._reaped(self.sampler) and self.refused(self.sampler) is not None:
-                    refused = self.refused(self.sampler)
+                if self._reaped(self.sampler) and (refused := self.refused(self.sampler)) is not None:
                     break
                 self._restart_due(self.sampler)
                 if self.folder_view:
