@@ -309,10 +309,15 @@ class Panel:
     def has_data(self) -> bool:
         return any(t.has_data for t in self.targets)
 
+    @property
+    def data_series(self) -> list[Series]:
+        """Its series with at least one finite value."""
+        return [s for t in self.targets for s in t.series if s.finite]
+
     def summary(self) -> dict[str, Any]:
         return {"title": self.title, "type": self.type, "unit": self.unit,
                 "series": sum(len(t.series) for t in self.targets),
-                "series_with_data": sum(1 for t in self.targets for s in t.series if s.finite),
+                "series_with_data": len(self.data_series),
                 "has_data": self.has_data,
                 "targets": [{"expr": t.expr, "query": t.query, "legend": t.legend,
                              "series": [{"name": s.name, "points": len(s.v), "finite": s.finite,
@@ -329,6 +334,7 @@ def query_panels(doc: dict[str, Any], prom: Prometheus, *, start: float, end: fl
     panels = []
     for p in panels_of(doc):
         defaults = p.get("fieldConfig", {}).get("defaults", {})
+        overrides = p.get("fieldConfig", {}).get("overrides", [])
         targets = []
         for raw in p["targets"]:
             if raw.get("hide") or not raw.get("expr"):
@@ -349,7 +355,6 @@ def query_panels(doc: dict[str, Any], prom: Prometheus, *, start: float, end: fl
                 t.why_empty = why_empty(t.query, prom, known, start, end)
             elif not t.has_data:
                 t.why_empty = why_nan(t.query, prom, start, end)
-            overrides = p.get("fieldConfig", {}).get("overrides", [])
             for series in t.series:
                 apply_overrides(series, overrides, str(raw.get("refId", "")))
             targets.append(t)
@@ -540,7 +545,7 @@ def draw(panels: list[Panel], out: Path, *, title: str, span: float, width: floa
         w, h = p.grid.get("w", 12), p.grid.get("h", 8)
         ax = fig.add_subplot(grid[y:y + h, x:x + w])
         ax.set_title(plain(p.title), fontsize=10, loc="left")
-        series = [s for t in p.targets for s in t.series if s.finite]
+        series = p.data_series
         if not series:
             _no_data(ax, p)
         elif p.type in STAT_TYPES:
@@ -573,13 +578,6 @@ def generate_dataset(root: Path, count: int, dim: int, *, seed: int = 0) -> int:
     return total
 
 
-def answers(url: str) -> bool:
-    try:
-        with urllib.request.urlopen(url, timeout=2) as r:
-            return bool(r.status == 200)
-    except OSError:
-        return False
-
 
 @contextlib.contextmanager
 def process(cmd: Sequence[str], *, what: str, url: str, log: Path, timeout: float = 60.0,
@@ -591,7 +589,8 @@ def process(cmd: Sequence[str], *, what: str, url: str, log: Path, timeout: floa
     with open(log, "wb") as out:
         proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True)
     try:
-        harness.wait_ready(proc, lambda: answers(url), what=what, timeout=timeout, interval=0.1, log=log)
+        harness.wait_ready(proc, lambda: harness.answers(url), what=what, timeout=timeout, interval=0.1,
+                           log=log)
         yield proc
     finally:
         harness.stop(proc, timeout=30.0, unmount=unmount)
@@ -667,7 +666,7 @@ def train(mount: Path, ns: argparse.Namespace) -> Workload:
 
 def run(ns: argparse.Namespace, folder: Path) -> tuple[list[Panel], dict[str, Any]]:
     """The sidecar, Prometheus and the workload; the panels queried before anything stops."""
-    prometheus_bin = harness.program("prometheus")
+    prometheus_bin = ns.prometheus
     doc = json.loads(ns.dashboard.read_text())
     remote, cache, mount = folder / "remote", folder / "cache", folder / "mnt"
     mount.mkdir()
@@ -730,7 +729,7 @@ def report(panels: list[Panel]) -> list[str]:
     lines = []
     width = max((len(p.title) for p in panels), default=5)
     for p in panels:
-        count = sum(1 for t in p.targets for s in t.series if s.finite)
+        count = len(p.data_series)
         lines.append(f"  {p.title:<{width}}  {count:3d} series" + ("" if p.has_data else "  NO DATA"))
         for t in p.targets:
             if not t.has_data:
@@ -780,7 +779,7 @@ def main(argv: list[str] | None = None) -> int:
     harness.require("matplotlib", "torch", "mfusepy")
     if not Path("/dev/fuse").exists() or os.geteuid() != 0:
         harness.fail("needs root and /dev/fuse (the sidecar mounts its FUSE view)")
-    harness.program("prometheus")
+    ns.prometheus = harness.program("prometheus")
     signal.signal(signal.SIGTERM, _terminate)
     signal.signal(signal.SIGINT, signal.default_int_handler)  # also where it was started ignoring SIGINT
     try:

@@ -246,7 +246,8 @@ class Moto:
     endpoint: str
 
 
-def _answers(url: str) -> bool:
+def answers(url: str) -> bool:
+    """Whether ``url`` answers a GET with a success (a readiness probe of a server we started)."""
     try:
         urllib.request.urlopen(url, timeout=1).read()
     except OSError:
@@ -261,7 +262,7 @@ def moto_server(log: Path | None = None) -> Iterator[Moto]:
     port = free_port()
     endpoint = f"http://127.0.0.1:{port}"
     with running([*PYTHON, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)], what="moto",
-                 ready=lambda: _answers(endpoint + "/"), log=log) as proc:
+                 ready=lambda: answers(endpoint + "/"), log=log) as proc:
         yield Moto(proc, endpoint)
 
 

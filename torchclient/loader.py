@@ -32,11 +32,11 @@ from typing import Any
 import torch
 from torch.utils.data import DataLoader, Dataset, Sampler
 
-from .dataset import EpochDataset, Progress, print_progress
+from .dataset import EpochDataset, Progress, _check_epoch, print_progress
 from .decode import MAX_ARRAY_BYTES, Decoder, check_max_bytes, load_sample, resolve_decoder
 from .epochplan import Balance, Partition, plan_batches, resolve_split
 from .globs import KeyFilter
-from .layout import MAX_EPOCH, epoch_name
+from .layout import epoch_name
 from .report import ClientReporter, report_url_from_env
 from .resume import OnResumeMismatch, Resumable
 from .retry import RETRY_SECONDS, check_retry_seconds
@@ -244,10 +244,7 @@ class EpochLoader(Resumable):
 
         ``jump=True``: a cut may skip numbers to reach it (a resumed trainer's first epoch, above the
         sidecar's newest + 1); otherwise only the next epoch is cut, as for a lookup."""
-        if isinstance(epoch, bool) or not isinstance(epoch, int) or not 0 <= epoch <= MAX_EPOCH:
-            raise ValueError(f"epoch must be an int from 0 to {MAX_EPOCH:,} (the largest epoch number), "
-                             f"got {epoch!r}")
-        return EpochRun(self, epoch, jump=jump)
+        return EpochRun(self, _check_epoch(epoch), jump=jump)
 
     def plan(self, epoch: int, *, jump: bool = False) -> tuple[EpochDataset, list[list[str]], list[int], int]:
         """Look up ``epoch`` and compute this rank's batches of paths, their byte sizes and the padding.

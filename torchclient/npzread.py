@@ -80,9 +80,8 @@ def _read_member(archive: zipfile.ZipFile, info: zipfile.ZipInfo, path: str, whe
     try:
         with archive.open(info) as stream:
             header = _read_header(stream, path, where)
-            check_fits(header, path, info.file_size - header.length, where,
-                       holder="the member (by its zip entry's recorded size)")
             data_size = info.file_size - header.length
+            check_fits(header, path, data_size, where, holder="the member (by its zip entry's recorded size)")
             if limit is not None and data_size > limit:
                 raise _too_large(path, where, data_size, limit, "(its zip entry records)")
             if header.spec.dtype.hasobject:
@@ -90,7 +89,7 @@ def _read_member(archive: zipfile.ZipFile, info: zipfile.ZipInfo, path: str, whe
                                        "only unpickling reads; EpochLoader does not unpickle", path)
             data = np.empty(header.spec.nbytes, dtype=np.uint8)
             _read_exactly(stream, memoryview(data.data), path, where)
-            _drain(stream, info.file_size - header.length - len(data), path, where)
+            _drain(stream, data_size - len(data), path, where)
     except (zipfile.BadZipFile, zlib.error, EOFError, NotImplementedError, RuntimeError) as exc:
         # A CRC mismatch, a broken deflate stream, an unsupported method, an encrypted member.
         raise ArraySampleError(f"sample {path}{where} cannot be read from the zip: {type(exc).__name__}: "
