@@ -87,6 +87,10 @@ class Stats:
 class _Handler(BaseHTTPRequestHandler):
     server: _Server
     protocol_version = "HTTP/1.1"
+    disable_nagle_algorithm = True
+    """The headers and the body go out in two writes: with Nagle's algorithm the body waited for
+    the client's delayed ACK of the headers, 40 ms an answer of under a segment (a 100-key list
+    page took 65 ms at a list latency of 20 ms, a 1,000-key one 32 ms; S3 has no such stall)."""
 
     def log_message(self, format: str, *args: object) -> None:  # quiet
         pass

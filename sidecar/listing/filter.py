@@ -23,7 +23,7 @@ import threading
 from dataclasses import dataclass, field
 
 from epochfs.sidecar import keyorder
-from epochfs.sidecar.keys import SafeKey, check_key, is_directory_marker
+from epochfs.sidecar.keys import SafeKey, Skip, check_key, is_directory_marker
 from epochfs.sidecar.remote import RemoteObject
 from epochfs.sidecar.store import CatalogRow
 from epochfs.torchclient.globs import KeyFilter
@@ -152,49 +152,27 @@ class PageFilter:
     def page(self, objects: list[RemoteObject], finder: ClashFinder | None) -> Filtered:
         rows: list[CatalogRow] = []
         later: list[str] = []
-        skips = excluded = 0
-        report = self.report
+        skips = excluded = markers = in_shard = 0
         for obj in objects:
-            with self._lock:
-                report.listed += 1
             if is_directory_marker(obj.key):
-                with self._lock:
-                    report.markers += 1
+                markers += 1
                 continue
             checked = check_key(obj.key)
             if not isinstance(checked, SafeKey):
                 skips += 1
-                with self._lock:
-                    report.hostile += 1
-                    report.reasons[checked.reason] = report.reasons.get(checked.reason, 0) + 1
-                    n = report.hostile
-                if n <= LOG_LIMIT:
-                    log.warning("skipping key %r: %s", checked.key, checked.reason)
-                elif n == LOG_LIMIT + 1:
-                    log.warning("more unsafe keys: only their count is reported from now on")
+                self._hostile(checked)
                 continue
             key = checked.key
             cataloged = keyorder.in_shard(key, self.shard_index, self.shard_count)
             if cataloged:
-                with self._lock:
-                    report.in_shard += 1
+                in_shard += 1
                 if self.keys is not None and not self.keys.keep(key):
                     cataloged = False
                     excluded += 1
-                    with self._lock:
-                        report.excluded += 1
                 elif obj.size > self.object_limit:
                     cataloged = False
                     skips += 1
-                    with self._lock:
-                        report.too_large += 1
-                        report.largest_refused = max(report.largest_refused, obj.size)
-                        report.smallest_refused = (obj.size if report.too_large == 1
-                                                   else min(report.smallest_refused, obj.size))
-                        n = report.too_large
-                    if n <= LOG_LIMIT:
-                        log.warning("skipping %r: %d bytes is over the object limit %d", key,
-                                    obj.size, self.object_limit)
+                    self._too_large(key, obj.size)
             if cataloged and key + "/" in self.boundaries:
                 cataloged = False
                 skips += 1
@@ -211,9 +189,35 @@ class PageFilter:
             if cataloged:
                 rows.append(CatalogRow(key=key, sid=checked.sid, size=obj.size, version=obj.version,
                                        rank=keyorder.rank(self.seed, key)))
-        with self._lock:
+        with self._lock:  # once a page: a lock a key cost more than the rest of the filter
+            report = self.report
+            report.listed += len(objects)
+            report.markers += markers
+            report.in_shard += in_shard
+            report.excluded += excluded
             report.added += len(rows) - len(later)
         return Filtered(rows, skips, later, excluded)
+
+    def _hostile(self, skip: Skip) -> None:
+        with self._lock:
+            report = self.report
+            report.hostile += 1
+            report.reasons[skip.reason] = report.reasons.get(skip.reason, 0) + 1
+            n = report.hostile
+        if n <= LOG_LIMIT:
+            log.warning("skipping key %r: %s", skip.key, skip.reason)
+        elif n == LOG_LIMIT + 1:
+            log.warning("more unsafe keys: only their count is reported from now on")
+
+    def _too_large(self, key: str, size: int) -> None:
+        with self._lock:
+            report = self.report
+            report.too_large += 1
+            report.largest_refused = max(report.largest_refused, size)
+            report.smallest_refused = size if report.too_large == 1 else min(report.smallest_refused, size)
+            n = report.too_large
+        if n <= LOG_LIMIT:
+            log.warning("skipping %r: %d bytes is over the object limit %d", key, size, self.object_limit)
 
     def _clash(self, key: str) -> None:
         with self._lock:

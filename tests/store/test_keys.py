@@ -9,7 +9,15 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from epochfs.sidecar.keys import SafeKey, Skip, check_key, is_directory_marker, sample_id
+from epochfs.sidecar.keys import (
+    MAX_COMPONENT_BYTES,
+    MAX_PATH_BYTES,
+    SafeKey,
+    Skip,
+    check_key,
+    is_directory_marker,
+    sample_id,
+)
 
 
 @pytest.mark.parametrize(
@@ -93,3 +101,39 @@ def test_any_accepted_key_is_a_safe_relative_path(key: str | bytes) -> None:
     joined = os.path.normpath(os.path.join("/cache/epoch-0", path))
     assert joined.startswith("/cache/epoch-0/")
     assert "\t" not in path and "\n" not in path and len(path.splitlines()) == 1
+
+
+def _reference_reason(text: str) -> str | None:
+    """The rules spelled out character by character and component by component (what the key
+    check did before it used regular expressions for its fast path)."""
+    if not text:
+        return "empty key"
+    if "\x00" in text:
+        return "NUL byte"
+    if any(ord(c) < 0x20 or 0x7F <= ord(c) < 0xA0 or c in "\u2028\u2029" for c in text):
+        return "control character"
+    if "\\" in text:
+        return "backslash"
+    if text.startswith("/"):
+        return "leading /"
+    if len(text.encode()) > MAX_PATH_BYTES:
+        return f"path over {MAX_PATH_BYTES} bytes"
+    for part in text.split("/"):
+        if part == "":
+            return "empty component (//)"
+        if part in (".", ".."):
+            return f"{part!r} component"
+        if len(part.encode()) > MAX_COMPONENT_BYTES:
+            return f"component over {MAX_COMPONENT_BYTES} bytes"
+    return None
+
+
+_KEY_PARTS = st.sampled_from(["/", ".", "..", "a", "é", "\x1f", "\x7f", "\x9f", "\xa0", "\u2028",
+                              "\\", "x" * 200, "名" * 40, "\t"])
+
+
+@given(st.lists(_KEY_PARTS, max_size=12).map("".join) | st.text(max_size=40))
+def test_the_fast_key_check_refuses_what_the_rules_say(text: str) -> None:
+    got = check_key(text)
+    want = _reference_reason(text)
+    assert (got.reason if isinstance(got, Skip) else None) == want
