@@ -125,7 +125,7 @@ class Lister:
                          "listing afresh", name, state.source)
             gen = listings.begin(parts, name)
             log.info("listing %d: %d span(s), %d lister thread(s)%s", gen, len(parts),
-                     min(self.threads, len(parts)),
+                     self.threads if isinstance(self.source, PagedSource) else min(self.threads, len(parts)),
                      f"; keys kept: {self._keys_line()}" if self.keys else "")
         return gen, parts, {p.start for p in parts if p.start}
 
@@ -179,8 +179,12 @@ class Lister:
                 if self.on_page is not None:
                     self.on_page(report)
 
+        # A paged source's spans split as the planner learns them, so a single span (a flat
+        # bucket) keeps every lister busy soon; with one lister a span, a flat bucket listed on
+        # one thread whatever --list-threads said (measured: 1,500 keys in 6 s beside the sampler).
+        count = self.threads if planner.splittable else min(self.threads, planner.open_segments)
         threads = [threading.Thread(target=worker, name=f"lister-{i}", daemon=True)
-                   for i in range(min(self.threads, max(1, planner.open_segments)))]
+                   for i in range(max(1, count))]
         for t in threads:
             t.start()
         for t in threads:

@@ -20,6 +20,7 @@ from epochfs.sidecar import keyorder
 from epochfs.sidecar.catalog import build_catalog
 from epochfs.sidecar.config import SamplerSettings
 from epochfs.sidecar.listing import Lister, ListingThread, source_for
+from epochfs.sidecar.remote import RemoteObject
 from epochfs.sidecar.sampler import Sampler
 from epochfs.sidecar.sampler import order as order_module
 from epochfs.sidecar.status import render
@@ -237,3 +238,32 @@ def test_the_first_epochs_wait_for_the_first_round_is_bounded(
             assert store.stats().listing["first_round"] is False
         finally:
             held.set()  # the lister waiting on it ends with the listing
+
+
+class _ReadersSeen(PagedMemoryRemote):
+    """Pages that take a little while, as S3's do, each recording the thread that read it."""
+
+    def __init__(self, objects: dict[str, bytes]) -> None:
+        super().__init__(objects, page=1000)
+        self.readers: set[str] = set()
+
+    def list_page(self, prefix: str, *, start_after: str = "", token: str | None = None,
+                  delimiter: bool = False, max_keys: int = 1000
+                  ) -> tuple[list[RemoteObject], list[str], str | None]:
+        if not delimiter:
+            self.readers.add(threading.current_thread().name)
+            threading.Event().wait(0.02)  # a page's round trip (S3: 20-100 ms)
+        return super().list_page(prefix, start_after=start_after, token=token, delimiter=delimiter,
+                                 max_keys=max_keys)
+
+
+def test_a_flat_bucket_is_listed_by_every_lister_not_one(tmp_path: Path) -> None:
+    """One span (no folders) is split by the planner as it learns the keys, so the listers share it:
+    the listing started one thread a span, and a flat bucket listed on one whatever
+    --list-threads said (the fairness benchmark's flat key space: 1,500 keys in 6 s)."""
+    remote = _ReadersSeen({f"sample-{i:06d}.bin": b"x" for i in range(3000)})
+    store = Store(tmp_path / "cache", create=True)
+    report = lister(store, remote, threads=4).run()
+    assert report.complete and report.total == 3000
+    listers = {name for name in remote.readers if name.startswith("lister-")}
+    assert len(listers) > 1, remote.readers
