@@ -17,24 +17,38 @@ Three sources feed the sidecar's ``/metrics``, merged into one exposition by :cl
 * **The supervisor itself** (:class:`SidecarMetrics`): samples and bytes served (counted from
   opens of object files, see ``epochfs.sidecar.served``), what the torch client reports, child
   restarts; and the counters of its HTTP endpoints (:class:`EndpointMetrics`).
+* **Build and process facts**: ``epochfs_build_info{version}`` (:class:`BuildInfoCollector`),
+  ``python_info``, and the standard ``process_*`` families (CPU seconds, resident memory, open
+  fds...) of the supervisor and of each child, read from ``/proc/<pid>`` at scrape time and told
+  apart by a ``process`` label (:func:`process_collectors`). A custom registry has none of these
+  unless they are added, and the default registry's would describe only the supervisor.
 
 Labels are bounded: ``result`` (4 values), ``op`` (FUSE operation names, others folded into
-``other``), ``errno`` (a short list, others ``other``), ``child`` (2 values), ``reason`` (6 values).
+``other``), ``errno`` (a short list, others ``other``), ``child`` (3 values), ``reason`` (6 values),
+``process`` (4 values), ``version`` (one per build; ``python_info``'s own labels are constant).
 Never a key, a path or an epoch number.
 """
 
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client import (
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    PlatformCollector,
+    ProcessCollector,
+)
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
 from epochfs.sidecar.metrics_merge import (
     Collector,
+    LabelledCollector,
     MergedCollector,
     forget_process,
     multiprocess_collector,
@@ -346,11 +360,76 @@ class StoreCollector:
                 yield GaugeMetricFamily(name, STORE_GAUGES[name], value=gauge_value)
 
 
+class BuildInfoCollector:
+    """``epochfs_build_info{version="..."} 1``: which release a sidecar runs, to join on
+    (``* on (pod) group_left (version) epochfs_build_info``) or to count versions during a rollout."""
+
+    def __init__(self, version: str | None = None) -> None:
+        self._version = version
+
+    def collect(self) -> Iterator[Metric]:
+        if self._version is None:
+            import epochfs
+
+            self._version = epochfs.__version__
+        family = GaugeMetricFamily(
+            "epochfs_build_info", "Always 1; the version label names the epochfs release running.",
+            labels=["version"],
+        )
+        family.add_metric([self._version], 1)
+        yield family
+
+
+PROCESS_NAMES = ("supervisor", "sampler", "fuse", "publisher")
+"""Values of the ``process`` label of the ``process_*`` families: the supervisor (the one process
+that serves ``/metrics``) and the children it may run."""
+
+Pid = Callable[[], int | None]
+"""The current pid of a child (None while it is not running): read at every scrape, so a
+restarted child is followed without re-registering anything."""
+
+
+def _proc_entry(pid: Pid) -> Callable[[], str]:
+    """ProcessCollector reads ``/proc/<this>``: a pid, or a name no /proc entry has while the
+    child is not running (its families are then left out, as the collector does on any OSError)."""
+
+    def entry() -> str:
+        value = pid()
+        return "not-running" if value is None else str(value)
+
+    return entry
+
+
+def process_collectors(children: Mapping[str, Pid] | None = None) -> list[Collector]:
+    """prometheus-client's ``process_*`` families (``process_cpu_seconds_total``,
+    ``process_resident_memory_bytes``, ``process_virtual_memory_bytes``, ``process_open_fds``,
+    ``process_max_fds``, ``process_start_time_seconds``) for this process (``process="supervisor"``)
+    and for each of ``children`` (label value: its name), plus ``python_info``.
+
+    Registered nowhere: :func:`sidecar_registry` merges them. Each is labelled (see
+    :class:`~.metrics_merge.LabelledCollector`) because the merge would otherwise sum the
+    processes' values into one sample. Linux only (they read /proc); elsewhere they are absent.
+    """
+    sources: list[Collector] = [
+        LabelledCollector(ProcessCollector(registry=None), "process", "supervisor"),
+        PlatformCollector(registry=None),
+    ]
+    for name, pid in (children or {}).items():
+        if name not in PROCESS_NAMES or name == "supervisor":
+            raise ValueError(f"unknown child process {name!r} (one of {PROCESS_NAMES[1:]})")
+        collector = ProcessCollector(registry=None, pid=_proc_entry(pid))
+        sources.append(LabelledCollector(collector, "process", name))
+    return sources
+
+
 def sidecar_registry(
-    *, stats: Callable[[], Stats | None], multiproc_dir: Path | None, sidecar: SidecarMetrics
+    *, stats: Callable[[], Stats | None], multiproc_dir: Path | None, sidecar: SidecarMetrics,
+    children: Mapping[str, Pid] | None = None,
 ) -> CollectorRegistry:
-    """The registry the sidecar's ``/metrics`` serves: store + children + supervisor, merged."""
-    sources: list[Collector] = [StoreCollector(stats=stats), sidecar.registry, endpoint_metrics()]
+    """The registry the sidecar's ``/metrics`` serves: store + children + supervisor, merged, with
+    the build info and the ``process_*`` families of this process and of ``children`` (name: pid)."""
+    sources: list[Collector] = [StoreCollector(stats=stats), sidecar.registry, endpoint_metrics(),
+                                BuildInfoCollector(), *process_collectors(children)]
     if multiproc_dir is not None:
         sources.append(multiprocess_collector(multiproc_dir))
     registry = CollectorRegistry(auto_describe=False)
@@ -360,10 +439,13 @@ def sidecar_registry(
 
 __all__ = [
     "ENDPOINT_REJECT_REASONS",
+    "PROCESS_NAMES",
     "STORE_COUNTERS",
     "STORE_GAUGES",
+    "BuildInfoCollector",
     "EndpointMetrics",
     "MergedCollector",
+    "Pid",
     "ProcessMetrics",
     "SidecarMetrics",
     "StoreCollector",
@@ -371,6 +453,7 @@ __all__ = [
     "forget_process",
     "multiprocess_collector",
     "prepare_multiproc_dir",
+    "process_collectors",
     "process_metrics",
     "sidecar_registry",
 ]

@@ -64,6 +64,28 @@ class MergedCollector:
         yield from merged.values()
 
 
+class LabelledCollector:
+    """Every sample of ``collector`` with one more label, ``name="value"``.
+
+    Why: the supervisor exports the standard ``process_*`` families (prometheus-client's
+    ``ProcessCollector``) once for itself and once for each child. :class:`MergedCollector` joins
+    families of one name and *sums* samples whose labels are equal, so without a label that tells
+    the processes apart the sampler's memory would be added to the FUSE server's; with a
+    ``process`` label they stay separate series of one family.
+    """
+
+    def __init__(self, collector: Collector, name: str, value: str) -> None:
+        self._collector = collector
+        self._name = name
+        self._value = value
+
+    def collect(self) -> Iterator[Metric]:
+        for family in self._collector.collect():
+            copy = Metric(family.name, family.documentation, family.type, family.unit)
+            copy.samples = [s._replace(labels={**s.labels, self._name: self._value}) for s in family.samples]
+            yield copy
+
+
 def prepare_multiproc_dir(path: Path) -> Path:
     """Create (or empty) the folder for the children's metric files: stale files from a previous
     supervisor would be summed with the new ones."""

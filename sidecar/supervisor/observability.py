@@ -23,6 +23,9 @@ from epochfs.sidecar.config import SidecarSettings
 from epochfs.sidecar.store import Meta, Stats, Store
 from epochfs.torchclient.layout import epoch_name
 
+if TYPE_CHECKING:
+    from epochfs.sidecar.supervisor.children import Child
+
 log = logging.getLogger("epochfs.supervisor")
 
 METRICS_DIR_NAME = "metrics"
@@ -58,6 +61,9 @@ class Observability:
     _reads_noted: dict[int, float]
 
     if TYPE_CHECKING:
+        sampler: Child
+        view: Child
+
         def health(self) -> tuple[bool, dict[str, Any]]: ...
 
         def ready(self) -> tuple[bool, dict[str, Any]]: ...
@@ -141,8 +147,11 @@ class Observability:
             with contextlib.suppress(ValueError, TypeError):
                 sidecar_metrics.resume({k: float(v) for k, v in json.loads(saved).items()})
         self._metrics = sidecar_metrics
+        # process_* of each child by its current pid, read at scrape time (a restart is followed).
+        sampler, view = self.sampler, self.view
         registry = metrics.sidecar_registry(
-            stats=self._stats, multiproc_dir=self._multiproc_dir, sidecar=sidecar_metrics
+            stats=self._stats, multiproc_dir=self._multiproc_dir, sidecar=sidecar_metrics,
+            children={sampler.name: lambda: sampler.pid, view.name: lambda: view.pid},
         )
 
         def on_report(r: endpoints.ClientReport) -> None:

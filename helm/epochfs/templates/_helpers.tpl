@@ -122,3 +122,29 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 {{- $hash := sha256sum (printf "%s/%s" .Release.Namespace .Release.Name) | trunc 8 -}}
 {{- printf "epochfs-%s-%s" (.Release.Name | trunc 23 | trimSuffix "-") $hash -}}
 {{- end -}}
+
+{{/* The scrape settings a ServiceMonitor endpoint and a PodMonitor endpoint share (argument: the
+monitor's values): interval, scrapeTimeout, relabelings, metricRelabelings, each only when set. */}}
+{{- define "epochfs.scrapeEndpoint" -}}
+{{- with .interval }}
+interval: {{ . }}
+{{- end }}
+{{- with .scrapeTimeout }}
+scrapeTimeout: {{ . }}
+{{- end }}
+{{- with .relabelings }}
+relabelings:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- with .metricRelabelings }}
+metricRelabelings:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- end -}}
+
+{{/* A label map as "k=v, k=v" (sorted), for NOTES. */}}
+{{- define "epochfs.labelList" -}}
+{{- $out := list -}}
+{{- range $k, $v := . }}{{ $out = append $out (printf "%s=%s" $k $v) }}{{ end -}}
+{{- join ", " $out -}}
+{{- end -}}

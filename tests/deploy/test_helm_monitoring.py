@@ -1,0 +1,201 @@
+"""The chart's monitors as kube-prometheus-stack expects them: ServiceMonitor and PodMonitor with
+labels, namespace, interval, scrapeTimeout, relabelings and metricRelabelings, rendered by the
+real helm, refused by values.schema.json when malformed, and validated strictly against the
+Prometheus Operator's own CRD schemas (tests/deploy/crds/)."""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+from typing import Any
+
+import crd_helpers
+import jsonschema
+import pytest
+from helm_helpers import (
+    CHART,
+    NAMESPACE,
+    RELEASE,
+    container,
+    helm,
+    helm_binary,
+    one,
+    pod_spec,
+    render,
+    with_remote,
+)
+
+RELABELINGS = [{"sourceLabels": ["__meta_kubernetes_pod_node_name"], "targetLabel": "node",
+                "action": "replace"}]
+METRIC_RELABELINGS = [{"sourceLabels": ["__name__"], "regex": "python_info", "action": "drop"}]
+
+
+def monitor_values(kind: str, **extra: Any) -> dict[str, Any]:
+    return {"enabled": True, "labels": {"release": "prometheus"}, "namespace": "monitoring",
+            "interval": "15s", "scrapeTimeout": "10s", "relabelings": RELABELINGS,
+            "metricRelabelings": METRIC_RELABELINGS, **extra}
+
+
+@pytest.fixture(scope="module")
+def helm_bin() -> Path:
+    return helm_binary()
+
+
+@pytest.fixture(scope="module")
+def full(helm_bin: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, list[dict[str, Any]]]:
+    """Each monitor with every option set, and the rule: what a kube-prometheus-stack user renders."""
+    tmp = tmp_path_factory.mktemp("monitors")
+    return {
+        "ServiceMonitor": render(helm_bin, with_remote({"metrics": {
+            "serviceMonitor": monitor_values("sm"), "prometheusRule": {"enabled": True}}}), tmp),
+        "PodMonitor": render(helm_bin, with_remote({"metrics": {
+            "podMonitor": monitor_values("pm"), "prometheusRule": {"enabled": True}}}), tmp),
+    }
+
+
+def endpoint_of(obj: dict[str, Any]) -> dict[str, Any]:
+    key = "endpoints" if obj["kind"] == "ServiceMonitor" else "podMetricsEndpoints"
+    [endpoint] = obj["spec"][key]
+    return dict(endpoint)
+
+
+@pytest.mark.parametrize("kind", ["ServiceMonitor", "PodMonitor"])
+def test_monitor_carries_every_option(full: dict[str, list[dict[str, Any]]], kind: str) -> None:
+    objs = full[kind]
+    monitor = one(objs, kind)
+    assert monitor["apiVersion"] == "monitoring.coreos.com/v1"
+    assert monitor["metadata"]["namespace"] == "monitoring"
+    assert monitor["metadata"]["labels"]["release"] == "prometheus"
+    assert monitor["metadata"]["labels"]["app.kubernetes.io/instance"] == RELEASE
+    # In another namespace, it still selects the release's pods.
+    assert monitor["spec"]["namespaceSelector"] == {"matchNames": [NAMESPACE]}
+    assert endpoint_of(monitor) == {
+        "port": "metrics", "path": "/metrics", "interval": "15s", "scrapeTimeout": "10s",
+        "relabelings": RELABELINGS, "metricRelabelings": METRIC_RELABELINGS,
+    }
+    other = "PodMonitor" if kind == "ServiceMonitor" else "ServiceMonitor"
+    assert not [o for o in objs if o["kind"] == other]
+    crd_helpers.validate(monitor)
+    crd_helpers.validate(one(objs, "PrometheusRule"))
+
+
+def test_pod_monitor_selects_the_pods_and_their_metrics_port(full: dict[str, list[dict[str, Any]]]) -> None:
+    objs = full["PodMonitor"]
+    pm = one(objs, "PodMonitor")
+    template = one(objs, "Job")["spec"]["template"]
+    assert pm["spec"]["selector"]["matchLabels"].items() <= template["metadata"]["labels"].items()
+    ports = {p["name"] for p in container(pod_spec(objs), "epochfs")["ports"]}
+    assert endpoint_of(pm)["port"] in ports
+
+
+def test_service_monitor_selects_the_metrics_service(full: dict[str, list[dict[str, Any]]]) -> None:
+    objs = full["ServiceMonitor"]
+    sm, svc = one(objs, "ServiceMonitor"), one(objs, "Service")
+    assert sm["spec"]["selector"]["matchLabels"].items() <= svc["metadata"]["labels"].items()
+    assert endpoint_of(sm)["port"] in {p["name"] for p in svc["spec"]["ports"]}
+
+
+def test_defaults_leave_optional_fields_out(helm_bin: Path, tmp_path: Path) -> None:
+    """Empty options render nothing (Prometheus' defaults apply), and the object goes to the
+    release's namespace."""
+    for kind, key in (("ServiceMonitor", "serviceMonitor"), ("PodMonitor", "podMonitor")):
+        objs = render(helm_bin, with_remote({"metrics": {key: {"enabled": True}}}), tmp_path)
+        monitor = one(objs, kind)
+        assert monitor["metadata"]["namespace"] == NAMESPACE
+        assert endpoint_of(monitor) == {"port": "metrics", "path": "/metrics", "interval": "30s"}
+        crd_helpers.validate(monitor)
+    no_interval = with_remote({"metrics": {"podMonitor": {"enabled": True, "interval": ""}}})
+    objs = render(helm_bin, no_interval, tmp_path)
+    assert endpoint_of(one(objs, "PodMonitor")) == {"port": "metrics", "path": "/metrics"}
+
+
+def test_no_monitor_unless_enabled(helm_bin: Path, tmp_path: Path) -> None:
+    kinds = {o["kind"] for o in render(helm_bin, with_remote({}), tmp_path)}
+    assert not kinds & {"ServiceMonitor", "PodMonitor", "PrometheusRule"}
+    # A PodMonitor needs no Service: it renders with metrics.enabled=false; a ServiceMonitor does not.
+    objs = render(helm_bin, with_remote({"metrics": {"enabled": False, "podMonitor": {"enabled": True},
+                                                     "serviceMonitor": {"enabled": False}}}), tmp_path)
+    assert one(objs, "PodMonitor") and not [o for o in objs if o["kind"] == "Service"]
+
+
+def test_both_monitors_at_once_are_refused(helm_bin: Path, tmp_path: Path) -> None:
+    values = with_remote({"metrics": {"serviceMonitor": {"enabled": True}, "podMonitor": {"enabled": True}}})
+    proc = helm(helm_bin, "template", RELEASE, str(CHART), values=values, tmp=tmp_path, check=False)
+    assert proc.returncode != 0 and "choose one" in proc.stderr
+
+
+@pytest.mark.parametrize(
+    ("monitor", "message"),
+    [
+        ({"relabelings": [{"source_labels": ["__name__"], "action": "drop"}]}, "source_labels"),
+        ({"relabelings": [{"sourceLabels": ["__name__"], "action": "delete"}]}, "relabelings/0/action"),
+        ({"metricRelabelings": [{"sourceLabels": ["bad label"], "action": "drop"}]}, "bad label"),
+        ({"scrapeTimeout": "10 seconds"}, "scrapeTimeout"),
+        ({"interval": 30}, "interval"),
+        ({"namespace": "Monitoring"}, "namespace"),
+        ({"labels": {"release": 1}}, "release"),
+        ({"honorLabels": True}, "honorLabels"),
+    ],
+)
+@pytest.mark.parametrize("key", ["serviceMonitor", "podMonitor"])
+def test_schema_refuses_malformed_monitor_options(helm_bin: Path, tmp_path: Path, key: str,
+                                                   monitor: dict[str, Any], message: str) -> None:
+    values = with_remote({"metrics": {key: {"enabled": True, **monitor}}})
+    proc = helm(helm_bin, "template", RELEASE, str(CHART), values=values, tmp=tmp_path, check=False)
+    assert proc.returncode != 0
+    assert "schema" in proc.stderr.lower() and message in proc.stderr, proc.stderr
+
+
+@pytest.mark.parametrize(
+    ("rule", "message"),
+    [
+        ({"ruleLabels": {"bad-label": "x"}}, "bad-label"),
+        ({"disabled": "EpochfsDiskFull"}, "disabled"),
+        ({"runbookUrl": "docs/metrics.md"}, "runbookUrl"),
+        ({"runbookUrl": "https://wiki.example/epochfs#alerts"}, "runbookUrl"),
+    ],
+)
+def test_schema_refuses_malformed_rule_options(helm_bin: Path, tmp_path: Path, rule: dict[str, Any],
+                                               message: str) -> None:
+    values = with_remote({"metrics": {"prometheusRule": {"enabled": True, **rule}}})
+    proc = helm(helm_bin, "template", RELEASE, str(CHART), values=values, tmp=tmp_path, check=False)
+    assert proc.returncode != 0
+    assert "schema" in proc.stderr.lower() and message in proc.stderr, proc.stderr
+
+
+@pytest.mark.parametrize("kind", ["ServiceMonitor", "PodMonitor"])
+def test_strict_crd_validation_catches_a_misspelt_field(full: dict[str, list[dict[str, Any]]],
+                                                        kind: str) -> None:
+    """The CRD check above can fail: a field the Operator does not know, or a wrong type, is refused."""
+    monitor = copy.deepcopy(one(full[kind], kind))
+    endpoint = endpoint_of(monitor)
+    endpoint["scrape_timeout"] = "10s"
+    key = "endpoints" if kind == "ServiceMonitor" else "podMetricsEndpoints"
+    monitor["spec"][key] = [endpoint]
+    with pytest.raises(jsonschema.ValidationError, match="scrape_timeout"):
+        crd_helpers.validate(monitor)
+    monitor["spec"][key] = [{**endpoint_of(one(full[kind], kind)), "relabelings": [{"action": "delete"}]}]
+    with pytest.raises(jsonschema.ValidationError):
+        crd_helpers.validate(monitor)
+
+
+def test_helm_lint_passes_with_a_pod_monitor(helm_bin: Path, tmp_path: Path) -> None:
+    values = with_remote({"metrics": {"podMonitor": monitor_values("pm"),
+                                      "prometheusRule": {"enabled": True}}})
+    proc = helm(helm_bin, "lint", "--strict", str(CHART), values=values, tmp=tmp_path)
+    assert "0 chart(s) failed" in proc.stdout
+
+
+def test_notes_name_the_monitor_and_the_rule(helm_bin: Path, tmp_path: Path) -> None:
+    def notes(values: dict[str, Any]) -> str:
+        proc = helm(helm_bin, "install", RELEASE, str(CHART), "--namespace", NAMESPACE, "--dry-run=client",
+                    values=with_remote(values), tmp=tmp_path)
+        return proc.stdout.split("NOTES:", 1)[1]
+
+    on = notes({"metrics": {"serviceMonitor": {"enabled": True, "labels": {"release": "prometheus"}},
+                            "prometheusRule": {"enabled": True, "namespace": "monitoring"}}})
+    assert f"ServiceMonitor {NAMESPACE}/{RELEASE}-epochfs (labels: release=prometheus)" in on
+    assert f"PrometheusRule monitoring/{RELEASE}-epochfs" in on
+    bare = notes({"metrics": {"podMonitor": {"enabled": True}}})
+    assert f"PodMonitor {NAMESPACE}/{RELEASE}-epochfs (no labels" in bare and "PrometheusRule" not in bare
+    assert "Monitor" not in notes({})
