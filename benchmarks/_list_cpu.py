@@ -19,7 +19,7 @@ import time
 
 def measure(endpoint: str, url: str, pages: int, *, fast: bool) -> tuple[float, int]:
     """CPU seconds and keys listed over ``pages`` pages (the listing is started again at its end)."""
-    from epochfs.sidecar.remote_s3 import S3Remote
+    from epochfs.sidecar.remote.s3 import S3Remote
 
     remote = S3Remote(url=url, endpoint_url=endpoint)
     remote._fast = fast  # the botocore path, as when presigned URLs are refused

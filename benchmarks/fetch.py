@@ -201,7 +201,7 @@ def download_cpu(endpoint: str, url: str, dest: Path, concurrency: int) -> tuple
     import threading
 
     from epochfs.sidecar.download import Downloader, RetryPolicy
-    from epochfs.sidecar.remote_s3 import S3Remote
+    from epochfs.sidecar.remote.s3 import S3Remote
     from epochfs.sidecar.store import Candidate, Store
 
     for name, value in harness.s3_env().items():

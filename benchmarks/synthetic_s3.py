@@ -2,8 +2,8 @@
 
 moto stores every object it is given, so a bucket of 10M keys would cost hours of uploads and
 gigabytes of memory; this server computes everything from the key's position instead. It speaks
-the part of the S3 REST protocol that epochfs's remote code uses (:mod:`epochfs.sidecar.remote_s3`
-through botocore, and the presigned GETs of :mod:`epochfs.sidecar.httpget`):
+the part of the S3 REST protocol that epochfs's remote code uses (:mod:`epochfs.sidecar.remote.s3`
+through botocore, and the presigned GETs of :mod:`epochfs.sidecar.remote.httpget`):
 
 - ``HEAD /bucket`` (the region probe), ``GET /bucket?location``;
 - ``GET /bucket?list-type=2`` (ListObjectsV2) with ``prefix``, ``delimiter`` (CommonPrefixes),

@@ -22,6 +22,7 @@ from typing import cast
 import epochfs
 from epochfs.fuse.errors import MountError
 from epochfs.sidecar import config, redact
+from epochfs.sidecar.remote.registry import HELP as REMOTE_HELP
 from epochfs.sidecar.store import Store, StoreError
 
 log = logging.getLogger("epochfs")
@@ -304,7 +305,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("index", parents=[common],
                        help="list a remote once, in parallel, into an index file that sidecars read "
                             "with --index instead of listing (one listing for a fleet)")
-    p.add_argument("remote", metavar="REMOTE", help="dataset URL: s3://, gs://, https://, file://")
+    p.add_argument("remote", metavar="REMOTE", help=f"dataset URL: {REMOTE_HELP}")
     p.add_argument("--out", required=True,
                    help="where the index goes: a path or any fsspec URL, or s3://bucket/key; gzip'd "
                         "when the name ends in .gz, plain JSON lines otherwise")

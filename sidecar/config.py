@@ -36,6 +36,7 @@ from epochfs.sidecar.confparse import (
     format_size,
     parse_size,
 )
+from epochfs.sidecar.remote.registry import HELP as REMOTE_HELP
 from epochfs.sidecar.store import INDEX_NAME, Policy, Schedule
 from epochfs.torchclient.globs import Globs
 
@@ -59,7 +60,7 @@ class CacheSettings:
 class SamplerSettings(CacheSettings):
     """What to sample, how fast, and the cache rules (``epochfs sample`` and ``epochfs sidecar``)."""
 
-    remote: str = _opt("--remote", "dataset URL: s3://, gs://, https:// (index file), file://",
+    remote: str = _opt("--remote", f"dataset URL: {REMOTE_HELP}",
                        parse=_remote, required=True)
     capacity: int = _opt("--capacity", "cache byte budget, e.g. 500Mi, 20Gi, 1.5T",
                          default=10 * 1024**3, parse=_capacity)

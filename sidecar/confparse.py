@@ -12,9 +12,8 @@ from dataclasses import field
 from typing import Any
 from urllib.parse import urlparse
 
+from epochfs.sidecar.remote.registry import SCHEMES as REMOTE_SCHEMES
 from epochfs.sidecar.store import Schedule
-
-REMOTE_SCHEMES = ("s3", "gs", "gcs", "http", "https", "file")
 
 _UNITS = {
     "": 1,

@@ -6,7 +6,7 @@ downloads hash in parallel). The temp file is fsynced before it is handed back, 
 :meth:`Store.admit` only has to rename it.
 
 A download is verified against the size in the catalog (and the Content-Length) and against the
-first of these the remote offers (:mod:`epochfs.sidecar.checksums`): a full-object checksum sent
+first of these the remote offers (:mod:`epochfs.sidecar.remote.checksums`): a full-object checksum sent
 with the body (S3's ``x-amz-checksum-*``, asked for on every GET), a plain md5 ETag, or a
 multipart ETag re-hashed from the written file's parts. The digest computed while streaming is
 the stored checksum's algorithm (a CRC: md5 is never computed when a stored checksum can vouch
@@ -15,7 +15,7 @@ for the bytes), md5 for a plain md5 ETag, else CRC64NVME; it is recorded as
 checksum only when something vouched for the bytes (else ``size-only``), with the kind of check
 in ``verified``. A mismatch is :class:`Transient` and retried: wrong bytes are never admitted
 with a checksum. What happens after a failure depends only on its kind
-(:mod:`epochfs.sidecar.remote_errors`; the remotes type their failures where they arise, and
+(:mod:`epochfs.sidecar.remote.errors`; the remotes type their failures where they arise, and
 this module types its own: a size that differs from the listing is :class:`Changed`, a
 truncated body or a checksum mismatch :class:`Transient`):
 
@@ -49,13 +49,13 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
-from epochfs.sidecar import checksums
 from epochfs.sidecar.metrics import process_metrics
 from epochfs.sidecar.ratelimit import RateLimiter
-from epochfs.sidecar.remote import BLOCK, Remote, plain_md5_etag
-from epochfs.sidecar.remote_errors import Changed, Kind, RemoteFailure, Transient, translate
+from epochfs.sidecar.remote import checksums
+from epochfs.sidecar.remote.base import BLOCK, Changed, Kind, Reader, Remote, RemoteFailure, Transient
+from epochfs.sidecar.remote.checksums import plain_md5_etag
+from epochfs.sidecar.remote.errors import translate
 from epochfs.sidecar.store import SIZE_ONLY, Admission, Candidate, Store, digests
 
 log = logging.getLogger("epochfs.download")
@@ -213,9 +213,9 @@ class Downloader:
         try:
             if reader.size is not None and reader.size != cand.size:
                 raise Changed(f"size is {reader.size}, the listing said {cand.size}")
-            etag_is_md5 = getattr(reader, "etag_is_md5", True)
+            etag_is_md5 = reader.etag_is_md5
             md5_etag = (plain_md5_etag(reader.etag) or plain_md5_etag(cand.version)) if etag_is_md5 else None
-            plan = checksums.choose(getattr(reader, "checksum", None), md5_etag)
+            plan = checksums.choose(reader.checksum, md5_etag)
             h = self.hashers(plan.algorithm)
             with self._lock:
                 self._temps.add(temp)
@@ -256,13 +256,12 @@ class Downloader:
                 raise Transient(f"{plan.algorithm} {got} does not match {what} {plan.expected}")
             return plan.kind
         multipart = checksums.multipart_etag(etag or cand.version) if etag_is_md5 else None
-        part_size = getattr(self.remote, "part_size", None)
-        if multipart is not None and part_size is not None:
-            first = int(part_size(cand.key, 1))
+        first = self.remote.part_size(cand.key, 1) if multipart is not None else None
+        if multipart is not None and first is not None:
             if first <= 0 < cand.size:
                 self._no_part_sizes(cand, first)
                 return checksums.SIZE_ONLY
-            self._verify_parts(cand, temp, multipart, part_size, first)
+            self._verify_parts(cand, temp, multipart, self.remote, first)
             return checksums.ETAG_MULTIPART
         return checksums.SIZE_ONLY
 
@@ -281,7 +280,7 @@ class Downloader:
                         cand.key, cand.size, first)
 
     @staticmethod
-    def _verify_parts(cand: Candidate, temp: Path, multipart: tuple[str, int], part_size: Any,
+    def _verify_parts(cand: Candidate, temp: Path, multipart: tuple[str, int], remote: Remote,
                       first: int) -> None:
         """Re-hash the written file part by part into the multipart ETag: with the parts the same
         size as the first (one HEAD), else with every part's size asked (one HEAD each)."""
@@ -291,8 +290,9 @@ class Downloader:
         if sizes is not None and checksums.parts_etag(temp, sizes) == wanted:
             return
         if 1 < count <= checksums.MAX_PART_HEADS:
-            sizes = [int(part_size(cand.key, i)) for i in range(1, count + 1)]
-            if sum(sizes) == cand.size and checksums.parts_etag(temp, sizes) == wanted:
+            asked = [remote.part_size(cand.key, i) for i in range(1, count + 1)]
+            sizes = [size or 0 for size in asked]
+            if None not in asked and sum(sizes) == cand.size and checksums.parts_etag(temp, sizes) == wanted:
                 return
         raise Transient(f"the parts of the body do not hash to the multipart ETag {wanted}")
 
@@ -303,17 +303,16 @@ class Downloader:
             buf = self._local.buf = memoryview(bytearray(self.block))
         return buf
 
-    def _stream(self, reader: object, temp: Path, h: checksums.Hasher) -> int:
+    def _stream(self, reader: Reader, temp: Path, h: checksums.Hasher) -> int:
         """Copy the reader into ``temp`` while hashing with ``h`` on the same blocks; fsync
         before returning the number of bytes.
 
-        Readers with ``readinto`` (the S3 fast path, files) fill this thread's reused buffer: the
-        bytes are copied once, from the kernel, and the GIL is released for the read, the hash
-        update and the write alike. Other readers hand over a new ``bytes`` per block.
+        Every reader fills this thread's reused buffer (``readinto``): from the S3 fast path and
+        files the bytes are copied once, from the kernel, and the GIL is released for the read,
+        the hash update and the write alike.
         """
-        readinto: Any = getattr(reader, "readinto", None)
-        read = reader.read  # type: ignore[attr-defined]
-        buf = self._buffer() if readinto is not None else None
+        readinto = reader.readinto
+        buf = self._buffer()
         total = 0
         stop = self.stop
         rate = self.rate
@@ -325,20 +324,15 @@ class Downloader:
             while True:
                 if stop.is_set():
                     raise Cancelled()
-                chunk: bytes | memoryview
-                if buf is not None:
-                    n = readinto(buf)
-                    chunk = buf[:n]
-                else:
-                    chunk = read(self.block)
-                    n = len(chunk)
+                n = readinto(buf)
+                chunk = buf[:n]
                 if not n:
                     break
                 if rate is not None and not rate.take(n, stop):
                     raise Cancelled()
                 h.update(chunk)
                 total += n
-                view = memoryview(chunk)
+                view = chunk
                 try:
                     while view:
                         view = view[os.write(fd, view):]

@@ -12,11 +12,10 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from memory_remote import MemoryRemote
-
 from epochfs.sidecar import config
 from epochfs.sidecar.catalog import build_catalog
 from epochfs.sidecar.config import SamplerSettings
+from epochfs.sidecar.remote.testing import MemoryRemote
 from epochfs.sidecar.sampler import Sampler
 from epochfs.sidecar.sampler.breaker import OutageBreaker
 from epochfs.sidecar.store import Store

@@ -9,8 +9,8 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import inprocess
-from memory_remote import MemoryRemote
 
+from epochfs.sidecar.remote.testing import MemoryRemote
 from epochfs.sidecar.sampler import Sampler
 from epochfs.sidecar.store import Store
 

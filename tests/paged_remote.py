@@ -7,9 +7,8 @@ from __future__ import annotations
 import hashlib
 import threading
 
-from memory_remote import MemoryRemote
-
-from epochfs.sidecar.remote import RemoteObject
+from epochfs.sidecar.remote import PagedRemote, RemoteObject
+from epochfs.sidecar.remote.testing import MemoryRemote
 
 _TOP = "\U0010ffff"
 
@@ -26,6 +25,9 @@ class PagedMemoryRemote(MemoryRemote):
         self.hold: dict[str, threading.Event] = {}
         """Prefixes whose pages (any, the first included) wait for their Event."""
         self._count = threading.Lock()
+
+    def paged(self) -> PagedRemote:
+        return self
 
     def list_page(self, prefix: str, *, start_after: str = "", token: str | None = None,
                   delimiter: bool = False, max_keys: int = 1000

@@ -45,8 +45,9 @@ from epochfs.sidecar.listing.retry import is_throttled, while_throttled
 from epochfs.sidecar.listing.sources import Page, Source, Span, source_for
 from epochfs.sidecar.progressbar import Progress
 from epochfs.sidecar.redact import redact
-from epochfs.sidecar.remote import HTTPRemote, Remote, RemoteError, RemoteObject
-from epochfs.sidecar.remote_errors import failure_reason
+from epochfs.sidecar.remote import Remote, RemoteError, RemoteObject
+from epochfs.sidecar.remote.errors import failure_reason
+from epochfs.sidecar.remote.httpindex import HTTPRemote
 
 log = logging.getLogger("epochfs.catalog")
 
@@ -93,7 +94,7 @@ def open_stream(url: str, *, endpoint_url: str | None = None) -> Iterator[IO[byt
     """``url`` opened for streamed reading (gunzipped when it is gzip)."""
     raw: Any
     if urlparse(url).scheme == "s3":
-        from epochfs.sidecar.remote_s3 import S3Remote
+        from epochfs.sidecar.remote.s3 import S3Remote
 
         bucket, key = _s3_split(url)
         s3 = S3Remote(url=f"s3://{bucket}", endpoint_url=endpoint_url, concurrency=1)
@@ -340,7 +341,7 @@ def write_index(remote: Remote, out: str, *, threads: int = 8, endpoint_url: str
 
 def _upload(path: str, out: str, *, endpoint_url: str | None) -> None:
     if urlparse(out).scheme == "s3":
-        from epochfs.sidecar.remote_s3 import S3Remote
+        from epochfs.sidecar.remote.s3 import S3Remote
 
         bucket, key = _s3_split(out)
         s3 = S3Remote(url=f"s3://{bucket}", endpoint_url=endpoint_url, concurrency=1)

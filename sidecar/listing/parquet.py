@@ -97,7 +97,7 @@ def open_seekable(url: str, *, endpoint_url: str | None = None) -> Iterator[IO[b
         with f:
             yield f
         return
-    from epochfs.sidecar.remote_s3 import S3Remote
+    from epochfs.sidecar.remote.s3 import S3Remote
 
     parsed = urlparse(url)
     bucket, key = parsed.netloc, parsed.path.lstrip("/")

@@ -17,29 +17,17 @@ import threading
 from collections.abc import Callable
 from typing import TypeVar
 
-from epochfs.sidecar.remote_errors import Kind, aiohttp_kind, botocore_kind, translate
+from epochfs.sidecar.remote.errors import library_kind, translate
 
 T = TypeVar("T")
-
-
-def _kind(e: BaseException) -> Kind | None:
-    """aiohttp's kinds (fsspec's reads of an index), then botocore's (an S3 ``list_page`` wraps
-    botocore's ``SlowDown`` in a :class:`~epochfs.sidecar.remote.RemoteError` untyped)."""
-    kind = aiohttp_kind(e)
-    if kind is not None:
-        return kind
-    try:
-        return botocore_kind(e)
-    except ImportError:  # pragma: no cover - no botocore: no S3 remote either
-        return None
 
 
 def is_throttled(exc: BaseException) -> bool:
     """Whether ``exc`` (a :class:`~epochfs.sidecar.remote.RemoteError` wrapping a request, or the
     request's own error) is the store throttling: a typed
-    :class:`~epochfs.sidecar.remote_errors.Throttled` in its chain, or an error of aiohttp or
-    botocore that stands for one."""
-    failure = translate(exc, _kind)  # walks the causes: the first typed one decides
+    :class:`~epochfs.sidecar.remote.Throttled` in its chain, or an error of a client library
+    that stands for one (:func:`~epochfs.sidecar.remote.errors.library_kind`)."""
+    failure = translate(exc, library_kind)  # walks the causes: the first typed one decides
     return failure is not None and failure.throttled
 
 

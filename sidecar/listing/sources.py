@@ -5,7 +5,7 @@ resume point (:meth:`Source.pages`); each page carries the resume point after it
 commits with the page's rows, so a restart resumes where the last committed page ended.
 
 - :class:`PagedSource`, a remote that lists a page at a time under a prefix after a start key
-  (S3's ``ListObjectsV2``, :meth:`~epochfs.sidecar.remote_s3.S3Remote.list_page`): a remote that
+  (S3's ``ListObjectsV2``, :meth:`~epochfs.sidecar.remote.s3.S3Remote.list_page`): a remote that
   fits in one page is that page (one request); otherwise the folders are
   found with the delimiter (descending through a single top folder such as ``train/``), and the
   key space is cut into ranges at folder boundaries, at most ``max_spans`` of them, so that every
@@ -33,7 +33,7 @@ from itertools import islice
 from typing import Protocol
 
 from epochfs.sidecar.listing.retry import while_throttled
-from epochfs.sidecar.remote import Remote, RemoteObject
+from epochfs.sidecar.remote import PagedRemote, Remote, RemoteObject
 
 log = logging.getLogger("epochfs.catalog")
 
@@ -93,14 +93,6 @@ class Source(Protocol):
     def spans(self) -> list[Span]: ...
 
     def pages(self, span: Span, after: str) -> Iterator[Page]: ...
-
-
-class PagedRemote(Protocol):
-    """A remote with :meth:`list_page` (see :meth:`epochfs.sidecar.remote_s3.S3Remote.list_page`)."""
-
-    def list_page(self, prefix: str, *, start_after: str = "", token: str | None = None,
-                  delimiter: bool = False, max_keys: int = 1000
-                  ) -> tuple[list[RemoteObject], list[str], str | None]: ...
 
 
 class PagedSource:
@@ -271,8 +263,9 @@ def source_for(remote: Remote, *, max_spans: int = MAX_FOLDER_SPANS, page: int =
     """The parallel source when the remote lists in pages, else the serial one (``page``
     objects a page). ``stop``: the parallel source's discovery is read again while throttled
     until it is set."""
-    if callable(getattr(remote, "list_page", None)):
-        return PagedSource(remote, max_spans=max_spans, stop=stop)  # type: ignore[arg-type]
+    paged = remote.paged()
+    if paged is not None:
+        return PagedSource(paged, max_spans=max_spans, stop=stop)
     return SerialSource(remote, page=page)
 
 

@@ -14,7 +14,7 @@ wait behind a page commit (docs/listing.md, "The listing and the fetches on one 
 Exit status: 0 after a clean stop, 2 for bad settings (ConfigError: among them a remote that
 answers the first listing with a refusal, no such bucket or folder, access denied, or whose host
 does not resolve), 1 when the remote cannot be reached at the start (a store still starting:
-:func:`~epochfs.sidecar.remote_errors.may_answer_later`) or the node volume or the index fails
+:func:`~epochfs.sidecar.remote.errors.may_answer_later`) or the node volume or the index fails
 (one log line; the next start repairs what it can, so a restart is not a crash loop).
 """
 
@@ -36,7 +36,7 @@ from epochfs.sidecar.listing import CatalogReport, Lister, ListingThread
 from epochfs.sidecar.listing.indexfile import listing_source
 from epochfs.sidecar.redact import redact
 from epochfs.sidecar.remote import Remote, RemoteError, open_remote
-from epochfs.sidecar.remote_errors import may_answer_later
+from epochfs.sidecar.remote.errors import may_answer_later
 from epochfs.sidecar.sampler.loop import STOP_GRACE, Sampler
 from epochfs.sidecar.signals import set_from_handler
 from epochfs.sidecar.store import Meta, Store, StoreError

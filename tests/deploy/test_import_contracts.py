@@ -64,9 +64,9 @@ def _store_module(base: Path) -> str:
     ("fuse/view.py", "from epochfs.torchclient import loader", "fuse-imports-only-the-layout"),
     ("torchclient/dataset.py", "import epochfs.fuse.view", "torchclient-alone"),
     ("torchclient/layout.py", "import torch", "layout-without-torch"),
-    ("sidecar/remote.py", "from epochfs.sidecar import download", "layers"),
+    ("sidecar/remote/base.py", "from epochfs.sidecar import download", "layers"),
     ("sidecar/download.py", "from epochfs.sidecar import supervisor", "layers"),
-    ("sidecar/remote.py", "from epochfs.fuse import view", "sampler-without-fuse"),
+    ("sidecar/remote/base.py", "from epochfs.fuse import view", "sampler-without-fuse"),
     ("STORE", "from epochfs.sidecar import config", "store-at-the-bottom"),
 ], ids=lambda v: v if "/" not in v and " " not in v else None)
 def test_a_forbidden_import_breaks_its_contract(copy_of_the_tree: Path, module: str, line: str,

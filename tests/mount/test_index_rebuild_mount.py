@@ -21,10 +21,10 @@ from pathlib import Path
 from common import wait_until
 from fuse_helpers import files_under, mounted
 from integrity_helpers import objects_of, sampling
-from memory_remote import MemoryRemote
 from store_helpers import garble
 
 from epochfs.sidecar.folderview import FolderPublisher
+from epochfs.sidecar.remote.testing import MemoryRemote
 from epochfs.sidecar.store import Store
 from epochfs.sidecar.store.memberfiles import path_of
 

@@ -15,9 +15,9 @@ from pathlib import Path
 from common import wait_until
 from fuse_helpers import files_under, mounted
 from integrity_helpers import damage, objects_of, sampling
-from memory_remote import MemoryRemote
 from store_helpers import sid_of
 
+from epochfs.sidecar.remote.testing import MemoryRemote
 from epochfs.sidecar.store import object_name
 
 

@@ -32,7 +32,7 @@ from sampler_helpers import index_rows, running_sampler, s3_env, verify_cache
 from store_helpers import sid_of
 
 from epochfs.sidecar.download import Downloader, RetryPolicy
-from epochfs.sidecar.remote_s3 import S3Remote
+from epochfs.sidecar.remote.s3 import S3Remote
 from epochfs.sidecar.scrub import verify
 from epochfs.sidecar.store import Candidate, Store, digests, object_name
 

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from epochfs.sidecar.httpget import GetPool, HTTPStatusError, usable_recv_buffer
+from epochfs.sidecar.remote.httpget import GetPool, HTTPStatusError, usable_recv_buffer
 
 BODY = bytes(range(256)) * 4096  # 1 MiB
 

@@ -22,8 +22,9 @@ from proxy_helpers import BODY, ForwardProxy, ReverseFront, StaticServer, TLSFil
 from sampler_helpers import running_sampler, s3_env, verify_cache
 
 from epochfs.sidecar.download import is_transient, is_unavailable
-from epochfs.sidecar.httpget import GetPool, Proxy, ProxyConnectError, ProxyError
-from epochfs.sidecar.remote import RemoteHTTPError, S3Remote
+from epochfs.sidecar.remote import RemoteFailure
+from epochfs.sidecar.remote.httpget import GetPool, Proxy, ProxyConnectError, ProxyError
+from epochfs.sidecar.remote.s3 import S3Remote
 from epochfs.sidecar.store import Store
 
 PROXY_VARS = ("http_proxy", "HTTP_PROXY", "https_proxy", "HTTPS_PROXY", "all_proxy", "ALL_PROXY",
@@ -186,7 +187,7 @@ def test_proxy_credentials_go_to_the_proxy_and_are_never_shown(s3: S3Server,
 
         wrong = "wrong-" + password
         monkeypatch.setenv("HTTP_PROXY", proxy.proxy_url(user, wrong))
-        with contextlib.closing(s3_remote(s3)) as remote, pytest.raises(RemoteHTTPError) as info:
+        with contextlib.closing(s3_remote(s3)) as remote, pytest.raises(RemoteFailure) as info:
             remote.open("a.bin")
     err = info.value
     assert err.status == 407

@@ -1,4 +1,4 @@
-"""``S3Remote.list_page`` reads a page through a presigned URL and ElementTree (sidecar/s3listxml.py)
+"""``S3Remote.list_page`` reads a page through a presigned URL and ElementTree (sidecar/remote/s3list.py)
 instead of botocore, whose parsing cost ~150 µs of CPU a key in the sampler's process (docs/listing.md).
 
 The fast page must be exactly botocore's page for the same arguments (hostile keys included: spaces,
@@ -24,9 +24,9 @@ from common import S3Server, free_port
 from epochfs.benchmarks.synthetic_s3 import Dataset, SyntheticS3
 from epochfs.sidecar.listing.retry import is_throttled
 from epochfs.sidecar.remote import RemoteError
-from epochfs.sidecar.remote_errors import Throttled, Unavailable
-from epochfs.sidecar.remote_s3 import S3Remote
-from epochfs.sidecar.s3listxml import parse_list_page
+from epochfs.sidecar.remote.errors import Throttled, Unavailable
+from epochfs.sidecar.remote.s3 import S3Remote
+from epochfs.sidecar.remote.s3list import parse_list_page
 
 HOSTILE = [
     "plain.bin",

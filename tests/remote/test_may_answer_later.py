@@ -11,7 +11,7 @@ import pytest
 from common import S3Server, free_port
 
 from epochfs.sidecar.remote import RemoteError, open_remote
-from epochfs.sidecar.remote_errors import may_answer_later
+from epochfs.sidecar.remote.errors import may_answer_later
 
 
 def _first_page_error(url: str, endpoint: str | None) -> RemoteError:

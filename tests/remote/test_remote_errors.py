@@ -48,9 +48,8 @@ from epochfs.sidecar.download import (
     is_transient,
     is_unavailable,
 )
-from epochfs.sidecar.httpget import HTTPStatusError, Proxy, ProxyConnectError, ProxyError
-from epochfs.sidecar.remote import FileRemote, HTTPRemote, Remote, S3Remote
-from epochfs.sidecar.remote_errors import (
+from epochfs.sidecar.remote import Remote
+from epochfs.sidecar.remote.errors import (
     Changed,
     RemoteFailure,
     Rule,
@@ -62,6 +61,10 @@ from epochfs.sidecar.remote_errors import (
     fast_path_failure,
     s3_error_code,
 )
+from epochfs.sidecar.remote.file import FileRemote
+from epochfs.sidecar.remote.httpget import HTTPStatusError, Proxy, ProxyConnectError, ProxyError
+from epochfs.sidecar.remote.httpindex import HTTPRemote
+from epochfs.sidecar.remote.s3 import S3Remote
 from epochfs.sidecar.store import Candidate, Store
 
 URL = "http://127.0.0.1:9/bkt/k"

@@ -14,9 +14,9 @@ from pathlib import Path
 import pytest
 from common import wait_until
 from inprocess import fill, objects_of, sampling, settings_for, small_volume
-from memory_remote import MemoryReader, MemoryRemote
 from store_helpers import sample_checksums
 
+from epochfs.sidecar.remote.testing import MemoryReader, MemoryRemote
 from epochfs.sidecar.store import Store
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="mounts a tmpfs")

@@ -20,7 +20,7 @@ from epochfs.sidecar.listing import Lister, ListingThread
 from epochfs.sidecar.listing.background import QUIET, RETRY_MAX, RETRY_MIN, pause_bound
 from epochfs.sidecar.listing.sources import Page, Span
 from epochfs.sidecar.remote import RemoteObject
-from epochfs.sidecar.remote_errors import Throttled
+from epochfs.sidecar.remote.errors import Throttled
 from epochfs.sidecar.store import Store
 
 

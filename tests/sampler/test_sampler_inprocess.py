@@ -10,11 +10,11 @@ from pathlib import Path
 import pytest
 from common import wait_until
 from inprocess import objects_of, sampling, settings_for
-from memory_remote import MemoryRemote
 from store_helpers import put, sample_checksums, sid_of
 
 from epochfs.sidecar import keyorder
-from epochfs.sidecar.remote_errors import Changed, Denied, NotFound, Transient, Unavailable
+from epochfs.sidecar.remote.errors import Changed, Denied, NotFound, Transient, Unavailable
+from epochfs.sidecar.remote.testing import MemoryRemote
 from epochfs.sidecar.sampler.breaker import OutageBreaker
 from epochfs.sidecar.sampler.order import FetchOrder
 from epochfs.sidecar.store import CatalogRow, Policy, Store

@@ -16,11 +16,11 @@ from pathlib import Path
 import pytest
 from common import wait_until
 from inprocess import objects_of, sampling, settings_for
-from memory_remote import MemoryReader, MemoryRemote
 from prometheus_client import REGISTRY
 
-from epochfs.sidecar.httpget import HTTPStatusError
-from epochfs.sidecar.remote_errors import fast_path_failure
+from epochfs.sidecar.remote.errors import fast_path_failure
+from epochfs.sidecar.remote.httpget import HTTPStatusError
+from epochfs.sidecar.remote.testing import MemoryReader, MemoryRemote
 
 SLOWDOWN = (b'<?xml version="1.0" encoding="UTF-8"?><Error><Code>SlowDown</Code>'
             b"<Message>Please reduce your request rate.</Message></Error>")

@@ -306,7 +306,8 @@ def answers() -> Iterator[str]:
 def test_an_index_url_that_answers_an_error_names_the_url_once_and_the_status(
     answers: str, status: int, reason: str
 ) -> None:
-    from epochfs.sidecar.remote import HTTPRemote, RemoteError
+    from epochfs.sidecar.remote import RemoteError
+    from epochfs.sidecar.remote.httpindex import HTTPRemote
 
     url = f"{answers}/{status}/index.txt"
     with pytest.raises(RemoteError) as raised:
@@ -315,7 +316,8 @@ def test_an_index_url_that_answers_an_error_names_the_url_once_and_the_status(
 
 
 def test_an_index_url_with_credentials_is_redacted_in_the_message() -> None:
-    from epochfs.sidecar.remote import HTTPRemote, RemoteError
+    from epochfs.sidecar.remote import RemoteError
+    from epochfs.sidecar.remote.httpindex import HTTPRemote
 
     port = free_port()  # nothing listens there
     url = f"http://user:secret@127.0.0.1:{port}/index.txt?sig=abc"

@@ -13,9 +13,9 @@ from pathlib import Path
 
 from common import wait_until
 from integrity_helpers import objects_of, sampling
-from memory_remote import MemoryRemote
 
 from epochfs.sidecar.progressbar import Progress
+from epochfs.sidecar.remote.testing import MemoryRemote
 
 
 class Clock:

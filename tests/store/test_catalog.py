@@ -11,11 +11,11 @@ from store_helpers import catalog_count, sampling_order
 
 from epochfs.sidecar import keyorder
 from epochfs.sidecar.catalog import build_catalog
-from epochfs.sidecar.remote import RemoteObject
+from epochfs.sidecar.remote import Remote, RemoteObject
 from epochfs.sidecar.store import Store
 
 
-class ListingOnly:
+class ListingOnly(Remote):
     """A remote whose listing is generated, so a test can list far more keys than it stores."""
 
     url = "generated://"

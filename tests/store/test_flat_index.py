@@ -18,10 +18,10 @@ import pytest
 from common import wait_until
 from fuse_helpers import admit, make_objects, open_store
 from inprocess import objects_of, sampling, settings_for
-from memory_remote import MemoryRemote
 from store_helpers import sid_of
 
 from epochfs.fuse.view import View
+from epochfs.sidecar.remote.testing import MemoryRemote
 from epochfs.sidecar.status import read_stats
 from epochfs.sidecar.store import INDEX_NAME, CatalogRow, Meta, Policy, Schedule, Store, StoreError
 from epochfs.sidecar.store.catalog import Part

@@ -6,7 +6,7 @@ the full check runs in the sampler's background, and damage found there or by an
 marks the index so that the next start checks it in full and replaces it.
 
 Real SQLite files with real damage (garbage written over a page picked with SQLite's ``dbstat``),
-the real in-process sampler loop over tests/memory_remote.py. Which statements a start runs is
+the real in-process sampler loop over sidecar/remote/testing.py. Which statements a start runs is
 counted with SQLite's own trace callback."""
 
 from __future__ import annotations
@@ -24,9 +24,9 @@ import inprocess
 import pytest
 from common import wait_until
 from integrity_helpers import objects_of, sampling
-from memory_remote import MemoryRemote
 from sampler_helpers import index_rows, verify_cache
 
+from epochfs.sidecar.remote.testing import MemoryRemote
 from epochfs.sidecar.sampler import Sampler
 from epochfs.sidecar.store import INDEX_NAME, CatalogRow, Store, StoreError, checkmark, checkup
 from epochfs.sidecar.store.handle import IndexHandle

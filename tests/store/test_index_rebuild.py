@@ -9,7 +9,7 @@ and the reset builds the fresh index from them before it takes the damaged one's
 epochs, numbers, files and manifests, no object of them removed, none fetched again.
 
 Real SQLite files with real damage (garbage written over pages picked with SQLite's ``dbstat``),
-the real in-process sampler loop over tests/memory_remote.py."""
+the real in-process sampler loop over sidecar/remote/testing.py."""
 
 from __future__ import annotations
 
@@ -23,10 +23,10 @@ import pytest
 from common import wait_until
 from fuse_helpers import admit, make_objects, open_store
 from integrity_helpers import objects_of, sampling
-from memory_remote import MemoryRemote
 from sampler_helpers import verify_cache
 from store_helpers import garble, sid_of
 
+from epochfs.sidecar.remote.testing import MemoryRemote
 from epochfs.sidecar.store import (
     INDEX_NAME,
     CatalogRow,

@@ -1,7 +1,7 @@
 """Integrity (issue 11, item 5): what verifies a download, the background scrub, a damaged or
 missing index, and epoch numbers that are never published twice.
 
-Real files, real SQLite, the sampler in-process over tests/memory_remote.py where the remote's
+Real files, real SQLite, the sampler in-process over sidecar/remote/testing.py where the remote's
 behaviour is the point, and the real ``epochfs sample`` (against moto through the fault proxy, or a
 ``file://`` folder) where the process's start-up and its log are."""
 
@@ -22,11 +22,11 @@ from common import S3Server, random_objects, wait_until
 from digest_helpers import digest_of
 from faultproxy import FaultProxy
 from integrity_helpers import damage, objects_of, sampling
-from memory_remote import MemoryReader, MemoryRemote
 from sampler_helpers import index_rows, running_sampler, s3_env, start_sampler, verify_cache
 from store_helpers import sid_of
 
 from epochfs.sidecar.remote import RemoteObject
+from epochfs.sidecar.remote.testing import MemoryReader, MemoryRemote
 from epochfs.sidecar.store import HWM_NAME, INDEX_NAME, Admission, Policy, Store, object_name
 
 PART = 4096

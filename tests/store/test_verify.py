@@ -12,11 +12,11 @@ from pathlib import Path
 
 from common import wait_until
 from integrity_helpers import damage, objects_of, sampling
-from memory_remote import MemoryRemote
 from sampler_helpers import index_rows
 from store_helpers import sid_of
 
 from epochfs.sidecar.metrics import StoreCollector
+from epochfs.sidecar.remote.testing import MemoryRemote
 from epochfs.sidecar.store import INDEX_NAME, Store, object_name
 
 EPOCHFS = str(Path(sys.executable).with_name("epochfs"))

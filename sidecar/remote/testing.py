@@ -1,9 +1,9 @@
 """An in-memory remote with failure injection, so the sampler's logic runs in-process in
-milliseconds (mountpoint-s3's in-memory and failure-injecting clients are the model).
+milliseconds (mountpoint-s3's in-memory and failure-injecting clients are the model). Tests and
+benchmarks use it; it needs nothing but the standard library and this package.
 
-It speaks the :class:`epochfs.sidecar.remote.Remote` protocol: ``list`` in key order, ``open`` with
-the md5 ETag of each body, and failures typed as a real remote types them
-(:mod:`epochfs.sidecar.remote_errors`):
+It is a :class:`~.base.Remote`: ``list`` in key order, ``open`` with the md5 ETag of each body,
+and failures typed as a real remote types them (:mod:`.errors`):
 
 - ``fail(key, *errors)`` makes the next opens of a key raise those errors in turn: typed failures
   (``Unavailable(...)``, ``NotFound(...)``...) as they are, a standard-library error
@@ -20,18 +20,18 @@ import hashlib
 import threading
 from collections.abc import Iterator
 
-from epochfs.sidecar.remote import RemoteObject
-from epochfs.sidecar.remote_errors import NotFound, Translated, Unavailable
+from epochfs.sidecar.remote.base import NotFound, Reader, Remote, RemoteObject, Unavailable
+from epochfs.sidecar.remote.errors import Translated
 
 DAMAGE = ("truncate", "corrupt")
 
 
-class MemoryReader:
+class MemoryReader(Reader):
     def __init__(self, body: bytes, etag: str, *, size: int | None = None) -> None:
         self._body = memoryview(body)
         self._pos = 0
-        self.size: int | None = len(body) if size is None else size
-        self.etag: str | None = etag
+        self.size = len(body) if size is None else size
+        self.etag = etag
 
     def read(self, n: int) -> bytes:
         chunk = bytes(self._body[self._pos:self._pos + n])
@@ -42,7 +42,7 @@ class MemoryReader:
         pass
 
 
-class MemoryRemote:
+class MemoryRemote(Remote):
     """Objects held in a dict; every open is counted."""
 
     sorted_listing = True
@@ -98,3 +98,6 @@ class MemoryRemote:
 
     def close(self) -> None:
         pass
+
+
+__all__ = ["DAMAGE", "MemoryReader", "MemoryRemote"]

@@ -1,4 +1,4 @@
-"""The connections under the presigned GETs (:mod:`epochfs.sidecar.httpget`): http.client
+"""The connections under the presigned GETs (:mod:`.httpget`): http.client
 connections with a connect timeout apart from the read timeout, an optional large receive buffer,
 and the routes through a forward proxy.
 
@@ -20,7 +20,7 @@ import ssl
 from collections.abc import Callable
 from typing import Any
 
-from epochfs.sidecar.httpproxy import Proxy, ProxyConnectError, tunnel_refusal
+from epochfs.sidecar.remote.httpproxy import Proxy, ProxyConnectError, tunnel_refusal
 
 DEFAULT_RECV_BUFFER = 4 << 20
 """Socket receive buffer asked for on each connection (bytes; the kernel doubles it)."""

@@ -1,40 +1,25 @@
-"""What a failed fetch says about another try: the typed failures of the remote layer.
+"""Translation of each client library's exceptions into the typed failures of the remote
+(:mod:`.base`: not found, changed, denied, transient, throttled, unavailable), where they arise, so
+the downloader and the listing decide from the kind alone and never look inside another library's
+exceptions. One module for every library, the listing's questions included:
 
-Each remote translates its library's exceptions into one of these kinds where they arise (in
-``open`` and in its reader's ``read``), so the downloader decides from the kind alone and never
-looks inside another library's exceptions:
-
-============  =========================================================  ============================
-kind          raised for                                                 the downloader
-============  =========================================================  ============================
-NotFound      404, ``NoSuchKey``, ENOENT: gone since the listing         skips it at once
-Changed       not what the listing said (its size differs)               skips it at once
-Denied        403, 407, EACCES, other 4xx, a TLS certificate that fails  skips it at once
-Transient     truncated or garbled body, checksum mismatch, TLS cut      retries; then skips it
-Throttled     S3 ``SlowDown`` (or another throttling code), HTTP 429,    returns at once, not counted
-              GCS ``rateLimitExceeded``: the store asks for fewer        against the retries; the
-              requests                                                   sampler keeps the key and
-                                                                         narrows its fetch window
-Unavailable   connection refused/reset, timeout, other 5xx               retries; then counts it
-                                                                         toward an outage
-============  =========================================================  ============================
+- a *rule* per library names the kind of one exception: :func:`stdlib_kind` (sockets,
+  ``http.client``, ``ssl``, files) for every remote, :func:`botocore_kind` for S3 through
+  botocore, :func:`aiohttp_kind` (with :func:`gcs_kind`) for fsspec's ``http(s)://`` and
+  ``gs://``, and :func:`fast_path_failure` for S3's presigned GETs (:mod:`.httpget`), whose error
+  document is read with :mod:`xml.etree`;
+- :func:`translate` runs one rule over an exception and its causes in a single walk, and
+  :class:`Translated` re-raises what it finds where a backend reads (``with Translated(rule):``);
+- :func:`library_kind` is every installed library's rule at once, for callers that do not know
+  which library raised (the listing's :func:`~epochfs.sidecar.listing.retry.is_throttled`,
+  :func:`may_answer_later`), and :func:`failure_reason` says a failure's cause in a few words.
 
 An exception no rule knows (a bug, an unusual ``OSError`` such as EIO) is left as it is; the
-downloader skips the object without retrying, as it always did. :class:`RemoteError` is apart: a
-remote that cannot be used at all (bad URL, missing library, listing refused) stops the command.
-
-One translation per library, each a *rule* naming the kind of one exception, run by
-:func:`translate` over the exception and its causes in a single walk: the standard library's
-(sockets, ``http.client``, ``ssl``, files) for every remote, :func:`botocore_kind` for S3
-through botocore, :func:`aiohttp_kind` for fsspec's ``http(s)://`` and ``gs://``, and
-:func:`fast_path_failure` for S3's presigned GETs (:mod:`epochfs.sidecar.httpget`), whose error
-document is read with :mod:`xml.etree`. The rules reproduce the downloader's behaviour before the
-failures were typed, case by case (tests/remote/test_remote_errors.py holds the table), including three
-quirks kept on purpose: an ``http(s)://`` remote's 5xx is retried but not counted toward an
-outage; fsspec reports such a remote that cannot be reached as FileNotFoundError (not found); and
-botocore's ``SSLError`` (even a certificate that fails) is retried. One change on purpose since
-(issue 14): throttling, once an outage like any 5xx (and a plain retry over fsspec), is
-:class:`Throttled`, because giving a throttled object up skipped it for good.
+downloader skips the object without retrying. The rules keep three behaviours on purpose
+(tests/remote/test_remote_errors.py holds the table): an ``http(s)://`` remote's 5xx is retried
+but not counted toward an outage; fsspec reports such a remote that cannot be reached as
+FileNotFoundError (not found); and botocore's ``SSLError`` (even a certificate that fails) is
+retried. Throttling is its own kind, :class:`Throttled`, never an outage nor a reason to skip.
 """
 
 from __future__ import annotations
@@ -47,70 +32,21 @@ import socket
 import ssl
 import xml.etree.ElementTree as ElementTree
 from collections.abc import Callable, Iterator
-from typing import Any, ClassVar
+from typing import Any
 
-from epochfs.sidecar.httpget import HTTPStatusError, ProxyError
+from epochfs.sidecar.remote.base import (
+    Changed,
+    Denied,
+    Kind,
+    NotFound,
+    RemoteError,
+    RemoteFailure,
+    Throttled,
+    Transient,
+    Unavailable,
+)
+from epochfs.sidecar.remote.httpget import HTTPStatusError, ProxyError
 
-
-class RemoteError(Exception):
-    """A remote that cannot be used at all (missing library, unreachable, bad URL)."""
-
-
-class RemoteFailure(Exception):
-    """One object could not be fetched. The class says whether another try may work
-    (``retry``) and whether the failure is the remote's as a whole (``outage``); ``status`` is
-    the HTTP status when the remote answered with one."""
-
-    retry: ClassVar[bool] = False
-    outage: ClassVar[bool] = False
-    throttled: ClassVar[bool] = False
-
-    def __init__(self, message: str, *, status: int | None = None) -> None:
-        super().__init__(message)
-        self.status = status
-
-
-class NotFound(RemoteFailure):
-    """The object is gone (404, ``NoSuchKey``, ENOENT): another try finds nothing either."""
-
-
-class Changed(RemoteFailure):
-    """The object is not what the listing said (its size differs): the listing is stale for it."""
-
-
-class Denied(RemoteFailure):
-    """The remote, or the way to it, will not serve this request as made (403, a proxy's 407,
-    EACCES, a TLS certificate that does not verify, any other 4xx): a configuration problem,
-    which another try would meet again."""
-
-
-class Transient(RemoteFailure):
-    """Worth another try: a truncated or garbled response, a checksum mismatch, a TLS
-    connection cut mid-body. Given up on, it says nothing about the remote as a whole."""
-
-    retry = True
-
-
-class Unavailable(Transient):
-    """Worth another try, and a sign that the remote as a whole is down or overloaded
-    (connection refused or reset, a timeout, a 5xx that is not throttling): objects given up on
-    this way in a row make the sampler pause and keep their keys (the outage breaker)."""
-
-    outage = True
-
-
-class Throttled(Transient):
-    """The store asks for fewer requests (S3 ``503 SlowDown`` and its other throttling codes,
-    HTTP 429, GCS ``rateLimitExceeded``). It says nothing about the object, so it is never a
-    reason to skip one, and nothing about the remote being down, so it is not an outage either:
-    the answer is to ask less often. The downloader returns it at once (not counted against
-    ``--retries``, no sleep in a download slot); the sampler keeps the key, fetches it again
-    after a full-jitter delay and halves its fetch window (:mod:`epochfs.sidecar.sampler.throttle`)."""
-
-    throttled = True
-
-
-Kind = type[RemoteFailure]
 Rule = Callable[[BaseException], "Kind | None"]
 """A library's translation: the kind one exception stands for, or None when it does not know it."""
 
@@ -298,7 +234,7 @@ def s3_answer(e: HTTPStatusError) -> tuple[str, str]:
 
 
 def fast_path_failure(exc: BaseException, *, key: str) -> RemoteFailure | None:
-    """The typed failure of a presigned GET (:mod:`epochfs.sidecar.httpget`), or None: S3's
+    """The typed failure of a presigned GET (:mod:`.httpget`), or None: S3's
     error answer (status and ``<Code>``), a proxy's refusal by its status, else the socket's,
     TLS's or ``http.client``'s error. The message names the key, never the presigned URL."""
     if isinstance(exc, ProxyError):  # 407, or a tunnel the proxy refused: not S3's answer
@@ -368,37 +304,12 @@ def aiohttp_kind(e: BaseException) -> Kind | None:
     return None
 
 
-__all__ = [
-    "GCS_THROTTLE_REASONS",
-    "S3_RETRY_CODES",
-    "S3_THROTTLE_CODES",
-    "Changed",
-    "Denied",
-    "Kind",
-    "NotFound",
-    "RemoteError",
-    "RemoteFailure",
-    "Rule",
-    "Throttled",
-    "Transient",
-    "Translated",
-    "Unavailable",
-    "aiohttp_kind",
-    "botocore_kind",
-    "failure_reason",
-    "fast_path_failure",
-    "gcs_kind",
-    "s3_answer",
-    "s3_error_code",
-    "s3_kind",
-    "status_kind",
-    "stdlib_kind",
-    "translate",
-]
 
 
-def _library_kind(e: BaseException) -> Kind | None:
-    """botocore's verdict, else aiohttp's (each only where its library is installed)."""
+def library_kind(e: BaseException) -> Kind | None:
+    """botocore's verdict, else aiohttp's (each only where its library is installed): the rule
+    for an exception whose library is not known (an S3 ``list_page`` wraps botocore's
+    ``SlowDown`` in a :class:`RemoteError` untyped; fsspec's reads of an index raise aiohttp's)."""
     for rule in (botocore_kind, aiohttp_kind):
         try:
             kind = rule(e)
@@ -421,5 +332,36 @@ def may_answer_later(exc: BaseException) -> bool:
         return False
     if any(isinstance(link, (ConnectionError, TimeoutError, asyncio.TimeoutError)) for link in links):
         return True  # under any wrapper: fsspec reports an http(s) URL it cannot reach as not found
-    failure = translate(exc, _library_kind)
+    failure = translate(exc, library_kind)
     return failure is not None and failure.retry
+
+
+__all__ = [
+    "GCS_THROTTLE_REASONS",
+    "S3_RETRY_CODES",
+    "S3_THROTTLE_CODES",
+    "Changed",
+    "Denied",
+    "Kind",
+    "NotFound",
+    "RemoteError",
+    "RemoteFailure",
+    "Rule",
+    "Throttled",
+    "Transient",
+    "Translated",
+    "Unavailable",
+    "aiohttp_kind",
+    "botocore_kind",
+    "failure_reason",
+    "fast_path_failure",
+    "gcs_kind",
+    "library_kind",
+    "may_answer_later",
+    "s3_answer",
+    "s3_error_code",
+    "s3_kind",
+    "status_kind",
+    "stdlib_kind",
+    "translate",
+]

@@ -1,10 +1,10 @@
-"""Forward proxies for the presigned GETs (:mod:`epochfs.sidecar.httpget`): a proxy URL read as
+"""Forward proxies for the presigned GETs (:mod:`.httpget`): a proxy URL read as
 botocore reads it, and the errors a proxy's refusal or absence becomes.
 
 Credentials in the proxy URL become ``Proxy-Authorization: Basic``, sent to the proxy only (in the
 ``CONNECT`` or the absolute-form request, never inside a tunnel), and never appear in a message: a
 proxy is always shown as ``http://***:***@host:port``. A module of its own so that the connection
-code (:mod:`epochfs.sidecar.httpconn`) and the pool share one definition of a proxy.
+code (:mod:`.httpconn`) and the pool share one definition of a proxy.
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """One ``ListObjectsV2`` answer read with :mod:`xml.etree.ElementTree`, for the presigned listing
-fast path of :meth:`epochfs.sidecar.remote_s3.S3Remote.list_page`.
+fast path of :meth:`epochfs.sidecar.remote.s3.S3Remote.list_page`.
 
 Why not botocore: a page through its request and response pipeline (a generic XML-to-shape
 parser, then every field through its type handlers and the event hooks) cost 114-126 µs of CPU a
@@ -120,7 +120,7 @@ def client_error_text(status: int, document: bytes, *, operation: str = "ListObj
     """What botocore's ``ClientError`` says of this error answer: the code (or the status when the
     body holds none, as botocore) and the message (or the status's reason phrase). ``retries``:
     the retries botocore says it reached, None for none said; a client allowed one attempt
-    (``total_max_attempts=1``, as :class:`~epochfs.sidecar.remote_s3.S3Remote`'s) says
+    (``total_max_attempts=1``, as :class:`~epochfs.sidecar.remote.s3.S3Remote`'s) says
     ``(reached max retries: 0)`` of every error."""
     code, message = error_fields(document)
     code = code or str(status)

@@ -15,8 +15,8 @@ failed attempt. :meth:`GetPool.close` shuts every connection down, which wakes t
 a read of a stalled body so that a stop never waits for the read timeout.
 
 Proxies are used as botocore uses them (the caller passes botocore's ``{scheme: proxy URL}``, so
-listing and downloads take the same route): the proxy itself is :mod:`epochfs.sidecar.httpproxy`,
-the connections and the routes through it :mod:`epochfs.sidecar.httpconn`; this module is the
+listing and downloads take the same route): the proxy itself is :mod:`.httpproxy`,
+the connections and the routes through it :mod:`.httpconn`; this module is the
 pool and the request. A proxy is always shown as ``http://***:***@host:port``.
 """
 
@@ -31,14 +31,14 @@ from collections.abc import Mapping
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
-from epochfs.sidecar.httpconn import (
+from epochfs.sidecar.remote.httpconn import (
     DEFAULT_RECV_BUFFER,
     dropped,
     new_connection,
     socket_of,
     usable_recv_buffer,
 )
-from epochfs.sidecar.httpproxy import Proxy, ProxyConnectError, ProxyError
+from epochfs.sidecar.remote.httpproxy import Proxy, ProxyConnectError, ProxyError
 
 _Key = tuple[str, str, Proxy | None]
 """A pool of idle connections: scheme, host:port of the target, the proxy (None: direct), so that

@@ -72,6 +72,16 @@ def choose(full: tuple[str, str] | None, md5_etag: str | None) -> Plan:
     return Plan(digests.local_algorithm())
 
 
+def plain_md5_etag(etag: str | None) -> str | None:
+    """The hex md5 an ETag stands for, or None (multipart ``-N`` ETags, SSE-KMS, other stores)."""
+    if not etag:
+        return None
+    tag = etag.strip().strip('"').lower()
+    if len(tag) == 32 and all(c in "0123456789abcdef" for c in tag):
+        return tag
+    return None
+
+
 def multipart_etag(etag: str | None) -> tuple[str, int] | None:
     """``(md5 hex of the parts' md5s, parts)`` of a multipart ETag, or None."""
     if not etag:
@@ -127,5 +137,6 @@ __all__ = [
     "choose",
     "multipart_etag",
     "parts_etag",
+    "plain_md5_etag",
     "uniform_parts",
 ]

@@ -2,17 +2,16 @@
 
 Listing is a paged ``ListObjectsV2``: :meth:`S3Remote.list_page` is one page (a prefix, a
 delimiter, a start key), which the parallel listers of :mod:`epochfs.sidecar.listing` call; it is
-presigned and fetched like a GET and read with ElementTree (:mod:`epochfs.sidecar.s3listxml`).
+presigned and fetched like a GET and read with ElementTree (:mod:`.s3list`).
 Each object is one plain ``GetObject`` (a presigned URL fetched on the worker thread,
-:mod:`epochfs.sidecar.httpget`) whose body is read in large blocks, so a download costs one
+the pool of :mod:`.httpget`) whose body is read in large blocks, so a download costs one
 request (``fs.open`` would add a HEAD and ranged reads). Retries are left to the downloader
 (bounded attempts, backoff with jitter), so botocore's own retries are switched off.
 
-Failures come out typed where they arise (:mod:`epochfs.sidecar.remote_errors`): botocore's by
-:func:`~epochfs.sidecar.remote_errors.botocore_kind`, the fast path's S3 error answers (their
-``<Code>`` read as XML), proxy refusals and socket errors by
-:func:`~epochfs.sidecar.remote_errors.fast_path_failure`. The :class:`Remote` interface this
-class implements is in :mod:`epochfs.sidecar.remote`, which offers it through ``open_remote``.
+Failures come out typed where they arise (:mod:`.errors`): botocore's by
+:func:`~.errors.botocore_kind`, the fast path's S3 error answers (their ``<Code>`` read as XML),
+proxy refusals and socket errors by :func:`~.errors.fast_path_failure`. The interface this class
+implements is :class:`~.base.Remote`; :mod:`.registry` opens it for ``s3://``.
 """
 
 from __future__ import annotations
@@ -22,25 +21,21 @@ import logging
 import os
 from collections.abc import Iterator
 from functools import partial
-from typing import TYPE_CHECKING, Any
+from typing import Any
 from urllib.parse import urlparse
 
-from epochfs.sidecar.httpget import DEFAULT_RECV_BUFFER, GetPool, HTTPStatusError, Response
-from epochfs.sidecar.remote_errors import (
+from epochfs.sidecar.remote.base import (
+    ListedPage,
+    PagedRemote,
+    Reader,
+    Remote,
     RemoteError,
+    RemoteObject,
     Transient,
-    Translated,
-    botocore_kind,
-    fast_path_failure,
-    s3_answer,
 )
-from epochfs.sidecar.s3listxml import ListedXML, ListXMLError, client_error_text, parse_list_page
-
-if TYPE_CHECKING:
-    from epochfs.sidecar.remote import Reader, RemoteObject
-
-    ListedPage = tuple[list[RemoteObject], list[str], str | None]
-    """(objects, common prefixes, next page's token or None)."""
+from epochfs.sidecar.remote.errors import Translated, botocore_kind, fast_path_failure, s3_answer
+from epochfs.sidecar.remote.httpget import DEFAULT_RECV_BUFFER, GetPool, HTTPStatusError, Response
+from epochfs.sidecar.remote.s3list import ListedXML, ListXMLError, client_error_text, parse_list_page
 
 log = logging.getLogger("epochfs.remote")
 
@@ -74,6 +69,12 @@ def _not_content_hashes(encryption: object, customer_algorithm: object) -> bool:
     return str(encryption or "").startswith("aws:kms") or bool(customer_algorithm)
 
 
+def _error_code(e: BaseException) -> str:
+    """The S3 error code of a botocore ``ClientError`` ("" for any other exception)."""
+    response: Any = getattr(e, "response", None)
+    return str(response.get("Error", {}).get("Code", "")) if isinstance(response, dict) else ""
+
+
 def _no_second_check(params: dict[str, Any], **_: Any) -> None:
     """botocore would check a GetObject body against its stored checksum itself when checksum mode
     is enabled (on every read, before the downloader's own check of the same bytes): the
@@ -84,11 +85,11 @@ def _no_second_check(params: dict[str, Any], **_: Any) -> None:
         checksum.pop("response_algorithms", None)
 
 
-class _BotoReader:
+class _BotoReader(Reader):
     """A GetObject body from botocore's own connection pool, read on the calling thread (the
     fallback when presigned URLs are refused).
 
-    It also says what can verify the body (:mod:`epochfs.sidecar.checksums`): ``checksum``, the
+    It also says what can verify the body (:mod:`.checksums`): ``checksum``, the
     full-object checksum S3 stored, and ``etag_is_md5``, False for objects encrypted with KMS or
     customer keys, whose ETags are not md5s of their content."""
 
@@ -118,8 +119,8 @@ class _BotoReader:
             self._body.close()
 
 
-class _FastReader:
-    """A presigned GET's body (:class:`epochfs.sidecar.httpget.Response`), read into the
+class _FastReader(Reader):
+    """A presigned GET's body (:class:`.httpget.Response`), read into the
     downloader's buffer; the socket's, TLS's and ``http.client``'s errors come out typed. Like
     :class:`_BotoReader` it says what can verify the body, read from the response's headers."""
 
@@ -151,11 +152,11 @@ class _Fallback(Exception):
     """The presigned fast path cannot serve this bucket (region redirect, auth scheme)."""
 
 
-class S3Remote:
+class S3Remote(Remote):
     """``s3://bucket/prefix`` through one botocore client (thread-safe), used from any thread.
 
     Object GETs take a fast path: the URL is presigned on the calling (worker) thread and fetched
-    on that same thread over a pool of keep-alive connections (:mod:`epochfs.sidecar.httpget`),
+    on that same thread over a pool of keep-alive connections (:mod:`.httpget`),
     the body read straight into the downloader's buffer. That skips botocore's request and
     response pipeline (about 0.4 ms of CPU per object) and keeps every byte off any shared thread.
     Every GET asks for the object's stored checksum (``x-amz-checksum-mode: ENABLED``, signed
@@ -277,8 +278,6 @@ class S3Remote:
         Like a GET, the page is a presigned URL fetched over the pool (:meth:`_list_fast`: no
         botocore response pipeline, a fraction of its CPU a key); botocore lists when that path is
         off or refused (a region redirect, an auth scheme)."""
-        from epochfs.sidecar.remote import RemoteObject  # the interface module imports this one
-
         root = f"{self.prefix}/" if self.prefix else ""
         kwargs: dict[str, Any] = {"Bucket": self.bucket, "Prefix": root + prefix,
                                   "MaxKeys": max(1, min(1000, max_keys))}
@@ -311,12 +310,12 @@ class S3Remote:
 
     def _list_fast(self, kwargs: dict[str, Any]) -> ListedXML | _Fallback:
         """The page of ``kwargs`` through a presigned URL, read with ElementTree
-        (:mod:`epochfs.sidecar.s3listxml`); a :class:`_Fallback` when S3 refuses the URL (301,
+        (:mod:`.s3list`); a :class:`_Fallback` when S3 refuses the URL (301,
         307, 400, 403: botocore asks again, and redirects or reports it). Any other failure is a
         :class:`RemoteError` worded as botocore's (``cannot list ...: An error occurred
         (NoSuchBucket) ...``) raised from the typed failure a GET would give
-        (:func:`~epochfs.sidecar.remote_errors.fast_path_failure`: a ``503 SlowDown`` is
-        :class:`~epochfs.sidecar.remote_errors.Throttled`). ``encoding-type=url`` is asked, as
+        (:func:`~.errors.fast_path_failure`: a ``503 SlowDown`` is
+        :class:`~.base.Throttled`). ``encoding-type=url`` is asked, as
         botocore asks it, so keys XML 1.0 cannot carry come back (decoded by the parser)."""
         what = f"list {kwargs['Prefix']!r}"
         with _BOTOCORE:
@@ -376,6 +375,28 @@ class S3Remote:
             self._fast = False
         return _BotoReader(response)
 
+    def paged(self) -> PagedRemote:
+        return self
+
+    def read_range(self, key: str, start: int, length: int) -> bytes:
+        """One ``GetObject`` with a ``Range`` through botocore (index headers, Parquet footers)."""
+        if length <= 0:
+            return b""
+        with _BOTOCORE:
+            try:
+                response = self._client.get_object(Bucket=self.bucket, Key=self._full_key(key),
+                                                   Range=f"bytes={start}-{start + length - 1}")
+            except Exception as e:
+                if _error_code(e) == "InvalidRange":  # starts at or past the end
+                    return b""
+                raise
+            body = response["Body"]
+            try:
+                data: bytes = body.read()
+            finally:
+                body.close()
+        return data
+
     def part_size(self, key: str, part: int) -> int:
         """Size of part ``part`` (1-based) of a multipart object (``HeadObject`` with
         ``PartNumber``): the downloader re-hashes a body into its multipart ETag with it."""
@@ -397,4 +418,10 @@ class S3Remote:
             self._client.close()
 
 
-__all__ = ["S3Remote"]
+def open_s3(url: str, *, endpoint_url: str | None = None, concurrency: int = 32,
+            read_timeout: float = 30.0, **_: object) -> S3Remote:
+    """The registry's opener for ``s3://``."""
+    return S3Remote(url=url, endpoint_url=endpoint_url, concurrency=concurrency, read_timeout=read_timeout)
+
+
+__all__ = ["S3Remote", "open_s3"]

@@ -1,0 +1,258 @@
+"""The remote interface: what the listing, the downloader and the index writers ask of a dataset's
+store, and the typed failures a remote raises.
+
+A backend (one module of this package, named in :mod:`.registry`) subclasses :class:`Remote`
+and :class:`Reader`. Every capability a caller uses is declared here, so no caller probes a
+remote with ``getattr``; the optional ones answer None (or fall back on the required ones) by
+default, as mountpoint-s3's ``ObjectClient`` answers ``read_part_size``:
+
+==================  ===========================================================================
+capability          default (a backend overrides it when its store does better)
+==================  ===========================================================================
+``list``            required: every object, as a stream
+``open``            required: one object as a :class:`Reader`
+``paged``           None: the remote lists in one stream; else a :class:`PagedRemote` (S3's
+                    ``ListObjectsV2``: a page under a prefix after a start key), listed in parallel
+``read_range``      opens the object and skips to ``start``; backends read the range alone
+``part_size``       None: the sizes of a multipart upload's parts are unknown
+``put_file``        raises :class:`RemoteError`: the remote cannot be written
+``Reader.readinto`` copies what ``read`` returns; backends fill the buffer straight from the socket
+``Reader.checksum`` None: no full-object checksum stored with the body
+``Reader.etag_is_md5``  True: a plain 32-hex ETag is the body's md5 (False: S3 with KMS keys)
+==================  ===========================================================================
+
+Failures: :class:`RemoteError`, a remote that cannot be used at all (bad URL, missing library,
+listing refused), stops the command. :class:`RemoteFailure` and its kinds say what one object's
+failure means for another try; each backend raises them from ``open`` and from its reader's
+``read``, translated from its library's exceptions where they arise (:mod:`.errors`):
+
+============  =========================================================  ============================
+kind          raised for                                                 the downloader
+============  =========================================================  ============================
+NotFound      404, ``NoSuchKey``, ENOENT: gone since the listing         skips it at once
+Changed       not what the listing said (its size differs)               skips it at once
+Denied        403, 407, EACCES, other 4xx, a TLS certificate that fails  skips it at once
+Transient     truncated or garbled body, checksum mismatch, TLS cut      retries; then skips it
+Throttled     S3 ``SlowDown`` (or another throttling code), HTTP 429,    returns at once, not counted
+              GCS ``rateLimitExceeded``: the store asks for fewer        against the retries; the
+              requests                                                   sampler keeps the key and
+                                                                         narrows its fetch window
+Unavailable   connection refused/reset, timeout, other 5xx               retries; then counts it
+                                                                         toward an outage
+============  =========================================================  ============================
+
+Nothing here imports the rest of epochfs.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import ClassVar, Protocol
+
+BLOCK = 1 << 20
+"""Bytes handed from the network to the writer at a time (hashing and writing release the GIL)."""
+
+
+@dataclass(frozen=True)
+class RemoteObject:
+    """One listed object: key relative to the remote root (bytes when not UTF-8), size, version
+    (the S3 ETag, the GCS generation, ``mtime:<ns>`` for files, the HTTP ETag or Last-Modified)."""
+
+    key: str | bytes
+    size: int
+    version: str
+
+
+ListedPage = tuple[list[RemoteObject], list[str], "str | None"]
+"""One page of a paged listing: (objects, common prefixes, next page's token or None)."""
+
+
+# ---------------------------------------------------------------------------- typed failures
+class RemoteError(Exception):
+    """A remote that cannot be used at all (missing library, unreachable, bad URL)."""
+
+
+class RemoteFailure(Exception):
+    """One object could not be fetched. The class says whether another try may work
+    (``retry``) and whether the failure is the remote's as a whole (``outage``); ``status`` is
+    the HTTP status when the remote answered with one."""
+
+    retry: ClassVar[bool] = False
+    outage: ClassVar[bool] = False
+    throttled: ClassVar[bool] = False
+
+    def __init__(self, message: str, *, status: int | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+class NotFound(RemoteFailure):
+    """The object is gone (404, ``NoSuchKey``, ENOENT): another try finds nothing either."""
+
+
+class Changed(RemoteFailure):
+    """The object is not what the listing said (its size differs): the listing is stale for it."""
+
+
+class Denied(RemoteFailure):
+    """The remote, or the way to it, will not serve this request as made (403, a proxy's 407,
+    EACCES, a TLS certificate that does not verify, any other 4xx): a configuration problem,
+    which another try would meet again."""
+
+
+class Transient(RemoteFailure):
+    """Worth another try: a truncated or garbled response, a checksum mismatch, a TLS
+    connection cut mid-body. Given up on, it says nothing about the remote as a whole."""
+
+    retry = True
+
+
+class Unavailable(Transient):
+    """Worth another try, and a sign that the remote as a whole is down or overloaded
+    (connection refused or reset, a timeout, a 5xx that is not throttling): objects given up on
+    this way in a row make the sampler pause and keep their keys (the outage breaker)."""
+
+    outage = True
+
+
+class Throttled(Transient):
+    """The store asks for fewer requests (S3 ``503 SlowDown`` and its other throttling codes,
+    HTTP 429, GCS ``rateLimitExceeded``). It says nothing about the object, so it is never a
+    reason to skip one, and nothing about the remote being down, so it is not an outage either:
+    the answer is to ask less often. The downloader returns it at once (not counted against
+    ``--retries``, no sleep in a download slot); the sampler keeps the key, fetches it again
+    after a full-jitter delay and halves its fetch window (:mod:`epochfs.sidecar.sampler.throttle`)."""
+
+    throttled = True
+
+
+Kind = type[RemoteFailure]
+
+
+# ---------------------------------------------------------------------------- the interface
+class Reader(ABC):
+    """An open remote object: ``read(n)`` returns up to n bytes, ``b""`` at the end; a failure
+    is raised as a :class:`RemoteFailure`."""
+
+    size: int | None = None
+    """Length announced by the remote (Content-Length, file size), None when unknown."""
+    etag: str | None = None
+    """The ETag of what is being read, when the remote gives one."""
+    checksum: tuple[str, str] | None = None
+    """The full-object checksum the remote stored for the body, ``(algorithm, base64)`` (S3's
+    ``x-amz-checksum-*``), for the downloader to verify the body against; None when it has none."""
+    etag_is_md5: bool = True
+    """False when the remote says its ETags are not md5s of the content (S3 objects encrypted
+    with KMS or customer keys), so a 32-hex ETag vouches for nothing."""
+
+    @abstractmethod
+    def read(self, n: int) -> bytes: ...
+
+    def readinto(self, buf: memoryview) -> int:
+        """Fill ``buf`` with up to ``len(buf)`` bytes; 0 at the end. The downloader reads every
+        body this way, into one reused buffer per thread; this default copies what :meth:`read`
+        returns, a backend that can fills the buffer straight from its socket or file."""
+        data = self.read(len(buf))
+        n = len(data)
+        buf[:n] = data
+        return n
+
+    def close(self) -> None:
+        """Release the body (its connection); reads after it fail."""
+        return None
+
+
+class PagedRemote(Protocol):
+    """A remote that lists a page at a time (S3's ``ListObjectsV2``), which the listing reads in
+    parallel: keys under a prefix after a start key, or folders with the delimiter."""
+
+    def list_page(self, prefix: str, *, start_after: str = "", token: str | None = None,
+                  delimiter: bool = False, max_keys: int = 1000) -> ListedPage:
+        """One page of keys under ``prefix`` (relative to the remote root) after
+        ``start_after`` (or from ``token``): (objects, common prefixes with ``delimiter``, the
+        token of the next page or None). Keys and prefixes come back relative to the root."""
+        ...
+
+
+class Remote(ABC):
+    """What the listing, the downloader and the index writers need from a remote."""
+
+    url: str
+    sorted_listing: ClassVar[bool] = False
+    """True when :meth:`list` yields keys in UTF-8 byte order (file/folder clashes can be found)."""
+
+    @abstractmethod
+    def list(self) -> Iterator[RemoteObject]:
+        """Every object under the remote's root, as a stream (the first keys before the last page)."""
+
+    @abstractmethod
+    def open(self, key: str, *, checksum: bool = False) -> Reader:
+        """Open ``key`` for reading; ``checksum`` asks the remote to send the checksum it stored
+        for the body, when it has one, as the reader's ``checksum`` (S3: checksum mode), for the
+        downloader to verify the body against. Raises a :class:`RemoteFailure` saying what went
+        wrong."""
+
+    def paged(self) -> PagedRemote | None:
+        """The remote's paged listing when it lists a page at a time under a prefix after a start
+        key (S3); None: it lists only as one stream (:meth:`list`)."""
+        return None
+
+    def read_range(self, key: str, start: int, length: int) -> bytes:
+        """Up to ``length`` bytes of ``key`` from byte ``start`` (fewer at the end of the object;
+        ``b""`` past it). This default reads the object from its start; a backend asks its store
+        for the range alone."""
+        reader = self.open(key)
+        try:
+            skip = start
+            while skip > 0:
+                dropped = reader.read(min(skip, BLOCK))
+                if not dropped:
+                    return b""
+                skip -= len(dropped)
+            parts: list[bytes] = []
+            left = length
+            while left > 0:
+                chunk = reader.read(min(left, BLOCK))
+                if not chunk:
+                    break
+                parts.append(chunk)
+                left -= len(chunk)
+            return b"".join(parts)
+        finally:
+            reader.close()
+
+    def part_size(self, key: str, part: int) -> int | None:
+        """Size of part ``part`` (1-based) of a multipart object (S3: ``HeadObject`` with
+        ``PartNumber``), with which the downloader re-hashes a body into its multipart ETag; None
+        when the remote cannot say."""
+        return None
+
+    def put_file(self, key: str, path: str) -> None:
+        """Upload the file at ``path`` as ``key`` (``epochfs index --out``); raises
+        :class:`RemoteError` when the remote cannot be written."""
+        raise RemoteError(f"{self.url}: this remote cannot be written")
+
+    def close(self) -> None:
+        """Release clients and connections (also ends reads blocked on a stalled body)."""
+        return None
+
+
+__all__ = [
+    "BLOCK",
+    "Changed",
+    "Denied",
+    "Kind",
+    "ListedPage",
+    "NotFound",
+    "PagedRemote",
+    "Reader",
+    "Remote",
+    "RemoteError",
+    "RemoteFailure",
+    "RemoteObject",
+    "Throttled",
+    "Transient",
+    "Unavailable",
+]

@@ -1,0 +1,113 @@
+"""``file:///path``: a local or mounted folder (NFS, a PVC), walked in sorted order.
+
+Names are read as bytes, so non-UTF-8 names are seen and listed as bytes keys rather than
+crashing the listing; symlinked folders are not followed. The version tag is ``mtime:<ns>``. The
+standard library's errors are typed where they arise (ENOENT: not found, EACCES: denied; other
+errors such as EIO pass through).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import stat
+from collections.abc import Iterator
+from typing import BinaryIO
+from urllib.parse import urlparse
+
+from epochfs.sidecar.remote.base import Reader, Remote, RemoteError, RemoteObject
+from epochfs.sidecar.remote.errors import Translated
+
+log = logging.getLogger("epochfs.remote")
+
+_OS = Translated()  # the standard library's errors only
+
+
+class _FileReader(Reader):
+    def __init__(self, f: BinaryIO) -> None:
+        self._f = f
+        self.size = os.fstat(f.fileno()).st_size
+
+    def read(self, n: int) -> bytes:
+        with _OS:
+            return self._f.read(n)
+
+    def readinto(self, buf: memoryview) -> int:
+        with _OS:
+            n: int | None = self._f.readinto(buf)  # type: ignore[attr-defined]  # a raw FileIO
+        return n or 0
+
+    def close(self) -> None:
+        self._f.close()
+
+
+class FileRemote(Remote):
+    """``file:///path``: a local or mounted folder, walked in sorted order."""
+
+    sorted_listing = False  # a per-folder sorted walk is not byte order across folders
+
+    def __init__(self, *, url: str) -> None:
+        parsed = urlparse(url)
+        root = (parsed.netloc + parsed.path) if parsed.netloc not in ("", "localhost") else parsed.path
+        self.url = url
+        self.root = os.fsencode(root or "/")
+        if not os.path.isdir(self.root):
+            raise RemoteError(f"{url}: {root} is not a folder")
+
+    def list(self) -> Iterator[RemoteObject]:
+        yield from self._walk(self.root, b"")
+
+    def _walk(self, folder: bytes, rel: bytes) -> Iterator[RemoteObject]:
+        try:
+            entries = sorted(os.scandir(folder), key=lambda e: e.name)
+        except OSError as e:
+            log.warning("cannot list %s: %s", os.fsdecode(folder), e)
+            return
+        for entry in entries:
+            name = rel + entry.name
+            try:
+                if entry.is_dir(follow_symlinks=False):
+                    yield from self._walk(entry.path, name + b"/")
+                    continue
+                st = entry.stat(follow_symlinks=True)
+            except OSError:
+                continue
+            if not stat.S_ISREG(st.st_mode):
+                continue
+            try:
+                key: str | bytes = name.decode("utf-8")
+            except UnicodeDecodeError:
+                key = name
+            yield RemoteObject(key, st.st_size, f"mtime:{st.st_mtime_ns}")
+
+    def _path(self, key: str) -> bytes:
+        return os.path.join(self.root, os.fsencode(key))
+
+    def open(self, key: str, *, checksum: bool = False) -> Reader:
+        with _OS:  # ENOENT: not found; EACCES: denied; other errors (EIO) pass through
+            return _FileReader(open(self._path(key), "rb", buffering=0))
+
+    def read_range(self, key: str, start: int, length: int) -> bytes:
+        with _OS, open(self._path(key), "rb", buffering=0) as f:
+            return os.pread(f.fileno(), max(0, length), start) if length > 0 else b""
+
+    def put_file(self, key: str, path: str) -> None:
+        """Copy the file at ``path`` to ``key`` under the root (written whole, then renamed)."""
+        import shutil
+
+        target = os.fsdecode(self._path(key))
+        temp = f"{target}.part"
+        try:
+            os.makedirs(os.path.dirname(target), exist_ok=True)
+            shutil.copyfile(path, temp)
+            os.replace(temp, target)
+        except OSError as e:
+            raise RemoteError(f"cannot write {self.url.rstrip('/')}/{key}: {e}") from e
+
+
+def open_file(url: str, **_: object) -> FileRemote:
+    """The registry's opener for ``file://``."""
+    return FileRemote(url=url)
+
+
+__all__ = ["FileRemote", "open_file"]

@@ -1,0 +1,122 @@
+"""Remotes through fsspec: any fsspec filesystem (``gs://`` through gcsfs) walked and opened,
+and the reader of an fsspec file that :mod:`.httpindex` shares.
+
+fsspec's and aiohttp's errors (gcsfs's ``HttpError`` too) are typed where they arise by
+:func:`~epochfs.sidecar.remote.errors.aiohttp_kind`. Version tags: the GCS generation (or ETag,
+mtime, updated time).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from typing import Any
+
+from epochfs.sidecar.remote.base import BLOCK, Reader, Remote, RemoteError, RemoteObject
+from epochfs.sidecar.remote.errors import Translated, aiohttp_kind
+
+FSSPEC = Translated(aiohttp_kind)
+"""fsspec's, aiohttp's and gcsfs's errors, typed where they arise."""
+
+
+def range_past_the_end(e: BaseException) -> bool:
+    """Whether ``e`` is a 416 answer (a range that starts at or past the end of the object), as
+    gcsfs (``code``) or aiohttp (``status``) reports it."""
+    status = getattr(e, "status", None)  # aiohttp's (its ``code`` is deprecated)
+    return (status if status is not None else getattr(e, "code", None)) == 416
+
+
+class FsspecReader(Reader):
+    """An fsspec file opened for a streamed read (no read-ahead cache)."""
+
+    def __init__(self, f: Any, *, size: int | None = None) -> None:
+        self._f = f
+        if size is None:
+            details = getattr(f, "details", {}) or {}  # fsspec's HTTPStreamFile: the HEAD's answer
+            size = details.get("size")
+        self.size = int(size) if size is not None else None
+
+    def read(self, n: int) -> bytes:
+        out = bytearray()
+        with FSSPEC:
+            while len(out) < n:
+                chunk = self._f.read(n - len(out))
+                if not chunk:
+                    break
+                out += chunk
+        return bytes(out)
+
+    def readinto(self, buf: memoryview) -> int:
+        got = 0
+        with FSSPEC:
+            while got < len(buf):
+                chunk = self._f.read(len(buf) - got)
+                if not chunk:
+                    break
+                buf[got:got + len(chunk)] = chunk
+                got += len(chunk)
+        return got
+
+    def close(self) -> None:
+        with contextlib.suppress(Exception):
+            self._f.close()
+
+
+class FsspecRemote(Remote):
+    """Any fsspec filesystem (``gs://``): a plain walk and ``fs.open`` per object."""
+
+    sorted_listing = False
+
+    def __init__(self, *, url: str, fs: Any) -> None:
+        self.url = url
+        self._fs = fs
+        self.root = url.split("://", 1)[1].rstrip("/")
+
+    def _path(self, key: str) -> str:
+        return f"{self.root}/{key}"
+
+    def list(self) -> Iterator[RemoteObject]:
+        for _folder, _dirs, files in self._fs.walk(self.root, detail=True):
+            for name in sorted(files):
+                info = files[name]
+                full = str(info["name"])
+                key = full[len(self.root) + 1:] if full.startswith(self.root + "/") else full
+                version = str(
+                    info.get("generation") or info.get("etag") or info.get("mtime") or info.get("updated")
+                    or ""
+                )
+                yield RemoteObject(key, int(info.get("size") or 0), version)
+
+    def open(self, key: str, *, checksum: bool = False) -> Reader:
+        with FSSPEC:
+            f = self._fs.open(self._path(key), "rb", block_size=BLOCK, cache_type="none")
+        return FsspecReader(f, size=getattr(f, "size", None))
+
+    def read_range(self, key: str, start: int, length: int) -> bytes:
+        if length <= 0:
+            return b""
+        with FSSPEC:
+            try:
+                data: bytes = self._fs.cat_file(self._path(key), start=start, end=start + length)
+            except Exception as e:
+                if range_past_the_end(e):
+                    return b""
+                raise
+        return data
+
+    def put_file(self, key: str, path: str) -> None:
+        try:
+            self._fs.put_file(path, self._path(key))
+        except Exception as e:
+            raise RemoteError(f"cannot write {self.url.rstrip('/')}/{key}: {e}") from e
+
+
+def open_gcs(url: str, *, endpoint_url: str | None = None, **_: Any) -> Remote:
+    """``gs://bucket/prefix`` (also ``gcs://``) through gcsfs; ``endpoint_url``: another GCS
+    endpoint (an emulator, a private endpoint), else gcsfs's own (or ``STORAGE_EMULATOR_HOST``)."""
+    import gcsfs  # the registry names the extra when it is missing
+    options: dict[str, Any] = {"endpoint_url": endpoint_url} if endpoint_url else {}
+    return FsspecRemote(url=url, fs=gcsfs.GCSFileSystem(**options))
+
+
+__all__ = ["FSSPEC", "FsspecReader", "FsspecRemote", "open_gcs", "range_past_the_end"]
