@@ -111,6 +111,7 @@ def listing_known(db: sqlite3.Connection, catalog: int, *, excluded: int | None 
     out = {"complete": False, "covered": round(covered, 4), "listed": listed, "estimated": estimated,
            "spans": int(known.get("spans", 0)), "spans_reached": int(known.get("spans_reached", 0)),
            "first_round": bool(known.get("first_round", False)), "began": float(known.get("began", 0)),
+           "skew": float(known.get("skew", 0.0)),
            "estimated_objects": round(catalog / covered) if covered > 0 else None}
     if excluded:
         out["excluded"] = excluded

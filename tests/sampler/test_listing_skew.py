@@ -1,0 +1,104 @@
+"""The listing's skew and the pace it sets (issue 19): what is fetched while the listing is lopsided
+stays in the epochs, so the fetch order slows while the keys listed so far are far from the
+dataset's mix, and goes at its full pace once they spread.
+
+The planner's skew is the total-variation distance between the listed keys' shares of the key
+space's pieces (open segments, what each span has finished, the spans not reached) and those
+pieces' estimated shares; the fetch order's pace is :data:`LEAD` times
+:func:`~epochfs.sidecar.sampler.order.spread_factor` of it.
+"""
+
+from __future__ import annotations
+
+import itertools
+from pathlib import Path
+from unittest import mock
+
+import pytest
+from store_helpers import put, sid_of
+
+from epochfs.sidecar.listing.planner import Planner, Segment
+from epochfs.sidecar.sampler.order import LEAD, PACE_START, SKEW_FLOOR, FetchOrder, spread_factor
+from epochfs.sidecar.store import CatalogRow, Policy, Store
+from epochfs.sidecar.store.catalog import Part
+
+
+def _segments(planner: Planner) -> dict[str, Segment]:
+    """Every span's (one) segment, by prefix: the first round hands each out once."""
+    segments = {}
+    while (seg := planner.take()) is not None:
+        segments[seg.part.prefix] = seg
+    return segments
+
+
+def _page(planner: Planner, seg: Segment, numbers: range, *, done: bool) -> None:
+    """Commit one page of ``seg``: keys ``<prefix>000123.bin``."""
+    keys = [f"{seg.part.prefix}{i:06d}.bin" for i in numbers]
+    seg.part.after, seg.part.done = keys[-1], done
+    planner.record(seg, keys)
+
+
+def test_one_folder_listed_whole_beside_the_first_page_of_a_large_one_is_skewed() -> None:
+    planner = Planner([Part(0, "a/", "", None), Part(1, "b/", "", None)], splittable=False)
+    seg = _segments(planner)
+    _page(planner, seg["a/"], range(100), done=True)  # a: 100 keys, all of them
+    assert planner.progress()["skew"] == 0.0, "b not reached: the first round's wait covers it"
+    _page(planner, seg["b/"], range(100), done=False)  # b's first page of ~thousands
+    lopsided = planner.progress()["skew"]
+    assert lopsided > 0.2
+    # b listed on, page after page, to its end: the listed keys approach the dataset's mix.
+    start = 100
+    while start < 5000:
+        _page(planner, seg["b/"], range(start, min(start + 1000, 5000)), done=start + 1000 >= 5000)
+        start += 1000
+    assert planner.progress()["skew"] == 0.0, "listed whole: nothing is lopsided"
+    assert lopsided > planner.progress()["skew"]
+
+
+def test_spans_listed_alike_are_not_skewed() -> None:
+    parts = [Part(i, f"c{i}/", "", None) for i in range(4)]
+    planner = Planner(parts, splittable=False)
+    seg = _segments(planner)
+    for i in range(4):
+        _page(planner, seg[f"c{i}/"], range(100), done=True)
+    assert planner.progress()["skew"] == 0.0
+
+
+@pytest.mark.parametrize("skew", [0.0, 0.1, 0.25, 0.45, 0.9])
+def test_the_pace_slows_with_the_skew(tmp_path: Path, skew: float) -> None:
+    """100 keys listed of an estimated 50,000, spread over the order: the pass takes at most LEAD
+    times the spread factor of a fair sample's share, fewer the more lopsided the listing is."""
+    store = Store(tmp_path / "cache", create=True)
+    store.configure(Policy(capacity=1 << 30, keep_epochs=2, min_samples=1, in_use_seconds=60.0))
+    listings = store.listings()
+    gen = listings.begin([Part(0, "", "", None)], "list")
+    step = 2**64 // 100
+    keys = [f"k{i:03d}" for i in range(100)]
+    rows = [CatalogRow(k, sid_of(k), 10, "v", rank=-(2**63) + i * step + 1) for i, k in enumerate(keys)]
+    listings.commit_page(gen, Part(0, "", "", None, after="k099"), rows, skips=0, clashes=[],
+                         progress=f'{{"listed": 100, "estimated": 50000, "spans": 1, "spans_reached": 1, '
+                                  f'"skew": {skew}}}')
+    order = FetchOrder(store=store, schedule_mode=False, busy=lambda key: False, inflight=lambda: 0,
+                       listing=lambda: True)
+    fetched: list[str] = []
+    with mock.patch("epochfs.sidecar.sampler.order.LISTING_WAIT", 0.0):
+        for _ in range(100):
+            cand = order.next()
+            if cand is None:
+                break
+            put(store, cand.key, 10)
+            fetched.append(cand.key)
+    share = LEAD * spread_factor(skew) * (len(fetched) + PACE_START) / 50_000
+    assert len(fetched) <= int(share * 100) + 1, fetched
+    assert fetched == keys[:len(fetched)]
+    if skew == 0.0:
+        assert len(fetched) >= 8, "LEAD times a fair share of 1,000 keys' worth: 8 of these 100"
+    if skew >= 0.45:
+        assert len(fetched) <= 1
+
+
+def test_the_spread_factor_falls_from_one_to_its_floor() -> None:
+    values = [spread_factor(s / 100) for s in range(101)]
+    assert values[0] == 1.0
+    assert all(a >= b for a, b in itertools.pairwise(values))
+    assert values[-1] == SKEW_FLOOR
