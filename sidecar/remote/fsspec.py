@@ -3,11 +3,13 @@ and the reader of an fsspec file that :mod:`.httpindex` shares.
 
 fsspec's and aiohttp's errors (gcsfs's ``HttpError`` too) are typed where they arise by
 :func:`~epochfs.sidecar.remote.errors.aiohttp_kind`. Version tags: the GCS generation (or ETag,
-mtime, updated time).
+mtime, updated time). A body read with ``checksum`` carries what the store keeps for it (GCS:
+CRC32C and md5, :func:`stored_checksums`), which the downloader verifies.
 """
 
 from __future__ import annotations
 
+import base64
 import contextlib
 from collections.abc import Iterator
 from typing import Any
@@ -24,6 +26,23 @@ def range_past_the_end(e: BaseException) -> bool:
     gcsfs (``code``) or aiohttp (``status``) reports it."""
     status = getattr(e, "status", None)  # aiohttp's (its ``code`` is deprecated)
     return (status if status is not None else getattr(e, "code", None)) == 416
+
+
+def stored_checksums(details: dict[str, Any]) -> tuple[tuple[str, str] | None, str | None]:
+    """The checksums a store keeps for an object, from its metadata as fsspec gives it (the file's
+    ``details``): GCS's ``crc32c`` (base64 of the big-endian CRC32C, the form S3's
+    ``x-amz-checksum-crc32c`` takes, so the downloader verifies it as it does S3's) and
+    ``md5Hash`` (base64; as a hex md5 ETag, what composite objects lack). Without them a gs://
+    body was checked by its size alone."""
+    crc = details.get("crc32c")
+    full = ("crc32c", str(crc)) if isinstance(crc, str) and crc else None
+    etag = None
+    md5 = details.get("md5Hash")
+    if isinstance(md5, str) and md5:
+        with contextlib.suppress(ValueError):
+            raw = base64.b64decode(md5, validate=True)
+            etag = raw.hex() if len(raw) == 16 else None
+    return full, etag
 
 
 class FsspecReader(Reader):
@@ -90,7 +109,10 @@ class FsspecRemote(Remote):
     def open(self, key: str, *, checksum: bool = False) -> Reader:
         with FSSPEC:
             f = self._fs.open(self._path(key), "rb", block_size=BLOCK, cache_type="none")
-        return FsspecReader(f, size=getattr(f, "size", None))
+        reader = FsspecReader(f, size=getattr(f, "size", None))
+        if checksum:
+            reader.checksum, reader.etag = stored_checksums(getattr(f, "details", None) or {})
+        return reader
 
     def read_range(self, key: str, start: int, length: int) -> bytes:
         if length <= 0:
@@ -119,4 +141,4 @@ def open_gcs(url: str, *, endpoint_url: str | None = None, **_: Any) -> Remote:
     return FsspecRemote(url=url, fs=gcsfs.GCSFileSystem(**options))
 
 
-__all__ = ["FSSPEC", "FsspecReader", "FsspecRemote", "open_gcs", "range_past_the_end"]
+__all__ = ["FSSPEC", "FsspecReader", "FsspecRemote", "open_gcs", "range_past_the_end", "stored_checksums"]

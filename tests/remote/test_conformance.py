@@ -19,6 +19,7 @@ missing key raising the typed :class:`NotFound`.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import random
 import subprocess
@@ -320,6 +321,19 @@ def test_a_stored_checksum_sent_with_the_body_matches_it(remote: Remote) -> None
     h = digests.new_hasher(algorithm)
     h.update(body)
     assert digests.value(algorithm, h) == expected
+
+
+def test_gcs_sends_the_checksums_it_stores(remote: Remote) -> None:
+    """GCS keeps a CRC32C (and an md5 for objects not composed) of every object: a gs:// body
+    comes with them, so the downloader verifies it instead of checking its size alone."""
+    if not remote.url.startswith("gs://"):
+        pytest.skip("a GCS property")
+    reader = remote.open(BIG, checksum=True)
+    try:
+        assert reader.checksum is not None and reader.checksum[0] == "crc32c"
+        assert reader.etag == hashlib.md5(OBJECTS[BIG]).hexdigest()
+    finally:
+        reader.close()
 
 
 @pytest.mark.parametrize("start,length", [(0, 10), (7, 1000), (199_990, 100), (200_000, 5), (500_000, 5),
