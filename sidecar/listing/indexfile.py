@@ -28,7 +28,6 @@ from __future__ import annotations
 import base64
 import contextlib
 import gzip
-import io
 import json
 import logging
 import os
@@ -38,15 +37,13 @@ import tempfile
 import threading
 import time
 from collections.abc import Iterator
-from typing import IO, Any
-from urllib.parse import urlparse
+from typing import IO, Any, cast
 
 from epochfs.sidecar.listing.retry import is_throttled, while_throttled
 from epochfs.sidecar.listing.sources import Page, Source, Span, source_for
 from epochfs.sidecar.progressbar import Progress
 from epochfs.sidecar.redact import redact
-from epochfs.sidecar.remote import Remote, RemoteError, RemoteObject
-from epochfs.sidecar.remote.errors import failure_reason
+from epochfs.sidecar.remote import Remote, RemoteError, RemoteObject, objects
 from epochfs.sidecar.remote.httpindex import HTTPRemote
 
 log = logging.getLogger("epochfs.catalog")
@@ -61,67 +58,17 @@ PAGE = 1000
 BLOCK = 1 << 20
 
 
-class _ReaderFile(io.RawIOBase):
-    """A remote :class:`~epochfs.sidecar.remote.Reader` as a raw binary file, for
-    :class:`io.BufferedReader` (which needs ``readinto`` and ``closed``), gzip and readline."""
-
-    def __init__(self, reader: Any) -> None:
-        super().__init__()
-        self._reader = reader
-
-    def readinto(self, b: Any) -> int:
-        view = memoryview(b).cast("B")
-        data = self._reader.read(len(view))
-        view[:len(data)] = data
-        return len(data)
-
-    def readable(self) -> bool:
-        return True
-
-    def close(self) -> None:
-        if not self.closed:
-            self._reader.close()
-        super().close()
-
-
-def _s3_split(url: str) -> tuple[str, str]:
-    parsed = urlparse(url)
-    return parsed.netloc, parsed.path.lstrip("/")
-
-
 @contextlib.contextmanager
 def open_stream(url: str, *, endpoint_url: str | None = None) -> Iterator[IO[bytes]]:
-    """``url`` opened for streamed reading (gunzipped when it is gzip)."""
-    raw: Any
-    if urlparse(url).scheme == "s3":
-        from epochfs.sidecar.remote.s3 import S3Remote
-
-        bucket, key = _s3_split(url)
-        s3 = S3Remote(url=f"s3://{bucket}", endpoint_url=endpoint_url, concurrency=1)
-        try:
-            raw = _ReaderFile(s3.open(key))
-        except Exception as e:
-            s3.close()
-            raise RemoteError(f"cannot read the index {redact(url)}: {failure_reason(e)}") from e
-        closer: Any = s3
-    else:
-        import fsspec
-
-        try:
-            raw = fsspec.open(url, "rb", block_size=0 if url.startswith("http") else BLOCK).open()
-        except Exception as e:
-            raise RemoteError(f"cannot read the index {redact(url)}: {failure_reason(e)}") from e
-        closer = None
-    buffered: Any = io.BufferedReader(raw, BLOCK) if isinstance(raw, _ReaderFile) else raw
-    try:
+    """``url`` opened for streamed reading (gunzipped when it is gzip), through the remote
+    package's one opener (:func:`epochfs.sidecar.remote.objects.open_stream`)."""
+    with objects.open_stream(url, endpoint_url=endpoint_url, what="the index") as buffered:
         magic = buffered.peek(2)[:2] if hasattr(buffered, "peek") else b""
-        stream: Any = gzip.GzipFile(fileobj=buffered) if magic == b"\x1f\x8b" else buffered
-        yield stream
-    finally:
-        with contextlib.suppress(Exception):
-            buffered.close()
-        if closer is not None:
-            closer.close()
+        if magic == b"\x1f\x8b":
+            with gzip.GzipFile(fileobj=buffered) as stream:
+                yield cast(IO[bytes], stream)
+        else:
+            yield buffered
 
 
 def is_index(url: str, *, endpoint_url: str | None = None) -> bool:
@@ -340,21 +287,7 @@ def write_index(remote: Remote, out: str, *, threads: int = 8, endpoint_url: str
 
 
 def _upload(path: str, out: str, *, endpoint_url: str | None) -> None:
-    if urlparse(out).scheme == "s3":
-        from epochfs.sidecar.remote.s3 import S3Remote
-
-        bucket, key = _s3_split(out)
-        s3 = S3Remote(url=f"s3://{bucket}", endpoint_url=endpoint_url, concurrency=1)
-        try:
-            s3.put_file(key, path)
-        finally:
-            s3.close()
-        return
-    import fsspec
-
-    with open(path, "rb") as src, fsspec.open(out, "wb") as dst:
-        while block := src.read(BLOCK):
-            dst.write(block)
+    objects.upload(path, out, endpoint_url=endpoint_url)
 
 
 __all__ = ["FORMAT_VERSION", "IndexSource", "is_index", "listing_source", "open_stream", "write_index"]

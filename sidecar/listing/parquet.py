@@ -1,12 +1,13 @@
 """The rows of an S3 Inventory Parquet data file, read a batch at a time through a seekable file.
 
-Parquet keeps its schema and row-group directory in a footer at the end of the file and each
-column where the writer put it, so it cannot be read as a stream like CSV: the file is opened
-for random access instead (``s3://`` through the remote's own S3 client, one ranged GET per
-buffered read; any other URL through fsspec, whose files seek) and pyarrow reads the footer, then
-one row group's chunks of the five columns used, in buffered reads of :data:`BLOCK`, handing out
-:data:`PAGE` rows at a time. Memory is bounded by one row group's reading state, whatever the
-size of the file (docs/listing.md has the numbers); nothing is spooled to disk.
+Parquet keeps its schema and row-group directory in a footer at the end of the file and each column
+where the writer put it, so it cannot be read as a stream like CSV: the file is opened for random
+access instead (``s3://`` through the S3 remote's ranged reads, one ranged GET per buffered read;
+any other URL through fsspec, whose files seek: :mod:`epochfs.sidecar.remote.objects`) and pyarrow
+reads the footer, then one row group's chunks of the five columns used, in buffered reads of
+:data:`BLOCK`, handing out :data:`PAGE` rows at a time. Memory is bounded by one row group's
+reading state, whatever the size of the file (docs/listing.md has the numbers); nothing is spooled
+to disk.
 
 Column names are Amazon's for Parquet and ORC: ``key`` (not URL-encoded, unlike CSV), ``size``,
 ``e_tag``, and for an inventory of all versions ``is_latest`` and ``is_delete_marker``. pyarrow
@@ -17,13 +18,11 @@ inventory is read.
 from __future__ import annotations
 
 import contextlib
-import io
-from collections.abc import Callable, Iterator
-from typing import IO, Any, NamedTuple
-from urllib.parse import urlparse
+from collections.abc import Iterator
+from typing import IO, NamedTuple
 
 from epochfs.sidecar.redact import redact
-from epochfs.sidecar.remote import RemoteError
+from epochfs.sidecar.remote import RemoteError, objects
 
 PAGE = 1000
 BLOCK = 1 << 20
@@ -50,81 +49,11 @@ def require_pyarrow(url: str) -> None:
                           f"here: {EXTRA} (or ask S3 for a CSV inventory)") from None
 
 
-class _RangedFile(io.RawIOBase):
-    """A remote object of known size as a seekable raw file: each read is one ranged read."""
-
-    def __init__(self, read_range: Callable[[int, int], bytes], size: int) -> None:
-        super().__init__()
-        self._read_range = read_range
-        self._size = size
-        self._pos = 0
-
-    def readable(self) -> bool:
-        return True
-
-    def seekable(self) -> bool:
-        return True
-
-    def tell(self) -> int:
-        return self._pos
-
-    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
-        base = {io.SEEK_SET: 0, io.SEEK_CUR: self._pos, io.SEEK_END: self._size}[whence]
-        self._pos = max(0, base + offset)
-        return self._pos
-
-    def readinto(self, b: Any) -> int:
-        view = memoryview(b).cast("B")
-        n = min(len(view), self._size - self._pos)
-        if n <= 0:
-            return 0
-        data = self._read_range(self._pos, self._pos + n - 1)
-        view[:len(data)] = data
-        self._pos += len(data)
-        return len(data)
-
-
-@contextlib.contextmanager
-def open_seekable(url: str, *, endpoint_url: str | None = None) -> Iterator[IO[bytes]]:
-    """``url`` opened for random access (see the module's docstring)."""
-    if urlparse(url).scheme != "s3":
-        import fsspec
-
-        try:
-            f = fsspec.open(url, "rb", block_size=BLOCK).open()
-        except Exception as e:
-            raise RemoteError(f"cannot read {redact(url)}: {e}") from e
-        with f:
-            yield f
-        return
-    from epochfs.sidecar.remote.s3 import S3Remote
-
-    parsed = urlparse(url)
-    bucket, key = parsed.netloc, parsed.path.lstrip("/")
-    s3 = S3Remote(url=f"s3://{bucket}", endpoint_url=endpoint_url, concurrency=1)
-    # The remote's client (its endpoint, region, credentials and proxy); S3Remote itself only
-    # opens whole objects, and a range is all Parquet needs.
-    client = s3._client
-    try:
-        try:
-            size = int(client.head_object(Bucket=bucket, Key=key)["ContentLength"])
-        except Exception as e:
-            raise RemoteError(f"cannot read {redact(url)}: {e}") from e
-
-        def read_range(first: int, last: int) -> bytes:
-            try:
-                body = client.get_object(Bucket=bucket, Key=key, Range=f"bytes={first}-{last}")["Body"]
-                try:
-                    return bytes(body.read())
-                finally:
-                    body.close()
-            except Exception as e:
-                raise RemoteError(f"cannot read {redact(url)} bytes {first}-{last}: {e}") from e
-
-        with io.BufferedReader(_RangedFile(read_range, size), BLOCK) as f:
-            yield f
-    finally:
-        s3.close()
+def open_seekable(url: str, *,
+                  endpoint_url: str | None = None) -> contextlib.AbstractContextManager[IO[bytes]]:
+    """``url`` opened for random access (see the module's docstring): the remote package's one
+    opener (:func:`epochfs.sidecar.remote.objects.open_ranged`)."""
+    return objects.open_ranged(url, endpoint_url=endpoint_url)
 
 
 def parquet_rows(url: str, skip: int, *, endpoint_url: str | None = None) -> Iterator[Row]:

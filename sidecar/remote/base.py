@@ -223,6 +223,11 @@ class Remote(ABC):
         finally:
             reader.close()
 
+    def object_size(self, key: str) -> int | None:
+        """The size of ``key`` without reading it (S3: ``HeadObject``), for a reader that seeks
+        (a Parquet footer is at the end); None when the remote cannot say."""
+        return None
+
     def part_size(self, key: str, part: int) -> int | None:
         """Size of part ``part`` (1-based) of a multipart object (S3: ``HeadObject`` with
         ``PartNumber``), with which the downloader re-hashes a body into its multipart ETag; None

@@ -87,6 +87,10 @@ class FileRemote(Remote):
         with _OS:  # ENOENT: not found; EACCES: denied; other errors (EIO) pass through
             return _FileReader(open(self._path(key), "rb", buffering=0))
 
+    def object_size(self, key: str) -> int:
+        with _OS:
+            return os.stat(self._path(key)).st_size
+
     def read_range(self, key: str, start: int, length: int) -> bytes:
         with _OS, open(self._path(key), "rb", buffering=0) as f:
             return os.pread(f.fileno(), max(0, length), start) if length > 0 else b""

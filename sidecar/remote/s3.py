@@ -397,6 +397,12 @@ class S3Remote(Remote):
                 body.close()
         return data
 
+    def object_size(self, key: str) -> int:
+        """``HeadObject``'s ContentLength (a Parquet inventory file read by ranges)."""
+        with _BOTOCORE:
+            head = self._client.head_object(Bucket=self.bucket, Key=self._full_key(key))
+        return int(head["ContentLength"])
+
     def part_size(self, key: str, part: int) -> int:
         """Size of part ``part`` (1-based) of a multipart object (``HeadObject`` with
         ``PartNumber``): the downloader re-hashes a body into its multipart ETag with it."""

@@ -323,6 +323,14 @@ def test_a_stored_checksum_sent_with_the_body_matches_it(remote: Remote) -> None
     assert digests.value(algorithm, h) == expected
 
 
+def test_an_object_size_without_reading_it(remote: Remote) -> None:
+    """What a reader that seeks needs first (a Parquet inventory file's footer is at its end)."""
+    size = remote.object_size(BIG)
+    if size is None:
+        pytest.skip(f"{remote.url} cannot say an object's size without reading it")
+    assert size == len(OBJECTS[BIG])
+
+
 def test_gcs_sends_the_checksums_it_stores(remote: Remote) -> None:
     """GCS keeps a CRC32C (and an md5 for objects not composed) of every object: a gs:// body
     comes with them, so the downloader verifies it instead of checking its size alone."""
