@@ -110,7 +110,8 @@ class ProcessMetrics:
 
     def __init__(self, *, registry: CollectorRegistry | None) -> None:
         self.remote_objects = Counter(
-            "epochfs_remote_objects", "Remote objects by result (ok, retried, failed, skipped).",
+            "epochfs_remote_objects", "Remote objects by result (ok, failed, skipped; retried: "
+            "deprecated, attempts: epochfs_remote_retries_total).",
             ["result"], registry=registry,
         )
         self.remote_fetch_seconds = Histogram(
@@ -121,9 +122,20 @@ class ProcessMetrics:
             "epochfs_inflight_downloads", "Downloads in flight.",
             multiprocess_mode="livesum", registry=registry,
         )
+        self.remote_retries = Counter(
+            "epochfs_remote_retries", "Fetch attempts that failed and were tried again: attempts, not "
+            "objects (one object tried three times counts 2).",
+            registry=registry,
+        )
+        self.throttled_requests = Counter(
+            "epochfs_remote_throttled_requests", "Object GET requests the remote answered with "
+            "throttling (S3 SlowDown, HTTP 429, GCS rateLimitExceeded); the key is fetched again "
+            "later, never skipped.",
+            registry=registry,
+        )
         self.throttled_total = Counter(
-            "epochfs_throttled", "Object GETs the remote answered with throttling (S3 SlowDown, "
-            "HTTP 429, GCS rateLimitExceeded); the key is fetched again later, never skipped.",
+            "epochfs_throttled", "Deprecated (removed in the next release): "
+            "epochfs_remote_throttled_requests_total.",
             registry=registry,
         )
         self.fetch_window = Gauge(
@@ -140,7 +152,9 @@ class ProcessMetrics:
 
     # The calls the sampler makes -------------------------------------------------------------
     def remote_retried(self) -> None:
-        """One failed attempt that will be retried."""
+        """One failed attempt that will be retried (``epochfs_remote_objects_total{result="retried"}``
+        counts it too, deprecated: it counts attempts under a name that counts objects)."""
+        self.remote_retries.inc()
         self.remote_objects.labels(result="retried").inc()
 
     def remote_failed(self) -> None:
@@ -152,7 +166,9 @@ class ProcessMetrics:
         self.remote_fetch_seconds.observe(seconds)
 
     def throttled(self) -> None:
-        """One object GET answered with throttling (not a retry, not a failure)."""
+        """One object GET answered with throttling (not a retry, not a failure); the deprecated
+        ``epochfs_throttled_total`` too."""
+        self.throttled_requests.inc()
         self.throttled_total.inc()
 
     def set_fetch_window(self, size: int) -> None:
@@ -320,7 +336,8 @@ class StoreCollector:
         if stats is None:
             return
         remote = CounterMetricFamily(
-            "epochfs_remote_objects", "Remote objects by result (ok, retried, failed, skipped).",
+            "epochfs_remote_objects", "Remote objects by result (ok, failed, skipped; retried: "
+            "deprecated, attempts: epochfs_remote_retries_total).",
             labels=["result"],
         )
         remote.add_metric(["ok"], stats.fetched_total)

@@ -47,7 +47,7 @@ class ThrottlingRemote(MemoryRemote):
 
 
 def throttled_total() -> float:
-    return REGISTRY.get_sample_value("epochfs_throttled_total") or 0.0
+    return REGISTRY.get_sample_value("epochfs_remote_throttled_requests_total") or 0.0
 
 
 def test_a_store_that_throttles_for_a_while_loses_no_key(tmp_path: Path,

@@ -89,8 +89,12 @@ def test_process_metrics_values_after_known_actions() -> None:
         assert get("epochfs_inflight_downloads") == 1
     m.cut_waited(1.5)
     m.cut_waited(-1)  # clock skew between processes never makes a negative wait
-    assert get("epochfs_remote_objects_total", {"result": "retried"}) == 2
+    assert get("epochfs_remote_retries_total") == 2
+    assert get("epochfs_remote_objects_total", {"result": "retried"}) == 2, "deprecated, kept a release"
     assert get("epochfs_remote_objects_total", {"result": "failed"}) == 1
+    m.throttled()
+    assert get("epochfs_remote_throttled_requests_total") == 1
+    assert get("epochfs_throttled_total") == 1, "deprecated, kept a release"
     assert get("epochfs_remote_fetch_seconds_count") == 2
     assert get("epochfs_remote_fetch_seconds_bucket", {"le": "0.5"}) == 1
     assert get("epochfs_remote_fetch_seconds_sum") == pytest.approx(7.3)
