@@ -16,7 +16,7 @@ PYTEST_ARGS ?=
 # real processes, mounts and servers, not on the CPU (TEST_JOBS=0: all in the one pytest process).
 TEST_JOBS ?= 2
 
-.PHONY: all venv system-deps test test-slow test-reliability test-container lint typecheck demo bench dist clean
+.PHONY: all venv system-deps test test-slow test-reliability test-container lint typecheck demo bench dist image clean
 
 all: test
 
@@ -88,6 +88,16 @@ dist: venv
 	$(PY) -c "from setuptools import build_meta; print(build_meta.build_sdist('dist'))"
 	"$$($(PY) scripts/get-helm.py | tail -n 1)" package helm/epochfs -d dist
 	@ls -1 dist
+
+# The sidecar image under the name the chart pulls by default (helm/epochfs/values.yaml's
+# image.repository, tagged with the chart's appVersion), so `helm install` finds it once it is
+# pushed: `make image && docker push ghcr.io/epochfs/epochfs:0.1.0`. Another registry:
+# `make image IMAGE=registry.example.com/ml/epochfs`, then `--set image.repository=...`.
+# BASE_IMAGE: another base, e.g. where Docker Hub is unreachable (the Dockerfile's ARG BASE).
+IMAGE ?= $(shell awk '/^image:/{f=1} f && /repository:/{print $$2; exit}' helm/epochfs/values.yaml)
+APP_VERSION := $(shell sed -n 's/^appVersion: "\(.*\)"/\1/p' helm/epochfs/Chart.yaml)
+image:
+	docker build $(if $(BASE_IMAGE),--build-arg BASE=$(BASE_IMAGE)) -t $(IMAGE):$(APP_VERSION) .
 
 clean:
 	rm -rf build dist $(DEMO_VENV) .pytest_cache .mypy_cache .ruff_cache

@@ -150,3 +150,21 @@ def test_the_built_wheel_installed_alone_runs_a_short_sample(tmp_path: Path) -> 
         sampler.send_signal(signal.SIGTERM)
         out = sampler.communicate(timeout=30)[0]
     assert sampler.returncode == 0 and "Traceback" not in out, out
+
+
+def test_make_image_builds_the_name_the_chart_pulls() -> None:
+    """The chart's default image (values.yaml image.repository, tag = appVersion) existed nowhere:
+    `make image` builds exactly that name, so a push of it is what `helm install` pulls."""
+    import yaml
+
+    values = yaml.safe_load((ROOT / "helm" / "epochfs" / "values.yaml").read_text())
+    chart = yaml.safe_load((ROOT / "helm" / "epochfs" / "Chart.yaml").read_text())
+    want = f"{values['image']['repository']}:{chart['appVersion']}"
+    make = shutil.which("make")
+    if make is None:
+        pytest.skip("no make here")
+    dry = subprocess.run([make, "-n", "-s", "image"], cwd=ROOT, capture_output=True, text=True, check=True)
+    assert f"-t {want} ." in dry.stdout, dry.stdout
+    other = subprocess.run([make, "-n", "-s", "image", "IMAGE=registry.example.com/ml/epochfs"], cwd=ROOT,
+                           capture_output=True, text=True, check=True)
+    assert f"-t registry.example.com/ml/epochfs:{chart['appVersion']} ." in other.stdout
