@@ -166,14 +166,17 @@ class RecoveryReport:
     """What start-up recovery found and repaired."""
 
     temp_removed: int = 0
-    rows_dropped: int = 0
+    repairs_marked: int = 0
+    """Samples whose object file was missing or short: marked to be fetched again into their place
+    (their rows and every epoch listing them stay)."""
     orphans_removed: int = 0
     integrity: str = "ok"
 
     def __str__(self) -> str:
         return (
             f"recovery: integrity {self.integrity}, {self.temp_removed} temp file(s) removed, "
-            f"{self.rows_dropped} index row(s) dropped, {self.orphans_removed} orphan object(s) removed"
+            f"{self.repairs_marked} lost object(s) to fetch again, {self.orphans_removed} orphan "
+            "object(s) removed"
         )
 
 

@@ -12,7 +12,9 @@ memory, linear time) runs at start only when the journal cannot vouch for the fo
 without one (new, reset, or from an older epochfs), or a machine that went down under a running
 sampler (the index runs with ``synchronous=NORMAL``: its last commits, journal included, may be
 lost; the boot id recorded at start, ``Meta.WRITER_RUNNING``, tells). Files deleted by hand or
-lost by a faulty volume are found in the background (:mod:`.objectscan`) and by the scrub.
+lost by a faulty volume are found in the background (:mod:`.objectscan`) and by the scrub. A sample
+whose object file is found missing or short, here or there, keeps its row: it is marked for
+repair in place and fetched again, so no epoch that lists it changes.
 """
 
 from __future__ import annotations
@@ -20,10 +22,10 @@ from __future__ import annotations
 import logging
 import sqlite3
 
-from epochfs.sidecar.store import epochs, hwm, journal, memberfiles
+from epochfs.sidecar.store import epochs, hwm, integrity, journal, memberfiles
 from epochfs.sidecar.store.index import Index, Meta
 from epochfs.sidecar.store.objects import ObjectFiles
-from epochfs.sidecar.store.records import RecoveryReport, StoreError
+from epochfs.sidecar.store.records import RecoveryReport, StoredObject, StoreError
 from epochfs.sidecar.store.windows import IN_WINDOW
 
 log = logging.getLogger("epochfs.store")
@@ -67,8 +69,8 @@ def boot_id() -> str:
 
 def recover(ix: Index, files: ObjectFiles, *, integrity: str | None = None) -> RecoveryReport:
     """Remove temp files; then, for the journaled names only (or every object when a full scan
-    is needed, see the module's docstring), drop index rows whose object is missing or has the
-    wrong size and remove objects the index does not know. Runs ``PRAGMA integrity_check``
+    is needed, see the module's docstring), mark for repair in place the samples whose object is
+    missing or has the wrong size and remove objects the index does not know. Runs ``PRAGMA integrity_check``
     unless ``integrity`` gives the result of one just made. Sizes only: the scrub compares
     contents. Marks the writer as running until :func:`stopped`."""
     with ix.lock:
@@ -117,58 +119,71 @@ def stopped(ix: Index, files: ObjectFiles) -> None:
 
 def _window(ix: Index, files: ObjectFiles) -> tuple[int, int]:
     """Check the journaled names: a file without its row goes (an interrupted admission or
-    eviction); a row whose file is missing or short goes (only a volume that lost writes). A
-    sample waiting for its repair has no file by design: its row stays (a file there is a
-    repair that did not commit: it goes, and the repair is made again)."""
-    bad: list[tuple[int, str, int]] = []
+    eviction); a row whose file is missing or short (only a volume that lost writes) is marked
+    for repair in place. A sample waiting for its repair has no file by design: its row stays
+    (a file there is a repair that did not commit: it goes, and the repair is made again)."""
+    bad: list[tuple[StoredObject, str]] = []
     orphans = 0
     after = ""
     while True:
         with ix.read() as db:
             sids = journal.names(db, after, CHUNK)
             marks = ",".join("?" * len(sids))
-            rows = {str(s): (int(i), int(n)) for i, s, n in db.execute(
-                f"SELECT id, sid, size FROM samples WHERE sid IN ({marks}) "
+            rows = {str(r[1]): _stored(r) for r in db.execute(
+                f"SELECT id, sid, key, size, digest, verified FROM samples WHERE sid IN ({marks}) "
                 "AND id NOT IN (SELECT sample FROM repairs)", sids)} if sids else {}
         for sid in sids:
             if sid not in rows:
                 orphans += files.unlink(sid)
-            elif files.size_of(sid) != rows[sid][1]:
-                bad.append((rows[sid][0], sid, rows[sid][1]))
+            elif (size := files.size_of(sid)) != rows[sid].size:
+                bad.append((rows[sid], _problem(size, rows[sid].size)))
         if len(sids) < CHUNK:
             break
         after = sids[-1]
-    if bad:
-        with ix.write() as db:
-            drop_samples(db, [i for i, _, _ in bad])
-            ix.bump("cache_samples", -len(bad))
-            ix.bump("cache_bytes", -sum(n for _, _, n in bad))
-        for _, sid, _ in bad:
-            files.unlink(sid)
-        log.warning("start-up check: %d sample(s) lost their object file: %s", len(bad),
-                    ", ".join(sid for _, sid, _ in bad[:5]))
-    return len(bad), orphans
+    return _repair_in_place(ix, files, bad), orphans
+
+
+def _stored(row: tuple[object, ...]) -> StoredObject:
+    a, b, c, d, e, f = row
+    return StoredObject(int(str(a)), str(b), str(c), int(str(d)), str(e), str(f))
+
+
+def _problem(size: int, recorded: int) -> str:
+    return "missing" if size < 0 else f"size {size}, recorded {recorded}"
+
+
+def _repair_in_place(ix: Index, files: ObjectFiles, bad: list[tuple[StoredObject, str]]) -> int:
+    """Samples whose object file is missing or short at start-up (deleted by hand while the
+    sidecar was stopped, or lost by a volume that dropped writes) are marked for repair in place,
+    as the scrub and the background scan mark them (:func:`.integrity.take_out`): their rows stay,
+    so every epoch that lists them keeps listing them, and the sampler fetches each again into
+    its place. Before, start-up dropped their rows: a file deleted while the sidecar was stopped
+    made its epochs shrink at the next start (issue 20)."""
+    for i in range(0, len(bad), CHUNK):
+        taken = integrity.take_out(ix, files, bad[i:i + CHUNK], quarantine=False)
+        for t in taken[:5]:
+            log.warning("start-up check: the object of %s (%s) is %s: fetched again into its place "
+                        "(its epochs keep it)", t.key, t.sid, t.problem)
+        if len(taken) > 5:
+            log.warning("start-up check: %d more sample(s) lost their object file", len(taken) - 5)
+    return len(bad)
 
 
 def _full(ix: Index, files: ObjectFiles) -> tuple[int, int]:
     """Every sample against its object file, then every object file against the index; the
     samples a chunk at a time in admission order, the files a batch of names at a time (flat
     memory, a ``stat`` per sample)."""
-    bad: list[int] = []
+    bad: list[tuple[StoredObject, str]] = []
     after = 0
     while True:  # in admission order, a chunk per read: no set of every sample id in memory
-        with ix.read() as db:
-            rows = db.execute("SELECT id, sid, size FROM samples WHERE id > ? AND id NOT IN "
-                              "(SELECT sample FROM repairs) ORDER BY id LIMIT ?", (after, CHUNK)).fetchall()
-        for sample_id, sid, size in rows:
-            if files.size_of(str(sid)) != int(size):
-                bad.append(int(sample_id))
-        if len(rows) < CHUNK:
+        objs = integrity.objects_after(ix, after, CHUNK)
+        for obj in objs:
+            if (size := files.size_of(obj.sid)) != obj.size:
+                bad.append((obj, _problem(size, obj.size)))
+        if len(objs) < CHUNK:
             break
-        after = int(rows[-1][0])
-    for i in range(0, len(bad), CHUNK):
-        with ix.write() as db:
-            drop_samples(db, bad[i:i + CHUNK])
+        after = objs[-1].id
+    repaired = _repair_in_place(ix, files, bad)
 
     def known(names: list[str]) -> set[str]:
         marks = ",".join("?" * len(names))
@@ -176,4 +191,4 @@ def _full(ix: Index, files: ObjectFiles) -> tuple[int, int]:
             return {str(r[0]) for r in db.execute(f"SELECT sid FROM samples WHERE sid IN ({marks})",
                                                    names)}
 
-    return len(bad), files.remove_orphans(known, batch=500)
+    return repaired, files.remove_orphans(known, batch=500)

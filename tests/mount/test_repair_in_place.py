@@ -18,7 +18,7 @@ from integrity_helpers import damage, objects_of, sampling
 from store_helpers import sid_of
 
 from epochfs.sidecar.remote.testing import MemoryRemote
-from epochfs.sidecar.store import object_name
+from epochfs.sidecar.store import Store, object_name
 
 
 def _names(root: Path) -> set[str]:
@@ -97,3 +97,29 @@ def test_a_verify_quarantine_keeps_the_folder_views_epoch_as_published(tmp_path:
         wait_until(repaired, timeout=60, what="two samples repaired in place")
         assert epoch.stat().st_ino == inode, "epoch-0 was republished"
         assert files_under(epoch) == objects
+
+
+def test_a_file_deleted_while_stopped_is_fetched_again_into_its_place(tmp_path: Path) -> None:
+    """Object files deleted while the sidecar is stopped: the next start's recovery used to drop
+    their rows, so the epoch cut before had fewer files after the restart. Now they are marked
+    for repair in place: the epoch lists every file it was cut with before the repair lands, and
+    after it every file reads its bytes again."""
+    objects = objects_of(30)
+    remote = MemoryRemote(objects)
+    cache = tmp_path / "cache"
+    with sampling(cache, remote, "--min-samples", "30") as (store, _):
+        wait_until(lambda: store.stats().samples == 30, what="every object admitted")
+        assert store.cut(0) == 0
+        cut_with = [f.path for f in store.epoch_files(0)]
+    gone = sorted(objects)[3:5]
+    for key in gone:  # the sidecar is stopped: deleted by hand, or lost with a volume's writes
+        os.unlink(cache / "objects" / object_name(sid_of(key)))
+    with Store(cache) as stopped:  # the next start: recovery first, then the sampler
+        report = stopped.recover()
+        assert report.repairs_marked == 2, report
+        assert [f.path for f in stopped.epoch_files(0)] == cut_with, "the epoch never changes"
+    with sampling(cache, remote, "--min-samples", "30") as (store, _):
+        wait_until(lambda: store.stats().repairing == 0, timeout=60, what="both fetched into their place")
+        assert [f.path for f in store.epoch_files(0)] == cut_with
+        with mounted(cache, tmp_path / "mnt") as m:
+            assert files_under(m.path / "epoch-0") == objects

@@ -53,7 +53,7 @@ def crash_rounds(s3: S3Server, tmp_path: Path, rounds: int, seed: int) -> None:
         with Store(cache) as store:
             report = store.recover()
             assert report.integrity == "ok"
-            assert report.rows_dropped == 0, f"round {r}: {report}"
+            assert report.repairs_marked == 0, f"round {r}: {report}"
             live = {e.epoch for e in store.epochs()}
             for n, files in listed.items():
                 assert n in live, f"round {r}: epoch {n} disappeared in the crash"

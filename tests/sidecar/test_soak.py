@@ -448,7 +448,7 @@ def soak_body(car: Sidecar, proxy: FaultProxy, volume: Path, plan: Plan, objects
 def check_cache(cache: Path, objects: dict[str, bytes]) -> None:
     with Store(cache) as store:
         report = store.recover()
-        assert (report.integrity, report.rows_dropped, report.orphans_removed) == ("ok", 0, 0), report
+        assert (report.integrity, report.repairs_marked, report.orphans_removed) == ("ok", 0, 0), report
         for key, _, path in sample_checksums(store):
             assert path.read_bytes() == objects[key], f"cached {key} differs from the remote"
     db = sqlite3.connect(f"file:{cache / 'index.sqlite'}?mode=ro", uri=True)

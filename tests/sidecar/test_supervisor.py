@@ -93,7 +93,7 @@ def test_epochs_equal_the_remote_and_grow_then_sigterm_is_clean(s3: S3Server, tm
     # running_sidecar checked exit 0 within 10 s and no mount left; the store opens cleanly.
     with Store(tmp_path / "cache") as store:
         report = store.recover()
-        assert report.integrity == "ok" and report.rows_dropped == 0
+        assert report.integrity == "ok" and report.repairs_marked == 0
         assert store.stats().samples >= len(second)
 
 

@@ -302,7 +302,7 @@ def recovery_peak(tmp_path: Path, samples: int, monkeypatch: pytest.MonkeyPatch)
             peak = tracemalloc.get_traced_memory()[1]
         finally:
             tracemalloc.stop()
-        assert report.orphans_removed == 1 and report.rows_dropped == 0
+        assert report.orphans_removed == 1 and report.repairs_marked == 0
         assert store.stats().samples == samples
         return peak
 

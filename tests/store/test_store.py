@@ -263,15 +263,18 @@ def test_recovery_repairs_after_a_crash(store: Store, cache_dir: Path) -> None:
 
     reopened = Store(cache_dir)
     report = reopened.recover()
-    # The truncated object lost its row, so its file is removed with the orphan.
-    assert (report.temp_removed, report.rows_dropped, report.orphans_removed) == (1, 2, 2)
+    # The truncated and the missing objects keep their rows, marked to be fetched again into their
+    # place (issue 20: before, their rows were dropped and epoch 0 shrank at the start); the
+    # truncated file goes, and the orphan.
+    assert (report.temp_removed, report.repairs_marked, report.orphans_removed) == (1, 2, 1)
     assert not orphan.exists()
+    assert not (store.objects_dir / object_name(a.sid)).exists()
     assert report.integrity == "ok"
-    assert [f.path for f in reopened.epoch_files(0)] == ["c"]
-    assert reopened.epochs()[0].samples == 1
-    assert reopened.epochs()[0].bytes == 100, "the epoch stops counting the lost samples' bytes"
-    assert reopened.cache_bytes() == 100
-    assert "2 index row(s) dropped" in str(report)
+    assert [f.path for f in reopened.epoch_files(0)] == ["a", "b", "c"], "the epoch never changes"
+    assert reopened.epochs()[0].samples == 3
+    assert reopened.stats().repairing == 2
+    assert reopened.repairs_due(limit=10) == [], "no catalog here: nothing to fetch them from (lost)"
+    assert "2 lost object(s) to fetch again" in str(report)
 
 
 def test_corrupt_index_is_a_clear_error(cache_dir: Path) -> None:

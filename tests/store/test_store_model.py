@@ -729,7 +729,7 @@ class StoreMachine(RuleBasedStateMachine):
         self._open()
         assert self.store is not None
         report = self.store.recover()
-        assert (report.integrity, report.rows_dropped) == ("ok", 0), report
+        assert (report.integrity, report.repairs_marked) == ("ok", 0), report
         assert (report.temp_removed, report.orphans_removed) == (temps, orphans), report
         self.inflight = {}
         self.reservations = Reservations(self.store)
@@ -782,7 +782,7 @@ class StoreMachine(RuleBasedStateMachine):
         self._open()
         assert self.store is not None
         report = self.store.recover()
-        assert (report.integrity, report.rows_dropped) == ("ok", 0), report
+        assert (report.integrity, report.repairs_marked) == ("ok", 0), report
         got = self._signature()
         assert got.pop("inflight") == 0
         states = child.states
@@ -1104,7 +1104,7 @@ def test_every_crash_point_of_recovery(base: Path) -> None:
                 m._open()
                 assert m.store is not None
                 report = m.store.recover()
-                assert (report.integrity, report.rows_dropped) == ("ok", 0)
+                assert (report.integrity, report.repairs_marked) == ("ok", 0)
                 m.reservations = Reservations(m.store)
                 m.model.inflight_meta = 0
                 m.check_all()
