@@ -91,18 +91,25 @@ class RangedFile(io.RawIOBase):
 
 
 @contextlib.contextmanager
+def _fsspec_file(url: str, label: str, *, block_size: int) -> Iterator[IO[bytes]]:
+    """``url`` opened by fsspec (its files stream and seek); a failure to open names ``label``."""
+    import fsspec
+
+    try:
+        f = fsspec.open(url, "rb", block_size=block_size).open()
+    except Exception as e:
+        raise RemoteError(f"cannot read {label}: {failure_reason(e)}") from e
+    with f:
+        yield f
+
+
+@contextlib.contextmanager
 def open_stream(url: str, *, endpoint_url: str | None = None, what: str = "") -> Iterator[IO[bytes]]:
     """``url`` opened for a buffered, streamed read. ``what`` names the object in errors
     ("the index")."""
     label = f"{what} {redact(url)}".strip()
     if not is_s3(url):
-        import fsspec
-
-        try:
-            f = fsspec.open(url, "rb", block_size=0 if url.startswith("http") else BLOCK).open()
-        except Exception as e:
-            raise RemoteError(f"cannot read {label}: {failure_reason(e)}") from e
-        with f:
+        with _fsspec_file(url, label, block_size=0 if url.startswith("http") else BLOCK) as f:
             yield f
         return
     remote, key = _s3(url, endpoint_url)
@@ -122,13 +129,7 @@ def open_ranged(url: str, *, endpoint_url: str | None = None) -> Iterator[IO[byt
     """``url`` opened for random access (a Parquet footer, then row groups): ``s3://`` one ranged
     GET per buffered read, other URLs fsspec's seekable files."""
     if not is_s3(url):
-        import fsspec
-
-        try:
-            f = fsspec.open(url, "rb", block_size=BLOCK).open()
-        except Exception as e:
-            raise RemoteError(f"cannot read {redact(url)}: {e}") from e
-        with f:
+        with _fsspec_file(url, redact(url), block_size=BLOCK) as f:
             yield f
         return
     remote, key = _s3(url, endpoint_url)
