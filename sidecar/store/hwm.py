@@ -24,7 +24,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from epochfs.sidecar.store.objects import fsync_dir
+from epochfs.sidecar.store.objects import replace_file
 
 log = logging.getLogger("epochfs.store")
 
@@ -71,22 +71,7 @@ def read(root: Path) -> HighWater | None:
 
 def write(root: Path, mark: HighWater) -> None:
     """Replace ``epochs.hwm`` atomically and durably; OSError (ENOSPC...) when it cannot."""
-    target = root / HWM_NAME
-    temp = root / f".{HWM_NAME}.{os.getpid()}.tmp"
-    try:
-        fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
-        try:
-            data = f"{mark.published} {mark.cutting}\n".encode()
-            os.write(fd, data)
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        os.replace(temp, target)
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(temp)
-        raise
-    fsync_dir(root)
+    replace_file(root / HWM_NAME, f"{mark.published} {mark.cutting}\n".encode())
 
 
 def clear_temps(root: Path) -> int:

@@ -37,6 +37,27 @@ def fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
+def replace_file(target: Path, data: bytes) -> None:
+    """Replace the small file ``target`` atomically and durably: ``.<name>.<pid>.tmp`` beside it,
+    written and fsynced, renamed over it, its folder fsynced. A temp left by a writer killed
+    before the rename keeps its pid in its name, so a later clean-up can tell it from a live
+    writer's. OSError (ENOSPC...) when it cannot; the temp never outlives a failure here."""
+    temp = target.parent / f".{target.name}.{os.getpid()}.tmp"
+    try:
+        fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
+        try:
+            os.write(fd, data)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(temp, target)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(temp)
+        raise
+    fsync_dir(target.parent)
+
+
 class RecoveryJournal(Protocol):
     """Told before objects are renamed into place and after they are unlinked."""
 
