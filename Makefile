@@ -9,6 +9,9 @@ DEMO_APT_PACKAGES := fuse3 libfuse3-3
 # make demo without the dev environment: its own venv with the demo extra only (sidecar, torch).
 DEMO_VENV ?= .venv-demo
 BENCH_APT_PACKAGES := s3fs
+# az:// is tested against Azurite, Microsoft's Azure Storage emulator (tests/remote/test_conformance.py),
+# installed by npm (Debian's npm where there is none: a nodejs that ships its own is kept).
+AZURITE ?= azurite@3.35.0
 # The container test (make test-container): its own dockerd, and a base image made by debootstrap.
 CONTAINER_APT_PACKAGES := docker.io debootstrap
 PYTEST_ARGS ?=
@@ -22,6 +25,10 @@ all: test
 
 system-deps:
 	@bash scripts/system-deps.sh $(APT_PACKAGES)
+	@command -v npm >/dev/null || bash scripts/system-deps.sh npm
+	@command -v azurite-blob >/dev/null || if [ "$$(id -u)" -eq 0 ]; then \
+		echo "epochfs: installing $(AZURITE)"; npm install -g --no-fund --no-audit --loglevel=error $(AZURITE); \
+	else echo "epochfs: azurite is not installed (npm install -g $(AZURITE)): the az:// tests skip" >&2; fi
 
 $(VENV)/.installed: pyproject.toml
 	@test -x $(PY) || python3 -m venv $(VENV)

@@ -6,8 +6,9 @@ exceptions. One module for every library, the listing's questions included:
 - a *rule* per library names the kind of one exception: :func:`stdlib_kind` (sockets,
   ``http.client``, ``ssl``, files) for every remote, :func:`botocore_kind` for S3 through
   botocore, :func:`aiohttp_kind` (with :func:`gcs_kind`) for fsspec's ``http(s)://`` and
-  ``gs://``, and :func:`fast_path_failure` for S3's presigned GETs (:mod:`.httpget`), whose error
-  document is read with :mod:`xml.etree`;
+  ``gs://``, :func:`azure_kind` for the Azure SDK under adlfs (``az://``), and
+  :func:`fast_path_failure` for S3's presigned GETs (:mod:`.httpget`), whose error document is
+  read with :mod:`xml.etree`;
 - :func:`translate` runs one rule over an exception and its causes in a single walk, and
   :class:`Translated` re-raises what it finds where a backend reads (``with Translated(rule):``);
 - :func:`library_kind` is every installed library's rule at once, for callers that do not know
@@ -304,13 +305,51 @@ def aiohttp_kind(e: BaseException) -> Kind | None:
     return None
 
 
+# ---------------------------------------------------------------------------- Azure Blob
+AZURE_THROTTLE_CODES = frozenset({"ServerBusy", "TooManyRequests"})
+"""Azure Storage error codes that ask for fewer requests (``503 ServerBusy``: the account's
+ingress, egress or request rate is over its limit)."""
+AZURE_RETRY_CODES = frozenset({"InternalError", "OperationTimedOut", "ServerBusy"})
+"""Azure Storage error codes worth another try whatever their status."""
+
+
+def azure_kind(e: BaseException) -> Kind | None:
+    """The kind of an Azure SDK exception (azure-core's, raised by azure-storage-blob under
+    adlfs), else aiohttp's (the SDK's transport under adlfs): an answer by its class, its
+    ``error_code`` and its status (``BlobNotFound`` not found, a refused key or token denied,
+    ``ServerBusy`` throttling, 5xx an outage); a request that could not be sent (refused,
+    timed out) an outage; a response cut short or garbled retried."""
+    from azure.core import exceptions as ace
+
+    if isinstance(e, ace.ResourceNotFoundError):
+        return NotFound
+    if isinstance(e, ace.ResourceModifiedError):  # 412: an If-Match on the listed ETag failed
+        return Changed
+    if isinstance(e, ace.ClientAuthenticationError):  # a refused key, SAS or token (azure-identity too)
+        return Denied
+    if isinstance(e, ace.DecodeError):  # IncompleteReadError among them: a body cut short
+        return Transient
+    if isinstance(e, ace.HttpResponseError):
+        status = int(getattr(e, "status_code", None) or 0)
+        code = str(getattr(e, "error_code", None) or "")
+        if code in AZURE_THROTTLE_CODES or status == 429:
+            return Throttled
+        if code in AZURE_RETRY_CODES or status >= 500:
+            return Unavailable
+        return status_kind(status) if status else None
+    if isinstance(e, (ace.ServiceRequestError, ace.ServiceResponseTimeoutError)):
+        return Unavailable  # not sent (refused, no route, timed out), or no answer in time
+    if isinstance(e, ace.ServiceResponseError):
+        return Transient  # a connection cut mid-answer: an outage when a reset lies under it
+    return aiohttp_kind(e)
 
 
 def library_kind(e: BaseException) -> Kind | None:
-    """botocore's verdict, else aiohttp's (each only where its library is installed): the rule
-    for an exception whose library is not known (an S3 ``list_page`` wraps botocore's
-    ``SlowDown`` in a :class:`RemoteError` untyped; fsspec's reads of an index raise aiohttp's)."""
-    for rule in (botocore_kind, aiohttp_kind):
+    """botocore's verdict, else aiohttp's, else the Azure SDK's (each only where its library is
+    installed): the rule for an exception whose library is not known (an S3 ``list_page`` wraps
+    botocore's ``SlowDown`` in a :class:`RemoteError` untyped; fsspec's reads of an index raise
+    aiohttp's; adlfs's listing the Azure SDK's)."""
+    for rule in (botocore_kind, aiohttp_kind, azure_kind):
         try:
             kind = rule(e)
         except ImportError:
@@ -337,6 +376,8 @@ def may_answer_later(exc: BaseException) -> bool:
 
 
 __all__ = [
+    "AZURE_RETRY_CODES",
+    "AZURE_THROTTLE_CODES",
     "GCS_THROTTLE_REASONS",
     "S3_RETRY_CODES",
     "S3_THROTTLE_CODES",
@@ -352,6 +393,7 @@ __all__ = [
     "Translated",
     "Unavailable",
     "aiohttp_kind",
+    "azure_kind",
     "botocore_kind",
     "failure_reason",
     "fast_path_failure",

@@ -12,7 +12,7 @@ from __future__ import annotations
 import base64
 import contextlib
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, ClassVar
 
 from epochfs.sidecar.remote.base import BLOCK, Reader, Remote, RemoteError, RemoteObject
 from epochfs.sidecar.remote.errors import Translated, aiohttp_kind
@@ -23,8 +23,10 @@ FSSPEC = Translated(aiohttp_kind)
 
 def range_past_the_end(e: BaseException) -> bool:
     """Whether ``e`` is a 416 answer (a range that starts at or past the end of the object), as
-    gcsfs (``code``) or aiohttp (``status``) reports it."""
+    gcsfs (``code``), aiohttp (``status``) or the Azure SDK (``status_code``) reports it."""
     status = getattr(e, "status", None)  # aiohttp's (its ``code`` is deprecated)
+    if status is None:
+        status = getattr(e, "status_code", None)
     return (status if status is not None else getattr(e, "code", None)) == 416
 
 
@@ -46,10 +48,12 @@ def stored_checksums(details: dict[str, Any]) -> tuple[tuple[str, str] | None, s
 
 
 class FsspecReader(Reader):
-    """An fsspec file opened for a streamed read (no read-ahead cache)."""
+    """An fsspec file opened for a streamed read (no read-ahead cache); ``errors`` types what
+    its filesystem's library raises (aiohttp's by default)."""
 
-    def __init__(self, f: Any, *, size: int | None = None) -> None:
+    def __init__(self, f: Any, *, size: int | None = None, errors: Translated = FSSPEC) -> None:
         self._f = f
+        self._errors = errors
         if size is None:
             details = getattr(f, "details", {}) or {}  # fsspec's HTTPStreamFile: the HEAD's answer
             size = details.get("size")
@@ -57,7 +61,7 @@ class FsspecReader(Reader):
 
     def read(self, n: int) -> bytes:
         out = bytearray()
-        with FSSPEC:
+        with self._errors:
             while len(out) < n:
                 chunk = self._f.read(n - len(out))
                 if not chunk:
@@ -67,7 +71,7 @@ class FsspecReader(Reader):
 
     def readinto(self, buf: memoryview) -> int:
         got = 0
-        with FSSPEC:
+        with self._errors:
             while got < len(buf):
                 chunk = self._f.read(len(buf) - got)
                 if not chunk:
@@ -82,9 +86,13 @@ class FsspecReader(Reader):
 
 
 class FsspecRemote(Remote):
-    """Any fsspec filesystem (``gs://``): a plain walk and ``fs.open`` per object."""
+    """Any fsspec filesystem (``gs://``): a plain walk and ``fs.open`` per object. A filesystem
+    whose library raises other errors, or keeps other checksums, than gcsfs says so by
+    :attr:`errors` and :meth:`checksums` (:mod:`.azure`)."""
 
     sorted_listing = False
+    errors: ClassVar[Translated] = FSSPEC
+    """Types the errors of the filesystem's library where they arise."""
 
     def __init__(self, *, url: str, fs: Any) -> None:
         self.url = url
@@ -106,18 +114,23 @@ class FsspecRemote(Remote):
                 )
                 yield RemoteObject(key, int(info.get("size") or 0), version)
 
+    def checksums(self, details: dict[str, Any]) -> tuple[tuple[str, str] | None, str | None]:
+        """What the store keeps for an object, from its ``details``: (a full-object checksum
+        ``(algorithm, base64)``, the hex md5 of the body), each None when it has none."""
+        return stored_checksums(details)
+
     def open(self, key: str, *, checksum: bool = False) -> Reader:
-        with FSSPEC:
+        with self.errors:
             f = self._fs.open(self._path(key), "rb", block_size=BLOCK, cache_type="none")
-        reader = FsspecReader(f, size=getattr(f, "size", None))
+        reader = FsspecReader(f, size=getattr(f, "size", None), errors=self.errors)
         if checksum:
-            reader.checksum, reader.etag = stored_checksums(getattr(f, "details", None) or {})
+            reader.checksum, reader.etag = self.checksums(getattr(f, "details", None) or {})
         return reader
 
     def read_range(self, key: str, start: int, length: int) -> bytes:
         if length <= 0:
             return b""
-        with FSSPEC:
+        with self.errors:
             try:
                 data: bytes = self._fs.cat_file(self._path(key), start=start, end=start + length)
             except Exception as e:

