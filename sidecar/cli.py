@@ -206,6 +206,19 @@ def _cmd_bench(ns: argparse.Namespace) -> int:
     return status
 
 
+def _cmd_webhook(ns: argparse.Namespace) -> int:
+    import ssl
+
+    from epochfs.sidecar.webhook.profiles import ProfileError
+    from epochfs.sidecar.webhook.server import run_webhook
+
+    try:
+        return run_webhook(profiles_dir=Path(ns.profiles), cert=Path(ns.tls_cert), key=Path(ns.tls_key),
+                           host=ns.host, port=ns.port, metrics_port=ns.metrics_port)
+    except (ProfileError, OSError, ssl.SSLError) as e:
+        raise config.ConfigError(str(e)) from None
+
+
 def _common_options() -> argparse.ArgumentParser:
     """Options of every command, accepted before the command and after it (after wins)."""
     common = argparse.ArgumentParser(add_help=False)
@@ -350,6 +363,20 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--args", nargs=argparse.REMAINDER, default=[],
                    help="passed to each benchmark (python -m epochfs.benchmarks.NAME ARGS)")
     p.set_defaults(func=_cmd_bench)
+
+    p = sub.add_parser(
+        "webhook", parents=[common],
+        help="the admission webhook that attaches epochfs to labelled pods (the chart's webhook.enabled)",
+    )
+    p.add_argument("--profiles", required=True,
+                   help="folder of the injection documents <profile>.json the chart renders")
+    p.add_argument("--tls-cert", required=True, help="PEM certificate (chain) the HTTPS server presents")
+    p.add_argument("--tls-key", required=True, help="PEM private key of --tls-cert")
+    p.add_argument("--host", default="", help="address to listen on (default: all)")
+    p.add_argument("--port", type=int, default=8443, help="HTTPS port (default 8443)")
+    p.add_argument("--metrics-port", type=int, default=9090,
+                   help="plain-HTTP port of /metrics and /healthz (default 9090)")
+    p.set_defaults(func=_cmd_webhook)
     return parser
 
 

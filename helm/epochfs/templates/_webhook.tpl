@@ -1,0 +1,93 @@
+{{/*
+The admission webhook's injection documents (webhook.enabled; docs/kubernetes.md, "Attach with one
+annotation"). A document says what a pod gets, rendered by the SAME named templates a parent chart
+includes (_attach.tpl, _sidecar.tpl): the sidecar container, the volumes, the trainer's mounts and
+environment. The webhook (sidecar/webhook/) only reads it and writes it into pods, so what it
+injects cannot drift from the templates.
+
+One document per profile: "default" from the chart's values, and one for each entry of
+webhook.profiles, whose values are deep-merged over the chart's (a profile sets only what differs,
+e.g. another remote, the folder view, a bigger cache).
+*/}}
+
+{{/* Deep-merge "over" into the map "base", in place: maps merge key by key, anything else (lists,
+     false, 0, "" and null included, which sprig's merge functions would skip) replaces. */}}
+{{- define "epochfs.webhook.merge" -}}
+{{- $base := .base -}}
+{{- range $k, $v := .over -}}
+{{- if and (kindIs "map" $v) (kindIs "map" (get $base $k)) -}}
+{{- include "epochfs.webhook.merge" (dict "base" (get $base $k) "over" $v) -}}
+{{- else -}}
+{{- $_ := set $base $k $v -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+
+{{/* The injection document of one profile, as JSON (argument: dict "root" <the chart's context>
+     "name" <profile name>): rendered in the chart's context with the profile's values merged over
+     the chart's, and the same release, chart and cluster. */}}
+{{- define "epochfs.webhook.injection" -}}
+{{- $root := .root -}}
+{{- $values := deepCopy $root.Values -}}
+{{- if ne .name "default" -}}
+{{- include "epochfs.webhook.merge" (dict "base" $values "over" (deepCopy (get $root.Values.webhook.profiles .name))) -}}
+{{- end -}}
+{{- $ctx := dict "Values" $values "Release" $root.Release "Chart" $root.Chart "Capabilities" $root.Capabilities "Template" $root.Template -}}
+{{- if not $values.sidecar.native -}}
+{{- fail (printf "webhook profile %s: the webhook injects a native sidecar (an init container with restartPolicy Always, Kubernetes >= 1.29); sidecar.native=false would need the trainer's command wrapped, which only the chart's Job and a parent chart can do" .name) -}}
+{{- end -}}
+{{- if not $values.remote.url -}}
+{{- fail (printf "webhook profile %s: remote.url is required (pods may still override it with the annotation epochfs.io/remote)" .name) -}}
+{{- end -}}
+{{- $folder := include "epochfs.folderView" $ctx -}}
+{{- $size := "" -}}
+{{- if ne $values.cache.volume.type "hostPath" -}}{{- $size = include "epochfs.bytes" $values.cache.volume.size -}}{{- end -}}
+{{- $doc := dict
+    "apiVersion" "epochfs.io/injection-v1"
+    "profile" .name
+    "view" (ternary "folder" "fuse" (eq $folder "true"))
+    "privileged" (ne $folder "true")
+    "nodes" (int $values.nodes)
+    "cacheVolumeBytes" $size
+    "sidecarContainers" (fromYamlArray (include "epochfs.sidecarContainer" $ctx))
+    "volumes" (fromYamlArray (include "epochfs.volumes" $ctx))
+    "trainerVolumeMounts" (fromYamlArray (include "epochfs.trainerVolumeMounts" $ctx))
+    "trainerEnv" (fromYamlArray (include "epochfs.trainerEnv" $ctx))
+    "podAnnotations" (default (dict) (fromYaml (include "epochfs.podAnnotations" $ctx)))
+    "podSecurityContext" (default (dict) $values.podSecurityContext)
+-}}
+{{- toJson $doc -}}
+{{- end -}}
+
+{{/* The profiles' names: default, then webhook.profiles in order. */}}
+{{- define "epochfs.webhook.profileNames" -}}
+{{- $names := list "default" -}}
+{{- range $name, $_ := .Values.webhook.profiles -}}
+{{- if eq $name "default" -}}
+{{- fail "webhook.profiles: \"default\" is the profile of the chart's own values; give the profile another name" -}}
+{{- end -}}
+{{- $names = append $names $name -}}
+{{- end -}}
+{{- toJson $names -}}
+{{- end -}}
+
+{{- define "epochfs.webhook.fullname" -}}
+{{- printf "%s-webhook" (include "epochfs.fullname" . | trunc 44 | trimSuffix "-") -}}
+{{- end -}}
+
+{{- define "epochfs.webhook.selectorLabels" -}}
+{{- $labels := fromYaml (include "epochfs.selectorLabels" .) -}}
+{{- $_ := set $labels "app.kubernetes.io/component" "webhook" -}}
+{{- toYaml $labels -}}
+{{- end -}}
+
+{{- define "epochfs.webhook.labels" -}}
+{{- $labels := fromYaml (include "epochfs.labels" .) -}}
+{{- $_ := set $labels "app.kubernetes.io/component" "webhook" -}}
+{{- toYaml $labels -}}
+{{- end -}}
+
+{{/* The TLS Secret the webhook serves with (cert-manager's, or the chart's own). */}}
+{{- define "epochfs.webhook.tlsSecretName" -}}
+{{- printf "%s-tls" (include "epochfs.webhook.fullname" .) -}}
+{{- end -}}

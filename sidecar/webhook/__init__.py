@@ -1,0 +1,52 @@
+"""The admission webhook: epochfs attached to a pod with one label or annotation (``epochfs webhook``).
+
+A mutating admission webhook gets every new pod the chart's MutatingWebhookConfiguration selects
+(pods labelled ``epochfs.io/inject: "true"`` by default) and answers with an RFC 6902 JSONPatch
+that adds what the chart's attach templates give a pod: the sidecar (a native sidecar init
+container), the volumes, the trainer's mounts and environment. It does not know what to add by
+itself: the chart renders, from the same named templates (``helm/epochfs/templates/_webhook.tpl``),
+one *injection document* per profile into a ConfigMap, and the server reads those documents. So
+what is injected cannot drift from the templates.
+
+Modules:
+
+* :mod:`.profiles`: the injection documents (loading and checking them).
+* :mod:`.mutate`: the decision for one pod (mutated, skipped, refused) and its patch; pure.
+* :mod:`.review`: AdmissionReview v1 requests and responses.
+* :mod:`.server`: the HTTPS server (standard library ``http.server`` + ``ssl``, certificate
+  reloaded when it is renewed), its metrics, ``run_webhook``.
+
+docs/kubernetes.md ("Attach with one annotation") is the user's side.
+"""
+
+from __future__ import annotations
+
+from epochfs.sidecar.webhook.mutate import (
+    ANNOTATIONS,
+    CAPACITY,
+    CONTAINERS,
+    INJECT,
+    INJECTED,
+    PROFILE,
+    REMOTE,
+    SHARD_INDEX,
+    Decision,
+    decide,
+)
+from epochfs.sidecar.webhook.profiles import Profile, ProfileError, load_profiles
+
+__all__ = [
+    "ANNOTATIONS",
+    "CAPACITY",
+    "CONTAINERS",
+    "INJECT",
+    "INJECTED",
+    "PROFILE",
+    "REMOTE",
+    "SHARD_INDEX",
+    "Decision",
+    "Profile",
+    "ProfileError",
+    "decide",
+    "load_profiles",
+]

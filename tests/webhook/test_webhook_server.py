@@ -1,0 +1,666 @@
+"""The admission webhook served for real (issue 23): `epochfs webhook`'s HTTPS server with a
+certificate made here (cryptography), the profiles the real helm renders from the chart, and
+AdmissionReview v1 requests for the pods the controllers of a Job, a PyTorchJob, a JobSet and a
+RayJob create. Each JSONPatch is applied (jsonpatch) and the pod validated strictly
+(kubernetes-validate, 1.29 and the newest); a second pass over the mutated pod changes nothing;
+the refusals say why; the injected parts equal the chart's own Job's, field for field."""
+
+from __future__ import annotations
+
+import base64
+import copy
+import http.client
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import jsonpatch
+import kubernetes_validate
+import pytest
+from helm_helpers import container, env_of, helm_binary, mounts_of, pod_spec, render, with_remote
+from prometheus_client.parser import text_string_to_metric_families
+from pss import violations
+from webhook_helpers import (
+    SERVICE_DNS,
+    Client,
+    admission_review,
+    chart_values,
+    job,
+    job_pod,
+    jobset,
+    jobset_pod,
+    make_ca,
+    make_leaf,
+    pem,
+    profile_documents,
+    pytorchjob,
+    pytorchjob_worker_pod,
+    rayjob,
+    rayjob_worker_pod,
+    render_objects,
+    write_profiles,
+)
+
+from epochfs.sidecar import config
+from epochfs.sidecar.webhook.profiles import Profile
+from epochfs.sidecar.webhook.server import AdmissionServer, MetricsServer, TLSFiles, WebhookMetrics
+
+K8S_VERSIONS = ("1.29.0", kubernetes_validate.latest_version())
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="module")
+def helm_bin() -> Path:
+    return helm_binary()
+
+
+@pytest.fixture(scope="module")
+def docs(helm_bin: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    return profile_documents(render_objects(helm_bin, chart_values(), tmp_path_factory.mktemp("render")))
+
+
+@pytest.fixture(scope="module")
+def profiles(docs: dict[str, Any], tmp_path_factory: pytest.TempPathFactory) -> dict[str, Profile]:
+    return write_profiles(docs, tmp_path_factory.mktemp("profiles"))
+
+
+class Served:
+    def __init__(self, server: AdmissionServer, metrics_server: MetricsServer, client: Client) -> None:
+        self.server, self.metrics_server, self.client = server, metrics_server, client
+
+    def counts(self) -> dict[str, float]:
+        conn = http.client.HTTPConnection("127.0.0.1", self.metrics_server.server_address[1], timeout=10)
+        conn.request("GET", "/metrics")
+        text = conn.getresponse().read().decode()
+        conn.close()
+        out = {}
+        for family in text_string_to_metric_families(text):
+            if family.name == "epochfs_webhook_requests":
+                for s in family.samples:
+                    if s.name.endswith("_total"):
+                        out[s.labels["result"]] = s.value
+        return out
+
+
+def serve(profiles: dict[str, Profile], folder: Path, ca: Any = None) -> Iterator[Served]:
+    ca = ca or make_ca()
+    cert, key, _ = make_leaf(ca, [SERVICE_DNS])
+    (folder / "tls.crt").write_bytes(cert)
+    (folder / "tls.key").write_bytes(key)
+    metrics = WebhookMetrics()
+    server = AdmissionServer(
+        ("127.0.0.1", 0),
+        profiles,
+        TLSFiles(folder / "tls.crt", folder / "tls.key"),
+        metrics,
+        max_body=1 << 20,
+    )
+    metrics_server = MetricsServer(("127.0.0.1", 0), metrics.registry)
+    threads = [threading.Thread(target=s.serve_forever, daemon=True) for s in (server, metrics_server)]
+    for t in threads:
+        t.start()
+    try:
+        yield Served(server, metrics_server, Client(server.server_address[1], pem(ca[1])))
+    finally:
+        for s in (server, metrics_server):
+            s.shutdown()
+            s.server_close()
+
+
+@pytest.fixture(scope="module")
+def served(profiles: dict[str, Profile], tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
+    yield from serve(profiles, tmp_path_factory.mktemp("tls"))
+
+
+def validate(pod: dict[str, Any]) -> None:
+    for version in K8S_VERSIONS:
+        kubernetes_validate.validate(pod, version, strict=True)
+
+
+def mutate(
+    client: Client, pod: dict[str, Any], path: str = "/mutate"
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(the mutated pod, the response); the request's pod is valid to begin with."""
+    validate(pod)
+    answer = client.review(pod, path=path)
+    response = answer["response"]
+    assert answer["apiVersion"] == "admission.k8s.io/v1" and answer["kind"] == "AdmissionReview"
+    assert response["allowed"] is True, response
+    assert response["patchType"] == "JSONPatch"
+    patch = json.loads(base64.b64decode(response["patch"]))
+    assert {op["op"] for op in patch} == {"add"}
+    mutated = jsonpatch.apply_patch(pod, patch)
+    validate(mutated)
+    # Idempotent: the mutated pod, sent again, gets no patch.
+    again = client.review(mutated, path=path)["response"]
+    assert again["allowed"] is True and "patch" not in again and "patchType" not in again
+    return mutated, response
+
+
+def refused(client: Client, pod: dict[str, Any], path: str = "/mutate") -> str:
+    response = client.review(pod, path=path)["response"]
+    assert response["allowed"] is False, response
+    assert "patch" not in response and response["status"]["code"] == 403
+    message: str = response["status"]["message"]
+    assert message.startswith("epochfs: ")
+    return message
+
+
+def sidecar_settings(c: dict[str, Any], fields: dict[str, str]) -> config.SidecarSettings:
+    env = {}
+    for e in c["env"]:
+        env[e["name"]] = e["value"] if "value" in e else fields[e["valueFrom"]["fieldRef"]["fieldPath"]]
+    return config.parse(config.SidecarSettings, [], environ=env)
+
+
+def field_values(pod: dict[str, Any]) -> dict[str, str]:
+    """What the downward API gives this pod's fieldRefs."""
+    meta = pod["metadata"]
+    out = {
+        "metadata.name": meta.get("name", "x"),
+        "metadata.namespace": "training",
+        "metadata.uid": "u",
+        "spec.nodeName": "node-1",
+    }
+    for where in ("labels", "annotations"):
+        for k, v in meta.get(where, {}).items():
+            out[f"metadata.{where}['{k}']"] = v
+    return out
+
+
+# --------------------------------------------------------------------------- the workloads
+
+
+def test_a_job_pod_gets_the_charts_own_attachment(served: Served, helm_bin: Path, tmp_path: Path) -> None:
+    """A plain Job's pod with the one label: the sidecar, volumes, trainer mounts and environment are
+    the chart's Job's, field for field (one source: the named templates)."""
+    pod = job_pod(job())
+    mutated, _ = mutate(served.client, pod)
+    spec = mutated["spec"]
+    chart = pod_spec(render(helm_bin, with_remote({}), tmp_path))
+    assert [c["name"] for c in spec["initContainers"]] == ["epochfs"]
+    assert container(spec, "epochfs") == container(chart, "epochfs")
+    assert spec["volumes"] == [v for v in chart["volumes"] if v["name"] != "dshm"]
+    trainer, chart_trainer = container(spec, "trainer"), container(chart, "trainer")
+    assert trainer["env"][:4] == chart_trainer["env"][:4]
+    # The trainer's own variable follows epochfs' (it refers to $(EPOCHFS_MOUNT)).
+    assert trainer["env"][4] == {"name": "DATA", "value": "$(EPOCHFS_MOUNT)/latest"}
+    assert trainer["volumeMounts"] == chart_trainer["volumeMounts"][:2]
+    for key, value in chart["securityContext"].items():
+        assert spec["securityContext"][key] == value
+    ann = mutated["metadata"]["annotations"]
+    assert ann["epochfs.io/injected"] == "default"
+    assert {k: ann[k] for k in ("prometheus.io/scrape", "prometheus.io/port")} == {
+        "prometheus.io/scrape": "true",
+        "prometheus.io/port": "8080",
+    }
+    settings = sidecar_settings(container(spec, "epochfs"), field_values(mutated))
+    assert (settings.remote, settings.shard_index, settings.shard_count) == (
+        "s3://datasets/imagenet/train",
+        0,
+        1,
+    )
+
+
+def test_an_indexed_job_pod_samples_its_completion_index(served: Served) -> None:
+    obj = job(index=0, annotations={"epochfs.io/profile": "multi"})
+    shards = set()
+    for index in range(4):
+        mutated, _ = mutate(served.client, job_pod(obj, index))
+        spec = mutated["spec"]
+        side, trainer = container(spec, "epochfs"), container(spec, "trainer")
+        assert (
+            env_of(side)["EPOCHFS_SHARD_INDEX"]
+            == env_of(trainer)["EPOCHFS_SHARD_INDEX"]
+            == {"fieldRef": {"fieldPath": "metadata.annotations['batch.kubernetes.io/job-completion-index']"}}
+        )
+        settings = sidecar_settings(side, field_values(mutated))
+        assert settings.shard_count == 4
+        shards.add(settings.shard_index)
+    assert shards == {0, 1, 2, 3}
+
+
+def test_a_pytorchjob_worker_takes_its_shard_from_the_replica_index(served: Served) -> None:
+    obj = pytorchjob(
+        {
+            "epochfs.io/profile": "multi",
+            "epochfs.io/shard-index": "metadata.labels['training.kubeflow.org/replica-index']",
+        }
+    )
+    shards = set()
+    for index in range(3):
+        pod = pytorchjob_worker_pod(obj, index)
+        mutated, _ = mutate(served.client, pod)
+        spec = mutated["spec"]
+        pytorch = container(spec, "pytorch")
+        # epochfs' environment first, then the operator's, unchanged.
+        assert [e["name"] for e in pytorch["env"]][:4] == [
+            "EPOCHFS_MOUNT",
+            "EPOCHFS_CACHE",
+            "EPOCHFS_REPORT_URL",
+            "EPOCHFS_SHARD_INDEX",
+        ]
+        assert pytorch["env"][4:] == pod["spec"]["containers"][0]["env"]
+        assert pytorch["ports"] == pod["spec"]["containers"][0]["ports"]
+        shards.add(sidecar_settings(container(spec, "epochfs"), field_values(mutated)).shard_index)
+    assert shards == {0, 1, 2}  # the Master takes 3 with epochfs.io/shard-index: "3"
+    master = pytorchjob_worker_pod(
+        pytorchjob({"epochfs.io/profile": "multi", "epochfs.io/shard-index": "3"}), 0
+    )
+    mutated, _ = mutate(served.client, master)
+    assert sidecar_settings(container(mutated["spec"], "epochfs"), field_values(mutated)).shard_index == 3
+
+
+def test_a_jobset_pod_in_a_restricted_namespace_gets_the_folder_view(served: Served) -> None:
+    """The folder view's sidecar has no privilege: a namespace that enforces Restricted admits it
+    (the webhook is called on /mutate/pss-enforced there), and the mutated pod passes Restricted."""
+    obj = jobset({"epochfs.io/profile": "folder"})
+    pod = jobset_pod(obj, 2)
+    mutated, _ = mutate(served.client, pod, path="/mutate/pss-enforced")
+    spec = mutated["spec"]
+    side = container(spec, "epochfs")
+    assert env_of(side)["EPOCHFS_VIEW"] == "folder"
+    assert side["securityContext"]["privileged"] is False and side["securityContext"]["runAsNonRoot"] is True
+    assert "mountPropagation" not in mounts_of(container(spec, "trainer"))["/mnt/epochfs"]
+    assert violations(spec, mutated["metadata"]) == []
+    assert mutated["metadata"]["annotations"]["epochfs.io/injected"] == "folder"
+
+
+def test_a_rayjob_worker_with_overrides_and_its_own_init_container(served: Served) -> None:
+    """KubeRay's worker declares port 8080: the default profile's sidecar port. A profile with
+    another port serves it; remote and capacity come from the annotations; only ray-worker is a
+    trainer; the sidecar starts before KubeRay's wait-gcs-ready."""
+    annotations = {
+        "epochfs.io/remote": "s3://other-bucket/ray",
+        "epochfs.io/capacity": "5Gi",
+        "epochfs.io/containers": "ray-worker",
+    }
+    message = refused(served.client, rayjob_worker_pod(rayjob(annotations)))
+    assert "declares port 8080" in message and "ray-worker" in message
+    pod = rayjob_worker_pod(rayjob({**annotations, "epochfs.io/profile": "ray"}))
+    mutated, _ = mutate(served.client, pod)
+    spec = mutated["spec"]
+    assert [c["name"] for c in spec["initContainers"]] == ["epochfs", "wait-gcs-ready"]
+    assert spec["volumes"][0]["name"] == "ray-logs"
+    assert mounts_of(container(spec, "ray-worker"))["/tmp/ray"] == {
+        "name": "ray-logs",
+        "mountPath": "/tmp/ray",
+    }
+    settings = sidecar_settings(container(spec, "epochfs"), field_values(mutated))
+    assert settings.remote == "s3://other-bucket/ray"
+    assert settings.capacity == 5 * 1024**3
+    assert settings.health_port == 8090
+    assert "EPOCHFS_MOUNT" not in env_of(container(spec, "wait-gcs-ready"))
+
+
+def test_profiles_merge_false_and_replace_what_they_set(
+    served: Served, helm_bin: Path, tmp_path: Path
+) -> None:
+    """The quiet profile (kubeReporting and metrics off) and the hostPath profile inject what the
+    chart's Job renders with those values: a profile is the chart's values with its own merged in."""
+    for name, values in (
+        ("quiet", {"kubeReporting": {"enabled": False}, "metrics": {"enabled": False}}),
+        ("hostpath", {"cache": {"volume": {"type": "hostPath"}}, "nodes": 2}),
+    ):
+        obj = job(index=0 if name == "hostpath" else None, annotations={"epochfs.io/profile": name})
+        pod = job_pod(obj, 1 if name == "hostpath" else None)
+        mutated, _ = mutate(served.client, pod)
+        chart = pod_spec(render(helm_bin, with_remote(values), tmp_path))
+        spec = mutated["spec"]
+        assert container(spec, "epochfs") == container(chart, "epochfs")
+        assert spec["volumes"] == [v for v in chart["volumes"] if v["name"] != "dshm"]
+        assert container(spec, "trainer")["volumeMounts"] == container(chart, "trainer")["volumeMounts"][:2]
+        if name == "quiet":
+            assert "epochfs-kube-api-access" not in {v["name"] for v in spec["volumes"]}
+            assert set(mutated["metadata"]["annotations"]) == {"epochfs.io/injected", "epochfs.io/profile"}
+
+
+# --------------------------------------------------------------------------- idempotence and skips
+
+
+def test_pods_that_did_not_ask_or_are_attached_already_are_left_alone(
+    served: Served, helm_bin: Path, tmp_path: Path
+) -> None:
+    def untouched(pod: dict[str, Any], **kw: Any) -> None:
+        response = served.client.review(pod, **kw)["response"]
+        assert response["allowed"] is True and "patch" not in response, response
+
+    plain = job_pod(job())
+    del plain["metadata"]["labels"]["epochfs.io/inject"]
+    untouched(plain)
+    declined = job_pod(job(annotations={"epochfs.io/inject": "false"}))  # the annotation wins
+    untouched(declined)
+    untouched(job_pod(job()), operation="UPDATE")
+    untouched(
+        {"metadata": {"name": "d"}, "spec": {}}, kind={"group": "apps", "version": "v1", "kind": "Deployment"}
+    )
+    # A pod a parent chart attached with the named templates (and labelled too).
+    chart_pod = pod_spec(render(helm_bin, with_remote({}), tmp_path))
+    untouched(
+        {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": "p", "namespace": "training", "labels": {"epochfs.io/inject": "true"}},
+            "spec": chart_pod,
+        }
+    )
+
+
+def test_an_annotation_alone_asks_too(served: Served) -> None:
+    """For clusters that send whole namespaces (objectSelector {}): the annotation opts in."""
+    pod = job_pod(job(annotations={"epochfs.io/inject": "true"}))
+    del pod["metadata"]["labels"]["epochfs.io/inject"]
+    mutated, _ = mutate(served.client, pod)
+    assert container(mutated["spec"], "epochfs")
+
+
+def test_pods_without_metadata_maps_or_lists_get_them(served: Served) -> None:
+    """A pod with no annotations, init containers, volumes, env or mounts: each is added whole."""
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "bare", "namespace": "training", "labels": {"epochfs.io/inject": "true"}},
+        "spec": {"containers": [{"name": "main", "image": "busybox"}]},
+    }
+    mutated, response = mutate(served.client, pod)
+    ops = json.loads(base64.b64decode(response["patch"]))
+    assert {op["path"] for op in ops} >= {
+        "/metadata/annotations",
+        "/spec/initContainers",
+        "/spec/volumes",
+        "/spec/containers/0/env",
+        "/spec/containers/0/volumeMounts",
+        "/spec/securityContext",
+    }
+    assert mutated["spec"]["securityContext"]["fsGroup"] == 10001
+
+
+# --------------------------------------------------------------------------- refusals
+
+
+REFUSALS = [
+    (
+        "fuse-in-restricted-namespace",
+        {},
+        {},
+        "/mutate/pss-enforced",
+        "enforces the Pod Security level baseline or restricted",
+    ),
+    ("runAsNonRoot", {}, {"securityContext": {"runAsNonRoot": True}}, "/mutate", "runAsNonRoot: true"),
+    ("user-namespace", {}, {"hostUsers": False}, "/mutate", "hostUsers: false"),
+    ("windows", {}, {"os": {"name": "windows"}}, "/mutate", "Linux only"),
+    (
+        "volume-clash",
+        {},
+        {"volumes": [{"name": "epochfs-cache", "emptyDir": {}}]},
+        "/mutate",
+        "already has a volume named 'epochfs-cache'",
+    ),
+    (
+        "container-clash",
+        {},
+        {"initContainers": [{"name": "epochfs", "image": "busybox"}]},
+        "/mutate",
+        "already has a container named 'epochfs'",
+    ),
+    ("unknown-profile", {"epochfs.io/profile": "huge"}, {}, "/mutate", "no profile 'huge'"),
+    ("bad-capacity", {"epochfs.io/capacity": "lots"}, {}, "/mutate", "epochfs.io/capacity: not a size"),
+    ("capacity-over-volume", {"epochfs.io/capacity": "30Gi"}, {}, "/mutate", "more than the cache volume"),
+    ("bad-remote", {"epochfs.io/remote": "ftp://host/data"}, {}, "/mutate", "is not a dataset URL"),
+    ("shard-out-of-range", {"epochfs.io/shard-index": "1"}, {}, "/mutate", "is not one of 0..0"),
+    ("bad-inject", {"epochfs.io/inject": "yes"}, {}, "/mutate", 'neither "true" nor "false"'),
+    (
+        "no-such-container",
+        {"epochfs.io/containers": "trainer,logger"},
+        {},
+        "/mutate",
+        "no container 'logger'",
+    ),
+    # nodes=4 takes the shard from the completion index, which a non-indexed pod lacks.
+    ("no-completion-index", {"epochfs.io/profile": "multi"}, {}, "/mutate", "which this pod does not have"),
+]
+
+
+@pytest.mark.parametrize(
+    ("case", "annotations", "spec", "path", "message"), REFUSALS, ids=[r[0] for r in REFUSALS]
+)
+def test_pods_it_cannot_serve_are_refused_with_the_reason(
+    served: Served, case: str, annotations: dict[str, str], spec: dict[str, Any], path: str, message: str
+) -> None:
+    pod = job_pod(job(annotations=annotations))
+    pod["spec"].update(copy.deepcopy(spec))
+    assert message in refused(served.client, pod, path=path)
+
+
+def test_a_container_that_sets_epochfs_variables_or_paths_is_refused(served: Served) -> None:
+    pod = job_pod(job())
+    pod["spec"]["containers"][0]["env"].append({"name": "EPOCHFS_MOUNT", "value": "/data"})
+    assert "sets EPOCHFS_MOUNT itself" in refused(served.client, pod)
+    pod = job_pod(job())
+    pod["spec"]["containers"][0]["volumeMounts"] = [{"name": "data", "mountPath": "/mnt/epochfs/"}]
+    pod["spec"]["volumes"] = [{"name": "data", "emptyDir": {}}]
+    assert "mounts something at /mnt/epochfs/" in refused(served.client, pod)
+
+
+# --------------------------------------------------------------------------- the HTTP side
+
+
+def test_what_is_not_an_admission_review_is_answered_with_an_error(served: Served) -> None:
+    before = served.counts()
+    client = served.client
+    status, body = client.post("/mutate", b"{not json")
+    assert status == 400 and b"not JSON" in body
+    status, body = client.post(
+        "/mutate",
+        json.dumps(
+            {"apiVersion": "admission.k8s.io/v1beta1", "kind": "AdmissionReview", "request": {}}
+        ).encode(),
+    )
+    assert status == 400 and b"admissionReviewVersions" in body
+    status, body = client.post(
+        "/mutate",
+        json.dumps(
+            {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": {"kind": {}}}
+        ).encode(),
+    )
+    assert status == 400 and b"no uid" in body
+    status, _ = client.post("/mutate", json.dumps(admission_review(job_pod(job()))).encode(), "text/plain")
+    assert status == 415
+    status, _ = client.post("/validate", b"{}")
+    assert status == 404
+    # A body over the limit is refused before it is read.
+    conn = client.connection()
+    conn.putrequest("POST", "/mutate")
+    conn.putheader("Content-Type", "application/json")
+    conn.putheader("Content-Length", str(served.server.max_body + 1))
+    conn.endheaders()
+    resp = conn.getresponse()
+    assert resp.status == 413 and resp.getheader("Connection") == "close"
+    conn.close()
+    after = served.counts()
+    assert after["error"] - before["error"] == 6
+    assert {k: after[k] - before[k] for k in ("mutated", "skipped", "refused")} == {
+        "mutated": 0,
+        "skipped": 0,
+        "refused": 0,
+    }
+
+
+def test_metrics_count_requests_by_result(served: Served) -> None:
+    before = served.counts()
+    client = served.client
+    mutate(client, job_pod(job()))  # mutated, then skipped (the second pass)
+    refused(client, job_pod(job(annotations={"epochfs.io/profile": "huge"})))
+    after = served.counts()
+    assert {k: after[k] - before[k] for k in ("mutated", "skipped", "refused", "error")} == {
+        "mutated": 1,
+        "skipped": 1,
+        "refused": 1,
+        "error": 0,
+    }
+
+
+def test_keep_alive_connections_serve_several_reviews(served: Served) -> None:
+    """The API server reuses connections: two reviews on one."""
+    conn = served.client.connection()
+    try:
+        for _ in range(2):
+            body = json.dumps(admission_review(job_pod(job()))).encode()
+            conn.request("POST", "/mutate", body=body, headers={"Content-Type": "application/json"})
+            resp = conn.getresponse()
+            assert resp.status == 200 and json.loads(resp.read())["response"]["patchType"] == "JSONPatch"
+    finally:
+        conn.close()
+
+
+def test_a_client_that_does_not_trust_the_ca_cannot_talk_to_it(served: Served) -> None:
+    import ssl
+
+    stranger = Client(served.server.server_address[1], pem(make_ca("other")[1]))
+    with pytest.raises(ssl.SSLCertVerificationError):
+        stranger.post("/mutate", b"{}")
+    wrong_name = Client(served.server.server_address[1], pem(make_ca()[1]), server_name="evil.example")
+    with pytest.raises(ssl.SSLError):
+        wrong_name.post("/mutate", b"{}")
+
+
+def test_a_renewed_certificate_is_served_without_a_restart(
+    profiles: dict[str, Profile], tmp_path: Path
+) -> None:
+    """cert-manager renews the Secret; the kubelet swaps the mounted files; the next connection
+    gets the new certificate. A half-written pair leaves the previous one serving."""
+    ca = make_ca()
+    for served in serve(profiles, tmp_path, ca):
+        first = served.client.peer_serial()
+        cert, key, serial = make_leaf(ca, [SERVICE_DNS])
+        # The kubelet's atomic update: new files, then a rename over the old names.
+        (tmp_path / "new.crt").write_bytes(cert)
+        (tmp_path / "new.key").write_bytes(key)
+        os.replace(tmp_path / "new.key", tmp_path / "tls.key")
+        os.replace(tmp_path / "new.crt", tmp_path / "tls.crt")
+        assert served.client.peer_serial() == serial != first
+        mutate(served.client, job_pod(job()))
+        (tmp_path / "tls.key").write_bytes(b"-----BEGIN PRIVATE KEY-----\ngarbage\n")
+        assert served.client.peer_serial() == serial
+
+
+def test_the_charts_own_certificate_and_ca_bundle_work_with_the_server(
+    helm_bin: Path, profiles: dict[str, Profile], tmp_path: Path
+) -> None:
+    """Without cert-manager the chart makes the pair: the server serves its Secret, and the
+    configuration's caBundle verifies it for the Service's name, as the API server does."""
+    objs = render_objects(helm_bin, chart_values(), tmp_path)
+    [secret] = [o for o in objs if o["kind"] == "Secret" and o["metadata"]["name"].endswith("-webhook-tls")]
+    [mwc] = [o for o in objs if o["kind"] == "MutatingWebhookConfiguration"]
+    for key in ("tls.crt", "tls.key"):
+        (tmp_path / key).write_bytes(base64.b64decode(secret["data"][key]))
+    server = AdmissionServer(("127.0.0.1", 0), profiles, TLSFiles(tmp_path / "tls.crt", tmp_path / "tls.key"))
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        for hook in mwc["webhooks"]:
+            client = Client(
+                server.server_address[1],
+                base64.b64decode(hook["clientConfig"]["caBundle"]),
+                server_name=f"{hook['clientConfig']['service']['name']}."
+                f"{hook['clientConfig']['service']['namespace']}.svc",
+            )
+            response = client.review(job_pod(job()), path=hook["clientConfig"]["service"]["path"])["response"]
+            if hook["clientConfig"]["service"]["path"] == "/mutate":
+                assert response["allowed"] is True and response["patchType"] == "JSONPatch"
+            else:  # namespaces that enforce baseline or restricted: the FUSE view's sidecar is refused
+                assert response["allowed"] is False and "Pod Security" in response["status"]["message"]
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+# --------------------------------------------------------------------------- the command
+
+
+def test_epochfs_webhook_command_serves_and_stops_on_sigterm(docs: dict[str, Any], tmp_path: Path) -> None:
+    write_profiles(docs, tmp_path / "profiles")
+    ca = make_ca()
+    cert, key, _ = make_leaf(ca, [SERVICE_DNS])
+    (tmp_path / "tls.crt").write_bytes(cert)
+    (tmp_path / "tls.key").write_bytes(key)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "epochfs.sidecar.cli",
+            "webhook",
+            "--profiles",
+            str(tmp_path / "profiles"),
+            "--tls-cert",
+            str(tmp_path / "tls.crt"),
+            "--tls-key",
+            str(tmp_path / "tls.key"),
+            "--host",
+            "127.0.0.1",
+            "--port",
+            "0",
+            "--metrics-port",
+            "0",
+            "--log-level",
+            "INFO",
+        ],
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=ROOT,
+    )
+    try:
+        assert proc.stderr is not None
+        lines = []
+        for line in proc.stderr:  # until the server says where it listens
+            lines.append(line)
+            m = re.search(r"on https port (\d+) \(metrics on (\d+)\)", line)
+            if m:
+                break
+        else:
+            raise AssertionError("".join(lines))
+        assert "default, folder, hostpath, multi, quiet, ray" in line
+        port, metrics_port = int(m.group(1)), int(m.group(2))
+        response = Client(port, pem(ca[1])).review(job_pod(job()))["response"]
+        assert response["patchType"] == "JSONPatch"
+        conn = http.client.HTTPConnection("127.0.0.1", metrics_port, timeout=10)
+        conn.request("GET", "/metrics")
+        text = conn.getresponse().read().decode()
+        assert 'epochfs_webhook_requests_total{result="mutated"} 1.0' in text
+        assert "process_cpu_seconds_total" in text
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=30) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
+def test_the_command_refuses_a_folder_without_the_default_profile(tmp_path: Path) -> None:
+    (tmp_path / "profiles").mkdir()
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "epochfs.sidecar.cli",
+            "webhook",
+            "--profiles",
+            str(tmp_path / "profiles"),
+            "--tls-cert",
+            str(tmp_path / "none.crt"),
+            "--tls-key",
+            str(tmp_path / "none.key"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=ROOT,
+    )
+    assert proc.returncode == 2 and "no default.json" in proc.stderr
