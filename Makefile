@@ -96,6 +96,13 @@ dist: venv
 	"$$($(PY) scripts/get-helm.py | tail -n 1)" package helm/epochfs -d dist
 	@ls -1 dist
 
+# The plain YAML of deploy/ (webhook install, example Job, Kustomize component), rendered from the
+# chart by the real helm; run it after changing the chart (tests/deploy/test_plain_manifests.py
+# fails until deploy/ matches). docs/kubernetes.md, "Without Helm".
+.PHONY: manifests
+manifests: venv
+	$(PY) scripts/render-manifests.py
+
 # The sidecar image under the name the chart pulls by default (helm/epochfs/values.yaml's
 # image.repository, tagged with the chart's appVersion), so `helm install` finds it once it is
 # pushed: `make image && docker push ghcr.io/epochfs/epochfs:0.1.0`. Another registry:
