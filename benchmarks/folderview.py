@@ -25,6 +25,7 @@ Cold phases drop the page cache (root only); ``--no-drop`` keeps every phase war
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import multiprocessing as mp
 import multiprocessing.pool
@@ -33,6 +34,7 @@ import statistics
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 from epochfs.benchmarks import harness
 from epochfs.benchmarks.mount import drop_caches, fill_cache, first_read, timed_read
@@ -44,6 +46,7 @@ from epochfs.sidecar.store import Admission, Policy, Store
 
 SHORT_ROOT = Path("/epochfs-ro/objects")  # the chart's folder view: targets of 55 bytes
 LONG_ROOT = Path("/var/cache/epochfs-ro/objects")  # the FUSE view's default: 65 bytes
+ONE_BYTE_MD5 = "md5:9dd4e461268c8034f5c8564e155c67a6"
 READ_PHASES = ("direct_cold", "direct_warm", "folder_first_cold", "folder_first_warm", "folder_repeat",
                "fuse_first_cold", "fuse_first_warm", "fuse_repeat")
 
@@ -139,6 +142,170 @@ def bench_publish(work: Path, entries: int, repeat: int) -> list[dict[str, objec
     return rows
 
 
+# ---------------------------------------------------------------------------------- the wait
+def admit_more(store: Store, start: int, count: int) -> None:
+    """``count`` more one-byte samples, keys after ``start`` (they land between two asks)."""
+    for lo in range(start, start + count, 1000):
+        batch = []
+        for i in range(lo, min(start + count, lo + 1000)):
+            key = f"train/part-{i % 100:03d}/{i:07d}.bin"
+            temp = store.temp_path()
+            temp.write_bytes(b"x")
+            batch.append(Admission(key, sample_id(key), 1, ONE_BYTE_MD5, "v1", temp))
+        store.admit(batch, inflight_bytes=0)
+
+
+def wait_idle(pid: int, *, quiet: float = 0.5, timeout: float = 600.0) -> float:
+    """Block until process ``pid`` used under 2% of a CPU for ``quiet`` seconds (the publisher
+    has done what it does ahead, whatever it does); the seconds waited."""
+    started = time.perf_counter()
+    last = harness.cpu_seconds(pid)
+    while time.perf_counter() - started < timeout:
+        time.sleep(quiet)
+        now = harness.cpu_seconds(pid)
+        if now - last < 0.02 * quiet:
+            break
+        last = now
+    return time.perf_counter() - started
+
+
+def reader(folder: str, stop: Any) -> None:
+    """Reads the newest epoch's entries (walk + readlink) until ``stop``: the trainer at work."""
+    while not stop.is_set():
+        with contextlib.suppress(OSError):
+            base = os.path.join(folder, os.readlink(os.path.join(folder, "latest")))
+            for dirpath, _dirs, files in os.walk(base):
+                for name in files:
+                    with contextlib.suppress(OSError):
+                        os.readlink(os.path.join(dirpath, name))
+                if stop.is_set():
+                    return
+
+
+def poll_until(path: Path, *, timeout: float = 600.0) -> float:
+    """perf_counter() at the moment ``path`` exists (polled every 0.5 ms)."""
+    deadline = time.perf_counter() + timeout
+    while not os.path.exists(path):
+        if time.perf_counter() > deadline:
+            raise TimeoutError(f"{path} never appeared")
+        time.sleep(0.0005)
+    return time.perf_counter()
+
+
+def epoch_disk(folder: Path, n: int) -> tuple[int, int]:
+    """(bytes, inodes) epoch ``n`` adds to the volume: its folders, and its entries' inodes that
+    the epoch before does not share (hard links to the same symlink count once)."""
+    older: set[int] = set()
+    if (folder / f"epoch-{n - 1}").is_dir():
+        for dirpath, _dirs, files in os.walk(folder / f"epoch-{n - 1}"):
+            older.update(os.lstat(os.path.join(dirpath, f)).st_ino for f in files)
+    total, inodes = 0, 0
+    for dirpath, _dirs, files in os.walk(folder / f"epoch-{n}"):
+        total += os.lstat(dirpath).st_blocks * 512
+        inodes += 1
+        for f in files:
+            st = os.lstat(os.path.join(dirpath, f))
+            if st.st_ino not in older:
+                total += st.st_blocks * 512
+                inodes += 1
+    return total, inodes
+
+
+def spread(values: list[float]) -> str:
+    """``median (min-max)``."""
+    return f"{statistics.median(values):.3f} s ({min(values):.3f}-{max(values):.3f})"
+
+
+def bench_wait(work: Path, entries: int, repeat: int, growth: float, fuse: bool) -> dict[str, object]:
+    """The trainer's wait at an epoch boundary: a real ``epochfs publish`` over a store of
+    ``entries`` samples, the newest epoch being read by another process; each round ``growth`` x
+    ``entries`` new samples land, the publisher is left alone until idle (it did what it does
+    ahead), then the ask (``store.cut``: what ``POST /v1/cut`` does when the condition holds)
+    and the clock runs until ``epoch-N/`` is visible. Then, on the same store, the FUSE view's
+    answer to the same ask (a lookup of ``epoch-N``, and of one entry inside it)."""
+    base = work / f"wait-{entries}"
+    store = tiny_store(base / "cache", entries)
+    store.configure(Policy(capacity=1 << 40, keep_epochs=2, min_samples=1, in_use_seconds=1.0))
+    folder = base / "view"
+    store.cut(force=True)
+    added = entries
+    waits: list[float] = []
+    cpu = 0.0
+    disk = (0, 0)
+    ctx = mp.get_context("fork")
+    try:
+        argv = [*harness.EPOCHFS, "--log-level", "WARNING", "publish", "--cache", str(store.root),
+                "--mount", str(folder), "--link-root", str(SHORT_ROOT)]
+        with harness.running(argv, what="epochfs publish", ready=lambda: (folder / "latest").is_symlink(),
+                             timeout=1200, interval=0.05, log=base / "publish.log") as proc:
+            stop = ctx.Event()
+            walker = ctx.Process(target=reader, args=(str(folder), stop), daemon=True)
+            walker.start()
+            try:
+                wait_idle(proc.pid)
+                cpu0 = harness.cpu_seconds(proc.pid)
+                for _ in range(repeat):
+                    admit_more(store, added, max(1, int(entries * growth)))
+                    added += max(1, int(entries * growth))
+                    store.retire(now=time.time() + 10_000)
+                    wait_idle(proc.pid)  # what the publisher does ahead, before anyone asks
+                    n = store.next_epoch()
+                    t0 = time.perf_counter()
+                    assert store.cut(n) == n
+                    waits.append(poll_until(folder / f"epoch-{n}") - t0)
+                    store.retire(now=time.time() + 10_000)
+                    wait_idle(proc.pid)
+                    disk = epoch_disk(folder, n)
+                cpu = (harness.cpu_seconds(proc.pid) - cpu0) / repeat
+            finally:
+                stop.set()
+                walker.join(60)
+    finally:
+        store.close()
+    row: dict[str, object] = {
+        "entries": entries, "repeat": repeat, "growth": growth,
+        "wait_s": round(statistics.median(waits), 3), "wait_min_s": round(min(waits), 3),
+        "wait_max_s": round(max(waits), 3),
+        "cpu_per_epoch_s": round(cpu, 2), "cpu_per_entry_us": round(cpu / entries * 1e6, 1),
+        "disk_mb_per_epoch": round(disk[0] / 1e6, 2), "inodes_per_epoch": disk[1]}
+    print(f"wait    {entries:>7} entries: ask -> epoch-N visible {spread(waits)}; publisher CPU per epoch "
+          f"{cpu:.2f} s ({row['cpu_per_entry_us']} us/entry); disk per epoch "
+          f"{row['disk_mb_per_epoch']} MB, {disk[1]} inodes", flush=True)
+    if fuse:
+        row |= fuse_wait(base, store.root, entries, repeat)
+    remove_tree(base)
+    return row
+
+
+def fuse_wait(base: Path, cache: Path, entries: int, repeat: int) -> dict[str, object]:
+    """The FUSE view's answer to the same ask: a lookup of ``epoch-N`` (it cuts), then of one
+    entry inside (the epoch's tree built from the store)."""
+    mnt = base / "mnt"
+    mnt.mkdir()
+    store = Store(cache)
+    looked, entry = [], []
+    try:
+        with harness.running([*harness.EPOCHFS, "mount", "--cache", str(cache), "--mount", str(mnt),
+                              "--link-root", str(cache / "objects")], what="epochfs mount",
+                             ready=lambda: harness.mounted(mnt), interval=0.02, log=base / "mount.log",
+                             unmount=(mnt,)):
+            for _ in range(repeat):
+                n = store.next_epoch()
+                t0 = time.perf_counter()
+                os.stat(mnt / f"epoch-{n}")
+                looked.append(time.perf_counter() - t0)
+                os.lstat(mnt / f"epoch-{n}" / "train" / "part-000" / "0000000.bin")
+                entry.append(time.perf_counter() - t0)
+                store.retire(now=time.time() + 10_000)
+    finally:
+        store.close()
+    print(f"wait    {entries:>7} entries, FUSE view: ask (lookup) -> epoch-N {spread(looked)}, -> one "
+          f"entry inside {spread(entry)}", flush=True)
+    return {"fuse_wait_s": round(statistics.median(looked), 3),
+            "fuse_wait_spread_s": [round(min(looked), 3), round(max(looked), 3)],
+            "fuse_entry_s": round(statistics.median(entry), 3)}
+
+
 # ---------------------------------------------------------------------------------- reads
 def short_link_root(objects: Path, name: str) -> Path:
     """A read-only bind of ``objects`` at a short path (root), as the chart's /epochfs-ro/objects;
@@ -223,6 +390,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--small", type=int, default=4096, help="number of 64 KiB files (0: skip)")
     ap.add_argument("--procs", type=int, default=1, help="reader processes")
     ap.add_argument("--repeat", type=int, default=3, help="runs per cell; the median is reported")
+    ap.add_argument("--wait", default="100000,400000",
+                    help="epoch sizes for the trainer's wait: ask -> epoch-N visible (0: skip)")
+    ap.add_argument("--growth", type=float, default=0.01,
+                    help="new samples landing between two asks, as a share of the epoch")
+    ap.add_argument("--no-fuse", action="store_true", help="skip the FUSE view's answer to the same ask")
     ap.add_argument("--no-drop", action="store_true", help="never drop the page cache")
     ap.add_argument("--json", type=Path, help="also write the results here")
     args = ap.parse_args(argv)
@@ -234,8 +406,13 @@ def main(argv: list[str] | None = None) -> int:
                                                             ("64KiB", 64 << 10, args.small)) if count > 0]
     if classes:
         harness.require("mfusepy")  # epochfs mount, for the FUSE view beside the folder view
-    results: dict[str, list[dict[str, object]]] = {"publish": [], "reads": []}
+    waits = [int(e) for e in args.wait.split(",") if int(e) > 0]
+    if waits and not args.no_fuse:
+        harness.require("mfusepy")
+    results: dict[str, list[dict[str, object]]] = {"wait": [], "publish": [], "reads": []}
     with harness.work_dir(args.dir):
+        for entries in waits:
+            results["wait"].append(bench_wait(args.dir, entries, args.repeat, args.growth, not args.no_fuse))
         for entries in sizes:
             results["publish"] += bench_publish(args.dir, entries, args.repeat)
         for name, size, count in classes:

@@ -6,7 +6,7 @@ every entry the kernel holds, so a mount whose trainer has looked at 1M files ho
 these numbers are a function of the namespace, so nothing is kept per file:
 
 * fixed numbers for the root (1, FUSE's root id), ``.epochfs`` (2), ``latest`` (3) and
-  ``.epochfs/status.json`` (4);
+  ``.epochfs/status.json`` (4), ``.epochfs/classes.json`` (5);
 * ``epoch-N`` is ``(N + 1) << 32`` and the node ``i`` of its tree (:meth:`EpochTree.node_of`) is
   ``(N + 1) << 32 | (i + 1)``: an epoch is immutable, so its tree lays out the same node numbers
   every time it is built, and epoch numbers are never reused;
@@ -21,6 +21,7 @@ from __future__ import annotations
 from epochfs.fuse.tree import EpochTree
 from epochfs.fuse.view import TREES_KEPT, NotFound, View, split_path
 from epochfs.torchclient.layout import (
+    CLASSES_NAME,
     CONTROL_DIR,
     LATEST_NAME,
     MAX_EPOCH,
@@ -35,6 +36,7 @@ ROOT_INO = 1
 CONTROL_INO = 2
 LATEST_INO = 3
 STATUS_INO = 4
+CLASSES_INO = 5
 _SHIFT = 32
 _NODE_MASK = (1 << _SHIFT) - 1
 _MANIFEST = 1 << 62
@@ -42,7 +44,7 @@ MAX_NODES = _NODE_MASK - 1
 """Nodes an epoch's tree may have and still be named (files and folders)."""
 
 _FIXED = {ROOT_INO: "/", CONTROL_INO: f"/{CONTROL_DIR}", LATEST_INO: f"/{LATEST_NAME}",
-          STATUS_INO: f"/{CONTROL_DIR}/{STATUS_NAME}"}
+          STATUS_INO: f"/{CONTROL_DIR}/{STATUS_NAME}", CLASSES_INO: f"/{CONTROL_DIR}/{CLASSES_NAME}"}
 
 
 def epoch_ino(n: int, node: int = -1) -> int:
@@ -120,6 +122,8 @@ class Inodes:
             if len(parts) == 2:
                 if parts[1] == STATUS_NAME:
                     return STATUS_INO
+                if parts[1] == CLASSES_NAME:
+                    return CLASSES_INO
                 m = parse_manifest_name(parts[1])
                 if m is not None:
                     return manifest_ino(m)

@@ -31,6 +31,7 @@ import mfusepy
 
 from epochfs.fuse.view import View
 from epochfs.torchclient.layout import (
+    CLASSES_NAME,
     CONTROL_DIR,
     LATEST_NAME,
     STATUS_NAME,
@@ -219,6 +220,8 @@ class Refresher:
             n.forget_root_entry(LATEST_NAME)
         if old.status_key != new.status_key or len(old.status) != len(new.status):
             n.invalidate(f"/{CONTROL_DIR}/{STATUS_NAME}")
+        if view.classes.tick():  # the class folders grew: classes.json's size changed
+            n.invalidate(f"/{CONTROL_DIR}/{CLASSES_NAME}")
 
 
 # The warm-up child: lists the folders of ``<mount>/epoch-N`` and reads each symlink once, for each

@@ -300,6 +300,11 @@ class EpochTree:
             node = self._dir_node[rank]
         return "/".join(reversed(parts))
 
+    def folder_paths(self) -> list[str]:
+        """The relative paths of every folder but the epoch's own, from the folders' arrays alone
+        (no file is visited): what ``.epochfs/classes.json`` records (:mod:`.classes`)."""
+        return [self.path_of(node) for node in self._dir_node if node != _ROOT]
+
     @property
     def shape(self) -> tuple[int, int, int, int]:
         """(nodes, files shown, CRC-32 of the names, of the link targets): what differs if the

@@ -9,6 +9,7 @@ the mount and the torch client read; it is stdlib-only and imports no torch)::
     /latest                        symlink -> epoch-<newest live N>
     /.epochfs/status.json          Store.stats() as JSON, rendered per open
     /.epochfs/epoch-<N>.manifest   the file list of epoch N (layout.format_manifest)
+    /.epochfs/classes.json         each folder's class index, the same in every epoch (:mod:`.classes`)
 
 An epoch is immutable once cut, so its tree and manifest are built once and cached until it
 retires. What changes (the set of live epochs, ``latest``, ``status.json``) is re-read from the
@@ -26,6 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TypeVar
 
+from epochfs.fuse.classes import ClassesFile
 from epochfs.fuse.heap import release_free_memory
 from epochfs.fuse.packed import PackedBytes
 from epochfs.fuse.tree import (
@@ -40,6 +42,7 @@ from epochfs.fuse.tree import (
 )
 from epochfs.sidecar.store import Store
 from epochfs.torchclient.layout import (
+    CLASSES_NAME,
     CONTROL_DIR,
     LATEST_NAME,
     STATUS_NAME,
@@ -113,6 +116,7 @@ class View:
         self._held: collections.Counter[int] = collections.Counter()
         self._snap = self._read_snapshot()
         self._dir_attr = Attr(DIR_MODE, 0, self.started, 2)
+        self.classes = ClassesFile(store)
 
     # ------------------------------------------------------------------ changing state
     def _read_snapshot(self) -> Snapshot:
@@ -145,6 +149,13 @@ class View:
     def render_status(self) -> bytes:
         """A fresh status document (each open of status.json gets its own)."""
         return format_status(self.store.stats().to_json()).encode()
+
+    def render_classes(self) -> bytes:
+        """``classes.json``, with the folders of every live epoch recorded first."""
+        live = [e.epoch for e in self.store.epochs()]
+        if any(n not in self._snap.live for n in live):
+            self.refresh()  # cut since the last refresh: its tree is needed now
+        return self.classes.render(live, self.tree)
 
     # ------------------------------------------------------------------ reads and pins
     def note_read(self, n: int) -> None:
@@ -289,6 +300,9 @@ class View:
                 name = parts[1]
                 if name == STATUS_NAME:
                     return Attr(FILE_MODE, len(snap.status), self.started)
+                if name == CLASSES_NAME:
+                    size = len(self.render_classes())
+                    return Attr(FILE_MODE, size, self.classes.mtime(self.started))
                 mn = parse_manifest_name(name)
                 if mn is not None:
                     cut_at = self._epoch_live(mn, cut=False)
@@ -323,7 +337,8 @@ class View:
         if parts[0] == CONTROL_DIR:
             if len(parts) != 1:
                 raise NotADirectory(path) if len(parts) == 2 else NotFound(path)
-            out = [(STATUS_NAME, Attr(FILE_MODE, len(snap.status), self.started))]
+            out = [(STATUS_NAME, Attr(FILE_MODE, len(snap.status), self.started)),
+                   (CLASSES_NAME, self.getattr(f"/{CONTROL_DIR}/{CLASSES_NAME}"))]
             for live in sorted(snap.live):
                 name = manifest_name(live)
                 out.append((name, self.getattr(f"/{CONTROL_DIR}/{name}")))
@@ -364,6 +379,8 @@ class View:
         if len(parts) == 2 and parts[0] == CONTROL_DIR:
             if parts[1] == STATUS_NAME:
                 return self.render_status()
+            if parts[1] == CLASSES_NAME:
+                return self.render_classes()
             n = parse_manifest_name(parts[1])
             if n is not None and self._epoch_live(n, cut=False) is not None:
                 return self.packed_manifest(n)
@@ -375,4 +392,4 @@ class View:
 
     def is_mutable_file(self, path: str) -> bool:
         """Control files whose content changes (served with direct I/O, never page-cached)."""
-        return split_path(path) == [CONTROL_DIR, STATUS_NAME]
+        return split_path(path) in ([CONTROL_DIR, STATUS_NAME], [CONTROL_DIR, CLASSES_NAME])

@@ -30,12 +30,10 @@ client reports. The folder of an epoch is removed once the store has retired it.
 
 from __future__ import annotations
 
-import contextlib
 import errno
 import logging
 import os
 import secrets
-import shutil
 import signal
 import threading
 import time
@@ -44,9 +42,11 @@ from pathlib import Path
 from types import FrameType
 
 from epochfs.fuse.view import EpochTree, View
+from epochfs.sidecar.folderview_ahead import AheadTree, Remover, Tainted, fsync_dir, remove_tree
 from epochfs.sidecar.signals import set_from_handler
 from epochfs.sidecar.store import Meta, Store, object_name
 from epochfs.torchclient.layout import (
+    CLASSES_NAME,
     CONTROL_DIR,
     LATEST_NAME,
     STATUS_NAME,
@@ -68,24 +68,9 @@ INLINE_LINK_BYTES = 59
 """The longest symlink target ext4 keeps in the inode; a longer one takes a data block (4 KiB)."""
 
 
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def remove_tree(path: Path) -> None:
-    """Remove a published tree (its folders are 0555, as the FUSE view shows them: opened up
-    first, which only root could skip); nothing if it is gone."""
-    if path.is_symlink() or path.is_file():
-        path.unlink(missing_ok=True)
-        return
-    with contextlib.suppress(FileNotFoundError):
-        for dirpath, _dirs, _files in os.walk(path):
-            os.chmod(dirpath, 0o755)
-        shutil.rmtree(path)
+__all__ = ["CONTROL_TEMP_PREFIX", "DIR_MODE", "FILE_MODE", "TEMP_PREFIX", "FolderPublisher", "Recovery",
+           "Step", "check_target_length", "default_link_root", "remove_tree", "run_publish"]
+_fsync_dir = fsync_dir
 
 
 @dataclass
@@ -105,13 +90,21 @@ class Step:
     published: list[int] = field(default_factory=list)
     retired: list[int] = field(default_factory=list)
     latest: int | None = None
+    ahead: list[int] = field(default_factory=list)
+    """Of ``published``, the epochs shown from the tree built ahead (the rest were written whole)."""
+    pending: bool = False
+    """The tree built ahead has linking left to do: step again soon."""
 
 
 class FolderPublisher:
     """Writes the view of ``store`` into ``folder``; :meth:`step` brings the folder up to date."""
 
     def __init__(self, *, store: Store, folder: Path, link_root: Path,
-                 status_seconds: float = 1.0, grace: bool = True) -> None:
+                 status_seconds: float = 1.0, grace: bool = True, ahead: bool = False,
+                 background: bool | None = None) -> None:
+        """``ahead``: build the next epoch's tree ahead (:mod:`.folderview_ahead`), so that a cut
+        is shown by a rename; ``background`` (default: as ``ahead``): retired trees are removed
+        on a thread, after they disappeared."""
         if not folder.is_absolute():
             raise ValueError(f"folder must be an absolute path, got {folder}")
         self.store = store
@@ -124,6 +117,9 @@ class FolderPublisher:
         self._status_key = b""
         self._latest: int | None = None
         self._live_seen: frozenset[int] | None = None
+        self.ahead = ahead
+        self._ahead: AheadTree | None = None
+        self._remover = Remover() if (ahead if background is None else background) else None
 
     # ------------------------------------------------------------------ what is in the folder
     def visible(self) -> list[int]:
@@ -146,6 +142,8 @@ class FolderPublisher:
         self.control.mkdir(exist_ok=True)
         os.chmod(self.control, 0o755)
         report = Recovery()
+        if self._ahead is not None:
+            self._ahead.tree = None  # a temporary name: removed below, built again
         for name in sorted(os.listdir(self.folder)):
             if name.startswith(TEMP_PREFIX):
                 remove_tree(self.folder / name)
@@ -197,13 +195,20 @@ class FolderPublisher:
         live_now = frozenset(e.epoch for e in self.store.epochs())
         status_due = time.monotonic() - self._status_written >= self.status_seconds
         if live_now == self._live_seen and not status_due and not force_status:
+            done.pending = self._advance()
             return done
         self.view.refresh()
         snap = self.view.snapshot
         visible = set(self.visible())
-        for n in sorted(snap.live):
-            if n not in visible and self._publish(n):
+        todo = [n for n in sorted(snap.live) if n not in visible]
+        for n in todo:  # the tree built ahead stands for any of them; the next tree follows
+            if self._publish_ahead(n):
                 done.published.append(n)
+                done.ahead.append(n)
+            elif self._publish(n):
+                done.published.append(n)
+                if self._ahead is not None:
+                    self._ahead.rebase(n)
         latest = snap.latest if snap.latest is not None and (self.folder / epoch_name(snap.latest)).is_dir() \
             else None
         if latest != self._latest or not (self.folder / LATEST_NAME).is_symlink():
@@ -219,8 +224,86 @@ class FolderPublisher:
                 done.retired.append(n)
         self._live_seen = frozenset(snap.live)
         if done.published or done.retired:
-            log.info("published %s, retired %s; latest -> %s", done.published, done.retired, latest)
+            log.info("published %s (%s from the tree built ahead), retired %s; latest -> %s", done.published,
+                     done.ahead, done.retired, latest)
+        done.pending = self._advance()
         return done
+
+    # ------------------------------------------------------------------ ahead
+    def _advance(self) -> bool:
+        """Bring the tree built ahead up to the store for a bounded time; True while it has more
+        to do. A tree that cannot stand for the next epoch is dropped until the next cut; one
+        that hit a full volume is removed at once (the room is the published epochs')."""
+        if not self.ahead or (self._ahead_off is not None and self._ahead_off == self._live_seen):
+            return False
+        if self._ahead is None:
+            self._ahead = AheadTree(store=self.store, folder=self.folder, link_root=self.view.link_root,
+                                    temp_prefix=TEMP_PREFIX)
+            for n in self.visible()[-1:]:  # after a restart too: link from what is published
+                self._ahead.rebase(n)
+        try:
+            self._ahead.advance()
+        except Tainted as e:
+            log.info("no tree built ahead until the next cut (%s): the next epoch is written whole", e)
+            self._drop_ahead()
+            self._ahead_off = self._live_seen or frozenset()
+            return False
+        except BaseException:
+            self._drop_ahead()
+            raise
+        return self._ahead.pending()
+
+    _ahead_off: frozenset[int] | None = None
+
+    def _drop_ahead(self) -> None:
+        if self._ahead is not None:
+            self._ahead.discard()
+            self._ahead = None
+
+    def _publish_ahead(self, n: int) -> bool:
+        """Show epoch ``n`` from the tree built ahead; False when it cannot stand for it."""
+        if self._ahead is None:
+            return False
+        started = time.monotonic()
+        try:
+            ahead = self._ahead
+
+            def write_control(m: int, manifest: bytes) -> None:
+                self._publish_classes(folders=(m, ahead.folders()))
+                self._replace_control(manifest_name(m), manifest, fsync=False)
+
+            ok = ahead.publish(n, control=self.control, header=self.view._known_at_cut(n),
+                               write_control=write_control)
+        except Tainted as e:
+            log.info("epoch %d: %s; written whole", n, e)
+            self._drop_ahead()
+            return False
+        except BaseException:
+            self._drop_ahead()
+            raise
+        if not ok:
+            return False
+        fd = os.open(self.control / manifest_name(n), os.O_RDONLY)
+        try:  # durability, after the rename: a reader sees it whole already
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        _fsync_dir(self.control)
+        if self.grace:
+            self.store.record_read(n)
+        log.debug("epoch %d from the tree built ahead in %.3fs", n, time.monotonic() - started)
+        return True
+
+    def drain(self) -> None:
+        """Wait until the retired trees handed to the background are removed."""
+        if self._remover is not None:
+            self._remover.drain()
+
+    def close(self) -> None:
+        """A clean stop: the tree built ahead and the retired trees are removed (the published
+        epochs stay); a kill leaves them to the next start's :meth:`recover`."""
+        self._drop_ahead()
+        self.drain()
 
     # ------------------------------------------------------------------ writing
     def _replace_control(self, name: str, data: bytes, *, fsync: bool) -> None:
@@ -256,6 +339,7 @@ class FolderPublisher:
         except LookupError:
             return False
         started = time.monotonic()
+        self._publish_classes()
         self._replace_control(manifest_name(n), manifest, fsync=True)
         temp = self._temp(self.folder, TEMP_PREFIX, epoch_name(n))
         try:
@@ -269,6 +353,25 @@ class FolderPublisher:
             self.store.record_read(n)  # the grace: pinned for in_use_seconds from now
         log.debug("epoch %d: %d entries in %.2fs", n, len(tree.links), time.monotonic() - started)
         return True
+
+    def _publish_classes(self, *, folders: tuple[int, list[str]] | None = None) -> None:
+        """``.epochfs/classes.json`` with the folders of every live epoch (the one being published
+        included) recorded, written before the epoch appears: each folder a reader finds in
+        ``epoch-N/`` has its index there (issue 22; :mod:`epochfs.fuse.classes`). ``folders``:
+        epoch N's folders as the tree built ahead has them (its tree is not built again)."""
+        if folders is None:
+            data = self.view.render_classes()
+        else:
+            n, paths = folders
+            live = [e.epoch for e in self.store.epochs()]
+            if any(m not in self.view.snapshot.live for m in live if m != n):
+                self.view.refresh()
+
+            def tree(m: int) -> EpochTree:
+                return _Folders(paths) if m == n else self.view.tree(m)  # type: ignore[return-value]
+
+            data = self.view.classes.render(live, tree)
+        self._replace_control(CLASSES_NAME, data, fsync=True)
 
     @staticmethod
     def _build(tree: EpochTree, root: Path) -> None:
@@ -301,9 +404,22 @@ class FolderPublisher:
             os.rename(path, gone)
             _fsync_dir(self.folder)
             (self.control / manifest_name(n)).unlink(missing_ok=True)
-            remove_tree(gone)
+            if self._remover is not None:
+                self._remover.put(gone)  # never delays a publish
+            else:
+                remove_tree(gone)
         else:
             (self.control / manifest_name(n)).unlink(missing_ok=True)
+
+
+class _Folders:
+    """What ``classes.json``'s renderer asks of an epoch's tree, from the tree built ahead."""
+
+    def __init__(self, paths: list[str]) -> None:
+        self.paths = paths
+
+    def folder_paths(self) -> list[str]:
+        return self.paths
 
 
 def default_link_root(store: Store, link_root: Path | None) -> Path:
@@ -329,7 +445,8 @@ def check_target_length(link_root: Path) -> int:
     return length
 
 
-def run_publish(*, cache: Path, folder: Path, link_root: Path | None = None, interval: float = 0.1) -> int:
+def run_publish(*, cache: Path, folder: Path, link_root: Path | None = None, interval: float = 0.1,
+                ahead: bool = True) -> int:
     """``epochfs publish``: keep ``folder`` equal to the view of ``cache`` until SIGTERM/SIGINT.
 
     The store is polled every ``interval`` seconds (one small query when nothing changed), so a
@@ -350,10 +467,14 @@ def run_publish(*, cache: Path, folder: Path, link_root: Path | None = None, int
     if folder.exists() and not folder.is_dir():
         raise ValueError(f"--mount: {folder} exists and is not a folder")
     with Store(cache) as store:
-        publisher = FolderPublisher(store=store, folder=folder, link_root=default_link_root(store, link_root))
+        publisher = FolderPublisher(store=store, folder=folder, link_root=default_link_root(store, link_root),
+                                    ahead=ahead)
         check_target_length(publisher.view.link_root)
         log.info("publishing %s into %s (links into %s)", cache, folder, publisher.view.link_root)
-        _publish_until(stop, publisher, interval=interval)
+        try:
+            _publish_until(stop, publisher, interval=interval)
+        finally:
+            publisher.close()
     log.info("stopped; %s left as published", folder)
     return 0
 
@@ -375,13 +496,14 @@ def _publish_until(stop: threading.Event, publisher: FolderPublisher, *, interva
     recovered = False
     paused: str | None = None
     while True:
+        busy = False
         try:
             if not recovered:
                 publisher.recover()
                 recovered = True
-                publisher.step(force_status=True)
+                busy = publisher.step(force_status=True).pending
             else:
-                publisher.step(force_status=paused is not None)
+                busy = publisher.step(force_status=paused is not None).pending
             if paused is not None:
                 log.info("publishing resumed: the folder's volume has room again")
                 paused = None
@@ -396,7 +518,7 @@ def _publish_until(stop: threading.Event, publisher: FolderPublisher, *, interva
                           "%.0fs", reason, PAUSED_RETRY)
                 _record_pause(publisher.store, reason)
             paused = reason
-        if stop.wait(PAUSED_RETRY if paused is not None else interval):
+        if stop.wait(PAUSED_RETRY if paused is not None else 0.001 if busy else interval):
             return
 
 

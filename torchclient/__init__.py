@@ -17,9 +17,28 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:  # what static tools see; at run time __getattr__ below imports on demand
     from .arrayloader import ArrayEpochRun, ArrayLoader, default_num_threads
     from .arrays import ArraySampleError
+    from .collate import BatchShapeError
     from .dataset import EpochDataset, wait_for_epoch
-    from .decode import SampleDecodeError, decode_auto, decode_bytes, decode_npy, decode_npz, decode_pt
-    from .layout import Manifest, ManifestEntry, ManifestError, list_epochs, read_manifest, read_status
+    from .decode import (
+        SampleDecodeError,
+        decode_auto,
+        decode_bytes,
+        decode_image,
+        decode_npy,
+        decode_npz,
+        decode_pt,
+    )
+    from .imagefolder import EpochImageFolder, find_classes
+    from .labels import ClassMapError
+    from .layout import (
+        Manifest,
+        ManifestEntry,
+        ManifestError,
+        list_epochs,
+        read_classes,
+        read_manifest,
+        read_status,
+    )
     from .loader import EpochLoader, EpochRun, EpochStats, default_num_workers
     from .npyheader import NpyHeaderError, NpzMemberError
     from .resume import EpochResumeError
@@ -32,11 +51,16 @@ _SUBMODULE = {
     "ArrayLoader": "arrayloader",
     "default_num_threads": "arrayloader",
     "ArraySampleError": "arrays",
+    "BatchShapeError": "collate",
     "EpochDataset": "dataset",
     "wait_for_epoch": "dataset",
     "SampleDecodeError": "decode",
     "decode_auto": "decode",
     "decode_bytes": "decode",
+    "decode_image": "decode",
+    "EpochImageFolder": "imagefolder",
+    "find_classes": "imagefolder",
+    "ClassMapError": "labels",
     "decode_npy": "decode",
     "decode_npz": "decode",
     "decode_pt": "decode",
@@ -44,6 +68,7 @@ _SUBMODULE = {
     "ManifestEntry": "layout",
     "ManifestError": "layout",
     "list_epochs": "layout",
+    "read_classes": "layout",
     "read_manifest": "layout",
     "read_status": "layout",
     "EpochLoader": "loader",
@@ -64,7 +89,10 @@ __all__ = [
     "ArrayEpochRun",
     "ArrayLoader",
     "ArraySampleError",
+    "BatchShapeError",
+    "ClassMapError",
     "EpochDataset",
+    "EpochImageFolder",
     "EpochLoader",
     "EpochResumeError",
     "EpochRun",
@@ -80,13 +108,16 @@ __all__ = [
     "World",
     "decode_auto",
     "decode_bytes",
+    "decode_image",
     "decode_npy",
     "decode_npz",
     "decode_pt",
     "default_num_threads",
     "default_num_workers",
     "epoch_indices",
+    "find_classes",
     "list_epochs",
+    "read_classes",
     "read_manifest",
     "read_status",
     "wait_for_epoch",

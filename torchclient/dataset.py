@@ -22,7 +22,7 @@ import os
 import stat
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +31,7 @@ from torch.utils.data import Dataset
 from .cutask import CutAnswer, ask_cut, sidecar_url_from_env
 from .decode import MAX_ARRAY_BYTES, Decoder, check_max_bytes, load_sample, resolve_decoder
 from .globs import KeyFilter
+from .labels import ClassMap, check_class_root, check_classes, class_map, label_files
 from .layout import (
     MAX_EPOCH,
     Manifest,
@@ -221,6 +222,13 @@ class EpochDataset(Dataset[Any]):
     :mod:`.globs`): a file is kept when it matches an include (or none is given) and no exclude;
     the manifest's order is kept and ``excluded`` counts the files left out. Patterns are checked
     before the epoch is looked up (a bad one is a ValueError naming the argument).
+
+    ``label="folder"`` makes item i ``(sample, class index)``, the class being the folder of
+    ``class_root`` (``"train"``; default ``"."``, the epoch's own folder) that holds the file:
+    files outside a class folder are left out (counted in ``excluded``). The indexes come from the
+    mount's ``.epochfs/classes.json``, the same in every epoch (:mod:`.labels`), or from
+    ``classes=`` (``{name: index}`` or a list of names: another dataset's ``class_to_idx``, say).
+    ``classes``, ``class_to_idx`` and ``targets`` are then as torchvision's ImageFolder has them.
     """
 
     def __init__(self, root: str | os.PathLike[str], epoch: int, *, decode: str | Decoder = "auto",
@@ -229,9 +237,16 @@ class EpochDataset(Dataset[Any]):
                  hold: bool = True, jump: bool = False,
                  max_array_bytes: int | None = MAX_ARRAY_BYTES,
                  include: str | Sequence[str] | None = None,
-                 exclude: str | Sequence[str] | None = None) -> None:
+                 exclude: str | Sequence[str] | None = None, label: str | None = None,
+                 class_root: str = ".", classes: Mapping[str, int] | Sequence[str] | None = None) -> None:
         self.epoch = _check_epoch(epoch)
         self.keys = KeyFilter(include, exclude)
+        if label not in (None, "folder"):
+            raise ValueError(f"label must be None or 'folder' (the class folder's index), got {label!r}")
+        self.label = label
+        self.class_root = check_class_root(class_root)
+        if classes is not None:
+            check_classes(classes)
         self.decoder: Decoder = resolve_decoder(decode, max_array_bytes=check_max_bytes(max_array_bytes))
         if transform is not None and not callable(transform):
             raise ValueError(f"transform must be callable or None, got {transform!r}")
@@ -263,6 +278,17 @@ class EpochDataset(Dataset[Any]):
         if self.keys:
             keep = [i for i, path in enumerate(self.files) if self.keys.keep(path)]
             self.excluded = len(self.files) - len(keep)
+            self.files = [self.files[i] for i in keep]
+            self.sizes = [self.sizes[i] for i in keep]
+            if self.checksums is not None:
+                self.checksums = [self.checksums[i] for i in keep]
+        self.class_map: ClassMap | None = None
+        self.targets: list[int] | None = None
+        """With ``label="folder"``: the class index of each file (ImageFolder's ``targets``)."""
+        if label == "folder":
+            self.class_map = class_map(self.root, self.epoch, self.class_root, self.files, classes=classes)
+            keep, self.targets = label_files(self.files, self.class_root, self.class_map.class_to_idx)
+            self.excluded += len(self.files) - len(keep)
             self.files = [self.files[i] for i in keep]
             self.sizes = [self.sizes[i] for i in keep]
             if self.checksums is not None:
@@ -348,9 +374,25 @@ class EpochDataset(Dataset[Any]):
         """The path of sample ``index`` (inside ``epoch-N/``, so reading it pins the epoch on the mount)."""
         return self.dir / self.files[index]
 
+    @property
+    def class_to_idx(self) -> dict[str, int]:
+        """With ``label="folder"``: class name -> index (every class the cache knows, not only
+        those in this epoch)."""
+        if self.class_map is None:
+            raise AttributeError("class_to_idx: this dataset has no labels (pass label='folder')")
+        return self.class_map.class_to_idx
+
+    @property
+    def classes(self) -> list[str]:
+        """With ``label="folder"``: the class names by index (``len(classes)``: the classes known)."""
+        if self.class_map is None:
+            raise AttributeError("classes: this dataset has no labels (pass label='folder')")
+        return self.class_map.classes
+
     def __getitem__(self, index: int) -> Any:
-        return load_sample(str(self.dir / self.files[index]), self.decoder, self.transform,
-                           retry_seconds=self.retry_seconds)
+        sample = load_sample(str(self.dir / self.files[index]), self.decoder, self.transform,
+                             retry_seconds=self.retry_seconds)
+        return sample if self.targets is None else (sample, self.targets[index])
 
     def __repr__(self) -> str:
         return (f"EpochDataset(root={str(self.root)!r}, epoch={self.epoch}, files={len(self.files)}, "

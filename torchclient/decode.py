@@ -21,7 +21,7 @@ import torch
 from .retry import RETRY_SECONDS, retrying, transient
 
 Decoder = Callable[[str], Any]
-DECODE_KINDS: tuple[str, ...] = ("auto", "npy", "npz", "pt", "bytes")
+DECODE_KINDS: tuple[str, ...] = ("auto", "npy", "npz", "pt", "bytes", "image")
 MAX_ARRAY_BYTES = 2 << 30
 """Default ``max_array_bytes`` (2 GiB): the most bytes an array may declare, or an .npz member inflate to."""
 
@@ -93,7 +93,50 @@ def decode_bytes(path: str) -> torch.Tensor:
     return torch.from_numpy(np.fromfile(path, dtype=np.uint8))
 
 
-_BY_KIND: dict[str, Decoder] = {"npy": decode_npy, "npz": decode_npz, "pt": decode_pt, "bytes": decode_bytes}
+@functools.cache
+def _torchvision_decoder() -> Callable[[str], torch.Tensor] | None:
+    """torchvision.io's decoder where a working torchvision is installed (once per process); None
+    otherwise. A torchvision built for another torch fails at import with a RuntimeError, not an
+    ImportError ("operator torchvision::nms does not exist"): any failure means Pillow."""
+    try:
+        from torchvision.io import ImageReadMode, decode_image, read_file
+    except Exception:
+        return None
+
+    def decode(path: str) -> torch.Tensor:
+        return decode_image(read_file(path), mode=ImageReadMode.RGB)
+
+    return decode
+
+
+def decode_image_pillow(path: str) -> torch.Tensor:
+    """An image file as a ``(3, H, W)`` uint8 tensor (RGB, as ImageFolder's loader converts it),
+    decoded by Pillow."""
+    from PIL import Image
+
+    with Image.open(path) as img:
+        rgb = img.convert("RGB")
+    # (H, W, 3) over Pillow's buffer (read-only), copied once into a writable (3, H, W) array.
+    return torch.from_numpy(np.array(np.asarray(rgb).transpose(2, 0, 1), order="C"))
+
+
+def decode_image(path: str) -> torch.Tensor:
+    """An image file (PNG, JPEG, BMP, GIF, WebP, TIFF...) as a ``(3, H, W)`` uint8 tensor, RGB.
+
+    torchvision.io decodes it where a working torchvision is installed (libjpeg-turbo, libpng:
+    faster, no copy from HWC to CHW); Pillow otherwise. Either way grayscale, palette and RGBA
+    images come out as 3 channels, so images of one size batch together."""
+    decoder = _torchvision_decoder()
+    if decoder is not None and os.path.splitext(path)[1].lower() in _TORCHVISION_SUFFIXES:
+        return decoder(path)
+    return decode_image_pillow(path)
+
+
+_TORCHVISION_SUFFIXES = frozenset({".png", ".jpg", ".jpeg", ".gif", ".webp"})
+"""What torchvision.io.decode_image reads (others, such as BMP and TIFF, go to Pillow)."""
+
+_BY_KIND: dict[str, Decoder] = {"npy": decode_npy, "npz": decode_npz, "pt": decode_pt, "bytes": decode_bytes,
+                                "image": decode_image}
 _BY_SUFFIX: dict[str, Decoder] = {".npy": decode_npy, ".npz": decode_npz, ".pt": decode_pt, ".pth": decode_pt}
 
 
@@ -117,10 +160,22 @@ def resolve_decoder(decode: str | Decoder, *, max_array_bytes: int | None = MAX_
         return functools.partial(base, max_array_bytes=max_array_bytes)
     if decode == "auto":
         return decode_auto
+    if decode == "image":
+        _check_image_support()
     if isinstance(decode, str) and decode in _BY_KIND:
         return _BY_KIND[decode]
     raise ValueError(f"decode must be one of {', '.join(DECODE_KINDS)} or a callable taking a path; "
                      f"got {decode!r}")
+
+
+def _check_image_support() -> None:
+    """``decode="image"`` needs Pillow (or a working torchvision): say so up front, not per sample."""
+    if _torchvision_decoder() is not None:
+        return
+    try:
+        import PIL.Image  # noqa: F401
+    except ImportError:
+        raise ValueError("decode='image' needs Pillow (pip install pillow) or torchvision") from None
 
 
 def load_sample(path: str, decoder: Decoder, transform: Callable[[Any], Any] | None = None, *,

@@ -6,6 +6,7 @@ The one definition of what a folder shaped like an epochfs mount holds::
     root/latest -> epoch-N               the newest live epoch
     root/.epochfs/status.json            occupancy, epochs, pending cuts (a JSON object)
     root/.epochfs/epoch-N.manifest       the file list of epoch N, in the manifest format below
+    root/.epochfs/classes.json           folder -> index of its class folders (labels by folder)
 
 Both sides use it: the FUSE view (:mod:`epochfs.fuse.view`) names epochs, renders ``status.json``
 and writes manifests with it; the torch client finds epochs and parses manifests with it. Any folder
@@ -30,6 +31,13 @@ file (checksum ``<algorithm>:<value>``: ``crc64nvme:<base64>``, ``md5:<hex>``...
 bytes, or ``size-only``), sorted by path, each line ending in a newline. Paths never hold a tab
 or a newline (the sidecar never admits such keys). A reader refuses another version by name.
 
+**Classes** (``classes.json``): ``{"version": 1, "classes": {root: {name: index}}}``, one map per
+folder that holds folders (``"."`` is the epoch's own folder, ``"train"`` is ``epoch-N/train``).
+The sidecar keeps the folders of its cache in one list that only grows (sorted at the first
+record, later ones appended in sorted order), and a folder's index is its place among its
+siblings in that list: the same in every epoch of the cache, never renumbered. Built from that
+list by :func:`format_classes`; :func:`read_classes` reads it.
+
 Looking up ``root/epoch-N`` for N above the newest asks the sidecar for a cut; that is why
 :func:`epoch_exists` is a plain ``stat`` and never a directory listing of ``root``.
 """
@@ -47,6 +55,8 @@ from typing import Any, NamedTuple
 
 CONTROL_DIR = ".epochfs"
 STATUS_NAME = "status.json"
+CLASSES_NAME = "classes.json"
+CLASSES_VERSION = 1
 LATEST_NAME = "latest"
 EPOCH_PREFIX = "epoch-"
 MANIFEST_SUFFIX = ".manifest"
@@ -107,6 +117,10 @@ def status_path(root: str | os.PathLike[str]) -> Path:
 
 def latest_path(root: str | os.PathLike[str]) -> Path:
     return Path(root) / LATEST_NAME
+
+
+def classes_path(root: str | os.PathLike[str]) -> Path:
+    return control_dir(root) / CLASSES_NAME
 
 
 # ---------------------------------------------------------------------------------------- manifest
@@ -239,6 +253,57 @@ def parse_status(text: str) -> dict[str, Any] | None:
     except ValueError:
         return None
     return data if isinstance(data, dict) else None
+
+
+# ---------------------------------------------------------------------------------------- classes
+ROOT_KEY = "."
+"""The key of the epoch folder's own class map in ``classes.json`` (its top-level folders)."""
+
+
+class ClassesError(ValueError):
+    """A ``classes.json`` that does not follow the format; the message names the file."""
+
+
+def format_classes(folders: Iterable[str]) -> str:
+    """``classes.json``'s text for the folder list ``folders`` (relative paths, in the order they
+    were recorded, parents before their children): each folder's index is its place among the
+    folders of the same parent, so a folder appended later takes the next index of its parent."""
+    classes: dict[str, dict[str, int]] = {}
+    for folder in folders:
+        parent, _, name = folder.rpartition("/")
+        siblings = classes.setdefault(parent or ROOT_KEY, {})
+        if name not in siblings:
+            siblings[name] = len(siblings)
+    return json.dumps({"version": CLASSES_VERSION, "classes": classes}, indent=1) + "\n"
+
+
+def parse_classes(text: str, *, source: str) -> dict[str, dict[str, int]]:
+    """``root -> {class folder name -> index}`` from ``classes.json``'s text; ClassesError for
+    another version or a broken document (named by ``source``)."""
+    try:
+        doc = json.loads(text)
+    except ValueError as exc:
+        raise ClassesError(f"{source}: not JSON ({exc})") from None
+    if not isinstance(doc, dict) or doc.get("version") != CLASSES_VERSION:
+        version = doc.get("version") if isinstance(doc, dict) else None
+        raise ClassesError(f"{source}: classes version {version!r} is not supported "
+                           f"(this client reads v{CLASSES_VERSION})")
+    classes = doc.get("classes")
+    if not isinstance(classes, dict) or not all(
+            isinstance(m, dict) and all(isinstance(i, int) and not isinstance(i, bool) for i in m.values())
+            for m in classes.values()):
+        raise ClassesError(f"{source}: 'classes' must map each folder to {{name: index}}")
+    return classes
+
+
+def read_classes(root: str | os.PathLike[str]) -> dict[str, dict[str, int]] | None:
+    """The mount's class maps (``root/.epochfs/classes.json``), or None where there is none."""
+    path = classes_path(root)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return None
+    return parse_classes(text, source=str(path))
 
 
 # ---------------------------------------------------------------------------------------- a folder

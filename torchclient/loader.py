@@ -24,7 +24,7 @@ from __future__ import annotations
 import os
 import time
 import weakref
-from collections.abc import Callable, Generator, Iterator, Sequence
+from collections.abc import Callable, Generator, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -32,10 +32,12 @@ from typing import Any
 import torch
 from torch.utils.data import DataLoader, Dataset, Sampler
 
+from .collate import collate
 from .dataset import EpochDataset, Progress, _check_epoch, print_progress
 from .decode import MAX_ARRAY_BYTES, Decoder, check_max_bytes, load_sample, resolve_decoder
 from .epochplan import Balance, Partition, plan_batches, resolve_split
 from .globs import KeyFilter
+from .labels import check_class_root, check_classes
 from .layout import epoch_name
 from .report import ClientReporter, report_url_from_env
 from .resume import OnResumeMismatch, Resumable
@@ -106,18 +108,24 @@ class _PathDataset(Dataset[Any]):
         self.transform = transform
         self.retry_seconds = retry_seconds
 
-    def __getitem__(self, relative: str) -> Any:
-        return load_sample(os.path.join(self.root, relative), self.decoder, self.transform,
+    def __getitem__(self, item: str | tuple[str, int]) -> Any:
+        """``item``: a relative path, or (relative path, label) with ``label="folder"`` (the label
+        travels with the path, so the workers need no class map of their own)."""
+        if isinstance(item, tuple):
+            relative, target = item
+            return load_sample(os.path.join(self.root, relative), self.decoder, self.transform,
+                               retry_seconds=self.retry_seconds), target
+        return load_sample(os.path.join(self.root, item), self.decoder, self.transform,
                            retry_seconds=self.retry_seconds)
 
 
-class _PlanSampler(Sampler[list[str]]):
+class _PlanSampler(Sampler[list[Any]]):
     """The batch sampler the persistent DataLoader iterates: the current epoch's batches of paths."""
 
     def __init__(self) -> None:
-        self.batches: list[list[str]] = []
+        self.batches: list[list[Any]] = []
 
-    def __iter__(self) -> Iterator[list[str]]:
+    def __iter__(self) -> Iterator[list[Any]]:
         return iter(self.batches)
 
     def __len__(self) -> int:
@@ -163,6 +171,13 @@ class EpochLoader(Resumable):
     ``include``/``exclude`` choose the files of every epoch as in :class:`EpochDataset` (globs over
     the path inside ``epoch-N/``, the sidecar's ``--include``/``--exclude`` rule; checked here, up
     front): a cache shared by readers of different files, or one filled before the sidecar was told.
+
+    ``label="folder"`` (with ``class_root``, ``classes``) makes each sample ``(sample, class
+    index)`` as in :class:`EpochDataset`: the class folder's index in the mount's
+    ``.epochfs/classes.json``, the same in every epoch. Batches are made by
+    :func:`~epochfs.torchclient.collate.collate` unless ``collate_fn`` is given: torch's
+    ``default_collate``, with samples of different shapes reported as a ``BatchShapeError`` that
+    names the fix (a resizing ``transform`` or a ``collate_fn``).
     """
 
     def __init__(self, root: str | os.PathLike[str], *, batch_size: int, num_workers: int | None = None,
@@ -173,7 +188,9 @@ class EpochLoader(Resumable):
                  on_epoch_end: Callable[[EpochStats], None] | None = None, report: bool = True,
                  retry_seconds: float = RETRY_SECONDS, on_resume_mismatch: OnResumeMismatch = "raise",
                  max_array_bytes: int | None = MAX_ARRAY_BYTES, include: str | Sequence[str] | None = None,
-                 exclude: str | Sequence[str] | None = None, **dataloader_kwargs: Any) -> None:
+                 exclude: str | Sequence[str] | None = None, label: str | None = None,
+                 class_root: str = ".", classes: Mapping[str, int] | Sequence[str] | None = None,
+                 **dataloader_kwargs: Any) -> None:
         if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
             raise ValueError(f"batch_size must be an int >= 1, got {batch_size!r}")
         if balance not in ("pad", "truncate", "none"):
@@ -191,6 +208,11 @@ class EpochLoader(Resumable):
             raise TypeError(f"EpochLoader sets {', '.join(clash)} itself (the epoch plan is its sampler); "
                             "use batch_size=, shuffle=, drop_last= of EpochLoader")
         keys = KeyFilter(include, exclude)
+        if label not in (None, "folder"):
+            raise ValueError(f"label must be None or 'folder' (the class folder's index), got {label!r}")
+        self.label = label
+        self.class_root = check_class_root(class_root)
+        self.classes = None if classes is None else check_classes(classes)
         num_replicas, rank, world = resolve_split(partition, num_replicas, rank, who="EpochLoader")
         if num_workers is None:
             num_workers = default_num_workers(world.local_size)
@@ -217,7 +239,7 @@ class EpochLoader(Resumable):
         # One progress line per node is enough: the node's ranks all wait for the same cut.
         self.progress = None if progress is print_progress and world.local_rank != 0 else progress
         self.on_epoch_end = on_epoch_end
-        options: dict[str, Any] = {"pin_memory": torch.cuda.is_available()}
+        options: dict[str, Any] = {"pin_memory": torch.cuda.is_available(), "collate_fn": collate}
         if num_workers > 0:
             options.update(persistent_workers=True, prefetch_factor=4)
         options.update(dataloader_kwargs)
@@ -246,20 +268,24 @@ class EpochLoader(Resumable):
         sidecar's newest + 1); otherwise only the next epoch is cut, as for a lookup."""
         return EpochRun(self, _check_epoch(epoch), jump=jump)
 
-    def plan(self, epoch: int, *, jump: bool = False) -> tuple[EpochDataset, list[list[str]], list[int], int]:
+    def plan(self, epoch: int, *, jump: bool = False) -> tuple[EpochDataset, list[list[Any]], list[int], int]:
         """Look up ``epoch`` and compute this rank's batches of paths, their byte sizes and the padding.
 
         Collective when torch.distributed is initialised (every rank must call it for the same epoch).
         """
         dataset = EpochDataset(self.root, epoch, decode=self.decoder, wait=self.wait, timeout=self.timeout,
                                progress=self.progress, retry_seconds=self.retry_seconds, jump=jump,
-                               include=self.include, exclude=self.exclude)
+                               include=self.include, exclude=self.exclude, label=self.label,
+                               class_root=self.class_root, classes=self.classes)
         plan, padded = plan_batches(len(dataset), epoch=epoch, batch_size=self.batch_size,
                                     num_replicas=self.num_replicas, rank=self.rank, shuffle=self.shuffle,
                                     seed=self.seed, drop_last=self.drop_last, balance=self.balance,
                                     where=str(self.root))
         prefix = epoch_name(epoch) + "/"
-        batches = [[prefix + dataset.files[i] for i in chunk] for chunk in plan]
+        targets = dataset.targets
+        batches: list[list[Any]] = (
+            [[prefix + dataset.files[i] for i in chunk] for chunk in plan] if targets is None
+            else [[(prefix + dataset.files[i], targets[i]) for i in chunk] for chunk in plan])
         sizes = [sum(dataset.sizes[i] for i in chunk) for chunk in plan]
         return dataset, batches, sizes, padded
 

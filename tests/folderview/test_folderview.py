@@ -124,7 +124,7 @@ def test_retired_epochs_go_and_the_grace_pins_each_published_epoch(tmp_path: Pat
     step = p.step()
     assert step.retired == [0, 1]
     assert layout.list_epochs(folder) == [2]
-    assert sorted(os.listdir(folder / ".epochfs")) == ["epoch-2.manifest", "status.json"]
+    assert sorted(os.listdir(folder / ".epochfs")) == ["classes.json", "epoch-2.manifest", "status.json"]
     assert not [n for n in os.listdir(folder) if n.startswith(folderview.TEMP_PREFIX)]
     store.close()
 

@@ -27,9 +27,9 @@ def test_folderview_benchmark_runs_and_leaves_nothing(tmp_path: Path) -> None:
     before = binds()
     work = tmp_path / "work"
     out = tmp_path / "result.json"
-    result = bench("folderview", "--args", "--dir", str(work), "--entries", "300", "--big", "2",
-                   "--small", "8", "--repeat", "1", "--json", str(out), cwd=decoy(tmp_path / "elsewhere"),
-                   timeout=300)
+    result = bench("folderview", "--args", "--dir", str(work), "--entries", "300", "--wait", "300",
+                   "--big", "2", "--small", "8", "--repeat", "1", "--json", str(out),
+                   cwd=decoy(tmp_path / "elsewhere"), timeout=300)
     assert result.returncode == 0, result.stdout + result.stderr
     text = result.stdout
     for label in ("short", "long"):
@@ -37,6 +37,11 @@ def test_folderview_benchmark_runs_and_leaves_nothing(tmp_path: Path) -> None:
                          r"\( *\d+ entries/s; CPU +\d+\.\d\d s\), bare links +\d+\.\d\d s \(\d+\.\d\dx\), "
                          r"retire +\d+\.\d\d s", text,
                          re.M), text
+    assert re.search(r"^wait +300 entries: ask -> epoch-N visible \d+\.\d{3} s \(\d+\.\d{3}-\d+\.\d{3}\); "
+                     r"publisher CPU per epoch \d+\.\d\d s \([\d.]+ us/entry\); disk per epoch [\d.]+ MB, "
+                     r"\d+ inodes$", text, re.M), text
+    assert re.search(r"^wait +300 entries, FUSE view: ask \(lookup\) -> epoch-N \d+\.\d{3} s", text,
+                     re.M), text
     for size, count in (("4MiB", 2), ("64KiB", 8)):
         for view in ("folder", "fuse"):
             assert re.search(rf"^ *{size} x{count} +procs=1 +{view} +first cold +\d+ \(\d+\.\d\dx\) +first "
@@ -45,6 +50,7 @@ def test_folderview_benchmark_runs_and_leaves_nothing(tmp_path: Path) -> None:
     assert [r["link_root"] for r in doc["publish"]] == ["short", "long"]
     assert doc["publish"][0]["target_bytes"] < 60 <= doc["publish"][1]["target_bytes"]
     assert [r["size"] for r in doc["reads"]] == ["4MiB", "64KiB"]
+    assert [r["entries"] for r in doc["wait"]] == [300] and doc["wait"][0]["wait_s"] > 0
     assert not work.exists()
     after = binds()
     assert str(work) not in Path("/proc/self/mountinfo").read_text()

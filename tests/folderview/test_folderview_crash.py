@@ -1,16 +1,22 @@
 """``kill -9`` of the folder publisher at random moments while it publishes and retires epochs.
 
 Each round starts ``epochfs publish`` for real over a store that a driver thread keeps changing
-(a cut of a 1,500-entry epoch every 30 ms, retirements of all but the newest
-two), picks a moment at random (during a build, during a retirement, or after a random delay)
-and kills the publisher with SIGKILL there. Then, on the folder exactly as the crash left it:
+(a cut of a 1,500-entry epoch every 30 ms, retirements of all but the newest two), picks a
+moment at random (during a build, whole or of the next epoch's tree built ahead; during a
+retirement; a random delay after the tree built ahead appeared, which lands inside its growth or
+the cut that shows it; or after a random delay) and kills the publisher with SIGKILL there. Then,
+on the folder exactly as the crash left it:
 
 * no partial epoch is visible: every ``epoch-N/`` a reader can list is complete (its manifest is
   there, its entries are exactly the manifest's, each a link to the store's object);
 * nothing a reader was promised is gone: every epoch listed just before the kill that the store
   still holds is still there, with the same folder;
 * after recovery (what the next start does) no temporary name is left, and a step publishes every
-  live epoch.
+  live epoch;
+* kills landed while a tree built ahead was there (its temporary name seen), growing or being
+  shown. (``shared`` counts the rounds where epochs sharing entries as hard links were visible at
+  the kill; with cuts every 30 ms and two epochs kept that is rare, and
+  ``test_folderview_ahead.py`` checks the sharing itself.)
 
 Two rounds of each kind by default; ``-m slow`` runs 40 rounds.
 """
@@ -37,7 +43,7 @@ from epochfs.torchclient import layout
 ENTRIES = 1500
 LINK_ROOT = Path("/efs")
 """Targets need not resolve here; a short root keeps them in the inode (fast on ext4)."""
-MOMENTS = ("build", "retire", "random")
+MOMENTS = ("build", "retire", "ahead", "random")
 
 
 def objects(start: int, count: int) -> dict[str, bytes]:
@@ -92,11 +98,16 @@ def wait_for_moment(folder: Path, moment: str, rng: random.Random, proc: subproc
         while time.monotonic() < deadline and proc.poll() is None:
             pass
         return "random"
-    marker = folderview.TEMP_PREFIX + ("retired-" if moment == "retire" else "epoch-")
+    markers = tuple(folderview.TEMP_PREFIX + m for m in {
+        "retire": ("retired-",), "build": ("epoch-", "ahead-"), "ahead": ("ahead-",)}[moment])
     deadline = time.monotonic() + 20
     while time.monotonic() < deadline and proc.poll() is None:
         try:
-            if any(n.startswith(marker) for n in os.listdir(folder)):
+            if any(n.startswith(markers) for n in os.listdir(folder)):
+                if moment == "ahead":  # somewhere in its growth, or in the cut that shows it
+                    until = time.monotonic() + rng.uniform(0.0, 0.06)
+                    while time.monotonic() < until:
+                        pass
                 return moment
         except FileNotFoundError:
             pass
@@ -139,7 +150,7 @@ def run_rounds(tmp_path: Path, rounds: int, seed: int) -> dict[str, int]:
     store.cut(0)
     folder = tmp_path / "view"
     next_key = ENTRIES
-    seen = {m: 0 for m in (*MOMENTS, "missed")}
+    seen = {m: 0 for m in (*MOMENTS, "missed", "shared")}
     argv = [*EPOCHFS, "--log-level", "WARNING", "publish", "--cache", str(store.root),
             "--mount", str(folder), "--link-root", str(LINK_ROOT)]
     for i in range(rounds):
@@ -161,6 +172,8 @@ def run_rounds(tmp_path: Path, rounds: int, seed: int) -> dict[str, int]:
         next_key = driver.next_key
         # The folder exactly as the crash left it.
         visible = check_visible_epochs_complete(folder, store)
+        seen["shared"] += any(os.lstat(os.path.join(d, f[0])).st_nlink > 1 for n in visible
+                              for d, _, f in os.walk(folder / f"epoch-{n}") if f)
         live = {e.epoch for e in store.epochs()}
         gone = [n for n in promised if n in live and n not in visible]
         assert not gone, f"round {i} ({got}): promised epochs {gone} are gone (visible {visible})"
@@ -182,7 +195,8 @@ def run_rounds(tmp_path: Path, rounds: int, seed: int) -> dict[str, int]:
 def test_kill_9_while_publishing_and_retiring(tmp_path: Path, seed: int) -> None:
     seen = run_rounds(tmp_path, rounds=6, seed=seed)
     print(f"seed {seed}: moments {seen}")
-    assert seen["build"] + seen["retire"] >= 3, seen  # most kills landed inside a build or a retirement
+    assert seen["build"] + seen["retire"] + seen["ahead"] >= 3, seen  # most inside a build or a retirement
+    assert seen["ahead"] >= 1, seen  # a kill landed while a tree built ahead was there
 
 
 @pytest.mark.slow
@@ -191,4 +205,5 @@ def test_kill_9_while_publishing_and_retiring_many_rounds(tmp_path: Path) -> Non
     print(f"seed {seed} (EPOCHFS_CRASH_SEED={seed} repeats the default test's moments)")
     seen = run_rounds(tmp_path, rounds=40, seed=seed)
     print(f"moments {seen}")
-    assert seen["build"] + seen["retire"] >= 20, seen
+    assert seen["build"] + seen["retire"] + seen["ahead"] >= 20, seen
+    assert seen["ahead"] >= 5, seen

@@ -1,0 +1,173 @@
+"""The class folders of a cache: one list of folders that only grows, so labels by folder stay put.
+
+torchvision's ``ImageFolder`` numbers the classes of ``epoch-N/train`` by the folders present in
+*that* epoch: an epoch that lacks one class shifts every later label. The cache therefore keeps
+every folder it has shown, or that the listing found, in one list (``<cache>/classes.folders``):
+sorted at the first record, and from then on only appended to (new folders in sorted order), never
+reordered. A folder's class index is its place among the folders of the same parent in that list
+(``epochfs.torchclient.layout.format_classes`` renders ``.epochfs/classes.json`` from it), so it
+is the same in every epoch of the cache, and a class that appears later takes the next index.
+
+**The same on every node.** What the listing's folder discovery found
+(:class:`~epochfs.sidecar.listing.sources.PagedSource`: delimiter pages, before any sample, the
+same on every node whatever its shard) is in the running listing's parts (``listing_parts``, one
+per class folder in the common ``train/<class>/`` layout); :func:`listing_folders` reads it, and
+the FUSE server records it as soon as a listing runs, before the first cut waits out the
+listing's first round. The folders of each epoch are recorded before ``classes.json`` is served
+with it (:func:`record`), so every folder of a live epoch has its index.
+
+**Outside the index, like** ``epochs.hwm``: a damaged index is rebuilt from what is on disk, and
+labels must survive that. The file is replaced atomically (temp, fsync, rename, folder fsync),
+under the index's write transaction, which serializes writers across processes.
+
+Format: a header ``#epochfs-class-folders v1<TAB>through=N`` (N: the newest epoch whose folders
+are recorded, -1 none), then one folder path per line (relative, ``/``-separated, no trailing
+slash), parents before their children.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from epochfs.sidecar.store.index import Meta
+from epochfs.sidecar.store.objects import replace_file
+
+if TYPE_CHECKING:
+    from epochfs.sidecar.store.cache import Store
+
+log = logging.getLogger("epochfs.store")
+
+FOLDERS_NAME = "classes.folders"
+MAGIC = "#epochfs-class-folders v1"
+MAX_FOLDERS = 200_000
+"""Folders recorded at most (a dataset of a folder per sample is no class layout): past it, new
+folders get no index and a warning is logged once per process."""
+
+
+@dataclass(frozen=True)
+class ClassFolders:
+    """What ``classes.folders`` holds."""
+
+    folders: tuple[str, ...] = ()
+    through: int = -1
+    """The newest epoch whose folders are all recorded (-1: none)."""
+
+
+def folder_path(root: Path) -> Path:
+    return root / FOLDERS_NAME
+
+
+def read(root: Path) -> ClassFolders:
+    """The recorded folders (none when there is no file yet). A damaged file is logged and read
+    as far as it parses: its lines are kept, never renumbered."""
+    try:
+        text = folder_path(root).read_text(encoding="utf-8", errors="surrogateescape")
+    except FileNotFoundError:
+        return ClassFolders()
+    lines = text.split("\n")
+    header = lines[0].split("\t")
+    through = -1
+    if header[0] != MAGIC:
+        log.error("%s: unknown header %r; read as no folders", folder_path(root), lines[0][:60])
+        return ClassFolders()
+    for field in header[1:]:
+        key, _, value = field.partition("=")
+        if key == "through" and value.lstrip("-").isdigit():
+            through = int(value)
+    return ClassFolders(tuple(line for line in lines[1:] if line), through)
+
+
+def with_parents(folders: Iterable[str]) -> set[str]:
+    """``folders`` (``a/b/``, ``a/b``) and every folder above them, without trailing slashes;
+    empty and unsafe names (``.``, ``..``, an empty component) are left out."""
+    out: set[str] = set()
+    for folder in folders:
+        parts = folder.strip("/").split("/")
+        if not folder.strip("/") or any(p in ("", ".", "..") or "\n" in p or "\0" in p for p in parts):
+            continue
+        for i in range(1, len(parts) + 1):
+            out.add("/".join(parts[:i]))
+    return out
+
+
+def merged(known: tuple[str, ...], found: Iterable[str]) -> tuple[str, ...]:
+    """``known`` followed by the folders of ``found`` it lacks (their parents included), sorted.
+
+    Sorted by path, a parent comes before its children and siblings come in name order; the
+    known folders keep their places."""
+    have = set(known)
+    new = sorted(with_parents(found) - have)
+    room = MAX_FOLDERS - len(known)
+    if len(new) > room:
+        log.warning("class folders: %d new folder(s) beyond the %d recorded at most; they get no "
+                    "class index", len(new) - max(room, 0), MAX_FOLDERS)
+        new = new[:max(room, 0)]
+    return known + tuple(new)
+
+
+def _write(root: Path, value: ClassFolders) -> None:
+    data = "\n".join([f"{MAGIC}\tthrough={value.through}", *value.folders]) + "\n"
+    replace_file(folder_path(root), data.encode("utf-8", "surrogateescape"))
+    for stale in root.glob(f".{FOLDERS_NAME}.*.tmp"):  # a writer killed between write and rename
+        pid = stale.name[len(FOLDERS_NAME) + 2:-len(".tmp")]
+        if pid.isdigit() and not os.path.exists(f"/proc/{pid}"):
+            with contextlib.suppress(FileNotFoundError):
+                stale.unlink()
+
+
+def record(store: Store, found: Iterable[str], *, through: int | None = None) -> ClassFolders:
+    """Append the folders of ``found`` (and their parents) that the list lacks, sorted; raise the
+    ``through`` mark to ``through`` (the newest epoch whose folders ``found`` holds). Returns what
+    is recorded now. Nothing is written when nothing changes."""
+    found = list(found)
+    # The index's write transaction serializes recorders across processes (the FUSE server, the
+    # folder view, the listing), as it does cutters for epochs.hwm.
+    with store._ix.write():
+        current = read(store.root)
+        folders = merged(current.folders, found)
+        mark = current.through if through is None else max(current.through, through)
+        value = ClassFolders(folders, mark)
+        if value != current:
+            _write(store.root, value)
+    return value
+
+
+def listing_folders(store: Store) -> list[str]:
+    """The folders the running listing's parts name (its folder discovery: a part's prefix, and a
+    range's start at a folder boundary); none when no listing runs."""
+    rows = store._ix.query("SELECT prefix, start FROM listing_parts")
+    return [value for row in rows for value in row if value and str(value).endswith("/")]
+
+
+CATALOG_SCAN_LIMIT = 2_000_000
+"""The catalog is read for folders (:func:`catalog_folders`) only up to this many keys."""
+
+
+def catalog_folders(store: Store) -> list[str]:
+    """The folders of the keys the catalog holds (this node's shard of what was listed), read in
+    one query; none above :data:`CATALOG_SCAN_LIMIT` keys. For the first record only: a remote
+    whose discovery named no folder (one listing page, one stream) still has its listed classes
+    sorted together, not only those of the first epoch."""
+    count = int(store._ix.get(Meta.CATALOG_OBJECTS) or 0)
+    if count > CATALOG_SCAN_LIMIT:
+        return []
+    # rtrim(key, <every character of key but '/'>) is the key up to its last '/': its folder.
+    rows = store._ix.query("SELECT DISTINCT rtrim(key, replace(key, '/', '')) FROM catalog")
+    return [str(r[0]) for r in rows if r[0]]
+
+
+def listing_mark(store: Store) -> tuple[int, int]:
+    """(the listing's generation, its part count): changes when a listing begins or splits."""
+    generation = int(store._ix.get(Meta.LISTING_GENERATION) or 0)
+    parts = int(store._ix.query("SELECT COUNT(*) FROM listing_parts")[0][0])
+    return generation, parts
+
+
+__all__ = ["FOLDERS_NAME", "MAX_FOLDERS", "ClassFolders", "catalog_folders", "listing_folders",
+           "listing_mark", "merged", "read", "record", "with_parents"]

@@ -1,0 +1,154 @@
+"""The next epoch's tree built ahead (issue 25), in-process on real folders and a real store.
+
+Two publishers follow the same store: one builds ahead (``ahead=True``), the other writes every
+epoch whole (the reference). After every cut both folders must hold byte-identical manifests and
+identical trees (names, targets, folder modes), and the ahead publisher must have shown the epoch
+from its tree (``Step.ahead``), with entries carried over from the epoch before as hard links of
+its symlinks. Cuts come while samples land, the epoch budget's front moves and eviction removes
+the oldest samples; a path clash and a sample taken out of the store make it write the epoch
+whole, still identical.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+from fuse_helpers import admit, make_objects, open_store
+
+from epochfs.sidecar import folderview
+from epochfs.sidecar.folderview import FolderPublisher
+from epochfs.sidecar.store import Store
+from epochfs.torchclient import layout
+
+
+def tree_of(base: Path) -> dict[str, str]:
+    """Relative path -> symlink target (files) or mode (folders) of everything below ``base``."""
+    out = {}
+    for dirpath, _dirs, files in os.walk(base):
+        rel = os.path.relpath(dirpath, base)
+        out[rel + "/"] = oct(os.stat(dirpath).st_mode)
+        for name in files:
+            out[os.path.join(rel, name)] = os.readlink(os.path.join(dirpath, name))
+    return out
+
+
+def pair(store: Store, tmp_path: Path) -> tuple[FolderPublisher, FolderPublisher]:
+    ahead = FolderPublisher(store=store, folder=tmp_path / "ahead", link_root=Path("/efs"), ahead=True,
+                            grace=False)
+    whole = FolderPublisher(store=store, folder=tmp_path / "whole", link_root=Path("/efs"), grace=False)
+    for p in (ahead, whole):
+        p.recover()
+        p.step(force_status=True)
+    return ahead, whole
+
+
+def settle(p: FolderPublisher) -> None:
+    """Step until the tree built ahead has nothing left to link (bounded: each step links some)."""
+    for _ in range(1000):
+        if not p.step().pending:
+            return
+    raise AssertionError("the tree built ahead never settled")
+
+
+def same_epoch(ahead: FolderPublisher, whole: FolderPublisher, n: int) -> None:
+    m = f".epochfs/epoch-{n}.manifest"
+    assert (ahead.folder / m).read_bytes() == (whole.folder / m).read_bytes(), f"epoch {n}: manifests differ"
+    assert tree_of(ahead.folder / f"epoch-{n}") == tree_of(whole.folder / f"epoch-{n}"), f"epoch {n}: trees"
+    # Every folder a reader finds in the epoch has its class index (issue 22) when it appears.
+    classes = layout.read_classes(ahead.folder)
+    assert classes is not None
+    for dirpath, dirs, _files in os.walk(ahead.folder / f"epoch-{n}"):
+        rel = os.path.relpath(dirpath, ahead.folder / f"epoch-{n}")
+        for d in dirs:
+            assert d in classes[layout.ROOT_KEY if rel == "." else rel], (n, rel, d)
+
+
+def test_cuts_are_shown_from_the_tree_built_ahead_identical_to_a_whole_build(tmp_path: Path) -> None:
+    # A small cache: the epoch budget's front moves and eviction takes the oldest samples.
+    store = open_store(tmp_path / "cache", capacity=400 * 100, keep_epochs=2, in_use_seconds=0.0,
+                       headroom=0.5)
+    admit(store, make_objects(20, 100, prefix="old/deep/", seed=5))  # the first to leave: folders empty
+    admit(store, make_objects(150, 100, prefix="train/a/", seed=1))
+    store.cut(0)
+    ahead, whole = pair(store, tmp_path)
+    start, used = 150, []
+    for round_ in range(6):
+        settle(ahead)
+        added = make_objects(60, 100, prefix=f"train/{'ab'[round_ % 2]}/", seed=2, start=start)
+        admit(store, added)  # evicts the oldest once the cache is full
+        start += 60
+        ahead.step()  # some land before the cut, seen ahead...
+        admit(store, make_objects(3, 100, prefix="val/", seed=3, start=start))
+        start += 3  # ...and some only at the cut
+        n = store.cut(store.next_epoch())
+        assert n is not None
+        admit(store, make_objects(2, 100, prefix="late/", seed=4, start=start))
+        start += 2  # landed after the cut, before it is shown: in the next epoch only
+        step = ahead.step()
+        whole.step()
+        assert step.published == [n]
+        used += step.ahead
+        same_epoch(ahead, whole, n)
+        store.retire(now=time.time() + 10_000)
+    assert used == list(range(1, 7)), used  # every cut came from the tree built ahead
+    assert not (ahead.folder / "epoch-6" / "old").exists()  # emptied folders went with their entries
+    assert store.stats().evicted_total > 0  # the front moved: eviction happened meanwhile
+    # Entries carried over are hard links of the epoch before's symlinks: one inode per entry.
+    ahead.step()
+    whole.step()
+    ahead.drain()
+    new, old = tree_of(ahead.folder / "epoch-6"), tree_of(ahead.folder / "epoch-5")
+    shared = [rel for rel in new if not rel.endswith("/") and rel in old]
+    assert len(shared) > 100
+    for rel in shared:
+        one, two = os.lstat(ahead.folder / "epoch-6" / rel), os.lstat(ahead.folder / "epoch-5" / rel)
+        assert one.st_ino == two.st_ino and one.st_nlink >= 2, rel
+    # Retired epochs left the folder; nothing but the tree being built ahead is a temporary name.
+    assert sorted(os.listdir(ahead.folder)) == sorted([*os.listdir(whole.folder), ahead._ahead.tree.name])  # type: ignore[union-attr]
+    assert ahead._ahead.tree.name.startswith(folderview.TEMP_PREFIX)  # type: ignore[union-attr]
+
+
+def test_a_clash_or_a_sample_taken_out_is_written_whole_still_identical(tmp_path: Path) -> None:
+    store = open_store(tmp_path / "cache")
+    admit(store, make_objects(50, 10, prefix="d/", seed=1))
+    store.cut(0)
+    ahead, whole = pair(store, tmp_path)
+    settle(ahead)
+    # A sample taken out of the store inside the next epoch's range (the scrub's quarantine).
+    victim = next(o for o in store.stored_objects(after_id=10, limit=1))
+    store.take_out([(victim, "test")], quarantine=False)
+    n = store.cut(store.next_epoch())
+    assert n is not None
+    step = ahead.step()
+    whole.step()
+    assert step.published == [n] and step.ahead == [n]  # found and dropped at the cut: still ahead
+    same_epoch(ahead, whole, n)
+    # A key that is a file and a folder prefix of another: the tree builder shows the first in
+    # path order, which a tree grown in admission order cannot: written whole.
+    admit(store, {"d/00001.bin/x": b"clash"})
+    settle(ahead)
+    n = store.cut(store.next_epoch())
+    assert n is not None
+    step = ahead.step()
+    whole.step()
+    assert step.published == [n] and step.ahead == []
+    same_epoch(ahead, whole, n)
+
+
+def test_retiring_runs_in_the_background_and_nothing_visible_is_half_removed(tmp_path: Path) -> None:
+    store = open_store(tmp_path / "cache", keep_epochs=1, in_use_seconds=0.0)
+    admit(store, make_objects(300, 10, prefix="r/", seed=1))
+    store.cut(0)
+    ahead, _ = pair(store, tmp_path)
+    settle(ahead)
+    store.cut(1)
+    assert store.retire(now=time.time() + 10_000) == [0]
+    step = ahead.step()
+    assert step.published == [1] and step.retired == [0]
+    assert not (ahead.folder / "epoch-0").exists()
+    assert not (ahead.folder / ".epochfs/epoch-0.manifest").exists()
+    ahead.drain()
+    left = [n for n in os.listdir(ahead.folder) if n.startswith(folderview.TEMP_PREFIX + "retired-")]
+    assert left == []

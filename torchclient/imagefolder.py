@@ -1,0 +1,84 @@
+"""Class folders of images with labels that stay the same in every epoch.
+
+:class:`EpochImageFolder` is torchvision's ``ImageFolder`` over ``epoch-N/<folder>`` (the same
+``classes``, ``class_to_idx``, ``samples``, ``targets``; items ``(image, class index)``), with the
+class indexes of the mount's ``.epochfs/classes.json``: an epoch that lacks a class does not move
+the others, and a class that appears later takes the next index. It needs no torchvision: images
+are decoded by ``decode="image"`` (torchvision.io where installed, Pillow otherwise) to
+``(3, H, W)`` uint8 tensors in the DataLoader's workers, where ``transform`` runs too.
+
+:func:`find_classes` is the same map in the shape of ``ImageFolder.find_classes``, for code that
+keeps torchvision's own class (docs/torchclient.md, "Class folders of images")::
+
+    class StableImageFolder(torchvision.datasets.ImageFolder):
+        def find_classes(self, directory):
+            return epochfs.torchclient.find_classes(directory)
+
+    StableImageFolder(f"{root}/epoch-{n}/train", allow_empty=True)
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from .dataset import EpochDataset
+from .decode import Decoder
+from .labels import ClassMapError, check_class_root
+from .layout import parse_epoch_name, read_classes
+
+
+class EpochImageFolder(EpochDataset):
+    """``ImageFolder`` over ``root/epoch-<epoch>/<folder>`` with stable class indexes.
+
+    ``folder``: the class root inside the epoch (``"train"``; ``"."`` the epoch's own folder).
+    ``decode`` (default ``"image"``), ``transform`` and the other keywords are
+    :class:`~epochfs.torchclient.dataset.EpochDataset`'s; ``classes=`` fixes the map instead of
+    ``classes.json`` (pass ``train.class_to_idx`` to a validation set, so both agree whatever
+    each folder holds).
+    """
+
+    def __init__(self, root: str | os.PathLike[str], epoch: int, folder: str = "train", *,
+                 decode: str | Decoder = "image", transform: Callable[[Any], Any] | None = None,
+                 classes: Mapping[str, int] | Sequence[str] | None = None, **kwargs: Any) -> None:
+        for own in ("label", "class_root"):
+            if own in kwargs:
+                raise TypeError(f"EpochImageFolder sets {own} itself (use folder=)")
+        super().__init__(root, epoch, decode=decode, transform=transform, label="folder",
+                         class_root=folder, classes=classes, **kwargs)
+
+    @property
+    def samples(self) -> list[tuple[str, int]]:
+        """(path, class index) of every image, as ImageFolder's ``samples``."""
+        assert self.targets is not None
+        return [(str(self.dir / path), target) for path, target in zip(self.files, self.targets, strict=True)]
+
+    @property
+    def imgs(self) -> list[tuple[str, int]]:
+        return self.samples
+
+    def __repr__(self) -> str:
+        return (f"EpochImageFolder(root={str(self.root)!r}, epoch={self.epoch}, folder={self.class_root!r}, "
+                f"images={len(self.files)}, classes={len(self.classes)})")
+
+
+def find_classes(directory: str | os.PathLike[str]) -> tuple[list[str], dict[str, int]]:
+    """``(classes, class_to_idx)`` of ``directory`` (a folder inside ``<mount>/epoch-N/``) from the
+    mount's ``.epochfs/classes.json``: a drop-in for ``ImageFolder.find_classes``. ``classes``
+    are the names by index, every class the cache knows (some may have no folder in this epoch:
+    give ImageFolder ``allow_empty=True``). ClassMapError where the mount has no classes.json."""
+    path = Path(os.path.abspath(directory))
+    parts = path.parts
+    for i in range(len(parts) - 1, 0, -1):
+        if parse_epoch_name(parts[i]) is not None:
+            root, inside = Path(*parts[:i]), "/".join(parts[i + 1:])
+            break
+    else:
+        raise ClassMapError(f"{directory} is not inside an epoch-N/ folder of an epochfs mount")
+    maps = read_classes(root)
+    if maps is None:
+        raise ClassMapError(f"{root} has no .epochfs/classes.json (not an epochfs mount of this version)")
+    mapping = dict(maps.get(check_class_root(inside), {}))
+    return [name for name, _ in sorted(mapping.items(), key=lambda item: item[1])], mapping
