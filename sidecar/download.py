@@ -214,7 +214,8 @@ class Downloader:
             if reader.size is not None and reader.size != cand.size:
                 raise Changed(f"size is {reader.size}, the listing said {cand.size}")
             etag_is_md5 = reader.etag_is_md5
-            md5_etag = (plain_md5_etag(reader.etag) or plain_md5_etag(cand.version)) if etag_is_md5 else None
+            md5_etag = (reader.content_md5 or plain_md5_etag(reader.etag) or plain_md5_etag(cand.version)
+                        if etag_is_md5 else None)
             plan = checksums.choose(reader.checksum, md5_etag)
             h = self.hashers(plan.algorithm)
             with self._lock:

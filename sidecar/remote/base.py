@@ -143,6 +143,10 @@ class Reader(ABC):
     checksum: tuple[str, str] | None = None
     """The full-object checksum the remote stored for the body, ``(algorithm, base64)`` (S3's
     ``x-amz-checksum-*``), for the downloader to verify the body against; None when it has none."""
+    content_md5: str | None = None
+    """The md5 (hex) the store keeps for the body apart from its version (GCS's ``md5Hash``,
+    Azure's Content-MD5), for the downloader to verify the body against; the ETag stays the
+    object's version tag. None when the store keeps none (S3's md5 is its ETag)."""
     etag_is_md5: bool = True
     """False when the remote says its ETags are not md5s of the content (S3 objects encrypted
     with KMS or customer keys), so a 32-hex ETag vouches for nothing."""

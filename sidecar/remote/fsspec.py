@@ -124,7 +124,10 @@ class FsspecRemote(Remote):
             f = self._fs.open(self._path(key), "rb", block_size=BLOCK, cache_type="none")
         reader = FsspecReader(f, size=getattr(f, "size", None), errors=self.errors)
         if checksum:
-            reader.checksum, reader.etag = self.checksums(getattr(f, "details", None) or {})
+            # The md5 is not the version tag: recorded as the ETag it replaced the generation as
+            # the sample's version, and a repair of a sample cached before compared an md5 with a
+            # generation and found them different (lost for good).
+            reader.checksum, reader.content_md5 = self.checksums(getattr(f, "details", None) or {})
         return reader
 
     def read_range(self, key: str, start: int, length: int) -> bytes:

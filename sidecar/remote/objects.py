@@ -56,6 +56,23 @@ class ReaderFile(io.RawIOBase):
         super().close()
 
 
+class FileRaw(io.RawIOBase):
+    """Any file object with ``read(n)`` as a raw binary file for :class:`io.BufferedReader`."""
+
+    def __init__(self, f: IO[bytes]) -> None:
+        super().__init__()
+        self._f = f
+
+    def readinto(self, b: Any) -> int:
+        view = memoryview(b).cast("B")
+        data = self._f.read(len(view))
+        view[:len(data)] = data
+        return len(data)
+
+    def readable(self) -> bool:
+        return True
+
+
 class RangedFile(io.RawIOBase):
     """An object of known size as a seekable raw file: each read is one ranged read."""
 
@@ -109,8 +126,11 @@ def open_stream(url: str, *, endpoint_url: str | None = None, what: str = "") ->
     ("the index")."""
     label = f"{what} {redact(url)}".strip()
     if not is_s3(url):
-        with _fsspec_file(url, label, block_size=0 if url.startswith("http") else BLOCK) as f:
-            yield f
+        # Buffered here too: fsspec's files differ (HTTP's streaming file has no readline(n), no
+        # seek; only a local file can peek), and the index reader needs readline and peek.
+        with _fsspec_file(url, label, block_size=0 if url.startswith("http") else BLOCK) as f, \
+                io.BufferedReader(FileRaw(f), BLOCK) as buffered:
+            yield buffered
         return
     remote, key = _s3(url, endpoint_url)
     try:
@@ -170,4 +190,4 @@ def upload(path: str, url: str, *, endpoint_url: str | None = None) -> None:
             dst.write(block)
 
 
-__all__ = ["RangedFile", "ReaderFile", "is_s3", "open_ranged", "open_stream", "upload"]
+__all__ = ["FileRaw", "RangedFile", "ReaderFile", "is_s3", "open_ranged", "open_stream", "upload"]

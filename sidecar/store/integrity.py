@@ -6,12 +6,12 @@ compares its size and digest with what admission recorded (``samples.digest``), 
 the digest names (:mod:`.digests`: the CRC64NVME, CRC32C, CRC32 or SHA the download was verified
 with, or md5; a bare hex digest of an older index is an md5), so that a body is never hashed in a
 second algorithm just for the scrub. Start-up recovery
-checks sizes only (it must be quick); a flipped byte is found here. A damaged sample is taken out
-the way recovery drops a lost one: its row goes (epochs that listed it stop listing it and
-counting its bytes), ``corrupt_objects_total`` counts it, and only after the commit is the file
-moved to ``<cache>/quarantine/`` (``epochfs verify``) or removed (the background scrub, which
-then fetches the key again). A reader never gets the damaged bytes from a listing made after
-that; one that already holds the listing finds the file gone rather than wrong.
+checks sizes only (it must be quick); a flipped byte is found here. A damaged sample is marked for
+repair in place (:func:`take_out`), as recovery marks a lost one: its row stays, so every epoch
+that lists it keeps listing it, ``corrupt_objects_total`` counts it, and only after the commit is
+the file moved to ``<cache>/quarantine/`` (``epochfs verify``) or removed; the sampler fetches the
+key again into the same sample (:func:`repair`). A reader never gets the damaged bytes from a
+listing made after that; until the repair lands the entry's file is absent.
 """
 
 from __future__ import annotations
@@ -99,7 +99,7 @@ def check(path: Path, obj: StoredObject, *, pace: Pace | None = None,
 
 
 def take_out(ix: Index, files: ObjectFiles, damaged: list[tuple[StoredObject, str]], *,
-             quarantine: bool) -> list[TakenOut]:
+             quarantine: bool, corrupt: bool = True) -> list[TakenOut]:
     """Mark the damaged samples for repair in place, count them, then move their files to
     ``quarantine/`` or remove them; the sampler fetches each again into the same sample
     (:func:`repairs_due`, :meth:`.Store.admit`). The samples row stays: every epoch that lists
@@ -115,7 +115,8 @@ def take_out(ix: Index, files: ObjectFiles, damaged: list[tuple[StoredObject, st
         for obj, problem in damaged:
             if db.execute("SELECT 1 FROM samples WHERE id=? AND sid=?", (obj.id, obj.sid)).fetchone() is None:
                 continue
-            ix.bump("corrupt_objects_total", 1)
+            if corrupt:  # damaged bytes; a file missing at start-up is not (corrupt=False)
+                ix.bump("corrupt_objects_total", 1)
             row = db.execute("SELECT key, sid, size, version FROM catalog WHERE key=? AND skipped=0",
                              (obj.key,)).fetchone()
             cand = None if row is None else Candidate(str(row[0]), str(row[1]), int(row[2]), str(row[3]))

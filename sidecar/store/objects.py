@@ -46,7 +46,9 @@ def replace_file(target: Path, data: bytes) -> None:
     try:
         fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
         try:
-            os.write(fd, data)
+            view = memoryview(data)
+            while view:  # write(2) may write part of it (a disk filling up): the rest, or ENOSPC
+                view = view[os.write(fd, view):]
             os.fsync(fd)
         finally:
             os.close(fd)

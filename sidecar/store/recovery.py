@@ -20,35 +20,17 @@ repair in place and fetched again, so no epoch that lists it changes.
 from __future__ import annotations
 
 import logging
-import sqlite3
 
 from epochfs.sidecar.store import epochs, hwm, integrity, journal, memberfiles
 from epochfs.sidecar.store.index import Index, Meta
 from epochfs.sidecar.store.objects import ObjectFiles
 from epochfs.sidecar.store.records import RecoveryReport, StoredObject, StoreError
-from epochfs.sidecar.store.windows import IN_WINDOW
 
 log = logging.getLogger("epochfs.store")
 
 CHUNK = 10_000
-"""Samples read (or dropped) per transaction by recovery."""
+"""Samples read (or marked for repair) per transaction by recovery."""
 BOOT_ID = "/proc/sys/kernel/random/boot_id"
-
-
-def drop_samples(db: sqlite3.Connection, sample_ids: list[int]) -> None:
-    """Forget samples whose objects are gone; epochs that listed them stop listing them (and stop
-    counting their bytes)."""
-    for sample_id in sample_ids:
-        size = int(db.execute("SELECT size FROM samples WHERE id=?", (sample_id,)).fetchone()[0])
-        db.execute("UPDATE epochs AS e SET samples=samples-1, bytes=bytes-:size WHERE retired=0 AND "
-                   "(first_sample <= :id AND :id <= max_sample OR first_sample IS NULL AND (lo_key IS "
-                   "NULL AND n IN (SELECT epoch FROM epoch_samples WHERE sample=:id) OR lo_key IS NOT "
-                   f"NULL AND EXISTS (SELECT 1 FROM samples s WHERE s.id=:id AND {IN_WINDOW})))",
-                   {"size": size, "id": sample_id})
-        db.execute("DELETE FROM epoch_samples WHERE sample=?", (sample_id,))
-        db.execute("DELETE FROM epoch_excluded WHERE sample=?", (sample_id,))
-        db.execute("DELETE FROM samples WHERE id=?", (sample_id,))
-        db.execute("DELETE FROM repairs WHERE sample=?", (sample_id,))
 
 
 def recount(ix: Index) -> None:
@@ -91,10 +73,10 @@ def recover(ix: Index, files: ObjectFiles, *, integrity: str | None = None) -> R
         else:
             why = None
         if why is None:
-            dropped, orphans = _window(ix, files)
+            marked, orphans = _window(ix, files)
         else:
             log.info("start-up check of every object file (%s)", why)
-            dropped, orphans = _full(ix, files)
+            marked, orphans = _full(ix, files)
         with ix.write() as db:
             if why is not None:
                 recount(ix)
@@ -106,7 +88,7 @@ def recover(ix: Index, files: ObjectFiles, *, integrity: str | None = None) -> R
                             "showed them and no later epoch could be cut", far, hwm.MAX_EPOCH)
             ix.put(Meta.INFLIGHT_BYTES, "0")
             ix.put(Meta.WRITER_RUNNING, boot)
-    return RecoveryReport(temp_removed, dropped, orphans, integrity)
+    return RecoveryReport(temp_removed, marked, orphans, integrity)
 
 
 def stopped(ix: Index, files: ObjectFiles) -> None:
@@ -160,10 +142,14 @@ def _repair_in_place(ix: Index, files: ObjectFiles, bad: list[tuple[StoredObject
     its place. Before, start-up dropped their rows: a file deleted while the sidecar was stopped
     made its epochs shrink at the next start (issue 20)."""
     for i in range(0, len(bad), CHUNK):
-        taken = integrity.take_out(ix, files, bad[i:i + CHUNK], quarantine=False)
+        taken = integrity.take_out(ix, files, bad[i:i + CHUNK], quarantine=False, corrupt=False)
         for t in taken[:5]:
-            log.warning("start-up check: the object of %s (%s) is %s: fetched again into its place "
-                        "(its epochs keep it)", t.key, t.sid, t.problem)
+            if t.refetch is None:
+                log.warning("start-up check: the object of %s (%s) is %s and its key is no longer "
+                            "listed: its entries stay without their file", t.key, t.sid, t.problem)
+            else:
+                log.warning("start-up check: the object of %s (%s) is %s: fetched again into its "
+                            "place (its epochs keep it)", t.key, t.sid, t.problem)
         if len(taken) > 5:
             log.warning("start-up check: %d more sample(s) lost their object file", len(taken) - 5)
     return len(bad)
@@ -173,17 +159,16 @@ def _full(ix: Index, files: ObjectFiles) -> tuple[int, int]:
     """Every sample against its object file, then every object file against the index; the
     samples a chunk at a time in admission order, the files a batch of names at a time (flat
     memory, a ``stat`` per sample)."""
-    bad: list[tuple[StoredObject, str]] = []
+    repaired = 0
     after = 0
-    while True:  # in admission order, a chunk per read: no set of every sample id in memory
+    while True:  # in admission order, a chunk at a time: flat memory however many are lost
         objs = integrity.objects_after(ix, after, CHUNK)
-        for obj in objs:
-            if (size := files.size_of(obj.sid)) != obj.size:
-                bad.append((obj, _problem(size, obj.size)))
+        bad = [(obj, _problem(size, obj.size)) for obj in objs
+               if (size := files.size_of(obj.sid)) != obj.size]
+        repaired += _repair_in_place(ix, files, bad)
         if len(objs) < CHUNK:
             break
         after = objs[-1].id
-    repaired = _repair_in_place(ix, files, bad)
 
     def known(names: list[str]) -> set[str]:
         marks = ",".join("?" * len(names))

@@ -432,17 +432,19 @@ def test_gcs_sends_the_checksums_it_stores(remote: Remote) -> None:
     reader = remote.open(BIG, checksum=True)
     try:
         assert reader.checksum is not None and reader.checksum[0] == "crc32c"
-        assert reader.etag == hashlib.md5(OBJECTS[BIG]).hexdigest()
+        assert reader.content_md5 == hashlib.md5(OBJECTS[BIG]).hexdigest()
+        assert reader.etag is None, "the md5 is not the version tag (the generation is)"
     finally:
         reader.close()
 
 
 def test_an_md5_sent_with_the_body_is_the_bodys(remote: Remote) -> None:
-    """A plain 32-hex ETag with the body (S3's single-part ETag, GCS's md5Hash, Azure's
-    Content-MD5) is what the downloader verifies the body against (``etag-md5``)."""
+    """An md5 with the body (S3's single-part ETag; GCS's md5Hash and Azure's Content-MD5 apart
+    from the ETag, which stays the version) is what the downloader verifies it against
+    (``etag-md5``)."""
     reader = remote.open(BIG, checksum=True)
     try:
-        etag = plain_md5_etag(reader.etag)
+        etag = reader.content_md5 or plain_md5_etag(reader.etag)
     finally:
         reader.close()
     if etag is None:
@@ -458,7 +460,7 @@ def test_azure_sends_the_content_md5_it_stores(remote: Remote) -> None:
     for key, body in OBJECTS.items():
         reader = remote.open(key, checksum=True)
         try:
-            assert reader.checksum is None and reader.etag == hashlib.md5(body).hexdigest(), key
+            assert reader.checksum is None and reader.content_md5 == hashlib.md5(body).hexdigest(), key
         finally:
             reader.close()
 
@@ -519,13 +521,13 @@ def test_an_azure_blob_written_in_blocks_has_no_md5_and_is_read_all_the_same(azu
     try:
         reader = remote.open("blocks.bin", checksum=True)
         try:
-            assert (reader.checksum, reader.etag, reader.size) == (None, None, len(body))
+            assert (reader.checksum, reader.content_md5, reader.size) == (None, None, len(body))
             assert b"".join(iter(lambda: reader.read(1 << 20), b"")) == body
         finally:
             reader.close()
         reader = remote.open("one.bin", checksum=True)
         reader.close()
-        assert reader.etag == hashlib.md5(b"one request").hexdigest()
+        assert reader.content_md5 == hashlib.md5(b"one request").hexdigest()
     finally:
         remote.close()
 
@@ -615,4 +617,7 @@ def test_epochfs_sample_fetches_an_azure_container_verified_by_its_stored_md5(
             assert rows[key][1] == "size-only", rows[key]
         else:
             assert rows[key] == (f"md5:{hashlib.md5(body).hexdigest()}", "etag-md5"), (key, rows[key])
+    versions = {str(k): str(v) for k, v in index_rows(cache, "SELECT key, version FROM samples")}
+    assert all(versions[k] != hashlib.md5(b).hexdigest() for k, b in bodies.items()), \
+        "the version is the blob's ETag, not its md5 (a repair compares versions)"
     assert verify_cache(cache, bodies) == len(bodies)

@@ -38,6 +38,7 @@ def _page(planner: Planner, seg: Segment, numbers: range, *, done: bool) -> None
     planner.record(seg, keys)
 
 
+@mock.patch("epochfs.sidecar.listing.planner.SKEW_EVERY", 0.0)
 def test_one_folder_listed_whole_beside_the_first_page_of_a_large_one_is_skewed() -> None:
     planner = Planner([Part(0, "a/", "", None), Part(1, "b/", "", None)], splittable=False)
     seg = _segments(planner)
@@ -55,6 +56,7 @@ def test_one_folder_listed_whole_beside_the_first_page_of_a_large_one_is_skewed(
     assert lopsided > planner.progress()["skew"]
 
 
+@mock.patch("epochfs.sidecar.listing.planner.SKEW_EVERY", 0.0)
 def test_spans_listed_alike_are_not_skewed() -> None:
     parts = [Part(i, f"c{i}/", "", None) for i in range(4)]
     planner = Planner(parts, splittable=False)
@@ -102,3 +104,15 @@ def test_the_spread_factor_falls_from_one_to_its_floor() -> None:
     assert values[0] == 1.0
     assert all(a >= b for a, b in itertools.pairwise(values))
     assert values[-1] == SKEW_FLOOR
+
+
+def test_the_skew_is_computed_at_most_once_a_second_whatever_the_commits() -> None:
+    """progress() is asked at every commit; the skew is a pass over every span (10,000 folders:
+    ~160 ms), so it is kept for SKEW_EVERY seconds."""
+    planner = Planner([Part(0, "a/", "", None), Part(1, "b/", "", None)], splittable=False)
+    seg = _segments(planner)
+    _page(planner, seg["a/"], range(100), done=True)
+    _page(planner, seg["b/"], range(100), done=False)
+    first = planner.progress()["skew"]
+    with mock.patch.object(Planner, "_skew", side_effect=AssertionError("computed again")):
+        assert planner.progress()["skew"] == first

@@ -273,6 +273,7 @@ def test_recovery_repairs_after_a_crash(store: Store, cache_dir: Path) -> None:
     assert [f.path for f in reopened.epoch_files(0)] == ["a", "b", "c"], "the epoch never changes"
     assert reopened.epochs()[0].samples == 3
     assert reopened.stats().repairing == 2
+    assert reopened.stats().corrupt_objects_total == 0, "gone, not damaged: no checksum alert"
     assert reopened.repairs_due(limit=10) == [], "no catalog here: nothing to fetch them from (lost)"
     assert "2 lost object(s) to fetch again" in str(report)
 
@@ -317,3 +318,18 @@ def test_admitting_a_cached_key_again_drops_the_copy_and_keeps_its_object(store:
     obj = store.objects_dir / object_name(a.sid)
     assert obj.read_bytes() == bytes([1]) * 100, "the live epoch's object is untouched"
     assert [f.path for f in store.epoch_files(0)] == ["a.bin"]
+
+
+def test_a_small_file_is_replaced_whole_even_when_write_writes_part(tmp_path: Path,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """write(2) may write part of a buffer (a disk filling up): the rest is written, never a
+    truncated file renamed over the good one (epochs.hwm, the class folders list)."""
+    from epochfs.sidecar.store import objects
+
+    target = tmp_path / "epochs.hwm"
+    target.write_bytes(b"old contents")
+    real_write = os.write
+    monkeypatch.setattr(objects.os, "write", lambda fd, data: real_write(fd, bytes(data[:3])))
+    objects.replace_file(target, b"new contents, longer than three bytes\n")
+    assert target.read_bytes() == b"new contents, longer than three bytes\n"
+    assert not list(tmp_path.glob(".epochs.hwm.*.tmp"))
