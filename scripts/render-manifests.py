@@ -149,6 +149,15 @@ def component(webhook: list[dict[str, Any]], image: str) -> dict[str, Any]:
         {"select": {"kind": "MutatingWebhookConfiguration", "name": mwc["metadata"]["name"]},
          "fieldPaths": [f"webhooks.{i}.clientConfig.service.namespace" for i in range(len(mwc["webhooks"]))]},
     ]
+    # The webhook's own namespace is never sent to it (a replica could not start while none
+    # runs): the namespace selector's NotIn list names it, and follows the settings too.
+    own = [f"webhooks.{i}.namespaceSelector.matchExpressions.{j}.values.{k}"
+           for i, hook in enumerate(mwc["webhooks"])
+           for j, expr in enumerate((hook.get("namespaceSelector") or {}).get("matchExpressions", []))
+           for k, value in enumerate(expr.get("values", [])) if value == WEBHOOK_NAMESPACE]
+    if own:
+        namespace_targets.append({"select": {"kind": "MutatingWebhookConfiguration",
+                                             "name": mwc["metadata"]["name"]}, "fieldPaths": own})
     cm = {"kind": "ConfigMap", "name": profiles["metadata"]["name"]}
     deployment = {"kind": "Deployment", "name": deploy["metadata"]["name"]}
     containers = [c["name"] for c in deploy["spec"]["template"]["spec"]["containers"]]

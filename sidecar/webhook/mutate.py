@@ -22,6 +22,12 @@ to ``$(EPOCHFS_MOUNT)``) and its mounts, the pod security context's fields the p
 the scrape annotations the pod does not have, and the marker ``epochfs.io/injected: <profile>``.
 A pod with the marker, or holding the sidecar and its volume already (attached by the
 templates), is left alone: a pod mutated twice is unchanged.
+
+A pod that sets ``spec.automountServiceAccountToken: false`` gets no API token from epochfs
+either: the projected token volume (``epochfs-kube-api-access``) and its mount are left out and
+the sidecar runs with ``EPOCHFS_KUBE_REPORTING=0`` (no Events, no status), whatever the
+profile's kubeReporting says. ``epochfs.io/capacity`` may take at most 90% of the profile's cache
+volume, the share the chart gives the sidecar.
 """
 
 from __future__ import annotations
@@ -46,6 +52,11 @@ INJECTED = "epochfs.io/injected"
 ANNOTATIONS = (INJECT, PROFILE, REMOTE, CAPACITY, SHARD_INDEX, CONTAINERS)
 
 SHARD_ENV = "EPOCHFS_SHARD_INDEX"
+CAPACITY_SHARE_TENTHS = 9
+"""The share of the cache volume a capacity may take: the chart's (epochfs.capacity, _helpers.tpl)."""
+KUBE_API_VOLUME = "epochfs-kube-api-access"
+KUBE_REPORTING_ENV = "EPOCHFS_KUBE_REPORTING"
+KUBE_REPORTING_DETAIL_ENV = ("EPOCHFS_KUBE_STATUS_INTERVAL", "EPOCHFS_KUBE_ERROR_THRESHOLD")
 _FIELD_RE = re.compile(r"^metadata\.(labels|annotations)\['([^']+)'\]$")
 
 Result = Literal["mutated", "skipped", "refused"]
@@ -141,6 +152,9 @@ def _decide(pod: Any, profiles: Mapping[str, Profile], pss_enforced: bool) -> De
 
     trainer_env = copy.deepcopy(profile.trainer_env)
     trainer_mounts = copy.deepcopy(profile.trainer_volume_mounts)
+    no_token = spec.get("automountServiceAccountToken") is False
+    if no_token:
+        _without_kube_reporting(sidecars, own_volumes)
     _override(annotations, profile, sidecars, trainer_env)
     _check_shard(meta, profile, sidecars)
     _check_security(spec, profile, pss_enforced)
@@ -228,9 +242,10 @@ def _decide(pod: Any, profiles: Mapping[str, Profile], pss_enforced: bool) -> De
         for k, v in missing.items():
             add(_pointer("spec", "securityContext", k), v)
     targets_text = ", ".join(str(containers[i].get("name")) for i in targets)
+    no_report = " without kube reporting (automountServiceAccountToken: false)" if no_token else ""
     return Decision(
         "mutated",
-        f"epochfs profile {name} injected (trainer containers: {targets_text})",
+        f"epochfs profile {name} injected{no_report} (trainer containers: {targets_text})",
         patch,
         profile=name,
     )
@@ -260,12 +275,16 @@ def _override(
             raise Refused(f"{CAPACITY}: {e}") from None
         if size <= 0:
             raise Refused(f"{CAPACITY}: {capacity!r} must be positive")
-        if profile.cache_volume_bytes is not None and size > profile.cache_volume_bytes:
-            raise Refused(
-                f"{CAPACITY}: {capacity} is more than the cache volume of profile "
-                f"{profile.name} ({profile.cache_volume_bytes} bytes, cache.volume.size): "
-                "the kubelet would evict the pod; choose a profile with a bigger volume"
-            )
+        if profile.cache_volume_bytes is not None:
+            limit = profile.cache_volume_bytes * CAPACITY_SHARE_TENTHS // 10
+            if size > limit:
+                raise Refused(
+                    f"{CAPACITY}: {capacity} is more than the cache volume of profile "
+                    f"{profile.name} allows: at most {limit} bytes, 90% of its "
+                    f"{profile.cache_volume_bytes} (cache.volume.size), as the chart gives the "
+                    "sidecar (the rest holds the index, its WAL and the downloads in flight; a full "
+                    "volume gets the pod evicted); choose a profile with a bigger volume"
+                )
         values["EPOCHFS_CAPACITY"] = {"name": "EPOCHFS_CAPACITY", "value": str(size)}
     shard = annotations.get(SHARD_INDEX)
     if shard is not None:
@@ -301,6 +320,26 @@ def _override(
         for k, item in enumerate(trainer_env):
             if item["name"] == SHARD_ENV:
                 trainer_env[k] = values[SHARD_ENV]
+
+
+def _without_kube_reporting(sidecars: list[JSON], volumes: list[JSON]) -> None:
+    """The pod sets automountServiceAccountToken: false: it holds no API token, and epochfs does
+    not add one behind its back. The projected token volume, its mount and the reporting
+    environment go; the sidecar runs with EPOCHFS_KUBE_REPORTING=0 (no Events or status)."""
+    volumes[:] = [v for v in volumes if v.get("name") != KUBE_API_VOLUME]
+    for c in sidecars:
+        c["volumeMounts"] = [m for m in c.get("volumeMounts", []) if m.get("name") != KUBE_API_VOLUME]
+        if not c["volumeMounts"]:
+            del c["volumeMounts"]
+        env = []
+        for e in c.get("env", []):
+            if e.get("name") in KUBE_REPORTING_DETAIL_ENV:
+                continue
+            if e.get("name") == KUBE_REPORTING_ENV:
+                e = {"name": KUBE_REPORTING_ENV, "value": "0"}
+            env.append(e)
+        if "env" in c:
+            c["env"] = env
 
 
 def _check_shard(meta: Mapping[str, Any], profile: Profile, sidecars: list[JSON]) -> None:

@@ -45,9 +45,14 @@ from epochfs.sidecar.webhook.profiles import Profile, load_profiles
 
 log = logging.getLogger("epochfs.webhook")
 
-MAX_BODY_BYTES = 4 * 1024 * 1024
-"""Bodies above this are refused (413): a pod is at most ~1.5 MiB (etcd's limit) and the API
-server's own request limit is 3 MiB."""
+MAX_BODY_BYTES = 2 * 1024 * 1024
+"""Bodies above this are refused (413): a pod is at most ~1.5 MiB (etcd's limit), and its
+AdmissionReview adds little else for a CREATE (no oldObject)."""
+MAX_IN_FLIGHT = 16
+"""Admission requests processed at once; more are answered 429 (the API server retries or applies
+the failurePolicy) instead of piling up threads and memory."""
+METRICS_TIMEOUT = 10
+"""Seconds a metrics-port connection may sit idle or take to send its request."""
 RESULTS = ("mutated", "skipped", "refused", "error")
 PATHS = {"/mutate": False, "/mutate/pss-enforced": True}
 
@@ -146,9 +151,22 @@ class _AdmissionHandler(BaseHTTPRequestHandler):
 
     def do_POST(self) -> None:
         started = time.monotonic()
+        if not self.server.in_flight.acquire(blocking=False):
+            # The body (within the limit) is read and dropped: closing with unread bytes would
+            # reset the connection and could lose the answer.
+            self.close_connection = True
+            try:
+                length = int(self.headers.get("Content-Length") or 0)
+            except ValueError:
+                length = 0
+            if 0 < length <= self.server.max_body:
+                self.rfile.read(length)
+            self._error(429, f"busy: {self.server.max_in_flight} requests in flight; retry")
+            return
         try:
             self._admit()
         finally:
+            self.server.in_flight.release()
             self.server.metrics.duration.observe(time.monotonic() - started)
 
     def _admit(self) -> None:
@@ -233,8 +251,11 @@ class AdmissionServer(ThreadingHTTPServer):
         tls: TLSFiles,
         metrics: WebhookMetrics | None = None,
         max_body: int = MAX_BODY_BYTES,
+        max_in_flight: int = MAX_IN_FLIGHT,
     ) -> None:
         self.profiles = dict(profiles)
+        self.max_in_flight = max_in_flight
+        self.in_flight = threading.BoundedSemaphore(max_in_flight)
         self.tls = tls
         self.metrics = metrics or WebhookMetrics()
         self.metrics.profiles.set(len(self.profiles))
@@ -259,6 +280,7 @@ class AdmissionServer(ThreadingHTTPServer):
 
 class _MetricsHandler(BaseHTTPRequestHandler):
     server: MetricsServer
+    timeout = METRICS_TIMEOUT  # a client that connects and sends nothing frees its thread
 
     def log_message(self, format: str, *args: Any) -> None:
         log.debug("webhook metrics %s: " + format, self.client_address[0], *args)

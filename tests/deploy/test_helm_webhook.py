@@ -160,7 +160,7 @@ def test_the_configuration_routes_pod_security_levels_to_their_path(rendered: li
         assert exprs[0] == {
             "key": "kubernetes.io/metadata.name",
             "operator": "NotIn",
-            "values": ["kube-system", "kube-node-lease"],
+            "values": ["kube-system", "kube-node-lease", NAMESPACE],
         }
         pss = exprs[1]
         assert pss["key"] == "pod-security.kubernetes.io/enforce" and pss["values"] == [
@@ -197,7 +197,8 @@ def test_selectors_and_failure_policy_are_configurable(helm_bin: Path, tmp_path:
     objs = render(helm_bin, webhook_values({"namespaceSelector": None}), tmp_path)
     for hook in of_kind(objs, "MutatingWebhookConfiguration")["webhooks"]:
         assert [e["key"] for e in hook["namespaceSelector"]["matchExpressions"]] == [
-            "pod-security.kubernetes.io/enforce"
+            "kubernetes.io/metadata.name",
+            "pod-security.kubernetes.io/enforce",
         ]
 
 
@@ -311,7 +312,9 @@ def test_the_job_is_unchanged_by_the_webhook(helm_bin: Path, tmp_path: Path) -> 
         ({"profiles": {"big": {"trainer": {"command": ["x"]}}}}, "trainer"),
         ({"profiles": {"big": {"cache": {"volume": {"type": "nfs"}}}}}, "type"),
         ({"timeoutSeconds": 31}, "timeoutSeconds"),
-        ({"certManager": {"issuerRef": {"kind": "Vault"}}}, "kind"),
+        ({"certManager": {"issuerRef": {"kind": 3}}}, "kind"),
+        ({"podDisruptionBudget": {"minAvailable": "half"}}, "minAvailable"),
+        ({"podDisruptionBudget": {"minAvailable": -1}}, "minAvailable"),
     ],
 )
 def test_the_schema_refuses_what_cannot_work(
@@ -335,3 +338,113 @@ def test_a_profile_without_a_native_sidecar_is_refused(helm_bin: Path, tmp_path:
     )
     proc = helm(helm_bin, "template", RELEASE, str(CHART), values=values, tmp=tmp_path, check=False)
     assert proc.returncode != 0 and "forbid hostPath volumes" in proc.stderr
+
+
+# --------------------------------------------------------------------------- review fixes
+
+
+def test_the_tls_key_is_readable_by_the_servers_user(rendered: list[dict[str, Any]]) -> None:
+    """The Secret's files are root's: uid/gid 10001 reads them through the group (fsGroup) or
+    through a world-readable mode, never with 0440 and no fsGroup (PermissionError at start)."""
+    spec = of_kind(rendered, "Deployment", NAME)["spec"]["template"]["spec"]
+    mode = {v["name"]: v for v in spec["volumes"]}["tls"]["secret"]["defaultMode"]
+    gid = spec["securityContext"]["runAsGroup"]
+    fs_group = spec["securityContext"].get("fsGroup")
+    assert mode & 0o004 or (fs_group == gid and mode & 0o040), (oct(mode), fs_group)
+
+
+def _namespace_excluded(hook: dict[str, Any], namespace: str) -> bool:
+    for e in hook["namespaceSelector"].get("matchExpressions", []):
+        if (
+            e["key"] == "kubernetes.io/metadata.name"
+            and e["operator"] == "NotIn"
+            and namespace in e["values"]
+        ):
+            return True
+    return False
+
+
+@pytest.mark.parametrize(
+    "webhook",
+    [
+        {},
+        {"objectSelector": None, "namespaceSelector": {"matchLabels": {"epochfs.io/inject": "enabled"}}},
+        {"objectSelector": None, "namespaceSelector": None},
+        {
+            "objectSelector": None,
+            "namespaceSelector": {
+                "matchExpressions": [
+                    {"key": "kubernetes.io/metadata.name", "operator": "NotIn", "values": ["kube-system"]},
+                    {"key": "team", "operator": "Exists"},
+                ]
+            },
+        },
+    ],
+)
+def test_the_webhooks_own_namespace_is_never_sent(
+    helm_bin: Path, tmp_path: Path, webhook: dict[str, Any]
+) -> None:
+    objs = render(helm_bin, webhook_values(webhook), tmp_path)
+    for hook in of_kind(objs, "MutatingWebhookConfiguration")["webhooks"]:
+        assert _namespace_excluded(hook, NAMESPACE), hook["namespaceSelector"]
+        names = [
+            e
+            for e in hook["namespaceSelector"]["matchExpressions"]
+            if e["key"] == "kubernetes.io/metadata.name"
+        ]
+        assert len(names) == 1  # merged into the user's NotIn, not a second condition
+        if webhook.get("namespaceSelector", {}) and "matchExpressions" in webhook["namespaceSelector"]:
+            assert names[0]["values"] == ["kube-system", NAMESPACE]
+            assert {"key": "team", "operator": "Exists"} in hook["namespaceSelector"]["matchExpressions"]
+
+
+@pytest.mark.parametrize("min_available", [1, "50%"])
+def test_the_budget_accepts_a_number_or_a_percentage(
+    helm_bin: Path, tmp_path: Path, min_available: int | str
+) -> None:
+    objs = render(
+        helm_bin, webhook_values({"podDisruptionBudget": {"minAvailable": min_available}}), tmp_path
+    )
+    pdb = of_kind(objs, "PodDisruptionBudget", NAME)
+    assert pdb["spec"]["minAvailable"] == min_available
+    kubernetes_validate.validate(pdb, K8S_VERSIONS[-1], strict=True)
+
+
+@pytest.mark.parametrize(
+    ("webhook", "message"),
+    [
+        (
+            {"replicas": 1},
+            "webhook.replicas (1) must be more than webhook.podDisruptionBudget.minAvailable (1)",
+        ),
+        ({"replicas": 2, "podDisruptionBudget": {"minAvailable": 2}}, "blocks every node drain"),
+        ({"podDisruptionBudget": {"minAvailable": "100%"}}, "blocks every node drain"),
+    ],
+)
+def test_a_budget_that_blocks_drains_is_refused(
+    helm_bin: Path, tmp_path: Path, webhook: dict[str, Any], message: str
+) -> None:
+    proc = helm(
+        helm_bin, "template", RELEASE, str(CHART), values=webhook_values(webhook), tmp=tmp_path, check=False
+    )
+    assert proc.returncode != 0 and message in proc.stderr, proc.stderr
+
+
+def test_an_external_issuer_kind_is_accepted(helm_bin: Path, tmp_path: Path) -> None:
+    issuer = {"kind": "AWSPCAClusterIssuer", "name": "pca", "group": "awspca.cert-manager.io"}
+    objs = render(helm_bin, webhook_values({"certManager": {"enabled": True, "issuerRef": issuer}}), tmp_path)
+    assert of_kind(objs, "Certificate", NAME)["spec"]["issuerRef"] == issuer
+
+
+def test_the_network_policy_leaves_the_webhook_pods_alone(helm_bin: Path, tmp_path: Path) -> None:
+    """The policy selects the training pods only: over the webhook's pods it would refuse the API
+    server's calls to their https port."""
+    objs = render(helm_bin, webhook_values(job={"enabled": True}), tmp_path)
+    np = of_kind(objs, "NetworkPolicy")
+    webhook_labels = of_kind(objs, "Deployment", NAME)["spec"]["template"]["metadata"]["labels"]
+    training_labels = of_kind(objs, "Job")["spec"]["template"]["metadata"]["labels"]
+    selector = np["spec"]["podSelector"]["matchLabels"]
+    assert not selector.items() <= webhook_labels.items()
+    assert selector.items() <= training_labels.items()
+    peers = np["spec"]["ingress"][0]["from"][0]["podSelector"]["matchLabels"]
+    assert not peers.items() <= webhook_labels.items() and peers.items() <= training_labels.items()

@@ -664,3 +664,81 @@ def test_the_command_refuses_a_folder_without_the_default_profile(tmp_path: Path
         cwd=ROOT,
     )
     assert proc.returncode == 2 and "no default.json" in proc.stderr
+
+
+# --------------------------------------------------------------------------- review fixes
+
+
+def test_a_capacity_over_the_charts_share_of_the_volume_is_refused(served: Served) -> None:
+    """The chart gives the sidecar 90% of the cache volume (epochfs.capacity): the annotation may
+    not take more (20Gi volume: 18Gi passes, 19Gi and the whole volume are refused)."""
+    for too_much in ("19Gi", "20Gi"):
+        message = refused(served.client, job_pod(job(annotations={"epochfs.io/capacity": too_much})))
+        assert f"at most {18 * 1024**3} bytes, 90% of its {20 * 1024**3}" in message, message
+    mutated, _ = mutate(served.client, job_pod(job(annotations={"epochfs.io/capacity": "18Gi"})))
+    settings = sidecar_settings(container(mutated["spec"], "epochfs"), field_values(mutated))
+    assert settings.capacity == 18 * 1024**3
+
+
+def test_a_pod_without_a_token_gets_none_from_epochfs(served: Served) -> None:
+    """automountServiceAccountToken: false: no projected token volume or mount, reporting off."""
+    pod = job_pod(job())
+    mutated, _ = mutate(served.client, pod)
+    assert "epochfs-kube-api-access" in {v["name"] for v in mutated["spec"]["volumes"]}  # the default
+    pod = job_pod(job())
+    pod["spec"]["automountServiceAccountToken"] = False
+    mutated, _ = mutate(served.client, pod)
+    spec = mutated["spec"]
+    assert "epochfs-kube-api-access" not in {v["name"] for v in spec["volumes"]}
+    sidecar = container(spec, "epochfs")
+    assert "epochfs-kube-api-access" not in {m["name"] for m in sidecar.get("volumeMounts", [])}
+    env = {e["name"]: e for e in sidecar["env"]}
+    assert env["EPOCHFS_KUBE_REPORTING"] == {"name": "EPOCHFS_KUBE_REPORTING", "value": "0"}
+    assert not {"EPOCHFS_KUBE_STATUS_INTERVAL", "EPOCHFS_KUBE_ERROR_THRESHOLD"} & env.keys()
+    settings = sidecar_settings(sidecar, field_values(mutated))
+    assert settings.kube_reporting is False
+    assert spec["automountServiceAccountToken"] is False
+
+
+def test_the_body_limit_fits_a_pod_and_no_more() -> None:
+    from epochfs.sidecar.webhook import server
+
+    assert server.MAX_BODY_BYTES == 2 * 1024 * 1024
+
+
+def test_requests_beyond_the_concurrency_cap_are_answered_429(served: Served) -> None:
+    server = served.server
+    taken = 0
+    while server.in_flight.acquire(blocking=False):
+        taken += 1
+    try:
+        assert taken == server.max_in_flight
+        before = served.counts()
+        status, body = served.client.post("/mutate", json.dumps(admission_review(job_pod(job()))).encode())
+        assert status == 429 and b"busy" in body
+        assert served.counts()["error"] - before["error"] == 1
+    finally:
+        for _ in range(taken):
+            server.in_flight.release()
+    assert served.client.review(job_pod(job()))["response"]["allowed"] is True
+
+
+def test_a_silent_metrics_client_is_cut_off(monkeypatch: pytest.MonkeyPatch) -> None:
+    import socket
+    import time
+
+    from epochfs.sidecar.webhook import server as server_mod
+
+    assert server_mod._MetricsHandler.timeout == server_mod.METRICS_TIMEOUT > 0
+    monkeypatch.setattr(server_mod._MetricsHandler, "timeout", 0.5)
+    metrics_server = MetricsServer(("127.0.0.1", 0), WebhookMetrics().registry)
+    thread = threading.Thread(target=metrics_server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        with socket.create_connection(("127.0.0.1", metrics_server.server_address[1]), timeout=10) as sock:
+            started = time.monotonic()
+            assert sock.recv(1) == b""  # the server closed the idle connection
+            assert time.monotonic() - started < 5
+    finally:
+        metrics_server.shutdown()
+        metrics_server.server_close()
