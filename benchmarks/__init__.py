@@ -11,7 +11,8 @@ sidecar against ``synthetic_s3``, a procedural S3 endpoint of up to 10M keys), `
 1,000 nodes against S3's request limits), ``fairness`` (each epoch of a sidecar against uniform random
 samples of its size, over shaped key spaces of the synthetic endpoint), ``dashboard`` (not a
 measure: the Grafana dashboard's panels drawn from a real Prometheus scraping a real sidecar under
-a training loop, docs/dashboard.png). ``harness`` holds what they
+a training loop, docs/dashboard.png), ``images`` (decoded images/s through the mount against the
+same DataLoader on local files). ``harness`` holds what they
 share. Their dependencies are the ``bench`` extra (``pip install 'epochfs[bench]'``) and, for some
 options, programs from the system's packages (rclone, s3fs). docs/performance.md, docs/scale.md.
 

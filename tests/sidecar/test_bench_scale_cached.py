@@ -74,7 +74,7 @@ def test_scale_cached_seeds_a_consistent_cache_and_measures_every_column(tmp_pat
     log = (work / "2k" / "sidecar.log").read_text()
     # The sampler's start found a clean stop (journal in place, nothing to repair) and a complete
     # catalog, as after its own run.
-    assert "0 index row(s) dropped, 0 orphan object(s) removed" in log
+    assert "0 lost object(s) to fetch again, 0 orphan object(s) removed" in log
     assert "start-up check of every object file" not in log
     assert f"catalog of {2 * CACHED} keys complete" in log
     with sqlite3.connect(f"file:{cache / 'index.sqlite'}?mode=ro", uri=True) as db:
