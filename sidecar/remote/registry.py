@@ -12,6 +12,7 @@ library. Adding a backend is one module with an opener and one line here (docs/a
 from __future__ import annotations
 
 import importlib
+import importlib.util
 from collections.abc import Callable
 from dataclasses import dataclass
 from urllib.parse import urlparse
@@ -32,12 +33,14 @@ class Backend:
     """How the help text shows it."""
     extra: str
     """The extra of the ``epochfs`` distribution that installs its libraries."""
+    libraries: tuple[str, ...] = ()
+    """The top-level modules it needs beyond the sidecar's own (:func:`missing_library`)."""
 
 
 BACKENDS: tuple[Backend, ...] = (
     Backend(("s3",), "s3", "open_s3", "s3://", "sidecar"),
-    Backend(("gs", "gcs"), "fsspec", "open_gcs", "gs://", "gcs"),
-    Backend(("az", "abfs", "abfss"), "azure", "open_azure", "az://", "azure"),
+    Backend(("gs", "gcs"), "fsspec", "open_gcs", "gs://", "gcs", ("gcsfs",)),
+    Backend(("az", "abfs", "abfss"), "azure", "open_azure", "az://", "azure", ("adlfs",)),
     Backend(("https", "http"), "httpindex", "open_http", "https:// (index file)", "sidecar"),
     Backend(("file",), "file", "open_file", "file://", "sidecar"),
 )
@@ -52,6 +55,20 @@ def backend_for(scheme: str) -> Backend | None:
     """The backend serving ``scheme`` (any case), or None."""
     scheme = scheme.lower()
     return next((backend for backend in BACKENDS if scheme in backend.schemes), None)
+
+
+def missing_library(scheme: str) -> str | None:
+    """What is missing here to serve ``scheme`` (``"adlfs (pip install 'epochfs[azure]')"``), or
+    None when its backend's libraries are installed. Found without importing them: the admission
+    webhook, which runs in the sidecar's image, refuses a remote that image cannot serve (the
+    sidecar would fail its startup probe for half an hour instead)."""
+    backend = backend_for(scheme)
+    if backend is None:
+        return None
+    for name in backend.libraries:
+        if importlib.util.find_spec(name) is None:
+            return f"{name} (pip install 'epochfs[{backend.extra}]')"
+    return None
 
 
 def open_remote(
@@ -81,4 +98,4 @@ def open_remote(
                           f"pip install 'epochfs[{backend.extra}]'") from None
 
 
-__all__ = ["BACKENDS", "HELP", "SCHEMES", "Backend", "backend_for", "open_remote"]
+__all__ = ["BACKENDS", "HELP", "SCHEMES", "Backend", "backend_for", "missing_library", "open_remote"]

@@ -40,6 +40,7 @@ from typing import Any, Literal
 
 from epochfs.sidecar.confparse import parse_size
 from epochfs.sidecar.remote.registry import SCHEMES as REMOTE_SCHEMES
+from epochfs.sidecar.remote.registry import missing_library
 from epochfs.sidecar.webhook.profiles import Profile
 
 INJECT = "epochfs.io/inject"
@@ -264,6 +265,10 @@ def _override(
             raise Refused(
                 f"{REMOTE}: {remote!r} is not a dataset URL ({', '.join(s + '://' for s in REMOTE_SCHEMES)})"
             )
+        missing = missing_library(scheme)
+        if missing is not None:  # the webhook runs in the sidecar's image: what it lacks, the sidecar does
+            raise Refused(f"{REMOTE}: the epochfs image cannot serve {scheme}:// remotes "
+                          f"(it lacks {missing})")
         values["EPOCHFS_REMOTE"] = {"name": "EPOCHFS_REMOTE", "value": url}
     capacity = annotations.get(CAPACITY)
     if capacity is not None:

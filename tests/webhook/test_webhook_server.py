@@ -742,3 +742,24 @@ def test_a_silent_metrics_client_is_cut_off(monkeypatch: pytest.MonkeyPatch) -> 
     finally:
         metrics_server.shutdown()
         metrics_server.server_close()
+
+
+def test_a_remote_the_image_cannot_serve_is_refused(served: Served, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The webhook runs in the sidecar's image: a scheme whose library that image lacks (az:// is
+    not in it: adlfs) is refused at admission, not left to fail the sidecar's startup probe for
+    half an hour. Here adlfs is installed, so its absence is simulated where the registry looks."""
+    import importlib.util
+
+    from epochfs.sidecar.remote import registry
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(registry.importlib.util, "find_spec",
+                        lambda name, *a, **k: None if name == "adlfs" else real(name, *a, **k))
+    assert registry.missing_library("az") == "adlfs (pip install 'epochfs[azure]')"
+    assert registry.missing_library("s3") is None
+    pod = job_pod(job(annotations={"epochfs.io/remote": "az://container/data"}))
+    assert "cannot serve az:// remotes (it lacks adlfs" in refused(served.client, pod)
+    monkeypatch.setattr(registry.importlib.util, "find_spec", real)
+    pod = job_pod(job(annotations={"epochfs.io/remote": "az://container/data"}))
+    response = served.client.review(pod)["response"]
+    assert response["allowed"] is True, response
