@@ -42,9 +42,10 @@ from pathlib import Path
 from types import FrameType
 
 from epochfs.fuse.view import EpochTree, View
-from epochfs.sidecar.folderview_ahead import AheadTree, Remover, Tainted, fsync_dir, remove_tree
+from epochfs.sidecar.folderview_ahead import AheadTree, Remover, Tainted, remove_tree
 from epochfs.sidecar.signals import set_from_handler
 from epochfs.sidecar.store import Meta, Store, object_name
+from epochfs.sidecar.store.objects import fsync_dir
 from epochfs.torchclient.layout import (
     CLASSES_NAME,
     CONTROL_DIR,
@@ -70,7 +71,6 @@ INLINE_LINK_BYTES = 59
 
 __all__ = ["CONTROL_TEMP_PREFIX", "DIR_MODE", "FILE_MODE", "TEMP_PREFIX", "FolderPublisher", "Recovery",
            "Step", "check_target_length", "default_link_root", "remove_tree", "run_publish"]
-_fsync_dir = fsync_dir
 
 
 @dataclass
@@ -288,7 +288,7 @@ class FolderPublisher:
             os.fsync(fd)
         finally:
             os.close(fd)
-        _fsync_dir(self.control)
+        fsync_dir(self.control)
         if self.grace:
             self.store.record_read(n)
         log.debug("epoch %d from the tree built ahead in %.3fs", n, time.monotonic() - started)
@@ -348,7 +348,7 @@ class FolderPublisher:
         except BaseException:
             remove_tree(temp)
             raise
-        _fsync_dir(self.folder)
+        fsync_dir(self.folder)
         if self.grace:
             self.store.record_read(n)  # the grace: pinned for in_use_seconds from now
         log.debug("epoch %d: %d entries in %.2fs", n, len(tree.links), time.monotonic() - started)
@@ -402,7 +402,7 @@ class FolderPublisher:
         if path.exists() or path.is_symlink():
             gone = self._temp(self.folder, TEMP_PREFIX, f"retired-{epoch_name(n)}")
             os.rename(path, gone)
-            _fsync_dir(self.folder)
+            fsync_dir(self.folder)
             (self.control / manifest_name(n)).unlink(missing_ok=True)
             if self._remover is not None:
                 self._remover.put(gone)  # never delays a publish

@@ -51,6 +51,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from epochfs.sidecar.store import Store, object_name
+from epochfs.sidecar.store.objects import fsync_dir
 from epochfs.torchclient.layout import MANIFEST_MAGIC, epoch_name
 
 log = logging.getLogger("epochfs.folderview")
@@ -74,14 +75,6 @@ def remove_tree(path: Path) -> None:
         for dirpath, _dirs, _files in os.walk(path):
             os.chmod(dirpath, 0o755)
         shutil.rmtree(path)
-
-
-def fsync_dir(path: Path | str) -> None:
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 class Remover:

@@ -65,6 +65,17 @@ class S3Server:
         urllib.request.urlopen(req, timeout=10).read()
 
 
+def stop_process(proc: subprocess.Popen[bytes], *, timeout: float = 10.0) -> None:
+    """SIGTERM, then SIGKILL if it has not exited within ``timeout``: a test's server never
+    outlives its fixture."""
+    proc.terminate()
+    try:
+        proc.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
+
 def port_open(port: int) -> bool:
     with socket.socket() as s:
         return s.connect_ex(("127.0.0.1", port)) == 0

@@ -13,7 +13,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from common import S3Server, free_port, port_open, wait_until
+from common import S3Server, free_port, port_open, stop_process, wait_until
 
 
 @pytest.fixture(scope="session")
@@ -33,12 +33,7 @@ def s3_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[S3Server]:
             raise RuntimeError(f"moto server exited: {log.read_text()[-2000:]}")
         yield S3Server(f"http://127.0.0.1:{port}", proc)
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        stop_process(proc)
 
 
 @pytest.fixture

@@ -27,16 +27,14 @@ slash), parents before their children.
 
 from __future__ import annotations
 
-import contextlib
 import logging
-import os
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from epochfs.sidecar.store.index import Meta
-from epochfs.sidecar.store.objects import replace_file
+from epochfs.sidecar.store.objects import clear_replace_temps, replace_file
 
 if TYPE_CHECKING:
     from epochfs.sidecar.store.cache import Store
@@ -114,11 +112,11 @@ def merged(known: tuple[str, ...], found: Iterable[str]) -> tuple[str, ...]:
 def _write(root: Path, value: ClassFolders) -> None:
     data = "\n".join([f"{MAGIC}\tthrough={value.through}", *value.folders]) + "\n"
     replace_file(folder_path(root), data.encode("utf-8", "surrogateescape"))
-    for stale in root.glob(f".{FOLDERS_NAME}.*.tmp"):  # a writer killed between write and rename
-        pid = stale.name[len(FOLDERS_NAME) + 2:-len(".tmp")]
-        if pid.isdigit() and not os.path.exists(f"/proc/{pid}"):
-            with contextlib.suppress(FileNotFoundError):
-                stale.unlink()
+
+
+def clear_temps(root: Path) -> int:
+    """The temps of writers of the list killed before their rename (start-up recovery)."""
+    return clear_replace_temps(folder_path(root))
 
 
 def record(store: Store, found: Iterable[str], *, through: int | None = None) -> ClassFolders:

@@ -18,13 +18,11 @@ every number up to ``cutting`` counts as used. See :func:`floor`.
 
 from __future__ import annotations
 
-import contextlib
 import logging
-import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from epochfs.sidecar.store.objects import replace_file
+from epochfs.sidecar.store.objects import clear_replace_temps, replace_file
 
 log = logging.getLogger("epochfs.store")
 
@@ -77,15 +75,7 @@ def write(root: Path, mark: HighWater) -> None:
 def clear_temps(root: Path) -> int:
     """Remove the temp files of writers that died between writing and renaming (kill -9 during a
     cut); a live process's temp (a cut on lookup in the FUSE server, right now) is left alone."""
-    removed = 0
-    for path in root.glob(f".{HWM_NAME}.*.tmp"):
-        pid = path.name[len(HWM_NAME) + 2:-len(".tmp")]
-        if pid.isdigit() and int(pid) != os.getpid() and os.path.exists(f"/proc/{pid}"):
-            continue
-        with contextlib.suppress(FileNotFoundError):
-            path.unlink()
-            removed += 1
-    return removed
+    return clear_replace_temps(root / HWM_NAME)
 
 
 def raise_to(root: Path, *, published: int = -1, cutting: int = -1) -> None:

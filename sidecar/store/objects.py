@@ -29,7 +29,7 @@ def object_name(sid: str) -> str:
     return f"{sid[:2]}/{sid}"
 
 
-def fsync_dir(path: Path) -> None:
+def fsync_dir(path: str | os.PathLike[str]) -> None:
     fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
     try:
         os.fsync(fd)
@@ -58,6 +58,20 @@ def replace_file(target: Path, data: bytes) -> None:
             os.unlink(temp)
         raise
     fsync_dir(target.parent)
+
+
+def clear_replace_temps(target: Path) -> int:
+    """Remove the temps :func:`replace_file` left for ``target`` when its writer died between
+    writing and renaming (kill -9); a live process's temp (being written right now) stays."""
+    removed = 0
+    for path in target.parent.glob(f".{target.name}.*.tmp"):
+        pid = path.name[len(target.name) + 2:-len(".tmp")]
+        if pid.isdigit() and int(pid) != os.getpid() and os.path.exists(f"/proc/{pid}"):
+            continue
+        with contextlib.suppress(FileNotFoundError):
+            path.unlink()
+            removed += 1
+    return removed
 
 
 class RecoveryJournal(Protocol):

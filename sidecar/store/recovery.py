@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import logging
 
-from epochfs.sidecar.store import epochs, hwm, integrity, journal, memberfiles
+from epochfs.sidecar.store import classes, epochs, hwm, integrity, journal, memberfiles
 from epochfs.sidecar.store.index import Index, Meta
 from epochfs.sidecar.store.objects import ObjectFiles
 from epochfs.sidecar.store.records import RecoveryReport, StoredObject, StoreError
@@ -61,7 +61,8 @@ def recover(ix: Index, files: ObjectFiles, *, integrity: str | None = None) -> R
         if integrity != "ok":
             raise StoreError(f"{ix.path}: integrity check failed: {integrity}")
         root = files.objects_dir.parent
-        temp_removed = files.clear_temps() + hwm.clear_temps(root) + memberfiles.clear_temps(root)
+        temp_removed = (files.clear_temps() + hwm.clear_temps(root) + memberfiles.clear_temps(root)
+                        + classes.clear_temps(root))
         boot = boot_id()
         with ix.read() as db:
             journaled = journal.exists(db)

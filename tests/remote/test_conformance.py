@@ -37,7 +37,7 @@ from pathlib import Path
 from urllib.parse import quote, unquote, urlsplit
 
 import pytest
-from common import S3Server, free_port, port_open, put_objects, wait_until
+from common import S3Server, free_port, port_open, put_objects, stop_process, wait_until
 from sampler_helpers import index_rows, running_sampler, verify_cache
 
 from epochfs.sidecar.remote import Denied, NotFound, Remote, RemoteError, Unavailable, open_remote
@@ -199,12 +199,7 @@ def gcs_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[GCSServer]:
             raise RuntimeError(f"fake-gcs-server exited: {log.read_text()[-2000:]}")
         yield server
     finally:
-        process.terminate()
-        try:
-            process.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
+        stop_process(process)
 
 
 # ---------------------------------------------------------------------------- an Azure Blob server
@@ -269,12 +264,7 @@ def azurite(tmp_path_factory: pytest.TempPathFactory) -> Iterator[AzureServer]:
             raise RuntimeError(f"azurite exited: {(folder / 'azurite.log').read_text()[-2000:]}")
         yield AzureServer(f"http://127.0.0.1:{port}/{AZURITE_ACCOUNT}", process)
     finally:
-        process.terminate()
-        try:
-            process.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
+        stop_process(process)
 
 
 @pytest.fixture

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from common import ROOT, S3Server, free_port, put_objects, random_objects, wait_until
+from common import ROOT, S3Server, free_port, put_objects, random_objects, stop_process, wait_until
 from sidecar_helpers import EPOCHFS, running_sidecar
 
 PROMETHEUS = shutil.which("prometheus")
@@ -68,12 +68,7 @@ def prometheus(tmp_path: Path, target_port: int) -> Iterator[str]:
         yield base
         failed = False
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        stop_process(proc, timeout=15)
         if failed:
             sys.stderr.write(f"--- prometheus log ---\n{log.read_text(errors='replace')[-5000:]}\n")
 
