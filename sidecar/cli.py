@@ -424,7 +424,7 @@ def _main(argv: Sequence[str] | None) -> int:
         return 2
     logging.basicConfig(
         level=getattr(logging, level),
-        format="%(asctime)s %(name)s %(levelname)s %(message)s",
+        format=config.LOG_FORMAT,
         stream=sys.stderr,
     )
     redact.install()

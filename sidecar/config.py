@@ -102,6 +102,11 @@ class SamplerSettings(CacheSettings):
                              "rate whatever this is; more listers list faster where there are cores to "
                              "parse pages, and slow the sampler where there are not)",
                              default=4, parse=_positive_int)
+    list_process: bool = _opt("--list-process",
+                              "list in a process of its own, beside the sampler's (1/0): the listing's "
+                              "CPU (page parsing, key checks) then does not share the sampler's "
+                              "interpreter lock; 0 lists on threads of the sampler's process",
+                              default=True, parse=_switch)
     relist_interval: float = _opt("--relist-interval",
                                   "list the remote again every N seconds in the background to pick up "
                                   "new and deleted keys (0: never; `epochfs relist` asks at any time)",
@@ -358,6 +363,8 @@ def to_env(settings: CacheSettings, cls: type[CacheSettings] | None = None) -> d
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 LOG_LEVEL_FLAG = "--log-level"
 LOG_LEVEL_DEFAULT = "INFO"
+LOG_FORMAT = "%(asctime)s %(name)s %(levelname)s %(message)s"
+"""Every epochfs process's log lines (the listing process's too: one format in the pod's log)."""
 
 
 def resolve_log_level(flag_value: str | None, environ: Mapping[str, str] | None = None) -> str:

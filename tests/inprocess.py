@@ -26,8 +26,10 @@ def objects_of(count: int, size: int = 1024) -> dict[str, bytes]:
 
 
 def settings_for(cache: Path, *extra: str) -> SamplerSettings:
+    # The listing on threads: these tests hand the command an in-memory remote a child cannot see.
     return config.parse(SamplerSettings, ["--cache", str(cache), "--remote", "file:///unused",
-                                          "--capacity", "1Mi", "--concurrency", "4", *extra], environ={})
+                                          "--list-process", "0", "--capacity", "1Mi",
+                                          "--concurrency", "4", *extra], environ={})
 
 
 def start_recording(target: Callable[[], object], name: str = "sampler-under-test"

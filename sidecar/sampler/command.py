@@ -30,10 +30,12 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
-from epochfs.sidecar.config import ConfigError, SamplerSettings, format_size
+from epochfs.sidecar.config import ConfigError, SamplerSettings
 from epochfs.sidecar.download import LocalWriteError
-from epochfs.sidecar.listing import CatalogReport, Lister, ListingThread
+from epochfs.sidecar.listing import Lister, ListingThread
+from epochfs.sidecar.listing.capacity import check_capacity
 from epochfs.sidecar.listing.indexfile import listing_source
+from epochfs.sidecar.listing.process import ListingProcess
 from epochfs.sidecar.redact import redact
 from epochfs.sidecar.remote import Remote, RemoteError, open_remote
 from epochfs.sidecar.remote.errors import may_answer_later
@@ -104,28 +106,6 @@ def _check_identity(store: Store, settings: SamplerSettings) -> None:
             )
 
 
-def _check_capacity(settings: SamplerSettings, report: CatalogReport) -> None:
-    """After a complete listing: an empty catalog because every object is too large is a bad
-    setting (the listing thread stops the sampler; the command exits 2); an empty one otherwise
-    is a warning (a mistyped prefix, or objects not uploaded yet: status and /readyz say it too)."""
-    if report.total == 0 and report.too_large == 0:
-        log.warning("0 objects under %s for this node (%s): check --remote's prefix%s",
-                    redact(settings.remote), report,
-                    f"; listing again every {settings.relist_interval:.0f}s" if settings.relist_interval
-                    else "; epochfs relist lists it again")
-    if report.total == 0 and report.too_large > 0:
-        limit_flag = (
-            "--max-object-size"
-            if settings.max_object_size is not None and settings.object_limit == settings.max_object_size
-            else "--capacity"
-        )
-        raise ConfigError(
-            f"{limit_flag}: every object of this shard is larger than the object limit "
-            f"{format_size(settings.object_limit)} (capacity {format_size(settings.capacity)}, "
-            f"headroom {settings.headroom:.0%}); the smallest is {format_size(report.smallest_refused)}"
-        )
-
-
 def run_sample(settings: SamplerSettings) -> int:
     """The ``epochfs sample`` command: 0 after a clean stop, 2 for bad settings, 1 on a failure
     another start may not meet (the remote unreachable at the start, the disk)."""
@@ -140,6 +120,7 @@ def run_sample(settings: SamplerSettings) -> int:
     remote: Remote | None = None
     lock_fd: int | None = None
     catalog_store: Store | None = None
+    listing_process: ListingProcess | None = None
     try:
         lock_fd = _lock_cache(settings.cache)
         store.check_index()  # a damaged index is replaced (one log line), never a crash loop
@@ -150,6 +131,9 @@ def run_sample(settings: SamplerSettings) -> int:
         # the index is checked and recovered: the fetch loop's reads never wait behind a page
         # commit (WAL: readers do not block on the writer), and its writes wait in SQLite only.
         catalog_store = Store(settings.cache)
+        if settings.list_process:  # the listing's CPU beside the fetches, not under their GIL
+            listing_process = ListingProcess(settings, stop=stop, grace=STOP_GRACE)
+            listing_process.spawn()  # its start-up overlaps the discovery pages below
         try:
             remote = open_remote(
                 settings.remote,
@@ -179,8 +163,6 @@ def run_sample(settings: SamplerSettings) -> int:
                      store.meta(Meta.CATALOG_OBJECTS) or "0",
                      f"every {settings.relist_interval:.0f}s" if settings.relist_interval
                      else "on request, epochfs relist")
-        listing = ListingThread(lister, interval=settings.relist_interval, prepared=prepared,
-                                on_complete=lambda report: _check_capacity(settings, report))
         sampler = Sampler(
             store=store,
             remote=remote,
@@ -188,11 +170,21 @@ def run_sample(settings: SamplerSettings) -> int:
             stop=stop,
             progress_every=settings.progress_seconds,
         )
+        listing: ListingThread | ListingProcess
+        if listing_process is not None:
+            listing = listing_process
+            listing.fetching = sampler.fetching
+        else:
+            listing = ListingThread(lister, interval=settings.relist_interval, prepared=prepared,
+                                    on_complete=lambda report: check_capacity(settings, report))
+            lister.yield_to = sampler.fetching  # the listers leave it the index a share of the time
+            if prepared is not None:
+                listing.running.set()  # until the thread takes over: the first pages come soon
         sampler.order.listing = listing.running.is_set
-        lister.yield_to = sampler.fetching  # the listers leave it the index a share of the time
-        if prepared is not None:
-            listing.running.set()  # until the thread takes over: the first pages come soon
-        listing.start()
+        if isinstance(listing, ListingProcess):
+            listing.start(prepared)
+        else:
+            listing.start()
         try:
             sampler.run()
         except LocalWriteError as e:
@@ -210,6 +202,8 @@ def run_sample(settings: SamplerSettings) -> int:
         log.info("stopped cleanly")
         return 0
     finally:
+        if listing_process is not None:
+            listing_process.close()  # one spawned for a listing that was never started
         if remote is not None:
             remote.close()
         if catalog_store is not None:

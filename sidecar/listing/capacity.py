@@ -1,0 +1,37 @@
+"""The check a complete listing answers: a catalog that is empty because every object is larger
+than the cache allows is a refused setting (exit 2), not a dataset to wait on."""
+
+from __future__ import annotations
+
+import logging
+
+from epochfs.sidecar.config import ConfigError, SamplerSettings, format_size
+from epochfs.sidecar.listing.filter import CatalogReport
+from epochfs.sidecar.redact import redact
+
+log = logging.getLogger("epochfs.sampler")
+
+
+def check_capacity(settings: SamplerSettings, report: CatalogReport) -> None:
+    """After a complete listing: an empty catalog because every object is too large is a bad
+    setting (the listing thread stops the sampler; the command exits 2); an empty one otherwise
+    is a warning (a mistyped prefix, or objects not uploaded yet: status and /readyz say it too)."""
+    if report.total == 0 and report.too_large == 0:
+        log.warning("0 objects under %s for this node (%s): check --remote's prefix%s",
+                    redact(settings.remote), report,
+                    f"; listing again every {settings.relist_interval:.0f}s" if settings.relist_interval
+                    else "; epochfs relist lists it again")
+    if report.total == 0 and report.too_large > 0:
+        limit_flag = (
+            "--max-object-size"
+            if settings.max_object_size is not None and settings.object_limit == settings.max_object_size
+            else "--capacity"
+        )
+        raise ConfigError(
+            f"{limit_flag}: every object of this shard is larger than the object limit "
+            f"{format_size(settings.object_limit)} (capacity {format_size(settings.capacity)}, "
+            f"headroom {settings.headroom:.0%}); the smallest is {format_size(report.smallest_refused)}"
+        )
+
+
+__all__ = ["check_capacity"]

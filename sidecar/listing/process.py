@@ -1,0 +1,310 @@
+"""The listing in a process of its own, beside the sampler (``--list-process``, on by default).
+
+Why a process: the listers parse pages (XML, the key checks, the hash into a rank: ~8-13 µs of CPU
+a key) and the sampler's threads hand bytes on, admit samples and answer cuts, all under one GIL.
+In one process, each slowed the other: 1M keys took minutes to list beside a fetching sampler
+(0.5x the listing alone), and the fairness of early epochs depends on the listing being spread
+over the key space when they are cut (docs/sampler.md); sixteen listers in the sampler's process
+reached 0.94x a random sample's folders at 5,000 folders where four reached 0.75x, but the
+fetches starved. In a process of its own the listing has its own interpreter: the kernel shares
+the cores, not a lock.
+
+What crosses the boundary is small, and most of it already went through the index: the rows and
+the listing's progress (its estimate and skew, which pace the fetches) are committed to the index
+by the listers as before; the sampler reads them there. Over one socket pair go the settings and
+the listing prepared by the parent (its spans, found before the sampler starts, so that a remote
+that cannot be listed is still exit 2), whether the sampler is fetching (the listers then leave it
+the index a share of the time, ``INDEX_SHARE``), whether a listing is running and how many have
+completed (the fetch order's waits), a refused setting found at the end of a listing (exit 2, as
+before), and the stop.
+
+Lifetimes: the child asks the kernel for SIGKILL when its parent dies (``PR_SET_PDEATHSIG``) and
+also stops when the socket closes; it ignores SIGTERM and SIGINT, which are the parent's to act on
+(a terminal's Ctrl-C reaches the whole process group): the parent sends the stop and waits
+``STOP_GRACE`` seconds, then kills it. Killing the listing is always safe: each page commit is one
+transaction and the next listing resumes from what the index holds. A child that dies otherwise
+(kill -9, out of memory) is started again after a full-jitter pause (``pause_bound``, as a failed
+listing is) and resumes the listing; the sampler goes on meanwhile.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import random
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable
+from multiprocessing.connection import Connection
+from typing import TYPE_CHECKING, Any
+
+from epochfs.sidecar.config import LOG_FORMAT, ConfigError, SamplerSettings
+from epochfs.sidecar.listing.background import QUIET, pause_bound
+
+if TYPE_CHECKING:
+    from epochfs.sidecar.remote import Remote
+    from epochfs.sidecar.store import Store
+
+log = logging.getLogger("epochfs.catalog")
+
+POLL = 0.05
+"""Seconds between the two sides' looks at each other (state changes travel within this)."""
+
+_BOOT = (
+    "import ctypes, os, signal, sys\n"
+    "ctypes.CDLL(None).prctl(1, signal.SIGKILL)\n"  # PR_SET_PDEATHSIG: die with the sampler
+    "if os.getppid() != int(sys.argv[1]): sys.exit(1)\n"
+    "from epochfs.sidecar.listing.process import child_main\n"
+    "sys.exit(child_main(int(sys.argv[2])))\n"
+)
+
+
+class ListingProcess:
+    """The parent's side: started, watched and stopped as a :class:`ListingThread` is (the same
+    ``running``, ``completed``, ``fatal``, ``start`` and ``join``), over the child's socket."""
+
+    def __init__(self, settings: SamplerSettings, *, stop: threading.Event, grace: float,
+                 rng: random.Random | None = None) -> None:
+        self.settings = settings
+        self.stop = stop
+        self.fetching: Callable[[], bool] = lambda: False
+        """Whether the sampler fetches (set before :meth:`start`): the listers then leave it the
+        index a share of the time (``INDEX_SHARE``)."""
+        self.grace = grace
+        self.running = threading.Event()
+        """Set while a listing runs in the child (the fetch order looks for new keys sooner)."""
+        self.completed = 0
+        self.fatal: BaseException | None = None
+        self.starts = 0
+        """Processes started (1 unless one died and was started again)."""
+        self.pid: int | None = None
+        self._prepared: object = None
+        self._rng = rng or random.Random()
+        self._watch = threading.Thread(target=self._run, name="listing-process", daemon=True)
+        self._child: tuple[subprocess.Popen[bytes], Connection] | None = None
+
+    def spawn(self) -> None:
+        """Start the child now, before the listing is prepared: its interpreter, imports, index
+        connection and remote client (0.4-2.4 s on a loaded 2-core node) overlap the parent's
+        discovery pages instead of delaying the first page after them. :meth:`start` hands it
+        the prepared listing; :meth:`close` ends a child that never got one."""
+        if self._child is None:
+            self._child = self._launch()
+
+    def close(self) -> None:
+        """End a child spawned but never started (the listing could not be prepared)."""
+        if self._child is not None and not self._watch.is_alive():
+            proc, conn = self._child
+            self._child = None
+            conn.close()
+            proc.kill()  # it has written nothing: the listing begins with the start message
+            proc.wait()
+
+    def start(self, prepared: object = None) -> None:
+        """Run the listing (``prepared``: the listing to run, from :meth:`Lister.prepare`; None:
+        the one the index has, if any)."""
+        self._prepared = prepared
+        if prepared is not None:
+            self.running.set()  # until the child says otherwise: the first pages come soon
+        self._watch.start()
+
+    def join(self, timeout: float | None = None) -> None:
+        self._watch.join(timeout)
+
+    def is_alive(self) -> bool:
+        return self._watch.is_alive()
+
+    def _run(self) -> None:
+        bound: float | None = None
+        while not self.stop.is_set():
+            began = time.monotonic()
+            rc = self._one(self._prepared)
+            self._prepared = None  # a listing begun is resumed from the index
+            if rc is None or self.stop.is_set() or self.fatal is not None:
+                return
+            ran = time.monotonic() - began
+            bound = pause_bound(bound, 1 if ran >= QUIET else 0, ran)
+            pause = self._rng.uniform(0, bound)
+            log.warning("the listing process exited with %s; starting it again in %.1fs (the "
+                        "listing resumes where the index has it; sampling goes on)", rc, pause)
+            self.stop.wait(pause)
+
+    def _launch(self) -> tuple[subprocess.Popen[bytes], Connection]:
+        """A new child, given its settings at once (it opens the index and the remote while the
+        parent prepares the listing)."""
+        parent_end, child_end = socket.socketpair()
+        spawned = time.time()
+        try:
+            proc = subprocess.Popen(
+                [sys.executable, "-c", _BOOT, str(os.getpid()), str(child_end.fileno())],
+                pass_fds=(child_end.fileno(),), stdin=subprocess.DEVNULL)
+        finally:
+            child_end.close()
+        self.starts += 1
+        self.pid = proc.pid
+        conn = Connection(parent_end.detach())
+        with contextlib.suppress(OSError):  # one that died at once: its exit status says how
+            conn.send(("settings", self.settings, logging.getLogger().getEffectiveLevel(), spawned))
+        return proc, conn
+
+    def _one(self, prepared: object) -> int | None:
+        """Run one child to its end: its exit status, or None after a stop asked for here."""
+        child, self._child = self._child, None
+        proc, conn = child or self._launch()
+        try:
+            conn.send(("start", prepared))
+            told: bool | None = None
+            while not self.stop.is_set():
+                fetching = bool(self.fetching())
+                if fetching != told:
+                    conn.send(("fetching", fetching))
+                    told = fetching
+                if conn.poll(POLL):
+                    self._receive(conn.recv())
+                elif proc.poll() is not None:
+                    break
+        except (EOFError, OSError):
+            pass  # the child is gone: its exit status says how
+        finally:
+            stopping = self.stop.is_set()
+            if stopping:
+                with contextlib.suppress(OSError):
+                    conn.send(("stop",))
+            self._drain(conn, proc)
+            conn.close()
+        if stopping:
+            return None
+        return proc.returncode
+
+    def _drain(self, conn: Connection, proc: subprocess.Popen[bytes]) -> None:
+        """Read what the child still says (its last counts, a fatal error) until it exits; kill
+        it after ``grace`` seconds."""
+        deadline = time.monotonic() + self.grace
+        while proc.poll() is None and time.monotonic() < deadline:
+            try:
+                if conn.poll(POLL):
+                    self._receive(conn.recv())
+            except (EOFError, OSError):
+                break
+        try:
+            proc.wait(max(0.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            log.warning("the listing process did not stop within %.0fs: killed (the listing "
+                        "resumes from the index)", self.grace)
+            proc.kill()
+            proc.wait()
+        self.running.clear()
+
+    def _receive(self, message: tuple[Any, ...]) -> None:
+        kind = message[0]
+        if kind == "running":
+            if message[1]:
+                self.running.set()
+            else:
+                self.running.clear()
+        elif kind == "completed":
+            self.completed = int(message[1])
+        elif kind == "fatal":
+            self.fatal = message[1]
+            self.stop.set()
+
+
+def child_main(fd: int) -> int:
+    """The child: the listing of ``settings`` (sent first over ``fd``) until the parent stops it."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    conn = Connection(fd)
+    try:
+        _kind, settings, level, spawned = conn.recv()
+    except EOFError:
+        return 0
+    logging.basicConfig(level=level, format=LOG_FORMAT, stream=sys.stderr)
+    from epochfs.sidecar import redact
+
+    redact.install()
+    # Imported here: the parent imports this module for ListingProcess alone.
+    from epochfs.sidecar.remote import open_remote
+    from epochfs.sidecar.store import Store
+
+    store: Store | None = None
+    remote: Remote | None = None
+    try:
+        try:  # before the parent has prepared the listing: the parent's own open says what fails
+            store = Store(settings.cache)
+            remote = open_remote(settings.remote, endpoint_url=settings.endpoint_url,
+                                 index_url=settings.index_url, concurrency=settings.list_threads,
+                                 read_timeout=settings.read_timeout)
+        except Exception as e:
+            failed: Exception | None = e
+        else:
+            failed = None
+        _kind, prepared = conn.recv()
+        if failed is not None or store is None or remote is None:
+            log.error("the listing process could not open the cache or the remote: %s", failed)
+            return 1
+        log.info("listing in process %d (%.2fs after it was started)", os.getpid(),
+                 time.time() - spawned)
+        return _list(conn, settings, store, remote, prepared)
+    except EOFError:
+        return 0  # the parent let go before the listing began (it could not be prepared)
+    except Exception as e:  # one line, no traceback: the parent starts another (the log says so)
+        log.error("the listing process failed: %s", e, exc_info=log.isEnabledFor(logging.DEBUG))
+        return 1
+    finally:
+        if remote is not None:
+            remote.close()
+        if store is not None:
+            store.close()
+        conn.close()
+
+
+def _list(conn: Connection, settings: SamplerSettings, store: Store, remote: Remote,
+          prepared: object) -> int:
+    from epochfs.sidecar.listing import Lister, ListingThread
+    from epochfs.sidecar.listing.capacity import check_capacity
+    from epochfs.sidecar.listing.indexfile import listing_source
+
+    stop = threading.Event()
+    fetching = [False]
+    lister = Lister(store, listing_source(settings, remote, stop=stop), seed=settings.seed,
+                    shard_index=settings.shard_index, shard_count=settings.shard_count,
+                    object_limit=settings.object_limit, threads=settings.list_threads, stop=stop,
+                    include=settings.include, exclude=settings.exclude,
+                    yield_to=lambda: fetching[0])
+    listing = ListingThread(lister, interval=settings.relist_interval, prepared=prepared,
+                            on_complete=lambda report: check_capacity(settings, report))
+    if prepared is not None or lister.needed():
+        listing.running.set()  # as the parent has it: no moment without the fetch order's pace
+    listing.start()
+    said: tuple[bool, int] | None = None
+    while listing.is_alive():
+        now = (listing.running.is_set(), listing.completed)
+        if now != said:
+            conn.send(("running", now[0]))
+            conn.send(("completed", now[1]))
+            said = now
+        try:
+            if conn.poll(POLL):
+                message = conn.recv()
+                if message[0] == "fetching":
+                    fetching[0] = bool(message[1])
+                elif message[0] == "stop":
+                    stop.set()
+        except (EOFError, OSError):
+            stop.set()  # the parent is gone
+    listing.join()
+    if listing.fatal is not None:
+        error = listing.fatal
+        with contextlib.suppress(OSError):
+            conn.send(("completed", listing.completed))
+            conn.send(("fatal", error if isinstance(error, ConfigError) else ConfigError(str(error))))
+        return 2
+    return 0
+
+
+__all__ = ["POLL", "ListingProcess", "child_main"]

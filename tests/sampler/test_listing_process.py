@@ -1,0 +1,106 @@
+"""The listing runs in a process of its own beside the sampler (``--list-process``, the default;
+sidecar/listing/process.py), and that process's lifetime is the sampler's:
+
+- the listers are not threads of the sampler's process (their CPU does not share its GIL);
+- a listing process killed mid-listing (kill -9, an OOM kill) is started again and the listing
+  resumes from the index: every key is cataloged, the sampler never stops;
+- a sampler killed with -9 takes its listing process with it (``PR_SET_PDEATHSIG``), and one
+  stopped with SIGTERM exits 0 with its listing process gone.
+
+Real ``epochfs sample`` processes against the synthetic S3 endpoint (benchmarks/synthetic_s3.py),
+whose list latency keeps a listing of 30,000 keys running for seconds.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from common import wait_until
+from sampler_helpers import index_rows, running_sampler, s3_env, start_sampler
+
+from epochfs.benchmarks.synthetic_s3 import Dataset, SyntheticS3
+
+KEYS = 30_000
+
+
+@pytest.fixture
+def s3() -> Iterator[SyntheticS3]:
+    # 0.25 s a page: the listing of 30,000 keys (30 pages at least, 4 listers) lasts seconds.
+    with SyntheticS3(Dataset(KEYS, 64, classes=10, prefix="train/"), list_latency=0.25) as server:
+        yield server
+
+
+def children(pid: int) -> list[int]:
+    out: list[int] = []
+    for task in os.listdir(f"/proc/{pid}/task"):
+        try:
+            with open(f"/proc/{pid}/task/{task}/children") as f:
+                out += [int(c) for c in f.read().split()]
+        except FileNotFoundError:
+            pass
+    return out
+
+
+def gone(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().split(") ")[1].split()[0] == "Z"  # a zombie has exited
+    except FileNotFoundError:
+        return True
+
+
+def cataloged(cache: Path) -> int:
+    rows = index_rows(cache, "SELECT count(*) FROM catalog")
+    return int(rows[0][0]) if rows else 0
+
+
+def listing_complete(cache: Path) -> bool:
+    return bool(index_rows(cache, "SELECT value FROM meta WHERE name = 'listing_complete'"))
+
+
+def test_a_listing_process_killed_mid_listing_is_started_again_and_the_listing_ends(
+        s3: SyntheticS3, tmp_path: Path) -> None:
+    cache = tmp_path / "cache"
+    with running_sampler(cache, s3.url, "--endpoint-url", s3.endpoint, "--capacity", "4Mi",
+                         env=s3_env(s3.endpoint)) as sp:
+        wait_until(lambda: len(children(sp.proc.pid)) == 1, what="the listing process")
+        (child,) = children(sp.proc.pid)
+        wait_until(lambda: cataloged(cache) > 0, what="the first page committed")
+        assert not listing_complete(cache), "the listing ended before the test could kill it"
+        assert len(os.listdir(f"/proc/{child}/task")) > 4  # its listers (--list-threads 4), main
+        os.kill(child, signal.SIGKILL)
+        wait_until(lambda: "the listing process exited with -9; starting it again" in sp.log_text(),
+                   what="the restart logged")
+        wait_until(lambda: listing_complete(cache), timeout=120, what="the listing to its end")
+        assert sp.alive()
+        assert cataloged(cache) == KEYS
+        now = children(sp.proc.pid)
+        assert now and child not in now
+        last = now[0]
+    assert gone(last)
+    assert "Traceback" not in sp.log_text()
+
+
+def test_a_sampler_killed_with_minus_9_takes_its_listing_process_with_it(
+        s3: SyntheticS3, tmp_path: Path) -> None:
+    sp = start_sampler(tmp_path / "cache", s3.url, "--endpoint-url", s3.endpoint, "--capacity", "4Mi",
+                       env=s3_env(s3.endpoint))
+    try:
+        wait_until(lambda: len(children(sp.proc.pid)) == 1, what="the listing process")
+        (child,) = children(sp.proc.pid)
+    finally:
+        sp.proc.kill()
+        sp.proc.wait()
+    wait_until(lambda: gone(child), what="the listing process to die with the sampler")
+
+
+def test_on_threads_when_asked_no_listing_process(s3: SyntheticS3, tmp_path: Path) -> None:
+    cache = tmp_path / "cache"
+    with running_sampler(cache, s3.url, "--endpoint-url", s3.endpoint, "--capacity", "4Mi",
+                         "--list-process", "0", env=s3_env(s3.endpoint)) as sp:
+        wait_until(lambda: cataloged(cache) > 0, what="the first page committed")
+        assert children(sp.proc.pid) == []
