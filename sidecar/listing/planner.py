@@ -134,6 +134,8 @@ class Planner:
         self._listed = 0
         self._skew_at: tuple[float, float] | None = None
         """When the skew was last computed, and its value (:meth:`_skew_now`)."""
+        self._ended = False
+        """Every span's end was found (:meth:`_ends_found`: once true, true for this run)."""
         self._rest = 0.0
         """The sum of the spans' ``rest``: what :meth:`progress` shows without a pass over them."""
         for p in parts:
@@ -270,9 +272,26 @@ class Planner:
             unreached = len(self._spans) - self._reached
             each = (self._listed + self._rest) / self._reached if self._reached else FIRST_PAGE
             left = self._rest + each * unreached
+            first_round = reached == len(self._spans) and self._ends_found()
             return {"listed": listed, "estimated": listed + round(left), "spans": len(self._spans),
-                    "spans_reached": reached, "first_round": reached == len(self._spans),
+                    "spans_reached": reached, "first_round": first_round,
                     "skew": round(self._skew_now(), 4)}
+
+    def _ends_found(self) -> bool:
+        """Whether every span's end is found (no open segment reads on past the known keys), where
+        pages can start anywhere (a serial source's end is its last page). Part of the first
+        round that the fetches and the first cut wait for (``FIRST_ROUND_WAIT``): until a span's
+        end is found its size is a guess from its first names (the planner's ``OPEN_END_REACH``),
+        and the pace, which divides by the estimated whole, let the first keys through. Measured
+        on a flat bucket of 100k keys under load: a first estimate of 2,600 keys let 80 of the
+        first 1,700 keys listed (the key space's first 2%) be fetched at once."""
+        if self._ended or not self.splittable:
+            return True
+        for span in self._spans:
+            if any(seg.open and seg.part.stop is None for seg in span.segments):
+                return False
+        self._ended = True
+        return True
 
     def _skew_now(self) -> float:
         """:meth:`_skew`, computed at most every :data:`SKEW_EVERY` seconds (a pass over every

@@ -186,3 +186,47 @@ def test_a_relist_does_not_pace_the_pass(tmp_path: Path) -> None:
         _fetch(order, store, 100, fetched)
     assert fetched == keys
     store.close()
+
+
+def test_when_the_estimate_grows_keys_listed_behind_the_cursor_wait_for_the_pace(tmp_path: Path) -> None:
+    """The pace divides by the listing's estimate of the whole, which grows as the listing finds
+    where the key space ends. The cursor walked up to an early estimate's pace must not keep
+    everything listed below it owed (owed keys are fetched at once, unpaced): the cursor steps back
+    to the lower pace, and keys listed between the two are fetched as the pace reaches them. Seen
+    on a flat bucket: a first estimate of 2,600 keys of 100k let 3% of every key listed after be
+    fetched at once, the key space's first tenth most of the first 700 samples."""
+    from epochfs.sidecar.sampler.order import LEAD, PACE_START
+    from epochfs.sidecar.store.catalog import Part
+
+    store = Store(tmp_path / "cache", create=True)
+    store.configure(Policy(capacity=1 << 30, keep_epochs=2, min_samples=1, in_use_seconds=60.0))
+    listings = store.listings()
+    gen = listings.begin([Part(0, "", "", None)], "list")
+    step = 2**64 // 1000
+
+    def rows(lo: int, hi: int) -> list[CatalogRow]:  # ranks spread evenly over the order
+        return [CatalogRow(f"k{i:04d}", sid_of(f"k{i:04d}"), 10, "v", rank=-(2**63) + i * step + 1)
+                for i in range(lo, hi)]
+
+    # Every tenth of the order listed, with an estimate of 10,000 keys in all: the pace lets the
+    # walk go to LEAD * PACE_START / 10,000 = 40% of the order.
+    listings.commit_page(gen, Part(0, "", "", None, after="a"), rows(0, 1000)[::10], skips=0, clashes=[],
+                         progress='{"listed": 100, "estimated": 10000, "spans": 1, "spans_reached": 1}')
+    order = FetchOrder(store=store, schedule_mode=False, busy=lambda key: False, inflight=lambda: 0,
+                       listing=lambda: True)
+    fetched: list[str] = []
+    with mock.patch("epochfs.sidecar.sampler.order.LISTING_WAIT", 0.0):
+        _fetch(order, store, 1000, fetched)
+        early = len(fetched)
+        assert 30 <= early <= 45, fetched  # about 40% of the 100 listed
+        # The listing found the end: 1M keys in all; the pace falls to LEAD * (early +
+        # PACE_START) / 1M, under 0.5% of the order. The rest of the first 40% is listed now.
+        listings.commit_page(gen, Part(0, "", "", None, after="b"),
+                             [r for r in rows(0, 400) if int(r.key[1:]) % 10], skips=0, clashes=[],
+                             progress='{"listed": 460, "estimated": 1000000, "spans": 1, '
+                                      '"spans_reached": 1}')
+        _fetch(order, store, 1000, fetched)
+    pace = LEAD * (len(fetched) + PACE_START) / 1_000_000
+    late = fetched[early:]
+    assert len(late) <= int(pace * 1000) + 1, late  # not the 360 keys below the old cursor
+    store.close()

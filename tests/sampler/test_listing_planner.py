@@ -112,3 +112,45 @@ def test_a_key_shape_maps_keys_to_numbers_in_order_and_back() -> None:
     others = sorted({"".join(rng.choice("09az-_./ÿ") for _ in range(rng.randint(0, 20))) for _ in range(500)})
     assert [shape.number(k) for k in others] == sorted(shape.number(k) for k in others)
     assert shape.number(None) == shape.size
+
+
+def _page(seg: object, keys: list[str]) -> list[str]:
+    """Read ``seg``'s next page from the sorted ``keys`` as S3 would (StartAfter, MaxKeys, the
+    segment's stop), moving its resume point."""
+    part = seg.part  # type: ignore[attr-defined]
+    after = part.after or part.start
+    got = [k for k in keys if k > after and (part.stop is None or k < part.stop)][:seg.page]  # type: ignore[attr-defined]
+    part.done = len(got) < seg.page  # type: ignore[attr-defined]
+    part.after = got[-1] if got else after
+    return got
+
+
+def test_the_first_round_lasts_until_every_spans_end_is_found() -> None:
+    """The first round, which the fetches and the first cut wait for (FIRST_ROUND_WAIT), is a
+    page of every span and, where pages can start anywhere, each span's end found: before it, a
+    span's size is a guess from its first names, and the fetch order's pace (which divides by
+    the estimated whole) let the first names of a flat bucket be fetched at once."""
+    from epochfs.sidecar.listing.planner import Planner
+    from epochfs.sidecar.store.catalog import Part
+
+    keys = [f"k{i:05d}" for i in range(20_000)]
+    planner = Planner([Part(0, "", "", None)], splittable=True, rng=random.Random(3))
+    seen = 0
+    while True:
+        seg = planner.take()
+        assert seg is not None
+        got = _page(seg, keys)
+        planner.record(seg, got)
+        seen += len(got)
+        known = planner.progress()
+        if known["first_round"]:
+            break
+        assert known["spans_reached"] == 1  # reached, but its end still a guess
+    assert seen < len(keys) // 4  # found by galloping, long before the end is listed
+    assert known["estimated"] >= 15_000  # no longer an underestimate that lets the pace run
+    # A serial source (one stream a span) has no end to find ahead: its first page is the round.
+    serial = Planner([Part(0, "", "", None)], splittable=False)
+    seg = serial.take()
+    assert seg is not None
+    serial.record(seg, _page(seg, keys))
+    assert serial.progress()["first_round"] is True
