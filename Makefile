@@ -19,7 +19,7 @@ PYTEST_ARGS ?=
 # real processes, mounts and servers, not on the CPU (TEST_JOBS=0: all in the one pytest process).
 TEST_JOBS ?= 2
 
-.PHONY: all venv system-deps test test-slow test-reliability test-container lint typecheck demo bench dist image clean
+.PHONY: all venv system-deps test test-slow test-reliability test-container lint typecheck demo bench dist check-dist image clean
 
 all: test
 
@@ -95,6 +95,12 @@ dist: venv
 	$(PY) -c "from setuptools import build_meta; print(build_meta.build_sdist('dist'))"
 	"$$($(PY) scripts/get-helm.py | tail -n 1)" package helm/epochfs -d dist
 	@ls -1 dist
+
+# The wheel as a user installs it (scripts/check-wheel.sh): `make dist`, then a fresh venv with torch
+# pinned to the CPU build and the wheel's sidecar and torch extras, `epochfs --version`, a short
+# `epochfs sample` of a file:// dataset, cut, verify, and the torch client reading epoch 0. CI runs it.
+check-dist: dist
+	bash scripts/check-wheel.sh
 
 # The plain YAML of deploy/ (webhook install, example Job, Kustomize component), rendered from the
 # chart by the real helm; run it after changing the chart (tests/deploy/test_plain_manifests.py

@@ -13,7 +13,7 @@ import pytest
 from epochfs.sidecar.cli import build_parser
 
 ROOT = Path(__file__).resolve().parents[2]
-PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
 LINK = re.compile(r"\]\(([^)\s]+)\)")
 COMMAND = re.compile(r"`epochfs ([a-z][a-z_-]*)((?: [^`]*)?)`")
 FENCE = re.compile(r"^```[a-z]*\n(.*?)^```", re.S | re.M)
