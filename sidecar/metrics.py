@@ -8,15 +8,17 @@ Three sources feed the sidecar's ``/metrics``, merged into one exposition by :cl
   ``Store.stats()`` at scrape time. They never go backwards when a child restarts, because they
   live on the node volume, not in a process.
 * **The children**: per-process instrumentation of the sampler (:class:`ProcessMetrics`:
-  retried/failed fetches, fetch latency, downloads in flight, cut waits) and of the FUSE server
-  (:class:`FuseMetrics`, defined in ``epochfs.fuse.metrics`` because fuse may import nothing from
-  sidecar but the store: requests and errors by operation). The supervisor sets
+  retried/failed fetches, fetch latency, downloads in flight, cut waits, idle by design) and of the
+  FUSE server (:class:`FuseMetrics`, defined in ``epochfs.fuse.metrics`` because fuse may import
+  nothing from sidecar but the store: requests and errors by operation). The supervisor sets
   ``PROMETHEUS_MULTIPROC_DIR`` for its children, so prometheus-client writes their values to mmap
   files that survive a crash; the supervisor sums them (:func:`multiprocess_collector`). Dead
   children's live gauges are dropped with :func:`forget_process`.
 * **The supervisor itself** (:class:`SidecarMetrics`): samples and bytes served (counted from
   opens of object files, see ``epochfs.sidecar.served``), what the torch client reports, child
   restarts; and the counters of its HTTP endpoints (:class:`EndpointMetrics`).
+* **The admission webhook** (:class:`WebhookMetrics`): ``epochfs webhook`` is a process of its
+  own with a registry of its own (no store, no children); its metrics are defined here all the same.
 * **Build and process facts**: ``epochfs_build_info{version}`` (:class:`BuildInfoCollector`),
   ``python_info``, and the standard ``process_*`` families (CPU seconds, resident memory, open
   fds...) of the supervisor and of each child, read from ``/proc/<pid>`` at scrape time and told
@@ -147,6 +149,13 @@ class ProcessMetrics:
             "epochfs_cut_wait_seconds", "Seconds from a cut request (lookup of epoch-N) to the cut.",
             buckets=CUT_WAIT_BUCKETS, registry=registry,
         )
+        self.sampler_idle = Gauge(
+            "epochfs_sampler_idle", "1 while the sampler has nothing to fetch by design and nothing "
+            "in flight (schedule mode: the next windows are complete; every listed key cached or "
+            "skipped; the listing's pace holding it back), else 0.",
+            multiprocess_mode="livemax", registry=registry,
+        )
+        self._idle: bool | None = None
         for result in PROCESS_RESULTS:
             self.remote_objects.labels(result=result)
 
@@ -187,6 +196,15 @@ class ProcessMetrics:
     def cut_waited(self, seconds: float) -> None:
         """A requested cut happened ``seconds`` after its request (0 for immediate cuts)."""
         self.cut_wait_seconds.observe(max(0.0, seconds))
+
+    def set_idle(self, idle: bool) -> None:
+        """The fetch order has nothing to offer now and nothing is in flight (``idle``), or it has
+        keys to fetch: the stall alert (EpochfsSamplerStalled) stays quiet while the sampler waits by
+        design, and fires when it has keys but admits nothing (a remote that is down, downloads
+        that hang). Cheap to call per candidate: the value is written only when it changes."""
+        if idle is not self._idle:
+            self._idle = idle
+            self.sampler_idle.set(1 if idle else 0)
 
 
 _default_lock = threading.Lock()
@@ -397,6 +415,37 @@ class BuildInfoCollector:
         yield family
 
 
+WEBHOOK_RESULTS = ("mutated", "skipped", "refused", "error")
+"""``epochfs_webhook_requests_total{result}``: how the admission webhook answered."""
+WEBHOOK_DURATION_BUCKETS = (0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1.0, 5.0)
+
+
+class WebhookMetrics:
+    """The admission webhook's (``epochfs webhook``, :mod:`epochfs.sidecar.webhook`): requests by
+    result, their duration, the profiles loaded, the build and the process. A process of its own
+    (a Deployment, no sidecar beside it), so one plain registry of its own: ``registry`` (a fresh
+    one unless given), which its metrics port serves."""
+
+    def __init__(self, *, registry: CollectorRegistry | None = None) -> None:
+        self.registry = registry if registry is not None else CollectorRegistry()
+        self.requests = Counter(
+            "epochfs_webhook_requests",
+            "Admission requests answered, by result: mutated (epochfs "
+            "injected), skipped (not asked for, already injected, not a pod creation), refused (asked "
+            "for but cannot be served: the response says why), error (not an AdmissionReview, or a failure)",
+            ["result"], registry=self.registry,
+        )
+        for result in WEBHOOK_RESULTS:
+            self.requests.labels(result)
+        self.duration = Histogram(
+            "epochfs_webhook_request_duration_seconds", "Time to answer an admission request",
+            buckets=WEBHOOK_DURATION_BUCKETS, registry=self.registry,
+        )
+        self.profiles = Gauge("epochfs_webhook_profiles", "Injection profiles loaded", registry=self.registry)
+        ProcessCollector(registry=self.registry)
+        self.registry.register(BuildInfoCollector())
+
+
 PROCESS_NAMES = ("supervisor", "sampler", "fuse", "publisher")
 """Values of the ``process`` label of the ``process_*`` families: the supervisor (the one process
 that serves ``/metrics``) and the children it may run."""
@@ -459,6 +508,7 @@ __all__ = [
     "PROCESS_NAMES",
     "STORE_COUNTERS",
     "STORE_GAUGES",
+    "WEBHOOK_RESULTS",
     "BuildInfoCollector",
     "EndpointMetrics",
     "MergedCollector",
@@ -466,6 +516,7 @@ __all__ = [
     "ProcessMetrics",
     "SidecarMetrics",
     "StoreCollector",
+    "WebhookMetrics",
     "endpoint_metrics",
     "forget_process",
     "multiprocess_collector",

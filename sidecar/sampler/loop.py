@@ -216,6 +216,9 @@ class Sampler:
                 if len(self._inflight) + len(self.deferred) >= self.window.size:
                     break
                 cand = self._next_candidate()
+                # Idle by design (nothing to offer, nothing in flight or waiting): the stall
+                # alert stays quiet; keys offered and none admitted is the stall it is for.
+                process_metrics().set_idle(cand is None and not self._inflight and not len(self.deferred))
             pending = None
             if cand is None:
                 break

@@ -19,7 +19,9 @@ The pod's metadata says what it wants:
 The patch adds, as the chart's Job has them: the sidecar first in ``initContainers``, the volumes,
 the trainer's environment first in each target container's ``env`` (so its own variables may refer
 to ``$(EPOCHFS_MOUNT)``) and its mounts, the pod security context's fields the pod does not set,
-the scrape annotations the pod does not have, and the marker ``epochfs.io/injected: <profile>``.
+the scrape annotations the pod does not have, the marker ``epochfs.io/injected: <profile>``, and
+the profile's pod labels (``epochfs.io/injected-by: <the webhook>``: the chart's PodMonitor of
+injected pods selects it; set even where the pod has it, so the monitor finds every injected pod).
 A pod with the marker, or holding the sidecar and its volume already (attached by the
 templates), is left alone: a pod mutated twice is unchanged.
 
@@ -212,6 +214,12 @@ def _decide(pod: Any, profiles: Mapping[str, Profile], pss_enforced: bool) -> De
     else:
         for k, v in new_annotations.items():
             add(_pointer("metadata", "annotations", k), v)
+    if profile.pod_labels:
+        if meta.get("labels") is None:  # /metadata exists by now (the annotations made it)
+            add("/metadata/labels", dict(profile.pod_labels))
+        else:
+            for label, value in profile.pod_labels.items():
+                add(_pointer("metadata", "labels", label), value)
     if spec.get("initContainers") is None:
         add("/spec/initContainers", sidecars)
     else:

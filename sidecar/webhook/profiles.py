@@ -8,6 +8,8 @@ folder. A document (``apiVersion: epochfs.io/injection-v1``) holds:
 * ``volumes``, ``trainerVolumeMounts``, ``trainerEnv``: ``epochfs.volumes``,
   ``epochfs.trainerVolumeMounts``, ``epochfs.trainerEnv``;
 * ``podAnnotations``: ``epochfs.podAnnotations`` (the prometheus.io/* scrape annotations);
+* ``podLabels``: ``epochfs.webhook.injectedLabels`` (``epochfs.io/injected-by: <the webhook>``,
+  which the chart's PodMonitor of injected pods selects); absent from documents of older charts;
 * ``podSecurityContext``: the chart's ``podSecurityContext`` (fsGroup: the trainer reads the cache);
 * ``view`` (fuse or folder), ``privileged`` (the sidecar is: the FUSE view), ``nodes`` (the
   shard count), ``cacheVolumeBytes`` (the cache volume's size, "" for hostPath).
@@ -47,6 +49,7 @@ class Profile:
     trainer_volume_mounts: list[JSON]
     trainer_env: list[JSON]
     pod_annotations: dict[str, str] = field(default_factory=dict)
+    pod_labels: dict[str, str] = field(default_factory=dict)
     pod_security_context: JSON = field(default_factory=dict)
 
     @property
@@ -101,6 +104,9 @@ class Profile:
         annotations = doc.get("podAnnotations") or {}
         if not isinstance(annotations, dict) or not all(isinstance(v, str) for v in annotations.values()):
             raise fail("podAnnotations is not a map of strings")
+        labels = doc.get("podLabels") or {}
+        if not isinstance(labels, dict) or not all(isinstance(v, str) for v in labels.values()):
+            raise fail("podLabels is not a map of strings")
         security = doc.get("podSecurityContext") or {}
         if not isinstance(security, dict):
             raise fail("podSecurityContext is not an object")
@@ -118,6 +124,7 @@ class Profile:
             trainer_volume_mounts=named_list("trainerVolumeMounts"),
             trainer_env=named_list("trainerEnv"),
             pod_annotations=dict(annotations),
+            pod_labels=dict(labels),
             pod_security_context=dict(security),
         )
 

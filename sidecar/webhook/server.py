@@ -14,7 +14,8 @@ accepting), a body size limit, and JSON checks; :mod:`.review` and :mod:`.mutate
   answered 400 (413 above the size limit, 415 when not JSON); an unexpected failure 500, which
   the API server treats according to the configuration's failurePolicy.
 * ``GET /healthz``, ``GET /readyz`` on the HTTPS port; ``/metrics`` and ``/healthz`` on the plain
-  metrics port.
+  metrics port (the metrics themselves are :class:`epochfs.sidecar.metrics.WebhookMetrics`, with
+  every other metric of epochfs).
 * The certificate and key are read again when their files change (cert-manager renews them in
   the mounted Secret), for the next connections; a pair caught mid-update is retried later while
   the previous one keeps serving.
@@ -36,9 +37,10 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, ProcessCollector
+from prometheus_client import CollectorRegistry
 from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
 
+from epochfs.sidecar.metrics import WebhookMetrics
 from epochfs.sidecar.webhook import review
 from epochfs.sidecar.webhook.mutate import decide
 from epochfs.sidecar.webhook.profiles import Profile, load_profiles
@@ -53,33 +55,7 @@ MAX_IN_FLIGHT = 16
 the failurePolicy) instead of piling up threads and memory."""
 METRICS_TIMEOUT = 10
 """Seconds a metrics-port connection may sit idle or take to send its request."""
-RESULTS = ("mutated", "skipped", "refused", "error")
 PATHS = {"/mutate": False, "/mutate/pss-enforced": True}
-
-
-class WebhookMetrics:
-    """The server's own registry: requests by result, their duration, the profiles, the process."""
-
-    def __init__(self) -> None:
-        self.registry = CollectorRegistry()
-        self.requests = Counter(
-            "epochfs_webhook_requests",
-            "Admission requests answered, by result: mutated (epochfs "
-            "injected), skipped (not asked for, already injected, not a pod creation), refused (asked "
-            "for but cannot be served: the response says why), error (not an AdmissionReview, or a failure)",
-            ["result"],
-            registry=self.registry,
-        )
-        for result in RESULTS:
-            self.requests.labels(result)
-        self.duration = Histogram(
-            "epochfs_webhook_request_duration_seconds",
-            "Time to answer an admission request",
-            registry=self.registry,
-            buckets=(0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1.0, 5.0),
-        )
-        self.profiles = Gauge("epochfs_webhook_profiles", "Injection profiles loaded", registry=self.registry)
-        ProcessCollector(registry=self.registry)
 
 
 class TLSFiles:

@@ -264,3 +264,82 @@ def test_every_alert_has_severity_annotations_and_a_runbook_section() -> None:
         for part in ("What it means", "What to check", "What to do"):
             assert f"**{part}.**" in section, f"{name}'s runbook has no '{part}'"
         assert f"| `{name}` |" in doc, f"{name} missing from the alerts table"
+
+
+# --------------------------------------------------------------------------- tuned by values
+
+
+def waiting_unit_test(threshold_percent: str) -> dict[str, Any]:
+    """A promtool unit test of EpochfsTrainersWaitingForData at another threshold: 4-GPU pods whose
+    ranks wait 50% and 75% of their time, and a pod without GPUs waiting 75%."""
+    def series(pod: str, wait_per_minute: int, gpus: int | None) -> list[dict[str, str]]:
+        out = [{"series": f'epochfs_client_wait_seconds_total{{namespace="training", pod="{pod}"}}',
+                "values": f"0+{wait_per_minute}x40"}]
+        if gpus is not None:
+            out.append({"series": f'kube_pod_container_resource_requests{{namespace="training", pod="{pod}", '
+                                  f'container="trainer", resource="nvidia_com_gpu", unit="integer"}}',
+                        "values": f"{gpus}+0x40"})
+        return out
+
+    def fired(pod: str) -> dict[str, Any]:
+        return {"exp_labels": {"severity": "warning", "namespace": "training", "pod": pod},
+                "exp_annotations": {
+                    "summary": f"trainers wait for data more than {threshold_percent} of their time",
+                    "description": f"The training loops of training/{pod} waited for data 75% of the "
+                                   "time over the last 10 minutes (per rank: the pod's wait over the "
+                                   "GPUs it requests): the GPUs are starved.",
+                    "runbook_url": "https://github.com/epochfs/epochfs/blob/main/docs/metrics.md"
+                                   "#epochfstrainerswaitingfordata"}}
+
+    return {"rule_files": ["epochfs.rules.yaml"], "evaluation_interval": "1m", "tests": [{
+        "interval": "1m",
+        "input_series": series("half", 120, 4) + series("three-quarters", 180, 4) + series("cpu", 45, None),
+        "alert_rule_test": [{"eval_time": "30m", "alertname": "EpochfsTrainersWaitingForData",
+                             "exp_alerts": [fired("cpu"), fired("three-quarters")]}],
+    }]}
+
+
+def test_the_trainers_waiting_threshold_is_a_value(helm_bin: Path, promtool: str, tmp_path: Path) -> None:
+    """metrics.prometheusRule.trainersWaitingThreshold (a share of each rank's time) replaces the
+    file's 0.25 in the expression and 25% in the summary; promtool runs the rule as rendered."""
+    values = {"metrics": {"prometheusRule": {"enabled": True, "trainersWaitingThreshold": 0.6}}}
+    rule = rendered_rule(helm_bin, tmp_path, values)
+    rules = {r["alert"]: r for r in alerts(rule["spec"])}
+    waiting = rules["EpochfsTrainersWaitingForData"]
+    assert waiting["expr"].rstrip().endswith(") > 0.6"), waiting["expr"]
+    assert waiting["annotations"]["summary"] == "trainers wait for data more than 60% of their time"
+    source = {r["alert"]: r for r in alerts(yaml.safe_load(RULE_FILE.read_text()))}
+    assert {k: v for k, v in rules.items() if k != "EpochfsTrainersWaitingForData"} == {
+        k: {**v, "annotations": rules[k]["annotations"]} for k, v in source.items()
+        if k != "EpochfsTrainersWaitingForData"}
+    (tmp_path / "epochfs.rules.yaml").write_text(yaml.safe_dump({"groups": rule["spec"]["groups"]}))
+    (tmp_path / "waiting_test.yaml").write_text(yaml.safe_dump(waiting_unit_test("60%"), sort_keys=False))
+    proc = run([promtool, "test", "rules", "waiting_test.yaml"], tmp_path)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    # The same pods at the default threshold: the half-waiting pod fires too.
+    rule = rendered_rule(helm_bin, tmp_path)
+    (tmp_path / "epochfs.rules.yaml").write_text(yaml.safe_dump({"groups": rule["spec"]["groups"]}))
+    proc = run([promtool, "test", "rules", "waiting_test.yaml"], tmp_path)
+    assert proc.returncode != 0 and 'pod="half"' in proc.stdout + proc.stderr
+
+
+@pytest.mark.parametrize("threshold", [0, 1, 1.5, -0.1, "a quarter"])
+def test_the_schema_refuses_a_threshold_outside_zero_to_one(helm_bin: Path, tmp_path: Path,
+                                                            threshold: Any) -> None:
+    values = {"metrics": {"prometheusRule": {"enabled": True, "trainersWaitingThreshold": threshold}}}
+    proc = helm(helm_bin, "template", "mnist", str(CHART), values=with_remote(values), tmp=tmp_path,
+                check=False)
+    assert proc.returncode != 0 and "trainersWaitingThreshold" in proc.stderr
+
+
+def test_the_stalled_alerts_idle_gauge_is_the_samplers() -> None:
+    """epochfs_sampler_idle, which keeps EpochfsSamplerStalled quiet while the sampler waits by
+    design, exists from the start at 0 and follows ProcessMetrics.set_idle."""
+    registry = CollectorRegistry()
+    process = metrics.ProcessMetrics(registry=registry)
+    assert registry.get_sample_value("epochfs_sampler_idle") == 0
+    process.set_idle(True)
+    assert registry.get_sample_value("epochfs_sampler_idle") == 1
+    process.set_idle(True)
+    process.set_idle(False)
+    assert registry.get_sample_value("epochfs_sampler_idle") == 0

@@ -15,7 +15,9 @@ sidecar, libfuse in the image, signals. What is checked, for the native sidecar 
   new epoch within seconds;
 * the pod's end (SIGTERM, terminationGracePeriodSeconds): the sidecar exits 0 and nothing stays
   mounted under the pod's folders; the sidecar's log names the libfuse it loaded;
-* the plain Pod of examples/kubernetes (the attach snippet) behaves like the Job's pod;
+* the plain Pod of examples/kubernetes (the attach snippet) behaves like the Job's pod, and so
+  does a user's own Pod mutated by the admission webhook's decision with the profile the chart
+  renders (the JSONPatch applied as the API server would);
 * with two nodes, each pod's epoch holds only keys of its own shard;
 * the folder view (sidecar.view=folder): the rendered pod passes the Restricted Pod Security
   Standard (tests/pss.py), its sidecar runs as 10001 with no capability, no_new_privs and a
@@ -45,6 +47,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import jsonpatch
 import pytest
 from common import S3Server, free_port, put_objects, random_objects, wait_until
 from container_engine import ROOT, Engine, base_image, epochfs_image
@@ -52,6 +55,9 @@ from container_pod import Pod, job_pods
 from helm_helpers import helm_binary, one, render, render_pod_snippet
 from pod_env import PodIdentity, PodObjects
 from pod_volumes import mount_points
+
+from epochfs.sidecar.webhook.mutate import decide
+from epochfs.sidecar.webhook.profiles import profiles_from_documents
 
 pytestmark = [
     pytest.mark.fuse,
@@ -250,6 +256,59 @@ def test_the_attach_examples_pod_works_the_same(engine: Engine, image: str, s3: 
                            labels=dict(meta.get("labels") or {}),
                            annotations=dict(meta.get("annotations") or {}))
     pod = start(tmp_path, engine, manifest["spec"], identity, "pod")
+    try:
+        crash_and_end(pod, port)
+    finally:
+        print(f"--- sidecar log ---\n{pod.logs('epochfs')}\n--- trainer log ---\n{pod.logs('trainer')}")
+        pod.cleanup()
+
+
+def user_pod(image: str) -> dict[str, Any]:
+    """A pod a platform team writes, knowing nothing of epochfs but the label: one restricted
+    container (the trainer script) and its own /tmp."""
+    return {
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": "resnet-0", "namespace": "research",
+                     "labels": {"epochfs.io/inject": "true", "app": "resnet"}},
+        "spec": {
+            "restartPolicy": "Never", "terminationGracePeriodSeconds": 30,
+            "containers": [{
+                "name": "trainer", "image": image, "imagePullPolicy": "Never",
+                "command": ["python", "-c", TRAINER_SCRIPT], "args": ["crash"],
+                "env": [{"name": "HOME", "value": "/tmp"}],
+                "securityContext": {"runAsUser": TRAINER_UID, "runAsGroup": TRAINER_UID, "runAsNonRoot": True,
+                                    "allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]},
+                                    "readOnlyRootFilesystem": True},
+                "volumeMounts": [{"name": "scratch", "mountPath": "/tmp"}],
+            }],
+            "volumes": [{"name": "scratch", "emptyDir": {}}],
+        },
+    }
+
+
+def test_a_pod_the_webhook_injected_works_the_same(engine: Engine, image: str, s3: S3Server,
+                                                    tmp_path: Path) -> None:
+    """The webhook's way in (issue 23): the chart renders its injection documents with this test's
+    values (webhook.enabled), the webhook's decision mutates a user's Pod that carries only the
+    label, and the mutated pod runs like the chart's Job: byte-exact epochs, the trainer confined
+    (its fsGroup now the one the webhook added), kill -9 of the FUSE server, SIGTERM exit 0."""
+    put_objects(s3, BUCKET, OBJECTS)
+    port = free_port()
+    values = {**epochfs_values(image, s3, native=True, nodes=1, port=port), "webhook": {"enabled": True}}
+    [profiles_cm] = [o for o in render(helm_binary(), values, tmp_path)
+                     if o["kind"] == "ConfigMap" and o["metadata"]["name"].endswith("-webhook-profiles")]
+    profiles = profiles_from_documents({k.removesuffix(".json"): json.loads(v)
+                                        for k, v in profiles_cm["data"].items()})
+    pod_obj = user_pod(image)
+    decision = decide(pod_obj, profiles)
+    assert decision.result == "mutated", decision.message
+    mutated = jsonpatch.apply_patch(pod_obj, decision.patch)
+    assert "securityContext" not in pod_obj["spec"]
+    assert mutated["spec"]["securityContext"]["fsGroup"] == TRAINER_UID
+    meta = mutated["metadata"]
+    identity = PodIdentity(name=meta["name"], namespace=meta["namespace"], labels=dict(meta["labels"]),
+                           annotations=dict(meta["annotations"]))
+    pod = start(tmp_path, engine, mutated["spec"], identity, "pod")
     try:
         crash_and_end(pod, port)
     finally:

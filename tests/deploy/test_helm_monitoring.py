@@ -199,3 +199,7 @@ def test_notes_name_the_monitor_and_the_rule(helm_bin: Path, tmp_path: Path) -> 
     bare = notes({"metrics": {"podMonitor": {"enabled": True}}})
     assert f"PodMonitor {NAMESPACE}/{RELEASE}-epochfs (no labels" in bare and "PrometheusRule" not in bare
     assert "Monitor" not in notes({})
+    assert "injected" not in on + bare
+    webhook = notes({"webhook": {"enabled": True}, "metrics": {"serviceMonitor": {"enabled": True}}})
+    assert (f"label epochfs.io/injected-by={RELEASE}-epochfs-webhook): "
+            f"the PodMonitor {NAMESPACE}/{RELEASE}-epochfs-injected") in webhook

@@ -90,6 +90,10 @@ def test_epochs_equal_the_remote_and_grow_then_sigterm_is_clean(s3: S3Server, tm
         out = subprocess.run([*EPOCHFS, "status", "--mount", str(car.mount)], capture_output=True,
                              text=True, check=True).stdout
         assert "epoch" in out and "backpressure: no" in out
+        # Every object cached: the sampler waits by design, and says so (the stall alert,
+        # EpochfsSamplerStalled, stays quiet on epochfs_sampler_idle == 1).
+        wait_until(lambda: samples_now(car.cache) == len(objects), timeout=60, what="every object")
+        wait_until(lambda: car.metric("epochfs_sampler_idle") == 1, what="the sampler idle by design")
     # running_sidecar checked exit 0 within 10 s and no mount left; the store opens cleanly.
     with Store(tmp_path / "cache") as store:
         report = store.recover()

@@ -25,6 +25,7 @@ import jsonpatch
 import kubernetes_validate
 import pytest
 from helm_helpers import container, env_of, helm_binary, mounts_of, pod_spec, render, with_remote
+from prometheus_client import CollectorRegistry
 from prometheus_client.parser import text_string_to_metric_families
 from pss import violations
 from webhook_helpers import (
@@ -49,8 +50,9 @@ from webhook_helpers import (
 )
 
 from epochfs.sidecar import config
+from epochfs.sidecar.metrics import WebhookMetrics
 from epochfs.sidecar.webhook.profiles import Profile
-from epochfs.sidecar.webhook.server import AdmissionServer, MetricsServer, TLSFiles, WebhookMetrics
+from epochfs.sidecar.webhook.server import AdmissionServer, MetricsServer, TLSFiles
 
 K8S_VERSIONS = ("1.29.0", kubernetes_validate.latest_version())
 ROOT = Path(__file__).resolve().parents[2]
@@ -505,6 +507,28 @@ def test_metrics_count_requests_by_result(served: Served) -> None:
         "refused": 1,
         "error": 0,
     }
+
+
+def test_the_webhooks_metrics_live_with_every_other_metric() -> None:
+    """One module defines every metric of epochfs (sidecar/metrics.py), the webhook's too, on a
+    registry the caller may give; the names are those the webhook always had, plus the build."""
+    import epochfs
+    from epochfs.sidecar import metrics
+    from epochfs.sidecar.webhook import server as server_mod
+
+    assert server_mod.WebhookMetrics is metrics.WebhookMetrics
+    registry = CollectorRegistry()
+    webhook_metrics = metrics.WebhookMetrics(registry=registry)
+    assert webhook_metrics.registry is registry
+    webhook_metrics.requests.labels("refused").inc()
+    webhook_metrics.profiles.set(3)
+    get = registry.get_sample_value
+    assert {r: get("epochfs_webhook_requests_total", {"result": r}) for r in metrics.WEBHOOK_RESULTS} == {
+        "mutated": 0, "skipped": 0, "refused": 1, "error": 0}
+    assert get("epochfs_webhook_profiles") == 3
+    assert get("epochfs_webhook_request_duration_seconds_count") == 0
+    assert get("epochfs_build_info", {"version": epochfs.__version__}) == 1
+    assert get("process_open_fds") is not None
 
 
 def test_keep_alive_connections_serve_several_reviews(served: Served) -> None:

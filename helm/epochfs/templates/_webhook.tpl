@@ -2,8 +2,9 @@
 The admission webhook's injection documents (webhook.enabled; docs/kubernetes.md, "Attach with one
 annotation"). A document says what a pod gets, rendered by the SAME named templates a parent chart
 includes (_attach.tpl, _sidecar.tpl): the sidecar container, the volumes, the trainer's mounts and
-environment. The webhook (sidecar/webhook/) only reads it and writes it into pods, so what it
-injects cannot drift from the templates.
+environment; and the label that tells the injected pods apart (epochfs.webhook.injectedLabels). The
+webhook (sidecar/webhook/) only reads it and writes it into pods, so what it injects cannot drift
+from the templates.
 
 One document per profile: "default" from the chart's values, and one for each entry of
 webhook.profiles, whose values are deep-merged over the chart's (a profile sets only what differs,
@@ -54,6 +55,7 @@ e.g. another remote, the folder view, a bigger cache).
     "trainerVolumeMounts" (fromYamlArray (include "epochfs.trainerVolumeMounts" $ctx))
     "trainerEnv" (fromYamlArray (include "epochfs.trainerEnv" $ctx))
     "podAnnotations" (default (dict) (fromYaml (include "epochfs.podAnnotations" $ctx)))
+    "podLabels" (fromYaml (include "epochfs.webhook.injectedLabels" $root))
     "podSecurityContext" (default (dict) $values.podSecurityContext)
 -}}
 {{- toJson $doc -}}
@@ -79,6 +81,14 @@ e.g. another remote, the folder view, a bigger cache).
 {{- $labels := fromYaml (include "epochfs.selectorLabels" .) -}}
 {{- $_ := set $labels "app.kubernetes.io/component" "webhook" -}}
 {{- toYaml $labels -}}
+{{- end -}}
+
+{{/* The label the webhook puts on every pod it injects, whatever the profile: what the
+     PodMonitor of injected pods (podmonitor-injected.yaml) selects. Not the chart's own pod labels
+     (epochfs.podLabels): those would put other teams' pods under this release's Service and
+     NetworkPolicy. */}}
+{{- define "epochfs.webhook.injectedLabels" -}}
+epochfs.io/injected-by: {{ include "epochfs.webhook.fullname" . }}
 {{- end -}}
 
 {{- define "epochfs.webhook.labels" -}}
