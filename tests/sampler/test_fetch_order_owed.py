@@ -188,14 +188,13 @@ def test_a_relist_does_not_pace_the_pass(tmp_path: Path) -> None:
     store.close()
 
 
-def test_when_the_estimate_grows_keys_listed_behind_the_cursor_wait_for_the_pace(tmp_path: Path) -> None:
-    """The pace divides by the listing's estimate of the whole, which grows as the listing finds
-    where the key space ends. The cursor walked up to an early estimate's pace must not keep
-    everything listed below it owed (owed keys are fetched at once, unpaced): the cursor steps back
-    to the lower pace, and keys listed between the two are fetched as the pace reaches them. Seen
-    on a flat bucket: a first estimate of 2,600 keys of 100k let 3% of every key listed after be
-    fetched at once, the key space's first tenth most of the first 700 samples."""
-    from epochfs.sidecar.sampler.order import LEAD, PACE_START
+def test_when_the_pace_falls_the_fetched_keys_stay_the_listed_keys_below_one_rank(tmp_path: Path) -> None:
+    """The pace falls when the listing's estimate of the whole grows (or its skew rises); the
+    cursor does not: keys listed later below it are owed and fetched, so what is cached stays
+    exactly the listed keys below one rank, a uniform sample of what is listed whenever each key
+    was listed. A cursor stepped back to the lower pace left the keys fetched above it in the
+    cache, all from what was listed first (tried: a nested key space's samples 0.10 from the
+    folder mix where the listed keys were 0.01)."""
     from epochfs.sidecar.store.catalog import Part
 
     store = Store(tmp_path / "cache", create=True)
@@ -203,30 +202,28 @@ def test_when_the_estimate_grows_keys_listed_behind_the_cursor_wait_for_the_pace
     listings = store.listings()
     gen = listings.begin([Part(0, "", "", None)], "list")
     step = 2**64 // 1000
+    rank = {f"k{i:04d}": -(2**63) + i * step + 1 for i in range(1000)}
 
-    def rows(lo: int, hi: int) -> list[CatalogRow]:  # ranks spread evenly over the order
-        return [CatalogRow(f"k{i:04d}", sid_of(f"k{i:04d}"), 10, "v", rank=-(2**63) + i * step + 1)
-                for i in range(lo, hi)]
+    def rows(names: list[str]) -> list[CatalogRow]:
+        return [CatalogRow(k, sid_of(k), 10, "v", rank=rank[k]) for k in names]
 
-    # Every tenth of the order listed, with an estimate of 10,000 keys in all: the pace lets the
-    # walk go to LEAD * PACE_START / 10,000 = 40% of the order.
-    listings.commit_page(gen, Part(0, "", "", None, after="a"), rows(0, 1000)[::10], skips=0, clashes=[],
+    # Every tenth key listed, with an estimate of 10,000 keys in all: the pace lets the walk go
+    # to LEAD * PACE_START / 10,000 = 40% of the order.
+    first = [f"k{i:04d}" for i in range(0, 1000, 10)]
+    listings.commit_page(gen, Part(0, "", "", None, after="a"), rows(first), skips=0, clashes=[],
                          progress='{"listed": 100, "estimated": 10000, "spans": 1, "spans_reached": 1}')
     order = FetchOrder(store=store, schedule_mode=False, busy=lambda key: False, inflight=lambda: 0,
                        listing=lambda: True)
     fetched: list[str] = []
     with mock.patch("epochfs.sidecar.sampler.order.LISTING_WAIT", 0.0):
         _fetch(order, store, 1000, fetched)
-        early = len(fetched)
-        assert 30 <= early <= 45, fetched  # about 40% of the 100 listed
-        # The listing found the end: 1M keys in all; the pace falls to LEAD * (early +
-        # PACE_START) / 1M, under 0.5% of the order. The rest of the first 40% is listed now.
-        listings.commit_page(gen, Part(0, "", "", None, after="b"),
-                             [r for r in rows(0, 400) if int(r.key[1:]) % 10], skips=0, clashes=[],
-                             progress='{"listed": 460, "estimated": 1000000, "spans": 1, '
+        assert 30 <= len(fetched) <= 45, fetched  # about 40% of the 100 listed
+        cursor = max(rank[k] for k in fetched)
+        # The listing found the end: 1M keys in all, the pace under 0.5% of the order now.
+        later = [f"k{i:04d}" for i in range(1000) if i % 10]
+        listings.commit_page(gen, Part(0, "", "", None, after="b"), rows(later), skips=0, clashes=[],
+                             progress='{"listed": 1000, "estimated": 1000000, "spans": 1, '
                                       '"spans_reached": 1}')
         _fetch(order, store, 1000, fetched)
-    pace = LEAD * (len(fetched) + PACE_START) / 1_000_000
-    late = fetched[early:]
-    assert len(late) <= int(pace * 1000) + 1, late  # not the 360 keys below the old cursor
+    assert sorted(fetched) == sorted(k for k in rank if rank[k] <= cursor)
     store.close()
