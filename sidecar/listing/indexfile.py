@@ -39,6 +39,7 @@ import time
 from collections.abc import Iterator
 from typing import IO, Any, cast
 
+from epochfs.sidecar.listing.indexorder import write_shuffled
 from epochfs.sidecar.listing.retry import is_throttled, while_throttled
 from epochfs.sidecar.listing.sources import Page, Source, Span, source_for
 from epochfs.sidecar.progressbar import Progress
@@ -174,15 +175,21 @@ def listing_source(settings: Any, remote: Remote, *, stop: threading.Event | Non
 
 # ---------------------------------------------------------------------------- writing
 def write_index(remote: Remote, out: str, *, threads: int = 8, endpoint_url: str | None = None,
-                progress_seconds: float = 5.0, progress: Progress | None = None, plain: bool = False) -> int:
+                progress_seconds: float = 5.0, progress: Progress | None = None, plain: bool = False,
+                order: str = "shuffled") -> int:
     """List ``remote`` in parallel spans and write its index to ``out``; returns the key count.
     ``progress``: a bar of the spans done on a terminal (``epochfs index``); else, and without
     one, a log line every ``progress_seconds``. ``plain``: JSON lines, not gzip (an ``--out``
     whose name does not end in ``.gz``; readers take either, by the first bytes).
 
     Each span is written to its own gzip member in a temporary folder (the spans list at once);
-    the members are then joined in span order (a concatenation of gzip members is one gzip
-    stream) between the header and the trailer, so the index is in key order."""
+    the records are then written between the header and the trailer in ``order``: ``shuffled``
+    (:mod:`.indexorder`: every prefix of the stream a uniform sample, so a sidecar's first epochs
+    are fair while it reads the index; file/folder clashes left out here) or ``sorted`` (the
+    members joined in span order, a concatenation of gzip members being one gzip stream: key
+    order, the readers find the clashes)."""
+    if order not in ("shuffled", "sorted"):
+        raise ValueError(f"order: shuffled or sorted, not {order!r}")
     stop = threading.Event()  # never set: a throttled request is read again until it answers
     rng = random.Random()
     source = source_for(remote, stop=stop)  # a throttled page finding the folders: read again in place
@@ -270,15 +277,23 @@ def write_index(remote: Remote, out: str, *, threads: int = 8, endpoint_url: str
         total = listed[0]
         joined = os.path.join(tmp, "index.jsonl" if plain else "index.jsonl.gz")
         pack = (lambda b: b) if plain else gzip.compress
+        parts = [os.path.join(tmp, f"{i:06d}.gz") for i in range(len(spans))]
+        shuffled = order == "shuffled"
         with open(joined, "wb") as out_file:
             header = {"epochfs_index": FORMAT_VERSION, "remote": redact(remote.url),
-                      "sorted": bool(source.sorted_listing), "created": int(time.time())}
+                      "sorted": bool(source.sorted_listing) and not shuffled, "order": order,
+                      "created": int(time.time())}
             out_file.write(pack(json.dumps(header).encode() + b"\n"))
-            for i in range(len(spans)):
-                path = os.path.join(tmp, f"{i:06d}.gz")
-                with gzip.open(path, "rb") if plain else open(path, "rb") as part:
-                    while block := part.read(BLOCK):
-                        out_file.write(block)
+            if shuffled:
+                total, dropped = write_shuffled(parts, total, out_file, pack, tmp)
+                if dropped:
+                    log.warning("indexing: %d file(s) that are also folders of other keys left "
+                                "out (the folder wins, as in a listing)", dropped)
+            else:
+                for path in parts:
+                    with gzip.open(path, "rb") if plain else open(path, "rb") as part:
+                        while block := part.read(BLOCK):
+                            out_file.write(block)
             out_file.write(pack(json.dumps({"end": True, "count": total}).encode() + b"\n"))
         _upload(joined, out, endpoint_url=endpoint_url)
     log.info("indexed %d key(s) of %s in %.1fs into %s", total, redact(remote.url),

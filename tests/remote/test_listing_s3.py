@@ -9,6 +9,7 @@ import csv
 import gzip
 import io
 import json
+from collections import Counter
 from pathlib import Path
 from urllib.parse import quote
 
@@ -56,7 +57,12 @@ def test_epochfs_index_once_then_sidecars_list_nothing(tmp_path: Path,
         assert json.loads(lines[0])["epochfs_index"] == FORMAT_VERSION
         assert json.loads(lines[-1]) == {"end": True, "count": 2100}
         keys = [json.loads(x)["k"] for x in lines[1:-1]]
-        assert keys == sorted(data.key(i)[len("train/"):] for i in range(2100))  # sorted, once each
+        assert sorted(keys) == sorted(data.key(i)[len("train/"):] for i in range(2100))  # once each
+        # Shuffled (every prefix a uniform sample): the first 300 records hold each class about
+        # equally (100 each; a key-ordered index's first 300 were one class).
+        assert json.loads(lines[0])["order"] == "shuffled" and not json.loads(lines[0])["sorted"]
+        first = Counter(k.split("/")[0] for k in keys[:300])
+        assert len(first) == 3 and min(first.values()) >= 60, first
         s3.stats.reset()
         cache = tmp_path / "cache"
         with running_sampler(cache, s3.url, "--endpoint-url", s3.endpoint, "--capacity", "64Mi",
@@ -83,7 +89,7 @@ def test_epochfs_index_reads_throttled_pages_again_and_writes_every_key_once(
         lines = gzip.decompress(out.read_bytes()).splitlines()
         assert json.loads(lines[-1]) == {"end": True, "count": 2100}
         keys = [json.loads(x)["k"] for x in lines[1:-1]]
-        assert keys == sorted(data.key(i)[len("train/"):] for i in range(2100))
+        assert sorted(keys) == sorted(data.key(i)[len("train/"):] for i in range(2100))
         assert s3.stats.snapshot()["list_pages"] == 8 + 2  # the two throttled pages asked again
 
 
