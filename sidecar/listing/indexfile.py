@@ -4,15 +4,17 @@ sidecar given ``--index URL`` reads them from it instead of listing the remote.
 The format is gzip'd JSON lines, read as a stream (memory bounded by one line, whatever the number
 of keys)::
 
-    {"epochfs_index": 1, "remote": "s3://bucket/prefix", "sorted": true, "created": 1767225600}
+    {"epochfs_index": 1, "remote": "s3://bucket/prefix", "sorted": false, "order": "shuffled", "created": 1767225600}
     {"k": "class-0001/0000.jpg", "s": 16384, "v": "9b2cf535f27731c974343645a3985328"}
     {"kb": "<base64 of a key that is not UTF-8>", "s": 1, "v": ""}
     {"end": true, "count": 2}
 
 The header carries the format version (a newer one is refused with a clear message); the trailer
 proves the file is whole: a truncated index is an error, never a listing that ends early (its end
-would drop every key it did not reach). Keys are written span by span in key order, so the file is
-sorted and file/folder clashes are found as in a listing. The URL is any fsspec URL (``file://``,
+would drop every key it did not reach). Records are written shuffled (:mod:`.indexorder`: every
+prefix a uniform sample, so a sidecar's first epochs are fair while it reads), file/folder clashes
+left out by the writer; an index in key order (``"sorted": true``, earlier versions) has its
+clashes found by the reader, as in a listing. The URL is any fsspec URL (``file://``,
 ``http(s)://``, ``gs://``...) or ``s3://`` (read and written with the remote's own S3 client).
 An S3 Inventory ``manifest.json`` is accepted as an index too (:mod:`.inventory`).
 
