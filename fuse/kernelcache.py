@@ -162,11 +162,13 @@ class KernelNotifier:
 class Refresher:
     """Re-reads the store every ``interval`` seconds, records reads, invalidates what changed."""
 
-    def __init__(self, *, view: View, interval: float) -> None:
+    def __init__(self, *, view: View, interval: float, on_tick: Callable[[], object] | None = None) -> None:
+        """``on_tick``: called at each refresh too (the server follows the in-use window)."""
         if interval <= 0:
             raise ValueError("refresh interval must be positive")
         self.view = view
         self.interval = interval
+        self.on_tick = on_tick
         self.notifier = KernelNotifier(None)
         self._stop = threading.Event()
         self._wake = threading.Event()
@@ -222,6 +224,8 @@ class Refresher:
             n.invalidate(f"/{CONTROL_DIR}/{STATUS_NAME}")
         if view.classes.tick():  # the class folders grew: classes.json's size changed
             n.invalidate(f"/{CONTROL_DIR}/{CLASSES_NAME}")
+        if self.on_tick is not None:  # last: a failure here skips nothing of the above
+            self.on_tick()
 
 
 # The warm-up child: lists the folders of ``<mount>/epoch-N`` and reads each symlink once, for each

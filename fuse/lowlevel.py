@@ -76,7 +76,6 @@ class LowLevelFUSE:
         self.mountpoint = mountpoint
         self.options = options
         self.lib = bind()
-        self.timeout = float(ops.timeout)
         self._se: int | None = None
         self._notifier: KernelNotifier | None = None
         self._unnumbered: set[str] = set()  # names already warned about (bounded)
@@ -132,6 +131,12 @@ class LowLevelFUSE:
             del argv
 
     # ------------------------------------------------------------------ helpers
+    @property
+    def timeout(self) -> float:
+        """The entry/attribute timeout of each reply: the operations' own, which follows the
+        in-use window (:meth:`EpochOperations.set_window`)."""
+        return float(self.ops.timeout)
+
     def _reply(self, req: int, op: str, answer: Callable[[], None]) -> None:
         try:
             answer()

@@ -32,6 +32,7 @@ from typing import Any, TypeVar, cast
 
 import mfusepy
 
+from epochfs.fuse.inuse import WindowFollower, cache_timeout, read_debounce
 from epochfs.fuse.kernelcache import KernelNotifier, Refresher, Warmer
 from epochfs.fuse.metrics import fuse_metrics
 from epochfs.fuse.packed import PackedBytes
@@ -107,12 +108,18 @@ class EpochOperations(mfusepy.Operations):
     use_ns = True
 
     def __init__(self, *, view: View, timeout: float, refresh_interval: float = 0.5,
-                 mount: Path | None = None, warm_files: int = 200_000) -> None:
+                 mount: Path | None = None, warm_files: int = 200_000,
+                 in_use_seconds: float | None = None) -> None:
+        """``in_use_seconds``: the window ``timeout`` and the view's debounce were derived from;
+        given, the server follows the store's window from then on (:mod:`epochfs.fuse.inuse`)."""
         if timeout <= 0:
             raise ValueError("timeout must be positive")
         self.view = view
         self.timeout = timeout
-        self.refresher = Refresher(view=view, interval=refresh_interval)
+        self.window = (None if in_use_seconds is None
+                       else WindowFollower(view.store, in_use_seconds, self.set_window))
+        self.refresher = Refresher(view=view, interval=refresh_interval,
+                                   on_tick=None if self.window is None else self.window.check)
         self.warmer = (Warmer(view=view, mount=mount, max_files=warm_files)
                        if mount is not None and warm_files > 0 else None)
         self.mount = mount
@@ -130,6 +137,10 @@ class EpochOperations(mfusepy.Operations):
         # work the kernel's caches leave to Python (ideally: one readlink per file, nothing else).
         self.calls: collections.Counter[str] = collections.Counter()
         self._c_stats: dict[Attr, Any] = {}
+        self._config: Any = None  # libfuse's high-level config (its timeouts), while serving
+        # Guards _config against the teardown; not _life, which stop_serving holds while it joins
+        # the refresher (the thread that calls set_window).
+        self._config_lock = threading.Lock()
 
     def _stat(self, attr: Attr) -> dict[str, int]:
         return attr.to_stat(uid=self._uid, gid=self._gid)
@@ -152,6 +163,8 @@ class EpochOperations(mfusepy.Operations):
             config_3.entry_timeout = self.timeout
             config_3.attr_timeout = self.timeout
             config_3.negative_timeout = 0.0
+            with self._config_lock:
+                self._config = config_3  # libfuse reads its timeouts there at every reply
             config_3.use_ino = 0
             config_3.kernel_cache = 0
             config_3.direct_io = 0
@@ -170,6 +183,19 @@ class EpochOperations(mfusepy.Operations):
                 return
             self.refresher.start(notifier)
         log.info("mounted: entry/attr timeout %.0fs, negative lookups uncached", self.timeout)
+
+    def set_window(self, in_use_seconds: float) -> None:
+        """Serve with the timeout and read debounce of another in-use window from now on (the
+        kernel keeps what it cached under the old timeout until that expires). The low-level
+        adapter reads :attr:`timeout` at every reply; the high-level one's config is libfuse's
+        memory, written only while the session lives."""
+        timeout = cache_timeout(in_use_seconds)
+        self.timeout = timeout
+        self.view.read_debounce = read_debounce(in_use_seconds)
+        with self._config_lock:
+            if self._config is not None:
+                self._config.entry_timeout = timeout
+                self._config.attr_timeout = timeout
 
     def stop_serving(self, wake: Callable[[], None] | None = None) -> None:
         """End the mount cleanly (from the signal thread, while the loop still serves requests).
@@ -200,8 +226,9 @@ class EpochOperations(mfusepy.Operations):
         self._teardown()
 
     def _teardown(self) -> None:
-        with self._life:
+        with self._life, self._config_lock:
             self._stopping = True
+            self._config = None
             self.refresher.notifier.detach()
             self._torn_down.set()
         self.refresher.stop()

@@ -24,6 +24,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from epochfs.fuse.inuse import cache_timeout, describe, guaranteed_pause, read_debounce
 from epochfs.fuse.libfuse import find_libfuse3
 from epochfs.fuse.mounting import (
     DEFAULT_LINK_ROOT_NAME,
@@ -43,34 +44,8 @@ log = logging.getLogger("epochfs.fuse")
 SWITCH_INTERVAL = 0.0005
 """The server's GIL switch interval (seconds): requests, not tree builds, come first."""
 
-MIN_TIMEOUT = 1.0
-MAX_TIMEOUT = 3600.0
-
-
-MAX_READ_DEBOUNCE = 10.0
-
-
-def cache_timeout(in_use_seconds: float) -> float:
-    """Entry/attribute timeout: long, but short enough that a reader's lookups keep its epoch pinned.
-
-    The kernel asks again for ``epoch-N`` once its entry expires, and that lookup is what records
-    the epoch as in use; three chances per ``in_use_seconds`` window keep it pinned while read.
-    """
-    return max(MIN_TIMEOUT, min(MAX_TIMEOUT, in_use_seconds / 3.0))
-
-
-def read_debounce(in_use_seconds: float) -> float:
-    """Seconds between two recorded reads of one epoch: at most 10 s, and a sixth of the window, so
-    a held epoch (an open folder handle) is renewed several times per window, however short."""
-    return max(0.0, min(MAX_READ_DEBOUNCE, in_use_seconds / 6.0))
-
-
-def guaranteed_pause(in_use_seconds: float) -> float:
-    """How long a reader that stopped reading (and holds nothing open) may pause before its epoch
-    can retire: the window, less what the kernel's entry cache and the debounce may hide of its
-    last read (its last lookup the server saw can be one timeout and one debounce older).
-    600 s (the default window) gives 390 s."""
-    return max(0.0, in_use_seconds - cache_timeout(in_use_seconds) - read_debounce(in_use_seconds))
+__all__ = ["StopSignals", "cache_timeout", "guaranteed_pause", "read_debounce", "run_mount"]
+"""The window's arithmetic lives in :mod:`epochfs.fuse.inuse`; named here too (tests and docs)."""
 
 
 class StopSignals:
@@ -173,17 +148,18 @@ def run_mount(*, cache: Path, mount: Path, link_root: Path | None = None, warm_f
         from epochfs.fuse.operations import EpochOperations
         from epochfs.fuse.view import View
 
+        # The window as the index records it now; the sampler (started beside us) may record
+        # another one in a moment: the refresher follows it (epochfs.fuse.inuse).
         in_use = store.policy().in_use_seconds
-        timeout = cache_timeout(in_use)
         view = View(store=store, link_root=Path(link_root), read_debounce=read_debounce(in_use))
-        ops = EpochOperations(view=view, timeout=timeout, mount=mount, warm_files=warm_files)
+        ops = EpochOperations(view=view, timeout=cache_timeout(in_use), mount=mount, warm_files=warm_files,
+                              in_use_seconds=in_use)
         import mfusepy
 
         log.info("serving %s at %s (links into %s) with libfuse %d.%d from %s, %s API", cache, mount,
                  link_root, mfusepy.fuse_version_major, mfusepy.fuse_version_minor, libfuse,
                  "low-level" if fuse_api == "lowlevel" else "high-level")
-        log.info("in-use window %gs: an epoch held open stays; one read from stays at least %gs after "
-                 "the last read", in_use, guaranteed_pause(in_use))
+        log.info("%s", describe(in_use))
         # libfuse splits options at commas: keep them out of the name shown by `mount`.
         fsname = "epochfs:" + str(cache).replace(",", "_").replace("\\", "_")
         with StopSignals(ops.stop_serving) as signals:

@@ -24,7 +24,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from epochfs.sidecar.store import digests
+from epochfs.sidecar.store import digests, journal
 from epochfs.sidecar.store.index import Index
 from epochfs.sidecar.store.objects import ObjectFiles
 from epochfs.sidecar.store.records import Admission, Candidate, StoredObject, TakenOut
@@ -108,13 +108,21 @@ def take_out(ix: Index, files: ObjectFiles, damaged: list[tuple[StoredObject, st
     sample whose key the catalog no longer lists cannot be fetched again: it is marked lost.
     Before issue 20 the row was dropped and the key fetched as a new sample, outside every live
     epoch: the epoch being read shrank under its reader. A sample no longer in the index
-    (evicted while it was checked) is left alone: its file is not the cache's any more."""
+    (evicted while it was checked) is left alone: its file is not the cache's any more.
+
+    The file is named in the recovery journal in the same transaction (:mod:`.journal`): the
+    row stays, so no trigger journals it, and a crash between the commit and the unlink left
+    the damaged file in place for good, served to readers and never checked again (the scrub
+    skips samples waiting for a repair); the next start now removes it."""
     taken: list[tuple[StoredObject, str, Candidate | None]] = []
     now = time.time()
     with ix.write() as db:
+        journaled = journal.exists(db)
         for obj, problem in damaged:
             if db.execute("SELECT 1 FROM samples WHERE id=? AND sid=?", (obj.id, obj.sid)).fetchone() is None:
                 continue
+            if journaled:
+                db.execute(f"INSERT OR IGNORE INTO {journal.TABLE}(sid) VALUES(?)", (obj.sid,))
             if corrupt:  # damaged bytes; a file missing at start-up is not (corrupt=False)
                 ix.bump("corrupt_objects_total", 1)
             row = db.execute("SELECT key, sid, size, version FROM catalog WHERE key=? AND skipped=0",

@@ -9,12 +9,16 @@ core (a ``stat`` per sample and a listing of ``objects/``: metadata only; the sc
 * a sample whose object is missing or has another size is taken out as the scrub takes out a
   damaged one (:func:`.integrity.take_out`: marked for a repair in place, its row and every
   epoch's entry kept, ``corrupt_objects_total`` counts it, the file removed), one WARNING line
-  each; the sampler fetches it again into its place (``repairs``, every few seconds);
+  each, saying whether it is fetched again; the sampler fetches it again into its place
+  (``repairs``, every few seconds) unless the remote no longer lists its key;
 * an object file that neither a sample nor the journal names is removed (the index lost the
   commit that admitted it). The question and the unlink are asked under the index's write lock,
   and an admission journals its names under that lock before it renames, so an admission in
   flight is never taken for an orphan. Without a journal (an index not yet recovered) no file is
-  removed: the next start's full scan does it.
+  removed: the next start's full scan does it;
+* a file of a sample marked lost (it cannot be fetched again, so nothing installs one) is removed:
+  a take-out cut short by a crash of another process (``epochfs verify`` killed between its commit
+  and the move) leaves the damaged file there, and the sampler's next start is far off.
 """
 
 from __future__ import annotations
@@ -45,7 +49,11 @@ BATCH = 500
 class ScanReport:
     samples: int
     lost: int
+    """Samples whose object file was missing or short: marked for repair in place and counted in
+    ``corrupt_objects_total``, as the scrubs count a damaged one."""
     orphans: int
+    stale: int = 0
+    """Files of samples marked lost, removed (a damaged file a crashed take-out left)."""
 
 
 class _Pace:
@@ -88,11 +96,16 @@ def scan(index: Callable[[], Index], files: ObjectFiles, stop: threading.Event, 
             taken = integrity.take_out(index(), files, damaged, quarantine=False)
             lost += len(taken)
             for t in taken:
-                log.warning("object scan: the object of %s (%s) is %s: fetched again into its place "
-                            "(its epochs keep it)", t.key, t.sid, t.problem)
+                again = ("fetched again into its place (its epochs keep it)" if t.refetch is not None
+                         else "its key is no longer listed: its entries stay without their file")
+                log.warning("object scan: the object of %s (%s) is %s: %s", t.key, t.sid, t.problem, again)
         if len(objs) < CHUNK:
             break
         after = objs[-1].id
+    stale = _remove_stale(index(), files)
+    if stale:
+        log.warning("object scan: removed %d file(s) of samples marked lost (a take-out cut short by "
+                    "a crash left them: damaged bytes)", stale)
     orphans = 0
     names: list[str] = []
     for entry in files.names():
@@ -106,9 +119,26 @@ def scan(index: Callable[[], Index], files: ObjectFiles, stop: threading.Event, 
         orphans += _remove_orphans(index(), files, names)
     if orphans:
         log.warning("object scan: removed %d object file(s) the index does not know", orphans)
-    log.info("object scan: %d samples checked in %.1fs, %d lost, %d orphan(s) removed",
-             samples, time.monotonic() - started, lost, orphans)
-    return ScanReport(samples, lost, orphans)
+    log.info("object scan: %d samples checked in %.1fs, %d missing or short (marked for repair in "
+             "place), %d orphan(s) removed", samples, time.monotonic() - started, lost, orphans)
+    return ScanReport(samples, lost, orphans, stale)
+
+
+def _remove_stale(ix: Index, files: ObjectFiles) -> int:
+    """Unlink the object files of samples marked lost, under the write lock (nothing installs a
+    file for one: an admission of its key is refused, a repair installs only for a sample still
+    due); returns how many were there."""
+    removed = 0
+    after = ""
+    while True:
+        with ix.write() as db:
+            sids = [str(r[0]) for r in db.execute(
+                "SELECT s.sid FROM repairs r JOIN samples s ON s.id = r.sample "
+                "WHERE r.lost = 1 AND s.sid > ? ORDER BY s.sid LIMIT ?", (after, BATCH))]
+            removed += sum(files.unlink(sid) for sid in sids)
+        if len(sids) < BATCH:
+            return removed
+        after = sids[-1]
 
 
 def _remove_orphans(ix: Index, files: ObjectFiles, names: list[str]) -> int:

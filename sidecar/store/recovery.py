@@ -159,7 +159,9 @@ def _repair_in_place(ix: Index, files: ObjectFiles, bad: list[tuple[StoredObject
 def _full(ix: Index, files: ObjectFiles) -> tuple[int, int]:
     """Every sample against its object file, then every object file against the index; the
     samples a chunk at a time in admission order, the files a batch of names at a time (flat
-    memory, a ``stat`` per sample)."""
+    memory, a ``stat`` per sample). A file of a sample waiting for its repair goes, as in
+    :func:`_window`: a repair that did not commit, or a damaged file whose take-out was cut
+    short by a crash (kept, it was served to readers and never checked again)."""
     repaired = 0
     after = 0
     while True:  # in admission order, a chunk at a time: flat memory however many are lost
@@ -174,7 +176,8 @@ def _full(ix: Index, files: ObjectFiles) -> tuple[int, int]:
     def known(names: list[str]) -> set[str]:
         marks = ",".join("?" * len(names))
         with ix.read() as db:
-            return {str(r[0]) for r in db.execute(f"SELECT sid FROM samples WHERE sid IN ({marks})",
-                                                   names)}
+            return {str(r[0]) for r in db.execute(
+                f"SELECT sid FROM samples WHERE sid IN ({marks}) AND id NOT IN (SELECT sample FROM repairs)",
+                names)}
 
     return repaired, files.remove_orphans(known, batch=500)

@@ -13,6 +13,7 @@ import logging
 import os
 import shutil
 import signal
+import threading
 import zlib
 from collections.abc import Iterator
 from pathlib import Path
@@ -25,9 +26,19 @@ from integrity_helpers import damage, objects_of, sampling
 from sampler_helpers import index_rows, running_sampler, s3_env, start_sampler, verify_cache
 from store_helpers import sid_of
 
+from epochfs.sidecar.metrics import StoreCollector
 from epochfs.sidecar.remote import RemoteObject
 from epochfs.sidecar.remote.testing import MemoryReader, MemoryRemote
-from epochfs.sidecar.store import HWM_NAME, INDEX_NAME, Admission, Policy, Store, object_name
+from epochfs.sidecar.store import (
+    HWM_NAME,
+    INDEX_NAME,
+    Admission,
+    CatalogRow,
+    Policy,
+    Store,
+    object_name,
+    objectscan,
+)
 
 PART = 4096
 
@@ -64,6 +75,38 @@ def test_the_background_scrub_evicts_damaged_objects_counts_them_and_fetches_the
             assert (store.objects_dir / object_name(sid_of(key))).read_bytes() == body, key
         assert store.stats().corrupt_objects_total == 2, "the count is the store's: it survives restarts"
     assert {k: n for k, n in remote.opens.items() if n != 1} == {flipped: 2, truncated: 2}
+
+
+def test_the_background_scrub_counts_a_deleted_object_file_and_repairs_it_in_place(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """An object file deleted behind the running store's back (by hand, a stray clean-up) is
+    taken out as a damaged one is: counted in ``epochfs_corrupt_objects_total``, one WARNING line
+    naming it "missing", the scrub's own count, marked for repair in place and fetched again
+    into its place. The live epoch that lists it keeps the entry: same name, same manifest line,
+    and the right bytes again after the repair."""
+    objects = objects_of(12)
+    remote = MemoryRemote(objects)
+    gone = sorted(objects)[4]
+    cache = tmp_path / "cache"
+    caplog.set_level(logging.INFO, logger="epochfs")
+    with sampling(cache, remote, "--scrub-rate", "64Mi", "--min-samples", "12") as (store, sampler):
+        wait_until(lambda: store.stats().samples == 12, what="every object admitted")
+        assert store.cut(0) == 0
+        cut_with = store.epoch_files(0)
+        os.unlink(store.objects_dir / object_name(sid_of(gone)))
+        wait_until(lambda: store.stats().repaired_total == 1, timeout=20, what="found and fetched again")
+        stats = store.stats()
+        assert (stats.corrupt_objects_total, stats.repairing, stats.samples) == (1, 0, 12)
+        assert sampler.scrubber is not None and sampler.scrubber.damaged == 1
+        assert store.epoch_files(0) == cut_with, "epoch 0 keeps the entry and its manifest line"
+        assert (store.objects_dir / object_name(sid_of(gone))).read_bytes() == objects[gone]
+        exported = {s.name: s.value for family in StoreCollector(stats=store.stats).collect()
+                    for s in family.samples}
+        assert exported["epochfs_corrupt_objects_total"] == 1
+        assert exported["epochfs_repaired_samples_total"] == 1
+    found = [r.getMessage() for r in caplog.records if r.name == "epochfs.scrub" and gone in r.getMessage()]
+    assert len(found) == 1 and r"is damaged (missing): fetched again into its place" in found[0], found
+    assert remote.opens[gone] == 2
 
 
 def test_scrub_rate_zero_starts_no_scrub(tmp_path: Path) -> None:
@@ -354,3 +397,55 @@ def test_a_write_ahead_log_deleted_under_the_sampler_is_saved_and_numbers_never_
     with Store(cache) as store:
         for n, files in contents(store).items():
             assert seen.get(n, files) == files, f"epoch {n} published twice with other content"
+
+
+# ---------------------------------------------------------------------------- the object scan
+def test_the_object_scan_counts_deleted_files_as_damaged_and_says_which_cannot_come_back(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """The background object scan (sizes only) takes out a deleted object file as the scrubs take
+    out a corrupt one: its report, ``corrupt_objects_total``, the repair mark, one WARNING line
+    each; the line says "fetched again" only for a key the remote still lists (it said so for
+    every one: a lost sample was announced as coming back)."""
+    with Store(tmp_path / "cache", create=True) as store:
+        store.configure(Policy(capacity=10**6, headroom=0.0))
+        for key in ("listed", "gone"):
+            admit(store, key, key.encode() * 100)
+        store.add_catalog([CatalogRow("listed", sid_of("listed"), 600, "v1", 0)])
+        assert store.cut(0) == 0
+        before = store.epoch_files(0)
+        for key in ("listed", "gone"):
+            os.unlink(store.objects_dir / object_name(sid_of(key)))
+        caplog.set_level(logging.INFO, logger="epochfs.store")
+        report = objectscan.scan(lambda: store._ix, store.files, threading.Event(), duty=1.0)
+        assert report is not None and (report.samples, report.lost, report.orphans) == (2, 2, 0)
+        stats = store.stats()
+        assert (stats.samples, stats.corrupt_objects_total, stats.repairing) == (2, 2, 2)
+        assert [c.key for c in store.repairs_due()] == ["listed"]
+        assert store.epoch_files(0) == before, "epoch 0 keeps both entries"
+    lines = {key: [r.getMessage() for r in caplog.records if f"of {key} (" in r.getMessage()]
+             for key in ("listed", "gone")}
+    assert len(lines["listed"]) == 1 and "is missing: fetched again into its place" in lines["listed"][0]
+    assert len(lines["gone"]) == 1 and "is missing: its key is no longer listed" in lines["gone"][0]
+
+
+def test_the_object_scan_removes_a_damaged_file_a_crashed_take_out_left_for_a_lost_sample(
+        tmp_path: Path) -> None:
+    """``epochfs verify`` killed between the commit that marks a sample for repair and the move of
+    its file leaves the damaged file in place while the sampler runs on; for a sample whose key the
+    remote no longer lists nothing ever replaces it, so every entry linking to it served the
+    damaged bytes until the sampler's next start. The object scan removes it."""
+    with Store(tmp_path / "cache", create=True) as store:
+        store.configure(Policy(capacity=10**6, headroom=0.0))
+        admit(store, "gone", b"g" * 600)
+        assert store.cut(0) == 0
+        path = store.objects_dir / object_name(sid_of("gone"))
+        [obj] = store.stored_objects(after_id=0, limit=10)
+        damage(path, "flip")
+        damaged = path.read_bytes()
+        [taken] = store.take_out([(obj, store.check_object(obj) or "")], quarantine=False)
+        assert taken.refetch is None and not path.exists()
+        path.write_bytes(damaged)  # what the crash between the commit and the unlink left
+        report = objectscan.scan(lambda: store._ix, store.files, threading.Event(), duty=1.0)
+        assert report is not None and (report.lost, report.stale) == (0, 1)
+        assert not path.exists(), "no reader gets the damaged bytes"
+        assert [f.path for f in store.epoch_files(0)] == ["gone"] and store.stats().repairing == 1

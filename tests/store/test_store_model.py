@@ -24,6 +24,19 @@ after one of the child's committed transactions, never anything in between. Afte
 * the running totals agree with the samples table (``cache_bytes`` = sum of sizes) and with stats;
 * the objects folder holds exactly the samples' objects and ``tmp/`` exactly the downloads in flight.
 
+Repairs (issue 20): object files are damaged behind the store's back (a flipped byte, a short
+write, a file deleted) and found by the background scrub, ``epochfs verify`` (quarantine) or the
+object scan; the sampler fetches them again through the same reserve/write/admit path, with the
+remote's bytes unchanged (repaired in place) or changed (marked lost). Epochs are cut far ahead:
+``far`` jumps past :data:`MAX_JUMP`, up to and beyond :data:`MAX_EPOCH`. Then, after every step:
+
+* a sample taken out keeps its row and every live epoch keeps its entry: the epoch's file list and
+  its manifest as the FUSE view renders it are the ones it was cut with;
+* a listed file reads its right bytes, or (waiting for its repair, or lost) its object file is
+  absent, so a reader's open fails: never the damaged bytes, never another sample's;
+* the store's ``repairs`` and its counters (``corrupt_objects_total``, ``repaired_total``) are the
+  model's.
+
 The default run is short; ``test_store_model_long`` (slow) runs many more and longer examples.
 Run it with ``make test-reliability`` or ``pytest -m slow tests/store/test_store_model.py``; set
 ``EPOCHFS_MODEL_EXAMPLES`` to change the long run's number of examples.
@@ -34,6 +47,7 @@ from __future__ import annotations
 import copy
 import functools
 import hashlib
+import io
 import os
 import random
 import re
@@ -41,6 +55,7 @@ import shutil
 import signal
 import sqlite3
 import tempfile
+import threading
 import time
 import traceback
 from collections import Counter
@@ -62,19 +77,38 @@ from hypothesis.stateful import (
 )
 from store_helpers import sid_of
 
+from epochfs.fuse.tree import EpochTree
 from epochfs.sidecar.reservations import Reservations
-from epochfs.sidecar.store import INDEX_NAME, Admission, Policy, Store, object_name
+from epochfs.sidecar.scrub import Scrubber, verify
+from epochfs.sidecar.store import (
+    INDEX_NAME,
+    MAX_EPOCH,
+    MAX_JUMP,
+    QUARANTINE_DIR,
+    Admission,
+    Candidate,
+    CatalogRow,
+    Policy,
+    Store,
+    StoredObject,
+    object_name,
+    objectscan,
+)
 
 KEYS = [f"train/{i:03d}.bin" for i in range(24)]
 CAPACITY = 4096
 SIZES = st.one_of(st.integers(0, 1400), st.sampled_from([0, 1, 1024, 2048, 3072]))
 FAR = 999_999
-COUNTERS = ("fetched_total", "fetched_bytes_total", "evicted_total", "evicted_bytes_total", "cuts_total",
-            "cache_bytes", "cache_samples")
+LISTED = frozenset(KEYS[:20])
+"""Keys the remote still lists (the catalog): a damaged sample of another key cannot be fetched
+again and is marked lost."""
+TRACKED = ("fetched_total", "fetched_bytes_total", "evicted_total", "evicted_bytes_total", "cuts_total",
+           "corrupt_objects_total", "repaired_total")
+COUNTERS = (*TRACKED, "cache_bytes", "cache_samples")
 
 FileRow = tuple[str, int, str, str]  # path, size, checksum, object name
 ROOT_NAMES = {INDEX_NAME, f"{INDEX_NAME}-wal", f"{INDEX_NAME}-shm", "index.lock", "epochs.hwm", "objects",
-              "tmp"}
+              "tmp", QUARANTINE_DIR}
 HWM_TEMP = re.compile(r"\.epochs\.hwm\.\d+\.tmp")
 
 
@@ -123,7 +157,9 @@ class Model:
     seq: int = 0  # sqlite_sequence of samples: the last id handed out
     epochs: dict[int, MEpoch] = field(default_factory=dict)
     pending: set[int] = field(default_factory=set)
-    counters: dict[str, int] = field(default_factory=lambda: dict.fromkeys(COUNTERS[:5], 0))
+    counters: dict[str, int] = field(default_factory=lambda: dict.fromkeys(TRACKED, 0))
+    repairs: dict[str, bool] = field(default_factory=dict)
+    """Samples taken out and waiting for their repair (key -> lost: it cannot be fetched again)."""
     inflight_meta: int = 0
     trace: list[Model] | None = None
     """When set, a copy of the model is appended at every committed transaction."""
@@ -169,8 +205,14 @@ class Model:
             "files": {n: list(self.epochs[n].files) for n in self.live()},
             "pending": sorted(self.pending),
             "counters": counters,
+            "repairs": sorted(self.repairs.items()),
             "inflight": self.inflight_meta,
         }
+
+    def recovered(self) -> Model:
+        """What a start's recovery changes: a queued cut above :data:`MAX_EPOCH` is dropped."""
+        self.pending = {p for p in self.pending if p <= MAX_EPOCH}
+        return self
 
     # -- the store's rules
     def retire(self, now: float) -> list[int]:
@@ -197,6 +239,7 @@ class Model:
                 freed += s.size
         for v in victims:
             del self.samples[v.key]
+            self.repairs.pop(v.key, None)
         if victims:
             self.counters["evicted_total"] += len(victims)
             self.counters["evicted_bytes_total"] += freed
@@ -213,21 +256,46 @@ class Model:
         return need <= 0
 
     def admit(self, items: list[tuple[str, bytes]], inflight_left: int) -> None:
+        fresh = []
         for key, body in items:
+            s = self.samples.get(key)
+            if s is None:
+                fresh.append((key, body))
+            elif self.repairs.get(key) is False:  # waiting for its repair: this download is it
+                if checksum_of(body) == s.checksum and len(body) == s.size:
+                    del self.repairs[key]
+                    self.counters["repaired_total"] += 1
+                    self.counters["fetched_total"] += 1
+                    self.counters["fetched_bytes_total"] += len(body)
+                else:  # the remote's bytes changed: the epochs cut with the old ones keep the entry
+                    self.repairs[key] = True
+            else:
+                raise AssertionError(f"the machine admits {key} again while it is cached")
+        for key, body in fresh:
             self.seq += 1
             self.samples[key] = MSample(key, self.seq, len(body), checksum_of(body), body)
-        self.counters["fetched_total"] += len(items)
-        self.counters["fetched_bytes_total"] += sum(len(b) for _, b in items)
+        self.counters["fetched_total"] += len(fresh)
+        self.counters["fetched_bytes_total"] += sum(len(b) for _, b in fresh)
         self.inflight_meta = inflight_left
         self.commit()
 
-    def cut(self, n: int | None = None, *, force: bool = False) -> tuple[int | None, bool]:
+    def take_out(self, keys: list[str]) -> None:
+        """A scrub found these samples damaged: marked for repair in place (lost when the
+        remote no longer lists them), counted; their rows and entries stay."""
+        for key in keys:
+            self.repairs[key] = key not in LISTED
+        self.counters["corrupt_objects_total"] += len(keys)
+        self.commit()
+
+    def cut(self, n: int | None = None, *, force: bool = False, far: bool = False) -> tuple[int | None, bool]:
         """(epoch, made): :func:`epochs._cut`."""
         newest = self.newest()
         if n is None:
             n = self.next_epoch()
         if n < 0:
             raise ValueError("negative")
+        if n > MAX_EPOCH or (n > self.next_epoch() + MAX_JUMP and not far):
+            raise ValueError("out of range")
         if n in self.epochs:
             if self.epochs[n].retired:
                 raise ValueError("retired")
@@ -273,8 +341,12 @@ class Model:
             return not self.epochs[n].retired
         if n != self.next_epoch():
             return False
-        if self.condition() and self.cut(n)[0] is not None:
-            return True
+        if self.condition():
+            try:
+                if self.cut(n)[0] is not None:
+                    return True
+            except ValueError:  # the next number is past MAX_EPOCH: never cut, never queued
+                return False
         if n not in self.pending:
             self.pending.add(n)
             self.commit()
@@ -427,7 +499,11 @@ class ChildPlan:
         self.ops.append(("admit", keys))
 
     def cut(self, n: int | None) -> None:
-        self.ops.append(("cut", n, self.sim.cut(n)[0]))
+        try:
+            expected: object = self.sim.cut(n)[0]
+        except ValueError:  # past MAX_EPOCH after a far jump
+            expected = ValueError
+        self.ops.append(("cut", n, expected))
 
     def lookup(self, n: int) -> None:
         self.ops.append(("lookup", n, self.sim.request_cut(n)))
@@ -457,6 +533,7 @@ class StoreMachine(RuleBasedStateMachine):
         self.inflight: dict[str, Download] = {}
         self.versions: dict[str, int] = {}
         self.history: dict[int, list[FileRow]] = {}
+        self.manifests: dict[int, bytes] = {}
         self.kills = 0
 
     # -- opening, closing, reading the index
@@ -481,6 +558,10 @@ class StoreMachine(RuleBasedStateMachine):
             RUN_STATS["evictions"] += stats.evicted_total
             RUN_STATS["admissions"] += stats.fetched_total
             RUN_STATS["retired epochs"] += sum(1 for e in self.model.epochs.values() if e.retired)
+            RUN_STATS["taken out"] += stats.corrupt_objects_total
+            RUN_STATS["repaired"] += stats.repaired_total
+            RUN_STATS["lost"] += sum(self.model.repairs.values())
+            RUN_STATS["far epochs"] += sum(1 for n in self.model.epochs if n > MAX_JUMP)
             RUN_STATS["most samples"] = max(RUN_STATS["most samples"], stats.samples)
         self._close()
         shutil.rmtree(self.dir, ignore_errors=True)
@@ -506,6 +587,8 @@ class StoreMachine(RuleBasedStateMachine):
                                 for f in self.store.epoch_files(e.epoch)] for e in self.store.epochs()},
             "pending": [n for n, _ in self.store.pending_cuts()],
             "counters": counters,
+            "repairs": sorted((str(k), bool(lost)) for k, lost in self._rows(
+                "SELECT s.key, r.lost FROM repairs r JOIN samples s ON s.id = r.sample")),
             "inflight": int(inflight[0][0]) if inflight else 0,
         }
 
@@ -528,12 +611,18 @@ class StoreMachine(RuleBasedStateMachine):
         m = self.model
         newest = m.newest()
         live, retired = m.live(), sorted(n for n, e in m.epochs.items() if e.retired)
-        gaps = [n for n in range(newest or 0) if n not in m.epochs]
+        # Numbers below the newest never cut: the first few, and the one just below it (after a
+        # far jump there are half a billion).
+        below = [*range(min(newest or 0, 64)), *([newest - 1] if newest else [])]
+        gaps = sorted({n for n in below if n not in m.epochs})
         options = {
             "next": [m.next_epoch()],
             "next+1": [m.next_epoch() + 1],
             "ahead": [m.next_epoch() + 2 + pick % 40],
             "far": [FAR + pick],
+            "jump": [m.next_epoch() + MAX_JUMP + pick % 3],
+            "limit": [MAX_EPOCH - pick % 3],
+            "beyond": [MAX_EPOCH + 1 + pick % 3],
             "live": live,
             "retired": retired,
             "gap": gaps,
@@ -549,6 +638,7 @@ class StoreMachine(RuleBasedStateMachine):
                         in_use_seconds=in_use)
         store = Store(self.root, create=True)
         store.configure(policy)
+        store.add_catalog(CatalogRow(k, sid_of(k), 0, "v1", i) for i, k in enumerate(sorted(LISTED)))
         store.close()
         self._open()
         assert self.store is not None
@@ -655,6 +745,24 @@ class StoreMachine(RuleBasedStateMachine):
             got = ValueError
         assert got == expected, f"cut({n}, force={force}) gave {got}, model {expected}"
 
+    @rule(kind=st.sampled_from(["jump", "jump", "limit", "beyond", "next"]), pick=st.integers(0, 1000),
+          far=st.booleans(), force=st.booleans())
+    def far_cut(self, kind: str, pick: int, far: bool, force: bool) -> None:
+        """``epochfs cut --epoch N [--far]`` far ahead (a step count passed as the epoch, or an
+        operator's jump): past MAX_JUMP only with ``far``, never past MAX_EPOCH; the epochs below
+        stay as cut, and once at the limit no later number is cut or queued."""
+        assert self.store is not None
+        n = self._epoch_number(kind, pick)
+        try:
+            expected: object = self.model.cut(n, force=force, far=far)[0]
+        except ValueError:
+            expected = ValueError
+        try:
+            got: object = self.store.cut(n, force=force, far=far)
+        except ValueError:
+            got = ValueError
+        assert got == expected, f"cut({n}, force={force}, far={far}) gave {got}, model {expected}"
+
     @rule(kind=st.sampled_from(["next", "next", "next+1", "ahead", "far", "live", "retired", "gap"]),
           pick=st.integers(0, 1000))
     def lookup(self, kind: str, pick: int) -> None:
@@ -686,6 +794,88 @@ class StoreMachine(RuleBasedStateMachine):
         assert self.store is not None
         expected = self.model.process_cut_requests()
         assert [n for n, _ in self.store.process_cut_requests()] == expected
+
+    # -- damage, scrubs and repairs
+    def _damageable(self, how: str) -> list[str]:
+        return sorted(k for k, smp in self.model.samples.items()
+                      if k not in self.model.repairs and (how == "delete" or smp.size > 0))
+
+    @rule(picks=st.lists(st.integers(0, 1000), min_size=1, max_size=3),
+          how=st.sampled_from(["flip", "truncate", "delete"]),
+          tool=st.sampled_from(["scrub", "verify", "scan"]))
+    def damage_and_scrub(self, picks: list[int], how: str, tool: str) -> None:
+        """Object files damaged behind the store's back (a flipped byte, a short write, a file
+        deleted) and found by the sampler's background scrub, ``epochfs verify`` (quarantined) or
+        the background object scan (sizes only: a flip is left to the scrubs). Each is counted,
+        marked for repair in place and reported; its row and its epochs' entries stay."""
+        assert self.store is not None
+        if tool == "scan" and how == "flip":
+            how = "delete"
+        candidates = self._damageable(how)
+        if not candidates:
+            return
+        keys = sorted({candidates[p % len(candidates)] for p in picks})
+        for key in keys:
+            _damage(self.store.objects_dir / self.model.samples[key].object_name, how)
+        if tool == "scrub":
+            refetch: list[Candidate] = []
+            scrubber = Scrubber(store=self.store, rate=1 << 30, stop=threading.Event(),
+                                on_damaged=refetch.append)
+            buffer = memoryview(bytearray(1 << 16))
+            for obj in self.store.stored_objects(after_id=0, limit=len(KEYS)):
+                problem = _scrub_check(self.store, obj, buffer)
+                if problem is not None:
+                    scrubber._take_out(obj, problem)
+            assert scrubber.damaged == len(keys)
+            assert sorted(c.key for c in refetch) == [k for k in keys if k in LISTED], "handed to the sampler"
+        elif tool == "verify":
+            report = verify(self.store, quarantine=True, err=io.StringIO(), progress_every=1e9)
+            assert sorted(d["key"] for d in report["damaged"]) == keys, report
+            for d in report["damaged"]:
+                assert (d["problem"] == "missing") == (how == "delete"), d
+                assert (d["quarantined_to"] is None) == (how == "delete"), d
+        else:
+            store = self.store
+            scanned = objectscan.scan(lambda: store._ix, store.files, threading.Event(), duty=1.0)
+            assert scanned is not None and (scanned.lost, scanned.orphans) == (len(keys), 0)
+        self.model.take_out(keys)
+        assert self.store.stats().repairing == len(self.model.repairs)
+
+    @precondition(lambda self: self.store is not None and not all(self.model.repairs.values()))
+    @rule(pick=st.integers(0, 1000), changed=st.sampled_from([False, False, False, True]))
+    def repair(self, pick: int, changed: bool) -> None:
+        """The sampler fetches a sample due for repair again, as it fetches anything (reserve,
+        possibly evicting, write, admit): the same bytes go back into its place; other bytes (the
+        remote's object changed) mark it lost. A reservation may evict the sample itself (outside
+        every live epoch): then the download is admitted as a new sample."""
+        assert self.store is not None
+        by_id = sorted((k for k, lost in self.model.repairs.items() if not lost),
+                       key=lambda k: self.model.samples[k].id)
+        assert [c.key for c in self.store.repairs_due(limit=len(KEYS))] == by_id, "repairs due"
+        self._repair(by_id[pick % len(by_id)], changed)
+
+    @precondition(lambda self: self.store is not None and not all(self.model.repairs.values()))
+    @rule(changed=st.lists(st.sampled_from([False, False, False, True]), min_size=len(KEYS),
+                           max_size=len(KEYS)))
+    def repair_all(self, changed: list[bool]) -> None:
+        """Every sample due for repair fetched again in turn (the sampler fetches repairs first)."""
+        assert self.store is not None
+        for i, c in enumerate(self.store.repairs_due(limit=len(KEYS))):
+            if self.model.repairs.get(c.key) is False:  # not evicted by an earlier repair's reserve
+                self._repair(c.key, changed[i])
+
+    def _repair(self, key: str, changed: bool) -> None:
+        assert self.store is not None
+        size = self.model.samples[key].size
+        body = self._new_body(key, size) if changed else self.model.samples[key].body
+        expected = self.model.reserve(size, self.reserved, CAPACITY, time.time())
+        assert self.reservations.reserve(size) == expected, f"reserve({size}) for a repair"
+        if not expected:
+            return
+        temp = self.store.temp_path()
+        write_temp(temp, body)
+        self.inflight[key] = Download(key, body, temp)
+        self._admit([key])
 
     # -- pins and retirement
     @rule(kind=st.sampled_from(["live", "live", "retired", "next"]), pick=st.integers(0, 1000),
@@ -734,6 +924,7 @@ class StoreMachine(RuleBasedStateMachine):
         self.inflight = {}
         self.reservations = Reservations(self.store)
         self.model.inflight_meta = 0
+        self.model.recovered()
 
     @rule(plan=st.lists(st.sampled_from(["download", "download", "admit", "admit", "cut", "lookup",
                                          "serve", "retire", "evict", "read"]), min_size=1, max_size=6),
@@ -785,7 +976,7 @@ class StoreMachine(RuleBasedStateMachine):
         assert (report.integrity, report.repairs_marked) == ("ok", 0), report
         got = self._signature()
         assert got.pop("inflight") == 0
-        states = child.states
+        states = [m.recovered() for m in child.states]
         matches = [m for m in states if {**m.signature(), "inflight": None} == {**got, "inflight": None}]
         assert matches, _closest_diff(states, got)
         self.model = matches[-1]
@@ -842,7 +1033,11 @@ class StoreMachine(RuleBasedStateMachine):
             elif kind == "admit":
                 reservations.admit([self._admission(inflight.pop(k)) for k in op[1]])
             elif kind == "cut":
-                assert store.cut(op[1]) == op[2], op
+                try:
+                    got: object = store.cut(op[1])
+                except ValueError:
+                    got = ValueError
+                assert got == op[2], op
             elif kind == "lookup":
                 assert store.request_cut(op[1]) == op[2], op
             elif kind == "serve":
@@ -861,6 +1056,7 @@ class StoreMachine(RuleBasedStateMachine):
         self.capacity_is_never_exceeded()
         self.epochs_never_change_and_numbers_are_never_reused()
         self.every_listed_file_is_readable_with_its_bytes()
+        self.manifests_never_change_and_entries_never_disappear()
         self.files_on_disk_are_what_the_index_says()
 
     # -- invariants, after every step
@@ -900,20 +1096,43 @@ class StoreMachine(RuleBasedStateMachine):
 
     @invariant()
     def every_listed_file_is_readable_with_its_bytes(self) -> None:
+        """What a verifying reader gets through each entry's link: the right bytes, or (a sample
+        waiting for its repair, or lost) no file at all, never damaged or other bytes."""
         if self.store is None:
             return
         for info in self.store.epochs():
             for f in self.store.epoch_files(info.epoch):
-                data = (self.store.objects_dir / f.object_name).read_bytes()
+                path = self.store.objects_dir / f.object_name
+                if f.path in self.model.repairs:
+                    assert not path.exists(), f"epoch {info.epoch}: {f.path} is served while in repair"
+                    continue
+                data = path.read_bytes()
                 assert checksum_of(data) == f.checksum, f"epoch {info.epoch}: {f.path} has other bytes"
                 assert data == self.model.samples[f.path].body
+
+    @invariant()
+    def manifests_never_change_and_entries_never_disappear(self) -> None:
+        """Each live epoch as the FUSE view builds it (its tree, then its manifest, from the
+        store's rows: :class:`EpochTree`) is the one it was cut with, repairs and quarantines
+        included, and every entry's sample keeps its row."""
+        if self.store is None:
+            return
+        keys = {k for (k,) in self._rows("SELECT key FROM samples")}
+        for info in self.store.epochs():
+            files = self.store.epoch_files(info.epoch)
+            tree = EpochTree(epoch=info.epoch, cut_at=info.cut_at, files=files, link_root=Path("/links"))
+            manifest = bytes(tree.packed_manifest())
+            seen = self.manifests.setdefault(info.epoch, manifest)
+            assert manifest == seen, f"epoch {info.epoch}'s manifest changed"
+            assert {f.path for f in files} <= keys, f"epoch {info.epoch} lost a sample's row"
 
     @invariant()
     def files_on_disk_are_what_the_index_says(self) -> None:
         if self.store is None:
             return
         on_disk = {f"{p.parent.name}/{p.name}" for p in self.store.objects_dir.glob("*/*")}
-        assert on_disk == {s.object_name for s in self.model.samples.values()}, "objects vs samples"
+        whole = {s.object_name for s in self.model.samples.values() if s.key not in self.model.repairs}
+        assert on_disk == whole, "objects vs samples (those in repair have no file)"
         temps = {p.name for p in self.store.tmp_dir.iterdir()}
         assert temps == {d.temp.name for d in self.inflight.values() if d.temp is not None}
         strays = {p.name for p in self.root.iterdir()} - ROOT_NAMES
@@ -926,6 +1145,32 @@ class StoreMachine(RuleBasedStateMachine):
         if self.store is None:
             return
         assert self.store.next_epoch() == self.model.next_epoch()
+
+
+def _damage(path: Path, how: str) -> None:
+    """A flipped byte, a short write or a file deleted behind the store's back."""
+    if how == "delete":
+        path.unlink()
+        return
+    os.chmod(path, 0o644)
+    with open(path, "r+b") as f:
+        size = os.fstat(f.fileno()).st_size
+        if how == "flip":
+            f.seek(size // 2)
+            byte = f.read(1)
+            f.seek(size // 2)
+            f.write(bytes([byte[0] ^ 0x01]))
+        else:
+            f.truncate(size // 2)
+    os.chmod(path, 0o444)
+
+
+def _scrub_check(store: Store, obj: StoredObject, buffer: memoryview) -> str | None:
+    """One object as the background scrub checks it (:func:`epochfs.sidecar.scrub._check`)."""
+    try:
+        return store.check_object(obj, buffer=buffer)
+    except OSError as e:
+        return f"unreadable: {e.strerror or e}"
 
 
 def _recover_in_child(root: Path, crash: Crash) -> None:
@@ -1131,5 +1376,52 @@ def test_a_killed_cut_leaves_no_temp_file(base: Path) -> None:
         m.check_all()
         left = sorted(p.name for p in m.root.iterdir() if HWM_TEMP.fullmatch(p.name))
         assert left == [], f"left in {m.root} after recovery: {left}"
+    finally:
+        sweep.close()
+
+
+@pytest.mark.parametrize("journaled", [True, False], ids=["journal", "full-scan"])
+def test_a_take_out_killed_after_its_commit_serves_no_damaged_bytes(base: Path, journaled: bool) -> None:
+    """kill -9 of the scrub between the commit that marks a damaged sample for repair and the
+    unlink of its file. The row stays (no trigger journals it), so the damaged file was left in
+    place for good: served through every entry that links to it, and never checked again (the
+    scrub skips samples waiting for a repair). Its name is journaled with the mark now, and the
+    next start removes it (so does a start's full scan, for an index without a journal): the
+    epoch keeps its entry, a reader gets no file, never wrong bytes."""
+    sweep = Sweep(base)
+    try:
+        m = sweep.reset()
+        assert m.store is not None
+        for pending in sorted(m.inflight):
+            m._give_up(pending)
+        if journaled:  # a start's recovery makes the journal (the sweep's folder has none yet)
+            m.store.recover()
+            m.model.inflight_meta = 0
+        key = next(f.path for f in m.store.epoch_files(0) if f.path in LISTED)
+        _damage(m.store.objects_dir / m.model.samples[key].object_name, "flip")
+        m._close()
+
+        def scrub_killed(crash: Crash) -> None:
+            store = Store(m.root)
+            store._ix.db = CrashingConnection(store._ix.db, crash)  # type: ignore[assignment]
+            crash_points_in_os(crash)
+            obj = next(o for o in store.stored_objects(after_id=0, limit=len(KEYS)) if o.key == key)
+            problem = store.check_object(obj)
+            assert problem is not None and problem.startswith("md5 ")
+            crash.enter(0)
+            store.take_out([(obj, problem)], quarantine=False)
+
+        assert m._run_child(scrub_killed, CrashPoint(0, "committed", 1)), "killed after the commit"
+        m._open()
+        assert m.store is not None
+        report = m.store.recover()
+        assert (report.integrity, report.repairs_marked, report.orphans_removed) == ("ok", 0, 1), report
+        m.model.inflight_meta = 0
+        m.model.take_out([key])
+        m.reservations = Reservations(m.store)
+        m.check_all()
+        m.repair(0, False)  # and the sampler repairs it in place
+        assert key not in m.model.repairs
+        m.check_all()
     finally:
         sweep.close()

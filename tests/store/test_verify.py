@@ -85,6 +85,35 @@ def test_verify_finds_quarantines_and_counts_damaged_objects_then_the_sampler_fe
     assert (report["objects"], report["ok"], report["damaged"]) == (10, 10, [])
 
 
+def test_verify_reports_and_counts_a_deleted_object_file_and_its_epoch_keeps_the_entry(
+        tmp_path: Path) -> None:
+    """An object file deleted behind the store's back is damaged like a corrupt one: a DAMAGED
+    line ("missing", marked for a repair in place: nothing to quarantine), exit status 1,
+    ``epochfs_corrupt_objects_total`` and ``epochfs_samples_repairing``; then the sampler fetches
+    it again into its place and epoch 0 is the epoch it was cut as."""
+    cache, objects, remote = filled(tmp_path, 6)
+    gone = sorted(objects)[3]
+    with Store(cache) as store:
+        before = store.epoch_files(0)
+    os.unlink(cache / "objects" / object_name(sid_of(gone)))
+    proc = verify(cache)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert f"DAMAGED {gone}: missing; marked for a repair in place (its file was gone)" in proc.stdout
+    assert proc.stdout.splitlines()[-1] == "1 damaged, 5 ok"
+    assert not (cache / "quarantine" / sid_of(gone)).exists()
+    with Store(cache) as store:
+        stats = store.stats()
+        assert (stats.samples, stats.corrupt_objects_total, stats.repairing) == (6, 1, 1)
+        assert store.epoch_files(0) == before, "the epoch keeps the entry while it waits"
+        exported = {s.name: s.value for family in StoreCollector(stats=store.stats).collect()
+                    for s in family.samples}
+        assert exported["epochfs_corrupt_objects_total"] == 1 and exported["epochfs_samples_repairing"] == 1
+    with sampling(cache, remote, "--scrub-rate", "0") as (store, _):
+        wait_until(lambda: store.stats().repairing == 0, what="fetched again into its place")
+        assert store.epoch_files(0) == before and store.stats().repaired_total == 1
+        assert (store.objects_dir / object_name(sid_of(gone))).read_bytes() == objects[gone]
+
+
 def test_verify_json_and_report_only_change_nothing(tmp_path: Path) -> None:
     cache, objects, _ = filled(tmp_path, 4)
     key = sorted(objects)[1]
