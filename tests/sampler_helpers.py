@@ -53,7 +53,8 @@ class SamplerProc:
 
 
 def start_sampler(
-    cache: Path, remote: str, *args: str, env: dict[str, str] | None = None, log: Path | None = None
+    cache: Path, remote: str, *args: str, env: dict[str, str] | None = None, log: Path | None = None,
+    cwd: Path | None = None,
 ) -> SamplerProc:
     """Start ``epochfs sample`` and wait until it has run recovery (or exited)."""
     log = log or cache.parent / f"{cache.name}-sampler.log"
@@ -68,6 +69,7 @@ def start_sampler(
             stdout=out,
             stderr=subprocess.STDOUT,
             env=full_env,
+            cwd=cwd,
         )
     sp = SamplerProc(proc, log, cache)
     # Recovery is logged once signal handlers are in place and the index exists.
@@ -81,10 +83,10 @@ def start_sampler(
 
 
 @contextlib.contextmanager
-def running_sampler(cache: Path, remote: str, *args: str, env: dict[str, str] | None = None
-                    ) -> Iterator[SamplerProc]:
+def running_sampler(cache: Path, remote: str, *args: str, env: dict[str, str] | None = None,
+                    cwd: Path | None = None) -> Iterator[SamplerProc]:
     """A sampler for the duration of a block; it must stop cleanly (exit 0) at the end."""
-    sp = start_sampler(cache, remote, *args, env=env)
+    sp = start_sampler(cache, remote, *args, env=env, cwd=cwd)
     try:
         yield sp
     finally:

@@ -56,7 +56,12 @@ POLL = 0.05
 """Seconds between the two sides' looks at each other (state changes travel within this)."""
 
 _BOOT = (
-    "import ctypes, os, signal, sys\n"
+    # ``-c`` puts the working folder first on sys.path: an ``epochfs/`` folder there (a checkout's
+    # parent, a user's dataset) would be imported instead of the package, and the child restarted
+    # forever. (``-P`` does the same from Python 3.11 on.)
+    "import sys\n"
+    "if sys.path and sys.path[0] in ('', '.'): del sys.path[0]\n"
+    "import ctypes, os, signal\n"
     "ctypes.CDLL(None).prctl(1, signal.SIGKILL)\n"  # PR_SET_PDEATHSIG: die with the sampler
     "if os.getppid() != int(sys.argv[1]): sys.exit(1)\n"
     "from epochfs.sidecar.listing.process import child_main\n"

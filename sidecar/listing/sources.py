@@ -191,6 +191,12 @@ class PagedSource:
             log.info("listing %d folders found inside %d", len(spans), len(folders))
         return spans
 
+    @property
+    def fits_one_page(self) -> bool:
+        """The discovery's first page held the whole remote (:meth:`spans`), and is still to be
+        handed out as the listing's one page: there is nothing else to list."""
+        return self._probe is not None
+
     def pages(self, span: Span, after: str) -> Iterator[Page]:
         probe, self._probe = self._probe, None
         if probe is not None and not after and span == Span("", "", None):

@@ -5,7 +5,10 @@ sidecar/listing/process.py), and that process's lifetime is the sampler's:
 - a listing process killed mid-listing (kill -9, an OOM kill) is started again and the listing
   resumes from the index: every key is cataloged, the sampler never stops;
 - a sampler killed with -9 takes its listing process with it (``PR_SET_PDEATHSIG``), and one
-  stopped with SIGTERM exits 0 with its listing process gone.
+  stopped with SIGTERM exits 0 with its listing process gone;
+- an ``epochfs/`` folder in the working folder is not imported by the child (``python -c`` puts
+  the working folder first on its path): the listing runs;
+- a remote that fits in the discovery's one page is listed by it, with no process to wait for.
 
 Real ``epochfs sample`` processes against the synthetic S3 endpoint (benchmarks/synthetic_s3.py),
 whose list latency keeps a listing of 30,000 keys running for seconds.
@@ -104,3 +107,26 @@ def test_on_threads_when_asked_no_listing_process(s3: SyntheticS3, tmp_path: Pat
                          "--list-process", "0", env=s3_env(s3.endpoint)) as sp:
         wait_until(lambda: cataloged(cache) > 0, what="the first page committed")
         assert children(sp.proc.pid) == []
+
+
+def test_an_epochfs_folder_in_the_working_folder_is_not_what_the_child_imports(
+        s3: SyntheticS3, tmp_path: Path) -> None:
+    decoy = tmp_path / "work" / "epochfs"
+    decoy.mkdir(parents=True)
+    (decoy / "__init__.py").write_text("raise SystemExit('the decoy epochfs was imported')\n")
+    cache = tmp_path / "cache"
+    with running_sampler(cache, s3.url, "--endpoint-url", s3.endpoint, "--capacity", "4Mi",
+                         env=s3_env(s3.endpoint), cwd=decoy.parent) as sp:
+        wait_until(lambda: cataloged(cache) > 0, what="the first page committed by the child")
+        assert "listing in process" in sp.log_text()
+    assert "decoy" not in sp.log_text()
+
+
+def test_a_remote_that_fits_in_one_page_is_listed_without_a_process(tmp_path: Path) -> None:
+    with SyntheticS3(Dataset(40, 64, prefix="train/"), list_latency=0) as small:
+        cache = tmp_path / "cache"
+        with running_sampler(cache, small.url, "--endpoint-url", small.endpoint, "--capacity", "4Mi",
+                             env=s3_env(small.endpoint)) as sp:
+            wait_until(lambda: sp.stats()["samples"] == 40, what="every object")
+            assert children(sp.proc.pid) == []
+        assert "listing in process" not in sp.log_text()
