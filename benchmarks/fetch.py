@@ -13,16 +13,22 @@ uploads left), then downloads each dataset with:
 * ``s5cmd cp 's3://bucket/prefix/*' DIR`` (``--numworkers`` workers, its default 256);
 * ``rclone copy`` with ``--transfers`` and ``--checkers`` set to the same concurrency as the sampler.
 
-Each tool runs ``--repeat`` times per dataset, in rotating order, into a fresh folder on the same
-disk; medians are reported with bytes/s (large) or objects/s (small) and ratios of the sampler to
-each baseline, per stored checksum. The CPU seconds the moto server used during each run are
-reported too: moto is one Python process, and when it uses about one core for the whole run it,
-not the client, is the bottleneck, which caps every tool at the same rate. The CPU each tool's own
-process used (start-up and exit included) is reported beside it.
+Each tool runs ``--repeat`` times per dataset (5 by default), in rotating order, into a fresh
+folder on the same disk; every median is shown with its spread (``median [min-max]``), and the
+ratios of the sampler to each baseline with the range of the ratios of runs made back to back,
+per stored checksum: never the best run alone. The server logs the time each request arrives
+(:class:`~.harness.RequestLog`, the machine's monotonic clock), so each tool's start-up is
+measured where it ends: from its process start to its first GET (a listing page) and to its
+first object GET. After each run a timed ``sync`` writes back what the tool left in the page
+cache (s5cmd and rclone do not fsync; the sampler fsyncs every object), reported beside it. The
+CPU seconds the moto server used during each run are reported too: moto is one Python process,
+and when it uses about one core for the whole run it, not the client, is the bottleneck, which
+caps every tool at the same rate. The CPU each tool's own process used (start-up and exit
+included) is reported beside it.
 
-    epochfs bench fetch                                         # defaults: 96 x 4 MiB, 3000 x 64 KiB
-    python -m epochfs.benchmarks.fetch --large 96 --small 3000 --repeat 3 --json out.json
-    python -m epochfs.benchmarks.fetch --checksums crc64nvme --small 0   # 4 MiB, CRC64NVME only
+    epochfs bench fetch                                         # defaults: 160 x 4 MiB, 1500 x 64 KiB
+    python -m epochfs.benchmarks.fetch --tools epochfs,s5cmd --checksums crc64nvme --json out.json
+    python -m epochfs.benchmarks.fetch --sample-args "--list-process 0"  # epochfs sample's own flags
 """
 
 from __future__ import annotations
@@ -32,6 +38,7 @@ import concurrent.futures
 import contextlib
 import json
 import os
+import shlex
 import shutil
 import sqlite3
 import statistics
@@ -62,6 +69,14 @@ class Run(harness.Rates):
     """epochfs only: from the catalog being ready to the last sample (start-up excluded)."""
     client_cpu_seconds: float = float("nan")
     """CPU (user + system) of the tool's process for the whole run, start-up and exit included."""
+    first_get_seconds: float | None = None
+    """From the tool's process start to the first GET the server received from it (a listing
+    page), read from the server's request log; None against ``--endpoint``."""
+    first_object_seconds: float | None = None
+    """From the tool's process start to the first object GET the server received."""
+    sync_seconds: float = 0.0
+    """A ``sync`` right after the run: what writing back the tool's files took when the tool left
+    them in the page cache (s5cmd, rclone); the sampler fsyncs each object before admitting it."""
 
     @property
     def objects_per_s(self) -> float:
@@ -144,50 +159,71 @@ STEADY: dict[str, float] = {}
 """Seconds of the last epochfs run after its start-up (imports, client, listing)."""
 
 
-def run_epochfs(endpoint: str, url: str, dest: Path, count: int, concurrency: int) -> float:
+STALLED = 120.0
+"""Seconds without a sample admitted after which a sampler run is a failure (a run of this
+benchmark must end: a sampler that cannot list, for one, would be waited for for ever)."""
+
+SAMPLE_ARGS: list[str] = []
+"""More arguments of ``epochfs sample`` (``--sample-args``)."""
+
+
+def run_epochfs(endpoint: str, url: str, dest: Path, count: int, concurrency: int) -> tuple[float, float]:
     env = {**harness.s3_env(), "EPOCHFS_PROGRESS_SECONDS": "3600"}
     started = time.monotonic()
     proc = subprocess.Popen(
         [PROGRAM["epochfs"], "--log-level", "WARNING", "sample", "--remote", url, "--cache", str(dest),
-         "--endpoint-url", endpoint, "--capacity", "1Ti", "--concurrency", str(concurrency)],
+         "--endpoint-url", endpoint, "--capacity", "1Ti", "--concurrency", str(concurrency), *SAMPLE_ARGS],
         env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
     )
     watch = IndexWatch(dest)
     ready: float | None = None
+    progress = (-1, started)  # (samples, when that count was first seen)
     try:
         while True:
             if ready is None and watch.catalog_ready():
                 ready = time.monotonic()
-            if ready is not None and watch.samples() >= count:
+            samples = watch.samples()
+            if ready is not None and samples >= count:
                 break
             if proc.poll() is not None:
                 assert proc.stderr is not None
                 raise RuntimeError(f"epochfs sample exited {proc.returncode}: {proc.stderr.read()!r}")
+            if samples != progress[0]:
+                progress = (samples, time.monotonic())
+            elif time.monotonic() - progress[1] > STALLED:
+                harness.stop(proc, timeout=60)
+                assert proc.stderr is not None
+                raise RuntimeError(f"epochfs sample admitted {samples} of {count} objects and none for "
+                                   f"{STALLED:.0f}s: {proc.stderr.read()[-2000:]!r}")
             time.sleep(0.01)  # completion poll: 10 ms resolution on runs of seconds
         done = time.monotonic()
         STEADY["last"] = done - ready
-        return done - started
+        return started, done - started
     finally:
         watch.close()
         harness.stop(proc, timeout=60)
 
 
-def run_s5cmd(endpoint: str, url: str, dest: Path, count: int, concurrency: int) -> float:
+def run_s5cmd(endpoint: str, url: str, dest: Path, count: int, concurrency: int) -> tuple[float, float]:
     env = harness.s3_env()
     started = time.monotonic()
     subprocess.run([PROGRAM["s5cmd"], "--endpoint-url", endpoint, "cp", f"{url}/*", f"{dest}/"], env=env,
                    check=True, stdout=subprocess.DEVNULL)
-    return time.monotonic() - started
+    return started, time.monotonic() - started
 
 
-def run_rclone(endpoint: str, url: str, dest: Path, count: int, concurrency: int) -> float:
+def run_rclone(endpoint: str, url: str, dest: Path, count: int, concurrency: int) -> tuple[float, float]:
     env = {**harness.s3_env(), **harness.rclone_env("bench", endpoint)}
     src = "bench:" + url.removeprefix("s3://")
     started = time.monotonic()
     subprocess.run([PROGRAM["rclone"], "copy", src, str(dest), "--transfers", str(concurrency), "--checkers",
                     str(concurrency), "--config", "/dev/null"], env=env, check=True,
                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    return time.monotonic() - started
+    return started, time.monotonic() - started
+
+
+def _seconds(value: float | None) -> str:
+    return "    -" if value is None else f"{value:5.3f}s"
 
 
 TOOLS = {"epochfs": run_epochfs, "s5cmd": run_s5cmd, "rclone": run_rclone}
@@ -228,6 +264,22 @@ def download_cpu(endpoint: str, url: str, dest: Path, concurrency: int) -> tuple
         remote.close()
 
 
+def first_gets(requests: Path, started: float) -> tuple[float | None, float | None]:
+    """Seconds from ``started`` (a tool's process start) to the first GET the server received
+    after it (a listing page: a HEAD before it does not count) and to the first object GET (the
+    datasets' keys end in ``.bin``); None where the log has none."""
+    gets = [(t, path) for t, method, path in harness.logged_requests(requests, started) if method == "GET"]
+    first = gets[0][0] - started if gets else None
+    objects = [t for t, path in gets if path.endswith(".bin")]
+    return first, (objects[0] - started if objects else None)
+
+
+def spread(values: list[float], fmt: str = ".2f") -> str:
+    """``median [min-max]`` of ``values``: a median never shown without its spread."""
+    return (f"{statistics.median(values):{fmt}} [{min(values):{fmt}}-{max(values):{fmt}}]"
+            if values else "-")
+
+
 def files_in(dest: Path) -> tuple[int, int]:
     n = total = 0
     for root, _dirs, files in os.walk(dest):
@@ -243,20 +295,24 @@ def files_in(dest: Path) -> tuple[int, int]:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--large", type=int, default=96, help="number of large objects (0: none)")
+    ap.add_argument("--large", type=int, default=160, help="number of large objects (0: none)")
     ap.add_argument("--large-size", type=int, default=4 << 20, help="bytes per large object")
-    ap.add_argument("--small", type=int, default=3000, help="number of small objects (0: none)")
+    ap.add_argument("--small", type=int, default=1500, help="number of small objects (0: none)")
     ap.add_argument("--small-size", type=int, default=64 << 10, help="bytes per small object")
     ap.add_argument("--checksums", default="crc64nvme,md5",
                     help=f"what S3 stores for each dataset's objects, one upload each "
                          f"({', '.join(CHECKSUMS)})")
     ap.add_argument("--concurrency", type=int, default=32, help="epochfs --concurrency, rclone --transfers")
-    ap.add_argument("--repeat", type=int, default=3, help="runs per tool and dataset (median reported)")
+    ap.add_argument("--repeat", type=int, default=5,
+                    help="alternating runs per tool and dataset (median and spread reported)")
     ap.add_argument("--dir", type=Path, default=None, help="scratch folder (default: a temp dir)")
     ap.add_argument("--endpoint", default=None, help="use this S3 endpoint instead of starting moto")
     ap.add_argument("--tools", default="epochfs,s5cmd,rclone")
     ap.add_argument("--json", type=Path, default=None, help="write all runs here")
+    ap.add_argument("--sample-args", default="", help="more arguments of epochfs sample, one string "
+                    "(\"--list-process 0\")")
     args = ap.parse_args(argv)
+    SAMPLE_ARGS[:] = shlex.split(args.sample_args)
 
     tools = [t for t in args.tools.split(",") if t]
     unknown = sorted(set(tools) - set(TOOLS))
@@ -269,7 +325,9 @@ def main(argv: list[str] | None = None) -> int:
     PROGRAM.update({tool: harness.program(tool) for tool in tools})
     with contextlib.ExitStack() as stack:
         scratch = stack.enter_context(harness.work_dir(prefix="epochfs-fetch-", parent=args.dir))
-        moto = None if args.endpoint else stack.enter_context(harness.moto_server(scratch / "moto.log"))
+        requests = scratch / "requests.log"
+        moto = None if args.endpoint else stack.enter_context(
+            harness.moto_server(scratch / "moto.log", requests=requests))
         endpoint = moto.endpoint if moto is not None else args.endpoint
         moto_pid = moto.proc.pid if moto is not None else None
         sizes = {"large": (args.large, args.large_size), "small": (args.small, args.small_size)}
@@ -288,9 +346,13 @@ def main(argv: list[str] | None = None) -> int:
                     subprocess.run(["sync"], check=False)
                     cpu0 = harness.cpu_seconds(moto_pid)
                     client0 = harness.children_cpu()
-                    seconds = TOOLS[tool](endpoint, url, dest, count, args.concurrency)
+                    started, seconds = TOOLS[tool](endpoint, url, dest, count, args.concurrency)
                     cpu = harness.cpu_seconds(moto_pid) - cpu0
                     client = harness.children_cpu() - client0
+                    synced = time.monotonic()
+                    subprocess.run(["sync"], check=False)
+                    synced = time.monotonic() - synced
+                    first, first_object = first_gets(requests, started)
                     n, total = files_in(dest / "objects" if tool == "epochfs" else dest)
                     if n != count or total != count * size:
                         raise RuntimeError(f"{tool} fetched {n} files / {total} bytes of {name}-{checksum}")
@@ -298,10 +360,13 @@ def main(argv: list[str] | None = None) -> int:
                         raise RuntimeError(f"{name}-{checksum}: the sampler verified by "
                                            f"{sorted(verified_kinds(dest))}, not {CHECKSUMS[checksum]}")
                     steady = STEADY.pop("last", None) if tool == "epochfs" else None
-                    runs.append(Run(tool, name, checksum, count, total, seconds, cpu, steady, client))
+                    runs.append(Run(tool, name, checksum, count, total, seconds, cpu, steady, client,
+                                    first, first_object, synced))
                     print(f"  {name:5s} {checksum:9s} {tool:8s} run {rep}: {seconds:6.2f}s  "
                           f"{harness.mb_per_s(total, seconds):7.1f} MB/s  {count / seconds:7.0f} obj/s  "
-                          f"moto CPU {cpu / seconds:4.0%} of a core  client CPU {client:5.2f}s"
+                          f"first GET {_seconds(first)}  first object GET {_seconds(first_object)}  "
+                          f"then sync {synced:5.2f}s  moto CPU {cpu / seconds:4.0%} of a core  "
+                          f"client CPU {client:5.2f}s"
                           + (f"  (after start-up: {steady:.2f}s)" if steady else ""), flush=True)
                     shutil.rmtree(dest, ignore_errors=True)
         if "epochfs" in tools:
@@ -317,37 +382,56 @@ def main(argv: list[str] | None = None) -> int:
                       f"{statistics.median(per) * 1e3:.2f} ms (median of {len(per)}: "
                       f"{', '.join(f'{c * 1e3:.2f}' for c in per)})", flush=True)
         print()
-        print(f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs")
-        table = harness.Table(("dataset", "8s"), ("tool", "8s"), ("median s", "9.2f"), ("MB/s", "8.1f"),
-                              ("obj/s", "8.0f"), ("moto CPU", "9.0%"), ("client CPU s", "13.2f"),
-                              ("checksum", "10s"))
+        print(f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs; medians of {args.repeat} "
+              f"alternating runs, [min-max] beside each")
+        table = harness.Table(("dataset", "8s"), ("tool", "8s"), ("seconds", "20s"), ("MB/s", "8.1f"),
+                              ("obj/s", "8.0f"), ("first GET s", "20s"), ("first object GET s", "20s"),
+                              ("moto CPU", "9.0%"), ("client CPU s", "13.2f"), ("checksum", "10s"))
         print(table.header())
-        medians: dict[tuple[str, str, str], Run] = {}
+
+        def chosen(name: str, checksum: str, tool: str) -> list[Run]:
+            return [r for r in runs if (r.tool, r.dataset, r.checksum) == (tool, name, checksum)]
+
         for name, checksum in datasets:
             for tool in tools:
-                done = [r for r in runs if r.tool == tool and r.dataset == name and r.checksum == checksum]
+                done = chosen(name, checksum, tool)
                 secs = statistics.median(r.seconds for r in done)
                 cpu = statistics.median(r.server_cpu_seconds / r.seconds for r in done)
                 client = statistics.median(r.client_cpu_seconds for r in done)
-                med = Run(tool, name, checksum, done[0].objects, done[0].bytes, secs, cpu * secs,
-                          client_cpu_seconds=client)
-                medians[(name, checksum, tool)] = med
-                print(table.row(name, tool, secs, med.mb_per_s, med.objects_per_s, cpu, client, checksum))
+                med = Run(tool, name, checksum, done[0].objects, done[0].bytes, secs, cpu * secs)
+                firsts = [r.first_get_seconds for r in done if r.first_get_seconds is not None]
+                objects = [r.first_object_seconds for r in done if r.first_object_seconds is not None]
+                print(table.row(name, tool, spread([r.seconds for r in done]), med.mb_per_s,
+                                med.objects_per_s, spread(firsts, ".3f"), spread(objects, ".3f"),
+                                cpu, client, checksum))
         print()
         if "epochfs" in tools:
             for name, checksum in datasets:
                 unit = "bytes/s" if name == "large" else "objects/s"
-                mine = medians[(name, checksum, "epochfs")]
-                steady = statistics.median(
-                    r.steady_seconds for r in runs if r.steady_seconds and r.tool == "epochfs"
-                    and (r.dataset, r.checksum) == (name, checksum))
+                mine = chosen(name, checksum, "epochfs")
+                seconds = statistics.median(r.seconds for r in mine)
+                steady = statistics.median(r.steady_seconds for r in mine if r.steady_seconds)
                 for base in tools:
                     if base == "epochfs":
                         continue
-                    base_seconds = medians[(name, checksum, base)].seconds
-                    print(f"{name} ({unit}): epochfs / {base} = {harness.times(base_seconds / mine.seconds)} "
-                          f"end to end, {harness.times(base_seconds / steady)} after the sampler's start-up "
-                          f"({mine.seconds - steady:.2f}s); objects stored with {checksum}")
+                    theirs = chosen(name, checksum, base)
+                    # Run i of each tool ran back to back (alternating order): one ratio per pair.
+                    pairs = [b.seconds / m.seconds for m, b in zip(mine, theirs, strict=True)]
+                    base_seconds = statistics.median(r.seconds for r in theirs)
+                    durable = (statistics.median(r.seconds + r.sync_seconds for r in theirs)
+                               / statistics.median(r.seconds + r.sync_seconds for r in mine))
+                    print(f"{name} ({unit}): epochfs / {base} = {harness.times(base_seconds / seconds)} "
+                          f"end to end (ratio of medians; per pair of runs "
+                          f"{harness.times(min(pairs))}-{harness.times(max(pairs))}), "
+                          f"{harness.times(base_seconds / steady)} after the sampler's start-up "
+                          f"({seconds - steady:.2f}s), {harness.times(durable)} with each run's files "
+                          f"synced to disk after it; objects stored with {checksum}")
+                firsts = [r.first_get_seconds for r in mine if r.first_get_seconds is not None]
+                objects = [r.first_object_seconds for r in mine if r.first_object_seconds is not None]
+                if firsts:
+                    print(f"{name}: epochfs start-up to its first GET {spread(firsts, '.3f')} s, to its "
+                          f"first object GET {spread(objects, '.3f')} s (process start to the server's "
+                          f"request log)")
         if args.json:
             args.json.write_text(json.dumps([asdict(r) for r in runs], indent=2))
         return 0

@@ -255,14 +255,56 @@ def answers(url: str) -> bool:
     return True
 
 
+class RequestLog:
+    """WSGI middleware that writes one line per request to a file as the server receives it:
+    ``<time.monotonic()> <method> <path>``. The clock is the system's monotonic one, shared by
+    every process of the machine, so a benchmark compares it with its own: a tool's start-up to
+    its first request, measured where the request arrives rather than guessed."""
+
+    def __init__(self, app: Callable[..., Any], path: str) -> None:
+        self.app = app
+        self.fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+
+    def __call__(self, environ: dict[str, Any], start_response: Callable[..., Any]) -> Any:
+        line = f"{time.monotonic():.6f} {environ.get('REQUEST_METHOD', '')} {environ.get('PATH_INFO', '')}\n"
+        os.write(self.fd, line.encode())  # one write of a line, O_APPEND: whole lines from any thread
+        return self.app(environ, start_response)
+
+
+def logged_requests(path: Path, since: float) -> list[tuple[float, str, str]]:
+    """The requests of a :class:`RequestLog` file received at or after ``since``: (time, method,
+    path), oldest first."""
+    found: list[tuple[float, str, str]] = []
+    if not path.exists():
+        return found
+    for line in path.read_text().splitlines():
+        parts = line.split(" ", 2)
+        if len(parts) == 3 and float(parts[0]) >= since:
+            found.append((float(parts[0]), parts[1], parts[2]))
+    return sorted(found)
+
+
+_MOTO_WITH_REQUEST_LOG = """
+import sys
+import moto.server
+from epochfs.benchmarks.harness import RequestLog
+host, port, path = sys.argv[1:4]
+serve = moto.server.run_simple
+moto.server.run_simple = lambda h, p, app, **kw: serve(h, p, RequestLog(app, path), **kw)
+moto.server.main(["-H", host, "-p", port])
+"""
+
+
 @contextlib.contextmanager
-def moto_server(log: Path | None = None) -> Iterator[Moto]:
-    """A moto S3 server on a free port of 127.0.0.1, answering, for the length of a ``with`` block."""
+def moto_server(log: Path | None = None, *, requests: Path | None = None) -> Iterator[Moto]:
+    """A moto S3 server on a free port of 127.0.0.1, answering, for the length of a ``with`` block;
+    with ``requests``, every request it receives is logged there (:class:`RequestLog`)."""
     require("moto", "flask", "flask_cors")
     port = free_port()
     endpoint = f"http://127.0.0.1:{port}"
-    with running([*PYTHON, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)], what="moto",
-                 ready=lambda: answers(endpoint + "/"), log=log) as proc:
+    cmd = ([*PYTHON, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)] if requests is None
+           else [*PYTHON, "-c", _MOTO_WITH_REQUEST_LOG, "127.0.0.1", str(port), str(requests)])
+    with running(cmd, what="moto", ready=lambda: answers(endpoint + "/"), log=log) as proc:
         yield Moto(proc, endpoint)
 
 

@@ -25,12 +25,12 @@ retried. Throttling is its own kind, :class:`Throttled`, never an outage nor a r
 
 from __future__ import annotations
 
-import asyncio
 import http
 import http.client
 import os
 import socket
 import ssl
+import sys
 import xml.etree.ElementTree as ElementTree
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -52,6 +52,14 @@ Rule = Callable[[BaseException], "Kind | None"]
 """A library's translation: the kind one exception stands for, or None when it does not know it."""
 
 
+def _asyncio_timeout() -> type[BaseException]:
+    """``asyncio.TimeoutError`` (its own class before Python 3.11) where asyncio is loaded: an
+    exception of it cannot exist otherwise, and importing asyncio costs the sampler ~25 ms of
+    start-up for nothing."""
+    asyncio = sys.modules.get("asyncio")
+    return asyncio.TimeoutError if asyncio is not None else TimeoutError
+
+
 def stdlib_kind(e: BaseException) -> Kind | None:
     """The kind of a standard-library error (sockets, ``http.client``, ``ssl``, files), or of a
     failure already typed further down a chain."""
@@ -61,7 +69,7 @@ def stdlib_kind(e: BaseException) -> Kind | None:
         return NotFound
     if isinstance(e, (PermissionError, ssl.SSLCertVerificationError)):
         return Denied  # a certificate that fails is a configuration problem, not a passing one
-    if isinstance(e, (ConnectionError, TimeoutError, asyncio.TimeoutError)):
+    if isinstance(e, (ConnectionError, TimeoutError, _asyncio_timeout())):
         return Unavailable  # refused, reset, aborted (also socket.timeout, fsspec's FSTimeoutError)
     if isinstance(e, (http.client.HTTPException, ssl.SSLError)):
         # A truncated or garbled response (IncompleteRead, BadStatusLine...); a TLS connection
@@ -105,7 +113,7 @@ def failure_reason(exc: BaseException) -> str:
         if isinstance(link, ssl.SSLError):
             return f"TLS failed ({link.reason or link})"
     for link in links:
-        if isinstance(link, (TimeoutError, asyncio.TimeoutError)):
+        if isinstance(link, (TimeoutError, _asyncio_timeout())):
             return "timed out"
     for link in links:
         if isinstance(link, OSError) and isinstance(link.errno, int) and link.errno > 0:
@@ -249,7 +257,11 @@ def fast_path_failure(exc: BaseException, *, key: str) -> RemoteFailure | None:
 def botocore_kind(e: BaseException) -> Kind | None:
     """The kind of a botocore exception: S3's error answers by status and code, transport
     errors as retried (an outage when the connection could not be made or timed out, or, seen
-    by :func:`translate`, when a reset lies under them)."""
+    by :func:`translate`, when a reset lies under them). None while botocore is not loaded (the
+    S3 remote makes its client on first need): none of its exceptions can exist then, and
+    importing it here would cost the ~0.3 s the S3 remote saved."""
+    if "botocore" not in sys.modules:
+        return None
     from botocore import exceptions as bce
     from botocore.parsers import ResponseParserError
 
@@ -369,7 +381,7 @@ def may_answer_later(exc: BaseException) -> bool:
     links = list(_chain(exc))
     if any(isinstance(link, socket.gaierror) for link in links):
         return False
-    if any(isinstance(link, (ConnectionError, TimeoutError, asyncio.TimeoutError)) for link in links):
+    if any(isinstance(link, (ConnectionError, TimeoutError, _asyncio_timeout())) for link in links):
         return True  # under any wrapper: fsspec reports an http(s) URL it cannot reach as not found
     failure = translate(exc, library_kind)
     return failure is not None and failure.retry

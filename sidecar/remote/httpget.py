@@ -137,6 +137,41 @@ class GetPool:
         :class:`ProxyConnectError` when it cannot be reached, and the socket's errors
         (``ConnectionError``, ``TimeoutError``, ``http.client.HTTPException``).
         """
+        key, conn, resp, proxy = self._send("GET", url, headers)
+        if resp.status != 200:
+            try:
+                body = resp.read(64 * 1024)
+            except Exception:
+                body = b""
+            self._discard(conn)
+            if resp.status == 407 and proxy is not None:
+                raise ProxyError(proxy, resp.status, resp.reason)
+            raise HTTPStatusError(resp.status, resp.reason, body)
+        return Response(self, key, conn, resp)
+
+    def head(self, url: str) -> tuple[int, dict[str, str]]:
+        """Send ``HEAD url``: its status and headers (lower-case names), whatever the status (a
+        bucket's region comes in a header of a refusal too). Raises as :meth:`get` for a proxy
+        that refuses or cannot be reached and for the socket's errors."""
+        key, conn, resp, proxy = self._send("HEAD", url, None)
+        try:
+            resp.read()
+        except BaseException:
+            self._discard(conn)
+            raise
+        if resp.status == 407 and proxy is not None:
+            self._discard(conn)
+            raise ProxyError(proxy, resp.status, resp.reason)
+        if resp.will_close:
+            self._discard(conn)
+        else:
+            self._put(key, conn)
+        return resp.status, {name.lower(): value for name, value in resp.getheaders()}
+
+    def _send(self, method: str, url: str, headers: Mapping[str, str] | None,
+              ) -> tuple[_Key, http.client.HTTPConnection, http.client.HTTPResponse, Proxy | None]:
+        """``method url`` sent over a pooled connection, its response's status line and headers
+        read; the connection is closed when that fails."""
         parts = urlsplit(url)
         proxy = self._proxies.get(parts.scheme)
         key = (parts.scheme, parts.netloc, proxy)
@@ -150,21 +185,12 @@ class GetPool:
             target = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
         conn = self._take(key, parts, proxy)
         try:
-            conn.request("GET", target, headers=sent)
+            conn.request(method, target, headers=sent)
             resp = conn.getresponse()
         except BaseException:
             self._discard(conn)
             raise
-        if resp.status != 200:
-            try:
-                body = resp.read(64 * 1024)
-            except Exception:
-                body = b""
-            self._discard(conn)
-            if resp.status == 407 and proxy is not None:
-                raise ProxyError(proxy, resp.status, resp.reason)
-            raise HTTPStatusError(resp.status, resp.reason, body)
-        return Response(self, key, conn, resp)
+        return key, conn, resp, proxy
 
     def _take(self, key: _Key, parts: Any, proxy: Proxy | None) -> http.client.HTTPConnection:
         while True:

@@ -8,6 +8,11 @@ the pool of :mod:`.httpget`) whose body is read in large blocks, so a download c
 request (``fs.open`` would add a HEAD and ranged reads). Retries are left to the downloader
 (bounded attempts, backoff with jitter), so botocore's own retries are switched off.
 
+The URLs are signed by :mod:`.sigv4` (the standard library) where that gives botocore's own URL
+(an explicit endpoint, keys in the environment), and botocore's client is then made on first
+need only (a fallback, a ranged read, a HEAD of a part, an upload): its import and client are
+~0.4 s that the sampler no longer spends before its first GET.
+
 Failures come out typed where they arise (:mod:`.errors`): botocore's by
 :func:`~.errors.botocore_kind`, the fast path's S3 error answers (their ``<Code>`` read as XML),
 proxy refusals and socket errors by :func:`~.errors.fast_path_failure`. The interface this class
@@ -17,9 +22,12 @@ implements is :class:`~.base.Remote`; :mod:`.registry` opens it for ``s3://``.
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import logging
 import os
+import threading
 from collections.abc import Iterator
+from dataclasses import replace
 from functools import partial
 from typing import Any
 from urllib.parse import urlparse
@@ -36,6 +44,7 @@ from epochfs.sidecar.remote.base import (
 from epochfs.sidecar.remote.errors import Translated, botocore_kind, fast_path_failure, s3_answer
 from epochfs.sidecar.remote.httpget import DEFAULT_RECV_BUFFER, GetPool, HTTPStatusError, Response
 from epochfs.sidecar.remote.s3list import ListedXML, ListXMLError, client_error_text, parse_list_page
+from epochfs.sidecar.remote.sigv4 import Presigner, environ_proxies, light_settings
 
 log = logging.getLogger("epochfs.remote")
 
@@ -181,20 +190,71 @@ class S3Remote(Remote):
         connect_timeout: float = 10.0,
         read_timeout: float = 30.0,
     ) -> None:
-        try:
-            import botocore.session
-            from botocore.config import Config
-        except ImportError as e:  # pragma: no cover - botocore is a sidecar dependency
-            raise RemoteError("s3:// needs botocore: pip install 'epochfs[sidecar]'") from e
+        if importlib.util.find_spec("botocore") is None:  # pragma: no cover - a sidecar dependency
+            raise RemoteError("s3:// needs botocore: pip install 'epochfs[sidecar]'")
         parsed = urlparse(url)
         if not parsed.netloc:
             raise RemoteError(f"no bucket in {url!r} (expected s3://bucket/prefix)")
         self.url = url
         self.bucket = parsed.netloc
         self.prefix = parsed.path.strip("/")
+        self._concurrency = concurrency
+        self._timeouts = (connect_timeout, read_timeout)
+        self._endpoint_url = endpoint_url
+        self._boto: Any = None
+        self._boto_lock = threading.Lock()
+        light = light_settings(endpoint_url)
+        # Presigned URLs without botocore where they are the same URL (sigv4.light_settings):
+        # botocore's import and client (~0.4 s) are then made on first need, off the way to the
+        # first GET, and each GET is signed in microseconds instead of botocore's ~0.3 ms.
+        self._signer: Presigner | None = Presigner(light) if light is not None else None
+        pool = partial(
+            GetPool, connect_timeout=connect_timeout, read_timeout=read_timeout,
+            cafile=os.environ.get("AWS_CA_BUNDLE") or None, max_idle=concurrency + 4,
+            recv_buffer=DEFAULT_RECV_BUFFER,
+        )
+        self._fast = True
+        self._fast_list = True  # off once botocore lists what a presigned listing was refused
+        endpoint = light.endpoint if light is not None else self._client.meta.endpoint_url
+        try:
+            self._gets = pool(proxies=self._proxies())
+        except ValueError as e:  # a proxy URL the fast path cannot use: botocore decides
+            log.warning("S3 presigned GETs unavailable (%s); using botocore for every GET", e)
+            self._gets = pool()
+            self._fast = False
+            self._signer = None
+        proxy = self._gets.proxy_for(endpoint)
+        if proxy is not None and self._fast:
+            log.info("S3 requests go through the proxy %s", proxy)  # str() masks credentials
+        if self._signer is not None:
+            self._signer = self._bucket_region(self._signer)
+        else:
+            try:
+                self._client.generate_presigned_url("get_object", Params={"Bucket": self.bucket, "Key": "x"})
+            except Exception as e:
+                log.info("S3 presigned GETs unavailable (%s); using botocore for every GET", e)
+                self._fast = False
+
+    @property
+    def _client(self) -> Any:
+        """The botocore client, made on first use (at once where :mod:`.sigv4` cannot sign): the
+        fallbacks, ranged reads, heads and uploads, and every presigned URL without a signer."""
+        client = self._boto
+        if client is None:
+            with self._boto_lock:
+                if self._boto is None:
+                    self._boto = self._make_client()
+                client = self._boto
+        return client
+
+    def _make_client(self) -> Any:
+        import botocore.session
+        from botocore.config import Config
+
+        connect_timeout, read_timeout = self._timeouts
         self._config = Config(
             signature_version="s3v4",
-            max_pool_connections=max(10, concurrency + 4),
+            max_pool_connections=max(10, self._concurrency + 4),
             connect_timeout=connect_timeout,
             read_timeout=read_timeout,
             # Retries are the downloader's (bounded, with backoff and jitter).
@@ -203,42 +263,42 @@ class S3Remote(Remote):
             # on the blocks it writes; botocore's own check is switched off (_no_second_check).
             response_checksum_validation="when_required",
         )
-        self._endpoint_url = endpoint_url
         self._session = botocore.session.get_session()
-        self._client = self._new_client()
-        self._use_bucket_region()
-        pool = partial(
-            GetPool, connect_timeout=connect_timeout, read_timeout=read_timeout,
-            cafile=os.environ.get("AWS_CA_BUNDLE") or None, max_idle=concurrency + 4,
-            recv_buffer=DEFAULT_RECV_BUFFER,
-        )
-        self._fast = True
-        self._fast_list = True  # off once botocore lists what a presigned listing was refused
-        try:
-            self._gets = pool(proxies=self._proxies())
-        except ValueError as e:  # a proxy URL the fast path cannot use: botocore decides
-            log.warning("S3 presigned GETs unavailable (%s); using botocore for every GET", e)
-            self._gets = pool()
-            self._fast = False
-        proxy = self._gets.proxy_for(self._client.meta.endpoint_url)
-        if proxy is not None and self._fast:
-            log.info("S3 requests go through the proxy %s", proxy)  # str() masks credentials
-        try:
-            self._client.generate_presigned_url("get_object", Params={"Bucket": self.bucket, "Key": "x"})
-        except Exception as e:
-            log.info("S3 presigned GETs unavailable (%s); using botocore for every GET", e)
-            self._fast = False
+        return self._use_bucket_region(self._new_client())
 
-    def _use_bucket_region(self) -> None:
+    def _use_bucket_region(self, client: Any) -> Any:
         """Sign for the bucket's own region (presigned URLs are not redirected like requests)."""
-        region = self._client.meta.region_name
+        region = client.meta.region_name
         with contextlib.suppress(Exception):
-            head = self._client.head_bucket(Bucket=self.bucket)
+            head = client.head_bucket(Bucket=self.bucket)
             headers = head.get("ResponseMetadata", {}).get("HTTPHeaders", {})
             region = headers.get("x-amz-bucket-region") or region
-        if region and region != self._client.meta.region_name:
-            self._client.close()
-            self._client = self._new_client(region)
+        if region and region != client.meta.region_name:
+            client.close()
+            client = self._new_client(region)
+        return client
+
+    def _bucket_region(self, signer: Presigner) -> Presigner:
+        """:meth:`_use_bucket_region` for the signer of :mod:`.sigv4`: a presigned ``HeadBucket``
+        over the pool; its ``x-amz-bucket-region`` (sent with a refusal too) is the region to
+        sign for, where it differs; nothing changes when the HEAD fails."""
+        with contextlib.suppress(Exception):
+            _, headers = self._gets.head(signer.head_bucket(self.bucket))
+            region = headers.get("x-amz-bucket-region")
+            if region and region != signer.region:
+                return Presigner(replace(signer.light, region=region))
+        return signer
+
+    def _presign(self, operation: str, params: dict[str, Any], headers: dict[str, str]) -> str:
+        """A presigned URL of ``operation``: by :mod:`.sigv4` where it can, else botocore."""
+        signer = self._signer
+        if signer is not None:
+            if operation == "get_object":
+                return signer.get_object(params["Bucket"], params["Key"], headers)
+            return signer.list_objects_v2(params["Bucket"], params)
+        with _BOTOCORE:
+            url: str = self._client.generate_presigned_url(operation, Params=params, ExpiresIn=900)
+        return url
 
     def _new_client(self, region: str | None = None) -> Any:
         client = self._session.create_client(
@@ -251,6 +311,8 @@ class S3Remote(Remote):
         ``Config(proxies=...)`` when set, else the environment's (``HTTP_PROXY``, ``HTTPS_PROXY``,
         lower or upper case) unless ``NO_PROXY`` covers the endpoint, decided for the client's
         endpoint URL as botocore decides it (``botocore.utils.get_environ_proxies``)."""
+        if self._signer is not None:  # no botocore Config, so no configured proxies
+            return environ_proxies(self._signer.light.endpoint)
         from botocore.utils import get_environ_proxies
 
         configured = self._client.meta.config.proxies
@@ -318,9 +380,7 @@ class S3Remote(Remote):
         :class:`~.base.Throttled`). ``encoding-type=url`` is asked, as
         botocore asks it, so keys XML 1.0 cannot carry come back (decoded by the parser)."""
         what = f"list {kwargs['Prefix']!r}"
-        with _BOTOCORE:
-            url = self._client.generate_presigned_url(
-                "list_objects_v2", Params={**kwargs, "EncodingType": "url"}, ExpiresIn=900)
+        url = self._presign("list_objects_v2", {**kwargs, "EncodingType": "url"}, {})
         try:
             response = self._gets.get(url)
             try:
@@ -354,8 +414,7 @@ class S3Remote(Remote):
                                   "ChecksumMode": "ENABLED"}
         refused: _Fallback | None = None
         if self._fast:
-            with _BOTOCORE:
-                url = self._client.generate_presigned_url("get_object", Params=kwargs, ExpiresIn=900)
+            url = self._presign("get_object", kwargs, CHECKSUM_MODE)
             try:
                 return _FastReader(self._gets.get(url, CHECKSUM_MODE))
             except Exception as e:
@@ -420,8 +479,9 @@ class S3Remote(Remote):
 
     def close(self) -> None:
         self._gets.close()  # also ends reads blocked on a stalled body
-        with contextlib.suppress(Exception):
-            self._client.close()
+        if self._boto is not None:
+            with contextlib.suppress(Exception):
+                self._boto.close()
 
 
 def open_s3(url: str, *, endpoint_url: str | None = None, concurrency: int = 32,
