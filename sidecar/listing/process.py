@@ -89,6 +89,7 @@ class ListingProcess:
         """Processes started (1 unless one died and was started again)."""
         self.pid: int | None = None
         self._prepared: object = None
+        self._index_header: dict[str, Any] | None = None
         self._rng = rng or random.Random()
         self._watch = threading.Thread(target=self._run, name="listing-process", daemon=True)
         self._child: tuple[subprocess.Popen[bytes], Connection] | None = None
@@ -110,10 +111,12 @@ class ListingProcess:
             proc.kill()  # it has written nothing: the listing begins with the start message
             proc.wait()
 
-    def start(self, prepared: object = None) -> None:
+    def start(self, prepared: object = None, *, index_header: dict[str, Any] | None = None) -> None:
         """Run the listing (``prepared``: the listing to run, from :meth:`Lister.prepare`; None:
-        the one the index has, if any)."""
+        the one the index has, if any; ``index_header``: the ``--index`` header the sampler read,
+        so that the child does not read it again)."""
         self._prepared = prepared
+        self._index_header = index_header
         if prepared is not None:
             self.running.set()  # until the child says otherwise: the first pages come soon
         self._watch.start()
@@ -162,7 +165,7 @@ class ListingProcess:
         child, self._child = self._child, None
         proc, conn = child or self._launch()
         try:
-            conn.send(("start", prepared))
+            conn.send(("start", prepared, self._index_header))
             told: bool | None = None
             while not self.stop.is_set():
                 fetching = bool(self.fetching())
@@ -248,13 +251,13 @@ def child_main(fd: int) -> int:
             failed: Exception | None = e
         else:
             failed = None
-        _kind, prepared = conn.recv()
+        _kind, prepared, index_header = conn.recv()
         if failed is not None or store is None or remote is None:
             log.error("the listing process could not open the cache or the remote: %s", failed)
             return 1
         log.info("listing in process %d (%.2fs after it was started)", os.getpid(),
                  time.time() - spawned)
-        return _list(conn, settings, store, remote, prepared)
+        return _list(conn, settings, store, remote, prepared, index_header)
     except EOFError:
         return 0  # the parent let go before the listing began (it could not be prepared)
     except Exception as e:  # one line, no traceback: the parent starts another (the log says so)
@@ -269,14 +272,15 @@ def child_main(fd: int) -> int:
 
 
 def _list(conn: Connection, settings: SamplerSettings, store: Store, remote: Remote,
-          prepared: object) -> int:
+          prepared: object, index_header: dict[str, Any] | None) -> int:
     from epochfs.sidecar.listing import Lister, ListingThread
     from epochfs.sidecar.listing.capacity import check_capacity
     from epochfs.sidecar.listing.indexfile import listing_source
 
     stop = threading.Event()
     fetching = [False]
-    lister = Lister(store, listing_source(settings, remote, stop=stop), seed=settings.seed,
+    source = listing_source(settings, remote, stop=stop, index_header=index_header)
+    lister = Lister(store, source, seed=settings.seed,
                     shard_index=settings.shard_index, shard_count=settings.shard_count,
                     object_limit=settings.object_limit, threads=settings.list_threads, stop=stop,
                     include=settings.include, exclude=settings.exclude,

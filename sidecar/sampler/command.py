@@ -34,7 +34,7 @@ from epochfs.sidecar.config import ConfigError, SamplerSettings
 from epochfs.sidecar.download import LocalWriteError
 from epochfs.sidecar.listing import Lister, ListingThread
 from epochfs.sidecar.listing.capacity import check_capacity
-from epochfs.sidecar.listing.indexfile import listing_source
+from epochfs.sidecar.listing.indexfile import IndexSource, listing_source
 from epochfs.sidecar.listing.process import ListingProcess
 from epochfs.sidecar.listing.sources import PagedSource
 from epochfs.sidecar.redact import redact
@@ -189,7 +189,8 @@ def run_sample(settings: SamplerSettings) -> int:
                 listing.running.set()  # until the thread takes over: the first pages come soon
         sampler.order.listing = listing.running.is_set
         if isinstance(listing, ListingProcess):
-            listing.start(prepared)
+            header = lister.source.header if isinstance(lister.source, IndexSource) else None
+            listing.start(prepared, index_header=header)
         else:
             listing.start()
         try:
