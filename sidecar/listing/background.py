@@ -70,7 +70,10 @@ class ListingThread(threading.Thread):
 
     def __init__(self, lister: Lister, *, interval: float = 0.0, prepared: object = None,
                  on_complete: Callable[[CatalogReport], None] | None = None,
-                 rng: random.Random | None = None) -> None:
+                 rng: random.Random | None = None, served: int | None = None) -> None:
+        """``served``: the relist requests already served (None: those the index counts when the
+        thread starts); a listing process started again passes the sampler's count, so that a
+        request made while no listing process ran is served."""
         super().__init__(name="listing", daemon=True)
         self.lister = lister
         self.interval = interval
@@ -81,13 +84,14 @@ class ListingThread(threading.Thread):
         self.completed = 0
         self.fatal: BaseException | None = None
         self.rng = rng or random.Random()
+        self._served = served
 
     @property
     def stop(self) -> threading.Event:
         return self.lister.stop
 
     def run(self) -> None:
-        served = self.lister.store.listings().relist_requests()
+        served = self._served if self._served is not None else self.lister.store.listings().relist_requests()
         last = time.monotonic()
         pending = self.lister.needed()
         fresh = False

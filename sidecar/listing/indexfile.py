@@ -100,6 +100,11 @@ class IndexSource:
         self.sorted_listing = True
         self.header = header if header is not None else self._read_header(stop, rng or random.Random())
         self.sorted_listing = bool(self.header.get("sorted"))
+        if self.header.get("created") is not None:
+            # A listing of an index resumes by the records consumed: an index written again at the
+            # same URL (another order: each shuffled index has a salt of its own) is another
+            # source, listed afresh, not resumed at a count that means other keys.
+            self.name += f" (written {self.header['created']})"
 
     def _read_header(self, stop: threading.Event | None, rng: random.Random) -> dict[str, Any]:
         def read() -> dict[str, Any]:

@@ -13,7 +13,7 @@ as a listing finds them, and those files are left out: the folder wins, as in a 
 record goes to one of ``buckets`` temporary files by its hash (a uniform random subset each); each
 bucket is then read whole, sorted by the hash and written out. Any prefix of the result is whole
 buckets and a prefix of one, each a uniform random subset, so a uniform random sample. A bucket
-holds about :data:`BUCKET_RECORDS` records (~10 MB).
+holds about :data:`BUCKET_RECORDS` records (10-40 MB in memory while it is sorted).
 """
 
 from __future__ import annotations
@@ -27,11 +27,14 @@ import secrets
 from collections.abc import Callable, Iterable
 from typing import IO
 
+from epochfs.sidecar.keys import SafeKey, check_key, is_directory_marker
 from epochfs.sidecar.listing.filter import ClashFinder
 
 BUCKET_RECORDS = 65_536
 """Records a bucket holds about (each is read and sorted in memory)."""
-MAX_BUCKETS = 4096
+MAX_BUCKETS = 512
+"""Bucket files open at once at most (the common soft limit on open files is 1,024): past
+33M keys the buckets grow instead (100M keys: ~195k records, a few tens of MB, each)."""
 
 
 def record_key(line: bytes) -> str:
@@ -49,13 +52,21 @@ def _rank(salt: bytes, line: bytes) -> bytes:
 
 def clashes(parts: Iterable[str]) -> set[str]:
     """Keys of the sorted record files ``parts`` (read in order) that are also folders of later
-    keys: left out of a shuffled index (a reader cannot find them in a stream out of key order)."""
+    keys: left out of a shuffled index (a reader cannot find them in a stream out of key order).
+    Fed to the finder as a listing's page filter feeds it (:class:`~.filter.PageFilter`): folder
+    markers and keys the catalog refuses are passed over, and so are keys that are not UTF-8 (they
+    sort by their bytes, apart from the text keys: fed, one stopped the finder for every key after
+    it, since it takes a key out of order for an unsorted listing; a reader refuses them anyway)."""
     finder = ClashFinder()
     found: set[str] = set()
     for path in parts:
         with gzip.open(path, "rb") as f:
             for line in f:
-                found.update(finder.see(record_key(line), True))
+                doc = json.loads(line)
+                if "k" not in doc or is_directory_marker(doc["k"]):
+                    continue  # not UTF-8 ("kb"): every reader refuses it anyway
+                if isinstance(check_key(doc["k"]), SafeKey):  # a text key accepted is itself
+                    found.update(finder.see(doc["k"], True))
     return found
 
 

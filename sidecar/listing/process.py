@@ -59,9 +59,12 @@ _BOOT = (
     # ``-c`` puts the working folder first on sys.path: an ``epochfs/`` folder there (a checkout's
     # parent, a user's dataset) would be imported instead of the package, and the child restarted
     # forever. (``-P`` does the same from Python 3.11 on.)
-    "import sys\n"
+    # The group's SIGINT/SIGTERM (a terminal's Ctrl-C) are the sampler's to act on, from the
+    # child's first moment: a signal during its imports printed a KeyboardInterrupt.
+    "import signal, sys\n"
+    "signal.signal(signal.SIGINT, signal.SIG_IGN); signal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
     "if sys.path and sys.path[0] in ('', '.'): del sys.path[0]\n"
-    "import ctypes, os, signal\n"
+    "import ctypes, os\n"
     "ctypes.CDLL(None).prctl(1, signal.SIGKILL)\n"  # PR_SET_PDEATHSIG: die with the sampler
     "if os.getppid() != int(sys.argv[1]): sys.exit(1)\n"
     "from epochfs.sidecar.listing.process import child_main\n"
@@ -93,6 +96,12 @@ class ListingProcess:
         self._rng = rng or random.Random()
         self._watch = threading.Thread(target=self._run, name="listing-process", daemon=True)
         self._child: tuple[subprocess.Popen[bytes], Connection] | None = None
+        self._proc: subprocess.Popen[bytes] | None = None
+        """The child of the moment (:meth:`close` kills it if it outlives the stop)."""
+        self.served: int | None = None
+        """The relist requests already served when the sampler started (``epochfs relist``):
+        each child starts from this, not from what the index says when it starts, so that a
+        request made while a child was down or starting is still served."""
 
     def spawn(self) -> None:
         """Start the child now, before the listing is prepared: its interpreter, imports, index
@@ -103,13 +112,20 @@ class ListingProcess:
             self._child = self._launch()
 
     def close(self) -> None:
-        """End a child spawned but never started (the listing could not be prepared)."""
+        """End the child now: one spawned but never started (the listing could not be prepared:
+        it has written nothing, the listing begins with the start message), or one still running
+        after :meth:`join` gave up on it (killing a listing is safe: a page commit is one
+        transaction). Called before the sampler lets go of the cache, so no lister writes after."""
         if self._child is not None and not self._watch.is_alive():
             proc, conn = self._child
             self._child = None
             conn.close()
-            proc.kill()  # it has written nothing: the listing begins with the start message
+            proc.kill()
             proc.wait()
+        running = self._proc
+        if running is not None and running.poll() is None:
+            running.kill()
+            running.wait()
 
     def start(self, prepared: object = None, *, index_header: dict[str, Any] | None = None) -> None:
         """Run the listing (``prepared``: the listing to run, from :meth:`Lister.prepare`; None:
@@ -151,6 +167,9 @@ class ListingProcess:
             proc = subprocess.Popen(
                 [sys.executable, "-c", _BOOT, str(os.getpid()), str(child_end.fileno())],
                 pass_fds=(child_end.fileno(),), stdin=subprocess.DEVNULL)
+        except BaseException:
+            parent_end.close()
+            raise
         finally:
             child_end.close()
         self.starts += 1
@@ -163,9 +182,14 @@ class ListingProcess:
     def _one(self, prepared: object) -> int | None:
         """Run one child to its end: its exit status, or None after a stop asked for here."""
         child, self._child = self._child, None
-        proc, conn = child or self._launch()
         try:
-            conn.send(("start", prepared, self._index_header))
+            proc, conn = child or self._launch()
+        except OSError as e:  # no process to be had now (out of memory, of processes, of fds)
+            log.error("could not start the listing process: %s", e)
+            return -1
+        self._proc = proc
+        try:
+            conn.send(("start", prepared, self._index_header, self.served))
             told: bool | None = None
             while not self.stop.is_set():
                 fetching = bool(self.fetching())
@@ -178,6 +202,9 @@ class ListingProcess:
                     break
         except (EOFError, OSError):
             pass  # the child is gone: its exit status says how
+        except Exception as e:  # a message that does not unpickle: end this child, start another
+            log.error("the listing process sent what the sampler cannot read (%s): ending it", e)
+            proc.kill()
         finally:
             stopping = self.stop.is_set()
             if stopping:
@@ -197,7 +224,7 @@ class ListingProcess:
             try:
                 if conn.poll(POLL):
                     self._receive(conn.recv())
-            except (EOFError, OSError):
+            except Exception:  # gone, or unreadable: its exit status says the rest
                 break
         try:
             proc.wait(max(0.0, deadline - time.monotonic()))
@@ -206,7 +233,11 @@ class ListingProcess:
                         "resumes from the index)", self.grace)
             proc.kill()
             proc.wait()
-        self.running.clear()
+        if self.stop.is_set():
+            self.running.clear()
+        # Else another child comes: ``running`` stays as this one last said, so the fetch order's
+        # pace holds through the pause and the start-up (cleared, it walked the listed keys
+        # unpaced and, reaching their end, began a new pass over an unfinished listing).
 
     def _receive(self, message: tuple[Any, ...]) -> None:
         kind = message[0]
@@ -218,7 +249,8 @@ class ListingProcess:
         elif kind == "completed":
             self.completed = int(message[1])
         elif kind == "fatal":
-            self.fatal = message[1]
+            _, refused, text = message
+            self.fatal = ConfigError(text) if refused else RuntimeError(f"the listing failed: {text}")
             self.stop.set()
 
 
@@ -251,13 +283,13 @@ def child_main(fd: int) -> int:
             failed: Exception | None = e
         else:
             failed = None
-        _kind, prepared, index_header = conn.recv()
+        _kind, prepared, index_header, served = conn.recv()
         if failed is not None or store is None or remote is None:
             log.error("the listing process could not open the cache or the remote: %s", failed)
             return 1
         log.info("listing in process %d (%.2fs after it was started)", os.getpid(),
                  time.time() - spawned)
-        return _list(conn, settings, store, remote, prepared, index_header)
+        return _list(conn, settings, store, remote, prepared, index_header, served)
     except EOFError:
         return 0  # the parent let go before the listing began (it could not be prepared)
     except Exception as e:  # one line, no traceback: the parent starts another (the log says so)
@@ -272,7 +304,7 @@ def child_main(fd: int) -> int:
 
 
 def _list(conn: Connection, settings: SamplerSettings, store: Store, remote: Remote,
-          prepared: object, index_header: dict[str, Any] | None) -> int:
+          prepared: object, index_header: dict[str, Any] | None, served: int | None) -> int:
     from epochfs.sidecar.listing import Lister, ListingThread
     from epochfs.sidecar.listing.capacity import check_capacity
     from epochfs.sidecar.listing.indexfile import listing_source
@@ -286,7 +318,7 @@ def _list(conn: Connection, settings: SamplerSettings, store: Store, remote: Rem
                     include=settings.include, exclude=settings.exclude,
                     yield_to=lambda: fetching[0])
     listing = ListingThread(lister, interval=settings.relist_interval, prepared=prepared,
-                            on_complete=lambda report: check_capacity(settings, report))
+                            on_complete=lambda report: check_capacity(settings, report), served=served)
     if prepared is not None or lister.needed():
         listing.running.set()  # as the parent has it: no moment without the fetch order's pace
     listing.start()
@@ -311,7 +343,9 @@ def _list(conn: Connection, settings: SamplerSettings, store: Store, remote: Rem
         error = listing.fatal
         with contextlib.suppress(OSError):
             conn.send(("completed", listing.completed))
-            conn.send(("fatal", error if isinstance(error, ConfigError) else ConfigError(str(error))))
+            # As text: an exception of any kind may not unpickle in the sampler.
+            text = str(error) if isinstance(error, ConfigError) else f"{type(error).__name__}: {error}"
+            conn.send(("fatal", isinstance(error, ConfigError), text))
         return 2
     return 0
 

@@ -134,6 +134,7 @@ def run_sample(settings: SamplerSettings) -> int:
         catalog_store = Store(settings.cache)
         if settings.list_process:  # the listing's CPU beside the fetches, not under their GIL
             listing_process = ListingProcess(settings, stop=stop, grace=STOP_GRACE)
+            listing_process.served = catalog_store.listings().relist_requests()
             listing_process.spawn()  # its start-up overlaps the discovery pages below
         try:
             remote = open_remote(
@@ -204,7 +205,9 @@ def run_sample(settings: SamplerSettings) -> int:
             return 1
         finally:
             stop.set()
-            listing.join(timeout=STOP_GRACE)
+            # A listing process gets its grace to stop and then is killed (ListingProcess._drain):
+            # joined a little longer than that, and closed below before the cache is let go.
+            listing.join(timeout=STOP_GRACE + 1.0 if isinstance(listing, ListingProcess) else STOP_GRACE)
         if listing.fatal is not None:
             raise listing.fatal
         log.info("stopped cleanly")

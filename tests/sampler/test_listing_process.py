@@ -84,21 +84,29 @@ def test_a_listing_process_killed_mid_listing_is_started_again_and_the_listing_e
         now = children(sp.proc.pid)
         assert now and child not in now
         last = now[0]
-    assert gone(last)
+    wait_until(lambda: gone(last), what="the listing process to end with the sampler")
     assert "Traceback" not in sp.log_text()
 
 
 def test_a_sampler_killed_with_minus_9_takes_its_listing_process_with_it(
         s3: SyntheticS3, tmp_path: Path) -> None:
-    sp = start_sampler(tmp_path / "cache", s3.url, "--endpoint-url", s3.endpoint, "--capacity", "4Mi",
+    cache = tmp_path / "cache"
+    sp = start_sampler(cache, s3.url, "--endpoint-url", s3.endpoint, "--capacity", "4Mi",
                        env=s3_env(s3.endpoint))
     try:
         wait_until(lambda: len(children(sp.proc.pid)) == 1, what="the listing process")
         (child,) = children(sp.proc.pid)
+        wait_until(lambda: cataloged(cache) > 0, what="the child listing (its start-up done)")
+        # Stopped, it cannot notice its socket close: only the kernel (PR_SET_PDEATHSIG) ends it.
+        os.kill(child, signal.SIGSTOP)
     finally:
         sp.proc.kill()
         sp.proc.wait()
-    wait_until(lambda: gone(child), what="the listing process to die with the sampler")
+    try:
+        wait_until(lambda: gone(child), what="the listing process to die with the sampler")
+    finally:
+        if not gone(child):
+            os.kill(child, signal.SIGKILL)
 
 
 def test_on_threads_when_asked_no_listing_process(s3: SyntheticS3, tmp_path: Path) -> None:
