@@ -122,7 +122,7 @@ def _cmd_index(ns: argparse.Namespace) -> int:
     bar = Progress("index:", out=sys.stderr, unit="spans")  # a bar on a terminal, else log lines
     try:
         count = write_index(remote, ns.out, threads=threads, endpoint_url=ns.endpoint_url, progress=bar,
-                            plain=not _gzipped_name(ns.out))
+                            plain=not _gzipped_name(ns.out), order=ns.order)
     except RemoteError as e:
         print(f"epochfs index: {e}", file=sys.stderr)
         return 1
@@ -325,6 +325,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--endpoint-url", default=os.environ.get("EPOCHFS_ENDPOINT_URL"),
                    help="S3-compatible endpoint (AWS_* credentials honoured)")
     p.add_argument("--list-threads", default="8", help="listers working at once (default 8)")
+    p.add_argument("--order", choices=("shuffled", "sorted"), default="shuffled",
+                   help="the records' order: shuffled (default; every part of the index a sidecar "
+                        "has read is a uniform sample of the dataset, so its first epochs are fair) "
+                        "or sorted (key order: the first epochs are the first folders)")
     p.set_defaults(func=_cmd_index)
 
     p = sub.add_parser(

@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import gzip
 import http.server
+import json
 import os
 import shutil
 import subprocess
@@ -256,6 +257,20 @@ def test_the_sidecar_serves_a_cache_it_makes(view: str, tmp_path: Path, dataset:
 
 
 # ---------------------------------------------------------------------------- 4. index --out
+def test_index_order_sorted_writes_key_order(tmp_path: Path, dataset: Path) -> None:
+    """``--order sorted`` keeps the key order (the default shuffles: docs/listing.md)."""
+    out = tmp_path / "keys.jsonl"
+    proc = run(["index", dataset.as_uri(), "--out", str(out), "--order", "sorted"])
+    assert proc.returncode == 0, proc.stderr
+    lines = out.read_bytes().splitlines()
+    header = json.loads(lines[0])
+    assert header["order"] == "sorted"
+    keys = [json.loads(line)["k"] for line in lines[1:-1]]
+    assert keys == sorted(keys) == ["train/0.bin", "train/1.bin", "train/2.bin"]
+    bad = run(["index", dataset.as_uri(), "--out", str(out), "--order", "random"])
+    assert bad.returncode == 2 and "invalid choice" in bad.stderr and "Traceback" not in bad.stderr
+
+
 def test_index_writes_plain_json_lines_for_a_name_without_gz(tmp_path: Path, dataset: Path) -> None:
     """The reader looks at the first bytes, not the name, so a plain file is an index too."""
     from epochfs.sidecar.listing.indexfile import IndexSource, is_index
