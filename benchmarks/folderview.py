@@ -211,6 +211,17 @@ def epoch_disk(folder: Path, n: int) -> tuple[int, int]:
     return total, inodes
 
 
+def peak_rss(pid: int) -> int:
+    """Process ``pid``'s peak resident memory (``VmHWM``), in bytes; 0 where /proc has none."""
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return 0
+
+
 def spread(values: list[float]) -> str:
     """``median (min-max)``."""
     return f"{statistics.median(values):.3f} s ({min(values):.3f}-{max(values):.3f})"
@@ -231,6 +242,7 @@ def bench_wait(work: Path, entries: int, repeat: int, growth: float, fuse: bool)
     added = entries
     waits: list[float] = []
     cpu = 0.0
+    rss = 0
     disk = (0, 0)
     ctx = mp.get_context("fork")
     try:
@@ -257,6 +269,7 @@ def bench_wait(work: Path, entries: int, repeat: int, growth: float, fuse: bool)
                     wait_idle(proc.pid)
                     disk = epoch_disk(folder, n)
                 cpu = (harness.cpu_seconds(proc.pid) - cpu0) / repeat
+                rss = peak_rss(proc.pid)
             finally:
                 stop.set()
                 walker.join(60)
@@ -267,10 +280,11 @@ def bench_wait(work: Path, entries: int, repeat: int, growth: float, fuse: bool)
         "wait_s": round(statistics.median(waits), 3), "wait_min_s": round(min(waits), 3),
         "wait_max_s": round(max(waits), 3),
         "cpu_per_epoch_s": round(cpu, 2), "cpu_per_entry_us": round(cpu / entries * 1e6, 1),
-        "disk_mb_per_epoch": round(disk[0] / 1e6, 2), "inodes_per_epoch": disk[1]}
+        "disk_mb_per_epoch": round(disk[0] / 1e6, 2), "inodes_per_epoch": disk[1],
+        "publisher_peak_rss_mb": round(rss / 1e6)}
     print(f"wait    {entries:>7} entries: ask -> epoch-N visible {spread(waits)}; publisher CPU per epoch "
-          f"{cpu:.2f} s ({row['cpu_per_entry_us']} us/entry); disk per epoch "
-          f"{row['disk_mb_per_epoch']} MB, {disk[1]} inodes", flush=True)
+          f"{cpu:.2f} s ({row['cpu_per_entry_us']} us/entry), peak memory {row['publisher_peak_rss_mb']} MB; "
+          f"disk per epoch {row['disk_mb_per_epoch']} MB, {disk[1]} inodes", flush=True)
     if fuse:
         row |= fuse_wait(base, store.root, entries, repeat)
     remove_tree(base)

@@ -22,10 +22,12 @@ outside the index, and the rebuild from them), :mod:`.hwm` (the epoch high-water
 :mod:`.objects` (object and temp files), :mod:`.recovery` (with :mod:`.journal`, the names a crash
 can leave out of step, and :mod:`.objectscan`, the background scan), :mod:`.integrity` (objects against
 their md5, quarantine), :mod:`.catalog` (catalog queries), :mod:`.eviction`, :mod:`.epochs` (cuts,
-the cut condition, windows, requests, retirement), :mod:`.stats`, :mod:`.reader` (what the FUSE
-view may ask) and :mod:`.cache` (the :class:`Store` facade).
+the cut condition, windows, requests, retirement), :mod:`.stats`, :mod:`.admitted` (the admission
+order as the folder view's tree built ahead follows it), :mod:`.reader` (what the FUSE view may
+ask) and :mod:`.cache` (the :class:`Store` facade).
 """
 
+from epochfs.sidecar.store.admitted import AdmittedSample, EpochExtent
 from epochfs.sidecar.store.cache import Store
 from epochfs.sidecar.store.epochs import MAX_JUMP
 from epochfs.sidecar.store.hwm import HWM_NAME, MAX_EPOCH
@@ -59,8 +61,10 @@ __all__ = [
     "SIZE_ONLY",
     "TMP_DIR",
     "Admission",
+    "AdmittedSample",
     "Candidate",
     "CatalogRow",
+    "EpochExtent",
     "EpochInfo",
     "EpochReader",
     "FileEntry",

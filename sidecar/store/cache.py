@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from epochfs.sidecar.store import (
+    admitted,
     catalog,
     checkup,
     epochs,
@@ -396,6 +397,22 @@ class Store:
         """:meth:`epoch_files` streamed in chunks (KeyError at the first step when ``n`` is not
         live): the FUSE view builds a 1M-file tree without a list of them."""
         return epochs.iter_files(self._ix, n)
+
+    def samples_after(self, after_id: int, *, limit: int) -> list[admitted.AdmittedSample]:
+        """Samples admitted after id ``after_id``, in admission order (at most ``limit``); with
+        :meth:`sample_id_bounds` and :meth:`epoch_extent`, what a reader needs to follow the next
+        snapshot-mode cut before it is made (the folder view builds its tree ahead, :mod:`.admitted`)."""
+        return admitted.samples_after(self._ix, after_id, limit)
+
+    def sample_id_bounds(self) -> tuple[int, int]:
+        """The lowest and highest sample ids held, (0, 0) when empty: the front the oldest samples
+        leave by, and the admission order's end (lower than before: the index was replaced)."""
+        return admitted.id_bounds(self._ix)
+
+    def epoch_extent(self, n: int) -> admitted.EpochExtent | None:
+        """Live epoch ``n`` as a range of the admission order (its row's ends, count and bytes);
+        None for schedule-mode windows, epochs listed row by row and epochs not live."""
+        return admitted.epoch_extent(self._ix, n)
 
     def record_read(self, n: int, *, now: float | None = None) -> bool:
         """Keep epoch ``n`` pinned for the in-use window; False when the index could not take the

@@ -38,8 +38,8 @@ def test_folderview_benchmark_runs_and_leaves_nothing(tmp_path: Path) -> None:
                          r"retire +\d+\.\d\d s", text,
                          re.M), text
     assert re.search(r"^wait +300 entries: ask -> epoch-N visible \d+\.\d{3} s \(\d+\.\d{3}-\d+\.\d{3}\); "
-                     r"publisher CPU per epoch \d+\.\d\d s \([\d.]+ us/entry\); disk per epoch [\d.]+ MB, "
-                     r"\d+ inodes$", text, re.M), text
+                     r"publisher CPU per epoch \d+\.\d\d s \([\d.]+ us/entry\), peak memory \d+ MB; "
+                     r"disk per epoch [\d.]+ MB, \d+ inodes$", text, re.M), text
     assert re.search(r"^wait +300 entries, FUSE view: ask \(lookup\) -> epoch-N \d+\.\d{3} s", text,
                      re.M), text
     for size, count in (("4MiB", 2), ("64KiB", 8)):
@@ -51,6 +51,7 @@ def test_folderview_benchmark_runs_and_leaves_nothing(tmp_path: Path) -> None:
     assert doc["publish"][0]["target_bytes"] < 60 <= doc["publish"][1]["target_bytes"]
     assert [r["size"] for r in doc["reads"]] == ["4MiB", "64KiB"]
     assert [r["entries"] for r in doc["wait"]] == [300] and doc["wait"][0]["wait_s"] > 0
+    assert doc["wait"][0]["publisher_peak_rss_mb"] > 0
     assert not work.exists()
     after = binds()
     assert str(work) not in Path("/proc/self/mountinfo").read_text()

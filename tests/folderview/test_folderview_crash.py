@@ -4,7 +4,10 @@ Each round starts ``epochfs publish`` for real over a store that a driver thread
 (a cut of a 1,500-entry epoch every 30 ms, retirements of all but the newest two), picks a
 moment at random (during a build, whole or of the next epoch's tree built ahead; during a
 retirement; a random delay after the tree built ahead appeared, which lands inside its growth or
-the cut that shows it; or after a random delay) and kills the publisher with SIGKILL there. Then,
+the cut that shows it; 0-4 ms after a cut made while a tree built ahead was there, which lands
+inside the publish the cut woke (the manifest written from the body kept ahead, the folders made
+read-only, the rename) or just after it; or after a random delay) and kills the publisher with
+SIGKILL there. Then,
 on the folder exactly as the crash left it:
 
 * no partial epoch is visible: every ``epoch-N/`` a reader can list is complete (its manifest is
@@ -43,7 +46,7 @@ from epochfs.torchclient import layout
 ENTRIES = 1500
 LINK_ROOT = Path("/efs")
 """Targets need not resolve here; a short root keeps them in the inode (fast on ext4)."""
-MOMENTS = ("build", "retire", "ahead", "random")
+MOMENTS = ("build", "retire", "ahead", "random", "cut")
 
 
 def objects(start: int, count: int) -> dict[str, bytes]:
@@ -70,6 +73,8 @@ class Driver(threading.Thread):
         super().__init__(daemon=True)
         self.store, self.next_key, self.rounds = store, next_key, 0
         self.stop = threading.Event()
+        self.cuts = 0
+        self.cut_made = threading.Condition()
 
     def run(self) -> None:
         while not self.stop.is_set():
@@ -77,7 +82,10 @@ class Driver(threading.Thread):
                 admit(self.store, objects(self.next_key, 5))
                 self.next_key += 5
             self.rounds += 1
-            self.store.cut()
+            if self.store.cut() is not None:
+                with self.cut_made:
+                    self.cuts += 1
+                    self.cut_made.notify_all()
             self.store.retire(now=time.time() + 10_000)  # all but the newest two
             self.stop.wait(0.03)
 
@@ -90,16 +98,18 @@ def temp_names(folder: Path) -> list[str]:
     return names
 
 
-def wait_for_moment(folder: Path, moment: str, rng: random.Random, proc: subprocess.Popen[bytes]) -> str:
-    """Return once the publisher is at ``moment`` (observed in the folder), or after a random
-    delay; what was seen."""
+def wait_for_moment(folder: Path, moment: str, rng: random.Random, proc: subprocess.Popen[bytes],
+                    driver: Driver) -> str:
+    """Return once the publisher is at ``moment`` (observed in the folder, or the driver's next cut),
+    or after a random delay; what was seen."""
     if moment == "random":
         deadline = time.monotonic() + rng.uniform(0.3, 1.5)
         while time.monotonic() < deadline and proc.poll() is None:
             pass
         return "random"
     markers = tuple(folderview.TEMP_PREFIX + m for m in {
-        "retire": ("retired-",), "build": ("epoch-", "ahead-"), "ahead": ("ahead-",)}[moment])
+        "retire": ("retired-",), "build": ("epoch-", "ahead-"), "ahead": ("ahead-",),
+        "cut": ("ahead-",)}[moment])
     deadline = time.monotonic() + 20
     while time.monotonic() < deadline and proc.poll() is None:
         try:
@@ -108,10 +118,25 @@ def wait_for_moment(folder: Path, moment: str, rng: random.Random, proc: subproc
                     until = time.monotonic() + rng.uniform(0.0, 0.06)
                     while time.monotonic() < until:
                         pass
+                if moment == "cut" and not cut_then_wait(driver, rng.uniform(0.0, 0.004)):
+                    return "missed"
                 return moment
         except FileNotFoundError:
             pass
     return "missed"
+
+
+def cut_then_wait(driver: Driver, delay: float) -> bool:
+    """Block until the driver's next cut, then spin ``delay`` seconds: inside the publish the cut
+    woke (the publisher is woken by the cut, not by its poll). False when no cut came."""
+    with driver.cut_made:
+        seen = driver.cuts
+        if not driver.cut_made.wait_for(lambda: driver.cuts > seen, timeout=20):
+            return False
+    until = time.monotonic() + delay
+    while time.monotonic() < until:
+        pass
+    return True
 
 
 def entries_of(base: Path) -> list[str]:
@@ -159,7 +184,7 @@ def run_rounds(tmp_path: Path, rounds: int, seed: int) -> dict[str, int]:
         driver = Driver(store, next_key)
         driver.start()
         try:
-            got = wait_for_moment(folder, moment, rng, proc)
+            got = wait_for_moment(folder, moment, rng, proc, driver)
             promised = layout.list_epochs(folder) if folder.is_dir() else []
             proc.kill()
         finally:
@@ -195,8 +220,9 @@ def run_rounds(tmp_path: Path, rounds: int, seed: int) -> dict[str, int]:
 def test_kill_9_while_publishing_and_retiring(tmp_path: Path, seed: int) -> None:
     seen = run_rounds(tmp_path, rounds=6, seed=seed)
     print(f"seed {seed}: moments {seen}")
-    assert seen["build"] + seen["retire"] + seen["ahead"] >= 3, seen  # most inside a build or a retirement
+    assert seen["build"] + seen["retire"] + seen["ahead"] + seen["cut"] >= 3, seen  # most inside a build
     assert seen["ahead"] >= 1, seen  # a kill landed while a tree built ahead was there
+    assert seen["cut"] >= 1, seen  # and one right after a cut shown from it
 
 
 @pytest.mark.slow
@@ -205,5 +231,6 @@ def test_kill_9_while_publishing_and_retiring_many_rounds(tmp_path: Path) -> Non
     print(f"seed {seed} (EPOCHFS_CRASH_SEED={seed} repeats the default test's moments)")
     seen = run_rounds(tmp_path, rounds=40, seed=seed)
     print(f"moments {seen}")
-    assert seen["build"] + seen["retire"] + seen["ahead"] >= 20, seen
+    assert seen["build"] + seen["retire"] + seen["ahead"] + seen["cut"] >= 20, seen
     assert seen["ahead"] >= 5, seen
+    assert seen["cut"] >= 5, seen

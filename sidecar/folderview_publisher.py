@@ -1,0 +1,391 @@
+"""The folder view's publisher: :class:`FolderPublisher` writes the view of a store into a folder.
+
+**One layout, one renderer.** What the folder holds is rendered by :class:`epochfs.fuse.view.View`,
+the namespace the FUSE server serves (epoch trees with its path rules, manifests, ``latest``,
+``status.json`` in the formats of :mod:`epochfs.torchclient.layout`); this module only writes it
+down. So for the same store the two views show the same epochs, entries, targets and manifests by
+construction, and ``tests/folderview/test_folderview_equivalence.py`` checks it against a real mount.
+
+**A reader never sees half of anything.** An epoch is built under a dot-prefixed temporary name
+(readers and ``layout.list_epochs`` ignore it): its manifest is written first (temp file, fsync,
+rename into ``.epochfs/``), then its folders and symlinks, each folder fsynced, then one
+``rename`` makes ``epoch-N/`` appear whole; or it is shown from the tree built ahead
+(:mod:`.folderview_ahead`), which keeps the same order. ``latest`` and ``status.json`` are replaced
+by temp + rename. A retired epoch is renamed away before its manifest goes and its files are
+removed, so ``epoch-N/`` is either complete or absent. After a crash (``kill -9``) :meth:`recover`
+removes the leftovers (temporary names), every epoch the store no longer holds, and any visible
+epoch that does not match the store (another cache, another link root); it never touches an epoch
+a reader may be using.
+
+**Retirement follows the store.** Without FUSE nothing sees a reader's lookups or opens, so "in
+use" comes from what the store records: the newest ``keep_epochs``, the reads reported by the torch
+client (``/v1/client-report?epoch=N``, ``/v1/cut``), and a grace period: each epoch is recorded as
+read when it is published, so it stays for at least ``in_use_seconds`` (default 600 s) even when no
+client reports. The folder of an epoch is removed once the store has retired it.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import secrets
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from epochfs.fuse.view import EpochTree, View
+from epochfs.sidecar.folderview_ahead import AheadTree, Tainted
+from epochfs.sidecar.folderview_links import write_tree
+from epochfs.sidecar.folderview_remove import Remover, remove_tree
+from epochfs.sidecar.store import Store
+from epochfs.sidecar.store.objects import fsync_dir
+from epochfs.torchclient.layout import (
+    CLASSES_NAME,
+    CONTROL_DIR,
+    LATEST_NAME,
+    STATUS_NAME,
+    epoch_name,
+    manifest_name,
+    parse_epoch_name,
+    parse_manifest_name,
+)
+
+log = logging.getLogger("epochfs.folderview")
+
+TEMP_PREFIX = ".epochfs-"
+"""Temporary names in the folder (builds, retirements, ``latest``): dot-prefixed, never an epoch name."""
+CONTROL_TEMP_PREFIX = ".tmp-"
+"""Temporary names inside ``.epochfs/`` (manifests and ``status.json`` being written)."""
+DIR_MODE = 0o555
+FILE_MODE = 0o444
+
+
+@dataclass
+class Recovery:
+    """What :meth:`FolderPublisher.recover` removed at start-up."""
+
+    leftovers: list[str] = field(default_factory=list)
+    """Temporary names of an interrupted build, retirement or replacement."""
+    stale: list[int] = field(default_factory=list)
+    """Visible epochs the store no longer holds, or that did not match it (rebuilt)."""
+
+
+@dataclass
+class Step:
+    """What one :meth:`FolderPublisher.step` changed."""
+
+    published: list[int] = field(default_factory=list)
+    retired: list[int] = field(default_factory=list)
+    latest: int | None = None
+    ahead: list[int] = field(default_factory=list)
+    """Of ``published``, the epochs shown from the tree built ahead (the rest were written whole)."""
+    pending: bool = False
+    """The tree built ahead has linking left to do: step again soon."""
+
+
+class FolderPublisher:
+    """Writes the view of ``store`` into ``folder``; :meth:`step` brings the folder up to date."""
+
+    def __init__(self, *, store: Store, folder: Path, link_root: Path,
+                 status_seconds: float = 1.0, grace: bool = True, ahead: bool = False,
+                 background: bool | None = None) -> None:
+        """``ahead``: build the next epoch's tree ahead (:mod:`.folderview_ahead`), so that a cut
+        is shown by a rename; ``background`` (default: as ``ahead``): retired trees are removed
+        on a thread, after they disappeared."""
+        if not folder.is_absolute():
+            raise ValueError(f"folder must be an absolute path, got {folder}")
+        self.store = store
+        self.folder = folder
+        self.control = folder / CONTROL_DIR
+        self.view = View(store=store, link_root=link_root)
+        self.status_seconds = status_seconds
+        self.grace = grace
+        self._status_written = -1e18
+        self._status_key = b""
+        self._latest: int | None = None
+        self._live_seen: frozenset[int] | None = None
+        self.ahead = ahead
+        self._ahead: AheadTree | None = None
+        self._remover = Remover() if (ahead if background is None else background) else None
+
+    # ------------------------------------------------------------------ what is in the folder
+    def visible(self) -> list[int]:
+        """Epoch folders a reader sees now, ascending."""
+        try:
+            names = os.listdir(self.folder)
+        except FileNotFoundError:
+            return []
+        return sorted(n for n in map(parse_epoch_name, names) if n is not None)
+
+    def _temp(self, parent: Path, prefix: str, what: str) -> Path:
+        return parent / f"{prefix}{what}-{os.getpid()}-{secrets.token_hex(4)}"
+
+    # ------------------------------------------------------------------ start-up
+    def recover(self) -> Recovery:
+        """Clean what a killed publisher left: temporary names, epochs the store has retired,
+        manifests without their epoch, and visible epochs that differ from the store's (another
+        cache or link root: rebuilt by the next :meth:`step`)."""
+        self.folder.mkdir(exist_ok=True)
+        self.control.mkdir(exist_ok=True)
+        os.chmod(self.control, 0o755)
+        report = Recovery()
+        if self._ahead is not None:
+            self._ahead.forget()  # a temporary name: removed below, built again
+        for name in sorted(os.listdir(self.folder)):
+            if name.startswith(TEMP_PREFIX):
+                remove_tree(self.folder / name)
+                report.leftovers.append(name)
+        for name in sorted(os.listdir(self.control)):
+            if name.startswith(CONTROL_TEMP_PREFIX):
+                (self.control / name).unlink(missing_ok=True)
+                report.leftovers.append(f"{CONTROL_DIR}/{name}")
+        self.view.refresh()
+        live = self.view.snapshot.live
+        visible = self.visible()
+        report.stale = [n for n in visible if n not in live or not self._matches(n)]
+        # latest first, to an epoch that stays, so it never points at one being removed.
+        kept = [n for n in visible if n not in report.stale]
+        self._write_latest(max(kept) if kept else None)
+        for n in report.stale:
+            self._retire(n)
+        for name in os.listdir(self.control):
+            mn = parse_manifest_name(name)
+            if mn is not None and mn not in live:
+                (self.control / name).unlink(missing_ok=True)
+        if report.leftovers or report.stale:
+            log.info("recovered %s: removed leftovers %s, stale epochs %s", self.folder,
+                     report.leftovers, report.stale)
+        return report
+
+    def _matches(self, n: int) -> bool:
+        """A visible epoch is the store's epoch n: same manifest, same first link target."""
+        try:
+            manifest = (self.control / manifest_name(n)).read_bytes()
+            tree = self.view.tree(n)
+        except (OSError, LookupError):
+            return False
+        if manifest != self.view.manifest(n):
+            return False
+        first = next(iter(sorted(tree.links)), None)
+        if first is None:
+            return True
+        try:
+            return os.readlink(self.folder / epoch_name(n) / first) == tree.links[first]
+        except OSError:
+            return False
+
+    # ------------------------------------------------------------------ one pass
+    def step(self, *, force_status: bool = False) -> Step:
+        """Publish new epochs, move ``latest``, rewrite ``status.json`` when due, retire the epochs
+        the store retired. Cheap when nothing changed: one small query of the epochs table."""
+        done = Step()
+        live_now = frozenset(e.epoch for e in self.store.epochs())
+        status_due = time.monotonic() - self._status_written >= self.status_seconds
+        if live_now == self._live_seen and not status_due and not force_status:
+            done.pending = self._advance()
+            return done
+        self.view.refresh()
+        snap = self.view.snapshot
+        visible = set(self.visible())
+        todo = [n for n in sorted(snap.live) if n not in visible]
+        for n in todo:  # the tree built ahead stands for any of them; the next tree follows
+            if self._publish_ahead(n):
+                done.published.append(n)
+                done.ahead.append(n)
+            elif self._publish(n):
+                done.published.append(n)
+                if self._ahead is not None:
+                    self._ahead.rebase(n)
+        latest = snap.latest if snap.latest is not None and (self.folder / epoch_name(snap.latest)).is_dir() \
+            else None
+        if latest != self._latest or not (self.folder / LATEST_NAME).is_symlink():
+            self._write_latest(latest)
+        done.latest = latest
+        if snap.status_key != self._status_key or status_due or force_status:
+            self._replace_control(STATUS_NAME, snap.status, fsync=False)
+            self._status_key = snap.status_key
+            self._status_written = time.monotonic()
+        for n in sorted(visible - set(snap.live)):
+            if n != latest:
+                self._retire(n)
+                done.retired.append(n)
+        self._live_seen = frozenset(snap.live)
+        if done.published or done.retired:
+            log.info("published %s (%s from the tree built ahead), retired %s; latest -> %s", done.published,
+                     done.ahead, done.retired, latest)
+        done.pending = self._advance()
+        return done
+
+    # ------------------------------------------------------------------ ahead
+    def _advance(self) -> bool:
+        """Bring the tree built ahead up to the store for a bounded time; True while it has more
+        to do. A tree that cannot stand for the next epoch is dropped until the next cut; one
+        that hit a full volume is removed at once (the room is the published epochs')."""
+        if not self.ahead or (self._ahead_off is not None and self._ahead_off == self._live_seen):
+            return False
+        if self._ahead is None:
+            self._ahead = AheadTree(store=self.store, folder=self.folder, link_root=self.view.link_root,
+                                    temp_prefix=TEMP_PREFIX)
+            for n in self.visible()[-1:]:  # after a restart too: link from what is published
+                self._ahead.rebase(n)
+        try:
+            self._ahead.advance()
+        except Tainted as e:
+            log.info("no tree built ahead until the next cut (%s): the next epoch is written whole", e)
+            self._drop_ahead()
+            self._ahead_off = self._live_seen or frozenset()
+            return False
+        except BaseException:
+            self._drop_ahead()
+            raise
+        return self._ahead.pending()
+
+    _ahead_off: frozenset[int] | None = None
+
+    def _drop_ahead(self) -> None:
+        if self._ahead is not None:
+            self._ahead.discard()
+            self._ahead = None
+
+    def _publish_ahead(self, n: int) -> bool:
+        """Show epoch ``n`` from the tree built ahead; False when it cannot stand for it."""
+        if self._ahead is None:
+            return False
+        started = time.monotonic()
+        try:
+            ahead = self._ahead
+
+            def write_control(m: int, manifest: Sequence[bytes]) -> None:
+                self._publish_classes(folders=(m, ahead.folders()))
+                self._replace_control(manifest_name(m), manifest, fsync=False)
+
+            ok = ahead.publish(n, header=self.view._known_at_cut(n), write_control=write_control)
+        except Tainted as e:
+            log.info("epoch %d: %s; written whole", n, e)
+            self._drop_ahead()
+            return False
+        except BaseException:
+            self._drop_ahead()
+            raise
+        if not ok:
+            return False
+        fd = os.open(self.control / manifest_name(n), os.O_RDONLY)
+        try:  # durability, after the rename: a reader sees it whole already
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        fsync_dir(self.control)
+        if self.grace:
+            self.store.record_read(n)
+        log.debug("epoch %d from the tree built ahead in %.3fs", n, time.monotonic() - started)
+        return True
+
+    def drain(self) -> None:
+        """Wait until the retired trees handed to the background are removed."""
+        if self._remover is not None:
+            self._remover.drain()
+
+    def close(self) -> None:
+        """A clean stop: the tree built ahead and the retired trees are removed (the published
+        epochs stay); a kill leaves them to the next start's :meth:`recover`."""
+        self._drop_ahead()
+        self.drain()
+
+    # ------------------------------------------------------------------ writing
+    def _replace_control(self, name: str, data: bytes | Sequence[bytes], *, fsync: bool) -> None:
+        """Replace ``.epochfs/<name>`` by temp + rename; ``data``: the bytes, or chunks of them
+        (a manifest's pages, written as they are: no join of the whole)."""
+        temp = self._temp(self.control, CONTROL_TEMP_PREFIX, name)
+        try:
+            with open(temp, "wb") as f:
+                if isinstance(data, bytes):
+                    f.write(data)
+                else:
+                    f.writelines(data)
+                if fsync:
+                    f.flush()
+                    os.fsync(f.fileno())
+            os.chmod(temp, FILE_MODE)
+            os.replace(temp, self.control / name)
+        except BaseException:
+            temp.unlink(missing_ok=True)  # a full volume: the old file stays, whole
+            raise
+
+    def _write_latest(self, latest: int | None) -> None:
+        path = self.folder / LATEST_NAME
+        if latest is None:
+            path.unlink(missing_ok=True)
+        else:
+            temp = self._temp(self.folder, TEMP_PREFIX, LATEST_NAME)
+            os.symlink(epoch_name(latest), temp)
+            os.replace(temp, path)
+        self._latest = latest
+
+    def _publish(self, n: int) -> bool:
+        """Make ``epoch-N/`` appear whole: manifest first, the tree under a temporary name, one
+        rename. False when the epoch retired meanwhile."""
+        try:
+            tree = self.view.tree(n)
+            manifest = self.view.manifest(n)
+        except LookupError:
+            return False
+        started = time.monotonic()
+        self._publish_classes()
+        self._replace_control(manifest_name(n), manifest, fsync=True)
+        temp = self._temp(self.folder, TEMP_PREFIX, epoch_name(n))
+        try:
+            write_tree(tree, temp, DIR_MODE)
+            os.rename(temp, self.folder / epoch_name(n))
+        except BaseException:
+            remove_tree(temp)
+            raise
+        fsync_dir(self.folder)
+        if self.grace:
+            self.store.record_read(n)  # the grace: pinned for in_use_seconds from now
+        log.debug("epoch %d: %d entries in %.2fs", n, len(tree.links), time.monotonic() - started)
+        return True
+
+    def _publish_classes(self, *, folders: tuple[int, list[str]] | None = None) -> None:
+        """``.epochfs/classes.json`` with the folders of every live epoch (the one being published
+        included) recorded, written before the epoch appears: each folder a reader finds in
+        ``epoch-N/`` has its index there (issue 22; :mod:`epochfs.fuse.classes`). ``folders``:
+        epoch N's folders as the tree built ahead has them (its tree is not built again)."""
+        if folders is None:
+            data = self.view.render_classes()
+        else:
+            n, paths = folders
+            live = [e.epoch for e in self.store.epochs()]
+            if any(m not in self.view.snapshot.live for m in live if m != n):
+                self.view.refresh()
+
+            def tree(m: int) -> EpochTree:
+                return _Folders(paths) if m == n else self.view.tree(m)  # type: ignore[return-value]
+
+            data = self.view.classes.render(live, tree)
+        self._replace_control(CLASSES_NAME, data, fsync=True)
+
+    def _retire(self, n: int) -> None:
+        """``epoch-N/`` disappears at once (renamed away), then its manifest, then its files."""
+        path = self.folder / epoch_name(n)
+        if path.exists() or path.is_symlink():
+            gone = self._temp(self.folder, TEMP_PREFIX, f"retired-{epoch_name(n)}")
+            os.rename(path, gone)
+            fsync_dir(self.folder)
+            (self.control / manifest_name(n)).unlink(missing_ok=True)
+            if self._remover is not None:
+                self._remover.put(gone)  # never delays a publish
+            else:
+                remove_tree(gone)
+        else:
+            (self.control / manifest_name(n)).unlink(missing_ok=True)
+
+
+class _Folders:
+    """What ``classes.json``'s renderer asks of an epoch's tree, from the tree built ahead."""
+
+    def __init__(self, paths: list[str]) -> None:
+        self.paths = paths
+
+    def folder_paths(self) -> list[str]:
+        return self.paths
