@@ -100,7 +100,8 @@ def run_publish(*, cache: Path, folder: Path, link_root: Path | None = None, int
         log.info("publishing %s into %s (links into %s)", cache, folder, publisher.view.link_root)
         watch = CutWatch(store.root)
         try:
-            _publish_until(stop, publisher, interval=interval, watch=watch)
+            # Without inotify the watch cannot wait: the stop's wait is the poll then.
+            _publish_until(stop, publisher, interval=interval, watch=watch if watch.fd >= 0 else None)
         finally:
             watch.close()
             publisher.close()

@@ -45,7 +45,6 @@ from pathlib import Path
 
 from epochfs.sidecar.folderview_body import ManifestBody
 from epochfs.sidecar.folderview_links import Clash, LinkTree
-from epochfs.sidecar.folderview_remove import Remover
 from epochfs.sidecar.store import EpochExtent, Store, object_name
 from epochfs.sidecar.store.objects import fsync_dir
 from epochfs.torchclient.layout import MANIFEST_MAGIC, epoch_name
@@ -260,11 +259,11 @@ class AheadTree:
         if ext is not None and (self._base is None or ext.last >= self._base[1].last):
             self._base = (self.folder / epoch_name(n), ext)
 
-    def discard(self, remover: Remover | None = None) -> None:
-        """Forget the tree on disk (removed now, or by ``remover``); the set is kept."""
+    def discard(self) -> None:
+        """Forget the tree on disk (removed now); the set is kept."""
         if self._links is not None:
             links, self._links = self._links, None
-            links.remove(remover)
+            links.remove()
 
     # ------------------------------------------------------------------ the cut
     def publish(self, n: int, *, header: str, write_control: WriteControl) -> bool:

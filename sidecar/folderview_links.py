@@ -24,7 +24,7 @@ import secrets
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from epochfs.sidecar.folderview_remove import Remover, remove_tree
+from epochfs.sidecar.folderview_remove import remove_tree
 from epochfs.sidecar.store.objects import fsync_dir
 
 if TYPE_CHECKING:
@@ -132,12 +132,9 @@ class LinkTree:
             os.chmod(self._at(rel), mode)
         os.rename(self.path, visible)
 
-    def remove(self, remover: Remover | None = None) -> None:
-        """Remove the tree (now, or by ``remover``)."""
-        if remover is None:
-            remove_tree(self.path)
-        else:
-            remover.put(self.path)
+    def remove(self) -> None:
+        """Remove the tree."""
+        remove_tree(self.path)
 
 
 def write_tree(tree: EpochTree, root: Path, mode: int) -> None:

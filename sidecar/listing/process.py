@@ -14,8 +14,8 @@ the listing's progress (its estimate and skew, which pace the fetches) are commi
 by the listers as before; the sampler reads them there. Over one socket pair go the settings and
 the listing prepared by the parent (its spans, found before the sampler starts, so that a remote
 that cannot be listed is still exit 2), whether the sampler is fetching (the listers then leave it
-the index a share of the time, ``INDEX_SHARE``), whether a listing is running and how many have
-completed (the fetch order's waits), a refused setting found at the end of a listing (exit 2, as
+the index a share of the time, ``INDEX_SHARE``), whether a listing is running (the fetch order's
+pace and waits), a refused setting found at the end of a listing (exit 2, as
 before), and the stop.
 
 Lifetimes: the child asks the kernel for SIGKILL when its parent dies (``PR_SET_PDEATHSIG``) and
@@ -33,7 +33,6 @@ import contextlib
 import logging
 import os
 import random
-import signal
 import socket
 import subprocess
 import sys
@@ -73,12 +72,17 @@ _BOOT = (
 
 
 class ListingProcess:
-    """The parent's side: started, watched and stopped as a :class:`ListingThread` is (the same
-    ``running``, ``completed``, ``fatal``, ``start`` and ``join``), over the child's socket."""
+    """The parent's side: watched and stopped as a :class:`ListingThread` is (the same
+    ``running``, ``fatal`` and ``join``), over the child's socket.
+
+    ``served``: the relist requests already served when the sampler started (``epochfs relist``):
+    each child starts from this, not from what the index says when it starts, so that a request
+    made while a child was down or starting is still served."""
 
     def __init__(self, settings: SamplerSettings, *, stop: threading.Event, grace: float,
-                 rng: random.Random | None = None) -> None:
+                 served: int, rng: random.Random | None = None) -> None:
         self.settings = settings
+        self.served = served
         self.stop = stop
         self.fetching: Callable[[], bool] = lambda: False
         """Whether the sampler fetches (set before :meth:`start`): the listers then leave it the
@@ -86,11 +90,7 @@ class ListingProcess:
         self.grace = grace
         self.running = threading.Event()
         """Set while a listing runs in the child (the fetch order looks for new keys sooner)."""
-        self.completed = 0
         self.fatal: BaseException | None = None
-        self.starts = 0
-        """Processes started (1 unless one died and was started again)."""
-        self.pid: int | None = None
         self._prepared: object = None
         self._index_header: dict[str, Any] | None = None
         self._rng = rng or random.Random()
@@ -98,10 +98,6 @@ class ListingProcess:
         self._child: tuple[subprocess.Popen[bytes], Connection] | None = None
         self._proc: subprocess.Popen[bytes] | None = None
         """The child of the moment (:meth:`close` kills it if it outlives the stop)."""
-        self.served: int | None = None
-        """The relist requests already served when the sampler started (``epochfs relist``):
-        each child starts from this, not from what the index says when it starts, so that a
-        request made while a child was down or starting is still served."""
 
     def spawn(self) -> None:
         """Start the child now, before the listing is prepared: its interpreter, imports, index
@@ -172,8 +168,6 @@ class ListingProcess:
             raise
         finally:
             child_end.close()
-        self.starts += 1
-        self.pid = proc.pid
         conn = Connection(parent_end.detach())
         with contextlib.suppress(OSError):  # one that died at once: its exit status says how
             conn.send(("settings", self.settings, logging.getLogger().getEffectiveLevel(), spawned))
@@ -246,8 +240,6 @@ class ListingProcess:
                 self.running.set()
             else:
                 self.running.clear()
-        elif kind == "completed":
-            self.completed = int(message[1])
         elif kind == "fatal":
             _, refused, text = message
             self.fatal = ConfigError(text) if refused else RuntimeError(f"the listing failed: {text}")
@@ -256,9 +248,7 @@ class ListingProcess:
 
 def child_main(fd: int) -> int:
     """The child: the listing of ``settings`` (sent first over ``fd``) until the parent stops it."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    signal.signal(signal.SIGTERM, signal.SIG_IGN)
-    conn = Connection(fd)
+    conn = Connection(fd)  # the group's signals are ignored from the boot's first line (_BOOT)
     try:
         _kind, settings, level, spawned = conn.recv()
     except EOFError:
@@ -322,13 +312,11 @@ def _list(conn: Connection, settings: SamplerSettings, store: Store, remote: Rem
     if prepared is not None or lister.needed():
         listing.running.set()  # as the parent has it: no moment without the fetch order's pace
     listing.start()
-    said: tuple[bool, int] | None = None
+    said: bool | None = None
     while listing.is_alive():
-        now = (listing.running.is_set(), listing.completed)
-        if now != said:
-            conn.send(("running", now[0]))
-            conn.send(("completed", now[1]))
-            said = now
+        if listing.running.is_set() != said:
+            said = listing.running.is_set()
+            conn.send(("running", said))
         try:
             if conn.poll(POLL):
                 message = conn.recv()
@@ -342,7 +330,6 @@ def _list(conn: Connection, settings: SamplerSettings, store: Store, remote: Rem
     if listing.fatal is not None:
         error = listing.fatal
         with contextlib.suppress(OSError):
-            conn.send(("completed", listing.completed))
             # As text: an exception of any kind may not unpickle in the sampler.
             text = str(error) if isinstance(error, ConfigError) else f"{type(error).__name__}: {error}"
             conn.send(("fatal", isinstance(error, ConfigError), text))

@@ -264,6 +264,8 @@ class S3Remote(Remote):
             response_checksum_validation="when_required",
         )
         self._session = botocore.session.get_session()
+        if self._signer is not None:  # its region is the bucket's already (_bucket_region's HEAD)
+            return self._new_client(self._signer.region)
         return self._use_bucket_region(self._new_client())
 
     def _use_bucket_region(self, client: Any) -> Any:

@@ -100,10 +100,13 @@ class Presigner:
 
     def __init__(self, light: Light, *, clock: Callable[[], float] = time.time) -> None:
         self.light = light
-        self.region = light.region
         self._host = _host(light.endpoint)
         self._clock = clock
-        self._key: tuple[str, str, bytes] = ("", "", b"")  # (date, region, key)
+        self._key: tuple[str, bytes] = ("", b"")  # (date, key): a Presigner has one region
+
+    @property
+    def region(self) -> str:
+        return self.light.region
 
     def get_object(self, bucket: str, key: str, headers: Mapping[str, str], *, expires: int = 900) -> str:
         """``GetObject``'s URL, signed with ``headers`` (which must be sent as they are)."""
@@ -144,11 +147,11 @@ class Presigner:
         return f"{light.endpoint}{path}?{'&'.join(f'{k}={v}' for k, v in pairs)}&X-Amz-Signature={signature}"
 
     def _signing_key(self, date: str) -> bytes:
-        cached_date, cached_region, key = self._key
-        if (cached_date, cached_region) == (date, self.region):
+        cached_date, key = self._key
+        if cached_date == date:
             return key
         key = ("AWS4" + self.light.secret_key).encode()
         for part in (date, self.region, "s3", "aws4_request"):
             key = hmac.new(key, part.encode(), hashlib.sha256).digest()
-        self._key = (date, self.region, key)
+        self._key = (date, key)
         return key

@@ -133,8 +133,8 @@ def run_sample(settings: SamplerSettings) -> int:
         # commit (WAL: readers do not block on the writer), and its writes wait in SQLite only.
         catalog_store = Store(settings.cache)
         if settings.list_process:  # the listing's CPU beside the fetches, not under their GIL
-            listing_process = ListingProcess(settings, stop=stop, grace=STOP_GRACE)
-            listing_process.served = catalog_store.listings().relist_requests()
+            listing_process = ListingProcess(settings, stop=stop, grace=STOP_GRACE,
+                                             served=catalog_store.listings().relist_requests())
             listing_process.spawn()  # its start-up overlaps the discovery pages below
         try:
             remote = open_remote(
@@ -182,18 +182,16 @@ def run_sample(settings: SamplerSettings) -> int:
         if listing_process is not None:
             listing = listing_process
             listing.fetching = sampler.fetching
+            header = lister.source.header if isinstance(lister.source, IndexSource) else None
+            listing.start(prepared, index_header=header)
         else:
             listing = ListingThread(lister, interval=settings.relist_interval, prepared=prepared,
                                     on_complete=lambda report: check_capacity(settings, report))
             lister.yield_to = sampler.fetching  # the listers leave it the index a share of the time
             if prepared is not None:
                 listing.running.set()  # until the thread takes over: the first pages come soon
-        sampler.order.listing = listing.running.is_set
-        if isinstance(listing, ListingProcess):
-            header = lister.source.header if isinstance(lister.source, IndexSource) else None
-            listing.start(prepared, index_header=header)
-        else:
             listing.start()
+        sampler.order.listing = listing.running.is_set  # read from sampler.run() on
         try:
             sampler.run()
         except LocalWriteError as e:

@@ -122,7 +122,7 @@ def take_out(ix: Index, files: ObjectFiles, damaged: list[tuple[StoredObject, st
             if db.execute("SELECT 1 FROM samples WHERE id=? AND sid=?", (obj.id, obj.sid)).fetchone() is None:
                 continue
             if journaled:
-                db.execute(f"INSERT OR IGNORE INTO {journal.TABLE}(sid) VALUES(?)", (obj.sid,))
+                journal.add(db, [obj.sid])
             if corrupt:  # damaged bytes; a file missing at start-up is not (corrupt=False)
                 ix.bump("corrupt_objects_total", 1)
             row = db.execute("SELECT key, sid, size, version FROM catalog WHERE key=? AND skipped=0",

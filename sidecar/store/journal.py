@@ -65,6 +65,11 @@ def names(db: sqlite3.Connection, after: str, limit: int) -> list[str]:
                                           (after, limit))]
 
 
+def add(db: sqlite3.Connection, sids: list[str]) -> None:
+    """Name ``sids`` in the journal (in the caller's transaction)."""
+    db.executemany(f"INSERT OR IGNORE INTO {TABLE}(sid) VALUES(?)", [(s,) for s in sids])
+
+
 def forget(db: sqlite3.Connection, sids: list[str]) -> None:
     db.executemany(f"DELETE FROM {TABLE} WHERE sid=?", [(s,) for s in sids])
 
@@ -96,7 +101,7 @@ class Journal:
             with self._index().write() as db:
                 if done:
                     forget(db, done)
-                db.executemany(f"INSERT OR IGNORE INTO {TABLE}(sid) VALUES(?)", [(s,) for s in sids])
+                add(db, sids)
         except sqlite3.OperationalError as e:
             if not _missing(e):
                 self.removed(done)

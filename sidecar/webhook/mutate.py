@@ -205,21 +205,22 @@ def _decide(pod: Any, profiles: Mapping[str, Profile], pss_enforced: bool) -> De
     def add(path: str, value: Any) -> None:
         patch.append({"op": "add", "path": path, "value": value})
 
+    def add_map(field: str, values: dict[str, str]) -> None:
+        """``values`` into the pod's ``metadata.<field>``: the map whole where the pod has none
+        (``/metadata`` made first where it has none either), else one key at a time."""
+        if meta.get(field) is None:
+            if "metadata" not in pod and not any(op["path"] == "/metadata" for op in patch):
+                add("/metadata", {})
+            add(f"/metadata/{field}", values)
+        else:
+            for k, v in values.items():
+                add(_pointer("metadata", field, k), v)
+
     new_annotations = {INJECTED: name}
     new_annotations.update({k: v for k, v in profile.pod_annotations.items() if k not in annotations})
-    if meta.get("annotations") is None:
-        if "metadata" not in pod:
-            add("/metadata", {})
-        add("/metadata/annotations", new_annotations)
-    else:
-        for k, v in new_annotations.items():
-            add(_pointer("metadata", "annotations", k), v)
+    add_map("annotations", new_annotations)
     if profile.pod_labels:
-        if meta.get("labels") is None:  # /metadata exists by now (the annotations made it)
-            add("/metadata/labels", dict(profile.pod_labels))
-        else:
-            for label, value in profile.pod_labels.items():
-                add(_pointer("metadata", "labels", label), value)
+        add_map("labels", dict(profile.pod_labels))
     if spec.get("initContainers") is None:
         add("/spec/initContainers", sidecars)
     else:
