@@ -28,6 +28,10 @@ of ``--draws`` uniform random samples of its size (:mod:`epochfs.benchmarks._fai
   sample of the whole dataset; the same-mix ratio measures the spread inside folders alone.
 
 A fair epoch has ratios near 1.0 (TV and KS above 1 are worse than random, folders covered below 1).
+Beside them, **listed keys' TV**: the folder-mix TV of the keys listed by the cut (the catalog's
+first rows in listing order, read from the index after the run) against the dataset's. An epoch
+can be no fairer than what was listed: an epoch TV near this one says the listing is lopsided,
+one far above it that the fetch order strays from what was listed.
 Strata: the top-level class folder (``mixed``: ``arrays/`` and each ``train/class-k/``; ``flat``:
 deciles of the key order); ``--strata leaf`` uses the folders that hold the files (``nested``'s
 sub-folders). Also in each row: the catalog's keys at the cut (how far the listing had come).
@@ -49,6 +53,7 @@ import contextlib
 import os
 import shlex
 import signal
+import sqlite3
 import statistics
 import subprocess
 import sys
@@ -95,6 +100,10 @@ class Row:
     ks_same_mix: float
     """The in-folder KS of random samples with this epoch's count in each folder."""
     ks_same_mix_ratio: float
+    listed_tv: float = float("nan")
+    """The folder-mix TV of the keys listed by the cut (the catalog's first ``listed`` rows, in
+    listing order) against the dataset's: an epoch can be no fairer than what was listed, so this
+    tells a lopsided listing from a fetch order that strays from what was listed."""
     run: int = 0
     """Which of ``--runs`` runs of the key space (run-to-run spread: the cut times and sample
     counts move with the machine's load)."""
@@ -106,6 +115,15 @@ class Cut:
     at_s: float
     listed: int
     positions: list[int]
+    listed_positions: list[int] | None = None
+    """The positions of the keys listed by the cut, read from the index after the run."""
+
+
+def listed_order(space: KeySpace, index: Path) -> list[int]:
+    """The positions of the catalog's keys in the order they were listed (SQLite's rowid)."""
+    with contextlib.closing(sqlite3.connect(f"file:{index}?mode=ro", uri=True)) as db:
+        keys = [k for (k,) in db.execute("SELECT key FROM catalog ORDER BY rowid")]
+    return [q for q in map(space.position, keys) if q is not None]
 
 
 @contextlib.contextmanager
@@ -164,6 +182,9 @@ def sample(space: KeySpace, ns: argparse.Namespace, folder: Path) -> list[Cut]:
                 cuts.append(Cut(epoch, at, listed, [q for q in positions if q is not None]))
                 print(f"  epoch {epoch} at {at:.1f} s: {len(positions)} samples, {listed} keys listed",
                       file=sys.stderr, flush=True)
+    order = listed_order(space, cache / "index.sqlite")
+    for cut in cuts:
+        cut.listed_positions = order[:cut.listed]
     return cuts
 
 
@@ -179,7 +200,8 @@ def measure(shape: Shape, ns: argparse.Namespace, folder: Path, run: int = 0) ->
                         covered_random=c.random.covered, covered_ratio=c.covered_ratio, tv=c.sample.tv,
                         tv_random=c.random.tv, tv_ratio=c.tv_ratio, ks=c.sample.ks, ks_random=c.random.ks,
                         ks_ratio=c.ks_ratio, ks_same_mix=c.same_mix_ks,
-                        ks_same_mix_ratio=c.same_mix_ks_ratio, run=run))
+                        ks_same_mix_ratio=c.same_mix_ks_ratio, run=run,
+                        listed_tv=stats.folder_mix_tv(cut.listed_positions or [], bounds)))
     return rows
 
 
@@ -212,7 +234,7 @@ def summary(rows: list[Row]) -> list[dict[str, str | int]]:
 
 COLUMNS = ("shape", "keys", "strata", "epoch", "cut at (s)", "listed", "samples",
            "folders covered (random)", "ratio", "folder-mix TV (random)", "ratio",
-           "in-folder KS (random)", "ratio", "KS ratio, same mix")
+           "in-folder KS (random)", "ratio", "KS ratio, same mix", "listed keys' TV")
 
 
 def cells(r: Row) -> list[str]:
@@ -220,7 +242,8 @@ def cells(r: Row) -> list[str]:
             str(r.samples),
             f"{r.covered} ({r.covered_random:.0f})", harness.times(r.covered_ratio),
             f"{r.tv:.3f} ({r.tv_random:.3f})", harness.times(r.tv_ratio),
-            f"{r.ks:.3f} ({r.ks_random:.3f})", harness.times(r.ks_ratio), harness.times(r.ks_same_mix_ratio)]
+            f"{r.ks:.3f} ({r.ks_random:.3f})", harness.times(r.ks_ratio), harness.times(r.ks_same_mix_ratio),
+            f"{r.listed_tv:.3f}"]
 
 
 def source() -> str:

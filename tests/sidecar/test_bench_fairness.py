@@ -37,12 +37,16 @@ def test_fairness_has_a_row_per_shape_and_epoch_at_a_tiny_size(tmp_path: Path) -
         assert r["at_s"] >= r["epoch"] + 1 - 0.1  # not before its time on the schedule
         assert 1 <= r["covered"] <= r["strata"] and r["listed"] >= 0
         assert all(math.isfinite(r[k]) for k in ("tv", "ks", "tv_random", "ks_random", "covered_random"))
+        # The listed keys' mix, read from the index: within [0, 1], and 0 once every key is listed.
+        assert 0.0 <= r["listed_tv"] <= 1.0 and (r["listed"] < r["keys"] or r["listed_tv"] < 1e-9), r
+    assert any(r["listed"] == r["keys"] for r in rows)  # 2,000 keys: some listing is complete by a cut
     assert {r["shape"]: r["strata"] for r in rows}["flat"] == 10  # deciles
     lines = table.read_text().splitlines()
     assert lines[0].startswith("commit ")
     assert lines[1] == "command: python -m epochfs.benchmarks.fairness " + " ".join(args)
     header = next(i for i, line in enumerate(lines) if line.startswith("| shape |"))
     assert "| folders covered (random) | ratio | folder-mix TV (random) |" in lines[header]
+    assert lines[header].endswith("| listed keys' TV |")
     body = lines[header + 2:header + 2 + len(rows)]
     assert [line.split(" | ")[0] for line in body] == [f"| {s}" for s in SHAPES for _ in (0, 1)]
     assert all(line.count("|") == lines[header].count("|") for line in body)
