@@ -24,7 +24,9 @@ also stops when the socket closes; it ignores SIGTERM and SIGINT, which are the 
 ``STOP_GRACE`` seconds, then kills it. Killing the listing is always safe: each page commit is one
 transaction and the next listing resumes from what the index holds. A child that dies otherwise
 (kill -9, out of memory) is started again after a full-jitter pause (``pause_bound``, as a failed
-listing is) and resumes the listing; the sampler goes on meanwhile.
+listing is) and resumes the listing; the sampler goes on meanwhile. One that cannot start at all
+(it exits before saying anything, :data:`MAX_FAILED_STARTS` times in a row) stops the sampler with
+the reason, which the supervisor shows and restarts with its own backoff.
 """
 
 from __future__ import annotations
@@ -53,6 +55,10 @@ log = logging.getLogger("epochfs.catalog")
 
 POLL = 0.05
 """Seconds between the two sides' looks at each other (state changes travel within this)."""
+MAX_FAILED_STARTS = 5
+"""Children in a row that exit before saying anything (a broken install, an import that fails)
+before the sampler gives up with the reason: started again forever, the failure was only a
+warning a restart in the log, and the listing never ran."""
 
 _BOOT = (
     # ``-c`` puts the working folder first on sys.path: an ``epochfs/`` folder there (a checkout's
@@ -98,6 +104,8 @@ class ListingProcess:
         self._child: tuple[subprocess.Popen[bytes], Connection] | None = None
         self._proc: subprocess.Popen[bytes] | None = None
         """The child of the moment (:meth:`close` kills it if it outlives the stop)."""
+        self._heard = False
+        """Whether the child of the moment has sent a message (it started)."""
 
     def spawn(self) -> None:
         """Start the child now, before the listing is prepared: its interpreter, imports, index
@@ -141,11 +149,21 @@ class ListingProcess:
 
     def _run(self) -> None:
         bound: float | None = None
+        failed_starts = 0
         while not self.stop.is_set():
             began = time.monotonic()
+            self._heard = False
             rc = self._one(self._prepared)
             self._prepared = None  # a listing begun is resumed from the index
             if rc is None or self.stop.is_set() or self.fatal is not None:
+                return
+            failed_starts = 0 if self._heard else failed_starts + 1
+            if failed_starts >= MAX_FAILED_STARTS:
+                self.fatal = RuntimeError(
+                    f"the listing process exited with {rc} before it said anything, {failed_starts} "
+                    "times in a row: it cannot start here (its error is in the log above); "
+                    "--list-process 0 lists in the sampler's own process")
+                self.stop.set()
                 return
             ran = time.monotonic() - began
             bound = pause_bound(bound, 1 if ran >= QUIET else 0, ran)
@@ -234,6 +252,7 @@ class ListingProcess:
         # unpaced and, reaching their end, began a new pass over an unfinished listing).
 
     def _receive(self, message: tuple[Any, ...]) -> None:
+        self._heard = True
         kind = message[0]
         if kind == "running":
             if message[1]:

@@ -8,7 +8,9 @@ sidecar/listing/process.py), and that process's lifetime is the sampler's:
   stopped with SIGTERM exits 0 with its listing process gone;
 - an ``epochfs/`` folder in the working folder is not imported by the child (``python -c`` puts
   the working folder first on its path): the listing runs;
-- a remote that fits in the discovery's one page is listed by it, with no process to wait for.
+- a remote that fits in the discovery's one page is listed by it, with no process to wait for;
+- a child that cannot start (exits before it says anything) stops the sampler with the reason after
+  a few tries, where one that ran and died is started again however often.
 
 Real ``epochfs sample`` processes against the synthetic S3 endpoint (benchmarks/synthetic_s3.py),
 whose list latency keeps a listing of 30,000 keys running for seconds.
@@ -138,3 +140,57 @@ def test_a_remote_that_fits_in_one_page_is_listed_without_a_process(tmp_path: Pa
             wait_until(lambda: sp.stats()["samples"] == 40, what="every object")
             assert children(sp.proc.pid) == []
         assert "listing in process" not in sp.log_text()
+
+
+def test_a_listing_process_that_cannot_start_ends_the_sampler_with_the_reason(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A child that exits before it says anything (a broken install: here a real interpreter that
+    exits 3 at once) is started again a few times, then the sampler is stopped with the reason
+    instead of restarting it forever with a warning each time."""
+    import threading
+
+    from inprocess import settings_for
+
+    from epochfs.sidecar.listing import process
+
+    monkeypatch.setattr(process, "_BOOT", "import sys; sys.exit(3)")
+    monkeypatch.setattr(process, "pause_bound", lambda *a, **k: 0.0)  # no pauses between starts
+    stop = threading.Event()
+    proc = process.ListingProcess(settings_for(tmp_path / "cache"), stop=stop, grace=2.0, served=0)
+    proc.start()
+    proc.join(timeout=60)
+    assert not proc.is_alive() and stop.is_set()
+    assert isinstance(proc.fatal, RuntimeError)
+    assert f"exited with 3 before it said anything, {process.MAX_FAILED_STARTS} times" in str(proc.fatal)
+    assert "--list-process 0" in str(proc.fatal)
+
+
+def test_a_listing_process_that_started_is_not_counted_as_failing_to_start(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Children that said they run before they died (killed mid-listing, out of memory) are started
+    again however many there are: only a child that never spoke counts toward giving up."""
+    import threading
+
+    from inprocess import settings_for
+
+    from epochfs.sidecar.listing import process
+
+    starts = tmp_path / "starts"
+    monkeypatch.setattr(process, "_BOOT", (
+        "import sys\n"
+        "from multiprocessing.connection import Connection\n"
+        f"open({str(starts)!r}, 'a').write('x')\n"
+        "Connection(int(sys.argv[2])).send(('running', True))\n"
+        "sys.exit(3)\n"))
+    monkeypatch.setattr(process, "pause_bound", lambda *a, **k: 0.0)
+    stop = threading.Event()
+    proc = process.ListingProcess(settings_for(tmp_path / "cache"), stop=stop, grace=2.0, served=0)
+    proc.start()
+    try:
+        wait_until(lambda: starts.exists() and len(starts.read_text()) > process.MAX_FAILED_STARTS,
+                   timeout=60, what="children started again")
+        assert proc.fatal is None and not stop.is_set()
+    finally:
+        stop.set()
+        proc.join(timeout=30)
+    assert not proc.is_alive() and proc.fatal is None
