@@ -67,6 +67,15 @@ say "installed"
 [ "$(command -v epochfs)" = "$venv/epochfs" ] || fail "epochfs on PATH is $(command -v epochfs)"
 version=$(epochfs --version) || fail "epochfs --version"
 [ "$version" = "epochfs $want_version" ] || fail "epochfs --version said '$version', want 'epochfs $want_version'"
+# The license as the metadata states it (PEP 639) and its text in the wheel.
+"$venv/python" - <<'PY' || fail "the wheel's license metadata"
+from importlib.metadata import distribution
+d = distribution("epochfs")
+assert d.metadata["License-Expression"] == "Apache-2.0", d.metadata["License-Expression"]
+assert d.metadata.get_all("License-File") == ["LICENSE"], d.metadata.get_all("License-File")
+text = next(f for f in d.files if f.name == "LICENSE").read_text()
+assert "Apache License" in text and "Version 2.0" in text
+PY
 say "$version"
 
 # A small dataset of .npy samples in two folders: sample i is a 4x4 float32 array of i.
