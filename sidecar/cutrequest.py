@@ -23,10 +23,17 @@ Answers (JSON ``{"epoch", "state", "newest", "message"}``): 200 ``live`` (it is,
 202 ``waiting`` (the next epoch, queued, or a jump whose condition does not hold yet: ask again),
 409 ``refused`` (ahead of the next epoch without ``jump=1``), 410 ``gone`` (at or below the
 newest and not live: retired, or never cut). Asking again after a 409 or a 410 will not help.
+
+A cut this request makes is a wait to report (``epochfs_cut_wait_seconds``, issue 23): the sampler
+reports the cuts it makes for queued requests, so without this the histogram counted only the
+cuts that had to wait, and its quantiles said every cut waited. A cut made at once reports the
+request's own time (a few milliseconds); one that ends a queued request's wait reports the time
+since that request was queued, as the sampler would have.
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -48,6 +55,8 @@ class CutStore(Protocol):
     def next_epoch(self) -> int: ...
 
     def request_cut(self, n: int) -> bool: ...
+
+    def pending_cuts(self) -> list[tuple[int, float]]: ...
 
     def cut(self, n: int | None = None, *, force: bool = False) -> int | None: ...
 
@@ -91,11 +100,15 @@ def _doc(req: CutRequest, state: str, newest: int | None, message: str) -> dict[
 
 
 def answer(store: CutStore, req: CutRequest, *,
-           unpublished: Callable[[int], str | None] | None = None) -> tuple[int, dict[str, Any]]:
+           unpublished: Callable[[int], str | None] | None = None,
+           cut_waited: Callable[[float], None] | None = None) -> tuple[int, dict[str, Any]]:
     """Ask ``store`` for the cut ``req`` names; (HTTP status, JSON document) as described above.
     ``unpublished``: the folder view's reason a live epoch is not in the folder (its volume full);
-    such an epoch is answered 202 ``waiting`` with that reason, not ``live``."""
-    status, doc = _answer(store, req)
+    such an epoch is answered 202 ``waiting`` with that reason, not ``live``. ``cut_waited``: told
+    the seconds a cut this request made waited (see the module's doc), never for a cut it found."""
+    status, doc, waited = _answer(store, req)
+    if waited is not None and cut_waited is not None:
+        cut_waited(waited)
     why = unpublished(req.epoch) if unpublished is not None and doc["state"] == "live" else None
     if why:
         return 202, {**doc, "state": "waiting",
@@ -103,38 +116,45 @@ def answer(store: CutStore, req: CutRequest, *,
     return status, doc
 
 
-def _answer(store: CutStore, req: CutRequest) -> tuple[int, dict[str, Any]]:
+def _answer(store: CutStore, req: CutRequest) -> tuple[int, dict[str, Any], float | None]:
+    """:func:`answer`'s status and document, and the wait of the cut it made (None: no cut)."""
+    asked = time.monotonic()
     n = req.epoch
     next_n = store.next_epoch()  # first: an epoch cut after this read is found live below
     live = {e.epoch for e in store.epochs()}
     newest = max(live) if live else None
     if n in live:
         store.record_read(n)
-        return 200, _doc(req, "live", newest, f"epoch {n} is live")
+        return 200, _doc(req, "live", newest, f"epoch {n} is live"), None
     if n < next_n:
         return 410, _doc(req, "gone", newest, f"epoch {n} is not live: it has retired, or it is below the "
                                               f"next epoch {next_n} and was never cut (epochs are only "
-                                              "added above the newest)")
+                                              "added above the newest)"), None
     if n > next_n and not req.jump:
         return 409, _doc(req, "refused", newest, f"only the next epoch ({next_n}) is cut on request; ask "
-                                                 f"with jump=1 to cut epoch {n} (a resumed trainer)")
+                                                 f"with jump=1 to cut epoch {n} (a resumed trainer)"), None
     if n > next_n + MAX_JUMP:
         why = (f"epoch {n} is {n - next_n:,} above the next epoch {next_n}: a jump of more than "
                f"{MAX_JUMP:,} epochs is refused (a step count passed as the epoch?); an operator may "
                f"cut it with epochfs cut --epoch {n} --far")
-        return 409, {**_doc(req, "refused", newest, why), "final": True}
+        return 409, {**_doc(req, "refused", newest, why), "final": True}, None
     if n > next_n:
         try:
             made = store.cut(n)
         except ValueError as e:  # another cut came first and n is below it now
-            return 409, _doc(req, "refused", store.newest_epoch(), str(e))
+            return 409, _doc(req, "refused", store.newest_epoch(), str(e)), None
         if made is None:
-            return 202, _doc(req, "waiting", newest, f"the cut condition for epoch {n} does not hold "
-                                                     "yet (min-samples, or its schedule window); ask again")
+            why = (f"the cut condition for epoch {n} does not hold yet (min-samples, or its schedule "
+                   "window); ask again")
+            return 202, _doc(req, "waiting", newest, why), None
+        waited = time.monotonic() - asked  # a jump is never queued: it waited for this request only
         store.record_read(n)
-        return 200, _doc(req, "live", n, f"epoch {n} cut (a jump from {next_n})")
+        return 200, _doc(req, "live", n, f"epoch {n} cut (a jump from {next_n})"), waited
+    # When n was queued (by this client's earlier request, or a lookup) the cut ends that wait.
+    queued = dict(store.pending_cuts()).get(n)
     if store.request_cut(n):
+        waited = time.time() - queued if queued is not None else time.monotonic() - asked
         store.record_read(n)
-        return 200, _doc(req, "live", n, f"epoch {n} is live")
+        return 200, _doc(req, "live", n, f"epoch {n} is live"), max(0.0, waited)
     return 202, _doc(req, "waiting", newest, f"epoch {n} is queued: it is cut as soon as its condition "
-                                             "holds (min-samples, or its schedule window); ask again")
+                                             "holds (min-samples, or its schedule window); ask again"), None

@@ -64,6 +64,10 @@ PROCESS_RESULTS = ("retried", "failed")
 
 FETCH_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0)
 CUT_WAIT_BUCKETS = (0.001, 0.01, 0.1, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0, 900.0)
+CUT_WAIT_HELP = ("Seconds from a cut request (lookup of epoch-N, POST /v1/cut) to the cut; a cut made "
+                 "at once counts too, with the request's own time.")
+"""``epochfs_cut_wait_seconds``: observed by the sampler (queued cuts) and by the supervisor (cuts
+that ``POST /v1/cut`` makes); one family in ``/metrics`` (:class:`MergedCollector` sums the two)."""
 
 # Families the store collector exports (the dashboard test checks expressions against these names).
 STORE_COUNTERS = {
@@ -146,8 +150,7 @@ class ProcessMetrics:
             multiprocess_mode="livesum", registry=registry,
         )
         self.cut_wait_seconds = Histogram(
-            "epochfs_cut_wait_seconds", "Seconds from a cut request (lookup of epoch-N) to the cut.",
-            buckets=CUT_WAIT_BUCKETS, registry=registry,
+            "epochfs_cut_wait_seconds", CUT_WAIT_HELP, buckets=CUT_WAIT_BUCKETS, registry=registry,
         )
         self.sampler_idle = Gauge(
             "epochfs_sampler_idle", "1 while the sampler has nothing to fetch by design and nothing "
@@ -194,7 +197,8 @@ class ProcessMetrics:
             self.inflight_downloads.dec()
 
     def cut_waited(self, seconds: float) -> None:
-        """A requested cut happened ``seconds`` after its request (0 for immediate cuts)."""
+        """A queued cut request was served ``seconds`` after it was made (cuts made at once are
+        the requester's to report: :meth:`SidecarMetrics.cut_waited`)."""
         self.cut_wait_seconds.observe(max(0.0, seconds))
 
     def set_idle(self, idle: bool) -> None:
@@ -264,6 +268,14 @@ class SidecarMetrics:
         for child in ("sampler", "fuse"):
             self.child_restarts.labels(child=child)
             self.child_up.labels(child=child)
+        # The same family as the sampler's (same name and buckets): the cuts POST /v1/cut makes.
+        self.cut_wait_seconds = Histogram(
+            "epochfs_cut_wait_seconds", CUT_WAIT_HELP, buckets=CUT_WAIT_BUCKETS, registry=registry,
+        )
+
+    def cut_waited(self, seconds: float) -> None:
+        """A cut a request to ``/v1/cut`` made, ``seconds`` after it was asked for (cutrequest)."""
+        self.cut_wait_seconds.observe(max(0.0, seconds))
 
     def add_served(self, samples: int, nbytes: int) -> None:
         self.served_samples.inc(samples)

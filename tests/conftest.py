@@ -1,4 +1,5 @@
-"""Shared fixtures: a real S3 server (moto in server mode) on 127.0.0.1, and cache folders.
+"""Shared fixtures: a real S3 server (moto in server mode) on 127.0.0.1, cache folders, and the
+helm binary of the chart tests.
 
 The helpers these fixtures use, and that tests import, live in tests/common.py (and the area
 helpers beside their tests); tests never import this file.
@@ -49,6 +50,18 @@ def s3(s3_server: S3Server, monkeypatch: pytest.MonkeyPatch) -> S3Server:
 @pytest.fixture
 def cache_dir(tmp_path: Path) -> Path:
     return tmp_path / "cache"
+
+
+@pytest.fixture(scope="session")
+def helm_bin() -> Path:
+    """The real helm binary (tests/helm_helpers.py: scripts/get-helm.py), for every chart test.
+
+    Here, not in each module: nine modules (tests/deploy/, tests/webhook/) had the same fixture,
+    and pytest finds a conftest fixture without an import (importing one into a module that
+    names it as a parameter is a redefinition to ruff). Session scope: one look-up a run."""
+    from helm_helpers import helm_binary
+
+    return helm_binary()
 
 
 os.environ.setdefault("EPOCHFS_TESTING", "1")

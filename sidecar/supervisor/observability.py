@@ -170,7 +170,8 @@ class Observability:
         def on_cut(request: cutrequest.CutRequest) -> tuple[int, dict[str, Any]]:
             assert self._store is not None
             return cutrequest.answer(self._store, request,
-                                     unpublished=unpublished if self.settings.view == "folder" else None)
+                                     unpublished=unpublished if self.settings.view == "folder" else None,
+                                     cut_waited=sidecar_metrics.cut_waited)
 
         # /metrics on the health port, or only on --metrics-port when that is given and differs:
         # then a NetworkPolicy can open scrapes to Prometheus while the probes, the torch client's

@@ -17,7 +17,7 @@ import crd_helpers
 import pytest
 import yaml
 from common import ROOT
-from helm_helpers import CHART, NAMESPACE, helm, helm_binary, one, render, with_remote
+from helm_helpers import CHART, NAMESPACE, helm, one, render, with_remote
 from prometheus_client import CollectorRegistry
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -29,11 +29,6 @@ RULE_FILE = CHART / "alerts" / "epochfs.rules.yaml"
 UNIT_TESTS = Path(__file__).resolve().parent / "alerts_test.yaml"
 METRICS_DOC = ROOT / "docs" / "metrics.md"
 ENABLED = {"metrics": {"prometheusRule": {"enabled": True}}}
-
-
-@pytest.fixture(scope="module")
-def helm_bin() -> Path:
-    return helm_binary()
 
 
 @pytest.fixture(scope="module")
@@ -287,7 +282,7 @@ def waiting_unit_test(threshold_percent: str) -> dict[str, Any]:
                     "summary": f"trainers wait for data more than {threshold_percent} of their time",
                     "description": f"The training loops of training/{pod} waited for data 75% of the "
                                    "time over the last 10 minutes (per rank: the pod's wait over the "
-                                   "GPUs it requests): the GPUs are starved.",
+                                   "GPUs or other accelerators it requests): they are starved.",
                     "runbook_url": "https://github.com/epochfs/epochfs/blob/main/docs/metrics.md"
                                    "#epochfstrainerswaitingfordata"}}
 

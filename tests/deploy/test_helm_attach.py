@@ -33,7 +33,6 @@ from helm_helpers import (
     env_of,
     example_values,
     helm,
-    helm_binary,
     mounts_of,
     one,
     pod_spec,
@@ -50,11 +49,6 @@ K8S_VERSIONS = ("1.29.0", kubernetes_validate.latest_version())
 REPLICA_INDEX = "metadata.labels['training.kubeflow.org/replica-index']"
 COMPLETION_INDEX = "metadata.annotations['batch.kubernetes.io/job-completion-index']"
 SHARED_KINDS = ["Pod", "Role", "RoleBinding", "Service", "ServiceAccount"]  # the Pod: helm test's hook
-
-
-@pytest.fixture(scope="module")
-def helm_bin() -> Path:
-    return helm_binary()
 
 
 @pytest.fixture(scope="module")

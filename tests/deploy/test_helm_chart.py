@@ -31,7 +31,6 @@ from helm_helpers import (
     container,
     env_of,
     helm,
-    helm_binary,
     mounts_of,
     one,
     pod_spec,
@@ -43,11 +42,6 @@ from epochfs.sidecar import config, kube
 
 K8S_VERSIONS = ("1.29.0", kubernetes_validate.latest_version())
 CRD_GROUPS = ("monitoring.coreos.com/",)  # not in Kubernetes' schemas: checked field by field below
-
-
-@pytest.fixture(scope="module")
-def helm_bin() -> Path:
-    return helm_binary()
 
 
 @pytest.fixture(scope="module")

@@ -21,7 +21,6 @@ from helm_helpers import (
     container,
     env_of,
     helm,
-    helm_binary,
     mounts_of,
     pod_spec,
     render,
@@ -42,11 +41,6 @@ def merged(base: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:
     for key, value in extra.items():
         out[key] = merged(out.get(key, {}), value) if isinstance(value, dict) else value
     return out
-
-
-@pytest.fixture(scope="module")
-def helm_bin() -> Path:
-    return helm_binary()
 
 
 @pytest.fixture(scope="module")

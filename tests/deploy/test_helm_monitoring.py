@@ -18,7 +18,6 @@ from helm_helpers import (
     RELEASE,
     container,
     helm,
-    helm_binary,
     one,
     pod_spec,
     render,
@@ -34,11 +33,6 @@ def monitor_values(kind: str, **extra: Any) -> dict[str, Any]:
     return {"enabled": True, "labels": {"release": "prometheus"}, "namespace": "monitoring",
             "interval": "15s", "scrapeTimeout": "10s", "relabelings": RELABELINGS,
             "metricRelabelings": METRIC_RELABELINGS, **extra}
-
-
-@pytest.fixture(scope="module")
-def helm_bin() -> Path:
-    return helm_binary()
 
 
 @pytest.fixture(scope="module")

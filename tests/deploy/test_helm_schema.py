@@ -9,14 +9,9 @@ from typing import Any
 import jsonschema
 import pytest
 import yaml
-from helm_helpers import CHART, RELEASE, helm, helm_binary, with_remote
+from helm_helpers import CHART, RELEASE, helm, with_remote
 
 SCHEMA = json.loads((CHART / "values.schema.json").read_text())
-
-
-@pytest.fixture(scope="module")
-def helm_bin() -> Path:
-    return helm_binary()
 
 
 def test_schema_is_valid_and_accepts_the_default_values() -> None:

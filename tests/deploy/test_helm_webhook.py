@@ -25,7 +25,6 @@ from helm_helpers import (
     RELEASE,
     container,
     helm,
-    helm_binary,
     pod_spec,
     render,
     with_remote,
@@ -42,17 +41,13 @@ WEBHOOK_KINDS = {
     "Service",
     "Secret",
     "MutatingWebhookConfiguration",
+    "NetworkPolicy",
 }
 PROFILES: dict[str, dict[str, Any]] = {
     "folder": {"sidecar": {"view": "folder"}},
     "quiet": {"kubeReporting": {"enabled": False}, "metrics": {"enabled": False}},
     "multi": {"nodes": 3, "cache": {"volume": {"type": "ephemeral", "size": "100Gi"}}},
 }
-
-
-@pytest.fixture(scope="module")
-def helm_bin() -> Path:
-    return helm_binary()
 
 
 def webhook_values(webhook: dict[str, Any] | None = None, **values: Any) -> dict[str, Any]:
@@ -440,7 +435,7 @@ def test_the_network_policy_leaves_the_webhook_pods_alone(helm_bin: Path, tmp_pa
     """The policy selects the training pods only: over the webhook's pods it would refuse the API
     server's calls to their https port."""
     objs = render(helm_bin, webhook_values(job={"enabled": True}), tmp_path)
-    np = of_kind(objs, "NetworkPolicy")
+    np = of_kind(objs, "NetworkPolicy", f"{RELEASE}-epochfs")
     webhook_labels = of_kind(objs, "Deployment", NAME)["spec"]["template"]["metadata"]["labels"]
     training_labels = of_kind(objs, "Job")["spec"]["template"]["metadata"]["labels"]
     selector = np["spec"]["podSelector"]["matchLabels"]
@@ -448,3 +443,23 @@ def test_the_network_policy_leaves_the_webhook_pods_alone(helm_bin: Path, tmp_pa
     assert selector.items() <= training_labels.items()
     peers = np["spec"]["ingress"][0]["from"][0]["podSelector"]["matchLabels"]
     assert not peers.items() <= webhook_labels.items() and peers.items() <= training_labels.items()
+
+
+def test_the_webhook_pods_have_a_policy_of_their_own(helm_bin: Path, tmp_path: Path) -> None:
+    """Without one the server's pods took any traffic on any port (checkov CKV2_K8S_6): https is
+    open to any address, since the API server calls from a control-plane address no selector
+    names; /metrics only to networkPolicy.metricsFrom, as the sidecars'; nothing else."""
+    prometheus = [{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}}}]
+    objs = render(helm_bin, {**webhook_values(job={"enabled": False}),
+                             "networkPolicy": {"metricsFrom": prometheus}}, tmp_path)
+    np = of_kind(objs, "NetworkPolicy", NAME)
+    pod = of_kind(objs, "Deployment", NAME)["spec"]["template"]
+    assert np["spec"]["podSelector"]["matchLabels"].items() <= pod["metadata"]["labels"].items()
+    assert np["spec"]["policyTypes"] == ["Ingress"]
+    by_port = {rule["ports"][0]["port"]: rule.get("from") for rule in np["spec"]["ingress"]}
+    assert by_port == {"https": None, "metrics": prometheus}
+    declared = {p["name"] for p in container(pod["spec"], "webhook")["ports"]}
+    assert set(by_port) == declared  # every port the server listens on, by the name it declares
+    off = render(helm_bin, {**webhook_values(job={"enabled": False}), "networkPolicy": {"enabled": False}},
+                 tmp_path)
+    assert [o for o in off if o["kind"] == "NetworkPolicy"] == []

@@ -31,7 +31,7 @@ K8S_VERSIONS = ("1.29.0", kubernetes_validate.latest_version())
 # Not validated against a schema: cert-manager's CRDs are not vendored.
 CERT_MANAGER_KINDS = {("cert-manager.io/v1", "Issuer"), ("cert-manager.io/v1", "Certificate")}
 WEBHOOK_KINDS = {
-    "Namespace", "ConfigMap", "Deployment", "PodDisruptionBudget", "Service",
+    "Namespace", "ConfigMap", "Deployment", "PodDisruptionBudget", "NetworkPolicy", "Service",
     "MutatingWebhookConfiguration", "Issuer", "Certificate",
 }
 PLACEHOLDER_REMOTE = "s3://CHANGE-ME/dataset"

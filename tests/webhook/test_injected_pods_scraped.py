@@ -19,7 +19,7 @@ from typing import Any
 import crd_helpers
 import jsonpatch
 import pytest
-from helm_helpers import NAMESPACE, RELEASE, helm_binary
+from helm_helpers import NAMESPACE, RELEASE, as_pod, render, workload_of
 from webhook_helpers import (
     INJECT_LABEL,
     chart_values,
@@ -30,7 +30,6 @@ from webhook_helpers import (
     pytorchjob_worker_pod,
     rayjob,
     rayjob_worker_pod,
-    render_objects,
 )
 
 from epochfs.sidecar.webhook.mutate import decide
@@ -43,16 +42,11 @@ OWN_MONITOR = f"{RELEASE}-epochfs"
 INJECTED_MONITOR = f"{RELEASE}-epochfs-injected"
 
 
-@pytest.fixture(scope="module")
-def helm_bin() -> Path:
-    return helm_binary()
-
-
 @pytest.fixture(scope="module", params=["serviceMonitor", "podMonitor"])
 def rendered(request: pytest.FixtureRequest, helm_bin: Path,
              tmp_path_factory: pytest.TempPathFactory) -> list[dict[str, Any]]:
     values = chart_values({"metrics": {request.param: MONITOR}})
-    return render_objects(helm_bin, values, tmp_path_factory.mktemp(request.param))
+    return render(helm_bin, values, tmp_path_factory.mktemp(request.param))
 
 
 @pytest.fixture(scope="module")
@@ -134,13 +128,6 @@ def inject(pod: dict[str, Any], profiles: dict[str, Profile], namespace: str) ->
     return mutated
 
 
-def chart_job_pod(objs: list[dict[str, Any]]) -> dict[str, Any]:
-    [chart_job] = [o for o in objs if o["kind"] == "Job" and not o["metadata"].get("annotations", {})
-                   .get("helm.sh/hook")]
-    template = chart_job["spec"]["template"]
-    return {"metadata": {**template["metadata"], "namespace": NAMESPACE}, "spec": template["spec"]}
-
-
 # --------------------------------------------------------------------------- the tests
 
 
@@ -175,7 +162,8 @@ def test_every_profile_labels_its_pods_for_the_monitor(rendered: list[dict[str, 
 
 
 def test_the_charts_own_pods_are_not_scraped_twice(rendered: list[dict[str, Any]]) -> None:
-    assert scrapers(rendered, chart_job_pod(rendered)) == [OWN_MONITOR]
+    pod = as_pod(workload_of(rendered, "Job")["spec"]["template"], "train-0")
+    assert scrapers(rendered, pod) == [OWN_MONITOR]
 
 
 def test_pods_the_webhook_did_not_inject_are_not_scraped(rendered: list[dict[str, Any]],
@@ -205,7 +193,7 @@ def test_the_injected_pod_monitor_carries_the_monitors_options(rendered: list[di
 def test_no_injected_pod_monitor_without_the_webhook_or_a_monitor(helm_bin: Path, tmp_path: Path) -> None:
     for values in (chart_values(), chart_values({"webhook": {"enabled": False},
                                                  "metrics": {"podMonitor": {"enabled": True}}})):
-        names = [o["metadata"]["name"] for o in render_objects(helm_bin, values, tmp_path)
+        names = [o["metadata"]["name"] for o in render(helm_bin, values, tmp_path)
                  if o["kind"] == "PodMonitor"]
         assert INJECTED_MONITOR not in names
 

@@ -15,7 +15,6 @@ import os
 import re
 import signal
 import subprocess
-import sys
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -24,7 +23,7 @@ from typing import Any
 import jsonpatch
 import kubernetes_validate
 import pytest
-from helm_helpers import container, env_of, helm_binary, mounts_of, pod_spec, render, with_remote
+from helm_helpers import container, env_of, mounts_of, pod_spec, render, with_remote
 from prometheus_client import CollectorRegistry
 from prometheus_client.parser import text_string_to_metric_families
 from pss import violations
@@ -45,7 +44,7 @@ from webhook_helpers import (
     pytorchjob_worker_pod,
     rayjob,
     rayjob_worker_pod,
-    render_objects,
+    webhook_cmd,
     write_profiles,
 )
 
@@ -59,13 +58,8 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module")
-def helm_bin() -> Path:
-    return helm_binary()
-
-
-@pytest.fixture(scope="module")
 def docs(helm_bin: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
-    return profile_documents(render_objects(helm_bin, chart_values(), tmp_path_factory.mktemp("render")))
+    return profile_documents(render(helm_bin, chart_values(), tmp_path_factory.mktemp("render")))
 
 
 @pytest.fixture(scope="module")
@@ -580,7 +574,7 @@ def test_the_charts_own_certificate_and_ca_bundle_work_with_the_server(
 ) -> None:
     """Without cert-manager the chart makes the pair: the server serves its Secret, and the
     configuration's caBundle verifies it for the Service's name, as the API server does."""
-    objs = render_objects(helm_bin, chart_values(), tmp_path)
+    objs = render(helm_bin, chart_values(), tmp_path)
     [secret] = [o for o in objs if o["kind"] == "Secret" and o["metadata"]["name"].endswith("-webhook-tls")]
     [mwc] = [o for o in objs if o["kind"] == "MutatingWebhookConfiguration"]
     for key in ("tls.crt", "tls.key"):
@@ -616,26 +610,8 @@ def test_epochfs_webhook_command_serves_and_stops_on_sigterm(docs: dict[str, Any
     (tmp_path / "tls.crt").write_bytes(cert)
     (tmp_path / "tls.key").write_bytes(key)
     proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "epochfs.sidecar.cli",
-            "webhook",
-            "--profiles",
-            str(tmp_path / "profiles"),
-            "--tls-cert",
-            str(tmp_path / "tls.crt"),
-            "--tls-key",
-            str(tmp_path / "tls.key"),
-            "--host",
-            "127.0.0.1",
-            "--port",
-            "0",
-            "--metrics-port",
-            "0",
-            "--log-level",
-            "INFO",
-        ],
+        webhook_cmd(tmp_path / "profiles", tmp_path / "tls.crt", tmp_path / "tls.key",
+                    "--host", "127.0.0.1", "--port", "0", "--metrics-port", "0", "--log-level", "INFO"),
         stderr=subprocess.PIPE,
         text=True,
         cwd=ROOT,
@@ -670,18 +646,7 @@ def test_epochfs_webhook_command_serves_and_stops_on_sigterm(docs: dict[str, Any
 def test_the_command_refuses_a_folder_without_the_default_profile(tmp_path: Path) -> None:
     (tmp_path / "profiles").mkdir()
     proc = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "epochfs.sidecar.cli",
-            "webhook",
-            "--profiles",
-            str(tmp_path / "profiles"),
-            "--tls-cert",
-            str(tmp_path / "none.crt"),
-            "--tls-key",
-            str(tmp_path / "none.key"),
-        ],
+        webhook_cmd(tmp_path / "profiles", tmp_path / "none.crt", tmp_path / "none.key"),
         capture_output=True,
         text=True,
         timeout=60,

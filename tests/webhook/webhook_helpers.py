@@ -10,16 +10,16 @@ import http.client
 import json
 import socket
 import ssl
+import sys
 import uuid
 from pathlib import Path
 from typing import Any
 
-import yaml
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
-from helm_helpers import NAMESPACE, RELEASE, helm, with_remote
+from helm_helpers import NAMESPACE, RELEASE, with_remote
 
 from epochfs.sidecar.webhook.profiles import Profile, load_profiles
 
@@ -44,18 +44,12 @@ def chart_values(extra: dict[str, Any] | None = None) -> dict[str, Any]:
     return values
 
 
-def render_objects(helm_bin: Path, values: dict[str, Any], tmp: Path) -> list[dict[str, Any]]:
-    text = helm(
-        helm_bin,
-        "template",
-        RELEASE,
-        str(Path(__file__).resolve().parents[2] / "helm" / "epochfs"),
-        "--namespace",
-        NAMESPACE,
-        values=values,
-        tmp=tmp,
-    ).stdout
-    return [d for d in yaml.safe_load_all(text) if d]
+def webhook_cmd(profiles: Path, cert: Path, key: Path, *extra: str) -> list[str]:
+    """``epochfs webhook`` as the chart's Deployment runs it, from this checkout's interpreter;
+    ``extra`` adds options (host, ports, log level). One place for the command line, so a renamed
+    option fails every test that starts the server, not one copy of it."""
+    return [sys.executable, "-m", "epochfs.sidecar.cli", "webhook", "--profiles", str(profiles),
+            "--tls-cert", str(cert), "--tls-key", str(key), *extra]
 
 
 def profile_documents(objs: list[dict[str, Any]]) -> dict[str, Any]:
