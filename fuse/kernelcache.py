@@ -29,6 +29,7 @@ from pathlib import Path
 
 import mfusepy
 
+from epochfs.fuse.lost import MAX_INVALIDATIONS
 from epochfs.fuse.view import View
 from epochfs.torchclient.layout import (
     CLASSES_NAME,
@@ -128,7 +129,7 @@ class KernelNotifier:
         if not self.available:
             return
         if self._inode_of is None:
-            raw = path.encode()
+            raw = path.encode("utf-8", "surrogateescape")  # as mfusepy decodes paths
             self._notify(lambda: self._lib.fuse_invalidate_path(self._fuse, raw))
             return
         try:
@@ -222,10 +223,27 @@ class Refresher:
             n.forget_root_entry(LATEST_NAME)
         if old.status_key != new.status_key or len(old.status) != len(new.status):
             n.invalidate(f"/{CONTROL_DIR}/{STATUS_NAME}")
+        self._forget_lost(new.live)
         if view.classes.tick():  # the class folders grew: classes.json's size changed
             n.invalidate(f"/{CONTROL_DIR}/{CLASSES_NAME}")
         if self.on_tick is not None:  # last: a failure here skips nothing of the above
             self.on_tick()
+
+    def _forget_lost(self, live: dict[int, float]) -> None:
+        """Samples newly lost (:mod:`epochfs.fuse.lost`): the kernel may hold their entries as
+        symlinks to the object files that are gone (ENOENT); drop what it cached of them in every
+        live epoch, so the next open asks the server (a regular file now, EIO)."""
+        keys = self.view.lost.take_new()
+        if not keys:
+            return
+        log.warning("%d sample(s) lost from the remote (cannot be fetched again), e.g. %r: their "
+                    "entries stay in every live epoch and a read of one answers EIO", len(keys), keys[0])
+        if len(keys) > MAX_INVALIDATIONS:
+            log.warning("only %d of them dropped from the kernel's caches: the others answer ENOENT "
+                        "until their entry timeout", MAX_INVALIDATIONS)
+        for key in keys[:MAX_INVALIDATIONS]:
+            for n in sorted(live):
+                self.notifier.invalidate(f"/{epoch_name(n)}/{key}")
 
 
 # The warm-up child: lists the folders of ``<mount>/epoch-N`` and reads each symlink once, for each

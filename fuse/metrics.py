@@ -1,4 +1,4 @@
-"""Prometheus counters of the FUSE server: requests and errors by operation.
+"""Prometheus counters of the FUSE server: requests and errors by operation, reads of lost samples.
 
 They live in the fuse package because fuse may import nothing from ``epochfs.sidecar`` but the
 store (DESIGN.md's dependency rule, checked by import-linter: .importlinter); every other metric is in
@@ -40,7 +40,8 @@ def errno_label(code: int | None) -> str:
 
 
 class FuseMetrics:
-    """``epochfs_fuse_requests_total{op}`` and ``epochfs_fuse_errors_total{op,errno}``."""
+    """``epochfs_fuse_requests_total{op}``, ``epochfs_fuse_errors_total{op,errno}`` and
+    ``epochfs_fuse_lost_reads_total{op}`` (reads of an entry whose sample the remote lost)."""
 
     def __init__(self, *, registry: CollectorRegistry | None) -> None:
         self.requests = Counter(
@@ -51,6 +52,12 @@ class FuseMetrics:
             ["op", "errno"], registry=registry,
         )
 
+        self.lost_reads = Counter(
+            "epochfs_fuse_lost_reads", "Reads (opens, or readlinks of an entry the kernel still held "
+            "as a symlink) of entries whose sample the remote lost, answered EIO, by operation.",
+            ["op"], registry=registry,
+        )
+
     def init_ops(self, ops: Iterable[str]) -> None:
         """Create the series of the operations a server implements, at zero, so they exist from the
         first scrape (dashboards then show 0 rather than no data)."""
@@ -58,6 +65,10 @@ class FuseMetrics:
             label = fuse_op_label(op)
             self.requests.labels(op=label)
             self.errors.labels(op=label, errno="ENOENT" if label in ("getattr", "lookup") else "EIO")
+
+    def lost_read(self, op: str) -> None:
+        """A read of a lost sample's entry, answered EIO (:mod:`epochfs.fuse.lost`)."""
+        self.lost_reads.labels(op=fuse_op_label(op)).inc()
 
     def request(self, op: str, error: int | None = None) -> None:
         """One FUSE request; ``error`` is the errno it answered, if any."""
@@ -80,4 +91,6 @@ def fuse_metrics() -> FuseMetrics:
 
             _default = FuseMetrics(registry=REGISTRY)
             _default.init_ops(("getattr", "readlink", "readdir", "open", "read", "release", "statfs"))
+            for op in ("open", "readlink"):
+                _default.lost_reads.labels(op=op)
         return _default

@@ -3,7 +3,8 @@
 Thin on purpose (ratarmount style): every namespace decision lives in the view. What is here is
 what only FUSE knows about:
 
-* errors: unknown names ENOENT, every write-type call EROFS, anything unexpected EIO (logged);
+* errors: unknown names ENOENT, every write-type call EROFS, a read of a sample the remote lost EIO
+  (counted and logged, :mod:`epochfs.fuse.lost`), anything unexpected EIO (logged);
 * caching: long entry/attribute timeouts for the immutable epoch trees, negative lookups uncached
   (so a new epoch shows at once), ``FUSE_CAP_CACHE_SYMLINKS`` so the kernel keeps symlink targets,
   readdir-plus so listing a folder fills the kernel's entry cache without one lookup per file;
@@ -34,6 +35,7 @@ import mfusepy
 
 from epochfs.fuse.inuse import WindowFollower, cache_timeout, read_debounce
 from epochfs.fuse.kernelcache import KernelNotifier, Refresher, Warmer
+from epochfs.fuse.lost import LostSample, lost_log
 from epochfs.fuse.metrics import fuse_metrics
 from epochfs.fuse.packed import PackedBytes
 from epochfs.fuse.view import Attr, NotADirectory, NotALink, NotFound, View
@@ -91,6 +93,9 @@ def translate_errors(method: F) -> F:
             raise FuseOSError(errno.ENOTDIR) from e
         except NotALink as e:
             raise FuseOSError(errno.EINVAL) from e
+        except LostSample as e:  # the remote lost its sample: the entry stays, a read is an I/O error
+            lost_log.report(e, op)
+            raise FuseOSError(errno.EIO) from e
         except Exception as e:
             log.exception("unexpected error in %s%r", method.__name__, args[1:])
             raise FuseOSError(errno.EIO) from e

@@ -29,7 +29,7 @@ import logging
 import stat
 import zlib
 from array import array
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -214,6 +214,10 @@ class EpochTree:
         self._prefix_len = len(str(link_root).rstrip("/").encode(*_ENC)) + 1
         self._prefix = str(link_root).rstrip("/") + "/"
         self._link_attrs: dict[int, Attr] = {}  # by target length: a few per epoch
+        self.lost: Mapping[bytes, int] = {}
+        """Object names of samples the remote lost -> size, set by the view (:mod:`.lost`): their
+        entries show as regular files, whose reads the FUSE view answers EIO. The arrays (and
+        with them names, node numbers, links and the manifest) never change."""
         self._shape: tuple[int, int, int, int] | None = None
 
     # ------------------------------------------------------------------ memory
@@ -271,6 +275,10 @@ class EpochTree:
         r = self._ref[node] if node != _ROOT else -1
         if r < 0:
             return self._dir_attr
+        if self.lost:
+            lost = self.lost.get(self._objs[self._obj_off[r]:self._obj_off[r + 1]])
+            if lost is not None:
+                return Attr(FILE_MODE, lost, self.cut_at)
         size = self._prefix_len + self._obj_off[r + 1] - self._obj_off[r]
         attr = self._link_attrs.get(size)
         if attr is None:
@@ -331,6 +339,14 @@ class EpochTree:
         if rank is None:
             raise NotADirectory(rel)
         return Listing(self, self._dir_first[rank], self._dir_count[rank])
+
+    def is_lost(self, rel: str) -> bool:
+        """Whether ``rel`` is the entry of a sample the remote lost (:attr:`lost`)."""
+        if not self.lost:
+            return False
+        node = self._find(rel)
+        r = self._ref[node] if node != _ROOT else -1
+        return r >= 0 and self._objs[self._obj_off[r]:self._obj_off[r + 1]] in self.lost
 
     def readlink(self, rel: str) -> str:
         node = self._find(rel)

@@ -6,6 +6,7 @@ manifest and status formats come from :mod:`epochfs.torchclient.layout`, the one
 the mount and the torch client read; it is stdlib-only and imports no torch)::
 
     /epoch-<N>/<relative/path>     symlink -> <link_root>/<object name>, one per sample of epoch N
+                                   (a sample the remote lost: a regular file, EIO when read, :mod:`.lost`)
     /latest                        symlink -> epoch-<newest live N>
     /.epochfs/status.json          Store.stats() as JSON, rendered per open
     /.epochfs/epoch-<N>.manifest   the file list of epoch N (layout.format_manifest)
@@ -29,6 +30,7 @@ from typing import TypeVar
 
 from epochfs.fuse.classes import ClassesFile
 from epochfs.fuse.heap import release_free_memory
+from epochfs.fuse.lost import LostEntries, LostSample
 from epochfs.fuse.packed import PackedBytes
 from epochfs.fuse.tree import (
     DIR_MODE,
@@ -55,8 +57,8 @@ from epochfs.torchclient.layout import (
 
 log = logging.getLogger("epochfs.fuse")
 
-__all__ = ["DIR_MODE", "FILE_MODE", "LINK_MODE", "TREES_KEPT", "Attr", "EpochTree", "NotADirectory",
-           "NotALink", "NotFound", "Snapshot", "View", "split_path"]
+__all__ = ["DIR_MODE", "FILE_MODE", "LINK_MODE", "TREES_KEPT", "Attr", "EpochTree", "LostSample",
+           "NotADirectory", "NotALink", "NotFound", "Snapshot", "View", "split_path"]
 
 
 
@@ -114,6 +116,8 @@ class View:
         self._last_recorded: dict[int, float] = {}
         self._pending_reads: set[int] = set()
         self._held: collections.Counter[int] = collections.Counter()
+        self.lost = LostEntries()
+        self.lost.refresh(store)  # before any tree is built: a lost entry is never served as a link
         self._snap = self._read_snapshot()
         self._dir_attr = Attr(DIR_MODE, 0, self.started, 2)
         self.classes = ClassesFile(store)
@@ -137,9 +141,13 @@ class View:
         """Re-read live epochs and status from the store; returns (old, new) for invalidation."""
         with self._refresh_lock:  # one at a time, so a slow refresh never installs an older state
             new = self._read_snapshot()
+            lost = self.lost.refresh(self.store)
             with self._lock:
                 old = self._snap
                 self._snap = new
+                if lost:
+                    for t in self._trees.values():
+                        t.lost = self.lost.sizes
                 for n in [n for n in self._trees if n not in new.live]:
                     del self._trees[n]
                 for n in [n for n in self._manifests if n not in new.live]:
@@ -246,6 +254,7 @@ class View:
                           reread=lambda: store.iter_epoch_files(n))
         except KeyError:
             raise NotFound(epoch_name(n)) from None
+        t.lost = self.lost.sizes
         with self._lock:
             if n in self._snap.live:
                 t = self._trees.setdefault(n, t)
@@ -368,7 +377,10 @@ class View:
                 self.getattr(path)
                 raise NotALink(path)
             raise NotFound(path)
-        target = self.tree(n).readlink("/".join(parts[1:]))
+        tree, rel = self.tree(n), "/".join(parts[1:])
+        if tree.is_lost(rel):  # the kernel still held it as a symlink (cached before the loss)
+            raise LostSample(n, rel)
+        target = tree.readlink(rel)
         self.note_read(n)  # a file's first open: a read of its epoch
         return target
 
@@ -384,6 +396,9 @@ class View:
             n = parse_manifest_name(parts[1])
             if n is not None and self._epoch_live(n, cut=False) is not None:
                 return self.packed_manifest(n)
+        n = parse_epoch_name(parts[0]) if len(parts) > 1 else None
+        if n is not None and n in self._snap.live and self.tree(n).is_lost("/".join(parts[1:])):
+            raise LostSample(n, "/".join(parts[1:]))  # a lost sample's entry: EIO, not ENOENT
         raise NotFound(path)
 
     def read_file(self, path: str) -> bytes:

@@ -100,6 +100,8 @@ STORE_GAUGES = {
                               "else 0.",
     "epochfs_samples_repairing": "Samples whose object file is being fetched again in place (absent "
                                  "meanwhile; lost ones included).",
+    "epochfs_samples_lost": "Samples the remote lost (cannot be fetched again): their entries stay in "
+                            "their epochs and a read of one fails with EIO until the epoch retires.",
 }
 
 
@@ -401,6 +403,7 @@ class StoreCollector:
             "epochfs_disk_full": 1 if stats.backpressure_reason == "disk full" else 0,
             "epochfs_publish_paused": 1 if stats.publish_paused else 0,
             "epochfs_samples_repairing": stats.repairing,
+            "epochfs_samples_lost": stats.lost,
         }
         for name, gauge_value in gauges.items():
             if gauge_value is not None:

@@ -108,7 +108,8 @@ class Scrubber:
         for taken in self.store.take_out([(obj, problem)], quarantine=False):
             self.damaged += 1
             again = ("fetched again into its place (its epochs keep it)" if taken.refetch is not None
-                     else "no longer listed: its entries stay without their file")
+                     else "no longer listed: it cannot be repaired; its entries stay, a read of one "
+                          "fails (EIO)")
             log.warning("scrub: cached object of %r is damaged (%s): %s", taken.key, problem, again)
             if taken.refetch is not None:
                 self.on_damaged(taken.refetch)

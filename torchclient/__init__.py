@@ -40,6 +40,7 @@ if TYPE_CHECKING:  # what static tools see; at run time __getattr__ below import
         read_status,
     )
     from .loader import EpochLoader, EpochRun, EpochStats, default_num_workers
+    from .lost import SampleLostError
     from .npyheader import NpyHeaderError, NpzMemberError
     from .resume import EpochResumeError
     from .sampler import EpochSampler, epoch_indices
@@ -55,6 +56,7 @@ _SUBMODULE = {
     "EpochDataset": "dataset",
     "wait_for_epoch": "dataset",
     "SampleDecodeError": "decode",
+    "SampleLostError": "lost",
     "decode_auto": "decode",
     "decode_bytes": "decode",
     "decode_image": "decode",
@@ -105,6 +107,7 @@ __all__ = [
     "NpyHeaderError",
     "NpzMemberError",
     "SampleDecodeError",
+    "SampleLostError",
     "World",
     "decode_auto",
     "decode_bytes",

@@ -48,6 +48,7 @@ from .decode import check_max_bytes
 from .epochplan import Balance, Partition, plan_batches, resolve_split
 from .globs import KeyFilter
 from .loader import EpochStats, RunBase
+from .lost import lost_aware, lost_error
 from .report import ClientReporter, report_url_from_env
 from .resume import OnResumeMismatch, Resumable
 from .retry import RETRY_SECONDS, check_retry_seconds, retrying, transient
@@ -97,6 +98,9 @@ def _read_rows(reader: SampleReader, paths: list[str], indices: list[int], view:
         try:
             reader.read_into(paths[index], row, scratch)
         except ArraySampleError as exc:
+            lost = lost_error(paths[index], exc)
+            if lost is not None:  # the remote lost it: a clear EIO at once, never retried
+                raise lost from exc
             if retry_seconds <= 0 or not transient(exc):
                 raise
             _read_again(reader, paths[index], row, scratch, retry_seconds)
@@ -106,10 +110,14 @@ def _read_rows(reader: SampleReader, paths: list[str], indices: list[int], view:
 def _read_again(reader: SampleReader, path: str, row: memoryview, scratch: bytearray, seconds: float) -> None:
     """A listed file that was unreachable as during a mount's restart: tried again (:mod:`.retry`)."""
     try:
-        retrying(f"sample {path}", functools.partial(reader.read_into, path, row, scratch), seconds=seconds)
+        retrying(f"sample {path}", lost_aware(path, functools.partial(reader.read_into, path, row, scratch)),
+                 seconds=seconds)
     except ArraySampleError as exc:
         if not transient(exc):
             raise
+        lost = lost_error(path, exc, final=True)
+        if lost is not None:
+            raise lost from exc
         raise ArraySampleError(f"{exc} (tried for {seconds:g}s; was its epoch retired while nothing held it "
                                "open, or is the mount gone?)", path) from exc
 

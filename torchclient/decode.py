@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from .lost import SampleLostError, lost_aware, lost_error
 from .retry import RETRY_SECONDS, retrying, transient
 
 Decoder = Callable[[str], Any]
@@ -184,15 +185,19 @@ def load_sample(path: str, decoder: Decoder, transform: Callable[[Any], Any] | N
 
     A read that fails as a path on a mount being replaced does (ENOENT, ENOTCONN: a FUSE server
     restart) is tried again for up to ``retry_seconds``, one log line per incident
-    (:mod:`.retry`); the caller passes only paths the epoch lists.
+    (:mod:`.retry`); the caller passes only paths the epoch lists. A file whose sample the remote
+    lost raises :class:`~.lost.SampleLostError` (an OSError, errno EIO) at once (:mod:`.lost`).
     """
     try:
-        sample = retrying(f"sample {path}", lambda: decoder(path), seconds=retry_seconds)
-    except SampleDecodeError:
+        sample = retrying(f"sample {path}", lost_aware(path, lambda: decoder(path)), seconds=retry_seconds)
+    except (SampleDecodeError, SampleLostError):
         raise
     except OSError as exc:
         if not transient(exc):
             raise _decode_error(path, decoder, exc) from exc
+        lost = lost_error(path, exc, final=True)
+        if lost is not None:
+            raise lost from exc
         raise SampleDecodeError(
             f"sample file vanished or never existed: {path}: {exc} (tried for {retry_seconds:g}s; was "
             "its epoch retired while nothing held it open, or is the mount gone?)", path) from exc

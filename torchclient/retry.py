@@ -44,13 +44,15 @@ def check_retry_seconds(value: object) -> float:
 
 
 def transient(exc: BaseException) -> bool:
-    """Whether ``exc`` (or an error it was raised from) is an OSError a mount restart gives."""
+    """Whether ``exc`` (or an error it was raised from) is an OSError a mount restart gives. The
+    first OSError with an errno decides: an EIO raised from an ENOENT (a sample the remote lost,
+    :mod:`.lost`) is not retried."""
     seen: set[int] = set()
     e: BaseException | None = exc
     while e is not None and id(e) not in seen:
         seen.add(id(e))
-        if isinstance(e, OSError) and e.errno in TRANSIENT_ERRNOS:
-            return True
+        if isinstance(e, OSError) and e.errno is not None:
+            return e.errno in TRANSIENT_ERRNOS
         e = e.__cause__ or e.__context__
     return False
 

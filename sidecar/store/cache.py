@@ -353,6 +353,11 @@ class Store:
         """Samples waiting for a repair that can be fetched again (:func:`.integrity.repairs_due`)."""
         return integrity.repairs_due(self._ix, limit=limit)
 
+    def lost_samples(self, *, unless: integrity.LostDigest | None = None
+                     ) -> tuple[integrity.LostDigest, list[FileEntry] | None]:
+        """Samples marked lost, read only when they changed (:func:`.integrity.lost`)."""
+        return integrity.lost(self._ix, unless=unless)
+
     def evict(self, need: int) -> int:
         """Evict the oldest unpinned samples until ``need`` bytes are free; returns bytes freed."""
         return eviction.evict(self._ix, self.files, self.policy(), need)

@@ -26,8 +26,8 @@ from pathlib import Path
 
 from epochfs.sidecar.store import digests, journal
 from epochfs.sidecar.store.index import Index
-from epochfs.sidecar.store.objects import ObjectFiles
-from epochfs.sidecar.store.records import Admission, Candidate, StoredObject, TakenOut
+from epochfs.sidecar.store.objects import ObjectFiles, object_name
+from epochfs.sidecar.store.records import Admission, Candidate, FileEntry, StoredObject, TakenOut
 
 QUARANTINE_DIR = "quarantine"
 QUARANTINE_LOG = "quarantine.log"
@@ -156,7 +156,8 @@ def repair(ix: Index, files: ObjectFiles, fixes: list[tuple[Admission, int, int,
         with contextlib.suppress(FileNotFoundError):
             os.unlink(a.temp)
         log.warning("cannot repair %r: the remote's object is not the bytes the epochs hold (its "
-                    "version or digest changed); its entries stay, without their file", a.key)
+                    "version or digest changed): marked lost; its entries stay, a read of one fails "
+                    "(EIO)", a.key)
     if good:
         files.install([a for a, _ in good])
     with ix.write() as db:
@@ -191,6 +192,28 @@ def repairs_due(ix: Index, *, limit: int) -> list[Candidate]:
                     "JOIN catalog c ON c.key = s.key AND c.skipped = 0 WHERE r.lost = 0 ORDER BY r.sample "
                     "LIMIT ?", (limit,))
     return [Candidate(str(a), str(b), int(c), str(d)) for a, b, c, d in rows]
+
+
+LostDigest = tuple[int, int, int, int]
+"""(count, sum, min, max) of the ids of the samples marked lost: what changes when that set does."""
+
+
+def lost(ix: Index, *, unless: LostDigest | None = None) -> tuple[LostDigest, list[FileEntry] | None]:
+    """The samples marked lost (the remote no longer has their bytes: they cannot be repaired),
+    as (digest, entries by key: path = key, size, object name; checksum empty), in one read.
+
+    The FUSE view asks twice a second whether the set changed, so the rows are read only when
+    the digest differs from ``unless`` (None then): the digest is a scan of ``repairs`` (the
+    samples waiting, a handful), the rows a join with ``samples``."""
+    with ix.read() as db:
+        row = db.execute("SELECT COUNT(*), COALESCE(SUM(sample), 0), COALESCE(MIN(sample), 0), "
+                         "COALESCE(MAX(sample), 0) FROM repairs WHERE lost = 1").fetchone()
+        digest: LostDigest = (int(row[0]), int(row[1]), int(row[2]), int(row[3]))
+        if digest == unless:
+            return digest, None
+        rows = db.execute("SELECT s.key, s.size, s.sid FROM repairs r JOIN samples s ON s.id = r.sample "
+                          "WHERE r.lost = 1 ORDER BY s.key").fetchall()
+    return digest, [FileEntry(str(k), int(size), "", object_name(str(sid))) for k, size, sid in rows]
 
 
 def _quarantine(files: ObjectFiles, obj: StoredObject, problem: str) -> Path | None:

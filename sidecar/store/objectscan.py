@@ -97,7 +97,7 @@ def scan(index: Callable[[], Index], files: ObjectFiles, stop: threading.Event, 
             lost += len(taken)
             for t in taken:
                 again = ("fetched again into its place (its epochs keep it)" if t.refetch is not None
-                         else "its key is no longer listed: its entries stay without their file")
+                         else "its key is no longer listed: its entries stay, a read of one fails (EIO)")
                 log.warning("object scan: the object of %s (%s) is %s: %s", t.key, t.sid, t.problem, again)
         if len(objs) < CHUNK:
             break

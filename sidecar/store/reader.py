@@ -12,6 +12,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Protocol
 
+from epochfs.sidecar.store.integrity import LostDigest
 from epochfs.sidecar.store.records import EpochInfo, FileEntry, Policy, Stats
 
 
@@ -35,3 +36,6 @@ class EpochReader(Protocol):
     def request_cut(self, n: int) -> bool: ...
 
     def record_read(self, n: int) -> bool: ...
+
+    def lost_samples(self, *, unless: LostDigest | None = None
+                     ) -> tuple[LostDigest, list[FileEntry] | None]: ...

@@ -235,6 +235,9 @@ class Stats:
     """Damaged samples fetched again into their place (every epoch listing them kept them)."""
     repairing: int = 0
     """Samples waiting for their repair now (their object file absent), lost ones included."""
+    lost: int = 0
+    """Of those, the samples marked lost (the remote no longer has their bytes): their entries stay
+    in every live epoch that lists them and a read of one fails (EIO) until the epoch retires."""
     latest_epoch: int | None = None
     mode: str = "snapshot"
     backpressure_reason: str | None = None

@@ -32,7 +32,8 @@ def read_stats(ix: Index, policy: Policy) -> Stats:
         listing = listing_known(db, catalog, excluded=int(counters.get("listing_excluded", 0)))
         publish_paused = ix.get(Meta.PUBLISH_PAUSED)
         pending = [int(r[0]) for r in db.execute("SELECT n FROM cut_requests ORDER BY n")]
-        repairing = int(db.execute("SELECT COUNT(*) FROM repairs").fetchone()[0])
+        repairing, lost = (int(v) for v in db.execute(
+            "SELECT COUNT(*), COALESCE(SUM(lost), 0) FROM repairs").fetchone())
         epochs = [
             {"epoch": int(a), "samples": int(b), "bytes": int(c), "new": int(d),
              "evicted": int(e), "cut_at": float(f), "listed": g, "estimated": h}
@@ -57,6 +58,7 @@ def read_stats(ix: Index, policy: Policy) -> Stats:
         first_epoch=None if epochs else _first_epoch(policy, int(samples), listing),
         publish_paused=publish_paused,
         repairing=repairing,
+        lost=lost,
         **{k: int(counters.get(k, 0)) for k in COUNTER_NAMES},
     )
 

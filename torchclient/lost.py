@@ -1,0 +1,115 @@
+"""A file the epoch lists whose sample the remote lost: one clear error, at once (issue 20).
+
+The sidecar repairs a damaged or deleted object in place (fetched again under the same name);
+when the remote no longer has the sample's bytes it is marked *lost*: its entry stays in every live
+epoch (an epoch never shrinks under a reader) and reading it fails until the epoch retires. The two
+views fail differently, and this module turns both into :class:`SampleLostError`, an ``OSError``
+with errno EIO that names the file and says why:
+
+* the FUSE view shows the entry as a regular file and answers EIO to its open;
+* the folder view's entry is a plain symlink to the object file, which is gone: the kernel answers
+  ENOENT, which the client would otherwise retry for ``retry_seconds`` (a FUSE restart looks the
+  same) and then report as a vanished file.
+
+Both are recognised from what the mount shows, nothing else: the entry exists (``lstat``), as a
+regular file answering EIO or as a symlink whose target is missing, and the mount's ``status.json``
+counts lost samples (``lost``). A dangling symlink while other samples wait for their repair
+(``repairing`` above ``lost``: those come back within seconds) is retried as before; at the end of
+the retries it is reported lost all the same (:func:`lost_error` with ``final``).
+
+Standard library only (workers import it with the decoders).
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import stat
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, TypeVar
+
+from .layout import parse_epoch_name, read_status
+
+T = TypeVar("T")
+
+
+class SampleLostError(OSError):
+    """A file the epoch lists whose sample the remote lost (errno EIO); the message names the file.
+
+    Constructible from one message string (the DataLoader re-raises a worker's exception that way),
+    and it keeps errno EIO then too."""
+
+    def __init__(self, msg: str, path: str | None = None) -> None:
+        super().__init__(errno.EIO, msg, path)
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return type(self), (self.strerror, self.filename)
+
+
+def _oserror(exc: BaseException) -> OSError | None:
+    seen: set[int] = set()
+    e: BaseException | None = exc
+    while e is not None and id(e) not in seen:
+        seen.add(id(e))
+        if isinstance(e, OSError) and e.errno is not None:
+            return e
+        e = e.__cause__ or e.__context__
+    return None
+
+
+def _mount_root(path: str) -> Path | None:
+    """The mount (or published folder) above ``path``'s ``epoch-N`` folder, None outside one."""
+    p = Path(path)
+    for parent in p.parents:
+        if parse_epoch_name(parent.name) is not None:
+            return parent.parent
+    return None
+
+
+def lost_error(path: str, exc: BaseException, *, final: bool = False) -> SampleLostError | None:
+    """The :class:`SampleLostError` to raise instead of ``exc`` (an open or read of ``path``, a
+    file its epoch lists), or None when ``exc`` is not what a lost sample gives. ``final``: the
+    retries are over, so a dangling symlink is lost even while other samples wait for repair."""
+    err = _oserror(exc)
+    if err is None or err.errno not in (errno.EIO, errno.ENOENT):
+        return None
+    try:
+        st = os.lstat(path)
+    except OSError:
+        return None  # no entry at all: a mount away (restart) or a retired epoch, not a lost sample
+    if err.errno == errno.EIO:
+        how = "the FUSE view answers EIO"
+        if not stat.S_ISREG(st.st_mode):
+            return None
+    else:
+        how = "its entry is a symlink to an object file that is gone"
+        if not stat.S_ISLNK(st.st_mode) or os.path.exists(path):
+            return None
+    root = _mount_root(path)
+    status = read_status(root) if root is not None else None
+    if not status:
+        return None
+    lost, repairing = int(status.get("lost") or 0), int(status.get("repairing") or 0)
+    if lost <= 0 or (err.errno == errno.ENOENT and repairing > lost and not final):
+        return None
+    return SampleLostError(
+        f"sample {path} was lost from the remote: it cannot be fetched again, and its epoch keeps "
+        f"listing it ({how}; {lost} sample(s) lost, see the sidecar's log); skip it or use a newer "
+        "epoch", path)
+
+
+def lost_aware(path: str, call: Callable[[], T]) -> Callable[[], T]:
+    """``call`` (a read of ``path``), raising :class:`SampleLostError` instead of what a lost
+    sample's entry gives, so that :func:`.retry.retrying` fails at once (EIO is not retried)."""
+
+    def attempt() -> T:
+        try:
+            return call()
+        except Exception as exc:
+            lost = lost_error(path, exc)
+            if lost is not None:
+                raise lost from exc
+            raise
+
+    return attempt
