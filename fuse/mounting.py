@@ -87,8 +87,11 @@ def is_dead(path: Path, *, timeout: float = 5.0) -> bool:
     """True for a FUSE mount whose server is gone ("Transport endpoint is not connected") or does
     not answer within ``timeout`` seconds (a stopped or wedged server would block us forever).
 
-    statfs always goes to the server; a stat may be answered from the kernel's attribute cache. It
-    runs in a daemon thread so that a mount that never answers costs a stuck thread, not a hang.
+    statfs goes to the server (the kernel caches no statfs answer); a stat may be answered from the
+    kernel's attribute cache. The kernel answers statfs itself only to a caller the mount does not
+    allow in (no ``allow_other`` and another uid, or another user namespace): our mounts use
+    ``allow_other``, probed from their own namespace. It runs in a daemon thread so that a mount
+    that never answers costs a stuck thread, not a hang.
     """
     outcome: list[bool] = []
 

@@ -120,6 +120,23 @@ def mounted(cache: Path, mount: Path, *, args: tuple[str, ...] = (), timeout: fl
             sys.stderr.write(f"--- epochfs mount log ({log}) ---\n{m.log_text()[-20000:]}\n")
 
 
+def freeze(proc: subprocess.Popen[bytes]) -> None:
+    """SIGSTOP a child of ours and return only once all of its threads are stopped.
+
+    ``kill`` only queues SIGSTOP: it wakes one thread, which starts the group stop when it next
+    runs, and until then the other threads run on. A FUSE server's workers, blocked in a read of
+    /dev/fuse, take and answer a request that comes in meanwhile, and under load that window lasts
+    milliseconds (a statvfs sent right after ``kill`` was answered). ``waitid(WSTOPPED)`` returns
+    when the kernel reports the stop to the parent, which it does only once the last thread has
+    stopped. WNOWAIT leaves the report (or an exit) for Popen; WEXITED ends the wait for a child
+    that died instead of stopping.
+    """
+    proc.send_signal(signal.SIGSTOP)
+    info = os.waitid(os.P_PID, proc.pid, os.WSTOPPED | os.WEXITED | os.WNOWAIT)
+    if info is None or info.si_code != os.CLD_STOPPED:
+        raise RuntimeError(f"pid {proc.pid} did not stop: {info}")
+
+
 def stop(m: Mount, *, sig: int = signal.SIGTERM) -> int | None:
     """Signal the server, wait, and make sure nothing is left mounted or running."""
     if m.proc.poll() is None:

@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from common import wait_until
-from fuse_helpers import EPOCHFS, admit, files_under, make_objects, mounted, open_store, stop
+from fuse_helpers import EPOCHFS, admit, files_under, freeze, make_objects, mounted, open_store, stop
 
 from epochfs.fuse.mounting import find_mount, is_dead
 
@@ -470,7 +470,9 @@ def test_a_mount_that_does_not_answer_counts_as_dead(tmp_path: Path) -> None:
     open_store(cache).close()
     with mounted(cache, mnt) as m:
         assert not is_dead(mnt)
-        m.proc.send_signal(signal.SIGSTOP)  # a wedged server: requests wait, nothing fails
+        # A wedged server: requests wait, nothing fails. freeze() waits until every thread has
+        # stopped; right after kill() an idle worker could still answer the probe's statfs.
+        freeze(m.proc)
         try:
             t0 = time.monotonic()
             assert is_dead(mnt, timeout=1.0)

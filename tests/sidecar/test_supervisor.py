@@ -346,7 +346,7 @@ def test_children_die_with_a_killed_supervisor(s3: S3Server, tmp_path: Path) -> 
 def test_probes_of_a_hung_mount_leave_one_thread_not_one_each(tmp_path: Path) -> None:
     """A stopped FUSE server makes every stat hang: probes every few seconds must not pile up
     stuck threads (one stays, the others answer "hung" at once)."""
-    from fuse_helpers import admit, make_objects, mounted, open_store
+    from fuse_helpers import admit, freeze, make_objects, mounted, open_store
 
     from epochfs.sidecar.supervisor import probe
 
@@ -355,7 +355,7 @@ def test_probes_of_a_hung_mount_leave_one_thread_not_one_each(tmp_path: Path) ->
     store.cut(0)
     with mounted(tmp_path / "cache", tmp_path / "mnt") as m:
         assert probe(m.path, timeout=2) == "ok"
-        os.kill(m.proc.pid, signal.SIGSTOP)
+        freeze(m.proc)  # every thread stopped: right after kill() an idle worker could still answer
         try:
             before = threading.active_count()
             started = time.monotonic()
