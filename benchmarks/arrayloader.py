@@ -274,6 +274,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--sidecar", action="store_true",
                         help="also read through a real epochfs sidecar's mount (root, FUSE)")
     parser.add_argument("--json", type=Path, help="also write every read here")
+    parser.add_argument("--plot", type=Path, help=harness.PLOT_HELP + ": each loader's ratio to plain")
     args = parser.parse_args(argv)
     if (args.cold or args.sidecar) and os.geteuid() != 0:
         harness.fail("--cold and --sidecar need root (dropping the page cache, mounting)")
@@ -298,8 +299,10 @@ def main(argv: list[str] | None = None) -> int:
           "(of the training process alone):")
     for line in summary(results):
         print(line)
+    rows = [{**asdict(r), "mb_per_s": r.mb_per_s} for r in results]
     if args.json:
-        args.json.write_text(json.dumps([{**asdict(r), "mb_per_s": r.mb_per_s} for r in results], indent=1))
+        args.json.write_text(json.dumps(rows, indent=1))
+    harness.write_plot(args.plot, "arrayloader", rows)
     return 0
 
 

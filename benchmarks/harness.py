@@ -63,13 +63,28 @@ PROGRAM_SOURCE = {"epochfs": "pip install epochfs", "s5cmd": INSTALL, "rclone": 
 """Where each program the benchmarks run comes from (``make bench`` installs the system ones)."""
 
 
+PLOT_HELP = "also draw the results into this PNG (matplotlib: pip install 'epochfs[bench]')"
+"""The help of every benchmark's ``--plot FILE.png``."""
+
+
 def write_results(table: str, results: Sequence[Any], *, markdown: Path | None,
-                  json_path: Path | None) -> None:
-    """The benchmark's markdown tables and its results (dataclasses) as JSON, where asked for."""
+                  json_path: Path | None, plot: Path | None = None, kind: str = "") -> None:
+    """The benchmark's markdown tables, its results (dataclasses) as JSON and drawn as ``kind``
+    into a PNG, where asked for."""
     if markdown:
         markdown.write_text(table + "\n")
     if json_path:
         json_path.write_text(json.dumps([asdict(r) for r in results], indent=2) + "\n")
+    write_plot(plot, kind, [asdict(r) for r in results])
+
+
+def write_plot(path: Path | None, kind: str, rows: Sequence[Mapping[str, Any]]) -> None:
+    """``rows`` (as the benchmark's JSON has them) drawn as ``kind`` into the PNG ``path`` when one
+    is given: matplotlib is imported only then (:mod:`._plots`), so no benchmark needs it otherwise."""
+    if path:
+        from epochfs.benchmarks import _plots
+
+        _plots.write(kind, rows, path)
 
 
 # ---------------------------------------------------------------------------------- dependencies

@@ -182,6 +182,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeat", type=int, default=3,
                         help="reads of each epoch per side, alternating sides (medians are reported)")
     parser.add_argument("--json", type=Path, help="also write the results here")
+    parser.add_argument("--plot", type=Path, help=harness.PLOT_HELP + ": each epoch's ratio to direct")
     parser.add_argument("--sidecar", action="store_true",
                         help="run a real epochfs sidecar over generated samples and read through its mount "
                              "(root; the default of `epochfs bench loader`)")
@@ -250,9 +251,10 @@ def run(root: Path, args: argparse.Namespace) -> int:
     if later:
         print(f"from the second epoch on: mount/direct {harness.times(statistics.geometric_mean(later))} "
               f"(geometric mean of the per-epoch median ratios; aim: >= 0.9x)")
+    rows = [{**asdict(r), "mb_per_s": r.mb_per_s, "cpu_per_gb": r.cpu_per_gb} for r in results]
     if args.json:
-        args.json.write_text(json.dumps([{**asdict(r), "mb_per_s": r.mb_per_s, "cpu_per_gb": r.cpu_per_gb}
-                                         for r in results], indent=1))
+        args.json.write_text(json.dumps(rows, indent=1))
+    harness.write_plot(args.plot, "loader", rows)
     return 0
 
 

@@ -140,6 +140,16 @@ def fill_cache(cache: Path, size: int, count: int) -> list[str]:
         store.close()
 
 
+def _ratio_range(samples: dict[str, list[float]], ratio: str) -> list[float]:
+    """[min, max] of one ratio (``first_cold``, ``first_warm``, ``repeat``) over the interleaved
+    runs, each run's mount phase against the same run's direct phase: the spread beside the median."""
+    mount, direct = {"first_cold": ("mount_first_cold", "direct_cold"),
+                     "first_warm": ("mount_first_warm", "direct_warm"),
+                     "repeat": ("mount_repeat", "direct_warm")}[ratio]
+    runs = [m / d for m, d in zip(samples[mount], samples[direct], strict=True)]
+    return [round(min(runs), 2), round(max(runs), 2)]
+
+
 def served_calls(log: Path) -> str:
     """The mount server's Python call counts, from its shutdown log line."""
     m = re.search(r"calls served: (\{.*\})", log.read_text())
@@ -183,6 +193,7 @@ def bench_class(args: argparse.Namespace, name: str, size: int, count: int, proc
             row: dict[str, object] = {"size": name, "files": count, "procs": procs, "repeat": args.repeat}
             row |= {k: round(v) for k, v in med.items()}
             row |= {f"ratio_{k}": v for k, v in ratio.items()}
+            row |= {f"ratio_{k}_range": _ratio_range(samples, k) for k in ratio}  # the plot's error bars
             rows.append(row)
             print(
                 f"{name:>6} x{count:<5} procs={procs}  direct cold {med['direct_cold']:6.0f} MB/s"
@@ -290,6 +301,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--s3fs", action="store_true",
                     help="also read the same files from a local S3 (moto) through s3fs -o use_cache")
     ap.add_argument("--json", type=Path, help="also write the results here")
+    ap.add_argument("--plot", type=Path, help=harness.PLOT_HELP + ": each ratio to direct reads")
     args = ap.parse_args(argv)
     drop = not args.no_drop
     if drop and os.geteuid() != 0:
@@ -316,6 +328,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.json:
         args.json.write_text(json.dumps({"results": results, "calls": calls, "dropped": drop,
                                          "warm": not args.no_warm}, indent=2))
+    harness.write_plot(args.plot, "mount", results)
     return 0
 
 

@@ -360,6 +360,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--dir", type=Path, help="scratch folder (emptied; default: a temp folder)")
     p.add_argument("--json", type=Path, help="write the results here")
     p.add_argument("--markdown", type=Path, help="write the tables here")
+    p.add_argument("--plot", type=Path, help=harness.PLOT_HELP + ": each figure against the keys")
     ns = p.parse_args(argv)
     harness.require("boto3", "botocore")
     if not Path("/dev/fuse").exists() or os.geteuid() != 0:
@@ -373,7 +374,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{ns.size} B objects, {ns.classes} class folders, "
           f"{ns.list_latency * 1000:.0f} ms per listing page")
     print(table)
-    harness.write_results(table, results, markdown=ns.markdown, json_path=ns.json)
+    harness.write_results(table, results, markdown=ns.markdown, json_path=ns.json, plot=ns.plot, kind="scale")
     return 0
 
 

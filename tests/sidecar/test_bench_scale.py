@@ -31,7 +31,7 @@ def test_scale_measures_every_column_at_a_tiny_size(tmp_path: Path) -> None:
     done = run_benchmark(
         [sys.executable, "-P", "-m", "epochfs.benchmarks.scale", "--sizes", "5000", "--samples", "200",
          "--classes", "25", "--list-latency", "1", "--fetch-window", "2", "--dir", str(tmp_path / "work"),
-         "--json", str(out), "--markdown", str(table)],
+         "--json", str(out), "--markdown", str(table), "--plot", str(tmp_path / "scale.png")],
         timeout=240,
     )
     assert done.returncode == 0, done.stdout + done.stderr
@@ -57,6 +57,7 @@ def test_scale_measures_every_column_at_a_tiny_size(tmp_path: Path) -> None:
                    ("samples_per_s", "keys_per_s", "sampler_cpu", "endpoint_cpu")), window
         assert window["sampler_cpu"] > 0
     assert after["keys_per_s"] == 0  # the catalog is complete
+    assert (tmp_path / "scale.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"  # --plot: the curves drawn
     lines = table.read_text().splitlines()
     assert lines[0].startswith("| keys | list floor (s) | first sample (s) | epoch 0 (s) |")
     assert lines[0].endswith("| fetch while listing (/s) | fetch after listing (/s) | listing (keys/s) |")
