@@ -37,6 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from epochfs.benchmarks import harness
+from epochfs.benchmarks.folderview_schedule import admit_keys, schedule_store
 from epochfs.benchmarks.mount import drop_caches, fill_cache, first_read, timed_read
 from epochfs.fuse.mounting import lazy_unmount, make_readonly_bind
 from epochfs.fuse.view import EpochTree
@@ -155,15 +156,33 @@ def admit_more(store: Store, start: int, count: int) -> None:
         store.admit(batch, inflight_bytes=0)
 
 
+def runnable(pid: int) -> bool:
+    """Whether a thread of process ``pid`` is running or waiting for a CPU (state R) or for its
+    disk (D): work in hand, whatever CPU it got."""
+    for task in os.listdir(f"/proc/{pid}/task"):
+        with contextlib.suppress(OSError):
+            state = Path(f"/proc/{pid}/task/{task}/stat").read_text().rsplit(")", 1)[1].split()[0]
+            if state in ("R", "D"):
+                return True
+    return False
+
+
 def wait_idle(pid: int, *, quiet: float = 0.5, timeout: float = 600.0) -> float:
-    """Block until process ``pid`` used under 2% of a CPU for ``quiet`` seconds (the publisher
-    has done what it does ahead, whatever it does); the seconds waited."""
+    """Block until process ``pid`` used under 2% of a CPU for ``quiet`` seconds and no thread of
+    it was runnable at any look meanwhile (the publisher has done what it does ahead, whatever it
+    does); the seconds waited. The CPU alone misread a loaded machine: a publisher starved of CPU
+    with a tree of 1M links still to make used under 2% and was taken for idle, and that round's
+    ask waited 68 s behind the links (load 20)."""
     started = time.perf_counter()
     last = harness.cpu_seconds(pid)
     while time.perf_counter() - started < timeout:
-        time.sleep(quiet)
+        busy = False
+        deadline = time.perf_counter() + quiet
+        while time.perf_counter() < deadline:
+            busy = busy or runnable(pid)
+            time.sleep(0.01)
         now = harness.cpu_seconds(pid)
-        if now - last < 0.02 * quiet:
+        if now - last < 0.02 * quiet and not busy:
             break
         last = now
     return time.perf_counter() - started
@@ -227,20 +246,27 @@ def spread(values: list[float]) -> str:
     return f"{statistics.median(values):.3f} s ({min(values):.3f}-{max(values):.3f})"
 
 
-def bench_wait(work: Path, entries: int, repeat: int, growth: float, fuse: bool) -> dict[str, object]:
+def bench_wait(work: Path, entries: int, repeat: int, growth: float, fuse: bool,
+               schedule: bool = False) -> dict[str, object]:
     """The trainer's wait at an epoch boundary: a real ``epochfs publish`` over a store of
     ``entries`` samples, the newest epoch being read by another process; each round ``growth`` x
     ``entries`` new samples land, the publisher is left alone until idle (it did what it does
     ahead), then the ask (``store.cut``: what ``POST /v1/cut`` does when the condition holds)
     and the clock runs until ``epoch-N/`` is visible. Then, on the same store, the FUSE view's
-    answer to the same ask (a lookup of ``epoch-N``, and of one entry inside it)."""
+    answer to the same ask (a lookup of ``epoch-N``, and of one entry inside it). ``schedule``:
+    a schedule-mode store, each round's new samples being the rest of the next window."""
     base = work / f"wait-{entries}"
-    store = tiny_store(base / "cache", entries)
-    store.configure(Policy(capacity=1 << 40, keep_epochs=2, min_samples=1, in_use_seconds=1.0))
+    order: list[str] = []
+    if schedule:
+        store, order = schedule_store(base / "cache", entries, growth, repeat)
+    else:
+        store = tiny_store(base / "cache", entries)
+        store.configure(Policy(capacity=1 << 40, keep_epochs=2, min_samples=1, in_use_seconds=1.0))
     folder = base / "view"
     store.cut(force=True)
     added = entries
     waits: list[float] = []
+    cuts: list[float] = []  # the store's cut alone (the ask's part before the publisher wakes)
     cpu = 0.0
     rss = 0
     disk = (0, 0)
@@ -257,13 +283,19 @@ def bench_wait(work: Path, entries: int, repeat: int, growth: float, fuse: bool)
                 wait_idle(proc.pid)
                 cpu0 = harness.cpu_seconds(proc.pid)
                 for _ in range(repeat):
-                    admit_more(store, added, max(1, int(entries * growth)))
-                    added += max(1, int(entries * growth))
+                    if schedule:  # the rest of the next window: its cut condition holds
+                        hi = store.schedule_window(store.next_epoch())[1]
+                        admit_keys(store, order[added:hi])
+                        added = max(added, hi)
+                    else:
+                        admit_more(store, added, max(1, int(entries * growth)))
+                        added += max(1, int(entries * growth))
                     store.retire(now=time.time() + 10_000)
                     wait_idle(proc.pid)  # what the publisher does ahead, before anyone asks
                     n = store.next_epoch()
                     t0 = time.perf_counter()
                     assert store.cut(n) == n
+                    cuts.append(time.perf_counter() - t0)
                     waits.append(poll_until(folder / f"epoch-{n}") - t0)
                     store.retire(now=time.time() + 10_000)
                     wait_idle(proc.pid)
@@ -277,14 +309,19 @@ def bench_wait(work: Path, entries: int, repeat: int, growth: float, fuse: bool)
         store.close()
     row: dict[str, object] = {
         "entries": entries, "repeat": repeat, "growth": growth,
+        "mode": "schedule" if schedule else "snapshot",
         "wait_s": round(statistics.median(waits), 3), "wait_min_s": round(min(waits), 3),
-        "wait_max_s": round(max(waits), 3),
+        "wait_max_s": round(max(waits), 3), "cut_s": round(statistics.median(cuts), 3),
         "cpu_per_epoch_s": round(cpu, 2), "cpu_per_entry_us": round(cpu / entries * 1e6, 1),
         "disk_mb_per_epoch": round(disk[0] / 1e6, 2), "inodes_per_epoch": disk[1],
         "publisher_peak_rss_mb": round(rss / 1e6)}
-    print(f"wait    {entries:>7} entries: ask -> epoch-N visible {spread(waits)}; publisher CPU per epoch "
-          f"{cpu:.2f} s ({row['cpu_per_entry_us']} us/entry), peak memory {row['publisher_peak_rss_mb']} MB; "
-          f"disk per epoch {row['disk_mb_per_epoch']} MB, {disk[1]} inodes", flush=True)
+    mode = ", schedule mode" if schedule else ""
+    print(f"wait    {entries:>7} entries{mode}: ask -> epoch-N visible {spread(waits)}; publisher CPU per "
+          f"epoch {cpu:.2f} s ({row['cpu_per_entry_us']} us/entry), peak memory "
+          f"{row['publisher_peak_rss_mb']} MB; disk per epoch {row['disk_mb_per_epoch']} MB, "
+          f"{disk[1]} inodes", flush=True)
+    print(f"wait    {entries:>7} entries{mode}: of which the store's cut (before the publisher wakes) "
+          f"{spread(cuts)}", flush=True)
     if fuse:
         row |= fuse_wait(base, store.root, entries, repeat)
     remove_tree(base)
@@ -409,6 +446,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--growth", type=float, default=0.01,
                     help="new samples landing between two asks, as a share of the epoch")
     ap.add_argument("--no-fuse", action="store_true", help="skip the FUSE view's answer to the same ask")
+    ap.add_argument("--schedule", action="store_true",
+                    help="the wait in schedule mode: windows of the sampling order growing by --growth")
     ap.add_argument("--no-drop", action="store_true", help="never drop the page cache")
     ap.add_argument("--json", type=Path, help="also write the results here")
     args = ap.parse_args(argv)
@@ -426,7 +465,8 @@ def main(argv: list[str] | None = None) -> int:
     results: dict[str, list[dict[str, object]]] = {"wait": [], "publish": [], "reads": []}
     with harness.work_dir(args.dir):
         for entries in waits:
-            results["wait"].append(bench_wait(args.dir, entries, args.repeat, args.growth, not args.no_fuse))
+            results["wait"].append(bench_wait(args.dir, entries, args.repeat, args.growth, not args.no_fuse,
+                                              args.schedule))
         for entries in sizes:
             results["publish"] += bench_publish(args.dir, entries, args.repeat)
         for name, size, count in classes:

@@ -18,9 +18,10 @@ set is checked against the row (count and bytes: the set holds every sample of t
 never being reused, so equal counts mean equal sets; plus a spot check of paths and sample ids).
 Then the manifest is the header plus the body's pages, already joined, renamed into
 ``.epochfs/``; the tree's folders are made ``0555`` and the tree renamed to ``epoch-N``; the
-fsyncs of the manifest and the folder follow. Anything the fast path cannot vouch for (schedule
-mode, an epoch listed row by row, a path clash, a set that does not match the row) returns False
-and the caller writes the epoch the old way, whole (:meth:`FolderPublisher._publish`).
+fsyncs of the manifest and the folder follow. Anything the fast path cannot vouch for (an epoch
+listed row by row, a path clash, a set that does not match the row) returns False and the caller
+writes the epoch the old way, whole (:meth:`FolderPublisher._publish`). Schedule mode's epochs are
+windows of the sampling order, not ranges: :mod:`.folderview_window` builds those ahead.
 
 **The next tree** starts as soon as one is published: the entries of the epoch just published are
 hard links to its symlinks, new samples get symlinks (:mod:`.folderview_links`). So an entry costs
@@ -119,7 +120,10 @@ class AheadTree:
     # ------------------------------------------------------------------ the set
     def _budget_now(self) -> int:
         if time.monotonic() - self._budget_at > 5.0:
-            self._budget = self.store.policy().epoch_budget
+            policy = self.store.policy()
+            if policy.schedule is not None:  # its epochs are windows: .folderview_window's
+                raise Tainted("the store is in schedule mode")
+            self._budget = policy.epoch_budget
             self._budget_at = time.monotonic()
         return self._budget
 

@@ -38,6 +38,7 @@ from epochfs.fuse.view import EpochTree, View
 from epochfs.sidecar.folderview_ahead import AheadTree, Tainted
 from epochfs.sidecar.folderview_links import write_tree
 from epochfs.sidecar.folderview_remove import Remover, remove_tree
+from epochfs.sidecar.folderview_window import WindowTree, ahead_tree
 from epochfs.sidecar.store import Store
 from epochfs.sidecar.store.objects import fsync_dir
 from epochfs.torchclient.layout import (
@@ -106,7 +107,7 @@ class FolderPublisher:
         self._latest: int | None = None
         self._live_seen: frozenset[int] | None = None
         self.ahead = ahead
-        self._ahead: AheadTree | None = None
+        self._ahead: AheadTree | WindowTree | None = None
         self._remover = Remover() if (ahead if background is None else background) else None
 
     # ------------------------------------------------------------------ what is in the folder
@@ -225,8 +226,8 @@ class FolderPublisher:
         if not self.ahead or (self._ahead_off is not None and self._ahead_off == self._live_seen):
             return False
         if self._ahead is None:
-            self._ahead = AheadTree(store=self.store, folder=self.folder, link_root=self.view.link_root,
-                                    temp_prefix=TEMP_PREFIX)
+            self._ahead = ahead_tree(store=self.store, folder=self.folder, link_root=self.view.link_root,
+                                     temp_prefix=TEMP_PREFIX)  # a window in schedule mode
             for n in self.visible()[-1:]:  # after a restart too: link from what is published
                 self._ahead.rebase(n)
         try:

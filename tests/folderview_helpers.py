@@ -24,6 +24,10 @@ from pathlib import Path
 from common import free_port, wait_until
 from sidecar_helpers import EPOCHFS, Sidecar
 
+from epochfs.sidecar.folderview import FolderPublisher
+from epochfs.sidecar.store import Store
+from epochfs.torchclient import layout
+
 
 def unprivileged(argv: list[str]) -> list[str]:
     """``argv`` without any capability and with no_new_privs when we are root; as is otherwise."""
@@ -124,3 +128,46 @@ def kill_child(car: Sidecar, name: str) -> int:
     assert pid is not None, car.health()
     os.kill(pid, signal.SIGKILL)
     return pid
+
+
+# The next epoch built ahead against a whole build (test_folderview_ahead.py, _window.py).
+def tree_of(base: Path) -> dict[str, str]:
+    """Relative path -> symlink target (files) or mode (folders) of everything below ``base``."""
+    out = {}
+    for dirpath, _dirs, files in os.walk(base):
+        rel = os.path.relpath(dirpath, base)
+        out[rel + "/"] = oct(os.stat(dirpath).st_mode)
+        for name in files:
+            out[os.path.join(rel, name)] = os.readlink(os.path.join(dirpath, name))
+    return out
+
+
+def pair(store: Store, tmp_path: Path) -> tuple[FolderPublisher, FolderPublisher]:
+    ahead = FolderPublisher(store=store, folder=tmp_path / "ahead", link_root=Path("/efs"), ahead=True,
+                            grace=False)
+    whole = FolderPublisher(store=store, folder=tmp_path / "whole", link_root=Path("/efs"), grace=False)
+    for p in (ahead, whole):
+        p.recover()
+        p.step(force_status=True)
+    return ahead, whole
+
+
+def settle(p: FolderPublisher) -> None:
+    """Step until the tree built ahead has nothing left to link (bounded: each step links some)."""
+    for _ in range(1000):
+        if not p.step().pending:
+            return
+    raise AssertionError("the tree built ahead never settled")
+
+
+def same_epoch(ahead: FolderPublisher, whole: FolderPublisher, n: int) -> None:
+    m = f".epochfs/epoch-{n}.manifest"
+    assert (ahead.folder / m).read_bytes() == (whole.folder / m).read_bytes(), f"epoch {n}: manifests differ"
+    assert tree_of(ahead.folder / f"epoch-{n}") == tree_of(whole.folder / f"epoch-{n}"), f"epoch {n}: trees"
+    # Every folder a reader finds in the epoch has its class index (issue 22) when it appears.
+    classes = layout.read_classes(ahead.folder)
+    assert classes is not None
+    for dirpath, dirs, _files in os.walk(ahead.folder / f"epoch-{n}"):
+        rel = os.path.relpath(dirpath, ahead.folder / f"epoch-{n}")
+        for d in dirs:
+            assert d in classes[layout.ROOT_KEY if rel == "." else rel], (n, rel, d)

@@ -419,6 +419,11 @@ class Store:
         None for schedule-mode windows, epochs listed row by row and epochs not live."""
         return admitted.epoch_extent(self._ix, n)
 
+    def admitted_windows(self) -> admitted.WindowReads:
+        """The reads that follow schedule mode's next window as :meth:`samples_after` and
+        :meth:`epoch_extent` follow the next snapshot cut (the folder view builds it ahead)."""
+        return admitted.WindowReads(lambda: self._ix, self.policy)
+
     def record_read(self, n: int, *, now: float | None = None) -> bool:
         """Keep epoch ``n`` pinned for the in-use window; False when the index could not take the
         write now (busy or full): the caller tries again later."""

@@ -15,54 +15,10 @@ import os
 import time
 from pathlib import Path
 
+from folderview_helpers import pair, same_epoch, settle, tree_of
 from fuse_helpers import admit, make_objects, open_store
 
 from epochfs.sidecar import folderview
-from epochfs.sidecar.folderview import FolderPublisher
-from epochfs.sidecar.store import Store
-from epochfs.torchclient import layout
-
-
-def tree_of(base: Path) -> dict[str, str]:
-    """Relative path -> symlink target (files) or mode (folders) of everything below ``base``."""
-    out = {}
-    for dirpath, _dirs, files in os.walk(base):
-        rel = os.path.relpath(dirpath, base)
-        out[rel + "/"] = oct(os.stat(dirpath).st_mode)
-        for name in files:
-            out[os.path.join(rel, name)] = os.readlink(os.path.join(dirpath, name))
-    return out
-
-
-def pair(store: Store, tmp_path: Path) -> tuple[FolderPublisher, FolderPublisher]:
-    ahead = FolderPublisher(store=store, folder=tmp_path / "ahead", link_root=Path("/efs"), ahead=True,
-                            grace=False)
-    whole = FolderPublisher(store=store, folder=tmp_path / "whole", link_root=Path("/efs"), grace=False)
-    for p in (ahead, whole):
-        p.recover()
-        p.step(force_status=True)
-    return ahead, whole
-
-
-def settle(p: FolderPublisher) -> None:
-    """Step until the tree built ahead has nothing left to link (bounded: each step links some)."""
-    for _ in range(1000):
-        if not p.step().pending:
-            return
-    raise AssertionError("the tree built ahead never settled")
-
-
-def same_epoch(ahead: FolderPublisher, whole: FolderPublisher, n: int) -> None:
-    m = f".epochfs/epoch-{n}.manifest"
-    assert (ahead.folder / m).read_bytes() == (whole.folder / m).read_bytes(), f"epoch {n}: manifests differ"
-    assert tree_of(ahead.folder / f"epoch-{n}") == tree_of(whole.folder / f"epoch-{n}"), f"epoch {n}: trees"
-    # Every folder a reader finds in the epoch has its class index (issue 22) when it appears.
-    classes = layout.read_classes(ahead.folder)
-    assert classes is not None
-    for dirpath, dirs, _files in os.walk(ahead.folder / f"epoch-{n}"):
-        rel = os.path.relpath(dirpath, ahead.folder / f"epoch-{n}")
-        for d in dirs:
-            assert d in classes[layout.ROOT_KEY if rel == "." else rel], (n, rel, d)
 
 
 def test_cuts_are_shown_from_the_tree_built_ahead_identical_to_a_whole_build(tmp_path: Path) -> None:

@@ -21,7 +21,11 @@ on the folder exactly as the crash left it:
   the kill; with cuts every 30 ms and two epochs kept that is rare, and
   ``test_folderview_ahead.py`` checks the sharing itself.)
 
-Two rounds of each kind by default; ``-m slow`` runs 40 rounds.
+The same in schedule mode (``schedule=True``): the store's epochs are windows of the sampling
+order, the driver admits each next window's keys before it cuts, and the tree built ahead is
+:mod:`epochfs.sidecar.folderview_window`'s.
+
+Two rounds of each kind by default (in each mode); ``-m slow`` runs 40 rounds.
 """
 
 from __future__ import annotations
@@ -40,7 +44,8 @@ from fuse_helpers import EPOCHFS, open_store, sid_of
 
 from epochfs.sidecar import folderview
 from epochfs.sidecar.folderview import FolderPublisher
-from epochfs.sidecar.store import Admission, Store
+from epochfs.sidecar.store import Admission, CatalogRow, Policy, Schedule, Store
+from epochfs.sidecar.store.catalog import Part
 from epochfs.torchclient import layout
 
 ENTRIES = 1500
@@ -66,19 +71,45 @@ def admit(store: Store, items: dict[str, bytes]) -> None:
     store.admit(admissions)
 
 
-class Driver(threading.Thread):
-    """Cuts and retires epochs in the store while the publisher runs."""
+CATALOG = 4 * ENTRIES
+"""Schedule mode: the keys listed, in a shuffled sampling order; windows of ENTRIES keys growing
+by 0.1% an epoch (capped by the catalog: then every cut has the same window)."""
 
-    def __init__(self, store: Store, next_key: int) -> None:
+
+def schedule_mode(store: Store) -> list[str]:
+    """Make ``store`` a schedule-mode store with a complete catalog; the keys in sampling order."""
+    store.configure(Policy(capacity=1 << 30, keep_epochs=2, in_use_seconds=1000.0,
+                           schedule=Schedule(initial=ENTRIES, growth=1.001)))
+    keys = sorted(objects(0, CATALOG))
+    ranks = random.Random(5).sample(range(10 * CATALOG), CATALOG)
+    rows = [CatalogRow(k, sid_of(k), 4, "v", rank=r) for k, r in zip(keys, ranks, strict=True)]
+    listings = store.listings()
+    part = Part(0, "", "", None, after="", done=True)
+    gen = listings.begin([part], "test")
+    listings.commit_page(gen, part, rows, skips=0, clashes=[])
+    listings.finish(gen)
+    return [r.key for r in sorted(rows, key=lambda r: (r.rank, r.key))]
+
+
+class Driver(threading.Thread):
+    """Cuts and retires epochs in the store while the publisher runs; in schedule mode (``order``:
+    the keys in sampling order) it admits the next window's keys before each cut."""
+
+    def __init__(self, store: Store, next_key: int, order: list[str] | None = None) -> None:
         super().__init__(daemon=True)
-        self.store, self.next_key, self.rounds = store, next_key, 0
+        self.store, self.next_key, self.rounds, self.order = store, next_key, 0, order
         self.stop = threading.Event()
         self.cuts = 0
         self.cut_made = threading.Condition()
 
     def run(self) -> None:
         while not self.stop.is_set():
-            if self.rounds % 4 == 0:  # new samples now and then; epochs stay about ENTRIES large
+            if self.order is not None:  # the next window's keys, up to its end
+                hi = self.store.schedule_window(self.store.next_epoch())[1]
+                if hi > self.next_key:
+                    admit(self.store, {k: k.encode() for k in self.order[self.next_key:hi]})
+                    self.next_key = hi
+            elif self.rounds % 4 == 0:  # new samples now and then; epochs stay about ENTRIES large
                 admit(self.store, objects(self.next_key, 5))
                 self.next_key += 5
             self.rounds += 1
@@ -168,11 +199,12 @@ def check_visible_epochs_complete(folder: Path, store: Store) -> list[int]:
     return visible
 
 
-def run_rounds(tmp_path: Path, rounds: int, seed: int) -> dict[str, int]:
+def run_rounds(tmp_path: Path, rounds: int, seed: int, *, schedule: bool = False) -> dict[str, int]:
     rng = random.Random(seed)
     store = open_store(tmp_path / "cache", keep_epochs=2, in_use_seconds=1000.0)
-    admit(store, objects(0, ENTRIES))
-    store.cut(0)
+    order = schedule_mode(store) if schedule else None
+    admit(store, {k: k.encode() for k in order[:ENTRIES]} if order else objects(0, ENTRIES))
+    assert store.cut(0) == 0
     folder = tmp_path / "view"
     next_key = ENTRIES
     seen = {m: 0 for m in (*MOMENTS, "missed", "shared")}
@@ -181,7 +213,7 @@ def run_rounds(tmp_path: Path, rounds: int, seed: int) -> dict[str, int]:
     for i in range(rounds):
         moment = MOMENTS[i % len(MOMENTS)]
         proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-        driver = Driver(store, next_key)
+        driver = Driver(store, next_key, order)
         driver.start()
         try:
             got = wait_for_moment(folder, moment, rng, proc, driver)
@@ -216,9 +248,10 @@ def run_rounds(tmp_path: Path, rounds: int, seed: int) -> dict[str, int]:
     return seen
 
 
+@pytest.mark.parametrize("schedule", [False, True], ids=["snapshot", "schedule"])
 @pytest.mark.parametrize("seed", [int(os.environ.get("EPOCHFS_CRASH_SEED", "20261130"))])
-def test_kill_9_while_publishing_and_retiring(tmp_path: Path, seed: int) -> None:
-    seen = run_rounds(tmp_path, rounds=6, seed=seed)
+def test_kill_9_while_publishing_and_retiring(tmp_path: Path, seed: int, schedule: bool) -> None:
+    seen = run_rounds(tmp_path, rounds=6, seed=seed, schedule=schedule)
     print(f"seed {seed}: moments {seen}")
     assert seen["build"] + seen["retire"] + seen["ahead"] + seen["cut"] >= 3, seen  # most inside a build
     assert seen["ahead"] >= 1, seen  # a kill landed while a tree built ahead was there
@@ -226,10 +259,11 @@ def test_kill_9_while_publishing_and_retiring(tmp_path: Path, seed: int) -> None
 
 
 @pytest.mark.slow
-def test_kill_9_while_publishing_and_retiring_many_rounds(tmp_path: Path) -> None:
+@pytest.mark.parametrize("schedule", [False, True], ids=["snapshot", "schedule"])
+def test_kill_9_while_publishing_and_retiring_many_rounds(tmp_path: Path, schedule: bool) -> None:
     seed = random.randrange(1 << 30)
     print(f"seed {seed} (EPOCHFS_CRASH_SEED={seed} repeats the default test's moments)")
-    seen = run_rounds(tmp_path, rounds=40, seed=seed)
+    seen = run_rounds(tmp_path, rounds=40, seed=seed, schedule=schedule)
     print(f"moments {seen}")
     assert seen["build"] + seen["retire"] + seen["ahead"] + seen["cut"] >= 20, seen
     assert seen["ahead"] >= 5, seen

@@ -1,15 +1,19 @@
 """``epochfs sidecar --view folder`` for real, with no capability and no_new_privs:
 epochs published from a ``file://`` remote, byte-exact; cuts by a request on the loopback port (as
 the torch client asks), by ``epochfs cut`` and by the interval; reads reported in use recorded; a
-publisher killed with -9 restarted while readers keep reading; SIGTERM exits 0 and leaves the folder.
+publisher stalled until the store retired an epoch the folder still lists, then killed with -9,
+restarted while readers keep reading (a failure only counts in an epoch the store still holds);
+SIGTERM exits 0 and leaves the folder.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import signal
 import sqlite3
 import threading
+import time
 import urllib.error
 import urllib.request
 from pathlib import Path
@@ -69,6 +73,17 @@ def last_read(cache: Path, n: int) -> float:
         db.close()
 
 
+def live_in_store(cache: Path, n: int) -> bool:
+    """Epoch ``n`` is live in the store (not retired). Retirement is final, so an epoch live after a
+    read failed was live throughout the read: the one case the contract forbids a failure in."""
+    db = sqlite3.connect(f"file:{cache / 'index.sqlite'}?mode=ro", uri=True, timeout=30)
+    try:
+        row = db.execute("SELECT retired FROM epochs WHERE n=?", (n,)).fetchone()
+        return row is not None and not int(row[0])
+    finally:
+        db.close()
+
+
 @pytest.fixture
 def remote() -> tuple[Path, dict[str, bytes]]:
     with owned_dir() as base:
@@ -93,8 +108,14 @@ def test_unprivileged_sidecar_publishes_epochs_byte_exact(remote: tuple[Path, di
         assert car.metric("epochfs_mounted") == 1
         # Epoch 0 as the torch client asks for it: a cut request on the loopback port.
         assert cut(car, "epoch=1")[0] == 409  # only the next epoch, unless a jump is asked for
+        start = time.monotonic()
         code, doc = cut(car, "epoch=0")
+        took = time.monotonic() - start
         assert (code, doc["state"]) == (200, "live"), doc
+        # Cut at once by the request, in the supervisor: observed in the histogram the sampler's
+        # queued cuts go to (its count is the cuts asked for, issue 23), as the request's own time.
+        assert car.metric("epochfs_cut_wait_seconds_count") == 1
+        assert 0 <= (car.metric("epochfs_cut_wait_seconds_sum") or 0) <= took
         wait_until(lambda: layout.epoch_exists(car.mount, 0), timeout=10, what="epoch-0 published")
         first = check_epoch(car.mount, 0, objects)
         assert len(first) >= 10
@@ -128,28 +149,50 @@ def test_cut_interval_publishes_and_a_killed_publisher_is_replaced_while_readers
         with folder_sidecar(base, root, extra=extra) as car:
             wait_until(lambda: len(layout.list_epochs(car.mount)) >= 2, timeout=30, what="two interval cuts")
             errors: list[str] = []
+            read: list[int] = []
             stop = threading.Event()
 
             def reader() -> None:
+                # A reader that reports nothing (a plain script): the store may retire the epoch it
+                # reads (2 s after it appeared, once two newer ones are cut) and evict its objects.
+                # The folder follows within 0.1 s, but not while the publisher is dead: with it
+                # killed and restarting (0.5 s backoff, a Python start, recovery: seconds at a
+                # high load) a listed epoch can be retired with its files gone. So a failure is
+                # an error only while the store still holds the epoch: a visible file of a live
+                # epoch is always readable (docs/folderview.md, "Retirement").
                 while not stop.is_set():
                     for n in layout.list_epochs(car.mount)[-1:]:
                         try:
                             check_epoch(car.mount, n, objects)
-                        except FileNotFoundError:
-                            if n in layout.list_epochs(car.mount):  # gone only if retired meanwhile
-                                errors.append(f"epoch-{n} unreadable while listed")
-                        except AssertionError as e:
-                            errors.append(str(e))
+                            read.append(n)
+                        except (OSError, AssertionError) as e:
+                            if live_in_store(car.cache, n):
+                                errors.append(f"epoch-{n} (live) unreadable: {e!r}")
 
             t = threading.Thread(target=reader)
             t.start()
             try:
-                old = kill_child(car, "publisher")
+                # The publisher stalls first (as on a loaded node: the race this test once lost by
+                # chance), until the store has retired an epoch the folder still lists; then -9.
+                stalled = car.child_pid("publisher")
+                assert stalled is not None, car.health()
+                os.kill(stalled, signal.SIGSTOP)
+                try:
+                    listed = max(layout.list_epochs(car.mount))
+                    wait_until(lambda: not live_in_store(car.cache, listed), timeout=30,
+                               what="the store retires an epoch the folder lists")
+                finally:
+                    old = kill_child(car, "publisher")
+                assert old == stalled
                 wait_until(lambda: car.child_pid("publisher") not in (None, old), timeout=15,
                            what="the publisher restarted")
-                newest = max(layout.list_epochs(car.mount))
-                wait_until(lambda: max(layout.list_epochs(car.mount)) > newest, timeout=15,
+                # The restarted publisher's recovery may have removed every listed epoch (retired
+                # while it was dead) before it publishes the live ones: the folder can be empty.
+                newest = max(layout.list_epochs(car.mount), default=-1)
+                wait_until(lambda: max(layout.list_epochs(car.mount), default=-1) > newest, timeout=15,
                            what="publishing goes on after the restart")
+                done = len(read)
+                wait_until(lambda: len(read) > done, timeout=15, what="a whole epoch read after the restart")
             finally:
                 stop.set()
                 t.join()
