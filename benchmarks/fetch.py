@@ -29,6 +29,15 @@ included) is reported beside it.
     epochfs bench fetch                                         # defaults: 160 x 4 MiB, 1500 x 64 KiB
     python -m epochfs.benchmarks.fetch --tools epochfs,s5cmd --checksums crc64nvme --json out.json
     python -m epochfs.benchmarks.fetch --sample-args "--list-process 0"  # epochfs sample's own flags
+    python -m epochfs.benchmarks.fetch --baseline-src /tmp/old/src   # before/after, alternating
+
+``--baseline-src`` adds the tool ``epochfs-base``: the same ``epochfs sample`` with that source
+folder first on ``PYTHONPATH`` (a worktree of an older commit), run in turn with the others, so a
+change is measured against the code before it under the same load. Before the runs, both trees'
+modules are compiled to bytecode (``compileall``, into their ``__pycache__``), as ``pip install``
+compiles an installed package: where ``PYTHONDONTWRITEBYTECODE`` is set (this development
+environment) every start would otherwise compile ~80 modules from source (~0.2 s of CPU), a cost
+no deployment pays.
 """
 
 from __future__ import annotations
@@ -40,18 +49,24 @@ import json
 import os
 import shlex
 import shutil
-import sqlite3
 import statistics
 import subprocess
 import sys
 import time
 from dataclasses import asdict, dataclass
+from functools import partial
 from pathlib import Path
 
 from epochfs.benchmarks import harness
-
-PROGRAM: dict[str, str] = {}
-"""Each tool's program (epochfs's console script, s5cmd, rclone), found when the run starts."""
+from epochfs.benchmarks.fetch_runs import (
+    PROGRAM,
+    SAMPLE_ARGS,
+    STEADY,
+    TOOLS,
+    compile_epochfs,
+    run_epochfs,
+    verified_kinds,
+)
 
 
 @dataclass
@@ -116,117 +131,10 @@ def upload(endpoint: str, bucket: str, prefix: str, count: int, size: int, check
         return sum(pool.map(put, range(count)))
 
 
-def verified_kinds(cache: Path) -> set[str]:
-    """The kinds of check the sampler recorded for its samples."""
-    db = sqlite3.connect(f"file:{cache / 'index.sqlite'}?mode=ro", uri=True, timeout=5)
-    try:
-        return {str(r[0]) for r in db.execute("SELECT DISTINCT verified FROM samples")}
-    finally:
-        db.close()
-
-
-class IndexWatch:
-    """Read-only polls of a cache index: catalog ready, samples admitted (one connection)."""
-
-    def __init__(self, cache: Path) -> None:
-        self.cache = cache
-        self.db: sqlite3.Connection | None = None
-
-    def _query(self, sql: str) -> object:
-        if self.db is None:
-            if not (self.cache / "index.sqlite").exists():
-                return None
-            self.db = sqlite3.connect(f"file:{self.cache / 'index.sqlite'}?mode=ro", uri=True, timeout=5)
-        try:
-            row = self.db.execute(sql).fetchone()
-        except sqlite3.OperationalError:
-            return None
-        return None if row is None else row[0]
-
-    def catalog_ready(self) -> bool:
-        return self._query("SELECT value FROM meta WHERE name='catalog_objects'") is not None
-
-    def samples(self) -> int:
-        count = self._query("SELECT COUNT(*) FROM samples")
-        return count if isinstance(count, int) else 0
-
-    def close(self) -> None:
-        if self.db is not None:
-            self.db.close()
-
-
-STEADY: dict[str, float] = {}
-"""Seconds of the last epochfs run after its start-up (imports, client, listing)."""
-
-
-STALLED = 120.0
-"""Seconds without a sample admitted after which a sampler run is a failure (a run of this
-benchmark must end: a sampler that cannot list, for one, would be waited for for ever)."""
-
-SAMPLE_ARGS: list[str] = []
-"""More arguments of ``epochfs sample`` (``--sample-args``)."""
-
-
-def run_epochfs(endpoint: str, url: str, dest: Path, count: int, concurrency: int) -> tuple[float, float]:
-    env = {**harness.s3_env(), "EPOCHFS_PROGRESS_SECONDS": "3600"}
-    started = time.monotonic()
-    proc = subprocess.Popen(
-        [PROGRAM["epochfs"], "--log-level", "WARNING", "sample", "--remote", url, "--cache", str(dest),
-         "--endpoint-url", endpoint, "--capacity", "1Ti", "--concurrency", str(concurrency), *SAMPLE_ARGS],
-        env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-    )
-    watch = IndexWatch(dest)
-    ready: float | None = None
-    progress = (-1, started)  # (samples, when that count was first seen)
-    try:
-        while True:
-            if ready is None and watch.catalog_ready():
-                ready = time.monotonic()
-            samples = watch.samples()
-            if ready is not None and samples >= count:
-                break
-            if proc.poll() is not None:
-                assert proc.stderr is not None
-                raise RuntimeError(f"epochfs sample exited {proc.returncode}: {proc.stderr.read()!r}")
-            if samples != progress[0]:
-                progress = (samples, time.monotonic())
-            elif time.monotonic() - progress[1] > STALLED:
-                harness.stop(proc, timeout=60)
-                assert proc.stderr is not None
-                raise RuntimeError(f"epochfs sample admitted {samples} of {count} objects and none for "
-                                   f"{STALLED:.0f}s: {proc.stderr.read()[-2000:]!r}")
-            time.sleep(0.01)  # completion poll: 10 ms resolution on runs of seconds
-        done = time.monotonic()
-        STEADY["last"] = done - ready
-        return started, done - started
-    finally:
-        watch.close()
-        harness.stop(proc, timeout=60)
-
-
-def run_s5cmd(endpoint: str, url: str, dest: Path, count: int, concurrency: int) -> tuple[float, float]:
-    env = harness.s3_env()
-    started = time.monotonic()
-    subprocess.run([PROGRAM["s5cmd"], "--endpoint-url", endpoint, "cp", f"{url}/*", f"{dest}/"], env=env,
-                   check=True, stdout=subprocess.DEVNULL)
-    return started, time.monotonic() - started
-
-
-def run_rclone(endpoint: str, url: str, dest: Path, count: int, concurrency: int) -> tuple[float, float]:
-    env = {**harness.s3_env(), **harness.rclone_env("bench", endpoint)}
-    src = "bench:" + url.removeprefix("s3://")
-    started = time.monotonic()
-    subprocess.run([PROGRAM["rclone"], "copy", src, str(dest), "--transfers", str(concurrency), "--checkers",
-                    str(concurrency), "--config", "/dev/null"], env=env, check=True,
-                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    return started, time.monotonic() - started
-
-
 def _seconds(value: float | None) -> str:
     return "    -" if value is None else f"{value:5.3f}s"
 
 
-TOOLS = {"epochfs": run_epochfs, "s5cmd": run_s5cmd, "rclone": run_rclone}
 
 
 def download_cpu(endpoint: str, url: str, dest: Path, concurrency: int) -> tuple[float, int]:
@@ -309,12 +217,21 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--endpoint", default=None, help="use this S3 endpoint instead of starting moto")
     ap.add_argument("--tools", default="epochfs,s5cmd,rclone")
     ap.add_argument("--json", type=Path, default=None, help="write all runs here")
+    ap.add_argument("--plot", type=Path, help=harness.PLOT_HELP + ": epochfs's ratio to each tool")
     ap.add_argument("--sample-args", default="", help="more arguments of epochfs sample, one string "
                     "(\"--list-process 0\")")
+    ap.add_argument("--baseline-src", type=Path, default=None,
+                    help="also run epochfs sample from this source folder (PYTHONPATH; e.g. a git "
+                         "worktree's src/) as the tool epochfs-base, alternating with the others")
     args = ap.parse_args(argv)
     SAMPLE_ARGS[:] = shlex.split(args.sample_args)
 
     tools = [t for t in args.tools.split(",") if t]
+    if args.baseline_src is not None:
+        if not (args.baseline_src / "epochfs" / "sidecar" / "cli.py").exists():
+            ap.error(f"--baseline-src: no epochfs/sidecar/cli.py under {args.baseline_src}")
+        TOOLS["epochfs-base"] = partial(run_epochfs, src=args.baseline_src.resolve())
+        tools.insert(tools.index("epochfs") + 1 if "epochfs" in tools else 0, "epochfs-base")
     unknown = sorted(set(tools) - set(TOOLS))
     if unknown:
         ap.error(f"--tools: unknown {', '.join(unknown)} (known: {', '.join(TOOLS)})")
@@ -322,7 +239,12 @@ def main(argv: list[str] | None = None) -> int:
     unknown = sorted(set(checksums) - set(CHECKSUMS))
     if unknown or not checksums:
         ap.error(f"--checksums: unknown {', '.join(unknown) or 'none given'} (known: {', '.join(CHECKSUMS)})")
-    PROGRAM.update({tool: harness.program(tool) for tool in tools})
+    PROGRAM.update({tool: harness.program(tool) for tool in tools if tool != "epochfs-base"})
+    if "epochfs-base" in tools:
+        PROGRAM["epochfs"] = harness.program("epochfs")
+        compile_epochfs(args.baseline_src)
+    if "epochfs" in tools:
+        compile_epochfs()
     with contextlib.ExitStack() as stack:
         scratch = stack.enter_context(harness.work_dir(prefix="epochfs-fetch-", parent=args.dir))
         requests = scratch / "requests.log"
@@ -353,13 +275,14 @@ def main(argv: list[str] | None = None) -> int:
                     subprocess.run(["sync"], check=False)
                     synced = time.monotonic() - synced
                     first, first_object = first_gets(requests, started)
-                    n, total = files_in(dest / "objects" if tool == "epochfs" else dest)
+                    sampler = tool.startswith("epochfs")
+                    n, total = files_in(dest / "objects" if sampler else dest)
                     if n != count or total != count * size:
                         raise RuntimeError(f"{tool} fetched {n} files / {total} bytes of {name}-{checksum}")
-                    if tool == "epochfs" and verified_kinds(dest) != {CHECKSUMS[checksum]}:
+                    if sampler and verified_kinds(dest) != {CHECKSUMS[checksum]}:
                         raise RuntimeError(f"{name}-{checksum}: the sampler verified by "
                                            f"{sorted(verified_kinds(dest))}, not {CHECKSUMS[checksum]}")
-                    steady = STEADY.pop("last", None) if tool == "epochfs" else None
+                    steady = STEADY.pop("last", None) if sampler else None
                     runs.append(Run(tool, name, checksum, count, total, seconds, cpu, steady, client,
                                     first, first_object, synced))
                     print(f"  {name:5s} {checksum:9s} {tool:8s} run {rep}: {seconds:6.2f}s  "
@@ -384,7 +307,7 @@ def main(argv: list[str] | None = None) -> int:
         print()
         print(f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs; medians of {args.repeat} "
               f"alternating runs, [min-max] beside each")
-        table = harness.Table(("dataset", "8s"), ("tool", "8s"), ("seconds", "20s"), ("MB/s", "8.1f"),
+        table = harness.Table(("dataset", "8s"), ("tool", "12s"), ("seconds", "20s"), ("MB/s", "8.1f"),
                               ("obj/s", "8.0f"), ("first GET s", "20s"), ("first object GET s", "20s"),
                               ("moto CPU", "9.0%"), ("client CPU s", "13.2f"), ("checksum", "10s"))
         print(table.header())
@@ -426,14 +349,17 @@ def main(argv: list[str] | None = None) -> int:
                           f"{harness.times(base_seconds / steady)} after the sampler's start-up "
                           f"({seconds - steady:.2f}s), {harness.times(durable)} with each run's files "
                           f"synced to disk after it; objects stored with {checksum}")
-                firsts = [r.first_get_seconds for r in mine if r.first_get_seconds is not None]
-                objects = [r.first_object_seconds for r in mine if r.first_object_seconds is not None]
-                if firsts:
-                    print(f"{name}: epochfs start-up to its first GET {spread(firsts, '.3f')} s, to its "
-                          f"first object GET {spread(objects, '.3f')} s (process start to the server's "
-                          f"request log)")
+                for sampler in (t for t in tools if t.startswith("epochfs")):
+                    done = chosen(name, checksum, sampler)
+                    firsts = [r.first_get_seconds for r in done if r.first_get_seconds is not None]
+                    objects = [r.first_object_seconds for r in done if r.first_object_seconds is not None]
+                    if firsts:
+                        print(f"{name}: {sampler} start-up to its first GET {spread(firsts, '.3f')} s, to "
+                              f"its first object GET {spread(objects, '.3f')} s (process start to the "
+                              f"server's request log)")
         if args.json:
             args.json.write_text(json.dumps([asdict(r) for r in runs], indent=2))
+        harness.write_plot(args.plot, "fetch", [asdict(r) for r in runs])
         return 0
 
 

@@ -53,6 +53,7 @@ from pathlib import Path
 from epochfs.sidecar.metrics import process_metrics
 from epochfs.sidecar.ratelimit import RateLimiter
 from epochfs.sidecar.remote import checksums
+from epochfs.sidecar.remote.backoff import full_jitter, is_throttled, jitter_bound
 from epochfs.sidecar.remote.base import BLOCK, Changed, Kind, Reader, Remote, RemoteFailure, Transient
 from epochfs.sidecar.remote.checksums import plain_md5_etag
 from epochfs.sidecar.remote.errors import translate
@@ -93,14 +94,11 @@ def is_unavailable(exc: BaseException) -> bool:
     return failure_kind(exc).outage
 
 
-def is_throttled(exc: BaseException) -> bool:
-    """Whether a failure asks for fewer requests (SlowDown, 429): never the object's fault."""
-    return failure_kind(exc).throttled
-
-
 @dataclass(frozen=True)
 class RetryPolicy:
-    """Bounded attempts with exponential backoff and full jitter (AWS's recommended scheme)."""
+    """Bounded attempts with exponential backoff and full jitter (AWS's recommended scheme,
+    :mod:`epochfs.sidecar.remote.backoff`): the pause after attempt n is drawn from
+    ``[0, min(cap, base * 2**(n-1))]``."""
 
     attempts: int = 5
     base: float = 0.1
@@ -114,8 +112,7 @@ class RetryPolicy:
 
     def delay(self, attempt: int, rng: random.Random | None = None) -> float:
         """Seconds to wait after failed attempt number ``attempt`` (1-based)."""
-        upper = min(self.cap, self.base * (2 ** (attempt - 1)))
-        return (rng or random).uniform(0, upper)
+        return full_jitter(jitter_bound(self.base, self.cap, attempt - 1), rng)
 
 
 @dataclass(frozen=True)

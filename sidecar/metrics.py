@@ -37,16 +37,7 @@ import threading
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
-
-from prometheus_client import (
-    CollectorRegistry,
-    Counter,
-    Gauge,
-    Histogram,
-    PlatformCollector,
-    ProcessCollector,
-)
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from typing import TYPE_CHECKING
 
 from epochfs.sidecar.metrics_merge import (
     Collector,
@@ -57,6 +48,14 @@ from epochfs.sidecar.metrics_merge import (
     prepare_multiproc_dir,
 )
 from epochfs.sidecar.store import Stats
+
+if TYPE_CHECKING:
+    from prometheus_client import CollectorRegistry
+    from prometheus_client.core import Metric
+
+# prometheus-client (~0.05 s of imports, http.server among them) is imported where a metric is
+# made or a family collected, never at this module's import: the sampler imports this module on
+# its way to its first GET, and counts nothing before its first download.
 
 PROCESS_RESULTS = ("retried", "failed")
 """``epochfs_remote_objects_total{result}`` values counted by the sampler process; ``ok`` and
@@ -117,6 +116,8 @@ class ProcessMetrics:
     """
 
     def __init__(self, *, registry: CollectorRegistry | None) -> None:
+        from prometheus_client import Counter, Gauge, Histogram
+
         self.remote_objects = Counter(
             "epochfs_remote_objects", "Remote objects by result (ok, failed, skipped; retried: "
             "deprecated, attempts: epochfs_remote_retries_total).",
@@ -233,6 +234,8 @@ class SidecarMetrics:
 
     def __init__(self, *, registry: CollectorRegistry) -> None:
         self.registry = registry
+        from prometheus_client import Counter, Gauge
+
         self.served_samples = Counter(
             "epochfs_served_samples", "Opens of cached object files by any process (samples served).",
             registry=registry,
@@ -270,6 +273,8 @@ class SidecarMetrics:
         for child in ("sampler", "fuse"):
             self.child_restarts.labels(child=child)
             self.child_up.labels(child=child)
+        from prometheus_client import Histogram
+
         # The same family as the sampler's (same name and buckets): the cuts POST /v1/cut makes.
         self.cut_wait_seconds = Histogram(
             "epochfs_cut_wait_seconds", CUT_WAIT_HELP, buckets=CUT_WAIT_BUCKETS, registry=registry,
@@ -323,6 +328,8 @@ class EndpointMetrics:
     """
 
     def __init__(self, *, registry: CollectorRegistry | None = None) -> None:
+        from prometheus_client import Counter, Gauge
+
         self.rejected = Counter(
             "epochfs_http_rejected",
             "Connections closed or requests refused by the HTTP endpoints, by reason: capacity (every "
@@ -367,6 +374,8 @@ class StoreCollector:
         stats = self._stats()
         if stats is None:
             return
+        from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+
         remote = CounterMetricFamily(
             "epochfs_remote_objects", "Remote objects by result (ok, failed, skipped; retried: "
             "deprecated, attempts: epochfs_remote_retries_total).",
@@ -422,6 +431,8 @@ class BuildInfoCollector:
             import epochfs
 
             self._version = epochfs.__version__
+        from prometheus_client.core import GaugeMetricFamily
+
         family = GaugeMetricFamily(
             "epochfs_build_info", "Always 1; the version label names the epochfs release running.",
             labels=["version"],
@@ -442,6 +453,8 @@ class WebhookMetrics:
     one unless given), which its metrics port serves."""
 
     def __init__(self, *, registry: CollectorRegistry | None = None) -> None:
+        from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, ProcessCollector
+
         self.registry = registry if registry is not None else CollectorRegistry()
         self.requests = Counter(
             "epochfs_webhook_requests",
@@ -491,6 +504,8 @@ def process_collectors(children: Mapping[str, Pid] | None = None) -> list[Collec
     :class:`~.metrics_merge.LabelledCollector`) because the merge would otherwise sum the
     processes' values into one sample. Linux only (they read /proc); elsewhere they are absent.
     """
+    from prometheus_client import PlatformCollector, ProcessCollector
+
     sources: list[Collector] = [
         LabelledCollector(ProcessCollector(registry=None), "process", "supervisor"),
         PlatformCollector(registry=None),
@@ -509,6 +524,8 @@ def sidecar_registry(
 ) -> CollectorRegistry:
     """The registry the sidecar's ``/metrics`` serves: store + children + supervisor, merged, with
     the build info and the ``process_*`` families of this process and of ``children`` (name: pid)."""
+    from prometheus_client import CollectorRegistry
+
     sources: list[Collector] = [StoreCollector(stats=stats), sidecar.registry, endpoint_metrics(),
                                 BuildInfoCollector(), *process_collectors(children)]
     if multiproc_dir is not None:

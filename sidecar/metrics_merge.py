@@ -10,10 +10,13 @@ from __future__ import annotations
 import os
 from collections.abc import Iterable, Iterator
 from pathlib import Path
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
-from prometheus_client.core import Metric
-from prometheus_client.multiprocess import MultiProcessCollector, mark_process_dead
+if TYPE_CHECKING:
+    from prometheus_client.core import Metric
+
+# prometheus-client is imported inside the functions that use it (the sampler imports the metrics
+# on its way to its first GET and must not pay for prometheus-client there: epochfs.sidecar.metrics).
 
 
 class Collector(Protocol):
@@ -24,11 +27,15 @@ class Collector(Protocol):
 
 def multiprocess_collector(path: Path) -> Collector:
     """The children's values from the mmap files in ``path`` (not registered anywhere)."""
+    from prometheus_client.multiprocess import MultiProcessCollector
+
     return MultiProcessCollector(None, path=str(path))
 
 
 def forget_process(pid: int, path: Path) -> None:
     """A child died: drop its live gauges (downloads in flight); its counters stay summed."""
+    from prometheus_client.multiprocess import mark_process_dead
+
     mark_process_dead(pid, str(path))
 
 
@@ -44,6 +51,8 @@ class MergedCollector:
         self._collectors = list(collectors)
 
     def collect(self) -> Iterator[Metric]:
+        from prometheus_client.core import Metric
+
         merged: dict[str, Metric] = {}
         for collector in self._collectors:
             for family in collector.collect():
@@ -80,6 +89,8 @@ class LabelledCollector:
         self._value = value
 
     def collect(self) -> Iterator[Metric]:
+        from prometheus_client.core import Metric
+
         for family in self._collector.collect():
             copy = Metric(family.name, family.documentation, family.type, family.unit)
             copy.samples = [s._replace(labels={**s.labels, self._name: self._value}) for s in family.samples]

@@ -27,6 +27,7 @@ from collections.abc import Callable
 
 from epochfs.sidecar.listing.filter import CatalogReport
 from epochfs.sidecar.listing.lister import Lister
+from epochfs.sidecar.remote.backoff import doubled, full_jitter
 
 log = logging.getLogger("epochfs.catalog")
 
@@ -61,7 +62,7 @@ def pause_bound(last: float | None, committed: int, ran: float = 0.0) -> float:
         return RETRY_MIN
     if committed > 0:
         return last
-    return min(RETRY_MAX, last * 2)
+    return doubled(last, RETRY_MAX)
 
 
 class ListingThread(threading.Thread):
@@ -124,7 +125,7 @@ class ListingThread(threading.Thread):
                 report = self.lister.run(fresh=fresh, prepared=prepared)  # type: ignore[arg-type]
             except Exception as e:
                 bound = pause_bound(bound, self.lister.committed - before, time.monotonic() - began)
-                pause = self.rng.uniform(0, bound)
+                pause = full_jitter(bound, self.rng)
                 log.warning("listing failed: %s; trying again in %.1fs (full jitter up to %.0fs; "
                             "sampling goes on)", e, pause, bound)
                 self.stop.wait(pause)

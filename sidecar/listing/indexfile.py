@@ -42,12 +42,12 @@ from collections.abc import Iterator
 from typing import IO, Any, cast
 
 from epochfs.sidecar.listing.indexorder import write_shuffled
-from epochfs.sidecar.listing.retry import is_throttled, while_throttled
+from epochfs.sidecar.listing.retry import while_throttled
 from epochfs.sidecar.listing.sources import Page, Source, Span, source_for
 from epochfs.sidecar.progressbar import Progress
 from epochfs.sidecar.redact import redact
 from epochfs.sidecar.remote import Remote, RemoteError, RemoteObject, objects
-from epochfs.sidecar.remote.httpindex import HTTPRemote
+from epochfs.sidecar.remote.backoff import Backoff, is_throttled
 
 log = logging.getLogger("epochfs.catalog")
 
@@ -181,6 +181,10 @@ def listing_source(settings: Any, remote: Remote, *, stop: threading.Event | Non
             return InventorySource(url, remote_url=settings.remote, endpoint_url=settings.endpoint_url)
         if index_header is not None:
             return IndexSource(url, endpoint_url=settings.endpoint_url, stop=stop, header=index_header)
+        # Imported here: the http(s) remote (and fsspec's error types) is not on the way of an S3
+        # sampler's first GET, which every other remote takes through this function.
+        from epochfs.sidecar.remote.httpindex import HTTPRemote
+
         if not isinstance(remote, HTTPRemote) or is_index(url, endpoint_url=settings.endpoint_url):
             return IndexSource(url, endpoint_url=settings.endpoint_url, stop=stop)
     return source_for(remote, stop=stop)
@@ -228,7 +232,7 @@ def write_index(remote: Remote, out: str, *, threads: int = 8, endpoint_url: str
         lock = threading.Lock()
         last_log = [started]
         afters = [""] * len(spans)  # each span's resume point: the end of its last written page
-        bounds = [INDEX_RETRY[0]] * len(spans)
+        backoffs = [Backoff(*INDEX_RETRY) for _ in spans]  # each span's pauses, apart
 
         def end_all() -> None:
             for _ in range(n_workers):
@@ -250,7 +254,7 @@ def write_index(remote: Remote, out: str, *, threads: int = 8, endpoint_url: str
                         return
                     # The span is listed again from its last written page, after a full-jitter
                     # pause (its bound doubling): one index for a fleet is worth waiting for.
-                    pause, bounds[i] = rng.uniform(0, bounds[i]), min(INDEX_RETRY[1], bounds[i] * 2)
+                    pause, _ = backoffs[i].pause(rng)
                     log.warning("indexing: a page of span %d throttled (%s); listing it again in %.1fs",
                                 i, e, pause)
                     stop.wait(pause)

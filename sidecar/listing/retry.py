@@ -7,6 +7,7 @@ sampler on such a SlowDown made the supervisor start it again into the same thro
 model counted 2,461 restarts of 1,000 flat-key nodes); reading the one request again after a
 full-jitter pause, ``uniform(0, bound)`` with the bound doubling from the first to the longest,
 asks the store far less and keeps what was read before it. Any other failure is raised as before.
+The pause and the question are :mod:`epochfs.sidecar.remote.backoff`'s, as every caller's.
 """
 
 from __future__ import annotations
@@ -17,18 +18,9 @@ import threading
 from collections.abc import Callable
 from typing import TypeVar
 
-from epochfs.sidecar.remote.errors import library_kind, translate
+from epochfs.sidecar.remote.backoff import Backoff, is_throttled
 
 T = TypeVar("T")
-
-
-def is_throttled(exc: BaseException) -> bool:
-    """Whether ``exc`` (a :class:`~epochfs.sidecar.remote.RemoteError` wrapping a request, or the
-    request's own error) is the store throttling: a typed
-    :class:`~epochfs.sidecar.remote.Throttled` in its chain, or an error of a client library
-    that stands for one (:func:`~epochfs.sidecar.remote.errors.library_kind`)."""
-    failure = translate(exc, library_kind)  # walks the causes: the first typed one decides
-    return failure is not None and failure.throttled
 
 
 def while_throttled(call: Callable[[], T], *, stop: threading.Event | None, rng: random.Random,
@@ -37,19 +29,18 @@ def while_throttled(call: Callable[[], T], *, stop: threading.Event | None, rng:
     it answers or ``stop`` is set (then the last throttled error is raised; ``stop`` None: no
     retry). ``bounds``: the pause's first and longest bound. ``what`` names the request in the
     log line of each pause."""
-    bound = bounds[0]
+    backoff = Backoff(*bounds)
     while True:
         try:
             return call()
         except Exception as e:
             if stop is None or stop.is_set() or not is_throttled(e):
                 raise
-            pause = rng.uniform(0, bound)
+            pause, bound = backoff.pause(rng)
             log.warning("%s: throttled (%s); trying again in %.1fs (full jitter up to %.1fs)", what, e,
                         pause, bound)
             if stop.wait(pause):
                 raise
-            bound = min(bounds[1], bound * 2)
 
 
-__all__ = ["is_throttled", "while_throttled"]
+__all__ = ["while_throttled"]

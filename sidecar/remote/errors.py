@@ -12,7 +12,7 @@ exceptions. One module for every library, the listing's questions included:
 - :func:`translate` runs one rule over an exception and its causes in a single walk, and
   :class:`Translated` re-raises what it finds where a backend reads (``with Translated(rule):``);
 - :func:`library_kind` is every installed library's rule at once, for callers that do not know
-  which library raised (the listing's :func:`~epochfs.sidecar.listing.retry.is_throttled`,
+  which library raised (:func:`~epochfs.sidecar.remote.backoff.is_throttled`,
   :func:`may_answer_later`), and :func:`failure_reason` says a failure's cause in a few words.
 
 An exception no rule knows (a bug, an unusual ``OSError`` such as EIO) is left as it is; the

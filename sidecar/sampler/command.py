@@ -28,14 +28,13 @@ import sqlite3
 import threading
 from pathlib import Path
 from types import FrameType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from epochfs.sidecar.config import ConfigError, SamplerSettings
 from epochfs.sidecar.download import LocalWriteError
 from epochfs.sidecar.listing import Lister, ListingThread
 from epochfs.sidecar.listing.capacity import check_capacity
 from epochfs.sidecar.listing.indexfile import IndexSource, listing_source
-from epochfs.sidecar.listing.process import ListingProcess
 from epochfs.sidecar.listing.sources import PagedSource
 from epochfs.sidecar.redact import redact
 from epochfs.sidecar.remote import Remote, RemoteError, open_remote
@@ -43,6 +42,9 @@ from epochfs.sidecar.remote.errors import may_answer_later
 from epochfs.sidecar.sampler.loop import STOP_GRACE, Sampler
 from epochfs.sidecar.signals import set_from_handler
 from epochfs.sidecar.store import Meta, Store, StoreError
+
+if TYPE_CHECKING:
+    from epochfs.sidecar.listing.process import ListingProcess
 
 log = logging.getLogger("epochfs.sampler")
 
@@ -133,6 +135,9 @@ def run_sample(settings: SamplerSettings) -> int:
         # commit (WAL: readers do not block on the writer), and its writes wait in SQLite only.
         catalog_store = Store(settings.cache)
         if settings.list_process:  # the listing's CPU beside the fetches, not under their GIL
+            # Imported here (multiprocessing, subprocess): a sampler that lists on threads never needs it.
+            from epochfs.sidecar.listing.process import ListingProcess
+
             listing_process = ListingProcess(settings, stop=stop, grace=STOP_GRACE,
                                              served=catalog_store.listings().relist_requests())
             listing_process.spawn()  # its start-up overlaps the discovery pages below
@@ -165,6 +170,14 @@ def run_sample(settings: SamplerSettings) -> int:
                      store.meta(Meta.CATALOG_OBJECTS) or "0",
                      f"every {settings.relist_interval:.0f}s" if settings.relist_interval
                      else "on request, epochfs relist")
+        if (listing_process is not None and prepared is not None
+                and isinstance(lister.source, PagedSource) and lister.source.fits_one_page):
+            # The listing is the one page the discovery read: a process would list it again after
+            # its start-up (0.5-1.6 s before the first GET, measured with 160 objects). Ended
+            # before the sampler is made: its start-up's CPU would slow the sampler's (the metrics'
+            # first import among it) on the way to the first object GET.
+            listing_process.close()
+            listing_process = None
         sampler = Sampler(
             store=store,
             remote=remote,
@@ -172,12 +185,6 @@ def run_sample(settings: SamplerSettings) -> int:
             stop=stop,
             progress_every=settings.progress_seconds,
         )
-        if (listing_process is not None and prepared is not None
-                and isinstance(lister.source, PagedSource) and lister.source.fits_one_page):
-            # The listing is the one page the discovery read: a process would list it again after
-            # its start-up (0.5-1.6 s before the first GET, measured with 160 objects).
-            listing_process.close()
-            listing_process = None
         listing: ListingThread | ListingProcess
         if listing_process is not None:
             listing = listing_process
@@ -205,7 +212,7 @@ def run_sample(settings: SamplerSettings) -> int:
             stop.set()
             # A listing process gets its grace to stop and then is killed (ListingProcess._drain):
             # joined a little longer than that, and closed below before the cache is let go.
-            listing.join(timeout=STOP_GRACE + 1.0 if isinstance(listing, ListingProcess) else STOP_GRACE)
+            listing.join(timeout=STOP_GRACE + 1.0 if listing is listing_process else STOP_GRACE)
         if listing.fatal is not None:
             raise listing.fatal
         log.info("stopped cleanly")

@@ -28,6 +28,7 @@ import random
 import time
 from collections.abc import Callable
 
+from epochfs.sidecar.remote.backoff import full_jitter, jitter_bound
 from epochfs.sidecar.store import Candidate
 
 THROTTLE_COOLDOWN = 0.1
@@ -103,7 +104,7 @@ class Deferred:
         """Put ``cand`` back after its throttled answer; returns its delay in seconds."""
         n = self._answers.get(cand.key, 0)
         self._answers[cand.key] = n + 1
-        delay = self.rng.uniform(0, min(self.cap, self.base * 2 ** min(n, 30)))
+        delay = full_jitter(jitter_bound(self.base, self.cap, n), self.rng)
         if cand.key not in self._keys:
             self._keys.add(cand.key)
             heapq.heappush(self._heap, (self.clock() + delay, next(self._seq), cand))

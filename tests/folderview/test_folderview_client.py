@@ -21,6 +21,7 @@ from pathlib import Path
 import pytest
 from common import free_port, wait_until
 from fuse_helpers import admit, make_objects, open_store
+from prometheus_client import CollectorRegistry
 
 from epochfs.sidecar import cutrequest, metrics
 from epochfs.sidecar.endpoints import ClientReport, Endpoints
@@ -73,7 +74,7 @@ def sidecar(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[FolderS
 
     ep = Endpoints(host="127.0.0.1", port=0, health=lambda: (True, {}), ready=lambda: (True, {}),
                    registry=None, on_client_report=on_report, on_cut=on_cut,
-                   metrics=metrics.EndpointMetrics(registry=metrics.CollectorRegistry()))
+                   metrics=metrics.EndpointMetrics(registry=CollectorRegistry()))
     ep.start()
     thread = threading.Thread(target=publish, daemon=True)
     thread.start()

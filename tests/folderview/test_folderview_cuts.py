@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 from fuse_helpers import admit, make_objects, open_store
+from prometheus_client import CollectorRegistry
 
 from epochfs.sidecar import cutrequest, metrics
 from epochfs.sidecar.cutrequest import CutRequest
@@ -137,7 +138,7 @@ def endpoints() -> Iterator[Callable[..., tuple[Endpoints, list[ClientReport]]]]
         reports: list[ClientReport] = []
         ep = Endpoints(host="127.0.0.1", port=0, health=lambda: (True, {}), ready=lambda: (True, {}),
                        registry=None, on_client_report=reports.append, limits=Limits(**limits),
-                       metrics=metrics.EndpointMetrics(registry=metrics.CollectorRegistry()),
+                       metrics=metrics.EndpointMetrics(registry=CollectorRegistry()),
                        on_cut=on_cut)
         ep.start()
         started.append(ep)
@@ -195,7 +196,7 @@ def test_cut_requests_only_on_loopback_and_only_when_served(endpoints: Callable[
     if not address.startswith("127."):
         ep2 = Endpoints(host="0.0.0.0", port=0, health=lambda: (True, {}), ready=lambda: (True, {}),
                         registry=None, on_client_report=None, on_cut=on_cut,
-                        metrics=metrics.EndpointMetrics(registry=metrics.CollectorRegistry()))
+                        metrics=metrics.EndpointMetrics(registry=CollectorRegistry()))
         ep2.start()
         try:
             c = http.client.HTTPConnection(address, ep2.port, timeout=5)

@@ -22,8 +22,8 @@ import pytest
 from common import S3Server, free_port
 
 from epochfs.benchmarks.synthetic_s3 import Dataset, SyntheticS3
-from epochfs.sidecar.listing.retry import is_throttled
 from epochfs.sidecar.remote import RemoteError
+from epochfs.sidecar.remote.backoff import is_throttled
 from epochfs.sidecar.remote.errors import Throttled, Unavailable
 from epochfs.sidecar.remote.s3 import S3Remote
 from epochfs.sidecar.remote.s3list import parse_list_page

@@ -60,3 +60,35 @@ def test_the_report_shows_spread_and_start_up(tmp_path: Path, capsys: pytest.Cap
     assert len(runs) == 4
     for run in runs:
         assert run["first_object_seconds"] >= run["first_get_seconds"] > 0, run
+
+
+def test_the_sampler_is_measured_compiled(tmp_path: Path) -> None:
+    """The modules ``epochfs sample`` imports are compiled before the runs, the linked folders
+    (sidecar/, fuse/, torchclient/) included: where PYTHONDONTWRITEBYTECODE is set, every start
+    would otherwise compile them from source, a cost no installed package pays."""
+    src = tmp_path / "src"
+    package = src / "epochfs"
+    (tmp_path / "sidecar").mkdir(parents=True)
+    (tmp_path / "sidecar" / "cli.py").write_text("X = 1\n")
+    package.mkdir(parents=True)
+    (package / "__init__.py").write_text("")
+    (package / "sidecar").symlink_to(tmp_path / "sidecar")
+    fetch.compile_epochfs(src)
+    assert list((tmp_path / "sidecar" / "__pycache__").glob("cli.*.pyc"))
+    assert list((package / "__pycache__").glob("__init__.*.pyc"))
+
+
+def test_a_baseline_tree_runs_in_turn(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """``--baseline-src``: the same command from another source folder, alternating with the
+    others and compared with the sampler run by run (here the same tree: the report's shape)."""
+    import epochfs
+
+    src = Path(epochfs.__path__[0]).parent
+    rc = fetch.main(["--large", "2", "--large-size", "4096", "--small", "0", "--repeat", "2",
+                     "--tools", "epochfs", "--checksums", "crc64nvme", "--dir", str(tmp_path),
+                     "--baseline-src", str(src)])
+    out = capsys.readouterr().out
+    assert rc == 0, out
+    assert re.search(r"^  large crc64nvme epochfs-base run 1:", out, re.M), out
+    assert re.search(r"^large \(bytes/s\): epochfs / epochfs-base = \d+\.\d\dx end to end", out, re.M), out
+    assert re.search(rf"^large: epochfs-base start-up to its first GET {SPREAD} s", out, re.M), out
