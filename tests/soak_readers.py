@@ -4,8 +4,10 @@ Over and over it takes the newest epoch (``latest``), reads its manifest, and re
 file through the mount, comparing its bytes to the remote's object (a copy of the remote's objects
 is in ``--expected``, one file per key). It counts wrong bytes (bytes that differ, plus any length
 difference) and failed opens or reads of listed files, and writes each failure as one JSON line to
-``--events`` with its wall-clock time, so the soak can tell failures during a FUSE server restart
-from the others. It stops when ``--stop`` exists and writes its totals as JSON to ``--out``.
+``--events`` with its wall-clock time and the file's path, so the soak can tell failures during a
+FUSE server restart, wrong bytes of a file it damaged on the node volume before the repair landed,
+and failed opens of that file between its take-out and its repair, from the others (which must be
+none). It stops when ``--stop`` exists and writes its totals as JSON to ``--out``.
 
     python tests/soak_readers.py --mount M --expected DIR --events FILE --out FILE --stop FILE [--pause S]
 """

@@ -113,7 +113,13 @@ def take_out(ix: Index, files: ObjectFiles, damaged: list[tuple[StoredObject, st
     The file is named in the recovery journal in the same transaction (:mod:`.journal`): the
     row stays, so no trigger journals it, and a crash between the commit and the unlink left
     the damaged file in place for good, served to readers and never checked again (the scrub
-    skips samples waiting for a repair); the next start now removes it."""
+    skips samples waiting for a repair); the next start now removes it.
+
+    Two finders can hold the same damage (the scrub and ``epochfs verify`` each read a batch,
+    then check it): a sample already waiting for its repair was taken out by the other, so it is
+    left alone, counted once; and its repair may be landing (the file installed before the
+    ``repairs`` row goes), which a second take-out would have removed again. A finding of a
+    missing file that is back by now is stale the same way (the repair landed): left alone."""
     taken: list[tuple[StoredObject, str, Candidate | None]] = []
     now = time.time()
     with ix.write() as db:
@@ -121,6 +127,15 @@ def take_out(ix: Index, files: ObjectFiles, damaged: list[tuple[StoredObject, st
         for obj, problem in damaged:
             if db.execute("SELECT 1 FROM samples WHERE id=? AND sid=?", (obj.id, obj.sid)).fetchone() is None:
                 continue
+            if db.execute("SELECT 1 FROM repairs WHERE sample=?", (obj.id,)).fetchone() is not None:
+                # Another finder took it out: counted once, its repair not undone; only lost if
+                # its key has left the catalog since (nothing would fetch it again).
+                listed = db.execute("SELECT 1 FROM catalog WHERE key=? AND skipped=0", (obj.key,)).fetchone()
+                if listed is None:
+                    db.execute("UPDATE repairs SET lost=1 WHERE sample=?", (obj.id,))
+                continue
+            if problem == "missing" and files.path_of(obj.sid).exists():
+                continue  # repaired since it was found missing
             if journaled:
                 journal.add(db, [obj.sid])
             if corrupt:  # damaged bytes; a file missing at start-up is not (corrupt=False)

@@ -9,33 +9,53 @@ over and compare every listed file with the remote's object. Meanwhile, at rando
   remote goes down for a few seconds;
 * the cache's filesystem fills up (a filler file) and frees again;
 * a thread storms the mount with lookups of epochs that must not exist (``epoch-999999``, numbers
-  just ahead of the newest, names that are not epoch names).
+  just ahead of the newest, names that are not epoch names), and each storm starts with cut
+  requests that must be refused (``POST /v1/cut``: past ``MAX_EPOCH``, a jump of a million epochs,
+  numbers that are not canonical decimals); then ``latest`` must resolve and the next epoch come;
+* the object file of a sample the newest epoch lists is damaged on the node volume (a flipped
+  byte, cut short, deleted); the background scrub finds it (once, ``epochfs verify`` quarantines it
+  instead) and the sampler repairs it in place; a watcher sees the remote's bytes back in the file;
+* the long soak only (``EPOCHFS_SOAK_INDEX_DAMAGE=0`` turns it off): 7 pages of ``index.sqlite``
+  garbled under the running sidecar once every live epoch has its members file; the index must be
+  rebuilt with those epochs, and none of their objects fetched again.
 
-At the end: wrong bytes must be 0; failed opens of listed files must be 0 except while the FUSE
-server restarts (counted apart: the time between a kill, or a restart the monitor saw, and the
-mount answering again, plus 2 s); no child restarts but ours; ``/healthz`` never failed but during a
-FUSE restart; no stray lookup made an epoch; epoch numbers have no gaps; recovery finds nothing to
-repair and every cached object equals the remote's. One summary line is printed (``-rP`` or ``-s``
-shows it).
+At the end: wrong bytes must be 0 but those of a damaged file before its repair landed (counted
+apart); failed opens of listed files must be 0 except while the FUSE server restarts (the time
+between a kill, or a restart the monitor saw, and the mount answering again, plus 2 s), an ENOENT
+of a damaged file between its take-out and its repair (the documented window, docs/reliability.md
+section 5), and, while a damaged index is rebuilt, failures of an epoch that had no members file
+yet (the documented loss, section 10); all counted apart. No child restarts but ours (and one
+sampler exit per damaged index); ``/healthz`` never failed but during a FUSE restart; no stray
+lookup or refused cut request made an epoch; epoch numbers have no gaps; every damage repaired (or
+its sample evicted first), the store's and the metrics' repair counts equal to it; recovery finds
+nothing to repair and every cached object equals the remote's. One summary line is printed
+(``-rP`` or ``-s`` shows it).
 
-``test_soak_short`` (20 s of soak, about 30 s in all: one kill of each child, one disk-full episode,
-one storm, one outage) runs by default; ``test_soak`` (slow) runs for ``EPOCHFS_SOAK_SECONDS``
-(default 600) with a random schedule from ``EPOCHFS_SOAK_SEED`` (default 7). Both need root (a
-tmpfs, FUSE). ``make test-reliability`` runs the long one.
+``test_soak_short`` (20 s of soak, about 45-55 s in all on a loaded machine: one kill of each
+child, one disk-full episode, one storm, one outage, four damaged objects, one of them found by
+``epochfs verify``; no index damage) is marked slow; ``test_soak`` (slow) runs for
+``EPOCHFS_SOAK_SECONDS`` (default 600) with a random schedule from ``EPOCHFS_SOAK_SEED`` (default
+7). Both need root (a tmpfs, FUSE). ``make test-reliability`` runs both.
 """
 
 from __future__ import annotations
 
+import collections
 import contextlib
+import dataclasses
+import errno
 import json
 import os
 import random
+import re
 import signal
 import sqlite3
 import subprocess
 import sys
 import threading
 import time
+import urllib.error
+import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -45,10 +65,11 @@ from common import S3Server, put_objects, wait_until
 from digest_helpers import digest_of
 from faultproxy import FaultProxy
 from inprocess import fill, small_volume
+from integrity_helpers import damage
 from sidecar_helpers import Sidecar, running_sidecar
 from store_helpers import sample_checksums
 
-from epochfs.sidecar.store import Store
+from epochfs.sidecar.store import Store, object_name
 
 pytestmark = [
     pytest.mark.fuse,
@@ -61,6 +82,12 @@ READERS = Path(__file__).resolve().parents[1] / "soak_readers.py"
 FAULTS = ("reset", "reset-body", "truncate", "stall", "garbage", "503", "500", "429", "corrupt")
 RESTART_GRACE = 2.0
 """Seconds after the mount answers again during which reader failures still count as the restart's."""
+DAMAGE_GRACE = 1.0
+"""Seconds after the watcher saw a damaged file's repair land (or its sample leave the cache)
+during which a reader's wrong bytes or failed open of that file still count as the damage's: a
+reader stamps its event after the read that failed, and the watcher polls every 0.1 s."""
+DAMAGES = ("flip", "truncate", "delete")
+EPOCHFS = [sys.executable, "-P", "-m", "epochfs.sidecar.cli"]
 
 
 @dataclass
@@ -73,6 +100,8 @@ class Plan:
     disk_full: list[tuple[float, float]]  # (when, how long)
     storms: list[float]
     outages: list[tuple[float, float]]
+    damages: list[tuple[float, str]] = field(default_factory=list)  # (when, a DAMAGES kind or "verify")
+    index_damage: list[float] = field(default_factory=list)  # garbled index pages (the long soak only)
     readers: int = 8
 
 
@@ -81,7 +110,9 @@ def plan_for(seconds: float, seed: int) -> Plan:
     if seconds <= 60:  # the short run: each kind of trouble once, at fixed moments
         return Plan(seconds, objects=300, kills=[(seconds * 0.25, "fuse"), (seconds * 0.5, "sampler")],
                     disk_full=[(seconds * 0.55, min(5.0, seconds * 0.2))], storms=[seconds * 0.1],
-                    outages=[(seconds * 0.8, 2.0)])
+                    outages=[(seconds * 0.8, 2.0)],
+                    damages=[(seconds * 0.15, "flip"), (seconds * 0.35, "verify"), (seconds * 0.6, "delete"),
+                             (seconds * 0.75, "truncate")])
     kills, t = [], 10.0
     while t < seconds - 10:
         kills.append((t, rng.choice(["sampler", "fuse"])))
@@ -92,8 +123,20 @@ def plan_for(seconds: float, seed: int) -> Plan:
         t += rng.uniform(45, 90)
     storms = [rng.uniform(5, seconds - 5) for _ in range(max(1, int(seconds / 30)))]
     outages = [(rng.uniform(20, seconds - 10), rng.uniform(2, 5)) for _ in range(max(1, int(seconds / 120)))]
+    damages, t = [], 8.0
+    while t < seconds - 15:
+        damages.append((t, rng.choice(DAMAGES)))
+        t += rng.uniform(10, 25)
+    if damages:  # one of them found by `epochfs verify` (a quarantine) rather than by the scrub
+        damages[len(damages) // 2] = (damages[len(damages) // 2][0], "verify")
+    index_damage = [seconds * 0.6] if index_damage_on() else []
     return Plan(seconds, objects=600, kills=sorted(kills), disk_full=disk, storms=sorted(storms),
-                outages=sorted(outages))
+                outages=sorted(outages), damages=damages, index_damage=index_damage)
+
+
+def index_damage_on() -> bool:
+    """The index-damage episode of the long soak (``EPOCHFS_SOAK_INDEX_DAMAGE``, default on: 0 off)."""
+    return os.environ.get("EPOCHFS_SOAK_INDEX_DAMAGE", "1") != "0"
 
 
 def dataset(count: int, seed: int) -> dict[str, bytes]:
@@ -111,6 +154,47 @@ class Window:
     old_pid: int | None
     cause: str
     end: float | None = None
+
+
+@dataclass
+class Damage:
+    """An object file damaged behind the sidecar's back: from the damage until the watcher sees
+    the remote's bytes back in the file (the repair landed) or the sample gone from the index
+    (evicted first)."""
+
+    start: float
+    key: str
+    sid: str
+    how: str  # flip | truncate | delete
+    finder: str  # who should find it: "scrub", or "verify" (run at once after the damage)
+    end: float | None = None
+    outcome: str = "waiting"  # repaired | evicted | lost (a bug: the remote still has it) | waiting
+    taken_out: bool = False  # seen waiting in ``repairs`` (or absent) by the watcher
+    taken_out_at: float | None = None  # when the watcher first saw it waiting
+
+    def covers(self, t: float) -> bool:
+        return self.start - 0.1 <= t <= (self.end if self.end is not None else float("inf")) + DAMAGE_GRACE
+
+
+@dataclass
+class IndexDamage:
+    """Pages of ``index.sqlite`` garbled under the running sidecar, and what came of it."""
+
+    start: float
+    pages: list[int]
+    had_file: list[int]  # live epochs with their members file at the damage: must come back
+    no_file: list[int]  # live epochs without one yet (cut under a second before): documented loss
+    counters: dict[str, int]  # the index's counters just before (a rebuilt index counts from 0)
+    rebuilt: float | None = None  # when the log said the index was replaced
+    log_line: str = ""
+    restored: list[int] = field(default_factory=list)  # of had_file, found in the index after
+    retired_first: list[int] = field(default_factory=list)  # of had_file, retired (as due) before the rebuild
+    refetched: dict[str, int] = field(default_factory=dict)  # live epochs' keys' GETs, until rebuild + 5 s
+    first_cut_after: int | None = None
+
+    def covers(self, t: float) -> bool:
+        end = self.rebuilt if self.rebuilt is not None else float("inf")
+        return self.start - 0.1 <= t <= end + RESTART_GRACE
 
 
 @dataclass
@@ -135,6 +219,13 @@ class Chaos:
     storm_errors: list[tuple[float, str]] = field(default_factory=list)
     faults_planned: int = 0
     outages: int = 0
+    damages: list[Damage] = field(default_factory=list)
+    damage_lock: threading.Lock = field(default_factory=threading.Lock)  # file damage or index damage
+    index_damages: list[IndexDamage] = field(default_factory=list)
+    verify_runs: list[dict[str, Any]] = field(default_factory=list)
+    jumps: list[tuple[str, int, str]] = field(default_factory=list)  # (query, HTTP status, state)
+    jump_failures: list[str] = field(default_factory=list)
+    jump_next_cut: list[float] = field(default_factory=list)  # seconds from a burst to the next epoch
     lock: threading.Lock = field(default_factory=threading.Lock)
 
     def at(self, when: float) -> bool:
@@ -145,6 +236,39 @@ class Chaos:
         with self.lock:
             return any(w.start - 0.2 <= t <= (w.end if w.end is not None else float("inf")) + RESTART_GRACE
                        for w in self.windows)
+
+    def index_loss(self, event: dict[str, Any]) -> str | None:
+        """A reader's failure, while a damaged index was rebuilt, of an epoch that was not restored
+        and had no members file: "no file" (live at the damage, cut under a second before it: the
+        documented loss), "cut after" (cut between the damage and the rebuild), "latest"; None for
+        any other failure (an epoch that had its file must stay readable throughout)."""
+        n = event.get("epoch")
+        if n is None:
+            what = str(event.get("what", ""))
+            n = int(what[6:-9]) if what.startswith("epoch-") and what.endswith(".manifest") else None
+        with self.lock:
+            for ep in self.index_damages:
+                if not ep.covers(event["t"]) or (n is not None and n in ep.had_file):
+                    continue
+                if n is None:
+                    return "latest"
+                return "no file" if n <= max(ep.had_file + ep.no_file, default=-1) else "cut after"
+        return None
+
+    def in_damage(self, event: dict[str, Any]) -> bool:
+        """A reader's event about the very file damaged, between the damage and its repair."""
+        with self.lock:
+            return any(d.key == event.get("path") and d.covers(event["t"]) for d in self.damages)
+
+    def _rows(self, sql: str, args: tuple[Any, ...] = ()) -> list[tuple[Any, ...]] | None:
+        try:
+            db = sqlite3.connect(f"file:{self.car.cache / 'index.sqlite'}?mode=ro", uri=True, timeout=5)
+            try:
+                return db.execute(sql, args).fetchall()
+            finally:
+                db.close()
+        except sqlite3.Error:
+            return None
 
     # -- the threads
     def monitor(self) -> None:
@@ -244,6 +368,7 @@ class Chaos:
         for when in storms:
             if not self.at(when):
                 return
+            before = self.far_jumps()
             end = time.time() + 2.0
             i = 0
             while time.time() < end and not self.stop.is_set():
@@ -267,6 +392,63 @@ class Chaos:
                     else:
                         self.storm_near += 1
                 i += 1
+            self.after_jumps(before)
+
+    def post_cut(self, query: str) -> tuple[int, dict[str, Any]]:
+        req = urllib.request.Request(f"{self.car.base}/v1/cut?{query}", method="POST")
+        try:
+            with urllib.request.urlopen(req, timeout=15) as r:
+                code, body = int(r.status), r.read()
+        except urllib.error.HTTPError as e:
+            code, body = e.code, e.read()
+        except OSError as e:
+            return 0, {"error": str(e)}
+        try:
+            doc = json.loads(body) if body else {}
+        except ValueError:
+            doc = {"body": body[:200].decode(errors="replace")}
+        return code, doc if isinstance(doc, dict) else {"body": doc}
+
+    def far_jumps(self) -> tuple[int, float] | None:
+        """Cut requests that must be refused, whatever the moment: past the view's last number,
+        a jump of a million epochs (409 final), and numbers that are not canonical decimals (400).
+        Returns ``latest`` before them, and when."""
+        started = time.time()
+        try:
+            latest = int(os.readlink(self.car.mount / "latest").removeprefix("epoch-"))
+        except (OSError, ValueError):
+            return None
+        nxt = latest + 1
+        asks = [(f"epoch={2**31}&jump=1", 400), ("epoch=536870911&jump=1", 400),
+                (f"epoch={latest + 10**6}&jump=1", 409), (f"epoch={10**18}&jump=1", 400),
+                (f"epoch=0{nxt}&jump=1", 400), (f"epoch=%2B{nxt}&jump=1", 400),
+                (f"epoch=%20{nxt}&jump=1", 400), (f"epoch={nxt}.0&jump=1", 400), ("epoch=-1&jump=1", 400),
+                ("epoch=1e3&jump=1", 400), ("epoch=%D9%A3&jump=1", 400),  # an Arabic-Indic 3: int() takes it
+                (f"epoch=0x{nxt:x}&jump=1", 400), (f"epoch={nxt}&jump=2", 400)]
+        for query, want in asks:
+            code, doc = self.post_cut(query)
+            self.jumps.append((query, code, str(doc.get("state"))))
+            if code != want or (want == 409 and doc.get("final") is not True):
+                self.jump_failures.append(f"{query}: {code} {doc}")
+        return latest, started
+
+    def after_jumps(self, asked: tuple[int, float] | None) -> None:
+        """After the refused requests and the storm: ``latest`` resolves and the next epochs are cut."""
+        if asked is None:
+            return
+        before, started = asked
+        deadline = time.time() + 30
+        while time.time() < deadline and not self.stop.is_set():
+            try:
+                latest = int(os.readlink(self.car.mount / "latest").removeprefix("epoch-"))
+            except (OSError, ValueError):
+                latest = -1  # a FUSE restart: look again
+            if latest > before:
+                self.jump_next_cut.append(time.time() - started)
+                return
+            self.stop.wait(0.1)
+        if not self.stop.is_set():
+            self.jump_failures.append(f"no epoch after {before} within 30 s of the far jumps")
 
     def newest_in_index(self) -> int | None:
         try:
@@ -296,6 +478,189 @@ class Chaos:
             self.latest_behind = max(self.latest_behind, newest - latest)
             self.latest_behind_for = max(self.latest_behind_for, now - behind_since)
 
+    # -- damage on the node volume, found by the scrub or by `epochfs verify`, repaired in place
+    def _victim(self, rng: random.Random) -> tuple[str, str, Path] | None:
+        """A sample that the newest epoch lists (its manifest, read through the mount), with its
+        object file present, not waiting for a repair and not damaged already."""
+        try:
+            n = int(os.readlink(self.car.mount / "latest").removeprefix("epoch-"))
+            lines = (self.car.mount / ".epochfs" / f"epoch-{n}.manifest").read_text().split("\n")[1:]
+        except (OSError, ValueError):
+            return None
+        keys = [line.split("\t")[0] for line in lines if line]
+        rng.shuffle(keys)
+        with self.lock:
+            busy = {d.key for d in self.damages if d.end is None}
+        for key in keys[:50]:
+            if key in busy:
+                continue
+            rows = self._rows("SELECT s.sid FROM samples s WHERE s.key=? AND NOT EXISTS "
+                              "(SELECT 1 FROM repairs r WHERE r.sample = s.id)", (key,))
+            if rows:
+                sid = str(rows[0][0])
+                path = self.car.cache / "objects" / object_name(sid)
+                if path.exists():
+                    return key, sid, path
+        return None
+
+    def damager(self, damages: list[tuple[float, str]], seed: int) -> None:
+        rng = random.Random(seed + 20)
+        for when, kind in damages:
+            if not self.at(when):
+                return
+            with self.damage_lock:
+                # `epochfs verify` gets two (a flipped byte, a short file): the scrub may find one first
+                for how in ("flip", "truncate") if kind == "verify" else (kind,):
+                    self._damage_one(rng, kind, how)
+                if kind == "verify":
+                    self.verify()
+
+    def _damage_one(self, rng: random.Random, kind: str, how: str) -> None:
+        for _ in range(20):  # a victim evicted under our hands: another one
+            victim = self._victim(rng)
+            if victim is None:
+                if self.stop.wait(0.1):
+                    return
+                continue
+            key, sid, path = victim
+            start = time.time()
+            try:
+                if how == "delete":
+                    path.unlink()
+                else:
+                    damage(path, how)
+            except FileNotFoundError:
+                continue
+            with self.lock:
+                finder = "verify" if kind == "verify" else "scrub"
+                self.damages.append(Damage(start, key, sid, how, finder))
+            break
+
+    def verify(self) -> None:
+        """``epochfs verify`` (quarantining: its default) against the running sidecar's cache."""
+        t = time.time()
+        done = subprocess.run([*EPOCHFS, "verify", "--cache", str(self.car.cache), "--json",
+                               "--progress-seconds", "0"], capture_output=True, text=True, timeout=120)
+        try:
+            report = json.loads(done.stdout)
+        except ValueError:
+            report = {"unparsed": done.stdout[-2000:]}
+        found = [(d.get("key"), d.get("problem")) for d in report.get("damaged", [])]
+        self.verify_runs.append({"t": round(t - self.t0, 1), "rc": done.returncode,
+                                 "seconds": round(time.time() - t, 2), "damaged": found,
+                                 "index": report.get("index"), "stderr": done.stderr[-2000:]})
+
+    def _live_epochs(self) -> list[int]:
+        try:
+            names = os.listdir(self.car.mount)
+        except OSError:
+            return []
+        return sorted(int(n[6:]) for n in names if n.startswith("epoch-") and n[6:].isdigit())
+
+    def index_damage(self, episodes: list[float]) -> None:
+        """Garble 7 pages of ``index.sqlite`` in place under the running sidecar (no file damage
+        waiting meanwhile: a rebuilt index counts from 0, so the repair counters are taken before),
+        once every live epoch has its members file; then the index must come back with those
+        epochs, and no object of theirs may be fetched again."""
+        rng = random.Random(len(episodes) + 99)
+        for when in episodes:
+            if not self.at(when):
+                return
+            with self.damage_lock:
+                deadline = time.time() + 60
+                while time.time() < deadline and any(d.end is None for d in self.damages):
+                    if self.stop.wait(0.1):
+                        return
+                deadline = time.time() + 10
+                while time.time() < deadline:  # every live epoch with its members file
+                    live = self._live_epochs()
+                    files = self.car.cache / "epochs"
+                    if live and all((files / f"epoch-{n}.members").exists() for n in live):
+                        break
+                    if self.stop.wait(0.05):
+                        return
+                members = self.car.cache / "epochs"
+                had = sorted(int(f.name[6:-8]) for f in members.glob("epoch-*.members"))
+                live = self._live_epochs()
+                keys: set[str] = set()
+                for n in had:
+                    with contextlib.suppress(OSError):
+                        lines = (self.car.mount / ".epochfs" / f"epoch-{n}.manifest").read_text().split("\n")
+                        keys.update(line.split("\t")[0] for line in lines[1:] if line)
+                counters = {str(k): int(v) for k, v in self._rows("SELECT name, value FROM counters") or []}
+                with self.proxy.lock:
+                    gets_before = dict(self.proxy.gets)
+                resets_before = self.car.log_text().count("and replaced by a fresh one")
+                start = time.time()
+                pages = garble_index(self.car.cache, rng)
+                episode = IndexDamage(start, pages, had, [n for n in live if n not in had], counters)
+                with self.lock:
+                    self.index_damages.append(episode)
+                deadline = time.time() + 90
+                while time.time() < deadline and not self.stop.is_set():
+                    text = self.car.log_text()
+                    if text.count("and replaced by a fresh one") > resets_before:
+                        episode.rebuilt = time.time()
+                        episode.log_line = next(line for line in text.splitlines()[::-1]
+                                                if "and replaced by a fresh one" in line)[:600]
+                        # An epoch whose in-use window ran out retires as ever, damage or not (its
+                        # members file goes with it): the FUSE server logs it before the rebuild.
+                        before_reset = text[:text.rfind("and replaced by a fresh one")]
+                        retired = {int(n) for n in re.findall(r"epoch (\d+) retired", before_reset)}
+                        episode.retired_first = [n for n in had if n in retired]
+                        break
+                    self.stop.wait(0.1)
+                if episode.rebuilt is None:
+                    return
+                self.stop.wait(5.0)  # the planned look: 5 s after the rebuild, within the in-use window
+                numbers = {int(n) for (n,) in self._rows("SELECT n FROM epochs") or []}
+                episode.restored = [n for n in had if n in numbers]
+                episode.first_cut_after = min((n for n in numbers if n > max(had, default=-1)), default=None)
+                with self.proxy.lock:
+                    gets_after = dict(self.proxy.gets)
+                for key in keys:
+                    more = gets_after.get(f"/{BUCKET}/{key}", 0) - gets_before.get(f"/{BUCKET}/{key}", 0)
+                    if more:
+                        episode.refetched[key] = more
+
+    def repair_watch(self, objects: dict[str, bytes]) -> None:
+        """Close each damage's window: the remote's bytes back in its object file and no repair
+        waiting (repaired in place), or its sample gone from the index (evicted first). After the
+        soak's end it goes on until every window closed (at most 60 s)."""
+        give_up: float | None = None
+        while True:
+            with self.lock:
+                waiting = [d for d in self.damages if d.end is None and d.outcome != "lost"]
+            if self.stop.is_set():
+                give_up = give_up or time.time() + 60
+                if not waiting or time.time() > give_up:
+                    return
+            for d in waiting:
+                now = time.time()
+                rows = self._rows("SELECT s.id, r.lost FROM samples s LEFT JOIN repairs r ON r.sample = s.id "
+                                  "WHERE s.sid=?", (d.sid,))
+                if rows is None:
+                    continue
+                if not rows:
+                    d.end, d.outcome = now, "evicted"
+                    continue
+                lost = rows[0][1]
+                path = self.car.cache / "objects" / object_name(d.sid)
+                if lost is not None:
+                    d.taken_out = True
+                    d.taken_out_at = d.taken_out_at or now
+                    if int(lost):
+                        d.outcome = "lost"
+                    continue
+                try:
+                    body = path.read_bytes()
+                except FileNotFoundError:
+                    d.taken_out = d.taken_out or d.how != "delete"
+                    continue
+                if body == objects[d.key]:
+                    d.end, d.outcome = now, "repaired"
+            time.sleep(0.1)  # a poll interval, not a synchronization
+
 
 @dataclass
 class Summary:
@@ -316,20 +681,32 @@ class Summary:
     disk_full: str
     storms: str
     health_failures_outside: list[tuple[float, int, str]]
+    wrong_outside: int = 0
+    wrong_in_damage: str = ""
+    failed_in_repair: int = 0
+    damages: str = ""
+    jumps: str = ""
+    index: str = ""
+    epochs_from: int = 0  # the first epoch number the index still holds (a rebuilt one: its oldest live)
+    gaps: set[int] = field(default_factory=set)  # numbers a rebuilt index may lack (documented loss)
 
     def line(self) -> str:
         r = self.readers
         return (f"soak {self.seconds:.0f}s: {r['passes']} passes, {r['files']} files, "
-                f"{r['bytes'] / 2**30:.2f} GiB read by 8 readers; wrong bytes {r['wrong_bytes']}; "
+                f"{r['bytes'] / 2**30:.2f} GiB read by 8 readers; wrong bytes {self.wrong_outside} "
+                f"(+{self.wrong_in_damage} seen before the repair); "
                 f"failed opens of listed files {len(self.failed_outside)} "
-                f"(+{self.failed_during_restart} during FUSE restarts); manifest mismatches "
+                f"(+{self.failed_during_restart} during FUSE restarts, +{self.failed_in_repair} between a "
+                f"take-out and its repair); damages {self.damages}; far jumps {self.jumps}; "
+                f"manifest mismatches "
                 f"{r['manifest_mismatch']}; restarts sampler {self.restarts['sampler']} fuse "
                 f"{self.restarts['fuse']} (kills {self.kills['sampler']}/{self.kills['fuse']}); "
                 f"cuts {self.cuts} (latest epoch {self.latest}); fetched {self.fetched}, evicted "
                 f"{self.evicted}, skipped {self.skipped}; object GETs {self.gets}, faults injected "
                 f"{self.faults}; disk full "
                 f"{self.disk_full}; storms {self.storms}; /healthz failures outside restarts "
-                f"{len(self.health_failures_outside)}")
+                f"{len(self.health_failures_outside)}"
+                + (f"; index damage {self.index}" if self.index else ""))
 
 
 def run_soak(s3: S3Server, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, plan: Plan, seed: int) -> Summary:
@@ -345,7 +722,10 @@ def run_soak(s3: S3Server, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, plan
     # Half the budget out of epochs and a short in-use window: samples turn over in seconds, so the
     # remote's faults, eviction and cuts keep happening all along.
     extra = ("--capacity", "12Mi", "--headroom", "0.5", "--min-samples", "10", "--cut-interval", "2",
-             "--keep-epochs", "2", "--in-use-seconds", "10", "--concurrency", "8", "--retries", "8")
+             "--keep-epochs", "2", "--in-use-seconds", "10", "--concurrency", "8", "--retries", "8",
+             # The scrub reads the whole cache (12 MiB) about once a second, plus its second of pause
+             # between passes: a damaged object is found within a few seconds, before its epoch retires.
+             "--scrub-rate", "16Mi")
     with small_volume(tmp_path / "cache", "24m") as volume:
         with FaultProxy(upstream=s3.endpoint) as proxy, \
                 running_sidecar(tmp_path, remote=f"s3://{BUCKET}", endpoint=proxy.endpoint, extra=extra,
@@ -353,7 +733,7 @@ def run_soak(s3: S3Server, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, plan
             summary = soak_body(car, proxy, volume, plan, objects, expected, tmp_path, seed)
         # After a clean stop (running_sidecar checked exit 0 within 10 s and nothing left mounted):
         # nothing to repair, every cached object the remote's bytes, epoch numbers without gaps.
-        check_cache(volume, objects)
+        check_cache(volume, objects, start=summary.epochs_from, gaps=summary.gaps)
     return summary
 
 
@@ -369,10 +749,11 @@ def soak_body(car: Sidecar, proxy: FaultProxy, volume: Path, plan: Plan, objects
                 "--events", str(tmp_path / f"reader{i}.events"), "--out", str(tmp_path / f"reader{i}.json"),
                 "--stop", str(stop_file)]
         readers.append(subprocess.Popen(argv))
-    threads = [threading.Thread(target=fn, args=args, daemon=True) for fn, args in (
+    threads = [threading.Thread(target=fn, args=args, daemon=True, name=fn.__name__) for fn, args in (
         (chaos.monitor, ()), (chaos.killer, (plan.kills,)), (chaos.faults, (sorted(objects), seed)),
         (chaos.outage, (plan.outages,)), (chaos.disk_full, (plan.disk_full,)), (chaos.storm, (plan.storms,)),
-        (chaos.latest_lag, ()),
+        (chaos.latest_lag, ()), (chaos.damager, (plan.damages, seed)), (chaos.repair_watch, (objects,)),
+        (chaos.index_damage, (plan.index_damage,)),
     )]
     for t in threads:
         t.start()
@@ -385,7 +766,7 @@ def soak_body(car: Sidecar, proxy: FaultProxy, volume: Path, plan: Plan, objects
         stop_file.touch()
         chaos.stop.set()
         for t in threads:
-            t.join(timeout=30)
+            t.join(timeout=90 if t.name in ("repair_watch", "index_damage") else 30)
         for p in readers:
             try:
                 p.wait(timeout=60)
@@ -407,14 +788,43 @@ def soak_body(car: Sidecar, proxy: FaultProxy, volume: Path, plan: Plan, objects
             totals[k] = totals.get(k, 0) + v
     events = [json.loads(line) for i in range(plan.readers)
               for line in (tmp_path / f"reader{i}.events").read_text().splitlines()]
-    outside = [e for e in events if e["kind"] == "open" and not chaos.in_restart(e["t"])]
-    during = sum(1 for e in events if e["kind"] == "open" and chaos.in_restart(e["t"]))
-    lookups_outside = [e for e in events if e["kind"] == "lookup" and not chaos.in_restart(e["t"])]
+    # A failed open during a FUSE restart is the restart's; an ENOENT of a damaged file between its
+    # damage and its repair is the repair's documented window (the file is absent meanwhile).
+    opens = [e for e in events if e["kind"] == "open"]
+    during = sum(1 for e in opens if chaos.in_restart(e["t"]))
+    in_repair = [e for e in opens if not chaos.in_restart(e["t"]) and e.get("errno") == errno.ENOENT
+                 and chaos.in_damage(e)]
+    # While a damaged index is rebuilt, an epoch that had no members file yet (cut under a second
+    # before) is lost, as documented: its failures are counted apart. Any other is the product's.
+    in_index = [e for e in events if e["kind"] in ("open", "lookup") and not chaos.in_restart(e["t"])
+                and chaos.index_loss(e) is not None]
+    index_strays = [e for e in in_index if chaos.index_loss(e) != "no file"]  # printed, then asserted
+    outside = [e for e in opens if not chaos.in_restart(e["t"]) and e not in in_repair and e not in in_index]
+    # Wrong bytes of the very file damaged, before its repair landed: disk corruption the scrub had
+    # not found yet. Any other wrong byte is the product's.
+    wrong = [e for e in events if e["kind"] == "wrong"]
+    wrong_damage = [e for e in wrong if chaos.in_damage(e)]
+    wrong_outside = [e for e in wrong if e not in wrong_damage]
+    lookups_outside = [e for e in events if e["kind"] == "lookup" and not chaos.in_restart(e["t"])
+                       and e not in in_index]
+    # A rebuilt index counts from 0: what the damaged one had counted is added back.
+    before = {k: sum(ep.counters.get(k, 0) for ep in chaos.index_damages if ep.rebuilt) for k in
+              ("cuts_total", "fetched_total", "evicted_total", "skipped_total", "corrupt_objects_total",
+               "repaired_total")}
+    stats = dataclasses.replace(stats, **{k: getattr(stats, k) + v for k, v in before.items()})
     health_outside = [h for h in chaos.health_failures if not chaos.in_restart(h[0])]
     summary = Summary(
         seconds=plan.seconds, readers=totals, failed_outside=outside, failed_during_restart=during,
         lookup_errors_outside=lookups_outside,
         restarts={name: int(health[name]["restarts"]) for name in ("sampler", "fuse")},
+        index=index_summary(chaos, in_index),
+        epochs_from=max((min(ep.had_file) for ep in chaos.index_damages if ep.had_file), default=0),
+        # A rebuilt index holds the epochs that were live (retired ones between them, cut and retired
+        # at once when two newer came before any read, are not restored: their numbers stay used up
+        # in the high-water mark), and none cut after the damage before the rebuild.
+        gaps={n for ep in chaos.index_damages if ep.had_file
+              for n in range(min(ep.had_file), (ep.first_cut_after or max(ep.had_file) + 1))
+              if n not in ep.had_file},
         kills=dict(chaos.kills), cuts=stats.cuts_total, latest=stats.latest_epoch,
         evicted=stats.evicted_total, fetched=stats.fetched_total, skipped=stats.skipped_total,
         faults=sum(proxy.injected.values()), gets=sum(proxy.gets.values()),
@@ -422,6 +832,12 @@ def soak_body(car: Sidecar, proxy: FaultProxy, volume: Path, plan: Plan, objects
         storms=f"{len(plan.storms)} ({chaos.storm_lookups} lookups, {len(chaos.storm_hits)} made an epoch, "
                f"{chaos.storm_near} found the next one, {len(chaos.storm_errors)} errors)",
         health_failures_outside=health_outside,
+        wrong_outside=sum(int(e["wrong_bytes"]) for e in wrong_outside),
+        wrong_in_damage=f"{sum(int(e['wrong_bytes']) for e in wrong_damage)} in {len(wrong_damage)} reads",
+        failed_in_repair=len(in_repair), damages=damage_summary(chaos, stats),
+        jumps=(f"{len(chaos.jumps)} refused requests in {len(plan.storms)} storms ("
+               f"{len(chaos.jump_failures)} wrong answers), the next epoch cut "
+               f"{max(chaos.jump_next_cut, default=0):.1f} s after at most"),
     )
     print(summary.line())
     windows = [(round(w.start - chaos.t0, 1), None if w.end is None else round(w.end - w.start, 2), w.cause)
@@ -429,23 +845,156 @@ def soak_body(car: Sidecar, proxy: FaultProxy, volume: Path, plan: Plan, objects
     print(f"FUSE restart windows (start, seconds, cause): {windows}")
     print(f"latest trailed the index by up to {chaos.latest_behind} epoch(s), for up to "
           f"{chaos.latest_behind_for:.1f} s at a time (outside restarts)")
-    if outside or lookups_outside:
-        print("failures outside restarts:", json.dumps((outside + lookups_outside)[:20], indent=1))
+    damaged = [(round(d.start - chaos.t0, 1), None if d.end is None else round(d.end - d.start, 2), d.key,
+                d.how, d.finder, d.outcome,
+                None if d.taken_out_at is None else round(d.taken_out_at - chaos.t0, 1))
+               for d in chaos.damages]
+    print(f"damages (start, seconds to the repair, key, how, finder, outcome, seen waiting at): {damaged}")
+    print(f"epochfs verify runs: {chaos.verify_runs}")
+    for ep in chaos.index_damages:
+        took = None if ep.rebuilt is None else round(ep.rebuilt - ep.start, 2)
+        print(f"index damage at {ep.start - chaos.t0:.1f} s: pages {ep.pages}, replaced {took} s later, "
+              f"epochs with members files {ep.had_file}, without {ep.no_file}, restored {ep.restored} "
+              f"(retired first: {ep.retired_first}), "
+              f"first cut after {ep.first_cut_after}; log: {ep.log_line}")
+    if in_index:
+        seen = collections.Counter((e["kind"], e.get("epoch", e.get("what")), e.get("errno"))
+                                   for e in in_index)
+        first, last = (min(e["t"] for e in in_index) - chaos.t0, max(e["t"] for e in in_index) - chaos.t0)
+        print(f"reader failures while the index was rebuilt (kind, epoch, errno): {dict(seen)}, "
+              f"from {first:.1f} s to {last:.1f} s")
+    if outside or lookups_outside or wrong_outside:
+        print("failures outside restarts and repairs:",
+              json.dumps((outside + lookups_outside + wrong_outside)[:20], indent=1))
+    if chaos.jump_failures:
+        print("far jumps answered wrong:", chaos.jump_failures[:20])
 
     # What must hold.
-    assert totals["wrong_bytes"] == 0, summary.line()
+    assert wrong_outside == [], summary.line()
+    # Not documented as lost: an epoch cut after the damage, or `latest` failing while it is rebuilt.
+    assert index_strays == [], f"reader failures while the index was rebuilt: {index_strays[:10]}"
+    assert chaos.jump_failures == [], f"far jumps: {chaos.jump_failures[:10]}"
+    check_damages(chaos, stats, car, before)
+    check_index_damages(chaos)
     assert totals["manifest_mismatch"] == 0, summary.line()
     assert outside == [], summary.line()
     assert lookups_outside == [], summary.line()
     assert chaos.storm_hits == [], f"stray lookups made epochs: {chaos.storm_hits[:10]}"
-    assert summary.restarts == chaos.kills, f"restarts nobody asked for: {summary.line()}"
+    # A damaged index found in a statement makes the sampler exit once; its next start rebuilds it.
+    rebuilds = sum(1 for ep in chaos.index_damages if ep.rebuilt is not None)
+    assert summary.restarts["fuse"] == chaos.kills["fuse"], f"restarts nobody asked for: {summary.line()}"
+    assert chaos.kills["sampler"] <= summary.restarts["sampler"] <= chaos.kills["sampler"] + rebuilds, \
+        f"restarts nobody asked for: {summary.line()}"
     assert health_outside == [], f"/healthz failed outside FUSE restarts: {health_outside[:10]}"
     assert totals["passes"] > plan.readers, "the readers hardly read"
     assert stats.cuts_total >= 3 and stats.fetched_total > 0
     return summary
 
 
-def check_cache(cache: Path, objects: dict[str, bytes]) -> None:
+def index_summary(chaos: Chaos, in_index: list[dict[str, Any]]) -> str:
+    if not chaos.index_damages:
+        return ""
+    parts = []
+    for ep in chaos.index_damages:
+        took = "never" if ep.rebuilt is None else f"{ep.rebuilt - ep.start:.1f} s"
+        parts.append(f"{len(ep.pages)} pages at {ep.start - chaos.t0:.0f} s: index replaced after {took}, "
+                     f"live epochs {ep.had_file} with members files, {len(ep.restored)} restored "
+                     f"({len(set(ep.retired_first) - set(ep.restored))} retired as due before the rebuild), "
+                     f"{ep.no_file} without (documented loss); {sum(ep.refetched.values())} GETs of their "
+                     f"keys again")
+    why = collections.Counter(chaos.index_loss(e) for e in in_index)
+    return "; ".join(parts) + (f"; reader failures of epochs not restored while it was rebuilt: "
+                               f"{why['no file']} of epochs cut before it without a members file, "
+                               f"{why['cut after']} of epochs cut after it, {why['latest']} of latest")
+
+
+def check_index_damages(chaos: Chaos) -> None:
+    """Every live epoch with its members file came back, and none of its objects was fetched again."""
+    for ep in chaos.index_damages:
+        assert ep.rebuilt is not None, f"the garbled index (pages {ep.pages}) was never replaced"
+        lost = set(ep.had_file) - set(ep.restored) - set(ep.retired_first)
+        assert not lost, f"epochs lost with the index: {lost}"
+        assert ep.refetched == {}, f"fetched again after the index was rebuilt: {ep.refetched}"
+
+
+def raced_finds(chaos: Chaos) -> list[str]:
+    """Keys `epochfs verify` reported that were damaged for the scrub to find (both may count them)."""
+    scrub_keys = {d.key for d in chaos.damages if d.finder == "scrub"}
+    return [key for run in chaos.verify_runs for key, _ in run["damaged"] if key in scrub_keys]
+
+
+def damage_summary(chaos: Chaos, stats: Any) -> str:
+    ds = chaos.damages
+    kinds = {k: sum(1 for d in ds if d.how == k) for k in DAMAGES}
+    outcome = {k: sum(1 for d in ds if d.outcome == k) for k in ("repaired", "evicted", "lost", "waiting")}
+    took = [d.end - d.start for d in ds if d.end is not None and d.outcome == "repaired"]
+    quarantined = sum(len(v.get("damaged", [])) for v in chaos.verify_runs)
+    return (f"{len(ds)} (flip {kinds['flip']}, truncate {kinds['truncate']}, delete {kinds['delete']}; "
+            f"{len(chaos.verify_runs)} epochfs verify run(s) quarantined {quarantined}; found "
+            f"{stats.corrupt_objects_total} (corrupt_objects_total), repaired in place {outcome['repaired']} "
+            f"(repaired_total {stats.repaired_total}) in at most {max(took, default=0):.1f} s, "
+            f"evicted before the repair {outcome['evicted']}, lost {outcome['lost']}, "
+            f"still waiting {outcome['waiting']}; left for the scrub but reported by verify "
+            f"{len(raced_finds(chaos))})")
+
+
+def check_damages(chaos: Chaos, stats: Any, car: Sidecar, before: dict[str, int]) -> None:
+    """Every damage repaired in place (or its sample evicted first, its epochs retired), none lost;
+    the store's counters and the sidecar's metrics agree with what was damaged and repaired."""
+    ds = chaos.damages
+    unrepaired = [(d.key, d.how, d.outcome) for d in ds if d.outcome not in ("repaired", "evicted")]
+    assert unrepaired == [], f"damages not repaired: {unrepaired}"
+    repaired = sum(1 for d in ds if d.outcome == "repaired")
+    evicted_after_take_out = sum(1 for d in ds if d.outcome == "evicted" and d.taken_out)
+    evicted = sum(1 for d in ds if d.outcome == "evicted")
+    assert stats.repaired_total == repaired, (stats.repaired_total, repaired)
+    # Each damage counted once, even when the scrub and `epochfs verify` held it at once (the soak
+    # found it counted twice: a take-out now leaves a sample already waiting for its repair alone).
+    found = stats.corrupt_objects_total
+    assert repaired + evicted_after_take_out <= found <= repaired + evicted, (found, repaired, evicted)
+    assert stats.repairing == 0 and stats.lost == 0, (stats.repairing, stats.lost)
+    assert car.metric("epochfs_repaired_samples_total") == stats.repaired_total - before["repaired_total"]
+    assert car.metric("epochfs_corrupt_objects_total") == (
+        stats.corrupt_objects_total - before["corrupt_objects_total"])
+    for run in chaos.verify_runs:
+        assert run["index"] == "ok" and run["rc"] == (1 if run["damaged"] else 0), run
+    # What verify quarantined is in <cache>/quarantine/<sid>, with its line in quarantine.log.
+    folder = car.cache / "quarantine"
+    quarantined = {key for run in chaos.verify_runs for key, _ in run["damaged"]}
+    noted = {json.loads(line)["key"] for line in (folder / "quarantine.log").read_text().splitlines()} \
+        if (folder / "quarantine.log").exists() else set()
+    assert noted == quarantined, (noted, quarantined)
+    assert len([p for p in folder.iterdir() if p.name != "quarantine.log"]) == len(quarantined) \
+        if folder.exists() else not quarantined
+
+
+def garble_index(cache: Path, rng: random.Random, pages: int = 7) -> list[int]:
+    """Garbage over ``pages`` leaf pages of the index (at least two of ``samples``, the others of
+    the catalog and the epochs' tables), in place, after a checkpoint, beside the running sidecar."""
+    index = cache / "index.sqlite"
+    db = sqlite3.connect(index, timeout=10)
+    try:
+        db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        rows = db.execute("SELECT name, pageno FROM dbstat WHERE pagetype='leaf' AND name IN "
+                          "('samples', 'catalog', 'epochs', 'epoch_samples', 'counters')").fetchall()
+        size = int(db.execute("PRAGMA page_size").fetchone()[0])
+    finally:
+        db.close()
+    samples = [int(p) for name, p in rows if name == "samples"]
+    others = [int(p) for name, p in rows if name != "samples"]
+    hit = rng.sample(samples, min(2, len(samples)))
+    hit += rng.sample(others, min(pages - len(hit), len(others)))
+    with open(index, "r+b") as f:
+        for page in hit:
+            f.seek((page - 1) * size)
+            f.write(os.urandom(size))
+    return sorted(hit)
+
+
+def check_cache(cache: Path, objects: dict[str, bytes], *, start: int = 0,
+                gaps: set[int] | None = None) -> None:
+    """Nothing to repair, every object the remote's bytes, and epoch numbers without gaps (from
+    ``start``, the oldest a rebuilt index restored; but ``gaps``, epochs documented as lost with it)."""
     with Store(cache) as store:
         report = store.recover()
         assert (report.integrity, report.repairs_marked, report.orphans_removed) == ("ok", 0, 0), report
@@ -456,7 +1005,8 @@ def check_cache(cache: Path, objects: dict[str, bytes]) -> None:
         numbers = [int(n) for (n,) in db.execute("SELECT n FROM epochs ORDER BY n")]
     finally:
         db.close()
-    assert numbers == list(range(len(numbers))), f"epoch numbers with gaps: {numbers}"
+    required = set(range(start, numbers[-1] + 1)) - (gaps or set())
+    assert numbers[0] >= start and required <= set(numbers), f"epoch numbers with gaps: {numbers}"
 
 
 def soak_seconds() -> float:

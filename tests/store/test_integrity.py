@@ -449,3 +449,31 @@ def test_the_object_scan_removes_a_damaged_file_a_crashed_take_out_left_for_a_lo
         assert report is not None and (report.lost, report.stale) == (0, 1)
         assert not path.exists(), "no reader gets the damaged bytes"
         assert [f.path for f in store.epoch_files(0)] == ["gone"] and store.stats().repairing == 1
+
+
+def test_two_finders_of_one_damage_count_it_once_and_a_stale_finding_spares_the_repair(
+        tmp_path: Path) -> None:
+    """The scrub and ``epochfs verify`` each read a batch, then check it: both can find the same
+    damaged file. Found by the soak: ``corrupt_objects_total`` counted one damage twice, and the
+    second take-out could remove the repaired file the first one's repair had just installed."""
+    with Store(tmp_path / "cache", create=True) as store:
+        store.configure(Policy(capacity=10**6, headroom=0.0))
+        admit(store, "a", b"a" * 600)
+        assert store.cut(0) == 0
+        path = store.objects_dir / object_name(sid_of("a"))
+        good = path.read_bytes()
+        [obj] = store.stored_objects(after_id=0, limit=10)
+        damage(path, "flip")
+        problem = store.check_object(obj) or ""
+        assert len(store.take_out([(obj, problem)], quarantine=False)) == 1  # the first finder
+        assert not path.exists()
+        assert store.take_out([(obj, problem)], quarantine=False) == []  # the second: nothing more
+        assert store.stats().corrupt_objects_total == 1
+        # The repair lands (its bytes installed first, then its row removed, as integrity.repair
+        # does); a finder that saw the file missing before that takes nothing out.
+        path.write_bytes(good)
+        with store._ix.write() as db:
+            db.execute("DELETE FROM repairs")
+        assert store.take_out([(obj, "missing")], quarantine=False) == []
+        assert path.read_bytes() == good and store.stats().repairing == 0
+        assert store.stats().corrupt_objects_total == 1
