@@ -55,8 +55,8 @@ def test_the_image_folder_snippets_run_on_a_mount(tmp_path: Path) -> None:
         assert ns["val"].class_to_idx == ns["train"].class_to_idx and len(ns["val"]) == 6
 
 
-@pytest.mark.skipif(not torchvision_works(), reason="torchvision is not installed (the dev environment pins "
-                    "the CPU build of torch, for which PyPI has no torchvision)")
+@pytest.mark.skipif(not torchvision_works(), reason="no working torchvision (PyPI's 0.28.0, the one for "
+                    "torch 2.13.0, is a CUDA build: it fails to import on the dev environment's CPU torch)")
 def test_the_torchvision_recipe_runs_on_a_mount(tmp_path: Path) -> None:
     with mounted_images(tmp_path) as m:
         ns: dict[str, Any] = {"root": str(m.path), "n": 0}

@@ -148,8 +148,8 @@ def torchvision_works() -> bool:
 
 @pytest.mark.skipif(
     not torchvision_works(),
-    reason="torchvision is not installed (the dev environment pins "
-    "the CPU build of torch, for which PyPI has no torchvision)",
+    reason="no working torchvision (PyPI's 0.28.0, the one for torch 2.13.0, is a CUDA build: "
+    "it fails to import on the dev environment's CPU torch)",
 )
 def test_the_images_pages_torchvision_recipe_keeps_the_labels(tmp_path: Path) -> None:
     with sidecar_over(tmp_path, "images.md", images(CLASSES, 2), min_samples=len(CLASSES) * 2) as car:
