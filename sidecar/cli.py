@@ -113,6 +113,7 @@ def _cmd_index(ns: argparse.Namespace) -> int:
         threads = _positive_int(ns.list_threads)
     except ValueError as e:
         raise config.ConfigError(f"--list-threads: {e}") from None
+    _check_local_out(ns.out)
     try:
         remote = open_remote(url, endpoint_url=ns.endpoint_url)
     except RemoteError as e:
@@ -123,13 +124,34 @@ def _cmd_index(ns: argparse.Namespace) -> int:
     try:
         count = write_index(remote, ns.out, threads=threads, endpoint_url=ns.endpoint_url, progress=bar,
                             plain=not _gzipped_name(ns.out), order=ns.order)
-    except RemoteError as e:
+    except (RemoteError, OSError) as e:  # the remote, or writing --out: one line, no traceback
         print(f"epochfs index: {e}", file=sys.stderr)
         return 1
     finally:
         remote.close()
     print(count)
     return 0
+
+
+def _check_local_out(out: str) -> None:
+    """Refuse a local ``--out`` that cannot be written before the listing runs (it ran to its end,
+    minutes on a large bucket, then failed with a traceback; and a missing folder was made):
+    a folder, a path under a missing or read-only folder."""
+    if "://" in out and not out.startswith("file://"):
+        return  # a remote URL: its store says at the upload
+    path = Path(out.removeprefix("file://")).expanduser()
+    if path.is_dir():
+        raise config.ConfigError(f"--out {out}: is a folder; name the index file ({path}/index.jsonl.gz)")
+    parent = path.parent
+    if not parent.is_dir():
+        raise config.ConfigError(f"--out {out}: the folder {parent} does not exist")
+    import tempfile
+
+    try:  # a file made and removed: as root os.access says yes to /proc and to read-only mounts
+        with tempfile.NamedTemporaryFile(dir=parent, prefix=".epochfs-index-probe-"):
+            pass
+    except OSError as e:
+        raise config.ConfigError(f"--out {out}: cannot write in {parent}: {e.strerror}") from None
 
 
 def _gzipped_name(out: str) -> bool:

@@ -70,3 +70,21 @@ def test_a_dead_link_and_a_missing_command_would_be_found(tmp_path: Path) -> Non
     assert COMMAND.findall("run `epochfs cut --cache DIR --nope`") == [("cut", " --cache DIR --nope")]
     block = "```sh\nepochfs sidecar --remote s3://b \\\n    --nope 1\n```\n"
     assert _shown(block) == [("sidecar", " --remote s3://b      --nope 1")]
+
+
+def test_the_readmes_commands_table_lists_every_command_of_the_cli() -> None:
+    """The table under "## Commands" names each sub-command once, and no other (it listed 7 of 11,
+    then 11 of 12: the webhook was missing)."""
+    text = (ROOT / "README.md").read_text()
+    table = text.split("## Commands", 1)[1].split("\n\n", 2)[1]
+    rows = re.findall(r"^\| `epochfs ([a-z_-]+)", table, re.M)
+    assert sorted(rows) == sorted(_commands()), rows
+
+
+def test_no_page_points_at_a_file_outside_the_repository() -> None:
+    """Not as a link and not as inline code either: ``../shared/DESIGN.md`` was named as the
+    contract on two pages, a file no clone has."""
+    outside = [(p.relative_to(ROOT), m) for p in PAGES
+               for m in re.findall(r"`(\.\./[^`]+)`", p.read_text())
+               if not (p.parent / m).resolve().is_relative_to(ROOT) or not (p.parent / m).exists()]
+    assert not outside, outside

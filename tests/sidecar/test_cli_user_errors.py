@@ -271,6 +271,20 @@ def test_index_order_sorted_writes_key_order(tmp_path: Path, dataset: Path) -> N
     assert bad.returncode == 2 and "invalid choice" in bad.stderr and "Traceback" not in bad.stderr
 
 
+@pytest.mark.parametrize("where", ["folder", "missing folder", "proc"])
+def test_index_refuses_an_out_it_cannot_write_before_it_lists(
+        tmp_path: Path, dataset: Path, where: str) -> None:
+    """One line and exit 2 at once: it listed the whole remote first, then printed a traceback (and
+    a missing folder was made)."""
+    out = {"folder": tmp_path, "missing folder": tmp_path / "nowhere" / "x.gz",
+           "proc": Path("/proc/epochfs-index.gz")}[where]
+    proc = run(["index", dataset.as_uri(), "--out", str(out)])
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
+    assert proc.stderr.strip().splitlines()[-1].startswith(f"epochfs index: --out {out}: "), proc.stderr
+    assert "indexing" not in proc.stderr  # refused before the listing
+    assert not (tmp_path / "nowhere").exists()
+
+
 def test_index_writes_plain_json_lines_for_a_name_without_gz(tmp_path: Path, dataset: Path) -> None:
     """The reader looks at the first bytes, not the name, so a plain file is an index too."""
     from epochfs.sidecar.listing.indexfile import IndexSource, is_index
