@@ -5,7 +5,8 @@
 2. starts ``epochfs sidecar`` with a cache much smaller than the dataset and a download rate limit,
    so the cache grows while training runs and then evicts its oldest samples,
 3. trains a small torch model for six epochs through ``EpochLoader`` over the mount's ``epoch-N/``
-   folders, printing one line per epoch (samples, new, evicted, cache occupancy, MB/s, loss),
+   folders, printing one line per epoch (samples, new, left out of the epoch before, cache
+   occupancy, MB/s, loss),
 4. stops the sidecar (SIGTERM: it unmounts and exits 0), also on Ctrl-C.
 """
 
@@ -81,11 +82,11 @@ def stop(sidecar: subprocess.Popen[bytes], mount: Path) -> None:
 def epoch_line(stats: EpochStats, status: dict[str, object], loss: float) -> str:
     entry = next((e for e in status["epochs"] if e["epoch"] == stats.epoch), None)  # type: ignore[attr-defined]
     new = entry["new"] if entry else "?"
-    evicted = entry["evicted"] if entry else "?"
+    left_out = entry["evicted"] if entry else "?"  # of the epoch before's samples, not in this one
     used = int(status["cache_bytes"])  # type: ignore[call-overload]
     cap = int(status["capacity_bytes"])  # type: ignore[call-overload]
     return (
-        f"epoch {stats.epoch}: {stats.files:5d} samples ({new} new, {evicted} evicted)  "
+        f"epoch {stats.epoch}: {stats.files:5d} samples ({new} new, {left_out} left out)  "
         f"cache {used / 2**20:5.1f}/{cap / 2**20:.1f} MiB ({100 * used / cap:3.0f}%)  "
         f"{stats.mb_per_s:6.1f} MB/s  waited {stats.wait_seconds:4.2f}s  loss {loss:.3f}"
     )

@@ -17,7 +17,7 @@ pytestmark = [
     pytest.mark.skipif(os.geteuid() != 0 or not os.path.exists("/dev/fuse"), reason="needs root and FUSE"),
 ]
 
-EPOCH_LINE = re.compile(r"^epoch (\d+): +(\d+) samples \((\d+) new, (\d+) evicted\)  cache .* loss \d\.\d+$",
+EPOCH_LINE = re.compile(r"^epoch (\d+): +(\d+) samples \((\d+) new, (\d+) left out\)  cache .* loss \d\.\d+$",
                         re.MULTILINE)
 
 
