@@ -59,7 +59,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from types import FrameType
 
@@ -316,6 +316,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--dir", type=Path, help="scratch folder (emptied; default: a temp folder)")
     p.add_argument("--json", type=Path, help="write the rows here")
     p.add_argument("--markdown", type=Path, help="write the table here")
+    p.add_argument("--plot", type=Path,
+                   help="also draw each epoch's TV ratio against its cut time per key space here (SVG)")
     ns = p.parse_args(argv)
     names = [s.strip() for s in ns.shapes.split(",") if s.strip()]
     try:
@@ -344,6 +346,11 @@ def main(argv: list[str] | None = None) -> int:
     table = markdown(rows, ns, argv, [s.spec() for s in shapes])
     print(table)
     harness.write_results(table, rows, markdown=ns.markdown, json_path=ns.json)
+    if ns.plot:
+        from epochfs.benchmarks._fairness_plot import svg
+
+        ns.plot.write_text(svg([asdict(r) for r in rows], title=f"Each epoch's folder mix against a "
+                                                                 f"random sample's: {source()}"))
     return 0
 
 

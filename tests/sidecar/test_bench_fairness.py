@@ -25,9 +25,10 @@ pytestmark = [
 
 
 def test_fairness_has_a_row_per_shape_and_epoch_at_a_tiny_size(tmp_path: Path) -> None:
-    out, table = tmp_path / "fairness.json", tmp_path / "fairness.md"
+    out, table, plot = tmp_path / "fairness.json", tmp_path / "fairness.md", tmp_path / "fairness.svg"
     args = ["--keys", "2000", "--epochs", "2", "--every", "1", "--draws", "5",
-            "--dir", str(tmp_path / "work"), "--json", str(out), "--markdown", str(table)]
+            "--dir", str(tmp_path / "work"), "--json", str(out), "--markdown", str(table),
+            "--plot", str(plot)]
     done = run_benchmark([sys.executable, "-P", "-m", "epochfs.benchmarks.fairness", *args], timeout=240)
     assert done.returncode == 0, done.stdout + done.stderr
     rows = json.loads(out.read_text())
@@ -51,5 +52,8 @@ def test_fairness_has_a_row_per_shape_and_epoch_at_a_tiny_size(tmp_path: Path) -
     assert [line.split(" | ")[0] for line in body] == [f"| {s}" for s in SHAPES for _ in (0, 1)]
     assert all(line.count("|") == lines[header].count("|") for line in body)
     assert "| skewed | 2k | 100 | 1 |" in done.stdout
+    drawn = plot.read_text()  # a line of TV ratios over the cut times per key space, and its label
+    assert drawn.startswith("<svg") and drawn.count("<polyline") == len(SHAPES), drawn[:200]
+    assert all(f">{s}<" in drawn for s in SHAPES)
     assert not [m for m in mount_table() if m.mount_point.startswith(str(tmp_path))]
     assert list((tmp_path / "work").iterdir()) == []  # its scratch folders removed
