@@ -35,7 +35,7 @@ from dataclasses import dataclass
 from epochfs.sidecar.listing.filter import CatalogReport, ClashFinder, PageFilter
 from epochfs.sidecar.listing.planner import Planner, Segment
 from epochfs.sidecar.listing.sources import Page, PagedSource, Source, Span
-from epochfs.sidecar.store import Store
+from epochfs.sidecar.store import Store, classes
 from epochfs.sidecar.store.catalog import PageRows, Part
 from epochfs.torchclient.globs import KeyFilter
 
@@ -124,6 +124,12 @@ class Lister:
                 log.info("the listing's source or --include/--exclude changed (%s, was %s): "
                          "listing afresh", name, state.source)
             gen = listings.begin(parts, name)
+            if isinstance(self.source, PagedSource) and self.source.folders:
+                # Folders listed as ranges: the parts name only each range's first, so the class
+                # labels (store/classes.py) get all of them now, sorted, before any epoch: with
+                # ranges (more than 256 folders) each node appended the rest in its own epochs'
+                # order, and labels differed between the nodes of a job.
+                classes.record(self.store, self.source.folders)
             log.info("listing %d: %d span(s), %d lister thread(s)%s", gen, len(parts),
                      self.threads if isinstance(self.source, PagedSource) else min(self.threads, len(parts)),
                      f"; keys kept: {self._keys_line()}" if self.keys else "")

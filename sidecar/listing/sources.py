@@ -115,6 +115,10 @@ class PagedSource:
         self.stop = stop
         self.rng = rng or random.Random()
         self._probe: list[RemoteObject] | None = None
+        self.folders: list[str] = []
+        """Every folder :meth:`spans` found at the level it cut into ranges (more than
+        ``max_spans``): the ranges name only their first, and the class labels must name all,
+        the same on every node (:meth:`.Lister.prepare` records them)."""
 
     def _discover(self, prefix: str, *, token: str | None = None, delimiter: bool = False,
                   max_keys: int = 1000) -> tuple[list[RemoteObject], list[str], str | None]:
@@ -162,6 +166,7 @@ class PagedSource:
             # folder's last page at the folder's end (a range would ask one more page whenever a
             # folder's keys fill whole pages: it cannot know the next key is past its stop).
             return [Span(folder, "", None) for folder in self._expand(folders)]
+        self.folders = list(folders)
         step = -(-len(folders) // self.max_spans)
         starts = ["", *folders[step::step]]
         return [Span(prefix, start, starts[i + 1] if i + 1 < len(starts) else None)
