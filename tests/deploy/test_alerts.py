@@ -29,6 +29,10 @@ RULE_FILE = CHART / "alerts" / "epochfs.rules.yaml"
 UNIT_TESTS = Path(__file__).resolve().parent / "alerts_test.yaml"
 METRICS_DOC = ROOT / "docs" / "metrics.md"
 ENABLED = {"metrics": {"prometheusRule": {"enabled": True}}}
+# The webhook's group (epochfs-webhook) ships only where the chart's monitor scrapes the webhook.
+WEBHOOK_GROUP = "epochfs-webhook"
+WITH_WEBHOOK = {"webhook": {"enabled": True},
+                "metrics": {"prometheusRule": {"enabled": True}, "serviceMonitor": {"enabled": True}}}
 
 
 @pytest.fixture(scope="module")
@@ -46,7 +50,7 @@ def rendered_rule(helm_bin: Path, tmp: Path, values: dict[str, Any] | None = Non
 def rules_dir(helm_bin: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A folder with the chart's rendered rule group as a rule file and the unit tests beside it."""
     tmp = tmp_path_factory.mktemp("alerts")
-    rule = rendered_rule(helm_bin, tmp)
+    rule = rendered_rule(helm_bin, tmp, WITH_WEBHOOK)
     groups = {"groups": rule["spec"]["groups"]}
     (tmp / "epochfs.rules.yaml").write_text(yaml.safe_dump(groups, sort_keys=False))
     shutil.copy(UNIT_TESTS, tmp / UNIT_TESTS.name)
@@ -125,9 +129,32 @@ def test_the_unit_tests_fail_when_an_alert_does_not_fire(promtool: str, rules_di
 
 
 def test_the_chart_ships_the_rule_file_unchanged_by_default(helm_bin: Path, tmp_path: Path) -> None:
-    rule = rendered_rule(helm_bin, tmp_path)
+    rule = rendered_rule(helm_bin, tmp_path, WITH_WEBHOOK)
     assert rule["apiVersion"] == "monitoring.coreos.com/v1"
     assert rule["spec"]["groups"] == yaml.safe_load(RULE_FILE.read_text())["groups"]
+
+
+@pytest.mark.parametrize("monitor", ["serviceMonitor", "podMonitor"])
+def test_the_webhook_alerts_ship_only_where_the_chart_scrapes_the_webhook(
+        helm_bin: Path, tmp_path: Path, monitor: str) -> None:
+    """EpochfsWebhookDown fires on an absent job: without the webhook, or without the monitor that
+    scrapes it as that job, the group would page for nothing, so it is left out (the rest is the file)."""
+    file_groups = yaml.safe_load(RULE_FILE.read_text())["groups"]
+    assert WEBHOOK_GROUP in {g["name"] for g in file_groups}
+    others = [g for g in file_groups if g["name"] != WEBHOOK_GROUP]
+    scraped = {"webhook": {"enabled": True},
+               "metrics": {"prometheusRule": {"enabled": True}, monitor: {"enabled": True}}}
+    assert rendered_rule(helm_bin, tmp_path, scraped)["spec"]["groups"] == file_groups
+    unscraped: list[dict[str, Any]] = [
+        ENABLED,
+        {"webhook": {"enabled": True}, **ENABLED},
+        {"metrics": {"prometheusRule": {"enabled": True}, monitor: {"enabled": True}}},
+        # The ServiceMonitor needs the metrics Service: without it nothing is scraped.
+        {"webhook": {"enabled": True}, "metrics": {"enabled": False, "prometheusRule": {"enabled": True},
+                                                   "serviceMonitor": {"enabled": True}}},
+    ]
+    for values in unscraped:
+        assert rendered_rule(helm_bin, tmp_path, values)["spec"]["groups"] == others, values
 
 
 def test_the_rule_renders_only_when_enabled(helm_bin: Path, tmp_path: Path) -> None:
@@ -141,7 +168,7 @@ def test_the_rule_renders_only_when_enabled(helm_bin: Path, tmp_path: Path) -> N
 
 
 def test_rule_options_labels_namespace_rule_labels_disabled_runbook(helm_bin: Path, tmp_path: Path) -> None:
-    values = {"metrics": {"prometheusRule": {
+    values = {"webhook": {"enabled": True}, "metrics": {"podMonitor": {"enabled": True}, "prometheusRule": {
         "enabled": True, "namespace": "monitoring", "labels": {"release": "prometheus"},
         "ruleLabels": {"team": "ml", "severity": "page"}, "disabled": ["EpochfsTrainersWaitingForData"],
         "runbookUrl": "https://wiki.example/epochfs",
@@ -217,24 +244,51 @@ def exported_series_names(cache_dir: Path) -> set[str]:
     registry = metrics.sidecar_registry(stats=store.stats, multiproc_dir=None, sidecar=sidecar)
     from prometheus_client import generate_latest
 
-    text = generate_latest(registry).decode() + generate_latest(children).decode()
+    webhook = metrics.WebhookMetrics()
+    text = generate_latest(registry).decode() + generate_latest(children).decode() \
+        + generate_latest(webhook.registry).decode()
     suffixes = {"counter": ["_total"], "gauge": [""], "histogram": ["_bucket", "_sum", "_count"],
                 "info": ["_info"]}
     return {f.name + s for f in text_string_to_metric_families(text) for s in suffixes.get(f.type, [""])}
+
+
+# The one expression on Prometheus' own series: the scrape of the webhook, as its monitor names it.
+SCRAPE_OF_THE_WEBHOOK = 'up{job="epochfs-webhook"}'
 
 
 def test_every_expression_names_only_exported_metrics(cache_dir: Path) -> None:
     exported = exported_series_names(cache_dir)
     for rule in alerts(yaml.safe_load(RULE_FILE.read_text())):
         used = set(re.findall(r"\bepochfs_[a-z0-9_]+", rule["expr"]))
-        assert used, rule["alert"]
+        if not used:  # only the webhook's scrape, and only for the job its monitor sets
+            assert rule["alert"] == "EpochfsWebhookDown", rule["alert"]
+            assert set(re.findall(r"\bup\{[^}]*\}", rule["expr"])) == {SCRAPE_OF_THE_WEBHOOK}
+            continue
         assert used <= exported, f"{rule['alert']}: {used - exported} not exported"
+
+
+def test_the_webhook_alerts_job_is_the_one_its_monitor_sets(helm_bin: Path, tmp_path: Path) -> None:
+    """EpochfsWebhookDown watches the job the chart's webhook monitor gives its targets, first of
+    its relabelings (the monitor's own come after, and could rename it on purpose)."""
+    rules = {r["alert"]: r for r in alerts(yaml.safe_load(RULE_FILE.read_text()))}
+    for monitor, kind, key in (("serviceMonitor", "ServiceMonitor", "endpoints"),
+                               ("podMonitor", "PodMonitor", "podMetricsEndpoints")):
+        values = {"webhook": {"enabled": True}, "metrics": {monitor: {"enabled": True}}}
+        objs = render(helm_bin, with_remote(values), tmp_path)
+        [mon] = [o for o in objs if o["kind"] == kind and o["metadata"]["name"].endswith("-webhook")]
+        [endpoint] = mon["spec"][key]
+        assert endpoint["relabelings"][0] == {"action": "replace", "targetLabel": "job",
+                                              "replacement": "epochfs-webhook"}
+        job = endpoint["relabelings"][0]["replacement"]
+        assert f'up{{job="{job}"}}' in rules["EpochfsWebhookDown"]["expr"]
+        assert f'absent(up{{job="{job}"}})' in rules["EpochfsWebhookDown"]["expr"]
 
 
 def test_the_name_check_would_catch_an_invented_metric(cache_dir: Path) -> None:
     exported = exported_series_names(cache_dir)
     assert "epochfs_sampler_progress_total" not in exported
     assert "epochfs_disk_full" in exported and "epochfs_client_wait_seconds_total" in exported
+    assert "epochfs_webhook_requests_total" in exported
 
 
 def github_anchor(heading: str) -> str:
@@ -297,7 +351,9 @@ def waiting_unit_test(threshold_percent: str) -> dict[str, Any]:
 def test_the_trainers_waiting_threshold_is_a_value(helm_bin: Path, promtool: str, tmp_path: Path) -> None:
     """metrics.prometheusRule.trainersWaitingThreshold (a share of each rank's time) replaces the
     file's 0.25 in the expression and 25% in the summary; promtool runs the rule as rendered."""
-    values = {"metrics": {"prometheusRule": {"enabled": True, "trainersWaitingThreshold": 0.6}}}
+    values = {"webhook": {"enabled": True},
+              "metrics": {"serviceMonitor": {"enabled": True},
+                          "prometheusRule": {"enabled": True, "trainersWaitingThreshold": 0.6}}}
     rule = rendered_rule(helm_bin, tmp_path, values)
     rules = {r["alert"]: r for r in alerts(rule["spec"])}
     waiting = rules["EpochfsTrainersWaitingForData"]

@@ -197,3 +197,76 @@ def test_notes_name_the_monitor_and_the_rule(helm_bin: Path, tmp_path: Path) -> 
     webhook = notes({"webhook": {"enabled": True}, "metrics": {"serviceMonitor": {"enabled": True}}})
     assert (f"label epochfs.io/injected-by={RELEASE}-epochfs-webhook): "
             f"the PodMonitor {NAMESPACE}/{RELEASE}-epochfs-injected") in webhook
+    assert f"The webhook itself (job epochfs-webhook, alerted on by EpochfsWebhookDown and " \
+           f"EpochfsWebhookErrors): the ServiceMonitor {NAMESPACE}/{RELEASE}-epochfs-webhook." in webhook
+    assert "The webhook itself" not in on + bare
+
+
+# --------------------------------------------------------------------------- the webhook's monitor
+
+JOB_RELABELING = {"action": "replace", "targetLabel": "job", "replacement": "epochfs-webhook"}
+
+
+def webhook_monitor(objs: list[dict[str, Any]], kind: str) -> dict[str, Any]:
+    name = f"{RELEASE}-epochfs-webhook"
+    [monitor] = [o for o in objs if o["kind"] == kind and o["metadata"]["name"] == name]
+    return monitor
+
+
+def labels_match(selector: dict[str, str], labels: dict[str, str]) -> bool:
+    return selector.items() <= labels.items()
+
+
+@pytest.mark.parametrize(("kind", "key"),
+                         [("ServiceMonitor", "serviceMonitor"), ("PodMonitor", "podMonitor")])
+def test_the_webhook_is_scraped_by_a_monitor_of_the_enabled_kind(helm_bin: Path, tmp_path: Path,
+                                                                 kind: str, key: str) -> None:
+    """With failurePolicy Fail an unanswering webhook blocks pod creation: under kube-prometheus-stack
+    its own /metrics are scraped, by a monitor of the kind and with the options of the one enabled,
+    selecting the webhook's Service (or pods) on its port metrics, and nothing else."""
+    objs = render(helm_bin, with_remote({"webhook": {"enabled": True},
+                                         "commonLabels": {"team": "ml"},
+                                         "metrics": {key: monitor_values(key)}}), tmp_path)
+    monitor = webhook_monitor(objs, kind)
+    crd_helpers.validate(monitor)
+    assert monitor["metadata"]["namespace"] == "monitoring"
+    assert monitor["metadata"]["labels"]["release"] == "prometheus"
+    assert monitor["metadata"]["labels"]["app.kubernetes.io/component"] == "webhook"
+    assert monitor["spec"]["namespaceSelector"] == {"matchNames": [NAMESPACE]}
+    assert endpoint_of(monitor) == {
+        "port": "metrics", "path": "/metrics", "interval": "15s", "scrapeTimeout": "10s",
+        "relabelings": [JOB_RELABELING, *RELABELINGS], "metricRelabelings": METRIC_RELABELINGS,
+    }
+    selector = monitor["spec"]["selector"]["matchLabels"]
+    deployment = one(objs, "Deployment")
+    pod = deployment["spec"]["template"]
+    if kind == "ServiceMonitor":
+        services = [o for o in objs if o["kind"] == "Service"]
+        [svc] = [s for s in services if labels_match(selector, s["metadata"]["labels"])]
+        assert svc["metadata"]["name"] == f"{RELEASE}-epochfs-webhook"
+        assert svc["spec"]["selector"].items() <= pod["metadata"]["labels"].items()
+        [port] = [p for p in svc["spec"]["ports"] if p["name"] == endpoint_of(monitor)["port"]]
+        targets = {p["name"]: p["containerPort"] for p in pod["spec"]["containers"][0]["ports"]}
+        assert port["targetPort"] == "metrics" and port["port"] == targets["metrics"]
+    else:
+        assert labels_match(selector, pod["metadata"]["labels"])
+        assert not labels_match(selector, one(objs, "Job")["spec"]["template"]["metadata"]["labels"])
+        assert endpoint_of(monitor)["port"] in {p["name"] for p in pod["spec"]["containers"][0]["ports"]}
+    # The training pods' monitor does not scrape the webhook (no target twice).
+    [training] = [o for o in objs if o["kind"] == kind and o["metadata"]["name"] == f"{RELEASE}-epochfs"]
+    assert not labels_match(training["spec"]["selector"]["matchLabels"], pod["metadata"]["labels"])
+
+
+def test_no_webhook_monitor_without_the_webhook_or_a_monitor(helm_bin: Path, tmp_path: Path) -> None:
+    for values in ({"metrics": {"serviceMonitor": {"enabled": True}}},
+                   {"metrics": {"podMonitor": {"enabled": True}}},
+                   {"webhook": {"enabled": True}},
+                   {"webhook": {"enabled": True},
+                    "metrics": {"enabled": False, "serviceMonitor": {"enabled": True}}}):
+        objs = render(helm_bin, with_remote(values), tmp_path)
+        assert not [o for o in objs if o["kind"] in ("ServiceMonitor", "PodMonitor")
+                    and o["metadata"]["name"].endswith("-webhook")], values
+    defaults = render(helm_bin, with_remote({"webhook": {"enabled": True},
+                                             "metrics": {"podMonitor": {"enabled": True}}}), tmp_path)
+    assert endpoint_of(webhook_monitor(defaults, "PodMonitor")) == {
+        "port": "metrics", "path": "/metrics", "interval": "30s", "relabelings": [JOB_RELABELING]}

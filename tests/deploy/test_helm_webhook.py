@@ -17,6 +17,7 @@ from typing import Any
 
 import kubernetes_validate
 import pytest
+import yaml
 from cryptography import x509
 from cryptography.hazmat.primitives.asymmetric import padding, rsa
 from helm_helpers import (
@@ -255,6 +256,55 @@ def test_tls_from_cert_manager(helm_bin: Path, tmp_path: Path, issuer: dict[str,
             assert obj["metadata"]["namespace"] == NAMESPACE
 
 
+CERT_MANAGER_API = ("--api-versions", "cert-manager.io/v1")
+
+
+def uses_cert_manager(objs: list[dict[str, Any]]) -> bool:
+    """The webhook's TLS: cert-manager's (a Certificate, the CA injected) or the chart's own (the
+    Secret and the caBundle), never a mix of the two."""
+    mwc = of_kind(objs, "MutatingWebhookConfiguration")
+    injected = "cert-manager.io/inject-ca-from" in mwc["metadata"].get("annotations", {})
+    certificate = any(o["kind"] == "Certificate" and o["metadata"]["name"] == NAME for o in objs)
+    secret = any(o["kind"] == "Secret" and o["metadata"]["name"] == f"{NAME}-tls" for o in objs)
+    bundles = {"caBundle" in hook["clientConfig"] for hook in mwc["webhooks"]}
+    assert injected == certificate == (not secret) and bundles == {not certificate}, (injected, certificate,
+                                                                                      secret, bundles)
+    return certificate
+
+
+@pytest.mark.parametrize(
+    ("api_versions", "cert_manager", "expected"),
+    [
+        ((), {}, False),  # the default (null): no cert-manager.io/v1 in the cluster
+        (CERT_MANAGER_API, {}, True),  # ... and with it: detected
+        ((), {"enabled": None}, False),  # null set explicitly: the same as the default
+        (CERT_MANAGER_API, {"enabled": None}, True),
+        (CERT_MANAGER_API, {"enabled": False}, False),  # an explicit false wins over detection
+        ((), {"enabled": True}, True),  # an explicit true needs no detection (CRDs installed later)
+        (CERT_MANAGER_API, {"enabled": True}, True),
+    ],
+)
+def test_cert_manager_is_detected_unless_chosen(helm_bin: Path, tmp_path: Path, api_versions: tuple[str, ...],
+                                                cert_manager: dict[str, Any], expected: bool) -> None:
+    """webhook.certManager.enabled null (the default) takes cert-manager where the cluster serves
+    cert-manager.io/v1 (helm's capabilities: --api-versions for helm template), the chart's own CA
+    elsewhere; true or false choose either way."""
+    values = webhook_values({"certManager": cert_manager})
+    proc = helm(helm_bin, "template", RELEASE, str(CHART), "--namespace", NAMESPACE, *api_versions,
+                values=values, tmp=tmp_path)
+    objs = [d for d in yaml.safe_load_all(proc.stdout) if d]
+    assert uses_cert_manager(objs) is expected
+    if expected:
+        assert of_kind(objs, "Issuer", f"{NAME}-selfsigned")["apiVersion"] == "cert-manager.io/v1"
+
+
+def test_the_default_is_detection(helm_bin: Path, tmp_path: Path) -> None:
+    chart_values = yaml.safe_load((CHART / "values.yaml").read_text())
+    assert chart_values["webhook"]["certManager"]["enabled"] is None
+    proc = helm(helm_bin, "lint", "--strict", str(CHART), values=webhook_values(), tmp=tmp_path)
+    assert "0 chart(s) failed" in proc.stdout, proc.stdout + proc.stderr
+
+
 # --------------------------------------------------------------------------- one source
 
 
@@ -308,6 +358,7 @@ def test_the_job_is_unchanged_by_the_webhook(helm_bin: Path, tmp_path: Path) -> 
         ({"profiles": {"big": {"cache": {"volume": {"type": "nfs"}}}}}, "type"),
         ({"timeoutSeconds": 31}, "timeoutSeconds"),
         ({"certManager": {"issuerRef": {"kind": 3}}}, "kind"),
+        ({"certManager": {"enabled": "auto"}}, "enabled"),
         ({"podDisruptionBudget": {"minAvailable": "half"}}, "minAvailable"),
         ({"podDisruptionBudget": {"minAvailable": -1}}, "minAvailable"),
     ],

@@ -1,6 +1,10 @@
 """Helpers of the admission webhook's tests: certificates (cryptography), the chart's injection
 documents rendered by the real helm, the pods that the controllers of a Job, a PyTorchJob, a
-JobSet and a RayJob create from their templates, and an HTTPS client of the webhook."""
+JobSet and a RayJob create from their templates, and an HTTPS client of the webhook.
+
+The workloads (PyTorchJob, JobSet, RayJob) are validated as they are built
+(:func:`validate_workload`), so no test feeds the webhook pods of an object its CRD would refuse.
+"""
 
 from __future__ import annotations
 
@@ -15,11 +19,13 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+import jsonschema
+import kubernetes_validate
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
-from helm_helpers import NAMESPACE, RELEASE, with_remote
+from helm_helpers import EXAMPLES, NAMESPACE, RELEASE, as_pod, with_remote
 
 from epochfs.sidecar.webhook.profiles import Profile, load_profiles
 
@@ -287,6 +293,71 @@ def job_pod(job_obj: dict[str, Any], index: int | None = None) -> dict[str, Any]
     }
 
 
+# --------------------------------------------------------------------------- workloads' schemas
+
+# The CRD schemas, cut from the operators' CRDs (pod and Job templates are {type: object} there,
+# checked as Pods and Jobs below): those vendored for the attach examples
+# (examples/kubernetes/crd-schemas), and KubeRay's RayJob, which only these tests build
+# (tests/webhook/crd-schemas; its "$comment" says where it comes from).
+CRD_SCHEMAS = {
+    ("kubeflow.org/v1", "PyTorchJob"): EXAMPLES / "crd-schemas" / "pytorchjob-kubeflow.org-v1.json",
+    ("jobset.x-k8s.io/v1alpha2", "JobSet"): EXAMPLES / "crd-schemas" / "jobset-jobset.x-k8s.io-v1alpha2.json",
+    ("ray.io/v1", "RayJob"): Path(__file__).resolve().parent / "crd-schemas" / "rayjob-ray.io-v1.json",
+}
+# The oldest Kubernetes the webhook serves (native sidecars), and the newest kubernetes-validate knows.
+K8S_VERSIONS = ("1.29.0", kubernetes_validate.latest_version())
+
+
+def strict(schema: Any) -> Any:
+    """A CRD schema as the API server applies it with fieldValidation=Strict (unknown fields are
+    errors), as tests/deploy/test_helm_attach.py applies it to the attach examples."""
+    if isinstance(schema, dict):
+        out = {k: strict(v) for k, v in schema.items()}
+        if "properties" in schema and "additionalProperties" not in schema:
+            out["additionalProperties"] = False
+        return out
+    if isinstance(schema, list):
+        return [strict(v) for v in schema]
+    return schema
+
+
+def validate_custom_resource(obj: dict[str, Any]) -> None:
+    """The resource's own fields against its CRD's vendored schema (jsonschema.ValidationError)."""
+    path = CRD_SCHEMAS[(obj["apiVersion"], obj["kind"])]
+    schema = strict(json.loads(path.read_text()))
+    jsonschema.Draft7Validator(schema).validate(obj)
+
+
+def validate_k8s(obj: dict[str, Any]) -> None:
+    for version in K8S_VERSIONS:
+        kubernetes_validate.validate(obj, version, strict=True)
+
+
+def validate_workload(obj: dict[str, Any]) -> dict[str, Any]:
+    """A PyTorchJob, JobSet or RayJob against its CRD's schema; then every pod template in it as
+    the Pod (and a JobSet's Job template as the Job) its controller creates, strictly
+    (kubernetes-validate). Returns the object."""
+    validate_custom_resource(obj)
+    kind = obj["kind"]
+    spec = obj["spec"]
+    if kind == "PyTorchJob":
+        for role, replica in spec["pytorchReplicaSpecs"].items():
+            validate_k8s(as_pod(replica["template"], f"{obj['metadata']['name']}-{role.lower()}-0"))
+    elif kind == "JobSet":
+        for rjob in spec["replicatedJobs"]:
+            name = f"{obj['metadata']['name']}-{rjob['name']}-0"
+            validate_k8s({"apiVersion": "batch/v1", "kind": "Job",
+                          "metadata": {"name": name, "namespace": NAMESPACE},
+                          "spec": rjob["template"]["spec"]})
+    elif kind == "RayJob":
+        cluster = spec["rayClusterSpec"]
+        templates = {"head": cluster["headGroupSpec"]["template"]}
+        templates.update({g["groupName"]: g["template"] for g in cluster["workerGroupSpecs"]})
+        for group, template in templates.items():
+            validate_k8s(as_pod(template, f"{obj['metadata']['name']}-{group}-0"))
+    return obj
+
+
 def pytorchjob(annotations: dict[str, str] | None = None) -> dict[str, Any]:
     """A Kubeflow PyTorchJob (kubeflow.org/v1) with a Master and three Workers."""
 
@@ -309,12 +380,12 @@ def pytorchjob(annotations: dict[str, str] | None = None) -> dict[str, Any]:
             },
         }
 
-    return {
+    return validate_workload({
         "apiVersion": "kubeflow.org/v1",
         "kind": "PyTorchJob",
         "metadata": {"name": "ddp", "namespace": NAMESPACE},
         "spec": {"pytorchReplicaSpecs": {"Master": replica(1), "Worker": replica(3)}},
-    }
+    })
 
 
 def pytorchjob_worker_pod(obj: dict[str, Any], index: int) -> dict[str, Any]:
@@ -369,7 +440,7 @@ def jobset(annotations: dict[str, str] | None = None) -> dict[str, Any]:
             ],
         },
     }
-    return {
+    return validate_workload({
         "apiVersion": "jobset.x-k8s.io/v1alpha2",
         "kind": "JobSet",
         "metadata": {"name": "sweep", "namespace": NAMESPACE},
@@ -391,7 +462,7 @@ def jobset(annotations: dict[str, str] | None = None) -> dict[str, Any]:
                 }
             ],
         },
-    }
+    })
 
 
 def jobset_pod(obj: dict[str, Any], index: int) -> dict[str, Any]:
@@ -429,7 +500,7 @@ def rayjob(annotations: dict[str, str] | None = None) -> dict[str, Any]:
             "volumes": [{"name": "ray-logs", "emptyDir": {}}],
         },
     }
-    return {
+    return validate_workload({
         "apiVersion": "ray.io/v1",
         "kind": "RayJob",
         "metadata": {"name": "tune", "namespace": NAMESPACE},
@@ -442,12 +513,15 @@ def rayjob(annotations: dict[str, str] | None = None) -> dict[str, Any]:
                         "spec": {"containers": [{"name": "ray-head", "image": "rayproject/ray:2.40.0"}]}
                     },
                 },
+                # minReplicas and maxReplicas are required by the CRD (with defaults the API
+                # server fills; the schema check does not default): a fixed group of 2.
                 "workerGroupSpecs": [
-                    {"groupName": "gpu", "replicas": 2, "rayStartParams": {}, "template": worker}
+                    {"groupName": "gpu", "replicas": 2, "minReplicas": 2, "maxReplicas": 2,
+                     "rayStartParams": {}, "template": worker}
                 ],
             },
         },
-    }
+    })
 
 
 def rayjob_worker_pod(obj: dict[str, Any]) -> dict[str, Any]:

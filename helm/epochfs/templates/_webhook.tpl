@@ -101,3 +101,16 @@ epochfs.io/injected-by: {{ include "epochfs.webhook.fullname" . }}
 {{- define "epochfs.webhook.tlsSecretName" -}}
 {{- printf "%s-tls" (include "epochfs.webhook.fullname" .) -}}
 {{- end -}}
+
+{{/* "true" when the webhook's TLS comes from cert-manager: webhook.certManager.enabled when set
+     (true or false, both ways), else (null, the default) when the cluster serves
+     cert-manager.io/v1 (helm install and upgrade ask the API server; helm template knows only
+     --api-versions). */}}
+{{- define "epochfs.webhook.certManager" -}}
+{{- $enabled := .Values.webhook.certManager.enabled -}}
+{{- if kindIs "bool" $enabled -}}
+{{- if $enabled }}true{{ end -}}
+{{- else if .Capabilities.APIVersions.Has "cert-manager.io/v1" -}}
+true
+{{- end -}}
+{{- end -}}
