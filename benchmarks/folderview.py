@@ -212,13 +212,15 @@ def poll_until(path: Path, *, timeout: float = 600.0) -> float:
 
 
 def epoch_disk(folder: Path, n: int) -> tuple[int, int]:
-    """(bytes, inodes) epoch ``n`` adds to the volume: its folders, and its entries' inodes that
-    the epoch before does not share (hard links to the same symlink count once)."""
+    """(bytes, inodes) epoch ``n`` adds to the volume: its manifest (``.epochfs/epoch-N.manifest``,
+    ~66 bytes an entry), its folders, and its entries' inodes that the epoch before does not share
+    (hard links to the same symlink count once)."""
     older: set[int] = set()
     if (folder / f"epoch-{n - 1}").is_dir():
         for dirpath, _dirs, files in os.walk(folder / f"epoch-{n - 1}"):
             older.update(os.lstat(os.path.join(dirpath, f)).st_ino for f in files)
-    total, inodes = 0, 0
+    manifest = os.lstat(folder / ".epochfs" / f"epoch-{n}.manifest")
+    total, inodes = manifest.st_blocks * 512, 1
     for dirpath, _dirs, files in os.walk(folder / f"epoch-{n}"):
         total += os.lstat(dirpath).st_blocks * 512
         inodes += 1
