@@ -459,6 +459,9 @@ def _main(argv: Sequence[str] | None) -> int:
     except (config.ConfigError, MountError) as e:
         print(redact.redact(f"epochfs {ns.command}: {e}"), file=sys.stderr)
         return 2
+    except config.RetryLater as e:
+        print(redact.redact(f"epochfs {ns.command}: {e}"), file=sys.stderr)
+        return config.EXIT_RETRY
     except StoreError as e:
         print(redact.redact(f"epochfs {ns.command}: --cache: {e}"), file=sys.stderr)
         return 2

@@ -45,6 +45,17 @@ class ConfigError(ValueError):
     """A bad flag or environment value; the message names the flag."""
 
 
+EXIT_RETRY = 75
+"""The exit status of a command that cannot go on *now* (EX_TEMPFAIL): the remote unreachable at
+the sampler's start, a store still starting or an outage. The supervisor starts it again after its
+backoff and counts no crash (``/healthz`` stays ok: restarting the pod would not bring the remote
+back); the CLI's last line, ``epochfs <command>: <reason>``, says why, as for exit 2."""
+
+
+class RetryLater(RuntimeError):
+    """Raised for :data:`EXIT_RETRY`; the message is the reason (one line)."""
+
+
 @dataclass(frozen=True)
 class CacheSettings:
     """Where the node cache lives."""

@@ -5,12 +5,19 @@ works while a sidecar runs and on a cache folder with no sidecar. With ``--cache
 supervisor's own totals (samples and bytes served, what the torch client reported), which the
 supervisor saves in the store every few seconds. ``--watch`` redraws in place and derives rates
 from the difference between two readings, so no process has to keep rate state for it.
+
+What the index cannot say, the supervisor writes into its state file in the cache
+(:data:`STATE_FILE_NAME`): the sampler retrying after a transient failure (the remote unreachable
+at its start). :func:`read_stats` adds that as ``sampler_retrying``, the line ``/readyz`` gives as
+its reason; with ``--mount`` the cache is found through the mount's source (``epochfs:<cache>``,
+the FUSE server's), else ``EPOCHFS_CACHE`` (set in the sidecar's container).
 """
 
 from __future__ import annotations
 
 import contextlib
 import json
+import os
 import sys
 import time
 from collections.abc import Callable
@@ -22,6 +29,70 @@ from epochfs.sidecar.store import Meta, Store
 
 BAR_WIDTH = 40
 CLEAR = "\x1b[H\x1b[2J"
+STATE_FILE_NAME = "sidecar-state.json"
+"""The supervisor's state file in the cache (``supervisor.STATE_FILE_NAME``: the two modules sit
+side by side in the layers and may not import each other; a test checks they agree)."""
+
+
+def _alive(pid: int) -> bool:
+    """Whether process ``pid`` exists (a supervisor killed with -9 leaves its file behind)."""
+    if pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _cache_of_mount(mount: Path) -> Path | None:
+    """The cache a running sidecar serves at ``mount``: the FUSE mount's source names it; the
+    folder view has no mount, so ``EPOCHFS_CACHE`` (the sidecar container's setting) is tried."""
+    from epochfs.fuse.mounting import find_mount
+
+    entry = find_mount(mount)
+    if entry is not None and entry.source.startswith("epochfs:"):
+        return Path(entry.source[len("epochfs:"):])
+    env = os.environ.get("EPOCHFS_CACHE")
+    return Path(env) if env else None
+
+
+def retry_line(state: dict[str, Any], now: float) -> str | None:
+    """``remote unreachable: <reason>; retry 3 in 8 s`` (or ``...; retry 3 running for 1 s``)
+    from a supervisor state document at wall-clock ``now``: the words of ``/readyz``'s reason
+    (``ChildProcesses.retry_note``); None when the sampler is not retrying."""
+    sampler = state.get("sampler") or {}
+    waiting, retry = sampler.get("waiting"), sampler.get("retry")
+    if not waiting:
+        return None
+    if sampler.get("next_start") is not None:
+        return f"{waiting}; retry {retry} in {max(0.0, float(sampler['next_start']) - now):.0f} s"
+    if sampler.get("started") is not None:
+        return f"{waiting}; retry {retry} running for {max(0.0, now - float(sampler['started'])):.0f} s"
+    return str(waiting)
+
+
+def read_retrying(*, cache: Path | None, mount: Path | None) -> str | None:
+    """The sampler's retry line from the supervisor's state file (:func:`retry_line`), when a
+    live supervisor wrote one for this cache (and, with ``mount``, for this mount); else None."""
+    if cache is None and mount is not None:
+        cache = _cache_of_mount(mount)
+    if cache is None:
+        return None
+    try:
+        state = json.loads((cache / STATE_FILE_NAME).read_text())
+        if not isinstance(state, dict) or not _alive(int(state.get("pid", 0))):
+            return None
+        if mount is not None:
+            from epochfs.fuse.mounting import canonical
+
+            if canonical(Path(str(state.get("mount", "")))) != canonical(mount):
+                return None
+        return retry_line(state, time.time())
+    except (OSError, ValueError, TypeError, AttributeError):
+        return None  # no file (nothing retrying), or one being replaced: status goes on without it
 
 
 def read_stats(*, cache: Path | None, mount: Path | None) -> dict[str, Any]:
@@ -29,18 +100,22 @@ def read_stats(*, cache: Path | None, mount: Path | None) -> dict[str, Any]:
     if mount is not None:
         path = mount / ".epochfs" / "status.json"
         try:
-            return dict(json.loads(path.read_text()))
+            doc = dict(json.loads(path.read_text()))
         except FileNotFoundError:
             raise ConfigError(f"--mount: {mount} is not an epochfs mount (no {path.name})") from None
         except OSError as e:
             raise ConfigError(f"--mount: cannot read {path}: {e.strerror}") from None
-    assert cache is not None
-    with Store(cache) as store:
-        doc = store.stats().to_json()
-        saved = store.meta(Meta.SIDECAR_TOTALS)
-    if saved:
-        with contextlib.suppress(ValueError, TypeError, AttributeError):  # a damaged value: skip it
-            doc.update({k: float(v) for k, v in json.loads(saved).items()})
+    else:
+        assert cache is not None
+        with Store(cache) as store:
+            doc = store.stats().to_json()
+            saved = store.meta(Meta.SIDECAR_TOTALS)
+        if saved:
+            with contextlib.suppress(ValueError, TypeError, AttributeError):  # a damaged value: skip it
+                doc.update({k: float(v) for k, v in json.loads(saved).items()})
+    retrying = read_retrying(cache=cache, mount=mount)
+    if retrying:
+        doc["sampler_retrying"] = retrying
     return doc
 
 
@@ -148,6 +223,8 @@ def render(stats: dict[str, Any], rate_values: dict[str, float] | None = None) -
         + (f"  backpressure: YES ({stats.get('backpressure_reason') or 'cache full'}; sampling paused)"
            if stats["backpressure"] else "  backpressure: no")
     )
+    if stats.get("sampler_retrying"):
+        lines.append(f"sampler: {stats['sampler_retrying']}")
     if stats.get("publish_paused"):
         lines.append(f"folder view: publishing PAUSED: {stats['publish_paused']} (published epochs stay "
                      "readable; it resumes by itself when room comes back)")

@@ -30,7 +30,7 @@ from pathlib import Path
 from types import FrameType
 from typing import TYPE_CHECKING, Any
 
-from epochfs.sidecar.config import ConfigError, SamplerSettings
+from epochfs.sidecar.config import ConfigError, RetryLater, SamplerSettings
 from epochfs.sidecar.download import LocalWriteError
 from epochfs.sidecar.listing import Lister, ListingThread
 from epochfs.sidecar.listing.capacity import check_capacity
@@ -160,10 +160,8 @@ def run_sample(settings: SamplerSettings) -> int:
             if stop.is_set():  # SIGTERM while a throttled discovery page waited: a clean stop
                 log.info("stopped while finding the remote's folders (%s)", e)
                 return 0
-            if may_answer_later(e):
-                log.error("the remote cannot be reached now: %s (exit 1: the sidecar starts the "
-                          "sampler again after a backoff)", e)
-                return 1
+            if may_answer_later(e):  # exit EXIT_RETRY: the sidecar starts the sampler again, no crash
+                raise RetryLater(f"the remote cannot be reached now: {e}") from None
             raise ConfigError(f"{'--index' if settings.index_url else '--remote'}: {e}") from None
         if prepared is None:
             log.info("catalog of %s keys complete: fetching at once (relist: %s)",

@@ -14,7 +14,10 @@ never takes the other down, and each can be restarted alone. The supervisor
 * runs ``epochfs sample`` and ``epochfs mount`` with their settings in ``EPOCHFS_*`` variables
   (``config.to_env``; never on a command line, which any user can read), their
   output on its stderr prefixed ``[sampler]`` / ``[fuse]``;
-* restarts a dead sampler with exponential backoff while the mount keeps serving;
+* restarts a dead sampler with exponential backoff while the mount keeps serving; an exit because
+  the remote cannot be reached at its start is a transient failure, not a crash: it never fails
+  ``/healthz``, and ``/readyz`` and ``epochfs status`` (through :data:`STATE_FILE_NAME`) say it
+  with the next retry;
 * notices a dead FUSE server or a dead mount (ENOTCONN, or a stat that hangs past a deadline),
   lazily unmounts and mounts again, never stacking mounts;
 * on SIGTERM/SIGINT stops the sampler, unmounts (lazily if busy) and exits 0; a second signal kills
@@ -35,14 +38,25 @@ on their ports, the served counter, the Kubernetes reporter, the periodic totals
 their public names.
 """
 
-from epochfs.sidecar.supervisor.children import _CHILD_BOOT, Child, ChildProcesses
+from epochfs.sidecar.supervisor.children import (
+    _CHILD_BOOT,
+    Child,
+    ChildProcesses,
+    retry_reason,
+)
 from epochfs.sidecar.supervisor.core import Supervisor, run_sidecar
 from epochfs.sidecar.supervisor.health import HealthChecks
-from epochfs.sidecar.supervisor.observability import METRICS_DIR_NAME, Observability, load_reporter
+from epochfs.sidecar.supervisor.observability import (
+    METRICS_DIR_NAME,
+    STATE_FILE_NAME,
+    Observability,
+    load_reporter,
+)
 from epochfs.sidecar.supervisor.watch import MountWatch, probe
 
 __all__ = [
     "METRICS_DIR_NAME",
+    "STATE_FILE_NAME",
     "_CHILD_BOOT",
     "Child",
     "ChildProcesses",
@@ -52,5 +66,6 @@ __all__ = [
     "Supervisor",
     "load_reporter",
     "probe",
+    "retry_reason",
     "run_sidecar",
 ]

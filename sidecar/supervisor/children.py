@@ -6,6 +6,14 @@ the supervisor has threads), the child's environment (settings as ``EPOCHFS_*`` 
 on a command line), the log pump that prefixes a child's output, and the restart backoff
 (doubling from :attr:`ChildProcesses.BACKOFF_MIN` to :attr:`ChildProcesses.BACKOFF_MAX`, reset
 after a child ran :attr:`ChildProcesses.STABLE_AFTER` seconds).
+
+An exit is a *crash* or a *transient failure*: the sampler exits :data:`~epochfs.sidecar.config.EXIT_RETRY`
+(75) when the remote cannot be reached at its start (a store still starting, an outage:
+sampler/command.py), its last line ``epochfs sample: <reason>``. Both restart with the same backoff,
+but only crashes count toward
+:attr:`Child.crashes`, which ``/healthz`` reads: restarting the pod would not bring the remote
+back. The reason of the last transient failure is kept (:attr:`Child.waiting`) for ``/readyz`` and
+``epochfs status`` (:meth:`ChildProcesses.retry_note`), until a run proves stable or ends another way.
 """
 
 from __future__ import annotations
@@ -21,6 +29,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
+from epochfs.sidecar.config import EXIT_RETRY
+from epochfs.sidecar.redact import redact
+
 log = logging.getLogger("epochfs.supervisor")
 
 # Child bootstrap: ask the kernel to SIGTERM us when the supervisor dies, then run the CLI. Done in
@@ -32,6 +43,17 @@ _CHILD_BOOT = (
     "from epochfs.sidecar.cli import main\n"
     "sys.exit(main(sys.argv[2:]))\n"
 )
+
+REASON_MAX = 300
+"""Characters of a reason kept for /readyz and status: one line, never a traceback."""
+
+
+def retry_reason(last_error: str, name: str) -> str:
+    """The reason of a transient failure from the child's last ``epochfs <command>: <reason>``
+    line: one line, credentials and signatures redacted, at most :data:`REASON_MAX` characters."""
+    reason = last_error.split(": ", 1)[1] if last_error.startswith("epochfs ") and ": " in last_error else ""
+    reason = redact(" ".join(reason.split())) or f"{name} exited with status {EXIT_RETRY}"
+    return reason if len(reason) <= REASON_MAX else reason[:REASON_MAX - 1] + "…"
 
 
 @dataclass
@@ -52,6 +74,12 @@ class Child:
     """Seconds its last run lasted."""
     last_error: str = ""
     """Its last ``epochfs <command>: ...`` line: the reason the CLI gives when it exits 2."""
+    crashes: int = 0
+    """Quick exits in a row that were not transient failures (``/healthz`` fails at
+    :attr:`~epochfs.sidecar.supervisor.HealthChecks.UNHEALTHY_CRASHES`); reset by a stable run."""
+    waiting: str = ""
+    """``remote unreachable: <reason>`` while the last exit was a transient failure and no run has
+    proved stable since: what /readyz and ``epochfs status`` say (:meth:`ChildProcesses.retry_note`)."""
     stop_on_refusal: bool = False
     """An exit 2 at its start (its settings refused) stops the supervisor instead of a restart."""
     log_thread: threading.Thread | None = field(default=None, repr=False)
@@ -93,6 +121,10 @@ class ChildProcesses:
     log_level: str
     sink: IO[str]
     _stop: threading.Event
+    _children_lock: threading.RLock
+    """Held while a child's bookkeeping changes (reaped, restarted), and by the probes' threads
+    while they read it, so that /healthz and /readyz never see a restart counted before its
+    process exists, nor an exit before its backoff and reason are set."""
     _multiproc_dir: Path | None
     _metrics: Any
 
@@ -113,11 +145,13 @@ class ChildProcesses:
         # installed package).
         argv = [self.python, "-P", "-c", _CHILD_BOOT, str(os.getpid()), "--log-level", self.log_level,
                 *child.argv]
+        # Before the process exists: the probes' threads read these once ``proc`` is set.
+        child.started_at = time.monotonic()
+        child.last_error = ""
         child.proc = subprocess.Popen(
             argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
             env=self._env(child), start_new_session=True,
         )
-        child.started_at = time.monotonic()
         assert child.proc.stdout is not None
         child.log_thread = threading.Thread(
             target=_pump, args=(child, child.proc.stdout, self.sink),
@@ -133,26 +167,58 @@ class ChildProcesses:
         if child.proc is None or child.proc.poll() is None:
             return False
         code = child.proc.returncode
-        child.last_exit = code
         ran = time.monotonic() - child.started_at
+        transient = code == EXIT_RETRY
+        if transient and child.log_thread is not None:
+            child.log_thread.join(timeout=1)  # its last line, the reason, may still be in the pipe
         if self._multiproc_dir is not None:
             from epochfs.sidecar.metrics import forget_process
 
             forget_process(child.proc.pid, self._multiproc_dir)
         if self._metrics is not None:
             self._metrics.child_up.labels(child=child.name).set(0)
-        child.proc = None
-        child.last_ran = ran
+        with self._children_lock:  # the probes read these together (retry_note, _children_doc)
+            child.proc = None
+            child.last_exit = code
+            child.last_ran = ran
+            if not (child.stop_on_refusal and code == 2 and ran < self.STABLE_AFTER):
+                if ran >= self.STABLE_AFTER:
+                    child.backoff = 0.0
+                    child.crashes = 0
+                child.backoff = min(self.BACKOFF_MAX, max(self.BACKOFF_MIN, child.backoff * 2))
+                child.next_start = time.monotonic() + child.backoff
+                child.waiting = (f"remote unreachable: {retry_reason(child.last_error, child.name)}"
+                                 if transient else "")
+                child.crashes += 0 if transient else 1
         if child.stop_on_refusal and self.refused(child) is not None:
             log.error("%s refused its settings (exit 2 after %.1fs): stopping", child.name, ran)
             return True  # the supervisor stops on it (core.Supervisor.run): no restart
-        if ran >= self.STABLE_AFTER:
-            child.backoff = 0.0
-        child.backoff = min(self.BACKOFF_MAX, max(self.BACKOFF_MIN, child.backoff * 2))
-        child.next_start = time.monotonic() + child.backoff
+        if transient:
+            log.warning("%s could not reach the remote (exit 75 after %.1fs): a transient failure, "
+                        "not a crash; retry %d in %.1fs", child.name, ran, child.restarts + 1,
+                        child.backoff)
+            return True
         log.warning("%s exited with status %s after %.1fs; restarting in %.1fs",
                     child.name, code, ran, child.backoff)
         return True
+
+    def retry_note(self, child: Child) -> str | None:
+        """``remote unreachable: <reason>; retry 3 in 8 s`` while ``child`` waits for its restart
+        after a transient failure, ``...; retry 3 running for 1 s`` while that restart runs (it
+        may meet the same failure), None otherwise: after a stable run, another kind of exit, or
+        a stop. Read by /readyz and written for ``epochfs status`` (the supervisor's state file)."""
+        with self._children_lock:
+            proc, waiting, restarts = child.proc, child.waiting, child.restarts
+            next_start, started_at = child.next_start, child.started_at
+        now = time.monotonic()
+        if not waiting or self._stop.is_set():
+            return None
+        if proc is None:
+            return f"{waiting}; retry {restarts + 1} in {max(0.0, next_start - now):.0f} s"
+        running = now - started_at
+        if running >= self.STABLE_AFTER:
+            return None
+        return f"{waiting}; retry {restarts} running for {running:.0f} s"
 
     def refused(self, child: Child) -> str | None:
         """The reason ``child`` gave for refusing its settings, when it exited 2 (the CLI's status
@@ -167,10 +233,11 @@ class ChildProcesses:
 
     def _restart_due(self, child: Child) -> None:
         if child.proc is None and time.monotonic() >= child.next_start and not self._stop.is_set():
-            child.restarts += 1
+            with self._children_lock:  # the count and the new process appear together to the probes
+                child.restarts += 1
+                self._start(child)
             if self._metrics is not None:
                 self._metrics.child_restarts.labels(child=child.name).inc()
-            self._start(child)
 
     def _terminate(self, child: Child, *, timeout: float) -> None:
         proc = child.proc

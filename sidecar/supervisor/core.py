@@ -34,7 +34,7 @@ from epochfs.sidecar.signals import set_from_handler
 from epochfs.sidecar.store import Store, StoreError
 from epochfs.sidecar.supervisor.children import Child
 from epochfs.sidecar.supervisor.health import HealthChecks
-from epochfs.sidecar.supervisor.observability import Observability, load_reporter
+from epochfs.sidecar.supervisor.observability import STATE_FILE_NAME, Observability, load_reporter
 
 log = logging.getLogger("epochfs.supervisor")
 
@@ -95,6 +95,7 @@ class Supervisor(HealthChecks, Observability):
         """The child that serves the view: the FUSE server or the folder publisher."""
         self._signals = 0
         self._stop = threading.Event()
+        self._children_lock = threading.RLock()
         self._mounted = False
         self._last_probe = "not mounted"
         self._probe_failures = 0
@@ -155,6 +156,7 @@ class Supervisor(HealthChecks, Observability):
                 else:
                     self._watch_mount()
                 self._restart_due(self.view)
+                self._save_state()  # for epochfs status: the sampler retrying, or nothing
                 if self._counter is not None:
                     self._counter.rescan()  # a scandir of at most 256 entries
                 if time.monotonic() - last_periodic >= 2.0:
@@ -203,6 +205,9 @@ class Supervisor(HealthChecks, Observability):
             self._store.close()
         if self._multiproc_dir is not None:
             shutil.rmtree(self._multiproc_dir, ignore_errors=True)
+        if self._seen.get("state") is not None:  # nothing is retrying once the supervisor is gone
+            with contextlib.suppress(OSError):
+                (self.cache / STATE_FILE_NAME).unlink(missing_ok=True)
 
 
 def write_termination_message(path: Path, text: str) -> None:

@@ -22,7 +22,9 @@ class HealthChecks(MountWatch):
     """The :class:`~epochfs.sidecar.supervisor.Supervisor`'s answers to the probes (a mixin)."""
 
     UNHEALTHY_CRASHES = 5
-    """Consecutive quick sampler crashes after which /healthz fails (the pod gets restarted)."""
+    """Consecutive quick sampler crashes after which /healthz fails (the pod gets restarted). A
+    transient failure (the remote unreachable at the sampler's start: :attr:`Child.waiting`) is
+    not one: the process is healthy, the remote is not, and a new pod would meet the same remote."""
 
     sampler: Child
     view: Child
@@ -34,17 +36,21 @@ class HealthChecks(MountWatch):
 
     def health(self) -> tuple[bool, dict[str, Any]]:
         """Alive: the FUSE server runs and the mount answers a stat within the deadline; the
-        sampler runs, or is being restarted after fewer than UNHEALTHY_CRASHES quick crashes."""
+        sampler runs, or is being restarted after fewer than UNHEALTHY_CRASHES quick crashes in a
+        row (transient failures, however many, do not count: /readyz says why it waits)."""
         answer = probe(self.mount, timeout=self.stat_timeout)
-        sampler_ok, view_ok = (c.alive or c.backoff < self.BACKOFF_MIN * 2 ** (self.UNHEALTHY_CRASHES - 1)
-                               for c in (self.sampler, self.view))
+        with self._children_lock:
+            sampler_ok, view_ok = [c.alive or c.crashes < self.UNHEALTHY_CRASHES
+                                   for c in (self.sampler, self.view)]
         ok = (view_ok if self.folder_view else self.fuse.alive) and answer == "ok" and sampler_ok
         return ok, {"mount": answer, "children": self._children_doc()}
 
     def ready(self) -> tuple[bool, dict[str, Any]]:
         """Ready: mounted (folder view: published), and epoch 0 exists or could be cut now; when
         not, ``reason`` says why in words (a listing that found nothing first: waiting would not
-        help)."""
+        help; then a remote that cannot be reached, with the sampler's next retry, since no data
+        comes until it answers). ``retrying`` holds that line whenever there is one, ready or not
+        (an epoch kept from a previous run is readable while the remote is down)."""
         stats = self._stats()
         cuttable = stats is not None and self._epoch0_ready(stats.latest_epoch)
         mounted = self._mounted and (self.folder_view or self._fuse_mounted())
@@ -54,8 +60,13 @@ class HealthChecks(MountWatch):
             "samples": 0 if stats is None else stats.samples,
         }
         warning = (stats.listing or {}).get("warning") if stats is not None else None
+        retrying = self.retry_note(self.sampler)
+        if retrying:
+            doc["retrying"] = retrying
         if warning:
             doc["reason"] = warning
+        elif retrying and not (mounted and cuttable):
+            doc["reason"] = retrying
         elif not mounted:
             doc["reason"] = "the view is not mounted yet"
         elif not cuttable:
@@ -81,7 +92,14 @@ class HealthChecks(MountWatch):
             return False
 
     def _children_doc(self) -> dict[str, Any]:
-        return {
-            c.name: {"pid": c.pid, "alive": c.alive, "restarts": c.restarts, "last_exit": c.last_exit}
-            for c in (self.sampler, self.view)
-        }
+        """Each child's pid, whether it runs, its restarts, last exit status and quick crashes in a
+        row (what health counts), and ``retrying`` when its last exit was a transient failure."""
+        doc: dict[str, Any] = {}
+        with self._children_lock:  # one consistent reading of each child (a restart in between)
+            for c in (self.sampler, self.view):
+                doc[c.name] = {"pid": c.pid, "alive": c.alive, "restarts": c.restarts,
+                               "last_exit": c.last_exit, "crashes": c.crashes}
+                note = self.retry_note(c)
+                if note:
+                    doc[c.name]["retrying"] = note
+        return doc

@@ -1,5 +1,6 @@
 """What the supervisor tells the outside: the metrics registry, the HTTP endpoints on their ports,
-the served-opens counter, the Kubernetes reporter, and the totals it saves every couple of seconds.
+the served-opens counter, the Kubernetes reporter, the totals it saves every couple of seconds, and
+the state file ``epochfs status`` reads (:data:`STATE_FILE_NAME`: why the sampler is retrying).
 
 Its own module because it is the supervisor's one place that wires callbacks into other layers
 (:mod:`~epochfs.sidecar.endpoints`, :mod:`~epochfs.sidecar.served`, :mod:`~epochfs.sidecar.kube`,
@@ -13,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
+import os
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -30,6 +32,35 @@ log = logging.getLogger("epochfs.supervisor")
 
 METRICS_DIR_NAME = "metrics"
 """Folder of the cache where the children write their Prometheus multiprocess files."""
+
+STATE_FILE_NAME = "sidecar-state.json"
+"""File of the cache where the supervisor says what ``epochfs status`` cannot read in the index:
+the sampler retrying after a transient failure (its reason, the retry's number, when it starts or
+started; present only meanwhile). A file, not a meta value of the index: it is the supervisor's
+state, not the cache's, and the next supervisor removes a killed one's. The FUSE view renders
+``status.json`` from the index alone, so ``epochfs status --mount`` finds this file through the
+mount's source (``epochfs:<cache>``); sidecar/status.py reads it."""
+
+
+def _ours_or_stale(path: Path) -> bool:
+    """Whether the state file at ``path`` may be removed: it is this process's, or its writer is
+    gone (a supervisor killed with -9), or it cannot be read. A second supervisor on the same cache
+    (its sampler is refused: one per cache) must not remove the first one's."""
+    try:
+        pid = int(json.loads(path.read_text()).get("pid", 0))
+    except FileNotFoundError:
+        return False
+    except (OSError, ValueError, AttributeError, TypeError):
+        return True
+    if pid == os.getpid() or pid <= 0:
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:
+        return False
+    return False
 
 
 def load_reporter(settings: SidecarSettings, mount: Path) -> kube.Reporter:
@@ -67,6 +98,10 @@ class Observability:
         def health(self) -> tuple[bool, dict[str, Any]]: ...
 
         def ready(self) -> tuple[bool, dict[str, Any]]: ...
+
+        def retry_note(self, child: Child) -> str | None: ...
+
+        mount: Path
 
     def _stats(self) -> Stats | None:
         if self._store is None:
@@ -116,6 +151,37 @@ class Observability:
             self._seen["skipped"] = stats.skipped_total
             self._safe(rep.on_remote_errors, stats.skipped_total - previous)
         self._safe(rep.update_status, stats.to_json())
+
+    def _save_state(self) -> None:
+        """Write (or remove) :data:`STATE_FILE_NAME` when the sampler's retry state changes: each
+        tick compares a small key, so the file is written once per transient exit and once per
+        restart, never per tick. Times are wall-clock (another process reads them)."""
+        child = self.sampler
+        proc, note = child.proc, self.retry_note(child)
+        key = None if note is None else (child.waiting, child.restarts, proc is None)
+        if "state" in self._seen and self._seen["state"] == key:
+            return
+        path = self.cache / STATE_FILE_NAME
+        try:
+            if key is None:
+                if _ours_or_stale(path):
+                    path.unlink(missing_ok=True)
+            else:
+                wall = time.time() - time.monotonic()
+                doc = {"pid": os.getpid(), "mount": str(self.mount), "sampler": {
+                    "waiting": child.waiting,
+                    "retry": child.restarts + (1 if proc is None else 0),
+                    "next_start": round(wall + child.next_start, 3) if proc is None else None,
+                    "started": round(wall + child.started_at, 3) if proc is not None else None,
+                }}
+                tmp = path.with_name(f".{STATE_FILE_NAME}.tmp")
+                tmp.write_text(json.dumps(doc, sort_keys=True) + "\n")
+                os.replace(tmp, path)  # a reader sees the old document or the new one, whole
+            self._seen["state"] = key
+        except OSError as e:
+            if self._seen.get("state_error") != str(e):
+                self._seen["state_error"] = str(e)
+                log.warning("writing %s: %s", path, e)
 
     def _client_reads(self, epochs: tuple[int, ...]) -> None:
         """The torch client reads these epochs (its report says so): record a read of each, at
