@@ -254,8 +254,8 @@ class View:
                           reread=lambda: store.iter_epoch_files(n))
         except KeyError:
             raise NotFound(epoch_name(n)) from None
-        t.lost = self.lost.sizes
-        with self._lock:
+        with self._lock:  # the lost map read under the lock the refresh installs it under: never an old one
+            t.lost = self.lost.sizes
             if n in self._snap.live:
                 t = self._trees.setdefault(n, t)
                 _keep_newest_used(self._trees, n, TREES_KEPT)

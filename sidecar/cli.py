@@ -125,7 +125,7 @@ def _cmd_index(ns: argparse.Namespace) -> int:
         count = write_index(remote, ns.out, threads=threads, endpoint_url=ns.endpoint_url, progress=bar,
                             plain=not _gzipped_name(ns.out), order=ns.order)
     except (RemoteError, OSError) as e:  # the remote, or writing --out: one line, no traceback
-        print(f"epochfs index: {e}", file=sys.stderr)
+        print(redact.redact(f"epochfs index: {e}"), file=sys.stderr)
         return 1
     finally:
         remote.close()

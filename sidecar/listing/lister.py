@@ -123,13 +123,13 @@ class Lister:
             if state.source is not None and state.source != name:
                 log.info("the listing's source or --include/--exclude changed (%s, was %s): "
                          "listing afresh", name, state.source)
-            gen = listings.begin(parts, name)
             if isinstance(self.source, PagedSource) and self.source.folders:
                 # Folders listed as ranges: the parts name only each range's first, so the class
-                # labels (store/classes.py) get all of them now, sorted, before any epoch: with
-                # ranges (more than 256 folders) each node appended the rest in its own epochs'
-                # order, and labels differed between the nodes of a job.
+                # labels (store/classes.py) get every folder found, sorted, before any epoch, the
+                # same on every node. Before the listing begins: a listing begun is resumed
+                # without its discovery, which would never record them.
                 classes.record(self.store, self.source.folders)
+            gen = listings.begin(parts, name)
             log.info("listing %d: %d span(s), %d lister thread(s)%s", gen, len(parts),
                      self.threads if isinstance(self.source, PagedSource) else min(self.threads, len(parts)),
                      f"; keys kept: {self._keys_line()}" if self.keys else "")

@@ -146,6 +146,7 @@ class PagedSource:
         return folders, others or token is not None
 
     def spans(self) -> list[Span]:
+        self.folders = []
         # A remote that fits in one page is listed by that page alone (one request, no split).
         objects, _, token = self._discover("")
         if token is None:

@@ -52,6 +52,7 @@ def retry_reason(last_error: str, name: str) -> str:
     """The reason of a transient failure from the child's last ``epochfs <command>: <reason>``
     line: one line, credentials and signatures redacted, at most :data:`REASON_MAX` characters."""
     reason = last_error.split(": ", 1)[1] if last_error.startswith("epochfs ") and ": " in last_error else ""
+    reason = reason.removeprefix("the remote cannot be reached now: ")  # shown after "remote unreachable: "
     reason = redact(" ".join(reason.split())) or f"{name} exited with status {EXIT_RETRY}"
     return reason if len(reason) <= REASON_MAX else reason[:REASON_MAX - 1] + "…"
 

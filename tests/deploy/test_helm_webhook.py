@@ -275,10 +275,10 @@ def uses_cert_manager(objs: list[dict[str, Any]]) -> bool:
 @pytest.mark.parametrize(
     ("api_versions", "cert_manager", "expected"),
     [
-        ((), {}, False),  # the default (null): no cert-manager.io/v1 in the cluster
-        (CERT_MANAGER_API, {}, True),  # ... and with it: detected
-        ((), {"enabled": None}, False),  # null set explicitly: the same as the default
-        (CERT_MANAGER_API, {"enabled": None}, True),
+        ((), {}, False),  # the default (false): the chart's own CA
+        (CERT_MANAGER_API, {}, False),  # ... even where cert-manager is served (an upgrade keeps it)
+        ((), {"enabled": None}, False),  # null: detect; no cert-manager.io/v1 in the cluster
+        (CERT_MANAGER_API, {"enabled": None}, True),  # ... and with it: detected
         (CERT_MANAGER_API, {"enabled": False}, False),  # an explicit false wins over detection
         ((), {"enabled": True}, True),  # an explicit true needs no detection (CRDs installed later)
         (CERT_MANAGER_API, {"enabled": True}, True),
@@ -286,9 +286,10 @@ def uses_cert_manager(objs: list[dict[str, Any]]) -> bool:
 )
 def test_cert_manager_is_detected_unless_chosen(helm_bin: Path, tmp_path: Path, api_versions: tuple[str, ...],
                                                 cert_manager: dict[str, Any], expected: bool) -> None:
-    """webhook.certManager.enabled null (the default) takes cert-manager where the cluster serves
+    """webhook.certManager.enabled null takes cert-manager where the cluster serves
     cert-manager.io/v1 (helm's capabilities: --api-versions for helm template), the chart's own CA
-    elsewhere; true or false choose either way."""
+    elsewhere; true or false choose either way; false, the default, keeps a running webhook on the
+    chart's CA through an upgrade."""
     values = webhook_values({"certManager": cert_manager})
     proc = helm(helm_bin, "template", RELEASE, str(CHART), "--namespace", NAMESPACE, *api_versions,
                 values=values, tmp=tmp_path)
@@ -298,9 +299,9 @@ def test_cert_manager_is_detected_unless_chosen(helm_bin: Path, tmp_path: Path, 
         assert of_kind(objs, "Issuer", f"{NAME}-selfsigned")["apiVersion"] == "cert-manager.io/v1"
 
 
-def test_the_default_is_detection(helm_bin: Path, tmp_path: Path) -> None:
+def test_the_default_is_the_charts_own_ca(helm_bin: Path, tmp_path: Path) -> None:
     chart_values = yaml.safe_load((CHART / "values.yaml").read_text())
-    assert chart_values["webhook"]["certManager"]["enabled"] is None
+    assert chart_values["webhook"]["certManager"]["enabled"] is False
     proc = helm(helm_bin, "lint", "--strict", str(CHART), values=webhook_values(), tmp=tmp_path)
     assert "0 chart(s) failed" in proc.stdout, proc.stdout + proc.stderr
 

@@ -103,7 +103,7 @@ epochfs.io/injected-by: {{ include "epochfs.webhook.fullname" . }}
 {{- end -}}
 
 {{/* "true" when the webhook's TLS comes from cert-manager: webhook.certManager.enabled when set
-     (true or false, both ways), else (null, the default) when the cluster serves
+     (true or false, both ways; false is the default), else (null: detect) when the cluster serves
      cert-manager.io/v1 (helm install and upgrade ask the API server; helm template knows only
      --api-versions). */}}
 {{- define "epochfs.webhook.certManager" -}}
