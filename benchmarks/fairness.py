@@ -49,6 +49,7 @@ and JSON rows (``--json FILE``).
 from __future__ import annotations
 
 import argparse
+import bisect
 import contextlib
 import os
 import shlex
@@ -115,15 +116,27 @@ class Cut:
     at_s: float
     listed: int
     positions: list[int]
+    last_row: int = 0
+    """The catalog's largest rowid at the cut: the rows up to it are what was listed by then."""
     listed_positions: list[int] | None = None
     """The positions of the keys listed by the cut, read from the index after the run."""
 
 
-def listed_order(space: KeySpace, index: Path) -> list[int]:
-    """The positions of the catalog's keys in the order they were listed (SQLite's rowid)."""
+def last_row(index: Path) -> int:
+    """The catalog's largest rowid now (SQLite numbers a table's rows as they are inserted: the
+    listing commits pages in the order they come, and nothing is deleted during a first listing)."""
+    with contextlib.closing(sqlite3.connect(f"file:{index}?mode=ro", uri=True, timeout=30)) as db:
+        row = db.execute("SELECT MAX(rowid) FROM catalog").fetchone()
+    return int(row[0] or 0)
+
+
+def listed_by(space: KeySpace, index: Path, rows: list[int]) -> list[list[int]]:
+    """For each rowid of ``rows``, the positions of the catalog's keys inserted up to it."""
     with contextlib.closing(sqlite3.connect(f"file:{index}?mode=ro", uri=True)) as db:
-        keys = [k for (k,) in db.execute("SELECT key FROM catalog ORDER BY rowid")]
-    return [q for q in map(space.position, keys) if q is not None]
+        order = [(int(r), space.position(str(k))) for r, k in db.execute("SELECT rowid, key FROM catalog "
+                                                                          "ORDER BY rowid")]
+    rowids = [r for r, _ in order]
+    return [[q for _, q in order[:bisect.bisect_right(rowids, upto)] if q is not None] for upto in rows]
 
 
 @contextlib.contextmanager
@@ -171,6 +184,7 @@ def sample(space: KeySpace, ns: argparse.Namespace, folder: Path) -> list[Cut]:
                 look_up(mount, epoch, proc, wait=ns.cut_wait, log=log)
                 at = time.monotonic() - started
                 listed = progress(cache / "index.sqlite").keys
+                upto = last_row(cache / "index.sqlite")
                 manifest = read_manifest(mount, epoch)
                 if manifest is None:
                     harness.fail(f"epoch-{epoch} has no manifest in {mount / '.epochfs'}")
@@ -179,12 +193,12 @@ def sample(space: KeySpace, ns: argparse.Namespace, folder: Path) -> list[Cut]:
                 if unknown:
                     harness.fail(f"epoch-{epoch} holds {len(unknown)} paths the key space lacks: "
                                  f"{unknown[:3]}")
-                cuts.append(Cut(epoch, at, listed, [q for q in positions if q is not None]))
+                cuts.append(Cut(epoch, at, listed, [q for q in positions if q is not None], upto))
                 print(f"  epoch {epoch} at {at:.1f} s: {len(positions)} samples, {listed} keys listed",
                       file=sys.stderr, flush=True)
-    order = listed_order(space, cache / "index.sqlite")
-    for cut in cuts:
-        cut.listed_positions = order[:cut.listed]
+    for cut, listed_then in zip(cuts, listed_by(space, cache / "index.sqlite", [c.last_row for c in cuts]),
+                                strict=True):
+        cut.listed_positions = listed_then
     return cuts
 
 

@@ -5,6 +5,7 @@ the random baselines they are compared with."""
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -121,3 +122,24 @@ def test_runs_are_summarized_by_their_median_and_range() -> None:
     table = markdown(rows, ns, ["--runs", "3"], ["equal:keys=10"])
     assert "Over 3 runs" in table and "| equal | 0 | 3 | 2.2 [2.0-2.4] |" in table
     assert table.count("| run |") == 1
+
+
+def test_the_listed_keys_at_each_cut_are_the_catalogs_rows_up_to_its_rowid(tmp_path: Path) -> None:
+    """``listed_by`` follows the order rows were inserted (the listing's), not the keys' order nor
+    a rank's: rows inserted in a shuffled order, cuts after the 10th and the 30th row."""
+    import random
+    import sqlite3
+
+    from epochfs.benchmarks._keyspaces import build
+    from epochfs.benchmarks.fairness import listed_by
+
+    space = build("equal", 40, folders=4)
+    keys = [space.key(i) for i in range(space.count)]
+    random.Random(3).shuffle(keys)
+    index = tmp_path / "index.sqlite"
+    with sqlite3.connect(index) as db:
+        db.execute("CREATE TABLE catalog (key TEXT PRIMARY KEY)")
+        db.executemany("INSERT INTO catalog(key) VALUES (?)", [(k,) for k in [*keys, "not/in/the/space"]])
+    first, later = listed_by(space, index, [10, 30])
+    assert first == [space.position(k) for k in keys[:10]]
+    assert later == [space.position(k) for k in keys[:30]] and first != sorted(first)
