@@ -32,12 +32,16 @@ def test_opens_spread_over_a_moment_are_counted_in_one_batch(tmp_path: Path) -> 
     try:
         # A reader's pace, one open every 5 ms (the shape of the load, not a synchronization):
         # without gathering each open is its own wake-up and its own batch.
+        started = time.monotonic()
         for path in files:
             path.read_bytes()
             time.sleep(0.005)
+        took = time.monotonic() - started
         wait_until(lambda: sum(calls) >= len(files), timeout=20, what="every open counted")
         assert sum(calls) == len(files)
-        assert len(calls) <= 2, f"{len(calls)} batches for {len(files)} opens: {calls}"
+        # One batch per gather the opens spanned (however slow a loaded machine made them), not one
+        # an open: 40 without gathering.
+        assert len(calls) <= int(took / 2.0) + 2, f"{len(calls)} batches, {len(files)} opens, {took:.1f} s"
     finally:
         counter.stop()
 
