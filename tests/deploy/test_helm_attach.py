@@ -12,7 +12,6 @@ unknown field is an error). The sidecar a parent gets must be the chart's own, f
 from __future__ import annotations
 
 import copy
-import json
 import os
 import subprocess
 from pathlib import Path
@@ -39,6 +38,7 @@ from helm_helpers import (
     render,
     render_example,
     render_pod_snippet,
+    validate_custom_resource,
     with_remote,
     workload_of,
 )
@@ -55,31 +55,6 @@ SHARED_KINDS = ["Pod", "Role", "RoleBinding", "Service", "ServiceAccount"]  # th
 def tmp(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """One copy of the example chart (and its dependency) for the module."""
     return tmp_path_factory.mktemp("attach")
-
-
-def strict(schema: Any) -> Any:
-    """A CRD schema as the API server applies it with fieldValidation=Strict: unknown fields are
-    errors (objects with properties and no additionalProperties get additionalProperties: false)."""
-    if isinstance(schema, dict):
-        out = {k: strict(v) for k, v in schema.items()}
-        if "properties" in schema and "additionalProperties" not in schema:
-            out["additionalProperties"] = False
-        return out
-    if isinstance(schema, list):
-        return [strict(v) for v in schema]
-    return schema
-
-
-CRDS = {
-    ("kubeflow.org/v1", "PyTorchJob"): "pytorchjob-kubeflow.org-v1.json",
-    ("jobset.x-k8s.io/v1alpha2", "JobSet"): "jobset-jobset.x-k8s.io-v1alpha2.json",
-}
-
-
-def validate_custom_resource(obj: dict[str, Any]) -> None:
-    name = CRDS[(obj["apiVersion"], obj["kind"])]
-    schema = strict(json.loads((EXAMPLES / "crd-schemas" / name).read_text()))
-    jsonschema.Draft7Validator(schema).validate(obj)
 
 
 def validate(obj: dict[str, Any], versions: tuple[str, ...] = K8S_VERSIONS) -> None:

@@ -15,14 +15,8 @@ from typing import Any
 import jsonschema
 import kubernetes_validate
 import pytest
-from webhook_helpers import (
-    CRD_SCHEMAS,
-    jobset,
-    pytorchjob,
-    rayjob,
-    validate_custom_resource,
-    validate_workload,
-)
+from helm_helpers import CRD_SCHEMAS, validate_custom_resource
+from webhook_helpers import jobset, pytorchjob, rayjob, validate_workload
 
 ANNOTATIONS = {"epochfs.io/profile": "multi", "epochfs.io/remote": "s3://other/data"}
 

@@ -19,13 +19,12 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-import jsonschema
 import kubernetes_validate
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
-from helm_helpers import EXAMPLES, NAMESPACE, RELEASE, as_pod, with_remote
+from helm_helpers import NAMESPACE, RELEASE, as_pod, validate_custom_resource, with_remote
 
 from epochfs.sidecar.webhook.profiles import Profile, load_profiles
 
@@ -295,37 +294,9 @@ def job_pod(job_obj: dict[str, Any], index: int | None = None) -> dict[str, Any]
 
 # --------------------------------------------------------------------------- workloads' schemas
 
-# The CRD schemas, cut from the operators' CRDs (pod and Job templates are {type: object} there,
-# checked as Pods and Jobs below): those vendored for the attach examples
-# (examples/kubernetes/crd-schemas), and KubeRay's RayJob, which only these tests build
-# (tests/webhook/crd-schemas; its "$comment" says where it comes from).
-CRD_SCHEMAS = {
-    ("kubeflow.org/v1", "PyTorchJob"): EXAMPLES / "crd-schemas" / "pytorchjob-kubeflow.org-v1.json",
-    ("jobset.x-k8s.io/v1alpha2", "JobSet"): EXAMPLES / "crd-schemas" / "jobset-jobset.x-k8s.io-v1alpha2.json",
-    ("ray.io/v1", "RayJob"): Path(__file__).resolve().parent / "crd-schemas" / "rayjob-ray.io-v1.json",
-}
-# The oldest Kubernetes the webhook serves (native sidecars), and the newest kubernetes-validate knows.
+# The custom resources against their CRDs (helm_helpers.validate_custom_resource); their pod and Job
+# templates ({type: object} there) checked as Pods and Jobs below, on these versions.
 K8S_VERSIONS = ("1.29.0", kubernetes_validate.latest_version())
-
-
-def strict(schema: Any) -> Any:
-    """A CRD schema as the API server applies it with fieldValidation=Strict (unknown fields are
-    errors), as tests/deploy/test_helm_attach.py applies it to the attach examples."""
-    if isinstance(schema, dict):
-        out = {k: strict(v) for k, v in schema.items()}
-        if "properties" in schema and "additionalProperties" not in schema:
-            out["additionalProperties"] = False
-        return out
-    if isinstance(schema, list):
-        return [strict(v) for v in schema]
-    return schema
-
-
-def validate_custom_resource(obj: dict[str, Any]) -> None:
-    """The resource's own fields against its CRD's vendored schema (jsonschema.ValidationError)."""
-    path = CRD_SCHEMAS[(obj["apiVersion"], obj["kind"])]
-    schema = strict(json.loads(path.read_text()))
-    jsonschema.Draft7Validator(schema).validate(obj)
 
 
 def validate_k8s(obj: dict[str, Any]) -> None:
