@@ -3,7 +3,10 @@ the background scrub does, and read the metrics a store or a server process expo
 
 from __future__ import annotations
 
+import errno
 import os
+import threading
+from collections.abc import Collection
 from pathlib import Path
 
 from fuse_helpers import sid_of
@@ -44,3 +47,44 @@ def process_counter(mpdir: Path, name: str, labels: dict[str, str]) -> float:
     registry = CollectorRegistry()
     MultiProcessCollector(registry, path=str(mpdir))
     return registry.get_sample_value(name, labels) or 0.0
+
+
+def names(root: Path) -> set[str]:
+    """Every file under ``root``, relative to it (the entries of an epoch)."""
+    return {os.path.relpath(os.path.join(d, f), root) for d, _, files in os.walk(root) for f in files}
+
+
+class Reader(threading.Thread):
+    """Reads every file of ``epochs`` (folders) over and over; each file but ``lost`` must read its
+    bytes, ``lost`` its bytes or (once lost) one of ``lost_errnos``, and each folder of ``listed``
+    must list exactly ``objects`` at every look. (The FUSE test lists only one epoch: a listing,
+    readdir-plus, refreshes the kernel's entries by itself, so the other is read by path alone, as
+    from its manifest, to show the server's invalidation.)"""
+
+    def __init__(self, epochs: list[Path], objects: dict[str, bytes], lost: str, *,
+                 listed: Collection[Path], lost_errnos: Collection[int] = (errno.ENOENT, errno.EIO)) -> None:
+        super().__init__(daemon=True)
+        self.epochs, self.objects, self.lost = epochs, objects, lost
+        self.listed, self.allowed = set(listed), set(lost_errnos)
+        self.stop = threading.Event()
+        self.passes = 0
+        self.problems: list[str] = []
+        self.lost_errnos: set[int] = set()
+
+    def run(self) -> None:
+        while not self.stop.is_set():
+            for epoch in self.epochs:
+                if epoch in self.listed and names(epoch) != set(self.objects):
+                    self.problems.append(f"{epoch.name}'s listing changed")
+                for key, body in self.objects.items():
+                    try:
+                        data = (epoch / key).read_bytes()
+                    except OSError as e:
+                        if key == self.lost and e.errno in self.allowed:
+                            self.lost_errnos.add(e.errno)
+                        else:
+                            self.problems.append(f"{epoch.name}/{key}: {e}")
+                        continue
+                    if data != body:
+                        self.problems.append(f"{epoch.name}/{key}: wrong bytes")
+            self.passes += 1

@@ -14,7 +14,6 @@ from __future__ import annotations
 import errno
 import io
 import os
-import threading
 import time
 from pathlib import Path
 
@@ -22,7 +21,7 @@ import numpy as np
 import pytest
 from common import wait_until
 from fuse_helpers import admit, open_store
-from lost_helpers import make_lost, store_gauge
+from lost_helpers import Reader, make_lost, names, store_gauge
 
 from epochfs.sidecar.folderview import FolderPublisher
 from epochfs.torchclient import ArrayLoader, EpochDataset, EpochLoader, SampleLostError
@@ -36,40 +35,6 @@ def npy_objects(count: int) -> dict[str, bytes]:
         np.save(buf, np.full(64, i, dtype=np.float32))
         out[f"train/{i:04d}.npy"] = buf.getvalue()
     return out
-
-
-def names(root: Path) -> set[str]:
-    return {os.path.relpath(os.path.join(d, f), root) for d, _, files in os.walk(root) for f in files}
-
-
-class Reader(threading.Thread):
-    """Lists ``epoch`` and reads every file over and over: each must read its bytes but ``lost``,
-    whose read may fail with ENOENT once it is lost (its symlink dangles)."""
-
-    def __init__(self, epoch: Path, objects: dict[str, bytes], lost: str) -> None:
-        super().__init__(daemon=True)
-        self.epoch, self.objects, self.lost = epoch, objects, lost
-        self.stop = threading.Event()
-        self.passes = 0
-        self.problems: list[str] = []
-        self.lost_errnos: set[int] = set()
-
-    def run(self) -> None:
-        while not self.stop.is_set():
-            if names(self.epoch) != set(self.objects):
-                self.problems.append("the listing changed")
-            for key, body in self.objects.items():
-                try:
-                    data = (self.epoch / key).read_bytes()
-                except OSError as e:
-                    if key == self.lost and e.errno == errno.ENOENT:
-                        self.lost_errnos.add(e.errno)
-                    else:
-                        self.problems.append(f"{key}: {e}")
-                    continue
-                if data != body:
-                    self.problems.append(f"{key}: wrong bytes")
-            self.passes += 1
 
 
 def test_a_lost_sample_keeps_its_published_entry_and_the_client_raises_eio(tmp_path: Path) -> None:
@@ -86,7 +51,7 @@ def test_a_lost_sample_keeps_its_published_entry_and_the_client_raises_eio(tmp_p
         epoch = folder / "epoch-0"
         inode = epoch.stat().st_ino
         manifest = (folder / ".epochfs" / "epoch-0.manifest").read_bytes()
-        reader = Reader(epoch, objects, lost)
+        reader = Reader([epoch], objects, lost, listed=[epoch], lost_errnos=[errno.ENOENT])
         reader.start()
         try:
             wait_until(lambda: reader.passes >= 2, what="the reader's first passes")

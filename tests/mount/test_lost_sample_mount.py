@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import errno
 import os
-import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -23,7 +22,7 @@ import pytest
 from common import wait_until
 from fuse_helpers import admit, files_under, make_objects, mounted, open_store, sid_of
 from integrity_helpers import damage, objects_of, sampling
-from lost_helpers import make_lost, process_counter, store_gauge
+from lost_helpers import Reader, make_lost, names, process_counter, store_gauge
 
 from epochfs.sidecar import metrics
 from epochfs.sidecar.remote.testing import MemoryRemote
@@ -44,44 +43,6 @@ def errno_of(call: Callable[[], object]) -> int | None:
     return None
 
 
-def names(root: Path) -> set[str]:
-    return {os.path.relpath(os.path.join(d, f), root) for d, _, files in os.walk(root) for f in files}
-
-
-class Reader(threading.Thread):
-    """Reads every file of the epochs over and over; every file but ``lost`` must read its bytes,
-    ``lost`` its bytes or (once lost) ENOENT or EIO, and every listing must be whole. Only
-    ``epoch-0`` is listed: a listing (readdir-plus) refreshes the kernel's entries by itself, so
-    ``epoch-1`` is read by path alone, as from its manifest, to show the server's invalidation."""
-
-    def __init__(self, mnt: Path, epochs: list[int], objects: dict[str, bytes], lost: str) -> None:
-        super().__init__(daemon=True)
-        self.mnt, self.epochs, self.objects, self.lost = mnt, epochs, objects, lost
-        self.stop = threading.Event()
-        self.passes = 0
-        self.problems: list[str] = []
-        self.lost_errnos: set[int] = set()
-
-    def run(self) -> None:
-        while not self.stop.is_set():
-            for n in self.epochs:
-                epoch = self.mnt / f"epoch-{n}"
-                if n == 0 and names(epoch) != set(self.objects):
-                    self.problems.append(f"epoch-{n}'s listing changed")
-                for key, body in self.objects.items():
-                    try:
-                        data = (epoch / key).read_bytes()
-                    except OSError as e:
-                        if key == self.lost and e.errno in (errno.ENOENT, errno.EIO):
-                            self.lost_errnos.add(e.errno)
-                            continue
-                        self.problems.append(f"epoch-{n}/{key}: {e}")
-                        continue
-                    if data != body:
-                        self.problems.append(f"epoch-{n}/{key}: wrong bytes")
-            self.passes += 1
-
-
 def lost_reads(mpdir: Path) -> float:
     return sum(process_counter(mpdir, "epochfs_fuse_lost_reads_total", {"op": op})
                for op in ("open", "readlink"))
@@ -100,7 +61,7 @@ def test_a_lost_sample_keeps_its_entry_and_answers_eio_while_readers_verify_ever
     env = {"PROMETHEUS_MULTIPROC_DIR": str(mpdir)}
     with mounted(cache, mnt, args=("--fuse-api", api), env=env) as m:
         manifests = {n: (mnt / ".epochfs" / f"epoch-{n}.manifest").read_bytes() for n in (0, 1)}
-        reader = Reader(mnt, [0, 1], objects, lost)
+        reader = Reader([mnt / "epoch-0", mnt / "epoch-1"], objects, lost, listed=[mnt / "epoch-0"])
         reader.start()
         try:
             wait_until(lambda: reader.passes >= 2, what="the reader's first passes (kernel caches filled)")
