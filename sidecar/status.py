@@ -34,17 +34,12 @@ STATE_FILE_NAME = "sidecar-state.json"
 side by side in the layers and may not import each other; a test checks they agree)."""
 
 
-def _alive(pid: int) -> bool:
-    """Whether process ``pid`` exists (a supervisor killed with -9 leaves its file behind)."""
-    if pid <= 0:
-        return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
+STATE_MAX_AGE = 90.0
+"""Seconds after which the supervisor's state file is taken for one a dead supervisor left: a live
+one rewrites it at each restart and each start of a retry (at most 30 s apart: its longest
+backoff, or a run that reaches 30 s and ends the retrying, when it removes the file). Its age, not
+its pid: ``epochfs status --mount`` runs in the trainer's container, another PID namespace, where
+that pid is another process or none."""
 
 
 def _cache_of_mount(mount: Path) -> Path | None:
@@ -82,8 +77,11 @@ def read_retrying(*, cache: Path | None, mount: Path | None) -> str | None:
     if cache is None:
         return None
     try:
-        state = json.loads((cache / STATE_FILE_NAME).read_text())
-        if not isinstance(state, dict) or not _alive(int(state.get("pid", 0))):
+        path = cache / STATE_FILE_NAME
+        if time.time() - path.stat().st_mtime > STATE_MAX_AGE:
+            return None
+        state = json.loads(path.read_text())
+        if not isinstance(state, dict):
             return None
         if mount is not None:
             from epochfs.fuse.mounting import canonical
