@@ -25,8 +25,8 @@ also stops when the socket closes; it ignores SIGTERM and SIGINT, which are the 
 transaction and the next listing resumes from what the index holds. A child that dies otherwise
 (kill -9, out of memory) is started again after a full-jitter pause (``pause_bound``, as a failed
 listing is) and resumes the listing; the sampler goes on meanwhile. One that cannot start at all
-(it exits before saying anything, :data:`MAX_FAILED_STARTS` times in a row) stops the sampler with
-the reason, which the supervisor shows and restarts with its own backoff.
+(it exits before saying anything, :data:`MAX_FAILED_STARTS` times in a row) ends the sampler with
+exit 2 and the reason, as a refused setting does.
 """
 
 from __future__ import annotations
@@ -57,8 +57,8 @@ POLL = 0.05
 """Seconds between the two sides' looks at each other (state changes travel within this)."""
 MAX_FAILED_STARTS = 5
 """Children in a row that exit before saying anything (a broken install, an import that fails)
-before the sampler gives up with the reason: started again forever, the failure was only a
-warning a restart in the log, and the listing never ran."""
+before the sampler gives up with the reason (exit 2): the listing would never run, however often
+it were started again."""
 
 _BOOT = (
     # ``-c`` puts the working folder first on sys.path: an ``epochfs/`` folder there (a checkout's
@@ -157,9 +157,14 @@ class ListingProcess:
             self._prepared = None  # a listing begun is resumed from the index
             if rc is None or self.stop.is_set() or self.fatal is not None:
                 return
-            failed_starts = 0 if self._heard else failed_starts + 1
+            if self._heard:
+                failed_starts = 0
+            elif rc != -1:  # -1: no process to be had (ENOMEM, EAGAIN): not this child's fault
+                failed_starts += 1
             if failed_starts >= MAX_FAILED_STARTS:
-                self.fatal = RuntimeError(
+                # Exit 2 with the reason, as a refused setting: a broken install does not mend by
+                # restarting, and the supervisor stops with the line in the termination log.
+                self.fatal = ConfigError(
                     f"the listing process exited with {rc} before it said anything, {failed_starts} "
                     "times in a row: it cannot start here (its error is in the log above); "
                     "--list-process 0 lists in the sampler's own process")

@@ -151,6 +151,7 @@ def test_a_listing_process_that_cannot_start_ends_the_sampler_with_the_reason(
 
     from inprocess import settings_for
 
+    from epochfs.sidecar.config import ConfigError
     from epochfs.sidecar.listing import process
 
     monkeypatch.setattr(process, "_BOOT", "import sys; sys.exit(3)")
@@ -160,7 +161,7 @@ def test_a_listing_process_that_cannot_start_ends_the_sampler_with_the_reason(
     proc.start()
     proc.join(timeout=60)
     assert not proc.is_alive() and stop.is_set()
-    assert isinstance(proc.fatal, RuntimeError)
+    assert isinstance(proc.fatal, ConfigError)  # exit 2 with the reason: no restart mends it
     assert f"exited with 3 before it said anything, {process.MAX_FAILED_STARTS} times" in str(proc.fatal)
     assert "--list-process 0" in str(proc.fatal)
 
