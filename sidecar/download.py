@@ -53,7 +53,7 @@ from pathlib import Path
 from epochfs.sidecar.metrics import process_metrics
 from epochfs.sidecar.ratelimit import RateLimiter
 from epochfs.sidecar.remote import checksums
-from epochfs.sidecar.remote.backoff import full_jitter, is_throttled, jitter_bound
+from epochfs.sidecar.remote.backoff import full_jitter, jitter_bound
 from epochfs.sidecar.remote.base import BLOCK, Changed, Kind, Reader, Remote, RemoteFailure, Transient
 from epochfs.sidecar.remote.checksums import plain_md5_etag
 from epochfs.sidecar.remote.errors import translate
@@ -352,7 +352,6 @@ __all__ = [
     "LocalWriteError",
     "RetryPolicy",
     "failure_kind",
-    "is_throttled",
     "is_transient",
     "is_unavailable",
 ]
