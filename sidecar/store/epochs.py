@@ -34,7 +34,7 @@ from epochfs.sidecar.store.objects import object_name
 from epochfs.sidecar.store.records import EpochInfo, FileEntry, Policy
 from epochfs.sidecar.store.snapshot import newest_within
 from epochfs.sidecar.store.stats import known_at_cut
-from epochfs.sidecar.store.windows import FILES_IN_WINDOW, WINDOW_KEYS, members, record
+from epochfs.sidecar.store.windows import FILES_IN_WINDOW, Span, members, record, scan
 from epochfs.sidecar.store.windows import window as window  # the store's schedule_window asks here
 
 log = logging.getLogger("epochfs.store")
@@ -52,22 +52,18 @@ def at_least(db: sqlite3.Connection, count: int) -> bool:
     return int(row[0]) >= count
 
 
-def condition_holds(db: sqlite3.Connection, policy: Policy, n: int) -> bool:
-    """At least ``min_samples`` complete and, in schedule mode, epoch n's window complete; the
-    first epoch in snapshot mode also waits (boundedly) for the listing's first round."""
+def condition_holds(db: sqlite3.Connection, policy: Policy, n: int) -> tuple[bool, Span | None]:
+    """Whether at least ``min_samples`` are complete and, in schedule mode, epoch n's window is
+    complete (the first epoch in snapshot mode also waits, boundedly, for the listing's first
+    round); and that window as read for it, which a cut records rather than reading it again."""
     if not at_least(db, max(1, policy.min_samples)):
-        return False
+        return False, None
     if policy.schedule is None:
-        return not first_round_pending(db)
+        return not first_round_pending(db), None
     if db.execute("SELECT 1 FROM meta WHERE name='listing_complete'").fetchone() is None:
-        return False  # windows are positions in the order of a complete listing
-    lo, hi = window(db, policy, n)
-    missing = db.execute(
-        f"SELECT COUNT(*) FROM {WINDOW_KEYS} c WHERE c.skipped=0 "
-        "AND NOT EXISTS (SELECT 1 FROM samples s WHERE s.key=c.key)",
-        (hi - lo, lo),
-    ).fetchone()[0]
-    return int(missing) == 0
+        return False, None  # windows are positions in the order of a complete listing
+    span = scan(db, policy, n)
+    return span.missing == 0, span
 
 
 def _newest(db: sqlite3.Connection) -> int | None:
@@ -91,7 +87,7 @@ def cut_ready(ix: Index, policy: Policy, n: int) -> bool:
         top = _top(ix, db)
         if top is not None and n <= top:
             return False
-        return condition_holds(db, policy, n)
+        return condition_holds(db, policy, n)[0]
 
 
 def _listed(db: sqlite3.Connection, n: int) -> tuple[int, int]:
@@ -101,10 +97,11 @@ def _listed(db: sqlite3.Connection, n: int) -> tuple[int, int]:
     return int(count), int(total)
 
 
-def _insert_epoch(db: sqlite3.Connection, policy: Policy, n: int) -> None:
+def _insert_epoch(db: sqlite3.Connection, policy: Policy, n: int, span: Span | None = None) -> None:
     """One ``epochs`` row: a range of the admission order (snapshot mode) or a window's bounds
     (schedule mode, with its few ``epoch_excluded`` rows, or its ``epoch_samples`` rows when
-    bounds cannot describe it: :func:`.windows.record`)."""
+    bounds cannot describe it: :func:`.windows.record`). ``span``: the window as the cut
+    condition read it in this transaction (None: read it here)."""
     now = time.time()
     prev_row = db.execute("SELECT MAX(n) FROM epochs WHERE n < ?", (n,)).fetchone()[0]
     prev_max = 0 if prev_row is None else int(db.execute(
@@ -116,7 +113,7 @@ def _insert_epoch(db: sqlite3.Connection, policy: Policy, n: int) -> None:
         # From the running totals (:mod:`.snapshot`), not a count of the epoch's rows.
         first, samples, nbytes = newest_within(db, policy.epoch_budget, max_all)
     else:
-        bounds = record(db, policy, n, max_all) or bounds
+        bounds = record(db, span or scan(db, policy, n), n, max_all) or bounds
     db.execute(
         "INSERT INTO epochs(n, cut_at, samples, bytes, new, evicted, max_sample, last_read, "
         "first_sample, lo_rank, lo_key, hi_rank, hi_key, listed, estimated) "
@@ -197,10 +194,11 @@ def _cut(ix: Index, policy: Policy, n: int | None, *, force: bool, far: bool = F
         if top is not None and n <= top:
             raise ValueError(f"epoch {n} may have been published before the index lost it "
                              f"(high-water mark {top}); epochs continue at {top + 1}")
-        if not condition_holds(db, policy, n) and (not force or not at_least(db, 1)):
+        holds, span = condition_holds(db, policy, n)
+        if not holds and (not force or not at_least(db, 1)):
             return None, False
         hwm.raise_to(root, cutting=n)
-        _insert_epoch(db, policy, n)
+        _insert_epoch(db, policy, n, span)
         ix.bump("cuts_total", 1)
     try:
         with ix.write_now() if reader else ix.write():
@@ -249,7 +247,7 @@ def request_cut(ix: Index, policy: Policy, n: int) -> bool:
             return not int(row[0])
         if n != next_epoch(_top(ix, db)):
             return False
-        ready = condition_holds(db, policy, n)
+        ready = condition_holds(db, policy, n)[0]
         queued = db.execute("SELECT 1 FROM cut_requests WHERE n=?", (n,)).fetchone() is not None
     try:
         if ready:
