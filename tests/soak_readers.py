@@ -1,8 +1,9 @@
 """A verifying reader for the soak (tests/sidecar/test_soak.py): one process, run as a script.
 
 Over and over it takes the newest epoch (``latest``), reads its manifest, and reads every listed
-file through the mount, comparing its bytes to the remote's object (a copy of the remote's objects
-is in ``--expected``, one file per key). It counts wrong bytes (bytes that differ, plus any length
+file through the mount (for ``--view folder``: through the published folder, ``--mount`` naming it),
+comparing its bytes to the remote's object (a copy of the remote's objects is in ``--expected``, one
+file per key). It counts wrong bytes (bytes that differ, plus any length
 difference) and failed opens or reads of listed files, and writes each failure as one JSON line to
 ``--events`` with its wall-clock time and the file's path, so the soak can tell failures during a
 FUSE server restart, wrong bytes of a file it damaged on the node volume before the repair landed,

@@ -36,6 +36,19 @@ child, one disk-full episode, one storm, one outage, four damaged objects, one o
 ``epochfs verify``; no index damage) is marked slow; ``test_soak`` (slow) runs for
 ``EPOCHFS_SOAK_SECONDS`` (default 600) with a random schedule from ``EPOCHFS_SOAK_SEED`` (default
 7). Both need root (a tmpfs, FUSE). ``make test-reliability`` runs both.
+
+``test_soak_short_folder_view`` (slow, 30 s of soak, about 40 s in all) runs the same readers
+against ``--view folder``: they read ``latest``, its manifest and every listed file through the
+published folder, which lies on a small tmpfs of its own. One burst of far-jump cut requests (no
+lookup storm: nothing in the folder view cuts on a lookup), a kill -9 of the publisher and of the
+sampler, an outage, faults all along, and one full-volume episode on the folder's volume (a filler
+file leaving 4 KiB, for 8 s): the publisher must pause with the reason (``epochfs_publish_paused``
+1, ``epochfs status``), ``/healthz`` stay 200, ``status.json`` (its last version) stay whole,
+``POST /v1/cut`` answer an epoch cut but not published 202 ``waiting`` with the reason, and the
+publisher resume by itself once the filler is gone. Publisher restart windows are defined as the
+FUSE ones (from the kill until ``/healthz`` shows a new publisher alive, plus 2 s). Wrong bytes,
+failed opens of listed files outside those windows and tracebacks in the log must be 0, epoch
+numbers without gaps. No damage and no disk-full episode on the cache (the FUSE soak's).
 """
 
 from __future__ import annotations
@@ -103,6 +116,13 @@ class Plan:
     damages: list[tuple[float, str]] = field(default_factory=list)  # (when, a DAMAGES kind or "verify")
     index_damage: list[float] = field(default_factory=list)  # garbled index pages (the long soak only)
     readers: int = 8
+    view: str = "fuse"  # "fuse" | "folder" (--view folder: the publisher child, no lookups that cut)
+    folder_full: list[tuple[float, float]] = field(default_factory=list)  # the folder's own volume full
+
+    @property
+    def child(self) -> str:
+        """The view's child the killer kills beside the sampler, and whose restarts are windows."""
+        return "publisher" if self.view == "folder" else "fuse"
 
 
 def plan_for(seconds: float, seed: int) -> Plan:
@@ -134,6 +154,15 @@ def plan_for(seconds: float, seed: int) -> Plan:
                 outages=sorted(outages), damages=damages, index_damage=index_damage)
 
 
+def plan_for_folder(seconds: float) -> Plan:
+    """The short folder-view soak: far jumps (no lookup storm: nothing in the folder view cuts on a
+    lookup), a kill of the publisher, the folder's volume full for 8 s, a kill of the sampler, an
+    outage; no damage, no disk-full episode on the cache (the FUSE soak's)."""
+    return Plan(seconds, objects=300, kills=[(seconds * 0.2, "publisher"), (seconds * 0.7, "sampler")],
+                disk_full=[], storms=[seconds * 0.1], outages=[(seconds * 0.85, 2.0)],
+                view="folder", folder_full=[(seconds * 0.35, 8.0)])
+
+
 def index_damage_on() -> bool:
     """The index-damage episode of the long soak (``EPOCHFS_SOAK_INDEX_DAMAGE``, default on: 0 off)."""
     return os.environ.get("EPOCHFS_SOAK_INDEX_DAMAGE", "1") != "0"
@@ -147,8 +176,8 @@ def dataset(count: int, seed: int) -> dict[str, bytes]:
 
 @dataclass
 class Window:
-    """A FUSE server restart: from the kill (or the last healthy probe of the old server) until
-    ``/healthz`` shows a new server and a mount that answers."""
+    """A FUSE server (or folder-view publisher) restart: from the kill (or the last healthy probe of
+    the old child) until ``/healthz`` shows a new child (and, for FUSE, a mount that answers)."""
 
     start: float
     old_pid: int | None
@@ -198,16 +227,36 @@ class IndexDamage:
 
 
 @dataclass
+class FolderFull:
+    """The folder view's own volume filled (a filler file leaving little room), then freed."""
+
+    start: float
+    latest_before: int | None
+    paused_at: float | None = None  # the pause seen (the metric epochfs_publish_paused 1)
+    reason: str = ""  # `epochfs status`'s "publishing PAUSED: <reason>" line
+    status_ok: bool = False  # status.json read whole while full
+    health_codes: list[int] = field(default_factory=list)  # /healthz while full
+    # (epoch, in the folder when asked, code, state, message)
+    cut_answers: list[tuple[int, bool, int, str, str]] = field(default_factory=list)
+    freed: float | None = None
+    resumed: float | None = None  # the metric back to 0 and a newer epoch in the folder
+    latest_after: int | None = None
+
+
+@dataclass
 class Chaos:
     """The soak's record of what it did and what it saw."""
 
     car: Sidecar
     proxy: FaultProxy
     volume: Path
+    child: str = "fuse"  # the view's child: "fuse" or "publisher"
+    folder_volume: Path | None = None  # the folder view's own volume
     t0: float = field(default_factory=time.time)
     stop: threading.Event = field(default_factory=threading.Event)
     windows: list[Window] = field(default_factory=list)
-    kills: dict[str, int] = field(default_factory=lambda: {"sampler": 0, "fuse": 0})
+    kills: dict[str, int] = field(default_factory=lambda: {"sampler": 0, "fuse": 0, "publisher": 0})
+    folder_full_episodes: list[FolderFull] = field(default_factory=list)
     health_failures: list[tuple[float, int, str]] = field(default_factory=list)
     disk_full_episodes: int = 0
     disk_full_seen: int = 0
@@ -272,15 +321,17 @@ class Chaos:
 
     # -- the threads
     def monitor(self) -> None:
-        """Poll /healthz every 0.2 s: FUSE restarts (ours and any other), and failed probes."""
+        """Poll /healthz every 0.2 s: restarts of the view's child (FUSE server or publisher; ours
+        and any other), and failed probes."""
         doc = self.car.health()
-        fuse = doc.get("children", {}).get("fuse", {})
+        fuse = doc.get("children", {}).get(self.child, {})
         pid, restarts, last_ok = fuse.get("pid"), int(fuse.get("restarts", 0)), time.time()
         while not self.stop.is_set():
             now = time.time()
             doc = self.car.health()
-            fuse = doc.get("children", {}).get("fuse", {})
-            healthy = doc["code"] == 200 and doc.get("mount") == "ok" and bool(fuse.get("alive"))
+            fuse = doc.get("children", {}).get(self.child, {})
+            healthy = (doc["code"] == 200 and (self.child != "fuse" or doc.get("mount") == "ok")
+                       and bool(fuse.get("alive")))
             with self.lock:
                 open_windows = [w for w in self.windows if w.end is None]
                 if int(fuse.get("restarts", restarts)) > restarts and not open_windows:
@@ -304,7 +355,7 @@ class Chaos:
             if pid is None:
                 continue  # being restarted: the next one
             with self.lock:
-                if name == "fuse":
+                if name == self.child:
                     self.windows.append(Window(time.time(), pid, "kill -9"))
                 self.kills[name] += 1
             os.kill(pid, signal.SIGKILL)
@@ -349,6 +400,62 @@ class Chaos:
             finally:
                 filler.unlink()
 
+    def folder_full(self, episodes: list[tuple[float, float]]) -> None:
+        """The folder view's own volume filled by a filler file leaving 4 KiB, for ``length`` s:
+        the publisher must pause with the reason (the metric, `epochfs status`), /healthz stay ok,
+        status.json stay whole (its last version), ``POST /v1/cut`` tell the truth about an epoch cut but not
+        published; freed, it must publish a newer epoch by itself within 20 s."""
+        for when, length in episodes:
+            assert self.folder_volume is not None
+            if not self.at(when):
+                return
+            ep = FolderFull(time.time(), self._latest())
+            self.folder_full_episodes.append(ep)
+            filler = fill(self.folder_volume, leave=4 << 10)
+            try:
+                deadline = time.time() + length
+                while time.time() < deadline and not self.stop.wait(0.25):
+                    fill(self.folder_volume, leave=4 << 10)  # top up: a retired epoch's removal frees room
+                    ep.health_codes.append(self.car.health()["code"])
+                    if ep.paused_at is None and self.car.metric("epochfs_publish_paused") == 1:
+                        ep.paused_at = time.time()
+                        # The reason, as `epochfs status` reads it from the index (status.json in
+                        # the folder keeps its last whole version: the full volume takes no rewrite).
+                        done = subprocess.run([*EPOCHFS, "status", "--cache", str(self.car.cache)],
+                                              capture_output=True, text=True, timeout=60)
+                        ep.reason = next((line for line in done.stdout.splitlines()
+                                          if "publishing PAUSED" in line), "")[:300]
+                    if ep.paused_at is None:
+                        continue
+                    try:
+                        json.loads((self.car.mount / ".epochfs" / "status.json").read_text())
+                        ep.status_ok = True
+                    except (OSError, ValueError):
+                        ep.status_ok = False
+                        break
+                    newest = self.newest_in_index()
+                    if newest is not None and (not ep.cut_answers or ep.cut_answers[-1][0] != newest):
+                        there = (self.car.mount / f"epoch-{newest}").is_dir()
+                        code, doc = self.post_cut(f"epoch={newest}")
+                        ep.cut_answers.append((newest, there, code, str(doc.get("state")),
+                                               str(doc.get("message", ""))[:200]))
+            finally:
+                filler.unlink()
+                ep.freed = time.time()
+            end = time.time() + 20
+            while time.time() < end and not self.stop.wait(0.1):
+                latest = self._latest()
+                if self.car.metric("epochfs_publish_paused") == 0 and latest is not None and \
+                        latest > (ep.latest_before or -1):
+                    ep.resumed, ep.latest_after = time.time(), latest
+                    break
+
+    def _latest(self) -> int | None:
+        try:
+            return int(os.readlink(self.car.mount / "latest").removeprefix("epoch-"))
+        except (OSError, ValueError):
+            return None
+
     def _backpressure(self) -> str | None:
         try:
             db = sqlite3.connect(f"file:{self.car.cache / 'index.sqlite'}?mode=ro", uri=True, timeout=5)
@@ -369,6 +476,9 @@ class Chaos:
             if not self.at(when):
                 return
             before = self.far_jumps()
+            if self.child != "fuse":  # the folder view: no lookup reaches the sidecar, none cuts
+                self.after_jumps(before)
+                continue
             end = time.time() + 2.0
             i = 0
             while time.time() < end and not self.stop.is_set():
@@ -689,25 +799,31 @@ class Summary:
     index: str = ""
     epochs_from: int = 0  # the first epoch number the index still holds (a rebuilt one: its oldest live)
     gaps: set[int] = field(default_factory=set)  # numbers a rebuilt index may lack (documented loss)
+    child: str = "fuse"  # the view's child: "fuse" or "publisher"
+    folder_full: str = ""
 
     def line(self) -> str:
         r = self.readers
-        return (f"soak {self.seconds:.0f}s: {r['passes']} passes, {r['files']} files, "
-                f"{r['bytes'] / 2**30:.2f} GiB read by 8 readers; wrong bytes {self.wrong_outside} "
-                f"(+{self.wrong_in_damage} seen before the repair); "
-                f"failed opens of listed files {len(self.failed_outside)} "
-                f"(+{self.failed_during_restart} during FUSE restarts, +{self.failed_in_repair} between a "
-                f"take-out and its repair); damages {self.damages}; far jumps {self.jumps}; "
-                f"manifest mismatches "
-                f"{r['manifest_mismatch']}; restarts sampler {self.restarts['sampler']} fuse "
-                f"{self.restarts['fuse']} (kills {self.kills['sampler']}/{self.kills['fuse']}); "
+        fuse = self.child == "fuse"
+        view, name = ("FUSE", "soak") if fuse else ("publisher", "soak folder view")
+        # The folder view has no damage, no cache disk-full episode and no lookup that cuts: left out.
+        return (f"{name} {self.seconds:.0f}s: {r['passes']} passes, {r['files']} files, "
+                f"{r['bytes'] / 2**30:.2f} GiB read by 8 readers; wrong bytes {self.wrong_outside}"
+                + (f" (+{self.wrong_in_damage} seen before the repair); " if fuse else "; ")
+                + f"failed opens of listed files {len(self.failed_outside)} "
+                f"(+{self.failed_during_restart} during {view} restarts"
+                + (f", +{self.failed_in_repair} between a take-out and its repair); damages {self.damages}; "
+                   if fuse else "); ")
+                + f"far jumps {self.jumps}; manifest mismatches "
+                f"{r['manifest_mismatch']}; restarts sampler {self.restarts['sampler']} {self.child} "
+                f"{self.restarts[self.child]} (kills {self.kills['sampler']}/{self.kills[self.child]}); "
                 f"cuts {self.cuts} (latest epoch {self.latest}); fetched {self.fetched}, evicted "
                 f"{self.evicted}, skipped {self.skipped}; object GETs {self.gets}, faults injected "
-                f"{self.faults}; disk full "
-                f"{self.disk_full}; storms {self.storms}; /healthz failures outside restarts "
-                f"{len(self.health_failures_outside)}"
-                + (f"; index damage {self.index}" if self.index else ""))
-
+                f"{self.faults}; "
+                + (f"disk full {self.disk_full}; storms {self.storms}; " if fuse else "")
+                + f"/healthz failures outside restarts {len(self.health_failures_outside)}"
+                + (f"; index damage {self.index}" if self.index else "")
+                + (f"; folder volume full {self.folder_full}" if self.folder_full else ""))
 
 def run_soak(s3: S3Server, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, plan: Plan, seed: int) -> Summary:
     objects = dataset(plan.objects, seed)
@@ -726,10 +842,17 @@ def run_soak(s3: S3Server, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, plan
              # The scrub reads the whole cache (12 MiB) about once a second, plus its second of pause
              # between passes: a damaged object is found within a few seconds, before its epoch retires.
              "--scrub-rate", "16Mi")
-    with small_volume(tmp_path / "cache", "24m") as volume:
-        with FaultProxy(upstream=s3.endpoint) as proxy, \
-                running_sidecar(tmp_path, remote=f"s3://{BUCKET}", endpoint=proxy.endpoint, extra=extra,
-                                ready_timeout=90) as car:
+    with contextlib.ExitStack() as stack:
+        volume = stack.enter_context(small_volume(tmp_path / "cache", "24m"))
+        mount = None
+        if plan.view == "folder":
+            # The folder the publisher writes epochs into, on a small tmpfs of its own (a pod's
+            # shared emptyDir), left for the sidecar to create; links into the cache's objects.
+            mount = stack.enter_context(small_volume(tmp_path / "shared", "4m")) / "view"
+            extra = (*extra, "--view", "folder", "--link-root", str(volume / "objects"))
+        proxy = stack.enter_context(FaultProxy(upstream=s3.endpoint))
+        with running_sidecar(tmp_path, remote=f"s3://{BUCKET}", endpoint=proxy.endpoint, extra=extra,
+                             ready_timeout=90, mount=mount) as car:
             summary = soak_body(car, proxy, volume, plan, objects, expected, tmp_path, seed)
         # After a clean stop (running_sidecar checked exit 0 within 10 s and nothing left mounted):
         # nothing to repair, every cached object the remote's bytes, epoch numbers without gaps.
@@ -741,7 +864,8 @@ def soak_body(car: Sidecar, proxy: FaultProxy, volume: Path, plan: Plan, objects
               expected: Path, tmp_path: Path, seed: int) -> Summary:
     wait_until(lambda: os.path.lexists(car.mount / "latest") or car.get("/readyz")[0] != 200,
                timeout=30, what="a first epoch")
-    chaos = Chaos(car, proxy, volume)
+    chaos = Chaos(car, proxy, volume, child=plan.child,
+                  folder_volume=car.mount.parent if plan.view == "folder" else None)
     stop_file = tmp_path / "readers.stop"
     readers = []
     for i in range(plan.readers):
@@ -753,7 +877,7 @@ def soak_body(car: Sidecar, proxy: FaultProxy, volume: Path, plan: Plan, objects
         (chaos.monitor, ()), (chaos.killer, (plan.kills,)), (chaos.faults, (sorted(objects), seed)),
         (chaos.outage, (plan.outages,)), (chaos.disk_full, (plan.disk_full,)), (chaos.storm, (plan.storms,)),
         (chaos.latest_lag, ()), (chaos.damager, (plan.damages, seed)), (chaos.repair_watch, (objects,)),
-        (chaos.index_damage, (plan.index_damage,)),
+        (chaos.index_damage, (plan.index_damage,)), (chaos.folder_full, (plan.folder_full,)),
     )]
     for t in threads:
         t.start()
@@ -767,6 +891,9 @@ def soak_body(car: Sidecar, proxy: FaultProxy, volume: Path, plan: Plan, objects
         chaos.stop.set()
         for t in threads:
             t.join(timeout=90 if t.name in ("repair_watch", "index_damage") else 30)
+        if chaos.folder_volume is not None:
+            with contextlib.suppress(FileNotFoundError):
+                (chaos.folder_volume / "filler").unlink()
         for p in readers:
             try:
                 p.wait(timeout=60)
@@ -816,7 +943,7 @@ def soak_body(car: Sidecar, proxy: FaultProxy, volume: Path, plan: Plan, objects
     summary = Summary(
         seconds=plan.seconds, readers=totals, failed_outside=outside, failed_during_restart=during,
         lookup_errors_outside=lookups_outside,
-        restarts={name: int(health[name]["restarts"]) for name in ("sampler", "fuse")},
+        restarts={name: int(health[name]["restarts"]) for name in ("sampler", chaos.child)},
         index=index_summary(chaos, in_index),
         epochs_from=max((min(ep.had_file) for ep in chaos.index_damages if ep.had_file), default=0),
         # A rebuilt index holds the epochs that were live (retired ones between them, cut and retired
@@ -838,11 +965,15 @@ def soak_body(car: Sidecar, proxy: FaultProxy, volume: Path, plan: Plan, objects
         jumps=(f"{len(chaos.jumps)} refused requests in {len(plan.storms)} storms ("
                f"{len(chaos.jump_failures)} wrong answers), the next epoch cut "
                f"{max(chaos.jump_next_cut, default=0):.1f} s after at most"),
+        child=chaos.child, folder_full=folder_full_summary(chaos),
     )
     print(summary.line())
     windows = [(round(w.start - chaos.t0, 1), None if w.end is None else round(w.end - w.start, 2), w.cause)
                for w in chaos.windows]
-    print(f"FUSE restart windows (start, seconds, cause): {windows}")
+    print(f"{'FUSE' if chaos.child == 'fuse' else 'publisher'} restart windows (start, seconds, cause): "
+          f"{windows}")
+    for ep in chaos.folder_full_episodes:
+        print(f"folder volume full at {ep.start - chaos.t0:.1f} s: {dataclasses.asdict(ep)}")
     print(f"latest trailed the index by up to {chaos.latest_behind} epoch(s), for up to "
           f"{chaos.latest_behind_for:.1f} s at a time (outside restarts)")
     damaged = [(round(d.start - chaos.t0, 1), None if d.end is None else round(d.end - d.start, 2), d.key,
@@ -882,13 +1013,57 @@ def soak_body(car: Sidecar, proxy: FaultProxy, volume: Path, plan: Plan, objects
     assert chaos.storm_hits == [], f"stray lookups made epochs: {chaos.storm_hits[:10]}"
     # A damaged index found in a statement makes the sampler exit once; its next start rebuilds it.
     rebuilds = sum(1 for ep in chaos.index_damages if ep.rebuilt is not None)
-    assert summary.restarts["fuse"] == chaos.kills["fuse"], f"restarts nobody asked for: {summary.line()}"
+    assert summary.restarts[chaos.child] == chaos.kills[chaos.child], \
+        f"restarts nobody asked for: {summary.line()}"
     assert chaos.kills["sampler"] <= summary.restarts["sampler"] <= chaos.kills["sampler"] + rebuilds, \
         f"restarts nobody asked for: {summary.line()}"
     assert health_outside == [], f"/healthz failed outside FUSE restarts: {health_outside[:10]}"
     assert totals["passes"] > plan.readers, "the readers hardly read"
     assert stats.cuts_total >= 3 and stats.fetched_total > 0
+    if plan.view == "folder":
+        assert sum(1 for _, name in plan.kills if name == "publisher") == chaos.kills["publisher"] >= 1
+        check_folder_full(chaos, plan, car)
+        assert "Traceback" not in car.log_text(), car.log_text()[-5000:]
     return summary
+
+
+def folder_full_summary(chaos: Chaos) -> str:
+    parts = []
+    for ep in chaos.folder_full_episodes:
+        paused = "never" if ep.paused_at is None else f"{ep.paused_at - ep.start:.1f} s"
+        resumed = "never" if ep.resumed is None or ep.freed is None else f"{ep.resumed - ep.freed:.1f} s"
+        answers = ", ".join(f"epoch {n} {'in' if there else 'not in'} the folder: {code} {state}"
+                            for n, there, code, state, _ in ep.cut_answers)
+        status = "whole" if ep.status_ok else "NOT READ"
+        parts.append(f"at {ep.start - chaos.t0:.0f} s: paused after {paused} ({ep.reason!r}), /healthz "
+                     f"{sorted(set(ep.health_codes))}, status.json {status}, "
+                     f"/v1/cut [{answers}], resumed {resumed} after the room came back "
+                     f"(latest {ep.latest_before} -> {ep.latest_after})")
+    return "; ".join(parts)
+
+
+def check_folder_full(chaos: Chaos, plan: Plan, car: Sidecar) -> None:
+    """Each full episode of the folder's volume: paused with the reason (the metric, `epochfs
+    status`), /healthz ok, status.json (its last version) whole, /v1/cut truthful (202 waiting
+    with the reason for an epoch cut but not published, 200 live for one in the folder),
+    publishing resumed by itself; the log says both."""
+    assert len(chaos.folder_full_episodes) == len(plan.folder_full), chaos.folder_full_episodes
+    for ep in chaos.folder_full_episodes:
+        assert ep.paused_at is not None, f"the publisher never paused: {ep}"
+        assert "volume is full" in ep.reason, f"epochfs status while full: {ep.reason!r}"
+        assert ep.status_ok, f"status.json not readable while full: {ep}"
+        assert set(ep.health_codes) == {200}, f"/healthz while full: {ep.health_codes}"
+        assert any(not there for _, there, *_ in ep.cut_answers), f"no epoch cut while paused: {ep}"
+        for n, there, code, state, message in ep.cut_answers:
+            if there:
+                assert (code, state) == (200, "live"), (n, code, state, message)
+            else:  # published by the time of the answer is the truth too
+                waiting = (code, state) == (202, "waiting") and "full" in message
+                published = (code, state) == (200, "live") and (car.mount / f"epoch-{n}").is_dir()
+                assert waiting or published, (n, code, state, message)
+        assert ep.resumed is not None, f"publishing never resumed: {ep}"
+    text = car.log_text()
+    assert "publishing paused" in text and "publishing resumed" in text
 
 
 def index_summary(chaos: Chaos, in_index: list[dict[str, Any]]) -> str:
@@ -1016,6 +1191,11 @@ def soak_seconds() -> float:
 @pytest.mark.slow  # a soak: in make test-reliability, beside the long one (the suite's 10-minute budget)
 def test_soak_short(s3: S3Server, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     run_soak(s3, tmp_path, monkeypatch, plan_for(20, seed=1), seed=1)
+
+
+@pytest.mark.slow  # the folder view (--view folder): about a minute
+def test_soak_short_folder_view(s3: S3Server, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    run_soak(s3, tmp_path, monkeypatch, plan_for_folder(30), seed=3)
 
 
 @pytest.mark.slow
