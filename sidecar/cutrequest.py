@@ -54,7 +54,7 @@ class CutStore(Protocol):
 
     def next_epoch(self) -> int: ...
 
-    def request_cut(self, n: int) -> bool: ...
+    def request_cut_made(self, n: int) -> tuple[bool, bool]: ...
 
     def pending_cuts(self) -> list[tuple[int, float]]: ...
 
@@ -152,9 +152,12 @@ def _answer(store: CutStore, req: CutRequest) -> tuple[int, dict[str, Any], floa
         return 200, _doc(req, "live", n, f"epoch {n} cut (a jump from {next_n})"), waited
     # When n was queued (by this client's earlier request, or a lookup) the cut ends that wait.
     queued = dict(store.pending_cuts()).get(n)
-    if store.request_cut(n):
+    live_now, made = store.request_cut_made(n)
+    if live_now:
+        # Reported only by the request that made the cut: another rank's, or the sampler's, cut
+        # found here is theirs to report.
         waited = time.time() - queued if queued is not None else time.monotonic() - asked
         store.record_read(n)
-        return 200, _doc(req, "live", n, f"epoch {n} is live"), max(0.0, waited)
+        return 200, _doc(req, "live", n, f"epoch {n} is live"), max(0.0, waited) if made else None
     return 202, _doc(req, "waiting", newest, f"epoch {n} is queued: it is cut as soon as its condition "
                                              "holds (min-samples, or its schedule window); ask again"), None

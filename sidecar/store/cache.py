@@ -380,6 +380,10 @@ class Store:
     def request_cut(self, n: int) -> bool:
         return epochs.request_cut(self._ix, self.policy(), n)
 
+    def request_cut_made(self, n: int) -> tuple[bool, bool]:
+        """:meth:`request_cut`, and whether this call made the cut (:func:`.epochs.request_cut_made`)."""
+        return epochs.request_cut_made(self._ix, self.policy(), n)
+
     def pending_cuts(self) -> list[tuple[int, float]]:
         return epochs.pending_cuts(self._ix)
 

@@ -233,7 +233,15 @@ def next_epoch(newest: int | None) -> int:
 
 
 def request_cut(ix: Index, policy: Policy, n: int) -> bool:
-    """A reader looked up epoch ``n``: True when it can be served now (cut if needed).
+    """A reader looked up epoch ``n``: True when it can be served now (cut if needed;
+    :func:`request_cut_made` also says whether this call made the cut)."""
+    return request_cut_made(ix, policy, n)[0]
+
+
+def request_cut_made(ix: Index, policy: Policy, n: int) -> tuple[bool, bool]:
+    """A reader looked up epoch ``n``: (it can be served now, this call cut it). The second is
+    what a requester reports as its wait (``epochfs_cut_wait_seconds``): eight ranks asking for
+    one epoch are one cut, whoever found it live.
 
     Only the next epoch (newest + 1) is ever cut or queued for a lookup: a stray lookup far ahead
     (``stat epoch-999999``) answers no and leaves nothing behind, so it can neither make the
@@ -244,18 +252,18 @@ def request_cut(ix: Index, policy: Policy, n: int) -> bool:
     with ix.read() as db:
         row = db.execute("SELECT retired FROM epochs WHERE n=?", (n,)).fetchone()
         if row is not None:
-            return not int(row[0])
+            return not int(row[0]), False
         if n != next_epoch(_top(ix, db)):
-            return False
+            return False, False
         ready = condition_holds(db, policy, n)[0]
         queued = db.execute("SELECT 1 FROM cut_requests WHERE n=?", (n,)).fetchone() is not None
     try:
         if ready:
             try:
                 if _cut(ix, policy, n, force=False, reader=True)[0] is not None:
-                    return True
+                    return True, True
             except ValueError:
-                return False
+                return False, False
         if not queued:
             with ix.write_now() as db:
                 db.execute("INSERT OR IGNORE INTO cut_requests(n, requested_at) VALUES(?, ?)",
@@ -265,13 +273,13 @@ def request_cut(ix: Index, policy: Policy, n: int) -> bool:
             # The sampler holds the write lock (a long transaction): "not yet", at once; the
             # reader's next lookup asks again. Waiting here would stall a FUSE request.
             log.info("epoch %d: the index is busy; the lookup answers not yet", n)
-            return False
+            return False, False
         if not _disk_full(e):
             raise
         # The index (or the high-water mark) cannot grow: the epoch is not there yet (ENOENT,
         # asked again later), which a reader survives; an error here would reach it as EIO.
         log.warning("cannot cut epoch %d now: %s", n, e)
-    return False
+    return False, False
 
 
 def pending_cuts(ix: Index) -> list[tuple[int, float]]:

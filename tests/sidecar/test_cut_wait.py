@@ -40,6 +40,32 @@ def timed(store: Store, req: CutRequest, m: metrics.SidecarMetrics) -> tuple[int
     return code, time.monotonic() - start
 
 
+class AnotherRankFirst:
+    """The store as one request sees it while another rank's request cuts the same epoch between
+    its look at the live epochs and its own ask (eight ranks asking for one epoch at once)."""
+
+    def __init__(self, store: Store, n: int) -> None:
+        self.store, self.n = store, n
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self.store, name)
+
+    def epochs(self) -> object:
+        seen = self.store.epochs()
+        assert self.store.cut(self.n) == self.n  # the other rank's cut, just after this look
+        return seen
+
+
+def test_a_cut_another_request_made_meanwhile_is_observed_once(tmp_path: Path) -> None:
+    store = open_store(tmp_path / "cache", min_samples=3)
+    admit(store, make_objects(4, 10))
+    m = metrics.SidecarMetrics(registry=CollectorRegistry())
+    code, doc = cutrequest.answer(AnotherRankFirst(store, 0), CutRequest(0), cut_waited=m.cut_waited)  # type: ignore[arg-type]
+    assert (code, doc["state"]) == (200, "live")
+    assert value(m.registry, "_count") == 0, "the other rank made the cut: its request reports it"
+    store.close()
+
+
 def test_a_cut_made_at_once_is_observed_and_a_cut_found_is_not(tmp_path: Path) -> None:
     store = open_store(tmp_path / "cache", min_samples=3)
     admit(store, make_objects(4, 10))
