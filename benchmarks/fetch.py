@@ -58,7 +58,7 @@ from functools import partial
 from pathlib import Path
 
 from epochfs.benchmarks import harness
-from epochfs.benchmarks.fetch_runs import (
+from epochfs.benchmarks._fetch_runs import (
     PROGRAM,
     SAMPLE_ARGS,
     STEADY,

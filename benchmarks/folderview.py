@@ -37,7 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from epochfs.benchmarks import harness
-from epochfs.benchmarks.folderview_schedule import admit_keys, schedule_store
+from epochfs.benchmarks._folderview_schedule import admit_keys, schedule_store
 from epochfs.benchmarks.mount import drop_caches, fill_cache, first_read, timed_read
 from epochfs.fuse.mounting import lazy_unmount, make_readonly_bind
 from epochfs.fuse.view import EpochTree

@@ -161,12 +161,12 @@ class FolderPublisher:
 
     def _matches(self, n: int) -> bool:
         """A visible epoch is the store's epoch n: same manifest, same first link target."""
-        try:
+        try:  # the store's side read whole in here: an epoch retired meanwhile is not a match
             manifest = (self.control / manifest_name(n)).read_bytes()
             tree = self.view.tree(n)
+            if manifest != self.view.manifest(n):
+                return False
         except (OSError, LookupError):
-            return False
-        if manifest != self.view.manifest(n):
             return False
         first = next(iter(sorted(tree.links)), None)
         if first is None:

@@ -44,7 +44,7 @@ from epochfs.sidecar.download import (
     Downloader,
     FetchResult,
     RetryPolicy,
-    is_throttled,
+    failure_kind,
     is_transient,
     is_unavailable,
 )
@@ -218,7 +218,7 @@ TABLE = [pytest.param(backend, *case, id=f"{backend}: {case[0]}")
 
 def outcome(failure: BaseException) -> str:
     """What the downloader does with a failed attempt, from its public classifier."""
-    if is_throttled(failure):
+    if failure_kind(failure).throttled:
         return "throttled"
     if not is_transient(failure):
         return "skip"
