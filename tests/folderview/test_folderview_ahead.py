@@ -12,9 +12,11 @@ whole, still identical.
 from __future__ import annotations
 
 import os
+import threading
 import time
 from pathlib import Path
 
+import pytest
 from folderview_helpers import pair, same_epoch, settle, tree_of
 from fuse_helpers import admit, make_objects, open_store
 
@@ -107,4 +109,47 @@ def test_retiring_runs_in_the_background_and_nothing_visible_is_half_removed(tmp
     assert not (ahead.folder / ".epochfs/epoch-0.manifest").exists()
     ahead.drain()
     left = [n for n in os.listdir(ahead.folder) if n.startswith(folderview.TEMP_PREFIX + "retired-")]
+    assert left == []
+
+
+def test_a_publish_never_waits_for_a_removal_in_progress(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Retiring hands the tree to the remover's thread: while a removal is in progress (here held
+    until the test lets it go, as a 1M-entry tree takes tens of seconds), the next epochs are
+    published from the tree built ahead all the same."""
+    from epochfs.sidecar import folderview_remove
+
+    held, entered = threading.Event(), threading.Event()
+    real = folderview_remove.remove_tree
+    in_the_publishers_thread: list[Path] = []
+
+    def slow_removal(path: Path) -> None:
+        if threading.current_thread() is threading.main_thread():  # the step itself would wait
+            in_the_publishers_thread.append(path)
+        else:
+            entered.set()
+            held.wait(60)
+        real(path)
+
+    monkeypatch.setattr(folderview_remove, "remove_tree", slow_removal)
+    store = open_store(tmp_path / "cache", keep_epochs=1, in_use_seconds=0.0)
+    admit(store, make_objects(300, 10, prefix="r/", seed=1))
+    store.cut(0)
+    ahead, _ = pair(store, tmp_path)
+    try:
+        for n in (1, 2):
+            admit(store, make_objects(20, 10, prefix="r/", seed=10 + n, start=1000 * n))
+            settle(ahead)
+            assert store.cut(n) == n
+            store.retire(now=time.time() + 10_000)
+            step = ahead.step()
+            assert step.published == [n] and step.ahead == [n], step
+            assert (ahead.folder / f"epoch-{n}").is_dir()
+            assert entered.wait(10), "the retired tree went to the remover"
+        assert not held.is_set()  # both published while the first removal was still held
+        assert in_the_publishers_thread == []
+    finally:
+        held.set()
+        ahead.drain()
+    left = [x for x in os.listdir(ahead.folder) if x.startswith(folderview.TEMP_PREFIX + "retired-")]
     assert left == []
