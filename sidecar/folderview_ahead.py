@@ -78,7 +78,55 @@ class Tainted(Exception):
     hold, a replaced index): the epoch is written the old way."""
 
 
-class AheadTree:
+class BuiltAhead:
+    """What both trees built ahead share (:class:`AheadTree`, snapshot mode; and the schedule
+    mode's ``WindowTree``): where they link (the folder, the link root, the temporary name's
+    prefix) and the tree under its temporary name (:mod:`.folderview_links`)."""
+
+    def __init__(self, *, store: Store, folder: Path, link_root: Path, temp_prefix: str) -> None:
+        self.store = store
+        self.folder = folder
+        self.prefix = str(link_root).rstrip("/") + "/"
+        self.temp_prefix = temp_prefix
+        self._links: LinkTree | None = None
+        self.tainted: str | None = None
+
+    @property
+    def tree(self) -> Path | None:
+        """The tree's temporary name in the folder (None: none is being built)."""
+        return None if self._links is None else self._links.path
+
+    def forget(self) -> None:
+        """The tree on disk is gone (recovery removed every temporary name): built again."""
+        self._links = None
+
+    def folders(self) -> list[str]:
+        """The folders of the tree, but its own (what ``classes.json`` records for the epoch)."""
+        return [] if self._links is None else self._links.folders()
+
+    def sync_dirs(self) -> None:
+        """fsync the folders changed since the last call."""
+        assert self._links is not None
+        self._links.sync_dirs()
+
+    def discard(self) -> None:
+        """Forget the tree on disk (removed now); the set is kept."""
+        if self._links is not None:
+            links, self._links = self._links, None
+            links.remove()
+
+    @staticmethod
+    def _link_groups(links: LinkTree, groups: dict[str, list[tuple[str, str, bool]]]) -> None:
+        """Link each folder's entries (name, target, carried over from the base); a path clash
+        taints the tree: the epoch is written whole."""
+        try:
+            for parent, entries in groups.items():
+                links.link_into(parent, entries)
+        except Clash as e:
+            raise Tainted(str(e)) from None
+
+
+class AheadTree(BuiltAhead):
     """The next cut's sample set, its manifest body and its tree under a temporary name.
 
     Members are kept in admission order in flat arrays (id, size) with their manifest line and
@@ -86,10 +134,7 @@ class AheadTree:
     entry (the line, the object name, the body's page slot)."""
 
     def __init__(self, *, store: Store, folder: Path, link_root: Path, temp_prefix: str) -> None:
-        self.store = store
-        self.folder = folder
-        self.prefix = str(link_root).rstrip("/") + "/"
-        self.temp_prefix = temp_prefix
+        super().__init__(store=store, folder=folder, link_root=link_root, temp_prefix=temp_prefix)
         self._ids = array("q")
         self._sizes = array("q")  # -1: gone from the store
         self._lines: list[bytes | None] = []  # None: not shown (an unsafe path)
@@ -102,20 +147,9 @@ class AheadTree:
         self._body = ManifestBody()  # the manifest lines of the members shown from _start
         self._bytes = 0  # sizes of the members from _start
         self._shown_bytes = 0
-        self._links: LinkTree | None = None
         self._base: tuple[Path, EpochExtent] | None = None  # the published epoch links are made from
         self._budget = 1
         self._budget_at = -1e18
-        self.tainted: str | None = None
-
-    @property
-    def tree(self) -> Path | None:
-        """The tree's temporary name in the folder (None: none is being built)."""
-        return None if self._links is None else self._links.path
-
-    def forget(self) -> None:
-        """The tree on disk is gone (recovery removed every temporary name): built again."""
-        self._links = None
 
     # ------------------------------------------------------------------ the set
     def _budget_now(self) -> int:
@@ -205,10 +239,6 @@ class AheadTree:
         self._pos = self._start
         self._linked[self._start:] = bytes(len(self._linked) - self._start)
 
-    def folders(self) -> list[str]:
-        """The folders of the tree, but its own (what ``classes.json`` records for the epoch)."""
-        return [] if self._links is None else self._links.folders()
-
     def advance(self, seconds: float = STEP_SECONDS) -> None:
         """Bring the set up to the store and link for about ``seconds``; :class:`Tainted` when
         the tree cannot stand for the next epoch."""
@@ -239,21 +269,12 @@ class AheadTree:
                 carried = base is not None and base[1].first <= self._ids[i] <= base[1].last
                 groups.setdefault(parent, []).append((name, self.prefix + self._objs[i], carried))
                 members.append(i)
-            try:
-                for parent, entries in groups.items():
-                    links.link_into(parent, entries)
-            except Clash as e:
-                raise Tainted(str(e)) from None
+            self._link_groups(links, groups)
             for i in members:
                 self._linked[i] = 1
             self._pos = stop
             if deadline is not None and time.monotonic() > deadline:
                 return
-
-    def sync_dirs(self) -> None:
-        """fsync the folders changed since the last call."""
-        assert self._links is not None
-        self._links.sync_dirs()
 
     def rebase(self, n: int) -> None:
         """Link from published ``epoch-N`` (one written whole, or found at start: the store's
@@ -262,12 +283,6 @@ class AheadTree:
         ext = self.store.epoch_extent(n)
         if ext is not None and (self._base is None or ext.last >= self._base[1].last):
             self._base = (self.folder / epoch_name(n), ext)
-
-    def discard(self) -> None:
-        """Forget the tree on disk (removed now); the set is kept."""
-        if self._links is not None:
-            links, self._links = self._links, None
-            links.remove()
 
     # ------------------------------------------------------------------ the cut
     def publish(self, n: int, *, header: str, write_control: WriteControl) -> bool:

@@ -45,13 +45,14 @@ from epochfs.sidecar.folderview_ahead import (
     SPOT_CHECKS,
     STEP_SECONDS,
     AheadTree,
+    BuiltAhead,
     Tainted,
     WriteControl,
     rel_of,
     unsafe,
 )
 from epochfs.sidecar.folderview_body import ManifestBody
-from epochfs.sidecar.folderview_links import Clash, LinkTree
+from epochfs.sidecar.folderview_links import LinkTree
 from epochfs.sidecar.store import Meta, Store, object_name
 from epochfs.sidecar.store.admitted import AdmittedSample, Place, WindowExtent
 from epochfs.sidecar.store.objects import fsync_dir
@@ -81,16 +82,13 @@ def _inside(bounds: tuple[Place, Place] | None, rank: int | None, key: str) -> b
     return bounds is not None and rank is not None and bounds[0] <= (rank, key) <= bounds[1]
 
 
-class WindowTree:
+class WindowTree(BuiltAhead):
     """The next schedule-mode window's samples, its manifest body and its tree under a temporary
     name; the interface of :class:`AheadTree` (the publisher uses either)."""
 
     def __init__(self, *, store: Store, folder: Path, link_root: Path, temp_prefix: str) -> None:
-        self.store = store
+        super().__init__(store=store, folder=folder, link_root=link_root, temp_prefix=temp_prefix)
         self.reads = store.admitted_windows()
-        self.folder = folder
-        self.prefix = str(link_root).rstrip("/") + "/"
-        self.temp_prefix = temp_prefix
         self._m: dict[int, Member] = {}
         self._heap: list[int] = []  # member ids (and some that left): the oldest leave by the front
         self._linked: set[int] = set()
@@ -102,26 +100,11 @@ class WindowTree:
         self._body = ManifestBody()
         self._bytes = 0
         self._shown_bytes = 0
-        self._links: LinkTree | None = None
         self._base: tuple[Path, WindowExtent] | None = None
-        self.tainted: str | None = None
-
-    @property
-    def tree(self) -> Path | None:
-        """The tree's temporary name in the folder (None: none is being built)."""
-        return None if self._links is None else self._links.path
-
-    def forget(self) -> None:
-        """The tree on disk is gone (recovery removed every temporary name): built again."""
-        self._links = None
 
     def pending(self) -> bool:
         """Linking is left to do (the publisher steps again at once)."""
         return self._links is None or bool(self._todo)
-
-    def folders(self) -> list[str]:
-        """The folders of the tree, but its own (what ``classes.json`` records for the epoch)."""
-        return [] if self._links is None else self._links.folders()
 
     # ------------------------------------------------------------------ the set
     @property
@@ -263,19 +246,10 @@ class WindowTree:
                 carried = base is not None and i <= base[1].last and base[1].lo <= (m[3], m[4]) <= base[1].hi
                 groups.setdefault(parent, []).append((name, self.prefix + m[2], carried))
                 members.append(i)
-            try:
-                for parent, entries in groups.items():
-                    links.link_into(parent, entries)
-            except Clash as e:
-                raise Tainted(str(e)) from None
+            self._link_groups(links, groups)
             self._linked.update(members)
             if deadline is not None and time.monotonic() > deadline:
                 return
-
-    def sync_dirs(self) -> None:
-        """fsync the folders changed since the last call."""
-        assert self._links is not None
-        self._links.sync_dirs()
 
     def rebase(self, n: int) -> None:
         """Link from published ``epoch-N`` (written whole, or found at start) when it is the
@@ -283,12 +257,6 @@ class WindowTree:
         ext = self.reads.extent(n)
         if ext is not None and (self._base is None or ext.last >= self._base[1].last):
             self._base = (self.folder / epoch_name(n), ext)
-
-    def discard(self) -> None:
-        """Forget the tree on disk (removed now); the set is kept."""
-        if self._links is not None:
-            links, self._links = self._links, None
-            links.remove()
 
     # ------------------------------------------------------------------ the cut
     def _counted(self, last: int) -> tuple[list[int], int, int]:
