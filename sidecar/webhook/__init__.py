@@ -1,7 +1,8 @@
 """The admission webhook: epochfs attached to a pod with one label or annotation (``epochfs webhook``).
 
 A mutating admission webhook gets every new pod the chart's MutatingWebhookConfiguration selects
-(pods labelled ``epochfs.io/inject: "true"`` by default) and answers with an RFC 6902 JSONPatch
+(by default, through a matchCondition, the pods whose annotation or label ``epochfs.io/inject``
+asks for epochfs, read as :mod:`.mutate` reads it) and answers with an RFC 6902 JSONPatch
 that adds what the chart's attach templates give a pod: the sidecar (a native sidecar init
 container), the volumes, the trainer's mounts and environment. It does not know what to add by
 itself: the chart renders, from the same named templates (``helm/epochfs/templates/_webhook.tpl``),

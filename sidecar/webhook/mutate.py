@@ -4,9 +4,10 @@ Pure: a pod (the AdmissionReview's object, a dict) and the profiles in, a :class
 
 The pod's metadata says what it wants:
 
-* ``epochfs.io/inject: "true"`` (a label, which the webhook's objectSelector matches, or an
-  annotation, for clusters that send whole namespaces) asks for epochfs; ``"false"`` (either)
-  declines, the annotation winning over the label.
+* ``epochfs.io/inject: "true"`` (an annotation or a label) asks for epochfs; ``"false"`` (either)
+  declines, the annotation winning over the label. The chart's matchCondition
+  (``epochfs.webhook.injectCondition``) reads it the same way, so the API server sends only the
+  pods that ask (and those with another value, refused here).
 * ``epochfs.io/profile``: a profile of the chart's ``webhook.profiles`` (default: ``default``).
 * ``epochfs.io/remote``, ``epochfs.io/capacity``: the sidecar's ``EPOCHFS_REMOTE`` and
   ``EPOCHFS_CAPACITY`` instead of the profile's.

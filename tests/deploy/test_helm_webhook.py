@@ -149,7 +149,10 @@ def test_the_configuration_routes_pod_security_levels_to_their_path(rendered: li
                 "scope": "Namespaced",
             }
         ]
-        assert hook["objectSelector"] == {"matchLabels": {"epochfs.io/inject": "true"}}
+        # No object selector (it sees labels only): the condition sends the pods whose annotation
+        # or label asks (test_helm_webhook_selection.py evaluates it as the API server does).
+        assert "objectSelector" not in hook
+        assert [c["name"] for c in hook["matchConditions"]] == ["epochfs-inject-requested"]
         service = hook["clientConfig"]["service"]
         assert (service["name"], service["namespace"], service["port"]) == (NAME, NAMESPACE, 443)
         exprs = hook["namespaceSelector"]["matchExpressions"]
@@ -168,8 +171,8 @@ def test_the_configuration_routes_pod_security_levels_to_their_path(rendered: li
 
 
 def test_selectors_and_failure_policy_are_configurable(helm_bin: Path, tmp_path: Path) -> None:
-    # objectSelector null (Helm's way to drop a default map): every pod of the labelled namespaces
-    # is sent, and the annotation picks.
+    # objectSelector null (Helm drops a key that way; {} is the default): no object selector, the
+    # labelled namespaces' pods that ask are sent.
     objs = render(
         helm_bin,
         webhook_values(
@@ -358,6 +361,7 @@ def test_the_job_is_unchanged_by_the_webhook(helm_bin: Path, tmp_path: Path) -> 
         ({"profiles": {"big": {"trainer": {"command": ["x"]}}}}, "trainer"),
         ({"profiles": {"big": {"cache": {"volume": {"type": "nfs"}}}}}, "type"),
         ({"timeoutSeconds": 31}, "timeoutSeconds"),
+        ({"injectCondition": "yes"}, "injectCondition"),
         ({"certManager": {"issuerRef": {"kind": 3}}}, "kind"),
         ({"certManager": {"enabled": "auto"}}, "enabled"),
         ({"podDisruptionBudget": {"minAvailable": "half"}}, "minAvailable"),

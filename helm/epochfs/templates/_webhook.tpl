@@ -73,6 +73,14 @@ e.g. another remote, the folder view, a bigger cache).
 {{- toJson $names -}}
 {{- end -}}
 
+{{/* The matchCondition of webhook.injectCondition (CEL, on the pod being created): true when the
+     pod's annotation epochfs.io/inject, or without that annotation its label, is set and not
+     "false". One line, as the API server stores it. */}}
+{{- define "epochfs.webhook.injectCondition" -}}
+{{- $a := "object.metadata.annotations" -}}{{- $l := "object.metadata.labels" -}}{{- $k := "'epochfs.io/inject'" -}}
+{{- printf "(has(%s) && %s in %s) ? %s[%s] != 'false' : (has(%s) && %s in %s && %s[%s] != 'false')" $a $k $a $a $k $l $k $l $l $k -}}
+{{- end -}}
+
 {{- define "epochfs.webhook.fullname" -}}
 {{- printf "%s-webhook" (include "epochfs.fullname" . | trunc 44 | trimSuffix "-") -}}
 {{- end -}}
