@@ -6,18 +6,19 @@ Start-up recovery checks sizes only, so a flipped byte on the node volume (bit r
 stray write by root) would be served for as long as the sample lives. Two scrubs find it:
 
 * ``epochfs verify --cache DIR`` (:func:`run_verify`): one pass at full speed, a progress line on
-  stderr every few seconds, damaged objects *quarantined* (their files moved to
+  stderr every few seconds, damaged objects *quarantined* (a copy of each file in
   ``<cache>/quarantine/``, why in ``quarantine.log``, the samples marked for a repair in place),
   a summary or ``--json`` on stdout, exit status 1 when anything was damaged. It may run beside a
   running sidecar: it takes nothing but SQLite's write lock for the moment of a quarantine; the
   sampler finds the repairs within seconds.
 * the sampler's background scrub (:class:`Scrubber`): a thread of the sampler (the one writer)
   that walks the cache in admission order at ``--scrub-rate`` bytes per second, over and over;
-  a damaged object is removed and its key handed back to the sampler, which fetches it again.
+  a damaged object's key is handed back to the sampler, which fetches it again first.
 
 A repair is made in place (:func:`epochfs.sidecar.store.integrity.take_out`): the sample keeps
-its row, so every epoch that lists it keeps listing it under the same name, and the download
-that repairs it becomes the same object file again (docs/reliability.md, "Repairs").
+its row, so every epoch that lists it keeps listing it under the same name, and its object file
+stays until the download that repairs it is renamed over it: a reader opens the old file or the
+repaired one, never no file (docs/reliability.md, "Repairs keep epochs whole").
 
 Both count what they take out in ``corrupt_objects_total`` (the store's counter, kept across
 restarts, exported as ``epochfs_corrupt_objects_total``).

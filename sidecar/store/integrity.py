@@ -8,10 +8,12 @@ with, or md5; a bare hex digest of an older index is an md5), so that a body is 
 second algorithm just for the scrub. Start-up recovery
 checks sizes only (it must be quick); a flipped byte is found here. A damaged sample is marked for
 repair in place (:func:`take_out`), as recovery marks a lost one: its row stays, so every epoch
-that lists it keeps listing it, ``corrupt_objects_total`` counts it, and only after the commit is
-the file moved to ``<cache>/quarantine/`` (``epochfs verify``) or removed; the sampler fetches the
-key again into the same sample (:func:`repair`). A reader never gets the damaged bytes from a
-listing made after that; until the repair lands the entry's file is absent.
+that lists it keeps listing it, ``corrupt_objects_total`` counts it, and the sampler fetches the
+key again into the same sample (:func:`repair`). Its object file stays where it is until the
+repair's download is renamed over it (one ``os.replace``): an entry that links to it always finds
+a file, the old bytes until the repair lands and the right ones after, never ENOENT (issue 20;
+``epochfs verify`` keeps its quarantined copy as a second link). Only a sample that cannot be
+repaired (lost) has its file removed, after the commit that marks it.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ import contextlib
 import json
 import logging
 import os
+import shutil
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -100,20 +103,23 @@ def check(path: Path, obj: StoredObject, *, pace: Pace | None = None,
 
 def take_out(ix: Index, files: ObjectFiles, damaged: list[tuple[StoredObject, str]], *,
              quarantine: bool, corrupt: bool = True) -> list[TakenOut]:
-    """Mark the damaged samples for repair in place, count them, then move their files to
-    ``quarantine/`` or remove them; the sampler fetches each again into the same sample
-    (:func:`repairs_due`, :meth:`.Store.admit`). The samples row stays: every epoch that lists
-    the sample keeps listing it, under the same name and inode number, and its entry points at
-    the right bytes again once the repair lands (until then its object file is absent). A
-    sample whose key the catalog no longer lists cannot be fetched again: it is marked lost.
+    """Mark the damaged samples for repair in place and count them; the sampler fetches each
+    again into the same sample (:func:`repairs_due`, :meth:`.Store.admit`). The samples row
+    stays: every epoch that lists the sample keeps listing it, under the same name and inode
+    number. Its object file stays too, until the repair renames the right bytes over it
+    (:meth:`.ObjectFiles.install`): removing it here made every entry that links to it answer
+    ENOENT for the whole download (issue 20); ``quarantine`` links a copy into ``quarantine/``
+    instead of moving it. A sample whose key the catalog no longer lists cannot be fetched
+    again: it is marked lost and its file moved to ``quarantine/`` or removed (:func:`_drop`).
     Before issue 20 the row was dropped and the key fetched as a new sample, outside every live
     epoch: the epoch being read shrank under its reader. A sample no longer in the index
     (evicted while it was checked) is left alone: its file is not the cache's any more.
 
-    The file is named in the recovery journal in the same transaction (:mod:`.journal`): the
-    row stays, so no trigger journals it, and a crash between the commit and the unlink left
-    the damaged file in place for good, served to readers and never checked again (the scrub
-    skips samples waiting for a repair); the next start now removes it.
+    A file that goes is named in the recovery journal in the same transaction (:mod:`.journal`):
+    the row stays, so no trigger journals it, and a crash between the commit and the unlink
+    left the damaged file of a lost sample in place for good, served to readers and never
+    checked again; the next start removes it. A file kept for its repair needs no name there:
+    recovery keeps the file of a sample waiting for its repair (the repair replaces it).
 
     Two finders can hold the same damage (the scrub and ``epochfs verify`` each read a batch,
     then check it): a sample already waiting for its repair was taken out by the other, so it is
@@ -121,6 +127,7 @@ def take_out(ix: Index, files: ObjectFiles, damaged: list[tuple[StoredObject, st
     ``repairs`` row goes), which a second take-out would have removed again. A finding of a
     missing file that is back by now is stale the same way (the repair landed): left alone."""
     taken: list[tuple[StoredObject, str, Candidate | None]] = []
+    now_lost: list[str] = []  # waiting for a repair, now lost: the kept file goes
     now = time.time()
     with ix.write() as db:
         journaled = journal.exists(db)
@@ -131,38 +138,55 @@ def take_out(ix: Index, files: ObjectFiles, damaged: list[tuple[StoredObject, st
                 # Another finder took it out: counted once, its repair not undone; only lost if
                 # its key has left the catalog since (nothing would fetch it again).
                 listed = db.execute("SELECT 1 FROM catalog WHERE key=? AND skipped=0", (obj.key,)).fetchone()
-                if listed is None:
-                    db.execute("UPDATE repairs SET lost=1 WHERE sample=?", (obj.id,))
+                if listed is None and db.execute("UPDATE repairs SET lost=1 WHERE sample=? AND lost=0",
+                                                 (obj.id,)).rowcount:
+                    now_lost.append(obj.sid)
                 continue
             if problem == "missing" and files.path_of(obj.sid).exists():
                 continue  # repaired since it was found missing
-            if journaled:
-                journal.add(db, [obj.sid])
             if corrupt:  # damaged bytes; a file missing at start-up is not (corrupt=False)
                 ix.bump("corrupt_objects_total", 1)
             row = db.execute("SELECT key, sid, size, version FROM catalog WHERE key=? AND skipped=0",
                              (obj.key,)).fetchone()
             cand = None if row is None else Candidate(str(row[0]), str(row[1]), int(row[2]), str(row[3]))
+            if journaled and cand is None:
+                journal.add(db, [obj.sid])
             db.execute("INSERT INTO repairs(sample, lost, since) VALUES(?,?,?) ON CONFLICT(sample) "
                        "DO UPDATE SET lost=excluded.lost", (obj.id, int(cand is None), now))
             taken.append((obj, problem, cand))
+        if journaled:
+            journal.add(db, now_lost)
+    files.remove(now_lost)
     out = []
     for obj, problem, cand in taken:
-        moved = _quarantine(files, obj, problem) if quarantine else None
-        if moved is None:
-            files.remove([obj.sid])
+        if cand is None:
+            moved = _drop(files, obj, problem, quarantine=quarantine)
+        elif quarantine and problem != "missing":  # kept for its repair; verify keeps a copy
+            moved = _quarantine(files, obj, problem, keep=True)
+        else:
+            moved = None
         out.append(TakenOut(obj.key, obj.sid, obj.size, problem, moved, cand))
     return out
+
+
+def _drop(files: ObjectFiles, obj: StoredObject, problem: str, *, quarantine: bool) -> Path | None:
+    """The file of a sample marked lost goes: moved to ``quarantine/`` or removed."""
+    moved = _quarantine(files, obj, problem, keep=False) if quarantine else None
+    if moved is None:
+        files.remove([obj.sid])
+    return moved
 
 
 def repair(ix: Index, files: ObjectFiles, fixes: list[tuple[Admission, int, int, str, str]]) -> None:
     """Repairs in place: each download of a sample waiting for its repair (the samples row
     ``id`` with its recorded ``size``, ``digest`` and ``version``) becomes its object file
-    again when it holds the same bytes, and the sample is whole; every epoch listing it is
-    unchanged (same row, same name). Other bytes (the remote's object changed since) cannot
-    stand for the sample in the epochs cut with the old ones: the download is dropped and the
-    sample marked lost (its entry stays; its file stays absent until it is evicted). The
-    samples' bytes were counted when they were first admitted: no running total moves."""
+    again when it holds the same bytes, renamed over the damaged file the take-out kept (one
+    ``os.replace``: a reader opens the old file or the new one, never no file), and the
+    sample is whole; every epoch listing it is unchanged (same row, same name). Other bytes
+    (the remote's object changed since) cannot stand for the sample in the epochs cut with the
+    old ones: the download is dropped, the sample marked lost and its kept file removed after
+    that commit (its entry stays; a read of it fails until it is evicted). The samples' bytes
+    were counted when they were first admitted: no running total moves."""
     good: list[tuple[Admission, int]] = []
     bad: list[tuple[Admission, int]] = []
     for a, i, size, digest, version in fixes:
@@ -176,13 +200,18 @@ def repair(ix: Index, files: ObjectFiles, fixes: list[tuple[Admission, int, int,
     if good:
         files.install([a for a, _ in good])
     with ix.write() as db:
+        journaled = journal.exists(db)
         for _, i in good:
             db.execute("DELETE FROM repairs WHERE sample=?", (i,))
         for _, i in bad:
             db.execute("UPDATE repairs SET lost=1 WHERE sample=?", (i,))
+        if journaled:  # the installs are whole now; a lost one's kept file goes below
+            journal.forget(db, [a.sid for a, _ in good])
+            journal.add(db, [a.sid for a, _ in bad])
         ix.bump("repaired_total", len(good))
         ix.bump("fetched_total", len(good))
         ix.bump("fetched_bytes_total", sum(a.size for a, _ in good))
+    files.remove([a.sid for a, _ in bad])
     if good:
         log.info("repaired %d sample(s) in place: %s", len(good),
                  ", ".join(repr(a.key) for a, _ in good[:5]))
@@ -231,14 +260,29 @@ def lost(ix: Index, *, unless: LostDigest | None = None) -> tuple[LostDigest, li
     return digest, [FileEntry(str(k), int(size), "", object_name(str(sid))) for k, size, sid in rows]
 
 
-def _quarantine(files: ObjectFiles, obj: StoredObject, problem: str) -> Path | None:
-    """Move the object file to ``<cache>/quarantine/<sid>`` and note why in ``quarantine.log``
-    (one JSON line each); None when the file is already gone."""
+def _quarantine(files: ObjectFiles, obj: StoredObject, problem: str, *, keep: bool) -> Path | None:
+    """Put the object file at ``<cache>/quarantine/<sid>`` and note why in ``quarantine.log``
+    (one JSON line each); None when the file is already gone. ``keep``: the object file stays
+    where it is for its repair (the repair renames over it), so the quarantine gets a second
+    link to it (a copy where links are refused), which keeps the damaged bytes after that."""
     folder = files.objects_dir.parent / QUARANTINE_DIR
     folder.mkdir(exist_ok=True)
     target = folder / obj.sid
+    source = files.path_of(obj.sid)
     try:
-        os.replace(files.path_of(obj.sid), target)
+        if keep:
+            temp = folder / f".{obj.sid}.{os.getpid()}.tmp"
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(temp)
+            try:
+                os.link(source, temp)
+            except OSError as e:
+                if isinstance(e, FileNotFoundError):
+                    raise
+                shutil.copyfile(source, temp)  # a volume without hard links
+            os.replace(temp, target)
+        else:
+            os.replace(source, target)
     except FileNotFoundError:
         return None
     note = {"time": time.time(), "key": obj.key, "sid": obj.sid, "size": obj.size, "problem": problem}

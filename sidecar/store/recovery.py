@@ -20,6 +20,7 @@ repair in place and fetched again, so no epoch that lists it changes.
 from __future__ import annotations
 
 import logging
+import sqlite3
 
 from epochfs.sidecar.store import classes, epochs, hwm, integrity, journal, memberfiles
 from epochfs.sidecar.store.index import Index, Meta
@@ -102,9 +103,11 @@ def stopped(ix: Index, files: ObjectFiles) -> None:
 
 def _window(ix: Index, files: ObjectFiles) -> tuple[int, int]:
     """Check the journaled names: a file without its row goes (an interrupted admission or
-    eviction); a row whose file is missing or short (only a volume that lost writes) is marked
-    for repair in place. A sample waiting for its repair has no file by design: its row stays
-    (a file there is a repair that did not commit: it goes, and the repair is made again)."""
+    eviction, or the file of a lost sample whose removal was cut short); a row whose file is
+    missing or short (only a volume that lost writes) is marked for repair in place. The file
+    of a sample waiting for its repair stays, whatever it holds: the damaged bytes the take-out
+    kept, or a repair that did not commit; the repair is made again over it (a rename), and
+    removing it would make every entry that links to it answer ENOENT until then."""
     bad: list[tuple[StoredObject, str]] = []
     orphans = 0
     after = ""
@@ -115,7 +118,10 @@ def _window(ix: Index, files: ObjectFiles) -> tuple[int, int]:
             rows = {str(r[1]): _stored(r) for r in db.execute(
                 f"SELECT id, sid, key, size, digest, verified FROM samples WHERE sid IN ({marks}) "
                 "AND id NOT IN (SELECT sample FROM repairs)", sids)} if sids else {}
+            waiting = _waiting(db, sids)
         for sid in sids:
+            if sid in waiting:
+                continue
             if sid not in rows:
                 orphans += files.unlink(sid)
             elif (size := files.size_of(sid)) != rows[sid].size:
@@ -124,6 +130,16 @@ def _window(ix: Index, files: ObjectFiles) -> tuple[int, int]:
             break
         after = sids[-1]
     return _repair_in_place(ix, files, bad), orphans
+
+
+def _waiting(db: sqlite3.Connection, sids: list[str]) -> set[str]:
+    """Those of ``sids`` whose sample waits for its repair (not lost): their files stay."""
+    if not sids:
+        return set()
+    marks = ",".join("?" * len(sids))
+    return {str(r[0]) for r in db.execute(
+        f"SELECT s.sid FROM samples s JOIN repairs r ON r.sample = s.id WHERE r.lost = 0 "
+        f"AND s.sid IN ({marks})", sids)}
 
 
 def _stored(row: tuple[object, ...]) -> StoredObject:
@@ -159,9 +175,9 @@ def _repair_in_place(ix: Index, files: ObjectFiles, bad: list[tuple[StoredObject
 def _full(ix: Index, files: ObjectFiles) -> tuple[int, int]:
     """Every sample against its object file, then every object file against the index; the
     samples a chunk at a time in admission order, the files a batch of names at a time (flat
-    memory, a ``stat`` per sample). A file of a sample waiting for its repair goes, as in
-    :func:`_window`: a repair that did not commit, or a damaged file whose take-out was cut
-    short by a crash (kept, it was served to readers and never checked again)."""
+    memory, a ``stat`` per sample). The file of a sample waiting for its repair stays, as in
+    :func:`_window` (the repair replaces it); that of a lost sample goes (a take-out cut short
+    by a crash: kept, it was served to readers and never checked again)."""
     repaired = 0
     after = 0
     while True:  # in admission order, a chunk at a time: flat memory however many are lost
@@ -177,7 +193,7 @@ def _full(ix: Index, files: ObjectFiles) -> tuple[int, int]:
         marks = ",".join("?" * len(names))
         with ix.read() as db:
             return {str(r[0]) for r in db.execute(
-                f"SELECT sid FROM samples WHERE sid IN ({marks}) AND id NOT IN (SELECT sample FROM repairs)",
-                names)}
+                f"SELECT sid FROM samples WHERE sid IN ({marks}) "
+                "AND id NOT IN (SELECT sample FROM repairs WHERE lost = 1)", names)}
 
     return repaired, files.remove_orphans(known, batch=500)

@@ -160,6 +160,10 @@ class Model:
     counters: dict[str, int] = field(default_factory=lambda: dict.fromkeys(TRACKED, 0))
     repairs: dict[str, bool] = field(default_factory=dict)
     """Samples taken out and waiting for their repair (key -> lost: it cannot be fetched again)."""
+    kept: dict[str, bytes | None] = field(default_factory=dict)
+    """What the object file of a sample waiting for its repair holds: the bytes the take-out
+    found there (damaged; the file stays until the repair renames the right bytes over it), or
+    None when it found no file."""
     inflight_meta: int = 0
     trace: list[Model] | None = None
     """When set, a copy of the model is appended at every committed transaction."""
@@ -240,6 +244,7 @@ class Model:
         for v in victims:
             del self.samples[v.key]
             self.repairs.pop(v.key, None)
+            self.kept.pop(v.key, None)
         if victims:
             self.counters["evicted_total"] += len(victims)
             self.counters["evicted_bytes_total"] += freed
@@ -262,6 +267,7 @@ class Model:
             if s is None:
                 fresh.append((key, body))
             elif self.repairs.get(key) is False:  # waiting for its repair: this download is it
+                self.kept.pop(key, None)  # renamed over, or (other bytes: lost) removed
                 if checksum_of(body) == s.checksum and len(body) == s.size:
                     del self.repairs[key]
                     self.counters["repaired_total"] += 1
@@ -279,11 +285,17 @@ class Model:
         self.inflight_meta = inflight_left
         self.commit()
 
-    def take_out(self, keys: list[str]) -> None:
+    def take_out(self, keys: list[str], found: dict[str, bytes | None] | None = None) -> None:
         """A scrub found these samples damaged: marked for repair in place (lost when the
-        remote no longer lists them), counted; their rows and entries stay."""
+        remote no longer lists them), counted; their rows and entries stay. ``found``: what
+        their object files held (None: no file); a sample due for a repair keeps it in place,
+        a lost one's goes."""
         for key in keys:
             self.repairs[key] = key not in LISTED
+            if self.repairs[key]:
+                self.kept.pop(key, None)
+            else:
+                self.kept[key] = (found or {}).get(key)
         self.counters["corrupt_objects_total"] += len(keys)
         self.commit()
 
@@ -815,8 +827,11 @@ class StoreMachine(RuleBasedStateMachine):
         if not candidates:
             return
         keys = sorted({candidates[p % len(candidates)] for p in picks})
+        found: dict[str, bytes | None] = {}
         for key in keys:
-            _damage(self.store.objects_dir / self.model.samples[key].object_name, how)
+            path = self.store.objects_dir / self.model.samples[key].object_name
+            _damage(path, how)
+            found[key] = None if how == "delete" else path.read_bytes()
         if tool == "scrub":
             refetch: list[Candidate] = []
             scrubber = Scrubber(store=self.store, rate=1 << 30, stop=threading.Event(),
@@ -838,7 +853,7 @@ class StoreMachine(RuleBasedStateMachine):
             store = self.store
             scanned = objectscan.scan(lambda: store._ix, store.files, threading.Event(), duty=1.0)
             assert scanned is not None and (scanned.lost, scanned.orphans) == (len(keys), 0)
-        self.model.take_out(keys)
+        self.model.take_out(keys, found)
         assert self.store.stats().repairing == len(self.model.repairs)
 
     @precondition(lambda self: self.store is not None and not all(self.model.repairs.values()))
@@ -1096,15 +1111,24 @@ class StoreMachine(RuleBasedStateMachine):
 
     @invariant()
     def every_listed_file_is_readable_with_its_bytes(self) -> None:
-        """What a verifying reader gets through each entry's link: the right bytes, or (a sample
-        waiting for its repair, or lost) no file at all, never damaged or other bytes."""
+        """What a verifying reader gets through each entry's link: the right bytes; for a
+        sample waiting for its repair, the file the take-out found there (never no file where
+        there was one: issue 20, a reader's ENOENT) or the repair's right bytes (installed, its
+        commit not yet made); for a lost one no file. Never another sample's bytes."""
         if self.store is None:
             return
         for info in self.store.epochs():
             for f in self.store.epoch_files(info.epoch):
                 path = self.store.objects_dir / f.object_name
-                if f.path in self.model.repairs:
-                    assert not path.exists(), f"epoch {info.epoch}: {f.path} is served while in repair"
+                if self.model.repairs.get(f.path) is True:
+                    assert not path.exists(), f"epoch {info.epoch}: {f.path} is served while lost"
+                    continue
+                if self.model.repairs.get(f.path) is False:
+                    kept, body = self.model.kept.get(f.path), self.model.samples[f.path].body
+                    if kept is not None:
+                        assert path.exists(), f"epoch {info.epoch}: {f.path} vanished before its repair"
+                    if path.exists():
+                        assert path.read_bytes() in (kept, body), f"epoch {info.epoch}: {f.path} other bytes"
                     continue
                 data = path.read_bytes()
                 assert checksum_of(data) == f.checksum, f"epoch {info.epoch}: {f.path} has other bytes"
@@ -1131,8 +1155,13 @@ class StoreMachine(RuleBasedStateMachine):
         if self.store is None:
             return
         on_disk = {f"{p.parent.name}/{p.name}" for p in self.store.objects_dir.glob("*/*")}
-        whole = {s.object_name for s in self.model.samples.values() if s.key not in self.model.repairs}
-        assert on_disk == whole, "objects vs samples (those in repair have no file)"
+        samples = self.model.samples.values()
+        whole = {s.object_name for s in samples if s.key not in self.model.repairs
+                 or (self.model.repairs[s.key] is False and self.model.kept.get(s.key) is not None)}
+        found_none = {s.object_name for s in samples if self.model.repairs.get(s.key) is False
+                      and self.model.kept.get(s.key) is None}  # a repair installed, not committed
+        assert whole <= on_disk <= whole | found_none, \
+            "objects vs samples (a lost one has no file; one due for repair keeps what it had)"
         temps = {p.name for p in self.store.tmp_dir.iterdir()}
         assert temps == {d.temp.name for d in self.inflight.values() if d.temp is not None}
         strays = {p.name for p in self.root.iterdir()} - ROOT_NAMES
@@ -1381,13 +1410,18 @@ def test_a_killed_cut_leaves_no_temp_file(base: Path) -> None:
 
 
 @pytest.mark.parametrize("journaled", [True, False], ids=["journal", "full-scan"])
-def test_a_take_out_killed_after_its_commit_serves_no_damaged_bytes(base: Path, journaled: bool) -> None:
-    """kill -9 of the scrub between the commit that marks a damaged sample for repair and the
-    unlink of its file. The row stays (no trigger journals it), so the damaged file was left in
-    place for good: served through every entry that links to it, and never checked again (the
-    scrub skips samples waiting for a repair). Its name is journaled with the mark now, and the
-    next start removes it (so does a start's full scan, for an index without a journal): the
-    epoch keeps its entry, a reader gets no file, never wrong bytes."""
+@pytest.mark.parametrize("listed", [False, True], ids=["lost", "due"])
+def test_a_take_out_killed_after_its_commit_leaves_no_file_of_a_lost_sample(
+        base: Path, journaled: bool, listed: bool) -> None:
+    """kill -9 of the scrub between the commit that marks a damaged sample and what follows.
+    A lost sample's file goes after that commit; the row stays (no trigger journals it), so the
+    damaged file was left in place for good: served through every entry that links to it, and
+    never checked again (the scrub skips samples waiting for a repair). Its name is journaled
+    with the mark now, and the next start removes it (so does a start's full scan, for an index
+    without a journal): the epoch keeps its entry, a reader gets no file, never wrong bytes.
+    A sample due for a repair keeps its file until the repair renames the right bytes over it
+    (issue 20: removing it made its entries answer ENOENT for the whole download), and the next
+    start keeps it too: the sampler repairs it first."""
     sweep = Sweep(base)
     try:
         m = sweep.reset()
@@ -1397,8 +1431,12 @@ def test_a_take_out_killed_after_its_commit_serves_no_damaged_bytes(base: Path, 
         if journaled:  # a start's recovery makes the journal (the sweep's folder has none yet)
             m.store.recover()
             m.model.inflight_meta = 0
-        key = next(f.path for f in m.store.epoch_files(0) if f.path in LISTED)
-        _damage(m.store.objects_dir / m.model.samples[key].object_name, "flip")
+        key = next((f.path for f in m.store.epoch_files(0) if (f.path in LISTED) == listed), None)
+        if key is None:
+            pytest.skip("the sweep's epoch 0 holds no such key")
+        path = m.store.objects_dir / m.model.samples[key].object_name
+        _damage(path, "flip")
+        damaged = path.read_bytes()
         m._close()
 
         def scrub_killed(crash: Crash) -> None:
@@ -1415,13 +1453,18 @@ def test_a_take_out_killed_after_its_commit_serves_no_damaged_bytes(base: Path, 
         m._open()
         assert m.store is not None
         report = m.store.recover()
-        assert (report.integrity, report.repairs_marked, report.orphans_removed) == ("ok", 0, 1), report
+        removed = int(not listed)
+        assert (report.integrity, report.repairs_marked, report.orphans_removed) == ("ok", 0, removed), report
+        assert path.exists() == listed
         m.model.inflight_meta = 0
-        m.model.take_out([key])
+        m.model.take_out([key], {key: damaged})
         m.reservations = Reservations(m.store)
         m.check_all()
-        m.repair(0, False)  # and the sampler repairs it in place
-        assert key not in m.model.repairs
-        m.check_all()
+        if listed:
+            assert path.read_bytes() == damaged, "kept in place for its repair"
+            m.repair(0, False)  # and the sampler repairs it in place
+            assert key not in m.model.repairs
+            assert path.read_bytes() == m.model.samples[key].body
+            m.check_all()
     finally:
         sweep.close()
