@@ -1,8 +1,9 @@
 """The immutable folder tree of one epoch: names, symlink targets and attributes, without FUSE.
 
 Split from :mod:`epochfs.fuse.view` (which keeps the changing namespace around it) so that each
-module holds one concern: this one turns an epoch's file list into folders and symlinks, with the
-path rules (unsafe or clashing paths are skipped) the FUSE view and the folder view share.
+module holds one concern: this one turns an epoch's file list into folders and symlinks. The one
+pass that builds the arrays, with the path rules (unsafe or clashing paths are skipped) the FUSE
+view and the folder view share, is :mod:`.treebuild`; this module searches and answers from them.
 
 **Compact on purpose** (issue 14: the server held ~0.85 KB per file in dicts and objects, ~770 MB
 for a 1M-file epoch). Nothing is kept per file as a Python object: the tree is a handful of flat
@@ -25,28 +26,22 @@ server memory".
 from __future__ import annotations
 
 import bisect
-import logging
 import stat
 import zlib
-from array import array
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from epochfs.fuse.packed import PackedBytes, PackedWriter
+from epochfs.fuse.treebuild import ENC, ROOT, TreeBuilder, smallest
 from epochfs.fuse.treeviews import Dirs, Links, Listing
 from epochfs.sidecar.store import FileEntry
 from epochfs.torchclient.layout import MANIFEST_MAGIC, format_manifest
-
-log = logging.getLogger("epochfs.fuse")
 
 DIR_MODE = stat.S_IFDIR | 0o555
 LINK_MODE = stat.S_IFLNK | 0o777
 FILE_MODE = stat.S_IFREG | 0o444
 
-_ROOT = -1
-"""The node index of the epoch's own folder (it is nobody's child)."""
-_ENC = ("utf-8", "surrogateescape")  # what mfusepy decodes paths with
 _MANIFEST_BATCH = 4096
 """Manifest rows formatted at a time (their text is compressed away before the next batch)."""
 
@@ -92,91 +87,6 @@ class Attr:
         return stat.S_ISDIR(self.mode)
 
 
-def _smallest(values: array[int]) -> array[int]:
-    """The same integers in 4-byte slots when they fit (every index of an epoch under 2**31)."""
-    if not values or (min(values) >= -(1 << 31) and max(values) < (1 << 31)):
-        return array("i", values)
-    return values
-
-
-class _Builder:
-    """One pass over the files in path order: a folder's subtree is contiguous in that order, so
-    each folder is complete (and written out as one sorted run) when the stream leaves it; only the
-    folders on the current path hold Python objects meanwhile."""
-
-    def __init__(self, epoch: int) -> None:
-        self.epoch = epoch
-        self.names = bytearray()
-        self.name_off = array("q", [0])
-        self.ref = array("q")
-        self.objs = bytearray()
-        self.obj_off = array("q", [0])
-        self.dir_first = array("q")
-        self.dir_count = array("q")
-        self.dir_node = array("q")  # folder rank -> its node (the root: _ROOT)
-        self.shown = bytearray()
-        # open folders, root first: (name, child name -> object name (a file) or rank (a folder))
-        self.stack: list[tuple[str, dict[str, str | int | None]]] = [("", {})]
-
-    def add(self, f: FileEntry, prev: str | None) -> bool:
-        parts = f.path.split("/")
-        if not f.path or "\0" in f.path or any(p in ("", ".", "..") for p in parts):
-            log.warning("epoch %d: skipping unsafe path %r", self.epoch, f.path)
-            return False
-        if prev is not None and f.path < prev:
-            raise ValueError(f"epoch {self.epoch}: files must come in path order ({f.path!r} after {prev!r})")
-        dirs = parts[:-1]
-        stack, common = self.stack, 0
-        while common < len(dirs) and common + 1 < len(stack) and stack[common + 1][0] == dirs[common]:
-            common += 1
-        while len(self.stack) > common + 1:
-            self._close()
-        for part in dirs[common:]:
-            children = self.stack[-1][1]
-            if part in children:  # a file of that name came first (a folder would still be open)
-                log.warning("epoch %d: %r clashes with another path; not shown", self.epoch, f.path)
-                return False
-            children[part] = None
-            self.stack.append((part, {}))
-        children = self.stack[-1][1]
-        if parts[-1] in children:
-            log.warning("epoch %d: %r clashes with another path; not shown", self.epoch, f.path)
-            return False
-        children[parts[-1]] = f.object_name
-        return True
-
-    def _close(self) -> int:
-        """Write the deepest open folder's children out as one sorted run; returns its rank."""
-        name, children = self.stack.pop()
-        first = len(self.ref)
-        for child in sorted(children):
-            value = children[child]
-            self.names += child.encode(*_ENC)
-            self.name_off.append(len(self.names))
-            if isinstance(value, str):
-                self.ref.append(len(self.obj_off) - 1)
-                self.objs += value.encode(*_ENC)
-                self.obj_off.append(len(self.objs))
-            else:
-                assert value is not None
-                self.ref.append(-(value + 1))
-                self.dir_node[value] = len(self.ref) - 1
-        rank = len(self.dir_first)
-        self.dir_node.append(_ROOT)
-        self.dir_first.append(first)
-        self.dir_count.append(len(children))
-        if self.stack:
-            self.stack[-1][1][name] = rank
-        return rank
-
-    def finish(self) -> int:
-        """Close every folder still open; the root's rank."""
-        rank = 0
-        while self.stack:
-            rank = self._close()
-        return rank
-
-
 class EpochTree:
     """The immutable folder tree of one epoch, built once from the store's files of the epoch.
 
@@ -192,7 +102,7 @@ class EpochTree:
             listed = files
             reread = lambda: listed  # noqa: E731
         self._reread = reread
-        b = _Builder(epoch)
+        b = TreeBuilder(epoch)
         prev: str | None = None
         for f in files:
             ok = b.add(f, prev)
@@ -201,17 +111,17 @@ class EpochTree:
                 prev = f.path
         self._root_rank = b.finish()
         self._names = bytes(b.names)
-        self._name_off = _smallest(b.name_off)
-        self._ref = _smallest(b.ref)
+        self._name_off = smallest(b.name_off)
+        self._ref = smallest(b.ref)
         self._objs = bytes(b.objs)
-        self._obj_off = _smallest(b.obj_off)
-        self._dir_first = _smallest(b.dir_first)
-        self._dir_count = _smallest(b.dir_count)
-        self._dir_node = _smallest(b.dir_node)
+        self._obj_off = smallest(b.obj_off)
+        self._dir_first = smallest(b.dir_first)
+        self._dir_count = smallest(b.dir_count)
+        self._dir_node = smallest(b.dir_node)
         self._shown = bytes(b.shown)
         self.files_shown = len(self._obj_off) - 1
         self._dir_attr = Attr(DIR_MODE, 0, cut_at, 2)
-        self._prefix_len = len(str(link_root).rstrip("/").encode(*_ENC)) + 1
+        self._prefix_len = len(str(link_root).rstrip("/").encode(*ENC)) + 1
         self._prefix = str(link_root).rstrip("/") + "/"
         self._link_attrs: dict[int, Attr] = {}  # by target length: a few per epoch
         self.lost: Mapping[bytes, int] = {}
@@ -229,11 +139,11 @@ class EpochTree:
 
     # ------------------------------------------------------------------ nodes
     def _name(self, node: int) -> str:
-        return self._names[self._name_off[node]:self._name_off[node + 1]].decode(*_ENC)
+        return self._names[self._name_off[node]:self._name_off[node + 1]].decode(*ENC)
 
     def _rank(self, node: int) -> int | None:
         """The folder rank of ``node``, None for a file."""
-        if node == _ROOT:
+        if node == ROOT:
             return self._root_rank
         r = self._ref[node]
         return -r - 1 if r < 0 else None
@@ -251,28 +161,28 @@ class EpochTree:
                 hi = mid
             else:
                 return mid
-        raise NotFound(name.decode(*_ENC))
+        raise NotFound(name.decode(*ENC))
 
     def _find(self, rel: str) -> int:
         if not rel:
-            return _ROOT
-        node = _ROOT
+            return ROOT
+        node = ROOT
         for part in rel.split("/"):
             rank = self._rank(node)
             if rank is None:
                 raise NotFound(rel)
             try:
-                node = self._child(rank, part.encode(*_ENC))
+                node = self._child(rank, part.encode(*ENC))
             except NotFound:
                 raise NotFound(rel) from None
         return node
 
     def _target(self, node: int) -> str:
         i = self._ref[node]
-        return self._prefix + self._objs[self._obj_off[i]:self._obj_off[i + 1]].decode(*_ENC)
+        return self._prefix + self._objs[self._obj_off[i]:self._obj_off[i + 1]].decode(*ENC)
 
     def _attr(self, node: int) -> Attr:
-        r = self._ref[node] if node != _ROOT else -1
+        r = self._ref[node] if node != ROOT else -1
         if r < 0:
             return self._dir_attr
         if self.lost:
@@ -297,12 +207,12 @@ class EpochTree:
         """The relative path of node ``node`` (:meth:`node_of`'s inverse); NotFound if out of range.
         A node's folder is the run of children that holds it: runs are laid out in rank order, so a
         bisection of the runs' starts finds it (a few bytes per folder, nothing per file)."""
-        if node == _ROOT:
+        if node == ROOT:
             return ""
         if not 0 <= node < len(self._ref):
             raise NotFound(f"node {node}")
         parts = []
-        while node != _ROOT:
+        while node != ROOT:
             parts.append(self._name(node))
             rank = bisect.bisect_right(self._dir_first, node) - 1
             node = self._dir_node[rank]
@@ -311,7 +221,7 @@ class EpochTree:
     def folder_paths(self) -> list[str]:
         """The relative paths of every folder but the epoch's own, from the folders' arrays alone
         (no file is visited): what ``.epochfs/classes.json`` records (:mod:`.classes`)."""
-        return [self.path_of(node) for node in self._dir_node if node != _ROOT]
+        return [self.path_of(node) for node in self._dir_node if node != ROOT]
 
     @property
     def shape(self) -> tuple[int, int, int, int]:
@@ -345,7 +255,7 @@ class EpochTree:
         if not self.lost:
             return False
         node = self._find(rel)
-        r = self._ref[node] if node != _ROOT else -1
+        r = self._ref[node] if node != ROOT else -1
         return r >= 0 and self._objs[self._obj_off[r]:self._obj_off[r + 1]] in self.lost
 
     def readlink(self, rel: str) -> str:

@@ -14,12 +14,12 @@ the mount and the torch client read; it is stdlib-only and imports no torch)::
 
 An epoch is immutable once cut, so its tree and manifest are built once and cached until it
 retires. What changes (the set of live epochs, ``latest``, ``status.json``) is re-read from the
-store by :meth:`View.refresh`, which the server calls periodically and on demand.
+store by :meth:`View.refresh`, which the server calls periodically and on demand. Which epochs
+readers use (reads noted for the store, folders held open) is kept by :mod:`.epochreads`.
 """
 
 from __future__ import annotations
 
-import collections
 import logging
 import threading
 import time
@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import TypeVar
 
 from epochfs.fuse.classes import ClassesFile
+from epochfs.fuse.epochreads import EpochReads
 from epochfs.fuse.heap import release_free_memory
 from epochfs.fuse.lost import LostEntries, LostSample
 from epochfs.fuse.packed import PackedBytes
@@ -113,9 +114,7 @@ class View:
         self._refresh_lock = threading.Lock()
         self._trees: dict[int, EpochTree] = {}
         self._manifests: dict[int, PackedBytes] = {}
-        self._last_recorded: dict[int, float] = {}
-        self._pending_reads: set[int] = set()
-        self._held: collections.Counter[int] = collections.Counter()
+        self.reads = EpochReads()
         self.lost = LostEntries()
         self.lost.refresh(store)  # before any tree is built: a lost entry is never served as a link
         self._snap = self._read_snapshot()
@@ -165,15 +164,11 @@ class View:
             self.refresh()  # cut since the last refresh: its tree is needed now
         return self.classes.render(live, self.tree)
 
-    # ------------------------------------------------------------------ reads and pins
+    # ------------------------------------------------------------------ reads and holds
+    # The bookkeeping is :class:`~.epochreads.EpochReads`; the view decides what counts as a read.
     def note_read(self, n: int) -> None:
         """Remember that epoch ``n`` was used; :meth:`flush_reads` records it (debounced)."""
-        last = self._last_recorded.get(n)
-        if last is not None and time.monotonic() - last < self.read_debounce:
-            return
-        with self._lock:
-            self._pending_reads.add(n)
-            self._last_recorded[n] = time.monotonic()
+        self.reads.note(n, debounce=self.read_debounce)
 
     def open_dir(self, path: str) -> int | None:
         """A folder is opened (opendir): inside a live epoch, the epoch is held until
@@ -186,22 +181,17 @@ class View:
         if n not in self._snap.live:
             raise NotFound(path)
         self.tree(n).listdir("/".join(parts[1:]))  # a folder of the epoch, or NotFound/NotADirectory
-        with self._lock:
-            self._held[n] += 1
+        self.reads.hold(n)
         self.note_read(n)
         return n
 
     def close_dir(self, n: int) -> None:
         """The folder handle :meth:`open_dir` counted is released."""
-        with self._lock:
-            self._held[n] -= 1
-            if self._held[n] <= 0:
-                del self._held[n]
+        self.reads.release(n)
 
     def held(self) -> list[int]:
         """Epochs with an open folder handle (a reader inside them), ascending."""
-        with self._lock:
-            return sorted(self._held)
+        return self.reads.held()
 
     def renew_held(self) -> None:
         """Note a read of every held epoch (debounced like any read), so a reader that keeps an
@@ -211,14 +201,7 @@ class View:
 
     def flush_reads(self) -> list[int]:
         """Write the noted reads to the store (off the FUSE request path: it takes a write lock)."""
-        with self._lock:
-            pending = sorted(self._pending_reads)
-            self._pending_reads.clear()
-        done = [n for n in pending if self.store.record_read(n) is not False]
-        if len(done) < len(pending):  # the index was busy or full: the next flush tries again
-            with self._lock:
-                self._pending_reads.update(n for n in pending if n not in done)
-        return done
+        return self.reads.flush(self.store)
 
     # ------------------------------------------------------------------ epochs
     def _epoch_live(self, n: int, *, cut: bool) -> float | None:

@@ -1,0 +1,109 @@
+"""How an epoch's file list becomes the flat arrays of an :class:`~epochfs.fuse.tree.EpochTree`:
+one pass over the store's stream, with the path rules the FUSE view and the folder view share
+(an unsafe path, or one that clashes with another, is skipped and logged, never shown).
+
+Apart from :mod:`.tree` (which searches and answers from the arrays) because building is the one
+part that holds Python objects (the folders on the current path) and enforces the input's order;
+once :class:`TreeBuilder` is done, the tree keeps only its arrays and never changes them.
+"""
+
+from __future__ import annotations
+
+import logging
+from array import array
+
+from epochfs.sidecar.store import FileEntry
+
+log = logging.getLogger("epochfs.fuse")
+
+ROOT = -1
+"""The node index of the epoch's own folder (it is nobody's child)."""
+ENC = ("utf-8", "surrogateescape")  # what mfusepy decodes paths with
+
+
+def smallest(values: array[int]) -> array[int]:
+    """The same integers in 4-byte slots when they fit (every index of an epoch under 2**31)."""
+    if not values or (min(values) >= -(1 << 31) and max(values) < (1 << 31)):
+        return array("i", values)
+    return values
+
+
+class TreeBuilder:
+    """One pass over the files in path order: a folder's subtree is contiguous in that order, so
+    each folder is complete (and written out as one sorted run) when the stream leaves it; only the
+    folders on the current path hold Python objects meanwhile."""
+
+    def __init__(self, epoch: int) -> None:
+        self.epoch = epoch
+        self.names = bytearray()
+        self.name_off = array("q", [0])
+        self.ref = array("q")
+        self.objs = bytearray()
+        self.obj_off = array("q", [0])
+        self.dir_first = array("q")
+        self.dir_count = array("q")
+        self.dir_node = array("q")  # folder rank -> its node (the root: ROOT)
+        self.shown = bytearray()
+        # open folders, root first: (name, child name -> object name (a file) or rank (a folder))
+        self.stack: list[tuple[str, dict[str, str | int | None]]] = [("", {})]
+
+    def add(self, f: FileEntry, prev: str | None) -> bool:
+        parts = f.path.split("/")
+        if not f.path or "\0" in f.path or any(p in ("", ".", "..") for p in parts):
+            log.warning("epoch %d: skipping unsafe path %r", self.epoch, f.path)
+            return False
+        if prev is not None and f.path < prev:
+            raise ValueError(f"epoch {self.epoch}: files must come in path order ({f.path!r} after {prev!r})")
+        dirs = parts[:-1]
+        stack, common = self.stack, 0
+        while common < len(dirs) and common + 1 < len(stack) and stack[common + 1][0] == dirs[common]:
+            common += 1
+        while len(self.stack) > common + 1:
+            self._close()
+        for part in dirs[common:]:
+            children = self.stack[-1][1]
+            if part in children:  # a file of that name came first (a folder would still be open)
+                log.warning("epoch %d: %r clashes with another path; not shown", self.epoch, f.path)
+                return False
+            children[part] = None
+            self.stack.append((part, {}))
+        children = self.stack[-1][1]
+        if parts[-1] in children:
+            log.warning("epoch %d: %r clashes with another path; not shown", self.epoch, f.path)
+            return False
+        children[parts[-1]] = f.object_name
+        return True
+
+    def _close(self) -> int:
+        """Write the deepest open folder's children out as one sorted run; returns its rank."""
+        name, children = self.stack.pop()
+        first = len(self.ref)
+        for child in sorted(children):
+            value = children[child]
+            self.names += child.encode(*ENC)
+            self.name_off.append(len(self.names))
+            if isinstance(value, str):
+                self.ref.append(len(self.obj_off) - 1)
+                self.objs += value.encode(*ENC)
+                self.obj_off.append(len(self.objs))
+            else:
+                assert value is not None
+                self.ref.append(-(value + 1))
+                self.dir_node[value] = len(self.ref) - 1
+        rank = len(self.dir_first)
+        self.dir_node.append(ROOT)
+        self.dir_first.append(first)
+        self.dir_count.append(len(children))
+        if self.stack:
+            self.stack[-1][1][name] = rank
+        return rank
+
+    def finish(self) -> int:
+        """Close every folder still open; the root's rank."""
+        rank = 0
+        while self.stack:
+            rank = self._close()
+        return rank
+
+
+__all__ = ["ENC", "ROOT", "TreeBuilder", "smallest"]

@@ -1,0 +1,170 @@
+"""The sampler's own metrics: what the sampler process counts while it fetches and cuts.
+
+Apart from :mod:`epochfs.sidecar.metrics` (which re-exports every name here, so callers import
+them from there) because this is the one set of metrics written from a child process: in
+prometheus-client's multiprocess mode under the supervisor (``PROMETHEUS_MULTIPROC_DIR``), to mmap
+files the supervisor sums, so each metric's ``multiprocess_mode`` matters here and nowhere else.
+The one family the supervisor observes too (``epochfs_cut_wait_seconds``, for the cuts
+``POST /v1/cut`` makes) takes its help and buckets from here, so both halves stay one family.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from prometheus_client import CollectorRegistry
+
+# prometheus-client (~0.05 s of imports, http.server among them) is imported where a metric is
+# made, never at this module's import: the sampler imports this module on its way to its first
+# GET, and counts nothing before its first download.
+
+PROCESS_RESULTS = ("retried", "failed")
+"""``epochfs_remote_objects_total{result}`` values counted by the sampler process; ``ok`` and
+``skipped`` come from the store (so a sampler crash never loses the persistent ones)."""
+
+FETCH_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0)
+CUT_WAIT_BUCKETS = (0.001, 0.01, 0.1, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0, 900.0)
+CUT_WAIT_HELP = ("Seconds from a cut request (lookup of epoch-N, POST /v1/cut) to the cut; a cut made "
+                 "at once counts too, with the request's own time.")
+"""``epochfs_cut_wait_seconds``: observed by the sampler (queued cuts) and by the supervisor (cuts
+that ``POST /v1/cut`` makes); one family in ``/metrics``
+(:class:`~.metrics_merge.MergedCollector` sums the two)."""
+
+
+class ProcessMetrics:
+    """Per-process instrumentation of the sampler (the FUSE server's counters are
+    :class:`epochfs.fuse.metrics.FuseMetrics`: this module imports nothing of the FUSE server, so
+    the sampler's downloader can count here without loading it).
+
+    Under the supervisor (``PROMETHEUS_MULTIPROC_DIR`` set before prometheus-client is imported) the
+    values go to mmap files the supervisor merges; otherwise they live in ``registry`` (tests
+    inject a fresh ``CollectorRegistry`` and read values back with ``get_sample_value``). Every
+    label value is created up front, so each series exists (at zero) from the first scrape.
+    """
+
+    def __init__(self, *, registry: CollectorRegistry | None) -> None:
+        from prometheus_client import Counter, Gauge, Histogram
+
+        self.remote_objects = Counter(
+            "epochfs_remote_objects", "Remote objects by result (ok, failed, skipped; retried: "
+            "deprecated, attempts: epochfs_remote_retries_total).",
+            ["result"], registry=registry,
+        )
+        self.remote_fetch_seconds = Histogram(
+            "epochfs_remote_fetch_seconds", "Seconds to fetch and verify one object.",
+            buckets=FETCH_BUCKETS, registry=registry,
+        )
+        self.inflight_downloads = Gauge(
+            "epochfs_inflight_downloads", "Downloads in flight.",
+            multiprocess_mode="livesum", registry=registry,
+        )
+        self.remote_retries = Counter(
+            "epochfs_remote_retries", "Fetch attempts that failed and were tried again: attempts, not "
+            "objects (one object tried three times counts 2).",
+            registry=registry,
+        )
+        self.throttled_requests = Counter(
+            "epochfs_remote_throttled_requests", "Object GET requests the remote answered with "
+            "throttling (S3 SlowDown, HTTP 429, GCS rateLimitExceeded); the key is fetched again "
+            "later, never skipped.",
+            registry=registry,
+        )
+        self.throttled_total = Counter(
+            "epochfs_throttled", "Deprecated (removed in the next release): "
+            "epochfs_remote_throttled_requests_total.",
+            registry=registry,
+        )
+        self.fetch_window = Gauge(
+            "epochfs_fetch_window", "Downloads the sampler allows in flight (its AIMD window: "
+            "halved on throttling, grown back to --concurrency).",
+            multiprocess_mode="livesum", registry=registry,
+        )
+        self.cut_wait_seconds = Histogram(
+            "epochfs_cut_wait_seconds", CUT_WAIT_HELP, buckets=CUT_WAIT_BUCKETS, registry=registry,
+        )
+        self.sampler_idle = Gauge(
+            "epochfs_sampler_idle", "1 while the sampler has nothing to fetch by design and nothing "
+            "in flight (schedule mode: the next windows are complete; every listed key cached or "
+            "skipped; the listing's pace holding it back), else 0.",
+            multiprocess_mode="livemax", registry=registry,
+        )
+        self._idle: bool | None = None
+        for result in PROCESS_RESULTS:
+            self.remote_objects.labels(result=result)
+
+    # The calls the sampler makes -------------------------------------------------------------
+    def remote_retried(self) -> None:
+        """One failed attempt that will be retried (``epochfs_remote_objects_total{result="retried"}``
+        counts it too, deprecated: it counts attempts under a name that counts objects)."""
+        self.remote_retries.inc()
+        self.remote_objects.labels(result="retried").inc()
+
+    def remote_failed(self) -> None:
+        """An object given up after its last attempt (the store counts it as skipped too)."""
+        self.remote_objects.labels(result="failed").inc()
+
+    def observe_fetch(self, seconds: float) -> None:
+        """Latency of one successful fetch (GET, stream, hash, fsync)."""
+        self.remote_fetch_seconds.observe(seconds)
+
+    def throttled(self) -> None:
+        """One object GET answered with throttling (not a retry, not a failure); the deprecated
+        ``epochfs_throttled_total`` too."""
+        self.throttled_requests.inc()
+        self.throttled_total.inc()
+
+    def set_fetch_window(self, size: int) -> None:
+        """The sampler's fetch window now allows ``size`` downloads in flight."""
+        self.fetch_window.set(size)
+
+    @contextmanager
+    def download(self) -> Iterator[None]:
+        """Count one download in flight for the duration of the block."""
+        self.inflight_downloads.inc()
+        try:
+            yield
+        finally:
+            self.inflight_downloads.dec()
+
+    def cut_waited(self, seconds: float) -> None:
+        """A queued cut request was served ``seconds`` after it was made (cuts made at once are
+        the requester's to report: :meth:`~.metrics.SidecarMetrics.cut_waited`)."""
+        self.cut_wait_seconds.observe(max(0.0, seconds))
+
+    def set_idle(self, idle: bool) -> None:
+        """The fetch order has nothing to offer now and nothing is in flight (``idle``), or it has
+        keys to fetch: the stall alert (EpochfsSamplerStalled) stays quiet while the sampler waits by
+        design, and fires when it has keys but admits nothing (a remote that is down, downloads
+        that hang). Cheap to call per candidate: the value is written only when it changes."""
+        if idle is not self._idle:
+            self._idle = idle
+            self.sampler_idle.set(1 if idle else 0)
+
+
+_default_lock = threading.Lock()
+_default: ProcessMetrics | None = None
+
+
+def process_metrics() -> ProcessMetrics:
+    """The process-wide :class:`ProcessMetrics` on the default registry (created on first use)."""
+    global _default
+    with _default_lock:
+        if _default is None:
+            from prometheus_client import REGISTRY
+
+            _default = ProcessMetrics(registry=REGISTRY)
+        return _default
+
+
+__all__ = [
+    "CUT_WAIT_BUCKETS",
+    "CUT_WAIT_HELP",
+    "FETCH_BUCKETS",
+    "PROCESS_RESULTS",
+    "ProcessMetrics",
+    "process_metrics",
+]
