@@ -4,7 +4,9 @@ It reads the same document the mount serves as ``.epochfs/status.json`` (``Store
 works while a sidecar runs and on a cache folder with no sidecar. With ``--cache`` it adds the
 supervisor's own totals (samples and bytes served, what the torch client reported), which the
 supervisor saves in the store every few seconds. ``--watch`` redraws in place and derives rates
-from the difference between two readings, so no process has to keep rate state for it.
+from the difference between two readings, so no process has to keep rate state for it; before
+the first cut a plain ``epochfs status`` reads twice, a second apart, for epoch 0's estimate
+(:mod:`epochfs.sidecar.status_estimate`).
 
 What the index cannot say, the supervisor writes into its state file in the cache
 (:data:`STATE_FILE_NAME`): the sampler retrying after a transient failure (the remote unreachable
@@ -25,6 +27,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from epochfs.sidecar.config import ConfigError, format_size
+from epochfs.sidecar.status_estimate import ESTIMATE_SECONDS, estimate, per_second
 from epochfs.sidecar.store import Meta, Store
 
 BAR_WIDTH = 40
@@ -143,11 +146,6 @@ def rates(prev: dict[str, Any], cur: dict[str, Any], seconds: float) -> dict[str
     return out
 
 
-def per_second(nbytes: float) -> str:
-    """A byte rate in the unit that fits: ``512 B/s``, ``3.4 KiB/s``, ``2.1 MiB/s``."""
-    return f"{format_size(int(nbytes))}/s"
-
-
 def _fmt_rates(r: dict[str, float]) -> str:
     parts = []
     for label, value in r.items():
@@ -172,12 +170,14 @@ def first_epoch_line(stats: dict[str, Any], rate_values: dict[str, float] | None
         return line + ", waiting for the listing's first round (a page of every folder, at most 3 s)"
     if have >= target:
         return line + ": it is cut at the first lookup of epoch-0"
-    per_s = (rate_values or {}).get("fetch samples/s", 0.0)
-    if per_s > 0:
-        eta = (target - have) / per_s
-        line += (f", ~{eta:.0f} s at {per_s:.1f} samples/s "
-                 f"({per_second((rate_values or {}).get('fetch MB/s', 0.0) * 1e6)})")
-    return line
+    r = rate_values or {}
+    return line + estimate(have, target, r.get("fetch samples/s"), r.get("fetch MB/s", 0.0) * 1e6)
+
+
+def awaits_first_epoch(stats: dict[str, Any]) -> bool:
+    """Whether epoch 0 still waits for samples to be fetched (its estimate needs a rate)."""
+    first = stats.get("first_epoch") or {}
+    return bool(first) and int(first.get("samples", 0)) < int(first.get("target", 1))
 
 
 def render(stats: dict[str, Any], rate_values: dict[str, float] | None = None) -> str:
@@ -286,6 +286,12 @@ def run_status(
         if as_json:
             json.dump(stats, sys.stdout, indent=2, sort_keys=True)
             sys.stdout.write("\n")
+        elif awaits_first_epoch(stats):
+            # Before the first cut a user asks how long: a rate needs a second reading.
+            started = time.monotonic()
+            time.sleep(ESTIMATE_SECONDS)
+            later = read()
+            print(render(later, rates(stats, later, time.monotonic() - started)))
         else:
             print(render(stats))
         return 0

@@ -12,10 +12,13 @@ through a Store of their own (a second connection and lock), so that the fetch l
 wait behind a page commit (docs/listing.md, "The listing and the fetches on one CPU").
 
 Exit status: 0 after a clean stop, 2 for bad settings (ConfigError: among them a remote that
-answers the first listing with a refusal, no such bucket or folder, access denied, or whose host
-does not resolve), 1 when the remote cannot be reached at the start (a store still starting:
-:func:`~epochfs.sidecar.remote.errors.may_answer_later`) or the node volume or the index fails
-(one log line; the next start repairs what it can, so a restart is not a crash loop).
+answers the first listing with a refusal, no such bucket or folder, access denied, credentials it
+does not accept, or whose host does not exist; the line names the flag, the store's answer and
+what to check: :func:`refusal_message`), 75 (:data:`~epochfs.sidecar.config.EXIT_RETRY`) when
+the remote cannot be reached at the start (a store still starting, a DNS server that cannot
+answer now: :func:`~epochfs.sidecar.remote.errors.may_answer_later`), 1 when the node volume or
+the index fails (one log line; the next start repairs what it can, so a restart is not a crash
+loop).
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ import threading
 from pathlib import Path
 from types import FrameType
 from typing import TYPE_CHECKING, Any
+from urllib.parse import urlparse
 
 from epochfs.sidecar.config import ConfigError, RetryLater, SamplerSettings
 from epochfs.sidecar.download import LocalWriteError
@@ -38,7 +42,7 @@ from epochfs.sidecar.listing.indexfile import IndexSource, listing_source
 from epochfs.sidecar.listing.sources import PagedSource
 from epochfs.sidecar.redact import redact
 from epochfs.sidecar.remote import Remote, RemoteError, open_remote
-from epochfs.sidecar.remote.errors import may_answer_later
+from epochfs.sidecar.remote.errors import may_answer_later, refusal_cause
 from epochfs.sidecar.sampler.loop import STOP_GRACE, Sampler
 from epochfs.sidecar.signals import set_from_handler
 from epochfs.sidecar.store import Meta, Store, StoreError
@@ -109,9 +113,63 @@ def _check_identity(store: Store, settings: SamplerSettings) -> None:
             )
 
 
+def _host(url: str | None) -> str:
+    """The host of ``url`` (never its userinfo), or "" for none."""
+    return (urlparse(url).hostname or "") if url else ""
+
+
+def refusal_fix(settings: SamplerSettings, cause: str | None) -> tuple[str, str]:
+    """(the flag to name, what to do) for a remote that refused the first listing, by the cause
+    :func:`~epochfs.sidecar.remote.errors.refusal_cause` found: the line a user reads first, in a
+    terminal or in ``kubectl describe pod``'s termination message, must say what to check, not
+    only what the store answered (issue 21)."""
+    s3 = settings.remote.startswith("s3://")
+    endpoint = settings.endpoint_url if s3 else None
+    if settings.index_url:  # the first listing reads the index
+        flag, url = "--index", settings.index_url
+    elif endpoint and cause in ("host", "certificate"):
+        flag, url = "--endpoint-url", endpoint
+    else:
+        flag, url = "--remote", settings.remote
+    if cause == "host":
+        fix = (f"check the host name in {flag}: {_host(url) or url} does not resolve from this node "
+               "(a typo, or a name only another network knows)")
+    elif cause == "certificate":
+        fix = f"check {flag}'s host and its TLS certificate"
+        fix += "; a private CA's bundle goes in AWS_CA_BUNDLE" if s3 else ""
+    elif cause == "credentials" and s3:
+        fix = ("check the credentials: AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY (or AWS_PROFILE, or "
+               f"the pod's IAM role) must be a key {endpoint or 'S3'} accepts")
+    elif cause == "credentials":
+        fix = "check the credentials the store is given (its key, token or SAS)"
+    elif cause == "access" and s3 and flag == "--remote":
+        fix = (f"check that these credentials may list and read {settings.remote} (s3:ListBucket, "
+               "s3:GetObject), and the bucket name in --remote")
+    elif cause == "access":
+        fix = f"check that {flag} may be read with these credentials (or by this user)"
+    elif cause == "bucket":
+        fix = ("check the bucket name in --remote (s3://BUCKET/prefix)" if s3 else
+               "check the bucket or container name in --remote")
+        fix += " and that --endpoint-url is the store that holds it" if endpoint else ""
+    elif cause == "region":
+        fix = "check the bucket's region: set AWS_DEFAULT_REGION to it"
+        fix += ", or --endpoint-url to its region's endpoint" if endpoint else ""
+    elif cause in ("missing", None) and flag == "--remote" and settings.remote.startswith("file:"):
+        fix = "check the path in --remote: the folder must exist on this node"
+    else:
+        fix = f"check {flag}" + (" and --endpoint-url" if endpoint and flag == "--remote" else "")
+    return flag, fix
+
+
+def refusal_message(settings: SamplerSettings, e: RemoteError) -> str:
+    """The one line of an exit 2 at the start: the flag, the store's answer, and the fix."""
+    flag, fix = refusal_fix(settings, refusal_cause(e))
+    return f"{flag}: {str(e).rstrip('. ')}; {fix}"
+
+
 def run_sample(settings: SamplerSettings) -> int:
-    """The ``epochfs sample`` command: 0 after a clean stop, 2 for bad settings, 1 on a failure
-    another start may not meet (the remote unreachable at the start, the disk)."""
+    """The ``epochfs sample`` command: 0 after a clean stop, 2 for bad settings, 75 while the remote
+    cannot be reached at the start, 1 when the disk or the index fails."""
     stop = threading.Event()
     old_signals = _install_signals(stop)
     try:
@@ -162,7 +220,7 @@ def run_sample(settings: SamplerSettings) -> int:
                 return 0
             if may_answer_later(e):  # exit EXIT_RETRY: the sidecar starts the sampler again, no crash
                 raise RetryLater(f"the remote cannot be reached now: {e}") from None
-            raise ConfigError(f"{'--index' if settings.index_url else '--remote'}: {e}") from None
+            raise ConfigError(refusal_message(settings, e)) from None
         if prepared is None:
             log.info("catalog of %s keys complete: fetching at once (relist: %s)",
                      store.meta(Meta.CATALOG_OBJECTS) or "0",

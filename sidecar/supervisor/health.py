@@ -8,9 +8,12 @@ condition). The endpoints call them on worker threads of their own.
 
 from __future__ import annotations
 
+import functools
 import logging
+import time
 from typing import TYPE_CHECKING, Any
 
+from epochfs.sidecar.status_estimate import FetchRate, estimate
 from epochfs.sidecar.store import Stats, Store
 from epochfs.sidecar.supervisor.children import Child
 from epochfs.sidecar.supervisor.watch import MountWatch, probe
@@ -31,6 +34,12 @@ class HealthChecks(MountWatch):
     folder_view: bool
     _store: Store | None
 
+    @functools.cached_property
+    def _fetch_rate(self) -> FetchRate:
+        """The fetch rate over /readyz's own recent readings, for epoch 0's estimate (made on
+        first use: a mixin has no __init__ of its own)."""
+        return FetchRate()
+
     if TYPE_CHECKING:
         def _stats(self) -> Stats | None: ...
 
@@ -49,9 +58,14 @@ class HealthChecks(MountWatch):
         """Ready: mounted (folder view: published), and epoch 0 exists or could be cut now; when
         not, ``reason`` says why in words (a listing that found nothing first: waiting would not
         help; then a remote that cannot be reached, with the sampler's next retry, since no data
-        comes until it answers). ``retrying`` holds that line whenever there is one, ready or not
-        (an epoch kept from a previous run is readable while the remote is down)."""
+        comes until it answers; then how far epoch 0 is, ``epoch 0: 54/200 samples cached, ~20 s
+        at 2.7 samples/s (2.1 MiB/s)``, the estimate from the fetch rate between this answer's
+        reading and an earlier one's, at most :attr:`FetchRate.WINDOW` s back or the last before).
+        ``retrying`` holds that line whenever there is one, ready or not (an epoch kept from a
+        previous run is readable while the remote is down)."""
         stats = self._stats()
+        rate = (None if stats is None else
+                self._fetch_rate.record(time.monotonic(), stats.fetched_total, stats.fetched_bytes_total))
         cuttable = stats is not None and self._epoch0_ready(stats.latest_epoch)
         mounted = self._mounted and (self.folder_view or self._fuse_mounted())
         doc: dict[str, Any] = {
@@ -74,7 +88,9 @@ class HealthChecks(MountWatch):
             if first.get("samples", 0) >= first.get("target", 1) and first.get("listing_round"):
                 doc["reason"] = "epoch 0 waits for the listing's first round (a page of every folder)"
             elif first:
-                doc["reason"] = f"epoch 0: {first['samples']}/{first['target']} samples cached"
+                have, target = int(first["samples"]), int(first["target"])
+                doc["reason"] = (f"epoch 0: {have}/{target} samples cached"
+                                 + estimate(have, target, *(rate or (None, None))))
             else:
                 doc["reason"] = "epoch 0 cannot be cut yet"
         return mounted and cuttable, doc

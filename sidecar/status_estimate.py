@@ -1,0 +1,69 @@
+"""How long until epoch 0: the fetch rate from readings of the status document, and the words
+that say it, shared by ``epochfs status`` (:mod:`epochfs.sidecar.status`) and ``/readyz``
+(:mod:`epochfs.sidecar.supervisor.health`), which sit side by side in the layers and may not
+import each other.
+
+The status document holds counters, not rates: a rate needs two readings. ``status --watch``
+has them (its redraws), ``/readyz`` keeps the readings of its own calls (:class:`FetchRate`), and a
+plain ``epochfs status`` before the first cut reads twice, :data:`ESTIMATE_SECONDS` apart.
+"""
+
+from __future__ import annotations
+
+import collections
+import threading
+
+from epochfs.sidecar.config import format_size
+
+ESTIMATE_SECONDS = 1.0
+"""Seconds between the two readings of a plain ``epochfs status`` before the first cut."""
+
+
+def per_second(nbytes: float) -> str:
+    """A byte rate in the unit that fits: ``512 B/s``, ``3.4 KiB/s``, ``2.1 MiB/s``."""
+    return f"{format_size(int(nbytes))}/s"
+
+
+def estimate(have: int, target: int, samples_per_s: float | None, bytes_per_s: float | None) -> str:
+    """``, ~20 s at 2.7 samples/s (2.1 MiB/s)``: the time left until ``target`` samples at the
+    rate given; "" when there is no rate (one reading, or no fetch since the last) or nothing left."""
+    if not samples_per_s or samples_per_s <= 0 or have >= target:
+        return ""
+    return (f", ~{(target - have) / samples_per_s:.0f} s at {samples_per_s:.1f} samples/s "
+            f"({per_second(bytes_per_s or 0.0)})")
+
+
+class FetchRate:
+    """Samples and bytes fetched per second over the last :attr:`WINDOW` seconds, from readings
+    of the status counters (``fetched_total``, ``fetched_bytes_total``) at the times given.
+
+    One reading at or before the window's start is kept, so that readings as far apart as a
+    kubelet's probes (10 s by default) still give a rate; a counter that went back (a wiped
+    cache) starts over. Thread-safe: ``/readyz`` answers on several worker threads."""
+
+    WINDOW = 10.0
+    MIN_SPAN = 1.0
+    """Seconds two readings must span to give a rate (closer ones are mostly rounding)."""
+
+    def __init__(self) -> None:
+        self._readings: collections.deque[tuple[float, int, int]] = collections.deque()
+        self._lock = threading.Lock()
+
+    def record(self, now: float, fetched: int, fetched_bytes: int) -> tuple[float, float] | None:
+        """Add a reading; (samples/s, bytes/s) over the readings kept, or None before two
+        readings span :attr:`MIN_SPAN` seconds."""
+        with self._lock:
+            readings = self._readings
+            if readings and (fetched < readings[-1][1] or now < readings[-1][0]):
+                readings.clear()
+            readings.append((now, fetched, fetched_bytes))
+            while len(readings) >= 2 and readings[1][0] <= now - self.WINDOW:
+                readings.popleft()
+            t0, n0, b0 = readings[0]
+            span = now - t0
+            if span < self.MIN_SPAN:
+                return None
+            return (fetched - n0) / span, (fetched_bytes - b0) / span
+
+
+__all__ = ["ESTIMATE_SECONDS", "FetchRate", "estimate", "per_second"]
