@@ -37,6 +37,7 @@ from pathlib import Path
 from epochfs.fuse.view import EpochTree, View
 from epochfs.sidecar.folderview_ahead import AheadTree, Tainted
 from epochfs.sidecar.folderview_links import write_tree
+from epochfs.sidecar.folderview_lost import LostRecord
 from epochfs.sidecar.folderview_remove import Remover, remove_tree
 from epochfs.sidecar.folderview_window import WindowTree, ahead_tree
 from epochfs.sidecar.store import Store
@@ -109,6 +110,7 @@ class FolderPublisher:
         self.ahead = ahead
         self._ahead: AheadTree | WindowTree | None = None
         self._remover = Remover() if (ahead if background is None else background) else None
+        self._lost = LostRecord()
 
     # ------------------------------------------------------------------ what is in the folder
     def visible(self) -> list[int]:
@@ -203,6 +205,8 @@ class FolderPublisher:
         if latest != self._latest or not (self.folder / LATEST_NAME).is_symlink():
             self._write_latest(latest)
         done.latest = latest
+        self._lost.update(self.store, lambda name, data: self._replace_control(name, data, fsync=False),
+                          lambda name: (self.control / name).unlink(missing_ok=True))  # before status
         if snap.status_key != self._status_key or status_due or force_status:
             self._replace_control(STATUS_NAME, snap.status, fsync=False)
             self._status_key = snap.status_key
