@@ -6,6 +6,11 @@ store (DESIGN.md's dependency rule, checked by import-linter: .importlinter); ev
 ``PROMETHEUS_MULTIPROC_DIR`` is set for this process, so the values go to mmap files the supervisor
 sums into its ``/metrics``, and they survive a crash of the server.
 
+The server observes one family it shares with the sampler and the supervisor,
+``epochfs_cut_wait_seconds``: the cuts a lookup of ``epoch-N`` makes (:meth:`FuseMetrics.cut_waited`).
+Its help and buckets are repeated here, not imported (the sampler's module is beyond this package's
+reach), and a test holds the copies equal: the three halves must stay one family.
+
 Labels are bounded: ``op`` is a FUSE operation name (others fold into ``other``), ``errno`` a short
 list of names (others ``other``). Never a path.
 """
@@ -16,7 +21,7 @@ import errno as errno_mod
 import threading
 from collections.abc import Iterable
 
-from prometheus_client import CollectorRegistry, Counter
+from prometheus_client import CollectorRegistry, Counter, Histogram
 
 FUSE_OPS = (
     "lookup", "getattr", "readdir", "opendir", "releasedir", "readlink", "open", "read", "release",
@@ -26,6 +31,11 @@ FUSE_OPS = (
 )
 FUSE_ERRNOS = ("ENOENT", "EROFS", "EACCES", "EPERM", "EIO", "EINVAL", "EBADF", "ENOTDIR", "EISDIR",
                "ENODATA", "other")
+CUT_WAIT_BUCKETS = (0.001, 0.01, 0.1, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0, 900.0)
+CUT_WAIT_HELP = ("Seconds from a cut request (lookup of epoch-N, POST /v1/cut) to the cut; a cut made "
+                 "at once counts too, with the request's own time.")
+"""``epochfs_cut_wait_seconds``'s buckets and help: the same as
+``epochfs.sidecar.metrics_sampler``'s (held equal by tests/mount/test_cut_wait_lookup.py)."""
 
 
 def fuse_op_label(op: str) -> str:
@@ -41,7 +51,8 @@ def errno_label(code: int | None) -> str:
 
 class FuseMetrics:
     """``epochfs_fuse_requests_total{op}``, ``epochfs_fuse_errors_total{op,errno}`` and
-    ``epochfs_fuse_lost_reads_total{op}`` (reads of an entry whose sample the remote lost)."""
+    ``epochfs_fuse_lost_reads_total{op}`` (reads of an entry whose sample the remote lost), and
+    ``epochfs_cut_wait_seconds`` for the cuts a lookup made."""
 
     def __init__(self, *, registry: CollectorRegistry | None) -> None:
         self.requests = Counter(
@@ -57,6 +68,18 @@ class FuseMetrics:
             "as a symlink) of entries whose sample the remote lost, answered EIO, by operation.",
             ["op"], registry=registry,
         )
+        # Registered nowhere: the family is the sampler's too, and a registry holding both (a
+        # test's, one process running both) refuses a second family of one name. Under the
+        # supervisor its values reach /metrics through the mmap files all the same, as this
+        # server's registry is never served itself.
+        self.cut_wait_seconds = Histogram(
+            "epochfs_cut_wait_seconds", CUT_WAIT_HELP, buckets=CUT_WAIT_BUCKETS, registry=None,
+        )
+
+    def cut_waited(self, seconds: float) -> None:
+        """A lookup of ``epoch-N`` made its cut ``seconds`` after it was asked for (since the
+        request was queued, or the lookup's own time): :meth:`epochfs.fuse.view.View`."""
+        self.cut_wait_seconds.observe(max(0.0, seconds))
 
     def init_ops(self, ops: Iterable[str]) -> None:
         """Create the series of the operations a server implements, at zero, so they exist from the

@@ -32,6 +32,7 @@ from epochfs.fuse.classes import ClassesFile
 from epochfs.fuse.epochreads import EpochReads
 from epochfs.fuse.heap import release_free_memory
 from epochfs.fuse.lost import LostEntries, LostSample
+from epochfs.fuse.metrics import fuse_metrics
 from epochfs.fuse.packed import PackedBytes
 from epochfs.fuse.tree import (
     DIR_MODE,
@@ -43,7 +44,8 @@ from epochfs.fuse.tree import (
     NotALink,
     NotFound,
 )
-from epochfs.sidecar.store import Store
+from epochfs.sidecar.store import Meta, Stats, Store
+from epochfs.sidecar.store.stats import retry_line
 from epochfs.torchclient.layout import (
     CLASSES_NAME,
     CONTROL_DIR,
@@ -124,7 +126,7 @@ class View:
     # ------------------------------------------------------------------ changing state
     def _read_snapshot(self) -> Snapshot:
         stats = self.store.stats()
-        doc = stats.to_json()
+        doc = self._status_doc(stats)
         live = {int(e["epoch"]): float(e["cut_at"]) for e in stats.epochs}
         status = format_status(doc).encode()
         key_doc = dict(doc)
@@ -155,7 +157,17 @@ class View:
 
     def render_status(self) -> bytes:
         """A fresh status document (each open of status.json gets its own)."""
-        return format_status(self.store.stats().to_json()).encode()
+        return format_status(self._status_doc(self.store.stats())).encode()
+
+    def _status_doc(self, stats: Stats) -> dict[str, object]:
+        """``status.json``'s document: the store's stats, and ``sampler_retrying`` while the
+        supervisor records that the sampler cannot reach the remote (a trainer reads only the
+        mount, so its waiting line says why no data comes; absent otherwise)."""
+        doc = stats.to_json()
+        retrying = retry_line(self.store.meta(Meta.SAMPLER_RETRYING), time.time())
+        if retrying:
+            doc["sampler_retrying"] = retrying
+        return doc
 
     def render_classes(self) -> bytes:
         """``classes.json``, with the folders of every live epoch recorded first."""
@@ -218,10 +230,27 @@ class View:
             return live.get(n)
         if not cut:
             return None
-        if not self.store.request_cut(n):
+        if not self._request_cut(n):
             return None
         self.refresh()
         return self._snap.live.get(n)
+
+    def _request_cut(self, n: int) -> bool:
+        """Ask the store to cut ``n`` for a lookup; True when it is live now.
+
+        A cut this lookup made is a wait to report (``epochfs_cut_wait_seconds``, issue 23): the
+        sampler reports only the queued cuts it makes itself, so a trainer's ``stat epoch-N`` that
+        cut at once, or whose poll cut the epoch an earlier lookup had queued, went uncounted. The
+        wait is the time since the request was queued (by an earlier lookup or ``POST /v1/cut``),
+        else the lookup's own time, as ``epochfs.sidecar.cutrequest`` reports its cuts. A cut
+        found made (another rank's lookup, the sampler's) is theirs to report."""
+        asked = time.monotonic()
+        queued = dict(self.store.pending_cuts()).get(n)  # read first: the cut removes the row
+        live, made = self.store.request_cut_made(n)
+        if made:
+            waited = time.time() - queued if queued is not None else time.monotonic() - asked
+            fuse_metrics().cut_waited(waited)
+        return live
 
     def tree(self, n: int) -> EpochTree:
         """The tree of live epoch ``n`` (built once, cached until it retires)."""

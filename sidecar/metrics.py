@@ -11,7 +11,8 @@ below, whose names this module re-exports, so every metric is imported from here
 * **The children**: per-process instrumentation of the sampler (:class:`ProcessMetrics`,
   :mod:`.metrics_sampler`: retried/failed fetches, fetch latency, downloads in flight, cut waits,
   idle by design) and of the FUSE server (:class:`FuseMetrics`, defined in ``epochfs.fuse.metrics``
-  because fuse may import nothing from sidecar but the store: requests and errors by operation).
+  because fuse may import nothing from sidecar but the store: requests and errors by operation,
+  the waits of the cuts a lookup of ``epoch-N`` makes).
   The supervisor sets ``PROMETHEUS_MULTIPROC_DIR`` for its children, so prometheus-client writes
   their values to mmap files that survive a crash; the supervisor sums them
   (:func:`multiprocess_collector`). Dead children's live gauges are dropped with
@@ -23,8 +24,9 @@ below, whose names this module re-exports, so every metric is imported from here
   own with a registry of its own (no store, no children); its metrics are defined here all the same.
 * **Build and process facts** (:mod:`.metrics_scrape`): ``epochfs_build_info{version}``
   (:class:`BuildInfoCollector`), ``python_info``, and the standard ``process_*`` families (CPU
-  seconds, resident memory, open fds...) of the supervisor and of each child, read from
-  ``/proc/<pid>`` at scrape time and told apart by a ``process`` label (:func:`process_collectors`).
+  seconds, resident memory, open fds...) of the supervisor, of each child and of the sampler's
+  listing process (:func:`child_of`), read from ``/proc/<pid>`` at scrape time and told apart by a
+  ``process`` label (:func:`process_collectors`).
   A custom registry has none of these unless they are added, and the default registry's would
   describe only the supervisor.
 
@@ -34,7 +36,7 @@ sidecar's exposition from every source above.
 
 Labels are bounded: ``result`` (4 values), ``op`` (FUSE operation names, others folded into
 ``other``), ``errno`` (a short list, others ``other``), ``child`` (3 values), ``reason`` (6 values),
-``process`` (4 values), ``version`` (one per build; ``python_info``'s own labels are constant).
+``process`` (5 values), ``version`` (one per build; ``python_info``'s own labels are constant).
 Never a key, a path or an epoch number.
 """
 
@@ -61,12 +63,14 @@ from epochfs.sidecar.metrics_sampler import (
     process_metrics,
 )
 from epochfs.sidecar.metrics_scrape import (
+    LISTING_MARK,
     PROCESS_NAMES,
     STORE_COUNTERS,
     STORE_GAUGES,
     BuildInfoCollector,
     Pid,
     StoreCollector,
+    child_of,
     process_collectors,
 )
 from epochfs.sidecar.store import Stats
@@ -126,7 +130,8 @@ class SidecarMetrics:
             self.child_up.labels(child=child)
         from prometheus_client import Histogram
 
-        # The same family as the sampler's (same name and buckets): the cuts POST /v1/cut makes.
+        # The same family as the sampler's and the FUSE server's (same name, help and buckets):
+        # the cuts POST /v1/cut makes.
         self.cut_wait_seconds = Histogram(
             "epochfs_cut_wait_seconds", CUT_WAIT_HELP, buckets=CUT_WAIT_BUCKETS, registry=registry,
         )
@@ -271,6 +276,7 @@ __all__ = [
     "CUT_WAIT_HELP",
     "ENDPOINT_REJECT_REASONS",
     "FETCH_BUCKETS",
+    "LISTING_MARK",
     "PROCESS_NAMES",
     "PROCESS_RESULTS",
     "STORE_COUNTERS",
@@ -284,6 +290,7 @@ __all__ = [
     "SidecarMetrics",
     "StoreCollector",
     "WebhookMetrics",
+    "child_of",
     "endpoint_metrics",
     "forget_process",
     "multiprocess_collector",

@@ -9,7 +9,11 @@ they hold no state of their own and none of them goes through the children's mma
 
 from __future__ import annotations
 
+import functools
+import os
+import threading
 from collections.abc import Callable, Iterator, Mapping
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from epochfs.sidecar.metrics_merge import Collector, LabelledCollector
@@ -134,13 +138,85 @@ class BuildInfoCollector:
         yield family
 
 
-PROCESS_NAMES = ("supervisor", "sampler", "fuse", "publisher")
+PROCESS_NAMES = ("supervisor", "sampler", "fuse", "publisher", "listing")
 """Values of the ``process`` label of the ``process_*`` families: the supervisor (the one process
-that serves ``/metrics``) and the children it may run."""
+that serves ``/metrics``), the children it may run, and the sampler's listing process (a child
+of the sampler, found by :func:`child_of`)."""
 
 Pid = Callable[[], int | None]
 """The current pid of a child (None while it is not running): read at every scrape, so a
 restarted child is followed without re-registering anything."""
+
+LISTING_MARK = b"epochfs.sidecar.listing.process"
+"""What the listing process's command line holds (``epochfs.sidecar.listing.process`` starts it
+with ``python -c`` and a boot script that imports that module): how :func:`child_of` tells it
+from any other child of the sampler. Named here, not imported: the metrics sit below the listing."""
+
+
+def child_of(parent: Pid, mark: bytes) -> Pid:
+    """The pid of the child process of ``parent`` whose command line holds ``mark`` (None when
+    there is none now), read from ``/proc`` at every call.
+
+    Why from ``/proc``: the listing process is the sampler's child, not the supervisor's, and is
+    started again by the sampler when it dies, so the supervisor holds no handle on it; its
+    parent's children list is the one record that is always current (no pid file to go stale
+    after a kill -9 and name a reused pid). A few small reads per scrape."""
+
+    def pid() -> int | None:
+        ppid = parent()
+        if ppid is None:
+            return None
+        for child in _children(ppid):
+            try:
+                if mark in Path(f"/proc/{child}/cmdline").read_bytes():
+                    return child
+            except OSError:  # exited meanwhile
+                continue
+        return None
+
+    return pid
+
+
+def _children(pid: int) -> list[int]:
+    """The pids of ``pid``'s child processes: each thread's ``children`` file (a child belongs
+    to the thread that started it), or where the kernel has none (without
+    CONFIG_PROC_CHILDREN) every process whose parent ``pid`` is."""
+    if not _has_children_files():
+        return _children_by_scan(pid)
+    found: list[int] = []
+    try:
+        tasks = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return []
+    for tid in tasks:
+        try:
+            found.extend(int(c) for c in Path(f"/proc/{pid}/task/{tid}/children").read_text().split())
+        except OSError:  # the thread ended meanwhile
+            continue
+    return found
+
+
+def _children_by_scan(pid: int) -> list[int]:
+    """The pids of ``pid``'s child processes from every process's ``stat`` (its parent's pid):
+    one read per process in the container, for kernels without the children files."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            stat = Path(f"/proc/{entry}/stat").read_text()
+        except OSError:
+            continue
+        fields = stat.rpartition(")")[2].split()  # after the command, which may hold spaces
+        if len(fields) > 1 and fields[1] == str(pid):
+            found.append(int(entry))
+    return found
+
+
+@functools.cache
+def _has_children_files() -> bool:
+    """Whether this kernel has ``/proc/<pid>/task/<tid>/children`` (looked at once)."""
+    return Path(f"/proc/self/task/{threading.get_native_id()}/children").exists()
 
 
 def _proc_entry(pid: Pid) -> Callable[[], str]:
@@ -179,11 +255,13 @@ def process_collectors(children: Mapping[str, Pid] | None = None) -> list[Collec
 
 
 __all__ = [
+    "LISTING_MARK",
     "PROCESS_NAMES",
     "STORE_COUNTERS",
     "STORE_GAUGES",
     "BuildInfoCollector",
     "Pid",
     "StoreCollector",
+    "child_of",
     "process_collectors",
 ]

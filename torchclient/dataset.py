@@ -84,6 +84,9 @@ def describe_root(root: str | os.PathLike[str]) -> str:
             bits.append("sampler paused by backpressure")
         if bits:
             parts.append("sidecar: " + ", ".join(bits))
+        if isinstance(status.get("sampler_retrying"), str) and status["sampler_retrying"]:
+            # Why no data comes: the remote is unreachable at the sampler's start (issue 21).
+            parts.append(f"sampler: {status['sampler_retrying']}")
     return "; ".join(parts)
 
 

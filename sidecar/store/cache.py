@@ -112,6 +112,12 @@ class Store:
             else:
                 ix.put(key, value)
 
+    def set_sampler_retrying(self, state: dict[str, Any] | None) -> None:
+        """Record the supervisor's sampler retrying an unreachable remote (None: it does not), which
+        the views show in status.json: :data:`Meta.SAMPLER_RETRYING`, :func:`.stats.retry_line`."""
+        value = None if state is None else stats.retrying_value(state, time.time())
+        self.set_meta(Meta.SAMPLER_RETRYING, value)
+
     def configure(self, policy: Policy) -> None:
         """Record the cache rules (the sampler does this at start; readers pick them up)."""
         if policy.capacity <= 0:

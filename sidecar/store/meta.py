@@ -44,6 +44,8 @@ class Meta(str, Enum):
     SAMPLER_SHARD = "sampler_shard"
     SIDECAR_TOTALS = "sidecar_totals"
     """The supervisor's own counters (served, client reports), kept across restarts."""
+    SAMPLER_RETRYING = "sampler_retrying"
+    """The supervisor's sampler retrying an unreachable remote (JSON; :func:`.stats.retry_line`)."""
     INDEX_CHECKED_AT = "index_checked_at"
     """When the last full ``integrity_check`` of this index began (unix time; :mod:`.checkup`)."""
     WRITER_RUNNING = "writer_running"

@@ -136,3 +136,38 @@ def known_at_cut(db: sqlite3.Connection) -> tuple[int | None, int | None]:
         return None, None
     estimated = listing_known(db, catalog).get("estimated_objects")
     return catalog, max(catalog, int(estimated)) if estimated is not None else catalog
+
+
+RETRYING_MAX_AGE = 90.0
+"""Seconds after which :data:`Meta.SAMPLER_RETRYING` is taken for one a dead supervisor left (killed
+with -9): a live one rewrites it at each restart and each start of a retry, at most 30 s apart. By
+the time it was written, not its pid: the FUSE server and the trainer may not see that process."""
+
+
+def retrying_value(state: dict[str, Any], now: float) -> str:
+    """The supervisor's sampler retry state (``waiting``: ``remote unreachable: <reason>``, the
+    ``retry``'s number, its ``next_start`` or when it ``started``, wall-clock; the ``pid`` that
+    wrote it) as :data:`Meta.SAMPLER_RETRYING`'s JSON, stamped with ``now``."""
+    return json.dumps({**state, "written": round(now, 3)}, sort_keys=True)
+
+
+def retry_line(text: str | None, now: float) -> str | None:
+    """``remote unreachable: <reason>; retry 3 in 8 s`` (``...; retry 3 running for 1 s`` while
+    that start runs) from :data:`Meta.SAMPLER_RETRYING`'s JSON at wall-clock ``now``: the words of
+    ``/readyz``'s reason, rendered when read so that the count runs without a write per second.
+    None for no value, a malformed one, or one older than :data:`RETRYING_MAX_AGE`; status.json
+    carries it as ``sampler_retrying``."""
+    try:
+        state = json.loads(text or "null")
+        if not isinstance(state, dict) or not state.get("waiting"):
+            return None
+        if now - float(state.get("written", 0)) > RETRYING_MAX_AGE:
+            return None
+        waiting, retry = str(state["waiting"]), state.get("retry")
+        if state.get("next_start") is not None:
+            return f"{waiting}; retry {retry} in {max(0.0, float(state['next_start']) - now):.0f} s"
+        if state.get("started") is not None:
+            return f"{waiting}; retry {retry} running for {max(0.0, now - float(state['started'])):.0f} s"
+        return waiting
+    except (ValueError, TypeError):
+        return None

@@ -202,6 +202,8 @@ class Supervisor(HealthChecks, Observability):
         for ep in self._endpoints:
             ep.stop()
         if self._store is not None:
+            if self._seen.get("retrying") is not None:  # as the state file, below
+                self._save_retrying(None, None)
             self._store.close()
         if self._multiproc_dir is not None:
             shutil.rmtree(self._multiproc_dir, ignore_errors=True)

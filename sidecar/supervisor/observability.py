@@ -1,6 +1,7 @@
 """What the supervisor tells the outside: the metrics registry, the HTTP endpoints on their ports,
 the served-opens counter, the Kubernetes reporter, the totals it saves every couple of seconds, and
-the state file ``epochfs status`` reads (:data:`STATE_FILE_NAME`: why the sampler is retrying).
+the state file ``epochfs status`` reads (:data:`STATE_FILE_NAME`: why the sampler is retrying) and
+the same as a meta value of the index, which the mount's ``status.json`` shows.
 
 Its own module because it is the supervisor's one place that wires callbacks into other layers
 (:mod:`~epochfs.sidecar.endpoints`, :mod:`~epochfs.sidecar.served`, :mod:`~epochfs.sidecar.kube`,
@@ -36,10 +37,10 @@ METRICS_DIR_NAME = "metrics"
 STATE_FILE_NAME = "sidecar-state.json"
 """File of the cache where the supervisor says what ``epochfs status`` cannot read in the index:
 the sampler retrying after a transient failure (its reason, the retry's number, when it starts or
-started; present only meanwhile). A file, not a meta value of the index: it is the supervisor's
-state, not the cache's, and the next supervisor removes a killed one's. The FUSE view renders
-``status.json`` from the index alone, so ``epochfs status --mount`` finds this file through the
-mount's source (``epochfs:<cache>``); sidecar/status.py reads it."""
+started; present only meanwhile). ``epochfs status`` reads it (sidecar/status.py; with ``--mount``
+through the mount's source, ``epochfs:<cache>``). The same state goes into the index as
+:data:`Meta.SAMPLER_RETRYING` (:meth:`Observability._save_retrying`), because the views render
+``status.json`` from the index alone and a trainer reads only the mount."""
 
 
 def _ours_or_stale(path: Path) -> bool:
@@ -47,10 +48,21 @@ def _ours_or_stale(path: Path) -> bool:
     gone (a supervisor killed with -9), or it cannot be read. A second supervisor on the same cache
     (its sampler is refused: one per cache) must not remove the first one's."""
     try:
-        pid = int(json.loads(path.read_text()).get("pid", 0))
+        return _ours_or_gone(path.read_text())
     except FileNotFoundError:
         return False
-    except (OSError, ValueError, AttributeError, TypeError):
+    except OSError:
+        return True
+
+
+def _ours_or_gone(text: str | None) -> bool:
+    """Whether a state document (the file's, or :data:`Meta.SAMPLER_RETRYING`'s) may be removed:
+    there is one, and it is this process's, or its writer is gone, or it cannot be read."""
+    if text is None:
+        return False
+    try:
+        pid = int(json.loads(text).get("pid", 0))
+    except (ValueError, AttributeError, TypeError):
         return True
     if pid == os.getpid() or pid <= 0:
         return True
@@ -153,13 +165,29 @@ class Observability:
         self._safe(rep.update_status, stats.to_json())
 
     def _save_state(self) -> None:
-        """Write (or remove) :data:`STATE_FILE_NAME` when the sampler's retry state changes: each
-        tick compares a small key, so the file is written once per transient exit and once per
-        restart, never per tick. Times are wall-clock (another process reads them)."""
+        """Write (or remove) :data:`STATE_FILE_NAME` and :data:`Meta.SAMPLER_RETRYING` when the
+        sampler's retry state changes: each tick compares a small key, so they are written once
+        per transient exit and once per restart, never per tick. Times are wall-clock (other
+        processes read them)."""
         child = self.sampler
         proc, note = child.proc, self.retry_note(child)
         key = None if note is None else (child.waiting, child.restarts, proc is None)
-        if "state" in self._seen and self._seen["state"] == key:
+        file_due = "state" not in self._seen or self._seen["state"] != key
+        meta_due = "retrying" not in self._seen or self._seen["retrying"] != key
+        if not (file_due or meta_due):
+            return
+        sampler: dict[str, Any] | None = None
+        if key is not None:
+            wall = time.time() - time.monotonic()
+            sampler = {
+                "waiting": child.waiting,
+                "retry": child.restarts + (1 if proc is None else 0),
+                "next_start": round(wall + child.next_start, 3) if proc is None else None,
+                "started": round(wall + child.started_at, 3) if proc is not None else None,
+            }
+        if meta_due:
+            self._save_retrying(key, sampler)
+        if not file_due:
             return
         path = self.cache / STATE_FILE_NAME
         try:
@@ -167,13 +195,7 @@ class Observability:
                 if _ours_or_stale(path):
                     path.unlink(missing_ok=True)
             else:
-                wall = time.time() - time.monotonic()
-                doc = {"pid": os.getpid(), "mount": str(self.mount), "sampler": {
-                    "waiting": child.waiting,
-                    "retry": child.restarts + (1 if proc is None else 0),
-                    "next_start": round(wall + child.next_start, 3) if proc is None else None,
-                    "started": round(wall + child.started_at, 3) if proc is not None else None,
-                }}
+                doc = {"pid": os.getpid(), "mount": str(self.mount), "sampler": sampler}
                 tmp = path.with_name(f".{STATE_FILE_NAME}.tmp")
                 tmp.write_text(json.dumps(doc, sort_keys=True) + "\n")
                 os.replace(tmp, path)  # a reader sees the old document or the new one, whole
@@ -182,6 +204,26 @@ class Observability:
             if self._seen.get("state_error") != str(e):
                 self._seen["state_error"] = str(e)
                 log.warning("writing %s: %s", path, e)
+
+    def _save_retrying(self, key: object, sampler: dict[str, Any] | None) -> None:
+        """The state file's ``sampler`` part as a meta value of the index, for the mount's
+        ``status.json`` (``sampler_retrying``): the views render it from the index alone, and a
+        trainer reads the mount, not the cache. Removed by the same rules as the file; a failed
+        write is logged once and tried again at the next tick."""
+        store = self._store
+        if store is None:
+            return
+        try:
+            if sampler is None:
+                if _ours_or_gone(store.meta(Meta.SAMPLER_RETRYING)):
+                    store.set_sampler_retrying(None)
+            else:
+                store.set_sampler_retrying({"pid": os.getpid(), **sampler})
+            self._seen["retrying"] = key
+        except Exception as e:  # the index busy or damaged: the sampler's business, not ours
+            if self._seen.get("retrying_error") != str(e):
+                self._seen["retrying_error"] = str(e)
+                log.warning("recording the sampler's retry in the index: %s", e)
 
     def _client_reads(self, epochs: tuple[int, ...]) -> None:
         """The torch client reads these epochs (its report says so): record a read of each, at
@@ -217,7 +259,9 @@ class Observability:
         sampler, view = self.sampler, self.view
         registry = metrics.sidecar_registry(
             stats=self._stats, multiproc_dir=self._multiproc_dir, sidecar=sidecar_metrics,
-            children={sampler.name: lambda: sampler.pid, view.name: lambda: view.pid},
+            children={sampler.name: lambda: sampler.pid, view.name: lambda: view.pid,
+                      # the sampler's child (--list-process): found under the sampler's pid
+                      "listing": metrics.child_of(lambda: sampler.pid, metrics.LISTING_MARK)},
         )
 
         def on_report(r: endpoints.ClientReport) -> None:

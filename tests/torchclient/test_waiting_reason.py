@@ -1,0 +1,42 @@
+"""The torch client's waiting line says why no data comes: the sidecar's sampler cannot reach the
+remote (``sampler_retrying`` in the mount's status.json, issue 21), on a plain folder with the
+mount's layout."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from epochfs.torchclient.dataset import describe_root, wait_for_epoch
+
+LINE = ("remote unreachable: cannot list s3://b: ConnectionRefusedError: [Errno 111] Connection refused; "
+        "retry 3 in 8 s")
+
+
+def _root(tmp_path: Path, **extra: object) -> Path:
+    root = tmp_path / "mnt"
+    (root / ".epochfs").mkdir(parents=True)
+    status = {"samples": 0, "cache_bytes": 0, "capacity_bytes": 10**6, "pending_cuts": [0],
+              "first_epoch": {"samples": 0, "target": 200}, **extra}
+    (root / ".epochfs" / "status.json").write_text(json.dumps(status))
+    return root
+
+
+def test_the_waiting_line_and_the_timeout_say_the_remote_is_unreachable(tmp_path: Path) -> None:
+    root = _root(tmp_path, sampler_retrying=LINE)
+    assert describe_root(root) == ("no epoch folders yet; sidecar: epoch 0: 0/200 samples cached (0%), "
+                                   f"0.0 of 1.0 MB, pending cuts [0]; sampler: {LINE}")
+    lines: list[str] = []
+    with pytest.raises(TimeoutError, match="sampler: remote unreachable: cannot list s3://b"):
+        wait_for_epoch(root, 0, timeout=0.1, progress=lines.append, sidecar_url=None)
+    assert lines and lines[0].startswith("epochfs: waiting for epoch 0 under ")
+    assert lines[0].endswith(f"; sampler: {LINE})"), lines[0]
+
+
+def test_no_line_when_the_sampler_is_not_retrying(tmp_path: Path) -> None:
+    cases: list[dict[str, object]] = [{}, {"sampler_retrying": ""}, {"sampler_retrying": None}]
+    for i, extra in enumerate(cases):
+        root = _root(tmp_path / str(i), **extra)
+        assert "sampler:" not in describe_root(root)
