@@ -54,8 +54,8 @@ STORE_GAUGES = {
     "epochfs_disk_full": "1 while sampling is paused because the cache's filesystem is full, else 0.",
     "epochfs_publish_paused": "Folder view: 1 while publishing waits for room on the folder's volume, "
                               "else 0.",
-    "epochfs_samples_repairing": "Samples whose object file is being fetched again in place (absent "
-                                 "meanwhile; lost ones included).",
+    "epochfs_samples_repairing": "Samples whose object file is being fetched again in place (the old "
+                                 "file kept until the new one replaces it; lost ones included).",
     "epochfs_samples_lost": "Samples the remote lost (cannot be fetched again): their entries stay in "
                             "their epochs and a read of one fails with EIO until the epoch retires.",
 }

@@ -8,7 +8,7 @@ and asks for cuts). It knows nothing of remotes, FUSE or Kubernetes. Layout of a
     tmp/<random>.part     in-flight downloads; never listed, removed at start-up
     epochs.hwm            high-water mark of epoch numbers, kept outside the index
     epochs/epoch-N.members  the members of each live epoch, what a damaged index is rebuilt from
-    quarantine/<sid>      damaged objects moved out by ``epochfs verify`` (quarantine.log: why)
+    quarantine/<sid>      copies of damaged objects ``epochfs verify`` found (quarantine.log: why)
 
 Rules kept here (see DESIGN.md): an object is visible only after temp -> fsync -> rename -> dir
 fsync -> index commit; eviction removes the samples admitted first that no live epoch holds; an

@@ -206,8 +206,8 @@ class Store:
         return integrity.check(self.files.path_of(obj.sid), obj, pace=pace, buffer=buffer)
 
     def take_out(self, damaged: list[tuple[StoredObject, str]], *, quarantine: bool) -> list[TakenOut]:
-        """Drop damaged samples from the index and count them; move their files to
-        ``quarantine/`` (``quarantine``) or remove them so the sampler fetches them again."""
+        """Mark damaged samples for a repair in place and count them (:func:`.integrity.take_out`:
+        rows and files kept until the repair; ``quarantine`` links a copy into ``quarantine/``)."""
         return integrity.take_out(self._ix, self.files, damaged, quarantine=quarantine)
 
     # ------------------------------------------------------------------ catalog
@@ -356,7 +356,9 @@ class Store:
             raise
 
     def repairs_due(self, *, limit: int = 256) -> list[Candidate]:
-        """Samples waiting for a repair that can be fetched again (:func:`.integrity.repairs_due`)."""
+        """Samples waiting for a repair that can be fetched again (:func:`.integrity.repairs_due`),
+        after those that cannot any more are marked lost (:func:`.integrity.lose_unfetchable`)."""
+        integrity.lose_unfetchable(self._ix, self.files)
         return integrity.repairs_due(self._ix, limit=limit)
 
     def lost_samples(self, *, unless: integrity.LostDigest | None = None

@@ -228,6 +228,30 @@ def _same_bytes(a: Admission, size: int, digest: str, version: str) -> bool:
     return a.version == version
 
 
+def lose_unfetchable(ix: Index, files: ObjectFiles) -> list[str]:
+    """Mark lost every sample waiting for a repair whose key the catalog no longer offers (its
+    download failed for good and the key was skipped, or a relist dropped or skipped it), and
+    remove the damaged files they kept; returns their keys. Without this they waited for ever:
+    :func:`repairs_due` offers only keys the catalog still fetches, every finder passes over
+    samples in ``repairs``, and the damaged bytes the take-out kept in place were served with no
+    error until evicted. The files are named in the recovery journal in the same transaction."""
+    with ix.write() as db:
+        rows = db.execute(
+            "SELECT s.id, s.sid, s.key FROM repairs r JOIN samples s ON s.id = r.sample WHERE r.lost = 0 "
+            "AND NOT EXISTS (SELECT 1 FROM catalog c WHERE c.key = s.key AND c.skipped = 0)").fetchall()
+        if not rows:
+            return []
+        db.executemany("UPDATE repairs SET lost=1 WHERE sample=?", [(int(r[0]),) for r in rows])
+        if journal.exists(db):
+            journal.add(db, [str(r[1]) for r in rows])
+    files.remove([str(r[1]) for r in rows])
+    keys = [str(r[2]) for r in rows]
+    log.warning("%d sample(s) waiting for a repair can no longer be fetched (their keys were skipped "
+                "or are gone from the remote): marked lost, their damaged files removed; their entries "
+                "stay, a read of one fails (EIO): %s", len(keys), ", ".join(repr(k) for k in keys[:5]))
+    return keys
+
+
 def repairs_due(ix: Index, *, limit: int) -> list[Candidate]:
     """Samples waiting for a repair whose key the catalog still lists, as the candidates to
     fetch again (the catalog's size and version: a download of other bytes is refused at

@@ -8,7 +8,7 @@ core (a ``stat`` per sample and a listing of ``objects/``: metadata only; the sc
 
 * a sample whose object is missing or has another size is taken out as the scrub takes out a
   damaged one (:func:`.integrity.take_out`: marked for a repair in place, its row and every
-  epoch's entry kept, ``corrupt_objects_total`` counts it, the file removed), one WARNING line
+  epoch's entry kept, ``corrupt_objects_total`` counts it), one WARNING line
   each, saying whether it is fetched again; the sampler fetches it again into its place
   (``repairs``, every few seconds) unless the remote no longer lists its key;
 * an object file that neither a sample nor the journal names is removed (the index lost the

@@ -196,15 +196,15 @@ class StoredObject:
 
 @dataclass(frozen=True)
 class TakenOut:
-    """A sample the scrub found damaged and took out of the index (quarantined or removed)."""
+    """A sample the scrub found damaged and marked for a repair in place (or lost)."""
 
     key: str
     sid: str
     size: int
     problem: str
     moved_to: Path | None
-    """Where the object file went (``<cache>/quarantine/<sid>``); None when it was removed or
-    was already gone."""
+    """Where a copy of the object file went (``<cache>/quarantine/<sid>``); None when none was
+    kept (the file stays for its repair, was removed, or was already gone)."""
     refetch: Candidate | None
     """The catalog entry to fetch again (None when the catalog no longer lists the key)."""
 
@@ -234,7 +234,8 @@ class Stats:
     repaired_total: int = 0
     """Damaged samples fetched again into their place (every epoch listing them kept them)."""
     repairing: int = 0
-    """Samples waiting for their repair now (their object file absent), lost ones included."""
+    """Samples waiting for their repair now (the damaged file kept until it is replaced), lost
+    ones included."""
     lost: int = 0
     """Of those, the samples marked lost (the remote no longer has their bytes): their entries stay
     in every live epoch that lists them and a read of one fails (EIO) until the epoch retires."""
