@@ -176,9 +176,9 @@ def _cut(ix: Index, policy: Policy, n: int | None, *, force: bool, far: bool = F
     :meth:`Index.write_now`).
 
     The high-water mark is raised before the commit (``cutting``) and after it (``published``):
-    see :mod:`.hwm` for why both."""
+    see :mod:`.hwm` for why both. The members file goes in place before the commit (:mod:`.memberfiles`)."""
     root = ix.path.parent
-    with (ix.write_now() if reader else ix.write()) as db:
+    with memberfiles.at_cut(root) as keep, (ix.write_now() if reader else ix.write()) as db:
         newest = _newest(db)
         top = hwm.floor(hwm.read(root), newest)
         if n is None:
@@ -199,6 +199,7 @@ def _cut(ix: Index, policy: Policy, n: int | None, *, force: bool, far: bool = F
             return None, False
         hwm.raise_to(root, cutting=n)
         _insert_epoch(db, policy, n, span)
+        keep(db, n)
         ix.bump("cuts_total", 1)
     try:
         with ix.write_now() if reader else ix.write():

@@ -4,7 +4,7 @@ item 4; sidecar/store/memberfiles.py, reset.py).
 Before: garbage on a few pages of ``index.sqlite``, and the reset gave a fresh, empty index: every
 epoch gone (a reader inside one got ENOENT for every file), start-up recovery removed every object
 file as an orphan, and the sampler fetched the whole cache again. Now each live epoch's members are
-kept in ``<cache>/epochs/epoch-N.members`` (written by the sampler's keeper shortly after each cut),
+kept in ``<cache>/epochs/epoch-N.members`` (written by each cut, by the sampler's keeper for a big epoch),
 and the reset builds the fresh index from them before it takes the damaged one's place: the same
 epochs, numbers, files and manifests, no object of them removed, none fetched again.
 
@@ -74,7 +74,7 @@ def test_a_damaged_index_is_rebuilt_with_every_live_epoch_and_no_object_removed(
         admit(store, {k: objects[k] for k in keys[350:500]})
         assert store.cut() == 2
         admit(store, {k: objects[k] for k in keys[500:]})  # after the last cut: in no epoch
-        assert sorted(store.write_members()) == [0, 1, 2]
+        assert all(path_of(cache, n).exists() for n in (0, 1, 2)), "each cut wrote its file"
         assert store.write_members() == [], "a file per epoch, written once"
         before = snapshot(store)
         infos = store.epochs()

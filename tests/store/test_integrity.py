@@ -36,6 +36,7 @@ from epochfs.sidecar.store import (
     CatalogRow,
     Policy,
     Store,
+    memberfiles,
     object_name,
     objectscan,
 )
@@ -347,6 +348,8 @@ def test_a_reset_index_continues_above_the_high_water_mark(tmp_path: Path) -> No
         admit(store, "a", b"a")
         for n in range(4):
             store.cut(n)
+        # The epochs the reset cannot restore: their members files gone too (cut writes them).
+        shutil.rmtree(memberfiles.folder(cache))
         store._handle.reset("a test")
         store.configure(Policy(capacity=10**6, headroom=0.0))
         assert store.epochs() == [] and store.next_epoch() == 4
