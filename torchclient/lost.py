@@ -71,12 +71,19 @@ def _oserror(exc: BaseException) -> OSError | None:
 
 
 def _mount_root(path: str) -> Path | None:
-    """The mount (or published folder) above ``path``'s ``epoch-N`` folder, None outside one."""
+    """The mount (or published folder) above ``path``'s ``epoch-N`` folder, None outside one:
+    the outermost ``epoch-N`` folder beside a ``.epochfs/`` folder (the mount's control folder),
+    so that a dataset's own folder named ``epoch-3`` inside an epoch is not taken for it (its key
+    and record were looked up in the wrong place, and a lost sample reported vanished). Without
+    a control folder (a plain folder), the nearest ``epoch-N`` folder."""
     p = Path(path)
+    nearest = found = None
     for parent in p.parents:
         if parse_epoch_name(parent.name) is not None:
-            return parent.parent
-    return None
+            nearest = nearest or parent.parent
+            if os.path.isdir(parent.parent / CONTROL_DIR):
+                found = parent.parent
+    return found or nearest
 
 
 _records: dict[str, tuple[tuple[int, int, int], dict[str, str]]] = {}

@@ -126,8 +126,22 @@ def take_out(ix: Index, files: ObjectFiles, damaged: list[tuple[StoredObject, st
     left alone, counted once; and its repair may be landing (the file installed before the
     ``repairs`` row goes), which a second take-out would have removed again. A finding of a
     missing file that is back by now is stale the same way (the repair landed): left alone."""
+    held: dict[int, Path | int] = {}  # verify's copies: a second link, or an open file to copy
+    try:
+        return _take_out(ix, files, damaged, quarantine=quarantine, corrupt=corrupt, held=held)
+    finally:
+        for aside in held.values():  # not handed on (the transaction failed): they go
+            if isinstance(aside, Path):
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(aside)
+            else:
+                os.close(aside)
+
+
+def _take_out(ix: Index, files: ObjectFiles, damaged: list[tuple[StoredObject, str]], *,
+              quarantine: bool, corrupt: bool, held: dict[int, Path | int]) -> list[TakenOut]:
     taken: list[tuple[StoredObject, str, Candidate | None]] = []
-    now_lost: list[str] = []  # waiting for a repair, now lost: the kept file goes
+    now_lost: list[tuple[StoredObject, str]] = []  # waiting for a repair, now lost: the kept file goes
     now = time.time()
     with ix.write() as db:
         journaled = journal.exists(db)
@@ -140,7 +154,7 @@ def take_out(ix: Index, files: ObjectFiles, damaged: list[tuple[StoredObject, st
                 listed = db.execute("SELECT 1 FROM catalog WHERE key=? AND skipped=0", (obj.key,)).fetchone()
                 if listed is None and db.execute("UPDATE repairs SET lost=1 WHERE sample=? AND lost=0",
                                                  (obj.id,)).rowcount:
-                    now_lost.append(obj.sid)
+                    now_lost.append((obj, problem))
                 continue
             if problem == "missing" and files.path_of(obj.sid).exists():
                 continue  # repaired since it was found missing
@@ -154,26 +168,39 @@ def take_out(ix: Index, files: ObjectFiles, damaged: list[tuple[StoredObject, st
             db.execute("INSERT INTO repairs(sample, lost, since) VALUES(?,?,?) ON CONFLICT(sample) "
                        "DO UPDATE SET lost=excluded.lost", (obj.id, int(cand is None), now))
             taken.append((obj, problem, cand))
+            if cand is not None and quarantine and problem != "missing":
+                # Verify's copy is taken before the commit: no repair lands on a sample before
+                # its repairs row is committed, so this sees the damaged file. After the commit
+                # a running sampler's repair could rename the right bytes over it first, and the
+                # quarantine got the good file, logged as damaged.
+                aside = _hold(files, obj)
+                if aside is not None:
+                    held[obj.id] = aside
         if journaled:
-            journal.add(db, now_lost)
-    files.remove(now_lost)
-    out = []
+            journal.add(db, [obj.sid for obj, _ in now_lost])
+    out = [TakenOut(obj.key, obj.sid, obj.size, problem, _drop(files, obj, problem, quarantine=quarantine),
+                    None) for obj, problem in now_lost]
+    failed: list[tuple[str, str]] = []  # (key, why) of the copies that failed
     for obj, problem, cand in taken:
         if cand is None:
             moved = _drop(files, obj, problem, quarantine=quarantine)
-        elif quarantine and problem != "missing":  # kept for its repair; verify keeps a copy
-            moved = _quarantine(files, obj, problem, keep=True)
+        elif obj.id in held:  # kept for its repair; verify keeps a copy
+            moved = _quarantine(files, obj, problem, keep=held.pop(obj.id), failed=failed)
         else:
             moved = None
         out.append(TakenOut(obj.key, obj.sid, obj.size, problem, moved, cand))
+    if failed:
+        log.warning("no copy kept in %s/ of %d damaged object file(s) (hard links refused, and the "
+                    "copy failed: %s): %s", QUARANTINE_DIR, len(failed), failed[0][1],
+                    ", ".join(repr(k) for k, _ in failed[:5]))
     return out
 
 
 def _drop(files: ObjectFiles, obj: StoredObject, problem: str, *, quarantine: bool) -> Path | None:
-    """The file of a sample marked lost goes: moved to ``quarantine/`` or removed."""
-    moved = _quarantine(files, obj, problem, keep=False) if quarantine else None
-    if moved is None:
-        files.remove([obj.sid])
+    """The file of a sample marked lost goes: moved to ``quarantine/`` or removed (also after a
+    move: a rename onto another link of the same file, verify's earlier copy, does nothing)."""
+    moved = _quarantine(files, obj, problem, keep=None) if quarantine else None
+    files.remove([obj.sid])
     return moved
 
 
@@ -284,29 +311,58 @@ def lost(ix: Index, *, unless: LostDigest | None = None) -> tuple[LostDigest, li
     return digest, [FileEntry(str(k), int(size), "", object_name(str(sid))) for k, size, sid in rows]
 
 
-def _quarantine(files: ObjectFiles, obj: StoredObject, problem: str, *, keep: bool) -> Path | None:
+def _hold(files: ObjectFiles, obj: StoredObject) -> Path | int | None:
+    """A second link to ``obj``'s damaged file at a temp name in ``quarantine/`` (cheap: taken
+    in the take-out's write transaction), or where links are refused the file opened, to copy
+    after the commit (the open file is the damaged one even if the repair lands first); None
+    when the file is already gone."""
+    folder = files.objects_dir.parent / QUARANTINE_DIR
+    folder.mkdir(exist_ok=True)
+    temp = folder / f".{obj.sid}.{os.getpid()}.tmp"
+    source = files.path_of(obj.sid)
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(temp)
+    try:
+        os.link(source, temp)
+        return temp
+    except FileNotFoundError:
+        return None
+    except OSError:
+        pass  # a volume without hard links
+    try:
+        return os.open(source, os.O_RDONLY | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return None
+
+
+def _quarantine(files: ObjectFiles, obj: StoredObject, problem: str, *, keep: Path | int | None,
+                failed: list[tuple[str, str]] | None = None) -> Path | None:
     """Put the object file at ``<cache>/quarantine/<sid>`` and note why in ``quarantine.log``
-    (one JSON line each); None when the file is already gone. ``keep``: the object file stays
-    where it is for its repair (the repair renames over it), so the quarantine gets a second
-    link to it (a copy where links are refused), which keeps the damaged bytes after that."""
+    (one JSON line each); None when the file is already gone. ``keep`` (from :func:`_hold`):
+    the object file stays where it is for its repair (the repair renames over it), so the
+    quarantine gets the second link to it taken before the commit, or a copy of the open file
+    where links are refused; a copy that fails (ENOSPC) is removed and its key added to
+    ``failed``: no copy, and the take-out's report goes on. None: the file is moved."""
     folder = files.objects_dir.parent / QUARANTINE_DIR
     folder.mkdir(exist_ok=True)
     target = folder / obj.sid
-    source = files.path_of(obj.sid)
     try:
-        if keep:
+        if isinstance(keep, Path):
+            os.replace(keep, target)
+        elif keep is not None:
             temp = folder / f".{obj.sid}.{os.getpid()}.tmp"
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(temp)
             try:
-                os.link(source, temp)
+                with os.fdopen(keep, "rb") as src, open(temp, "wb") as dst:
+                    shutil.copyfileobj(src, dst)
             except OSError as e:
-                if isinstance(e, FileNotFoundError):
-                    raise
-                shutil.copyfile(source, temp)  # a volume without hard links
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(temp)
+                if failed is not None:
+                    failed.append((obj.key, str(e.strerror or e)))
+                return None
             os.replace(temp, target)
         else:
-            os.replace(source, target)
+            os.replace(files.path_of(obj.sid), target)
     except FileNotFoundError:
         return None
     note = {"time": time.time(), "key": obj.key, "sid": obj.sid, "size": obj.size, "problem": problem}
