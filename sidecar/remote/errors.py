@@ -390,92 +390,16 @@ def may_answer_later(exc: BaseException) -> bool:
     return failure is not None and failure.retry
 
 
-S3_CREDENTIAL_CODES = frozenset({
-    "InvalidAccessKeyId", "SignatureDoesNotMatch", "ExpiredToken", "InvalidToken",
-    "TokenRefreshRequired", "InvalidClientTokenId", "AuthFailure",
-    "AuthenticationFailed",  # Azure's refused key or SAS
-})
-"""S3 error codes that refuse the credentials themselves (an unknown key, a wrong secret, an
-expired session token), as opposed to ``AccessDenied``: known credentials without the right."""
-S3_REGION_CODES = frozenset({
-    "PermanentRedirect", "AuthorizationHeaderMalformed", "IllegalLocationConstraintException",
-})
-"""S3 error codes that say the request went to, or was signed for, another region."""
-
-RefusalCause = str
-"""What a refused first listing says is wrong, for the fix the sampler names (sampler/command.py):
-``host`` (the name does not resolve), ``certificate`` (TLS refused it), ``credentials`` (none
-found, or the store does not accept them), ``access`` (accepted, but not allowed), ``bucket`` (no
-such bucket or container), ``region`` (another region's bucket), ``missing`` (no such folder,
-object or URL)."""
-
-
-def _answer_code(link: BaseException) -> tuple[int, str] | None:
-    """(HTTP status, error code) of an error answer in one link of a chain: botocore's
-    ``ClientError``, a presigned request's :class:`HTTPStatusError` (S3's ``<Code>`` in its
-    body), or any exception with an HTTP ``status`` (aiohttp's, the Azure SDK's)."""
-    if "botocore" in sys.modules:
-        from botocore import exceptions as bce
-
-        if isinstance(link, bce.ClientError):
-            response: dict[str, Any] = dict(link.response or {})
-            status = int(response.get("ResponseMetadata", {}).get("HTTPStatusCode", 0) or 0)
-            return status, str(response.get("Error", {}).get("Code", ""))
-        if isinstance(link, (bce.NoCredentialsError, bce.PartialCredentialsError)):
-            return 401, "NoCredentials"
-    if isinstance(link, HTTPStatusError):
-        return link.status, s3_error_code(link.body)
-    answered = getattr(link, "status", None) or getattr(link, "status_code", None)
-    if isinstance(answered, int) and 400 <= answered <= 599:
-        return answered, str(getattr(link, "error_code", "") or "")
-    return None
-
-
-def refusal_cause(exc: BaseException) -> RefusalCause | None:
-    """What a remote's refusal at the start says is wrong (:data:`RefusalCause`), from the
-    exception and its causes; None when nothing in them tells (then the message names the flag
-    only). Asked only of failures :func:`may_answer_later` says a restart would meet again."""
-    links = list(_chain(exc))
-    if any(isinstance(link, socket.gaierror) for link in links):
-        return "host"
-    if any(isinstance(link, ssl.SSLCertVerificationError) for link in links):
-        return "certificate"
-    answers = [answer for answer in map(_answer_code, links) if answer is not None]
-    # The answer with S3's own code first: a typed failure above it (NotFound, status 404) may
-    # carry the status alone, where the presigned request's error document says NoSuchBucket.
-    answers.sort(key=lambda answer: not answer[1])
-    for status, code in answers:
-        if code == "NoCredentials" or code in S3_CREDENTIAL_CODES or status == 401:
-            return "credentials"
-        if code in ("NoSuchBucket", "ContainerNotFound"):
-            return "bucket"
-        if code in S3_REGION_CODES or status == 301:
-            return "region"
-        if status == 403:
-            return "access"
-        if status == 404:
-            return "missing"
-    for link in links:
-        if isinstance(link, (PermissionError, Denied)):
-            return "access"
-        if isinstance(link, (FileNotFoundError, NotADirectoryError, NotFound)):
-            return "missing"
-    return None
-
-
 __all__ = [
     "AZURE_RETRY_CODES",
     "AZURE_THROTTLE_CODES",
     "GCS_THROTTLE_REASONS",
-    "S3_CREDENTIAL_CODES",
-    "S3_REGION_CODES",
     "S3_RETRY_CODES",
     "S3_THROTTLE_CODES",
     "Changed",
     "Denied",
     "Kind",
     "NotFound",
-    "RefusalCause",
     "RemoteError",
     "RemoteFailure",
     "Rule",
@@ -491,7 +415,6 @@ __all__ = [
     "gcs_kind",
     "library_kind",
     "may_answer_later",
-    "refusal_cause",
     "s3_answer",
     "s3_error_code",
     "s3_kind",

@@ -42,7 +42,8 @@ from epochfs.sidecar.listing.indexfile import IndexSource, listing_source
 from epochfs.sidecar.listing.sources import PagedSource
 from epochfs.sidecar.redact import redact
 from epochfs.sidecar.remote import Remote, RemoteError, open_remote
-from epochfs.sidecar.remote.errors import may_answer_later, refusal_cause
+from epochfs.sidecar.remote.errors import may_answer_later
+from epochfs.sidecar.remote.refusal import refusal_cause
 from epochfs.sidecar.sampler.loop import STOP_GRACE, Sampler
 from epochfs.sidecar.signals import set_from_handler
 from epochfs.sidecar.store import Meta, Store, StoreError
@@ -120,7 +121,7 @@ def _host(url: str | None) -> str:
 
 def refusal_fix(settings: SamplerSettings, cause: str | None) -> tuple[str, str]:
     """(the flag to name, what to do) for a remote that refused the first listing, by the cause
-    :func:`~epochfs.sidecar.remote.errors.refusal_cause` found: the line a user reads first, in a
+    :func:`~epochfs.sidecar.remote.refusal.refusal_cause` found: the line a user reads first, in a
     terminal or in ``kubectl describe pod``'s termination message, must say what to check, not
     only what the store answered (issue 21)."""
     s3 = settings.remote.startswith("s3://")
@@ -131,7 +132,12 @@ def refusal_fix(settings: SamplerSettings, cause: str | None) -> tuple[str, str]
         flag, url = "--endpoint-url", endpoint
     else:
         flag, url = "--remote", settings.remote
-    if cause == "host":
+    if cause == "host" and url.startswith("s3://") and not settings.endpoint_url:
+        # AWS answers every bucket's name (wildcard DNS): the name that failed is AWS's endpoint.
+        fix = (f"AWS's S3 endpoint for bucket {_host(url) or url} does not resolve from this node "
+               f"(S3 resolves every bucket name: not a typo in {flag}): check the node's DNS and "
+               "egress (or AWS_DEFAULT_REGION / --endpoint-url)")
+    elif cause == "host":
         fix = (f"check the host name in {flag}: {_host(url) or url} does not resolve from this node "
                "(a typo, or a name only another network knows)")
     elif cause == "certificate":

@@ -34,9 +34,11 @@ import pytest
 from common import S3Server, free_port, port_open, stop_process, wait_until
 
 from epochfs.fuse.mounting import find_mount
-from epochfs.sidecar.config import EXIT_RETRY
+from epochfs.sidecar.config import EXIT_RETRY, SamplerSettings
 from epochfs.sidecar.remote import RemoteError
-from epochfs.sidecar.remote.errors import may_answer_later, refusal_cause
+from epochfs.sidecar.remote.errors import may_answer_later
+from epochfs.sidecar.remote.refusal import refusal_cause
+from epochfs.sidecar.sampler.command import refusal_message
 from epochfs.sidecar.store import INDEX_NAME, Store
 
 EPOCHFS = str(Path(sys.executable).with_name("epochfs"))
@@ -269,6 +271,29 @@ def test_a_resolver_that_cannot_answer_now_is_transient_and_a_missing_name_is_no
         except RemoteError as failure:
             assert may_answer_later(failure) is later, errno
             assert refusal_cause(failure) == "host"
+
+
+def test_an_aws_endpoint_that_does_not_resolve_names_the_nodes_dns_not_the_bucket(tmp_path: Path) -> None:
+    """``s3://BUCKET`` with no ``--endpoint-url``: S3 resolves every bucket name (wildcard DNS),
+    so a name that does not resolve is AWS's endpoint, and the fix is the node's DNS or egress,
+    or the region; with an endpoint the line still names the endpoint's host. Built from the
+    error the resolver raises (EAI_NONAME), as no test may depend on reaching AWS."""
+    try:
+        try:
+            raise socket.gaierror(socket.EAI_NONAME, "Name or service not known")
+        except socket.gaierror as e:
+            raise RemoteError("cannot list s3://bkt/train: [Errno -2] Name or service not known") from e
+    except RemoteError as failure:
+        aws = refusal_message(SamplerSettings(remote="s3://bkt/train", cache=tmp_path), failure)
+        endpoint = refusal_message(SamplerSettings(remote="s3://bkt/train", cache=tmp_path,
+                                                   endpoint_url="http://minio.invalid:9000"), failure)
+    assert aws == ("--remote: cannot list s3://bkt/train: [Errno -2] Name or service not known; AWS's "
+                   "S3 endpoint for bucket bkt does not resolve from this node (S3 resolves every "
+                   "bucket name: not a typo in --remote): check the node's DNS and egress (or "
+                   "AWS_DEFAULT_REGION / --endpoint-url)"), aws
+    assert endpoint.startswith("--endpoint-url: "), endpoint
+    assert endpoint.endswith("; check the host name in --endpoint-url: minio.invalid does not resolve "
+                             "from this node (a typo, or a name only another network knows)"), endpoint
 
 
 @pytest.mark.fuse

@@ -6,8 +6,10 @@ because what decides whether a pod reaches the webhook is the combination: kube-
 its ``namespaceSelector`` the namespace's labels (which always include
 ``kubernetes.io/metadata.name``), its ``objectSelector`` the object's labels (an absent selector is
 ``{}``, which matches everything), and then every one of its ``matchConditions`` evaluates to true.
-A condition that errors is neither true nor false: the webhook's ``failurePolicy`` decides (Fail
-refuses the pod), so :func:`webhooks_called` raises :class:`ConditionError` rather than guess.
+Every condition is evaluated, then (as the API server's matcher does) one that is false skips the
+webhook even where another errored; only when none is false and one errored does the webhook's
+``failurePolicy`` decide (Fail refuses the pod), so :func:`webhooks_called` raises
+:class:`ConditionError` then rather than guess.
 
 The CEL expressions run on cel-python (``celpy``), a real CEL implementation, with the variables
 the API server gives matchConditions (``object``, ``oldObject``, ``request``); ``authorizer`` is
@@ -87,22 +89,30 @@ def pod_create_request(pod: JSON, namespace: str) -> JSON:
 
 
 def conditions_hold(conditions: Sequence[Mapping[str, Any]], pod: JSON, namespace: str) -> bool:
-    """Whether every matchCondition is true for the pod's creation (ConditionError if one errors)."""
+    """Whether every matchCondition is true for the pod's creation, in kube-apiserver's order of
+    rules (k8s.io/apiserver's matchconditions.Matcher): all are evaluated; any false one gives
+    False (the webhook is skipped) even where another errored, so the answer does not depend on
+    the conditions' order; when none is false and some errored, :class:`ConditionError` naming
+    them (failurePolicy decides)."""
     env = celpy.Environment()
     activation = {
         "object": celpy.json_to_cel(pod),
         "oldObject": celpy.json_to_cel(None),
         "request": celpy.json_to_cel(pod_create_request(pod, namespace)),
     }
+    errors: list[str] = []
     for condition in conditions:
         try:
             result = env.program(env.compile(condition["expression"])).evaluate(activation)
         except celpy.CELEvalError as e:
-            raise ConditionError(f"{condition['name']}: {e}") from e
+            errors.append(f"{condition['name']}: {e}")
+            continue
         if not isinstance(result, celpy.celtypes.BoolType):
-            raise ConditionError(f"{condition['name']}: {result!r} is not a bool")
-        if not result:
-            return False
+            errors.append(f"{condition['name']}: {result!r} is not a bool")
+        elif not result:
+            return False  # false wins over any error, before or after it
+    if errors:
+        raise ConditionError("; ".join(errors))
     return True
 
 

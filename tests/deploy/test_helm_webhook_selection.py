@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from admission_match import webhooks_called
+from admission_match import ConditionError, conditions_hold, webhooks_called
 from helm_helpers import CHART, NAMESPACE, RELEASE, helm, render, with_remote
 
 from epochfs.sidecar.webhook.mutate import decide
@@ -167,7 +167,19 @@ def test_a_cluster_older_than_the_webhook_needs_is_refused(helm_bin: Path, tmp_p
                 tmp=tmp_path, check=False)
     assert proc.returncode != 0
     assert "the webhook needs Kubernetes 1.29 or newer" in proc.stderr, proc.stderr
+    assert "rendering offline (helm template, a GitOps tool), pass --kube-version" in proc.stderr, proc.stderr
     helm(helm_bin, "template", RELEASE, str(CHART), "--kube-version", "1.29.0", values=values(), tmp=tmp_path)
+
+
+def test_a_false_condition_skips_the_webhook_even_where_another_errors() -> None:
+    """kube-apiserver evaluates every matchCondition: one false skips the webhook whatever the
+    others gave, in any order; failurePolicy decides only when none is false and one errored."""
+    errs = {"name": "errs", "expression": 'object.metadata.labels["x"] == "y"'}  # no labels: an error
+    false, true = {"name": "no", "expression": "false"}, {"name": "yes", "expression": "true"}
+    assert not conditions_hold([errs, false], pod(), TEAM[0])
+    assert not conditions_hold([false, errs], pod(), TEAM[0])
+    with pytest.raises(ConditionError, match=r"^errs: "):
+        conditions_hold([true, errs], pod(), TEAM[0])
 
 
 def notes(helm_bin: Path, tmp_path: Path, chart_values: dict[str, Any]) -> str:
