@@ -9,11 +9,12 @@ from __future__ import annotations
 import hashlib
 import os
 import sqlite3
+import time
 from pathlib import Path
 
 from epochfs.sidecar import keyorder
 from epochfs.sidecar.reservations import Reservations
-from epochfs.sidecar.store import INDEX_NAME, Admission, Store, object_name
+from epochfs.sidecar.store import INDEX_NAME, Admission, FileEntry, RecoveryReport, Store, object_name
 
 
 def sid_of(key: str) -> str:
@@ -88,3 +89,21 @@ def garble(cache: Path, table: str, pages: int = 7) -> list[int]:
             f.seek((page - 1) * size)
             f.write(os.urandom(size))
     return hit
+
+
+def epoch_snapshot(store: Store) -> dict[int, list[FileEntry]]:
+    """Every live epoch's files, by number: what an index rebuild must give back."""
+    return {e.epoch: store.epoch_files(e.epoch) for e in store.epochs()}
+
+
+def restart_as_the_sampler(cache: Path) -> tuple[str, float, RecoveryReport]:
+    """What ``epochfs sample`` does at start: the index check (the full one: the marker or a small
+    index asks for it) that replaces a damaged index (rebuilt from the members files), then
+    recovery. Returns (what the check found, its seconds, recovery's report)."""
+    with Store(cache, create=True) as store:
+        started = time.monotonic()
+        problem = store.check_index()
+        seconds = time.monotonic() - started
+        report = store.recover(integrity="ok")
+    return problem, seconds, report
+

@@ -16,7 +16,6 @@ from __future__ import annotations
 import json
 import logging
 import os
-import time
 from pathlib import Path
 
 import pytest
@@ -24,15 +23,13 @@ from common import wait_until
 from fuse_helpers import admit, make_objects, open_store
 from integrity_helpers import objects_of, sampling
 from sampler_helpers import verify_cache
-from store_helpers import garble, sid_of
+from store_helpers import epoch_snapshot, garble, restart_as_the_sampler, sid_of
 
 from epochfs.sidecar.remote.testing import MemoryRemote
 from epochfs.sidecar.store import (
     INDEX_NAME,
     CatalogRow,
-    FileEntry,
     Policy,
-    RecoveryReport,
     Schedule,
     Store,
     object_name,
@@ -40,24 +37,8 @@ from epochfs.sidecar.store import (
 from epochfs.sidecar.store.memberfiles import path_of
 
 
-def snapshot(store: Store) -> dict[int, list[FileEntry]]:
-    return {e.epoch: store.epoch_files(e.epoch) for e in store.epochs()}
-
-
 def object_files(cache: Path) -> set[str]:
     return {f"{d.name}/{f.name}" for d in (cache / "objects").iterdir() for f in d.iterdir()}
-
-
-def restart_as_the_sampler(cache: Path) -> tuple[str, float, RecoveryReport]:
-    """What ``epochfs sample`` does at start: the index check (the full one: the marker or a small
-    index asks for it) that replaces a damaged index, then recovery. Returns (what the check
-    found, its seconds, recovery's report)."""
-    with Store(cache, create=True) as store:
-        started = time.monotonic()
-        problem = store.check_index()
-        seconds = time.monotonic() - started
-        report = store.recover(integrity="ok")
-    return problem, seconds, report
 
 
 # ---------------------------------------------------------------------------- the store
@@ -76,7 +57,7 @@ def test_a_damaged_index_is_rebuilt_with_every_live_epoch_and_no_object_removed(
         admit(store, {k: objects[k] for k in keys[500:]})  # after the last cut: in no epoch
         assert all(path_of(cache, n).exists() for n in (0, 1, 2)), "each cut wrote its file"
         assert store.write_members() == [], "a file per epoch, written once"
-        before = snapshot(store)
+        before = epoch_snapshot(store)
         infos = store.epochs()
         max_sample = int(store._ix.query("SELECT MAX(max_sample) FROM epochs")[0][0])
     assert [len(before[n]) for n in (0, 1, 2)] == [200, 350, 500]
@@ -92,7 +73,7 @@ def test_a_damaged_index_is_rebuilt_with_every_live_epoch_and_no_object_removed(
     assert "epochs 0, 1, 2 restored" in lines[0] and "500 object files kept" in lines[0], lines[0]
 
     with Store(cache, create=True) as store:
-        assert snapshot(store) == before, "the same epochs with the same files"
+        assert epoch_snapshot(store) == before, "the same epochs with the same files"
         assert store.epochs() == infos, "the same numbers, counts, cut times (manifest headers)"
         stats = store.stats()
         assert (stats.samples, stats.cache_bytes) == (500, 500 * 700), "the running totals recounted"
@@ -124,7 +105,7 @@ def test_the_sampler_fetches_nothing_of_the_restored_epochs_again(tmp_path: Path
         wait_until(lambda: store.stats().samples == 500, what="every object admitted")
         wait_until(lambda: all(path_of(cache, n).exists() for n in range(3)), timeout=10,
                    what="the sampler's keeper wrote the three members files")
-        before = snapshot(store)
+        before = epoch_snapshot(store)
     assert len(before[2]) == 500
     assert sum(remote.opens.values()) == 500
     garble(cache, "samples")
@@ -133,11 +114,11 @@ def test_the_sampler_fetches_nothing_of_the_restored_epochs_again(tmp_path: Path
     assert problem != "ok"
     opened = dict(remote.opens)
     with sampling(cache, remote, "--keep-epochs", "3", "--scrub-rate", "0") as (store, _):
-        assert snapshot(store) == before
+        assert epoch_snapshot(store) == before
         assert store.stats().samples == 500
         # Listed again (the fixture lists before the loop starts): no key is left to fetch.
         assert store.candidates(after_rank=None, limit=1) == [] and store.repairs_due() == []
-        assert snapshot(store) == before
+        assert epoch_snapshot(store) == before
     refetched = {k: n - opened.get(k, 0) for k, n in remote.opens.items() if n != opened.get(k)}
     members = {f.path for files in before.values() for f in files}
     assert not {k for k in refetched if k in members}, f"fetched again: {sorted(refetched)[:5]}"
@@ -154,7 +135,7 @@ def test_a_missing_or_short_object_is_repaired_in_place_and_the_epoch_stays_whol
         wait_until(lambda: store.stats().samples == 60, what="every object admitted")
         assert store.cut(force=True) == 0
         wait_until(lambda: path_of(cache, 0).exists(), timeout=10, what="the members file")
-        before = snapshot(store)
+        before = epoch_snapshot(store)
     keys = sorted(objects)
     gone, short = cache / "objects" / object_name(sid_of(keys[3])), \
         cache / "objects" / object_name(sid_of(keys[7]))
@@ -165,10 +146,10 @@ def test_a_missing_or_short_object_is_repaired_in_place_and_the_epoch_stays_whol
     restart_as_the_sampler(cache)
     assert not short.exists(), "a short file is never served"
     with sampling(cache, remote, "--scrub-rate", "0") as (store, _):
-        assert snapshot(store) == before, "the epoch lists both while they are fetched again"
+        assert epoch_snapshot(store) == before, "the epoch lists both while they are fetched again"
         wait_until(lambda: store.stats().repaired_total == 2 and store.stats().repairing == 0,
                    what="both repaired in place")
-        assert snapshot(store) == before
+        assert epoch_snapshot(store) == before
     assert remote.opens[keys[3]] == remote.opens[keys[7]] == 2
     assert sum(remote.opens.values()) == 62
     verify_cache(cache, objects)
@@ -195,11 +176,11 @@ def test_schedule_mode_windows_come_back_with_their_files_and_ranks(tmp_path: Pa
             assert store.cut(n) == n
         assert store._ix.query("SELECT COUNT(*) FROM epochs WHERE lo_key IS NOT NULL")[0][0] == 3
         store.write_members()
-        before = snapshot(store)
+        before = epoch_snapshot(store)
     assert [len(before[n]) for n in range(3)] == [20, 30, 45]
     (cache / INDEX_NAME).write_bytes(b"not a database" * 400)
     with Store(cache, create=True) as store:
-        assert snapshot(store) == before
+        assert epoch_snapshot(store) == before
         assert store.policy() == policy, "the rules came back with the epochs"
         store.add_catalog(catalog)  # listed again
         store.finalize_catalog()
@@ -222,7 +203,7 @@ def test_a_damaged_members_file_loses_its_epoch_only_and_its_number_is_never_cut
             admit(store, {k: objects[k] for k in keys[n * 10:(n + 1) * 10]})
             assert store.cut() == n
         store.write_members()
-        before = snapshot(store)
+        before = epoch_snapshot(store)
     damaged = path_of(cache, 2)
     lines = damaged.read_bytes().splitlines(keepends=True)
     lines[1] = lines[1].replace(b"train/00025", b"train/00925", 1)  # the hash no longer matches
@@ -230,7 +211,7 @@ def test_a_damaged_members_file_loses_its_epoch_only_and_its_number_is_never_cut
     (cache / INDEX_NAME).write_bytes(b"not a database" * 400)
     caplog.set_level(logging.ERROR, logger="epochfs.store")
     with Store(cache, create=True) as store:  # a writer's open finds the damage
-        assert snapshot(store) == {0: before[0], 1: before[1]}
+        assert epoch_snapshot(store) == {0: before[0], 1: before[1]}
         assert store.cut_ready(2) is False and store.request_cut(2) is False
         with pytest.raises(ValueError, match="high-water mark 2"):
             store.cut(2)
@@ -257,10 +238,10 @@ def test_a_retired_epoch_loses_its_members_file_and_is_never_restored(tmp_path: 
         # comes first); one put back by hand for a retired epoch goes at the keeper's next look.
         path_of(cache, 1).write_bytes(kept)
         assert store.write_members() == [] and not path_of(cache, 1).exists()
-        before = snapshot(store)
+        before = epoch_snapshot(store)
     (cache / INDEX_NAME).write_bytes(b"not a database" * 400)
     with Store(cache, create=True) as store:
-        assert snapshot(store) == before
+        assert epoch_snapshot(store) == before
         assert [e.epoch for e in store.epochs()] == [2, 3]
 
 

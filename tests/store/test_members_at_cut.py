@@ -19,32 +19,17 @@ from pathlib import Path
 
 import pytest
 from fuse_helpers import admit, make_objects, open_store
-from store_helpers import garble, sid_of
+from store_helpers import epoch_snapshot, garble, restart_as_the_sampler, sid_of
 
 from epochfs.sidecar.store import (
     INDEX_NAME,
     CatalogRow,
-    FileEntry,
     Policy,
-    RecoveryReport,
     Schedule,
     Store,
     memberfiles,
 )
 from epochfs.sidecar.store.memberfiles import path_of
-
-
-def snapshot(store: Store) -> dict[int, list[FileEntry]]:
-    return {e.epoch: store.epoch_files(e.epoch) for e in store.epochs()}
-
-
-def restart_as_the_sampler(cache: Path) -> tuple[str, RecoveryReport]:
-    """What ``epochfs sample`` does at start: the full index check, which replaces a damaged index
-    (rebuilt from the members files), then recovery."""
-    with Store(cache, create=True) as store:
-        problem = store.check_index()
-        report = store.recover(integrity="ok")
-    return problem, report
 
 
 @pytest.mark.parametrize("how", ["cut", "lookup"])
@@ -65,15 +50,15 @@ def test_an_epoch_cut_just_before_the_damage_comes_back_with_the_same_manifest(
             assert store.cut() == 1
         else:
             assert store.request_cut(1), "the lookup cut epoch 1"
-        before = snapshot(store)
+        before = epoch_snapshot(store)
         infos = store.epochs()
     assert [len(before[n]) for n in (0, 1)] == [250, 500]
     garble(cache, "samples")
 
-    problem, report = restart_as_the_sampler(cache)
+    problem, _, report = restart_as_the_sampler(cache)
     assert problem != "ok", "the damage was found"
     with Store(cache, create=True) as store:
-        assert snapshot(store) == before, "epoch 1 survived with the same manifest"
+        assert epoch_snapshot(store) == before, "epoch 1 survived with the same manifest"
         assert store.epochs() == infos
         assert store.next_epoch() == 2
     assert path_of(cache, 1).exists(), "written by the cut: no keeper pass since epoch 0"
@@ -92,11 +77,11 @@ def test_a_schedule_window_cut_just_before_the_damage_comes_back(tmp_path: Path)
         store.finalize_catalog()
         admit(store, objects)
         assert store.cut(0) == 0
-        before = snapshot(store)
+        before = epoch_snapshot(store)
     assert len(before[0]) == 100
     (cache / INDEX_NAME).write_bytes(b"not a database" * 400)
     with Store(cache, create=True) as store:
-        assert snapshot(store) == before
+        assert epoch_snapshot(store) == before
         assert store.policy() == policy
 
 
@@ -166,7 +151,7 @@ def test_a_file_left_by_a_killed_cut_never_stands_for_the_epoch_cut_again(
         if limit == 100:
             assert not path_of(cache, 0).exists()
             assert store.write_members() == [0]
-        before = snapshot(store)
+        before = epoch_snapshot(store)
     (cache / INDEX_NAME).write_bytes(b"not a database" * 400)
     with Store(cache, create=True) as store:
-        assert snapshot(store) == before
+        assert epoch_snapshot(store) == before
