@@ -31,8 +31,8 @@ from typing import TypeVar
 from epochfs.fuse.classes import ClassesFile
 from epochfs.fuse.epochreads import EpochReads
 from epochfs.fuse.heap import release_free_memory
+from epochfs.fuse.lookupcut import request_cut
 from epochfs.fuse.lost import LostEntries, LostSample
-from epochfs.fuse.metrics import fuse_metrics
 from epochfs.fuse.packed import PackedBytes
 from epochfs.fuse.tree import (
     DIR_MODE,
@@ -230,27 +230,10 @@ class View:
             return live.get(n)
         if not cut:
             return None
-        if not self._request_cut(n):
+        if not request_cut(self.store, n):
             return None
         self.refresh()
         return self._snap.live.get(n)
-
-    def _request_cut(self, n: int) -> bool:
-        """Ask the store to cut ``n`` for a lookup; True when it is live now.
-
-        A cut this lookup made is a wait to report (``epochfs_cut_wait_seconds``, issue 23): the
-        sampler reports only the queued cuts it makes itself, so a trainer's ``stat epoch-N`` that
-        cut at once, or whose poll cut the epoch an earlier lookup had queued, went uncounted. The
-        wait is the time since the request was queued (by an earlier lookup or ``POST /v1/cut``),
-        else the lookup's own time, as ``epochfs.sidecar.cutrequest`` reports its cuts. A cut
-        found made (another rank's lookup, the sampler's) is theirs to report."""
-        asked = time.monotonic()
-        queued = dict(self.store.pending_cuts()).get(n)  # read first: the cut removes the row
-        live, made = self.store.request_cut_made(n)
-        if made:
-            waited = time.time() - queued if queued is not None else time.monotonic() - asked
-            fuse_metrics().cut_waited(waited)
-        return live
 
     def tree(self, n: int) -> EpochTree:
         """The tree of live epoch ``n`` (built once, cached until it retires)."""
