@@ -206,3 +206,14 @@ def test_an_epochs_throughput_leaves_out_its_wait_for_the_cut() -> None:
                        cut_wait_seconds=18.0, complete=True)
     assert stats.reading_seconds == 2.0 and stats.mb_per_s == 50.0 and stats.samples_per_s == 5.0
     assert "100.0 MB in 2.00s = 50.0 MB/s" in stats.line() and "18.00s for the cut before" in stats.line()
+
+
+def test_an_epochs_line_gives_sizes_and_rates_in_the_unit_that_fits() -> None:
+    """A small epoch read "0.0 MB in 0.05s = 0.1 MB/s" (the wheel check's own line); issue 21."""
+    from epochfs.torchclient.loader import EpochStats
+
+    small = EpochStats(epoch=0, files=24, samples=24, batches=3, bytes=44_000, seconds=0.05, complete=True)
+    assert "44.0 kB in 0.05s = 880.0 kB/s" in small.line()
+    big = EpochStats(epoch=1, files=1, samples=1, batches=1, bytes=3_500_000_000, seconds=2.0, complete=True)
+    assert "3.5 GB in 2.00s = 1.8 GB/s" in big.line()
+    assert "512 B in" in EpochStats(epoch=2, files=1, samples=1, batches=1, bytes=512, seconds=1.0).line()
