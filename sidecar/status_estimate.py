@@ -39,7 +39,8 @@ class FetchRate:
 
     One reading at or before the window's start is kept, so that readings as far apart as a
     kubelet's probes (10 s by default) still give a rate; a counter that went back (a wiped
-    cache) starts over. Thread-safe: ``/readyz`` answers on several worker threads."""
+    cache) starts over; a reading older than the newest is left out. Thread-safe: ``/readyz``
+    answers on several worker threads."""
 
     WINDOW = 10.0
     MIN_SPAN = 1.0
@@ -54,7 +55,13 @@ class FetchRate:
         readings span :attr:`MIN_SPAN` seconds."""
         with self._lock:
             readings = self._readings
-            if readings and (fetched < readings[-1][1] or now < readings[-1][0]):
+            if readings and now < readings[-1][0]:
+                # Taken before the newest (two /readyz answers at once, read before the lock):
+                # it adds nothing, and clearing on it lost the estimate for the next second.
+                (t0, n0, b0), (t1, n1, b1) = readings[0], readings[-1]
+                span = t1 - t0
+                return ((n1 - n0) / span, (b1 - b0) / span) if span >= self.MIN_SPAN else None
+            if readings and fetched < readings[-1][1]:
                 readings.clear()
             readings.append((now, fetched, fetched_bytes))
             while len(readings) >= 2 and readings[1][0] <= now - self.WINDOW:

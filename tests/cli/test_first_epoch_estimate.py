@@ -111,3 +111,14 @@ def test_the_fetch_rate_spans_its_window_and_starts_over_on_a_reset() -> None:
     assert rate.record(22.0, 40, 4000) == (0.0, 0.0)  # since 12.0 s: nothing fetched
     assert rate.record(23.0, 3, 300) is None  # a wiped cache's counters: start over
     assert rate.record(25.0, 13, 1300) == (5.0, 500.0)
+
+
+def test_a_reading_older_than_the_newest_keeps_the_rate() -> None:
+    """Two /readyz answers at once read the counters before taking the lock, so one may come in
+    after a newer one: it is left out instead of clearing the history (the estimate went missing
+    from the next second's answers)."""
+    rate = FetchRate()
+    rate.record(0.0, 0, 0)
+    assert rate.record(4.0, 40, 4000) == (10.0, 1000.0)
+    assert rate.record(3.0, 30, 3000) == (10.0, 1000.0), "left out, the rate kept"
+    assert rate.record(6.0, 60, 6000) == (10.0, 1000.0), "the history kept"
