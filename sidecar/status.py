@@ -29,6 +29,7 @@ from typing import Any, TextIO
 from epochfs.sidecar.config import ConfigError, format_size
 from epochfs.sidecar.status_estimate import ESTIMATE_SECONDS, estimate, per_second
 from epochfs.sidecar.store import Meta, Store
+from epochfs.sidecar.store.stats import RETRYING_MAX_AGE, retry_words
 
 BAR_WIDTH = 40
 CLEAR = "\x1b[H\x1b[2J"
@@ -37,7 +38,7 @@ STATE_FILE_NAME = "sidecar-state.json"
 side by side in the layers and may not import each other; a test checks they agree)."""
 
 
-STATE_MAX_AGE = 90.0
+STATE_MAX_AGE = RETRYING_MAX_AGE
 """Seconds after which the supervisor's state file is taken for one a dead supervisor left: a live
 one rewrites it at each restart and each start of a retry (at most 30 s apart: its longest
 backoff, or a run that reaches 30 s and ends the retrying, when it removes the file). Its age, not
@@ -61,15 +62,7 @@ def retry_line(state: dict[str, Any], now: float) -> str | None:
     """``remote unreachable: <reason>; retry 3 in 8 s`` (or ``...; retry 3 running for 1 s``)
     from a supervisor state document at wall-clock ``now``: the words of ``/readyz``'s reason
     (``ChildProcesses.retry_note``); None when the sampler is not retrying."""
-    sampler = state.get("sampler") or {}
-    waiting, retry = sampler.get("waiting"), sampler.get("retry")
-    if not waiting:
-        return None
-    if sampler.get("next_start") is not None:
-        return f"{waiting}; retry {retry} in {max(0.0, float(sampler['next_start']) - now):.0f} s"
-    if sampler.get("started") is not None:
-        return f"{waiting}; retry {retry} running for {max(0.0, now - float(sampler['started'])):.0f} s"
-    return str(waiting)
+    return retry_words(state.get("sampler") or {}, now)
 
 
 def read_retrying(*, cache: Path | None, mount: Path | None) -> str | None:

@@ -159,15 +159,22 @@ def retry_line(text: str | None, now: float) -> str | None:
     carries it as ``sampler_retrying``."""
     try:
         state = json.loads(text or "null")
-        if not isinstance(state, dict) or not state.get("waiting"):
+        if not isinstance(state, dict) or now - float(state.get("written", 0)) > RETRYING_MAX_AGE:
             return None
-        if now - float(state.get("written", 0)) > RETRYING_MAX_AGE:
-            return None
-        waiting, retry = str(state["waiting"]), state.get("retry")
-        if state.get("next_start") is not None:
-            return f"{waiting}; retry {retry} in {max(0.0, float(state['next_start']) - now):.0f} s"
-        if state.get("started") is not None:
-            return f"{waiting}; retry {retry} running for {max(0.0, now - float(state['started'])):.0f} s"
-        return waiting
+        return retry_words(state, now)
     except (ValueError, TypeError):
         return None
+
+
+def retry_words(state: dict[str, Any], now: float) -> str | None:
+    """The retry line of a sampler retry state (``waiting``, ``retry``, ``next_start`` or
+    ``started``, wall-clock) at ``now``: the one wording for the index's value (:func:`retry_line`)
+    and the supervisor's state file (``epochfs status``); None when it is not retrying."""
+    waiting, retry = state.get("waiting"), state.get("retry")
+    if not waiting:
+        return None
+    if state.get("next_start") is not None:
+        return f"{waiting}; retry {retry} in {max(0.0, float(state['next_start']) - now):.0f} s"
+    if state.get("started") is not None:
+        return f"{waiting}; retry {retry} running for {max(0.0, now - float(state['started'])):.0f} s"
+    return str(waiting)
