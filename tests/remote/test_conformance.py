@@ -30,6 +30,7 @@ import subprocess
 import threading
 import time
 import urllib.request
+import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -227,7 +228,7 @@ class AzureServer:
         which stores none. Returns the container's name."""
         from azure.storage.blob import BlobBlock, BlobServiceClient
 
-        name = f"conformance-{free_port()}"
+        name = f"conformance-{uuid.uuid4().hex[:16]}"  # a port number can come round again
         service = BlobServiceClient(self.endpoint, credential={"account_name": AZURITE_ACCOUNT,
                                                                "account_key": AZURITE_KEY})
         with service:
@@ -300,7 +301,7 @@ def _file(request: pytest.FixtureRequest) -> Backend:
 
 def _gs(request: pytest.FixtureRequest) -> Backend:
     server: GCSServer = request.getfixturevalue("gcs_server")
-    bucket = f"conformance-{free_port()}"  # a new bucket per test: the server is the module's
+    bucket = f"conformance-{uuid.uuid4().hex[:16]}"  # a new bucket per test: the server is the module's
     server.call("POST", "/storage/v1/b?project=test", json.dumps({"name": bucket}).encode())
     for key, body in OBJECTS.items():
         server.call("POST", f"/upload/storage/v1/b/{bucket}/o?uploadType=media&name="
