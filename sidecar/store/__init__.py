@@ -17,14 +17,14 @@ sampler's (:mod:`epochfs.sidecar.reservations`).
 
 Modules, one concern each: :mod:`.records` (the values that cross the boundary), :mod:`.index`
 (SQLite, transactions, meta keys, counters), :mod:`.handle` (following the index when its files
-change), :mod:`.reset` (replacing a damaged index), :mod:`.memberfiles` (each live epoch's members, kept
-outside the index, and the rebuild from them), :mod:`.hwm` (the epoch high-water mark),
-:mod:`.objects` (object and temp files), :mod:`.recovery` (with :mod:`.journal`, the names a crash
-can leave out of step, and :mod:`.objectscan`, the background scan), :mod:`.integrity` (objects against
-their md5, quarantine), :mod:`.catalog` (catalog queries), :mod:`.eviction`, :mod:`.epochs` (cuts,
-the cut condition, windows, requests, retirement), :mod:`.stats`, :mod:`.admitted` (the admission
-order as the folder view's tree built ahead follows it), :mod:`.reader` (what the FUSE view may
-ask) and :mod:`.cache` (the :class:`Store` facade).
+change), :mod:`.reset` (replacing a damaged index), :mod:`.memberfiles` (each live epoch's members,
+kept outside the index), :mod:`.memberrestore` (rebuilding a lost index from them), :mod:`.hwm` (the
+epoch high-water mark), :mod:`.objects` (object and temp files), :mod:`.recovery` (with
+:mod:`.journal`, the names a crash can leave out of step, and :mod:`.objectscan`, the background
+scan), :mod:`.integrity` (objects against their md5, quarantine), :mod:`.catalog` (catalog queries),
+:mod:`.eviction`, :mod:`.epochs` (cuts, the cut condition, windows, requests, retirement),
+:mod:`.stats`, :mod:`.admitted` (the admission order as the folder view's tree built ahead follows
+it), :mod:`.reader` (what the FUSE view may ask) and :mod:`.cache` (the :class:`Store` facade).
 """
 
 from epochfs.sidecar.store.admitted import AdmittedSample, EpochExtent

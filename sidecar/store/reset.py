@@ -3,7 +3,7 @@
 A corrupt ``index.sqlite`` (a garbage page, a file that is not a database) cannot be repaired in
 place, and failing on it at every start is a crash loop that takes the sidecar with it. So a fresh
 index is built beside it (``index.rebuild.sqlite``) from the members files of the live epochs
-(:mod:`.memberfiles`: the epochs, their samples, the running totals), and only then takes the damaged
+(:mod:`.memberrestore`: the epochs, their samples, the running totals), and only then takes the damaged
 one's place: the old index is linked to ``index.sqlite.corrupt-<UTC time>`` (kept for a
 post-mortem; nothing reads it again), its ``-wal``/``-shm`` files renamed beside it, and the
 rebuilt file renamed over ``index.sqlite``, so the path always holds an index and no process ever
@@ -29,7 +29,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-from epochfs.sidecar.store import hwm, memberfiles
+from epochfs.sidecar.store import hwm, memberrestore
 from epochfs.sidecar.store.index import INDEX_NAME, SHM_SUFFIX, WAL_SUFFIX, Index
 from epochfs.sidecar.store.objects import fsync_dir
 
@@ -60,7 +60,7 @@ def _remove_index_files(path: Path) -> None:
             os.unlink(f"{path}{suffix}")
 
 
-def build(root: Path, *, migrate: bool) -> tuple[Path, memberfiles.Rebuilt] | None:
+def build(root: Path, *, migrate: bool) -> tuple[Path, memberrestore.Rebuilt] | None:
     """A fresh index at :data:`REBUILD_NAME` holding the epochs of the members files, closed and
     checkpointed (no log beside it); None when it could not be built (then nothing is left)."""
     temp = root / REBUILD_NAME
@@ -71,7 +71,7 @@ def build(root: Path, *, migrate: bool) -> tuple[Path, memberfiles.Rebuilt] | No
             # Room for the b-trees of a million samples' unique keys, filled in random order:
             # 12 s instead of 23 s for the samples of a 1M-member epoch (allocated as used).
             fresh.db.execute(f"PRAGMA cache_size=-{REBUILD_CACHE_KIB}")
-            rebuilt = memberfiles.rebuild(fresh, root)
+            rebuilt = memberrestore.rebuild(fresh, root)
             fresh.checkpoint()
         finally:
             fresh.close()
@@ -128,7 +128,7 @@ def move_aside(root: Path, *, replacement: Path | None = None) -> Path:
     return base
 
 
-def report(root: Path, problem: str, aside: Path, rebuilt: memberfiles.Rebuilt | None = None,
+def report(root: Path, problem: str, aside: Path, rebuilt: memberrestore.Rebuilt | None = None,
            seconds: float = 0.0) -> None:
     """The one log line of a reset: what was wrong, where the old index went, what follows."""
     top = hwm.floor(hwm.read(root), None)

@@ -1,5 +1,5 @@
 """A damaged index is rebuilt from what is on disk, not by dropping the published epochs (issue 20,
-item 4; sidecar/store/memberfiles.py, reset.py).
+item 4; sidecar/store/memberfiles.py, memberrestore.py, reset.py).
 
 Before: garbage on a few pages of ``index.sqlite``, and the reset gave a fresh, empty index: every
 epoch gone (a reader inside one got ENOENT for every file), start-up recovery removed every object
