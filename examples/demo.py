@@ -6,7 +6,11 @@
    so the cache grows while training runs and then evicts its oldest samples,
 3. trains a small torch model for six epochs through ``EpochLoader`` over the mount's ``epoch-N/``
    folders, printing one line per epoch (samples, new, left out of the epoch before, cache
-   occupancy, MB/s, loss),
+   occupancy, MB/s, loss). The model is tiny: unpaced, it finishes an epoch long before the
+   sampler has fetched a second one, and how much the epochs grow would depend on the machine's
+   speed. So each step is paced to read at most ``--train-rate`` bytes a second (the download
+   rate by default), standing in for a real model's compute: each epoch then about doubles until
+   the cache is full, and a slower (loaded) machine only makes the epochs grow sooner,
 4. stops the sidecar (SIGTERM: it unmounts and exits 0), also on Ctrl-C.
 """
 
@@ -28,6 +32,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from epochfs.sidecar.confparse import parse_size
 from epochfs.torchclient import EpochLoader, EpochStats
 
 DIM = 1024  # float32 values per sample: 4 KiB of array data, incompressible
@@ -79,6 +84,17 @@ def stop(sidecar: subprocess.Popen[bytes], mount: Path) -> None:
         subprocess.run(["fusermount3", "-uz", str(mount)], check=False)
 
 
+def pace(started: float, consumed: int, rate: int) -> None:
+    """Sleep until ``consumed`` bytes read since ``started`` are no faster than ``rate`` bytes/s.
+
+    This stands in for the compute of a real model (seconds per batch, where the demo's takes
+    microseconds): with training and downloads at the same rate, the sampler fetches about one
+    epoch's worth while an epoch trains, which is the growth the demo shows on any machine."""
+    ahead = consumed / rate - (time.monotonic() - started)
+    if ahead > 0:
+        time.sleep(ahead)
+
+
 def epoch_line(stats: EpochStats, status: dict[str, object], loss: float) -> str:
     entry = next((e for e in status["epochs"] if e["epoch"] == stats.epoch), None)  # type: ignore[attr-defined]
     new = entry["new"] if entry else "?"
@@ -102,6 +118,9 @@ def main() -> int:
     parser.add_argument("--max-rate", default="4Mi",
                         help="download rate limit, bytes/s (about what the demo's training consumes, so "
                              "each epoch roughly doubles until the cache is full)")
+    parser.add_argument("--train-rate", default=None,
+                        help="bytes/s the training reads at most, standing in for a real model's "
+                             "compute (default: --max-rate; 0: unpaced, as fast as the machine goes)")
     parser.add_argument("--epochs", type=int, default=6)
     parser.add_argument("--workers", type=int, default=2)
     args = parser.parse_args()
@@ -116,6 +135,8 @@ def main() -> int:
     if not (remote / "train").is_dir():
         print(f"demo: generating {args.samples} samples under {remote}")
         generate_dataset(remote, args.samples)
+    sample_bytes = next((remote / "train").iterdir()).stat().st_size  # every sample has the same size
+    train_rate = parse_size(args.max_rate if args.train_rate is None else args.train_rate)
 
     # Torch set-up first (its first use in a process takes a moment), so epoch 0 is asked for as soon
     # as the sidecar is ready: the loader looks nothing up until an epoch starts.
@@ -147,12 +168,16 @@ def main() -> int:
         print(f"demo: mounted at {mount}; training {args.epochs} epochs on growing epoch-N/ folders")
         for epoch in range(args.epochs):
             losses = []
+            started, consumed = time.monotonic(), 0
             for batch in loader.epoch(epoch):
                 optimizer.zero_grad()
                 loss = torch.nn.functional.cross_entropy(model(batch["x"]), batch["y"])
                 loss.backward()
                 optimizer.step()
                 losses.append(loss.item())
+                consumed += len(batch["y"]) * sample_bytes
+                if train_rate:
+                    pace(started, consumed, train_rate)
             status = json.loads((mount / ".epochfs" / "status.json").read_text())
             print(epoch_line(loader.history[-1], status, sum(losses) / max(1, len(losses))), flush=True)
         print("demo: done; stopping the sidecar")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import os
 import re
 import signal
@@ -17,8 +18,12 @@ pytestmark = [
     pytest.mark.skipif(os.geteuid() != 0 or not os.path.exists("/dev/fuse"), reason="needs root and FUSE"),
 ]
 
-EPOCH_LINE = re.compile(r"^epoch (\d+): +(\d+) samples \((\d+) new, (\d+) left out\)  cache .* loss \d\.\d+$",
-                        re.MULTILINE)
+EPOCH_LINE = re.compile(r"^epoch (\d+): +(\d+) samples \((\d+) new, (\d+) left out\)  "
+                        r"cache +[\d.]+/[\d.]+ MiB \( *(\d+)%\) .* loss \d\.\d+$", re.MULTILINE)
+"""One line the demo prints per epoch: number, samples, new, left out, cache occupancy (%)."""
+
+HEADROOM = 0.25
+"""The sidecar's default --headroom, which the demo keeps: an epoch holds at most 75% of the cache."""
 
 
 def start_demo(workdir: Path, *args: str) -> tuple[subprocess.Popen[bytes], Path]:
@@ -37,15 +42,42 @@ def mounts_under(path: Path) -> list[str]:
         return [line for line in f if str(path) in line]
 
 
-def test_demo_trains_over_growing_epochs_and_unmounts(tmp_path: Path) -> None:
+def check_the_readme_story(text: str, epochs: int) -> None:
+    """What the README says ``make demo`` shows: epochs grow until the cache is full, then the oldest
+    samples turn over. Read from the demo's own epoch lines; an AssertionError says which part failed.
+
+    * every epoch is there, and epoch 0 is cut before the cache fills (it is smaller than the last);
+    * until the first epoch that leaves samples out (the turnover), each epoch leaves nothing out and
+      is larger than the one before (they grow);
+    * some epoch after epoch 0 turns over: it leaves samples of the epoch before out and takes new
+      ones, with the cache full (at least the epoch budget, 1 - headroom, in use);
+    * from then on every epoch holds the epoch budget: the same number of (equally sized) samples.
+    """
+    lines = [tuple(map(int, m)) for m in EPOCH_LINE.findall(text)]
+    assert [e[0] for e in lines] == list(range(epochs)), f"not one line per epoch:\n{text}"
+    sizes = [e[1] for e in lines]
+    assert 64 <= sizes[0] < sizes[-1], f"epoch 0 was not cut before the cache filled:\n{text}"
+    turnover = next((i for i, e in enumerate(lines) if e[3] > 0), None)
+    assert turnover is not None and turnover >= 1, f"no epoch turned over:\n{text}"
+    for before, epoch in itertools.pairwise(lines[:turnover]):
+        assert epoch[3] == 0 and epoch[1] > before[1], f"epoch {epoch[0]} did not grow:\n{text}"
+    first = lines[turnover]
+    assert first[2] > 0, f"epoch {first[0]} left samples out but took no new ones:\n{text}"
+    assert first[4] >= 100 * (1 - HEADROOM), \
+        f"epoch {first[0]} turned over before the cache was full:\n{text}"
+    assert sizes[turnover:] == [sizes[turnover]] * (epochs - turnover), f"full epochs differ in size:\n{text}"
+
+
+def test_demo_trains_over_epochs_that_grow_then_turn_over_and_unmounts(tmp_path: Path) -> None:
+    """The README's story at a small scale: 800 samples (3.4 MiB) through a 2 MiB cache at 1 MiB/s,
+    training paced at that rate (examples/demo.py, --train-rate); epoch 0 has ~70 samples, each
+    epoch about doubles, the cache is full by epoch 2 or 3, and six epochs leave at least two after
+    it to turn over (about 3 s more than four epochs of growth alone)."""
     proc, log = start_demo(tmp_path, "--samples", "800", "--capacity", "2Mi", "--max-rate", "1Mi",
-                           "--epochs", "4")
+                           "--epochs", "6")
     assert proc.wait(timeout=240) == 0, log.read_text()[-3000:]
     text = log.read_text()
-    epochs = [tuple(map(int, m)) for m in EPOCH_LINE.findall(text)]
-    assert [e[0] for e in epochs] == [0, 1, 2, 3], text
-    sizes = [e[1] for e in epochs]
-    assert sizes[0] >= 64 and sizes == sorted(sizes) and sizes[-1] > sizes[0], text
+    check_the_readme_story(text, 6)
     assert "sidecar exited with 0; mount gone" in text
     assert not mounts_under(tmp_path)
 
