@@ -6,6 +6,14 @@
 #   `epochfs --version`; `epochfs sample` of a small file:// dataset of .npy samples until every one
 #   is cached, stopped with SIGTERM (exit 0); `epochfs cut` and `epochfs verify` of that cache; and the
 #   torch client reading epoch 0 through `epochfs publish`'s folder view, every value checked.
+# Then the README's install block (the ```sh block under "## Use it"), taken out of README.md and
+# run line by line from the clone into a second fresh venv, as a user would type it, with these
+# substitutions only: the venv's path /opt/epochfs becomes a temporary folder; the torch line
+# (download.pytorch.org, not reachable everywhere) becomes `pip install torch==2.13.0`, the pinned
+# CPU build; an `apt-get install` line is skipped when dpkg says its packages are installed (run
+# with -y as root otherwise: nobody is there to answer its question); the `epochfs sidecar` line,
+# which needs a real bucket, is parsed by the CLI's own parser instead of run. Then `epochfs
+# --version` from that venv. A block that cannot be found (its shape changed) fails the check.
 # No FUSE and no port: it runs anywhere the wheel should install. Any failure exits non-zero.
 #
 # Usage: scripts/check-wheel.sh [WHEEL]   (default: the one dist/epochfs-*.whl; `make check-dist`)
@@ -51,6 +59,8 @@ pip=("$venv/python" -m pip install -q --disable-pip-version-check)
 # pip's output goes to pip.log (shown when this fails): the machine's index warnings drown the rest.
 "${pip[@]}" torch==2.13.0 >> "$tmp/pip.log" 2>&1 || fail "pip install torch==2.13.0"
 "${pip[@]}" "$wheel[sidecar,torch]" >> "$tmp/pip.log" 2>&1 || fail "pip install $(basename "$wheel")[sidecar,torch]"
+clone=$PWD
+user_path=$PATH  # the README's block runs with the user's PATH, not this venv's
 export PATH="$venv:$PATH" EPOCHFS_REPORT_URL=off
 cd "$tmp"  # away from the checkout: `import epochfs` must find the installed wheel
 "$venv/python" - <<'EOF' || fail "the installed environment"
@@ -132,4 +142,52 @@ loader.close()
 assert values == list(range(count)), values
 print(f"check-wheel: {loader.history[-1].line()}")
 EOF
+say "the torch client read epoch 0 of the wheel's cache"
+
+# The README's install block, as a script: each line echoed, then run (or its substitute).
+readme_venv="$tmp/readme-venv"
+PYTHONPATH="$clone/tests" "${PYTHON:-python3}" - "$clone/README.md" "$readme_venv" > "$tmp/readme-block.sh" <<'EOF' \
+    || fail "README.md's install block"
+import re, shlex, sys
+from pathlib import Path
+from docs_blocks import commands_of  # the docs' own reader (tests/deploy/test_docs_commands.py)
+
+readme, venv = Path(sys.argv[1]).read_text(), sys.argv[2]
+section = readme.split("\n## Use it\n", 1)[1].split("\n## ", 1)[0] if "\n## Use it\n" in readme else ""
+block = re.search(r"^```sh\n.*?^```", section, re.S | re.M)
+lines = [c.text for c in commands_of(block.group(0), "README.md")] if block else []
+if not any(x.startswith("python3 -m venv /opt/epochfs") for x in lines) \
+        or not any(x.startswith("pip install '.[") for x in lines):
+    sys.exit(f"no ```sh block under '## Use it' with `python3 -m venv /opt/epochfs` and "
+             f"`pip install '.[...]'` (found {lines}): update scripts/check-wheel.sh with it")
+for line in lines:
+    print(f"echo {shlex.quote('+ ' + line)}")
+    words = shlex.split(line)
+    if words[0] == "sudo":
+        words = words[1:]
+    if words[:2] == ["apt-get", "install"]:
+        packages = " ".join(shlex.quote(w) for w in words[2:] if not w.startswith("-"))
+        print(f"if dpkg -s {packages} >/dev/null 2>&1; then echo 'skipped: installed already'; "
+              f"elif [ \"$(id -u)\" = 0 ]; then {shlex.join(words)} -y; "
+              f"else echo 'not installed and not root: {packages}' >&2; exit 1; fi")
+    elif words[:3] == ["pip", "install", "torch"] and "download.pytorch.org" in line:
+        print("pip install torch==2.13.0")
+    elif words[:2] == ["epochfs", "sidecar"]:
+        check = "import shlex, sys; from epochfs.sidecar.cli import build_parser; " \
+                "build_parser().parse_args(shlex.split(sys.argv[1])[1:])"
+        print(f"python -c {shlex.quote(check)} {shlex.quote(line)}")
+    else:
+        print(line.replace("/opt/epochfs", venv))
+EOF
+cat >> "$tmp/readme-block.sh" <<EOF
+[ "\$(command -v epochfs)" = "$readme_venv/bin/epochfs" ] || { echo "epochfs is \$(command -v epochfs)" >&2; exit 1; }
+epochfs --version > "$tmp/readme-version.txt"
+EOF
+say "running the README's install block (log: $tmp/readme.log)"
+# Its own bash, with -e (a `( ... ) || fail` subshell would ignore -e), in the clone, on the user's PATH.
+(cd "$clone" && PATH=$user_path bash -euo pipefail "$tmp/readme-block.sh") >> "$tmp/readme.log" 2>&1 \
+    || fail "the README's install block (readme.log)"
+version=$(cat "$tmp/readme-version.txt")
+[ "$version" = "epochfs $want_version" ] || fail "the README's venv: epochfs --version said '$version'"
+say "the README's install block installed $version from the clone"
 say "passed"

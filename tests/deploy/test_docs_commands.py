@@ -1,0 +1,406 @@
+"""Everything the docs tell a user to type is run by a test (issue 21, "Install").
+
+Every command line of the README's and docs/'s command blocks (tests/docs_blocks.py reads them) is
+in exactly one class: that of the one rule of :data:`RULES` its command (after ``VAR=value`` and
+``sudo``) matches; a line that matches none, or more than one, fails with its page and line:
+
+- ``Run``: run here, for real, in a sandbox this module makes: a moto S3 server holding the bucket
+  ``bucket`` (``s3://bucket/train``: a few .npy samples), a cache the real ``epochfs sample`` filled
+  from it with epoch 0 cut, and the real ``epochfs mount`` of that cache (root and FUSE). The docs'
+  placeholders become the sandbox's by :data:`PLACEHOLDERS`, an explicit table; a line that still
+  holds ``...`` or ``…`` after it has no runnable meaning and fails. A line that exits with a code
+  other than its rule's fails, showing its stderr.
+- ``Covered``: run elsewhere; the rule names the tests, scripts or make targets, which must exist.
+- ``NotHere``: cannot run in a test, with the reason (a cluster, a registry, the internet).
+
+So a new command in the docs must be classified here (``RULES``) before the tests pass. The flags
+of ``epochfs`` lines are checked against the CLI by tests/deploy/test_docs.py, for every class.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import os
+import re
+import signal
+import subprocess
+import sys
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pytest
+from common import free_port, port_open, stop_process, wait_until
+from docs_blocks import PAGES, ROOT, DocCommand, all_commands, commands_of, words
+
+SAMPLES = 12
+"""The sandbox dataset's .npy samples under s3://bucket/train."""
+BIN = Path(sys.executable).parent
+"""The venv's bin folder (its ``epochfs`` and ``python``), first on the lines' PATH."""
+FUSE = os.geteuid() == 0 and os.path.exists("/dev/fuse")
+
+
+@dataclass(frozen=True)
+class Run:
+    """Run here. ``how``: ``exits`` (run to its end), ``until-cached`` (a sampler: stopped with
+    SIGTERM once it cached every sample, into a cache of its own), ``until-output`` (``--watch``:
+    stopped with SIGINT, Ctrl-C, after its first frame), ``help`` (a benchmark: ``--help`` of the
+    same program, which must know every flag the line shows; the benchmark itself runs for
+    minutes, its code is tested by tests/sidecar/test_bench_*.py)."""
+
+    how: str
+    codes: tuple[int, ...] = (0,)
+    slow: bool = False
+
+
+@dataclass(frozen=True)
+class Covered:
+    """Run elsewhere: each of ``by`` is a file of the repository or ``make <target>``."""
+
+    by: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class NotHere:
+    """Not run by any test, for ``reason``."""
+
+    reason: str
+
+
+Class = Run | Covered | NotHere
+PY = r"(?:\S*/)?python3?"
+CLUSTER = "needs a Kubernetes cluster (tests/deploy/test_helm_*.py render and validate the chart's objects)"
+RULES: list[tuple[str, Class]] = [
+    (r"epochfs (?:status|cut|verify|index|relist|unmount)\b(?!.*--watch)", Run("exits")),
+    (r"epochfs status\b.*--watch", Run("until-output", codes=(130,))),
+    (r"epochfs (?:--version|--help|[a-z-]+ --help)$", Run("exits")),
+    (r"epochfs sample\b", Run("until-cached")),
+    (PY + r" -m epochfs\.benchmarks\.\w+", Run("help")),
+    (PY + r" benchmarks/\w+\.py\b", Run("help")),
+    (PY + r" examples/(?:raw_arrays|npz_samples|ddp_sampler)\.py$", Run("exits", slow=True)),
+    (r"epochfs sidecar\b", Covered((
+        "tests/sidecar/test_supervisor.py", "tests/torchclient/test_layout_docs.py",
+        "tests/torchclient/test_shards_sidecar.py", "tests/sampler/test_listing_include_exclude.py",
+        "tests/sampler/test_listing_index_share.py"))),
+    (PY + r" examples/lightning_datamodule\.py$", Covered(("tests/torchclient/test_lightning_example.py",))),
+    (r"make demo$", Covered(("tests/sidecar/test_demo.py",))),
+    (r"make test$", Covered(("make test",))),  # the suite itself (CI: .ci/run)
+    (r"make test-container\b", Covered(("make test-container", "tests/deploy/test_container_pod.py"))),
+    # The README's install block, run from README.md by scripts/check-wheel.sh (its substitutions there)
+    (r"apt-get install fuse3 python3-venv$|python3 -m venv /opt/epochfs |pip install '\.\[sidecar,torch\]'$",
+     Covered(("scripts/check-wheel.sh", "make check-dist"))),
+    (r"helm (?:dependency update|template \S+) \S*examples/kubernetes\b",
+     Covered(("tests/deploy/test_helm_attach.py",))),
+    (r"kubectl kustomize ", Covered(("tests/deploy/test_plain_manifests.py",))),
+    (r"kubectl (?!kustomize )", NotHere(CLUSTER)),
+    (r"helm (?:install|upgrade|test|uninstall) ", NotHere(CLUSTER)),
+    (r"make image\b", NotHere("needs a Docker engine (make test-container builds the same Dockerfile)")),
+    (r"docker push ", NotHere("needs a registry to push to")),
+    (r"pip install torch --index-url https://download\.pytorch\.org/",
+     NotHere("needs the internet; scripts/check-wheel.sh installs the pinned CPU torch==2.13.0 instead")),
+    (r"git worktree add ",
+     NotHere("reproduces a past measurement from an old commit (its benchmark runs here by --help)")),
+]
+
+PLACEHOLDERS: list[tuple[str, str]] = [
+    (r"/var/cache/epochfs", "{cache}"),           # the docs' cache folder: the sandbox's cache
+    (r"/mnt/epochfs", "{mount}"),                 # the docs' mount point: the sandbox's mount of it
+    (r"https://s3\.example\.com", "{endpoint}"),  # the docs' S3-compatible endpoint: the moto server
+    (r"(?<==)…", "testing"),                      # AWS_ACCESS_KEY_ID=…: moto's credentials
+    (r"--cache …", "--cache {cache}"),            # "the cache of the line above"
+    (r"\[--watch\]", "--watch"),                  # an optional part: run with it, as its rule expects
+    (r"(?<![\w/.])\.venv/bin/python\b", "{python}"),  # the dev venv's python: the one running the tests
+]
+"""The docs' placeholders and the sandbox's values, in order. ``s3://bucket/...`` stays: the moto
+server has a bucket named ``bucket`` and ``EPOCHFS_ENDPOINT_URL`` points lines without
+``--endpoint-url`` at it."""
+
+
+def classes_of(command: DocCommand) -> list[Class]:
+    """Every class whose rule matches the command (exactly one is right)."""
+    return [cls for pattern, cls in RULES if re.match(pattern, command.command)]
+
+
+def misclassified(commands: list[DocCommand]) -> list[str]:
+    """``page:line: command`` of each command in no class or in more than one."""
+    wrong = []
+    for c in commands:
+        found = classes_of(c)
+        if len(found) != 1:
+            what = "in no class: classify it in RULES" if not found else f"in {len(found)} classes {found}"
+            wrong.append(f"{c.where}: {c.text!r} is {what}")
+    return wrong
+
+
+COMMANDS = all_commands()
+
+
+@pytest.mark.parametrize("page", PAGES, ids=[str(p.relative_to(ROOT)) for p in PAGES])
+def test_every_command_line_is_in_exactly_one_class(page: Path) -> None:
+    wrong = misclassified(commands_of(page.read_text(), str(page.relative_to(ROOT))))
+    assert not wrong, "\n".join(wrong)
+
+
+def test_an_unclassified_command_is_found_with_its_page_and_line() -> None:
+    """The check above can fail: a made-up page with a new command in each kind of block."""
+    page = "\n".join([
+        "# A page",                                   # 1
+        "```sh",                                      # 2
+        "epochfs status --cache /var/cache/epochfs    # known",
+        "epochfs frobnicate --cache /x \\",           # 4: joined with the next line
+        "    --all",
+        "# a comment line, not a command",
+        "```",
+        "```console",                                 # 8
+        "$ s5cmd ls s3://bucket/   # a prompt",       # 9
+        "s3://bucket/a   (output, not a command)",
+        "```",
+        "```",                                        # 12: untagged, starts with a program
+        "AWS_PROFILE=x rclone copy a b",              # 13
+        "```",
+        "```",                                        # an untagged block of output: not commands
+        "dataset  tool  seconds",
+        "```",
+        "```python",
+        "import os",
+        "```",
+    ]) + "\n"
+    commands = commands_of(page, "made-up.md")
+    assert [(c.line, c.text) for c in commands] == [
+        (3, "epochfs status --cache /var/cache/epochfs"),
+        (4, "epochfs frobnicate --cache /x --all"),
+        (9, "s5cmd ls s3://bucket/"),
+        (13, "AWS_PROFILE=x rclone copy a b"),
+    ]
+    assert misclassified(commands) == [
+        "made-up.md:4: 'epochfs frobnicate --cache /x --all' is in no class: classify it in RULES",
+        "made-up.md:9: 's5cmd ls s3://bucket/' is in no class: classify it in RULES",
+        "made-up.md:13: 'AWS_PROFILE=x rclone copy a b' is in no class: classify it in RULES",
+    ]
+
+
+def test_the_docs_have_command_lines_of_each_class() -> None:
+    """The extraction finds the docs' commands (a change of its patterns that found none would pass
+    the checks above vacuously)."""
+    kinds = {type(found[0]) for c in COMMANDS if len(found := classes_of(c)) == 1}
+    assert kinds == {Run, Covered, NotHere}
+    assert any(c.page == "README.md" and c.command.startswith("pip install '.[") for c in COMMANDS)
+
+
+def test_what_covers_a_command_exists() -> None:
+    makefile = (ROOT / "Makefile").read_text()
+    missing = [by for _, cls in RULES if isinstance(cls, Covered) for by in cls.by
+               if not (re.search(rf"^{re.escape(by[5:])}:", makefile, re.M) if by.startswith("make ")
+                       else (ROOT / by).is_file())]
+    assert not missing, missing
+
+
+# --- the sandbox and the RUN lines -------------------------------------------------------------
+
+
+@dataclass
+class Sandbox:
+    endpoint: str
+    cache: Path
+    mount: Path | None
+    root: Path
+    env: dict[str, str]
+
+
+def npy(value: int) -> bytes:
+    out = io.BytesIO()
+    np.save(out, np.full((4, 4), value, np.float32))
+    return out.getvalue()
+
+
+@contextlib.contextmanager
+def moto_server(folder: Path) -> Iterator[str]:
+    """A moto S3 server of this module's own: the session's is emptied by other modules' tests."""
+    port = free_port()
+    with open(folder / "moto.log", "wb") as out:
+        proc = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
+                                stdout=out, stderr=subprocess.STDOUT)
+    try:
+        wait_until(lambda: port_open(port) or proc.poll() is not None, what="moto server")
+        assert proc.poll() is None, (folder / "moto.log").read_text()
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        stop_process(proc)
+
+
+def cached_samples(cache: Path) -> int:
+    """How many samples the cache holds, as ``epochfs status`` reads it (0 before it exists)."""
+    from epochfs.sidecar.status import read_stats
+
+    try:
+        return int(read_stats(cache=cache, mount=None)["samples"])
+    except Exception:  # not made yet, or being made: not there yet
+        return 0
+
+
+def sample_until_cached(argv: list[str], cache: Path, env: dict[str, str], log: Path,
+                        *, before_stop: list[str] | None = None) -> subprocess.CompletedProcess[str]:
+    """Run a sampler (``bash -c`` of one line) until it cached every sample, run ``before_stop``,
+    then SIGTERM it; its exit code and log."""
+    with open(log, "wb") as out:
+        proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, env=env, cwd=ROOT,
+                                start_new_session=True)
+    try:
+        wait_until(lambda: proc.poll() is not None or cached_samples(cache) >= SAMPLES, timeout=90,
+                   what=f"{SAMPLES} samples cached")
+        assert proc.poll() is None, f"the sampler exited with {proc.returncode}:\n{log.read_text()}"
+        if before_stop:
+            cut = subprocess.run(before_stop, env=env, capture_output=True, text=True, timeout=60)
+            assert (cut.returncode, cut.stdout.strip()) == (0, "0"), cut.stderr
+        os.killpg(proc.pid, signal.SIGTERM)
+        proc.wait(timeout=30)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    return subprocess.CompletedProcess(argv, proc.returncode, log.read_text(), "")
+
+
+@pytest.fixture(scope="module")
+def sandbox(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Sandbox]:
+    """The moto bucket, a cache the real ``epochfs sample`` filled with epoch 0 cut, its mount."""
+    root = tmp_path_factory.mktemp("docs-sandbox")
+    with contextlib.ExitStack() as stack:
+        endpoint = stack.enter_context(moto_server(root))
+        env = {**os.environ, "PATH": f"{BIN}:{os.environ.get('PATH', '')}", "AWS_ACCESS_KEY_ID": "testing",
+               "AWS_SECRET_ACCESS_KEY": "testing", "AWS_DEFAULT_REGION": "us-east-1",
+               "EPOCHFS_ENDPOINT_URL": endpoint, "EPOCHFS_REPORT_URL": "off", "TMPDIR": str(root)}
+        import boto3
+
+        s3 = boto3.client("s3", endpoint_url=endpoint, aws_access_key_id="testing",
+                          aws_secret_access_key="testing", region_name="us-east-1")
+        s3.create_bucket(Bucket="bucket")
+        for i in range(SAMPLES):
+            s3.put_object(Bucket="bucket", Key=f"train/part{i % 2}/s{i:03d}.npy", Body=npy(i))
+        cache = root / "cache"
+        done = sample_until_cached(
+            [str(BIN / "epochfs"), "sample", "--remote", "s3://bucket/train", "--endpoint-url", endpoint,
+             "--cache", str(cache), "--capacity", "16Mi"],
+            cache, env, root / "sample.log", before_stop=[str(BIN / "epochfs"), "cut", "--cache", str(cache)])
+        assert done.returncode == 0, done.stdout
+        mount = None
+        if FUSE:
+            from fuse_helpers import mounted
+
+            mount = stack.enter_context(mounted(cache, root / "mnt")).path
+        yield Sandbox(endpoint, cache, mount, root, env)
+
+
+def in_sandbox(text: str, box: Sandbox, *, cache: Path | None = None) -> str:
+    """The line with the docs' placeholders replaced by the sandbox's (:data:`PLACEHOLDERS`).
+
+    A path the table does not map would be the machine's own (as root, a sampler made a real
+    /var/cache/epochfs when a mapping was missing): every absolute path left must be the
+    sandbox's, the checkout's or the venv's."""
+    if "/mnt/epochfs" in text and box.mount is None:
+        pytest.skip("the line reads a mount: needs root and FUSE")
+    cache = cache or box.cache
+    values = {"cache": str(cache), "mount": str(box.mount), "endpoint": box.endpoint,
+              "python": sys.executable}
+    for pattern, value in PLACEHOLDERS:
+        text = re.sub(pattern, value.format(**values), text)
+    assert "..." not in text and "…" not in text, f"a placeholder with no sandbox value: {text}"
+    allowed = [str(p) for p in (box.root, cache.parent, ROOT, BIN.parent)]
+    outside = [part for word in words(text) for part in word.split("=")
+               if part.startswith("/") and not any(os.path.commonpath([part, a]) == a for a in allowed)]
+    assert not outside, f"paths outside the sandbox (add them to PLACEHOLDERS): {outside} in {text}"
+    return text
+
+
+def test_a_path_the_table_does_not_map_is_refused_before_it_runs(tmp_path: Path) -> None:
+    """The guard of :func:`in_sandbox` can fail (a line is never run against the machine's paths)."""
+    box = Sandbox("http://127.0.0.1:1", tmp_path / "cache", tmp_path / "mnt", tmp_path, {})
+    mapped = in_sandbox("epochfs cut --cache /var/cache/epochfs", box)
+    assert mapped == f"epochfs cut --cache {tmp_path}/cache"
+    with pytest.raises(AssertionError, match="outside the sandbox"):
+        in_sandbox("epochfs cut --cache /srv/epochfs", box)
+    with pytest.raises(AssertionError, match="outside the sandbox"):
+        in_sandbox("epochfs index s3://bucket/train --out=/etc/train.index", box)
+    with pytest.raises(AssertionError, match="no sandbox value"):
+        in_sandbox("epochfs sidecar ... --include '*.npy'", box)
+
+
+def help_argv(command: str) -> tuple[list[str], list[str]]:
+    """``program --help`` for a line that runs a benchmark, and the flags the line shows."""
+    argv = words(re.sub(r"^" + PY, "python", command))
+    program = [sys.executable, *argv[1:3]] if argv[1] == "-m" else [sys.executable, argv[1]]
+    flags = [w.split("=", 1)[0] for w in argv[len(program):] if re.fullmatch(r"--[a-z][a-z0-9-]*(=.*)?", w)]
+    return [*program, "--help"], flags
+
+
+def help_problems(command: str, env: dict[str, str], codes: tuple[int, ...] = (0,)) -> list[str]:
+    """What is wrong with a benchmark's line: its ``--help`` fails, or lacks a flag the line shows."""
+    argv, flags = help_argv(command)
+    done = subprocess.run(argv, env=env, cwd=ROOT, capture_output=True, text=True, timeout=120)
+    if done.returncode not in codes:
+        return [f"{argv} exited {done.returncode}:\n{done.stderr}"]
+    return [f"{argv[1:-1]} has no {flag}" for flag in flags if flag not in done.stdout]
+
+
+def test_a_benchmark_line_with_a_flag_its_help_lacks_is_found() -> None:
+    """The ``help`` check can fail: a made-up flag, and a module that is not there."""
+    env = {**os.environ, "PATH": f"{BIN}:{os.environ.get('PATH', '')}"}
+    line = 'python -m epochfs.benchmarks.fetch --repeat 3 --nope 1 --sample-args "--list-process 0"'
+    assert help_argv(line)[1] == ["--repeat", "--nope", "--sample-args"]
+    assert help_problems(line, env) == [f"{['-m', 'epochfs.benchmarks.fetch']} has no --nope"]
+    [gone] = help_problems("python -m epochfs.benchmarks.nope --repeat 3", env)
+    assert "exited 1" in gone and "No module named epochfs.benchmarks.nope" in gone
+
+
+def exited(command: DocCommand, line: str, code: int | None, output: str) -> str:
+    """A RUN line's failure: the page and line, the line as run, its exit code and its stderr."""
+    return f"{command.where}: {line}\nexited {code}:\n{output}"
+
+
+def run_case(c: DocCommand) -> object:
+    [cls] = classes_of(c)
+    assert isinstance(cls, Run)
+    marks = [pytest.mark.slow] if cls.slow else []
+    return pytest.param(c, cls, id=c.where, marks=marks)
+
+
+RUN_LINES = [run_case(c) for c in COMMANDS
+             if len(found := classes_of(c)) == 1 and isinstance(found[0], Run)]
+
+
+@pytest.mark.parametrize(("command", "cls"), RUN_LINES)
+def test_a_run_line_runs(command: DocCommand, cls: Run, sandbox: Sandbox, tmp_path: Path) -> None:
+    if cls.how == "help":
+        problems = help_problems(command.command, sandbox.env, cls.codes)
+        assert not problems, f"{command.where}: {command.text}\n" + "\n".join(problems)
+        return
+    if cls.how == "until-cached":  # a sampler of its own cache: the shared one stays as it is
+        cache = tmp_path / "cache"
+        line = in_sandbox(command.text, sandbox, cache=cache)
+        done = sample_until_cached(["bash", "-c", line], cache, sandbox.env, tmp_path / "line.log")
+        assert done.returncode in cls.codes, exited(command, line, done.returncode, done.stdout)
+        assert "stopped cleanly" in done.stdout, done.stdout
+        return
+    line = in_sandbox(command.text, sandbox)
+    if cls.how == "until-output":
+        out = tmp_path / "out"
+        with open(out, "wb") as f:
+            proc = subprocess.Popen(["bash", "-c", line], stdout=f, stderr=subprocess.PIPE, env=sandbox.env,
+                                    cwd=ROOT, start_new_session=True)
+        try:
+            wait_until(lambda: proc.poll() is not None or "samples" in out.read_text(), timeout=60,
+                       what=f"the first frame of {line}")
+            assert proc.poll() is None, exited(command, line, proc.returncode, "(before it was interrupted)")
+            os.killpg(proc.pid, signal.SIGINT)  # Ctrl-C, as "until interrupted" means
+            _, stderr = proc.communicate(timeout=30)
+        finally:
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+        assert proc.returncode in cls.codes, exited(command, line, proc.returncode, stderr.decode())
+        return
+    done = subprocess.run(["bash", "-c", line], env=sandbox.env, cwd=ROOT, capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode in cls.codes, exited(command, line, done.returncode, done.stderr)
