@@ -38,8 +38,11 @@ sub-folders). Also in each row: the catalog's keys at the cut (how far the listi
 
 The sidecar runs with ``--warm-files 0 --scrub-rate 0`` (nothing reads the epochs; their CPU
 would only slow the sampler on a small machine) and ``--min-samples 1``; ``--sidecar-arg`` adds
-flags. Output: one markdown table (``--markdown FILE`` too) headed by the commit and the command,
-and JSON rows (``--json FILE``).
+flags. ``--jobs N`` runs N key spaces at once (each with its own endpoint and sidecar): a smoke
+run's wall time is mostly process start-ups, but the key spaces then share the CPU, so their cut
+times and sample counts are not those of a run alone; measure with the default of one. Output:
+one markdown table (``--markdown FILE`` too) headed by the commit and the command, and JSON rows
+(``--json FILE``).
 
     epochfs bench fairness                                     # six shapes, 100k keys, 6 epochs
     python -m epochfs.benchmarks.fairness --shapes skewed,mixed --keys 1M --markdown f.md
@@ -58,8 +61,10 @@ import sqlite3
 import statistics
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
+from concurrent.futures import FIRST_EXCEPTION, Future, ThreadPoolExecutor, wait
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from types import FrameType
@@ -73,6 +78,16 @@ from epochfs.torchclient.layout import read_manifest
 
 RETRY = 0.05
 """Seconds between lookups of an epoch not cut yet."""
+STOPPING = threading.Event()
+"""Set on Ctrl-C or SIGTERM, or when a key space run beside others failed (``--jobs``): each run
+stops at its next wait, its sidecar and endpoint stopped by their ``with`` blocks."""
+
+
+def _pause(seconds: float) -> None:
+    """Sleep, but raise KeyboardInterrupt at once when :data:`STOPPING` is set (a run on a worker
+    thread of ``--jobs``, which the signal does not reach)."""
+    if STOPPING.wait(max(0.0, seconds)):
+        raise KeyboardInterrupt
 
 
 @dataclass
@@ -163,7 +178,7 @@ def look_up(mount: Path, epoch: int, proc: subprocess.Popen[bytes], *, wait: flo
             harness.fail(f"the sidecar exited with status {proc.returncode}{harness.log_tail(log)}")
         if time.monotonic() > deadline:
             harness.fail(f"epoch-{epoch} was not cut within {wait:.0f} s{harness.log_tail(log)}")
-        time.sleep(RETRY)
+        _pause(RETRY)
 
 
 def sample(space: KeySpace, ns: argparse.Namespace, folder: Path) -> list[Cut]:
@@ -180,7 +195,7 @@ def sample(space: KeySpace, ns: argparse.Namespace, folder: Path) -> list[Cut]:
         with harness.running(cmd, what="epochfs sidecar", log=log, env=harness.s3_env(),
                              unmount=[mount]) as proc:
             for epoch in range(ns.epochs):
-                time.sleep(max(0.0, started + (epoch + 1) * ns.every - time.monotonic()))
+                _pause(started + (epoch + 1) * ns.every - time.monotonic())
                 look_up(mount, epoch, proc, wait=ns.cut_wait, log=log)
                 at = time.monotonic() - started
                 listed = progress(cache / "index.sqlite").keys
@@ -194,8 +209,8 @@ def sample(space: KeySpace, ns: argparse.Namespace, folder: Path) -> list[Cut]:
                     harness.fail(f"epoch-{epoch} holds {len(unknown)} paths the key space lacks: "
                                  f"{unknown[:3]}")
                 cuts.append(Cut(epoch, at, listed, [q for q in positions if q is not None], upto))
-                print(f"  epoch {epoch} at {at:.1f} s: {len(positions)} samples, {listed} keys listed",
-                      file=sys.stderr, flush=True)
+                print(f"  {space.shape.name} epoch {epoch} at {at:.1f} s: {len(positions)} samples, "
+                      f"{listed} keys listed", file=sys.stderr, flush=True)
     for cut, listed_then in zip(cuts, listed_by(space, cache / "index.sqlite", [c.last_row for c in cuts]),
                                 strict=True):
         cut.listed_positions = listed_then
@@ -295,6 +310,32 @@ def markdown(rows: list[Row], ns: argparse.Namespace, argv: list[str], specs: li
     return "\n".join(lines)
 
 
+def run_shape(shape: Shape, ns: argparse.Namespace, run: int) -> list[Row]:
+    """One run of one key space in its scratch folder."""
+    with harness.work_dir(ns.dir / shape.name if ns.dir else None) as folder:
+        print(f"{shape.name}: {label(shape.keys)} keys ({shape.spec()}), run {run + 1} of "
+              f"{ns.runs} ...", file=sys.stderr, flush=True)
+        return measure(shape, ns, folder, run)
+
+
+def run_shapes(shapes: list[Shape], ns: argparse.Namespace, run: int) -> list[Row]:
+    """Every key space of one run, ``--jobs`` at a time; the rows in the order of ``shapes``. A
+    failure or an interrupt stops the others at their next wait, and is raised once all have
+    stopped (their sidecars and endpoints stopped, their scratch removed)."""
+    if ns.jobs == 1:
+        return [row for shape in shapes for row in run_shape(shape, ns, run)]
+    with ThreadPoolExecutor(max_workers=ns.jobs, thread_name_prefix="fairness") as pool:
+        futures: list[Future[list[Row]]] = [pool.submit(run_shape, shape, ns, run) for shape in shapes]
+        try:
+            wait(futures, return_when=FIRST_EXCEPTION)  # a failure stops the others now
+            return [row for future in futures for row in future.result()]
+        except BaseException:
+            STOPPING.set()
+            for future in futures:
+                future.cancel()  # not started yet: never started
+            raise
+
+
 def _terminate(signum: int, frame: FrameType | None) -> None:
     signal.signal(signal.SIGTERM, signal.SIG_IGN)  # once: a second one does not cut the clean-up short
     raise KeyboardInterrupt  # clean up as for Ctrl-C: the sidecar stopped, mounts and folders removed
@@ -325,6 +366,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--sidecar-arg", action="append", default=[], metavar="FLAG",
                    help="one more flag for the sidecar, e.g. --sidecar-arg=--list-threads=8 (repeatable)")
     p.add_argument("--cut-wait", type=float, default=60.0, help="seconds a pending cut may take (60)")
+    p.add_argument("--jobs", type=int, default=1,
+                   help="key spaces run at once (1; more share the CPU, which moves the cut times and "
+                   "sample counts: for smoke runs)")
     p.add_argument("--runs", type=int, default=1,
                    help="runs of every key space (the table gives the median and range of each figure; 1)")
     p.add_argument("--dir", type=Path, help="scratch folder (emptied; default: a temp folder)")
@@ -344,16 +388,13 @@ def main(argv: list[str] | None = None) -> int:
         harness.fail("needs root and /dev/fuse (the sidecar mounts its FUSE view)")
     signal.signal(signal.SIGTERM, _terminate)
     signal.signal(signal.SIGINT, signal.default_int_handler)  # also where it was started ignoring SIGINT
-    if ns.runs < 1:
-        p.error("--runs must be at least 1")
+    if ns.runs < 1 or ns.jobs < 1:
+        p.error("--runs and --jobs must be at least 1")
     rows: list[Row] = []
+    STOPPING.clear()
     try:
         for run in range(ns.runs):
-            for shape in shapes:
-                with harness.work_dir(ns.dir / shape.name if ns.dir else None) as folder:
-                    print(f"{shape.name}: {label(shape.keys)} keys ({shape.spec()}), run {run + 1} of "
-                          f"{ns.runs} ...", file=sys.stderr, flush=True)
-                    rows += measure(shape, ns, folder, run)
+            rows += run_shapes(shapes, ns, run)
     except KeyboardInterrupt:
         print("fairness: interrupted; the sidecar and the endpoint stopped, scratch removed", file=sys.stderr)
         return 130

@@ -83,7 +83,9 @@ def test_every_panel_of_the_chart_dashboard_is_found_in_reading_order() -> None:
 @needs_a_real_run
 def test_dashboard_picture_from_a_real_prometheus_at_a_tiny_size(tmp_path: Path) -> None:
     png, summary, work = tmp_path / "dashboard.png", tmp_path / "dashboard.json", tmp_path / "work"
-    args = ["--samples", "600", "--capacity", "1Mi", "--max-rate", "1Mi", "--seconds", "6", "--tail", "2",
+    # 3 s of training (about 30 epochs of 171 samples here) and 1 s of tail: 2-3 scrapes in each
+    # panel's 2 s rate window from the first epoch on; 6 s and 2 s gave the same panels with data.
+    args = ["--samples", "600", "--capacity", "1Mi", "--max-rate", "1Mi", "--seconds", "3", "--tail", "1",
             "--scrape-interval", "0.5", "--step-ms", "2", "--width", "10", "--dpi", "50",
             "--dir", str(work), "--out", str(png), "--summary", str(summary)]
     done = run_benchmark([sys.executable, "-P", "-m", "epochfs.benchmarks.dashboard", *args], timeout=150)

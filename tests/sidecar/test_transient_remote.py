@@ -38,13 +38,25 @@ def _doc(car: Sidecar, path: str) -> tuple[int, dict[str, Any]]:
     return code, (json.loads(body) if body else {})
 
 
-def _status_line(*args: str) -> str:
-    """The ``sampler:`` line of ``epochfs status`` run as a user would (a process of its own)."""
-    r = subprocess.run([*EPOCHFS, "status", *args], capture_output=True, text=True, timeout=30)
-    assert r.returncode == 0, r.stderr
-    lines = [ln for ln in r.stdout.splitlines() if ln.startswith("sampler: ")]
-    assert len(lines) == 1, r.stdout
-    return lines[0][len("sampler: "):]
+def _status_lines(*wheres: tuple[str, ...]) -> list[str]:
+    """The ``sampler:`` line of ``epochfs status`` run as a user would (a process of its own) with
+    each of ``wheres``' arguments; the processes run at once (each is mostly its start-up)."""
+    procs = [subprocess.Popen([*EPOCHFS, "status", *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                              text=True) for args in wheres]
+    found = []
+    try:
+        for proc in procs:
+            out, err = proc.communicate(timeout=30)
+            assert proc.returncode == 0, err
+            lines = [ln for ln in out.splitlines() if ln.startswith("sampler: ")]
+            assert len(lines) == 1, out
+            found.append(lines[0][len("sampler: "):])
+    finally:
+        for proc in procs:  # none left running when one failed
+            if proc.poll() is None:
+                proc.kill()
+                proc.communicate()
+    return found
 
 
 @pytest.mark.fuse
@@ -84,8 +96,8 @@ def test_an_unreachable_remote_keeps_health_and_says_why_it_is_not_ready(
         assert "Connection refused" in m["why"] and "cannot list s3://data" in m["why"], ready
         assert int(m["n"]) >= 5, ready  # the sixth start (the fifth retry) or later
 
-        for where in (("--cache", str(car.cache)), ("--mount", str(car.mount))):
-            line = _status_line(*where)
+        wheres = (("--cache", str(car.cache)), ("--mount", str(car.mount)))
+        for where, line in zip(wheres, _status_lines(*wheres), strict=True):
             shown = RETRY_LINE.match(line)
             assert shown is not None, (where, line)
             assert shown["why"] == m["why"], (where, line, ready["reason"])
