@@ -59,6 +59,11 @@ every run); with 128, TV 0.95-1.8x and KS 0.97-1.45x in two of three runs, one e
 third (docs/performance.md, "Fairness")."""
 MAX_SEGMENTS = 20_000
 """Open segments of the whole listing at most (each is a row of the index)."""
+GALLOP_PAGE = 10
+"""Keys a gallop's page asks for: it is there to find where a span ends, not to list it, and a
+small page is a hundredth of a full one's keys to parse and commit (1M keys in 1,000 skewed
+folders: with gallop pages grown to 1,000 keys like the span's own, the largest folder was still
+unbounded at 35 s, estimated at 2,390 of its 179,264 keys, docs/performance.md)."""
 GALLOP_REACH = 3.0
 """How far past a span's known end the gallop reads, in times its known extent (so a span 1,000
 times its first page is bounded in 5 steps, not 10)."""
@@ -215,9 +220,9 @@ class Planner:
             return None
         part = Part(self._next_part, seg.part.prefix, key, seg.part.stop)
         self._next_part += 1
-        # A gallop's page asks as many keys as the next of the segment would (a span that keeps
-        # finding keys further out is large: its pages grow as if it were read straight on).
-        child = Segment(part, span.id, page=seg.page if seg.part.stop is None else FIRST_PAGE,
+        # A gallop's page is small (GALLOP_PAGE): the pages that list the span come once its end
+        # is found, by the least listed share.
+        child = Segment(part, span.id, page=GALLOP_PAGE if seg.part.stop is None else FIRST_PAGE,
                         density=seg.density, parent=seg)
         seg.part.stop = key + "\x00"
         seg.busy = True  # until the split is committed
@@ -253,6 +258,14 @@ class Planner:
         if density is None:
             return None
         hi = min(self._number(span, seg.part.stop), self._horizon(span, OPEN_END_REACH))
+        if seg.part.stop is not None and span.high is not None:
+            # The segment holding the span's end: its keys go on past the highest listed one to
+            # somewhere before the stop an empty gallop page set, up to GALLOP_REACH times the
+            # known extent further: estimated half way there, not all the way (which counted a
+            # span whose end the gallop overshot at up to 1 + GALLOP_REACH times its keys).
+            high = self._number(span, span.high)
+            if high < hi:
+                hi = high + (hi - high + 1) // 2
         return max(0.0, density * (hi - self._after_number(span, seg)))
 
     @staticmethod
@@ -313,9 +326,12 @@ class Planner:
         folders of a page each held the pace at its floor for the whole first round (5,000
         folders of 20 keys: 24-28 samples in 12 s, 660-710 without)."""
         pieces: list[tuple[float, float]] = []
+        unbounded = 0
         for span in self._spans:
             if not span.reached:
                 continue  # the first round's wait covers these (thousands of folders of a page each)
+            if self.splittable and any(s.open and s.part.stop is None for s in span.segments):
+                unbounded += span.listed
             open_listed = 0
             for seg in span.segments:
                 if seg.open:
@@ -329,7 +345,12 @@ class Planner:
         total = sum(n for _, n in pieces)
         if listed <= 0 or total <= 0:
             return 1.0
-        return 0.5 * sum(abs(k / listed - n / total) for k, n in pieces)
+        # A span whose end is not found yet has a size that is a guess (its first names times
+        # OPEN_END_REACH): its listed keys' share of the whole is unknown, counted as off by all of
+        # it. Measured at 1M keys in 1,000 skewed folders: while the gallops ran the skew said 0.07
+        # where the listed keys were 0.67-0.78 from the folder mix, and the samples fetched then
+        # (2,900 by 10 s) kept every later epoch 3.6-5.3x a random sample's mix.
+        return max(unbounded / listed, 0.5 * sum(abs(k / listed - n / total) for k, n in pieces))
 
     def _push(self, span: _Span) -> None:
         """Queue ``span`` by its priority: an unknown end first, then the least listed share."""
@@ -373,7 +394,7 @@ class Planner:
                 if seg.listed > 1 and seg.first is not None:
                     width = self._number(span, seg.last) - self._number(span, seg.first)
                     seg.density = (seg.listed - 1) / width if width > 0 else seg.density
-                seg.page = min(FULL_PAGE, seg.page * 2)
+                seg.page = min(FULL_PAGE, max(FIRST_PAGE, seg.page * 2))
             if seg.part.done:
                 self._open -= 1
                 if seg.part.stop is None:  # the span's open end (one a span: a split keeps it)

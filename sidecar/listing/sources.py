@@ -41,14 +41,17 @@ PAGE = 1000
 """Objects per page of a serial source (a paged remote's pages are its own: 1,000 on S3)."""
 DISCOVERY_PAGES = 10
 """Delimiter pages read to find folders (10k folders); later folders share the last span."""
-MAX_FOLDER_SPANS = 256
-"""Folders listed each under its own prefix at most; with more, the key space is cut into this
-many ranges at folder boundaries, which the planner splits as it learns them (:mod:`.planner`:
-a page can start after any key), so one page lists tens of small folders. 10,000 during issue
-19, a page of every folder first: 5,000 folders of 20 keys were 5,000 list requests, and the
-epochs cut in the first 12 s covered 0.48-0.85x the folders a random sample covers; as 256 ranges,
-0.92-0.99x, epoch 0 a second sooner, and at 1M keys in 1,000 folders no worse (epoch 0 at
-3.0-3.7 s instead of 4.4-4.7 s; docs/performance.md, "Fairness")."""
+MAX_FOLDER_SPANS = 1024
+"""Folders listed each under its own prefix at most (ImageNet's 1,000 classes among them); with
+more, the key space is cut into this many ranges at folder boundaries, which the planner splits as
+it learns them (:mod:`.planner`: a page can start after any key), so one page lists tens of small
+folders. A span a folder is what lets the planner find each folder's size (its gallop) and list
+folders in proportion to their sizes: at 1M keys in 1,000 folders of Zipf sizes, as 256 ranges of
+about four folders (each estimated alike, whatever its size) the listed keys were still 0.53 from
+the dataset's folder mix at 40 s, as a span a folder 0.19-0.23 (docs/performance.md, "Fairness",
+"Gallop pages"). 10,000 during issue 19: 5,000 folders of 20 keys were 5,000 list requests, and
+the epochs cut in the first 12 s covered 0.48-0.85x the folders a random sample covers; as
+ranges, 0.92-0.99x."""
 DESCEND = 4
 """Levels of single folders descended through (``data/train/``) before the key space is cut."""
 EXPAND_UNDER = 64

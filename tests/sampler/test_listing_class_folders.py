@@ -1,4 +1,4 @@
-"""More class folders than the listing has spans for (``MAX_FOLDER_SPANS``: ImageNet's 1,000): the
+"""More class folders than the listing has spans for (``MAX_FOLDER_SPANS``, 1,024): the
 discovery cuts them into key ranges, which name only their first folder, so the class labels
 (store/classes.py, ``.epochfs/classes.json``) must get every folder the discovery found when the
 listing is prepared, sorted, before any epoch: the same numbering on every node of a job. Before,
@@ -16,7 +16,7 @@ from epochfs.sidecar.listing import Lister, source_for
 from epochfs.sidecar.listing.sources import MAX_FOLDER_SPANS
 from epochfs.sidecar.store import Store, classes
 
-FOLDERS = 4 * MAX_FOLDER_SPANS - 24  # 1,000: listed as ranges
+FOLDERS = 4 * MAX_FOLDER_SPANS - 24  # more than a span each: listed as ranges
 
 
 def remote() -> PagedMemoryRemote:

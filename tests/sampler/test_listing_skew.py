@@ -17,7 +17,7 @@ from unittest import mock
 import pytest
 from store_helpers import put, sid_of
 
-from epochfs.sidecar.listing.planner import Planner, Segment
+from epochfs.sidecar.listing.planner import GALLOP_PAGE, Planner, Segment
 from epochfs.sidecar.sampler.order import LEAD, PACE_START, SKEW_FLOOR, FetchOrder, spread_factor
 from epochfs.sidecar.store import CatalogRow, Policy, Store
 from epochfs.sidecar.store.catalog import Part
@@ -116,3 +116,24 @@ def test_the_skew_is_computed_at_most_once_a_second_whatever_the_commits() -> No
     first = planner.progress()["skew"]
     with mock.patch.object(Planner, "_skew", side_effect=AssertionError("computed again")):
         assert planner.progress()["skew"] == first
+
+
+@mock.patch("epochfs.sidecar.listing.planner.SKEW_EVERY", 0.0)
+def test_a_span_whose_end_is_not_found_counts_as_skewed_until_it_is() -> None:
+    """Where pages can start anywhere (S3), a span's size is a guess until a page past its end
+    comes back empty: its listed keys' share of the whole is unknown, so the skew counts it as off
+    by all of it. Two spans listed alike by their first page (an estimate-based skew of 0) are
+    held at the listed share of the unbounded one until each gallop finds its end."""
+    planner = Planner([Part(0, "a/", "", None), Part(1, "b/", "", None)], splittable=True)
+    seg = _segments(planner)
+    _page(planner, seg["a/"], range(100), done=False)
+    _page(planner, seg["b/"], range(100), done=False)
+    assert planner.progress()["skew"] == 1.0, "both ends unknown: the listed mix says nothing yet"
+    # a's end found: the gallop's page past it comes back empty (b's gallop is still out).
+    gallops = [planner.take(), planner.take()]
+    seg_a = next(g for g in gallops if g is not None and g.part.prefix == "a/")
+    assert seg_a.part.stop is None and seg_a.parent is not None, "a gallop: a split past a's keys"
+    assert seg_a.page == GALLOP_PAGE, "a gallop's page finds the end; it is not there to list"
+    seg_a.part.done = True
+    planner.record(seg_a, [])
+    assert planner.progress()["skew"] == pytest.approx(0.5), "b, half of the listed keys, unbounded"
