@@ -6,7 +6,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 APT_PACKAGES := fuse3 libfuse3-3 prometheus rclone
 DEMO_APT_PACKAGES := fuse3 libfuse3-3
-# make demo without the dev environment: its own venv with the demo extra only (sidecar, torch).
+# make demo without the dev environment: its own venv with the demo extra only (what a file:// sidecar and the torch client import).
 DEMO_VENV ?= .venv-demo
 BENCH_APT_PACKAGES := s3fs
 # az:// is tested against Azurite, Microsoft's Azure Storage emulator (tests/remote/test_conformance.py),

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.metadata
 import itertools
 import os
 import re
@@ -9,6 +10,11 @@ import signal
 import subprocess
 import sys
 from pathlib import Path
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # Python 3.10
+    import tomli as tomllib
 
 import pytest
 from common import ROOT, wait_until
@@ -26,15 +32,56 @@ HEADROOM = 0.25
 """The sidecar's default --headroom, which the demo keeps: an epoch holds at most 75% of the cache."""
 
 
+def _extra(name: str) -> set[str]:
+    """The distributions an extra of pyproject.toml names (normalized, versions dropped)."""
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    return {re.split(r"[<>=!~;\[ ]", requirement, maxsplit=1)[0].lower().replace("_", "-")
+            for requirement in project["optional-dependencies"][name]}
+
+
+def not_in_the_demo_extra() -> list[str]:
+    """The top-level modules of the sidecar extra's distributions that the demo extra leaves out
+    (botocore, awscrt, aiohttp, kubernetes): `make demo` without the dev venv has none of them."""
+    left_out = _extra("sidecar") - _extra("demo")
+    modules = importlib.metadata.packages_distributions()
+    return sorted(m for m, dists in modules.items()
+                  if any(d.lower().replace("_", "-") in left_out for d in dists) and m.isidentifier())
+
+
+BLOCKER = """import sys
+class _NotInstalled:
+    # The demo extra's venv: these modules are not installed (tests/sidecar/test_demo.py).
+    def find_spec(self, name, path=None, target=None):
+        if name.partition(".")[0] in {blocked!r}:
+            raise ModuleNotFoundError(f"No module named {{name!r}} (not in the demo extra)", name=name)
+        return None
+sys.meta_path.insert(0, _NotInstalled())
+"""
+
+
 def start_demo(workdir: Path, *args: str) -> tuple[subprocess.Popen[bytes], Path]:
+    """The demo as ``make demo`` runs it in its own venv: the modules the demo extra leaves out
+    cannot be imported, in the demo and every process it starts (a sitecustomize on PYTHONPATH)."""
     log = workdir / "demo.log"
+    site = workdir / "demo-extra-site"
+    site.mkdir()
+    (site / "sitecustomize.py").write_text(BLOCKER.format(blocked=set(not_in_the_demo_extra())))
+    path = os.pathsep.join(filter(None, [str(site), os.environ.get("PYTHONPATH")]))
     with open(log, "wb") as out:
         proc = subprocess.Popen(
             [sys.executable, "-u", str(ROOT / "examples" / "demo.py"), "--workdir", str(workdir), *args],
             stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
+            env={**os.environ, "PYTHONPATH": path},
             preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
         )
     return proc, log
+
+
+def test_the_demo_extra_leaves_out_what_only_s3_http_and_pods_need() -> None:
+    """`make demo`'s venv is the demo extra alone: the sidecar extra's S3, HTTP and Kubernetes
+    clients are not in it, and the demo's runs in this module cannot import them."""
+    assert {"botocore", "aiohttp", "kubernetes", "awscrt"} <= set(not_in_the_demo_extra())
+    assert {"fsspec", "mfusepy", "prometheus-client", "torch"} <= _extra("demo")
 
 
 def mounts_under(path: Path) -> list[str]:
