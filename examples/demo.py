@@ -6,7 +6,7 @@
    so the cache grows while training runs and then evicts its oldest samples,
 3. trains a small torch model for six epochs through ``EpochLoader`` over the mount's ``epoch-N/``
    folders, printing one line per epoch (samples, new, left out of the epoch before, cache
-   occupancy, MB/s, loss). The model is tiny: unpaced, it finishes an epoch long before the
+   occupancy, read rate, loss). The model is tiny: unpaced, it finishes an epoch long before the
    sampler has fetched a second one, and how much the epochs grow would depend on the machine's
    speed. So each step is paced to read at most ``--train-rate`` bytes a second (the download
    rate by default), standing in for a real model's compute: each epoch then about doubles until
@@ -34,6 +34,7 @@ import torch
 
 from epochfs.sidecar.confparse import parse_size
 from epochfs.torchclient import EpochLoader, EpochStats
+from epochfs.torchclient.dataset import decimal_size  # the rate in the unit that fits
 
 DIM = 1024  # float32 values per sample: 4 KiB of array data, incompressible
 
@@ -104,7 +105,7 @@ def epoch_line(stats: EpochStats, status: dict[str, object], loss: float) -> str
     return (
         f"epoch {stats.epoch}: {stats.files:5d} samples ({new} new, {left_out} left out)  "
         f"cache {used / 2**20:5.1f}/{cap / 2**20:.1f} MiB ({100 * used / cap:3.0f}%)  "
-        f"{stats.mb_per_s:6.1f} MB/s  waited {stats.wait_seconds:4.2f}s  loss {loss:.3f}"
+        f"{decimal_size(stats.mb_per_s * 1e6) + '/s':>11}  waited {stats.wait_seconds:4.2f}s  loss {loss:.3f}"
     )
 
 

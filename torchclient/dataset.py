@@ -55,6 +55,17 @@ def print_progress(line: str) -> None:
     print(line, file=sys.stderr, flush=True)
 
 
+def decimal_size(n: float) -> str:
+    """``n`` bytes in the decimal unit that fits: ``512 B``, ``44.0 kB``, ``199.5 MB``, ``1.2 GB``.
+    The torch client's one formatter of sizes and rates (:meth:`.EpochStats.line`, the waiting
+    line, the demo's epoch line): fixed MB printed a small cache or epoch as "0.0 MB"."""
+    for unit in ("B", "kB", "MB", "GB"):
+        if abs(n) < 1000:
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1000
+    return f"{n:.1f} TB"
+
+
 def describe_root(root: str | os.PathLike[str]) -> str:
     """What is under ``root`` now, in words: the epochs present and the sidecar's status, if any."""
     epochs = list_epochs(root)
@@ -77,7 +88,7 @@ def describe_root(root: str | os.PathLike[str]) -> str:
         elif isinstance(status.get("samples"), int):
             bits.append(f"{status['samples']} samples cached")
         if isinstance(status.get("cache_bytes"), int) and isinstance(status.get("capacity_bytes"), int):
-            bits.append(f"{status['cache_bytes'] / 1e6:.1f} of {status['capacity_bytes'] / 1e6:.1f} MB")
+            bits.append(f"{decimal_size(status['cache_bytes'])} of {decimal_size(status['capacity_bytes'])}")
         if status.get("pending_cuts"):
             bits.append(f"pending cuts {status['pending_cuts']}")
         if status.get("backpressure"):

@@ -33,7 +33,7 @@ import torch
 from torch.utils.data import DataLoader, Dataset, Sampler
 
 from .collate import collate
-from .dataset import EpochDataset, Progress, _check_epoch, print_progress
+from .dataset import EpochDataset, Progress, _check_epoch, decimal_size, print_progress
 from .decode import MAX_ARRAY_BYTES, Decoder, check_max_bytes, load_sample, resolve_decoder
 from .epochplan import Balance, Partition, plan_batches, resolve_split
 from .globs import KeyFilter
@@ -90,20 +90,11 @@ class EpochStats:
         fits (a small epoch read "0.0 MB in 0.05s = 0.1 MB/s"; now "44.0 kB ... = 880.0 kB/s")."""
         rate = self.bytes / self.reading_seconds if self.reading_seconds > 0 else 0.0
         return (f"epoch {self.epoch}: {self.samples} samples in {self.batches} batches "
-                f"({self.files} files in the epoch), {_decimal(self.bytes)} in "
+                f"({self.files} files in the epoch), {decimal_size(self.bytes)} in "
                 f"{self.reading_seconds:.2f}s = "
-                f"{_decimal(rate)}/s, {self.samples_per_s:.0f} samples/s; "
+                f"{decimal_size(rate)}/s, {self.samples_per_s:.0f} samples/s; "
                 f"waited {self.wait_seconds:.2f}s for data, {self.cut_wait_seconds:.2f}s for the cut before"
                 + ("" if self.complete else " [incomplete]"))
-
-
-def _decimal(n: float) -> str:
-    """``n`` bytes in the decimal unit that fits: ``512 B``, ``44.0 kB``, ``199.5 MB``, ``1.2 GB``."""
-    for unit in ("B", "kB", "MB", "GB"):
-        if abs(n) < 1000:
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1000
-    return f"{n:.1f} TB"
 
 
 class _PathDataset(Dataset[Any]):

@@ -80,6 +80,8 @@ def make_cache(path: Path) -> Path:
         ("unmount", ["--mount", "/nowhere"]),
         ("index", ["file:///nowhere", "--out", "/nowhere/x.gz"]),
         ("bench", []),
+        ("webhook", ["--profiles", "/nowhere", "--tls-cert", "/nowhere/c.pem",
+                     "--tls-key", "/nowhere/k.pem"]),
     ],
 )
 def test_an_unknown_flag_is_refused_with_the_commands_own_usage(command: str, args: list[str]) -> None:

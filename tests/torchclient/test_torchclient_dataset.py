@@ -271,7 +271,8 @@ def test_the_dataset_holds_its_epoch_open_and_copies_do_not(tmp_path: Path, obje
 
 def test_the_waiting_line_says_how_far_epoch_0_is(tmp_path: Path) -> None:
     """Before the first cut, the sidecar's status.json has first_epoch: the trainer's waiting line
-    and its timeout say 'epoch 0: 54/200 samples cached (27%)' (issue 21)."""
+    and its timeout say 'epoch 0: 54/200 samples cached (27%)' (issue 21); the cache's bytes in the
+    unit that fits (it said "0.0 of 1.0 MB")."""
     import json
 
     from epochfs.torchclient.dataset import describe_root
@@ -282,6 +283,6 @@ def test_the_waiting_line_says_how_far_epoch_0_is(tmp_path: Path) -> None:
               "first_epoch": {"samples": 54, "target": 200}}
     (root / ".epochfs" / "status.json").write_text(json.dumps(status))
     assert describe_root(root) == ("no epoch folders yet; sidecar: epoch 0: 54/200 samples cached (27%), "
-                                   "0.0 of 1.0 MB, pending cuts [0]")
+                                   "5.4 kB of 1.0 MB, pending cuts [0]")
     with pytest.raises(TimeoutError, match=r"epoch 0: 54/200 samples cached \(27%\)"):
         EpochDataset(root, 0, timeout=0.1, progress=None)

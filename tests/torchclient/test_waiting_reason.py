@@ -27,7 +27,7 @@ def _root(tmp_path: Path, **extra: object) -> Path:
 def test_the_waiting_line_and_the_timeout_say_the_remote_is_unreachable(tmp_path: Path) -> None:
     root = _root(tmp_path, sampler_retrying=LINE)
     assert describe_root(root) == ("no epoch folders yet; sidecar: epoch 0: 0/200 samples cached (0%), "
-                                   f"0.0 of 1.0 MB, pending cuts [0]; sampler: {LINE}")
+                                   f"0 B of 1.0 MB, pending cuts [0]; sampler: {LINE}")
     lines: list[str] = []
     with pytest.raises(TimeoutError, match="sampler: remote unreachable: cannot list s3://b"):
         wait_for_epoch(root, 0, timeout=0.1, progress=lines.append, sidecar_url=None)
