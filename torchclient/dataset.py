@@ -66,8 +66,33 @@ def decimal_size(n: float) -> str:
     return f"{n:.1f} TB"
 
 
-def describe_root(root: str | os.PathLike[str]) -> str:
-    """What is under ``root`` now, in words: the epochs present and the sidecar's status, if any."""
+class FirstEpochPace:
+    """The last reading of epoch 0's count the waiting line saw, so the next line can say when
+    epoch 0 comes: ``~40 s at 4.0 samples/s (16.4 kB/s)`` (issue 21, "the way to epoch 0"; the
+    sidecar's /readyz and ``epochfs status`` say the same from their own readings)."""
+
+    def __init__(self) -> None:
+        self.at: float | None = None
+        self.samples = 0
+        self.bytes = 0
+
+    def estimate(self, samples: int, target: int, nbytes: int | None) -> str:
+        """``, ~N s at R samples/s (B/s)`` from the reading before this one ('' on the first
+        reading or when nothing came since), and this reading kept for the next."""
+        now = time.monotonic()
+        said = ""
+        if self.at is not None and now > self.at and samples > self.samples:
+            rate = (samples - self.samples) / (now - self.at)
+            said = f", ~{max(0, target - samples) / rate:.0f} s at {rate:.1f} samples/s"
+            if nbytes is not None and nbytes > self.bytes:
+                said += f" ({decimal_size((nbytes - self.bytes) / (now - self.at))}/s)"
+        self.at, self.samples, self.bytes = now, samples, nbytes or 0
+        return said
+
+
+def describe_root(root: str | os.PathLike[str], pace: FirstEpochPace | None = None) -> str:
+    """What is under ``root`` now, in words: the epochs present and the sidecar's status, if any.
+    ``pace``: the waiting line's readings of epoch 0's count, for a time estimate."""
     epochs = list_epochs(root)
     if not epochs:
         parts = ["no epoch folders yet"]
@@ -83,7 +108,9 @@ def describe_root(root: str | os.PathLike[str]) -> str:
                 isinstance(first.get("target"), int) and first["target"] > 0:
             # Before the first cut: how far epoch 0 is (its target: --min-samples or the window).
             have, target = min(first["samples"], first["target"]), first["target"]
+            nbytes = status.get("cache_bytes") if isinstance(status.get("cache_bytes"), int) else None
             bits.append(f"epoch 0: {have}/{target} samples cached ({100 * have // target}%)"
+                        + (pace.estimate(have, target, nbytes) if pace is not None else "")
                         + (", waiting for the listing's first round" if first.get("listing_round") else ""))
         elif isinstance(status.get("samples"), int):
             bits.append(f"{status['samples']} samples cached")
@@ -166,12 +193,13 @@ def wait_for_epoch(root: str | os.PathLike[str], epoch: int, *, wait: bool = Tru
     delay = 0.02
     next_report = start
     next_ask = start + ASK_EVERY
+    pace = FirstEpochPace()
     while True:
         now = time.monotonic()
         if now >= next_report and progress is not None:
             said = f"; sidecar: {answer.message}" if answer is not None and answer.state != "live" else ""
             progress(f"epochfs: waiting for epoch {epoch} under {root} ({now - start:.0f}s so far; "
-                     f"{describe_root(root)}{said})")
+                     f"{describe_root(root, pace)}{said})")
             next_report = now + progress_every
         remaining = timeout - (now - start)
         if remaining <= 0:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import errno
 import logging
 import os
+import re
 import threading
 from pathlib import Path
 
@@ -286,3 +287,32 @@ def test_the_waiting_line_says_how_far_epoch_0_is(tmp_path: Path) -> None:
                                    "5.4 kB of 1.0 MB, pending cuts [0]")
     with pytest.raises(TimeoutError, match=r"epoch 0: 54/200 samples cached \(27%\)"):
         EpochDataset(root, 0, timeout=0.1, progress=None)
+
+
+def test_the_waiting_line_says_when_epoch_0_comes_from_its_last_reading(tmp_path: Path) -> None:
+    """From its second report on, the trainer's waiting line says when epoch 0 comes, at the rate
+    since the report before: 54 then 94 of 200 samples 10 s apart is 4.0 samples a second, ~26 s
+    left (the issue's "epoch 0: 54/200 samples, ~20 s at 2.1 MB/s")."""
+    import json
+
+    from epochfs.torchclient.dataset import FirstEpochPace, describe_root
+
+    root = tmp_path / "mnt"
+    (root / ".epochfs").mkdir(parents=True)
+
+    def status(samples: int) -> None:
+        (root / ".epochfs" / "status.json").write_text(json.dumps(
+            {"samples": samples, "cache_bytes": samples * 4096, "capacity_bytes": 10**7,
+             "first_epoch": {"samples": samples, "target": 200}}))
+
+    pace = FirstEpochPace()
+    status(54)
+    assert "~" not in describe_root(root, pace), "one reading: no rate yet"
+    pace.at = (pace.at or 0.0) - 10.0  # as if that reading were 10 s ago
+    status(94)
+    line = describe_root(root, pace)
+    match = re.search(r"epoch 0: 94/200 samples cached \(47%\), ~(\d+) s at (\d+\.\d) samples/s "
+                      r"\((\d+\.\d) kB/s\)", line)
+    assert match, line
+    assert match.group(2) == "4.0" and 25 <= int(match.group(1)) <= 27 and match.group(3) == "16.4", line
+    assert "~" not in describe_root(root, pace), "nothing came since: no rate to say"

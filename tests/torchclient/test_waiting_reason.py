@@ -40,3 +40,24 @@ def test_no_line_when_the_sampler_is_not_retrying(tmp_path: Path) -> None:
     for i, extra in enumerate(cases):
         root = _root(tmp_path / str(i), **extra)
         assert "sampler:" not in describe_root(root)
+
+
+def test_the_second_waiting_line_says_when_epoch_0_comes(tmp_path: Path) -> None:
+    """wait_for_epoch keeps its readings between lines: samples come between the first line and
+    the second (written by the progress callback itself, so no timing), and the second says when
+    epoch 0 comes at that rate."""
+    root = _root(tmp_path)
+    lines: list[str] = []
+
+    def progress(line: str) -> None:
+        lines.append(line)
+        if len(lines) == 1:
+            status = json.loads((root / ".epochfs" / "status.json").read_text())
+            status["samples"] = status["first_epoch"]["samples"] = 50
+            (root / ".epochfs" / "status.json").write_text(json.dumps(status))
+
+    with pytest.raises(TimeoutError):
+        wait_for_epoch(root, 0, timeout=0.3, progress=progress, progress_every=0.05, sidecar_url=None)
+    assert len(lines) >= 2, lines
+    assert "0/200 samples cached (0%), 0 B" in lines[0] and " s at " not in lines[0], lines[0]
+    assert "50/200 samples cached (25%), ~" in lines[1] and " samples/s" in lines[1], lines[1]
