@@ -1,8 +1,9 @@
 """A plot of ``epochfs bench fairness`` results: each epoch's folder-mix TV ratio against its cut
-time, one line per key space, as an SVG written by hand (no plotting library in the image or the
-dev install).
+time, one line per key space: a PNG drawn by matplotlib (the bench extra's, as the other
+benchmarks' plots, :mod:`._plots`) for an ``--out``/``--plot`` ending in ``.png``, else an SVG
+written by hand (no plotting library needed).
 
-    python -m epochfs.benchmarks._fairness_plot after.json --before before.json --out docs/fairness.svg
+    python -m epochfs.benchmarks._fairness_plot after.json --before before.json --out docs/fairness.png
 
 The y axis is logarithmic (1x, a random sample's TV, at the bottom; the issue's aim, 2x, dashed);
 ``--before`` draws a second run's lines dotted, in the same colours.
@@ -68,15 +69,52 @@ def svg(after: list[dict[str, Any]], before: list[dict[str, Any]] | None = None,
     return "\n".join(parts) + "\n"
 
 
+def figure(after: list[dict[str, Any]], before: list[dict[str, Any]] | None = None, *, title: str) -> Any:
+    """The same plot as :func:`svg`, drawn by matplotlib: log y axis from 0.5x, the aim (2x)
+    dashed, ``before`` dotted in the same colours."""
+    from epochfs.benchmarks._plots import DPI, pyplot
+
+    plt = pyplot()
+    fig, ax = plt.subplots(figsize=(9, 4.8), dpi=DPI, layout="constrained")
+    for rows, style, which in ((after, "-", "after"), (before or [], ":", "before")):
+        for shape, pts in _lines(rows).items():
+            ax.plot([t for t, _ in pts], [v for _, v in pts], linestyle=style, marker="o", markersize=3,
+                    color=COLOURS.get(shape, "#000"), label=f"{shape} ({which})" if before else shape)
+    ax.axhline(2.0, color="#444", linestyle="--", linewidth=1, label="the aim: 2x")
+    ax.set_yscale("log", base=2)
+    ax.set_ylim(0.5, Y_MAX)
+    ax.yaxis.set_major_formatter(lambda v, _pos: f"{v:g}x")
+    ax.set_xlabel("seconds from the sidecar's start to the cut", fontsize=8)
+    ax.set_ylabel("folder-mix TV / a random sample's", fontsize=8)
+    ax.grid(True, linewidth=0.4, alpha=0.6)
+    ax.legend(fontsize=7, ncol=2 if before else 1)
+    ax.set_title(title, fontsize=10)
+    return fig
+
+
+def write(path: Path, after: list[dict[str, Any]], before: list[dict[str, Any]] | None = None, *,
+          title: str) -> None:
+    """``path``: a PNG (matplotlib) when it ends in ``.png``, else the hand-written SVG."""
+    if path.suffix.lower() == ".png":
+        from epochfs.benchmarks._plots import DPI, pyplot
+
+        fig = figure(after, before, title=title)
+        fig.savefig(path, dpi=DPI)
+        pyplot().close(fig)
+    else:
+        path.write_text(svg(after, before, title=title))
+    print(f"plot written to {path}", flush=True)
+
+
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("after", type=Path, help="a --json file of benchmarks/fairness.py")
     p.add_argument("--before", type=Path, help="another run's --json file, drawn dotted")
-    p.add_argument("--out", type=Path, required=True, help="the SVG file to write")
+    p.add_argument("--out", type=Path, required=True, help="the file to write: .png (matplotlib) or .svg")
     p.add_argument("--title", default="Each epoch's folder mix against a random sample's (bench fairness)")
     args = p.parse_args(argv)
-    before = json.loads(args.before.read_text()) if args.before else None
-    args.out.write_text(svg(json.loads(args.after.read_text()), before, title=args.title))
+    load = lambda path: (lambda d: d["rows"] if isinstance(d, dict) else d)(json.loads(path.read_text()))  # noqa: E731
+    write(args.out, load(args.after), load(args.before) if args.before else None, title=args.title)
 
 
 if __name__ == "__main__":

@@ -375,7 +375,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--json", type=Path, help="write the rows here")
     p.add_argument("--markdown", type=Path, help="write the table here")
     p.add_argument("--plot", type=Path,
-                   help="also draw each epoch's TV ratio against its cut time per key space here (SVG)")
+                   help="also draw each epoch's TV ratio against its cut time per key space here "
+                        "(.png: matplotlib; else SVG)")
     ns = p.parse_args(argv)
     names = [s.strip() for s in ns.shapes.split(",") if s.strip()]
     try:
@@ -402,10 +403,10 @@ def main(argv: list[str] | None = None) -> int:
     print(table)
     harness.write_results(table, rows, markdown=ns.markdown, json_path=ns.json)
     if ns.plot:
-        from epochfs.benchmarks._fairness_plot import svg
+        from epochfs.benchmarks._fairness_plot import write
 
-        ns.plot.write_text(svg([asdict(r) for r in rows], title=f"Each epoch's folder mix against a "
-                                                                 f"random sample's: {source()}"))
+        write(ns.plot, [asdict(r) for r in rows], title=f"Each epoch's folder mix against a random "
+                                                        f"sample's: {source()}")
     return 0
 
 

@@ -155,3 +155,27 @@ def test_the_benchmarks_import_no_matplotlib_unless_asked() -> None:
             "print(sorted(m for m in sys.modules if m.startswith('matplotlib')))")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0 and done.stdout.strip() == "[]", done.stdout + done.stderr
+
+
+def test_fairness_results_become_a_line_per_key_space_against_the_cut_time(tmp_path: Path) -> None:
+    """bench fairness --plot F.png: each key space's TV ratio against its cut time (matplotlib), a
+    second run dotted, the aim (2x) dashed, on a log axis."""
+    from epochfs.benchmarks import _fairness_plot
+
+    def row(shape: str, at: float, tv: float) -> dict[str, Any]:
+        return {"shape": shape, "at_s": at, "tv_ratio": tv}
+
+    after = [row("flat", 4.0, 1.5), row("flat", 2.0, 3.0), row("equal", 2.0, 1.0)]
+    before = [row("flat", 2.0, 6.0)]
+    _fairness_plot.write(tmp_path / "f.png", after, before, title="t")
+    _png(tmp_path / "f.png")
+    fig = _fairness_plot.figure(after, before, title="t")
+    ax = fig.axes[0]
+    lines: dict[str, Any] = {str(line.get_label()): line for line in ax.get_lines()}
+    assert list(lines["flat (after)"].get_xdata()) == [2.0, 4.0]  # in cut order
+    assert list(lines["flat (after)"].get_ydata()) == [3.0, 1.5]
+    assert lines["flat (before)"].get_linestyle() == ":" and lines["flat (after)"].get_linestyle() == "-"
+    assert list(lines["the aim: 2x"].get_ydata()) == [2.0, 2.0]
+    assert ax.get_yscale() == "log"
+    _fairness_plot.write(tmp_path / "f.svg", after, title="t")  # another suffix: the SVG
+    assert (tmp_path / "f.svg").read_text().startswith("<svg")
