@@ -9,6 +9,7 @@ import re
 from pathlib import Path
 
 import pytest
+from docs_blocks import indented_blocks
 
 from epochfs.sidecar.cli import build_parser
 
@@ -22,9 +23,10 @@ BLOCK_COMMAND = re.compile(r"^\s*(?:\$ )?epochfs ([a-z][a-z_-]*)(.*)$", re.M)
 
 def _shown(text: str) -> list[tuple[str, str]]:
     """(command, the rest of its line) of every ``epochfs <command>`` in inline code and in code
-    blocks (continuation lines joined)."""
+    blocks, fenced and indented (continuation lines joined)."""
     found = COMMAND.findall(text)
-    for block in FENCE.findall(text):
+    blocks = FENCE.findall(text) + ["\n".join(lines) + "\n" for _, lines in indented_blocks(text)]
+    for block in blocks:
         found += BLOCK_COMMAND.findall(block.replace("\\\n", " "))
     return found
 
@@ -70,6 +72,8 @@ def test_a_dead_link_and_a_missing_command_would_be_found(tmp_path: Path) -> Non
     assert COMMAND.findall("run `epochfs cut --cache DIR --nope`") == [("cut", " --cache DIR --nope")]
     block = "```sh\nepochfs sidecar --remote s3://b \\\n    --nope 1\n```\n"
     assert _shown(block) == [("sidecar", " --remote s3://b      --nope 1")]
+    indented = "Run:\n\n    epochfs cut --cache DIR \\\n        --nope\n    epoch 0: 4 samples\n"
+    assert _shown(indented) == [("cut", " --cache DIR      --nope")]
 
 
 def test_the_readmes_commands_table_lists_every_command_of_the_cli() -> None:

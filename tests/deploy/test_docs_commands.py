@@ -23,6 +23,7 @@ import contextlib
 import io
 import os
 import re
+import shlex
 import signal
 import subprocess
 import sys
@@ -34,6 +35,8 @@ import numpy as np
 import pytest
 from common import free_port, port_open, stop_process, wait_until
 from docs_blocks import PAGES, ROOT, DocCommand, all_commands, commands_of, words
+
+from epochfs.sidecar.cli import DEFAULT_BENCHMARKS
 
 SAMPLES = 12
 """The sandbox dataset's .npy samples under s3://bucket/train."""
@@ -48,7 +51,8 @@ class Run:
     SIGTERM once it cached every sample, into a cache of its own), ``until-output`` (``--watch``:
     stopped with SIGINT, Ctrl-C, after its first frame), ``help`` (a benchmark: ``--help`` of the
     same program, which must know every flag the line shows; the benchmark itself runs for
-    minutes, its code is tested by tests/sidecar/test_bench_*.py)."""
+    minutes, its code is tested by tests/sidecar/test_bench_*.py; ``epochfs bench NAMES --args
+    ARGS`` stands for ``python -m epochfs.benchmarks.NAME ARGS`` of each name, as the CLI runs it)."""
 
     how: str
     codes: tuple[int, ...] = (0,)
@@ -76,7 +80,11 @@ RULES: list[tuple[str, Class]] = [
     (r"epochfs (?:status|cut|verify|index|relist|unmount)\b(?!.*--watch)", Run("exits")),
     (r"epochfs status\b.*--watch", Run("until-output", codes=(130,))),
     (r"epochfs (?:--version|--help|[a-z-]+ --help)$", Run("exits")),
-    (r"epochfs sample\b", Run("until-cached")),
+    (r"epochfs sample\b(?!.*--endpoint-url http://127\.0\.0\.1:9000)", Run("until-cached")),
+    (r"epochfs sample\b.*--endpoint-url http://127\.0\.0\.1:9000",
+     NotHere("samples the million-key synthetic_s3 server of the line above, minutes of listing "
+             "(tests/remote/test_synthetic_s3.py tests that server, the other sample lines run here)")),
+    (r"epochfs bench\b", Run("help")),
     (PY + r" -m epochfs\.benchmarks\.\w+", Run("help")),
     (PY + r" benchmarks/\w+\.py\b", Run("help")),
     (PY + r" examples/(?:raw_arrays|npz_samples|ddp_sampler)\.py$", Run("exits", slow=True)),
@@ -85,17 +93,24 @@ RULES: list[tuple[str, Class]] = [
         "tests/torchclient/test_shards_sidecar.py", "tests/sampler/test_listing_include_exclude.py",
         "tests/sampler/test_listing_index_share.py"))),
     (PY + r" examples/lightning_datamodule\.py$", Covered(("tests/torchclient/test_lightning_example.py",))),
+    (r"epochfs mount\b", Covered(("tests/fuse_helpers.py", "tests/mount/test_fuse_mount.py",
+                                   "tests/mount/test_fuse_view.py"))),
     (r"make demo$", Covered(("tests/sidecar/test_demo.py",))),
     (r"make test$", Covered(("make test",))),  # the suite itself (CI: .ci/run)
     (r"make test-container\b", Covered(("make test-container", "tests/deploy/test_container_pod.py"))),
     # The README's install block, run from README.md by scripts/check-wheel.sh (its substitutions there)
     (r"apt-get install fuse3 python3-venv$|python3 -m venv /opt/epochfs |pip install '\.\[sidecar,torch\]'$",
      Covered(("scripts/check-wheel.sh", "make check-dist"))),
+    # The dev venv the tests run in: make venv installs '.[dev]', which holds the bench extra
+    (r"pip install '\.\[bench\]'$", Covered(("make venv",))),
+    (r"dockerd ", Covered(("tests/container_engine.py", "make test-container"))),
     (r"helm (?:dependency update|template \S+) \S*examples/kubernetes\b",
      Covered(("tests/deploy/test_helm_attach.py",))),
     (r"kubectl kustomize ", Covered(("tests/deploy/test_plain_manifests.py",))),
     (r"kubectl (?!kustomize )", NotHere(CLUSTER)),
     (r"helm (?:install|upgrade|test|uninstall) ", NotHere(CLUSTER)),
+    (r"make bench$", NotHere("runs the benchmarks for minutes, as root, after installing system packages "
+                             "(each epochfs bench line of the docs runs here by --help)")),
     (r"make image\b", NotHere("needs a Docker engine (make test-container builds the same Dockerfile)")),
     (r"docker push ", NotHere("needs a registry to push to")),
     (r"pip install torch --index-url https://download\.pytorch\.org/",
@@ -178,6 +193,52 @@ def test_an_unclassified_command_is_found_with_its_page_and_line() -> None:
         "made-up.md:4: 'epochfs frobnicate --cache /x --all' is in no class: classify it in RULES",
         "made-up.md:9: 's5cmd ls s3://bucket/' is in no class: classify it in RULES",
         "made-up.md:13: 'AWS_PROFILE=x rclone copy a b' is in no class: classify it in RULES",
+    ]
+
+
+def test_an_indented_command_is_found_and_indented_output_is_not() -> None:
+    """Indented code blocks are read (docs/performance.md shows its benchmark runs in them), line by
+    line: a command is a line that names a program or has a prompt; output, trees and requests are
+    not, and neither is a list item's text indented 4."""
+    page = "\n".join([
+        "Run it:",                                                     # 1
+        "",
+        "    pip install '.[bench]'            # from a clone",         # 3
+        "    nice -n 10 .venv/bin/python -m epochfs.benchmarks.nope \\",  # 4: joined with the next line
+        "        --repeat 3",
+        "    epoch 0:   104 samples (104 new)   output, not a command",
+        "",
+        "It prints:",
+        "",
+        "    epoch 0:   104 samples (104 new, 0 left out)  cache   1.6/6.0 MiB",  # 10: output only
+        "    /mnt/epochfs/",
+        "      latest -> epoch-N",
+        "    POST http://127.0.0.1:8080/v1/client-report",
+        "    {\"samples\": 256}",
+        "",
+        "- a list item",                                               # 16
+        "",
+        "    epochfs frobnicate --text   (a list item's text, not code)",
+        "",
+        "      $ s5cmd ls s3://bucket/   (code in the list item: 2 + 4 spaces)",  # 20
+        "      s3://bucket/a",
+        "",
+        "```sh",                                                       # 23: fenced, read as before
+        "epochfs cut --cache /x \\",
+        "    --all",
+        "```",
+    ]) + "\n"
+    commands = commands_of(page, "made-up.md")
+    assert [(c.line, c.text) for c in commands] == [
+        (3, "pip install '.[bench]'"),
+        (4, "nice -n 10 .venv/bin/python -m epochfs.benchmarks.nope --repeat 3"),
+        (20, "s5cmd ls s3://bucket/   (code in the list item: 2 + 4 spaces)"),
+        (24, "epochfs cut --cache /x --all"),
+    ]
+    assert commands[1].command == ".venv/bin/python -m epochfs.benchmarks.nope --repeat 3"
+    assert misclassified(commands[1:3]) == [
+        "made-up.md:20: 's5cmd ls s3://bucket/   (code in the list item: 2 + 4 spaces)' is in no class: "
+        "classify it in RULES",
     ]
 
 
@@ -327,6 +388,20 @@ def test_a_path_the_table_does_not_map_is_refused_before_it_runs(tmp_path: Path)
         in_sandbox("epochfs sidecar ... --include '*.npy'", box)
 
 
+def help_lines(command: str) -> list[str]:
+    """The benchmark lines a line stands for: itself, or for ``epochfs bench [NAMES] [--args ARGS]``
+    one ``python -m epochfs.benchmarks.NAME ARGS`` per name (the CLI's defaults without names), the
+    processes ``epochfs bench`` starts."""
+    argv = words(command)
+    if argv[:2] != ["epochfs", "bench"]:
+        return [command]
+    own, args = argv[2:], []
+    if "--args" in own:
+        own, args = own[:own.index("--args")], own[own.index("--args") + 1:]
+    names = [w for w in own if not w.startswith("-")] or list(DEFAULT_BENCHMARKS)
+    return [shlex.join(["python", "-m", f"epochfs.benchmarks.{name}", *args]) for name in names]
+
+
 def help_argv(command: str) -> tuple[list[str], list[str]]:
     """``program --help`` for a line that runs a benchmark, and the flags the line shows."""
     argv = words(re.sub(r"^" + PY, "python", command))
@@ -335,13 +410,24 @@ def help_argv(command: str) -> tuple[list[str], list[str]]:
     return [*program, "--help"], flags
 
 
+HELPS: dict[tuple[str, ...], subprocess.CompletedProcess[str]] = {}
+"""Each benchmark's ``--help``, run once: ~60 lines of the docs name ~15 programs."""
+
+
 def help_problems(command: str, env: dict[str, str], codes: tuple[int, ...] = (0,)) -> list[str]:
     """What is wrong with a benchmark's line: its ``--help`` fails, or lacks a flag the line shows."""
-    argv, flags = help_argv(command)
-    done = subprocess.run(argv, env=env, cwd=ROOT, capture_output=True, text=True, timeout=120)
-    if done.returncode not in codes:
-        return [f"{argv} exited {done.returncode}:\n{done.stderr}"]
-    return [f"{argv[1:-1]} has no {flag}" for flag in flags if flag not in done.stdout]
+    problems = []
+    for line in help_lines(command):
+        argv, flags = help_argv(line)
+        key = tuple(argv)
+        if key not in HELPS:
+            HELPS[key] = subprocess.run(argv, env=env, cwd=ROOT, capture_output=True, text=True, timeout=120)
+        done = HELPS[key]
+        if done.returncode not in codes:
+            problems.append(f"{argv} exited {done.returncode}:\n{done.stderr}")
+            continue
+        problems += [f"{argv[1:-1]} has no {flag}" for flag in flags if flag not in done.stdout]
+    return problems
 
 
 def test_a_benchmark_line_with_a_flag_its_help_lacks_is_found() -> None:
@@ -352,6 +438,11 @@ def test_a_benchmark_line_with_a_flag_its_help_lacks_is_found() -> None:
     assert help_problems(line, env) == [f"{['-m', 'epochfs.benchmarks.fetch']} has no --nope"]
     [gone] = help_problems("python -m epochfs.benchmarks.nope --repeat 3", env)
     assert "exited 1" in gone and "No module named epochfs.benchmarks.nope" in gone
+    assert help_lines("epochfs bench fetch loader --args --repeat 1") == [
+        "python -m epochfs.benchmarks.fetch --repeat 1", "python -m epochfs.benchmarks.loader --repeat 1"]
+    assert help_lines("epochfs bench") == [f"python -m epochfs.benchmarks.{n}" for n in DEFAULT_BENCHMARKS]
+    assert help_problems("epochfs bench served_opens --args --files 4000 --nope 1", env) == [
+        f"{['-m', 'epochfs.benchmarks.served_opens']} has no --nope"]
 
 
 def exited(command: DocCommand, line: str, code: int | None, output: str) -> str:
