@@ -113,8 +113,8 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--out", type=Path, required=True, help="the file to write: .png (matplotlib) or .svg")
     p.add_argument("--title", default="Each epoch's folder mix against a random sample's (bench fairness)")
     args = p.parse_args(argv)
-    load = lambda path: (lambda d: d["rows"] if isinstance(d, dict) else d)(json.loads(path.read_text()))  # noqa: E731
-    write(args.out, load(args.after), load(args.before) if args.before else None, title=args.title)
+    before = json.loads(args.before.read_text()) if args.before else None
+    write(args.out, json.loads(args.after.read_text()), before, title=args.title)
 
 
 if __name__ == "__main__":
