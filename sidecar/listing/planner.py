@@ -18,10 +18,12 @@ ones are still at their start. The planner keeps the listed set spread instead:
 3. **Then the least covered span.** With its end bounded, a segment's keys left are its density
    (keys per number, from its own pages) times the numbers left. The next page goes to the span
    whose listed share of its estimated size is the smallest, so the listed mix follows the spans'
-   sizes rather than their page counts; inside it, a segment estimated to hold more than
-   :data:`SPLIT_AT` keys is split at its estimated middle and read from there, so a span's pages
-   spread across its whole range. Pages start at :data:`FIRST_PAGE` keys in each segment and
-   double up to :data:`FULL_PAGE` (S3's most).
+   sizes rather than their page counts (the pages being read count in that share from when they
+   are taken, not from their commit: listers read on while earlier pages wait for their group
+   commit, and a span counted at commit only got every page taken meanwhile); inside it, a
+   segment estimated to hold more than :data:`SPLIT_AT` keys is split at its estimated middle and
+   read from there, so a span's pages spread across its whole range. Pages start at
+   :data:`FIRST_PAGE` keys in each segment and double up to :data:`FULL_PAGE` (S3's most).
 
 Estimates decide only the order. Every segment is read to its end with contiguous pages, and a
 split cuts a segment in two that exactly partition it (the lower keeps the keys up to the split
@@ -94,6 +96,9 @@ class Segment:
     parent: Segment | None = None
     """Set while this is a split whose first page is not committed yet: the segment it was cut
     from (which waits meanwhile)."""
+    pending: int = 0
+    """Keys its page being read may bring (the page's size), counted in its span's share until
+    the page is committed (:attr:`_Span.pending`)."""
 
     @property
     def open(self) -> bool:
@@ -118,6 +123,8 @@ class _Span:
     """Keys estimated left in its open segments when it was last queued (:meth:`Planner._push`)."""
     reached: bool = False
     """Its first page is committed."""
+    pending: int = 0
+    """Keys the pages of its segments being read (taken, not committed yet) may bring."""
     done_measured: tuple[int, float] = (0, 0.0)
     """Keys and numbers spanned by the pages of its segments that are done (its density's share)."""
 
@@ -180,9 +187,13 @@ class Planner:
                 span = self._spans[entry[-1]]
                 if entry[-2] != span.version:
                     continue
-                if any(s.open for s in span.segments):
-                    held.append(entry)
                 chosen = self._choose(span)
+                if chosen is not None:
+                    chosen.pending = chosen.page
+                    span.pending += chosen.page
+                    self._push(span)  # its share with the page being read counted in
+                elif any(s.open for s in span.segments):
+                    held.append(entry)
             for entry in held:
                 heapq.heappush(self._heap, entry)
             return chosen
@@ -363,7 +374,7 @@ class Planner:
         span.version += 1
         unbounded = any(s.open and s.part.stop is None for s in span.segments)
         total = span.listed + rest
-        share = span.listed / total if total > 0 else 0.0
+        share = min(1.0, (span.listed + span.pending) / total) if total > 0 else 0.0
         heapq.heappush(self._heap, (0 if unbounded else 1, share, -rest, span.version, span.id))
 
     # ------------------------------------------------------------------ learning
@@ -373,6 +384,8 @@ class Planner:
         with self._lock:
             span = self._spans[seg.span]
             seg.busy = False
+            span.pending -= seg.pending
+            seg.pending = 0
             if not span.reached:
                 span.reached = True
                 self._reached += 1
