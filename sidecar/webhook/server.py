@@ -29,6 +29,7 @@ import os
 import signal
 import socket
 import ssl
+import sys
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -239,6 +240,16 @@ class AdmissionServer(ThreadingHTTPServer):
         if ":" in address[0]:
             self.address_family = socket.AF_INET6
         super().__init__(address, _AdmissionHandler)
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        """A client that went away mid-connection (the API server's timeout, a probe that closed
+        without reading, a reset keep-alive connection) is a DEBUG line, not the traceback
+        socketserver prints for any error in a request's thread; other errors keep it."""
+        error = sys.exc_info()[1]
+        if isinstance(error, (ConnectionError, TimeoutError, ssl.SSLError)):
+            log.debug("webhook: the connection from %s ended: %s", client_address[0], error)
+            return
+        super().handle_error(request, client_address)
 
     def finish_request(self, request: Any, client_address: Any) -> None:
         request.settimeout(self.handshake_timeout)

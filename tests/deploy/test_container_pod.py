@@ -16,8 +16,9 @@ sidecar, libfuse in the image, signals. What is checked, for the native sidecar 
 * the pod's end (SIGTERM, terminationGracePeriodSeconds): the sidecar exits 0 and nothing stays
   mounted under the pod's folders; the sidecar's log names the libfuse it loaded;
 * the plain Pod of examples/kubernetes (the attach snippet) behaves like the Job's pod, and so
-  does a user's own Pod mutated by the admission webhook's decision with the profile the chart
-  renders (the JSONPatch applied as the API server would);
+  does a user's own Pod mutated by the admission webhook: the chart's webhook Deployment run from
+  the same image, called over HTTPS with an AdmissionReview v1 as the API server would, its
+  JSONPatch applied (tests/webhook_container.py);
 * with two nodes, each pod's epoch holds only keys of its own shard;
 * the folder view (sidecar.view=folder): the rendered pod passes the Restricted Pod Security
   Standard (tests/pss.py), its sidecar runs as 10001 with no capability, no_new_privs and a
@@ -55,9 +56,8 @@ from container_pod import Pod, job_pods
 from helm_helpers import helm_binary, one, render, render_pod_snippet
 from pod_env import PodIdentity, PodObjects
 from pod_volumes import mount_points
-
-from epochfs.sidecar.webhook.mutate import decide
-from epochfs.sidecar.webhook.profiles import profiles_from_documents
+from webhook.webhook_helpers import validate_k8s
+from webhook_container import json_patch, running_webhook, webhook_values
 
 pytestmark = [
     pytest.mark.fuse,
@@ -264,12 +264,12 @@ def test_the_attach_examples_pod_works_the_same(engine: Engine, image: str, s3: 
 
 
 def user_pod(image: str) -> dict[str, Any]:
-    """A pod a platform team writes, knowing nothing of epochfs but the label: one restricted
+    """A pod a platform team writes, knowing nothing of epochfs but the annotation: one restricted
     container (the trainer script) and its own /tmp."""
     return {
         "apiVersion": "v1", "kind": "Pod",
-        "metadata": {"name": "resnet-0", "namespace": "research",
-                     "labels": {"epochfs.io/inject": "true", "app": "resnet"}},
+        "metadata": {"name": "resnet-0", "namespace": "research", "labels": {"app": "resnet"},
+                     "annotations": {"epochfs.io/inject": "true"}},
         "spec": {
             "restartPolicy": "Never", "terminationGracePeriodSeconds": 30,
             "containers": [{
@@ -288,23 +288,25 @@ def user_pod(image: str) -> dict[str, Any]:
 
 def test_a_pod_the_webhook_injected_works_the_same(engine: Engine, image: str, s3: S3Server,
                                                     tmp_path: Path) -> None:
-    """The webhook's way in (issue 23): the chart renders its injection documents with this test's
-    values (webhook.enabled), the webhook's decision mutates a user's Pod that carries only the
-    label, and the mutated pod runs like the chart's Job: byte-exact epochs, the trainer confined
-    (its fsGroup now the one the webhook added), kill -9 of the FUSE server, SIGTERM exit 0."""
+    """The webhook's way in (issue 23), through the real server: the chart (webhook.enabled, this
+    test's values) rendered; its webhook Deployment's pod run from the same image with the
+    rendered profiles ConfigMap and TLS Secret (tests/webhook_container.py); a user's Pod that
+    carries only the annotation sent to it as an AdmissionReview v1 over HTTPS, its certificate
+    verified with the configuration's caBundle; the JSONPatch applied and the result validated
+    (kubernetes-validate); the mutated pod sent again gets no patch; and the mutated pod runs like
+    the chart's Job: byte-exact epochs, the trainer confined (its fsGroup now the one the webhook
+    added), kill -9 of the FUSE server, SIGTERM exit 0."""
     put_objects(s3, BUCKET, OBJECTS)
     port = free_port()
-    values = {**epochfs_values(image, s3, native=True, nodes=1, port=port), "webhook": {"enabled": True}}
-    [profiles_cm] = [o for o in render(helm_binary(), values, tmp_path)
-                     if o["kind"] == "ConfigMap" and o["metadata"]["name"].endswith("-webhook-profiles")]
-    profiles = profiles_from_documents({k.removesuffix(".json"): json.loads(v)
-                                        for k, v in profiles_cm["data"].items()})
+    objs = render(helm_binary(), webhook_values(epochfs_values(image, s3, native=True, nodes=1, port=port)),
+                  tmp_path)
     pod_obj = user_pod(image)
-    decision = decide(pod_obj, profiles)
-    assert decision.result == "mutated", decision.message
-    mutated = jsonpatch.apply_patch(pod_obj, decision.patch)
+    with running_webhook(engine, objs, tmp_path / "webhook") as webhook:
+        mutated = jsonpatch.apply_patch(pod_obj, json_patch(webhook.review(pod_obj)))
+        assert json_patch(webhook.review(mutated)) == []  # idempotent: a pod mutated twice is unchanged
     assert "securityContext" not in pod_obj["spec"]
     assert mutated["spec"]["securityContext"]["fsGroup"] == TRAINER_UID
+    validate_k8s(mutated)
     meta = mutated["metadata"]
     identity = PodIdentity(name=meta["name"], namespace=meta["namespace"], labels=dict(meta["labels"]),
                            annotations=dict(meta["annotations"]))

@@ -752,3 +752,25 @@ def test_a_remote_the_image_cannot_serve_is_refused(served: Served, monkeypatch:
     pod = job_pod(job(annotations={"epochfs.io/remote": "az://container/data"}))
     response = served.client.review(pod)["response"]
     assert response["allowed"] is True, response
+
+
+def test_a_client_gone_mid_connection_is_no_traceback_and_other_errors_keep_theirs(
+    served: Served, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """socketserver prints a traceback for any error in a request's thread: a probe that closed
+    its keep-alive connection without reading the answer filled the webhook's log with
+    ``ConnectionResetError`` tracebacks. A client gone is one DEBUG line; a real fault keeps its."""
+    import ssl
+
+    for gone in (ConnectionResetError(104, "reset"), BrokenPipeError(32, "pipe"), TimeoutError(),
+                 ssl.SSLEOFError()):
+        try:
+            raise gone
+        except OSError:
+            served.server.handle_error(None, ("127.0.0.1", 5))
+    assert "Traceback" not in capsys.readouterr().err
+    try:
+        raise ValueError("a bug")
+    except ValueError:
+        served.server.handle_error(None, ("127.0.0.1", 5))
+    assert "ValueError: a bug" in capsys.readouterr().err

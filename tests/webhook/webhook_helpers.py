@@ -195,9 +195,13 @@ class Client:
 
 
 def admission_review(
-    pod: dict[str, Any], *, operation: str = "CREATE", kind: dict[str, str] | None = None
+    pod: dict[str, Any],
+    *,
+    operation: str = "CREATE",
+    kind: dict[str, str] | None = None,
+    namespace: str = NAMESPACE,
 ) -> dict[str, Any]:
-    """What the API server sends for a pod being created in NAMESPACE."""
+    """What the API server sends for a pod being created in ``namespace`` (default NAMESPACE)."""
     return {
         "apiVersion": "admission.k8s.io/v1",
         "kind": "AdmissionReview",
@@ -208,7 +212,7 @@ def admission_review(
             "requestKind": kind or {"group": "", "version": "v1", "kind": "Pod"},
             "requestResource": {"group": "", "version": "v1", "resource": "pods"},
             "name": pod["metadata"].get("name", ""),
-            "namespace": NAMESPACE,
+            "namespace": namespace,
             "operation": operation,
             "userInfo": {"username": "system:serviceaccount:kube-system:job-controller"},
             "object": pod,
