@@ -10,6 +10,10 @@ in exactly one class: that of the one rule of :data:`RULES` its command (after `
   placeholders become the sandbox's by :data:`PLACEHOLDERS`, an explicit table; a line that still
   holds ``...`` or ``…`` after it has no runnable meaning and fails. A line that exits with a code
   other than its rule's fails, showing its stderr.
+  A complete ``epochfs sidecar`` line runs until its ``/readyz`` says ready, against objects this
+  module puts into that bucket for it, with a cache, a mount and a health port of its own
+  (tests/docs_sidecar.py); a fragment of one (``epochfs sidecar ... --include '*.npy'``) has its
+  flags and ``EPOCHFS_*`` variables checked against ``epochfs sidecar --help`` instead.
 - ``Covered``: run elsewhere; the rule names the tests, scripts or make targets, which must exist.
 - ``NotHere``: cannot run in a test, with the reason (a cluster, a registry, the internet).
 
@@ -35,6 +39,15 @@ import numpy as np
 import pytest
 from common import free_port, port_open, stop_process, wait_until
 from docs_blocks import PAGES, ROOT, DocCommand, all_commands, commands_of, words
+from docs_sidecar import (
+    env_problems,
+    get_json,
+    many_arrays,
+    min_samples_of,
+    run_until_ready,
+    seed,
+    small_objects,
+)
 
 from epochfs.sidecar.cli import DEFAULT_BENCHMARKS
 
@@ -52,7 +65,13 @@ class Run:
     stopped with SIGINT, Ctrl-C, after its first frame), ``help`` (a benchmark: ``--help`` of the
     same program, which must know every flag the line shows; the benchmark itself runs for
     minutes, its code is tested by tests/sidecar/test_bench_*.py; ``epochfs bench NAMES --args
-    ARGS`` stands for ``python -m epochfs.benchmarks.NAME ARGS`` of each name, as the CLI runs it)."""
+    ARGS`` stands for ``python -m epochfs.benchmarks.NAME ARGS`` of each name, as the CLI runs it),
+    ``until-ready`` (a complete ``epochfs sidecar`` line, with a cache, a mount and a health port
+    of its own: run until ``/readyz`` answers 200, which needs its ``--min-samples`` cached; then
+    epoch 0 must show at least that many samples with the bucket's bytes, and SIGTERM must end it
+    with ``codes`` and nothing mounted: tests/docs_sidecar.py), ``flags`` (a fragment, ``epochfs
+    sidecar ... --include '*.npy'``: every flag it shows must be one ``epochfs sidecar --help``
+    lists, every ``EPOCHFS_*`` it sets one the command reads)."""
 
     how: str
     codes: tuple[int, ...] = (0,)
@@ -88,10 +107,11 @@ RULES: list[tuple[str, Class]] = [
     (PY + r" -m epochfs\.benchmarks\.\w+", Run("help")),
     (PY + r" benchmarks/\w+\.py\b", Run("help")),
     (PY + r" examples/(?:raw_arrays|npz_samples|ddp_sampler)\.py$", Run("exits", slow=True)),
-    (r"epochfs sidecar\b", Covered((
-        "tests/sidecar/test_supervisor.py", "tests/torchclient/test_layout_docs.py",
-        "tests/torchclient/test_shards_sidecar.py", "tests/sampler/test_listing_include_exclude.py",
-        "tests/sampler/test_listing_index_share.py"))),
+    # A complete line runs until ready (those with --include ask for the layouts' --min-samples,
+    # 64-1,000 samples: ~15 s each, so slow); a fragment ("...", "[every flag ...]"): its flags
+    (r"epochfs sidecar\b(?!.*(?:\.\.\.|…|\[))(?!.*--include)", Run("until-ready")),
+    (r"epochfs sidecar\b(?!.*(?:\.\.\.|…|\[)).*--include", Run("until-ready", slow=True)),
+    (r"epochfs sidecar\b.*(?:\.\.\.|…|\[)", Run("flags")),
     (PY + r" examples/lightning_datamodule\.py$", Covered(("tests/torchclient/test_lightning_example.py",))),
     (r"epochfs mount\b", Covered(("tests/fuse_helpers.py", "tests/mount/test_fuse_mount.py",
                                    "tests/mount/test_fuse_view.py"))),
@@ -127,6 +147,9 @@ PLACEHOLDERS: list[tuple[str, str]] = [
     (r"--cache …", "--cache {cache}"),            # "the cache of the line above"
     (r"\[--watch\]", "--watch"),                  # an optional part: run with it, as its rule expects
     (r"(?<![\w/.])\.venv/bin/python\b", "{python}"),  # the dev venv's python: the one running the tests
+    (r"--health-port 8080\b", "--health-port {port}"),  # a free port: 8080 may be taken here
+    (r"/epochfs-ro/objects\b", "{cache}/objects"),    # the folder view's link root: the cache's objects
+    (r"s3://b/p\b", "s3://bucket/p"),              # docs/folderview.md's remote ("b" is no S3 bucket name)
 ]
 """The docs' placeholders and the sandbox's values, in order. ``s3://bucket/...`` stays: the moto
 server has a bucket named ``bucket`` and ``EPOCHFS_ENDPOINT_URL`` points lines without
@@ -354,17 +377,34 @@ def sandbox(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Sandbox]:
         yield Sandbox(endpoint, cache, mount, root, env)
 
 
-def in_sandbox(text: str, box: Sandbox, *, cache: Path | None = None) -> str:
+@pytest.fixture(scope="module")
+def sidecar_objects(sandbox: Sandbox) -> dict[str, bytes]:
+    """The objects the docs' complete sidecar lines read, put into the sandbox's moto server
+    (the 1,000 arrays join them by :func:`sidecar_arrays`)."""
+    return seed(sandbox.endpoint, small_objects())
+
+
+@pytest.fixture(scope="module")
+def sidecar_arrays(sidecar_objects: dict[str, bytes], sandbox: Sandbox) -> dict[str, bytes]:
+    """:func:`sidecar_objects` and the 1,000 arrays of the lines with ``--min-samples 1000``."""
+    sidecar_objects.update(seed(sandbox.endpoint, many_arrays()))
+    return sidecar_objects
+
+
+def in_sandbox(text: str, box: Sandbox, *, cache: Path | None = None, mount: Path | None = None,
+               port: int | None = None) -> str:
     """The line with the docs' placeholders replaced by the sandbox's (:data:`PLACEHOLDERS`).
 
     A path the table does not map would be the machine's own (as root, a sampler made a real
     /var/cache/epochfs when a mapping was missing): every absolute path left must be the
-    sandbox's, the checkout's or the venv's."""
-    if "/mnt/epochfs" in text and box.mount is None:
+    sandbox's, the checkout's or the venv's. ``cache``, ``mount``, ``port``: a line's own (a
+    sampler's cache, a sidecar's), else the sandbox's and a free port."""
+    mount = mount or box.mount
+    if "/mnt/epochfs" in text and mount is None:
         pytest.skip("the line reads a mount: needs root and FUSE")
     cache = cache or box.cache
-    values = {"cache": str(cache), "mount": str(box.mount), "endpoint": box.endpoint,
-              "python": sys.executable}
+    values = {"cache": str(cache), "mount": str(mount), "endpoint": box.endpoint,
+              "python": sys.executable, "port": str(port or free_port())}
     for pattern, value in PLACEHOLDERS:
         text = re.sub(pattern, value.format(**values), text)
     assert "..." not in text and "…" not in text, f"a placeholder with no sandbox value: {text}"
@@ -403,11 +443,21 @@ def help_lines(command: str) -> list[str]:
 
 
 def help_argv(command: str) -> tuple[list[str], list[str]]:
-    """``program --help`` for a line that runs a benchmark, and the flags the line shows."""
+    """``program --help`` for a line that runs a benchmark or ``epochfs SUBCOMMAND``, and the flags
+    the line shows (also an optional one, ``[--link-root DIR]``)."""
     argv = words(re.sub(r"^" + PY, "python", command))
-    program = [sys.executable, *argv[1:3]] if argv[1] == "-m" else [sys.executable, argv[1]]
-    flags = [w.split("=", 1)[0] for w in argv[len(program):] if re.fullmatch(r"--[a-z][a-z0-9-]*(=.*)?", w)]
+    if argv[0] == "epochfs":
+        program = [str(BIN / "epochfs"), argv[1]]
+    else:
+        program = [sys.executable, *argv[1:3]] if argv[1] == "-m" else [sys.executable, argv[1]]
+    flags = [w.split("=", 1)[0] for w in (w.strip("[]") for w in argv[len(program):])
+             if re.fullmatch(r"--[a-z][a-z0-9-]*(=.*)?", w)]
     return [*program, "--help"], flags
+
+
+def help_flags(help_text: str) -> set[str]:
+    """The flags a ``--help`` lists (whole words: ``--in`` is not ``--include``'s)."""
+    return set(re.findall(r"(?<![\w-])--[a-z][a-z0-9-]*", help_text))
 
 
 HELPS: dict[tuple[str, ...], subprocess.CompletedProcess[str]] = {}
@@ -426,8 +476,15 @@ def help_problems(command: str, env: dict[str, str], codes: tuple[int, ...] = (0
         if done.returncode not in codes:
             problems.append(f"{argv} exited {done.returncode}:\n{done.stderr}")
             continue
-        problems += [f"{argv[1:-1]} has no {flag}" for flag in flags if flag not in done.stdout]
+        problems += [f"{argv[1:-1]} has no {flag}" for flag in flags if flag not in help_flags(done.stdout)]
     return problems
+
+
+def flags_problems(command: DocCommand, env: dict[str, str]) -> list[str]:
+    """What is wrong with a fragment's flags and ``EPOCHFS_*`` variables (class ``flags``)."""
+    problems = help_problems(command.command, env)
+    [line] = help_lines(command.command)
+    return problems + env_problems(command.text, HELPS[tuple(help_argv(line)[0])].stdout)
 
 
 def test_a_benchmark_line_with_a_flag_its_help_lacks_is_found() -> None:
@@ -462,10 +519,25 @@ RUN_LINES = [run_case(c) for c in COMMANDS
 
 
 @pytest.mark.parametrize(("command", "cls"), RUN_LINES)
-def test_a_run_line_runs(command: DocCommand, cls: Run, sandbox: Sandbox, tmp_path: Path) -> None:
+def test_a_run_line_runs(command: DocCommand, cls: Run, sandbox: Sandbox, tmp_path: Path,
+                         request: pytest.FixtureRequest) -> None:
     if cls.how == "help":
         problems = help_problems(command.command, sandbox.env, cls.codes)
         assert not problems, f"{command.where}: {command.text}\n" + "\n".join(problems)
+        return
+    if cls.how == "flags":
+        problems = flags_problems(command, sandbox.env)
+        assert not problems, f"{command.where}: {command.text}\n" + "\n".join(problems)
+        return
+    if cls.how == "until-ready":  # a sidecar of its own cache, mount and port
+        if "--view folder" not in command.text and not FUSE:
+            pytest.skip("a FUSE view: needs root and /dev/fuse")
+        port = free_port()
+        (tmp_path / "mnt").mkdir()  # /mnt/epochfs: in a pod the shared volume, there before the sidecar
+        line = in_sandbox(command.text, sandbox, cache=tmp_path / "cache", mount=tmp_path / "mnt", port=port)
+        objects = request.getfixturevalue(  # seeded for these lines only, the arrays where needed
+            "sidecar_arrays" if min_samples_of(line) > len(small_objects()) else "sidecar_objects")
+        run_until_ready(line, sandbox.env, tmp_path / "line.log", port, objects)
         return
     if cls.how == "until-cached":  # a sampler of its own cache: the shared one stays as it is
         cache = tmp_path / "cache"
@@ -495,3 +567,56 @@ def test_a_run_line_runs(command: DocCommand, cls: Run, sandbox: Sandbox, tmp_pa
     done = subprocess.run(["bash", "-c", line], env=sandbox.env, cwd=ROOT, capture_output=True, text=True,
                           timeout=300)
     assert done.returncode in cls.codes, exited(command, line, done.returncode, done.stderr)
+
+
+def test_a_sidecar_fragment_with_a_misspelt_flag_or_variable_is_found() -> None:
+    """The ``flags`` check can fail: a misspelt flag, an optional one in brackets, a variable the
+    sidecar does not read (its flag is misspelt) and a prefix of a real flag."""
+    env = {**os.environ, "PATH": f"{BIN}:{os.environ.get('PATH', '')}"}
+    right = DocCommand("made-up.md", 1, "EPOCHFS_EXCLUDE='*.json' epochfs sidecar ... --include '*.npy' "
+                                        "[--link-root DIR]")
+    assert classes_of(right) == [Run("flags")]
+    assert flags_problems(right, env) == []
+    wrong = DocCommand("made-up.md", 2, "EPOCHFS_EXCLUD='*.json' epochfs sidecar ... --inclde '*.npy' "
+                                        "[--lnk-root DIR] --in x")
+    assert classes_of(wrong) == [Run("flags")]
+    assert flags_problems(wrong, env) == [
+        "['sidecar'] has no --inclde", "['sidecar'] has no --lnk-root", "['sidecar'] has no --in",
+        "the command reads no EPOCHFS_EXCLUD"]
+
+
+[README_SIDECAR, FOLDER_SIDECAR] = [
+    next(c for c in COMMANDS if c.page == page and c.command.startswith("epochfs sidecar"))
+    for page in ("README.md", "docs/folderview.md")]
+
+
+@pytest.mark.parametrize(("change", "says"), [
+    (("--capacity 200Gi", "--capcity 200Gi"), "unrecognized arguments: --capcity"),
+    (("--capacity 200Gi", "--capacity 200Gx"), "--capacity: not a size: '200Gx'"),
+])
+def test_a_complete_sidecar_line_with_a_misspelt_flag_or_a_wrong_value_fails(
+        change: tuple[str, str], says: str, sandbox: Sandbox, tmp_path: Path) -> None:
+    """The ``until-ready`` run can fail: the README's line with a flag or a value changed."""
+    command = DocCommand("README.md", README_SIDECAR.line, README_SIDECAR.text.replace(*change))
+    assert command.text != README_SIDECAR.text
+    assert classes_of(command) == [Run("until-ready")]
+    (tmp_path / "mnt").mkdir()
+    port = free_port()
+    line = in_sandbox(command.text, sandbox, cache=tmp_path / "cache", mount=tmp_path / "mnt", port=port)
+    with pytest.raises(AssertionError, match="exited 2 before it was ready") as failed:
+        run_until_ready(line, sandbox.env, tmp_path / "line.log", port, {})
+    assert says in str(failed.value)
+
+
+def test_a_sidecar_line_whose_epoch_is_not_the_buckets_fails(sandbox: Sandbox, tmp_path: Path,
+                                                             sidecar_objects: dict[str, bytes]) -> None:
+    """The ``until-ready`` check of epoch 0 can fail: the folder view's line (no FUSE needed), told
+    that the bucket holds other bytes than it does; the sidecar is stopped all the same."""
+    (tmp_path / "mnt").mkdir()
+    port = free_port()
+    line = in_sandbox(FOLDER_SIDECAR.text, sandbox, cache=tmp_path / "cache", mount=tmp_path / "mnt",
+                      port=port)
+    other = {key: body + b"!" for key, body in sidecar_objects.items()}
+    with pytest.raises(AssertionError, match=r"epoch-0/(s00\d\.npy) is not the bytes of s3://bucket/p/\1"):
+        run_until_ready(line, sandbox.env, tmp_path / "line.log", port, other)
+    assert get_json(f"http://127.0.0.1:{port}/readyz") == (0, {})  # it is gone
