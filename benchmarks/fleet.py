@@ -43,8 +43,14 @@ constants and the listing pause's rule (imported, so the model follows the code)
 
 tests/remote/test_slowdown_backoff.py checks these assumptions against the real sampler.
 
+``--nodes`` and ``--keys`` take a comma list (``100,300,1k``): every pair is simulated, in each
+mode, and the table gets a nodes and a keys column. ``--plot FILE.png`` draws the runs as curves
+against the one that took more values (:mod:`._fleet_plot`): the waits and the requests against
+the fleet's (or the bucket's) size.
+
     epochfs bench fleet                                      # 1,000 nodes, 1M keys, both modes
     python -m epochfs.benchmarks.fleet --nodes 1000 --keys 1000000 --json fleet.json
+    python -m epochfs.benchmarks.fleet --nodes 100,300,1k --keys 1M --json f.json --plot f.png
 """
 
 from __future__ import annotations
@@ -53,9 +59,23 @@ import argparse
 import json
 import sys
 from dataclasses import asdict
+from pathlib import Path
 
+from epochfs.benchmarks import harness
 from epochfs.benchmarks._fleet_model import simulate
 from epochfs.benchmarks._fleet_params import GET_LIMIT, LIST_RETRY, PUT_LIMIT, Outcome, Params, Store
+from epochfs.benchmarks.scale import label, parse_count
+
+
+def counts(text: str) -> list[int]:
+    """``--nodes``/``--keys``: one count or a comma list (``100,300,1k``), in the order given."""
+    try:
+        values = [parse_count(part) for part in text.split(",") if part.strip()]
+    except (ValueError, KeyError) as e:
+        raise argparse.ArgumentTypeError(f"not a count or a comma list of counts: {text!r}") from e
+    if not values or min(values) < 1:
+        raise argparse.ArgumentTypeError(f"counts must be 1 or more: {text!r}")
+    return values
 
 
 def _seconds(median: float, worst: float, digits: int) -> str:
@@ -66,9 +86,11 @@ def _seconds(median: float, worst: float, digits: int) -> str:
     return f"{median:,.{digits}f} / " + ("not all" if worst == float("inf") else f"{worst:,.{digits}f}")
 
 
-def row(o: Outcome) -> str:
+def row(o: Outcome, sizes: bool = False) -> str:
+    """One outcome's table row; ``sizes``: with its nodes and keys first (a run of several)."""
     mode = "`--index`" if o.mode == "index" else f"each node lists ({o.folders or 'no'} folders)"
-    cells = [mode, str(o.listers), f"{o.list_requests:,}",
+    cells = [*((label(o.nodes), label(o.keys)) if sizes else ()), mode, str(o.listers),
+             f"{o.list_requests:,}",
              f"{o.peak_list_per_s:,.0f} / {o.mean_list_per_s:,.0f}", f"{o.get_requests:,}",
              f"{o.peak_get_per_s:,.0f} / {o.mean_get_per_s:,.0f}",
              f"{o.list_slowdowns:,} / {o.get_slowdowns:,}", f"{o.discovery_retries:,}",
@@ -86,14 +108,18 @@ COLUMNS = ["mode", "listers per node", "LIST requests", "LIST/s peak / mean", "G
            "epoch 0 median / worst (s)", "listed median / worst (s)",
            "nodes without epoch 0", "index build (s)"]
 HEADER = "| " + " | ".join(COLUMNS) + " |\n|" + "---|" * len(COLUMNS)
+SIZES_HEADER = "| nodes | keys | " + " | ".join(COLUMNS) + " |\n|" + "---|" * (len(COLUMNS) + 2)
+"""The table of a run over several sizes: which nodes and keys each row simulated."""
 
 
 def main(argv: list[str] | None = None) -> int:
     d = Params()
     ap = argparse.ArgumentParser(prog="python -m epochfs.benchmarks.fleet", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--nodes", type=int, default=d.nodes)
-    ap.add_argument("--keys", type=int, default=d.keys)
+    ap.add_argument("--nodes", type=counts, default=[d.nodes],
+                    help=f"nodes starting, or a comma list of fleets to simulate each ({d.nodes})")
+    ap.add_argument("--keys", type=counts, default=[d.keys],
+                    help=f"keys in the bucket, or a comma list ({d.keys})")
     ap.add_argument("--mode", choices=("list", "index", "both"), default="both",
                     help="each node lists, a shared key index (--index), or both")
     ap.add_argument("--folders", type=int, default=d.folders, help="class folders (0: flat keys)")
@@ -111,24 +137,33 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--horizon", type=float, default=d.horizon, help="simulated seconds at most")
     ap.add_argument("--seed", type=int, default=d.seed)
     ap.add_argument("--json", help="write the outcomes here")
+    ap.add_argument("--plot", type=Path, help=harness.PLOT_HELP + ": the epoch 0 waits and the requests "
+                    "against the nodes (or the keys), one line per mode")
     ns = ap.parse_args(argv)
+    if ns.plot:
+        harness.require("matplotlib")  # before the minutes of simulation, not after
     modes = ("list", "index") if ns.mode == "both" else (ns.mode,)
     outcomes = []
-    for mode in modes:
-        p = Params(nodes=ns.nodes, keys=ns.keys, index=mode == "index", folders=ns.folders,
+    for nodes, keys, mode in ((n, k, m) for n in ns.nodes for k in ns.keys for m in modes):
+        p = Params(nodes=nodes, keys=keys, index=mode == "index", folders=ns.folders,
                    prefixes=ns.prefixes, rate=ns.rate, page_seconds=ns.page_seconds,
                    get_seconds=ns.get_seconds, start_seconds=ns.start_seconds,
                    start_spread=ns.start_spread, concurrency=ns.concurrency,
                    list_threads=ns.list_threads, epoch0_samples=ns.epoch0_samples, fetch=ns.fetch,
                    horizon=ns.horizon, seed=ns.seed)
         outcomes.append(simulate(p))
-    print(HEADER)
+    sizes = len(ns.nodes) * len(ns.keys) > 1
+    print(SIZES_HEADER if sizes else HEADER)
     for o in outcomes:
-        print(row(o))
+        print(row(o, sizes))
+    rows = [{k: v for k, v in asdict(o).items() if k != "epoch0_s"} for o in outcomes]
     if ns.json:
         with open(ns.json, "w") as f:
-            rows = [{k: v for k, v in asdict(o).items() if k != "epoch0_s"} for o in outcomes]
             json.dump(rows, f, indent=2)
+    if ns.plot:
+        from epochfs.benchmarks import _fleet_plot  # matplotlib only when a plot is asked for
+
+        _fleet_plot.write(ns.plot, rows)
     return 0
 
 

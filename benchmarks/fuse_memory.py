@@ -13,6 +13,9 @@ plain SQL, no object files: the tree is built from the index alone) and epoch 0 
 
     .venv/bin/python -m epochfs.benchmarks.fuse_memory
     .venv/bin/python -m epochfs.benchmarks.fuse_memory --files 100000 --mount-max 0 --json out.json
+    .venv/bin/python -m epochfs.benchmarks.fuse_memory --files 10000 100000 --json m.json --plot m.png
+
+``--plot FILE.png`` draws the bytes per file and the times against the files (:mod:`._fuse_memory_plot`).
 """
 
 from __future__ import annotations
@@ -268,6 +271,8 @@ def main(argv: list[str] | None = None) -> int:
                     help="libfuse APIs to mount with (each a server of its own over the same store)")
     ap.add_argument("--dir", type=Path, default=None, help="scratch folder (emptied first)")
     ap.add_argument("--json", type=Path, default=None)
+    ap.add_argument("--plot", type=Path, default=None, help=harness.PLOT_HELP + ": bytes per file and "
+                    "seconds against the files, the 200 B aim dashed")
     ap.add_argument("--measure-tree", type=Path, default=None, help=argparse.SUPPRESS)
     ap.add_argument("--serve", type=Path, default=None, help=argparse.SUPPRESS)
     ap.add_argument("rest", nargs="*", help=argparse.SUPPRESS)
@@ -277,6 +282,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.measure_tree is not None:
         print(json.dumps(measure_tree(args.measure_tree)))
         return 0
+    if args.plot is not None:
+        harness.require("matplotlib")  # before the stores are made, not after
     results = []
     table = harness.Table(("files", ">9d"), ("api", ">9s"), ("tree B/file", ">11.0f"),
                            ("peak B/file", ">11.0f"), ("RSS B/file", ">10.0f"),
@@ -309,6 +316,10 @@ def main(argv: list[str] | None = None) -> int:
                       flush=True)
     if args.json is not None:
         args.json.write_text(json.dumps(results, indent=2))
+    if args.plot is not None:
+        from epochfs.benchmarks import _fuse_memory_plot  # matplotlib only when a plot is asked for
+
+        _fuse_memory_plot.write(args.plot, results)
     return 0
 
 

@@ -21,10 +21,12 @@ against the synthetic S3 endpoint (:mod:`.synthetic_s3`, serving the same bucket
 
 The catalog is seeded, not listed through the endpoint: listing 2M keys over HTTP takes minutes
 (docs/scale.md) and would run beside every measurement; a restart with a complete catalog lists
-nothing, which is the case measured. Output: markdown (``--markdown FILE`` too) and JSON.
+nothing, which is the case measured. Output: markdown (``--markdown FILE`` too) and JSON, and with
+``--plot FILE.png`` each figure against the samples cached (:mod:`._scale_cached_plot`).
 
     epochfs bench scale_cached                                   # 10k cached (20k keys), ~30 s
     python -m epochfs.benchmarks.scale_cached --cached 10k,100k,1M --json c.json --markdown c.md
+    python -m epochfs.benchmarks.scale_cached --cached 10k,100k --json c.json --plot c.png
     python -m epochfs.benchmarks.scale_cached --cached 2000 --verify     # a smoke run (seconds)
 """
 
@@ -40,7 +42,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from epochfs.benchmarks import harness
@@ -273,8 +275,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--keep", action="store_true", help="leave the scratch folder (needs --dir)")
     p.add_argument("--json", type=Path, help="write the results here")
     p.add_argument("--markdown", type=Path, help="write the tables here")
+    p.add_argument("--plot", type=Path, help=harness.PLOT_HELP + ": each figure against the samples cached")
     ns = p.parse_args(argv)
-    harness.require("boto3", "botocore")
+    harness.require("boto3", "botocore", *(("matplotlib",) if ns.plot else ()))  # before minutes of work
     if not Path("/dev/fuse").exists() or os.geteuid() != 0:
         harness.fail("needs root and /dev/fuse (the sidecar mounts its FUSE view)")
     sizes = [parse_count(s) for s in ns.cached.split(",") if s.strip()]
@@ -293,6 +296,10 @@ def main(argv: list[str] | None = None) -> int:
           "the seeded cache")
     print(table)
     harness.write_results(table, results, markdown=ns.markdown, json_path=ns.json)
+    if ns.plot:
+        from epochfs.benchmarks import _scale_cached_plot  # matplotlib only when a plot is asked for
+
+        _scale_cached_plot.write(ns.plot, [asdict(r) for r in results])
     return 0
 
 
