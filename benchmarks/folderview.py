@@ -449,6 +449,8 @@ def main(argv: list[str] | None = None) -> int:
                     help="the wait in schedule mode: windows of the sampling order growing by --growth")
     ap.add_argument("--no-drop", action="store_true", help="never drop the page cache")
     ap.add_argument("--json", type=Path, help="also write the results here")
+    ap.add_argument("--plot", type=Path, help=harness.PLOT_HELP + ": the wait and the publish against the "
+                    "entries, the reads' ratios to direct reads")
     args = ap.parse_args(argv)
     drop = not args.no_drop
     if drop and os.geteuid() != 0:
@@ -474,6 +476,10 @@ def main(argv: list[str] | None = None) -> int:
           f"are medians of {args.repeat} interleaved runs")
     if args.json:
         args.json.write_text(json.dumps({**results, "dropped": drop}, indent=2))
+    if args.plot:
+        from epochfs.benchmarks import _folderview_plot
+
+        _folderview_plot.write(args.plot, {**results, "dropped": drop})
     return 0
 
 

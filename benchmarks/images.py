@@ -186,6 +186,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--idle", type=float, default=3.0,
                         help="seconds to measure the sidecar's idle CPU rate before the rounds")
     parser.add_argument("--json", type=Path, help="also write every read and the summary here")
+    parser.add_argument("--plot", type=Path, help=harness.PLOT_HELP + ": mount / local images/s, median "
+                        "and each round, and the workers' CPU per read")
     args = parser.parse_args(argv)
     if args.images < 1 or args.repeat < 1:
         parser.error("--images and --repeat must be at least 1")
@@ -278,13 +280,18 @@ def run(root: Path, local: Path, args: argparse.Namespace, *, sidecar: int | Non
         line += (f"; sidecar above idle: mount {extra:.3f} ({extra / len(dataset) * 1e6:.0f} us per image), "
                  f"local {cpu['local']['sidecar_extra']:.3f}")
     print(line)
+    summary = _no_nan({
+        "reads": [{**asdict(r), "images_per_s": r.images_per_s} for r in reads],
+        "ratios": ratios, "ratio": ratio, "median_images_per_s": medians, "median_cpu_seconds": cpu,
+        "sidecar_idle_cpu_rate": idle,
+        "workers": mount.num_workers, "images": len(dataset), "side": args.side, "plain": sidecar is None,
+    })
     if args.json:
-        args.json.write_text(json.dumps(_no_nan({
-            "reads": [{**asdict(r), "images_per_s": r.images_per_s} for r in reads],
-            "ratios": ratios, "ratio": ratio, "median_images_per_s": medians, "median_cpu_seconds": cpu,
-            "sidecar_idle_cpu_rate": idle,
-            "workers": mount.num_workers, "images": len(dataset), "side": args.side,
-        }), indent=1) + "\n")
+        args.json.write_text(json.dumps(summary, indent=1) + "\n")
+    if args.plot:
+        from epochfs.benchmarks import _images_plot
+
+        _images_plot.write(args.plot, [summary])
     return 0
 
 

@@ -9,11 +9,14 @@ opens per second of each, the ratio, and whether every open was counted.
     sudo .venv/bin/python -m epochfs.benchmarks.served_opens --files 4000
 
 The files stay in ``--dir`` between runs (made again only where missing or of another size).
+``--json`` writes the run as one row (every pass's seconds, the counts); ``--plot`` draws it, and
+``python -m epochfs.benchmarks._served_opens_plot`` draws several runs' rows into one picture.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import subprocess
 import sys
@@ -68,10 +71,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--files", type=int, default=4000)
     ap.add_argument("--size", type=int, default=64 * 1024)
     ap.add_argument("--repeat", type=int, default=5)
+    ap.add_argument("--json", type=Path, help="also write the run here (a list of one row)")
+    ap.add_argument("--plot", type=Path, help=harness.PLOT_HELP + ": watched / unwatched opens/s, "
+                    "whiskers from the passes' spread")
     args = ap.parse_args(argv)
     files = make_files(args.dir, args.files, args.size)
     read_all(files)  # warm the page cache
-    before = min(read_all(files) for _ in range(args.repeat))
+    passes = [read_all(files) for _ in range(args.repeat)]  # unwatched: before, then after
     listener = subprocess.Popen(
         [*harness.PYTHON, "-c", LISTENER, str(args.dir / "objects"), str(args.repeat * len(files))],
         stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
@@ -81,15 +87,16 @@ def main(argv: list[str] | None = None) -> int:
         if listener.stdout.readline().strip() != "ready":
             print("the listener failed to start (fanotify needs CAP_SYS_ADMIN)", file=sys.stderr)
             return 1
-        watched = min(read_all(files) for _ in range(args.repeat))
+        watched_passes = [read_all(files) for _ in range(args.repeat)]
+        watched = min(watched_passes)
         listener.stdin.write("\n")
         listener.stdin.flush()
         counted = int(listener.stdout.readline())
         listener.wait()  # it ends by itself once it has reported
     finally:
         harness.stop(listener)  # only if it is still there (a failure above)
-    after = min(read_all(files) for _ in range(args.repeat))
-    base = min(before, after)
+    passes += [read_all(files) for _ in range(args.repeat)]
+    base = min(passes)
     n = len(files)
     print(f"{n} files of {args.size} B, page cache warm, best of {args.repeat}:")
     print(f"  unwatched: {n / base:10.0f} opens/s  ({harness.mb_per_s(n * args.size, base):.0f} MB/s)")
@@ -97,6 +104,16 @@ def main(argv: list[str] | None = None) -> int:
     print(f"  watched / unwatched throughput: {base / watched:.2f}; "
           f"cost per open: {(watched - base) / n * 1e6:.1f} us")
     print(f"  opens counted: {counted} of {args.repeat * n}")
+    row = {"files": n, "size": args.size, "repeat": args.repeat, "unwatched_s": passes,
+           "watched_s": watched_passes, "unwatched_opens_per_s": n / base, "watched_opens_per_s": n / watched,
+           "ratio": base / watched, "us_per_open": (watched - base) / n * 1e6, "counted": counted,
+           "opens": args.repeat * n}
+    if args.json:
+        args.json.write_text(json.dumps([row], indent=1) + "\n")
+    if args.plot:
+        from epochfs.benchmarks import _served_opens_plot
+
+        _served_opens_plot.write(args.plot, [row])
     return 0
 
 
