@@ -7,9 +7,8 @@ tests/deploy/test_docs_commands.py classifies them; this module holds what runs 
   ``s3://bucket/dataset`` as the layout pages describe it (:func:`small_objects`: two class
   folders of images under ``train/``, a ``val/`` image, 64 ``shards/*.tar`` and a README that no
   ``--include`` takes; :func:`many_arrays`: 1,000 ``train/*.npz``, put only for the lines that
-  ask for ``--min-samples 1000``, seconds of uploads) and ``s3://bucket/p``, the folder view page's
-  ``s3://b/p`` (an S3 bucket name has at least 3 characters). The
-  lines' own values stay as written: ``--min-samples 1000`` gets 1,000 objects to cut from.
+  ask for ``--min-samples 1000``, seconds of uploads). The lines' own values stay as written:
+  ``--min-samples 1000`` gets 1,000 objects to cut from.
 - :func:`run_until_ready` runs one line until ``/readyz`` says ready, checks that the view shows
   epoch 0 with at least ``--min-samples`` samples whose bytes are the bucket's, stops it with
   SIGTERM and checks that it exits 0 and leaves nothing mounted.
@@ -79,7 +78,6 @@ def small_objects() -> dict[str, bytes]:
                 "dataset/val/ant/100.png": b"\x89PNG val ant",
                 "dataset/README.md": b"# not a sample: --include leaves it out\n"}
     objects |= {f"dataset/shards/train-{i:05d}.tar": tar(i) for i in range(64)}
-    objects |= {f"p/s{i:03d}.npy": npz(i) for i in range(4)}
     return objects
 
 

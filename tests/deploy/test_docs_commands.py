@@ -149,7 +149,6 @@ PLACEHOLDERS: list[tuple[str, str]] = [
     (r"(?<![\w/.])\.venv/bin/python\b", "{python}"),  # the dev venv's python: the one running the tests
     (r"--health-port 8080\b", "--health-port {port}"),  # a free port: 8080 may be taken here
     (r"/epochfs-ro/objects\b", "{cache}/objects"),    # the folder view's link root: the cache's objects
-    (r"s3://b/p\b", "s3://bucket/p"),              # docs/folderview.md's remote ("b" is no S3 bucket name)
 ]
 """The docs' placeholders and the sandbox's values, in order. ``s3://bucket/...`` stays: the moto
 server has a bucket named ``bucket`` and ``EPOCHFS_ENDPOINT_URL`` points lines without
@@ -617,6 +616,6 @@ def test_a_sidecar_line_whose_epoch_is_not_the_buckets_fails(sandbox: Sandbox, t
     line = in_sandbox(FOLDER_SIDECAR.text, sandbox, cache=tmp_path / "cache", mount=tmp_path / "mnt",
                       port=port)
     other = {key: body + b"!" for key, body in sidecar_objects.items()}
-    with pytest.raises(AssertionError, match=r"epoch-0/(s00\d\.npy) is not the bytes of s3://bucket/p/\1"):
+    with pytest.raises(AssertionError, match=r"epoch-0/(\S+) is not the bytes of s3://bucket/dataset/\1"):
         run_until_ready(line, sandbox.env, tmp_path / "line.log", port, other)
     assert get_json(f"http://127.0.0.1:{port}/readyz") == (0, {})  # it is gone
