@@ -18,7 +18,15 @@ import pytest
 from store_helpers import put, sid_of
 
 from epochfs.sidecar.listing.planner import GALLOP_PAGE, Planner, Segment
-from epochfs.sidecar.sampler.order import LEAD, PACE_START, SKEW_FLOOR, FetchOrder, spread_factor
+from epochfs.sidecar.sampler.order import (
+    FAIR_SPREAD,
+    LEAD,
+    PACE_START,
+    SKEW_FLOOR,
+    FetchOrder,
+    skew_cap,
+    spread_factor,
+)
 from epochfs.sidecar.store import CatalogRow, Policy, Store
 from epochfs.sidecar.store.catalog import Part
 
@@ -137,3 +145,82 @@ def test_a_span_whose_end_is_not_found_counts_as_skewed_until_it_is() -> None:
     seg_a.part.done = True
     planner.record(seg_a, [])
     assert planner.progress()["skew"] == pytest.approx(0.5), "b, half of the listed keys, unbounded"
+
+
+@pytest.mark.parametrize("skew", [0.05, 0.2, 0.45])
+def test_a_lopsided_listing_caps_the_samples_the_walk_takes_and_owed_keys_still_come(
+        tmp_path: Path, skew: float) -> None:
+    """1,000 keys listed of an estimated 1,000 (the pace's rate does not hold the walk back): while
+    the listing is ``skew`` away from the dataset's mix, the walk stops at (FAIR_SPREAD / skew)**2
+    samples, the first of the order; keys listed later with ranks behind the cursor are owed and
+    still fetched (they make the sample fairer), and none beyond it."""
+    store = Store(tmp_path / "cache", create=True)
+    store.configure(Policy(capacity=1 << 30, keep_epochs=2, min_samples=1, in_use_seconds=60.0))
+    listings = store.listings()
+    gen = listings.begin([Part(0, "", "", None)], "list")
+    step = 2**64 // 2000
+    progress = f'{{"listed": 1000, "estimated": 1000, "spans": 1, "spans_reached": 1, "skew": {skew}}}'
+
+    def commit(numbers: range, after: str) -> list[str]:
+        keys = [f"k{i:04d}" for i in numbers]
+        rows = [CatalogRow(k, sid_of(k), 10, "v", rank=-(2**63) + i * step + 1) for i, k in zip(numbers, keys,
+                                                                                                  strict=True)]
+        listings.commit_page(gen, Part(0, "", "", None, after=after), rows, skips=0, clashes=[],
+                             progress=progress)
+        return keys
+
+    keys = commit(range(0, 2000, 2), "k1998")  # every other rank: the odd ones are listed later
+    order = FetchOrder(store=store, schedule_mode=False, busy=lambda key: False, inflight=lambda: 0,
+                       listing=lambda: True)
+
+    def drain() -> list[str]:
+        got = []
+        with mock.patch("epochfs.sidecar.sampler.order.LISTING_WAIT", 0.0):
+            while (cand := order.next()) is not None:
+                put(store, cand.key, 10)
+                got.append(cand.key)
+        return got
+
+    fetched = drain()
+    cap = skew_cap(skew)
+    assert cap == int((FAIR_SPREAD / skew) ** 2)
+    assert fetched == keys[:min(cap, len(keys))]
+    if cap < len(keys):  # capped: the keys listed now behind the cursor are owed, the rest waits
+        later = commit(range(1, 2000, 2), "k1999")
+        owed = drain()
+        last = int(fetched[-1][1:])
+        assert sorted(owed) == [k for k in later if int(k[1:]) < last]
+
+
+def test_no_skew_no_cap() -> None:
+    assert skew_cap(0.0) is None
+    assert skew_cap(1.0) == int(FAIR_SPREAD**2)
+
+
+def test_spans_not_reached_yet_count_in_the_cap(tmp_path: Path) -> None:
+    """Past the first round's wait, spans not reached yet hold no key a sample could take: their
+    share counts as skew for the cap (half of 1,000 spans unreached: (1.8 / 0.5)**2 = 12 samples),
+    while the pace's rate (the planner's skew, 0 here) would let all 400 listed keys through."""
+    from epochfs.sidecar.sampler.order import unreached_share
+
+    assert unreached_share({"spans": 1000, "spans_reached": 500}) == 0.5
+    assert unreached_share({"spans": 1000, "spans_reached": 0}) == 1.0
+    assert unreached_share({"complete": True}) == 0.0
+    store = Store(tmp_path / "cache", create=True)
+    store.configure(Policy(capacity=1 << 30, keep_epochs=2, min_samples=1, in_use_seconds=60.0))
+    listings = store.listings()
+    gen = listings.begin([Part(0, "", "", None)], "list")
+    step = 2**64 // 400
+    keys = [f"k{i:03d}" for i in range(400)]
+    rows = [CatalogRow(k, sid_of(k), 10, "v", rank=-(2**63) + i * step + 1) for i, k in enumerate(keys)]
+    listings.commit_page(gen, Part(0, "", "", None, after="k399"), rows, skips=0, clashes=[],
+                         progress='{"listed": 400, "estimated": 400, "spans": 1000, "spans_reached": 500, '
+                                  '"first_round": false, "began": 1.0, "skew": 0.0}')
+    order = FetchOrder(store=store, schedule_mode=False, busy=lambda key: False, inflight=lambda: 0,
+                       listing=lambda: True)
+    fetched = []
+    with mock.patch("epochfs.sidecar.sampler.order.LISTING_WAIT", 0.0):
+        while (cand := order.next()) is not None:
+            put(store, cand.key, 10)
+            fetched.append(cand.key)
+    assert fetched == keys[:skew_cap(0.5) or 0] and len(fetched) == 12
