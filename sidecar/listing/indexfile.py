@@ -21,8 +21,9 @@ An S3 Inventory ``manifest.json`` is accepted as an index too (:mod:`.inventory`
 A fleet reads one index at once, so its header GET is where a store throttles first: a throttled
 header read (S3 ``SlowDown``, 429) is tried again after a full-jitter pause until the sampler
 stops, instead of ending the sampler (which the supervisor restarted into the same throttle).
-``epochfs index`` itself reads a throttled page again the same way (the folders' discovery in
-place, a listing page by resuming its span from its last written page) instead of failing.
+``epochfs index`` itself reads a throttled page again the same way instead of failing: the
+folders' discovery in place, a listing page by pausing the listing and resuming each part from
+its last written page (:func:`write_index`).
 """
 
 from __future__ import annotations
@@ -33,21 +34,22 @@ import gzip
 import json
 import logging
 import os
-import queue
 import random
 import tempfile
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import IO, Any, cast
 
+from epochfs.sidecar.listing.filter import CatalogReport
 from epochfs.sidecar.listing.indexorder import write_shuffled
+from epochfs.sidecar.listing.lister import Lister
 from epochfs.sidecar.listing.retry import while_throttled
-from epochfs.sidecar.listing.sources import Page, Source, Span, source_for
+from epochfs.sidecar.listing.sinks import IndexSink, object_record
+from epochfs.sidecar.listing.sources import Page, PagedSource, Source, Span, source_for
 from epochfs.sidecar.progressbar import Progress
 from epochfs.sidecar.redact import redact
 from epochfs.sidecar.remote import Remote, RemoteError, RemoteObject, objects
-from epochfs.sidecar.remote.backoff import Backoff, is_throttled
 
 log = logging.getLogger("epochfs.catalog")
 
@@ -55,8 +57,9 @@ FORMAT_VERSION = 1
 HEADER_RETRY = (0.5, 30.0)
 """First and longest bound of the full-jitter pause before a throttled header read is tried again."""
 INDEX_RETRY = (0.5, 30.0)
-"""The same for a throttled page while ``epochfs index`` lists (per span; the span resumes from its
-last written page, so nothing is written twice)."""
+"""The same for a throttled page while ``epochfs index`` lists: the listing pauses, every lister,
+the bound doubling with each throttled page of the build, then resumes each part from its last
+written page (so nothing is written twice)."""
 PAGE = 1000
 BLOCK = 1 << 20
 
@@ -158,15 +161,6 @@ def record_object(record: dict[str, Any]) -> RemoteObject:
     return RemoteObject(key, int(record.get("s", 0)), str(record.get("v", "")))
 
 
-def object_record(obj: RemoteObject) -> bytes:
-    doc: dict[str, Any] = {"s": obj.size, "v": obj.version}
-    if isinstance(obj.key, bytes):
-        doc = {"kb": base64.b64encode(obj.key).decode("ascii"), **doc}
-    else:
-        doc = {"k": obj.key, **doc}
-    return json.dumps(doc, ensure_ascii=False, separators=(",", ":")).encode("utf-8", "surrogatepass") + b"\n"
-
-
 def listing_source(settings: Any, remote: Remote, *, stop: threading.Event | None = None,
                    index_header: dict[str, Any] | None = None) -> Source:
     """What the sampler lists from: ``--index`` (an epochfs index or an S3 Inventory manifest)
@@ -194,107 +188,50 @@ def listing_source(settings: Any, remote: Remote, *, stop: threading.Event | Non
 def write_index(remote: Remote, out: str, *, threads: int = 8, endpoint_url: str | None = None,
                 progress_seconds: float = 5.0, progress: Progress | None = None, plain: bool = False,
                 order: str = "shuffled") -> int:
-    """List ``remote`` in parallel spans and write its index to ``out``; returns the key count.
-    ``progress``: a bar of the spans done on a terminal (``epochfs index``); else, and without
-    one, a log line every ``progress_seconds``. ``plain``: JSON lines, not gzip (an ``--out``
-    whose name does not end in ``.gz``; readers take either, by the first bytes).
+    """List ``remote`` with ``threads`` listers and write its index to ``out``; returns the key
+    count. ``progress``: a bar of the spans done on a terminal (``epochfs index``); else, and
+    without one, a log line every ``progress_seconds``. ``plain``: JSON lines, not gzip (an
+    ``--out`` whose name does not end in ``.gz``; readers take either, by the first bytes).
 
-    Each span is written to its own gzip member in a temporary folder (the spans list at once);
-    the records are then written between the header and the trailer in ``order``: ``shuffled``
-    (:mod:`.indexorder`: every prefix of the stream a uniform sample, so a sidecar's first epochs
-    are fair while it reads the index; file/folder clashes left out here) or ``sorted`` (the
-    members joined in span order, a concatenation of gzip members being one gzip stream: key
-    order, the readers find the clashes)."""
+    The sampler's :class:`~.lister.Lister` and planner list, in full pages, into an
+    :class:`~.sinks.IndexSink`: each part's records in a gzip file of its own in a temporary
+    folder, a span split at its estimated middles as the planner learns it, so a flat bucket (one
+    span) lists on every thread. A throttled page pauses the listing (a full-jitter pause,
+    ``INDEX_RETRY``: :func:`~.retry.while_throttled`, as the header and the discovery) and resumes
+    it from each part's last written page; any other failure ends it. The records are then
+    written between the header and the trailer in ``order``: ``shuffled`` (:mod:`.indexorder`:
+    every prefix of the stream a uniform sample, so a sidecar's first epochs are fair while it
+    reads the index; file/folder clashes left out here) or ``sorted`` (the parts' files joined in
+    key order, a concatenation of gzip members being one gzip stream: the readers find the
+    clashes)."""
     if order not in ("shuffled", "sorted"):
         raise ValueError(f"order: shuffled or sorted, not {order!r}")
     stop = threading.Event()  # never set: a throttled request is read again until it answers
-    rng = random.Random()
     source = source_for(remote, stop=stop)  # a throttled page finding the folders: read again in place
-    spans = source.spans()
-    log.info("indexing %s: %d span(s), %d lister thread(s)", redact(remote.url), len(spans),
-             min(threads, len(spans)))
     started = time.monotonic()
-    listed = [0]  # keys written so far, every span's
-    with tempfile.TemporaryDirectory(prefix="epochfs-index-") as tmp, contextlib.ExitStack() as stack:
-        files = [stack.enter_context(gzip.open(os.path.join(tmp, f"{i:06d}.gz"), "wb", compresslevel=6))
-                 for i in range(len(spans))]
-        # A span's turn: (span, its pages); None tells a worker to end. Each worker blocks on the
-        # queue and the worker that ends the last span, or fails, wakes every other. No polling
-        # with a timed get: with several consumers, CPython 3.11's SimpleQueue.get(timeout=...)
-        # woken by a put whose item another consumer took, past its deadline, waits again with no
-        # timeout; after the last put that wait never ends (1 in 5 runs of the throttle test).
-        turns: queue.SimpleQueue[tuple[int, Iterator[Page]] | None] = queue.SimpleQueue()
-        for i, span in enumerate(spans):
-            turns.put((i, source.pages(span, "")))
-        n_workers = min(threads, len(spans))
-        left = [len(spans)]
-        errors: list[BaseException] = []
-        lock = threading.Lock()
-        last_log = [started]
-        afters = [""] * len(spans)  # each span's resume point: the end of its last written page
-        backoffs = [Backoff(*INDEX_RETRY) for _ in spans]  # each span's pauses, apart
+    with tempfile.TemporaryDirectory(prefix="epochfs-index-") as tmp:
+        sink = IndexSink(tmp)
+        show = _progress(sink, started, progress, progress_seconds)
+        lister = Lister(sink, source, seed=0, threads=threads, stop=stop, progress_every=2**62,
+                        on_page=lambda _: show(), full_pages=True)
+        prepared = [lister.prepare()]
+        spans = len(prepared[0][1])
+        log.info("indexing %s: %d span(s), %d lister thread(s)", redact(remote.url), spans,
+                 threads if isinstance(source, PagedSource) else min(threads, spans))
 
-        def end_all() -> None:
-            for _ in range(n_workers):
-                turns.put(None)
+        def run() -> CatalogReport:  # the first run takes the spans found above; a later one resumes
+            return lister.run(prepared=prepared.pop() if prepared else None)
 
-        def worker() -> None:
-            while True:
-                turn = turns.get()
-                if turn is None:
-                    return
-                i, pages = turn
-                try:
-                    page = next(pages, None) or Page([], "", True)
-                    files[i].write(b"".join(object_record(o) for o in page.objects))
-                except BaseException as e:
-                    if not is_throttled(e):
-                        errors.append(e)
-                        end_all()
-                        return
-                    # The span is listed again from its last written page, after a full-jitter
-                    # pause (its bound doubling): one index for a fleet is worth waiting for.
-                    pause, _ = backoffs[i].pause(rng)
-                    log.warning("indexing: a page of span %d throttled (%s); listing it again in %.1fs",
-                                i, e, pause)
-                    stop.wait(pause)
-                    turns.put((i, source.pages(spans[i], afters[i])))
-                    continue
-                afters[i] = page.after
-                with lock:
-                    listed[0] += len(page.objects)
-                    if page.done:
-                        left[0] -= 1
-                        if left[0] == 0:
-                            end_all()
-                    now = time.monotonic()
-                    if progress is not None and progress.tty:
-                        total = listed[0]
-                        progress.update(len(spans) - left[0], len(spans),
-                                        f"{total:,} keys ({total / max(now - started, 1e-9):,.0f}/s)")
-                    elif now - last_log[0] >= progress_seconds:
-                        last_log[0] = now
-                        total = listed[0]
-                        log.info("indexing: %d key(s) so far (%.0f/s), %d of %d span(s) done", total,
-                                 total / max(now - started, 1e-9), len(spans) - left[0], len(spans))
-                if not page.done:
-                    turns.put((i, pages))
-
-        workers = [threading.Thread(target=worker, daemon=True) for _ in range(n_workers)]
-        for t in workers:
-            t.start()
-        for t in workers:
-            t.join()
-        if progress is not None:
-            progress.close()
-        for f in files:
-            f.close()
-        if errors:
-            raise errors[0]
-        total = listed[0]
+        try:
+            while_throttled(run, stop=stop, rng=random.Random(), bounds=INDEX_RETRY, log=log,
+                            what=f"indexing {redact(remote.url)}")
+        finally:
+            if progress is not None:
+                show(final=True)  # the bar's last frame, its line ended
+        total = sink.count
         joined = os.path.join(tmp, "index.jsonl" if plain else "index.jsonl.gz")
         pack = (lambda b: b) if plain else gzip.compress
-        parts = [os.path.join(tmp, f"{i:06d}.gz") for i in range(len(spans))]
+        parts = sink.members()
         shuffled = order == "shuffled"
         with open(joined, "wb") as out_file:
             header = {"epochfs_index": FORMAT_VERSION, "remote": redact(remote.url),
@@ -318,8 +255,35 @@ def write_index(remote: Remote, out: str, *, threads: int = 8, endpoint_url: str
     return total
 
 
+def _progress(sink: IndexSink, started: float, progress: Progress | None,
+              every: float) -> Callable[..., None]:
+    """What the listers call after each page: the bar's next frame on a terminal, else a log line
+    every ``every`` seconds (the keys written, the spans every part of which is listed)."""
+    lock = threading.Lock()
+    last_log = [started]
+
+    def show(final: bool = False) -> None:
+        with lock:  # the listers call it at once: one report at a time, each with the latest counts
+            now = time.monotonic()
+            keys, (done, spans) = sink.count, sink.spans()
+            rate = keys / max(now - started, 1e-9)
+            if progress is not None and (final or progress.tty):
+                detail = f"{keys:,} keys ({rate:,.0f}/s)"
+                if final:  # nothing off a terminal (the log's "indexed" line follows)
+                    progress.close(done, spans, detail)
+                else:
+                    progress.update(done, spans, detail)
+            elif now - last_log[0] >= every:
+                last_log[0] = now
+                log.info("indexing: %d key(s) so far (%.0f/s), %d of %d span(s) done", keys, rate,
+                         done, spans)
+
+    return show
+
+
 def _upload(path: str, out: str, *, endpoint_url: str | None) -> None:
     objects.upload(path, out, endpoint_url=endpoint_url)
 
 
-__all__ = ["FORMAT_VERSION", "IndexSource", "is_index", "listing_source", "open_stream", "write_index"]
+__all__ = ["FORMAT_VERSION", "IndexSource", "is_index", "listing_source", "object_record", "open_stream",
+           "write_index"]

@@ -21,6 +21,11 @@ lock. While the sampler fetches (``yield_to``), the listers hold the index at mo
 of the time: a page's commit holds the write lock for a thousand rows' inserts, and committing back
 to back, four listers held it ~85% of the time and the sampler fetched a tenth of what it fetches
 once the listing is done (docs/listing.md, "The listing and the fetches on one CPU").
+
+Where the pages go is a :class:`~.sinks.ListingSink`: the cache's catalog (:class:`~.sinks.
+CatalogSink`, the sampler's listing) or an index file (:class:`~.sinks.IndexSink`, ``epochfs
+index``), so both list with the same listers and planner: a flat bucket, one span, lists on every
+thread either way.
 """
 
 from __future__ import annotations
@@ -33,9 +38,10 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
 from epochfs.sidecar.listing.filter import CatalogReport, ClashFinder, PageFilter
-from epochfs.sidecar.listing.planner import Planner, Segment
+from epochfs.sidecar.listing.planner import FULL_PAGE, Planner, Segment
+from epochfs.sidecar.listing.sinks import CatalogSink, ListedPage, ListingSink
 from epochfs.sidecar.listing.sources import Page, PagedSource, Source, Span
-from epochfs.sidecar.store import Store, classes
+from epochfs.sidecar.store import Store
 from epochfs.sidecar.store.catalog import PageRows, Part
 from epochfs.torchclient.globs import KeyFilter
 
@@ -50,23 +56,29 @@ listers commit back to back."""
 
 
 class Lister:
-    """Lists ``source`` into ``store``'s catalog with ``threads`` listers (see the module doc).
+    """Lists ``source`` into ``store``'s catalog with ``threads`` listers (see the module doc);
+    ``store`` may be any other :class:`~.sinks.ListingSink` (an index file).
 
     ``include``/``exclude``: the ``--include``/``--exclude`` globs (comma-separated strings or
     sequences of patterns; :mod:`epochfs.torchclient.globs`): keys they leave out are never
     cataloged. The patterns are recorded with the listing's source (:attr:`listing_name`), so a
-    start with other patterns lists afresh, as one with another ``--index`` does."""
+    start with other patterns lists afresh, as one with another ``--index`` does.
 
-    def __init__(self, store: Store, source: Source, *, seed: int, shard_index: int = 0,
+    ``full_pages``: every page asks :data:`~.planner.FULL_PAGE` keys, for a sink that wants the
+    whole listing soonest in the fewest requests (an index file) rather than a fair sample of
+    keys early (the planner's small first and gallop pages, for the sampler's first epochs)."""
+
+    def __init__(self, store: Store | ListingSink, source: Source, *, seed: int, shard_index: int = 0,
                  shard_count: int = 1, object_limit: int = 2**62, threads: int = 4,
                  stop: threading.Event | None = None, progress_every: int = 100_000,
                  on_page: Callable[[CatalogReport], None] | None = None,
                  yield_to: Callable[[], bool] | None = None,
                  include: str | Sequence[str] | None = None,
-                 exclude: str | Sequence[str] | None = None) -> None:
+                 exclude: str | Sequence[str] | None = None, full_pages: bool = False) -> None:
         if threads < 1 or progress_every < 1:
             raise ValueError("threads and progress_every must be positive")
-        self.store = store
+        self.sink: ListingSink = CatalogSink(store) if isinstance(store, Store) else store
+        self.full_pages = full_pages
         self.source = source
         self.keys = KeyFilter(include, exclude)
         self.seed = seed
@@ -91,6 +103,15 @@ class Lister:
         self.planner: Planner | None = None
         """The running listing's planner (what is listed next; its estimate for status)."""
         self._began = 0.0
+        self._tally = threading.Lock()
+        """Guards the report's counts of a sink that takes no rows (no PageFilter counts them)."""
+
+    @property
+    def store(self) -> Store:
+        """The cache this lister catalogs into (the listing thread reads its relist requests)."""
+        if not isinstance(self.sink, CatalogSink):
+            raise AttributeError("this lister writes no catalog: it has no store")
+        return self.sink.store
 
     @property
     def listing_name(self) -> str:
@@ -103,14 +124,13 @@ class Lister:
     def needed(self) -> bool:
         """True when no complete listing exists, one is running, or the source (or the include/
         exclude patterns) changed."""
-        state = self.store.listings().state()
+        state = self.sink.state()
         return state.complete is None or bool(state.parts) or state.source != self.listing_name
 
     def prepare(self, *, fresh: bool = False) -> tuple[int, list[Part], set[str]]:
         """The listing to run: the running one (same source, not ``fresh``) or a new generation
         over the source's spans (found here: a remote that cannot be listed fails here)."""
-        listings = self.store.listings()
-        state = listings.state()
+        state = self.sink.state()
         name = self.listing_name
         if state.parts and state.source == name and not fresh:
             parts = state.parts
@@ -125,11 +145,9 @@ class Lister:
                          "listing afresh", name, state.source)
             if isinstance(self.source, PagedSource) and self.source.folders:
                 # Folders listed as ranges: the parts name only each range's first, so the class
-                # labels (store/classes.py) get every folder found, sorted, before any epoch, the
-                # same on every node. Before the listing begins: a listing begun is resumed
-                # without its discovery, which would never record them.
-                classes.record(self.store, self.source.folders)
-            gen = listings.begin(parts, name)
+                # labels get every folder found before any epoch (:meth:`.ListingSink.record_folders`).
+                self.sink.record_folders(self.source.folders)
+            gen = self.sink.begin(parts, name)
             log.info("listing %d: %d span(s), %d lister thread(s)%s", gen, len(parts),
                      self.threads if isinstance(self.source, PagedSource) else min(self.threads, len(parts)),
                      f"; keys kept: {self._keys_line()}" if self.keys else "")
@@ -199,9 +217,13 @@ class Lister:
             raise errors[0]
         report.seconds = time.monotonic() - started
         if planner.open_segments == 0:
-            report.total, report.dropped = self.store.listings().finish(gen)
+            report.total, report.dropped = self.sink.finish(gen)
             report.complete = True
-        log.info("%s; %d in the catalog", report, report.total)
+        if self.sink.catalog:
+            log.info("%s; %d in the catalog", report, report.total)
+        else:
+            log.info("listed %d object(s) in %.1fs (%d page(s))%s", report.listed, report.seconds,
+                     report.pages, "" if report.complete else ", not complete")
         return report
 
     def _keys_line(self) -> str:
@@ -215,21 +237,29 @@ class Lister:
         part = seg.part
         span = Span(part.prefix, part.start, part.stop)
         if isinstance(self.source, PagedSource):
-            page: Page | None = self.source.read_page(span, part.after, seg.page)
+            size = FULL_PAGE if self.full_pages else seg.page
+            page: Page | None = self.source.read_page(span, part.after, size)
         else:
             if part.part not in streams:
                 streams[part.part] = self.source.pages(span, part.after)
             page = next(streams[part.part], None)
         if page is None:
             page = Page([], part.after, True)
+        cut_from = seg.parent.part if seg.parent else None
         finder = finders.get(part.part)
-        if finder is None and self.source.sorted_listing:
-            finder = finders[part.part] = ClashFinder()
-        out = filt.page(page.objects, finder)
+        if self.sink.catalog:
+            if finder is None and self.source.sorted_listing:
+                finder = finders[part.part] = ClashFinder()
+            out = filt.page(page.objects, finder)
+            rows = PageRows(part, out.rows, out.skips, out.clashes, cut_from, out.excluded)
+        else:  # every object as listed: the sink's readers filter (an index file)
+            rows = PageRows(part, [], 0, [], cut_from)
+            with self._tally:
+                filt.report.listed += len(page.objects)
+                filt.report.in_shard += len(page.objects)
+                filt.report.added += len(page.objects)
         part.after, part.done = page.after, page.done
-        rows = PageRows(part, out.rows, out.skips, out.clashes, seg.parent.part if seg.parent else None,
-                        out.excluded)
-        done = _Done(seg, [str(o.key) for o in page.objects], rows)
+        done = _Done(seg, [str(o.key) for o in page.objects], ListedPage(rows, page.objects))
         if page.done and finder is not None and not finder.sorted:
             log.warning("the listing of span %d was not sorted: file/folder name clashes were not "
                         "checked", part.part)
@@ -272,8 +302,8 @@ class Lister:
             pass  # the sampler's turn at the index (no other lister commits meanwhile)
         began = time.monotonic()
         progress = {**planner.progress([(d.seg, len(d.keys)) for d in batch]), "began": self._began}
-        news = self.store.listings().commit_pages(
-            gen, [d.rows for d in batch], progress=json.dumps(progress, separators=(",", ":")))
+        news = self.sink.commit_pages(gen, [d.page for d in batch],
+                                      progress=json.dumps(progress, separators=(",", ":")))
         self.committed += len(batch)
         if self.yield_to is not None and self.yield_to():
             self._free_at = began + (time.monotonic() - began) / INDEX_SHARE
@@ -289,7 +319,7 @@ class _Done:
 
     seg: Segment
     keys: list[str]
-    rows: PageRows
+    page: ListedPage
 
 
 __all__ = ["INDEX_SHARE", "Lister"]
