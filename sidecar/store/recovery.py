@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import logging
 import sqlite3
+from pathlib import Path
 
 from epochfs.sidecar.store import classes, epochs, hwm, integrity, journal, memberfiles
 from epochfs.sidecar.store.index import Index, Meta
@@ -50,6 +51,21 @@ def boot_id() -> str:
         return "unknown"
 
 
+def _remove_uncut_members(ix: Index, root: Path) -> None:
+    """Remove the members files of numbers the index (just checked whole) has no epoch for: a
+    cut killed between its file's rename and its commit leaves one (:func:`.memberfiles.at_cut`),
+    and a rebuild after a later index damage restored it as an epoch never cut, whose old sample
+    rows could push a live epoch's re-admitted sample out (issue 20, found by the store's model).
+    A cut committing meanwhile in another process loses its file; the keeper writes it again."""
+    with ix.read() as db:
+        cut = {int(n) for (n,) in db.execute("SELECT n FROM epochs")}
+    uncut = sorted(n for n in memberfiles.present(root) if n not in cut)
+    if uncut:
+        memberfiles.remove(root, uncut)
+        log.info("removed the members file(s) of epoch(s) %s, never cut (a cut killed before its commit)",
+                 uncut)
+
+
 def recover(ix: Index, files: ObjectFiles, *, integrity: str | None = None) -> RecoveryReport:
     """Remove temp files; then, for the journaled names only (or every object when a full scan
     is needed, see the module's docstring), mark for repair in place the samples whose object is
@@ -64,6 +80,7 @@ def recover(ix: Index, files: ObjectFiles, *, integrity: str | None = None) -> R
         root = files.objects_dir.parent
         temp_removed = (files.clear_temps() + hwm.clear_temps(root) + memberfiles.clear_temps(root)
                         + classes.clear_temps(root))
+        _remove_uncut_members(ix, root)
         boot = boot_id()
         with ix.read() as db:
             journaled = journal.exists(db)

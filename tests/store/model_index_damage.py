@@ -35,13 +35,13 @@ inside as zeros past the end: damage only where that page held data, which may b
 _BAD_TYPES = bytes(t for t in range(256) if t not in (2, 5, 10, 13))
 """Page type bytes no b-tree page has: a garbled page is damage SQLite sees, never a page that
 still parses with other rows (the rebuild cannot be told from undetected garbage then)."""
-STALE_FILES_RESTORED = True
+STALE_FILES_RESTORED = False
 """A cut killed between its members file's rename and its commit leaves that file (the model's
 ``stale``), and the rebuild restores every members file it finds: an epoch never cut appears, and
 its sample rows (old ids) can push a live epoch's re-admitted sample out (the key is unique), so
 that epoch loses the file. Reported with issue 20 (``test_a_killed_cut_is_no_epoch_after_a_rebuild``
 in test_store_model.py, strict xfail); until fixed the machine damages no index while such a file
-is there. Set False once the rebuild (or recovery) leaves such files out."""
+is there. Fixed (False): the start-up recovery removes such files before any rebuild."""
 REBUILD_FORGETS_DAMAGE = True
 """The rebuild keeps an object file of the recorded size without reading it (section 10), and the
 members files do not say which samples wait for a repair: a sample taken out with a flipped byte
