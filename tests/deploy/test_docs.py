@@ -92,3 +92,38 @@ def test_no_page_points_at_a_file_outside_the_repository() -> None:
                for m in re.findall(r"`(\.\./[^`]+)`", p.read_text())
                if not (p.parent / m).resolve().is_relative_to(ROOT) or not (p.parent / m).exists()]
     assert not outside, outside
+
+
+WORDS = re.compile(r"\b(pinned|headroom|turns? over|cut|cuts)\b", re.I)
+"""The words of the README's glossary ("Words") a page may use: epoch is every page's subject."""
+WORDS_LINE = re.compile(r"\[the README's Words\]\((?:\.\./)+README\.md#words\)")
+
+
+def words_problems(page: str, text: str) -> list[str]:
+    """Where a page uses a glossary word before it links to the README's Words (issue 21: "a short
+    glossary (cut, epoch, pinned, headroom, turn over) before first use")."""
+    used = WORDS.search(text)
+    if used is None:
+        return []
+    link = WORDS_LINE.search(text)
+    if link is None or text.rfind("\n", 0, link.start()) + 1 > used.start():  # its own line may name them
+        line = text.count("\n", 0, used.start()) + 1
+        return [f"{page}:{line}: {used.group(0)!r} before the link to the README's Words"]
+    return []
+
+
+@pytest.mark.parametrize("page", PAGES[1:], ids=[p.name for p in PAGES[1:]])
+def test_a_page_links_to_the_glossary_before_it_uses_its_words(page: Path) -> None:
+    assert words_problems(str(page.relative_to(ROOT)), page.read_text()) == []
+
+
+def test_the_readme_defines_each_word_in_its_words_section_before_using_it() -> None:
+    text = (ROOT / "README.md").read_text()
+    section = text.index("### Words\n")
+    for word in ("*epoch*", "*cut*", "*pinned*", "*Headroom*", "*turns over*"):
+        assert word in text[section:section + 1500], word
+    body = text[text.index("```", text.index("```") + 3) + 3:]  # after the first two commands
+    first = WORDS.search(body)
+    assert first is not None and body.index("### Words") < first.start(), first
+    assert words_problems("made-up.md", "# T\n\nAn epoch is cut.\n") == [
+        "made-up.md:3: 'cut' before the link to the README's Words"]
