@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from epochfs.benchmarks._plots import DPI, heading, pyplot
+from epochfs.benchmarks._plots import DPI, heading, pyplot, save
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -142,8 +142,4 @@ def figure(rows: Sequence[Row]) -> Figure:
 
 def write(path: Path, rows: Sequence[Row]) -> Figure:
     """Draw ``rows`` (the benchmark's JSON rows) and save the PNG at ``path``; returns the figure."""
-    fig = figure(rows)
-    fig.savefig(path, dpi=DPI)
-    pyplot().close(fig)
-    print(f"plot written to {path}", flush=True)
-    return fig
+    return save(figure(rows), path)

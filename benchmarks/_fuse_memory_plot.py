@@ -19,7 +19,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from epochfs.benchmarks._plots import DPI, heading, pyplot, scale_figure
+from epochfs.benchmarks._plots import heading, save, scale_figure
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -73,8 +73,4 @@ def figure(rows: Sequence[Row]) -> Figure:
 
 def write(path: Path, rows: Sequence[Row]) -> Figure:
     """Draw ``rows`` (the benchmark's JSON rows) and save the PNG at ``path``; returns the figure."""
-    fig = figure(rows)
-    fig.savefig(path, dpi=DPI)
-    pyplot().close(fig)
-    print(f"plot written to {path}", flush=True)
-    return fig
+    return save(figure(rows), path)

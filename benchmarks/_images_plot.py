@@ -22,7 +22,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from epochfs.benchmarks._plots import DPI, Bar, _bar, heading, pyplot, ratio_figure
+from epochfs.benchmarks._plots import Bar, _bar, heading, ratio_figure, save
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -74,11 +74,7 @@ def figure(results: Sequence[Result], *, title: str) -> Figure:
 
 def write(path: Path, results: Sequence[Result]) -> Figure:
     """Draw ``results`` (the benchmark's JSON, one per run) and save the PNG at ``path``."""
-    fig = figure(results, title=heading(TITLE))
-    fig.savefig(path, dpi=DPI)
-    pyplot().close(fig)
-    print(f"plot written to {path}", flush=True)
-    return fig
+    return save(figure(results, title=heading(TITLE)), path)
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -286,10 +286,14 @@ def draw(kind: str, rows: Sequence[Row]) -> Figure:
     return ratio_figure(bars(rows), title=heading(what))
 
 
-def write(kind: str, rows: Sequence[Row], path: Path) -> Figure:
-    """Draw ``rows`` and save the PNG at ``path`` (dpi 100: tens of KB); returns the figure."""
-    fig = draw(kind, rows)
+def save(fig: Figure, path: Path) -> Figure:
+    """Save ``fig`` as the PNG at ``path`` (dpi 100: tens of KB), free it, say where; returns it."""
     fig.savefig(path, dpi=DPI)
     pyplot().close(fig)
     print(f"plot written to {path}", flush=True)
     return fig
+
+
+def write(kind: str, rows: Sequence[Row], path: Path) -> Figure:
+    """Draw ``rows`` and save the PNG at ``path``; returns the figure."""
+    return save(draw(kind, rows), path)

@@ -20,7 +20,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from epochfs.benchmarks._plots import DPI, Bar, _bar, heading, pyplot, ratio_figure
+from epochfs.benchmarks._plots import Bar, _bar, heading, ratio_figure, save
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -61,11 +61,7 @@ def figure(rows: Sequence[Row], *, title: str) -> Figure:
 
 def write(path: Path, rows: Sequence[Row]) -> Figure:
     """Draw ``rows`` (the benchmark's JSON rows) and save the PNG at ``path``; returns the figure."""
-    fig = figure(rows, title=heading(TITLE))
-    fig.savefig(path, dpi=DPI)
-    pyplot().close(fig)
-    print(f"plot written to {path}", flush=True)
-    return fig
+    return save(figure(rows, title=heading(TITLE)), path)
 
 
 def main(argv: list[str] | None = None) -> None:
