@@ -137,3 +137,16 @@ def test_ctrl_c_stops_the_sidecar_cleanly(tmp_path: Path) -> None:
     assert proc.wait(timeout=60) == 130, log.read_text()[-3000:]
     assert "demo: sidecar exited with 0; mount gone" in log.read_text()
     assert not mounts_under(tmp_path)
+
+
+def test_the_readmes_sample_output_tells_the_story_the_demo_is_checked_for() -> None:
+    """The README's sample output of ``make demo`` (from a real run) passes the same check as the
+    demo run above: six epochs that grow, then turn over with the cache full, and a clean end."""
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    block = readme[readme.index("    epoch 0: "):readme.index("mount gone", readme.index("    epoch 0: "))]
+    sample = "\n".join(line.removeprefix("    ") for line in block.splitlines())  # an indented block
+    check_the_readme_story(sample, 6)
+    assert "demo: sidecar exited with 0; mount gone" in readme
+    grown = sample.replace("(0 new, 0 left out)", "(0 new, 1 left out)")  # a made-up miss is found
+    with pytest.raises(AssertionError):
+        check_the_readme_story(grown.replace("epoch 1:   371 samples", "epoch 1:    90 samples"), 6)
