@@ -207,8 +207,7 @@ class PublishSettings(CacheSettings):
 
     def validate(self) -> None:
         super().validate()
-        if self.mount.exists() and not self.mount.is_dir():
-            raise ConfigError(f"--mount: {self.mount} exists and is not a folder")
+        check_view_folder(self.mount, create=False)  # made by the publisher, before it writes
         if self.link_root is not None and not self.link_root.is_absolute():
             raise ConfigError(f"--link-root: {self.link_root} must be an absolute path")
 
@@ -294,6 +293,57 @@ def check_cache(path: Path, *, create: bool) -> None:
     except OSError as e:
         if e.errno in (errno.ENOSPC, errno.EDQUOT):
             return  # writable but full: each command meets that itself (status reports it)
+        raise ConfigError(f"{where}: cannot write in it: {_os_reason(e)}") from None
+
+
+def check_view_folder(path: Path, *, create: bool) -> None:
+    """Refuse a folder view's ``--mount`` that cannot be used with one line naming it, ``--mount
+    PATH: reason`` (issue 21: ``publish`` ended in a traceback, and the sidecar restarted its
+    publisher for ever, when the folder could not be made).
+
+    The rules are the FUSE mount point's (:func:`epochfs.fuse.mounting.check_mount_point`): a
+    folder, or a missing one whose parent is a folder, where it is made. ``create`` (the sidecar's
+    start check) makes it here; without it (``publish``'s settings, checked before ``--cache``) it
+    is left for the publisher to make, and the parent must take a new entry instead. Either way
+    the place is tried with a temporary file, so a path under ``/proc``, on a read-only file
+    system or where permission is denied is refused here, not by the publisher. A full volume
+    passes: the publisher pauses until there is room (docs/folderview.md)."""
+    where = f"--mount {path}"
+    try:
+        st: os.stat_result | None = os.stat(path)
+    except (FileNotFoundError, NotADirectoryError):
+        st = None
+    except OSError as e:
+        raise ConfigError(f"{where}: {_os_reason(e)}") from None
+    if st is not None and not stat.S_ISDIR(st.st_mode):
+        raise ConfigError(f"{where}: exists and is not a directory")
+    target = path
+    if st is None:
+        parent = Path(os.path.abspath(path)).parent
+        if not parent.is_dir():
+            nearest = _nearest_existing(Path(os.path.abspath(path)))
+            if nearest is not None and not nearest.is_dir():
+                raise ConfigError(f"{where}: cannot create it: {nearest} is not a directory")
+            raise ConfigError(f"{where}: cannot create it: its parent {parent} does not exist")
+        if create:
+            try:
+                path.mkdir(mode=0o755)
+            except FileExistsError:
+                pass  # made by a concurrent start
+            except OSError as e:
+                if e.errno in (errno.ENOSPC, errno.EDQUOT):
+                    return  # the publisher makes it once there is room
+                raise ConfigError(f"{where}: cannot create it in {parent}: {_os_reason(e)}") from None
+        else:
+            target = parent
+    try:
+        with tempfile.TemporaryFile(dir=target):
+            pass
+    except OSError as e:
+        if e.errno in (errno.ENOSPC, errno.EDQUOT):
+            return
+        if target != path:
+            raise ConfigError(f"{where}: cannot create it in {target}: {_os_reason(e)}") from None
         raise ConfigError(f"{where}: cannot write in it: {_os_reason(e)}") from None
 
 

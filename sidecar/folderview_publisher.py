@@ -26,6 +26,7 @@ client reports. The folder of an epoch is removed once the store has retired it.
 
 from __future__ import annotations
 
+import errno
 import logging
 import os
 import secrets
@@ -35,6 +36,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from epochfs.fuse.view import EpochTree, View
+from epochfs.sidecar.config import ConfigError
 from epochfs.sidecar.folderview_ahead import AheadTree, Tainted
 from epochfs.sidecar.folderview_links import write_tree
 from epochfs.sidecar.folderview_lost import LostRecord
@@ -129,7 +131,13 @@ class FolderPublisher:
         """Clean what a killed publisher left: temporary names, epochs the store has retired,
         manifests without their epoch, and visible epochs that differ from the store's (another
         cache or link root: rebuilt by the next :meth:`step`)."""
-        self.folder.mkdir(exist_ok=True)
+        try:
+            self.folder.mkdir(exist_ok=True)
+        except OSError as e:
+            if e.errno in (errno.ENOSPC, errno.EDQUOT):
+                raise  # a full volume: publishing pauses until there is room
+            # The settings' check passed, then the place changed: one line, not a traceback.
+            raise ConfigError(f"--mount {self.folder}: cannot create it: {e.strerror}") from None
         self.control.mkdir(exist_ok=True)
         os.chmod(self.control, 0o755)
         report = Recovery()

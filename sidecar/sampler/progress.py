@@ -6,6 +6,7 @@ import logging
 from dataclasses import dataclass
 
 from epochfs.sidecar.config import format_size
+from epochfs.sidecar.status_estimate import per_second
 from epochfs.sidecar.store import Stats
 
 log = logging.getLogger("epochfs.sampler")
@@ -26,15 +27,18 @@ class Rates:
     def log_progress(self, now: float, *, state: str, inflight: int, retried: int, stats: Stats,
                      window: tuple[int, int] = (0, 0), throttled: int = 0) -> None:
         """One line since the last one; rates over the interval between the two. ``window``: the
-        fetch window and --concurrency; ``throttled``: keys waiting after a throttled answer."""
+        fetch window and --concurrency; ``throttled``: keys waiting after a throttled answer. The
+        byte rate in the unit that fits, as ``epochfs status`` writes it (a slow remote read
+        "0.0 MB/s" at 40 KiB/s, as if nothing came; issue 21)."""
         dt = max(now - self.last_time, 1e-9)
-        mbps = (self.nbytes - self.last_bytes) / dt / 1e6
+        byte_rate = (self.nbytes - self.last_bytes) / dt
         rate = (self.samples - self.last_samples) / dt
         self.last_time, self.last_bytes, self.last_samples = now, self.nbytes, self.samples
         log.info(
-            "%s: %d sample(s) fetched this run (%.0f/s, %.1f MB/s), %d in flight (window %d/%d), "
+            "%s: %d sample(s) fetched this run (%.0f/s, %s), %d in flight (window %d/%d), "
             "%d skipped, %d retried, %d throttled; cache %s / %s, %d sample(s), epochs %s",
-            state, self.samples, rate, mbps, inflight, *window, self.skipped, retried, throttled,
+            state, self.samples, rate, per_second(byte_rate), inflight, *window, self.skipped, retried,
+            throttled,
             format_size(stats.cache_bytes), format_size(stats.capacity_bytes), stats.samples,
             [e["epoch"] for e in stats.epochs] or "none",
         )

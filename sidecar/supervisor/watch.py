@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 from epochfs.fuse import mounting
 from epochfs.sidecar import kube
-from epochfs.sidecar.config import ConfigError, SidecarSettings
+from epochfs.sidecar.config import ConfigError, SidecarSettings, check_view_folder
 from epochfs.sidecar.supervisor.children import Child, ChildProcesses
 
 log = logging.getLogger("epochfs.supervisor")
@@ -149,11 +149,17 @@ class MountWatch(ChildProcesses):
     # ------------------------------------------------------------------ the folder view
     def _check_folder(self) -> None:
         """The folder view's folder: a folder (what a previous run published stays and is
-        recovered) or a missing one whose parent exists."""
-        if self.mount.exists() and not self.mount.is_dir():
-            raise ConfigError(f"--mount: {self.mount} exists and is not a folder")
-        if not self.mount.parent.is_dir():
-            raise ConfigError(f"--mount: the parent of {self.mount} is not a folder")
+        recovered) or a missing one, made here, whose parent is a folder; one the publisher could
+        not use stops the sidecar with the reason, also in the termination message (a publisher
+        restarted for ever hid it: issue 21)."""
+        try:
+            check_view_folder(self.mount, create=True)
+        except ConfigError as e:
+            # Imported here: core imports this module (through health).
+            from epochfs.sidecar.supervisor.core import write_termination_message
+
+            write_termination_message(self.settings.termination_log, f"epochfs sidecar: {e}")
+            raise
 
     def _watch_publisher(self) -> None:
         """Restart a dead publisher with backoff (what it published stays readable meanwhile);

@@ -397,3 +397,101 @@ def test_the_sampler_names_an_index_url_it_cannot_read_once_with_the_cause(
     line = listing_failure(["--remote", f"{base}/data", "--index", url, "--cache", str(tmp_path / "c")])
     assert f"listing failed: cannot read the index {url}: {reason};" in line, line
     assert line.count(url) == 1, line
+
+
+# ---------------------------------------------------------------------------- 6. the folder view's --mount
+VIEW_COMMANDS = ("publish", "sidecar")
+"""``epochfs publish`` and ``epochfs sidecar --view folder``: before the fix a folder the publisher
+could not make ended ``publish`` in a traceback, and the sidecar restarted its publisher for ever."""
+
+
+def view_args(command: str, view: Path, tmp_path: Path, dataset: Path) -> list[str]:
+    cache = make_cache(tmp_path / "cache") if command == "publish" else tmp_path / "cache"
+    extra = {"sidecar": ["--view", "folder", "--remote", dataset.as_uri(), "--health-port", str(free_port()),
+                         "--kube-reporting", "0", "--termination-log", str(tmp_path / "termination-log")]
+             }.get(command, [])
+    return [command, "--cache", str(cache), "--mount", str(view), *extra]
+
+
+def view_refusal(command: str, view: Path, tmp_path: Path, dataset: Path,
+                 prefix: tuple[str, ...] = ()) -> str:
+    """The refusal's line without its ``epochfs COMMAND: `` (the sidecar's also in its termination
+    message, where that file exists)."""
+    termination = tmp_path / "termination-log"
+    termination.write_text("")
+    line = refusal(run(view_args(command, view, tmp_path, dataset), prefix=prefix, timeout=30))
+    assert line.startswith(f"epochfs {command}: --mount {view}: "), line
+    if command == "sidecar":
+        assert termination.read_text() == line + "\n"
+    return line[len(f"epochfs {command}: "):]
+
+
+@pytest.mark.parametrize("command", VIEW_COMMANDS)
+def test_a_view_folder_under_proc_is_refused_naming_it(command: str, tmp_path: Path, dataset: Path) -> None:
+    view = Path(f"/proc/epochfs-view-{os.getpid()}")
+    assert view_refusal(command, view, tmp_path, dataset) == (
+        f"--mount {view}: cannot create it in /proc: no such file or directory")
+
+
+@pytest.mark.parametrize("command", VIEW_COMMANDS)
+def test_a_view_folder_that_is_a_file_below_one_or_without_a_parent_is_refused_naming_it(
+    command: str, tmp_path: Path, dataset: Path
+) -> None:
+    afile = tmp_path / "afile"
+    afile.write_text("not a folder")
+    line = view_refusal(command, afile, tmp_path, dataset)
+    assert line == f"--mount {afile}: exists and is not a directory"
+    below = afile / "view"
+    assert view_refusal(command, below, tmp_path, dataset) == (
+        f"--mount {below}: cannot create it: {afile} is not a directory")
+    orphan = tmp_path / "nowhere" / "view"
+    assert view_refusal(command, orphan, tmp_path, dataset) == (
+        f"--mount {orphan}: cannot create it: its parent {orphan.parent} does not exist")
+    assert not orphan.parent.exists()  # the FUSE view's rule: the parent is never made
+
+
+@pytest.mark.skipif(not IS_ROOT, reason="a read-only bind mount needs root")
+@pytest.mark.parametrize("command", VIEW_COMMANDS)
+def test_a_view_folder_on_a_read_only_file_system_is_refused_naming_it(
+    command: str, tmp_path: Path, dataset: Path
+) -> None:
+    (tmp_path / "source" / "view").mkdir(parents=True)
+    with read_only_view(tmp_path / "source", tmp_path / "ro") as ro:
+        assert view_refusal(command, ro / "view", tmp_path, dataset) == (
+            f"--mount {ro / 'view'}: cannot write in it: read-only file system")
+        assert view_refusal(command, ro / "fresh", tmp_path, dataset) == (
+            f"--mount {ro / 'fresh'}: cannot create it in {ro}: read-only file system")
+
+
+@pytest.mark.parametrize("command", VIEW_COMMANDS)
+def test_a_view_folder_where_permission_is_denied_is_refused_naming_it(
+    command: str, tmp_path: Path, dataset: Path
+) -> None:
+    prefix = without_root_privilege()
+    if command == "sidecar":
+        make_cache(tmp_path / "cache")  # made by root: the unprivileged sidecar only opens it
+    locked = tmp_path / "locked"
+    (locked / "view").mkdir(parents=True)
+    locked.chmod(0o500)
+    (locked / "view").chmod(0o500)
+    try:
+        assert view_refusal(command, locked / "view", tmp_path, dataset, prefix) == (
+            f"--mount {locked / 'view'}: cannot write in it: permission denied")
+        assert view_refusal(command, locked / "fresh", tmp_path, dataset, prefix) == (
+            f"--mount {locked / 'fresh'}: cannot create it in {locked}: permission denied")
+    finally:
+        (locked / "view").chmod(0o700)
+        locked.chmod(0o700)
+
+
+def test_the_sidecar_makes_a_missing_view_folder_before_its_publisher_starts(
+    tmp_path: Path, dataset: Path
+) -> None:
+    """A missing folder whose parent is a folder passes the checks: made by the start check, as a
+    FUSE mount point is (the checks above must not refuse what a pod's fresh volume holds)."""
+    view = tmp_path / "view"
+    with running_sidecar(tmp_path, remote=dataset.as_uri(), endpoint="", mount=view,
+                         extra=("--view", "folder", "--kube-reporting", "0")) as car:
+        assert car.health()["code"] == 200
+        assert (view / ".epochfs" / "status.json").is_file()
+    assert "Traceback" not in car.log_text()
