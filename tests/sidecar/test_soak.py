@@ -951,10 +951,11 @@ def soak_body(car: Sidecar, proxy: FaultProxy, volume: Path, plan: Plan, objects
         epochs_from=max((min(ep.had_file) for ep in chaos.index_damages if ep.had_file), default=0),
         # A rebuilt index holds the epochs that were live (retired ones between them, cut and retired
         # at once when two newer came before any read, are not restored: their numbers stay used up
-        # in the high-water mark), and none cut after the damage before the rebuild.
+        # in the high-water mark; so is one whose in-use window ran out before the rebuild, its
+        # members file gone with its retirement), and none cut after the damage before the rebuild.
         gaps={n for ep in chaos.index_damages if ep.had_file
               for n in range(min(ep.had_file), (ep.first_cut_after or max(ep.had_file) + 1))
-              if n not in ep.had_file},
+              if n not in ep.had_file or n in ep.retired_first},
         kills=dict(chaos.kills), cuts=stats.cuts_total, latest=stats.latest_epoch,
         evicted=stats.evicted_total, fetched=stats.fetched_total, skipped=stats.skipped_total,
         faults=sum(proxy.injected.values()), gets=sum(proxy.gets.values()),
