@@ -14,8 +14,8 @@ Modules:
 * :mod:`.profiles`: the injection documents (loading and checking them).
 * :mod:`.mutate`: the decision for one pod (mutated, skipped, refused) and its patch; pure.
 * :mod:`.review`: AdmissionReview v1 requests and responses.
-* :mod:`.server`: the HTTPS server (standard library ``http.server`` + ``ssl``, certificate
-  reloaded when it is renewed), its metrics, ``run_webhook``.
+* :mod:`.server`: the HTTPS server and its metrics on ``aiohttp.web``, ``run_webhook``;
+* :mod:`.tls`: the certificate pair, taken again for new connections when it is renewed.
 
 docs/kubernetes.md ("Attach with one annotation") is the user's side.
 """

@@ -1,4 +1,10 @@
-"""The webhook's HTTPS server: the standard library's ``http.server`` over ``ssl``.
+"""The webhook's HTTPS server and its metrics server, both on ``aiohttp.web``.
+
+Why aiohttp.web: it is a maintained HTTP/1.1 server already in the sidecar's image (the HTTP
+remote uses its client), where the standard library's ``http.server`` is, in its own words, not
+for production. It parses requests, keeps connections alive, closes idle ones
+(``keepalive_timeout``, from the first byte on) and drains unread bodies; asyncio's TLS gives
+the handshake a timeout and logs a failed one at DEBUG only.
 
 Why not kopf's admission server (issue 23 suggested a library): kopf serves admission webhooks
 from inside an operator, whose loop first discovers the cluster's resources through the API
@@ -6,38 +12,37 @@ from inside an operator, whose loop first discovers the cluster's resources thro
 registers the webhook configuration itself; its handlers return merge patches it diffs into a
 JSONPatch. This server needs no API access at all (its pods hold no token), two replicas serve
 alike with no coordination, and the chart owns the configuration. What is written here is small:
-the TLS socket per connection (in the connection's thread, so a slow handshake never blocks
-accepting), a body size limit, and JSON checks; :mod:`.review` and :mod:`.mutate` do the rest.
+the certificate renewal (:mod:`.tls`), the limits and the routes; :mod:`.review` and :mod:`.mutate`
+do the rest.
 
 * ``POST /mutate`` and ``POST /mutate/pss-enforced`` (namespaces that enforce Pod Security baseline
   or restricted): an AdmissionReview v1 in, an AdmissionReview v1 out. A body that is not one is
   answered 400 (413 above the size limit, 415 when not JSON); an unexpected failure 500, which
-  the API server treats according to the configuration's failurePolicy.
+  the API server treats according to the configuration's failurePolicy. More than
+  ``MAX_IN_FLIGHT`` reviews at once are answered 429.
 * ``GET /healthz``, ``GET /readyz`` on the HTTPS port; ``/metrics`` and ``/healthz`` on the plain
   metrics port (the metrics themselves are :class:`epochfs.sidecar.metrics.WebhookMetrics`, with
   every other metric of epochfs).
 * The certificate and key are read again when their files change (cert-manager renews them in
-  the mounted Secret), for the next connections; a pair caught mid-update is retried later while
+  the mounted Secret), for the next handshakes; a pair caught mid-update is retried later while
   the previous one keeps serving.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
-import os
 import signal
 import socket
 import ssl
-import sys
 import threading
 import time
 from collections.abc import Callable, Mapping
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from types import FrameType
 from typing import Any
 
+from aiohttp import ClientError, web
 from prometheus_client import CollectorRegistry
 from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
 
@@ -45,6 +50,9 @@ from epochfs.sidecar.metrics import WebhookMetrics
 from epochfs.sidecar.webhook import review
 from epochfs.sidecar.webhook.mutate import decide
 from epochfs.sidecar.webhook.profiles import Profile, load_profiles
+from epochfs.sidecar.webhook.tls import TLSFiles
+
+__all__ = ["AdmissionServer", "MetricsServer", "TLSFiles", "quiet_gone_clients", "run_webhook"]
 
 log = logging.getLogger("epochfs.webhook")
 
@@ -54,149 +62,216 @@ AdmissionReview adds little else for a CREATE (no oldObject)."""
 MAX_IN_FLIGHT = 16
 """Admission requests processed at once; more are answered 429 (the API server retries or applies
 the failurePolicy) instead of piling up threads and memory."""
-METRICS_TIMEOUT = 10
-"""Seconds a metrics-port connection may sit idle or take to send its request."""
+IDLE_TIMEOUT = 30.0
+"""Seconds an HTTPS connection may sit idle, or a request body take to arrive."""
+HANDSHAKE_TIMEOUT = 10.0
+"""Seconds a TLS handshake may take: a client that connects and stalls frees its connection."""
+METRICS_TIMEOUT = 10.0
+"""Seconds a metrics-port connection may sit idle before it is closed."""
+SHUTDOWN_TIMEOUT = 10.0
+"""Seconds the reviews in flight get to finish after SIGTERM."""
 PATHS = {"/mutate": False, "/mutate/pss-enforced": True}
+_TEXT = "text/plain"
+_GONE = (ConnectionError, TimeoutError, ssl.SSLError)
+"""A client that went away (the API server's timeout, a probe that closed without reading, a
+reset keep-alive connection): worth a DEBUG line, not a traceback."""
 
 
-class TLSFiles:
-    """The server's SSLContext, built again when the certificate or key file changes."""
+def quiet_gone_clients(loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
+    """The event loop's exception handler: a client gone mid-connection is one DEBUG line; any
+    other error keeps the loop's default report, traceback included."""
+    error = context.get("exception")
+    if isinstance(error, _GONE):
+        log.debug("webhook: a connection ended: %s (%s)", context.get("message"), error)
+        return
+    loop.default_exception_handler(context)
 
-    def __init__(self, cert: Path, key: Path) -> None:
-        self.cert, self.key = Path(cert), Path(key)
-        self._lock = threading.Lock()
-        self._stamp: tuple[tuple[int, int, int], ...] | None = None
-        self._context: ssl.SSLContext | None = None
-        self.context()  # a missing or bad pair stops the server at start
 
-    def _stamp_now(self) -> tuple[tuple[int, int, int], ...]:
-        return tuple(
-            (st.st_mtime_ns, st.st_size, st.st_ino) for st in (os.stat(self.cert), os.stat(self.key))
+class _Served:
+    """One aiohttp application on a socket bound at construction (so port 0 is known at once).
+
+    :func:`run_webhook` starts both servers on one event loop (:meth:`start`, :meth:`stop`);
+    :meth:`serve_forever`, :meth:`shutdown` and :meth:`server_close` run one on its own loop in a
+    thread the caller starts, as tests and embedders do."""
+
+    def __init__(
+        self,
+        address: tuple[str, int],
+        app: web.Application,
+        *,
+        keepalive_timeout: float,
+        ssl_context: ssl.SSLContext | None = None,
+    ) -> None:
+        family = socket.AF_INET6 if ":" in address[0] else socket.AF_INET
+        self.socket = socket.create_server(address, family=family, backlog=128)
+        self.server_address: tuple[Any, ...] = self.socket.getsockname()
+        self.app = app
+        self.keepalive_timeout = keepalive_timeout
+        self.ssl_context = ssl_context
+        self._runner: web.AppRunner | None = None
+        self._listener: asyncio.Server | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._stop: asyncio.Event | None = None
+        self._started = threading.Event()
+        self._stopped = threading.Event()
+
+    async def start(self) -> None:
+        """Listen on the running loop."""
+        runner = web.AppRunner(
+            self.app,
+            handle_signals=False,
+            access_log=None,
+            keepalive_timeout=self.keepalive_timeout,
+            shutdown_timeout=SHUTDOWN_TIMEOUT,
+        )
+        await runner.setup()
+        self._runner = runner
+        assert runner.server is not None
+        self._listener = await asyncio.get_running_loop().create_server(
+            runner.server,
+            sock=self.socket,
+            ssl=self.ssl_context,
+            ssl_handshake_timeout=HANDSHAKE_TIMEOUT if self.ssl_context else None,
+            backlog=128,
         )
 
-    def context(self) -> ssl.SSLContext:
-        with self._lock:
+    async def stop(self) -> None:
+        """Stop accepting, let the requests in flight finish (SHUTDOWN_TIMEOUT), close the rest."""
+        if self._listener is not None:
+            self._listener.close()
+        if self._runner is not None:
+            await self._runner.cleanup()
+        if self._listener is not None:
+            await self._listener.wait_closed()
+
+    def serve_forever(self) -> None:
+        """Serve on a new event loop in the calling thread until :meth:`shutdown`."""
+
+        async def serve() -> None:
+            self._loop = asyncio.get_running_loop()
+            self._loop.set_exception_handler(quiet_gone_clients)
+            self._stop = asyncio.Event()
             try:
-                stamp = self._stamp_now()
-                if stamp != self._stamp:
-                    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-                    ctx.minimum_version = ssl.TLSVersion.TLSv1_2
-                    ctx.load_cert_chain(self.cert, self.key)
-                    if self._context is not None:
-                        log.info("webhook: serving the renewed certificate %s", self.cert)
-                    self._context, self._stamp = ctx, stamp
-            except (OSError, ssl.SSLError) as e:
-                if self._context is None:
-                    raise
-                log.warning(
-                    "webhook: cannot load %s / %s (%s); the previous certificate keeps serving",
-                    self.cert,
-                    self.key,
-                    e,
-                )
-            assert self._context is not None
-            return self._context
-
-
-class _AdmissionHandler(BaseHTTPRequestHandler):
-    protocol_version = "HTTP/1.1"  # the API server keeps connections open
-    server: AdmissionServer
-    timeout = 30  # seconds a connection may sit idle or a body take to arrive
-
-    def log_message(self, format: str, *args: Any) -> None:
-        log.debug("webhook %s: " + format, self.client_address[0], *args)
-
-    def _send(self, status: int, body: bytes, content_type: str = "application/json") -> None:
-        self.send_response(status)
-        self.send_header("Content-Type", content_type)
-        self.send_header("Content-Length", str(len(body)))
-        if self.close_connection:
-            self.send_header("Connection", "close")
-        self.end_headers()
-        self.wfile.write(body)
-
-    def _error(self, status: int, message: str) -> None:
-        self.server.metrics.requests.labels("error").inc()
-        log.warning("webhook: %d %s", status, message)
-        self._send(status, json.dumps({"error": message}).encode(), "application/json")
-
-    def do_GET(self) -> None:
-        if self.path in ("/healthz", "/readyz"):
-            self._send(200, b"ok\n", "text/plain; charset=utf-8")
-        else:
-            self._send(404, b"not found\n", "text/plain; charset=utf-8")
-
-    def do_POST(self) -> None:
-        started = time.monotonic()
-        if not self.server.in_flight.acquire(blocking=False):
-            # The body (within the limit) is read and dropped: closing with unread bytes would
-            # reset the connection and could lose the answer.
-            self.close_connection = True
+                await self.start()
+            finally:
+                self._started.set()
             try:
-                length = int(self.headers.get("Content-Length") or 0)
-            except ValueError:
-                length = 0
-            if 0 < length <= self.server.max_body:
-                self.rfile.read(length)
-            self._error(429, f"busy: {self.server.max_in_flight} requests in flight; retry")
-            return
+                await self._stop.wait()
+            finally:
+                await self.stop()
+
         try:
-            self._admit()
+            asyncio.run(serve())
         finally:
-            self.server.in_flight.release()
-            self.server.metrics.duration.observe(time.monotonic() - started)
+            self._stopped.set()
 
-    def _admit(self) -> None:
-        if "chunked" in self.headers.get("Transfer-Encoding", "").lower():
-            self.close_connection = True
-            self._error(411, "a Content-Length is required")
-            return
-        length_text = self.headers.get("Content-Length")
+    def shutdown(self) -> None:
+        """Stop :meth:`serve_forever` (called from another thread after it began) and wait for it."""
+        self._started.wait()
+        if self._loop is not None and self._stop is not None and not self._stopped.is_set():
+            self._loop.call_soon_threadsafe(self._stop.set)
+        self._stopped.wait()
+
+    def server_close(self) -> None:
+        self.socket.close()
+
+
+def _text(status: int, text: str, close: bool = False) -> web.Response:
+    response = web.Response(status=status, text=text, content_type=_TEXT)
+    if close:
+        response.force_close()
+    return response
+
+
+class AdmissionServer(_Served):
+    """HTTPS: the admission reviews, ``/healthz`` and ``/readyz``."""
+
+    def __init__(
+        self,
+        address: tuple[str, int],
+        profiles: Mapping[str, Profile],
+        tls: TLSFiles,
+        metrics: WebhookMetrics | None = None,
+        max_body: int = MAX_BODY_BYTES,
+        max_in_flight: int = MAX_IN_FLIGHT,
+    ) -> None:
+        self.profiles = dict(profiles)
+        self.max_in_flight = max_in_flight
+        # A thread-safe semaphore taken without waiting: a review beyond the cap is answered at once.
+        self.in_flight = threading.BoundedSemaphore(max_in_flight)
+        self.tls = tls
+        self.metrics = metrics or WebhookMetrics()
+        self.metrics.profiles.set(len(self.profiles))
+        self.max_body = max_body
+        # client_max_size: the limit aiohttp itself enforces on a body it reads (chunked too).
+        app = web.Application(client_max_size=max_body)
+        app.router.add_route("*", "/{path:.*}", self._handle)
+        super().__init__(
+            address, app, keepalive_timeout=IDLE_TIMEOUT, ssl_context=tls.server_context()
+        )
+
+    def _error(self, status: int, message: str, close: bool = False) -> web.Response:
+        self.metrics.requests.labels("error").inc()
+        log.warning("webhook: %d %s", status, message)
+        response = web.json_response({"error": message}, status=status)
+        if close:  # the body is not read: the connection ends after the answer
+            response.force_close()
+        return response
+
+    async def _handle(self, request: web.Request) -> web.StreamResponse:
+        if request.method == "GET":
+            if request.path in ("/healthz", "/readyz"):
+                return _text(200, "ok\n")
+            return _text(404, "not found\n")
+        if request.method != "POST":
+            return _text(405, "method not allowed\n")
+        started = time.monotonic()
+        if not self.in_flight.acquire(blocking=False):
+            # The body is left to aiohttp, which drains it before the connection's next request.
+            return self._error(429, f"busy: {self.max_in_flight} requests in flight; retry")
         try:
-            length = int(length_text) if length_text is not None else -1
-        except ValueError:
-            length = -1
-        if length < 0:
-            self.close_connection = True
-            self._error(411, "a Content-Length is required")
-            return
-        if length > self.server.max_body:
-            self.close_connection = True  # the body is not read: the connection ends after the answer
-            self._error(413, f"the body is {length} bytes, more than {self.server.max_body}")
-            return
-        body = self.rfile.read(length)
-        if len(body) != length:
-            self.close_connection = True
-            self._error(400, "the body ended early")
-            return
-        # Answered after the body is read: closing with unread bytes would reset the connection
-        # and could lose the answer.
-        path = self.path.split("?", 1)[0]
-        if path not in PATHS:
-            self._error(404, f"no such path {path!r} (POST /mutate)")
-            return
-        content_type = self.headers.get("Content-Type", "").split(";", 1)[0].strip().lower()
+            return await self._admit(request)
+        finally:
+            self.in_flight.release()
+            self.metrics.duration.observe(time.monotonic() - started)
+
+    async def _admit(self, request: web.Request) -> web.Response:
+        length = request.content_length
+        if length is None or "chunked" in request.headers.get("Transfer-Encoding", "").lower():
+            return self._error(411, "a Content-Length is required", close=True)
+        if length > self.max_body:
+            return self._error(413, f"the body is {length} bytes, more than {self.max_body}", close=True)
+        try:
+            body = await asyncio.wait_for(request.read(), IDLE_TIMEOUT)
+        except web.HTTPRequestEntityTooLarge:
+            return self._error(413, f"the body is more than {self.max_body} bytes", close=True)
+        except (asyncio.TimeoutError, OSError, ClientError) as e:
+            return self._error(400, f"the body ended early ({e or type(e).__name__})", close=True)
+        # Answered after the body is read, so the connection stays usable.
+        if request.path not in PATHS:
+            return self._error(404, f"no such path {request.path!r} (POST /mutate)")
+        content_type = request.headers.get("Content-Type", "").split(";", 1)[0].strip().lower()
         if content_type != "application/json":
-            self._error(415, f"Content-Type {content_type!r} is not application/json")
-            return
+            return self._error(415, f"Content-Type {content_type!r} is not application/json")
         try:
-            request = review.parse(body)
+            parsed = review.parse(body)
         except review.ReviewError as e:
-            self._error(400, str(e))
-            return
+            return self._error(400, str(e))
         try:
-            answer, result = self._review(request, PATHS[path])
+            # In a worker thread: the loop keeps accepting and handshaking while a pod is decided.
+            answer, result = await asyncio.to_thread(self._review, parsed, PATHS[request.path])
         except Exception:
-            log.exception("webhook: failed on request %s", request.uid)
-            self._error(500, "internal error (the webhook's log has it)")
-            return
-        self.server.metrics.requests.labels(result).inc()
-        self._send(200, json.dumps(answer, separators=(",", ":")).encode())
+            log.exception("webhook: failed on request %s", parsed.uid)
+            return self._error(500, "internal error (the webhook's log has it)")
+        self.metrics.requests.labels(result).inc()
+        return web.Response(
+            body=json.dumps(answer, separators=(",", ":")).encode(), content_type="application/json"
+        )
 
     def _review(self, request: review.Request, pss_enforced: bool) -> tuple[dict[str, Any], str]:
         if not request.is_pod_creation:
             return review.response(request.uid), "skipped"
-        decision = decide(request.obj, self.server.profiles, pss_enforced=pss_enforced)
+        decision = decide(request.obj, self.profiles, pss_enforced=pss_enforced)
         pod = request.obj if isinstance(request.obj, dict) else {}
         meta = pod.get("metadata")
         if not isinstance(meta, dict):
@@ -215,86 +290,25 @@ class _AdmissionHandler(BaseHTTPRequestHandler):
         return review.response(request.uid, patch=decision.patch), decision.result
 
 
-class AdmissionServer(ThreadingHTTPServer):
-    """HTTPS: each accepted connection is wrapped in TLS in its own thread."""
-
-    daemon_threads = True
-    handshake_timeout = 10.0
+class MetricsServer(_Served):
+    """Plain HTTP: ``/metrics`` of ``registry`` and ``/healthz``."""
 
     def __init__(
-        self,
-        address: tuple[str, int],
-        profiles: Mapping[str, Profile],
-        tls: TLSFiles,
-        metrics: WebhookMetrics | None = None,
-        max_body: int = MAX_BODY_BYTES,
-        max_in_flight: int = MAX_IN_FLIGHT,
+        self, address: tuple[str, int], registry: CollectorRegistry, timeout: float = METRICS_TIMEOUT
     ) -> None:
-        self.profiles = dict(profiles)
-        self.max_in_flight = max_in_flight
-        self.in_flight = threading.BoundedSemaphore(max_in_flight)
-        self.tls = tls
-        self.metrics = metrics or WebhookMetrics()
-        self.metrics.profiles.set(len(self.profiles))
-        self.max_body = max_body
-        if ":" in address[0]:
-            self.address_family = socket.AF_INET6
-        super().__init__(address, _AdmissionHandler)
-
-    def handle_error(self, request: Any, client_address: Any) -> None:
-        """A client that went away mid-connection (the API server's timeout, a probe that closed
-        without reading, a reset keep-alive connection) is a DEBUG line, not the traceback
-        socketserver prints for any error in a request's thread; other errors keep it."""
-        error = sys.exc_info()[1]
-        if isinstance(error, (ConnectionError, TimeoutError, ssl.SSLError)):
-            log.debug("webhook: the connection from %s ended: %s", client_address[0], error)
-            return
-        super().handle_error(request, client_address)
-
-    def finish_request(self, request: Any, client_address: Any) -> None:
-        request.settimeout(self.handshake_timeout)
-        try:
-            conn = self.tls.context().wrap_socket(request, server_side=True)
-        except (OSError, ssl.SSLError) as e:
-            log.debug("webhook: TLS handshake with %s failed: %s", client_address[0], e)
-            return
-        try:
-            handler: Any = self.RequestHandlerClass
-            handler(conn, client_address, self)
-        finally:
-            conn.close()
-
-
-class _MetricsHandler(BaseHTTPRequestHandler):
-    server: MetricsServer
-    timeout = METRICS_TIMEOUT  # a client that connects and sends nothing frees its thread
-
-    def log_message(self, format: str, *args: Any) -> None:
-        log.debug("webhook metrics %s: " + format, self.client_address[0], *args)
-
-    def do_GET(self) -> None:
-        path = self.path.split("?", 1)[0]
-        if path == "/metrics":
-            body, ctype, status = generate_latest(self.server.registry), CONTENT_TYPE_LATEST, 200
-        elif path == "/healthz":
-            body, ctype, status = b"ok\n", "text/plain; charset=utf-8", 200
-        else:
-            body, ctype, status = b"not found\n", "text/plain; charset=utf-8", 404
-        self.send_response(status)
-        self.send_header("Content-Type", ctype)
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-
-class MetricsServer(ThreadingHTTPServer):
-    daemon_threads = True
-
-    def __init__(self, address: tuple[str, int], registry: CollectorRegistry) -> None:
         self.registry = registry
-        if ":" in address[0]:
-            self.address_family = socket.AF_INET6
-        super().__init__(address, _MetricsHandler)
+        app = web.Application()
+        app.router.add_get("/{path:.*}", self._handle)
+        super().__init__(address, app, keepalive_timeout=timeout)
+
+    async def _handle(self, request: web.Request) -> web.Response:
+        if request.path == "/metrics":
+            return web.Response(
+                body=generate_latest(self.registry), headers={"Content-Type": CONTENT_TYPE_LATEST}
+            )
+        if request.path == "/healthz":
+            return _text(200, "ok\n")
+        return _text(404, "not found\n")
 
 
 def run_webhook(
@@ -313,34 +327,40 @@ def run_webhook(
     tls = TLSFiles(cert, key)
     metrics = WebhookMetrics()
     server = AdmissionServer((host, port), profiles, tls, metrics, max_body)
-    metrics_server = MetricsServer((host, metrics_port), metrics.registry)
-    stop = threading.Event()
-
-    def on_signal(signum: int, frame: FrameType | None) -> None:
-        stop.set()
-
-    previous = {s: signal.signal(s, on_signal) for s in (signal.SIGTERM, signal.SIGINT)}
-    threads = [
-        threading.Thread(target=s.serve_forever, name=name, daemon=True)
-        for s, name in ((server, "webhook-https"), (metrics_server, "webhook-metrics"))
-    ]
-    for t in threads:
-        t.start()
-    log.info(
-        "webhook: serving profiles %s on https port %d (metrics on %d)",
-        ", ".join(sorted(profiles)),
-        server.server_address[1],
-        metrics_server.server_address[1],
-    )
-    if ready is not None:
-        ready(server, metrics_server)
     try:
-        stop.wait()
+        metrics_server = MetricsServer((host, metrics_port), metrics.registry)
+    except OSError:
+        server.server_close()
+        raise
+
+    async def serve() -> None:
+        loop = asyncio.get_running_loop()
+        loop.set_exception_handler(quiet_gone_clients)
+        stop = asyncio.Event()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, stop.set)
+        try:
+            await server.start()
+            await metrics_server.start()
+            log.info(
+                "webhook: serving profiles %s on https port %d (metrics on %d)",
+                ", ".join(sorted(profiles)),
+                server.server_address[1],
+                metrics_server.server_address[1],
+            )
+            if ready is not None:
+                ready(server, metrics_server)
+            await stop.wait()
+        finally:
+            for sig in (signal.SIGTERM, signal.SIGINT):
+                loop.remove_signal_handler(sig)
+            await server.stop()
+            await metrics_server.stop()
+
+    try:
+        asyncio.run(serve())
     finally:
-        for s in (server, metrics_server):
-            s.shutdown()
-            s.server_close()
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
+        server.server_close()
+        metrics_server.server_close()
     log.info("webhook: stopped")
     return 0

@@ -712,15 +712,14 @@ def test_requests_beyond_the_concurrency_cap_are_answered_429(served: Served) ->
     assert served.client.review(job_pod(job()))["response"]["allowed"] is True
 
 
-def test_a_silent_metrics_client_is_cut_off(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_silent_metrics_client_is_cut_off() -> None:
     import socket
     import time
 
     from epochfs.sidecar.webhook import server as server_mod
 
-    assert server_mod._MetricsHandler.timeout == server_mod.METRICS_TIMEOUT > 0
-    monkeypatch.setattr(server_mod._MetricsHandler, "timeout", 0.5)
-    metrics_server = MetricsServer(("127.0.0.1", 0), WebhookMetrics().registry)
+    assert server_mod.METRICS_TIMEOUT > 0
+    metrics_server = MetricsServer(("127.0.0.1", 0), WebhookMetrics().registry, timeout=0.5)
     thread = threading.Thread(target=metrics_server.serve_forever, daemon=True)
     thread.start()
     try:
@@ -731,6 +730,24 @@ def test_a_silent_metrics_client_is_cut_off(monkeypatch: pytest.MonkeyPatch) -> 
     finally:
         metrics_server.shutdown()
         metrics_server.server_close()
+
+
+def test_a_client_that_stalls_in_the_tls_handshake_is_cut_off(
+    profiles: dict[str, Profile], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A connection that never sends its ClientHello holds nothing past the handshake timeout."""
+    import socket
+    import time
+
+    from epochfs.sidecar.webhook import server as server_mod
+
+    assert server_mod.HANDSHAKE_TIMEOUT > 0
+    monkeypatch.setattr(server_mod, "HANDSHAKE_TIMEOUT", 0.5)
+    for served in serve(profiles, tmp_path):
+        with socket.create_connection(("127.0.0.1", served.server.server_address[1]), timeout=10) as sock:
+            started = time.monotonic()
+            assert sock.recv(1) == b""  # the server closed the silent connection
+            assert time.monotonic() - started < 5
 
 
 def test_a_remote_the_image_cannot_serve_is_refused(served: Served, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -755,22 +772,30 @@ def test_a_remote_the_image_cannot_serve_is_refused(served: Served, monkeypatch:
 
 
 def test_a_client_gone_mid_connection_is_no_traceback_and_other_errors_keep_theirs(
-    served: Served, capsys: pytest.CaptureFixture[str]
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
-    """socketserver prints a traceback for any error in a request's thread: a probe that closed
-    its keep-alive connection without reading the answer filled the webhook's log with
-    ``ConnectionResetError`` tracebacks. A client gone is one DEBUG line; a real fault keeps its."""
+    """A probe that closed its keep-alive connection without reading the answer filled the
+    webhook's log with ``ConnectionResetError`` tracebacks. The event loop reports such errors to
+    its exception handler: a client gone is one DEBUG line; a real fault keeps its traceback."""
+    import asyncio
+    import logging
     import ssl
 
-    for gone in (ConnectionResetError(104, "reset"), BrokenPipeError(32, "pipe"), TimeoutError(),
-                 ssl.SSLEOFError()):
-        try:
-            raise gone
-        except OSError:
-            served.server.handle_error(None, ("127.0.0.1", 5))
-    assert "Traceback" not in capsys.readouterr().err
+    from epochfs.sidecar.webhook.server import quiet_gone_clients
+
+    loop = asyncio.new_event_loop()
     try:
-        raise ValueError("a bug")
-    except ValueError:
-        served.server.handle_error(None, ("127.0.0.1", 5))
-    assert "ValueError: a bug" in capsys.readouterr().err
+        with caplog.at_level(logging.DEBUG):
+            for gone in (ConnectionResetError(104, "reset"), BrokenPipeError(32, "pipe"), TimeoutError(),
+                         ssl.SSLEOFError()):
+                quiet_gone_clients(loop, {"message": "Fatal error on transport", "exception": gone})
+            assert "Traceback" not in caplog.text
+            assert all(r.levelno == logging.DEBUG and r.exc_info is None for r in caplog.records)
+            caplog.clear()
+            try:
+                raise ValueError("a bug")
+            except ValueError as e:
+                quiet_gone_clients(loop, {"message": "Task exception was never retrieved", "exception": e})
+            assert "Traceback" in caplog.text and "ValueError: a bug" in caplog.text
+    finally:
+        loop.close()
