@@ -49,6 +49,7 @@ def _cmd_mount(ns: argparse.Namespace) -> int:
 
 def _cmd_publish(ns: argparse.Namespace) -> int:
     settings = config.from_args(config.PublishSettings, ns)
+    config.check_view_folder(settings.mount, create=False)  # made by the publisher, before it writes
     config.check_cache(settings.cache, create=False)
     from epochfs.sidecar.folderview import run_publish
 

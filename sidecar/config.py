@@ -207,7 +207,6 @@ class PublishSettings(CacheSettings):
 
     def validate(self) -> None:
         super().validate()
-        check_view_folder(self.mount, create=False)  # made by the publisher, before it writes
         if self.link_root is not None and not self.link_root.is_absolute():
             raise ConfigError(f"--link-root: {self.link_root} must be an absolute path")
 
@@ -316,14 +315,14 @@ def check_view_folder(path: Path, *, create: bool) -> None:
     except OSError as e:
         raise ConfigError(f"{where}: {_os_reason(e)}") from None
     if st is not None and not stat.S_ISDIR(st.st_mode):
-        raise ConfigError(f"{where}: exists and is not a directory")
+        raise ConfigError(f"{where}: exists and is not a folder")
     target = path
     if st is None:
         parent = Path(os.path.abspath(path)).parent
         if not parent.is_dir():
             nearest = _nearest_existing(Path(os.path.abspath(path)))
             if nearest is not None and not nearest.is_dir():
-                raise ConfigError(f"{where}: cannot create it: {nearest} is not a directory")
+                raise ConfigError(f"{where}: cannot create it: {nearest} is not a folder")
             raise ConfigError(f"{where}: cannot create it: its parent {parent} does not exist")
         if create:
             try:

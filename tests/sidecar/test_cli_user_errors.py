@@ -440,10 +440,10 @@ def test_a_view_folder_that_is_a_file_below_one_or_without_a_parent_is_refused_n
     afile = tmp_path / "afile"
     afile.write_text("not a folder")
     line = view_refusal(command, afile, tmp_path, dataset)
-    assert line == f"--mount {afile}: exists and is not a directory"
+    assert line == f"--mount {afile}: exists and is not a folder"
     below = afile / "view"
     assert view_refusal(command, below, tmp_path, dataset) == (
-        f"--mount {below}: cannot create it: {afile} is not a directory")
+        f"--mount {below}: cannot create it: {afile} is not a folder")
     orphan = tmp_path / "nowhere" / "view"
     assert view_refusal(command, orphan, tmp_path, dataset) == (
         f"--mount {orphan}: cannot create it: its parent {orphan.parent} does not exist")
