@@ -97,6 +97,15 @@ def _listed(db: sqlite3.Connection, n: int) -> tuple[int, int]:
     return int(count), int(total)
 
 
+def _window_members(db: sqlite3.Connection, n: int, span: Span | None) -> tuple[int, int]:
+    """(samples, bytes) of epoch n, just recorded by its bounds from ``span``: the window's cached
+    keys' samples, which the scan counted. Bounds are recorded only without strays, so each of
+    those samples lies between the ends, and every other sample between them is excluded
+    (:func:`.windows.record`): the members read back along the rank index are the same set, and
+    the window is not read a second time (0.06-0.19 s at 100k keys)."""
+    return (span.cached, span.cached_bytes) if span is not None else members(db, n)
+
+
 def _insert_epoch(db: sqlite3.Connection, policy: Policy, n: int, span: Span | None = None) -> None:
     """One ``epochs`` row: a range of the admission order (snapshot mode) or a window's bounds
     (schedule mode, with its few ``epoch_excluded`` rows, or its ``epoch_samples`` rows when
@@ -113,7 +122,8 @@ def _insert_epoch(db: sqlite3.Connection, policy: Policy, n: int, span: Span | N
         # From the running totals (:mod:`.snapshot`), not a count of the epoch's rows.
         first, samples, nbytes = newest_within(db, policy.epoch_budget, max_all)
     else:
-        bounds = record(db, span or scan(db, policy, n), n, max_all) or bounds
+        span = span or scan(db, policy, n)
+        bounds = record(db, span, n, max_all) or bounds
     db.execute(
         "INSERT INTO epochs(n, cut_at, samples, bytes, new, evicted, max_sample, last_read, "
         "first_sample, lo_rank, lo_key, hi_rank, hi_key, listed, estimated) "
@@ -121,7 +131,7 @@ def _insert_epoch(db: sqlite3.Connection, policy: Policy, n: int, span: Span | N
         (n, now, max_all, 0.0, first, *bounds, *known_at_cut(db)),
     )
     if first is None:
-        samples, nbytes = members(db, n) if bounds[1] is not None else _listed(db, n)
+        samples, nbytes = _window_members(db, n, span) if bounds[1] is not None else _listed(db, n)
     new, evicted = samples, 0  # the first epoch: all of it is new
     if prev_row is not None:
         # The samples since the last cut.
