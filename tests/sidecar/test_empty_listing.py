@@ -30,7 +30,9 @@ def test_an_empty_prefix_is_the_reason_readyz_gives_and_status_warns(tmp_path: P
 
         wait_until(lambda: "0 objects under" in reason(), timeout=60, what="/readyz's reason")
         assert f"file://{remote}" in reason() and "check --remote's prefix" in reason()
-        assert "WARNING" in car.log_text() and "0 objects under" in car.log_text()
+        # The log line follows the listing's end, which status and /readyz show from its commit on.
+        wait_until(lambda: "WARNING" in car.log_text() and "0 objects under" in car.log_text(), timeout=30,
+                   what="the log's warning")
         out = subprocess.run([*EPOCHFS, "status", "--cache", str(car.cache)], capture_output=True,
                              text=True, timeout=60)
         assert out.returncode == 0, out.stderr
