@@ -254,6 +254,16 @@ def _nearest_existing(path: Path) -> Path | None:
     return next((p for p in path.parents if os.path.lexists(p)), None)
 
 
+def _stat_or_none(path: Path, where: str) -> os.stat_result | None:
+    """``path``'s stat, None where nothing is there; another failure is the flag's one line."""
+    try:
+        return os.stat(path)
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+    except OSError as e:
+        raise ConfigError(f"{where}: {_os_reason(e)}") from None
+
+
 def check_cache(path: Path, *, create: bool) -> None:
     """Refuse a ``--cache`` that cannot be used with one line naming it, ``--cache PATH: reason``,
     before a command opens it (issue 21: never a traceback from a bad path).
@@ -265,12 +275,7 @@ def check_cache(path: Path, *, create: bool) -> None:
     without the index, is refused naming the commands that make one. Either way the folder must
     take a new file: SQLite writes beside its index even to read it (WAL)."""
     where = f"--cache {path}"
-    try:
-        st: os.stat_result | None = os.stat(path)
-    except (FileNotFoundError, NotADirectoryError):
-        st = None
-    except OSError as e:
-        raise ConfigError(f"{where}: {_os_reason(e)}") from None
+    st = _stat_or_none(path, where)
     if st is not None and not stat.S_ISDIR(st.st_mode):
         raise ConfigError(f"{where}: exists and is not a directory")
     if st is None:
@@ -302,18 +307,13 @@ def check_view_folder(path: Path, *, create: bool) -> None:
 
     The rules are the FUSE mount point's (:func:`epochfs.fuse.mounting.check_mount_point`): a
     folder, or a missing one whose parent is a folder, where it is made. ``create`` (the sidecar's
-    start check) makes it here; without it (``publish``'s settings, checked before ``--cache``) it
+    start check) makes it here; without it (``epochfs publish``, checked before ``--cache``) it
     is left for the publisher to make, and the parent must take a new entry instead. Either way
     the place is tried with a temporary file, so a path under ``/proc``, on a read-only file
     system or where permission is denied is refused here, not by the publisher. A full volume
     passes: the publisher pauses until there is room (docs/folderview.md)."""
     where = f"--mount {path}"
-    try:
-        st: os.stat_result | None = os.stat(path)
-    except (FileNotFoundError, NotADirectoryError):
-        st = None
-    except OSError as e:
-        raise ConfigError(f"{where}: {_os_reason(e)}") from None
+    st = _stat_or_none(path, where)
     if st is not None and not stat.S_ISDIR(st.st_mode):
         raise ConfigError(f"{where}: exists and is not a folder")
     target = path
