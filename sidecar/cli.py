@@ -21,7 +21,7 @@ from typing import cast
 
 import epochfs
 from epochfs.fuse.errors import MountError
-from epochfs.sidecar import config, redact
+from epochfs.sidecar import config, redact, volumes
 from epochfs.sidecar.remote.registry import HELP as REMOTE_HELP
 from epochfs.sidecar.store import Store, StoreError
 
@@ -30,7 +30,7 @@ log = logging.getLogger("epochfs")
 
 def _cmd_sample(ns: argparse.Namespace) -> int:
     settings = config.from_args(config.SamplerSettings, ns)
-    config.check_cache(settings.cache, create=True)
+    volumes.check_cache(settings.cache, create=True)
     from epochfs.sidecar.sampler import run_sample
 
     return run_sample(settings)
@@ -40,7 +40,7 @@ def _cmd_mount(ns: argparse.Namespace) -> int:
     settings = config.from_args(config.MountSettings, ns)
     # An epochfs cache must be there: mounting a missing or empty folder served an empty view for
     # ever. The sidecar makes its cache (and index) before it starts this command as its child.
-    config.check_cache(settings.cache, create=False)
+    volumes.check_cache(settings.cache, create=False)
     from epochfs.fuse.server import run_mount
 
     return run_mount(cache=settings.cache, mount=settings.mount, link_root=settings.link_root,
@@ -49,8 +49,8 @@ def _cmd_mount(ns: argparse.Namespace) -> int:
 
 def _cmd_publish(ns: argparse.Namespace) -> int:
     settings = config.from_args(config.PublishSettings, ns)
-    config.check_view_folder(settings.mount, create=False)  # made by the publisher, before it writes
-    config.check_cache(settings.cache, create=False)
+    volumes.check_view_folder(settings.mount, create=False)  # made by the publisher, before it writes
+    volumes.check_cache(settings.cache, create=False)
     from epochfs.sidecar.folderview import run_publish
 
     return run_publish(cache=settings.cache, folder=settings.mount, link_root=settings.link_root)
@@ -58,7 +58,7 @@ def _cmd_publish(ns: argparse.Namespace) -> int:
 
 def _cmd_sidecar(ns: argparse.Namespace) -> int:
     settings = config.from_args(config.SidecarSettings, ns)
-    config.check_cache(settings.cache, create=True)
+    volumes.check_cache(settings.cache, create=True)
     from epochfs.sidecar.supervisor import run_sidecar
 
     return run_sidecar(settings)
@@ -72,7 +72,7 @@ def _cmd_unmount(ns: argparse.Namespace) -> int:
 
 def _cmd_cut(ns: argparse.Namespace) -> int:
     settings = config.from_args(config.CacheSettings, ns)
-    config.check_cache(settings.cache, create=False)
+    volumes.check_cache(settings.cache, create=False)
     with Store(settings.cache) as store:
         try:
             n = store.cut(ns.epoch, force=ns.force, far=ns.far)
@@ -93,7 +93,7 @@ def _cmd_cut(ns: argparse.Namespace) -> int:
 def _cmd_relist(ns: argparse.Namespace) -> int:
     """Ask the running sampler of a cache for a relist (it looks within a second)."""
     settings = config.from_args(config.CacheSettings, ns)
-    config.check_cache(settings.cache, create=False)
+    volumes.check_cache(settings.cache, create=False)
     with Store(settings.cache) as store:
         n = store.listings().request_relist()
     print(f"relist {n} requested: the running sampler lists the remote again in the background")
@@ -166,7 +166,7 @@ def _gzipped_name(out: str) -> bool:
 
 def _cmd_verify(ns: argparse.Namespace) -> int:
     settings = config.from_args(config.CacheSettings, ns)
-    config.check_cache(settings.cache, create=False)
+    volumes.check_cache(settings.cache, create=False)
     from epochfs.sidecar.scrub import run_verify
 
     return run_verify(settings.cache, as_json=ns.json, quarantine=not ns.report_only,
@@ -177,7 +177,7 @@ def _cmd_status(ns: argparse.Namespace) -> int:
     from epochfs.sidecar.status import run_status
 
     if ns.cache:
-        config.check_cache(Path(ns.cache), create=False)
+        volumes.check_cache(Path(ns.cache), create=False)
     return run_status(
         cache=Path(ns.cache) if ns.cache else None,
         mount=Path(ns.mount) if ns.mount else None,

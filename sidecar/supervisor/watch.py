@@ -22,8 +22,9 @@ from typing import TYPE_CHECKING, Any
 
 from epochfs.fuse import mounting
 from epochfs.sidecar import kube
-from epochfs.sidecar.config import ConfigError, SidecarSettings, check_view_folder
+from epochfs.sidecar.config import ConfigError, SidecarSettings
 from epochfs.sidecar.supervisor.children import Child, ChildProcesses
+from epochfs.sidecar.volumes import check_view_folder
 
 log = logging.getLogger("epochfs.supervisor")
 
