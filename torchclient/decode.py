@@ -94,13 +94,30 @@ def decode_bytes(path: str) -> torch.Tensor:
     return torch.from_numpy(np.fromfile(path, dtype=np.uint8))
 
 
+_PROBE_PNG = (b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR\x00\x00\x00\x01\x00\x00\x00\x01\x08\x02\x00\x00\x00"
+              b"\x90wS\xde\x00\x00\x00\x0cIDATx\xdac`db\x06\x00\x00\x0e\x00\x07\xe9\x927\xd4\x00\x00"
+              b"\x00\x00IEND\xaeB`\x82")
+"""A 1x1 RGB PNG, pixel (1, 2, 3): what :func:`_torchvision_decoder` decodes once to know that
+torchvision.io's decoder works."""
+
+
 @functools.cache
 def _torchvision_decoder() -> Callable[[str], torch.Tensor] | None:
     """torchvision.io's decoder where a working torchvision is installed (once per process); None
-    otherwise. A torchvision built for another torch fails at import with a RuntimeError, not an
-    ImportError ("operator torchvision::nms does not exist"): any failure means Pillow."""
+    otherwise, and then Pillow decodes.
+
+    Importing torchvision.io is not enough: a torchvision built for another torch (PyPI's CUDA
+    wheel beside a CPU torch) fails at import with a RuntimeError, not an ImportError ("operator
+    torchvision::nms does not exist"), and where its pure-Python parts were imported anyway (its
+    ``ImageFolder`` and transforms need no C extension), torchvision.io imports but its decoders
+    raise at each call ("Couldn't load the image extension"). So one tiny PNG is decoded here:
+    any failure, or a wrong pixel, means Pillow."""
     try:
         from torchvision.io import ImageReadMode, decode_image, read_file
+
+        probe = decode_image(torch.tensor(list(_PROBE_PNG), dtype=torch.uint8), mode=ImageReadMode.RGB)
+        if probe.tolist() != [[[1]], [[2]], [[3]]]:
+            return None
     except Exception:
         return None
 

@@ -10,12 +10,15 @@ named the same folders; the folder view publishes the same file.
 
 from __future__ import annotations
 
+import importlib
 import io
 import json
 import os
 import random
 from pathlib import Path
+from typing import Any
 
+import _torchvision
 import numpy as np
 import pytest
 import torch
@@ -140,7 +143,7 @@ def test_the_loader_labels_decodes_and_transforms_in_its_workers(tmp_path: Path)
     admit(store, bodies)
     store.cut(0)
     with mounted(cache, mnt):
-        def checked_loader(**kwargs: object) -> EpochLoader:
+        def checked_loader(**kwargs: Any) -> EpochLoader:
             return EpochLoader(mnt, batch_size=4, num_workers=2, decode="image", label="folder",
                                class_root="train", shuffle=False, progress=None, report=False, **kwargs)
 
@@ -160,7 +163,7 @@ def test_the_loader_labels_decodes_and_transforms_in_its_workers(tmp_path: Path)
         # collate_fn=list keeps each batch a list of (image, label), whatever the sizes.
         with checked_loader(collate_fn=list) as loader:
             pairs = [pair for batch in loader.epoch(0) for pair in batch]
-        by_label = {label: [] for label in (0, 1)}
+        by_label: dict[int, list[torch.Tensor]] = {label: [] for label in (0, 1)}
         for image, label in pairs:
             by_label[label].append(image)
         want = {0: [expected_pixels(b) for p, b in sorted(bodies.items()) if p.startswith("train/cat/")],
@@ -177,30 +180,47 @@ def _worker_resize(image: torch.Tensor) -> torch.Tensor:
 
 
 def test_torchvisions_image_folder_with_the_recipe_keeps_its_labels(tmp_path: Path) -> None:
-    try:
-        import torchvision
-    except Exception:  # not installed, or built for another torch (a RuntimeError at import)
-        pytest.skip("no working torchvision (PyPI's 0.28.0, the one for torch 2.13.0, is a CUDA build: "
-                    "it fails to import on the dev environment's CPU torch)")
+    """torchvision's own ImageFolder code (pure Python: no C extension needed) with the recipe's
+    ``find_classes``, through a real mount: epoch 0 has no "bee", which epoch 1 brings."""
+    torchvision = _torchvision.require()
+    v2 = importlib.import_module("torchvision.transforms.v2")
     cache, mnt = tmp_path / "cache", tmp_path / "mnt"
-    store = open_store(cache)
+    store = open_store(cache, keep_epochs=3)
     admit(store, images(["ant", "cat"], 2))
     store.cut(0)
-    admit(store, images(["bee"], 2, start=5))
-    store.cut(1)
 
-    class StableImageFolder(torchvision.datasets.ImageFolder):  # type: ignore[misc,name-defined]
+    image_folder: Any = torchvision.datasets.ImageFolder
+
+    class StableImageFolder(image_folder):
         def find_classes(self, directory: str) -> tuple[list[str], dict[str, int]]:
             return find_classes(directory)
 
+    def both(n: int) -> tuple[Any, Any]:
+        """Plain ImageFolder and the recipe's over epoch-n/train (the first lookup of epoch-n cuts it)."""
+        folder = epoch_dir(mnt, n) / "train"
+        return (torchvision.datasets.ImageFolder(folder),
+                StableImageFolder(folder, allow_empty=True,
+                                  transform=v2.Compose([v2.PILToTensor(), v2.Resize((8, 8))])))
+
     with mounted(cache, mnt):
-        plain = [torchvision.datasets.ImageFolder(epoch_dir(mnt, n) / "train") for n in (0, 1)]
-        assert plain[0].class_to_idx["cat"] != plain[1].class_to_idx["cat"]  # the problem
-        stable = [StableImageFolder(epoch_dir(mnt, n) / "train", allow_empty=True) for n in (0, 1)]
-        assert stable[0].class_to_idx == stable[1].class_to_idx == {"ant": 0, "cat": 1, "bee": 2}
-        for ds in stable:
+        plain0, stable0 = both(0)  # trained on before epoch 1 exists
+        admit(store, images(["bee"], 2, start=5))  # as the sampler goes on fetching
+        plain1, stable1 = both(1)
+        assert plain0.class_to_idx == {"ant": 0, "cat": 1}
+        assert plain1.class_to_idx == {"ant": 0, "bee": 1, "cat": 2}  # the problem: cat moved
+        assert stable0.class_to_idx == {"ant": 0, "cat": 1}
+        assert stable1.class_to_idx == {"ant": 0, "cat": 1, "bee": 2}  # appended, nothing moved
+        # Epoch 0 read again, now that bee is known: bee has its index and no folder there.
+        again0 = StableImageFolder(epoch_dir(mnt, 0) / "train", allow_empty=True)
+        assert again0.class_to_idx == stable1.class_to_idx and again0.samples == stable0.samples
+        assert len(stable0) == 4 and len(stable1) == 6
+        for ds in (stable0, stable1, again0):
             for path, label in ds.samples:
-                assert label == ds.class_to_idx[Path(path).parent.name]
+                assert label == stable1.class_to_idx[Path(path).parent.name], path
+        # Items through the mount: torchvision's PIL loader, then its v2 transforms on the tensor.
+        for i, (path, label) in enumerate(stable1.samples):
+            image, target = stable1[i]
+            assert target == label and image.shape == (3, 8, 8) and image.dtype == torch.uint8, path
     store.close()
 
 

@@ -7,6 +7,7 @@ import re
 from pathlib import Path
 from typing import Any
 
+import _torchvision
 import pytest
 from fuse_helpers import ROOT, admit, mounted, open_store
 from test_class_labels_mount import images
@@ -23,14 +24,6 @@ def snippets() -> list[str]:
     found = re.findall(r"```python\n(.*?)```", section, flags=re.S)
     assert len(found) == 4, "the section's snippets changed: update this test"
     return found
-
-
-def torchvision_works() -> bool:
-    try:
-        import torchvision  # noqa: F401
-    except Exception:  # a torchvision built for another torch fails with a RuntimeError
-        return False
-    return True
 
 
 def mounted_images(tmp_path: Path) -> Any:
@@ -55,9 +48,8 @@ def test_the_image_folder_snippets_run_on_a_mount(tmp_path: Path) -> None:
         assert ns["val"].class_to_idx == ns["train"].class_to_idx and len(ns["val"]) == 6
 
 
-@pytest.mark.skipif(not torchvision_works(), reason="no working torchvision (PyPI's 0.28.0, the one for "
-                    "torch 2.13.0, is a CUDA build: it fails to import on the dev environment's CPU torch)")
 def test_the_torchvision_recipe_runs_on_a_mount(tmp_path: Path) -> None:
+    _torchvision.require()  # imported here, the snippet's `import torchvision` finds it
     with mounted_images(tmp_path) as m:
         ns: dict[str, Any] = {"root": str(m.path), "n": 0}
         exec(compile(snippets()[3], "docs/torchclient.md:ImageFolder", "exec"), ns)

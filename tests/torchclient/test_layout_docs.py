@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 from unittest import mock
 
+import _torchvision
 import numpy as np
 import pytest
 import torch
@@ -138,20 +139,8 @@ def test_the_images_page_trains_with_the_mounts_labels(tmp_path: Path) -> None:
         assert all(CLASSES[train[i][1]] == Path(path).parent.name for i, path in enumerate(train.files))
 
 
-def torchvision_works() -> bool:
-    try:
-        import torchvision  # noqa: F401
-    except Exception:  # a torchvision built for another torch fails with a RuntimeError
-        return False
-    return True
-
-
-@pytest.mark.skipif(
-    not torchvision_works(),
-    reason="no working torchvision (PyPI's 0.28.0, the one for torch 2.13.0, is a CUDA build: "
-    "it fails to import on the dev environment's CPU torch)",
-)
 def test_the_images_pages_torchvision_recipe_keeps_the_labels(tmp_path: Path) -> None:
+    _torchvision.require()  # imported here, the page's `import torchvision` finds it
     with sidecar_over(tmp_path, "images.md", images(CLASSES, 2), min_samples=len(CLASSES) * 2) as car:
         ns = run("images.md", 1, car.mount)
         assert ns["train"].class_to_idx == {c: i for i, c in enumerate(CLASSES)} and len(ns["train"]) == 6
