@@ -27,7 +27,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from epochfs.sidecar.store import digests, journal
+from epochfs.sidecar.store import digests, journal, repairlog
 from epochfs.sidecar.store.index import Index
 from epochfs.sidecar.store.objects import ObjectFiles, object_name
 from epochfs.sidecar.store.records import Admission, Candidate, FileEntry, StoredObject, TakenOut
@@ -143,6 +143,7 @@ def _take_out(ix: Index, files: ObjectFiles, damaged: list[tuple[StoredObject, s
     taken: list[tuple[StoredObject, str, Candidate | None]] = []
     now_lost: list[tuple[StoredObject, str]] = []  # waiting for a repair, now lost: the kept file goes
     now = time.time()
+    root = files.objects_dir.parent
     with ix.write() as db:
         journaled = journal.exists(db)
         for obj, problem in damaged:
@@ -178,6 +179,9 @@ def _take_out(ix: Index, files: ObjectFiles, damaged: list[tuple[StoredObject, s
                     held[obj.id] = aside
         if journaled:
             journal.add(db, [obj.sid for obj, _ in now_lost])
+        repairlog.note(db, root, [(obj.id, obj.sid, repairlog.WAITING if cand is not None else repairlog.LOST,
+                                   now) for obj, _, cand in taken]
+                       + [(obj.id, obj.sid, repairlog.LOST, now) for obj, _ in now_lost])
     out = [TakenOut(obj.key, obj.sid, obj.size, problem, _drop(files, obj, problem, quarantine=quarantine),
                     None) for obj, problem in now_lost]
     failed: list[tuple[str, str]] = []  # (key, why) of the copies that failed
@@ -235,6 +239,10 @@ def repair(ix: Index, files: ObjectFiles, fixes: list[tuple[Admission, int, int,
         if journaled:  # the installs are whole now; a lost one's kept file goes below
             journal.forget(db, [a.sid for a, _ in good])
             journal.add(db, [a.sid for a, _ in bad])
+        now = time.time()
+        repairlog.note(db, files.objects_dir.parent,
+                       [(i, a.sid, repairlog.REPAIRED, now) for a, i in good]
+                       + [(i, a.sid, repairlog.LOST, now) for a, i in bad])
         ix.bump("repaired_total", len(good))
         ix.bump("fetched_total", len(good))
         ix.bump("fetched_bytes_total", sum(a.size for a, _ in good))
@@ -271,6 +279,9 @@ def lose_unfetchable(ix: Index, files: ObjectFiles) -> list[str]:
         db.executemany("UPDATE repairs SET lost=1 WHERE sample=?", [(int(r[0]),) for r in rows])
         if journal.exists(db):
             journal.add(db, [str(r[1]) for r in rows])
+        now = time.time()
+        repairlog.note(db, files.objects_dir.parent,
+                       [(int(r[0]), str(r[1]), repairlog.LOST, now) for r in rows])
     files.remove([str(r[1]) for r in rows])
     keys = [str(r[2]) for r in rows]
     log.warning("%d sample(s) waiting for a repair can no longer be fetched (their keys were skipped "

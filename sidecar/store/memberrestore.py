@@ -16,7 +16,12 @@ object file of the recorded size is kept as is: recovery knows it (no orphan), t
 relisting finds its key cached (not fetched), and its digest is kept for the scrub, which checks
 its bytes later (a rebuild reads no object: a ``stat`` per member, not a terabyte of md5). A member
 whose file is missing or of another size waits for a repair in place (``repairs``: fetched again
-under the same name; a wrong-size file is removed first, never served). The next sample id stays
+under the same name; a wrong-size file is removed first, never served). A member that waited for
+its repair, or was lost, when the index was damaged is marked so again from the repairs log
+(:mod:`.repairlog`), whatever its file holds: the members files do not say it, and a damaged
+file of the recorded size (a flipped byte kept in place for its repair) would otherwise be taken
+back as sound and served until a scrub found it again; the log is then rewritten from the
+rebuilt table. The next sample id stays
 above every restored epoch's ``max_sample``, the running totals are recounted, and the newest
 file's rules and identity go back into ``meta`` (the FUSE server reads the rules before the sampler
 records them again; the sampler refuses another seed, which made the restored ranks).
@@ -36,6 +41,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from epochfs.sidecar.store import repairlog
 from epochfs.sidecar.store.hwm import MAX_EPOCH
 from epochfs.sidecar.store.index import Index
 from epochfs.sidecar.store.memberfiles import FORMAT, KEPT_META, present
@@ -55,6 +61,9 @@ class Rebuilt:
     """Of those, the ones whose object file is there with its size: nothing to fetch."""
     repairs: int = 0
     """Members whose object file was missing or short: fetched again in place."""
+    remembered: int = 0
+    """Members the repairs log (:mod:`.repairlog`) says wait for their repair or are lost:
+    marked so again, whatever their file holds."""
     refused: dict[int, str] = field(default_factory=dict)
     """Members files that could not be used, and why (their epochs stay lost)."""
 
@@ -101,11 +110,17 @@ def _parse(path: Path, n: int) -> Iterator[Any]:
     raise _Damaged("cut short (no last line)")
 
 
-def _insert(db: sqlite3.Connection, n: int, rows: list[list[Any]], objects: str,
-            now: float) -> tuple[int, int]:
+def _insert(db: sqlite3.Connection, n: int, rows: list[list[Any]], objects: str, now: float,
+            marks: dict[int, repairlog.Mark]) -> tuple[int, int, int]:
     """Restore one line of epoch ``n``'s members: the sample rows not restored yet (by an older
-    epoch's file) with their object files looked at, a repair for each missing or short one,
-    and the epoch's ``epoch_samples`` rows. Returns (object files kept, repairs)."""
+    epoch's file), each with its mark from the repairs log when it has one (same id and object
+    name), else with its object file looked at (a repair for a missing or short one), and the
+    epoch's ``epoch_samples`` rows. Returns (object files kept, repairs, marks restored).
+
+    A marked sample waiting for its repair keeps its file whatever it holds, as recovery keeps
+    it (:func:`.recovery._window`): the damaged bytes the take-out kept in place, until the
+    repair renames the right ones over them (never no file where a reader had one). A lost one's
+    file goes, if a crash left it: a lost sample is never served."""
     ids = [r[0] for r in rows]
     have: set[int] = set()
     for i in range(0, len(ids), 500):
@@ -113,12 +128,22 @@ def _insert(db: sqlite3.Connection, n: int, rows: list[list[Any]], objects: str,
         have.update(int(x[0]) for x in db.execute(
             f"SELECT id FROM samples WHERE id IN ({','.join('?' * len(part))})", part))
     fresh = [r for r in rows if r[0] not in have]
+    marked = [(r, m) for r in fresh if (m := marks.get(int(r[0]))) is not None and m.sid == r[1]]
     db.executemany(
         "INSERT OR IGNORE INTO samples(id, sid, key, path, size, checksum, version, admitted_at, digest, "
         "verified, rank) VALUES(?,?,?,?,?,?,?,?,?,?,?)",
         [(r[0], r[1], r[2], r[2] if r[3] is None else r[3], *r[4:]) for r in fresh])
+    db.executemany("INSERT OR IGNORE INTO repairs(sample, lost, since) SELECT id, ?, ? FROM samples "
+                   "WHERE id=? AND sid=?", [(int(m.lost), m.since, r[0], r[1]) for r, m in marked])
+    for r, m in marked:
+        if m.lost:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(f"{objects}/{object_name(str(r[1]))}")
+    skip = {int(r[0]) for r, _ in marked}
     missing = []
     for r in fresh:
+        if int(r[0]) in skip:
+            continue
         path = f"{objects}/{object_name(str(r[1]))}"
         try:
             if os.stat(path).st_size == int(r[4]):
@@ -133,20 +158,21 @@ def _insert(db: sqlite3.Connection, n: int, rows: list[list[Any]], objects: str,
                    "WHERE id=? AND sid=?", missing)
     db.executemany("INSERT OR IGNORE INTO epoch_samples(epoch, sample) SELECT ?, id FROM samples "
                    "WHERE id=? AND sid=?", [(n, r[0], r[1]) for r in rows])
-    return len(fresh) - len(missing), len(missing)
+    return len(fresh) - len(missing) - len(marked), len(missing), len(marked)
 
 
-def _restore(ix: Index, n: int, path: Path, objects: str, now: float) -> tuple[int, int, dict[str, str]]:
+def _restore(ix: Index, n: int, path: Path, objects: str, now: float,
+             marks: dict[int, repairlog.Mark]) -> tuple[int, int, int, dict[str, str]]:
     """Restore epoch ``n`` from its members file in one write transaction (rolled back whole
-    when the file turns out damaged); returns (object files kept, repairs, the meta values it
-    recorded)."""
-    kept = repairs = 0
+    when the file turns out damaged); returns (object files kept, repairs, marks restored, the
+    meta values it recorded)."""
+    kept = repairs = remembered = 0
     with ix.write() as db:
         lines = _parse(path, n)
         head = next(lines)
         for rows in lines:
-            k, r = _insert(db, n, rows, objects, now)
-            kept, repairs = kept + k, repairs + r
+            k, r, m = _insert(db, n, rows, objects, now, marks)
+            kept, repairs, remembered = kept + k, repairs + r, remembered + m
         count, nbytes = db.execute("SELECT COUNT(*), COALESCE(SUM(s.size), 0) FROM epoch_samples e "
                                    "JOIN samples s ON s.id = e.sample WHERE e.epoch=?", (n,)).fetchone()
         db.execute(
@@ -155,7 +181,8 @@ def _restore(ix: Index, n: int, path: Path, objects: str, now: float) -> tuple[i
             (n, float(head["cut_at"]), int(count), int(nbytes), int(head["new"]), int(head["evicted"]),
              int(head["max_sample"]), now, head.get("listed"), head.get("estimated")))
     meta = head.get("meta")
-    return kept, repairs, {str(k): str(v) for k, v in meta.items()} if isinstance(meta, dict) else {}
+    kept_meta = {str(k): str(v) for k, v in meta.items()} if isinstance(meta, dict) else {}
+    return kept, repairs, remembered, kept_meta
 
 
 def rebuild(ix: Index, root: Path) -> Rebuilt:
@@ -167,11 +194,12 @@ def rebuild(ix: Index, root: Path) -> Rebuilt:
     objects = f"{root / OBJECTS_DIR}"
     now = time.time()
     meta: dict[str, str] = {}
+    marks = repairlog.load(root)
     for n, path in sorted(present(root).items()):
         if n > MAX_EPOCH:
             continue
         try:
-            kept, repairs, meta = _restore(ix, n, path, objects, now)
+            kept, repairs, remembered, meta = _restore(ix, n, path, objects, now, marks)
         except (_Damaged, OSError, ValueError, KeyError, TypeError, sqlite3.IntegrityError) as e:
             done.refused[n] = str(e) or type(e).__name__
             log.error("epoch %d cannot be restored from %s: %s; it stays lost", n, path, done.refused[n])
@@ -179,6 +207,7 @@ def rebuild(ix: Index, root: Path) -> Rebuilt:
         done.epochs.append(n)
         done.kept += kept
         done.repairs += repairs
+        done.remembered += remembered
     known = {m.value: m for m in KEPT_META}
     with ix.write() as db:
         for name, value in meta.items():  # the newest restored epoch's
@@ -196,4 +225,13 @@ def rebuild(ix: Index, root: Path) -> Rebuilt:
         elif int(seq[0]) < top:
             db.execute("UPDATE sqlite_sequence SET seq=? WHERE name='samples'", (top,))
         done.samples = int(count)
+        # The log now says what this index holds: older marks (samples not restored, ids that
+        # will be handed out again) never meet a later rebuild.
+        try:
+            repairlog.rewrite(db, root)
+        except OSError as e:  # a full volume: the restored epochs matter more than the log
+            log.warning("could not rewrite the repairs log %s (%s)", repairlog.path_of(root), e)
+    if done.remembered:
+        log.warning("%d restored sample(s) wait for their repair or are lost, as before the index "
+                    "was damaged (%s): marked so again", done.remembered, repairlog.path_of(root))
     return done

@@ -14,7 +14,9 @@ sampler (the index runs with ``synchronous=NORMAL``: its last commits, journal i
 lost; the boot id recorded at start, ``Meta.WRITER_RUNNING``, tells). Files deleted by hand or
 lost by a faulty volume are found in the background (:mod:`.objectscan`) and by the scrub. A sample
 whose object file is found missing or short, here or there, keeps its row: it is marked for
-repair in place and fetched again, so no epoch that lists it changes.
+repair in place and fetched again, so no epoch that lists it changes. Before anything writes,
+recovery also rewrites the repairs log (:mod:`.repairlog`, what a rebuild of a damaged index
+remembers of ``repairs``) from the committed table.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ import logging
 import sqlite3
 from pathlib import Path
 
-from epochfs.sidecar.store import classes, epochs, hwm, integrity, journal, memberfiles
+from epochfs.sidecar.store import classes, epochs, hwm, integrity, journal, memberfiles, repairlog
 from epochfs.sidecar.store.index import Index, Meta
 from epochfs.sidecar.store.objects import ObjectFiles
 from epochfs.sidecar.store.records import RecoveryReport, StoredObject, StoreError
@@ -79,7 +81,7 @@ def recover(ix: Index, files: ObjectFiles, *, integrity: str | None = None) -> R
             raise StoreError(f"{ix.path}: integrity check failed: {integrity}")
         root = files.objects_dir.parent
         temp_removed = (files.clear_temps() + hwm.clear_temps(root) + memberfiles.clear_temps(root)
-                        + classes.clear_temps(root))
+                        + classes.clear_temps(root) + repairlog.clear_temps(root))
         _remove_uncut_members(ix, root)
         boot = boot_id()
         with ix.read() as db:
@@ -107,6 +109,13 @@ def recover(ix: Index, files: ObjectFiles, *, integrity: str | None = None) -> R
                             "showed them and no later epoch could be cut", far, hwm.MAX_EPOCH)
             ix.put(Meta.INFLIGHT_BYTES, "0")
             ix.put(Meta.WRITER_RUNNING, boot)
+            # The repairs log as committed: a mark appended before a commit that never came
+            # (kill -9) goes, so a later rebuild never applies it.
+            try:
+                repairlog.rewrite(db, root)
+            except OSError as e:
+                log.warning("could not rewrite the repairs log (%s); a rebuild of a damaged index "
+                            "may fetch again samples whose repair had landed", e)
     return RecoveryReport(temp_removed, marked, orphans, integrity)
 
 

@@ -10,8 +10,10 @@ members files.
 
 What comes back is what docs/reliability.md section 10 documents (:func:`rebuilt`): the live epochs
 with a members file, each with its number, files, counts and ``max_sample``, its last read set to
-the rebuild's time; their samples with their old ids; a member whose object file is missing or of
-another size waits for a repair (lost again at once when the catalog no longer lists its key); the
+the rebuild's time; their samples with their old ids; a member that waited for its repair or was
+lost stays so (the repairs log), a sample due for its repair with the file it had; another member
+whose object file is missing or of another size waits for a repair (lost again at once when the
+catalog no longer lists its key); the
 samples of no live epoch are gone, their object files removed by recovery as orphans; queued cuts,
 downloads in flight and the cumulative counters are gone; the next epoch number is unchanged.
 """
@@ -26,6 +28,7 @@ from typing import Any
 
 from epochfs.sidecar.store import INDEX_NAME
 from epochfs.sidecar.store.memberfiles import folder, number_of
+from epochfs.sidecar.store.repairlog import LOG_NAME
 from epochfs.sidecar.store.reset import CORRUPT_INFIX
 
 HOWS = ("garbage", "zeros", "schema", "truncate")
@@ -42,12 +45,13 @@ its sample rows (old ids) can push a live epoch's re-admitted sample out (the ke
 that epoch loses the file. Reported with issue 20 (``test_a_killed_cut_is_no_epoch_after_a_rebuild``
 in test_store_model.py, strict xfail); until fixed the machine damages no index while such a file
 is there. Fixed (False): the start-up recovery removes such files before any rebuild."""
-REBUILD_FORGETS_DAMAGE = True
+REBUILD_FORGETS_DAMAGE = False
 """The rebuild keeps an object file of the recorded size without reading it (section 10), and the
-members files do not say which samples wait for a repair: a sample taken out with a flipped byte
-(its damaged file kept in place for the repair) becomes an ordinary sample again, its damaged bytes
-served until a scrub finds them again. Set False once the rebuild keeps such marks: the model then
-expects the repair still due."""
+members files do not say which samples wait for a repair: before the repairs log
+(sidecar/store/repairlog.py) a sample taken out with a flipped byte (its damaged file kept in place
+for the repair) became an ordinary sample again, its damaged bytes served until a scrub found them
+again, and a lost one was fetched again. Fixed (False): the model expects each mark back as it was,
+a sample due for its repair with the file it had (whatever its size), a lost one without one."""
 
 
 def damage(root: Path, how: str, pick: int) -> str:
@@ -78,9 +82,10 @@ def damage(root: Path, how: str, pick: int) -> str:
 
 
 def members_on_disk(root: Path) -> set[int]:
-    """The epochs with a members file (a temp file of a writer is none)."""
+    """The epochs with a members file (a temp file of a writer is none; the repairs log beside
+    them is not one)."""
     try:
-        names = os.listdir(folder(root))
+        names = [name for name in os.listdir(folder(root)) if name != LOG_NAME]
     except FileNotFoundError:
         return set()
     numbers = {number_of(name) for name in names}
@@ -115,6 +120,8 @@ def rebuilt(model: Any, listed: frozenset[str], last_read: float) -> int:
         elif on_disk and kept is not None and len(kept) == s.size and REBUILD_FORGETS_DAMAGE:
             del model.repairs[key]  # its file of the recorded size is kept as a sound one
             model.suspect[key] = model.kept.pop(key)
+        elif not REBUILD_FORGETS_DAMAGE and (lost or kept is not None):
+            continue  # remembered: lost without its file, or due with the file it had
         elif on_disk and kept is not None and len(kept) == s.size:
             continue
         else:  # no file, or one of another size (removed): fetched again in place, if still listed

@@ -42,8 +42,9 @@ zeroed, its schema page garbled, or the file cut short (:mod:`model_index_damage
 finds it (at the open or by the start-up check), rebuilds the index from the live epochs' members
 files and recovers. The model predicts what comes back: each live epoch with its members file, with
 its number, files, manifest and samples (their ids kept), its last read at the rebuild; samples in
-no live epoch gone with their files (orphans); a member without its file (or with one of another
-size) waiting for its repair; queued cuts, downloads in flight and the cumulative counters gone;
+no live epoch gone with their files (orphans); a member that waited for its repair or was lost
+still so (the repairs log), with the file it had; another member without its file (or with one of
+another size) waiting for its repair; queued cuts, downloads in flight and the cumulative counters gone;
 the numbers of the retired epochs left out never cut again. After every step the members folder
 holds a file for each live epoch (less one a retirement killed before its commit removed, plus one
 of a cut killed before its commit: :meth:`StoreMachine._members_after_kill`).
@@ -181,7 +182,8 @@ class Model:
     None when it found no file."""
     suspect: dict[str, bytes] = field(default_factory=dict)
     """Samples an index rebuild took back as sound whose object file holds the damaged bytes a
-    take-out kept (:data:`model_index_damage.REBUILD_FORGETS_DAMAGE`): a scrub finds them again."""
+    take-out kept, while :data:`model_index_damage.REBUILD_FORGETS_DAMAGE` is set (a scrub finds
+    them again); empty since the rebuild remembers the marks (sidecar/store/repairlog.py)."""
     filed: set[int] = field(default_factory=set)
     """Live epochs with their members file (written by the cut, removed by the retirement)."""
     stale: set[int] = field(default_factory=set)
