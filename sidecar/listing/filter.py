@@ -198,6 +198,12 @@ class PageFilter:
             report.added += len(rows) - len(later)
         return Filtered(rows, skips, later, excluded)
 
+    def count_new(self, n: int) -> None:
+        """Count ``n`` keys the index did not hold before (what a committed page added), under the
+        report's lock: the listers commit pages from several threads."""
+        with self._lock:
+            self.report.new += n
+
     def _hostile(self, skip: Skip) -> None:
         with self._lock:
             report = self.report

@@ -39,17 +39,17 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator
-from typing import IO, Any, cast
+from typing import IO, Any
 
 from epochfs.sidecar.listing.filter import CatalogReport
 from epochfs.sidecar.listing.indexorder import write_shuffled
 from epochfs.sidecar.listing.lister import Lister
 from epochfs.sidecar.listing.retry import while_throttled
 from epochfs.sidecar.listing.sinks import IndexSink, object_record
-from epochfs.sidecar.listing.sources import Page, PagedSource, Source, Span, source_for
+from epochfs.sidecar.listing.sources import PAGE, Page, PagedSource, Source, Span, source_for
 from epochfs.sidecar.progressbar import Progress
 from epochfs.sidecar.redact import redact
-from epochfs.sidecar.remote import Remote, RemoteError, RemoteObject, objects
+from epochfs.sidecar.remote import BLOCK, Remote, RemoteError, RemoteObject, objects
 
 log = logging.getLogger("epochfs.catalog")
 
@@ -60,21 +60,13 @@ INDEX_RETRY = (0.5, 30.0)
 """The same for a throttled page while ``epochfs index`` lists: the listing pauses, every lister,
 the bound doubling with each throttled page of the build, then resumes each part from its last
 written page (so nothing is written twice)."""
-PAGE = 1000
-BLOCK = 1 << 20
 
 
-@contextlib.contextmanager
-def open_stream(url: str, *, endpoint_url: str | None = None) -> Iterator[IO[bytes]]:
-    """``url`` opened for streamed reading (gunzipped when it is gzip), through the remote
-    package's one opener (:func:`epochfs.sidecar.remote.objects.open_stream`)."""
-    with objects.open_stream(url, endpoint_url=endpoint_url, what="the index") as buffered:
-        magic = buffered.peek(2)[:2] if hasattr(buffered, "peek") else b""
-        if magic == b"\x1f\x8b":
-            with gzip.GzipFile(fileobj=buffered) as stream:
-                yield cast(IO[bytes], stream)
-        else:
-            yield buffered
+def open_stream(url: str, *, endpoint_url: str | None = None) -> contextlib.AbstractContextManager[IO[bytes]]:
+    """The index at ``url`` opened for streamed reading (gunzipped when it is gzip), through the
+    remote package's one opener (:func:`epochfs.sidecar.remote.objects.open_stream`); a failure
+    to open it names it "the index"."""
+    return objects.open_stream(url, endpoint_url=endpoint_url, what="the index", gunzip=True)
 
 
 def is_index(url: str, *, endpoint_url: str | None = None) -> bool:

@@ -2,11 +2,12 @@
 
 A sidecar reads its ``--index`` as one stream, from the first record, and fetches from what it has
 read so far (docs/sampler.md: an epoch is a uniform sample of what is listed). An index in key
-order made epoch 0 the dataset's first folders, for as long as the stream took to reach the others
-(issue 19: "an index streamed in key order has the same problem" as a listing by pages). So
-``epochfs index`` writes the records in the order of a keyed hash of each key, a salt drawn for
-each index: whatever part of the stream a sidecar has read is a uniform random sample of the
-whole, and its first epochs are as fair as a complete listing's.
+order would make epoch 0 the dataset's first folders, for as long as the stream took to reach the
+others (a listing by pages spreads over the key space for the same reason: docs/sampler.md, "A
+fair sample while the listing runs"). So ``epochfs index`` writes the records in the order of a
+keyed hash of each key, a salt drawn for each index: whatever part of the stream a sidecar has
+read is a uniform random sample of the whole, and its first epochs are as fair as a complete
+listing's.
 
 How, in bounded memory: the spans are listed in key order (file/folder clashes are found there,
 as a listing finds them, and those files are left out: the folder wins, as in a listing); each

@@ -22,11 +22,11 @@ import posixpath
 from collections.abc import Iterator
 from urllib.parse import unquote, urlparse
 
-from epochfs.sidecar.listing.indexfile import PAGE, open_stream
 from epochfs.sidecar.listing.parquet import Row, parquet_rows, require_pyarrow
-from epochfs.sidecar.listing.sources import Page, Span
+from epochfs.sidecar.listing.sources import PAGE, Page, Span
 from epochfs.sidecar.redact import redact
 from epochfs.sidecar.remote import RemoteError, RemoteObject
+from epochfs.sidecar.remote.objects import open_stream
 
 
 class InventorySource:
@@ -39,7 +39,7 @@ class InventorySource:
         parsed = urlparse(remote_url)
         root = parsed.path.strip("/")
         self.prefix = f"{root}/" if root else ""
-        with open_stream(manifest_url, endpoint_url=endpoint_url) as f:
+        with open_stream(manifest_url, endpoint_url=endpoint_url, what="the index", gunzip=True) as f:
             try:
                 manifest = json.loads(f.read())
             except ValueError as e:
@@ -76,7 +76,7 @@ class InventorySource:
         if self.format == "PARQUET":
             yield from parquet_rows(url, skip, endpoint_url=self.endpoint_url)
             return
-        with open_stream(url, endpoint_url=self.endpoint_url) as f:
+        with open_stream(url, endpoint_url=self.endpoint_url, what="the index", gunzip=True) as f:
             text = io.TextIOWrapper(f, encoding="utf-8", errors="surrogateescape", newline="")
             for i, values in enumerate(csv.reader(text)):
                 if i < skip:

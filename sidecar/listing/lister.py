@@ -309,8 +309,7 @@ class Lister:
             self._free_at = began + (time.monotonic() - began) / INDEX_SHARE
         for d in batch:
             planner.record(d.seg, d.keys)
-        with filt._lock:
-            filt.report.new += sum(news)
+        filt.count_new(sum(news))
 
 
 @dataclass

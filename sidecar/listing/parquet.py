@@ -17,15 +17,14 @@ inventory is read.
 
 from __future__ import annotations
 
-import contextlib
 from collections.abc import Iterator
-from typing import IO, NamedTuple
+from typing import NamedTuple
 
+from epochfs.sidecar.listing.sources import PAGE
 from epochfs.sidecar.redact import redact
-from epochfs.sidecar.remote import RemoteError, objects
+from epochfs.sidecar.remote import BLOCK, RemoteError
+from epochfs.sidecar.remote.objects import open_ranged
 
-PAGE = 1000
-BLOCK = 1 << 20
 COLUMNS = ("key", "size", "e_tag", "is_latest", "is_delete_marker")
 EXTRA = "pip install 'epochfs[parquet]'"
 
@@ -49,19 +48,12 @@ def require_pyarrow(url: str) -> None:
                           f"here: {EXTRA} (or ask S3 for a CSV inventory)") from None
 
 
-def open_seekable(url: str, *,
-                  endpoint_url: str | None = None) -> contextlib.AbstractContextManager[IO[bytes]]:
-    """``url`` opened for random access (see the module's docstring): the remote package's one
-    opener (:func:`epochfs.sidecar.remote.objects.open_ranged`)."""
-    return objects.open_ranged(url, endpoint_url=endpoint_url)
-
-
 def parquet_rows(url: str, skip: int, *, endpoint_url: str | None = None) -> Iterator[Row]:
     """The rows of a Parquet data file from row ``skip`` on (row groups before it are not read)."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    with open_seekable(url, endpoint_url=endpoint_url) as f:
+    with open_ranged(url, endpoint_url=endpoint_url) as f:
         try:
             pf = pq.ParquetFile(f, buffer_size=BLOCK)
         except (OSError, ValueError) as e:  # pyarrow's ArrowInvalid is a ValueError

@@ -46,6 +46,7 @@ from typing import TYPE_CHECKING, Any
 
 from epochfs.sidecar.config import LOG_FORMAT, ConfigError, SamplerSettings
 from epochfs.sidecar.listing.background import QUIET, pause_bound
+from epochfs.sidecar.remote.backoff import full_jitter
 
 if TYPE_CHECKING:
     from epochfs.sidecar.remote import Remote
@@ -172,7 +173,7 @@ class ListingProcess:
                 return
             ran = time.monotonic() - began
             bound = pause_bound(bound, 1 if ran >= QUIET else 0, ran)
-            pause = self._rng.uniform(0, bound)
+            pause = full_jitter(bound, self._rng)
             log.warning("the listing process exited with %s; starting it again in %.1fs (the "
                         "listing resumes where the index has it; sampling goes on)", rc, pause)
             self.stop.wait(pause)

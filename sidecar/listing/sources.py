@@ -38,7 +38,8 @@ from epochfs.sidecar.remote import PagedRemote, Remote, RemoteObject
 log = logging.getLogger("epochfs.catalog")
 
 PAGE = 1000
-"""Objects per page of a serial source (a paged remote's pages are its own: 1,000 on S3)."""
+"""Objects per page of a source read as one stream: a listing stream, an index file, an S3
+Inventory data file (a paged remote's pages are its own: 1,000 on S3)."""
 DISCOVERY_PAGES = 10
 """Delimiter pages read to find folders (10k folders); later folders share the last span."""
 MAX_FOLDER_SPANS = 1024
@@ -49,9 +50,9 @@ folders. A span a folder is what lets the planner find each folder's size (its g
 folders in proportion to their sizes: at 1M keys in 1,000 folders of Zipf sizes, as 256 ranges of
 about four folders (each estimated alike, whatever its size) the listed keys were still 0.53 from
 the dataset's folder mix at 40 s, as a span a folder 0.19-0.23 (docs/performance.md, "Fairness",
-"Gallop pages"). 10,000 during issue 19: 5,000 folders of 20 keys were 5,000 list requests, and
-the epochs cut in the first 12 s covered 0.48-0.85x the folders a random sample covers; as
-ranges, 0.92-0.99x."""
+"Gallop pages"). Not more: with a span for each of 5,000 folders of 20 keys the listing was
+5,000 list requests, and the epochs cut in the first 12 s covered 0.48-0.85x the folders a
+random sample covers; as ranges, 0.92-0.99x."""
 DESCEND = 4
 """Levels of single folders descended through (``data/train/``) before the key space is cut."""
 EXPAND_UNDER = 64

@@ -33,18 +33,20 @@ from __future__ import annotations
 import base64
 import binascii
 import os
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from typing import Any, ClassVar
 from urllib.parse import urlsplit
 
-from epochfs.sidecar.remote.base import RemoteError, RemoteObject
+from epochfs.sidecar.remote.base import RemoteError
 from epochfs.sidecar.remote.errors import Translated, azure_kind
 from epochfs.sidecar.remote.fsspec import FsspecRemote
+from epochfs.sidecar.remote.registry import BACKENDS
 
 AZURE = Translated(azure_kind)
 """The Azure SDK's, adlfs's and aiohttp's errors, typed where they arise."""
 
-SCHEMES = ("az", "abfs", "abfss")
+SCHEMES = next(backend.schemes for backend in BACKENDS if backend.module == __name__.rsplit(".", 1)[1])
+"""The URL schemes of Azure Blob URLs: the registry's line for this module (written once)."""
 
 
 def content_md5(details: Mapping[str, Any]) -> str | None:
@@ -75,22 +77,10 @@ class AzureRemote(FsspecRemote):
         super().__init__(url=url, fs=fs)
         self.root = root
 
-    def list(self) -> Iterator[RemoteObject]:
-        """Every blob under the prefix (adlfs's walk, a listing per folder). adlfs walks a
-        container that does not exist as an empty one: an empty listing is checked, and a
-        missing container is a :class:`RemoteError` (a typo in the URL, not an empty dataset)."""
-        empty = True
-        for listed in super().list():
-            empty = False
-            yield listed
-        if empty:
-            container = self.root.split("/", 1)[0]
-            try:
-                self._fs.info(container)
-            except FileNotFoundError:
-                raise RemoteError(f"{self.url}: the storage account has no container {container!r}") from None
-            except Exception:  # a key or SAS that may not read the container's properties: empty
-                pass
+    def missing_bucket(self, bucket: str) -> str:
+        """adlfs walks a container that does not exist as an empty one; the empty listing is
+        checked (:meth:`~.fsspec.FsspecRemote.no_objects`) and said in Azure's words."""
+        return f"the storage account has no container {bucket!r}"
 
     def checksums(self, details: dict[str, Any]) -> tuple[tuple[str, str] | None, str | None]:
         return None, content_md5(details)

@@ -32,12 +32,14 @@ import hashlib
 from dataclasses import dataclass
 from pathlib import Path
 
-from epochfs.sidecar.store import digests
+from epochfs.sidecar.store import digests, records
 from epochfs.sidecar.store.digests import Hasher
 
 ETAG_MD5 = "etag-md5"
 ETAG_MULTIPART = "etag-multipart"
-SIZE_ONLY = "size-only"
+SIZE_ONLY = records.SIZE_ONLY
+"""The kind when nothing vouched for the bytes beyond their size: the store's word, which the
+manifest then shows as the sample's checksum too (one string, one home: the store's records)."""
 
 MAX_PART_HEADS = 256
 """Most parts whose sizes are asked one by one when the parts are not all of the first part's size

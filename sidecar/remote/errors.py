@@ -92,7 +92,8 @@ def failure_reason(exc: BaseException) -> str:
     """The cause of ``exc`` in a few words for a message: ``HTTP 404 Not Found``, ``connection
     refused``, ``host name does not resolve (...)``, ``timed out``, a TLS failure; else the text of
     the first exception of the chain that says more than a URL. fsspec reports an http(s) URL it
-    cannot read as ``FileNotFoundError(url)``, whose text is only the URL again (issue 21)."""
+    cannot read as ``FileNotFoundError(url)``, whose text is only the URL again: the status of a
+    link further down the chain says what happened."""
     links = list(_chain(exc))
     for link in links:
         status = getattr(link, "status", None)  # aiohttp's ClientResponseError, HTTPStatusError...

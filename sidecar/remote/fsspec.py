@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import functools
+import logging
 from collections.abc import Iterator
 from typing import Any, ClassVar
 
@@ -103,16 +105,44 @@ class FsspecRemote(Remote):
         return f"{self.root}/{key}"
 
     def list(self) -> Iterator[RemoteObject]:
-        for _folder, _dirs, files in self._fs.walk(self.root, detail=True):
-            for name in sorted(files):
-                info = files[name]
-                full = str(info["name"])
-                key = full[len(self.root) + 1:] if full.startswith(self.root + "/") else full
-                version = str(
-                    info.get("generation") or info.get("etag") or info.get("mtime") or info.get("updated")
-                    or ""
-                )
-                yield RemoteObject(key, int(info.get("size") or 0), version)
+        """Every object under the root (the filesystem's walk, a listing per folder). A folder
+        that cannot be listed fails the listing (fsspec's walk would pass over it: a store that
+        is down, or that refuses, listed as an empty dataset); the root not found is an empty
+        listing, or a :class:`RemoteError` when its bucket does not exist (:meth:`no_objects`)."""
+        walked = listed = False
+        try:
+            for _folder, _dirs, files in self._fs.walk(self.root, detail=True, on_error="raise"):
+                walked = True
+                for name in sorted(files):
+                    info = files[name]
+                    full = str(info["name"])
+                    key = full[len(self.root) + 1:] if full.startswith(self.root + "/") else full
+                    version = str(
+                        info.get("generation") or info.get("etag") or info.get("mtime") or info.get("updated")
+                        or ""
+                    )
+                    listed = True
+                    yield RemoteObject(key, int(info.get("size") or 0), version)
+        except FileNotFoundError:
+            if walked:
+                raise  # a folder gone since its parent was listed: the listing is tried again
+        if not listed:
+            self.no_objects()
+
+    def no_objects(self) -> None:
+        """The root lists no object: an empty dataset, unless the bucket itself does not exist
+        (a typo in the URL), which raises :class:`RemoteError`."""
+        bucket = self.root.split("/", 1)[0]
+        try:
+            self._fs.info(bucket)
+        except FileNotFoundError:
+            raise RemoteError(f"{self.url}: {self.missing_bucket(bucket)}") from None
+        except Exception:  # a credential that may list but not read the bucket's metadata: empty
+            pass
+
+    def missing_bucket(self, bucket: str) -> str:
+        """How the store says that ``bucket`` does not exist."""
+        return f"no bucket {bucket!r}"
 
     def checksums(self, details: dict[str, Any]) -> tuple[tuple[str, str] | None, str | None]:
         """What the store keeps for an object, from its ``details``: (a full-object checksum
@@ -149,12 +179,45 @@ class FsspecRemote(Remote):
             raise RemoteError(f"cannot write {self.url.rstrip('/')}/{key}: {e}") from e
 
 
+class _OneTryLog(logging.Filter):
+    """Drops gcsfs's "out of retries" record, an ERROR with a traceback that its one try now
+    writes for every failed request (each 429 of a throttled bucket among them): the downloader
+    and the listing say what failed, at the level it deserves."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return "out of retries on exception" not in record.getMessage()
+
+
+@functools.cache
+def one_try_gcs() -> type:
+    """gcsfs's filesystem with its own retries off, as :mod:`.s3` switches off botocore's and
+    :mod:`.azure` the Azure SDK's: gcsfs tries each request six times, 1 to 32 s apart
+    (``retry_request``), so a GCS server that was down took 34 s to fail one GET, and the
+    downloader, which retries with its own backoff, counts an outage and narrows its window when
+    throttled, could do none of it meanwhile. gcsfs binds the count when its class is made (a
+    decorator on ``_request``, no option), so this subclass wraps the undecorated request again
+    with one try."""
+    import gcsfs
+    from gcsfs.retry import retry_request
+
+    request = gcsfs.GCSFileSystem._request
+    undecorated = getattr(request, "__wrapped__", None)
+    if undecorated is None:  # another gcsfs: its own retries stay
+        return gcsfs.GCSFileSystem
+    gcs_log = logging.getLogger("gcsfs")
+    if not any(isinstance(f, _OneTryLog) for f in gcs_log.filters):
+        gcs_log.addFilter(_OneTryLog())
+    return type("OneTryGCSFileSystem", (gcsfs.GCSFileSystem,),
+                {"_request": retry_request(retries=1)(undecorated)})
+
+
 def open_gcs(url: str, *, endpoint_url: str | None = None, **_: Any) -> Remote:
-    """``gs://bucket/prefix`` (also ``gcs://``) through gcsfs; ``endpoint_url``: another GCS
-    endpoint (an emulator, a private endpoint), else gcsfs's own (or ``STORAGE_EMULATOR_HOST``)."""
-    import gcsfs  # the registry names the extra when it is missing
+    """``gs://bucket/prefix`` (also ``gcs://``) through gcsfs, with its own retries off
+    (:func:`one_try_gcs`); ``endpoint_url``: another GCS endpoint (an emulator, a private
+    endpoint), else gcsfs's own (or ``STORAGE_EMULATOR_HOST``)."""
     options: dict[str, Any] = {"endpoint_url": endpoint_url} if endpoint_url else {}
-    return FsspecRemote(url=url, fs=gcsfs.GCSFileSystem(**options))
+    return FsspecRemote(url=url, fs=one_try_gcs()(**options))
 
 
-__all__ = ["FSSPEC", "FsspecReader", "FsspecRemote", "open_gcs", "range_past_the_end", "stored_checksums"]
+__all__ = ["FSSPEC", "FsspecReader", "FsspecRemote", "one_try_gcs", "open_gcs", "range_past_the_end",
+           "stored_checksums"]

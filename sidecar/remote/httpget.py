@@ -73,11 +73,10 @@ class Response:
         conn, self._conn = self._conn, None
         if conn is None:
             return
-        if self._resp.isclosed() and not self._resp.will_close:
-            self._pool._put(self._key, conn)
-        else:
+        reusable = self._resp.isclosed() and not self._resp.will_close
+        if not reusable:
             self._resp.close()
-            self._pool._discard(conn)
+        self._pool.release(self._key, conn, reusable=reusable)
 
 
 class HTTPStatusError(Exception):
@@ -162,10 +161,7 @@ class GetPool:
         if resp.status == 407 and proxy is not None:
             self._discard(conn)
             raise ProxyError(proxy, resp.status, resp.reason)
-        if resp.will_close:
-            self._discard(conn)
-        else:
-            self._put(key, conn)
+        self.release(key, conn, reusable=not resp.will_close)
         return resp.status, {name.lower(): value for name, value in resp.getheaders()}
 
     def _send(self, method: str, url: str, headers: Mapping[str, str] | None,
@@ -217,6 +213,16 @@ class GetPool:
             if self._ssl is None:
                 self._ssl = ssl.create_default_context(cafile=self._cafile)
             return self._ssl
+
+    def release(self, key: _Key, conn: http.client.HTTPConnection, *, reusable: bool) -> None:
+        """Take back ``conn`` (of pool ``key``) when its response is done with: kept for the next
+        request to the same target when ``reusable`` (its body read to the end, no
+        ``Connection: close``) and the pool has room, else closed. What a :class:`Response` calls
+        when it is closed."""
+        if reusable:
+            self._put(key, conn)
+        else:
+            self._discard(conn)
 
     def _put(self, key: _Key, conn: http.client.HTTPConnection) -> None:
         with self._lock:

@@ -3,24 +3,27 @@ for the index files (``--index``, ``epochfs index --out``) and S3 Inventory's ma
 files (CSV streamed, Parquet by ranges).
 
 ``s3://`` objects go through :class:`~epochfs.sidecar.remote.s3.S3Remote` (the sampler's own S3
-client: its endpoint, region, credentials, proxies and typed errors), using the capabilities every
-remote declares (:meth:`~epochfs.sidecar.remote.base.Remote.open`, ``read_range``,
-``object_size``, ``put_file``); each opener made its own S3 client before, and the Parquet reader
-reached into the remote's private botocore client for its ranges and HEAD. Any other URL (``https``,
-``gs``, ``file``, what fsspec knows) is opened by fsspec, whose files stream and seek.
+client: its endpoint, region, credentials, proxies and typed errors), using only the capabilities
+every remote declares (:meth:`~epochfs.sidecar.remote.base.Remote.open`, ``read_range``,
+``object_size``, ``put_file``), so an index read from S3 is asked for as the dataset is and fails
+with the same typed errors. Any other URL (``https``, ``gs``, ``file``, what fsspec knows) is
+opened by fsspec, whose files stream and seek.
 """
 
 from __future__ import annotations
 
 import contextlib
+import gzip
 import io
 from collections.abc import Callable, Iterator
-from typing import IO, Any
+from typing import IO, Any, cast
 from urllib.parse import urlparse
 
 from epochfs.sidecar.redact import redact
 from epochfs.sidecar.remote.base import BLOCK, Reader, Remote, RemoteError
 from epochfs.sidecar.remote.errors import failure_reason
+
+GZIP_MAGIC = b"\x1f\x8b"
 
 
 def _s3(url: str, endpoint_url: str | None) -> tuple[Remote, str]:
@@ -121,9 +124,22 @@ def _fsspec_file(url: str, label: str, *, block_size: int) -> Iterator[IO[bytes]
 
 
 @contextlib.contextmanager
-def open_stream(url: str, *, endpoint_url: str | None = None, what: str = "") -> Iterator[IO[bytes]]:
+def open_stream(url: str, *, endpoint_url: str | None = None, what: str = "",
+                gunzip: bool = False) -> Iterator[IO[bytes]]:
     """``url`` opened for a buffered, streamed read. ``what`` names the object in errors
-    ("the index")."""
+    ("the index"). ``gunzip``: a body that starts with gzip's magic bytes is read gunzipped, any
+    other as it is (index files and S3 Inventory's CSV data files come either way)."""
+    with _buffered(url, endpoint_url=endpoint_url, what=what) as buffered:
+        if gunzip and buffered.peek(2)[:2] == GZIP_MAGIC:
+            with gzip.GzipFile(fileobj=buffered) as stream:
+                yield cast(IO[bytes], stream)
+        else:
+            yield buffered
+
+
+@contextlib.contextmanager
+def _buffered(url: str, *, endpoint_url: str | None, what: str) -> Iterator[io.BufferedReader[Any]]:
+    """``url`` as a :class:`io.BufferedReader` (``readline`` and ``peek`` on every kind of URL)."""
     label = f"{what} {redact(url)}".strip()
     if not is_s3(url):
         # Buffered here too: fsspec's files differ (HTTP's streaming file has no readline(n), no

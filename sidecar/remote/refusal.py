@@ -1,8 +1,9 @@
 """What a remote's refusal at the start says is wrong: the cause (:data:`RefusalCause`) that the
-sampler's exit 2 turns into the fix it names (:func:`~epochfs.sidecar.sampler.command.refusal_fix`,
-issue 21). Apart from :mod:`.errors` because it asks a different question: not which kind of
-failure an exception is (retry, skip, outage) but which setting a user should check; it reads the
-same chains of causes, with :mod:`.errors`' helpers.
+sampler's exit 2 turns into the fix it names (:func:`~epochfs.sidecar.sampler.command.refusal_fix`:
+one line naming the setting to check, never a traceback). Apart from :mod:`.errors` because it
+asks a different question: not which kind of failure an exception is (retry, skip, outage) but
+which setting a user should check; it reads the same chains of causes, with :mod:`.errors`'
+helpers.
 """
 
 from __future__ import annotations

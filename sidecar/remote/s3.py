@@ -10,8 +10,8 @@ request (``fs.open`` would add a HEAD and ranged reads). Retries are left to the
 
 The URLs are signed by :mod:`.sigv4` (the standard library) where that gives botocore's own URL
 (an explicit endpoint, keys in the environment), and botocore's client is then made on first
-need only (a fallback, a ranged read, a HEAD of a part, an upload): its import and client are
-~0.4 s that the sampler no longer spends before its first GET.
+need only (a fallback, a ranged read, a HEAD of a part, an upload): its import and client cost
+~0.4 s, which a sampler that needs neither does not spend before its first GET.
 
 Failures come out typed where they arise (:mod:`.errors`): botocore's by
 :func:`~.errors.botocore_kind`, the fast path's S3 error answers (their ``<Code>`` read as XML),

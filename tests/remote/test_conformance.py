@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import random
 import shutil
 import subprocess
@@ -31,7 +32,7 @@ import threading
 import time
 import urllib.request
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -61,7 +62,7 @@ BIG = "train/000.bin"
 PREFIX = "data"
 
 
-def byte_order(keys: Iterator[str] | list[str]) -> list[str]:
+def byte_order(keys: Iterable[str]) -> list[str]:
     return sorted(keys, key=lambda k: k.encode())
 
 
@@ -490,6 +491,76 @@ def test_a_remote_that_cannot_be_written_says_so_or_writes(remote: Remote, tmp_p
         assert remote.url in str(e)
         return
     assert remote.read_range("written/index.json", 0, 100) == source.read_bytes()
+
+
+# ------------------------------------------------------------------------ buckets, a store that is down
+BUCKET_STORES = ("az", "gs", "s3")
+"""The backends whose root is a bucket (a container) of an object store behind an endpoint."""
+
+
+def _elsewhere(backend: Backend, bucket: str | None = None, prefix: str | None = None) -> Backend:
+    """``backend``'s URL with another bucket or prefix, on the same endpoint."""
+    parts = urlsplit(backend.url)
+    return Backend(backend.name, f"{parts.scheme}://{bucket or parts.netloc}/{prefix or PREFIX}",
+                   backend.endpoint_url)
+
+
+@pytest.mark.parametrize("name", BUCKET_STORES)
+def test_an_empty_prefix_lists_nothing_and_a_missing_bucket_is_refused(
+        name: str, request: pytest.FixtureRequest) -> None:
+    """An existing bucket with nothing under the prefix is an empty dataset; a bucket that does
+    not exist is a :class:`RemoteError` naming it (a typo in the URL), never an empty listing
+    (fsspec's walk passes over what it cannot list)."""
+    backend = BACKENDS[name](request)
+    empty = _elsewhere(backend, prefix="nothing-here").open()
+    try:
+        assert list(empty.list()) == []
+    finally:
+        empty.close()
+    missing = _elsewhere(backend, bucket=f"no-such-bucket-{uuid.uuid4().hex[:8]}").open()
+    try:
+        with pytest.raises(RemoteError, match="no-such-bucket"):
+            list(missing.list())
+    finally:
+        missing.close()
+
+
+@pytest.mark.parametrize("name", BUCKET_STORES)
+def test_a_store_that_is_down_fails_typed_and_at_once(name: str, monkeypatch: pytest.MonkeyPatch,
+                                                       caplog: pytest.LogCaptureFixture) -> None:
+    """An endpoint where nothing listens: a read is :class:`Unavailable` (an outage, retried by
+    the downloader with its own backoff), and the listing fails with an error the sampler's start
+    takes for one that may answer later, not with an empty dataset; each at once, not after a
+    client library's own retries (the downloader's are the ones that count), and without the
+    library's own ERROR for each failed request."""
+    from epochfs.sidecar.remote.errors import may_answer_later
+
+    pytest.importorskip({"az": "adlfs", "gs": "gcsfs", "s3": "botocore"}[name])
+    endpoint = f"http://127.0.0.1:{free_port()}"
+    if name == "az":
+        for variable in AZURE_VARIABLES:
+            monkeypatch.delenv(variable, raising=False)
+        monkeypatch.setenv("AZURE_STORAGE_ACCOUNT_NAME", AZURITE_ACCOUNT)
+        monkeypatch.setenv("AZURE_STORAGE_ACCOUNT_KEY", AZURITE_KEY)
+        endpoint += f"/{AZURITE_ACCOUNT}"
+    if name == "s3":
+        monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
+        monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
+    down = open_remote(f"{name}://bucket-of-a-store-that-is-down/{PREFIX}", endpoint_url=endpoint,
+                       read_timeout=5)
+    started = time.monotonic()
+    try:
+        with pytest.raises(Unavailable):
+            down.open("train/000.bin").read(1)
+        with pytest.raises(Unavailable):
+            down.read_range("train/000.bin", 0, 10)
+        with pytest.raises(Exception) as listing:  # each library's own, or RemoteError
+            list(down.list())
+        assert may_answer_later(listing.value), repr(listing.value)
+    finally:
+        down.close()
+    assert time.monotonic() - started < 10
+    assert not [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR]
 
 
 def test_the_registry_opens_every_scheme_the_settings_accept() -> None:

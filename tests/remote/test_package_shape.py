@@ -1,0 +1,133 @@
+"""The shape issue 24 asks of the remote side, checked on the code itself so that it stays:
+
+- no import cycle among the modules of ``epochfs.sidecar.remote``, ``epochfs.sidecar.listing`` and
+  the downloader (a cycle ties modules that cannot then be read, tested or moved one at a time;
+  ``listing/indexfile`` and ``listing/inventory`` imported each other);
+- each constant in one home: a name given a literal value in one of these modules is not given
+  the same literal again in another, nor in the store the downloader records into (a copy
+  drifts: the pages of a stream, the block size and ``size-only`` were each written two to four
+  times); one name for two different things (each module's ``POLL``) is not a copy;
+- no object of these modules reads another's private attributes (``filt._lock``): what two
+  objects share is a method or a constructor argument, so either can change its insides.
+
+The graph is grimp's (import-linter's, ``make lint``), built from the sources; the rest reads the
+modules' syntax trees. Nothing is imported or run.
+"""
+
+from __future__ import annotations
+
+import ast
+from collections import defaultdict
+from pathlib import Path
+
+import grimp
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+PACKAGES = ("epochfs.sidecar.remote", "epochfs.sidecar.listing", "epochfs.sidecar.download")
+FILES = sorted([*ROOT.glob("sidecar/remote/*.py"), *ROOT.glob("sidecar/listing/*.py"),
+                ROOT / "sidecar" / "download.py"])
+STORE_EXPORTS = ROOT / "sidecar" / "store" / "__init__.py"
+LITERAL_NODES = (ast.Constant, ast.BinOp, ast.UnaryOp, ast.operator, ast.unaryop, ast.Tuple, ast.Load)
+"""A value written out (``1000``, ``1 << 20``, ``"size-only"``, ``(0.5, 30.0)``), not computed
+from other names."""
+
+
+def _ours(module: str) -> bool:
+    return any(module == p or module.startswith(p + ".") for p in PACKAGES)
+
+
+def test_no_import_cycle_among_the_remote_the_listing_and_the_downloader() -> None:
+    graph = grimp.build_graph("epochfs", include_external_packages=False)
+    modules = sorted(m for m in graph.modules if _ours(m))
+    assert len(modules) > 20, modules  # the packages were found
+    cycles = []
+    for importer in modules:
+        for imported in sorted(graph.find_modules_directly_imported_by(importer)):
+            if imported != importer and _ours(imported):
+                back = graph.find_shortest_chain(importer=imported, imported=importer)
+                if back is not None:
+                    cycles.append(f"{importer} -> {' -> '.join(back)}")
+    assert not cycles, "\n".join(cycles)
+
+
+def _literal_constants(path: Path) -> dict[tuple[str, object], int]:
+    """Module-level ``NAME = <literal>`` (upper case): (name, value), each with its line."""
+    found: dict[tuple[str, object], int] = {}
+    for node in ast.parse(path.read_text(), str(path)).body:
+        targets: list[ast.expr] = []
+        value: ast.expr | None = None
+        if isinstance(node, ast.Assign):
+            targets, value = node.targets, node.value
+        elif isinstance(node, ast.AnnAssign) and node.value is not None:
+            targets, value = [node.target], node.value
+        if value is None:
+            continue
+        if not all(isinstance(n, LITERAL_NODES) for n in ast.walk(value)):
+            continue  # computed from or taken from elsewhere: not a copy of a value
+        literal = eval(compile(ast.Expression(value), str(path), "eval"), {"__builtins__": {}})
+        for target in targets:
+            if isinstance(target, ast.Name) and target.id.isupper():
+                found[(target.id, repr(literal))] = node.lineno
+    return found
+
+
+def _store_constants() -> dict[tuple[str, object], str]:
+    """The upper-case literals the store's package exports, as (name, value), with the module
+    each comes from."""
+    found: dict[tuple[str, object], str] = {}
+    for node in ast.parse(STORE_EXPORTS.read_text()).body:
+        if isinstance(node, ast.ImportFrom) and node.module:
+            names = {alias.name for alias in node.names if alias.name.isupper()}
+            path = ROOT / "sidecar" / Path(*node.module.split(".")[2:]).with_suffix(".py")
+            for (name, literal), _ in _literal_constants(path).items():
+                if name in names:
+                    found[(name, literal)] = node.module
+    return found
+
+
+def test_each_constant_has_one_home() -> None:
+    homes: dict[tuple[str, object], list[str]] = defaultdict(list)
+    for path in FILES:
+        for constant, line in _literal_constants(path).items():
+            homes[constant].append(f"{path.relative_to(ROOT)}:{line}")
+    assert homes[("BLOCK", repr(1 << 20))]  # the scan reads what it should
+    for constant, module in _store_constants().items():
+        if constant in homes:
+            homes[constant].append(f"{module} (the store's)")
+    copies = {name: where for (name, _), where in homes.items() if len(where) > 1}
+    assert not copies, "\n".join(f"{name}: {', '.join(where)}" for name, where in sorted(copies.items()))
+
+
+LIBRARY_INTERNALS = {
+    "gcsfs.GCSFileSystem._request": "gcsfs binds its retry count in a decorator on it, with no "
+                                    "option to change it (remote/fsspec.py, one_try_gcs)",
+}
+"""A client library's private parts read on purpose, each with the reason: not our objects, whose
+insides a method would share instead."""
+
+
+def _private_reads(path: Path) -> list[str]:
+    """``x._name`` where ``x`` is not ``self`` or ``cls``, less :data:`LIBRARY_INTERNALS`."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if not isinstance(node, ast.Attribute):
+            continue
+        name = node.attr
+        if not name.startswith("_") or (name.startswith("__") and name.endswith("__")):
+            continue
+        if isinstance(node.value, ast.Name) and node.value.id in ("self", "cls"):
+            continue
+        if ast.unparse(node) not in LIBRARY_INTERNALS:
+            found.append(f"{path.relative_to(ROOT)}:{node.lineno}: {ast.unparse(node)}")
+    return found
+
+
+def test_no_object_reads_anothers_private_attributes() -> None:
+    reads = [read for path in FILES for read in _private_reads(path)]
+    assert not reads, "\n".join(reads)
+
+
+@pytest.mark.parametrize("path", FILES, ids=lambda p: str(p.relative_to(ROOT)))
+def test_the_files_checked_parse(path: Path) -> None:
+    assert ast.parse(path.read_text())
