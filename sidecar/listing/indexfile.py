@@ -93,8 +93,10 @@ class IndexSource:
         self.endpoint_url = endpoint_url
         self.page = page
         self.sorted_listing = True
+        self.shuffled = False
         self.header = header if header is not None else self._read_header(stop, rng or random.Random())
         self.sorted_listing = bool(self.header.get("sorted"))
+        self.shuffled = self.header.get("order") == "shuffled"
         if self.header.get("created") is not None:
             # A listing of an index resumes by the records consumed: an index written again at the
             # same URL (another order: each shuffled index has a salt of its own) is another

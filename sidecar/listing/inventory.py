@@ -31,6 +31,7 @@ from epochfs.sidecar.remote.objects import open_stream
 
 class InventorySource:
     sorted_listing = False  # data files are not promised to be in key order
+    shuffled = False  # nor in a random one: what is read of a data file may be its first keys
 
     def __init__(self, manifest_url: str, *, remote_url: str, endpoint_url: str | None = None) -> None:
         self.url = manifest_url

@@ -98,6 +98,11 @@ class Source(Protocol):
     """What the listing reads (``list``, or an index URL): a change starts a new listing."""
     sorted_listing: bool
     """Each span's pages are in UTF-8 byte order of keys (file/folder clashes can be found)."""
+    shuffled: bool
+    """Each span's records come in a random order, so what is read of one so far is a uniform
+    sample of it (an ``epochfs index`` written shuffled); False: the first records read are its
+    first keys, or in an order nobody promised random (the planner counts them as lopsided until
+    the span is read to its end: :class:`~.planner.Planner`'s ``streams_in_key_order``)."""
 
     def spans(self) -> list[Span]: ...
 
@@ -109,6 +114,7 @@ class PagedSource:
 
     name = "list"
     sorted_listing = True
+    shuffled = False
 
     def __init__(self, remote: PagedRemote, *, max_spans: int = MAX_FOLDER_SPANS,
                  stop: threading.Event | None = None, rng: random.Random | None = None) -> None:
@@ -260,6 +266,7 @@ class SerialSource:
     def __init__(self, remote: Remote, *, page: int = PAGE) -> None:
         self.remote = remote
         self.sorted_listing = remote.sorted_listing
+        self.shuffled = False  # a walk of folders, a listing: in key order, or in no promised order
         self.page = max(1, page)
 
     def spans(self) -> list[Span]:

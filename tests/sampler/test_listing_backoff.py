@@ -30,6 +30,7 @@ class ScriptedSource:
 
     name = "scripted"
     sorted_listing = True
+    shuffled = False
 
     def __init__(self, script: list[str]) -> None:
         self.script = list(script)

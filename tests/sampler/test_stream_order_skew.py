@@ -7,12 +7,20 @@ samples meanwhile. An ``epochfs index`` written shuffled is a uniform sample at 
 
 from __future__ import annotations
 
+import json
+import random
+import threading
+from pathlib import Path
 from unittest import mock
 
 import pytest
 
+from epochfs.sidecar.listing import Lister
+from epochfs.sidecar.listing.indexfile import IndexSource, object_record
 from epochfs.sidecar.listing.planner import Planner
+from epochfs.sidecar.remote import RemoteObject
 from epochfs.sidecar.sampler.order import skew_cap
+from epochfs.sidecar.store import Store
 from epochfs.sidecar.store.catalog import Part
 
 
@@ -56,3 +64,43 @@ def test_a_shuffled_stream_is_not_skewed_while_read() -> None:
 def test_splittable_sources_are_never_streams() -> None:
     planner = Planner([Part(0, "", "", None)], splittable=True, streams_in_key_order=True)
     assert not planner.streams_in_key_order, "pages that start anywhere: the gallop finds the end"
+
+
+def _index(tmp_path: Path, header: dict[str, object], keys: list[str]) -> str:
+    path = tmp_path / "index.jsonl"
+    path.write_bytes(json.dumps({"epochfs_index": 1, **header}).encode() + b"\n"
+                     + b"".join(object_record(RemoteObject(k, 1, "v")) for k in keys)
+                     + json.dumps({"end": True, "count": len(keys)}).encode() + b"\n")
+    return path.as_uri()
+
+
+@pytest.mark.parametrize(("header", "lopsided"), [({"sorted": True, "order": "sorted"}, True),
+                                                  ({"sorted": False}, True),
+                                                  ({"sorted": False, "order": "shuffled"}, False)])
+@mock.patch("epochfs.sidecar.listing.planner.SKEW_EVERY", 0.0)
+def test_an_index_read_by_the_lister_is_lopsided_until_read_whole_unless_written_shuffled(
+        tmp_path: Path, header: dict[str, object], lopsided: bool) -> None:
+    """Through the real lister: an index written in key order (or with no promise of an order: one
+    written by hand, an older epochfs) is counted as off by all of what is read until its end, so
+    the fetches wait for it; ``epochfs index``'s shuffled one is not."""
+    keys = [f"{c}/{i:04d}.bin" for c in "abcd" for i in range(500)]
+    if header.get("order") == "shuffled":
+        random.Random(0).shuffle(keys)
+    source = IndexSource(_index(tmp_path, header, keys), page=100)
+    store = Store(tmp_path / "cache", create=True)
+    seen: list[float] = []
+    lister: Lister | None = None
+
+    def on_page(_report: object) -> None:
+        assert lister is not None and lister.planner is not None
+        seen.append(lister.planner.progress()["skew"])
+
+    lister = Lister(store, source, seed=0, threads=1, stop=threading.Event(), on_page=on_page)
+    assert lister.run().complete
+    while_reading = seen[:-1]  # the last page's commit ends the stream
+    assert while_reading, "pages committed before the end"
+    if lopsided:
+        assert min(while_reading) == 1.0, while_reading
+    else:
+        assert max(while_reading) < 0.5, while_reading
+    assert lister.planner is not None and lister.planner.progress()["skew"] == 0.0
