@@ -181,6 +181,11 @@ class Refresher:
         self._thread = threading.Thread(target=self._run, name="epochfs-refresh", daemon=True)
         self._thread.start()
 
+    @property
+    def started(self) -> bool:
+        """Whether :meth:`start` ran: the mount came up (its ``init``), so the kernel holds it."""
+        return self._thread is not None
+
     def stop(self, timeout: float = 5.0) -> None:
         """Close the notifier (so no notification is sent once this returns, even by a tick that
         is still running), then end the thread, waiting up to ``timeout`` seconds for it."""

@@ -225,4 +225,4 @@ def _serve_lowlevel(ops: EpochOperations, mount: Path, fsname: str) -> str | Non
 
 def _was_mounted(ops: object) -> bool:
     refresher = getattr(ops, "refresher", None)
-    return bool(refresher is not None and refresher._thread is not None)
+    return bool(refresher is not None and refresher.started)
