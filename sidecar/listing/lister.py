@@ -162,8 +162,10 @@ class Lister:
         filt = PageFilter(report, seed=self.seed, shard_index=self.shard_index,
                           shard_count=self.shard_count, object_limit=self.object_limit,
                           boundaries={b for b in boundaries if b.endswith("/")}, keys=self.keys)
-        planner = self.planner = Planner(parts, splittable=isinstance(self.source, PagedSource),
-                                         streams_in_key_order=not self.source.shuffled)
+        paged = isinstance(self.source, PagedSource)
+        planner = self.planner = Planner(parts, splittable=paged,
+                                         streams_in_key_order=not self.source.shuffled,
+                                         folders=self.sink.split_points() if paged else ())
         self._began = round(time.time(), 3)
         streams: dict[int, Iterator[Page]] = {}
         """A serial source's page stream of each part (one span, read in order)."""

@@ -81,6 +81,11 @@ class ListingSink(Protocol):
         """The folders the discovery found where it cut ranges (only the ranges' first are parts)."""
         ...
 
+    def split_points(self) -> list[str]:
+        """Folder starts (``a/b/``) the planner may split a range at, so that a range of folders
+        is read from several of its folders at once, not from its first (none: no such help)."""
+        ...
+
 
 class CatalogSink:
     """The cache's catalog as a :class:`ListingSink`: its :class:`~epochfs.sidecar.store.catalog.
@@ -108,6 +113,11 @@ class CatalogSink:
         # Before the listing begins: a listing begun is resumed without its discovery, which
         # would never record them; sorted, the same on every node (store/classes.py).
         classes.record(self.store, folders)
+
+    def split_points(self) -> list[str]:
+        # What record_folders wrote (and the folders of any earlier epoch): read from the cache,
+        # so the listing's own process, which never ran the discovery, has them too.
+        return [f"{folder}/" for folder in classes.read(self.store.root).folders]
 
 
 class IndexSink:
@@ -193,6 +203,10 @@ class IndexSink:
 
     def record_folders(self, folders: list[str]) -> None:
         """Nothing: class labels are a cache's; a sidecar reading the index finds its folders."""
+
+    def split_points(self) -> list[str]:
+        """None: an index's listing is written whole before anyone samples it."""
+        return []
 
     def spans(self) -> tuple[int, int]:
         """Spans done (every part of theirs listed to its end), of the spans the listing began with."""

@@ -224,3 +224,25 @@ def test_spans_not_reached_yet_count_in_the_cap(tmp_path: Path) -> None:
             put(store, cand.key, 10)
             fetched.append(cand.key)
     assert fetched == keys[:skew_cap(0.5) or 0] and len(fetched) == 12
+
+
+@mock.patch("epochfs.sidecar.listing.planner.SKEW_EVERY", 0.0)
+def test_a_range_of_folders_listed_from_some_of_them_counts_as_skewed() -> None:
+    """More folders than spans: a range holds several folders, and its first pages list only the
+    first of them. Its listed keys count as off by the share of its folders not reached yet (the
+    skew, whose pieces are segments, said 0.05 where 5,000 folders as 1,024 ranges were 0.8 from
+    the folder mix, and 1,000-4,600 samples drawn then covered 0.56-0.61x a random sample's
+    folders), so the fetches wait until the ranges are read from each of their folders."""
+    folders = [f"c{i:02d}/" for i in range(10)]
+    planner = Planner([Part(0, "", "", "c05/")], splittable=True, folders=folders)
+    seg = planner.take()
+    assert seg is not None
+    seg.part.after = "c00/000099.bin"
+    planner.record(seg, [f"c00/{i:06d}.bin" for i in range(100)])
+    assert planner.progress()["skew"] >= 0.8, "one folder of five reached"
+    assert skew_cap(planner.progress()["skew"]) == 5
+    # The next page runs across the range's folders (keys are contiguous: c00 to c04 reached).
+    seg.part.after = "c04/000000.bin"
+    planner.record(seg, ["c01/000000.bin", "c02/000000.bin", "c04/000000.bin"])
+    assert planner._spans[0].folders_reached == {0, 1, 2, 3, 4}
+    assert planner.progress()["skew"] < 0.5, "every folder of the range reached"
