@@ -45,101 +45,26 @@ import random
 import threading
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 
 from epochfs.sidecar.listing.keyshape import KeyShape
+from epochfs.sidecar.listing.segments import (
+    FIRST_PAGE,
+    FULL_PAGE,
+    GALLOP_PAGE,
+    GALLOP_REACH,
+    MAX_SEGMENTS,
+    MAX_SEGMENTS_PER_SPAN,
+    OPEN_END_REACH,
+    SHAPE_KEYS,
+    SPLIT_AT,
+    Segment,
+    SpanState,
+    relative,
+)
 from epochfs.sidecar.store.catalog import Part
 
-FIRST_PAGE = 100
-"""Keys asked in the first page of a segment; each later page asks twice as many."""
-FULL_PAGE = 1000
-"""The most keys a page asks for (S3's limit)."""
-SPLIT_AT = 1000
-"""A bounded segment estimated to hold more keys than this is split at its middle."""
-MAX_SEGMENTS_PER_SPAN = 128
-"""Open segments a span is split into at most: the points a span's listing spreads from. A flat
-bucket is one span; with 32, its epochs cut in the first seconds were the first keys of 32
-stretches (quiet machine, 100k keys, epochs 1-3: TV 1.7-2.4x, KS 1.8-2.5x a random sample's, in
-every run); with 128, TV 0.95-1.8x and KS 0.97-1.45x in two of three runs, one epoch at 2.3x in the
-third (docs/performance.md, "Fairness")."""
-MAX_SEGMENTS = 20_000
-"""Open segments of the whole listing at most (each is a row of the index)."""
-GALLOP_PAGE = 10
-"""Keys a gallop's page asks for: it is there to find where a span ends, not to list it, and a
-small page is a hundredth of a full one's keys to parse and commit (1M keys in 1,000 skewed
-folders: with gallop pages grown to 1,000 keys like the span's own, the largest folder was still
-unbounded at 35 s, estimated at 2,390 of its 179,264 keys, docs/performance.md)."""
-GALLOP_REACH = 3.0
-"""How far past a span's known end the gallop reads, in times its known extent (so a span 1,000
-times its first page is bounded in 5 steps, not 10)."""
-OPEN_END_REACH = 3.0
-"""A span whose end is not found yet is guessed to reach this many times its known extent past
-it: a span read from its start is usually far from its end (a guess too small lets the fetch
-order's pace, which divides by the estimated whole, take too much of the first keys listed)."""
 SKEW_EVERY = 1.0
 """Seconds between computations of the listing's skew (the fetch order's pace reads it)."""
-SHAPE_KEYS = 1000
-"""Keys of a span its shape is learnt from at most."""
-
-
-@dataclass
-class Segment:
-    """One listing part being read, with what the planner knows of it."""
-
-    part: Part
-    span: int
-    page: int = FIRST_PAGE
-    """Keys the next page asks for."""
-    listed: int = 0
-    first: str | None = None
-    last: str | None = None
-    density: float | None = None
-    """Keys per number of the span's shape, from this segment's pages (None: unknown)."""
-    busy: bool = False
-    parent: Segment | None = None
-    """Set while this is a split whose first page is not committed yet: the segment it was cut
-    from (which waits meanwhile)."""
-    pending: int = 0
-    """Keys its page being read may bring (the page's size), counted in its span's share until
-    the page is committed (:attr:`_Span.pending`)."""
-
-    @property
-    def open(self) -> bool:
-        return not self.part.done
-
-
-@dataclass
-class _Span:
-    id: int
-    prefix: str
-    segments: list[Segment] = field(default_factory=list)
-    listed: int = 0
-    learnt: int = 0
-    """Keys its shape was learnt from."""
-    seen: list[set[str]] = field(default_factory=list)
-    shape: KeyShape | None = None
-    low: str | None = None
-    """The smallest and largest key listed in the span: its known extent."""
-    high: str | None = None
-    version: int = 0
-    rest: float = 0.0
-    """Keys estimated left in its open segments when it was last queued (:meth:`Planner._push`)."""
-    reached: bool = False
-    """Its first page is committed."""
-    pending: int = 0
-    """Keys the pages of its segments being read (taken, not committed yet) may bring."""
-    done_measured: tuple[int, float] = (0, 0.0)
-    """Keys and numbers spanned by the pages of its segments that are done (its density's share)."""
-    folders: tuple[int, int] = (0, 0)
-    """The indices [lo, hi) of the planner's ``folders`` whose starts lie in its range (none: a
-    span of one folder, or no folders given)."""
-    folders_reached: set[int] = field(default_factory=set)
-    """Which of those its committed pages have listed keys of."""
-
-
-def _rel(key: str, prefix: str) -> str:
-    return key[len(prefix):] if key.startswith(prefix) else key
-
 
 class Planner:
     """Hands the listers segments to read (:meth:`take`) and learns from each committed page
@@ -160,7 +85,7 @@ class Planner:
         a range's segments are split at its folders' starts first (:meth:`_folder_split`)."""
         self.rng = rng or random.Random()
         self._lock = threading.Lock()
-        self._spans: list[_Span] = []
+        self._spans: list[SpanState] = []
         self._untouched: list[int] = []
         self._heap: list[tuple[int, float, float, int, int]] = []
         self._next_part = max((p.part for p in parts), default=-1) + 1
@@ -176,7 +101,7 @@ class Planner:
         """The sum of the spans' ``rest``: what :meth:`progress` shows without a pass over them."""
         for p in parts:
             if not p.done:
-                span = _Span(len(self._spans), p.prefix)
+                span = SpanState(len(self._spans), p.prefix)
                 if self._folders and p.stop is not None:
                     lo = bisect.bisect_left(self._folders, p.start) if p.start else 0
                     span.folders = (lo, bisect.bisect_left(self._folders, p.stop))
@@ -220,7 +145,7 @@ class Planner:
                 heapq.heappush(self._heap, entry)
             return chosen
 
-    def _choose(self, span: _Span) -> Segment | None:
+    def _choose(self, span: SpanState) -> Segment | None:
         free = [s for s in span.segments if s.open and not s.busy]
         if not free:
             return None
@@ -267,7 +192,7 @@ class Planner:
                 best = (hi - lo, seg, self._folders[(lo + hi) // 2])
         return None if best is None else (best[1], best[2])
 
-    def _split(self, span: _Span, seg: Segment, point: int) -> Segment | None:
+    def _split(self, span: SpanState, seg: Segment, point: int) -> Segment | None:
         """Cut ``seg`` at the number ``point`` (None when it cannot be cut there)."""
         if span.shape is None:
             return None
@@ -276,7 +201,7 @@ class Planner:
             return None
         return self._split_at(span, seg, span.prefix + span.shape.key(point))
 
-    def _split_at(self, span: _Span, seg: Segment, key: str) -> Segment | None:
+    def _split_at(self, span: SpanState, seg: Segment, key: str) -> Segment | None:
         """Cut ``seg`` after ``key``: the lower part keeps the keys up to it, a new segment lists
         the keys after it (None when it cannot be cut there)."""
         if (not self.splittable or self._open >= MAX_SEGMENTS
@@ -298,15 +223,15 @@ class Planner:
         return child
 
     # ------------------------------------------------------------------ estimates
-    def _number(self, span: _Span, key: str | None) -> int:
+    def _number(self, span: SpanState, key: str | None) -> int:
         assert span.shape is not None
-        return span.shape.number(None if key is None else _rel(key, span.prefix))
+        return span.shape.number(None if key is None else relative(key, span.prefix))
 
-    def _after_number(self, span: _Span, seg: Segment) -> int:
+    def _after_number(self, span: SpanState, seg: Segment) -> int:
         after = seg.part.after or seg.part.start
         return self._number(span, after) if after else 0
 
-    def _horizon(self, span: _Span, reach: float = 1.0) -> int:
+    def _horizon(self, span: SpanState, reach: float = 1.0) -> int:
         """``reach`` times the span's known extent past its end: where the gallop reads next
         (as far again), or how far an open end is guessed to go (:data:`OPEN_END_REACH`)."""
         if span.low is None or span.high is None:
@@ -314,7 +239,7 @@ class Planner:
         low, high = self._number(span, span.low), self._number(span, span.high)
         return high + int((high - low) * reach) + 1
 
-    def _left(self, span: _Span, seg: Segment) -> float | None:
+    def _left(self, span: SpanState, seg: Segment) -> float | None:
         """Keys estimated left in ``seg`` (None: nothing known); an open end counts as far as
         the horizon."""
         if not seg.open:
@@ -336,7 +261,7 @@ class Planner:
         return max(0.0, density * (hi - self._after_number(span, seg)))
 
     @staticmethod
-    def _span_density(span: _Span) -> float | None:
+    def _span_density(span: SpanState) -> float | None:
         listed, width = span.done_measured
         for seg in span.segments:
             if seg.density and seg.listed > 1:
@@ -430,7 +355,7 @@ class Planner:
         # S3 Inventory's data file is its first keys, whatever its estimate says.
         return max(unbounded / listed, 0.5 * sum(abs(k / listed - n / total) for k, n in pieces))
 
-    def _push(self, span: _Span) -> None:
+    def _push(self, span: SpanState) -> None:
         """Queue ``span`` by its priority: an unknown end first, then the least listed share."""
         left = [self._left(span, s) for s in span.segments if s.open]
         rest = sum(x or 0.0 for x in left)
@@ -473,7 +398,7 @@ class Planner:
                 if span.learnt < SHAPE_KEYS:  # every 8th key of a page, its first and its last
                     sample = [*keys[::8], keys[-1]]
                     span.learnt += len(sample)
-                    span.shape = KeyShape.learn((_rel(k, span.prefix) for k in sample), span.seen)
+                    span.shape = KeyShape.learn((relative(k, span.prefix) for k in sample), span.seen)
                 span.low = keys[0] if span.low is None else min(span.low, keys[0])
                 span.high = keys[-1] if span.high is None else max(span.high, keys[-1])
                 if seg.listed > 1 and seg.first is not None:
@@ -492,4 +417,4 @@ class Planner:
             self._push(span)
 
 
-__all__ = ["FIRST_PAGE", "FULL_PAGE", "Planner", "Segment"]
+__all__ = ["FIRST_PAGE", "FULL_PAGE", "GALLOP_PAGE", "SKEW_EVERY", "Planner", "Segment"]

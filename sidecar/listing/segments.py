@@ -1,0 +1,102 @@
+"""What the listing's planner (:mod:`.planner`) knows of the key space: its page sizes and limits,
+each segment being read and each span's estimates, apart from the choices made with them."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from epochfs.sidecar.listing.keyshape import KeyShape
+from epochfs.sidecar.store.catalog import Part
+
+FIRST_PAGE = 100
+"""Keys asked in the first page of a segment; each later page asks twice as many."""
+FULL_PAGE = 1000
+"""The most keys a page asks for (S3's limit)."""
+SPLIT_AT = 1000
+"""A bounded segment estimated to hold more keys than this is split at its middle."""
+MAX_SEGMENTS_PER_SPAN = 128
+"""Open segments a span is split into at most: the points a span's listing spreads from. A flat
+bucket is one span; with 32, its epochs cut in the first seconds were the first keys of 32
+stretches (quiet machine, 100k keys, epochs 1-3: TV 1.7-2.4x, KS 1.8-2.5x a random sample's, in
+every run); with 128, TV 0.95-1.8x and KS 0.97-1.45x in two of three runs, one epoch at 2.3x in the
+third (docs/performance.md, "Fairness")."""
+MAX_SEGMENTS = 20_000
+"""Open segments of the whole listing at most (each is a row of the index)."""
+GALLOP_PAGE = 10
+"""Keys a gallop's page asks for: it is there to find where a span ends, not to list it, and a
+small page is a hundredth of a full one's keys to parse and commit (1M keys in 1,000 skewed
+folders: with gallop pages grown to 1,000 keys like the span's own, the largest folder was still
+unbounded at 35 s, estimated at 2,390 of its 179,264 keys, docs/performance.md)."""
+GALLOP_REACH = 3.0
+"""How far past a span's known end the gallop reads, in times its known extent (so a span 1,000
+times its first page is bounded in 5 steps, not 10)."""
+OPEN_END_REACH = 3.0
+"""A span whose end is not found yet is guessed to reach this many times its known extent past
+it: a span read from its start is usually far from its end (a guess too small lets the fetch
+order's pace, which divides by the estimated whole, take too much of the first keys listed)."""
+SHAPE_KEYS = 1000
+"""Keys of a span its shape is learnt from at most."""
+
+
+@dataclass
+class Segment:
+    """One listing part being read, with what the planner knows of it."""
+
+    part: Part
+    span: int
+    page: int = FIRST_PAGE
+    """Keys the next page asks for."""
+    listed: int = 0
+    first: str | None = None
+    last: str | None = None
+    density: float | None = None
+    """Keys per number of the span's shape, from this segment's pages (None: unknown)."""
+    busy: bool = False
+    parent: Segment | None = None
+    """Set while this is a split whose first page is not committed yet: the segment it was cut
+    from (which waits meanwhile)."""
+    pending: int = 0
+    """Keys its page being read may bring (the page's size), counted in its span's share until
+    the page is committed (:attr:`SpanState.pending`)."""
+
+    @property
+    def open(self) -> bool:
+        return not self.part.done
+
+
+@dataclass
+class SpanState:
+    id: int
+    prefix: str
+    segments: list[Segment] = field(default_factory=list)
+    listed: int = 0
+    learnt: int = 0
+    """Keys its shape was learnt from."""
+    seen: list[set[str]] = field(default_factory=list)
+    shape: KeyShape | None = None
+    low: str | None = None
+    """The smallest and largest key listed in the span: its known extent."""
+    high: str | None = None
+    version: int = 0
+    rest: float = 0.0
+    """Keys estimated left in its open segments when it was last queued (:meth:`Planner._push`)."""
+    reached: bool = False
+    """Its first page is committed."""
+    pending: int = 0
+    """Keys the pages of its segments being read (taken, not committed yet) may bring."""
+    done_measured: tuple[int, float] = (0, 0.0)
+    """Keys and numbers spanned by the pages of its segments that are done (its density's share)."""
+    folders: tuple[int, int] = (0, 0)
+    """The indices [lo, hi) of the planner's ``folders`` whose starts lie in its range (none: a
+    span of one folder, or no folders given)."""
+    folders_reached: set[int] = field(default_factory=set)
+    """Which of those its committed pages have listed keys of."""
+
+
+def relative(key: str, prefix: str) -> str:
+    """``key`` less the span's ``prefix``, what its key shape numbers."""
+    return key[len(prefix):] if key.startswith(prefix) else key
+
+
+__all__ = ["FIRST_PAGE", "FULL_PAGE", "GALLOP_PAGE", "GALLOP_REACH", "MAX_SEGMENTS", "MAX_SEGMENTS_PER_SPAN",
+           "OPEN_END_REACH", "SHAPE_KEYS", "SPLIT_AT", "Segment", "SpanState", "relative"]
