@@ -16,7 +16,12 @@ and a last line with the number of members, their bytes and the SHA-256 of every
 file damaged on the volume is refused whole, never half used. Written to a temp name, fsynced,
 renamed, its folder fsynced.
 
-**Who writes them.** The cut itself, for an epoch of up to :data:`AT_CUT` members (:func:`at_cut`,
+A snapshot epoch's file may be *chained* (:data:`CHAINED`, :mod:`.memberchain`): its first line
+names an older live epoch's file as its base and its lines list only the members outside the
+base's range, which is what lets a cut write the file of an epoch of any size.
+
+**Who writes them.** The cut itself, for an epoch of up to :data:`AT_CUT` members, or a chained
+file of up to :data:`AT_CUT` members of its own (:func:`at_cut`,
 called by :func:`.epochs._cut` in every process that cuts: the sampler's timer and queued cuts, the
 FUSE server's cut on lookup, ``/v1/cut``, ``epochfs cut``): inside its write transaction, after the
 epoch's rows and before the commit, so the file is in place before any reader can see the epoch, and
@@ -27,9 +32,12 @@ server's lookups and every admission wait on; 8.9 s at 1M) and one whose file co
 one writer of the cache): every :data:`EVERY` seconds it looks for live epochs without a file (one
 small query and a listing of ``epochs/``) and writes them, paced to :data:`DUTY` of a core. Its file
 goes into place under the write lock after a last look that its epoch is still live, and a
-retirement removes a file before its commit (:func:`.epochs.retire`), so a file never outlives its
-epoch (a retired epoch's objects may be evicted at once). A file is never rewritten: the epoch
-cannot change while it is live.
+retirement takes a file out before its commit (:func:`.epochs.retire`, :func:`remove`: renamed to
+``epoch-<N>.base``, read only through a live chained file that names it), so an epoch's file never
+outlives its epoch (a retired epoch's objects may be evicted at once). The keeper rewrites whole a
+chained file whose base is no longer a live epoch's file, then removes the base files no file
+names (:func:`unchained`, :func:`tidy`); otherwise a file is never rewritten: the epoch cannot
+change while it is live.
 
 **Who reads them.** :mod:`.memberrestore` (:func:`.memberrestore.rebuild`, called by :mod:`.reset`),
 which restores each file's epoch into a fresh index when the old one is damaged; the format above
@@ -51,6 +59,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from epochfs.sidecar.store import memberchain
 from epochfs.sidecar.store.index import Index, Meta
 from epochfs.sidecar.store.objects import fsync_dir
 from epochfs.sidecar.store.windows import IN_WINDOW
@@ -59,8 +68,16 @@ log = logging.getLogger("epochfs.store")
 
 MEMBERS_DIR = "epochs"
 SUFFIX = ".members"
+BASE_SUFFIX = ".base"
+"""A retired epoch's file kept only as the base of a live epoch's chained file (never restored
+as an epoch): :func:`remove`."""
 PREFIX = "epoch-"
 FORMAT = 1
+"""A whole file: every member of its epoch."""
+CHAINED = 2
+"""A chained file: its epoch's members admitted outside its base's range, and its base (an older
+epoch's file) for the rest; an epochfs that reads only :data:`FORMAT` refuses it whole."""
+FORMATS = (FORMAT, CHAINED)
 EVERY = 1.0
 """Seconds between two looks of the :class:`Keeper` for live epochs without their file."""
 CHUNK = 20_000
@@ -87,7 +104,10 @@ KEPT_META = (Meta.CAPACITY, Meta.KEEP_EPOCHS, Meta.MIN_SAMPLES, Meta.HEADROOM, M
 cache's rules, which the FUSE server reads before the sampler records them again, and what the
 cache was filled from (remote, seed, shard), which the sampler checks at start: the restored
 samples' ranks were made with that seed."""
-_HEADER_COLUMNS = ("cut_at", "samples", "bytes", "new", "evicted", "max_sample", "listed", "estimated")
+_HEADER_COLUMNS = ("cut_at", "samples", "bytes", "new", "evicted", "max_sample", "listed", "estimated",
+                   "first_sample")
+"""The ``epochs`` row's fields in a file's first line; ``first_sample`` (null: not a range of
+the admission order) is what a later cut needs to chain its file on this one (:mod:`.memberchain`)."""
 
 
 def folder(root: Path) -> Path:
@@ -107,23 +127,42 @@ def number_of(name: str) -> int | None:
     return int(digits) if digits.isdigit() and (digits == "0" or not digits.startswith("0")) else None
 
 
-def present(root: Path) -> dict[int, Path]:
-    """The members files in ``root``'s ``epochs/`` folder by epoch number (none: no folder)."""
+def base_path_of(root: Path, n: int) -> Path:
+    """The file of retired epoch ``n`` kept as a chained file's base (:func:`remove`)."""
+    return folder(root) / f"{PREFIX}{n}{BASE_SUFFIX}"
+
+
+def present(root: Path, suffix: str = SUFFIX) -> dict[int, Path]:
+    """The members files in ``root``'s ``epochs/`` folder by epoch number (none: no folder);
+    with ``suffix`` :data:`BASE_SUFFIX`, the base files instead."""
     try:
         names = os.listdir(folder(root))
     except FileNotFoundError:
         return {}
     out = {}
     for name in names:
-        n = number_of(name)
+        n = number_of(name[:-len(suffix)] + SUFFIX) if name.endswith(suffix) else None
         if n is not None:
             out[n] = folder(root) / name
     return out
 
 
 def remove(root: Path, numbers: list[int]) -> None:
-    """Remove the members files of epochs that retire (before their retirement commits: a file
-    must never outlive its epoch, whose objects may be evicted right after)."""
+    """Take the members files of epochs that retire out of the epochs' files (before their
+    retirement commits: a file must never outlive its epoch, whose objects may be evicted right
+    after): each is renamed to ``epoch-<N>.base``, which a rebuild never restores as an epoch but
+    a live epoch's chained file may still read its members from (:mod:`.memberchain`); the keeper
+    removes it once no file names it. A retirement whose commit then fails leaves its epoch live
+    without its file: start-up recovery renames it back (:func:`tidy`), the keeper writes it
+    again otherwise."""
+    for n in numbers:
+        with contextlib.suppress(FileNotFoundError):
+            os.replace(path_of(root, n), base_path_of(root, n))
+
+
+def discard(root: Path, numbers: list[int]) -> None:
+    """Remove the members files of epochs that were never cut (a cut killed or failed before its
+    commit): no file may name them as a base (a cut chains only on a committed epoch's file)."""
     for n in numbers:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(path_of(root, n))
@@ -154,14 +193,28 @@ Reader = Callable[[], contextlib.AbstractContextManager[sqlite3.Connection]]
 """Opens one read of the index: ``ix.read`` (the keeper), or the cut's own write transaction."""
 
 
-def _chunks(read: Reader, n: int) -> Iterator[list[tuple[Any, ...]]]:
+def _chunks(read: Reader, n: int, spans: list[tuple[int, int]] | None = None
+            ) -> Iterator[list[tuple[Any, ...]]]:
     """The members of live epoch ``n`` as rows of :data:`_COLUMNS`, a chunk per read transaction
-    (the epoch cannot change while it is live); KeyError when it is not live."""
+    (the epoch cannot change while it is live); KeyError when it is not live. ``spans``: only
+    the samples in these id ranges (a chained file's own members)."""
     with read() as db:
         row = db.execute("SELECT retired, first_sample, max_sample, lo_key FROM epochs WHERE n=?",
                          (n,)).fetchone()
     if row is None or int(row[0]):
         raise KeyError(n)
+    if spans is not None:
+        for lo, hi in spans:
+            start = lo - 1
+            while True:
+                with read() as db:
+                    part = db.execute(_BY_ID["range"], (start, lo, hi, CHUNK)).fetchall()
+                if part:
+                    yield part
+                if len(part) < CHUNK:
+                    break
+                start = int(part[-1][0])
+        return
     window = row[3] is not None and row[1] is None
     after: int | str = "" if window else 0
     while True:
@@ -198,9 +251,11 @@ def _temp(root: Path, n: int) -> Path:
     return where / f".{PREFIX}{n}{SUFFIX}.{os.getpid()}.{threading.get_ident()}.tmp"
 
 
-def _fill(temp: Path, read: Reader, header: dict[str, Any], stop: threading.Event | None) -> bool:
+def _fill(temp: Path, read: Reader, header: dict[str, Any], stop: threading.Event | None,
+          spans: list[tuple[int, int]] | None = None) -> bool:
     """Write epoch ``header["epoch"]``'s file to ``temp`` and fsync it; False when the epoch
-    retired meanwhile or ``stop`` was set (the caller removes the temp)."""
+    retired meanwhile or ``stop`` was set (the caller removes the temp). ``spans``: a chained
+    file (its header names its base), listing only the members in these id ranges."""
     n = int(header["epoch"])
     digest = hashlib.sha256()
     encode = json.JSONEncoder(ensure_ascii=True, separators=(",", ":"), check_circular=False).encode
@@ -211,7 +266,8 @@ def _fill(temp: Path, read: Reader, header: dict[str, Any], stop: threading.Even
         f.write(head)
         try:
             began = time.monotonic()
-            for rows in _chunks(read, n):  # one line per chunk: one call of the C encoder, not one per row
+            # One line per chunk: one call of the C encoder, not one per row.
+            for rows in _chunks(read, n, spans):
                 data = (encode(rows) + "\n").encode("ascii")
                 digest.update(data)
                 f.write(data)
@@ -228,7 +284,7 @@ def _fill(temp: Path, read: Reader, header: dict[str, Any], stop: threading.Even
                 .encode("ascii"))
         f.flush()
         os.fsync(f.fileno())
-    if count != header["samples"] or nbytes != header["bytes"]:
+    if spans is None and (count != header["samples"] or nbytes != header["bytes"]):
         log.warning("epoch %d lists %d samples (%d bytes), its row says %s (%s bytes): its members "
                     "file records what it lists", n, count, nbytes, header["samples"], header["bytes"])
     return True
@@ -259,7 +315,8 @@ def write(ix: Index, root: Path, n: int, *, stop: threading.Event | None = None)
 
 AT_CUT = 50_000
 """Members up to which a cut writes its new epoch's file itself, inside its write transaction
-(:func:`at_cut`); a larger epoch's file is left to the :class:`Keeper` (about a second later, more
+(:func:`at_cut`): the epoch's, or for a chained file those outside its base's range (the samples
+admitted since the base's cut); more is left to the :class:`Keeper` (about a second later, more
 for a big one). Measured on the 2-core test machine (110 KB samples, 48-character keys): 10,000
 members 0.05 s, 50,000 0.22 s (9 MB), 100,000 0.43 s, 1M 8.9 s (188 MB). The cut holds the index's
 write lock meanwhile, and another rank's lookup of the same epoch waits at most
@@ -273,8 +330,10 @@ def at_cut(root: Path) -> Iterator[Callable[[sqlite3.Connection, int], bool]]:
     ``keep(db, n)``, which the cut calls inside its transaction once epoch ``n``'s rows are in,
     before the commit. It puts ``n``'s members file in place (temp, fsync, rename, folder fsync)
     read through ``db``, so the file is there before any reader can see the epoch: an index
-    damaged right after the cut is rebuilt with it. Skipped (False; the keeper writes it a second
-    later) for an epoch of more than :data:`AT_CUT` members, and on a write error such as a full
+    damaged right after the cut is rebuilt with it. A chained file when the epoch can chain on
+    the previous live epoch's file (:func:`.memberchain.base_at_cut`): its cost is the members
+    admitted since that epoch's cut. Skipped (False; the keeper writes it a second later) when the
+    file would list more than :data:`AT_CUT` members, and on a write error such as a full
     volume (logged: the cut stands, as before). When the transaction then fails (its commit
     included), the file is removed: no file for an epoch that was never cut."""
     placed: list[int] = []
@@ -283,16 +342,21 @@ def at_cut(root: Path) -> Iterator[Callable[[sqlite3.Connection, int], bool]]:
         header = _header(lambda: contextlib.nullcontext(db), n)
         if header is None:
             return False
-        if int(header["samples"]) > AT_CUT:
+        chain = memberchain.base_at_cut(db, n, lambda b: path_of(root, b))
+        spans = None
+        if chain is not None and memberchain.count(db, chain[1]) <= AT_CUT:
+            header = {**header, "epochfs_members": CHAINED, "base": chain[0]}
+            spans = chain[1]
+        elif int(header["samples"]) > AT_CUT:
             # A file here was left by a cut of n killed between its rename and its commit (the
             # mark then lets n be cut again): never this epoch's, and the keeper writes none over it.
             with contextlib.suppress(OSError):
-                remove(root, [n])
+                discard(root, [n])
             return False
         temp: Path | None = None
         try:
             temp = _temp(root, n)
-            if not _fill(temp, lambda: contextlib.nullcontext(db), header, None):
+            if not _fill(temp, lambda: contextlib.nullcontext(db), header, None, spans):
                 return False
             os.replace(temp, path_of(root, n))
             placed.append(n)
@@ -302,7 +366,7 @@ def at_cut(root: Path) -> Iterator[Callable[[sqlite3.Connection, int], bool]]:
             log.warning("epoch %d: its members file could not be written at its cut (%s); the "
                         "sampler's keeper writes it later", n, e)
             with contextlib.suppress(OSError):
-                remove(root, [n])  # not a stale file of a killed cut (above)
+                discard(root, [n])  # not a stale file of a killed cut (above)
             return False
         finally:
             if temp is not None:
@@ -312,8 +376,56 @@ def at_cut(root: Path) -> Iterator[Callable[[sqlite3.Connection, int], bool]]:
     try:
         yield keep
     except BaseException:
-        remove(root, placed)
+        discard(root, placed)
         raise
+
+
+def _ref(row: tuple[Any, ...]) -> dict[str, Any]:
+    """What a file's first line must say to be epoch row ``(n, _, cut_at, max_sample)``'s."""
+    return {"epoch": int(row[0]), "cut_at": float(row[2]), "max_sample": int(row[3])}
+
+
+def unchained(root: Path, live: dict[int, dict[str, Any]]) -> list[int]:
+    """The live epochs (``live``: number -> :func:`_ref`) whose file is chained on something else
+    than a live epoch's file: on a retired epoch's base file, or on a file that is not its
+    base's. The keeper rewrites them whole (oldest first), so that base files can go."""
+    files = present(root)
+    heads = {n: memberchain.head(p) for n, p in files.items() if n in live}
+    out = []
+    for n in sorted(heads):
+        h = heads[n]
+        b = None if h is None else memberchain.base_of(h)
+        if h is None or b is None:
+            continue
+        bh = heads.get(b)
+        if b not in live or bh is None or not memberchain.names(bh, h["base"]) \
+                or not memberchain.names(bh, live[b]):
+            out.append(n)
+    return out
+
+
+def tidy(root: Path, live: dict[int, dict[str, Any]]) -> list[Path]:
+    """Rename back the base file of a live epoch (``live``: number -> :func:`_ref`) that has no
+    members file (a retirement killed or failed between its rename and its commit), then remove
+    the base files no members file reaches through its chain; returns those removed. Called by
+    start-up recovery (with the live epochs) and by the keeper under the write lock."""
+    bases = present(root, BASE_SUFFIX)
+    files = present(root)
+    back = [n for n, p in bases.items() if n in live and n not in files
+            and (h := memberchain.head(p)) is not None and memberchain.names(h, live[n])]
+    for n in back:
+        os.replace(bases.pop(n), path_of(root, n))
+        files[n] = path_of(root, n)
+    heads = {p: memberchain.head(p) for p in files.values()}
+    gone = memberchain.unreferenced(heads, bases)
+    for p in gone:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(p)
+    if back or gone:
+        fsync_dir(folder(root))
+    if back:
+        log.info("epoch(s) %s: members file renamed back (a retirement that did not commit)", back)
+    return gone
 
 
 @dataclass
@@ -332,22 +444,34 @@ class Keeper:
     _warned: float = float("-inf")
 
     def sync(self) -> list[int]:
-        """One pass: write the files that are missing, newest epoch first; returns the epochs
-        written. A file once written is never rewritten (the epoch cannot change), and only a
-        file whose epoch the index says retired is removed (a crash between :func:`.epochs.retire`'s
-        unlink and its commit leaves none, a failed commit leaves a live epoch without one):
-        neither trusts an index that may be damaged to say what is *not* there."""
+        """One pass: write the files that are missing, newest epoch first, then rewrite whole
+        the chained files whose base is no longer a live epoch's file (:func:`unchained`), then
+        remove the base files no file names (:func:`tidy`); returns the epochs written. Only a
+        file whose epoch the index says retired is taken out (a crash between
+        :func:`.epochs.retire`'s rename and its commit leaves none, a failed commit leaves a live
+        epoch without one): none of this trusts an index that may be damaged to say what is
+        *not* there."""
         ix = self.ix()
-        rows = ix.query("SELECT n, retired FROM epochs")
+        rows = ix.query("SELECT n, retired, cut_at, max_sample FROM epochs")
         files = present(self.root)
-        remove(self.root, [int(n) for n, retired in rows if int(retired) and int(n) in files])
+        remove(self.root, [int(r[0]) for r in rows if int(r[1]) and int(r[0]) in files])
         done = []
-        for n in sorted((int(n) for n, retired in rows if not int(retired)), reverse=True):
+        for n in sorted((int(r[0]) for r in rows if not int(r[1])), reverse=True):
             if self.stop.is_set():
                 break
             if n not in files and write(ix, self.root, n, stop=self.stop):
                 self.written += 1
                 done.append(n)
+        live = {int(r[0]): _ref(r) for r in rows if not int(r[1])}
+        for n in unchained(self.root, live):
+            if self.stop.is_set():
+                break
+            if write(ix, self.root, n, stop=self.stop):  # replaces the chained file whole
+                self.written += 1
+                done.append(n)
+        if not self.stop.is_set() and present(self.root, BASE_SUFFIX):
+            with ix.write():  # serialized with the retirements' renames and the cuts' files
+                tidy(self.root, {})
         return done
 
     def start(self) -> None:

@@ -7,6 +7,12 @@ no other process has opened yet, while the writing side runs at every cut and on
 keeper thread. The two share only the file format (:data:`.memberfiles.FORMAT`,
 :data:`.memberfiles.KEPT_META`, :func:`.memberfiles.present`).
 
+**Chained files** (:mod:`.memberchain`): an epoch whose file names a base gets the base's members
+inside its own range (from the base's restored rows when the base epoch was restored just before,
+else read from the base's file: a live epoch's, or the ``epoch-<N>.base`` a retirement left, through
+its own base when it is chained too) and then its file's own members; a base missing, of another
+cut or damaged refuses the epoch whole (its transaction rolled back), as a damaged file does.
+
 **What a rebuild does** (:func:`rebuild`, called by :mod:`.reset` on the fresh index before it
 takes the damaged one's place, so no process ever opens the fresh index without its epochs): for
 each file, lowest epoch first, in one transaction, every member gets its sample row back with its
@@ -31,6 +37,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import itertools
 import json
 import logging
 import os
@@ -41,10 +48,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from epochfs.sidecar.store import repairlog
+from epochfs.sidecar.store import memberchain, repairlog
 from epochfs.sidecar.store.hwm import MAX_EPOCH
 from epochfs.sidecar.store.index import Index
-from epochfs.sidecar.store.memberfiles import FORMAT, KEPT_META, present
+from epochfs.sidecar.store.memberfiles import FORMATS, KEPT_META, base_path_of, path_of, present
 from epochfs.sidecar.store.objects import OBJECTS_DIR, object_name
 
 log = logging.getLogger("epochfs.store")
@@ -84,7 +91,7 @@ def _parse(path: Path, n: int) -> Iterator[Any]:
             head = json.loads(first)
         except ValueError as e:
             raise _Damaged(f"bad first line ({e})") from None
-        if not isinstance(head, dict) or head.get("epochfs_members") != FORMAT or head.get("epoch") != n:
+        if not isinstance(head, dict) or head.get("epochfs_members") not in FORMATS or head.get("epoch") != n:
             raise _Damaged("not the members file of this epoch")
         yield head
         for number, line in enumerate(f, start=2):
@@ -161,20 +168,72 @@ def _insert(db: sqlite3.Connection, n: int, rows: list[list[Any]], objects: str,
     return len(fresh) - len(missing) - len(marked), len(missing), len(marked)
 
 
+def _span(head: dict[str, Any]) -> tuple[int, int]:
+    """A chained file's own range ``[first_sample, max_sample]`` (_Damaged: not recorded)."""
+    lo, hi = head.get("first_sample"), head.get("max_sample")
+    if not isinstance(lo, int) or not isinstance(hi, int):
+        raise _Damaged("a chained file without its range")
+    return lo, hi
+
+
+def _base_rows(root: Path, n: int, ref: Any, lo: int, hi: int) -> Iterator[list[list[Any]]]:
+    """The members of base epoch ``ref["epoch"]`` (below ``n``) with ids in ``[lo, hi]``, read
+    from its file (a live epoch's, or the base file a retirement left), through its own base when
+    it is chained; _Damaged when no file of that base is there whole (the chain is broken: the
+    epoch whose file named it is refused, its transaction rolled back)."""
+    b = memberchain.base_of({"base": ref})
+    if b is None or b >= n:
+        raise _Damaged("a chained file naming no older base")
+    for path in (path_of(root, b), base_path_of(root, b)):
+        h = memberchain.head(path)
+        if h is None or not memberchain.names(h, ref):
+            continue
+        lines = _parse(path, b)
+        head = next(lines)
+        if memberchain.base_of(head) is not None:
+            first, top = _span(head)
+            yield from _base_rows(root, b, head["base"], max(lo, first), min(hi, top))
+        for rows in lines:
+            inside = [r for r in rows if isinstance(r[0], int) and lo <= r[0] <= hi]
+            if inside:
+                yield inside
+        return
+    raise _Damaged(f"its base, epoch {b}'s file, is missing or of another cut")
+
+
 def _restore(ix: Index, n: int, path: Path, objects: str, now: float,
-             marks: dict[int, repairlog.Mark]) -> tuple[int, int, int, dict[str, str]]:
+             marks: dict[int, repairlog.Mark], restored: dict[int, dict[str, Any]]
+             ) -> tuple[int, int, int, dict[str, str]]:
     """Restore epoch ``n`` from its members file in one write transaction (rolled back whole
-    when the file turns out damaged); returns (object files kept, repairs, marks restored, the
-    meta values it recorded)."""
+    when the file, or for a chained file a file of its chain, turns out damaged or missing);
+    returns (object files kept, repairs, marks restored, the meta values it recorded).
+    ``restored``: the epochs restored so far (number -> the reference a chained file records):
+    a chained file's base restored already gives its members from the fresh index, not its file."""
     kept = repairs = remembered = 0
+    root = Path(objects).parent
     with ix.write() as db:
         lines = _parse(path, n)
         head = next(lines)
-        for rows in lines:
+        base = head.get("base")
+        parts: Iterator[list[list[Any]]] = lines
+        if base is not None:
+            lo, hi = _span(head)
+            b = memberchain.base_of(head)
+            if b is not None and b < n and memberchain.names(restored.get(b, {}), base):
+                db.execute("INSERT INTO epoch_samples(epoch, sample) SELECT ?, sample FROM epoch_samples "
+                           "WHERE epoch=? AND sample BETWEEN ? AND ?", (n, b, lo, hi))
+            else:
+                parts = itertools.chain(_base_rows(root, n, base, lo, hi), lines)
+        for rows in parts:
             k, r, m = _insert(db, n, rows, objects, now, marks)
             kept, repairs, remembered = kept + k, repairs + r, remembered + m
         count, nbytes = db.execute("SELECT COUNT(*), COALESCE(SUM(s.size), 0) FROM epoch_samples e "
                                    "JOIN samples s ON s.id = e.sample WHERE e.epoch=?", (n,)).fetchone()
+        if base is not None and (int(count), int(nbytes)) != (head.get("samples"), head.get("bytes")):
+            # The row's counts come from the running totals at the cut (:mod:`.snapshot`): a
+            # drift there, as for a whole file (:func:`.memberfiles._fill`), not a wrong chain.
+            log.warning("epoch %d: its chain gives %d members (%d bytes), its row said %s (%s bytes)",
+                        n, count, nbytes, head.get("samples"), head.get("bytes"))
         db.execute(
             "INSERT INTO epochs(n, cut_at, samples, bytes, new, evicted, max_sample, last_read, listed, "
             "estimated) VALUES(?,?,?,?,?,?,?,?,?,?)",
@@ -195,16 +254,18 @@ def rebuild(ix: Index, root: Path) -> Rebuilt:
     now = time.time()
     meta: dict[str, str] = {}
     marks = repairlog.load(root)
+    restored: dict[int, dict[str, Any]] = {}
     for n, path in sorted(present(root).items()):
         if n > MAX_EPOCH:
             continue
         try:
-            kept, repairs, remembered, meta = _restore(ix, n, path, objects, now, marks)
+            kept, repairs, remembered, meta = _restore(ix, n, path, objects, now, marks, restored)
         except (_Damaged, OSError, ValueError, KeyError, TypeError, sqlite3.IntegrityError) as e:
             done.refused[n] = str(e) or type(e).__name__
             log.error("epoch %d cannot be restored from %s: %s; it stays lost", n, path, done.refused[n])
             continue
         done.epochs.append(n)
+        restored[n] = memberchain.head(path) or {}
         done.kept += kept
         done.repairs += repairs
         done.remembered += remembered

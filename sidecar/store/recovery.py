@@ -60,12 +60,20 @@ def _remove_uncut_members(ix: Index, root: Path) -> None:
     rows could push a live epoch's re-admitted sample out (issue 20, found by the store's model).
     A cut committing meanwhile in another process loses its file; the keeper writes it again."""
     with ix.read() as db:
-        cut = {int(n) for (n,) in db.execute("SELECT n FROM epochs")}
+        rows = db.execute("SELECT n, retired, cut_at, max_sample FROM epochs").fetchall()
+    cut = {int(r[0]) for r in rows}
     uncut = sorted(n for n in memberfiles.present(root) if n not in cut)
     if uncut:
-        memberfiles.remove(root, uncut)
+        memberfiles.discard(root, uncut)
         log.info("removed the members file(s) of epoch(s) %s, never cut (a cut killed before its commit)",
                  uncut)
+    # A retirement killed between its file's rename and its commit: its epoch is live, its file
+    # is back; then the base files no chained file needs go (:mod:`.memberchain`).
+    try:
+        memberfiles.tidy(root, {int(r[0]): {"epoch": int(r[0]), "cut_at": float(r[2]),
+                                            "max_sample": int(r[3])} for r in rows if not int(r[1])})
+    except OSError as e:  # the keeper tries again; the rebuild reads base files as they are
+        log.warning("could not tidy the members files' bases (%s)", e)
 
 
 def recover(ix: Index, files: ObjectFiles, *, integrity: str | None = None) -> RecoveryReport:

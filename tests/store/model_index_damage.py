@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from epochfs.sidecar.store import INDEX_NAME
-from epochfs.sidecar.store.memberfiles import folder, number_of
+from epochfs.sidecar.store.memberfiles import BASE_SUFFIX, folder, number_of
 from epochfs.sidecar.store.repairlog import LOG_NAME
 from epochfs.sidecar.store.reset import CORRUPT_INFIX
 
@@ -83,9 +83,10 @@ def damage(root: Path, how: str, pick: int) -> str:
 
 def members_on_disk(root: Path) -> set[int]:
     """The epochs with a members file (a temp file of a writer is none; the repairs log beside
-    them is not one)."""
+    them is not one, nor a retired epoch's file kept as a chained file's base)."""
     try:
-        names = [name for name in os.listdir(folder(root)) if name != LOG_NAME]
+        names = [name for name in os.listdir(folder(root))
+                 if name != LOG_NAME and not name.endswith(BASE_SUFFIX)]
     except FileNotFoundError:
         return set()
     numbers = {number_of(name) for name in names}

@@ -85,21 +85,26 @@ def test_a_schedule_window_cut_just_before_the_damage_comes_back(tmp_path: Path)
         assert store.policy() == policy
 
 
-def test_an_epoch_above_the_limit_is_left_to_the_keeper(
+def test_an_epoch_above_the_limit_is_written_at_its_cut_as_a_chained_file(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """The documented window: an epoch of more than AT_CUT members gets its file from the keeper's
-    next pass, not from its cut (here AT_CUT is lowered to 100 so a small epoch stands for 1M)."""
+    """An epoch of more than AT_CUT members (here AT_CUT is lowered to 100 so a small epoch stands
+    for 1M) gets its file from its cut when it can chain on the previous epoch's file: the cost is
+    what changed (test_members_chained.py). Only more than AT_CUT changed samples (the first
+    epoch of a big cache) are left to the keeper's next pass (the remaining window)."""
     monkeypatch.setattr(memberfiles, "AT_CUT", 100)
     cache = tmp_path / "cache"
-    objects = make_objects(150, 100)
+    objects = make_objects(300, 100)
     with open_store(cache) as store:
         admit(store, dict(list(objects.items())[:100]))
         assert store.cut() == 0
         assert path_of(cache, 0).exists(), "100 members: written at the cut"
-        admit(store, dict(list(objects.items())[100:]))
+        admit(store, dict(list(objects.items())[100:150]))
         assert store.cut() == 1
-        assert not path_of(cache, 1).exists(), "150 members: left to the keeper"
-        assert store.write_members() == [1]
+        assert path_of(cache, 1).exists(), "150 members, 50 new: written at the cut, chained"
+        admit(store, dict(list(objects.items())[150:]))
+        assert store.cut() == 2
+        assert not path_of(cache, 2).exists(), "150 new: left to the keeper"
+        assert store.write_members() == [2]
 
 
 def test_a_cut_whose_transaction_fails_leaves_no_file(tmp_path: Path) -> None:

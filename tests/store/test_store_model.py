@@ -107,9 +107,11 @@ from epochfs.sidecar.store import (
     Stats,
     Store,
     StoredObject,
+    memberchain,
     object_name,
     objectscan,
 )
+from epochfs.sidecar.store.memberfiles import path_of
 
 KEYS = [f"train/{i:03d}.bin" for i in range(24)]
 CAPACITY = 4096
@@ -1006,6 +1008,8 @@ class StoreMachine(RuleBasedStateMachine):
         temps = len(self.inflight)  # downloads in flight: left as temp files
         self._tally()
         self._close()
+        RUN_STATS["chained members files restored"] += sum(
+            1 for n in self.model.filed if "base" in (memberchain.head(path_of(self.root, n)) or {}))
         done = damage(self.root, how, pick)
         with contextlib.suppress(InvalidArgument):  # called outside hypothesis too
             note(f"damage_index: {done}")

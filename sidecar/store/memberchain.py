@@ -1,0 +1,152 @@
+"""Chained members files: a snapshot epoch's file written at its cut for the cost of what changed.
+
+A whole members file (:mod:`.memberfiles`) lists every member of its epoch: 8.9 s for 1M members
+under the index's write lock, too much for a cut, so an epoch above :data:`.memberfiles.AT_CUT`
+members got its file from the keeper 13-18 s later, and an index damaged in between lost that
+epoch (issue 20). A snapshot-mode epoch is a range of the admission order, ``first_sample <= id
+<= max_sample`` (:mod:`.epochs`), and while an epoch B is live nothing inside its range changes:
+ids only grow (AUTOINCREMENT; a rebuilt index continues above every restored ``max_sample``) and
+eviction (:mod:`.eviction`, the only ``DELETE FROM samples``) never takes a sample inside a live
+epoch's range or one it lists row by row; a repair keeps the sample's row and id. So the samples
+in B's range at a later cut of N are exactly B's members, and N's members are
+
+    (B's members inside N's range)  +  (the samples in N's range outside B's range),
+
+the second part being the samples admitted after B's cut (``(B.max_sample, N.max_sample]``) and,
+rarely, older ones below B's range that N's budget reaches (``[N.first_sample, B.first_sample)``).
+A *chained* file (format :data:`.memberfiles.CHAINED`) lists only that second part and names B
+(:func:`reference`: its number, cut time and ``max_sample``, which a rebuilt or refolded file of
+B keeps; a file of another cut of the same number does not match). Its cost at the cut is two
+range reads of the rowid and a line per changed member.
+
+**When a cut chains** (:func:`base_at_cut`): N is a range of the admission order (schedule-mode
+windows and epochs listed row by row are not: they keep the whole file, or the keeper), and the
+newest live epoch below N has a members file whose first line matches its row and records its
+range, and that file ends with its last line (put in place whole by a rename; the rebuild still
+checks every line's hash). Otherwise the cut writes a whole file, as before.
+
+**What keeps a chain whole**: a retirement renames its epoch's file to ``epoch-B.base``
+(:func:`.memberfiles.remove`, before the retirement's commit) instead of removing it; a base file
+is never restored as an epoch, only read through a live file that names it. The keeper rewrites
+a live file whose base is no longer a live epoch's file as a whole one (at its duty), then
+removes the base files no file names (:func:`unreferenced`). A file whose base is missing or
+damaged is refused whole by the rebuild, as a damaged whole file is: that epoch is lost, as it
+was before this module when its file was missing.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+Head = dict[str, Any]
+"""A members file's first line (see :mod:`.memberfiles`)."""
+_REF = ("epoch", "cut_at", "max_sample")
+"""What a chained file records of its base, and what the base's first line must repeat."""
+TAIL = 4096
+"""Bytes read from a file's end to see that its last line is there (an end line is ~120 bytes)."""
+
+
+def head(path: Path) -> Head | None:
+    """The first line of a members file (None: missing, unreadable, not a JSON object)."""
+    try:
+        with open(path, "rb") as f:
+            value = json.loads(f.readline())
+    except (OSError, ValueError):
+        return None
+    return value if isinstance(value, dict) else None
+
+
+def ends_whole(path: Path) -> bool:
+    """The file ends with its last line (``{"end": ...}``); a cheap look, not the hash check."""
+    try:
+        with open(path, "rb") as f:
+            size = f.seek(0, os.SEEK_END)
+            f.seek(max(0, size - TAIL))
+            tail = f.read()
+    except OSError:
+        return False
+    lines = tail.rstrip(b"\n").rsplit(b"\n", 1)
+    return tail.endswith(b"\n") and lines[-1].startswith(b'{"end":')
+
+
+def reference(h: Head) -> dict[str, Any]:
+    """What a chained file records of its base ``h`` (a first line)."""
+    return {k: h.get(k) for k in _REF}
+
+
+def names(h: Head, ref: Mapping[str, Any]) -> bool:
+    """Whether the first line ``h`` is that of the base ``ref`` names (same number, cut, range top)."""
+    return all(h.get(k) == ref.get(k) for k in _REF)
+
+
+def base_of(h: Head) -> int | None:
+    """The epoch a chained file's first line names as its base (None: a whole file)."""
+    ref = h.get("base")
+    if not isinstance(ref, dict) or not isinstance(ref.get("epoch"), int):
+        return None
+    return int(ref["epoch"])
+
+
+def ranges(first: int, top: int, base_first: int, base_top: int) -> list[tuple[int, int]]:
+    """The id ranges of ``[first, top]`` outside ``[base_first, base_top]`` (at most two, lowest
+    first, none empty): where a chained file's own members lie."""
+    out = [(first, min(top, base_first - 1)), (max(first, base_top + 1), top)]
+    return [(lo, hi) for lo, hi in out if lo <= hi]
+
+
+def count(db: sqlite3.Connection, spans: list[tuple[int, int]]) -> int:
+    """Samples inside ``spans`` (rowid ranges: the cost is their size, not the cache's)."""
+    return sum(int(db.execute("SELECT COUNT(*) FROM samples WHERE id BETWEEN ? AND ?",
+                              (lo, hi)).fetchone()[0]) for lo, hi in spans)
+
+
+def base_at_cut(db: sqlite3.Connection, n: int, path_of: Callable[[int], Path]
+                ) -> tuple[dict[str, Any], list[tuple[int, int]]] | None:
+    """For a cut of epoch ``n`` inside its write transaction ``db`` (its row in): the base its
+    file can chain on and the id ranges it must list itself, or None (a whole file). The base is
+    the newest live epoch below ``n`` whose file (``path_of``) is whole on disk and whose first
+    line matches its row and records its range; ``n`` must be a range of the admission order."""
+    row = db.execute("SELECT first_sample, max_sample FROM epochs WHERE n=?", (n,)).fetchone()
+    if row is None or row[0] is None:
+        return None  # a schedule window, or an epoch listed row by row
+    first, top = int(row[0]), int(row[1])
+    prev = db.execute("SELECT n, cut_at, max_sample, first_sample FROM epochs WHERE n < ? AND retired=0 "
+                      "ORDER BY n DESC LIMIT 1", (n,)).fetchone()
+    if prev is None:
+        return None
+    b, cut_at, b_top, b_first = int(prev[0]), float(prev[1]), int(prev[2]), prev[3]
+    path = path_of(b)
+    h = head(path)
+    if h is None or not names(h, {"epoch": b, "cut_at": cut_at, "max_sample": b_top}):
+        return None
+    recorded = h.get("first_sample")
+    # A rebuilt epoch is listed row by row (no first_sample in its row): its file still says the
+    # range it was cut as, and the samples in that range are still exactly its members.
+    if not isinstance(recorded, int) or (b_first is not None and int(b_first) != recorded):
+        return None
+    if not ends_whole(path):
+        return None
+    return reference(h), ranges(first, top, recorded, b_top)
+
+
+def unreferenced(heads: Mapping[Path, Head | None], bases: Mapping[int, Path]) -> list[Path]:
+    """The base files (``bases``: epoch -> path) that no members file (``heads``) reaches through
+    its chain: what the keeper may remove."""
+    base_heads = {b: head(p) for b, p in bases.items()}
+    needed: set[int] = set()
+    todo = [h for h in heads.values() if h is not None]
+    while todo:
+        h = todo.pop()
+        b = base_of(h)
+        if b is None or b in needed or b not in base_heads:
+            continue
+        needed.add(b)
+        bh = base_heads[b]
+        if bh is not None:
+            todo.append(bh)
+    return [p for b, p in sorted(bases.items()) if b not in needed]
