@@ -38,7 +38,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from epochfs.sidecar.store.memberfiles import folder
-from epochfs.sidecar.store.objects import fsync_dir
+from epochfs.sidecar.store.objects import clear_replace_temps, fsync_dir
 
 log = logging.getLogger("epochfs.store")
 
@@ -166,18 +166,6 @@ def load(root: Path) -> dict[int, Mark]:
 
 def clear_temps(root: Path) -> int:
     """Remove the temp files of rewrites that died before their rename (a live process's temp is
-    left alone); start-up recovery calls this. Returns how many were removed."""
-    try:
-        names = os.listdir(folder(root))
-    except (FileNotFoundError, NotADirectoryError):
-        return 0
-    removed = 0
-    for name in names:
-        if name.startswith(f".{LOG_NAME}.") and name.endswith(".tmp"):
-            pid = name.split(".")[-2]
-            if pid.isdigit() and os.path.exists(f"/proc/{pid}"):
-                continue
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(folder(root) / name)
-                removed += 1
-    return removed
+    left alone); start-up recovery calls this. Returns how many were removed. The temps are named
+    as :func:`.objects.replace_file` names its own, so its clean-up is theirs."""
+    return clear_replace_temps(path_of(root))

@@ -202,22 +202,7 @@ def test_a_flat_span_filling_its_key_shape_is_bounded_and_spread_not_read_from_i
 
     keys = [f"sample-{i:06d}.bin" for i in range(1_000_000)]
     planner = Planner([Part(0, "", "", None)], splittable=True, rng=random.Random(0))
-    listed: list[str] = []
-    while len(listed) < 60_000:
-        batch = [s for s in (planner.take() for _ in range(16)) if s is not None]
-        assert batch, "segments left to read"
-        for seg in batch:
-            part = seg.part
-            start = max(part.after, part.start)
-            i = bisect.bisect_right(keys, start) if start else 0
-            out = keys[i:i + seg.page]
-            more = i + seg.page < len(keys)
-            if part.stop is not None:
-                kept = [k for k in out if k < part.stop]
-                more, out = more and len(kept) == len(out), kept
-            part.after, part.done = (out[-1] if out else part.after), not more
-            planner.record(seg, out)
-            listed += out
+    listed = _read_pages(planner, keys, 60_000)
     progress = planner.progress()
     assert progress["first_round"], "the span's end is found"
     assert 0.9e6 <= progress["estimated"] <= 1.1e6
