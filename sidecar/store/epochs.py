@@ -26,7 +26,7 @@ import sqlite3
 import time
 from collections.abc import Iterator
 
-from epochfs.sidecar.store import hwm, memberfiles
+from epochfs.sidecar.store import ahead, hwm, memberfiles
 from epochfs.sidecar.store.catalog import first_round_pending
 from epochfs.sidecar.store.hwm import MAX_EPOCH
 from epochfs.sidecar.store.index import Index, is_busy
@@ -62,7 +62,7 @@ def condition_holds(db: sqlite3.Connection, policy: Policy, n: int) -> tuple[boo
         return not first_round_pending(db), None
     if db.execute("SELECT 1 FROM meta WHERE name='listing_complete'").fetchone() is None:
         return False, None  # windows are positions in the order of a complete listing
-    span = scan(db, policy, n)
+    span = ahead.fetch(db, policy, n) or scan(db, policy, n)  # one row when measured ahead
     return span.missing == 0, span
 
 
@@ -79,7 +79,12 @@ def _top(ix: Index, db: sqlite3.Connection) -> int | None:
 
 def cut_ready(ix: Index, policy: Policy, n: int) -> bool:
     """True when ``epoch-n`` can be served now: it is live, or it is above the newest epoch and its
-    cut condition holds. A read: it never takes the write lock."""
+    cut condition holds. A read, but for the next epoch's window in schedule mode: its facts are
+    measured ahead here when they are not yet (:func:`.ahead.prepare`: two short writes that wait
+    only briefly for the write lock), so that this poll and the next ones, and the cut, read one
+    row instead of the window."""
+    if policy.schedule is not None and n == next_number(ix):
+        ahead.prepare(ix, policy, n)
     with ix.read() as db:
         row = db.execute("SELECT retired FROM epochs WHERE n=?", (n,)).fetchone()
         if row is not None:
@@ -122,8 +127,9 @@ def _insert_epoch(db: sqlite3.Connection, policy: Policy, n: int, span: Span | N
         # From the running totals (:mod:`.snapshot`), not a count of the epoch's rows.
         first, samples, nbytes = newest_within(db, policy.epoch_budget, max_all)
     else:
-        span = span or scan(db, policy, n)
+        span = span or ahead.fetch(db, policy, n) or scan(db, policy, n)
         bounds = record(db, span, n, max_all) or bounds
+    ahead.forget(db, n)  # used, or passed by this cut
     db.execute(
         "INSERT INTO epochs(n, cut_at, samples, bytes, new, evicted, max_sample, last_read, "
         "first_sample, lo_rank, lo_key, hi_rank, hi_key, listed, estimated) "
@@ -141,7 +147,10 @@ def _insert_epoch(db: sqlite3.Connection, policy: Policy, n: int, span: Span | N
             new = int(db.execute("SELECT COUNT(*) FROM samples WHERE id >= ?",
                                  (max(first, prev_max + 1),)).fetchone()[0])
         elif bounds[1] is not None:
-            new = members(db, n, above=prev_max)[0]
+            known = span.newer if span is not None else None
+            # Counted ahead (:mod:`.ahead`) when measured above this same previous epoch.
+            new = (known[1] if known is not None and known[0] == prev_max
+                   else members(db, n, above=prev_max)[0])
         else:
             new = int(db.execute("SELECT COUNT(*) FROM epoch_samples WHERE epoch=? AND sample > ?",
                                  (n, prev_max)).fetchone()[0])
@@ -300,7 +309,9 @@ def pending_cuts(ix: Index) -> list[tuple[int, float]]:
 
 def process_cut_requests(ix: Index, policy: Policy) -> list[tuple[int, float]]:
     """Cut every queued epoch whose condition now holds; returns (epoch, seconds waited) for the
-    cuts this call made (the sampler's admitter and its loop both call it: a wait is counted once)."""
+    cuts this call made (the sampler's admitter and its loop both call it: a wait is counted once).
+    In schedule mode it then has the next epoch's window measured ahead (:func:`.ahead.prepare`),
+    so the sampler does it after each cut and keeps it exact as samples land."""
     done = []
     for n, requested in pending_cuts(ix):
         if n > next_number(ix):
@@ -318,6 +329,9 @@ def process_cut_requests(ix: Index, policy: Policy) -> list[tuple[int, float]]:
             break
         if made:
             done.append((n, time.time() - requested))
+    if policy.schedule is not None:
+        # The next window's facts, measured ahead of its cut (once per epoch; a look otherwise).
+        ahead.prepare(ix, policy, next_number(ix))
     return done
 
 

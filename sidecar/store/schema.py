@@ -13,7 +13,7 @@ import sqlite3
 from epochfs.sidecar.store.meta import Meta
 from epochfs.sidecar.store.records import SIZE_ONLY
 
-SCHEMA_VERSION = 6
+SCHEMA_VERSION = 7
 
 SCHEMA = """  -- statements split at semicolons: none inside a comment
 CREATE TABLE IF NOT EXISTS meta (name TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -132,13 +132,14 @@ def migrate_1_to_2(db: sqlite3.Connection) -> None:
 
 def create(db: sqlite3.Connection) -> None:
     """Every table and index of :data:`SCHEMA` that is missing (inside a write transaction); the
-    index on ``samples.rank`` too once the column is there (an older index gets it from
-    :func:`migrate_3_to_4`)."""
+    index on ``samples.rank`` and the window facts kept ahead (:data:`AHEAD`) too once the column
+    is there (an older index gets them from :func:`migrate_3_to_4`)."""
     for statement in SCHEMA.split(";"):
         if statement.strip():
             db.execute(statement)
     if "rank" in {str(r[1]) for r in db.execute("PRAGMA table_info(samples)")}:
         db.execute(SAMPLES_RANK_INDEX)
+        migrate_6_to_7(db)
 
 
 def migrate_epochs_2_to_3(db: sqlite3.Connection) -> None:
@@ -168,6 +169,7 @@ def migrate_3_to_4(db: sqlite3.Connection) -> None:
         if name not in columns:
             db.execute(f"ALTER TABLE epochs ADD COLUMN {name} {kind}")
     db.execute(SAMPLES_RANK_INDEX)
+    migrate_6_to_7(db)  # its triggers read samples.rank, there only from now on
 
 
 def migrate_4_to_5(db: sqlite3.Connection) -> None:
@@ -182,6 +184,83 @@ def migrate_4_to_5(db: sqlite3.Connection) -> None:
 def migrate_5_to_6(db: sqlite3.Connection) -> None:
     """The ``repairs`` table (made by :func:`create`): nothing to fill, an older epochfs dropped a
     damaged sample's row instead of repairing it in place."""
+
+
+AHEAD_WHERE = ("(ahead.lo_rank, ahead.lo_key) <= ({0}.rank, {0}.key) "
+               "AND ({0}.rank, {0}.key) <= (ahead.hi_rank, ahead.hi_key)")
+"""SQL: the row named ``{0}`` (a catalog row, or a sample by its own rank) lies between the ends of
+the window the ``ahead`` row tracks."""
+
+_AT_BACK = "(ahead.hi_rank, ahead.hi_key) >= ({0}.rank, {0}.key)"
+_CATALOG_OF = "(SELECT {1} FROM catalog c WHERE c.key = {0}.key)"
+
+
+def _sample_trigger(name: str, event: str, row: str, sign: str) -> str:
+    """A trigger that adds (``sign`` +) or takes away (-) the sample ``row`` (``new``/``old``) from
+    the facts of the window tracked in ``ahead`` when its key is one of the window's keys (the
+    catalog's row of its key lies between the ends), and from ``bounded`` when its own (rank, key)
+    lies between them: the same sums :func:`.windows.scan` and the cut's count of the samples
+    between the ends make, changed by one row."""
+    in_window = f"EXISTS (SELECT 1 FROM catalog c WHERE c.key = {row}.key AND {AHEAD_WHERE.format('c')})"
+    return (
+        f"CREATE TRIGGER IF NOT EXISTS {name} AFTER {event} ON samples BEGIN "
+        f"UPDATE ahead SET cached = cached {sign} 1, cached_bytes = cached_bytes {sign} {row}.size, "
+        f"missing = missing {'-' if sign == '+' else '+'} {_CATALOG_OF.format(row, 'c.skipped = 0')}, "
+        f"strays = strays {sign} {_CATALOG_OF.format(row, f'{row}.rank IS NOT c.rank')}, "
+        f"newer = newer {sign} ({row}.id > ahead.prev_max) "
+        f"WHERE ahead.valid AND {in_window}; "
+        f"UPDATE ahead SET bounded = bounded {sign} 1 WHERE ahead.valid AND {AHEAD_WHERE.format(row)}; "
+        "END"
+    )
+
+
+AHEAD = (
+    """CREATE TABLE IF NOT EXISTS ahead (
+    n INTEGER PRIMARY KEY,         -- the epoch whose window this row tracks (the next one)
+    token INTEGER NOT NULL,        -- names one arming: a measurement is settled into its own only
+    size INTEGER NOT NULL,         -- the schedule's size of window n and the epoch budget when
+    budget INTEGER NOT NULL,       -- armed: the facts hold for that policy only
+    whole INTEGER NOT NULL,        -- 1: the window is the whole catalog (a key added anywhere moves it)
+    lo INTEGER, hi INTEGER,        -- positions [lo, hi) (NULL until measured)
+    lo_rank INTEGER NOT NULL, lo_key TEXT NOT NULL,   -- the window's first catalog row and its
+    hi_rank INTEGER NOT NULL, hi_key TEXT NOT NULL,   -- last, both in it
+    prev_max INTEGER NOT NULL,     -- max_sample of the epoch below n when armed (for ``newer``)
+    missing INTEGER NOT NULL DEFAULT 0,      -- the facts (windows.Span): changes since arming
+    strays INTEGER NOT NULL DEFAULT 0,       -- until ``complete``, then the window's own
+    cached INTEGER NOT NULL DEFAULT 0,
+    cached_bytes INTEGER NOT NULL DEFAULT 0,
+    bounded INTEGER NOT NULL DEFAULT 0,      -- samples whose own (rank, key) lies between the ends
+    newer INTEGER NOT NULL DEFAULT 0,        -- samples of the window's keys with id > prev_max
+    complete INTEGER NOT NULL DEFAULT 0,
+    valid INTEGER NOT NULL DEFAULT 1         -- 0: a change the triggers cannot follow (measure again)
+)""",
+    _sample_trigger("ahead_sample_in", "INSERT", "new", "+"),
+    _sample_trigger("ahead_sample_out", "DELETE", "old", "-"),
+    "CREATE TRIGGER IF NOT EXISTS ahead_sample_change AFTER UPDATE OF id, key, rank, size ON samples "
+    "WHEN old.id IS NOT new.id OR old.key IS NOT new.key OR old.rank IS NOT new.rank "
+    "OR old.size IS NOT new.size BEGIN UPDATE ahead SET valid = 0 WHERE valid; END",
+    "CREATE TRIGGER IF NOT EXISTS ahead_catalog_in AFTER INSERT ON catalog BEGIN "
+    f"UPDATE ahead SET valid = 0 WHERE valid AND (whole OR {_AT_BACK.format('new')}); END",
+    "CREATE TRIGGER IF NOT EXISTS ahead_catalog_out AFTER DELETE ON catalog BEGIN "
+    f"UPDATE ahead SET valid = 0 WHERE valid AND {_AT_BACK.format('old')}; END",
+    "CREATE TRIGGER IF NOT EXISTS ahead_catalog_change AFTER UPDATE OF rank, key, size, skipped ON catalog "
+    "WHEN old.rank IS NOT new.rank OR old.key IS NOT new.key OR old.size IS NOT new.size "
+    "OR old.skipped IS NOT new.skipped BEGIN "
+    f"UPDATE ahead SET valid = 0 WHERE valid AND ({_AT_BACK.format('old')} OR {_AT_BACK.format('new')}); END",
+)
+"""The next schedule-mode window's facts, kept ahead of the cut (:mod:`.ahead`), and the triggers
+that keep them exact in every transaction that changes what they count: a sample admitted or
+evicted follows into the sums, and a catalog row changed at or before the window's back (which
+moves positions, the budget's trim or a key's skip) or anywhere when the window is the whole
+catalog marks them invalid. In the index, so every writer (the sampler, ``epochfs cut``, an older
+process, a restore) keeps them, and a kill -9 leaves them as the data: both commit or neither."""
+
+
+def migrate_6_to_7(db: sqlite3.Connection) -> None:
+    """The ``ahead`` table and its triggers (:data:`AHEAD`): nothing to fill, a window's facts are
+    measured when first needed (until then a cut reads its window as before)."""
+    for statement in AHEAD:
+        db.execute(statement)
 
 
 def _put(db: sqlite3.Connection, key: Meta, value: str) -> None:

@@ -65,7 +65,7 @@ one found by rowid from the rank index (100k keys: 0.016 s against 0.3-0.5 s on 
 VM)."""
 
 
-def _hi(db: sqlite3.Connection, policy: Policy, n: int) -> tuple[int, int]:
+def extent(db: sqlite3.Connection, policy: Policy, n: int) -> tuple[int, int]:
     """The end of epoch n's window before its front is trimmed (the schedule's size, or the
     whole catalog when it holds fewer keys), and the catalog's keys."""
     assert policy.schedule is not None
@@ -96,7 +96,7 @@ def _fits(db: sqlite3.Connection, policy: Policy, hi: int, total: int) -> tuple[
 def window(db: sqlite3.Connection, policy: Policy, n: int) -> tuple[int, int]:
     """Schedule mode: positions [lo, hi) of epoch n's window in the sampling order, its front
     trimmed so that the window's bytes fit the epoch budget."""
-    hi, total = _hi(db, policy, n)
+    hi, total = extent(db, policy, n)
     if _fits(db, policy, hi, total) is not None:
         return 0, hi  # no sort while the window fits the budget (a sort once it does not)
     # Positions are implicit (the rank order), never numbered: listing and relisting stay cheap.
@@ -129,6 +129,12 @@ class Span:
     """Keys of the window with a sample."""
     cached_bytes: int
     """The bytes of their samples: the epoch's bytes when bounds describe it."""
+    bounded: int | None = None
+    """The samples whose own (rank, key) lies between the ends, when known ahead (:mod:`.ahead`);
+    None: :func:`record` counts them."""
+    newer: tuple[int, int] | None = None
+    """(prev_max, count) when known ahead: the cached keys' samples with id above ``prev_max``,
+    which the cut counts as new when ``prev_max`` is the previous epoch's ``max_sample``."""
 
 
 def at(db: sqlite3.Connection, p: int) -> tuple[int, str]:
@@ -149,7 +155,7 @@ def scan(db: sqlite3.Connection, policy: Policy, n: int) -> Span:
     VM, of which nearly all is the lookup of each key's sample). Otherwise the ordered pass from
     the back (:data:`_SCAN`, a sort of the window's rows: 8.6 s there) finds where the budget cuts
     the front."""
-    hi, total = _hi(db, policy, n)
+    hi, total = extent(db, policy, n)
     back = _fits(db, policy, hi, total)
     if back is not None:
         missing, strays, cached, cached_bytes = db.execute(
@@ -183,10 +189,11 @@ would read and sort whole each time), as a listing of ``epoch_samples`` rows did
 
 
 def record(db: sqlite3.Connection, span: Span, n: int, max_sample: int) -> Bounds | None:
-    """Record epoch n's window ``span`` (read by :func:`scan` in this same write transaction), cut
-    now with ``max_sample`` the newest sample id: returns its bounds for its ``epochs`` row (after
-    writing its few ``epoch_excluded`` rows), or None when the window is empty or bounds cannot
-    describe it (then its ``epoch_samples`` rows are written, one per sample, as before schema 4)."""
+    """Record epoch n's window ``span`` (read by :func:`scan` in this same write transaction, or
+    kept exact ahead of it by :mod:`.ahead`), cut now with ``max_sample`` the newest sample id:
+    returns its bounds for its ``epochs`` row (after writing its few ``epoch_excluded`` rows), or
+    None when the window is empty or bounds cannot describe it (then its ``epoch_samples`` rows are
+    written, one per sample, as before schema 4)."""
     if span.ends is None:
         return None  # an empty window: no bounds and no rows, an epoch of nothing
     if span.strays:
@@ -199,8 +206,9 @@ def record(db: sqlite3.Connection, span: Span, n: int, max_sample: int) -> Bound
     # Without strays every cached key of the window is a sample between the ends, so the samples
     # between them number the window's cached keys unless some are not in it: counted first on
     # the rank index alone, as the search for them costs two lookups of the catalog per sample.
-    between = db.execute("SELECT COUNT(*) FROM samples WHERE (rank, key) >= (?, ?) "
-                         "AND (rank, key) <= (?, ?) AND id <= ?", (*span.ends, max_sample)).fetchone()[0]
+    between = span.bounded if span.bounded is not None else db.execute(
+        "SELECT COUNT(*) FROM samples WHERE (rank, key) >= (?, ?) AND (rank, key) <= (?, ?) AND id <= ?",
+        (*span.ends, max_sample)).fetchone()[0]
     if int(between) == span.cached:
         return span.ends
     db.execute(
