@@ -261,7 +261,9 @@ def azurite(tmp_path_factory: pytest.TempPathFactory) -> Iterator[AzureServer]:
              "--silent", "--skipApiVersionCheck", "--disableTelemetry"],
             stdout=out, stderr=subprocess.STDOUT)
     try:
-        wait_until(lambda: port_open(port) or process.poll() is not None, what="azurite")
+        # Node loads Azurite's bundle before it prints a line: past 30 s once on the loaded 2-core
+        # machine in the full suite (its log empty), a few seconds alone.
+        wait_until(lambda: port_open(port) or process.poll() is not None, timeout=90, what="azurite")
         if process.poll() is not None:
             raise RuntimeError(f"azurite exited: {(folder / 'azurite.log').read_text()[-2000:]}")
         yield AzureServer(f"http://127.0.0.1:{port}/{AZURITE_ACCOUNT}", process)

@@ -6,6 +6,7 @@ Also ``EpochStream`` alone, the piece that works without Lightning.
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import os
 import sys
@@ -13,6 +14,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+import _torchvision
 import numpy as np
 import pytest
 import torch
@@ -63,6 +65,10 @@ def test_epoch_stream_is_a_fresh_epoch_each_iteration(tmp_path: Path) -> None:
     assert follow.epoch == 2, "without an epoch_fn: the loader's next_epoch"
 
 
+with contextlib.suppress(ImportError):
+    # Lightning imports torchvision where it is installed; the dev extra's is a CUDA build whose
+    # operators do not register beside the CPU torch (tests/torchclient/_torchvision.py).
+    _torchvision.torchvision()
 lightning = pytest.importorskip("lightning")
 
 
