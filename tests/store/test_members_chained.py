@@ -50,6 +50,15 @@ def _damage(cache: Path) -> None:
     (cache / INDEX_NAME).write_bytes(b"not a database" * 400)
 
 
+def _two_cuts(store: Store, objects: dict[str, bytes], at: int, end: int | None = None) -> None:
+    """Epoch 0 over the first ``at`` keys (sorted), epoch 1 after the keys up to ``end`` land."""
+    keys = sorted(objects)
+    admit(store, {k: objects[k] for k in keys[:at]})
+    assert store.cut() == 0
+    admit(store, {k: objects[k] for k in keys[at:end]})
+    assert store.cut() == 1
+
+
 @pytest.mark.parametrize("how", ["cut", "lookup"])
 def test_an_epoch_above_the_limit_damaged_right_after_its_cut_comes_back_whole(
         tmp_path: Path, how: str) -> None:
@@ -100,12 +109,8 @@ def test_more_changed_than_the_limit_is_left_to_the_keeper(tmp_path: Path) -> No
     previous cut, and the keeper writes the (whole) file."""
     cache = tmp_path / "cache"
     objects = make_objects(200, 100)
-    keys = sorted(objects)
     with open_store(cache) as store:
-        admit(store, {k: objects[k] for k in keys[:50]})
-        assert store.cut() == 0
-        admit(store, {k: objects[k] for k in keys[50:]})
-        assert store.cut() == 1
+        _two_cuts(store, objects, 50)
         assert not path_of(cache, 1).exists(), "150 new members: the keeper's"
         assert store.write_members() == [1]
         assert "base" not in _head(cache, 1)
@@ -147,12 +152,8 @@ def test_a_chained_file_whose_base_is_missing_is_refused(tmp_path: Path) -> None
     (never restored with part of its members), as a missing file's epoch was not before."""
     cache = tmp_path / "cache"
     objects = make_objects(160, 100)
-    keys = sorted(objects)
     with open_store(cache) as store:
-        admit(store, {k: objects[k] for k in keys[:80]})
-        assert store.cut() == 0
-        admit(store, {k: objects[k] for k in keys[80:]})
-        assert store.cut() == 1
+        _two_cuts(store, objects, 80)
     path_of(cache, 0).write_bytes(path_of(cache, 0).read_bytes().replace(b"train/", b"trAin/", 1))
     _damage(cache)
     with Store(cache, create=True) as store:
@@ -165,12 +166,8 @@ def test_a_retirement_killed_before_its_commit_gives_the_file_back(tmp_path: Pat
     renames the file back, so a damage before the keeper's next pass still restores it."""
     cache = tmp_path / "cache"
     objects = make_objects(160, 100)
-    keys = sorted(objects)
     with open_store(cache) as store:
-        admit(store, {k: objects[k] for k in keys[:80]})
-        assert store.cut() == 0
-        admit(store, {k: objects[k] for k in keys[80:]})
-        assert store.cut() == 1
+        _two_cuts(store, objects, 80)
         before = epoch_snapshot(store)
     memberfiles.remove(cache, [0])  # what retire() does before its commit
     assert not path_of(cache, 0).exists()
@@ -189,10 +186,7 @@ def test_a_rebuilt_epoch_is_a_base_for_the_next_cut(tmp_path: Path) -> None:
     objects = make_objects(240, 100)
     keys = sorted(objects)
     with open_store(cache, keep_epochs=3) as store:
-        admit(store, {k: objects[k] for k in keys[:80]})
-        assert store.cut() == 0
-        admit(store, {k: objects[k] for k in keys[80:160]})
-        assert store.cut() == 1
+        _two_cuts(store, objects, 80, 160)
     _damage(cache)
     restart_as_the_sampler(cache)
     with open_store(cache, keep_epochs=3) as store:
