@@ -31,10 +31,8 @@ from __future__ import annotations
 import concurrent.futures as cf
 import functools
 import os
-import time
-import weakref
 from collections import deque
-from collections.abc import Callable, Generator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -47,11 +45,11 @@ from .dataset import EpochDataset, Progress, print_progress
 from .decode import check_max_bytes
 from .epochplan import Balance, Partition, plan_batches, resolve_split
 from .globs import KeyFilter
-from .loader import EpochStats, RunBase
 from .lost import lost_aware, lost_error
 from .report import ClientReporter, report_url_from_env
 from .resume import OnResumeMismatch, Resumable
 from .retry import RETRY_SECONDS, check_retry_seconds, retrying, transient
+from .run import ArrayEpochRun, EpochStats, RunningEpoch
 
 
 def default_num_threads(local_size: int = 1) -> int:
@@ -208,13 +206,14 @@ class ArrayLoader(Resumable):
         self._ring: list[_Buffer] = []
         self._pool: cf.ThreadPoolExecutor | None = None
         self._stream: Any = None
-        self._active: weakref.ref[Generator[torch.Tensor, None, None]] | None = None
+        self._running = RunningEpoch()
 
     # ------------------------------------------------------------------ the epoch
     def epoch(self, epoch: int, *, jump: bool = False) -> ArrayEpochRun:
         """An iterable of the batches of epoch ``epoch``; the epoch is looked up when iteration starts.
         ``jump=True``: its cut may skip numbers (a resumed trainer's first epoch), as in EpochLoader."""
-        return ArrayEpochRun(self, _check_int("epoch", epoch, 0), jump=jump)
+        return ArrayEpochRun(self, _check_int("epoch", epoch, 0), jump=jump, resume=self._resume,
+                             running=self._running, start_reads=self._start_reads)
 
     def plan(self, epoch: int, *, jump: bool = False) -> tuple[EpochDataset, list[list[int]], int]:
         """Look up ``epoch`` (waiting for its cut) and compute this rank's batches of file indices.
@@ -243,6 +242,14 @@ class ArrayLoader(Resumable):
             self._stream = torch.cuda.Stream(self.device)
         return self.reader
 
+    def _start_reads(self, dataset: EpochDataset, batches: list[list[int]]) -> _Pipeline:
+        """Start reading ``batches`` (of ``dataset``'s file indices) on the threads, into the ring."""
+        reader = self._prepare(dataset)
+        assert self._pool is not None
+        base = str(dataset.dir) + os.sep
+        return _Pipeline(self, reader, [base + f for f in dataset.files], batches, pool=self._pool,
+                         ring=self._ring, new_buffer=self._new_buffer, stream=self._stream)
+
     def _new_buffer(self) -> _Buffer:
         assert self.reader is not None and self._tensor_dtype is not None
         tensor = torch.empty((self.batch_size, *self.reader.spec.shape), dtype=self._tensor_dtype,
@@ -257,9 +264,7 @@ class ArrayLoader(Resumable):
 
     def close(self) -> None:
         """Stop an unfinished epoch, the reader threads and the reporter (a later epoch starts them again)."""
-        active = self._active() if self._active is not None else None
-        if active is not None:
-            active.close()
+        self._running.close()
         pool, self._pool = self._pool, None
         if pool is not None:
             pool.shutdown(wait=True, cancel_futures=True)
@@ -274,28 +279,34 @@ class ArrayLoader(Resumable):
 
 @dataclass
 class _Pipeline:
-    """The batches of one epoch in flight: at most ``prefetch + 1`` buffers being filled or held."""
+    """The batches of one epoch in flight: at most ``prefetch + 1`` buffers being filled or held.
+
+    Given what it reads with (the threads, the ring, a maker of fresh buffers for ``copy=True``,
+    the CUDA side stream); of the loader it reads only the public settings."""
 
     loader: ArrayLoader
     reader: SampleReader
     paths: list[str]
     batches: list[list[int]]
+    pool: cf.ThreadPoolExecutor
+    ring: list[_Buffer]
+    new_buffer: Callable[[], _Buffer]
+    stream: Any
     free: deque[_Buffer] = field(default_factory=deque)
     pending: deque[_Batch] = field(default_factory=deque)
     held: _Buffer | None = None
     submitted: int = 0
 
     def __post_init__(self) -> None:
-        self.free.extend(self.loader._ring)
+        self.free.extend(self.ring)
         self.chunk = max(1, -(-self.loader.batch_size // (2 * self.loader.num_threads)))
 
     def _submit(self) -> None:
         """Start reading batches into free buffers (fresh ones with ``copy=True``), in order."""
-        loader, pool = self.loader, self.loader._pool
-        assert pool is not None
+        loader, pool = self.loader, self.pool
         while self.submitted < len(self.batches) and len(self.pending) <= loader.prefetch:
             if loader.copy:
-                buffer = loader._new_buffer()
+                buffer = self.new_buffer()
             elif self.free:
                 buffer = self.free.popleft()
             else:
@@ -342,7 +353,7 @@ class _Pipeline:
         """Copy a read batch to the device on the side stream; its buffer waits for the copy's event."""
         if batch.device_tensor is not None:
             return
-        stream = self.loader._stream
+        stream = self.stream
         with torch.cuda.stream(stream):
             out = torch.empty(host.shape, dtype=host.dtype, device=self.loader.device)
             out.copy_(host, non_blocking=True)
@@ -360,53 +371,3 @@ class _Pipeline:
             cf.wait(batch.futures)
             self.free.append(batch.buffer)
         self.pending.clear()
-
-
-class ArrayEpochRun(RunBase):
-    """The batches of one epoch of an :class:`ArrayLoader`; iterating again reads the epoch again
-    (the ring serves one epoch at a time: see :class:`RunBase`)."""
-
-    loader: ArrayLoader
-
-    def _batches(self) -> Generator[torch.Tensor, None, None]:
-        loader = self.loader
-        started = time.monotonic()
-        dataset, batches, padded = self._begin()
-        batches = batches[self.start_batch:]
-        self.dataset = dataset
-        stats = EpochStats(epoch=self.epoch, files=len(dataset), cut_wait_seconds=dataset.wait_seconds,
-                           padded=padded)
-        self.stats = stats
-        pipeline: _Pipeline | None = None
-        loader.reporter.reading(self.epoch)  # named in reports: the folder view's sign of a reader
-        try:
-            if batches:
-                reader = loader._prepare(dataset)
-                base = str(dataset.dir) + os.sep
-                pipeline = _Pipeline(loader, reader, [base + f for f in dataset.files], batches)
-            for indices in batches:
-                waiting = time.monotonic()
-                assert pipeline is not None
-                batch = pipeline.next()
-                dataset.renew_hold()  # after a FUSE server restart, hold the epoch on the new mount
-                waited = time.monotonic() - waiting
-                nbytes = sum(dataset.sizes[i] for i in indices)
-                stats.wait_seconds += waited
-                loader.reporter.add(samples=len(indices), nbytes=nbytes, wait_seconds=waited)
-                stats.batches += 1
-                stats.samples += len(indices)
-                stats.bytes += nbytes
-                stats.seconds = time.monotonic() - started
-                loader._resume_advance(len(indices))
-                yield batch
-            stats.complete = True
-            loader._resume_done()
-        finally:
-            if pipeline is not None:
-                pipeline.close()
-            dataset.release()  # the epoch is done with: the sidecar may retire it after the window
-            loader.reporter.done(self.epoch)
-            stats.seconds = time.monotonic() - started
-            loader.history.append(stats)
-            if loader.on_epoch_end is not None:
-                loader.on_epoch_end(stats)

@@ -22,10 +22,7 @@ data) as an :class:`EpochStats`, kept in ``history`` and passed to ``on_epoch_en
 from __future__ import annotations
 
 import os
-import time
-import weakref
-from collections.abc import Callable, Generator, Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -33,7 +30,7 @@ import torch
 from torch.utils.data import DataLoader, Dataset, Sampler
 
 from .collate import collate
-from .dataset import EpochDataset, Progress, _check_epoch, decimal_size, print_progress
+from .dataset import EpochDataset, Progress, _check_epoch, print_progress
 from .decode import MAX_ARRAY_BYTES, Decoder, check_max_bytes, load_sample, resolve_decoder
 from .epochplan import Balance, Partition, plan_batches, resolve_split
 from .globs import KeyFilter
@@ -42,59 +39,10 @@ from .layout import epoch_name
 from .report import ClientReporter, report_url_from_env
 from .resume import OnResumeMismatch, Resumable
 from .retry import RETRY_SECONDS, check_retry_seconds
+from .run import EpochRun, EpochStats, RunningEpoch
 from .workers import worker_failure
 
 _RESERVED_KWARGS = ("dataset", "batch_size", "shuffle", "sampler", "batch_sampler", "drop_last")
-
-
-@dataclass
-class EpochStats:
-    """What one epoch delivered to this rank, measured in the training process."""
-
-    epoch: int
-    files: int = 0
-    """Files in the epoch folder (the node's whole epoch, before the split over ranks)."""
-    samples: int = 0
-    """Samples delivered to this rank (repeats from padding included)."""
-    batches: int = 0
-    bytes: int = 0
-    """File bytes of the delivered samples (from the manifest sizes)."""
-    seconds: float = 0.0
-    """Wall time from the first lookup of the epoch to its last batch (cut wait included)."""
-    wait_seconds: float = 0.0
-    """Time the training process spent waiting for the next batch (time spent training excluded)."""
-    cut_wait_seconds: float = 0.0
-    """Part of ``seconds`` spent waiting for the epoch folder to appear (its cut)."""
-    padded: int = 0
-    """Samples repeated (or, negative, dropped) to equalise batch counts across ranks."""
-    complete: bool = False
-    """False when the consumer stopped early (break) or an error ended the epoch."""
-
-    @property
-    def reading_seconds(self) -> float:
-        """``seconds`` less the wait for the cut: the time the epoch took to read once it was there."""
-        return max(0.0, self.seconds - self.cut_wait_seconds)
-
-    @property
-    def mb_per_s(self) -> float:
-        """Throughput of the reading, the wait for the cut excluded (it said nothing of the data
-        path: an epoch that waited 20 s for its cut read at a tenth of its real rate)."""
-        return self.bytes / 1e6 / self.reading_seconds if self.reading_seconds > 0 else 0.0
-
-    @property
-    def samples_per_s(self) -> float:
-        return self.samples / self.reading_seconds if self.reading_seconds > 0 else 0.0
-
-    def line(self) -> str:
-        """One human line, the one the examples print; sizes and rates in the decimal unit that
-        fits (a small epoch read "0.0 MB in 0.05s = 0.1 MB/s"; now "44.0 kB ... = 880.0 kB/s")."""
-        rate = self.bytes / self.reading_seconds if self.reading_seconds > 0 else 0.0
-        return (f"epoch {self.epoch}: {self.samples} samples in {self.batches} batches "
-                f"({self.files} files in the epoch), {decimal_size(self.bytes)} in "
-                f"{self.reading_seconds:.2f}s = "
-                f"{decimal_size(rate)}/s, {self.samples_per_s:.0f} samples/s; "
-                f"waited {self.wait_seconds:.2f}s for data, {self.cut_wait_seconds:.2f}s for the cut before"
-                + ("" if self.complete else " [incomplete]"))
 
 
 class _PathDataset(Dataset[Any]):
@@ -132,6 +80,51 @@ class _PlanSampler(Sampler[list[Any]]):
 
     def __len__(self) -> int:
         return len(self.batches)
+
+
+class _Workers:
+    """The one persistent DataLoader of an :class:`EpochLoader` and the plan it iterates, handed to
+    each of its runs (:class:`~.run.Workers`). Kept across epochs, so the worker processes are too;
+    made again (by ``build``, from the loader's settings) after :meth:`close`."""
+
+    def __init__(self, build: Callable[[_PlanSampler], DataLoader[Any]]) -> None:
+        self._build = build
+        self._plan = _PlanSampler()
+        self._loader: DataLoader[Any] | None = None
+
+    def dataloader(self) -> DataLoader[Any]:
+        """The one DataLoader (worker processes start at its first iteration, not here)."""
+        if self._loader is None:
+            self._loader = self._build(self._plan)
+        return self._loader
+
+    @property
+    def current(self) -> DataLoader[Any] | None:
+        """The DataLoader while it is built (None after :meth:`close`, until the next epoch)."""
+        return self._loader
+
+    def serve(self, batches: list[list[Any]]) -> DataLoader[Any]:
+        """The DataLoader, its next iteration planned to load ``batches``."""
+        dataloader = self.dataloader()
+        self._plan.batches = batches
+        return dataloader
+
+    def failure(self, exc: Exception) -> Exception | None:
+        """The error to raise when a worker of the DataLoader died (None while all live), see
+        :func:`worker_failure` (private DataLoader state, read only)."""
+        iterator = getattr(self._loader, "_iterator", None)
+        return worker_failure(exc, list(getattr(iterator, "_workers", [])))
+
+    def close(self) -> None:
+        """Shut the worker processes down; the next epoch builds a DataLoader over a fresh plan."""
+        dataloader, self._loader = self._loader, None
+        if dataloader is not None:
+            iterator = getattr(dataloader, "_iterator", None)
+            shutdown = getattr(iterator, "_shutdown_workers", None)
+            if shutdown is not None:
+                shutdown()
+            dataloader._iterator = None
+        self._plan = _PlanSampler()
 
 
 def default_num_workers(local_size: int = 1) -> int:
@@ -248,27 +241,29 @@ class EpochLoader(Resumable):
         self.dataloader_options = options
         self.history: list[EpochStats] = []
         self.reporter = ClientReporter(url=report_url_from_env() if report else None)
-        self._plan = _PlanSampler()
-        self._loader: DataLoader[Any] | None = None
-        # The running epoch, weakly: a loop that breaks drops the generator (and records its stats) at once.
-        self._active: weakref.ref[Generator[Any, None, None]] | None = None
+        self._workers = _Workers(self._new_dataloader)
+        self._running = RunningEpoch()
         # Building the DataLoader now validates its options up front (workers start at the first epoch).
-        self._build_loader()
+        self._workers.dataloader()
 
-    def _build_loader(self) -> DataLoader[Any]:
-        """The one DataLoader (worker processes start at its first iteration, not here)."""
-        if self._loader is None:
-            dataset = _PathDataset(str(self.root), self.decoder, self.transform, self.retry_seconds)
-            self._loader = DataLoader(dataset, batch_sampler=self._plan, num_workers=self.num_workers,
-                                      **self.dataloader_options)
-        return self._loader
+    def _new_dataloader(self, plan: _PlanSampler) -> DataLoader[Any]:
+        """A DataLoader over this loader's settings, iterating ``plan`` (no worker started yet)."""
+        dataset = _PathDataset(str(self.root), self.decoder, self.transform, self.retry_seconds)
+        return DataLoader(dataset, batch_sampler=plan, num_workers=self.num_workers,
+                          **self.dataloader_options)
+
+    @property
+    def _loader(self) -> DataLoader[Any] | None:
+        """The DataLoader while built: the benchmarks and the tests read its worker processes."""
+        return self._workers.current
 
     def epoch(self, epoch: int, *, jump: bool = False) -> EpochRun:
         """An iterable of the batches of epoch ``epoch``; the epoch is looked up when iteration starts.
 
         ``jump=True``: a cut may skip numbers to reach it (a resumed trainer's first epoch, above the
         sidecar's newest + 1); otherwise only the next epoch is cut, as for a lookup."""
-        return EpochRun(self, _check_epoch(epoch), jump=jump)
+        return EpochRun(self, _check_epoch(epoch), jump=jump, resume=self._resume, running=self._running,
+                        workers=self._workers)
 
     def plan(self, epoch: int, *, jump: bool = False) -> tuple[EpochDataset, list[list[Any]], list[int], int]:
         """Look up ``epoch`` and compute this rank's batches of paths, their byte sizes and the padding.
@@ -291,145 +286,15 @@ class EpochLoader(Resumable):
         sizes = [sum(dataset.sizes[i] for i in chunk) for chunk in plan]
         return dataset, batches, sizes, padded
 
-    def _worker_failure(self, exc: Exception) -> Exception | None:
-        """The error to raise when a worker of the DataLoader died (None while all live), see
-        :func:`worker_failure` (private DataLoader state, read only)."""
-        iterator = getattr(self._loader, "_iterator", None)
-        return worker_failure(exc, list(getattr(iterator, "_workers", [])))
-
     def close(self) -> None:
         """Stop the worker processes (also done when the loader is garbage-collected). The workers
         first: while they are registered, torch's SIGCHLD handler raises wherever the main thread is
         when one of them dies (here, the reporter's join)."""
-        loader, self._loader = self._loader, None
-        if loader is not None:
-            iterator = getattr(loader, "_iterator", None)
-            shutdown = getattr(iterator, "_shutdown_workers", None)
-            if shutdown is not None:
-                shutdown()
-            loader._iterator = None
+        self._workers.close()
         self.reporter.close()
-        self._plan = _PlanSampler()
 
     def __enter__(self) -> EpochLoader:
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.close()
-
-
-class RunBase:
-    """What the runs of both loaders share: one epoch, asked for when iterated (or measured); an
-    unfinished previous epoch of the same loader is closed first (recorded as incomplete), since a
-    loader's workers or ring serve one epoch at a time; a loaded state (:mod:`.resume`) skips the
-    batches it consumed. Subclasses make the batches (``_batches``)."""
-
-    def __init__(self, loader: Any, epoch: int, *, jump: bool = False) -> None:
-        self.loader = loader
-        self.epoch = epoch
-        self.jump = jump
-        self.stats: EpochStats | None = None
-        self.dataset: EpochDataset | None = None
-        self.start_batch = 0
-        """Batches skipped at the start because a loaded state had consumed them (0 otherwise)."""
-        self._planned: tuple[Any, ...] | None = None
-        self._length: int | None = None
-
-    def __len__(self) -> int:
-        """The batches of this epoch for this rank (the same on every rank unless ``balance="none"``),
-        including any a resume skips, as ``len(StatefulDataLoader)``. Before iteration this looks the
-        epoch up (cutting it on the mount) and plans it, collectively when torch.distributed is
-        initialised; the iteration then uses that plan. Known once planned, it is not asked again."""
-        if self._length is None:
-            self._planned = self._lookup()
-            self._length = len(self._planned[1])
-        return self._length
-
-    def _lookup(self) -> tuple[Any, ...]:
-        """``loader.plan(epoch)``; a resumed epoch is allowed to be cut out of order (``jump``), and
-        one not on the node any more is an :class:`EpochResumeError` saying so."""
-        loader = self.loader
-        pending = loader._resume_pending(self.epoch)
-        try:
-            planned: tuple[Any, ...] = loader.plan(self.epoch, jump=self.jump or pending is not None)
-        except (FileNotFoundError, TimeoutError) as exc:
-            if pending is None or loader.on_resume_mismatch == "restart":
-                raise
-            raise loader._resume_gone(self.epoch, exc) from exc
-        return planned
-
-    def _begin(self) -> tuple[Any, ...]:
-        """The plan (made by ``len()`` or now) and the position: the batches already consumed skipped."""
-        planned = self._planned if self._planned is not None else self._lookup()
-        self._planned = None  # a second iteration looks the epoch up again
-        dataset, batches = planned[0], planned[1]
-        self._length = len(batches)
-        self.start_batch = self.loader._resume_start(self.epoch, dataset, len(batches))
-        return planned
-
-    def __iter__(self) -> Iterator[Any]:
-        """Start the epoch: the lookup of ``epoch-N`` happens now (unless ``len()`` made it)."""
-        previous = self.loader._active() if self.loader._active is not None else None
-        if previous is not None:
-            previous.close()
-        batches = self._batches()
-        self.loader._active = weakref.ref(batches)
-        return batches
-
-    def _batches(self) -> Generator[Any, None, None]:
-        raise NotImplementedError
-
-
-class EpochRun(RunBase):
-    """The batches of one epoch; iterate it once (a second iteration reads the same epoch again)."""
-
-    loader: EpochLoader
-
-    def _batches(self) -> Generator[Any, None, None]:
-        loader = self.loader
-        started = time.monotonic()
-        dataset, batches, sizes, padded = self._begin()
-        skip = self.start_batch
-        batches, sizes = batches[skip:], sizes[skip:]
-        self.dataset = dataset
-        stats = EpochStats(epoch=self.epoch, files=len(dataset), cut_wait_seconds=dataset.wait_seconds,
-                           padded=padded)
-        self.stats = stats
-        dataloader = loader._build_loader()
-        loader._plan.batches = batches
-        loader.reporter.reading(self.epoch)  # named in reports: the folder view's sign of a reader
-        try:
-            waiting = time.monotonic()
-            iterator = iter(dataloader)
-            for number, batch in enumerate(iterator):
-                dataset.renew_hold()  # after a FUSE server restart, hold the epoch on the new mount
-                waited = time.monotonic() - waiting
-                stats.wait_seconds += waited
-                loader.reporter.add(samples=len(batches[number]), nbytes=sizes[number], wait_seconds=waited)
-                stats.batches += 1
-                stats.samples += len(batches[number])
-                stats.bytes += sizes[number]
-                stats.seconds = time.monotonic() - started
-                loader._resume_advance(len(batches[number]))
-                yield batch
-                waiting = time.monotonic()
-            stats.wait_seconds += time.monotonic() - waiting
-            stats.complete = True
-            loader._resume_done()
-        except Exception as exc:
-            # A sample's error leaves the workers serving; a dead worker (killed, out of memory) breaks
-            # the DataLoader for good, so drop it: the next epoch starts fresh workers.
-            failure = loader._worker_failure(exc)
-            if failure is None:
-                raise
-            loader.close()
-            if failure is exc:
-                raise
-            raise failure from exc
-        finally:
-            dataset.release()  # the epoch is done with: the sidecar may retire it after the window
-            loader.reporter.done(self.epoch)
-            stats.seconds = time.monotonic() - started
-            loader.history.append(stats)
-            if loader.on_epoch_end is not None:
-                loader.on_epoch_end(stats)

@@ -18,6 +18,11 @@ down), the remaining samples cannot be produced. By default the iteration then r
 :class:`EpochResumeError` naming the epoch, the position and what was found, before any batch, so
 nothing trains on other data by surprise; ``on_resume_mismatch="restart"`` instead trains on epoch N
 as the node has it now, from its first batch (one WARNING line). docs/torchclient.md, "Resuming".
+
+Who holds what: each loader composes one :class:`ResumeTracker` (the position) and hands it to each
+of its epoch runs (:mod:`.run`), which ask it where to start and tell it each batch yielded; the
+loader's public ``state_dict``/``load_state_dict``/``next_epoch`` (:class:`Resumable`) read and set
+the same tracker. So the runs never touch the loader's private state, nor the loader the run's.
 """
 
 from __future__ import annotations
@@ -29,6 +34,7 @@ from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
 if TYPE_CHECKING:
+    from .dataset import EpochDataset
     from .epochplan import Balance, Partition
 
 log = logging.getLogger("epochfs.torchclient")
@@ -71,39 +77,26 @@ class Position:
     complete: bool = False
 
 
-class Resumable:
-    """The state methods of :class:`~.loader.EpochLoader` and :class:`~.arrayloader.ArrayLoader`.
+class ResumeTracker:
+    """The position of one loader: its running (or last) epoch's, updated as batches are yielded,
+    and a loaded position not applied yet (``pending``), which the next iteration of its epoch uses.
 
-    A loader keeps the position of its running (or last) epoch, updated as batches are yielded, and
-    a loaded position not applied yet (``pending``), which the next iteration of its epoch uses."""
+    One per loader, given to each of its runs; the settings the batches depend on are the loader's
+    and are passed in when a state is made or loaded, so the tracker never reads its owner."""
 
-    batch_size: int
-    seed: int
-    shuffle: bool
-    drop_last: bool
-    num_replicas: int
-    rank: int
-    partition: Partition
-    balance: Balance
-    on_resume_mismatch: OnResumeMismatch
-    _position: Position | None
-    _pending: Position | None
-    _digest_of: Any  # the dataset the position's digest is computed from, lazily
-
-    def _init_resume(self, on_resume_mismatch: str) -> None:
+    def __init__(self, on_resume_mismatch: str) -> None:
         if on_resume_mismatch not in ("raise", "restart"):
             raise ValueError(f"on_resume_mismatch must be 'raise' or 'restart', got {on_resume_mismatch!r}")
-        self.on_resume_mismatch = on_resume_mismatch  # type: ignore[assignment]
-        self._position = None
-        self._pending = None
-        self._digest_of = None
+        self.on_resume_mismatch: OnResumeMismatch = on_resume_mismatch  # type: ignore[assignment]
+        self._position: Position | None = None
+        self._pending: Position | None = None
+        self._digest_of: EpochDataset | None = None  # what the position's digest is computed from, lazily
 
-    # ------------------------------------------------------------------ the public side
-    def state_dict(self) -> dict[str, Any]:
-        """The position (epoch, batches and samples consumed by this rank), the epoch's identity and
-        the settings, as plain values. Cheap after the first call of an epoch (the digest is kept)."""
+    # ------------------------------------------------------------------ the loader's public side
+    def state_dict(self, loader: str, rank: int, settings: Mapping[str, Any]) -> dict[str, Any]:
+        """The state of :meth:`Resumable.state_dict`: ``loader`` is the loader's class name."""
         position = self._pending or self._position
-        state: dict[str, Any] = {"version": STATE_VERSION, "loader": type(self).__name__}
+        state: dict[str, Any] = {"version": STATE_VERSION, "loader": loader}
         if position is not None and position is self._position and self._digest_of is not None:
             dataset, self._digest_of = self._digest_of, None
             position.digest = epoch_digest(dataset.files, dataset.sizes)
@@ -111,29 +104,23 @@ class Resumable:
         state.update(epoch=None if position is None else fields["epoch"],
                      batches_yielded=fields["batches"], samples_yielded=fields["samples"],
                      batches=fields["total"], complete=fields["complete"], files=fields["files"],
-                     digest=fields["digest"], rank=self.rank)
-        state.update({name: getattr(self, name) for name in SETTINGS})
+                     digest=fields["digest"], rank=rank)
+        state.update({name: settings[name] for name in SETTINGS})
         return state
 
-    def load_state_dict(self, state_dict: Mapping[str, Any]) -> None:
-        """Continue from ``state_dict``: the next iteration of its epoch skips the batches it consumed.
-
-        Settings that change the batches (batch size, seed, shuffle, drop_last, world size,
-        partition, balance) must be the loader's: otherwise ValueError naming them. A state from
-        another rank is accepted when the batch counts are equal across ranks (``balance`` "pad" or
-        "truncate"): the position is then the same on every rank, as in a checkpoint written by rank
-        0 only (Lightning's); only the batch count, not the file list, can be checked then."""
+    def load_state_dict(self, state_dict: Mapping[str, Any], rank: int, settings: Mapping[str, Any]) -> None:
+        """:meth:`Resumable.load_state_dict` against this loader's ``rank`` and ``settings``."""
         state = dict(state_dict)
         if state.get("version") != STATE_VERSION:
             raise ValueError(f"loader state version {state.get('version')!r} is not {STATE_VERSION} "
                              "(made by another epochfs?)")
-        differ = [f"{name}={state.get(name)!r} (this loader: {getattr(self, name)!r})"
-                  for name in SETTINGS if state.get(name) != getattr(self, name)]
+        differ = [f"{name}={state.get(name)!r} (this loader: {settings[name]!r})"
+                  for name in SETTINGS if state.get(name) != settings[name]]
         if differ:
             raise ValueError("the loader state was made with other settings, so its remaining batches "
                              f"would not be these: {', '.join(differ)}")
-        if state.get("rank") != self.rank and self.balance == "none":
-            raise ValueError(f"the loader state is rank {state.get('rank')}'s and this is rank {self.rank}: "
+        if state.get("rank") != rank and settings["balance"] == "none":
+            raise ValueError(f"the loader state is rank {state.get('rank')}'s and this is rank {rank}: "
                              "with balance='none' ranks' batch counts differ, so load each rank's own state")
         if state.get("epoch") is None:
             self._position = self._pending = None
@@ -142,7 +129,7 @@ class Resumable:
                             samples=int(state["samples_yielded"]), total=state.get("batches"),
                             files=state.get("files"), digest=state.get("digest"),
                             complete=bool(state.get("complete")))
-        if state.get("rank") != self.rank:
+        if state.get("rank") != rank:
             position.files = position.digest = None  # another rank's node may hold other files
         self._digest_of = None
         if position.complete or position.batches == 0:
@@ -152,15 +139,14 @@ class Resumable:
 
     @property
     def next_epoch(self) -> int:
-        """The epoch a training loop should iterate next: the loaded or running epoch while it is
-        unfinished, the one after it once it completed; 0 before any."""
+        """:attr:`Resumable.next_epoch`."""
         position = self._pending or self._position
         if position is None:
             return 0
         return position.epoch + 1 if position.complete else position.epoch
 
-    # ------------------------------------------------------------------ used by the runs
-    def _resume_pending(self, epoch: int) -> Position | None:
+    # ------------------------------------------------------------------ the runs' side
+    def pending(self, epoch: int) -> Position | None:
         """The loaded position if it is ``epoch``'s; a pending one of another epoch is dropped."""
         pending = self._pending
         if pending is not None and pending.epoch != epoch:
@@ -170,9 +156,12 @@ class Resumable:
             self._pending = pending = None
         return pending
 
-    def _resume_gone(self, epoch: int, exc: BaseException) -> EpochResumeError:
+    def gone(self, epoch: int, exc: BaseException) -> EpochResumeError | None:
+        """The error for a pending position whose epoch the lookup did not find (``exc``); None
+        when nothing is pending or ``on_resume_mismatch="restart"`` (the lookup's error stands)."""
         pending = self._pending
-        assert pending is not None
+        if pending is None or self.on_resume_mismatch == "restart":
+            return None
         return EpochResumeError(
             f"cannot resume epoch {epoch} at batch {pending.batches} of {pending.total}: the epoch is not on "
             f"this node any more ({exc}). Its remaining samples are gone with it (a drained node, a cold "
@@ -180,12 +169,12 @@ class Resumable:
             f"on epoch {epoch} as the sidecar cuts it now, from its first batch; or iterate a newer epoch "
             f"(the loaded state is then not used)", epoch, pending.batches)
 
-    def _resume_start(self, epoch: int, dataset: Any, total: int) -> int:
+    def start(self, epoch: int, dataset: EpochDataset, total: int) -> int:
         """Begin ``epoch`` (planned: ``total`` batches of ``dataset``): the batches to skip.
 
         Checks a pending position against the epoch found; on a mismatch raises EpochResumeError,
         or with ``on_resume_mismatch="restart"`` logs one line and starts from the first batch."""
-        pending = self._resume_pending(epoch)
+        pending = self.pending(epoch)
         self._pending = None
         self._position = Position(epoch=epoch, total=total, files=len(dataset))
         self._digest_of = dataset
@@ -216,13 +205,66 @@ class Resumable:
         self._position.batches, self._position.samples = skip, pending.samples
         return skip
 
-    def _resume_advance(self, samples: int) -> None:
+    def advance(self, samples: int) -> None:
         """A batch of ``samples`` was yielded (it counts as consumed from now on)."""
         position = self._position
         if position is not None:
             position.batches += 1
             position.samples += samples
 
-    def _resume_done(self) -> None:
+    def done(self) -> None:
+        """The epoch's last batch was yielded: the next state points to the epoch after it."""
         if self._position is not None:
             self._position.complete = True
+
+
+class Resumable:
+    """The state methods of :class:`~.loader.EpochLoader` and :class:`~.arrayloader.ArrayLoader`,
+    over the loader's :class:`ResumeTracker` (made by ``_init_resume``, handed to its runs)."""
+
+    batch_size: int
+    seed: int
+    shuffle: bool
+    drop_last: bool
+    num_replicas: int
+    rank: int
+    partition: Partition
+    balance: Balance
+    _resume: ResumeTracker
+
+    def _init_resume(self, on_resume_mismatch: str) -> None:
+        self._resume = ResumeTracker(on_resume_mismatch)
+
+    def _settings(self) -> dict[str, Any]:
+        """The settings the batches depend on (:data:`SETTINGS`), as they are now."""
+        return {name: getattr(self, name) for name in SETTINGS}
+
+    @property
+    def on_resume_mismatch(self) -> OnResumeMismatch:
+        """What a resume does when its epoch is gone or differs: "raise" or "restart"."""
+        return self._resume.on_resume_mismatch
+
+    @on_resume_mismatch.setter
+    def on_resume_mismatch(self, value: OnResumeMismatch) -> None:
+        self._resume.on_resume_mismatch = value
+
+    def state_dict(self) -> dict[str, Any]:
+        """The position (epoch, batches and samples consumed by this rank), the epoch's identity and
+        the settings, as plain values. Cheap after the first call of an epoch (the digest is kept)."""
+        return self._resume.state_dict(type(self).__name__, self.rank, self._settings())
+
+    def load_state_dict(self, state_dict: Mapping[str, Any]) -> None:
+        """Continue from ``state_dict``: the next iteration of its epoch skips the batches it consumed.
+
+        Settings that change the batches (batch size, seed, shuffle, drop_last, world size,
+        partition, balance) must be the loader's: otherwise ValueError naming them. A state from
+        another rank is accepted when the batch counts are equal across ranks (``balance`` "pad" or
+        "truncate"): the position is then the same on every rank, as in a checkpoint written by rank
+        0 only (Lightning's); only the batch count, not the file list, can be checked then."""
+        self._resume.load_state_dict(state_dict, self.rank, self._settings())
+
+    @property
+    def next_epoch(self) -> int:
+        """The epoch a training loop should iterate next: the loaded or running epoch while it is
+        unfinished, the one after it once it completed; 0 before any."""
+        return self._resume.next_epoch

@@ -13,7 +13,31 @@ the state methods are the loader's. Imports nothing of any framework.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol
+
+if TYPE_CHECKING:
+    from .run import RunBase
+
+
+class StreamLoader(Protocol):
+    """What a stream uses of its loader (both loaders have it): their public epoch and state methods."""
+
+    @property
+    def next_epoch(self) -> int:
+        """The epoch to iterate next (:mod:`.resume`)."""
+        ...
+
+    def epoch(self, epoch: int, *, jump: bool = False) -> RunBase:
+        """The run of ``epoch``."""
+        ...
+
+    def state_dict(self) -> dict[str, Any]:
+        """The loader's position."""
+        ...
+
+    def load_state_dict(self, state_dict: Mapping[str, Any]) -> None:
+        """Continue from a position."""
+        ...
 
 
 class EpochStream:
@@ -21,12 +45,12 @@ class EpochStream:
     ``epoch_fn``); ``len()`` is that epoch's batches for this rank (:meth:`RunBase.__len__`, which
     looks the epoch up then); ``state_dict``/``load_state_dict`` are the loader's."""
 
-    def __init__(self, loader: Any, epoch_fn: Callable[[], int | None] | None = None, *,
+    def __init__(self, loader: StreamLoader, epoch_fn: Callable[[], int | None] | None = None, *,
                  jump: bool = False) -> None:
         self.loader = loader
         self.epoch_fn = epoch_fn
         self.jump = jump
-        self._run: Any = None
+        self._run: RunBase | None = None
 
     @property
     def epoch(self) -> int | None:
@@ -36,7 +60,7 @@ class EpochStream:
         epoch = self.epoch_fn()
         return None if epoch is None else int(epoch)
 
-    def run(self) -> Any:
+    def run(self) -> RunBase | None:
         """The run of :attr:`epoch` (one per epoch, so ``len()`` and the iteration share its plan);
         once training is over (``epoch`` None), the last run, so that a framework's ``len()`` at
         its teardown never looks up an epoch nobody will read."""
@@ -52,7 +76,9 @@ class EpochStream:
     def __iter__(self) -> Iterator[Any]:
         if self.epoch is None:
             return iter(())
-        return iter(self.run())  # a second iter() before any batch (Lightning's) reuses the plan
+        run = self.run()
+        assert run is not None  # an epoch to read has its run
+        return iter(run)  # a second iter() before any batch (Lightning's) reuses the plan
 
     def state_dict(self) -> dict[str, Any]:
         return dict(self.loader.state_dict())
