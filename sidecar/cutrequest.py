@@ -42,8 +42,6 @@ from urllib.parse import parse_qs
 from epochfs.sidecar.store import MAX_JUMP, EpochInfo
 from epochfs.torchclient.layout import MAX_EPOCH, parse_epoch_name
 
-CUT_PATH = "/v1/cut"
-
 
 class CutStore(Protocol):
     """What answering a cut request needs of the store."""

@@ -239,7 +239,7 @@ class Downloader:
             raise
         version = (reader.etag or cand.version).strip('"')
         digest = f"{plan.algorithm}:{got}"
-        checksum = SIZE_ONLY if kind == checksums.SIZE_ONLY else digest
+        checksum = SIZE_ONLY if kind == SIZE_ONLY else digest
         return Admission(cand.key, cand.sid, total, checksum, version, temp, digest=digest, verified=kind)
 
     def _verify(self, cand: Candidate, temp: Path, plan: checksums.Plan, got: str,
@@ -258,10 +258,10 @@ class Downloader:
         if multipart is not None and first is not None:
             if first <= 0 < cand.size:
                 self._no_part_sizes(cand, first)
-                return checksums.SIZE_ONLY
+                return SIZE_ONLY
             self._verify_parts(cand, temp, multipart, self.remote, first)
             return checksums.ETAG_MULTIPART
-        return checksums.SIZE_ONLY
+        return SIZE_ONLY
 
     def _no_part_sizes(self, cand: Candidate, first: int) -> None:
         """The remote says a part of a non-empty multipart object is ``first`` bytes: the sizes of

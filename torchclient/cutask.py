@@ -23,11 +23,10 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlparse
 
+from .layout import CUT_PATH
 from .report import report_url_from_env
 
 log = logging.getLogger("epochfs.torchclient")
-
-CUT_PATH = "/v1/cut"
 
 
 def sidecar_url_from_env() -> str | None:

@@ -39,7 +39,10 @@ siblings in that list: the same in every epoch of the cache, never renumbered. B
 list by :func:`format_classes`; :func:`read_classes` reads it.
 
 Looking up ``root/epoch-N`` for N above the newest asks the sidecar for a cut; that is why
-:func:`epoch_exists` is a plain ``stat`` and never a directory listing of ``root``.
+:func:`epoch_exists` is a plain ``stat`` and never a directory listing of ``root``. A folder the
+sidecar publishes (``--view folder``) sees no lookup: the client asks ``POST`` :data:`CUT_PATH`
+``?epoch=N`` of the sidecar instead (``torchclient/cutask.py`` asks, ``sidecar/cutrequest.py``
+answers).
 """
 
 from __future__ import annotations
@@ -67,6 +70,8 @@ same number (``sidecar/store/epochs.py``: it imports nothing of the client) and 
 above it; ``tests/torchclient/test_layout.py`` checks they agree."""
 MANIFEST_VERSION = 1
 MANIFEST_MAGIC = f"#epochfs-manifest v{MANIFEST_VERSION}"
+CUT_PATH = "/v1/cut"
+"""The sidecar's endpoint that stands in for a lookup of ``epoch-N`` on a published folder."""
 
 _NUMBER = r"(0|[1-9][0-9]{0,8})"
 _EPOCH_NAME = re.compile(EPOCH_PREFIX + _NUMBER)

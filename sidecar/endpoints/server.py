@@ -19,13 +19,14 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry
 
-from epochfs.sidecar.cutrequest import CUT_PATH, CutRequest
+from epochfs.sidecar.cutrequest import CutRequest
 from epochfs.sidecar.endpoints.conn import BODY, BUSY, Conn
 from epochfs.sidecar.endpoints.connections import ConnectionLoop
 from epochfs.sidecar.endpoints.http11 import Limits, Refusal, Reply, parse_head, text_reply
 from epochfs.sidecar.endpoints.report import CLIENT_REPORT_PATH, ClientReport
 from epochfs.sidecar.endpoints.workers import Check, Flight, Worker, check_reply, metrics_reply
 from epochfs.sidecar.metrics import EndpointMetrics, endpoint_metrics
+from epochfs.torchclient.layout import CUT_PATH
 
 log = logging.getLogger("epochfs.endpoints")
 

@@ -71,16 +71,19 @@ class ListingThread(threading.Thread):
 
     def __init__(self, lister: Lister, *, interval: float = 0.0, prepared: object = None,
                  on_complete: Callable[[CatalogReport], None] | None = None,
-                 rng: random.Random | None = None, served: int | None = None) -> None:
+                 rng: random.Random | None = None, served: int | None = None,
+                 running: threading.Event | None = None) -> None:
         """``served``: the relist requests already served (None: those the index counts when the
         thread starts); a listing process started again passes the sampler's count, so that a
-        request made while no listing process ran is served."""
+        request made while no listing process ran is served. ``running``: the event to set while
+        a listing runs (None: one of its own), made before the thread so that the sampler is
+        given it at its construction."""
         super().__init__(name="listing", daemon=True)
         self.lister = lister
         self.interval = interval
         self.on_complete = on_complete
         self._prepared = prepared
-        self.running = threading.Event()
+        self.running = running if running is not None else threading.Event()
         """Set while a listing runs (the fetch order looks for new keys sooner meanwhile)."""
         self.completed = 0
         self.fatal: BaseException | None = None

@@ -90,7 +90,7 @@ class Lister:
         self.progress_every = progress_every
         self.on_page = on_page
         self.yield_to = yield_to
-        """True while the sampler fetches (``epochfs sample`` sets it): the listers then leave
+        """True while the sampler fetches (``epochfs sample`` passes it): the listers then leave
         the index free between their commits (``INDEX_SHARE``)."""
         self._commit = threading.Lock()
         self._waiting: list[_Done] = []

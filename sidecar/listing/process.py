@@ -84,18 +84,23 @@ class ListingProcess:
 
     ``served``: the relist requests already served when the sampler started (``epochfs relist``):
     each child starts from this, not from what the index says when it starts, so that a request
-    made while a child was down or starting is still served."""
+    made while a child was down or starting is still served.
+
+    ``fetching``: whether the sampler fetches (None: never); the child's listers then leave it the
+    index a share of the time (``INDEX_SHARE``). ``running``: the event to set while a listing runs
+    in the child (None: one of its own). Both are made before this object and the sampler, which
+    is given them at its construction."""
 
     def __init__(self, settings: SamplerSettings, *, stop: threading.Event, grace: float,
-                 served: int, rng: random.Random | None = None) -> None:
+                 served: int, rng: random.Random | None = None,
+                 fetching: Callable[[], bool] | None = None,
+                 running: threading.Event | None = None) -> None:
         self.settings = settings
         self.served = served
         self.stop = stop
-        self.fetching: Callable[[], bool] = lambda: False
-        """Whether the sampler fetches (set before :meth:`start`): the listers then leave it the
-        index a share of the time (``INDEX_SHARE``)."""
+        self._fetching: Callable[[], bool] = fetching or (lambda: False)
         self.grace = grace
-        self.running = threading.Event()
+        self.running = running if running is not None else threading.Event()
         """Set while a listing runs in the child (the fetch order looks for new keys sooner)."""
         self.fatal: BaseException | None = None
         self._prepared: object = None
@@ -210,7 +215,7 @@ class ListingProcess:
             conn.send(("start", prepared, self._index_header, self.served))
             told: bool | None = None
             while not self.stop.is_set():
-                fetching = bool(self.fetching())
+                fetching = bool(self._fetching())
                 if fetching != told:
                     conn.send(("fetching", fetching))
                     told = fetching

@@ -41,7 +41,8 @@ Unavailable   connection refused/reset, timeout, other 5xx               retries
                                                                          toward an outage
 ============  =========================================================  ============================
 
-Nothing here imports the rest of epochfs.
+Of the rest of epochfs this imports only :data:`BLOCK`, from the store: the store reads and hashes
+at the same size, and it may import nothing above it.
 """
 
 from __future__ import annotations
@@ -51,8 +52,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import ClassVar, Protocol
 
-BLOCK = 1 << 20
-"""Bytes handed from the network to the writer at a time (hashing and writing release the GIL)."""
+from epochfs.sidecar.store.digests import BLOCK  # what a reader hands the writer at a time
 
 
 @dataclass(frozen=True)

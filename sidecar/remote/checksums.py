@@ -32,14 +32,11 @@ import hashlib
 from dataclasses import dataclass
 from pathlib import Path
 
-from epochfs.sidecar.store import digests, records
+from epochfs.sidecar.store import digests
 from epochfs.sidecar.store.digests import Hasher
 
 ETAG_MD5 = "etag-md5"
 ETAG_MULTIPART = "etag-multipart"
-SIZE_ONLY = records.SIZE_ONLY
-"""The kind when nothing vouched for the bytes beyond their size: the store's word, which the
-manifest then shows as the sample's checksum too (one string, one home: the store's records)."""
 
 MAX_PART_HEADS = 256
 """Most parts whose sizes are asked one by one when the parts are not all of the first part's size
@@ -133,7 +130,6 @@ __all__ = [
     "ETAG_MULTIPART",
     "FULL_OBJECT",
     "MAX_PART_HEADS",
-    "SIZE_ONLY",
     "Hasher",
     "Plan",
     "choose",

@@ -188,6 +188,18 @@ def run_sample(settings: SamplerSettings) -> int:
     lock_fd: int | None = None
     catalog_store: Store | None = None
     listing_process: ListingProcess | None = None
+    # What the listing and the sampler share, made before either: the listing sets ``running``
+    # while it adds keys (the fetch order then looks for new keys sooner); the listers ask
+    # ``fetching`` before each commit (while the sampler fetches they leave it the index a share
+    # of the time). The listers are made before the sampler (the listing's discovery comes
+    # first, and a listing process starts sooner still), so ``fetching`` answers False until
+    # the sampler is made, as no sampler fetches before then.
+    listing_running = threading.Event()
+    sampler: Sampler | None = None
+
+    def fetching() -> bool:
+        return sampler is not None and sampler.fetching()
+
     try:
         lock_fd = _lock_cache(settings.cache)
         store.check_index()  # a damaged index is replaced (one log line), never a crash loop
@@ -203,7 +215,8 @@ def run_sample(settings: SamplerSettings) -> int:
             from epochfs.sidecar.listing.process import ListingProcess
 
             listing_process = ListingProcess(settings, stop=stop, grace=STOP_GRACE,
-                                             served=catalog_store.listings().relist_requests())
+                                             served=catalog_store.listings().relist_requests(),
+                                             running=listing_running, fetching=fetching)
             listing_process.spawn()  # its start-up overlaps the discovery pages below
         try:
             remote = open_remote(
@@ -216,7 +229,7 @@ def run_sample(settings: SamplerSettings) -> int:
             lister = Lister(catalog_store, listing_source(settings, remote, stop=stop), seed=settings.seed,
                             shard_index=settings.shard_index, shard_count=settings.shard_count,
                             object_limit=settings.object_limit, threads=settings.list_threads, stop=stop,
-                            include=settings.include, exclude=settings.exclude)
+                            include=settings.include, exclude=settings.exclude, yield_to=fetching)
             # Finding the spans lists a little (folders) here, so a remote that cannot be listed
             # at all is a bad setting (exit 2); the pages are listed beside the sampler.
             prepared = lister.prepare() if lister.needed() else None
@@ -246,21 +259,20 @@ def run_sample(settings: SamplerSettings) -> int:
             settings=settings,
             stop=stop,
             progress_every=settings.progress_seconds,
+            listing=listing_running.is_set,
         )
         listing: ListingThread | ListingProcess
         if listing_process is not None:
             listing = listing_process
-            listing.fetching = sampler.fetching
             header = lister.source.header if isinstance(lister.source, IndexSource) else None
             listing.start(prepared, index_header=header)
         else:
             listing = ListingThread(lister, interval=settings.relist_interval, prepared=prepared,
-                                    on_complete=lambda report: check_capacity(settings, report))
-            lister.yield_to = sampler.fetching  # the listers leave it the index a share of the time
+                                    on_complete=lambda report: check_capacity(settings, report),
+                                    running=listing_running)
             if prepared is not None:
                 listing.running.set()  # until the thread takes over: the first pages come soon
             listing.start()
-        sampler.order.listing = listing.running.is_set  # read from sampler.run() on
         try:
             sampler.run()
         except LocalWriteError as e:

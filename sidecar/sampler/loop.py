@@ -83,7 +83,11 @@ class Sampler:
         stop: threading.Event,
         progress_every: float = 5.0,
         breaker: OutageBreaker | None = None,
+        listing: Callable[[], bool] | None = None,
     ) -> None:
+        """``listing``: True while a listing adds keys to the catalog (``epochfs sample`` passes
+        the listing's ``running``); the fetch order then looks for new keys sooner. None: no
+        listing runs beside this sampler."""
         if progress_every <= 0:
             raise ValueError("progress_every must be positive")
         self.store = store
@@ -107,7 +111,7 @@ class Sampler:
         self.admitter = Admitter(reservations=self.reservations, on_batch=self._admitted,
                                  on_failure=self._admit_failed)
         self.order = FetchOrder(store=store, schedule_mode=settings.schedule is not None,
-                                busy=self._busy, inflight=lambda: len(self._inflight))
+                                busy=self._busy, inflight=lambda: len(self._inflight), listing=listing)
         self._refetch: queue.SimpleQueue[Candidate] = queue.SimpleQueue()
         """Keys of damaged objects the scrub evicted, to fetch again first."""
         self.scrubber = (Scrubber(store=store, rate=settings.scrub_rate, stop=stop,

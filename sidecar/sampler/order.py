@@ -141,8 +141,8 @@ class FetchOrder:
         """Schedule mode: the candidates come from the window after the next epoch's."""
         self.passes = 0
         self._exhausted_at: float | None = None
-        self.listing: Callable[[], bool] = listing or (lambda: False)
-        """True while a listing adds keys to the catalog (set by ``epochfs sample``)."""
+        self._listing: Callable[[], bool] = listing or (lambda: False)
+        """True while a listing adds keys to the catalog (the listing's ``running``)."""
 
     def next(self) -> Candidate | None:
         """The next key to fetch, or None when the catalog has nothing left to fetch right now."""
@@ -209,7 +209,7 @@ class FetchOrder:
         return 0 if self._cursor is None else self.store.last_catalog_row()
 
     def _snapshot_rows(self) -> list[tuple[int, Candidate]]:
-        listing = self.listing()
+        listing = self._listing()
         room = MAX_OWED - len(self._owed)
         limit = LISTING_REFILL if listing else REFILL
         pace, left = self._pace() if listing else (None, None)
@@ -269,7 +269,7 @@ class FetchOrder:
         restart from leaving owed keys for the next pass."""
         value, at = self._offered_recorded
         now = time.monotonic()
-        if value == self._offered or now - at < OFFERED_EVERY or not self.listing():
+        if value == self._offered or now - at < OFFERED_EVERY or not self._listing():
             return
         self._offered_recorded = (value, now)
         # Owed keys held in memory are lost with a stop: a restart looks at their rows again.
@@ -282,7 +282,7 @@ class FetchOrder:
         self._offered_recorded = (self._offered, now)
 
     def _refill(self) -> bool:
-        wait = LISTING_WAIT if self.listing() else EXHAUSTED_WAIT
+        wait = LISTING_WAIT if self._listing() else EXHAUSTED_WAIT
         if self._exhausted_at is not None and time.monotonic() - self._exhausted_at < wait:
             return False
         rows = self._schedule_rows() if self.schedule_mode else self._snapshot_rows()

@@ -27,6 +27,10 @@ from collections.abc import Callable
 from typing import Any, Protocol
 
 MD5 = "md5"
+BLOCK = 1 << 20
+"""Bytes hashed at a time: the downloader's blocks from the network (the remote hands them on at
+this size) and the scrub's from the disk. hashlib and awscrt release the GIL for blocks this
+large, so the hashing of one fetch runs beside the others' network reads."""
 
 
 class Hasher(Protocol):
@@ -126,6 +130,7 @@ def hasher(digest: str) -> tuple[Hasher, str, str] | None:
 
 
 __all__ = [
+    "BLOCK",
     "MD5",
     "Hasher",
     "available",

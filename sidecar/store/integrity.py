@@ -28,14 +28,13 @@ from collections.abc import Callable
 from pathlib import Path
 
 from epochfs.sidecar.store import digests, journal, repairlog
+from epochfs.sidecar.store.digests import BLOCK
 from epochfs.sidecar.store.index import Index
 from epochfs.sidecar.store.objects import ObjectFiles, object_name
 from epochfs.sidecar.store.records import Admission, Candidate, FileEntry, StoredObject, TakenOut
 
 QUARANTINE_DIR = "quarantine"
 QUARANTINE_LOG = "quarantine.log"
-BLOCK = 1 << 20
-"""Bytes read and hashed at a time (hashlib releases the GIL for blocks this large)."""
 
 Pace = Callable[[int], bool]
 """Called with each block's size before it is hashed; False stops the check (the scrub's rate

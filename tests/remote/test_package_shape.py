@@ -4,9 +4,10 @@
   the downloader (a cycle ties modules that cannot then be read, tested or moved one at a time;
   ``listing/indexfile`` and ``listing/inventory`` imported each other);
 - each constant in one home: a name given a literal value in one of these modules is not given
-  the same literal again in another, nor in the store the downloader records into (a copy
-  drifts: the pages of a stream, the block size and ``size-only`` were each written two to four
-  times); one name for two different things (each module's ``POLL``) is not a copy;
+  the same literal again in another, nor in the store the downloader records into, nor in the
+  modules beside them that held a copy (``SHARING``) (a copy drifts: the pages of a stream, the
+  block size, ``size-only`` and the cut request's path were each written two to four times); one
+  name for two different things (each module's ``POLL``) is not a copy;
 - no object of these modules reads another's private attributes (``filt._lock``): what two
   objects share is a method or a constructor argument, so either can change its insides.
 
@@ -27,6 +28,16 @@ ROOT = Path(__file__).resolve().parents[2]
 PACKAGES = ("epochfs.sidecar.remote", "epochfs.sidecar.listing", "epochfs.sidecar.download")
 FILES = sorted([*ROOT.glob("sidecar/remote/*.py"), *ROOT.glob("sidecar/listing/*.py"),
                 ROOT / "sidecar" / "download.py"])
+SHARING = [ROOT / "sidecar" / "store" / "digests.py", ROOT / "sidecar" / "store" / "integrity.py",
+           ROOT / "sidecar" / "cutrequest.py", ROOT / "torchclient" / "cutask.py",
+           ROOT / "torchclient" / "layout.py"]
+"""Modules beside these packages that held a copy of one of their constants or of each other's:
+the store's scrub its block size (``BLOCK``), both ends of the cut request its path (``CUT_PATH``)."""
+APART = {
+    "MAX_EPOCH": "the store imports nothing of the torch client, the client nothing of the sidecar; "
+                 "tests/torchclient/test_layout.py checks the two agree",
+}
+"""Constants kept in two homes on purpose, each with the reason: no module both sides may import."""
 STORE_EXPORTS = ROOT / "sidecar" / "store" / "__init__.py"
 LITERAL_NODES = (ast.Constant, ast.BinOp, ast.UnaryOp, ast.operator, ast.unaryop, ast.Tuple, ast.Load)
 """A value written out (``1000``, ``1 << 20``, ``"size-only"``, ``(0.5, 30.0)``), not computed
@@ -88,14 +99,15 @@ def _store_constants() -> dict[tuple[str, object], str]:
 
 def test_each_constant_has_one_home() -> None:
     homes: dict[tuple[str, object], list[str]] = defaultdict(list)
-    for path in FILES:
+    for path in [*FILES, *SHARING]:
         for constant, line in _literal_constants(path).items():
             homes[constant].append(f"{path.relative_to(ROOT)}:{line}")
-    assert homes[("BLOCK", repr(1 << 20))]  # the scan reads what it should
+    assert homes[("BLOCK", repr(1 << 20))] and homes[("CUT_PATH", repr("/v1/cut"))]  # the scan reads
+    scanned = {f"epochfs.{p.relative_to(ROOT).with_suffix('').as_posix().replace('/', '.')}" for p in SHARING}
     for constant, module in _store_constants().items():
-        if constant in homes:
+        if constant in homes and module not in scanned:
             homes[constant].append(f"{module} (the store's)")
-    copies = {name: where for (name, _), where in homes.items() if len(where) > 1}
+    copies = {name: where for (name, _), where in homes.items() if len(where) > 1 and name not in APART}
     assert not copies, "\n".join(f"{name}: {', '.join(where)}" for name, where in sorted(copies.items()))
 
 

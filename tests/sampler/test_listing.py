@@ -14,13 +14,13 @@ from pathlib import Path
 import pytest
 from common import wait_until
 from inprocess import settings_for, start_recording
-from paged_remote import PagedMemoryRemote
 
 from epochfs.sidecar import keyorder
 from epochfs.sidecar.catalog import build_catalog
 from epochfs.sidecar.config import SamplerSettings
 from epochfs.sidecar.listing import Lister, ListingThread, source_for
 from epochfs.sidecar.remote import RemoteObject
+from epochfs.sidecar.remote.testing import PagedMemoryRemote
 from epochfs.sidecar.sampler import Sampler
 from epochfs.sidecar.sampler import order as order_module
 from epochfs.sidecar.sampler.order import skew_cap
@@ -51,8 +51,8 @@ def sampling_while_listing(cache: Path, remote: PagedMemoryRemote,
     lst = Lister(store, source_for(remote), seed=settings.seed, threads=4, stop=stop)
     prepared = lst.prepare() if lst.needed() else None
     listing = ListingThread(lst, prepared=prepared)
-    sampler = Sampler(store=store, remote=remote, settings=settings, stop=stop)
-    sampler.order.listing = listing.running.is_set
+    sampler = Sampler(store=store, remote=remote, settings=settings, stop=stop,
+                      listing=listing.running.is_set)
     listing.start()
     thread, errors = start_recording(sampler.run)
     try:
@@ -78,7 +78,9 @@ def test_fetching_starts_before_the_listing_ends_and_draws_from_every_folder(tmp
     with sampling_while_listing(tmp_path / "c", remote, settings) as (store, _):
         # Every span's end is unknown (the gallops wait at the gate): the listing's skew is 1, so
         # the walk takes what a fair sample of that skew allows (skew_cap), no more, and waits.
-        wait_until(lambda: store.stats().samples >= skew_cap(1.0), what="the first listed keys fetched")
+        cap = skew_cap(1.0)
+        assert cap is not None
+        wait_until(lambda: store.stats().samples >= cap, what="the first listed keys fetched")
         assert store.meta(Meta.LISTING_COMPLETE) is None  # still listing
         listed = {str(r[0]) for r in store._ix.query("SELECT key FROM catalog")}
         assert set(cached_keys(store)) <= listed and len(listed) == 10 * len(FOLDERS)

@@ -20,12 +20,12 @@ from typing import Any
 import pytest
 from common import S3Server, put_objects, wait_until
 from inprocess import settings_for, start_recording
-from paged_remote import PagedMemoryRemote
 from sampler_helpers import index_rows, running_sampler, s3_env, verify_cache
 
 from epochfs.sidecar import config, keyorder
 from epochfs.sidecar.config import SamplerSettings, SidecarSettings
 from epochfs.sidecar.listing import CatalogReport, Lister, ListingThread, source_for
+from epochfs.sidecar.remote.testing import PagedMemoryRemote
 from epochfs.sidecar.sampler import Sampler
 from epochfs.sidecar.status import render
 from epochfs.sidecar.store import Meta, Store
@@ -79,8 +79,8 @@ def test_include_catalogs_and_fetches_only_the_matching_keys(tmp_path: Path,
                  exclude=settings.exclude)
     reports: list[CatalogReport] = []
     listing = ListingThread(lst, prepared=lst.prepare(), on_complete=reports.append)
-    sampler = Sampler(store=store, remote=remote, settings=settings, stop=stop)
-    sampler.order.listing = listing.running.is_set
+    sampler = Sampler(store=store, remote=remote, settings=settings, stop=stop,
+                      listing=listing.running.is_set)
     caplog.set_level(logging.INFO, logger="epochfs.catalog")
     listing.start()
     thread, errors = start_recording(sampler.run)

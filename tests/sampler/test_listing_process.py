@@ -204,3 +204,39 @@ def test_a_listing_process_that_started_is_not_counted_as_failing_to_start(
         stop.set()
         proc.join(timeout=30)
     assert not proc.is_alive() and proc.fatal is None
+
+
+def test_the_listing_process_tells_its_child_what_the_sampler_does_and_sets_the_given_event(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``fetching`` and ``running`` are given at construction (``epochfs sample`` makes them before
+    the listing process and the sampler): whether the sampler fetches reaches the child, and what
+    the child says of its listing sets and clears the event given, the one the fetch order reads.
+    The child here answers each ``fetching`` with a ``running`` of the same value."""
+    import threading
+
+    from inprocess import settings_for
+
+    from epochfs.sidecar.listing import process
+
+    monkeypatch.setattr(process, "_BOOT", (
+        "import sys\n"
+        "from multiprocessing.connection import Connection\n"
+        "conn = Connection(int(sys.argv[2]))\n"
+        "while True:\n"
+        "    message = conn.recv()\n"
+        "    if message[0] == 'fetching': conn.send(('running', message[1]))\n"
+        "    if message[0] == 'stop': sys.exit(0)\n"))
+    stop, fetching, running = threading.Event(), threading.Event(), threading.Event()
+    fetching.set()
+    proc = process.ListingProcess(settings_for(tmp_path / "cache"), stop=stop, grace=10.0, served=0,
+                                  fetching=fetching.is_set, running=running)
+    assert proc.running is running
+    proc.start()
+    try:
+        wait_until(running.is_set, timeout=60, what="the child told the sampler fetches")
+        fetching.clear()
+        wait_until(lambda: not running.is_set(), timeout=60, what="the child told it stopped")
+    finally:
+        stop.set()
+        proc.join(timeout=30)
+    assert not proc.is_alive() and proc.fatal is None
