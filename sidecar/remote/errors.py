@@ -19,8 +19,11 @@ An exception no rule knows (a bug, an unusual ``OSError`` such as EIO) is left a
 downloader skips the object without retrying. The rules keep three behaviours on purpose
 (tests/remote/test_remote_errors.py holds the table): an ``http(s)://`` remote's 5xx is retried
 but not counted toward an outage; fsspec reports such a remote that cannot be reached as
-FileNotFoundError (not found); and botocore's ``SSLError`` (even a certificate that fails) is
-retried. Throttling is its own kind, :class:`Throttled`, never an outage nor a reason to skip.
+FileNotFoundError (not found; an HTTP answer under it, a 401, 403 or 429, is typed by that
+answer); and botocore's ``SSLError`` (even a certificate that fails) is retried. Throttling is
+its own kind, :class:`Throttled`, never an outage nor a reason to skip. Every backend's reads
+and listing meet a store that throttles, refuses or is down as the same kind
+(tests/remote/test_conformance.py, against each backend's own server).
 """
 
 from __future__ import annotations
@@ -139,10 +142,25 @@ def _link_kind(e: BaseException, rule: Rule | None) -> Kind | None:
     return found
 
 
+def _http_answer(causes: list[BaseException]) -> BaseException | None:
+    """The HTTP answer among ``causes`` that is not a 404 (an exception with its ``status``), or
+    None. fsspec's HTTP filesystem raises FileNotFoundError from whatever failed its look at a URL
+    (a HEAD, then a GET): under it a 401, a 403 or a 429 says what the store answered, which a
+    not-found would hide (a throttled server's objects skipped as gone). A connection that could
+    not be made has no status and stays not found (the quirk kept on purpose)."""
+    for cause in causes:
+        status = getattr(cause, "status", None)
+        if isinstance(status, int) and 400 <= status <= 599 and status != 404:
+            return cause
+    return None
+
+
 def translate(exc: BaseException, rule: Rule | None = None, *, what: str = "") -> RemoteFailure | None:
     """The typed failure ``exc`` stands for, or None when no rule knows it (leave it as it is).
 
-    One walk down the chain of causes: the outermost exception that a rule knows gives the kind.
+    One walk down the chain of causes: the outermost exception that a rule knows gives the kind,
+    but a FileNotFoundError raised over an HTTP answer, which that answer gives, and quotes
+    (:func:`_http_answer`).
     When that kind is :class:`Transient`, the causes below it may still show an outage: a
     botocore or aiohttp wrapper around a connection reset or a timeout is :class:`Unavailable`,
     one around a truncated body is not. ``what`` (the key) starts the message when given.
@@ -150,12 +168,18 @@ def translate(exc: BaseException, rule: Rule | None = None, *, what: str = "") -
     if isinstance(exc, RemoteFailure):
         return exc
     kind: Kind | None = None
-    for link in _chain(exc):
+    said = exc  # what the message quotes
+    links = list(_chain(exc))
+    for i, link in enumerate(links):
         found = _link_kind(link, rule)
         if found is None:
             continue
         if kind is None:
             kind = found
+            answer = _http_answer(links[i + 1:]) if isinstance(link, FileNotFoundError) else None
+            answered = _link_kind(answer, rule) if answer is not None else None
+            if answer is not None and answered is not None:
+                kind, said = answered, answer
             if kind is not Transient:
                 break
         elif issubclass(found, Unavailable):
@@ -166,7 +190,7 @@ def translate(exc: BaseException, rule: Rule | None = None, *, what: str = "") -
     if kind is None:
         return None
     prefix = f"{what}: " if what else ""
-    failure = kind(f"{prefix}{type(exc).__name__}: {exc}".rstrip(": "))
+    failure = kind(f"{prefix}{type(said).__name__}: {said}".rstrip(": "))
     failure.__cause__ = exc
     return failure
 
@@ -279,18 +303,25 @@ def botocore_kind(e: BaseException) -> Kind | None:
     return None
 
 
-GCS_THROTTLE_REASONS = ("rateLimitExceeded", "userRateLimitExceeded")
-"""GCS's error reasons for throttling (a 429, or a 403 on older APIs)."""
+GCS_THROTTLE_REASONS = ("rateLimitExceeded", "userRateLimitExceeded", "Rate Limit Exceeded")
+"""How GCS says it throttles besides a 429: these reasons (a 403 on older APIs), or their message
+(all that gcsfs keeps of a 403)."""
 
 
 def gcs_kind(e: BaseException) -> Kind | None:
-    """Throttling as gcsfs reports it (its ``HttpError``, once its own retries are spent): a
-    ``code`` of 429 or a ``rateLimitExceeded`` reason. gcsfs is optional, so the error is
-    recognised by its attributes, not its class; other gcsfs errors stay as they were."""
-    if type(e).__name__ != "HttpError":
-        return None
-    if getattr(e, "code", None) == 429 or any(r in str(e) for r in GCS_THROTTLE_REASONS):
-        return Throttled
+    """The kind of a GCS error answer as gcsfs reports it (once its own retries are spent, one
+    try here: :func:`~.fsspec.one_try_gcs`), recognised by its attributes, not its class (gcsfs
+    is optional): its ``HttpError`` by the status it keeps (``code``: 429 throttling, 401 a
+    credential refused, 5xx an outage), else by a throttling reason in its text; a 403, which
+    gcsfs raises as a bare ``OSError("Forbidden: <path>\\n<message>")``, denied, unless its message
+    says a rate limit. Other errors, gcsfs's 404 (FileNotFoundError) among them, are not GCS's."""
+    if type(e).__name__ == "HttpError":
+        code = getattr(e, "code", None)
+        if any(r in str(e) for r in GCS_THROTTLE_REASONS):
+            return Throttled
+        return status_kind(code) if isinstance(code, int) and 400 <= code <= 599 else None
+    if type(e) is OSError and e.errno is None and str(e).startswith("Forbidden: "):
+        return Throttled if any(r in str(e) for r in GCS_THROTTLE_REASONS) else Denied
     return None
 
 
@@ -344,7 +375,8 @@ def azure_kind(e: BaseException) -> Kind | None:
         return Transient
     if isinstance(e, ace.HttpResponseError):
         status = int(getattr(e, "status_code", None) or 0)
-        code = str(getattr(e, "error_code", None) or "")
+        code = getattr(e, "error_code", None) or ""
+        code = str(getattr(code, "value", code))  # azure-storage's StorageErrorCode: str() is its name
         if code in AZURE_THROTTLE_CODES or status == 429:
             return Throttled
         if code in AZURE_RETRY_CODES or status >= 500:

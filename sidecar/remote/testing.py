@@ -12,6 +12,11 @@ and failures typed as a real remote types them (:mod:`.errors`):
   ``"truncate"`` (half of it, the full size announced) or ``"corrupt"`` (one byte flipped);
 - ``objects[key] = body`` after the listing changes the object behind the catalog's back;
 - ``down`` makes every open raise :class:`Unavailable` (connection refused: an outage) until cleared.
+
+:class:`PagedMemoryRemote` lists the same objects a page at a time, as S3's ``ListObjectsV2``
+does, so the parallel listing runs in-process too; it counts its pages and can hold them, for
+tests of a listing that blocks. tests/remote/test_conformance.py runs both through the suite every
+backend passes, so a test on them shows what a real store would do.
 """
 
 from __future__ import annotations
@@ -20,7 +25,15 @@ import hashlib
 import threading
 from collections.abc import Iterator
 
-from epochfs.sidecar.remote.base import NotFound, Reader, Remote, RemoteObject, Unavailable
+from epochfs.sidecar.remote.base import (
+    ListedPage,
+    NotFound,
+    PagedRemote,
+    Reader,
+    Remote,
+    RemoteObject,
+    Unavailable,
+)
 from epochfs.sidecar.remote.errors import Translated
 
 DAMAGE = ("truncate", "corrupt")
@@ -100,4 +113,63 @@ class MemoryRemote(Remote):
         pass
 
 
-__all__ = ["DAMAGE", "MemoryReader", "MemoryRemote"]
+_TOP = "\U0010ffff"
+"""Above every key's next character: the token after a folder's prefix resumes past all its keys."""
+
+
+class PagedMemoryRemote(MemoryRemote):
+    """:class:`MemoryRemote` listing a page at a time, as S3's ``ListObjectsV2`` does (a prefix,
+    a start key or a continuation token, the delimiter on demand; at most ``page`` entries a
+    page), counting its pages in ``list_calls`` and ``pages_asked``."""
+
+    def __init__(self, objects: dict[str, bytes], *, page: int = 10, url: str = "memory://paged") -> None:
+        super().__init__(objects, url=url)
+        self.page = page
+        self.list_calls = 0
+        self.pages_asked: list[tuple[str, str, str | None]] = []
+        """(prefix, start_after, token) of each page asked, in order."""
+        self.gate: threading.Event | None = None
+        """When set to a cleared Event, every page but a span's first (a token, or a start after a
+        key) waits for it: a listing that blocks after its first pages."""
+        self.hold: dict[str, threading.Event] = {}
+        """Prefixes whose pages (any, the first included) wait for their Event."""
+        self._count = threading.Lock()
+
+    def paged(self) -> PagedRemote:
+        return self
+
+    def list_page(self, prefix: str, *, start_after: str = "", token: str | None = None,
+                  delimiter: bool = False, max_keys: int = 1000) -> ListedPage:
+        with self._count:
+            self.list_calls += 1
+            self.pages_asked.append((prefix, start_after, token))
+        held = self.hold.get(prefix)
+        if held is not None and not delimiter:
+            held.wait()
+        gate = self.gate
+        if gate is not None and (token or start_after) and not delimiter:
+            gate.wait()
+        resume = token or start_after
+        keys = sorted((k for k in self.objects if k.startswith(prefix) and k > resume),
+                      key=lambda k: k.encode())
+        objects: list[RemoteObject] = []
+        prefixes: list[str] = []
+        last = ""
+        for k in keys:
+            if len(objects) + len(prefixes) >= min(self.page, max_keys):
+                return objects, prefixes, last
+            rest = k[len(prefix):]
+            if delimiter and "/" in rest:
+                p = prefix + rest.split("/", 1)[0] + "/"
+                if prefixes and prefixes[-1] == p:
+                    continue
+                prefixes.append(p)
+                last = p + _TOP
+                continue
+            body = self.objects[k]
+            objects.append(RemoteObject(k, len(body), hashlib.md5(body).hexdigest()))
+            last = k
+        return objects, prefixes, None
+
+
+__all__ = ["DAMAGE", "MemoryReader", "MemoryRemote", "PagedMemoryRemote"]

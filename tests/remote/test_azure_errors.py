@@ -11,6 +11,8 @@ from typing import Any
 import pytest
 
 ace = pytest.importorskip("azure.core.exceptions", reason="az:// needs the Azure SDK (the azure extra)")
+blob = pytest.importorskip("azure.storage.blob", reason="az:// needs the Azure SDK (the azure extra)")
+StorageErrorCode = blob.StorageErrorCode
 
 from epochfs.sidecar.remote.base import (  # noqa: E402 - after the skip when the SDK is missing
     Changed,
@@ -32,10 +34,15 @@ from epochfs.sidecar.remote.errors import (  # noqa: E402
 
 def answer(cls: Any, status: int, code: str = "") -> BaseException:
     """An SDK error answer: the class azure-storage-blob raises for it, its status and its
-    Azure Storage error code (``x-ms-error-code``)."""
+    Azure Storage error code (``x-ms-error-code``) as the SDK keeps it: a ``StorageErrorCode``
+    (a str enum whose ``str()`` is the member's name, ``StorageErrorCode.SERVER_BUSY``), or the
+    code itself when the SDK does not know it."""
     e = cls(message=f"{status} {code}")
     e.status_code = status
-    e.error_code = code or None
+    try:
+        e.error_code = StorageErrorCode(code) if code else None
+    except ValueError:
+        e.error_code = code
     return e
 
 

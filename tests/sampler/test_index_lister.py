@@ -5,7 +5,7 @@ as it learns it and every lister reads. The index holds every key once in either
 sorted one in key order across the parts the planner split off, and a throttled page pauses the
 listing, which resumes each part where its file ends.
 
-The remote is the paged in-memory one (tests/paged_remote.py, ten keys a page), wrapped to count
+The remote is the paged in-memory one (sidecar/remote/testing.py, ten keys a page), wrapped to count
 the listing pages read at once."""
 
 from __future__ import annotations
@@ -17,11 +17,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from paged_remote import PagedMemoryRemote
 
 from epochfs.sidecar.listing import indexfile
 from epochfs.sidecar.listing.indexfile import write_index
 from epochfs.sidecar.remote import RemoteObject, Throttled
+from epochfs.sidecar.remote.testing import PagedMemoryRemote
 
 LONE_WAIT = 0.5
 """Seconds a listing page read alone waits for a second one to start, so that two listers reading

@@ -10,10 +10,9 @@ from __future__ import annotations
 import threading
 from pathlib import Path
 
-from paged_remote import PagedMemoryRemote
-
 from epochfs.sidecar.listing import Lister, source_for
 from epochfs.sidecar.listing.sources import MAX_FOLDER_SPANS
+from epochfs.sidecar.remote.testing import PagedMemoryRemote
 from epochfs.sidecar.store import Store, classes
 
 FOLDERS = 4 * MAX_FOLDER_SPANS - 24  # more than a span each: listed as ranges

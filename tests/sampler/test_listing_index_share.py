@@ -11,10 +11,10 @@ import time
 from pathlib import Path
 
 import pytest
-from paged_remote import PagedMemoryRemote
 
 from epochfs.sidecar.listing import Lister, source_for
 from epochfs.sidecar.listing.lister import INDEX_SHARE
+from epochfs.sidecar.remote.testing import PagedMemoryRemote
 from epochfs.sidecar.store import Store
 from epochfs.sidecar.store.catalog import Listings
 

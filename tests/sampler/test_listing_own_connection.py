@@ -14,9 +14,9 @@ from typing import Any
 import pytest
 from common import wait_until
 from inprocess import settings_for, start_recording
-from paged_remote import PagedMemoryRemote
 
 from epochfs.sidecar.listing import Lister
+from epochfs.sidecar.remote.testing import PagedMemoryRemote
 from epochfs.sidecar.sampler import command
 from epochfs.sidecar.sampler.loop import Sampler
 from epochfs.sidecar.store import Meta

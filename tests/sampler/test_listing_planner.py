@@ -17,10 +17,10 @@ from pathlib import Path
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from paged_remote import PagedMemoryRemote
 
 from epochfs.sidecar.listing import Lister, source_for
 from epochfs.sidecar.listing.keyshape import KeyShape
+from epochfs.sidecar.remote.testing import PagedMemoryRemote
 from epochfs.sidecar.store import Store
 
 NAMES = st.sampled_from(["{i:06d}.bin", "img_{i}.png", "{h}.npy", "frame-{i:04d}.jpg", "x{i}",

@@ -1,6 +1,6 @@
 """How a paged remote's key space is cut into spans, and what the spans cost in LIST requests.
 
-In-memory paged remote (tests/paged_remote.py, pages of 10 keys): S3 ends a listing's last page
+In-memory paged remote (sidecar/remote/testing.py, pages of 10 keys): S3 ends a listing's last page
 where the keys under its prefix end, but a span that is a range of the key space (a start and a
 stop) cannot know that the next key is past its stop, so it asks one more page whenever its keys
 fill whole pages (the scale benchmark's 1M keys in 100 folders: 1,101 pages for 1,001).
@@ -8,9 +8,8 @@ fill whole pages (the scale benchmark's 1M keys in 100 folders: 1,101 pages for 
 
 from __future__ import annotations
 
-from paged_remote import PagedMemoryRemote
-
 from epochfs.sidecar.listing.sources import PagedSource, Span
+from epochfs.sidecar.remote.testing import PagedMemoryRemote
 
 
 def _list_all(remote: PagedMemoryRemote, source: PagedSource) -> tuple[list[Span], list[str], int]:
