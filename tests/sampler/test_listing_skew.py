@@ -148,28 +148,30 @@ def test_a_span_whose_end_is_not_found_counts_as_skewed_until_it_is() -> None:
 
 
 @pytest.mark.parametrize("skew", [0.05, 0.2, 0.45])
-def test_a_lopsided_listing_caps_the_samples_the_walk_takes_and_owed_keys_still_come(
+def test_a_lopsided_listing_caps_the_samples_and_owed_keys_wait_with_the_walk(
         tmp_path: Path, skew: float) -> None:
     """1,000 keys listed of an estimated 1,000 (the pace's rate does not hold the walk back): while
     the listing is ``skew`` away from the dataset's mix, the walk stops at (FAIR_SPREAD / skew)**2
     samples, the first of the order; keys listed later with ranks behind the cursor are owed and
-    still fetched (they make the sample fairer), and none beyond it."""
+    wait with it while the skew holds (let through, they came from wherever the listing read then:
+    a flat bucket's epochs 2.3x a random sample's distance); once the listing spreads (skew 0),
+    the owed keys come first, lowest rank first, then the walk goes on."""
     store = Store(tmp_path / "cache", create=True)
     store.configure(Policy(capacity=1 << 30, keep_epochs=2, min_samples=1, in_use_seconds=60.0))
     listings = store.listings()
     gen = listings.begin([Part(0, "", "", None)], "list")
     step = 2**64 // 2000
-    progress = f'{{"listed": 1000, "estimated": 1000, "spans": 1, "spans_reached": 1, "skew": {skew}}}'
 
-    def commit(numbers: range, after: str) -> list[str]:
+    def commit(numbers: range, after: str, skew: float) -> list[str]:
         keys = [f"k{i:04d}" for i in numbers]
         rows = [CatalogRow(k, sid_of(k), 10, "v", rank=-(2**63) + i * step + 1) for i, k in zip(numbers, keys,
                                                                                                   strict=True)]
+        progress = f'{{"listed": 1000, "estimated": 1000, "spans": 1, "spans_reached": 1, "skew": {skew}}}'
         listings.commit_page(gen, Part(0, "", "", None, after=after), rows, skips=0, clashes=[],
                              progress=progress)
         return keys
 
-    keys = commit(range(0, 2000, 2), "k1998")  # every other rank: the odd ones are listed later
+    keys = commit(range(0, 2000, 2), "k1998", skew)  # every other rank: the odd ones are listed later
     order = FetchOrder(store=store, schedule_mode=False, busy=lambda key: False, inflight=lambda: 0,
                        listing=lambda: True)
 
@@ -185,11 +187,16 @@ def test_a_lopsided_listing_caps_the_samples_the_walk_takes_and_owed_keys_still_
     cap = skew_cap(skew)
     assert cap == int((FAIR_SPREAD / skew) ** 2)
     assert fetched == keys[:min(cap, len(keys))]
-    if cap < len(keys):  # capped: the keys listed now behind the cursor are owed, the rest waits
-        later = commit(range(1, 2000, 2), "k1999")
-        owed = drain()
+    if cap < len(keys):  # capped: the keys listed now behind the cursor are owed, and wait
+        later = commit(range(1, 1999, 2), "k1997", skew)
+        assert drain() == [], "the cap holds the owed keys too while the listing is lopsided"
         last = int(fetched[-1][1:])
-        assert sorted(owed) == [k for k in later if int(k[1:]) < last]
+        owed = [k for k in later if int(k[1:]) < last]
+        assert owed, "keys listed behind the cursor"
+        commit(range(1999, 2000), "k1999", 0.0)  # the listing spread: no cap
+        after = drain()
+        assert after[:len(owed)] == owed, "the owed keys first, lowest rank first"
+        assert sorted(after) == sorted(set(keys + later + ["k1999"]) - set(fetched)), "then the rest"
 
 
 def test_no_skew_no_cap() -> None:
