@@ -14,10 +14,10 @@ import contextlib
 import functools
 import logging
 from collections.abc import Iterator
-from typing import Any, ClassVar
+from typing import Any, ClassVar, NoReturn
 
 from epochfs.sidecar.remote.base import BLOCK, Reader, Remote, RemoteError, RemoteObject
-from epochfs.sidecar.remote.errors import Translated, aiohttp_kind
+from epochfs.sidecar.remote.errors import Translated, aiohttp_kind, translate
 
 FSSPEC = Translated(aiohttp_kind)
 """fsspec's, aiohttp's and gcsfs's errors, typed where they arise."""
@@ -108,7 +108,13 @@ class FsspecRemote(Remote):
         """Every object under the root (the filesystem's walk, a listing per folder). A folder
         that cannot be listed fails the listing (fsspec's walk would pass over it: a store that
         is down, or that refuses, listed as an empty dataset); the root not found is an empty
-        listing, or a :class:`RemoteError` when its bucket does not exist (:meth:`no_objects`)."""
+        listing, or a :class:`RemoteError` when its bucket does not exist (:meth:`no_objects`).
+
+        A failure is a :class:`RemoteError` (``cannot list <url>: ...``), as S3's and the HTTP
+        index's listings raise it, from the typed failure :attr:`errors` finds (when one does): the
+        kind is decided here, by the rule of this filesystem's library, and read from the chain by
+        :func:`~.errors.may_answer_later`, :func:`~.backoff.is_throttled` and the refusal's cause
+        (:mod:`.refusal`)."""
         walked = listed = False
         try:
             for _folder, _dirs, files in self._fs.walk(self.root, detail=True, on_error="raise"):
@@ -123,11 +129,19 @@ class FsspecRemote(Remote):
                     )
                     listed = True
                     yield RemoteObject(key, int(info.get("size") or 0), version)
-        except FileNotFoundError:
-            if walked:
-                raise  # a folder gone since its parent was listed: the listing is tried again
+        except FileNotFoundError as e:
+            if walked:  # a folder gone since its parent was listed: the listing is tried again
+                self.cannot_list(e)
+        except Exception as e:
+            self.cannot_list(e)
         if not listed:
             self.no_objects()
+
+    def cannot_list(self, e: Exception) -> NoReturn:
+        """Raise the listing's failure ``e`` as a :class:`RemoteError` from its typed failure
+        (from ``e`` itself when no rule knows it)."""
+        failure = translate(e, self.errors.rule)
+        raise RemoteError(f"cannot list {self.url}: {e}") from (failure or e)
 
     def no_objects(self) -> None:
         """The root lists no object: an empty dataset, unless the bucket itself does not exist

@@ -14,7 +14,7 @@ import sys
 from typing import Any
 
 from epochfs.sidecar.remote.base import Denied, NotFound
-from epochfs.sidecar.remote.errors import _chain, s3_error_code
+from epochfs.sidecar.remote.errors import _chain, gcs_kind, s3_error_code
 from epochfs.sidecar.remote.httpget import HTTPStatusError
 
 S3_CREDENTIAL_CODES = frozenset({
@@ -37,10 +37,22 @@ such bucket or container), ``region`` (another region's bucket), ``missing`` (no
 object or URL)."""
 
 
+def _gcs_status(link: BaseException) -> int | None:
+    """The HTTP status of a GCS error answer as gcsfs raises it, or None: its ``HttpError`` keeps
+    the status as ``code`` (a 401 among them), and its 403 is a bare ``OSError("Forbidden:
+    <path>\\n<message>")`` with no status at all, which :func:`.errors.gcs_kind` recognises."""
+    if type(link).__name__ == "HttpError":  # gcsfs is optional: known by its name, as gcs_kind does
+        code = getattr(link, "code", None)
+        return code if isinstance(code, int) and 400 <= code <= 599 else None
+    return 403 if type(link) is OSError and gcs_kind(link) is not None else None
+
+
 def _answer_code(link: BaseException) -> tuple[int, str] | None:
     """(HTTP status, error code) of an error answer in one link of a chain: botocore's
     ``ClientError``, a presigned request's :class:`HTTPStatusError` (S3's ``<Code>`` in its
-    body), or any exception with an HTTP ``status`` (aiohttp's, the Azure SDK's)."""
+    body), gcsfs's (:func:`_gcs_status`, no code), or any exception with an HTTP ``status``
+    (aiohttp's) or ``status_code`` (the Azure SDK's, whose ``error_code`` may be a
+    ``StorageErrorCode``: a str enum whose ``str()`` is the member's name, its ``value`` the code)."""
     if "botocore" in sys.modules:
         from botocore import exceptions as bce
 
@@ -52,9 +64,13 @@ def _answer_code(link: BaseException) -> tuple[int, str] | None:
             return 401, "NoCredentials"
     if isinstance(link, HTTPStatusError):
         return link.status, s3_error_code(link.body)
+    gcs = _gcs_status(link)
+    if gcs is not None:
+        return gcs, ""
     answered = getattr(link, "status", None) or getattr(link, "status_code", None)
     if isinstance(answered, int) and 400 <= answered <= 599:
-        return answered, str(getattr(link, "error_code", "") or "")
+        code = getattr(link, "error_code", None) or ""
+        return answered, str(getattr(code, "value", code))
     return None
 
 

@@ -30,6 +30,7 @@ from epochfs.sidecar.remote.errors import (  # noqa: E402
     may_answer_later,
     translate,
 )
+from epochfs.sidecar.remote.refusal import refusal_cause  # noqa: E402
 
 
 def answer(cls: Any, status: int, code: str = "") -> BaseException:
@@ -97,3 +98,30 @@ def test_translated_raises_the_kind_where_the_sdk_raised() -> None:
 def test_a_listing_that_failed_may_answer_later_or_not(exc: BaseException, later: bool) -> None:
     """``epochfs sample`` exits 1 (started again) when the store may answer later, 2 when not."""
     assert may_answer_later(exc) is later
+
+
+def test_an_azure_refusal_names_its_cause() -> None:
+    """What a refused first listing says is wrong, for the fix the sampler's exit 2 names: the
+    Azure Storage error code decides, whether the SDK keeps it as a ``StorageErrorCode`` (it
+    makes one of the ``x-ms-error-code`` of an answer its generated layer did not map, a 403
+    among them) or as the plain code (a 401 or 404 that layer mapped). The enum's ``str()`` is
+    its member's name, so ContainerNotFound was a missing folder and AuthenticationFailed (a
+    wrong key) a refused access."""
+    plain = ace.ResourceNotFoundError(message="404 ContainerNotFound")
+    plain.status_code, plain.error_code = 404, "ContainerNotFound"
+    cases = {
+        "ContainerNotFound": answer(ace.ResourceNotFoundError, 404, "ContainerNotFound"),
+        "ContainerNotFound as a str": plain,
+        "AuthenticationFailed": answer(ace.ClientAuthenticationError, 403, "AuthenticationFailed"),
+        "AuthorizationPermissionMismatch": answer(ace.HttpResponseError, 403,
+                                                  "AuthorizationPermissionMismatch"),
+        "BlobNotFound": answer(ace.ResourceNotFoundError, 404, "BlobNotFound"),
+    }
+    assert isinstance(getattr(cases["ContainerNotFound"], "error_code", None), StorageErrorCode)
+    assert {name: refusal_cause(exc) for name, exc in cases.items()} == {
+        "ContainerNotFound": "bucket",
+        "ContainerNotFound as a str": "bucket",
+        "AuthenticationFailed": "credentials",
+        "AuthorizationPermissionMismatch": "access",
+        "BlobNotFound": "missing",
+    }
