@@ -38,7 +38,7 @@ import os
 import resource
 import statistics
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -95,12 +95,18 @@ class NpyFiles(Dataset[Any]):
         return torch.from_numpy(np.load(self.paths[index]))
 
 
-def _workers_cpu(loader: DataLoader[Any] | None) -> float:
-    iterator = getattr(loader, "_iterator", None)
+def _dataloader_pids(loader: DataLoader[Any]) -> list[int]:
+    """The pids of a plain DataLoader's (persistent) worker processes, once started (torch's
+    private state: it has no public way to them)."""
+    return [w.pid for w in getattr(getattr(loader, "_iterator", None), "_workers", [])]
+
+
+def _workers_cpu(pids: list[int]) -> float:
+    """CPU seconds so far of the worker processes ``pids``, from /proc."""
     total = 0.0
-    for worker in getattr(iterator, "_workers", []):
+    for pid in pids:
         with contextlib.suppress(OSError):  # a worker gone
-            total += harness.cpu_seconds(worker.pid, children=False)
+            total += harness.cpu_seconds(pid, children=False)
     return total
 
 
@@ -184,11 +190,12 @@ class Bench:
     def read(self, name: str, cache: str, round_: int) -> Read:
         batches: Any = {"array": lambda: self.array.epoch(0), "epoch": lambda: self.epoch.epoch(0),
                         "plain": lambda: self.plain}[name]()
-        dataloader = {"epoch": self.epoch._loader, "plain": self.plain}.get(name)
-        cpu0, system0, workers0 = harness.self_cpu(), _system_cpu(), _workers_cpu(dataloader)
+        pids: Callable[[], list[int]] = {"epoch": self.epoch.worker_pids,
+                                         "plain": lambda: _dataloader_pids(self.plain)}.get(name, list)
+        cpu0, system0, workers0 = harness.self_cpu(), _system_cpu(), _workers_cpu(pids())
         samples, seconds = harness.timed(lambda: sum(len(batch) for batch in batches))
         cpu, system = harness.self_cpu() - cpu0, _system_cpu() - system0
-        workers = _workers_cpu(dataloader) - workers0
+        workers = _workers_cpu(pids()) - workers0
         return Read(self.size, self.place, cache, name, round_, samples, self.bytes, seconds, cpu, system,
                     workers)
 

@@ -138,8 +138,9 @@ def idle_rate(pids: list[int], seconds: float) -> float:
     return (cpu_of(pids) - before) / (time.monotonic() - started)
 
 
-def _workers(loader: DataLoader[object] | None) -> list[int]:
-    """The pids of a DataLoader's (persistent) worker processes, once started."""
+def _workers(loader: DataLoader[object]) -> list[int]:
+    """The pids of a plain DataLoader's (persistent) worker processes, once started (torch's
+    private state: it has no public way to them)."""
     return [w.pid for w in getattr(getattr(loader, "_iterator", None), "_workers", [])]
 
 
@@ -239,7 +240,7 @@ def run(root: Path, local: Path, args: argparse.Namespace, *, sidecar: int | Non
             images, _ = read(side)
             if images != len(dataset):
                 harness.fail(f"{side}: read {images} images of {len(dataset)}")
-        workers = {"mount": _workers(mount._loader), "local": _workers(baseline)}
+        workers = {"mount": mount.worker_pids(), "local": _workers(baseline)}
         sidecar_pids = process_tree(sidecar) if sidecar is not None else []
         idle = idle_rate(sidecar_pids, args.idle) if sidecar_pids else float("nan")
         if sidecar_pids:

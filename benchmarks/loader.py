@@ -78,13 +78,18 @@ def keep_list(batch: list[Any]) -> list[Any]:
     return batch
 
 
-def _workers_cpu(loader: DataLoader[Any] | None) -> float:
-    """CPU seconds so far of a DataLoader's (persistent) worker processes, from /proc."""
-    iterator = getattr(loader, "_iterator", None)
+def _dataloader_pids(loader: DataLoader[Any]) -> list[int]:
+    """The pids of a plain DataLoader's (persistent) worker processes, once started (torch's
+    private state: it has no public way to them)."""
+    return [w.pid for w in getattr(getattr(loader, "_iterator", None), "_workers", [])]
+
+
+def _workers_cpu(pids: list[int]) -> float:
+    """CPU seconds so far of the worker processes ``pids``, from /proc."""
     total = 0.0
-    for worker in getattr(iterator, "_workers", []):
+    for pid in pids:
         with contextlib.suppress(OSError):  # a worker gone
-            total += harness.cpu_seconds(worker.pid, children=False)
+            total += harness.cpu_seconds(pid, children=False)
     return total
 
 
@@ -230,11 +235,11 @@ def run(root: Path, args: argparse.Namespace) -> int:
             for round_ in range(args.repeat):
                 order = ("mount", "direct") if (number + round_) % 2 == 0 else ("direct", "mount")
                 for side in order:
-                    loader = mount._loader if side == "mount" else direct
-                    cpu0, workers0 = harness.self_cpu(), _workers_cpu(loader)
+                    pids = mount.worker_pids if side == "mount" else lambda: _dataloader_pids(direct)
+                    cpu0, workers0 = harness.self_cpu(), _workers_cpu(pids())
                     samples, seconds = _drain(mount.epoch(epoch) if side == "mount" else direct)
                     result = Side(side, epoch, round_, samples, nbytes, seconds, harness.self_cpu() - cpu0,
-                                  _workers_cpu(loader) - workers0)
+                                  _workers_cpu(pids()) - workers0)
                     results.append(result)
                     print(table.row(epoch, round_, side, len(dataset), nbytes / 1e6, result.samples_per_s,
                                     result.mb_per_s, result.cpu_per_gb, result.worker_cpu_per_gb), flush=True)

@@ -1,9 +1,9 @@
 """Giving the C heap's free pages back to the system after a big build (glibc ``malloc_trim``).
 
-Why (issue 14): building an epoch's tree or manifest streams the store in chunks of rows, so the
-server's heap briefly holds far more than the result; glibc keeps that high-water mark as free
-memory of its arenas (only the very top of the main heap goes back on its own), and the server's
-RSS stayed ~100 bytes per file above what it keeps. ``malloc_trim(0)`` returns every free page of
+Why: building an epoch's tree or manifest streams the store in chunks of rows, so the server's heap
+briefly holds far more than the result; glibc keeps that high-water mark as free memory of its
+arenas (only the very top of the main heap goes back on its own), and without the trim the server's
+RSS stays ~100 bytes per file above what it keeps. ``malloc_trim(0)`` returns every free page of
 every arena (``MADV_DONTNEED``), once per build, which costs a walk of the heap: milliseconds.
 Elsewhere than glibc this does nothing.
 """

@@ -5,13 +5,13 @@ index: the sampler records it at its start (:meth:`~epochfs.sidecar.store.Store.
 retirement reads it there. The server derives two things from it: the kernel's entry and attribute
 timeout (:func:`cache_timeout`) and the debounce of its read records (:func:`read_debounce`).
 
-It used to read the window once, at its start. Under ``epochfs sidecar`` the FUSE server and the
-sampler start together, and the server reads the index before the sampler's recovery and
-``configure`` are done: a sidecar restarted with another ``--in-use-seconds`` logged the *old*
-window ("in-use window 60s: ... at least 39s") and served with its timeout and debounce for as long
-as it ran, while retirement used the new one. :class:`WindowFollower` re-reads the window at each
-refresh of the view (one small read) and applies a change to the running server, with one log line
-giving the new window and the pause it guarantees.
+Reading the window once, at the server's start, is not enough. Under ``epochfs sidecar`` the FUSE
+server and the sampler start together, and the server reads the index before the sampler's recovery
+and ``configure`` are done: a sidecar restarted with another ``--in-use-seconds`` would log the
+window of its last run ("in-use window 60s: ... at least 39s") and serve with its timeout and
+debounce for as long as it ran, while retirement uses the new one. :class:`WindowFollower` re-reads
+the window at each refresh of the view (one small read) and applies a change to the running server,
+with one log line giving the new window and the pause it guarantees.
 """
 
 from __future__ import annotations

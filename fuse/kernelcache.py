@@ -30,6 +30,7 @@ from pathlib import Path
 import mfusepy
 
 from epochfs.fuse.lost import MAX_INVALIDATIONS
+from epochfs.fuse.treebuild import ENC
 from epochfs.fuse.view import View
 from epochfs.torchclient.layout import (
     CLASSES_NAME,
@@ -129,7 +130,7 @@ class KernelNotifier:
         if not self.available:
             return
         if self._inode_of is None:
-            raw = path.encode("utf-8", "surrogateescape")  # as mfusepy decodes paths
+            raw = path.encode(*ENC)  # as mfusepy decodes paths
             self._notify(lambda: self._lib.fuse_invalidate_path(self._fuse, raw))
             return
         try:

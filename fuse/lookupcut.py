@@ -15,9 +15,9 @@ from epochfs.sidecar.store import Store
 def request_cut(store: Store, n: int) -> bool:
     """Ask ``store`` to cut ``n`` for a lookup; True when it is live now.
 
-    A cut this lookup made is a wait to report (issue 23): the sampler reports only the queued
-    cuts it makes itself, so a trainer's ``stat epoch-N`` that cut at once, or whose poll cut the
-    epoch an earlier lookup had queued, went uncounted. The wait is the time since the request was
+    A cut this lookup made is a wait to report: the sampler reports only the queued cuts it
+    makes itself, so a trainer's ``stat epoch-N`` that cut at once, or whose poll cut the epoch
+    an earlier lookup had queued, would go uncounted. The wait is the time since the request was
     queued (by an earlier lookup or ``POST /v1/cut``), else the lookup's own time, as
     ``epochfs.sidecar.cutrequest`` reports its cuts. A cut found made (another rank's lookup, the
     sampler's) is theirs to report."""

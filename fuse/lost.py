@@ -1,13 +1,13 @@
-"""Samples the remote lost, as the FUSE view shows them: listed still, EIO when read (issue 20).
+"""Samples the remote lost, as the FUSE view shows them: listed still, EIO when read.
 
 A sample whose object file was damaged or deleted is taken out and fetched again into its place;
 one that cannot be (its key no longer listed, or other bytes under it) is marked lost in the
 store (``repairs.lost``). Its row stays, so every live epoch keeps listing it and its manifest
 line: an epoch never shrinks under a reader. What the view shows for its entry:
 
-* ``stat`` gives a regular file of the sample's size (no longer a symlink to an object file that
-  is not there: that answered ENOENT, which a reader takes for "no such file", and which the torch
-  client retried for its whole window as if the mount were restarting);
+* ``stat`` gives a regular file of the sample's size, not a symlink to an object file that is not
+  there (that would answer ENOENT, which a reader takes for "no such file", and which the torch
+  client retries for its whole window as if the mount were restarting);
 * an open (``open`` of the entry, or ``readlink`` of one the kernel still holds as a symlink)
   answers **EIO**, counted in ``epochfs_fuse_lost_reads_total{op}`` and logged (rate-limited:
   :class:`LostLog`), naming the entry's path inside its epoch.
@@ -25,11 +25,11 @@ import time
 from collections.abc import Callable
 
 from epochfs.fuse.metrics import fuse_metrics
+from epochfs.fuse.treebuild import ENC
 from epochfs.sidecar.store import Store
 
 log = logging.getLogger("epochfs.fuse")
 
-_ENC = ("utf-8", "surrogateescape")
 MAX_INVALIDATIONS = 10_000
 """Newly lost entries the refresher invalidates one by one in a tick (per live epoch); beyond it
 the kernel's cached symlinks of the rest answer ENOENT until their timeout (logged)."""
@@ -65,7 +65,7 @@ class LostEntries:
                 return False
             keys = frozenset(e.path for e in entries)
             self._new.extend(sorted(keys - self._keys))
-            self.sizes = {e.object_name.encode(*_ENC): e.size for e in entries}
+            self.sizes = {e.object_name.encode(*ENC): e.size for e in entries}
             self._keys = keys
             self._digest = digest
         return True

@@ -2,7 +2,7 @@
 
 Why a second adapter: libfuse's high-level API (what mfusepy binds) keeps a node with its name for
 every entry the kernel caches, ~137 bytes each, so the server grew ~357 bytes per file a trainer
-looked at, against an aim of 200 (issue 14; docs/performance.md, "FUSE server memory"). The
+looked at, against an aim of 200 (docs/performance.md, "FUSE server memory"). The
 low-level API leaves inode numbers to the file system; :mod:`epochfs.fuse.inodes` computes them
 from the view, so nothing is kept per file here and the kernel's FORGETs are left to libfuse.
 
@@ -36,6 +36,7 @@ from epochfs.fuse.lowlevel_abi import (
     make_args,
 )
 from epochfs.fuse.operations import EpochOperations, FuseOSError, translate_listing, wanted_capabilities
+from epochfs.fuse.treebuild import ENC
 from epochfs.fuse.view import NotFound
 
 LISTING_HANDLES = 1 << 62
@@ -44,7 +45,6 @@ operations' (which number theirs from 1)."""
 
 log = logging.getLogger("epochfs.fuse")
 
-_ENC = ("utf-8", "surrogateescape")  # as mfusepy decodes paths
 _WRITE_CALLS = ("setattr", "mknod", "mkdir", "unlink", "rmdir", "symlink", "rename", "link", "write",
                 "create", "setxattr", "removexattr", "fallocate")
 
@@ -176,7 +176,7 @@ class LowLevelFUSE:
     # ------------------------------------------------------------------ namespace
     def _lookup(self, req: int, parent: int, name: bytes) -> None:
         def answer() -> None:
-            path = _join(self.inodes.path(parent), name.decode(*_ENC))
+            path = _join(self.inodes.path(parent), name.decode(*ENC))
             stat = self.ops.getattr(path)
             e = self._entry(self.inodes.ino(path), stat)
             self.lib.fuse_reply_entry(req, ctypes.byref(e))
@@ -192,7 +192,7 @@ class LowLevelFUSE:
 
     def _readlink(self, req: int, ino: int) -> None:
         def answer() -> None:
-            self.lib.fuse_reply_readlink(req, self.ops.readlink(self.inodes.path(ino)).encode(*_ENC))
+            self.lib.fuse_reply_readlink(req, self.ops.readlink(self.inodes.path(ino)).encode(*ENC))
         self._reply(req, "readlink", answer)
 
     def _opendir(self, req: int, ino: int, fi: Any) -> None:
@@ -270,7 +270,7 @@ class LowLevelFUSE:
             e.ino = child
             e.attr = self.ops.c_stat(attr)
             e.attr.st_ino = shown
-            raw = name.encode(*_ENC)
+            raw = name.encode(*ENC)
             if plus:
                 n = add_plus(req, base + pos, size - pos, raw, ctypes.byref(e), i + 1)
             else:

@@ -8,8 +8,8 @@ sums into its ``/metrics``, and they survive a crash of the server.
 
 The server observes one family it shares with the sampler and the supervisor,
 ``epochfs_cut_wait_seconds``: the cuts a lookup of ``epoch-N`` makes (:meth:`FuseMetrics.cut_waited`).
-Its help and buckets are repeated here, not imported (the sampler's module is beyond this package's
-reach), and a test holds the copies equal: the three halves must stay one family.
+Its help and buckets come from :mod:`epochfs.sidecar.store.cutwait`, as the sampler's and the
+supervisor's do: the three halves must stay one family.
 
 Labels are bounded: ``op`` is a FUSE operation name (others fold into ``other``), ``errno`` a short
 list of names (others ``other``). Never a path.
@@ -23,6 +23,8 @@ from collections.abc import Iterable
 
 from prometheus_client import CollectorRegistry, Counter, Histogram
 
+from epochfs.sidecar.store.cutwait import CUT_WAIT_BUCKETS, CUT_WAIT_HELP
+
 FUSE_OPS = (
     "lookup", "getattr", "readdir", "opendir", "releasedir", "readlink", "open", "read", "release",
     "statfs", "access", "getxattr", "listxattr", "flush", "fsync", "fsyncdir", "write", "create",
@@ -31,11 +33,6 @@ FUSE_OPS = (
 )
 FUSE_ERRNOS = ("ENOENT", "EROFS", "EACCES", "EPERM", "EIO", "EINVAL", "EBADF", "ENOTDIR", "EISDIR",
                "ENODATA", "other")
-CUT_WAIT_BUCKETS = (0.001, 0.01, 0.1, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0, 900.0)
-CUT_WAIT_HELP = ("Seconds from a cut request (lookup of epoch-N, POST /v1/cut) to the cut; a cut made "
-                 "at once counts too, with the request's own time.")
-"""``epochfs_cut_wait_seconds``'s buckets and help: the same as
-``epochfs.sidecar.metrics_sampler``'s (held equal by tests/mount/test_cut_wait_lookup.py)."""
 
 
 def fuse_op_label(op: str) -> str:

@@ -1,10 +1,10 @@
 """Bytes kept zlib-compressed in independent fixed-size chunks, sliced without inflating the rest.
 
-Why (issue 14): an epoch's manifest is ~100 bytes per file as text (path, size, checksum), and the
-view kept two of them as plain ``bytes`` once a trainer read one: ~200 bytes per file, more than the
-epoch's whole tree. Compressed in 64 KiB chunks it is a fraction of that (paths share long
-prefixes), and a FUSE read of ``size`` bytes at ``offset`` inflates only the one or two chunks it
-touches (the kernel reads at most 128 KiB at a time and keeps what it read in its page cache).
+Why: an epoch's manifest is ~100 bytes per file as text (path, size, checksum), and the view keeps
+two of them once a trainer read one: as plain ``bytes``, ~200 bytes per file, more than the epoch's
+whole tree. Compressed in 64 KiB chunks it is a fraction of that (paths share long prefixes), and a
+FUSE read of ``size`` bytes at ``offset`` inflates only the one or two chunks it touches (the kernel
+reads at most 128 KiB at a time and keeps what it read in its page cache).
 
 A short uncompressed ``prefix`` comes first: the manifest's header line, whose counts are known only
 once the body has been written.

@@ -5,9 +5,9 @@ module holds one concern: this one turns an epoch's file list into folders and s
 pass that builds the arrays, with the path rules (unsafe or clashing paths are skipped) the FUSE
 view and the folder view share, is :mod:`.treebuild`; this module searches and answers from them.
 
-**Compact on purpose** (issue 14: the server held ~0.85 KB per file in dicts and objects, ~770 MB
-for a 1M-file epoch). Nothing is kept per file as a Python object: the tree is a handful of flat
-arrays, built in one pass over the store's stream and answered by binary search:
+**Compact on purpose** (a tree of dicts and objects held ~0.85 KB per file, ~770 MB for a 1M-file
+epoch). Nothing is kept per file as a Python object: the tree is a handful of flat arrays, built in
+one pass over the store's stream and answered by binary search:
 
 * every node (folder or file) has its leaf name in one ``bytes`` blob (``_name_off`` bounds each);
   nodes are laid out one folder's children after another, each run sorted by name, so a folder's

@@ -244,7 +244,7 @@ class View:
         if cut_at is None:
             raise NotFound(epoch_name(n))
         store = self.store
-        try:  # streamed: no list of the epoch's files is ever held (issue 14)
+        try:  # streamed: no list of the epoch's files is ever held (per-file memory)
             t = EpochTree(epoch=n, cut_at=cut_at, files=store.iter_epoch_files(n), link_root=self.link_root,
                           reread=lambda: store.iter_epoch_files(n))
         except KeyError:

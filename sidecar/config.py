@@ -310,7 +310,7 @@ def to_env(settings: CacheSettings, cls: type[CacheSettings] | None = None) -> d
     return out
 
 
-# ---- the log level (issue 12): one setting shared by every command, so it lives outside the
+# ---- the log level: one setting shared by every command, so it lives outside the
 # settings classes above; epochfs.sidecar.cli declares the flag before and after the command.
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 LOG_LEVEL_FLAG = "--log-level"

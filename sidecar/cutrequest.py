@@ -24,9 +24,9 @@ Answers (JSON ``{"epoch", "state", "newest", "message"}``): 200 ``live`` (it is,
 409 ``refused`` (ahead of the next epoch without ``jump=1``), 410 ``gone`` (at or below the
 newest and not live: retired, or never cut). Asking again after a 409 or a 410 will not help.
 
-A cut this request makes is a wait to report (``epochfs_cut_wait_seconds``, issue 23): the sampler
-reports the cuts it makes for queued requests, so without this the histogram counted only the
-cuts that had to wait, and its quantiles said every cut waited. A cut made at once reports the
+A cut this request makes is a wait to report (``epochfs_cut_wait_seconds``): the sampler reports
+the cuts it makes for queued requests, so without this the histogram would count only the cuts
+that had to wait, and its quantiles would say every cut waited. A cut made at once reports the
 request's own time (a few milliseconds); one that ends a queued request's wait reports the time
 since that request was queued, as the sampler would have.
 """

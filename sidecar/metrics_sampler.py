@@ -4,8 +4,9 @@ Apart from :mod:`epochfs.sidecar.metrics` (which re-exports every name here, so 
 them from there) because this is the one set of metrics written from a child process: in
 prometheus-client's multiprocess mode under the supervisor (``PROMETHEUS_MULTIPROC_DIR``), to mmap
 files the supervisor sums, so each metric's ``multiprocess_mode`` matters here and nowhere else.
-The one family the supervisor observes too (``epochfs_cut_wait_seconds``, for the cuts
-``POST /v1/cut`` makes) takes its help and buckets from here, so both halves stay one family.
+The one family the supervisor and the FUSE server observe too (``epochfs_cut_wait_seconds``)
+takes its help and buckets from :mod:`epochfs.sidecar.store.cutwait`, as theirs do, so the three
+stay one family.
 """
 
 from __future__ import annotations
@@ -14,6 +15,8 @@ import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING
+
+from epochfs.sidecar.store.cutwait import CUT_WAIT_BUCKETS, CUT_WAIT_HELP
 
 if TYPE_CHECKING:
     from prometheus_client import CollectorRegistry
@@ -27,12 +30,6 @@ PROCESS_RESULTS = ("retried", "failed")
 ``skipped`` come from the store (so a sampler crash never loses the persistent ones)."""
 
 FETCH_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0)
-CUT_WAIT_BUCKETS = (0.001, 0.01, 0.1, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0, 900.0)
-CUT_WAIT_HELP = ("Seconds from a cut request (lookup of epoch-N, POST /v1/cut) to the cut; a cut made "
-                 "at once counts too, with the request's own time.")
-"""``epochfs_cut_wait_seconds``: observed by the sampler (queued cuts) and by the supervisor (cuts
-that ``POST /v1/cut`` makes); one family in ``/metrics``
-(:class:`~.metrics_merge.MergedCollector` sums the two)."""
 
 
 class ProcessMetrics:

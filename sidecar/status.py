@@ -9,10 +9,11 @@ the first cut a plain ``epochfs status`` reads twice, a second apart, for epoch 
 (:mod:`epochfs.sidecar.status_estimate`).
 
 What the index cannot say, the supervisor writes into its state file in the cache
-(:data:`STATE_FILE_NAME`): the sampler retrying after a transient failure (the remote unreachable
-at its start). :func:`read_stats` adds that as ``sampler_retrying``, the line ``/readyz`` gives as
-its reason; with ``--mount`` the cache is found through the mount's source (``epochfs:<cache>``,
-the FUSE server's), else ``EPOCHFS_CACHE`` (set in the sidecar's container).
+(:data:`~epochfs.sidecar.store.stats.STATE_FILE_NAME`): the sampler retrying after a transient
+failure (the remote unreachable at its start). :func:`read_stats` adds that as ``sampler_retrying``,
+the line ``/readyz`` gives as its reason; with ``--mount`` the cache is found through the mount's
+source (``epochfs:<cache>``, the FUSE server's), else ``EPOCHFS_CACHE`` (set in the sidecar's
+container).
 """
 
 from __future__ import annotations
@@ -29,13 +30,10 @@ from typing import Any, TextIO
 from epochfs.sidecar.config import ConfigError, format_size
 from epochfs.sidecar.status_estimate import ESTIMATE_SECONDS, estimate, per_second
 from epochfs.sidecar.store import Meta, Store
-from epochfs.sidecar.store.stats import RETRYING_MAX_AGE, retry_words
+from epochfs.sidecar.store.stats import RETRYING_MAX_AGE, STATE_FILE_NAME, retry_words
 
 BAR_WIDTH = 40
 CLEAR = "\x1b[H\x1b[2J"
-STATE_FILE_NAME = "sidecar-state.json"
-"""The supervisor's state file in the cache (``supervisor.STATE_FILE_NAME``: the two modules sit
-side by side in the layers and may not import each other; a test checks they agree)."""
 
 
 STATE_MAX_AGE = RETRYING_MAX_AGE

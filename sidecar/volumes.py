@@ -1,6 +1,6 @@
 """The volume checks every command runs before it opens a path a flag names: ``--cache`` and the
-folder view's ``--mount``, refused in one line naming the flag (issue 21: never a traceback from a
-bad path), apart from the settings' declarations in :mod:`.config`, which only parse values."""
+folder view's ``--mount``, refused in one line naming the flag (never a traceback from a bad
+path), apart from the settings' declarations in :mod:`.config`, which only parse values."""
 
 from __future__ import annotations
 
@@ -38,7 +38,7 @@ def _stat_or_none(path: Path, where: str) -> os.stat_result | None:
 
 def check_cache(path: Path, *, create: bool) -> None:
     """Refuse a ``--cache`` that cannot be used with one line naming it, ``--cache PATH: reason``,
-    before a command opens it (issue 21: never a traceback from a bad path).
+    before a command opens it (never a traceback from a bad path).
 
     ``create`` (``sample``, ``sidecar``): the folder is made when missing, as the store would make
     it, so a path that cannot be made (under ``/proc``, below a file, on a read-only file system,
@@ -74,8 +74,8 @@ def check_cache(path: Path, *, create: bool) -> None:
 
 def check_view_folder(path: Path, *, create: bool) -> None:
     """Refuse a folder view's ``--mount`` that cannot be used with one line naming it, ``--mount
-    PATH: reason`` (issue 21: ``publish`` ended in a traceback, and the sidecar restarted its
-    publisher for ever, when the folder could not be made).
+    PATH: reason`` (else ``publish`` ends in a traceback, and the sidecar restarts its publisher
+    for ever, when the folder cannot be made).
 
     The rules are the FUSE mount point's (:func:`epochfs.fuse.mounting.check_mount_point`): a
     folder, or a missing one whose parent is a folder, where it is made. ``create`` (the sidecar's

@@ -58,8 +58,8 @@ def check_loader_over_growing_epochs(root: str | os.PathLike[str], *, epochs: tu
                 epoch, len(manifest.entries), manifest.total_bytes, True)
             decoded_by |= pids
             if num_workers:
-                # The DataLoader's own worker processes (private API, test only): the same every epoch.
-                worker_sets.append({w.pid for w in loader._loader._iterator._workers})  # type: ignore[union-attr]
+                # The DataLoader's own worker processes: the same every epoch.
+                worker_sets.append(set(loader.worker_pids()))
     finally:
         loader.close()
     if num_workers:

@@ -67,9 +67,9 @@ def decimal_size(n: float) -> str:
 
 
 class FirstEpochPace:
-    """The last reading of epoch 0's count the waiting line saw, so the next line can say when
-    epoch 0 comes: ``~40 s at 4.0 samples/s (16.4 kB/s)`` (issue 21, "the way to epoch 0"; the
-    sidecar's /readyz and ``epochfs status`` say the same from their own readings)."""
+    """The last reading of epoch 0's count the waiting line saw, so the next line can say when epoch 0
+    comes: ``~40 s at 4.0 samples/s (16.4 kB/s)`` (the sidecar's /readyz and ``epochfs status`` say the
+    same from their own readings)."""
 
     def __init__(self) -> None:
         self.at: float | None = None
@@ -123,7 +123,7 @@ def describe_root(root: str | os.PathLike[str], pace: FirstEpochPace | None = No
         if bits:
             parts.append("sidecar: " + ", ".join(bits))
         if isinstance(status.get("sampler_retrying"), str) and status["sampler_retrying"]:
-            # Why no data comes: the remote is unreachable at the sampler's start (issue 21).
+            # Why no data comes: the remote is unreachable at the sampler's start.
             parts.append(f"sampler: {status['sampler_retrying']}")
     return "; ".join(parts)
 

@@ -98,22 +98,23 @@ class _Workers:
             self._loader = self._build(self._plan)
         return self._loader
 
-    @property
-    def current(self) -> DataLoader[Any] | None:
-        """The DataLoader while it is built (None after :meth:`close`, until the next epoch)."""
-        return self._loader
-
     def serve(self, batches: list[list[Any]]) -> DataLoader[Any]:
         """The DataLoader, its next iteration planned to load ``batches``."""
         dataloader = self.dataloader()
         self._plan.batches = batches
         return dataloader
 
+    def processes(self) -> list[Any]:
+        """The DataLoader's worker processes once its first iteration started them ([] before, after
+        :meth:`close`, and with ``num_workers=0``). Private DataLoader state, read only: torch has no
+        public way to them."""
+        iterator = getattr(self._loader, "_iterator", None)
+        return list(getattr(iterator, "_workers", []))
+
     def failure(self, exc: Exception) -> Exception | None:
         """The error to raise when a worker of the DataLoader died (None while all live), see
-        :func:`worker_failure` (private DataLoader state, read only)."""
-        iterator = getattr(self._loader, "_iterator", None)
-        return worker_failure(exc, list(getattr(iterator, "_workers", [])))
+        :func:`worker_failure`."""
+        return worker_failure(exc, self.processes())
 
     def close(self) -> None:
         """Shut the worker processes down; the next epoch builds a DataLoader over a fresh plan."""
@@ -252,10 +253,11 @@ class EpochLoader(Resumable):
         return DataLoader(dataset, batch_sampler=plan, num_workers=self.num_workers,
                           **self.dataloader_options)
 
-    @property
-    def _loader(self) -> DataLoader[Any] | None:
-        """The DataLoader while built: the benchmarks and the tests read its worker processes."""
-        return self._workers.current
+    def worker_pids(self) -> list[int]:
+        """The process ids of this loader's worker processes: [] until the first epoch starts them,
+        after :meth:`close`, and with ``num_workers=0``; the same ids every epoch in between (they
+        persist). For tests and benchmarks: which processes decode, and the CPU time they spend."""
+        return [int(w.pid) for w in self._workers.processes()]
 
     def epoch(self, epoch: int, *, jump: bool = False) -> EpochRun:
         """An iterable of the batches of epoch ``epoch``; the epoch is looked up when iteration starts.

@@ -1,4 +1,4 @@
-"""A file the epoch lists whose sample the remote lost: one clear error, at once (issue 20).
+"""A file the epoch lists whose sample the remote lost: one clear error, at once.
 
 The sidecar repairs a damaged or deleted object in place (fetched again under the same name);
 when the remote no longer has the sample's bytes it is marked *lost*: its entry stays in every live

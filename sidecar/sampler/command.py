@@ -123,7 +123,7 @@ def refusal_fix(settings: SamplerSettings, cause: str | None) -> tuple[str, str]
     """(the flag to name, what to do) for a remote that refused the first listing, by the cause
     :func:`~epochfs.sidecar.remote.refusal.refusal_cause` found: the line a user reads first, in a
     terminal or in ``kubectl describe pod``'s termination message, must say what to check, not
-    only what the store answered (issue 21)."""
+    only what the store answered."""
     s3 = settings.remote.startswith("s3://")
     endpoint = settings.endpoint_url if s3 else None
     if settings.index_url:  # the first listing reads the index

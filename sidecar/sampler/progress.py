@@ -29,7 +29,7 @@ class Rates:
         """One line since the last one; rates over the interval between the two. ``window``: the
         fetch window and --concurrency; ``throttled``: keys waiting after a throttled answer. The
         byte rate in the unit that fits, as ``epochfs status`` writes it (a slow remote read
-        "0.0 MB/s" at 40 KiB/s, as if nothing came; issue 21)."""
+        "0.0 MB/s" at 40 KiB/s, as if nothing came)."""
         dt = max(now - self.last_time, 1e-9)
         byte_rate = (self.nbytes - self.last_bytes) / dt
         rate = (self.samples - self.last_samples) / dt

@@ -23,8 +23,10 @@ epoch high-water mark), :mod:`.objects` (object and temp files), :mod:`.recovery
 :mod:`.journal`, the names a crash can leave out of step, and :mod:`.objectscan`, the background
 scan), :mod:`.integrity` (objects against their md5, quarantine), :mod:`.catalog` (catalog queries),
 :mod:`.eviction`, :mod:`.epochs` (cuts, the cut condition, windows, requests, retirement),
-:mod:`.stats`, :mod:`.admitted` (the admission order as the folder view's tree built ahead follows
-it), :mod:`.reader` (what the FUSE view may ask) and :mod:`.cache` (the :class:`Store` facade).
+:mod:`.stats`, :mod:`.cutwait` (the help and buckets of the cut wait histogram, which the sampler,
+the FUSE server and the supervisor share), :mod:`.admitted` (the admission order as the folder
+view's tree built ahead follows it), :mod:`.reader` (what the FUSE view may ask) and :mod:`.cache`
+(the :class:`Store` facade).
 """
 
 from epochfs.sidecar.store.admitted import AdmittedSample, EpochExtent

@@ -1,6 +1,6 @@
 """The marker that forces a full integrity check of the index at the sampler's next start.
 
-Start-up no longer runs ``PRAGMA integrity_check`` over the whole index (39 s at 10M samples):
+Start-up does not run ``PRAGMA integrity_check`` over the whole index (39 s at 10M samples):
 it runs a cheap check, and the full one runs in the background (:mod:`.checkup`). So whatever
 finds damage between two starts -- the background check, or SQLite raising "database disk image
 is malformed" to any process during normal operation -- writes this marker, and the next start

@@ -1,7 +1,7 @@
 """Checking the index without reading all of it at every start.
 
-``PRAGMA integrity_check`` reads every page of ``index.sqlite``: 39 s at 10M samples, and it ran
-at every start of the sampler. A restart does not need it -- SQLite's write-ahead log makes a
+``PRAGMA integrity_check`` reads every page of ``index.sqlite``: 39 s at 10M samples, too long
+for every start of the sampler. A restart does not need it -- SQLite's write-ahead log makes a
 crash or ``kill -9`` safe; what needs it is a damaged file (a bad disk, a stray write), and that
 can happen while the sampler runs as well as while it is down. So:
 
@@ -9,7 +9,7 @@ can happen while the sampler runs as well as while it is down. So:
   :mod:`.checkmark` marker, written by whatever found damage since (the background check below,
   or any process that SQLite told "database disk image is malformed") -- or when the index is
   small enough that the full check costs less than :data:`START_FULL_BYTES` of reading (a new or
-  small cache keeps the old behaviour: a damaged page is found before the first fetch). Otherwise
+  small cache: a damaged page is found before the first fetch). Otherwise
   a cheap check whose cost does not grow with the index (:func:`quick`): the file header, the
   schema, and the first and last entries of every table and index (the pages at both ends of each
   b-tree, where the newest rows are written). What the cheap check finds is confirmed by the full
@@ -49,13 +49,35 @@ START_FULL_BYTES = 8 << 20
 EVERY = 6 * 3600.0
 """Seconds from the start of one background full check to the next."""
 DUTY = 0.25
-"""Share of one core the background check may use (it works :data:`SLICE`, then rests)."""
+"""Share of one core the background thread may use, for the full check and the object scan after it
+(:mod:`.objectscan`): both are paced by one :class:`Pace`."""
 SLICE = 0.05
-"""Seconds the background check works before it rests."""
+"""Seconds the background thread works before it rests."""
 PROGRESS_OPS = 10_000
 """SQLite virtual machine steps between two calls of the background check's pacing."""
 
 _HEADER = b"SQLite format 3\x00"
+
+
+class Pace:
+    """False when the pass must stop; else rests so that the pass works ``duty`` of the time: after
+    :data:`SLICE` seconds or more of work, a rest in proportion (0.05 s of work, 0.15 s of rest at
+    :data:`DUTY`). Called often by the pass (SQLite's progress handler, the scan's loop)."""
+
+    def __init__(self, stop: threading.Event, duty: float = DUTY) -> None:
+        self.stop = stop
+        self.duty = duty
+        self._slice = time.monotonic()
+
+    def __call__(self) -> bool:
+        if self.stop.is_set():
+            return False
+        worked = time.monotonic() - self._slice
+        if worked >= SLICE and self.duty < 1:
+            if self.stop.wait(worked * (1 - self.duty) / self.duty):
+                return False
+            self._slice = time.monotonic()
+        return True
 
 
 def full(ix: Index) -> str:
@@ -191,7 +213,6 @@ class Background:
         """Full checks this thread completed (tests and the log read it)."""
         self.found: str | None = None
         self.after = after
-        self._slice = 0.0
         self._thread = threading.Thread(target=self._run, name="index-check", daemon=True)
 
     def start(self) -> None:
@@ -243,8 +264,9 @@ class Background:
         uri = f"file:{self.handle.path}?mode=ro"
         db = sqlite3.connect(uri, uri=True, timeout=30.0, check_same_thread=False)
         try:
-            self._slice = time.monotonic()
-            db.set_progress_handler(self._pace, PROGRESS_OPS)
+            pace = Pace(self.stop, self.duty)
+            # SQLite's progress handler: nonzero interrupts the check (the sampler stops).
+            db.set_progress_handler(lambda: 0 if pace() else 1, PROGRESS_OPS)
             rows = db.execute("PRAGMA integrity_check").fetchall()
         except sqlite3.DatabaseError as e:
             if self.stop.is_set():
@@ -255,14 +277,3 @@ class Background:
         finally:
             db.close()
         return "; ".join(str(r[0]) for r in rows[:5])
-
-    def _pace(self) -> int:
-        """SQLite's progress callback: nonzero interrupts the check (the sampler stops)."""
-        if self.stop.is_set():
-            return 1
-        worked = time.monotonic() - self._slice
-        if worked >= SLICE and self.duty < 1:
-            if self.stop.wait(worked * (1 - self.duty) / self.duty):
-                return 1
-            self._slice = time.monotonic()
-        return 0

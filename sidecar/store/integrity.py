@@ -11,8 +11,8 @@ repair in place (:func:`take_out`), as recovery marks a lost one: its row stays,
 that lists it keeps listing it, ``corrupt_objects_total`` counts it, and the sampler fetches the
 key again into the same sample (:func:`repair`). Its object file stays where it is until the
 repair's download is renamed over it (one ``os.replace``): an entry that links to it always finds
-a file, the old bytes until the repair lands and the right ones after, never ENOENT (issue 20;
-``epochfs verify`` keeps its quarantined copy as a second link). Only a sample that cannot be
+a file, the old bytes until the repair lands and the right ones after, never ENOENT
+(``epochfs verify`` keeps its quarantined copy as a second link). Only a sample that cannot be
 repaired (lost) has its file removed, after the commit that marks it.
 """
 
@@ -106,12 +106,12 @@ def take_out(ix: Index, files: ObjectFiles, damaged: list[tuple[StoredObject, st
     again into the same sample (:func:`repairs_due`, :meth:`.Store.admit`). The samples row
     stays: every epoch that lists the sample keeps listing it, under the same name and inode
     number. Its object file stays too, until the repair renames the right bytes over it
-    (:meth:`.ObjectFiles.install`): removing it here made every entry that links to it answer
-    ENOENT for the whole download (issue 20); ``quarantine`` links a copy into ``quarantine/``
+    (:meth:`.ObjectFiles.install`): removing it here would make every entry that links to it
+    answer ENOENT for the whole download; ``quarantine`` links a copy into ``quarantine/``
     instead of moving it. A sample whose key the catalog no longer lists cannot be fetched
     again: it is marked lost and its file moved to ``quarantine/`` or removed (:func:`_drop`).
-    Before issue 20 the row was dropped and the key fetched as a new sample, outside every live
-    epoch: the epoch being read shrank under its reader. A sample no longer in the index
+    Dropping the row and fetching the key as a new sample would put it outside every live epoch:
+    the epoch being read would shrink under its reader. A sample no longer in the index
     (evicted while it was checked) is left alone: its file is not the cache's any more.
 
     A file that goes is named in the recovery journal in the same transaction (:mod:`.journal`):

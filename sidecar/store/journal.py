@@ -1,8 +1,8 @@
 """The recovery journal: the few object names a crash can have left out of step with the index.
 
-Start-up recovery used to ``stat`` every sample's object and list every object file (a million
-of each at 1M samples). Given the order of writes, a crash can only leave out of step the names
-that were between two steps:
+Checking every object at start-up costs a ``stat`` of every sample's object and a listing of every
+object file (a million of each at 1M samples). Given the order of writes, a crash can only leave out
+of step the names that were between two steps:
 
 * an *admission* renames objects into place and then commits their rows: a crash in between
   leaves objects the index does not know;

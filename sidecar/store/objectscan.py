@@ -1,9 +1,9 @@
-"""The background scan of the object files: what start-up recovery no longer checks.
+"""The background scan of the object files: what start-up recovery does not check.
 
 Start-up recovery checks only the names in the recovery journal (:mod:`.journal`), the window a
 crash can leave. A file deleted by hand, or lost by a volume that dropped writes, is outside that
-window; this scan finds it. The sampler's background index check (:class:`.checkup.Background`)
-runs it after each full check of the index passes (every 6 hours), paced to :data:`DUTY` of one
+window; this scan finds it. The sampler's background index check (:class:`.checkup.Background`) runs
+it after each full check of the index passes (every 6 hours), paced to :data:`.checkup.DUTY` of one
 core (a ``stat`` per sample and a listing of ``objects/``: metadata only; the scrub reads bytes):
 
 * a sample whose object is missing or has another size is taken out as the scrub takes out a
@@ -30,15 +30,13 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from epochfs.sidecar.store import integrity, journal
+from epochfs.sidecar.store.checkup import DUTY, Pace
 from epochfs.sidecar.store.index import Index
 from epochfs.sidecar.store.objects import ObjectFiles
 from epochfs.sidecar.store.records import StoredObject
 
 log = logging.getLogger("epochfs.store")
 
-DUTY = 0.25
-"""Share of one core the scan may use (it works :data:`SLICE` seconds, then rests)."""
-SLICE = 0.05
 CHUNK = 2000
 """Samples read per query."""
 BATCH = 500
@@ -56,29 +54,10 @@ class ScanReport:
     """Files of samples marked lost, removed (a damaged file a crashed take-out left)."""
 
 
-class _Pace:
-    """False when the scan must stop; rests so that it works ``duty`` of the time."""
-
-    def __init__(self, stop: threading.Event, duty: float) -> None:
-        self.stop = stop
-        self.duty = duty
-        self._slice = time.monotonic()
-
-    def __call__(self) -> bool:
-        if self.stop.is_set():
-            return False
-        worked = time.monotonic() - self._slice
-        if worked >= SLICE and self.duty < 1:
-            if self.stop.wait(worked * (1 - self.duty) / self.duty):
-                return False
-            self._slice = time.monotonic()
-        return True
-
-
 def scan(index: Callable[[], Index], files: ObjectFiles, stop: threading.Event, *,
          duty: float = DUTY) -> ScanReport | None:
     """One paced pass over every sample and every object file; None when ``stop`` ended it."""
-    pace = _Pace(stop, duty)
+    pace = Pace(stop, duty)
     started = time.monotonic()
     samples = lost = 0
     after = 0

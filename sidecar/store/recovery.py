@@ -57,7 +57,7 @@ def _remove_uncut_members(ix: Index, root: Path) -> None:
     """Remove the members files of numbers the index (just checked whole) has no epoch for: a
     cut killed between its file's rename and its commit leaves one (:func:`.memberfiles.at_cut`),
     and a rebuild after a later index damage restored it as an epoch never cut, whose old sample
-    rows could push a live epoch's re-admitted sample out (issue 20, found by the store's model).
+    rows could push a live epoch's re-admitted sample out (a case tests/store/test_store_model.py reaches).
     A cut committing meanwhile in another process loses its file; the keeper writes it again."""
     with ix.read() as db:
         rows = db.execute("SELECT n, retired, cut_at, max_sample FROM epochs").fetchall()
@@ -190,8 +190,8 @@ def _repair_in_place(ix: Index, files: ObjectFiles, bad: list[tuple[StoredObject
     sidecar was stopped, or lost by a volume that dropped writes) are marked for repair in place,
     as the scrub and the background scan mark them (:func:`.integrity.take_out`): their rows stay,
     so every epoch that lists them keeps listing them, and the sampler fetches each again into
-    its place. Before, start-up dropped their rows: a file deleted while the sidecar was stopped
-    made its epochs shrink at the next start (issue 20)."""
+    its place. Dropping their rows instead would make a file deleted while the sidecar was
+    stopped shrink its epochs at the next start."""
     for i in range(0, len(bad), CHUNK):
         taken = integrity.take_out(ix, files, bad[i:i + CHUNK], quarantine=False, corrupt=False)
         for t in taken[:5]:

@@ -1,8 +1,8 @@
 """A snapshot-mode epoch's extent: the newest samples whose sizes sum to at most the epoch budget.
 
 A cut runs in the index's write transaction, which the FUSE server's cut-on-lookup and every
-admission wait on, so it must not cost a pass over the cache. The old query summed a window over
-every sample (``SUM(size) OVER (ORDER BY id DESC)``) and then counted the epoch's rows: 2.8 s for a
+admission wait on, so it must not cost a pass over the cache. A query that sums a window over every
+sample (``SUM(size) OVER (ORDER BY id DESC)``) and then counts the epoch's rows took 2.8 s for a
 lookup cut and 3.8 s for ``epochfs cut`` with 1M cached samples (``benchmarks/scale_cached.py``).
 
 This works from the running totals (``cache_samples``, ``cache_bytes``, kept in the transactions

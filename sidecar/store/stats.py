@@ -143,6 +143,16 @@ RETRYING_MAX_AGE = 90.0
 with -9): a live one rewrites it at each restart and each start of a retry, at most 30 s apart. By
 the time it was written, not its pid: the FUSE server and the trainer may not see that process."""
 
+STATE_FILE_NAME = "sidecar-state.json"
+"""File of the cache where the supervisor says what ``epochfs status`` cannot read in the index:
+the sampler retrying after a transient failure (its reason, the retry's number, when it starts or
+started; present only meanwhile). The supervisor writes it (sidecar/supervisor/observability.py)
+and ``epochfs status`` reads it (sidecar/status.py; with ``--mount`` through the mount's source,
+``epochfs:<cache>``). Here because those two may not import each other (the layers: .importlinter)
+and both import the store, whose retry words (:func:`retry_words`) read the same document. The same
+state goes into the index as :data:`Meta.SAMPLER_RETRYING`, because the views render
+``status.json`` from the index alone and a trainer reads only the mount."""
+
 
 def retrying_value(state: dict[str, Any], now: float) -> str:
     """The supervisor's sampler retry state (``waiting``: ``remote unreachable: <reason>``, the

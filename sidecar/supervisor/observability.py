@@ -1,7 +1,8 @@
 """What the supervisor tells the outside: the metrics registry, the HTTP endpoints on their ports,
 the served-opens counter, the Kubernetes reporter, the totals it saves every couple of seconds, and
-the state file ``epochfs status`` reads (:data:`STATE_FILE_NAME`: why the sampler is retrying) and
-the same as a meta value of the index, which the mount's ``status.json`` shows.
+the state file ``epochfs status`` reads (:data:`~epochfs.sidecar.store.stats.STATE_FILE_NAME`: why
+the sampler is retrying) and the same as a meta value of the index, which the mount's
+``status.json`` shows.
 
 Its own module because it is the supervisor's one place that wires callbacks into other layers
 (:mod:`~epochfs.sidecar.endpoints`, :mod:`~epochfs.sidecar.served`, :mod:`~epochfs.sidecar.kube`,
@@ -24,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 from epochfs.sidecar import kube
 from epochfs.sidecar.config import SidecarSettings
 from epochfs.sidecar.store import Meta, Stats, Store
+from epochfs.sidecar.store.stats import STATE_FILE_NAME
 from epochfs.torchclient.layout import epoch_name
 
 if TYPE_CHECKING:
@@ -33,14 +35,6 @@ log = logging.getLogger("epochfs.supervisor")
 
 METRICS_DIR_NAME = "metrics"
 """Folder of the cache where the children write their Prometheus multiprocess files."""
-
-STATE_FILE_NAME = "sidecar-state.json"
-"""File of the cache where the supervisor says what ``epochfs status`` cannot read in the index:
-the sampler retrying after a transient failure (its reason, the retry's number, when it starts or
-started; present only meanwhile). ``epochfs status`` reads it (sidecar/status.py; with ``--mount``
-through the mount's source, ``epochfs:<cache>``). The same state goes into the index as
-:data:`Meta.SAMPLER_RETRYING` (:meth:`Observability._save_retrying`), because the views render
-``status.json`` from the index alone and a trainer reads only the mount."""
 
 
 def _ours_or_stale(path: Path) -> bool:

@@ -152,7 +152,7 @@ class MountWatch(ChildProcesses):
         """The folder view's folder: a folder (what a previous run published stays and is
         recovered) or a missing one, made here, whose parent is a folder; one the publisher could
         not use stops the sidecar with the reason, also in the termination message (a publisher
-        restarted for ever hid it: issue 21)."""
+        restarted for ever would hide it)."""
         try:
             check_view_folder(self.mount, create=True)
         except ConfigError as e:

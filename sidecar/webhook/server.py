@@ -6,7 +6,7 @@ for production. It parses requests, keeps connections alive, closes idle ones
 (``keepalive_timeout``, from the first byte on) and drains unread bodies; asyncio's TLS gives
 the handshake a timeout and logs a failed one at DEBUG only.
 
-Why not kopf's admission server (issue 23 suggested a library): kopf serves admission webhooks
+Why not kopf's admission server (a library in place of this module): kopf serves admission webhooks
 from inside an operator, whose loop first discovers the cluster's resources through the API
 (``insights.ready_resources``) and wants RBAC for it, peering between replicas, and optionally
 registers the webhook configuration itself; its handlers return merge patches it diffs into a
