@@ -231,7 +231,7 @@ def _restore(ix: Index, n: int, path: Path, objects: str, now: float,
                                    "JOIN samples s ON s.id = e.sample WHERE e.epoch=?", (n,)).fetchone()
         if base is not None and (int(count), int(nbytes)) != (head.get("samples"), head.get("bytes")):
             # The row's counts come from the running totals at the cut (:mod:`.snapshot`): a
-            # drift there, as for a whole file (:func:`.memberfiles._fill`), not a wrong chain.
+            # drift there, as for a whole file (:func:`.memberformat.fill`), not a wrong chain.
             log.warning("epoch %d: its chain gives %d members (%d bytes), its row said %s (%s bytes)",
                         n, count, nbytes, head.get("samples"), head.get("bytes"))
         db.execute(

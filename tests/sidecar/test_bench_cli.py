@@ -20,7 +20,7 @@ import pytest
 from bench_helpers import ROOT, bench, decoy
 
 BENCHMARKS = ("arrayloader", "dashboard", "fairness", "fetch", "fleet", "folderview", "fuse_memory", "images",
-              "loader", "mount", "scale", "scale_cached", "served_opens")
+              "loader", "members_files", "mount", "scale", "scale_cached", "served_opens")
 
 # Put first on sys.path (PYTHONPATH), this makes the named modules look absent to every process.
 HIDE = """

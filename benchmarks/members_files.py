@@ -1,0 +1,170 @@
+"""What a cut pays for its epoch's members file (issue 20: the file written under the write lock).
+
+For each size (``--members``, default 10,000, 50,000, 100,000, 200,000 and 1,000,000) a store is
+made with that many samples (rows written with plain SQL, no object files: the file is made from
+the index alone; 45-character keys, md5 checksums and digests, quoted ETags, 64-bit ranks, about
+110 KB a sample), and then the cut's own write of epoch 0's file (the whole admission order as one
+range, a whole file: what :func:`epochfs.sidecar.store.memberfiles.at_cut` does inside the cut's
+write transaction, the limit ``AT_CUT`` lifted) is timed ``--repeat`` times, each in a write
+transaction that is rolled back (the file removed with it), by each encoder: ``sql`` (SQLite
+renders the member lines, :mod:`epochfs.sidecar.store.memberformat`) and ``python`` (the rows
+fetched and encoded in Python, as before; ``--encoders sql`` skips it). The table gives the best
+wall time and this process's CPU time of that run, per member, and the file's size; with
+``--check`` the last file written is read back as a rebuild reads it and compared with the index.
+``--paced`` adds, per encoder, one write of the same file as the sampler's keeper thread makes it
+(:func:`epochfs.sidecar.store.memberfiles.write`: read transactions, paced to half a core), the
+epoch committed first: its wall time is how long after a cut the keeper's file is in place.
+
+    .venv/bin/python -m epochfs.benchmarks.members_files
+    .venv/bin/python -m epochfs.benchmarks.members_files --members 100000 --repeat 5 --check
+    .venv/bin/python -m epochfs.benchmarks.members_files --members 1000000 --repeat 1 --paced
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import random
+import sqlite3
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from epochfs.benchmarks import harness
+from epochfs.sidecar.store import INDEX_NAME, Policy, Store, memberfiles, memberformat
+
+
+def make_store(cache: Path, members: int) -> None:
+    """A store of ``members`` samples (index rows only, in admission order)."""
+    with Store(cache, create=True) as store:
+        store.configure(Policy(capacity=1 << 50, keep_epochs=2, min_samples=1, in_use_seconds=600.0))
+    now = time.time()
+    rng = random.Random(0)
+
+    def rows() -> Iterator[tuple[object, ...]]:
+        for i in range(members):
+            key = f"train/n{i // 1000:08d}/sample-{i:09d}-abcdefgh.bin"
+            sid = hashlib.blake2b(key.encode(), digest_size=16).hexdigest()
+            md5 = hashlib.md5(key.encode()).hexdigest()
+            yield (sid, key, key, 110_000 + i % 997, f"md5:{md5}", f'"{md5}"', now + i * 1e-3, md5,
+                   "etag-md5", rng.getrandbits(63))
+
+    db = sqlite3.connect(cache / INDEX_NAME)
+    try:
+        with db:
+            db.executemany("INSERT INTO samples(sid, key, path, size, checksum, version, admitted_at, "
+                           "digest, verified, rank) VALUES(?,?,?,?,?,?,?,?,?,?)", rows())
+    finally:
+        db.close()
+
+
+_EPOCH = ("INSERT INTO epochs(n, cut_at, samples, bytes, new, evicted, max_sample, last_read, first_sample) "
+          "VALUES(0, ?, ?, ?, ?, 0, ?, 0, 1)")
+"""Epoch 0 as a snapshot cut records it: the whole admission order, ``first_sample`` 1."""
+
+
+class _RolledBack(Exception):
+    pass
+
+
+@dataclass
+class Result:
+    members: int
+    encoder: str
+    wall_s: float
+    cpu_s: float
+    file_mb: float
+
+
+def time_write(cache: Path, encoder: str, repeat: int, *, check: bool) -> Result:
+    """The best of ``repeat`` writes of epoch 0's file by the cut's path, with ``encoder``."""
+    memberformat.SQL_JSON = encoder == "sql"
+    best = (float("inf"), float("inf"))
+    size = 0
+    with Store(cache) as store:
+        ix = store._ix
+        members, nbytes, top = ix.query("SELECT COUNT(*), SUM(size), MAX(id) FROM samples")[0]
+        for _ in range(repeat):
+            try:
+                with memberfiles.at_cut(cache) as keep, ix.write() as db:
+                    db.execute(_EPOCH, (time.time(), members, nbytes, members, top))
+                    cpu, wall = harness.self_cpu(), time.perf_counter()
+                    assert keep(db, 0), "the file was written"
+                    wall, cpu = time.perf_counter() - wall, harness.self_cpu() - cpu
+                    best = min(best, (wall, cpu))
+                    size = memberfiles.path_of(cache, 0).stat().st_size
+                    if check:
+                        _check(cache, db)
+                    raise _RolledBack
+            except _RolledBack:
+                pass
+    return Result(int(members), encoder, best[0], best[1], size / 1e6)
+
+
+def time_paced(cache: Path, encoder: str) -> Result:
+    """One write of epoch 0's file by the keeper's path (paced), with ``encoder``."""
+    memberformat.SQL_JSON = encoder == "sql"
+    with Store(cache) as store:
+        ix = store._ix
+        with ix.write() as db:
+            members, nbytes, top = db.execute("SELECT COUNT(*), SUM(size), MAX(id) FROM samples").fetchone()
+            db.execute(_EPOCH, (time.time(), members, nbytes, members, top))
+        try:
+            cpu, wall = harness.self_cpu(), time.perf_counter()
+            assert memberfiles.write(ix, cache, 0, stop=threading.Event()), "the file was written"
+            wall, cpu = time.perf_counter() - wall, harness.self_cpu() - cpu
+            size = memberfiles.path_of(cache, 0).stat().st_size
+        finally:
+            with ix.write() as db:
+                db.execute("DELETE FROM epochs WHERE n=0")
+            memberfiles.path_of(cache, 0).unlink(missing_ok=True)
+    return Result(int(members), f"{encoder}*", wall, cpu, size / 1e6)
+
+
+def _check(cache: Path, db: sqlite3.Connection) -> None:
+    """The file read back as a rebuild reads it gives every row of the index, value for value."""
+    from epochfs.sidecar.store.memberrestore import _parse
+
+    lines = _parse(memberfiles.path_of(cache, 0), 0)
+    next(lines)
+    got = [tuple(r) for rows in lines for r in rows]
+    want = db.execute(f"SELECT {memberformat.COLUMNS} FROM samples s ORDER BY s.id").fetchall()
+    if got != want:
+        harness.fail("the file read back differs from the index")
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--members", type=int, nargs="+", default=[10_000, 50_000, 100_000, 200_000, 1_000_000])
+    ap.add_argument("--encoders", nargs="+", choices=["sql", "python"], default=["sql", "python"])
+    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--check", action="store_true", help="read the file back and compare it with the index")
+    ap.add_argument("--paced", action="store_true", help="also time the keeper's paced write (encoder*)")
+    ap.add_argument("--dir", type=Path, default=None, help="scratch folder (default: a temp folder)")
+    args = ap.parse_args(argv)
+    if "sql" in args.encoders and not memberformat.SQL_JSON:
+        harness.fail(f"this SQLite ({sqlite3.sqlite_version}) has no JSON functions")
+    memberfiles.AT_CUT = 1 << 62  # every size is written at the cut here
+    table = harness.Table(("members", ">9,d"), ("encoder", "7s"), ("wall s", ">7.3f"), ("cpu s", ">7.3f"),
+                          ("us/member", ">9.2f"), ("file MB", ">8.1f"))
+    print(f"SQLite {sqlite3.sqlite_version}; best of {args.repeat}")
+    print(table.header())
+    for members in args.members:
+        with harness.work_dir(args.dir) as scratch:
+            cache = scratch / "cache"
+            make_store(cache, members)
+            for encoder in args.encoders:
+                r = time_write(cache, encoder, args.repeat, check=args.check)
+                per_member = r.wall_s / r.members * 1e6
+                print(table.row(r.members, r.encoder, r.wall_s, r.cpu_s, per_member, r.file_mb), flush=True)
+            for encoder in args.encoders if args.paced else []:
+                r = time_paced(cache, encoder)
+                per_member = r.wall_s / r.members * 1e6
+                print(table.row(r.members, r.encoder, r.wall_s, r.cpu_s, per_member, r.file_mb), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
