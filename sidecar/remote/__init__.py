@@ -4,9 +4,10 @@ One package (docs/architecture.md draws it):
 
 - :mod:`.base`: the interface (:class:`Remote`, :class:`Reader`, :class:`RemoteObject`, every
   capability declared) and the typed failures;
-- :mod:`.errors`: each client library's exceptions translated into those failures;
+- :mod:`.errors`: exceptions translated into those failures, by the rules of :mod:`.librules`
+  (one per client library);
 - :mod:`.registry`: scheme -> backend, :func:`open_remote`, the accepted schemes and help text;
-- a module per backend: :mod:`.s3` (botocore, with :mod:`.s3list`, the pool :mod:`.httpget`,
+- a module per backend: :mod:`.s3` (botocore, with :mod:`.s3read`, :mod:`.s3list`, the pool :mod:`.httpget`,
   its connections :mod:`.httpconn` and proxies :mod:`.httpproxy`), :mod:`.httpindex`
   (``http(s)://`` with an index file), :mod:`.fsspec` (``gs://``), :mod:`.file`;
 - :mod:`.checksums`: what a store's ETags and stored checksums vouch for;

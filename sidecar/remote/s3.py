@@ -13,10 +13,12 @@ The URLs are signed by :mod:`.sigv4` (the standard library) where that gives bot
 need only (a fallback, a ranged read, a HEAD of a part, an upload): its import and client cost
 ~0.4 s, which a sampler that needs neither does not spend before its first GET.
 
-Failures come out typed where they arise (:mod:`.errors`): botocore's by
-:func:`~.errors.botocore_kind`, the fast path's S3 error answers (their ``<Code>`` read as XML),
-proxy refusals and socket errors by :func:`~.errors.fast_path_failure`. The interface this class
-implements is :class:`~.base.Remote`; :mod:`.registry` opens it for ``s3://``.
+The bodies are read, and what vouches for them (the stored checksum, an md5 ETag) taken from the
+answer, by the readers of :mod:`.s3read`. Failures come out typed where they arise
+(:mod:`.errors`): botocore's by :func:`~.librules.botocore_kind`, the fast path's S3 error
+answers (their ``<Code>`` read as XML), proxy refusals and socket errors by
+:func:`~.errors.fast_path_failure`. The interface this class implements is
+:class:`~.base.Remote`; :mod:`.registry` opens it for ``s3://``.
 """
 
 from __future__ import annotations
@@ -41,121 +43,14 @@ from epochfs.sidecar.remote.base import (
     RemoteObject,
     Transient,
 )
-from epochfs.sidecar.remote.errors import Translated, botocore_kind, fast_path_failure, s3_answer
-from epochfs.sidecar.remote.httpget import DEFAULT_RECV_BUFFER, GetPool, HTTPStatusError, Response
+from epochfs.sidecar.remote.errors import fast_path_failure
+from epochfs.sidecar.remote.httpget import DEFAULT_RECV_BUFFER, GetPool, HTTPStatusError
+from epochfs.sidecar.remote.librules import botocore_error_code, s3_answer
 from epochfs.sidecar.remote.s3list import ListedXML, ListXMLError, client_error_text, parse_list_page
+from epochfs.sidecar.remote.s3read import BOTOCORE, CHECKSUM_MODE, BotoReader, FastReader, no_second_check
 from epochfs.sidecar.remote.sigv4 import Presigner, environ_proxies, light_settings
 
 log = logging.getLogger("epochfs.remote")
-
-_BOTOCORE = Translated(botocore_kind)
-_OS = Translated()  # the presigned fast path's sockets, TLS and http.client
-
-
-_CHECKSUMS = ("CRC64NVME", "CRC32C", "CRC32", "SHA256", "SHA1")
-
-CHECKSUM_MODE = {"x-amz-checksum-mode": "ENABLED"}
-"""The header that asks S3 to send the object's stored checksum with its body (signed into the
-presigned URL, so it must be sent as it was signed)."""
-
-
-def _full_object_checksum(kind: object, values: dict[str, object]) -> tuple[str, str] | None:
-    """The object's stored checksum of its whole body, ``(algorithm, base64)``, from a GetObject
-    answer made with checksum mode enabled (``values``: upper-case algorithm name -> value,
-    ``kind``: the checksum type); None for none or a composite one (``...-N``: a checksum of the
-    parts' checksums, which the multipart ETag check covers instead)."""
-    if str(kind or "FULL_OBJECT").upper() != "FULL_OBJECT":
-        return None
-    for name in _CHECKSUMS:
-        value = values.get(name)
-        if value and "-" not in str(value):
-            return name.lower(), str(value)
-    return None
-
-
-def _not_content_hashes(encryption: object, customer_algorithm: object) -> bool:
-    """Whether ETags are not md5s of the content: objects encrypted with KMS or customer keys."""
-    return str(encryption or "").startswith("aws:kms") or bool(customer_algorithm)
-
-
-def _error_code(e: BaseException) -> str:
-    """The S3 error code of a botocore ``ClientError`` ("" for any other exception)."""
-    response: Any = getattr(e, "response", None)
-    return str(response.get("Error", {}).get("Code", "")) if isinstance(response, dict) else ""
-
-
-def _no_second_check(params: dict[str, Any], **_: Any) -> None:
-    """botocore would check a GetObject body against its stored checksum itself when checksum mode
-    is enabled (on every read, before the downloader's own check of the same bytes): the
-    downloader checks it once, on the blocks it writes, so botocore is told of no algorithm to
-    check (``before-call``, after botocore has resolved them into the request context)."""
-    checksum = params.get("context", {}).get("checksum")
-    if isinstance(checksum, dict):
-        checksum.pop("response_algorithms", None)
-
-
-class _BotoReader(Reader):
-    """A GetObject body from botocore's own connection pool, read on the calling thread (the
-    fallback when presigned URLs are refused).
-
-    It also says what can verify the body (:mod:`.checksums`): ``checksum``, the
-    full-object checksum S3 stored, and ``etag_is_md5``, False for objects encrypted with KMS or
-    customer keys, whose ETags are not md5s of their content."""
-
-    def __init__(self, response: dict[str, Any]) -> None:
-        self._body = response["Body"]
-        self.size: int | None = response.get("ContentLength")
-        self.etag: str | None = response.get("ETag")
-        self.checksum = _full_object_checksum(
-            response.get("ChecksumType"), {name: response.get(f"Checksum{name}") for name in _CHECKSUMS})
-        self.etag_is_md5 = not _not_content_hashes(response.get("ServerSideEncryption"),
-                                                   response.get("SSECustomerAlgorithm"))
-
-    def read(self, n: int) -> bytes:
-        parts: list[bytes] = []
-        got = 0
-        with _BOTOCORE:
-            while got < n:
-                chunk: bytes = self._body.read(n - got)
-                if not chunk:
-                    break
-                parts.append(chunk)
-                got += len(chunk)
-        return parts[0] if len(parts) == 1 else b"".join(parts)
-
-    def close(self) -> None:
-        with contextlib.suppress(Exception):
-            self._body.close()
-
-
-class _FastReader(Reader):
-    """A presigned GET's body (:class:`.httpget.Response`), read into the
-    downloader's buffer; the socket's, TLS's and ``http.client``'s errors come out typed. Like
-    :class:`_BotoReader` it says what can verify the body, read from the response's headers."""
-
-    def __init__(self, response: Response) -> None:
-        self._response = response
-        self.size = response.size
-        self.etag = response.etag
-        header = response.header
-        self.checksum = _full_object_checksum(
-            header("x-amz-checksum-type"),
-            {name: header(f"x-amz-checksum-{name.lower()}") for name in _CHECKSUMS})
-        self.etag_is_md5 = not _not_content_hashes(
-            header("x-amz-server-side-encryption"),
-            header("x-amz-server-side-encryption-customer-algorithm"))
-
-    def readinto(self, buf: memoryview) -> int:
-        with _OS:
-            return self._response.readinto(buf)
-
-    def read(self, n: int) -> bytes:
-        with _OS:
-            return self._response.read(n)
-
-    def close(self) -> None:
-        self._response.close()
-
 
 class _Fallback(Exception):
     """The presigned fast path cannot serve this bucket (region redirect, auth scheme)."""
@@ -260,7 +155,7 @@ class S3Remote(Remote):
             # Retries are the downloader's (bounded, with backoff and jitter).
             retries={"mode": "standard", "total_max_attempts": 1},
             # The downloader checks every body against the stored checksum (or md5 ETag) itself,
-            # on the blocks it writes; botocore's own check is switched off (_no_second_check).
+            # on the blocks it writes; botocore's own check is switched off (no_second_check).
             response_checksum_validation="when_required",
         )
         self._session = botocore.session.get_session()
@@ -298,14 +193,14 @@ class S3Remote(Remote):
             if operation == "get_object":
                 return signer.get_object(params["Bucket"], params["Key"], headers)
             return signer.list_objects_v2(params["Bucket"], params)
-        with _BOTOCORE:
+        with BOTOCORE:
             url: str = self._client.generate_presigned_url(operation, Params=params, ExpiresIn=900)
         return url
 
     def _new_client(self, region: str | None = None) -> Any:
         client = self._session.create_client(
             "s3", region_name=region, endpoint_url=self._endpoint_url, config=self._config)
-        client.meta.events.register("before-call.s3.GetObject", _no_second_check)
+        client.meta.events.register("before-call.s3.GetObject", no_second_check)
         return client
 
     def _proxies(self) -> dict[str, str]:
@@ -418,7 +313,7 @@ class S3Remote(Remote):
         if self._fast:
             url = self._presign("get_object", kwargs, CHECKSUM_MODE)
             try:
-                return _FastReader(self._gets.get(url, CHECKSUM_MODE))
+                return FastReader(self._gets.get(url, CHECKSUM_MODE))
             except Exception as e:
                 if isinstance(e, HTTPStatusError) and e.status in (301, 307, 400, 403):
                     # botocore tries it again (and redirects, or reports it).
@@ -428,13 +323,13 @@ class S3Remote(Remote):
                     if failure is None:
                         raise
                     raise failure from e
-        with _BOTOCORE:
+        with BOTOCORE:
             response = self._client.get_object(**kwargs)
         if refused is not None and self._fast:
             # botocore got what the presigned URL was refused: stop using the fast path.
             log.warning("S3 presigned GETs refused (%s); using botocore for every GET", refused)
             self._fast = False
-        return _BotoReader(response)
+        return BotoReader(response)
 
     def paged(self) -> PagedRemote:
         return self
@@ -443,12 +338,12 @@ class S3Remote(Remote):
         """One ``GetObject`` with a ``Range`` through botocore (index headers, Parquet footers)."""
         if length <= 0:
             return b""
-        with _BOTOCORE:
+        with BOTOCORE:
             try:
                 response = self._client.get_object(Bucket=self.bucket, Key=self._full_key(key),
                                                    Range=f"bytes={start}-{start + length - 1}")
             except Exception as e:
-                if _error_code(e) == "InvalidRange":  # starts at or past the end
+                if botocore_error_code(e) == "InvalidRange":  # starts at or past the end
                     return b""
                 raise
             body = response["Body"]
@@ -460,14 +355,14 @@ class S3Remote(Remote):
 
     def object_size(self, key: str) -> int:
         """``HeadObject``'s ContentLength (a Parquet inventory file read by ranges)."""
-        with _BOTOCORE:
+        with BOTOCORE:
             head = self._client.head_object(Bucket=self.bucket, Key=self._full_key(key))
         return int(head["ContentLength"])
 
     def part_size(self, key: str, part: int) -> int:
         """Size of part ``part`` (1-based) of a multipart object (``HeadObject`` with
         ``PartNumber``): the downloader re-hashes a body into its multipart ETag with it."""
-        with _BOTOCORE:
+        with BOTOCORE:
             head = self._client.head_object(Bucket=self.bucket, Key=self._full_key(key), PartNumber=part)
         return int(head["ContentLength"])
 

@@ -9,7 +9,9 @@
   block size, ``size-only`` and the cut request's path were each written two to four times); one
   name for two different things (each module's ``POLL``) is not a copy;
 - no object of these modules reads another's private attributes (``filt._lock``): what two
-  objects share is a method or a constructor argument, so either can change its insides.
+  objects share is a method or a constructor argument, so either can change its insides;
+- no module of the remote package is over :data:`LONGEST` lines: one concern a module, read in
+  one sitting (``s3`` and ``errors`` were split along their seams: ``s3read``, ``librules``).
 
 The graph is grimp's (import-linter's, ``make lint``), built from the sources; the rest reads the
 modules' syntax trees. Nothing is imported or run.
@@ -138,6 +140,17 @@ def _private_reads(path: Path) -> list[str]:
 def test_no_object_reads_anothers_private_attributes() -> None:
     reads = [read for path in FILES for read in _private_reads(path)]
     assert not reads, "\n".join(reads)
+
+
+LONGEST = 400
+"""The repository's sign of a module that holds more than one concern."""
+
+
+def test_no_module_of_the_remote_package_is_over_the_longest() -> None:
+    lengths = {path.name: len(path.read_text().splitlines()) for path in ROOT.glob("sidecar/remote/*.py")}
+    assert len(lengths) > 10 and "s3.py" in lengths  # the package was found
+    over = {name: n for name, n in lengths.items() if n > LONGEST}
+    assert not over, f"over {LONGEST} lines: {over}"
 
 
 @pytest.mark.parametrize("path", FILES, ids=lambda p: str(p.relative_to(ROOT)))

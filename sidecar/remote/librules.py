@@ -1,0 +1,230 @@
+"""Each client library's rule: the kind (:mod:`.base`) that one of its exceptions stands for, or None
+when the rule does not know it. The rules read only the exception itself; :mod:`.errors` runs
+them over a chain of causes (:func:`~.errors.translate`), after the standard library's verdict.
+
+- S3's error answers by status and ``<Code>`` (:func:`s3_kind`, :func:`s3_error_code`, the
+  presigned fast path's :func:`s3_answer`) and botocore's exceptions (:func:`botocore_kind`,
+  :func:`botocore_error_code`);
+- GCS's answers as gcsfs reports them (:func:`gcs_kind`) and aiohttp's exceptions
+  (:func:`aiohttp_kind`: fsspec's ``http(s)://`` and ``gs://``);
+- the Azure SDK's under adlfs (:func:`azure_kind`);
+- :func:`library_kind`, every installed library's rule at once, for callers that do not know
+  which library raised.
+
+A module of its own so that a new backend's rule goes here, beside the others (and into
+:func:`library_kind`), without touching the translation. Each rule imports its library when it
+is called, never when this module is loaded (botocore's only once something else has loaded it:
+none of its exceptions can exist before), so loading this module costs the sampler's start-up
+nothing.
+"""
+
+from __future__ import annotations
+
+import sys
+import xml.etree.ElementTree as ElementTree
+from typing import Any
+
+from epochfs.sidecar.remote.base import Changed, Denied, Kind, NotFound, Throttled, Transient, Unavailable
+from epochfs.sidecar.remote.httpget import HTTPStatusError
+
+# ---------------------------------------------------------------------------- HTTP and S3
+S3_THROTTLE_CODES = frozenset({
+    "SlowDown", "Throttling", "ThrottlingException", "RequestLimitExceeded", "TooManyRequests",
+})
+"""S3 error codes that ask for fewer requests, whatever their status (400 on some stores)."""
+S3_RETRY_CODES = S3_THROTTLE_CODES | frozenset({
+    "RequestTimeout", "RequestTimeTooSkewed", "InternalError", "ServiceUnavailable",
+    "500", "502", "503", "504",  # botocore's code when the error had no body
+})
+"""S3 error codes worth another try whatever their status."""
+
+
+def status_kind(status: int) -> Kind:
+    """The kind of an HTTP error status of one object: 429 is throttling, 5xx the remote's."""
+    if status == 429:
+        return Throttled
+    if status >= 500:
+        return Unavailable
+    return NotFound if status == 404 else Denied
+
+
+def s3_kind(status: int, code: str) -> Kind:
+    """The kind of an S3 error answer, from its status and its error code."""
+    if code in S3_THROTTLE_CODES:
+        return Throttled
+    if code in S3_RETRY_CODES:
+        return Unavailable
+    if code == "NoSuchKey":
+        return NotFound
+    return status_kind(status)
+
+
+def s3_error_code(document: bytes) -> str:
+    """The ``<Code>`` of an S3 error document (``<Error><Code>SlowDown</Code>...</Error>``), or
+    "" when there is none (an empty body, a proxy's HTML page, a document cut short)."""
+    try:
+        root = ElementTree.fromstring(document)
+    except ElementTree.ParseError:
+        return ""
+    for child in root:
+        if child.tag.rpartition("}")[2] == "Code":  # with or without an XML namespace
+            return (child.text or "").strip()
+    return ""
+
+
+def s3_answer(e: HTTPStatusError) -> tuple[str, str]:
+    """The error code of an S3 error answer and a short description (``HTTP 503 SlowDown``)."""
+    code = s3_error_code(e.body)
+    return code, f"HTTP {e.status} {code or e.reason}".strip()
+
+
+def botocore_kind(e: BaseException) -> Kind | None:
+    """The kind of a botocore exception: S3's error answers by status and code, transport
+    errors as retried (an outage when the connection could not be made or timed out, or, seen
+    by :func:`~.errors.translate`, when a reset lies under them). None while botocore is not loaded (the
+    S3 remote makes its client on first need): none of its exceptions can exist then, and
+    importing it here would cost the ~0.3 s the S3 remote saved."""
+    if "botocore" not in sys.modules:
+        return None
+    from botocore import exceptions as bce
+    from botocore.parsers import ResponseParserError
+
+    if isinstance(e, bce.ClientError):
+        response: dict[str, Any] = dict(e.response or {})
+        status = int(response.get("ResponseMetadata", {}).get("HTTPStatusCode", 0) or 0)
+        return s3_kind(status, str(response.get("Error", {}).get("Code", "")))
+    if isinstance(e, (bce.EndpointConnectionError, bce.ConnectTimeoutError, bce.ReadTimeoutError)):
+        return Unavailable
+    if isinstance(e, (bce.HTTPClientError, bce.ConnectionError, bce.IncompleteReadError,
+                      bce.FlexibleChecksumError, ResponseParserError)):
+        # FlexibleChecksumError: botocore's own check of the body against x-amz-checksum-*.
+        return Transient
+    return None
+
+
+def botocore_error_code(e: BaseException) -> str:
+    """The S3 error code of a botocore ``ClientError`` ("" for any other exception): what the S3
+    remote asks of an answer that is not a failure to it (``InvalidRange``: a range that starts at
+    or past the end reads as empty)."""
+    response: Any = getattr(e, "response", None)
+    return str(response.get("Error", {}).get("Code", "")) if isinstance(response, dict) else ""
+
+
+GCS_THROTTLE_REASONS = ("rateLimitExceeded", "userRateLimitExceeded", "Rate Limit Exceeded")
+"""How GCS says it throttles besides a 429: these reasons (a 403 on older APIs), or their message
+(all that gcsfs keeps of a 403)."""
+
+
+def gcs_kind(e: BaseException) -> Kind | None:
+    """The kind of a GCS error answer as gcsfs reports it (once its own retries are spent, one
+    try here: :func:`~.fsspec.one_try_gcs`), recognised by its attributes, not its class (gcsfs
+    is optional): its ``HttpError`` by the status it keeps (``code``: 429 throttling, 401 a
+    credential refused, 5xx an outage), else by a throttling reason in its text; a 403, which
+    gcsfs raises as a bare ``OSError("Forbidden: <path>\\n<message>")``, denied, unless its message
+    says a rate limit. Other errors, gcsfs's 404 (FileNotFoundError) among them, are not GCS's."""
+    if type(e).__name__ == "HttpError":
+        code = getattr(e, "code", None)
+        if any(r in str(e) for r in GCS_THROTTLE_REASONS):
+            return Throttled
+        return status_kind(code) if isinstance(code, int) and 400 <= code <= 599 else None
+    if type(e) is OSError and e.errno is None and str(e).startswith("Forbidden: "):
+        return Throttled if any(r in str(e) for r in GCS_THROTTLE_REASONS) else Denied
+    return None
+
+
+def aiohttp_kind(e: BaseException) -> Kind | None:
+    """The kind of an aiohttp exception (fsspec's ``http(s)://``, gcsfs). A 5xx answer is
+    retried but not counted toward an outage, as before failures were typed; a 429 is
+    throttling; fsspec already turns a 404, and a connection it cannot make, into
+    FileNotFoundError."""
+    gcs = gcs_kind(e)
+    if gcs is not None:
+        return gcs
+    try:
+        import aiohttp
+    except ImportError:  # pragma: no cover - aiohttp comes with the sidecar extra
+        return None
+    if isinstance(e, aiohttp.ClientResponseError):
+        if e.status == 429:
+            return Throttled
+        return Transient if e.status >= 500 else status_kind(e.status)
+    if isinstance(e, (aiohttp.ClientConnectorError, aiohttp.ServerDisconnectedError,
+                      aiohttp.ServerTimeoutError)):
+        return Unavailable
+    if isinstance(e, aiohttp.ClientError):
+        return Transient
+    return None
+
+
+# ---------------------------------------------------------------------------- Azure Blob
+AZURE_THROTTLE_CODES = frozenset({"ServerBusy", "TooManyRequests"})
+"""Azure Storage error codes that ask for fewer requests (``503 ServerBusy``: the account's
+ingress, egress or request rate is over its limit)."""
+AZURE_RETRY_CODES = frozenset({"InternalError", "OperationTimedOut", "ServerBusy"})
+"""Azure Storage error codes worth another try whatever their status."""
+
+
+def azure_kind(e: BaseException) -> Kind | None:
+    """The kind of an Azure SDK exception (azure-core's, raised by azure-storage-blob under
+    adlfs), else aiohttp's (the SDK's transport under adlfs): an answer by its class, its
+    ``error_code`` and its status (``BlobNotFound`` not found, a refused key or token denied,
+    ``ServerBusy`` throttling, 5xx an outage); a request that could not be sent (refused,
+    timed out) an outage; a response cut short or garbled retried."""
+    from azure.core import exceptions as ace
+
+    if isinstance(e, ace.ResourceNotFoundError):
+        return NotFound
+    if isinstance(e, ace.ResourceModifiedError):  # 412: an If-Match on the listed ETag failed
+        return Changed
+    if isinstance(e, ace.ClientAuthenticationError):  # a refused key, SAS or token (azure-identity too)
+        return Denied
+    if isinstance(e, ace.DecodeError):  # IncompleteReadError among them: a body cut short
+        return Transient
+    if isinstance(e, ace.HttpResponseError):
+        status = int(getattr(e, "status_code", None) or 0)
+        code = getattr(e, "error_code", None) or ""
+        code = str(getattr(code, "value", code))  # azure-storage's StorageErrorCode: str() is its name
+        if code in AZURE_THROTTLE_CODES or status == 429:
+            return Throttled
+        if code in AZURE_RETRY_CODES or status >= 500:
+            return Unavailable
+        return status_kind(status) if status else None
+    if isinstance(e, (ace.ServiceRequestError, ace.ServiceResponseTimeoutError)):
+        return Unavailable  # not sent (refused, no route, timed out), or no answer in time
+    if isinstance(e, ace.ServiceResponseError):
+        return Transient  # a connection cut mid-answer: an outage when a reset lies under it
+    return aiohttp_kind(e)
+
+
+def library_kind(e: BaseException) -> Kind | None:
+    """botocore's verdict, else aiohttp's, else the Azure SDK's (each only where its library is
+    installed): the rule for an exception whose library is not known (an S3 ``list_page`` wraps
+    botocore's ``SlowDown`` in a :class:`~.base.RemoteError` untyped; fsspec's reads of an index raise
+    aiohttp's; adlfs's listing the Azure SDK's)."""
+    for rule in (botocore_kind, aiohttp_kind, azure_kind):
+        try:
+            kind = rule(e)
+        except ImportError:
+            continue
+        if kind is not None:
+            return kind
+    return None
+
+
+__all__ = [
+    "AZURE_RETRY_CODES",
+    "AZURE_THROTTLE_CODES",
+    "GCS_THROTTLE_REASONS",
+    "S3_RETRY_CODES",
+    "S3_THROTTLE_CODES",
+    "aiohttp_kind",
+    "azure_kind",
+    "botocore_error_code",
+    "botocore_kind",
+    "gcs_kind",
+    "library_kind",
+    "s3_answer",
+    "s3_error_code",
+    "s3_kind",
+    "status_kind",
+]
