@@ -16,9 +16,11 @@ commits with the page's rows, so a restart resumes where the last committed page
   listing), so a throttled page of it is read again in place after a full-jitter pause
   (``DISCOVERY_RETRY``, :func:`~epochfs.sidecar.listing.retry.while_throttled`) until the sampler
   stops; the pages read before it are kept.
-- :class:`SerialSource`, any other remote (``file://``, ``http(s)://`` index files, ``gs://``): one
-  span over ``list()``; a resume point is the number of objects consumed (the listing is read
-  again up to it, without writing).
+- :class:`SerialSource`, any other remote (``file://``, ``http(s)://`` index files, ``gs://``,
+  ``az://``): one span over ``list()``; a resume point is the number of objects consumed (the
+  listing is read again up to it, without writing). A remote that walks a bucket folder by folder
+  (``gs://``, ``az://``) has its listing's first request read when the spans are found, one
+  request (:func:`first_request`), so a refusal comes at the start, as a paged remote's does.
 """
 
 from __future__ import annotations
@@ -259,17 +261,27 @@ class PagedSource:
 
 
 class SerialSource:
-    """One listing stream (``file://``, ``http(s)://``, ``gs://``): one span, pages of PAGE."""
+    """One listing stream (``file://``, ``http(s)://``, ``gs://``, ``az://``): one span, pages of
+    PAGE."""
 
     name = "list"
 
-    def __init__(self, remote: Remote, *, page: int = PAGE) -> None:
+    def __init__(self, remote: Remote, *, page: int = PAGE, stop: threading.Event | None = None,
+                 rng: random.Random | None = None) -> None:
+        """``stop``: a throttled first request (:meth:`spans`) is read again until it is set (None:
+        not retried, the error raised)."""
         self.remote = remote
         self.sorted_listing = remote.sorted_listing
         self.shuffled = False  # a walk of folders, a listing: in key order, or in no promised order
         self.page = max(1, page)
+        self.stop = stop
+        self.rng = rng or random.Random()
 
     def spans(self) -> list[Span]:
+        """The one span, after the listing's first request where the remote walks a bucket
+        (``gs://``, ``az://``: :func:`first_request`), so a store that refuses the listing fails
+        here, at the start, as a paged remote's first page does."""
+        first_request(self.remote, stop=self.stop, rng=self.rng)
         return [Span("", "", None)]
 
     def pages(self, span: Span, after: str) -> Iterator[Page]:
@@ -286,15 +298,26 @@ class SerialSource:
                 return
 
 
+def first_request(remote: Remote, *, stop: threading.Event | None, rng: random.Random) -> None:
+    """The first request of a walking remote's listing (:meth:`~epochfs.sidecar.remote.base.
+    Remote.probe`; nothing for the other remotes, which fail when they are opened, a ``file://``
+    folder or an ``http(s)://`` index), read again while the store throttles it: a refusal
+    raises :class:`~epochfs.sidecar.remote.RemoteError` before the listing runs beside the
+    sampler, which would try it again for ever."""
+    while_throttled(remote.probe, stop=stop, rng=rng, bounds=DISCOVERY_RETRY, log=log,
+                    what=f"listing {remote.url}")
+
+
 def source_for(remote: Remote, *, max_spans: int = MAX_FOLDER_SPANS, page: int = PAGE,
                stop: threading.Event | None = None) -> Source:
     """The parallel source when the remote lists in pages, else the serial one (``page``
-    objects a page). ``stop``: the parallel source's discovery is read again while throttled
-    until it is set."""
+    objects a page). ``stop``: the parallel source's discovery, or the serial source's first
+    request, is read again while throttled until it is set."""
     paged = remote.paged()
     if paged is not None:
         return PagedSource(paged, max_spans=max_spans, stop=stop)
-    return SerialSource(remote, page=page)
+    return SerialSource(remote, page=page, stop=stop)
 
 
-__all__ = ["Page", "PagedRemote", "PagedSource", "SerialSource", "Source", "Span", "source_for"]
+__all__ = ["Page", "PagedRemote", "PagedSource", "SerialSource", "Source", "Span", "first_request",
+           "source_for"]

@@ -82,6 +82,32 @@ class AzureRemote(FsspecRemote):
         checked (:meth:`~.fsspec.FsspecRemote.no_objects`) and said in Azure's words."""
         return f"the storage account has no container {bucket!r}"
 
+    def first_entry(self) -> bool:
+        """Whether the root holds a blob, from one ``List Blobs`` request of one result: adlfs
+        lists a folder whole (every page of it) and has no way to ask for less, so the request
+        is the SDK's, on the client and the event loop adlfs made. A container that does not
+        exist (404 ``ContainerNotFound``) holds nothing: :meth:`~.fsspec.FsspecRemote.no_objects`
+        names it."""
+        from azure.core.exceptions import ResourceNotFoundError
+        from fsspec.asyn import sync
+
+        container, _, prefix = self.root.partition("/")
+
+        async def first() -> bool:
+            async with self._fs.service_client.get_container_client(container) as client:
+                pages = client.list_blobs(name_starts_with=f"{prefix}/" if prefix else None,
+                                          results_per_page=1).by_page()
+                async for page in pages:
+                    async for _blob in page:
+                        return True
+                    return False
+            return False
+
+        try:
+            return bool(sync(self._fs.loop, first))
+        except ResourceNotFoundError:
+            return False
+
     def checksums(self, details: dict[str, Any]) -> tuple[tuple[str, str] | None, str | None]:
         return None, content_md5(details)
 

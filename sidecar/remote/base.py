@@ -203,6 +203,15 @@ class Remote(ABC):
         key (S3); None: it lists only as one stream (:meth:`list`)."""
         return None
 
+    def probe(self) -> None:
+        """The listing's first request alone, read at the start (:func:`~epochfs.sidecar.listing.
+        sources.first_request`), so that a store refusing the listing ends the start with the
+        fix named instead of meeting it only in the listing beside the sampler. Nothing by
+        default: a paged remote's first page is read at the start anyway, and a ``file://``
+        folder or an ``http(s)://`` index fails when it is opened; a remote that walks a bucket
+        (``gs://``, ``az://``) overrides it. Raises :class:`RemoteError` as :meth:`list` would."""
+        return None
+
     def read_range(self, key: str, start: int, length: int) -> bytes:
         """Up to ``length`` bytes of ``key`` from byte ``start`` (fewer at the end of the object;
         ``b""`` past it). This default reads the object from its start; a backend asks its store

@@ -18,6 +18,7 @@ from typing import Any, ClassVar, NoReturn
 
 from epochfs.sidecar.remote.base import BLOCK, Reader, Remote, RemoteError, RemoteObject
 from epochfs.sidecar.remote.errors import Translated, aiohttp_kind, translate
+from epochfs.sidecar.remote.refusal import NoSuchBucket
 
 FSSPEC = Translated(aiohttp_kind)
 """fsspec's, aiohttp's and gcsfs's errors, typed where they arise."""
@@ -143,14 +144,39 @@ class FsspecRemote(Remote):
         failure = translate(e, self.errors.rule)
         raise RemoteError(f"cannot list {self.url}: {e}") from (failure or e)
 
+    def probe(self) -> None:
+        """The listing's first request alone, at the start: whether the root holds anything
+        (:meth:`first_entry`). It fails as :meth:`list` fails (``cannot list <url>: ...`` from
+        the typed failure; a bucket that does not exist named by :meth:`no_objects`), so a store
+        that refuses the listing (credentials, access, no such bucket) ends the sampler's start
+        with the fix named, as S3's first page does; the walk alone meets the refusal only in
+        the listing beside the sampler, which tries it again for ever. One request, not a
+        folder's whole listing (the walk's first step, thousands of pages in a flat bucket)."""
+        try:
+            found = self.first_entry()
+        except FileNotFoundError:  # gcsfs's 404: no such prefix, or no such bucket
+            found = False
+        except Exception as e:
+            self.cannot_list(e)
+        if not found:
+            self.no_objects()
+
+    def first_entry(self) -> bool:
+        """Whether the root holds an object or a folder, from one listing request: gcsfs asks
+        for one result (``maxResults=1``; a second request, for an object of the root's own
+        name, when the root holds nothing)."""
+        return bool(self._fs.ls(self.root, detail=False, max_results=1))
+
     def no_objects(self) -> None:
         """The root lists no object: an empty dataset, unless the bucket itself does not exist
-        (a typo in the URL), which raises :class:`RemoteError`."""
+        (a typo in the URL), which raises :class:`RemoteError` from a
+        :class:`~.refusal.NoSuchBucket` (the refusal's cause: the bucket's name)."""
         bucket = self.root.split("/", 1)[0]
         try:
             self._fs.info(bucket)
         except FileNotFoundError:
-            raise RemoteError(f"{self.url}: {self.missing_bucket(bucket)}") from None
+            said = self.missing_bucket(bucket)
+            raise RemoteError(f"{self.url}: {said}") from NoSuchBucket(said, status=404)
         except Exception:  # a credential that may list but not read the bucket's metadata: empty
             pass
 

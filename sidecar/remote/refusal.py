@@ -29,6 +29,14 @@ S3_REGION_CODES = frozenset({
 })
 """S3 error codes that say the request went to, or was signed for, another region."""
 
+class NoSuchBucket(NotFound):
+    """The store says that the URL's bucket (or container) does not exist, where its library says
+    only "not found" (gcsfs's and adlfs's ``FileNotFoundError``, with no status and no code): the
+    typed cause under the :class:`~.base.RemoteError` that names the bucket
+    (:meth:`~.fsspec.FsspecRemote.no_objects`), so the refusal's cause is the bucket, as S3's
+    ``NoSuchBucket`` is, not a missing path."""
+
+
 RefusalCause = str
 """What a refused first listing says is wrong, for the fix the sampler names (sampler/command.py):
 ``host`` (the name does not resolve), ``certificate`` (TLS refused it), ``credentials`` (none
@@ -50,9 +58,10 @@ def _gcs_status(link: BaseException) -> int | None:
 def _answer_code(link: BaseException) -> tuple[int, str] | None:
     """(HTTP status, error code) of an error answer in one link of a chain: botocore's
     ``ClientError``, a presigned request's :class:`HTTPStatusError` (S3's ``<Code>`` in its
-    body), gcsfs's (:func:`_gcs_status`, no code), or any exception with an HTTP ``status``
-    (aiohttp's) or ``status_code`` (the Azure SDK's, whose ``error_code`` may be a
-    ``StorageErrorCode``: a str enum whose ``str()`` is the member's name, its ``value`` the code)."""
+    body), a :class:`NoSuchBucket` (given S3's code), gcsfs's (:func:`_gcs_status`, no code), or
+    any exception with an HTTP ``status`` (aiohttp's) or ``status_code`` (the Azure SDK's, whose
+    ``error_code`` may be a ``StorageErrorCode``: a str enum whose ``str()`` is the member's name,
+    its ``value`` the code)."""
     if "botocore" in sys.modules:
         from botocore import exceptions as bce
 
@@ -64,6 +73,8 @@ def _answer_code(link: BaseException) -> tuple[int, str] | None:
             return 401, "NoCredentials"
     if isinstance(link, HTTPStatusError):
         return link.status, s3_error_code(link.body)
+    if isinstance(link, NoSuchBucket):
+        return 404, "NoSuchBucket"
     gcs = _gcs_status(link)
     if gcs is not None:
         return gcs, ""
@@ -109,6 +120,7 @@ def refusal_cause(exc: BaseException) -> RefusalCause | None:
 __all__ = [
     "S3_CREDENTIAL_CODES",
     "S3_REGION_CODES",
+    "NoSuchBucket",
     "RefusalCause",
     "refusal_cause",
 ]

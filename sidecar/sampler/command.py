@@ -167,10 +167,25 @@ def refusal_fix(settings: SamplerSettings, cause: str | None) -> tuple[str, str]
     return flag, fix
 
 
+def one_line(said: str) -> str:
+    """A store's answer as one line: the exit's line is the last one on stderr, the one the
+    sidecar reports and ``kubectl describe pod`` shows, and some answers span lines (gcsfs's 403:
+    ``Forbidden: <path>`` and GCS's message under it; the Azure SDK's: the message, its request
+    id, time and code, then ``Content:`` and the answer's body, which repeats the message and is
+    left out)."""
+    lines: list[str] = []
+    for line in said.splitlines():
+        if line.startswith("Content:"):
+            break
+        if line.strip():
+            lines.append(line.strip())
+    return " ".join(lines)
+
+
 def refusal_message(settings: SamplerSettings, e: RemoteError) -> str:
     """The one line of an exit 2 at the start: the flag, the store's answer, and the fix."""
     flag, fix = refusal_fix(settings, refusal_cause(e))
-    return f"{flag}: {str(e).rstrip('. ')}; {fix}"
+    return f"{flag}: {one_line(str(e)).rstrip('. ')}; {fix}"
 
 
 def run_sample(settings: SamplerSettings) -> int:
@@ -230,15 +245,16 @@ def run_sample(settings: SamplerSettings) -> int:
                             shard_index=settings.shard_index, shard_count=settings.shard_count,
                             object_limit=settings.object_limit, threads=settings.list_threads, stop=stop,
                             include=settings.include, exclude=settings.exclude, yield_to=fetching)
-            # Finding the spans lists a little (folders) here, so a remote that cannot be listed
-            # at all is a bad setting (exit 2); the pages are listed beside the sampler.
+            # Finding the spans lists a little here (S3's folders; a walking remote's first
+            # request: gs://, az://), so a remote that cannot be listed at all is a bad setting
+            # (exit 2); the pages are listed beside the sampler.
             prepared = lister.prepare() if lister.needed() else None
         except RemoteError as e:
             if stop.is_set():  # SIGTERM while a throttled discovery page waited: a clean stop
                 log.info("stopped while finding the remote's folders (%s)", e)
                 return 0
             if may_answer_later(e):  # exit EXIT_RETRY: the sidecar starts the sampler again, no crash
-                raise RetryLater(f"the remote cannot be reached now: {e}") from None
+                raise RetryLater(f"the remote cannot be reached now: {one_line(str(e))}") from None
             raise ConfigError(refusal_message(settings, e)) from None
         if prepared is None:
             log.info("catalog of %s keys complete: fetching at once (relist: %s)",
