@@ -261,9 +261,10 @@ class View:
         """Epoch ``n``'s manifest as plain bytes (the folder view writes it to a file)."""
         return bytes(self.packed_manifest(n))
 
-    def _known_at_cut(self, n: int) -> str:
+    def known_at_cut(self, n: int) -> str:
         """The manifest header's record of how much of the dataset the listing had seen when
-        epoch ``n`` was cut (``listed=`` keys of this shard, about ``estimated=`` in the remote)."""
+        epoch ``n`` was cut (``listed=`` keys of this shard, about ``estimated=`` in the remote);
+        the folder view's publisher writes the same header."""
         info = next((e for e in self.store.epochs() if e.epoch == n), None)
         if info is None or info.listed is None or info.estimated is None:
             return ""
@@ -274,7 +275,7 @@ class View:
         m = self._manifests.get(n)
         if m is None:
             try:
-                m = self.tree(n).packed_manifest(self._known_at_cut(n))
+                m = self.tree(n).packed_manifest(self.known_at_cut(n))
             except KeyError:  # retired while it was read again
                 raise NotFound(manifest_name(n)) from None
             with self._lock:

@@ -273,7 +273,7 @@ class FolderPublisher:
                 self._publish_classes(folders=(m, ahead.folders()))
                 self._replace_control(manifest_name(m), manifest, fsync=False)
 
-            ok = ahead.publish(n, header=self.view._known_at_cut(n), write_control=write_control)
+            ok = ahead.publish(n, header=self.view.known_at_cut(n), write_control=write_control)
         except Tainted as e:
             log.info("epoch %d: %s; written whole", n, e)
             self._drop_ahead()

@@ -57,7 +57,10 @@ def test_scale_measures_every_column_at_a_tiny_size(tmp_path: Path) -> None:
     for window in (during, after):
         assert all(math.isfinite(window[k]) and window[k] >= 0 for k in
                    ("samples_per_s", "keys_per_s", "sampler_cpu", "endpoint_cpu")), window
-        assert window["sampler_cpu"] > 0
+    # After the listing the sampler fetches at full speed; while it runs the fetch order may wait
+    # (the skew's cap holds the walk and the owed keys) and the window be short, so its CPU can
+    # read 0 at the clock tick's resolution (seen once under load).
+    assert after["sampler_cpu"] > 0
     assert after["keys_per_s"] == 0  # the catalog is complete
     assert (tmp_path / "scale.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"  # --plot: the curves drawn
     lines = table.read_text().splitlines()
