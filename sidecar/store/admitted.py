@@ -24,7 +24,7 @@ from typing import Any
 
 from epochfs.sidecar.store.index import Index
 from epochfs.sidecar.store.records import Policy
-from epochfs.sidecar.store.windows import window
+from epochfs.sidecar.store.windows import at, window
 
 Place = tuple[int, str]
 """A place in the sampling order: (rank, key), compared as SQLite compares them (UTF-8 bytes)."""
@@ -124,8 +124,11 @@ class WindowReads:
 
     def predicted(self, n: int) -> tuple[Place, Place] | None:
         """Where epoch ``n``'s window lies if it were cut now (its first and last catalog row);
-        None when it is empty or the store is not in schedule mode. Reads the window's catalog
-        rows (the store's own :func:`.windows.window`): once per epoch, not per step."""
+        None when it is empty or the store is not in schedule mode. Finds the window as the cut
+        does (the store's own :func:`.windows.window`), once per epoch, not per step, then each
+        end on the rank index alone (:func:`.windows.at`): a walk of ``ORDER BY rank, key`` to
+        the end read a catalog row per position before it (3.8-8.3 s at 1M keys, after every
+        publish), ``at`` reads only the few rows of the end's rank."""
         policy = self._policy()
         if policy.schedule is None:
             return None
@@ -134,9 +137,7 @@ class WindowReads:
             lo, hi = window(db, policy, n)
             if lo >= hi:
                 return None
-            ends = [db.execute("SELECT rank, key FROM catalog ORDER BY rank, key LIMIT 1 OFFSET ?",
-                               (p,)).fetchone() for p in (lo, hi - 1)]
-        return (int(ends[0][0]), str(ends[0][1])), (int(ends[1][0]), str(ends[1][1]))
+            return at(db, lo), at(db, hi - 1)
 
     def between(self, lo: Place, hi: Place, *, lo_open: bool = False, hi_open: bool = False,
                 max_id: int, limit: int) -> list[AdmittedSample]:
