@@ -364,7 +364,10 @@ class Sampler:
         if now - self._repairs_looked >= REPAIRS_EVERY:
             # Repairs this process did not queue: epochfs verify's quarantines, a restart's.
             self._repairs_looked = now
-            for cand in self.store.repairs_due():
+            # It writes (marks the samples that cannot be fetched again lost): a full disk pauses
+            # it too (the 600 s soak: SQLITE_FULL here, just after an index rebuild, ended the
+            # sampler with exit 1).
+            for cand in self._write(self.store.repairs_due) or []:
                 if not self._busy(cand.key):
                     self._refetch.put(cand)
         self.cuts.tick(now, samples=self.rates.samples, backpressure=self._backpressure is not None)

@@ -97,3 +97,26 @@ def test_readers_of_a_live_epoch_never_see_an_error_on_a_full_disk(tmp_path: Pat
         for entry in store.epoch_files(0):
             assert (store.objects_dir / entry.object_name).read_bytes() == objects[entry.path]
         store.close()
+
+
+def test_a_full_disk_while_repairs_are_looked_for_pauses_instead_of_ending_the_sampler(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Looking for repairs writes (samples that cannot be fetched again are marked lost): the 600 s
+    soak met SQLITE_FULL there, just after an index rebuild on a full volume, and the sampler
+    exited 1. The store is made to answer as SQLite does on a full disk for its first three looks."""
+    looks: list[int] = []
+    real = Store.repairs_due
+
+    def full_at_first(self: Store, *, limit: int = 256) -> list:  # type: ignore[type-arg]
+        looks.append(1)
+        if len(looks) <= 3:
+            raise sqlite3.OperationalError("database or disk is full")
+        return real(self, limit=limit)
+
+    monkeypatch.setattr(Store, "repairs_due", full_at_first)
+    monkeypatch.setattr("epochfs.sidecar.sampler.loop.REPAIRS_EVERY", 0.05)
+    objects = objects_of(20, 16 * 1024)
+    cache = tmp_path / "cache"
+    with sampling(cache, MemoryRemote(objects), settings_for(cache, "--capacity", "6Mi")) as (store, _):
+        wait_until(lambda: len(looks) > 3 and store.stats().samples == 20, timeout=30,
+                   what="the sampler fetching on after three full-disk answers")
