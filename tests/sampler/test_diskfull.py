@@ -107,7 +107,7 @@ def test_a_full_disk_while_repairs_are_looked_for_pauses_instead_of_ending_the_s
     looks: list[int] = []
     real = Store.repairs_due
 
-    def full_at_first(self: Store, *, limit: int = 256) -> list:  # type: ignore[type-arg]
+    def full_at_first(self: Store, *, limit: int = 256) -> list:
         looks.append(1)
         if len(looks) <= 3:
             raise sqlite3.OperationalError("database or disk is full")
