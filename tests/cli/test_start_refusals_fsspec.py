@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import sys
 import time
@@ -28,6 +27,9 @@ from pathlib import Path
 from urllib.parse import quote
 
 import pytest
+from azurite_server import ACCOUNT as AZURITE_ACCOUNT
+from azurite_server import KEY as AZURITE_KEY
+from azurite_server import running_azurite
 from common import free_port, port_open, stop_process, wait_until
 from remote.answering_front import AnsweringFront
 
@@ -46,9 +48,6 @@ ACCESS = "; check that --remote may be read with these credentials (or by this u
 BUCKET = "; check the bucket or container name in --remote"
 
 # ---------------------------------------------------------------------------- the stores
-AZURITE_ACCOUNT = "devstoreaccount1"
-AZURITE_KEY = "Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw=="
-"""Azurite's well-known development account and key (public: the emulator's documentation)."""
 
 
 @pytest.fixture(scope="module")
@@ -96,24 +95,9 @@ class Azurite:
 
 @pytest.fixture(scope="module")
 def azurite(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Azurite]:
-    pytest.importorskip("adlfs", reason="az:// needs adlfs (the azure extra)")
-    binary = shutil.which("azurite-blob")
-    if binary is None:
-        pytest.skip("az:// is tested against Azurite: npm install -g azurite (make system-deps does)")
-    port = free_port()
-    folder = tmp_path_factory.mktemp("azurite")
-    with open(folder / "azurite.log", "wb") as out:
-        process = subprocess.Popen(
-            [binary, "--blobHost", "127.0.0.1", "--blobPort", str(port), "--location", str(folder / "data"),
-             "--silent", "--skipApiVersionCheck", "--disableTelemetry"],
-            stdout=out, stderr=subprocess.STDOUT)
-    try:
-        # Node loads Azurite's bundle before it listens: tens of seconds on a loaded machine.
-        wait_until(lambda: port_open(port) or process.poll() is not None, timeout=90, what="azurite")
-        assert process.poll() is None, (folder / "azurite.log").read_text()[-2000:]
+    with running_azurite(tmp_path_factory.mktemp("azurite")) as endpoint:
         from azure.storage.blob import BlobServiceClient
 
-        endpoint = f"http://127.0.0.1:{port}/{AZURITE_ACCOUNT}"
         name = f"refusals-{uuid.uuid4().hex[:12]}"
         with BlobServiceClient(endpoint, credential={"account_name": AZURITE_ACCOUNT,
                                                      "account_key": AZURITE_KEY}) as service:
@@ -121,8 +105,6 @@ def azurite(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Azurite]:
             for key, body in OBJECTS.items():
                 container.get_blob_client(key).upload_blob(body)
         yield Azurite(endpoint, name)
-    finally:
-        stop_process(process)
 
 
 # ---------------------------------------------------------------------------- the command

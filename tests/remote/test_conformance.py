@@ -33,7 +33,6 @@ import hashlib
 import json
 import logging
 import random
-import shutil
 import subprocess
 import threading
 import time
@@ -47,7 +46,10 @@ from urllib.parse import quote, unquote, urlsplit
 
 import pytest
 from answering_front import AnsweringFront
-from common import S3Server, free_port, port_open, put_objects, stop_process, wait_until
+from azurite_server import ACCOUNT as AZURITE_ACCOUNT
+from azurite_server import KEY as AZURITE_KEY
+from azurite_server import running_azurite
+from common import S3Server, free_port, put_objects, stop_process, wait_until
 from sampler_helpers import index_rows, running_sampler, verify_cache
 
 from epochfs.sidecar.download import failure_kind
@@ -221,9 +223,6 @@ def gcs_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[GCSServer]:
 
 
 # ---------------------------------------------------------------------------- an Azure Blob server
-AZURITE_ACCOUNT = "devstoreaccount1"
-AZURITE_KEY = "Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw=="
-"""Azurite's well-known development account and key (public: the emulator's documentation)."""
 AZURE_VARIABLES = ("AZURE_STORAGE_CONNECTION_STRING", "AZURE_STORAGE_ACCOUNT_NAME",
                    "AZURE_STORAGE_ACCOUNT_KEY", "AZURE_STORAGE_SAS_TOKEN", "AZURE_STORAGE_CLIENT_ID",
                    "AZURE_STORAGE_ANON")
@@ -233,7 +232,6 @@ AZURE_VARIABLES = ("AZURE_STORAGE_CONNECTION_STRING", "AZURE_STORAGE_ACCOUNT_NAM
 class AzureServer:
     endpoint: str
     """The account's blob endpoint (path-style: ``http://127.0.0.1:<port>/devstoreaccount1``)."""
-    process: subprocess.Popen[bytes]
 
     def env(self) -> dict[str, str]:
         """The credentials of the emulator's account, as the standard variables."""
@@ -265,26 +263,8 @@ class AzureServer:
 
 @pytest.fixture(scope="module")
 def azurite(tmp_path_factory: pytest.TempPathFactory) -> Iterator[AzureServer]:
-    pytest.importorskip("adlfs", reason="az:// needs adlfs (the azure extra)")
-    binary = shutil.which("azurite-blob")
-    if binary is None:
-        pytest.skip("az:// is tested against Azurite: npm install -g azurite (make system-deps does)")
-    port = free_port()
-    folder = tmp_path_factory.mktemp("azurite")
-    with open(folder / "azurite.log", "wb") as out:
-        process = subprocess.Popen(
-            [binary, "--blobHost", "127.0.0.1", "--blobPort", str(port), "--location", str(folder / "data"),
-             "--silent", "--skipApiVersionCheck", "--disableTelemetry"],
-            stdout=out, stderr=subprocess.STDOUT)
-    try:
-        # Node loads Azurite's bundle before it prints a line: past 30 s once on the loaded 2-core
-        # machine in the full suite (its log empty), a few seconds alone.
-        wait_until(lambda: port_open(port) or process.poll() is not None, timeout=90, what="azurite")
-        if process.poll() is not None:
-            raise RuntimeError(f"azurite exited: {(folder / 'azurite.log').read_text()[-2000:]}")
-        yield AzureServer(f"http://127.0.0.1:{port}/{AZURITE_ACCOUNT}", process)
-    finally:
-        stop_process(process)
+    with running_azurite(tmp_path_factory.mktemp("azurite")) as endpoint:
+        yield AzureServer(endpoint)
 
 
 @pytest.fixture
