@@ -176,17 +176,23 @@ def test_a_cut_from_facts_kept_ahead_records_what_a_scan_records(seeds: range) -
     assert used >= len(seeds), used  # ~1.5 of 4 cuts on each index (3 phases of changes)
 
 
-@pytest.mark.parametrize("what", ["resize", "list", "drop", "skip", "policy", "append"])
-def test_a_change_the_triggers_cannot_follow_leaves_the_facts_unused(what: str) -> None:
-    """A key resized, listed, dropped or skipped at or before the window's back (positions, the
-    budget's trim, what is missing), a key listed after it when the window is the whole catalog
-    (the window grows), or another policy: the facts are not used; the cut scans."""
+def twenty_keys() -> sqlite3.Connection:
+    """An index in memory whose complete catalog holds ``k00``-``k19``, 10 bytes each, ranks 0-38."""
     db = sqlite3.connect(":memory:")
     schema.create(db)
     db.execute("INSERT INTO meta(name, value) VALUES('listing_complete', '1')")
     for i in range(20):
         db.execute("INSERT INTO catalog(key, path, sid, size, version, rank) VALUES(?,?,?,?,?,?)",
                    (f"k{i:02d}", f"k{i:02d}", sid_of(f"k{i:02d}"), 10, "v", 2 * i))
+    return db
+
+
+@pytest.mark.parametrize("what", ["resize", "list", "drop", "skip", "policy", "append"])
+def test_a_change_the_triggers_cannot_follow_leaves_the_facts_unused(what: str) -> None:
+    """A key resized, listed, dropped or skipped at or before the window's back (positions, the
+    budget's trim, what is missing), a key listed after it when the window is the whole catalog
+    (the window grows), or another policy: the facts are not used; the cut scans."""
+    db = twenty_keys()
     size = 30 if what == "append" else 10  # 30: more than the catalog's 20 keys
     policy = Policy(capacity=1 << 40, headroom=0.0, schedule=Schedule(initial=size, growth=2.0))
     assert settled(db, None, policy, 0)
@@ -208,12 +214,7 @@ def test_a_change_the_triggers_cannot_follow_leaves_the_facts_unused(what: str) 
 
 
 def test_keys_after_the_back_leave_the_facts_in_use() -> None:
-    db = sqlite3.connect(":memory:")
-    schema.create(db)
-    db.execute("INSERT INTO meta(name, value) VALUES('listing_complete', '1')")
-    for i in range(20):
-        db.execute("INSERT INTO catalog(key, path, sid, size, version, rank) VALUES(?,?,?,?,?,?)",
-                   (f"k{i:02d}", f"k{i:02d}", sid_of(f"k{i:02d}"), 10, "v", 2 * i))
+    db = twenty_keys()
     policy = Policy(capacity=1 << 40, headroom=0.0, schedule=Schedule(initial=10, growth=2.0))
     assert settled(db, None, policy, 0)
     db.execute("UPDATE catalog SET size=11 WHERE key='k10'")
