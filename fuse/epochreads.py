@@ -18,7 +18,7 @@ import collections
 import threading
 import time
 
-from epochfs.sidecar.store import Store
+from epochfs.sidecar.store import EpochReader
 
 
 class EpochReads:
@@ -57,7 +57,7 @@ class EpochReads:
         with self._lock:
             return sorted(self._held)
 
-    def flush(self, store: Store) -> list[int]:
+    def flush(self, store: EpochReader) -> list[int]:
         """Write the noted reads to ``store``; returns the epochs recorded. One the index could not
         take now (busy or full) stays noted for the next flush."""
         with self._lock:

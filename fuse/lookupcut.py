@@ -9,10 +9,10 @@ from __future__ import annotations
 import time
 
 from epochfs.fuse.metrics import fuse_metrics
-from epochfs.sidecar.store import Store
+from epochfs.sidecar.store import EpochReader
 
 
-def request_cut(store: Store, n: int) -> bool:
+def request_cut(store: EpochReader, n: int) -> bool:
     """Ask ``store`` to cut ``n`` for a lookup; True when it is live now.
 
     A cut this lookup made is a wait to report: the sampler reports only the queued cuts it

@@ -26,7 +26,7 @@ from collections.abc import Callable
 
 from epochfs.fuse.metrics import fuse_metrics
 from epochfs.fuse.treebuild import ENC
-from epochfs.sidecar.store import Store
+from epochfs.sidecar.store import EpochReader
 
 log = logging.getLogger("epochfs.fuse")
 
@@ -57,7 +57,7 @@ class LostEntries:
         self._new: list[str] = []
         self._lock = threading.Lock()
 
-    def refresh(self, store: Store) -> bool:
+    def refresh(self, store: EpochReader) -> bool:
         """Re-read the set if it changed; True when it did."""
         with self._lock:
             digest, entries = store.lost_samples(unless=self._digest)

@@ -44,7 +44,7 @@ from epochfs.fuse.tree import (
     NotALink,
     NotFound,
 )
-from epochfs.sidecar.store import Meta, Stats, Store
+from epochfs.sidecar.store import EpochReader, Meta, Stats, Store
 from epochfs.sidecar.store.stats import retry_line
 from epochfs.torchclient.layout import (
     CLASSES_NAME,
@@ -106,7 +106,9 @@ class View:
             raise ValueError(f"link root must be an absolute path, got {link_root}")
         if read_debounce < 0:
             raise ValueError("read_debounce must not be negative")
-        self.store = store
+        # Read through the view's one interface (EpochReader); the concrete store goes only to
+        # ClassesFile, which records class folders under the index's write transaction.
+        self.store: EpochReader = store
         self.link_root = link_root
         self.uid = uid
         self.gid = gid

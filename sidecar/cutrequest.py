@@ -36,29 +36,11 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any
 from urllib.parse import parse_qs
 
-from epochfs.sidecar.store import MAX_JUMP, EpochInfo
+from epochfs.sidecar.store import MAX_JUMP, EpochReader
 from epochfs.torchclient.layout import MAX_EPOCH, parse_epoch_name
-
-
-class CutStore(Protocol):
-    """What answering a cut request needs of the store."""
-
-    def epochs(self) -> list[EpochInfo]: ...
-
-    def newest_epoch(self) -> int | None: ...
-
-    def next_epoch(self) -> int: ...
-
-    def request_cut_made(self, n: int) -> tuple[bool, bool]: ...
-
-    def pending_cuts(self) -> list[tuple[int, float]]: ...
-
-    def cut(self, n: int | None = None, *, force: bool = False) -> int | None: ...
-
-    def record_read(self, n: int, *, now: float | None = None) -> bool: ...
 
 
 @dataclass(frozen=True)
@@ -97,13 +79,15 @@ def _doc(req: CutRequest, state: str, newest: int | None, message: str) -> dict[
     return {"epoch": req.epoch, "state": state, "newest": newest, "message": message}
 
 
-def answer(store: CutStore, req: CutRequest, *,
+def answer(store: EpochReader, req: CutRequest, *,
            unpublished: Callable[[int], str | None] | None = None,
            cut_waited: Callable[[float], None] | None = None) -> tuple[int, dict[str, Any]]:
     """Ask ``store`` for the cut ``req`` names; (HTTP status, JSON document) as described above.
     ``unpublished``: the folder view's reason a live epoch is not in the folder (its volume full);
     such an epoch is answered 202 ``waiting`` with that reason, not ``live``. ``cut_waited``: told
-    the seconds a cut this request made waited (see the module's doc), never for a cut it found."""
+    the seconds a cut this request made waited (see the module's doc), never for a cut it found.
+    ``store``: the view's interface to the store (:class:`~epochfs.sidecar.store.EpochReader`), as
+    a lookup of the FUSE view asks it."""
     status, doc, waited = _answer(store, req)
     if waited is not None and cut_waited is not None:
         cut_waited(waited)
@@ -114,7 +98,7 @@ def answer(store: CutStore, req: CutRequest, *,
     return status, doc
 
 
-def _answer(store: CutStore, req: CutRequest) -> tuple[int, dict[str, Any], float | None]:
+def _answer(store: EpochReader, req: CutRequest) -> tuple[int, dict[str, Any], float | None]:
     """:func:`answer`'s status and document, and the wait of the cut it made (None: no cut)."""
     asked = time.monotonic()
     n = req.epoch

@@ -47,8 +47,8 @@ from pathlib import Path
 from epochfs.sidecar.folderview_body import ManifestBody
 from epochfs.sidecar.folderview_links import Clash, LinkTree
 from epochfs.sidecar.store import EpochExtent, Store, object_name
-from epochfs.sidecar.store.objects import fsync_dir
 from epochfs.torchclient.layout import MANIFEST_MAGIC, epoch_name
+from epochfs.torchclient.publish import DIR_MODE
 
 log = logging.getLogger("epochfs.folderview")
 
@@ -57,7 +57,6 @@ CHUNK = 20_000
 STEP_SECONDS = 0.1
 """Most seconds one step spends linking ahead, so that a cut waits at most about this behind it."""
 SPOT_CHECKS = 16
-DIR_MODE = 0o555
 
 WriteControl = Callable[[int, Sequence[bytes]], None]
 """Writes epoch N's ``classes.json`` and its manifest (given as chunks) into ``.epochfs/``."""
@@ -333,7 +332,6 @@ class AheadTree(BuiltAhead):
             self._body.add(late_lines)
         self._base = (self.folder / epoch_name(n), ext)
         self._links = None
-        fsync_dir(self.folder)  # durability only: what a reader sees is complete already
         return True
 
     def _resync(self, ext: EpochExtent) -> None:

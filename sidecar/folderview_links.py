@@ -12,7 +12,8 @@ costs one inode however many epochs show it; a new sample gets a symlink. A fold
 left is removed at once (a whole build would not show it). Links are made folder by folder through
 one descriptor of each folder (``symlinkat``/``linkat``): no path walk per entry.
 
-:func:`write_tree` writes an epoch whole, the same way, when no tree built ahead can stand for it.
+:func:`epochfs.torchclient.publish.write_tree` writes an epoch whole, the same way, when no tree
+built ahead can stand for it; the rename that shows either is :func:`epochfs.torchclient.publish.show`.
 """
 
 from __future__ import annotations
@@ -22,13 +23,8 @@ import errno
 import os
 import secrets
 from pathlib import Path
-from typing import TYPE_CHECKING
 
-from epochfs.sidecar.folderview_remove import remove_tree
-from epochfs.sidecar.store.objects import fsync_dir
-
-if TYPE_CHECKING:
-    from epochfs.fuse.view import EpochTree
+from epochfs.torchclient.publish import fsync_dir, remove_tree, show
 
 AHEAD_TAG = "ahead-"
 """After the folder view's temporary prefix: the next epoch's tree, built ahead."""
@@ -127,34 +123,12 @@ class LinkTree:
         self._dirty.clear()
 
     def show(self, visible: Path, mode: int) -> None:
-        """Every folder made ``mode`` (``0555``), then one rename makes the whole tree ``visible``."""
+        """Every folder made ``mode`` (``0555``), then one rename makes the whole tree ``visible``
+        (its folder fsynced after)."""
         for rel in self.dirs:
             os.chmod(self._at(rel), mode)
-        os.rename(self.path, visible)
+        show(self.path, visible)
 
     def remove(self) -> None:
         """Remove the tree."""
         remove_tree(self.path)
-
-
-def write_tree(tree: EpochTree, root: Path, mode: int) -> None:
-    """Folders and symlinks of ``tree`` under ``root``; every folder fsynced, then made ``mode``.
-
-    Links are made folder by folder through one descriptor of the folder (``symlinkat``): no
-    path object and no path walk per entry, which halves the time of a 100k-entry epoch."""
-    os.mkdir(root, 0o755)
-    for rel in sorted(rel for rel in tree.dirs if rel):  # parents sort before their children
-        os.mkdir(os.path.join(root, rel), 0o755)
-    by_folder: dict[str, list[tuple[str, str]]] = {rel: [] for rel in tree.dirs}
-    for rel, target in tree.links.items():
-        parent, _, name = rel.rpartition("/")
-        by_folder[parent].append((name, target))
-    for rel, links in by_folder.items():
-        fd = os.open(os.path.join(root, rel) if rel else root, os.O_RDONLY | os.O_DIRECTORY)
-        try:
-            for name, target in links:
-                os.symlink(target, name, dir_fd=fd)
-            os.fsync(fd)
-            os.fchmod(fd, mode)
-        finally:
-            os.close(fd)

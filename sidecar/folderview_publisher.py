@@ -11,7 +11,9 @@ construction, and ``tests/folderview/test_folderview_equivalence.py`` checks it 
 rename into ``.epochfs/``), then its folders and symlinks, each folder fsynced, then one
 ``rename`` makes ``epoch-N/`` appear whole; or it is shown from the tree built ahead
 (:mod:`.folderview_ahead`), which keeps the same order. ``latest`` and ``status.json`` are replaced
-by temp + rename. A retired epoch is renamed away before its manifest goes and its files are
+by temp + rename. These steps have one home, :mod:`epochfs.torchclient.publish`, which the torch
+client's :mod:`~epochfs.torchclient.plainfolder` (epochs in a plain folder, without a sidecar)
+calls too. A retired epoch is renamed away before its manifest goes and its files are
 removed, so ``epoch-N/`` is either complete or absent. After a crash (``kill -9``) :meth:`recover`
 removes the leftovers (temporary names), every epoch the store no longer holds, and any visible
 epoch that does not match the store (another cache, another link root); it never touches an epoch
@@ -29,7 +31,6 @@ from __future__ import annotations
 import errno
 import logging
 import os
-import secrets
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -38,12 +39,10 @@ from pathlib import Path
 from epochfs.fuse.view import EpochTree, View
 from epochfs.sidecar.config import ConfigError
 from epochfs.sidecar.folderview_ahead import AheadTree, Tainted
-from epochfs.sidecar.folderview_links import write_tree
 from epochfs.sidecar.folderview_lost import LostRecord
-from epochfs.sidecar.folderview_remove import Remover, remove_tree
+from epochfs.sidecar.folderview_remove import Remover
 from epochfs.sidecar.folderview_window import WindowTree, ahead_tree
 from epochfs.sidecar.store import Store
-from epochfs.sidecar.store.objects import fsync_dir
 from epochfs.torchclient.layout import (
     CLASSES_NAME,
     CONTROL_DIR,
@@ -54,15 +53,24 @@ from epochfs.torchclient.layout import (
     parse_epoch_name,
     parse_manifest_name,
 )
+from epochfs.torchclient.publish import (
+    CONTROL_TEMP_PREFIX,
+    DIR_MODE,
+    FILE_MODE,
+    TEMP_PREFIX,
+    fsync_dir,
+    fsync_file,
+    publish_tree,
+    remove_tree,
+    replace_file,
+    replace_symlink,
+    retire_tree,
+)
 
 log = logging.getLogger("epochfs.folderview")
 
-TEMP_PREFIX = ".epochfs-"
-"""Temporary names in the folder (builds, retirements, ``latest``): dot-prefixed, never an epoch name."""
-CONTROL_TEMP_PREFIX = ".tmp-"
-"""Temporary names inside ``.epochfs/`` (manifests and ``status.json`` being written)."""
-DIR_MODE = 0o555
-FILE_MODE = 0o444
+__all__ = ["CONTROL_TEMP_PREFIX", "DIR_MODE", "FILE_MODE", "TEMP_PREFIX", "FolderPublisher", "Recovery",
+           "Step"]
 
 
 @dataclass
@@ -122,9 +130,6 @@ class FolderPublisher:
         except FileNotFoundError:
             return []
         return sorted(n for n in map(parse_epoch_name, names) if n is not None)
-
-    def _temp(self, parent: Path, prefix: str, what: str) -> Path:
-        return parent / f"{prefix}{what}-{os.getpid()}-{secrets.token_hex(4)}"
 
     # ------------------------------------------------------------------ start-up
     def recover(self) -> Recovery:
@@ -283,12 +288,8 @@ class FolderPublisher:
             raise
         if not ok:
             return False
-        fd = os.open(self.control / manifest_name(n), os.O_RDONLY)
-        try:  # durability, after the rename: a reader sees it whole already
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        fsync_dir(self.control)
+        fsync_file(self.control / manifest_name(n))  # durability, after the rename: a reader
+        fsync_dir(self.control)  # sees it whole already
         if self.grace:
             self.store.record_read(n)
         log.debug("epoch %d from the tree built ahead in %.3fs", n, time.monotonic() - started)
@@ -307,37 +308,19 @@ class FolderPublisher:
 
     # ------------------------------------------------------------------ writing
     def _replace_control(self, name: str, data: bytes | Sequence[bytes], *, fsync: bool) -> None:
-        """Replace ``.epochfs/<name>`` by temp + rename; ``data``: the bytes, or chunks of them
-        (a manifest's pages, written as they are: no join of the whole)."""
-        temp = self._temp(self.control, CONTROL_TEMP_PREFIX, name)
-        try:
-            with open(temp, "wb") as f:
-                if isinstance(data, bytes):
-                    f.write(data)
-                else:
-                    f.writelines(data)
-                if fsync:
-                    f.flush()
-                    os.fsync(f.fileno())
-            os.chmod(temp, FILE_MODE)
-            os.replace(temp, self.control / name)
-        except BaseException:
-            temp.unlink(missing_ok=True)  # a full volume: the old file stays, whole
-            raise
+        """Replace ``.epochfs/<name>`` by temp + rename (:func:`~epochfs.torchclient.publish.replace_file`);
+        ``data``: the bytes, or chunks of them (a manifest's pages). On a full volume the old file
+        stays, whole."""
+        replace_file(self.control / name, data, fsync=fsync, mode=FILE_MODE)
 
     def _write_latest(self, latest: int | None) -> None:
-        path = self.folder / LATEST_NAME
-        if latest is None:
-            path.unlink(missing_ok=True)
-        else:
-            temp = self._temp(self.folder, TEMP_PREFIX, LATEST_NAME)
-            os.symlink(epoch_name(latest), temp)
-            os.replace(temp, path)
+        replace_symlink(self.folder / LATEST_NAME, None if latest is None else epoch_name(latest))
         self._latest = latest
 
     def _publish(self, n: int) -> bool:
         """Make ``epoch-N/`` appear whole: manifest first, the tree under a temporary name, one
-        rename. False when the epoch retired meanwhile."""
+        rename (:func:`~epochfs.torchclient.publish.publish_tree`). False when the epoch retired
+        meanwhile."""
         try:
             tree = self.view.tree(n)
             manifest = self.view.manifest(n)
@@ -346,14 +329,7 @@ class FolderPublisher:
         started = time.monotonic()
         self._publish_classes()
         self._replace_control(manifest_name(n), manifest, fsync=True)
-        temp = self._temp(self.folder, TEMP_PREFIX, epoch_name(n))
-        try:
-            write_tree(tree, temp, DIR_MODE)
-            os.rename(temp, self.folder / epoch_name(n))
-        except BaseException:
-            remove_tree(temp)
-            raise
-        fsync_dir(self.folder)
+        publish_tree(self.folder / epoch_name(n), tree.dirs, tree.links, DIR_MODE)
         if self.grace:
             self.store.record_read(n)  # the grace: pinned for in_use_seconds from now
         log.debug("epoch %d: %d entries in %.2fs", n, len(tree.links), time.monotonic() - started)
@@ -380,18 +356,14 @@ class FolderPublisher:
 
     def _retire(self, n: int) -> None:
         """``epoch-N/`` disappears at once (renamed away), then its manifest, then its files."""
-        path = self.folder / epoch_name(n)
-        if path.exists() or path.is_symlink():
-            gone = self._temp(self.folder, TEMP_PREFIX, f"retired-{epoch_name(n)}")
-            os.rename(path, gone)
-            fsync_dir(self.folder)
-            (self.control / manifest_name(n)).unlink(missing_ok=True)
-            if self._remover is not None:
-                self._remover.put(gone)  # never delays a publish
-            else:
-                remove_tree(gone)
+        gone = retire_tree(self.folder / epoch_name(n))
+        (self.control / manifest_name(n)).unlink(missing_ok=True)
+        if gone is None:
+            return
+        if self._remover is not None:
+            self._remover.put(gone)  # never delays a publish
         else:
-            (self.control / manifest_name(n)).unlink(missing_ok=True)
+            remove_tree(gone)
 
 
 class _Folders:

@@ -1,30 +1,20 @@
-"""Removing the folder view's trees: published epochs' folders are ``0555`` (as the FUSE view
-shows them), so a removal opens them up first; retired trees go on a thread of their own so that
-retiring never delays a publish (issue 25)."""
+"""Removing the folder view's retired trees on a thread of their own, so that retiring never delays
+a publish. The removal itself (published folders are ``0555``, opened up first) is
+:func:`epochfs.torchclient.publish.remove_tree`, the publishing steps' one home; it is named here
+too, where :class:`Remover` looks it up."""
 
 from __future__ import annotations
 
-import contextlib
 import logging
-import os
 import queue
-import shutil
 import threading
 from pathlib import Path
 
+from epochfs.torchclient.publish import remove_tree
+
 log = logging.getLogger("epochfs.folderview")
 
-
-def remove_tree(path: Path) -> None:
-    """Remove a published tree (its folders are 0555, as the FUSE view shows them: opened up
-    first, which only root could skip); nothing if it is gone."""
-    if path.is_symlink() or path.is_file():
-        path.unlink(missing_ok=True)
-        return
-    with contextlib.suppress(FileNotFoundError):
-        for dirpath, _dirs, _files in os.walk(path):
-            os.chmod(dirpath, 0o755)
-        shutil.rmtree(path)
+__all__ = ["Remover", "remove_tree"]
 
 
 class Remover:

@@ -41,7 +41,6 @@ from pathlib import Path
 
 from epochfs.sidecar.folderview_ahead import (
     CHUNK,
-    DIR_MODE,
     SPOT_CHECKS,
     STEP_SECONDS,
     AheadTree,
@@ -55,8 +54,8 @@ from epochfs.sidecar.folderview_body import ManifestBody
 from epochfs.sidecar.folderview_links import LinkTree
 from epochfs.sidecar.store import Meta, Store, object_name
 from epochfs.sidecar.store.admitted import AdmittedSample, Place, WindowExtent
-from epochfs.sidecar.store.objects import fsync_dir
 from epochfs.torchclient.layout import MANIFEST_MAGIC, epoch_name
+from epochfs.torchclient.publish import DIR_MODE
 
 log = logging.getLogger("epochfs.folderview")
 
@@ -334,7 +333,6 @@ class WindowTree(BuiltAhead):
         self._base = (self.folder / epoch_name(n), ext)
         self._links = None
         self._aimed_at = -1e18  # the next window, at the next step
-        fsync_dir(self.folder)  # durability only: what a reader sees is complete already
         return True
 
     def _resync(self, ext: WindowExtent) -> None:

@@ -2,8 +2,11 @@
 
 For tests, the examples and the loader benchmark on a machine without FUSE: like the sidecar, each
 ``epoch-N/<relative path>`` is a symlink to an object file kept elsewhere, and the epoch's manifest
-is in place before the epoch folder appears (the folder is built under a temporary name and renamed,
-so a reader never sees half an epoch). Not used on a real mount.
+is in place before the epoch folder appears. The steps (temp + fsync + rename, a tree built under a
+temporary name and shown by one rename, ``latest`` and ``status.json`` replaced) are the folder
+view's own, from :mod:`.publish`, so a reader never sees half an epoch here either. Only the
+modes differ: folders ``0755`` and files the process's default, not the view's read-only ones, so
+that tests and examples may change and remove them. Not used on a real mount.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ from .layout import (
     manifest_path,
     status_path,
 )
+from .publish import folders_of, publish_tree, replace_file, replace_symlink
 
 
 def md5_of(path: str | os.PathLike[str]) -> str:
@@ -39,37 +43,22 @@ def publish_epoch(root: str | os.PathLike[str], epoch: int,
                   files: Mapping[str, str | os.PathLike[str]], *, checksums: bool = True) -> Path:
     """Make ``root/epoch-<epoch>/`` hold ``files`` (relative path -> object file) and update ``latest``.
 
-    The manifest is written first, then the folder appears by one rename; ``checksums=False`` writes
+    The manifest is written (and fsynced) first, then the folder appears by one rename, then
+    ``latest`` and ``status.json`` are replaced; ``checksums=False`` writes
     ``md5:`` placeholders instead of hashing (for large benchmark sets). Returns the epoch folder.
     """
     root = Path(root)
     final = epoch_dir(root, epoch)
     if final.exists():
         raise FileExistsError(f"{final} already exists; epochs are immutable")
-    entries = []
-    for rel, target in files.items():
-        target = Path(target).resolve()
-        entries.append(ManifestEntry(rel, target.stat().st_size, md5_of(target) if checksums else "md5:"))
+    links = {rel: str(Path(target).resolve()) for rel, target in files.items()}
+    entries = [ManifestEntry(rel, os.stat(target).st_size, md5_of(target) if checksums else "md5:")
+               for rel, target in links.items()]
     control_dir(root).mkdir(parents=True, exist_ok=True)
-    manifest = manifest_path(root, epoch)
-    tmp_manifest = manifest.with_suffix(".tmp")
-    tmp_manifest.write_text(format_manifest(epoch, entries), encoding="utf-8")
-    os.replace(tmp_manifest, manifest)
-    staging = root / f".staging-{final.name}"
-    staging.mkdir()
-    for rel, target in files.items():
-        link = staging / rel
-        link.parent.mkdir(parents=True, exist_ok=True)
-        link.symlink_to(Path(target).resolve())
-    os.rename(staging, final)
-    latest_tmp = root / ".latest.tmp"
-    if latest_tmp.is_symlink():
-        latest_tmp.unlink()
-    latest_tmp.symlink_to(final.name)
-    os.replace(latest_tmp, latest_path(root))
+    replace_file(manifest_path(root, epoch), format_manifest(epoch, entries).encode(), fsync=True)
+    publish_tree(final, folders_of(links), links, 0o755)
+    replace_symlink(latest_path(root), final.name)
     status = {"samples": len(entries), "cache_bytes": sum(e.size for e in entries), "latest_epoch": epoch,
               "pending_cuts": [], "backpressure": False, "mode": "plain-folder", "time": time.time()}
-    tmp_status = status_path(root).with_suffix(".tmp")
-    tmp_status.write_text(format_status(status), encoding="utf-8")
-    os.replace(tmp_status, status_path(root))
+    replace_file(status_path(root), format_status(status).encode(), fsync=False)
     return final

@@ -1,41 +1,83 @@
-"""What the FUSE view may ask of the store: a narrow, read-mostly interface.
+"""What the view may ask of the store: :class:`EpochReader`, the one store interface of the view.
 
-The view lists live epochs and their files, renders ``status.json``, asks for a cut on a lookup of
-a new ``epoch-N`` and records reads that keep an epoch pinned. It never admits, evicts or configures,
-so it depends on this protocol rather than on :class:`~epochfs.sidecar.store.Store` itself, and a
-test can hand it anything that answers these calls.
+Three readers of the store serve what a trainer sees: the FUSE view (``epochfs.fuse``: the
+namespace, lookups, read records, the in-use window), the folder view that writes the same
+namespace down (it renders it through ``epochfs.fuse.view.View``), and the answer to ``POST
+/v1/cut?epoch=N`` (``epochfs.sidecar.cutrequest``, the folder view's stand-in for a lookup). They
+list live epochs and their files, render ``status.json``, ask for a cut of a new epoch (a lookup,
+a request) and record reads that keep an epoch pinned. None of them admits, evicts, retires or
+configures, so they are typed against this protocol rather than against
+:class:`~epochfs.sidecar.store.Store` itself: mypy then refuses a call outside it (a view that
+starts evicting would have to say so here), and a test can hand them anything that answers these
+calls.
+
+One protocol, not one per caller: a lookup of ``epoch-N`` and a cut request are the same question
+(the store's ``request_cut_made``, the read record that pins an epoch), asked by the FUSE view and,
+for a published folder, over HTTP; a narrower interface per caller would only repeat these lines.
+Each member is one the view or the cut request calls today.
+
+Outside it, on purpose: the class-folder list behind ``classes.json`` (``epochfs.fuse.classes``).
+Recording a folder appends to that list under the index's write transaction
+(:mod:`epochfs.sidecar.store.classes`, whose functions take the concrete store), so ``View`` hands
+the concrete store to its ``ClassesFile`` alone and keeps the protocol for every other call.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Protocol
 
+from epochfs.sidecar.store.index import Meta
 from epochfs.sidecar.store.integrity import LostDigest
 from epochfs.sidecar.store.records import EpochInfo, FileEntry, Policy, Stats
 
 
 class EpochReader(Protocol):
-    """The store as the FUSE view sees it."""
+    """The store as the view and the cut request see it."""
 
-    objects_dir: Path
+    # ------------------------------------------------------------------ reading
+    def policy(self) -> Policy:
+        """The in-use window lives here (``fuse.inuse`` follows it)."""
+        ...
 
-    def policy(self) -> Policy: ...
+    def stats(self) -> Stats:
+        """What ``status.json`` shows."""
+        ...
 
-    def stats(self) -> Stats: ...
+    def meta(self, key: Meta) -> str | None:
+        """A recorded value (the sampler's retry line in ``status.json``)."""
+        ...
 
     def newest_epoch(self) -> int | None: ...
 
+    def next_epoch(self) -> int:
+        """The number the next cut takes (above the high-water mark after an index reset)."""
+        ...
+
     def epochs(self) -> list[EpochInfo]: ...
 
-    def epoch_files(self, n: int) -> list[FileEntry]: ...
-
-    def iter_epoch_files(self, n: int) -> Iterator[FileEntry]: ...
-
-    def request_cut(self, n: int) -> bool: ...
-
-    def record_read(self, n: int) -> bool: ...
+    def iter_epoch_files(self, n: int) -> Iterator[FileEntry]:
+        """Epoch ``n``'s files in path order, streamed (a million-file epoch is never one list)."""
+        ...
 
     def lost_samples(self, *, unless: LostDigest | None = None
-                     ) -> tuple[LostDigest, list[FileEntry] | None]: ...
+                     ) -> tuple[LostDigest, list[FileEntry] | None]:
+        """Samples marked lost, read only when their digest differs from ``unless``."""
+        ...
+
+    # ------------------------------------------------------------------ cuts and reads
+    def pending_cuts(self) -> list[tuple[int, float]]:
+        """Queued cut requests (epoch, when queued): the wait a cut ends is reported."""
+        ...
+
+    def request_cut_made(self, n: int) -> tuple[bool, bool]:
+        """A lookup's (or a request's) cut of ``n`` by the store's rule: (live now, cut by this call)."""
+        ...
+
+    def cut(self, n: int) -> int | None:
+        """An explicit jump to epoch ``n`` (``POST /v1/cut?epoch=N&jump=1``); None: not yet."""
+        ...
+
+    def record_read(self, n: int) -> bool:
+        """Epoch ``n`` was read: it stays pinned for the in-use window."""
+        ...
