@@ -53,6 +53,7 @@ from epochfs.torchclient.layout import (
     parse_epoch_name,
     parse_manifest_name,
 )
+from epochfs.torchclient.lost import is_placeholder
 from epochfs.torchclient.publish import (
     CONTROL_TEMP_PREFIX,
     DIR_MODE,
@@ -120,7 +121,7 @@ class FolderPublisher:
         self.ahead = ahead
         self._ahead: AheadTree | WindowTree | None = None
         self._remover = Remover() if (ahead if background is None else background) else None
-        self._lost = LostRecord()
+        self._lost = LostRecord(folder)  # lost samples' entries: placeholders answering ELOOP
 
     # ------------------------------------------------------------------ what is in the folder
     def visible(self) -> list[int]:
@@ -187,7 +188,8 @@ class FolderPublisher:
         if first is None:
             return True
         try:
-            return os.readlink(self.folder / epoch_name(n) / first) == tree.links[first]
+            entry = self.folder / epoch_name(n) / first
+            return os.readlink(entry) == tree.links[first] or is_placeholder(entry)  # a lost sample's
         except OSError:
             return False
 

@@ -7,12 +7,19 @@ views fail differently, and this module turns both into :class:`SampleLostError`
 with errno EIO that names the file and says why:
 
 * the FUSE view shows the entry as a regular file and answers EIO to its open;
-* the folder view's entry is a plain symlink to the object file, which is gone: the kernel answers
-  ENOENT, which the client would otherwise retry for ``retry_seconds`` (a FUSE restart looks the
-  same) and then report as a vanished file.
+* the folder view replaces the entry, in every published epoch that holds it, by its
+  *placeholder*: a symlink of the same name whose target is that name and :data:`PLACEHOLDER_MARK`
+  (:func:`placeholder_target`), a link to itself: every open answers **ELOOP** at once, a listing
+  still shows it. ELOOP is never what a missing file or a restarting mount gives, so the
+  placeholder alone says "lost" (:func:`is_placeholder`), record or not;
+* before the placeholder is in place (the step that sees the loss writes the record first), or
+  from a folder view before placeholders, the entry is a plain symlink to the object file, which is
+  gone: the kernel answers ENOENT, which the client would otherwise retry for ``retry_seconds`` (a
+  FUSE restart looks the same) and then report as a vanished file.
 
-Both are recognised from what the mount shows, nothing else: the entry exists (``lstat``), as a
-regular file answering EIO or as a symlink whose target is missing. The folder view publishes
+All are recognised from what the mount shows, nothing else: the entry exists (``lstat``), as a
+regular file answering EIO, as the placeholder answering ELOOP, or as a symlink whose target is
+missing. The folder view publishes
 which samples are lost, by path and object file, in ``.epochfs/lost.json`` (:data:`LOST_NAME`,
 present while any is): a dangling entry is lost exactly when the record names its path and its
 link ends in the record's object file, and any other dangling entry (a file deleted behind the
@@ -44,6 +51,28 @@ LOST_NAME = "lost.json"
 """The folder view's record of lost samples in ``.epochfs/``: ``{"count": N, "lost": [{"path":
 <path inside the epochs>, "object": <object file under the link root>, "size": <bytes>}, ...]}``,
 written by the publisher (``sidecar/folderview_lost.py``) while any sample is lost."""
+
+PLACEHOLDER_MARK = "lost-from-the-remote:see-.epochfs-lost.json"
+"""The last part of a folder-view placeholder's target (:func:`placeholder_target`): what ``ls -l``
+and ``readlink`` show of a lost sample's entry. One path component, under 255 bytes."""
+
+
+def placeholder_target(name: str) -> str:
+    """The target of the placeholder of entry ``name`` (its file name): ``<name>/`` and
+    :data:`PLACEHOLDER_MARK`. Relative to the entry's own folder its first part is the entry
+    itself, so resolving it never ends: open, stat and a walk into it answer ELOOP, for root too,
+    on every file system, and nothing outside the folder is looked at. Why ELOOP and not another
+    errno a symlink can give: docs/folderview.md, "A sample the remote lost"."""
+    return f"{name}/{PLACEHOLDER_MARK}"
+
+
+def is_placeholder(path: str | os.PathLike[str]) -> bool:
+    """Whether ``path`` is a folder-view placeholder: a symlink whose target is
+    :func:`placeholder_target` of its own name (no object file's link looks like that)."""
+    try:
+        return os.readlink(path) == placeholder_target(os.path.basename(os.fspath(path)))
+    except (OSError, ValueError):
+        return False
 
 
 class SampleLostError(OSError):
@@ -136,6 +165,10 @@ def lost_error(path: str, exc: BaseException, *, final: bool = False) -> SampleL
     file its epoch lists), or None when ``exc`` is not what a lost sample gives. ``final``: the
     retries are over, so a dangling symlink is lost even while other samples wait for repair."""
     err = _oserror(exc)
+    if err is not None and err.errno in (errno.ELOOP, errno.ENOENT) and is_placeholder(path):
+        return _placeholder_error(path)  # ENOENT too: an open of the old link, checked after its swap
+    if err is not None and err.errno == errno.ELOOP:
+        return None  # a link loop of the dataset's own
     if err is None or err.errno not in (errno.EIO, errno.ENOENT):
         return None
     try:
@@ -171,6 +204,21 @@ def lost_error(path: str, exc: BaseException, *, final: bool = False) -> SampleL
     return SampleLostError(
         f"sample {path} (key {key}) was lost from the remote: it cannot be fetched again, and its "
         f"epoch keeps listing it ({how}{lost_note}, see the sidecar's log); skip it or use a newer "
+        "epoch", path)
+
+
+def _placeholder_error(path: str) -> SampleLostError:
+    """The error for ``path``, the folder view's placeholder: it says "lost" alone (no record or
+    status is needed)."""
+    root = _mount_root(path)
+    key = "/".join(Path(path).relative_to(root).parts[1:]) if root is not None else os.path.basename(path)
+    status = read_status(root) if root is not None else None
+    count = int(status.get("lost") or 0) if status else 0
+    lost_note = f"; {count} sample(s) lost" if count else ""
+    return SampleLostError(
+        f"sample {path} (key {key}) was lost from the remote: it cannot be fetched again, and its "
+        f"epoch keeps listing it (the folder view's entry is a placeholder that answers ELOOP; "
+        f".epochfs/{LOST_NAME} lists it{lost_note}, see the sidecar's log); skip it or use a newer "
         "epoch", path)
 
 

@@ -1,16 +1,16 @@
 """The folder view publishes which samples the remote lost: ``.epochfs/lost.json`` (issue 20).
 
-Without FUSE nothing can answer EIO for a lost sample's entry: it stays the published symlink,
-dangling, and a plain ``open`` gets ENOENT (docs/folderview.md says why nothing better is honest).
-What the folder view does instead, checked here with the publisher against a real store and a
-sample made lost as the scrub does it: the entry stays listed in every epoch that holds it; a
-plain open's answer is the documented one (ENOENT from a symlink that ``lstat`` finds, pointing
-at ``<link root>/<object>``); ``.epochfs/lost.json`` names the sample (path, object file, size)
-while it is lost and is gone once no live epoch holds it; the publisher logs it once; and the torch
-client decides from the record, exactly: the lost entry raises ``SampleLostError`` naming its key
-at once, while a file deleted behind the sidecar's back in the same epoch (waiting for its repair,
-so ``status.json`` says ``lost == repairing``) is not called lost. Before the record the client
-guessed from ``status.json``'s counts and called that second file lost too."""
+Without FUSE nothing can answer EIO for a lost sample's entry: it becomes a placeholder, a
+symlink to itself, and a plain ``open`` gets ELOOP (docs/folderview.md says why). What the folder
+view does besides, checked here with the publisher against a real store and a sample made lost as
+the scrub does it: the entry stays listed in every epoch that holds it; a plain open's answer is
+the documented one (ELOOP from the placeholder that ``lstat`` finds); ``.epochfs/lost.json`` names
+the sample (path, object file, size) while it is lost and is gone once no live epoch holds it; the
+publisher logs it once; and the torch client calls exactly that entry lost: it raises
+``SampleLostError`` naming its key at once, while a file deleted behind the sidecar's back in the
+same epoch (waiting for its repair, so ``status.json`` says ``lost == repairing``) is not called
+lost. Before the record the client guessed from ``status.json``'s counts and called that second
+file lost too."""
 
 from __future__ import annotations
 
@@ -31,7 +31,7 @@ from epochfs.sidecar.folderview import FolderPublisher
 from epochfs.sidecar.store import object_name
 from epochfs.torchclient.decode import SampleDecodeError, decode_bytes, load_sample
 from epochfs.torchclient.layout import read_status
-from epochfs.torchclient.lost import LOST_NAME, SampleLostError, lost_error, read_lost
+from epochfs.torchclient.lost import LOST_NAME, SampleLostError, lost_error, placeholder_target, read_lost
 
 
 def npy(prefix: str, count: int) -> dict[str, bytes]:
@@ -68,14 +68,13 @@ def test_the_folder_view_records_a_lost_sample_and_a_plain_open_gets_the_documen
         make_lost(store, lost)
         publisher.step(force_status=True)
 
-        # What a plain reader sees: the entry listed, a symlink to the object file that is gone, ENOENT.
+        # What a plain reader sees: the entry listed, its placeholder (a link to itself), ELOOP.
         path = epoch / lost
         assert names(epoch) == listed, "the epoch keeps its entry"
-        target = f"{store.objects_dir.absolute()}/{object_name(sid_of(lost))}"
-        assert os.path.islink(path) and os.readlink(path) == target
-        with pytest.raises(FileNotFoundError) as raised:
+        assert os.path.islink(path) and os.readlink(path) == placeholder_target(path.name)
+        with pytest.raises(OSError) as raised:
             open(path, "rb").close()
-        assert raised.value.errno == errno.ENOENT
+        assert raised.value.errno == errno.ELOOP
 
         # The record, beside status.json's count.
         doc = json.loads((control / LOST_NAME).read_text())
@@ -84,7 +83,7 @@ def test_the_folder_view_records_a_lost_sample_and_a_plain_open_gets_the_documen
         status = read_status(folder)
         assert status is not None and (status["lost"], status["repairing"]) == (1, 1)
         said = [r.getMessage() for r in caplog.records if "lost from the remote" in r.getMessage()]
-        assert len(said) == 1 and lost in said[0] and LOST_NAME in said[0] and "ENOENT" in said[0], said
+        assert len(said) == 1 and lost in said[0] and LOST_NAME in said[0] and "ELOOP" in said[0], said
         publisher.step(force_status=True)
         again = [r for r in caplog.records if "lost from the remote" in r.getMessage()]
         assert len(again) == 1, "logged once"

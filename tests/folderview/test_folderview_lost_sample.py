@@ -1,9 +1,10 @@
 """The folder view: a sample the remote lost keeps its entry, and the torch client says so (issue 20).
 
-The folder view's entries are plain symlinks into the objects folder, so a lost sample's entry
-dangles and the kernel answers ENOENT; nothing can turn that into EIO without a server on the
-read path. What the folder view does: the published ``epoch-0/`` is never touched (same folder,
-same entries, same manifest) while a reader verifies every other byte, ``status.json`` counts the
+The folder view's entries are plain symlinks into the objects folder; nothing can turn a lost
+sample's into EIO without a server on the read path. What the folder view does: the entry becomes
+a placeholder answering ELOOP (tests/folderview/test_folderview_lost_placeholder.py), and the
+published ``epoch-0/`` is otherwise never touched (same folder, same entries, same manifest)
+while a reader verifies every other byte, ``status.json`` counts the
 lost sample, ``epochfs_samples_lost`` too, and the torch client (``EpochDataset``, ``EpochLoader``
 with a worker process, ``ArrayLoader``) raises ``SampleLostError`` (an OSError, errno EIO, naming
 the file) at once. Before, it retried the ENOENT for ``retry_seconds`` (30 s) and then raised
@@ -51,13 +52,13 @@ def test_a_lost_sample_keeps_its_published_entry_and_the_client_raises_eio(tmp_p
         epoch = folder / "epoch-0"
         inode = epoch.stat().st_ino
         manifest = (folder / ".epochfs" / "epoch-0.manifest").read_bytes()
-        reader = Reader([epoch], objects, lost, listed=[epoch], lost_errnos=[errno.ENOENT])
+        reader = Reader([epoch], objects, lost, listed=[epoch], lost_errnos=[errno.ENOENT, errno.ELOOP])
         reader.start()
         try:
             wait_until(lambda: reader.passes >= 2, what="the reader's first passes")
             make_lost(store, lost)
             publisher.step(force_status=True)
-            wait_until(lambda: errno.ENOENT in reader.lost_errnos, what="the reader meeting the lost entry")
+            wait_until(lambda: errno.ELOOP in reader.lost_errnos, what="the reader meeting the placeholder")
             passes = reader.passes
             wait_until(lambda: reader.passes >= passes + 3, timeout=60, what="three more reader passes")
         finally:
