@@ -34,7 +34,7 @@ import torch
 
 from epochfs.sidecar.confparse import parse_size
 from epochfs.torchclient import EpochLoader, EpochStats
-from epochfs.torchclient.dataset import decimal_size  # the rate in the unit that fits
+from epochfs.torchclient.describe import decimal_size  # the rate in the unit that fits
 
 DIM = 1024  # float32 values per sample: 4 KiB of array data, incompressible
 

@@ -18,7 +18,7 @@ if TYPE_CHECKING:  # what static tools see; at run time __getattr__ below import
     from .arrayloader import ArrayEpochRun, ArrayLoader, default_num_threads
     from .arrays import ArraySampleError
     from .collate import BatchShapeError
-    from .dataset import EpochDataset, wait_for_epoch
+    from .dataset import EpochDataset
     from .decode import (
         SampleDecodeError,
         decode_auto,
@@ -45,6 +45,7 @@ if TYPE_CHECKING:  # what static tools see; at run time __getattr__ below import
     from .resume import EpochResumeError
     from .sampler import EpochSampler, epoch_indices
     from .stream import EpochStream
+    from .waiting import wait_for_epoch
     from .world import World
 
 _SUBMODULE = {
@@ -54,7 +55,7 @@ _SUBMODULE = {
     "ArraySampleError": "arrays",
     "BatchShapeError": "collate",
     "EpochDataset": "dataset",
-    "wait_for_epoch": "dataset",
+    "wait_for_epoch": "waiting",
     "SampleDecodeError": "decode",
     "SampleLostError": "lost",
     "decode_auto": "decode",

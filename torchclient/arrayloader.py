@@ -41,7 +41,7 @@ import numpy as np
 import torch
 
 from .arrays import FORMATS, ArraySampleError, SampleReader, expected_spec, make_reader
-from .dataset import EpochDataset, Progress, print_progress
+from .dataset import EpochDataset
 from .decode import check_max_bytes
 from .epochplan import Balance, Partition, plan_batches, resolve_split
 from .globs import KeyFilter
@@ -50,6 +50,7 @@ from .report import ClientReporter, report_url_from_env
 from .resume import OnResumeMismatch, Resumable
 from .retry import RETRY_SECONDS, check_retry_seconds, retrying, transient
 from .run import ArrayEpochRun, EpochStats, RunningEpoch
+from .waiting import Progress, print_progress
 
 
 def default_num_threads(local_size: int = 1) -> int:

@@ -3,7 +3,8 @@
 The file list comes from the epoch's manifest (no directory walk over a million files), falling back
 to a walk of the folder where there is none (a plain folder). Asking for an epoch above the newest asks
 the sidecar for its cut; the dataset waits for it with backoff, tells the user what it waits for, and
-gives up with a :class:`TimeoutError` that says what *is* there.
+gives up with a :class:`TimeoutError` that says what *is* there (:mod:`.waiting`, whose waiting line
+:mod:`.describe` words).
 
 Two things keep a reader's epoch whole on the mount (docs/torchclient.md, "Pauses and restarts"):
 the dataset **holds its epoch open** (one open folder handle on ``epoch-N/`` in the process that made
@@ -17,10 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
-import math
 import os
-import stat
-import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
@@ -28,217 +26,15 @@ from typing import Any
 
 from torch.utils.data import Dataset
 
-from .cutask import CutAnswer, ask_cut, sidecar_url_from_env
 from .decode import MAX_ARRAY_BYTES, Decoder, check_max_bytes, load_sample, resolve_decoder
 from .globs import KeyFilter
 from .labels import ClassMap, check_class_root, check_classes, class_map, label_files
-from .layout import (
-    MAX_EPOCH,
-    Manifest,
-    epoch_dir,
-    epoch_exists,
-    list_epochs,
-    read_manifest,
-    read_status,
-    walk_epoch,
-)
+from .layout import Manifest, epoch_dir, epoch_exists, read_manifest, walk_epoch
 from .retry import RETRY_SECONDS, check_retry_seconds, retrying
+from .waiting import Progress, check_epoch, check_timeout, print_progress, wait_for_epoch
 
 HOLD_CHECK_SECONDS = 5.0
 """How often (at most) a dataset checks that its hold is on the mount now there (not a replaced one)."""
-
-Progress = Callable[[str], None]
-
-
-def print_progress(line: str) -> None:
-    """Default progress sink: one line on stderr, where a training log shows it."""
-    print(line, file=sys.stderr, flush=True)
-
-
-def decimal_size(n: float) -> str:
-    """``n`` bytes in the decimal unit that fits: ``512 B``, ``44.0 kB``, ``199.5 MB``, ``1.2 GB``.
-    The torch client's one formatter of sizes and rates (:meth:`.EpochStats.line`, the waiting
-    line, the demo's epoch line): fixed MB printed a small cache or epoch as "0.0 MB"."""
-    for unit in ("B", "kB", "MB", "GB"):
-        if abs(n) < 1000:
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1000
-    return f"{n:.1f} TB"
-
-
-class FirstEpochPace:
-    """The last reading of epoch 0's count the waiting line saw, so the next line can say when epoch 0
-    comes: ``~40 s at 4.0 samples/s (16.4 kB/s)`` (the sidecar's /readyz and ``epochfs status`` say the
-    same from their own readings)."""
-
-    def __init__(self) -> None:
-        self.at: float | None = None
-        self.samples = 0
-        self.bytes = 0
-
-    def estimate(self, samples: int, target: int, nbytes: int | None) -> str:
-        """``, ~N s at R samples/s (B/s)`` from the reading before this one ('' on the first
-        reading or when nothing came since), and this reading kept for the next."""
-        now = time.monotonic()
-        said = ""
-        if self.at is not None and now > self.at and samples > self.samples:
-            rate = (samples - self.samples) / (now - self.at)
-            said = f", ~{max(0, target - samples) / rate:.0f} s at {rate:.1f} samples/s"
-            if nbytes is not None and nbytes > self.bytes:
-                said += f" ({decimal_size((nbytes - self.bytes) / (now - self.at))}/s)"
-        self.at, self.samples, self.bytes = now, samples, nbytes or 0
-        return said
-
-
-def describe_root(root: str | os.PathLike[str], pace: FirstEpochPace | None = None) -> str:
-    """What is under ``root`` now, in words: the epochs present and the sidecar's status, if any.
-    ``pace``: the waiting line's readings of epoch 0's count, for a time estimate."""
-    epochs = list_epochs(root)
-    if not epochs:
-        parts = ["no epoch folders yet"]
-    elif epochs == list(range(epochs[0], epochs[-1] + 1)) and len(epochs) > 2:
-        parts = [f"epochs {epochs[0]}-{epochs[-1]} present"]
-    else:
-        parts = [f"epochs {', '.join(map(str, epochs))} present"]
-    status = read_status(root)
-    if status is not None:
-        bits = []
-        first = status.get("first_epoch")
-        if isinstance(first, dict) and isinstance(first.get("samples"), int) and \
-                isinstance(first.get("target"), int) and first["target"] > 0:
-            # Before the first cut: how far epoch 0 is (its target: --min-samples or the window).
-            have, target = min(first["samples"], first["target"]), first["target"]
-            nbytes = status.get("cache_bytes") if isinstance(status.get("cache_bytes"), int) else None
-            bits.append(f"epoch 0: {have}/{target} samples cached ({100 * have // target}%)"
-                        + (pace.estimate(have, target, nbytes) if pace is not None else "")
-                        + (", waiting for the listing's first round" if first.get("listing_round") else ""))
-        elif isinstance(status.get("samples"), int):
-            bits.append(f"{status['samples']} samples cached")
-        if isinstance(status.get("cache_bytes"), int) and isinstance(status.get("capacity_bytes"), int):
-            bits.append(f"{decimal_size(status['cache_bytes'])} of {decimal_size(status['capacity_bytes'])}")
-        if status.get("pending_cuts"):
-            bits.append(f"pending cuts {status['pending_cuts']}")
-        if status.get("backpressure"):
-            bits.append("sampler paused by backpressure")
-        if bits:
-            parts.append("sidecar: " + ", ".join(bits))
-        if isinstance(status.get("sampler_retrying"), str) and status["sampler_retrying"]:
-            # Why no data comes: the remote is unreachable at the sampler's start.
-            parts.append(f"sampler: {status['sampler_retrying']}")
-    return "; ".join(parts)
-
-
-def _check_epoch(epoch: object) -> int:
-    if isinstance(epoch, bool) or not isinstance(epoch, int) or not 0 <= epoch <= MAX_EPOCH:
-        raise ValueError(f"epoch must be an int from 0 to {MAX_EPOCH:,} (the largest epoch number), "
-                         f"got {epoch!r}")
-    return epoch
-
-
-def _check_timeout(timeout: object) -> float:
-    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not timeout > 0 \
-            or math.isnan(timeout):
-        raise ValueError("timeout must be a positive number of seconds (math.inf to wait forever), "
-                         f"got {timeout!r}")
-    return float(timeout)
-
-
-class _FromEnv:
-    """The default of ``sidecar_url``: ``EPOCHFS_REPORT_URL``'s scheme and host."""
-
-
-FROM_ENV = _FromEnv()
-ASK_EVERY = 1.0
-"""Seconds between cut requests while an epoch is missing (the sidecar queues the next epoch; asking
-again covers a sidecar restart and a jump, which is never queued)."""
-PUBLISH_GRACE = 5.0
-"""How long ``wait=False`` still looks for an epoch the sidecar just said is live (the folder view
-publishes it within about 0.1 s)."""
-
-
-def wait_for_epoch(root: str | os.PathLike[str], epoch: int, *, wait: bool = True, timeout: float = 600.0,
-                   progress: Progress | None = print_progress, progress_every: float = 5.0,
-                   jump: bool = False, sidecar_url: str | _FromEnv | None = FROM_ENV) -> float:
-    """Look up ``root/epoch-N`` (on the mount, the lookup asks for the cut) until it exists.
-
-    While it is missing, the sidecar at ``sidecar_url`` (default: from ``EPOCHFS_REPORT_URL``; None:
-    never) is also asked for the cut (``POST /v1/cut``, :mod:`.cutask`), once a second: on the folder
-    view (``--view folder``) that request is what a lookup is on the FUSE view. ``jump=True`` lets
-    the cut skip numbers (a resumed trainer starting above the newest epoch + 1); otherwise only
-    the next epoch is cut, as for a lookup.
-
-    Returns the seconds spent waiting. The first miss reports at once (so a user sees why training
-    has not started), then every ``progress_every`` seconds; lookups back off from 20 ms to 0.5 s.
-    Raises FileNotFoundError for a missing root, a missing epoch with ``wait=False``, or one the
-    sidecar says can never be cut (retired, or below the newest and never cut), and TimeoutError
-    after ``timeout``; each names the epoch and says what is present.
-    """
-    epoch = _check_epoch(epoch)
-    timeout = _check_timeout(timeout)
-    root = Path(root)
-    start = time.monotonic()
-    if epoch_exists(root, epoch):
-        return 0.0
-    if not _root_present(root):
-        raise FileNotFoundError(f"epochfs root {root} does not exist or is not a folder "
-                                "(is the sidecar's mount there?)")
-    base = sidecar_url_from_env() if isinstance(sidecar_url, _FromEnv) else sidecar_url
-    answer = ask_cut(base, epoch, jump=jump) if base else None
-    _check_answer(answer, root, epoch)
-    if not wait:
-        if answer is not None and answer.state == "live":
-            return _wait_published(root, epoch, start)
-        raise FileNotFoundError(f"epoch {epoch} is not under {root} ({describe_root(root)}); "
-                                "pass wait=True to wait for its cut")
-    delay = 0.02
-    next_report = start
-    next_ask = start + ASK_EVERY
-    pace = FirstEpochPace()
-    while True:
-        now = time.monotonic()
-        if now >= next_report and progress is not None:
-            said = f"; sidecar: {answer.message}" if answer is not None and answer.state != "live" else ""
-            progress(f"epochfs: waiting for epoch {epoch} under {root} ({now - start:.0f}s so far; "
-                     f"{describe_root(root, pace)}{said})")
-            next_report = now + progress_every
-        remaining = timeout - (now - start)
-        if remaining <= 0:
-            raise TimeoutError(f"epoch {epoch} did not appear under {root} within {timeout:g}s "
-                               f"({describe_root(root)})")
-        time.sleep(min(delay, remaining))
-        delay = min(delay * 1.5, 0.5)
-        if epoch_exists(root, epoch):
-            return time.monotonic() - start
-        if base and time.monotonic() >= next_ask:
-            answer = ask_cut(base, epoch, jump=jump) or answer
-            _check_answer(answer, root, epoch)
-            next_ask = time.monotonic() + ASK_EVERY
-
-
-def _check_answer(answer: CutAnswer | None, root: Path, epoch: int) -> None:
-    if answer is not None and answer.final and not epoch_exists(root, epoch):
-        raise FileNotFoundError(f"epoch {epoch} will not appear under {root}: the sidecar says "
-                                f"{answer.message} ({describe_root(root)})")
-
-
-def _wait_published(root: Path, epoch: int, start: float) -> float:
-    """The sidecar cut it: the folder view shows it within about 0.1 s."""
-    delay = 0.01
-    while time.monotonic() - start < PUBLISH_GRACE:
-        if epoch_exists(root, epoch):
-            return time.monotonic() - start
-        time.sleep(delay)
-        delay = min(delay * 2, 0.2)
-    raise FileNotFoundError(f"epoch {epoch} was cut but did not appear under {root} within "
-                            f"{PUBLISH_GRACE:g}s ({describe_root(root)})")
-
-
-def _root_present(root: Path) -> bool:
-    """A folder, or a mount being replaced (a dead FUSE mount answers ENOTCONN): wait for it then."""
-    try:
-        return stat.S_ISDIR(os.stat(root).st_mode)
-    except OSError as e:
-        return e.errno in (errno.ENOTCONN, errno.ECONNABORTED)
 
 
 class EpochDataset(Dataset[Any]):
@@ -281,7 +77,7 @@ class EpochDataset(Dataset[Any]):
                  include: str | Sequence[str] | None = None,
                  exclude: str | Sequence[str] | None = None, label: str | None = None,
                  class_root: str = ".", classes: Mapping[str, int] | Sequence[str] | None = None) -> None:
-        self.epoch = _check_epoch(epoch)
+        self.epoch = check_epoch(epoch)
         self.keys = KeyFilter(include, exclude)
         if label not in (None, "folder"):
             raise ValueError(f"label must be None or 'folder' (the class folder's index), got {label!r}")
@@ -293,7 +89,7 @@ class EpochDataset(Dataset[Any]):
         if transform is not None and not callable(transform):
             raise ValueError(f"transform must be callable or None, got {transform!r}")
         self.transform = transform
-        _check_timeout(timeout)
+        check_timeout(timeout)
         self.retry_seconds = check_retry_seconds(retry_seconds)
         self.root = Path(root)
         self._hold: int | None = None

@@ -30,7 +30,7 @@ import torch
 from torch.utils.data import DataLoader, Dataset, Sampler
 
 from .collate import collate
-from .dataset import EpochDataset, Progress, _check_epoch, print_progress
+from .dataset import EpochDataset
 from .decode import MAX_ARRAY_BYTES, Decoder, check_max_bytes, load_sample, resolve_decoder
 from .epochplan import Balance, Partition, plan_batches, resolve_split
 from .globs import KeyFilter
@@ -40,6 +40,7 @@ from .report import ClientReporter, report_url_from_env
 from .resume import OnResumeMismatch, Resumable
 from .retry import RETRY_SECONDS, check_retry_seconds
 from .run import EpochRun, EpochStats, RunningEpoch
+from .waiting import Progress, check_epoch, print_progress
 from .workers import worker_failure
 
 _RESERVED_KWARGS = ("dataset", "batch_size", "shuffle", "sampler", "batch_sampler", "drop_last")
@@ -264,7 +265,7 @@ class EpochLoader(Resumable):
 
         ``jump=True``: a cut may skip numbers to reach it (a resumed trainer's first epoch, above the
         sidecar's newest + 1); otherwise only the next epoch is cut, as for a lookup."""
-        return EpochRun(self, _check_epoch(epoch), jump=jump, resume=self._resume, running=self._running,
+        return EpochRun(self, check_epoch(epoch), jump=jump, resume=self._resume, running=self._running,
                         workers=self._workers)
 
     def plan(self, epoch: int, *, jump: bool = False) -> tuple[EpochDataset, list[list[Any]], list[int], int]:

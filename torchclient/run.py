@@ -18,7 +18,7 @@ from collections.abc import Callable, Generator, Iterable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
-from .dataset import decimal_size
+from .describe import decimal_size
 
 if TYPE_CHECKING:
     from .dataset import EpochDataset

@@ -26,7 +26,7 @@ scan), :mod:`.integrity` (objects against their md5, quarantine), :mod:`.catalog
 :mod:`.stats`, :mod:`.cutwait` (the help and buckets of the cut wait histogram, which the sampler,
 the FUSE server and the supervisor share), :mod:`.admitted` (the admission order as the folder
 view's tree built ahead follows it), :mod:`.reader` (what the FUSE view may ask) and :mod:`.cache`
-(the :class:`Store` facade).
+(the :class:`Store` facade) with :mod:`.admit` (admitting verified downloads, its longest rule).
 """
 
 from epochfs.sidecar.store.admitted import AdmittedSample, EpochExtent

@@ -13,6 +13,10 @@ Modules:
 
 * :mod:`.profiles`: the injection documents (loading and checking them).
 * :mod:`.mutate`: the decision for one pod (mutated, skipped, refused) and its patch; pure.
+* :mod:`.podchecks`: the refusals, each with its reason and way out.
+* :mod:`.overrides`: the annotations' remote, capacity and shard in the sidecar's environment;
+  no API token where the pod refuses one.
+* :mod:`.fields`: the annotation and environment names the three above share.
 * :mod:`.review`: AdmissionReview v1 requests and responses.
 * :mod:`.server`: the HTTPS server and its metrics on ``aiohttp.web``, ``run_webhook``;
 * :mod:`.tls`: the certificate pair, taken again for new connections when it is renewed.
@@ -22,7 +26,7 @@ docs/kubernetes.md ("Attach with one annotation") is the user's side.
 
 from __future__ import annotations
 
-from epochfs.sidecar.webhook.mutate import (
+from epochfs.sidecar.webhook.fields import (
     ANNOTATIONS,
     CAPACITY,
     CONTAINERS,
@@ -31,9 +35,8 @@ from epochfs.sidecar.webhook.mutate import (
     PROFILE,
     REMOTE,
     SHARD_INDEX,
-    Decision,
-    decide,
 )
+from epochfs.sidecar.webhook.mutate import Decision, decide
 from epochfs.sidecar.webhook.profiles import Profile, ProfileError, load_profiles
 
 __all__ = [

@@ -23,7 +23,7 @@ from sidecar_helpers import running_sidecar
 from epochfs.fuse.view import View
 from epochfs.sidecar.store import Meta, Policy, Store
 from epochfs.sidecar.store.stats import RETRYING_MAX_AGE, retry_line
-from epochfs.torchclient.dataset import describe_root
+from epochfs.torchclient.describe import describe_root
 from epochfs.torchclient.layout import read_status
 
 needs_fuse = pytest.mark.skipif(os.geteuid() != 0 or not os.path.exists("/dev/fuse"),

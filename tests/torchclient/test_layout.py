@@ -187,7 +187,7 @@ def test_one_limit_for_epoch_numbers_in_the_client_the_store_and_the_view() -> N
 
     from epochfs.fuse import inodes
     from epochfs.sidecar.store import MAX_EPOCH as STORE_MAX
-    from epochfs.torchclient.dataset import wait_for_epoch
+    from epochfs.torchclient.waiting import wait_for_epoch
 
     assert STORE_MAX == MAX_EPOCH == inodes.MAX_EPOCH
     inodes.epoch_ino(MAX_EPOCH)  # has inode numbers

@@ -276,7 +276,7 @@ def test_the_waiting_line_says_how_far_epoch_0_is(tmp_path: Path) -> None:
     unit that fits (it said "0.0 of 1.0 MB")."""
     import json
 
-    from epochfs.torchclient.dataset import describe_root
+    from epochfs.torchclient.describe import describe_root
 
     root = tmp_path / "mnt"
     (root / ".epochfs").mkdir(parents=True)
@@ -295,7 +295,7 @@ def test_the_waiting_line_says_when_epoch_0_comes_from_its_last_reading(tmp_path
     left (the issue's "epoch 0: 54/200 samples, ~20 s at 2.1 MB/s")."""
     import json
 
-    from epochfs.torchclient.dataset import FirstEpochPace, describe_root
+    from epochfs.torchclient.describe import FirstEpochPace, describe_root
 
     root = tmp_path / "mnt"
     (root / ".epochfs").mkdir(parents=True)

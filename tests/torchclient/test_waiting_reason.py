@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from epochfs.torchclient.dataset import describe_root, wait_for_epoch
+from epochfs.torchclient.describe import describe_root
+from epochfs.torchclient.waiting import wait_for_epoch
 
 LINE = ("remote unreachable: cannot list s3://b: ConnectionRefusedError: [Errno 111] Connection refused; "
         "retry 3 in 8 s")

@@ -1,0 +1,106 @@
+"""Admitting verified downloads: the one write that makes samples visible in the cache.
+
+Apart from :mod:`.cache` because it is the store's longest rule: the order temp -> rename into
+``objects/`` -> dir fsync -> index commit (DESIGN.md), a batch checked against what the index holds
+before any file moves, a sample waiting for its repair in place repaired instead
+(:func:`.integrity.repair`), a sample fetched again while cached dropped, and files given back when
+the commit fails. :meth:`.Store.admit` calls :func:`admit`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import time
+from collections.abc import Callable
+from typing import Any
+
+from epochfs.sidecar.store import integrity
+from epochfs.sidecar.store.index import Index, Meta
+from epochfs.sidecar.store.objects import ObjectFiles
+from epochfs.sidecar.store.records import Admission
+
+
+def admit(ix_of: Callable[[], Index], files: ObjectFiles, items: list[Admission], *,
+          inflight_bytes: int | None = None) -> None:
+    """Make verified downloads visible: rename into objects/, fsync dirs, then commit the index.
+
+    The caller has already fsynced each temp file. ``inflight_bytes``: the downloads still in
+    flight once these are in, recorded in the same transaction so that status never counts a
+    sample twice. A crash before the commit leaves objects the index does not know; recovery
+    removes them. ``ix_of``: the process's index at each use (:class:`.IndexHandle` follows a
+    replaced one), as the store's own methods read it.
+    """
+    if not items:
+        return
+    keys = [a.key for a in items]
+    sids = [a.sid for a in items]
+    if len(set(keys)) != len(keys) or len(set(sids)) != len(sids):
+        raise ValueError("a sample is admitted twice in one batch")
+    marks = ",".join("?" * len(items))
+    known = ix_of().query(
+        "SELECT s.key, s.sid, s.id, s.size, s.digest, s.version, r.lost FROM samples s "
+        f"LEFT JOIN repairs r ON r.sample = s.id WHERE s.key IN ({marks}) OR s.sid IN ({marks})",
+        (*keys, *sids))
+    by_key = {a.key: a for a in items}
+    waiting: dict[str, Any] = {}  # samples waiting for a repair in place: this is it
+    again: list[str] = []
+    # The same sample downloaded again while its first download was being admitted (the fetch
+    # order had queued the key before it was cached): the cached object stays, the second copy
+    # is dropped, the rest of the batch is admitted. It stopped the sampler before.
+    clashes: list[str] = []
+    for r in known:
+        key, a = str(r[0]), by_key.get(str(r[0]))
+        if a is None or a.sid != str(r[1]) or r[6] not in (0, None):
+            clashes.append(key)
+        elif r[6] == 0:
+            waiting[key] = r
+        else:
+            again.append(key)
+    if clashes:
+        # Installing first would replace the object a live epoch lists, then lose it to the
+        # failed insert's clean-up: refuse before touching any file.
+        raise ValueError(f"already in the cache: {', '.join(sorted(clashes))}")
+    for key in again:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(by_key[key].temp)
+    if again:
+        logging.getLogger("epochfs.store").info(
+            "dropped %d sample(s) fetched again while cached: %s", len(again),
+            ", ".join(sorted(again)[:5]))
+    if waiting:
+        integrity.repair(ix_of(), files, [(by_key[k], int(r[2]), int(r[3]), str(r[4]), str(r[5]))
+                                          for k, r in waiting.items()])
+    items = [a for a in items if a.key not in waiting and a.key not in again]
+    if not items:
+        if inflight_bytes is not None:
+            ix = ix_of()
+            with ix.write():
+                ix.put(Meta.INFLIGHT_BYTES, str(inflight_bytes))
+        return
+    files.install(items)
+    now = time.time()
+    ix = ix_of()
+    try:
+        with ix.write() as db:
+            for a in items:
+                db.execute(
+                    "INSERT INTO samples(sid, key, path, size, checksum, version, admitted_at, "
+                    "digest, verified, rank) VALUES(?,?,?,?,?,?,?,?,?,"
+                    "(SELECT rank FROM catalog WHERE key=?))",
+                    (a.sid, a.key, a.key, a.size, a.checksum, a.version, now, a.local_digest,
+                     a.verified, a.key),
+                )
+            total = sum(a.size for a in items)
+            ix.bump("fetched_total", len(items))
+            ix.bump("cache_samples", len(items))
+            ix.bump("cache_bytes", total)
+            ix.bump("fetched_bytes_total", total)
+            if inflight_bytes is not None:
+                ix.put(Meta.INFLIGHT_BYTES, str(inflight_bytes))
+    except BaseException:
+        # Nothing references them: give their room back now rather than at the next recovery
+        # (the commit failing is most often a full disk).
+        files.remove(a.sid for a in items)
+        raise

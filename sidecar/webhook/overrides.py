@@ -1,0 +1,124 @@
+"""What the pod changes in the profile's sidecar: its annotations' remote, capacity and shard, and
+no API token where the pod refuses one.
+
+Apart from :mod:`.mutate` because each is a rewrite of the sidecar's (and trainer's) environment
+with its own checks against the profile, done on copies before the patch is written.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from epochfs.sidecar.confparse import parse_size
+from epochfs.sidecar.remote.registry import SCHEMES as REMOTE_SCHEMES
+from epochfs.sidecar.remote.registry import missing_library
+from epochfs.sidecar.webhook.fields import (
+    CAPACITY,
+    CAPACITY_SHARE_TENTHS,
+    FIELD_PATH_RE,
+    JSON,
+    KUBE_API_VOLUME,
+    KUBE_REPORTING_DETAIL_ENV,
+    KUBE_REPORTING_ENV,
+    REMOTE,
+    SHARD_ENV,
+    SHARD_INDEX,
+)
+from epochfs.sidecar.webhook.podchecks import Refused
+from epochfs.sidecar.webhook.profiles import Profile
+
+
+def override(
+    annotations: Mapping[str, Any], profile: Profile, sidecars: list[JSON], trainer_env: list[JSON]
+) -> None:
+    """The annotations' remote, capacity and shard, in the sidecar's (and trainer's) environment."""
+    values: dict[str, JSON] = {}
+    remote = annotations.get(REMOTE)
+    if remote is not None:
+        url = str(remote).strip()
+        scheme = url.split("://", 1)[0].lower() if "://" in url else ""
+        if scheme not in REMOTE_SCHEMES:
+            raise Refused(
+                f"{REMOTE}: {remote!r} is not a dataset URL ({', '.join(s + '://' for s in REMOTE_SCHEMES)})"
+            )
+        missing = missing_library(scheme)
+        if missing is not None:  # the webhook runs in the sidecar's image: what it lacks, the sidecar does
+            raise Refused(f"{REMOTE}: the epochfs image cannot serve {scheme}:// remotes "
+                          f"(it lacks {missing})")
+        values["EPOCHFS_REMOTE"] = {"name": "EPOCHFS_REMOTE", "value": url}
+    capacity = annotations.get(CAPACITY)
+    if capacity is not None:
+        try:
+            if str(capacity).strip().startswith("-"):
+                raise ValueError("must not be negative")
+            size = parse_size(str(capacity))
+        except ValueError as e:
+            raise Refused(f"{CAPACITY}: {e}") from None
+        if size <= 0:
+            raise Refused(f"{CAPACITY}: {capacity!r} must be positive")
+        if profile.cache_volume_bytes is not None:
+            limit = profile.cache_volume_bytes * CAPACITY_SHARE_TENTHS // 10
+            if size > limit:
+                raise Refused(
+                    f"{CAPACITY}: {capacity} is more than the cache volume of profile "
+                    f"{profile.name} allows: at most {limit} bytes, 90% of its "
+                    f"{profile.cache_volume_bytes} (cache.volume.size), as the chart gives the "
+                    "sidecar (the rest holds the index, its WAL and the downloads in flight; a full "
+                    "volume gets the pod evicted); choose a profile with a bigger volume"
+                )
+        values["EPOCHFS_CAPACITY"] = {"name": "EPOCHFS_CAPACITY", "value": str(size)}
+    shard = annotations.get(SHARD_INDEX)
+    if shard is not None:
+        text = str(shard).strip()
+        if text.isdigit():
+            if int(text) >= profile.nodes:
+                raise Refused(
+                    f"{SHARD_INDEX}: {text} is not one of 0..{profile.nodes - 1} "
+                    f"(profile {profile.name} has nodes={profile.nodes})"
+                )
+            values[SHARD_ENV] = {"name": SHARD_ENV, "value": text}
+        elif FIELD_PATH_RE.match(text):
+            values[SHARD_ENV] = {"name": SHARD_ENV, "valueFrom": {"fieldRef": {"fieldPath": text}}}
+        else:
+            raise Refused(
+                f"{SHARD_INDEX}: {shard!r} is neither a number nor a field path like "
+                "metadata.labels['training.kubeflow.org/replica-index']"
+            )
+    if not values:
+        return
+    for c in sidecars:
+        env = c.get("env", [])
+        found = set()
+        for k, item in enumerate(env):
+            if item["name"] in values:
+                env[k] = values[item["name"]]
+                found.add(item["name"])
+        if set(values) - found:  # the chart's sidecar always sets these: a document out of step
+            raise Refused(
+                f"profile {profile.name}: the sidecar sets no {', '.join(sorted(set(values) - found))}"
+            )
+    if SHARD_ENV in values:
+        for k, item in enumerate(trainer_env):
+            if item["name"] == SHARD_ENV:
+                trainer_env[k] = values[SHARD_ENV]
+
+
+def without_kube_reporting(sidecars: list[JSON], volumes: list[JSON]) -> None:
+    """The pod sets automountServiceAccountToken: false: it holds no API token, and epochfs does
+    not add one behind its back. The projected token volume, its mount and the reporting
+    environment go; the sidecar runs with EPOCHFS_KUBE_REPORTING=0 (no Events or status)."""
+    volumes[:] = [v for v in volumes if v.get("name") != KUBE_API_VOLUME]
+    for c in sidecars:
+        c["volumeMounts"] = [m for m in c.get("volumeMounts", []) if m.get("name") != KUBE_API_VOLUME]
+        if not c["volumeMounts"]:
+            del c["volumeMounts"]
+        env = []
+        for e in c.get("env", []):
+            if e.get("name") in KUBE_REPORTING_DETAIL_ENV:
+                continue
+            if e.get("name") == KUBE_REPORTING_ENV:
+                e = {"name": KUBE_REPORTING_ENV, "value": "0"}
+            env.append(e)
+        if "env" in c:
+            c["env"] = env

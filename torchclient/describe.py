@@ -1,0 +1,86 @@
+"""What the waiting line says: what is under the root now, epoch 0's pace, sizes in words.
+
+Apart from :mod:`.waiting` because these only read the mount (its epochs, the sidecar's status
+file) and put it in words, and never wait or ask the sidecar; :meth:`.EpochStats.line` uses
+:func:`decimal_size` too. Torch-free.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+
+from .layout import list_epochs, read_status
+
+
+def decimal_size(n: float) -> str:
+    """``n`` bytes in the decimal unit that fits: ``512 B``, ``44.0 kB``, ``199.5 MB``, ``1.2 GB``.
+    The torch client's one formatter of sizes and rates (:meth:`.EpochStats.line`, the waiting
+    line, the demo's epoch line): fixed MB printed a small cache or epoch as "0.0 MB"."""
+    for unit in ("B", "kB", "MB", "GB"):
+        if abs(n) < 1000:
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1000
+    return f"{n:.1f} TB"
+
+
+class FirstEpochPace:
+    """The last reading of epoch 0's count the waiting line saw, so the next line can say when epoch 0
+    comes: ``~40 s at 4.0 samples/s (16.4 kB/s)`` (the sidecar's /readyz and ``epochfs status`` say the
+    same from their own readings)."""
+
+    def __init__(self) -> None:
+        self.at: float | None = None
+        self.samples = 0
+        self.bytes = 0
+
+    def estimate(self, samples: int, target: int, nbytes: int | None) -> str:
+        """``, ~N s at R samples/s (B/s)`` from the reading before this one ('' on the first
+        reading or when nothing came since), and this reading kept for the next."""
+        now = time.monotonic()
+        said = ""
+        if self.at is not None and now > self.at and samples > self.samples:
+            rate = (samples - self.samples) / (now - self.at)
+            said = f", ~{max(0, target - samples) / rate:.0f} s at {rate:.1f} samples/s"
+            if nbytes is not None and nbytes > self.bytes:
+                said += f" ({decimal_size((nbytes - self.bytes) / (now - self.at))}/s)"
+        self.at, self.samples, self.bytes = now, samples, nbytes or 0
+        return said
+
+
+def describe_root(root: str | os.PathLike[str], pace: FirstEpochPace | None = None) -> str:
+    """What is under ``root`` now, in words: the epochs present and the sidecar's status, if any.
+    ``pace``: the waiting line's readings of epoch 0's count, for a time estimate."""
+    epochs = list_epochs(root)
+    if not epochs:
+        parts = ["no epoch folders yet"]
+    elif epochs == list(range(epochs[0], epochs[-1] + 1)) and len(epochs) > 2:
+        parts = [f"epochs {epochs[0]}-{epochs[-1]} present"]
+    else:
+        parts = [f"epochs {', '.join(map(str, epochs))} present"]
+    status = read_status(root)
+    if status is not None:
+        bits = []
+        first = status.get("first_epoch")
+        if isinstance(first, dict) and isinstance(first.get("samples"), int) and \
+                isinstance(first.get("target"), int) and first["target"] > 0:
+            # Before the first cut: how far epoch 0 is (its target: --min-samples or the window).
+            have, target = min(first["samples"], first["target"]), first["target"]
+            nbytes = status.get("cache_bytes") if isinstance(status.get("cache_bytes"), int) else None
+            bits.append(f"epoch 0: {have}/{target} samples cached ({100 * have // target}%)"
+                        + (pace.estimate(have, target, nbytes) if pace is not None else "")
+                        + (", waiting for the listing's first round" if first.get("listing_round") else ""))
+        elif isinstance(status.get("samples"), int):
+            bits.append(f"{status['samples']} samples cached")
+        if isinstance(status.get("cache_bytes"), int) and isinstance(status.get("capacity_bytes"), int):
+            bits.append(f"{decimal_size(status['cache_bytes'])} of {decimal_size(status['capacity_bytes'])}")
+        if status.get("pending_cuts"):
+            bits.append(f"pending cuts {status['pending_cuts']}")
+        if status.get("backpressure"):
+            bits.append("sampler paused by backpressure")
+        if bits:
+            parts.append("sidecar: " + ", ".join(bits))
+        if isinstance(status.get("sampler_retrying"), str) and status["sampler_retrying"]:
+            # Why no data comes: the remote is unreachable at the sampler's start.
+            parts.append(f"sampler: {status['sampler_retrying']}")
+    return "; ".join(parts)

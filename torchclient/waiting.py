@@ -1,0 +1,143 @@
+"""Waiting for an epoch: look ``epoch-N/`` up, ask the sidecar for its cut, say what is missing.
+
+Apart from :mod:`.dataset` because it is the part of opening an epoch that knows the sidecar (the
+cut request, its answers, the mount being replaced) and not torch: :class:`.EpochDataset` calls
+:func:`wait_for_epoch` before it lists the epoch, and a caller may call it alone. Torch-free.
+"""
+
+from __future__ import annotations
+
+import errno
+import math
+import os
+import stat
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from .cutask import CutAnswer, ask_cut, sidecar_url_from_env
+from .describe import FirstEpochPace, describe_root
+from .layout import MAX_EPOCH, epoch_exists
+
+Progress = Callable[[str], None]
+
+
+def print_progress(line: str) -> None:
+    """Default progress sink: one line on stderr, where a training log shows it."""
+    print(line, file=sys.stderr, flush=True)
+
+
+def check_epoch(epoch: object) -> int:
+    """``epoch`` if it is an epoch number, else a ValueError that says what one is (before any wait)."""
+    if isinstance(epoch, bool) or not isinstance(epoch, int) or not 0 <= epoch <= MAX_EPOCH:
+        raise ValueError(f"epoch must be an int from 0 to {MAX_EPOCH:,} (the largest epoch number), "
+                         f"got {epoch!r}")
+    return epoch
+
+
+def check_timeout(timeout: object) -> float:
+    """``timeout`` as seconds if it is a positive number, else a ValueError (before any wait)."""
+    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not timeout > 0 \
+            or math.isnan(timeout):
+        raise ValueError("timeout must be a positive number of seconds (math.inf to wait forever), "
+                         f"got {timeout!r}")
+    return float(timeout)
+
+
+class _FromEnv:
+    """The default of ``sidecar_url``: ``EPOCHFS_REPORT_URL``'s scheme and host."""
+
+
+FROM_ENV = _FromEnv()
+ASK_EVERY = 1.0
+"""Seconds between cut requests while an epoch is missing (the sidecar queues the next epoch; asking
+again covers a sidecar restart and a jump, which is never queued)."""
+PUBLISH_GRACE = 5.0
+"""How long ``wait=False`` still looks for an epoch the sidecar just said is live (the folder view
+publishes it within about 0.1 s)."""
+
+
+def wait_for_epoch(root: str | os.PathLike[str], epoch: int, *, wait: bool = True, timeout: float = 600.0,
+                   progress: Progress | None = print_progress, progress_every: float = 5.0,
+                   jump: bool = False, sidecar_url: str | _FromEnv | None = FROM_ENV) -> float:
+    """Look up ``root/epoch-N`` (on the mount, the lookup asks for the cut) until it exists.
+
+    While it is missing, the sidecar at ``sidecar_url`` (default: from ``EPOCHFS_REPORT_URL``; None:
+    never) is also asked for the cut (``POST /v1/cut``, :mod:`.cutask`), once a second: on the folder
+    view (``--view folder``) that request is what a lookup is on the FUSE view. ``jump=True`` lets
+    the cut skip numbers (a resumed trainer starting above the newest epoch + 1); otherwise only
+    the next epoch is cut, as for a lookup.
+
+    Returns the seconds spent waiting. The first miss reports at once (so a user sees why training
+    has not started), then every ``progress_every`` seconds; lookups back off from 20 ms to 0.5 s.
+    Raises FileNotFoundError for a missing root, a missing epoch with ``wait=False``, or one the
+    sidecar says can never be cut (retired, or below the newest and never cut), and TimeoutError
+    after ``timeout``; each names the epoch and says what is present.
+    """
+    epoch = check_epoch(epoch)
+    timeout = check_timeout(timeout)
+    root = Path(root)
+    start = time.monotonic()
+    if epoch_exists(root, epoch):
+        return 0.0
+    if not _root_present(root):
+        raise FileNotFoundError(f"epochfs root {root} does not exist or is not a folder "
+                                "(is the sidecar's mount there?)")
+    base = sidecar_url_from_env() if isinstance(sidecar_url, _FromEnv) else sidecar_url
+    answer = ask_cut(base, epoch, jump=jump) if base else None
+    _check_answer(answer, root, epoch)
+    if not wait:
+        if answer is not None and answer.state == "live":
+            return _wait_published(root, epoch, start)
+        raise FileNotFoundError(f"epoch {epoch} is not under {root} ({describe_root(root)}); "
+                                "pass wait=True to wait for its cut")
+    delay = 0.02
+    next_report = start
+    next_ask = start + ASK_EVERY
+    pace = FirstEpochPace()
+    while True:
+        now = time.monotonic()
+        if now >= next_report and progress is not None:
+            said = f"; sidecar: {answer.message}" if answer is not None and answer.state != "live" else ""
+            progress(f"epochfs: waiting for epoch {epoch} under {root} ({now - start:.0f}s so far; "
+                     f"{describe_root(root, pace)}{said})")
+            next_report = now + progress_every
+        remaining = timeout - (now - start)
+        if remaining <= 0:
+            raise TimeoutError(f"epoch {epoch} did not appear under {root} within {timeout:g}s "
+                               f"({describe_root(root)})")
+        time.sleep(min(delay, remaining))
+        delay = min(delay * 1.5, 0.5)
+        if epoch_exists(root, epoch):
+            return time.monotonic() - start
+        if base and time.monotonic() >= next_ask:
+            answer = ask_cut(base, epoch, jump=jump) or answer
+            _check_answer(answer, root, epoch)
+            next_ask = time.monotonic() + ASK_EVERY
+
+
+def _check_answer(answer: CutAnswer | None, root: Path, epoch: int) -> None:
+    if answer is not None and answer.final and not epoch_exists(root, epoch):
+        raise FileNotFoundError(f"epoch {epoch} will not appear under {root}: the sidecar says "
+                                f"{answer.message} ({describe_root(root)})")
+
+
+def _wait_published(root: Path, epoch: int, start: float) -> float:
+    """The sidecar cut it: the folder view shows it within about 0.1 s."""
+    delay = 0.01
+    while time.monotonic() - start < PUBLISH_GRACE:
+        if epoch_exists(root, epoch):
+            return time.monotonic() - start
+        time.sleep(delay)
+        delay = min(delay * 2, 0.2)
+    raise FileNotFoundError(f"epoch {epoch} was cut but did not appear under {root} within "
+                            f"{PUBLISH_GRACE:g}s ({describe_root(root)})")
+
+
+def _root_present(root: Path) -> bool:
+    """A folder, or a mount being replaced (a dead FUSE mount answers ENOTCONN): wait for it then."""
+    try:
+        return stat.S_ISDIR(os.stat(root).st_mode)
+    except OSError as e:
+        return e.errno in (errno.ENOTCONN, errno.ECONNABORTED)
