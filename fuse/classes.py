@@ -25,7 +25,7 @@ import threading
 from collections.abc import Callable, Iterable
 
 from epochfs.fuse.tree import EpochTree
-from epochfs.sidecar.store import Store
+from epochfs.sidecar.store import EpochReader
 from epochfs.sidecar.store import classes as store_classes
 from epochfs.torchclient.layout import format_classes
 
@@ -35,7 +35,7 @@ log = logging.getLogger("epochfs.fuse")
 class ClassesFile:
     """Keeps the store's class folders up to date and renders ``classes.json`` (thread-safe)."""
 
-    def __init__(self, store: Store) -> None:
+    def __init__(self, store: EpochReader) -> None:
         self.store = store
         self._lock = threading.Lock()
         self._listing: tuple[int, int] | None = None
@@ -73,9 +73,9 @@ class ClassesFile:
             todo = sorted(n for n in live if n > value.through)
             if not todo:
                 return text
-            found = list(store_classes.listing_folders(self.store))
+            found = list(self.store.listed_class_folders())
             if not value.folders:  # the first record: every class listed so far, sorted together
-                found += store_classes.catalog_folders(self.store)
+                found += self.store.cataloged_class_folders()
             through = None
             for n in todo:
                 try:
@@ -83,19 +83,19 @@ class ClassesFile:
                 except LookupError:
                     continue  # retired meanwhile: nobody reads it any more
                 through = n
-            store_classes.record(self.store, found, through=through)
+            self.store.record_class_folders(found, through=through)
             return self._current()[1]
 
     def tick(self) -> bool:
         """Record the running listing's folders when a listing began (or split its parts); True
         when the recorded folders changed since the last tick (the kernel must drop the file's
         cached size)."""
-        mark = store_classes.listing_mark(self.store)
+        mark = self.store.listing_mark()
         if mark != self._listing:
-            found = store_classes.listing_folders(self.store)
+            found = self.store.listed_class_folders()
             if found:
                 with self._lock:
-                    store_classes.record(self.store, found)
+                    self.store.record_class_folders(found)
             self._listing = mark
         key = self._file_key()
         changed = self._seen is not None and key != self._seen

@@ -44,7 +44,7 @@ from epochfs.fuse.tree import (
     NotALink,
     NotFound,
 )
-from epochfs.sidecar.store import EpochReader, Meta, Stats, Store
+from epochfs.sidecar.store import EpochReader, Meta, Stats
 from epochfs.sidecar.store.stats import retry_line
 from epochfs.torchclient.layout import (
     CLASSES_NAME,
@@ -100,15 +100,13 @@ class Snapshot:
 class View:
     """The whole namespace over one store. Thread-safe: FUSE calls it from many threads."""
 
-    def __init__(self, *, store: Store, link_root: Path, uid: int = 0, gid: int = 0,
+    def __init__(self, *, store: EpochReader, link_root: Path, uid: int = 0, gid: int = 0,
                  started: float | None = None, read_debounce: float = 10.0) -> None:
         if not link_root.is_absolute():
             raise ValueError(f"link root must be an absolute path, got {link_root}")
         if read_debounce < 0:
             raise ValueError("read_debounce must not be negative")
-        # Read through the view's one interface (EpochReader); the concrete store goes only to
-        # ClassesFile, which records class folders under the index's write transaction.
-        self.store: EpochReader = store
+        self.store = store
         self.link_root = link_root
         self.uid = uid
         self.gid = gid

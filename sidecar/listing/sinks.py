@@ -90,7 +90,7 @@ class ListingSink(Protocol):
 class CatalogSink:
     """The cache's catalog as a :class:`ListingSink`: its :class:`~epochfs.sidecar.store.catalog.
     Listings` (asked of the store at each call: a small view of its index, nothing kept here) and
-    its class folders (:func:`epochfs.sidecar.store.classes.record`)."""
+    its class folders (``Store.record_class_folders``)."""
 
     catalog = True
 
@@ -112,7 +112,7 @@ class CatalogSink:
     def record_folders(self, folders: list[str]) -> None:
         # Before the listing begins: a listing begun is resumed without its discovery, which
         # would never record them; sorted, the same on every node (store/classes.py).
-        classes.record(self.store, folders)
+        self.store.record_class_folders(folders)
 
     def split_points(self) -> list[str]:
         # What record_folders wrote (and the folders of any earlier epoch): read from the cache,

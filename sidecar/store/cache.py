@@ -26,6 +26,7 @@ from epochfs.sidecar.store import (
     admitted,
     catalog,
     checkup,
+    classes,
     epochs,
     eviction,
     integrity,
@@ -287,6 +288,23 @@ class Store:
         after those that cannot any more are marked lost (:func:`.integrity.lose_unfetchable`)."""
         integrity.lose_unfetchable(self._ix, self.files)
         return integrity.repairs_due(self._ix, limit=limit)
+
+    def record_class_folders(self, found: Iterable[str], *, through: int | None = None
+                             ) -> classes.ClassFolders:
+        """Append ``found``'s folders to the cache's class folders (:func:`.classes.record`)."""
+        return classes.record(self._ix, self.root, found, through=through)
+
+    def listed_class_folders(self) -> list[str]:
+        """The running listing's folders (:func:`.classes.listing_folders`)."""
+        return classes.listing_folders(self._ix)
+
+    def cataloged_class_folders(self) -> list[str]:
+        """The folders of the keys listed so far (:func:`.classes.catalog_folders`)."""
+        return classes.catalog_folders(self._ix)
+
+    def listing_mark(self) -> tuple[int, int]:
+        """Changes when a listing begins or splits (:func:`.classes.listing_mark`)."""
+        return classes.listing_mark(self._ix)
 
     def lost_samples(self, *, unless: integrity.LostDigest | None = None
                      ) -> tuple[integrity.LostDigest, list[FileEntry] | None]:

@@ -31,13 +31,9 @@ import logging
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
 
-from epochfs.sidecar.store.index import Meta
+from epochfs.sidecar.store.index import Index, Meta
 from epochfs.sidecar.store.objects import clear_replace_temps, replace_file
-
-if TYPE_CHECKING:
-    from epochfs.sidecar.store.cache import Store
 
 log = logging.getLogger("epochfs.store")
 
@@ -119,27 +115,27 @@ def clear_temps(root: Path) -> int:
     return clear_replace_temps(folder_path(root))
 
 
-def record(store: Store, found: Iterable[str], *, through: int | None = None) -> ClassFolders:
+def record(ix: Index, root: Path, found: Iterable[str], *, through: int | None = None) -> ClassFolders:
     """Append the folders of ``found`` (and their parents) that the list lacks, sorted; raise the
     ``through`` mark to ``through`` (the newest epoch whose folders ``found`` holds). Returns what
     is recorded now. Nothing is written when nothing changes."""
     found = list(found)
     # The index's write transaction serializes recorders across processes (the FUSE server, the
     # folder view, the listing), as it does cutters for epochs.hwm.
-    with store._ix.write():
-        current = read(store.root)
+    with ix.write():
+        current = read(root)
         folders = merged(current.folders, found)
         mark = current.through if through is None else max(current.through, through)
         value = ClassFolders(folders, mark)
         if value != current:
-            _write(store.root, value)
+            _write(root, value)
     return value
 
 
-def listing_folders(store: Store) -> list[str]:
+def listing_folders(ix: Index) -> list[str]:
     """The folders the running listing's parts name (its folder discovery: a part's prefix, and a
     range's start at a folder boundary); none when no listing runs."""
-    rows = store._ix.query("SELECT prefix, start FROM listing_parts")
+    rows = ix.query("SELECT prefix, start FROM listing_parts")
     return [value for row in rows for value in row if value and str(value).endswith("/")]
 
 
@@ -147,23 +143,23 @@ CATALOG_SCAN_LIMIT = 2_000_000
 """The catalog is read for folders (:func:`catalog_folders`) only up to this many keys."""
 
 
-def catalog_folders(store: Store) -> list[str]:
+def catalog_folders(ix: Index) -> list[str]:
     """The folders of the keys the catalog holds (this node's shard of what was listed), read in
     one query; none above :data:`CATALOG_SCAN_LIMIT` keys. For the first record only: a remote
     whose discovery named no folder (one listing page, one stream) still has its listed classes
     sorted together, not only those of the first epoch."""
-    count = int(store._ix.get(Meta.CATALOG_OBJECTS) or 0)
+    count = int(ix.get(Meta.CATALOG_OBJECTS) or 0)
     if count > CATALOG_SCAN_LIMIT:
         return []
     # rtrim(key, <every character of key but '/'>) is the key up to its last '/': its folder.
-    rows = store._ix.query("SELECT DISTINCT rtrim(key, replace(key, '/', '')) FROM catalog")
+    rows = ix.query("SELECT DISTINCT rtrim(key, replace(key, '/', '')) FROM catalog")
     return [str(r[0]) for r in rows if r[0]]
 
 
-def listing_mark(store: Store) -> tuple[int, int]:
+def listing_mark(ix: Index) -> tuple[int, int]:
     """(the listing's generation, its part count): changes when a listing begins or splits."""
-    generation = int(store._ix.get(Meta.LISTING_GENERATION) or 0)
-    parts = int(store._ix.query("SELECT COUNT(*) FROM listing_parts")[0][0])
+    generation = int(ix.get(Meta.LISTING_GENERATION) or 0)
+    parts = int(ix.query("SELECT COUNT(*) FROM listing_parts")[0][0])
     return generation, parts
 
 

@@ -16,17 +16,18 @@ One protocol, not one per caller: a lookup of ``epoch-N`` and a cut request are 
 for a published folder, over HTTP; a narrower interface per caller would only repeat these lines.
 Each member is one the view or the cut request calls today.
 
-Outside it, on purpose: the class-folder list behind ``classes.json`` (``epochfs.fuse.classes``).
-Recording a folder appends to that list under the index's write transaction
-(:mod:`epochfs.sidecar.store.classes`, whose functions take the concrete store), so ``View`` hands
-the concrete store to its ``ClassesFile`` alone and keeps the protocol for every other call.
+The class-folder list behind ``classes.json`` (``epochfs.fuse.classes``) is in it too: recording
+a folder appends to that list under the index's write transaction, and the store does that
+itself (:mod:`epochfs.sidecar.store.classes`), so the view asks, as for a cut.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
+from pathlib import Path
 from typing import Protocol
 
+from epochfs.sidecar.store.classes import ClassFolders
 from epochfs.sidecar.store.index import Meta
 from epochfs.sidecar.store.integrity import LostDigest
 from epochfs.sidecar.store.records import EpochInfo, FileEntry, Policy, Stats
@@ -34,6 +35,9 @@ from epochfs.sidecar.store.records import EpochInfo, FileEntry, Policy, Stats
 
 class EpochReader(Protocol):
     """The store as the view and the cut request see it."""
+
+    root: Path
+    """The cache's folder (``classes.json``'s list is read from it: :func:`.classes.read`)."""
 
     # ------------------------------------------------------------------ reading
     def policy(self) -> Policy:
@@ -80,4 +84,22 @@ class EpochReader(Protocol):
 
     def record_read(self, n: int) -> bool:
         """Epoch ``n`` was read: it stays pinned for the in-use window."""
+        ...
+
+    # ------------------------------------------------------------------ class folders
+    def record_class_folders(self, found: Iterable[str], *, through: int | None = None
+                             ) -> ClassFolders:
+        """Append folders to the class list; ``through``: the newest epoch whose folders these are."""
+        ...
+
+    def listed_class_folders(self) -> list[str]:
+        """The running listing's folders (recorded as soon as a listing begins)."""
+        ...
+
+    def cataloged_class_folders(self) -> list[str]:
+        """The folders of the keys listed so far (the first record, when discovery named none)."""
+        ...
+
+    def listing_mark(self) -> tuple[int, int]:
+        """Changes when a listing begins or splits (the view records its folders then)."""
         ...

@@ -16,13 +16,13 @@ from epochfs.torchclient.layout import format_classes, parse_classes
 def test_the_first_record_is_sorted_and_later_ones_are_appended(tmp_path: Path) -> None:
     store = open_store(tmp_path / "cache")
     assert classes.read(store.root) == classes.ClassFolders()
-    first = classes.record(store, ["train/dog", "train/cat/", "val/cat"], through=0)
+    first = store.record_class_folders(["train/dog", "train/cat/", "val/cat"], through=0)
     assert first.folders == ("train", "train/cat", "train/dog", "val", "val/cat")
     assert first.through == 0
-    second = classes.record(store, ["train/ant", "train/cat", "train/zebra", "val/ant/x"], through=3)
+    second = store.record_class_folders(["train/ant", "train/cat", "train/zebra", "val/ant/x"], through=3)
     # Known folders keep their places; new ones (parents included) come after, sorted.
     assert second.folders == (*first.folders, "train/ant", "train/zebra", "val/ant", "val/ant/x")
-    assert classes.record(store, ["train/cat"], through=1).through == 3  # never lowered
+    assert store.record_class_folders(["train/cat"], through=1).through == 3  # never lowered
     maps = parse_classes(format_classes(second.folders), source="test")
     assert maps["train"] == {"cat": 0, "dog": 1, "ant": 2, "zebra": 3}
     assert maps["val"] == {"cat": 0, "ant": 1} and maps["."] == {"train": 0, "val": 1}
@@ -39,25 +39,25 @@ def test_the_list_outlives_the_index(tmp_path: Path) -> None:
     """Labels must survive an index that is rebuilt: the list is a file beside it."""
     cache = tmp_path / "cache"
     store = open_store(cache)
-    classes.record(store, ["train/b", "train/a"])
+    store.record_class_folders(["train/b", "train/a"])
     store.close()
     for name in os.listdir(cache):
         if name.startswith("index.sqlite"):
             os.unlink(cache / name)
     store = open_store(cache)
     assert classes.read(store.root).folders == ("train", "train/a", "train/b")
-    assert classes.record(store, ["train/0"]).folders == ("train", "train/a", "train/b", "train/0")
+    assert store.record_class_folders(["train/0"]).folders == ("train", "train/a", "train/b", "train/0")
     store.close()
 
 
 def test_the_running_listings_parts_name_its_folders(tmp_path: Path) -> None:
     store = open_store(tmp_path / "cache")
-    assert classes.listing_folders(store) == []
-    mark = classes.listing_mark(store)
+    assert store.listed_class_folders() == []
+    mark = store.listing_mark()
     store.listings().begin([Part(0, "train/cat/", "", None), Part(1, "train/", "train/m/", None),
                             Part(2, "", "", None)], "list")
-    assert sorted(classes.listing_folders(store)) == ["train/", "train/cat/", "train/m/"]
-    assert classes.listing_mark(store) != mark
+    assert sorted(store.listed_class_folders()) == ["train/", "train/cat/", "train/m/"]
+    assert store.listing_mark() != mark
     store.close()
 
 
@@ -65,9 +65,9 @@ def test_the_catalogs_folders_are_read_in_one_query(tmp_path: Path) -> None:
     from epochfs.sidecar.store import CatalogRow
 
     store = open_store(tmp_path / "cache")
-    assert classes.catalog_folders(store) == []
+    assert store.cataloged_class_folders() == []
     store.add_catalog([CatalogRow(key, f"{i:032x}", 1, "v", i) for i, key in enumerate(
         ["top.bin", "train/cat/1.png", "train/cat/2.png", "train/dog/x/3.png", "val/ant/4.png"])])
     store.finalize_catalog()
-    assert sorted(classes.catalog_folders(store)) == ["train/cat/", "train/dog/x/", "val/ant/"]
+    assert sorted(store.cataloged_class_folders()) == ["train/cat/", "train/dog/x/", "val/ant/"]
     store.close()
