@@ -14,10 +14,16 @@ wall time and this process's CPU time of that run, per member, and the file's si
 ``--paced`` adds, per encoder, one write of the same file as the sampler's keeper thread makes it
 (:func:`epochfs.sidecar.store.memberfiles.write`: read transactions, paced to half a core), the
 epoch committed first: its wall time is how long after a cut the keeper's file is in place.
+``--ahead EVERY`` measures instead what a cut pays with the keeper's segments written ahead
+(:mod:`epochfs.sidecar.store.membersegments`, ``AT_CUT`` as shipped): the samples admitted
+``EVERY`` at a time with a keeper look after each (its total time, unpaced), then the cut of a
+first epoch of every sample: the cut's own write of its file (chained on the segments, listing
+what they do not cover), rolled back.
 
     .venv/bin/python -m epochfs.benchmarks.members_files
     .venv/bin/python -m epochfs.benchmarks.members_files --members 100000 --repeat 5 --check
     .venv/bin/python -m epochfs.benchmarks.members_files --members 1000000 --repeat 1 --paced
+    .venv/bin/python -m epochfs.benchmarks.members_files --members 200000 1000000 --ahead 60000
 """
 
 from __future__ import annotations
@@ -33,18 +39,19 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from epochfs.benchmarks import harness
-from epochfs.sidecar.store import INDEX_NAME, Policy, Store, memberfiles, memberformat
+from epochfs.sidecar.store import INDEX_NAME, Policy, Store, memberfiles, memberformat, membersegments
 
 
-def make_store(cache: Path, members: int) -> None:
-    """A store of ``members`` samples (index rows only, in admission order)."""
+def make_store(cache: Path, members: int, start: int = 0) -> None:
+    """A store of ``members`` samples (index rows only, in admission order); ``start``: add the
+    samples numbered from there to a store made before."""
     with Store(cache, create=True) as store:
         store.configure(Policy(capacity=1 << 50, keep_epochs=2, min_samples=1, in_use_seconds=600.0))
     now = time.time()
-    rng = random.Random(0)
+    rng = random.Random(start)
 
     def rows() -> Iterator[tuple[object, ...]]:
-        for i in range(members):
+        for i in range(start, members):
             key = f"train/n{i // 1000:08d}/sample-{i:09d}-abcdefgh.bin"
             sid = hashlib.blake2b(key.encode(), digest_size=16).hexdigest()
             md5 = hashlib.md5(key.encode()).hexdigest()
@@ -56,6 +63,11 @@ def make_store(cache: Path, members: int) -> None:
         with db:
             db.executemany("INSERT INTO samples(sid, key, path, size, checksum, version, admitted_at, "
                            "digest, verified, rank) VALUES(?,?,?,?,?,?,?,?,?,?)", rows())
+            # The running totals, as admission keeps them (segments are checked against them).
+            db.execute("INSERT OR REPLACE INTO counters(name, value) SELECT 'cache_samples', COUNT(*) "
+                       "FROM samples")
+            db.execute("INSERT OR REPLACE INTO counters(name, value) SELECT 'cache_bytes', "
+                       "COALESCE(SUM(size), 0) FROM samples")
     finally:
         db.close()
 
@@ -123,6 +135,39 @@ def time_paced(cache: Path, encoder: str) -> Result:
     return Result(int(members), f"{encoder}*", wall, cpu, size / 1e6)
 
 
+def time_ahead(cache: Path, members: int, every: int) -> tuple[Result, Result, int]:
+    """A cut of a first epoch of ``members`` with the keeper's segments ahead of it
+    (:mod:`epochfs.sidecar.store.membersegments`, ``AT_CUT`` as shipped): the samples admitted
+    ``every`` at a time, a keeper look after each (unpaced: its CPU is what it costs); then the
+    cut's own write of epoch 0's file, rolled back. Returns the keeper's total, the cut's, and the
+    members the cut listed itself."""
+    memberformat.SQL_JSON = True
+    kept_cpu = kept_wall = 0.0
+    at = 0
+    while at < members:
+        prev, at = at, min(members, at + every)
+        make_store(cache, at, start=prev)
+        with Store(cache) as store:
+            cpu, wall = harness.self_cpu(), time.perf_counter()
+            membersegments.advance(store._ix, cache, memberfiles.AT_CUT)
+            kept_wall, kept_cpu = kept_wall + time.perf_counter() - wall, kept_cpu + harness.self_cpu() - cpu
+    with Store(cache) as store:
+        ix = store._ix
+        n, nbytes, top = ix.query("SELECT COUNT(*), SUM(size), MAX(id) FROM samples")[0]
+        try:
+            with memberfiles.at_cut(cache) as keep, ix.write() as db:
+                db.execute(_EPOCH, (time.time(), n, nbytes, n, top))
+                cpu, wall = harness.self_cpu(), time.perf_counter()
+                assert keep(db, 0), "the file was written at the cut"
+                wall, cpu = time.perf_counter() - wall, harness.self_cpu() - cpu
+                path = memberfiles.path_of(cache, 0)
+                own = int(path.read_bytes().rsplit(b'"end":', 1)[1].split(b",", 1)[0])
+                raise _RolledBack
+        except _RolledBack:
+            pass
+    return (Result(int(n), "keeper", kept_wall, kept_cpu, 0.0), Result(int(n), "cut", wall, cpu, 0.0), own)
+
+
 def _check(cache: Path, db: sqlite3.Connection) -> None:
     """The file read back as a rebuild reads it gives every row of the index, value for value."""
     from epochfs.sidecar.store.memberrestore import _parse
@@ -142,10 +187,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--check", action="store_true", help="read the file back and compare it with the index")
     ap.add_argument("--paced", action="store_true", help="also time the keeper's paced write (encoder*)")
+    ap.add_argument("--ahead", type=int, default=0, metavar="EVERY",
+                    help="instead: a first epoch cut with segments written ahead, EVERY admissions a look")
     ap.add_argument("--dir", type=Path, default=None, help="scratch folder (default: a temp folder)")
     args = ap.parse_args(argv)
     if "sql" in args.encoders and not memberformat.SQL_JSON:
         harness.fail(f"this SQLite ({sqlite3.sqlite_version}) has no JSON functions")
+    if args.ahead:
+        return _main_ahead(args.members, args.ahead, args.dir)
     memberfiles.AT_CUT = 1 << 62  # every size is written at the cut here
     table = harness.Table(("members", ">9,d"), ("encoder", "7s"), ("wall s", ">7.3f"), ("cpu s", ">7.3f"),
                           ("us/member", ">9.2f"), ("file MB", ">8.1f"))
@@ -163,6 +212,20 @@ def main(argv: list[str] | None = None) -> int:
                 r = time_paced(cache, encoder)
                 per_member = r.wall_s / r.members * 1e6
                 print(table.row(r.members, r.encoder, r.wall_s, r.cpu_s, per_member, r.file_mb), flush=True)
+    return 0
+
+
+def _main_ahead(sizes: list[int], every: int, where: Path | None) -> int:
+    print(f"SQLite {sqlite3.sqlite_version}; AT_CUT {memberfiles.AT_CUT:,}, a keeper look every "
+          f"{every:,} admissions")
+    table = harness.Table(("members", ">9,d"), ("who", "7s"), ("wall s", ">7.3f"), ("cpu s", ">7.3f"),
+                          ("listed", ">9,d"))
+    print(table.header())
+    for members in sizes:
+        with harness.work_dir(where) as scratch:
+            keeper, cut, own = time_ahead(scratch / "cache", members, every)
+            print(table.row(members, "keeper", keeper.wall_s, keeper.cpu_s, members), flush=True)
+            print(table.row(members, "cut", cut.wall_s, cut.cpu_s, own), flush=True)
     return 0
 
 

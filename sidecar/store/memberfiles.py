@@ -17,14 +17,18 @@ fsynced.
 
 A snapshot epoch's file may be *chained* (:data:`CHAINED`, :mod:`.memberchain`): its first line
 names an older live epoch's file as its base and its lines list only the members outside the
-base's range, which is what lets a cut write the file of an epoch of any size.
+base's range; or (:data:`SEGMENTED`, :mod:`.membersegments`) it names a *segment* the keeper wrote
+ahead of the cut and takes from it the ids its ``base_span`` says. That is what lets a cut write
+the file of a snapshot epoch of any size.
 
 **Who writes them.** The cut itself, for an epoch of up to :data:`AT_CUT` members, or a chained file
 of up to :data:`AT_CUT` members of its own (:func:`at_cut`, called by :func:`.epochs._cut` in every
 process that cuts: the sampler's timer and queued cuts, the FUSE server's cut on lookup,
 ``/v1/cut``, ``epochfs cut``): inside its write transaction, after the epoch's rows and before the
 commit, so the file is in place before any reader can see the epoch, and an index damaged right
-after the cut is rebuilt with it. A commit that then fails removes the file. A larger epoch (its
+after the cut is rebuilt with it. A commit that then fails removes the file. A snapshot epoch
+above that size is chained on the keeper's segments when they cover all but at most
+:data:`AT_CUT` of its members (:func:`.membersegments.base_at_cut`). A larger epoch (its
 file costs about 2.5 us a member under the index's write lock, which the FUSE server's lookups and
 every admission wait on: :data:`AT_CUT`) and one whose file could not be written (a full volume: the
 cut stands) get theirs from the :class:`Keeper`, a thread of the sampler (the one writer of the
@@ -34,8 +38,10 @@ under the write lock after a last look that its epoch is still live, and a retir
 out before its commit (:func:`.epochs.retire`, :func:`remove`: renamed to ``epoch-<N>.base``, read
 only through a live chained file that names it), so an epoch's file never outlives its epoch (a
 retired epoch's objects may be evicted at once). The keeper rewrites whole a chained file whose base
-is no longer a live epoch's file, then removes the base files no file names (:func:`unchained`,
-:func:`tidy`); otherwise a file is never rewritten: the epoch cannot change while it is live.
+is no longer a live epoch's file, or a segment, then removes the base files and segments no file
+names (:func:`unchained`, :func:`tidy`, :func:`.membersegments.tidy`); otherwise a file is never
+rewritten: the epoch cannot change while it is live. Each pass it also writes the next segment
+when one is due (:meth:`Keeper.ahead`).
 
 **Who reads them.** :mod:`.memberrestore` (:func:`.memberrestore.rebuild`, called by :mod:`.reset`),
 which restores each file's epoch into a fresh index when the old one is damaged; the format
@@ -56,7 +62,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from epochfs.sidecar.store import memberchain
+from epochfs.sidecar.store import memberchain, membersegments
 from epochfs.sidecar.store.index import Index
 from epochfs.sidecar.store.memberformat import (
     BASE_SUFFIX,
@@ -68,6 +74,7 @@ from epochfs.sidecar.store.memberformat import (
     KEPT_META,
     MEMBERS_DIR,
     PREFIX,
+    SEGMENTED,
     SUFFIX,
     Reader,
     base_path_of,
@@ -85,8 +92,8 @@ log = logging.getLogger("epochfs.store")
 
 __all__ = [  # the format's names (its module is a part of this one) are used through this one
     "AT_CUT", "BASE_SUFFIX", "CHAINED", "CHUNK", "DUTY", "EVERY", "FORMAT", "FORMATS", "KEPT_META",
-    "MEMBERS_DIR", "PREFIX", "SUFFIX", "Keeper", "at_cut", "base_path_of", "clear_temps", "discard",
-    "folder", "number_of", "path_of", "present", "remove", "tidy", "unchained", "write",
+    "MEMBERS_DIR", "PREFIX", "SEGMENTED", "SUFFIX", "Keeper", "at_cut", "base_path_of", "clear_temps",
+    "discard", "folder", "number_of", "path_of", "present", "remove", "tidy", "unchained", "write",
 ]
 EVERY = 1.0
 """Seconds between two looks of the :class:`Keeper` for live epochs without their file."""
@@ -192,7 +199,9 @@ def at_cut(root: Path) -> Iterator[Callable[[sqlite3.Connection, int], bool]]:
     read through ``db``, so the file is there before any reader can see the epoch: an index
     damaged right after the cut is rebuilt with it. A chained file when the epoch can chain on
     the previous live epoch's file (:func:`.memberchain.base_at_cut`): its cost is the members
-    admitted since that epoch's cut. Skipped (False; the keeper writes it a second later) when the
+    admitted since that epoch's cut; else, for a snapshot epoch above :data:`AT_CUT`, chained on
+    the keeper's segments (:func:`.membersegments.base_at_cut`): its cost is what they do not
+    cover. Skipped (False; the keeper writes it a second later) when the
     file would list more than :data:`AT_CUT` members, and on a write error such as a full
     volume (logged: the cut stands, as before). When the transaction then fails (its commit
     included), the file is removed: no file for an epoch that was never cut."""
@@ -204,9 +213,13 @@ def at_cut(root: Path) -> Iterator[Callable[[sqlite3.Connection, int], bool]]:
             return False
         chain = memberchain.base_at_cut(db, n, lambda b: path_of(root, b))
         spans = None
-        if chain is not None and memberchain.count(db, chain[1]) <= AT_CUT:
+        if chain is not None and memberchain.count(db, chain[1], AT_CUT) <= AT_CUT:
             head = {**head, "epochfs_members": CHAINED, "base": chain[0]}
             spans = chain[1]
+        elif int(head["samples"]) > AT_CUT and (
+                ahead := membersegments.base_at_cut(db, n, root, AT_CUT)) is not None:
+            head = {**head, "epochfs_members": SEGMENTED, "base": ahead[0], "base_span": ahead[1]}
+            spans = ahead[2]
         elif int(head["samples"]) > AT_CUT:
             # A file here was left by a cut of n killed between its rename and its commit (the
             # mark then lets n be cut again): never this epoch's, and the keeper writes none over it.
@@ -247,13 +260,17 @@ def _ref(row: tuple[Any, ...]) -> dict[str, Any]:
 
 def unchained(root: Path, live: dict[int, dict[str, Any]]) -> list[int]:
     """The live epochs (``live``: number -> :func:`_ref`) whose file is chained on something else
-    than a live epoch's file: on a retired epoch's base file, or on a file that is not its
-    base's. The keeper rewrites them whole (oldest first), so that base files can go."""
+    than a live epoch's file: on a retired epoch's base file, on a file that is not its base's,
+    or on segments (:mod:`.membersegments`: a chain that would otherwise grow with every big cut).
+    The keeper rewrites them whole (oldest first), so that base files and segments can go."""
     files = present(root)
     heads = {n: memberchain.head(p) for n, p in files.items() if n in live}
     out = []
     for n in sorted(heads):
         h = heads[n]
+        if h is not None and isinstance(h.get("base"), dict) and "segment" in h["base"]:
+            out.append(n)
+            continue
         b = None if h is None else memberchain.base_of(h)
         if h is None or b is None:
             continue
@@ -276,7 +293,9 @@ def tidy(root: Path, live: dict[int, dict[str, Any]]) -> list[Path]:
     for n in back:
         os.replace(bases.pop(n), path_of(root, n))
         files[n] = path_of(root, n)
-    heads = {p: memberchain.head(p) for p in files.values()}
+    # A segment (:mod:`.membersegments`) may name a base too; the keeper removes the segments no
+    # file needs first.
+    heads = {p: memberchain.head(p) for p in [*files.values(), *membersegments.segments(root).values()]}
     gone = memberchain.unreferenced(heads, bases)
     for p in gone:
         with contextlib.suppress(FileNotFoundError):
@@ -300,13 +319,16 @@ class Keeper:
     every: float = EVERY
     written: int = 0
     """Files this keeper wrote (tests and the log read it)."""
+    segments: int = 0
+    """Segments this keeper wrote (:mod:`.membersegments`)."""
     _thread: threading.Thread | None = None
     _warned: float = float("-inf")
 
     def sync(self) -> list[int]:
-        """One pass: write the files that are missing, newest epoch first, then rewrite whole
-        the chained files whose base is no longer a live epoch's file (:func:`unchained`), then
-        remove the base files no file names (:func:`tidy`); returns the epochs written. Only a
+        """One pass: write the files that are missing, newest epoch first, then the segments
+        (:meth:`ahead`), then rewrite whole the chained files whose base is no longer a live
+        epoch's file or is a segment (:func:`unchained`), then remove the base files no file
+        names (:func:`tidy`); returns the epochs written. Only a
         file whose epoch the index says retired is taken out (a crash between
         :func:`.epochs.retire`'s rename and its commit leaves none, a failed commit leaves a live
         epoch without one): none of this trusts an index that may be damaged to say what is
@@ -323,6 +345,8 @@ class Keeper:
                 self.written += 1
                 done.append(n)
         live = {int(r[0]): _ref(r) for r in rows if not int(r[1])}
+        if not self.stop.is_set():  # before the rewrites below: what a cut needs comes first
+            self.ahead(ix, live)
         for n in unchained(self.root, live):
             if self.stop.is_set():
                 break
@@ -333,6 +357,17 @@ class Keeper:
             with ix.write():  # serialized with the retirements' renames and the cuts' files
                 tidy(self.root, {})
         return done
+
+    def ahead(self, ix: Index, live: dict[int, dict[str, Any]]) -> None:
+        """Remove the segments no file needs, then write the next one when it is due
+        (:mod:`.membersegments`: what lets a cut of any size write its file)."""
+        head = memberchain.head(path_of(self.root, max(live))) if live else None
+        newest = None if head is None else memberchain.reference(head)
+        if membersegments.unneeded(self.root, newest):  # a look first: the lock only when due
+            with ix.write():  # serialized with the cuts, which read segments under it
+                membersegments.tidy(self.root, newest)
+        if membersegments.advance(ix, self.root, AT_CUT, self.stop) is not None:
+            self.segments += 1
 
     def start(self) -> None:
         self._thread = threading.Thread(target=self._run, name="epoch-members", daemon=True)

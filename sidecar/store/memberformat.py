@@ -50,7 +50,11 @@ FORMAT = 1
 CHAINED = 2
 """A chained file: its epoch's members admitted outside its base's range, and its base (an older
 epoch's file) for the rest; an epochfs that reads only :data:`FORMAT` refuses it whole."""
-FORMATS = (FORMAT, CHAINED)
+SEGMENTED = 3
+"""A segment (:mod:`.membersegments`: a range of the admission order the keeper wrote ahead of a
+cut), or an epoch's file chained on one; its first line may say which part of its base it takes
+(``base_span``). An epochfs that reads only :data:`FORMAT` and :data:`CHAINED` refuses it whole."""
+FORMATS = (FORMAT, CHAINED, SEGMENTED)
 CHUNK = 20_000
 """Members per line, read in one statement (never the whole epoch at once: a line of 20,000 is
 about 5 MB)."""
@@ -176,11 +180,9 @@ def _plan(read: Reader, n: int, spans: list[tuple[int, int]] | None
     return "rows", []
 
 
-def lines(read: Reader, n: int, spans: list[tuple[int, int]] | None = None) -> Iterator[Line]:
-    """The member lines of live epoch ``n``, a line per read transaction (the epoch cannot
-    change while it is live); KeyError when it is not live. ``spans``: only the samples in these
-    id ranges (a chained file's own members)."""
-    kind, ranges = _plan(read, n, spans)
+def ranged(read: Reader, ranges: list[tuple[int, int]]) -> Iterator[Line]:
+    """The lines of the samples in these id ranges, a line per read transaction (a segment's, or
+    a range epoch's)."""
     for lo, hi in ranges:
         at: int | None = lo
         while at is not None:
@@ -192,6 +194,14 @@ def lines(read: Reader, n: int, spans: list[tuple[int, int]] | None = None) -> I
                     count, nbytes, data, at = _python_range(db, args)
             if count:
                 yield bytes(data), int(count), int(nbytes)
+
+
+def lines(read: Reader, n: int, spans: list[tuple[int, int]] | None = None) -> Iterator[Line]:
+    """The member lines of live epoch ``n``, a line per read transaction (the epoch cannot
+    change while it is live); KeyError when it is not live. ``spans``: only the samples in these
+    id ranges (a chained file's own members)."""
+    kind, ranges = _plan(read, n, spans)
+    yield from ranged(read, ranges)
     after: int | str = "" if kind == "window" else 0
     while kind in _PAGED:
         with read() as db:
@@ -261,8 +271,10 @@ def fill(path: Path, read: Reader, head: dict[str, Any], stop: threading.Event |
     the file). ``stop`` also paces the write to :data:`DUTY` of a core (the keeper: the
     sampler's threads share this process's GIL); without it the write runs at full speed (a cut,
     under the write lock). ``spans``: a chained file (``head`` names its base), listing only the
-    members in these id ranges."""
-    n = int(head["epoch"])
+    members in these id ranges. A segment's ``head`` (its ``segment`` name, no epoch) lists the
+    samples in ``spans`` whatever epoch holds them."""
+    source = (ranged(read, spans or []) if "segment" in head
+              else lines(read, int(head["epoch"]), spans))
     digest = hashlib.sha256()
     count = nbytes = 0
     with open(path, "wb") as f:
@@ -271,7 +283,7 @@ def fill(path: Path, read: Reader, head: dict[str, Any], stop: threading.Event |
         f.write(first)
         try:
             began = time.monotonic()
-            for data, members, size in lines(read, n, spans):
+            for data, members, size in source:
                 digest.update(data)
                 f.write(data)
                 count += members

@@ -11,7 +11,12 @@ keeper thread. The two share only the file format (:data:`.memberfiles.FORMAT`,
 inside its own range (from the base's restored rows when the base epoch was restored just before,
 else read from the base's file: a live epoch's, or the ``epoch-<N>.base`` a retirement left, through
 its own base when it is chained too) and then its file's own members; a base missing, of another
-cut or damaged refuses the epoch whole (its transaction rolled back), as a damaged file does.
+cut or damaged refuses the epoch whole (its transaction rolled back), as a damaged file does. A
+file chained on a segment (:mod:`.membersegments`) takes the ids of its ``base_span`` from the
+segment's chain, read link by link down to the links that hold none of them (never opened), at
+most :data:`.memberchain.MAX_DEPTH` links; any link it needs missing or damaged refuses it whole.
+The rebuild then removes the segments no restored file names and those over ids the new index
+hands out again.
 
 **What a rebuild does** (:func:`rebuild`, called by :mod:`.reset` on the fresh index before it
 takes the damaged one's place, so no process ever opens the fresh index without its epochs): for
@@ -48,10 +53,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from epochfs.sidecar.store import memberchain, repairlog
+from epochfs.sidecar.store import memberchain, membersegments, repairlog
 from epochfs.sidecar.store.hwm import MAX_EPOCH
 from epochfs.sidecar.store.index import Index
-from epochfs.sidecar.store.memberfiles import FORMATS, KEPT_META, base_path_of, path_of, present
+from epochfs.sidecar.store.memberfiles import (
+    FORMATS,
+    KEPT_META,
+    SUFFIX,
+    base_path_of,
+    folder,
+    path_of,
+    present,
+)
 from epochfs.sidecar.store.objects import OBJECTS_DIR, object_name
 
 log = logging.getLogger("epochfs.store")
@@ -79,9 +92,10 @@ class _Damaged(Exception):
     pass
 
 
-def _parse(path: Path, n: int) -> Iterator[Any]:
+def _parse(path: Path, n: int | str) -> Iterator[Any]:
     """The header, then each line's list of member rows: _Damaged (raised after the last line,
-    so the caller's transaction rolls back) when the last line's count or hash does not match."""
+    so the caller's transaction rolls back) when the last line's count or hash does not match.
+    ``n``: the epoch the file must be of, or the segment's name (:mod:`.membersegments`)."""
     digest = hashlib.sha256()
     count = 0
     with open(path, "rb") as f:
@@ -91,8 +105,9 @@ def _parse(path: Path, n: int) -> Iterator[Any]:
             head = json.loads(first)
         except ValueError as e:
             raise _Damaged(f"bad first line ({e})") from None
-        if not isinstance(head, dict) or head.get("epochfs_members") not in FORMATS or head.get("epoch") != n:
-            raise _Damaged("not the members file of this epoch")
+        if not isinstance(head, dict) or head.get("epochfs_members") not in FORMATS \
+                or head.get("segment" if isinstance(n, str) else "epoch") != n:
+            raise _Damaged(f"not the members file of {'segment' if isinstance(n, str) else 'epoch'} {n}")
         yield head
         for number, line in enumerate(f, start=2):
             if line.startswith(b"{"):
@@ -169,36 +184,50 @@ def _insert(db: sqlite3.Connection, n: int, rows: list[list[Any]], objects: str,
 
 
 def _span(head: dict[str, Any]) -> tuple[int, int]:
-    """A chained file's own range ``[first_sample, max_sample]`` (_Damaged: not recorded)."""
-    lo, hi = head.get("first_sample"), head.get("max_sample")
-    if not isinstance(lo, int) or not isinstance(hi, int):
+    """The ids a chained file takes from its base (_Damaged: not recorded)."""
+    part = memberchain.span(head)
+    if part is None:
         raise _Damaged("a chained file without its range")
-    return lo, hi
+    return part
 
 
-def _base_rows(root: Path, n: int, ref: Any, lo: int, hi: int) -> Iterator[list[list[Any]]]:
-    """The members of base epoch ``ref["epoch"]`` (below ``n``) with ids in ``[lo, hi]``, read
-    from its file (a live epoch's, or the base file a retirement left), through its own base when
-    it is chained; _Damaged when no file of that base is there whole (the chain is broken: the
-    epoch whose file named it is refused, its transaction rolled back)."""
+def _base_rows(root: Path, n: int | str, ref: Any, lo: int, hi: int, depth: int = 0
+               ) -> Iterator[list[list[Any]]]:
+    """The members of base ``ref`` (an older epoch's, or a segment) with ids in ``[lo, hi]``,
+    read from its file (a live epoch's, the base file a retirement left, or a segment's),
+    through its own base when it is chained (none read when no id is asked for); _Damaged when
+    no file of that base is there whole (the chain is broken: the epoch whose file named it is
+    refused, its transaction rolled back), or the chain is longer than
+    :data:`.memberchain.MAX_DEPTH`."""
+    if lo > hi:
+        return
+    if depth >= memberchain.MAX_DEPTH:
+        raise _Damaged("a chain of members files longer than any keeper makes")
     b = memberchain.base_of({"base": ref})
-    if b is None or b >= n:
+    seg = ref.get("segment") if isinstance(ref, dict) else None
+    if isinstance(seg, str) and membersegments.name_ok(seg):
+        key: int | str = seg
+        paths = [folder(root) / f"{seg}{SUFFIX}"]
+    elif b is not None and (isinstance(n, str) or b < n):
+        key, paths = b, [path_of(root, b), base_path_of(root, b)]
+    else:
         raise _Damaged("a chained file naming no older base")
-    for path in (path_of(root, b), base_path_of(root, b)):
+    for path in paths:
         h = memberchain.head(path)
         if h is None or not memberchain.names(h, ref):
             continue
-        lines = _parse(path, b)
+        lines = _parse(path, key)
         head = next(lines)
-        if memberchain.base_of(head) is not None:
+        if head.get("base") is not None:
             first, top = _span(head)
-            yield from _base_rows(root, b, head["base"], max(lo, first), min(hi, top))
+            yield from _base_rows(root, key, head["base"], max(lo, first), min(hi, top), depth + 1)
         for rows in lines:
             inside = [r for r in rows if isinstance(r[0], int) and lo <= r[0] <= hi]
             if inside:
                 yield inside
         return
-    raise _Damaged(f"its base, epoch {b}'s file, is missing or of another cut")
+    raise _Damaged(f"its base, {'segment ' + str(seg) if seg else f'epoch {b}'}'s file, is missing or "
+                   "of another cut")
 
 
 def _restore(ix: Index, n: int, path: Path, objects: str, now: float,
@@ -219,7 +248,8 @@ def _restore(ix: Index, n: int, path: Path, objects: str, now: float,
         if base is not None:
             lo, hi = _span(head)
             b = memberchain.base_of(head)
-            if b is not None and b < n and memberchain.names(restored.get(b, {}), base):
+            if b is not None and b < n and "segment" not in base \
+                    and memberchain.names(restored.get(b, {}), base):
                 db.execute("INSERT INTO epoch_samples(epoch, sample) SELECT ?, sample FROM epoch_samples "
                            "WHERE epoch=? AND sample BETWEEN ? AND ?", (n, b, lo, hi))
             else:
@@ -292,6 +322,11 @@ def rebuild(ix: Index, root: Path) -> Rebuilt:
             repairlog.rewrite(db, root)
         except OSError as e:  # a full volume: the restored epochs matter more than the log
             log.warning("could not rewrite the repairs log %s (%s)", repairlog.path_of(root), e)
+    # The new index hands out again the ids above its newest restored epoch: no segment of the old
+    # one above it may ever be checked against it, nor one no restored epoch's file names
+    # (:mod:`.membersegments`).
+    membersegments.tidy(root, None, active=False)
+    membersegments.clear(root, above=top)
     if done.remembered:
         log.warning("%d restored sample(s) wait for their repair or are lost, as before the index "
                     "was damaged (%s): marked so again", done.remembered, repairlog.path_of(root))
