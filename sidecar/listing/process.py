@@ -13,10 +13,11 @@ What crosses the boundary is small, and most of it already went through the inde
 the listing's progress (its estimate and skew, which pace the fetches) are committed to the index
 by the listers as before; the sampler reads them there. Over one socket pair go the settings and
 the listing prepared by the parent (its spans, found before the sampler starts, so that a remote
-that cannot be listed is still exit 2), whether the sampler is fetching (the listers then leave it
-the index a share of the time, ``INDEX_SHARE``), whether a listing is running (the fetch order's
-pace and waits), a refused setting found at the end of a listing (exit 2, as
-before), and the stop.
+that cannot be listed is still exit 2, and the discovery's first page where it is the listing's:
+the child commits it without asking for it again, the sampler's first keys), whether the
+sampler is fetching (the listers then leave it the index a share of the time, ``INDEX_SHARE``),
+whether a listing is running (the fetch order's pace and waits), a refused setting found at the
+end of a listing (exit 2, as before), and the stop.
 
 Lifetimes: the child asks the kernel for SIGKILL when its parent dies (``PR_SET_PDEATHSIG``) and
 also stops when the socket closes; it ignores SIGTERM and SIGINT, which are the parent's to act on
@@ -42,14 +43,14 @@ import threading
 import time
 from collections.abc import Callable
 from multiprocessing.connection import Connection
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from epochfs.sidecar.config import LOG_FORMAT, ConfigError, SamplerSettings
 from epochfs.sidecar.listing.background import QUIET, pause_bound
 from epochfs.sidecar.remote.backoff import full_jitter
 
 if TYPE_CHECKING:
-    from epochfs.sidecar.remote import Remote
+    from epochfs.sidecar.remote import Remote, RemoteObject
     from epochfs.sidecar.store import Store
 
 log = logging.getLogger("epochfs.catalog")
@@ -105,6 +106,7 @@ class ListingProcess:
         self.fatal: BaseException | None = None
         self._prepared: object = None
         self._index_header: dict[str, Any] | None = None
+        self._first_page: object = None
         self._rng = rng or random.Random()
         self._watch = threading.Thread(target=self._run, name="listing-process", daemon=True)
         self._child: tuple[subprocess.Popen[bytes], Connection] | None = None
@@ -137,12 +139,16 @@ class ListingProcess:
             running.kill()
             running.wait()
 
-    def start(self, prepared: object = None, *, index_header: dict[str, Any] | None = None) -> None:
+    def start(self, prepared: object = None, *, index_header: dict[str, Any] | None = None,
+              first_page: object = None) -> None:
         """Run the listing (``prepared``: the listing to run, from :meth:`Lister.prepare`; None:
         the one the index has, if any; ``index_header``: the ``--index`` header the sampler read,
-        so that the child does not read it again)."""
+        so that the child does not read it again; ``first_page``: the first page the sampler's
+        discovery read, :attr:`.PagedSource.first_page`, so that the child's first commit needs
+        no request: the fetches start on those keys as soon as the child has started)."""
         self._prepared = prepared
         self._index_header = index_header
+        self._first_page = first_page
         if prepared is not None:
             self.running.set()  # until the child says otherwise: the first pages come soon
         self._watch.start()
@@ -160,7 +166,7 @@ class ListingProcess:
             began = time.monotonic()
             self._heard = False
             rc = self._one(self._prepared)
-            self._prepared = None  # a listing begun is resumed from the index
+            self._prepared = self._first_page = None  # a listing begun is resumed from the index
             if rc is None or self.stop.is_set() or self.fatal is not None:
                 return
             if self._heard:
@@ -212,7 +218,8 @@ class ListingProcess:
             return -1
         self._proc = proc
         try:
-            conn.send(("start", prepared, self._index_header, self.served))
+            conn.send(("start", prepared, self._index_header, self.served,
+                       self._first_page if prepared is not None else None))
             told: bool | None = None
             while not self.stop.is_set():
                 fetching = bool(self._fetching())
@@ -303,13 +310,15 @@ def child_main(fd: int) -> int:
             failed: Exception | None = e
         else:
             failed = None
-        _kind, prepared, index_header, served = conn.recv()
+        _kind, prepared, index_header, served, first_page = conn.recv()
         if failed is not None or store is None or remote is None:
             log.error("the listing process could not open the cache or the remote: %s", failed)
             return 1
-        log.info("listing in process %d (%.2fs after it was started)", os.getpid(),
-                 time.time() - spawned)
-        return _list(conn, settings, store, remote, prepared, index_header, served)
+        given = (f", given the first page the sampler read ({len(first_page[0])} keys)"
+                 if isinstance(first_page, tuple) else "")
+        log.info("listing in process %d (%.2fs after it was started)%s", os.getpid(),
+                 time.time() - spawned, given)
+        return _list(conn, settings, store, remote, prepared, index_header, served, first_page)
     except EOFError:
         return 0  # the parent let go before the listing began (it could not be prepared)
     except Exception as e:  # one line, no traceback: the parent starts another (the log says so)
@@ -324,14 +333,19 @@ def child_main(fd: int) -> int:
 
 
 def _list(conn: Connection, settings: SamplerSettings, store: Store, remote: Remote,
-          prepared: object, index_header: dict[str, Any] | None, served: int | None) -> int:
+          prepared: object, index_header: dict[str, Any] | None, served: int | None,
+          first_page: object = None) -> int:
     from epochfs.sidecar.listing import Lister, ListingThread
     from epochfs.sidecar.listing.capacity import check_capacity
     from epochfs.sidecar.listing.indexfile import listing_source
+    from epochfs.sidecar.listing.sources import PagedSource
 
     stop = threading.Event()
     fetching = [False]
     source = listing_source(settings, remote, stop=stop, index_header=index_header)
+    if first_page is not None and isinstance(source, PagedSource):
+        objects, done = cast("tuple[list[RemoteObject], bool]", first_page)
+        source.keep_first_page(objects, done)
     lister = Lister(store, source, seed=settings.seed,
                     shard_index=settings.shard_index, shard_count=settings.shard_count,
                     object_limit=settings.object_limit, threads=settings.list_threads, stop=stop,

@@ -11,7 +11,10 @@ commits with the page's rows, so a restart resumes where the last committed page
   key space is cut into ranges at folder boundaries, at most ``max_spans`` of them, so that every
   class folder lists at once instead of one after the other; when the level holds only folders,
   and no more than ``max_spans``, each folder is a span listed under its own prefix (no range, so
-  no page past its end). A resume point is the last key.
+  no page past its end). A resume point is the last key. The discovery's first page is not read
+  twice: a first page of files only (no key in a folder) is where the delimiter's look starts
+  after, and when the listing is one span over the whole remote (a flat bucket) that page is the
+  span's first page, handed out without a request (to the listing process too: :attr:`first_page`).
   Finding the folders comes before the listing thread (whose pause answers a throttled page of the
   listing), so a throttled page of it is read again in place after a full-jitter pause
   (``DISCOVERY_RETRY``, :func:`~epochfs.sidecar.listing.retry.while_throttled`) until the sampler
@@ -127,30 +130,36 @@ class PagedSource:
         self.stop = stop
         self.rng = rng or random.Random()
         self._probe: list[RemoteObject] | None = None
+        self._probe_done = True
+        """The probe is the whole remote (else its first page, the listing goes on after it)."""
         self.folders: list[str] = []
         """Every folder :meth:`spans` found at the level it cut into ranges (more than
         ``max_spans``): the ranges name only their first, and the class labels must name all,
         the same on every node (:meth:`.Lister.prepare` records them)."""
 
     def _discover(self, prefix: str, *, token: str | None = None, delimiter: bool = False,
-                  max_keys: int = 1000) -> tuple[list[RemoteObject], list[str], str | None]:
+                  max_keys: int = 1000,
+                  start_after: str = "") -> tuple[list[RemoteObject], list[str], str | None]:
         """One page that finds the spans, read again while the store throttles it."""
         return while_throttled(
-            lambda: self.remote.list_page(prefix, token=token, delimiter=delimiter, max_keys=max_keys),
+            lambda: self.remote.list_page(prefix, token=token, delimiter=delimiter, max_keys=max_keys,
+                                          start_after=start_after),
             stop=self.stop, rng=self.rng, bounds=DISCOVERY_RETRY, log=log,
             what=f"finding the folders under {prefix or 'the root'!r}")
 
-    def _folders(self, prefix: str, *, first_keys: int = 1000,
-                 stop_on_files: bool = False) -> tuple[list[str], bool]:
+    def _folders(self, prefix: str, *, first_keys: int = 1000, stop_on_files: bool = False,
+                 after: str = "") -> tuple[list[str], bool]:
         """The folders directly under ``prefix`` (at most DISCOVERY_PAGES pages of them) and
         whether anything else is there: files beside them, or more than those pages showed.
-        ``first_keys``: what the first page asks; ``stop_on_files``: no page after one with files."""
+        ``first_keys``: what the first page asks; ``stop_on_files``: no page after one with files;
+        ``after``: the keys up to it are files already seen (the listing starts after them)."""
         folders: list[str] = []
-        others = False
+        others = bool(after)
         token: str | None = None
         for page in range(DISCOVERY_PAGES):
             objects, prefixes, token = self._discover(prefix, token=token, delimiter=True,
-                                                      max_keys=first_keys if page == 0 else 1000)
+                                                      max_keys=first_keys if page == 0 else 1000,
+                                                      start_after=after if page == 0 else "")
             folders += prefixes
             others = others or any(o.key != prefix for o in objects)
             if token is None or (others and stop_on_files):
@@ -159,20 +168,29 @@ class PagedSource:
 
     def spans(self) -> list[Span]:
         self.folders = []
+        self._probe, self._probe_done = None, True
         # A remote that fits in one page is listed by that page alone (one request, no split).
         objects, _, token = self._discover("")
         if token is None:
             self._probe = objects
             return [Span("", "", None)]
+        # A first page of files only (no key in a folder) is what the delimiter's first page
+        # would show again: the folders are looked for after it, one request fewer.
+        flat = str(objects[-1].key) if objects and all(
+            isinstance(o.key, str) and o.key and "/" not in o.key for o in objects) else ""
         prefix = ""
         folders: list[str] = []
         for _ in range(DESCEND):
-            folders, files = self._folders(prefix)
+            folders, files = self._folders(prefix, after=flat if not prefix else "")
             if len(folders) == 1 and not files:
                 prefix = folders[0]
                 continue
             break
         if len(folders) < 2:
+            if not prefix:
+                # One span over the whole remote: its first page is the one read above, handed
+                # out as the listing's first page (the catalog's first keys without a request).
+                self._probe, self._probe_done = objects, False
             return [Span(prefix, "", None)]
         if not files and len(folders) <= self.max_spans:
             # Nothing but these folders: each is listed under its own prefix, so the store ends a
@@ -218,13 +236,34 @@ class PagedSource:
     def fits_one_page(self) -> bool:
         """The discovery's first page held the whole remote (:meth:`spans`), and is still to be
         handed out as the listing's one page: there is nothing else to list."""
-        return self._probe is not None
+        return self._probe is not None and self._probe_done
+
+    @property
+    def first_page(self) -> tuple[list[RemoteObject], bool] | None:
+        """The discovery's first page, still to be handed out as the first page of the one span
+        over the whole remote, and whether it is the whole remote; None: there is none."""
+        return None if self._probe is None else (self._probe, self._probe_done)
+
+    def keep_first_page(self, objects: list[RemoteObject], done: bool) -> None:
+        """Hand out ``objects`` as the first page of the span over the whole remote (``done``:
+        all of it): the page another source's :meth:`spans` read (:attr:`first_page`), given to
+        the listing process, which then does not ask for it again."""
+        self._probe, self._probe_done = list(objects), done
+
+    def _take_probe(self, span: Span, after: str) -> Page | None:
+        """The kept first page, when ``span`` is the whole remote read from its beginning."""
+        probe, self._probe = self._probe, None
+        if probe is None or after or span != Span("", "", None):
+            return None
+        return Page(probe, str(probe[-1].key) if probe else "", self._probe_done)
 
     def pages(self, span: Span, after: str) -> Iterator[Page]:
-        probe, self._probe = self._probe, None
-        if probe is not None and not after and span == Span("", "", None):
-            yield Page(probe, str(probe[-1].key) if probe else "", True)
-            return
+        first = self._take_probe(span, after)
+        if first is not None:
+            yield first
+            if first.done:
+                return
+            after = first.after
         token: str | None = None
         start_after = max(after, span.start)
         while True:
@@ -245,9 +284,9 @@ class PagedSource:
         """One page of at most ``max_keys`` keys of ``span`` after ``after`` (or its start): a
         page can start after any string, so the listing may split a span and read its parts in
         any order (:mod:`.planner`)."""
-        probe, self._probe = self._probe, None
-        if probe is not None and not after and span == Span("", "", None):
-            return Page(probe, str(probe[-1].key) if probe else "", True)
+        first = self._take_probe(span, after)
+        if first is not None:
+            return first
         if span.stop is not None and after and after + "\x00" >= span.stop:
             return Page([], after, True)  # the last page ended at the stop: nothing is left
         objects, _, token = self.remote.list_page(span.prefix, start_after=max(after, span.start),

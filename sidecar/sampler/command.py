@@ -281,7 +281,8 @@ def run_sample(settings: SamplerSettings) -> int:
         if listing_process is not None:
             listing = listing_process
             header = lister.source.header if isinstance(lister.source, IndexSource) else None
-            listing.start(prepared, index_header=header)
+            first = lister.source.first_page if isinstance(lister.source, PagedSource) else None
+            listing.start(prepared, index_header=header, first_page=first)
         else:
             listing = ListingThread(lister, interval=settings.relist_interval, prepared=prepared,
                                     on_complete=lambda report: check_capacity(settings, report),

@@ -41,7 +41,7 @@ from epochfs.sidecar.sampler.admitter import Admitter
 from epochfs.sidecar.sampler.breaker import OutageBreaker
 from epochfs.sidecar.sampler.cutter import CutSchedule
 from epochfs.sidecar.sampler.diskspace import DiskSpace, is_disk_full
-from epochfs.sidecar.sampler.order import FetchOrder
+from epochfs.sidecar.sampler.order import LISTING_WAIT, FetchOrder
 from epochfs.sidecar.sampler.progress import Rates
 from epochfs.sidecar.sampler.throttle import Deferred, FetchWindow
 from epochfs.sidecar.scrub import Scrubber
@@ -112,6 +112,7 @@ class Sampler:
                                  on_failure=self._admit_failed)
         self.order = FetchOrder(store=store, schedule_mode=settings.schedule is not None,
                                 busy=self._busy, inflight=lambda: len(self._inflight), listing=listing)
+        self._listing: Callable[[], bool] = listing or (lambda: False)
         self._refetch: queue.SimpleQueue[Candidate] = queue.SimpleQueue()
         """Keys of damaged objects the scrub evicted, to fetch again first."""
         self.scrubber = (Scrubber(store=store, rate=settings.scrub_rate, stop=stop,
@@ -197,7 +198,14 @@ class Sampler:
             while not self.stop.is_set():
                 pending = self._start_downloads(pending)
                 due = self.deferred.next_due_in()
-                self._collect(POLL if due is None else min(POLL, max(0.005, due)))
+                wait = POLL if due is None else min(POLL, max(0.005, due))
+                if not self._inflight and self._listing():
+                    # Nothing in flight, no download to wake the loop: while the listing adds keys
+                    # it looks again as soon as the order asks the catalog again (the start's first
+                    # page is committed milliseconds after the loop begins; POLL was up to 0.2 s
+                    # more before the first object GET).
+                    wait = min(wait, LISTING_WAIT)
+                self._collect(wait)
                 self._tick(pending)
                 fatal = self._fatal or self.admitter.fatal
                 if fatal is not None:

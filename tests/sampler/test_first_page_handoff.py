@@ -1,0 +1,130 @@
+"""The discovery's first page is the listing's first page (sidecar/listing/sources.py, process.py).
+
+A flat remote of more than one page (the fetch benchmark's 1,500 objects of 64 KiB) used to be
+listed from its first key three times before the first object GET: the discovery's first page,
+the delimiter's first page (the same keys), and the listing process's first page. Each is a LIST
+request of 1,000 keys (on moto, tenths of a second of its CPU), and the sampler has nothing to
+fetch before the catalog's first page is committed. Now:
+
+- the delimiter listing starts after a first page of files only (it would show the same files);
+- the one span over the whole remote hands that page out as its first page (no request), in the
+  sampler's process and, sent along with the prepared listing, in the listing process;
+- a first page that holds a folder's keys is still looked at with the delimiter from the start.
+"""
+
+from __future__ import annotations
+
+import socket
+import threading
+from pathlib import Path
+
+from common import wait_until
+from sampler_helpers import index_rows, running_sampler, s3_env
+
+from epochfs.benchmarks.synthetic_s3 import Dataset, SyntheticS3
+from epochfs.sidecar.config import SamplerSettings
+from epochfs.sidecar.listing import Lister
+from epochfs.sidecar.listing.process import _list
+from epochfs.sidecar.listing.sources import PagedSource, Span
+from epochfs.sidecar.remote.testing import PagedMemoryRemote
+from epochfs.sidecar.store import Store
+
+FLAT = {f"k{i:03d}": b"x" for i in range(25)}
+"""Three pages of ten files, no folder."""
+
+
+def test_a_flat_first_page_is_not_listed_again_by_the_discovery_or_the_listing() -> None:
+    remote = PagedMemoryRemote(FLAT, page=10)
+    source = PagedSource(remote)
+    assert source.spans() == [Span("", "", None)]
+    # The delimiter's look starts after the first page's last key, then follows its token.
+    assert remote.pages_asked == [("", "", None), ("", "k009", None), ("", "", "k019")]
+    assert not source.fits_one_page
+    first = source.read_page(Span("", "", None), "", 10)
+    assert [o.key for o in first.objects] == [f"k{i:03d}" for i in range(10)]
+    assert (first.after, first.done) == ("k009", False)
+    assert len(remote.pages_asked) == 3  # handed out without a request
+    rest = source.read_page(Span("", "", None), first.after, 10)
+    assert remote.pages_asked[-1] == ("", "k009", None)
+    assert [o.key for o in rest.objects][:1] == ["k010"]
+
+
+def test_the_streamed_pages_go_on_after_the_kept_first_page() -> None:
+    remote = PagedMemoryRemote(FLAT, page=10)
+    source = PagedSource(remote)
+    source.spans()
+    asked = len(remote.pages_asked)
+    keys = [o.key for page in source.pages(Span("", "", None), "") for o in page.objects]
+    assert keys == sorted(FLAT)
+    assert remote.pages_asked[asked] == ("", "k009", None)
+
+
+def test_a_first_page_with_a_folder_is_looked_at_from_the_start() -> None:
+    objects = {**{f"a/{i:02d}": b"x" for i in range(12)}, **{f"b{i:02d}": b"x" for i in range(12)}}
+    remote = PagedMemoryRemote(objects, page=10)
+    PagedSource(remote).spans()
+    assert remote.pages_asked[:2] == [("", "", None), ("", "", None)]
+
+
+def test_the_listing_process_lists_on_after_the_first_page_it_is_given(tmp_path: Path) -> None:
+    """The child's side (:func:`_list`, run here on a thread with a real index): given the first
+    page, its first commit is that page, and its first request starts after it. Every request
+    after a span's first waits at the gate, so what is committed before it opens is the page."""
+    cache = tmp_path / "cache"
+    settings = SamplerSettings(remote="memory://paged", cache=cache, list_process=True)
+    parent_remote = PagedMemoryRemote(FLAT, page=10)
+    child_remote = PagedMemoryRemote(FLAT, page=10)
+    child_remote.gate = threading.Event()
+    parent_end, child_end = socket.socketpair()
+    from multiprocessing.connection import Connection
+
+    parent_conn, child_conn = Connection(parent_end.detach()), Connection(child_end.detach())
+    with Store(cache, create=True) as store, Store(cache) as child_store:
+        source = PagedSource(parent_remote)
+        prepared = Lister(store, source, seed=0).prepare()
+        first = source.first_page
+        assert first is not None and len(first[0]) == 10 and first[1] is False
+        done: list[int] = []
+        child = threading.Thread(target=lambda: done.append(_list(
+            child_conn, settings, child_store, child_remote, prepared, None, None, first)))
+        child.start()
+        try:
+            wait_until(lambda: len(index_rows(cache, "SELECT key FROM catalog")) >= 10,
+                       what="the given page committed")
+            assert ("", "", None) not in child_remote.pages_asked
+            assert {str(r[0]) for r in index_rows(cache, "SELECT key FROM catalog")} == set(sorted(FLAT)[:10])
+        finally:
+            child_remote.gate.set()
+            parent_conn.send(("stop",))
+            child.join(timeout=30)
+            parent_conn.close()
+        assert not child.is_alive() and done == [0]
+    assert all(start == "" or start >= "k009" for _, start, _ in child_remote.pages_asked)
+
+
+def test_a_real_listing_process_is_given_the_first_page(tmp_path: Path) -> None:
+    """The whole way: ``epochfs sample`` against an S3 endpoint of 2,500 flat keys; the child
+    says it was given the page (not a pickling or import error, which would end it and start
+    another: the listing would still end, from the index), and every key is cataloged."""
+    with SyntheticS3(Dataset(2500, 64), list_latency=0) as server:
+        cache = tmp_path / "cache"
+        with running_sampler(cache, server.url, "--endpoint-url", server.endpoint, "--capacity", "1Mi",
+                             "--log-level", "INFO", env=s3_env(server.endpoint)) as sp:
+            wait_until(lambda: len(index_rows(cache, "SELECT key FROM catalog")) == 2500,
+                       what="every key cataloged")
+        log = sp.log_text()
+        assert "given the first page the sampler read (1000 keys)" in log, log[-3000:]
+        assert "the listing process failed" not in log and "exited with" not in log, log[-3000:]
+
+
+def test_on_threads_the_listing_goes_on_after_the_first_page(tmp_path: Path) -> None:
+    """``--list-process 0``: the sampler's own listing starts from the kept page and lists every
+    other key after it (none lost between the page and the next request, none twice)."""
+    with SyntheticS3(Dataset(2500, 64), list_latency=0) as server:
+        cache = tmp_path / "cache"
+        with running_sampler(cache, server.url, "--endpoint-url", server.endpoint, "--capacity", "1Mi",
+                             "--list-process", "0", env=s3_env(server.endpoint)):
+            wait_until(lambda: index_rows(cache, "SELECT value FROM meta WHERE name='listing_complete'"),
+                       what="the listing complete")
+        keys = [str(r[0]) for r in index_rows(cache, "SELECT key FROM catalog")]
+        assert sorted(keys) == [Dataset(2500, 64).key(i) for i in range(2500)]
