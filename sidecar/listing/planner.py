@@ -25,7 +25,10 @@ ones are still at their start. The planner keeps the listed set spread instead:
    read from there, so a span's pages spread across its whole range, and once no split is made
    the page goes to the span's least listed segment (by the same share); a range of several folders
    (more folders than spans) is split at its folders' starts first, given the folders the
-   discovery found (``folders``), so it is read from each of them, not from its first. Pages start at
+   discovery found (``folders``), so it is read from each of them, not from its first, and a folder
+   a range's page reads on into is made a span of its own (:meth:`Planner._promote`), its end
+   galloped for as step 2 says (a range's stops are folders' starts, not where a folder's keys
+   end). Pages start at
    :data:`FIRST_PAGE` keys in each segment and double up to :data:`FULL_PAGE` (S3's most).
 
 Estimates decide only the order. Every segment is read to its end with contiguous pages, and a
@@ -40,7 +43,6 @@ split not committed never happened). A restart takes each remaining segment as a
 
 from __future__ import annotations
 
-import bisect
 import heapq
 import random
 import threading
@@ -48,6 +50,7 @@ import time
 from collections.abc import Sequence
 
 from epochfs.sidecar.listing.keyshape import KeyShape
+from epochfs.sidecar.listing.ranges import FolderRanges
 from epochfs.sidecar.listing.segments import (
     FIRST_PAGE,
     FULL_PAGE,
@@ -55,6 +58,7 @@ from epochfs.sidecar.listing.segments import (
     GALLOP_REACH,
     MAX_SEGMENTS,
     MAX_SEGMENTS_PER_SPAN,
+    NUMBERS_KEPT,
     OPEN_END_REACH,
     SHAPE_KEYS,
     SPLIT_AT,
@@ -62,6 +66,7 @@ from epochfs.sidecar.listing.segments import (
     SpanState,
     relative,
 )
+from epochfs.sidecar.listing.skew import listing_skew
 from epochfs.sidecar.store.catalog import Part
 
 SKEW_EVERY = 1.0
@@ -81,13 +86,19 @@ class Planner:
         False for an ``epochfs index`` written shuffled, whose every prefix is a uniform sample."""
         self.splittable = splittable
         self.streams_in_key_order = streams_in_key_order and not splittable
-        self._folders = sorted(folders)
+        self._ranges = FolderRanges(folders)
         """The folders the discovery found where it cut them into ranges (more than a span each):
-        a range's segments are split at its folders' starts first (:meth:`_folder_split`)."""
+        a range's segments are split at its folders' starts first, and a folder a segment reads on
+        into is made a span of its own (:meth:`_promote`)."""
         self.rng = rng or random.Random()
         self._lock = threading.Lock()
         self._spans: list[SpanState] = []
         self._untouched: list[int] = []
+        self._due: list[tuple[Segment, list[str]]] = []
+        """Segments of ranges whose last page came back full, and that page: weighed at the next
+        :meth:`take` (:meth:`_promote`; stale once a later page is recorded)."""
+        self._ready: list[Segment] = []
+        """Handed out first: a range's rest cut off as a folder of it became a span (which waits)."""
         self._heap: list[tuple[int, float, float, int, int]] = []
         self._next_part = max((p.part for p in parts), default=-1) + 1
         self._open = 0
@@ -103,9 +114,7 @@ class Planner:
         for p in parts:
             if not p.done:
                 span = SpanState(len(self._spans), p.prefix)
-                if self._folders and p.stop is not None:
-                    lo = bisect.bisect_left(self._folders, p.start) if p.start else 0
-                    span.folders = (lo, bisect.bisect_left(self._folders, p.stop))
+                span.folders = self._ranges.of_part(p)
                 span.segments.append(Segment(p, span.id))
                 self._spans.append(span)
                 self._unbounded += p.stop is None
@@ -122,6 +131,19 @@ class Planner:
         """The segment to read a page of next, marked busy (a split of a segment is committed
         with its first page: ``seg.parent``); None while every open segment is busy."""
         with self._lock:
+            for seg, keys in self._due:
+                span = self._spans[seg.span]
+                if seg.last == keys[-1] and (promoted := self._promote(span, seg, keys)) is not None:
+                    self._push(promoted)
+                    self._push(span)
+            self._due.clear()
+            while self._ready:  # the rest of a range a folder was promoted from (:meth:`_promote`)
+                seg = self._ready.pop()
+                if seg.open and not seg.busy:
+                    seg.busy = True
+                    seg.pending = seg.page
+                    self._spans[seg.span].pending += seg.page
+                    return seg
             while self._untouched:
                 span = self._spans[self._untouched.pop()]
                 seg = span.segments[0]
@@ -150,7 +172,7 @@ class Planner:
         free = [s for s in span.segments if s.open and not s.busy]
         if not free:
             return None
-        tail = next((s for s in free if s.part.stop is None), None)
+        tail = next((s for s in free if span.is_tail(s)), None)
         if tail is not None:  # the span's end is unknown: gallop
             # ... at most to the shape's last number: a horizon past it cannot be split at, and
             # the tail was then read page after page from its first names (a flat bucket of 1M
@@ -169,7 +191,7 @@ class Planner:
             point = None
             if left > SPLIT_AT:
                 lo = self._after_number(span, seg)
-                point = (lo + self._number(span, seg.part.stop)) // 2
+                point = (lo + self._stop_number(span, seg)) // 2
         child = self._split(span, seg, point) if point is not None else None
         if child is None and tail is None:
             seg = min(free, key=lambda s: self._listed_share(span, s))
@@ -190,29 +212,17 @@ class Planner:
         return seg.listed / total if total > 0 else 0.0
 
     def _folder_split(self, free: list[Segment]) -> tuple[Segment, str] | None:
-        """The bounded segment holding the most folders' starts past where it has read, and the
-        middle one of those starts; None when no segment holds one. A range of folders read from
-        its start lists its first folder, then the next: 5,000 folders as 1,024 ranges of about
-        five, read so, had 3,021 folders with a listed key when half the keys were listed, and
-        epochs drawn then covered 0.56-0.61x a random sample's folders (docs/performance.md)."""
-        if not self._folders or not self.splittable:
+        """:meth:`.FolderRanges.folder_split`, where the spans are ranges of folders."""
+        if not self._ranges or not self.splittable:
             return None
-        best: tuple[int, Segment, str] | None = None
-        for seg in free:
-            if seg.part.stop is None:
-                continue
-            lo = bisect.bisect_right(self._folders, seg.part.after or seg.part.start)
-            hi = bisect.bisect_left(self._folders, seg.part.stop)
-            if hi > lo and (best is None or hi - lo > best[0]):
-                best = (hi - lo, seg, self._folders[(lo + hi) // 2])
-        return None if best is None else (best[1], best[2])
+        return self._ranges.folder_split(free)
 
     def _split(self, span: SpanState, seg: Segment, point: int) -> Segment | None:
         """Cut ``seg`` at the number ``point`` (None when it cannot be cut there)."""
         if span.shape is None:
             return None
         lo = self._after_number(span, seg)
-        if point - lo < 2 or point >= self._number(span, seg.part.stop):
+        if point - lo < 2 or point >= self._stop_number(span, seg):
             return None
         return self._split_at(span, seg, span.prefix + span.shape.key(point))
 
@@ -229,7 +239,7 @@ class Planner:
         self._next_part += 1
         # A gallop's page is small (GALLOP_PAGE): the pages that list the span come once its end
         # is found, by the least listed share.
-        child = Segment(part, span.id, page=GALLOP_PAGE if seg.part.stop is None else FIRST_PAGE,
+        child = Segment(part, span.id, page=GALLOP_PAGE if span.is_tail(seg) else FIRST_PAGE,
                         density=seg.density, parent=seg)
         seg.part.stop = key + "\x00"
         seg.busy = True  # until the split is committed
@@ -238,9 +248,21 @@ class Planner:
         return child
 
     # ------------------------------------------------------------------ estimates
+    def _stop_number(self, span: SpanState, seg: Segment) -> int:
+        """The number of ``seg``'s stop: the shape's end for the segment reading on to the span's
+        end, whose stop (none, or the next folder's start) is past every key of the span."""
+        return self._number(span, None if span.is_tail(seg) else seg.part.stop)
+
     def _number(self, span: SpanState, key: str | None) -> int:
         assert span.shape is not None
-        return span.shape.number(None if key is None else relative(key, span.prefix))
+        shape, numbers = span.numbers
+        if shape is not span.shape or len(numbers) > NUMBERS_KEPT:
+            numbers = {}
+            span.numbers = (span.shape, numbers)
+        number = numbers.get(key)
+        if number is None:
+            number = numbers[key] = span.shape.number(None if key is None else relative(key, span.prefix))
+        return number
 
     def _after_number(self, span: SpanState, seg: Segment) -> int:
         after = seg.part.after or seg.part.start
@@ -264,8 +286,8 @@ class Planner:
         density = seg.density if seg.density is not None else self._span_density(span)
         if density is None:
             return None
-        hi = min(self._number(span, seg.part.stop), self._horizon(span, OPEN_END_REACH))
-        if seg.part.stop is not None and span.high is not None:
+        hi = min(self._stop_number(span, seg), self._horizon(span, OPEN_END_REACH))
+        if not span.is_tail(seg) and span.high is not None:
             # The segment holding the span's end: its keys go on past the highest listed one to
             # somewhere before the stop an empty gallop page set, up to GALLOP_REACH times the
             # known extent further: estimated half way there, not all the way (which counted a
@@ -322,53 +344,9 @@ class Planner:
         return self._skew_at[1]
 
     def _skew(self) -> float:
-        """How far the mix of the keys listed so far is from the dataset's, as the planner
-        estimates it: the total-variation distance between the listed keys' shares of the key
-        space's pieces and those pieces' estimated shares (0: the listed keys spread as the dataset
-        does; 1: disjoint). The pieces: each open segment (its listed keys, its estimate) and what
-        each span has finished (listed whole), of the spans reached. A segment's keys are its first
-        ones, so this is the spread at the pieces' scale; the fetch order's pace slows while it is
-        high (:mod:`epochfs.sidecar.sampler.order`). Spans not reached yet are left out: the
-        first round of pages waits for them (``FIRST_ROUND_WAIT``), and counted, thousands of
-        folders of a page each held the pace at its floor for the whole first round (5,000
-        folders of 20 keys: 24-28 samples in 12 s, 660-710 without)."""
-        pieces: list[tuple[float, float]] = []
-        unbounded = 0.0
-        for span in self._spans:
-            if not span.reached:
-                continue  # the first round's wait covers these (thousands of folders of a page each)
-            if ((self.splittable or self.streams_in_key_order)
-                    and any(s.open and s.part.stop is None for s in span.segments)):
-                unbounded += span.listed
-            elif span.folders[1] - span.folders[0] > 1 and any(s.open for s in span.segments):
-                # A range of folders whose keys are listed from some of them: the rest are not
-                # known to exist in any size yet, so its listed keys count as off by the share of
-                # its folders not reached (5,000 folders as 1,024 ranges: the first round lists
-                # the first folder of each, and the skew said 0.05 while the listed keys were 0.8
-                # from the folder mix).
-                lo, hi = span.folders
-                unbounded += span.listed * (1.0 - len(span.folders_reached) / (hi - lo))
-            open_listed = 0
-            for seg in span.segments:
-                if seg.open:
-                    left = self._left(span, seg)
-                    open_listed += seg.listed
-                    pieces.append((seg.listed, seg.listed + (left if left is not None else seg.listed)))
-            done = span.listed - open_listed
-            if done > 0:
-                pieces.append((done, done))
-        listed = sum(k for k, _ in pieces)
-        total = sum(n for _, n in pieces)
-        if listed <= 0 or total <= 0:
-            return 1.0
-        # A span whose end is not found yet has a size that is a guess (its first names times
-        # OPEN_END_REACH): its listed keys' share of the whole is unknown, counted as off by all of
-        # it. Measured at 1M keys in 1,000 skewed folders: while the gallops ran the skew said 0.07
-        # where the listed keys were 0.67-0.78 from the folder mix, and the samples fetched then
-        # (2,900 by 10 s) kept every later epoch 3.6-5.3x a random sample's mix. A stream read in
-        # key order (``streams_in_key_order``) is counted alike until its end: what is read of an
-        # S3 Inventory's data file is its first keys, whatever its estimate says.
-        return max(unbounded / listed, 0.5 * sum(abs(k / listed - n / total) for k, n in pieces))
+        """:func:`.listing_skew` of the spans, with this planner's estimates."""
+        return listing_skew(self._spans, self._left,
+                            ends_unknown=self.splittable or self.streams_in_key_order)
 
     def _push(self, span: SpanState) -> None:
         """Queue ``span`` by its priority: an unknown end first, then the least listed share."""
@@ -379,7 +357,7 @@ class Planner:
         if not left:
             return
         span.version += 1
-        unbounded = any(s.open and s.part.stop is None for s in span.segments)
+        unbounded = any(s.open and span.is_tail(s) for s in span.segments)
         total = span.listed + rest
         share = min(1.0, (span.listed + span.pending) / total) if total > 0 else 0.0
         heapq.heappush(self._heap, (0 if unbounded else 1, share, -rest, span.version, span.id))
@@ -400,11 +378,7 @@ class Planner:
                 seg.parent.busy = False
                 seg.parent = None
             if keys:
-                lo, hi = span.folders
-                if hi - lo > 1:  # the folders the page's keys lie in (a page is contiguous keys)
-                    first = bisect.bisect_right(self._folders, keys[0], lo, hi) - 1
-                    last = bisect.bisect_right(self._folders, keys[-1], lo, hi) - 1
-                    span.folders_reached.update(range(max(lo, first), last + 1))
+                span.folders_reached.update(self._ranges.reached(span, keys))
                 seg.listed += len(keys)
                 span.listed += len(keys)
                 self._listed += len(keys)
@@ -422,14 +396,48 @@ class Planner:
                 seg.page = min(FULL_PAGE, max(FIRST_PAGE, seg.page * 2))
             if seg.part.done:
                 self._open -= 1
-                if seg.part.stop is None:  # the span's open end (one a span: a split keeps it)
+                if span.is_tail(seg):  # the span's open end (one a span: a split keeps it)
                     self._unbounded -= 1
                 if len(span.segments) > 1:  # a span's done segments would pile up over a long listing
                     span.segments.remove(seg)
                     if seg.density and seg.listed > 1:  # what it measured stays in the span's density
                         measured, numbers = span.done_measured
                         span.done_measured = (measured + seg.listed, numbers + seg.listed / seg.density)
+            elif keys and span.folders[1] > span.folders[0]:
+                self._due.append((seg, keys))  # weighed at the next take (:meth:`_promote`)
             self._push(span)
+
+    def _promote(self, span: SpanState, seg: Segment, keys: list[str]) -> SpanState | None:
+        """Make ``seg`` a span of its own when its page, of a range of folders, ends in a folder
+        that goes on (:meth:`.FolderRanges.promotion`): a range's stops are folders' starts, not
+        where a folder's keys end, so read as part of its range, a folder of 43% of 300k keys was
+        estimated at 133 keys after a page of 100 (docs/listing.md). The new span is its prefix,
+        its open end the segment's stop (:attr:`SpanState.end`), galloped for as any span's; the
+        range's rest is cut off first at the next folder's start and read next (:attr:`_ready`)."""
+        found = None if seg.busy or not seg.open else self._ranges.promotion(span, seg, keys)
+        if found is None:
+            return None
+        if found.split_at is not None:
+            rest = self._split_at(span, seg, found.split_at)
+            if rest is None:
+                return None
+            self._ready.append(rest)
+        prefix, mine = found.prefix, found.mine
+        new = SpanState(len(self._spans), prefix, end=seg.part.stop, reached=True)
+        self._spans.append(new)
+        self._reached += 1
+        self._unbounded += 1
+        span.segments.remove(seg)  # its keys listed before this folder stay the range's, as done
+        seg.span, seg.listed, seg.first, seg.last = new.id, mine, keys[-mine], keys[-1]
+        new.segments.append(seg)
+        new.listed = mine
+        sample = [*keys[-mine::8], keys[-1]]
+        new.learnt = len(sample)
+        new.shape = KeyShape.learn((relative(k, prefix) for k in sample), new.seen)
+        new.low, new.high = keys[-mine], keys[-1]
+        width = self._number(new, keys[-1]) - self._number(new, keys[-mine])
+        seg.density = (mine - 1) / width if width > 0 else None
+        return new
 
 
 __all__ = ["FIRST_PAGE", "FULL_PAGE", "GALLOP_PAGE", "SKEW_EVERY", "Planner", "Segment"]
