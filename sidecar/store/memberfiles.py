@@ -28,7 +28,9 @@ process that cuts: the sampler's timer and queued cuts, the FUSE server's cut on
 commit, so the file is in place before any reader can see the epoch, and an index damaged right
 after the cut is rebuilt with it. A commit that then fails removes the file. A snapshot epoch
 above that size is chained on the keeper's segments when they cover all but at most
-:data:`AT_CUT` of its members (:func:`.membersegments.base_at_cut`). A larger epoch (its
+:data:`AT_CUT` of its members (:func:`.membersegments.base_at_cut`); a schedule-mode window of any
+size gets the file the keeper wrote ahead for it when that file lists exactly the window
+(:func:`.memberpending.place`: a rename). A larger epoch (its
 file costs about 2.5 us a member under the index's write lock, which the FUSE server's lookups and
 every admission wait on: :data:`AT_CUT`) and one whose file could not be written (a full volume: the
 cut stands) get theirs from the :class:`Keeper`, a thread of the sampler (the one writer of the
@@ -62,9 +64,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from epochfs.sidecar.store import memberchain, membersegments
+from epochfs.sidecar.store import memberchain, memberpending, membersegments
 from epochfs.sidecar.store.index import Index
 from epochfs.sidecar.store.memberformat import (
+    AHEAD,
     BASE_SUFFIX,
     CHAINED,
     CHUNK,
@@ -91,7 +94,7 @@ from epochfs.sidecar.store.objects import fsync_dir
 log = logging.getLogger("epochfs.store")
 
 __all__ = [  # the format's names (its module is a part of this one) are used through this one
-    "AT_CUT", "BASE_SUFFIX", "CHAINED", "CHUNK", "DUTY", "EVERY", "FORMAT", "FORMATS", "KEPT_META",
+    "AHEAD", "AT_CUT", "BASE_SUFFIX", "CHAINED", "CHUNK", "DUTY", "EVERY", "FORMAT", "FORMATS", "KEPT_META",
     "MEMBERS_DIR", "PREFIX", "SEGMENTED", "SUFFIX", "Keeper", "at_cut", "base_path_of", "clear_temps",
     "discard", "folder", "number_of", "path_of", "present", "remove", "tidy", "unchained", "write",
 ]
@@ -211,6 +214,9 @@ def at_cut(root: Path) -> Iterator[Callable[[sqlite3.Connection, int], bool]]:
         head = header(lambda: contextlib.nullcontext(db), n)
         if head is None:
             return False
+        if memberpending.placed(db, root, n, head):  # a window's file the keeper wrote ahead
+            placed.append(n)
+            return True
         chain = memberchain.base_at_cut(db, n, lambda b: path_of(root, b))
         spans = None
         if chain is not None and memberchain.count(db, chain[1], AT_CUT) <= AT_CUT:
@@ -321,6 +327,7 @@ class Keeper:
     """Files this keeper wrote (tests and the log read it)."""
     segments: int = 0
     """Segments this keeper wrote (:mod:`.membersegments`)."""
+    pending: int = 0  # next windows' files written ahead (:mod:`.memberpending`)
     _thread: threading.Thread | None = None
     _warned: float = float("-inf")
 
@@ -347,6 +354,8 @@ class Keeper:
         live = {int(r[0]): _ref(r) for r in rows if not int(r[1])}
         if not self.stop.is_set():  # before the rewrites below: what a cut needs comes first
             self.ahead(ix, live)
+        if not self.stop.is_set() and memberpending.write_ahead(ix, self.root, self.stop) is not None:
+            self.pending += 1
         for n in unchained(self.root, live):
             if self.stop.is_set():
                 break

@@ -54,7 +54,13 @@ SEGMENTED = 3
 """A segment (:mod:`.membersegments`: a range of the admission order the keeper wrote ahead of a
 cut), or an epoch's file chained on one; its first line may say which part of its base it takes
 (``base_span``). An epochfs that reads only :data:`FORMAT` and :data:`CHAINED` refuses it whole."""
-FORMATS = (FORMAT, CHAINED, SEGMENTED)
+AHEAD = 4
+"""A whole file written ahead of its cut (:mod:`.memberpending`: a schedule-mode window's, as
+``pending-<N>.members``): its first line is padded to a fixed length so that the cut can put the
+epoch's own first line over it in place, and its last line's ``sha256`` covers the member lines
+only, ``head_sha256`` the first line (padding and newline included). An epochfs that reads only
+formats 1-3 refuses it whole."""
+FORMATS = (FORMAT, CHAINED, SEGMENTED, AHEAD)
 CHUNK = 20_000
 """Members per line, read in one statement (never the whole epoch at once: a line of 20,000 is
 about 5 MB)."""
@@ -95,8 +101,11 @@ _PAGED = {
              "ORDER BY e.sample LIMIT ?"),
     "window": ("FROM samples s, epochs e WHERE e.n = ? AND s.key > ? AND "
                f"{IN_WINDOW.replace('(s.rank, s.key) ', '(+s.rank, s.key) ')} ORDER BY s.key LIMIT ?"),
+    "ends": ("FROM samples s WHERE s.key > ? AND s.rank IS NOT NULL AND (+s.rank, s.key) >= (?, ?) "
+             "AND (+s.rank, s.key) <= (?, ?) AND s.id <= ? ORDER BY s.key LIMIT ?"),
 }
-"""The other epochs' members, :data:`CHUNK` at a time after the last one's id (a window's: its key)."""
+"""The other epochs' members, :data:`CHUNK` at a time after the last one's id (a window's: its key;
+``ends``: a window not cut yet, by its ends and top id, :func:`between`)."""
 _PAGE = ("SELECT COUNT(*), COALESCE(SUM(size), 0), {line}, MAX(id), MAX(key) "
          "FROM (SELECT s.id AS id, s.size AS size, s.key AS key, {json} AS j {source})")
 """A line of :data:`_PAGED`'s members, its last id and last key."""
@@ -215,6 +224,25 @@ def lines(read: Reader, n: int, spans: list[tuple[int, int]] | None = None) -> I
         if count < CHUNK:
             return
         after = str(last_key) if kind == "window" else int(last_id)
+
+
+def between(read: Reader, ends: tuple[int, str, int, str], top: int) -> Iterator[Line]:
+    """The lines of the samples whose (rank, key) lies between ``ends`` and whose id is at most
+    ``top``, in key order, a line per read transaction: a window's members before its cut
+    (:mod:`.memberpending`), listed as :func:`lines` lists a cut window's."""
+    after = ""
+    while True:
+        args = (after, *ends, top, CHUNK)
+        with read() as db:
+            if SQL_JSON:
+                count, nbytes, data, _, last_key = db.execute(_PAGE_SQL["ends"], args).fetchone()
+            else:
+                count, nbytes, data, _, last_key = _python_page(db, _PAGED["ends"], args)
+        if count:
+            yield bytes(data), int(count), int(nbytes)
+        if count < CHUNK:
+            return
+        after = str(last_key)
 
 
 _encode = json.JSONEncoder(ensure_ascii=True, separators=(",", ":"), check_circular=False).encode

@@ -53,10 +53,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from epochfs.sidecar.store import memberchain, membersegments, repairlog
+from epochfs.sidecar.store import memberchain, memberpending, membersegments, repairlog
 from epochfs.sidecar.store.hwm import MAX_EPOCH
 from epochfs.sidecar.store.index import Index
 from epochfs.sidecar.store.memberfiles import (
+    AHEAD,
     FORMATS,
     KEPT_META,
     SUFFIX,
@@ -100,7 +101,6 @@ def _parse(path: Path, n: int | str) -> Iterator[Any]:
     count = 0
     with open(path, "rb") as f:
         first = f.readline()
-        digest.update(first)
         try:
             head = json.loads(first)
         except ValueError as e:
@@ -108,6 +108,9 @@ def _parse(path: Path, n: int | str) -> Iterator[Any]:
         if not isinstance(head, dict) or head.get("epochfs_members") not in FORMATS \
                 or head.get("segment" if isinstance(n, str) else "epoch") != n:
             raise _Damaged(f"not the members file of {'segment' if isinstance(n, str) else 'epoch'} {n}")
+        ahead = head.get("epochfs_members") == AHEAD  # its first line hashed apart (rewritten at the cut)
+        if not ahead:
+            digest.update(first)
         yield head
         for number, line in enumerate(f, start=2):
             if line.startswith(b"{"):
@@ -115,7 +118,8 @@ def _parse(path: Path, n: int | str) -> Iterator[Any]:
                     end = json.loads(line)
                 except ValueError as e:
                     raise _Damaged(f"bad last line ({e})") from None
-                if end.get("end") != count or end.get("sha256") != digest.hexdigest():
+                if end.get("end") != count or end.get("sha256") != digest.hexdigest() or (
+                        ahead and end.get("head_sha256") != hashlib.sha256(first).hexdigest()):
                     raise _Damaged("its count or checksum does not match its lines")
                 if f.read(1):
                     raise _Damaged("lines after its last line")
@@ -327,6 +331,7 @@ def rebuild(ix: Index, root: Path) -> Rebuilt:
     # (:mod:`.membersegments`).
     membersegments.tidy(root, None, active=False)
     membersegments.clear(root, above=top)
+    memberpending.clear(root)  # written against the old index's ids and totals
     if done.remembered:
         log.warning("%d restored sample(s) wait for their repair or are lost, as before the index "
                     "was damaged (%s): marked so again", done.remembered, repairlog.path_of(root))
