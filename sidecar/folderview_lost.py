@@ -40,16 +40,16 @@ from pathlib import Path
 
 from epochfs.sidecar.store import Store
 from epochfs.sidecar.store.integrity import LostDigest
-from epochfs.sidecar.store.objects import fsync_dir
 from epochfs.torchclient.layout import epoch_name, parse_epoch_name
 from epochfs.torchclient.lost import LOST_NAME, is_placeholder, placeholder_target
+from epochfs.torchclient.publish import TEMP_PREFIX, fsync_dir, temp_path
 
 log = logging.getLogger("epochfs.folderview")
 
 LOG_LINES = 10
 """Newly lost samples logged one by one in a change; the rest are counted in one line."""
 
-SCRATCH_PREFIX = ".epochfs-lost-"
+SCRATCH_PREFIX = f"{TEMP_PREFIX}lost-"
 """The folder where placeholders are made before their rename: one of the publisher's temporary
 names (``TEMP_PREFIX``), so readers skip it and recovery removes it after a kill."""
 
@@ -100,7 +100,7 @@ class LostRecord:
         if not todo:
             self._placed = visible
             return
-        scratch = folder / f"{SCRATCH_PREFIX}{os.getpid()}-{secrets.token_hex(4)}"
+        scratch = temp_path(folder, SCRATCH_PREFIX, "placeholders")
         os.mkdir(scratch, 0o700)
         try:
             for n in todo:
