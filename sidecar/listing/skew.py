@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 
 from epochfs.sidecar.listing.segments import Segment, SpanState
@@ -17,7 +18,8 @@ def listing_skew(spans: Sequence[SpanState], left_of: Callable[[SpanState, Segme
     does; 1: disjoint). The pieces: each open segment (its listed keys, its estimate) and what
     each span has finished (listed whole), of the spans reached. A segment's keys are its first
     ones, so this is the spread at the pieces' scale; the fetch order's pace slows while it is
-    high (:mod:`epochfs.sidecar.sampler.order`). Spans not reached yet are left out: the
+    high (:mod:`epochfs.sidecar.sampler.order`), divided by a random sample's spread over the top
+    folders (:func:`random_spread`, in units of ten folders'). Spans not reached yet are left out: the
     first round of pages waits for them (``FIRST_ROUND_WAIT``), and counted, thousands of
     folders of a page each held the pace at its floor for the whole first round (5,000
     folders of 20 keys: 24-28 samples in 12 s, 660-710 without).
@@ -60,7 +62,49 @@ def listing_skew(spans: Sequence[SpanState], left_of: Callable[[SpanState, Segme
     # (2,900 by 10 s) kept every later epoch 3.6-5.3x a random sample's mix. A stream read in
     # key order (``streams_in_key_order``) is counted alike until its end: what is read of an
     # S3 Inventory's data file is its first keys, whatever its estimate says.
-    return max(unbounded / listed, 0.5 * sum(abs(k / listed - n / total) for k, n in pieces))
+    tv = 0.5 * sum(abs(k / listed - n / total) for k, n in pieces)
+    return max(unbounded / listed, tv / max(1.0, random_spread(spans) / TEN_FOLDERS))
 
 
-__all__ = ["listing_skew"]
+TEN_FOLDERS = 1.2
+"""A uniform random sample's spread (:func:`random_spread`) over ten equal folders: the scale the
+fetch order's cap is set at (``FAIR_SPREAD``)."""
+
+
+def random_spread(spans: Sequence[SpanState]) -> float:
+    """How far a uniform random sample of n keys is from the mix of the top folders the reached
+    spans lie in, times sqrt(n): the sum over those folders of sqrt(p (1 - p) / 2 pi), p a
+    folder's estimated share (its spans' keys listed and estimated left). About 1.2 over ten
+    equal folders, 12.6 over a thousand, 0 over one. Top folders, not spans: the spans of a
+    nested key space are its sub-folders (200 under 10 top folders), and divided by their spread
+    its epochs were 1.5-2.2x a random sample's top-folder mix where undivided 0.5-1.35x.
+
+    :func:`listing_skew` divides its distance by this over :data:`TEN_FOLDERS` (at least 1): the
+    fetch order caps the samples at ``(FAIR_SPREAD / skew) ** 2``, which keeps an epoch within
+    about twice a random sample's distance over ten folders, and a random sample over a thousand
+    is ten times as far. Undivided, 1M keys in 1,000 equal folders, listed 0.1-0.26 from their mix
+    (pages of up to a fifth of a folder, in waves), held the epochs at 3-21 samples for 30 s
+    where about 12,000 were as fair as a random sample allows (docs/performance.md).
+
+    0 while a range of several folders is being read: its size is a guess from the folders it has
+    reached (a folder of 43% of the keys may be one it has not), so its keys' share of the whole
+    is not known within a random sample's spread. Divided then, 5,000 folders of Zipf sizes as
+    1,024 ranges let 279 samples through at 15 s, 4.25x a random sample's TV, where undivided the
+    cap held them at 1-307 samples until the listing ended, those of 100 or more within 1.44x
+    (docs/performance.md)."""
+    reached = [span for span in spans if span.reached]
+    if any(span.folders[1] - span.folders[0] > 1 and any(s.open for s in span.segments)
+           for span in reached):
+        return 0.0
+    tops: dict[str, float] = {}
+    for span in reached:
+        top = span.prefix.split("/", 1)[0]
+        tops[top] = tops.get(top, 0.0) + span.listed + span.rest
+    sizes = list(tops.values())
+    total = sum(sizes)
+    if total <= 0:
+        return 0.0
+    return sum(math.sqrt(p * (1.0 - p) / (2.0 * math.pi)) for p in (n / total for n in sizes))
+
+
+__all__ = ["TEN_FOLDERS", "listing_skew", "random_spread"]

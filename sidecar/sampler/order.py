@@ -70,7 +70,9 @@ listed ``skew`` away from the dataset's mix is no nearer than ``skew``, so while
 lopsided the walk takes at most ``(FAIR_SPREAD / skew) ** 2`` samples (:func:`skew_cap`): as
 many as keep the epochs within about twice a random sample's distance. The skew is measured over
 the planner's pieces (folders, parts of them), finer than any folder mix, so the cap errs on the
-safe side."""
+safe side; over many folders of known sizes it comes divided by a random sample's spread over
+them in units of ten folders' (:func:`~epochfs.sidecar.listing.skew.random_spread`), as a random
+sample over a thousand folders is ten times as far from their mix as one over ten."""
 OFFERED_EVERY = 1.0
 """Seconds between records of how far the pass has offered the catalog's rows (a restart goes on
 looking for owed rows from there: at most this much of the listing is looked at twice)."""
