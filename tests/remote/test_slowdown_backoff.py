@@ -172,15 +172,18 @@ def test_a_throttled_discovery_page_is_read_again_in_place_not_the_end_of_the_sa
         # Only the throttled page is asked again (the listing's own pages are the planner's: small
         # first pages, pages past the known end; each asked once).
         asked = Counter([*before, throttled, *after])
-        assert asked.pop(throttled) == 3 and asked.pop(("", "", "")) == 2, asked  # the probe, see below
+        assert asked.pop(throttled) == 3 and asked.pop(("", "", "")) == 1, asked  # the probe, see below
         assert set(asked.values()) == {1}, asked
         assert s3.stats.snapshot()["list_pages"] == len(before) + 1 + len(after)
         probe = ("", "", "")
-        assert throttled_at == 2 and before == [probe] and throttled == ("", "/", "")  # a delimiter page
+        # A delimiter page, after the probe's files (a first page of files only is not looked at
+        # for folders again).
+        assert throttled_at == 2 and before == [probe] and throttled[:2] == ("", "/"), throttled
+        assert throttled[2] > "", throttled
         assert after[:2] == [throttled, throttled]  # the same page asked again, twice
-        # The probe page is not asked again (the discovery did not start over): the one after the
-        # discovery is the listing's first page.
-        assert after.count(probe) == 1
+        # The probe page is never asked again: not by the discovery (it did not start over), nor by
+        # the listing, whose first page it is (one span over a flat bucket).
+        assert after.count(probe) == 0
 
 
 def test_a_stop_while_a_throttled_discovery_page_waits_is_a_clean_exit(tmp_path: Path) -> None:
