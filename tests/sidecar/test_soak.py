@@ -200,6 +200,8 @@ class Damage:
     outcome: str = "waiting"  # repaired | evicted | lost (a bug: the remote still has it) | waiting
     taken_out: bool = False  # seen waiting in ``repairs`` (or absent) by the watcher
     taken_out_at: float | None = None  # when the watcher first saw it waiting
+    row: int | None = None  # the sample's row when damaged: another row of its key (same sid) is
+    # a fresh admission after an eviction, not a repair (the soak found one counted as repaired)
 
     def covers(self, t: float) -> bool:
         return self.start - 0.1 <= t <= (self.end if self.end is not None else float("inf")) + DAMAGE_GRACE
@@ -589,7 +591,7 @@ class Chaos:
             self.latest_behind_for = max(self.latest_behind_for, now - behind_since)
 
     # -- damage on the node volume, found by the scrub or by `epochfs verify`, repaired in place
-    def _victim(self, rng: random.Random) -> tuple[str, str, Path] | None:
+    def _victim(self, rng: random.Random) -> tuple[str, str, Path, int] | None:
         """A sample that the newest epoch lists (its manifest, read through the mount), with its
         object file present, not waiting for a repair and not damaged already."""
         try:
@@ -604,13 +606,13 @@ class Chaos:
         for key in keys[:50]:
             if key in busy:
                 continue
-            rows = self._rows("SELECT s.sid FROM samples s WHERE s.key=? AND NOT EXISTS "
+            rows = self._rows("SELECT s.sid, s.id FROM samples s WHERE s.key=? AND NOT EXISTS "
                               "(SELECT 1 FROM repairs r WHERE r.sample = s.id)", (key,))
             if rows:
                 sid = str(rows[0][0])
                 path = self.car.cache / "objects" / object_name(sid)
                 if path.exists():
-                    return key, sid, path
+                    return key, sid, path, int(rows[0][1])
         return None
 
     def damager(self, damages: list[tuple[float, str]], seed: int) -> None:
@@ -632,7 +634,7 @@ class Chaos:
                 if self.stop.wait(0.1):
                     return
                 continue
-            key, sid, path = victim
+            key, sid, path, row = victim
             start = time.time()
             try:
                 if how == "delete":
@@ -643,7 +645,7 @@ class Chaos:
                 continue
             with self.lock:
                 finder = "verify" if kind == "verify" else "scrub"
-                self.damages.append(Damage(start, key, sid, how, finder))
+                self.damages.append(Damage(start, key, sid, how, finder, row=row))
             break
 
     def verify(self) -> None:
@@ -767,7 +769,7 @@ class Chaos:
                                   "WHERE s.sid=?", (d.sid,))
                 if rows is None:
                     continue
-                if not rows:
+                if not rows or (d.row is not None and int(rows[0][0]) != d.row):
                     d.end, d.outcome = now, "evicted"
                     continue
                 lost = rows[0][1]
