@@ -7,10 +7,12 @@ these read ``index.sqlite`` with plain SQL, read-only, beside a running sampler 
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import sqlite3
 import time
 from pathlib import Path
+from typing import Any
 
 from epochfs.sidecar import keyorder
 from epochfs.sidecar.reservations import Reservations
@@ -107,3 +109,10 @@ def restart_as_the_sampler(cache: Path) -> tuple[str, float, RecoveryReport]:
         report = store.recover(integrity="ok")
     return problem, seconds, report
 
+
+def members_head(path: Path) -> dict[str, Any]:
+    """A members file's first line (its epoch's row, its format, its base), parsed."""
+    with open(path, "rb") as f:
+        head = json.loads(f.readline())
+    assert isinstance(head, dict)
+    return head

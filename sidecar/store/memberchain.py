@@ -69,17 +69,22 @@ def head(path: Path) -> Head | None:
     return value if isinstance(value, dict) else None
 
 
-def ends_whole(path: Path) -> bool:
-    """The file ends with its last line (``{"end": ...}``); a cheap look, not the hash check."""
+def _last_line(path: Path) -> bytes | None:
+    """The file's last line when it ends with a whole ``{"end": ...}`` line (read from its tail)."""
     try:
         with open(path, "rb") as f:
             size = f.seek(0, os.SEEK_END)
             f.seek(max(0, size - TAIL))
             tail = f.read()
     except OSError:
-        return False
-    lines = tail.rstrip(b"\n").rsplit(b"\n", 1)
-    return tail.endswith(b"\n") and lines[-1].startswith(b'{"end":')
+        return None
+    last = tail.rstrip(b"\n").rsplit(b"\n", 1)[-1]
+    return last if tail.endswith(b"\n") and last.startswith(b'{"end":') else None
+
+
+def ends_whole(path: Path) -> bool:
+    """The file ends with its last line (``{"end": ...}``); a cheap look, not the hash check."""
+    return _last_line(path) is not None
 
 
 def reference(h: Head) -> dict[str, Any]:
@@ -105,15 +110,8 @@ def span(h: Head) -> tuple[int, int] | None:
 
 def end(path: Path) -> dict[str, Any] | None:
     """A file's last line when it ends whole (None otherwise); a cheap look, not the hash check."""
-    try:
-        with open(path, "rb") as f:
-            size = f.seek(0, os.SEEK_END)
-            f.seek(max(0, size - TAIL))
-            tail = f.read()
-    except OSError:
-        return None
-    last = tail.rstrip(b"\n").rsplit(b"\n", 1)[-1]
-    if not tail.endswith(b"\n") or not last.startswith(b'{"end":'):
+    last = _last_line(path)
+    if last is None:
         return None
     try:
         value = json.loads(last)

@@ -18,11 +18,10 @@ import json
 import random
 import sqlite3
 from pathlib import Path
-from typing import Any
 
 import pytest
 from fuse_helpers import admit, make_objects, open_store
-from store_helpers import epoch_snapshot, restart_as_the_sampler, sid_of
+from store_helpers import epoch_snapshot, members_head, restart_as_the_sampler, sid_of
 
 from epochfs.sidecar.store import INDEX_NAME, CatalogRow, Policy, Schedule, Store, memberfiles, object_name
 from epochfs.sidecar.store.memberfiles import path_of
@@ -36,13 +35,6 @@ POLICY = Policy(capacity=1 << 30, keep_epochs=3, schedule=Schedule(initial=300, 
 @pytest.fixture(autouse=True)
 def _small_limit(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(memberfiles, "AT_CUT", LIMIT)
-
-
-def _head(path: Path) -> dict[str, Any]:
-    with open(path, "rb") as f:
-        head = json.loads(f.readline())
-    assert isinstance(head, dict)
-    return head
 
 
 def _damage(cache: Path) -> None:
@@ -94,13 +86,13 @@ def test_a_big_window_cut_just_before_the_damage_comes_back(tmp_path: Path) -> N
         _written_ahead(store, cache, 0)
         assert store.cut() == 0
         assert pending(cache) == {}, "renamed into place"
-        assert _head(path_of(cache, 0))["epochfs_members"] == memberfiles.AHEAD
+        assert members_head(path_of(cache, 0))["epochfs_members"] == memberfiles.AHEAD
         _written_ahead(store, cache, 1)
         assert store.cut() == 1
         before = epoch_snapshot(store)
         infos = store.epochs()
     assert [len(before[n]) for n in (0, 1)] == [300, 360]
-    assert pending(cache) == {} and _head(path_of(cache, 1))["epochfs_members"] == memberfiles.AHEAD
+    assert pending(cache) == {} and members_head(path_of(cache, 1))["epochfs_members"] == memberfiles.AHEAD
     _damage(cache)
     _, _, report = restart_as_the_sampler(cache)
     assert report.orphans_removed == 40, "only the samples in no epoch, as before"
@@ -125,7 +117,7 @@ def test_a_sample_replaced_in_the_window_since_is_not_listed_from_the_old_file(t
         assert pending(cache) == {}, "stale once its window is cut"
         assert not path_of(cache, 0).exists(), "not from a file that lists another row"
         assert store.write_members() == [0], "the keeper's file, as before"
-        assert _head(path_of(cache, 0))["epochfs_members"] == memberfiles.FORMAT
+        assert members_head(path_of(cache, 0))["epochfs_members"] == memberfiles.FORMAT
         before = epoch_snapshot(store)
     assert victim in {f.path for f in before[0]}
     _damage(cache)
@@ -142,13 +134,13 @@ def test_a_sample_evicted_outside_the_window_leaves_the_file_in_use(tmp_path: Pa
     store, objects = _schedule_store(cache)
     with store:
         _written_ahead(store, cache, 0)
-        members, mark = _member_lines(path_for(cache, 0)), _head(path_for(cache, 0))["mark"]
+        members, mark = _member_lines(path_for(cache, 0)), members_head(path_for(cache, 0))["mark"]
         _drop(cache, next(k for k in sorted(objects) if k not in set(_pending_keys(cache, 0))))
         store.write_members()
         assert _member_lines(path_for(cache, 0)) == members, "still holds: not written again"
-        assert _head(path_for(cache, 0))["mark"] == [mark[0] - 1, mark[1]], "a mark that holds again"
+        assert members_head(path_for(cache, 0))["mark"] == [mark[0] - 1, mark[1]], "a mark that holds again"
         assert store.cut() == 0
-        assert _head(path_of(cache, 0))["epochfs_members"] == memberfiles.AHEAD
+        assert members_head(path_of(cache, 0))["epochfs_members"] == memberfiles.AHEAD
         before = epoch_snapshot(store)
     _damage(cache)
     restart_as_the_sampler(cache)
@@ -225,7 +217,7 @@ def test_the_first_line_rewritten_at_the_cut_is_checked_by_the_rebuild(tmp_path:
         assert store.cut() == 0
     p = path_of(cache, 0)
     data = p.read_bytes()
-    head = _head(p)
+    head = members_head(p)
     p.write_bytes(data.replace(f'"samples":{head["samples"]}'.encode(), f'"samples":{head["samples"] + 1}'
                                .encode(), 1))
     _damage(cache)

@@ -22,7 +22,7 @@ from typing import Any
 
 import pytest
 from fuse_helpers import admit, make_objects, open_store
-from store_helpers import epoch_snapshot, restart_as_the_sampler
+from store_helpers import epoch_snapshot, members_head, restart_as_the_sampler
 
 from epochfs.sidecar.store import INDEX_NAME, Store, memberfiles, membersegments, object_name
 from epochfs.sidecar.store.memberfiles import path_of
@@ -34,13 +34,6 @@ LIMIT = 100
 @pytest.fixture(autouse=True)
 def _small_limit(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(memberfiles, "AT_CUT", LIMIT)
-
-
-def _head(path: Path) -> dict[str, Any]:
-    with open(path, "rb") as f:
-        head = json.loads(f.readline())
-    assert isinstance(head, dict)
-    return head
 
 
 def _own(path: Path) -> int:
@@ -108,7 +101,7 @@ def test_a_first_epoch_above_the_limit_is_written_at_its_cut(tmp_path: Path) -> 
         assert store.cut() == 0
         before = epoch_snapshot(store)
     assert len(before[0]) == 180
-    head = _head(path_of(cache, 0))
+    head = members_head(path_of(cache, 0))
     assert head["epochfs_members"] == memberfiles.SEGMENTED
     assert head["base"]["segment"] == _segments(cache)[-1] and head["base_span"] == [1, 120]
     assert _own(path_of(cache, 0)) == 60, "the cut listed only what the segments do not"
@@ -136,7 +129,7 @@ def test_a_rebuild_removes_the_segments_above_its_newest_epoch(tmp_path: Path) -
         _admit_in_rounds(store, objects, keys[110:], [60, 60])
         admit(store, {k: objects[k] for k in keys[230:]})
         assert store.cut() == 1
-        head = _head(path_of(cache, 1))
+        head = members_head(path_of(cache, 1))
         assert head["base"]["segment"] == _segments(cache)[-1] and head["base_span"] == [1, 170]
         before = epoch_snapshot(store)
     assert len(before[1]) == 50 + 190
@@ -159,14 +152,14 @@ def test_an_epoch_cut_after_more_than_the_limit_is_written_at_its_cut(
         assert store.cut() == 0
         _admit_in_rounds(store, objects, keys[50:], [60, 60, 60, 60, 60, 30])
         names = _segments(cache)
-        top = _head(membersegments.segments(cache)[names[-1]])
+        top = members_head(membersegments.segments(cache)[names[-1]])
         assert top["anchor"]["epoch"] == 0 and top["depth"] <= depth
         if depth == 2:
             assert top["own"] == [51, 350], "compacted: one link over everything since epoch 0"
         assert store.cut() == 1
         before = epoch_snapshot(store)
     assert [len(before[n]) for n in (0, 1)] == [50, 380]
-    head = _head(path_of(cache, 1))
+    head = members_head(path_of(cache, 1))
     assert head["base"]["segment"] == names[-1] and head["base_span"] == [1, 350]
     assert _own(path_of(cache, 1)) == 30
     _restores(cache, before)
@@ -187,12 +180,12 @@ def test_a_segment_with_a_sample_dropped_is_not_chained_onto(tmp_path: Path) -> 
         _admit_in_rounds(store, objects, keys[50:], [60, 60])
         admit(store, {k: objects[k] for k in keys[170:180]})
         first, second = _segments(cache)
-        assert _head(membersegments.segments(cache)[second])["own"] == [111, 170]
+        assert members_head(membersegments.segments(cache)[second])["own"] == [111, 170]
         _drop(cache, 150)
         assert store.cut() == 1
         before = epoch_snapshot(store)
         assert len(before[1]) == 179
-        head = _head(path_of(cache, 1))
+        head = members_head(path_of(cache, 1))
         assert head["base"]["segment"] == first and head["base_span"] == [1, 110]
         assert _own(path_of(cache, 1)) == 69, "111-180 but the dropped sample, listed by the cut"
 
@@ -203,7 +196,7 @@ def test_a_segment_with_a_sample_dropped_is_not_chained_onto(tmp_path: Path) -> 
         assert store.cut() == 2
         assert not path_of(cache, 2).exists(), "no segment it may chain on: the keeper's"
         assert store.write_members() == [2]
-        assert "base" not in _head(path_of(cache, 2)), "written whole"
+        assert "base" not in members_head(path_of(cache, 2)), "written whole"
         before = epoch_snapshot(store)
     _restores(cache, before)
 
@@ -223,7 +216,7 @@ def test_a_damaged_segment_refuses_the_epochs_chained_through_it(tmp_path: Path,
         assert store.cut() == 1
         before = epoch_snapshot(store)
     low = membersegments.segments(cache)[_segments(cache)[0]]
-    assert _head(path_of(cache, 1))["base"]["segment"] == _segments(cache)[-1]
+    assert members_head(path_of(cache, 1))["base"]["segment"] == _segments(cache)[-1]
     if how == "damaged":
         low.write_bytes(low.read_bytes().replace(b"train/", b"trAin/", 1))
     else:
@@ -249,10 +242,10 @@ def test_the_keeper_rewrites_a_file_chained_on_segments_and_they_go(tmp_path: Pa
         _admit_in_rounds(store, objects, keys[50:], [60, 60])
         assert store.cut() == 1
         used = set(_segments(cache))
-        assert len(used) == 2 and "segment" in _head(path_of(cache, 1))["base"]
+        assert len(used) == 2 and "segment" in members_head(path_of(cache, 1))["base"]
         before = epoch_snapshot(store)
         at = 170 + _admit_in_rounds(store, objects, keys[170:], [60])
-        assert "base" not in _head(path_of(cache, 1)), "rewritten whole"
+        assert "base" not in members_head(path_of(cache, 1)), "rewritten whole"
         above = set(_segments(cache)) - used
         assert len(above) == 1
         store.write_members()
@@ -262,13 +255,13 @@ def test_the_keeper_rewrites_a_file_chained_on_segments_and_they_go(tmp_path: Pa
         at += _admit_in_rounds(store, objects, keys[at:], [60])
         admit(store, {k: objects[k] for k in keys[at:at + 10]})
         assert store.cut() == 2
-        assert "segment" in _head(path_of(cache, 2))["base"]
+        assert "segment" in members_head(path_of(cache, 2))["base"]
         assert store.retire(now=10**10) == [0, 1]
         admit(store, {k: objects[k] for k in keys[at + 10:at + 20]})
         assert store.cut() == 3
-        assert _head(path_of(cache, 3))["base"]["epoch"] == 2
+        assert members_head(path_of(cache, 3))["base"]["epoch"] == 2
         assert store.retire(now=10**10) == [2]
         for _ in range(3):
             store.write_members()
-        assert "base" not in _head(path_of(cache, 3)), "rewritten whole: its base retired"
+        assert "base" not in members_head(path_of(cache, 3)), "rewritten whole: its base retired"
         assert _segments(cache) == [] and not list(cache.glob("epochs/*.base")), "nothing left"
