@@ -29,6 +29,7 @@ import contextlib
 import hashlib
 import json
 import os
+import re
 import sqlite3
 import threading
 import time
@@ -129,6 +130,16 @@ SQL_JSON = _has_json()
 
 def folder(root: Path) -> Path:
     return root / MEMBERS_DIR
+
+
+def matching(root: Path, pattern: re.Pattern[str]) -> list[tuple[re.Match[str], Path]]:
+    """The files of ``root``'s ``epochs/`` folder whose names match ``pattern``, with the match
+    (none when the folder is missing): the segments' and the pending files' one listing."""
+    try:
+        names = os.listdir(folder(root))
+    except FileNotFoundError:
+        return []
+    return [(m, folder(root) / name) for name in names if (m := pattern.match(name))]
 
 
 def path_of(root: Path, n: int) -> Path:

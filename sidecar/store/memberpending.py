@@ -65,6 +65,7 @@ from epochfs.sidecar.store.memberformat import (
     SUFFIX,
     between,
     folder,
+    matching,
     path_of,
 )
 from epochfs.sidecar.store.objects import fsync_dir
@@ -88,11 +89,7 @@ def path_for(root: Path, n: int) -> Path:
 
 def pending(root: Path) -> dict[int, Path]:
     """The pending files in ``root``'s ``epochs/`` folder by epoch number."""
-    try:
-        names = os.listdir(folder(root))
-    except FileNotFoundError:
-        return {}
-    return {int(m.group(1)): folder(root) / name for name in names if (m := _NAME.match(name))}
+    return {int(m.group(1)): path for m, path in matching(root, _NAME)}
 
 
 def clear(root: Path, *, keep: int | None = None) -> int:

@@ -59,7 +59,16 @@ from typing import Any
 
 from epochfs.sidecar.store import memberchain
 from epochfs.sidecar.store.index import Index, Meta
-from epochfs.sidecar.store.memberformat import BASE_SUFFIX, SEGMENTED, SUFFIX, fill, folder, path_of, present
+from epochfs.sidecar.store.memberformat import (
+    BASE_SUFFIX,
+    SEGMENTED,
+    SUFFIX,
+    fill,
+    folder,
+    matching,
+    path_of,
+    present,
+)
 from epochfs.sidecar.store.memberformat import PREFIX as EPOCH_PREFIX
 from epochfs.sidecar.store.objects import fsync_dir
 
@@ -89,11 +98,7 @@ def path_for(root: Path, lo: int, hi: int) -> Path:
 
 def segments(root: Path) -> dict[str, Path]:
     """The segment files in ``root``'s ``epochs/`` folder by name (without the suffix)."""
-    try:
-        names = os.listdir(folder(root))
-    except FileNotFoundError:
-        return {}
-    return {name[:-len(SUFFIX)]: folder(root) / name for name in names if _NAME.match(name)}
+    return {path.name[:-len(SUFFIX)]: path for _, path in matching(root, _NAME)}
 
 
 def _heads(root: Path) -> dict[str, tuple[Path, dict[str, Any]]]:
