@@ -699,20 +699,7 @@ class Chaos:
                     with contextlib.suppress(OSError):
                         lines = (self.car.mount / ".epochfs" / f"epoch-{n}.manifest").read_text().split("\n")
                         keys_of[n] = {line.split("\t")[0] for line in lines[1:] if line}
-                # A repair's bytes are in place just before its commit counts it: the counters
-                # are taken once they count every repair seen (the soak found one repair's count
-                # lost with the index, taken 70 ms before its commit).
-                repaired = sum(1 for d in self.damages if d.outcome == "repaired")
-                counted = sum(ep.counters.get("repaired_total", 0)
-                              for ep in self.index_damages if ep.rebuilt)
-                deadline = time.time() + 10
-                while True:
-                    counters = {str(k): int(v)
-                                for k, v in self._rows("SELECT name, value FROM counters") or []}
-                    if counters.get("repaired_total", 0) + counted >= repaired or time.time() > deadline:
-                        break
-                    if self.stop.wait(0.05):
-                        return
+                counters = {str(k): int(v) for k, v in self._rows("SELECT name, value FROM counters") or []}
                 with self.proxy.lock:
                     gets_before = dict(self.proxy.gets)
                 resets_before = self.car.log_text().count("and replaced by a fresh one")
