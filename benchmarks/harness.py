@@ -1,20 +1,25 @@
 """What the benchmarks share: dependencies, processes, mounts, a local S3 server, CPU and timing
 accounting, scratch folders and the printing of tables and ratios.
 
-- **Dependencies**: a missing Python module or program stops a benchmark at once with exit status 2
-  and a line naming what to install (``pip install 'epochfs[bench]'``, or the system package).
+- **Dependencies** (:mod:`._dependencies`, its names re-exported here): a missing Python module or
+  program stops a benchmark at once with exit status 2 and a line naming what to install (``pip
+  install 'epochfs[bench]'``, or the system package).
 - **Processes**: :func:`running` starts a command (its output in a log file, or discarded), waits
   until ``ready()`` holds (failing early, with the log's tail, when the process exits or the time is
   up), and on the way out always calls :func:`stop`: SIGTERM, a wait, SIGKILL if it is still there,
   then a lazy unmount of whatever it left mounted.
 - **S3**: :func:`moto_server` runs moto on a free port of 127.0.0.1 for a ``with`` block; the
   credentials, clients, uploads and rclone settings that reach it are here too.
-- **Accounting**: CPU seconds of this process, its reaped children or any process (from /proc),
-  :func:`timed`, :func:`mb_per_s` (decimal MB, 1e6 bytes, in every benchmark) and :class:`Rates`.
+- **Accounting** (:mod:`._accounting`, its names re-exported here): CPU seconds of this process, its
+  reaped children or any process (from /proc), :func:`timed`, :func:`mb_per_s` (decimal MB, 1e6
+  bytes, in every benchmark) and :class:`Rates`.
 - **Scratch**: :func:`work_dir`, a temp folder or a fixed one, emptied before and removed after, with
   any mount left below it detached first.
 - **Output**: :class:`Table` (a header and rows from one list of column formats) and :func:`times`,
-  the ``0.97x`` of every ratio printed.
+  the ``0.97x`` of every ratio printed (:mod:`._output`, re-exported here), and the files a
+  benchmark writes (:func:`write_results`, :func:`write_plot`, ``--plot``'s :data:`PLOT_HELP`).
+
+Every benchmark calls all of these as ``harness.<name>``: one import for what they share.
 
 Standard library and ``epochfs.fuse.mounting`` (no mfusepy) only: boto3 is imported when used.
 """
@@ -23,11 +28,8 @@ from __future__ import annotations
 
 import concurrent.futures
 import contextlib
-import importlib.util
 import json
 import os
-import re
-import resource
 import shutil
 import signal
 import socket
@@ -39,17 +41,21 @@ import urllib.request
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, NoReturn, TypeVar
+from typing import Any
 
+from epochfs.benchmarks._accounting import Rates as Rates
+from epochfs.benchmarks._accounting import children_cpu as children_cpu
+from epochfs.benchmarks._accounting import cpu_seconds as cpu_seconds
+from epochfs.benchmarks._accounting import mb_per_s as mb_per_s
+from epochfs.benchmarks._accounting import self_cpu as self_cpu
+from epochfs.benchmarks._accounting import timed as timed
+from epochfs.benchmarks._dependencies import fail as fail
+from epochfs.benchmarks._dependencies import missing_module as missing_module
+from epochfs.benchmarks._dependencies import program as program
+from epochfs.benchmarks._dependencies import require as require
+from epochfs.benchmarks._output import Table as Table
+from epochfs.benchmarks._output import times as times
 from epochfs.fuse.mounting import canonical, find_mount, is_dead, lazy_unmount, mount_table
-
-T = TypeVar("T")
-
-INSTALL = "pip install 'epochfs[bench]'"
-"""What brings every Python dependency of the benchmarks (pyproject.toml's ``bench`` extra)."""
-
-DISTRIBUTION = {"moto": "moto[server]", "flask": "moto[server]", "flask_cors": "moto[server]"}
-"""The requirement that provides an import name, where the two differ."""
 
 PYTHON = [sys.executable, "-P"]
 """This Python for the processes a benchmark starts, with nothing imported from the working folder
@@ -57,10 +63,6 @@ PYTHON = [sys.executable, "-P"]
 
 EPOCHFS = [*PYTHON, "-m", "epochfs.sidecar.cli"]
 """The ``epochfs`` command of this installation."""
-
-PROGRAM_SOURCE = {"epochfs": "pip install epochfs", "s5cmd": INSTALL, "rclone": "apt-get install rclone",
-                  "s3fs": "apt-get install s3fs"}
-"""Where each program the benchmarks run comes from (``make bench`` installs the system ones)."""
 
 
 PLOT_HELP = "also draw the results into this PNG (matplotlib: pip install 'epochfs[bench]')"
@@ -85,43 +87,6 @@ def write_plot(path: Path | None, kind: str, rows: Sequence[Mapping[str, Any]]) 
         from epochfs.benchmarks import _plots
 
         _plots.write(kind, rows, path)
-
-
-# ---------------------------------------------------------------------------------- dependencies
-def fail(message: str) -> NoReturn:
-    """Stop the benchmark: ``message`` on stderr, exit status 2 (what ``epochfs`` uses for setup errors)."""
-    print(f"epochfs bench: {message}", file=sys.stderr, flush=True)
-    raise SystemExit(2)
-
-
-def _installed(module: str) -> bool:
-    try:
-        return importlib.util.find_spec(module) is not None
-    except (ImportError, ValueError):  # a parent package missing, or a module without a spec
-        return False
-
-
-def require(*modules: str) -> None:
-    """Fail, naming the extra, unless every module (import name) is installed."""
-    missing = sorted({DISTRIBUTION.get(m, m) for m in modules if not _installed(m)})
-    if missing:
-        fail(f"needs {', '.join(missing)}, not installed here: {INSTALL}")
-
-
-def missing_module(error: ModuleNotFoundError) -> NoReturn:
-    """For a benchmark's guarded imports: ``except ModuleNotFoundError as e: harness.missing_module(e)``."""
-    name = (error.name or str(error)).split(".")[0]
-    if name == "epochfs":
-        raise error  # a module of epochfs itself: a broken installation, not a missing dependency
-    fail(f"needs {DISTRIBUTION.get(name, name)}, not installed here: {INSTALL}")
-
-
-def program(name: str) -> str:
-    """The path of a program: this Python's own bin folder first (pip puts s5cmd there), then PATH."""
-    found = shutil.which(name, path=str(Path(sys.executable).parent)) or shutil.which(name)
-    if found is None:
-        fail(f"needs the program {name}, not found: {PROGRAM_SOURCE.get(name, 'install it')}")
-    return found
 
 
 # ---------------------------------------------------------------------------------- processes
@@ -346,78 +311,3 @@ def put_objects(endpoint: str, bucket: str, count: int, item: Callable[[int], tu
 
     with concurrent.futures.ThreadPoolExecutor(threads) as pool:
         return sum(pool.map(put, range(count)))
-
-
-# ---------------------------------------------------------------------------------- accounting
-def cpu_seconds(pid: int | None, *, children: bool = True) -> float:
-    """utime + stime of a process from /proc, with ``children`` those of its reaped children too
-    (nan without a pid; OSError once the process is gone)."""
-    if pid is None:
-        return float("nan")
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    ticks = sum(int(x) for x in fields[11:(15 if children else 13)])
-    return ticks / os.sysconf("SC_CLK_TCK")
-
-
-def self_cpu() -> float:
-    """User + system CPU seconds of this process (all its threads)."""
-    usage = resource.getrusage(resource.RUSAGE_SELF)
-    return usage.ru_utime + usage.ru_stime
-
-
-def children_cpu() -> float:
-    """User + system CPU seconds of this process's terminated and waited-for children."""
-    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return usage.ru_utime + usage.ru_stime
-
-
-def timed(fn: Callable[[], T]) -> tuple[T, float]:
-    """``fn()`` and the seconds it took (``time.perf_counter``)."""
-    started = time.perf_counter()
-    value = fn()
-    return value, time.perf_counter() - started
-
-
-def mb_per_s(nbytes: float, seconds: float) -> float:
-    """Decimal megabytes (1e6 bytes) per second."""
-    return nbytes / seconds / 1e6
-
-
-class Rates:
-    """For a result class (a dataclass with ``bytes`` and ``seconds`` fields): its rates."""
-
-    bytes: int
-    seconds: float
-
-    @property
-    def mb_per_s(self) -> float:
-        return mb_per_s(self.bytes, self.seconds)
-
-    def per_s(self, count: float) -> float:
-        return count / self.seconds
-
-
-# ---------------------------------------------------------------------------------- output
-def times(ratio: float) -> str:
-    """A ratio as every benchmark prints it: ``0.97x``."""
-    return f"{ratio:.2f}x"
-
-
-class Table:
-    """Rows of values under a header, columns joined by one space. Each column is (title, format
-    spec of its values: ``8s``, ``>9.2f``, ``9.0%``); a title takes its column's width and alignment
-    (the spec's, else left for text and right for numbers, as format() aligns values)."""
-
-    def __init__(self, *columns: tuple[str, str]) -> None:
-        self.columns = columns
-
-    def header(self) -> str:
-        heads = []
-        for title, spec in self.columns:
-            m = re.fullmatch(r"([<>^]?)(\d*).*?([a-z%]?)", spec)
-            align, width, kind = m.groups() if m else ("", "", "")
-            heads.append(f"{title:{align or ('<' if kind == 's' else '>')}{width}}")
-        return " ".join(heads)
-
-    def row(self, *values: object) -> str:
-        return " ".join(f"{v:{spec}}" for (_, spec), v in zip(self.columns, values, strict=True))

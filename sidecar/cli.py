@@ -1,5 +1,9 @@
 """The ``epochfs`` command line: one sub-command per job, each a thin wrapper over a module.
 
+Here: the parser, ``main`` and the commands that start a process (sample, mount, publish, sidecar,
+webhook) or undo one (unmount). The commands on a cache folder are :mod:`.cli_cache`, ``epochfs
+index`` is :mod:`.cli_index` and ``epochfs bench`` :mod:`.cli_bench`.
+
 Heavy modules (fsspec, mfusepy, prometheus) are imported inside the handlers so that ``epochfs
 status`` stays fast and works where only the cache folder is present.
 
@@ -21,9 +25,9 @@ from typing import cast
 
 import epochfs
 from epochfs.fuse.errors import MountError
-from epochfs.sidecar import config, redact, volumes
+from epochfs.sidecar import cli_bench, cli_cache, cli_index, config, redact, volumes
 from epochfs.sidecar.remote.registry import HELP as REMOTE_HELP
-from epochfs.sidecar.store import Store, StoreError
+from epochfs.sidecar.store import StoreError
 
 log = logging.getLogger("epochfs")
 
@@ -68,165 +72,6 @@ def _cmd_unmount(ns: argparse.Namespace) -> int:
     from epochfs.fuse.mounting import unmount_stale
 
     return unmount_stale(Path(ns.mount))
-
-
-def _cmd_cut(ns: argparse.Namespace) -> int:
-    settings = config.from_args(config.CacheSettings, ns)
-    volumes.check_cache(settings.cache, create=False)
-    with Store(settings.cache) as store:
-        try:
-            n = store.cut(ns.epoch, force=ns.force, far=ns.far)
-        except ValueError as e:
-            raise config.ConfigError(f"--epoch: {e}") from None
-        if n is None:
-            stats = store.stats()
-            print(
-                f"epochfs: cannot cut yet: {stats.samples} sample(s) complete, "
-                f"condition not met (use --force to cut what is there)",
-                file=sys.stderr,
-            )
-            return 1
-        print(n)
-    return 0
-
-
-def _cmd_relist(ns: argparse.Namespace) -> int:
-    """Ask the running sampler of a cache for a relist (it looks within a second)."""
-    settings = config.from_args(config.CacheSettings, ns)
-    volumes.check_cache(settings.cache, create=False)
-    with Store(settings.cache) as store:
-        n = store.listings().request_relist()
-    print(f"relist {n} requested: the running sampler lists the remote again in the background")
-    return 0
-
-
-def _cmd_index(ns: argparse.Namespace) -> int:
-    """List a remote once (in parallel) into an index file that sidecars read with --index."""
-    from epochfs.sidecar.confparse import _positive_int, _remote
-    from epochfs.sidecar.listing.indexfile import write_index
-    from epochfs.sidecar.remote import RemoteError, open_remote
-
-    try:
-        url = _remote(ns.remote)
-    except ValueError as e:
-        raise config.ConfigError(f"REMOTE: {e}") from None
-    try:
-        threads = _positive_int(ns.list_threads)
-    except ValueError as e:
-        raise config.ConfigError(f"--list-threads: {e}") from None
-    _check_local_out(ns.out)
-    try:
-        remote = open_remote(url, endpoint_url=ns.endpoint_url)
-    except RemoteError as e:
-        raise config.ConfigError(f"REMOTE: {e}") from None
-    from epochfs.sidecar.progressbar import Progress
-
-    bar = Progress("index:", out=sys.stderr, unit="spans")  # a bar on a terminal, else log lines
-    try:
-        count = write_index(remote, ns.out, threads=threads, endpoint_url=ns.endpoint_url, progress=bar,
-                            plain=not _gzipped_name(ns.out), order=ns.order)
-    except (RemoteError, OSError) as e:  # the remote, or writing --out: one line, no traceback
-        print(redact.redact(f"epochfs index: {e}"), file=sys.stderr)
-        return 1
-    finally:
-        remote.close()
-    print(count)
-    return 0
-
-
-def _check_local_out(out: str) -> None:
-    """Refuse a local ``--out`` that cannot be written before the listing runs (it ran to its end,
-    minutes on a large bucket, then failed with a traceback; and a missing folder was made):
-    a folder, a path under a missing or read-only folder."""
-    if "://" in out and not out.startswith("file://"):
-        return  # a remote URL: its store says at the upload
-    path = Path(out.removeprefix("file://")).expanduser()
-    if path.is_dir():
-        raise config.ConfigError(f"--out {out}: is a folder; name the index file ({path}/index.jsonl.gz)")
-    parent = path.parent
-    if not parent.is_dir():
-        raise config.ConfigError(f"--out {out}: the folder {parent} does not exist")
-    import tempfile
-
-    try:  # a file made and removed: as root os.access says yes to /proc and to read-only mounts
-        with tempfile.NamedTemporaryFile(dir=parent, prefix=".epochfs-index-probe-"):
-            pass
-    except OSError as e:
-        raise config.ConfigError(f"--out {out}: cannot write in {parent}: {e.strerror}") from None
-
-
-def _gzipped_name(out: str) -> bool:
-    """Whether ``epochfs index --out`` names a gzip file (its path ends in ``.gz``; a URL's query
-    is not part of the name)."""
-    from urllib.parse import urlparse
-
-    path = urlparse(out).path if "://" in out else out
-    return path.endswith(".gz")
-
-
-def _cmd_verify(ns: argparse.Namespace) -> int:
-    settings = config.from_args(config.CacheSettings, ns)
-    volumes.check_cache(settings.cache, create=False)
-    from epochfs.sidecar.scrub import run_verify
-
-    return run_verify(settings.cache, as_json=ns.json, quarantine=not ns.report_only,
-                      progress_every=ns.progress_seconds)
-
-
-def _cmd_status(ns: argparse.Namespace) -> int:
-    from epochfs.sidecar.status import run_status
-
-    if ns.cache:
-        volumes.check_cache(Path(ns.cache), create=False)
-    return run_status(
-        cache=Path(ns.cache) if ns.cache else None,
-        mount=Path(ns.mount) if ns.mount else None,
-        as_json=ns.json,
-        watch=ns.watch,
-        interval=ns.interval,
-    )
-
-
-DEFAULT_BENCHMARKS = ("fetch", "mount", "loader")
-"""What ``epochfs bench`` runs without names (served_opens needs fanotify: named, it runs too)."""
-NOT_BENCHMARKS = frozenset({"harness", "synthetic_s3"})  # helpers, not benchmarks
-
-
-def installed_benchmarks() -> list[str] | None:
-    """The modules of ``epochfs.benchmarks`` that are benchmarks, found without importing any of them
-    (nothing in the product imports that package); None where it is not installed (the image)."""
-    import importlib.util
-    import pkgutil
-
-    spec = importlib.util.find_spec("epochfs.benchmarks")
-    if spec is None or spec.submodule_search_locations is None:
-        return None
-    return sorted(m.name for m in pkgutil.iter_modules(spec.submodule_search_locations)
-                  if not m.name.startswith("_") and m.name not in NOT_BENCHMARKS)
-
-
-def _cmd_bench(ns: argparse.Namespace) -> int:
-    """Run each benchmark as ``python -m epochfs.benchmarks.<name>``, one process each."""
-    import subprocess
-
-    known = installed_benchmarks()
-    if not known:
-        raise config.ConfigError(
-            "this installation of epochfs holds no benchmarks (the sidecar image leaves them out): "
-            "install the epochfs package with its bench extra, pip install 'epochfs[bench]', "
-            "or use a source checkout"
-        )
-    names = ns.names or [n for n in DEFAULT_BENCHMARKS if n in known]
-    for name in names:
-        if name not in known:
-            raise config.ConfigError(f"unknown benchmark {name!r} (known: {', '.join(known)})")
-    status = 0
-    for name in names:
-        print(f"== epochfs bench {name}", flush=True)
-        # -P: nothing is imported from the working folder, wherever the command runs.
-        command = [sys.executable, "-P", "-m", f"epochfs.benchmarks.{name}", *ns.args]
-        status = max(status, subprocess.run(command).returncode)
-    return status
 
 
 def _cmd_webhook(ns: argparse.Namespace) -> int:
@@ -330,13 +175,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--far", action="store_true",
                    help="allow --epoch more than 1,000 above the next epoch (refused otherwise: most often "
                         "a step count passed as the epoch); never above 536,870,910")
-    p.set_defaults(func=_cmd_cut)
+    p.set_defaults(func=cli_cache.cmd_cut)
 
     p = sub.add_parser("relist", parents=[common],
                        help="ask the running sampler of a cache to list the remote again (new and "
                             "deleted keys), in the background")
     config.add_arguments(p, config.CacheSettings)
-    p.set_defaults(func=_cmd_relist)
+    p.set_defaults(func=cli_cache.cmd_relist)
 
     p = sub.add_parser("index", parents=[common],
                        help="list a remote once, in parallel, into an index file that sidecars read "
@@ -352,7 +197,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="the records' order: shuffled (default; every part of the index a sidecar "
                         "has read is a uniform sample of the dataset, so its first epochs are fair) "
                         "or sorted (key order: the first epochs are the first folders)")
-    p.set_defaults(func=_cmd_index)
+    p.set_defaults(func=cli_index.cmd_index)
 
     p = sub.add_parser(
         "verify", parents=[common],
@@ -365,7 +210,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="change nothing: report damaged objects without quarantining them")
     p.add_argument("--progress-seconds", type=float, default=5.0,
                    help="seconds between progress lines on stderr (0: none)")
-    p.set_defaults(func=_cmd_verify)
+    p.set_defaults(func=cli_cache.cmd_verify)
 
     p = sub.add_parser("status", parents=[common], help="occupancy, epochs and rates of a cache or mount")
     where = p.add_mutually_exclusive_group(required=True)
@@ -374,22 +219,22 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.add_argument("--watch", action="store_true", help="refresh in place until interrupted")
     p.add_argument("--interval", type=float, default=2.0, help="seconds between refreshes")
-    p.set_defaults(func=_cmd_status)
+    p.set_defaults(func=cli_cache.cmd_status)
 
     p = sub.add_parser(
         "bench", parents=[common],
         help="run the benchmarks (ratios to baselines measured in the same run)",
     )
-    known = installed_benchmarks()
+    known = cli_bench.installed_benchmarks()
     p.add_argument(
         "names", nargs="*",
         help=f"which: {', '.join(known) if known else 'none installed here'} "
-             f"(default: {', '.join(DEFAULT_BENCHMARKS)}); each has its own --help "
+             f"(default: {', '.join(cli_bench.DEFAULT_BENCHMARKS)}); each has its own --help "
              f"(epochfs bench NAME --args --help)",
     )
     p.add_argument("--args", nargs=argparse.REMAINDER, default=[],
                    help="passed to each benchmark (python -m epochfs.benchmarks.NAME ARGS)")
-    p.set_defaults(func=_cmd_bench)
+    p.set_defaults(func=cli_bench.cmd_bench)
 
     p = sub.add_parser(
         "webhook", parents=[common],

@@ -22,7 +22,9 @@ kept outside the index), :mod:`.memberrestore` (rebuilding a lost index from the
 epoch high-water mark), :mod:`.objects` (object and temp files), :mod:`.recovery` (with
 :mod:`.journal`, the names a crash can leave out of step, and :mod:`.objectscan`, the background
 scan), :mod:`.integrity` (objects against their md5, quarantine), :mod:`.catalog` (catalog queries),
-:mod:`.eviction`, :mod:`.epochs` (cuts, the cut condition, windows, requests, retirement),
+:mod:`.eviction`, :mod:`.epochs` (cuts, the cut condition, windows, requests) with
+:mod:`.epochnumbers` (the numbers a cut may take), :mod:`.epochfiles` (an epoch's files) and
+:mod:`.epochpins` (reads that pin epochs, retirement),
 :mod:`.stats`, :mod:`.cutwait` (the help and buckets of the cut wait histogram, which the sampler,
 the FUSE server and the supervisor share), :mod:`.admitted` (the admission order as the folder
 view's tree built ahead follows it), :mod:`.reader` (what the FUSE view may ask) and :mod:`.cache`
@@ -31,7 +33,7 @@ view's tree built ahead follows it), :mod:`.reader` (what the FUSE view may ask)
 
 from epochfs.sidecar.store.admitted import AdmittedSample, EpochExtent
 from epochfs.sidecar.store.cache import Store
-from epochfs.sidecar.store.epochs import MAX_JUMP
+from epochfs.sidecar.store.epochnumbers import MAX_JUMP
 from epochfs.sidecar.store.hwm import HWM_NAME, MAX_EPOCH
 from epochfs.sidecar.store.index import INDEX_NAME, Meta
 from epochfs.sidecar.store.integrity import QUARANTINE_DIR

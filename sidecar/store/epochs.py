@@ -1,4 +1,4 @@
-"""Epochs: the cut condition, cuts, schedule windows, cut requests, pins and retirement.
+"""Epochs: the cut condition, cuts, schedule windows and cut requests.
 
 An epoch is an immutable snapshot. In snapshot mode it is a range of the admission order: the
 samples with ``first_sample <= id <= max_sample`` (the newest samples that fit the epoch budget
@@ -16,34 +16,36 @@ again with other content, even after the index lost it (a rolled-back write-ahea
 
 :func:`cut_ready` is the one cut condition: the FUSE view's lookups, the sampler's timer and queued
 requests, and the supervisor's readiness all ask it.
+
+Beside it: :mod:`.epochnumbers` (the numbers a cut may take), :mod:`.epochfiles` (the live epochs
+and each epoch's files) and :mod:`.epochpins` (reads that pin epochs, retirement). The store's
+facade and its other parts call those as ``epochs.<name>``, so the names are imported here too.
 """
 
 from __future__ import annotations
 
-import errno
 import logging
 import sqlite3
 import time
-from collections.abc import Iterator
 
 from epochfs.sidecar.store import ahead, hwm, memberfiles
 from epochfs.sidecar.store.catalog import first_round_pending
-from epochfs.sidecar.store.hwm import MAX_EPOCH
+from epochfs.sidecar.store.epochfiles import files as files
+from epochfs.sidecar.store.epochfiles import iter_files as iter_files
+from epochfs.sidecar.store.epochfiles import listing as listing
+from epochfs.sidecar.store.epochnumbers import check_number, next_epoch
+from epochfs.sidecar.store.epochnumbers import drop_out_of_range as drop_out_of_range
+from epochfs.sidecar.store.epochpins import disk_full
+from epochfs.sidecar.store.epochpins import record_read as record_read
+from epochfs.sidecar.store.epochpins import retire as retire
 from epochfs.sidecar.store.index import Index, is_busy
-from epochfs.sidecar.store.objects import object_name
-from epochfs.sidecar.store.records import EpochInfo, FileEntry, Policy
+from epochfs.sidecar.store.records import Policy
 from epochfs.sidecar.store.snapshot import newest_within
 from epochfs.sidecar.store.stats import known_at_cut
-from epochfs.sidecar.store.windows import FILES_IN_WINDOW, Span, members, record, scan
+from epochfs.sidecar.store.windows import Span, members, record, scan
 from epochfs.sidecar.store.windows import window as window  # the store's schedule_window asks here
 
 log = logging.getLogger("epochfs.store")
-
-
-def _disk_full(e: BaseException) -> bool:
-    if isinstance(e, OSError):
-        return e.errno in (errno.ENOSPC, errno.EDQUOT)
-    return getattr(e, "sqlite_errorcode", None) == sqlite3.SQLITE_FULL or "disk is full" in str(e)
 
 
 def at_least(db: sqlite3.Connection, count: int) -> bool:
@@ -168,24 +170,11 @@ def cut(ix: Index, policy: Policy, n: int | None = None, *, force: bool = False,
     An existing epoch is returned as is. ``n`` at or below the newest epoch that does not exist is
     refused with ValueError: epochs are only ever added at the top. ``force`` (``epochfs cut
     --force``) skips the condition, ``min_samples`` included; an epoch still needs one sample.
-    ``n`` above :data:`MAX_EPOCH` is refused, and more than :data:`MAX_JUMP` above the next
-    epoch unless ``far`` (``epochfs cut --far``, an operator's decision).
+    ``n`` above :data:`~.hwm.MAX_EPOCH` is refused, and more than
+    :data:`~.epochnumbers.MAX_JUMP` above the next epoch unless ``far`` (``epochfs cut --far``, an
+    operator's decision).
     """
     return _cut(ix, policy, n, force=force, far=far)[0]
-
-
-def check_number(n: int, next_n: int, *, far: bool) -> None:
-    """ValueError naming the limit for an epoch number that may not be cut: negative, above
-    :data:`MAX_EPOCH`, or (unless ``far``) more than :data:`MAX_JUMP` above ``next_n``."""
-    if n < 0:
-        raise ValueError("epoch numbers start at 0")
-    if n > MAX_EPOCH:
-        raise ValueError(f"epoch {n} is above the largest epoch number {MAX_EPOCH:,} (the view has "
-                         "no inode numbers past it)")
-    if n > next_n + MAX_JUMP and not far:
-        raise ValueError(f"epoch {n} is {n - next_n:,} above the next epoch {next_n}: a jump of more "
-                         f"than {MAX_JUMP:,} epochs is refused (a step count passed as the epoch?); an "
-                         f"operator may cut it with epochfs cut --epoch {n} --far")
 
 
 def _cut(ix: Index, policy: Policy, n: int | None, *, force: bool, far: bool = False,
@@ -227,29 +216,6 @@ def _cut(ix: Index, policy: Policy, n: int | None, *, force: bool, far: bool = F
         # The cut stands; only a later loss of the index could then re-use n (see hwm.floor).
         log.warning("epoch %d is cut, but its high-water mark could not be recorded: %s", n, e)
     return n, True
-
-
-MAX_JUMP = 1000
-"""Epochs a cut may jump above the next one (a resumed trainer starting at epoch 7 while the
-cache holds 0-2): more is refused unless an operator asks (``epochfs cut --far``), as a far
-number is most often a step count passed as the epoch."""
-
-
-def drop_out_of_range(db: sqlite3.Connection) -> list[int]:
-    """Remove the epochs numbered above MAX_EPOCH (cut before the limit was enforced: the view
-    never showed them, having no inode numbers for them, and every later cut was refused below
-    them); returns their numbers."""
-    gone = [int(r[0]) for r in db.execute("SELECT n FROM epochs WHERE n > ?", (MAX_EPOCH,))]
-    for table in ("epoch_samples", "epoch_excluded"):
-        db.execute(f"DELETE FROM {table} WHERE epoch > ?", (MAX_EPOCH,))
-    db.execute("DELETE FROM epochs WHERE n > ?", (MAX_EPOCH,))
-    db.execute("DELETE FROM cut_requests WHERE n > ?", (MAX_EPOCH,))
-    return gone
-
-
-def next_epoch(newest: int | None) -> int:
-    """The one epoch number a lookup may cut: the one after the newest (0 for the first)."""
-    return 0 if newest is None else newest + 1
 
 
 def request_cut(ix: Index, policy: Policy, n: int) -> bool:
@@ -294,7 +260,7 @@ def request_cut_made(ix: Index, policy: Policy, n: int) -> tuple[bool, bool]:
             # reader's next lookup asks again. Waiting here would stall a FUSE request.
             log.info("epoch %d: the index is busy; the lookup answers not yet", n)
             return False, False
-        if not _disk_full(e):
+        if not disk_full(e):
             raise
         # The index (or the high-water mark) cannot grow: the epoch is not there yet (ENOENT,
         # asked again later), which a reader survives; an error here would reach it as EIO.
@@ -335,39 +301,6 @@ def process_cut_requests(ix: Index, policy: Policy) -> list[tuple[int, float]]:
     return done
 
 
-def live(db: sqlite3.Connection, policy: Policy, now: float) -> list[int]:
-    """Epochs that stay visible: the newest ``keep_epochs`` and those read within the in-use window."""
-    rows = db.execute("SELECT n, last_read FROM epochs WHERE retired=0 ORDER BY n DESC").fetchall()
-    return [int(n) for i, (n, last_read) in enumerate(rows)
-            if i < policy.keep_epochs or now - float(last_read) < policy.in_use_seconds]
-
-
-def retire(ix: Index, policy: Policy, *, now: float | None = None) -> list[int]:
-    """Retire the epochs that are neither among the newest K nor read recently.
-
-    The sampler calls this on its own schedule (every tick), not only when it must evict, so with
-    a cache that is not full epochs beyond ``keep_epochs`` still go once out of their in-use
-    window. A look first, under a read: the write lock is taken only when something is due."""
-    now = time.time() if now is None else now
-    with ix.read() as db:
-        due = db.execute("SELECT COUNT(*) FROM epochs WHERE retired=0").fetchone()[0] > len(
-            live(db, policy, now))
-    if not due:
-        return []
-    with ix.write() as db:
-        keep = set(live(db, policy, now))
-        gone = [int(n) for (n,) in db.execute("SELECT n FROM epochs WHERE retired=0").fetchall()
-                if int(n) not in keep]
-        for n in gone:
-            db.execute("UPDATE epochs SET retired=1 WHERE n=?", (n,))
-            db.execute("DELETE FROM epoch_samples WHERE epoch=?", (n,))
-            db.execute("DELETE FROM epoch_excluded WHERE epoch=?", (n,))
-        # Before the commit: a members file must never outlive its epoch (its objects may be
-        # evicted next), and one removed for a retirement that then fails is written again.
-        memberfiles.remove(ix.path.parent, gone)
-    return gone
-
-
 def newest(ix: Index) -> int | None:
     row = ix.query("SELECT MAX(n) FROM epochs")[0][0]
     return None if row is None else int(row)
@@ -378,79 +311,3 @@ def next_number(ix: Index) -> int:
     with ix.read() as db:
         return next_epoch(_top(ix, db))
 
-
-def listing(ix: Index) -> list[EpochInfo]:
-    """The live (visible) epochs, oldest first."""
-    rows = ix.query("SELECT n, samples, bytes, new, evicted, cut_at, listed, estimated FROM epochs "
-                    "WHERE retired=0 ORDER BY n")
-    return [EpochInfo(int(a), int(b), int(c), int(d), int(e), float(f), g, h)
-            for a, b, c, d, e, f, g, h in rows]
-
-
-FILE_CHUNK = 20_000
-"""Rows per read of :func:`iter_files`: each chunk is its own short read, so a reader building a
-large epoch's tree never holds the index (or its connection) for the whole epoch."""
-
-_FILES_OF = {
-    "range": ("SELECT path, size, checksum, sid, key FROM samples WHERE key > ? AND +id BETWEEN ? AND ? "
-              "ORDER BY key LIMIT ?"),
-    "rows": ("SELECT s.path, s.size, s.checksum, s.sid, s.key FROM samples s WHERE s.key > ? AND EXISTS "
-             "(SELECT 1 FROM epoch_samples e WHERE e.epoch = ? AND e.sample = s.id) "
-             "ORDER BY s.key LIMIT ?"),
-}
-
-
-def _query(db: sqlite3.Connection, n: int) -> tuple[str, tuple[int, ...]]:
-    """The query listing live epoch ``n`` after a key, and its arguments after that key (the
-    limit follows); KeyError when it is not live."""
-    row = db.execute("SELECT retired, first_sample, max_sample, lo_key FROM epochs WHERE n=?",
-                     (n,)).fetchone()
-    if row is None or int(row[0]):
-        raise KeyError(n)
-    if row[1] is not None:
-        return _FILES_OF["range"], (int(row[1]), int(row[2]))
-    if row[3] is not None:
-        return FILES_IN_WINDOW, ()
-    return _FILES_OF["rows"], (n,)
-
-
-def iter_files(ix: Index, n: int, *, chunk: int = FILE_CHUNK) -> Iterator[FileEntry]:
-    """The files of live epoch ``n`` in path order (a sample's path is its key), read in chunks;
-    KeyError when it is not live. Nothing of the epoch is held but the chunk being read."""
-    with ix.read() as db:
-        sql, args = _query(db, n)
-    after = ""
-    while True:
-        with ix.read() as db:
-            if sql is FILES_IN_WINDOW:
-                rows = db.execute(sql, (n, after, chunk)).fetchall()
-            else:
-                rows = db.execute(sql, (after, *args, chunk)).fetchall()
-        for p, sz, c, sid, _ in rows:
-            yield FileEntry(str(p), int(sz), str(c), object_name(str(sid)))
-        if len(rows) < chunk:
-            return
-        after = str(rows[-1][4])
-
-
-def files(ix: Index, n: int) -> list[FileEntry]:
-    """The files of live epoch ``n`` sorted by path; KeyError when it is not live."""
-    return list(iter_files(ix, n))
-
-
-def record_read(ix: Index, n: int, *, now: float | None = None) -> bool:
-    """Note that epoch ``n`` is being read, which keeps it pinned for ``in_use_seconds``; False
-    when it could not be written now (the caller keeps it for its next try).
-
-    Best effort on a full disk and while the sampler holds the write lock (a reader waits only
-    :data:`~.index.READER_WAIT_MS` for it): the epoch stays pinned by its last record (and by being
-    among the newest), and the reader must not see an error for a bookkeeping write."""
-    try:
-        with ix.write_now() as db:
-            db.execute("UPDATE epochs SET last_read=? WHERE n=?", (time.time() if now is None else now, n))
-    except sqlite3.OperationalError as e:
-        if not _disk_full(e) and not is_busy(e):
-            raise
-        log.warning("cannot record a read of epoch %d now: %s", n, e)
-        return False
-    return True

@@ -49,7 +49,7 @@ from docs_sidecar import (
     small_objects,
 )
 
-from epochfs.sidecar.cli import DEFAULT_BENCHMARKS
+from epochfs.sidecar.cli_bench import DEFAULT_BENCHMARKS
 
 SAMPLES = 12
 """The sandbox dataset's .npy samples under s3://bucket/train."""

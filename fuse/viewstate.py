@@ -1,0 +1,247 @@
+"""What the namespace of a mount is computed from: the store's live epochs and status as of the last
+refresh, the epoch trees and manifests kept built, and the reads and open folders that pin epochs.
+
+Apart from :mod:`.view` (which answers paths: getattr, listdir, readlink, open) so that the state
+the answers read, and when it changes, is one module: :class:`ViewState` is the base of
+:class:`~epochfs.fuse.view.View`. No FUSE here either.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TypeVar
+
+from epochfs.fuse.classes import ClassesFile
+from epochfs.fuse.epochreads import EpochReads
+from epochfs.fuse.heap import release_free_memory
+from epochfs.fuse.lookupcut import request_cut
+from epochfs.fuse.lost import LostEntries
+from epochfs.fuse.packed import PackedBytes
+from epochfs.fuse.tree import DIR_MODE, Attr, EpochTree, NotFound
+from epochfs.sidecar.store import EpochReader, Meta, Stats
+from epochfs.sidecar.store.stats import retry_line
+from epochfs.torchclient.layout import epoch_name, format_status, manifest_name, parse_epoch_name
+
+T = TypeVar("T")
+TREES_KEPT = 2
+"""Epoch trees (and manifests) the view keeps built, the most recently built first: a trainer
+reads one epoch while the next is warmed, and any other epoch looked at is built again from the
+store when asked, so the server's memory does not grow with the number of epochs viewed."""
+
+
+def _keep_newest_used(cache: dict[int, T], n: int, keep: int) -> None:
+    """Move ``n`` to the end of ``cache`` (insertion order: least recently built first) and drop
+    the oldest entries beyond ``keep``."""
+    cache[n] = cache.pop(n)
+    while len(cache) > keep:
+        del cache[next(iter(cache))]
+
+
+def split_path(path: str) -> list[str]:
+    """``/a/b/`` -> ``["a", "b"]``; the FUSE layer passes absolute paths."""
+    return [p for p in path.split("/") if p]
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """The changing part of the view, re-read from the store by :meth:`ViewState.refresh`."""
+
+    live: dict[int, float]
+    """Live epoch -> cut time."""
+    latest: int | None
+    status: bytes
+    status_key: bytes
+    """``status`` without its clock field: tells whether anything but the time changed."""
+
+
+class ViewState:
+    """The state of the namespace over one store (:class:`~epochfs.fuse.view.View` answers paths
+    from it). Thread-safe: FUSE calls it from many threads."""
+
+    def __init__(self, *, store: EpochReader, link_root: Path, uid: int = 0, gid: int = 0,
+                 started: float | None = None, read_debounce: float = 10.0) -> None:
+        if not link_root.is_absolute():
+            raise ValueError(f"link root must be an absolute path, got {link_root}")
+        if read_debounce < 0:
+            raise ValueError("read_debounce must not be negative")
+        self.store = store
+        self.link_root = link_root
+        self.uid = uid
+        self.gid = gid
+        self.started = time.time() if started is None else started
+        self.read_debounce = read_debounce
+        self._lock = threading.Lock()
+        self._refresh_lock = threading.Lock()
+        self._trees: dict[int, EpochTree] = {}
+        self._manifests: dict[int, PackedBytes] = {}
+        self.reads = EpochReads()
+        self.lost = LostEntries()
+        self.lost.refresh(store)  # before any tree is built: a lost entry is never served as a link
+        self._snap = self._read_snapshot()
+        self._dir_attr = Attr(DIR_MODE, 0, self.started, 2)
+        self.classes = ClassesFile(store)
+
+    # ------------------------------------------------------------------ changing state
+    def _read_snapshot(self) -> Snapshot:
+        stats = self.store.stats()
+        doc = self._status_doc(stats)
+        live = {int(e["epoch"]): float(e["cut_at"]) for e in stats.epochs}
+        status = format_status(doc).encode()
+        key_doc = dict(doc)
+        key_doc.pop("time", None)
+        key = format_status(key_doc).encode()
+        return Snapshot(live, stats.latest_epoch, status, key)
+
+    @property
+    def snapshot(self) -> Snapshot:
+        return self._snap
+
+    def refresh(self) -> tuple[Snapshot, Snapshot]:
+        """Re-read live epochs and status from the store; returns (old, new) for invalidation."""
+        with self._refresh_lock:  # one at a time, so a slow refresh never installs an older state
+            new = self._read_snapshot()
+            lost = self.lost.refresh(self.store)
+            with self._lock:
+                old = self._snap
+                self._snap = new
+                if lost:
+                    for t in self._trees.values():
+                        t.lost = self.lost.sizes
+                for n in [n for n in self._trees if n not in new.live]:
+                    del self._trees[n]
+                for n in [n for n in self._manifests if n not in new.live]:
+                    del self._manifests[n]
+        return old, new
+
+    def render_status(self) -> bytes:
+        """A fresh status document (each open of status.json gets its own)."""
+        return format_status(self._status_doc(self.store.stats())).encode()
+
+    def _status_doc(self, stats: Stats) -> dict[str, object]:
+        """``status.json``'s document: the store's stats, and ``sampler_retrying`` while the
+        supervisor records that the sampler cannot reach the remote (a trainer reads only the
+        mount, so its waiting line says why no data comes; absent otherwise)."""
+        doc = stats.to_json()
+        retrying = retry_line(self.store.meta(Meta.SAMPLER_RETRYING), time.time())
+        if retrying:
+            doc["sampler_retrying"] = retrying
+        return doc
+
+    def render_classes(self) -> bytes:
+        """``classes.json``, with the folders of every live epoch recorded first."""
+        live = [e.epoch for e in self.store.epochs()]
+        if any(n not in self._snap.live for n in live):
+            self.refresh()  # cut since the last refresh: its tree is needed now
+        return self.classes.render(live, self.tree)
+
+    # ------------------------------------------------------------------ reads and holds
+    # The bookkeeping is :class:`~.epochreads.EpochReads`; the view decides what counts as a read.
+    def note_read(self, n: int) -> None:
+        """Remember that epoch ``n`` was used; :meth:`flush_reads` records it (debounced)."""
+        self.reads.note(n, debounce=self.read_debounce)
+
+    def open_dir(self, path: str) -> int | None:
+        """A folder is opened (opendir): inside a live epoch, the epoch is held until
+        :meth:`close_dir`. Returns the epoch held, None outside epochs; NotFound / NotADirectory
+        when ``path`` is no folder of a live epoch."""
+        parts = split_path(path)
+        n = parse_epoch_name(parts[0]) if parts else None
+        if n is None:
+            return None
+        if n not in self._snap.live:
+            raise NotFound(path)
+        self.tree(n).listdir("/".join(parts[1:]))  # a folder of the epoch, or NotFound/NotADirectory
+        self.reads.hold(n)
+        self.note_read(n)
+        return n
+
+    def close_dir(self, n: int) -> None:
+        """The folder handle :meth:`open_dir` counted is released."""
+        self.reads.release(n)
+
+    def held(self) -> list[int]:
+        """Epochs with an open folder handle (a reader inside them), ascending."""
+        return self.reads.held()
+
+    def renew_held(self) -> None:
+        """Note a read of every held epoch (debounced like any read), so a reader that keeps an
+        epoch open keeps it pinned however long it pauses."""
+        for n in self.held():
+            self.note_read(n)
+
+    def flush_reads(self) -> list[int]:
+        """Write the noted reads to the store (off the FUSE request path: it takes a write lock)."""
+        return self.reads.flush(self.store)
+
+    # ------------------------------------------------------------------ epochs
+    def _epoch_live(self, n: int, *, cut: bool) -> float | None:
+        """Cut time of live epoch ``n``; with ``cut``, a lookup above the newest asks for a cut."""
+        cut_at = self._snap.live.get(n)
+        if cut_at is not None:
+            return cut_at
+        newest = self.store.newest_epoch()
+        if newest is not None and n <= newest:
+            # Cut after our last refresh, or retired / never cut: ask the store, not the snapshot.
+            live = {e.epoch: e.cut_at for e in self.store.epochs()}
+            if n in live:
+                self.refresh()
+            return live.get(n)
+        if not cut:
+            return None
+        if not request_cut(self.store, n):
+            return None
+        self.refresh()
+        return self._snap.live.get(n)
+
+    def tree(self, n: int) -> EpochTree:
+        """The tree of live epoch ``n`` (built once, cached until it retires)."""
+        t = self._trees.get(n)
+        if t is not None:
+            return t
+        cut_at = self._snap.live.get(n)
+        if cut_at is None:
+            raise NotFound(epoch_name(n))
+        store = self.store
+        try:  # streamed: no list of the epoch's files is ever held (per-file memory)
+            t = EpochTree(epoch=n, cut_at=cut_at, files=store.iter_epoch_files(n), link_root=self.link_root,
+                          reread=lambda: store.iter_epoch_files(n))
+        except KeyError:
+            raise NotFound(epoch_name(n)) from None
+        with self._lock:  # the lost map read under the lock the refresh installs it under: never an old one
+            t.lost = self.lost.sizes
+            if n in self._snap.live:
+                t = self._trees.setdefault(n, t)
+                _keep_newest_used(self._trees, n, TREES_KEPT)
+        release_free_memory()  # the build's high-water mark (the store's chunks of rows), not kept
+        return t
+
+    def manifest(self, n: int) -> bytes:
+        """Epoch ``n``'s manifest as plain bytes (the folder view writes it to a file)."""
+        return bytes(self.packed_manifest(n))
+
+    def known_at_cut(self, n: int) -> str:
+        """The manifest header's record of how much of the dataset the listing had seen when
+        epoch ``n`` was cut (``listed=`` keys of this shard, about ``estimated=`` in the remote);
+        the folder view's publisher writes the same header."""
+        info = next((e for e in self.store.epochs() if e.epoch == n), None)
+        if info is None or info.listed is None or info.estimated is None:
+            return ""
+        return f"\tlisted={info.listed}\testimated={info.estimated}"
+
+    def packed_manifest(self, n: int) -> PackedBytes:
+        """Epoch ``n``'s manifest, kept compressed (:mod:`epochfs.fuse.packed`): FUSE reads slice it."""
+        m = self._manifests.get(n)
+        if m is None:
+            try:
+                m = self.tree(n).packed_manifest(self.known_at_cut(n))
+            except KeyError:  # retired while it was read again
+                raise NotFound(manifest_name(n)) from None
+            with self._lock:
+                if n in self._snap.live:
+                    self._manifests[n] = m
+                    _keep_newest_used(self._manifests, n, TREES_KEPT)
+            release_free_memory()
+        return m

@@ -1,0 +1,68 @@
+"""The ``epochfs`` commands that act once on a cache folder and exit: cut, relist, verify, status.
+
+Apart from :mod:`.cli` (the parser and the commands that start a process): these open an existing
+cache, do one thing and print it. The scrub and status modules are imported when their command
+runs, as the heavy ones are in :mod:`.cli`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from epochfs.sidecar import config, volumes
+from epochfs.sidecar.store import Store
+
+
+def cmd_cut(ns: argparse.Namespace) -> int:
+    settings = config.from_args(config.CacheSettings, ns)
+    volumes.check_cache(settings.cache, create=False)
+    with Store(settings.cache) as store:
+        try:
+            n = store.cut(ns.epoch, force=ns.force, far=ns.far)
+        except ValueError as e:
+            raise config.ConfigError(f"--epoch: {e}") from None
+        if n is None:
+            stats = store.stats()
+            print(
+                f"epochfs: cannot cut yet: {stats.samples} sample(s) complete, "
+                f"condition not met (use --force to cut what is there)",
+                file=sys.stderr,
+            )
+            return 1
+        print(n)
+    return 0
+
+
+def cmd_relist(ns: argparse.Namespace) -> int:
+    """Ask the running sampler of a cache for a relist (it looks within a second)."""
+    settings = config.from_args(config.CacheSettings, ns)
+    volumes.check_cache(settings.cache, create=False)
+    with Store(settings.cache) as store:
+        n = store.listings().request_relist()
+    print(f"relist {n} requested: the running sampler lists the remote again in the background")
+    return 0
+
+
+def cmd_verify(ns: argparse.Namespace) -> int:
+    settings = config.from_args(config.CacheSettings, ns)
+    volumes.check_cache(settings.cache, create=False)
+    from epochfs.sidecar.scrub import run_verify
+
+    return run_verify(settings.cache, as_json=ns.json, quarantine=not ns.report_only,
+                      progress_every=ns.progress_seconds)
+
+
+def cmd_status(ns: argparse.Namespace) -> int:
+    from epochfs.sidecar.status import run_status
+
+    if ns.cache:
+        volumes.check_cache(Path(ns.cache), create=False)
+    return run_status(
+        cache=Path(ns.cache) if ns.cache else None,
+        mount=Path(ns.mount) if ns.mount else None,
+        as_json=ns.json,
+        watch=ns.watch,
+        interval=ns.interval,
+    )

@@ -1,0 +1,78 @@
+"""Which epochs stay: the newest ``keep_epochs`` and those read recently, the reads that pin them,
+and the retirement of the rest.
+
+Apart from :mod:`.epochs` (cuts) because it runs on another clock: the sampler retires on every
+tick and readers record reads as they go, neither of them cutting anything.
+"""
+
+from __future__ import annotations
+
+import errno
+import logging
+import sqlite3
+import time
+
+from epochfs.sidecar.store import memberfiles
+from epochfs.sidecar.store.index import Index, is_busy
+from epochfs.sidecar.store.records import Policy
+
+log = logging.getLogger("epochfs.store")
+
+
+def disk_full(e: BaseException) -> bool:
+    """Whether ``e`` says the disk is full: the best-effort writes (a read's record here, a cut
+    request in :mod:`.epochs`) give way on it rather than fail a reader."""
+    if isinstance(e, OSError):
+        return e.errno in (errno.ENOSPC, errno.EDQUOT)
+    return getattr(e, "sqlite_errorcode", None) == sqlite3.SQLITE_FULL or "disk is full" in str(e)
+
+
+def live(db: sqlite3.Connection, policy: Policy, now: float) -> list[int]:
+    """Epochs that stay visible: the newest ``keep_epochs`` and those read within the in-use window."""
+    rows = db.execute("SELECT n, last_read FROM epochs WHERE retired=0 ORDER BY n DESC").fetchall()
+    return [int(n) for i, (n, last_read) in enumerate(rows)
+            if i < policy.keep_epochs or now - float(last_read) < policy.in_use_seconds]
+
+
+def retire(ix: Index, policy: Policy, *, now: float | None = None) -> list[int]:
+    """Retire the epochs that are neither among the newest K nor read recently.
+
+    The sampler calls this on its own schedule (every tick), not only when it must evict, so with
+    a cache that is not full epochs beyond ``keep_epochs`` still go once out of their in-use
+    window. A look first, under a read: the write lock is taken only when something is due."""
+    now = time.time() if now is None else now
+    with ix.read() as db:
+        due = db.execute("SELECT COUNT(*) FROM epochs WHERE retired=0").fetchone()[0] > len(
+            live(db, policy, now))
+    if not due:
+        return []
+    with ix.write() as db:
+        keep = set(live(db, policy, now))
+        gone = [int(n) for (n,) in db.execute("SELECT n FROM epochs WHERE retired=0").fetchall()
+                if int(n) not in keep]
+        for n in gone:
+            db.execute("UPDATE epochs SET retired=1 WHERE n=?", (n,))
+            db.execute("DELETE FROM epoch_samples WHERE epoch=?", (n,))
+            db.execute("DELETE FROM epoch_excluded WHERE epoch=?", (n,))
+        # Before the commit: a members file must never outlive its epoch (its objects may be
+        # evicted next), and one removed for a retirement that then fails is written again.
+        memberfiles.remove(ix.path.parent, gone)
+    return gone
+
+
+def record_read(ix: Index, n: int, *, now: float | None = None) -> bool:
+    """Note that epoch ``n`` is being read, which keeps it pinned for ``in_use_seconds``; False
+    when it could not be written now (the caller keeps it for its next try).
+
+    Best effort on a full disk and while the sampler holds the write lock (a reader waits only
+    :data:`~.index.READER_WAIT_MS` for it): the epoch stays pinned by its last record (and by being
+    among the newest), and the reader must not see an error for a bookkeeping write."""
+    try:
+        with ix.write_now() as db:
+            db.execute("UPDATE epochs SET last_read=? WHERE n=?", (time.time() if now is None else now, n))
+    except sqlite3.OperationalError as e:
+        if not disk_full(e) and not is_busy(e):
+            raise
+        log.warning("cannot record a read of epoch %d now: %s", n, e)
+        return False
+    return True
