@@ -5,11 +5,21 @@ once its size is reserved here, evicting the oldest unpinned samples first when 
 Reservations live in the sampler process (the one writer) and end when the download is admitted or
 fails. The total in flight is published in the index for ``epochfs status`` and the metrics, in the
 same transaction as an admission so that no sample is ever counted twice.
+
+The cache's total ("cache bytes") is the index's running counter. The fetch loop reserves once per
+object, and reading that counter each time (a query and two ``stat`` calls of the index's files)
+was a fifth of the loop's CPU at 64 KiB an object, so the total is kept here as well: read from the
+index at the first reservation after :meth:`Reservations.reconcile` (the loop calls it every
+``LOOK_EVERY``), then moved by this sampler's own admissions (what :meth:`.Store.admit` says it
+added) and evictions (read again after each). It is never below the index's counter: a change by
+another process only lowers it (``epochfs verify``, a rebuild), and a read that may or may not
+include an admission being committed that moment is dropped once that commit ends, not guessed.
 """
 
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 
 from epochfs.sidecar.store import Admission, Meta, Store
 
@@ -28,22 +38,63 @@ class Reservations:
         self._lock = threading.Lock()
         self._reserved = 0
         self._admitting = 0
+        self._cache: int | None = None
+        """The cache's total as last read or moved here; None: read it at the next use."""
+        self._committing = 0
+        """Admissions whose index commit is under way (their bytes may or may not be in a read)."""
+        self._unsure = False
+        """``_cache`` was read while an admission was being committed: dropped when it ends."""
+        self.capacity: int | None = None
+        """The budget the last :meth:`reserve` was judged against."""
 
     @property
     def reserved(self) -> int:
         """Bytes reserved and not yet in the cache's total (downloads, and admissions under way)."""
         return self._reserved + self._admitting
 
-    def reserve(self, size: int, *, capacity: int | None = None) -> bool:
-        """Reserve room for a download, evicting what may be evicted; False means backpressure."""
-        cap = self.store.policy().capacity if capacity is None else capacity
+    def cache_bytes(self) -> int:
+        """The cache's total as these reservations count it (at least the index's counter)."""
         with self._lock:
+            return self._cached()
+
+    def _cached(self) -> int:
+        """Under the lock: the kept total, read from the index when there is none."""
+        if self._cache is None:
+            self._read()
+        assert self._cache is not None
+        return self._cache
+
+    def _read(self) -> None:
+        """Under the lock: take the index's counter as the total."""
+        self._cache = self.store.cache_bytes()
+        self._unsure = self._committing > 0
+
+    def reconcile(self) -> None:
+        """Read the index's counter again at the next use (changes by other processes, a rebuilt
+        index)."""
+        with self._lock:
+            self._cache = None
+
+    def reserve(self, size: int, *, capacity: int | Callable[[int], int] | None = None,
+                evict: bool = True) -> bool:
+        """Reserve room for a download, evicting what may be evicted; False means backpressure.
+
+        ``capacity``: the budget, or a function of the bytes used (cached plus reserved) that gives
+        it (the sampler's :class:`~epochfs.sidecar.sampler.diskspace.DiskSpace`); None: the
+        policy's. ``evict=False`` takes only room that is free."""
+        if capacity is None:
+            capacity = self.store.policy().capacity
+        with self._lock:
+            used = self._cached() + self.reserved
+            cap = capacity(used) if callable(capacity) else capacity
+            self.capacity = cap
             if size > cap:
                 return False
-            need = self.store.cache_bytes() + self.reserved + size - cap
-            if need > 0:
+            need = used + size - cap
+            if need > 0 and evict:
                 self.store.evict(need)
-                need = self.store.cache_bytes() + self.reserved + size - cap
+                self._read()
+                need = self._cached() + self.reserved + size - cap
             if need > 0:
                 return False
             self._reserved += size
@@ -61,16 +112,29 @@ class Reservations:
             moved = min(self._reserved, sum(a.size for a in items))
             self._reserved -= moved
             self._admitting += moved
+            self._committing += 1
             left = self._reserved
+        added = 0
         try:
-            self.store.admit(items, inflight_bytes=left)
+            added = self.store.admit(items, inflight_bytes=left)
         except BaseException:
             with self._lock:
                 self._admitting -= moved
                 self._reserved += moved
+                self._committed(0)
+                self._cache = None  # what the failed commit left is read, not assumed
             raise
         with self._lock:
             self._admitting -= moved
+            self._committed(added)
+
+    def _committed(self, added: int) -> None:
+        """Under the lock: an admission's commit ended, ``added`` bytes in the index's total."""
+        self._committing -= 1
+        if self._unsure:
+            self._cache, self._unsure = None, False
+        elif self._cache is not None:
+            self._cache += added
 
     def publish(self) -> None:
         """Write the bytes in flight where other processes (status, metrics) can read them."""

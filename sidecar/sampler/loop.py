@@ -20,18 +20,16 @@ are admitted, temp files are removed and reservations released.
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import logging
 import os
 import queue
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from epochfs.sidecar.config import SamplerSettings, format_size
+from epochfs.sidecar.config import SamplerSettings
 from epochfs.sidecar.download import Downloader, FetchResult, LocalWriteError, RetryPolicy
 from epochfs.sidecar.metrics import process_metrics
 from epochfs.sidecar.ratelimit import RateLimiter
@@ -43,6 +41,7 @@ from epochfs.sidecar.sampler.cutter import CutSchedule
 from epochfs.sidecar.sampler.diskspace import DiskSpace, is_disk_full
 from epochfs.sidecar.sampler.order import LISTING_WAIT, FetchOrder
 from epochfs.sidecar.sampler.progress import Rates
+from epochfs.sidecar.sampler.room import DiskFull, Room
 from epochfs.sidecar.sampler.throttle import Deferred, FetchWindow
 from epochfs.sidecar.scrub import Scrubber
 from epochfs.sidecar.store import Admission, Candidate, Store, StoreError
@@ -59,16 +58,9 @@ STOP_GRACE = 2.0
 the sampler 5 s to exit before it kills it)."""
 WINDOW_LOG_EVERY = 10.0
 """Seconds between log lines about the fetch window shrinking (the shrinks between are counted)."""
-CACHE_FULL = "cache full"
-DISK_FULL = "disk full"
-
-
-@dataclass(frozen=True)
-class _DiskFull:
-    """A download or admission of ``candidate`` that found the node volume full."""
-
-    candidate: Candidate
-    error: BaseException
+LOOK_EVERY = 0.05
+"""Seconds between the loop's looks at the store (a deleted or damaged index, epochs to retire, the
+cache's total read again): each is index reads, and the loop turns every few ms while it fetches."""
 
 
 class Sampler:
@@ -108,6 +100,8 @@ class Sampler:
         self._window_logged = float("-inf")
         process_metrics().set_fetch_window(self.window.size)
         self.disk = DiskSpace(Path(settings.cache), settings.capacity)
+        self.room = Room(store=store, reservations=self.reservations, disk=self.disk,
+                         settings=settings, write=self._write)
         self.admitter = Admitter(reservations=self.reservations, on_batch=self._admitted,
                                  on_failure=self._admit_failed)
         self.order = FetchOrder(store=store, schedule_mode=settings.schedule is not None,
@@ -126,10 +120,9 @@ class Sampler:
         """Writes each live epoch's members file, what a damaged index is rebuilt from
         (store/memberfiles.py), whichever process cut it."""
         self._tasks: queue.Queue[Candidate | None] = queue.Queue()
-        self._results: queue.Queue[FetchResult | _DiskFull | BaseException] = queue.Queue()
+        self._results: queue.Queue[FetchResult | DiskFull | BaseException] = queue.Queue()
         self._inflight: dict[str, Candidate] = {}
-        self._backpressure: str | None = None
-        self._recorded_capacity = settings.capacity
+        self._looked = float("-inf")
         self._fatal: BaseException | None = None
         self.cuts = CutSchedule(store, settings.cut_interval, self._write)
         now = time.monotonic()
@@ -148,7 +141,7 @@ class Sampler:
             try:
                 self._results.put(self.downloader.fetch(cand))
             except LocalWriteError as e:
-                self._results.put(_DiskFull(cand, e) if is_disk_full(e) else e)
+                self._results.put(DiskFull(cand, e) if is_disk_full(e) else e)
             except BaseException as e:  # another node-volume failure or a bug: the loop stops on it
                 self._results.put(e)
 
@@ -170,19 +163,6 @@ class Sampler:
                 break
         return self.breaker.next_kept(self._busy) or self.order.next()
 
-    def _reserve(self, cand: Candidate) -> bool:
-        """Reserve room for ``cand``; a look-ahead download only takes room that is free.
-
-        Evicting for the next window could take samples of the window before it that were
-        fetched ahead of their cut and are not in an epoch yet.
-        """
-        used = self.store.cache_bytes() + self.reservations.reserved
-        capacity = self.disk.effective_capacity(used)
-        self._record_capacity(capacity)
-        if self.order.lookahead and used + cand.size > capacity:
-            return False
-        return self.reservations.reserve(cand.size, capacity=capacity)
-
     # ------------------------------------------------------------------ the loop
     def run(self) -> None:
         """Fetch until stopped; raises :class:`LocalWriteError` when the node volume fails."""
@@ -202,8 +182,7 @@ class Sampler:
                 if not self._inflight and self._listing():
                     # Nothing in flight, no download to wake the loop: while the listing adds keys
                     # it looks again as soon as the order asks the catalog again (the start's first
-                    # page is committed milliseconds after the loop begins; POLL was up to 0.2 s
-                    # more before the first object GET).
+                    # page is committed milliseconds after the loop begins).
                     wait = min(wait, LISTING_WAIT)
                 self._collect(wait)
                 self._tick(pending)
@@ -234,12 +213,10 @@ class Sampler:
             pending = None
             if cand is None:
                 break
-            if not self._reserve(cand):
-                # Full with downloads of our own is not backpressure: they will land.
-                if not self._inflight and not self.admitter.busy():
-                    self._set_backpressure(DISK_FULL if self.disk.limited else CACHE_FULL)
+            if not self.room.reserve(cand, lookahead=self.order.lookahead):
+                self.room.full(waiting_on_own=bool(self._inflight) or self.admitter.busy())
                 return cand
-            self._set_backpressure(None)
+            self.room.set_backpressure(None)
             self._inflight[cand.key] = cand
             self._tasks.put(cand)
         return None
@@ -257,11 +234,11 @@ class Sampler:
             except queue.Empty:
                 return
 
-    def _handle(self, item: FetchResult | _DiskFull | BaseException) -> None:
+    def _handle(self, item: FetchResult | DiskFull | BaseException) -> None:
         if isinstance(item, BaseException):
             self._fatal = self._fatal or item
             return
-        if isinstance(item, _DiskFull):
+        if isinstance(item, DiskFull):
             if self._inflight.pop(item.candidate.key, None) is not None:
                 self.reservations.release(item.candidate.size)
             self.breaker.keep(item.candidate)  # fetched again once there is room
@@ -309,15 +286,6 @@ class Sampler:
             self._window_logged = now
             self._shrinks = 0
 
-    def _record_capacity(self, capacity: int) -> None:
-        """Tell the store when the disk bounds the cache below --capacity (or stops doing so), so
-        that epochs are cut to the budget that really exists and status shows it."""
-        if abs(capacity - self._recorded_capacity) <= self._recorded_capacity // 100:
-            return
-        self._recorded_capacity = capacity
-        policy = dataclasses.replace(self.settings.policy(), capacity=max(1, capacity))
-        self._write(lambda: self.store.configure(policy))
-
     def _write(self, fn: Callable[[], Any]) -> Any:
         """A store write from the loop: a full disk pauses sampling instead of ending it."""
         try:
@@ -334,7 +302,7 @@ class Sampler:
         if not is_disk_full(error):
             return False
         for a in batch:
-            self._results.put(_DiskFull(Candidate(a.key, a.sid, a.size, a.version), error))
+            self._results.put(DiskFull(Candidate(a.key, a.sid, a.size, a.version), error))
         return True
 
     def _admitted(self, batch: list[Admission]) -> None:
@@ -346,29 +314,12 @@ class Sampler:
         except Exception as e:  # a cut that fails must not stop admissions
             log.error("serving cut requests failed: %s", e)
 
-    def _set_backpressure(self, reason: str | None) -> None:
-        if reason == self._backpressure:
-            return
-        self._backpressure = reason
-        self._write(lambda: self.store.set_backpressure(reason))
-        if reason == CACHE_FULL:
-            stats = self.store.stats()
-            log.warning("backpressure: cache full (%s of %s) and nothing evictable; "
-                        "waiting for a cut or an epoch to retire",
-                        format_size(stats.cache_bytes), format_size(stats.capacity_bytes))
-        elif reason is None:
-            log.info("backpressure cleared")
-
     def _tick(self, pending: Candidate | None) -> None:
-        """Timers: cut interval, queued cuts while idle, progress line; a deleted index."""
-        if self.store.index_lost():
-            raise StoreError("the cache index was deleted under the running sampler; exiting so that "
-                             "the next start makes a fresh one (epochs continue above the high-water mark)")
-        damage = self.index_check.damage()
-        if damage is not None:
-            raise StoreError(f"the cache index is damaged ({damage}); exiting so that the next start "
-                             "checks it in full and replaces it")
+        """Timers: cut interval, queued cuts while idle, progress line; the store's looks."""
         now = time.monotonic()
+        if now - self._looked >= LOOK_EVERY:
+            self._looked = now
+            self._look_at_store()
         if now - self._repairs_looked >= REPAIRS_EVERY:
             # Repairs this process did not queue: epochfs verify's quarantines, a restart's.
             self._repairs_looked = now
@@ -378,19 +329,31 @@ class Sampler:
             for cand in self._write(self.store.repairs_due) or []:
                 if not self._busy(cand.key):
                     self._refetch.put(cand)
-        self.cuts.tick(now, samples=self.rates.samples, backpressure=self._backpressure is not None)
+        self.cuts.tick(now, samples=self.rates.samples, backpressure=self.room.backpressure is not None)
         if not self._inflight:
             self._write(self.cuts.serve_requests)
-        # Epochs beyond --keep-epochs retire once out of their in-use window, full cache or not
-        # (a read when nothing is due).
-        self._write(self.store.retire)
         if now - self.rates.last_time >= self.progress_every:
             self._write(self.reservations.publish)
-            state = "backpressure" if self._backpressure else ("idle" if not self._inflight else "fetching")
+            state = ("backpressure" if self.room.backpressure
+                     else "idle" if not self._inflight else "fetching")
             self.rates.log_progress(now, state=state, inflight=len(self._inflight),
                                     retried=self.downloader.retried, stats=self.store.stats(),
                                     window=(self.window.size, self.window.limit),
                                     throttled=len(self.deferred))
+
+    def _look_at_store(self) -> None:
+        """A deleted or damaged index ends the loop; epochs beyond --keep-epochs retire once out of
+        their in-use window, full cache or not (a read when nothing is due); the reservations read
+        the cache's total from the index again at their next use."""
+        if self.store.index_lost():
+            raise StoreError("the cache index was deleted under the running sampler; exiting so that "
+                             "the next start makes a fresh one (epochs continue above the high-water mark)")
+        damage = self.index_check.damage()
+        if damage is not None:
+            raise StoreError(f"the cache index is damaged ({damage}); exiting so that the next start "
+                             "checks it in full and replaces it")
+        self._write(self.store.retire)
+        self.reservations.reconcile()
 
     def _shutdown(self) -> None:
         """Admit what finished, abandon the rest, remove temp files, release reservations."""
@@ -407,7 +370,7 @@ class Sampler:
                 self._fatal = self._fatal or item
                 continue
             was_inflight = self._inflight.pop(item.candidate.key, None) is not None
-            if isinstance(item, _DiskFull):
+            if isinstance(item, DiskFull):
                 if was_inflight:  # the admitter released its own
                     self.reservations.release(item.candidate.size)
             elif item.admission is not None:

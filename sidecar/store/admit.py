@@ -23,8 +23,10 @@ from epochfs.sidecar.store.records import Admission
 
 
 def admit(ix_of: Callable[[], Index], files: ObjectFiles, items: list[Admission], *,
-          inflight_bytes: int | None = None) -> None:
-    """Make verified downloads visible: rename into objects/, fsync dirs, then commit the index.
+          inflight_bytes: int | None = None) -> int:
+    """Make verified downloads visible: rename into objects/, fsync dirs, then commit the index;
+    returns the bytes the cache's total grew by (a sample repaired in place or dropped as fetched
+    again adds none), what the sampler's reservations add to the total they keep.
 
     The caller has already fsynced each temp file. ``inflight_bytes``: the downloads still in
     flight once these are in, recorded in the same transaction so that status never counts a
@@ -33,7 +35,7 @@ def admit(ix_of: Callable[[], Index], files: ObjectFiles, items: list[Admission]
     replaced one), as the store's own methods read it.
     """
     if not items:
-        return
+        return 0
     keys = [a.key for a in items]
     sids = [a.sid for a in items]
     if len(set(keys)) != len(keys) or len(set(sids)) != len(sids):
@@ -78,7 +80,7 @@ def admit(ix_of: Callable[[], Index], files: ObjectFiles, items: list[Admission]
             ix = ix_of()
             with ix.write():
                 ix.put(Meta.INFLIGHT_BYTES, str(inflight_bytes))
-        return
+        return 0
     files.install(items)
     now = time.time()
     ix = ix_of()
@@ -104,3 +106,4 @@ def admit(ix_of: Callable[[], Index], files: ObjectFiles, items: list[Admission]
         # (the commit failing is most often a full disk).
         files.remove(a.sid for a in items)
         raise
+    return total

@@ -277,11 +277,12 @@ class Store:
     def temp_path(self) -> Path:
         return self.files.temp_path()
 
-    def admit(self, items: list[Admission], *, inflight_bytes: int | None = None) -> None:
+    def admit(self, items: list[Admission], *, inflight_bytes: int | None = None) -> int:
         """Make verified downloads visible: rename into objects/, fsync dirs, then commit the index
-        (:func:`.admit.admit`). ``inflight_bytes``: the downloads still in flight once these are
-        in, recorded in the same transaction so that status never counts a sample twice."""
-        admit.admit(lambda: self._ix, self.files, items, inflight_bytes=inflight_bytes)
+        (:func:`.admit.admit`); returns the bytes added to the cache's total. ``inflight_bytes``:
+        the downloads still in flight once these are in, recorded in the same transaction so that
+        status never counts a sample twice."""
+        return admit.admit(lambda: self._ix, self.files, items, inflight_bytes=inflight_bytes)
 
     def repairs_due(self, *, limit: int = 256) -> list[Candidate]:
         """Samples waiting for a repair that can be fetched again (:func:`.integrity.repairs_due`),
