@@ -6,6 +6,8 @@ itself: tests never import it).
 
 from __future__ import annotations
 
+import os
+import random
 import socket
 import subprocess
 import time
@@ -18,9 +20,59 @@ TESTS = ROOT / "tests"
 """The helpers' folder: a test file run as a script (a rank's process) needs it on PYTHONPATH."""
 
 
+PORT_FLOOR = 10_000
+"""The lowest port :func:`free_port` hands out (below: well-known and registered services)."""
+PORT_BLOCKS = 8
+"""Blocks of the ports below the ephemeral range: one per xdist worker (gw0-gw6; more share),
+the last one for a run without workers."""
+
+
+def _ephemeral_range() -> tuple[int, int]:
+    try:
+        low, high = Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()
+        return int(low), int(high)
+    except (OSError, ValueError):
+        return 32768, 60999  # Linux's default
+
+
+def _port_block() -> range:
+    """This worker's ports: a slice of [PORT_FLOOR, the ephemeral range's start), or, where that
+    gap is too small, of the ports above the range; empty where there is neither."""
+    low, high = _ephemeral_range()
+    start, stop = (PORT_FLOOR, low) if low - PORT_FLOOR >= 1000 * PORT_BLOCKS else (high + 1, 65536)
+    size = (stop - start) // PORT_BLOCKS
+    if size < 100:
+        return range(0)
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "")
+    index = int(worker[2:]) % (PORT_BLOCKS - 1) if worker[2:].isdigit() else PORT_BLOCKS - 1
+    return range(start + index * size, start + (index + 1) * size)
+
+
+_BLOCK = _port_block()
+_next = random.SystemRandom().randrange(len(_BLOCK)) if _BLOCK else 0  # not the seeded random
+
+
 def free_port() -> int:
-    """A TCP port that was free a moment ago (bind to port 0 and read it back)."""
-    with socket.socket() as s:
+    """A TCP port on 127.0.0.1 that is free now and that no other test worker is handed.
+
+    Not a port bound to 0: the kernel picks those from its ephemeral range, as it does for every
+    other bind to port 0 (the moto server, the tests' own HTTP servers, in every xdist worker) and
+    for outgoing connections, so between this call and the caller's bind another worker could take
+    the same port, and a wait for the port to answer then passed on the wrong server. The ports
+    here lie outside that range, in a block of this worker's own, handed out in turn from a random
+    start (a port is not handed out again before the block has gone round), each checked by a bind.
+    """
+    global _next
+    for _ in range(len(_BLOCK)):
+        port = _BLOCK[_next % len(_BLOCK)]
+        _next += 1
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue  # in use, or in TIME_WAIT from an earlier test
+            return port
+    with socket.socket() as s:  # no block on this machine, or every port of it taken: the kernel's
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
 

@@ -146,12 +146,22 @@ def verify_cache(cache: Path, source: dict[str, bytes] | None = None) -> int:
 
 
 def disk_bytes(cache: Path) -> int:
-    """Bytes of object and temp files on disk right now (objects first, then temp: a file being
-    renamed from temp to objects is missed, never counted twice)."""
-    total = 0
+    """Bytes of object and temp files on disk at one moment: the end of a walk of their folders.
+
+    A walk is not a snapshot. While it runs, a sampler evicts an object the walk has counted and
+    downloads another into the room, into a folder the walk reaches later: counting as it walks
+    counted both, more than the disk ever held at once. So the walk only lists names, and each
+    file is sized after the walk: one still there existed both when listed (before the walk's
+    end) and when sized (after it), so the files counted were all on disk together at the walk's
+    end. Objects are listed before temp files, so a file renamed from temp into objects meanwhile
+    is missed, never counted twice; a temp file sized later is at most the room its download
+    reserved."""
+    names: list[str] = []
     for folder in ("objects", "tmp"):
         for root, _dirs, files in os.walk(cache / folder):
-            for name in files:
-                with contextlib.suppress(FileNotFoundError):
-                    total += os.stat(os.path.join(root, name)).st_size
+            names += [os.path.join(root, name) for name in files]
+    total = 0
+    for path in names:
+        with contextlib.suppress(FileNotFoundError):  # evicted, or renamed into objects, since
+            total += os.stat(path).st_size
     return total

@@ -21,8 +21,11 @@ from fuse_helpers import EPOCHFS, admit, make_objects, open_store
 
 from epochfs.sidecar import cutrequest
 from epochfs.sidecar.cutrequest import CutRequest
+from epochfs.sidecar.folderview import PAUSED_RETRY
+from epochfs.sidecar.folderview_links import AHEAD_TAG
 from epochfs.sidecar.store import Meta
 from epochfs.torchclient import layout
+from epochfs.torchclient.publish import TEMP_PREFIX
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="mounts a tmpfs (root)")
 
@@ -40,7 +43,7 @@ def small_volume(tmp_path: Path) -> Iterator[Path]:
 
 def _fill(vol: Path) -> list[Path]:
     """Files until the volume has no inode left."""
-    made = []
+    made: list[Path] = []
     for i in range(10_000):
         path = vol / f"filler-{i}"
         try:
@@ -63,7 +66,11 @@ def test_a_full_folder_volume_pauses_publishing_and_it_resumes_by_itself(
     with open(log, "wb") as out:
         proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT)
     try:
-        wait_until(lambda: layout.list_epochs(folder) == [0], timeout=30, what="epoch 0 published")
+        # The whole first publish before the volume fills: epoch-0/ appears first, latest and then
+        # status.json after it (a fill between the two left no status.json to keep readable).
+        status_file = folder / layout.CONTROL_DIR / layout.STATUS_NAME
+        wait_until(lambda: layout.list_epochs(folder) == [0] and status_file.is_file(), timeout=30,
+                   what="epoch 0 and status.json published")
         fillers = _fill(small_volume)
         admit(store, make_objects(60, 100, prefix="train/b/", start=20))
         assert store.cut(1) == 1
@@ -76,8 +83,17 @@ def test_a_full_folder_volume_pauses_publishing_and_it_resumes_by_itself(
         # What was published stays readable, status.json included; epoch 1 is not half there.
         assert layout.list_epochs(folder) == [0]
         assert len(list(layout.walk_epoch(folder, 0))) == 20
-        assert (folder / ".epochfs" / "status.json").is_file()
-        assert not [n for n in os.listdir(folder) if n.startswith(".epochfs-")], os.listdir(folder)
+        assert status_file.is_file()
+        # No temporary name left behind but the next epoch's tree built ahead, which stays through
+        # the pause unless it met the full volume itself (hidden: readers and list_epochs skip it).
+        # A try (every PAUSED_RETRY s) may make a temporary name and remove it on meeting the full
+        # volume, so one look can see one in passing: one left behind is never gone.
+        def leftovers() -> list[str]:
+            return [n for n in os.listdir(folder)
+                    if n.startswith(TEMP_PREFIX) and not n.startswith(TEMP_PREFIX + AHEAD_TAG)]
+
+        wait_until(lambda: not leftovers(), timeout=4 * PAUSED_RETRY, interval=0.01,
+                   what="no temporary name but the tree built ahead in the folder")
         # /v1/cut tells the truth: epoch 1 is cut, not published.
         code, doc = cutrequest.answer(store, CutRequest(1), unpublished=lambda n: (
             store.meta(Meta.PUBLISH_PAUSED) if not (folder / layout.epoch_name(n)).is_dir() else None))
