@@ -50,7 +50,7 @@ import time
 from collections.abc import Sequence
 
 from epochfs.sidecar.listing.keyshape import KeyShape
-from epochfs.sidecar.listing.ranges import FolderRanges
+from epochfs.sidecar.listing.ranges import FolderRanges, unsized
 from epochfs.sidecar.listing.segments import (
     FIRST_PAGE,
     FULL_PAGE,
@@ -58,13 +58,16 @@ from epochfs.sidecar.listing.segments import (
     GALLOP_REACH,
     MAX_SEGMENTS,
     MAX_SEGMENTS_PER_SPAN,
-    NUMBERS_KEPT,
-    OPEN_END_REACH,
     SHAPE_KEYS,
     SPLIT_AT,
     Segment,
     SpanState,
+    after_number,
+    horizon,
+    keys_left,
+    number,
     relative,
+    stop_number,
 )
 from epochfs.sidecar.listing.skew import listing_skew
 from epochfs.sidecar.store.catalog import Part
@@ -98,7 +101,9 @@ class Planner:
         """Segments of ranges whose last page came back full, and that page: weighed at the next
         :meth:`take` (:meth:`_promote`; stale once a later page is recorded)."""
         self._ready: list[Segment] = []
-        """Handed out first: a range's rest cut off as a folder of it became a span (which waits)."""
+        """Handed out after the first round: a range's rest cut off as a folder of it became a span
+        (which waits). Before it, each rest's page made the next folder a span, range after range:
+        the first round over 834 ranges took most of the listing (docs/performance.md)."""
         self._heap: list[tuple[int, float, float, int, int]] = []
         self._next_part = max((p.part for p in parts), default=-1) + 1
         self._open = 0
@@ -137,18 +142,18 @@ class Planner:
                     self._push(promoted)
                     self._push(span)
             self._due.clear()
+            while self._untouched:
+                span = self._spans[self._untouched.pop()]
+                seg = span.segments[0]
+                if seg.open and not seg.busy:
+                    seg.busy = True
+                    return seg
             while self._ready:  # the rest of a range a folder was promoted from (:meth:`_promote`)
                 seg = self._ready.pop()
                 if seg.open and not seg.busy:
                     seg.busy = True
                     seg.pending = seg.page
                     self._spans[seg.span].pending += seg.page
-                    return seg
-            while self._untouched:
-                span = self._spans[self._untouched.pop()]
-                seg = span.segments[0]
-                if seg.open and not seg.busy:
-                    seg.busy = True
                     return seg
             held = []
             chosen = None
@@ -177,7 +182,7 @@ class Planner:
             # ... at most to the shape's last number: a horizon past it cannot be split at, and
             # the tail was then read page after page from its first names (a flat bucket of 1M
             # keys: the keys listed in 30 s were its first 47%, five deciles of ten).
-            seg, point = tail, min(self._horizon(span, GALLOP_REACH), self._number(span, None) - 1)
+            seg, point = tail, min(horizon(span, GALLOP_REACH), number(span, None) - 1)
         else:
             at_folder = self._folder_split(free)
             if at_folder is not None:
@@ -186,12 +191,12 @@ class Planner:
                 chosen = child or seg
                 chosen.busy = True
                 return chosen
-            seg = max(free, key=lambda s: self._left(span, s) or 0.0)
-            left = self._left(span, seg) or 0.0
+            seg = max(free, key=lambda s: keys_left(span, s) or 0.0)
+            left = keys_left(span, seg) or 0.0
             point = None
             if left > SPLIT_AT:
-                lo = self._after_number(span, seg)
-                point = (lo + self._stop_number(span, seg)) // 2
+                lo = after_number(span, seg)
+                point = (lo + stop_number(span, seg)) // 2
         child = self._split(span, seg, point) if point is not None else None
         if child is None and tail is None:
             seg = min(free, key=lambda s: self._listed_share(span, s))
@@ -207,7 +212,7 @@ class Planner:
         offline, 1M keys in one span had the first tenth of the key order at 1.7-4.5% of the
         listed keys from 180k listed to 750k, the listed keys 0.27-0.055 from the deciles' mix
         between 70k and 750k; so, 0.16-0.016.)"""
-        left = self._left(span, seg)
+        left = keys_left(span, seg)
         total = seg.listed + (left or 0.0)
         return seg.listed / total if total > 0 else 0.0
 
@@ -221,8 +226,8 @@ class Planner:
         """Cut ``seg`` at the number ``point`` (None when it cannot be cut there)."""
         if span.shape is None:
             return None
-        lo = self._after_number(span, seg)
-        if point - lo < 2 or point >= self._stop_number(span, seg):
+        lo = after_number(span, seg)
+        if point - lo < 2 or point >= stop_number(span, seg):
             return None
         return self._split_at(span, seg, span.prefix + span.shape.key(point))
 
@@ -248,63 +253,8 @@ class Planner:
         return child
 
     # ------------------------------------------------------------------ estimates
-    def _stop_number(self, span: SpanState, seg: Segment) -> int:
-        """The number of ``seg``'s stop: the shape's end for the segment reading on to the span's
-        end, whose stop (none, or the next folder's start) is past every key of the span."""
-        return self._number(span, None if span.is_tail(seg) else seg.part.stop)
-
-    def _number(self, span: SpanState, key: str | None) -> int:
-        assert span.shape is not None
-        shape, numbers = span.numbers
-        if shape is not span.shape or len(numbers) > NUMBERS_KEPT:
-            numbers = {}
-            span.numbers = (span.shape, numbers)
-        number = numbers.get(key)
-        if number is None:
-            number = numbers[key] = span.shape.number(None if key is None else relative(key, span.prefix))
-        return number
-
-    def _after_number(self, span: SpanState, seg: Segment) -> int:
-        after = seg.part.after or seg.part.start
-        return self._number(span, after) if after else 0
-
-    def _horizon(self, span: SpanState, reach: float = 1.0) -> int:
-        """``reach`` times the span's known extent past its end: where the gallop reads next
-        (as far again), or how far an open end is guessed to go (:data:`OPEN_END_REACH`)."""
-        if span.low is None or span.high is None:
-            return self._number(span, None)
-        low, high = self._number(span, span.low), self._number(span, span.high)
-        return high + int((high - low) * reach) + 1
-
-    def _left(self, span: SpanState, seg: Segment) -> float | None:
-        """Keys estimated left in ``seg`` (None: nothing known); an open end counts as far as
-        the horizon."""
-        if not seg.open:
-            return 0.0
-        if span.shape is None:
-            return None
-        density = seg.density if seg.density is not None else self._span_density(span)
-        if density is None:
-            return None
-        hi = min(self._stop_number(span, seg), self._horizon(span, OPEN_END_REACH))
-        if not span.is_tail(seg) and span.high is not None:
-            # The segment holding the span's end: its keys go on past the highest listed one to
-            # somewhere before the stop an empty gallop page set, up to GALLOP_REACH times the
-            # known extent further: estimated half way there, not all the way (which counted a
-            # span whose end the gallop overshot at up to 1 + GALLOP_REACH times its keys).
-            high = self._number(span, span.high)
-            if high < hi:
-                hi = high + (hi - high + 1) // 2
-        return max(0.0, density * (hi - self._after_number(span, seg)))
-
-    @staticmethod
-    def _span_density(span: SpanState) -> float | None:
-        listed, width = span.done_measured
-        for seg in span.segments:
-            if seg.density and seg.listed > 1:
-                listed += seg.listed
-                width += seg.listed / seg.density
-        return listed / width if width > 0 else None
+    _left = staticmethod(keys_left)
+    """Keys estimated left in a segment (:func:`.segments.keys_left`)."""
 
     def progress(self, pages: Sequence[tuple[Segment, int]] = ()) -> dict[str, int | bool | float]:
         """What this run of the listing knows, as status shows it: keys listed (every shard's),
@@ -349,8 +299,12 @@ class Planner:
                             ends_unknown=self.splittable or self.streams_in_key_order)
 
     def _push(self, span: SpanState) -> None:
-        """Queue ``span`` by its priority: an unknown end first, then the least listed share."""
-        left = [self._left(span, s) for s in span.segments if s.open]
+        """Queue ``span`` by its priority: an unknown end first, then the least listed share. A
+        range of folders of unknown size (:func:`.ranges.unsized`) counts as an unknown end: read
+        by its listed share, such a range waited behind the large folders' pages, and the skew
+        stayed undivided while any did: 2,500 folders as ranges held the epochs at 33-63 samples
+        for 32 s (docs/performance.md, "Fairness")."""
+        left = [keys_left(span, s) for s in span.segments if s.open]
         rest = sum(x or 0.0 for x in left)
         self._rest += rest - span.rest
         span.rest = rest
@@ -358,6 +312,7 @@ class Planner:
             return
         span.version += 1
         unbounded = any(s.open and span.is_tail(s) for s in span.segments)
+        unbounded = unbounded or unsized(span)
         total = span.listed + rest
         share = min(1.0, (span.listed + span.pending) / total) if total > 0 else 0.0
         heapq.heappush(self._heap, (0 if unbounded else 1, share, -rest, span.version, span.id))
@@ -391,7 +346,7 @@ class Planner:
                 span.low = keys[0] if span.low is None else min(span.low, keys[0])
                 span.high = keys[-1] if span.high is None else max(span.high, keys[-1])
                 if seg.listed > 1 and seg.first is not None:
-                    width = self._number(span, seg.last) - self._number(span, seg.first)
+                    width = number(span, seg.last) - number(span, seg.first)
                     seg.density = (seg.listed - 1) / width if width > 0 else seg.density
                 seg.page = min(FULL_PAGE, max(FIRST_PAGE, seg.page * 2))
             if seg.part.done:
@@ -435,7 +390,7 @@ class Planner:
         new.learnt = len(sample)
         new.shape = KeyShape.learn((relative(k, prefix) for k in sample), new.seen)
         new.low, new.high = keys[-mine], keys[-1]
-        width = self._number(new, keys[-1]) - self._number(new, keys[-mine])
+        width = number(new, keys[-1]) - number(new, keys[-mine])
         seg.density = (mine - 1) / width if width > 0 else None
         return new
 

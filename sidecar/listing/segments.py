@@ -115,5 +115,75 @@ def relative(key: str, prefix: str) -> str:
     return key[len(prefix):] if key.startswith(prefix) else key
 
 
+# ------------------------------------------------------------------ estimates
+# What the planner estimates of a span from its shape and pages (the choices are the planner's).
+def stop_number(span: SpanState, seg: Segment) -> int:
+    """The number of ``seg``'s stop: the shape's end for the segment reading on to the span's
+    end, whose stop (none, or the next folder's start) is past every key of the span."""
+    return number(span, None if span.is_tail(seg) else seg.part.stop)
+
+
+def number(span: SpanState, key: str | None) -> int:
+    """The number of ``key`` (None: the shape's end) in ``span``'s shape, kept
+    (:attr:`SpanState.numbers`)."""
+    assert span.shape is not None
+    shape, numbers = span.numbers
+    if shape is not span.shape or len(numbers) > NUMBERS_KEPT:
+        numbers = {}
+        span.numbers = (span.shape, numbers)
+    found = numbers.get(key)
+    if found is None:
+        found = numbers[key] = span.shape.number(None if key is None else relative(key, span.prefix))
+    return found
+
+
+def after_number(span: SpanState, seg: Segment) -> int:
+    """The number of where ``seg`` has read to (0: from the span's start)."""
+    after = seg.part.after or seg.part.start
+    return number(span, after) if after else 0
+
+
+def horizon(span: SpanState, reach: float = 1.0) -> int:
+    """``reach`` times the span's known extent past its end: where the gallop reads next
+    (as far again), or how far an open end is guessed to go (:data:`OPEN_END_REACH`)."""
+    if span.low is None or span.high is None:
+        return number(span, None)
+    low, high = number(span, span.low), number(span, span.high)
+    return high + int((high - low) * reach) + 1
+
+
+def keys_left(span: SpanState, seg: Segment) -> float | None:
+    """Keys estimated left in ``seg`` (None: nothing known); an open end counts as far as
+    the horizon."""
+    if not seg.open:
+        return 0.0
+    if span.shape is None:
+        return None
+    density = seg.density if seg.density is not None else span_density(span)
+    if density is None:
+        return None
+    hi = min(stop_number(span, seg), horizon(span, OPEN_END_REACH))
+    if not span.is_tail(seg) and span.high is not None:
+        # The segment holding the span's end: its keys go on past the highest listed one to
+        # somewhere before the stop an empty gallop page set, up to GALLOP_REACH times the
+        # known extent further: estimated half way there, not all the way (which counted a
+        # span whose end the gallop overshot at up to 1 + GALLOP_REACH times its keys).
+        high = number(span, span.high)
+        if high < hi:
+            hi = high + (hi - high + 1) // 2
+    return max(0.0, density * (hi - after_number(span, seg)))
+
+
+def span_density(span: SpanState) -> float | None:
+    """Keys per number over what ``span``'s segments have measured (None: nothing yet)."""
+    listed, width = span.done_measured
+    for seg in span.segments:
+        if seg.density and seg.listed > 1:
+            listed += seg.listed
+            width += seg.listed / seg.density
+    return listed / width if width > 0 else None
+
+
 __all__ = ["FIRST_PAGE", "FULL_PAGE", "GALLOP_PAGE", "GALLOP_REACH", "MAX_SEGMENTS", "MAX_SEGMENTS_PER_SPAN",
-           "NUMBERS_KEPT", "OPEN_END_REACH", "SHAPE_KEYS", "SPLIT_AT", "Segment", "SpanState", "relative"]
+           "NUMBERS_KEPT", "OPEN_END_REACH", "SHAPE_KEYS", "SPLIT_AT", "Segment", "SpanState", "after_number",
+           "horizon", "keys_left", "number", "relative", "span_density", "stop_number"]

@@ -7,6 +7,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 
+from epochfs.sidecar.listing.ranges import unsized
 from epochfs.sidecar.listing.segments import Segment, SpanState
 
 
@@ -19,7 +20,8 @@ def listing_skew(spans: Sequence[SpanState], left_of: Callable[[SpanState, Segme
     each span has finished (listed whole), of the spans reached. A segment's keys are its first
     ones, so this is the spread at the pieces' scale; the fetch order's pace slows while it is
     high (:mod:`epochfs.sidecar.sampler.order`), divided by a random sample's spread over the top
-    folders (:func:`random_spread`, in units of ten folders'). Spans not reached yet are left out: the
+    folders (:func:`random_spread`, in units of ten folders', taken at the sample size the cap
+    then allows: :func:`_spread_at_cap`). Spans not reached yet are left out: the
     first round of pages waits for them (``FIRST_ROUND_WAIT``), and counted, thousands of
     folders of a page each held the pace at its floor for the whole first round (5,000
     folders of 20 keys: 24-28 samples in 12 s, 660-710 without).
@@ -63,7 +65,55 @@ def listing_skew(spans: Sequence[SpanState], left_of: Callable[[SpanState, Segme
     # key order (``streams_in_key_order``) is counted alike until its end: what is read of an
     # S3 Inventory's data file is its first keys, whatever its estimate says.
     tv = 0.5 * sum(abs(k / listed - n / total) for k, n in pieces)
-    return max(unbounded / listed, tv / max(1.0, random_spread(spans) / TEN_FOLDERS))
+    spread = _spread_at_cap(spans, tv, ends_unknown=ends_unknown)
+    return max(unbounded / listed, tv / max(1.0, spread / TEN_FOLDERS))
+
+
+FAIR_SPREAD = 1.8
+"""The fetch order's :data:`~epochfs.sidecar.sampler.order.FAIR_SPREAD` (its cap lets through
+``(FAIR_SPREAD / skew) ** 2`` samples): the sample size the spread is taken at
+(:func:`_spread_at_cap`). Kept equal to it by a test; not imported, as the sampler's start-up
+imports nothing of the listing."""
+
+
+def _spread_at_cap(spans: Sequence[SpanState], tv: float, *, ends_unknown: bool) -> float:
+    """:func:`random_spread` at the sample size the cap it sets lets through: the largest n with
+    ``n = (FAIR_SPREAD * spread(n) / (TEN_FOLDERS * tv)) ** 2``, found by going down from the
+    spread of a large sample (it only grows with n, so each step is smaller, towards that n).
+
+    A random sample of n keys holds none of a folder of share p << 1/n; its distance from the
+    folder mix is then about 2p, far below sqrt(p / 2 pi n), and the spread of a large sample
+    overstated what a small one can be held to: 600k keys in 2,500 folders of Zipf 1.3 sizes, the
+    skew divided by it, let 103-114 samples through at 2.1-2.2x a random sample's TV."""
+    shares = _top_shares(spans, ends_unknown=ends_unknown)
+    spread = random_spread(spans, ends_unknown=ends_unknown)
+    if spread <= TEN_FOLDERS or tv <= 0.0:
+        return spread
+    for _ in range(8):
+        n = (FAIR_SPREAD * spread / (TEN_FOLDERS * tv)) ** 2
+        spread = math.sqrt(n) * _random_tv(shares, n)
+        if spread <= TEN_FOLDERS:
+            break
+    return spread
+
+
+def _random_tv(shares: Sequence[float], samples: float) -> float:
+    """The expected folder-mix TV distance of a uniform random sample of ``samples`` keys from
+    folders of these ``shares``: half the sum of each folder's mean absolute deviation of its
+    binomial count (de Moivre's formula), over the sample size."""
+    n = max(1, int(samples))
+    lgn = math.lgamma(n + 1)
+    total = 0.0
+    for p in shares:
+        if p <= 0.0 or p >= 1.0:
+            continue
+        v = math.floor(n * p) + 1
+        if v > n:
+            continue
+        log_mad = (math.log(2 * v) + lgn - math.lgamma(v + 1) - math.lgamma(n - v + 1)
+                   + v * math.log(p) + (n - v + 1) * math.log1p(-p))
+        total += math.exp(log_mad)
+    return 0.5 * total / n
 
 
 TEN_FOLDERS = 1.2
@@ -71,7 +121,7 @@ TEN_FOLDERS = 1.2
 fetch order's cap is set at (``FAIR_SPREAD``)."""
 
 
-def random_spread(spans: Sequence[SpanState]) -> float:
+def random_spread(spans: Sequence[SpanState], *, ends_unknown: bool = False) -> float:
     """How far a uniform random sample of n keys is from the mix of the top folders the reached
     spans lie in, times sqrt(n): the sum over those folders of sqrt(p (1 - p) / 2 pi), p a
     folder's estimated share (its spans' keys listed and estimated left). About 1.2 over ten
@@ -86,25 +136,34 @@ def random_spread(spans: Sequence[SpanState]) -> float:
     (pages of up to a fifth of a folder, in waves), held the epochs at 3-21 samples for 30 s
     where about 12,000 were as fair as a random sample allows (docs/performance.md).
 
-    0 while a range of several folders is being read: its size is a guess from the folders it has
-    reached (a folder of 43% of the keys may be one it has not), so its keys' share of the whole
-    is not known within a random sample's spread. Divided then, 5,000 folders of Zipf sizes as
-    1,024 ranges let 279 samples through at 15 s, 4.25x a random sample's TV, where undivided the
-    cap held them at 1-307 samples until the listing ended, those of 100 or more within 1.44x
-    (docs/performance.md)."""
+    0 while a range of several folders is of unknown size (:func:`.ranges.unsized`: folders no
+    page has reached, or one read into and not to its end; a folder of 43% of the keys may be
+    such a one: divided then, 5,000 folders of Zipf sizes as 1,024 ranges let 279 samples through
+    at 15 s, 4.25x a random sample's TV), and, with ``ends_unknown``, while a span's end is not
+    found (its size is a guess from its first names: 1,500 folders of Zipf 1.3 sizes, offline,
+    every folder a range's page ended in made a span, let 138-277 samples through at 2.2-2.9x
+    while those were galloped for). Before, the spread was 0 while any range was open at all,
+    which over 2,500 folders is most of the listing: the cap held the epochs at 33-63 samples
+    for 32 s (docs/performance.md, "Fairness")."""
+    return sum(math.sqrt(p * (1.0 - p) / (2.0 * math.pi))
+               for p in _top_shares(spans, ends_unknown=ends_unknown))
+
+
+def _top_shares(spans: Sequence[SpanState], *, ends_unknown: bool) -> list[float]:
+    """The estimated shares of the top folders the reached spans lie in (none while a range of
+    folders is of unknown size, :func:`.ranges.unsized`, or, with ``ends_unknown``, while a
+    span's end is not found: :func:`random_spread`)."""
     reached = [span for span in spans if span.reached]
-    if any(span.folders[1] - span.folders[0] > 1 and any(s.open for s in span.segments)
-           for span in reached):
-        return 0.0
+    if ends_unknown and any(s.open and span.is_tail(s) for span in reached for s in span.segments):
+        return []
+    if any(unsized(span) for span in reached):
+        return []
     tops: dict[str, float] = {}
     for span in reached:
         top = span.prefix.split("/", 1)[0]
         tops[top] = tops.get(top, 0.0) + span.listed + span.rest
-    sizes = list(tops.values())
-    total = sum(sizes)
-    if total <= 0:
-        return 0.0
-    return sum(math.sqrt(p * (1.0 - p) / (2.0 * math.pi)) for p in (n / total for n in sizes))
+    total = sum(tops.values())
+    return [n / total for n in tops.values()] if total > 0 else []
 
 
-__all__ = ["TEN_FOLDERS", "listing_skew", "random_spread"]
+__all__ = ["FAIR_SPREAD", "TEN_FOLDERS", "listing_skew", "random_spread"]
