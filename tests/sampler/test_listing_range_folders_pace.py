@@ -7,69 +7,30 @@ range always had a folder not reached: 600k keys in 2,500 folders of Zipf 1.3 si
 at 33-63 samples for 32 s, the skew's cap at 21-54, with the listed keys 0.18 from the folder mix.
 
 Pure: the real :class:`~epochfs.sidecar.listing.planner.Planner` over an in-memory listing (the
-harness of ``test_listing_planner_range_folders.py``), and the fetch order's cap
+harness of ``tests/range_folders_helpers.py``, shared with
+``test_listing_planner_range_folders.py``), and the fetch order's cap
 (:func:`~epochfs.sidecar.sampler.order.skew_cap`) on what the planner says."""
 
 from __future__ import annotations
 
-import bisect
 import math
 import random
-from collections import Counter
 from unittest import mock
 
 import numpy as np
+from range_folders_helpers import folder_ranges, folder_tv, read_page, zipf_key_space
 
 from epochfs.benchmarks._fairness_stats import random_baseline
-from epochfs.sidecar.listing.planner import Planner, Segment
-from epochfs.sidecar.listing.sources import MAX_FOLDER_SPANS
+from epochfs.sidecar.listing.planner import Planner
 from epochfs.sidecar.sampler.order import skew_cap, unreached_share
-from epochfs.sidecar.store.catalog import Part
 
 FOLDERS = 2500
 KEYS = 200_000
 SKEW = 1.3
 
 
-def _key_space(seed: int) -> tuple[list[str], list[str], dict[str, int]]:
-    """``FOLDERS`` folders of Zipf sizes in a random key order: (every key sorted, the folders
-    sorted, each folder's size)."""
-    rng = random.Random(seed)
-    weights = [(r + 1) ** -SKEW for r in range(FOLDERS)]
-    rng.shuffle(weights)
-    whole = sum(weights)
-    paths = [f"class-{i:04d}/" for i in range(FOLDERS)]
-    size = {p: max(1, round(KEYS * w / whole)) for p, w in zip(paths, weights, strict=True)}
-    keys = sorted(f"{p}sample-{i:06d}.bin" for p in paths for i in range(size[p]))
-    return keys, paths, size
 
 
-def _ranges(paths: list[str]) -> list[Part]:
-    """The ranges :class:`~epochfs.sidecar.listing.sources.PagedSource` cuts the folders into."""
-    step = -(-len(paths) // MAX_FOLDER_SPANS)
-    starts = ["", *paths[step::step]]
-    return [Part(i, "", s, starts[i + 1] if i + 1 < len(starts) else None) for i, s in enumerate(starts)]
-
-
-def _read(keys: list[str], seg: Segment) -> list[str]:
-    """One page of ``seg`` as S3 lists it (after its resume point, before its stop)."""
-    part = seg.part
-    at = bisect.bisect_right(keys, max(part.after, part.start))
-    out = keys[at:at + seg.page]
-    done = at + seg.page >= len(keys)
-    if part.stop is not None:
-        kept = [k for k in out if k < part.stop]
-        done = done or len(kept) < len(out)
-        out = kept
-    part.after = out[-1] if out else part.after
-    part.done = done
-    return out
-
-
-def _tv(listed: list[str], paths: list[str], size: dict[str, int]) -> float:
-    whole = sum(size.values())
-    count = Counter(paths[bisect.bisect_right(paths, k) - 1] for k in listed)
-    return 0.5 * sum(abs(count[p] / len(listed) - size[p] / whole) for p in paths)
 
 
 @mock.patch("epochfs.sidecar.listing.planner.SKEW_EVERY", 0.0)
@@ -77,9 +38,9 @@ def test_thousands_of_folders_as_ranges_let_fair_epochs_grow() -> None:
     """From 45% of the keys listed on, the cap lets through at least 250 samples (303-1,285 here;
     52-231 up to 80% listed before), and no more than keep a sample of the listed keys within 2x
     of a random sample's folder-mix distance (1.06-1.23x here)."""
-    keys, paths, size = _key_space(seed=23)
-    assert len(_ranges(paths)) < FOLDERS, "the folders are listed as ranges"
-    planner = Planner(_ranges(paths), splittable=True, rng=random.Random(1), folders=paths)
+    keys, paths, size = zipf_key_space(folders=FOLDERS, keys=KEYS, skew=SKEW, seed=23)
+    assert len(folder_ranges(paths)) < FOLDERS, "the folders are listed as ranges"
+    planner = Planner(folder_ranges(paths), splittable=True, rng=random.Random(1), folders=paths)
     order = random.Random(2)
     bounds = np.cumsum([0, *(size[p] for p in paths)])
     listed: list[str] = []
@@ -89,7 +50,7 @@ def test_thousands_of_folders_as_ranges_let_fair_epochs_grow() -> None:
     while planner.open_segments and upto is not None:
         batch = [s for s in (planner.take() for _ in range(4)) if s is not None]
         assert batch, "open segments but none to read"
-        pages = [(s, _read(keys, s)) for s in batch]
+        pages = [(s, read_page(keys, s)) for s in batch]
         order.shuffle(pages)
         for seg, page in pages:
             planner.record(seg, page)
@@ -104,7 +65,7 @@ def test_thousands_of_folders_as_ranges_let_fair_epochs_grow() -> None:
         # A sample of the listed keys is about as far from the mix as they are, plus a random
         # sample's own distance at its size (independent: their squares add).
         random_tv = random_baseline(n, bounds, draws=5).tv
-        off = _tv(listed, paths, size)
+        off = folder_tv(listed, paths, size)
         assert math.hypot(off, random_tv) <= 2.0 * random_tv, (len(listed), off, n, random_tv)
         upto = next(checks, None)
     assert len(caps) >= 6, caps
