@@ -55,13 +55,16 @@ class Room:
         """Reserve room for ``cand``; a look-ahead download only takes room that is free.
 
         Evicting for the next window could take samples of the window before it that were
-        fetched ahead of their cut and are not in an epoch yet.
+        fetched ahead of their cut and are not in an epoch yet. An eviction is an index write: on
+        a full volume it meets SQLITE_FULL, which is no room now (the loop's write pauses
+        sampling), not a failed index (the 600 s soak: a cut made samples evictable while the
+        volume was full, and the sampler exited 1).
         """
-        ok = self.reservations.reserve(cand.size, capacity=self.disk.effective_capacity,
-                                       evict=not lookahead)
+        ok = self._write(lambda: self.reservations.reserve(
+            cand.size, capacity=self.disk.effective_capacity, evict=not lookahead))
         if self.reservations.capacity is not None:
             self._record_capacity(self.reservations.capacity)
-        return ok
+        return bool(ok)
 
     def full(self, *, waiting_on_own: bool) -> None:
         """No room for the next download: backpressure, unless downloads of this loop are in flight

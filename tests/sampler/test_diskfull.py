@@ -120,3 +120,29 @@ def test_a_full_disk_while_repairs_are_looked_for_pauses_instead_of_ending_the_s
     with sampling(cache, MemoryRemote(objects), settings_for(cache, "--capacity", "6Mi")) as (store, _):
         wait_until(lambda: len(looks) > 3 and store.stats().samples == 20, timeout=30,
                    what="the sampler fetching on after three full-disk answers")
+
+
+def test_a_full_disk_while_evicting_for_room_pauses_instead_of_ending_the_sampler(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Evicting for the next download is an index write: the 600 s soak met SQLITE_FULL there
+    (a cut made samples evictable while the volume was full) and the sampler exited 1 with "the
+    cache index failed". The store answers its first three evictions as SQLite does on a full
+    disk; the sampler goes on and, once they succeed, keeps the cache within its budget."""
+    evictions: list[int] = []
+    real = Store.evict
+
+    def full_at_first(self: Store, need: int) -> int:
+        evictions.append(need)
+        if len(evictions) <= 3:
+            raise sqlite3.OperationalError("database or disk is full")
+        return real(self, need)
+
+    monkeypatch.setattr(Store, "evict", full_at_first)
+    objects = objects_of(40, 64 * 1024)  # 2.5 MiB through a 1 MiB budget: evictions needed
+    cache = tmp_path / "cache"
+    # Epochs cut and retired as it goes: what a retired epoch held may be evicted.
+    settings = settings_for(cache, "--cut-interval", "0.2", "--keep-epochs", "1")
+    with sampling(cache, MemoryRemote(objects), settings) as (store, sampler):
+        wait_until(lambda: len(evictions) > 3 and sampler.rates.samples >= 30, timeout=30,
+                   what="the sampler fetching on after three full-disk answers to its evictions")
+        assert store.stats().cache_bytes <= 1 << 20
