@@ -97,10 +97,21 @@ def _spread_at_cap(spans: Sequence[SpanState], tv: float, *, ends_unknown: bool)
     return spread
 
 
+EXACT_UP_TO = 1e6
+"""Sample sizes up to which :func:`_random_tv` sums the binomials exactly (above: their normal
+limit)."""
+
+
 def _random_tv(shares: Sequence[float], samples: float) -> float:
     """The expected folder-mix TV distance of a uniform random sample of ``samples`` keys from
     folders of these ``shares``: half the sum of each folder's mean absolute deviation of its
     binomial count (de Moivre's formula), over the sample size."""
+    if samples > EXACT_UP_TO:
+        # Past a million the normal limit is exact to 0.1%, and the exact sum is not: its terms
+        # cancel in magnitudes of n log n, and a tiny listed skew asks for any n (at 1e20 the
+        # exponent overflowed: OverflowError in the listing).
+        return sum(math.sqrt(p * (1.0 - p) / (2.0 * math.pi)) for p in shares if 0.0 < p < 1.0) \
+            / math.sqrt(samples)
     n = max(1, int(samples))
     lgn = math.lgamma(n + 1)
     total = 0.0

@@ -82,3 +82,15 @@ def test_the_spread_is_taken_at_the_samples_the_cap_lets_through() -> None:
     shares = [1 / 2500] * 2500
     assert math.isclose(skew._random_tv(shares, 100), 0.961, abs_tol=0.002)
     assert math.isclose(skew._random_tv([0.1] * 10, 1000), 1.2 / math.sqrt(1000), rel_tol=0.01)
+
+
+def test_the_random_distance_holds_at_any_sample_size() -> None:
+    """A tiny listed skew asks the spread at any sample size: the exact binomial sum overflowed at
+    1e20 (OverflowError in the listing); past a million it is the normal limit, continuous there."""
+    from epochfs.sidecar.listing import skew
+    shares = [0.3, 0.7]
+    limit = 2 * math.sqrt(0.21 / (2 * math.pi))
+    for n in (1e6, 1e9, 1e20, 1e300):
+        assert math.isclose(skew._random_tv(shares, n) * math.sqrt(n), limit, rel_tol=0.002), n
+    below, above = skew._random_tv(shares, skew.EXACT_UP_TO), skew._random_tv(shares, skew.EXACT_UP_TO + 1)
+    assert math.isclose(below, above, rel_tol=0.002)
