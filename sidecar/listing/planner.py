@@ -253,9 +253,6 @@ class Planner:
         return child
 
     # ------------------------------------------------------------------ estimates
-    _left = staticmethod(keys_left)
-    """Keys estimated left in a segment (:func:`.segments.keys_left`)."""
-
     def progress(self, pages: Sequence[tuple[Segment, int]] = ()) -> dict[str, int | bool | float]:
         """What this run of the listing knows, as status shows it: keys listed (every shard's),
         keys estimated in all (listed plus the estimates of what is left, where spans have
@@ -295,7 +292,7 @@ class Planner:
 
     def _skew(self) -> float:
         """:func:`.listing_skew` of the spans, with this planner's estimates."""
-        return listing_skew(self._spans, self._left,
+        return listing_skew(self._spans, keys_left,
                             ends_unknown=self.splittable or self.streams_in_key_order)
 
     def _push(self, span: SpanState) -> None:
@@ -311,8 +308,7 @@ class Planner:
         if not left:
             return
         span.version += 1
-        unbounded = any(s.open and span.is_tail(s) for s in span.segments)
-        unbounded = unbounded or unsized(span)
+        unbounded = any(s.open and span.is_tail(s) for s in span.segments) or unsized(span)
         total = span.listed + rest
         share = min(1.0, (span.listed + span.pending) / total) if total > 0 else 0.0
         heapq.heappush(self._heap, (0 if unbounded else 1, share, -rest, span.version, span.id))

@@ -86,7 +86,7 @@ def _spread_at_cap(spans: Sequence[SpanState], tv: float, *, ends_unknown: bool)
     overstated what a small one can be held to: 600k keys in 2,500 folders of Zipf 1.3 sizes, the
     skew divided by it, let 103-114 samples through at 2.1-2.2x a random sample's TV."""
     shares = _top_shares(spans, ends_unknown=ends_unknown)
-    spread = random_spread(spans, ends_unknown=ends_unknown)
+    spread = _large_spread(shares)
     if spread <= TEN_FOLDERS or tv <= 0.0:
         return spread
     for _ in range(8):
@@ -110,8 +110,7 @@ def _random_tv(shares: Sequence[float], samples: float) -> float:
         # Past a million the normal limit is exact to 0.1%, and the exact sum is not: its terms
         # cancel in magnitudes of n log n, and a tiny listed skew asks for any n (at 1e20 the
         # exponent overflowed: OverflowError in the listing).
-        return sum(math.sqrt(p * (1.0 - p) / (2.0 * math.pi)) for p in shares if 0.0 < p < 1.0) \
-            / math.sqrt(samples)
+        return _large_spread(shares) / math.sqrt(samples)
     n = max(1, int(samples))
     lgn = math.lgamma(n + 1)
     total = 0.0
@@ -156,8 +155,13 @@ def random_spread(spans: Sequence[SpanState], *, ends_unknown: bool = False) -> 
     while those were galloped for). Before, the spread was 0 while any range was open at all,
     which over 2,500 folders is most of the listing: the cap held the epochs at 33-63 samples
     for 32 s (docs/performance.md, "Fairness")."""
-    return sum(math.sqrt(p * (1.0 - p) / (2.0 * math.pi))
-               for p in _top_shares(spans, ends_unknown=ends_unknown))
+    return _large_spread(_top_shares(spans, ends_unknown=ends_unknown))
+
+
+def _large_spread(shares: Sequence[float]) -> float:
+    """A large random sample's distance from folders of these ``shares``, times sqrt(n): the
+    sum of sqrt(p (1 - p) / 2 pi) (each folder's binomial count in its normal limit)."""
+    return sum(math.sqrt(p * (1.0 - p) / (2.0 * math.pi)) for p in shares if 0.0 < p < 1.0)
 
 
 def _top_shares(spans: Sequence[SpanState], *, ends_unknown: bool) -> list[float]:

@@ -17,6 +17,7 @@ import random
 from unittest import mock
 
 from epochfs.sidecar.listing.planner import Planner, Segment
+from epochfs.sidecar.listing.segments import keys_left
 from epochfs.sidecar.listing.skew import TEN_FOLDERS, random_spread
 from epochfs.sidecar.sampler.order import FAIR_SPREAD, skew_cap
 from epochfs.sidecar.store.catalog import Part
@@ -130,7 +131,7 @@ def test_one_span_read_from_its_start_is_not_divided() -> None:
     _list(planner, keys, 6000)
     skew = float(planner.progress()["skew"])
     from epochfs.sidecar.listing.skew import listing_skew
-    raw = listing_skew(planner._spans, planner._left, ends_unknown=True)
+    raw = listing_skew(planner._spans, keys_left, ends_unknown=True)
     assert skew == round(raw, 4)
     assert random_spread(planner._spans) == 0.0
 
