@@ -1,4 +1,4 @@
-"""The folder view's next epoch, built ahead (issue 25): the cut is a header, a write, a rename and fsyncs.
+"""The folder view's next epoch, built ahead: the cut is a header, a write, a rename and fsyncs.
 
 Writing a whole epoch tree when the epoch is asked for made the trainer wait at every boundary
 (400,000 entries: 11.4 s, CPU-bound). In snapshot mode the next cut is predictable: the samples

@@ -4,7 +4,7 @@ Why: a manifest is a header and one line per entry sorted by path (the FUSE view
 :mod:`epochfs.torchclient.layout`), about 66 bytes a line. At a million entries, keeping the lines
 in one sorted list made each cut join 66 MB in Python (and sort the list again after it), and
 every step that added more than a few samples sorted the whole list again: most of the trainer's
-wait at the boundary (issue 25). Here the lines live in *pages* of up to :data:`PAGE` * 2 sorted
+wait at the boundary. Here the lines live in *pages* of up to :data:`PAGE` * 2 sorted
 lines, each page's bytes joined once and joined again only when a line enters or leaves it. A new
 sample costs a bisect and an insert into one page; the publisher joins the pages that changed at
 the end of each step that finished its linking (:meth:`ManifestBody.chunks`), so at the cut the

@@ -340,7 +340,7 @@ class FolderPublisher:
     def _publish_classes(self, *, folders: tuple[int, list[str]] | None = None) -> None:
         """``.epochfs/classes.json`` with the folders of every live epoch (the one being published
         included) recorded, written before the epoch appears: each folder a reader finds in
-        ``epoch-N/`` has its index there (issue 22; :mod:`epochfs.fuse.classes`). ``folders``:
+        ``epoch-N/`` has its index there (:mod:`epochfs.fuse.classes`). ``folders``:
         epoch N's folders as the tree built ahead has them (its tree is not built again)."""
         if folders is None:
             data = self.view.render_classes()

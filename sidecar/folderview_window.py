@@ -1,4 +1,4 @@
-"""Schedule mode's next epoch, built ahead (issue 25): its cut too is a header, a write and a rename.
+"""Schedule mode's next epoch, built ahead: its cut too is a header, a write and a rename.
 
 In schedule mode (``--schedule``) epoch N is a window of the sampling order, not a range of the
 admission order: the samples whose ``(rank, key)`` lies between the ends of positions ``[lo, hi)``
@@ -204,7 +204,7 @@ class WindowTree(BuiltAhead):
 
         Moving the aim to the epoch after it now would read that window's catalog rows (4-8 s at
         a million keys) and pass over every member, and :meth:`publish` would move the set back,
-        all in the trainer's wait (issue 25: 10.8 s at 1M). A cut wakes the publisher as it
+        all in the trainer's wait (10.8 s at 1M keys, docs/folderview.md). A cut wakes the publisher as it
         starts (it raises the cache's high-water mark before its commit), so the step it woke
         could read the list of live epochs before the commit and the next number after it."""
         if self._aim is None:

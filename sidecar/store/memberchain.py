@@ -3,7 +3,7 @@
 A whole members file (:mod:`.memberfiles`) lists every member of its epoch: about 2.5 us a member
 (4 s for 1M) under the index's write lock, too much for a cut, so an epoch above
 :data:`.memberfiles.AT_CUT` members gets its file from the keeper seconds later, and an index
-damaged in between loses that epoch (issue 20). A snapshot-mode epoch is a range of the admission
+damaged in between loses that epoch. A snapshot-mode epoch is a range of the admission
 order, ``first_sample <= id <= max_sample`` (:mod:`.epochs`), and while an epoch B is live nothing
 inside its range changes: ids only grow (AUTOINCREMENT; a rebuilt index continues above every
 restored ``max_sample``) and eviction (:mod:`.eviction`, the only ``DELETE FROM samples``) never

@@ -1,5 +1,5 @@
 """Segments: the admission order's members written ahead of a cut, so that a big epoch's members
-file is in place at its cut (issue 20).
+file is in place at its cut.
 
 A cut writes its epoch's members file inside its write transaction (:func:`.memberfiles.at_cut`),
 but only up to :data:`.memberfiles.AT_CUT` members of its own (about 2.5 us a member under the
