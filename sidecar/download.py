@@ -16,8 +16,9 @@ checksum only when something vouched for the bytes (else ``size-only``), with th
 in ``verified``. A mismatch is :class:`Transient` and retried: wrong bytes are never admitted
 with a checksum. What happens after a failure depends only on its kind
 (:mod:`epochfs.sidecar.remote.errors`; the remotes type their failures where they arise, and
-this module types its own: a size that differs from the listing is :class:`Changed`, a
-truncated body or a checksum mismatch :class:`Transient`):
+this module types its own: a size that differs from the listing is :class:`Changed`, whether
+announced or found by a body that runs past it (read no further), a truncated body or a checksum
+mismatch :class:`Transient`):
 
 - not found, changed, denied (404, 403, a proxy's 407, an object whose size changed since the
   listing, a TLS certificate that does not verify), or an error no rule knows: given up at once;
@@ -218,7 +219,7 @@ class Downloader:
             with self._lock:
                 self._temps.add(temp)
             try:
-                total = self._stream(reader, temp, h)
+                total = self._stream(reader, temp, h, cand.size)
             except BaseException:
                 with contextlib.suppress(FileNotFoundError):
                     os.unlink(temp)
@@ -301,16 +302,23 @@ class Downloader:
             buf = self._local.buf = memoryview(bytearray(self.block))
         return buf
 
-    def _stream(self, reader: Reader, temp: Path, h: checksums.Hasher) -> int:
+    def _stream(self, reader: Reader, temp: Path, h: checksums.Hasher, limit: int) -> int:
         """Copy the reader into ``temp`` while hashing with ``h`` on the same blocks; fsync
         before returning the number of bytes.
 
         Every reader fills this thread's reused buffer (``readinto``): from the S3 fast path and
         files the bytes are copied once, from the kernel, and the GIL is released for the read,
         the hash update and the write alike.
+
+        ``limit`` is the listed size: at most ``limit + 1`` bytes are asked for, and a body that
+        passes it raises :class:`Changed` before its extra bytes are written. A body whose length
+        the reader cannot announce (no Content-Length, chunked, a file growing while it is read)
+        would otherwise stream to its end onto the node volume, past the one reservation of the
+        listed size. A body of the listed size ends with an ask for one byte that finds its end.
         """
         readinto = reader.readinto
         buf = self._buffer()
+        size = len(buf)
         total = 0
         stop = self.stop
         rate = self.rate
@@ -322,10 +330,13 @@ class Downloader:
             while True:
                 if stop.is_set():
                     raise Cancelled()
-                n = readinto(buf)
+                want = limit + 1 - total
+                n = readinto(buf if want >= size else buf[:want])
                 chunk = buf[:n]
                 if not n:
                     break
+                if total + n > limit:
+                    raise Changed(f"body longer than the listed {limit} bytes")
                 if rate is not None and not rate.take(n, stop):
                     raise Cancelled()
                 h.update(chunk)

@@ -89,7 +89,7 @@ from epochfs.sidecar.store.memberformat import (
     present,
     temp,
 )
-from epochfs.sidecar.store.objects import fsync_dir
+from epochfs.sidecar.store.objects import fsync_dir, writer_gone
 
 log = logging.getLogger("epochfs.store")
 
@@ -125,8 +125,9 @@ def discard(root: Path, numbers: list[int]) -> None:
 
 def clear_temps(root: Path) -> int:
     """Remove the temp files of writers that died before their rename (kill -9 while a file was
-    written; start-up recovery calls this, as it clears the other temp files); a live process's
-    temp is left alone. Returns how many were removed."""
+    written; start-up recovery calls this, before this process starts any writer, as it clears
+    the other temp files); another live process's temp is left alone, one with this process's pid
+    is a killed predecessor's (:func:`.objects.writer_gone`). Returns how many were removed."""
     try:
         names = os.listdir(folder(root))
     except FileNotFoundError:
@@ -134,8 +135,7 @@ def clear_temps(root: Path) -> int:
     removed = 0
     for name in names:
         if name.startswith(f".{PREFIX}") and name.endswith(".tmp"):
-            pid = name.split(".")[-3]
-            if pid.isdigit() and os.path.exists(f"/proc/{pid}"):
+            if not writer_gone(name.split(".")[-3]):
                 continue
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(folder(root) / name)

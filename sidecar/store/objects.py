@@ -60,13 +60,22 @@ def replace_file(target: Path, data: bytes) -> None:
     fsync_dir(target.parent)
 
 
+def writer_gone(pid: str) -> bool:
+    """Whether a temp file whose name carries ``pid`` was left by a writer that is gone, for the
+    start-up recovery that clears such temps. Another live process's temp is being written right
+    now and stays. This process's own pid counts as gone: recovery runs before this process starts
+    any writer, so a temp with its pid is a killed predecessor's (a restarted container gets a fresh
+    PID namespace and often the same pid), which a check of ``/proc`` alone would keep forever.
+    A name without a pid is nobody's."""
+    return not (pid.isdigit() and int(pid) != os.getpid() and os.path.exists(f"/proc/{pid}"))
+
+
 def clear_replace_temps(target: Path) -> int:
     """Remove the temps :func:`replace_file` left for ``target`` when its writer died between
-    writing and renaming (kill -9); a live process's temp (being written right now) stays."""
+    writing and renaming (kill -9); see :func:`writer_gone` for whose temps stay."""
     removed = 0
     for path in target.parent.glob(f".{target.name}.*.tmp"):
-        pid = path.name[len(target.name) + 2:-len(".tmp")]
-        if pid.isdigit() and int(pid) != os.getpid() and os.path.exists(f"/proc/{pid}"):
+        if not writer_gone(path.name[len(target.name) + 2:-len(".tmp")]):
             continue
         with contextlib.suppress(FileNotFoundError):
             path.unlink()
