@@ -19,17 +19,31 @@ import logging
 import os
 import select
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import cast
 
 import epochfs
 from epochfs.fuse.errors import MountError
 from epochfs.sidecar import cli_bench, cli_cache, cli_index, config, redact, volumes
+from epochfs.sidecar.confparse import _non_negative_float, _positive_float
 from epochfs.sidecar.remote.registry import HELP as REMOTE_HELP
 from epochfs.sidecar.store import StoreError
 
 log = logging.getLogger("epochfs")
+
+
+def _arg(parse: Callable[[str], float]) -> Callable[[str], float]:
+    """An argparse type from one of the settings' parsers: its reason in the usage error
+    ("argument --interval: must be a finite number"), not the parser's name."""
+
+    def typed(text: str) -> float:
+        try:
+            return parse(text)
+        except ValueError as e:
+            raise argparse.ArgumentTypeError(str(e)) from None
+
+    return typed
 
 
 def _cmd_sample(ns: argparse.Namespace) -> int:
@@ -208,7 +222,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="machine-readable report on stdout")
     p.add_argument("--report-only", action="store_true",
                    help="change nothing: report damaged objects without quarantining them")
-    p.add_argument("--progress-seconds", type=float, default=5.0,
+    p.add_argument("--progress-seconds", type=_arg(_non_negative_float), default=5.0,
                    help="seconds between progress lines on stderr (0: none)")
     p.set_defaults(func=cli_cache.cmd_verify)
 
@@ -218,7 +232,8 @@ def build_parser() -> argparse.ArgumentParser:
     where.add_argument("--mount", help="mount point of a running sidecar")
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.add_argument("--watch", action="store_true", help="refresh in place until interrupted")
-    p.add_argument("--interval", type=float, default=2.0, help="seconds between refreshes")
+    p.add_argument("--interval", type=_arg(_positive_float), default=2.0,
+                   help="seconds between refreshes")
     p.set_defaults(func=cli_cache.cmd_status)
 
     p = sub.add_parser(

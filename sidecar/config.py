@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from epochfs.sidecar.confparse import (
+    _bounded,
     _capacity,
     _fraction,
     _fuse_api,
@@ -41,6 +42,14 @@ from epochfs.torchclient.globs import Globs
 class ConfigError(ValueError):
     """A bad flag or environment value; the message names the flag."""
 
+
+MAX_CONCURRENCY = 1024
+"""``--concurrency`` at most: each download in flight is a thread with a 1 MiB read buffer, so a
+slip such as 100,000 spent half a minute starting threads before failing, and 4,096 asks 4 GiB
+of the chart's 2 GiB sidecar; past a few hundred the remote, not the count, sets the rate."""
+MAX_READ_TIMEOUT = 3600.0
+"""``--read-timeout`` at most, in seconds: an hour of silence is a stalled download, and values
+past what a socket timeout takes (``inf``, ``1e300``) failed as a listing error."""
 
 EXIT_RETRY = 75
 """The exit status of a command that cannot go on *now* (EX_TEMPFAIL): the remote unreachable at
@@ -76,7 +85,9 @@ class SamplerSettings(CacheSettings):
     shard_index: int = _opt("--shard-index", "this node's shard (0-based)", default=0,
                             parse=_non_negative_int)
     shard_count: int = _opt("--shard-count", "number of shards (nodes)", default=1, parse=_positive_int)
-    concurrency: int = _opt("--concurrency", "downloads in flight", default=32, parse=_positive_int)
+    concurrency: int = _opt("--concurrency", "downloads in flight (at most 1024)", default=32,
+                            parse=_bounded(_positive_int, MAX_CONCURRENCY, "a thread and a 1 MiB "
+                                           "buffer each; 100,000 could not be started"))
     endpoint_url: str | None = _opt("--endpoint-url", "S3-compatible endpoint (AWS_* credentials honoured)")
     min_samples: int = _opt("--min-samples", "complete samples needed before epoch 0 can be cut",
                             default=1, parse=_positive_int)
@@ -121,14 +132,15 @@ class SamplerSettings(CacheSettings):
                                   default=0.0, parse=_non_negative_float)
     in_use_seconds: float = _opt("--in-use-seconds",
                                  "an epoch looked up this recently stays pinned beyond --keep-epochs",
-                                 default=600.0, parse=float)
+                                 default=600.0, parse=_non_negative_float)
     max_rate: int | None = _opt("--max-rate", "limit on download bytes per second, e.g. 50Mi (default: none)",
                                 parse=_capacity)
     cut_interval: float = _opt("--cut-interval", "cut a new epoch every N seconds (0: only on request)",
-                               default=0.0, parse=float)
+                               default=0.0, parse=_non_negative_float)
     read_timeout: float = _opt("--read-timeout",
                                "seconds of silence before a download counts as stalled and is retried",
-                               default=30.0, parse=_positive_float)
+                               default=30.0, parse=_bounded(_positive_float, MAX_READ_TIMEOUT,
+                                                            "an hour of silence is a stalled download"))
     progress_seconds: float = _opt("--progress-seconds", "seconds between the sampler's progress lines",
                                    default=5.0, parse=_positive_float)
     scrub_rate: int = _opt("--scrub-rate",

@@ -6,6 +6,7 @@ flag (exit status 2). Kept apart so that config.py holds only the settings thems
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Callable
 from dataclasses import field
@@ -80,9 +81,19 @@ def _non_negative_int(text: str) -> int:
     return value
 
 
-def _non_negative_float(text: str) -> float:
+def _finite(text: str) -> float:
+    """A float that is a number: NaN compares false with everything (a NaN interval made every
+    check "not yet due" or "due", as each comparison fell) and inf overflows the clock and socket
+    calls it reaches (``settimeout(inf)`` fails as "timestamp out of range")."""
     value = float(text)
-    if not value >= 0:  # NaN too
+    if not math.isfinite(value):
+        raise ValueError("must be a finite number")
+    return value
+
+
+def _non_negative_float(text: str) -> float:
+    value = _finite(text)
+    if value < 0:
         raise ValueError("must not be negative")
     return value
 
@@ -95,10 +106,22 @@ def _fraction(text: str) -> float:
 
 
 def _positive_float(text: str) -> float:
-    value = float(text)
-    if not value > 0:
+    value = _finite(text)
+    if value <= 0:
         raise ValueError("must be positive")
     return value
+
+
+def _bounded(parse: Callable[[str], Any], most: float, why: str) -> Callable[[str], Any]:
+    """``parse``, then at most ``most`` (``why``: the reason, in the error)."""
+
+    def bounded(text: str) -> Any:
+        value = parse(text)
+        if value > most:
+            raise ValueError(f"must be at most {most:g} ({why})")
+        return value
+
+    return bounded
 
 
 def _switch(text: str) -> bool:

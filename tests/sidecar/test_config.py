@@ -59,6 +59,16 @@ def one_line(proc: subprocess.CompletedProcess[str]) -> str:
         ([], {"EPOCHFS_READ_TIMEOUT": "soon"}, "--read-timeout", "EPOCHFS_READ_TIMEOUT"),
         (["--read-timeout", "0"], {}, "--read-timeout", "positive"),
         ([], {"EPOCHFS_PROGRESS_SECONDS": "-1"}, "--progress-seconds", "positive"),
+        # Numbers that are not: NaN compared false in every check (an epoch cut at every tick,
+        # the in-use pin off), inf overflowed the socket's timeout as a listing error.
+        (["--cut-interval", "nan"], {}, "--cut-interval", "finite"),
+        (["--cut-interval=-5"], {}, "--cut-interval", "negative"),
+        ([], {"EPOCHFS_IN_USE_SECONDS": "nan"}, "--in-use-seconds", "finite"),
+        (["--in-use-seconds=-1"], {}, "--in-use-seconds", "negative"),
+        (["--read-timeout", "inf"], {}, "--read-timeout", "finite"),
+        (["--read-timeout", "1e300"], {}, "--read-timeout", "at most 3600"),
+        (["--relist-interval", "inf"], {}, "--relist-interval", "finite"),
+        (["--concurrency", "100000"], {}, "--concurrency", "at most 1024"),
     ],
 )
 def test_bad_flags_exit_2_naming_the_flag(
@@ -192,3 +202,20 @@ def test_every_epochfs_variable_is_in_help(command: str) -> None:
            "sidecar": config.SidecarSettings}[command]
     for f in config.fields(cls):
         assert config.env_name(f.metadata["flag"]) in proc.stdout.replace("\n", " "), f.name
+
+
+@pytest.mark.parametrize(
+    ("args", "flag"),
+    [
+        (["status", "--watch", "--interval", "nan"], "--interval"),
+        (["status", "--interval", "inf"], "--interval"),
+        (["verify", "--progress-seconds", "nan"], "--progress-seconds"),
+    ],
+)
+def test_intervals_that_are_not_numbers_are_usage_errors(tmp_path: Path, args: list[str], flag: str) -> None:
+    """``status --watch --interval nan`` printed a screen, then a traceback from ``sleep``; inf
+    overflowed it: a usage error (exit 2) before anything is read."""
+    proc = run([*args, "--cache", str(tmp_path)])
+    assert proc.returncode == 2, proc.stderr
+    assert f"argument {flag}: must be a finite number" in proc.stderr, proc.stderr
+    assert "Traceback" not in proc.stderr
