@@ -393,7 +393,7 @@ spec:
     check_attached(spec, "app")
     assert env_of(container(spec, "epochfs"))["EPOCHFS_REMOTE"] == "gs://bucket/set"
     assert {m.get("subPathExpr") for m in container(spec, "app")["volumeMounts"]
-            if m["name"] == "epochfs-cache"} == {"shard-$(EPOCHFS_SHARD_INDEX)"}
+            if m["name"] == "epochfs-cache"} == {f"{NAMESPACE}/{RELEASE}/shard-$(EPOCHFS_SHARD_INDEX)"}
     assert one(objs, "ServiceAccount")["metadata"]["name"] == spec["serviceAccountName"] == f"{RELEASE}-data"
     assert not [o for o in objs if o["kind"] in ("Job", "NetworkPolicy")]
 

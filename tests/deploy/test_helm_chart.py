@@ -54,9 +54,11 @@ def test_helm_lint_passes_strict(helm_bin: Path, tmp_path: Path) -> None:
     for values in (with_remote({}), with_remote(MATRIX["multi-node"]), with_remote(MATRIX["legacy-sidecar"])):
         proc = helm(helm_bin, "lint", "--strict", str(CHART), values=values, tmp=tmp_path)
         assert "0 chart(s) failed" in proc.stdout
-    proc = helm(helm_bin, "lint", "--strict", str(CHART), "-f", str(CHART / "ci" / "default-values.yaml"),
-                tmp=tmp_path)
-    assert "0 chart(s) failed" in proc.stdout
+    ci_values = sorted((CHART / "ci").glob("*-values.yaml"))
+    assert len(ci_values) >= 2, ci_values
+    for path in ci_values:
+        proc = helm(helm_bin, "lint", "--strict", str(CHART), "-f", str(path), tmp=tmp_path)
+        assert "0 chart(s) failed" in proc.stdout, path
     # Only the shared objects (no remote needed), and every value of the Job's extras set.
     for values in ({"job": {"enabled": False}}, with_remote(MATRIX["kueue-extras"])):
         proc = helm(helm_bin, "lint", "--strict", str(CHART), values=values, tmp=tmp_path)
@@ -307,11 +309,12 @@ def test_cache_volume_choices(rendered: dict[str, list[dict[str, Any]]]) -> None
     spec = pod_spec(rendered["hostpath"])
     vols = {v["name"]: v for v in spec["volumes"]}
     assert vols["epochfs-cache"]["hostPath"] == {"path": "/var/lib/epochfs", "type": "DirectoryOrCreate"}
-    # Two pods of one Job on one node must not share a cache folder (they sample different shards).
+    # Two pods of one Job on one node must not share a cache folder (they sample different shards),
+    # nor two releases (tests/deploy/test_helm_values_files.py).
     for name in ("epochfs", "trainer"):
         exprs = {m.get("subPathExpr") for m in container(spec, name)["volumeMounts"]
                  if m["name"] == "epochfs-cache"}
-        assert exprs == {"shard-$(EPOCHFS_SHARD_INDEX)"}, name
+        assert exprs == {f"{NAMESPACE}/{RELEASE}/shard-$(EPOCHFS_SHARD_INDEX)"}, name
     vols = {v["name"]: v for v in pod_spec(rendered["ephemeral-pvc"])["volumes"]}
     claim = vols["epochfs-cache"]["ephemeral"]["volumeClaimTemplate"]["spec"]
     assert claim["storageClassName"] == "local-nvme"

@@ -41,7 +41,7 @@ Every one takes ARG, either
 {{- define "epochfs.sidecarUser" -}}
 {{- $ctx := . -}}{{- if hasKey . "context" }}{{ $ctx = .context }}{{ end -}}
 {{- if not (kindIs "invalid" $ctx.Values.sidecar.runAsUser) -}}
-{{- $ctx.Values.sidecar.runAsUser -}}
+{{- int64 $ctx.Values.sidecar.runAsUser -}}
 {{- else if include "epochfs.folderView" $ctx -}}
 10001
 {{- else -}}

@@ -92,9 +92,16 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 {{- if gt (int .Values.nodes) 1 -}}true{{- end -}}
 {{- end -}}
 
-{{/* Sub-folder of the cache volume: one per shard on a shared hostPath, none otherwise. */}}
+{{/* Sub-folder of the cache volume on a hostPath, none otherwise: <sub-folder>/shard-<i>, where
+     the sub-folder is cache.volume.hostPath.subPath or else <namespace>/<release>. The node folder
+     outlives the pod, so without the release in it a second release (another dataset) on a node
+     where the first ran would find the first's cache, which the sampler refuses (another remote):
+     a crash loop. Release names are unique only within a namespace, hence the namespace too. */}}
 {{- define "epochfs.cacheSubPathExpr" -}}
-{{- if eq .Values.cache.volume.type "hostPath" -}}shard-$(EPOCHFS_SHARD_INDEX){{- end -}}
+{{- if eq .Values.cache.volume.type "hostPath" -}}
+{{- $sub := .Values.cache.volume.hostPath.subPath | default (printf "%s/%s" .Release.Namespace .Release.Name) -}}
+{{- printf "%s/shard-$(EPOCHFS_SHARD_INDEX)" (trimSuffix "/" $sub) -}}
+{{- end -}}
 {{- end -}}
 
 {{- define "epochfs.controlDir" -}}/var/run/epochfs-control{{- end -}}

@@ -71,18 +71,20 @@ include it in its own pods.
     - name: EPOCHFS_CAPACITY
       value: {{ include "epochfs.capacity" $ctx | quote }}
     {{- include "epochfs.shardIndexEnv" . | nindent 4 }}
+    {{- /* int64 on every whole number: Helm reads a values file's numbers as float64, which quote
+         prints as 1e+06 from 1000000, and the sidecar refuses that as an integer. */}}
     - name: EPOCHFS_SHARD_COUNT
-      value: {{ $v.nodes | quote }}
+      value: {{ int64 $v.nodes | toString | quote }}
     - name: EPOCHFS_HEALTH_PORT
-      value: {{ $v.sidecar.healthPort | quote }}
+      value: {{ int64 $v.sidecar.healthPort | toString | quote }}
     - name: EPOCHFS_SEED
-      value: {{ $v.sidecar.seed | quote }}
+      value: {{ int64 $v.sidecar.seed | toString | quote }}
     - name: EPOCHFS_MIN_SAMPLES
-      value: {{ $v.sidecar.minSamples | quote }}
+      value: {{ int64 $v.sidecar.minSamples | toString | quote }}
     - name: EPOCHFS_KEEP_EPOCHS
-      value: {{ $v.sidecar.keepEpochs | quote }}
+      value: {{ int64 $v.sidecar.keepEpochs | toString | quote }}
     - name: EPOCHFS_CONCURRENCY
-      value: {{ $v.sidecar.concurrency | quote }}
+      value: {{ int64 $v.sidecar.concurrency | toString | quote }}
     {{- with $v.sidecar.schedule }}
     - name: EPOCHFS_SCHEDULE
       value: {{ . | quote }}
@@ -96,9 +98,9 @@ include it in its own pods.
       value: {{ ternary "1" "0" $v.kubeReporting.enabled | quote }}
     {{- if $v.kubeReporting.enabled }}
     - name: EPOCHFS_KUBE_STATUS_INTERVAL
-      value: {{ $v.kubeReporting.statusIntervalSeconds | quote }}
+      value: {{ int64 $v.kubeReporting.statusIntervalSeconds | toString | quote }}
     - name: EPOCHFS_KUBE_ERROR_THRESHOLD
-      value: {{ $v.kubeReporting.remoteErrorThreshold | quote }}
+      value: {{ int64 $v.kubeReporting.remoteErrorThreshold | toString | quote }}
     - name: POD_NAME
       valueFrom:
         fieldRef:
