@@ -56,8 +56,8 @@ def _cmd_sample(ns: argparse.Namespace) -> int:
 
 def _cmd_mount(ns: argparse.Namespace) -> int:
     settings = config.from_args(config.MountSettings, ns)
-    # An epochfs cache must be there: mounting a missing or empty folder served an empty view for
-    # ever. The sidecar makes its cache (and index) before it starts this command as its child.
+    # An epochfs cache must be there: a missing or empty folder would be served as an empty view
+    # for ever. The sidecar makes its cache (and index) before it starts this command as its child.
     volumes.check_cache(settings.cache, create=False)
     from epochfs.fuse.server import run_mount
 

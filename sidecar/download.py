@@ -269,7 +269,7 @@ class Downloader:
         its parts cannot be had (a proxy that answers HEAD with ``Content-Length: 0``), so no
         body could ever hash to its ETag. Such objects are admitted checked by their size, as
         a remote without checksums gives them (the manifest says ``size-only``), with one WARNING
-        naming the cause, where every one of them failed as a Transient error and was skipped."""
+        naming the cause: failed as Transient, each would be retried and skipped, never cached."""
         if not self._warned_part_sizes:
             self._warned_part_sizes = True
             log.warning("the remote answers HEAD ?partNumber=1 of %r (%d bytes, multipart ETag) with "

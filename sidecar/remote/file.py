@@ -1,7 +1,10 @@
 """``file:///path``: a local or mounted folder (NFS, a PVC), walked in sorted order.
 
 Names are read as bytes, so non-UTF-8 names are seen and listed as bytes keys rather than
-crashing the listing; symlinked folders are not followed. The version tag is ``mtime:<ns>``. The
+crashing the listing; symlinked folders are not followed. What the walk passes over (an entry it
+cannot read, such as a dangling symlink into a volume not mounted; a symlinked folder; a socket or
+a fifo) is logged once per kind with the first example and counted at the walk's end: a dataset
+missing a linked folder must not look complete. The version tag is ``mtime:<ns>``. The
 standard library's errors are typed where they arise (ENOENT: not found, EACCES: denied; other
 errors such as EIO pass through).
 """
@@ -41,6 +44,32 @@ class _FileReader(Reader):
         self._f.close()
 
 
+UNREADABLE = "entries that could not be read"
+LINKED_FOLDER = "symlinked folders not followed"
+NOT_A_FILE = "entries that are not regular files"
+
+
+class _Passed:
+    """What one walk passed over, by kind: a count and the first name, for one warning a kind as
+    it is met and a line at the end (a walk of a million files logs no more than four lines)."""
+
+    def __init__(self) -> None:
+        self.counts: dict[str, int] = {}
+        self.first: dict[str, str] = {}
+
+    def add(self, kind: str, name: bytes, why: str) -> None:
+        self.counts[kind] = self.counts.get(kind, 0) + 1
+        if kind not in self.first:
+            self.first[kind] = shown = os.fsdecode(name)
+            log.warning("listing passes over %s: %s (not listed; the rest are counted at the "
+                        "listing's end)", shown, why)
+
+    def report(self, url: str) -> None:
+        if self.counts:
+            log.warning("%s: listed without %s", url, "; ".join(
+                f"{n} {kind} (first: {self.first[kind]})" for kind, n in self.counts.items()))
+
+
 class FileRemote(Remote):
     """``file:///path``: a local or mounted folder, walked in sorted order."""
 
@@ -55,9 +84,11 @@ class FileRemote(Remote):
             raise RemoteError(f"{url}: {root} is not a folder")
 
     def list(self) -> Iterator[RemoteObject]:
-        yield from self._walk(self.root, b"")
+        passed = _Passed()
+        yield from self._walk(self.root, b"", passed)
+        passed.report(self.url)
 
-    def _walk(self, folder: bytes, rel: bytes) -> Iterator[RemoteObject]:
+    def _walk(self, folder: bytes, rel: bytes, passed: _Passed) -> Iterator[RemoteObject]:
         try:
             entries = sorted(os.scandir(folder), key=lambda e: e.name)
         except OSError as e:
@@ -67,12 +98,17 @@ class FileRemote(Remote):
             name = rel + entry.name
             try:
                 if entry.is_dir(follow_symlinks=False):
-                    yield from self._walk(entry.path, name + b"/")
+                    yield from self._walk(entry.path, name + b"/", passed)
                     continue
                 st = entry.stat(follow_symlinks=True)
-            except OSError:
+            except OSError as e:
+                passed.add(UNREADABLE, name, e.strerror or str(e))
+                continue
+            if stat.S_ISDIR(st.st_mode):
+                passed.add(LINKED_FOLDER, name, "a symlinked folder (not followed)")
                 continue
             if not stat.S_ISREG(st.st_mode):
+                passed.add(NOT_A_FILE, name, "not a regular file")
                 continue
             try:
                 key: str | bytes = name.decode("utf-8")
