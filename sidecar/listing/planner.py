@@ -64,7 +64,7 @@ from epochfs.sidecar.listing.segments import (
     SpanState,
     after_number,
     horizon,
-    keys_left,
+    listed_share,
     number,
     relative,
     stop_number,
@@ -93,6 +93,8 @@ class Planner:
         """The folders the discovery found where it cut them into ranges (more than a span each):
         a range's segments are split at its folders' starts first, and a folder a segment reads on
         into is made a span of its own (:meth:`_promote`)."""
+        self._left = self._ranges.keys_left
+        """:func:`.keys_left`, bounded in a range by the keys its folders held so far."""
         self.rng = rng or random.Random()
         self._lock = threading.Lock()
         self._spans: list[SpanState] = []
@@ -104,6 +106,8 @@ class Planner:
         """Handed out after the first round: a range's rest cut off as a folder of it became a span
         (which waits). Before it, each rest's page made the next folder a span, range after range:
         the first round over 834 ranges took most of the listing (docs/performance.md)."""
+        self._freed: list[int] = []
+        """Folders made spans whose segment is free again (:meth:`_promote`): read first."""
         self._heap: list[tuple[int, float, float, int, int]] = []
         self._next_part = max((p.part for p in parts), default=-1) + 1
         self._open = 0
@@ -148,6 +152,14 @@ class Planner:
                 if seg.open and not seg.busy:
                     seg.busy = True
                     return seg
+            while self._freed:  # a folder's end, once the rest of its range is committed
+                span = self._spans[self._freed.pop(0)]
+                chosen = self._choose(span) if any(x.open for x in span.segments) else None
+                if chosen is not None:
+                    chosen.pending = chosen.page
+                    span.pending += chosen.page
+                    self._push(span)
+                    return chosen
             while self._ready:  # the rest of a range a folder was promoted from (:meth:`_promote`)
                 seg = self._ready.pop()
                 if seg.open and not seg.busy:
@@ -191,30 +203,18 @@ class Planner:
                 chosen = child or seg
                 chosen.busy = True
                 return chosen
-            seg = max(free, key=lambda s: keys_left(span, s) or 0.0)
-            left = keys_left(span, seg) or 0.0
+            seg = max(free, key=lambda s: self._left(span, s) or 0.0)
+            left = self._left(span, seg) or 0.0
             point = None
             if left > SPLIT_AT:
                 lo = after_number(span, seg)
                 point = (lo + stop_number(span, seg)) // 2
         child = self._split(span, seg, point) if point is not None else None
         if child is None and tail is None:
-            seg = min(free, key=lambda s: self._listed_share(span, s))
+            seg = min(free, key=lambda s: listed_share(s, self._left(span, s)))
         chosen = child or seg
         chosen.busy = True
         return chosen
-
-    def _listed_share(self, span: SpanState, seg: Segment) -> float:
-        """The share of ``seg``'s estimated keys listed so far: the next page of a span that is
-        not split further goes to its least listed segment, as spans are chosen. (Chosen by the
-        most keys left instead, the segments cut near a flat bucket's start while its end was
-        being found, small and read a few pages each, waited while the wide ones were read:
-        offline, 1M keys in one span had the first tenth of the key order at 1.7-4.5% of the
-        listed keys from 180k listed to 750k, the listed keys 0.27-0.055 from the deciles' mix
-        between 70k and 750k; so, 0.16-0.016.)"""
-        left = keys_left(span, seg)
-        total = seg.listed + (left or 0.0)
-        return seg.listed / total if total > 0 else 0.0
 
     def _folder_split(self, free: list[Segment]) -> tuple[Segment, str] | None:
         """:meth:`.FolderRanges.folder_split`, where the spans are ranges of folders."""
@@ -292,7 +292,7 @@ class Planner:
 
     def _skew(self) -> float:
         """:func:`.listing_skew` of the spans, with this planner's estimates."""
-        return listing_skew(self._spans, keys_left,
+        return listing_skew(self._spans, self._left,
                             ends_unknown=self.splittable or self.streams_in_key_order)
 
     def _push(self, span: SpanState) -> None:
@@ -301,7 +301,7 @@ class Planner:
         by its listed share, such a range waited behind the large folders' pages, and the skew
         stayed undivided while any did: 2,500 folders as ranges held the epochs at 33-63 samples
         for 32 s (docs/performance.md, "Fairness")."""
-        left = [keys_left(span, s) for s in span.segments if s.open]
+        left = [self._left(span, s) for s in span.segments if s.open]
         rest = sum(x or 0.0 for x in left)
         self._rest += rest - span.rest
         span.rest = rest
@@ -326,10 +326,14 @@ class Planner:
                 span.reached = True
                 self._reached += 1
             if seg.parent is not None:
+                if seg.parent.span != seg.span and self._spans[seg.parent.span].end is not None:
+                    self._freed.append(seg.parent.span)
                 seg.parent.busy = False
                 seg.parent = None
             if keys:
                 span.folders_reached.update(self._ranges.reached(span, keys))
+                if span.folders[1] - span.folders[0] > 1:
+                    self._ranges.measure(seg, seg.last or "", keys)
                 seg.listed += len(keys)
                 span.listed += len(keys)
                 self._listed += len(keys)
@@ -364,7 +368,8 @@ class Planner:
         where a folder's keys end, so read as part of its range, a folder of 43% of 300k keys was
         estimated at 133 keys after a page of 100 (docs/listing.md). The new span is its prefix,
         its open end the segment's stop (:attr:`SpanState.end`), galloped for as any span's; the
-        range's rest is cut off first at the next folder's start and read next (:attr:`_ready`)."""
+        range's rest is cut off first at the next folder's start and read next (:attr:`_ready`),
+        and the folder's next page comes first once the rest's first page is committed (:attr:`_freed`)."""
         found = None if seg.busy or not seg.open else self._ranges.promotion(span, seg, keys)
         if found is None:
             return None

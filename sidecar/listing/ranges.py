@@ -9,7 +9,7 @@ import bisect
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from epochfs.sidecar.listing.segments import Segment, SpanState
+from epochfs.sidecar.listing.segments import Segment, SpanState, keys_left
 from epochfs.sidecar.store.catalog import Part
 
 
@@ -32,6 +32,10 @@ class FolderRanges:
 
     def __init__(self, folders: Sequence[str]) -> None:
         self.folders = sorted(folders)
+        self._measured = (0, 0)
+        """Keys and folders of the folders a page has listed whole (:meth:`measure`)."""
+        self._least = 0
+        """Keys a folder holds at least: the most a page listed of one folder it ended in."""
 
     def __bool__(self) -> bool:
         return bool(self.folders)
@@ -77,6 +81,51 @@ class FolderRanges:
             if hi > lo and (best is None or hi - lo > best[0]):
                 best = (hi - lo, seg, self.folders[(lo + hi) // 2])
         return None if best is None else (best[1], best[2])
+
+    def measure(self, seg: Segment, after: str, keys: list[str]) -> None:
+        """Learn from ``keys``, a page of the range segment ``seg`` read after ``after`` (its
+        start when empty), how many keys a folder holds: the folders it lists whole (from a
+        folder start at or past where it began to the start of the folder it ends in), and the
+        keys it lists of the folder it ends in (at least that many). What :meth:`most_left`
+        bounds a range's segments' estimates by."""
+        if not self.folders or not keys:
+            return
+        end = bisect.bisect_right(self.folders, keys[-1]) - 1
+        if end < 0:
+            return
+        self._least = max(self._least, len(keys) - bisect.bisect_left(keys, self.folders[end]))
+        lo = (bisect.bisect_right(self.folders, after) if after
+              else bisect.bisect_left(self.folders, seg.part.start))
+        if end > lo:
+            whole = bisect.bisect_left(keys, self.folders[end]) - bisect.bisect_left(keys, self.folders[lo])
+            measured, count = self._measured
+            self._measured = (measured + whole, count + end - lo)
+
+    def keys_left(self, span: SpanState, seg: Segment) -> float | None:
+        """:func:`.segments.keys_left`, in a range of folders at most :meth:`most_left`: the
+        planner's estimate of the keys left in ``seg``."""
+        left = keys_left(span, seg)
+        if left is None or span.folders[1] - span.folders[0] <= 1:
+            return left
+        most = self.most_left(seg)
+        return left if most is None else min(left, most)
+
+    def most_left(self, seg: Segment) -> float | None:
+        """Keys ``seg``, a segment of a range of folders, may hold at most as the folders listed
+        whole so far say (None: none yet): the folders whose starts lie past where it has read,
+        and the one it reads in, times the keys such a folder held on average (or the most a page
+        listed of one folder, if more). A range's key shape numbers its folders' names too, so
+        its segments' estimates from it run across folders: a range's rest whose page listed
+        keys 0-99 of ``class-4161/`` was estimated at 1.5M keys up to ``class-4165/``, four of
+        them held the planner's estimated whole at 4.5-7M keys of 600k, and the skew at 0.8-0.9,
+        until they were made spans (offline, 5,000 folders of 120 keys; docs/performance.md,
+        "Fairness", stop 38)."""
+        measured, count = self._measured
+        each = max(measured / count if count else 0.0, float(self._least))
+        if each <= 0.0 or seg.part.stop is None:
+            return None
+        lo, hi = self.starts_inside(seg)
+        return (hi - lo + 1) * each
 
     def promotion(self, span: SpanState, seg: Segment, keys: list[str]) -> Promotion | None:
         """Whether ``seg``, a segment of the range ``span`` whose page ``keys`` came back full,
