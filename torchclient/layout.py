@@ -208,7 +208,7 @@ def parse_manifest(text: str, *, source: str, epoch: int | None = None) -> Manif
     fields: dict[str, int] = {}
     for item in header[1:]:
         key, sep, value = item.partition("=")
-        if not sep or not value.isdigit():
+        if not sep or not (value.isascii() and value.isdigit()):
             raise ManifestError(f"{source}: bad header field {item!r}")
         fields[key] = int(value)
     for key in ("epoch", "files", "bytes"):
@@ -241,7 +241,7 @@ def _raise_bad_line(body: list[str], source: str) -> None:
     """Find the first malformed line (the slow way, only once the fast parse failed) and name it."""
     for number, line in enumerate(body, start=2):
         parts = line.split("\t")
-        if len(parts) != 3 or not parts[1].isdigit() or not parts[0]:
+        if len(parts) != 3 or not (parts[1].isascii() and parts[1].isdigit()) or not parts[0]:
             raise ManifestError(f"{source}: line {number} is not 'path<TAB>size<TAB>checksum': {line[:80]!r}")
 
 

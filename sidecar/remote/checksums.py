@@ -86,7 +86,7 @@ def multipart_etag(etag: str | None) -> tuple[str, int] | None:
     if not etag:
         return None
     tag, sep, count = etag.strip().strip('"').lower().rpartition("-")
-    if not sep or not count.isdigit() or int(count) < 1 or len(tag) != 32:
+    if not sep or not (count.isascii() and count.isdigit()) or int(count) < 1 or len(tag) != 32:
         return None
     if any(c not in "0123456789abcdef" for c in tag):
         return None

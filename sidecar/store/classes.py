@@ -72,7 +72,7 @@ def read(root: Path) -> ClassFolders:
         return ClassFolders()
     for field in header[1:]:
         key, _, value = field.partition("=")
-        if key == "through" and value.lstrip("-").isdigit():
+        if key == "through" and value.lstrip("-").isascii() and value.lstrip("-").isdigit():
             through = int(value)
     return ClassFolders(tuple(line for line in lines[1:] if line), through)
 

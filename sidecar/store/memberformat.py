@@ -152,7 +152,8 @@ def number_of(name: str) -> int | None:
     if not (name.startswith(PREFIX) and name.endswith(SUFFIX)):
         return None
     digits = name[len(PREFIX):-len(SUFFIX)]
-    return int(digits) if digits.isdigit() and (digits == "0" or not digits.startswith("0")) else None
+    plain = digits.isascii() and digits.isdigit()  # int() fails on "²", which isdigit() passes
+    return int(digits) if plain and (digits == "0" or not digits.startswith("0")) else None
 
 
 def base_path_of(root: Path, n: int) -> Path:

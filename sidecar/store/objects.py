@@ -67,7 +67,8 @@ def writer_gone(pid: str) -> bool:
     any writer, so a temp with its pid is a killed predecessor's (a restarted container gets a fresh
     PID namespace and often the same pid), which a check of ``/proc`` alone would keep forever.
     A name without a pid is nobody's."""
-    return not (pid.isdigit() and int(pid) != os.getpid() and os.path.exists(f"/proc/{pid}"))
+    mine = pid.isascii() and pid.isdigit() and int(pid) == os.getpid()
+    return not (pid.isascii() and pid.isdigit() and not mine and os.path.exists(f"/proc/{pid}"))
 
 
 def clear_replace_temps(target: Path) -> int:

@@ -71,7 +71,7 @@ def override(
     shard = annotations.get(SHARD_INDEX)
     if shard is not None:
         text = str(shard).strip()
-        if text.isdigit():
+        if text.isascii() and text.isdigit():
             if int(text) >= profile.nodes:
                 raise Refused(
                     f"{SHARD_INDEX}: {text} is not one of 0..{profile.nodes - 1} "

@@ -54,7 +54,7 @@ def check_shard(meta: Mapping[str, Any], profile: Profile, sidecars: list[JSON])
                     f"which this pod does not have (the Indexed Job's pods have it); set {SHARD_INDEX} "
                     "to a number or a field path of this pod"
                 )
-            if not str(value).isdigit() or int(value) >= profile.nodes:
+            if not (str(value).isascii() and str(value).isdigit()) or int(value) >= profile.nodes:
                 raise Refused(
                     f"the shard of this pod, {path} = {value!r}, is not one of "
                     f"0..{profile.nodes - 1} (profile {profile.name} has nodes={profile.nodes})"

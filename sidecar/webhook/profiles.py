@@ -99,7 +99,8 @@ class Profile:
         if not isinstance(nodes, int) or isinstance(nodes, bool) or nodes < 1:
             raise fail(f"nodes {nodes!r} is not a positive integer")
         size = doc.get("cacheVolumeBytes", "")
-        if not isinstance(size, (str, int)) or (size != "" and not str(size).isdigit()):
+        plain = str(size).isascii() and str(size).isdigit()  # int() fails on "²", which isdigit() passes
+        if not isinstance(size, (str, int)) or (size != "" and not plain):
             raise fail(f"cacheVolumeBytes {size!r} is not a number of bytes")
         annotations = doc.get("podAnnotations") or {}
         if not isinstance(annotations, dict) or not all(isinstance(v, str) for v in annotations.values()):

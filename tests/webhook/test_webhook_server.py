@@ -411,6 +411,8 @@ REFUSALS = [
     ("capacity-over-volume", {"epochfs.io/capacity": "30Gi"}, {}, "/mutate", "more than the cache volume"),
     ("bad-remote", {"epochfs.io/remote": "ftp://host/data"}, {}, "/mutate", "is not a dataset URL"),
     ("shard-out-of-range", {"epochfs.io/shard-index": "1"}, {}, "/mutate", "is not one of 0..0"),
+    # A digit to str.isdigit() that int() refuses: answered 500 ("internal error"), no reason.
+    ("shard-superscript", {"epochfs.io/shard-index": "\u00b2"}, {}, "/mutate", "is neither a number nor"),
     ("bad-inject", {"epochfs.io/inject": "yes"}, {}, "/mutate", 'neither "true" nor "false"'),
     (
         "no-such-container",
