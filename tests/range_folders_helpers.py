@@ -1,9 +1,10 @@
 """A synthetic key space of many folders and the listing the planner's tests drive over it.
 
 Shared by the tests of the planner over more folders than the discovery gives spans
-(``tests/sampler/test_listing_planner_range_folders.py``, ``test_listing_range_folders_pace.py``):
-the same Zipf-sized folders, the same ranges :class:`~epochfs.sidecar.listing.sources.PagedSource`
-cuts them into, and one page read as S3 lists it, so the two tests judge the planner on one model.
+(``tests/sampler/test_listing_planner_range_folders.py``, ``test_listing_range_folders_pace.py``,
+``test_listing_range_estimates.py``): the same Zipf-sized folders, the same ranges
+:class:`~epochfs.sidecar.listing.sources.PagedSource` cuts them into, one page read as S3 lists
+it and a batch of the listers' pages, so the tests judge the planner on one model.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ import bisect
 import random
 from collections import Counter
 
-from epochfs.sidecar.listing.planner import Segment
+from epochfs.sidecar.listing.planner import Planner, Segment
 from epochfs.sidecar.listing.sources import MAX_FOLDER_SPANS
 from epochfs.sidecar.store.catalog import Part
 
@@ -57,6 +58,19 @@ def read_page(keys: list[str], seg: Segment) -> list[str]:
     part.after = out[-1] if out else part.after
     part.done = done
     return out
+
+
+def read_batch(planner: Planner, keys: list[str], order: random.Random, listers: int = 4) -> list[list[str]]:
+    """One batch of the planner's listing: ``listers`` segments taken at once, their pages read
+    and recorded in ``order``'s shuffle (the listers' commits land in any order); the pages, in
+    the order recorded."""
+    batch = [s for s in (planner.take() for _ in range(listers)) if s is not None]
+    assert batch, "open segments but none to read: a segment waits on nothing"
+    pages = [(s, read_page(keys, s)) for s in batch]
+    order.shuffle(pages)
+    for seg, page in pages:
+        planner.record(seg, page)
+    return [page for _, page in pages]
 
 
 def folder_tv(listed: list[str], paths: list[str], size: dict[str, int]) -> float:

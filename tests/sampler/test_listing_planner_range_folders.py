@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import random
 
-from range_folders_helpers import folder_ranges, folder_tv, read_page, zipf_key_space
+from range_folders_helpers import folder_ranges, folder_tv, read_batch, zipf_key_space
 
 from epochfs.sidecar.listing.planner import Planner
 
@@ -35,12 +35,7 @@ def _list(keys: list[str], paths: list[str], *, until: int | None = None,
     order = random.Random(seed + 1)
     listed: list[str] = []
     while planner.open_segments and (until is None or len(listed) < until):
-        batch = [s for s in (planner.take() for _ in range(4)) if s is not None]
-        assert batch, "open segments but none to read: a segment waits on nothing"
-        pages = [(s, read_page(keys, s)) for s in batch]
-        order.shuffle(pages)
-        for seg, page in pages:
-            planner.record(seg, page)
+        for page in read_batch(planner, keys, order):
             listed += page
     return planner, listed
 

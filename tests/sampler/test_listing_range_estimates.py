@@ -24,7 +24,7 @@ from __future__ import annotations
 import random
 from unittest import mock
 
-from range_folders_helpers import folder_ranges, read_page, zipf_key_space
+from range_folders_helpers import folder_ranges, read_batch, zipf_key_space
 
 from epochfs.sidecar.listing.planner import Planner
 from epochfs.sidecar.listing.ranges import FolderRanges
@@ -44,13 +44,7 @@ def test_a_ranges_estimate_does_not_run_across_its_folders() -> None:
     listed = 0
     worst = 0.0
     while planner.open_segments and listed < len(keys) * 2 // 5:
-        batch = [s for s in (planner.take() for _ in range(4)) if s is not None]
-        assert batch, "open segments but none to read"
-        pages = [(s, read_page(keys, s)) for s in batch]
-        order.shuffle(pages)
-        for seg, page in pages:
-            planner.record(seg, page)
-            listed += len(page)
+        listed += sum(len(page) for page in read_batch(planner, keys, order))
         # Asked after the batch's commits, as the listers ask at each commit.
         worst = max(worst, int(planner.progress()["estimated"]) / len(keys))
     assert worst <= 2.0, f"the estimated whole reached {worst:.1f}x the keys there are"
@@ -66,12 +60,7 @@ def test_the_folders_a_range_reads_into_have_their_ends_found_early() -> None:
     order = random.Random(2)
     listed = 0
     while planner.open_segments and listed < len(keys) // 2:
-        batch = [s for s in (planner.take() for _ in range(4)) if s is not None]
-        pages = [(s, read_page(keys, s)) for s in batch]
-        order.shuffle(pages)
-        for seg, page in pages:
-            planner.record(seg, page)
-            listed += len(page)
+        listed += sum(len(page) for page in read_batch(planner, keys, order))
     skew = float(planner.progress()["skew"])
     assert skew <= 0.5, f"{listed} of {len(keys)} keys listed, the skew at {skew}"
 

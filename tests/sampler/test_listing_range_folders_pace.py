@@ -18,7 +18,7 @@ import random
 from unittest import mock
 
 import numpy as np
-from range_folders_helpers import folder_ranges, folder_tv, read_page, zipf_key_space
+from range_folders_helpers import folder_ranges, folder_tv, read_batch, zipf_key_space
 
 from epochfs.benchmarks._fairness_stats import random_baseline
 from epochfs.sidecar.listing.planner import Planner
@@ -48,12 +48,7 @@ def test_thousands_of_folders_as_ranges_let_fair_epochs_grow() -> None:
     upto: int | None = next(checks)
     caps = []
     while planner.open_segments and upto is not None:
-        batch = [s for s in (planner.take() for _ in range(4)) if s is not None]
-        assert batch, "open segments but none to read"
-        pages = [(s, read_page(keys, s)) for s in batch]
-        order.shuffle(pages)
-        for seg, page in pages:
-            planner.record(seg, page)
+        for page in read_batch(planner, keys, order):
             listed += page
         if len(listed) < upto:
             continue
