@@ -8,10 +8,10 @@ gives up with a :class:`TimeoutError` that says what *is* there (:mod:`.waiting`
 
 Two things keep a reader's epoch whole on the mount (docs/torchclient.md, "Pauses and restarts"):
 the dataset **holds its epoch open** (one open folder handle on ``epoch-N/`` in the process that made
-it, released by :meth:`EpochDataset.release`, or when the dataset is collected), which the sidecar
-counts as a reader inside the epoch, so a pause of any length loses nothing; and reads of listed files
-that fail the way a mount being restarted fails are **retried** for up to ``retry_seconds``
-(:mod:`.retry`).
+it, never in its worker processes, released by :meth:`EpochDataset.release`, or when the dataset is
+collected), which the sidecar counts as a reader inside the epoch, so a pause of any length loses
+nothing; and reads of listed files that fail the way a mount being restarted fails are **retried**
+for up to ``retry_seconds`` (:mod:`.retry`).
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ import contextlib
 import errno
 import os
 import time
+import weakref
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -35,6 +36,25 @@ from .waiting import Progress, check_epoch, check_timeout, print_progress, wait_
 
 HOLD_CHECK_SECONDS = 5.0
 """How often (at most) a dataset checks that its hold is on the mount now there (not a replaced one)."""
+
+_HOLDING: weakref.WeakSet[EpochDataset] = weakref.WeakSet()
+"""The datasets of this process that hold their epoch open now (weakly: a collected one closes its own)."""
+
+
+def _drop_holds_in_child() -> None:
+    """In a child made by ``fork`` (a DataLoader's workers on Linux), close the copies of the parent's
+    holds. A forked child shares each open folder handle, and the kernel tells FUSE the folder is
+    released only when the last copy closes: a persistent worker would keep the epoch in use for the
+    whole job although the parent released it. ``O_CLOEXEC`` does not help (there is no exec) and
+    ``__getstate__`` does not run (nothing is pickled). The parent's own holds stay as they are."""
+    for dataset in list(_HOLDING):
+        dataset._holding = False
+        dataset._close_hold()
+    _HOLDING.clear()
+
+
+if hasattr(os, "register_at_fork"):  # POSIX; spawned children exec, so O_CLOEXEC closes theirs
+    os.register_at_fork(after_in_child=_drop_holds_in_child)
 
 
 class EpochDataset(Dataset[Any]):
@@ -53,7 +73,7 @@ class EpochDataset(Dataset[Any]):
     the sidecar's FUSE server; 0 turns them off). ``hold`` (default True) keeps ``epoch-N/`` open in
     the process that made the dataset until :meth:`release` (or until the dataset is collected), so
     the sidecar keeps the epoch whole however long the reader pauses; copies in worker processes do
-    not hold it.
+    not hold it (pickled ones start without it, forked ones close theirs: :func:`_drop_holds_in_child`).
 
     ``include``/``exclude`` choose the files (a comma-separated string of globs or a list of them,
     matched against the path inside ``epoch-N/``, the sidecar's ``--include``/``--exclude`` rule,
@@ -157,6 +177,7 @@ class EpochDataset(Dataset[Any]):
         except OSError:
             return  # retried at the next renew_hold(); the in-use window still applies
         self._hold = fd
+        _HOLDING.add(self)
         try:
             self._hold_dev = os.fstat(fd).st_dev
         except OSError:
@@ -168,6 +189,7 @@ class EpochDataset(Dataset[Any]):
         if fd is not None:
             with contextlib.suppress(OSError):
                 os.close(fd)
+        _HOLDING.discard(self)
 
     @property
     def held(self) -> bool:

@@ -86,8 +86,15 @@ class ClientReporter:
                 self._epochs.pop(epoch, None)
 
     def _start(self) -> None:
+        """Start the posting thread unless it runs. After :meth:`close` (a loader closed on a dead
+        worker goes on training) the next thread gets a fresh stop event: the closed one stays set,
+        so a thread still stopping (its join timed out in a slow post) exits instead of running
+        beside the new one."""
         if self._thread is None:
-            self._thread = threading.Thread(target=self._run, name="epochfs-report", daemon=True)
+            if self._stop.is_set():
+                self._stop = threading.Event()
+            self._thread = threading.Thread(target=self._run, args=(self._stop,), name="epochfs-report",
+                                            daemon=True)
             self._thread.start()
 
     def add(self, *, samples: int, nbytes: int, wait_seconds: float) -> None:
@@ -144,14 +151,15 @@ class ClientReporter:
         self._last_sent = time.monotonic()
         return True
 
-    def _run(self) -> None:
+    def _run(self, stop: threading.Event) -> None:
         delay = self.interval
-        while not self._stop.wait(delay):
+        while not stop.wait(delay):
             ok = self.flush()
             delay = self.interval if ok else min(MAX_BACKOFF, delay * 2)
 
     def close(self) -> None:
-        """Post the last increments (best effort) and stop the thread."""
+        """Post the last increments (best effort) and stop the thread; a later :meth:`reading` or
+        :meth:`add` starts a new one (the loaders close on a dead worker and go on)."""
         self._stop.set()
         if self._thread is not None:
             self._thread.join(timeout=self.timeout + 1)
