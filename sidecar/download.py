@@ -129,6 +129,9 @@ class FetchResult:
     """Given up on failures that point at the remote as a whole (:class:`Unavailable`)."""
     throttled: bool = False
     """The remote asked for fewer requests (:class:`Throttled`): fetch the key again later."""
+    gave_up: bool = False
+    """Given up after its attempts on failures that may pass (:class:`Transient`), not on an
+    answer about the object (missing, changed, denied)."""
 
 
 class Downloader:
@@ -196,7 +199,7 @@ class Downloader:
                 if attempt >= self.retry.attempts:
                     metrics.remote_failed()
                     return FetchResult(cand, None, f"gave up after {attempt} attempts: {reason}", attempt,
-                                       unavailable=kind.outage)
+                                       unavailable=kind.outage, gave_up=True)
                 metrics.remote_retried()
                 with self._lock:
                     self.retried += 1

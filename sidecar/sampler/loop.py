@@ -259,6 +259,9 @@ class Sampler:
         if item.throttled:
             self._throttled(cand, item.error)
             return
+        if item.gave_up and self.store.awaits_repair(cand.key):  # skipped, it would be marked lost
+            self.deferred.defer(cand)  # (a run of 5xx is no answer about it); again after a pause
+            return
         self.deferred.fetched(cand.key)
         if item.unavailable:
             if self.breaker.failed(cand, item.error):

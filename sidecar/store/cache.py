@@ -290,6 +290,10 @@ class Store:
         integrity.lose_unfetchable(self._ix, self.files)
         return integrity.repairs_due(self._ix, limit=limit)
 
+    def awaits_repair(self, key: str) -> bool:
+        """Whether a sample of ``key`` waits for its repair (:func:`.integrity.awaits_repair`)."""
+        return integrity.awaits_repair(self._ix, key)
+
     def record_class_folders(self, found: Iterable[str], *, through: int | None = None
                              ) -> classes.ClassFolders:
         """Append ``found``'s folders to the cache's class folders (:func:`.classes.record`)."""

@@ -299,6 +299,12 @@ def repairs_due(ix: Index, *, limit: int) -> list[Candidate]:
     return [Candidate(str(a), str(b), int(c), str(d)) for a, b, c, d in rows]
 
 
+def awaits_repair(ix: Index, key: str) -> bool:
+    """Whether a sample of ``key`` waits for its repair in place (and is not lost)."""
+    return bool(ix.query("SELECT 1 FROM repairs r JOIN samples s ON s.id = r.sample WHERE r.lost = 0 "
+                         "AND s.key = ? LIMIT 1", (key,)))
+
+
 LostDigest = tuple[int, int, int, int]
 """(count, sum, min, max) of the ids of the samples marked lost: what changes when that set does."""
 
