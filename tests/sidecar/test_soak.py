@@ -1128,7 +1128,10 @@ def check_damages(chaos: Chaos, stats: Any, car: Sidecar, before: dict[str, int]
     repaired = sum(1 for d in ds if d.outcome == "repaired")
     evicted_after_take_out = sum(1 for d in ds if d.outcome == "evicted" and d.taken_out)
     evicted = sum(1 for d in ds if d.outcome == "evicted")
-    assert stats.repaired_total == repaired, (stats.repaired_total, repaired)
+    # A damage the watcher saw evicted may have been repaired in place between two of its looks
+    # and evicted after (a race between its looks at the index: the stop-38 soak counted 34 repairs for 33
+    # seen, one "evicted" never seen waiting); so the store may count up to those more.
+    assert repaired <= stats.repaired_total <= repaired + evicted, (stats.repaired_total, repaired, evicted)
     # Each damage counted once, even when the scrub and `epochfs verify` held it at once (the soak
     # found it counted twice: a take-out now leaves a sample already waiting for its repair alone).
     found = stats.corrupt_objects_total
