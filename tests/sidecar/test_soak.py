@@ -27,7 +27,8 @@ section 5), and, while a damaged index is rebuilt, failures of an epoch that had
 yet (the documented loss, section 10); all counted apart. No child restarts but ours (and one
 sampler exit per damaged index); ``/healthz`` never failed but during a FUSE restart; no stray
 lookup or refused cut request made an epoch; epoch numbers have no gaps; every damage repaired (or
-its sample evicted first), the store's and the metrics' repair counts equal to it; recovery finds
+its sample evicted first), the store's and the metrics' repair counts those seen repaired (and at
+most those seen evicted more: one may be repaired, then evicted, between two looks); recovery finds
 nothing to repair and every cached object equals the remote's. One summary line is printed
 (``-rP`` or ``-s`` shows it).
 
