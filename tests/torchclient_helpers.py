@@ -10,6 +10,7 @@ from collections import Counter
 from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from urllib.parse import parse_qs
 
 import torch
 from digest_helpers import checksum_like
@@ -115,13 +116,20 @@ class Collector:
 
     def __init__(self) -> None:
         self.bodies: list[dict] = []
+        self.epochs: set[int] = set()
+        """The epochs the reports named (``?epoch=N``)."""
+        self._named = threading.Condition()
         collector = self
 
         class Handler(BaseHTTPRequestHandler):
             def do_POST(self) -> None:
-                assert self.path.split("?")[0] == "/v1/client-report"  # ?epoch=N names the epoch read
+                path, _, query = self.path.partition("?")
+                assert path == "/v1/client-report"  # ?epoch=N names the epoch read
                 length = int(self.headers["Content-Length"])
                 collector.bodies.append(json.loads(self.rfile.read(length)))
+                with collector._named:
+                    collector.epochs.update(int(v) for v in parse_qs(query).get("epoch", []))
+                    collector._named.notify_all()
                 self.send_response(204)
                 self.end_headers()
 
@@ -130,10 +138,21 @@ class Collector:
 
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.url = f"http://127.0.0.1:{self.server.server_address[1]}/v1/client-report"
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread.start()
 
     def total(self, field: str) -> float:
         return sum(b[field] for b in self.bodies)
+
+    def wait_named(self, epoch: int, *, timeout: float) -> bool:
+        """Whether a report named ``epoch`` within ``timeout`` seconds."""
+        with self._named:
+            return self._named.wait_for(lambda: epoch in self.epochs, timeout=timeout)
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+        self.thread.join()
 
 
 def path_pid_bytes(path: str) -> tuple[str, int, torch.Tensor]:

@@ -47,6 +47,7 @@ import heapq
 import random
 import threading
 import time
+from collections import deque
 from collections.abc import Sequence
 
 from epochfs.sidecar.listing.keyshape import KeyShape
@@ -106,7 +107,7 @@ class Planner:
         """Handed out after the first round: a range's rest cut off as a folder of it became a span
         (which waits). Before it, each rest's page made the next folder a span, range after range:
         the first round over 834 ranges took most of the listing (docs/performance.md)."""
-        self._freed: list[int] = []
+        self._freed: deque[int] = deque()
         """Folders made spans whose segment is free again (:meth:`_promote`): read first."""
         self._heap: list[tuple[int, float, float, int, int]] = []
         self._next_part = max((p.part for p in parts), default=-1) + 1
@@ -153,7 +154,7 @@ class Planner:
                     seg.busy = True
                     return seg
             while self._freed:  # a folder's end, once the rest of its range is committed
-                span = self._spans[self._freed.pop(0)]
+                span = self._spans[self._freed.popleft()]
                 chosen = self._choose(span) if any(x.open for x in span.segments) else None
                 if chosen is not None:
                     chosen.pending = chosen.page

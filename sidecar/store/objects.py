@@ -67,8 +67,9 @@ def writer_gone(pid: str) -> bool:
     any writer, so a temp with its pid is a killed predecessor's (a restarted container gets a fresh
     PID namespace and often the same pid), which a check of ``/proc`` alone would keep forever.
     A name without a pid is nobody's."""
-    mine = pid.isascii() and pid.isdigit() and int(pid) == os.getpid()
-    return not (pid.isascii() and pid.isdigit() and not mine and os.path.exists(f"/proc/{pid}"))
+    if not (pid.isascii() and pid.isdigit()):
+        return True
+    return int(pid) == os.getpid() or not os.path.exists(f"/proc/{pid}")
 
 
 def clear_replace_temps(target: Path) -> int:

@@ -10,6 +10,8 @@ only an answer about the object (missing, changed, denied) loses it.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from common import wait_until
@@ -18,11 +20,11 @@ from integrity_helpers import damage
 
 from epochfs.sidecar.remote import NotFound, Unavailable
 from epochfs.sidecar.remote.testing import MemoryRemote
-from epochfs.sidecar.store import object_name
+from epochfs.sidecar.store import Store, object_name
 from epochfs.sidecar.store.integrity import objects_after
 
 
-def _take_out_one(store, key: str) -> Path:  # type: ignore[no-untyped-def]
+def _take_out_one(store: Store, key: str) -> Path:
     obj = next(o for o in objects_after(store._ix, 0, 100) if o.key == key)
     path = store.objects_dir / object_name(obj.sid)
     damage(path, "flip")
@@ -30,12 +32,19 @@ def _take_out_one(store, key: str) -> Path:  # type: ignore[no-untyped-def]
     return path
 
 
-def test_a_repair_that_meets_more_faults_than_its_attempts_is_fetched_again(tmp_path: Path) -> None:
+@contextmanager
+def _four_cached(tmp_path: Path) -> Iterator[tuple[Store, MemoryRemote, dict[str, bytes]]]:
+    """The sampler over four objects, two attempts an object, no scrub, once all four are cached."""
     objects = objects_of(4)
     remote = MemoryRemote(objects)
     settings = settings_for(tmp_path / "cache", "--retries", "2", "--scrub-rate", "0")
     with sampling(tmp_path / "cache", remote, settings) as (store, _sampler):
         wait_until(lambda: store.stats().samples == 4, what="every object cached")
+        yield store, remote, objects
+
+
+def test_a_repair_that_meets_more_faults_than_its_attempts_is_fetched_again(tmp_path: Path) -> None:
+    with _four_cached(tmp_path) as (store, remote, objects):
         key = "train/0002.bin"
         # Five failures against two attempts a round: the first round gives up on it.
         remote.fail(key, *(Unavailable(f"{key}: HTTP 500 InternalError") for _ in range(5)))
@@ -48,11 +57,7 @@ def test_a_repair_that_meets_more_faults_than_its_attempts_is_fetched_again(tmp_
 
 def test_a_repair_whose_object_is_gone_is_still_lost(tmp_path: Path) -> None:
     """The other side: an answer about the object (404) loses the sample, as before."""
-    objects = objects_of(4)
-    remote = MemoryRemote(objects)
-    settings = settings_for(tmp_path / "cache", "--retries", "2", "--scrub-rate", "0")
-    with sampling(tmp_path / "cache", remote, settings) as (store, _sampler):
-        wait_until(lambda: store.stats().samples == 4, what="every object cached")
+    with _four_cached(tmp_path) as (store, remote, _objects):
         key = "train/0001.bin"
         remote.fail(key, *(NotFound(f"{key}: HTTP 404 NoSuchKey") for _ in range(5)))
         _take_out_one(store, key)

@@ -2,11 +2,8 @@
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from urllib.parse import parse_qs, urlparse
 
 import pytest
 from common import free_port, wait_until
@@ -79,41 +76,11 @@ def test_report_thread_posts_periodically(collector: Collector) -> None:
     assert collector.total("samples") == 4
 
 
-class EpochWatch:
-    """A local sidecar stand-in that sets ``named[n]`` when a report names epoch n (``?epoch=n``)."""
-
-    def __init__(self, epochs: tuple[int, ...]) -> None:
-        self.named = {n: threading.Event() for n in epochs}
-        watch = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:
-                self.rfile.read(int(self.headers["Content-Length"]))
-                for value in parse_qs(urlparse(self.path).query).get("epoch", []):
-                    if int(value) in watch.named:
-                        watch.named[int(value)].set()
-                self.send_response(204)
-                self.end_headers()
-
-            def log_message(self, *args: object) -> None:
-                pass
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/v1/client-report"
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
-        self.thread.start()
-
-    def close(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
-        self.thread.join()
-
-
 def test_a_closed_loader_reports_again_when_it_goes_on(tmp_path: Path,
                                                        monkeypatch: pytest.MonkeyPatch) -> None:
     """A loader closed on a dead worker goes on training: its next epoch must be reported (and named,
     the folder view's only sign of a reader), not silently dropped by a reporter left stopped."""
-    watch = EpochWatch((0, 1))
+    watch = Collector()
     monkeypatch.setenv("EPOCHFS_REPORT_URL", watch.url)
     root = tmp_path / "mnt"
     make_epoch(root, 6, 10)
@@ -124,7 +91,7 @@ def test_a_closed_loader_reports_again_when_it_goes_on(tmp_path: Path,
         for epoch in (0, 1):
             batches = iter(loader.epoch(epoch))
             next(batches)  # a pause mid-epoch: the reports must name the epoch meanwhile
-            assert watch.named[epoch].wait(timeout=10), f"no report named epoch {epoch}"
+            assert watch.wait_named(epoch, timeout=10), f"no report named epoch {epoch}"
             assert sum(1 for _ in batches) == 2
             loader.close()  # what a dead worker does; the loader goes on with the next epoch
     finally:
