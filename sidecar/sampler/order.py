@@ -150,7 +150,8 @@ class FetchOrder:
         self.lookahead = False
         """Schedule mode: the candidates come from the window after the next epoch's."""
         self.passes = 0
-        self._exhausted_at: float | None = None
+        self._exhausted: tuple[float, bool] | None = None
+        """When the catalog was last found with nothing to offer, and whether a listing ran then."""
         self._listing: Callable[[], bool] = listing or (lambda: False)
         """True while a listing adds keys to the catalog (the listing's ``running``)."""
 
@@ -295,14 +296,22 @@ class FetchOrder:
         self._offered_recorded = (self._offered, now)
 
     def _refill(self) -> bool:
-        wait = LISTING_WAIT if self._listing() else EXHAUSTED_WAIT
-        if self._exhausted_at is not None and time.monotonic() - self._exhausted_at < wait:
-            return False
+        """Queue the next candidates; False when there are none now. A catalog found empty is
+        asked again after a wait, unless the listing started or ended since: its end lifts the
+        pace and adds its last page, and the first fetches of a small dataset waited out the whole
+        :data:`EXHAUSTED_WAIT` when the listing ended just after a look (1,500 keys listed in 0.3 s:
+        no GET for 1.1 s in two of four runs)."""
+        listing = self._listing()
+        if self._exhausted is not None:
+            at, was_listing = self._exhausted
+            wait = LISTING_WAIT if listing else EXHAUSTED_WAIT
+            if was_listing == listing and time.monotonic() - at < wait:
+                return False
         rows = self._schedule_rows() if self.schedule_mode else self._snapshot_rows()
         rows = [r for r in rows if not self._busy(r[1].key)]
         if not rows and (not self._owed or self._owed_left == 0):
-            self._exhausted_at = time.monotonic()
+            self._exhausted = (time.monotonic(), listing)
             return False
-        self._exhausted_at = None
+        self._exhausted = None
         self._queue.extend(rows)
         return True
