@@ -8,6 +8,7 @@ the answers read, and when it changes, is one module: :class:`ViewState` is the 
 
 from __future__ import annotations
 
+import sqlite3
 import threading
 import time
 from dataclasses import dataclass
@@ -22,6 +23,7 @@ from epochfs.fuse.lost import LostEntries
 from epochfs.fuse.packed import PackedBytes
 from epochfs.fuse.tree import DIR_MODE, Attr, EpochTree, NotFound
 from epochfs.sidecar.store import EpochReader, Meta, Stats
+from epochfs.sidecar.store.index import is_corruption
 from epochfs.sidecar.store.stats import retry_line
 from epochfs.torchclient.layout import epoch_name, format_status, manifest_name, parse_epoch_name
 
@@ -86,7 +88,13 @@ class ViewState:
 
     # ------------------------------------------------------------------ changing state
     def _read_snapshot(self) -> Snapshot:
-        stats = self.store.stats()
+        try:
+            stats = self.store.stats()
+        except sqlite3.DatabaseError as e:
+            old = getattr(self, "_snap", None)
+            if old is None or not is_corruption(e):
+                raise
+            return self._snapshot_while_damaged(old)
         doc = self._status_doc(stats)
         live = {int(e["epoch"]): float(e["cut_at"]) for e in stats.epochs}
         status = format_status(doc).encode()
@@ -94,6 +102,15 @@ class ViewState:
         key_doc.pop("time", None)
         key = format_status(key_doc).encode()
         return Snapshot(live, stats.latest_epoch, status, key)
+
+    def _snapshot_while_damaged(self, old: Snapshot) -> Snapshot:
+        """The snapshot while the index is damaged (until the sampler replaces it, seconds): the
+        epochs cut since ``old`` added from the members files (the store's ``epochs()`` answers
+        from them then), none taken away (nothing retires while the index takes no write, and an
+        epoch whose file is not written yet is still live), the status as it was."""
+        live = {**old.live, **{e.epoch: e.cut_at for e in self.store.epochs()}}
+        latest = max(live) if live else None
+        return Snapshot(live, latest, old.status, old.status_key)
 
     @property
     def snapshot(self) -> Snapshot:
@@ -103,7 +120,12 @@ class ViewState:
         """Re-read live epochs and status from the store; returns (old, new) for invalidation."""
         with self._refresh_lock:  # one at a time, so a slow refresh never installs an older state
             new = self._read_snapshot()
-            lost = self.lost.refresh(self.store)
+            try:
+                lost = self.lost.refresh(self.store)
+            except sqlite3.DatabaseError as e:  # the damaged index: the lost entries as they were
+                if not is_corruption(e):
+                    raise
+                lost = False
             with self._lock:
                 old = self._snap
                 self._snap = new

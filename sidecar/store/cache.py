@@ -32,6 +32,7 @@ from epochfs.sidecar.store import (
     integrity,
     journal,
     memberfiles,
+    memberview,
     objectscan,
     recovery,
     stats,
@@ -351,19 +352,20 @@ class Store:
     def retire(self, *, now: float | None = None) -> list[int]:
         return epochs.retire(self._ix, self.policy(), now=now)
 
+    # While the index is damaged these answer from the members files (:mod:`.memberview`).
     def newest_epoch(self) -> int | None:
-        return epochs.newest(self._ix)
+        return memberview.or_files(lambda: epochs.newest(self._ix), lambda: memberview.newest(self.root))
 
     def epochs(self) -> list[EpochInfo]:
-        return epochs.listing(self._ix)
+        return memberview.or_files(lambda: epochs.listing(self._ix), lambda: memberview.listing(self.root))
 
     def epoch_files(self, n: int) -> list[FileEntry]:
-        return epochs.files(self._ix, n)
+        return memberview.or_files(lambda: epochs.files(self._ix, n), lambda: memberview.files(self.root, n))
 
     def iter_epoch_files(self, n: int) -> Iterator[FileEntry]:
         """:meth:`epoch_files` streamed in chunks (KeyError at the first step when ``n`` is not
         live): the FUSE view builds a 1M-file tree without a list of them."""
-        return epochs.iter_files(self._ix, n)
+        return memberview.iter_or_files(self.root, n, epochs.iter_files(self._ix, n))
 
     def samples_after(self, after_id: int, *, limit: int) -> list[admitted.AdmittedSample]:
         """Samples admitted after id ``after_id``, in admission order (at most ``limit``); with

@@ -234,6 +234,24 @@ def _base_rows(root: Path, n: int | str, ref: Any, lo: int, hi: int, depth: int 
                    "of another cut")
 
 
+def epoch_rows(root: Path, n: int) -> Iterator[list[list[Any]]]:
+    """Epoch ``n``'s member rows as its members file in ``root`` gives them, a line at a time: a
+    chained file's base members first (read through its chain as :func:`rebuild` reads it, never
+    from an index), then its own; :class:`Damaged` after the last line when the file or a file of
+    its chain fails its check, OSError when the file is missing. Only a reader that keeps every
+    row until the end may use them (:mod:`.memberview`): a damaged file is refused whole."""
+    lines = _parse(path_of(root, n), n)
+    head = next(lines)
+    if head.get("base") is not None:
+        lo, hi = _span(head)
+        yield from _base_rows(root, n, head["base"], lo, hi)
+    yield from lines
+
+
+Damaged = _Damaged
+"""A members file, or a file of its chain, failed its check (:func:`epoch_rows`)."""
+
+
 def _restore(ix: Index, n: int, path: Path, objects: str, now: float,
              marks: dict[int, repairlog.Mark], restored: dict[int, dict[str, Any]]
              ) -> tuple[int, int, int, dict[str, str]]:
