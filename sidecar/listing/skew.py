@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 import math
+import statistics
 from collections.abc import Callable, Sequence
 
 from epochfs.sidecar.listing.ranges import unsized
@@ -31,11 +32,18 @@ def listing_skew(spans: Sequence[SpanState], left_of: Callable[[SpanState, Segme
     it is read (a paged source's, galloped; a stream in key order's, read to its end)."""
     pieces: list[tuple[float, float]] = []
     unbounded = 0.0
+    finished: list[float] = []  # keys per folder of the spans listed whole
+    open_folders: list[int] = []  # keys listed of the one-folder spans whose end is not found
     for span in spans:
         if not span.reached:
             continue  # the first round's wait covers these (thousands of folders of a page each)
+        folders = max(1, span.folders[1] - span.folders[0])
+        if not any(s.open for s in span.segments):
+            finished.append(span.listed / folders)
         if ends_unknown and any(s.open and span.is_tail(s) for s in span.segments):
             unbounded += span.listed
+            if folders == 1:
+                open_folders.append(span.listed)
         elif span.folders[1] - span.folders[0] > 1 and any(s.open for s in span.segments):
             # A range of folders whose keys are listed from some of them: the rest are not
             # known to exist in any size yet, so its listed keys count as off by the share of
@@ -64,6 +72,8 @@ def listing_skew(spans: Sequence[SpanState], left_of: Callable[[SpanState, Segme
     # (2,900 by 10 s) kept every later epoch 3.6-5.3x a random sample's mix. A stream read in
     # key order (``streams_in_key_order``) is counted alike until its end: what is read of an
     # S3 Inventory's data file is its first keys, whatever its estimate says.
+    if open_folders and finished and max(open_folders) > statistics.median(finished):
+        return 1.0  # a folder already larger than the typical one, its end not found (below)
     tv = 0.5 * sum(abs(k / listed - n / total) for k, n in pieces)
     spread = _spread_at_cap(spans, tv, ends_unknown=ends_unknown)
     return max(unbounded / listed, tv / max(1.0, spread / TEN_FOLDERS))
