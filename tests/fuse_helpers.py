@@ -15,7 +15,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -153,3 +153,12 @@ def stop(m: Mount, *, sig: int = signal.SIGTERM) -> int | None:
     if find_mount(ro) is not None:
         lazy_unmount(ro, any_kind=True)
     return m.proc.returncode
+
+
+def errno_of(call: Callable[[], object]) -> int | None:
+    """The errno ``call`` raised (None: it returned)."""
+    try:
+        call()
+    except OSError as e:
+        return e.errno
+    return None

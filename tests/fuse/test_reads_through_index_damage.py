@@ -18,11 +18,10 @@ from __future__ import annotations
 import errno
 import os
 import sqlite3
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from fuse_helpers import admit, make_objects, mounted, open_store
+from fuse_helpers import admit, errno_of, make_objects, mounted, open_store
 from store_helpers import garble
 
 from epochfs.fuse.view import NotFound, View
@@ -80,14 +79,6 @@ def flip_member_byte(path: Path) -> None:
     at = data.index(b"\n") + 40
     data[at] = ord("0") if data[at] != ord("0") else ord("1")
     path.write_bytes(bytes(data))
-
-
-def errno_of(call: Callable[[], object]) -> int | None:
-    try:
-        call()
-    except OSError as e:
-        return e.errno
-    return None
 
 
 # ---------------------------------------------------------------------------- the store

@@ -15,12 +15,11 @@ from __future__ import annotations
 import errno
 import os
 import time
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 from common import wait_until
-from fuse_helpers import admit, files_under, make_objects, mounted, open_store, sid_of
+from fuse_helpers import admit, errno_of, files_under, make_objects, mounted, open_store, sid_of
 from integrity_helpers import damage, objects_of, sampling
 from lost_helpers import Reader, make_lost, names, process_counter, store_gauge
 
@@ -33,14 +32,6 @@ pytestmark = [
     pytest.mark.skipif(os.geteuid() != 0 or not os.path.exists("/dev/fuse"),
                        reason="needs root and /dev/fuse"),
 ]
-
-
-def errno_of(call: Callable[[], object]) -> int | None:
-    try:
-        call()
-    except OSError as e:
-        return e.errno
-    return None
 
 
 def lost_reads(mpdir: Path) -> float:
