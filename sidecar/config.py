@@ -57,6 +57,13 @@ the sampler's start, a store still starting or an outage. The supervisor starts 
 backoff and counts no crash (``/healthz`` stays ok: restarting the pod would not bring the remote
 back); the CLI's last line, ``epochfs <command>: <reason>``, says why, as for exit 2."""
 
+EXIT_INDEX = 74
+"""The exit status (EX_IOERR) of a sampler that met a damaged index while running: the damage is
+marked, and the next start's check replaces the index from the members files in seconds
+(:mod:`epochfs.sidecar.store.reset`). The supervisor starts it again at once and counts no crash:
+a liveness failure would restart the pod for a damage the sidecar mends by itself. A start that
+cannot mend it exits 1, a crash."""
+
 
 class RetryLater(RuntimeError):
     """Raised for :data:`EXIT_RETRY`; the message is the reason (one line)."""

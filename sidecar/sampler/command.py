@@ -16,9 +16,11 @@ answers the first listing with a refusal, no such bucket or folder, access denie
 does not accept, or whose host does not exist; the line names the flag, the store's answer and
 what to check: :func:`refusal_message`), 75 (:data:`~epochfs.sidecar.config.EXIT_RETRY`) when
 the remote cannot be reached at the start (a store still starting, a DNS server that cannot
-answer now: :func:`~epochfs.sidecar.remote.errors.may_answer_later`), 1 when the node volume or
-the index fails (one log line; the next start repairs what it can, so a restart is not a crash
-loop).
+answer now: :func:`~epochfs.sidecar.remote.errors.may_answer_later`), 74
+(:data:`~epochfs.sidecar.config.EXIT_INDEX`) when SQLite finds the index damaged while running
+(the next start replaces it within seconds: the supervisor restarts at once and counts no crash),
+1 when the node volume or the index fails otherwise (one log line; the next start repairs what it
+can, so a restart is not a crash loop).
 """
 
 from __future__ import annotations
@@ -34,7 +36,7 @@ from types import FrameType
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlparse
 
-from epochfs.sidecar.config import ConfigError, RetryLater, SamplerSettings
+from epochfs.sidecar.config import EXIT_INDEX, ConfigError, RetryLater, SamplerSettings
 from epochfs.sidecar.download import LocalWriteError
 from epochfs.sidecar.listing import Lister, ListingThread
 from epochfs.sidecar.listing.capacity import check_capacity
@@ -46,7 +48,8 @@ from epochfs.sidecar.remote.errors import may_answer_later
 from epochfs.sidecar.remote.refusal import refusal_cause
 from epochfs.sidecar.sampler.loop import STOP_GRACE, Sampler
 from epochfs.sidecar.signals import set_from_handler
-from epochfs.sidecar.store import Meta, Store, StoreError
+from epochfs.sidecar.store import Meta, Store, StoreError, checkmark
+from epochfs.sidecar.store.index import is_corruption
 
 if TYPE_CHECKING:
     from epochfs.sidecar.listing.process import ListingProcess
@@ -190,7 +193,8 @@ def refusal_message(settings: SamplerSettings, e: RemoteError) -> str:
 
 def run_sample(settings: SamplerSettings) -> int:
     """The ``epochfs sample`` command: 0 after a clean stop, 2 for bad settings, 75 while the remote
-    cannot be reached at the start, 1 when the disk or the index fails."""
+    cannot be reached at the start, 74 when the index is found damaged while running, 1 when the
+    disk or the index fails otherwise."""
     stop = threading.Event()
     old_signals = _install_signals(stop)
     try:
@@ -298,7 +302,8 @@ def run_sample(settings: SamplerSettings) -> int:
         except (StoreError, sqlite3.DatabaseError) as e:
             # A damaged index is replaced at the next start (check_index), a deleted one remade.
             log.error("the cache index failed: %s; exiting (the next start repairs it)", e)
-            return 1
+            damaged = is_corruption(e) or checkmark.reason(settings.cache) is not None
+            return EXIT_INDEX if damaged else 1
         finally:
             stop.set()
             # A listing process gets its grace to stop and then is killed (ListingProcess._drain):

@@ -12,7 +12,11 @@ An exit is a *crash* or a *transient failure*: the sampler exits :data:`~epochfs
 sampler/command.py), its last line ``epochfs sample: <reason>``. Both restart with the same backoff,
 but only crashes count toward
 :attr:`Child.crashes`, which ``/healthz`` reads: restarting the pod would not bring the remote
-back. The reason of the last transient failure is kept (:attr:`Child.waiting`) for ``/readyz`` and
+back. A third kind, the sampler's :data:`~epochfs.sidecar.config.EXIT_INDEX` (it met a damaged
+index while running), is neither: the next start replaces the index in seconds, so it restarts after
+:attr:`ChildProcesses.BACKOFF_MIN` and counts no crash (a liveness failure would restart the pod
+for a damage the sidecar mends by itself; a start that cannot mend it exits 1, a crash). The
+reason of the last transient failure is kept (:attr:`Child.waiting`) for ``/readyz`` and
 ``epochfs status`` (:meth:`ChildProcesses.retry_note`), until a run proves stable or ends another way.
 """
 
@@ -29,7 +33,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
-from epochfs.sidecar.config import EXIT_RETRY
+from epochfs.sidecar.config import EXIT_INDEX, EXIT_RETRY
 from epochfs.sidecar.redact import redact
 
 log = logging.getLogger("epochfs.supervisor")
@@ -170,6 +174,7 @@ class ChildProcesses:
         code = child.proc.returncode
         ran = time.monotonic() - child.started_at
         transient = code == EXIT_RETRY
+        mended = code == EXIT_INDEX  # the next start replaces the index: no crash, no longer wait
         if transient and child.log_thread is not None:
             child.log_thread.join(timeout=1)  # its last line, the reason, may still be in the pipe
         if self._multiproc_dir is not None:
@@ -186,11 +191,12 @@ class ChildProcesses:
                 if ran >= self.STABLE_AFTER:
                     child.backoff = 0.0
                     child.crashes = 0
-                child.backoff = min(self.BACKOFF_MAX, max(self.BACKOFF_MIN, child.backoff * 2))
-                child.next_start = time.monotonic() + child.backoff
+                if not mended:
+                    child.backoff = min(self.BACKOFF_MAX, max(self.BACKOFF_MIN, child.backoff * 2))
+                child.next_start = time.monotonic() + (self.BACKOFF_MIN if mended else child.backoff)
                 child.waiting = (f"remote unreachable: {retry_reason(child.last_error, child.name)}"
                                  if transient else "")
-                child.crashes += 0 if transient else 1
+                child.crashes += 0 if transient or mended else 1
         if child.stop_on_refusal and self.refused(child) is not None:
             log.error("%s refused its settings (exit 2 after %.1fs): stopping", child.name, ran)
             return True  # the supervisor stops on it (core.Supervisor.run): no restart
@@ -198,6 +204,10 @@ class ChildProcesses:
             log.warning("%s could not reach the remote (exit 75 after %.1fs): a transient failure, "
                         "not a crash; retry %d in %.1fs", child.name, ran, child.restarts + 1,
                         child.backoff)
+            return True
+        if mended:
+            log.warning("%s found the cache index damaged (exit %d after %.1fs): not a crash, "
+                        "restarting in %.1fs to replace it", child.name, code, ran, self.BACKOFF_MIN)
             return True
         log.warning("%s exited with status %s after %.1fs; restarting in %.1fs",
                     child.name, code, ran, child.backoff)
