@@ -62,6 +62,9 @@ from epochfs.sidecar.store import SIZE_ONLY, Admission, Candidate, Store, digest
 
 log = logging.getLogger("epochfs.download")
 
+PRUNE_AT = 1024
+"""Temps listed before the downloader first looks which are gone (see :meth:`Downloader._track`)."""
+
 
 class LocalWriteError(Exception):
     """Writing to the node volume failed (disk full, I/O error): not a remote failure. The sampler
@@ -160,14 +163,40 @@ class Downloader:
         self.hashers = hashers
         self._lock = threading.Lock()
         self._temps: set[Path] = set()
+        self._prune_at = PRUNE_AT
         self._local = threading.local()
         self._warned_part_sizes = False
         self.retried = 0
 
     def active_temps(self) -> list[Path]:
-        """Temp files of downloads in progress (removed by the sampler when it abandons them)."""
+        """Temp files this downloader wrote that are still there: downloads in progress, and
+        finished ones not yet admitted or removed (the sampler removes them when it stops, after
+        the admitter has finished). A finished download stays listed until its file is gone
+        because, once streaming ends, its result may still be in a worker (closing the reader,
+        verifying) or in the results queue when the stop's grace ends, and then nobody else
+        would remove it."""
+        self._prune()
         with self._lock:
             return list(self._temps)
+
+    def _prune(self) -> None:
+        """Forget the temps whose file is gone (admitted: renamed into objects/; or removed).
+        A name never comes back (each temp's is new), so a stale check only keeps one longer."""
+        with self._lock:
+            temps = list(self._temps)
+        gone = [t for t in temps if not t.exists()]
+        with self._lock:
+            self._temps.difference_update(gone)
+            self._prune_at = max(PRUNE_AT, 2 * len(self._temps))
+
+    def _track(self, temp: Path) -> None:
+        """List ``temp``; past twice the count kept at the last look, forget the ones gone
+        (amortised: one stat per download, whatever the run's length)."""
+        with self._lock:
+            self._temps.add(temp)
+            due = len(self._temps) >= self._prune_at
+        if due:
+            self._prune()
 
     def fetch(self, cand: Candidate) -> FetchResult:
         """Download ``cand`` with retries; never raises except :class:`LocalWriteError`."""
@@ -219,32 +248,37 @@ class Downloader:
                         if etag_is_md5 else None)
             plan = checksums.choose(reader.checksum, md5_etag)
             h = self.hashers(plan.algorithm)
-            with self._lock:
-                self._temps.add(temp)
+            self._track(temp)
             try:
                 total = self._stream(reader, temp, h, cand.size)
             except BaseException:
-                with contextlib.suppress(FileNotFoundError):
-                    os.unlink(temp)
+                self._forget(temp)
                 raise
-            finally:
-                with self._lock:
-                    self._temps.discard(temp)
         finally:
-            reader.close()
+            try:
+                reader.close()
+            except BaseException:
+                self._forget(temp)  # the download is not returned: nobody else would remove it
+                raise
         try:
             if total != cand.size:
                 raise Transient(f"got {total} bytes, expected {cand.size}")
             got = digests.value(plan.algorithm, h)
             kind = self._verify(cand, temp, plan, got, reader.etag, etag_is_md5=etag_is_md5)
         except BaseException:
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(temp)
+            self._forget(temp)
             raise
         version = (reader.etag or cand.version).strip('"')
         digest = f"{plan.algorithm}:{got}"
         checksum = SIZE_ONLY if kind == SIZE_ONLY else digest
         return Admission(cand.key, cand.sid, total, checksum, version, temp, digest=digest, verified=kind)
+
+    def _forget(self, temp: Path) -> None:
+        """Remove the temp of a download that failed, and stop listing it."""
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(temp)
+        with self._lock:
+            self._temps.discard(temp)
 
     def _verify(self, cand: Candidate, temp: Path, plan: checksums.Plan, got: str,
                 etag: str | None, *, etag_is_md5: bool) -> str:

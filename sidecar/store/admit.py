@@ -3,8 +3,9 @@
 Apart from :mod:`.cache` because it is the store's longest rule: the order temp -> rename into
 ``objects/`` -> dir fsync -> index commit (DESIGN.md), a batch checked against what the index holds
 before any file moves, a sample waiting for its repair in place repaired instead
-(:func:`.integrity.repair`), a sample fetched again while cached dropped, and files given back when
-the commit fails. :meth:`.Store.admit` calls :func:`admit`.
+(:func:`.integrity.repair`), a sample fetched again while cached (or whose repair landed after it
+was marked lost) dropped, and files given back when the install or the commit fails.
+:meth:`.Store.admit` calls :func:`admit`.
 """
 
 from __future__ import annotations
@@ -51,40 +52,43 @@ def admit(ix_of: Callable[[], Index], files: ObjectFiles, items: list[Admission]
     # The same sample downloaded again while its first download was being admitted (the fetch
     # order had queued the key before it was cached): the cached object stays, the second copy
     # is dropped, the rest of the batch is admitted. It stopped the sampler before.
+    # A repair download that lands after its sample was marked lost (a relist dropped or skipped
+    # the key while it was in flight: integrity.lose_unfetchable) is dropped too, not admitted as
+    # the repair: lost is final (the FUSE view already fails reads of it, the repair log says
+    # lost, its file is gone and journaled), and the catalog no longer vouches for the key.
+    late: list[str] = []
     clashes: list[str] = []
     for r in known:
         key, a = str(r[0]), by_key.get(str(r[0]))
-        if a is None or a.sid != str(r[1]) or r[6] not in (0, None):
+        if a is None or a.sid != str(r[1]):
             clashes.append(key)
         elif r[6] == 0:
             waiting[key] = r
-        else:
+        elif r[6] is None:
             again.append(key)
+        else:
+            late.append(key)
     if clashes:
         # Installing first would replace the object a live epoch lists, then lose it to the
         # failed insert's clean-up: refuse before touching any file.
         raise ValueError(f"already in the cache: {', '.join(sorted(clashes))}")
-    for key in again:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(by_key[key].temp)
-    if again:
-        logging.getLogger("epochfs.store").info(
-            "dropped %d sample(s) fetched again while cached: %s", len(again),
-            ", ".join(sorted(again)[:5]))
+    _drop(by_key, again, "fetched again while cached")
+    _drop(by_key, late, "whose repair landed after they were marked lost")
     if waiting:
         integrity.repair(ix_of(), files, [(by_key[k], int(r[2]), int(r[3]), str(r[4]), str(r[5]))
                                           for k, r in waiting.items()])
-    items = [a for a in items if a.key not in waiting and a.key not in again]
+    dropped = {*again, *late}
+    items = [a for a in items if a.key not in waiting and a.key not in dropped]
     if not items:
         if inflight_bytes is not None:
             ix = ix_of()
             with ix.write():
                 ix.put(Meta.INFLIGHT_BYTES, str(inflight_bytes))
         return 0
-    files.install(items)
     now = time.time()
     ix = ix_of()
     try:
+        files.install(items)
         with ix.write() as db:
             for a in items:
                 db.execute(
@@ -103,7 +107,19 @@ def admit(ix_of: Callable[[], Index], files: ObjectFiles, items: list[Admission]
                 ix.put(Meta.INFLIGHT_BYTES, str(inflight_bytes))
     except BaseException:
         # Nothing references them: give their room back now rather than at the next recovery
-        # (the commit failing is most often a full disk).
+        # (an install that fails part way, or the commit, is most often a full disk). Samples
+        # not yet renamed have no object to remove; their temps are the caller's.
         files.remove(a.sid for a in items)
         raise
     return total
+
+
+def _drop(by_key: dict[str, Admission], keys: list[str], why: str) -> None:
+    """Remove the temps of downloads no longer wanted and say so: the rest of the batch is
+    admitted, and the sampler keeps running."""
+    for key in keys:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(by_key[key].temp)
+    if keys:
+        logging.getLogger("epochfs.store").info(
+            "dropped %d sample(s) %s: %s", len(keys), why, ", ".join(sorted(keys)[:5]))
