@@ -79,14 +79,16 @@ class Reservations:
                 evict: bool = True) -> bool:
         """Reserve room for a download, evicting what may be evicted; False means backpressure.
 
-        ``capacity``: the budget, or a function of the bytes used (cached plus reserved) that gives
-        it (the sampler's :class:`~epochfs.sidecar.sampler.diskspace.DiskSpace`); None: the
+        ``capacity``: the budget, or a function of the cache's bytes (admitted samples only: what
+        is reserved is not on the disk yet) that gives it (the sampler's
+        :class:`~epochfs.sidecar.sampler.diskspace.DiskSpace`); None: the
         policy's. ``evict=False`` takes only room that is free."""
         if capacity is None:
             capacity = self.store.policy().capacity
         with self._lock:
-            used = self._cached() + self.reserved
-            cap = capacity(used) if callable(capacity) else capacity
+            cached = self._cached()
+            used = cached + self.reserved
+            cap = capacity(cached) if callable(capacity) else capacity
             self.capacity = cap
             if size > cap:
                 return False

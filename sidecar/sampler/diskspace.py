@@ -2,13 +2,15 @@
 
 ``--capacity`` is a budget, not a promise that the volume has that much room: another tenant of
 the disk, the index and its write-ahead log, or a budget larger than the filesystem can all leave
-less. So the sampler plans with the *effective* capacity, ``min(--capacity, cached + reserved +
-free - margin)``, read from ``statvfs`` at most once a second, which makes eviction start before
-the disk is full and lets sampling resume by itself when space comes back. If a write fails with
-ENOSPC anyway (someone else filled the disk, or the index grew), the sampler keeps the key and
-measures again at once: the smaller room makes it evict or, when nothing is evictable, pause with
-"disk full" in status, metrics and an Event, until the free space comes back. It never crashes,
-and readers of existing epochs never notice.
+less. So the sampler plans with the *effective* capacity, ``min(--capacity, cached + temps +
+free - margin)`` (bytes on the disk only: ``temps`` is what the downloads' temp files hold, never
+what is reserved and not written yet), read from ``statvfs`` at most once a second, which makes
+eviction start before the disk is full and lets sampling resume by itself when space comes back.
+If a write fails with ENOSPC anyway (someone else filled the disk, or the index grew), the sampler
+keeps the key and measures again at once: the smaller room makes it evict or, when nothing is
+evictable, pause with "disk full" in status, metrics and an Event, until the free space comes
+back. It never crashes, and readers of existing epochs never notice. An object bigger than the
+volume could hold even with an empty cache is skipped (:meth:`DiskSpace.largest`).
 """
 
 from __future__ import annotations
@@ -19,6 +21,8 @@ import os
 import sqlite3
 import time
 from pathlib import Path
+
+from epochfs.sidecar.store.objects import TMP_DIR
 
 log = logging.getLogger("epochfs.sampler")
 
@@ -72,24 +76,49 @@ class DiskSpace:
             self._checked = now
         return self._free
 
-    def effective_capacity(self, used: int) -> int:
-        """The budget the sampler can fill; ``used`` is its cached plus reserved bytes.
+    def largest(self) -> int:
+        """The most the cache could ever hold on this volume, even empty: an object bigger than
+        this never fits, so waiting for room for it would stop sampling for good."""
+        return max(0, min(self.capacity, self.fs_bytes - self.margin))
 
-        ``used + free`` is taken at one moment (samples admitted since fill the disk as they grow
-        ``used``, so the sum holds between two checks); what the index and other files take shows
-        as less free space at the next check."""
+    def effective_capacity(self, cached: int) -> int:
+        """The budget the sampler can fill; ``cached`` is the bytes of its admitted samples.
+
+        Only bytes already on the disk go with ``free``: a reservation's bytes are not written yet,
+        so adding them to the free space (which does not count them yet) would raise the room by
+        them at each check and let the sampler reserve more than the volume holds. ``cached +
+        free`` is taken at one moment (samples admitted since fill the disk as they grow
+        ``cached``, so the sum holds between two checks). The bytes the downloads' temp files
+        already hold are added back: they are on the disk and already reserved, and without them
+        the room would dip by what is being written at each check. What the index and other files
+        take shows as less free space at the next check."""
         checked = self._checked
         free = self.free()
         if self._room is None or self._checked != checked:
-            self._room = used + free - self.margin
+            self._room = cached + self._temp_bytes() + free - self.margin
         room = self._room
         self.limited = room < self.capacity
         if self.limited and not self._warned:
             self._warned = True
-            log.warning("--capacity %d bytes is more than the cache's filesystem can hold now (%d used, "
+            log.warning("--capacity %d bytes is more than the cache's filesystem can hold now (%d cached, "
                         "%d free, %d kept free): sampling within %d bytes while that lasts",
-                        self.capacity, used, free, self.margin, max(0, room))
+                        self.capacity, cached, free, self.margin, max(0, room))
         return max(0, min(self.capacity, room))
+
+    def _temp_bytes(self) -> int:
+        """Bytes on the disk in the cache's temp folder (downloads written, not admitted yet). A
+        temp is renamed into the cache before its admission is counted, so none counts twice."""
+        total = 0
+        try:
+            with os.scandir(self.cache / TMP_DIR) as entries:
+                for entry in entries:
+                    try:
+                        total += entry.stat(follow_symlinks=False).st_blocks * 512
+                    except FileNotFoundError:  # admitted or removed meanwhile
+                        continue
+        except FileNotFoundError:
+            return 0
+        return total
 
     def filled(self, error: BaseException) -> None:
         """A write hit a full disk: measure again before the next reservation."""

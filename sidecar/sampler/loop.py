@@ -213,6 +213,9 @@ class Sampler:
             pending = None
             if cand is None:
                 break
+            if self.room.skip_unfittable(cand):
+                self.rates.skipped += 1
+                continue
             if not self.room.reserve(cand, lookahead=self.order.lookahead):
                 self.room.full(waiting_on_own=bool(self._inflight) or self.admitter.busy())
                 return cand
@@ -239,9 +242,12 @@ class Sampler:
             self._fatal = self._fatal or item
             return
         if isinstance(item, DiskFull):
-            if self._inflight.pop(item.candidate.key, None) is not None:
+            key = item.candidate.key
+            if not item.released and self._inflight.get(key) is item.candidate:  # a worker's
+                del self._inflight[key]
                 self.reservations.release(item.candidate.size)
-            self.breaker.keep(item.candidate)  # fetched again once there is room
+            if key not in self._inflight:  # (else a new download of it runs: not fetched twice)
+                self.breaker.keep(item.candidate)  # fetched again once there is room
             self.disk.filled(item.error)
             return
         cand = item.candidate
@@ -305,7 +311,7 @@ class Sampler:
         if not is_disk_full(error):
             return False
         for a in batch:
-            self._results.put(DiskFull(Candidate(a.key, a.sid, a.size, a.version), error))
+            self._results.put(DiskFull(Candidate(a.key, a.sid, a.size, a.version), error, released=True))
         return True
 
     def _admitted(self, batch: list[Admission]) -> None:

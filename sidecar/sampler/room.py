@@ -33,6 +33,9 @@ class DiskFull:
 
     candidate: Candidate
     error: BaseException
+    released: bool = False
+    """The admitter's: its reservation is already given back and it is no longer in flight, so
+    the loop leaves both alone (the key may be in flight again by then, as another download)."""
 
 
 class Room:
@@ -65,6 +68,23 @@ class Room:
         if self.reservations.capacity is not None:
             self._record_capacity(self.reservations.capacity)
         return bool(ok)
+
+    def skip_unfittable(self, cand: Candidate) -> bool:
+        """Skip ``cand`` (counted, logged) when it is bigger than the cache could hold on this
+        volume even empty; True if so.
+
+        The listing's object limit comes from --capacity, which may be more than the volume
+        holds: such an object would wait for room forever, first in line, and no key after it
+        would be fetched. One that fits once other samples are evicted still waits (that is
+        backpressure)."""
+        largest = self.disk.largest()
+        if cand.size <= largest:
+            return False
+        log.warning("skipping %r: %d bytes is more than the cache can ever hold on its filesystem "
+                    "(%d bytes: --capacity %d, filesystem %d, %d kept free)", cand.key, cand.size,
+                    largest, self.disk.capacity, self.disk.fs_bytes, self.disk.margin)
+        self._write(lambda: self.store.mark_skipped(cand.key))
+        return True
 
     def full(self, *, waiting_on_own: bool) -> None:
         """No room for the next download: backpressure, unless downloads of this loop are in flight
