@@ -39,7 +39,7 @@ from epochfs.benchmarks._synthetic_data import Bucket, Dataset
 from epochfs.benchmarks._synthetic_xml import list_page
 from epochfs.sidecar.listing.lister import Lister
 from epochfs.sidecar.listing.sources import PagedSource
-from epochfs.sidecar.remote import RemoteObject
+from epochfs.sidecar.remote import ListedPage, RemoteObject
 from epochfs.sidecar.store import Admission, Meta, Policy, Store
 
 REMOTE = "s3://bench"
@@ -66,12 +66,13 @@ class BucketRemote:
 
     def list_page(self, prefix: str, *, start_after: str = "", token: str | None = None,
                   delimiter: bool = False, max_keys: int = 1000
-                  ) -> tuple[list[RemoteObject], list[str], str | None]:
+                  ) -> ListedPage:
         resume = token if token is not None else (start_after + "\x00" if start_after else "")
         keys, prefixes, nxt = list_page(self.data, prefix=prefix, delimiter="/" if delimiter else "",
                                         resume=resume, max_keys=max_keys)
         self.pages += 1
-        return [RemoteObject(k, self.data.size, self.data.etag(k)) for k in keys], prefixes, nxt
+        return ListedPage([RemoteObject(k, self.data.size, self.data.etag(k)) for k in keys], prefixes,
+                          nxt, truncated=nxt is not None)
 
 
 def seed(cache: Path, data: Dataset, cached: int, *, capacity: int,

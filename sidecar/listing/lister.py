@@ -41,6 +41,7 @@ from epochfs.sidecar.listing.filter import CatalogReport, ClashFinder, PageFilte
 from epochfs.sidecar.listing.planner import FULL_PAGE, Planner, Segment
 from epochfs.sidecar.listing.sinks import CatalogSink, ListedPage, ListingSink
 from epochfs.sidecar.listing.sources import Page, PagedSource, Source, Span
+from epochfs.sidecar.remote import RemoteError
 from epochfs.sidecar.store import Store
 from epochfs.sidecar.store.catalog import PageRows, Part
 from epochfs.torchclient.globs import KeyFilter
@@ -248,6 +249,10 @@ class Lister:
             page = next(streams[part.part], None)
         if page is None:
             page = Page([], part.after, True)
+        if not page.done and page.after == part.after:
+            # Committed, it would be asked again from the same point, for ever.
+            raise RemoteError(f"cannot list {part.prefix or 'the root'!r} after {part.after!r}: "
+                              "a page that is not the last did not move the listing on")
         cut_from = seg.parent.part if seg.parent else None
         finder = finders.get(part.part)
         if self.sink.catalog:

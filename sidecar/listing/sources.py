@@ -39,6 +39,7 @@ from typing import Protocol
 
 from epochfs.sidecar.listing.retry import while_throttled
 from epochfs.sidecar.remote import PagedRemote, Remote, RemoteObject
+from epochfs.sidecar.remote.base import ListedPage, PageWalk
 
 log = logging.getLogger("epochfs.catalog")
 
@@ -139,7 +140,7 @@ class PagedSource:
 
     def _discover(self, prefix: str, *, token: str | None = None, delimiter: bool = False,
                   max_keys: int = 1000,
-                  start_after: str = "") -> tuple[list[RemoteObject], list[str], str | None]:
+                  start_after: str = "") -> ListedPage:
         """One page that finds the spans, read again while the store throttles it."""
         return while_throttled(
             lambda: self.remote.list_page(prefix, token=token, delimiter=delimiter, max_keys=max_keys,
@@ -156,22 +157,30 @@ class PagedSource:
         folders: list[str] = []
         others = bool(after)
         token: str | None = None
+        more = False
+        walk = PageWalk(getattr(self.remote, "url", "the remote"))
         for page in range(DISCOVERY_PAGES):
-            objects, prefixes, token = self._discover(prefix, token=token, delimiter=True,
-                                                      max_keys=first_keys if page == 0 else 1000,
-                                                      start_after=after if page == 0 else "")
+            listed = self._discover(prefix, token=token, delimiter=True,
+                                    max_keys=first_keys if page == 0 else 1000,
+                                    start_after=after if page == 0 else "")
+            objects, prefixes, token = listed
             folders += prefixes
             others = others or any(o.key != prefix for o in objects)
-            if token is None or (others and stop_on_files):
+            # Truncated with no token: no way on with the delimiter (a start after a folder name
+            # lists that folder again), so what is left counts as unseen, as past the last page.
+            more = listed.truncated
+            if not more or token is None or (others and stop_on_files):
                 break
-        return folders, others or token is not None
+            walk.next(listed, "")  # the same token twice: an error, not the same folders again
+        return folders, others or more
 
     def spans(self) -> list[Span]:
         self.folders = []
         self._probe, self._probe_done = None, True
         # A remote that fits in one page is listed by that page alone (one request, no split).
-        objects, _, token = self._discover("")
-        if token is None:
+        listed = self._discover("")
+        objects = listed[0]
+        if not listed.truncated:
             self._probe = objects
             return [Span("", "", None)]
         # A first page of files only (no key in a folder) is what the delimiter's first page
@@ -255,6 +264,8 @@ class PagedSource:
         probe, self._probe = self._probe, None
         if probe is None or after or span != Span("", "", None):
             return None
+        if not probe and not self._probe_done:
+            return None  # an empty first page that says more follows: read the span from its start
         return Page(probe, str(probe[-1].key) if probe else "", self._probe_done)
 
     def pages(self, span: Span, after: str) -> Iterator[Page]:
@@ -264,20 +275,27 @@ class PagedSource:
             if first.done:
                 return
             after = first.after
+        walk = PageWalk(getattr(self.remote, "url", "the remote"))
         token: str | None = None
         start_after = max(after, span.start)
         while True:
-            objects, _, token = self.remote.list_page(span.prefix, start_after=start_after, token=token)
+            listed = self.remote.list_page(span.prefix, start_after=start_after, token=token)
+            objects = listed[0]
             kept = objects
-            done = token is None
+            done = not listed.truncated
             if span.stop is not None:
                 kept = [o for o in objects if str(o.key) < span.stop]
                 done = done or len(kept) < len(objects)
             if kept:
                 after = str(kept[-1].key)
-            yield Page(kept, after, done)
+            if kept or done:
+                yield Page(kept, after, done)
             if done:
                 return
+            step = walk.next(listed, max(after, span.start))
+            if step is None:
+                return
+            token, start_after = step
 
 
     def read_page(self, span: Span, after: str, max_keys: int) -> Page:
@@ -296,14 +314,24 @@ class PagedSource:
             return first
         if span.stop is not None and after and after + "\x00" >= span.stop:
             return Page([], after, True)  # the last page ended at the stop: nothing is left
-        objects, _, token = self.remote.list_page(span.prefix, start_after=max(after, span.start),
-                                                  max_keys=max_keys)
-        kept = objects
-        done = token is None
-        if span.stop is not None:
-            kept = [o for o in objects if str(o.key) < span.stop]
-            done = done or len(kept) < len(objects)
-        return Page(kept, str(kept[-1].key) if kept else after, done)
+        start = max(after, span.start)
+        listed = self.remote.list_page(span.prefix, start_after=start, max_keys=max_keys)
+        walk = PageWalk(getattr(self.remote, "url", "the remote"))
+        while True:
+            objects = listed[0]
+            kept = objects
+            done = not listed.truncated
+            if span.stop is not None:
+                kept = [o for o in objects if str(o.key) < span.stop]
+                done = done or len(kept) < len(objects)
+            if kept or done:
+                return Page(kept, str(kept[-1].key) if kept else after, done)
+            # An empty page that says more follows (S3 behind a long run of delete markers): a
+            # page by StartAfter would ask the same again for ever; its token goes on (bounded:
+            # PageWalk raises on no token, a token again, too many empty pages).
+            step = walk.next(listed, start)
+            assert step is not None and step[0] is not None  # PageWalk raises on an empty page without one
+            listed = self.remote.list_page(span.prefix, token=step[0], max_keys=max_keys)
 
 
 class SerialSource:

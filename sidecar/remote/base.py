@@ -65,8 +65,65 @@ class RemoteObject:
     version: str
 
 
-ListedPage = tuple[list[RemoteObject], list[str], "str | None"]
-"""One page of a paged listing: (objects, common prefixes, next page's token or None)."""
+class ListedPage(tuple[list[RemoteObject], list[str], "str | None"]):
+    """One page of a paged listing; it unpacks as (objects, common prefixes, next page's token or
+    None). :attr:`truncated` (S3's ``IsTruncated``) is what says more follows, not the token:
+    some S3-compatible stores and proxies say a page is truncated and send no token, and reading
+    "no token" as "the end" would report a partial listing complete."""
+
+    truncated: bool
+
+    def __new__(cls, objects: list[RemoteObject], prefixes: list[str], token: str | None, *,
+                truncated: bool) -> ListedPage:
+        page = super().__new__(cls, (objects, prefixes, token))
+        page.truncated = truncated
+        return page
+
+    def __getnewargs_ex__(self) -> tuple[tuple[object, ...], dict[str, object]]:
+        """Pickled with its flag (a tuple subclass is rebuilt through ``__new__``)."""
+        return tuple(self), {"truncated": self.truncated}
+
+
+MAX_EMPTY_PAGES = 100
+"""Empty pages in a row that say more follows, followed by their tokens, before a walk gives up:
+S3 sends some (a long run of delete markers in a versioned bucket), a store that sends them for
+ever would be listed for ever."""
+
+
+class PageWalk:
+    """Where each next page of a walk over a paged listing starts, refusing what would never end:
+    the same continuation token twice (the same pages again, for ever), an empty truncated page
+    with no token (no way on), more than :data:`MAX_EMPTY_PAGES` empty truncated pages in a row."""
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+        self._tokens: set[str] = set()
+        self._empty = 0
+
+    def next(self, page: ListedPage, after: str) -> tuple[str | None, str] | None:
+        """(continuation token, start after) of the page after ``page``, or None when ``page``
+        ends the listing. ``after``: the last key listed so far, where a page truncated without a
+        token goes on from (``StartAfter``). Raises :class:`RemoteError` naming what the server
+        did when following it would loop."""
+        objects, prefixes, token = page
+        if not page.truncated:
+            return None
+        if token is not None:
+            if token in self._tokens:
+                raise RemoteError(f"cannot list {self.url}: the server sent the same continuation "
+                                  f"token twice ({token!r}); following it would list for ever")
+            self._tokens.add(token)
+        if objects or prefixes:
+            self._empty = 0
+        else:
+            self._empty += 1
+            if token is None:
+                raise RemoteError(f"cannot list {self.url}: the server sent an empty page that says "
+                                  "more follows (IsTruncated) with no continuation token")
+            if self._empty > MAX_EMPTY_PAGES:
+                raise RemoteError(f"cannot list {self.url}: the server sent {self._empty} empty "
+                                  "pages in a row that each say more follows (IsTruncated)")
+        return (token, "") if token is not None else (None, after)
 
 
 # ---------------------------------------------------------------------------- typed failures
@@ -176,7 +233,9 @@ class PagedRemote(Protocol):
                   delimiter: bool = False, max_keys: int = 1000) -> ListedPage:
         """One page of keys under ``prefix`` (relative to the remote root) after
         ``start_after`` (or from ``token``): (objects, common prefixes with ``delimiter``, the
-        token of the next page or None). Keys and prefixes come back relative to the root."""
+        token of the next page or None), and whether more follows (:attr:`ListedPage.truncated`:
+        a truncated page may come with no token, and may hold no key). Keys and prefixes come
+        back relative to the root."""
         ...
 
 
@@ -259,11 +318,13 @@ class Remote(ABC):
 
 __all__ = [
     "BLOCK",
+    "MAX_EMPTY_PAGES",
     "Changed",
     "Denied",
     "Kind",
     "ListedPage",
     "NotFound",
+    "PageWalk",
     "PagedRemote",
     "Reader",
     "Remote",

@@ -157,7 +157,7 @@ class PagedMemoryRemote(MemoryRemote):
         last = ""
         for k in keys:
             if len(objects) + len(prefixes) >= min(self.page, max_keys):
-                return objects, prefixes, last
+                return ListedPage(objects, prefixes, last, truncated=True)
             rest = k[len(prefix):]
             if delimiter and "/" in rest:
                 p = prefix + rest.split("/", 1)[0] + "/"
@@ -169,7 +169,7 @@ class PagedMemoryRemote(MemoryRemote):
             body = self.objects[k]
             objects.append(RemoteObject(k, len(body), hashlib.md5(body).hexdigest()))
             last = k
-        return objects, prefixes, None
+        return ListedPage(objects, prefixes, None, truncated=False)
 
 
 __all__ = ["DAMAGE", "MemoryReader", "MemoryRemote", "PagedMemoryRemote"]

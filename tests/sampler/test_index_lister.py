@@ -20,7 +20,8 @@ import pytest
 
 from epochfs.sidecar.listing import indexfile
 from epochfs.sidecar.listing.indexfile import write_index
-from epochfs.sidecar.remote import RemoteObject, Throttled
+from epochfs.sidecar.remote import Throttled
+from epochfs.sidecar.remote.base import ListedPage
 from epochfs.sidecar.remote.testing import PagedMemoryRemote
 
 LONE_WAIT = 0.5
@@ -47,7 +48,7 @@ class CountingRemote(PagedMemoryRemote):
 
     def list_page(self, prefix: str, *, start_after: str = "", token: str | None = None,
                   delimiter: bool = False, max_keys: int = 1000
-                  ) -> tuple[list[RemoteObject], list[str], str | None]:
+                  ) -> ListedPage:
         if delimiter:
             return super().list_page(prefix, start_after=start_after, token=token, delimiter=True,
                                      max_keys=max_keys)

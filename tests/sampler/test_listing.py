@@ -19,7 +19,7 @@ from epochfs.sidecar import keyorder
 from epochfs.sidecar.catalog import build_catalog
 from epochfs.sidecar.config import SamplerSettings
 from epochfs.sidecar.listing import Lister, ListingThread, source_for
-from epochfs.sidecar.remote import RemoteObject
+from epochfs.sidecar.remote.base import ListedPage
 from epochfs.sidecar.remote.testing import PagedMemoryRemote
 from epochfs.sidecar.sampler import Sampler
 from epochfs.sidecar.sampler import order as order_module
@@ -254,7 +254,7 @@ class _ReadersSeen(PagedMemoryRemote):
 
     def list_page(self, prefix: str, *, start_after: str = "", token: str | None = None,
                   delimiter: bool = False, max_keys: int = 1000
-                  ) -> tuple[list[RemoteObject], list[str], str | None]:
+                  ) -> ListedPage:
         if not delimiter:
             self.readers.add(threading.current_thread().name)
             threading.Event().wait(0.02)  # a page's round trip (S3: 20-100 ms)
