@@ -4,22 +4,25 @@ Names are read as bytes, so non-UTF-8 names are seen and listed as bytes keys ra
 crashing the listing; symlinked folders are not followed. What the walk passes over (an entry it
 cannot read, such as a dangling symlink into a volume not mounted; a symlinked folder; a socket or
 a fifo) is logged once per kind with the first example and counted at the walk's end: a dataset
-missing a linked folder must not look complete. The version tag is ``mtime:<ns>``. The
-standard library's errors are typed where they arise (ENOENT: not found, EACCES: denied; other
-errors such as EIO pass through).
+missing a linked folder must not look complete. A folder that cannot be read (EIO or ESTALE on
+a flaky NFS or FUSE mount, EACCES) fails the listing instead, as fsspec's walk does
+(:meth:`~.fsspec.FsspecRemote.list`): a listing that ended without it would be complete, and a
+relist would drop its keys from the catalog; the listing is tried again. The version tag is
+``mtime:<ns>``. The standard library's errors are typed where they arise (ENOENT: not found,
+EACCES: denied; other errors such as EIO pass through).
 """
 
 from __future__ import annotations
 
+import errno
 import logging
 import os
 import stat
 from collections.abc import Iterator
-from typing import BinaryIO
-from urllib.parse import urlparse
+from typing import BinaryIO, NoReturn
 
 from epochfs.sidecar.remote.base import Reader, Remote, RemoteError, RemoteObject
-from epochfs.sidecar.remote.errors import Translated
+from epochfs.sidecar.remote.errors import Translated, translate
 
 log = logging.getLogger("epochfs.remote")
 
@@ -76,8 +79,10 @@ class FileRemote(Remote):
     sorted_listing = False  # a per-folder sorted walk is not byte order across folders
 
     def __init__(self, *, url: str) -> None:
-        parsed = urlparse(url)
-        root = (parsed.netloc + parsed.path) if parsed.netloc not in ("", "localhost") else parsed.path
+        # Split by hand, not with urlparse: "#" and "?" are legal in a folder's name, and
+        # urlparse takes them for a fragment and a query (file:///data/run#1 would be /data/run).
+        host, slash, path = url.partition("://")[2].partition("/")
+        root = slash + path if host in ("", "localhost") else host + slash + path
         self.url = url
         self.root = os.fsencode(root or "/")
         if not os.path.isdir(self.root):
@@ -91,9 +96,12 @@ class FileRemote(Remote):
     def _walk(self, folder: bytes, rel: bytes, passed: _Passed) -> Iterator[RemoteObject]:
         try:
             entries = sorted(os.scandir(folder), key=lambda e: e.name)
+        except FileNotFoundError as e:
+            if not rel:  # the root itself: an unmounted volume is not an empty dataset
+                self._cannot_list(folder, e)
+            return  # a folder removed since its parent was read: its keys are gone
         except OSError as e:
-            log.warning("cannot list %s: %s", os.fsdecode(folder), e)
-            return
+            self._cannot_list(folder, e)
         for entry in entries:
             name = rel + entry.name
             try:
@@ -115,6 +123,13 @@ class FileRemote(Remote):
             except UnicodeDecodeError:
                 key = name
             yield RemoteObject(key, st.st_size, f"mtime:{st.st_mtime_ns}")
+
+    def _cannot_list(self, folder: bytes, e: OSError) -> NoReturn:
+        """Fail the listing on a folder that could not be read, naming it and the errno, from the
+        typed failure (EACCES is Denied: the refusal's cause names the access to check)."""
+        errno_name = errno.errorcode.get(e.errno or 0, str(e.errno))
+        raise RemoteError(f"cannot list {self.url}: folder {os.fsdecode(folder)}: "
+                          f"{errno_name} ({e.strerror or e})") from (translate(e) or e)
 
     def _path(self, key: str) -> bytes:
         return os.path.join(self.root, os.fsencode(key))

@@ -37,6 +37,7 @@ from urllib.parse import urlparse
 from epochfs.sidecar.remote.base import (
     ListedPage,
     PagedRemote,
+    PageWalk,
     Reader,
     Remote,
     RemoteError,
@@ -87,12 +88,13 @@ class S3Remote(Remote):
     ) -> None:
         if importlib.util.find_spec("botocore") is None:  # pragma: no cover - a sidecar dependency
             raise RemoteError("s3:// needs botocore: pip install 'epochfs[sidecar]'")
-        parsed = urlparse(url)
-        if not parsed.netloc:
+        # By hand: urlparse takes a key's legal "#"/"?" for a fragment/query (s3://b/run#1: "run").
+        bucket, _, path = url.partition("://")[2].partition("/")
+        if not bucket:
             raise RemoteError(f"no bucket in {url!r} (expected s3://bucket/prefix)")
         self.url = url
-        self.bucket = parsed.netloc
-        self.prefix = parsed.path.strip("/")
+        self.bucket = bucket
+        self.prefix = path.strip("/")
         self._concurrency = concurrency
         self._timeouts = (connect_timeout, read_timeout)
         self._endpoint_url = endpoint_url
@@ -221,18 +223,24 @@ class S3Remote(Remote):
         return f"{self.prefix}/{key}" if self.prefix else key
 
     def list(self) -> Iterator[RemoteObject]:
+        """Every object, page after page, until a page says nothing follows (:class:`PageWalk`)."""
+        walk = PageWalk(self.url)
         token: str | None = None
+        start_after = ""
         while True:
-            objects, _, token = self.list_page("", token=token)
-            yield from objects
-            if token is None:
+            page = self.list_page("", token=token, start_after=start_after)
+            yield from page[0]
+            step = walk.next(page, str(page[0][-1].key) if page[0] else start_after)
+            if step is None:
                 return
+            token, start_after = step
 
     def list_page(self, prefix: str, *, start_after: str = "", token: str | None = None,
                   delimiter: bool = False, max_keys: int = 1000) -> ListedPage:
         """One ``ListObjectsV2`` page of keys under ``prefix`` (relative to the remote root) after
         ``start_after`` (or from ``token``): (objects, common prefixes with ``delimiter``, the
-        token of the next page or None). Keys and prefixes come back relative to the root.
+        token of the next page or None) and ``IsTruncated`` (:class:`ListedPage`). Keys and
+        prefixes come back relative to the root.
 
         Like a GET, the page is a presigned URL fetched over the pool (:meth:`_list_fast`: no
         botocore response pipeline, a fraction of its CPU a key); botocore lists when that path is
@@ -249,9 +257,10 @@ class S3Remote(Remote):
         fast = self._list_fast(kwargs) if self._fast and self._fast_list else None
         if isinstance(fast, ListedXML):
             cut = len(root)
-            return ([RemoteObject(key[cut:], size, etag) for key, size, etag in fast.objects],
-                    [p[cut:] for p in fast.prefixes],
-                    fast.next_token if fast.truncated and fast.next_token else None)
+            return ListedPage([RemoteObject(key[cut:], size, etag) for key, size, etag in fast.objects],
+                              [p[cut:] for p in fast.prefixes],
+                              fast.next_token if fast.truncated and fast.next_token else None,
+                              truncated=fast.truncated)
         try:
             page = self._client.list_objects_v2(**kwargs)
         except Exception as e:
@@ -264,8 +273,9 @@ class S3Remote(Remote):
                                 str(item.get("ETag", "")).strip('"'))
                    for item in page.get("Contents", ())]
         prefixes = [str(p["Prefix"])[len(root):] for p in page.get("CommonPrefixes", ())]
-        more = page.get("IsTruncated") and page.get("NextContinuationToken")
-        return objects, prefixes, str(more) if more else None
+        truncated = bool(page.get("IsTruncated"))
+        more = page.get("NextContinuationToken") if truncated else None
+        return ListedPage(objects, prefixes, str(more) if more else None, truncated=truncated)
 
     def _list_fast(self, kwargs: dict[str, Any]) -> ListedXML | _Fallback:
         """The page of ``kwargs`` through a presigned URL, read with ElementTree
