@@ -115,6 +115,17 @@ class Source(Protocol):
     def pages(self, span: Span, after: str) -> Iterator[Page]: ...
 
 
+
+def _within(span: Span, listed: ListedPage) -> tuple[list[RemoteObject], bool]:
+    """A page's keys before ``span``'s stop, and whether the span ends with it (nothing follows,
+    or the page reached the stop)."""
+    objects, done = listed[0], not listed.truncated
+    if span.stop is None:
+        return objects, done
+    kept = [o for o in objects if str(o.key) < span.stop]
+    return kept, done or len(kept) < len(objects)
+
+
 class PagedSource:
     """Parallel listing of a remote that lists a page at a time (S3)."""
 
@@ -280,12 +291,7 @@ class PagedSource:
         start_after = max(after, span.start)
         while True:
             listed = self.remote.list_page(span.prefix, start_after=start_after, token=token)
-            objects = listed[0]
-            kept = objects
-            done = not listed.truncated
-            if span.stop is not None:
-                kept = [o for o in objects if str(o.key) < span.stop]
-                done = done or len(kept) < len(objects)
+            kept, done = _within(span, listed)
             if kept:
                 after = str(kept[-1].key)
             if kept or done:
@@ -318,12 +324,7 @@ class PagedSource:
         listed = self.remote.list_page(span.prefix, start_after=start, max_keys=max_keys)
         walk = PageWalk(getattr(self.remote, "url", "the remote"))
         while True:
-            objects = listed[0]
-            kept = objects
-            done = not listed.truncated
-            if span.stop is not None:
-                kept = [o for o in objects if str(o.key) < span.stop]
-                done = done or len(kept) < len(objects)
+            kept, done = _within(span, listed)
             if kept or done:
                 return Page(kept, str(kept[-1].key) if kept else after, done)
             # An empty page that says more follows (S3 behind a long run of delete markers): a

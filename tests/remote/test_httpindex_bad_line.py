@@ -5,11 +5,7 @@ for ever, reading the whole index each time, the listing never complete."""
 
 from __future__ import annotations
 
-import functools
 import logging
-import threading
-from collections.abc import Iterator
-from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
@@ -18,28 +14,6 @@ from epochfs.sidecar.listing.lister import Lister
 from epochfs.sidecar.listing.sinks import IndexSink
 from epochfs.sidecar.listing.sources import SerialSource
 from epochfs.sidecar.remote import open_remote
-
-
-class _Quiet(SimpleHTTPRequestHandler):
-    def log_message(self, format: str, *args: object) -> None:
-        pass
-
-
-@pytest.fixture
-def served(tmp_path: Path) -> Iterator[tuple[Path, str]]:
-    """A real ``http.server`` serving a folder: (the folder, its URL)."""
-    root = tmp_path / "www"
-    root.mkdir()
-    server = ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(_Quiet, directory=str(root)))
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield root, f"http://127.0.0.1:{server.server_address[1]}"
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join(timeout=10)
-
 
 INDEX = b"# keys and sizes\na.bin\t1\nb.bin\t1O\nc.bin\t2\td1\nd.bin\t-3\ne.bin\t3"
 """Line 3 and line 5 are bad (a letter O for a zero; a negative size); the last line has no
