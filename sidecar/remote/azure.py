@@ -121,11 +121,13 @@ def parse_url(url: str) -> tuple[str, str | None, str]:
     """``(container, the account's host or None, prefix)`` of an ``az://`` (``abfs://``,
     ``abfss://``) URL, the host when the URL names one (``container@account.blob.core.windows.net``);
     raises :class:`RemoteError` for one without a container."""
-    parts = urlsplit(url)
-    if parts.scheme.lower() not in SCHEMES:
+    # By hand: urlsplit takes a blob name's legal "#"/"?" for a fragment/query (az://c/run#1: "run").
+    scheme, sep, rest = url.partition("://")
+    if not sep or scheme.lower() not in SCHEMES:
         raise RemoteError(f"{url}: not an Azure Blob URL ({', '.join(f'{s}://' for s in SCHEMES)})")
-    container, _, host = parts.netloc.partition("@")
-    prefix = parts.path.strip("/")
+    netloc, _, path = rest.partition("/")
+    container, _, host = netloc.partition("@")
+    prefix = path.strip("/")
     if not container:
         raise RemoteError(f"{url}: no container (az://<container>/<prefix>)")
     return container, host or None, prefix

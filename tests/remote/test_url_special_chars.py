@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 from common import S3Server
 
+from epochfs.sidecar.remote.base import RemoteError
 from epochfs.sidecar.remote.file import FileRemote
 from epochfs.sidecar.remote.s3 import S3Remote
 
@@ -44,3 +45,18 @@ def test_a_file_folder_keeps_hash_and_question_mark(tmp_path: Path, folder: str,
     remote = FileRemote(url=f"file://{tmp_path}/{folder}")
     assert remote.root == str(tmp_path / folder).encode()
     assert sorted(str(o.key) for o in remote.list()) == listed
+
+
+def test_an_az_url_keeps_hash_and_question_mark_in_its_prefix() -> None:
+    """The Azure backend's URL forms are split as s3:// and file:// are: a blob name's "#" and
+    "?" stay in the prefix (``urlsplit`` read ``az://c/run#1`` as the prefix ``run``)."""
+    pytest.importorskip("adlfs", reason="az:// needs adlfs (the azure extra)")
+    from epochfs.sidecar.remote.azure import parse_url
+
+    assert parse_url("az://c/run#1/") == ("c", None, "run#1")
+    assert parse_url("abfss://c@acct.dfs.core.windows.net/v?1") == ("c", "acct.dfs.core.windows.net", "v?1")
+    assert parse_url("az://c/p/q/") == ("c", None, "p/q")
+    with pytest.raises(RemoteError, match="not an Azure Blob URL"):
+        parse_url("s3://c/p")
+    with pytest.raises(RemoteError, match="no container"):
+        parse_url("az:///p")
