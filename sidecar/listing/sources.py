@@ -115,7 +115,6 @@ class Source(Protocol):
     def pages(self, span: Span, after: str) -> Iterator[Page]: ...
 
 
-
 def _within(span: Span, listed: ListedPage) -> tuple[list[RemoteObject], bool]:
     """A page's keys before ``span``'s stop, and whether the span ends with it (nothing follows,
     or the page reached the stop)."""
@@ -149,6 +148,10 @@ class PagedSource:
         ``max_spans``): the ranges name only their first, and the class labels must name all,
         the same on every node (:meth:`.Lister.prepare` records them)."""
 
+    def _walk(self) -> PageWalk:
+        """A walk over this remote's pages, named by its URL in the errors it raises."""
+        return PageWalk(getattr(self.remote, "url", "the remote"))
+
     def _discover(self, prefix: str, *, token: str | None = None, delimiter: bool = False,
                   max_keys: int = 1000,
                   start_after: str = "") -> ListedPage:
@@ -169,7 +172,7 @@ class PagedSource:
         others = bool(after)
         token: str | None = None
         more = False
-        walk = PageWalk(getattr(self.remote, "url", "the remote"))
+        walk = self._walk()
         for page in range(DISCOVERY_PAGES):
             listed = self._discover(prefix, token=token, delimiter=True,
                                     max_keys=first_keys if page == 0 else 1000,
@@ -286,7 +289,7 @@ class PagedSource:
             if first.done:
                 return
             after = first.after
-        walk = PageWalk(getattr(self.remote, "url", "the remote"))
+        walk = self._walk()
         token: str | None = None
         start_after = max(after, span.start)
         while True:
@@ -322,7 +325,7 @@ class PagedSource:
             return Page([], after, True)  # the last page ended at the stop: nothing is left
         start = max(after, span.start)
         listed = self.remote.list_page(span.prefix, start_after=start, max_keys=max_keys)
-        walk = PageWalk(getattr(self.remote, "url", "the remote"))
+        walk = self._walk()
         while True:
             kept, done = _within(span, listed)
             if kept or done:
