@@ -35,9 +35,11 @@ SKEW = 1.3
 
 @mock.patch("epochfs.sidecar.listing.planner.SKEW_EVERY", 0.0)
 def test_thousands_of_folders_as_ranges_let_fair_epochs_grow() -> None:
-    """From 45% of the keys listed on, the cap lets through at least 250 samples (303-1,285 here;
-    52-231 up to 80% listed before), and no more than keep a sample of the listed keys within 2x
-    of a random sample's folder-mix distance (1.06-1.23x here)."""
+    """From 45% of the keys listed on, the cap lets through at least 200 samples (209-1,301 here,
+    the expected distance of an epoch drawn from the listed mix holding it at 209-338 until 60%
+    are listed: :mod:`~epochfs.sidecar.listing.expected_tv`; 52-231 up to 80% listed before the
+    ranges' sizes counted), and no more than keep a sample of the listed keys within 2x of a
+    random sample's folder-mix distance."""
     keys, paths, size = zipf_key_space(folders=FOLDERS, keys=KEYS, skew=SKEW, seed=23)
     assert len(folder_ranges(paths)) < FOLDERS, "the folders are listed as ranges"
     planner = Planner(folder_ranges(paths), splittable=True, rng=random.Random(1), folders=paths)
@@ -55,7 +57,7 @@ def test_thousands_of_folders_as_ranges_let_fair_epochs_grow() -> None:
         progress = planner.progress()
         cap = skew_cap(min(1.0, float(progress["skew"]) + unreached_share(progress)))
         caps.append((len(listed), cap))
-        assert cap is None or cap >= 250, f"{len(listed)} listed: the cap holds the epochs at {cap}"
+        assert cap is None or cap >= 200, f"{len(listed)} listed: the cap holds the epochs at {cap}"
         n = min(cap or len(listed), 5000)
         # A sample of the listed keys is about as far from the mix as they are, plus a random
         # sample's own distance at its size (independent: their squares add).
