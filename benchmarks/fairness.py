@@ -32,6 +32,11 @@ Beside them, **listed keys' TV**: the folder-mix TV of the keys listed by the cu
 first rows in listing order, read from the index after the run) against the dataset's. An epoch
 can be no fairer than what was listed: an epoch TV near this one says the listing is lopsided,
 one far above it that the fetch order strays from what was listed.
+**Random misses: TV, folders**: the share of ``--miss-trials`` further uniform random samples of
+the epoch's size that miss the aims themselves against the same median (TV ratio over 2, folders
+ratio under 0.9): a sample of a few dozen keys over skewed folders misses the folders aim by chance
+often, so an epoch's miss is marked with that chance (``0.50x (miss, chance 19%)``) to tell a miss
+by chance from one by design (docs/fairness-floor.md).
 Strata: the top-level class folder (``mixed``: ``arrays/`` and each ``train/class-k/``; ``flat``:
 deciles of the key order); ``--strata leaf`` uses the folders that hold the files (``nested``'s
 sub-folders). Also in each row: the catalog's keys at the cut (how far the listing had come).
@@ -123,6 +128,13 @@ class Row:
     run: int = 0
     """Which of ``--runs`` runs of the key space (run-to-run spread: the cut times and sample
     counts move with the machine's load)."""
+    random_miss_tv: float = float("nan")
+    """The share of ``--miss-trials`` uniform random samples of this size whose TV, as a ratio to
+    ``tv_random``, misses the aim (over 2): how often chance alone misses it."""
+    random_miss_folders: float = float("nan")
+    """The same for folders covered (a ratio to ``covered_random`` under 0.9)."""
+    miss_trials: int = 0
+    """The random samples drawn for ``random_miss_tv`` and ``random_miss_folders``."""
 
 
 @dataclass
@@ -217,25 +229,31 @@ def sample(space: KeySpace, ns: argparse.Namespace, folder: Path) -> list[Cut]:
     return cuts
 
 
+def row(space: KeySpace, bounds: list[int], cut: Cut, ns: argparse.Namespace, run: int = 0) -> Row:
+    """One epoch's figures beside random samples of its size (``ns``: ``draws``, ``seed``,
+    ``miss_trials``), and how often such samples miss the aims by chance."""
+    c = stats.compare(cut.positions, bounds, draws=ns.draws, seed=ns.seed)
+    misses = stats.random_misses(c.sample.samples, bounds, c.random, trials=ns.miss_trials, seed=ns.seed)
+    return Row(shape=space.shape.name, spec=space.shape.spec(), keys=space.count, strata=c.strata,
+               epoch=cut.epoch, at_s=cut.at_s, listed=cut.listed, samples=c.sample.samples,
+               covered=int(c.sample.covered),
+               covered_random=c.random.covered, covered_ratio=c.covered_ratio, tv=c.sample.tv,
+               tv_random=c.random.tv, tv_ratio=c.tv_ratio, ks=c.sample.ks, ks_random=c.random.ks,
+               ks_ratio=c.ks_ratio, ks_same_mix=c.same_mix_ks,
+               ks_same_mix_ratio=c.same_mix_ks_ratio, run=run,
+               listed_tv=stats.folder_mix_tv(cut.listed_positions or [], bounds),
+               random_miss_tv=misses.tv, random_miss_folders=misses.folders, miss_trials=misses.trials)
+
+
 def measure(shape: Shape, ns: argparse.Namespace, folder: Path, run: int = 0) -> list[Row]:
     space = KeySpace(shape)
     _, bounds = space.strata(ns.strata)
-    rows = []
-    for cut in sample(space, ns, folder):
-        c = stats.compare(cut.positions, bounds, draws=ns.draws, seed=ns.seed)
-        rows.append(Row(shape=shape.name, spec=shape.spec(), keys=space.count, strata=c.strata,
-                        epoch=cut.epoch, at_s=cut.at_s, listed=cut.listed, samples=c.sample.samples,
-                        covered=int(c.sample.covered),
-                        covered_random=c.random.covered, covered_ratio=c.covered_ratio, tv=c.sample.tv,
-                        tv_random=c.random.tv, tv_ratio=c.tv_ratio, ks=c.sample.ks, ks_random=c.random.ks,
-                        ks_ratio=c.ks_ratio, ks_same_mix=c.same_mix_ks,
-                        ks_same_mix_ratio=c.same_mix_ks_ratio, run=run,
-                        listed_tv=stats.folder_mix_tv(cut.listed_positions or [], bounds)))
-    return rows
+    return [row(space, bounds, cut, ns, run) for cut in sample(space, ns, folder)]
 
 
+MISSES = "random misses: TV, folders"
 SUMMARY_COLUMNS = ("shape", "epoch", "runs", "cut at (s)", "samples", "folders ratio", "TV ratio",
-                   "KS ratio, same mix")
+                   "KS ratio, same mix", MISSES)
 
 
 def _spread(values: list[float], fmt: str) -> str:
@@ -257,22 +275,31 @@ def summary(rows: list[Row]) -> list[dict[str, str | int]]:
              "samples": _spread([float(r.samples) for r in rs], ".0f"),
              "folders ratio": _spread([r.covered_ratio for r in rs], ".2f"),
              "TV ratio": _spread([r.tv_ratio for r in rs], ".2f"),
-             "KS ratio, same mix": _spread([r.ks_same_mix_ratio for r in rs], ".2f")}
+             "KS ratio, same mix": _spread([r.ks_same_mix_ratio for r in rs], ".2f"),
+             MISSES: f"{_spread([r.random_miss_tv for r in rs], '.0%')}, "
+                     f"{_spread([r.random_miss_folders for r in rs], '.0%')}"}
             for (shape, epoch), rs in groups.items()]
 
 
 COLUMNS = ("shape", "keys", "strata", "epoch", "cut at (s)", "listed", "samples",
            "folders covered (random)", "ratio", "folder-mix TV (random)", "ratio",
-           "in-folder KS (random)", "ratio", "KS ratio, same mix", "listed keys' TV")
+           "in-folder KS (random)", "ratio", "KS ratio, same mix", MISSES, "listed keys' TV")
+
+
+def judged(value: float, missed: bool, chance: float) -> str:
+    """A ratio, marked when it misses its aim with how often a random sample misses it too."""
+    return f"{harness.times(value)} (miss, chance {chance:.0%})" if missed else harness.times(value)
 
 
 def cells(r: Row) -> list[str]:
     return [r.shape, label(r.keys), str(r.strata), str(r.epoch), f"{r.at_s:.1f}", str(r.listed),
             str(r.samples),
-            f"{r.covered} ({r.covered_random:.0f})", harness.times(r.covered_ratio),
-            f"{r.tv:.3f} ({r.tv_random:.3f})", harness.times(r.tv_ratio),
+            f"{r.covered} ({r.covered_random:.0f})",
+            judged(r.covered_ratio, r.covered_ratio < stats.COVERED_AIM, r.random_miss_folders),
+            f"{r.tv:.3f} ({r.tv_random:.3f})",
+            judged(r.tv_ratio, r.tv_ratio > stats.TV_AIM, r.random_miss_tv),
             f"{r.ks:.3f} ({r.ks_random:.3f})", harness.times(r.ks_ratio), harness.times(r.ks_same_mix_ratio),
-            f"{r.listed_tv:.3f}"]
+            f"{r.random_miss_tv:.0%}, {r.random_miss_folders:.0%}", f"{r.listed_tv:.3f}"]
 
 
 def source() -> str:
@@ -291,12 +318,15 @@ def source() -> str:
 
 
 def markdown(rows: list[Row], ns: argparse.Namespace, argv: list[str], specs: list[str]) -> str:
+    trials = "/".join(sorted({str(r.miss_trials) for r in rows}))
     lines = [f"commit {source()}",
              f"command: python -m epochfs.benchmarks.fairness {shlex.join(argv)}".rstrip(), "",
              f"{ns.size} B objects, {ns.list_latency * 1000:.0f} ms per listing page, epoch N cut at "
              f"(N + 1) x {ns.every:g} s from the sidecar's start, strata: {ns.strata} folders, random: "
              f"median of {ns.draws} draws; ratio = epoch / random; KS ratio, same mix: to random samples "
-             "with the epoch's count in each folder (the spread inside folders alone)", "",
+             "with the epoch's count in each folder (the spread inside folders alone); random misses: "
+             f"of {trials} more random samples of the epoch's size, the share over 2x the random "
+             "TV and under 0.9x the random folders (a miss by chance; docs/fairness-floor.md)", "",
              ]
     if ns.runs > 1:
         lines += [f"Over {ns.runs} runs: the median and [the range] of each figure", "",
@@ -362,6 +392,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--strata", choices=("top", "leaf"), default="top",
                    help="what a key counts in: its top-level class folder (default) or its own folder")
     p.add_argument("--draws", type=int, default=20, help="random samples per epoch (median taken; 20)")
+    p.add_argument("--miss-trials", type=int, default=200,
+                   help="more random samples per epoch, for how often chance misses the aims (200)")
     p.add_argument("--sampler-seed", type=int, default=0, help="the sidecar's --seed (0)")
     p.add_argument("--sidecar-arg", action="append", default=[], metavar="FLAG",
                    help="one more flag for the sidecar, e.g. --sidecar-arg=--list-threads=8 (repeatable)")
@@ -378,6 +410,8 @@ def main(argv: list[str] | None = None) -> int:
                    help="also draw each epoch's TV ratio against its cut time per key space here "
                         "(.png: matplotlib; else SVG)")
     ns = p.parse_args(argv)
+    if ns.draws < 1 or ns.miss_trials < 1:
+        p.error("--draws and --miss-trials must be at least 1")
     names = [s.strip() for s in ns.shapes.split(",") if s.strip()]
     try:
         shapes = [with_defaults(Shape(n, ns.keys, ns.folders, ns.skew, ns.subfolders, ns.seed, ns.size))

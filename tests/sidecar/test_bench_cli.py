@@ -19,8 +19,9 @@ from pathlib import Path
 import pytest
 from bench_helpers import ROOT, bench, decoy
 
-BENCHMARKS = ("arrayloader", "dashboard", "fairness", "fetch", "fleet", "folderview", "fuse_memory", "images",
-              "loader", "members_files", "mount", "scale", "scale_cached", "served_opens")
+BENCHMARKS = ("arrayloader", "dashboard", "fairness", "fairness_floor", "fetch", "fleet", "folderview",
+              "fuse_memory", "images", "loader", "members_files", "mount", "scale",
+              "scale_cached", "served_opens")
 
 # Put first on sys.path (PYTHONPATH), this makes the named modules look absent to every process.
 HIDE = """
