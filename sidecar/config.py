@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import argparse
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any, TypeVar
@@ -27,7 +27,6 @@ from epochfs.sidecar.confparse import (
     _positive_float,
     _positive_int,
     _rate,
-    _remote,
     _schedule,
     _switch,
     _view,
@@ -35,6 +34,7 @@ from epochfs.sidecar.confparse import (
     parse_size,
 )
 from epochfs.sidecar.remote.registry import HELP as REMOTE_HELP
+from epochfs.sidecar.remote.registry import check_index_url, check_url
 from epochfs.sidecar.store import Policy, Schedule
 from epochfs.torchclient.globs import Globs
 
@@ -64,6 +64,22 @@ marked, and the next start's check replaces the index from the members files in 
 a liveness failure would restart the pod for a damage the sidecar mends by itself. A start that
 cannot mend it exits 1, a crash."""
 
+def _url(check: Callable[[str], None], *, empty: bool = False) -> Callable[[str], str | None]:
+    """The parser of a URL setting: the URL stripped, refused by ``check`` (a ValueError saying
+    why: exit status 2 at start, before anything is opened or mounted). ``empty``: an empty value
+    is the setting unset (None), as an empty ``EPOCHFS_INDEX`` has always meant no index."""
+
+    def parse(text: str) -> str | None:
+        url = text.strip()
+        if not url:
+            if empty:
+                return None
+            raise ValueError("must not be empty")
+        check(url)
+        return url
+
+    return parse
+
 
 class RetryLater(RuntimeError):
     """Raised for :data:`EXIT_RETRY`; the message is the reason (one line)."""
@@ -85,7 +101,7 @@ class SamplerSettings(CacheSettings):
     """What to sample, how fast, and the cache rules (``epochfs sample`` and ``epochfs sidecar``)."""
 
     remote: str = _opt("--remote", f"dataset URL: {REMOTE_HELP}",
-                       parse=_remote, required=True)
+                       parse=_url(check_url), required=True)
     capacity: int = _opt("--capacity", "cache byte budget, e.g. 500Mi, 20Gi, 1.5T",
                          default=10 * 1024**3, parse=_capacity)
     seed: int = _opt("--seed", "seed of the sampling order (same seed, same order)", default=0, parse=int)
@@ -111,7 +127,8 @@ class SamplerSettings(CacheSettings):
     index_url: str | None = _opt("--index",
                                  "read the keys from this index instead of listing the remote: an "
                                  "`epochfs index` file or an S3 Inventory manifest.json, any fsspec URL "
-                                 "(for http(s) remotes also a plain key list; default <base>/index.txt)")
+                                 "(for http(s) remotes also a plain key list; default <base>/index.txt)",
+                                 parse=_url(check_index_url, empty=True))
     include: Globs | None = _opt("--include",
                                  "take only the keys matching one of these globs, a comma-separated "
                                  "list matched against the key relative to --remote: '*.npy' (a name "

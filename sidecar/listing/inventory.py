@@ -20,13 +20,14 @@ import io
 import json
 import posixpath
 from collections.abc import Iterator
-from urllib.parse import unquote, urlparse
+from urllib.parse import unquote
 
 from epochfs.sidecar.listing.parquet import Row, parquet_rows, require_pyarrow
 from epochfs.sidecar.listing.sources import PAGE, Page, Span
 from epochfs.sidecar.redact import redact
 from epochfs.sidecar.remote import RemoteError, RemoteObject
 from epochfs.sidecar.remote.objects import open_stream
+from epochfs.sidecar.remote.urls import split_url
 
 
 class InventorySource:
@@ -37,8 +38,8 @@ class InventorySource:
         self.url = manifest_url
         self.name = "inventory:" + redact(manifest_url)
         self.endpoint_url = endpoint_url
-        parsed = urlparse(remote_url)
-        root = parsed.path.strip("/")
+        remote = split_url(remote_url)  # a prefix's "#" and "?" kept (s3://src/run#1: run#1/)
+        root = remote.path.strip("/")
         self.prefix = f"{root}/" if root else ""
         with open_stream(manifest_url, endpoint_url=endpoint_url, what="the index", gunzip=True) as f:
             try:
@@ -56,17 +57,17 @@ class InventorySource:
             self.schema = [c.strip() for c in str(manifest.get("fileSchema", "")).split(",")]
             if "Key" not in self.schema:
                 raise RemoteError(f"{redact(manifest_url)}: the inventory schema has no Key column")
-        if (parsed.scheme == "s3" and manifest.get("sourceBucket")
-                and manifest["sourceBucket"] != parsed.netloc):
+        if (remote.scheme == "s3" and manifest.get("sourceBucket")
+                and manifest["sourceBucket"] != remote.host):
             raise RemoteError(f"{redact(manifest_url)} is the inventory of bucket "
-                              f"{manifest['sourceBucket']!r}, not of {parsed.netloc!r}")
+                              f"{manifest['sourceBucket']!r}, not of {remote.host!r}")
         dest = str(manifest.get("destinationBucket", "")).rsplit(":", 1)[-1]
-        if urlparse(manifest_url).scheme == "s3":
+        at = split_url(manifest_url)
+        if at.scheme == "s3":
             base = f"s3://{dest}"
-        else:
-            scheme, _, path = manifest_url.partition("://")
-            base = f"{scheme}://" + posixpath.dirname(posixpath.dirname(posixpath.dirname(
-                posixpath.dirname(path))))
+        else:  # the root four folders up: <root>/<source-bucket>/<config-id>/<date>/manifest.json
+            base = (f"{at.scheme}://" if at.scheme else "") + posixpath.dirname(posixpath.dirname(
+                posixpath.dirname(posixpath.dirname(at.host + at.path))))
         self.files = [f"{base.rstrip('/')}/{f['key']}" for f in manifest.get("files", [])]
 
     def spans(self) -> list[Span]:

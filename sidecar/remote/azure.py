@@ -41,6 +41,7 @@ from epochfs.sidecar.remote.base import RemoteError
 from epochfs.sidecar.remote.errors import Translated, azure_kind
 from epochfs.sidecar.remote.fsspec import FsspecRemote
 from epochfs.sidecar.remote.registry import BACKENDS
+from epochfs.sidecar.remote.urls import split_url
 
 AZURE = Translated(azure_kind)
 """The Azure SDK's, adlfs's and aiohttp's errors, typed where they arise."""
@@ -121,11 +122,9 @@ def parse_url(url: str) -> tuple[str, str | None, str]:
     """``(container, the account's host or None, prefix)`` of an ``az://`` (``abfs://``,
     ``abfss://``) URL, the host when the URL names one (``container@account.blob.core.windows.net``);
     raises :class:`RemoteError` for one without a container."""
-    # By hand: urlsplit takes a blob name's legal "#"/"?" for a fragment/query (az://c/run#1: "run").
-    scheme, sep, rest = url.partition("://")
-    if not sep or scheme.lower() not in SCHEMES:
+    scheme, netloc, path = split_url(url)  # a blob name's legal "#" and "?" kept (az://c/run#1)
+    if scheme not in SCHEMES:
         raise RemoteError(f"{url}: not an Azure Blob URL ({', '.join(f'{s}://' for s in SCHEMES)})")
-    netloc, _, path = rest.partition("/")
     container, _, host = netloc.partition("@")
     prefix = path.strip("/")
     if not container:

@@ -23,6 +23,7 @@ from typing import BinaryIO, NoReturn
 
 from epochfs.sidecar.remote.base import Reader, Remote, RemoteError, RemoteObject
 from epochfs.sidecar.remote.errors import Translated, translate
+from epochfs.sidecar.remote.urls import split_url
 
 log = logging.getLogger("epochfs.remote")
 
@@ -79,10 +80,8 @@ class FileRemote(Remote):
     sorted_listing = False  # a per-folder sorted walk is not byte order across folders
 
     def __init__(self, *, url: str) -> None:
-        # Split by hand, not with urlparse: "#" and "?" are legal in a folder's name, and
-        # urlparse takes them for a fragment and a query (file:///data/run#1 would be /data/run).
-        host, slash, path = url.partition("://")[2].partition("/")
-        root = slash + path if host in ("", "localhost") else host + slash + path
+        _, host, path = split_url(url)  # a folder's legal "#" and "?" kept (file:///data/run#1)
+        root = path if host in ("", "localhost") else host + path
         self.url = url
         self.root = os.fsencode(root or "/")
         if not os.path.isdir(self.root):

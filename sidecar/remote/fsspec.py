@@ -19,6 +19,7 @@ from typing import Any, ClassVar, NoReturn
 from epochfs.sidecar.remote.base import BLOCK, Reader, Remote, RemoteError, RemoteObject
 from epochfs.sidecar.remote.errors import Translated, aiohttp_kind, translate
 from epochfs.sidecar.remote.refusal import NoSuchBucket
+from epochfs.sidecar.remote.urls import split_url
 
 FSSPEC = Translated(aiohttp_kind)
 """fsspec's, aiohttp's and gcsfs's errors, typed where they arise."""
@@ -100,7 +101,8 @@ class FsspecRemote(Remote):
     def __init__(self, *, url: str, fs: Any) -> None:
         self.url = url
         self._fs = fs
-        self.root = url.split("://", 1)[1].rstrip("/")
+        _, bucket, path = split_url(url)
+        self.root = (bucket + path).rstrip("/")
 
     def _path(self, key: str) -> str:
         return f"{self.root}/{key}"

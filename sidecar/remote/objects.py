@@ -17,26 +17,27 @@ import gzip
 import io
 from collections.abc import Callable, Iterator
 from typing import IO, Any, cast
-from urllib.parse import urlparse
 
 from epochfs.sidecar.redact import redact
 from epochfs.sidecar.remote.base import BLOCK, Reader, Remote, RemoteError
 from epochfs.sidecar.remote.errors import failure_reason
+from epochfs.sidecar.remote.urls import split_url
 
 GZIP_MAGIC = b"\x1f\x8b"
 
 
 def _s3(url: str, endpoint_url: str | None) -> tuple[Remote, str]:
-    """The S3 remote of ``url``'s bucket (one connection: a single object is read) and the key."""
+    """The S3 remote of ``url``'s bucket (one connection: a single object is read) and the key
+    (its "#" and "?" kept: :mod:`.urls`)."""
     from epochfs.sidecar.remote.s3 import S3Remote
 
-    parsed = urlparse(url)
-    remote = S3Remote(url=f"s3://{parsed.netloc}", endpoint_url=endpoint_url, concurrency=1)
-    return remote, parsed.path.lstrip("/")
+    _, bucket, path = split_url(url)
+    remote = S3Remote(url=f"s3://{bucket}", endpoint_url=endpoint_url, concurrency=1)
+    return remote, path.lstrip("/")
 
 
 def is_s3(url: str) -> bool:
-    return urlparse(url).scheme == "s3"
+    return split_url(url).scheme == "s3"
 
 
 class ReaderFile(io.RawIOBase):

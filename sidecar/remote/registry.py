@@ -7,17 +7,22 @@ read), :data:`HELP` (the ``--remote`` help of the settings and the CLI), the mes
 extra to install when a backend's library is missing, and :func:`open_remote`. A backend's module
 is imported only when a URL of its scheme is opened, so reading this table costs no client
 library. Adding a backend is one module with an opener and one line here (docs/architecture.md).
+:func:`check_url` refuses, before anything is opened, a URL no backend could serve (the settings'
+``--remote`` and ``--index``, the admission webhook's remote).
 """
 
 from __future__ import annotations
 
 import importlib
 import importlib.util
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
-from urllib.parse import urlparse
+from urllib.parse import urlsplit
 
+from epochfs.sidecar.redact import redact
 from epochfs.sidecar.remote.base import Remote, RemoteError
+from epochfs.sidecar.remote.urls import split_url
 
 
 @dataclass(frozen=True)
@@ -82,7 +87,7 @@ def open_remote(
     """The :class:`~.base.Remote` for ``url``; raises :class:`~.base.RemoteError` with a message
     for the user (an unknown scheme, a library to install, a URL its backend refuses).
     ``endpoint_url``: another endpoint of the store's API (S3-compatible stores, a GCS emulator)."""
-    scheme = urlparse(url).scheme.lower()
+    scheme = split_url(url).scheme
     backend = backend_for(scheme)
     if backend is None:
         raise RemoteError(f"unknown URL scheme {scheme!r} (known: {', '.join(SCHEMES)})")
@@ -98,4 +103,64 @@ def open_remote(
                           f"pip install 'epochfs[{backend.extra}]'") from None
 
 
-__all__ = ["BACKENDS", "HELP", "SCHEMES", "Backend", "backend_for", "missing_library", "open_remote"]
+S3_BUCKET = re.compile(r"[A-Za-z0-9._-]{1,255}")
+"""The characters an S3 bucket name may hold. Names of buckets made today are 3-63 lower-case
+letters, digits, dots and hyphens; buckets made in us-east-1 before March 2018 may hold upper-case
+letters and underscores, up to 255 characters, and S3-compatible stores have rules of their own,
+so only what no bucket can be is refused (a space, ``:``, ``@``...): such a name is a mistake in
+the URL, most often a store's ``host:port`` written where the bucket goes."""
+
+
+def check_url(url: str) -> None:
+    """Raise :class:`ValueError` saying what is wrong with the remote URL ``url`` (none: it may be
+    opened): no scheme, a scheme no backend serves (naming those known), no bucket, container or
+    host, no folder of a ``file://`` URL, or what cannot be an S3 bucket name. Nothing is opened
+    and no backend's library imported, so a mistake ends a start at once, with exit status 2 from
+    the settings, instead of a sampler that fails later or lists something else."""
+    scheme, host, path = split_url(url)
+    shown = repr(redact(url))
+    known = ", ".join(SCHEMES)
+    if not scheme:
+        raise ValueError(f"needs a scheme ({', '.join(s + '://' for s in SCHEMES)}): {shown}")
+    backend = backend_for(scheme)
+    if backend is None:
+        raise ValueError(f"unknown URL scheme {scheme!r} in {shown} (known: {known})")
+    if backend.module == "file":
+        if not host and not path:
+            raise ValueError(f"{shown}: no folder (file:///path/to/folder)")
+    elif backend.module == "httpindex":
+        if not urlsplit(url).hostname:
+            raise ValueError(f"{shown}: no host ({scheme}://host/path)")
+    elif backend.module == "azure":
+        if not host.partition("@")[0]:
+            raise ValueError(f"{shown}: no container ({scheme}://container/prefix)")
+    elif not host:
+        raise ValueError(f"{shown}: no bucket ({scheme}://bucket/prefix)")
+    elif scheme == "s3" and "@" in host:
+        raise ValueError(f"{shown}: an s3:// URL holds no credentials (the AWS_* variables, a profile "
+                         "or the pod's role give them)")
+    elif scheme == "s3" and not S3_BUCKET.fullmatch(host):
+        hint = "; the store's host:port is the endpoint URL, given apart" if ":" in host else ""
+        raise ValueError(f"{shown}: {host!r} is not an S3 bucket name (letters, digits, '.', '-' "
+                         f"and '_' only, at most 255){hint}")
+
+
+def check_index_url(url: str) -> None:
+    """Raise :class:`ValueError` for an index URL (``--index``) that cannot be read: a local path
+    (no scheme) is read as a file and a URL of a backend's scheme is checked as a remote's
+    (:func:`check_url`); any other scheme must be one fsspec knows, which reads it."""
+    scheme = split_url(url).scheme
+    if not scheme or backend_for(scheme) is not None:
+        if scheme:
+            check_url(url)
+        return
+    # Imported for such a URL only: fsspec is slow to import, and an S3 sampler has no use for it.
+    from fsspec.registry import known_implementations, registry
+
+    if scheme not in known_implementations and scheme not in registry:
+        raise ValueError(f"unknown URL scheme {scheme!r} in {redact(url)!r} (known: {', '.join(SCHEMES)}, "
+                         "or another fsspec protocol)")
+
+
+__all__ = ["BACKENDS", "HELP", "S3_BUCKET", "SCHEMES", "Backend", "backend_for", "check_index_url",
+           "check_url", "missing_library", "open_remote"]

@@ -50,6 +50,7 @@ from epochfs.sidecar.remote.librules import botocore_error_code, s3_answer
 from epochfs.sidecar.remote.s3list import ListedXML, ListXMLError, client_error_text, parse_list_page
 from epochfs.sidecar.remote.s3read import BOTOCORE, CHECKSUM_MODE, BotoReader, FastReader, no_second_check
 from epochfs.sidecar.remote.sigv4 import Presigner, environ_proxies, light_settings
+from epochfs.sidecar.remote.urls import split_url
 
 log = logging.getLogger("epochfs.remote")
 
@@ -88,8 +89,7 @@ class S3Remote(Remote):
     ) -> None:
         if importlib.util.find_spec("botocore") is None:  # pragma: no cover - a sidecar dependency
             raise RemoteError("s3:// needs botocore: pip install 'epochfs[sidecar]'")
-        # By hand: urlparse takes a key's legal "#"/"?" for a fragment/query (s3://b/run#1: "run").
-        bucket, _, path = url.partition("://")[2].partition("/")
+        _, bucket, path = split_url(url)  # a key's legal "#" and "?" kept (s3://b/run#1: run#1)
         if not bucket:
             raise RemoteError(f"no bucket in {url!r} (expected s3://bucket/prefix)")
         self.url = url

@@ -1,0 +1,54 @@
+"""The one way a remote URL is split into its scheme, its bucket (or host) and its path: the
+dataset's ``--remote``, an ``--index``, an S3 Inventory's manifest and data files, any object
+opened by URL as a stream (:mod:`.objects`).
+
+An object key, a blob name and a folder's name may hold ``#`` and ``?``, and the URL names them
+as they are (``s3://bkt/run#1/`` is the prefix ``run#1/``). urllib's ``urlsplit`` would take
+``#...`` for a fragment and ``?...`` for a query and drop both from the path: ``s3://bkt/run#1``
+would list ``run/``, an index at ``s3://bkt/idx#2.txt`` would be read from ``idx``. So URLs of
+every scheme but http(s) are split by hand: the scheme up to the first ``://``, the bucket up to
+the next ``/``, and the rest, character for character, is the path.
+
+``http(s)`` URLs are split by urllib, as an HTTP client reads them: there ``?`` starts a query
+that belongs to the resource a GET asks for (a signed URL's signature, a server's parameters),
+kept at the path's end here, and ``#`` a fragment that no client sends, dropped. A key holding
+those characters is written percent-encoded in an http(s) URL (``%23``, ``%3F``), as the HTTP
+remote quotes the keys it asks for.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+from urllib.parse import urlsplit
+
+HTTP_SCHEMES = ("http", "https")
+"""The schemes whose URLs are split as HTTP reads them (a query, a fragment)."""
+
+
+class SplitURL(NamedTuple):
+    """A remote URL's parts (a tuple: ``scheme, host, path = split_url(url)``)."""
+
+    scheme: str
+    """Lower case; "" for a text without ``://`` (a local path)."""
+    host: str
+    """The bucket (``s3``, ``gs``), ``container[@account-host]`` (``az``), ``host[:port]``
+    (``http(s)``, userinfo included) or a ``file://`` URL's host ("" or ``localhost``)."""
+    path: str
+    """What follows, from its leading ``/`` ("" when nothing does); for http(s) with the query."""
+
+
+def split_url(url: str) -> SplitURL:
+    """``url`` split into scheme, bucket or host, and path, the path keeping ``#`` and ``?`` for
+    every scheme but http(s) (see the module's doc); a text without ``://`` is a path alone."""
+    scheme, sep, rest = url.partition("://")
+    if not sep:
+        return SplitURL("", "", url)
+    scheme = scheme.lower()
+    if scheme in HTTP_SCHEMES:
+        parts = urlsplit(url)
+        return SplitURL(scheme, parts.netloc, parts.path + (f"?{parts.query}" if parts.query else ""))
+    host, slash, path = rest.partition("/")
+    return SplitURL(scheme, host, slash + path)
+
+
+__all__ = ["HTTP_SCHEMES", "SplitURL", "split_url"]
