@@ -11,9 +11,8 @@ import re
 from collections.abc import Callable
 from dataclasses import field
 from typing import Any
-from urllib.parse import urlparse
 
-from epochfs.sidecar.remote.registry import SCHEMES as REMOTE_SCHEMES
+from epochfs.sidecar.remote.registry import check_url
 from epochfs.sidecar.store import Schedule
 
 _UNITS = {
@@ -177,12 +176,10 @@ _fuse_api = _one_of(FUSE_APIS)
 
 
 def _remote(text: str) -> str:
+    """A remote URL (``epochfs index REMOTE``): stripped, and refused with the reason where it
+    cannot be one (:func:`~epochfs.sidecar.remote.registry.check_url`)."""
     url = text.strip()
     if not url:
         raise ValueError("must not be empty")
-    scheme = urlparse(url).scheme.lower()
-    if scheme == "":
-        raise ValueError(f"needs a scheme ({', '.join(s + '://' for s in REMOTE_SCHEMES)}): {url!r}")
-    if scheme not in REMOTE_SCHEMES:
-        raise ValueError(f"unknown URL scheme {scheme!r} (known: {', '.join(REMOTE_SCHEMES)})")
+    check_url(url)
     return url
