@@ -10,7 +10,9 @@ it equal to the store until a signal, pausing on a full volume. The parts, one c
 :mod:`.folderview_publisher` (:class:`FolderPublisher`: what one step writes, recovery after a
 kill, retirement), :mod:`.folderview_ahead` (the next epoch built ahead, so a cut is shown by a
 rename), :mod:`.folderview_body` (its manifest body, joined ahead), :mod:`.folderview_links` (trees
-of links on disk), :mod:`.folderview_remove` (removing retired trees in the background) and
+of links on disk), :mod:`.folderview_remove` (removing retired trees in the background),
+:mod:`.folderview_lost` (lost samples' placeholders and record), :mod:`.folderview_grace` (each
+shown epoch pinned for the in-use window, a refused record tried again) and
 :mod:`.folderview_wake` (a cut wakes the publisher).
 """
 

@@ -17,7 +17,11 @@ recovery removes after a kill), then one ``rename`` replaces the entry: a reader
 symlink or the placeholder, never neither, and never a temporary name inside an epoch. The entry's
 folder (mode 0555 once published) is made writable for the owner for that rename only. Entries
 are replaced only where they are still this sample's symlink (the target ends in its object
-file); an epoch published later that holds the sample gets its placeholder in the next update.
+file). An epoch published later that holds the sample has its placeholder when it appears, so a
+trainer listing the new ``epoch-N/`` never meets the dangling link: written whole, its entry is
+made as the placeholder (:meth:`LostRecord.links`); built ahead, where the entry may be a hard
+link made before the loss, it is replaced inside the tree before the rename that shows it
+(:meth:`LostRecord.place_in`).
 
 The record: ``.epochfs/lost.json`` names every lost sample by its path inside the epochs, its
 object file and size, so that a reader (the torch client: :mod:`epochfs.torchclient.lost`; a
@@ -35,14 +39,15 @@ import json
 import logging
 import os
 import secrets
-from collections.abc import Callable
+import stat
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 
 from epochfs.sidecar.store import Store
 from epochfs.sidecar.store.integrity import LostDigest
 from epochfs.torchclient.layout import epoch_name, parse_epoch_name
 from epochfs.torchclient.lost import LOST_NAME, is_placeholder, placeholder_target
-from epochfs.torchclient.publish import TEMP_PREFIX, fsync_dir, temp_path
+from epochfs.torchclient.publish import DIR_MODE, TEMP_PREFIX, fsync_dir, temp_path
 
 log = logging.getLogger("epochfs.folderview")
 
@@ -97,22 +102,43 @@ class LostRecord:
         except FileNotFoundError:
             return
         todo = sorted(visible - self._placed)
-        if not todo:
-            self._placed = visible
-            return
+        if todo:
+            self._place_in([folder / epoch_name(n) for n in todo], folder, published=True)
+        self._placed = visible
+
+    def place_in(self, tree: Path) -> None:
+        """Placeholders for the lost entries of ``tree``, an epoch's tree under a temporary name
+        of the published folder, before it is shown: a reader never finds the epoch with the
+        dangling link (its entries may be hard links made before the loss)."""
+        if self._lost:
+            self._place_in([tree], tree.parent)
+
+    def links(self, links: Mapping[str, str]) -> Mapping[str, str]:
+        """An epoch's entries (path -> target) to write whole, with each lost sample's entry its
+        placeholder: in place when the epoch appears (``links`` itself is left as it is)."""
+        lost = {rel: obj for rel, obj in self._lost.items()
+                if (target := links.get(rel)) is not None and _links_to(target, obj)}
+        if not lost:
+            return links
+        return _Replaced(links, {rel: placeholder_target(rel.rpartition("/")[2]) for rel in lost})
+
+    def _place_in(self, epochs: list[Path], folder: Path, *, published: bool = False) -> None:
+        """Placeholders in ``epochs``; ``published``: they are shown, and each folder of a lost
+        entry is made read-only (``DIR_MODE``) again where a kill in :func:`place` left it
+        writable (the first update after a start looks at every published epoch)."""
         scratch = temp_path(folder, SCRATCH_PREFIX, "placeholders")
         os.mkdir(scratch, 0o700)
         try:
-            for n in todo:
-                epoch = folder / epoch_name(n)
+            for epoch in epochs:
                 for rel, obj in self._lost.items():
                     place(epoch / rel, obj, scratch)
+                    if published:
+                        _read_only(epoch / rel)
         finally:
             with contextlib.suppress(OSError):
                 for name in os.listdir(scratch):
                     os.unlink(scratch / name)
                 os.rmdir(scratch)
-        self._placed = visible
 
     def _say(self, new: list[str], total: int) -> None:
         how = ("its entry in every published epoch that holds it is replaced by a placeholder, a link "
@@ -136,7 +162,7 @@ def place(entry: Path, obj: str, scratch: Path) -> bool:
         target = os.readlink(entry)
     except OSError:
         return False  # not in this epoch (or not a symlink: nothing of ours)
-    if is_placeholder(entry) or not (target == obj or target.endswith("/" + obj)):
+    if is_placeholder(entry) or not _links_to(target, obj):
         return False
     temp = scratch / secrets.token_hex(8)
     os.symlink(placeholder_target(entry.name), temp)
@@ -149,3 +175,38 @@ def place(entry: Path, obj: str, scratch: Path) -> bool:
         os.chmod(parent, mode)
     fsync_dir(parent)
     return True
+
+
+def _read_only(entry: Path) -> None:
+    """The folder of ``entry`` (if the epoch has it) back to ``DIR_MODE``."""
+    parent = entry.parent
+    try:
+        if stat.S_IMODE(os.stat(parent).st_mode) != DIR_MODE:
+            os.chmod(parent, DIR_MODE)
+            log.info("%s: made read-only again (a publisher was stopped while it put a placeholder there)",
+                     parent)
+    except FileNotFoundError:
+        pass
+
+
+def _links_to(target: str, obj: str) -> bool:
+    """A symlink target names object file ``obj`` (under any link root)."""
+    return target == obj or target.endswith("/" + obj)
+
+
+class _Replaced(Mapping[str, str]):
+    """``links`` with a few targets replaced, without a copy of the whole epoch (a tree's links
+    are answered from its arrays: a million entries would be a million-key dict)."""
+
+    def __init__(self, links: Mapping[str, str], replaced: dict[str, str]) -> None:
+        self._links = links
+        self._replaced = replaced
+
+    def __getitem__(self, rel: str) -> str:
+        return self._replaced[rel] if rel in self._replaced else self._links[rel]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._links)
+
+    def __len__(self) -> int:
+        return len(self._links)

@@ -22,8 +22,9 @@ a reader may be using.
 **Retirement follows the store.** Without FUSE nothing sees a reader's lookups or opens, so "in
 use" comes from what the store records: the newest ``keep_epochs``, the reads reported by the torch
 client (``/v1/client-report?epoch=N``, ``/v1/cut``), and a grace period: each epoch is recorded as
-read when it is published, so it stays for at least ``in_use_seconds`` (default 600 s) even when no
-client reports. The folder of an epoch is removed once the store has retired it.
+read just before it appears, so it stays for at least ``in_use_seconds`` (default 600 s) even when
+no client reports; a record the busy or full index refused is tried again at each step
+(:mod:`.folderview_grace`). The folder of an epoch is removed once the store has retired it.
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ from pathlib import Path
 from epochfs.fuse.view import EpochTree, View
 from epochfs.sidecar.config import ConfigError
 from epochfs.sidecar.folderview_ahead import AheadTree, Tainted
+from epochfs.sidecar.folderview_grace import Grace
 from epochfs.sidecar.folderview_lost import LostRecord
 from epochfs.sidecar.folderview_remove import Remover
 from epochfs.sidecar.folderview_window import WindowTree, ahead_tree
@@ -122,6 +124,8 @@ class FolderPublisher:
         self._ahead: AheadTree | WindowTree | None = None
         self._remover = Remover() if (ahead if background is None else background) else None
         self._lost = LostRecord(folder)  # lost samples' entries: placeholders answering ELOOP
+        self._grace = Grace(store)
+        self._unshown: set[int] = set()  # manifests written whose epoch a failed publish did not show
 
     # ------------------------------------------------------------------ what is in the folder
     def visible(self) -> list[int]:
@@ -193,6 +197,10 @@ class FolderPublisher:
         except OSError:
             return False
 
+    def grace_due(self) -> list[int]:
+        """Shown epochs whose grace record the index refused so far (tried again each step)."""
+        return self._grace.due()
+
     # ------------------------------------------------------------------ one pass
     def step(self, *, force_status: bool = False) -> Step:
         """Publish new epochs, move ``latest``, rewrite ``status.json`` when due, retire the epochs
@@ -201,11 +209,16 @@ class FolderPublisher:
         live_now = frozenset(e.epoch for e in self.store.epochs())
         status_due = time.monotonic() - self._status_written >= self.status_seconds
         if live_now == self._live_seen and not status_due and not force_status:
+            self._grace.retry(live_now)  # never before a publish: a busy index would delay its show
             done.pending = self._advance()
             return done
         self.view.refresh()
         snap = self.view.snapshot
         visible = set(self.visible())
+        # The record of lost samples first: an epoch shown below has its placeholders in place
+        # when it appears (lost.json is written before status.json counts the loss).
+        self._lost.update(self.store, lambda name, data: self._replace_control(name, data, fsync=False),
+                          lambda name: (self.control / name).unlink(missing_ok=True))
         todo = [n for n in sorted(snap.live) if n not in visible]
         for n in todo:  # the tree built ahead stands for any of them; the next tree follows
             if self._publish_ahead(n):
@@ -220,8 +233,6 @@ class FolderPublisher:
         if latest != self._latest or not (self.folder / LATEST_NAME).is_symlink():
             self._write_latest(latest)
         done.latest = latest
-        self._lost.update(self.store, lambda name, data: self._replace_control(name, data, fsync=False),
-                          lambda name: (self.control / name).unlink(missing_ok=True))  # before status
         if snap.status_key != self._status_key or status_due or force_status:
             self._replace_control(STATUS_NAME, snap.status, fsync=False)
             self._status_key = snap.status_key
@@ -230,7 +241,11 @@ class FolderPublisher:
             if n != latest:
                 self._retire(n)
                 done.retired.append(n)
+        for n in sorted(self._unshown - set(snap.live)):  # retired before a publish could be retried
+            (self.control / manifest_name(n)).unlink(missing_ok=True)
+            self._unshown.discard(n)
         self._live_seen = frozenset(snap.live)
+        self._grace.retry(self._live_seen, tried=done.published)
         if done.published or done.retired:
             log.info("published %s (%s from the tree built ahead), retired %s; latest -> %s", done.published,
                      done.ahead, done.retired, latest)
@@ -277,8 +292,14 @@ class FolderPublisher:
             ahead = self._ahead
 
             def write_control(m: int, manifest: Sequence[bytes]) -> None:
+                """What must be in place before the tree is shown as ``epoch-M``."""
                 self._publish_classes(folders=(m, ahead.folders()))
+                self._unshown.add(m)
                 self._replace_control(manifest_name(m), manifest, fsync=False)
+                if ahead.tree is not None:  # entries linked before their sample was lost
+                    self._lost.place_in(ahead.tree)
+                if self.grace:
+                    self._grace.record(m)  # pinned before a reader can find it
 
             ok = ahead.publish(n, header=self.view.known_at_cut(n), write_control=write_control)
         except Tainted as e:
@@ -290,10 +311,9 @@ class FolderPublisher:
             raise
         if not ok:
             return False
+        self._unshown.discard(n)
         fsync_file(self.control / manifest_name(n))  # durability, after the rename: a reader
         fsync_dir(self.control)  # sees it whole already
-        if self.grace:
-            self.store.record_read(n)
         log.debug("epoch %d from the tree built ahead in %.3fs", n, time.monotonic() - started)
         return True
 
@@ -330,10 +350,12 @@ class FolderPublisher:
             return False
         started = time.monotonic()
         self._publish_classes()
+        self._unshown.add(n)
         self._replace_control(manifest_name(n), manifest, fsync=True)
-        publish_tree(self.folder / epoch_name(n), tree.dirs, tree.links, DIR_MODE)
         if self.grace:
-            self.store.record_read(n)  # the grace: pinned for in_use_seconds from now
+            self._grace.record(n)  # the grace: pinned for in_use_seconds, before a reader finds it
+        publish_tree(self.folder / epoch_name(n), tree.dirs, self._lost.links(tree.links), DIR_MODE)
+        self._unshown.discard(n)
         log.debug("epoch %d: %d entries in %.2fs", n, len(tree.links), time.monotonic() - started)
         return True
 
