@@ -4,6 +4,12 @@ Two worlds matter to epochfs: the global one (every rank of the job, what Distri
 over) and the node-local one (the ranks sharing one node's mount). Each node's sidecar samples its own
 shard, so by default :class:`~epochfs.torchclient.loader.EpochLoader` splits an epoch over the ranks
 of the node; the global world is used to make batch counts equal (see docs/torchclient.md).
+
+One launcher's variables are read, as a set: a process started by torchrun inside a Slurm allocation
+(or by a wrapper under mpirun) also carries the outer launcher's variables, which describe another
+launch, so a rank of one beside a size of the other would be a wrong world. The first launcher
+present by precedence is read alone; its set must be complete and consistent, else ValueError
+naming the variables.
 """
 
 from __future__ import annotations
@@ -13,11 +19,37 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-# (rank, size) variable pairs of common launchers, first match wins: torchrun, Slurm, Open MPI.
-_GLOBAL_VARS = (("RANK", "WORLD_SIZE"), ("SLURM_PROCID", "SLURM_NTASKS"),
-                ("OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE"))
-_LOCAL_VARS = (("LOCAL_RANK", "LOCAL_WORLD_SIZE"), ("SLURM_LOCALID", "SLURM_NTASKS_PER_NODE"),
-               ("OMPI_COMM_WORLD_LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_SIZE"))
+
+@dataclass(frozen=True)
+class Launcher:
+    """The variables one launcher sets: the global pair, and the node-local pair (None: the launcher
+    runs one process per node, so the local world is (0, 1) whenever the global pair is there)."""
+
+    name: str
+    rank: str
+    size: str
+    local_rank: str | None
+    local_size: str | None
+    marks: tuple[str, ...]
+    """Any of these present means the launcher is this one (then its set must be complete)."""
+    whole: bool = False
+    """Present only with its global pair whole: Slurm's variables are in every process of an
+    allocation, also a lone process of a batch script that no ``srun`` started as a task."""
+
+
+# By precedence: torchrun's RANK/WORLD_SIZE when present (an inner launch wins over the allocation it
+# runs in), Slurm, Open MPI, then the chart's Kubernetes Indexed Job (WORLD_SIZE = nodes, NODE_RANK =
+# the completion index, one process per pod; torchrun in that pod sets RANK and so wins). WORLD_SIZE
+# alone marks nothing: the chart sets it for torchrun's --nnodes.
+LAUNCHERS = (
+    Launcher("torchrun", "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE",
+             marks=("RANK", "LOCAL_RANK", "LOCAL_WORLD_SIZE")),
+    Launcher("Slurm", "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID", "SLURM_NTASKS_PER_NODE",
+             marks=("SLURM_PROCID",), whole=True),
+    Launcher("Open MPI", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK",
+             "OMPI_COMM_WORLD_LOCAL_SIZE", marks=("OMPI_COMM_WORLD_RANK",)),
+    Launcher("Kubernetes Indexed Job", "NODE_RANK", "WORLD_SIZE", None, None, marks=("NODE_RANK",)),
+)
 
 
 def _env_int(env: Mapping[str, str], name: str) -> int:
@@ -26,6 +58,23 @@ def _env_int(env: Mapping[str, str], name: str) -> int:
     if not match:
         raise ValueError(f"environment variable {name}={raw!r} is not a non-negative integer")
     return int(match.group(1))
+
+
+def _slurm_tasks_on_node(env: Mapping[str, str]) -> int | None:
+    """Tasks on this node from SLURM_TASKS_PER_NODE ("2(x3),1") at SLURM_NODEID, which srun always
+    sets (SLURM_NTASKS_PER_NODE only with --ntasks-per-node); None when either is missing or bad."""
+    if "SLURM_TASKS_PER_NODE" not in env or "SLURM_NODEID" not in env:
+        return None
+    node = _env_int(env, "SLURM_NODEID")
+    for part in env["SLURM_TASKS_PER_NODE"].split(","):
+        match = re.fullmatch(r"\s*(\d+)(?:\(x(\d+)\))?\s*", part)
+        if not match:
+            return None
+        repeat = int(match.group(2) or 1)
+        if node < repeat:
+            return int(match.group(1))
+        node -= repeat
+    return None
 
 
 @dataclass(frozen=True)
@@ -51,31 +100,75 @@ class World:
     def detect(cls, env: Mapping[str, str] | None = None) -> World:
         """torch.distributed's rank and size if initialised, else the launcher's env, else a world of 1.
 
-        The node-local pair comes from the env (torchrun's LOCAL_RANK/LOCAL_WORLD_SIZE, Slurm, Open
-        MPI); without it every rank is taken to share one node, which is right for one machine.
+        The node-local pair comes from the same launcher (torchrun's LOCAL_RANK/LOCAL_WORLD_SIZE,
+        Slurm, Open MPI; one per pod for the chart's Indexed Job); without it every rank is taken to
+        share one node, which is right for one machine.
         """
         env = os.environ if env is None else env
-        rank, size = 0, 1
+        found = _from_env(env)
         dist_rank = _dist_rank_and_size()
-        if dist_rank is not None:
-            rank, size = dist_rank
-        else:
-            for rank_var, size_var in _GLOBAL_VARS:
-                if rank_var in env and size_var in env:
-                    rank, size = _env_int(env, rank_var), _env_int(env, size_var)
-                    break
+        rank, size = dist_rank if dist_rank is not None else (found[0], found[1]) if found else (0, 1)
         local_rank, local_size = rank, size
-        for rank_var, size_var in _LOCAL_VARS:
-            if rank_var in env and size_var in env:
-                local_rank, local_size = _env_int(env, rank_var), _env_int(env, size_var)
-                break
+        if found is not None and found[2] is not None and found[3] is not None:
+            local_rank, local_size = found[2], found[3]
+        if local_size > size:  # torch.distributed's world may be smaller than the launch's
+            local_rank, local_size = rank, size
         return cls(rank=rank, size=size, local_rank=local_rank, local_size=local_size)
+
+
+def launcher(env: Mapping[str, str] | None = None) -> Launcher | None:
+    """The launcher whose variables the env holds, by precedence (None: none of them)."""
+    env = os.environ if env is None else env
+    return next((one for one in LAUNCHERS if any(name in env for name in one.marks)
+                 and (not one.whole or (one.rank in env and one.size in env))), None)
+
+
+def _from_env(env: Mapping[str, str]) -> tuple[int, int, int | None, int | None] | None:
+    """(rank, size, local_rank, local_size) of the launcher in ``env``, the local pair None when it
+    does not say; None without a launcher. ValueError naming the variables of an incomplete or
+    inconsistent set."""
+    one = launcher(env)
+    if one is None:
+        return None
+    if one.rank not in env or one.size not in env:
+        present = [name for name in (*one.marks, one.rank, one.size) if name in env]
+        missing = [name for name in (one.rank, one.size) if name not in env]
+        said = f"{present[0]}={env[present[0]]}" if present[0] in (one.rank, one.size) else present[0]
+        raise ValueError(f"incomplete {one.name} environment: {said} is set but {' and '.join(missing)} "
+                         f"{'is' if len(missing) == 1 else 'are'} not (set both, or neither)")
+    rank, size = _env_int(env, one.rank), _env_int(env, one.size)
+    if size < 1 or rank >= size:
+        raise ValueError(f"inconsistent {one.name} environment (rank must be below the world size): "
+                         f"{one.rank}={rank} is not below {one.size}={size}")
+    if one.local_rank is None or one.local_size is None:
+        return rank, size, 0, 1
+    local_size: int | None = None
+    if one.local_size in env:
+        local_size = _env_int(env, one.local_size)
+    elif one.name == "Slurm":
+        local_size = _slurm_tasks_on_node(env)
+    if one.local_rank not in env and local_size is None:
+        return rank, size, None, None
+    if one.local_rank not in env or local_size is None:
+        there, absent = ((one.local_rank, one.local_size) if one.local_rank in env
+                         else (one.local_size, one.local_rank))
+        raise ValueError(f"incomplete {one.name} environment: {there}={env[there]} is set but {absent} "
+                         "is not (set both, or neither)")
+    local_rank = _env_int(env, one.local_rank)
+    if local_size < 1 or local_rank >= local_size:
+        raise ValueError(f"inconsistent {one.name} environment: {one.local_rank}={local_rank} is not below "
+                         f"{one.local_size}={local_size}")
+    if local_size > size:
+        raise ValueError(f"inconsistent {one.name} environment: {one.local_size}={local_size} is above "
+                         f"{one.size}={size}")
+    return rank, size, local_rank, local_size
 
 
 def has_local_env(env: Mapping[str, str] | None = None) -> bool:
     """Whether the launcher said which ranks share this node (else :meth:`World.detect` assumes one node)."""
     env = os.environ if env is None else env
-    return any(rank_var in env and size_var in env for rank_var, size_var in _LOCAL_VARS)
+    found = _from_env(env)
+    return found is not None and found[2] is not None
 
 
 def _dist_rank_and_size() -> tuple[int, int] | None:
