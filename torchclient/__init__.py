@@ -42,6 +42,7 @@ if TYPE_CHECKING:  # what static tools see; at run time __getattr__ below import
     from .loader import EpochLoader, EpochRun, EpochStats, default_num_workers
     from .lost import SampleLostError
     from .npyheader import NpyHeaderError, NpzMemberError
+    from .peers import PeerEpochError
     from .resume import EpochResumeError
     from .sampler import EpochSampler, epoch_indices
     from .stream import EpochStream
@@ -80,6 +81,7 @@ _SUBMODULE = {
     "default_num_workers": "loader",
     "NpyHeaderError": "npyheader",
     "NpzMemberError": "npyheader",
+    "PeerEpochError": "peers",
     "EpochResumeError": "resume",
     "EpochSampler": "sampler",
     "epoch_indices": "sampler",
@@ -107,6 +109,7 @@ __all__ = [
     "ManifestError",
     "NpyHeaderError",
     "NpzMemberError",
+    "PeerEpochError",
     "SampleDecodeError",
     "SampleLostError",
     "World",

@@ -46,6 +46,7 @@ from .decode import check_max_bytes
 from .epochplan import Balance, Partition, plan_batches, resolve_split
 from .globs import KeyFilter
 from .lost import lost_aware, lost_error
+from .peers import EpochReduce
 from .report import ClientReporter, report_url_from_env
 from .resume import OnResumeMismatch, Resumable
 from .retry import RETRY_SECONDS, check_retry_seconds, retrying, transient
@@ -184,6 +185,7 @@ class ArrayLoader(Resumable):
         if format == "raw" and (self.dtype is None or self.shape is None):
             raise ValueError("format='raw' needs dtype= and shape=")
         self.num_replicas, self.rank, world = resolve_split(partition, num_replicas, rank, who="ArrayLoader")
+        self.world = world
         self.num_threads = default_num_threads(world.local_size) if num_threads is None else \
             _check_int("num_threads", num_threads, 1)
         self.device = torch.device(device) if device is not None else torch.device("cpu")
@@ -221,12 +223,20 @@ class ArrayLoader(Resumable):
 
         Collective when torch.distributed is initialised (every rank must call it for the same epoch).
         """
-        dataset = EpochDataset(self.root, epoch, decode="bytes", wait=self.wait, timeout=self.timeout,
-                               progress=self.progress, retry_seconds=self.retry_seconds, jump=jump,
-                               include=self.include, exclude=self.exclude)
-        batches, padded = plan_batches(len(dataset), epoch=epoch, batch_size=self.batch_size,
+        failure: Exception | None = None
+        try:
+            dataset = EpochDataset(self.root, epoch, decode="bytes", wait=self.wait, timeout=self.timeout,
+                                   progress=self.progress, retry_seconds=self.retry_seconds, jump=jump,
+                                   include=self.include, exclude=self.exclude)
+        except Exception as exc:  # the other ranks learn of it in the reduce instead of waiting there
+            failure = exc
+        reduce = EpochReduce(epoch, failure, empty=failure is None and len(dataset) == 0)
+        length = 0 if failure else len(dataset)
+        batches, padded = plan_batches(length, epoch=epoch, batch_size=self.batch_size,
                                        num_replicas=self.num_replicas, rank=self.rank, shuffle=self.shuffle,
-                                       seed=self.seed, drop_last=self.drop_last, balance=self.balance)
+                                       seed=self.seed, drop_last=self.drop_last, balance=self.balance,
+                                       where=str(self.root), reduce=reduce)
+        reduce.settle()  # balance="none" made no reduce
         return dataset, batches, padded
 
     def _prepare(self, dataset: EpochDataset) -> SampleReader:

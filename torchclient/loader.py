@@ -36,6 +36,7 @@ from .epochplan import Balance, Partition, plan_batches, resolve_split
 from .globs import KeyFilter
 from .labels import check_class_root, check_classes
 from .layout import epoch_name
+from .peers import EpochReduce
 from .report import ClientReporter, report_url_from_env
 from .resume import OnResumeMismatch, Resumable
 from .retry import RETRY_SECONDS, check_retry_seconds
@@ -211,6 +212,7 @@ class EpochLoader(Resumable):
         self.class_root = check_class_root(class_root)
         self.classes = None if classes is None else check_classes(classes)
         num_replicas, rank, world = resolve_split(partition, num_replicas, rank, who="EpochLoader")
+        self.world = world
         if num_workers is None:
             num_workers = default_num_workers(world.local_size)
         if isinstance(num_workers, bool) or not isinstance(num_workers, int) or num_workers < 0:
@@ -273,14 +275,21 @@ class EpochLoader(Resumable):
 
         Collective when torch.distributed is initialised (every rank must call it for the same epoch).
         """
-        dataset = EpochDataset(self.root, epoch, decode=self.decoder, wait=self.wait, timeout=self.timeout,
-                               progress=self.progress, retry_seconds=self.retry_seconds, jump=jump,
-                               include=self.include, exclude=self.exclude, label=self.label,
-                               class_root=self.class_root, classes=self.classes)
-        plan, padded = plan_batches(len(dataset), epoch=epoch, batch_size=self.batch_size,
+        failure: Exception | None = None
+        try:
+            dataset = EpochDataset(self.root, epoch, decode=self.decoder, wait=self.wait,
+                                   timeout=self.timeout, progress=self.progress,
+                                   retry_seconds=self.retry_seconds, jump=jump,
+                                   include=self.include, exclude=self.exclude, label=self.label,
+                                   class_root=self.class_root, classes=self.classes)
+        except Exception as exc:  # the other ranks learn of it in the reduce instead of waiting there
+            failure = exc
+        reduce = EpochReduce(epoch, failure, empty=failure is None and len(dataset) == 0)
+        plan, padded = plan_batches(0 if failure else len(dataset), epoch=epoch, batch_size=self.batch_size,
                                     num_replicas=self.num_replicas, rank=self.rank, shuffle=self.shuffle,
                                     seed=self.seed, drop_last=self.drop_last, balance=self.balance,
-                                    where=str(self.root))
+                                    where=str(self.root), reduce=reduce)
+        reduce.settle()  # balance="none" made no reduce
         prefix = epoch_name(epoch) + "/"
         targets = dataset.targets
         batches: list[list[Any]] = (

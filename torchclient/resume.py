@@ -29,13 +29,14 @@ from __future__ import annotations
 
 import hashlib
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
 if TYPE_CHECKING:
     from .dataset import EpochDataset
     from .epochplan import Balance, Partition
+    from .world import World
 
 log = logging.getLogger("epochfs.torchclient")
 
@@ -75,6 +76,22 @@ class Position:
     files: int | None = None
     digest: str | None = None
     complete: bool = False
+    world_size: int | None = None
+
+
+@dataclass(frozen=True)
+class Identity:
+    """Whose position a state is: ``rank`` in the loader's split (a node's ranks with
+    ``partition="node"``), the job-wide ``global_rank``, and the job's ``world_size``."""
+
+    rank: int
+    global_rank: int
+    world_size: int
+
+
+Agree = Callable[[int, bool], tuple[int, int, list[int]]]
+"""(batches to skip, epoch changed) -> (fewest skipped on any rank, most, other ranks changed):
+:func:`~.peers.agree_resume`, so that every rank resumes or starts over alike."""
 
 
 class ResumeTracker:
@@ -91,9 +108,10 @@ class ResumeTracker:
         self._position: Position | None = None
         self._pending: Position | None = None
         self._digest_of: EpochDataset | None = None  # what the position's digest is computed from, lazily
+        self.world_size: int | None = None  # the job's, told by load_state_dict: a pending position's check
 
     # ------------------------------------------------------------------ the loader's public side
-    def state_dict(self, loader: str, rank: int, settings: Mapping[str, Any]) -> dict[str, Any]:
+    def state_dict(self, loader: str, identity: Identity, settings: Mapping[str, Any]) -> dict[str, Any]:
         """The state of :meth:`Resumable.state_dict`: ``loader`` is the loader's class name."""
         position = self._pending or self._position
         state: dict[str, Any] = {"version": STATE_VERSION, "loader": loader}
@@ -104,13 +122,16 @@ class ResumeTracker:
         state.update(epoch=None if position is None else fields["epoch"],
                      batches_yielded=fields["batches"], samples_yielded=fields["samples"],
                      batches=fields["total"], complete=fields["complete"], files=fields["files"],
-                     digest=fields["digest"], rank=rank)
+                     digest=fields["digest"], rank=identity.rank, global_rank=identity.global_rank,
+                     world_size=identity.world_size)
         state.update({name: settings[name] for name in SETTINGS})
         return state
 
-    def load_state_dict(self, state_dict: Mapping[str, Any], rank: int, settings: Mapping[str, Any]) -> None:
-        """:meth:`Resumable.load_state_dict` against this loader's ``rank`` and ``settings``."""
+    def load_state_dict(self, state_dict: Mapping[str, Any], identity: Identity,
+                        settings: Mapping[str, Any]) -> None:
+        """:meth:`Resumable.load_state_dict` against this loader's ``identity`` and ``settings``."""
         state = dict(state_dict)
+        self.world_size = identity.world_size
         if state.get("version") != STATE_VERSION:
             raise ValueError(f"loader state version {state.get('version')!r} is not {STATE_VERSION} "
                              "(made by another epochfs?)")
@@ -119,8 +140,15 @@ class ResumeTracker:
         if differ:
             raise ValueError("the loader state was made with other settings, so its remaining batches "
                              f"would not be these: {', '.join(differ)}")
-        if state.get("rank") != rank and settings["balance"] == "none":
-            raise ValueError(f"the loader state is rank {state.get('rank')}'s and this is rank {rank}: "
+        # A rank's own state is keyed by its global rank: rank (its place in the split) is the same
+        # on every node with partition="node", and another node's epoch holds other files.
+        own = state.get("rank") == identity.rank and state.get("global_rank") == identity.global_rank
+        if not own and settings["balance"] == "none":
+            mine = (f"rank {identity.rank}" if state.get("rank") != identity.rank
+                    else f"global rank {identity.global_rank}")
+            theirs = (f"rank {state.get('rank')}" if state.get("rank") != identity.rank
+                      else f"global rank {state.get('global_rank')}")
+            raise ValueError(f"the loader state is {theirs}'s and this is {mine}: "
                              "with balance='none' ranks' batch counts differ, so load each rank's own state")
         if state.get("epoch") is None:
             self._position = self._pending = None
@@ -128,8 +156,8 @@ class ResumeTracker:
         position = Position(epoch=int(state["epoch"]), batches=int(state["batches_yielded"]),
                             samples=int(state["samples_yielded"]), total=state.get("batches"),
                             files=state.get("files"), digest=state.get("digest"),
-                            complete=bool(state.get("complete")))
-        if state.get("rank") != rank:
+                            complete=bool(state.get("complete")), world_size=state.get("world_size"))
+        if not own:
             position.files = position.digest = None  # another rank's node may hold other files
         self._digest_of = None
         if position.complete or position.batches == 0:
@@ -169,41 +197,65 @@ class ResumeTracker:
             f"on epoch {epoch} as the sidecar cuts it now, from its first batch; or iterate a newer epoch "
             f"(the loaded state is then not used)", epoch, pending.batches)
 
-    def start(self, epoch: int, dataset: EpochDataset, total: int) -> int:
+    def start(self, epoch: int, dataset: EpochDataset, total: int, agree: Agree | None = None) -> int:
         """Begin ``epoch`` (planned: ``total`` batches of ``dataset``): the batches to skip.
 
         Checks a pending position against the epoch found; on a mismatch raises EpochResumeError,
-        or with ``on_resume_mismatch="restart"`` logs one line and starts from the first batch."""
+        or with ``on_resume_mismatch="restart"`` logs one line and starts from the first batch.
+        With ``agree`` (the ranks' batch counts are kept equal), the decision is the world's: one
+        rank's mismatch, or ranks that would skip different numbers of batches (a rank without a
+        state, a world of another size), make every rank raise or start over, never some resume
+        while others do not (which would leave them out of step in every collective after)."""
         pending = self.pending(epoch)
         self._pending = None
         self._position = Position(epoch=epoch, total=total, files=len(dataset))
         self._digest_of = dataset
-        if pending is None:
+        found = self._differences(pending, dataset, total) if pending is not None else []
+        skip = min(pending.batches, total) if pending is not None and not found else 0
+        what = (f"epoch {epoch} on this node is not the one the state was saved in: it has "
+                f"{'; '.join(found)}") if found else ""
+        if agree is not None:
+            fewest, most, changed = agree(skip, bool(found))
+            if not found and changed:
+                ranks = ", ".join(map(str, changed))
+                what = (f"epoch {epoch} on rank {ranks}'s node is not the one its state was saved in, "
+                        "and the ranks decide alike")
+            elif not found and fewest != most:
+                what = (f"ranks would resume epoch {epoch} at different batches ({fewest} to {most}: a rank "
+                        "without a state, or states of different steps), and the ranks decide alike")
+        if pending is None and not what:
             return 0
-        found = [f"{total} batches for this rank, not {pending.total}"] if pending.total != total else []
-        if pending.files is not None and pending.files != len(dataset):
-            found.append(f"{len(dataset)} files, not {pending.files}")
-        if not found and pending.digest is not None:
-            digest = epoch_digest(dataset.files, dataset.sizes)
-            self._digest_of, self._position.digest = None, digest
-            if digest != pending.digest:
-                found.append("another file list (the same count, other paths or sizes)")
-        if found:
-            what = (f"epoch {epoch} on this node is not the one the state was saved in: it has "
-                    f"{'; '.join(found)}")
+        batches = pending.batches if pending is not None else 0
+        if what:
             if self.on_resume_mismatch == "raise":
                 raise EpochResumeError(
-                    f"cannot resume epoch {epoch} at batch {pending.batches} of {pending.total}: {what} "
+                    f"cannot resume epoch {epoch} at batch {batches} of "
+                    f"{pending.total if pending is not None else total}: {what} "
                     "(a drained node or a cold cache: the sidecar cut a new epoch under this number). "
                     f"Choices: on_resume_mismatch='restart' trains on epoch {epoch} as it is now, from its "
                     "first batch; or iterate a newer epoch (the loaded state is then not used)",
-                    epoch, pending.batches)
+                    epoch, batches)
             log.warning("epochfs: %s; on_resume_mismatch='restart': training on it from its first batch "
-                        "instead of resuming at batch %d", what, pending.batches)
+                        "instead of resuming at batch %d", what, batches)
             return 0
-        skip = min(pending.batches, total)
+        assert pending is not None
         self._position.batches, self._position.samples = skip, pending.samples
         return skip
+
+    def _differences(self, pending: Position, dataset: EpochDataset, total: int) -> list[str]:
+        """How ``epoch`` as planned now differs from the position's (empty: the same epoch)."""
+        found = [f"{total} batches for this rank, not {pending.total}"] if pending.total != total else []
+        if pending.files is not None and pending.files != len(dataset):
+            found.append(f"{len(dataset)} files, not {pending.files}")
+        if None not in (pending.world_size, self.world_size) and pending.world_size != self.world_size:
+            found.append(f"a job of {self.world_size} ranks, not {pending.world_size}")
+        if not found and pending.digest is not None:
+            digest = epoch_digest(dataset.files, dataset.sizes)
+            assert self._position is not None
+            self._digest_of, self._position.digest = None, digest
+            if digest != pending.digest:
+                found.append("another file list (the same count, other paths or sizes)")
+        return found
 
     def advance(self, samples: int) -> None:
         """A batch of ``samples`` was yielded (it counts as consumed from now on)."""
@@ -230,10 +282,15 @@ class Resumable:
     rank: int
     partition: Partition
     balance: Balance
+    world: World
     _resume: ResumeTracker
 
     def _init_resume(self, on_resume_mismatch: str) -> None:
         self._resume = ResumeTracker(on_resume_mismatch)
+
+    def _identity(self) -> Identity:
+        """Whose position this loader's state is: its split rank, global rank and the job's size."""
+        return Identity(rank=self.rank, global_rank=self.world.rank, world_size=self.world.size)
 
     def _settings(self) -> dict[str, Any]:
         """The settings the batches depend on (:data:`SETTINGS`), as they are now."""
@@ -251,7 +308,7 @@ class Resumable:
     def state_dict(self) -> dict[str, Any]:
         """The position (epoch, batches and samples consumed by this rank), the epoch's identity and
         the settings, as plain values. Cheap after the first call of an epoch (the digest is kept)."""
-        return self._resume.state_dict(type(self).__name__, self.rank, self._settings())
+        return self._resume.state_dict(type(self).__name__, self._identity(), self._settings())
 
     def load_state_dict(self, state_dict: Mapping[str, Any]) -> None:
         """Continue from ``state_dict``: the next iteration of its epoch skips the batches it consumed.
@@ -261,7 +318,7 @@ class Resumable:
         another rank is accepted when the batch counts are equal across ranks (``balance`` "pad" or
         "truncate"): the position is then the same on every rank, as in a checkpoint written by rank
         0 only (Lightning's); only the batch count, not the file list, can be checked then."""
-        self._resume.load_state_dict(state_dict, self.rank, self._settings())
+        self._resume.load_state_dict(state_dict, self._identity(), self._settings())
 
     @property
     def next_epoch(self) -> int:

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
 from .describe import decimal_size
+from .peers import agree_resume, distributed
 
 if TYPE_CHECKING:
     from .dataset import EpochDataset
@@ -83,6 +84,11 @@ class RunLoader(Protocol):
     reporter: ClientReporter
     history: list[EpochStats]
     on_epoch_end: Callable[[EpochStats], None] | None
+
+    @property
+    def balance(self) -> str:
+        """"pad", "truncate" or "none": whether an epoch's start is collective (not with "none")."""
+        ...
 
     def plan(self, epoch: int, *, jump: bool = False) -> tuple[Any, ...]:
         """(dataset, batches, ...): look the epoch up and cut this rank's batches."""
@@ -188,7 +194,12 @@ class RunBase:
         self._planned = None  # a second iteration looks the epoch up again
         dataset, batches = planned[0], planned[1]
         self._length = len(batches)
-        self.start_batch = self.resume.start(self.epoch, dataset, len(batches))
+        # Batch counts kept equal across the world make every rank's start collective already; the
+        # resume decision is then the world's too (one rank resuming while another starts over
+        # would leave them out of step in every collective after).
+        collective = self.loader.balance != "none" and distributed() is not None
+        self.start_batch = self.resume.start(self.epoch, dataset, len(batches),
+                                             agree_resume if collective else None)
         return planned
 
     def __iter__(self) -> Iterator[Any]:
