@@ -121,7 +121,10 @@ class View(ViewState):
                    (CLASSES_NAME, self.getattr(f"/{CONTROL_DIR}/{CLASSES_NAME}"))]
             for live in sorted(snap.live):
                 name = manifest_name(live)
-                out.append((name, self.getattr(f"/{CONTROL_DIR}/{name}")))
+                try:
+                    out.append((name, self.getattr(f"/{CONTROL_DIR}/{name}")))
+                except NotFound:  # retired since the last refresh: its manifest opens no more
+                    log.debug("%s left out of the listing: epoch %d retired", name, live)
             return out
         n = parse_epoch_name(parts[0])
         if n is None or n not in snap.live:
