@@ -1,6 +1,7 @@
 """How an epoch's file list becomes the flat arrays of an :class:`~epochfs.fuse.tree.EpochTree`:
 one pass over the store's stream, with the path rules the FUSE view and the folder view share
-(an unsafe path, or one that clashes with another, is skipped and logged, never shown).
+(an unsafe path or link target, or a path that clashes with another, is skipped, counted and
+logged, never shown).
 
 Apart from :mod:`.tree` (which searches and answers from the arrays) because building is the one
 part that holds Python objects (the folders on the current path) and enforces the input's order;
@@ -19,6 +20,17 @@ log = logging.getLogger("epochfs.fuse")
 ROOT = -1
 """The node index of the epoch's own folder (it is nobody's child)."""
 ENC = ("utf-8", "surrogateescape")  # what mfusepy decodes paths with
+LOGGED_SKIPS = 10
+"""Skipped files named one by one per tree build; the rest are counted in its summary line."""
+_SEPARATORS = ("\0", "\t", "\n", "\r")
+"""Never in a shown path: NUL ends a C string, the others separate the manifest's fields and lines."""
+
+
+def unsafe_path(rel: str) -> bool:
+    """Whether ``rel`` is no plain relative path below its folder (empty, absolute, ``.``/``..``
+    parts, a separator character)."""
+    return not rel or any(c in rel for c in _SEPARATORS) or any(
+        p in ("", ".", "..") for p in rel.split("/"))
 
 
 def smallest(values: array[int]) -> array[int]:
@@ -46,12 +58,25 @@ class TreeBuilder:
         self.shown = bytearray()
         # open folders, root first: (name, child name -> object name (a file) or rank (a folder))
         self.stack: list[tuple[str, dict[str, str | int | None]]] = [("", {})]
+        self.added = 0
+        self.skipped = 0
+
+    def _skip(self, why: str, f: FileEntry) -> bool:
+        self.skipped += 1
+        if self.skipped <= LOGGED_SKIPS:
+            log.warning("epoch %d: %r not shown: %s", self.epoch, f.path, why)
+        return False
 
     def add(self, f: FileEntry, prev: str | None) -> bool:
+        """Place ``f`` in the tree; False (counted, logged) when it cannot be shown safely."""
+        self.added += 1
+        if unsafe_path(f.path):
+            return self._skip("unsafe path", f)
+        if unsafe_path(f.object_name):  # its symlink would point outside the link root
+            return self._skip(f"unsafe link target {f.object_name!r}", f)
+        if any(c in f.checksum for c in _SEPARATORS):  # would break the manifest (EIO for all of it)
+            return self._skip(f"unsafe checksum {f.checksum!r}", f)
         parts = f.path.split("/")
-        if not f.path or "\0" in f.path or any(p in ("", ".", "..") for p in parts):
-            log.warning("epoch %d: skipping unsafe path %r", self.epoch, f.path)
-            return False
         if prev is not None and f.path < prev:
             raise ValueError(f"epoch {self.epoch}: files must come in path order ({f.path!r} after {prev!r})")
         dirs = parts[:-1]
@@ -63,14 +88,12 @@ class TreeBuilder:
         for part in dirs[common:]:
             children = self.stack[-1][1]
             if part in children:  # a file of that name came first (a folder would still be open)
-                log.warning("epoch %d: %r clashes with another path; not shown", self.epoch, f.path)
-                return False
+                return self._skip("clashes with another path", f)
             children[part] = None
             self.stack.append((part, {}))
         children = self.stack[-1][1]
         if parts[-1] in children:
-            log.warning("epoch %d: %r clashes with another path; not shown", self.epoch, f.path)
-            return False
+            return self._skip("clashes with another path", f)
         children[parts[-1]] = f.object_name
         return True
 
@@ -100,10 +123,14 @@ class TreeBuilder:
 
     def finish(self) -> int:
         """Close every folder still open; the root's rank."""
+        if self.skipped:
+            log.warning("epoch %d: %d of %d file(s) not shown (unsafe or clashing paths, unsafe link "
+                        "targets; the first %d named above)", self.epoch, self.skipped, self.added,
+                        min(self.skipped, LOGGED_SKIPS))
         rank = 0
         while self.stack:
             rank = self._close()
         return rank
 
 
-__all__ = ["ENC", "ROOT", "TreeBuilder", "smallest"]
+__all__ = ["ENC", "ROOT", "TreeBuilder", "smallest", "unsafe_path"]
