@@ -83,6 +83,10 @@ class LowLevelFUSE:
         """Folders that change (the root, ``.epochfs``): the listing a handle started reading, so
         the readdir calls of one listing read one snapshot (:meth:`_list`)."""
         self._listing_handles = itertools.count(LISTING_HANDLES)
+        self._folders: dict[int, tuple[str, int | None, int]] = {}
+        """Folder handle -> (path, first child's inode number, parent's), taken at opendir: an
+        epoch's numbers map to paths through its tree, which the view drops once the epoch
+        retires, and a listing held open must still be continued then (:meth:`_list`)."""
         self._keep: list[Any] = []  # the C callbacks: freed callbacks would crash libfuse
         self._c_ops = LowLevelOps()
         handlers: dict[str, Callable[..., None]] = {
@@ -185,7 +189,8 @@ class LowLevelFUSE:
     def _getattr(self, req: int, ino: int, fi: Any) -> None:
         def answer() -> None:
             st = mfusepy.c_stat()
-            mfusepy.set_st_attrs(st, self.ops.getattr(self.inodes.path(ino)), use_ns=True)
+            fh = fi.contents.fh if fi else None  # set when the kernel asks for an open file's
+            mfusepy.set_st_attrs(st, self.ops.getattr(self.inodes.path(ino), fh), use_ns=True)
             st.st_ino = ino
             self.lib.fuse_reply_attr(req, ctypes.byref(st), self.timeout)
         self._reply(req, "getattr", answer)
@@ -197,15 +202,23 @@ class LowLevelFUSE:
 
     def _opendir(self, req: int, ino: int, fi: Any) -> None:
         def answer() -> None:
-            handle = self.ops.opendir(self.inodes.path(ino))
+            path = self.inodes.path(ino)
+            handle = self.ops.opendir(path)  # a folder, or a translated error
             if handle == 0:  # a folder that changes (no epoch held): its listings are snapshots
                 handle = next(self._listing_handles)
+            try:
+                self._folders[handle] = (path, self.inodes.first_child_ino(path),
+                                         self.inodes.ino(path.rpartition("/")[0] or "/"))
+            except BaseException:  # retired meanwhile: the epoch's hold must not stay
+                self._forget_listing(handle)
+                raise
             fi.contents.fh = handle
             if self.lib.fuse_reply_open(req, fi) == -errno.ENOENT:  # the request was aborted
                 self._forget_listing(handle)  # else its epoch would stay held for good
         self._reply(req, "opendir", answer)
 
     def _forget_listing(self, handle: int) -> None:
+        self._folders.pop(handle, None)
         if handle >= LISTING_HANDLES:
             self._listings.pop(handle, None)
         else:
@@ -228,10 +241,11 @@ class LowLevelFUSE:
     def _snapshot(self, path: str, off: int, handle: int) -> tuple[Any, Any]:
         """The listing of ``path`` for the readdir of ``handle`` at ``off``: the one this handle
         started at offset 0 in a folder that changes (a cut between two calls of one listing
-        shifted the offsets: ``latest`` came twice, an entry could be skipped), computed afresh
-        for an epoch's folders (immutable) and at each offset 0 (a rewinddir sees the new root)."""
-        if handle < LISTING_HANDLES:
-            return translate_listing(self.ops, path)
+        shifted the offsets: ``latest`` came twice, an entry could be skipped), and the one the
+        operations keep for a handle inside an epoch (:meth:`EpochOperations.held_listing`: whole
+        even once the epoch retires); afresh at each offset 0 (a rewinddir sees the new root)."""
+        if handle < LISTING_HANDLES:  # an epoch's folder: the operations keep its handle's listing
+            return self.ops.held_listing(path, off, handle)
         snap = self._listings.get(handle)
         if snap is None or off == 0:
             snap = self._listings[handle] = translate_listing(self.ops, path)
@@ -240,10 +254,12 @@ class LowLevelFUSE:
     def _list(self, req: int, ino: int, size: int, off: int, handle: int, *, plus: bool) -> None:
         """Entries from offset ``off`` while they fit in ``size`` bytes; with ``plus`` each carries
         its attributes and inode number, so the kernel caches the entry without a lookup."""
-        path = self.inodes.path(ino)
+        folder = self._folders.get(handle)
+        if folder is None:  # a handle libfuse made without our opendir (none expected)
+            path = self.inodes.path(ino)
+            folder = path, self.inodes.first_child_ino(path), self.inodes.ino(path.rpartition("/")[0] or "/")
+        path, first, parent = folder
         here, listing = self._snapshot(path, off, handle)
-        first = self.inodes.first_child_ino(path)
-        parent = self.inodes.ino(path.rpartition("/")[0] or "/") if off < 2 else 0
         buf = ctypes.create_string_buffer(size)
         base = ctypes.addressof(buf)
         pos = 0

@@ -21,87 +21,34 @@ mfusepy binds libfuse when it is imported.
 from __future__ import annotations
 
 import collections
+import contextlib
 import errno
-import functools
 import itertools
 import logging
 import os
 import threading
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, TypeVar, cast
+from typing import Any, cast
 
 import mfusepy
 
 from epochfs.fuse.inuse import WindowFollower, cache_timeout, read_debounce
 from epochfs.fuse.kernelcache import KernelNotifier, Refresher, Warmer
-from epochfs.fuse.lost import LostSample, lost_log
-from epochfs.fuse.metrics import fuse_metrics
 from epochfs.fuse.packed import PackedBytes
-from epochfs.fuse.view import Attr, NotADirectory, NotALink, NotFound, View
+from epochfs.fuse.translate import (
+    FUSE_FILL_DIR_PLUS,
+    FUSE_READDIR_PLUS,
+    FuseOSError,
+    translate_errors,
+    wanted_capabilities,
+)
+from epochfs.fuse.view import FILE_MODE, Attr, NotFound, View
 from epochfs.torchclient.layout import parse_epoch_name
 
 log = logging.getLogger("epochfs.fuse")
 
-FuseOSError = mfusepy.FuseOSError
-
-# libfuse 3 capability bits (fuse_common.h) and readdir flags (fuse.h).
-FUSE_CAP_READDIRPLUS = 1 << 13
-FUSE_CAP_READDIRPLUS_AUTO = 1 << 14
-FUSE_CAP_CACHE_SYMLINKS = 1 << 23
-FUSE_READDIR_PLUS = 1 << 0
-FUSE_FILL_DIR_PLUS = 1 << 1
-
-F = TypeVar("F", bound=Callable[..., Any])
-
-
-def wanted_capabilities(capable: int, want: int) -> int:
-    """The capability bits to ask of the kernel: symlink targets cached, readdir-plus always.
-
-    Always readdir-plus, not "auto": auto sends attributes only with the first chunk of a listing,
-    and every later file then costs a lookup before its readlink."""
-    wish = FUSE_CAP_CACHE_SYMLINKS | FUSE_CAP_READDIRPLUS
-    if wish & ~capable & FUSE_CAP_CACHE_SYMLINKS:
-        log.warning("kernel cannot cache symlink targets: every open costs a readlink")
-    return (want | (wish & capable)) & ~FUSE_CAP_READDIRPLUS_AUTO
-
-
-def translate_errors(method: F) -> F:
-    """Map view errors to errno; anything unexpected becomes EIO (and is logged with its cause).
-    Every call is counted by operation, and every error by operation and errno."""
-    op = {"listing": "readdir"}.get(method.__name__, method.__name__)
-
-    @functools.wraps(method)
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
-        try:
-            result = translated(*args, **kwargs)
-        except FuseOSError as e:
-            fuse_metrics().request(op, e.errno)
-            raise
-        fuse_metrics().request(op)
-        return result
-
-    @functools.wraps(method)
-    def translated(*args: Any, **kwargs: Any) -> Any:
-        try:
-            return method(*args, **kwargs)
-        except FuseOSError:
-            raise
-        except NotFound as e:
-            raise FuseOSError(errno.ENOENT) from e
-        except NotADirectory as e:
-            raise FuseOSError(errno.ENOTDIR) from e
-        except NotALink as e:
-            raise FuseOSError(errno.EINVAL) from e
-        except LostSample as e:  # the remote lost its sample: the entry stays, a read is an I/O error
-            lost_log.report(e, op)
-            raise FuseOSError(errno.EIO) from e
-        except Exception as e:
-            log.exception("unexpected error in %s%r", method.__name__, args[1:])
-            raise FuseOSError(errno.EIO) from e
-
-    return cast(F, wrapper)
-
+__all__ = ["EpochFUSE", "EpochOperations", "FuseOSError", "translate_listing", "wanted_capabilities"]
 
 def _read_only(*_args: Any, **_kwargs: Any) -> int:
     raise FuseOSError(errno.EROFS)
@@ -134,7 +81,13 @@ class EpochOperations(mfusepy.Operations):
         self._stopping = False
         self._torn_down = threading.Event()
         self._handles: dict[int, bytes | PackedBytes] = {}
+        self._handle_attrs: dict[int, Attr] = {}
+        """An open control file's attributes as of its open: the kernel asks for them again with
+        the handle before a read (its cached ones dropped), also once the name is gone."""
         self._dir_holds: dict[int, int] = {}
+        self._dir_listings: dict[int, tuple[Attr, Sequence[tuple[str, Attr]]]] = {}
+        """Folder handle -> the listing its first readdir read: the later readdir calls of the
+        same handle continue it (:meth:`held_listing`) until the handle is released."""
         self._next_handle = itertools.count(1)
         self._uid = view.uid
         self._gid = view.gid
@@ -251,6 +204,11 @@ class EpochOperations(mfusepy.Operations):
     @translate_errors
     def getattr(self, path: str, fh: Any = None) -> dict[str, int]:
         self.calls["getattr"] += 1
+        if fh is not None and not isinstance(fh, int):  # mfusepy with raw_fi: the fuse_file_info
+            fh = fh.fh
+        held = self._handle_attrs.get(fh) if fh else None
+        if held is not None:  # an open file's: its bytes are the open's, whatever the view says now
+            return self._stat(held)
         before = self.view.snapshot
         attr = self.view.getattr(path)
         if self.view.snapshot is not before:
@@ -283,6 +241,20 @@ class EpochOperations(mfusepy.Operations):
         self.calls["readdir"] += 1
         return self.view.getattr(path), self.view.listdir(path)
 
+    def held_listing(self, path: str, offset: int, fh: int) -> tuple[Attr, Sequence[tuple[str, Attr]]]:
+        """The listing a readdir at ``offset`` of folder handle ``fh`` continues: the one the
+        handle read at offset 0 (a rewinddir reads afresh). A reader lists a folder in several
+        calls; recomputed at each, an epoch that retired in between (the view dropped its tree)
+        failed the listing half-way with ENOENT. The listing holds the epoch's immutable tree,
+        so it stays whole until ``releasedir``. ``fh`` 0 (a folder outside epochs, no handle
+        kept): computed at each call. Errors come translated (FuseOSError)."""
+        if fh == 0:
+            return translate_listing(self, path)
+        snap = self._dir_listings.get(fh)
+        if snap is None or offset == 0:
+            snap = self._dir_listings[fh] = translate_listing(self, path)
+        return snap
+
     @translate_errors
     def opendir(self, path: str) -> int:
         """A folder handle inside ``epoch-N`` holds the epoch (kept pinned) until it is released:
@@ -297,6 +269,7 @@ class EpochOperations(mfusepy.Operations):
 
     @translate_errors
     def releasedir(self, path: str | None, fh: int) -> int:
+        self._dir_listings.pop(fh, None)
         n = self._dir_holds.pop(fh, None)
         if n is not None:
             self.view.close_dir(n)
@@ -308,10 +281,16 @@ class EpochOperations(mfusepy.Operations):
             raise FuseOSError(errno.EROFS)
         self.calls["open"] += 1
         data = self.view.open_file(path)
+        mutable = self.view.is_mutable_file(path)
+        mtime = self.view.started  # a mutable file is read with direct I/O: no cached pages to keep
+        if not mutable:  # NotFound: its epoch retired since open_file took the bytes
+            with contextlib.suppress(NotFound):
+                mtime = self.view.getattr(path).mtime  # the lookup's: the kernel keeps its pages
         handle = next(self._next_handle)
         self._handles[handle] = data
+        self._handle_attrs[handle] = Attr(FILE_MODE, len(data), mtime)
         fi.fh = handle
-        if self.view.is_mutable_file(path):
+        if mutable:
             fi.direct_io = 1  # status.json changes: never serve it from the page cache
         else:
             fi.keep_cache = 1  # manifests are immutable
@@ -327,6 +306,7 @@ class EpochOperations(mfusepy.Operations):
     @translate_errors
     def release(self, path: str | None, fi: Any) -> int:
         self._handles.pop(fi.fh, None)
+        self._handle_attrs.pop(fi.fh, None)
         return 0
 
     @translate_errors
@@ -382,7 +362,7 @@ class EpochFUSE(mfusepy.FUSE):
                        flags: int) -> int:
         ops = cast(EpochOperations, self.operations)
         decoded = "/" if path is None else path.decode(self.encoding, self.errors)
-        here, listing = translate_listing(ops, decoded)
+        here, listing = ops.held_listing(decoded, offset, fip.contents.fh)
         plus = FUSE_FILL_DIR_PLUS if flags & FUSE_READDIR_PLUS else 0
         encoding, errors = self.encoding, self.errors
         for i in range(offset, len(listing) + 2):
