@@ -64,6 +64,15 @@ marked, and the next start's check replaces the index from the members files in 
 a liveness failure would restart the pod for a damage the sidecar mends by itself. A start that
 cannot mend it exits 1, a crash."""
 
+INDEX_DAMAGES_UNHEALTHY = 3
+"""Sampler exits :data:`EXIT_INDEX` in a row, with no good run between (one during which an epoch
+was cut, or that ran 30 s), after which ``/healthz`` fails: replacing the index mends a one-off
+damage, but an index damaged again on every run (a failing disk, a volume that corrupts writes)
+is no longer the sidecar's to mend, and the pod must be restarted or someone told. The sampler is
+still restarted (with a growing backoff), so a cause that passes heals, and ``/healthz`` answers
+200 again at the next good run."""
+
+
 def _url(check: Callable[[str], None], *, empty: bool = False) -> Callable[[str], str | None]:
     """The parser of a URL setting: the URL stripped, refused by ``check`` (a ValueError saying
     why: exit status 2 at start, before anything is opened or mounted). ``empty``: an empty value

@@ -19,7 +19,8 @@ below, whose names this module re-exports, so every metric is imported from here
   :func:`forget_process`.
 * **The supervisor itself** (:class:`SidecarMetrics`, here): samples and bytes served (counted from
   opens of object files, see ``epochfs.sidecar.served``), what the torch client reports, child
-  restarts; and the counters of its HTTP endpoints (:class:`EndpointMetrics`, here).
+  restarts, the sampler's exits on a damaged index (in a row: what ``/healthz`` fails on); and
+  the counters of its HTTP endpoints (:class:`EndpointMetrics`, here).
 * **The admission webhook** (:class:`WebhookMetrics`, here): ``epochfs webhook`` is a process of its
   own with a registry of its own (no store, no children); its metrics are defined here all the same.
 * **Build and process facts** (:mod:`.metrics_scrape`): ``epochfs_build_info{version}``
@@ -124,6 +125,16 @@ class SidecarMetrics:
         )
         self.mounted = Gauge(
             "epochfs_mounted", "1 while the FUSE view is mounted and answers.", registry=registry,
+        )
+        self.index_damage_exits = Counter(
+            "epochfs_index_damage_exits", "Exits of the sampler on a damaged cache index (status "
+            "74), each restarted to replace the index.",
+            registry=registry,
+        )
+        self.index_damage_streak = Gauge(
+            "epochfs_index_damage_streak", "The sampler's exits on a damaged cache index in a row, "
+            "with no good run between (an epoch cut, or 30 s run); /healthz fails at 3.",
+            registry=registry,
         )
         for child in ("sampler", "fuse"):
             self.child_restarts.labels(child=child)

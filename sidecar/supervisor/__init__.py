@@ -17,7 +17,8 @@ never takes the other down, and each can be restarted alone. The supervisor
 * restarts a dead sampler with exponential backoff while the mount keeps serving; an exit because
   the remote cannot be reached at its start is a transient failure, not a crash: it never fails
   ``/healthz``, and ``/readyz`` and ``epochfs status`` (through :data:`STATE_FILE_NAME`) say it
-  with the next retry;
+  with the next retry; an exit on a damaged index is none either, unless it comes on three runs
+  in a row with no good run between (:mod:`.indexdamage`);
 * notices a dead FUSE server or a dead mount (ENOTCONN, or a stat that hangs past a deadline),
   lazily unmounts and mounts again, never stacking mounts;
 * on SIGTERM/SIGINT stops the sampler, unmounts (lazily if busy) and exits 0; a second signal kills
@@ -30,8 +31,10 @@ never takes the other down, and each can be restarted alone. The supervisor
 Children get ``PR_SET_PDEATHSIG`` so that they die with the supervisor even after a ``kill -9``.
 
 A package along its concerns: :mod:`.children` (:class:`Child`, the boot snippet, start, reap,
-restart and stop with backoff, the log pump), :mod:`.watch` (:func:`probe` and its one-stuck-thread
-rule, the mount watch and remount, the folder publisher's liveness), :mod:`.health` (the
+restart and stop with backoff, the log pump), :mod:`.indexdamage` (the sampler's exits on a
+damaged index in a row, which fail ``/healthz`` at three, and the good run that ends them),
+:mod:`.watch` (:func:`probe` and its one-stuck-thread rule, the mount watch and remount, the
+folder publisher's liveness), :mod:`.health` (the
 ``/healthz`` and ``/readyz`` documents), :mod:`.observability` (the metrics registry, the endpoints
 on their ports, the served counter, the Kubernetes reporter, the periodic totals) and :mod:`.core`
 (:class:`Supervisor`: the loop, signals and shutdown; :func:`run_sidecar`). This module re-exports

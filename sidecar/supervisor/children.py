@@ -15,7 +15,10 @@ but only crashes count toward
 back. A third kind, the sampler's :data:`~epochfs.sidecar.config.EXIT_INDEX` (it met a damaged
 index while running), is neither: the next start replaces the index in seconds, so it restarts after
 :attr:`ChildProcesses.BACKOFF_MIN` and counts no crash (a liveness failure would restart the pod
-for a damage the sidecar mends by itself; a start that cannot mend it exits 1, a crash). The
+for a damage the sidecar mends by itself; a start that cannot mend it exits 1, a crash), unless
+it comes on every run: :attr:`Child.index` counts those exits in a row until a good run
+(:mod:`.indexdamage`), ``/healthz`` fails at :data:`~epochfs.sidecar.config.INDEX_DAMAGES_UNHEALTHY`
+and the restarts from then on take the crashes' backoff. The
 reason of the last transient failure is kept (:attr:`Child.waiting`) for ``/readyz`` and
 ``epochfs status`` (:meth:`ChildProcesses.retry_note`), until a run proves stable or ends another way.
 """
@@ -33,8 +36,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
-from epochfs.sidecar.config import EXIT_INDEX, EXIT_RETRY
+from epochfs.sidecar.config import EXIT_INDEX, EXIT_RETRY, INDEX_DAMAGES_UNHEALTHY
 from epochfs.sidecar.redact import redact
+from epochfs.sidecar.supervisor.indexdamage import IndexDamages
 
 log = logging.getLogger("epochfs.supervisor")
 
@@ -85,6 +89,9 @@ class Child:
     waiting: str = ""
     """``remote unreachable: <reason>`` while the last exit was a transient failure and no run has
     proved stable since: what /readyz and ``epochfs status`` say (:meth:`ChildProcesses.retry_note`)."""
+    index: IndexDamages = field(default_factory=IndexDamages)
+    """Its exits on a damaged index (:data:`~epochfs.sidecar.config.EXIT_INDEX`) in a row, until
+    a good run: ``/healthz`` fails at :data:`~epochfs.sidecar.config.INDEX_DAMAGES_UNHEALTHY`."""
     stop_on_refusal: bool = False
     """An exit 2 at its start (its settings refused) stops the supervisor instead of a restart."""
     log_thread: threading.Thread | None = field(default=None, repr=False)
@@ -124,6 +131,7 @@ class ChildProcesses:
 
     python: str
     log_level: str
+    cache: Path
     sink: IO[str]
     _stop: threading.Event
     _children_lock: threading.RLock
@@ -184,6 +192,12 @@ class ChildProcesses:
         if self._metrics is not None:
             self._metrics.child_up.labels(child=child.name).set(0)
         with self._children_lock:  # the probes read these together (retry_note, _children_doc)
+            before = child.index.in_row
+            child.index.exited(self.cache, damaged=mended, ran=ran, stable_after=self.STABLE_AFTER)
+            streak = child.index.in_row
+            # An index damaged on every run lately: the crashes' backoff from then on (a volume
+            # that damages each index it is given gains nothing from a new one every 0.5 s).
+            quick = mended and streak < INDEX_DAMAGES_UNHEALTHY
             child.proc = None
             child.last_exit = code
             child.last_ran = ran
@@ -191,12 +205,15 @@ class ChildProcesses:
                 if ran >= self.STABLE_AFTER:
                     child.backoff = 0.0
                     child.crashes = 0
-                if not mended:
+                if not quick:
                     child.backoff = min(self.BACKOFF_MAX, max(self.BACKOFF_MIN, child.backoff * 2))
-                child.next_start = time.monotonic() + (self.BACKOFF_MIN if mended else child.backoff)
+                child.next_start = time.monotonic() + (self.BACKOFF_MIN if quick else child.backoff)
                 child.waiting = (f"remote unreachable: {retry_reason(child.last_error, child.name)}"
                                  if transient else "")
                 child.crashes += 0 if transient or mended else 1
+        if self._metrics is not None and (mended or streak != before):
+            self._metrics.index_damage_exits.inc(1 if mended else 0)
+            self._metrics.index_damage_streak.set(streak)
         if child.stop_on_refusal and self.refused(child) is not None:
             log.error("%s refused its settings (exit 2 after %.1fs): stopping", child.name, ran)
             return True  # the supervisor stops on it (core.Supervisor.run): no restart
@@ -204,6 +221,12 @@ class ChildProcesses:
             log.warning("%s could not reach the remote (exit 75 after %.1fs): a transient failure, "
                         "not a crash; retry %d in %.1fs", child.name, ran, child.restarts + 1,
                         child.backoff)
+            return True
+        if mended and streak >= INDEX_DAMAGES_UNHEALTHY:
+            log.error("%s found the cache index damaged again (exit %d after %.1fs), %d runs in a "
+                      "row with no good one between (an epoch cut, or %.0fs run): the node volume "
+                      "may be failing; /healthz fails until a good run; restarting in %.1fs",
+                      child.name, code, ran, streak, self.STABLE_AFTER, child.backoff)
             return True
         if mended:
             log.warning("%s found the cache index damaged (exit %d after %.1fs): not a crash, "
@@ -241,6 +264,25 @@ class ChildProcesses:
         if child.log_thread is not None:
             child.log_thread.join(timeout=2)  # its last lines, the reason among them
         return child.last_error or f"{child.name} exited with status 2"
+
+    def _watch_index_damages(self, child: Child) -> None:
+        """While index-damage exits of ``child`` are counted and it runs: end the count once its
+        run proves good (an epoch cut, or :attr:`STABLE_AFTER` seconds), so that ``/healthz``
+        answers 200 again without waiting for the run to end. Every tick; costs a stat of
+        ``epochs.hwm`` only while a count runs."""
+        if child.index.in_row == 0 or not child.alive:
+            return
+        ran = time.monotonic() - child.started_at
+        with self._children_lock:
+            streak = child.index.in_row
+            if not child.index.proved(self.cache, ran=ran, stable_after=self.STABLE_AFTER):
+                return
+            child.index.clear()
+        log.info("%s: the cache index works again (%s after %d index-damage exit(s) in a row)",
+                 child.name, f"ran {self.STABLE_AFTER:.0f}s" if ran >= self.STABLE_AFTER else "an epoch cut",
+                 streak)
+        if self._metrics is not None:
+            self._metrics.index_damage_streak.set(0)
 
     def _restart_due(self, child: Child) -> None:
         if child.proc is None and time.monotonic() >= child.next_start and not self._stop.is_set():

@@ -151,6 +151,7 @@ class Supervisor(HealthChecks, Observability):
                 if self._reaped(self.sampler) and (refused := self.refused(self.sampler)) is not None:
                     break
                 self._restart_due(self.sampler)
+                self._watch_index_damages(self.sampler)  # a good run ends the count of damages
                 if self.folder_view:
                     self._watch_publisher()
                 else:

@@ -13,6 +13,7 @@ import logging
 import time
 from typing import TYPE_CHECKING, Any
 
+from epochfs.sidecar.config import EXIT_INDEX, INDEX_DAMAGES_UNHEALTHY
 from epochfs.sidecar.status_estimate import FetchRate, estimate
 from epochfs.sidecar.store import Stats, Store
 from epochfs.sidecar.supervisor.children import Child
@@ -28,6 +29,9 @@ class HealthChecks(MountWatch):
     """Consecutive quick sampler crashes after which /healthz fails (the pod gets restarted). A
     transient failure (the remote unreachable at the sampler's start: :attr:`Child.waiting`) is
     not one: the process is healthy, the remote is not, and a new pod would meet the same remote."""
+    UNHEALTHY_INDEX_DAMAGES = INDEX_DAMAGES_UNHEALTHY
+    """Sampler exits on a damaged index in a row, with no good run between, after which /healthz
+    fails (:mod:`.indexdamage`); one such exit is mended by the next start and is no failure."""
 
     sampler: Child
     view: Child
@@ -46,13 +50,22 @@ class HealthChecks(MountWatch):
     def health(self) -> tuple[bool, dict[str, Any]]:
         """Alive: the FUSE server runs and the mount answers a stat within the deadline; the
         sampler runs, or is being restarted after fewer than UNHEALTHY_CRASHES quick crashes in a
-        row (transient failures, however many, do not count: /readyz says why it waits)."""
+        row (transient failures, however many, do not count: /readyz says why it waits); and it
+        met a damaged index on fewer than UNHEALTHY_INDEX_DAMAGES runs in a row (``reason`` says
+        so when it did: the sampler is restarted all the same, and the next good run heals)."""
         answer = probe(self.mount, timeout=self.stat_timeout)
         with self._children_lock:
             sampler_ok, view_ok = [c.alive or c.crashes < self.UNHEALTHY_CRASHES
                                    for c in (self.sampler, self.view)]
+            damages = self.sampler.index.in_row
         ok = (view_ok if self.folder_view else self.fuse.alive) and answer == "ok" and sampler_ok
-        return ok, {"mount": answer, "children": self._children_doc()}
+        doc: dict[str, Any] = {"mount": answer, "children": self._children_doc()}
+        if damages >= self.UNHEALTHY_INDEX_DAMAGES:
+            ok = False
+            doc["reason"] = (f"the sampler found the cache index damaged {damages} times in a row "
+                             f"(exit {EXIT_INDEX}), with no run between that cut an epoch or ran "
+                             f"{self.STABLE_AFTER:.0f} s: the node volume may be failing")
+        return ok, doc
 
     def ready(self) -> tuple[bool, dict[str, Any]]:
         """Ready: mounted (folder view: published), and epoch 0 exists or could be cut now; when
@@ -108,13 +121,15 @@ class HealthChecks(MountWatch):
             return False
 
     def _children_doc(self) -> dict[str, Any]:
-        """Each child's pid, whether it runs, its restarts, last exit status and quick crashes in a
-        row (what health counts), and ``retrying`` when its last exit was a transient failure."""
+        """Each child's pid, whether it runs, its restarts, last exit status, quick crashes and
+        index-damage exits in a row (what health counts), and ``retrying`` when its last exit
+        was a transient failure."""
         doc: dict[str, Any] = {}
         with self._children_lock:  # one consistent reading of each child (a restart in between)
             for c in (self.sampler, self.view):
                 doc[c.name] = {"pid": c.pid, "alive": c.alive, "restarts": c.restarts,
-                               "last_exit": c.last_exit, "crashes": c.crashes}
+                               "last_exit": c.last_exit, "crashes": c.crashes,
+                               "index_damages": c.index.in_row}
                 note = self.retry_note(c)
                 if note:
                     doc[c.name]["retrying"] = note
