@@ -54,6 +54,8 @@ WEBHOOK_VALUES: dict[str, Any] = {
     "webhook": {
         "enabled": True,
         "certManager": {"enabled": True},
+        # Fixed: the Kustomize component cannot rewrite a name built from the namespace.
+        "clusterName": "epochfs-webhook",
         # The profile a namespace that enforces Pod Security baseline/restricted needs.
         "profiles": {"folder": {"sidecar": {"view": "folder"}}},
     },

@@ -669,6 +669,15 @@ def test_trainer_extra_volumes_for_checkpoints(rendered: dict[str, list[dict[str
         ({"extraVolumes": [{"name": "c", "emptyDir": {}}],
           "extraVolumeMounts": [{"name": "c", "mountPath": "/tmp/"}]}, "/tmp/ is a mount path of the chart"),
         ({"extraVolumeMounts": [{"name": "nowhere", "mountPath": "/x"}]}, '"nowhere" names no volume'),
+        # Nested with the trainer's read-only view or cache mount, under or above it.
+        ({"extraVolumes": [{"name": "c", "emptyDir": {}}],
+          "extraVolumeMounts": [{"name": "c", "mountPath": "/mnt/epochfs/view/extra"}]},
+         "/mnt/epochfs/view/extra is nested with /mnt/epochfs"),
+        ({"extraVolumes": [{"name": "c", "emptyDir": {}}],
+          "extraVolumeMounts": [{"name": "c", "mountPath": "/mnt"}]}, "/mnt is nested with /mnt/epochfs"),
+        ({"extraVolumes": [{"name": "c", "emptyDir": {}}],
+          "extraVolumeMounts": [{"name": "c", "mountPath": "/var/cache/"}]},
+         "/var/cache/ is nested with /var/cache/epochfs-ro"),
     ],
 )
 def test_extra_volumes_may_not_clash_with_the_chart(helm_bin: Path, tmp_path: Path,

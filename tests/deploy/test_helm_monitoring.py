@@ -189,13 +189,13 @@ def test_notes_name_the_monitor_and_the_rule(helm_bin: Path, tmp_path: Path) -> 
     on = notes({"metrics": {"serviceMonitor": {"enabled": True, "labels": {"release": "prometheus"}},
                             "prometheusRule": {"enabled": True, "namespace": "monitoring"}}})
     assert f"ServiceMonitor {NAMESPACE}/{RELEASE}-epochfs (labels: release=prometheus)" in on
-    assert f"PrometheusRule monitoring/{RELEASE}-epochfs" in on
+    assert f"PrometheusRule monitoring/{RELEASE}-epochfs-{NAMESPACE};" in on
     bare = notes({"metrics": {"podMonitor": {"enabled": True}}})
     assert f"PodMonitor {NAMESPACE}/{RELEASE}-epochfs (no labels" in bare and "PrometheusRule" not in bare
     assert "Monitor" not in notes({})
     assert "injected" not in on + bare
     webhook = notes({"webhook": {"enabled": True}, "metrics": {"serviceMonitor": {"enabled": True}}})
-    assert (f"label epochfs.io/injected-by={RELEASE}-epochfs-webhook): "
+    assert (f"label epochfs.io/injected-by={RELEASE}-epochfs-webhook-{NAMESPACE}): "
             f"the PodMonitor {NAMESPACE}/{RELEASE}-epochfs-injected") in webhook
     assert f"The webhook itself (job epochfs-webhook, alerted on by EpochfsWebhookDown and " \
            f"EpochfsWebhookErrors): the ServiceMonitor {NAMESPACE}/{RELEASE}-epochfs-webhook." in webhook
@@ -207,9 +207,16 @@ def test_notes_name_the_monitor_and_the_rule(helm_bin: Path, tmp_path: Path) -> 
 JOB_RELABELING = {"action": "replace", "targetLabel": "job", "replacement": "epochfs-webhook"}
 
 
+def placed(obj: dict[str, Any], base: str) -> bool:
+    """``obj`` is named ``base``: as is in the release's namespace, with the release's namespace
+    appended in another (monitor_values' "monitoring"), where releases of other namespaces put
+    theirs too."""
+    meta = obj["metadata"]
+    return meta["name"] == (base if meta["namespace"] == NAMESPACE else f"{base}-{NAMESPACE}")
+
+
 def webhook_monitor(objs: list[dict[str, Any]], kind: str) -> dict[str, Any]:
-    name = f"{RELEASE}-epochfs-webhook"
-    [monitor] = [o for o in objs if o["kind"] == kind and o["metadata"]["name"] == name]
+    [monitor] = [o for o in objs if o["kind"] == kind and placed(o, f"{RELEASE}-epochfs-webhook")]
     return monitor
 
 
@@ -253,7 +260,7 @@ def test_the_webhook_is_scraped_by_a_monitor_of_the_enabled_kind(helm_bin: Path,
         assert not labels_match(selector, one(objs, "Job")["spec"]["template"]["metadata"]["labels"])
         assert endpoint_of(monitor)["port"] in {p["name"] for p in pod["spec"]["containers"][0]["ports"]}
     # The training pods' monitor does not scrape the webhook (no target twice).
-    [training] = [o for o in objs if o["kind"] == kind and o["metadata"]["name"] == f"{RELEASE}-epochfs"]
+    [training] = [o for o in objs if o["kind"] == kind and placed(o, f"{RELEASE}-epochfs")]
     assert not labels_match(training["spec"]["selector"]["matchLabels"], pod["metadata"]["labels"])
 
 

@@ -31,6 +31,12 @@ def test_schema_is_valid_and_accepts_the_default_values() -> None:
         ({"cache": {"volume": {"type": "nfs", "size": "10Gi"}}}, "type"),
         ({"cache": {"volume": {"type": "emptyDir", "size": "lots"}}}, "size"),
         ({"remote": {"url": "ftp://host/data"}}, "url"),
+        # Malformed URLs of known schemes: every pod's sidecar would fail its startup probe.
+        ({"remote": {"url": "s3://"}}, "url"),
+        ({"remote": {"url": "s3:///train"}}, "url"),
+        ({"remote": {"url": "gs://my bucket/train"}}, "url"),
+        ({"remote": {"url": "https:///index"}}, "url"),
+        ({"remote": {"url": "file://data/train"}}, "url"),
         ({"image": {"repository": "r", "digest": "latest"}}, "digest"),
         ({"sidecar": {"mountPath": "/"}}, "mountPath"),
         ({"sidecar": {"mountPath": "mnt/epochfs"}}, "mountPath"),
@@ -79,7 +85,8 @@ def test_helm_rejects_unknown_keys(helm_bin: Path, tmp_path: Path, values: dict[
 
 
 @pytest.mark.parametrize("url", ["gs://bucket/train", "gcs://bucket/train", "s3://b/p", "https://h/d",
-                                 "file:///data/train"])
+                                 "file:///data/train", "s3://bucket", "s3://b/run#1", "http://10.0.0.5:8000/d",
+                                 "file://localhost/data"])
 def test_every_remote_scheme_of_the_image_is_accepted(helm_bin: Path, tmp_path: Path, url: str) -> None:
     """gs:// stays accepted: the image installs gcsfs for it (issue 9, D)."""
     proc = helm(helm_bin, "template", RELEASE, str(CHART), "--show-only", "templates/job.yaml",

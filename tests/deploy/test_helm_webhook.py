@@ -135,7 +135,7 @@ def test_the_server_runs_restricted_in_two_replicas_with_a_budget(rendered: list
 
 
 def test_the_configuration_routes_pod_security_levels_to_their_path(rendered: list[dict[str, Any]]) -> None:
-    mwc = of_kind(rendered, "MutatingWebhookConfiguration", NAME)
+    mwc = of_kind(rendered, "MutatingWebhookConfiguration", f"{NAME}-{NAMESPACE}")
     paths = {}
     for hook in mwc["webhooks"]:
         assert hook["failurePolicy"] == "Fail" and hook["sideEffects"] == "None"

@@ -38,8 +38,9 @@ from epochfs.sidecar.webhook.profiles import Profile, profiles_from_documents
 MONITOR_KINDS = ("ServiceMonitor", "PodMonitor")
 MONITOR = {"enabled": True, "labels": {"release": "prometheus"}, "namespace": "monitoring",
            "interval": "15s", "relabelings": [{"action": "labeldrop", "regex": "container"}]}
-OWN_MONITOR = f"{RELEASE}-epochfs"
-INJECTED_MONITOR = f"{RELEASE}-epochfs-injected"
+# The monitors are in another namespace than the release's: their names end with the release's.
+OWN_MONITOR = f"{RELEASE}-epochfs-{NAMESPACE}"
+INJECTED_MONITOR = f"{RELEASE}-epochfs-injected-{NAMESPACE}"
 
 
 @pytest.fixture(scope="module", params=["serviceMonitor", "podMonitor"])
@@ -206,9 +207,9 @@ def test_the_label_is_only_added_where_epochfs_is_injected(profiles: dict[str, P
     mutated = inject(pod, profiles, NAMESPACE)
     added = set(mutated["metadata"]["labels"]) - set(pod["metadata"]["labels"])
     assert added == {"epochfs.io/injected-by"}
-    assert mutated["metadata"]["labels"]["epochfs.io/injected-by"] == f"{RELEASE}-epochfs-webhook"
+    assert mutated["metadata"]["labels"]["epochfs.io/injected-by"] == f"{RELEASE}-epochfs-webhook-{NAMESPACE}"
     bare = {"apiVersion": "v1", "kind": "Pod",
             "metadata": {"name": "bare", "annotations": {"epochfs.io/inject": "true"}},
             "spec": {"containers": [{"name": "main", "image": "busybox"}]}}
     assert inject(bare, profiles, NAMESPACE)["metadata"]["labels"] == {
-        "epochfs.io/injected-by": f"{RELEASE}-epochfs-webhook"}
+        "epochfs.io/injected-by": f"{RELEASE}-epochfs-webhook-{NAMESPACE}"}

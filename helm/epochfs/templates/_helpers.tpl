@@ -123,6 +123,21 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 {{- with $res }}{{ toYaml . }}{{ end -}}
 {{- end -}}
 
+{{/* The name of an object the chart may place outside the release's namespace (a monitor or the
+     PrometheusRule, in metrics.<kind>.namespace; argument: dict "context" <the chart's context>
+     "base" <its name> "namespace" <that value>): "base" in the release's own namespace, else
+     "<base>-<release namespace>". Release names are unique only within a namespace: two releases
+     of one name in two namespaces that put their monitors in one shared namespace would otherwise
+     claim the same object there (the second install fails on the first's). */}}
+{{- define "epochfs.placedName" -}}
+{{- $ns := .context.Release.Namespace -}}
+{{- if or (not .namespace) (eq .namespace $ns) -}}
+{{- .base -}}
+{{- else -}}
+{{- printf "%s-%s" .base $ns -}}
+{{- end -}}
+{{- end -}}
+
 {{/* The Grafana dashboard's uid: unique per release (Grafana keys dashboards by uid, so two
      releases with one uid would overwrite each other), at most Grafana's 40 characters. */}}
 {{- define "epochfs.dashboardUid" -}}

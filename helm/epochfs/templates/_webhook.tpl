@@ -85,6 +85,24 @@ e.g. another remote, the folder view, a bigger cache).
 {{- printf "%s-webhook" (include "epochfs.fullname" . | trunc 44 | trimSuffix "-") -}}
 {{- end -}}
 
+{{/* The name of the webhook's cluster-scoped MutatingWebhookConfiguration, also the value of the
+     label it puts on the pods it injects: webhook.clusterName, else <webhook fullname>-<namespace>.
+     Release names are unique only within a namespace, so a name from the release alone would let
+     the same release name installed in a second namespace fail on (or take over) the first's
+     configuration, and its PodMonitor scrape the first's pods. At most 63 characters (a label
+     value): a longer default is cut and keeps a hash of the whole, so it stays unique. */}}
+{{- define "epochfs.webhook.clusterName" -}}
+{{- if .Values.webhook.clusterName -}}
+{{- .Values.webhook.clusterName -}}
+{{- else -}}
+{{- $name := printf "%s-%s" (include "epochfs.webhook.fullname" .) .Release.Namespace -}}
+{{- if gt (len $name) 63 -}}
+{{- $name = printf "%s-%s" ($name | trunc 54 | trimSuffix "-") (sha256sum $name | trunc 8) -}}
+{{- end -}}
+{{- $name -}}
+{{- end -}}
+{{- end -}}
+
 {{- define "epochfs.webhook.selectorLabels" -}}
 {{- $labels := fromYaml (include "epochfs.selectorLabels" .) -}}
 {{- $_ := set $labels "app.kubernetes.io/component" "webhook" -}}
@@ -92,11 +110,12 @@ e.g. another remote, the folder view, a bigger cache).
 {{- end -}}
 
 {{/* The label the webhook puts on every pod it injects, whatever the profile: what the
-     PodMonitor of injected pods (podmonitor-injected.yaml) selects. Not the chart's own pod labels
-     (epochfs.podLabels): those would put other teams' pods under this release's Service and
-     NetworkPolicy. */}}
+     PodMonitor of injected pods (podmonitor-injected.yaml) selects, unique per release and
+     namespace (epochfs.webhook.clusterName) since it selects in every namespace. Not the chart's
+     own pod labels (epochfs.podLabels): those would put other teams' pods under this release's
+     Service and NetworkPolicy. */}}
 {{- define "epochfs.webhook.injectedLabels" -}}
-epochfs.io/injected-by: {{ include "epochfs.webhook.fullname" . }}
+epochfs.io/injected-by: {{ include "epochfs.webhook.clusterName" . }}
 {{- end -}}
 
 {{- define "epochfs.webhook.labels" -}}
