@@ -49,6 +49,7 @@ from epochfs.sidecar.webhook.podchecks import (
     as_list,
     as_map,
     check_conflicts,
+    check_host_network,
     check_security,
     check_shard,
     targets,
@@ -136,6 +137,7 @@ def _decide(pod: Any, profiles: Mapping[str, Profile], pss_enforced: bool) -> De
     override(annotations, profile, sidecars, trainer_env)
     check_shard(meta, profile, sidecars)
     check_security(spec, profile, pss_enforced)
+    check_host_network(spec, profile)
 
     chosen = targets(annotations, containers)
     check_conflicts(profile, containers, init_containers, all_names, volume_names, chosen,

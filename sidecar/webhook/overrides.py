@@ -7,12 +7,14 @@ with its own checks against the profile, done on copies before the patch is writ
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from typing import Any
+from urllib.parse import urlsplit
 
 from epochfs.sidecar.confparse import parse_size
 from epochfs.sidecar.remote.registry import SCHEMES as REMOTE_SCHEMES
-from epochfs.sidecar.remote.registry import missing_library
+from epochfs.sidecar.remote.registry import check_url, missing_library
 from epochfs.sidecar.webhook.fields import (
     CAPACITY,
     CAPACITY_SHARE_TENTHS,
@@ -42,6 +44,13 @@ def override(
             raise Refused(
                 f"{REMOTE}: {remote!r} is not a dataset URL ({', '.join(s + '://' for s in REMOTE_SCHEMES)})"
             )
+        try:
+            check_url(url)
+        except ValueError as e:
+            raise Refused(f"{REMOTE}: {e}") from None
+        problem = url_problem(url, scheme)
+        if problem is not None:
+            raise Refused(f"{REMOTE}: {remote!r} is not a dataset URL: {problem}")
         missing = missing_library(scheme)
         if missing is not None:  # the webhook runs in the sidecar's image: what it lacks, the sidecar does
             raise Refused(f"{REMOTE}: the epochfs image cannot serve {scheme}:// remotes "
@@ -102,6 +111,35 @@ def override(
         for k, item in enumerate(trainer_env):
             if item["name"] == SHARD_ENV:
                 trainer_env[k] = values[SHARD_ENV]
+
+
+_NAME_RE = re.compile(r"^[A-Za-z0-9._-]+$")
+"""A GCS bucket's or an Azure container's name: letters, digits, dots, dashes, underscores (none
+allows a space, a slash or a colon); check_url holds S3's own rule."""
+
+
+def url_problem(url: str, scheme: str) -> str | None:
+    """What makes ``url`` (of a known ``scheme``, passed by :func:`check_url`, which the sidecar
+    runs at its start too) unusable as a pod's remote, or None: what check_url lets through but
+    the sidecar cannot list, so the pod would be created only to fail its startup probe. Split by
+    hand as the remotes do: "#" and "?" are legal in a key."""
+    if any(ord(ch) < 0x20 or ord(ch) == 0x7F for ch in url):
+        return "it holds a control character"
+    rest = url.split("://", 1)[1]
+    host = rest.partition("/")[0]
+    if scheme in ("gs", "gcs", "az", "abfs", "abfss"):
+        name = host.partition("@")[0]
+        if not _NAME_RE.match(name):
+            return f"{name!r} is not a bucket or container name (letters, digits, '.', '-' and '_')"
+    elif scheme in ("http", "https"):
+        try:
+            urlsplit(url).port  # noqa: B018 -- raises ValueError for a port not a number in range
+        except ValueError as e:
+            return str(e)
+    elif scheme == "file" and host not in ("", "localhost"):
+        return ("a file:// remote needs an absolute path in the sidecar's container "
+                f"(file:///data/train), not {host!r}")
+    return None
 
 
 def without_kube_reporting(sidecars: list[JSON], volumes: list[JSON]) -> None:

@@ -7,6 +7,7 @@ patch. Each check raises :class:`Refused` with the message the API server shows 
 
 from __future__ import annotations
 
+import posixpath
 from collections.abc import Mapping
 from typing import Any
 
@@ -146,7 +147,6 @@ def check_conflicts(
                     "(sidecar.healthPort of the profile); containers of a pod share its ports"
                 )
     env_names = {e["name"] for e in trainer_env}
-    mount_paths = {m["mountPath"].rstrip("/") for m in trainer_mounts}
     for i in chosen:
         c = containers[i]
         cname = c.get("name")
@@ -157,8 +157,60 @@ def check_conflicts(
                     f"(remove it, or leave the container out with {CONTAINERS})"
                 )
         for m in as_list(c.get("volumeMounts"), f"container {cname} volumeMounts"):
-            if str(m.get("mountPath", "")).rstrip("/") in mount_paths:
-                raise Refused(
-                    f"container {cname!r} mounts something at {m.get('mountPath')}, where "
-                    "epochfs mounts its view or cache"
-                )
+            check_nesting(cname, m.get("mountPath"), trainer_mounts)
+
+
+def _parts(path: str) -> tuple[str, ...]:
+    """The components of an absolute path, ``.``, ``..`` and repeated slashes resolved as the
+    container runtime resolves a mount point."""
+    return tuple(p for p in posixpath.normpath("/" + path).split("/") if p)
+
+
+def check_nesting(cname: Any, path: Any, trainer_mounts: list[JSON]) -> None:
+    """A mount of the container at, under or above a path where epochfs mounts its view or cache
+    is refused: the runtime makes a nested mount's mount point inside the outer volume. Under
+    epochfs's, that is a read-only mount of the view or cache (the container fails to start) or
+    a folder the FUSE view then hides; above, it writes a folder into the pod's own volume (and
+    fails on a read-only one)."""
+    if not isinstance(path, str) or not path:
+        raise Refused(f"container {cname!r} has a volumeMount without a mountPath")
+    mine = _parts(path)
+    for m in trainer_mounts:
+        theirs = _parts(m["mountPath"])
+        if mine == theirs:
+            where = "at"
+        elif mine[: len(theirs)] == theirs:
+            where = "under"
+        elif theirs[: len(mine)] == mine:
+            where = "above"
+        else:
+            continue
+        raise Refused(
+            f"container {cname!r} mounts something at {path}, {where} {m['mountPath']}, where "
+            "epochfs mounts its view or cache (a mount nested with epochfs's needs its mount point "
+            "made inside the other, read-only or hidden by the view); mount it elsewhere, or "
+            "leave the container out with " + CONTAINERS
+        )
+
+
+DEFAULT_HEALTH_PORT = 8080
+"""The chart's ``sidecar.healthPort``: the port a pod on the node's network is refused on."""
+
+
+def check_host_network(spec: Mapping[str, Any], profile: Profile) -> None:
+    """A pod on the node's network opens the sidecar's port on the node itself. On the chart's
+    default port, 8080, that collides with whatever else on the node uses it (a second epochfs
+    pod, a node agent), and the trainer's reports to 127.0.0.1:8080 reach whichever holds it: refused.
+    A profile whose ``sidecar.healthPort`` is another port is a platform team's choice of a port
+    kept for epochfs on its nodes (NCCL jobs on the host network need such pods): admitted."""
+    port = profile.health_port
+    if spec.get("hostNetwork") is True and port == DEFAULT_HEALTH_PORT:
+        raise Refused(
+            f"the pod sets hostNetwork: true, so the epochfs sidecar's port {port} "
+            f"(sidecar.healthPort of profile {profile.name}) would be opened on the node itself, "
+            f"where it collides with any other process or hostNetwork pod using port {port} "
+            "(a second epochfs pod on that node could not start), and the trainer's reports to "
+            f"127.0.0.1:{port} would reach whichever holds it; run the pod without hostNetwork, or "
+            "choose (epochfs.io/profile) a profile whose sidecar.healthPort is a port kept for "
+            "epochfs on the nodes"
+        )
