@@ -540,6 +540,52 @@ def test_legacy_wrappers_wait_for_the_mount_and_stop_the_sidecar(
             sidecar.wait()
 
 
+@pytest.mark.skipif(shutil.which("sh") is None, reason="needs /bin/sh")
+def test_the_legacy_wrapper_sends_one_sigterm_and_waits_for_the_sidecars_exit(
+    rendered: dict[str, list[dict[str, Any]]], tmp_path: Path,
+) -> None:
+    """The pod's SIGTERM in the same moment as the trainer's exit file: the wrapper forwards one
+    SIGTERM (a second makes `epochfs sidecar` kill its children and exit 143 at once, which a Job
+    counts as a failed pod) and exits with the sidecar's status once it has exited, not when its
+    own `wait` is interrupted by the signal. A stand-in `epochfs` counts the SIGTERMs it gets and
+    takes a second to stop, as the supervisor does to unmount."""
+    side = pod_spec(rendered["legacy-sidecar"])["containers"][0]
+    control = tmp_path / "control"
+    control.mkdir()
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    log = tmp_path / "sidecar.log"
+    fake = bindir / "epochfs"
+    fake.write_text(
+        "#!/bin/sh\n"
+        "n=0\n"
+        f"trap 'n=$((n+1)); echo TERM >> {log}' TERM\n"
+        f"echo started >> {log}\n"
+        "while [ $n -eq 0 ]; do sleep 0.05; done\n"
+        "sleep 1\n"
+        "[ $n -ge 2 ] && exit 143\n"
+        f"echo stopped >> {log}\n"
+        "exit 0\n"
+    )
+    fake.chmod(0o755)
+    script = side["command"][2].replace("/var/run/epochfs-control", str(control))
+    env = {**os.environ, "PATH": f"{bindir}:{os.environ['PATH']}"}
+    wrapper = subprocess.Popen(["/bin/sh", "-c", script], env=env, start_new_session=True)
+    try:
+        from common import wait_until
+
+        wait_until(lambda: log.exists() and "started" in log.read_text(), what="the stand-in's start")
+        (control / "trainer-exited").touch()
+        wait_until(lambda: "TERM" in log.read_text(), what="the exit file's SIGTERM")
+        os.kill(wrapper.pid, signal.SIGTERM)  # the pod's, to the container's first process
+        assert wrapper.wait(timeout=30) == 0
+        assert log.read_text().split() == ["started", "TERM", "stopped"]
+    finally:
+        if wrapper.poll() is None:
+            os.killpg(wrapper.pid, signal.SIGKILL)
+            wrapper.wait()
+
+
 def test_trainer_reports_to_its_own_sidecar(rendered: dict[str, list[dict[str, Any]]],
                                             monkeypatch: pytest.MonkeyPatch) -> None:
     """The torch client's report URL points at the sidecar's health port on the pod's loopback."""

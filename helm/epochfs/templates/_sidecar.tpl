@@ -26,15 +26,21 @@ include it in its own pods.
   {{- else }}
   # Legacy sidecar mode: run `epochfs sidecar` under a small shell that forwards SIGTERM and
   # stops it (SIGTERM: stop sampling, unmount, exit 0) once the trainer has left its exit file.
+  # One SIGTERM only: a second tells the sidecar to kill its children and exit 143 at once, and
+  # the pod's SIGTERM can come in the same moment as the exit file. Waited for to its end (a
+  # trapped signal interrupts `wait`), so the shell exits with the sidecar's own status.
   command:
     - /bin/sh
     - -c
     - >-
       epochfs sidecar & pid=$!;
-      trap 'kill -TERM $pid 2>/dev/null' TERM INT;
+      stop() { [ -n "$sent" ] || kill -TERM $pid 2>/dev/null; sent=1; };
+      trap stop TERM INT;
       while kill -0 $pid 2>/dev/null && [ ! -e {{ $control }}/trainer-exited ]; do sleep 2; done;
-      kill -TERM $pid 2>/dev/null;
-      wait $pid
+      stop;
+      wait $pid; rc=$?;
+      while kill -0 $pid 2>/dev/null; do wait $pid; rc=$?; done;
+      exit $rc
   {{- end }}
   env:
     - name: EPOCHFS_REMOTE
