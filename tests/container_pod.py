@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import copy
 import http.client
+import logging
 import os
 import socket
 import subprocess
@@ -53,6 +54,7 @@ CONTAINER_FIELDS = {
 }
 PROPAGATION = {None: "rprivate", "None": "rprivate", "HostToContainer": "rslave", "Bidirectional": "rshared"}
 LABEL = "io.epochfs.ct.pod"
+log = logging.getLogger(__name__)
 
 
 def job_pods(job: dict[str, Any]) -> list[tuple[dict[str, Any], PodIdentity]]:
@@ -265,8 +267,22 @@ class Pod:
                 raise PodError(f"{c['name']}: startupProbe still failing:\n{self.logs(c['name'])[-4000:]}")
             time.sleep(0.2)
 
+    def _remove_stale(self) -> None:
+        """Remove containers that already carry one of this pod's container names: left by an
+        earlier run the engine start did not clean (Engine.start removes every container), they
+        would make `docker run --name` fail with a Conflict."""
+        containers = self.spec.get("initContainers", []) + self.spec["containers"]
+        names = {self.name_of(c["name"]) for c in containers}
+        found = self.docker("ps", "-a", "--format", "{{.ID}} {{.Names}}").stdout.split("\n")
+        stale = [line.split()[0] for line in found if line.strip() and line.split()[1] in names]
+        if stale:
+            log.warning("pod %s: removing %d stale container(s) with its container names",
+                        self.identity.name, len(stale))
+            self.docker("rm", "-f", *stale)
+
     def start(self, timeout: float = 180) -> None:
         deadline = time.monotonic() + timeout
+        self._remove_stale()
         self.volumes.setup()
         for c in self.spec.get("initContainers", []):
             self._run(c)

@@ -25,7 +25,10 @@ sidecar, libfuse in the image, signals. What is checked, for the native sidecar 
   read-only root, and the same checks hold (byte-exact reads with the epochs asked for over the
   loopback port, refused writes, kill -9 of the publisher, SIGTERM exit 0);
 * the image: gcsfs imports (gs:// remotes), the installed packages are exactly the pinned ones,
-  no pip, no layer holds wheels, the default user is 10001.
+  no pip, no layer holds wheels, the default user is 10001;
+* the leftovers of an interrupted run (a container in the kept data root, the mounts of a
+  SIGKILLed dockerd) do not break the next engine start or a pod with the same names, and a
+  dockerd that ignores SIGTERM is killed without leaving a mount.
 
 It runs only when EPOCHFS_CONTAINER_TEST=1, which `make test-container` sets after installing
 docker.io and debootstrap (docs/container-test.md); then a missing prerequisite (root, /dev/fuse,
@@ -40,6 +43,7 @@ import json
 import os
 import re
 import shutil
+import signal
 import subprocess
 import tarfile
 import time
@@ -435,3 +439,60 @@ def test_image_pins_gcsfs_and_no_build_leftovers(engine: Engine, image: str) -> 
     assert not any(re.match(r"(tmp/)?wheels/", n) for n in everything)
     assert not any(n.startswith("opt/epochfs/") and "/site-packages/pip/" in n for n in everything)
     assert sum(1 for layer in layers if "opt/epochfs/bin/epochfs" in layer) == 1
+
+
+def tiny_pod(engine: Engine, image: str, root: Path, name: str) -> Pod:
+    """A one-container pod that prints and exits 0: enough to hit a container name conflict."""
+    spec = {"containers": [{"name": "main", "image": image, "command": ["python", "-c", "print('ok')"]}]}
+    return Pod(engine.docker, spec, PodIdentity(name=name), root / name)
+
+
+def test_what_an_interrupted_run_left_does_not_break_the_next(engine: Engine, image: str,
+                                                              tmp_path: Path) -> None:
+    """An earlier run killed part way: its containers stay in the kept data root (one still
+    running, its shim alive), and its dockerd, SIGKILLed, leaves the data root bind-mounted onto
+    itself and the running container's root filesystem mounted. The next engine start unmounts
+    those and removes every container, so a pod with the same container names starts; a
+    container with a pod's name made while the engine runs is removed by the pod's start."""
+    pod = tiny_pod(engine, image, tmp_path, "resnet-0")
+    left = engine.docker("create", "--network", "host", "--name", pod.name_of("main"), image).stdout.strip()
+    running = engine.docker("run", "-d", "--network", "host", "--stop-timeout", "1", "--name",
+                            pod.name_of("sleeper"), "--entrypoint", "python", image, "-c",
+                            "import time; time.sleep(600)").stdout.strip()
+    assert engine.proc is not None
+    engine.proc.kill()  # SIGKILL: dockerd undoes none of its mounts
+    engine.proc.wait()
+    engine.proc = None
+    points = mount_points(engine.cache)
+    assert str(engine.cache / "data") in points and any(p.endswith("/merged") for p in points), points
+
+    engine.start()
+    try:
+        pod.start(timeout=60)  # docker run --name resnet-0-main: no Conflict
+        assert pod.wait(60) == {"main": 0}
+    finally:
+        pod.cleanup()
+    assert not {left, running} & set(engine.docker("ps", "-aq", "--no-trunc").stdout.split())
+
+    again = tiny_pod(engine, image, tmp_path, "resnet-1")
+    stale = engine.docker("create", "--network", "host", "--name", again.name_of("main"),
+                          image).stdout.strip()
+    try:
+        again.start(timeout=60)
+        assert again.wait(60) == {"main": 0}
+        assert stale not in engine.docker("ps", "-aq", "--no-trunc").stdout.split()
+    finally:
+        again.cleanup()
+
+
+def test_a_dockerd_that_ignores_sigterm_is_killed_and_leaves_no_mount(engine: Engine) -> None:
+    """Engine.stop on a dockerd that neither answers nor exits (SIGSTOP here): it is killed after
+    the timeout and what it left mounted under the cache is unmounted; the engine then starts
+    again for the tests after this one."""
+    assert engine.proc is not None
+    engine.proc.send_signal(signal.SIGSTOP)
+    began = time.monotonic()
+    engine.stop(timeout=3)
+    assert engine.proc is None and time.monotonic() - began < 30
+    assert mount_points(engine.cache) == []
+    engine.start()
