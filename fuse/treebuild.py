@@ -33,6 +33,20 @@ def unsafe_path(rel: str) -> bool:
         p in ("", ".", "..") for p in rel.split("/"))
 
 
+def unshown_reason(path: str, object_name: str, checksum: str) -> str | None:
+    """Why a row of an epoch's file list is not shown, or None when it may be: the one rule of
+    the FUSE view and the folder view (both show the same rows). Its path must be a plain
+    relative path; its object name too, or the link would point outside the link root (a sample
+    id with ``..``); its checksum must hold no separator, or the manifest would break."""
+    if unsafe_path(path):
+        return "unsafe path"
+    if unsafe_path(object_name):
+        return f"unsafe link target {object_name!r}"
+    if any(c in checksum for c in _SEPARATORS):
+        return f"unsafe checksum {checksum!r}"
+    return None
+
+
 def smallest(values: array[int]) -> array[int]:
     """The same integers in 4-byte slots when they fit (every index of an epoch under 2**31)."""
     if not values or (min(values) >= -(1 << 31) and max(values) < (1 << 31)):
@@ -70,12 +84,9 @@ class TreeBuilder:
     def add(self, f: FileEntry, prev: str | None) -> bool:
         """Place ``f`` in the tree; False (counted, logged) when it cannot be shown safely."""
         self.added += 1
-        if unsafe_path(f.path):
-            return self._skip("unsafe path", f)
-        if unsafe_path(f.object_name):  # its symlink would point outside the link root
-            return self._skip(f"unsafe link target {f.object_name!r}", f)
-        if any(c in f.checksum for c in _SEPARATORS):  # would break the manifest (EIO for all of it)
-            return self._skip(f"unsafe checksum {f.checksum!r}", f)
+        why = unshown_reason(f.path, f.object_name, f.checksum)
+        if why is not None:
+            return self._skip(why, f)
         parts = f.path.split("/")
         if prev is not None and f.path < prev:
             raise ValueError(f"epoch {self.epoch}: files must come in path order ({f.path!r} after {prev!r})")
@@ -133,4 +144,4 @@ class TreeBuilder:
         return rank
 
 
-__all__ = ["ENC", "ROOT", "TreeBuilder", "smallest", "unsafe_path"]
+__all__ = ["ENC", "LOGGED_SKIPS", "ROOT", "TreeBuilder", "smallest", "unsafe_path", "unshown_reason"]

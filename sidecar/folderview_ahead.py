@@ -44,6 +44,7 @@ from array import array
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+from epochfs.fuse.treebuild import LOGGED_SKIPS, unsafe_path, unshown_reason
 from epochfs.sidecar.folderview_body import ManifestBody
 from epochfs.sidecar.folderview_links import Clash, LinkTree
 from epochfs.sidecar.store import EpochExtent, Store, object_name
@@ -63,8 +64,10 @@ WriteControl = Callable[[int, Sequence[bytes]], None]
 
 
 def unsafe(path: str) -> bool:
-    """The path rule of the tree builder (``fuse.tree``): such a sample is not shown."""
-    return not path or "\0" in path or any(p in ("", ".", "..") for p in path.split("/"))
+    """The path part of the tree builder's rule (:func:`~epochfs.fuse.treebuild.unsafe_path`):
+    such a sample is not shown. The whole rule (sample id and checksum too) is
+    :func:`~epochfs.fuse.treebuild.unshown_reason`."""
+    return unsafe_path(path)
 
 
 def rel_of(line: bytes) -> str:
@@ -136,7 +139,7 @@ class AheadTree(BuiltAhead):
         super().__init__(store=store, folder=folder, link_root=link_root, temp_prefix=temp_prefix)
         self._ids = array("q")
         self._sizes = array("q")  # -1: gone from the store
-        self._lines: list[bytes | None] = []  # None: not shown (an unsafe path)
+        self._lines: list[bytes | None] = []  # None: not shown (fuse.treebuild's rule)
         self._objs: list[str] = []
         self._linked = bytearray()
         self._start = 0  # members below left the next epoch (the front)
@@ -146,6 +149,9 @@ class AheadTree(BuiltAhead):
         self._body = ManifestBody()  # the manifest lines of the members shown from _start
         self._bytes = 0  # sizes of the members from _start
         self._shown_bytes = 0
+        self._unshown = 0  # members from _start not shown (held by the store, left out of the tree)
+        self.skipped = 0
+        """Rows read that the tree builder's rule left out (the first few logged by name)."""
         self._base: tuple[Path, EpochExtent] | None = None  # the published epoch links are made from
         self._budget = 1
         self._budget_at = -1e18
@@ -178,14 +184,16 @@ class AheadTree(BuiltAhead):
                 self._ids.append(s.id)
                 self._sizes.append(s.size)
                 line: bytes | None = None
-                if not unsafe(s.path):
+                obj = object_name(s.sid)
+                why = unshown_reason(s.path, obj, s.checksum)
+                if why is None:  # no separator in the path or checksum: one manifest line
                     line = f"{s.path}\t{s.size}\t{s.checksum}\n".encode()
-                    if line.count(b"\t") != 2 or line.count(b"\n") != 1 or b"\r" in line:
-                        self.tainted = f"a path or checksum the manifest cannot hold: {s.path!r}"
                     shown.append(line)
                     self._shown_bytes += s.size
+                else:
+                    self._skip(s.path, why)
                 self._lines.append(line)
-                self._objs.append(object_name(s.sid))
+                self._objs.append(obj)
                 self._linked.append(0)
                 self._bytes += s.size
                 self._hi = s.id
@@ -195,6 +203,14 @@ class AheadTree(BuiltAhead):
         if trim:  # the front of a cut made now: the newest samples within the epoch budget
             budget = self._budget_now()
             self._drop_front(lambda i: self._bytes > budget)
+
+    def _skip(self, path: str, why: str) -> None:
+        """A row the FUSE view would not show: kept as a member (it counts in the epoch's row),
+        never linked nor in the manifest; counted, the first few logged."""
+        self.skipped += 1
+        self._unshown += 1
+        if self.skipped <= LOGGED_SKIPS:
+            log.warning("%r not shown in the folder view: %s", path, why)
 
     def _drop_front(self, due: Callable[[int], bool]) -> None:
         removed: list[bytes] = []
@@ -218,6 +234,8 @@ class AheadTree(BuiltAhead):
         self._bytes -= self._sizes[i]
         if line is not None:
             self._shown_bytes -= self._sizes[i]
+        else:
+            self._unshown -= 1
         if self._linked[i] and self._links is not None and line is not None:
             self._links.unlink(rel_of(line))
         self._linked[i] = 0
@@ -301,6 +319,7 @@ class AheadTree(BuiltAhead):
         late_bytes = sum(self._sizes[i] for i in late if self._sizes[i] >= 0)
         late_shown = sum(self._sizes[i] for i in late
                          if self._sizes[i] >= 0 and self._lines[i] is not None)
+        late_unshown = sum(1 for i in late if self._sizes[i] >= 0 and self._lines[i] is None)
         count = k - self._start - self._holes
         if (count, self._bytes - late_bytes) != (ext.samples, ext.bytes):
             self._resync(ext)  # something in the range left the store (taken out): look
@@ -330,6 +349,9 @@ class AheadTree(BuiltAhead):
             links.show(self.folder / epoch_name(n), DIR_MODE)
         finally:
             self._body.add(late_lines)
+        if self._unshown > late_unshown:
+            log.warning("epoch %d: %d of %d file(s) not shown (unsafe paths, link targets or checksums)",
+                        n, self._unshown - late_unshown, count)
         self._base = (self.folder / epoch_name(n), ext)
         self._links = None
         return True
