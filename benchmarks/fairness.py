@@ -47,7 +47,7 @@ flags. ``--jobs N`` runs N key spaces at once (each with its own endpoint and si
 run's wall time is mostly process start-ups, but the key spaces then share the CPU, so their cut
 times and sample counts are not those of a run alone; measure with the default of one. Output:
 one markdown table (``--markdown FILE`` too) headed by the commit and the command, and JSON rows
-(``--json FILE``).
+(``--json FILE``); the table is rendered by :mod:`epochfs.benchmarks._fairness_table`.
 
     epochfs bench fairness                                     # six shapes, 100k keys, 6 epochs
     python -m epochfs.benchmarks.fairness --shapes skewed,mixed --keys 1M --markdown f.md
@@ -60,10 +60,8 @@ import argparse
 import bisect
 import contextlib
 import os
-import shlex
 import signal
 import sqlite3
-import statistics
 import subprocess
 import sys
 import threading
@@ -76,10 +74,24 @@ from types import FrameType
 
 from epochfs.benchmarks import _fairness_stats as stats
 from epochfs.benchmarks import harness
+from epochfs.benchmarks._fairness_table import (
+    COLUMNS,
+    MISSES,
+    SUMMARY_COLUMNS,
+    Row,
+    cells,
+    judged,
+    markdown,
+    source,
+    summary,
+)
 from epochfs.benchmarks._keyspaces import SHAPES, KeySpace, Shape, with_defaults
 from epochfs.benchmarks._scale_fetch import progress
 from epochfs.benchmarks.scale import get_json, label, parse_count
 from epochfs.torchclient.layout import read_manifest
+
+__all__ = ["COLUMNS", "MISSES", "SUMMARY_COLUMNS", "Cut", "Row", "cells", "judged", "listed_by", "main",
+           "markdown", "row", "source", "summary"]  # the table's names too: the tests and fairness_floor
 
 RETRY = 0.05
 """Seconds between lookups of an epoch not cut yet."""
@@ -93,48 +105,6 @@ def _pause(seconds: float) -> None:
     thread of ``--jobs``, which the signal does not reach)."""
     if STOPPING.wait(max(0.0, seconds)):
         raise KeyboardInterrupt
-
-
-@dataclass
-class Row:
-    """One epoch of one key space, beside random samples of its size."""
-
-    shape: str
-    spec: str
-    keys: int
-    strata: int
-    epoch: int
-    at_s: float
-    """Seconds from the sidecar's start to the lookup that found the epoch."""
-    listed: int
-    """Keys in the catalog at the cut."""
-    samples: int
-    covered: int
-    covered_random: float
-    covered_ratio: float
-    tv: float
-    tv_random: float
-    tv_ratio: float
-    ks: float
-    ks_random: float
-    ks_ratio: float
-    ks_same_mix: float
-    """The in-folder KS of random samples with this epoch's count in each folder."""
-    ks_same_mix_ratio: float
-    listed_tv: float = float("nan")
-    """The folder-mix TV of the keys listed by the cut (the catalog's first ``listed`` rows, in
-    listing order) against the dataset's: an epoch can be no fairer than what was listed, so this
-    tells a lopsided listing from a fetch order that strays from what was listed."""
-    run: int = 0
-    """Which of ``--runs`` runs of the key space (run-to-run spread: the cut times and sample
-    counts move with the machine's load)."""
-    random_miss_tv: float = float("nan")
-    """The share of ``--miss-trials`` uniform random samples of this size whose TV, as a ratio to
-    ``tv_random``, misses the aim (over 2): how often chance alone misses it."""
-    random_miss_folders: float = float("nan")
-    """The same for folders covered (a ratio to ``covered_random`` under 0.9)."""
-    miss_trials: int = 0
-    """The random samples drawn for ``random_miss_tv`` and ``random_miss_folders``."""
 
 
 @dataclass
@@ -249,95 +219,6 @@ def measure(shape: Shape, ns: argparse.Namespace, folder: Path, run: int = 0) ->
     space = KeySpace(shape)
     _, bounds = space.strata(ns.strata)
     return [row(space, bounds, cut, ns, run) for cut in sample(space, ns, folder)]
-
-
-MISSES = "random misses: TV, folders"
-SUMMARY_COLUMNS = ("shape", "epoch", "runs", "cut at (s)", "samples", "folders ratio", "TV ratio",
-                   "KS ratio, same mix", MISSES)
-
-
-def _spread(values: list[float], fmt: str) -> str:
-    """``median [min-max]`` of ``values`` (the median alone for one)."""
-    values = sorted(values)
-    mid = statistics.median(values)
-    if len(values) == 1:
-        return format(mid, fmt)
-    return f"{format(mid, fmt)} [{format(values[0], fmt)}-{format(values[-1], fmt)}]"
-
-
-def summary(rows: list[Row]) -> list[dict[str, str | int]]:
-    """Per key space and epoch over the runs: the median of each figure and its range."""
-    groups: dict[tuple[str, int], list[Row]] = {}
-    for r in rows:
-        groups.setdefault((r.shape, r.epoch), []).append(r)
-    return [{"shape": shape, "epoch": epoch, "runs": len(rs),
-             "cut at (s)": _spread([r.at_s for r in rs], ".1f"),
-             "samples": _spread([float(r.samples) for r in rs], ".0f"),
-             "folders ratio": _spread([r.covered_ratio for r in rs], ".2f"),
-             "TV ratio": _spread([r.tv_ratio for r in rs], ".2f"),
-             "KS ratio, same mix": _spread([r.ks_same_mix_ratio for r in rs], ".2f"),
-             MISSES: f"{_spread([r.random_miss_tv for r in rs], '.0%')}, "
-                     f"{_spread([r.random_miss_folders for r in rs], '.0%')}"}
-            for (shape, epoch), rs in groups.items()]
-
-
-COLUMNS = ("shape", "keys", "strata", "epoch", "cut at (s)", "listed", "samples",
-           "folders covered (random)", "ratio", "folder-mix TV (random)", "ratio",
-           "in-folder KS (random)", "ratio", "KS ratio, same mix", MISSES, "listed keys' TV")
-
-
-def judged(value: float, missed: bool, chance: float) -> str:
-    """A ratio, marked when it misses its aim with how often a random sample misses it too."""
-    return f"{harness.times(value)} (miss, chance {chance:.0%})" if missed else harness.times(value)
-
-
-def cells(r: Row) -> list[str]:
-    return [r.shape, label(r.keys), str(r.strata), str(r.epoch), f"{r.at_s:.1f}", str(r.listed),
-            str(r.samples),
-            f"{r.covered} ({r.covered_random:.0f})",
-            judged(r.covered_ratio, r.covered_ratio < stats.COVERED_AIM, r.random_miss_folders),
-            f"{r.tv:.3f} ({r.tv_random:.3f})",
-            judged(r.tv_ratio, r.tv_ratio > stats.TV_AIM, r.random_miss_tv),
-            f"{r.ks:.3f} ({r.ks_random:.3f})", harness.times(r.ks_ratio), harness.times(r.ks_same_mix_ratio),
-            f"{r.random_miss_tv:.0%}, {r.random_miss_folders:.0%}", f"{r.listed_tv:.3f}"]
-
-
-def source() -> str:
-    """The commit of the checkout this epochfs runs from (``+ changes`` when it has any), or unknown."""
-    import epochfs
-
-    top = Path(epochfs.__file__).resolve().parents[2]
-    try:
-        head = subprocess.run(["git", "-C", str(top), "rev-parse", "--short", "HEAD"], capture_output=True,
-                              text=True, timeout=30, check=True).stdout.strip()
-        dirty = subprocess.run(["git", "-C", str(top), "status", "--porcelain", "--untracked-files=no"],
-                               capture_output=True, text=True, timeout=30, check=True).stdout.strip()
-    except (OSError, subprocess.SubprocessError):
-        return "unknown (not a git checkout)"
-    return f"{head} + uncommitted changes ({top})" if dirty else f"{head} ({top})"
-
-
-def markdown(rows: list[Row], ns: argparse.Namespace, argv: list[str], specs: list[str]) -> str:
-    trials = "/".join(sorted({str(r.miss_trials) for r in rows}))
-    lines = [f"commit {source()}",
-             f"command: python -m epochfs.benchmarks.fairness {shlex.join(argv)}".rstrip(), "",
-             f"{ns.size} B objects, {ns.list_latency * 1000:.0f} ms per listing page, epoch N cut at "
-             f"(N + 1) x {ns.every:g} s from the sidecar's start, strata: {ns.strata} folders, random: "
-             f"median of {ns.draws} draws; ratio = epoch / random; KS ratio, same mix: to random samples "
-             "with the epoch's count in each folder (the spread inside folders alone); random misses: "
-             f"of {trials} more random samples of the epoch's size, the share over 2x the random "
-             "TV and under 0.9x the random folders (a miss by chance; docs/fairness-floor.md)", "",
-             ]
-    if ns.runs > 1:
-        lines += [f"Over {ns.runs} runs: the median and [the range] of each figure", "",
-                  "| " + " | ".join(SUMMARY_COLUMNS) + " |", "|" + "---|" * len(SUMMARY_COLUMNS)]
-        lines += ["| " + " | ".join(str(s[c]) for c in SUMMARY_COLUMNS) + " |" for s in summary(rows)]
-        lines += ["", "Every run:", ""]
-    lines += ["| " + " | ".join(COLUMNS) + (" | run |" if ns.runs > 1 else " |"),
-              "|" + "---|" * (len(COLUMNS) + (ns.runs > 1))]
-    lines += ["| " + " | ".join(cells(r)) + (f" | {r.run} |" if ns.runs > 1 else " |") for r in rows]
-    lines += ["", "key spaces: " + "; ".join(specs)]
-    return "\n".join(lines)
 
 
 def run_shape(shape: Shape, ns: argparse.Namespace, run: int) -> list[Row]:
