@@ -37,9 +37,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from epochfs.fuse.view import EpochTree, View
+from epochfs.fuse.view import View
 from epochfs.sidecar.config import ConfigError
 from epochfs.sidecar.folderview_ahead import AheadTree, Tainted
+from epochfs.sidecar.folderview_classes import render_classes
 from epochfs.sidecar.folderview_grace import Grace
 from epochfs.sidecar.folderview_lost import LostRecord
 from epochfs.sidecar.folderview_remove import Remover
@@ -363,20 +364,9 @@ class FolderPublisher:
         """``.epochfs/classes.json`` with the folders of every live epoch (the one being published
         included) recorded, written before the epoch appears: each folder a reader finds in
         ``epoch-N/`` has its index there (:mod:`epochfs.fuse.classes`). ``folders``:
-        epoch N's folders as the tree built ahead has them (its tree is not built again)."""
-        if folders is None:
-            data = self.view.render_classes()
-        else:
-            n, paths = folders
-            live = [e.epoch for e in self.store.epochs()]
-            if any(m not in self.view.snapshot.live for m in live if m != n):
-                self.view.refresh()
-
-            def tree(m: int) -> EpochTree:
-                return _Folders(paths) if m == n else self.view.tree(m)  # type: ignore[return-value]
-
-            data = self.view.classes.render(live, tree)
-        self._replace_control(CLASSES_NAME, data, fsync=True)
+        epoch N's folders as the tree built ahead has them (its tree is not built again;
+        :mod:`.folderview_classes`)."""
+        self._replace_control(CLASSES_NAME, render_classes(self.view, folders=folders), fsync=True)
 
     def _retire(self, n: int) -> None:
         """``epoch-N/`` disappears at once (renamed away), then its manifest, then its files."""
@@ -388,13 +378,3 @@ class FolderPublisher:
             self._remover.put(gone)  # never delays a publish
         else:
             remove_tree(gone)
-
-
-class _Folders:
-    """What ``classes.json``'s renderer asks of an epoch's tree, from the tree built ahead."""
-
-    def __init__(self, paths: list[str]) -> None:
-        self.paths = paths
-
-    def folder_paths(self) -> list[str]:
-        return self.paths
