@@ -39,6 +39,7 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
+from epochfs.fuse.treebuild import LOGGED_SKIPS, unshown_reason
 from epochfs.sidecar.folderview_ahead import (
     CHUNK,
     SPOT_CHECKS,
@@ -48,7 +49,6 @@ from epochfs.sidecar.folderview_ahead import (
     Tainted,
     WriteControl,
     rel_of,
-    unsafe,
 )
 from epochfs.sidecar.folderview_body import ManifestBody
 from epochfs.sidecar.folderview_links import LinkTree
@@ -66,7 +66,8 @@ reads. The window itself is read again only when one of them changed (its catalo
 second at a million keys, so never every step)."""
 
 Member = tuple[int, bytes | None, str, int, str]
-"""A sample of the set: size, manifest line (None: not shown, an unsafe path), object name, rank, key."""
+"""A sample of the set: size, manifest line (None: not shown, a row the FUSE view's rule leaves out:
+:func:`~epochfs.fuse.treebuild.unshown_reason`), object name, rank, key."""
 
 
 def ahead_tree(*, store: Store, folder: Path, link_root: Path,
@@ -100,6 +101,8 @@ class WindowTree(BuiltAhead):
         self._bytes = 0
         self._shown_bytes = 0
         self._base: tuple[Path, WindowExtent] | None = None
+        self.skipped = 0
+        """Rows read that the tree builder's rule left out (the first few logged by name)."""
 
     def pending(self) -> bool:
         """Linking is left to do (the publisher steps again at once)."""
@@ -121,13 +124,17 @@ class WindowTree(BuiltAhead):
             if s.id in self._m or s.rank is None:
                 continue
             line: bytes | None = None
-            if not unsafe(s.path):
+            obj = object_name(s.sid)
+            why = unshown_reason(s.path, obj, s.checksum)
+            if why is None:  # no separator in the path or checksum: one manifest line
                 line = f"{s.path}\t{s.size}\t{s.checksum}\n".encode()
-                if line.count(b"\t") != 2 or line.count(b"\n") != 1 or b"\r" in line:
-                    self.tainted = f"a path or checksum the manifest cannot hold: {s.path!r}"
                 shown.append(line)
                 self._shown_bytes += s.size
-            self._m[s.id] = (s.size, line, object_name(s.sid), s.rank, s.key)
+            else:
+                self.skipped += 1
+                if self.skipped <= LOGGED_SKIPS:
+                    log.warning("%r not shown in the folder view: %s", s.path, why)
+            self._m[s.id] = (s.size, line, obj, s.rank, s.key)
             heapq.heappush(self._heap, s.id)
             self._todo.append(s.id)
             self._bytes += s.size
