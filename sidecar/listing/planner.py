@@ -70,7 +70,7 @@ from epochfs.sidecar.listing.segments import (
     relative,
     stop_number,
 )
-from epochfs.sidecar.listing.skew import listing_skew
+from epochfs.sidecar.listing.skew import fair_samples, listing_skew
 from epochfs.sidecar.store.catalog import Part
 
 SKEW_EVERY = 1.0
@@ -114,7 +114,7 @@ class Planner:
         self._open = 0
         self._reached = 0
         self._listed = 0
-        self._skew_at: tuple[float, float] | None = None
+        self._skew_at: tuple[float, tuple[float, int | None]] | None = None
         """When the skew was last computed, and its value (:meth:`_skew_now`)."""
         self._unbounded = 0
         """Spans whose open end (the segment with no stop) is not done: counted as pages are
@@ -254,7 +254,7 @@ class Planner:
         return child
 
     # ------------------------------------------------------------------ estimates
-    def progress(self, pages: Sequence[tuple[Segment, int]] = ()) -> dict[str, int | bool | float]:
+    def progress(self, pages: Sequence[tuple[Segment, int]] = ()) -> dict[str, int | bool | float | None]:
         """What this run of the listing knows, as status shows it: keys listed (every shard's),
         keys estimated in all (listed plus the estimates of what is left, where spans have
         estimates; a span not reached yet as the reached ones on average), spans reached of all.
@@ -269,9 +269,10 @@ class Planner:
             each = (self._listed + self._rest) / self._reached if self._reached else FIRST_PAGE
             left = self._rest + each * unreached
             first_round = reached == len(self._spans) and self._ends_found()
+            skew, fair = self._skew_now()
             return {"listed": listed, "estimated": listed + round(left), "spans": len(self._spans),
                     "spans_reached": reached, "first_round": first_round,
-                    "skew": round(self._skew_now(), 4)}
+                    "skew": round(skew, 4), "fair_cap": fair}
 
     def _ends_found(self) -> bool:
         """Whether every span's end is found (no open segment reads on past the known keys), where
@@ -283,7 +284,7 @@ class Planner:
         first 1,700 keys listed (the key space's first 2%) be fetched at once."""
         return not self.splittable or self._unbounded <= 0
 
-    def _skew_now(self) -> float:
+    def _skew_now(self) -> tuple[float, int | None]:
         """:meth:`_skew`, computed at most every :data:`SKEW_EVERY` seconds (a pass over every
         span and segment: 10,000 folders cost ~160 ms, and progress is asked at every commit)."""
         now = time.monotonic()
@@ -291,10 +292,12 @@ class Planner:
             self._skew_at = (now, self._skew())
         return self._skew_at[1]
 
-    def _skew(self) -> float:
-        """:func:`.listing_skew` of the spans, with this planner's estimates."""
-        return listing_skew(self._spans, self._left,
-                            ends_unknown=self.splittable or self.streams_in_key_order)
+    def _skew(self) -> tuple[float, int | None]:
+        """:func:`.listing_skew` of the spans, with this planner's estimates, and the samples an
+        epoch drawn from them may hold (:func:`.fair_samples`; None: as many as the skew allows)."""
+        ends_unknown = self.splittable or self.streams_in_key_order
+        skew = listing_skew(self._spans, self._left, ends_unknown=ends_unknown)
+        return skew, fair_samples(self._spans, skew, ends_unknown=ends_unknown)
 
     def _push(self, span: SpanState) -> None:
         """Queue ``span`` by its priority: an unknown end first, then the least listed share. A

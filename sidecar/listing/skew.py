@@ -77,15 +77,18 @@ def listing_skew(spans: Sequence[SpanState], left_of: Callable[[SpanState, Segme
         return 1.0  # a folder already larger than the typical one, its end not found (below)
     tv = 0.5 * sum(abs(k / listed - n / total) for k, n in pieces)
     spread = _spread_at_cap(spans, tv, ends_unknown=ends_unknown)
-    skew = max(unbounded / listed, tv / max(1.0, spread / TEN_FOLDERS))
-    return max(skew, _expected_skew(spans, skew, listed, ends_unknown=ends_unknown))
+    return max(unbounded / listed, tv / max(1.0, spread / TEN_FOLDERS))
 
 
-def _expected_skew(spans: Sequence[SpanState], skew: float, listed: float, *, ends_unknown: bool) -> float:
-    """The skew at whose cap an epoch drawn from the top folders' listed mix is still expected
-    within :data:`.expected_tv.TV_TARGET` times a random sample's distance from their estimated
-    mix (:func:`.expected_tv.largest_fair_sample`), where that is below the cap ``skew`` sets; 0
-    where it is not, or the top folders' sizes are not known (:func:`_top_counts`).
+def fair_samples(spans: Sequence[SpanState], skew: float, *, ends_unknown: bool) -> int | None:
+    """The most samples an epoch drawn from the top folders' listed mix may hold and still be
+    expected within :data:`.expected_tv.TV_TARGET` times a random sample's distance from their
+    estimated mix (:func:`.expected_tv.largest_fair_sample`), at least one, where that is below
+    the cap ``skew`` sets (:data:`FAIR_SPREAD`); None where it is not, or the top folders' sizes
+    are not known (:func:`_top_counts`). The fetch order holds its walk to it beside the skew's
+    cap (:func:`epochfs.sidecar.sampler.order.walk_cap`), below that cap's floor of 3 samples
+    where the listing is that lopsided (1,500 folders of Zipf 1.8 sizes: 3 samples at 8 s from
+    three small folders, 2.13x a random sample's TV).
 
     Why beside the spread's scaling: that one is a large sample's, and over thousands of folders
     of Zipf sizes a few folders listed ahead of their share are most of a small sample's
@@ -93,21 +96,20 @@ def _expected_skew(spans: Sequence[SpanState], skew: float, listed: float, *, en
     at 2.3x a random sample's TV; held here, 1.75x (docs/performance.md)."""
     counts = _top_counts(spans, ends_unknown=ends_unknown)
     if counts is None or len(counts) < 2:
-        return 0.0
+        return None
+    pairs = list(counts.values())
+    listed = sum(k for k, _ in pairs)
     cap = (FAIR_SPREAD / skew) ** 2 if skew > 0.0 else math.inf
     upto = int(min(cap, listed, EXPECTED_UPTO))
-    pairs = list(counts.values())
-    if upto < 1 or sum(k for k, _ in pairs) <= 0 or sum(n for _, n in pairs) <= 0:
-        return 0.0
+    if upto < 1 or sum(n for _, n in pairs) <= 0:
+        return None
     drawn, target, weights = grouped(pairs)
     fair = largest_fair_sample(drawn, target, upto=upto, weights=weights)
-    if fair >= upto:
-        return 0.0
-    return 1.0 if fair < 1 else min(1.0, FAIR_SPREAD / math.sqrt(fair))
+    return None if fair >= upto else max(1, fair)
 
 
 EXPECTED_UPTO = 1_000_000
-"""The largest cap :func:`_expected_skew` looks at: past a million samples an epoch is the
+"""The largest cap :func:`fair_samples` looks at: past a million samples an epoch is the
 listed mix's own distance, which the skew's distance already holds."""
 
 
@@ -234,4 +236,4 @@ def _top_counts(spans: Sequence[SpanState], *, ends_unknown: bool) -> dict[str, 
     return tops
 
 
-__all__ = ["FAIR_SPREAD", "TEN_FOLDERS", "listing_skew", "random_spread"]
+__all__ = ["FAIR_SPREAD", "TEN_FOLDERS", "fair_samples", "listing_skew", "random_spread"]

@@ -29,7 +29,7 @@ import logging
 import sqlite3
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from epochfs.sidecar.store import Candidate, Meta, Store
@@ -89,6 +89,19 @@ def spread_factor(skew: float) -> float:
     return max(SKEW_FLOOR, 1.0 - skew / SKEW_HOLD)
 
 
+def walk_cap(known: Mapping[str, Any]) -> int | None:
+    """The samples the walk may have handed out while the listing runs (None: any): the skew's
+    cap (:func:`skew_cap`, the spans not reached counted as off: :func:`unreached_share`), held
+    further to the samples an epoch drawn from the listed mix may hold (``fair_cap``: the
+    planner's :func:`~epochfs.sidecar.listing.skew.fair_samples`), at least one."""
+    cap = skew_cap(min(1.0, float(known.get("skew") or 0.0) + unreached_share(known)))
+    fair = known.get("fair_cap")
+    if fair is None:
+        return cap
+    held = max(1, int(fair))
+    return held if cap is None else min(cap, held)
+
+
 def skew_cap(skew: float) -> int | None:
     """The samples the walk may have handed out while the listing's keys are ``skew`` away from the
     dataset's mix (None: no cap). The pace's rate (:data:`LEAD`, :func:`spread_factor`) grows with
@@ -102,7 +115,7 @@ def skew_cap(skew: float) -> int | None:
     return int((FAIR_SPREAD / skew) ** 2)
 
 
-def unreached_share(known: dict[str, Any]) -> float:
+def unreached_share(known: Mapping[str, Any]) -> float:
     """The share of the listing's spans not reached yet (each counted as the reached ones are on
     average, as the planner's estimate counts them), once the first round's wait is over (at most
     :data:`FIRST_ROUND_WAIT` seconds). The planner's skew leaves them out (it sets the pace's rate,
@@ -270,7 +283,7 @@ class FetchOrder:
             return -(2**63), None  # the first round first: the first folders listed are not the sample
         skew = float(known.get("skew") or 0.0)
         taken = self._handed + self._inflight()
-        cap = skew_cap(min(1.0, skew + unreached_share(known)))
+        cap = walk_cap(known)
         left = None if cap is None else max(0, cap - taken)  # the walk's and the owed keys'
         share = LEAD * spread_factor(skew) * (taken + PACE_START) / max(1, int(estimated))
         if share >= 1.0:

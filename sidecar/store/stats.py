@@ -114,6 +114,7 @@ def listing_known(db: sqlite3.Connection, catalog: int, *, excluded: int | None 
            "spans": int(known.get("spans", 0)), "spans_reached": int(known.get("spans_reached", 0)),
            "first_round": bool(known.get("first_round", False)), "began": float(known.get("began", 0)),
            "skew": float(known.get("skew", 0.0)),
+           "fair_cap": int(known["fair_cap"]) if known.get("fair_cap") is not None else None,
            "estimated_objects": round(catalog / covered) if covered > 0 else None}
     if excluded:
         out["excluded"] = excluded

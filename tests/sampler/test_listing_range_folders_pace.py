@@ -22,7 +22,7 @@ from range_folders_helpers import folder_ranges, folder_tv, read_batch, zipf_key
 
 from epochfs.benchmarks._fairness_stats import random_baseline
 from epochfs.sidecar.listing.planner import Planner
-from epochfs.sidecar.sampler.order import skew_cap, unreached_share
+from epochfs.sidecar.sampler.order import walk_cap
 
 FOLDERS = 2500
 KEYS = 200_000
@@ -55,7 +55,7 @@ def test_thousands_of_folders_as_ranges_let_fair_epochs_grow() -> None:
         if len(listed) < upto:
             continue
         progress = planner.progress()
-        cap = skew_cap(min(1.0, float(progress["skew"]) + unreached_share(progress)))
+        cap = walk_cap(progress)
         caps.append((len(listed), cap))
         assert cap is None or cap >= 200, f"{len(listed)} listed: the cap holds the epochs at {cap}"
         n = min(cap or len(listed), 5000)

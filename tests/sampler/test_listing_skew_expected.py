@@ -11,8 +11,8 @@ import pytest
 
 from epochfs.sidecar.listing.expected_tv import TV_TARGET, largest_fair_sample, sample_tv
 from epochfs.sidecar.listing.segments import Segment, SpanState
-from epochfs.sidecar.listing.skew import _random_tv, listing_skew
-from epochfs.sidecar.sampler.order import skew_cap
+from epochfs.sidecar.listing.skew import _random_tv, fair_samples, listing_skew
+from epochfs.sidecar.sampler.order import skew_cap, walk_cap
 from epochfs.sidecar.store.catalog import Part
 
 
@@ -65,6 +65,13 @@ def _spans(sizes: np.ndarray, listed: np.ndarray) -> list[SpanState]:
     return spans
 
 
+def _cap(spans: list[SpanState]) -> int | None:
+    """The fetch order's cap on what the planner would say of these spans."""
+    rest = {span.id: span.rest for span in spans}
+    skew = listing_skew(spans, lambda span, seg: rest[span.id], ends_unknown=False)
+    return walk_cap({"skew": skew, "fair_cap": fair_samples(spans, skew, ends_unknown=False)})
+
+
 def test_thousands_of_zipf_folders_the_large_ones_listed_behind_hold_the_cap() -> None:
     """3,000 folders of Zipf 1.45 sizes (600k keys), every folder reached, the small ones listed
     whole and each of the large ones its first two pages (300 keys) with its size known: the cap
@@ -77,10 +84,8 @@ def test_thousands_of_zipf_folders_the_large_ones_listed_behind_hold_the_cap() -
     sizes = sizes[order]
     listed = np.minimum(sizes, 300)
     spans = _spans(sizes, listed)
-    rest = {span.id: span.rest for span in spans}
-    skew = listing_skew(spans, lambda span, seg: rest[span.id], ends_unknown=False)
-    cap = skew_cap(skew)
-    assert cap is not None and cap >= 3
+    cap = _cap(spans)
+    assert cap is not None and cap >= 1
     whole = sizes / sizes.sum()
     drawn = listed / listed.sum()
     random_tv = _monte_carlo_tv(whole, whole, cap, rng)
@@ -96,6 +101,26 @@ def test_listed_alike_the_expected_distance_does_not_hold_the_cap() -> None:
     listed = np.maximum(1, sizes // 4)
     spans = _spans(sizes, listed)
     rest = {span.id: span.rest for span in spans}
-    skew = listing_skew(spans, lambda span, seg: rest[span.id], ends_unknown=False)
-    cap = skew_cap(skew)
+    assert fair_samples(spans, listing_skew(spans, lambda span, seg: rest[span.id], ends_unknown=False),
+                        ends_unknown=False) is None
+    cap = _cap(spans)
     assert cap is None or cap > 1000
+
+
+def test_a_listing_lopsided_past_the_skews_floor_holds_the_walk_below_three_samples() -> None:
+    """1,500 folders of Zipf 1.8 sizes (400k keys, the largest holds half): the large folders'
+    first pages listed, the small ones whole. Three samples drawn from that mix are far from the
+    dataset's (three small folders, where a random sample of three holds the large one): the
+    skew's cap stops at its floor of 3, the expected distance holds the walk below it."""
+    rng = np.random.default_rng(11)
+    sizes = np.maximum(1, np.round(_zipf(1500, 1.8) * 400_000)).astype(int)[rng.permutation(1500)]
+    listed = np.minimum(sizes, 100)
+    spans = _spans(sizes, listed)
+    rest = {span.id: span.rest for span in spans}
+    skew = listing_skew(spans, lambda span, seg: rest[span.id], ends_unknown=False)
+    cap = _cap(spans)
+    assert cap is not None and 1 <= cap < 3 <= (skew_cap(skew) or 0), (cap, skew)
+    whole = sizes / sizes.sum()
+    drawn = listed / listed.sum()
+    assert _monte_carlo_tv(drawn, whole, cap, rng) <= 1.75 * _monte_carlo_tv(whole, whole, cap, rng)
+    assert _monte_carlo_tv(drawn, whole, 3, rng) > TV_TARGET * _monte_carlo_tv(whole, whole, 3, rng)
