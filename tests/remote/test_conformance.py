@@ -653,11 +653,12 @@ def test_a_refusing_store_is_denied_for_reads_and_the_listing(
 
 
 def test_the_registry_opens_every_scheme_the_settings_accept() -> None:
-    from epochfs.sidecar.confparse import REMOTE_SCHEMES
     from epochfs.sidecar.remote.registry import BACKENDS as REGISTERED
-    from epochfs.sidecar.remote.registry import HELP
+    from epochfs.sidecar.remote.registry import HELP, SCHEMES, check_url
 
-    assert set(REMOTE_SCHEMES) == {s for b in REGISTERED for s in b.schemes}
+    assert set(SCHEMES) == {s for b in REGISTERED for s in b.schemes}
+    for scheme in SCHEMES:  # what --remote's check (check_url) lets through
+        check_url(f"{scheme}://bucket/prefix" if scheme != "file" else "file:///data")
     assert {b.schemes[0] for b in REGISTERED} >= {"s3", "gs", "file"} and "https://" in HELP
 
 
