@@ -27,7 +27,7 @@ import http.client
 import socket
 import ssl
 import threading
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
@@ -122,6 +122,9 @@ class GetPool:
         self._idle: dict[_Key, list[http.client.HTTPConnection]] = {}
         self._all: set[http.client.HTTPConnection] = set()
         self._closed = False
+        self.on_sent: Callable[[], None] | None = None
+        """Called once, after the next request is written and before its answer is waited for:
+        work that can overlap that wait (the sampler's imports it needs after its first LIST)."""
 
     def proxy_for(self, url: str) -> Proxy | None:
         """The proxy that GETs of ``url`` go through (None: direct)."""
@@ -182,6 +185,9 @@ class GetPool:
         conn = self._take(key, parts, proxy)
         try:
             conn.request(method, target, headers=sent)
+            hook, self.on_sent = self.on_sent, None
+            if hook is not None:
+                hook()
             resp = conn.getresponse()
         except BaseException:
             self._discard(conn)

@@ -28,7 +28,7 @@ import importlib.util
 import logging
 import os
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import replace
 from functools import partial
 from typing import Any
@@ -100,6 +100,7 @@ class S3Remote(Remote):
         self._endpoint_url = endpoint_url
         self._boto: Any = None
         self._boto_lock = threading.Lock()
+        self._region_lock = threading.Lock()
         light = light_settings(endpoint_url)
         # Presigned URLs without botocore where they are the same URL (sigv4.light_settings):
         # botocore's import and client (~0.4 s) are then made on first need, off the way to the
@@ -123,9 +124,13 @@ class S3Remote(Remote):
         proxy = self._gets.proxy_for(endpoint)
         if proxy is not None and self._fast:
             log.info("S3 requests go through the proxy %s", proxy)  # str() masks credentials
-        if self._signer is not None:
-            self._signer = self._bucket_region(self._signer)
-        else:
+        # The bucket's region is learned from a refusal, not asked first: a HEAD of the bucket
+        # before the first LIST is a round trip on the way to the first GET that the LIST answers
+        # as well (a missing bucket or denied access comes back typed from it). A presigned
+        # request signed for another region is refused (301, 400), and then the bucket's HEAD
+        # says which region to sign for (_learn_region) and the request is made again.
+        self._region_known = self._signer is None  # botocore's own client checks it (_use_bucket_region)
+        if self._signer is None:
             try:
                 self._client.generate_presigned_url("get_object", Params={"Bucket": self.bucket, "Key": "x"})
             except Exception as e:
@@ -161,7 +166,8 @@ class S3Remote(Remote):
             response_checksum_validation="when_required",
         )
         self._session = botocore.session.get_session()
-        if self._signer is not None:  # its region is the bucket's already (_bucket_region's HEAD)
+        if self._signer is not None:  # the signer's region, made the bucket's first (_learn_region)
+            self._learn_region()
             return self._new_client(self._signer.region)
         return self._use_bucket_region(self._new_client())
 
@@ -187,6 +193,23 @@ class S3Remote(Remote):
             if region and region != signer.region:
                 return Presigner(replace(signer.light, region=region))
         return signer
+
+    def _learn_region(self) -> bool:
+        """Once, after a presigned request was refused (or before botocore's client is made):
+        sign for the bucket's own region (:meth:`_bucket_region`). True when the region changed,
+        so the refused request is worth making again with the new signer."""
+        if self._region_known:
+            return False
+        with self._region_lock:
+            signer = self._signer
+            if self._region_known or signer is None:
+                return False
+            learned = self._bucket_region(signer)
+            self._signer = learned
+            self._region_known = True
+        if learned is not signer:
+            log.info("S3 bucket %s is in region %s: signing for it", self.bucket, learned.region)
+        return learned is not signer
 
     def _presign(self, operation: str, params: dict[str, Any], headers: dict[str, str]) -> str:
         """A presigned URL of ``operation``: by :mod:`.sigv4` where it can, else botocore."""
@@ -218,6 +241,11 @@ class S3Remote(Remote):
         if configured is not None:
             return dict(configured)
         return dict(get_environ_proxies(self._client.meta.endpoint_url))
+
+    def on_first_sent(self, callback: Callable[[], None]) -> None:
+        """Call ``callback`` once the next presigned request (the first LIST) is on the wire,
+        before its answer is waited for: the sampler's imports overlap the round trip."""
+        self._gets.on_sent = callback
 
     def _full_key(self, key: str) -> str:
         return f"{self.prefix}/{key}" if self.prefix else key
@@ -255,6 +283,8 @@ class S3Remote(Remote):
         if delimiter:
             kwargs["Delimiter"] = "/"
         fast = self._list_fast(kwargs) if self._fast and self._fast_list else None
+        if isinstance(fast, _Fallback) and self._learn_region():  # signed for the bucket's region now
+            fast = self._list_fast(kwargs)
         if isinstance(fast, ListedXML):
             cut = len(root)
             return ListedPage([RemoteObject(key[cut:], size, etag) for key, size, etag in fast.objects],
@@ -321,18 +351,12 @@ class S3Remote(Remote):
                                   "ChecksumMode": "ENABLED"}
         refused: _Fallback | None = None
         if self._fast:
-            url = self._presign("get_object", kwargs, CHECKSUM_MODE)
-            try:
-                return FastReader(self._gets.get(url, CHECKSUM_MODE))
-            except Exception as e:
-                if isinstance(e, HTTPStatusError) and e.status in (301, 307, 400, 403):
-                    # botocore tries it again (and redirects, or reports it).
-                    refused = _Fallback(s3_answer(e)[1])
-                else:
-                    failure = fast_path_failure(e, key=key)
-                    if failure is None:
-                        raise
-                    raise failure from e
+            fast = self._open_fast(key, kwargs)
+            if isinstance(fast, _Fallback) and self._learn_region():  # signed for its region now
+                fast = self._open_fast(key, kwargs)
+            if isinstance(fast, FastReader):
+                return fast
+            refused = fast
         with BOTOCORE:
             response = self._client.get_object(**kwargs)
         if refused is not None and self._fast:
@@ -340,6 +364,21 @@ class S3Remote(Remote):
             log.warning("S3 presigned GETs refused (%s); using botocore for every GET", refused)
             self._fast = False
         return BotoReader(response)
+
+    def _open_fast(self, key: str, kwargs: dict[str, Any]) -> FastReader | _Fallback:
+        """The presigned GET of ``kwargs``: its reader, or a :class:`_Fallback` when S3 refuses the
+        URL (301, 307, 400, 403: botocore tries it again, and redirects or reports it); any other
+        failure raised, typed (:func:`~.errors.fast_path_failure`)."""
+        url = self._presign("get_object", kwargs, CHECKSUM_MODE)
+        try:
+            return FastReader(self._gets.get(url, CHECKSUM_MODE))
+        except Exception as e:
+            if isinstance(e, HTTPStatusError) and e.status in (301, 307, 400, 403):
+                return _Fallback(s3_answer(e)[1])
+            failure = fast_path_failure(e, key=key)
+            if failure is None:
+                raise
+            raise failure from e
 
     def paged(self) -> PagedRemote:
         return self

@@ -47,6 +47,7 @@ from epochfs.sidecar.remote import Remote, RemoteError, open_remote
 from epochfs.sidecar.remote.errors import may_answer_later
 from epochfs.sidecar.remote.refusal import refusal_cause
 from epochfs.sidecar.sampler.loop import STOP_GRACE, Sampler
+from epochfs.sidecar.sampler.preload import preload_after_first_request
 from epochfs.sidecar.signals import set_from_handler
 from epochfs.sidecar.store import Meta, Store, StoreError, checkmark
 from epochfs.sidecar.store.index import is_corruption
@@ -249,6 +250,7 @@ def run_sample(settings: SamplerSettings) -> int:
                             shard_index=settings.shard_index, shard_count=settings.shard_count,
                             object_limit=settings.object_limit, threads=settings.list_threads, stop=stop,
                             include=settings.include, exclude=settings.exclude, yield_to=fetching)
+            preload_after_first_request(remote)  # the first download's imports, beside the first LIST
             # Finding the spans lists a little here (S3's folders; a walking remote's first
             # request: gs://, az://), so a remote that cannot be listed at all is a bad setting
             # (exit 2); the pages are listed beside the sampler.
