@@ -33,18 +33,11 @@ def listing_skew(spans: Sequence[SpanState], left_of: Callable[[SpanState, Segme
     it is read (a paged source's, galloped; a stream in key order's, read to its end)."""
     pieces: list[tuple[float, float]] = []
     unbounded = 0.0
-    finished: list[float] = []  # keys per folder of the spans listed whole
-    open_folders: list[int] = []  # keys listed of the one-folder spans whose end is not found
     for span in spans:
         if not span.reached:
             continue  # the first round's wait covers these (thousands of folders of a page each)
-        folders = max(1, span.folders[1] - span.folders[0])
-        if not any(s.open for s in span.segments):
-            finished.append(span.listed / folders)
         if ends_unknown and any(s.open and span.is_tail(s) for s in span.segments):
             unbounded += span.listed
-            if folders == 1:
-                open_folders.append(span.listed)
         elif span.folders[1] - span.folders[0] > 1 and any(s.open for s in span.segments):
             # A range of folders whose keys are listed from some of them: the rest are not
             # known to exist in any size yet, so its listed keys count as off by the share of
@@ -73,7 +66,7 @@ def listing_skew(spans: Sequence[SpanState], left_of: Callable[[SpanState, Segme
     # (2,900 by 10 s) kept every later epoch 3.6-5.3x a random sample's mix. A stream read in
     # key order (``streams_in_key_order``) is counted alike until its end: what is read of an
     # S3 Inventory's data file is its first keys, whatever its estimate says.
-    if open_folders and finished and max(open_folders) > statistics.median(finished):
+    if _outgrown(spans, ends_unknown=ends_unknown):
         return 1.0  # a folder already larger than the typical one, its end not found (below)
     tv = 0.5 * sum(abs(k / listed - n / total) for k, n in pieces)
     spread = _spread_at_cap(spans, tv, ends_unknown=ends_unknown)
@@ -90,10 +83,18 @@ def fair_samples(spans: Sequence[SpanState], skew: float, *, ends_unknown: bool)
     where the listing is that lopsided (1,500 folders of Zipf 1.8 sizes: 3 samples at 8 s from
     three small folders, 2.13x a random sample's TV).
 
+    One while a folder already larger than the typical one is still read towards its end
+    (:func:`_outgrown`): its share may be anything, so the sizes are not known, and the skew's
+    floor of 3 samples drawn from the other folders was 2.13x a random sample's distance where
+    the largest folder holds 45% (1,500 folders of Zipf 1.8 sizes); one sample is about a random
+    one's while no folder holds half the keys.
+
     Why beside the spread's scaling: that one is a large sample's, and over thousands of folders
     of Zipf sizes a few folders listed ahead of their share are most of a small sample's
     distance. 600k keys in 3,000 folders of Zipf 1.45 sizes let 40-90 samples through at 12-16 s
     at 2.3x a random sample's TV; held here, 1.75x (docs/performance.md)."""
+    if _outgrown(spans, ends_unknown=ends_unknown):
+        return 1
     counts = _top_counts(spans, ends_unknown=ends_unknown)
     if counts is None or len(counts) < 2:
         return None
@@ -111,6 +112,26 @@ def fair_samples(spans: Sequence[SpanState], skew: float, *, ends_unknown: bool)
 EXPECTED_UPTO = 1_000_000
 """The largest cap :func:`fair_samples` looks at: past a million samples an epoch is the
 listed mix's own distance, which the skew's distance already holds."""
+
+
+def _outgrown(spans: Sequence[SpanState], *, ends_unknown: bool) -> bool:
+    """Whether a one-folder span whose end is not found has more keys listed than the median keys
+    per folder of the spans listed whole: such a folder may hold any share (a Zipf rank-size law
+    past 1 is a Pareto tail with no mean to guess it by), while the last of many equal folders
+    still galloping is no larger than the typical one."""
+    if not ends_unknown:
+        return False
+    finished: list[float] = []
+    open_folders: list[int] = []
+    for span in spans:
+        if not span.reached:
+            continue
+        folders = max(1, span.folders[1] - span.folders[0])
+        if not any(s.open for s in span.segments):
+            finished.append(span.listed / folders)
+        elif folders == 1 and any(s.open and span.is_tail(s) for s in span.segments):
+            open_folders.append(span.listed)
+    return bool(open_folders and finished) and max(open_folders) > statistics.median(finished)
 
 
 FAIR_SPREAD = 1.8

@@ -124,3 +124,22 @@ def test_a_listing_lopsided_past_the_skews_floor_holds_the_walk_below_three_samp
     drawn = listed / listed.sum()
     assert _monte_carlo_tv(drawn, whole, cap, rng) <= 1.75 * _monte_carlo_tv(whole, whole, cap, rng)
     assert _monte_carlo_tv(drawn, whole, 3, rng) > TV_TARGET * _monte_carlo_tv(whole, whole, 3, rng)
+
+
+def test_a_folder_outgrowing_the_typical_one_while_its_end_is_galloped_for_holds_one_sample() -> None:
+    """A folder read into (its end not found) with more keys listed than the typical folder listed
+    whole may hold any share: one sample, not the skew floor's three drawn from the small folders
+    (1,500 folders of Zipf 1.8 sizes: 2.13x a random sample's TV at three); with every end found
+    its size counts as any other's."""
+    sizes = np.array([100_000] + [20] * 50)
+    listed = np.array([300] + [20] * 50)
+    spans = _spans(sizes, listed)
+    rest = {span.id: span.rest for span in spans}
+    skew = listing_skew(spans, lambda span, seg: rest[span.id], ends_unknown=True)
+    fair = fair_samples(spans, skew, ends_unknown=True)
+    assert skew == 1.0 and fair == 1
+    assert walk_cap({"skew": skew, "fair_cap": fair}) == 1 < (skew_cap(skew) or 0)
+    # Its end found: the sizes are known, the hold is the expected distance's.
+    known = fair_samples(spans, listing_skew(spans, lambda span, seg: rest[span.id], ends_unknown=False),
+                         ends_unknown=False)
+    assert known is not None and known >= 1
