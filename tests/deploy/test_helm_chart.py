@@ -17,6 +17,7 @@ import shutil
 import signal
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -487,6 +488,20 @@ def test_older_clusters_get_the_legacy_mode(helm_bin: Path, tmp_path: Path) -> N
             kubernetes_validate.validate(obj, version, strict=True)
 
 
+def stand_in(tmp_path: Path, body: Callable[[Path], str]) -> tuple[Path, Path, Path]:
+    """A control folder, and a stand-in `epochfs` (a shell script of ``body(log)``) in a folder
+    to put first on PATH: (control, bin folder, the log it writes)."""
+    control = tmp_path / "control"
+    control.mkdir()
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    log = tmp_path / "sidecar.log"
+    fake = bindir / "epochfs"
+    fake.write_text("#!/bin/sh\n" + body(log))
+    fake.chmod(0o755)
+    return control, bindir, log
+
+
 @pytest.mark.skipif(shutil.which("sh") is None, reason="needs /bin/sh")
 def test_legacy_wrappers_wait_for_the_mount_and_stop_the_sidecar(
     rendered: dict[str, list[dict[str, Any]]], tmp_path: Path,
@@ -499,20 +514,11 @@ def test_legacy_wrappers_wait_for_the_mount_and_stop_the_sidecar(
     """
     spec = pod_spec(rendered["legacy-sidecar"])
     side, trainer = spec["containers"]
-    control = tmp_path / "control"
-    control.mkdir()
     mount = tmp_path / "mnt"
-    bindir = tmp_path / "bin"
-    bindir.mkdir()
-    log = tmp_path / "sidecar.log"
-    fake = bindir / "epochfs"
-    fake.write_text(
-        "#!/bin/sh\n"
+    control, bindir, log = stand_in(tmp_path, lambda log: (
         f"echo \"started $*\" >> {log}\n"
         f"trap 'echo stopped-by-TERM >> {log}; exit 0' TERM\n"
-        "while :; do sleep 0.05; done\n"
-    )
-    fake.chmod(0o755)
+        "while :; do sleep 0.05; done\n"))
     side_script = side["command"][2].replace("/var/run/epochfs-control", str(control))
     trainer_script = trainer["command"][2].replace("/var/run/epochfs-control", str(control))
     env = {**os.environ, "PATH": f"{bindir}:{os.environ['PATH']}", "EPOCHFS_MOUNT": str(mount)}
@@ -550,14 +556,7 @@ def test_the_legacy_wrapper_sends_one_sigterm_and_waits_for_the_sidecars_exit(
     own `wait` is interrupted by the signal. A stand-in `epochfs` counts the SIGTERMs it gets and
     takes a second to stop, as the supervisor does to unmount."""
     side = pod_spec(rendered["legacy-sidecar"])["containers"][0]
-    control = tmp_path / "control"
-    control.mkdir()
-    bindir = tmp_path / "bin"
-    bindir.mkdir()
-    log = tmp_path / "sidecar.log"
-    fake = bindir / "epochfs"
-    fake.write_text(
-        "#!/bin/sh\n"
+    control, bindir, log = stand_in(tmp_path, lambda log: (
         "n=0\n"
         f"trap 'n=$((n+1)); echo TERM >> {log}' TERM\n"
         f"echo started >> {log}\n"
@@ -565,9 +564,7 @@ def test_the_legacy_wrapper_sends_one_sigterm_and_waits_for_the_sidecars_exit(
         "sleep 1\n"
         "[ $n -ge 2 ] && exit 143\n"
         f"echo stopped >> {log}\n"
-        "exit 0\n"
-    )
-    fake.chmod(0o755)
+        "exit 0\n"))
     script = side["command"][2].replace("/var/run/epochfs-control", str(control))
     env = {**os.environ, "PATH": f"{bindir}:{os.environ['PATH']}"}
     wrapper = subprocess.Popen(["/bin/sh", "-c", script], env=env, start_new_session=True)
