@@ -29,7 +29,6 @@ import logging
 import os
 import threading
 from collections.abc import Callable, Iterator
-from dataclasses import replace
 from functools import partial
 from typing import Any
 from urllib.parse import urlparse
@@ -47,8 +46,15 @@ from epochfs.sidecar.remote.base import (
 from epochfs.sidecar.remote.errors import fast_path_failure
 from epochfs.sidecar.remote.httpget import DEFAULT_RECV_BUFFER, GetPool, HTTPStatusError
 from epochfs.sidecar.remote.librules import botocore_error_code, s3_answer
+from epochfs.sidecar.remote.s3client import (
+    botocore_config,
+    client_in_bucket_region,
+    client_proxies,
+    new_client,
+    signer_in_bucket_region,
+)
 from epochfs.sidecar.remote.s3list import ListedXML, ListXMLError, client_error_text, parse_list_page
-from epochfs.sidecar.remote.s3read import BOTOCORE, CHECKSUM_MODE, BotoReader, FastReader, no_second_check
+from epochfs.sidecar.remote.s3read import BOTOCORE, CHECKSUM_MODE, BotoReader, FastReader
 from epochfs.sidecar.remote.sigv4 import Presigner, environ_proxies, light_settings
 from epochfs.sidecar.remote.urls import split_url
 
@@ -129,7 +135,7 @@ class S3Remote(Remote):
         # as well (a missing bucket or denied access comes back typed from it). A presigned
         # request signed for another region is refused (301, 400), and then the bucket's HEAD
         # says which region to sign for (_learn_region) and the request is made again.
-        self._region_known = self._signer is None  # botocore's own client checks it (_use_bucket_region)
+        self._region_known = self._signer is None  # botocore's own client checks it (client_in_bucket_region)
         if self._signer is None:
             try:
                 self._client.generate_presigned_url("get_object", Params={"Bucket": self.bucket, "Key": "x"})
@@ -151,60 +157,25 @@ class S3Remote(Remote):
 
     def _make_client(self) -> Any:
         import botocore.session
-        from botocore.config import Config
 
-        connect_timeout, read_timeout = self._timeouts
-        self._config = Config(
-            signature_version="s3v4",
-            max_pool_connections=max(10, self._concurrency + 4),
-            connect_timeout=connect_timeout,
-            read_timeout=read_timeout,
-            # Retries are the downloader's (bounded, with backoff and jitter).
-            retries={"mode": "standard", "total_max_attempts": 1},
-            # The downloader checks every body against the stored checksum (or md5 ETag) itself,
-            # on the blocks it writes; botocore's own check is switched off (no_second_check).
-            response_checksum_validation="when_required",
-        )
+        self._config = botocore_config(self._timeouts, self._concurrency)
         self._session = botocore.session.get_session()
         if self._signer is not None:  # the signer's region, made the bucket's first (_learn_region)
             self._learn_region()
             return self._new_client(self._signer.region)
-        return self._use_bucket_region(self._new_client())
-
-    def _use_bucket_region(self, client: Any) -> Any:
-        """Sign for the bucket's own region (presigned URLs are not redirected like requests)."""
-        region = client.meta.region_name
-        with contextlib.suppress(Exception):
-            head = client.head_bucket(Bucket=self.bucket)
-            headers = head.get("ResponseMetadata", {}).get("HTTPHeaders", {})
-            region = headers.get("x-amz-bucket-region") or region
-        if region and region != client.meta.region_name:
-            client.close()
-            client = self._new_client(region)
-        return client
-
-    def _bucket_region(self, signer: Presigner) -> Presigner:
-        """:meth:`_use_bucket_region` for the signer of :mod:`.sigv4`: a presigned ``HeadBucket``
-        over the pool; its ``x-amz-bucket-region`` (sent with a refusal too) is the region to
-        sign for, where it differs; nothing changes when the HEAD fails."""
-        with contextlib.suppress(Exception):
-            _, headers = self._gets.head(signer.head_bucket(self.bucket))
-            region = headers.get("x-amz-bucket-region")
-            if region and region != signer.region:
-                return Presigner(replace(signer.light, region=region))
-        return signer
+        return client_in_bucket_region(self._new_client(), self.bucket, self._new_client)
 
     def _learn_region(self) -> bool:
         """Once, after a presigned request was refused (or before botocore's client is made):
-        sign for the bucket's own region (:meth:`_bucket_region`). True when the region changed,
-        so the refused request is worth making again with the new signer."""
+        sign for the bucket's own region (:func:`.s3client.signer_in_bucket_region`). True when
+        the region changed, so the refused request is worth making again with the new signer."""
         if self._region_known:
             return False
         with self._region_lock:
             signer = self._signer
             if self._region_known or signer is None:
                 return False
-            learned = self._bucket_region(signer)
+            learned = signer_in_bucket_region(self._gets, signer, self.bucket)
             self._signer = learned
             self._region_known = True
         if learned is not signer:
@@ -223,24 +194,14 @@ class S3Remote(Remote):
         return url
 
     def _new_client(self, region: str | None = None) -> Any:
-        client = self._session.create_client(
-            "s3", region_name=region, endpoint_url=self._endpoint_url, config=self._config)
-        client.meta.events.register("before-call.s3.GetObject", no_second_check)
-        return client
+        return new_client(self._session, region, self._endpoint_url, self._config)
 
     def _proxies(self) -> dict[str, str]:
-        """The proxies of botocore's own client, so listing and the fast path take one route:
-        ``Config(proxies=...)`` when set, else the environment's (``HTTP_PROXY``, ``HTTPS_PROXY``,
-        lower or upper case) unless ``NO_PROXY`` covers the endpoint, decided for the client's
-        endpoint URL as botocore decides it (``botocore.utils.get_environ_proxies``)."""
+        """The proxies of botocore's own client (:func:`.s3client.client_proxies`), so listing and
+        the fast path take one route; the environment's where no client is made."""
         if self._signer is not None:  # no botocore Config, so no configured proxies
             return environ_proxies(self._signer.light.endpoint)
-        from botocore.utils import get_environ_proxies
-
-        configured = self._client.meta.config.proxies
-        if configured is not None:
-            return dict(configured)
-        return dict(get_environ_proxies(self._client.meta.endpoint_url))
+        return client_proxies(self._client)
 
     def on_first_sent(self, callback: Callable[[], None]) -> None:
         """Call ``callback`` once the next presigned request (the first LIST) is on the wire,

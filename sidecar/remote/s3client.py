@@ -1,0 +1,80 @@
+"""botocore's client for ``s3://`` (made on first need by :class:`~.s3.S3Remote`) and the bucket's
+region, apart from the remote's requests: how the client is configured, which region a presigned
+URL must be signed for (presigned URLs are not redirected like requests), and the proxies the
+client takes, which the fast path then takes too."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable
+from dataclasses import replace
+from typing import Any
+
+from epochfs.sidecar.remote.httpget import GetPool
+from epochfs.sidecar.remote.s3read import no_second_check
+from epochfs.sidecar.remote.sigv4 import Presigner
+
+
+def botocore_config(timeouts: tuple[float, float], concurrency: int) -> Any:
+    """The client's settings: retries are the downloader's (bounded, with backoff and jitter),
+    and botocore's own body check is off as the downloader checks every body against the stored
+    checksum (or md5 ETag) itself, on the blocks it writes (:func:`.s3read.no_second_check`)."""
+    from botocore.config import Config
+
+    connect_timeout, read_timeout = timeouts
+    return Config(
+        signature_version="s3v4",
+        max_pool_connections=max(10, concurrency + 4),
+        connect_timeout=connect_timeout,
+        read_timeout=read_timeout,
+        retries={"mode": "standard", "total_max_attempts": 1},
+        response_checksum_validation="when_required",
+    )
+
+
+def new_client(session: Any, region: str | None, endpoint_url: str | None, config: Any) -> Any:
+    client = session.create_client("s3", region_name=region, endpoint_url=endpoint_url, config=config)
+    client.meta.events.register("before-call.s3.GetObject", no_second_check)
+    return client
+
+
+def client_in_bucket_region(client: Any, bucket: str, make: Callable[[str], Any]) -> Any:
+    """``client``, or one ``make(region)`` made for the bucket's own region where a HEAD of the
+    bucket says it is another (nothing changes when the HEAD fails)."""
+    region = client.meta.region_name
+    with contextlib.suppress(Exception):
+        head = client.head_bucket(Bucket=bucket)
+        headers = head.get("ResponseMetadata", {}).get("HTTPHeaders", {})
+        region = headers.get("x-amz-bucket-region") or region
+    if region and region != client.meta.region_name:
+        client.close()
+        client = make(region)
+    return client
+
+
+def signer_in_bucket_region(gets: GetPool, signer: Presigner, bucket: str) -> Presigner:
+    """The signer of :mod:`.sigv4` for the bucket's own region: a presigned ``HeadBucket`` over
+    the pool; its ``x-amz-bucket-region`` (sent with a refusal too) is the region to sign for,
+    where it differs; ``signer`` itself when the HEAD fails."""
+    with contextlib.suppress(Exception):
+        _, headers = gets.head(signer.head_bucket(bucket))
+        region = headers.get("x-amz-bucket-region")
+        if region and region != signer.region:
+            return Presigner(replace(signer.light, region=region))
+    return signer
+
+
+def client_proxies(client: Any) -> dict[str, str]:
+    """The proxies of botocore's client: ``Config(proxies=...)`` when set, else the
+    environment's (``HTTP_PROXY``, ``HTTPS_PROXY``, lower or upper case) unless ``NO_PROXY``
+    covers the endpoint, decided for the client's endpoint URL as botocore decides it."""
+    from botocore.utils import get_environ_proxies
+
+    configured = client.meta.config.proxies
+    if configured is not None:
+        return dict(configured)
+    return dict(get_environ_proxies(client.meta.endpoint_url))
+
+
+__all__ = ["botocore_config", "client_in_bucket_region", "client_proxies", "new_client",
+           "signer_in_bucket_region"]
