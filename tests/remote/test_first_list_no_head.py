@@ -73,15 +73,6 @@ class RecordingFront(_Base):
 
 
 @pytest.fixture
-def signed_here(s3: S3Server, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    """Keys in the environment and no AWS config file: the URLs are signed without botocore."""
-    for name in ("AWS_PROFILE", "AWS_DEFAULT_PROFILE", "AWS_SESSION_TOKEN", "AWS_REGION", "AWS_ENDPOINT_URL"):
-        monkeypatch.delenv(name, raising=False)
-    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "no-config"))
-    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "no-credentials"))
-
-
-@pytest.fixture
 def front(s3: S3Server) -> Iterator[RecordingFront]:
     f = RecordingFront(s3.endpoint)
     try:

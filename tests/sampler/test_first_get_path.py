@@ -18,7 +18,6 @@ import sys
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-import pytest
 from common import S3Server
 
 SCRIPT = """
@@ -50,15 +49,6 @@ http.client.HTTPConnection.putrequest = request
 from epochfs.sidecar.cli import main
 sys.exit(main(sys.argv[1:]))
 """
-
-
-@pytest.fixture
-def signed_here(s3: S3Server, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    """Keys in the environment and no AWS config file: the URLs are signed without botocore."""
-    for name in ("AWS_PROFILE", "AWS_DEFAULT_PROFILE", "AWS_SESSION_TOKEN", "AWS_REGION", "AWS_ENDPOINT_URL"):
-        monkeypatch.delenv(name, raising=False)
-    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "no-config"))
-    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "no-credentials"))
 
 
 def _bucket(s3: S3Server, n: int) -> str:
