@@ -201,6 +201,16 @@ def files_in(dest: Path) -> tuple[int, int]:
     return n, total
 
 
+def tool_list(text: str, *, baseline: bool) -> list[str]:
+    """The tools of ``--tools``, in order, each once (a tool named twice would pair its runs with
+    the wrong ones); with ``--baseline-src``, ``epochfs-base`` once, right after ``epochfs``,
+    whether ``--tools`` names it or not."""
+    tools = list(dict.fromkeys(t for t in text.split(",") if t))
+    if baseline and "epochfs-base" not in tools:
+        tools.insert(tools.index("epochfs") + 1 if "epochfs" in tools else 0, "epochfs-base")
+    return tools
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--large", type=int, default=160, help="number of large objects (0: none)")
@@ -226,12 +236,11 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     SAMPLE_ARGS[:] = shlex.split(args.sample_args)
 
-    tools = [t for t in args.tools.split(",") if t]
+    tools = tool_list(args.tools, baseline=args.baseline_src is not None)
     if args.baseline_src is not None:
         if not (args.baseline_src / "epochfs" / "sidecar" / "cli.py").exists():
             ap.error(f"--baseline-src: no epochfs/sidecar/cli.py under {args.baseline_src}")
         TOOLS["epochfs-base"] = partial(run_epochfs, src=args.baseline_src.resolve())
-        tools.insert(tools.index("epochfs") + 1 if "epochfs" in tools else 0, "epochfs-base")
     unknown = sorted(set(tools) - set(TOOLS))
     if unknown:
         ap.error(f"--tools: unknown {', '.join(unknown)} (known: {', '.join(TOOLS)})")
@@ -275,14 +284,14 @@ def main(argv: list[str] | None = None) -> int:
                     subprocess.run(["sync"], check=False)
                     synced = time.monotonic() - synced
                     first, first_object = first_gets(requests, started)
-                    sampler = tool.startswith("epochfs")
-                    n, total = files_in(dest / "objects" if sampler else dest)
+                    by_sampler = tool.startswith("epochfs")
+                    n, total = files_in(dest / "objects" if by_sampler else dest)
                     if n != count or total != count * size:
                         raise RuntimeError(f"{tool} fetched {n} files / {total} bytes of {name}-{checksum}")
-                    if sampler and verified_kinds(dest) != {CHECKSUMS[checksum]}:
+                    if by_sampler and verified_kinds(dest) != {CHECKSUMS[checksum]}:
                         raise RuntimeError(f"{name}-{checksum}: the sampler verified by "
                                            f"{sorted(verified_kinds(dest))}, not {CHECKSUMS[checksum]}")
-                    steady = STEADY.pop("last", None) if sampler else None
+                    steady = STEADY.pop("last", None) if by_sampler else None
                     runs.append(Run(tool, name, checksum, count, total, seconds, cpu, steady, client,
                                     first, first_object, synced))
                     print(f"  {name:5s} {checksum:9s} {tool:8s} run {rep}: {seconds:6.2f}s  "
