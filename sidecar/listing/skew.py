@@ -93,7 +93,7 @@ def fair_samples(spans: Sequence[SpanState], skew: float, *, ends_unknown: bool)
     of Zipf sizes a few folders listed ahead of their share are most of a small sample's
     distance. 600k keys in 3,000 folders of Zipf 1.45 sizes let 40-90 samples through at 12-16 s
     at 2.3x a random sample's TV; held here, 1.75x (docs/performance.md)."""
-    if _outgrown(spans, ends_unknown=ends_unknown):
+    if skew >= 1.0 and _outgrown(spans, ends_unknown=ends_unknown):  # listing_skew's 1 for it
         return 1
     counts = _top_counts(spans, ends_unknown=ends_unknown)
     if counts is None or len(counts) < 2:

@@ -48,7 +48,7 @@ at the same size, and it may import nothing above it.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import ClassVar, Protocol
 
@@ -310,6 +310,12 @@ class Remote(ABC):
         """Upload the file at ``path`` as ``key`` (``epochfs index --out``); raises
         :class:`RemoteError` when the remote cannot be written."""
         raise RemoteError(f"{self.url}: this remote cannot be written")
+
+    def on_first_sent(self, callback: Callable[[], None]) -> None:
+        """Call ``callback`` once the next request is on the wire, before its answer is waited
+        for (work that can overlap that wait: the sampler's imports); a remote that cannot say
+        when calls it at once."""
+        callback()
 
     def close(self) -> None:
         """Release clients and connections (also ends reads blocked on a stalled body)."""

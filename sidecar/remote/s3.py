@@ -204,8 +204,8 @@ class S3Remote(Remote):
         return client_proxies(self._client)
 
     def on_first_sent(self, callback: Callable[[], None]) -> None:
-        """Call ``callback`` once the next presigned request (the first LIST) is on the wire,
-        before its answer is waited for: the sampler's imports overlap the round trip."""
+        """:meth:`.Remote.on_first_sent`: after the next presigned request (the first LIST) is
+        written to the pool's connection."""
         self._gets.on_sent = callback
 
     def _full_key(self, key: str) -> str:

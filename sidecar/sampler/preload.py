@@ -6,7 +6,7 @@ thread's way to the first object GET. It cannot wait until after that GET (the d
 the download as it starts), so a thread imports it while the main thread waits for the LIST's
 answer, a wait that holds no GIL. Started only once the LIST is sent
 (:meth:`~epochfs.sidecar.remote.s3.S3Remote.on_first_sent`), so nothing heavy is imported before
-the first request; a remote without that hook starts it at once.
+the first request; a remote that cannot say when starts it at once.
 
 awscrt (the CRCs, ~50 ms of imports on a loaded node) is not preloaded: it is first needed by
 the first body's hash, after the first object GET is sent, and imported beside the LIST it took
@@ -19,6 +19,8 @@ from __future__ import annotations
 import importlib
 import logging
 import threading
+
+from epochfs.sidecar.remote import Remote
 
 log = logging.getLogger("epochfs.sampler")
 
@@ -43,14 +45,9 @@ def _import_all() -> None:
             log.debug("not preloaded: %s (%s)", name, e)
 
 
-def preload_after_first_request(remote: object) -> None:
-    """:func:`preload` once ``remote``'s first request is sent, where the remote can say when
-    (``on_first_sent``); else now."""
-    hook = getattr(remote, "on_first_sent", None)
-    if callable(hook):
-        hook(preload)
-    else:
-        preload()
+def preload_after_first_request(remote: Remote) -> None:
+    """:func:`preload` once ``remote``'s first request is sent (:meth:`.Remote.on_first_sent`)."""
+    remote.on_first_sent(preload)
 
 
 __all__ = ["MODULES", "preload", "preload_after_first_request"]
