@@ -72,10 +72,10 @@ def _check_local_out(out: str) -> None:
 def _gzipped_name(out: str) -> bool:
     """Whether ``epochfs index --out`` names a gzip file (its path ends in ``.gz``; a URL's query
     is not part of the name; an object store key's '#' and '?' are: :func:`.remote.urls.split_url`)."""
-    from epochfs.sidecar.remote.urls import split_url
+    from epochfs.sidecar.remote.urls import HTTP_SCHEMES, split_url
 
     if "://" not in out:
         return out.endswith(".gz")
     url = split_url(out)
-    path = url.path.split("?", 1)[0] if url.scheme in ("http", "https") else url.path
+    path = url.path.split("?", 1)[0] if url.scheme in HTTP_SCHEMES else url.path
     return path.endswith(".gz")

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import argparse
 import os
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any, TypeVar
@@ -20,6 +20,7 @@ from epochfs.sidecar.confparse import (
     _capacity,
     _fraction,
     _fuse_api,
+    _index_url,
     _non_negative_float,
     _non_negative_int,
     _opt,
@@ -27,6 +28,7 @@ from epochfs.sidecar.confparse import (
     _positive_float,
     _positive_int,
     _rate,
+    _remote,
     _schedule,
     _switch,
     _view,
@@ -34,7 +36,6 @@ from epochfs.sidecar.confparse import (
     parse_size,
 )
 from epochfs.sidecar.remote.registry import HELP as REMOTE_HELP
-from epochfs.sidecar.remote.registry import check_index_url, check_url
 from epochfs.sidecar.store import Policy, Schedule
 from epochfs.torchclient.globs import Globs
 
@@ -73,23 +74,6 @@ still restarted (with a growing backoff), so a cause that passes heals, and ``/h
 200 again at the next good run."""
 
 
-def _url(check: Callable[[str], None], *, empty: bool = False) -> Callable[[str], str | None]:
-    """The parser of a URL setting: the URL stripped, refused by ``check`` (a ValueError saying
-    why: exit status 2 at start, before anything is opened or mounted). ``empty``: an empty value
-    is the setting unset (None), as an empty ``EPOCHFS_INDEX`` has always meant no index."""
-
-    def parse(text: str) -> str | None:
-        url = text.strip()
-        if not url:
-            if empty:
-                return None
-            raise ValueError("must not be empty")
-        check(url)
-        return url
-
-    return parse
-
-
 class RetryLater(RuntimeError):
     """Raised for :data:`EXIT_RETRY`; the message is the reason (one line)."""
 
@@ -110,7 +94,7 @@ class SamplerSettings(CacheSettings):
     """What to sample, how fast, and the cache rules (``epochfs sample`` and ``epochfs sidecar``)."""
 
     remote: str = _opt("--remote", f"dataset URL: {REMOTE_HELP}",
-                       parse=_url(check_url), required=True)
+                       parse=_remote, required=True)
     capacity: int = _opt("--capacity", "cache byte budget, e.g. 500Mi, 20Gi, 1.5T",
                          default=10 * 1024**3, parse=_capacity)
     seed: int = _opt("--seed", "seed of the sampling order (same seed, same order)", default=0, parse=int)
@@ -137,7 +121,7 @@ class SamplerSettings(CacheSettings):
                                  "read the keys from this index instead of listing the remote: an "
                                  "`epochfs index` file or an S3 Inventory manifest.json, any fsspec URL "
                                  "(for http(s) remotes also a plain key list; default <base>/index.txt)",
-                                 parse=_url(check_index_url, empty=True))
+                                 parse=_index_url)
     include: Globs | None = _opt("--include",
                                  "take only the keys matching one of these globs, a comma-separated "
                                  "list matched against the key relative to --remote: '*.npy' (a name "

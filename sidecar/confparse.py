@@ -12,7 +12,7 @@ from collections.abc import Callable
 from dataclasses import field
 from typing import Any
 
-from epochfs.sidecar.remote.registry import check_url
+from epochfs.sidecar.remote.registry import check_index_url, check_url
 from epochfs.sidecar.store import Schedule
 
 _UNITS = {
@@ -176,10 +176,21 @@ _fuse_api = _one_of(FUSE_APIS)
 
 
 def _remote(text: str) -> str:
-    """A remote URL (``epochfs index REMOTE``): stripped, and refused with the reason where it
-    cannot be one (:func:`~epochfs.sidecar.remote.registry.check_url`)."""
+    """A remote URL (``--remote``, ``epochfs index REMOTE``): stripped, and refused with the
+    reason where it cannot be one (:func:`~epochfs.sidecar.remote.registry.check_url`): exit
+    status 2 at start, before anything is opened or mounted."""
     url = text.strip()
     if not url:
         raise ValueError("must not be empty")
     check_url(url)
     return url
+
+
+def _index_url(text: str) -> str | None:
+    """An index URL or path (``--index``): stripped, empty meaning none (an empty
+    ``EPOCHFS_INDEX`` has always meant no index), refused with the reason where it cannot be read
+    (:func:`~epochfs.sidecar.remote.registry.check_index_url`)."""
+    url = text.strip()
+    if url:
+        check_index_url(url)
+    return url or None

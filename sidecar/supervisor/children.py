@@ -211,9 +211,11 @@ class ChildProcesses:
                 child.waiting = (f"remote unreachable: {retry_reason(child.last_error, child.name)}"
                                  if transient else "")
                 child.crashes += 0 if transient or mended else 1
-        if self._metrics is not None and (mended or streak != before):
-            self._metrics.index_damage_exits.inc(1 if mended else 0)
-            self._metrics.index_damage_streak.set(streak)
+        if self._metrics is not None:
+            if mended:
+                self._metrics.index_damage_exits.inc()
+            if streak != before:
+                self._metrics.index_damage_streak.set(streak)
         if child.stop_on_refusal and self.refused(child) is not None:
             log.error("%s refused its settings (exit 2 after %.1fs): stopping", child.name, ran)
             return True  # the supervisor stops on it (core.Supervisor.run): no restart
