@@ -44,7 +44,7 @@ from array import array
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from epochfs.fuse.treebuild import LOGGED_SKIPS, unsafe_path, unshown_reason
+from epochfs.fuse.treebuild import LOGGED_SKIPS, unshown_reason
 from epochfs.sidecar.folderview_body import ManifestBody
 from epochfs.sidecar.folderview_links import Clash, LinkTree
 from epochfs.sidecar.store import EpochExtent, Store, object_name
@@ -63,13 +63,6 @@ WriteControl = Callable[[int, Sequence[bytes]], None]
 """Writes epoch N's ``classes.json`` and its manifest (given as chunks) into ``.epochfs/``."""
 
 
-def unsafe(path: str) -> bool:
-    """The path part of the tree builder's rule (:func:`~epochfs.fuse.treebuild.unsafe_path`):
-    such a sample is not shown. The whole rule (sample id and checksum too) is
-    :func:`~epochfs.fuse.treebuild.unshown_reason`."""
-    return unsafe_path(path)
-
-
 def rel_of(line: bytes) -> str:
     """The entry's path: a manifest line's first field."""
     return line.split(b"\t", 1)[0].decode()
@@ -83,7 +76,8 @@ class Tainted(Exception):
 class BuiltAhead:
     """What both trees built ahead share (:class:`AheadTree`, snapshot mode; and the schedule
     mode's ``WindowTree``): where they link (the folder, the link root, the temporary name's
-    prefix) and the tree under its temporary name (:mod:`.folderview_links`)."""
+    prefix), the tree under its temporary name (:mod:`.folderview_links`) and the count of rows
+    left out by the FUSE view's rule (:meth:`_skip`)."""
 
     def __init__(self, *, store: Store, folder: Path, link_root: Path, temp_prefix: str) -> None:
         self.store = store
@@ -91,7 +85,8 @@ class BuiltAhead:
         self.prefix = str(link_root).rstrip("/") + "/"
         self.temp_prefix = temp_prefix
         self._links: LinkTree | None = None
-        self.tainted: str | None = None
+        self.skipped = 0
+        """Rows read that the tree builder's rule left out (the first few logged by name)."""
 
     @property
     def tree(self) -> Path | None:
@@ -116,6 +111,23 @@ class BuiltAhead:
         if self._links is not None:
             links, self._links = self._links, None
             links.remove()
+
+    def _line(self, path: str, size: int, checksum: str, obj: str) -> bytes | None:
+        """The sample's manifest line, or None for a row the FUSE view would not show
+        (:func:`~epochfs.fuse.treebuild.unshown_reason`: a separator in its path or checksum, an
+        escaping object name): kept as a member, since it counts in the epoch's row, but never
+        linked nor in the manifest (:meth:`_skip`)."""
+        why = unshown_reason(path, obj, checksum)
+        if why is None:
+            return f"{path}\t{size}\t{checksum}\n".encode()
+        self._skip(path, why)
+        return None
+
+    def _skip(self, path: str, why: str) -> None:
+        """A row left out of the tree: counted, the first few logged by name."""
+        self.skipped += 1
+        if self.skipped <= LOGGED_SKIPS:
+            log.warning("%r not shown in the folder view: %s", path, why)
 
     @staticmethod
     def _link_groups(links: LinkTree, groups: dict[str, list[tuple[str, str, bool]]]) -> None:
@@ -150,8 +162,6 @@ class AheadTree(BuiltAhead):
         self._bytes = 0  # sizes of the members from _start
         self._shown_bytes = 0
         self._unshown = 0  # members from _start not shown (held by the store, left out of the tree)
-        self.skipped = 0
-        """Rows read that the tree builder's rule left out (the first few logged by name)."""
         self._base: tuple[Path, EpochExtent] | None = None  # the published epoch links are made from
         self._budget = 1
         self._budget_at = -1e18
@@ -183,15 +193,13 @@ class AheadTree(BuiltAhead):
             for s in rows:
                 self._ids.append(s.id)
                 self._sizes.append(s.size)
-                line: bytes | None = None
                 obj = object_name(s.sid)
-                why = unshown_reason(s.path, obj, s.checksum)
-                if why is None:  # no separator in the path or checksum: one manifest line
-                    line = f"{s.path}\t{s.size}\t{s.checksum}\n".encode()
+                line = self._line(s.path, s.size, s.checksum, obj)
+                if line is not None:
                     shown.append(line)
                     self._shown_bytes += s.size
                 else:
-                    self._skip(s.path, why)
+                    self._unshown += 1
                 self._lines.append(line)
                 self._objs.append(obj)
                 self._linked.append(0)
@@ -203,14 +211,6 @@ class AheadTree(BuiltAhead):
         if trim:  # the front of a cut made now: the newest samples within the epoch budget
             budget = self._budget_now()
             self._drop_front(lambda i: self._bytes > budget)
-
-    def _skip(self, path: str, why: str) -> None:
-        """A row the FUSE view would not show: kept as a member (it counts in the epoch's row),
-        never linked nor in the manifest; counted, the first few logged."""
-        self.skipped += 1
-        self._unshown += 1
-        if self.skipped <= LOGGED_SKIPS:
-            log.warning("%r not shown in the folder view: %s", path, why)
 
     def _drop_front(self, due: Callable[[int], bool]) -> None:
         removed: list[bytes] = []
@@ -306,8 +306,8 @@ class AheadTree(BuiltAhead):
         """Show the ahead tree as ``epoch-N`` if it is the store's epoch ``n``; False (nothing
         changed in the folder) when it cannot be, and the caller writes the epoch whole."""
         ext = self.store.epoch_extent(n)
-        if ext is None or self.tainted:
-            log.debug("epoch %d: not a range of the admission order, or %s: written whole", n, self.tainted)
+        if ext is None:
+            log.debug("epoch %d: not a range of the admission order: written whole", n)
             return False
         if self._links is None:
             self._new_tree()

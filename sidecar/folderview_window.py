@@ -39,7 +39,6 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from epochfs.fuse.treebuild import LOGGED_SKIPS, unshown_reason
 from epochfs.sidecar.folderview_ahead import (
     CHUNK,
     SPOT_CHECKS,
@@ -101,8 +100,6 @@ class WindowTree(BuiltAhead):
         self._bytes = 0
         self._shown_bytes = 0
         self._base: tuple[Path, WindowExtent] | None = None
-        self.skipped = 0
-        """Rows read that the tree builder's rule left out (the first few logged by name)."""
 
     def pending(self) -> bool:
         """Linking is left to do (the publisher steps again at once)."""
@@ -123,17 +120,11 @@ class WindowTree(BuiltAhead):
         for s in samples:
             if s.id in self._m or s.rank is None:
                 continue
-            line: bytes | None = None
             obj = object_name(s.sid)
-            why = unshown_reason(s.path, obj, s.checksum)
-            if why is None:  # no separator in the path or checksum: one manifest line
-                line = f"{s.path}\t{s.size}\t{s.checksum}\n".encode()
+            line = self._line(s.path, s.size, s.checksum, obj)
+            if line is not None:
                 shown.append(line)
                 self._shown_bytes += s.size
-            else:
-                self.skipped += 1
-                if self.skipped <= LOGGED_SKIPS:
-                    log.warning("%r not shown in the folder view: %s", s.path, why)
             self._m[s.id] = (s.size, line, obj, s.rank, s.key)
             heapq.heappush(self._heap, s.id)
             self._todo.append(s.id)
@@ -300,9 +291,8 @@ class WindowTree(BuiltAhead):
         """Show the tree as ``epoch-N`` if it is the store's window ``n``; False (nothing changed
         in the folder) when it cannot be, and the caller writes the epoch whole."""
         ext = self.reads.extent(n)
-        if ext is None or ext.excluded or self.tainted:
-            log.debug("epoch %d: not a window recorded by its ends, with keys excluded, or %s: "
-                      "written whole", n, self.tainted)
+        if ext is None or ext.excluded:
+            log.debug("epoch %d: not a window recorded by its ends, or with keys excluded: written whole", n)
             return False
         if self._links is None:
             self._new_tree()
