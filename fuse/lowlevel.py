@@ -35,7 +35,7 @@ from epochfs.fuse.lowlevel_abi import (
     bind,
     make_args,
 )
-from epochfs.fuse.operations import EpochOperations, FuseOSError, translate_listing, wanted_capabilities
+from epochfs.fuse.operations import EpochOperations, FuseOSError, wanted_capabilities
 from epochfs.fuse.treebuild import ENC
 from epochfs.fuse.view import NotFound
 
@@ -79,10 +79,9 @@ class LowLevelFUSE:
         self._se: int | None = None
         self._notifier: KernelNotifier | None = None
         self._unnumbered: set[str] = set()  # names already warned about (bounded)
-        self._listings: dict[int, tuple[Any, Any]] = {}
-        """Folders that change (the root, ``.epochfs``): the listing a handle started reading, so
-        the readdir calls of one listing read one snapshot (:meth:`_list`)."""
         self._listing_handles = itertools.count(LISTING_HANDLES)
+        """Handles for folders that change (the root, ``.epochfs``), where the operations keep
+        none: with a handle of its own, each listing is a snapshot too (:meth:`_list`)."""
         self._folders: dict[int, tuple[str, int | None, int]] = {}
         """Folder handle -> (path, first child's inode number, parent's), taken at opendir: an
         epoch's numbers map to paths through its tree, which the view drops once the epoch
@@ -207,8 +206,7 @@ class LowLevelFUSE:
             if handle == 0:  # a folder that changes (no epoch held): its listings are snapshots
                 handle = next(self._listing_handles)
             try:
-                self._folders[handle] = (path, self.inodes.first_child_ino(path),
-                                         self.inodes.ino(path.rpartition("/")[0] or "/"))
+                self._folders[handle] = self._folder(path)
             except BaseException:  # retired meanwhile: the epoch's hold must not stay
                 self._forget_listing(handle)
                 raise
@@ -217,12 +215,14 @@ class LowLevelFUSE:
                 self._forget_listing(handle)  # else its epoch would stay held for good
         self._reply(req, "opendir", answer)
 
+    def _folder(self, path: str) -> tuple[str, int | None, int]:
+        """``path`` with its first child's inode number and its parent's (:attr:`_folders`)."""
+        return path, self.inodes.first_child_ino(path), self.inodes.ino(path.rpartition("/")[0] or "/")
+
     def _forget_listing(self, handle: int) -> None:
+        """The handle is done: its folder and its listing forgotten, its epoch's hold released."""
         self._folders.pop(handle, None)
-        if handle >= LISTING_HANDLES:
-            self._listings.pop(handle, None)
-        else:
-            self.ops.releasedir(None, handle)
+        self.ops.releasedir(None, handle)
 
     def _releasedir(self, req: int, ino: int, fi: Any) -> None:
         def answer() -> None:
@@ -238,28 +238,17 @@ class LowLevelFUSE:
         handle = fi.contents.fh
         self._reply(req, "readdirplus", lambda: self._list(req, ino, size, off, handle, plus=True))
 
-    def _snapshot(self, path: str, off: int, handle: int) -> tuple[Any, Any]:
-        """The listing of ``path`` for the readdir of ``handle`` at ``off``: the one this handle
-        started at offset 0 in a folder that changes (a cut between two calls of one listing
-        shifted the offsets: ``latest`` came twice, an entry could be skipped), and the one the
-        operations keep for a handle inside an epoch (:meth:`EpochOperations.held_listing`: whole
-        even once the epoch retires); afresh at each offset 0 (a rewinddir sees the new root)."""
-        if handle < LISTING_HANDLES:  # an epoch's folder: the operations keep its handle's listing
-            return self.ops.held_listing(path, off, handle)
-        snap = self._listings.get(handle)
-        if snap is None or off == 0:
-            snap = self._listings[handle] = translate_listing(self.ops, path)
-        return snap
-
     def _list(self, req: int, ino: int, size: int, off: int, handle: int, *, plus: bool) -> None:
         """Entries from offset ``off`` while they fit in ``size`` bytes; with ``plus`` each carries
         its attributes and inode number, so the kernel caches the entry without a lookup."""
         folder = self._folders.get(handle)
         if folder is None:  # a handle libfuse made without our opendir (none expected)
-            path = self.inodes.path(ino)
-            folder = path, self.inodes.first_child_ino(path), self.inodes.ino(path.rpartition("/")[0] or "/")
+            folder = self._folder(self.inodes.path(ino))
         path, first, parent = folder
-        here, listing = self._snapshot(path, off, handle)
+        # One listing per handle, from offset 0 until releasedir (EpochOperations.held_listing):
+        # recomputed at each call, a cut in between would shift the root's offsets (``latest``
+        # twice, an entry skipped) and a retirement would fail an epoch folder's listing half-way.
+        here, listing = self.ops.held_listing(path, off, handle)
         buf = ctypes.create_string_buffer(size)
         base = ctypes.addressof(buf)
         pos = 0

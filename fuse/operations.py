@@ -246,8 +246,10 @@ class EpochOperations(mfusepy.Operations):
         handle read at offset 0 (a rewinddir reads afresh). A reader lists a folder in several
         calls; recomputed at each, an epoch that retired in between (the view dropped its tree)
         failed the listing half-way with ENOENT. The listing holds the epoch's immutable tree,
-        so it stays whole until ``releasedir``. ``fh`` 0 (a folder outside epochs, no handle
-        kept): computed at each call. Errors come translated (FuseOSError)."""
+        so it stays whole until ``releasedir``. The low-level adapter gives folders outside
+        epochs (the root, ``.epochfs``) handles of its own, so their listings hold too: a cut
+        between two calls would shift the root's offsets. ``fh`` 0 (the high-level adapter's
+        folders outside epochs): computed at each call. Errors come translated (FuseOSError)."""
         if fh == 0:
             return translate_listing(self, path)
         snap = self._dir_listings.get(fh)
