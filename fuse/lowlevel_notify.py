@@ -98,12 +98,16 @@ class KernelNotifier:
                 self._open = False
                 log.info("kernel notifications stopped: %s", os.strerror(-result))
 
+    def _forget(self, parent_ino: int, name: str) -> None:
+        """Drop the kernel's cached entry ``name`` of folder ``parent_ino``; the name encoded as
+        mfusepy and the low-level adapter decode names, so an undecodable byte comes back as sent."""
+        raw = name.encode(*ENC)
+        self._notify(lambda: self._lib.fuse_lowlevel_notify_inval_entry(self._se, parent_ino, raw, len(raw)))
+
     def forget_root_entry(self, name: str) -> None:
         """Drop the kernel's cached entry ``/name`` (a retired epoch, a changed ``latest``)."""
         if self.available:
-            raw = name.encode()
-            self._notify(lambda: self._lib.fuse_lowlevel_notify_inval_entry(self._se, FUSE_ROOT_ID, raw,
-                                                                              len(raw)))
+            self._forget(FUSE_ROOT_ID, name)
 
     def forget_entry(self, path: str) -> None:
         """Drop the kernel's cached entry (dentry) of ``path`` inside a folder, so the next lookup
@@ -119,8 +123,7 @@ class KernelNotifier:
             parent_ino = self._inode_of(parent or "/")
         except LookupError:
             return  # its folder names nothing: the kernel cannot hold the entry either
-        raw = name.encode(*ENC)
-        self._notify(lambda: self._lib.fuse_lowlevel_notify_inval_entry(self._se, parent_ino, raw, len(raw)))
+        self._forget(parent_ino, name)
 
     def invalidate(self, path: str) -> None:
         """Drop the kernel's cached attributes and data of ``path`` (no-op if it has none)."""
