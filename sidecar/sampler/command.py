@@ -17,8 +17,10 @@ does not accept, or whose host does not exist; the line names the flag, the stor
 what to check: :func:`refusal_message`), 75 (:data:`~epochfs.sidecar.config.EXIT_RETRY`) when
 the remote cannot be reached at the start (a store still starting, a DNS server that cannot
 answer now: :func:`~epochfs.sidecar.remote.errors.may_answer_later`), 74
-(:data:`~epochfs.sidecar.config.EXIT_INDEX`) when SQLite finds the index damaged while running
-(the next start replaces it within seconds: the supervisor restarts at once and counts no crash),
+(:data:`~epochfs.sidecar.config.EXIT_INDEX`) when SQLite finds the index damaged while running or
+during the start (the start's check of a large index reads the ends of each b-tree only, and
+recovery or the fetch order's resume may read a damaged page between: :func:`index_failed`; the
+next start replaces it within seconds: the supervisor restarts at once and counts no crash),
 1 when the node volume or the index fails otherwise (one log line; the next start repairs what it
 can, so a restart is not a crash loop).
 """
@@ -192,10 +194,24 @@ def refusal_message(settings: SamplerSettings, e: RemoteError) -> str:
     return f"{flag}: {one_line(str(e)).rstrip('. ')}; {fix}"
 
 
+def index_failed(e: StoreError | sqlite3.DatabaseError, cache: Path, *, checked: bool = True) -> int:
+    """Log the one line of a sampler whose index failed, at its start or while it ran, and return
+    its exit status: :data:`~epochfs.sidecar.config.EXIT_INDEX` when the index is damaged (the
+    next start checks it in full and replaces it, so the supervisor restarts at once and counts
+    no crash), else 1. Damage is SQLite's corruption error, or the :mod:`.checkmark` marker that
+    whatever met the damage wrote (the background check's finding reaches the loop as a
+    StoreError). ``checked``: the start's index check has passed, which removes a marker found
+    before it, so a marker now was written by this run; before that, a marker left from an
+    earlier run says nothing of this failure (an unreadable volume is no damage)."""
+    log.error("the cache index failed: %s; exiting (the next start repairs it)", e)
+    damaged = is_corruption(e) or (checked and checkmark.reason(cache) is not None)
+    return EXIT_INDEX if damaged else 1
+
+
 def run_sample(settings: SamplerSettings) -> int:
     """The ``epochfs sample`` command: 0 after a clean stop, 2 for bad settings, 75 while the remote
-    cannot be reached at the start, 74 when the index is found damaged while running, 1 when the
-    disk or the index fails otherwise."""
+    cannot be reached at the start, 74 when the index is found damaged (at the start or while
+    running), 1 when the disk or the index fails otherwise."""
     stop = threading.Event()
     old_signals = _install_signals(stop)
     try:
@@ -216,6 +232,7 @@ def run_sample(settings: SamplerSettings) -> int:
     # the sampler is made, as no sampler fetches before then.
     listing_running = threading.Event()
     sampler: Sampler | None = None
+    checked = False  # the start's check of the index passed (or replaced it)
 
     def fetching() -> bool:
         return sampler is not None and sampler.fetching()
@@ -223,6 +240,7 @@ def run_sample(settings: SamplerSettings) -> int:
     try:
         lock_fd = _lock_cache(settings.cache)
         store.check_index()  # a damaged index is replaced (one log line), never a crash loop
+        checked = True
         _check_identity(store, settings)
         log.info("%s", store.recover(integrity="ok"))
         store.configure(settings.policy())
@@ -303,9 +321,7 @@ def run_sample(settings: SamplerSettings) -> int:
             return 1
         except (StoreError, sqlite3.DatabaseError) as e:
             # A damaged index is replaced at the next start (check_index), a deleted one remade.
-            log.error("the cache index failed: %s; exiting (the next start repairs it)", e)
-            damaged = is_corruption(e) or checkmark.reason(settings.cache) is not None
-            return EXIT_INDEX if damaged else 1
+            return index_failed(e, settings.cache)
         finally:
             stop.set()
             # A listing process gets its grace to stop and then is killed (ListingProcess._drain):
@@ -315,6 +331,13 @@ def run_sample(settings: SamplerSettings) -> int:
             raise listing.fatal
         log.info("stopped cleanly")
         return 0
+    except (StoreError, sqlite3.DatabaseError) as e:
+        if sampler is not None:
+            raise  # past the start: the run's own failures are handled above
+        # Met during the start: the check of a large index reads only the ends of each b-tree,
+        # and recovery, the listing's set-up or the fetch order's resume read the pages between.
+        # The same exit and line as damage met while running.
+        return index_failed(e, settings.cache, checked=checked)
     finally:
         if listing_process is not None:
             listing_process.close()  # one spawned for a listing that was never started

@@ -18,7 +18,7 @@ can happen while the sampler runs as well as while it is down. So:
 * **In the background** (:class:`Background`, a thread of the sampler): the full check on a
   read-only connection of its own, paced to :data:`DUTY` of one core, :data:`EVERY` seconds after
   the last one began (the time and the result are kept in ``meta``). Damage it finds writes the
-  marker, and the sampler's loop exits (status 1, "the next start repairs it"); the supervisor
+  marker, and the sampler's loop exits (status 74, :data:`~epochfs.sidecar.config.EXIT_INDEX`); the supervisor
   starts it again and that start runs the full check and the repair. The index is never replaced
   under a running sampler, so there is one repair path, the start-up one that was there already.
 
