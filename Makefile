@@ -4,7 +4,7 @@
 SHELL := /bin/bash
 VENV ?= .venv
 PY := $(VENV)/bin/python
-APT_PACKAGES := fuse3 libfuse3-3 prometheus rclone
+APT_PACKAGES := fuse3 libfuse3-3 prometheus rclone strace
 DEMO_APT_PACKAGES := fuse3 libfuse3-3
 # make demo without the dev environment: its own venv with the demo extra only (what a file:// sidecar and the torch client import).
 DEMO_VENV ?= .venv-demo

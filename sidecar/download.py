@@ -2,8 +2,8 @@
 
 The bytes go from the remote reader to the temp file in large blocks while exactly one digest is
 computed on the same blocks (awscrt's CRCs, hashlib and file writes release the GIL, so many
-downloads hash in parallel). The temp file is fsynced before it is handed back, so
-:meth:`Store.admit` only has to rename it.
+downloads hash in parallel; :mod:`epochfs.sidecar.tempwrite`). The temp file is fsynced before it
+is handed back, so :meth:`Store.admit` only has to rename it.
 
 A download is verified against the size in the catalog (and the Content-Length) and against the
 first of these the remote offers (:mod:`epochfs.sidecar.remote.checksums`): a full-object checksum sent
@@ -55,33 +55,16 @@ from epochfs.sidecar.metrics import process_metrics
 from epochfs.sidecar.ratelimit import RateLimiter
 from epochfs.sidecar.remote import checksums
 from epochfs.sidecar.remote.backoff import full_jitter, jitter_bound
-from epochfs.sidecar.remote.base import BLOCK, Changed, Kind, Reader, Remote, RemoteFailure, Transient
+from epochfs.sidecar.remote.base import BLOCK, Changed, Kind, Remote, RemoteFailure, Transient
 from epochfs.sidecar.remote.checksums import plain_md5_etag
 from epochfs.sidecar.remote.errors import translate
 from epochfs.sidecar.store import SIZE_ONLY, Admission, Candidate, Store, digests
+from epochfs.sidecar.tempwrite import WRITE_PIECE, Cancelled, LocalWriteError, stream_to_temp
 
 log = logging.getLogger("epochfs.download")
 
 PRUNE_AT = 1024
 """Temps listed before the downloader first looks which are gone (see :meth:`Downloader._track`)."""
-
-WRITE_PIECE = 32 << 10
-"""Bytes handed to the kernel in one ``write`` of a temp file. A block (1 MiB) read in one go is
-written in pieces: one write of 256 pages makes the kernel find and fill them all in one call,
-and where free memory is cold (a VM's first touch of its pages) such a call stalls for
-milliseconds; a 4 MiB set's times were then bimodal run to run, and 32 KiB pieces kept them
-steady. The hash still runs once over the whole block (fewer, larger calls that release the GIL).
-"""
-
-
-class LocalWriteError(Exception):
-    """Writing to the node volume failed (disk full, I/O error): not a remote failure. The sampler
-    pauses on a full disk and stops on any other."""
-
-
-class Cancelled(Exception):
-    """The sampler is stopping; the download was abandoned."""
-
 
 def failure_kind(exc: BaseException) -> Kind:
     """The one classifier: the kind of a failed attempt, which decides retry, skip or outage.
@@ -258,7 +241,8 @@ class Downloader:
             h = self.hashers(plan.algorithm)
             self._track(temp)
             try:
-                total = self._stream(reader, temp, h, cand.size)
+                total = stream_to_temp(reader.readinto, self._buffer(), temp, h, cand.size,
+                                       stop=self.stop, rate=self.rate)
             except BaseException:
                 self._forget(temp)
                 raise
@@ -346,59 +330,6 @@ class Downloader:
         if buf is None:
             buf = self._local.buf = memoryview(bytearray(self.block))
         return buf
-
-    def _stream(self, reader: Reader, temp: Path, h: checksums.Hasher, limit: int) -> int:
-        """Copy the reader into ``temp`` while hashing with ``h`` on the same blocks; fsync
-        before returning the number of bytes.
-
-        Every reader fills this thread's reused buffer (``readinto``): from the S3 fast path and
-        files the bytes are copied once, from the kernel, and the GIL is released for the read,
-        the hash update and the write alike.
-
-        ``limit`` is the listed size: at most ``limit + 1`` bytes are asked for, and a body that
-        passes it raises :class:`Changed` before its extra bytes are written. A body whose length
-        the reader cannot announce (no Content-Length, chunked, a file growing while it is read)
-        would otherwise stream to its end onto the node volume, past the one reservation of the
-        listed size. A body of the listed size ends with an ask for one byte that finds its end.
-        """
-        readinto = reader.readinto
-        buf = self._buffer()
-        size = len(buf)
-        total = 0
-        stop = self.stop
-        rate = self.rate
-        try:
-            fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
-        except OSError as e:
-            raise LocalWriteError(f"cannot create {temp}: {e}") from e
-        try:
-            while True:
-                if stop.is_set():
-                    raise Cancelled()
-                want = limit + 1 - total
-                n = readinto(buf if want >= size else buf[:want])
-                chunk = buf[:n]
-                if not n:
-                    break
-                if total + n > limit:
-                    raise Changed(f"body longer than the listed {limit} bytes")
-                if rate is not None and not rate.take(n, stop):
-                    raise Cancelled()
-                h.update(chunk)
-                total += n
-                view = chunk
-                try:
-                    while view:
-                        view = view[os.write(fd, view[:WRITE_PIECE]):]
-                except OSError as e:
-                    raise LocalWriteError(f"writing {temp}: {e}") from e
-            try:
-                os.fsync(fd)
-            except OSError as e:
-                raise LocalWriteError(f"fsync {temp}: {e}") from e
-        finally:
-            os.close(fd)
-        return total
 
 
 __all__ = [
