@@ -18,7 +18,6 @@ skipped where the call does not exist (not Linux) or the file system refuses it.
 
 from __future__ import annotations
 
-import ctypes
 import functools
 import os
 import threading
@@ -53,7 +52,10 @@ class Cancelled(Exception):
 @functools.cache
 def _sync_file_range() -> Callable[[int, int, int, int], int] | None:
     """libc's ``sync_file_range``, or None where there is none. ctypes releases the GIL for the
-    call, as ``os.write`` does."""
+    call, as ``os.write`` does. ctypes is imported here, by the first download's first block
+    rather than on the sampler's way to its first request."""
+    import ctypes
+
     try:
         fn = ctypes.CDLL(None, use_errno=True).sync_file_range
     except (OSError, AttributeError):
