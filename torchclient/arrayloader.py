@@ -43,10 +43,10 @@ import torch
 from .arrays import FORMATS, ArraySampleError, SampleReader, expected_spec, make_reader
 from .dataset import EpochDataset
 from .decode import check_max_bytes
-from .epochplan import Balance, Partition, plan_batches, resolve_split
+from .epochplan import Balance, Partition, resolve_split
 from .globs import KeyFilter
 from .lost import lost_aware, lost_error
-from .peers import EpochReduce
+from .peers import plan_epoch
 from .report import ClientReporter, report_url_from_env
 from .resume import OnResumeMismatch, Resumable
 from .retry import RETRY_SECONDS, check_retry_seconds, retrying, transient
@@ -223,21 +223,9 @@ class ArrayLoader(Resumable):
 
         Collective when torch.distributed is initialised (every rank must call it for the same epoch).
         """
-        failure: Exception | None = None
-        try:
-            dataset = EpochDataset(self.root, epoch, decode="bytes", wait=self.wait, timeout=self.timeout,
-                                   progress=self.progress, retry_seconds=self.retry_seconds, jump=jump,
-                                   include=self.include, exclude=self.exclude)
-        except Exception as exc:  # the other ranks learn of it in the reduce instead of waiting there
-            failure = exc
-        reduce = EpochReduce(epoch, failure, empty=failure is None and len(dataset) == 0)
-        length = 0 if failure else len(dataset)
-        batches, padded = plan_batches(length, epoch=epoch, batch_size=self.batch_size,
-                                       num_replicas=self.num_replicas, rank=self.rank, shuffle=self.shuffle,
-                                       seed=self.seed, drop_last=self.drop_last, balance=self.balance,
-                                       where=str(self.root), reduce=reduce)
-        reduce.settle()  # balance="none" made no reduce
-        return dataset, batches, padded
+        return plan_epoch(self, epoch, lambda: EpochDataset(
+            self.root, epoch, decode="bytes", wait=self.wait, timeout=self.timeout, progress=self.progress,
+            retry_seconds=self.retry_seconds, jump=jump, include=self.include, exclude=self.exclude))
 
     def _prepare(self, dataset: EpochDataset) -> SampleReader:
         """The reader (its template from the first epoch's first file), the threads, the ring."""

@@ -23,7 +23,7 @@ from collections.abc import Callable
 from typing import Literal
 
 from .sampler import epoch_indices
-from .world import World, has_local_env
+from .world import World, dist_rank_and_size, has_local_env
 
 Partition = Literal["node", "global"]
 Balance = Literal["pad", "truncate", "none"]
@@ -36,22 +36,36 @@ def count_batches(samples: int, batch_size: int, drop_last: bool) -> int:
     return samples // batch_size if drop_last else math.ceil(samples / batch_size)
 
 
+def distributed() -> tuple[int, int] | None:
+    """(rank, world size) when torch.distributed is initialised with more than one rank, else None:
+    whether an epoch's start is collective at all."""
+    world = dist_rank_and_size()
+    return None if world is None or world[1] == 1 else world
+
+
+def all_reduce_max(values: list[int]) -> list[int]:
+    """``values`` reduced elementwise with MAX over the world (collective: every rank calls it, in the
+    same order). One MAX serves a MIN too, negated, so every collective of an epoch is this one."""
+    import torch
+    import torch.distributed as dist
+
+    device = torch.device("cpu")
+    if dist.get_backend() == "nccl":  # NCCL reduces only tensors on this rank's GPU
+        device = torch.device("cuda", torch.cuda.current_device())
+    tensor = torch.tensor(values, dtype=torch.int64, device=device)
+    dist.all_reduce(tensor, op=dist.ReduceOp.MAX)
+    return [int(v) for v in tensor.tolist()]
+
+
 def all_reduce_int(value: int, op: ReduceOp) -> int:
     """``value`` reduced over the world when torch.distributed is initialised (else ``value``).
 
     Collective: every rank must call it, once per epoch, in the same order.
     """
-    import torch
-    import torch.distributed as dist
-
-    if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() == 1:
+    if distributed() is None:
         return value
-    device = torch.device("cpu")
-    if dist.get_backend() == "nccl":
-        device = torch.device("cuda", torch.cuda.current_device())
-    tensor = torch.tensor([value], dtype=torch.int64, device=device)
-    dist.all_reduce(tensor, op=dist.ReduceOp.MAX if op == "max" else dist.ReduceOp.MIN)
-    return int(tensor.item())
+    sign = 1 if op == "max" else -1
+    return sign * all_reduce_max([sign * value])[0]
 
 
 def plan_batches(length: int, *, epoch: int, batch_size: int, num_replicas: int, rank: int, shuffle: bool,

@@ -32,11 +32,11 @@ from torch.utils.data import DataLoader, Dataset, Sampler
 from .collate import collate
 from .dataset import EpochDataset
 from .decode import MAX_ARRAY_BYTES, Decoder, check_max_bytes, load_sample, resolve_decoder
-from .epochplan import Balance, Partition, plan_batches, resolve_split
+from .epochplan import Balance, Partition, resolve_split
 from .globs import KeyFilter
 from .labels import check_class_root, check_classes
 from .layout import epoch_name
-from .peers import EpochReduce
+from .peers import plan_epoch
 from .report import ClientReporter, report_url_from_env
 from .resume import OnResumeMismatch, Resumable
 from .retry import RETRY_SECONDS, check_retry_seconds
@@ -275,21 +275,10 @@ class EpochLoader(Resumable):
 
         Collective when torch.distributed is initialised (every rank must call it for the same epoch).
         """
-        failure: Exception | None = None
-        try:
-            dataset = EpochDataset(self.root, epoch, decode=self.decoder, wait=self.wait,
-                                   timeout=self.timeout, progress=self.progress,
-                                   retry_seconds=self.retry_seconds, jump=jump,
-                                   include=self.include, exclude=self.exclude, label=self.label,
-                                   class_root=self.class_root, classes=self.classes)
-        except Exception as exc:  # the other ranks learn of it in the reduce instead of waiting there
-            failure = exc
-        reduce = EpochReduce(epoch, failure, empty=failure is None and len(dataset) == 0)
-        plan, padded = plan_batches(0 if failure else len(dataset), epoch=epoch, batch_size=self.batch_size,
-                                    num_replicas=self.num_replicas, rank=self.rank, shuffle=self.shuffle,
-                                    seed=self.seed, drop_last=self.drop_last, balance=self.balance,
-                                    where=str(self.root), reduce=reduce)
-        reduce.settle()  # balance="none" made no reduce
+        dataset, plan, padded = plan_epoch(self, epoch, lambda: EpochDataset(
+            self.root, epoch, decode=self.decoder, wait=self.wait, timeout=self.timeout,
+            progress=self.progress, retry_seconds=self.retry_seconds, jump=jump, include=self.include,
+            exclude=self.exclude, label=self.label, class_root=self.class_root, classes=self.classes))
         prefix = epoch_name(epoch) + "/"
         targets = dataset.targets
         batches: list[list[Any]] = (

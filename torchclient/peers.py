@@ -17,9 +17,14 @@ is known from the reduced values, so every rank decides it alike. A resumed epoc
 
 from __future__ import annotations
 
-from typing import Literal
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Protocol
 
-ReduceOp = Literal["max", "min"]
+from .epochplan import Balance, ReduceOp, all_reduce_max, distributed, plan_batches
+
+if TYPE_CHECKING:
+    from .dataset import EpochDataset
 
 # Why a rank failed, as a code a tensor can carry; the first matching class wins.
 _REASONS: tuple[tuple[str, str], ...] = (
@@ -65,28 +70,6 @@ def reason(code: int) -> str:
     return _REASONS[code - 1][1] if 1 <= code <= len(_REASONS) else _OTHER
 
 
-def distributed() -> tuple[int, int] | None:
-    """(rank, world size) when torch.distributed is initialised with more than one rank, else None."""
-    import torch.distributed as dist
-
-    if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() == 1:
-        return None
-    return dist.get_rank(), dist.get_world_size()
-
-
-def all_reduce_max(values: list[int]) -> list[int]:
-    """``values`` reduced elementwise with MAX over the world (collective: every rank calls it)."""
-    import torch
-    import torch.distributed as dist
-
-    device = torch.device("cpu")
-    if dist.get_backend() == "nccl":
-        device = torch.device("cuda", torch.cuda.current_device())
-    tensor = torch.tensor(values, dtype=torch.int64, device=device)
-    dist.all_reduce(tensor, op=dist.ReduceOp.MAX)
-    return [int(v) for v in tensor.tolist()]
-
-
 class EpochReduce:
     """The batch-count reduce of one epoch (:data:`~.epochplan.Reduce`) carrying this rank's failure.
 
@@ -125,6 +108,44 @@ class EpochReduce:
         """Raise this rank's own failure, if it had one."""
         if self.failure is not None:
             raise self.failure
+
+
+class EpochSplit(Protocol):
+    """What :func:`plan_epoch` reads of a loader: where its epochs are and how it cuts them into
+    batches (:func:`~.epochplan.plan_batches`). Both loaders have these settings."""
+
+    root: Path
+    batch_size: int
+    num_replicas: int
+    rank: int
+    shuffle: bool
+    seed: int
+    drop_last: bool
+    balance: Balance
+
+
+def plan_epoch(loader: EpochSplit, epoch: int,
+               open_epoch: Callable[[], EpochDataset]) -> tuple[EpochDataset, list[list[int]], int]:
+    """Open ``epoch`` (``open_epoch``) and cut this rank's batches of file indices: (dataset, batches,
+    padding). Collective when torch.distributed is initialised: every rank must call it for the same
+    epoch. What opening raised is not raised at once but carried into the batch-count reduce
+    (:class:`EpochReduce`), so the other ranks learn of it there instead of waiting in it; this rank
+    then raises it, the others :class:`PeerEpochError`."""
+    dataset: EpochDataset | None = None
+    failure: Exception | None = None
+    try:
+        dataset = open_epoch()
+    except Exception as exc:  # reaches the other ranks through the reduce below
+        failure = exc
+    length = len(dataset) if dataset is not None else 0
+    reduce = EpochReduce(epoch, failure, empty=dataset is not None and length == 0)
+    batches, padded = plan_batches(length, epoch=epoch, batch_size=loader.batch_size,
+                                   num_replicas=loader.num_replicas, rank=loader.rank, shuffle=loader.shuffle,
+                                   seed=loader.seed, drop_last=loader.drop_last, balance=loader.balance,
+                                   where=str(loader.root), reduce=reduce)
+    reduce.settle()  # balance="none" made no reduce, so the failure is raised here
+    assert dataset is not None  # else settle raised the failure
+    return dataset, batches, padded
 
 
 def agree_resume(skip: int, changed: bool) -> tuple[int, int, list[int]]:

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
 from .describe import decimal_size
-from .peers import agree_resume, distributed
+from .peers import agree_resume
 
 if TYPE_CHECKING:
     from .dataset import EpochDataset
@@ -196,11 +196,19 @@ class RunBase:
         self._length = len(batches)
         # Batch counts kept equal across the world make every rank's start collective already; the
         # resume decision is then the world's too (one rank resuming while another starts over
-        # would leave them out of step in every collective after).
-        collective = self.loader.balance != "none" and distributed() is not None
+        # would leave them out of step in every collective after). Without a world of several ranks
+        # agree_resume answers for this rank alone, with no collective.
+        collective = self.loader.balance != "none"
         self.start_batch = self.resume.start(self.epoch, dataset, len(batches),
                                              agree_resume if collective else None)
         return planned
+
+    def _measure(self, dataset: EpochDataset, padded: int) -> EpochStats:
+        """The stats of this epoch of ``dataset`` (read from now on), kept on the run as it runs."""
+        self.dataset = dataset
+        self.stats = EpochStats(epoch=self.epoch, files=len(dataset), cut_wait_seconds=dataset.wait_seconds,
+                                padded=padded)
+        return self.stats
 
     def __iter__(self) -> Iterator[Any]:
         """Start the epoch: the lookup of ``epoch-N`` happens now (unless ``len()`` made it)."""
@@ -248,10 +256,7 @@ class EpochRun(RunBase):
         dataset, batches, sizes, padded = self._begin()
         skip = self.start_batch
         batches, sizes = batches[skip:], sizes[skip:]
-        self.dataset = dataset
-        stats = EpochStats(epoch=self.epoch, files=len(dataset), cut_wait_seconds=dataset.wait_seconds,
-                           padded=padded)
-        self.stats = stats
+        stats = self._measure(dataset, padded)
         dataloader = self.workers.serve(batches)
         loader.reporter.reading(self.epoch)  # named in reports: the folder view's sign of a reader
         try:
@@ -293,10 +298,7 @@ class ArrayEpochRun(RunBase):
         started = time.monotonic()
         dataset, batches, padded = self._begin()
         batches = batches[self.start_batch:]
-        self.dataset = dataset
-        stats = EpochStats(epoch=self.epoch, files=len(dataset), cut_wait_seconds=dataset.wait_seconds,
-                           padded=padded)
-        self.stats = stats
+        stats = self._measure(dataset, padded)
         reads: Reads | None = None
         loader.reporter.reading(self.epoch)  # named in reports: the folder view's sign of a reader
         try:

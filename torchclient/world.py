@@ -105,12 +105,10 @@ class World:
         share one node, which is right for one machine.
         """
         env = os.environ if env is None else env
-        found = _from_env(env)
-        dist_rank = _dist_rank_and_size()
-        rank, size = dist_rank if dist_rank is not None else (found[0], found[1]) if found else (0, 1)
-        local_rank, local_size = rank, size
-        if found is not None and found[2] is not None and found[3] is not None:
-            local_rank, local_size = found[2], found[3]
+        # The env is read (and checked) even when torch.distributed answers: a bad launch still says so.
+        rank, size, local = _from_env(env) or (0, 1, None)
+        rank, size = dist_rank_and_size() or (rank, size)
+        local_rank, local_size = local or (rank, size)
         if local_size > size:  # torch.distributed's world may be smaller than the launch's
             local_rank, local_size = rank, size
         return cls(rank=rank, size=size, local_rank=local_rank, local_size=local_size)
@@ -123,8 +121,8 @@ def launcher(env: Mapping[str, str] | None = None) -> Launcher | None:
                  and (not one.whole or (one.rank in env and one.size in env))), None)
 
 
-def _from_env(env: Mapping[str, str]) -> tuple[int, int, int | None, int | None] | None:
-    """(rank, size, local_rank, local_size) of the launcher in ``env``, the local pair None when it
+def _from_env(env: Mapping[str, str]) -> tuple[int, int, tuple[int, int] | None] | None:
+    """(rank, size, (local_rank, local_size)) of the launcher in ``env``, the local pair None when it
     does not say; None without a launcher. ValueError naming the variables of an incomplete or
     inconsistent set."""
     one = launcher(env)
@@ -141,14 +139,14 @@ def _from_env(env: Mapping[str, str]) -> tuple[int, int, int | None, int | None]
         raise ValueError(f"inconsistent {one.name} environment (rank must be below the world size): "
                          f"{one.rank}={rank} is not below {one.size}={size}")
     if one.local_rank is None or one.local_size is None:
-        return rank, size, 0, 1
+        return rank, size, (0, 1)
     local_size: int | None = None
     if one.local_size in env:
         local_size = _env_int(env, one.local_size)
     elif one.name == "Slurm":
         local_size = _slurm_tasks_on_node(env)
     if one.local_rank not in env and local_size is None:
-        return rank, size, None, None
+        return rank, size, None
     if one.local_rank not in env or local_size is None:
         there, absent = ((one.local_rank, one.local_size) if one.local_rank in env
                          else (one.local_size, one.local_rank))
@@ -161,7 +159,7 @@ def _from_env(env: Mapping[str, str]) -> tuple[int, int, int | None, int | None]
     if local_size > size:
         raise ValueError(f"inconsistent {one.name} environment: {one.local_size}={local_size} is above "
                          f"{one.size}={size}")
-    return rank, size, local_rank, local_size
+    return rank, size, (local_rank, local_size)
 
 
 def has_local_env(env: Mapping[str, str] | None = None) -> bool:
@@ -171,7 +169,8 @@ def has_local_env(env: Mapping[str, str] | None = None) -> bool:
     return found is not None and found[2] is not None
 
 
-def _dist_rank_and_size() -> tuple[int, int] | None:
+def dist_rank_and_size() -> tuple[int, int] | None:
+    """(rank, world size) from torch.distributed when it is initialised (a world of one too), else None."""
     try:
         import torch.distributed as dist
     except ImportError:  # pragma: no cover - torch without distributed support
