@@ -15,6 +15,7 @@ from urllib.parse import urlsplit
 from epochfs.sidecar.confparse import parse_size
 from epochfs.sidecar.remote.registry import SCHEMES as REMOTE_SCHEMES
 from epochfs.sidecar.remote.registry import check_url, missing_library
+from epochfs.sidecar.remote.urls import split_url
 from epochfs.sidecar.webhook.fields import (
     CAPACITY,
     CAPACITY_SHARE_TENTHS,
@@ -121,12 +122,12 @@ allows a space, a slash or a colon); check_url holds S3's own rule."""
 def url_problem(url: str, scheme: str) -> str | None:
     """What makes ``url`` (of a known ``scheme``, passed by :func:`check_url`, which the sidecar
     runs at its start too) unusable as a pod's remote, or None: what check_url lets through but
-    the sidecar cannot list, so the pod would be created only to fail its startup probe. Split by
-    hand as the remotes do: "#" and "?" are legal in a key."""
+    the sidecar cannot list, so the pod would be created only to fail its startup probe. Split as
+    the remotes split it (:func:`~epochfs.sidecar.remote.urls.split_url`): "#" and "?" are legal in
+    an object's key, so the bucket ends at the first "/" alone."""
     if any(ord(ch) < 0x20 or ord(ch) == 0x7F for ch in url):
         return "it holds a control character"
-    rest = url.split("://", 1)[1]
-    host = rest.partition("/")[0]
+    host = split_url(url).host
     if scheme in ("gs", "gcs", "az", "abfs", "abfss"):
         name = host.partition("@")[0]
         if not _NAME_RE.match(name):

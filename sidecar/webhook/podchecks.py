@@ -11,6 +11,7 @@ import posixpath
 from collections.abc import Mapping
 from typing import Any
 
+from epochfs.sidecar.config import SidecarSettings
 from epochfs.sidecar.webhook.fields import CONTAINERS, FIELD_PATH_RE, JSON, SHARD_ENV, SHARD_INDEX
 from epochfs.sidecar.webhook.profiles import Profile
 
@@ -193,8 +194,9 @@ def check_nesting(cname: Any, path: Any, trainer_mounts: list[JSON]) -> None:
         )
 
 
-DEFAULT_HEALTH_PORT = 8080
-"""The chart's ``sidecar.healthPort``: the port a pod on the node's network is refused on."""
+DEFAULT_HEALTH_PORT: int = SidecarSettings.health_port
+"""``--health-port``'s default, which the chart's ``sidecar.healthPort`` keeps: the port a pod on
+the node's network is refused on."""
 
 
 def check_host_network(spec: Mapping[str, Any], profile: Profile) -> None:

@@ -44,6 +44,8 @@ BAD_REMOTES = [
     ("file://", "no folder"),
     # What passes it but no sidecar in a pod can list.
     ("gs://my bucket/train", "'my bucket' is not a bucket or container name"),
+    # The bucket ends at the first "/" alone: "#" and "?" before it are in the name, not a fragment.
+    ("gs://b#1/train", "'b#1' is not a bucket or container name"),
     ("https://host:http/data", "Port could not be cast"),
     ("https://host:99999/data", "Port out of range"),
     ("file://data/train", "needs an absolute path"),
@@ -58,8 +60,8 @@ def test_a_malformed_remote_is_refused_with_the_reason(served: Served, url: str,
     assert text.startswith("epochfs: epochfs.io/remote: ") and message in text, text
 
 
-@pytest.mark.parametrize("url", ["s3://bucket", "s3://b/run#1?x", "gs://b_1/p", "https://h:8443/d",
-                                 "file:///data/train", "file://localhost/data",
+@pytest.mark.parametrize("url", ["s3://bucket", "s3://b/run#1?x", "gs://b_1/p", "gs://b_1/run#1?x",
+                                 "https://h:8443/d", "file:///data/train", "file://localhost/data",
                                  "az://c@acct.blob.core.windows.net/p"])
 def test_a_well_formed_remote_is_injected(served: Served, url: str) -> None:
     pod = admitted(served, job_pod(job(annotations={"epochfs.io/remote": url})))
