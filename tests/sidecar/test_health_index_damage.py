@@ -56,21 +56,45 @@ class HealthPoller:
 
 def garble_leaves(cache: Path, pages: int = 7) -> list[int]:
     """Garbage over up to ``pages`` leaf pages of the samples' table (the soak's damage: each cut
-    reads it), in place after a checkpoint, beside the running sidecar. Returns the pages."""
+    reads it), in place beside the running sidecar, where the sampler is sure to read it. Returns
+    the pages.
+
+    SQLite reads a page from the write-ahead log when the log holds it, and a connection keeps the
+    pages it read until another connection commits. Garbage under either is never read: the
+    sampler changes the page from its clean copy and its next checkpoint writes it over the
+    garbage, so the damage is mended unseen and no replacement comes (what a cut of the sampler
+    between a checkpoint and the garbage does, most often under load). So the garbage goes in
+    with the write lock held and the log empty (checkpointed, no writer since), and this
+    connection's commit then makes every other connection drop the pages it holds and read the
+    file's."""
     index = cache / INDEX_NAME
-    db = sqlite3.connect(index, timeout=10)
+    wal = index.with_name(index.name + "-wal")
+    db = sqlite3.connect(index, timeout=10, isolation_level=None)
+
+    def locked_with_empty_log() -> bool:
+        busy = db.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()[0]
+        db.execute("BEGIN IMMEDIATE")
+        if busy == 0 and (not wal.exists() or wal.stat().st_size == 0):
+            return True
+        db.execute("ROLLBACK")  # a reader held the log, or a writer came first: again
+        return False
+
     try:
-        db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        wait_until(locked_with_empty_log, timeout=30, what="the index's write lock with its log empty")
         leaves = [int(r[0]) for r in db.execute(
             "SELECT pageno FROM dbstat WHERE pagetype='leaf' AND name='samples' ORDER BY pageno")]
         size = int(db.execute("PRAGMA page_size").fetchone()[0])
+        hit = leaves[max(0, len(leaves) // 2 - pages // 2):][:pages]
+        with open(index, "r+b") as f:
+            for page in hit:
+                f.seek((page - 1) * size)
+                f.write(os.urandom(size))
+        # A commit for the others to see: the header's user_version, which epochfs does not use.
+        version = int(db.execute("PRAGMA user_version").fetchone()[0])
+        db.execute(f"PRAGMA user_version={version + 1}")
+        db.execute("COMMIT")
     finally:
         db.close()
-    hit = leaves[max(0, len(leaves) // 2 - pages // 2):][:pages]
-    with open(index, "r+b") as f:
-        for page in hit:
-            f.seek((page - 1) * size)
-            f.write(os.urandom(size))
     return hit
 
 
