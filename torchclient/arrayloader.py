@@ -45,6 +45,7 @@ from .dataset import EpochDataset
 from .decode import check_max_bytes
 from .epochplan import Balance, Partition, resolve_split
 from .globs import KeyFilter
+from .groupwait import CutWait
 from .lost import lost_aware, lost_error
 from .peers import plan_epoch
 from .report import ClientReporter, report_url_from_env
@@ -201,6 +202,8 @@ class ArrayLoader(Resumable):
         self.wait, self.timeout = bool(wait), timeout
         # One progress line per node is enough: the node's ranks all wait for the same cut.
         self.progress = None if progress is print_progress and world.local_rank != 0 else progress
+        self._cut_wait = CutWait(who="ArrayLoader", speak=world.local_rank == 0)
+        self._cut_wait.seconds(timeout)  # says now, at the start, when the process group lowers the wait
         self.on_epoch_end = on_epoch_end
         self.history: list[EpochStats] = []
         self.reporter = ClientReporter(url=report_url_from_env() if report else None)
@@ -223,9 +226,12 @@ class ArrayLoader(Resumable):
 
         Collective when torch.distributed is initialised (every rank must call it for the same epoch).
         """
-        return plan_epoch(self, epoch, lambda: EpochDataset(
-            self.root, epoch, decode="bytes", wait=self.wait, timeout=self.timeout, progress=self.progress,
-            retry_seconds=self.retry_seconds, jump=jump, include=self.include, exclude=self.exclude))
+        def open_epoch(timeout: float) -> EpochDataset:
+            return EpochDataset(self.root, epoch, decode="bytes", wait=self.wait, timeout=timeout,
+                                progress=self.progress, retry_seconds=self.retry_seconds, jump=jump,
+                                include=self.include, exclude=self.exclude)
+
+        return plan_epoch(self, epoch, lambda: self._cut_wait.run(self.timeout, open_epoch))
 
     def _prepare(self, dataset: EpochDataset) -> SampleReader:
         """The reader (its template from the first epoch's first file), the threads, the ring."""

@@ -20,10 +20,13 @@ from __future__ import annotations
 import math
 import warnings
 from collections.abc import Callable
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from .sampler import epoch_indices
 from .world import World, dist_rank_and_size, has_local_env
+
+if TYPE_CHECKING:
+    import torch
 
 Partition = Literal["node", "global"]
 Balance = Literal["pad", "truncate", "none"]
@@ -43,16 +46,25 @@ def distributed() -> tuple[int, int] | None:
     return None if world is None or world[1] == 1 else world
 
 
+def reduce_device() -> torch.device:
+    """The device the epoch collectives reduce on (torch.distributed initialised): this rank's GPU
+    under NCCL, which reduces only tensors there, else the CPU. Its backend's timeout is the one a
+    rank waiting in them is held to (:mod:`.groupwait`)."""
+    import torch
+    import torch.distributed as dist
+
+    if dist.get_backend() == "nccl":
+        return torch.device("cuda", torch.cuda.current_device())
+    return torch.device("cpu")
+
+
 def all_reduce_max(values: list[int]) -> list[int]:
     """``values`` reduced elementwise with MAX over the world (collective: every rank calls it, in the
     same order). One MAX serves a MIN too, negated, so every collective of an epoch is this one."""
     import torch
     import torch.distributed as dist
 
-    device = torch.device("cpu")
-    if dist.get_backend() == "nccl":  # NCCL reduces only tensors on this rank's GPU
-        device = torch.device("cuda", torch.cuda.current_device())
-    tensor = torch.tensor(values, dtype=torch.int64, device=device)
+    tensor = torch.tensor(values, dtype=torch.int64, device=reduce_device())
     dist.all_reduce(tensor, op=dist.ReduceOp.MAX)
     return [int(v) for v in tensor.tolist()]
 

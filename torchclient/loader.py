@@ -34,6 +34,7 @@ from .dataset import EpochDataset
 from .decode import MAX_ARRAY_BYTES, Decoder, check_max_bytes, load_sample, resolve_decoder
 from .epochplan import Balance, Partition, resolve_split
 from .globs import KeyFilter
+from .groupwait import CutWait
 from .labels import check_class_root, check_classes
 from .layout import epoch_name
 from .peers import plan_epoch
@@ -237,6 +238,8 @@ class EpochLoader(Resumable):
         self.timeout = timeout
         # One progress line per node is enough: the node's ranks all wait for the same cut.
         self.progress = None if progress is print_progress and world.local_rank != 0 else progress
+        self._cut_wait = CutWait(who="EpochLoader", speak=world.local_rank == 0)
+        self._cut_wait.seconds(timeout)  # says now, at the start, when the process group lowers the wait
         self.on_epoch_end = on_epoch_end
         options: dict[str, Any] = {"pin_memory": torch.cuda.is_available(), "collate_fn": collate}
         if num_workers > 0:
@@ -275,10 +278,13 @@ class EpochLoader(Resumable):
 
         Collective when torch.distributed is initialised (every rank must call it for the same epoch).
         """
-        dataset, plan, padded = plan_epoch(self, epoch, lambda: EpochDataset(
-            self.root, epoch, decode=self.decoder, wait=self.wait, timeout=self.timeout,
-            progress=self.progress, retry_seconds=self.retry_seconds, jump=jump, include=self.include,
-            exclude=self.exclude, label=self.label, class_root=self.class_root, classes=self.classes))
+        def open_epoch(timeout: float) -> EpochDataset:
+            return EpochDataset(self.root, epoch, decode=self.decoder, wait=self.wait, timeout=timeout,
+                                progress=self.progress, retry_seconds=self.retry_seconds, jump=jump,
+                                include=self.include, exclude=self.exclude, label=self.label,
+                                class_root=self.class_root, classes=self.classes)
+
+        dataset, plan, padded = plan_epoch(self, epoch, lambda: self._cut_wait.run(self.timeout, open_epoch))
         prefix = epoch_name(epoch) + "/"
         targets = dataset.targets
         batches: list[list[Any]] = (
