@@ -38,7 +38,8 @@ CHILD = textwrap.dedent("""
     listed = {str(o.key): o for o in remote.list()}["big.bin"]
     dl = Downloader(store=store, remote=remote, stop=threading.Event(),
                     retry=RetryPolicy(attempts=1, base=0.0, cap=0.0))
-    result = dl.fetch(Candidate("big.bin", hashlib.blake2b(b"big.bin", digest_size=16).hexdigest(), listed.size, listed.version))
+    sid = hashlib.blake2b(b"big.bin", digest_size=16).hexdigest()
+    result = dl.fetch(Candidate("big.bin", sid, listed.size, listed.version))
     assert result.error is None and result.admission is not None, result.error
     print(result.admission.temp)
 """)
