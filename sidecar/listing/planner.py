@@ -29,7 +29,12 @@ ones are still at their start. The planner keeps the listed set spread instead:
    a range's page reads on into is made a span of its own (:meth:`Planner._promote`), its end
    galloped for as step 2 says (a range's stops are folders' starts, not where a folder's keys
    end). Pages start at
-   :data:`FIRST_PAGE` keys in each segment and double up to :data:`FULL_PAGE` (S3's most).
+   :data:`FIRST_PAGE` keys in each segment and double up to :data:`FULL_PAGE` (S3's most), and
+   ask at least a :data:`SPAN_PAGES` share of a span whose end is found.
+4. **Commits bound the listing, not the remote**, where the index's writes are slower than the
+   pages come: a span ahead of its share waits while the least listed one has every segment
+   busy (``HOLD_AHEAD``), and no page is handed out while those not committed yet may bring
+   :data:`MAX_PENDING` keys, so each commit follows the shares rather than the segment counts.
 
 Estimates decide only the order. Every segment is read to its end with contiguous pages, and a
 split cuts a segment in two that exactly partition it (the lower keeps the keys up to the split
@@ -57,9 +62,13 @@ from epochfs.sidecar.listing.segments import (
     FULL_PAGE,
     GALLOP_PAGE,
     GALLOP_REACH,
+    HOLD_AHEAD,
+    HOLD_SLACK,
+    MAX_PENDING,
     MAX_SEGMENTS,
     MAX_SEGMENTS_PER_SPAN,
     SHAPE_KEYS,
+    SPAN_PAGES,
     SPLIT_AT,
     Segment,
     SpanState,
@@ -75,6 +84,7 @@ from epochfs.sidecar.store.catalog import Part
 
 SKEW_EVERY = 1.0
 """Seconds between computations of the listing's skew (the fetch order's pace reads it)."""
+
 
 class Planner:
     """Hands the listers segments to read (:meth:`take`) and learns from each committed page
@@ -112,6 +122,8 @@ class Planner:
         self._heap: list[tuple[int, float, float, int, int]] = []
         self._next_part = max((p.part for p in parts), default=-1) + 1
         self._open = 0
+        self._pending = 0
+        """Keys the pages taken and not committed yet may bring (:data:`MAX_PENDING`)."""
         self._reached = 0
         self._listed = 0
         self._skew_at: tuple[float, tuple[float, int | None]] | None = None
@@ -147,44 +159,65 @@ class Planner:
                     self._push(promoted)
                     self._push(span)
             self._due.clear()
-            while self._untouched:
-                span = self._spans[self._untouched.pop()]
-                seg = span.segments[0]
-                if seg.open and not seg.busy:
-                    seg.busy = True
-                    return seg
-            while self._freed:  # a folder's end, once the rest of its range is committed
-                span = self._spans[self._freed.popleft()]
-                chosen = self._choose(span) if any(x.open for x in span.segments) else None
-                if chosen is not None:
-                    chosen.pending = chosen.page
-                    span.pending += chosen.page
-                    self._push(span)
-                    return chosen
-            while self._ready:  # the rest of a range a folder was promoted from (:meth:`_promote`)
-                seg = self._ready.pop()
-                if seg.open and not seg.busy:
-                    seg.busy = True
-                    seg.pending = seg.page
-                    self._spans[seg.span].pending += seg.page
-                    return seg
-            held = []
-            chosen = None
-            while self._heap and chosen is None:
-                entry = heapq.heappop(self._heap)
-                span = self._spans[entry[-1]]
-                if entry[-2] != span.version:
-                    continue
-                chosen = self._choose(span)
-                if chosen is not None:
-                    chosen.pending = chosen.page
-                    span.pending += chosen.page
-                    self._push(span)  # its share with the page being read counted in
-                elif any(s.open for s in span.segments):
-                    held.append(entry)
-            for entry in held:
-                heapq.heappush(self._heap, entry)
+            chosen = self._first_page()
+            if chosen is None and self._pending < MAX_PENDING:  # else wait for a commit: MAX_PENDING
+                chosen = self._next_page()
             return chosen
+
+    def _first_page(self) -> Segment | None:
+        """The first page of a span not reached yet (the first round), in the random order."""
+        while self._untouched:
+            span = self._spans[self._untouched.pop()]
+            seg = span.segments[0]
+            if seg.open and not seg.busy:
+                seg.busy = True
+                return seg
+        return None
+
+    def _next_page(self) -> Segment | None:
+        """A page of a span reached: a folder freed or a range's rest first, then by the heap."""
+        while self._freed:  # a folder's end, once the rest of its range is committed
+            span = self._spans[self._freed.popleft()]
+            chosen = self._choose(span) if any(x.open for x in span.segments) else None
+            if chosen is not None:
+                self._count_pending(span, chosen)
+                self._push(span)
+                return chosen
+        while self._ready:  # the rest of a range a folder was promoted from (:meth:`_promote`)
+            seg = self._ready.pop()
+            if seg.open and not seg.busy:
+                seg.busy = True
+                self._count_pending(self._spans[seg.span], seg)
+                return seg
+        held = []
+        chosen = None
+        least: float | None = None
+        while self._heap and chosen is None:
+            entry = heapq.heappop(self._heap)
+            span = self._spans[entry[-1]]
+            if entry[-2] != span.version:
+                continue
+            if entry[0] == 1:  # bounded: its share against the least listed bounded span's
+                if least is None:
+                    least = entry[1]
+                elif entry[1] > least * HOLD_AHEAD + HOLD_SLACK:
+                    held.append(entry)  # the spans behind it have every segment busy: wait
+                    break
+            chosen = self._choose(span)
+            if chosen is not None:
+                self._count_pending(span, chosen)
+                self._push(span)  # its share with the page being read counted in
+            elif any(s.open for s in span.segments):
+                held.append(entry)
+        for entry in held:
+            heapq.heappush(self._heap, entry)
+        return chosen
+
+    def _count_pending(self, span: SpanState, seg: Segment) -> None:
+        """Count ``seg``'s page, taken now, as pending until its commit (:meth:`record`)."""
+        seg.pending = seg.page
+        span.pending += seg.page
+        self._pending += seg.page
 
     def _choose(self, span: SpanState) -> Segment | None:
         free = [s for s in span.segments if s.open and not s.busy]
@@ -214,6 +247,9 @@ class Planner:
         if child is None and tail is None:
             seg = min(free, key=lambda s: listed_share(s, self._left(span, s)))
         chosen = child or seg
+        if tail is None:  # see SPAN_PAGES
+            least = min((span.listed + span.rest) / SPAN_PAGES, (self._left(span, chosen) or 0.0) / 2)
+            chosen.page = max(chosen.page, min(FULL_PAGE, int(least)))
         chosen.busy = True
         return chosen
 
@@ -325,6 +361,7 @@ class Planner:
             span = self._spans[seg.span]
             seg.busy = False
             span.pending -= seg.pending
+            self._pending -= seg.pending
             seg.pending = 0
             if not span.reached:
                 span.reached = True
@@ -400,4 +437,5 @@ class Planner:
         return new
 
 
-__all__ = ["FIRST_PAGE", "FULL_PAGE", "GALLOP_PAGE", "SKEW_EVERY", "Planner", "Segment"]
+__all__ = ["FIRST_PAGE", "FULL_PAGE", "GALLOP_PAGE", "MAX_PENDING", "SKEW_EVERY", "SPAN_PAGES", "Planner",
+           "Segment"]

@@ -34,6 +34,35 @@ OPEN_END_REACH = 3.0
 """A span whose end is not found yet is guessed to reach this many times its known extent past
 it: a span read from its start is usually far from its end (a guess too small lets the fetch
 order's pace, which divides by the estimated whole, take too much of the first keys listed)."""
+HOLD_AHEAD = 1.25
+HOLD_SLACK = 0.02
+"""A bounded span whose listed share is above ``HOLD_AHEAD`` times the least listed bounded
+span's plus ``HOLD_SLACK`` gets no page while that one has every segment busy
+(:meth:`.Planner.take` returns None: the lister waits for a commit). Where the index's commits,
+not the remote, bound the listing, every page read waits for the group commit with its segment
+busy, so each commit cycle reads a page of every free segment, and the listed mix followed the
+spans' segment counts and page sizes rather than their shares (a folder of 61% of 500k keys in
+2,000 folders, split into 128 segments, stayed at 45-52% of the keys listed from 8 s to 25 s,
+offline, eight listers). Holding the spans ahead keeps the commits small while the one behind
+catches up."""
+SPAN_PAGES = 256
+"""Once a span's end is found, its pages ask at least 1 / this of its estimated keys (up to
+:data:`FULL_PAGE`), whatever their segment's doubling from :data:`FIRST_PAGE` has reached: a
+folder of 300k keys cut into 128 segments was read in pages of 100-400 keys, four listers
+brought it ~16k keys a second, and it stayed behind its share of the keys listed for seconds
+after the first round (61% of 500k keys in 2,000 folders: 44% at 3 s after the round, 55% at 7 s).
+Not more than half the segment's estimated keys, and a folder of a few thousand keys keeps its
+small pages: a page is a share of its segment or folder listed at once (a flat bucket's segments
+cut small near its start while its end was found, read in full pages, were 18% of the first 250k
+keys listed where a tenth; large pages list small folders in waves)."""
+MAX_PENDING = 16 * FULL_PAGE
+"""Keys the pages taken and not committed yet may bring at most before :meth:`.Planner.take`
+hands out no more (first-round pages aside). While one group commit runs the listers read a
+page of every free segment, and the next commit takes them all: 90k keys a commit, 6 s each
+(offline, eight listers, a loaded machine), the listed set changing in lumps and the planner's
+shares stale between them. Bounded, a commit takes at most this many keys and the planner
+chooses again after each; on a remote slower than the commits (a page a lister in flight) it
+never binds."""
 SHAPE_KEYS = 1000
 """Keys of a span its shape is learnt from at most."""
 NUMBERS_KEPT = 4096
@@ -196,6 +225,7 @@ def span_density(span: SpanState) -> float | None:
     return listed / width if width > 0 else None
 
 
-__all__ = ["FIRST_PAGE", "FULL_PAGE", "GALLOP_PAGE", "GALLOP_REACH", "MAX_SEGMENTS", "MAX_SEGMENTS_PER_SPAN",
-           "NUMBERS_KEPT", "OPEN_END_REACH", "SHAPE_KEYS", "SPLIT_AT", "Segment", "SpanState", "after_number",
-           "horizon", "keys_left", "listed_share", "number", "relative", "span_density", "stop_number"]
+__all__ = ["FIRST_PAGE", "FULL_PAGE", "GALLOP_PAGE", "GALLOP_REACH", "HOLD_AHEAD", "HOLD_SLACK",
+           "MAX_PENDING", "MAX_SEGMENTS", "MAX_SEGMENTS_PER_SPAN", "NUMBERS_KEPT", "OPEN_END_REACH",
+           "SHAPE_KEYS", "SPAN_PAGES", "SPLIT_AT", "Segment", "SpanState", "after_number", "horizon",
+           "keys_left", "listed_share", "number", "relative", "span_density", "stop_number"]
