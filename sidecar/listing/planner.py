@@ -55,8 +55,8 @@ import time
 from collections import deque
 from collections.abc import Sequence
 
-from epochfs.sidecar.listing.keyshape import KeyShape
-from epochfs.sidecar.listing.ranges import FolderRanges, unsized
+from epochfs.sidecar.listing.estimates import learn_page, listing_progress, skew_and_fair
+from epochfs.sidecar.listing.ranges import FolderRanges, promoted_span, unsized
 from epochfs.sidecar.listing.segments import (
     FIRST_PAGE,
     FULL_PAGE,
@@ -67,7 +67,6 @@ from epochfs.sidecar.listing.segments import (
     MAX_PENDING,
     MAX_SEGMENTS,
     MAX_SEGMENTS_PER_SPAN,
-    SHAPE_KEYS,
     SPAN_PAGES,
     SPLIT_AT,
     Segment,
@@ -76,10 +75,8 @@ from epochfs.sidecar.listing.segments import (
     horizon,
     listed_share,
     number,
-    relative,
     stop_number,
 )
-from epochfs.sidecar.listing.skew import fair_samples, listing_skew
 from epochfs.sidecar.store.catalog import Part
 
 SKEW_EVERY = 1.0
@@ -130,7 +127,8 @@ class Planner:
         """When the skew was last computed, and its value (:meth:`_skew_now`)."""
         self._unbounded = 0
         """Spans whose open end (the segment with no stop) is not done: counted as pages are
-        recorded, for :meth:`_ends_found` at every commit (a pass over 10,000 spans cost ~11 ms)."""
+        recorded, for :meth:`progress`'s first round at every commit (a pass over 10,000 spans
+        cost ~11 ms)."""
         self._rest = 0.0
         """The sum of the spans' ``rest``: what :meth:`progress` shows without a pass over them."""
         for p in parts:
@@ -230,7 +228,8 @@ class Planner:
             # keys: the keys listed in 30 s were its first 47%, five deciles of ten).
             seg, point = tail, min(horizon(span, GALLOP_REACH), number(span, None) - 1)
         else:
-            at_folder = self._folder_split(free)
+            # A range of folders is split at its folders' starts first (:meth:`.FolderRanges.folder_split`).
+            at_folder = self._ranges.folder_split(free) if self._ranges and self.splittable else None
             if at_folder is not None:
                 seg, key = at_folder
                 child = self._split_at(span, seg, key)
@@ -252,12 +251,6 @@ class Planner:
             chosen.page = max(chosen.page, min(FULL_PAGE, int(least)))
         chosen.busy = True
         return chosen
-
-    def _folder_split(self, free: list[Segment]) -> tuple[Segment, str] | None:
-        """:meth:`.FolderRanges.folder_split`, where the spans are ranges of folders."""
-        if not self._ranges or not self.splittable:
-            return None
-        return self._ranges.folder_split(free)
 
     def _split(self, span: SpanState, seg: Segment, point: int) -> Segment | None:
         """Cut ``seg`` at the number ``point`` (None when it cannot be cut there)."""
@@ -291,34 +284,15 @@ class Planner:
 
     # ------------------------------------------------------------------ estimates
     def progress(self, pages: Sequence[tuple[Segment, int]] = ()) -> dict[str, int | bool | float | None]:
-        """What this run of the listing knows, as status shows it: keys listed (every shard's),
-        keys estimated in all (listed plus the estimates of what is left, where spans have
-        estimates; a span not reached yet as the reached ones on average), spans reached of all.
+        """What this run of the listing knows, as status shows it (:func:`.listing_progress`).
         ``pages``: pages of segments of that many keys about to be committed, counted in."""
         with self._lock:
-            listed = self._listed + sum(n for _, n in pages)
-            reached = self._reached + len({seg.span for seg, _ in pages
-                                           if not self._spans[seg.span].reached})
-            # A span not reached yet counts as the reached ones do on average (as its first page
-            # before any is): the whole is guessed from the part seen, not from a page a span.
-            unreached = len(self._spans) - self._reached
-            each = (self._listed + self._rest) / self._reached if self._reached else FIRST_PAGE
-            left = self._rest + each * unreached
-            first_round = reached == len(self._spans) and self._ends_found()
-            skew, fair = self._skew_now()
-            return {"listed": listed, "estimated": listed + round(left), "spans": len(self._spans),
-                    "spans_reached": reached, "first_round": first_round,
-                    "skew": round(skew, 4), "fair_cap": fair}
-
-    def _ends_found(self) -> bool:
-        """Whether every span's end is found (no open segment reads on past the known keys), where
-        pages can start anywhere (a serial source's end is its last page). Part of the first
-        round that the fetches and the first cut wait for (``FIRST_ROUND_WAIT``): until a span's
-        end is found its size is a guess from its first names (the planner's ``OPEN_END_REACH``),
-        and the pace, which divides by the estimated whole, let the first keys through. Measured
-        on a flat bucket of 100k keys under load: a first estimate of 2,600 keys let 80 of the
-        first 1,700 keys listed (the key space's first 2%) be fetched at once."""
-        return not self.splittable or self._unbounded <= 0
+            # Every span's end is found once no span's open end is left (:attr:`_unbounded`);
+            # a serial source's end is its last page.
+            ends_found = not self.splittable or self._unbounded <= 0
+            return listing_progress(self._spans, listed=self._listed, reached=self._reached,
+                                    rest=self._rest, pages=pages, ends_found=ends_found,
+                                    skew=self._skew_now())
 
     def _skew_now(self) -> tuple[float, int | None]:
         """:meth:`_skew`, computed at most every :data:`SKEW_EVERY` seconds (a pass over every
@@ -329,11 +303,9 @@ class Planner:
         return self._skew_at[1]
 
     def _skew(self) -> tuple[float, int | None]:
-        """:func:`.listing_skew` of the spans, with this planner's estimates, and the samples an
-        epoch drawn from them may hold (:func:`.fair_samples`; None: as many as the skew allows)."""
+        """:func:`.skew_and_fair` of the spans, with this planner's estimates."""
         ends_unknown = self.splittable or self.streams_in_key_order
-        skew = listing_skew(self._spans, self._left, ends_unknown=ends_unknown)
-        return skew, fair_samples(self._spans, skew, ends_unknown=ends_unknown)
+        return skew_and_fair(self._spans, self._left, ends_unknown=ends_unknown)
 
     def _push(self, span: SpanState) -> None:
         """Queue ``span`` by its priority: an unknown end first, then the least listed share. A
@@ -375,20 +347,8 @@ class Planner:
                 span.folders_reached.update(self._ranges.reached(span, keys))
                 if span.folders[1] - span.folders[0] > 1:
                     self._ranges.measure(seg, seg.last or "", keys)
-                seg.listed += len(keys)
-                span.listed += len(keys)
+                learn_page(span, seg, keys)
                 self._listed += len(keys)
-                seg.first = seg.first or keys[0]
-                seg.last = keys[-1]
-                if span.learnt < SHAPE_KEYS:  # every 8th key of a page, its first and its last
-                    sample = [*keys[::8], keys[-1]]
-                    span.learnt += len(sample)
-                    span.shape = KeyShape.learn((relative(k, span.prefix) for k in sample), span.seen)
-                span.low = keys[0] if span.low is None else min(span.low, keys[0])
-                span.high = keys[-1] if span.high is None else max(span.high, keys[-1])
-                if seg.listed > 1 and seg.first is not None:
-                    width = number(span, seg.last) - number(span, seg.first)
-                    seg.density = (seg.listed - 1) / width if width > 0 else seg.density
                 seg.page = min(FULL_PAGE, max(FIRST_PAGE, seg.page * 2))
             if seg.part.done:
                 self._open -= 1
@@ -407,8 +367,8 @@ class Planner:
         """Make ``seg`` a span of its own when its page, of a range of folders, ends in a folder
         that goes on (:meth:`.FolderRanges.promotion`): a range's stops are folders' starts, not
         where a folder's keys end, so read as part of its range, a folder of 43% of 300k keys was
-        estimated at 133 keys after a page of 100 (docs/listing.md). The new span is its prefix,
-        its open end the segment's stop (:attr:`SpanState.end`), galloped for as any span's; the
+        estimated at 133 keys after a page of 100 (docs/listing.md). The new span
+        (:func:`.promoted_span`) is its prefix, its open end galloped for as any span's; the
         range's rest is cut off first at the next folder's start and read next (:attr:`_ready`),
         and the folder's next page comes first once the rest's first page is committed (:attr:`_freed`)."""
         found = None if seg.busy or not seg.open else self._ranges.promotion(span, seg, keys)
@@ -419,21 +379,11 @@ class Planner:
             if rest is None:
                 return None
             self._ready.append(rest)
-        prefix, mine = found.prefix, found.mine
-        new = SpanState(len(self._spans), prefix, end=seg.part.stop, reached=True)
+        span.segments.remove(seg)  # its keys listed before this folder stay the range's, as done
+        new = promoted_span(len(self._spans), found, seg, keys)
         self._spans.append(new)
         self._reached += 1
         self._unbounded += 1
-        span.segments.remove(seg)  # its keys listed before this folder stay the range's, as done
-        seg.span, seg.listed, seg.first, seg.last = new.id, mine, keys[-mine], keys[-1]
-        new.segments.append(seg)
-        new.listed = mine
-        sample = [*keys[-mine::8], keys[-1]]
-        new.learnt = len(sample)
-        new.shape = KeyShape.learn((relative(k, prefix) for k in sample), new.seen)
-        new.low, new.high = keys[-mine], keys[-1]
-        width = number(new, keys[-1]) - number(new, keys[-mine])
-        seg.density = (mine - 1) / width if width > 0 else None
         return new
 
 

@@ -1,7 +1,8 @@
 """The folders of a key space listed as ranges (more folders than spans, ``MAX_FOLDER_SPANS``): where
 the planner (:mod:`.planner`) splits a range, which of its folders a page reached, and which folder
 a segment reads alone and may list as a span of its own. Lookups in the sorted folder starts the
-discovery found; the planner makes the changes."""
+discovery found; the planner makes the changes, given the span a promoted folder becomes
+(:func:`promoted_span`)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,8 @@ import bisect
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from epochfs.sidecar.listing.segments import Segment, SpanState, keys_left
+from epochfs.sidecar.listing.keyshape import KeyShape
+from epochfs.sidecar.listing.segments import Segment, SpanState, keys_left, number, relative
 from epochfs.sidecar.store.catalog import Part
 
 
@@ -149,6 +151,28 @@ class FolderRanges:
         return Promotion(prefix, mine, self.folders[lo] if hi > lo else None)
 
 
+def promoted_span(span_id: int, found: Promotion, seg: Segment, keys: list[str]) -> SpanState:
+    """The span ``found``'s folder becomes (id ``span_id``), holding ``seg``, the segment whose
+    page ``keys`` read on into it (:meth:`.Planner._promote`), which is moved into it.
+
+    Its prefix is the folder's start and its open end the segment's stop (:attr:`SpanState.end`),
+    galloped for as any span's. It starts from the page's keys in the folder (its last
+    ``found.mine``): they are its listed keys, its shape and its density, so its first estimate
+    is the folder's own, not one from the range's other folders."""
+    prefix, mine = found.prefix, found.mine
+    new = SpanState(span_id, prefix, end=seg.part.stop, reached=True)
+    seg.span, seg.listed, seg.first, seg.last = new.id, mine, keys[-mine], keys[-1]
+    new.segments.append(seg)
+    new.listed = mine
+    sample = [*keys[-mine::8], keys[-1]]
+    new.learnt = len(sample)
+    new.shape = KeyShape.learn((relative(k, prefix) for k in sample), new.seen)
+    new.low, new.high = keys[-mine], keys[-1]
+    width = number(new, keys[-1]) - number(new, keys[-mine])
+    seg.density = (mine - 1) / width if width > 0 else None
+    return new
+
+
 def unsized(span: SpanState) -> bool:
     """Whether ``span`` is a range of folders whose size is not known yet: it has folders no page
     has reached, or an open segment that has read into a folder whose end it has not reached (a
@@ -165,4 +189,4 @@ def unsized(span: SpanState) -> bool:
     return len(span.folders_reached) < hi - lo or any(s.open and s.listed > 0 for s in span.segments)
 
 
-__all__ = ["FolderRanges", "Promotion", "unsized"]
+__all__ = ["FolderRanges", "Promotion", "promoted_span", "unsized"]
