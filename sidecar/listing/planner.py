@@ -83,6 +83,13 @@ SKEW_EVERY = 1.0
 """Seconds between computations of the listing's skew (the fetch order's pace reads it)."""
 
 
+def _unbounded(span: SpanState) -> bool:
+    """Whether ``span``'s end is not found yet: an open segment still reads on past its known keys
+    (its tail, galloped for), or it is a range of folders of unknown size (:func:`.ranges.unsized`).
+    Its size is then a guess, which neither its queue priority nor its page size may trust."""
+    return any(s.open and span.is_tail(s) for s in span.segments) or unsized(span)
+
+
 class Planner:
     """Hands the listers segments to read (:meth:`take`) and learns from each committed page
     (:meth:`record`). Thread-safe; no I/O."""
@@ -246,7 +253,7 @@ class Planner:
         if child is None and tail is None:
             seg = min(free, key=lambda s: listed_share(s, self._left(span, s)))
         chosen = child or seg
-        if tail is None:  # see SPAN_PAGES
+        if not _unbounded(span):  # its end found: see SPAN_PAGES
             least = min((span.listed + span.rest) / SPAN_PAGES, (self._left(span, chosen) or 0.0) / 2)
             chosen.page = max(chosen.page, min(FULL_PAGE, int(least)))
         chosen.busy = True
@@ -317,10 +324,10 @@ class Planner:
         rest = sum(x or 0.0 for x in left)
         self._rest += rest - span.rest
         span.rest = rest
+        span.version += 1  # a span read to its end too: its queued entry must not set the hold's least
         if not left:
             return
-        span.version += 1
-        unbounded = any(s.open and span.is_tail(s) for s in span.segments) or unsized(span)
+        unbounded = _unbounded(span)
         total = span.listed + rest
         share = min(1.0, (span.listed + span.pending) / total) if total > 0 else 0.0
         heapq.heappush(self._heap, (0 if unbounded else 1, share, -rest, span.version, span.id))

@@ -104,6 +104,31 @@ def test_a_large_folder_whose_end_is_found_is_read_in_large_pages() -> None:
     assert first is not None and first.page == FIRST_PAGE
 
 
+def test_a_span_whose_end_is_not_found_keeps_its_doubling_pages() -> None:
+    """Until a page past its end comes back empty a span's size is a guess (its open end reaches
+    three times its known extent further), so its pages are not sized from it: a flat folder of
+    300k keys read eight pages a commit, its tail busy with a gallop, asked pages of 254-256 keys
+    from that guess before its end was found."""
+    source = _source({"flat/": 300_000})
+    planner = _planner(source)
+    asked: Counter[int] = Counter()
+
+    def end_unknown() -> bool:
+        return any(s.open and span.is_tail(s) for span in planner._spans for s in span.segments)
+
+    while end_unknown():
+        batch = []
+        while len(batch) < 8 and (seg := planner.take()) is not None:
+            if end_unknown() and not planner._spans[seg.span].is_tail(seg):
+                asked[seg.page] += 1
+            batch.append((seg, _read(source, seg)))
+        assert batch, "nothing to read while the end is not found"
+        for seg, keys in batch:
+            planner.record(seg, keys)
+    doubling = {FIRST_PAGE << i for i in range(8)}
+    assert asked and set(asked) <= doubling, asked
+
+
 def _commit_bound(sizes: dict[str, int], upto: float) -> tuple[list[float], list[int]]:
     """List cycle by cycle until ``upto`` of the keys are listed, each cycle taking every page the
     planner hands out (those read while a commit runs) and then committing them all: the
