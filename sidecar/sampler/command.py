@@ -204,8 +204,13 @@ def index_failed(e: StoreError | sqlite3.DatabaseError, cache: Path, *, checked:
     before it, so a marker now was written by this run; before that, a marker left from an
     earlier run says nothing of this failure (an unreadable volume is no damage)."""
     log.error("the cache index failed: %s; exiting (the next start repairs it)", e)
-    damaged = is_corruption(e) or (checked and checkmark.reason(cache) is not None)
-    return EXIT_INDEX if damaged else 1
+    if is_corruption(e):
+        # The next start replaces the index only where the marker asks for the full check; a
+        # corruption met through a statement that does not mark (a checkpoint, the integrity
+        # check itself) would otherwise pass the cheap check again and exit 74 again.
+        checkmark.mark(cache, str(e))
+        return EXIT_INDEX
+    return EXIT_INDEX if checked and checkmark.reason(cache) is not None else 1
 
 
 def run_sample(settings: SamplerSettings) -> int:

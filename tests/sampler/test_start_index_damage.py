@@ -28,6 +28,7 @@ from store_helpers import sid_of
 
 from epochfs.sidecar import keyorder
 from epochfs.sidecar.config import EXIT_INDEX
+from epochfs.sidecar.sampler.command import index_failed
 from epochfs.sidecar.store import INDEX_NAME, CatalogRow, Meta, Store, checkmark
 from epochfs.sidecar.store.catalog import RESUME_RECENT
 from epochfs.sidecar.store.checkup import START_FULL_BYTES
@@ -163,3 +164,21 @@ def test_an_index_that_fails_otherwise_at_start_exits_1_in_one_line(cache: Path)
     assert len(failed) == 1 and "no such table: repairs" in failed[0], log
     assert "Traceback" not in log, log
     assert checkmark.reason(cache) is None, "no damage: no full check asked for"
+
+
+def test_a_corruption_met_where_nothing_marked_it_is_marked_for_the_next_starts_full_check(
+        tmp_path: Path) -> None:
+    """Exit 74 promises that the next start checks the index in full and replaces it, which that
+    start does only where the marker asks. A corruption error from a statement that does not mark
+    (a checkpoint, the integrity check) must leave the marker, or the next start's cheap check
+    passes again and the sampler exits 74 again."""
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    assert checkmark.reason(cache) is None
+    assert index_failed(sqlite3.DatabaseError("database disk image is malformed"), cache) == EXIT_INDEX
+    assert checkmark.reason(cache) is not None
+    # Not damage: exit 1, nothing marked.
+    other = tmp_path / "other"
+    other.mkdir()
+    assert index_failed(sqlite3.OperationalError("disk I/O error"), other) == 1
+    assert checkmark.reason(other) is None
