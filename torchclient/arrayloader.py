@@ -202,7 +202,7 @@ class ArrayLoader(Resumable):
         self.wait, self.timeout = bool(wait), timeout
         # One progress line per node is enough: the node's ranks all wait for the same cut.
         self.progress = None if progress is print_progress and world.local_rank != 0 else progress
-        self._cut_wait = CutWait(who="ArrayLoader", speak=world.local_rank == 0)
+        self._cut_wait = CutWait(who="ArrayLoader", speak=world.local_rank == 0 and self.wait)
         self._cut_wait.seconds(timeout)  # says now, at the start, when the process group lowers the wait
         self.on_epoch_end = on_epoch_end
         self.history: list[EpochStats] = []
