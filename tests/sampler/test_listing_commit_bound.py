@@ -22,6 +22,8 @@ import hashlib
 import random
 from collections import Counter
 
+from range_folders_helpers import zipf_key_space
+
 from epochfs.sidecar.listing.planner import FIRST_PAGE, FULL_PAGE, MAX_PENDING, SPAN_PAGES, Planner, Segment
 from epochfs.sidecar.listing.sources import PagedSource, Span
 from epochfs.sidecar.remote import RemoteObject
@@ -52,14 +54,6 @@ class SortedRemote(PagedMemoryRemote):
         more = at + len(keys) < end
         objects = [RemoteObject(k, 0, EMPTY_MD5) for k in keys]
         return ListedPage(objects, [], keys[-1] if more else None, truncated=more)
-
-
-def _zipf_folders(count: int, keys: int, skew: float) -> dict[str, int]:
-    """``count`` folders of Zipf sizes, the largest anywhere in key order."""
-    weights = [(r + 1) ** -skew for r in range(count)]
-    random.Random(5).shuffle(weights)
-    total = sum(weights)
-    return {f"c{f:03d}/": max(1, round(keys * w / total)) for f, w in enumerate(weights)}
 
 
 def _source(sizes: dict[str, int]) -> PagedSource:
@@ -117,7 +111,7 @@ def test_a_span_whose_end_is_not_found_keeps_its_doubling_pages() -> None:
         return any(s.open and span.is_tail(s) for span in planner._spans for s in span.segments)
 
     while end_unknown():
-        batch = []
+        batch: list[tuple[Segment, list[str]]] = []
         while len(batch) < 8 and (seg := planner.take()) is not None:
             if end_unknown() and not planner._spans[seg.span].is_tail(seg):
                 asked[seg.page] += 1
@@ -150,7 +144,7 @@ def _commit_bound(sizes: dict[str, int], upto: float) -> tuple[list[float], list
 
 
 def test_a_folder_of_most_keys_keeps_its_share_when_commits_bound_the_listing() -> None:
-    sizes = _zipf_folders(200, 200_000, 2.0)
+    sizes = zipf_key_space(folders=200, keys=200_000, skew=2.0, seed=5)[2]  # largest anywhere in key order
     assert max(sizes.values()) > 0.6 * sum(sizes.values())
     tvs, _ = _commit_bound(sizes, 0.5)
     # Past the first cycles (the first round, the large folder's end found and its segments cut)
