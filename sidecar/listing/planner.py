@@ -35,6 +35,8 @@ ones are still at their start. The planner keeps the listed set spread instead:
    pages come: a span ahead of its share waits while the least listed one has every segment
    busy (``HOLD_AHEAD``), and no page is handed out while those not committed yet may bring
    :data:`MAX_PENDING` keys, so each commit follows the shares rather than the segment counts.
+   Inside a span, so do its segments: one well ahead of the span's share waits while one behind
+   is read (:func:`.segments.not_held`), so its stretches finish together.
 
 Estimates decide only the order. Every segment is read to its end with contiguous pages, and a
 split cuts a segment in two that exactly partition it (the lower keeps the keys up to the split
@@ -56,7 +58,7 @@ from collections import deque
 from collections.abc import Sequence
 
 from epochfs.sidecar.listing.estimates import learn_page, listing_progress, skew_and_fair
-from epochfs.sidecar.listing.ranges import FolderRanges, promoted_span, unsized
+from epochfs.sidecar.listing.ranges import FolderRanges, promoted_span, unbounded
 from epochfs.sidecar.listing.segments import (
     FIRST_PAGE,
     FULL_PAGE,
@@ -74,6 +76,7 @@ from epochfs.sidecar.listing.segments import (
     after_number,
     horizon,
     listed_share,
+    not_held,
     number,
     stop_number,
 )
@@ -81,13 +84,6 @@ from epochfs.sidecar.store.catalog import Part
 
 SKEW_EVERY = 1.0
 """Seconds between computations of the listing's skew (the fetch order's pace reads it)."""
-
-
-def _unbounded(span: SpanState) -> bool:
-    """Whether ``span``'s end is not found yet: an open segment still reads on past its known keys
-    (its tail, galloped for), or it is a range of folders of unknown size (:func:`.ranges.unsized`).
-    Its size is then a guess, which neither its queue priority nor its page size may trust."""
-    return any(s.open and span.is_tail(s) for s in span.segments) or unsized(span)
 
 
 class Planner:
@@ -243,6 +239,9 @@ class Planner:
                 chosen = child or seg
                 chosen.busy = True
                 return chosen
+            others = (self._listed - span.listed, self._rest - span.rest)
+            if not unbounded(span) and not (free := not_held(span, free, self._left, others)):
+                return None  # its segments behind are being read: wait for them (:func:`.not_held`)
             seg = max(free, key=lambda s: self._left(span, s) or 0.0)
             left = self._left(span, seg) or 0.0
             point = None
@@ -253,7 +252,7 @@ class Planner:
         if child is None and tail is None:
             seg = min(free, key=lambda s: listed_share(s, self._left(span, s)))
         chosen = child or seg
-        if not _unbounded(span):  # its end found: see SPAN_PAGES
+        if not unbounded(span):  # its end found: see SPAN_PAGES
             least = min((span.listed + span.rest) / SPAN_PAGES, (self._left(span, chosen) or 0.0) / 2)
             chosen.page = max(chosen.page, min(FULL_PAGE, int(least)))
         chosen.busy = True
@@ -327,10 +326,10 @@ class Planner:
         span.version += 1  # a span read to its end too: its queued entry must not set the hold's least
         if not left:
             return
-        unbounded = _unbounded(span)
+        open_end = unbounded(span)
         total = span.listed + rest
         share = min(1.0, (span.listed + span.pending) / total) if total > 0 else 0.0
-        heapq.heappush(self._heap, (0 if unbounded else 1, share, -rest, span.version, span.id))
+        heapq.heappush(self._heap, (0 if open_end else 1, share, -rest, span.version, span.id))
 
     # ------------------------------------------------------------------ learning
     def record(self, seg: Segment, keys: list[str]) -> None:

@@ -189,4 +189,11 @@ def unsized(span: SpanState) -> bool:
     return len(span.folders_reached) < hi - lo or any(s.open and s.listed > 0 for s in span.segments)
 
 
-__all__ = ["FolderRanges", "Promotion", "promoted_span", "unsized"]
+def unbounded(span: SpanState) -> bool:
+    """Whether ``span``'s end is not found yet: an open segment still reads on past its known keys
+    (its tail, galloped for), or it is a range of folders of unknown size (:func:`unsized`).
+    Its size is then a guess, which neither the planner's queue priority nor its page size may trust."""
+    return any(s.open and span.is_tail(s) for s in span.segments) or unsized(span)
+
+
+__all__ = ["FolderRanges", "Promotion", "promoted_span", "unbounded", "unsized"]
