@@ -1,34 +1,13 @@
-"""What the listing's planner (:mod:`.planner`) learns of a span from each committed page, and
-what it reports of the whole listing as status shows it (its progress and skew). The planner
-chooses the pages and keeps the counters under its lock; these are the sums made with them."""
+"""What the listing's planner (:mod:`.planner`) reports of the whole listing as status shows it
+(its progress and skew). The planner chooses the pages and keeps the counters under its lock;
+these are the sums made with them."""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
-from epochfs.sidecar.listing.keyshape import KeyShape
-from epochfs.sidecar.listing.segments import FIRST_PAGE, SHAPE_KEYS, Segment, SpanState, number, relative
+from epochfs.sidecar.listing.segments import FIRST_PAGE, Segment, SpanState
 from epochfs.sidecar.listing.skew import fair_samples, listing_skew
-
-
-def learn_page(span: SpanState, seg: Segment, keys: list[str]) -> None:
-    """Count ``keys``, a committed page of ``seg`` (not empty), in ``seg`` and ``span``, and learn
-    from it what the estimates read: the span's key shape (from every 8th key of a page, its
-    first and its last, up to :data:`.SHAPE_KEYS`), its lowest and highest key, and the
-    segment's density (keys per number, over what it has listed)."""
-    seg.listed += len(keys)
-    span.listed += len(keys)
-    seg.first = seg.first or keys[0]
-    seg.last = keys[-1]
-    if span.learnt < SHAPE_KEYS:
-        sample = [*keys[::8], keys[-1]]
-        span.learnt += len(sample)
-        span.shape = KeyShape.learn((relative(k, span.prefix) for k in sample), span.seen)
-    span.low = keys[0] if span.low is None else min(span.low, keys[0])
-    span.high = keys[-1] if span.high is None else max(span.high, keys[-1])
-    if seg.listed > 1 and seg.first is not None:
-        width = number(span, seg.last) - number(span, seg.first)
-        seg.density = (seg.listed - 1) / width if width > 0 else seg.density
 
 
 def listing_progress(spans: Sequence[SpanState], *, listed: int, reached: int, rest: float,
@@ -71,4 +50,4 @@ def skew_and_fair(spans: Sequence[SpanState], left_of: Callable[[SpanState, Segm
     return skew, fair_samples(spans, skew, ends_unknown=ends_unknown)
 
 
-__all__ = ["learn_page", "listing_progress", "skew_and_fair"]
+__all__ = ["listing_progress", "skew_and_fair"]

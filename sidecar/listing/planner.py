@@ -57,7 +57,7 @@ import time
 from collections import deque
 from collections.abc import Sequence
 
-from epochfs.sidecar.listing.estimates import learn_page, listing_progress, skew_and_fair
+from epochfs.sidecar.listing.estimates import listing_progress, skew_and_fair
 from epochfs.sidecar.listing.ranges import FolderRanges, promoted_span, unbounded
 from epochfs.sidecar.listing.segments import (
     FIRST_PAGE,
@@ -75,6 +75,7 @@ from epochfs.sidecar.listing.segments import (
     SpanState,
     after_number,
     horizon,
+    learn_page,
     listed_share,
     not_held,
     number,
@@ -225,6 +226,7 @@ class Planner:
         if not free:
             return None
         tail = next((s for s in free if span.is_tail(s)), None)
+        open_end = tail is not None or unbounded(span)  # its size a guess (a split below keeps it so)
         if tail is not None:  # the span's end is unknown: gallop
             # ... at most to the shape's last number: a horizon past it cannot be split at, and
             # the tail was then read page after page from its first names (a flat bucket of 1M
@@ -240,7 +242,7 @@ class Planner:
                 chosen.busy = True
                 return chosen
             others = (self._listed - span.listed, self._rest - span.rest)
-            if not unbounded(span) and not (free := not_held(span, free, self._left, others)):
+            if not open_end and not (free := not_held(span, free, self._left, others)):
                 return None  # its segments behind are being read: wait for them (:func:`.not_held`)
             seg = max(free, key=lambda s: self._left(span, s) or 0.0)
             left = self._left(span, seg) or 0.0
@@ -252,7 +254,7 @@ class Planner:
         if child is None and tail is None:
             seg = min(free, key=lambda s: listed_share(s, self._left(span, s)))
         chosen = child or seg
-        if not unbounded(span):  # its end found: see SPAN_PAGES
+        if not open_end:  # its end found: see SPAN_PAGES
             least = min((span.listed + span.rest) / SPAN_PAGES, (self._left(span, chosen) or 0.0) / 2)
             chosen.page = max(chosen.page, min(FULL_PAGE, int(least)))
         chosen.busy = True

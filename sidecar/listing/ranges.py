@@ -10,8 +10,7 @@ import bisect
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from epochfs.sidecar.listing.keyshape import KeyShape
-from epochfs.sidecar.listing.segments import Segment, SpanState, keys_left, number, relative
+from epochfs.sidecar.listing.segments import Segment, SpanState, keys_left, learn_page
 from epochfs.sidecar.store.catalog import Part
 
 
@@ -159,17 +158,10 @@ def promoted_span(span_id: int, found: Promotion, seg: Segment, keys: list[str])
     galloped for as any span's. It starts from the page's keys in the folder (its last
     ``found.mine``): they are its listed keys, its shape and its density, so its first estimate
     is the folder's own, not one from the range's other folders."""
-    prefix, mine = found.prefix, found.mine
-    new = SpanState(span_id, prefix, end=seg.part.stop, reached=True)
-    seg.span, seg.listed, seg.first, seg.last = new.id, mine, keys[-mine], keys[-1]
+    new = SpanState(span_id, found.prefix, end=seg.part.stop, reached=True)
+    seg.span, seg.listed, seg.first, seg.density = new.id, 0, None, None
     new.segments.append(seg)
-    new.listed = mine
-    sample = [*keys[-mine::8], keys[-1]]
-    new.learnt = len(sample)
-    new.shape = KeyShape.learn((relative(k, prefix) for k in sample), new.seen)
-    new.low, new.high = keys[-mine], keys[-1]
-    width = number(new, keys[-1]) - number(new, keys[-mine])
-    seg.density = (mine - 1) / width if width > 0 else None
+    learn_page(new, seg, keys[-found.mine:])  # as if its first page were the keys in the folder
     return new
 
 

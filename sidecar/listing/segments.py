@@ -248,6 +248,26 @@ def not_held(span: SpanState, free: list[Segment], left: Callable[[SpanState, Se
     return [s for s in free if listed_share(s, left(span, s)) <= mean * SEGMENT_AHEAD + SEGMENT_SLACK]
 
 
+def learn_page(span: SpanState, seg: Segment, keys: list[str]) -> None:
+    """Count ``keys``, a committed page of ``seg`` (not empty), in ``seg`` and ``span``, and learn
+    from it what the estimates read: the span's key shape (from every 8th key of a page, its
+    first and its last, up to :data:`.SHAPE_KEYS`), its lowest and highest key, and the
+    segment's density (keys per number, over what it has listed)."""
+    seg.listed += len(keys)
+    span.listed += len(keys)
+    seg.first = seg.first or keys[0]
+    seg.last = keys[-1]
+    if span.learnt < SHAPE_KEYS:
+        sample = [*keys[::8], keys[-1]]
+        span.learnt += len(sample)
+        span.shape = KeyShape.learn((relative(k, span.prefix) for k in sample), span.seen)
+    span.low = keys[0] if span.low is None else min(span.low, keys[0])
+    span.high = keys[-1] if span.high is None else max(span.high, keys[-1])
+    if seg.listed > 1 and seg.first is not None:
+        width = number(span, seg.last) - number(span, seg.first)
+        seg.density = (seg.listed - 1) / width if width > 0 else seg.density
+
+
 def span_density(span: SpanState) -> float | None:
     """Keys per number over what ``span``'s segments have measured (None: nothing yet)."""
     listed, width = span.done_measured
@@ -261,5 +281,5 @@ def span_density(span: SpanState) -> float | None:
 __all__ = ["FIRST_PAGE", "FULL_PAGE", "GALLOP_PAGE", "GALLOP_REACH", "HOLD_AHEAD", "HOLD_SLACK",
            "MAX_PENDING", "MAX_SEGMENTS", "MAX_SEGMENTS_PER_SPAN", "NUMBERS_KEPT", "OPEN_END_REACH",
            "SEGMENT_AHEAD", "SEGMENT_SLACK", "SHAPE_KEYS", "SPAN_PAGES", "SPLIT_AT", "Segment", "SpanState",
-           "after_number", "horizon", "keys_left", "listed_share", "not_held", "number", "relative",
-           "span_density", "stop_number"]
+           "after_number", "horizon", "keys_left", "learn_page", "listed_share", "not_held", "number",
+           "relative", "span_density", "stop_number"]
