@@ -69,6 +69,13 @@ def group_timeout() -> GroupTimeout | None:
     custom backend), the backend's documented default is assumed."""
     if distributed() is None:
         return None
+    return backend_timeout()
+
+
+def backend_timeout() -> GroupTimeout:
+    """The initialised default process group's timeout for the device the epoch collectives reduce on,
+    whatever the world's size (:func:`group_timeout` asks only with several ranks; a GPU test of the
+    NCCL reading needs a world of one, NCCL refusing two ranks on one GPU)."""
     import torch.distributed as dist
 
     backend = str(dist.get_backend())
