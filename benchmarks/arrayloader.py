@@ -27,6 +27,12 @@ and of the worker processes, and their sum.
 files. With ``--sidecar`` (root), a real ``epochfs sidecar`` fetches the files from a ``file://``
 remote and the loaders read through its mount (``mount``), and directly the same object files it
 cached (``direct``). The batch is not touched (a GPU step that is not the bottleneck).
+
+**To the GPU.** ``--device cuda`` times each epoch until its batches are on the GPU: the ArrayLoader
+with ``device="cuda"`` (its copies on a side stream, from its pinned ring), the other two with each
+batch copied from pinned memory (``.to(device, non_blocking=True)``, as a training loop does), and
+the epoch ends with the device synchronised. The rate a GPU step then sees, with the copies' CPU
+in the training process's share.
 """
 
 from __future__ import annotations
@@ -179,8 +185,9 @@ class Bench:
         self.files, self.bytes = len(dataset), dataset.nbytes
         paths = [str(dataset.path(i)) for i in range(len(dataset))]
         pin = torch.cuda.is_available()
+        self.device = torch.device(args.device) if args.device else None
         self.array = ArrayLoader(root, batch_size=batch, num_threads=self.threads, progress=None,
-                                 report=False, format="npy")
+                                 report=False, format="npy", device=self.device)
         self.epoch = EpochLoader(root, batch_size=batch, num_workers=self.workers, decode="npy",
                                  progress=None, report=False)
         self.plain = DataLoader(NpyFiles(paths), batch_size=batch, shuffle=True, num_workers=self.workers,
@@ -193,11 +200,23 @@ class Bench:
         pids: Callable[[], list[int]] = {"epoch": self.epoch.worker_pids,
                                          "plain": lambda: _dataloader_pids(self.plain)}.get(name, list)
         cpu0, system0, workers0 = harness.self_cpu(), _system_cpu(), _workers_cpu(pids())
-        samples, seconds = harness.timed(lambda: sum(len(batch) for batch in batches))
+        samples, seconds = harness.timed(lambda: self._consume(batches))
         cpu, system = harness.self_cpu() - cpu0, _system_cpu() - system0
         workers = _workers_cpu(pids()) - workers0
         return Read(self.size, self.place, cache, name, round_, samples, self.bytes, seconds, cpu, system,
                     workers)
+
+    def _consume(self, batches: Any) -> int:
+        """Samples in ``batches``, each batch on ``--device`` when one is given (the device synchronised
+        at the end, so the copies are in the time)."""
+        samples = 0
+        for batch in batches:
+            if self.device is not None and batch.device != self.device:
+                batch = batch.to(self.device, non_blocking=True)
+            samples += len(batch)
+        if self.device is not None and self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+        return samples
 
     def close(self) -> None:
         self.array.close()
@@ -219,7 +238,8 @@ def _size_name(size: int) -> str:
 def measure(root: Path, args: argparse.Namespace, size: int, place: str, results: list[Read]) -> None:
     bench = Bench(root, args, size, place)
     print(f"-- {_size_name(size)} x {bench.files} files ({bench.bytes / 1e6:.0f} MB), {place}: "
-          f"batch {bench.batch}, {bench.threads} threads / {bench.workers} workers", flush=True)
+          f"batch {bench.batch}, {bench.threads} threads / {bench.workers} workers, "
+          f"batches to {bench.device or 'host memory'}", flush=True)
     try:
         for name in LOADERS:  # start: workers, ring buffers; the page cache warmed
             bench.read(name, "start", 0)
@@ -280,11 +300,20 @@ def main(argv: list[str] | None = None) -> int:
                         help="also read with the page cache dropped (root; default when root)")
     parser.add_argument("--sidecar", action="store_true",
                         help="also read through a real epochfs sidecar's mount (root, FUSE)")
+    parser.add_argument("--device", default=None,
+                        help="copy every batch to this device (cuda, cuda:N) inside the timed epoch")
     parser.add_argument("--json", type=Path, help="also write every read here")
     parser.add_argument("--plot", type=Path, help=harness.PLOT_HELP + ": each loader's ratio to plain")
     args = parser.parse_args(argv)
     if (args.cold or args.sidecar) and os.geteuid() != 0:
         harness.fail("--cold and --sidecar need root (dropping the page cache, mounting)")
+    if args.device:
+        try:
+            kind = torch.device(args.device).type
+        except RuntimeError as exc:
+            harness.fail(f"--device {args.device}: {exc}")
+        if kind != "cpu" and not torch.cuda.is_available():
+            harness.fail(f"--device {args.device}: CUDA is not available here")
     torch.set_num_threads(1)
     results: list[Read] = []
     print(TABLE.header(), flush=True)

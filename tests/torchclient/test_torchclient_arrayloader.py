@@ -565,8 +565,9 @@ def test_the_benchmark_runs_end_to_end(tmp_path: Path, capsys: pytest.CaptureFix
     from epochfs.benchmarks import arrayloader as bench
 
     out = tmp_path / "reads.json"
+    device = "cuda" if torch.cuda.is_available() else "cpu"  # every batch on it inside the timed epoch
     assert bench.main(["--sizes", "65536", "262144", "--mb", "2", "--repeat", "1", "--no-cold",
-                       "--threads", "2", "--workers", "1", "--json", str(out)]) == 0
+                       "--threads", "2", "--workers", "1", "--json", str(out), "--device", device]) == 0
     reads = json.loads(out.read_text())
     assert sorted((r["size"], r["loader"]) for r in reads) == sorted(
         itertools.product((65536, 262144), ("array", "epoch", "plain")))
@@ -575,6 +576,17 @@ def test_the_benchmark_runs_end_to_end(tmp_path: Path, capsys: pytest.CaptureFix
         assert read["bytes"] == next(r["bytes"] for r in reads if r["size"] == read["size"])
     printed = capsys.readouterr().out
     assert "medians" in printed and "array" in printed and "(1.00x)" in printed
+    assert f"batches to {device}" in printed
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="CUDA is available here")
+def test_the_benchmark_refuses_a_device_it_does_not_have(capsys: pytest.CaptureFixture[str]) -> None:
+    from epochfs.benchmarks import arrayloader as bench
+
+    for device, said in (("cuda", "CUDA is not available here"), ("bogus", "bogus")):
+        with pytest.raises(SystemExit) as stopped:
+            bench.main(["--no-cold", "--device", device])
+        assert stopped.value.code == 2 and said in capsys.readouterr().err
 
 
 # ------------------------------------------------------------------------------------ CUDA
