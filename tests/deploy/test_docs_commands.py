@@ -548,15 +548,22 @@ def test_a_run_line_runs(command: DocCommand, cls: Run, sandbox: Sandbox, tmp_pa
     line = in_sandbox(command.text, sandbox)
     if cls.how == "until-output":
         out = tmp_path / "out"
-        with open(out, "wb") as f:
-            proc = subprocess.Popen(["bash", "-c", line], stdout=f, stderr=subprocess.PIPE, env=sandbox.env,
-                                    cwd=ROOT, start_new_session=True)
+        with open(out, "wb") as f:  # faulthandler: a line that outlives its Ctrl-C shows where it is
+            proc = subprocess.Popen(["bash", "-c", line], stdout=f, stderr=subprocess.PIPE,
+                                    env={**sandbox.env, "PYTHONFAULTHANDLER": "1"}, cwd=ROOT,
+                                    start_new_session=True)
         try:
             wait_until(lambda: proc.poll() is not None or "samples" in out.read_text(), timeout=60,
                        what=f"the first frame of {line}")
             assert proc.poll() is None, exited(command, line, proc.returncode, "(before it was interrupted)")
             os.killpg(proc.pid, signal.SIGINT)  # Ctrl-C, as "until interrupted" means
-            _, stderr = proc.communicate(timeout=30)
+            try:
+                _, stderr = proc.communicate(timeout=30)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGABRT)  # its threads' stacks on stderr
+                _, stderr = proc.communicate(timeout=30)
+                pytest.fail(f"{command.where}: {line} still ran 30 s after its Ctrl-C; "
+                            f"its stacks then:\n{stderr.decode(errors='replace')[-6000:]}")
         finally:
             if proc.poll() is None:
                 os.killpg(proc.pid, signal.SIGKILL)
