@@ -79,6 +79,7 @@ from epochfs.sidecar.listing.segments import (
     listed_share,
     not_held,
     number,
+    retire,
     stop_number,
 )
 from epochfs.sidecar.store.catalog import Part
@@ -312,8 +313,8 @@ class Planner:
 
     def _skew(self) -> tuple[float, int | None]:
         """:func:`.skew_and_fair` of the spans, with this planner's estimates."""
-        ends_unknown = self.splittable or self.streams_in_key_order
-        return skew_and_fair(self._spans, self._left, ends_unknown=ends_unknown)
+        ends_unknown = self.splittable or self.streams_in_key_order  # and read in key order
+        return skew_and_fair(self._spans, self._left, ends_unknown=ends_unknown, in_key_order=ends_unknown)
 
     def _push(self, span: SpanState) -> None:
         """Queue ``span`` by its priority: an unknown end first, then the least listed share. A
@@ -362,11 +363,8 @@ class Planner:
                 self._open -= 1
                 if span.is_tail(seg):  # the span's open end (one a span: a split keeps it)
                     self._unbounded -= 1
-                if len(span.segments) > 1:  # a span's done segments would pile up over a long listing
-                    span.segments.remove(seg)
-                    if seg.density and seg.listed > 1:  # what it measured stays in the span's density
-                        measured, numbers = span.done_measured
-                        span.done_measured = (measured + seg.listed, numbers + seg.listed / seg.density)
+                if len(span.segments) > 1:
+                    retire(span, seg)
             elif keys and span.folders[1] > span.folders[0]:
                 self._due.append((seg, keys))  # weighed at the next take (:meth:`_promote`)
             self._push(span)

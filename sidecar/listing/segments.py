@@ -125,6 +125,9 @@ class SpanState:
     """Keys the pages of its segments being read (taken, not committed yet) may bring."""
     done_measured: tuple[int, float] = (0, 0.0)
     """Keys and numbers spanned by the pages of its segments that are done (its density's share)."""
+    finished: list[tuple[str, int]] = field(default_factory=list)
+    """Where each segment it finished and dropped started, and its keys (:func:`retire`): the
+    listing's cap places them in the key order (:mod:`.blocks`)."""
     folders: tuple[int, int] = (0, 0)
     """The indices [lo, hi) of the planner's ``folders`` whose starts lie in its range (none: a
     span of one folder, or no folders given)."""
@@ -268,6 +271,17 @@ def learn_page(span: SpanState, seg: Segment, keys: list[str]) -> None:
         seg.density = (seg.listed - 1) / width if width > 0 else seg.density
 
 
+def retire(span: SpanState, seg: Segment) -> None:
+    """Drop ``seg``, read to its end, from ``span`` (a span's done segments would pile up over a
+    long listing), keeping what it measured in the span's density and where its keys lie
+    (:attr:`SpanState.finished`)."""
+    span.segments.remove(seg)
+    span.finished.append((seg.part.start, seg.listed))
+    if seg.density and seg.listed > 1:
+        measured, numbers = span.done_measured
+        span.done_measured = (measured + seg.listed, numbers + seg.listed / seg.density)
+
+
 def span_density(span: SpanState) -> float | None:
     """Keys per number over what ``span``'s segments have measured (None: nothing yet)."""
     listed, width = span.done_measured
@@ -282,4 +296,4 @@ __all__ = ["FIRST_PAGE", "FULL_PAGE", "GALLOP_PAGE", "GALLOP_REACH", "HOLD_AHEAD
            "MAX_PENDING", "MAX_SEGMENTS", "MAX_SEGMENTS_PER_SPAN", "NUMBERS_KEPT", "OPEN_END_REACH",
            "SEGMENT_AHEAD", "SEGMENT_SLACK", "SHAPE_KEYS", "SPAN_PAGES", "SPLIT_AT", "Segment", "SpanState",
            "after_number", "horizon", "keys_left", "learn_page", "listed_share", "not_held", "number",
-           "relative", "span_density", "stop_number"]
+           "relative", "retire", "span_density", "stop_number"]
