@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 
 from epochfs.sidecar.listing.segments import FIRST_PAGE, Segment, SpanState
-from epochfs.sidecar.listing.skew import fair_samples, listing_skew
+from epochfs.sidecar.listing.skew import epoch_cap, listing_skew
 
 
 def listing_progress(spans: Sequence[SpanState], *, listed: int, reached: int, rest: float,
@@ -41,13 +41,14 @@ def listing_progress(spans: Sequence[SpanState], *, listed: int, reached: int, r
 
 
 def skew_and_fair(spans: Sequence[SpanState], left_of: Callable[[SpanState, Segment], float | None], *,
-                  ends_unknown: bool) -> tuple[float, int | None]:
+                  ends_unknown: bool, in_key_order: bool = True) -> tuple[float, int | None]:
     """:func:`.listing_skew` of ``spans``, with the planner's estimates of the keys left
-    (``left_of``), and the samples an epoch drawn from them may hold (:func:`.fair_samples`;
-    None: as many as the skew allows). A pass over every span and segment, so the planner keeps
-    it for ``SKEW_EVERY`` seconds."""
+    (``left_of``), and the samples an epoch drawn from them may hold (:func:`.epoch_cap`;
+    None: as many as the skew allows; ``in_key_order``: each segment's keys are listed from its
+    start). A pass over every span and segment, so the planner keeps it for ``SKEW_EVERY``
+    seconds."""
     skew = listing_skew(spans, left_of, ends_unknown=ends_unknown)
-    return skew, fair_samples(spans, skew, ends_unknown=ends_unknown)
+    return skew, epoch_cap(spans, left_of, skew, ends_unknown=ends_unknown, in_key_order=in_key_order)
 
 
 __all__ = ["listing_progress", "skew_and_fair"]

@@ -9,7 +9,7 @@ Pure functions of floats, no numpy: the listing's process computes them about on
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 TV_TARGET = 1.6
 """The expected TV distance of an epoch drawn from the listed mix, over a random sample's of the
@@ -96,6 +96,12 @@ def largest_fair_sample(drawn: Sequence[float], target: Sequence[float], *, upto
         random_tv = sample_tv(target, target, n, weights)
         return random_tv <= 0.0 or sample_tv(drawn, target, n, weights) <= ratio * random_tv
 
+    return largest_true(fair, upto)
+
+
+def largest_true(fair: Callable[[int], bool], upto: int) -> int:
+    """The largest n up to ``upto`` with ``fair(n)``, found within :data:`PRECISION` by bisection
+    over log n, ``fair`` true up to some n and false past it (0: not even at 1)."""
     if upto < 1 or not fair(1):
         return 0
     if fair(upto):
@@ -110,4 +116,4 @@ def largest_fair_sample(drawn: Sequence[float], target: Sequence[float], *, upto
     return lo
 
 
-__all__ = ["TV_TARGET", "grouped", "largest_fair_sample", "sample_tv"]
+__all__ = ["TV_TARGET", "grouped", "largest_fair_sample", "largest_true", "sample_tv"]

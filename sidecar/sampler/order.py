@@ -90,16 +90,19 @@ def spread_factor(skew: float) -> float:
 
 
 def walk_cap(known: Mapping[str, Any]) -> int | None:
-    """The samples the walk may have handed out while the listing runs (None: any): the skew's
-    cap (:func:`skew_cap`, the spans not reached counted as off: :func:`unreached_share`), held
-    further to the samples an epoch drawn from the listed mix may hold (``fair_cap``: the
-    planner's :func:`~epochfs.sidecar.listing.skew.fair_samples`), at least one."""
-    cap = skew_cap(min(1.0, float(known.get("skew") or 0.0) + unreached_share(known)))
+    """The samples the walk may have handed out while the listing runs (None: any): the samples
+    an epoch drawn from the listed keys may hold (``fair_cap``, at least one: the planner's
+    :func:`~epochfs.sidecar.listing.skew.epoch_cap`, its expected distance at the scales such an
+    epoch resolves, known where the spans' sizes are), else the skew's cap (:func:`skew_cap`).
+    While spans are not reached (:func:`unreached_share`) the skew's cap, with them counted as
+    off, holds it too: the planner's sizes leave them out."""
+    unreached = unreached_share(known)
+    cap = skew_cap(min(1.0, float(known.get("skew") or 0.0) + unreached))
     fair = known.get("fair_cap")
     if fair is None:
         return cap
     held = max(1, int(fair))
-    return held if cap is None else min(cap, held)
+    return held if cap is None or unreached <= 0.0 else min(cap, held)
 
 
 def skew_cap(skew: float) -> int | None:
