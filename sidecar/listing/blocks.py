@@ -26,10 +26,16 @@ from collections.abc import Callable, Sequence
 from epochfs.sidecar.listing.expected_tv import TV_TARGET, grouped, largest_true, sample_tv
 from epochfs.sidecar.listing.segments import Segment, SpanState
 
-SCALES = (2, 4, 8, 16, 32, 64, 128)
-"""Block counts the cap is measured at: from halves of the key order to the scale of a flat
-bucket's segments (``MAX_SEGMENTS_PER_SPAN``); finer ones would tell what a segment's own listed
-keys (its first ones) leave out, which the planner's pieces do not resolve either."""
+SCALES = (2, 4, 8, 16, 32, 64, 128, 256, 512)
+"""Block counts the cap is measured at: from halves of the key order to quarters of a flat
+bucket's segments (``MAX_SEGMENTS_PER_SPAN`` of them). An epoch holds listed keys only, and a
+segment's are its first ones: listed evenly short of their ends, blocks of about a segment each
+(128ths) see nothing while each segment's unlisted tail leaves the epoch's spread inside its
+folders uneven; the pieces place each open segment's keys left after its listed ones, so blocks of
+a quarter of a segment see that tail. Without them a mixed key space 70-89% listed let epochs
+of 6,600-11,700 samples through at an in-folder KS of 1.7-2.3x a random sample's, with them
+6,300-8,600 at 1.4-1.7x; they cost ~20 ms a computation instead of ~4 (docs/performance.md,
+"The cap at the scale an epoch resolves")."""
 
 Piece = tuple[str, int, float, float]
 """A stretch of the key order: where it starts (its first key or its segment's start), its order
