@@ -64,7 +64,7 @@ from epochfs.sidecar.metrics_sampler import (
     process_metrics,
 )
 from epochfs.sidecar.metrics_scrape import (
-    LISTING_MARK,
+    LISTING_NAME,
     PROCESS_NAMES,
     STORE_COUNTERS,
     STORE_GAUGES,
@@ -287,7 +287,7 @@ __all__ = [
     "CUT_WAIT_HELP",
     "ENDPOINT_REJECT_REASONS",
     "FETCH_BUCKETS",
-    "LISTING_MARK",
+    "LISTING_NAME",
     "PROCESS_NAMES",
     "PROCESS_RESULTS",
     "STORE_COUNTERS",

@@ -147,15 +147,17 @@ Pid = Callable[[], int | None]
 """The current pid of a child (None while it is not running): read at every scrape, so a
 restarted child is followed without re-registering anything."""
 
-LISTING_MARK = b"epochfs.sidecar.listing.process"
-"""What the listing process's command line holds (``epochfs.sidecar.listing.process`` starts it
-with ``python -c`` and a boot script that imports that module): how :func:`child_of` tells it
-from any other child of the sampler. Named here, not imported: the metrics sit below the listing."""
+LISTING_NAME = b"epochfs-listing"
+"""The listing process's name (``/proc/PID/comm``: the child names itself so with
+``prctl(PR_SET_NAME)``, ``sidecar/listing/child.py``'s ``NAME``): how :func:`child_of` tells it
+from any other child of the sampler. Its command line cannot: the first listing process is
+forked from the sampler and keeps the sampler's. Named here, not imported: the metrics sit below
+the listing."""
 
 
-def child_of(parent: Pid, mark: bytes) -> Pid:
-    """The pid of the child process of ``parent`` whose command line holds ``mark`` (None when
-    there is none now), read from ``/proc`` at every call.
+def child_of(parent: Pid, name: bytes) -> Pid:
+    """The pid of the child process of ``parent`` named ``name`` (its ``comm``; None when there
+    is none now), read from ``/proc`` at every call.
 
     Why from ``/proc``: the listing process is the sampler's child, not the supervisor's, and is
     started again by the sampler when it dies, so the supervisor holds no handle on it; its
@@ -168,7 +170,7 @@ def child_of(parent: Pid, mark: bytes) -> Pid:
             return None
         for child in _children(ppid):
             try:
-                if mark in Path(f"/proc/{child}/cmdline").read_bytes():
+                if Path(f"/proc/{child}/comm").read_bytes().rstrip(b"\n") == name:
                     return child
             except OSError:  # exited meanwhile
                 continue
@@ -255,7 +257,7 @@ def process_collectors(children: Mapping[str, Pid] | None = None) -> list[Collec
 
 
 __all__ = [
-    "LISTING_MARK",
+    "LISTING_NAME",
     "PROCESS_NAMES",
     "STORE_COUNTERS",
     "STORE_GAUGES",

@@ -19,6 +19,14 @@ sampler is fetching (the listers then leave it the index a share of the time, ``
 whether a listing is running (the fetch order's pace and waits), a refused setting found at the
 end of a listing (exit 2, as before), and the stop.
 
+The first child is forked (:func:`.child.fork_child`) at the start of ``epochfs sample``, before the
+sampler opens any SQLite connection or starts a thread, and waits for its settings: it has every
+module the listing needs already imported, where a fresh interpreter took 0.2-0.5 s (seconds
+under load) to import epochfs again before it could list, and the sampler's first fetches of a
+listing of more than one page wait for the child's first pages. A child started later (after one
+died, with the sampler's threads running) is a fresh interpreter (``python -c``), as forking a
+process with threads is not safe.
+
 Lifetimes: the child asks the kernel for SIGKILL when its parent dies (``PR_SET_PDEATHSIG``) and
 also stops when the socket closes; it ignores SIGTERM and SIGINT, which are the parent's to act on
 (a terminal's Ctrl-C reaches the whole process group): the parent sends the stop and waits
@@ -43,20 +51,15 @@ import threading
 import time
 from collections.abc import Callable
 from multiprocessing.connection import Connection
-from typing import TYPE_CHECKING, Any, cast
+from typing import Any
 
-from epochfs.sidecar.config import LOG_FORMAT, ConfigError, SamplerSettings
+from epochfs.sidecar.config import ConfigError, SamplerSettings
 from epochfs.sidecar.listing.background import QUIET, pause_bound
+from epochfs.sidecar.listing.child import POLL, Child, Forked, Process, end_child
 from epochfs.sidecar.remote.backoff import full_jitter
-
-if TYPE_CHECKING:
-    from epochfs.sidecar.remote import Remote, RemoteObject
-    from epochfs.sidecar.store import Store
 
 log = logging.getLogger("epochfs.catalog")
 
-POLL = 0.05
-"""Seconds between the two sides' looks at each other (state changes travel within this)."""
 MAX_FAILED_STARTS = 5
 """Children in a row that exit before saying anything (a broken install, an import that fails)
 before the sampler gives up with the reason (exit 2): the listing would never run, however often
@@ -74,7 +77,7 @@ _BOOT = (
     "import ctypes, os\n"
     "ctypes.CDLL(None).prctl(1, signal.SIGKILL)\n"  # PR_SET_PDEATHSIG: die with the sampler
     "if os.getppid() != int(sys.argv[1]): sys.exit(1)\n"
-    "from epochfs.sidecar.listing.process import child_main\n"
+    "from epochfs.sidecar.listing.child import child_main\n"
     "sys.exit(child_main(int(sys.argv[2])))\n"
 )
 
@@ -95,7 +98,8 @@ class ListingProcess:
     def __init__(self, settings: SamplerSettings, *, stop: threading.Event, grace: float,
                  served: int, rng: random.Random | None = None,
                  fetching: Callable[[], bool] | None = None,
-                 running: threading.Event | None = None) -> None:
+                 running: threading.Event | None = None,
+                 forked: tuple[Forked, Connection] | None = None) -> None:
         self.settings = settings
         self.served = served
         self.stop = stop
@@ -109,8 +113,11 @@ class ListingProcess:
         self._first_page: object = None
         self._rng = rng or random.Random()
         self._watch = threading.Thread(target=self._run, name="listing-process", daemon=True)
-        self._child: tuple[subprocess.Popen[bytes], Connection] | None = None
-        self._proc: subprocess.Popen[bytes] | None = None
+        self._child: Child | None = None
+        self._forked = forked
+        """A child forked before the sampler opened its index (:func:`.child.fork_child`), waiting for
+        its settings: :meth:`spawn` gives them to it instead of starting a fresh interpreter."""
+        self._proc: Process | None = None
         """The child of the moment (:meth:`close` kills it if it outlives the stop)."""
         self._heard = False
         """Whether the child of the moment has sent a message (it started)."""
@@ -121,19 +128,23 @@ class ListingProcess:
         discovery pages instead of delaying the first page after them. :meth:`start` hands it
         the prepared listing; :meth:`close` ends a child that never got one."""
         if self._child is None:
-            self._child = self._launch()
+            forked, self._forked = self._forked, None
+            self._child = self._launch() if forked is None else self._hand(*forked, forked[0].started)
+        elif self._forked is not None:
+            end_child(self._forked)
+            self._forked = None
 
     def close(self) -> None:
         """End the child now: one spawned but never started (the listing could not be prepared:
         it has written nothing, the listing begins with the start message), or one still running
         after :meth:`join` gave up on it (killing a listing is safe: a page commit is one
         transaction). Called before the sampler lets go of the cache, so no lister writes after."""
+        if self._forked is not None:
+            end_child(self._forked)
+            self._forked = None
         if self._child is not None and not self._watch.is_alive():
-            proc, conn = self._child
-            self._child = None
-            conn.close()
-            proc.kill()
-            proc.wait()
+            child, self._child = self._child, None
+            end_child(child)
         running = self._proc
         if running is not None and running.poll() is None:
             running.kill()
@@ -189,9 +200,9 @@ class ListingProcess:
                         "listing resumes where the index has it; sampling goes on)", rc, pause)
             self.stop.wait(pause)
 
-    def _launch(self) -> tuple[subprocess.Popen[bytes], Connection]:
-        """A new child, given its settings at once (it opens the index and the remote while the
-        parent prepares the listing)."""
+    def _launch(self) -> Child:
+        """A new child (a fresh interpreter), given its settings at once (it opens the index and
+        the remote while the parent prepares the listing)."""
         parent_end, child_end = socket.socketpair()
         spawned = time.time()
         try:
@@ -203,7 +214,10 @@ class ListingProcess:
             raise
         finally:
             child_end.close()
-        conn = Connection(parent_end.detach())
+        return self._hand(proc, Connection(parent_end.detach()), spawned)
+
+    def _hand(self, proc: Process, conn: Connection, spawned: float) -> Child:
+        """Send ``proc`` its settings (``spawned``: when it was started, for its first log line)."""
         with contextlib.suppress(OSError):  # one that died at once: its exit status says how
             conn.send(("settings", self.settings, logging.getLogger().getEffectiveLevel(), spawned))
         return proc, conn
@@ -246,7 +260,7 @@ class ListingProcess:
             return None
         return proc.returncode
 
-    def _drain(self, conn: Connection, proc: subprocess.Popen[bytes]) -> None:
+    def _drain(self, conn: Connection, proc: Process) -> None:
         """Read what the child still says (its last counts, a fatal error) until it exits; kill
         it after ``grace`` seconds."""
         deadline = time.monotonic() + self.grace
@@ -283,102 +297,4 @@ class ListingProcess:
             self.stop.set()
 
 
-def child_main(fd: int) -> int:
-    """The child: the listing of ``settings`` (sent first over ``fd``) until the parent stops it."""
-    conn = Connection(fd)  # the group's signals are ignored from the boot's first line (_BOOT)
-    try:
-        _kind, settings, level, spawned = conn.recv()
-    except EOFError:
-        return 0
-    logging.basicConfig(level=level, format=LOG_FORMAT, stream=sys.stderr)
-    from epochfs.sidecar import redact
-
-    redact.install()
-    # Imported here: the parent imports this module for ListingProcess alone.
-    from epochfs.sidecar.remote import open_remote
-    from epochfs.sidecar.store import Store
-
-    store: Store | None = None
-    remote: Remote | None = None
-    try:
-        try:  # before the parent has prepared the listing: the parent's own open says what fails
-            store = Store(settings.cache)
-            remote = open_remote(settings.remote, endpoint_url=settings.endpoint_url,
-                                 index_url=settings.index_url, concurrency=settings.list_threads,
-                                 read_timeout=settings.read_timeout)
-        except Exception as e:
-            failed: Exception | None = e
-        else:
-            failed = None
-        _kind, prepared, index_header, served, first_page = conn.recv()
-        if failed is not None or store is None or remote is None:
-            log.error("the listing process could not open the cache or the remote: %s", failed)
-            return 1
-        given = (f", given the first page the sampler read ({len(first_page[0])} keys)"
-                 if isinstance(first_page, tuple) else "")
-        log.info("listing in process %d (%.2fs after it was started)%s", os.getpid(),
-                 time.time() - spawned, given)
-        return _list(conn, settings, store, remote, prepared, index_header, served, first_page)
-    except EOFError:
-        return 0  # the parent let go before the listing began (it could not be prepared)
-    except Exception as e:  # one line, no traceback: the parent starts another (the log says so)
-        log.error("the listing process failed: %s", e, exc_info=log.isEnabledFor(logging.DEBUG))
-        return 1
-    finally:
-        if remote is not None:
-            remote.close()
-        if store is not None:
-            store.close()
-        conn.close()
-
-
-def _list(conn: Connection, settings: SamplerSettings, store: Store, remote: Remote,
-          prepared: object, index_header: dict[str, Any] | None, served: int | None,
-          first_page: object = None) -> int:
-    from epochfs.sidecar.listing import Lister, ListingThread
-    from epochfs.sidecar.listing.capacity import check_capacity
-    from epochfs.sidecar.listing.indexfile import listing_source
-    from epochfs.sidecar.listing.sources import PagedSource
-
-    stop = threading.Event()
-    fetching = [False]
-    source = listing_source(settings, remote, stop=stop, index_header=index_header)
-    if first_page is not None and isinstance(source, PagedSource):
-        objects, done = cast("tuple[list[RemoteObject], bool]", first_page)
-        source.keep_first_page(objects, done)
-    lister = Lister(store, source, seed=settings.seed,
-                    shard_index=settings.shard_index, shard_count=settings.shard_count,
-                    object_limit=settings.object_limit, threads=settings.list_threads, stop=stop,
-                    include=settings.include, exclude=settings.exclude,
-                    yield_to=lambda: fetching[0])
-    listing = ListingThread(lister, interval=settings.relist_interval, prepared=prepared,
-                            on_complete=lambda report: check_capacity(settings, report), served=served)
-    if prepared is not None or lister.needed():
-        listing.running.set()  # as the parent has it: no moment without the fetch order's pace
-    listing.start()
-    said: bool | None = None
-    while listing.is_alive():
-        if listing.running.is_set() != said:
-            said = listing.running.is_set()
-            conn.send(("running", said))
-        try:
-            if conn.poll(POLL):
-                message = conn.recv()
-                if message[0] == "fetching":
-                    fetching[0] = bool(message[1])
-                elif message[0] == "stop":
-                    stop.set()
-        except (EOFError, OSError):
-            stop.set()  # the parent is gone
-    listing.join()
-    if listing.fatal is not None:
-        error = listing.fatal
-        with contextlib.suppress(OSError):
-            # As text: an exception of any kind may not unpickle in the sampler.
-            text = str(error) if isinstance(error, ConfigError) else f"{type(error).__name__}: {error}"
-            conn.send(("fatal", isinstance(error, ConfigError), text))
-        return 2
-    return 0
-
-
-__all__ = ["POLL", "ListingProcess", "child_main"]
+__all__ = ["ListingProcess"]

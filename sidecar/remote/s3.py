@@ -33,6 +33,7 @@ from functools import partial
 from typing import Any
 from urllib.parse import urlparse
 
+from epochfs.sidecar.remote import s3boto
 from epochfs.sidecar.remote.base import (
     ListedPage,
     PagedRemote,
@@ -45,7 +46,8 @@ from epochfs.sidecar.remote.base import (
 )
 from epochfs.sidecar.remote.errors import fast_path_failure
 from epochfs.sidecar.remote.httpget import DEFAULT_RECV_BUFFER, GetPool, HTTPStatusError
-from epochfs.sidecar.remote.librules import botocore_error_code, s3_answer
+from epochfs.sidecar.remote.librules import s3_answer
+from epochfs.sidecar.remote.pageahead import PageAhead
 from epochfs.sidecar.remote.s3client import (
     botocore_config,
     client_in_bucket_region,
@@ -119,6 +121,7 @@ class S3Remote(Remote):
         )
         self._fast = True
         self._fast_list = True  # off once botocore lists what a presigned listing was refused
+        self._ahead: PageAhead[ListedPage] = PageAhead()
         endpoint = light.endpoint if light is not None else self._client.meta.endpoint_url
         try:
             self._gets = pool(proxies=self._proxies())
@@ -224,6 +227,12 @@ class S3Remote(Remote):
                 return
             token, start_after = step
 
+    def list_page_ahead(self, prefix: str = "") -> None:
+        """Send the request of ``list_page(prefix)`` (the first page under ``prefix``, its other
+        arguments left as they are) now, on a thread; the first such call takes its answer.
+        The sampler asks so for a new cache's first page before it opens its index."""
+        self._ahead.start(prefix, partial(self._list_page, prefix))
+
     def list_page(self, prefix: str, *, start_after: str = "", token: str | None = None,
                   delimiter: bool = False, max_keys: int = 1000) -> ListedPage:
         """One ``ListObjectsV2`` page of keys under ``prefix`` (relative to the remote root) after
@@ -233,7 +242,20 @@ class S3Remote(Remote):
 
         Like a GET, the page is a presigned URL fetched over the pool (:meth:`_list_fast`: no
         botocore response pipeline, a fraction of its CPU a key); botocore lists when that path is
-        off or refused (a region redirect, an auth scheme)."""
+        off or refused (a region redirect, an auth scheme).
+
+        The first page under ``prefix`` may have been asked ahead (:meth:`list_page_ahead`): its
+        answer is taken then."""
+        if not (start_after or token or delimiter) and max_keys >= 1000:
+            ahead = self._ahead.take(prefix)
+            if ahead is not None:
+                return ahead
+        return self._list_page(prefix, start_after=start_after, token=token, delimiter=delimiter,
+                               max_keys=max_keys)
+
+    def _list_page(self, prefix: str, *, start_after: str = "", token: str | None = None,
+                   delimiter: bool = False, max_keys: int = 1000) -> ListedPage:
+        """:meth:`list_page` itself, without a page asked ahead."""
         root = f"{self.prefix}/" if self.prefix else ""
         kwargs: dict[str, Any] = {"Bucket": self.bucket, "Prefix": root + prefix,
                                   "MaxKeys": max(1, min(1000, max_keys))}
@@ -345,44 +367,21 @@ class S3Remote(Remote):
         return self
 
     def read_range(self, key: str, start: int, length: int) -> bytes:
-        """One ``GetObject`` with a ``Range`` through botocore (index headers, Parquet footers)."""
-        if length <= 0:
-            return b""
-        with BOTOCORE:
-            try:
-                response = self._client.get_object(Bucket=self.bucket, Key=self._full_key(key),
-                                                   Range=f"bytes={start}-{start + length - 1}")
-            except Exception as e:
-                if botocore_error_code(e) == "InvalidRange":  # starts at or past the end
-                    return b""
-                raise
-            body = response["Body"]
-            try:
-                data: bytes = body.read()
-            finally:
-                body.close()
-        return data
+        """One ranged ``GetObject`` through botocore (index headers, Parquet footers)."""
+        return s3boto.read_range(self._client, self.bucket, self._full_key(key), start, length)
 
     def object_size(self, key: str) -> int:
         """``HeadObject``'s ContentLength (a Parquet inventory file read by ranges)."""
-        with BOTOCORE:
-            head = self._client.head_object(Bucket=self.bucket, Key=self._full_key(key))
-        return int(head["ContentLength"])
+        return s3boto.head_size(self._client, self.bucket, self._full_key(key))
 
     def part_size(self, key: str, part: int) -> int:
-        """Size of part ``part`` (1-based) of a multipart object (``HeadObject`` with
-        ``PartNumber``): the downloader re-hashes a body into its multipart ETag with it."""
-        with BOTOCORE:
-            head = self._client.head_object(Bucket=self.bucket, Key=self._full_key(key), PartNumber=part)
-        return int(head["ContentLength"])
+        """Size of part ``part`` (1-based) of a multipart object: the downloader re-hashes a body
+        into its multipart ETag with it."""
+        return s3boto.head_size(self._client, self.bucket, self._full_key(key), part)
 
     def put_file(self, key: str, path: str) -> None:
-        """Upload the file at ``path`` as ``key`` (one PutObject; ``epochfs index --out s3://``)."""
-        with open(path, "rb") as body:
-            try:
-                self._client.put_object(Bucket=self.bucket, Key=self._full_key(key), Body=body)
-            except Exception as e:
-                raise RemoteError(f"cannot write s3://{self.bucket}/{self._full_key(key)}: {e}") from e
+        """Upload the file at ``path`` as ``key`` (``epochfs index --out s3://``)."""
+        s3boto.put_file(self._client, self.bucket, self._full_key(key), path)
 
     def close(self) -> None:
         self._gets.close()  # also ends reads blocked on a stalled body

@@ -1,6 +1,8 @@
 """``epochfs sample``: the command around the loop.
 
-Order of a run: open or create the cache, hold its sampler lock, check the index (a damaged one,
+Order of a run: fork the listing process (``--list-process``, before any SQLite connection or
+thread: :func:`~epochfs.sidecar.listing.child.fork_child`), send a new cache's first LIST
+(:func:`_first_list_ahead`), open or create the cache, hold its sampler lock, check the index (a damaged one,
 a garbage page say, is moved aside and replaced by a fresh one in one log line, see
 :mod:`epochfs.sidecar.store.reset`), check that the cache belongs to this (remote, seed, shard), run
 recovery (and log what it repaired), record the policy, then run the
@@ -51,10 +53,13 @@ from epochfs.sidecar.remote.refusal import refusal_cause
 from epochfs.sidecar.sampler.loop import STOP_GRACE, Sampler
 from epochfs.sidecar.sampler.preload import preload_after_first_request
 from epochfs.sidecar.signals import set_from_handler
-from epochfs.sidecar.store import Meta, Store, StoreError, checkmark
+from epochfs.sidecar.store import INDEX_NAME, Meta, Store, StoreError, checkmark
 from epochfs.sidecar.store.index import is_corruption
 
 if TYPE_CHECKING:
+    from multiprocessing.connection import Connection
+
+    from epochfs.sidecar.listing.child import Forked
     from epochfs.sidecar.listing.process import ListingProcess
 
 log = logging.getLogger("epochfs.sampler")
@@ -77,6 +82,13 @@ def _install_signals(stop: threading.Event) -> list[tuple[signal.Signals, Any]]:
     for sig in (signal.SIGTERM, signal.SIGINT):
         old.append((sig, signal.signal(sig, handler)))
     return old
+
+
+def _end_forked(forked: tuple[Forked, Connection]) -> None:
+    """End a forked listing child that no listing process took (the start failed before)."""
+    from epochfs.sidecar.listing.child import end_child
+
+    end_child(forked)
 
 
 LOCK_NAME = "sampler.lock"
@@ -213,19 +225,66 @@ def index_failed(e: StoreError | sqlite3.DatabaseError, cache: Path, *, checked:
     return EXIT_INDEX if checked and checkmark.reason(cache) is not None else 1
 
 
+def _open_remote(settings: SamplerSettings) -> Remote:
+    return open_remote(settings.remote, endpoint_url=settings.endpoint_url, index_url=settings.index_url,
+                       concurrency=settings.concurrency, read_timeout=settings.read_timeout)
+
+
+def _first_list_ahead(settings: SamplerSettings) -> Remote | None:
+    """The remote of a new cache (no index yet) on S3, its listing's first request already sent
+    (:meth:`.S3Remote.list_page_ahead`), or None (then opened and listed after the index).
+
+    A new cache begins with a new listing, and its first request is the first page of the whole
+    remote (the discovery's, :meth:`.PagedSource.spans`), which waits for nothing the index
+    holds: sent before the index is created, checked and recovered, its round trip overlaps that
+    work instead of following it, on the way to the first object GET. An index, even a damaged
+    one, may hold a listing to resume or a complete one: the index is read first then. A remote
+    that cannot be opened here is opened again where a refusal is answered (exit 2 or 75)."""
+    new = not (settings.cache / INDEX_NAME).exists()
+    if settings.index_url or not settings.remote.startswith("s3://") or not new:
+        return None
+    try:
+        remote = _open_remote(settings)
+    except RemoteError:
+        return None
+    from epochfs.sidecar.remote.s3 import S3Remote  # imported by open_remote: no cost
+
+    if not isinstance(remote, S3Remote):
+        remote.close()
+        return None
+    preload_after_first_request(remote)  # the first download's imports, once the LIST is sent
+    remote.list_page_ahead("")
+    return remote
+
+
 def run_sample(settings: SamplerSettings) -> int:
     """The ``epochfs sample`` command: 0 after a clean stop, 2 for bad settings, 75 while the remote
     cannot be reached at the start, 74 when the index is found damaged (at the start or while
     running), 1 when the disk or the index fails otherwise."""
     stop = threading.Event()
+    forked: tuple[Forked, Connection] | None = None
+    if settings.list_process:
+        # Imported here (multiprocessing, subprocess): a sampler that lists on threads never needs it.
+        from epochfs.sidecar.listing.child import fork_child
+
+        # Forked before the first SQLite connection and before any thread (the first LIST's
+        # below): the child has the listing's modules imported, where a fresh interpreter imports
+        # them again first, and is ready by the time the discovery below is done.
+        forked = fork_child()
     old_signals = _install_signals(stop)
+    remote: Remote | None = None
     try:
+        remote = _first_list_ahead(settings)
         store = Store(settings.cache, create=True)
     except Exception:
+        if forked is not None:
+            _end_forked(forked)
+        if remote is not None:
+            remote.close()
         for sig, h in old_signals:
             signal.signal(sig, h)
         raise
-    remote: Remote | None = None
+    asked_ahead = remote is not None
     lock_fd: int | None = None
     catalog_store: Store | None = None
     listing_process: ListingProcess | None = None
@@ -254,26 +313,22 @@ def run_sample(settings: SamplerSettings) -> int:
         # commit (WAL: readers do not block on the writer), and its writes wait in SQLite only.
         catalog_store = Store(settings.cache)
         if settings.list_process:  # the listing's CPU beside the fetches, not under their GIL
-            # Imported here (multiprocessing, subprocess): a sampler that lists on threads never needs it.
             from epochfs.sidecar.listing.process import ListingProcess
 
             listing_process = ListingProcess(settings, stop=stop, grace=STOP_GRACE,
                                              served=catalog_store.listings().relist_requests(),
-                                             running=listing_running, fetching=fetching)
+                                             running=listing_running, fetching=fetching, forked=forked)
+            forked = None  # the listing process's now: it ends it
             listing_process.spawn()  # its start-up overlaps the discovery pages below
         try:
-            remote = open_remote(
-                settings.remote,
-                endpoint_url=settings.endpoint_url,
-                index_url=settings.index_url,
-                concurrency=settings.concurrency,
-                read_timeout=settings.read_timeout,
-            )
+            if remote is None:
+                remote = _open_remote(settings)
             lister = Lister(catalog_store, listing_source(settings, remote, stop=stop), seed=settings.seed,
                             shard_index=settings.shard_index, shard_count=settings.shard_count,
                             object_limit=settings.object_limit, threads=settings.list_threads, stop=stop,
                             include=settings.include, exclude=settings.exclude, yield_to=fetching)
-            preload_after_first_request(remote)  # the first download's imports, beside the first LIST
+            if not asked_ahead:
+                preload_after_first_request(remote)  # the first download's imports, beside the first LIST
             # Finding the spans lists a little here (S3's folders; a walking remote's first
             # request: gs://, az://), so a remote that cannot be listed at all is a bad setting
             # (exit 2); the pages are listed beside the sampler.
@@ -344,6 +399,8 @@ def run_sample(settings: SamplerSettings) -> int:
         # The same exit and line as damage met while running.
         return index_failed(e, settings.cache, checked=checked)
     finally:
+        if forked is not None:
+            _end_forked(forked)  # the start failed before the listing process took it
         if listing_process is not None:
             listing_process.close()  # one spawned for a listing that was never started
         if remote is not None:

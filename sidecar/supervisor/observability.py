@@ -255,7 +255,7 @@ class Observability:
             stats=self._stats, multiproc_dir=self._multiproc_dir, sidecar=sidecar_metrics,
             children={sampler.name: lambda: sampler.pid, view.name: lambda: view.pid,
                       # the sampler's child (--list-process): found under the sampler's pid
-                      "listing": metrics.child_of(lambda: sampler.pid, metrics.LISTING_MARK)},
+                      "listing": metrics.child_of(lambda: sampler.pid, metrics.LISTING_NAME)},
         )
 
         def on_report(r: endpoints.ClientReport) -> None:

@@ -116,6 +116,8 @@ def test_each_constant_has_one_home() -> None:
 LIBRARY_INTERNALS = {
     "gcsfs.GCSFileSystem._request": "gcsfs binds its retry count in a decorator on it, with no "
                                     "option to change it (remote/fsspec.py, one_try_gcs)",
+    "os._exit": "the standard library's documented way for a forked child to end without the "
+                "parent's cleanups (listing/child.py, fork_child)",
 }
 """A client library's private parts read on purpose, each with the reason: not our objects, whose
 insides a method would share instead."""

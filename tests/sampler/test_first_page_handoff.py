@@ -24,7 +24,7 @@ from sampler_helpers import index_rows, running_sampler, s3_env
 from epochfs.benchmarks.synthetic_s3 import Dataset, SyntheticS3
 from epochfs.sidecar.config import SamplerSettings
 from epochfs.sidecar.listing import Lister
-from epochfs.sidecar.listing.process import _list
+from epochfs.sidecar.listing.child import _list
 from epochfs.sidecar.listing.sources import PagedSource, Span
 from epochfs.sidecar.remote.testing import PagedMemoryRemote
 from epochfs.sidecar.store import Store

@@ -1,6 +1,6 @@
 """The listing process's ``process_*`` series (issue 23): ``process="listing"``.
 
-The listing runs in a child of the sampler (``epochfs.sidecar.listing.process``), not of the
+The listing runs in a child of the sampler (``epochfs.sidecar.listing.child``), not of the
 supervisor, so the supervisor has no handle on it; its CPU and memory at 1M+ keys were invisible.
 The supervisor finds it under the sampler's pid at every scrape (``metrics.child_of``). Checked
 on a live sidecar while it lists a large synthetic remote (benchmarks/synthetic_s3.py, its pages
@@ -41,7 +41,7 @@ def synthetic(monkeypatch: pytest.MonkeyPatch) -> Iterator[SyntheticS3]:
 def listing_pids(sampler: int) -> list[int]:
     """Children of ``sampler`` that run the listing, from /proc (every process's parent)."""
     return [int(e) for e in os.listdir("/proc") if e.isdigit()
-            and _ppid(e) == sampler and metrics.LISTING_MARK in _cmdline(e)]
+            and _ppid(e) == sampler and _comm(e) == metrics.LISTING_NAME]
 
 
 def _ppid(pid: str) -> int | None:
@@ -51,31 +51,38 @@ def _ppid(pid: str) -> int | None:
         return None
 
 
-def _cmdline(pid: str) -> bytes:
+def _comm(pid: str) -> bytes:
     try:
-        return Path(f"/proc/{pid}/cmdline").read_bytes()
+        return Path(f"/proc/{pid}/comm").read_bytes().rstrip(b"\n")
     except OSError:
         return b""
 
 
 @LINUX
-def test_child_of_finds_the_marked_child_by_both_readings() -> None:
-    code = "import sys; sys.stdin.read()"
-    marked = subprocess.Popen([sys.executable, "-c", code, "epochfs.sidecar.listing.process"],
-                              stdin=subprocess.PIPE)
-    other = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE)
+def test_child_of_finds_the_named_child_by_both_readings() -> None:
+    """The child named as the listing names itself (its command line says nothing: a forked child
+    keeps its parent's) is found, another child is not."""
+    named_code = ("import ctypes, sys; ctypes.CDLL(None).prctl(15, sys.argv[1].encode()); "
+                  "print('named', flush=True); sys.stdin.read()")
+    named = subprocess.Popen([sys.executable, "-c", named_code, metrics.LISTING_NAME.decode()],
+                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    other = subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.read()", "epochfs-listing"],
+                             stdin=subprocess.PIPE)
     try:
+        assert named.stdout is not None and named.stdout.readline() == "named\n"
         me = os.getpid()
-        assert {marked.pid, other.pid} <= set(metrics_scrape._children(me))
+        assert {named.pid, other.pid} <= set(metrics_scrape._children(me))
         assert sorted(metrics_scrape._children(me)) == sorted(metrics_scrape._children_by_scan(me))
-        assert metrics.child_of(lambda: me, metrics.LISTING_MARK)() == marked.pid
-        assert metrics.child_of(lambda: None, metrics.LISTING_MARK)() is None
+        assert metrics.child_of(lambda: me, metrics.LISTING_NAME)() == named.pid
+        assert metrics.child_of(lambda: None, metrics.LISTING_NAME)() is None
     finally:
-        for proc in (marked, other):
+        for proc in (named, other):
             assert proc.stdin is not None
             proc.stdin.close()
             proc.wait(timeout=10)
-    assert metrics.child_of(lambda: os.getpid(), metrics.LISTING_MARK)() is None, "it exited"
+        if named.stdout is not None:
+            named.stdout.close()
+    assert metrics.child_of(lambda: os.getpid(), metrics.LISTING_NAME)() is None, "it exited"
 
 
 def listing_series(car: Sidecar) -> dict[str, float]:
