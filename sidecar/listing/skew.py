@@ -147,6 +147,8 @@ def epoch_cap(spans: Sequence[SpanState], left_of: Callable[[SpanState, Segment]
         return None
     if fair >= 1:
         fair = block_fair_samples(spans, left_of, upto=fair)
+    if fair >= EXPECTED_UPTO:  # fair at every size looked at: no cap (a 10M-key listing read evenly
+        return None            # would otherwise hold the walk at a million samples until it ends)
     return max(1, fair)
 
 

@@ -221,3 +221,12 @@ def test_segments_listed_evenly_short_of_their_ends_hold_the_cap_at_their_tails(
     bounds = np.array([0, 120_000] + [120_000 + 56_000 * k for k in range(1, 6)])
     assert _ks_ratio(listed, bounds, cap, rng) < 1.6
     assert _tv_ratio(listed, bounds, cap, rng, draws=100) < 1.6
+
+
+def test_an_even_listing_of_millions_of_keys_leaves_the_walk_uncapped() -> None:
+    """Fair at every sample size the cap looks at (up to a million) is no cap: a listing of 10M
+    keys read evenly to 99% held the walk at 1,000,000 samples until it ended."""
+    span, left = _span(0, "", 10_000_000, [0.99] * 128)
+    skew, cap = _cap([span], left)
+    assert skew < 0.05 and cap is None, (skew, cap)
+
