@@ -135,7 +135,7 @@ RULES: list[tuple[str, Class]] = [
     (r"docker push ", NotHere("needs a registry to push to")),
     (r"pip install torch --index-url https://download\.pytorch\.org/",
      NotHere("needs the internet; scripts/check-wheel.sh installs the pinned CPU torch==2.13.0 instead")),
-    (r"git worktree add ",
+    (r"git (?:worktree add|archive) ",
      NotHere("reproduces a past measurement from an old commit (its benchmark runs here by --help)")),
 ]
 
