@@ -24,7 +24,7 @@ import bisect
 from collections.abc import Callable, Sequence
 
 from epochfs.sidecar.listing.expected_tv import TV_TARGET, grouped, largest_true, sample_tv
-from epochfs.sidecar.listing.segments import Segment, SpanState
+from epochfs.sidecar.listing.segments import Segment, SpanState, top_folder
 
 SCALES = (2, 4, 8, 16, 32, 64, 128, 256, 512)
 """Block counts the cap is measured at: from halves of the key order to quarters of a flat
@@ -40,12 +40,6 @@ of 6,600-11,700 samples through at an in-folder KS of 1.7-2.3x a random sample's
 Piece = tuple[str, int, float, float]
 """A stretch of the key order: where it starts (its first key or its segment's start), its order
 among stretches of the same start, its keys listed and its keys estimated in all."""
-
-
-def top_folder(key: str) -> str:
-    """The top folder ``key`` lies in ("" for a key at the key space's root: a flat bucket)."""
-    head, slash, _ = key.partition("/")
-    return head if slash else ""
 
 
 def pieces(spans: Sequence[SpanState], left_of: Callable[[SpanState, Segment], float | None]) -> list[Piece]:
@@ -168,4 +162,4 @@ def block_fair_samples(spans: Sequence[SpanState], left_of: Callable[[SpanState,
     return largest_true(fair, upto)
 
 
-__all__ = ["SCALES", "Cumulative", "block_fair_samples", "cut", "pieces", "top_folder"]
+__all__ = ["SCALES", "Cumulative", "block_fair_samples", "cut", "pieces"]

@@ -3,6 +3,7 @@ each segment being read and each span's estimates, apart from the choices made w
 
 from __future__ import annotations
 
+import bisect
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -271,15 +272,47 @@ def learn_page(span: SpanState, seg: Segment, keys: list[str]) -> None:
         seg.density = (seg.listed - 1) / width if width > 0 else seg.density
 
 
+FINISHED_APART = 256
+"""Finished segments a span keeps apart at most (:func:`retire`); past it, neighbours in the key
+order with no open segment between them and in one top folder are kept as one. Read whole, two
+neighbours say what one says (:func:`.blocks.pieces` spreads a stretch's keys evenly), and the
+blocks' cap sorts every finished piece once a second: 20k of them cost 0.3-0.9 s."""
+
+
+def top_folder(key: str) -> str:
+    """The top folder ``key`` lies in ("" for a key at the key space's root: a flat bucket)."""
+    head, slash, _ = key.partition("/")
+    return head if slash else ""
+
+
 def retire(span: SpanState, seg: Segment) -> None:
     """Drop ``seg``, read to its end, from ``span`` (a span's done segments would pile up over a
     long listing), keeping what it measured in the span's density and where its keys lie
-    (:attr:`SpanState.finished`)."""
+    (:attr:`SpanState.finished`, merged with its neighbours past :data:`FINISHED_APART`)."""
     span.segments.remove(seg)
     span.finished.append((seg.part.start, seg.listed))
+    if len(span.finished) > FINISHED_APART:
+        span.finished = _merged(span)
     if seg.density and seg.listed > 1:
         measured, numbers = span.done_measured
         span.done_measured = (measured + seg.listed, numbers + seg.listed / seg.density)
+
+
+def _merged(span: SpanState) -> list[tuple[str, int]]:
+    """``span``'s finished segments in key order, each run of neighbours with no open segment
+    between them, in one top folder, as one (its first start, their keys)."""
+    opens = sorted(seg.part.start or seg.first or span.prefix for seg in span.segments)
+    out: list[tuple[str, int]] = []
+    for start, keys in sorted(span.finished, key=lambda f: f[0] or span.prefix):
+        at = start or span.prefix
+        if out:
+            last = out[-1][0] or span.prefix
+            between = bisect.bisect_left(opens, last) < bisect.bisect_right(opens, at)
+            if not between and top_folder(last) == top_folder(at):
+                out[-1] = (out[-1][0], out[-1][1] + keys)
+                continue
+        out.append((start, keys))
+    return out
 
 
 def span_density(span: SpanState) -> float | None:
@@ -296,4 +329,4 @@ __all__ = ["FIRST_PAGE", "FULL_PAGE", "GALLOP_PAGE", "GALLOP_REACH", "HOLD_AHEAD
            "MAX_PENDING", "MAX_SEGMENTS", "MAX_SEGMENTS_PER_SPAN", "NUMBERS_KEPT", "OPEN_END_REACH",
            "SEGMENT_AHEAD", "SEGMENT_SLACK", "SHAPE_KEYS", "SPAN_PAGES", "SPLIT_AT", "Segment", "SpanState",
            "after_number", "horizon", "keys_left", "learn_page", "listed_share", "not_held", "number",
-           "relative", "retire", "span_density", "stop_number"]
+           "relative", "retire", "span_density", "stop_number", "top_folder"]

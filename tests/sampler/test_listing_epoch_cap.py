@@ -230,3 +230,26 @@ def test_an_even_listing_of_millions_of_keys_leaves_the_walk_uncapped() -> None:
     skew, cap = _cap([span], left)
     assert skew < 0.05 and cap is None, (skew, cap)
 
+
+
+def test_many_finished_segments_are_merged_where_nothing_lies_between_them() -> None:
+    """A long listing finishes thousands of segments; the planner keeps at most
+    ``FINISHED_APART`` of a span apart, merging neighbours with no open segment between them
+    (one top folder each): the cap is the same as with every one kept, and its pieces few."""
+    from epochfs.sidecar.listing.blocks import pieces
+    from epochfs.sidecar.listing.segments import FINISHED_APART, retire
+
+    rng = np.random.default_rng(5)
+    shares = [1.0 if rng.random() < 0.9 else float(rng.uniform(0.3, 0.9)) for _ in range(2_000)]
+    kept, left = _span(0, "", 2_000_000, shares)
+    twin, _ = _span(0, "", 2_000_000, shares)
+    for seg in [s for s in twin.segments if not s.open]:
+        retire(twin, seg)
+    by_start = {s.part.start: left[id(s)] for s in kept.segments}
+    twin_left = {id(s): by_start[s.part.start] for s in twin.segments}
+    opened = sum(s.open for s in twin.segments)
+    assert opened > 100 and len(twin.finished) <= FINISHED_APART + 1
+    assert sum(k for _, k in twin.finished) == sum(s.listed for s in kept.segments if not s.open)
+    merged = pieces([twin], lambda span, seg: twin_left[id(seg)])
+    assert len(merged) < len(pieces([kept], lambda span, seg: left[id(seg)])) // 3
+    assert _cap([twin], twin_left) == _cap([kept], left)
