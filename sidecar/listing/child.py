@@ -58,32 +58,29 @@ class Process(Protocol):
 
 class Forked:
     """A child made by :func:`fork_child`, with the parts of :class:`subprocess.Popen` the parent
-    uses (its exit status as Popen gives it: a signal's number negated)."""
+    uses (its exit status as Popen gives it: a signal's number negated). Reaped under a lock, as
+    Popen does: the parent's close and its watch thread may both ask, and a second ``waitpid`` of
+    a reaped child would lose its status."""
 
     def __init__(self, pid: int) -> None:
         self.pid = pid
         self.started = time.time()
         self.returncode: int | None = None
+        self._reaping = threading.Lock()
 
     def poll(self) -> int | None:
-        if self.returncode is None:
-            try:
-                pid, status = os.waitpid(self.pid, os.WNOHANG)
-            except ChildProcessError:  # reaped elsewhere: its status is lost
-                self.returncode = 255
-            else:
-                if pid:
-                    self.returncode = os.waitstatus_to_exitcode(status)
-        return self.returncode
+        with self._reaping:
+            if self.returncode is None:
+                try:
+                    pid, status = os.waitpid(self.pid, os.WNOHANG)
+                except ChildProcessError:  # reaped elsewhere: its status is lost
+                    self.returncode = 255
+                else:
+                    if pid:
+                        self.returncode = os.waitstatus_to_exitcode(status)
+            return self.returncode
 
     def wait(self, timeout: float | None = None) -> int:
-        if timeout is None and self.returncode is None:
-            try:
-                _, status = os.waitpid(self.pid, 0)
-            except ChildProcessError:  # reaped elsewhere: its status is lost
-                self.returncode = 255
-            else:
-                self.returncode = os.waitstatus_to_exitcode(status)
         deadline = None if timeout is None else time.monotonic() + timeout
         while (rc := self.poll()) is None:
             if deadline is not None and time.monotonic() >= deadline:

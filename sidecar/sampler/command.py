@@ -263,17 +263,20 @@ def run_sample(settings: SamplerSettings) -> int:
     running), 1 when the disk or the index fails otherwise."""
     stop = threading.Event()
     forked: tuple[Forked, Connection] | None = None
-    if settings.list_process:
-        # Imported here (multiprocessing, subprocess): a sampler that lists on threads never needs it.
-        from epochfs.sidecar.listing.child import fork_child
-
-        # Forked before the first SQLite connection and before any thread (the first LIST's
-        # below): the child has the listing's modules imported, where a fresh interpreter imports
-        # them again first, and is ready by the time the discovery below is done.
-        forked = fork_child()
+    # Before the fork: a Ctrl-C or SIGTERM from then on sets ``stop`` (the child's copy of it,
+    # in the child, which ignores both from its first step), never a KeyboardInterrupt that
+    # would leave a child waiting.
     old_signals = _install_signals(stop)
     remote: Remote | None = None
     try:
+        if settings.list_process:
+            # Imported here (multiprocessing, subprocess): a sampler listing on threads never needs it.
+            from epochfs.sidecar.listing.child import fork_child
+
+            # Forked before the first SQLite connection and before any thread (the first LIST's
+            # below): the child has the listing's modules imported, where a fresh interpreter
+            # imports them again first, and is ready by the time the discovery below is done.
+            forked = fork_child()
         remote = _first_list_ahead(settings)
         store = Store(settings.cache, create=True)
     except Exception:
