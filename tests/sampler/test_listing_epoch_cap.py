@@ -85,14 +85,20 @@ def _mixed(rng: np.random.Generator) -> list[list[float]]:
             for size in MIXED_SIZES]
 
 
-def test_a_mixed_listing_even_at_the_folders_scale_lets_an_epoch_grow_past_the_skews_cap() -> None:
-    rng = np.random.default_rng(211)
-    states = _mixed(rng)
+def _mixed_spans(states: list[list[float]]) -> tuple[list[SpanState], dict[int, float]]:
+    """The mixed key space's two spans listed to ``states``, and their segments' keys left."""
     spans, left = [], {}
     for sid, (prefix, size, shares) in enumerate(zip(MIXED_PREFIXES, MIXED_SIZES, states, strict=True)):
         span, lefts = _span(sid, prefix, size, shares)
         spans.append(span)
         left.update(lefts)
+    return spans, left
+
+
+def test_a_mixed_listing_even_at_the_folders_scale_lets_an_epoch_grow_past_the_skews_cap() -> None:
+    rng = np.random.default_rng(211)
+    states = _mixed(rng)
+    spans, left = _mixed_spans(states)
     skew, cap = _cap(spans, left)
     crude = skew_cap(skew) or 0
     assert cap is not None and cap >= 5 * crude, (skew, crude, cap)
@@ -210,11 +216,7 @@ def test_segments_listed_evenly_short_of_their_ends_hold_the_cap_at_their_tails(
     aims (without them: 123,039 samples, in-folder KS 2.8x a random sample's)."""
     rng = np.random.default_rng(11)
     states = [[float(rng.uniform(0.72, 0.78)) for _ in range(size // 3125)] for size in MIXED_SIZES]
-    spans, left = [], {}
-    for sid, (prefix, size, shares) in enumerate(zip(MIXED_PREFIXES, MIXED_SIZES, states, strict=True)):
-        span, lefts = _span(sid, prefix, size, shares)
-        spans.append(span)
-        left.update(lefts)
+    spans, left = _mixed_spans(states)
     _, cap = _cap(spans, left)
     assert cap is not None and cap >= 1000, cap  # held, not stalled: epochs of thousands
     listed = _listed_positions(MIXED_SIZES, states)
