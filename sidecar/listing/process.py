@@ -130,9 +130,6 @@ class ListingProcess:
         if self._child is None:
             forked, self._forked = self._forked, None
             self._child = self._launch() if forked is None else self._hand(*forked, forked[0].started)
-        elif self._forked is not None:
-            end_child(self._forked)
-            self._forked = None
 
     def close(self) -> None:
         """End the child now: one spawned but never started (the listing could not be prepared:

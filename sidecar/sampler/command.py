@@ -249,9 +249,7 @@ def _first_list_ahead(settings: SamplerSettings) -> Remote | None:
         return None
     from epochfs.sidecar.remote.s3 import S3Remote  # imported by open_remote: no cost
 
-    if not isinstance(remote, S3Remote):
-        remote.close()
-        return None
+    assert isinstance(remote, S3Remote)  # the registry's backend of s3://
     preload_after_first_request(remote)  # the first download's imports, once the LIST is sent
     remote.list_page_ahead("")
     return remote
