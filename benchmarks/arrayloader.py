@@ -312,7 +312,9 @@ def main(argv: list[str] | None = None) -> int:
             kind = torch.device(args.device).type
         except RuntimeError as exc:
             harness.fail(f"--device {args.device}: {exc}")
-        if kind != "cpu" and not torch.cuda.is_available():
+        if kind not in ("cpu", "cuda"):  # the ArrayLoader's devices, and the timing syncs CUDA only
+            harness.fail(f"--device {args.device}: only cpu and cuda devices are supported")
+        if kind == "cuda" and not torch.cuda.is_available():
             harness.fail(f"--device {args.device}: CUDA is not available here")
     torch.set_num_threads(1)
     results: list[Read] = []

@@ -589,6 +589,18 @@ def test_the_benchmark_refuses_a_device_it_does_not_have(capsys: pytest.CaptureF
         assert stopped.value.code == 2 and said in capsys.readouterr().err
 
 
+def test_the_benchmark_refuses_a_device_type_it_does_not_feed(capsys: pytest.CaptureFixture[str]) -> None:
+    """A real torch device type other than cpu and cuda (mps, meta) is named as unsupported, not
+    as a missing CUDA, whether or not this machine has CUDA."""
+    from epochfs.benchmarks import arrayloader as bench
+
+    for device in ("mps", "meta"):
+        with pytest.raises(SystemExit) as stopped:
+            bench.main(["--no-cold", "--device", device])
+        err = capsys.readouterr().err
+        assert stopped.value.code == 2 and "only cpu and cuda devices are supported" in err, err
+
+
 # ------------------------------------------------------------------------------------ CUDA
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 def test_batches_copied_to_the_device_on_a_side_stream(tmp_path: Path) -> None:  # pragma: no cover
