@@ -36,7 +36,8 @@ damaged index in a row, which fail ``/healthz`` at three, and the good run that 
 :mod:`.watch` (:func:`probe` and its one-stuck-thread rule, the mount watch and remount, the
 folder publisher's liveness), :mod:`.health` (the
 ``/healthz`` and ``/readyz`` documents), :mod:`.observability` (the metrics registry, the endpoints
-on their ports, the served counter, the Kubernetes reporter, the periodic totals) and :mod:`.core`
+on their ports, the served counter, the Kubernetes reporter, the periodic totals), :mod:`.reaper`
+(the child subreaper and the orphans it reaps) and :mod:`.core`
 (:class:`Supervisor`: the loop, signals and shutdown; :func:`run_sidecar`). This module re-exports
 their public names.
 """

@@ -3,8 +3,9 @@
 The loop is the one place that orders the other parts (:mod:`.children`, :mod:`.watch`,
 :mod:`.health`, :mod:`.observability`, mixed into :class:`Supervisor`): check the mount point,
 open the store, start the endpoints and the children, then every ``tick`` reap and restart, watch
-the view, rescan the served counter and, every couple of seconds, save totals and tell the
-reporter; on a signal stop in order. Kept apart so that the order is read in one screen.
+the view, rescan the served counter and, every couple of seconds, save totals, tell the
+reporter and reap orphans (:mod:`.reaper`); on a signal stop in order. Kept apart so that the
+order is read in one screen.
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ from epochfs.sidecar.store import Store, StoreError
 from epochfs.sidecar.supervisor.children import Child
 from epochfs.sidecar.supervisor.health import HealthChecks
 from epochfs.sidecar.supervisor.observability import STATE_FILE_NAME, Observability, load_reporter
+from epochfs.sidecar.supervisor.reaper import is_subreaper, reap_orphans, set_subreaper
 
 log = logging.getLogger("epochfs.supervisor")
 
@@ -107,6 +109,8 @@ class Supervisor(HealthChecks, Observability):
         self._reporter: kube.Reporter | None = None
         self._seen: dict[str, Any] = {}
         self._reads_noted: dict[int, float] = {}
+        self.orphans_reaped = 0
+        """Orphans (processes it did not start, reparented to it) reaped since the start."""
 
     # ------------------------------------------------------------------ signals
     def _on_signal(self, signum: int, frame: FrameType | None) -> None:
@@ -140,6 +144,10 @@ class Supervisor(HealthChecks, Observability):
         previous = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGINT)}
         for s in previous:
             signal.signal(s, self._on_signal)
+        # Before the first child: its orphans (the sampler's listing child when the sampler
+        # dies) then come to this process to be reaped, as they would to PID 1 in the image.
+        was_subreaper = is_subreaper()
+        subreaper = was_subreaper or set_subreaper(True)
         try:
             self._setup_observability()
             self._reporter = load_reporter(self.settings, self.mount)
@@ -163,6 +171,7 @@ class Supervisor(HealthChecks, Observability):
                 if time.monotonic() - last_periodic >= 2.0:
                     last_periodic = time.monotonic()
                     self._periodic()
+                    self._reap_orphans()  # a zombie costs a pid, not CPU: every 2 s is soon enough
             status = self._shutdown()
             if refused is not None:
                 write_termination_message(self.settings.termination_log, refused)
@@ -172,6 +181,16 @@ class Supervisor(HealthChecks, Observability):
             for s, handler in previous.items():
                 signal.signal(s, handler)
             self._cleanup()
+            if subreaper and not was_subreaper:
+                set_subreaper(False)
+
+    def _reap_orphans(self) -> None:
+        """Wait for the zombies among this process's children that it did not start (see
+        :mod:`.reaper`); its own children's exits are left to their Popen."""
+        known = {c.pid for c in (self.sampler, self.fuse, self.publisher) if c.pid is not None}
+        for orphan in reap_orphans(known):
+            self.orphans_reaped += 1
+            log.info("reaped orphan %s", orphan.describe())
 
     def _shutdown(self) -> int:
         """Stop the sampler, then the view, then make sure nothing stays mounted (the folder view

@@ -1,0 +1,152 @@
+"""Orphans reaped: processes the supervisor did not start that end up its children.
+
+In the image the supervisor is PID 1 (``ENTRYPOINT epochfs sidecar``), so the kernel hands it every
+orphan of the container: the sampler's listing child when the sampler dies (the child dies with
+it, ``PR_SET_PDEATHSIG``), a helper of a killed FUSE server, anything ``kubectl exec`` left
+behind. An orphan nobody waits for stays a zombie, holding a pid, for the pod's life: one per
+sampler crash. Elsewhere (a dev machine, the tests) the supervisor makes itself a *child
+subreaper* (:func:`set_subreaper`), so its children's orphans come to it all the same, not to the
+host's init.
+
+:func:`reap_orphans` waits for each zombie child by its pid, never ``waitpid(-1)``: a wait for any
+child could take the exit status of one of the supervisor's own :class:`subprocess.Popen` children
+before Popen reads it (Popen then reports status 0, and a crash looks like a clean exit). So a
+zombie is left to Popen when its pid is among the ``known`` ones (the supervisor's children), or
+when it is in the supervisor's own session: every process the supervisor starts is either a
+known child (each runs in a session of its own) or a short command such as ``umount`` (in its
+session, waited for by ``subprocess.run``, on any thread). Orphans come from the children's
+sessions (the listing child is in the sampler's) or from ``kubectl exec`` (a session of its own).
+The rule would leave unreaped only a process that one of those short commands left running,
+and none of them (``mount``, ``umount``, ``fusermount3``) leaves one. Pids are not
+reused while a zombie holds one, so the pid read in the scan is the process waited for.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import functools
+import logging
+import os
+import threading
+from collections.abc import Callable, Collection
+from dataclasses import dataclass
+from pathlib import Path
+
+log = logging.getLogger("epochfs.supervisor")
+
+PR_SET_CHILD_SUBREAPER = 36
+PR_GET_CHILD_SUBREAPER = 37
+
+
+@dataclass(frozen=True)
+class Zombie:
+    """A child process that has exited and waits to be reaped, as ``/proc/<pid>/stat`` says."""
+
+    pid: int
+    name: str
+    """Its ``comm`` (``epochfs-listing`` for the sampler's listing child)."""
+    session: int
+
+
+@dataclass(frozen=True)
+class Reaped:
+    """An orphan waited for: its pid, name and exit status (as Popen gives it: a signal negated)."""
+
+    pid: int
+    name: str
+    status: int
+
+    def describe(self) -> str:
+        how = (f"killed by signal {-self.status}" if self.status < 0 else f"exit status {self.status}")
+        return f"pid {self.pid} ({self.name}), {how}"
+
+
+def _prctl() -> Callable[..., int] | None:
+    try:
+        prctl: Callable[..., int] = ctypes.CDLL(None, use_errno=True).prctl
+    except (OSError, AttributeError):  # no libc prctl: not Linux
+        return None
+    return prctl
+
+
+def is_subreaper() -> bool:
+    """Whether this process is a child subreaper now (False where that cannot be asked)."""
+    prctl = _prctl()
+    value = ctypes.c_int(0)
+    if prctl is None or prctl(PR_GET_CHILD_SUBREAPER, ctypes.byref(value), 0, 0, 0) != 0:
+        return False
+    return bool(value.value)
+
+
+def set_subreaper(on: bool) -> bool:
+    """Make this process a child subreaper (``on``) or not: orphans of its descendants then come
+    to it, not to init. True when the kernel agreed; False (logged) where it cannot (not Linux,
+    a seccomp filter): then only PID 1 gets orphans, which it still reaps."""
+    prctl = _prctl()
+    if prctl is None:
+        log.warning("cannot become a child subreaper here (no prctl): orphans go to init")
+        return False
+    if prctl(PR_SET_CHILD_SUBREAPER, 1 if on else 0, 0, 0, 0) != 0:
+        err = ctypes.get_errno()
+        log.warning("cannot become a child subreaper (%s): orphans go to init", os.strerror(err))
+        return False
+    return True
+
+
+@functools.cache
+def _has_children_files() -> bool:
+    """Whether this kernel has ``/proc/<pid>/task/<tid>/children`` (CONFIG_PROC_CHILDREN)."""
+    return Path(f"/proc/self/task/{threading.get_native_id()}/children").exists()
+
+
+def _candidates(parent: int) -> list[int]:
+    """Pids that may be ``parent``'s children: each of its threads' ``children`` file, or where
+    the kernel has none, every pid (the stat read in :func:`zombie_children` tells)."""
+    if not _has_children_files():
+        return [int(e) for e in os.listdir("/proc") if e.isdigit()]
+    found: list[int] = []
+    with contextlib.suppress(OSError):
+        for tid in os.listdir(f"/proc/{parent}/task"):
+            with contextlib.suppress(OSError):  # the thread ended meanwhile
+                found.extend(int(c) for c in Path(f"/proc/{parent}/task/{tid}/children").read_text().split())
+    return found
+
+
+def zombie_children(parent: int | None = None) -> list[Zombie]:
+    """The children of ``parent`` (this process by default) that have exited and wait to be
+    reaped, from ``/proc``: state ``Z`` and that parent in each one's ``stat``."""
+    parent = os.getpid() if parent is None else parent
+    zombies = []
+    for pid in _candidates(parent):
+        try:
+            stat = Path(f"/proc/{pid}/stat").read_text()
+        except OSError:  # reaped or gone meanwhile
+            continue
+        head, _, tail = stat.rpartition(")")
+        fields = tail.split()  # after the name, which may hold spaces and parentheses
+        if len(fields) < 4 or fields[0] != "Z" or fields[1] != str(parent):
+            continue
+        zombies.append(Zombie(pid=pid, name=head.partition("(")[2], session=int(fields[3])))
+    return zombies
+
+
+def reap_orphans(known: Collection[int]) -> list[Reaped]:
+    """Wait for each zombie child of this process that it did not start: not in ``known`` (the
+    pids of its own live Popen children, whose status is theirs to read) and not in its own
+    session (see the module's docstring). Returns those reaped; never blocks."""
+    own_session = os.getsid(0)
+    reaped = []
+    for zombie in zombie_children():
+        if zombie.pid in known or zombie.session == own_session:
+            continue
+        try:
+            pid, status = os.waitpid(zombie.pid, os.WNOHANG)
+        except ChildProcessError:  # reaped by someone else meanwhile
+            continue
+        if pid == zombie.pid:
+            reaped.append(Reaped(pid=pid, name=zombie.name, status=os.waitstatus_to_exitcode(status)))
+    return reaped
+
+
+__all__ = ["Reaped", "Zombie", "is_subreaper", "reap_orphans", "set_subreaper", "zombie_children"]
