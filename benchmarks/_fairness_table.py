@@ -53,6 +53,10 @@ class Row:
     run: int = 0
     """Which of ``--runs`` runs of the key space (run-to-run spread: the cut times and sample
     counts move with the machine's load)."""
+    order: int = 0
+    """The sampling order of the run (the sidecar's ``--seed``: ``--sampler-seed``). Each epoch is
+    about the lowest-ranked keys listed by its cut, so runs of one order repeat its draw; runs
+    of several orders (``--sampler-seed 7,11,12``) spread over the draws too."""
     random_miss_tv: float = float("nan")
     """The share of ``--miss-trials`` uniform random samples of this size whose TV, as a ratio to
     ``tv_random``, misses the aim (over 2): how often chance alone misses it."""
@@ -64,7 +68,7 @@ class Row:
 
 MISSES = "random misses: TV, folders"
 SUMMARY_COLUMNS = ("shape", "epoch", "runs", "cut at (s)", "samples", "folders ratio", "TV ratio",
-                   "KS ratio, same mix", MISSES)
+                   "KS ratio", "KS ratio, same mix", MISSES)
 
 
 def _spread(values: list[float], fmt: str) -> str:
@@ -86,6 +90,7 @@ def summary(rows: list[Row]) -> list[dict[str, str | int]]:
              "samples": _spread([float(r.samples) for r in rs], ".0f"),
              "folders ratio": _spread([r.covered_ratio for r in rs], ".2f"),
              "TV ratio": _spread([r.tv_ratio for r in rs], ".2f"),
+             "KS ratio": _spread([r.ks_ratio for r in rs], ".2f"),
              "KS ratio, same mix": _spread([r.ks_same_mix_ratio for r in rs], ".2f"),
              MISSES: f"{_spread([r.random_miss_tv for r in rs], '.0%')}, "
                      f"{_spread([r.random_miss_folders for r in rs], '.0%')}"}
@@ -128,6 +133,11 @@ def source() -> str:
     return f"{head} + uncommitted changes ({top})" if dirty else f"{head} ({top})"
 
 
+def _run(r: Row, orders: list[int]) -> str:
+    """A row's run, with its sampling order where the runs have several."""
+    return f"{r.run} (order {r.order})" if len(orders) > 1 else str(r.run)
+
+
 def markdown(rows: list[Row], ns: argparse.Namespace, argv: list[str], specs: list[str]) -> str:
     trials = "/".join(sorted({str(r.miss_trials) for r in rows}))
     lines = [f"commit {source()}",
@@ -139,13 +149,18 @@ def markdown(rows: list[Row], ns: argparse.Namespace, argv: list[str], specs: li
              f"of {trials} more random samples of the epoch's size, the share over 2x the random "
              "TV and under 0.9x the random folders (a miss by chance; docs/fairness-floor.md)", "",
              ]
+    orders = sorted({r.order for r in rows})
     if ns.runs > 1:
-        lines += [f"Over {ns.runs} runs: the median and [the range] of each figure", "",
+        over = (f" of sampling orders {', '.join(map(str, orders))} (the sidecar's --seed, one a run "
+                "in turn)" if len(orders) > 1 else f" of one sampling order ({orders[0] if orders else 0}: "
+                "each run repeats its draw)")
+        lines += [f"Over {ns.runs} runs{over}: the median and [the range] of each figure", "",
                   "| " + " | ".join(SUMMARY_COLUMNS) + " |", "|" + "---|" * len(SUMMARY_COLUMNS)]
         lines += ["| " + " | ".join(str(s[c]) for c in SUMMARY_COLUMNS) + " |" for s in summary(rows)]
         lines += ["", "Every run:", ""]
     lines += ["| " + " | ".join(COLUMNS) + (" | run |" if ns.runs > 1 else " |"),
               "|" + "---|" * (len(COLUMNS) + (ns.runs > 1))]
-    lines += ["| " + " | ".join(cells(r)) + (f" | {r.run} |" if ns.runs > 1 else " |") for r in rows]
+    lines += ["| " + " | ".join(cells(r)) + (f" | {_run(r, orders)} |" if ns.runs > 1 else " |")
+              for r in rows]
     lines += ["", "key spaces: " + "; ".join(specs)]
     return "\n".join(lines)

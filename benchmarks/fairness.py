@@ -48,6 +48,10 @@ run's wall time is mostly process start-ups, but the key spaces then share the C
 times and sample counts are not those of a run alone; measure with the default of one. Output:
 one markdown table (``--markdown FILE`` too) headed by the commit and the command, and JSON rows
 (``--json FILE``); the table is rendered by :mod:`epochfs.benchmarks._fairness_table`.
+``--runs N`` gives each figure's median and range over N runs; an epoch is about the lowest-ranked
+keys listed by its cut, so runs of one sampling order repeat its draw (a lopsided one in every
+run): ``--sampler-seed 7,11,12`` gives the runs those orders in turn, and the medians spread over
+the draws as well as the listing's and the load's.
 
     epochfs bench fairness                                     # six shapes, 100k keys, 6 epochs
     python -m epochfs.benchmarks.fairness --shapes skewed,mixed --keys 1M --markdown f.md
@@ -163,8 +167,9 @@ def look_up(mount: Path, epoch: int, proc: subprocess.Popen[bytes], *, wait: flo
         _pause(RETRY)
 
 
-def sample(space: KeySpace, ns: argparse.Namespace, folder: Path) -> list[Cut]:
-    """Run the sidecar against ``space`` and cut its epochs on the schedule."""
+def sample(space: KeySpace, ns: argparse.Namespace, folder: Path, order: int = 0) -> list[Cut]:
+    """Run the sidecar (its sampling order ``order``) against ``space`` and cut its epochs on the
+    schedule."""
     cache, mount, log = folder / "cache", folder / "mnt", folder / "sidecar.log"
     capacity = ns.capacity or str(max(256 << 20, 2 * space.count * max(space.size, 4096)))
     cuts: list[Cut] = []
@@ -172,7 +177,7 @@ def sample(space: KeySpace, ns: argparse.Namespace, folder: Path) -> list[Cut]:
         cmd = [*harness.EPOCHFS, "--log-level", "INFO", "sidecar", "--remote", f"s3://{space.bucket}",
                "--endpoint-url", url, "--cache", str(cache), "--mount", str(mount),
                "--health-port", str(harness.free_port()), "--capacity", capacity, "--min-samples", "1",
-               "--seed", str(ns.sampler_seed), "--warm-files", "0", "--scrub-rate", "0", *ns.sidecar_arg]
+               "--seed", str(order), "--warm-files", "0", "--scrub-rate", "0", *ns.sidecar_arg]
         started = time.monotonic()
         with harness.running(cmd, what="epochfs sidecar", log=log, env=harness.s3_env(),
                              unmount=[mount]) as proc:
@@ -199,7 +204,8 @@ def sample(space: KeySpace, ns: argparse.Namespace, folder: Path) -> list[Cut]:
     return cuts
 
 
-def row(space: KeySpace, bounds: list[int], cut: Cut, ns: argparse.Namespace, run: int = 0) -> Row:
+def row(space: KeySpace, bounds: list[int], cut: Cut, ns: argparse.Namespace, run: int = 0,
+        order: int = 0) -> Row:
     """One epoch's figures beside random samples of its size (``ns``: ``draws``, ``seed``,
     ``miss_trials``), and how often such samples miss the aims by chance."""
     c = stats.compare(cut.positions, bounds, draws=ns.draws, seed=ns.seed)
@@ -210,15 +216,22 @@ def row(space: KeySpace, bounds: list[int], cut: Cut, ns: argparse.Namespace, ru
                covered_random=c.random.covered, covered_ratio=c.covered_ratio, tv=c.sample.tv,
                tv_random=c.random.tv, tv_ratio=c.tv_ratio, ks=c.sample.ks, ks_random=c.random.ks,
                ks_ratio=c.ks_ratio, ks_same_mix=c.same_mix_ks,
-               ks_same_mix_ratio=c.same_mix_ks_ratio, run=run,
+               ks_same_mix_ratio=c.same_mix_ks_ratio, run=run, order=order,
                listed_tv=stats.folder_mix_tv(cut.listed_positions or [], bounds),
                random_miss_tv=misses.tv, random_miss_folders=misses.folders, miss_trials=misses.trials)
+
+
+def order_of(ns: argparse.Namespace, run: int) -> int:
+    """The sampling order of run ``run``: the next of ``--sampler-seed``'s in turn."""
+    orders: list[int] = ns.sampler_seed
+    return orders[run % len(orders)]
 
 
 def measure(shape: Shape, ns: argparse.Namespace, folder: Path, run: int = 0) -> list[Row]:
     space = KeySpace(shape)
     _, bounds = space.strata(ns.strata)
-    return [row(space, bounds, cut, ns, run) for cut in sample(space, ns, folder)]
+    order = order_of(ns, run)
+    return [row(space, bounds, cut, ns, run, order) for cut in sample(space, ns, folder, order)]
 
 
 def run_shape(shape: Shape, ns: argparse.Namespace, run: int) -> list[Row]:
@@ -245,6 +258,17 @@ def run_shapes(shapes: list[Shape], ns: argparse.Namespace, run: int) -> list[Ro
             for future in futures:
                 future.cancel()  # not started yet: never started
             raise
+
+
+def _orders(text: str) -> list[int]:
+    """``--sampler-seed``: one sampling order or several, comma-separated (integers, as the
+    sidecar's ``--seed``)."""
+    try:
+        orders = [int(part) for part in text.split(",")]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r}: sampling orders are integers, comma-separated "
+                                         "(7 or 7,11,12)") from None
+    return orders
 
 
 def _terminate(signum: int, frame: FrameType | None) -> None:
@@ -275,15 +299,20 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--draws", type=int, default=20, help="random samples per epoch (median taken; 20)")
     p.add_argument("--miss-trials", type=int, default=200,
                    help="more random samples per epoch, for how often chance misses the aims (200)")
-    p.add_argument("--sampler-seed", type=int, default=0, help="the sidecar's --seed (0)")
+    p.add_argument("--sampler-seed", type=_orders, default=[0], metavar="N[,N...]",
+                   help="the sidecar's --seed, its sampling order (0); several, comma-separated, go to "
+                        "the runs in turn: each epoch is about the lowest-ranked keys listed by its cut, "
+                        "so runs of one order repeat its draw, and medians over orders spread over "
+                        "the draws too (--runs defaults to their count)")
     p.add_argument("--sidecar-arg", action="append", default=[], metavar="FLAG",
                    help="one more flag for the sidecar, e.g. --sidecar-arg=--list-threads=8 (repeatable)")
     p.add_argument("--cut-wait", type=float, default=60.0, help="seconds a pending cut may take (60)")
     p.add_argument("--jobs", type=int, default=1,
                    help="key spaces run at once (1; more share the CPU, which moves the cut times and "
                    "sample counts: for smoke runs)")
-    p.add_argument("--runs", type=int, default=1,
-                   help="runs of every key space (the table gives the median and range of each figure; 1)")
+    p.add_argument("--runs", type=int, default=None,
+                   help="runs of every key space (the table gives the median and range of each figure; "
+                        "default: one for each --sampler-seed)")
     p.add_argument("--dir", type=Path, help="scratch folder (emptied; default: a temp folder)")
     p.add_argument("--json", type=Path, help="write the rows here")
     p.add_argument("--markdown", type=Path, help="write the table here")
@@ -291,6 +320,8 @@ def main(argv: list[str] | None = None) -> int:
                    help="also draw each epoch's TV ratio against its cut time per key space here "
                         "(.png: matplotlib; else SVG)")
     ns = p.parse_args(argv)
+    if ns.runs is None:
+        ns.runs = len(ns.sampler_seed)
     if ns.draws < 1 or ns.miss_trials < 1:
         p.error("--draws and --miss-trials must be at least 1")
     names = [s.strip() for s in ns.shapes.split(",") if s.strip()]

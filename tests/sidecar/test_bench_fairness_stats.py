@@ -4,6 +4,7 @@ the random baselines they are compared with."""
 
 from __future__ import annotations
 
+import argparse
 import math
 from pathlib import Path
 
@@ -102,7 +103,6 @@ def test_ratio() -> None:
 
 def test_runs_are_summarized_by_their_median_and_range() -> None:
     """``--runs N``: per key space and epoch, the median of each figure and its range."""
-    import argparse
     import dataclasses
 
     from epochfs.benchmarks.fairness import Row, markdown, summary
@@ -120,8 +120,40 @@ def test_runs_are_summarized_by_their_median_and_range() -> None:
     assert (second["runs"], second["TV ratio"]) == (1, "1.50")
     ns = argparse.Namespace(size=4096, list_latency=0.02, every=2.0, strata="top", draws=20, runs=3)
     table = markdown(rows, ns, ["--runs", "3"], ["equal:keys=10"])
-    assert "Over 3 runs" in table and "| equal | 0 | 3 | 2.2 [2.0-2.4] |" in table
+    assert "Over 3 runs of one sampling order (0: each run repeats its draw)" in table
+    assert "| equal | 0 | 3 | 2.2 [2.0-2.4] |" in table
     assert table.count("| run |") == 1
+
+
+def test_runs_of_several_sampling_orders_take_them_in_turn_and_say_so() -> None:
+    """``--sampler-seed 7,11``: run r has order 7 or 11 in turn, the runs default to one per
+    order, each row and the table say which, and the summary has the in-folder KS ratio beside
+    the same-mix one."""
+    import dataclasses
+
+    from epochfs.benchmarks.fairness import Row, markdown, order_of, summary
+
+    ns = argparse.Namespace(sampler_seed=[7, 11], runs=4, size=4096, list_latency=0.02, every=2.0,
+                            strata="top", draws=20)
+    assert [order_of(ns, run) for run in range(4)] == [7, 11, 7, 11]
+    base = Row(shape="equal", spec="equal:keys=10", keys=10, strata=2, epoch=0, at_s=2.0, listed=10,
+               samples=4, covered=2, covered_random=2.0, covered_ratio=1.0, tv=0.1, tv_random=0.1,
+               tv_ratio=1.0, ks=0.2, ks_random=0.2, ks_ratio=1.0, ks_same_mix=0.2, ks_same_mix_ratio=1.0)
+    rows = [dataclasses.replace(base, run=r, order=order_of(ns, r), ks_ratio=k)
+            for r, k in enumerate([1.0, 3.0, 2.0, 1.5])]
+    assert summary(rows)[0]["KS ratio"] == "1.75 [1.00-3.00]"
+    table = markdown(rows, ns, ["--sampler-seed", "7,11"], ["equal:keys=10"])
+    assert "Over 4 runs of sampling orders 7, 11 (the sidecar's --seed, one a run in turn)" in table
+    assert "| 1 (order 11) |" in table and "| 2 (order 7) |" in table
+
+
+def test_a_sampling_order_that_is_no_integer_is_refused(capsys: pytest.CaptureFixture[str]) -> None:
+    from epochfs.benchmarks.fairness import main
+
+    with pytest.raises(SystemExit) as stopped:
+        main(["--sampler-seed", "7,x"])
+    err = capsys.readouterr().err
+    assert stopped.value.code == 2 and "sampling orders are integers, comma-separated" in err, err
 
 
 def test_the_listed_keys_at_each_cut_are_the_catalogs_rows_up_to_its_rowid(tmp_path: Path) -> None:
