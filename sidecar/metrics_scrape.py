@@ -9,13 +9,11 @@ they hold no state of their own and none of them goes through the children's mma
 
 from __future__ import annotations
 
-import functools
-import os
-import threading
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from epochfs.sidecar import procfs
 from epochfs.sidecar.metrics_merge import Collector, LabelledCollector
 from epochfs.sidecar.store import Stats
 
@@ -168,7 +166,7 @@ def child_of(parent: Pid, name: bytes) -> Pid:
         ppid = parent()
         if ppid is None:
             return None
-        for child in _children(ppid):
+        for child in procfs.children(ppid):
             try:
                 if Path(f"/proc/{child}/comm").read_bytes().rstrip(b"\n") == name:
                     return child
@@ -177,48 +175,6 @@ def child_of(parent: Pid, name: bytes) -> Pid:
         return None
 
     return pid
-
-
-def _children(pid: int) -> list[int]:
-    """The pids of ``pid``'s child processes: each thread's ``children`` file (a child belongs
-    to the thread that started it), or where the kernel has none (without
-    CONFIG_PROC_CHILDREN) every process whose parent ``pid`` is."""
-    if not _has_children_files():
-        return _children_by_scan(pid)
-    found: list[int] = []
-    try:
-        tasks = os.listdir(f"/proc/{pid}/task")
-    except OSError:
-        return []
-    for tid in tasks:
-        try:
-            found.extend(int(c) for c in Path(f"/proc/{pid}/task/{tid}/children").read_text().split())
-        except OSError:  # the thread ended meanwhile
-            continue
-    return found
-
-
-def _children_by_scan(pid: int) -> list[int]:
-    """The pids of ``pid``'s child processes from every process's ``stat`` (its parent's pid):
-    one read per process in the container, for kernels without the children files."""
-    found = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            stat = Path(f"/proc/{entry}/stat").read_text()
-        except OSError:
-            continue
-        fields = stat.rpartition(")")[2].split()  # after the command, which may hold spaces
-        if len(fields) > 1 and fields[1] == str(pid):
-            found.append(int(entry))
-    return found
-
-
-@functools.cache
-def _has_children_files() -> bool:
-    """Whether this kernel has ``/proc/<pid>/task/<tid>/children`` (looked at once)."""
-    return Path(f"/proc/self/task/{threading.get_native_id()}/children").exists()
 
 
 def _proc_entry(pid: Pid) -> Callable[[], str]:

@@ -109,8 +109,6 @@ class Supervisor(HealthChecks, Observability):
         self._reporter: kube.Reporter | None = None
         self._seen: dict[str, Any] = {}
         self._reads_noted: dict[int, float] = {}
-        self.orphans_reaped = 0
-        """Orphans (processes it did not start, reparented to it) reaped since the start."""
 
     # ------------------------------------------------------------------ signals
     def _on_signal(self, signum: int, frame: FrameType | None) -> None:
@@ -146,7 +144,7 @@ class Supervisor(HealthChecks, Observability):
             signal.signal(s, self._on_signal)
         # Before the first child: its orphans (the sampler's listing child when the sampler
         # dies) then come to this process to be reaped, as they would to PID 1 in the image.
-        was_subreaper = is_subreaper()
+        was_subreaper = os.getpid() == 1 or is_subreaper()  # PID 1 gets every orphan already
         subreaper = was_subreaper or set_subreaper(True)
         try:
             self._setup_observability()
@@ -171,7 +169,7 @@ class Supervisor(HealthChecks, Observability):
                 if time.monotonic() - last_periodic >= 2.0:
                     last_periodic = time.monotonic()
                     self._periodic()
-                    self._reap_orphans()  # a zombie costs a pid, not CPU: every 2 s is soon enough
+                    self._safe(self._reap_orphans)  # a zombie costs a pid, not CPU: every 2 s
             status = self._shutdown()
             if refused is not None:
                 write_termination_message(self.settings.termination_log, refused)
@@ -187,9 +185,11 @@ class Supervisor(HealthChecks, Observability):
     def _reap_orphans(self) -> None:
         """Wait for the zombies among this process's children that it did not start (see
         :mod:`.reaper`); its own children's exits are left to their Popen."""
-        known = {c.pid for c in (self.sampler, self.fuse, self.publisher) if c.pid is not None}
+        # Children Popen has not waited for yet: one it has (exited, its restart not due) holds no
+        # pid, which an orphan may then have.
+        known = {c.proc.pid for c in (self.sampler, self.fuse, self.publisher)
+                 if c.proc is not None and c.proc.returncode is None}
         for orphan in reap_orphans(known):
-            self.orphans_reaped += 1
             log.info("reaped orphan %s", orphan.describe())
 
     def _shutdown(self) -> int:

@@ -120,10 +120,12 @@ class Observability:
 
     @staticmethod
     def _safe(fn: Callable[..., Any], *args: Any) -> None:
+        """A side duty of the loop (the kube reporter's calls, the orphans' reaping): its failure
+        is logged with its traceback and the loop goes on."""
         try:
             fn(*args)
         except Exception:
-            log.exception("kube reporter call %s failed", getattr(fn, "__name__", fn))
+            log.exception("supervisor duty %s failed", getattr(fn, "__name__", fn))
 
     def _periodic(self) -> None:
         """Every couple of seconds: save the supervisor's totals, tell the reporter."""

@@ -18,35 +18,25 @@ session, waited for by ``subprocess.run``, on any thread). Orphans come from the
 sessions (the listing child is in the sampler's) or from ``kubectl exec`` (a session of its own).
 The rule would leave unreaped only a process that one of those short commands left running,
 and none of them (``mount``, ``umount``, ``fusermount3``) leaves one. Pids are not
-reused while a zombie holds one, so the pid read in the scan is the process waited for.
+reused while a zombie holds one, so the pid read in the scan is the process waited for. The
+supervisor owns its process (``epochfs sidecar``): run inside another program, it would reap
+that program's exited children of other sessions too.
 """
 
 from __future__ import annotations
 
-import contextlib
 import ctypes
-import functools
 import logging
 import os
-import threading
 from collections.abc import Callable, Collection
 from dataclasses import dataclass
-from pathlib import Path
+
+from epochfs.sidecar import procfs
 
 log = logging.getLogger("epochfs.supervisor")
 
 PR_SET_CHILD_SUBREAPER = 36
 PR_GET_CHILD_SUBREAPER = 37
-
-
-@dataclass(frozen=True)
-class Zombie:
-    """A child process that has exited and waits to be reaped, as ``/proc/<pid>/stat`` says."""
-
-    pid: int
-    name: str
-    """Its ``comm`` (``epochfs-listing`` for the sampler's listing child)."""
-    session: int
 
 
 @dataclass(frozen=True)
@@ -94,41 +84,12 @@ def set_subreaper(on: bool) -> bool:
     return True
 
 
-@functools.cache
-def _has_children_files() -> bool:
-    """Whether this kernel has ``/proc/<pid>/task/<tid>/children`` (CONFIG_PROC_CHILDREN)."""
-    return Path(f"/proc/self/task/{threading.get_native_id()}/children").exists()
-
-
-def _candidates(parent: int) -> list[int]:
-    """Pids that may be ``parent``'s children: each of its threads' ``children`` file, or where
-    the kernel has none, every pid (the stat read in :func:`zombie_children` tells)."""
-    if not _has_children_files():
-        return [int(e) for e in os.listdir("/proc") if e.isdigit()]
-    found: list[int] = []
-    with contextlib.suppress(OSError):
-        for tid in os.listdir(f"/proc/{parent}/task"):
-            with contextlib.suppress(OSError):  # the thread ended meanwhile
-                found.extend(int(c) for c in Path(f"/proc/{parent}/task/{tid}/children").read_text().split())
-    return found
-
-
-def zombie_children(parent: int | None = None) -> list[Zombie]:
+def zombie_children(parent: int | None = None) -> list[procfs.Stat]:
     """The children of ``parent`` (this process by default) that have exited and wait to be
     reaped, from ``/proc``: state ``Z`` and that parent in each one's ``stat``."""
     parent = os.getpid() if parent is None else parent
-    zombies = []
-    for pid in _candidates(parent):
-        try:
-            stat = Path(f"/proc/{pid}/stat").read_text()
-        except OSError:  # reaped or gone meanwhile
-            continue
-        head, _, tail = stat.rpartition(")")
-        fields = tail.split()  # after the name, which may hold spaces and parentheses
-        if len(fields) < 4 or fields[0] != "Z" or fields[1] != str(parent):
-            continue
-        zombies.append(Zombie(pid=pid, name=head.partition("(")[2], session=int(fields[3])))
-    return zombies
+    found = (procfs.stat(pid) for pid in procfs.children(parent))
+    return [st for st in found if st is not None and st.state == "Z" and st.ppid == parent]
 
 
 def reap_orphans(known: Collection[int]) -> list[Reaped]:
@@ -149,4 +110,4 @@ def reap_orphans(known: Collection[int]) -> list[Reaped]:
     return reaped
 
 
-__all__ = ["Reaped", "Zombie", "is_subreaper", "reap_orphans", "set_subreaper", "zombie_children"]
+__all__ = ["Reaped", "is_subreaper", "reap_orphans", "set_subreaper", "zombie_children"]

@@ -22,7 +22,7 @@ from common import wait_until
 from sidecar_helpers import Sidecar, running_sidecar
 
 from epochfs.benchmarks.synthetic_s3 import Dataset, SyntheticS3
-from epochfs.sidecar import metrics, metrics_scrape
+from epochfs.sidecar import metrics, procfs
 
 LINUX = pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="process_* read /proc")
 PAGE = os.sysconf("SC_PAGE_SIZE")
@@ -71,8 +71,8 @@ def test_child_of_finds_the_named_child_by_both_readings() -> None:
     try:
         assert named.stdout is not None and named.stdout.readline() == "named\n"
         me = os.getpid()
-        assert {named.pid, other.pid} <= set(metrics_scrape._children(me))
-        assert sorted(metrics_scrape._children(me)) == sorted(metrics_scrape._children_by_scan(me))
+        assert {named.pid, other.pid} <= set(procfs.children(me))
+        assert sorted(procfs.children(me)) == sorted(procfs._children_by_scan(me))
         assert metrics.child_of(lambda: me, metrics.LISTING_NAME)() == named.pid
         assert metrics.child_of(lambda: None, metrics.LISTING_NAME)() is None
     finally:
