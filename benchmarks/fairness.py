@@ -322,6 +322,8 @@ def main(argv: list[str] | None = None) -> int:
     ns = p.parse_args(argv)
     if ns.runs is None:
         ns.runs = len(ns.sampler_seed)
+    elif ns.runs < len(ns.sampler_seed):  # orders left out would pass unseen
+        p.error(f"--runs {ns.runs}: fewer runs than --sampler-seed's {len(ns.sampler_seed)} orders")
     if ns.draws < 1 or ns.miss_trials < 1:
         p.error("--draws and --miss-trials must be at least 1")
     names = [s.strip() for s in ns.shapes.split(",") if s.strip()]

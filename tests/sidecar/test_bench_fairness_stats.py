@@ -147,13 +147,19 @@ def test_runs_of_several_sampling_orders_take_them_in_turn_and_say_so() -> None:
     assert "| 1 (order 11) |" in table and "| 2 (order 7) |" in table
 
 
-def test_a_sampling_order_that_is_no_integer_is_refused(capsys: pytest.CaptureFixture[str]) -> None:
+@pytest.mark.parametrize(("args", "said"), [
+    (["--sampler-seed", "7,x"], "sampling orders are integers, comma-separated"),
+    (["--sampler-seed", "1,,2"], "sampling orders are integers, comma-separated"),
+    (["--sampler-seed", "7,11,12", "--runs", "2"], "--runs 2: fewer runs than --sampler-seed's 3 orders"),
+])
+def test_sampling_orders_that_cannot_be_run_are_refused(args: list[str], said: str,
+                                                        capsys: pytest.CaptureFixture[str]) -> None:
     from epochfs.benchmarks.fairness import main
 
     with pytest.raises(SystemExit) as stopped:
-        main(["--sampler-seed", "7,x"])
+        main(args)
     err = capsys.readouterr().err
-    assert stopped.value.code == 2 and "sampling orders are integers, comma-separated" in err, err
+    assert stopped.value.code == 2 and said in err, err
 
 
 def test_the_listed_keys_at_each_cut_are_the_catalogs_rows_up_to_its_rowid(tmp_path: Path) -> None:
