@@ -414,6 +414,25 @@ def in_sandbox(text: str, box: Sandbox, *, cache: Path | None = None, mount: Pat
     return text
 
 
+def as_from_a_terminal() -> None:
+    """A line run as a user's shell runs it (in the child, before exec): every signal unblocked and
+    Ctrl-C at its default. A blocked or ignored signal is inherited through exec, and a pytest
+    worker's main thread is not a terminal's shell: a line that would stop at Ctrl-C for a user
+    must not hang here for what the worker left behind."""
+    signal.pthread_sigmask(signal.SIG_SETMASK, set())
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
+def signal_state(pid: int) -> str:
+    """The signals ``pid`` blocks, ignores and has pending (``/proc/<pid>/status``'s masks)."""
+    try:
+        lines = Path(f"/proc/{pid}/status").read_text().splitlines()
+    except OSError as e:
+        return f"no /proc/{pid}/status: {e.strerror}"
+    return ", ".join(line.replace("\t", " ") for line in lines
+                     if line.split(":")[0] in ("SigBlk", "SigIgn", "SigPnd", "ShdPnd"))
+
+
 def test_a_path_the_table_does_not_map_is_refused_before_it_runs(tmp_path: Path) -> None:
     """The guard of :func:`in_sandbox` can fail (a line is never run against the machine's paths)."""
     box = Sandbox("http://127.0.0.1:1", tmp_path / "cache", tmp_path / "mnt", tmp_path, {})
@@ -551,7 +570,7 @@ def test_a_run_line_runs(command: DocCommand, cls: Run, sandbox: Sandbox, tmp_pa
         with open(out, "wb") as f:  # faulthandler: a line that outlives its Ctrl-C shows where it is
             proc = subprocess.Popen(["bash", "-c", line], stdout=f, stderr=subprocess.PIPE,
                                     env={**sandbox.env, "PYTHONFAULTHANDLER": "1"}, cwd=ROOT,
-                                    start_new_session=True)
+                                    start_new_session=True, preexec_fn=as_from_a_terminal)
         try:
             wait_until(lambda: proc.poll() is not None or "samples" in out.read_text(), timeout=60,
                        what=f"the first frame of {line}")
@@ -560,9 +579,10 @@ def test_a_run_line_runs(command: DocCommand, cls: Run, sandbox: Sandbox, tmp_pa
             try:
                 _, stderr = proc.communicate(timeout=30)
             except subprocess.TimeoutExpired:
+                signals = signal_state(proc.pid)  # blocked, ignored, pending: why Ctrl-C did nothing
                 os.killpg(proc.pid, signal.SIGABRT)  # its threads' stacks on stderr
                 _, stderr = proc.communicate(timeout=30)
-                pytest.fail(f"{command.where}: {line} still ran 30 s after its Ctrl-C; "
+                pytest.fail(f"{command.where}: {line} still ran 30 s after its Ctrl-C ({signals}); "
                             f"its stacks then:\n{stderr.decode(errors='replace')[-6000:]}")
         finally:
             if proc.poll() is None:
