@@ -10,7 +10,6 @@ they hold no state of their own and none of them goes through the children's mma
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Mapping
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 from epochfs.sidecar import procfs
@@ -166,12 +165,11 @@ def child_of(parent: Pid, name: bytes) -> Pid:
         ppid = parent()
         if ppid is None:
             return None
+        wanted = name.decode("utf-8", "replace")  # as procfs decodes a name
         for child in procfs.children(ppid):
-            try:
-                if Path(f"/proc/{child}/comm").read_bytes().rstrip(b"\n") == name:
-                    return child
-            except OSError:  # exited meanwhile
-                continue
+            stat = procfs.stat(child)  # None: exited meanwhile
+            if stat is not None and stat.name == wanted:
+                return child
         return None
 
     return pid
