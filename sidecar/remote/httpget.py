@@ -185,6 +185,7 @@ class GetPool:
         conn = self._take(key, parts, proxy)
         try:
             conn.request(method, target, headers=sent)
+            self._check_open()  # a close() that ran while this connection was made missed its socket
             hook, self.on_sent = self.on_sent, None
             if hook is not None:
                 hook()
@@ -210,8 +211,17 @@ class GetPool:
         fresh.read_timeout = self.read_timeout
         fresh.recv_buffer = self.recv_buffer
         with self._lock:
-            self._all.add(fresh)
-        return fresh
+            if not self._closed:  # else close() ran meanwhile and would never shut this one down
+                self._all.add(fresh)
+                return fresh
+        raise ConnectionAbortedError("the connection pool is closed")
+
+    def _check_open(self) -> None:
+        """Raise when :meth:`close` has run: a connection made while it ran (not yet connected,
+        so it had no socket to shut down) must not go on to wait for an answer."""
+        with self._lock:
+            if self._closed:
+                raise ConnectionAbortedError("the connection pool is closed")
 
     def _ssl_context(self) -> ssl.SSLContext:
         # One context for every connection: loading the CA certificates takes tens of ms.

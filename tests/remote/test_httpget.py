@@ -232,3 +232,40 @@ def test_errors_of_the_fast_path_are_classified() -> None:
     assert is_transient(TimeoutError("timed out")) and is_unavailable(TimeoutError("timed out"))
     assert not is_transient(ssl.SSLCertVerificationError(1, "certificate verify failed"))
     assert not is_transient(FileNotFoundError("k: HTTP 404 NoSuchKey"))
+
+
+
+@pytest.mark.parametrize("when", ["before it is made", "before it connects"])
+def test_a_close_while_a_connection_is_made_leaves_no_request_waiting(
+        server: _Server, monkeypatch: pytest.MonkeyPatch, when: str) -> None:
+    """close() racing a thread that makes a fresh connection (the sampler's LIST-ahead thread at a
+    stop): a connection made after close() emptied the pool, or put in the pool but not yet
+    connected, had no socket for close() to shut down; its GET must fail at once, not go to the
+    server and wait there (on a stalled body: until the read timeout)."""
+    from epochfs.sidecar.remote import httpget
+
+    pool = GetPool(connect_timeout=5, read_timeout=30)
+    made = httpget.new_connection
+
+    def racing(*args: object, **kwargs: object) -> object:
+        if when == "before it is made":
+            pool.close()
+            return made(*args, **kwargs)  # type: ignore[arg-type]
+        conn = made(*args, **kwargs)  # type: ignore[arg-type]
+        connect = conn.connect
+
+        def late() -> None:
+            pool.close()
+            connect()
+
+        conn.connect = late  # type: ignore[method-assign]
+        return conn
+
+    monkeypatch.setattr(httpget, "new_connection", racing)
+    try:
+        with pytest.raises(ConnectionAbortedError):
+            resp = pool.get(f"{server.url}/stall/x")
+            resp.close()  # reached only when the GET went out after the close
+    finally:
+        pool.close()
+    assert not server.stall.is_set(), "no GET reached the server after the pool was closed"
