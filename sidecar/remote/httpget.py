@@ -184,8 +184,10 @@ class GetPool:
             target = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
         conn = self._take(key, parts, proxy)
         try:
+            if conn.sock is None:  # a fresh connection: connected here, then checked, then sent on
+                conn.connect()
+                self._check_open()  # a close() that ran while it was made missed its socket
             conn.request(method, target, headers=sent)
-            self._check_open()  # a close() that ran while this connection was made missed its socket
             hook, self.on_sent = self.on_sent, None
             if hook is not None:
                 hook()

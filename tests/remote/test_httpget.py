@@ -268,4 +268,9 @@ def test_a_close_while_a_connection_is_made_leaves_no_request_waiting(
             resp.close()  # reached only when the GET went out after the close
     finally:
         pool.close()
+    if when == "before it is made":
+        assert server.connections == [], "no connection was made after the pool was closed"
+    else:  # connected, then closed unused: the server's handler ends at the EOF
+        assert server.closed.acquire(timeout=10)
+        assert len(server.connections) == 1
     assert not server.stall.is_set(), "no GET reached the server after the pool was closed"
