@@ -312,11 +312,13 @@ class PagedSource:
         page can start after any string, so the listing may split a span and read its parts in
         any order (:mod:`.planner`)."""
         first = self._take_probe(span, after)
-        if first is not None and len(first.objects) > max_keys:
+        if first is not None and not first.done and len(first.objects) > max_keys:
             # No more of it than the planner asked: its first pages are small so that every part
             # of the key space has keys early; a whole first page (the start's 1,000 keys of a
             # flat bucket) made the first decile lopsided and the epochs 2.2-3.3x a random
-            # sample's TV where 1.4-1.8x before (600k flat keys).
+            # sample's TV where 1.4-1.8x before (600k flat keys). A first page that is the whole
+            # remote is handed out whole: it is every key, lopsided nowhere, and its rest asked
+            # again would cost LISTs (and the first fetch their wait) for keys already in hand.
             kept = first.objects[:max_keys]
             return Page(kept, str(kept[-1].key), False)
         if first is not None:

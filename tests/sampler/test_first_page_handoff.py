@@ -25,6 +25,7 @@ from epochfs.benchmarks.synthetic_s3 import Dataset, SyntheticS3
 from epochfs.sidecar.config import SamplerSettings
 from epochfs.sidecar.listing import Lister
 from epochfs.sidecar.listing.child import _list
+from epochfs.sidecar.listing.planner import FIRST_PAGE
 from epochfs.sidecar.listing.sources import PagedSource, Span
 from epochfs.sidecar.remote.testing import PagedMemoryRemote
 from epochfs.sidecar.store import Store
@@ -64,6 +65,36 @@ def test_the_planner_gets_no_more_of_the_kept_first_page_than_it_asks() -> None:
     rest = source.read_page(Span("", "", None), first.after, 10)
     assert remote.pages_asked[-1] == ("", "k003", None)
     assert [o.key for o in rest.objects][:1] == ["k004"]
+
+
+def test_a_first_page_that_is_the_whole_remote_is_handed_out_whole() -> None:
+    """A remote that fits in one page (the fetch benchmark's 160 objects of 4 MiB): the planner's
+    small first page took the first keys of it and asked the rest again, a gallop past its end and
+    a page of the rest (two LISTs, and the first fetch waited for them); now the whole page is
+    the whole listing, done, without a request."""
+    remote = PagedMemoryRemote(FLAT, page=100)
+    source = PagedSource(remote)
+    assert source.spans() == [Span("", "", None)] and source.fits_one_page
+    asked = len(remote.pages_asked)
+    page = source.read_page(Span("", "", None), "", 4)
+    assert [o.key for o in page.objects] == sorted(FLAT)
+    assert (page.after, page.done) == ("k024", True)
+    assert len(remote.pages_asked) == asked == 1
+
+
+def test_a_remote_of_one_page_is_cataloged_by_the_discovery_s_request_alone(tmp_path: Path) -> None:
+    """The lister over it, as the sampler runs it: every key cataloged, one LIST in all (more keys
+    than the planner's first page asks, :data:`~.planner.FIRST_PAGE`)."""
+    keys = {f"k{i:04d}": b"x" for i in range(3 * FIRST_PAGE)}
+    remote = PagedMemoryRemote(keys, page=1000)
+    store = Store(tmp_path / "cache", create=True)
+    try:
+        lister = Lister(store, PagedSource(remote), seed=0)
+        report = lister.run()
+        assert report.complete and report.added == len(keys)
+        assert remote.pages_asked == [("", "", None)]
+    finally:
+        store.close()
 
 
 def test_the_streamed_pages_go_on_after_the_kept_first_page() -> None:
