@@ -37,6 +37,7 @@ from dataclasses import dataclass
 from itertools import islice
 from typing import Protocol
 
+from epochfs.sidecar.listing.keptpage import KeptPage
 from epochfs.sidecar.listing.retry import while_throttled
 from epochfs.sidecar.remote import PagedRemote, Remote, RemoteObject
 from epochfs.sidecar.remote.base import ListedPage, PageWalk
@@ -143,6 +144,8 @@ class PagedSource:
         self._probe: list[RemoteObject] | None = None
         self._probe_done = True
         """The probe is the whole remote (else its first page, the listing goes on after it)."""
+        self._kept: KeptPage | None = None
+        """The same page, answering the planner's pages that it covers (:meth:`read_page`)."""
         self.folders: list[str] = []
         """Every folder :meth:`spans` found at the level it cut into ranges (more than
         ``max_spans``): the ranges name only their first, and the class labels must name all,
@@ -190,12 +193,12 @@ class PagedSource:
 
     def spans(self) -> list[Span]:
         self.folders = []
-        self._probe, self._probe_done = None, True
+        self._probe, self._probe_done, self._kept = None, True, None
         # A remote that fits in one page is listed by that page alone (one request, no split).
         listed = self._discover("")
         objects = listed[0]
         if not listed.truncated:
-            self._probe = objects
+            self.keep_first_page(objects, True)
             return [Span("", "", None)]
         # A first page of files only (no key in a folder) is what the delimiter's first page
         # would show again: the folders are looked for after it, one request fewer.
@@ -213,7 +216,7 @@ class PagedSource:
             if not prefix:
                 # One span over the whole remote: its first page is the one read above, handed
                 # out as the listing's first page (the catalog's first keys without a request).
-                self._probe, self._probe_done = objects, False
+                self.keep_first_page(objects, False)
             return [Span(prefix, "", None)]
         if not files and len(folders) <= self.max_spans:
             # Nothing but these folders: each is listed under its own prefix, so the store ends a
@@ -272,6 +275,7 @@ class PagedSource:
         all of it): the page another source's :meth:`spans` read (:attr:`first_page`), given to
         the listing process, which then does not ask for it again."""
         self._probe, self._probe_done = list(objects), done
+        self._kept = KeptPage(self._probe, whole=done)
 
     def _take_probe(self, span: Span, after: str) -> Page | None:
         """The kept first page, when ``span`` is the whole remote read from its beginning."""
@@ -311,18 +315,14 @@ class PagedSource:
         """One page of at most ``max_keys`` keys of ``span`` after ``after`` (or its start): a
         page can start after any string, so the listing may split a span and read its parts in
         any order (:mod:`.planner`)."""
-        first = self._take_probe(span, after)
-        if first is not None and not first.done and len(first.objects) > max_keys:
-            # No more of it than the planner asked: its first pages are small so that every part
-            # of the key space has keys early; a whole first page (the start's 1,000 keys of a
-            # flat bucket) made the first decile lopsided and the epochs 2.2-3.3x a random
-            # sample's TV where 1.4-1.8x before (600k flat keys). A first page that is the whole
-            # remote is handed out whole: it is every key, lopsided nowhere, and its rest asked
-            # again would cost LISTs (and the first fetch their wait) for keys already in hand.
-            kept = first.objects[:max_keys]
-            return Page(kept, str(kept[-1].key), False)
-        if first is not None:
-            return first
+        # The discovery's first page answers what it covers, no more of it than the planner asks:
+        # its first pages are small so that every part of the key space has keys early; a whole
+        # first page (the start's 1,000 keys of a flat bucket) made the first decile lopsided and
+        # the epochs 2.2-3.3x a random sample's TV where 1.4-1.8x before (600k flat keys). A page
+        # that was the whole remote is handed out whole: every key, lopsided nowhere.
+        known = self._kept.page(span.prefix, span.start, span.stop, after, max_keys) if self._kept else None
+        if known is not None:
+            return Page(*known)
         if span.stop is not None and after and after + "\x00" >= span.stop:
             return Page([], after, True)  # the last page ended at the stop: nothing is left
         start = max(after, span.start)

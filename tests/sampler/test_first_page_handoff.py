@@ -62,9 +62,12 @@ def test_the_planner_gets_no_more_of_the_kept_first_page_than_it_asks() -> None:
     assert [o.key for o in first.objects] == [f"k{i:03d}" for i in range(4)]
     assert (first.after, first.done) == ("k003", False)
     assert len(remote.pages_asked) == asked  # no request for it
-    rest = source.read_page(Span("", "", None), first.after, 10)
-    assert remote.pages_asked[-1] == ("", "k003", None)
-    assert [o.key for o in rest.objects][:1] == ["k004"]
+    rest = source.read_page(Span("", "", None), first.after, 10)  # the rest of it: still none
+    assert ([o.key for o in rest.objects], rest.done) == ([f"k{i:03d}" for i in range(4, 10)], False)
+    assert len(remote.pages_asked) == asked
+    more = source.read_page(Span("", "", None), rest.after, 10)
+    assert remote.pages_asked[-1] == ("", "k009", None)
+    assert [o.key for o in more.objects][:1] == ["k010"]
 
 
 def test_a_first_page_that_is_the_whole_remote_is_handed_out_whole() -> None:
