@@ -257,7 +257,9 @@ class GetPool:
             conn.close()
 
     def close(self) -> None:
-        """Close every connection; reads blocked on one of them (a stalled body) end at once."""
+        """Close every connection; reads blocked on one of them (a stalled body) end at once. A
+        connect in progress (no socket yet to shut down) is not cut short: it ends within the
+        connect timeout, and its request is then refused, never sent."""
         with self._lock:
             self._closed = True
             idle = {c for conns in self._idle.values() for c in conns}
