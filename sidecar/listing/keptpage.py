@@ -10,7 +10,9 @@ it knows as the remote would have: the next ``max_keys`` keys after the resume p
 span's stop, ``done`` once the stop (or, for a page that was the whole remote, the end) is within
 what it knows; where the keys it knows end first, a shorter page that is not the last (as a remote
 may answer), so that the next page's request starts after them. What it cannot know (keys past its
-last one) is left to a request.
+last one) is left to a request. A listing resumed after a failure forgets it
+(:meth:`.PagedSource.forget_first_page`): the page is as old as the listing, and a retry may come
+long after.
 """
 
 from __future__ import annotations

@@ -136,6 +136,10 @@ class Lister:
         if state.parts and state.source == name and not fresh:
             parts = state.parts
             gen = state.generation
+            if isinstance(self.source, PagedSource):
+                # Resumed (after a failed run, or from the index): the rest is asked of the remote,
+                # not answered from a first page read when the listing began, however long ago.
+                self.source.forget_first_page()
             log.info("resuming listing %d: %d of %d span(s) to go", gen,
                      sum(not p.done for p in parts), len(parts))
         else:

@@ -260,15 +260,20 @@ class PagedSource:
 
     @property
     def fits_one_page(self) -> bool:
-        """The discovery's first page held the whole remote (:meth:`spans`), and is still to be
-        handed out as the listing's one page: there is nothing else to list."""
+        """The discovery's first page held the whole remote (:meth:`spans`): the listing is that
+        page, nothing else to list (asked before the listing runs)."""
         return self._probe is not None and self._probe_done
 
     @property
     def first_page(self) -> tuple[list[RemoteObject], bool] | None:
-        """The discovery's first page, still to be handed out as the first page of the one span
-        over the whole remote, and whether it is the whole remote; None: there is none."""
+        """The discovery's first page of the one span over the whole remote, to hand to the
+        listing process, and whether it is the whole remote; None: there is none."""
         return None if self._probe is None else (self._probe, self._probe_done)
+
+    def forget_first_page(self) -> None:
+        """Ask the remote for every page from now on (a listing resumed after a failure: the kept
+        page was read when the listing began)."""
+        self._probe, self._probe_done, self._kept = None, True, None
 
     def keep_first_page(self, objects: list[RemoteObject], done: bool) -> None:
         """Hand out ``objects`` as the first page of the span over the whole remote (``done``:
@@ -320,7 +325,8 @@ class PagedSource:
         # first page (the start's 1,000 keys of a flat bucket) made the first decile lopsided and
         # the epochs 2.2-3.3x a random sample's TV where 1.4-1.8x before (600k flat keys). A page
         # that was the whole remote is handed out whole: every key, lopsided nowhere.
-        known = self._kept.page(span.prefix, span.start, span.stop, after, max_keys) if self._kept else None
+        memo = self._kept
+        known = memo.page(span.prefix, span.start, span.stop, after, max_keys) if memo else None
         if known is not None:
             return Page(*known)
         if span.stop is not None and after and after + "\x00" >= span.stop:

@@ -10,12 +10,15 @@ from __future__ import annotations
 
 import random
 from pathlib import Path
+from typing import Any
 
 import pytest
+from sampler_helpers import index_rows
 
 from epochfs.sidecar.listing import Lister
 from epochfs.sidecar.listing.keptpage import KeptPage
 from epochfs.sidecar.listing.sources import Page, PagedSource, Span
+from epochfs.sidecar.remote import ListedPage, RemoteError
 from epochfs.sidecar.remote.testing import PagedMemoryRemote
 from epochfs.sidecar.store import Store
 
@@ -107,3 +110,38 @@ def test_a_page_out_of_order_answers_nothing_from_memory() -> None:
 
     kept = KeptPage([RemoteObject("b", 1, ""), RemoteObject("a", 1, "")], whole=True)
     assert kept.page("", "", None, "", 10) is None
+
+
+class FailingFrom(PagedMemoryRemote):
+    """The in-memory remote, every LIST failing while ``listing_down`` is set (an outage mid-listing)."""
+
+    listing_down = False
+
+    def list_page(self, prefix: str, **kwargs: Any) -> ListedPage:
+        if self.listing_down:
+            raise RemoteError("the remote is down")
+        return super().list_page(prefix, **kwargs)
+
+
+def test_a_listing_resumed_after_a_failure_asks_the_remote_again(tmp_path: Path) -> None:
+    """A run that fails is resumed (the listing thread's retry, same process, same source): the
+    first page was read when the listing began, so what is left of its range is asked of the remote,
+    which has changed meanwhile (a key added inside that range, one after it deleted)."""
+    remote = FailingFrom(dict(KEYS), page=1000)
+    store = Store(tmp_path / "cache", create=True)
+    try:
+        lister = Lister(store, PagedSource(remote), seed=0, threads=1)
+        prepared = lister.prepare()
+        remote.listing_down = True
+        with pytest.raises(RemoteError):
+            lister.run(prepared=prepared)
+        remote.objects["k0999"] = b"x"  # an odd number: inside the first page's range, new
+        del remote.objects["k1500"]
+        remote.listing_down = False
+        report = lister.run()
+        assert report.complete
+        listed = {str(r[0]) for r in index_rows(tmp_path / "cache", "SELECT key FROM catalog")}
+        assert "k0999" in listed, "a key added inside the first page's range while the listing waited"
+        assert "k1500" not in listed, "a key deleted while the listing waited"
+    finally:
+        store.close()
