@@ -141,11 +141,9 @@ class PagedSource:
         self.max_spans = max(1, max_spans)
         self.stop = stop
         self.rng = rng or random.Random()
-        self._probe: list[RemoteObject] | None = None
-        self._probe_done = True
-        """The probe is the whole remote (else its first page, the listing goes on after it)."""
         self._kept: KeptPage | None = None
-        """The same page, answering the planner's pages that it covers (:meth:`read_page`)."""
+        """The discovery's first page of the one span over the whole remote (``whole``: all of
+        it), answering the planner's pages that it covers (:meth:`read_page`)."""
         self.folders: list[str] = []
         """Every folder :meth:`spans` found at the level it cut into ranges (more than
         ``max_spans``): the ranges name only their first, and the class labels must name all,
@@ -193,7 +191,7 @@ class PagedSource:
 
     def spans(self) -> list[Span]:
         self.folders = []
-        self._probe, self._probe_done, self._kept = None, True, None
+        self._kept = None
         # A remote that fits in one page is listed by that page alone (one request, no split).
         listed = self._discover("")
         objects = listed[0]
@@ -262,37 +260,36 @@ class PagedSource:
     def fits_one_page(self) -> bool:
         """The discovery's first page held the whole remote (:meth:`spans`): the listing is that
         page, nothing else to list (asked before the listing runs)."""
-        return self._probe is not None and self._probe_done
+        return self._kept is not None and self._kept.whole
 
     @property
     def first_page(self) -> tuple[list[RemoteObject], bool] | None:
         """The discovery's first page of the one span over the whole remote, to hand to the
         listing process, and whether it is the whole remote; None: there is none."""
-        return None if self._probe is None else (self._probe, self._probe_done)
+        return None if self._kept is None else (self._kept.objects, self._kept.whole)
 
     def forget_first_page(self) -> None:
         """Ask the remote for every page from now on (a listing resumed after a failure: the kept
         page was read when the listing began)."""
-        self._probe, self._probe_done, self._kept = None, True, None
+        self._kept = None
 
     def keep_first_page(self, objects: list[RemoteObject], done: bool) -> None:
         """Hand out ``objects`` as the first page of the span over the whole remote (``done``:
         all of it): the page another source's :meth:`spans` read (:attr:`first_page`), given to
         the listing process, which then does not ask for it again."""
-        self._probe, self._probe_done = list(objects), done
-        self._kept = KeptPage(self._probe, whole=done)
+        self._kept = KeptPage(objects, whole=done)
 
-    def _take_probe(self, span: Span, after: str) -> Page | None:
+    def _take_first_page(self, span: Span, after: str) -> Page | None:
         """The kept first page, when ``span`` is the whole remote read from its beginning."""
-        probe, self._probe = self._probe, None
-        if probe is None or after or span != Span("", "", None):
+        kept, self._kept = self._kept, None
+        if kept is None or after or span != Span("", "", None):
             return None
-        if not probe and not self._probe_done:
+        if not kept.objects and not kept.whole:
             return None  # an empty first page that says more follows: read the span from its start
-        return Page(probe, str(probe[-1].key) if probe else "", self._probe_done)
+        return Page(kept.objects, str(kept.objects[-1].key) if kept.objects else "", kept.whole)
 
     def pages(self, span: Span, after: str) -> Iterator[Page]:
-        first = self._take_probe(span, after)
+        first = self._take_first_page(span, after)
         if first is not None:
             yield first
             if first.done:
