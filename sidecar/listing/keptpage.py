@@ -1,6 +1,8 @@
-"""The discovery's first page of the whole remote, kept to answer the listing's pages it covers.
+"""The discovery's first pages of the whole remote, kept to answer the listing's pages they cover.
 
-A flat bucket's discovery reads its first page (up to 1,000 keys) before the listing starts. The
+A flat bucket's discovery reads its first page (up to 1,000 keys) before the listing starts, and
+the delimiter's pages after it (up to ten more pages: of files only, they are the same keys a
+listing reads; where they reach the end, the remote is listed). The
 planner asks small pages first (100 keys, then 10-key gallops and splits) so that every part of the
 key space is listed early, and so it takes only the first of those keys from that page; without
 this, every later page inside the page's range was asked of the remote again: for 1,500 keys, five
@@ -27,8 +29,8 @@ if TYPE_CHECKING:
 
 
 class KeptPage:
-    """``objects``: the remote's first page from its start, in key order; ``whole``: that page was
-    the whole remote (nothing follows its last key)."""
+    """``objects``: the remote's first keys from its start, in key order (one page or several
+    following each other); ``whole``: they are the whole remote (nothing follows the last)."""
 
     def __init__(self, objects: Sequence[RemoteObject], *, whole: bool) -> None:
         self.objects = list(objects)

@@ -11,10 +11,12 @@ commits with the page's rows, so a restart resumes where the last committed page
   key space is cut into ranges at folder boundaries, at most ``max_spans`` of them, so that every
   class folder lists at once instead of one after the other; when the level holds only folders,
   and no more than ``max_spans``, each folder is a span listed under its own prefix (no range, so
-  no page past its end). A resume point is the last key. The discovery's first page is not read
+  no page past its end). A resume point is the last key. The discovery's pages are not read
   twice: a first page of files only (no key in a folder) is where the delimiter's look starts
-  after, and when the listing is one span over the whole remote (a flat bucket) that page is the
-  span's first page, handed out without a request (to the listing process too: :attr:`first_page`).
+  after, and when the listing is one span over the whole remote (a flat bucket) that page and the
+  delimiter's pages of files only after it (the same keys a listing reads) are kept
+  (:class:`~.keptpage.KeptPage`) and answer the span's pages they cover without a request (in the
+  listing process too: :attr:`first_page`); where they reached the end, they are the listing.
   Finding the folders comes before the listing thread (whose pause answers a throttled page of the
   listing), so a throttled page of it is read again in place after a full-jitter pause
   (``DISCOVERY_RETRY``, :func:`~epochfs.sidecar.listing.retry.while_throttled`) until the sampler
@@ -35,7 +37,7 @@ from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from itertools import islice
-from typing import Protocol
+from typing import NamedTuple, Protocol
 
 from epochfs.sidecar.listing.keptpage import KeptPage
 from epochfs.sidecar.listing.retry import while_throttled
@@ -89,6 +91,19 @@ class Span:
     prefix: str
     start: str
     stop: str | None
+
+
+class _Look(NamedTuple):
+    """What the delimiter's pages under a prefix showed (:meth:`PagedSource._folders`)."""
+
+    folders: list[str]
+    others: bool
+    """Anything else there: files beside the folders, or more than the pages showed."""
+    files: list[RemoteObject]
+    """The files the pages listed, in key order: where they showed no folder, every key after
+    the start they were asked from."""
+    ended: bool
+    """The pages reached the end of the listing."""
 
 
 @dataclass(frozen=True)
@@ -164,12 +179,13 @@ class PagedSource:
             what=f"finding the folders under {prefix or 'the root'!r}")
 
     def _folders(self, prefix: str, *, first_keys: int = 1000, stop_on_files: bool = False,
-                 after: str = "") -> tuple[list[str], bool]:
+                 after: str = "") -> _Look:
         """The folders directly under ``prefix`` (at most DISCOVERY_PAGES pages of them) and
         whether anything else is there: files beside them, or more than those pages showed.
         ``first_keys``: what the first page asks; ``stop_on_files``: no page after one with files;
         ``after``: the keys up to it are files already seen (the listing starts after them)."""
         folders: list[str] = []
+        files: list[RemoteObject] = []
         others = bool(after)
         token: str | None = None
         more = False
@@ -180,6 +196,7 @@ class PagedSource:
                                     start_after=after if page == 0 else "")
             objects, prefixes, token = listed
             folders += prefixes
+            files += objects
             others = others or any(o.key != prefix for o in objects)
             # Truncated with no token: no way on with the delimiter (a start after a folder name
             # lists that folder again), so what is left counts as unseen, as past the last page.
@@ -187,7 +204,7 @@ class PagedSource:
             if not more or token is None or (others and stop_on_files):
                 break
             walk.next(listed, "")  # the same token twice: an error, not the same folders again
-        return folders, others or more
+        return _Look(folders, others or more, files, not more)
 
     def spans(self) -> list[Span]:
         self.folders = []
@@ -205,13 +222,19 @@ class PagedSource:
         prefix = ""
         folders: list[str] = []
         for _ in range(DESCEND):
-            folders, files = self._folders(prefix, after=flat if not prefix else "")
+            look = self._folders(prefix, after=flat if not prefix else "")
+            folders, files = look.folders, look.others
             if len(folders) == 1 and not files:
                 prefix = folders[0]
                 continue
             break
         if len(folders) < 2:
-            if not prefix:
+            if not prefix and flat and not folders:
+                # Pages of files only: the delimiter's pages listed every key after the first
+                # page, as the listing would, up to the end where they reached it (a flat bucket
+                # of up to 11 pages is cataloged by the discovery alone).
+                self.keep_first_page(objects + look.files, look.ended)
+            elif not prefix:
                 # One span over the whole remote: its first page is the one read above, handed
                 # out as the listing's first page (the catalog's first keys without a request).
                 self.keep_first_page(objects, False)
@@ -230,8 +253,8 @@ class PagedSource:
     def _subfolders(self, prefix: str) -> list[str] | None:
         """The folders that ``prefix`` holds, when it holds nothing else and no more than
         DISCOVERY_PAGES pages of them (else None)."""
-        folders, others = self._folders(prefix, first_keys=PROBE_KEYS, stop_on_files=True)
-        return folders if folders and not others else None
+        look = self._folders(prefix, first_keys=PROBE_KEYS, stop_on_files=True)
+        return look.folders if look.folders and not look.others else None
 
     def _expand(self, folders: list[str]) -> list[str]:
         """``folders`` with those that hold only folders replaced by them, a whole level at a

@@ -202,9 +202,10 @@ def test_a_truncated_page_without_a_token_goes_on_after_its_last_key(
 ) -> None:
     server, remote = odd
     assert [o.key for o in remote.list()] == KEYS
-    source = PagedSource(remote)
-    source.spans()
-    assert not source.fits_one_page
+    discovered = PagedSource(remote)
+    discovered.spans()  # its pages go on after the first page's last key, to the end
+    assert discovered.fits_one_page
+    source = PagedSource(remote)  # nothing kept: every page asked of the server
     page = source.read_page(Span("", "", None), "k00099", 100)
     assert [o.key for o in page.objects] == KEYS[100:200] and not page.done
     pages = list(source.pages(Span("", "", None), ""))

@@ -15,15 +15,22 @@ from typing import Any
 import pytest
 from sampler_helpers import index_rows
 
-from epochfs.sidecar.listing import Lister
+from epochfs.sidecar.listing import Lister, sources
 from epochfs.sidecar.listing.keptpage import KeptPage
 from epochfs.sidecar.listing.sources import Page, PagedSource, Span
 from epochfs.sidecar.remote import ListedPage, RemoteError
 from epochfs.sidecar.remote.testing import PagedMemoryRemote
 from epochfs.sidecar.store import Store
 
-KEYS = {f"k{i:04d}": b"x" for i in range(0, 3000, 2)}
-"""1,500 flat keys (even numbers: a split or a resume point can fall between two keys)."""
+KEYS = {f"k{i:04d}": b"x" for i in range(0, 6000, 2)}
+"""3,000 flat keys (even numbers: a split or a resume point can fall between two keys)."""
+
+
+@pytest.fixture(autouse=True)
+def one_delimiter_page(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The discovery reads its first page and one delimiter page: the first 2,000 keys
+    (k0000-k3998) are kept, not the whole remote."""
+    monkeypatch.setattr(sources, "DISCOVERY_PAGES", 1)
 
 
 def source_after_discovery(page: int) -> tuple[PagedSource, PagedMemoryRemote, int]:
@@ -39,7 +46,7 @@ def remote_page(span: Span, after: str, max_keys: int) -> Page:
 
 
 def test_pages_inside_the_first_page_are_answered_without_a_request() -> None:
-    source, remote, asked = source_after_discovery(1000)  # the first page: k0000-k1998
+    source, remote, asked = source_after_discovery(1000)  # kept: k0000-k3998
     page = source.read_page(Span("", "", None), "", 100)
     assert (len(page.objects), page.after, page.done) == (100, "k0198", False)
     page = source.read_page(Span("", "", None), "k0198", 200)
@@ -47,12 +54,14 @@ def test_pages_inside_the_first_page_are_answered_without_a_request() -> None:
     page = source.read_page(Span("", "k0501", "k0601"), "", 1000)  # a split inside it: ends at its stop
     assert [o.key for o in page.objects] == [f"k{i:04d}" for i in range(502, 601, 2)] and page.done
     assert len(remote.pages_asked) == asked, "no request for keys the first page holds"
-    page = source.read_page(Span("", "", None), "k1900", 100)  # up to its end: a shorter page
-    assert (len(page.objects), page.after, page.done) == (49, "k1998", False)
+    page = source.read_page(Span("", "k1999", "k2301"), "", 1000)  # past the first page's end
+    assert [o.key for o in page.objects] == [f"k{i:04d}" for i in range(2000, 2301, 2)] and page.done
+    page = source.read_page(Span("", "", None), "k3900", 100)  # up to its end: a shorter page
+    assert (len(page.objects), page.after, page.done) == (49, "k3998", False)
     assert len(remote.pages_asked) == asked
-    page = source.read_page(Span("", "", None), "k1998", 100)  # past its end: asked of the remote
+    page = source.read_page(Span("", "", None), "k3998", 100)  # past its end: asked of the remote
     assert len(remote.pages_asked) == asked + 1
-    assert page == remote_page(Span("", "", None), "k1998", 100)
+    assert page == remote_page(Span("", "", None), "k3998", 100)
 
 
 def walk(source: PagedSource, span: Span, after: str, max_keys: int) -> list[str]:
@@ -75,14 +84,14 @@ def test_every_page_answered_from_memory_is_the_start_of_the_remote_s_own(seed: 
     names = sorted(KEYS)
     for _ in range(40):
         source, _remote, _ = source_after_discovery(1000)
-        start = rng.choice(["", *names[:1200]])
+        start = rng.choice(["", *names[:2200]])
         stop = rng.choice([None, *(n for n in names if n > start)])
-        inside = [n for n in names[:1100] if start < n and (stop is None or n < stop)]
+        inside = [n for n in names[:2100] if start < n and (stop is None or n < stop)]
         after = rng.choice(["", start, *inside[:3]])
         span, max_keys = Span("", start, stop), rng.choice([7, 100, 400, 1000])
         ours, theirs = source.read_page(span, after, max_keys), remote_page(span, after, max_keys)
         assert ours.objects == theirs.objects[:len(ours.objects)], (span, after, max_keys)
-        assert ours == theirs or (not ours.done and str(ours.objects[-1].key) == names[999])
+        assert ours == theirs or (not ours.done and str(ours.objects[-1].key) == names[1999])
         fresh = PagedSource(PagedMemoryRemote(KEYS, page=1000))
         assert walk(source, span, after, max_keys) == walk(fresh, span, after, max_keys)
 
@@ -101,8 +110,8 @@ def test_the_listing_of_a_flat_bucket_asks_no_key_of_the_first_page_again(tmp_pa
         store.close()
     discovery = remote.pages_asked[:2]  # the first page, and the delimiter's look after it
     assert discovery == [("", "", None), ("", "k1998", None)]
-    again = [p for p in remote.pages_asked[2:] if p[2] is None and p[1] < "k1998"]
-    assert again == [], f"keys of the first page asked again: {again}"
+    again = [p for p in remote.pages_asked[2:] if p[2] is None and p[1] < "k3998"]
+    assert again == [], f"keys the discovery's pages listed asked again: {again}"
 
 
 def test_a_page_out_of_order_answers_nothing_from_memory() -> None:

@@ -246,10 +246,11 @@ def test_the_first_epochs_wait_for_the_first_round_is_bounded(
 
 
 class _ReadersSeen(PagedMemoryRemote):
-    """Pages that take a little while, as S3's do, each recording the thread that read it."""
+    """Pages that take a little while, as S3's do, each recording the thread that read it; of
+    100 keys, so that the discovery's pages (eleven) do not list a bucket of a few thousand whole."""
 
     def __init__(self, objects: dict[str, bytes]) -> None:
-        super().__init__(objects, page=1000)
+        super().__init__(objects, page=100)
         self.readers: set[str] = set()
 
     def list_page(self, prefix: str, *, start_after: str = "", token: str | None = None,
