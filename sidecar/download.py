@@ -154,6 +154,9 @@ class Downloader:
         self.hashers = hashers
         self._lock = threading.Lock()
         self._temps: set[Path] = set()
+        self._fresh: set[Path] = set()
+        """Temps listed since the last look began: not looked at until the next one (see
+        :meth:`_prune`)."""
         self._prune_at = PRUNE_AT
         self._local = threading.local()
         self._warned_part_sizes = False
@@ -172,9 +175,14 @@ class Downloader:
 
     def _prune(self) -> None:
         """Forget the temps whose file is gone (admitted: renamed into objects/; or removed).
-        A name never comes back (each temp's is new), so a stale check only keeps one longer."""
+        A temp listed since the last look began is left to the next one: a worker lists its temp
+        before it creates the file (so that a stop finds it whatever happens next), and a look
+        in between saw no file and forgot one that was then written (the look's own worker's
+        temp at every look). A name never comes back (each temp's is new), so a stale check only
+        keeps one longer."""
         with self._lock:
-            temps = list(self._temps)
+            fresh, self._fresh = self._fresh, set()
+            temps = [t for t in self._temps if t not in fresh]
         gone = [t for t in temps if not t.exists()]
         with self._lock:
             self._temps.difference_update(gone)
@@ -188,6 +196,7 @@ class Downloader:
         the same 1,024 names: 36 stats per download in a run of 1,500)."""
         with self._lock:
             self._temps.add(temp)
+            self._fresh.add(temp)
             due = len(self._temps) >= self._prune_at
             if due:
                 self._prune_at = 2 * len(self._temps)
