@@ -157,8 +157,8 @@ class PagedSource:
         self.stop = stop
         self.rng = rng or random.Random()
         self._kept: KeptPage | None = None
-        """The discovery's first page of the one span over the whole remote (``whole``: all of
-        it), answering the planner's pages that it covers (:meth:`read_page`)."""
+        """The discovery's first pages of the one span over the whole remote, its first keys
+        (``whole``: all of them), answering the planner's pages they cover (:meth:`read_page`)."""
         self.folders: list[str] = []
         """Every folder :meth:`spans` found at the level it cut into ranges (more than
         ``max_spans``): the ranges name only their first, and the class labels must name all,
@@ -281,14 +281,15 @@ class PagedSource:
 
     @property
     def fits_one_page(self) -> bool:
-        """The discovery's first page held the whole remote (:meth:`spans`): the listing is that
-        page, nothing else to list (asked before the listing runs)."""
+        """The discovery's pages held the whole remote (:meth:`spans`): the listing is their
+        keys, nothing else to list (asked before the listing runs)."""
         return self._kept is not None and self._kept.whole
 
     @property
     def first_page(self) -> tuple[list[RemoteObject], bool] | None:
-        """The discovery's first page of the one span over the whole remote, to hand to the
-        listing process, and whether it is the whole remote; None: there is none."""
+        """The discovery's first pages of the one span over the whole remote (their keys, in
+        order), to hand to the listing process, and whether they are the whole remote; None:
+        there are none."""
         return None if self._kept is None else (self._kept.objects, self._kept.whole)
 
     def forget_first_page(self) -> None:

@@ -348,7 +348,7 @@ def run_sample(settings: SamplerSettings) -> int:
                      else "on request, epochfs relist")
         if (listing_process is not None and prepared is not None
                 and isinstance(lister.source, PagedSource) and lister.source.fits_one_page):
-            # The listing is the one page the discovery read: a process would list it again after
+            # The listing is the pages the discovery read: a process would list them again after
             # its start-up (0.5-1.6 s before the first GET, measured with 160 objects). Ended
             # before the sampler is made: its start-up's CPU would slow the sampler's (the metrics'
             # first import among it) on the way to the first object GET.
