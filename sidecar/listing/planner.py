@@ -151,6 +151,12 @@ class Planner:
     def open_segments(self) -> int:
         return self._open
 
+    @property
+    def first_round_over(self) -> bool:
+        """:meth:`progress`'s ``first_round`` (every span reached, its end found), without its sums."""
+        with self._lock:
+            return self._reached >= len(self._spans) and (not self.splittable or self._unbounded <= 0)
+
     # ------------------------------------------------------------------ choosing
     def take(self) -> Segment | None:
         """The segment to read a page of next, marked busy (a split of a segment is committed
