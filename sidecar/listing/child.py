@@ -167,6 +167,7 @@ def child_main(fd: int, *, parent: int | None = None) -> int:
 
     redact.install()
     # Imported here: the parent imports this module for ListingProcess alone.
+    from epochfs.sidecar.listing.lister import FIRST_ROUND_LISTERS
     from epochfs.sidecar.remote import open_remote
     from epochfs.sidecar.store import Store
 
@@ -176,7 +177,8 @@ def child_main(fd: int, *, parent: int | None = None) -> int:
         try:  # before the parent has prepared the listing: the parent's own open says what fails
             store = Store(settings.cache)
             remote = open_remote(settings.remote, endpoint_url=settings.endpoint_url,
-                                 index_url=settings.index_url, concurrency=settings.list_threads,
+                                 index_url=settings.index_url,
+                                 concurrency=max(settings.list_threads, FIRST_ROUND_LISTERS),
                                  read_timeout=settings.read_timeout)
         except Exception as e:
             failed: Exception | None = e

@@ -56,11 +56,12 @@ fetching (the cache full, schedule mode waiting for the complete listing, nothin
 listers commit back to back."""
 
 FIRST_ROUND_LISTERS = 16
-"""Listers while the first round runs (a page of every span, then each span's end), where there
-are more spans than ``threads``: its pages are small (100 keys first, 10-key gallops) and their
-round trips, not the CPU, bound it; over 2,000 folders four listers took 8-9 s, and the epochs
-cut meanwhile hold a sample or two drawn from what the round has reached. The extra listers end
-with the round."""
+"""Listers while the first round's first pages are read (a 100-key page of every span), where
+there are more spans than ``threads``: small pages that round trips, not the CPU, bound; over
+2,000 folders four listers took 8-9 s, and the epochs cut meanwhile held a sample or two drawn
+from what the round had reached. The extra listers read nothing else and end once every span's
+first page is taken; not for ``full_pages`` (``epochfs index``: no epochs to make fair, and
+``--list-threads`` its only bound on the request rate)."""
 
 
 class Lister:
@@ -160,8 +161,11 @@ class Lister:
                 # labels get every folder found before any epoch (:meth:`.ListingSink.record_folders`).
                 self.sink.record_folders(self.source.folders)
             gen = self.sink.begin(parts, name)
-            log.info("listing %d: %d span(s), %d lister thread(s)%s", gen, len(parts),
-                     self.threads if isinstance(self.source, PagedSource) else min(self.threads, len(parts)),
+            paged = isinstance(self.source, PagedSource)
+            first = min(FIRST_ROUND_LISTERS, len(parts)) if paged and not self.full_pages else 0
+            log.info("listing %d: %d span(s), %d lister thread(s)%s%s", gen, len(parts),
+                     self.threads if paged else min(self.threads, len(parts)),
+                     f" ({first} for the spans' first pages)" if first > self.threads else "",
                      f"; keys kept: {self._keys_line()}" if self.keys else "")
         return gen, parts, {p.start for p in parts if p.start}
 
@@ -187,13 +191,11 @@ class Lister:
         wake = threading.Condition(lock)
         next_progress = [self.progress_every]
 
-        def worker(first_round: bool = False) -> None:
+        def worker(first_only: bool = False) -> None:
             while not self.stop.is_set() and not errors:
-                if first_round and planner.first_round_over:
-                    return
-                seg = planner.take()
+                seg = planner.take(first_only=first_only)
                 if seg is None:
-                    if planner.open_segments == 0:
+                    if first_only or planner.open_segments == 0:
                         return
                     self._commit_waiting(gen, planner, filt, wait=True)  # pages of busy segments
                     with wake:  # every open segment is being read: wait for one to come back
@@ -226,7 +228,7 @@ class Lister:
         count = self.threads if planner.splittable else min(self.threads, planner.open_segments)
         threads = [threading.Thread(target=worker, name=f"lister-{i}", daemon=True)
                    for i in range(max(1, count))]
-        if planner.splittable and planner.open_segments > count and not planner.first_round_over:
+        if planner.splittable and not self.full_pages:
             extra = min(FIRST_ROUND_LISTERS, planner.open_segments) - count
             threads += [threading.Thread(target=worker, args=(True,), name=f"lister-first-{i}",
                                          daemon=True) for i in range(max(0, extra))]

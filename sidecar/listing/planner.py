@@ -151,17 +151,15 @@ class Planner:
     def open_segments(self) -> int:
         return self._open
 
-    @property
-    def first_round_over(self) -> bool:
-        """:meth:`progress`'s ``first_round`` (every span reached, its end found), without its sums."""
-        with self._lock:
-            return self._reached >= len(self._spans) and (not self.splittable or self._unbounded <= 0)
-
     # ------------------------------------------------------------------ choosing
-    def take(self) -> Segment | None:
+    def take(self, *, first_only: bool = False) -> Segment | None:
         """The segment to read a page of next, marked busy (a split of a segment is committed
-        with its first page: ``seg.parent``); None while every open segment is busy."""
+        with its first page: ``seg.parent``); None while every open segment is busy.
+        ``first_only``: the first page of a span not reached yet or None, for good once every
+        span's first page is taken (the first round's extra listers)."""
         with self._lock:
+            if first_only:
+                return self._first_page()
             for seg, keys in self._due:
                 span = self._spans[seg.span]
                 if seg.last == keys[-1] and (promoted := self._promote(span, seg, keys)) is not None:
