@@ -2,10 +2,10 @@
 
 A flat bucket's discovery reads its first page (up to 1,000 keys) before the listing starts, and
 the delimiter's pages after it (up to ten more pages: of files only, they are the same keys a
-listing reads; where they reach the end, the remote is listed). The
-planner asks small pages first (100 keys, then 10-key gallops and splits) so that every part of the
-key space is listed early, and so it takes only the first of those keys from that page; without
-this, every later page inside the page's range was asked of the remote again: for 1,500 keys, five
+listing reads; where they reach the end, the remote is listed). The planner asks small pages
+first (100 keys, then 10-key gallops and splits) so that every part of the key space is listed
+early, and so it takes only the first of those keys from those pages; without this, every later
+page inside their range was asked of the remote again: for 1,500 keys, five
 of the listing's nine LISTs, each one of moto's tenths of a second of CPU, before and beside the
 first fetches. A :class:`KeptPage` answers any page of a span over the root (no prefix) whose keys
 it knows as the remote would have: the next ``max_keys`` keys after the resume point and before the

@@ -161,10 +161,9 @@ class Lister:
                 # labels get every folder found before any epoch (:meth:`.ListingSink.record_folders`).
                 self.sink.record_folders(self.source.folders)
             gen = self.sink.begin(parts, name)
-            paged = isinstance(self.source, PagedSource)
-            first = min(FIRST_ROUND_LISTERS, len(parts)) if paged and not self.full_pages else 0
+            first = self._first_page_listers(len(parts))
             log.info("listing %d: %d span(s), %d lister thread(s)%s%s", gen, len(parts),
-                     self.threads if paged else min(self.threads, len(parts)),
+                     self.threads if isinstance(self.source, PagedSource) else min(self.threads, len(parts)),
                      f" ({first} for the spans' first pages)" if first > self.threads else "",
                      f"; keys kept: {self._keys_line()}" if self.keys else "")
         return gen, parts, {p.start for p in parts if p.start}
@@ -228,10 +227,9 @@ class Lister:
         count = self.threads if planner.splittable else min(self.threads, planner.open_segments)
         threads = [threading.Thread(target=worker, name=f"lister-{i}", daemon=True)
                    for i in range(max(1, count))]
-        if planner.splittable and not self.full_pages:
-            extra = min(FIRST_ROUND_LISTERS, planner.open_segments) - count
-            threads += [threading.Thread(target=worker, args=(True,), name=f"lister-first-{i}",
-                                         daemon=True) for i in range(max(0, extra))]
+        extra = self._first_page_listers(planner.open_segments) - count
+        threads += [threading.Thread(target=worker, args=(True,), name=f"lister-first-{i}",
+                                     daemon=True) for i in range(max(0, extra))]
         for t in threads:
             t.start()
         for t in threads:
@@ -248,6 +246,13 @@ class Lister:
             log.info("listed %d object(s) in %.1fs (%d page(s))%s", report.listed, report.seconds,
                      report.pages, "" if report.complete else ", not complete")
         return report
+
+    def _first_page_listers(self, spans: int) -> int:
+        """Listers for the spans' first pages (:data:`FIRST_ROUND_LISTERS`): a paged source's,
+        not for full pages; 0: none beyond ``threads``."""
+        if not isinstance(self.source, PagedSource) or self.full_pages:
+            return 0
+        return min(FIRST_ROUND_LISTERS, spans)
 
     def _keys_line(self) -> str:
         inc = ", ".join(self.keys.include) or "every key"
