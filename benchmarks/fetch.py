@@ -137,11 +137,14 @@ def _seconds(value: float | None) -> str:
 
 
 
-def download_cpu(endpoint: str, url: str, dest: Path, concurrency: int) -> tuple[float, int]:
+def download_alone(endpoint: str, url: str, dest: Path, concurrency: int) -> tuple[float, float, int]:
     """The sampler's download path in this process (the real :class:`Downloader` and S3 remote, no
-    sampler around them): (CPU seconds of this process, objects) for every object
-    under ``url``, fetched on ``concurrency`` threads. What the client spends per object,
-    without start-up and with the machine's other load left out of the count."""
+    sampler around them): (wall seconds, CPU seconds of this process, objects) for every object
+    under ``url``, fetched on ``concurrency`` threads. The CPU is what the client spends per
+    object, without start-up and with the machine's other load left out of the count; the wall
+    time is a floor for ``epochfs sample``'s end to end on this store and machine: the same
+    downloads, fsyncs included, without the interpreter's start, the listing, the fetch order
+    and the admissions."""
     import threading
 
     from epochfs.sidecar.download import Downloader, RetryPolicy
@@ -156,17 +159,17 @@ def download_cpu(endpoint: str, url: str, dest: Path, concurrency: int) -> tuple
         cands = [Candidate(str(o.key), f"{i:032x}", o.size, o.version) for i, o in enumerate(remote.list())]
         downloader = Downloader(store=store, remote=remote, retry=RetryPolicy(attempts=1),
                                 stop=threading.Event())
-        cpu0 = time.process_time()
+        cpu0, wall0 = time.process_time(), time.monotonic()
         with concurrent.futures.ThreadPoolExecutor(concurrency) as pool:
             results = list(pool.map(downloader.fetch, cands))
-        cpu = time.process_time() - cpu0
+        cpu, wall = time.process_time() - cpu0, time.monotonic() - wall0
         failed = [r.error for r in results if r.admission is None]
         if failed:
             raise RuntimeError(f"{len(failed)} downloads failed: {failed[:3]}")
         for r in results:
             assert r.admission is not None
             r.admission.temp.unlink()
-        return cpu, len(cands)
+        return wall, cpu, len(cands)
     finally:
         store.close()
         remote.close()
@@ -301,17 +304,21 @@ def main(argv: list[str] | None = None) -> int:
                           f"client CPU {client:5.2f}s"
                           + (f"  (after start-up: {steady:.2f}s)" if steady else ""), flush=True)
                     shutil.rmtree(dest, ignore_errors=True)
+        alone: dict[tuple[str, str], list[float]] = {}
         if "epochfs" in tools:
             print()
             for name, checksum in datasets:
-                per = []
+                per, walls = [], alone.setdefault((name, checksum), [])
                 for rep in range(args.repeat):
-                    cpu, n = download_cpu(endpoint, f"s3://bench/{name}-{checksum}",
-                                          scratch / f"inproc-{name}-{checksum}-{rep}", args.concurrency)
+                    folder = scratch / f"inproc-{name}-{checksum}-{rep}"
+                    subprocess.run(["sync"], check=False)
+                    wall, cpu, n = download_alone(endpoint, f"s3://bench/{name}-{checksum}", folder,
+                                                  args.concurrency)
+                    walls.append(wall)
                     per.append(cpu / n)
-                    shutil.rmtree(scratch / f"inproc-{name}-{checksum}-{rep}", ignore_errors=True)
-                print(f"{name} ({checksum}): client CPU per object on the download path, in process: "
-                      f"{statistics.median(per) * 1e3:.2f} ms (median of {len(per)}: "
+                    shutil.rmtree(folder, ignore_errors=True)
+                print(f"{name} ({checksum}): the download path alone, in process: {spread(walls)} s, "
+                      f"client CPU per object {statistics.median(per) * 1e3:.2f} ms (median of {len(per)}: "
                       f"{', '.join(f'{c * 1e3:.2f}' for c in per)})", flush=True)
         print()
         print(f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs; medians of {args.repeat} "
@@ -358,6 +365,11 @@ def main(argv: list[str] | None = None) -> int:
                           f"{harness.times(base_seconds / steady)} after the sampler's start-up "
                           f"({seconds - steady:.2f}s), {harness.times(durable)} with each run's files "
                           f"synced to disk after it; objects stored with {checksum}")
+                    if alone.get((name, checksum)):
+                        floor = statistics.median(alone[(name, checksum)])
+                        print(f"{name}: the download path alone (no start-up, no sampler) / {base} = "
+                              f"{harness.times(base_seconds / floor)}: the most epochfs sample could "
+                              f"reach on this store and machine")
                 for sampler in (t for t in tools if t.startswith("epochfs")):
                     done = chosen(name, checksum, sampler)
                     firsts = [r.first_get_seconds for r in done if r.first_get_seconds is not None]
