@@ -125,9 +125,9 @@ def resolve_split(partition: str, num_replicas: int | None, rank: int | None, *,
         raise ValueError(f"partition must be 'node' or 'global', got {partition!r}")
     world = World.detect()
     if partition == "node" and num_replicas is None and world.size > 1 and not has_local_env():
-        warnings.warn(f"{who}: {world.size} ranks but no LOCAL_RANK/LOCAL_WORLD_SIZE (or Slurm/"
-                      "Open MPI equivalents): assuming they all share this node's mount. On several "
-                      "nodes, set them (torchrun does) or pass num_replicas= and rank=.",
+        warnings.warn(f"{who}: {world.size} ranks but no LOCAL_RANK/LOCAL_WORLD_SIZE with RANK (or Slurm/"
+                      "Open MPI equivalents) for this world: assuming they all share this node's mount. "
+                      "On several nodes, set them (torchrun does) or pass num_replicas= and rank=.",
                       stacklevel=stacklevel)
     if num_replicas is None:
         num_replicas = world.local_size if partition == "node" else world.size

@@ -102,12 +102,17 @@ class World:
 
         The node-local pair comes from the same launcher (torchrun's LOCAL_RANK/LOCAL_WORLD_SIZE,
         Slurm, Open MPI; one per pod for the chart's Indexed Job); without it every rank is taken to
-        share one node, which is right for one machine.
+        share one node, which is right for one machine. Without torch.distributed an incomplete or
+        inconsistent launcher set is an error (ValueError naming its variables). Under it, the env's
+        local pair is used only where its launcher's set is whole and names torch.distributed's own
+        rank and size (:func:`_local_under_dist`).
         """
         env = os.environ if env is None else env
-        # The env is read (and checked) even when torch.distributed answers: a bad launch still says so.
-        rank, size, local = _from_env(env) or (0, 1, None)
-        rank, size = dist_rank_and_size() or (rank, size)
+        dist = dist_rank_and_size()
+        if dist is None:
+            rank, size, local = _from_env(env) or (0, 1, None)
+        else:
+            (rank, size), local = dist, _local_under_dist(env, *dist)
         local_rank, local_size = local or (rank, size)
         if local_size > size:  # torch.distributed's world may be smaller than the launch's
             local_rank, local_size = rank, size
@@ -162,9 +167,34 @@ def _from_env(env: Mapping[str, str]) -> tuple[int, int, tuple[int, int] | None]
     return rank, size, (local_rank, local_size)
 
 
+def _local_under_dist(env: Mapping[str, str], rank: int, size: int) -> tuple[int, int] | None:
+    """The env's node-local pair for torch.distributed's ``rank`` of ``size``, or None where the env
+    cannot say it. torch.distributed's pair is this process's whatever launched it; the env's local
+    pair is only as good as the launch it describes, which is another one where
+
+    - a launcher sets the local rank but not the global pair it belongs to: PyTorch Lightning's
+      ``ddp`` launcher sets LOCAL_RANK, NODE_RANK and WORLD_SIZE but not RANK, its ``ddp_spawn``
+      LOCAL_RANK alone (an error without torch.distributed: a torchrun set that is incomplete);
+    - the processes were started by ``torch.multiprocessing.spawn`` inside a Slurm step or batch
+      script, whose variables all of them inherit: the step's task, not these ranks.
+
+    Such a set is not read (the local world is then taken as every rank, with the loaders'
+    warning that names what to set); a whole set naming the same rank and size is."""
+    try:
+        found = _from_env(env)
+    except ValueError:
+        return None
+    if found is None or found[:2] != (rank, size):
+        return None
+    return found[2]
+
+
 def has_local_env(env: Mapping[str, str] | None = None) -> bool:
     """Whether the launcher said which ranks share this node (else :meth:`World.detect` assumes one node)."""
     env = os.environ if env is None else env
+    dist = dist_rank_and_size()
+    if dist is not None:
+        return _local_under_dist(env, *dist) is not None
     found = _from_env(env)
     return found is not None and found[2] is not None
 
