@@ -28,14 +28,17 @@ from epochfs.sidecar.store.stats import retry_line
 from epochfs.torchclient.layout import epoch_name, format_status, manifest_name, parse_epoch_name
 
 T = TypeVar("T")
-TREES_KEPT = 2
-"""Epoch trees (and manifests) the view keeps built, the most recently built first: a trainer
-reads one epoch while the next is warmed, and any other epoch looked at is built again from the
-store when asked, so the server's memory does not grow with the number of epochs viewed."""
+TREES_KEPT = 3
+"""Epoch trees (and manifests) the view keeps built, the least recently used dropped first: a
+trainer reads one epoch while the next is warmed, and one more reader (an evaluation of a pinned
+epoch) reads beside them; any other epoch looked at is built again from the store when asked, so
+the server's memory does not grow with the number of epochs viewed. A request by inode needs its
+epoch's tree, so readers of more epochs than this at once rebuild trees in turn (a pass over the
+store each)."""
 
 
 def _keep_newest_used(cache: dict[int, T], n: int, keep: int) -> None:
-    """Move ``n`` to the end of ``cache`` (insertion order: least recently built first) and drop
+    """Move ``n`` to the end of ``cache`` (insertion order: least recently used first) and drop
     the oldest entries beyond ``keep``."""
     cache[n] = cache.pop(n)
     while len(cache) > keep:
@@ -222,6 +225,7 @@ class ViewState:
         """The tree of live epoch ``n`` (built once, cached until it retires)."""
         t = self._trees.get(n)
         if t is not None:
+            self._used(self._trees, n)
             return t
         cut_at = self._snap.live.get(n)
         if cut_at is None:
@@ -240,6 +244,13 @@ class ViewState:
         release_free_memory()  # the build's high-water mark (the store's chunks of rows), not kept
         return t
 
+    def _used(self, cache: dict[int, T], n: int) -> None:
+        """``n`` of ``cache`` was used: the last to be dropped (the least recently used goes first,
+        else three readers of three epochs would each drop the tree the next one needs)."""
+        with self._lock:
+            if n in cache and next(reversed(cache)) != n:
+                cache[n] = cache.pop(n)
+
     def manifest(self, n: int) -> bytes:
         """Epoch ``n``'s manifest as plain bytes (the folder view writes it to a file)."""
         return bytes(self.packed_manifest(n))
@@ -256,7 +267,9 @@ class ViewState:
     def packed_manifest(self, n: int) -> PackedBytes:
         """Epoch ``n``'s manifest, kept compressed (:mod:`epochfs.fuse.packed`): FUSE reads slice it."""
         m = self._manifests.get(n)
-        if m is None:
+        if m is not None:
+            self._used(self._manifests, n)
+        else:
             try:
                 m = self.tree(n).packed_manifest(self.known_at_cut(n))
             except KeyError:  # retired while it was read again
