@@ -21,12 +21,14 @@ from __future__ import annotations
 
 import logging
 import os
+import sqlite3
 import threading
 from collections.abc import Callable, Iterable
 
 from epochfs.fuse.tree import EpochTree
 from epochfs.sidecar.store import EpochReader
 from epochfs.sidecar.store import classes as store_classes
+from epochfs.sidecar.store.index import is_busy
 from epochfs.torchclient.layout import format_classes
 
 log = logging.getLogger("epochfs.fuse")
@@ -83,7 +85,8 @@ class ClassesFile:
                 except LookupError:
                     continue  # retired meanwhile: nobody reads it any more
                 through = n
-            self.store.record_class_folders(found, through=through)
+            # In bounded tries: the server's other requests share the store's connection.
+            self.store.record_class_folders(found, through=through, wait=store_classes.RECORD_WAIT)
             return self._current()[1]
 
     def tick(self) -> bool:
@@ -93,10 +96,17 @@ class ClassesFile:
         mark = self.store.listing_mark()
         if mark != self._listing:
             found = self.store.listed_class_folders()
+            recorded = True
             if found:
                 with self._lock:
-                    self.store.record_class_folders(found)
-            self._listing = mark
+                    try:  # one bounded try: a refresh does not wait out the sampler's write
+                        self.store.record_class_folders(found, wait=0.0)
+                    except sqlite3.OperationalError as e:
+                        if not is_busy(e):
+                            raise
+                        recorded = False  # tried again at the next tick
+            if recorded:
+                self._listing = mark
         key = self._file_key()
         changed = self._seen is not None and key != self._seen
         self._seen = key

@@ -295,10 +295,10 @@ class Store:
         """Whether a sample of ``key`` waits for its repair (:func:`.integrity.awaits_repair`)."""
         return integrity.awaits_repair(self._ix, key)
 
-    def record_class_folders(self, found: Iterable[str], *, through: int | None = None
-                             ) -> classes.ClassFolders:
+    def record_class_folders(self, found: Iterable[str], *, through: int | None = None,
+                             wait: float | None = None) -> classes.ClassFolders:
         """Append ``found``'s folders to the cache's class folders (:func:`.classes.record`)."""
-        return classes.record(self._ix, self.root, found, through=through)
+        return classes.record(self._ix, self.root, found, through=through, wait=wait)
 
     def listed_class_folders(self) -> list[str]:
         """The running listing's folders (:func:`.classes.listing_folders`)."""

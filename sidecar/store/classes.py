@@ -27,12 +27,15 @@ slash), parents before their children.
 
 from __future__ import annotations
 
+import contextlib
 import logging
-from collections.abc import Iterable
+import sqlite3
+import time
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from epochfs.sidecar.store.index import Index, Meta
+from epochfs.sidecar.store.index import BUSY_MS, Index, Meta, is_busy
 from epochfs.sidecar.store.objects import clear_replace_temps, replace_file
 
 log = logging.getLogger("epochfs.store")
@@ -115,14 +118,24 @@ def clear_temps(root: Path) -> int:
     return clear_replace_temps(folder_path(root))
 
 
-def record(ix: Index, root: Path, found: Iterable[str], *, through: int | None = None) -> ClassFolders:
+READER_RETRY = 0.05
+"""Seconds a reader's record leaves the index's connection to other requests between its bounded
+waits for the write lock (:func:`record` with ``wait``)."""
+
+
+def record(ix: Index, root: Path, found: Iterable[str], *, through: int | None = None,
+           wait: float | None = None) -> ClassFolders:
     """Append the folders of ``found`` (and their parents) that the list lacks, sorted; raise the
     ``through`` mark to ``through`` (the newest epoch whose folders ``found`` holds). Returns what
-    is recorded now. Nothing is written when nothing changes."""
+    is recorded now. Nothing is written when nothing changes.
+
+    ``wait``: a reader's record (the FUSE server's, on a request): the write lock is asked for in
+    bounded tries (:meth:`Index.write_now`) for up to ``wait`` seconds, the connection let go
+    between them, and the busy error raised after; a wait of the whole busy timeout on the
+    connection would hold up every other request of the server that shares it (status.json,
+    manifests, cuts on lookup) while the sampler writes."""
     found = list(found)
-    # The index's write transaction serializes recorders across processes (the FUSE server, the
-    # folder view, the listing), as it does cutters for epochs.hwm.
-    with ix.write():
+    with _recording(ix, wait):
         current = read(root)
         folders = merged(current.folders, found)
         mark = current.through if through is None else max(current.through, through)
@@ -130,6 +143,33 @@ def record(ix: Index, root: Path, found: Iterable[str], *, through: int | None =
         if value != current:
             _write(root, value)
     return value
+
+
+@contextlib.contextmanager
+def _recording(ix: Index, wait: float | None) -> Iterator[None]:
+    """The index's write transaction, which serializes recorders across processes (the FUSE
+    server, the folder view, the listing), as it does cutters for epochs.hwm; with ``wait``,
+    taken in bounded tries (:func:`record`)."""
+    if wait is None:
+        with ix.write():
+            yield
+        return
+    deadline = time.monotonic() + wait
+    while True:
+        entered = False
+        try:
+            with ix.write_now():
+                entered = True
+                yield
+            return
+        except sqlite3.OperationalError as e:
+            if entered or not is_busy(e) or time.monotonic() >= deadline:
+                raise
+        time.sleep(READER_RETRY)  # the connection free for the server's other requests meanwhile
+
+
+RECORD_WAIT = BUSY_MS / 1000
+"""Seconds a reader's record waits for the write lock in all (the index's own busy timeout)."""
 
 
 def listing_folders(ix: Index) -> list[str]:
@@ -163,5 +203,5 @@ def listing_mark(ix: Index) -> tuple[int, int]:
     return generation, parts
 
 
-__all__ = ["FOLDERS_NAME", "MAX_FOLDERS", "ClassFolders", "catalog_folders", "listing_folders",
+__all__ = ["FOLDERS_NAME", "MAX_FOLDERS", "RECORD_WAIT", "ClassFolders", "catalog_folders", "listing_folders",
            "listing_mark", "merged", "read", "record", "with_parents"]

@@ -87,9 +87,10 @@ class EpochReader(Protocol):
         ...
 
     # ------------------------------------------------------------------ class folders
-    def record_class_folders(self, found: Iterable[str], *, through: int | None = None
-                             ) -> ClassFolders:
-        """Append folders to the class list; ``through``: the newest epoch whose folders these are."""
+    def record_class_folders(self, found: Iterable[str], *, through: int | None = None,
+                             wait: float | None = None) -> ClassFolders:
+        """Append folders to the class list; ``through``: the newest epoch whose folders these are;
+        ``wait``: a reader's record, the write lock asked for in bounded tries for that long."""
         ...
 
     def listed_class_folders(self) -> list[str]:
