@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from epochfs.fuse.errors import MountError
+from epochfs.sidecar.store.objects import OBJECTS_DIR
 
 log = logging.getLogger("epochfs.fuse")
 
@@ -141,6 +142,20 @@ def lazy_unmount(path: Path, *, any_kind: bool = False) -> bool:
             return False
     entry = find_mount(Path(target))
     return entry is None or (not any_kind and not entry.fstype.startswith("fuse"))
+
+
+def check_mount_apart(mount: Path, cache: Path, link_root: Path | None) -> None:
+    """Refuse (MountError) a mount point at or under the cache's object files or the link root the
+    epochs' symlinks point into: the view mounted there would hide the files its own symlinks
+    name, and no sample could be read through it (the read-only bind of the default link root is
+    under the cache too, and a FUSE mount on top of it shadows it)."""
+    for place in (cache / OBJECTS_DIR, cache / DEFAULT_LINK_ROOT_NAME, link_root):
+        if place is None:
+            continue
+        place = Path(os.path.abspath(place))
+        if mount == place or place in mount.parents:
+            raise MountError(f"--mount: {mount} is inside {place}, where the epochs' files point: "
+                             f"mount the view outside it (--mount {cache.parent / 'view'})")
 
 
 def check_mount_point(path: Path) -> None:

@@ -29,6 +29,7 @@ from epochfs.fuse.libfuse import find_libfuse3
 from epochfs.fuse.mounting import (
     DEFAULT_LINK_ROOT_NAME,
     check_link_root,
+    check_mount_apart,
     check_mount_point,
     find_mount,
     lazy_unmount,
@@ -128,6 +129,7 @@ def run_mount(*, cache: Path, mount: Path, link_root: Path | None = None, warm_f
     """
     mount = Path(os.path.abspath(mount))
     cache = Path(os.path.abspath(cache))
+    check_mount_apart(mount, cache, link_root)
     check_mount_point(mount)
     libfuse = find_libfuse3()
     if link_root is not None:

@@ -380,6 +380,12 @@ def test_bad_mount_points_exit_2(tmp_path: Path) -> None:
         r = epochfs("mount", "--cache", str(cache), "--mount", str(m.path))
         assert r.returncode == 2 and "already a mount point" in r.stderr
     assert not (tmp_path / "missing").exists()
+    # Where the epochs' symlinks point: mounted there, the view would shadow every file it names.
+    for inside in (cache / "objects-ro", cache / "objects" / "view", tmp_path / "links" / "view"):
+        args = ["--link-root", str(tmp_path / "links")] if "links" in str(inside) else []
+        r = epochfs("mount", "--cache", str(cache), "--mount", str(inside), *args)
+        assert r.returncode == 2 and "where the epochs' files point" in r.stderr, (inside, r.stderr)
+        assert find_mount(inside) is None and find_mount(cache / "objects-ro") is None, inside
 
 
 def test_dead_mount_is_cleaned_and_remounted(tmp_path: Path) -> None:
