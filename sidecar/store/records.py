@@ -17,6 +17,11 @@ class StoreError(Exception):
     """A cache folder that cannot be used (not a folder, corrupt index, wrong schema)."""
 
 
+MAX_WINDOW = 1 << 62
+"""The most keys an epoch's window counts: more than any catalog holds, and within SQLite's
+64-bit integers (the window's size is written to the index with the epoch)."""
+
+
 @dataclass(frozen=True)
 class Schedule:
     """Schedule mode: epoch N holds the first ``initial * growth**N`` keys of the sampling order."""
@@ -25,8 +30,14 @@ class Schedule:
     growth: float
 
     def size(self, n: int) -> int:
-        """Number of keys in epoch ``n``'s window before the capacity budget trims its front."""
-        return round(self.initial * (self.growth**n))
+        """Number of keys in epoch ``n``'s window before the capacity budget trims its front, at
+        most :data:`MAX_WINDOW`: ``growth**n`` passes any catalog within a few hundred epochs
+        (1.5**90 × 1,000 is past 2**63) and past float's range later."""
+        try:
+            keys = self.initial * (self.growth**n)
+        except OverflowError:
+            return MAX_WINDOW
+        return MAX_WINDOW if keys >= MAX_WINDOW else round(keys)
 
     def __str__(self) -> str:
         return f"initial={self.initial},growth={self.growth}"
@@ -50,8 +61,8 @@ class Schedule:
             raise ValueError(f"not a number: {e}") from None
         if initial < 1:
             raise ValueError("initial must be at least 1")
-        if growth < 1.0:
-            raise ValueError("growth must be at least 1.0")
+        if not growth >= 1.0 or growth == float("inf"):  # nan fails the first test
+            raise ValueError("growth must be a number of at least 1.0")
         return cls(initial=initial, growth=growth)
 
 
