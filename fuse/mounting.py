@@ -144,6 +144,37 @@ def lazy_unmount(path: Path, *, any_kind: bool = False) -> bool:
     return entry is None or (not any_kind and not entry.fstype.startswith("fuse"))
 
 
+def view_source(cache: Path) -> str:
+    """The source the FUSE server mounts ``cache``'s view under (``epochfs:<cache>``, as the mount
+    table shows it): how one server finds the other views of the same cache."""
+    return "epochfs:" + os.path.abspath(cache).replace(",", "_").replace("\\", "_")
+
+
+def other_views(cache: Path, mine: Path | None = None) -> list[str]:
+    """Mount points of the live FUSE views of ``cache`` but ``mine``."""
+    source, skip = view_source(cache), canonical(mine) if mine is not None else None
+    return [e.mount_point for e in mount_table()
+            if e.fstype.startswith("fuse") and e.source == source and e.mount_point != skip
+            and not is_dead(Path(e.mount_point))]
+
+
+def release_link_root(cache: Path, mine: Path | None = None) -> bool:
+    """Unmount the cache's default read-only bind (:data:`DEFAULT_LINK_ROOT_NAME`) unless another
+    live view of the cache reads through it; True when it was unmounted. Whoever made the bind:
+    a second server over the cache reuses the first one's (and must not take it from under that
+    one's readers when it stops), and a server restarted after a kill reuses the bind the killed
+    one left (and removes it when it is the last)."""
+    link_root = cache / DEFAULT_LINK_ROOT_NAME
+    if find_mount(link_root) is None:
+        return False
+    users = other_views(cache, mine)
+    if users:
+        log.info("leaving the read-only bind %s mounted: the view at %s reads through it", link_root,
+                 ", ".join(users))
+        return False
+    return lazy_unmount(link_root, any_kind=True)
+
+
 def check_mount_apart(mount: Path, cache: Path, link_root: Path | None) -> None:
     """Refuse (MountError) a mount point at or under the cache's object files or the link root the
     epochs' symlinks point into: the view mounted there would hide the files its own symlinks

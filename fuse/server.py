@@ -34,6 +34,8 @@ from epochfs.fuse.mounting import (
     find_mount,
     lazy_unmount,
     make_readonly_bind,
+    release_link_root,
+    view_source,
 )
 from epochfs.sidecar.store import Store
 
@@ -135,10 +137,10 @@ def run_mount(*, cache: Path, mount: Path, link_root: Path | None = None, warm_f
     if link_root is not None:
         check_link_root(link_root)
     store = Store(cache, create=True)
-    made_bind = False
+    default_bind = link_root is None
     if link_root is None:
         link_root = cache / DEFAULT_LINK_ROOT_NAME
-        made_bind = make_readonly_bind(store.objects_dir, link_root)
+        make_readonly_bind(store.objects_dir, link_root)
     os.environ["FUSE_LIBRARY_PATH"] = libfuse
     # A request thread that waits for the GIL behind a tree build (a new epoch's first listing:
     # ~10 s of Python at 1M files) waits up to the switch interval at every step; a lookup that cut
@@ -163,7 +165,7 @@ def run_mount(*, cache: Path, mount: Path, link_root: Path | None = None, warm_f
                  "low-level" if fuse_api == "lowlevel" else "high-level")
         log.info("%s", describe(in_use))
         # libfuse splits options at commas: keep them out of the name shown by `mount`.
-        fsname = "epochfs:" + str(cache).replace(",", "_").replace("\\", "_")
+        fsname = view_source(cache)
         with StopSignals(ops.stop_serving) as signals:
             try:
                 if fuse_api == "lowlevel":
@@ -182,8 +184,8 @@ def run_mount(*, cache: Path, mount: Path, link_root: Path | None = None, warm_f
         left = find_mount(mount)
         if left is not None and left.fstype.startswith("fuse"):
             lazy_unmount(mount)
-        if made_bind:
-            lazy_unmount(Path(link_root), any_kind=True)
+        if default_bind:
+            release_link_root(cache, mount)
         store.close()
 
 

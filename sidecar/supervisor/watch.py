@@ -88,12 +88,11 @@ class MountWatch(ChildProcesses):
         return entry is not None and entry.fstype.startswith("fuse")
 
     def _unmount_link_root(self) -> None:
-        """The FUSE server removes the read-only bind it made, but a restarted server reuses the
-        one a killed server left and so does not own it: the supervisor removes it at the end."""
+        """The FUSE server removes the read-only bind when it stops, but one killed leaves it: the
+        supervisor removes it at the end, unless another sidecar's view of the same cache still
+        reads through it (:func:`~epochfs.fuse.mounting.release_link_root`)."""
         if self.settings.link_root is None:
-            link_root = self.cache / mounting.DEFAULT_LINK_ROOT_NAME
-            if mounting.find_mount(link_root) is not None:
-                mounting.lazy_unmount(link_root, any_kind=True)
+            mounting.release_link_root(self.cache, self.mount)
 
     def _remount(self, reason: str) -> None:
         """The FUSE server died or its mount is dead: kill, detach, start again (no stacking)."""
