@@ -29,6 +29,11 @@ from .decode import Decoder
 from .labels import ClassMapError, check_class_root
 from .layout import parse_epoch_name, read_classes
 
+IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".ppm", ".bmp", ".pgm", ".tif", ".tiff", ".webp")
+"""torchvision's ``IMG_EXTENSIONS``: the files ImageFolder takes by default, in any case."""
+IMAGE_FILES = tuple("*." + "".join(f"[{c.lower()}{c.upper()}]" for c in ext[1:]) for ext in IMAGE_EXTENSIONS)
+""":data:`IMAGE_EXTENSIONS` as ``include`` globs (case-insensitive, as ImageFolder's check is)."""
+
 
 class EpochImageFolder(EpochDataset):
     """``ImageFolder`` over ``root/epoch-<epoch>/<folder>`` with stable class indexes.
@@ -37,7 +42,9 @@ class EpochImageFolder(EpochDataset):
     ``decode`` (default ``"image"``), ``transform`` and the other keywords are
     :class:`~epochfs.torchclient.dataset.EpochDataset`'s; ``classes=`` fixes the map instead of
     ``classes.json`` (pass ``train.class_to_idx`` to a validation set, so both agree whatever
-    each folder holds).
+    each folder holds). ``include`` defaults to the image files ImageFolder takes
+    (:data:`IMAGE_EXTENSIONS`, any case): a ``.DS_Store`` or a ``notes.txt`` in a class folder,
+    common in buckets uploaded from a laptop, would otherwise fail the epoch at its decode.
     """
 
     def __init__(self, root: str | os.PathLike[str], epoch: int, folder: str = "train", *,
@@ -46,6 +53,7 @@ class EpochImageFolder(EpochDataset):
         for own in ("label", "class_root"):
             if own in kwargs:
                 raise TypeError(f"EpochImageFolder sets {own} itself (use folder=)")
+        kwargs.setdefault("include", list(IMAGE_FILES))
         super().__init__(root, epoch, decode=decode, transform=transform, label="folder",
                          class_root=folder, classes=classes, **kwargs)
 
@@ -70,6 +78,8 @@ def find_classes(directory: str | os.PathLike[str]) -> tuple[list[str], dict[str
     are the names by index, every class the cache knows (some may have no folder in this epoch:
     give ImageFolder ``allow_empty=True``). ClassMapError where the mount has no classes.json."""
     path = Path(os.path.abspath(directory))
+    if not any(parse_epoch_name(part) is not None for part in path.parts):
+        path = Path(os.path.realpath(path))  # through ``latest`` (a link to the newest epoch)
     parts = path.parts
     for i in range(len(parts) - 1, 0, -1):
         if parse_epoch_name(parts[i]) is not None:
