@@ -114,6 +114,10 @@ def class_map(root: str | os.PathLike[str], epoch: int, class_root: str, files: 
                           "epochs present, which changes the labels if a later epoch brings a class that "
                           "sorts before others; pass classes= to fix them", stacklevel=3)
             return ClassMap(_from_epochs(root, epoch, class_root, files), "epochs")
+        if class_root not in maps and files:
+            maps = read_classes(root) or {}  # once more: the server may have recorded it since
+            if class_root not in maps:
+                raise ClassMapError(_not_a_class_root(root, epoch, class_root, maps))
         found = ClassMap(dict(maps.get(class_root, {})), "classes.json")
     missing = _missing(files, class_root, found.class_to_idx)
     if missing and found.source == "classes.json":
@@ -126,6 +130,19 @@ def class_map(root: str | os.PathLike[str], epoch: int, class_root: str, files: 
         raise ClassMapError(f"class folder(s) {named} of {class_root!r} in epoch {epoch} have no index "
                             f"in {where}")
     return found
+
+
+def _not_a_class_root(root: str | os.PathLike[str], epoch: int, class_root: str,
+                      maps: Mapping[str, Mapping[str, int]]) -> str:
+    """Why ``class_root`` has no classes although the epoch has files: the cache never held a
+    folder under it (a typo, or the default ``"train"`` where the classes are at the top). An
+    empty dataset would train for zero steps without a word, where torchvision's ImageFolder
+    raises."""
+    roots = sorted(r for r, classes in maps.items() if classes)
+    named = ", ".join(repr(r) for r in roots[:8]) + (" ..." if len(roots) > 8 else "")
+    return (f"{class_root!r} holds no class folder in {root} (epoch {epoch} has files, and the cache has "
+            f"never held a folder under {class_root!r}); class roots with classes: {named or 'none'} "
+            "('.' is the epoch's own folder): pass it as folder= / class_root=")
 
 
 def _missing(files: Iterable[str], class_root: str, mapping: Mapping[str, int]) -> set[str]:

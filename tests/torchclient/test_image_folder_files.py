@@ -15,11 +15,12 @@ import io
 from pathlib import Path
 
 import numpy as np
+import pytest
 from fuse_helpers import admit, open_store
 from PIL import Image
 
 from epochfs.sidecar.folderview import FolderPublisher
-from epochfs.torchclient import EpochImageFolder, find_classes
+from epochfs.torchclient import ClassMapError, EpochDataset, EpochImageFolder, find_classes
 
 
 def _image(fmt: str) -> bytes:
@@ -46,5 +47,27 @@ def test_only_image_files_are_taken_and_latest_is_an_epoch(tmp_path: Path) -> No
         assert len(EpochImageFolder(folder, 0, progress=None, include="*.txt")) == 1  # include= still wins
         assert find_classes(folder / "latest" / "train") == (["cat", "dog"], {"cat": 0, "dog": 1})
         assert find_classes(folder / "epoch-0" / "train") == find_classes(folder / "latest" / "train")
+    finally:
+        store.close()
+
+
+def test_a_class_root_the_cache_never_held_is_an_error_not_an_empty_dataset(tmp_path: Path) -> None:
+    """Classes at the top of the epoch, and the default ``folder="train"`` (or a typo): before, a
+    dataset of no file (len 0, every file ``excluded``) and a loader of no batch, without a word."""
+    store = open_store(tmp_path / "cache")
+    try:
+        admit(store, {"cat/1.png": _image("PNG"), "dog/2.png": _image("PNG")})
+        assert store.cut(0) == 0
+        folder = tmp_path / "view"
+        publisher = FolderPublisher(store=store, folder=folder, link_root=store.objects_dir, grace=False)
+        publisher.recover()
+        publisher.step()
+        root_named = r"'train' holds no class folder .* class roots with classes: '\.'"
+        with pytest.raises(ClassMapError, match=root_named):
+            EpochImageFolder(folder, 0, progress=None)
+        with pytest.raises(ClassMapError, match="'tarin' holds no class folder"):
+            EpochDataset(folder, 0, progress=None, label="folder", class_root="tarin")
+        assert EpochImageFolder(folder, 0, ".", progress=None).class_to_idx == {"cat": 0, "dog": 1}
+        assert len(EpochImageFolder(folder, 0, progress=None, classes=["cat"])) == 0  # a map given: no check
     finally:
         store.close()
