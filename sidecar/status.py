@@ -157,6 +157,8 @@ def first_epoch_line(stats: dict[str, Any], rate_values: dict[str, float] | None
         return None
     have, target = int(first.get("samples", 0)), max(1, int(first.get("target", 1)))
     line = f"epoch 0: {min(have, target)}/{target} samples cached ({100 * min(1.0, have / target):.0f}%)"
+    if first.get("warning"):
+        return f"{line}; WARNING: {first['warning']}"
     if have >= target and first.get("listing_round"):
         return line + ", waiting for the listing's first round (a page of every folder, at most 3 s)"
     if have >= target:

@@ -69,7 +69,8 @@ def describe_root(root: str | os.PathLike[str], pace: FirstEpochPace | None = No
             nbytes = status.get("cache_bytes") if isinstance(status.get("cache_bytes"), int) else None
             bits.append(f"epoch 0: {have}/{target} samples cached ({100 * have // target}%)"
                         + (pace.estimate(have, target, nbytes) if pace is not None else "")
-                        + (", waiting for the listing's first round" if first.get("listing_round") else ""))
+                        + (", waiting for the listing's first round" if first.get("listing_round") else "")
+                        + (f"; {first['warning']}" if isinstance(first.get("warning"), str) else ""))
         elif isinstance(status.get("samples"), int):
             bits.append(f"{status['samples']} samples cached")
         if isinstance(status.get("cache_bytes"), int) and isinstance(status.get("capacity_bytes"), int):

@@ -98,7 +98,10 @@ class HealthChecks(MountWatch):
             doc["reason"] = "the view is not mounted yet"
         elif not cuttable:
             first = (stats.first_epoch if stats is not None else None) or {}
-            if first.get("samples", 0) >= first.get("target", 1) and first.get("listing_round"):
+            if first.get("warning"):
+                doc["reason"] = f"epoch 0: {first.get('samples', 0)}/{first.get('target')} samples cached; " \
+                                f"{first['warning']}"
+            elif first.get("samples", 0) >= first.get("target", 1) and first.get("listing_round"):
                 doc["reason"] = "epoch 0 waits for the listing's first round (a page of every folder)"
             elif first:
                 have, target = int(first["samples"]), int(first["target"])
