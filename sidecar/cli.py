@@ -20,13 +20,12 @@ import os
 import select
 import sys
 from collections.abc import Callable, Sequence
-from pathlib import Path
 from typing import cast
 
 import epochfs
 from epochfs.fuse.errors import MountError
 from epochfs.sidecar import cli_bench, cli_cache, cli_index, config, redact, volumes
-from epochfs.sidecar.confparse import _non_negative_float, _positive_float
+from epochfs.sidecar.confparse import _endpoint_url, _non_negative_float, _positive_float
 from epochfs.sidecar.remote.registry import HELP as REMOTE_HELP
 from epochfs.sidecar.store import StoreError
 
@@ -85,7 +84,21 @@ def _cmd_sidecar(ns: argparse.Namespace) -> int:
 def _cmd_unmount(ns: argparse.Namespace) -> int:
     from epochfs.fuse.mounting import unmount_stale
 
-    return unmount_stale(Path(ns.mount))
+    return unmount_stale(cli_cache.path_flag("--mount", ns.mount))
+
+
+def _cmd_index(ns: argparse.Namespace) -> int:
+    """``--endpoint-url`` (its default is ``EPOCHFS_ENDPOINT_URL``) checked as the sampler's is,
+    then the listing."""
+    if ns.endpoint_url is not None:
+        env = config.env_name("--endpoint-url")
+        source = ("--endpoint-url" if os.environ.get(env) != ns.endpoint_url
+                  else f"--endpoint-url (from {env})")
+        try:
+            ns.endpoint_url = _endpoint_url(ns.endpoint_url)
+        except ValueError as e:
+            raise config.ConfigError(f"{source}: {e}") from None
+    return cli_index.cmd_index(ns)
 
 
 def _cmd_webhook(ns: argparse.Namespace) -> int:
@@ -95,7 +108,9 @@ def _cmd_webhook(ns: argparse.Namespace) -> int:
     from epochfs.sidecar.webhook.server import run_webhook
 
     try:
-        return run_webhook(profiles_dir=Path(ns.profiles), cert=Path(ns.tls_cert), key=Path(ns.tls_key),
+        return run_webhook(profiles_dir=cli_cache.path_flag("--profiles", ns.profiles),
+                           cert=cli_cache.path_flag("--tls-cert", ns.tls_cert),
+                           key=cli_cache.path_flag("--tls-key", ns.tls_key),
                            host=ns.host, port=ns.port, metrics_port=ns.metrics_port)
     except (ProfileError, OSError, ssl.SSLError) as e:
         raise config.ConfigError(str(e)) from None
@@ -205,13 +220,14 @@ def build_parser() -> argparse.ArgumentParser:
                    help="where the index goes: a path or any fsspec URL, or s3://bucket/key; gzip'd "
                         "when the name ends in .gz, plain JSON lines otherwise")
     p.add_argument("--endpoint-url", default=os.environ.get("EPOCHFS_ENDPOINT_URL"),
-                   help="S3-compatible endpoint (AWS_* credentials honoured)")
+                   help="S3-compatible endpoint, an http(s) URL such as http://minio:9000 "
+                        "(env EPOCHFS_ENDPOINT_URL; AWS_* credentials honoured)")
     p.add_argument("--list-threads", default="8", help="listers working at once (default 8)")
     p.add_argument("--order", choices=("shuffled", "sorted"), default="shuffled",
                    help="the records' order: shuffled (default; every part of the index a sidecar "
                         "has read is a uniform sample of the dataset, so its first epochs are fair) "
                         "or sorted (key order: the first epochs are the first folders)")
-    p.set_defaults(func=cli_index.cmd_index)
+    p.set_defaults(func=_cmd_index)
 
     p = sub.add_parser(
         "verify", parents=[common],

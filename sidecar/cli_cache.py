@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 
 from epochfs.sidecar import config, volumes
+from epochfs.sidecar.confparse import _path
 from epochfs.sidecar.store import Store
 
 
@@ -54,14 +55,27 @@ def cmd_verify(ns: argparse.Namespace) -> int:
                       progress_every=ns.progress_seconds)
 
 
+def path_flag(flag: str, value: str) -> Path:
+    """A path given to a command outside the settings classes (``status``, ``unmount``,
+    ``webhook``), checked as theirs are: an empty one (the working folder, as ``Path`` reads it)
+    raises :class:`config.ConfigError` naming ``flag``."""
+    try:
+        return _path(value)
+    except ValueError as e:
+        raise config.ConfigError(f"{flag}: {e}") from None
+
+
 def cmd_status(ns: argparse.Namespace) -> int:
     from epochfs.sidecar.status import run_status
 
-    if ns.cache:
-        volumes.check_cache(Path(ns.cache), create=False)
+    # Either may be absent (one of the two is given); an empty one is refused, not skipped.
+    cache = None if ns.cache is None else path_flag("--cache", ns.cache)
+    mount = None if ns.mount is None else path_flag("--mount", ns.mount)
+    if cache is not None:
+        volumes.check_cache(cache, create=False)
     return run_status(
-        cache=Path(ns.cache) if ns.cache else None,
-        mount=Path(ns.mount) if ns.mount else None,
+        cache=cache,
+        mount=mount,
         as_json=ns.json,
         watch=ns.watch,
         interval=ns.interval,

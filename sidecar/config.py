@@ -18,12 +18,14 @@ from typing import Any, TypeVar
 from epochfs.sidecar.confparse import (
     _bounded,
     _capacity,
+    _endpoint_url,
     _fraction,
     _fuse_api,
     _index_url,
     _non_negative_float,
     _non_negative_int,
     _opt,
+    _path,
     _port,
     _positive_float,
     _positive_int,
@@ -82,7 +84,7 @@ class RetryLater(RuntimeError):
 class CacheSettings:
     """Where the node cache lives."""
 
-    cache: Path = _opt("--cache", "cache directory on the node volume", parse=Path, required=True)
+    cache: Path = _opt("--cache", "cache directory on the node volume", parse=_path, required=True)
 
     def validate(self) -> None:
         if self.cache.exists() and not self.cache.is_dir():
@@ -104,7 +106,8 @@ class SamplerSettings(CacheSettings):
     concurrency: int = _opt("--concurrency", "downloads in flight (at most 1024)", default=32,
                             parse=_bounded(_positive_int, MAX_CONCURRENCY, "a thread and a 1 MiB "
                                            "buffer each; 100,000 could not be started"))
-    endpoint_url: str | None = _opt("--endpoint-url", "S3-compatible endpoint (AWS_* credentials honoured)")
+    endpoint_url: str | None = _opt("--endpoint-url", "S3-compatible endpoint, an http(s) URL such as "
+                                    "http://minio:9000 (AWS_* credentials honoured)", parse=_endpoint_url)
     min_samples: int = _opt("--min-samples", "complete samples needed before epoch 0 can be cut",
                             default=1, parse=_positive_int)
     keep_epochs: int = _opt("--keep-epochs", "newest epochs kept pinned", default=2, parse=_positive_int)
@@ -201,12 +204,12 @@ MOUNT_HELP = ("where the view is mounted: an empty folder, created if missing; i
 class MountSettings(CacheSettings):
     """The read-only FUSE view (``epochfs mount``)."""
 
-    mount: Path = _opt("--mount", MOUNT_HELP, parse=Path, required=True)
+    mount: Path = _opt("--mount", MOUNT_HELP, parse=_path, required=True)
     link_root: Path | None = _opt(
         "--link-root",
         "read-only path to the objects folder that epoch symlinks point into "
         "(default: a read-only bind mount made under the cache)",
-        parse=Path,
+        parse=_path,
     )
     warm_files: int = _opt("--warm-files", WARM_HELP, default=200_000, parse=_non_negative_int)
     fuse_api: str = _opt("--fuse-api", FUSE_API_HELP, default="lowlevel", parse=_fuse_api)
@@ -223,12 +226,12 @@ VIEW_HELP = ("fuse: a FUSE mount (a privileged sidecar in Kubernetes; any lookup
 class PublishSettings(CacheSettings):
     """The folder view alone (``epochfs publish``): the FUSE view's layout written as files."""
 
-    mount: Path = _opt("--mount", PUBLISH_HELP, parse=Path, required=True)
+    mount: Path = _opt("--mount", PUBLISH_HELP, parse=_path, required=True)
     link_root: Path | None = _opt(
         "--link-root",
         "read-only path to the objects folder that epoch symlinks point into, as readers see it "
         "(default: the cache's own objects folder)",
-        parse=Path,
+        parse=_path,
     )
 
     def validate(self) -> None:
@@ -243,9 +246,9 @@ class SidecarSettings(SamplerSettings):
     (``epochfs sidecar``)."""
 
     mount: Path = _opt("--mount", MOUNT_HELP + "; with --view folder, the folder the view is published into",
-                       parse=Path, required=True)
+                       parse=_path, required=True)
     view: str = _opt("--view", VIEW_HELP, default="fuse", parse=_view)
-    link_root: Path | None = _opt("--link-root", "read-only path to the objects folder", parse=Path)
+    link_root: Path | None = _opt("--link-root", "read-only path to the objects folder", parse=_path)
     health_port: int = _opt("--health-port", "port of /healthz, /readyz and /metrics", default=8080,
                             parse=_port)
     metrics_port: int | None = _opt("--metrics-port", "separate /metrics port (default: health port)",
@@ -264,7 +267,7 @@ class SidecarSettings(SamplerSettings):
     termination_log: Path = _opt("--termination-log",
                                  "file that gets the reason when the sidecar stops on a refused "
                                  "setting, where it exists (Kubernetes shows it in kubectl describe pod)",
-                                 default=Path("/dev/termination-log"), parse=Path)
+                                 default=Path("/dev/termination-log"), parse=_path)
 
 
 T = TypeVar("T", bound=CacheSettings)

@@ -10,7 +10,9 @@ import math
 import re
 from collections.abc import Callable
 from dataclasses import field
+from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 from epochfs.sidecar.remote.registry import check_index_url, check_url
 from epochfs.sidecar.store import Schedule
@@ -194,3 +196,38 @@ def _index_url(text: str) -> str | None:
     if url:
         check_index_url(url)
     return url or None
+
+
+def _path(text: str) -> Path:
+    """A path flag (``--cache``, ``--mount``, ...): never empty, which ``Path("")`` reads as the
+    working folder, where a cache or a view would then be made without a word."""
+    if not str(text).strip():
+        raise ValueError("must not be empty (give a folder; an empty value would mean the working folder)")
+    return Path(text)
+
+
+ENDPOINT_EXAMPLE = "http://minio:9000"
+
+
+def _endpoint_url(text: str) -> str | None:
+    """An S3-compatible endpoint (``--endpoint-url``): an http(s) URL with a host, port optional;
+    empty meaning none (the store's own endpoint), as an empty ``EPOCHFS_INDEX`` means no index.
+    botocore refuses anything else only when the sampler opens the remote, as a traceback (and the
+    sidecar restarted its sampler on it for ever). The value is not echoed: it may hold a password."""
+    url = str(text).strip()
+    if not url:
+        return None
+    if any(c.isspace() or not c.isprintable() for c in url):
+        raise ValueError(f"must be an http(s) URL such as {ENDPOINT_EXAMPLE} (this one has spaces or "
+                         "control characters)")
+    parts = urlsplit(url)
+    if parts.scheme.lower() not in ("http", "https"):
+        got = f"scheme {parts.scheme!r}" if parts.scheme else "no scheme"
+        raise ValueError(f"must be an http(s) URL such as {ENDPOINT_EXAMPLE}, got {got}")
+    if not parts.hostname:
+        raise ValueError(f"has no host (an http(s) URL such as {ENDPOINT_EXAMPLE})")
+    try:
+        parts.port  # noqa: B018 - urlsplit checks the port only when it is read
+    except ValueError:
+        raise ValueError("has a bad port (a number 0-65535 after the host's ':')") from None
+    return url

@@ -8,12 +8,15 @@ Its own module because it is the supervisor's one place that wires callbacks int
 (:mod:`~epochfs.sidecar.endpoints`, :mod:`~epochfs.sidecar.served`, :mod:`~epochfs.sidecar.kube`,
 :mod:`~epochfs.sidecar.metrics`) and holds the port rule: ``/metrics`` is served on the health
 port, or only on ``--metrics-port`` when that is given and differs. None of it decides anything
-about the children or the mount; a failure here is logged, never fatal to supervision.
+about the children or the mount; a failure here is logged, never fatal to supervision, but for a
+port that cannot be bound at the start: that refuses the start (exit 2, one line naming the flag and
+the port), as no probe could reach the sidecar.
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import logging
 import os
@@ -23,7 +26,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from epochfs.sidecar import kube
-from epochfs.sidecar.config import SidecarSettings
+from epochfs.sidecar.config import ConfigError, SidecarSettings
 from epochfs.sidecar.store import Meta, Stats, Store
 from epochfs.sidecar.store.stats import STATE_FILE_NAME
 from epochfs.torchclient.layout import epoch_name
@@ -35,6 +38,18 @@ log = logging.getLogger("epochfs.supervisor")
 
 METRICS_DIR_NAME = "metrics"
 """Folder of the cache where the children write their Prometheus multiprocess files."""
+
+
+def bind_failure(e: OSError) -> str:
+    """Why a listening port could not be bound, and what to do, in a few words: the commonest case
+    is a second sidecar on a host network with the same default port."""
+    if e.errno == errno.EADDRINUSE:
+        return "address already in use (another sidecar on this host? choose another port, or 0 for any)"
+    if e.errno == errno.EACCES:
+        return "permission denied (ports below 1024 need privilege; choose a port from 1024)"
+    if e.errno == errno.EADDRNOTAVAIL:
+        return "address not available on this host"
+    return e.strerror or str(e)
 
 
 def _ours_or_stale(path: Path) -> bool:
@@ -284,15 +299,18 @@ class Observability:
         # reports and cut requests stay on a port only the pod and the kubelet reach.
         metrics_port = self.settings.metrics_port
         separate = metrics_port is not None and metrics_port != self.settings.health_port
-        ports: list[tuple[int, Any, Any, Any]] = [
-            (self.settings.health_port, None if separate else registry, on_report, on_cut)]
+        ports: list[tuple[str, int, Any, Any, Any]] = [
+            ("--health-port", self.settings.health_port, None if separate else registry, on_report, on_cut)]
         if metrics_port is not None and separate:
-            ports.append((metrics_port, registry, None, None))
-        for port, reg, report, cut in ports:
-            ep = endpoints.Endpoints(
-                host=self.http_host, port=port, health=self.health, ready=self.ready,
-                registry=reg, on_client_report=report, on_cut=cut,
-            )
+            ports.append(("--metrics-port", metrics_port, registry, None, None))
+        for flag, port, reg, report, cut in ports:
+            try:
+                ep = endpoints.Endpoints(
+                    host=self.http_host, port=port, health=self.health, ready=self.ready,
+                    registry=reg, on_client_report=report, on_cut=cut,
+                )
+            except OSError as e:
+                raise ConfigError(f"{flag} {port}: {bind_failure(e)}") from None
             ep.start()
             self._endpoints.append(ep)
             log.info("serving /healthz /readyz%s on port %d", " /metrics" if reg is not None else "", ep.port)
