@@ -51,4 +51,17 @@ def split_url(url: str) -> SplitURL:
     return SplitURL(scheme, host, slash + path)
 
 
-__all__ = ["HTTP_SCHEMES", "SplitURL", "split_url"]
+def same_remote(url: str) -> str:
+    """``url`` in the form two spellings of one dataset share, for telling whether a cache belongs
+    to it: for every scheme but http(s), the path's empty components dropped (``s3://b/p/``,
+    ``s3://b//p`` and ``s3://b/p`` list the same keys: a prefix is a folder; ``file:///d//ds/``
+    is the folder ``/d/ds``). http(s) URLs are kept as they are (a server may tell ``/a/`` from
+    ``/a``)."""
+    scheme, host, path = split_url(url)
+    if not scheme or scheme in HTTP_SCHEMES:
+        return url
+    parts = [part for part in path.split("/") if part]
+    return f"{scheme}://{host}" + "".join(f"/{part}" for part in parts)
+
+
+__all__ = ["HTTP_SCHEMES", "SplitURL", "same_remote", "split_url"]

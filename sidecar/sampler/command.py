@@ -46,10 +46,10 @@ from epochfs.sidecar.listing import Lister, ListingThread
 from epochfs.sidecar.listing.capacity import check_capacity
 from epochfs.sidecar.listing.indexfile import IndexSource, listing_source
 from epochfs.sidecar.listing.sources import PagedSource
-from epochfs.sidecar.redact import redact
 from epochfs.sidecar.remote import Remote, RemoteError, open_remote
 from epochfs.sidecar.remote.errors import may_answer_later
 from epochfs.sidecar.remote.refusal import refusal_cause
+from epochfs.sidecar.sampler.identity import check_identity
 from epochfs.sidecar.sampler.loop import STOP_GRACE, Sampler
 from epochfs.sidecar.sampler.preload import preload_after_first_request
 from epochfs.sidecar.signals import set_from_handler
@@ -111,25 +111,6 @@ def _lock_cache(cache: Path) -> int:
     os.ftruncate(fd, 0)
     os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
     return fd
-
-
-def _check_identity(store: Store, settings: SamplerSettings) -> None:
-    """A cache belongs to one (remote, seed, shard): its ranks and samples were made for them."""
-    wanted = {
-        # Credentials in the URL stay out of the index (a changed password is the same remote).
-        Meta.SAMPLER_REMOTE: ("--remote", redact(settings.remote)),
-        Meta.SAMPLER_SEED: ("--seed", str(settings.seed)),
-        Meta.SAMPLER_SHARD: ("--shard-index/--shard-count", f"{settings.shard_index}/{settings.shard_count}"),
-    }
-    for key, (flag, value) in wanted.items():
-        have = store.meta(key)
-        if have is None:
-            store.set_meta(key, value)
-        elif have != value:
-            raise ConfigError(
-                f"{flag}: the cache {settings.cache} was filled with {have!r}, not {value!r}; "
-                f"use another --cache (or remove this one)"
-            )
 
 
 def _host(url: str | None) -> str:
@@ -306,7 +287,7 @@ def run_sample(settings: SamplerSettings) -> int:
         lock_fd = _lock_cache(settings.cache)
         store.check_index()  # a damaged index is replaced (one log line), never a crash loop
         checked = True
-        _check_identity(store, settings)
+        check_identity(store, settings)
         log.info("%s", store.recover(integrity="ok"))
         store.configure(settings.policy())
         # The listers write the catalog through a connection (and lock) of their own, opened once

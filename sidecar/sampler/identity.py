@@ -1,0 +1,54 @@
+"""Whose a cache is: one (remote, seed, shard), for which its ranks and samples were made.
+
+A cache started with another ``--remote``, ``--seed`` or ``--shard-index/--shard-count`` is refused
+(exit 2 naming the flag): its samples would stand in epochs for keys of another dataset or order.
+Two spellings of one remote (``s3://b/p/`` and ``s3://b/p``) are the same remote; and a cache that
+no listing ever began in (its first remote refused at the first listing: a typo in the bucket's
+name) belongs to no remote yet, so the corrected command takes it.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from epochfs.sidecar.config import ConfigError, SamplerSettings
+from epochfs.sidecar.redact import redact
+from epochfs.sidecar.remote.urls import same_remote
+from epochfs.sidecar.store import Meta, Store
+
+log = logging.getLogger("epochfs.sampler")
+
+
+def check_identity(store: Store, settings: SamplerSettings) -> None:
+    """A cache belongs to one (remote, seed, shard): its ranks and samples were made for them."""
+    wanted = {
+        # Credentials in the URL stay out of the index (a changed password is the same remote).
+        Meta.SAMPLER_REMOTE: ("--remote", redact(settings.remote)),
+        Meta.SAMPLER_SEED: ("--seed", str(settings.seed)),
+        Meta.SAMPLER_SHARD: ("--shard-index/--shard-count", f"{settings.shard_index}/{settings.shard_count}"),
+    }
+    for key, (flag, value) in wanted.items():
+        have = store.meta(key)
+        if have is None:
+            store.set_meta(key, value)
+        elif have != value and not (key == Meta.SAMPLER_REMOTE and same_remote(have) == same_remote(value)):
+            if not _nothing_made(store):
+                raise ConfigError(
+                    f"{flag}: the cache {settings.cache} was filled with {have!r}, not {value!r}; "
+                    f"use another --cache (or remove this one)"
+                )
+            # A remote refused at its first listing (a typo in the bucket's name) made nothing.
+            log.info("%s: the cache %s was started with %r, which made nothing in it: it is now %r's",
+                     flag, settings.cache, have, value)
+            store.set_meta(key, value)
+
+
+def _nothing_made(store: Store) -> bool:
+    """No listing ever began in the cache and nothing is in it: its ranks and samples were made
+    for no remote, seed or shard yet."""
+    state = store.listings().state()
+    return (state.generation == 0 and state.complete is None and not state.parts
+            and store.stats().samples == 0 and not store.epochs())
+
+
+__all__ = ["check_identity"]
