@@ -50,6 +50,7 @@ from epochfs.sidecar.listing.sources import PAGE, Page, PagedSource, Source, Spa
 from epochfs.sidecar.progressbar import Progress
 from epochfs.sidecar.redact import redact
 from epochfs.sidecar.remote import BLOCK, Remote, RemoteError, RemoteObject, objects
+from epochfs.sidecar.remote.urls import same_remote
 
 log = logging.getLogger("epochfs.catalog")
 
@@ -176,6 +177,21 @@ def listing_source(settings: Any, remote: Remote, *, stop: threading.Event | Non
         if not isinstance(remote, HTTPRemote) or is_index(url, endpoint_url=settings.endpoint_url):
             return IndexSource(url, endpoint_url=settings.endpoint_url, stop=stop)
     return source_for(remote, stop=stop)
+
+
+def written_from_elsewhere(source: object, remote: str) -> str | None:
+    """Why an epochfs index ``source`` may not list ``remote``: its header names another remote
+    (``epochfs index`` of another dataset, or of a mirror), whose keys are then fetched from
+    ``remote`` (all of them 404, skipped, for an unrelated one); None when it names ``remote`` or
+    nothing, or ``source`` is no epochfs index. A warning, not a refusal: a mirror's index is a
+    legitimate use."""
+    if not isinstance(source, IndexSource):
+        return None
+    written = source.header.get("remote")
+    if not isinstance(written, str) or same_remote(written) == same_remote(redact(remote)):
+        return None
+    return (f"--index {redact(source.url)} was written from {written}, not --remote {redact(remote)}: its "
+            "keys are fetched from --remote (a key that is not there is skipped as missing)")
 
 
 # ---------------------------------------------------------------------------- writing

@@ -44,7 +44,7 @@ from epochfs.sidecar.config import EXIT_INDEX, ConfigError, RetryLater, SamplerS
 from epochfs.sidecar.download import LocalWriteError
 from epochfs.sidecar.listing import Lister, ListingThread
 from epochfs.sidecar.listing.capacity import check_capacity
-from epochfs.sidecar.listing.indexfile import IndexSource, listing_source
+from epochfs.sidecar.listing.indexfile import IndexSource, listing_source, written_from_elsewhere
 from epochfs.sidecar.listing.sources import PagedSource
 from epochfs.sidecar.remote import Remote, RemoteError, open_remote
 from epochfs.sidecar.remote.errors import may_answer_later
@@ -305,7 +305,10 @@ def run_sample(settings: SamplerSettings) -> int:
         try:
             if remote is None:
                 remote = _open_remote(settings)
-            lister = Lister(catalog_store, listing_source(settings, remote, stop=stop), seed=settings.seed,
+            source = listing_source(settings, remote, stop=stop)
+            if elsewhere := written_from_elsewhere(source, settings.remote):
+                log.warning("%s", elsewhere)
+            lister = Lister(catalog_store, source, seed=settings.seed,
                             shard_index=settings.shard_index, shard_count=settings.shard_count,
                             object_limit=settings.object_limit, threads=settings.list_threads, stop=stop,
                             include=settings.include, exclude=settings.exclude, yield_to=fetching)
