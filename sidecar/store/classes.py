@@ -97,14 +97,16 @@ def merged(known: tuple[str, ...], found: Iterable[str]) -> tuple[str, ...]:
     """``known`` followed by the folders of ``found`` it lacks (their parents included), sorted.
 
     Sorted by path, a parent comes before its children and siblings come in name order; the
-    known folders keep their places."""
+    known folders keep their places. Past :data:`MAX_FOLDERS` the shallowest are kept: in
+    ``train/<class>/<clip>/`` the clips of the first classes would otherwise fill the list before
+    the later classes, which then had no index (333 of 400 classes kept at 600 clips each)."""
     have = set(known)
     new = sorted(with_parents(found) - have)
     room = MAX_FOLDERS - len(known)
     if len(new) > room:
         log.warning("class folders: %d new folder(s) beyond the %d recorded at most; they get no "
                     "class index", len(new) - max(room, 0), MAX_FOLDERS)
-        new = new[:max(room, 0)]
+        new = sorted(sorted(new, key=lambda folder: folder.count("/"))[:max(room, 0)])
     return known + tuple(new)
 
 

@@ -35,6 +35,17 @@ def test_unsafe_names_are_left_out_and_the_list_is_bounded(monkeypatch: pytest.M
     assert classes.merged(("a",), ["b", "c", "d"]) == ("a", "b", "c")
 
 
+def test_past_the_bound_the_shallowest_folders_are_kept(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``train/<class>/<clip>/`` (a video set): the clips of the first classes filled the list before
+    the later classes were reached, which then had no index; the classes come first now."""
+    monkeypatch.setattr(classes, "MAX_FOLDERS", 100)
+    found = [f"train/c{i:02d}/clip{j:02d}/" for i in range(40) for j in range(10)]
+    kept = classes.merged((), found)
+    assert len(kept) == 100 and list(kept) == sorted(kept)
+    assert {"train", *(f"train/c{i:02d}" for i in range(40))} <= set(kept)
+    assert kept[:3] == ("train", "train/c00", "train/c00/clip00")
+
+
 def test_the_list_outlives_the_index(tmp_path: Path) -> None:
     """Labels must survive an index that is rebuilt: the list is a file beside it."""
     cache = tmp_path / "cache"
