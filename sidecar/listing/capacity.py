@@ -17,8 +17,9 @@ def check_capacity(settings: SamplerSettings, report: CatalogReport) -> None:
     setting (the listing thread stops the sampler; the command exits 2); an empty one otherwise
     is a warning (a mistyped prefix, or objects not uploaded yet: status and /readyz say it too)."""
     if report.total == 0 and report.too_large == 0:
-        log.warning("0 objects under %s for this node (%s): check --remote's prefix%s",
-                    redact(settings.remote), report,
+        fix = ("--include/--exclude left out every key" if report.excluded
+               else "check --remote's prefix")
+        log.warning("0 objects under %s for this node (%s): %s%s", redact(settings.remote), report, fix,
                     f"; listing again every {settings.relist_interval:.0f}s" if settings.relist_interval
                     else "; epochfs relist lists it again")
     if report.total == 0 and report.too_large > 0:
