@@ -8,6 +8,8 @@ runs, as the heavy ones are in :mod:`.cli`.
 from __future__ import annotations
 
 import argparse
+import fcntl
+import os
 import sys
 from pathlib import Path
 
@@ -27,6 +29,7 @@ def cmd_cut(ns: argparse.Namespace) -> int:
         if n is None:
             stats = store.stats()
             print(
+                "epochfs: cannot cut: no sample is complete yet" if ns.force else
                 f"epochfs: cannot cut yet: {stats.samples} sample(s) complete, "
                 f"condition not met (use --force to cut what is there)",
                 file=sys.stderr,
@@ -37,13 +40,38 @@ def cmd_cut(ns: argparse.Namespace) -> int:
 
 
 def cmd_relist(ns: argparse.Namespace) -> int:
-    """Ask the running sampler of a cache for a relist (it looks within a second)."""
+    """Ask the running sampler of a cache for a relist (it looks within a second). Without one,
+    nothing would serve the request (a sampler takes the requests made before its start as
+    served): exit 1 saying so."""
     settings = config.from_args(config.CacheSettings, ns)
     volumes.check_cache(settings.cache, create=False)
+    if not _sampler_running(settings.cache):
+        print(f"epochfs: no sampler runs on {settings.cache}: a relist is asked of a running one "
+              "(epochfs sample or sidecar; a sampler started with --relist-interval relists on its own)",
+              file=sys.stderr)
+        return 1
     with Store(settings.cache) as store:
         n = store.listings().request_relist()
     print(f"relist {n} requested: the running sampler lists the remote again in the background")
     return 0
+
+
+def _sampler_running(cache: Path) -> bool:
+    """Whether a sampler holds the cache's lock now (its flock, dropped by the kernel when the
+    sampler exits, kill -9 included)."""
+    from epochfs.sidecar.sampler.command import LOCK_NAME  # a rare command: the sampler's import
+
+    try:
+        fd = os.open(cache / LOCK_NAME, os.O_RDONLY | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    finally:
+        os.close(fd)
+    return False
 
 
 def cmd_verify(ns: argparse.Namespace) -> int:

@@ -5,6 +5,7 @@ added and deleted keys. In-process over a paged in-memory remote: milliseconds p
 
 from __future__ import annotations
 
+import os
 import threading
 from collections import Counter
 from collections.abc import Iterator
@@ -191,15 +192,24 @@ def test_a_relist_merges_added_and_deleted_keys(tmp_path: Path) -> None:
     store.close()
 
 
-def test_epochfs_relist_asks_the_running_listing_thread(tmp_path: Path) -> None:
+def test_epochfs_relist_asks_the_running_listing_thread(tmp_path: Path,
+                                                        capsys: pytest.CaptureFixture[str]) -> None:
     from epochfs.sidecar.cli import main
+    from epochfs.sidecar.sampler.command import _lock_cache
 
     remote = PagedMemoryRemote(class_objects(per=5), page=10)
     settings = settings_for(tmp_path / "c", "--capacity", "4Mi")
     with sampling_while_listing(tmp_path / "c", remote, settings) as (store, listing):
         wait_until(lambda: listing.completed == 1, what="the first listing")
         remote.objects["train/gnu/0000.bin"] = b"new"
-        assert main(["relist", "--cache", str(tmp_path / "c")]) == 0
+        # Without the sampler's lock held, no sampler runs: nothing would serve the request.
+        assert main(["relist", "--cache", str(tmp_path / "c")]) == 1
+        assert "no sampler runs on" in capsys.readouterr().err
+        lock = _lock_cache(tmp_path / "c")  # what the command's sampler holds while it runs
+        try:
+            assert main(["relist", "--cache", str(tmp_path / "c")]) == 0
+        finally:
+            os.close(lock)
         wait_until(lambda: listing.completed == 2, what="the relist asked for")
         wait_until(lambda: store.stats().samples == 21, what="the new key fetched")
 
