@@ -6,6 +6,7 @@ flag (exit status 2). Kept apart so that config.py holds only the settings thems
 
 from __future__ import annotations
 
+import errno
 import math
 import re
 from collections.abc import Callable
@@ -231,3 +232,15 @@ def _endpoint_url(text: str) -> str | None:
     except ValueError:
         raise ValueError("has a bad port (a number 0-65535 after the host's ':')") from None
     return url
+
+
+def bind_failure(e: OSError) -> str:
+    """Why a listening port could not be bound, and what to do, in a few words: the commonest case
+    is a second sidecar on a host network with the same default port."""
+    if e.errno == errno.EADDRINUSE:
+        return "address already in use (another sidecar on this host? choose another port, or 0 for any)"
+    if e.errno == errno.EACCES:
+        return "permission denied (ports below 1024 need privilege; choose a port from 1024)"
+    if e.errno == errno.EADDRNOTAVAIL:
+        return "address not available on this host"
+    return e.strerror or str(e)

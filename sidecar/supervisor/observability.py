@@ -16,7 +16,6 @@ the port), as no probe could reach the sidecar.
 from __future__ import annotations
 
 import contextlib
-import errno
 import json
 import logging
 import os
@@ -27,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 from epochfs.sidecar import kube
 from epochfs.sidecar.config import ConfigError, SidecarSettings
+from epochfs.sidecar.confparse import bind_failure
 from epochfs.sidecar.store import Meta, Stats, Store
 from epochfs.sidecar.store.stats import STATE_FILE_NAME
 from epochfs.torchclient.layout import epoch_name
@@ -38,18 +38,6 @@ log = logging.getLogger("epochfs.supervisor")
 
 METRICS_DIR_NAME = "metrics"
 """Folder of the cache where the children write their Prometheus multiprocess files."""
-
-
-def bind_failure(e: OSError) -> str:
-    """Why a listening port could not be bound, and what to do, in a few words: the commonest case
-    is a second sidecar on a host network with the same default port."""
-    if e.errno == errno.EADDRINUSE:
-        return "address already in use (another sidecar on this host? choose another port, or 0 for any)"
-    if e.errno == errno.EACCES:
-        return "permission denied (ports below 1024 need privilege; choose a port from 1024)"
-    if e.errno == errno.EADDRNOTAVAIL:
-        return "address not available on this host"
-    return e.strerror or str(e)
 
 
 def _ours_or_stale(path: Path) -> bool:

@@ -46,6 +46,8 @@ from aiohttp import ClientError, web
 from prometheus_client import CollectorRegistry
 from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
 
+from epochfs.sidecar.config import ConfigError
+from epochfs.sidecar.confparse import bind_failure
 from epochfs.sidecar.metrics import WebhookMetrics
 from epochfs.sidecar.webhook import review
 from epochfs.sidecar.webhook.mutate import decide
@@ -326,12 +328,15 @@ def run_webhook(
     profiles = load_profiles(profiles_dir)
     tls = TLSFiles(cert, key)
     metrics = WebhookMetrics()
-    server = AdmissionServer((host, port), profiles, tls, metrics, max_body)
+    try:
+        server = AdmissionServer((host, port), profiles, tls, metrics, max_body)
+    except OSError as e:
+        raise ConfigError(f"--port {port}: {bind_failure(e)}") from None
     try:
         metrics_server = MetricsServer((host, metrics_port), metrics.registry)
-    except OSError:
+    except OSError as e:
         server.server_close()
-        raise
+        raise ConfigError(f"--metrics-port {metrics_port}: {bind_failure(e)}") from None
 
     async def serve() -> None:
         loop = asyncio.get_running_loop()

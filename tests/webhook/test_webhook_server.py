@@ -14,6 +14,7 @@ import json
 import os
 import re
 import signal
+import socket
 import subprocess
 import threading
 from collections.abc import Iterator
@@ -655,6 +656,25 @@ def test_the_command_refuses_a_folder_without_the_default_profile(tmp_path: Path
         cwd=ROOT,
     )
     assert proc.returncode == 2 and "no default.json" in proc.stderr
+
+
+@pytest.mark.parametrize("flag", ["--port", "--metrics-port"])
+def test_the_command_names_a_port_in_use(docs: dict[str, Any], tmp_path: Path, flag: str) -> None:
+    """Two webhooks on one host, or a port another program took: exit 2 and one line naming the flag
+    and the port (before: the OS's "[Errno 98] Address already in use", which neither names)."""
+    write_profiles(docs, tmp_path / "profiles")
+    cert, key, _ = make_leaf(make_ca(), [SERVICE_DNS])
+    (tmp_path / "tls.crt").write_bytes(cert)
+    (tmp_path / "tls.key").write_bytes(key)
+    with socket.create_server(("127.0.0.1", 0)) as taken:
+        port = taken.getsockname()[1]
+        ports = {"--port": "0", "--metrics-port": "0", flag: str(port)}
+        proc = subprocess.run(
+            webhook_cmd(tmp_path / "profiles", tmp_path / "tls.crt", tmp_path / "tls.key",
+                        "--host", "127.0.0.1", *(part for item in ports.items() for part in item)),
+            capture_output=True, text=True, timeout=60, cwd=ROOT)
+    assert proc.returncode == 2 and f"{flag} {port}: address already in use" in proc.stderr, proc.stderr
+    assert "Traceback" not in proc.stderr
 
 
 # --------------------------------------------------------------------------- review fixes
