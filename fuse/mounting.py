@@ -146,8 +146,9 @@ def lazy_unmount(path: Path, *, any_kind: bool = False) -> bool:
 
 def view_source(cache: Path) -> str:
     """The source the FUSE server mounts ``cache``'s view under (``epochfs:<cache>``, as the mount
-    table shows it): how one server finds the other views of the same cache."""
-    return "epochfs:" + os.path.abspath(cache).replace(",", "_").replace("\\", "_")
+    table shows it): how one server finds the other views of the same cache, so the cache's real
+    path (two spellings through a symlink share one bind)."""
+    return "epochfs:" + os.path.realpath(cache).replace(",", "_").replace("\\", "_")
 
 
 def other_views(cache: Path, mine: Path | None = None) -> list[str]:

@@ -137,7 +137,6 @@ def run_mount(*, cache: Path, mount: Path, link_root: Path | None = None, warm_f
     if link_root is not None:
         check_link_root(link_root)
     store = Store(cache, create=True)
-    default_bind = link_root is None
     if link_root is None:
         link_root = cache / DEFAULT_LINK_ROOT_NAME
         make_readonly_bind(store.objects_dir, link_root)
@@ -184,8 +183,7 @@ def run_mount(*, cache: Path, mount: Path, link_root: Path | None = None, warm_f
         left = find_mount(mount)
         if left is not None and left.fstype.startswith("fuse"):
             lazy_unmount(mount)
-        if default_bind:
-            release_link_root(cache, mount)
+        release_link_root(cache, mount)  # the default bind, whichever view made it; none: nothing
         store.close()
 
 

@@ -91,8 +91,7 @@ class MountWatch(ChildProcesses):
         """The FUSE server removes the read-only bind when it stops, but one killed leaves it: the
         supervisor removes it at the end, unless another sidecar's view of the same cache still
         reads through it (:func:`~epochfs.fuse.mounting.release_link_root`)."""
-        if self.settings.link_root is None:
-            mounting.release_link_root(self.cache, self.mount)
+        mounting.release_link_root(self.cache, self.mount)
 
     def _remount(self, reason: str) -> None:
         """The FUSE server died or its mount is dead: kill, detach, start again (no stacking)."""

@@ -18,9 +18,9 @@ from fuse_helpers import EPOCHFS, admit, make_objects, mounted, open_store
 from epochfs.fuse.mounting import find_mount, lazy_unmount, wait_for_mount
 
 
-def _serve(cache: Path, mount: Path) -> subprocess.Popen[bytes]:
+def _serve(cache: Path, mount: Path, *more: str) -> subprocess.Popen[bytes]:
     mount.mkdir(parents=True, exist_ok=True)
-    proc = subprocess.Popen([*EPOCHFS, "mount", "--cache", str(cache), "--mount", str(mount)],
+    proc = subprocess.Popen([*EPOCHFS, "mount", "--cache", str(cache), "--mount", str(mount), *more],
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         assert wait_for_mount(mount, timeout=20, alive=lambda: proc.poll() is None), proc.poll()
@@ -73,3 +73,34 @@ def test_the_last_view_of_a_cache_to_stop_removes_the_bind_and_none_before_it(tm
     assert _digests(tmp_path / "d") == want
     assert _end(again, tmp_path / "d") == 0
     assert find_mount(bind) is None, "a restarted view left the bind the killed one made"
+
+
+def test_a_cache_spelled_through_a_symlink_or_read_through_its_own_link_root_is_one_cache(
+        tmp_path: Path) -> None:
+    """Two spellings of one cache (a symlink) share its bind: the view through the real path, stopped
+    first, leaves it to the other. A view with a --link-root of its own reads no bind but counts as
+    a view of the cache: the last of them to stop removes the bind, which none left behind."""
+    cache = tmp_path / "real" / "cache"
+    objects = make_objects(4, 64)
+    with open_store(cache) as store:
+        admit(store, objects)
+        assert store.cut(0) == 0
+    want = {k.rsplit("/", 1)[1]: hashlib.md5(v).hexdigest() for k, v in objects.items()}
+    (tmp_path / "link").symlink_to(tmp_path / "real")
+    bind = cache / "objects-ro"
+    real = _serve(cache, tmp_path / "a")
+    linked = _serve(tmp_path / "link" / "cache", tmp_path / "b")
+    try:
+        assert _end(real, tmp_path / "a") == 0
+        assert find_mount(bind) is not None and _digests(tmp_path / "b") == want
+    finally:
+        assert _end(linked, tmp_path / "b") == 0
+    assert find_mount(bind) is None
+    default = _serve(cache, tmp_path / "a")
+    own = _serve(cache, tmp_path / "c", "--link-root", str(cache / "objects"))
+    try:
+        assert _end(default, tmp_path / "a") == 0
+        assert _digests(tmp_path / "c") == want
+    finally:
+        assert _end(own, tmp_path / "c") == 0
+    assert find_mount(bind) is None, "the bind was left mounted after the last view stopped"
