@@ -43,6 +43,7 @@ class ClassesFile:
         self._listing: tuple[int, int] | None = None
         self._rendered: tuple[tuple[int, int, int], store_classes.ClassFolders, bytes] | None = None
         self._seen: tuple[int, int, int] | None = None
+        self._pending: list[str] = []
 
     def _file_key(self) -> tuple[int, int, int]:
         try:
@@ -89,24 +90,34 @@ class ClassesFile:
             self.store.record_class_folders(found, through=through, wait=store_classes.RECORD_WAIT)
             return self._current()[1]
 
+    def _record_now(self, found: list[str]) -> bool:
+        """One bounded try to record ``found`` (a refresh does not wait out the sampler's write, nor
+        a render that holds the lock while it waits); False when it must be tried again."""
+        if not self._lock.acquire(blocking=False):
+            return False
+        try:
+            self.store.record_class_folders(found, wait=0.0)
+        except sqlite3.OperationalError as e:
+            if not is_busy(e):
+                raise
+            return False
+        finally:
+            self._lock.release()
+        return True
+
     def tick(self) -> bool:
         """Record the running listing's folders when a listing began (or split its parts); True
         when the recorded folders changed since the last tick (the kernel must drop the file's
         cached size)."""
         mark = self.store.listing_mark()
-        if mark != self._listing:
-            found = self.store.listed_class_folders()
-            recorded = True
-            if found:
-                with self._lock:
-                    try:  # one bounded try: a refresh does not wait out the sampler's write
-                        self.store.record_class_folders(found, wait=0.0)
-                    except sqlite3.OperationalError as e:
-                        if not is_busy(e):
-                            raise
-                        recorded = False  # tried again at the next tick
-            if recorded:
-                self._listing = mark
+        if mark != self._listing or self._pending:
+            # The folders of a try that found the index busy are kept: the listing may end (and
+            # its parts, which name them, go) before the next tick.
+            found = self._pending + (self.store.listed_class_folders() if mark != self._listing else [])
+            self._pending = []
+            if found and not self._record_now(found):
+                self._pending = found  # tried again at the next tick
+            self._listing = mark
         key = self._file_key()
         changed = self._seen is not None and key != self._seen
         self._seen = key

@@ -16,7 +16,10 @@ from pathlib import Path
 
 from fuse_helpers import admit, make_objects, open_store
 
+from epochfs.fuse.classes import ClassesFile
 from epochfs.fuse.view import View
+from epochfs.sidecar.store import classes
+from epochfs.sidecar.store.catalog import Part
 
 LINK_ROOT = Path("/cache/objects-ro")
 HELD = 20.0  # seconds the sampler's stand-in may hold the write lock: far more than a try's 250 ms
@@ -61,5 +64,30 @@ def test_other_requests_are_answered_while_a_classes_record_waits_for_the_write_
         assert other["stats"] is not None
         assert not reader.is_alive()
         assert json.loads(classes["body"])["classes"]["train"] == {"cat": 0, "dog": 1}, classes
+    finally:
+        store.close()
+
+
+def test_a_listings_folders_found_while_the_index_is_busy_are_recorded_at_a_later_tick(
+        tmp_path: Path) -> None:
+    """The refresher's tick tries once; the folders it found then are kept for the next tick, which
+    may come after the listing ended and its parts (which name them) are gone."""
+    store = open_store(tmp_path / "cache")
+    try:
+        parts = [Part(0, "train/ant/", "", None), Part(1, "train/bee/", "", None)]
+        gen = store.listings().begin(parts, "list")
+        names = ClassesFile(store)
+        sampler = sqlite3.connect(tmp_path / "cache" / "index.sqlite", isolation_level=None)
+        sampler.execute("BEGIN IMMEDIATE")
+        try:
+            names.tick()  # busy: nothing recorded now
+            assert classes.read(tmp_path / "cache").folders == ()
+        finally:
+            sampler.execute("COMMIT")
+            sampler.close()
+        store.listings().finish(gen)
+        assert store.listed_class_folders() == []
+        names.tick()
+        assert set(classes.read(tmp_path / "cache").folders) == {"train", "train/ant", "train/bee"}
     finally:
         store.close()
