@@ -42,9 +42,10 @@ class EpochImageFolder(EpochDataset):
     ``decode`` (default ``"image"``), ``transform`` and the other keywords are
     :class:`~epochfs.torchclient.dataset.EpochDataset`'s; ``classes=`` fixes the map instead of
     ``classes.json`` (pass ``train.class_to_idx`` to a validation set, so both agree whatever
-    each folder holds). ``include`` defaults to the image files ImageFolder takes
-    (:data:`IMAGE_EXTENSIONS`, any case): a ``.DS_Store`` or a ``notes.txt`` in a class folder,
-    common in buckets uploaded from a laptop, would otherwise fail the epoch at its decode.
+    each folder holds). With the image decoder, ``include`` defaults to the image files
+    ImageFolder takes (:data:`IMAGE_EXTENSIONS`, any case): a ``.DS_Store`` or a ``notes.txt`` in a
+    class folder, common in buckets uploaded from a laptop, would otherwise fail the epoch at its
+    decode; another ``decode`` takes every file, as before.
     """
 
     def __init__(self, root: str | os.PathLike[str], epoch: int, folder: str = "train", *,
@@ -53,7 +54,8 @@ class EpochImageFolder(EpochDataset):
         for own in ("label", "class_root"):
             if own in kwargs:
                 raise TypeError(f"EpochImageFolder sets {own} itself (use folder=)")
-        kwargs.setdefault("include", list(IMAGE_FILES))
+        if decode == "image":  # a decoder of one's own may read other files (.npy frames, ...)
+            kwargs.setdefault("include", list(IMAGE_FILES))
         super().__init__(root, epoch, decode=decode, transform=transform, label="folder",
                          class_root=folder, classes=classes, **kwargs)
 

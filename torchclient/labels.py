@@ -106,6 +106,9 @@ def class_map(root: str | os.PathLike[str], epoch: int, class_root: str, files: 
     index (ClassMapError otherwise, after one more read of ``classes.json``)."""
     if classes is not None:
         found = ClassMap(check_classes(classes), "given")
+        maps = read_classes(root)
+        if maps is not None and class_root not in maps and files:  # a map given for the wrong folder
+            raise ClassMapError(_not_a_class_root(root, epoch, class_root, maps))
     else:
         maps = read_classes(root)
         if maps is None:

@@ -53,15 +53,18 @@ def split_url(url: str) -> SplitURL:
 
 def same_remote(url: str) -> str:
     """``url`` in the form two spellings of one dataset share, for telling whether a cache belongs
-    to it: for every scheme but http(s), the path's empty components dropped (``s3://b/p/``,
-    ``s3://b//p`` and ``s3://b/p`` list the same keys: a prefix is a folder; ``file:///d//ds/``
-    is the folder ``/d/ds``). http(s) URLs are kept as they are (a server may tell ``/a/`` from
-    ``/a``)."""
+    to it: for every scheme but http(s), the path's leading and trailing ``/`` dropped
+    (``s3://b/p/``, ``s3://b//p`` and ``s3://b/p`` list the same keys: a prefix is a folder), and
+    for ``file://`` every empty component (``file:///d//ds/`` is the folder ``/d/ds``; an object
+    store keeps ``a//b`` as a prefix of its own). http(s) URLs are kept as they are (a server may
+    tell ``/a/`` from ``/a``)."""
     scheme, host, path = split_url(url)
     if not scheme or scheme in HTTP_SCHEMES:
         return url
-    parts = [part for part in path.split("/") if part]
-    return f"{scheme}://{host}" + "".join(f"/{part}" for part in parts)
+    if scheme == "file":
+        path = "/".join(part for part in path.split("/") if part)
+    path = path.strip("/")
+    return f"{scheme}://{host}" + (f"/{path}" if path else "")
 
 
 __all__ = ["HTTP_SCHEMES", "SplitURL", "same_remote", "split_url"]

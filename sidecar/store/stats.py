@@ -72,7 +72,7 @@ def _first_epoch(policy: Policy, samples: int, listing: dict[str, Any]) -> dict[
     if policy.schedule is None and awaits_first_round(listing, FIRST_ROUND_WAIT):
         doc["listing_round"] = True
     listed = listing.get("estimated_objects") if listing.get("complete") else None
-    if policy.schedule is None and listed is not None and 0 < listed < target:
+    if policy.schedule is None and listed is not None and 0 < listed < target and samples < target:
         # Never reached: a trainer would wait for epoch 0 until its timeout, told only "40/1000".
         doc["warning"] = (f"--min-samples {target} is more than the {listed} objects the complete "
                           "listing holds for this node: epoch 0 is never cut; lower --min-samples")

@@ -69,7 +69,8 @@ def test_a_remote_refused_at_its_first_listing_leaves_the_cache_to_the_next(tmp_
     ("s3://b/p", "s3://b/p/", True), ("s3://b/p", "s3://b//p//", True), ("s3://b/p", "s3://b/P", False),
     ("s3://b/p", "s3://c/p", False), ("file:///d/ds", "file:///d//ds/", True), ("gs://b", "gs://b/", True),
     ("s3://b/run#1", "s3://b/run#1/", True), ("s3://b/p", "s3://b/p2", False),
-    ("https://h/base/", "https://h/base", False),
+    ("https://h/base/", "https://h/base", False), ("s3://b/a//b", "s3://b/a/b", False),
+    ("file:///d/a//b", "file:///d/a/b", True),
 ])
 def test_two_spellings_of_one_remote(one: str, other: str, same: bool) -> None:
     assert (same_remote(one) == same_remote(other)) is same

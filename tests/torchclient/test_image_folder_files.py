@@ -45,6 +45,8 @@ def test_only_image_files_are_taken_and_latest_is_an_epoch(tmp_path: Path) -> No
         assert train.excluded == 2 and train.class_to_idx == {"cat": 0, "dog": 1}
         assert [tuple(train[i][0].shape) for i in range(len(train))] == [(3, 4, 4)] * 3
         assert len(EpochImageFolder(folder, 0, progress=None, include="*.txt")) == 1  # include= still wins
+        # A decoder of one's own takes every file of the class folders, as before.
+        assert len(EpochImageFolder(folder, 0, progress=None, decode=lambda data: data)) == 5
         assert find_classes(folder / "latest" / "train") == (["cat", "dog"], {"cat": 0, "dog": 1})
         assert find_classes(folder / "epoch-0" / "train") == find_classes(folder / "latest" / "train")
     finally:
@@ -68,6 +70,7 @@ def test_a_class_root_the_cache_never_held_is_an_error_not_an_empty_dataset(tmp_
         with pytest.raises(ClassMapError, match="'tarin' holds no class folder"):
             EpochDataset(folder, 0, progress=None, label="folder", class_root="tarin")
         assert EpochImageFolder(folder, 0, ".", progress=None).class_to_idx == {"cat": 0, "dog": 1}
-        assert len(EpochImageFolder(folder, 0, progress=None, classes=["cat"])) == 0  # a map given: no check
+        with pytest.raises(ClassMapError, match="'train' holds no class folder"):  # a map given, too
+            EpochImageFolder(folder, 0, progress=None, classes=["cat", "dog"])
     finally:
         store.close()
