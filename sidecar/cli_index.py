@@ -16,7 +16,7 @@ from epochfs.sidecar import config, redact
 
 def cmd_index(ns: argparse.Namespace) -> int:
     """List a remote once (in parallel) into an index file that sidecars read with --index."""
-    from epochfs.sidecar.confparse import _positive_int, _remote
+    from epochfs.sidecar.confparse import _bounded, _positive_int, _remote
     from epochfs.sidecar.listing.indexfile import write_index
     from epochfs.sidecar.remote import RemoteError, open_remote
 
@@ -25,7 +25,7 @@ def cmd_index(ns: argparse.Namespace) -> int:
     except ValueError as e:
         raise config.ConfigError(f"REMOTE: {e}") from None
     try:
-        threads = _positive_int(ns.list_threads)
+        threads = _bounded(_positive_int, config.MAX_LIST_THREADS, "a thread each")(ns.list_threads)
     except ValueError as e:
         raise config.ConfigError(f"--list-threads: {e}") from None
     _check_local_out(ns.out)

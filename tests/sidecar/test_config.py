@@ -69,6 +69,7 @@ def one_line(proc: subprocess.CompletedProcess[str]) -> str:
         (["--read-timeout", "1e300"], {}, "--read-timeout", "at most 3600"),
         (["--relist-interval", "inf"], {}, "--relist-interval", "finite"),
         (["--concurrency", "100000"], {}, "--concurrency", "at most 1024"),
+        (["--list-threads", "100000"], {}, "--list-threads", "at most 256"),
     ],
 )
 def test_bad_flags_exit_2_naming_the_flag(
@@ -219,3 +220,10 @@ def test_intervals_that_are_not_numbers_are_usage_errors(tmp_path: Path, args: l
     assert proc.returncode == 2, proc.stderr
     assert f"argument {flag}: must be a finite number" in proc.stderr, proc.stderr
     assert "Traceback" not in proc.stderr
+
+
+def test_index_bounds_its_listers_as_the_sampler_does(tmp_path: Path, dataset: Path) -> None:
+    """100,000 listers took an index 14.9 s where 8 took 1.4 s: refused, as --concurrency's bound is."""
+    proc = run(["index", dataset.as_uri(), "--out", str(tmp_path / "i.jsonl"), "--list-threads", "100000"])
+    assert proc.returncode == 2 and "--list-threads: must be at most 256" in one_line(proc), proc.stderr
+    assert not (tmp_path / "i.jsonl").exists()
