@@ -147,7 +147,11 @@ class Supervisor(HealthChecks, Observability):
         was_subreaper = os.getpid() == 1 or is_subreaper()  # PID 1 gets every orphan already
         subreaper = was_subreaper or set_subreaper(True)
         try:
-            self._setup_observability()
+            try:
+                self._setup_observability()
+            except ConfigError as e:  # a port in use: kubectl describe pod says why, too
+                write_termination_message(self.settings.termination_log, f"epochfs sidecar: {e}")
+                raise
             self._reporter = load_reporter(self.settings, self.mount)
             self._start(self.sampler)
             self._start(self.view)

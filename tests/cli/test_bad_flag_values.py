@@ -157,9 +157,13 @@ def taken_port() -> Iterator[int]:
 
 
 def test_a_health_port_in_use_is_refused_with_the_flag_and_port(place: Path, taken_port: int) -> None:
+    (place / "termination-log").touch()  # as in a pod: Kubernetes makes the file
     r = _run(["sidecar", *_sidecar_args(place), "--health-port", str(taken_port)], cwd=place / "work")
     last = _refused(r, "sidecar", f"--health-port {taken_port}: address already in use")
     assert "--health-port 0" in last or "another port" in last
+    # kubectl describe pod says it too.
+    said = (place / "termination-log").read_text()
+    assert f"--health-port {taken_port}: address already in use" in said, said
 
 
 def test_a_metrics_port_in_use_is_refused_with_the_flag_and_port(place: Path, taken_port: int) -> None:
