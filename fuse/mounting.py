@@ -152,11 +152,13 @@ def view_source(cache: Path) -> str:
 
 
 def other_views(cache: Path, mine: Path | None = None) -> list[str]:
-    """Mount points of the live FUSE views of ``cache`` but ``mine``."""
+    """Mount points of the FUSE views of ``cache`` but ``mine`` in the mount table. Not probed for
+    life: a view slow to answer would be taken for dead and lose the bind under its readers, and a
+    probe waits up to 5 s a view at a server's exit; a dead view's mount keeps the bind until it is
+    cleaned (a restart at its mount point cleans it first)."""
     source, skip = view_source(cache), canonical(mine) if mine is not None else None
     return [e.mount_point for e in mount_table()
-            if e.fstype.startswith("fuse") and e.source == source and e.mount_point != skip
-            and not is_dead(Path(e.mount_point))]
+            if e.fstype.startswith("fuse") and e.source == source and e.mount_point != skip]
 
 
 def release_link_root(cache: Path, mine: Path | None = None) -> bool:

@@ -25,7 +25,7 @@ from typing import cast
 import epochfs
 from epochfs.fuse.errors import MountError
 from epochfs.sidecar import cli_bench, cli_cache, cli_index, config, redact, volumes
-from epochfs.sidecar.confparse import _endpoint_url, _non_negative_float, _positive_float
+from epochfs.sidecar.confparse import _endpoint_url, _non_negative_float, _port, _positive_float
 from epochfs.sidecar.remote.registry import HELP as REMOTE_HELP
 from epochfs.sidecar.store import StoreError
 
@@ -276,8 +276,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--tls-cert", required=True, help="PEM certificate (chain) the HTTPS server presents")
     p.add_argument("--tls-key", required=True, help="PEM private key of --tls-cert")
     p.add_argument("--host", default="", help="address to listen on (default: all)")
-    p.add_argument("--port", type=int, default=8443, help="HTTPS port (default 8443)")
-    p.add_argument("--metrics-port", type=int, default=9090,
+    p.add_argument("--port", type=_arg(_port), default=8443, help="HTTPS port (default 8443)")
+    p.add_argument("--metrics-port", type=_arg(_port), default=9090,
                    help="plain-HTTP port of /metrics and /healthz (default 9090)")
     p.set_defaults(func=_cmd_webhook)
     return parser

@@ -58,6 +58,8 @@ def _check_local_out(out: str) -> None:
     if path.is_dir():
         raise config.ConfigError(f"--out {out}: is a folder; name the index file ({path}/index.jsonl.gz)")
     parent = path.parent
+    if parent.exists() and not parent.is_dir():
+        raise config.ConfigError(f"--out {out}: {parent} is a file, not a folder")
     if not parent.is_dir():
         raise config.ConfigError(f"--out {out}: the folder {parent} does not exist")
     import tempfile

@@ -13,7 +13,7 @@ import signal
 import subprocess
 from pathlib import Path
 
-from fuse_helpers import EPOCHFS, admit, make_objects, mounted, open_store
+from fuse_helpers import EPOCHFS, admit, freeze, make_objects, mounted, open_store
 
 from epochfs.fuse.mounting import find_mount, lazy_unmount, wait_for_mount
 
@@ -104,3 +104,26 @@ def test_a_cache_spelled_through_a_symlink_or_read_through_its_own_link_root_is_
     finally:
         assert _end(own, tmp_path / "c") == 0
     assert find_mount(bind) is None, "the bind was left mounted after the last view stopped"
+
+
+def test_a_view_slow_to_answer_keeps_the_bind(tmp_path: Path) -> None:
+    """A view that does not answer for a while (stopped here: SIGSTOP) is still a view: the other,
+    stopping, leaves the bind to it (before: its liveness probe took it for dead after 5 s and the
+    bind went from under its readers)."""
+    cache = tmp_path / "cache"
+    objects = make_objects(3, 64)
+    with open_store(cache) as store:
+        admit(store, objects)
+        assert store.cut(0) == 0
+    want = {k.rsplit("/", 1)[1]: hashlib.md5(v).hexdigest() for k, v in objects.items()}
+    first, slow = _serve(cache, tmp_path / "a"), _serve(cache, tmp_path / "b")
+    try:
+        freeze(slow)
+        try:
+            assert _end(first, tmp_path / "a") == 0
+        finally:
+            slow.send_signal(signal.SIGCONT)
+        assert find_mount(cache / "objects-ro") is not None and _digests(tmp_path / "b") == want
+    finally:
+        assert _end(slow, tmp_path / "b") == 0
+    assert find_mount(cache / "objects-ro") is None

@@ -227,3 +227,18 @@ def test_index_bounds_its_listers_as_the_sampler_does(tmp_path: Path, dataset: P
     proc = run(["index", dataset.as_uri(), "--out", str(tmp_path / "i.jsonl"), "--list-threads", "100000"])
     assert proc.returncode == 2 and "--list-threads: must be at most 256" in one_line(proc), proc.stderr
     assert not (tmp_path / "i.jsonl").exists()
+
+
+def test_index_names_a_parent_that_is_a_file(tmp_path: Path, dataset: Path) -> None:
+    (tmp_path / "afile").write_text("x")
+    proc = run(["index", dataset.as_uri(), "--out", str(tmp_path / "afile" / "i.jsonl")])
+    said = one_line(proc)
+    assert proc.returncode == 2 and f"{tmp_path / 'afile'} is a file, not a folder" in said, proc.stderr
+
+
+@pytest.mark.parametrize("flag", ["--port", "--metrics-port"])
+def test_webhook_ports_are_tcp_ports(tmp_path: Path, flag: str) -> None:
+    proc = run(["webhook", "--profiles", str(tmp_path), "--tls-cert", str(tmp_path / "c"),
+                "--tls-key", str(tmp_path / "k"), flag, "70000"])
+    assert proc.returncode == 2, proc.stderr
+    assert f"argument {flag}: must be a TCP port (0-65535)" in proc.stderr, proc.stderr
