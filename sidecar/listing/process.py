@@ -258,14 +258,19 @@ class ListingProcess:
         return proc.returncode
 
     def _drain(self, conn: Connection, proc: Process) -> None:
-        """Read what the child still says (its last counts, a fatal error) until it exits; kill
-        it after ``grace`` seconds."""
+        """Read what the child still says (its last counts, a fatal error) until it exits and its
+        end of the connection closes; kill it after ``grace`` seconds. What it sent just before it
+        exited is read too: a child refused by the capacity check sends its reason and exits 2,
+        and the parent, finding it exited between two looks, took it for a crash and started it
+        again (an intermittent hang of ``epochfs sample --capacity 1``)."""
         deadline = time.monotonic() + self.grace
-        while proc.poll() is None and time.monotonic() < deadline:
+        while time.monotonic() < deadline:
             try:
                 if conn.poll(POLL):
                     self._receive(conn.recv())
-            except Exception:  # gone, or unreadable: its exit status says the rest
+                elif proc.poll() is not None:
+                    break
+            except Exception:  # gone (its end closed), or unreadable: its exit status says the rest
                 break
         try:
             proc.wait(max(0.0, deadline - time.monotonic()))

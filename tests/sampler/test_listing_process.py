@@ -240,3 +240,36 @@ def test_the_listing_process_tells_its_child_what_the_sampler_does_and_sets_the_
         stop.set()
         proc.join(timeout=30)
     assert not proc.is_alive() and proc.fatal is None
+
+
+def test_what_a_child_said_before_it_exited_is_read_after_its_exit(tmp_path: Path) -> None:
+    """A child refused by the capacity check sends its reason and exits 2 at once; the parent,
+    finding it exited between two looks at the connection, read nothing more, took it for a
+    crash and started it again: ``epochfs sample --capacity 1`` hung now and then (one run in
+    about 80) instead of exiting 2. The message is read from the connection after the exit."""
+    import socket
+    import subprocess
+    import sys
+    import threading
+    from multiprocessing.connection import Connection
+
+    from inprocess import settings_for
+
+    from epochfs.sidecar.config import ConfigError
+    from epochfs.sidecar.listing import process
+
+    parent_end, child_end = socket.socketpair()
+    child = subprocess.Popen(
+        [sys.executable, "-c", "import sys\nfrom multiprocessing.connection import Connection\n"
+         "Connection(int(sys.argv[1])).send(('fatal', True, '--capacity: every object is too large'))\n"
+         "sys.exit(2)\n", str(child_end.fileno())], pass_fds=(child_end.fileno(),))
+    child_end.close()
+    assert child.wait(timeout=60) == 2  # gone before the parent looks
+    conn = Connection(parent_end.detach())
+    lp = process.ListingProcess(settings_for(tmp_path / "cache"), stop=threading.Event(), grace=2.0, served=0)
+    try:
+        lp._drain(conn, child)
+    finally:
+        conn.close()
+    assert isinstance(lp.fatal, ConfigError) and "--capacity: every object" in str(lp.fatal)
+    assert lp.stop.is_set()
