@@ -43,13 +43,18 @@ def _digests(root: Path) -> dict[str, str]:
     return {p.name: hashlib.md5(p.read_bytes()).hexdigest() for p in files}
 
 
-def test_the_last_view_of_a_cache_to_stop_removes_the_bind_and_none_before_it(tmp_path: Path) -> None:
-    cache = tmp_path / "cache"
-    objects = make_objects(6, 64)
+def _cache_with_epoch_0(cache: Path, count: int) -> dict[str, str]:
+    """A cache of ``count`` objects in epoch 0; the md5 of each file by name."""
+    objects = make_objects(count, 64)
     with open_store(cache) as store:
         admit(store, objects)
         assert store.cut(0) == 0
-    want = {k.rsplit("/", 1)[1]: hashlib.md5(v).hexdigest() for k, v in objects.items()}
+    return {k.rsplit("/", 1)[1]: hashlib.md5(v).hexdigest() for k, v in objects.items()}
+
+
+def test_the_last_view_of_a_cache_to_stop_removes_the_bind_and_none_before_it(tmp_path: Path) -> None:
+    cache = tmp_path / "cache"
+    want = _cache_with_epoch_0(cache, 6)
     bind = cache / "objects-ro"
     first = _serve(cache, tmp_path / "first")  # makes the bind
     with mounted(cache, tmp_path / "a") as a:  # reuses it
@@ -81,11 +86,7 @@ def test_a_cache_spelled_through_a_symlink_or_read_through_its_own_link_root_is_
     first, leaves it to the other. A view with a --link-root of its own reads no bind but counts as
     a view of the cache: the last of them to stop removes the bind, which none left behind."""
     cache = tmp_path / "real" / "cache"
-    objects = make_objects(4, 64)
-    with open_store(cache) as store:
-        admit(store, objects)
-        assert store.cut(0) == 0
-    want = {k.rsplit("/", 1)[1]: hashlib.md5(v).hexdigest() for k, v in objects.items()}
+    want = _cache_with_epoch_0(cache, 4)
     (tmp_path / "link").symlink_to(tmp_path / "real")
     bind = cache / "objects-ro"
     real = _serve(cache, tmp_path / "a")
@@ -111,11 +112,7 @@ def test_a_view_slow_to_answer_keeps_the_bind(tmp_path: Path) -> None:
     stopping, leaves the bind to it (before: its liveness probe took it for dead after 5 s and the
     bind went from under its readers)."""
     cache = tmp_path / "cache"
-    objects = make_objects(3, 64)
-    with open_store(cache) as store:
-        admit(store, objects)
-        assert store.cut(0) == 0
-    want = {k.rsplit("/", 1)[1]: hashlib.md5(v).hexdigest() for k, v in objects.items()}
+    want = _cache_with_epoch_0(cache, 3)
     first, slow = _serve(cache, tmp_path / "a"), _serve(cache, tmp_path / "b")
     try:
         freeze(slow)
