@@ -91,18 +91,16 @@ class ClassesFile:
             return self._current()[1]
 
     def _record_now(self, found: list[str]) -> bool:
-        """One bounded try to record ``found`` (a refresh does not wait out the sampler's write, nor
-        a render that holds the lock while it waits); False when it must be tried again."""
-        if not self._lock.acquire(blocking=False):
-            return False
+        """One bounded try to record ``found`` (a refresh does not wait out the sampler's write);
+        False when it must be tried again. Not under ``_lock``: the record is one write
+        transaction that merges with what the file holds, so a render's record beside it loses
+        nothing, and a render may hold the lock while it waits for the index."""
         try:
             self.store.record_class_folders(found, wait=0.0)
         except sqlite3.OperationalError as e:
             if not is_busy(e):
                 raise
             return False
-        finally:
-            self._lock.release()
         return True
 
     def tick(self) -> bool:
