@@ -42,12 +42,15 @@ from epochfs.sidecar.supervisor.indexdamage import IndexDamages
 
 log = logging.getLogger("epochfs.supervisor")
 
-# Child bootstrap: ask the kernel to SIGTERM us when the supervisor dies, then run the CLI. Done in
+# Child bootstrap: ask the kernel to SIGTERM us when the supervisor dies, allocate the metric files
+# (metrics_files: a write into a hole of a full volume is a SIGBUS), then run the CLI. Done in
 # the child rather than with preexec_fn, which is unsafe once the supervisor has threads.
 _CHILD_BOOT = (
     "import ctypes, os, signal, sys\n"
     "ctypes.CDLL(None).prctl(1, signal.SIGTERM)\n"
     "if os.getppid() != int(sys.argv[1]): sys.exit(1)\n"
+    "from epochfs.sidecar.metrics_files import reserve_or_warn\n"
+    "reserve_or_warn()\n"
     "from epochfs.sidecar.cli import main\n"
     "sys.exit(main(sys.argv[2:]))\n"
 )
