@@ -8,12 +8,10 @@ runs, as the heavy ones are in :mod:`.cli`.
 from __future__ import annotations
 
 import argparse
-import fcntl
-import os
 import sys
 from pathlib import Path
 
-from epochfs.sidecar import config, volumes
+from epochfs.sidecar import config, samplerlock, volumes
 from epochfs.sidecar.confparse import _path
 from epochfs.sidecar.store import Store
 
@@ -45,7 +43,7 @@ def cmd_relist(ns: argparse.Namespace) -> int:
     served): exit 1 saying so."""
     settings = config.from_args(config.CacheSettings, ns)
     volumes.check_cache(settings.cache, create=False)
-    if not _sampler_running(settings.cache):
+    if not samplerlock.held(settings.cache):
         print(f"epochfs: no sampler runs on {settings.cache}: a relist is asked of a running one "
               "(epochfs sample or sidecar; a sampler started with --relist-interval relists on its own)",
               file=sys.stderr)
@@ -54,24 +52,6 @@ def cmd_relist(ns: argparse.Namespace) -> int:
         n = store.listings().request_relist()
     print(f"relist {n} requested: the running sampler lists the remote again in the background")
     return 0
-
-
-def _sampler_running(cache: Path) -> bool:
-    """Whether a sampler holds the cache's lock now (its flock, dropped by the kernel when the
-    sampler exits, kill -9 included)."""
-    from epochfs.sidecar.sampler.command import LOCK_NAME  # a rare command: the sampler's import
-
-    try:
-        fd = os.open(cache / LOCK_NAME, os.O_RDONLY | os.O_CLOEXEC)
-    except FileNotFoundError:
-        return False
-    try:
-        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
-    except BlockingIOError:
-        return True
-    finally:
-        os.close(fd)
-    return False
 
 
 def cmd_verify(ns: argparse.Namespace) -> int:

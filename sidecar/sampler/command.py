@@ -29,7 +29,6 @@ can, so a restart is not a crash loop).
 
 from __future__ import annotations
 
-import fcntl
 import logging
 import os
 import signal
@@ -40,6 +39,7 @@ from types import FrameType
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlparse
 
+from epochfs.sidecar import samplerlock
 from epochfs.sidecar.config import EXIT_INDEX, ConfigError, RetryLater, SamplerSettings
 from epochfs.sidecar.download import LocalWriteError
 from epochfs.sidecar.listing import Lister, ListingThread
@@ -89,28 +89,6 @@ def _end_forked(forked: tuple[Forked, Connection]) -> None:
     from epochfs.sidecar.listing.child import end_child
 
     end_child(forked)
-
-
-LOCK_NAME = "sampler.lock"
-
-
-def _lock_cache(cache: Path) -> int:
-    """Hold the cache's sampler lock for the life of the process (the kernel drops it on exit,
-    kill -9 included). Two samplers on one cache would each count only their own reservations and
-    the second one's recovery would delete the first one's downloads in flight."""
-    fd = os.open(cache / LOCK_NAME, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        holder = os.pread(fd, 32, 0).decode("ascii", "replace").strip() or "?"
-        os.close(fd)
-        raise ConfigError(
-            f"--cache: {cache} is in use by another epochfs sample (pid {holder}); "
-            f"one sampler per cache"
-        ) from None
-    os.ftruncate(fd, 0)
-    os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
-    return fd
 
 
 def _host(url: str | None) -> str:
@@ -284,7 +262,7 @@ def run_sample(settings: SamplerSettings) -> int:
         return sampler is not None and sampler.fetching()
 
     try:
-        lock_fd = _lock_cache(settings.cache)
+        lock_fd = samplerlock.hold(settings.cache)
         store.check_index()  # a damaged index is replaced (one log line), never a crash loop
         checked = True
         check_identity(store, settings)

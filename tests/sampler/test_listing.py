@@ -194,8 +194,8 @@ def test_a_relist_merges_added_and_deleted_keys(tmp_path: Path) -> None:
 
 def test_epochfs_relist_asks_the_running_listing_thread(tmp_path: Path,
                                                         capsys: pytest.CaptureFixture[str]) -> None:
+    from epochfs.sidecar import samplerlock
     from epochfs.sidecar.cli import main
-    from epochfs.sidecar.sampler.command import _lock_cache
 
     remote = PagedMemoryRemote(class_objects(per=5), page=10)
     settings = settings_for(tmp_path / "c", "--capacity", "4Mi")
@@ -205,7 +205,7 @@ def test_epochfs_relist_asks_the_running_listing_thread(tmp_path: Path,
         # Without the sampler's lock held, no sampler runs: nothing would serve the request.
         assert main(["relist", "--cache", str(tmp_path / "c")]) == 1
         assert "no sampler runs on" in capsys.readouterr().err
-        lock = _lock_cache(tmp_path / "c")  # what the command's sampler holds while it runs
+        lock = samplerlock.hold(tmp_path / "c")  # what the command's sampler holds while it runs
         try:
             assert main(["relist", "--cache", str(tmp_path / "c")]) == 0
         finally:
