@@ -52,6 +52,8 @@ def parse(body: bytes) -> Request:
         review = json.loads(body, parse_constant=_no_constants)
     except (ValueError, UnicodeDecodeError) as e:
         raise ReviewError(f"the body is not JSON: {e}") from None
+    except RecursionError:  # a body of a few thousand nested arrays: a refusal, not a 500
+        raise ReviewError("the body is not an AdmissionReview: JSON nested too deeply") from None
     if not isinstance(review, dict):
         raise ReviewError("the body is not a JSON object")
     if review.get("apiVersion") != API_VERSION or review.get("kind") != KIND:

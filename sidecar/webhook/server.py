@@ -65,7 +65,10 @@ MAX_IN_FLIGHT = 16
 """Admission requests processed at once; more are answered 429 (the API server retries or applies
 the failurePolicy) instead of piling up threads and memory."""
 IDLE_TIMEOUT = 30.0
-"""Seconds an HTTPS connection may sit idle, or a request body take to arrive."""
+"""Seconds an HTTPS connection may sit idle between requests."""
+BODY_TIMEOUT = 10.0
+"""Seconds a request's body may take to arrive once its headers have: the API server sends it at
+once and gives up on the webhook after its ``timeoutSeconds`` (10 s by default, at most 30)."""
 HANDSHAKE_TIMEOUT = 10.0
 """Seconds a TLS handshake may take: a client that connects and stalls frees its connection."""
 METRICS_TIMEOUT = 10.0
@@ -228,27 +231,38 @@ class AdmissionServer(_Served):
         if request.method != "POST":
             return _text(405, "method not allowed\n")
         started = time.monotonic()
-        if not self.in_flight.acquire(blocking=False):
-            # The body is left to aiohttp, which drains it before the connection's next request.
-            return self._error(429, f"busy: {self.max_in_flight} requests in flight; retry")
         try:
-            return await self._admit(request)
+            body = await self._body(request)
+            if isinstance(body, web.Response):
+                return body
+            # The slot is taken once the body is here: it bounds the reviews being decided, and a
+            # client that sends headers and then stalls holds a coroutine, never a slot.
+            if not self.in_flight.acquire(blocking=False):
+                return self._error(429, f"busy: {self.max_in_flight} requests in flight; retry")
+            try:
+                return await self._admit(request, body)
+            finally:
+                self.in_flight.release()
         finally:
-            self.in_flight.release()
             self.metrics.duration.observe(time.monotonic() - started)
 
-    async def _admit(self, request: web.Request) -> web.Response:
+    async def _body(self, request: web.Request) -> bytes | web.Response:
+        """The request's body, or the error answer for one refused or not sent in time."""
         length = request.content_length
         if length is None or "chunked" in request.headers.get("Transfer-Encoding", "").lower():
             return self._error(411, "a Content-Length is required", close=True)
         if length > self.max_body:
             return self._error(413, f"the body is {length} bytes, more than {self.max_body}", close=True)
         try:
-            body = await asyncio.wait_for(request.read(), IDLE_TIMEOUT)
+            return await asyncio.wait_for(request.read(), BODY_TIMEOUT)
         except web.HTTPRequestEntityTooLarge:
             return self._error(413, f"the body is more than {self.max_body} bytes", close=True)
-        except (asyncio.TimeoutError, OSError, ClientError) as e:
+        except asyncio.TimeoutError:
+            return self._error(408, f"the body did not arrive within {BODY_TIMEOUT:g} s", close=True)
+        except (OSError, ClientError) as e:
             return self._error(400, f"the body ended early ({e or type(e).__name__})", close=True)
+
+    async def _admit(self, request: web.Request, body: bytes) -> web.Response:
         # Answered after the body is read, so the connection stays usable.
         if request.path not in PATHS:
             return self._error(404, f"no such path {request.path!r} (POST /mutate)")

@@ -11,6 +11,7 @@ connection while the previous one keeps serving.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import ssl
@@ -27,6 +28,11 @@ class TLSFiles:
         self.cert, self.key = Path(cert), Path(key)
         self._lock = threading.Lock()
         self._stamp: tuple[tuple[int, int, int], ...] | None = None
+        self._refused: tuple[tuple[int, int, int], ...] | None = None
+        """The files' stamp when they last failed to load: not tried again until they change, as
+        every connection would otherwise read and refuse the same pair."""
+        self._warned = ""
+        """The last failure logged: one line per new failure, not one per connection."""
         self._context: ssl.SSLContext | None = None
         self.context()  # a missing or bad pair stops the server at start
 
@@ -40,22 +46,26 @@ class TLSFiles:
         with self._lock:
             try:
                 stamp = self._stamp_now()
-                if stamp != self._stamp:
+                if stamp != self._stamp and stamp != self._refused:
                     ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
                     ctx.minimum_version = ssl.TLSVersion.TLSv1_2
                     ctx.load_cert_chain(self.cert, self.key)
                     if self._context is not None:
                         log.info("webhook: serving the renewed certificate %s", self.cert)
-                    self._context, self._stamp = ctx, stamp
+                    self._context, self._stamp, self._warned = ctx, stamp, ""
             except (OSError, ssl.SSLError) as e:
                 if self._context is None:
                     raise
-                log.warning(
-                    "webhook: cannot load %s / %s (%s); the previous certificate keeps serving",
-                    self.cert,
-                    self.key,
-                    e,
-                )
+                with contextlib.suppress(OSError):
+                    self._refused = self._stamp_now()
+                if str(e) != self._warned:
+                    self._warned = str(e)
+                    log.warning(
+                        "webhook: cannot load %s / %s (%s); the previous certificate keeps serving",
+                        self.cert,
+                        self.key,
+                        e,
+                    )
             assert self._context is not None
             return self._context
 

@@ -1,0 +1,95 @@
+"""The webhook against clients that stall or send what no API server sends: a stalled body holds no
+review slot, a deeply nested body is a refusal, a bad certificate pair is read and logged once.
+
+Before: a request took one of the in-flight slots before its body arrived and held it up to 30 s,
+so 16 connections that sent headers and stalled made every pod creation answer 429 (with the
+chart's ``failurePolicy: Fail``, every pod that asked for epochfs failed); ``[[[...`` nested
+100,000 deep was a 500 with a traceback and no count; a certificate/key pair that did not match
+was read again and logged for every connection.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import socket
+import ssl
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from test_webhook_server import Served, docs, profiles, serve  # noqa: F401  (fixtures)
+from webhook_helpers import SERVICE_DNS, admission_review, job, job_pod, make_ca, make_leaf
+
+from epochfs.sidecar.webhook import server as server_mod
+from epochfs.sidecar.webhook.profiles import Profile
+
+
+@pytest.fixture
+def served(profiles: dict[str, Profile], tmp_path: Path) -> Iterator[Served]:  # noqa: F811
+    yield from serve(profiles, tmp_path)
+
+
+def _stalled(served: Served, length: int = 1000) -> ssl.SSLSocket:
+    """A connection that sent a POST's headers and part of its body, and then nothing."""
+    sock = socket.create_connection(("127.0.0.1", served.server.server_address[1]), timeout=30)
+    tls = served.client.context.wrap_socket(sock, server_hostname=SERVICE_DNS)
+    tls.sendall(f"POST /mutate HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                f"Content-Length: {length}\r\n\r\n{{".encode())
+    return tls
+
+
+def test_clients_that_stall_in_their_body_take_no_review_slot(served: Served) -> None:
+    stalled = [_stalled(served) for _ in range(served.server.max_in_flight + 4)]
+    try:
+        for _ in range(3):
+            answer = served.client.review(job_pod(job()))
+            assert answer["response"]["allowed"] is True, answer
+    finally:
+        for sock in stalled:
+            sock.close()
+
+
+def test_a_body_that_never_arrives_is_answered_408_and_counted(
+    served: Served, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    assert server_mod.BODY_TIMEOUT <= 30
+    monkeypatch.setattr(server_mod, "BODY_TIMEOUT", 0.5)
+    before = served.counts()
+    with _stalled(served) as sock:
+        answer = b""
+        while chunk := sock.recv(4096):
+            answer += chunk
+    assert answer.startswith(b"HTTP/1.1 408") and b"did not arrive within 0.5 s" in answer, answer
+    assert served.counts()["error"] - before["error"] == 1
+
+
+def test_a_deeply_nested_body_is_refused_400_and_counted(served: Served) -> None:
+    before = served.counts()
+    status, body = served.client.post("/mutate", b'{"a":' * 100_000)
+    assert status == 400, body
+    assert b"nested too deeply" in body
+    assert served.counts()["error"] - before["error"] == 1
+    # A valid review still works on a fresh connection.
+    review = admission_review(job_pod(job()))
+    status, body = served.client.post("/mutate", json.dumps(review).encode())
+    assert status == 200 and json.loads(body)["response"]["allowed"] is True
+
+
+def test_a_pair_that_does_not_match_is_read_and_logged_once(
+    profiles: dict[str, Profile], tmp_path: Path, caplog: pytest.LogCaptureFixture  # noqa: F811
+) -> None:
+    ca = make_ca()
+    for served in serve(profiles, tmp_path, ca):
+        first = served.client.peer_serial()
+        _, other_key, _ = make_leaf(ca, [SERVICE_DNS])
+        caplog.set_level(logging.WARNING, logger="epochfs.webhook")
+        (tmp_path / "tls.key").write_bytes(other_key)  # a key of another certificate
+        for _ in range(5):
+            assert served.client.peer_serial() == first  # the previous pair keeps serving
+        warnings = [r for r in caplog.records if "cannot load" in r.getMessage()]
+        assert len(warnings) == 1, [r.getMessage() for r in warnings]
+        cert, key, serial = make_leaf(ca, [SERVICE_DNS])
+        (tmp_path / "tls.key").write_bytes(key)
+        (tmp_path / "tls.crt").write_bytes(cert)
+        assert served.client.peer_serial() == serial  # a pair that loads is served again
