@@ -275,7 +275,7 @@ class Sampler:
         else:
             self.breaker.succeeded()
         log.warning("skipping %r: %s", cand.key, item.error)
-        self._write(lambda: self.store.mark_skipped(cand.key))
+        self._write(lambda: self.store.mark_skipped(cand.key, failed=True))
         self.rates.skipped += 1
 
     def _throttled(self, cand: Candidate, error: str | None) -> None:

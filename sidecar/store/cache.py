@@ -264,8 +264,8 @@ class Store:
     def window_candidates(self, lo: int, hi: int, *, limit: int) -> list[tuple[int, Candidate]]:
         return catalog.window_candidates(self._ix, lo, hi, limit=limit)
 
-    def mark_skipped(self, key: str) -> None:
-        catalog.mark_skipped(self._ix, key)
+    def mark_skipped(self, key: str, *, failed: bool = False) -> None:
+        catalog.mark_skipped(self._ix, key, failed=failed)
 
     def count_skip(self, n: int = 1) -> None:
         catalog.count_skip(self._ix, n)

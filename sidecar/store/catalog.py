@@ -155,11 +155,14 @@ def window_candidates(ix: Index, lo: int, hi: int, *, limit: int) -> list[tuple[
     return [(int(r[0]), Candidate(str(r[1]), str(r[2]), int(r[3]), str(r[4]))) for r in rows]
 
 
-def mark_skipped(ix: Index, key: str) -> None:
-    """Record that a key will not be fetched (failed downloads, refused by policy)."""
+def mark_skipped(ix: Index, key: str, *, failed: bool = False) -> None:
+    """Record that a key will not be fetched (``failed``: its downloads kept failing; otherwise
+    refused by policy, as an object larger than the volume)."""
     with ix.write() as db:
         db.execute("UPDATE catalog SET skipped=1 WHERE key=?", (key,))
         ix.bump("skipped_total", 1)
+        if failed:
+            ix.bump("failed_total", 1)
 
 
 def count_skip(ix: Index, n: int = 1) -> None:

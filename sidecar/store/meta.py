@@ -60,6 +60,7 @@ COUNTER_NAMES = (
     "evicted_total",
     "evicted_bytes_total",
     "skipped_total",
+    "failed_total",
     "cuts_total",
     "corrupt_objects_total",
     "repaired_total",

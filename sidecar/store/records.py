@@ -239,6 +239,11 @@ class Stats:
     evicted_total: int = 0
     evicted_bytes_total: int = 0
     skipped_total: int = 0
+    """Keys that will not be fetched: downloads that kept failing, objects too large for the
+    volume, keys the listing refused (hostile names, a key that is also a folder)."""
+    failed_total: int = 0
+    """Of those, the keys skipped because their downloads kept failing (retries spent): the remote
+    errors the Kubernetes reporter warns of."""
     cuts_total: int = 0
     corrupt_objects_total: int = 0
     """Samples found damaged (wrong bytes, wrong size, missing) by a scrub and taken out."""

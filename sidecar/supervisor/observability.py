@@ -157,10 +157,12 @@ class Observability:
         if stats.publish_paused != self._seen.get("publish_paused"):
             self._seen["publish_paused"] = stats.publish_paused
             self._safe(rep.on_publish_paused, stats.publish_paused)
-        previous = self._seen.setdefault("skipped", stats.skipped_total)  # count from our start
-        if stats.skipped_total > previous:
-            self._seen["skipped"] = stats.skipped_total
-            self._safe(rep.on_remote_errors, stats.skipped_total - previous)
+        # Downloads that kept failing, from our start; not the keys the listing refused (hostile
+        # names) nor objects too large for the volume: no remote error, and no retry to announce.
+        previous = self._seen.setdefault("failed", stats.failed_total)
+        if stats.failed_total > previous:
+            self._seen["failed"] = stats.failed_total
+            self._safe(rep.on_remote_errors, stats.failed_total - previous)
         self._safe(rep.update_status, stats.to_json())
 
     def _save_state(self) -> None:
