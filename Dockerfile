@@ -58,5 +58,5 @@ ENV PATH=/opt/epochfs/bin:$PATH \
 USER 10001:10001
 EXPOSE 8080
 HEALTHCHECK --interval=30s --timeout=5s --start-period=120s --retries=3 \
-    CMD ["python", "-c", "import urllib.request; urllib.request.urlopen('http://127.0.0.1:8080/healthz', timeout=4)"]
+    CMD ["python", "-c", "import os, urllib.request; urllib.request.urlopen('http://127.0.0.1:%s/healthz' % (os.environ.get('EPOCHFS_HEALTH_PORT') or 8080), timeout=4)"]
 ENTRYPOINT ["epochfs", "sidecar"]

@@ -143,8 +143,34 @@ def test_healthcheck_asks_the_sidecars_health_port() -> None:
     [check] = [i for i in INSTRUCTIONS if i.op == "HEALTHCHECK"]
     cmd = exec_form(check.args.split(" CMD ", 1)[1])
     default_port = next(f.default for f in fields(config.SidecarSettings) if f.name == "health_port")
-    assert f"127.0.0.1:{default_port}/healthz" in cmd[-1]
+    assert "127.0.0.1:%s/healthz" in cmd[-1] and f"or {default_port})" in cmd[-1]
     compile(cmd[-1], "healthcheck", "exec")
+    # The port the sidecar serves on when EPOCHFS_HEALTH_PORT moves it (the chart sets it): the
+    # command itself run against a listener there.
+    import http.server
+    import threading
+
+    seen: list[str] = []
+
+    class Health(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            seen.append(self.path)
+            self.send_response(200)
+            self.end_headers()
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = http.server.HTTPServer(("127.0.0.1", 0), Health)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        env = {"PATH": os.environ["PATH"], "EPOCHFS_HEALTH_PORT": str(server.server_address[1])}
+        subprocess.run([sys.executable, "-c", cmd[-1]], env=env, check=True, timeout=30)
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert seen == ["/healthz"]
     expose = [i.args for i in INSTRUCTIONS if i.op == "EXPOSE"]
     assert expose == [str(default_port)]
 
