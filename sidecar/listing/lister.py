@@ -64,6 +64,20 @@ first page is taken; not for ``full_pages`` (``epochfs index``: no epochs to mak
 ``--list-threads`` its only bound on the request rate)."""
 
 
+NO_LIMIT = 2**62
+"""The object limit of a lister given none."""
+LIMIT_MARK = " [object limit "
+"""What separates a recorded listing's name from its object limit (``… [object limit 786432]``)."""
+
+
+def _split_limit(name: str) -> tuple[str, int | None]:
+    """(the name without its object limit, the limit or None)."""
+    base, mark, rest = name.rpartition(LIMIT_MARK)
+    if mark and rest.endswith("]") and rest[:-1].isdigit():
+        return base, int(rest[:-1])
+    return name, None
+
+
 class Lister:
     """Lists ``source`` into ``store``'s catalog with ``threads`` listers (see the module doc);
     ``store`` may be any other :class:`~.sinks.ListingSink` (an index file).
@@ -78,7 +92,7 @@ class Lister:
     keys early (the planner's small first and gallop pages, for the sampler's first epochs)."""
 
     def __init__(self, store: Store | ListingSink, source: Source, *, seed: int, shard_index: int = 0,
-                 shard_count: int = 1, object_limit: int = 2**62, threads: int = 4,
+                 shard_count: int = 1, object_limit: int = NO_LIMIT, threads: int = 4,
                  stop: threading.Event | None = None, progress_every: int = 100_000,
                  on_page: Callable[[CatalogReport], None] | None = None,
                  yield_to: Callable[[], bool] | None = None,
@@ -125,23 +139,38 @@ class Lister:
     @property
     def listing_name(self) -> str:
         """What the cache records as the listing's source (:attr:`Source.name`, followed by the
-        include/exclude patterns when there are any): a change starts a new listing, whose end
-        drops the rows it did not see (keys another filter had taken)."""
+        include/exclude patterns when there are any, and by the object limit when there is one):
+        a change starts a new listing, whose end drops the rows it did not see (keys another
+        filter had taken); a limit lower than the recorded one is no change (:meth:`covered_by`)."""
         keys = self.keys.describe()
-        return f"{self.source.name} {keys}" if keys else self.source.name
+        name = f"{self.source.name} {keys}" if keys else self.source.name
+        return f"{name}{LIMIT_MARK}{self.object_limit}]" if self.object_limit < NO_LIMIT else name
+
+    def covered_by(self, recorded: str | None) -> bool:
+        """Whether the listing recorded as ``recorded`` holds every key this one would: the same
+        source and patterns, and an object limit at least this one's. A higher limit now (a
+        larger ``--capacity`` or ``--max-object-size``, as a refusal of objects over the limit
+        asks) lists afresh: the objects the old limit left out were never cataloged. A name
+        recorded without a limit (no limit, or a cache listed before limits were recorded)
+        covers any."""
+        if recorded is None:
+            return False
+        base, limit = _split_limit(recorded)
+        mine, my_limit = _split_limit(self.listing_name)
+        return base == mine and (limit is None or (my_limit is not None and limit >= my_limit))
 
     def needed(self) -> bool:
-        """True when no complete listing exists, one is running, or the source (or the include/
-        exclude patterns) changed."""
+        """True when no complete listing exists, one is running, or the source (the include/
+        exclude patterns, a higher object limit) changed."""
         state = self.sink.state()
-        return state.complete is None or bool(state.parts) or state.source != self.listing_name
+        return state.complete is None or bool(state.parts) or not self.covered_by(state.source)
 
     def prepare(self, *, fresh: bool = False) -> tuple[int, list[Part], set[str]]:
         """The listing to run: the running one (same source, not ``fresh``) or a new generation
         over the source's spans (found here: a remote that cannot be listed fails here)."""
         state = self.sink.state()
         name = self.listing_name
-        if state.parts and state.source == name and not fresh:
+        if state.parts and self.covered_by(state.source) and not fresh:
             parts = state.parts
             gen = state.generation
             if isinstance(self.source, PagedSource):
@@ -153,9 +182,9 @@ class Lister:
         else:
             spans = self.source.spans()
             parts = [Part(i, s.prefix, s.start, s.stop) for i, s in enumerate(spans)]
-            if state.source is not None and state.source != name:
-                log.info("the listing's source or --include/--exclude changed (%s, was %s): "
-                         "listing afresh", name, state.source)
+            if state.source is not None and not self.covered_by(state.source):
+                log.info("the listing's source, --include/--exclude or object limit changed (%s, "
+                         "was %s): listing afresh", name, state.source)
             if isinstance(self.source, PagedSource) and self.source.folders:
                 # Folders listed as ranges: the parts name only each range's first, so the class
                 # labels get every folder found before any epoch (:meth:`.ListingSink.record_folders`).

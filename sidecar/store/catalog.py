@@ -277,7 +277,10 @@ class Listings:
             for page in pages:
                 new = 0
                 for r in page.rows:
-                    cur = db.execute("UPDATE catalog SET size=?, version=?, seen=? WHERE key=?",
+                    # A key listed again is a key to fetch again: a skip (a download that kept
+                    # failing, an object over the volume's size) is this listing's to make anew,
+                    # or one outage, or one rewritten object, would leave it out of every epoch.
+                    cur = db.execute("UPDATE catalog SET size=?, version=?, seen=?, skipped=0 WHERE key=?",
                                      (r.size, r.version, gen, r.key))
                     if cur.rowcount == 0:
                         db.execute("INSERT INTO catalog(key, path, sid, size, version, rank, seen) "
