@@ -27,7 +27,7 @@ from epochfs.fuse.errors import MountError
 from epochfs.sidecar import cli_bench, cli_cache, cli_index, config, redact, volumes
 from epochfs.sidecar.confparse import _endpoint_url, _non_negative_float, _port, _positive_float
 from epochfs.sidecar.remote.registry import HELP as REMOTE_HELP
-from epochfs.sidecar.store import StoreError
+from epochfs.sidecar.store import NoRoom, StoreError
 
 log = logging.getLogger("epochfs")
 
@@ -341,7 +341,7 @@ def _main(argv: Sequence[str] | None) -> int:
         return config.EXIT_RETRY
     except StoreError as e:
         print(redact.redact(f"epochfs {ns.command}: --cache: {e}"), file=sys.stderr)
-        return 2
+        return config.EXIT_RETRY if isinstance(e, NoRoom) else 2
     except KeyboardInterrupt:
         return 130
 

@@ -53,7 +53,7 @@ from epochfs.sidecar.sampler.identity import check_identity
 from epochfs.sidecar.sampler.loop import STOP_GRACE, Sampler
 from epochfs.sidecar.sampler.preload import preload_after_first_request
 from epochfs.sidecar.signals import set_from_handler
-from epochfs.sidecar.store import INDEX_NAME, Meta, Store, StoreError, checkmark
+from epochfs.sidecar.store import INDEX_NAME, Meta, NoRoom, Store, StoreError, checkmark
 from epochfs.sidecar.store.index import is_corruption
 
 if TYPE_CHECKING:
@@ -174,6 +174,8 @@ def index_failed(e: StoreError | sqlite3.DatabaseError, cache: Path, *, checked:
     StoreError). ``checked``: the start's index check has passed, which removes a marker found
     before it, so a marker now was written by this run; before that, a marker left from an
     earlier run says nothing of this failure (an unreadable volume is no damage)."""
+    if isinstance(e, NoRoom):  # no damage: the supervisor restarts it after its backoff
+        raise RetryLater(f"--cache: {e}") from None
     log.error("the cache index failed: %s; exiting (the next start repairs it)", e)
     if is_corruption(e):
         # The next start replaces the index only where the marker asks for the full check; a

@@ -26,7 +26,7 @@ from typing import Any
 
 from epochfs.sidecar.store import checkmark
 from epochfs.sidecar.store.meta import Meta
-from epochfs.sidecar.store.records import StoreError
+from epochfs.sidecar.store.records import NO_ROOM_BYTES, NoRoom, StoreError
 from epochfs.sidecar.store.schema import (
     SCHEMA_VERSION,
     SEEN_INDEX,
@@ -99,6 +99,15 @@ def _file_id(path: Path) -> tuple[int, int] | None:
     return st.st_dev, st.st_ino
 
 
+def _free_bytes(folder: Path) -> int | None:
+    """Bytes an unprivileged writer may still use on ``folder``'s volume (None: unknown)."""
+    try:
+        st = os.statvfs(folder)
+    except OSError:
+        return None
+    return st.f_bavail * st.f_frsize
+
+
 class Index:
     """One connection to ``index.sqlite`` with its lock. Thread-safe within a process."""
 
@@ -115,6 +124,10 @@ class Index:
             if self._version() != SCHEMA_VERSION:
                 self._prepare(migrate=migrate)
         except sqlite3.DatabaseError as e:
+            free = _free_bytes(path.parent)
+            if free is not None and free < NO_ROOM_BYTES and not is_corruption(e):
+                raise NoRoom(f"{path}: the cache's volume is full ({free} bytes free), so the "
+                             f"index cannot be opened ({e}); waiting for room") from e
             self._corrupted(e)
             raise StoreError(f"{path}: {e}") from e
         # What this connection opened: a file put in its place, or a write-ahead log deleted

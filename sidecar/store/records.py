@@ -17,6 +17,16 @@ class StoreError(Exception):
     """A cache folder that cannot be used (not a folder, corrupt index, wrong schema)."""
 
 
+class NoRoom(StoreError):
+    """The index could not be opened because the cache's volume is full: no damage and no bad
+    setting, a wait (the commands exit ``EXIT_RETRY``; the supervisor waits for room)."""
+
+
+NO_ROOM_BYTES = 1 << 20
+"""Free bytes under which a failed open of the index is the volume's fullness: SQLite must create
+its shared-memory file (32 KiB) and write-ahead log to open the index at all."""
+
+
 MAX_WINDOW = 1 << 62
 """The most keys an epoch's window counts: more than any catalog holds, and within SQLite's
 64-bit integers (the window's size is written to the index with the epoch)."""

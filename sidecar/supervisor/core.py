@@ -32,7 +32,7 @@ from epochfs.sidecar.config import (
     SidecarSettings,
 )
 from epochfs.sidecar.signals import set_from_handler
-from epochfs.sidecar.store import Store, StoreError
+from epochfs.sidecar.store import NoRoom, Store, StoreError
 from epochfs.sidecar.supervisor.children import Child
 from epochfs.sidecar.supervisor.health import HealthChecks
 from epochfs.sidecar.supervisor.observability import STATE_FILE_NAME, Observability, load_reporter
@@ -128,6 +128,28 @@ class Supervisor(HealthChecks, Observability):
                 self._unmount_link_root()
         os._exit(128 + signum)
 
+    NO_ROOM_LOG_EVERY = 60.0
+    """Seconds between the lines of a start waiting for room on the cache's volume."""
+
+    def _open_store(self) -> Store:
+        """The cache's index, waiting while the volume is too full to open it (another tenant
+        filled the node volume before this start): the start goes on once there is room, where an
+        exit would be a crash loop of the whole container. SIGTERM meanwhile ends the process
+        (its handlers are not installed yet). A cache that cannot be used otherwise is a bad
+        setting (exit 2)."""
+        logged = -self.NO_ROOM_LOG_EVERY
+        while True:
+            try:
+                return Store(self.cache, create=True)
+            except NoRoom as e:
+                if time.monotonic() - logged >= self.NO_ROOM_LOG_EVERY:
+                    log.warning("%s", e)
+                    logged = time.monotonic()
+                if self._stop.wait(1.0):
+                    raise config.RetryLater(str(e)) from None
+            except StoreError as e:
+                raise ConfigError(f"--cache: {e}") from None
+
     # ------------------------------------------------------------------ the loop
     def run(self) -> int:
         """Check, start, supervise until a signal, stop cleanly. Returns the exit status."""
@@ -135,10 +157,7 @@ class Supervisor(HealthChecks, Observability):
             self._check_folder()
         else:
             mounting.check_mount_point(self.mount)  # dead mounts are detached, others refused
-        try:
-            self._store = Store(self.cache, create=True)
-        except StoreError as e:
-            raise ConfigError(f"--cache: {e}") from None
+        self._store = self._open_store()
         previous = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGINT)}
         for s in previous:
             signal.signal(s, self._on_signal)
