@@ -634,7 +634,7 @@ def test_ephemeral_storage_request_follows_a_node_disk_cache(
     for case in ("hostpath", "ephemeral-pvc"):  # the cache is not ephemeral storage
         assert "ephemeral-storage" not in requests(rendered[case]), case
     cases: dict[str, tuple[dict[str, Any], str | None]] = {
-        "memory": ({"cache": {"volume": {"medium": "Memory", "size": "4Gi"}}}, None),
+        "memory": ({"cache": {"volume": {"medium": "Memory", "size": "1Gi"}}}, None),
         "off": ({"cache": {"volume": {"requestEphemeralStorage": False}}}, None),
         "big": ({"cache": {"volume": {"size": "1500Gi"}}}, "1500Gi"),
         "own-request": ({"sidecar": {"resources": {"requests": {"ephemeral-storage": "30Gi"}}}}, "30Gi"),

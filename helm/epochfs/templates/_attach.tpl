@@ -94,6 +94,8 @@ Every one takes ARG, either
 {{- else if ne (toString $ctx.Values.sidecar.view) "fuse" -}}
 {{- fail (printf "sidecar.view: %q is not one of fuse, folder" (toString $ctx.Values.sidecar.view)) -}}
 {{- end -}}
+{{- include "epochfs.checkCache" $ctx -}}
+{{- include "epochfs.checkPaths" $ctx -}}
 {{- if and (hasKey $opts "shardIndex") (hasKey $opts "shardIndexFieldPath") -}}
 {{- fail "epochfs: give shardIndex or shardIndexFieldPath, not both" -}}
 {{- end -}}
@@ -262,7 +264,12 @@ Every one takes ARG, either
 {{/* The trainer's command (option "command"). With sidecar.native=false it is wrapped in /bin/sh
      (the trainer image needs one): wait for the view, run the command (the container's args
      follow it), then leave the file that tells the sidecar to stop; the exit code is the
-     trainer's. */}}
+     trainer's. The shell is the container's PID 1, which the kernel hands only the signals it
+     has a handler for: it traps the pod's SIGTERM (and SIGINT) and forwards SIGTERM to the
+     trainer (a background job of a shell without job control ignores SIGINT), then waits for the
+     trainer to its end (a trapped signal interrupts `wait`). While it waits for the view, the
+     sidecar's exit record (sidecar-exited, its status) ends the wait with that status: a sidecar
+     that stopped before mounting (a refused setting) never mounts it. */}}
 {{- define "epochfs.trainerCommand" -}}
 {{- $ctx := .context -}}
 {{- $command := default (list) .command -}}
@@ -274,10 +281,25 @@ Every one takes ARG, either
 {{- end -}}
 - /bin/sh
 - -c
+{{- $control := include "epochfs.controlDir" $ctx }}
 - >-
-  until [ -e "$EPOCHFS_MOUNT/.epochfs/status.json" ]; do sleep 1; done;
-  trap 'touch {{ include "epochfs.controlDir" $ctx }}/trainer-exited' EXIT;
-  "$@"
+  pid=;
+  stop() { if [ -n "$pid" ]; then kill -TERM $pid 2>/dev/null; else exit 143; fi; };
+  trap stop TERM INT;
+  until [ -e "$EPOCHFS_MOUNT/.epochfs/status.json" ]; do
+  if [ -e {{ $control }}/sidecar-exited ]; then
+  rc=$(cat {{ $control }}/sidecar-exited);
+  echo "epochfs: the sidecar exited with status $rc before it mounted the view at $EPOCHFS_MOUNT; its log says why: kubectl logs <this pod> -c epochfs" >&2;
+  [ "$rc" -gt 0 ] 2>/dev/null || rc=1;
+  exit $rc;
+  fi;
+  sleep 1;
+  done;
+  trap 'touch {{ $control }}/trainer-exited' EXIT;
+  "$@" & pid=$!;
+  wait $pid; rc=$?;
+  while kill -0 $pid 2>/dev/null; do wait $pid; rc=$?; done;
+  exit $rc
 - epochfs-trainer
 {{ toYaml $command }}
 {{- end -}}

@@ -84,7 +84,7 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 {{- if .Values.cache.capacity -}}
 {{- .Values.cache.capacity -}}
 {{- else -}}
-{{- div (mul (include "epochfs.bytes" .Values.cache.volume.size | atoi) 9) 10 -}}
+{{- include "epochfs.ninetyPercent" (include "epochfs.bytes" .Values.cache.volume.size | atoi) -}}
 {{- end -}}
 {{- end -}}
 
@@ -169,4 +169,14 @@ metricRelabelings:
 {{- $out := list -}}
 {{- range $k, $v := . }}{{ $out = append $out (printf "%s=%s" $k $v) }}{{ end -}}
 {{- join ", " $out -}}
+{{- end -}}
+
+{{/* "true" when the `helm test` pod renders: it asks /readyz on the metrics port of the pods behind
+     the release's headless Service, the chart's Job or a parent's workload attached with the
+     named templates. Not for a webhook-only install (job.enabled=false, webhook.enabled): the
+     webhook injects pods in other namespaces, which that Service never selects, so the test
+     would always fail. */}}
+{{- define "epochfs.readyzTest" -}}
+{{- $v := .Values -}}
+{{- if and $v.tests.enabled $v.metrics.enabled (or $v.job.enabled (not $v.webhook.enabled)) }}true{{ end -}}
 {{- end -}}

@@ -28,11 +28,15 @@ include it in its own pods.
   # stops it (SIGTERM: stop sampling, unmount, exit 0) once the trainer has left its exit file.
   # One SIGTERM only: a second tells the sidecar to kill its children and exit 143 at once, and
   # the pod's SIGTERM can come in the same moment as the exit file. Waited for to its end (a
-  # trapped signal interrupts `wait`), so the shell exits with the sidecar's own status.
+  # trapped signal interrupts `wait`), so the shell exits with the sidecar's own status, which it
+  # leaves in sidecar-exited (written whole: a temporary file renamed) for the trainer's wrapper,
+  # which otherwise would wait for ever for a view a sidecar that stopped early never mounts. A
+  # record left by an earlier run of this container is removed first.
   command:
     - /bin/sh
     - -c
     - >-
+      rm -f {{ $control }}/sidecar-exited;
       epochfs sidecar & pid=$!;
       stop() { [ -n "$sent" ] || kill -TERM $pid 2>/dev/null; sent=1; };
       trap stop TERM INT;
@@ -40,6 +44,7 @@ include it in its own pods.
       stop;
       wait $pid; rc=$?;
       while kill -0 $pid 2>/dev/null; do wait $pid; rc=$?; done;
+      echo $rc > {{ $control }}/sidecar-exited.tmp && mv {{ $control }}/sidecar-exited.tmp {{ $control }}/sidecar-exited;
       exit $rc
   {{- end }}
   env:
@@ -208,9 +213,9 @@ include it in its own pods.
       mountPath: /tmp
       subPath: sidecar
     {{- if not $native }}
+    # Read-write: the wrapper leaves its exit record here.
     - name: epochfs-control
       mountPath: {{ $control }}
-      readOnly: true
     {{- end }}
     {{- if and $creds.secretName (eq $creds.mode "files") }}
     - name: epochfs-remote-credentials
