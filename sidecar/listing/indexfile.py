@@ -11,7 +11,9 @@ of keys)::
 
 The header carries the format version (a newer one is refused with a clear message); the trailer
 proves the file is whole: a truncated index is an error, never a listing that ends early (its end
-would drop every key it did not reach). Records are written shuffled (:mod:`.indexorder`: every
+would drop every key it did not reach). A record that cannot be read (:func:`.records.read_record`) is
+skipped, counted and logged with its line (:class:`.records.Unreadable`), and still counts for the
+trailer; a blank line is no record. Records are written shuffled (:mod:`.indexorder`: every
 prefix a uniform sample, so a sidecar's first epochs are fair while it reads), file/folder clashes
 left out by the writer; an index in key order (``"sorted": true``, earlier versions) has its
 clashes found by the reader, as in a listing. The URL is any fsspec URL (``file://``,
@@ -28,7 +30,6 @@ its last written page (:func:`write_index`).
 
 from __future__ import annotations
 
-import base64
 import contextlib
 import gzip
 import json
@@ -44,6 +45,7 @@ from typing import IO, Any
 from epochfs.sidecar.listing.filter import CatalogReport
 from epochfs.sidecar.listing.indexorder import write_shuffled
 from epochfs.sidecar.listing.lister import Lister
+from epochfs.sidecar.listing.records import BadRecord, Unreadable, json_object, read_record
 from epochfs.sidecar.listing.retry import while_throttled
 from epochfs.sidecar.listing.sinks import IndexSink, object_record
 from epochfs.sidecar.listing.sources import PAGE, Page, PagedSource, Source, Span, source_for
@@ -55,6 +57,8 @@ from epochfs.sidecar.remote.urls import same_remote
 log = logging.getLogger("epochfs.catalog")
 
 FORMAT_VERSION = 1
+HEAD_LIMIT = 4096
+"""Bytes of a file's first line read to tell an epochfs index from a plain key list."""
 HEADER_RETRY = (0.5, 30.0)
 """First and longest bound of the full-jitter pause before a throttled header read is tried again."""
 INDEX_RETRY = (0.5, 30.0)
@@ -71,13 +75,20 @@ def open_stream(url: str, *, endpoint_url: str | None = None) -> contextlib.Abst
 
 
 def is_index(url: str, *, endpoint_url: str | None = None) -> bool:
-    """True when ``url`` holds an epochfs index (its first line is the header)."""
+    """True when ``url`` holds an epochfs index: its first line (read up to ``HEAD_LIMIT`` bytes,
+    so a plain key list with a long first line costs no more) is a JSON object with an
+    ``epochfs_index`` key, wherever that key is in it (a header written with sorted keys starts
+    with another)."""
     try:
         with open_stream(url, endpoint_url=endpoint_url) as f:
-            head = f.readline(4096)
+            head = f.readline(HEAD_LIMIT)
     except (RemoteError, OSError):
         return False
-    return head.startswith(b'{"epochfs_index"')
+    try:
+        header = json.loads(head)
+    except ValueError:  # not JSON, or not UTF-8 (UnicodeDecodeError is a ValueError)
+        return False
+    return isinstance(header, dict) and "epochfs_index" in header
 
 
 class IndexSource:
@@ -93,6 +104,7 @@ class IndexSource:
         self.name = "index:" + redact(url)
         self.endpoint_url = endpoint_url
         self.page = page
+        self.unreadable = Unreadable(f"index {redact(url)}")
         self.sorted_listing = True
         self.shuffled = False
         self.header = header if header is not None else self._read_header(stop, rng or random.Random())
@@ -128,32 +140,51 @@ class IndexSource:
         return [Span("", "", None)]
 
     def pages(self, span: Span, after: str) -> Iterator[Page]:
-        skip = consumed = int(after or 0)
+        """The records after the first ``after`` lines past the header (the resume point: lines,
+        so a blank line, which is no record, resumes in the same place). A record that cannot be
+        read is skipped and counted (:class:`Unreadable`), and still counts as a record for the
+        trailer, which counts what the writer wrote: a lost record is still found."""
+        skip = int(after or 0)
+        where = self.unreadable.name
+        records = skipped = first = in_page = 0
         batch: list[RemoteObject] = []
         with open_stream(self.url, endpoint_url=self.endpoint_url) as f:
             self._header(f.readline())
             for i, line in enumerate(f):
-                record = json.loads(line)
-                if "end" in record:
-                    if int(record.get("count", -1)) != consumed:
-                        raise RemoteError(f"{redact(self.url)}: the trailer counts {record.get('count')} "
-                                          f"key(s), the file holds {consumed}: write the index again")
-                    yield Page(batch, str(consumed), True)
+                number = i + 2  # the file's line number: the header is line 1
+                if not line.strip():
+                    continue  # not a record (a hand-edited index's blank line): nothing lost
+                record = json_object(line)
+                if isinstance(record, dict) and "end" in record:
+                    self._check_trailer(record, records, number)
+                    if skipped:
+                        Unreadable.report(where, skipped, f"line {first}")
+                    yield Page(batch, str(i + 1), True, in_page)
                     return
+                records += 1
                 if i < skip:
                     continue  # resumed: committed before the restart
-                batch.append(record_object(record))
-                consumed += 1
+                try:
+                    batch.append(read_record(record))
+                except BadRecord as e:
+                    skipped += 1
+                    in_page += 1
+                    first = first or number
+                    self.unreadable.skip(f"{where} line {number}", str(e))
                 if len(batch) >= self.page:
-                    yield Page(batch, str(consumed), False)
-                    batch = []
+                    yield Page(batch, str(i + 1), False, in_page)
+                    batch, in_page = [], 0
         raise RemoteError(f"{redact(self.url)} ends without its trailer: the index is truncated "
                           "(write it again); the listing is not finished from it")
 
-
-def record_object(record: dict[str, Any]) -> RemoteObject:
-    key: str | bytes = record["k"] if "k" in record else base64.b64decode(record["kb"])
-    return RemoteObject(key, int(record.get("s", 0)), str(record.get("v", "")))
+    def _check_trailer(self, trailer: dict[str, Any], records: int, number: int) -> None:
+        count = trailer.get("count")
+        if type(count) is not int:
+            raise RemoteError(f"{redact(self.url)} line {number}: the trailer's count {count!r} is not a "
+                              "number: the index cannot be proven whole (write it again)")
+        if count != records:
+            raise RemoteError(f"{redact(self.url)} line {number}: the trailer counts {count} record(s), "
+                              f"the file holds {records}: write the index again")
 
 
 def listing_source(settings: Any, remote: Remote, *, stop: threading.Event | None = None,

@@ -312,7 +312,7 @@ class Lister:
             if finder is None and self.source.sorted_listing:
                 finder = finders[part.part] = ClashFinder()
             out = filt.page(page.objects, finder)
-            rows = PageRows(part, out.rows, out.skips, out.clashes, cut_from, out.excluded)
+            rows = PageRows(part, out.rows, out.skips + page.skips, out.clashes, cut_from, out.excluded)
         else:  # every object as listed: the sink's readers filter (an index file)
             rows = PageRows(part, [], 0, [], cut_from)
             with self._tally:

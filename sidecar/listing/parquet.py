@@ -37,6 +37,10 @@ class Row(NamedTuple):
     size: int
     etag: str
     current: bool
+    problem: str = ""
+    """Why the row cannot be read ("" when it can; its size is 0 when it cannot): no key, no
+    size, or a size that is not a whole number of bytes. A row passed over anyway (an older version, a delete
+    marker, which has no size) is not looked into."""
 
 
 def require_pyarrow(url: str) -> None:
@@ -61,6 +65,9 @@ def parquet_rows(url: str, skip: int, *, endpoint_url: str | None = None) -> Ite
         names = set(pf.schema_arrow.names)
         if "key" not in names:
             raise RemoteError(f"{redact(url)}: the inventory has no key column")
+        if "size" not in names:  # every object would be refused at its fetch (size 0)
+            raise RemoteError(f"{redact(url)}: the inventory has no size column (add Size to the "
+                              "inventory's optional fields)")
         columns = [c for c in COLUMNS if c in names]
         meta, first, before = pf.metadata, 0, 0
         while first < meta.num_row_groups and before + meta.row_group(first).num_rows <= skip:
@@ -78,9 +85,21 @@ def parquet_rows(url: str, skip: int, *, endpoint_url: str | None = None) -> Ite
             for i in range(drop, n):
                 raw = keys[i] or b""
                 latest, marker = cols["is_latest"][i], cols["is_delete_marker"][i]
-                yield Row(raw.decode("utf-8", "surrogateescape"), int(cols["size"][i] or 0),
-                          str(cols["e_tag"][i] or ""), latest is not False and not marker)
+                size, problem = _size(cols["size"][i])
+                if keys[i] is None:
+                    problem = "no key"
+                yield Row(raw.decode("utf-8", "surrogateescape"), size, str(cols["e_tag"][i] or ""),
+                          latest is not False and not marker, problem)
             drop = max(0, drop - n)
+
+
+def _size(value: object) -> tuple[int, str]:
+    """A row's size column: (bytes, "") or (0, why it is not a whole number of bytes)."""
+    if value is None:
+        return 0, "no size"
+    if type(value) is not int or value < 0:
+        return 0, f"size {value!r} is not a whole number of bytes"
+    return value, ""
 
 
 __all__ = ["EXTRA", "Row", "parquet_rows", "require_pyarrow"]

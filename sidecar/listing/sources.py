@@ -113,6 +113,9 @@ class Page:
     """Resume point after this page (the source's own notion)."""
     done: bool
     """The span has no more pages."""
+    skips: int = 0
+    """Records of this page the source could not read (an index's or an inventory's; it logged
+    them): counted in the catalog's skips with the page, as the filter's are."""
 
 
 class Source(Protocol):
