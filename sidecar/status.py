@@ -198,7 +198,8 @@ def render(stats: dict[str, Any], rate_values: dict[str, float] | None = None) -
     elif listing.get("warning"):
         lines.append(f"listing: complete; WARNING: {listing['warning']}")
     elif listing.get("complete"):
-        lines.append("listing: complete (epochs sample the whole dataset)")
+        lines.append("listing: complete (epochs sample the whole dataset)"
+                     + ("; listing it again now" if listing.get("relisting") else ""))
     if listing.get("excluded") and not listing.get("warning"):
         lines.append(f"listing: {int(listing['excluded']):,} key(s) left out by --include/--exclude")
     if "served_samples_total" in stats:

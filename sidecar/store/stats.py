@@ -95,10 +95,14 @@ def listing_known(db: sqlite3.Connection, catalog: int, *, excluded: int | None 
     if excluded is None:  # read_stats has every counter already
         row = db.execute("SELECT value FROM counters WHERE name='listing_excluded'").fetchone()
         excluded = int(row[0]) if row is not None else 0
-    if not running:
-        complete = _meta(db, Meta.LISTING_COMPLETE) is not None
+    complete = _meta(db, Meta.LISTING_COMPLETE) is not None
+    if not running or complete:
+        # A relist runs over a catalog that was complete: the epochs sample the whole dataset
+        # as it was listed, not the part the relist has reached (``relisting`` says it runs).
         known: dict[str, Any] = {"complete": complete, "covered": 1.0 if complete else 0.0,
                                  "estimated_objects": catalog if complete else None}
+        if running:
+            known["relisting"] = True
         if excluded:
             known["excluded"] = excluded
         if complete and catalog == 0:
