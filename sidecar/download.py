@@ -301,41 +301,52 @@ class Downloader:
         first = self.remote.part_size(cand.key, 1) if multipart is not None else None
         if multipart is not None and first is not None:
             if first <= 0 < cand.size:
-                self._no_part_sizes(cand, first)
+                self._no_part_sizes(cand, f"answers HEAD ?partNumber=1 with Content-Length {first} "
+                                          "(a proxy between here and the store that drops HEAD lengths?)")
                 return SIZE_ONLY
-            self._verify_parts(cand, temp, multipart, self.remote, first)
+            why = self._verify_parts(cand, temp, multipart, self.remote, first)
+            if why is not None:
+                self._no_part_sizes(cand, why)
+                return SIZE_ONLY
             return checksums.ETAG_MULTIPART
         return SIZE_ONLY
 
-    def _no_part_sizes(self, cand: Candidate, first: int) -> None:
-        """The remote says a part of a non-empty multipart object is ``first`` bytes: the sizes of
-        its parts cannot be had (a proxy that answers HEAD with ``Content-Length: 0``), so no
-        body could ever hash to its ETag. Such objects are admitted checked by their size, as
-        a remote without checksums gives them (the manifest says ``size-only``), with one WARNING
+    def _no_part_sizes(self, cand: Candidate, why: str) -> None:
+        """The sizes of a multipart object's parts cannot be had (``why``), so no body could be
+        hashed into its ETag. Such objects are admitted checked by their size, as a remote
+        without checksums gives them (the manifest says ``size-only``), with one WARNING a run
         naming the cause: failed as Transient, each would be retried and skipped, never cached."""
         if not self._warned_part_sizes:
             self._warned_part_sizes = True
-            log.warning("the remote answers HEAD ?partNumber=1 of %r (%d bytes, multipart ETag) with "
-                        "Content-Length %d: the parts' sizes cannot be had (a proxy between here and "
-                        "the store that drops HEAD lengths?), so multipart ETags cannot be checked; "
-                        "such objects are admitted checked by size only (manifest: size-only)",
-                        cand.key, cand.size, first)
+            log.warning("the remote %s: the parts' sizes of %r (%d bytes, multipart ETag) cannot be "
+                        "had, so its multipart ETag cannot be checked; such objects are admitted "
+                        "checked by size only (manifest: size-only)", why, cand.key, cand.size)
 
     @staticmethod
     def _verify_parts(cand: Candidate, temp: Path, multipart: tuple[str, int], remote: Remote,
-                      first: int) -> None:
+                      first: int) -> str | None:
         """Re-hash the written file part by part into the multipart ETag: with the parts the same
-        size as the first (one HEAD), else with every part's size asked (one HEAD each)."""
+        size as the first (one HEAD), else with every part's size asked (one HEAD each, up to
+        :data:`~.checksums.MAX_PART_HEADS`). None when it matches; why not, when the parts'
+        sizes cannot be had (more parts of uneven sizes than are asked; sizes that do not add up
+        to the object's, as from a store that ignores ``partNumber``): an object that could not
+        be checked is no corrupt one. :class:`Transient` when sizes known to be the parts' do
+        not hash to the ETag (the body is wrong)."""
         tag, count = multipart
         wanted = f"{tag}-{count}"
         sizes = checksums.uniform_parts(cand.size, count, first)
         if sizes is not None and checksums.parts_etag(temp, sizes) == wanted:
-            return
+            return None
         if 1 < count <= checksums.MAX_PART_HEADS:
             asked = [remote.part_size(cand.key, i) for i in range(1, count + 1)]
-            sizes = [size or 0 for size in asked]
-            if None not in asked and sum(sizes) == cand.size and checksums.parts_etag(temp, sizes) == wanted:
-                return
+            known = [size for size in asked if size is not None]
+            if len(known) < count or sum(known) != cand.size:
+                return "gives part sizes that do not add up to the object's (it ignores partNumber?)"
+            if checksums.parts_etag(temp, known) == wanted:
+                return None
+        elif sizes is None:
+            return (f"stores {count} parts of uneven sizes, more than the {checksums.MAX_PART_HEADS} "
+                    "whose sizes are asked")
         raise Transient(f"the parts of the body do not hash to the multipart ETag {wanted}")
 
     def _buffer(self) -> memoryview:
