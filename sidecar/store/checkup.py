@@ -200,8 +200,8 @@ class Background:
 
     def __init__(self, handle: IndexHandle, stop: threading.Event, *, every: float = EVERY,
                  duty: float = DUTY, after: Callable[[threading.Event], object] | None = None) -> None:
-        """``after``: run once each full check passes (the store's scan of the object files,
-        :mod:`.objectscan`), on this thread."""
+        """``after``: run on this thread when it starts and once each full check passes (the
+        store's scan of the object files, :mod:`.objectscan`)."""
         if not 0 < duty <= 1:
             raise ValueError("duty must be in (0, 1]")
         self.handle = handle
@@ -234,6 +234,9 @@ class Background:
         return max(0.0, last + self.every - time.time())
 
     def _run(self) -> None:
+        # Once at the start too: recovery checks only the journal's names, so a file deleted while
+        # the sampler was stopped would wait for the first full check, up to EVERY seconds away.
+        self._after()
         while not self.stop.wait(self._due_in()):
             started = time.time()
             try:
@@ -251,11 +254,16 @@ class Background:
                 return
             log.info("index: background full check ok in %.1fs", time.time() - started)
             record(self.handle.get(), started, "ok")
-            if self.after is not None:
-                try:
-                    self.after(self.stop)
-                except Exception as e:  # busy, unreadable: the next round tries again
-                    log.warning("background object scan failed: %s", e)
+            self._after()
+
+    def _after(self) -> None:
+        """The ``after`` duty (the object scan), its failure logged: the next round tries again."""
+        if self.after is None or self.stop.is_set():
+            return
+        try:
+            self.after(self.stop)
+        except Exception as e:  # busy, unreadable
+            log.warning("background object scan failed: %s", e)
 
     def check(self) -> str | None:
         """One paced full check on a read-only connection: "ok", the damage, or None if stopped.

@@ -3,7 +3,8 @@
 Start-up recovery checks only the names in the recovery journal (:mod:`.journal`), the window a
 crash can leave. A file deleted by hand, or lost by a volume that dropped writes, is outside that
 window; this scan finds it. The sampler's background index check (:class:`.checkup.Background`) runs
-it after each full check of the index passes (every 6 hours), paced to :data:`.checkup.DUTY` of one
+it when the sampler starts (a file deleted while it was stopped) and after each full check of the
+index passes (every 6 hours), paced to :data:`.checkup.DUTY` of one
 core (a ``stat`` per sample and a listing of ``objects/``: metadata only; the scrub reads bytes):
 
 * a sample whose object is missing or has another size is taken out as the scrub takes out a
