@@ -22,6 +22,7 @@ import sqlite3
 import time
 from pathlib import Path
 
+from epochfs.sidecar.config import ConfigError, format_size
 from epochfs.sidecar.store.objects import TMP_DIR
 
 log = logging.getLogger("epochfs.sampler")
@@ -80,6 +81,25 @@ class DiskSpace:
         """The most the cache could ever hold on this volume, even empty: an object bigger than
         this never fits, so waiting for room for it would stop sampling for good."""
         return max(0, min(self.capacity, self.fs_bytes - self.margin))
+
+    def check_schedule_fits(self) -> None:
+        """Schedule mode: refuse (:class:`ConfigError`, exit 2) a --capacity the volume could never
+        hold, even empty.
+
+        Every node cuts epoch N from the same window of the shared order, trimmed to the epoch
+        budget that --capacity gives, which is what makes the epochs the same on every node. A
+        node that planned within its smaller volume instead would trim other windows and cut other
+        epochs than the rest, silently; one that kept the budget would wait for a window that
+        never fits, and epoch 0 would never be cut."""
+        if self.largest() >= self.capacity:
+            return
+        raise ConfigError(
+            f"--capacity: {format_size(self.capacity)} is more than the cache's filesystem can hold "
+            f"({format_size(self.largest())}: a {format_size(self.fs_bytes)} filesystem, "
+            f"{format_size(self.margin)} kept free for the index); --schedule cuts every node's "
+            "windows from --capacity, so that the epochs are the same on every node: lower "
+            f"--capacity to at most {format_size(self.largest())} (the same on every node) or give "
+            "the cache a larger volume")
 
     def effective_capacity(self, cached: int) -> int:
         """The budget the sampler can fill; ``cached`` is the bytes of its admitted samples.

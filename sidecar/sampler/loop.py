@@ -100,6 +100,8 @@ class Sampler:
         self._window_logged = float("-inf")
         process_metrics().set_fetch_window(self.window.size)
         self.disk = DiskSpace(Path(settings.cache), settings.capacity)
+        if settings.schedule is not None:
+            self.disk.check_schedule_fits()
         self.room = Room(store=store, reservations=self.reservations, disk=self.disk,
                          settings=settings, write=self._write)
         self.admitter = Admitter(reservations=self.reservations, on_batch=self._admitted,
@@ -109,6 +111,8 @@ class Sampler:
         self._listing: Callable[[], bool] = listing or (lambda: False)
         self._refetch: queue.SimpleQueue[Candidate] = queue.SimpleQueue()
         """Keys of damaged objects the scrub evicted, to fetch again first."""
+        self._repairs: set[str] = set()
+        """Keys handed over for a repair in place, until their download lands or is skipped."""
         self.scrubber = (Scrubber(store=store, rate=settings.scrub_rate, stop=stop,
                                   on_damaged=self._refetch.put)
                          if settings.scrub_rate > 0 else None)
@@ -156,12 +160,37 @@ class Sampler:
                 or self.admitter.holds(key))
 
     def _next_candidate(self) -> Candidate | None:
-        while True:  # damaged objects the scrub evicted go first, like keys kept through an outage
-            try:
-                self.breaker.keep(self._refetch.get_nowait())
-            except queue.Empty:
-                break
+        self._take_repairs()
         return self.breaker.next_kept(self._busy) or self.order.next()
+
+    def _take_repairs(self) -> None:
+        """Damaged objects to fetch again go first, like keys kept through an outage."""
+        while True:
+            try:
+                cand = self._refetch.get_nowait()
+            except queue.Empty:
+                return
+            self._repairs.add(cand.key)
+            self.breaker.keep(cand)
+
+    def _start_repairs(self) -> None:
+        """No room for the next download: start the kept repairs in place, which need none.
+
+        The candidate that found no room is tried again first, so without this a full cache that
+        live epochs pin (waiting for a cut) would never get to the repairs behind it."""
+        self._take_repairs()
+        others: list[Candidate] = []
+        while len(self._inflight) < self.window.size:
+            cand = self.breaker.next_kept(self._busy)
+            if cand is None:
+                break
+            if cand.key in self._repairs and self.room.reserve_repair(cand):
+                self._inflight[cand.key] = cand
+                self._tasks.put(cand)
+            else:
+                others.append(cand)
+        for cand in others:
+            self.breaker.keep(cand)
 
     # ------------------------------------------------------------------ the loop
     def run(self) -> None:
@@ -216,10 +245,13 @@ class Sampler:
             if self.room.skip_unfittable(cand):
                 self.rates.skipped += 1
                 continue
-            if not self.room.reserve(cand, lookahead=self.order.lookahead):
-                self.room.full(waiting_on_own=bool(self._inflight) or self.admitter.busy())
-                return cand
-            self.room.set_backpressure(None)
+            if not (cand.key in self._repairs and self.room.reserve_repair(cand)):  # (takes no room)
+                if not self.room.reserve(cand, lookahead=self.order.lookahead):
+                    self._start_repairs()
+                    self.room.full(waiting_on_own=bool(self._inflight) or self.admitter.busy(),
+                                   target=self.order.window_target())
+                    return cand
+                self.room.set_backpressure(None)
             self._inflight[cand.key] = cand
             self._tasks.put(cand)
         return None
@@ -245,7 +277,7 @@ class Sampler:
             key = item.candidate.key
             if not item.released and self._inflight.get(key) is item.candidate:  # a worker's
                 del self._inflight[key]
-                self.reservations.release(item.candidate.size)
+                self.room.release(item.candidate)
             if key not in self._inflight:  # (else a new download of it runs: not fetched twice)
                 self.breaker.keep(item.candidate)  # fetched again once there is room
             self.disk.filled(item.error)
@@ -253,13 +285,17 @@ class Sampler:
         cand = item.candidate
         self._inflight.pop(cand.key, None)
         if item.admission is not None:
-            self.admitter.hand_over(item.admission)
+            if self.room.unreserved(cand):
+                self._admit_repair(cand, item.admission)
+            else:
+                self.admitter.hand_over(item.admission)
+            self._repairs.discard(cand.key)
             self.breaker.succeeded()
             self.deferred.fetched(cand.key)
             if self.window.succeeded():
                 process_metrics().set_fetch_window(self.window.size)
             return
-        self.reservations.release(cand.size)
+        self.room.release(cand)
         if item.cancelled:
             return
         if item.throttled:
@@ -276,7 +312,24 @@ class Sampler:
             self.breaker.succeeded()
         log.warning("skipping %r: %s", cand.key, item.error)
         self._write(lambda: self.store.mark_skipped(cand.key, failed=True))
+        self._repairs.discard(cand.key)
         self.rates.skipped += 1
+
+    def _admit_repair(self, cand: Candidate, admission: Admission) -> None:
+        """Admit a repair in place that reserved nothing, on this thread (:meth:`Room.admit_repair`):
+        a full disk keeps the key for later, as the admitter does; another failure ends the loop."""
+        try:
+            if self.room.admit_repair(cand, admission):
+                self.rates.samples += 1
+                self.rates.nbytes += admission.size
+        except Exception as e:
+            if not is_disk_full(e):
+                self._fatal = self._fatal or (LocalWriteError(f"admitting the repair of {cand.key!r}: {e}")
+                                              if isinstance(e, OSError) else e)
+                return
+            self.disk.filled(e)
+            self.breaker.keep(cand)
+            self._repairs.add(cand.key)
 
     def _throttled(self, cand: Candidate, error: str | None) -> None:
         """The store throttled ``cand``'s GET: never skipped, fetched again after a full-jitter
@@ -381,11 +434,13 @@ class Sampler:
             was_inflight = self._inflight.pop(item.candidate.key, None) is not None
             if isinstance(item, DiskFull):
                 if was_inflight:  # the admitter released its own
-                    self.reservations.release(item.candidate.size)
+                    self.room.release(item.candidate)
+            elif item.admission is not None and self.room.unreserved(item.candidate):
+                self._admit_repair(item.candidate, item.admission)
             elif item.admission is not None:
                 self.admitter.hand_over(item.admission)
             else:
-                self.reservations.release(item.candidate.size)
+                self.room.release(item.candidate)
         try:
             self.admitter.finish()
             if self.scrubber is not None:
@@ -397,7 +452,7 @@ class Sampler:
                 with contextlib.suppress(FileNotFoundError):
                     os.unlink(temp)
             for cand in self._inflight.values():
-                self.reservations.release(cand.size)
+                self.room.release(cand)
             self._inflight.clear()
             with contextlib.suppress(Exception):
                 self.reservations.publish()

@@ -5,12 +5,19 @@ cache's total as the reservations keep it (:class:`Reservations`, which read the
 again after each look at the store) and the disk's free space as :class:`DiskSpace` last measured
 it (once a second); the capacity is written to the store only when the disk moves it by more than
 1%, and the backpressure only when its reason changes.
+
+A repair in place takes no room (:meth:`Room.reserve_repair`): its bytes are counted already. In
+schedule mode the capacity is never recorded lower (every node's windows come from --capacity),
+and a window that can never be cached beside the kept epochs is named in the backpressure reason
+(:meth:`Room.full`).
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import logging
+import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -18,7 +25,7 @@ from typing import Any
 from epochfs.sidecar.config import SamplerSettings, format_size
 from epochfs.sidecar.reservations import Reservations
 from epochfs.sidecar.sampler.diskspace import DiskSpace
-from epochfs.sidecar.store import Candidate, Store
+from epochfs.sidecar.store import Admission, Candidate, Store
 
 log = logging.getLogger("epochfs.sampler")
 
@@ -50,6 +57,11 @@ class Room:
         self.settings = settings
         self._write = write
         self._recorded_capacity = settings.capacity
+        self._schedule_warned = False
+        self._stuck_logged: set[int] = set()
+        """Schedule mode: the epochs whose stuck window was logged (:meth:`_window_stuck`)."""
+        self._unreserved: set[str] = set()
+        """Keys in flight with no reservation: repairs in place (:meth:`reserve_repair`)."""
         self.backpressure: str | None = None
         """Why the loop waits for room (:data:`CACHE_FULL`, :data:`DISK_FULL`), None while it
         does not."""
@@ -69,6 +81,62 @@ class Room:
             self._record_capacity(self.reservations.capacity)
         return bool(ok)
 
+    def reserve_repair(self, cand: Candidate) -> bool:
+        """Start ``cand`` with no reservation if it is the download of a sample waiting for its
+        repair in place (True), rather than with room for its size.
+
+        The cache's total already counts the sample's bytes, and its admission renames the
+        download over the damaged file and adds nothing to that total (a download of other bytes
+        is refused and adds nothing either): reserving its size as a new sample would make it wait
+        in backpressure for as long as live epochs pin a full cache, the sampler's steady state,
+        while the damaged bytes are served. Its temp file still takes room on the disk until it
+        lands, so it goes this way only while the volume's free space holds it beside half the
+        margin kept free for the index; otherwise it reserves like any download (and the room it
+        waits for is the disk's)."""
+        if not self.store.awaits_repair(cand.key) or cand.size + self.disk.margin // 2 > self.disk.free():
+            return False
+        self._unreserved.add(cand.key)
+        return True
+
+    def unreserved(self, cand: Candidate) -> bool:
+        """Whether ``cand``'s download landed with no reservation (:meth:`reserve_repair`): its
+        admission is :meth:`admit_repair`, not the admitter's. Asked once, when it lands."""
+        if cand.key not in self._unreserved:
+            return False
+        self._unreserved.discard(cand.key)
+        return True
+
+    def release(self, cand: Candidate) -> None:
+        """Give back what ``cand``'s download reserved (a repair in place reserved nothing)."""
+        if cand.key in self._unreserved:
+            self._unreserved.discard(cand.key)
+        else:
+            self.reservations.release(cand.size)
+
+    def admit_repair(self, cand: Candidate, admission: Admission) -> bool:
+        """Admit the download of a repair in place that reserved nothing; False when it was dropped.
+
+        It adds nothing to the cache's total only while its sample still waits for the repair.
+        That is checked here, on the loop's thread, which makes every eviction, so none comes
+        between the check and the admission. A sample evicted since the download began would come
+        back as a new sample, with bytes no reservation made room for: the download is dropped (a
+        key the fetch order still wants is fetched again in its turn). A failed admission removes
+        the temp file and raises."""
+        try:
+            if not self.store.awaits_repair(cand.key):
+                log.info("dropping the repair download of %r: its sample is no longer in the cache",
+                         cand.key)
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(admission.temp)
+                return False
+            self.store.admit([admission])
+        except BaseException:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(admission.temp)
+            raise
+        self.reservations.reconcile()  # nothing added; read again rather than assumed
+        return True
+
     def skip_unfittable(self, cand: Candidate) -> bool:
         """Skip ``cand`` (counted, logged) when it is bigger than the cache could hold on this
         volume even empty; True if so.
@@ -86,15 +154,62 @@ class Room:
         self._write(lambda: self.store.mark_skipped(cand.key))
         return True
 
-    def full(self, *, waiting_on_own: bool) -> None:
+    def full(self, *, waiting_on_own: bool, target: int | None = None) -> None:
         """No room for the next download: backpressure, unless downloads of this loop are in flight
-        or being admitted (they will land, which is not the cache being full)."""
-        if not waiting_on_own:
-            self.set_backpressure(DISK_FULL if self.disk.limited else CACHE_FULL)
+        or being admitted (they will land, which is not the cache being full). ``target``: schedule
+        mode's epoch whose window the download was for (None: a look-ahead, or snapshot mode)."""
+        if waiting_on_own:
+            return
+        if self.disk.limited:
+            self.set_backpressure(DISK_FULL)
+            return
+        stuck = None if target is None else self._window_stuck(target)
+        self.set_backpressure(stuck or CACHE_FULL)
+
+    def _window_stuck(self, target: int) -> str | None:
+        """Schedule mode: the reason to show when epoch ``target``'s window can never be cached.
+
+        Its download found no room after everything evictable was evicted, so the rest of the
+        window waits for an epoch to retire; but while no more epochs are live than --keep-epochs,
+        the next to retire goes only at the next cut, and that cut waits for the whole window. No
+        epoch would be cut again: said once per epoch as an ERROR with the ways out, and in the
+        status as the reason for the backpressure. (Live epochs beyond --keep-epochs retire once
+        out of their in-use window: that is a wait, not this.)"""
+        live = [e.epoch for e in self.store.epochs()]
+        if len(live) > self.settings.keep_epochs:
+            return None
+        kept = f"{live[0]}-{live[-1]}" if len(live) > 1 else (str(live[0]) if live else "none")
+        reason = f"{CACHE_FULL}: epoch {target}'s window cannot fit beside the kept epochs ({kept})"
+        if target not in self._stuck_logged:
+            self._stuck_logged.add(target)
+            log.error("schedule mode is stuck: epoch %d's window cannot be cached beside the kept "
+                      "epoch(s) %s, which pin %s of --capacity %s (--keep-epochs %d); none retires "
+                      "before epoch %d is cut, and that cut waits for the whole window, so no epoch "
+                      "is cut again. Raise --capacity or --headroom, lower the schedule's growth or "
+                      "--keep-epochs, or cut it now from what is cached with `epochfs cut --force`",
+                      target, kept, format_size(self.reservations.cache_bytes()),
+                      format_size(self.settings.capacity), self.settings.keep_epochs, target)
+        return reason
 
     def _record_capacity(self, capacity: int) -> None:
         """Tell the store when the disk bounds the cache below --capacity (or stops doing so), so
-        that epochs are cut to the budget that really exists and status shows it."""
+        that epochs are cut to the budget that really exists and status shows it.
+
+        Not in schedule mode: its windows are trimmed to the epoch budget that --capacity gives,
+        the same on every node; one recorded lower here would trim this node's windows otherwise
+        and cut other epochs than the rest (and the window the fetch order fills would not be
+        the one the cut waits for). A volume that could never hold --capacity is refused
+        at the start (:meth:`DiskSpace.check_schedule_fits`); one that is short of room for a
+        while (another tenant's files) pauses sampling as "disk full" until the room is back."""
+        if self.settings.schedule is not None:
+            if self.disk.limited and not self._schedule_warned:
+                self._schedule_warned = True
+                log.warning("--schedule keeps the epoch budget of --capacity (%s) so that every node "
+                            "cuts the same windows: the next window waits for the volume to free "
+                            "room (now %s)", format_size(self.settings.capacity), format_size(capacity))
+            elif not self.disk.limited:
+                self._schedule_warned = False
+            return
         if abs(capacity - self._recorded_capacity) <= self._recorded_capacity // 100:
             return
         self._recorded_capacity = capacity

@@ -268,8 +268,10 @@ class Stats:
     latest_epoch: int | None = None
     mode: str = "snapshot"
     backpressure_reason: str | None = None
-    """"cache full" (nothing evictable: live epochs pin it) or "disk full" (the node volume has no
-    room, whatever the budget says); None while sampling goes on."""
+    """"cache full" (nothing evictable: live epochs pin it), "cache full: epoch N's window cannot
+    fit beside the kept epochs (a-b)" (schedule mode stuck: no cut would come; raise the budget or
+    cut with --force) or "disk full" (the node volume has no room, whatever the budget says); None
+    while sampling goes on."""
     listing: dict[str, Any] = field(default_factory=dict)
     """How much of the dataset the listing has covered (:func:`.stats.listing_known`)."""
     first_epoch: dict[str, Any] | None = None
