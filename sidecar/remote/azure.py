@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import logging
 import os
 from collections.abc import Mapping
 from typing import Any, ClassVar
@@ -39,7 +40,7 @@ from urllib.parse import urlsplit
 
 from epochfs.sidecar.remote.base import RemoteError
 from epochfs.sidecar.remote.errors import Translated, azure_kind
-from epochfs.sidecar.remote.fsspec import FsspecRemote
+from epochfs.sidecar.remote.fsspec import CONNECT_TIMEOUT, FsspecRemote
 from epochfs.sidecar.remote.registry import BACKENDS
 from epochfs.sidecar.remote.urls import split_url
 
@@ -179,12 +180,43 @@ def without_sdk_retries(fs: Any) -> None:
         policy.total_retries = 0
 
 
+SDK_REQUEST_LOG = "azure.core.pipeline.policies.http_logging_policy"
+"""azure-core's logger of every request and answer (URL, headers: a dozen lines each, at INFO)."""
+
+
+def quiet_sdk_logs() -> None:
+    """Keep the Azure SDK's log of every request and answer out of the sampler's log, where it
+    was all but every line (1,435 of them for 19 samples); its warnings still pass. Failures
+    are the downloader's and the listing's to say, once, at the level they deserve. A level set
+    on that logger by the user (its own handler's configuration) is kept."""
+    log = logging.getLogger(SDK_REQUEST_LOG)
+    if log.level == logging.NOTSET:
+        log.setLevel(logging.WARNING)
+
+
+def with_timeouts(fs: Any, read_timeout: float) -> None:
+    """Give the Azure SDK's requests ``read_timeout`` seconds to wait for the store's next byte
+    (and :data:`~.fsspec.CONNECT_TIMEOUT` at most to connect), as ``--read-timeout`` says for
+    every remote: azure-storage-blob waits 60 s for a read and 20 s to connect whatever the
+    flag says, so a store that accepts and never answers held the sampler's start (SIGTERM
+    waited on it too). adlfs passes its own ``read_timeout`` to uploads and downloads only, not
+    to listings; the SDK reads both timeouts at each request from the connection settings of
+    the transport that every client of the account shares (its containers' and blobs'), where
+    they are set here."""
+    transport = getattr(getattr(fs.service_client, "_pipeline", None), "_transport", None)
+    config = getattr(transport, "connection_config", None)
+    if config is not None and hasattr(config, "read_timeout"):
+        config.timeout = min(CONNECT_TIMEOUT, read_timeout)
+        config.read_timeout = read_timeout
+
+
 def open_azure(url: str, *, endpoint_url: str | None = None, read_timeout: float = 30.0,
                **_: Any) -> AzureRemote:
     """``az://container/prefix`` (also ``abfs://``, ``abfss://``) through adlfs; ``endpoint_url``:
     the account's blob endpoint (an emulator, a private endpoint), else Azure's own."""
     import adlfs  # the registry names the extra when it is missing
 
+    quiet_sdk_logs()
     container, host, prefix = parse_url(url)
     options = client_options(host, endpoint_url, os.environ)
     try:
@@ -194,8 +226,9 @@ def open_azure(url: str, *, endpoint_url: str | None = None, read_timeout: float
         raise RemoteError(f"{url}: {e} (set AZURE_STORAGE_CONNECTION_STRING, or "
                           "AZURE_STORAGE_ACCOUNT_NAME with a key, a SAS token or an Azure login)") from e
     without_sdk_retries(fs)
+    with_timeouts(fs, read_timeout)
     return AzureRemote(url=url, fs=fs, root=f"{container}/{prefix}".rstrip("/"))
 
 
-__all__ = ["AZURE", "SCHEMES", "AzureRemote", "client_options", "content_md5", "open_azure", "parse_url",
-           "without_sdk_retries"]
+__all__ = ["AZURE", "SCHEMES", "SDK_REQUEST_LOG", "AzureRemote", "client_options", "content_md5",
+           "open_azure", "parse_url", "quiet_sdk_logs", "with_timeouts", "without_sdk_retries"]

@@ -51,6 +51,14 @@ def stored_checksums(details: dict[str, Any]) -> tuple[tuple[str, str] | None, s
     return full, etag
 
 
+def said(e: BaseException) -> str:
+    """What a failure says, for a line a user reads: fsspec's timeout (a store that accepted the
+    request and did not answer within ``--read-timeout``) says nothing of itself."""
+    if isinstance(e, TimeoutError) and not str(e):
+        return "no answer within the read timeout (--read-timeout)"
+    return str(e) or type(e).__name__
+
+
 class FsspecReader(Reader):
     """An fsspec file opened for a streamed read (no read-ahead cache); ``errors`` types what
     its filesystem's library raises (aiohttp's by default)."""
@@ -144,7 +152,7 @@ class FsspecRemote(Remote):
         """Raise the listing's failure ``e`` as a :class:`RemoteError` from its typed failure
         (from ``e`` itself when no rule knows it)."""
         failure = translate(e, self.errors.rule)
-        raise RemoteError(f"cannot list {self.url}: {e}") from (failure or e)
+        raise RemoteError(f"cannot list {self.url}: {said(e)}") from (failure or e)
 
     def probe(self) -> None:
         """The listing's first request alone, at the start: whether the root holds anything
@@ -253,13 +261,38 @@ def one_try_gcs() -> type:
                 {"_request": retry_request(retries=1)(undecorated)})
 
 
-def open_gcs(url: str, *, endpoint_url: str | None = None, **_: Any) -> Remote:
+CONNECT_TIMEOUT = 10.0
+"""Seconds to open a connection to the store (as :mod:`.s3` and :mod:`.httpindex` give it)."""
+
+
+def request_timeout(read_timeout: float) -> Any:
+    """aiohttp's timeout for each request: ``read_timeout`` seconds of silence on the socket, and
+    :data:`CONNECT_TIMEOUT` to connect; no bound on the whole request, which a large body read
+    slowly but steadily may take long to fill. Without it gcsfs waits on a store that accepts
+    and never answers for as long as the connection stays open (minutes: the start's first
+    request never ended, and neither did the sampler, SIGTERM or not)."""
+    import aiohttp
+
+    return aiohttp.ClientTimeout(total=None, sock_connect=min(CONNECT_TIMEOUT, read_timeout),
+                                 sock_read=read_timeout)
+
+
+def open_gcs(url: str, *, endpoint_url: str | None = None, read_timeout: float = 30.0,
+             **_: Any) -> Remote:
     """``gs://bucket/prefix`` (also ``gcs://``) through gcsfs, with its own retries off
     (:func:`one_try_gcs`); ``endpoint_url``: another GCS endpoint (an emulator, a private
-    endpoint), else gcsfs's own (or ``STORAGE_EMULATOR_HOST``)."""
+    endpoint), else gcsfs's own (or ``STORAGE_EMULATOR_HOST``); ``read_timeout``: seconds a
+    request may wait for the store's next byte (:func:`request_timeout`).
+
+    Without gcsfs's caches: the listing beside the sampler keeps this remote and lists it
+    again and again, and gcsfs would answer every relisting from the folders it listed first
+    (objects written since never seen, deleted ones still listed), and hand the next remote of
+    the same options the same filesystem, caches and all."""
     options: dict[str, Any] = {"endpoint_url": endpoint_url} if endpoint_url else {}
-    return FsspecRemote(url=url, fs=one_try_gcs()(**options))
+    fs = one_try_gcs()(**options, requests_timeout=request_timeout(read_timeout), use_listings_cache=False,
+                       skip_instance_cache=True)
+    return FsspecRemote(url=url, fs=fs)
 
 
-__all__ = ["FSSPEC", "FsspecReader", "FsspecRemote", "one_try_gcs", "open_gcs", "range_past_the_end",
-           "stored_checksums"]
+__all__ = ["CONNECT_TIMEOUT", "FSSPEC", "FsspecReader", "FsspecRemote", "one_try_gcs", "open_gcs",
+           "range_past_the_end", "request_timeout", "said", "stored_checksums"]
