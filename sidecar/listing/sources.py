@@ -410,8 +410,8 @@ class SerialSource:
 
 def first_request(remote: Remote, *, stop: threading.Event | None, rng: random.Random) -> None:
     """The first request of a walking remote's listing (:meth:`~epochfs.sidecar.remote.base.
-    Remote.probe`; nothing for the other remotes, which fail when they are opened, a ``file://``
-    folder or an ``http(s)://`` index), read again while the store throttles it: a refusal
+    Remote.probe`: a bucket walk's first page, an ``http(s)://`` index's first bytes; nothing for
+    the other remotes, whose first page is read at the start or which fail when opened), read again while the store throttles it: a refusal
     raises :class:`~epochfs.sidecar.remote.RemoteError` before the listing runs beside the
     sampler, which would try it again for ever."""
     while_throttled(remote.probe, stop=stop, rng=rng, bounds=DISCOVERY_RETRY, log=log,

@@ -267,8 +267,8 @@ class Remote(ABC):
         sources.first_request`), so that a store refusing the listing ends the start with the
         fix named instead of meeting it only in the listing beside the sampler. Nothing by
         default: a paged remote's first page is read at the start anyway, and a ``file://``
-        folder or an ``http(s)://`` index fails when it is opened; a remote that walks a bucket
-        (``gs://``, ``az://``) overrides it. Raises :class:`RemoteError` as :meth:`list` would."""
+        folder fails when it is opened; a remote that walks a bucket (``gs://``, ``az://``) or
+        reads an index file (``http(s)://``: its first bytes) overrides it. Raises :class:`RemoteError` as :meth:`list` would."""
         return None
 
     def read_range(self, key: str, start: int, length: int) -> bytes:

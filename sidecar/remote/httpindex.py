@@ -3,30 +3,81 @@
 without a size cost one HEAD each while listing. Read through fsspec's HTTP filesystem (aiohttp);
 the version tag is the HTTP ETag or Last-Modified, or the index's version column.
 
-A line whose size is not a whole number of bytes (a typo in a hand-written index: ``b<TAB>1O``) is
-passed over, as a ``file://`` walk passes over an entry it cannot read: the first is logged with
-the index's URL and its line number, the count at the listing's end. Failing the listing instead
-would not end it: the listing beside the sampler tries a failed listing again for ever, reading
-the whole index each time, and it is read there, not at the start.
+URLs: a key (quoted) and ``index.txt`` go under the base URL's path, and the base's query (a
+signed, SAS or CDN token) is sent after it with every request. Bodies are fetched as stored
+(``Accept-Encoding: identity``, never decompressed): the index's sizes, and a HEAD's
+Content-Length, describe the stored bytes. An ETag is opaque here (encrypted stores behind a CDN
+send 32-hex ETags that are no md5), so a body is checked by its size alone.
+
+A line that cannot be listed is passed over, as a ``file://`` walk passes over an entry it cannot
+read: a size that is not a whole number of bytes (a typo in a hand-written index: ``b<TAB>1O``),
+a key without a size whose object is not found (HEAD 404), or whose size no answer says (a HEAD
+without Content-Length, then a ranged GET without Content-Range or Content-Length). Each kind's
+first is logged with the index's URL and its line number, the counts at the listing's end.
+Failing the listing instead would not end it: the listing beside the sampler tries a failed
+listing again for ever, reading the whole index each time, and it is read there, not at the
+start; a size is never guessed as 0, which would refuse every body as longer than listed.
 """
 
 from __future__ import annotations
 
+import contextlib
+import gzip
+import io
 import logging
-from collections.abc import Iterator
-from typing import Any
-from urllib.parse import quote
+from collections.abc import Iterator, Mapping
+from typing import IO, Any, ClassVar, cast
+from urllib.parse import quote, urlsplit, urlunsplit
 
 from epochfs.sidecar.redact import redact
 from epochfs.sidecar.remote.base import BLOCK, Reader, Remote, RemoteError, RemoteObject
 from epochfs.sidecar.remote.errors import failure_reason
 from epochfs.sidecar.remote.fsspec import FSSPEC, FsspecReader, range_past_the_end
+from epochfs.sidecar.remote.objects import GZIP_MAGIC, FileRaw, open_stream
 
 log = logging.getLogger("epochfs.remote")
 
+IDENTITY = {"Accept-Encoding": "identity"}
+"""Sent with every request: the stored bytes, which the listed sizes describe (a server that
+gzips on the fly would send other bytes, and another length)."""
+BOM = b"\xef\xbb\xbf"
+"""The UTF-8 byte order mark some editors write at the start of a text file."""
 
-class _BadSize(ValueError):
+
+class _Passed(ValueError):
+    """A line of the index that is not listed; :attr:`why` ends the listing's count of such lines."""
+
+    why: ClassVar[str] = ""
+
+
+class _BadSize(_Passed):
     """A line of the index whose size field is not a whole number of bytes."""
+
+    why = "whose size is not a number of bytes"
+
+
+class _Missing(_Passed):
+    """A key without a size whose object the server does not find (404)."""
+
+    why = "whose object is not found"
+
+
+class _NoSize(_Passed):
+    """A key without a size whose size no answer says: listed as 0 bytes, every body would be
+    refused as longer than listed."""
+
+    why = "whose size the server does not say"
+
+
+def _under(base: str, name: str) -> str:
+    """``name`` (already quoted) under the path of the ``base`` URL, the base's query after it (a
+    signed or SAS token goes with every request); the fragment is never sent."""
+    parts = urlsplit(base)
+    return urlunsplit((parts.scheme, parts.netloc, f"{parts.path.rstrip('/')}/{name}", parts.query, ""))
+
+
+def _is_http(url: str) -> bool:
+    return urlsplit(url).scheme in ("http", "https")
 
 
 class HTTPRemote(Remote):
@@ -39,41 +90,76 @@ class HTTPRemote(Remote):
         import fsspec
 
         self.url = url
-        self.base = url.rstrip("/")
-        self.index_url = index_url or f"{self.base}/index.txt"
+        self.index_url = index_url or _under(url, "index.txt")
         self._fs = fsspec.filesystem(
             "http",
             skip_instance_cache=True,
+            headers=IDENTITY,
             client_kwargs={"timeout": aiohttp.ClientTimeout(total=None, sock_read=read_timeout,
-                                                            sock_connect=10)},
+                                                            sock_connect=10),
+                           "auto_decompress": False},
         )
 
     def _object_url(self, key: str) -> str:
-        return f"{self.base}/{quote(key, safe='/')}"
+        return _under(self.url, quote(key, safe="/"))
 
-    def list(self) -> Iterator[RemoteObject]:
+    @contextlib.contextmanager
+    def _open_index(self) -> Iterator[IO[bytes]]:
+        """The index opened for a streamed read: over HTTP through this remote's filesystem (its
+        timeouts, the stored bytes), any other URL or a local path through the one opener of
+        index files (:func:`~.objects.open_stream`). Failing to open it raises
+        :class:`RemoteError` from the failure, whose kind says whether it may answer later."""
+        if not _is_http(self.index_url):
+            with open_stream(self.index_url, what="the index", gunzip=True) as stream:
+                yield stream
+            return
+        shown = redact(self.index_url)
         try:
             f = self._fs.open(self.index_url, "rb", block_size=0)
-        except Exception as e:
+        except Exception as e:  # fsspec's FileNotFoundError, the answer or the socket's error under it
+            raise RemoteError(f"cannot read the index {shown}: {failure_reason(e)}") from e
+        with f, io.BufferedReader(FileRaw(f), BLOCK) as buffered:
+            # Bodies come as stored (never decompressed): an index stored gzipped (served with
+            # Content-Encoding: gzip, or a keys.txt.gz) is gunzipped here.
+            if buffered.peek(2)[:2] != GZIP_MAGIC:
+                yield buffered
+                return
+            with gzip.GzipFile(fileobj=buffered) as stream:
+                yield cast(IO[bytes], stream)
+
+    def probe(self) -> None:
+        """The index's first bytes, read at the start: an index that is not found or refused
+        (404, 403) ends the start with the fix named (exit 2), a server that cannot be reached
+        now is met as such (exit 75), rather than both being tried again for ever by the listing
+        beside the sampler. Raises :class:`RemoteError` from the failure."""
+        try:
+            with self._open_index() as f:
+                f.read(1)
+        except RemoteError:
+            raise
+        except Exception as e:  # the body cut short, or not gzip after its magic bytes
             raise RemoteError(f"cannot read the index {redact(self.index_url)}: {failure_reason(e)}") from e
+
+    def list(self) -> Iterator[RemoteObject]:
         shown = redact(self.index_url)
-        passed, first = 0, 0  # the lines passed over: how many, the first one's number
-        with f:
+        passed: dict[type[_Passed], tuple[int, int]] = {}  # kind: (how many, the first's line number)
+        with self._open_index() as f:
             for number, line in enumerate(_lines(f), 1):
+                if number == 1 and line.startswith(BOM):
+                    line = line[len(BOM):]
                 try:
                     obj = self._parse(line)
-                except _BadSize as e:
-                    passed += 1
-                    if passed == 1:
-                        first = number
+                except _Passed as e:
+                    count, first = passed.get(type(e), (0, number))
+                    passed[type(e)] = (count + 1, first)
+                    if not count:
                         log.warning("%s line %d: %s; the line is passed over (not listed; the rest are "
                                     "counted at the listing's end)", shown, number, e)
                     continue
                 if obj is not None:
                     yield obj
-        if passed:
-            log.warning("%s: listed without %d line(s) whose size is not a number of bytes (first: "
-                        "line %d)", shown, passed, first)
+        for kind, (count, first) in passed.items():
+            log.warning("%s: listed without %d line(s) %s (first: line %d)", shown, count, kind.why, first)
 
     def _parse(self, line: bytes) -> RemoteObject | None:
         line = line.rstrip(b"\r")
@@ -95,13 +181,55 @@ class HTTPRemote(Remote):
             version = fields[2].decode("utf-8", "replace") if len(fields) >= 3 else ""
             return RemoteObject(key, size, version)
         assert isinstance(key, str)
-        info = self._fs.info(self._object_url(key))
-        version = str(info.get("ETag") or info.get("etag") or info.get("Last-Modified") or "")
-        return RemoteObject(key, int(info.get("size") or 0), version)
+        try:
+            found, version = self._stat(key)
+        except _Passed:
+            raise
+        except Exception as e:
+            raise RemoteError(f"cannot list {redact(self.url)}: {redact(self._object_url(key))}: "
+                              f"{failure_reason(e)}") from e
+        if found is None:
+            raise _NoSize(f"{key}: the server does not say its size (no Content-Length to a HEAD, "
+                          "no Content-Range or Content-Length to a GET of its first byte); write it "
+                          "in the index (key<TAB>size)")
+        return RemoteObject(key, found, version)
+
+    def _stat(self, key: str) -> tuple[int | None, str]:
+        """(size, version) of ``key``, from a HEAD, else from a GET of its first byte (its
+        Content-Range names the whole size); the size None when neither says it. Raises
+        :class:`_Missing` for a 404, aiohttp's errors for any other failure."""
+        from fsspec.asyn import sync
+
+        result: tuple[int | None, str] = sync(self._fs.loop, self._ask_size, key)
+        return result
+
+    async def _ask_size(self, key: str) -> tuple[int | None, str]:
+        url = self._fs.encode_url(self._object_url(key))
+        session = await self._fs.set_session()
+        async with session.head(url, headers=IDENTITY, allow_redirects=True) as r:
+            if r.status == 404:
+                raise _Missing(f"{key}: not found (HTTP 404)")
+            length = _whole(r.headers.get("Content-Length"))
+            if r.status < 300 and length is not None:
+                return length, _version(r.headers)
+        # No length in a HEAD (a chunked server), or a HEAD refused (a URL signed for GET): the
+        # first byte's Content-Range. The body of a 200 (Range ignored) is not read: released
+        # unread, its connection is closed.
+        async with session.get(url, headers={**IDENTITY, "Range": "bytes=0-0"}, allow_redirects=True) as r:
+            if r.status == 404:
+                raise _Missing(f"{key}: not found (HTTP 404)")
+            if r.status == 416:  # no first byte: an empty object (Content-Range: bytes */0)
+                return _range_total(r.headers.get("Content-Range")), _version(r.headers)
+            r.raise_for_status()
+            if r.status == 206:
+                return _range_total(r.headers.get("Content-Range")), _version(r.headers)
+            return _whole(r.headers.get("Content-Length")), _version(r.headers)
 
     def open(self, key: str, *, checksum: bool = False) -> Reader:
         with FSSPEC:
-            return FsspecReader(self._fs.open(self._object_url(key), "rb", block_size=0))
+            reader = FsspecReader(self._fs.open(self._object_url(key), "rb", block_size=0))
+        reader.etag_is_md5 = False  # an HTTP ETag is opaque: a 32-hex one may be no md5 (KMS, a CDN)
+        return reader
 
     def read_range(self, key: str, start: int, length: int) -> bytes:
         """One GET with a ``Range`` header. A server that ignores ``Range`` answers the whole body
@@ -116,6 +244,22 @@ class HTTPRemote(Remote):
                     return b""
                 raise
         return data[start:start + length] if len(data) > length else data
+
+
+def _whole(value: str | None) -> int | None:
+    """A header's whole number of bytes, None when absent or not one."""
+    if value is None or not value.strip().isdigit():
+        return None
+    return int(value)
+
+
+def _range_total(value: str | None) -> int | None:
+    """The whole size in a Content-Range (``bytes 0-0/1234``, ``bytes */1234``); None for ``*``."""
+    return _whole(value.rpartition("/")[2]) if value else None
+
+
+def _version(headers: Mapping[str, str]) -> str:
+    return str(headers.get("ETag") or headers.get("Last-Modified") or "")
 
 
 def _lines(f: Any) -> Iterator[bytes]:
