@@ -409,11 +409,11 @@ class SerialSource:
 
 
 def first_request(remote: Remote, *, stop: threading.Event | None, rng: random.Random) -> None:
-    """The first request of a walking remote's listing (:meth:`~epochfs.sidecar.remote.base.
-    Remote.probe`: a bucket walk's first page, an ``http(s)://`` index's first bytes; nothing for
-    the other remotes, whose first page is read at the start or which fail when opened), read again while the store throttles it: a refusal
-    raises :class:`~epochfs.sidecar.remote.RemoteError` before the listing runs beside the
-    sampler, which would try it again for ever."""
+    """The first request of a remote's listing that is not read at the start otherwise
+    (:meth:`~epochfs.sidecar.remote.base.Remote.probe`: a bucket walk's first page, an
+    ``http(s)://`` index's first bytes; nothing for the others), read again while the store
+    throttles it: a refusal raises :class:`~epochfs.sidecar.remote.RemoteError` before the
+    listing runs beside the sampler, which would try it again for ever."""
     while_throttled(remote.probe, stop=stop, rng=rng, bounds=DISCOVERY_RETRY, log=log,
                     what=f"listing {remote.url}")
 

@@ -268,7 +268,8 @@ class Remote(ABC):
         fix named instead of meeting it only in the listing beside the sampler. Nothing by
         default: a paged remote's first page is read at the start anyway, and a ``file://``
         folder fails when it is opened; a remote that walks a bucket (``gs://``, ``az://``) or
-        reads an index file (``http(s)://``: its first bytes) overrides it. Raises :class:`RemoteError` as :meth:`list` would."""
+        reads an index file (``http(s)://``: its first bytes) overrides it. Raises
+        :class:`RemoteError` as :meth:`list` would."""
         return None
 
     def read_range(self, key: str, start: int, length: int) -> bytes:
