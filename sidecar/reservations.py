@@ -102,6 +102,19 @@ class Reservations:
             self._reserved += size
             return True
 
+    def trim(self) -> int:
+        """Evict what may be evicted until the cache and its reservations fit the policy's
+        capacity; returns the bytes freed. Room is otherwise made only for a download, so a
+        cache started again with a lower ``--capacity`` and nothing left to fetch kept every
+        sample above the new budget."""
+        with self._lock:
+            over = self._cached() + self.reserved - self.store.policy().capacity
+            if over <= 0:
+                return 0
+            freed = self.store.evict(over)
+            self._read()
+            return freed
+
     def release(self, size: int) -> None:
         """Give back a reservation whose download failed or was given up."""
         with self._lock:

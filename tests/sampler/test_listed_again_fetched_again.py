@@ -102,3 +102,37 @@ def test_a_larger_capacity_catalogs_the_objects_the_smaller_one_left_out(tmp_pat
     finally:
         err = _stop(proc)
     assert "object limit changed" in err
+
+
+def test_a_lower_capacity_evicts_down_to_it_with_nothing_left_to_fetch(tmp_path: Path) -> None:
+    """Before: room was made only for a download, so a cache started again with a lower
+    ``--capacity`` and every key cached kept all of it, epochs cut or not (882.8 KiB / 100.0 KiB
+    in a reviewer's run)."""
+    data = tmp_path / "data"
+    data.mkdir()
+    for i in range(10):
+        (data / f"{i}.bin").write_bytes(os.urandom(50_000))
+    cache = tmp_path / "cache"
+    proc = _start(cache, data.as_uri(), "--capacity", "10Mi")
+    try:
+        wait_until(lambda: _stats(cache)[0] == 10 or proc.poll() is not None, timeout=60, what="every sample")
+        assert proc.poll() is None
+    finally:
+        _stop(proc)
+
+    def cached_bytes() -> int:
+        with Store(cache) as store:
+            return store.stats().cache_bytes
+
+    # Epochs cut every second: samples above the newest cut are the next epoch's and stay; a cut
+    # to the lower budget leaves the rest outside every live epoch once the older ones retire.
+    proc = _start(cache, data.as_uri(), "--capacity", "200Ki", "--cut-interval", "1")
+    try:
+        wait_until(lambda: cached_bytes() <= 200 * 1024 or proc.poll() is not None, timeout=60,
+                   what="the cache evicted down to the lower capacity")
+        assert proc.poll() is None
+    finally:
+        _stop(proc)
+    assert 0 < _stats(cache)[0] <= 4
+    with Store(cache) as store:
+        assert store.stats().evicted_total >= 6
