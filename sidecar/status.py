@@ -190,6 +190,9 @@ def render(stats: dict[str, Any], rate_values: dict[str, float] | None = None) -
         f"  mode {stats.get('mode', 'snapshot')}",
     ]
     listing = stats.get("listing") or {}
+    if listing.get("failing"):
+        lines.append(f"listing: failing, tried again with a growing pause (sampling goes on): "
+                     f"{listing['failing']}")
     if listing and not listing.get("complete"):
         lines.append(
             f"listing: {int(listing.get('listed', 0)):,} of about {int(listing.get('estimated', 0)):,} keys "

@@ -27,7 +27,9 @@ from collections.abc import Callable
 
 from epochfs.sidecar.listing.filter import CatalogReport
 from epochfs.sidecar.listing.lister import Lister
+from epochfs.sidecar.redact import redact
 from epochfs.sidecar.remote.backoff import doubled, full_jitter
+from epochfs.sidecar.store import Meta
 
 log = logging.getLogger("epochfs.catalog")
 
@@ -83,6 +85,8 @@ class ListingThread(threading.Thread):
         self.interval = interval
         self.on_complete = on_complete
         self._prepared = prepared
+        self._failure: str | None = None
+        """The failure recorded last (:meth:`_failed`)."""
         self.running = running if running is not None else threading.Event()
         """Set while a listing runs (the fetch order looks for new keys sooner meanwhile)."""
         self.completed = 0
@@ -117,6 +121,18 @@ class ListingThread(threading.Thread):
             elif self.interval > 0 and time.monotonic() - last >= self.interval:
                 pending = fresh = True
 
+    def _failed(self, reason: str | None) -> None:
+        """Record why the listing failed (None: it ran), for status: otherwise a listing failing
+        for ever showed only as a listing that had covered nothing. Best effort (a full disk)."""
+        if reason == self._failure:
+            return
+        try:
+            self.lister.store.set_meta(Meta.LISTING_FAILED, None if reason is None else redact(reason)[:300])
+        except Exception as e:  # no store (an index file's lister), a full disk: the log has it
+            log.debug("listing failure not recorded: %s", e)
+            return
+        self._failure = reason
+
     def _list(self, *, fresh: bool) -> bool:
         """One listing to the end: True when complete; False when stopped or failed."""
         bound: float | None = None
@@ -131,11 +147,13 @@ class ListingThread(threading.Thread):
                 pause = full_jitter(bound, self.rng)
                 log.warning("listing failed: %s; trying again in %.1fs (full jitter up to %.0fs; "
                             "sampling goes on)", e, pause, bound)
+                self._failed(" ".join(str(e).split()) or type(e).__name__)
                 self.stop.wait(pause)
                 fresh = False  # resume the listing begun, do not start another
                 continue
             finally:
                 self.running.clear()
+            self._failed(None)
             if not report.complete:
                 return False
             self.completed += 1

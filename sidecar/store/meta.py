@@ -33,6 +33,9 @@ class Meta(str, Enum):
     """The generation of the newest listing that went to the end (absent: none did yet)."""
     LISTING_SOURCE = "listing_source"
     """Where the running listing reads keys: ``list`` or the index URL (a change starts afresh)."""
+    LISTING_FAILED = "listing_failed"
+    """Why the last listing run failed (one line, redacted), while the listing is tried again;
+    removed once a run ends or commits a page (status and status.json show it)."""
     LISTING_PROGRESS = "listing_progress"
     """What the running listing knows (JSON: keys listed and estimated in all, spans reached, the
     first round done, when it began), written with each page; status and the first cut read it."""

@@ -90,12 +90,21 @@ def listing_known(db: sqlite3.Connection, catalog: int, *, excluded: int | None 
     ``listed`` of about ``estimated`` in the remote (every shard's, from the listing's estimates),
     ``covered`` (their ratio), folders (``spans``) reached, and this shard's ``estimated_objects``;
     a complete listing that found nothing for this shard has a ``warning``; ``excluded``: keys of
-    this shard the running (or last) listing left out by ``--include``/``--exclude``."""
+    this shard the running (or last) listing left out by ``--include``/``--exclude``; ``failing``:
+    why the last listing run failed, while it is tried again."""
     running = db.execute("SELECT 1 FROM listing_parts WHERE done=0 LIMIT 1").fetchone() is not None
     if excluded is None:  # read_stats has every counter already
         row = db.execute("SELECT value FROM counters WHERE name='listing_excluded'").fetchone()
         excluded = int(row[0]) if row is not None else 0
     complete = _meta(db, Meta.LISTING_COMPLETE) is not None
+    failed = _meta(db, Meta.LISTING_FAILED)
+    if failed:
+        return {**_listing_known(db, catalog, running, complete, excluded), "failing": failed}
+    return _listing_known(db, catalog, running, complete, excluded)
+
+
+def _listing_known(db: sqlite3.Connection, catalog: int, running: bool, complete: bool,
+                   excluded: int) -> dict[str, Any]:
     if not running or complete:
         # A relist runs over a catalog that was complete: the epochs sample the whole dataset
         # as it was listed, not the part the relist has reached (``relisting`` says it runs).
