@@ -36,6 +36,7 @@ import json
 import logging
 import os
 import random
+import re
 import tempfile
 import threading
 import time
@@ -208,6 +209,22 @@ def listing_source(settings: Any, remote: Remote, *, stop: threading.Event | Non
         if not isinstance(remote, HTTPRemote) or is_index(url, endpoint_url=settings.endpoint_url):
             return IndexSource(url, endpoint_url=settings.endpoint_url, stop=stop)
     return source_for(remote, stop=stop)
+
+
+def recorded_index(url: str, *, endpoint_url: str | None, recorded: str | None) -> IndexSource | None:
+    """The epochfs index a cache's listing was recorded from (``recorded``: its listing's name),
+    made from that name rather than the file: at a start that cannot read ``url`` (an index
+    deleted or rotated since, a store down), a complete catalog listed from it is still the
+    listing, and refusing the start would stop every node of a fleet at its next restart. None
+    when ``recorded`` is not an index at ``url``. Its next read (a relist) reads the file again."""
+    name = "index:" + redact(url)
+    if recorded is None or not recorded.startswith(name):
+        return None
+    header: dict[str, Any] = {"epochfs_index": FORMAT_VERSION}
+    written = re.match(r" \(written ([^)]*)\)", recorded[len(name):])
+    if written is not None:
+        header["created"] = written[1]  # the name's own text: the same name again
+    return IndexSource(url, endpoint_url=endpoint_url, header=header)
 
 
 def written_from_elsewhere(source: object, remote: str) -> str | None:

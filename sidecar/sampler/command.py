@@ -49,7 +49,7 @@ from epochfs.sidecar.listing.sources import PagedSource
 from epochfs.sidecar.remote import Remote, RemoteError, open_remote
 from epochfs.sidecar.remote.errors import may_answer_later
 from epochfs.sidecar.remote.refusal import refusal_cause
-from epochfs.sidecar.sampler.identity import check_identity
+from epochfs.sidecar.sampler.identity import check_identity, recorded_listing
 from epochfs.sidecar.sampler.loop import STOP_GRACE, Sampler
 from epochfs.sidecar.sampler.preload import preload_after_first_request
 from epochfs.sidecar.signals import set_from_handler
@@ -285,7 +285,10 @@ def run_sample(settings: SamplerSettings) -> int:
         try:
             if remote is None:
                 remote = _open_remote(settings)
-            source = listing_source(settings, remote, stop=stop)
+            try:
+                source = listing_source(settings, remote, stop=stop)
+            except RemoteError as e:
+                source = recorded_listing(settings, catalog_store, e)
             if elsewhere := written_from_elsewhere(source, settings.remote):
                 log.warning("%s", elsewhere)
             lister = Lister(catalog_store, source, seed=settings.seed,

@@ -1,4 +1,5 @@
-"""Whose a cache is: one (remote, seed, shard), for which its ranks and samples were made.
+"""Whose a cache is: one (remote, seed, shard), for which its ranks and samples were made; and
+what its complete listing was made from, when that cannot be read at a start.
 
 A cache started with another ``--remote``, ``--seed`` or ``--shard-index/--shard-count`` is refused
 (exit 2 naming the flag): its samples would stand in epochs for keys of another dataset or order.
@@ -12,7 +13,9 @@ from __future__ import annotations
 import logging
 
 from epochfs.sidecar.config import ConfigError, SamplerSettings
+from epochfs.sidecar.listing.indexfile import IndexSource, recorded_index
 from epochfs.sidecar.redact import redact
+from epochfs.sidecar.remote import RemoteError
 from epochfs.sidecar.remote.urls import same_remote
 from epochfs.sidecar.store import Meta, Store
 
@@ -51,4 +54,20 @@ def _nothing_made(store: Store) -> bool:
             and store.stats().samples == 0 and not store.epochs())
 
 
-__all__ = ["check_identity"]
+
+
+def recorded_listing(settings: SamplerSettings, store: Store, error: RemoteError) -> IndexSource:
+    """An ``--index`` that cannot be read at the start, over a catalog completely listed from it:
+    sample from that catalog (one warning; a relist reads the file again and says so in status
+    while it fails). Anything else re-raises ``error`` (a refusal, or a wait, as before)."""
+    state = store.listings().state()
+    source = (recorded_index(settings.index_url, endpoint_url=settings.endpoint_url, recorded=state.source)
+              if settings.index_url and state.complete is not None and not state.parts else None)
+    if source is None:
+        raise error
+    log.warning("--index %s cannot be read now (%s): sampling from the complete catalog listed from "
+                "it; a relist reads it again", redact(settings.index_url or ""), " ".join(str(error).split()))
+    return source
+
+
+__all__ = ["check_identity", "recorded_listing"]

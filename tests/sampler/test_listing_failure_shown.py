@@ -57,3 +57,37 @@ def test_a_failing_listing_says_why_until_it_goes_through(tmp_path: Path) -> Non
         proc.send_signal(signal.SIGTERM)
         _, err = proc.communicate(timeout=60)
     assert proc.returncode == 0, err[-2000:]
+
+
+def _wait_whole(cache: Path, proc: subprocess.Popen[str]) -> None:
+    wait_until(lambda: (_status(cache).get("listing", {}).get("complete") is True
+                        and _status(cache).get("samples") == 3) or proc.poll() is not None,
+               timeout=60, what="the complete catalog, every sample")
+
+
+def test_an_index_gone_after_a_complete_listing_does_not_stop_the_start(tmp_path: Path) -> None:
+    """Before: the index's header was read at every start, so a deleted or rotated index object
+    ended the next start with exit 2 (`--index: cannot read the index …`) though the catalog it had
+    listed was complete: one lost file stopped a fleet at its restarts."""
+    data = tmp_path / "data"
+    data.mkdir()
+    for i in range(3):
+        (data / f"{i}.bin").write_bytes(os.urandom(100))
+    index = tmp_path / "index.jsonl"
+    subprocess.run([EPOCHFS, "index", data.as_uri(), "--out", str(index)], env=ENV, check=True,
+                   capture_output=True, timeout=60)
+    cache = tmp_path / "cache"
+    for run in range(2):
+        proc = subprocess.Popen([EPOCHFS, "sample", "--cache", str(cache), "--remote", data.as_uri(),
+                                 "--index", str(index)],
+                                env=ENV, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        try:
+            _wait_whole(cache, proc)
+            assert proc.poll() is None, proc.communicate()[1][-2000:]
+        finally:
+            proc.send_signal(signal.SIGTERM)
+            _, err = proc.communicate(timeout=60)
+        assert proc.returncode == 0, err[-2000:]
+        if run == 0:
+            index.unlink()
+    assert "cannot be read now" in err and "sampling from the complete catalog" in err, err[-2000:]
