@@ -47,6 +47,10 @@ def _child(rank: int, store: str) -> None:
                           "local_env": has_local_env(), "split": list(split[:2]),
                           "warned": [str(w.message) for w in said]}))
     finally:
+        # Both ranks past their set-up before either leaves: a rank that destroyed its group while
+        # the other still finished gloo's mesh made that one fail "Connection closed by peer"
+        # under the loaded suite.
+        dist.barrier()
         dist.destroy_process_group()
 
 
