@@ -102,13 +102,14 @@ class Reservations:
             self._reserved += size
             return True
 
-    def trim(self) -> int:
-        """Evict what may be evicted until the cache and its reservations fit the policy's
-        capacity; returns the bytes freed. Room is otherwise made only for a download, so a
-        cache started again with a lower ``--capacity`` and nothing left to fetch kept every
-        sample above the new budget."""
+    def trim(self, capacity: int) -> int:
+        """Evict what may be evicted until the cache and its reservations fit ``capacity`` (the
+        configured ``--capacity``, never one the disk's free space bounded: a volume another
+        tenant fills would have every sample evicted); returns the bytes freed. Room is
+        otherwise made only for a download, so a cache started again with a lower
+        ``--capacity`` and nothing left to fetch kept every sample above the new budget."""
         with self._lock:
-            over = self._cached() + self.reserved - self.store.policy().capacity
+            over = self._cached() + self.reserved - capacity
             if over <= 0:
                 return 0
             freed = self.store.evict(over)

@@ -151,13 +151,15 @@ class Lister:
         source and patterns, and an object limit at least this one's. A higher limit now (a
         larger ``--capacity`` or ``--max-object-size``, as a refusal of objects over the limit
         asks) lists afresh: the objects the old limit left out were never cataloged. A name
-        recorded without a limit (no limit, or a cache listed before limits were recorded)
-        covers any."""
+        recorded without a limit covers only a lister without one: a cache listed before limits
+        were recorded lists afresh once, as its limit is unknown (its catalog is used meanwhile)."""
         if recorded is None:
             return False
         base, limit = _split_limit(recorded)
         mine, my_limit = _split_limit(self.listing_name)
-        return base == mine and (limit is None or (my_limit is not None and limit >= my_limit))
+        if base != mine:
+            return False
+        return my_limit is None if limit is None else (my_limit is not None and limit >= my_limit)
 
     def needed(self) -> bool:
         """True when no complete listing exists, one is running, or the source (the include/

@@ -391,7 +391,8 @@ class Sampler:
             for cand in self._write(self.store.repairs_due) or []:
                 if not self._busy(cand.key):
                     self._refetch.put(cand)
-            self._write(self.reservations.trim)  # a budget lowered since the samples came
+            # A --capacity lowered since the samples came.
+            self._write(lambda: self.reservations.trim(self.settings.capacity))
         self.cuts.tick(now, samples=self.rates.samples, backpressure=self.room.backpressure is not None)
         if not self._inflight:
             self._write(self.cuts.serve_requests)

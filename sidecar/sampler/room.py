@@ -144,7 +144,15 @@ class Room:
         The listing's object limit comes from --capacity, which may be more than the volume
         holds: such an object would wait for room forever, first in line, and no key after it
         would be fetched. One that fits once other samples are evicted still waits (that is
-        backpressure)."""
+        backpressure). An object over the object limit is skipped too: the catalog keeps objects a
+        higher limit listed (a lower ``--capacity`` since lists nothing afresh), and one that can
+        never fit beside the live epochs would be tried first for ever."""
+        limit = self.settings.object_limit
+        if cand.size > limit:
+            log.warning("skipping %r: %d bytes is over the object limit %d (--capacity %d)", cand.key,
+                        cand.size, limit, self.settings.capacity)
+            self._write(lambda: self.store.mark_skipped(cand.key))
+            return True
         largest = self.disk.largest()
         if cand.size <= largest:
             return False

@@ -136,3 +136,4 @@ def test_a_lower_capacity_evicts_down_to_it_with_nothing_left_to_fetch(tmp_path:
     assert 0 < _stats(cache)[0] <= 4
     with Store(cache) as store:
         assert store.stats().evicted_total >= 6
+
