@@ -344,7 +344,9 @@ class Downloader:
                 return "gives part sizes that do not add up to the object's (it ignores partNumber?)"
             if checksums.parts_etag(temp, known) == wanted:
                 return None
-        elif sizes is None:
+        elif sizes is None or remote.part_size(cand.key, count) != sizes[-1]:
+            # More parts than are asked: their sizes guessed from the first, and the last one's
+            # size (one HEAD) tells a guess that fit the total by chance from a wrong body.
             return (f"stores {count} parts of uneven sizes, more than the {checksums.MAX_PART_HEADS} "
                     "whose sizes are asked")
         raise Transient(f"the parts of the body do not hash to the multipart ETag {wanted}")

@@ -210,10 +210,11 @@ class HTTPRemote(Remote):
             if r.status == 404:
                 raise _Missing(f"{key}: not found (HTTP 404)")
             length = _whole(r.headers.get("Content-Length"))
-            if r.status < 300 and length is not None:
+            if r.status < 300 and length:
                 return length, _version(r.headers)
-        # No length in a HEAD (a chunked server), or a HEAD refused (a URL signed for GET): the
-        # first byte's Content-Range. The body of a 200 (Range ignored) is not read: released
+        # No length in a HEAD (a chunked server), a length of 0 (a proxy that drops HEAD lengths;
+        # an empty object answers the ranged GET below with 416), or a HEAD refused (a URL signed
+        # for GET): the first byte's Content-Range. The body of a 200 (Range ignored) is not read: released
         # unread, its connection is closed.
         async with session.get(url, headers={**IDENTITY, "Range": "bytes=0-0"}, allow_redirects=True) as r:
             if r.status == 404:

@@ -61,6 +61,11 @@ log = logging.getLogger("epochfs.webhook")
 MAX_BODY_BYTES = 2 * 1024 * 1024
 """Bodies above this are refused (413): a pod is at most ~1.5 MiB (etcd's limit), and its
 AdmissionReview adds little else for a CREATE (no oldObject)."""
+MAX_READING_BYTES = 16 * MAX_BODY_BYTES
+"""The announced bytes of the bodies being read at once; a request beyond is answered 429 before
+its body is read. Bodies are read before a review slot is taken (a client that stalls in its body
+holds no slot), so without this clients that stall near the largest body each held ~3.5 MiB of the
+webhook's memory (256 MiB in the chart: about 50 of them killed it)."""
 MAX_IN_FLIGHT = 16
 """Admission requests processed at once; more are answered 429 (the API server retries or applies
 the failurePolicy) instead of piling up threads and memory."""
@@ -208,6 +213,8 @@ class AdmissionServer(_Served):
         self.metrics = metrics or WebhookMetrics()
         self.metrics.profiles.set(len(self.profiles))
         self.max_body = max_body
+        self._reading = 0
+        """Announced bytes of the bodies being read now (:data:`MAX_READING_BYTES`)."""
         # client_max_size: the limit aiohttp itself enforces on a body it reads (chunked too).
         app = web.Application(client_max_size=max_body)
         app.router.add_route("*", "/{path:.*}", self._handle)
@@ -253,6 +260,10 @@ class AdmissionServer(_Served):
             return self._error(411, "a Content-Length is required", close=True)
         if length > self.max_body:
             return self._error(413, f"the body is {length} bytes, more than {self.max_body}", close=True)
+        if self._reading + length > MAX_READING_BYTES:  # the loop's thread only: no lock
+            return self._error(429, f"busy: {self._reading} bytes of request bodies being read; retry",
+                               close=True)
+        self._reading += length
         try:
             return await asyncio.wait_for(request.read(), BODY_TIMEOUT)
         except web.HTTPRequestEntityTooLarge:
@@ -261,6 +272,8 @@ class AdmissionServer(_Served):
             return self._error(408, f"the body did not arrive within {BODY_TIMEOUT:g} s", close=True)
         except (OSError, ClientError) as e:
             return self._error(400, f"the body ended early ({e or type(e).__name__})", close=True)
+        finally:
+            self._reading -= length
 
     async def _admit(self, request: web.Request, body: bytes) -> web.Response:
         # Answered after the body is read, so the connection stays usable.

@@ -11,7 +11,6 @@ connection while the previous one keeps serving.
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import os
 import ssl
@@ -44,6 +43,7 @@ class TLSFiles:
     def context(self) -> ssl.SSLContext:
         """The current pair's context; a fresh one is built only when a file changed (two stats)."""
         with self._lock:
+            stamp = None
             try:
                 stamp = self._stamp_now()
                 if stamp != self._stamp and stamp != self._refused:
@@ -56,8 +56,9 @@ class TLSFiles:
             except (OSError, ssl.SSLError) as e:
                 if self._context is None:
                     raise
-                with contextlib.suppress(OSError):
-                    self._refused = self._stamp_now()
+                # The stamp of the files this load read, not one taken after it: a pair completed
+                # in between is a change, loaded at the next connection.
+                self._refused = stamp
                 if str(e) != self._warned:
                     self._warned = str(e)
                     log.warning(

@@ -46,6 +46,8 @@ class Site:
     """A query every request must carry (``?token=...``); without it: 403."""
     head_length: bool = True
     """HEAD answers with Content-Length (False: a server that says nothing of the size)."""
+    head_zero: bool = False
+    """HEAD answers ``Content-Length: 0`` whatever the size (a proxy that drops HEAD lengths)."""
     ranges: bool = True
     """GET honours ``Range: bytes=a-b`` (206 with Content-Range)."""
     chunked: bool = False
@@ -99,6 +101,10 @@ def _handler(site: Site) -> type[BaseHTTPRequestHandler]:
             if status == 206:
                 self.send_header("Content-Range", f"bytes {first}-{last}/{len(body)}")
             if head and not site.head_length:
+                self.end_headers()
+                return
+            if head and site.head_zero:
+                self.send_header("Content-Length", "0")
                 self.end_headers()
                 return
             if not head and site.chunked and status == 200:
@@ -373,5 +379,20 @@ def test_an_index_saved_with_a_bom_keeps_its_first_key() -> None:
         remote = open_remote(url)
         try:
             assert _listed(remote) == [("a.txt", 1), ("b.txt", 2)]
+        finally:
+            remote.close()
+
+
+def test_a_head_that_says_0_bytes_is_no_size(tmp_path: Path) -> None:
+    """A HEAD answered ``Content-Length: 0`` for an object of 1,100 bytes listed it as 0 bytes, and
+    every fetch was refused "body longer than the listed 0 bytes"; the ranged GET says the size
+    (an empty object's 416 says 0)."""
+    site = Site({"/index.txt": b"a.bin\nempty.bin\n", "/a.bin": b"A" * 1100, "/empty.bin": b""},
+                head_zero=True)
+    with serving(site) as url:
+        remote = open_remote(url)
+        try:
+            assert _listed(remote) == [("a.bin", 1100), ("empty.bin", 0)]
+            assert _fetch(tmp_path, remote, "a.bin") == (None, b"A" * 1100)
         finally:
             remote.close()

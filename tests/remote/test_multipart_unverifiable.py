@@ -75,6 +75,19 @@ def test_more_uneven_parts_than_are_asked_are_admitted_by_size(
     assert any("257 parts of uneven sizes" in r.message for r in caplog.records), caplog.text
 
 
+def test_uneven_parts_whose_total_fits_the_first_s_size_are_admitted_by_size(
+        s3: S3Server, tmp_path: Path) -> None:
+    """300 parts of 100, 99 … 99, 300 bytes add up to a total the first part's size explains (299
+    parts of 100 and a last of 2): the guess does not hash, and only the last part's own size shows
+    it was a guess, not a wrong body."""
+    body = _upload(s3, "mp/fits300.bin", [100] + [99] * 298 + [300])
+    with downloader(tmp_path, s3.endpoint) as (d, _store):
+        result = d.fetch(candidate(s3, "mp/fits300.bin"))
+        assert result.admission is not None and result.error is None, result
+        assert result.admission.verified == "size-only"
+        assert result.admission.temp.read_bytes() == body
+
+
 def test_uneven_parts_within_the_asked_are_checked_against_the_etag(s3: S3Server, tmp_path: Path) -> None:
     body = _upload(s3, "mp/varied3.bin", [100, 200, 50])
     with downloader(tmp_path, s3.endpoint) as (d, _store):

@@ -18,6 +18,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from common import wait_until
 from test_webhook_server import Served, docs, profiles, serve  # noqa: F401  (fixtures)
 from webhook_helpers import SERVICE_DNS, admission_review, job, job_pod, make_ca, make_leaf
 
@@ -93,3 +94,20 @@ def test_a_pair_that_does_not_match_is_read_and_logged_once(
         (tmp_path / "tls.key").write_bytes(key)
         (tmp_path / "tls.crt").write_bytes(cert)
         assert served.client.peer_serial() == serial  # a pair that loads is served again
+
+
+def test_bodies_being_read_are_bounded_in_bytes(served: Served, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Bodies are read before a review slot is taken, so their bytes are bounded on their own:
+    clients that stalled near the largest body each held ~3.5 MiB, and about 50 of them took the
+    webhook past the chart's 256 MiB."""
+    review = json.dumps(admission_review(job_pod(job()))).encode()
+    monkeypatch.setattr(server_mod, "MAX_READING_BYTES", len(review) + 500)
+    assert served.client.review(job_pod(job()))["response"]["allowed"] is True  # alone: fits
+    with _stalled(served, length=1000):
+        before = served.counts()
+        status, body = served.client.post("/mutate", review)
+        assert status == 429 and b"bytes of request bodies being read" in body, body
+        assert served.counts()["error"] - before["error"] == 1
+    # The stalled body's bytes are given back once its connection is gone.
+    wait_until(lambda: served.client.post("/mutate", review)[0] == 200, timeout=30,
+               what="a review once the stalled body is dropped")
