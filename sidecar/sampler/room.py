@@ -60,7 +60,7 @@ class Room:
         self._schedule_warned = False
         self._stuck_logged: set[int] = set()
         """Schedule mode: the epochs whose stuck window was logged (:meth:`_window_stuck`)."""
-        self._unreserved: set[str] = set()
+        self._unreserved: dict[str, int] = {}
         """Keys in flight with no reservation: repairs in place (:meth:`reserve_repair`)."""
         self.backpressure: str | None = None
         """Why the loop waits for room (:data:`CACHE_FULL`, :data:`DISK_FULL`), None while it
@@ -92,25 +92,24 @@ class Room:
         while the damaged bytes are served. Its temp file still takes room on the disk until it
         lands, so it goes this way only while the volume's free space holds it beside half the
         margin kept free for the index; otherwise it reserves like any download (and the room it
-        waits for is the disk's)."""
-        if not self.store.awaits_repair(cand.key) or cand.size + self.disk.margin // 2 > self.disk.free():
+        waits for is the disk's). The repairs already in flight count against that free space:
+        it is measured once a second, and many damaged samples found at once would each see it
+        whole."""
+        taken = sum(self._unreserved.values())
+        if (not self.store.awaits_repair(cand.key)
+                or taken + cand.size + self.disk.margin // 2 > self.disk.free()):
             return False
-        self._unreserved.add(cand.key)
+        self._unreserved[cand.key] = cand.size
         return True
 
     def unreserved(self, cand: Candidate) -> bool:
         """Whether ``cand``'s download landed with no reservation (:meth:`reserve_repair`): its
         admission is :meth:`admit_repair`, not the admitter's. Asked once, when it lands."""
-        if cand.key not in self._unreserved:
-            return False
-        self._unreserved.discard(cand.key)
-        return True
+        return self._unreserved.pop(cand.key, None) is not None
 
     def release(self, cand: Candidate) -> None:
         """Give back what ``cand``'s download reserved (a repair in place reserved nothing)."""
-        if cand.key in self._unreserved:
-            self._unreserved.discard(cand.key)
-        else:
+        if self._unreserved.pop(cand.key, None) is None:
             self.reservations.release(cand.size)
 
     def admit_repair(self, cand: Candidate, admission: Admission) -> bool:
