@@ -41,6 +41,7 @@ from epochfs.sidecar.sampler.cutter import CutSchedule
 from epochfs.sidecar.sampler.diskspace import DiskSpace, is_disk_full
 from epochfs.sidecar.sampler.order import LISTING_WAIT, FetchOrder
 from epochfs.sidecar.sampler.progress import Rates
+from epochfs.sidecar.sampler.repairs import RepairsInPlace
 from epochfs.sidecar.sampler.room import DiskFull, Room
 from epochfs.sidecar.sampler.throttle import Deferred, FetchWindow
 from epochfs.sidecar.scrub import Scrubber
@@ -63,7 +64,7 @@ LOOK_EVERY = 0.05
 cache's total read again): each is index reads, and the loop turns every few ms while it fetches."""
 
 
-class Sampler:
+class Sampler(RepairsInPlace):
     """The fetch loop over an opened store and remote (``run_sample`` builds one)."""
 
     def __init__(
@@ -162,35 +163,6 @@ class Sampler:
     def _next_candidate(self) -> Candidate | None:
         self._take_repairs()
         return self.breaker.next_kept(self._busy) or self.order.next()
-
-    def _take_repairs(self) -> None:
-        """Damaged objects to fetch again go first, like keys kept through an outage."""
-        while True:
-            try:
-                cand = self._refetch.get_nowait()
-            except queue.Empty:
-                return
-            self._repairs.add(cand.key)
-            self.breaker.keep(cand)
-
-    def _start_repairs(self) -> None:
-        """No room for the next download: start the kept repairs in place, which need none.
-
-        The candidate that found no room is tried again first, so without this a full cache that
-        live epochs pin (waiting for a cut) would never get to the repairs behind it."""
-        self._take_repairs()
-        others: list[Candidate] = []
-        while len(self._inflight) < self.window.size:
-            cand = self.breaker.next_kept(self._busy)
-            if cand is None:
-                break
-            if cand.key in self._repairs and self.room.reserve_repair(cand):
-                self._inflight[cand.key] = cand
-                self._tasks.put(cand)
-            else:
-                others.append(cand)
-        for cand in others:
-            self.breaker.keep(cand)
 
     # ------------------------------------------------------------------ the loop
     def run(self) -> None:
@@ -314,22 +286,6 @@ class Sampler:
         self._write(lambda: self.store.mark_skipped(cand.key, failed=True))
         self._repairs.discard(cand.key)
         self.rates.skipped += 1
-
-    def _admit_repair(self, cand: Candidate, admission: Admission) -> None:
-        """Admit a repair in place that reserved nothing, on this thread (:meth:`Room.admit_repair`):
-        a full disk keeps the key for later, as the admitter does; another failure ends the loop."""
-        try:
-            if self.room.admit_repair(cand, admission):
-                self.rates.samples += 1
-                self.rates.nbytes += admission.size
-        except Exception as e:
-            if not is_disk_full(e):
-                self._fatal = self._fatal or (LocalWriteError(f"admitting the repair of {cand.key!r}: {e}")
-                                              if isinstance(e, OSError) else e)
-                return
-            self.disk.filled(e)
-            self.breaker.keep(cand)
-            self._repairs.add(cand.key)
 
     def _throttled(self, cand: Candidate, error: str | None) -> None:
         """The store throttled ``cand``'s GET: never skipped, fetched again after a full-jitter
