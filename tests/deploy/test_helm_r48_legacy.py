@@ -8,6 +8,7 @@ trainer's wait with a clear error, not leave it waiting for ever under restartPo
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import signal
@@ -38,7 +39,9 @@ def _children(pid: int) -> list[int]:
 
 
 def _kill_group(proc: subprocess.Popen[Any]) -> None:
-    if proc.poll() is None:
+    """The wrapper's whole process group, whether the wrapper itself is still there or not: a
+    trainer left behind by a wrapper that exited first kept running after the test."""
+    with contextlib.suppress(ProcessLookupError):
         os.killpg(proc.pid, signal.SIGKILL)
     proc.wait()
 
