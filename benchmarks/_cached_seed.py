@@ -88,11 +88,14 @@ def seed(cache: Path, data: Dataset, cached: int, *, capacity: int,
         store.set_meta(Meta.SAMPLER_SEED, str(SEED))
         store.set_meta(Meta.SAMPLER_SHARD, "0/1")
         store.recover(integrity="ok")  # a new, empty index: the journal is made here
-        store.configure(Policy(capacity=capacity, keep_epochs=2, min_samples=1))
+        policy = Policy(capacity=capacity, keep_epochs=2, min_samples=1)
+        store.configure(policy)
 
         started = time.perf_counter()
         remote = BucketRemote(data)
-        lister = Lister(store, PagedSource(remote), seed=SEED, threads=1,
+        # The sampler's object limit (its policy's epoch budget): the listing recorded is the one a
+        # sampler with that --capacity takes as its own, and lists nothing again.
+        lister = Lister(store, PagedSource(remote), seed=SEED, threads=1, object_limit=policy.epoch_budget,
                         progress_every=max(1, min(data.count // 10, 1_000_000)))
         last = [started]
 
