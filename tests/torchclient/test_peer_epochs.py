@@ -75,8 +75,10 @@ def _rank_main(rank: int, scenario: str, kind: str, base: str, mode: str) -> Non
 
     import torch.distributed as dist
 
-    dist.init_process_group("gloo", init_method=f"file://{base}/store-{scenario}", rank=rank, world_size=2,
-                            timeout=timedelta(seconds=60))
+    # A rendezvous file of each run's own: torch's file:// store must not be reused, and a test runs
+    # "resume" twice (restart, raise); a file left by the first made the second hang in the loaded suite.
+    dist.init_process_group("gloo", init_method=f"file://{base}/store-{scenario}-{mode}", rank=rank,
+                            world_size=2, timeout=timedelta(seconds=60))
     root = f"{base}/node{rank}"
     out: dict[str, Any] = {}
     try:
