@@ -6,12 +6,15 @@ itself: tests never import it).
 
 from __future__ import annotations
 
+import contextlib
 import os
 import random
 import socket
 import subprocess
+import sys
 import time
 import urllib.request
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -147,3 +150,20 @@ def random_objects(count: int, size: int, *, prefix: str = "train/", seed: int =
 
     rng = random.Random(seed)
     return {f"{prefix}{i:05d}.bin": rng.randbytes(size) for i in range(count)}
+
+
+@contextlib.contextmanager
+def moto_server(log: Path, env: dict[str, str] | None = None) -> Iterator[S3Server]:
+    """A moto server on a free local port (its output in ``log``; ``env``: more variables, such as
+    ``S3_UPLOAD_PART_MIN_SIZE``), stopped at the end."""
+    port = free_port()
+    with open(log, "wb") as out:
+        proc = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
+                                stdout=out, stderr=subprocess.STDOUT, env={**os.environ, **(env or {})})
+    try:
+        wait_until(lambda: port_open(port) or proc.poll() is not None, what="moto server")
+        if proc.poll() is not None:
+            raise RuntimeError(f"moto server exited: {log.read_text()[-2000:]}")
+        yield S3Server(f"http://127.0.0.1:{port}", proc)
+    finally:
+        stop_process(proc)

@@ -8,33 +8,18 @@ helpers beside their tests); tests never import this file.
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from common import S3Server, free_port, port_open, stop_process, wait_until
+from common import S3Server, moto_server
 
 
 @pytest.fixture(scope="session")
 def s3_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[S3Server]:
     """One moto server for the session; tests use ``s3`` (function scope) which resets it."""
-    port = free_port()
-    log = tmp_path_factory.mktemp("moto") / "moto.log"
-    with open(log, "wb") as out:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
-            stdout=out,
-            stderr=subprocess.STDOUT,
-        )
-    try:
-        wait_until(lambda: port_open(port) or proc.poll() is not None, what="moto server")
-        if proc.poll() is not None:
-            raise RuntimeError(f"moto server exited: {log.read_text()[-2000:]}")
-        yield S3Server(f"http://127.0.0.1:{port}", proc)
-    finally:
-        stop_process(proc)
+    with moto_server(tmp_path_factory.mktemp("moto") / "moto.log") as server:
+        yield server
 
 
 @pytest.fixture

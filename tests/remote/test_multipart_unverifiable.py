@@ -11,30 +11,19 @@ from __future__ import annotations
 
 import logging
 import os
-import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from common import S3Server, free_port, port_open, stop_process, wait_until
+from common import S3Server, moto_server
 from test_checksum_kinds import candidate, downloader
 
 
 @pytest.fixture(scope="module")
 def small_parts(tmp_path_factory: pytest.TempPathFactory) -> Iterator[S3Server]:
-    port = free_port()
     log = tmp_path_factory.mktemp("moto") / "moto.log"
-    with open(log, "wb") as out:
-        proc = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
-                                stdout=out, stderr=subprocess.STDOUT,
-                                env={**os.environ, "S3_UPLOAD_PART_MIN_SIZE": "1"})
-    try:
-        wait_until(lambda: port_open(port) or proc.poll() is not None, what="moto server")
-        assert proc.poll() is None, log.read_text()[-2000:]
-        yield S3Server(f"http://127.0.0.1:{port}", proc)
-    finally:
-        stop_process(proc)
+    with moto_server(log, {"S3_UPLOAD_PART_MIN_SIZE": "1"}) as server:
+        yield server
 
 
 @pytest.fixture

@@ -42,6 +42,18 @@ def _start(cache: Path, remote: str, *more: str) -> subprocess.Popen[str]:
                             env=ENV, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
 
 
+def _sample_until(cache: Path, data: Path, samples: int, *flags: str) -> str:
+    """`epochfs sample` until the cache holds ``samples``, then stopped: its stderr."""
+    proc = _start(cache, data.as_uri(), *flags)
+    try:
+        wait_until(lambda: _stats(cache)[0] == samples or proc.poll() is not None, timeout=60,
+                   what=f"{samples} samples")
+        assert proc.poll() is None
+    finally:
+        err = _stop(proc)
+    return err
+
+
 def _stop(proc: subprocess.Popen[str]) -> str:
     proc.send_signal(signal.SIGTERM)
     _, err = proc.communicate(timeout=60)
@@ -87,21 +99,8 @@ def test_a_larger_capacity_catalogs_the_objects_the_smaller_one_left_out(tmp_pat
     for i in range(4):
         (data / f"small{i}.bin").write_bytes(os.urandom(2_000))
     cache = tmp_path / "cache"
-    proc = _start(cache, data.as_uri(), "--capacity", "100Ki")
-    try:
-        wait_until(lambda: _stats(cache)[0] == 4 or proc.poll() is not None, timeout=60,
-                   what="the small objects under the small capacity")
-        assert proc.poll() is None
-    finally:
-        _stop(proc)
-    proc = _start(cache, data.as_uri(), "--capacity", "10Mi")
-    try:
-        wait_until(lambda: _stats(cache)[0] == 7 or proc.poll() is not None, timeout=60,
-                   what="every object under the larger capacity")
-        assert proc.poll() is None
-    finally:
-        err = _stop(proc)
-    assert "object limit changed" in err
+    _sample_until(cache, data, 4, "--capacity", "100Ki")  # the small objects alone
+    assert "object limit changed" in _sample_until(cache, data, 7, "--capacity", "10Mi")
 
 
 def test_a_lower_capacity_evicts_down_to_it_with_nothing_left_to_fetch(tmp_path: Path) -> None:

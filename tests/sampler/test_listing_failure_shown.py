@@ -26,14 +26,20 @@ def _status(cache: Path) -> dict[str, Any]:
     return json.loads(r.stdout) if r.returncode == 0 else {}
 
 
-def test_a_failing_listing_says_why_until_it_goes_through(tmp_path: Path) -> None:
+def _indexed(tmp_path: Path, name: str) -> tuple[Path, Path]:
+    """Three files and the real `epochfs index` of them: (the folder, the index)."""
     data = tmp_path / "data"
     data.mkdir()
     for i in range(3):
         (data / f"{i}.bin").write_bytes(os.urandom(100))
-    whole = tmp_path / "whole.jsonl"
-    subprocess.run([EPOCHFS, "index", data.as_uri(), "--out", str(whole)], env=ENV, check=True,
+    index = tmp_path / name
+    subprocess.run([EPOCHFS, "index", data.as_uri(), "--out", str(index)], env=ENV, check=True,
                    capture_output=True, timeout=60)
+    return data, index
+
+
+def test_a_failing_listing_says_why_until_it_goes_through(tmp_path: Path) -> None:
+    data, whole = _indexed(tmp_path, "whole.jsonl")
     index = tmp_path / "index.jsonl"
     index.write_bytes(whole.read_bytes().rsplit(b"\n", 2)[0] + b"\n")  # the trailer lost
     cache = tmp_path / "cache"
@@ -69,13 +75,7 @@ def test_an_index_gone_after_a_complete_listing_does_not_stop_the_start(tmp_path
     """Before: the index's header was read at every start, so a deleted or rotated index object
     ended the next start with exit 2 (`--index: cannot read the index …`) though the catalog it had
     listed was complete: one lost file stopped a fleet at its restarts."""
-    data = tmp_path / "data"
-    data.mkdir()
-    for i in range(3):
-        (data / f"{i}.bin").write_bytes(os.urandom(100))
-    index = tmp_path / "index.jsonl"
-    subprocess.run([EPOCHFS, "index", data.as_uri(), "--out", str(index)], env=ENV, check=True,
-                   capture_output=True, timeout=60)
+    data, index = _indexed(tmp_path, "index.jsonl")
     cache = tmp_path / "cache"
     for run in range(2):
         proc = subprocess.Popen([EPOCHFS, "sample", "--cache", str(cache), "--remote", data.as_uri(),
