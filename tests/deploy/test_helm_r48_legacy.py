@@ -38,6 +38,16 @@ def _children(pid: int) -> list[int]:
     return [int(p) for p in path.read_text().split()] if path.exists() else []
 
 
+def _mounted(tmp_path: Path) -> tuple[Path, Path]:
+    """(the control folder, a mount point whose view is up: its status.json is there)."""
+    control = tmp_path / "control"
+    control.mkdir()
+    mount = tmp_path / "mnt"
+    (mount / ".epochfs").mkdir(parents=True)
+    (mount / ".epochfs" / "status.json").write_text("{}")
+    return control, mount
+
+
 def _kill_group(proc: subprocess.Popen[Any]) -> None:
     """The wrapper's whole process group, whether the wrapper itself is still there or not: a
     trainer left behind by a wrapper that exited first kept running after the test."""
@@ -53,11 +63,7 @@ def test_the_trainer_gets_the_pods_sigterm_as_pid_1(scripts: tuple[str, str], tm
     from outside must reach the trainer, whose handler records it, and the wrapper exits with the
     trainer's status and leaves the exit file for the sidecar."""
     _, trainer_script = scripts
-    control = tmp_path / "control"
-    control.mkdir()
-    mount = tmp_path / "mnt"
-    (mount / ".epochfs").mkdir(parents=True)
-    (mount / ".epochfs" / "status.json").write_text("{}")
+    control, mount = _mounted(tmp_path)
     record = tmp_path / "record"
     trainer = tmp_path / "trainer.sh"
     trainer.write_text(
@@ -86,11 +92,7 @@ def test_the_trainer_keeps_running_to_its_end_after_a_forwarded_sigterm(scripts:
     """A trainer that saves a checkpoint on SIGTERM takes its time: the wrapper waits for it (a
     trapped signal interrupts `wait`) and exits with its status, not the signal's."""
     _, trainer_script = scripts
-    control = tmp_path / "control"
-    control.mkdir()
-    mount = tmp_path / "mnt"
-    (mount / ".epochfs").mkdir(parents=True)
-    (mount / ".epochfs" / "status.json").write_text("{}")
+    control, mount = _mounted(tmp_path)
     record, go = tmp_path / "record", tmp_path / "go"
     trainer = tmp_path / "trainer.sh"
     trainer.write_text(
