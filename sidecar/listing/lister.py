@@ -142,9 +142,14 @@ class Lister:
         include/exclude patterns when there are any, and by the object limit when there is one):
         a change starts a new listing, whose end drops the rows it did not see (keys another
         filter had taken); a limit lower than the recorded one is no change (:meth:`covered_by`)."""
+        name, limit = self._named_for()
+        return name if limit is None else f"{name}{LIMIT_MARK}{limit}]"
+
+    def _named_for(self) -> tuple[str, int | None]:
+        """(the source with its include/exclude patterns, the object limit or None)."""
         keys = self.keys.describe()
         name = f"{self.source.name} {keys}" if keys else self.source.name
-        return f"{name}{LIMIT_MARK}{self.object_limit}]" if self.object_limit < NO_LIMIT else name
+        return name, (self.object_limit if self.object_limit < NO_LIMIT else None)
 
     def covered_by(self, recorded: str | None) -> bool:
         """Whether the listing recorded as ``recorded`` holds every key this one would: the same
@@ -156,7 +161,7 @@ class Lister:
         if recorded is None:
             return False
         base, limit = _split_limit(recorded)
-        mine, my_limit = _split_limit(self.listing_name)
+        mine, my_limit = self._named_for()
         if base != mine:
             return False
         return my_limit is None if limit is None else (my_limit is not None and limit >= my_limit)

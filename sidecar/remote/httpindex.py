@@ -22,18 +22,17 @@ start; a size is never guessed as 0, which would refuse every body as longer tha
 from __future__ import annotations
 
 import contextlib
-import gzip
 import io
 import logging
 from collections.abc import Iterator, Mapping
-from typing import IO, Any, ClassVar, cast
+from typing import IO, Any, ClassVar
 from urllib.parse import quote, urlsplit, urlunsplit
 
 from epochfs.sidecar.redact import redact
 from epochfs.sidecar.remote.base import BLOCK, Reader, Remote, RemoteError, RemoteObject
 from epochfs.sidecar.remote.errors import failure_reason
 from epochfs.sidecar.remote.fsspec import FSSPEC, FsspecReader, range_past_the_end
-from epochfs.sidecar.remote.objects import GZIP_MAGIC, FileRaw, open_stream
+from epochfs.sidecar.remote.objects import FileRaw, gunzipped, open_stream
 
 log = logging.getLogger("epochfs.remote")
 
@@ -118,14 +117,10 @@ class HTTPRemote(Remote):
             f = self._fs.open(self.index_url, "rb", block_size=0)
         except Exception as e:  # fsspec's FileNotFoundError, the answer or the socket's error under it
             raise RemoteError(f"cannot read the index {shown}: {failure_reason(e)}") from e
-        with f, io.BufferedReader(FileRaw(f), BLOCK) as buffered:
-            # Bodies come as stored (never decompressed): an index stored gzipped (served with
-            # Content-Encoding: gzip, or a keys.txt.gz) is gunzipped here.
-            if buffered.peek(2)[:2] != GZIP_MAGIC:
-                yield buffered
-                return
-            with gzip.GzipFile(fileobj=buffered) as stream:
-                yield cast(IO[bytes], stream)
+        # Bodies come as stored (never decompressed): an index stored gzipped (served with
+        # Content-Encoding: gzip, or a keys.txt.gz) is gunzipped here.
+        with f, io.BufferedReader(FileRaw(f), BLOCK) as buffered, gunzipped(buffered) as stream:
+            yield stream
 
     def probe(self) -> None:
         """The index's first bytes, read at the start: an index that is not found or refused

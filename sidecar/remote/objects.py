@@ -131,11 +131,21 @@ def open_stream(url: str, *, endpoint_url: str | None = None, what: str = "",
     ("the index"). ``gunzip``: a body that starts with gzip's magic bytes is read gunzipped, any
     other as it is (index files and S3 Inventory's CSV data files come either way)."""
     with _buffered(url, endpoint_url=endpoint_url, what=what) as buffered:
-        if gunzip and buffered.peek(2)[:2] == GZIP_MAGIC:
-            with gzip.GzipFile(fileobj=buffered) as stream:
-                yield cast(IO[bytes], stream)
-        else:
+        if not gunzip:
             yield buffered
+            return
+        with gunzipped(buffered) as stream:
+            yield stream
+
+
+@contextlib.contextmanager
+def gunzipped(buffered: io.BufferedReader[Any]) -> Iterator[IO[bytes]]:
+    """``buffered`` read gunzipped when it starts with gzip's magic bytes, as it is otherwise."""
+    if buffered.peek(2)[:2] != GZIP_MAGIC:
+        yield buffered
+        return
+    with gzip.GzipFile(fileobj=buffered) as stream:
+        yield cast(IO[bytes], stream)
 
 
 @contextlib.contextmanager

@@ -54,8 +54,6 @@ def _nothing_made(store: Store) -> bool:
             and store.stats().samples == 0 and not store.epochs())
 
 
-
-
 def recorded_listing(settings: SamplerSettings, store: Store, error: RemoteError) -> IndexSource:
     """An ``--index`` that cannot be read at the start, over a catalog completely listed from it:
     sample from that catalog (one warning; a relist reads the file again and says so in status

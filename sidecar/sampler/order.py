@@ -162,8 +162,6 @@ class FetchOrder:
         self.owed = 0
         """Snapshot mode: keys fetched as owed so far (listed after the cursor passed them)."""
         self._windows: dict[int, tuple[int, int]] = {}
-        self._windows_budget: int | None = None
-        """The epoch budget ``_windows`` were trimmed to."""
         self._target = -1
         self.lookahead = False
         """Schedule mode: the candidates come from the window after the next epoch's."""
@@ -206,13 +204,8 @@ class FetchOrder:
         return self.schedule_mode and self._schedule_target() != self._target
 
     def _window(self, n: int) -> tuple[int, int]:
-        """Epoch ``n``'s window, kept while the epoch budget it was trimmed to is the store's: a
-        cut trims its window to the budget recorded then, so a window computed with another one
-        is not the window the cut waits for (the keys fetched for it would never complete it)."""
-        budget = self.store.policy().epoch_budget
-        if budget != self._windows_budget:
-            self._windows.clear()
-            self._windows_budget = budget
+        """Epoch ``n``'s window, computed once: its epoch budget is --capacity's for the whole run
+        (schedule mode never records a budget the disk bounds: :meth:`.room.Room._record_capacity`)."""
         if n not in self._windows:
             self._windows[n] = self.store.schedule_window(n)
         return self._windows[n]

@@ -96,11 +96,10 @@ def listing_known(db: sqlite3.Connection, catalog: int, *, excluded: int | None 
     if excluded is None:  # read_stats has every counter already
         row = db.execute("SELECT value FROM counters WHERE name='listing_excluded'").fetchone()
         excluded = int(row[0]) if row is not None else 0
-    complete = _meta(db, Meta.LISTING_COMPLETE) is not None
-    failed = _meta(db, Meta.LISTING_FAILED)
-    if failed:
-        return {**_listing_known(db, catalog, running, complete, excluded), "failing": failed}
-    return _listing_known(db, catalog, running, complete, excluded)
+    known = _listing_known(db, catalog, running, _meta(db, Meta.LISTING_COMPLETE) is not None, excluded)
+    if failed := _meta(db, Meta.LISTING_FAILED):
+        known["failing"] = failed
+    return known
 
 
 def _listing_known(db: sqlite3.Connection, catalog: int, running: bool, complete: bool,
