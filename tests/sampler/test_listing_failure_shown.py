@@ -71,6 +71,11 @@ def _wait_whole(cache: Path, proc: subprocess.Popen[str]) -> None:
                timeout=60, what="the complete catalog, every sample")
 
 
+def _wait_said(log: Path, proc: subprocess.Popen[str], words: str) -> None:
+    wait_until(lambda: words in log.read_text() or proc.poll() is not None, timeout=60,
+               what=f"the log's {words!r}")
+
+
 def test_an_index_gone_after_a_complete_listing_does_not_stop_the_start(tmp_path: Path) -> None:
     """Before: the index's header was read at every start, so a deleted or rotated index object
     ended the next start with exit 2 (`--index: cannot read the index …`) though the catalog it had
@@ -78,16 +83,22 @@ def test_an_index_gone_after_a_complete_listing_does_not_stop_the_start(tmp_path
     data, index = _indexed(tmp_path, "index.jsonl")
     cache = tmp_path / "cache"
     for run in range(2):
-        proc = subprocess.Popen([EPOCHFS, "sample", "--cache", str(cache), "--remote", data.as_uri(),
-                                 "--index", str(index)],
-                                env=ENV, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        log = tmp_path / f"run{run}.log"
+        with open(log, "w") as out:
+            proc = subprocess.Popen([EPOCHFS, "sample", "--cache", str(cache), "--remote", data.as_uri(),
+                                     "--index", str(index)],
+                                    env=ENV, stdout=subprocess.DEVNULL, stderr=out, text=True)
         try:
-            _wait_whole(cache, proc)
-            assert proc.poll() is None, proc.communicate()[1][-2000:]
+            if run == 0:
+                _wait_whole(cache, proc)
+            else:  # the cache is whole already: wait for this start's own word on the index
+                _wait_said(log, proc, "sampling from the complete catalog")
+            assert proc.poll() is None, log.read_text()[-2000:]
         finally:
             proc.send_signal(signal.SIGTERM)
-            _, err = proc.communicate(timeout=60)
-        assert proc.returncode == 0, err[-2000:]
+            proc.wait(timeout=60)
+        assert proc.returncode == 0, log.read_text()[-2000:]
         if run == 0:
             index.unlink()
-    assert "cannot be read now" in err and "sampling from the complete catalog" in err, err[-2000:]
+    err = log.read_text()
+    assert "cannot be read now" in err and _status(cache)["samples"] == 3, err[-2000:]
