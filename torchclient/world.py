@@ -62,7 +62,8 @@ def _env_int(env: Mapping[str, str], name: str) -> int:
 
 def _slurm_tasks_on_node(env: Mapping[str, str]) -> int | None:
     """Tasks on this node from SLURM_TASKS_PER_NODE ("2(x3),1") at SLURM_NODEID, which srun always
-    sets (SLURM_NTASKS_PER_NODE only with --ntasks-per-node); None when either is missing or bad."""
+    sets (SLURM_NTASKS_PER_NODE only with --ntasks-per-node, and then as the requested maximum, not
+    this node's count); None when either is missing or bad."""
     if "SLURM_TASKS_PER_NODE" not in env or "SLURM_NODEID" not in env:
         return None
     node = _env_int(env, "SLURM_NODEID")
@@ -146,23 +147,30 @@ def _from_env(env: Mapping[str, str]) -> tuple[int, int, tuple[int, int] | None]
     if one.local_rank is None or one.local_size is None:
         return rank, size, (0, 1)
     local_size: int | None = None
-    if one.local_size in env:
-        local_size = _env_int(env, one.local_size)
-    elif one.name == "Slurm":
+    said_size = one.local_size  # the variable the local size was read from, for the errors
+    if one.name == "Slurm":
+        # This node's own count first: SLURM_NTASKS_PER_NODE is the requested maximum, so with
+        # --ntasks=5 --ntasks-per-node=3 it reads 3 on the node that runs 2 ("3,2"), and a split of
+        # that node's epoch over 3 would leave a third of it unread.
         local_size = _slurm_tasks_on_node(env)
+        if local_size is not None:
+            said_size = f"SLURM_TASKS_PER_NODE[SLURM_NODEID={env['SLURM_NODEID'].strip()}]"
+    if local_size is None and one.local_size in env:
+        local_size = _env_int(env, one.local_size)
     if one.local_rank not in env and local_size is None:
         return rank, size, None
     if one.local_rank not in env or local_size is None:
-        there, absent = ((one.local_rank, one.local_size) if one.local_rank in env
-                         else (one.local_size, one.local_rank))
-        raise ValueError(f"incomplete {one.name} environment: {there}={env[there]} is set but {absent} "
+        there = (f"{one.local_rank}={env[one.local_rank]}" if one.local_rank in env
+                 else f"{said_size}={env.get(said_size, local_size)}")
+        absent = one.local_size if one.local_rank in env else one.local_rank
+        raise ValueError(f"incomplete {one.name} environment: {there} is set but {absent} "
                          "is not (set both, or neither)")
     local_rank = _env_int(env, one.local_rank)
     if local_size < 1 or local_rank >= local_size:
         raise ValueError(f"inconsistent {one.name} environment: {one.local_rank}={local_rank} is not below "
-                         f"{one.local_size}={local_size}")
+                         f"{said_size}={local_size}")
     if local_size > size:
-        raise ValueError(f"inconsistent {one.name} environment: {one.local_size}={local_size} is above "
+        raise ValueError(f"inconsistent {one.name} environment: {said_size}={local_size} is above "
                          f"{one.size}={size}")
     return rank, size, (local_rank, local_size)
 
