@@ -51,6 +51,8 @@ import json
 import operator
 import os
 import re
+import stat
+import warnings
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -351,14 +353,44 @@ def walk_epoch(root: str | os.PathLike[str], epoch: int) -> list[tuple[str, int]
     """(relative path, size) of every file under ``epoch-N/``, sorted by path: the fallback without manifest.
 
     Entries are usually symlinks to the object files, so sizes come from ``stat`` (which follows them).
+    A plain folder may link whole folders in (``epoch-0/b -> /data/b``): they are followed, as any
+    reader of the folder would, except one that leads back to a folder above it (a loop). A symlink
+    whose target is missing is no file of the epoch: it is skipped with a warning, not taken for a
+    mount being replaced (whose ENOENT the caller retries for ``retry_seconds``): the entry itself is
+    there (``lstat``), only its target is not. One warning a walk names the entries skipped.
     """
     base = epoch_dir(root, epoch)
+    try:
+        top = os.stat(base)
+    except FileNotFoundError:
+        return []  # as os.walk: the caller looks the epoch up again (the dataset retries an ENOENT)
     found: list[tuple[str, int]] = []
-    for dirpath, dirnames, filenames in os.walk(base):
-        dirnames.sort()
-        rel_dir = os.path.relpath(dirpath, base)
-        for name in filenames:
-            rel = name if rel_dir == "." else f"{rel_dir}/{name}".replace(os.sep, "/")
-            found.append((rel, os.stat(os.path.join(dirpath, name)).st_size))
+    dangling: list[str] = []
+    loops: list[str] = []
+    stack = [(str(base), "", frozenset({(top.st_dev, top.st_ino)}))]
+    while stack:
+        folder, prefix, above = stack.pop()
+        with os.scandir(folder) as listing:
+            entries = list(listing)
+        for entry in entries:
+            rel = prefix + entry.name
+            if entry.is_dir():  # follows a symlink, as os.walk(followlinks=True) does
+                st = entry.stat()
+                if (st.st_dev, st.st_ino) in above:
+                    loops.append(rel)
+                else:
+                    stack.append((entry.path, rel + "/", above | {(st.st_dev, st.st_ino)}))
+                continue
+            try:
+                found.append((rel, os.stat(entry.path).st_size))
+            except FileNotFoundError:
+                if not stat.S_ISLNK(os.lstat(entry.path).st_mode):  # the entry itself gone: raise
+                    raise
+                dangling.append(rel)
+    said = [f"{len(names)} {what}: {', '.join(names[:3])}{', ...' if len(names) > 3 else ''}"
+            for names, what in ((dangling, "dangling symlink(s) (target missing)"),
+                                (loops, "symlinked folder(s) leading to a folder above them")) if names]
+    if said:
+        warnings.warn(f"epochfs: walking {base} (no manifest) skipped {'; '.join(said)}", stacklevel=2)
     found.sort()
     return found
