@@ -63,8 +63,24 @@ def decode_npy(path: str) -> torch.Tensor:
 
     Copy-on-write keeps the tensor writable (torch expects that) while writes, if a transform makes
     any, land in private pages and never reach the file, which the mount serves read-only anyway.
+
+    The header is parsed by the strict parser ArrayLoader uses (:mod:`.npyheader`), not by
+    ``np.load``: a bad header is the same :class:`~.npyheader.NpyHeaderError` (naming the file, the
+    field and the value) from both loaders, and what it declares must fit in the file before it is
+    mapped. One open serves the header and the mapping (``np.load`` opens the file twice).
     """
-    return _tensor(np.load(path, mmap_mode="c", allow_pickle=False))
+    from .npyheader import ArraySampleError, check_fits, read_npy_header  # .npyheader imports this module
+
+    with open(path, "rb") as file:
+        header = read_npy_header(file.fileno(), 0, path)
+        check_fits(header, path, os.fstat(file.fileno()).st_size - header.length)
+        spec = header.spec
+        if spec.dtype.hasobject:
+            raise ArraySampleError(f"sample {path} holds objects ({spec.dtype}), which only unpickling "
+                                   "reads; EpochLoader does not unpickle", path)
+        array = np.memmap(file, dtype=spec.dtype, mode="c", offset=header.length, shape=spec.shape,
+                          order="F" if header.fortran else "C")
+    return _tensor(array)
 
 
 def decode_npz(path: str, *, max_array_bytes: int | None = MAX_ARRAY_BYTES) -> dict[str, torch.Tensor]:
