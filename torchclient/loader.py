@@ -22,7 +22,7 @@ data) as an :class:`EpochStats`, kept in ``history`` and passed to ``on_epoch_en
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -102,10 +102,19 @@ class _Workers:
         return self._loader
 
     def serve(self, batches: list[list[Any]]) -> DataLoader[Any]:
-        """The DataLoader, its next iteration planned to load ``batches``."""
+        """The DataLoader, its next iteration planned to load ``batches``; a fresh one when a worker
+        of the last died. A worker killed while the training step runs (out of memory) fails that
+        epoch from torch's SIGCHLD handler, in the training code, not in the run: only this check
+        sees it, and a DataLoader with a dead worker never serves again."""
+        if any(not process.is_alive() for process in self.processes()):
+            self.close()
         dataloader = self.dataloader()
         self._plan.batches = batches
         return dataloader
+
+    def serving(self, dataloader: Iterable[Any]) -> bool:
+        """Whether ``dataloader`` is still this one's DataLoader (not closed since :meth:`serve`)."""
+        return self._loader is dataloader
 
     def processes(self) -> list[Any]:
         """The DataLoader's worker processes once its first iteration started them ([] before, after
@@ -294,9 +303,11 @@ class EpochLoader(Resumable):
         return dataset, batches, sizes, padded
 
     def close(self) -> None:
-        """Stop the worker processes (also done when the loader is garbage-collected). The workers
-        first: while they are registered, torch's SIGCHLD handler raises wherever the main thread is
-        when one of them dies (here, the reporter's join)."""
+        """Stop an unfinished epoch (recorded incomplete, its loop ends: a state saved after resumes
+        it), then the worker processes (also done when the loader is garbage-collected). The workers
+        before the reporter: while they are registered, torch's SIGCHLD handler raises wherever the
+        main thread is when one of them dies (here, the reporter's join)."""
+        self._running.close()
         self._workers.close()
         self.reporter.close()
 

@@ -108,6 +108,7 @@ class ResumeTracker:
         self._position: Position | None = None
         self._pending: Position | None = None
         self._digest_of: EpochDataset | None = None  # what the position's digest is computed from, lazily
+        self._checked: tuple[EpochDataset, str] | None = None  # the last digest a check computed, and of what
         self.world_size: int | None = None  # the job's, told by load_state_dict: a pending position's check
 
     # ------------------------------------------------------------------ the loader's public side
@@ -160,6 +161,10 @@ class ResumeTracker:
         if not own:
             position.files = position.digest = None  # another rank's node may hold other files
         self._digest_of = None
+        # Every batch yielded is the end of the epoch, whether or not the state says complete (one
+        # saved after the last step by an older epochfs did not): it resumes nothing.
+        position.complete = position.complete or (position.total is not None
+                                                  and position.batches >= position.total)
         if position.complete or position.batches == 0:
             self._position, self._pending = position, None  # nothing to skip: the next epoch starts fresh
         else:
@@ -197,6 +202,17 @@ class ResumeTracker:
             f"on epoch {epoch} as the sidecar cuts it now, from its first batch; or iterate a newer epoch "
             f"(the loaded state is then not used)", epoch, pending.batches)
 
+    def preview(self, epoch: int, dataset: EpochDataset, total: int) -> int:
+        """The batches the iteration of ``epoch`` (planned: ``total`` batches of ``dataset``) will
+        skip, as far as this rank can tell before it begins: what ``len(run)`` tells ``start_batch``,
+        for a progress bar made before the loop. Changes nothing, raises nothing and asks no other
+        rank; :meth:`start` decides, when the iteration begins (a mismatch there, or the world's
+        verdict, may make it 0)."""
+        pending = self._pending
+        if pending is None or pending.epoch != epoch or self._differences(pending, dataset, total):
+            return 0
+        return min(pending.batches, total)
+
     def start(self, epoch: int, dataset: EpochDataset, total: int, agree: Agree | None = None) -> int:
         """Begin ``epoch`` (planned: ``total`` batches of ``dataset``): the batches to skip.
 
@@ -211,6 +227,9 @@ class ResumeTracker:
         self._position = Position(epoch=epoch, total=total, files=len(dataset))
         self._digest_of = dataset
         found = self._differences(pending, dataset, total) if pending is not None else []
+        checked, self._checked = self._checked, None
+        if checked is not None and checked[0] is dataset:
+            self._digest_of, self._position.digest = None, checked[1]
         skip = min(pending.batches, total) if pending is not None and not found else 0
         what = (f"epoch {epoch} on this node is not the one the state was saved in: it has "
                 f"{'; '.join(found)}") if found else ""
@@ -250,19 +269,24 @@ class ResumeTracker:
         if None not in (pending.world_size, self.world_size) and pending.world_size != self.world_size:
             found.append(f"a job of {self.world_size} ranks, not {pending.world_size}")
         if not found and pending.digest is not None:
-            digest = epoch_digest(dataset.files, dataset.sizes)
-            assert self._position is not None
-            self._digest_of, self._position.digest = None, digest
+            checked = self._checked
+            digest = (checked[1] if checked is not None and checked[0] is dataset
+                      else epoch_digest(dataset.files, dataset.sizes))
+            self._checked = (dataset, digest)  # a preview's digest serves the start's check and state
             if digest != pending.digest:
                 found.append("another file list (the same count, other paths or sizes)")
         return found
 
     def advance(self, samples: int) -> None:
-        """A batch of ``samples`` was yielded (it counts as consumed from now on)."""
+        """A batch of ``samples`` was yielded (it counts as consumed from now on). The last one
+        completes the epoch at once: a state saved after its step (as the docs' loop does) resumes
+        at the next epoch, not in this one, which may be retired by then."""
         position = self._position
         if position is not None:
             position.batches += 1
             position.samples += samples
+            if position.total is not None and position.batches >= position.total:
+                position.complete = True
 
     def done(self) -> None:
         """The epoch's last batch was yielded: the next state points to the epoch after it."""

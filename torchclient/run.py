@@ -12,6 +12,7 @@ change its private parts without breaking the other, and a type checker sees eve
 
 from __future__ import annotations
 
+import inspect
 import time
 import weakref
 from collections.abc import Callable, Generator, Iterable, Iterator
@@ -110,6 +111,10 @@ class Workers(Protocol):
         """The error to raise when a worker process died (None while all live)."""
         ...
 
+    def serving(self, dataloader: Iterable[Any]) -> bool:
+        """Whether ``dataloader`` (from :meth:`serve`) is still the one served (not closed since)."""
+        ...
+
 
 class Reads(Protocol):
     """An ArrayLoader's reads of one epoch in flight, as its run uses them."""
@@ -136,9 +141,12 @@ class RunningEpoch:
         self._batches: weakref.ref[Generator[Any, None, None]] | None = None
 
     def close(self) -> None:
-        """Close the running epoch, if any is still alive."""
+        """Close the running epoch, if any is still alive. Not when the call comes from inside it
+        (a run closing its loader after a worker died, a signal handler run during its wait for a
+        batch): a generator cannot close itself; it ends by its own error, or finds its batches cut
+        short and records the epoch incomplete."""
         batches = self._batches() if self._batches is not None else None
-        if batches is not None:
+        if batches is not None and inspect.getgeneratorstate(batches) != inspect.GEN_RUNNING:
             batches.close()
 
     def hold(self, batches: Generator[Any, None, None]) -> None:
@@ -169,11 +177,22 @@ class RunBase:
         """The batches of this epoch for this rank (the same on every rank unless ``balance="none"``),
         including any a resume skips, as ``len(StatefulDataLoader)``. Before iteration this looks the
         epoch up (cutting it on the mount) and plans it, collectively when torch.distributed is
-        initialised; the iteration then uses that plan. Known once planned, it is not asked again."""
+        initialised; the iteration then uses that plan. Known once planned, it is not asked again.
+
+        Planning also sets ``start_batch`` to what a loaded state will skip, for the docs' progress
+        bar, ``tqdm(run, total=len(run), initial=run.start_batch)``, which reads it before the loop."""
         if self._length is None:
-            self._planned = self._lookup()
-            self._length = len(self._planned[1])
+            self._planned = self._plan()
+        assert self._length is not None
         return self._length
+
+    def _plan(self) -> tuple[Any, ...]:
+        """Look the epoch up, and tell ``start_batch`` what a loaded state will skip of it (the
+        iteration's start decides, collectively: see :meth:`_begin`)."""
+        planned = self._lookup()
+        self._length = len(planned[1])
+        self.start_batch = self.resume.preview(self.epoch, planned[0], len(planned[1]))
+        return planned
 
     def _lookup(self) -> tuple[Any, ...]:
         """``loader.plan(epoch)``; a resumed epoch is allowed to be cut out of order (``jump``), and
@@ -197,7 +216,8 @@ class RunBase:
         # Batch counts kept equal across the world make every rank's start collective already; the
         # resume decision is then the world's too (one rank resuming while another starts over
         # would leave them out of step in every collective after). Without a world of several ranks
-        # agree_resume answers for this rank alone, with no collective.
+        # agree_resume answers for this rank alone, with no collective. Decided here, not by len():
+        # a state may be loaded in between (Lightning asks len() first), and every rank starts.
         collective = self.loader.balance != "none"
         self.start_batch = self.resume.start(self.epoch, dataset, len(batches),
                                              agree_resume if collective else None)
@@ -263,13 +283,21 @@ class EpochRun(RunBase):
             waiting = time.monotonic()
             iterator = iter(dataloader)
             for number, batch in enumerate(iterator):
+                if not self.workers.serving(dataloader):
+                    # Closed under the run (the loader closed by a signal handler while the run
+                    # waited): torch's stopped iterator skips the batches of the stopped workers and
+                    # hands out ones received early, out of turn. None of those is this epoch's next.
+                    break
                 dataset.renew_hold()  # after a FUSE server restart, hold the epoch on the new mount
                 self._yielded(stats, started, len(batches[number]), sizes[number], time.monotonic() - waiting)
                 yield batch
                 waiting = time.monotonic()
             stats.wait_seconds += time.monotonic() - waiting
-            stats.complete = True
-            self.resume.done()
+            # Only a whole epoch is complete: torch's iterator also ends, silently, when its workers
+            # were shut down under it.
+            stats.complete = stats.batches == len(batches)
+            if stats.complete:
+                self.resume.done()
         except Exception as exc:
             # A sample's error leaves the workers serving; a dead worker (killed, out of memory) breaks
             # the DataLoader for good, so drop it: the next epoch starts fresh workers.
