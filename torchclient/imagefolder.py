@@ -27,7 +27,8 @@ from typing import Any
 from .dataset import EpochDataset
 from .decode import Decoder
 from .labels import ClassMapError, check_class_root
-from .layout import parse_epoch_name, read_classes
+from .layout import CONTROL_DIR, read_classes
+from .mountroot import mount_root
 
 IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".ppm", ".bmp", ".pgm", ".tif", ".tiff", ".webp")
 """torchvision's ``IMG_EXTENSIONS``: the files ImageFolder takes by default, in any case."""
@@ -80,15 +81,15 @@ def find_classes(directory: str | os.PathLike[str]) -> tuple[list[str], dict[str
     are the names by index, every class the cache knows (some may have no folder in this epoch:
     give ImageFolder ``allow_empty=True``). ClassMapError where the mount has no classes.json."""
     path = Path(os.path.abspath(directory))
-    if not any(parse_epoch_name(part) is not None for part in path.parts):
-        path = Path(os.path.realpath(path))  # through ``latest`` (a link to the newest epoch)
-    parts = path.parts
-    for i in range(len(parts) - 1, 0, -1):
-        if parse_epoch_name(parts[i]) is not None:
-            root, inside = Path(*parts[:i]), "/".join(parts[i + 1:])
-            break
-    else:
+    root = mount_root(path)  # the outermost epoch-N beside .epochfs/: a dataset may name folders so
+    if root is None or not (root / CONTROL_DIR).is_dir():
+        real = Path(os.path.realpath(path))  # through ``latest`` (a link to the newest epoch)
+        real_root = mount_root(real)
+        if real_root is not None:
+            path, root = real, real_root
+    if root is None:
         raise ClassMapError(f"{directory} is not inside an epoch-N/ folder of an epochfs mount")
+    inside = "/".join(path.relative_to(root).parts[1:])
     maps = read_classes(root)
     if maps is None:
         raise ClassMapError(f"{root} has no .epochfs/classes.json (not an epochfs mount of this version)")

@@ -43,7 +43,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
-from .layout import CONTROL_DIR, parse_epoch_name, read_status
+from .layout import CONTROL_DIR, read_status
+from .mountroot import mount_root
 
 T = TypeVar("T")
 
@@ -100,19 +101,11 @@ def _oserror(exc: BaseException) -> OSError | None:
 
 
 def _mount_root(path: str) -> Path | None:
-    """The mount (or published folder) above ``path``'s ``epoch-N`` folder, None outside one:
-    the outermost ``epoch-N`` folder beside a ``.epochfs/`` folder (the mount's control folder),
-    so that a dataset's own folder named ``epoch-3`` inside an epoch is not taken for it (its key
-    and record were looked up in the wrong place, and a lost sample reported vanished). Without
-    a control folder (a plain folder), the nearest ``epoch-N`` folder."""
-    p = Path(path)
-    nearest = found = None
-    for parent in p.parents:
-        if parse_epoch_name(parent.name) is not None:
-            nearest = nearest or parent.parent
-            if os.path.isdir(parent.parent / CONTROL_DIR):
-                found = parent.parent
-    return found or nearest
+    """The mount (or published folder) above the file ``path``'s ``epoch-N`` folder, None outside
+    one (:func:`.mountroot.mount_root` of its folder: a dataset's own folder named ``epoch-3``
+    inside an epoch is not taken for it, else its key and record were looked up in the wrong
+    place, and a lost sample reported vanished)."""
+    return mount_root(os.path.dirname(path))
 
 
 _records: dict[str, tuple[tuple[int, int, int], dict[str, str]]] = {}
