@@ -8,6 +8,10 @@ complete listing) and logged once each (the first ``LOG_LIMIT`` of each kind, th
 When a span lists in byte order (S3), a key that is also a folder of other keys (``a/b`` beside
 ``a/b/c``) cannot be shown as both a file and a folder: the file is skipped and counted the same
 way. Across spans, a file whose name is a span boundary folder (``cat`` beside ``cat/``) is too.
+A clash-skipped key keeps its catalog row, marked not to be fetched as a new sample: the remote
+still has it, so a relist does not count it "gone from the remote", and a sample of it the cache
+already holds (an upload made its name a folder later) is repaired in place when damaged, not
+marked lost.
 
 Keys of this shard that ``--include``/``--exclude`` leave out (a :class:`~epochfs.torchclient.globs.
 KeyFilter`, matched against the key relative to the remote root) are never cataloged, so never
@@ -126,9 +130,12 @@ class ClashFinder:
 class Filtered:
     rows: list[CatalogRow]
     skips: int
-    """Skips to count: hostile keys, objects over the limit, clashes found within the page."""
+    """Skips to count: hostile keys, objects over the limit."""
     clashes: list[str]
-    """Keys of earlier pages found to be folders (to mark skipped)."""
+    """Keys of this page or earlier ones found to be folders too: their rows are written (the
+    remote has them: not "gone", and a cached sample of one is repaired in place) and marked
+    clash-skipped (:data:`~epochfs.sidecar.store.catalog.SKIPPED_CLASH`, never fetched anew),
+    counted as skips when marked."""
     excluded: int = 0
     """Keys of this shard left out by the include/exclude globs (a choice, not a skip)."""
 
@@ -151,7 +158,7 @@ class PageFilter:
 
     def page(self, objects: list[RemoteObject], finder: ClashFinder | None) -> Filtered:
         rows: list[CatalogRow] = []
-        later: list[str] = []
+        clashes: list[str] = []
         skips = excluded = markers = in_shard = 0
         for obj in objects:
             if is_directory_marker(obj.key):
@@ -173,30 +180,26 @@ class PageFilter:
                     cataloged = False
                     skips += 1
                     self._too_large(key, obj.size)
-            if cataloged and key + "/" in self.boundaries:
-                cataloged = False
-                skips += 1
+            boundary = cataloged and key + "/" in self.boundaries
+            if boundary:
                 self._clash(key)
             if finder is not None:
-                for clash in finder.see(key, cataloged):
+                for clash in finder.see(key, cataloged and not boundary):
                     self._clash(clash)
-                    kept = [r for r in rows if r.key != clash]
-                    if len(kept) < len(rows):
-                        rows = kept
-                        skips += 1
-                    else:
-                        later.append(clash)
+                    clashes.append(clash)  # its row, in this page or an earlier one, is marked
             if cataloged:
                 rows.append(CatalogRow(key=key, sid=checked.sid, size=obj.size, version=obj.version,
                                        rank=keyorder.rank(self.seed, key)))
+                if boundary:
+                    clashes.append(key)
         with self._lock:  # once a page: a lock a key cost more than the rest of the filter
             report = self.report
             report.listed += len(objects)
             report.markers += markers
             report.in_shard += in_shard
             report.excluded += excluded
-            report.added += len(rows) - len(later)
-        return Filtered(rows, skips, later, excluded)
+            report.added += len(rows) - len(clashes)
+        return Filtered(rows, skips, clashes, excluded)
 
     def count_new(self, n: int) -> None:
         """Count ``n`` keys the index did not hold before (what a committed page added), under the

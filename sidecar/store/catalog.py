@@ -44,6 +44,16 @@ def finalize(ix: Index) -> int:
     return total
 
 
+SKIPPED_CLASH = 2
+"""``catalog.skipped`` of a key that is also a folder of other keys (a file/folder name clash,
+:mod:`epochfs.sidecar.listing.filter`): like any skip (1) it is never fetched as a new sample, but
+the remote still lists it, so its row stays (a relist does not drop it as gone from the remote)
+and a cached sample of it that is damaged is fetched again into its place
+(:mod:`.integrity`), not marked lost."""
+
+REPAIRABLE = f"skipped IN (0, {SKIPPED_CLASH})"
+"""SQL: a catalog row whose key the remote still lists and may be fetched for a repair in place."""
+
 _UNFETCHED = ("FROM catalog c WHERE c.skipped = 0 "
               "AND NOT EXISTS (SELECT 1 FROM samples s WHERE s.key = c.key)")
 """Catalog rows that are neither cached nor skipped."""
@@ -287,9 +297,11 @@ class Listings:
                                    "VALUES(?,?,?,?,?,?,?)",
                                    (r.key, r.key, r.sid, r.size, r.version, r.rank, gen))
                         new += 1
-                for key in page.clashes:  # written with an earlier page: it is also a folder
-                    if db.execute("UPDATE catalog SET skipped=1 WHERE key=?", (key,)).rowcount:
-                        self.ix.bump("skipped_total", 1)
+                for key in page.clashes:  # written with this page or an earlier one: also a folder
+                    # A skip of this listing, counted with the others at its end: a relist that
+                    # finds the same clash again does not count it again.
+                    if db.execute("UPDATE catalog SET skipped=? WHERE key=?", (SKIPPED_CLASH, key)).rowcount:
+                        self.ix.bump("listing_skips", 1)
                 for p in (page.part, page.cut_from) if page.cut_from is not None else (page.part,):
                     db.execute("INSERT INTO listing_parts(part, prefix, start, stop, after, done) "
                                "VALUES(?,?,?,?,?,?) ON CONFLICT(part) DO UPDATE SET stop=excluded.stop, "

@@ -28,6 +28,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from epochfs.sidecar.store import digests, journal, repairlog
+from epochfs.sidecar.store.catalog import REPAIRABLE
 from epochfs.sidecar.store.digests import BLOCK
 from epochfs.sidecar.store.index import Index
 from epochfs.sidecar.store.objects import ObjectFiles, object_name
@@ -108,8 +109,10 @@ def take_out(ix: Index, files: ObjectFiles, damaged: list[tuple[StoredObject, st
     number. Its object file stays too, until the repair renames the right bytes over it
     (:meth:`.ObjectFiles.install`): removing it here would make every entry that links to it
     answer ENOENT for the whole download; ``quarantine`` links a copy into ``quarantine/``
-    instead of moving it. A sample whose key the catalog no longer lists cannot be fetched
-    again: it is marked lost and its file moved to ``quarantine/`` or removed (:func:`_drop`).
+    instead of moving it. A sample whose key the catalog no longer lists (or lists skipped for
+    another reason than a file/folder name clash: a clash-skipped key is still on the remote,
+    :data:`.catalog.SKIPPED_CLASH`) cannot be fetched again: it is marked lost and its file moved
+    to ``quarantine/`` or removed (:func:`_drop`).
     Dropping the row and fetching the key as a new sample would put it outside every live epoch:
     the epoch being read would shrink under its reader. A sample no longer in the index
     (evicted while it was checked) is left alone: its file is not the cache's any more.
@@ -151,7 +154,8 @@ def _take_out(ix: Index, files: ObjectFiles, damaged: list[tuple[StoredObject, s
             if db.execute("SELECT 1 FROM repairs WHERE sample=?", (obj.id,)).fetchone() is not None:
                 # Another finder took it out: counted once, its repair not undone; only lost if
                 # its key has left the catalog since (nothing would fetch it again).
-                listed = db.execute("SELECT 1 FROM catalog WHERE key=? AND skipped=0", (obj.key,)).fetchone()
+                listed = db.execute(f"SELECT 1 FROM catalog WHERE key=? AND {REPAIRABLE}",
+                                    (obj.key,)).fetchone()
                 if listed is None and db.execute("UPDATE repairs SET lost=1 WHERE sample=? AND lost=0",
                                                  (obj.id,)).rowcount:
                     now_lost.append((obj, problem))
@@ -160,7 +164,7 @@ def _take_out(ix: Index, files: ObjectFiles, damaged: list[tuple[StoredObject, s
                 continue  # repaired since it was found missing
             if corrupt:  # damaged bytes; a file missing at start-up is not (corrupt=False)
                 ix.bump("corrupt_objects_total", 1)
-            row = db.execute("SELECT key, sid, size, version FROM catalog WHERE key=? AND skipped=0",
+            row = db.execute(f"SELECT key, sid, size, version FROM catalog WHERE key=? AND {REPAIRABLE}",
                              (obj.key,)).fetchone()
             cand = None if row is None else Candidate(str(row[0]), str(row[1]), int(row[2]), str(row[3]))
             if journaled and cand is None:
@@ -264,7 +268,8 @@ def _same_bytes(a: Admission, size: int, digest: str, version: str) -> bool:
 
 def lose_unfetchable(ix: Index, files: ObjectFiles) -> list[str]:
     """Mark lost every sample waiting for a repair whose key the catalog no longer offers (its
-    download failed for good and the key was skipped, or a relist dropped or skipped it), and
+    download failed for good and the key was skipped, or a relist dropped it: gone from the
+    remote; a key a relist skipped as a file/folder name clash is still listed, and repaired), and
     remove the damaged files they kept; returns their keys. Without this they waited for ever:
     :func:`repairs_due` offers only keys the catalog still fetches, every finder passes over
     samples in ``repairs``, and the damaged bytes the take-out kept in place were served with no
@@ -272,7 +277,7 @@ def lose_unfetchable(ix: Index, files: ObjectFiles) -> list[str]:
     with ix.write() as db:
         rows = db.execute(
             "SELECT s.id, s.sid, s.key FROM repairs r JOIN samples s ON s.id = r.sample WHERE r.lost = 0 "
-            "AND NOT EXISTS (SELECT 1 FROM catalog c WHERE c.key = s.key AND c.skipped = 0)").fetchall()
+            f"AND NOT EXISTS (SELECT 1 FROM catalog c WHERE c.key = s.key AND c.{REPAIRABLE})").fetchall()
         if not rows:
             return []
         db.executemany("UPDATE repairs SET lost=1 WHERE sample=?", [(int(r[0]),) for r in rows])
@@ -294,7 +299,7 @@ def repairs_due(ix: Index, *, limit: int) -> list[Candidate]:
     fetch again (the catalog's size and version: a download of other bytes is refused at
     admission and the sample marked lost)."""
     rows = ix.query("SELECT c.key, c.sid, c.size, c.version FROM repairs r JOIN samples s ON s.id = r.sample "
-                    "JOIN catalog c ON c.key = s.key AND c.skipped = 0 WHERE r.lost = 0 ORDER BY r.sample "
+                    f"JOIN catalog c ON c.key = s.key AND c.{REPAIRABLE} WHERE r.lost = 0 ORDER BY r.sample "
                     "LIMIT ?", (limit,))
     return [Candidate(str(a), str(b), int(c), str(d)) for a, b, c, d in rows]
 
