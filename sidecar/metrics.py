@@ -44,7 +44,7 @@ Never a key, a path or an epoch number.
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -88,7 +88,11 @@ if TYPE_CHECKING:
 class SidecarMetrics:
     """Metrics the supervisor process counts itself (not multiprocess: it is one long-lived process)."""
 
-    def __init__(self, *, registry: CollectorRegistry) -> None:
+    def __init__(self, *, registry: CollectorRegistry, children: Iterable[str] = ("sampler", "fuse")) -> None:
+        """``children``: the names of the children this sidecar runs (the sampler and its view's:
+        ``fuse``, or ``publisher`` for the folder view). Their ``child`` series exist from the
+        start, restarts at 0 (so ``increase()`` counts the first restart) and up at 0 until they
+        start; no other child gets one (a folder-view sidecar exported ``child="fuse"`` 0 for ever)."""
         self.registry = registry
         from prometheus_client import Counter, Gauge
 
@@ -136,7 +140,7 @@ class SidecarMetrics:
             "with no good run between (an epoch cut, or 30 s run); /healthz fails at 3.",
             registry=registry,
         )
-        for child in ("sampler", "fuse"):
+        for child in children:
             self.child_restarts.labels(child=child)
             self.child_up.labels(child=child)
         from prometheus_client import Histogram

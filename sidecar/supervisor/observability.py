@@ -249,7 +249,9 @@ class Observability:
         # its children's metric files behind, and the next one must not sum them (nor pile up
         # folders in /tmp).
         self._multiproc_dir = metrics.prepare_multiproc_dir(self.cache / METRICS_DIR_NAME)
-        sidecar_metrics = metrics.SidecarMetrics(registry=CollectorRegistry(auto_describe=True))
+        # The child series of the children this sidecar runs, and only those (fuse or publisher).
+        sidecar_metrics = metrics.SidecarMetrics(registry=CollectorRegistry(auto_describe=True),
+                                                 children=(self.sampler.name, self.view.name))
         assert self._store is not None
         saved = self._store.meta(Meta.SIDECAR_TOTALS)
         if saved:
