@@ -34,7 +34,9 @@ STORE_COUNTERS = {
 }
 STORE_GAUGES = {
     "epochfs_cache_bytes": "Bytes of complete samples in the cache.",
-    "epochfs_cache_capacity_bytes": "The cache byte budget (--capacity).",
+    "epochfs_cache_capacity_bytes": "The cache byte budget in force: --capacity, or less while the "
+                                    "cache's filesystem cannot hold that much (snapshot mode: what the "
+                                    "disk allows, at least 1), as status shows it.",
     "epochfs_cache_inflight_bytes": "Bytes reserved for downloads in flight.",
     "epochfs_cache_samples": "Complete samples in the cache.",
     "epochfs_catalog_objects": "Objects listed in the remote catalog (this shard).",
