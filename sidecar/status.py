@@ -44,6 +44,26 @@ its pid: ``epochfs status --mount`` runs in the trainer's container, another PID
 that pid is another process or none."""
 
 
+STATUS_STALE_AFTER = 30.0
+"""Seconds after which a status document (its ``time``) is shown as stale. A running sidecar keeps
+it fresh: the FUSE view re-reads the index every 0.5 s and renders ``status.json`` at each open,
+the folder view rewrites its file every second. An older one is a folder view whose volume is
+full (the rewrite cannot be written, so the file keeps its last version from before the pause:
+``publish_paused`` unset, old counts) or a sidecar that stopped; ``--cache`` reads the index itself."""
+
+
+def stale_line(stats: dict[str, Any], now: float) -> str | None:
+    """A warning when the document was written more than :data:`STATUS_STALE_AFTER` seconds
+    before ``now`` (wall clock); None when fresh or without a ``time``."""
+    written = stats.get("time")
+    if not isinstance(written, (int, float)) or now - written <= STATUS_STALE_AFTER:
+        return None
+    return (f"STALE: this status was written {now - written:.0f} s ago (a running sidecar rewrites it "
+            "every second): the folder view's volume may be full (publishing paused, status.json "
+            "not rewritten) or the sidecar has stopped; `epochfs status --cache CACHE` in the sidecar "
+            "reads the index itself")
+
+
 def _cache_of_mount(mount: Path) -> Path | None:
     """The cache a running sidecar serves at ``mount``: the FUSE mount's source names it; the
     folder view has no mount, so ``EPOCHFS_CACHE`` (the sidecar container's setting) is tried."""
@@ -149,9 +169,35 @@ def _fmt_rates(r: dict[str, float]) -> str:
     return "rates: " + "  ".join(parts)
 
 
-def first_epoch_line(stats: dict[str, Any], rate_values: dict[str, float] | None = None) -> str | None:
+FIRST_CUT = {
+    "fuse": "it is cut at the first lookup of epoch-0",
+    "folder": ("on the folder view it is cut when the torch client asks for it, at --cut-interval or "
+               "by `epochfs cut` (a plain lookup of epoch-0 cuts nothing)"),
+    None: ("it is cut at the first lookup of epoch-0 on the FUSE view; on the folder view when the "
+           "torch client asks for it, at --cut-interval or by `epochfs cut`"),
+}
+"""How epoch 0 gets cut once its samples are cached, per view (:func:`view_of`; None: not known,
+both said): a lookup cuts on the FUSE view only (docs/folderview.md, "who cuts epoch N")."""
+
+
+def view_of(*, mount: Path | None) -> str | None:
+    """The view the status is read from: with ``--mount``, ``fuse`` for a FUSE mount there and
+    ``folder`` for a plain folder (the folder view has no mount); with ``--cache``,
+    ``EPOCHFS_VIEW`` (the sidecar container's setting), else None: the cache says neither."""
+    if mount is not None:
+        from epochfs.fuse.mounting import find_mount
+
+        entry = find_mount(mount)
+        return "fuse" if entry is not None and entry.fstype.startswith("fuse") else "folder"
+    view = os.environ.get("EPOCHFS_VIEW", "").strip().lower()
+    return view if view in ("fuse", "folder") else None
+
+
+def first_epoch_line(stats: dict[str, Any], rate_values: dict[str, float] | None = None, *,
+                     view: str | None = None) -> str | None:
     """``epoch 0: 54/200 samples cached (27%), ~20 s at 2.7 samples/s (2.1 MiB/s)`` before the
-    first cut (the estimate once two readings give a rate); None once an epoch exists."""
+    first cut (the estimate once two readings give a rate); None once an epoch exists. Once its
+    samples are there, how it is cut on ``view`` (:data:`FIRST_CUT`)."""
     first = stats.get("first_epoch")
     if not first:
         return None
@@ -162,7 +208,7 @@ def first_epoch_line(stats: dict[str, Any], rate_values: dict[str, float] | None
     if have >= target and first.get("listing_round"):
         return line + ", waiting for the listing's first round (a page of every folder, at most 3 s)"
     if have >= target:
-        return line + ": it is cut at the first lookup of epoch-0"
+        return f"{line}: {FIRST_CUT.get(view, FIRST_CUT[None])}"
     r = rate_values or {}
     return line + estimate(have, target, r.get("fetch samples/s"), r.get("fetch MB/s", 0.0) * 1e6)
 
@@ -173,15 +219,20 @@ def awaits_first_epoch(stats: dict[str, Any]) -> bool:
     return bool(first) and int(first.get("samples", 0)) < int(first.get("target", 1))
 
 
-def render(stats: dict[str, Any], rate_values: dict[str, float] | None = None) -> str:
-    """Human view of a status document (and of rates, when two readings are known)."""
+def render(stats: dict[str, Any], rate_values: dict[str, float] | None = None, *,
+           now: float | None = None, view: str | None = None) -> str:
+    """Human view of a status document (and of rates, when two readings are known), first saying
+    when it is stale at wall-clock ``now`` (default: the time now); ``view``: the view it is read
+    from, for how epoch 0 is cut (:func:`view_of`)."""
     used = int(stats["cache_bytes"])
     inflight = int(stats.get("inflight_bytes", 0))
     cap = max(1, int(stats["capacity_bytes"]))
     filled = min(BAR_WIDTH, round(BAR_WIDTH * used / cap))
     pending = min(BAR_WIDTH - filled, round(BAR_WIDTH * inflight / cap))
     bar = "#" * filled + "+" * pending + "." * (BAR_WIDTH - filled - pending)
+    stale = stale_line(stats, time.time() if now is None else now)
     lines = [
+        *([stale] if stale else []),
         f"cache [{bar}] {format_size(used)} / {format_size(cap)} ({100 * used / cap:.1f}%)"
         + (f", {format_size(inflight)} in flight" if inflight else ""),
         f"samples {stats['samples']}  fetched {stats['fetched_total']} "
@@ -240,7 +291,7 @@ def render(stats: dict[str, Any], rate_values: dict[str, float] | None = None) -
         lines.append("  (new: admitted since the epoch before; left out: samples of the epoch before not in "
                      "this one)")
     if not stats["epochs"]:
-        first = first_epoch_line(stats, rate_values)
+        first = first_epoch_line(stats, rate_values, view=view)
         lines.append(f"  (no epoch cut yet{': ' + first if first else ''})")
     return "\n".join(lines)
 
@@ -253,6 +304,7 @@ def watch_view(
     iterations: int | None = None,
     clock: Callable[[], float] = time.monotonic,
     sleep: Callable[[float], None] = time.sleep,
+    view: str | None = None,
 ) -> None:
     """Redraw the view every ``interval`` seconds (``iterations`` bounds it for tests)."""
     previous: tuple[float, dict[str, Any]] | None = None
@@ -262,7 +314,7 @@ def watch_view(
         now = clock()
         rate_values = rates(previous[1], stats, now - previous[0]) if previous is not None else None
         previous = (now, stats)
-        out.write(CLEAR + render(stats, rate_values) + "\n")
+        out.write(CLEAR + render(stats, rate_values, view=view) + "\n")
         out.flush()
         shown += 1
         if iterations is None or shown < iterations:
@@ -278,6 +330,7 @@ def run_status(
     def read() -> dict[str, Any]:
         return read_stats(cache=cache, mount=mount)
 
+    view = view_of(mount=mount)
     if not watch:
         stats = read()
         if as_json:
@@ -288,14 +341,14 @@ def run_status(
             started = time.monotonic()
             time.sleep(ESTIMATE_SECONDS)
             later = read()
-            print(render(later, rates(stats, later, time.monotonic() - started)))
+            print(render(later, rates(stats, later, time.monotonic() - started), view=view))
         else:
-            print(render(stats))
+            print(render(stats, view=view))
         return 0
     if as_json:  # one JSON document per line, for scripts that follow a run
         while True:
             sys.stdout.write(json.dumps(read(), sort_keys=True) + "\n")
             sys.stdout.flush()
             time.sleep(interval)
-    watch_view(read, interval=interval, out=sys.stdout)
+    watch_view(read, interval=interval, out=sys.stdout, view=view)
     return 0
