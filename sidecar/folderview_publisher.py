@@ -17,7 +17,9 @@ calls too. A retired epoch is renamed away before its manifest goes and its file
 removed, so ``epoch-N/`` is either complete or absent. After a crash (``kill -9``) :meth:`recover`
 removes the leftovers (temporary names), every epoch the store no longer holds, and any visible
 epoch that does not match the store (another cache, another link root); it never touches an epoch
-a reader may be using.
+a reader may be using, nor an ``epoch-N/`` it did not write (:func:`.volumes.published_epoch`: a
+user's folder of that name is left, with a warning; the start check refuses a ``--mount`` that is
+not empty unless the publisher wrote it).
 
 **Retirement follows the store.** Without FUSE nothing sees a reader's lookups or opens, so "in
 use" comes from what the store records: the newest ``keep_epochs``, the reads reported by the torch
@@ -46,6 +48,7 @@ from epochfs.sidecar.folderview_lost import LostRecord
 from epochfs.sidecar.folderview_remove import Remover
 from epochfs.sidecar.folderview_window import WindowTree, ahead_tree
 from epochfs.sidecar.store import Store
+from epochfs.sidecar.volumes import published_epoch
 from epochfs.torchclient.layout import (
     CLASSES_NAME,
     CONTROL_DIR,
@@ -85,6 +88,9 @@ class Recovery:
     """Temporary names of an interrupted build, retirement or replacement."""
     stale: list[int] = field(default_factory=list)
     """Visible epochs the store no longer holds, or that did not match it (rebuilt)."""
+    foreign: list[int] = field(default_factory=list)
+    """``epoch-N/`` folders the publisher did not write (:func:`.volumes.published_epoch`): left
+    as they are, never removed."""
 
 
 @dataclass
@@ -127,6 +133,7 @@ class FolderPublisher:
         self._lost = LostRecord(folder)  # lost samples' entries: placeholders answering ELOOP
         self._grace = Grace(store)
         self._unshown: set[int] = set()  # manifests written whose epoch a failed publish did not show
+        self._foreign: set[int] = set()  # epoch-N/ folders it did not write, warned about once
 
     # ------------------------------------------------------------------ what is in the folder
     def visible(self) -> list[int]:
@@ -165,12 +172,12 @@ class FolderPublisher:
         self.view.refresh()
         live = self.view.snapshot.live
         visible = self.visible()
-        report.stale = [n for n in visible if n not in live or not self._matches(n)]
+        stale = [n for n in visible if n not in live or not self._matches(n)]
         # latest first, to an epoch that stays, so it never points at one being removed.
-        kept = [n for n in visible if n not in report.stale]
+        kept = [n for n in visible if n not in stale]
         self._write_latest(max(kept) if kept else None)
-        for n in report.stale:
-            self._retire(n)
+        report.stale = [n for n in stale if self._retire(n)]
+        report.foreign = [n for n in stale if n not in report.stale]  # a user's: never removed
         for name in os.listdir(self.control):
             mn = parse_manifest_name(name)
             if mn is not None and mn not in live:
@@ -239,8 +246,7 @@ class FolderPublisher:
             self._status_key = snap.status_key
             self._status_written = time.monotonic()
         for n in sorted(visible - set(snap.live)):
-            if n != latest:
-                self._retire(n)
+            if n != latest and self._retire(n):
                 done.retired.append(n)
         for n in sorted(self._unshown - set(snap.live)):  # retired before a publish could be retried
             (self.control / manifest_name(n)).unlink(missing_ok=True)
@@ -368,13 +374,23 @@ class FolderPublisher:
         :mod:`.folderview_classes`)."""
         self._replace_control(CLASSES_NAME, render_classes(self.view, folders=folders), fsync=True)
 
-    def _retire(self, n: int) -> None:
-        """``epoch-N/`` disappears at once (renamed away), then its manifest, then its files."""
+    def _retire(self, n: int) -> bool:
+        """``epoch-N/`` disappears at once (renamed away), then its manifest, then its files;
+        False, with a warning once, for an ``epoch-N/`` the publisher did not write (a user's
+        folder in ``--mount``): what epochfs did not publish it never removes."""
+        if os.path.lexists(self.folder / epoch_name(n)) and not published_epoch(self.folder, n):
+            if n not in self._foreign:
+                self._foreign.add(n)
+                log.warning("%s: %s was not published by epochfs (no manifest in %s/, or files "
+                            "rather than links): left as it is; move it out of the folder view",
+                            self.folder, epoch_name(n), CONTROL_DIR)
+            return False
         gone = retire_tree(self.folder / epoch_name(n))
         (self.control / manifest_name(n)).unlink(missing_ok=True)
         if gone is None:
-            return
+            return True
         if self._remover is not None:
             self._remover.put(gone)  # never delays a publish
         else:
             remove_tree(gone)
+        return True

@@ -1,6 +1,11 @@
 """The volume checks every command runs before it opens a path a flag names: ``--cache`` and the
 folder view's ``--mount``, refused in one line naming the flag (never a traceback from a bad
-path), apart from the settings' declarations in :mod:`.config`, which only parse values."""
+path), apart from the settings' declarations in :mod:`.config`, which only parse values.
+
+The folder view writes into a folder it shares with whatever else is there, so it also needs to
+know what is its own: :func:`published_folder` (the start check: a folder that is not empty must
+be one the publisher wrote before) and :func:`published_epoch` (recovery and retirement remove
+only an ``epoch-N/`` the publisher wrote: a user's folder of that name is never deleted)."""
 
 from __future__ import annotations
 
@@ -12,6 +17,7 @@ from pathlib import Path
 
 from epochfs.sidecar.config import ConfigError
 from epochfs.sidecar.store import INDEX_NAME
+from epochfs.torchclient.layout import CONTROL_DIR, epoch_name, manifest_name
 
 CACHE_HINT = "start `epochfs sample` or `epochfs sidecar` with this --cache first"
 
@@ -83,11 +89,18 @@ def check_view_folder(path: Path, *, create: bool) -> None:
     is left for the publisher to make, and the parent must take a new entry instead. Either way
     the place is tried with a temporary file, so a path under ``/proc``, on a read-only file
     system or where permission is denied is refused here, not by the publisher. A full volume
-    passes: the publisher pauses until there is room (docs/folderview.md)."""
+    passes: the publisher pauses until there is room (docs/folderview.md). A folder that is not
+    empty must be one the publisher wrote (:func:`published_folder`), as the FUSE view refuses
+    one that is not empty: what else is there is the user's, never the view's to publish over."""
     where = f"--mount {path}"
     st = _stat_or_none(path, where)
     if st is not None and not stat.S_ISDIR(st.st_mode):
         raise ConfigError(f"{where}: exists and is not a folder")
+    if st is not None and not published_folder(path, where):
+        # The FUSE view refuses a folder that is not empty too; here it matters more: recovery
+        # removes the epoch folders the store does not hold, and the user's epoch-N/ look alike.
+        raise ConfigError(f"{where}: not empty, and not a folder the folder view published (no "
+                          f"{CONTROL_DIR}/ in it): pass an empty folder or a missing one (made at start)")
     target = path
     if st is None:
         parent = Path(os.path.abspath(path)).parent
@@ -117,4 +130,57 @@ def check_view_folder(path: Path, *, create: bool) -> None:
             raise ConfigError(f"{where}: cannot create it in {target}: {_os_reason(e)}") from None
         raise ConfigError(f"{where}: cannot write in it: {_os_reason(e)}") from None
 
-__all__ = ["CACHE_HINT", "check_cache", "check_view_folder"]
+
+def published_folder(path: Path, where: str) -> bool:
+    """Whether the folder view may write into the folder ``path``: it is empty, or it holds the
+    ``.epochfs/`` folder the publisher makes before it writes anything else (a restart recovers
+    what it published before). ``where``: the flag, for the one line when it cannot be read."""
+    try:
+        with os.scandir(path) as entries:
+            names = [e.name for e in entries]
+    except OSError as e:
+        raise ConfigError(f"{where}: cannot read it: {_os_reason(e)}") from None
+    if not names:
+        return True
+    try:
+        return stat.S_ISDIR(os.lstat(path / CONTROL_DIR).st_mode)
+    except OSError:
+        return False
+
+
+PUBLISHED_SCAN = 256
+"""Entries of an ``epoch-N/`` :func:`published_epoch` looks at: enough to meet a user's files in a
+folder laid out by hand (at its top, or a few folders down), few enough that a million-entry
+epoch costs next to nothing to check."""
+
+
+def published_epoch(folder: Path, n: int) -> bool:
+    """Whether ``folder/epoch-N`` is one the folder view published, so that it may be removed:
+    a real folder (not a link, not a file) whose manifest is in ``.epochfs/`` (written before the
+    epoch appears, removed after it is gone) and whose first :data:`PUBLISHED_SCAN` entries are
+    folders and symlinks only (the publisher writes nothing else; a lost sample's placeholder is
+    a symlink too). A user's ``epoch-3/model.pt`` fails both; an unreadable folder is not ours."""
+    epoch = folder / epoch_name(n)
+    try:
+        if not stat.S_ISREG(os.lstat(folder / CONTROL_DIR / manifest_name(n)).st_mode):
+            return False
+        if not stat.S_ISDIR(os.lstat(epoch).st_mode):
+            return False
+        todo, seen = [epoch], 0
+        while todo and seen < PUBLISHED_SCAN:
+            with os.scandir(todo.pop()) as entries:
+                for entry in entries:
+                    seen += 1
+                    if entry.is_dir(follow_symlinks=False):
+                        todo.append(Path(entry.path))
+                    elif not entry.is_symlink():
+                        return False
+                    if seen >= PUBLISHED_SCAN:
+                        break
+    except OSError:
+        return False
+    return True
+
+
+__all__ = ["CACHE_HINT", "PUBLISHED_SCAN", "check_cache", "check_view_folder", "published_epoch",
+           "published_folder"]
