@@ -220,7 +220,8 @@ class MountSettings(CacheSettings):
     fuse_api: str = _opt("--fuse-api", FUSE_API_HELP, default="lowlevel", parse=_fuse_api)
 
 
-PUBLISH_HELP = ("the folder the view is published into (created if missing): in a pod a subdirectory of "
+PUBLISH_HELP = ("the folder the view is published into: an empty folder, or one it published before "
+                "(created if missing): in a pod a subdirectory of "
                 "the volume shared with the trainer")
 VIEW_HELP = ("fuse: a FUSE mount (a privileged sidecar in Kubernetes; any lookup of epoch-N asks for its "
              "cut); folder: the same layout published as plain files into --mount, no privilege needed "
