@@ -23,6 +23,7 @@ import logging
 import os
 import signal
 import threading
+from collections.abc import Callable
 from pathlib import Path
 from types import FrameType
 
@@ -38,7 +39,7 @@ from epochfs.sidecar.folderview_publisher import (
 from epochfs.sidecar.folderview_remove import remove_tree
 from epochfs.sidecar.folderview_wake import CutWatch
 from epochfs.sidecar.signals import set_from_handler
-from epochfs.sidecar.store import Meta, Store, object_name
+from epochfs.sidecar.store import Meta, Store, object_name, publisherlock
 
 log = logging.getLogger("epochfs.folderview")
 
@@ -83,6 +84,11 @@ def run_publish(*, cache: Path, folder: Path, link_root: Path | None = None, int
     interpreter installs its handlers would kill it. A signal lets a build in
     progress finish; the folder is left as it is on exit: readers keep reading, and the next start
     recovers from it.
+
+    From the end of its first recovery to its exit it holds the cache's publisher lock
+    (:mod:`~epochfs.sidecar.store.publisherlock`): while no publisher holds it the sampler retires
+    and evicts nothing, so a publisher that died leaves no shown file without its object, and the
+    one that comes back has taken the retired epochs' folders down before the sampler goes on.
     """
     stop = threading.Event()
 
@@ -101,12 +107,17 @@ def run_publish(*, cache: Path, folder: Path, link_root: Path | None = None, int
         check_target_length(publisher.view.link_root)
         log.info("publishing %s into %s (links into %s)", cache, folder, publisher.view.link_root)
         watch = CutWatch(store.root)
+        lock: list[int | None] = []
         try:
             # Without inotify the watch cannot wait: the stop's wait is the poll then.
-            _publish_until(stop, publisher, interval=interval, watch=watch if watch.fd >= 0 else None)
+            _publish_until(stop, publisher, interval=interval, watch=watch if watch.fd >= 0 else None,
+                           on_recovered=lambda: lock.append(publisherlock.hold(store.root)))
         finally:
             watch.close()
             publisher.close()
+            for fd in lock:
+                if fd is not None:
+                    os.close(fd)  # after close: the folder stays as published, its objects too
     log.info("stopped; %s left as published", folder)
     return 0
 
@@ -118,7 +129,7 @@ PAUSED_RETRY = 2.0
 
 
 def _publish_until(stop: threading.Event, publisher: FolderPublisher, *, interval: float,
-                   watch: CutWatch | None = None) -> None:
+                   watch: CutWatch | None = None, on_recovered: Callable[[], None] | None = None) -> None:
     """Recover the folder, then step every ``interval`` seconds, or as soon as ``watch`` sees a
     cut, until ``stop`` (noticed within ``interval``). A full volume
     pauses publishing instead of ending the process (a crash loop restarted every 30 s, its
@@ -126,7 +137,8 @@ def _publish_until(stop: threading.Event, publisher: FolderPublisher, *, interva
     (every write is temp + rename, and a failed build removes its temp), the reason goes to the
     log once and to the index (status, /v1/cut, the metrics), and each try every
     :data:`PAUSED_RETRY` seconds either publishes (room came back: resumed by itself) or
-    fails the same way again."""
+    fails the same way again. ``on_recovered`` is called once, after the first recovery that
+    succeeded (the publisher lock is taken then)."""
     recovered = False
     paused: str | None = None
     while True:
@@ -134,6 +146,8 @@ def _publish_until(stop: threading.Event, publisher: FolderPublisher, *, interva
         try:
             if not recovered:
                 publisher.recover()
+                if on_recovered is not None:
+                    on_recovered()  # a failure (a full cache volume) recovers again at the next try
                 recovered = True
                 busy = publisher.step(force_status=True).pending
             else:

@@ -12,7 +12,7 @@ import logging
 import sqlite3
 import time
 
-from epochfs.sidecar.store import memberfiles
+from epochfs.sidecar.store import memberfiles, publisherlock
 from epochfs.sidecar.store.index import Index, is_busy
 from epochfs.sidecar.store.records import Policy
 
@@ -39,7 +39,13 @@ def retire(ix: Index, policy: Policy, *, now: float | None = None) -> list[int]:
 
     The sampler calls this on its own schedule (every tick), not only when it must evict, so with
     a cache that is not full epochs beyond ``keep_epochs`` still go once out of their in-use
-    window. A look first, under a read: the write lock is taken only when something is due."""
+    window. A look first, under a read: the write lock is taken only when something is due.
+
+    Nothing retires while the cache has a folder view whose publisher is not running (for at most
+    :data:`~.publisherlock.GONE_AFTER` seconds): only the publisher takes a retired epoch's folder
+    down, so its objects must not go before (:mod:`.publisherlock`)."""
+    if not publisherlock.may_release(ix.path.parent):
+        return []
     now = time.time() if now is None else now
     with ix.read() as db:
         due = db.execute("SELECT COUNT(*) FROM epochs WHERE retired=0").fetchone()[0] > len(

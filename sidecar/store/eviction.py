@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import sqlite3
 
-from epochfs.sidecar.store import epochs
+from epochfs.sidecar.store import epochs, publisherlock
 from epochfs.sidecar.store.index import Index
 from epochfs.sidecar.store.objects import ObjectFiles
 from epochfs.sidecar.store.records import Policy
@@ -58,7 +58,11 @@ def _evictable(db: sqlite3.Connection, limit: int) -> list[tuple[int, str, int]]
 
 def evict(ix: Index, files: ObjectFiles, policy: Policy, need: int) -> int:
     """Retire what may retire, then evict the oldest unpinned samples until ``need`` bytes are
-    free; returns the bytes freed."""
+    free; returns the bytes freed. Nothing while the cache's folder view has no publisher
+    running (:mod:`.publisherlock`): an epoch the store retired may still be shown, its folder not
+    taken down yet, and the sampler waits (backpressure) rather than break its files."""
+    if not publisherlock.may_release(ix.path.parent):
+        return 0
     epochs.retire(ix, policy)
     freed = 0
     victims: list[tuple[int, str, int]] = []

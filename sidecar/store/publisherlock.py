@@ -1,0 +1,132 @@
+"""The folder view's publisher lock: while no publisher runs, the sampler retires and evicts nothing.
+
+Why: with the folder view (docs/folderview.md) only the publisher takes a retired epoch's folder
+down, and the sampler frees a retired epoch's objects as soon as it needs room. While the publisher
+is dead (``kill -9``, then the supervisor's backoff of up to 30 s and a Python start) the folder
+would keep showing epochs whose files are gone. So a publisher holds an ``flock`` on
+:data:`LOCK_NAME` in the cache from the end of its first recovery (the folders of the epochs the
+store retired are gone by then) until it exits, and the store's :func:`.epochpins.retire` and
+:func:`.eviction.evict` ask :func:`may_release` first: where the file exists and nobody holds it,
+they do nothing, so an object a published epoch shows stays on disk until a publisher is back and
+has taken the retired epochs' folders down. Retirement is final and the folder follows the store,
+so nothing else is needed: the restarted publisher's recovery removes what the store retired
+before it died, then takes the lock, and the sampler goes on.
+
+The kernel drops the lock when its holder dies, so a crash frees it at once. The file stays after
+a clean stop too (the folder stays as published, for readers, so its objects must stay). Where no
+file exists (the FUSE view, whose supervisor removes a leftover one: :func:`forget`) nothing
+changes. A publisher that never comes back must not stop eviction for good (the cache would stay
+full and sampling paused): after :data:`GONE_AFTER` seconds without one, :func:`may_release` lets
+the sampler go on, with an error in its log; the folder then may show missing files until a
+publisher starts and recovers it.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import logging
+import os
+import time
+from pathlib import Path
+
+log = logging.getLogger("epochfs.store")
+
+LOCK_NAME = "publisher.lock"
+"""The lock file in the cache folder; it holds the holder's pid (for a person looking)."""
+
+GONE_AFTER = 60.0
+"""Seconds without a publisher after which the sampler retires and evicts again. Above the
+supervisor's longest restart backoff (30 s) plus a start under load, so a publisher that keeps
+crashing and coming back keeps its folder whole; bounded, so one that never comes back (a
+publisher stopped for good, or the cache moved to the FUSE view outside a supervisor) costs at most
+this much of a full cache's sampling."""
+
+HOLD_TRIES = 100
+"""Tries, 10 ms apart, to take the lock: :func:`may_release` holds it shared for a moment."""
+
+_free_since: dict[str, float] = {}
+"""Per cache folder, in this process: when :func:`may_release` first found the lock free."""
+_gave_up: set[str] = set()
+
+
+def hold(root: Path) -> int | None:
+    """Take the publisher lock of the cache ``root`` for the life of the process; its descriptor,
+    or None (with a warning) when another publisher holds it: that one keeps the folder's
+    epochs' objects, and a second publisher of the same cache changes nothing in that."""
+    fd = os.open(root / LOCK_NAME, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    for _ in range(HOLD_TRIES):
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            time.sleep(0.01)  # a look by may_release, which holds it shared for microseconds
+            continue
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        return fd
+    holder = os.pread(fd, 32, 0).decode("ascii", "replace").strip() or "?"
+    os.close(fd)
+    log.warning("another publisher (pid %s) holds %s: this one does not", holder, root / LOCK_NAME)
+    return None
+
+
+def state(root: Path) -> bool | None:
+    """None: the cache has no publisher lock (the FUSE view); True: a publisher holds it; False:
+    the cache has a folder view and no publisher runs now."""
+    try:
+        fd = os.open(root / LOCK_NAME, os.O_RDONLY | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    finally:
+        os.close(fd)  # drops the shared lock taken above, if any
+    return False
+
+
+def may_release(root: Path, *, now: float | None = None) -> bool:
+    """Whether the sampler may retire epochs and evict objects of the cache ``root`` now: yes
+    without a publisher lock or while a publisher holds it, no while none does, for at most
+    :data:`GONE_AFTER` seconds (``now``: a :func:`time.monotonic` reading). Says so in the log
+    when that changes (a warning when it starts waiting, an error when it stops waiting, a line
+    when the publisher is back)."""
+    key = str(root)
+    held = state(root)
+    if held is None or held:
+        if _free_since.pop(key, None) is not None:
+            log.info("the folder view's publisher runs again: epochs retire and objects are evicted again")
+            _gave_up.discard(key)
+        return True
+    now = time.monotonic() if now is None else now
+    if key not in _free_since:
+        _free_since[key] = now
+        log.warning("the folder view's publisher is not running (%s is free): no epoch retires and no "
+                    "object is evicted until it is back and has taken retired epochs' folders down, so "
+                    "every file the folder shows stays readable (at most %.0fs)", root / LOCK_NAME,
+                    GONE_AFTER)
+    since = _free_since[key]
+    if now - since < GONE_AFTER:
+        return False
+    if key not in _gave_up:
+        _gave_up.add(key)
+        log.error("the folder view's publisher has not run for %.0fs: retiring epochs and evicting "
+                  "objects without it; the folder may show missing files until a publisher starts "
+                  "and recovers it", now - since)
+    return True
+
+
+def forget(root: Path) -> bool:
+    """Remove the cache's publisher lock unless a publisher holds it (the cache is used with the
+    FUSE view now: nothing must wait for a publisher); True when one was removed."""
+    try:
+        if state(root) is not False:
+            return False
+        (root / LOCK_NAME).unlink()
+    except FileNotFoundError:
+        return False
+    except OSError as e:  # the sampler then waits at most GONE_AFTER, and says so
+        log.warning("could not remove %s: %s", root / LOCK_NAME, e)
+        return False
+    log.info("removed %s: the cache is used with the FUSE view", root / LOCK_NAME)
+    return True
