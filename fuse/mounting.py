@@ -7,6 +7,7 @@ importing mfusepy (a FUSE server crash must not take the supervisor with it).
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import logging
 import os
@@ -19,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from epochfs.fuse.errors import MountError
-from epochfs.sidecar.store.objects import OBJECTS_DIR
+from epochfs.sidecar.store.objects import OBJECTS_DIR, markers
 
 log = logging.getLogger("epochfs.fuse")
 
@@ -182,7 +183,14 @@ def check_mount_apart(mount: Path, cache: Path, link_root: Path | None) -> None:
     """Refuse (MountError) a mount point at or under the cache's object files or the link root the
     epochs' symlinks point into: the view mounted there would hide the files its own symlinks
     name, and no sample could be read through it (the read-only bind of the default link root is
-    under the cache too, and a FUSE mount on top of it shadows it)."""
+    under the cache too, and a FUSE mount on top of it shadows it). Refused as well: the cache
+    folder itself, or a folder that holds it (the view would hide the store from the server that
+    reads it, and the supervisor's check of an empty folder would pass before the store fills it)."""
+    here, store = canonical(mount), canonical(cache)
+    if here == store or store.startswith(here.rstrip("/") + "/"):
+        what = "is the cache folder" if here == store else f"holds the cache folder {store}"
+        raise MountError(f"--mount: {mount} {what} (--cache): mount the view beside the cache, "
+                         f"never over it (--mount {Path(store).parent / 'view'})")
     for place in (cache / OBJECTS_DIR, cache / DEFAULT_LINK_ROOT_NAME, link_root):
         if place is None:
             continue
@@ -258,9 +266,10 @@ def make_readonly_bind(source: Path, target: Path) -> bool:
         result = subprocess.run(cmd, capture_output=True, text=True, check=False)
         if result.returncode != 0:
             lazy_unmount(target, any_kind=True)
+            said = " ".join(result.stderr.split())  # one line: the sidecar keeps the child's last
             raise MountError(
                 f"--link-root: cannot make a read-only bind mount of {source} at {target} "
-                f"({result.stderr.strip() or 'mount failed'}); run with CAP_SYS_ADMIN or pass "
+                f"({said or 'mount failed'}); run with CAP_SYS_ADMIN or pass "
                 f"--link-root with a read-only path to the objects folder"
             )
     if not os.statvfs(target).f_flag & os.ST_RDONLY:
@@ -270,14 +279,34 @@ def make_readonly_bind(source: Path, target: Path) -> bool:
     return True
 
 
-def check_link_root(path: Path) -> None:
-    """A user-given link root must exist; a writable one is allowed but warned about."""
+def check_link_root(path: Path, *, warn: bool = True) -> None:
+    """A user-given link root must exist; a writable one is allowed but warned about (``warn``:
+    the supervisor checks it before its FUSE server does, which warns)."""
     if not path.is_absolute():
         raise MountError(f"--link-root: {path} must be an absolute path")
     if not path.is_dir():
         raise MountError(f"--link-root: {path} is not a directory")
-    if not os.statvfs(path).f_flag & os.ST_RDONLY:
+    if warn and not os.statvfs(path).f_flag & os.ST_RDONLY:
         log.warning("--link-root %s is writable: files reached through the mount can be changed", path)
+
+
+def check_link_root_view(path: Path, objects: Path) -> None:
+    """Refuse (MountError) a link root that is not a view of the cache's ``objects`` folder: every
+    epoch file would be a link to nothing (the cache folder itself instead of its ``objects/`` is an
+    easy slip for ``EPOCHFS_LINK_ROOT``). A view is the folder itself or a bind mount of it (the
+    same device and inode, read-only or not), or any path that shows the cache's marker folder
+    (:data:`~epochfs.sidecar.store.objects.MARKER_PREFIX`: a random name made once per cache, so an
+    empty cache passes and another cache's objects folder does not)."""
+    with contextlib.suppress(OSError):
+        if os.path.samefile(path, objects):
+            return
+    names = markers(objects)
+    if any(os.path.isdir(path / name) for name in names):
+        return
+    shown = f"its marker {names[0]}" if names else "it"
+    raise MountError(f"--link-root: {path} is not a view of the cache's objects folder {objects} "
+                     f"({shown} is not there): pass the read-only path where {objects} itself is "
+                     f"mounted (the epochs' files link into <link root>/ab/<sample id>)")
 
 
 def wait_for_mount(

@@ -24,11 +24,13 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from epochfs.fuse.errors import MountError
 from epochfs.fuse.inuse import cache_timeout, describe, guaranteed_pause, read_debounce
 from epochfs.fuse.libfuse import find_libfuse3
 from epochfs.fuse.mounting import (
     DEFAULT_LINK_ROOT_NAME,
     check_link_root,
+    check_link_root_view,
     check_mount_apart,
     check_mount_point,
     find_mount,
@@ -134,12 +136,17 @@ def run_mount(*, cache: Path, mount: Path, link_root: Path | None = None, warm_f
     check_mount_apart(mount, cache, link_root)
     check_mount_point(mount)
     libfuse = find_libfuse3()
-    if link_root is not None:
-        check_link_root(link_root)
     store = Store(cache, create=True)
-    if link_root is None:
-        link_root = cache / DEFAULT_LINK_ROOT_NAME
-        make_readonly_bind(store.objects_dir, link_root)
+    try:
+        if link_root is None:
+            link_root = cache / DEFAULT_LINK_ROOT_NAME
+            make_readonly_bind(store.objects_dir, link_root)
+        else:  # after the store: on a new volume it makes objects/, which the link root shows
+            check_link_root(link_root)
+            check_link_root_view(link_root, store.objects_dir)
+    except MountError:
+        store.close()
+        raise
     os.environ["FUSE_LIBRARY_PATH"] = libfuse
     # A request thread that waits for the GIL behind a tree build (a new epoch's first listing:
     # ~10 s of Python at 1M files) waits up to the switch interval at every step; a lookup that cut

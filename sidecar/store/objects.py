@@ -22,6 +22,30 @@ from epochfs.sidecar.store.records import Admission
 
 OBJECTS_DIR = "objects"
 TMP_DIR = "tmp"
+MARKER_PREFIX = ".epochfs-cache-"
+"""The name of the cache's marker in ``objects/``: an empty folder ``.epochfs-cache-<32 hex>``, made
+once per cache with a random name, by which a ``--link-root`` is told to be a view of this cache's
+objects folder (``fuse.mounting.check_link_root_view``): what it shows must hold the same name. A
+folder, not a file: the scans read only the fan-out folders' entries, and an empty folder has none."""
+
+
+def markers(objects_dir: Path) -> list[str]:
+    """The names of the marker folders in ``objects_dir`` (usually one; two starts that raced both
+    made one); none when it cannot be listed."""
+    try:
+        with os.scandir(objects_dir) as entries:
+            return sorted(e.name for e in entries if e.name.startswith(MARKER_PREFIX))
+    except OSError:
+        return []
+
+
+def ensure_marker(objects_dir: Path) -> None:
+    """Make the cache's marker folder unless it has one (an older cache gets it at its next open);
+    nothing where the folder cannot be written (a read-only open of someone else's cache)."""
+    if markers(objects_dir):
+        return
+    with contextlib.suppress(OSError):
+        os.mkdir(objects_dir / f"{MARKER_PREFIX}{uuid.uuid4().hex}", 0o755)
 
 
 def object_name(sid: str) -> str:
@@ -105,6 +129,7 @@ class ObjectFiles:
         self.tmp_dir = root / TMP_DIR
         self.objects_dir.mkdir(exist_ok=True)
         self.tmp_dir.mkdir(exist_ok=True)
+        ensure_marker(self.objects_dir)
 
     def path_of(self, sid: str) -> Path:
         return self.objects_dir / object_name(sid)

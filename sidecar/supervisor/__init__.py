@@ -9,8 +9,13 @@ restarted alone with backoff, and ``kill -9`` of it is a case its recovery handl
 Why child processes: the two share nothing but the store on the node volume, so a crash of one
 never takes the other down, and each can be restarted alone. The supervisor
 
-* checks the mount point first (missing, not a folder, not empty, mounted by something alive:
-  :class:`ConfigError`, exit 2; a dead FUSE mount left by a crash is lazily unmounted);
+* checks the mount point first (missing, not a folder, not empty, mounted by something alive,
+  the cache folder or one that holds it: :class:`ConfigError`, exit 2; a dead FUSE mount left by
+  a crash is lazily unmounted), and once the store is open a ``--link-root`` (a folder, and a
+  view of the cache's objects folder);
+* stops, exit 2 with the child's reason as its last line and termination message, when the
+  sampler or the FUSE server refuses its settings (exit 2 within 30 s of its start): a restart
+  would only say it again;
 * runs ``epochfs sample`` and ``epochfs mount`` with their settings in ``EPOCHFS_*`` variables
   (``config.to_env``; never on a command line, which any user can read), their
   output on its stderr prefixed ``[sampler]`` / ``[fuse]``;

@@ -97,6 +97,9 @@ class Child:
     a good run: ``/healthz`` fails at :data:`~epochfs.sidecar.config.INDEX_DAMAGES_UNHEALTHY`."""
     stop_on_refusal: bool = False
     """An exit 2 at its start (its settings refused) stops the supervisor instead of a restart."""
+    max_backoff: float | None = None
+    """The longest wait before a restart (None: :attr:`ChildProcesses.BACKOFF_MAX`); the FUSE
+    server's is short, since no new lookup works while it is down. The logged wait is this one."""
     log_thread: threading.Thread | None = field(default=None, repr=False)
 
     @property
@@ -209,7 +212,8 @@ class ChildProcesses:
                     child.backoff = 0.0
                     child.crashes = 0
                 if not quick:
-                    child.backoff = min(self.BACKOFF_MAX, max(self.BACKOFF_MIN, child.backoff * 2))
+                    longest = self.BACKOFF_MAX if child.max_backoff is None else child.max_backoff
+                    child.backoff = min(longest, max(self.BACKOFF_MIN, child.backoff * 2))
                 child.next_start = time.monotonic() + (self.BACKOFF_MIN if quick else child.backoff)
                 child.waiting = (f"remote unreachable: {retry_reason(child.last_error, child.name)}"
                                  if transient else "")

@@ -23,6 +23,7 @@ from types import FrameType
 from typing import IO, Any
 
 from epochfs.fuse import mounting
+from epochfs.fuse.errors import MountError
 from epochfs.sidecar import config, kube
 from epochfs.sidecar.config import (
     ConfigError,
@@ -32,7 +33,7 @@ from epochfs.sidecar.config import (
     SidecarSettings,
 )
 from epochfs.sidecar.signals import set_from_handler
-from epochfs.sidecar.store import NoRoom, Store, StoreError
+from epochfs.sidecar.store import NoRoom, Store, StoreError, publisherlock
 from epochfs.sidecar.supervisor.children import Child
 from epochfs.sidecar.supervisor.health import HealthChecks
 from epochfs.sidecar.supervisor.observability import STATE_FILE_NAME, Observability, load_reporter
@@ -88,7 +89,8 @@ class Supervisor(HealthChecks, Observability):
         )
         self.sampler = Child("sampler", ["sample"], config.to_env(sampler_settings, SamplerSettings),
                              stop_on_refusal=True)
-        self.fuse = Child("fuse", ["mount"], config.to_env(mount_settings, MountSettings))
+        self.fuse = Child("fuse", ["mount"], config.to_env(mount_settings, MountSettings),
+                          stop_on_refusal=True, max_backoff=self.REMOUNT_BACKOFF_MAX)
         self.folder_view = settings.view == "folder"
         publish_settings = PublishSettings(cache=settings.cache, mount=settings.mount,
                                            link_root=settings.link_root)
@@ -156,8 +158,15 @@ class Supervisor(HealthChecks, Observability):
         if self.folder_view:
             self._check_folder()
         else:
-            mounting.check_mount_point(self.mount)  # dead mounts are detached, others refused
+            self._check_mount()  # what the FUSE server would refuse; dead mounts are detached
         self._store = self._open_store()
+        try:
+            self._check_link_root(self._store.objects_dir)
+        except MountError:
+            self._store.close()
+            raise
+        if not self.folder_view:  # a cache that had a folder view: no sampler waits for a publisher
+            publisherlock.forget(self.cache)
         previous = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGINT)}
         for s in previous:
             signal.signal(s, self._on_signal)
@@ -176,6 +185,7 @@ class Supervisor(HealthChecks, Observability):
             self._start(self.view)
             last_periodic = 0.0
             refused: str | None = None
+            refuser = "sampler"
             while not self._stop.wait(self.tick):
                 if self._reaped(self.sampler) and (refused := self.refused(self.sampler)) is not None:
                     break
@@ -185,6 +195,9 @@ class Supervisor(HealthChecks, Observability):
                     self._watch_publisher()
                 else:
                     self._watch_mount()
+                if (refused := self._view_refused()) is not None:  # as the sampler's: no restart
+                    refuser = "FUSE server" if self.view is self.fuse else "folder publisher"
+                    break
                 self._restart_due(self.view)
                 self._save_state()  # for epochfs status: the sampler retrying, or nothing
                 if self._counter is not None:
@@ -196,7 +209,7 @@ class Supervisor(HealthChecks, Observability):
             status = self._shutdown()
             if refused is not None:
                 write_termination_message(self.settings.termination_log, refused)
-                raise ConfigError(f"the sampler refused its settings, so the sidecar stops: {refused}")
+                raise ConfigError(f"the {refuser} refused its settings, so the sidecar stops: {refused}")
             return status
         finally:
             for s, handler in previous.items():

@@ -48,12 +48,16 @@ class HealthChecks(MountWatch):
         def _stats(self) -> Stats | None: ...
 
     def health(self) -> tuple[bool, dict[str, Any]]:
-        """Alive: the FUSE server runs and the mount answers a stat within the deadline; the
-        sampler runs, or is being restarted after fewer than UNHEALTHY_CRASHES quick crashes in a
-        row (transient failures, however many, do not count: /readyz says why it waits); and it
-        met a damaged index on fewer than UNHEALTHY_INDEX_DAMAGES runs in a row (``reason`` says
-        so when it did: the sampler is restarted all the same, and the next good run heals)."""
-        answer = probe(self.mount, timeout=self.stat_timeout)
+        """Alive: the FUSE server runs, its mount is up (``mount``: "not mounted" when not) and
+        answers a stat within the deadline; the sampler runs, or is being restarted after fewer
+        than UNHEALTHY_CRASHES quick crashes in a row (transient failures, however many, do not
+        count: /readyz says why it waits); and it met a damaged index on fewer than
+        UNHEALTHY_INDEX_DAMAGES runs in a row (``reason`` says so when it did: the sampler is
+        restarted all the same, and the next good run heals)."""
+        # An empty folder where the FUSE mount was (or will be) answers a stat too: "ok" only for
+        # a view that is up, as /readyz tells it.
+        mounted = self.folder_view or self._view_mounted()
+        answer = probe(self.mount, timeout=self.stat_timeout) if mounted else "not mounted"
         with self._children_lock:
             sampler_ok, view_ok = [c.alive or c.crashes < self.UNHEALTHY_CRASHES
                                    for c in (self.sampler, self.view)]
@@ -80,7 +84,7 @@ class HealthChecks(MountWatch):
         rate = (None if stats is None else
                 self._fetch_rate.record(time.monotonic(), stats.fetched_total, stats.fetched_bytes_total))
         cuttable = stats is not None and self._epoch0_ready(stats.latest_epoch)
-        mounted = self._mounted and (self.folder_view or self._fuse_mounted())
+        mounted = self._view_mounted()
         doc: dict[str, Any] = {
             "mounted": self._mounted,
             "epoch0": cuttable,

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from epochfs.fuse import mounting
+from epochfs.fuse.errors import MountError
 from epochfs.sidecar import kube
 from epochfs.sidecar.config import ConfigError, SidecarSettings
 from epochfs.sidecar.supervisor.children import Child, ChildProcesses
@@ -74,6 +75,7 @@ class MountWatch(ChildProcesses):
     stat_timeout: float
     fuse: Child
     publisher: Child
+    folder_view: bool
     _mounted: bool
     _last_probe: str
     _probe_failures: int
@@ -83,9 +85,57 @@ class MountWatch(ChildProcesses):
         @staticmethod
         def _safe(fn: Callable[..., Any], *args: Any) -> None: ...
 
+    REMOUNT_BACKOFF_MAX = 2.0
+    """The FUSE server's longest wait before a restart (:attr:`Child.max_backoff`): while it is
+    down no new lookup in the view works."""
+
     def _fuse_mounted(self) -> bool:
         entry = mounting.find_mount(self.mount)
         return entry is not None and entry.fstype.startswith("fuse")
+
+    def _view_mounted(self) -> bool:
+        """Whether the view is up, as /readyz and /healthz tell it: the watch saw it answer
+        (``_mounted``) and, for the FUSE view, a FUSE mount is at the mount point now (an empty
+        folder where the mount was answers a stat as well as the mount did)."""
+        return self._mounted and (self.folder_view or self._fuse_mounted())
+
+    def _view_refused(self) -> str | None:
+        """The reason the view's child gave for refusing its settings (:meth:`refused`) when it
+        exited 2 at its start and is one that stops the sidecar on it; None otherwise."""
+        view = self.publisher if self.folder_view else self.fuse
+        if view.proc is not None or not view.stop_on_refusal:
+            return None
+        return self.refused(view)
+
+    def _check_at_start(self, check: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        """``check(*args, **kwargs)``; its refusal (ConfigError, MountError: exit 2 with the line) is also
+        written to the termination message, before any child starts: a child restarted for ever
+        would only say it again."""
+        try:
+            return check(*args, **kwargs)
+        except (ConfigError, MountError) as e:
+            # Imported here: core imports this module (through health).
+            from epochfs.sidecar.supervisor.core import write_termination_message
+
+            write_termination_message(self.settings.termination_log, f"epochfs sidecar: {e}")
+            raise
+
+    def _check_mount(self) -> None:
+        """The FUSE view's mount point, checked before the store is opened and any child starts:
+        one over the cache or its objects, or one that cannot be used, is refused (what the
+        FUSE server would refuse at every restart); a dead mount there is detached."""
+        self._check_at_start(mounting.check_mount_apart, self.mount, self.cache, self.settings.link_root)
+        self._check_at_start(mounting.check_mount_point, self.mount)
+
+    def _check_link_root(self, objects: Path) -> None:
+        """The FUSE view's ``--link-root``, checked once the store is open and before any child
+        starts: a folder, and a view of the cache's objects folder. Not before the store: on a
+        new volume ``objects/`` (and so a read-only mount's ``<it>/objects``) is made by it."""
+        if self.folder_view or self.settings.link_root is None:
+            return
+        link_root = Path(self.settings.link_root)
+        self._check_at_start(mounting.check_link_root, link_root, warn=False)  # the server warns
+        self._check_at_start(mounting.check_link_root_view, link_root, objects)
 
     def _unmount_link_root(self) -> None:
         """The FUSE server removes the read-only bind when it stops, but one killed leaves it: the
@@ -112,16 +162,17 @@ class MountWatch(ChildProcesses):
                 mounting.lazy_unmount(self.mount)
                 self.fuse.proc = None
                 self.fuse.last_exit = None
-                self.fuse.next_start = time.monotonic()
-        self._reaped(self.fuse)
+                self.fuse.next_start = time.monotonic() + self.fuse.backoff
+        self._reaped(self.fuse)  # schedules the restart after the fuse child's backoff, and logs it
         if not mounting.lazy_unmount(self.mount):
             log.error("lazy unmount of %s failed; retrying before the next start", self.mount)
-        self.fuse.next_start = time.monotonic() + min(self.fuse.backoff, 2.0)
         if self._reporter is not None:
             self._safe(self._reporter.on_remount)
 
     def _watch_mount(self) -> None:
         if self._reaped(self.fuse):
+            if self.fuse.stop_on_refusal and self.refused(self.fuse) is not None:
+                return  # it refused its settings: the supervisor stops on it (core), no remount
             self._remount(f"FUSE server exited with status {self.fuse.last_exit}")
             return
         if not self.fuse.alive:
