@@ -9,6 +9,15 @@ mount mark would only see the sidecar's. Each open counts as one sample served a
 bytes served (whole-file reads assumed). Repeat epochs served from the page cache still open the
 files, so they count too.
 
+epochfs's own reads are not served samples: the sampler's scrub, ``epochfs verify``, the listing
+process. Each event carries the pid of the process that opened the file (its thread group: a scrub
+thread reports the sampler's pid), and :class:`OwnProcesses` leaves out the opens of the watcher's
+descendants (the supervisor's children and theirs) and of ``epochfs`` commands (``/proc/<pid>``:
+the console script, ``python -m epochfs.sidecar.cli``, a process named ``epochfs-*``). The verdict
+on a pid is taken while it runs (the counter reads a wake-up's first events at once, before it
+gathers) and kept with the process's start time, so the opens it made just before it exited are
+still left out; a pid of another PID namespace (a trainer container's, reported as 0) counts.
+
 Limits, documented in docs/metrics.md: fanotify merges identical queued events (same file, same
 process) that we have not read yet, so a process re-opening one file in a tight loop may count
 once. The 256 hex fan-out folders are made up front and marked at start; any other folder that
@@ -41,14 +50,123 @@ FAN_EVENT_ON_CHILD = 0x08000000
 FAN_Q_OVERFLOW = 0x4000
 FAN_NOFD = -1
 AT_FDCWD = -100
+PROC = Path("/proc")
+CLI_MODULES = frozenset({"epochfs.sidecar.cli"})
+"""``python -m`` modules that are the epochfs command line (the console script is ``epochfs``)."""
+FORGET_AFTER = 256
+"""Verdicts kept before the ones of exited processes are dropped (after a drain of the queue)."""
 _EVENT = struct.Struct("IBBHQii")  # event_len, vers, reserved, metadata_len, mask, fd, pid
 GATHER_SECONDS = 0.05
 """How long the counter lets open events queue after a wake-up before it reads them: the counts lag
 by that much, and a reader's thousand opens a second cost tens of wake-ups, not a thousand."""
 
 
+def _stat(pid: int, proc: Path) -> tuple[int, int] | None:
+    """(parent pid, start time in clock ticks) of ``pid``; None when it is gone (or unreadable)."""
+    try:
+        raw = (proc / str(pid) / "stat").read_bytes()
+    except OSError:
+        return None
+    # "pid (comm) state ppid ... starttime": comm may hold spaces and parentheses, so split after
+    # the last ')'; ppid is the 2nd field from there, starttime the 20th.
+    fields = raw[raw.rfind(b")") + 2:].split()
+    try:
+        return int(fields[1]), int(fields[19])
+    except (IndexError, ValueError):
+        return None
+
+
+def is_epochfs_command(comm: str, argv: list[str]) -> bool:
+    """Whether a process of this name (``/proc/<pid>/comm``) and command line runs the epochfs
+    command line (``epochfs verify``...) or is a process epochfs named ``epochfs-*``. A trainer
+    importing the torch client runs its own script: it is a reader like any other."""
+    if comm == "epochfs" or comm.startswith("epochfs-"):  # the console script's name, or one we set
+        return True
+    if any(os.path.basename(a) == "epochfs" for a in argv[:2]):  # [python, .../bin/epochfs, ...]
+        return True
+    rest = iter(argv[1:])
+    for arg in rest:  # python [-P -X opt ...] -m epochfs.sidecar.cli ...
+        if arg == "-m":
+            return next(rest, "") in CLI_MODULES
+        if arg in ("-X", "-W"):  # an option's value follows
+            next(rest, None)
+        elif not arg.startswith("-"):  # a script (or -c's code): its own arguments follow
+            return False
+    return False
+
+
+def _runs_epochfs(pid: int, proc: Path) -> bool:
+    """:func:`is_epochfs_command` of a running process (False once it is gone)."""
+    try:
+        comm = (proc / str(pid) / "comm").read_text().strip()
+        raw = (proc / str(pid) / "cmdline").read_bytes()
+    except OSError:
+        return False
+    return is_epochfs_command(comm, [os.fsdecode(a) for a in raw.split(b"\0") if a])
+
+
+class OwnProcesses:
+    """Tells epochfs's own processes from everyone else's, by pid, for :class:`OpenCounter`.
+
+    Ours: a descendant of ``root`` (the supervisor: the sampler with its scrub thread, its listing
+    process, the FUSE server, the publisher), or an epochfs command (:func:`is_epochfs_command`).
+    ``root`` itself is not: the process that runs the counter may read samples (a benchmark, a test).
+    A verdict is kept with the process's start time: a pid reused by another process is looked at
+    again, and the events a process queued just before it exited keep the verdict it had alive.
+    """
+
+    def __init__(self, root: int | None = None, *, proc: Path = PROC) -> None:
+        self.root = os.getpid() if root is None else root
+        self.proc = proc
+        self._verdicts: dict[int, tuple[int, bool]] = {}
+
+    def __len__(self) -> int:
+        return len(self._verdicts)
+
+    def ours(self, pid: int) -> bool:
+        if pid <= 0 or pid == self.root:  # 0: a process of another PID namespace
+            return False
+        stat = _stat(pid, self.proc)
+        kept = self._verdicts.get(pid)
+        if stat is None:  # exited: what it was while it ran (unknown: counted)
+            return kept is not None and kept[1]
+        if kept is not None and kept[0] == stat[1]:
+            return kept[1]
+        verdict = self._descends(stat[0]) or _runs_epochfs(pid, self.proc)
+        self._verdicts[pid] = (stat[1], verdict)
+        return verdict
+
+    def _descends(self, ppid: int) -> bool:
+        for _ in range(64):  # a bound, not a depth any process tree reaches
+            if ppid == self.root:
+                return True
+            if ppid <= 1:
+                return False
+            stat = _stat(ppid, self.proc)
+            if stat is None:
+                return False
+            ppid = stat[0]
+        return False
+
+    def exited(self) -> set[int]:
+        """Pids with a verdict whose process is gone (or replaced)."""
+        gone = set()
+        for pid, (started, _) in self._verdicts.items():
+            stat = _stat(pid, self.proc)
+            if stat is None or stat[1] != started:
+                gone.add(pid)
+        return gone
+
+    def forget(self, pids: set[int]) -> None:
+        """Drop these verdicts: call after a drain that began once they had exited (their events
+        were all queued before it, so none is left to judge)."""
+        for pid in pids:
+            self._verdicts.pop(pid, None)
+
+
 class OpenCounter:
-    """A thread that counts opens of files in ``objects_dir``'s fan-out folders.
+    """A thread that counts opens of files in ``objects_dir``'s fan-out folders, except those made
+    by epochfs's own processes (``own``; default: :class:`OwnProcesses` of this process).
 
     ``on_open(samples, nbytes)`` and ``on_lost(events)`` are called from the thread with batches.
     """
@@ -61,12 +179,15 @@ class OpenCounter:
         on_lost: Callable[[int], None] | None = None,
         precreate: bool = True,
         gather_seconds: float = GATHER_SECONDS,
+        own: OwnProcesses | None = None,
     ) -> None:
         self.objects_dir = Path(objects_dir)
         self.precreate = precreate
         self.gather_seconds = gather_seconds
         self._on_open = on_open
         self._on_lost = on_lost or (lambda n: None)
+        self.own = own if own is not None else OwnProcesses()
+        self._forget_at = FORGET_AFTER
         self._fd = -1
         self._marked: set[str] = set()
         self._stop = threading.Event()
@@ -133,32 +254,52 @@ class OpenCounter:
         while not self._stop.is_set():
             if not poller.poll(200):
                 continue
-            # Let the opens of a moment queue up (the kernel's queue is unlimited), then read them
-            # all: a reader opens a sample every millisecond or so, and one wake-up per open cost
-            # this thread about 50 us of CPU each, taken from the reader's decoding workers.
+            # Read the first opens at once: their processes are looked at (OwnProcesses) while they
+            # run, even an `epochfs verify` that opens a few objects and exits.
+            if not self._drain():
+                return
+            # Then let the opens of a moment queue up (the kernel's queue is unlimited) and read
+            # them all: a reader opens a sample every millisecond or so, and one wake-up per open
+            # cost this thread about 50 us of CPU each, taken from the reader's decoding workers.
             self._stop.wait(self.gather_seconds)  # at once on stop: what queued is still counted
-            while True:  # until the queue is empty
-                try:
-                    buf = os.read(self._fd, 64 * 1024)
-                except BlockingIOError:
-                    break
-                except OSError as e:
-                    if self._stop.is_set():
-                        return
-                    log.warning("fanotify read: %s", e)
-                    break
-                self._consume(buf)
+            if not self._drain():
+                return
+
+    def _drain(self) -> bool:
+        """Read and count every queued event; False when the counter was stopped meanwhile."""
+        exited: set[int] = set()
+        if len(self.own) > self._forget_at:  # pids come and go (a loader's workers, each epoch)
+            exited = self.own.exited()
+            self._forget_at = max(FORGET_AFTER, 2 * (len(self.own) - len(exited)))
+        while True:  # until the queue is empty
+            try:
+                buf = os.read(self._fd, 64 * 1024)
+            except BlockingIOError:
+                break
+            except OSError as e:
+                if self._stop.is_set():
+                    return False
+                log.warning("fanotify read: %s", e)
+                break
+            self._consume(buf)
+        self.own.forget(exited)  # gone before this drain began: their events were all in it
+        return True
 
     def _consume(self, buf: bytes) -> None:
         samples = nbytes = lost = 0
         offset = 0
+        ours: dict[int, bool] = {}  # one look at /proc per process and batch, not per open
         while offset + _EVENT.size <= len(buf):
-            length, _vers, _res, _mlen, mask, fd, _pid = _EVENT.unpack_from(buf, offset)
+            length, _vers, _res, _mlen, mask, fd, pid = _EVENT.unpack_from(buf, offset)
             offset += max(length, _EVENT.size)
             if mask & FAN_Q_OVERFLOW or fd == FAN_NOFD:
                 lost += 1
                 continue
             try:
+                if pid not in ours:
+                    ours[pid] = self.own.ours(pid)
+                if ours[pid]:  # the scrub, `epochfs verify`: not a sample served
+                    continue
                 st = os.fstat(fd)
                 samples += 1
                 nbytes += st.st_size
