@@ -25,7 +25,8 @@ def add(ix: Index, rows: Iterable[CatalogRow]) -> int:
         for r in rows:
             db.execute(
                 "INSERT INTO catalog(key, path, sid, size, version, rank) VALUES(?,?,?,?,?,?) "
-                "ON CONFLICT(key) DO UPDATE SET size=excluded.size, version=excluded.version",
+                "ON CONFLICT(key) DO UPDATE SET size=excluded.size, version=excluded.version, pos=CASE "
+                "WHEN size IS excluded.size AND version IS excluded.version THEN pos END",
                 (r.key, r.key, r.sid, r.size, r.version, r.rank),
             )
             count += 1
@@ -50,6 +51,18 @@ SKIPPED_CLASH = 2
 the remote still lists it, so its row stays (a relist does not drop it as gone from the remote)
 and a cached sample of it that is damaged is fetched again into its place
 (:mod:`.integrity`), not marked lost."""
+
+SKIP_COUNTED = -1
+"""``catalog.pos`` (unused since schema 3) of a row whose skip ``skipped_total`` has counted: a
+relist that lists the key again unchanged (same size and version) gives it another try but keeps
+the mark, so skipping it again does not count it again; a listing that changed it clears the mark.
+``skipped_total`` counts keys, as the EpochfsSamplerStalled alert reads it (catalog objects against
+cached samples plus skipped keys), not one more at every relist (1800 for 300 keys refused in 30 s
+of relists every 5 s)."""
+
+_KEEP_MARK = "CASE WHEN size IS ? AND version IS ? THEN pos END"
+"""SQL (an UPDATE's value of ``pos``, given the listed size and version): the row's skip mark when
+the listing did not change the object, else NULL."""
 
 REPAIRABLE = f"skipped IN (0, {SKIPPED_CLASH})"
 """SQL: a catalog row whose key the remote still lists and may be fetched for a repair in place."""
@@ -165,14 +178,29 @@ def window_candidates(ix: Index, lo: int, hi: int, *, limit: int) -> list[tuple[
     return [(int(r[0]), Candidate(str(r[1]), str(r[2]), int(r[3]), str(r[4]))) for r in rows]
 
 
-def mark_skipped(ix: Index, key: str, *, failed: bool = False) -> None:
+def _skip(db: sqlite3.Connection, key: str, value: int) -> bool | None:
+    """Set ``key``'s row skipped (``value``) and marked counted: True when its skip is new (not
+    counted since the listing last changed the object), None when the catalog has no such key."""
+    row = db.execute("SELECT pos FROM catalog WHERE key=?", (key,)).fetchone()
+    if row is None:
+        return None
+    db.execute("UPDATE catalog SET skipped=?, pos=? WHERE key=?", (value, SKIP_COUNTED, key))
+    return row[0] != SKIP_COUNTED
+
+
+def mark_skipped(ix: Index, key: str, *, failed: bool = False) -> bool:
     """Record that a key will not be fetched (``failed``: its downloads kept failing; otherwise
-    refused by policy, as an object larger than the volume)."""
+    refused by policy, as an object larger than the volume). ``skipped_total`` (and with
+    ``failed``, ``failed_total``) counts the key unless its skip was counted already and no listing
+    changed the object since (:data:`SKIP_COUNTED`): a relist's retry that fails or is refused again
+    is the same key. Returns whether it was counted."""
     with ix.write() as db:
-        db.execute("UPDATE catalog SET skipped=1 WHERE key=?", (key,))
-        ix.bump("skipped_total", 1)
-        if failed:
-            ix.bump("failed_total", 1)
+        counted = _skip(db, key, 1) is not False  # (no row: a relist dropped it meanwhile; counted)
+        if counted:
+            ix.bump("skipped_total", 1)
+            if failed:
+                ix.bump("failed_total", 1)
+    return counted
 
 
 def count_skip(ix: Index, n: int = 1) -> None:
@@ -290,8 +318,10 @@ class Listings:
                     # A key listed again is a key to fetch again: a skip (a download that kept
                     # failing, an object over the volume's size) is this listing's to make anew,
                     # or one outage, or one rewritten object, would leave it out of every epoch.
-                    cur = db.execute("UPDATE catalog SET size=?, version=?, seen=?, skipped=0 WHERE key=?",
-                                     (r.size, r.version, gen, r.key))
+                    # (The skip stays counted when the object is unchanged: SKIP_COUNTED.)
+                    cur = db.execute("UPDATE catalog SET size=?, version=?, seen=?, skipped=0, "
+                                     f"pos={_KEEP_MARK} WHERE key=?",
+                                     (r.size, r.version, gen, r.size, r.version, r.key))
                     if cur.rowcount == 0:
                         db.execute("INSERT INTO catalog(key, path, sid, size, version, rank, seen) "
                                    "VALUES(?,?,?,?,?,?,?)",

@@ -25,7 +25,7 @@ CREATE TABLE IF NOT EXISTS catalog (
     size INTEGER NOT NULL,
     version TEXT NOT NULL,         -- ETag / generation / mtime tag
     rank INTEGER NOT NULL,         -- position key in the sampling order (keyed hash of seed, key)
-    pos INTEGER,                   -- unused since schema 3 (was: position numbered after listing)
+    pos INTEGER,                   -- catalog.SKIP_COUNTED: skip counted (schema 2: list position)
     skipped INTEGER NOT NULL DEFAULT 0,
     seen INTEGER NOT NULL DEFAULT 0  -- the listing generation that last saw the key (schema 3)
 );
