@@ -227,11 +227,11 @@ class Downloader:
                 if kind.throttled:
                     metrics.throttled()
                     return FetchResult(cand, None, reason, attempt, throttled=True)
+                # Given up here, but not yet failed: the loop may keep the key (an outage, a repair
+                # pending); it counts the failure when it skips the key (sampler.breaker.give_up).
                 if not kind.retry:
-                    metrics.remote_failed()
                     return FetchResult(cand, None, reason, attempt)
                 if attempt >= self.retry.attempts:
-                    metrics.remote_failed()
                     return FetchResult(cand, None, f"gave up after {attempt} attempts: {reason}", attempt,
                                        unavailable=kind.outage, gave_up=True)
                 metrics.remote_retried()

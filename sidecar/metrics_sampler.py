@@ -101,7 +101,9 @@ class ProcessMetrics:
         self.remote_objects.labels(result="retried").inc()
 
     def remote_failed(self) -> None:
-        """An object given up after its last attempt (the store counts it as skipped too)."""
+        """An object skipped for good after its downloads kept failing (the store counts it as
+        skipped too): called when the loop skips the key (:func:`.sampler.breaker.give_up`), never
+        for a key it keeps (an outage's, one waiting for a repair), once per key."""
         self.remote_objects.labels(result="failed").inc()
 
     def observe_fetch(self, seconds: float) -> None:

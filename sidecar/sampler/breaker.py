@@ -6,6 +6,9 @@ would lose them for good, so the breaker keeps them for later and pauses new dow
 pause that doubles up to a bound. One success closes it again. Throttling (S3 ``SlowDown``,
 429) is not an outage and never reaches the breaker: the fetch window answers it
 (:mod:`.throttle`).
+
+A key the breaker does not keep is given up (:func:`give_up`): skipped, and only then counted as
+failed (``epochfs_remote_objects_total{result="failed"}``), as the store counts ``failed_total``.
 """
 
 from __future__ import annotations
@@ -14,8 +17,13 @@ import logging
 import time
 from collections import deque
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
+from epochfs.sidecar.metrics_sampler import process_metrics
 from epochfs.sidecar.store import Candidate
+
+if TYPE_CHECKING:
+    from epochfs.sidecar.store import Store
 
 log = logging.getLogger("epochfs.sampler")
 
@@ -90,3 +98,18 @@ class OutageBreaker:
             log.info("remote reachable again")
         self._streak = 0
         self._pause = self.first_pause
+
+
+def give_up(store: Store, key: str) -> bool:
+    """Skip ``key`` for good: its downloads kept failing (retries spent, or a failure not worth
+    another try) and the loop keeps it for no outage nor pending repair. Counted as failed here, at
+    the decision, not when the download gave up: the loop keeps many of those (an outage's keys,
+    24 "failed" against 4 skipped in a reviewer's 60 s outage). Counted as the store counts
+    ``skipped_total`` and ``failed_total``, once per key (a relist's retry that fails again with the
+    object unchanged is not counted again, :data:`~epochfs.sidecar.store.catalog.SKIP_COUNTED`), so
+    ``failed`` never passes ``skipped`` and equals status.json's ``failed_total``. Returns whether
+    it was counted."""
+    counted = store.mark_skipped(key, failed=True)
+    if counted:
+        process_metrics().remote_failed()
+    return counted

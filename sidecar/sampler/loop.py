@@ -36,7 +36,7 @@ from epochfs.sidecar.ratelimit import RateLimiter
 from epochfs.sidecar.remote import Remote
 from epochfs.sidecar.reservations import Reservations
 from epochfs.sidecar.sampler.admitter import Admitter
-from epochfs.sidecar.sampler.breaker import OutageBreaker
+from epochfs.sidecar.sampler.breaker import OutageBreaker, give_up
 from epochfs.sidecar.sampler.cutter import CutSchedule
 from epochfs.sidecar.sampler.diskspace import DiskSpace, is_disk_full
 from epochfs.sidecar.sampler.order import LISTING_WAIT, FetchOrder
@@ -283,7 +283,7 @@ class Sampler(RepairsInPlace):
         else:
             self.breaker.succeeded()
         log.warning("skipping %r: %s", cand.key, item.error)
-        self._write(lambda: self.store.mark_skipped(cand.key, failed=True))
+        self._write(lambda: give_up(self.store, cand.key))  # (counted failed there, once)
         self._repairs.discard(cand.key)
         self.rates.skipped += 1
 

@@ -264,8 +264,9 @@ class Store:
     def window_candidates(self, lo: int, hi: int, *, limit: int) -> list[tuple[int, Candidate]]:
         return catalog.window_candidates(self._ix, lo, hi, limit=limit)
 
-    def mark_skipped(self, key: str, *, failed: bool = False) -> None:
-        catalog.mark_skipped(self._ix, key, failed=failed)
+    def mark_skipped(self, key: str, *, failed: bool = False) -> bool:
+        """Whether the skip was counted (:func:`.catalog.mark_skipped`: once a key)."""
+        return catalog.mark_skipped(self._ix, key, failed=failed)
 
     def count_skip(self, n: int = 1) -> None:
         catalog.count_skip(self._ix, n)
