@@ -8,7 +8,6 @@ batch it asks the store to serve queued cut requests, whose condition may now ho
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import os
 import queue
@@ -23,6 +22,19 @@ log = logging.getLogger("epochfs.sampler")
 
 ADMIT_BATCH = 512
 """Most verified downloads made visible in one store transaction."""
+
+
+def discard(temp: str | os.PathLike[str]) -> None:
+    """Remove the temp file of a download that will not be admitted. A node volume gone read-only
+    or failing refuses the removal too: one line, and the sampler goes on to report the failure
+    that brought it here (an exception raised from here would hide it behind a traceback); the
+    next start's recovery removes what is left in ``tmp/``."""
+    try:
+        os.unlink(temp)
+    except FileNotFoundError:
+        pass
+    except OSError as e:
+        log.error("could not remove the unadmitted download %s: %s", temp, e)
 
 
 class Admitter:
@@ -71,8 +83,7 @@ class Admitter:
                 left = list(self._waiting.values())
                 self._waiting.clear()
             for a in left:  # only if admissions failed: nothing of them is visible
-                with contextlib.suppress(FileNotFoundError):
-                    os.unlink(a.temp)
+                discard(a.temp)
                 self.reservations.release(a.size)
 
     def _next_batch(self) -> tuple[list[Admission], bool]:
@@ -100,8 +111,7 @@ class Admitter:
                 self.reservations.admit(batch)
             except BaseException as e:
                 for a in batch:
-                    with contextlib.suppress(FileNotFoundError):
-                        os.unlink(a.temp)
+                    discard(a.temp)
                     self.reservations.release(a.size)
                 if self.on_failure is not None and isinstance(e, Exception) and self.on_failure(batch, e):
                     continue

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import os
 import queue
 import threading
 import time
@@ -35,7 +34,7 @@ from epochfs.sidecar.metrics import process_metrics
 from epochfs.sidecar.ratelimit import RateLimiter
 from epochfs.sidecar.remote import Remote
 from epochfs.sidecar.reservations import Reservations
-from epochfs.sidecar.sampler.admitter import Admitter
+from epochfs.sidecar.sampler.admitter import Admitter, discard
 from epochfs.sidecar.sampler.breaker import OutageBreaker, give_up
 from epochfs.sidecar.sampler.cutter import CutSchedule
 from epochfs.sidecar.sampler.diskspace import DiskSpace, is_disk_full
@@ -407,8 +406,7 @@ class Sampler(RepairsInPlace):
             self.members.join(timeout=STOP_GRACE)
         finally:
             for temp in self.downloader.active_temps():
-                with contextlib.suppress(FileNotFoundError):
-                    os.unlink(temp)
+                discard(temp)  # a volume gone read-only: one line, not a traceback over the cause
             for cand in self._inflight.values():
                 self.room.release(cand)
             self._inflight.clear()

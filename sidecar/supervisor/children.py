@@ -21,6 +21,9 @@ it comes on every run: :attr:`Child.index` counts those exits in a row until a g
 and the restarts from then on take the crashes' backoff. The
 reason of the last transient failure is kept (:attr:`Child.waiting`) for ``/readyz`` and
 ``epochfs status`` (:meth:`ChildProcesses.retry_note`), until a run proves stable or ends another way.
+Two failures are the node's, never a stop: a start that gets no process or thread (a pod's pids
+limit) is no run, tried again after the backoff; an exit 2 refusing ``--cache``, which the
+sidecar's own start found usable, is the volume failing under it, a crash.
 """
 
 from __future__ import annotations
@@ -159,7 +162,12 @@ class ChildProcesses:
         env["PYTHONUNBUFFERED"] = "1"
         return env
 
-    def _start(self, child: Child) -> None:
+    def _start(self, child: Child) -> bool:
+        """Start ``child``; False when no process or thread can be had now (a pod's pids limit
+        reached by the trainer's DataLoader workers, no memory): logged and tried again after the
+        child's backoff (:meth:`_not_started`), the rest of the sidecar going on. A process that
+        started without the thread that reads its log is killed and waited for: nothing
+        half-started is left, and no child runs unwatched."""
         # -P: never import from the working directory (an epochfs/ folder there would shadow the
         # installed package).
         argv = [self.python, "-P", "-c", _CHILD_BOOT, str(os.getpid()), "--log-level", self.log_level,
@@ -167,19 +175,57 @@ class ChildProcesses:
         # Before the process exists: the probes' threads read these once ``proc`` is set.
         child.started_at = time.monotonic()
         child.last_error = ""
-        child.proc = subprocess.Popen(
-            argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-            env=self._env(child), start_new_session=True,
-        )
-        assert child.proc.stdout is not None
-        child.log_thread = threading.Thread(
-            target=_pump, args=(child, child.proc.stdout, self.sink),
-            name=f"epochfs-log-{child.name}", daemon=True,
-        )
-        child.log_thread.start()
+        try:
+            proc = subprocess.Popen(
+                argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                env=self._env(child), start_new_session=True,
+            )
+        except OSError as e:  # EAGAIN at the pids limit, ENOMEM
+            self._not_started(child, f"could not start {child.name}: {e}")
+            return False
+        assert proc.stdout is not None
+        pump = threading.Thread(target=_pump, args=(child, proc.stdout, self.sink),
+                                name=f"epochfs-log-{child.name}", daemon=True)
+        try:
+            pump.start()
+        except RuntimeError as e:  # "can't start new thread": the same limit
+            proc.kill()
+            proc.wait()
+            proc.stdout.close()
+            self._not_started(child, f"could not start {child.name}: no thread to read its log "
+                                     f"({e}); killed its process {proc.pid}")
+            return False
+        child.log_thread = pump
+        child.proc = proc
         if self._metrics is not None:
             self._metrics.child_up.labels(child=child.name).set(1)
-        log.info("started %s (pid %d)", child.name, child.proc.pid)
+        log.info("started %s (pid %d)", child.name, proc.pid)
+        return True
+
+    def _not_started(self, child: Child, why: str) -> None:
+        """A start that could not happen: no run, so no exit, no crash and no restart counted; the
+        next try after the child's backoff, doubled as after a crash (a limit reached stays for a
+        while: trying every tick would only fill the log)."""
+        with self._children_lock:
+            longest = self.BACKOFF_MAX if child.max_backoff is None else child.max_backoff
+            child.backoff = min(longest, max(self.BACKOFF_MIN, child.backoff * 2))
+            child.next_start = time.monotonic() + child.backoff
+        log.error("%s; trying again in %.1fs", why, child.backoff)
+
+    def _forget_metrics(self, pid: int) -> None:
+        """Drop an exited child's live gauges (:func:`~epochfs.sidecar.metrics.forget_process`).
+        Their files are on the cache's volume: one gone read-only or failing (ext4
+        ``errors=remount-ro``) refuses the removal, which must not end the supervisor (the mount
+        serves on; the sampler's restarts, and ``/healthz`` after its crashes, report the
+        failure). The dead process's gauges then stay in ``/metrics``: one line says so."""
+        from epochfs.sidecar.metrics import forget_process
+
+        assert self._multiproc_dir is not None
+        try:
+            forget_process(pid, self._multiproc_dir)
+        except OSError as e:
+            log.error("could not remove the metric files of exited pid %d (%s): its live gauges "
+                      "stay in /metrics", pid, e)
 
     def _reaped(self, child: Child) -> bool:
         """True once when ``child`` has exited; records it and schedules the restart."""
@@ -189,12 +235,13 @@ class ChildProcesses:
         ran = time.monotonic() - child.started_at
         transient = code == EXIT_RETRY
         mended = code == EXIT_INDEX  # the next start replaces the index: no crash, no longer wait
-        if transient and child.log_thread is not None:
+        refusal = child.stop_on_refusal and code == 2 and ran < self.STABLE_AFTER
+        if (transient or refusal) and child.log_thread is not None:
             child.log_thread.join(timeout=1)  # its last line, the reason, may still be in the pipe
+        volume = refusal and self._volume_refusal(child)  # a crash, restarted: no stop
+        refusal = refusal and not volume
         if self._multiproc_dir is not None:
-            from epochfs.sidecar.metrics import forget_process
-
-            forget_process(child.proc.pid, self._multiproc_dir)
+            self._forget_metrics(child.proc.pid)
         if self._metrics is not None:
             self._metrics.child_up.labels(child=child.name).set(0)
         with self._children_lock:  # the probes read these together (retry_note, _children_doc)
@@ -207,7 +254,7 @@ class ChildProcesses:
             child.proc = None
             child.last_exit = code
             child.last_ran = ran
-            if not (child.stop_on_refusal and code == 2 and ran < self.STABLE_AFTER):
+            if not refusal:
                 if ran >= self.STABLE_AFTER:
                     child.backoff = 0.0
                     child.crashes = 0
@@ -223,9 +270,14 @@ class ChildProcesses:
                 self._metrics.index_damage_exits.inc()
             if streak != before:
                 self._metrics.index_damage_streak.set(streak)
-        if child.stop_on_refusal and self.refused(child) is not None:
+        if refusal:
             log.error("%s refused its settings (exit 2 after %.1fs): stopping", child.name, ran)
             return True  # the supervisor stops on it (core.Supervisor.run): no restart
+        if volume:
+            log.error("%s could not use the cache, which this sidecar's start found usable (%s): "
+                      "the node volume is failing; a crash, restarting in %.1fs", child.name,
+                      child.last_error, child.backoff)
+            return True
         if transient:
             log.warning("%s could not reach the remote (exit 75 after %.1fs): a transient failure, "
                         "not a crash; retry %d in %.1fs", child.name, ran, child.restarts + 1,
@@ -272,7 +324,19 @@ class ChildProcesses:
             return None
         if child.log_thread is not None:
             child.log_thread.join(timeout=2)  # its last lines, the reason among them
+        if self._volume_refusal(child):
+            return None
         return child.last_error or f"{child.name} exited with status 2"
+
+    @staticmethod
+    def _volume_refusal(child: Child) -> bool:
+        """Whether ``child``'s exit 2 refused ``--cache`` (``epochfs sample: --cache PATH: cannot
+        write in it: read-only file system``). The sidecar's own start ran the same check on the
+        same cache and opened its index there (cli, core), so this is the volume changed under
+        the running sidecar (ext4 ``errors=remount-ro``, a failing disk), not a setting: a crash,
+        restarted with backoff and counted for ``/healthz``, where a stop would take the mount,
+        which still serves what the volume holds."""
+        return child.last_error.startswith(f"epochfs {child.argv[0]}: --cache ")
 
     def _watch_index_damages(self, child: Child) -> None:
         """While index-damage exits of ``child`` are counted and it runs: end the count once its
@@ -296,8 +360,9 @@ class ChildProcesses:
     def _restart_due(self, child: Child) -> None:
         if child.proc is None and time.monotonic() >= child.next_start and not self._stop.is_set():
             with self._children_lock:  # the count and the new process appear together to the probes
+                if not self._start(child):
+                    return  # tried again after the backoff: not a restart
                 child.restarts += 1
-                self._start(child)
             if self._metrics is not None:
                 self._metrics.child_restarts.labels(child=child.name).inc()
 

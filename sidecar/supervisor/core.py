@@ -18,6 +18,7 @@ import signal
 import sys
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from types import FrameType
 from typing import IO, Any
@@ -111,6 +112,7 @@ class Supervisor(HealthChecks, Observability):
         self._reporter: kube.Reporter | None = None
         self._seen: dict[str, Any] = {}
         self._reads_noted: dict[int, float] = {}
+        self._step_logged: dict[str, float] = {}
 
     # ------------------------------------------------------------------ signals
     def _on_signal(self, signum: int, frame: FrameType | None) -> None:
@@ -191,10 +193,7 @@ class Supervisor(HealthChecks, Observability):
                     break
                 self._restart_due(self.sampler)
                 self._watch_index_damages(self.sampler)  # a good run ends the count of damages
-                if self.folder_view:
-                    self._watch_publisher()
-                else:
-                    self._watch_mount()
+                self._contained(self._watch_publisher if self.folder_view else self._watch_mount)
                 if (refused := self._view_refused()) is not None:  # as the sampler's: no restart
                     refuser = "FUSE server" if self.view is self.fuse else "folder publisher"
                     break
@@ -217,6 +216,27 @@ class Supervisor(HealthChecks, Observability):
             self._cleanup()
             if subreaper and not was_subreaper:
                 set_subreaper(False)
+
+    STEP_LOG_EVERY = 60.0
+    """Seconds between the lines of a loop step that keeps failing (:meth:`_contained`)."""
+
+    def _contained(self, step: Callable[[], None]) -> None:
+        """Run a step of the loop that forks, starts threads or touches the node volume (the view's
+        watch: its probe's thread, the unmount command, the publisher's status file). A thread
+        or process that cannot be had now (a pod's pids limit) or an I/O error is the node's
+        state, not a bug: logged (once a minute while it lasts) and the step is tried again the
+        next tick, the rest of the sidecar going on. Anything else still ends the supervisor."""
+        try:
+            step()
+        except (OSError, RuntimeError) as e:
+            if isinstance(e, RuntimeError) and "can't start new thread" not in str(e):
+                raise
+            name, now = getattr(step, "__name__", str(step)), time.monotonic()
+            last = self._step_logged.get(name)
+            if last is None or now - last >= self.STEP_LOG_EVERY:
+                self._step_logged[name] = now
+                log.error("%s failed (%s: %s); trying again while it lasts", name.lstrip("_"),
+                          type(e).__name__, e)
 
     def _reap_orphans(self) -> None:
         """Wait for the zombies among this process's children that it did not start (see
