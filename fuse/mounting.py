@@ -243,19 +243,36 @@ def check_mount_point(path: Path) -> None:
         raise MountError(f"--mount: {path} is not empty")
 
 
+def bind_shows(source: Path, target: Path) -> bool:
+    """Whether ``target`` shows the folder ``source`` names now: the same device and inode, and that
+    folder still linked in its file system. A bind keeps the folder it was made of, not its path:
+    once ``source`` is removed (``rm -rf objects/``, which the sampler then makes again and repairs
+    into) the bind shows the deleted, empty folder (link count 0) and every epoch symlink into it
+    answers ENOENT. False when either cannot be stat'ed (``source`` missing, nothing at ``target``)."""
+    try:
+        want, have = os.stat(source), os.stat(target)
+    except OSError:
+        return False
+    return (want.st_dev, want.st_ino) == (have.st_dev, have.st_ino) and have.st_nlink > 0
+
+
 def make_readonly_bind(source: Path, target: Path) -> bool:
     """Bind-mount ``source`` read-only at ``target``; returns True if this call mounted it.
 
-    An existing read-only bind (left by a server that was killed) is reused. Nothing written
+    An existing read-only bind (left by a server that was killed, or another view's) is reused
+    only while it shows ``source`` itself (:func:`bind_shows`); one of a folder since removed or
+    replaced is detached and made again, or every read through it would fail. Nothing written
     through ``target`` can reach ``source``: even root gets EROFS.
     """
     source = Path(os.path.abspath(source))
     target = Path(os.path.abspath(target))
     entry = find_mount(target)
     if entry is not None:
-        if entry.read_only and not is_dead(target):
+        if entry.read_only and not is_dead(target) and bind_shows(source, target):
             log.info("reusing the read-only bind mount at %s", target)
             return False
+        log.warning("%s: the %s mount there is not a live read-only bind of %s (its folder was "
+                    "removed or replaced?); making it again", target, entry.fstype, source)
         lazy_unmount(target, any_kind=True)
     target.mkdir(parents=True, exist_ok=True)
     steps = (

@@ -53,7 +53,9 @@ class HealthChecks(MountWatch):
         than UNHEALTHY_CRASHES quick crashes in a row (transient failures, however many, do not
         count: /readyz says why it waits); and it met a damaged index on fewer than
         UNHEALTHY_INDEX_DAMAGES runs in a row (``reason`` says so when it did: the sampler is
-        restarted all the same, and the next good run heals)."""
+        restarted all the same, and the next good run heals); and the link root the epochs'
+        files point into shows the cache's objects folder (``link_root`` says why when it does not
+        and the watch could not make it do so: :meth:`~.watch.MountWatch._watch_link_root`)."""
         # An empty folder where the FUSE mount was (or will be) answers a stat too: "ok" only for
         # a view that is up, as /readyz tells it.
         mounted = self.folder_view or self._view_mounted()
@@ -64,6 +66,10 @@ class HealthChecks(MountWatch):
             damages = self.sampler.index.in_row
         ok = (view_ok if self.folder_view else self.fuse.alive) and answer == "ok" and sampler_ok
         doc: dict[str, Any] = {"mount": answer, "children": self._children_doc()}
+        link_root = None if self.folder_view else self._link_root_problem
+        if link_root is not None:  # the view answers, but no file of any epoch can be read
+            ok = False
+            doc["link_root"] = link_root
         if damages >= self.UNHEALTHY_INDEX_DAMAGES:
             ok = False
             doc["reason"] = (f"the sampler found the cache index damaged {damages} times in a row "

@@ -5,7 +5,10 @@ Its own module because it holds the supervisor's one rule about a hung FUSE serv
 hung mount blocks, so :func:`probe` runs it in a daemon thread it may leave behind, and leaves at
 most one behind per path (a probe comes every few seconds). On that answer the watch decides to
 remount: the server exited, the mount vanished, it answered ENOTCONN, or three probes in a row
-failed; it then kills the server, lazily unmounts and mounts again, never stacking mounts.
+failed; it then kills the server, removes the read-only bind of ``objects/`` it made (no server is
+left to do it), lazily unmounts and mounts again, never stacking mounts. While the view answers,
+the watch also checks that the link root shows ``objects/`` itself and makes the bind again when the
+folder was removed and made anew (:meth:`MountWatch._watch_link_root`).
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ from epochfs.fuse import mounting
 from epochfs.fuse.errors import MountError
 from epochfs.sidecar import kube
 from epochfs.sidecar.config import ConfigError, SidecarSettings
+from epochfs.sidecar.store.objects import OBJECTS_DIR
 from epochfs.sidecar.supervisor.children import Child, ChildProcesses
 from epochfs.sidecar.volumes import check_view_folder
 
@@ -79,6 +83,12 @@ class MountWatch(ChildProcesses):
     _mounted: bool
     _last_probe: str
     _probe_failures: int
+    _link_root_problem: str | None = None
+    """Why the epochs' link root does not show the cache's objects folder now and could not be
+    made to (:meth:`_watch_link_root`); /healthz fails while it is set. None: it shows it."""
+    _link_root_retry_at: float = 0.0
+    LINK_ROOT_RETRY = 5.0
+    """Seconds between tries to make the bind again after one failed (each try runs mount(8))."""
     _reporter: kube.Reporter | None
 
     if TYPE_CHECKING:
@@ -164,6 +174,10 @@ class MountWatch(ChildProcesses):
                 self.fuse.last_exit = None
                 self.fuse.next_start = time.monotonic() + self.fuse.backoff
         self._reaped(self.fuse)  # schedules the restart after the fuse child's backoff, and logs it
+        # No server is left to remove the bind it made when it stops: removed now, not at the
+        # supervisor's clean stop only (a kill -9 of the supervisor before the restart left it
+        # mounted for good). Before the mount point, so that a view found gone means this is done.
+        self._unmount_link_root()
         if not mounting.lazy_unmount(self.mount):
             log.error("lazy unmount of %s failed; retrying before the next start", self.mount)
         if self._reporter is not None:
@@ -191,10 +205,54 @@ class MountWatch(ChildProcesses):
             if self._metrics is not None:
                 self._metrics.mounted.set(1)
             self._probe_failures = 0
+            self._watch_link_root()
             return
         self._probe_failures += 1
         if state == "dead" or self._probe_failures >= 3:
             self._remount(f"mount answered {state}")
+
+    def _watch_link_root(self) -> None:
+        """While the view is up, the link root its symlinks point into must show the cache's
+        objects folder. A bind holds the folder it was made of, not its path: once ``objects/`` is
+        removed (the sampler makes it again and repairs every sample into it) the default bind
+        shows the deleted folder and every file of every epoch answers ENOENT. That bind is made
+        again here; a ``--link-root`` (the user's mount) cannot be, and :attr:`_link_root_problem`
+        says why for /healthz. Two stats a tick while all is well."""
+        objects = self.cache / OBJECTS_DIR
+        given = self.settings.link_root
+        link_root = Path(given) if given is not None else self.cache / mounting.DEFAULT_LINK_ROOT_NAME
+        if mounting.bind_shows(objects, link_root):
+            if self._link_root_problem is not None:
+                log.info("the link root %s shows %s again", link_root, objects)
+            self._link_root_problem = None
+            return
+        problem: str | None
+        if not objects.is_dir():
+            problem = f"the cache's objects folder {objects} is missing (the sampler makes it again)"
+        elif given is not None:
+            try:
+                mounting.check_link_root_view(link_root, objects)  # a view by its marker folder
+                problem = None
+            except MountError as e:
+                problem = str(e)
+        elif time.monotonic() < self._link_root_retry_at:
+            return  # the last try failed a moment ago: its problem stands
+        else:
+            log.warning("the read-only bind %s does not show %s (removed and made again?): "
+                        "making it again", link_root, objects)
+            try:
+                mounting.make_readonly_bind(objects, link_root)
+                problem = None if mounting.bind_shows(objects, link_root) else \
+                    f"the read-only bind {link_root} does not show {objects}"
+                if problem is None:
+                    log.info("the link root %s shows %s again", link_root, objects)
+            except MountError as e:
+                problem = str(e)
+            if problem is not None:
+                self._link_root_retry_at = time.monotonic() + self.LINK_ROOT_RETRY
+        if problem != self._link_root_problem and problem is not None:
+            log.error("epoch files cannot be read: %s", problem)
+        self._link_root_problem = problem
 
     # ------------------------------------------------------------------ the folder view
     def _check_folder(self) -> None:
