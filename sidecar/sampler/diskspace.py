@@ -20,9 +20,11 @@ import logging
 import os
 import sqlite3
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from epochfs.sidecar.config import ConfigError, format_size
+from epochfs.sidecar.sampler.condlog import ConditionLog
 from epochfs.sidecar.store.objects import TMP_DIR
 
 log = logging.getLogger("epochfs.sampler")
@@ -64,10 +66,22 @@ class DiskSpace:
         self._free = st.f_bavail * st.f_frsize
         self._checked = time.monotonic()
         self._room: int | None = None
-        self._warned = False
         self.limited = False
         """The last effective capacity was below ``--capacity``: the disk, not the budget, bounds
         the cache (a pause now is "disk full", not "cache full")."""
+        self.episode = ConditionLog(log)
+        """The lines of a volume short of room: a refused write or a clamped budget is met many
+        times a second while it lasts, and said at its start, at most once a minute while it
+        lasts and changes, and at its end."""
+        self._refused = 0
+        """Writes refused as full since the last line about the volume."""
+        self._refused_error = ""
+        self._refused_unmeasured = False
+        """A write was refused since the last statvfs: the volume counts as short until then."""
+        self._measured = (0, self._free)
+        """(cached, free) of the last measurement, for the lines."""
+        self._said_room: int | None = None
+        """The room the last line gave (a move of over 1% of --capacity is said again)."""
 
     def free(self) -> int:
         now = time.monotonic()
@@ -116,14 +130,56 @@ class DiskSpace:
         free = self.free()
         if self._room is None or self._checked != checked:
             self._room = cached + self._temp_bytes() + free - self.margin
+            self._measured = (cached, free)
+            self._refused_unmeasured = False
         room = self._room
         self.limited = room < self.capacity
-        if self.limited and not self._warned:
-            self._warned = True
-            log.warning("--capacity %d bytes is more than the cache's filesystem can hold now (%d cached, "
-                        "%d free, %d kept free): sampling within %d bytes while that lasts",
-                        self.capacity, cached, free, self.margin, max(0, room))
+        self._tell(start=self._clamped_line)
         return max(0, min(self.capacity, room))
+
+    def _tell(self, *, start: Callable[[], str]) -> None:
+        """Give the volume's state to :attr:`episode` (which says it when a line is due)."""
+        room = self._room
+        moved = (room is not None and self._said_room is not None
+                 and abs(room - self._said_room) > self.capacity // 100)
+        self.episode.update(self.limited or self._refused_unmeasured,
+                            material=moved or self._refused > 0, start=start,
+                            still=self._still_line, end=self._room_line)
+
+    def _said(self) -> None:
+        """A line about the volume was built: what the next one compares with."""
+        self._said_room = self._room
+        self._refused = 0
+
+    def _clamped_line(self) -> str:
+        self._said()
+        cached, free = self._measured
+        return (f"--capacity {self.capacity} bytes is more than the cache's filesystem can hold now "
+                f"({cached} cached, {free} free, {self.margin} kept free): sampling within "
+                f"{max(0, self._room or 0)} bytes while that lasts (said again at most once a minute "
+                "while it changes, and when it ends)")
+
+    def _full_line(self) -> str:
+        error = self._refused_error
+        self._said()
+        return (f"the cache's filesystem is full ({error}): key kept, budget measured again (said "
+                "again at most once a minute while it lasts, and when it ends)")
+
+    def _still_line(self) -> str:
+        refused, error = self._refused, self._refused_error
+        self._said()
+        cached, free = self._measured
+        line = (f"the cache's filesystem is still short of room: sampling within "
+                f"{max(0, min(self.capacity, self._room or 0))} bytes of --capacity {self.capacity} "
+                f"({cached} cached, {free} free, {self.margin} kept free)")
+        if refused:
+            line += f"; {refused} write(s) refused as full since the last line (last: {error})"
+        return line
+
+    def _room_line(self) -> str:
+        self._said()
+        return (f"the cache's filesystem has room for --capacity {self.capacity} bytes again "
+                f"({self._measured[1]} free): sampling within --capacity")
 
     def _temp_bytes(self) -> int:
         """Bytes on the disk in the cache's temp folder (downloads written, not admitted yet). A
@@ -141,7 +197,10 @@ class DiskSpace:
         return total
 
     def filled(self, error: BaseException) -> None:
-        """A write hit a full disk: measure again before the next reservation."""
-        log.warning("the cache's filesystem is full (%s): key kept, budget measured again", error)
+        """A write hit a full disk: measure again before the next reservation. Met once per
+        write tried while the volume stays full: logged by :attr:`episode`, not per call."""
         self._checked = 0.0
-        self._warned = False
+        self._refused += 1
+        self._refused_error = str(error)
+        self._refused_unmeasured = True
+        self._tell(start=self._full_line)

@@ -4,7 +4,9 @@ The loop asks once per object, so the answer reads nothing but memory while ther
 cache's total as the reservations keep it (:class:`Reservations`, which read the index's counter
 again after each look at the store) and the disk's free space as :class:`DiskSpace` last measured
 it (once a second); the capacity is written to the store only when the disk moves it by more than
-1%, and the backpressure only when its reason changes.
+1%, and the backpressure only when its reason changes; either is tried again at the next call
+until the index took it (a volume filled to its last byte refuses the write). The backpressure
+shows at once in the sampler's own gauges (:mod:`.pausegauges`), which need no room on the disk.
 
 A repair in place takes no room (:meth:`Room.reserve_repair`): its bytes are counted already. In
 schedule mode the capacity is never recorded lower (every node's windows come from --capacity),
@@ -24,7 +26,9 @@ from typing import Any
 
 from epochfs.sidecar.config import SamplerSettings, format_size
 from epochfs.sidecar.reservations import Reservations
+from epochfs.sidecar.sampler.condlog import ConditionLog
 from epochfs.sidecar.sampler.diskspace import DiskSpace
+from epochfs.sidecar.sampler.pausegauges import pause_gauges
 from epochfs.sidecar.store import Admission, Candidate, Store
 
 log = logging.getLogger("epochfs.sampler")
@@ -65,6 +69,12 @@ class Room:
         self.backpressure: str | None = None
         """Why the loop waits for room (:data:`CACHE_FULL`, :data:`DISK_FULL`), None while it
         does not."""
+        self._recorded_backpressure: str | None = None
+        """The reason the index holds: it may lag :attr:`backpressure` while the volume is too
+        full for the index to be written (tried again at each call until it is)."""
+        self._paused = ConditionLog(log)
+        """The lines of the pauses: at the start, once a minute while it flaps or changes reason,
+        at the end."""
 
     def reserve(self, cand: Candidate, *, lookahead: bool) -> bool:
         """Reserve room for ``cand``; a look-ahead download only takes room that is free.
@@ -219,22 +229,40 @@ class Room:
             return
         if abs(capacity - self._recorded_capacity) <= self._recorded_capacity // 100:
             return
-        self._recorded_capacity = capacity
         policy = dataclasses.replace(self.settings.policy(), capacity=max(1, capacity))
-        self._write(lambda: self.store.configure(policy))
+        if self._written(lambda: self.store.configure(policy)):
+            self._recorded_capacity = capacity
+
+    def _written(self, fn: Callable[[], Any]) -> bool:
+        """Run the store write ``fn`` through the loop's write; False when the volume refused it
+        (the loop's write swallows that, and the caller tries again at its next call)."""
+        return bool(self._write(lambda: (fn(), True)[1]))
 
     def set_backpressure(self, reason: str | None) -> None:
-        if reason == self.backpressure:
-            return
-        self.backpressure = reason
-        self._write(lambda: self.store.set_backpressure(reason))
-        if reason == CACHE_FULL:
-            stats = self.store.stats()
-            log.warning("backpressure: cache full (%s of %s) and nothing evictable; "
-                        "waiting for a cut or an epoch to retire",
-                        format_size(stats.cache_bytes), format_size(stats.capacity_bytes))
-        elif reason is None:
-            log.info("backpressure cleared")
+        """Sampling waits for ``reason`` (None: it goes on). The loop and the gauges know at once;
+        the index is written until it took the reason: a volume filled to its last byte refuses
+        the write, and the first write after room came back must still say "disk full" (it was
+        recorded only when the reason changed, and so never, while the volume stayed full)."""
+        changed = reason != self.backpressure
+        if changed:
+            self.backpressure = reason
+            pause_gauges().show(reason)  # (made at the first pause: see .pausegauges)
+        if reason != self._recorded_backpressure and self._written(
+                lambda: self.store.set_backpressure(reason)):
+            self._recorded_backpressure = reason
+        self._paused.update(reason is not None, material=changed, start=self._pause_line,
+                            still=lambda: f"backpressure still on: {self.backpressure}",
+                            end=lambda: "backpressure cleared")
+
+    def _pause_line(self) -> str:
+        """The line a pause starts with (a budget that turns over pauses and resumes at each cut:
+        :attr:`_paused` says so at most once a minute, not per turn)."""
+        if self.backpressure != CACHE_FULL:
+            return f"backpressure: {self.backpressure}; waiting for room"
+        stats = self.store.stats()
+        return (f"backpressure: cache full ({format_size(stats.cache_bytes)} of "
+                f"{format_size(stats.capacity_bytes)}) and nothing evictable; waiting for a cut or "
+                "an epoch to retire")
 
 
 __all__ = ["CACHE_FULL", "DISK_FULL", "DiskFull", "Room"]
