@@ -26,23 +26,18 @@ import os
 import sys
 from collections.abc import MutableMapping
 
+from epochfs.sidecar.metrics_merge import file_names
+
 ENV = "PROMETHEUS_MULTIPROC_DIR"
 """The variable that turns prometheus-client's multiprocess mode on (read when it is imported)."""
-
-FILE_KINDS = ("counter", "histogram", "gauge_livesum", "gauge_livemax")
-"""The files a child writes: its metrics' types, and for gauges their multiprocess mode
-(``epochfs.sidecar.metrics_sampler`` and ``epochfs.fuse.metrics``; a test holds them to this)."""
 
 RESERVED = 128 * 1024
 """Bytes allocated per file: twice what the FUSE server's counters take with every operation and
 errno label set (80 KiB); the sampler's take under 8 KiB. A file that outgrows it is extended by
 prometheus-client unallocated again, past what any label set here makes. Dead children's counter
-and histogram files stay (their totals are still summed), so this is paid again per restart."""
-
-
-def file_names(pid: int) -> list[str]:
-    """The names prometheus-client gives a process's files (``<kind>_<pid>.db``)."""
-    return [f"{kind}_{pid}.db" for kind in FILE_KINDS]
+and histogram files stay (their totals are still summed) but are cut to the bytes their values use
+when the child is reaped (:func:`epochfs.sidecar.metrics_merge.forget_process`): a restart keeps a
+page or a few of them, not this."""
 
 
 def reserve(environ: MutableMapping[str, str] | None = None, *, pid: int | None = None) -> str | None:

@@ -32,11 +32,60 @@ def multiprocess_collector(path: Path) -> Collector:
     return MultiProcessCollector(None, path=str(path))
 
 
+USED_HEADER = 4
+"""prometheus-client's mmap files begin with the bytes in use, a little-endian int32
+(``prometheus_client.mmap_dict``: ``MmapedDict`` writes it, ``read_all_values_from_file`` reads no
+further than it)."""
+EMPTY = 8
+"""The bytes in use of a file with no value yet (the header and its padding)."""
+
+
+FILE_KINDS = ("counter", "histogram", "gauge_livesum", "gauge_livemax")
+"""The files a child writes: its metrics' types, and for gauges their multiprocess mode
+(``epochfs.sidecar.metrics_sampler`` and ``epochfs.fuse.metrics``; a test holds them to this)."""
+
+def file_names(pid: int) -> list[str]:
+    """The names prometheus-client gives a process's files (``<kind>_<pid>.db``)."""
+    return [f"{kind}_{pid}.db" for kind in FILE_KINDS]
+
+
 def forget_process(pid: int, path: Path) -> None:
-    """A child died: drop its live gauges (downloads in flight); its counters stay summed."""
+    """A child died: drop its live gauges (downloads in flight); its counters stay summed, and
+    its other files shrink to the bytes their values take.
+
+    Each child's files are allocated :data:`~epochfs.sidecar.metrics_files.RESERVED` bytes up
+    front (so that a full volume is no SIGBUS), and a dead child's counter and histogram files
+    stay until the supervisor restarts, their totals summed: 256 KiB of the cache's volume per
+    restart, ~30 MiB an hour for a crash-looping sampler. Cut to their used length they keep every
+    value (nothing reads past it, the scrape included: it reads the header, then up to it) and
+    cost a page or two each. Truncating frees blocks, so it works on a full volume too. The pid
+    is not running (it was reaped), so nothing writes them.
+    """
     from prometheus_client.multiprocess import mark_process_dead
 
+
     mark_process_dead(pid, str(path))
+    for name in file_names(pid):
+        _shrink(path / name)
+
+
+def _shrink(file: Path) -> None:
+    """Cut a dead process's mmap file to the bytes its header says are in use (at least the
+    header: a scrape may have listed the file already, and reads it whole). A header beyond the
+    file (not one prometheus-client wrote) leaves it as it is."""
+    try:
+        with open(file, "r+b") as f:
+            used = max(EMPTY, int.from_bytes(f.read(USED_HEADER).ljust(USED_HEADER, b"\0"), "little"))
+            if used < os.fstat(f.fileno()).st_size:
+                f.truncate(used)
+    except FileNotFoundError:
+        return
+
+
+EITHER = frozenset({"epochfs_backpressure", "epochfs_disk_full"})
+"""Flags two sources give (the index's record and the live sampler's gauges,
+:mod:`epochfs.sidecar.sampler.pausegauges`): the larger value is taken, not the sum (either one
+saying 1 is the answer; both saying it is 1, not 2)."""
 
 
 class MergedCollector:
@@ -44,7 +93,7 @@ class MergedCollector:
 
     ``epochfs_remote_objects_total`` gets ``ok``/``skipped`` from the store and ``retried``/``failed``
     from the sampler; an exposition with the family twice would be invalid, so samples are joined
-    (and summed when the same labels come twice).
+    (and summed when the same labels come twice; the largest taken for the :data:`EITHER` flags).
     """
 
     def __init__(self, collectors: Iterable[Collector]) -> None:
@@ -67,7 +116,9 @@ class MergedCollector:
                     key = (s.name, tuple(sorted(s.labels.items())))
                     if key in index:
                         old = known.samples[index[key]]
-                        known.samples[index[key]] = old._replace(value=old.value + s.value)
+                        value = (max(old.value, s.value) if family.name in EITHER
+                                 else old.value + s.value)
+                        known.samples[index[key]] = old._replace(value=value)
                     else:
                         known.samples.append(s)
         yield from merged.values()

@@ -36,6 +36,9 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("epochfs.supervisor")
 
+TOTALS_LOG_EVERY = 60.0
+"""Seconds between two lines about totals that still cannot be saved (a full volume)."""
+
 METRICS_DIR_NAME = "metrics"
 """Folder of the cache where the children write their Prometheus multiprocess files."""
 
@@ -136,11 +139,7 @@ class Observability:
             return
         totals = self._metrics.totals()
         if totals != self._seen.get("totals"):
-            try:
-                self._store.set_meta(Meta.SIDECAR_TOTALS, json.dumps(totals, sort_keys=True))
-                self._seen["totals"] = totals
-            except Exception as e:
-                log.warning("saving totals: %s", e)
+            self._save_totals(totals)
         if self._reporter is None:
             return
         stats = self._stats()
@@ -164,6 +163,33 @@ class Observability:
             self._seen["failed"] = stats.failed_total
             self._safe(rep.on_remote_errors, stats.failed_total - previous)
         self._safe(rep.update_status, stats.to_json())
+
+    def _save_totals(self, totals: dict[str, float]) -> None:
+        """Save the totals in the index. A failure (a full volume) is tried again at the next tick:
+        said when it starts, at most once a minute while it lasts (with the tries since the last
+        line), and when a save succeeds again, not every couple of seconds as it was (30 lines a
+        minute for as long as the volume stayed full)."""
+        assert self._store is not None
+        failing: dict[str, Any] | None = self._seen.get("totals_failing")
+        now = time.monotonic()
+        try:
+            self._store.set_meta(Meta.SIDECAR_TOTALS, json.dumps(totals, sort_keys=True))
+        except Exception as e:
+            if failing is None:
+                log.warning("saving totals: %s (tried again every couple of seconds; said again at "
+                            "most once a minute while it fails)", e)
+                self._seen["totals_failing"] = {"said": now, "tries": 0}
+                return
+            failing["tries"] += 1
+            if now - failing["said"] >= TOTALS_LOG_EVERY:
+                log.warning("saving totals still fails: %s (%d tries since the last line)", e,
+                            failing["tries"])
+                failing.update(said=now, tries=0)
+            return
+        self._seen["totals"] = totals
+        if failing is not None:
+            del self._seen["totals_failing"]
+            log.info("saving totals: saved again")
 
     def _save_state(self) -> None:
         """Write (or remove) :data:`STATE_FILE_NAME` and :data:`Meta.SAMPLER_RETRYING` when the

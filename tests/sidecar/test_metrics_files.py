@@ -18,7 +18,7 @@ import pytest
 from common import wait_until
 from inprocess import fill, small_volume
 
-from epochfs.sidecar import metrics_files
+from epochfs.sidecar import metrics_files, metrics_merge
 from epochfs.sidecar.store import INDEX_NAME, Store
 from epochfs.sidecar.supervisor.children import _CHILD_BOOT
 
@@ -127,7 +127,7 @@ def test_the_children_s_metrics_write_only_the_kinds_reserved(tmp_path: Path) ->
     out = subprocess.run([sys.executable, "-c", _KINDS_SCRIPT, str(tmp_path)], check=True,
                          env={**ENV, metrics_files.ENV: str(tmp_path)}, capture_output=True, text=True)
     kinds = {line.split()[0] for line in out.stdout.splitlines()}
-    assert kinds and kinds <= set(metrics_files.FILE_KINDS), kinds
+    assert kinds and kinds <= set(metrics_merge.FILE_KINDS), kinds
     for path in tmp_path.glob("*.db"):
         written = int.from_bytes(path.read_bytes()[:4], "little")  # prometheus-client's used bytes
         assert written <= metrics_files.RESERVED, (path.name, written)
