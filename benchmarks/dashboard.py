@@ -41,14 +41,12 @@ import contextlib
 import json
 import math
 import os
-import signal
 import subprocess
 import sys
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from types import FrameType
 from typing import Any
 
 import numpy as np
@@ -246,11 +244,6 @@ def report(panels: list[Panel]) -> list[str]:
     return lines
 
 
-def _terminate(signum: int, frame: FrameType | None) -> None:
-    signal.signal(signal.SIGTERM, signal.SIG_IGN)  # once: a second one does not cut the clean-up short
-    raise KeyboardInterrupt  # clean up as for Ctrl-C: the sidecar and Prometheus stopped, scratch removed
-
-
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     p = argparse.ArgumentParser(prog="python -m epochfs.benchmarks.dashboard", description=__doc__,
@@ -278,7 +271,7 @@ def main(argv: list[str] | None = None) -> int:
                    help="one more flag for the sidecar, e.g. --sidecar-arg=--cut-interval=5 (repeatable)")
     p.add_argument("--width", type=float, default=16.0, help="figure width in inches (16)")
     p.add_argument("--dpi", type=int, default=80, help="dots per inch (80)")
-    p.add_argument("--dir", type=Path, help="scratch folder (emptied; default: a temp folder)")
+    p.add_argument("--dir", type=Path, help=harness.DIR_HELP + " (default: the system's temp folder)")
     ns = p.parse_args(argv)
     if ns.samples < 64 or ns.seconds <= 0 or ns.scrape_interval <= 0:
         p.error("--samples must be at least 64 (the sidecar's --min-samples), --seconds and "
@@ -289,8 +282,7 @@ def main(argv: list[str] | None = None) -> int:
     if not Path("/dev/fuse").exists() or os.geteuid() != 0:
         harness.fail("needs root and /dev/fuse (the sidecar mounts its FUSE view)")
     ns.prometheus = harness.program("prometheus")
-    signal.signal(signal.SIGTERM, _terminate)
-    signal.signal(signal.SIGINT, signal.default_int_handler)  # also where it was started ignoring SIGINT
+    harness.clean_up_on_sigterm()  # SIGTERM and Ctrl-C raise KeyboardInterrupt: the clean-up below runs
     try:
         with harness.work_dir(ns.dir, prefix="epochfs-dashboard-") as folder:
             panels, meta = run(ns, folder)

@@ -64,7 +64,6 @@ import argparse
 import bisect
 import contextlib
 import os
-import signal
 import sqlite3
 import subprocess
 import sys
@@ -74,7 +73,6 @@ from collections.abc import Iterator
 from concurrent.futures import FIRST_EXCEPTION, Future, ThreadPoolExecutor, wait
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from types import FrameType
 
 from epochfs.benchmarks import _fairness_stats as stats
 from epochfs.benchmarks import harness
@@ -271,11 +269,6 @@ def _orders(text: str) -> list[int]:
     return orders
 
 
-def _terminate(signum: int, frame: FrameType | None) -> None:
-    signal.signal(signal.SIGTERM, signal.SIG_IGN)  # once: a second one does not cut the clean-up short
-    raise KeyboardInterrupt  # clean up as for Ctrl-C: the sidecar stopped, mounts and folders removed
-
-
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     p = argparse.ArgumentParser(prog="python -m epochfs.benchmarks.fairness", description=__doc__,
@@ -335,8 +328,7 @@ def main(argv: list[str] | None = None) -> int:
     harness.require("botocore")
     if not Path("/dev/fuse").exists() or os.geteuid() != 0:
         harness.fail("needs root and /dev/fuse (the sidecar mounts its FUSE view)")
-    signal.signal(signal.SIGTERM, _terminate)
-    signal.signal(signal.SIGINT, signal.default_int_handler)  # also where it was started ignoring SIGINT
+    harness.clean_up_on_sigterm()  # SIGTERM and Ctrl-C raise KeyboardInterrupt: the clean-up below runs
     if ns.runs < 1 or ns.jobs < 1:
         p.error("--runs and --jobs must be at least 1")
     rows: list[Row] = []

@@ -57,7 +57,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 from dataclasses import asdict
 from pathlib import Path
 
@@ -172,4 +171,4 @@ __all__ = ["GET_LIMIT", "LIST_RETRY", "PUT_LIMIT", "Outcome", "Params", "Store",
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    harness.entry(main, "fleet")

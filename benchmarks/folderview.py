@@ -30,7 +30,6 @@ import multiprocessing as mp
 import multiprocessing.pool
 import os
 import statistics
-import sys
 import time
 from pathlib import Path
 
@@ -138,9 +137,11 @@ def short_link_root(objects: Path, name: str) -> Path:
     return target
 
 
-def bench_reads(args: argparse.Namespace, name: str, size: int, count: int, drop: bool) -> dict[str, object]:
-    """Every read phase for one file size, interleaved ``--repeat`` times; medians in MB/s."""
-    work = args.dir / f"reads-{name}"
+def bench_reads(args: argparse.Namespace, scratch: Path, name: str, size: int, count: int,
+                drop: bool) -> dict[str, object]:
+    """Every read phase for one file size, interleaved ``--repeat`` times, in ``scratch``; medians
+    in MB/s."""
+    work = scratch / f"reads-{name}"
     cache, folder, mnt = work / "cache", work / "shared" / "view", work / "mnt"
     mnt.mkdir(parents=True)
     folder.parent.mkdir()
@@ -202,7 +203,8 @@ def bench_reads(args: argparse.Namespace, name: str, size: int, count: int, drop
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--dir", type=Path, default=Path("/var/tmp/epochfs-bench"))
+    ap.add_argument("--dir", type=Path, default=Path("/var/tmp/epochfs-bench"),
+                    help=harness.DIR_HELP + " (default: /var/tmp/epochfs-bench)")
     ap.add_argument("--entries", default="10000,100000", help="epoch sizes to publish (0: skip)")
     ap.add_argument("--big", type=int, default=256, help="number of 4 MiB files (0: skip)")
     ap.add_argument("--small", type=int, default=4096, help="number of 64 KiB files (0: skip)")
@@ -232,14 +234,14 @@ def main(argv: list[str] | None = None) -> int:
     if waits and not args.no_fuse:
         harness.require("mfusepy")
     results: dict[str, list[dict[str, object]]] = {"wait": [], "publish": [], "reads": []}
-    with harness.work_dir(args.dir):
+    with harness.work_dir(args.dir, prefix="epochfs-bench-folderview-") as scratch:
         for entries in waits:
-            results["wait"].append(bench_wait(args.dir, entries, args.repeat, args.growth, not args.no_fuse,
+            results["wait"].append(bench_wait(scratch, entries, args.repeat, args.growth, not args.no_fuse,
                                               args.schedule))
         for entries in sizes:
-            results["publish"] += bench_publish(args.dir, entries, args.repeat)
+            results["publish"] += bench_publish(scratch, entries, args.repeat)
         for name, size, count in classes:
-            results["reads"].append(bench_reads(args, name, size, count, drop))
+            results["reads"].append(bench_reads(args, scratch, name, size, count, drop))
     print(f"page cache dropped before cold phases: {'yes' if drop else 'no (--no-drop)'}; times and MB/s "
           f"are medians of {args.repeat} interleaved runs")
     if args.json:
@@ -252,4 +254,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    harness.entry(main, "folderview")

@@ -27,7 +27,6 @@ import json
 import os
 import sqlite3
 import subprocess
-import sys
 import time
 import tracemalloc
 from collections.abc import Iterator
@@ -324,4 +323,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    harness.entry(main, "fuse_memory")

@@ -13,11 +13,14 @@ accounting, scratch folders and the printing of tables and ratios.
 - **Accounting** (:mod:`._accounting`, its names re-exported here): CPU seconds of this process, its
   reaped children or any process (from /proc), :func:`timed`, :func:`mb_per_s` (decimal MB, 1e6
   bytes, in every benchmark) and :class:`Rates`.
-- **Scratch**: :func:`work_dir`, a temp folder or a fixed one, emptied before and removed after, with
-  any mount left below it detached first.
+- **Scratch**: :func:`work_dir`, a temp folder of the run's own (in ``--dir`` when given), removed
+  after with any mount left below it detached first; nothing it did not make is ever removed.
+- **Signals**: :func:`entry`, every benchmark's entry: SIGTERM cleans up as Ctrl-C does (the ``finally``
+  blocks run: servers stopped, mounts detached, scratch removed), exit status 128 + the signal.
 - **Output**: :class:`Table` (a header and rows from one list of column formats) and :func:`times`,
-  the ``0.97x`` of every ratio printed (:mod:`._output`, re-exported here), and the files a
-  benchmark writes (:func:`write_results`, :func:`write_plot`, ``--plot``'s :data:`PLOT_HELP`).
+  the ``0.97x`` of every ratio printed (:mod:`._output`, re-exported here), :func:`spread`, the
+  ``median [min-max]`` of every result shown, and the files a benchmark writes
+  (:func:`write_results`, :func:`write_plot`, ``--plot``'s :data:`PLOT_HELP`).
 
 Every benchmark calls all of these as ``harness.<name>``: one import for what they share.
 
@@ -33,6 +36,7 @@ import os
 import shutil
 import signal
 import socket
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -41,7 +45,8 @@ import urllib.request
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from types import FrameType
+from typing import Any, NoReturn
 
 from epochfs.benchmarks._accounting import Rates as Rates
 from epochfs.benchmarks._accounting import children_cpu as children_cpu
@@ -63,6 +68,13 @@ PYTHON = [sys.executable, "-P"]
 
 EPOCHFS = [*PYTHON, "-m", "epochfs.sidecar.cli"]
 """The ``epochfs`` command of this installation."""
+
+
+def spread(values: Sequence[float], fmt: str = ".2f") -> str:
+    """``median [min-max]`` of ``values``: a result is a median shown with its spread, never the best
+    run alone (the best of N hides how far apart the runs were)."""
+    return (f"{statistics.median(values):{fmt}} [{min(values):{fmt}}-{max(values):{fmt}}]"
+            if values else "-")
 
 
 PLOT_HELP = "also draw the results into this PNG (matplotlib: pip install 'epochfs[bench]')"
@@ -172,25 +184,83 @@ def unmount_below(folder: Path) -> None:
 
 
 # ---------------------------------------------------------------------------------- scratch
+DIR_HELP = ("a folder in which the run makes its own scratch folder and removes it afterwards; "
+            "nothing else in it is touched")
+"""The help of every benchmark's ``--dir`` (:func:`work_dir`'s ``parent``), its default after it."""
+
+
 @contextlib.contextmanager
-def work_dir(path: Path | None = None, *, prefix: str = "epochfs-bench-",
-             parent: Path | None = None) -> Iterator[Path]:
-    """A scratch folder for a ``with`` block: ``path`` emptied first when given (a fixed place, such
-    as the disk under test), else a new temp folder in ``parent`` (default: the system's temp folder).
-    Removed afterwards, mounts below it detached first."""
-    if path is not None:
-        if path.exists():
-            unmount_below(path)
-            shutil.rmtree(path, ignore_errors=True)
-        path.mkdir(parents=True, exist_ok=True)
-        folder = path
-    else:
-        folder = Path(tempfile.mkdtemp(prefix=prefix, dir=parent))
+def work_dir(parent: Path | None = None, *, prefix: str = "epochfs-bench-") -> Iterator[Path]:
+    """A new scratch folder of this run's own for a ``with`` block, made in ``parent`` (a place the
+    user chose with ``--dir``, such as the disk under test; made if missing) or in the system's temp
+    folder; removed afterwards, mounts below it detached first.
+
+    Only what the run made is removed: ``--dir`` is a folder of the user's (``--dir ~/data`` once
+    wiped ``~/data`` when the given folder itself was the scratch), so it is never emptied, and
+    removed afterwards only when this call made it and it is empty again."""
+    made = parent is not None and not parent.exists()
+    if parent is not None:
+        parent.mkdir(parents=True, exist_ok=True)
+    folder = Path(tempfile.mkdtemp(prefix=prefix, dir=parent))
     try:
         yield folder
     finally:
         unmount_below(folder)
         shutil.rmtree(folder, ignore_errors=True)
+        if made and parent is not None:
+            with contextlib.suppress(OSError):
+                parent.rmdir()  # only when empty: nothing of anyone else's
+
+
+# ---------------------------------------------------------------------------------- signals
+_OWNER = 0
+"""The process that installed :func:`clean_up_on_sigterm`'s handler (forked children inherit it)."""
+_SIGNALLED = 0
+"""The signal that interrupted the run (SIGTERM or SIGINT), 0 while none has."""
+
+
+def _terminate(signum: int, frame: FrameType | None) -> None:
+    global _SIGNALLED
+    if os.getpid() != _OWNER:  # a forked child (a reader pool's worker): die of it as before
+        signal.signal(signum, signal.SIG_DFL)
+        os.kill(os.getpid(), signum)
+        return
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)  # once: a second one does not cut the clean-up short
+    _SIGNALLED = signum
+    raise KeyboardInterrupt  # clean up as for Ctrl-C: servers stopped, mounts detached, scratch removed
+
+
+def _interrupt(signum: int, frame: FrameType | None) -> None:
+    global _SIGNALLED
+    _SIGNALLED = _SIGNALLED or signum
+    signal.default_int_handler(signum, frame)
+
+
+def clean_up_on_sigterm() -> None:
+    """SIGTERM (``kill PID``, a scheduler's or a wrapper's stop) raises KeyboardInterrupt, as Ctrl-C
+    does, so every ``finally`` and ``with`` block runs: the default action ends the process at
+    once and left the servers it started running (an orphaned ``epochfs mount`` and its mounts)
+    and its scratch on disk. Ctrl-C raises it too, also where the process was started ignoring
+    SIGINT (``&`` in a script)."""
+    global _OWNER, _SIGNALLED
+    _OWNER, _SIGNALLED = os.getpid(), 0
+    signal.signal(signal.SIGTERM, _terminate)
+    signal.signal(signal.SIGINT, _interrupt)
+
+
+def entry(run: Callable[[], int], name: str) -> NoReturn:
+    """A benchmark's ``if __name__ == "__main__"``: :func:`clean_up_on_sigterm`, then ``run()``; on
+    SIGTERM or Ctrl-C, once its clean-up is done, one line and exit status 128 + the signal (as a
+    shell reports a process that signal ended), never 0."""
+    clean_up_on_sigterm()
+    try:
+        status = run()
+    except KeyboardInterrupt:
+        signum = _SIGNALLED or signal.SIGINT
+        print(f"{name}: interrupted by {signal.Signals(signum).name}; what it started is stopped and "
+              "its scratch removed", file=sys.stderr)
+        status = 128 + signum
+    sys.exit(status)
 
 
 # ---------------------------------------------------------------------------------- S3 (moto)

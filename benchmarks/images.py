@@ -34,7 +34,6 @@ import math
 import os
 import shutil
 import statistics
-import sys
 import time
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass
@@ -308,4 +307,4 @@ def _no_nan(value: Any) -> Any:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    harness.entry(main, "images")

@@ -8,8 +8,9 @@ range, a whole file: what :func:`epochfs.sidecar.store.memberfiles.at_cut` does 
 write transaction, the limit ``AT_CUT`` lifted) is timed ``--repeat`` times, each in a write
 transaction that is rolled back (the file removed with it), by each encoder: ``sql`` (SQLite
 renders the member lines, :mod:`epochfs.sidecar.store.memberformat`) and ``python`` (the rows
-fetched and encoded in Python, as before; ``--encoders sql`` skips it). The table gives the best
-wall time and this process's CPU time of that run, per member, and the file's size; with
+fetched and encoded in Python, as before; ``--encoders sql`` skips it). The table gives the median
+wall time and this process's CPU time of the runs, each with its [min-max], the median per member,
+and the file's size; with
 ``--check`` the last file written is read back as a rebuild reads it and compared with the index.
 ``--paced`` adds, per encoder, one write of the same file as the sampler's keeper thread makes it
 (:func:`epochfs.sidecar.store.memberfiles.write`: read transactions, paced to half a core), the
@@ -22,9 +23,9 @@ what they do not cover), rolled back. ``--schedule`` measures instead a schedule
 every sample (a catalog of the same keys and ranks, the listing complete, the window measured
 ahead as the sampler does): the keeper's write of the window's file ahead
 (:mod:`epochfs.sidecar.store.memberpending`, unpaced), the cut's own part (the check and the
-rename of that file, inside the cut's write transaction, rolled back: best of ``--repeat``, the
-file written again before each), and the count the check falls back on when a sample outside the
-window was evicted since the file was written.
+rename of that file, inside the cut's write transaction, rolled back: median [min-max] of
+``--repeat``, the file written again before each), and the count the check falls back on when a
+sample outside the window was evicted since the file was written.
 
     .venv/bin/python -m epochfs.benchmarks.members_files
     .venv/bin/python -m epochfs.benchmarks.members_files --members 100000 --repeat 5 --check
@@ -39,10 +40,11 @@ import argparse
 import hashlib
 import random
 import sqlite3
+import statistics
 import threading
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from epochfs.benchmarks import harness
@@ -100,17 +102,33 @@ class _RolledBack(Exception):
 
 @dataclass
 class Result:
+    """One figure: wall and CPU seconds, the medians of ``walls`` and ``cpus`` (every run's, for the
+    spread beside them) where it was timed more than once."""
     members: int
     encoder: str
     wall_s: float
     cpu_s: float
     file_mb: float
+    walls: list[float] = field(default_factory=list)
+    cpus: list[float] = field(default_factory=list)
+
+    def cells(self, fmt: str = ".3f") -> tuple[str, str]:
+        """The wall and CPU cells of a table: ``median [min-max]`` over the runs, or the one value."""
+        if not self.walls:
+            return f"{self.wall_s:{fmt}}", f"{self.cpu_s:{fmt}}"
+        return harness.spread(self.walls, fmt), harness.spread(self.cpus, fmt)
+
+
+def timed_runs(members: int, encoder: str, walls: list[float], cpus: list[float], file_mb: float) -> Result:
+    """The medians of ``repeat`` runs, the runs kept for their spread (never the best run alone)."""
+    return Result(members, encoder, statistics.median(walls), statistics.median(cpus), file_mb, walls, cpus)
 
 
 def time_write(cache: Path, encoder: str, repeat: int, *, check: bool) -> Result:
-    """The best of ``repeat`` writes of epoch 0's file by the cut's path, with ``encoder``."""
+    """``repeat`` writes of epoch 0's file by the cut's path, with ``encoder``: their medians."""
     memberformat.SQL_JSON = encoder == "sql"
-    best = (float("inf"), float("inf"))
+    walls: list[float] = []
+    cpus: list[float] = []
     size = 0
     with Store(cache) as store:
         ix = store._ix
@@ -122,14 +140,15 @@ def time_write(cache: Path, encoder: str, repeat: int, *, check: bool) -> Result
                     cpu, wall = harness.self_cpu(), time.perf_counter()
                     assert keep(db, 0), "the file was written"
                     wall, cpu = time.perf_counter() - wall, harness.self_cpu() - cpu
-                    best = min(best, (wall, cpu))
+                    walls.append(wall)
+                    cpus.append(cpu)
                     size = memberfiles.path_of(cache, 0).stat().st_size
                     if check:
                         _check(cache, db)
                     raise _RolledBack
             except _RolledBack:
                 pass
-    return Result(int(members), encoder, best[0], best[1], size / 1e6)
+    return timed_runs(int(members), encoder, walls, cpus, size / 1e6)
 
 
 def time_paced(cache: Path, encoder: str) -> Result:
@@ -187,7 +206,7 @@ def time_ahead(cache: Path, members: int, every: int) -> tuple[Result, Result, i
 
 def time_schedule(cache: Path, members: int, repeat: int) -> tuple[Result, Result, Result]:
     """A schedule-mode window of ``members`` (every sample, see the module's docstring): the
-    keeper's write of its file ahead (the last of ``repeat``), the best of ``repeat`` cuts' own
+    keeper's write of its file ahead (the last of ``repeat``), the median of ``repeat`` cuts' own
     part (the check and the rename, rolled back), and the fallback count of the window."""
     memberformat.SQL_JSON = True
     make_store(cache, members)
@@ -201,7 +220,9 @@ def time_schedule(cache: Path, members: int, repeat: int) -> tuple[Result, Resul
             db.execute("INSERT OR REPLACE INTO meta(name, value) VALUES('listing_complete', '1')")
     finally:
         db.close()
-    keeper = cut = Result(members, "", float("inf"), float("inf"), 0.0)
+    keeper = Result(members, "", float("inf"), float("inf"), 0.0)
+    walls: list[float] = []
+    cpus: list[float] = []
     with Store(cache) as store:
         store.configure(policy)
         assert store.cut_ready(0), "the window is complete and measured ahead"
@@ -217,13 +238,14 @@ def time_schedule(cache: Path, members: int, repeat: int) -> tuple[Result, Resul
                     cpu, wall = harness.self_cpu(), time.perf_counter()
                     assert keep(db, 0), "the file was put in place at the cut"
                     wall, cpu = time.perf_counter() - wall, harness.self_cpu() - cpu
-                    if (wall, cpu) < (cut.wall_s, cut.cpu_s):
-                        cut = Result(members, "cut", wall, cpu, keeper.file_mb)
+                    walls.append(wall)
+                    cpus.append(cpu)
                     if memberfiles.path_of(cache, 0).read_bytes()[:1] != b"{":
                         harness.fail("the file in place does not start with its first line")
                     raise _RolledBack
             except _RolledBack:
                 pass
+        cut = timed_runs(members, "cut", walls, cpus, keeper.file_mb)
         head = memberformat.header(ix.read, 0)
         assert head is None, "rolled back"
         ends = ix.query("SELECT lo_rank, lo_key, hi_rank, hi_key FROM ahead WHERE n=0")[0]
@@ -257,7 +279,8 @@ def main(argv: list[str] | None = None) -> int:
                     help="instead: a first epoch cut with segments written ahead, EVERY admissions a look")
     ap.add_argument("--schedule", action="store_true",
                     help="instead: a schedule-mode window whose file the keeper wrote ahead")
-    ap.add_argument("--dir", type=Path, default=None, help="scratch folder (default: a temp folder)")
+    ap.add_argument("--dir", type=Path, default=None,
+                    help=harness.DIR_HELP + " (default: the system's temp folder)")
     args = ap.parse_args(argv)
     if "sql" in args.encoders and not memberformat.SQL_JSON:
         harness.fail(f"this SQLite ({sqlite3.sqlite_version}) has no JSON functions")
@@ -266,22 +289,22 @@ def main(argv: list[str] | None = None) -> int:
     if args.schedule:
         return _main_schedule(args.members, args.repeat, args.dir)
     memberfiles.AT_CUT = 1 << 62  # every size is written at the cut here
-    table = harness.Table(("members", ">9,d"), ("encoder", "7s"), ("wall s", ">7.3f"), ("cpu s", ">7.3f"),
+    table = harness.Table(("members", ">9,d"), ("encoder", "7s"), ("wall s", ">19s"), ("cpu s", ">19s"),
                           ("us/member", ">9.2f"), ("file MB", ">8.1f"))
-    print(f"SQLite {sqlite3.sqlite_version}; best of {args.repeat}")
+    print(f"SQLite {sqlite3.sqlite_version}; median [min-max] of {args.repeat} (us/member: the median)")
     print(table.header())
     for members in args.members:
-        with harness.work_dir(args.dir) as scratch:
+        with harness.work_dir(args.dir, prefix="epochfs-bench-members-") as scratch:
             cache = scratch / "cache"
             make_store(cache, members)
             for encoder in args.encoders:
                 r = time_write(cache, encoder, args.repeat, check=args.check)
                 per_member = r.wall_s / r.members * 1e6
-                print(table.row(r.members, r.encoder, r.wall_s, r.cpu_s, per_member, r.file_mb), flush=True)
+                print(table.row(r.members, r.encoder, *r.cells(), per_member, r.file_mb), flush=True)
             for encoder in args.encoders if args.paced else []:
-                r = time_paced(cache, encoder)
+                r = time_paced(cache, encoder)  # one write: its cells are the one value
                 per_member = r.wall_s / r.members * 1e6
-                print(table.row(r.members, r.encoder, r.wall_s, r.cpu_s, per_member, r.file_mb), flush=True)
+                print(table.row(r.members, r.encoder, *r.cells(), per_member, r.file_mb), flush=True)
     return 0
 
 
@@ -292,7 +315,7 @@ def _main_ahead(sizes: list[int], every: int, where: Path | None) -> int:
                           ("listed", ">9,d"))
     print(table.header())
     for members in sizes:
-        with harness.work_dir(where) as scratch:
+        with harness.work_dir(where, prefix="epochfs-bench-members-") as scratch:
             keeper, cut, own = time_ahead(scratch / "cache", members, every)
             print(table.row(members, "keeper", keeper.wall_s, keeper.cpu_s, members), flush=True)
             print(table.row(members, "cut", cut.wall_s, cut.cpu_s, own), flush=True)
@@ -300,16 +323,17 @@ def _main_ahead(sizes: list[int], every: int, where: Path | None) -> int:
 
 
 def _main_schedule(sizes: list[int], repeat: int, where: Path | None) -> int:
-    print(f"SQLite {sqlite3.sqlite_version}; a window of every sample; the cut's part best of {repeat}")
-    table = harness.Table(("members", ">9,d"), ("who", "7s"), ("wall s", ">7.3f"), ("cpu s", ">7.3f"),
+    print(f"SQLite {sqlite3.sqlite_version}; a window of every sample; the cut's part median [min-max] "
+          f"of {repeat}")
+    table = harness.Table(("members", ">9,d"), ("who", "7s"), ("wall s", ">19s"), ("cpu s", ">19s"),
                           ("file MB", ">8.1f"))
     print(table.header())
     for members in sizes:
-        with harness.work_dir(where) as scratch:
+        with harness.work_dir(where, prefix="epochfs-bench-members-") as scratch:
             for r in time_schedule(scratch / "cache", members, repeat):
-                print(table.row(members, r.encoder, r.wall_s, r.cpu_s, r.file_mb), flush=True)
+                print(table.row(members, r.encoder, *r.cells(), r.file_mb), flush=True)
     return 0
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    harness.entry(main, "members_files")

@@ -30,7 +30,6 @@ import random
 import re
 import shutil
 import statistics
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -156,10 +155,11 @@ def served_calls(log: Path) -> str:
     return m.group(1) if m else "?"
 
 
-def bench_class(args: argparse.Namespace, name: str, size: int, count: int, procs_list: list[int],
-                drop: bool) -> tuple[list[dict[str, object]], str]:
-    """All phases for one file size, on its own cache (each epoch holds exactly these files)."""
-    work = args.dir / name
+def bench_class(args: argparse.Namespace, scratch: Path, name: str, size: int, count: int,
+                procs_list: list[int], drop: bool) -> tuple[list[dict[str, object]], str]:
+    """All phases for one file size, on its own cache in ``scratch`` (each epoch holds exactly
+    these files)."""
+    work = scratch / name
     cache, mnt = work / "cache", work / "mnt"
     mnt.mkdir(parents=True)
     direct = fill_cache(cache, size, count)
@@ -214,20 +214,27 @@ def bench_class(args: argparse.Namespace, name: str, size: int, count: int, proc
                   f" MB/s ({harness.times(paced['mount_first'] / paced['direct'])})", flush=True)
             rows.append({"size": name, "pace_mbps": args.pace, "paced_direct": round(paced["direct"]),
                          "paced_mount_first": round(paced["mount_first"])})
-        # Per-open cost in one process, min of 7 passes (less noisy than throughput under load).
-        per_file: dict[str, list[float]] = {"direct": [], "mount": []}
-        for _ in range(7):
-            for key, files in (("direct", direct), ("mount", paths)):
-                t0 = time.perf_counter()
-                _read_files(files)
-                per_file[key].append((time.perf_counter() - t0) / len(files) * 1e6)
-        best = {k: min(v) for k, v in per_file.items()}
-        print(f"{name:>6} warm, one process, min of 7: {best['direct']:.1f} us/file direct, "
-              f"{best['mount']:.1f} us/file through the mount "
-              f"({harness.times(best['direct'] / best['mount'])})")
-        rows.append({"size": name, "us_per_file_direct": round(best["direct"], 2),
-                     "us_per_file_mount": round(best["mount"], 2)})
+        rows.append(per_open(name, direct, paths))
     return rows, served_calls(log)
+
+
+def per_open(name: str, direct: list[str], mounted: list[str], passes: int = 7) -> dict[str, object]:
+    """Per-open cost in one process, warm, ``passes`` interleaved passes (less noisy than throughput
+    under load): the median of each side with its [min-max], their ratio a ratio of the medians."""
+    per_file: dict[str, list[float]] = {"direct": [], "mount": []}
+    for _ in range(passes):
+        for key, files in (("direct", direct), ("mount", mounted)):
+            t0 = time.perf_counter()
+            _read_files(files)
+            per_file[key].append((time.perf_counter() - t0) / len(files) * 1e6)
+    med = {k: statistics.median(v) for k, v in per_file.items()}
+    print(f"{name:>6} warm, one process, median [min-max] of {passes}: "
+          f"{harness.spread(per_file['direct'], '.1f')} us/file direct, "
+          f"{harness.spread(per_file['mount'], '.1f')} us/file through the mount "
+          f"({harness.times(med['direct'] / med['mount'])})", flush=True)
+    return {"size": name, "passes": passes, "us_per_file_direct": round(med["direct"], 2),
+            "us_per_file_mount": round(med["mount"], 2),
+            **{f"us_per_file_{k}_range": [round(min(v), 2), round(max(v), 2)] for k, v in per_file.items()}}
 
 
 def remote_mount_command(tool: str, *, endpoint: str, mnt: Path, cache: Path, work: Path,
@@ -247,15 +254,15 @@ def remote_mount_command(tool: str, *, endpoint: str, mnt: Path, cache: Path, wo
     raise ValueError(f"unknown remote mount tool {tool!r}")
 
 
-def bench_remote_mount(args: argparse.Namespace, tool: str, name: str, size: int, count: int,
-                       procs_list: list[int], drop: bool) -> list[dict[str, object]]:
+def bench_remote_mount(args: argparse.Namespace, scratch: Path, tool: str, name: str, size: int,
+                       count: int, procs_list: list[int], drop: bool) -> list[dict[str, object]]:
     """The same files in a local S3 server (moto), read through ``rclone mount --vfs-cache-mode full``
     or ``s3fs -o use_cache``.
 
     First read: a fresh cache, so the tool downloads every object; repeat: the same files again,
     served from the tool's on-disk cache through its own FUSE daemon.
     """
-    work = args.dir / f"{tool}-{name}"
+    work = scratch / f"{tool}-{name}"
     mnt, rcache = work / "mnt", work / "rcache"
     mnt.mkdir(parents=True)
     rows: list[dict[str, object]] = []
@@ -287,9 +294,10 @@ def bench_remote_mount(args: argparse.Namespace, tool: str, name: str, size: int
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--dir", type=Path, default=Path("/var/tmp/epochfs-bench"))
-    ap.add_argument("--big", type=int, default=256, help="number of 4 MiB files")
-    ap.add_argument("--small", type=int, default=4096, help="number of 64 KiB files")
+    ap.add_argument("--dir", type=Path, default=Path("/var/tmp/epochfs-bench"),
+                    help=harness.DIR_HELP + " (default: /var/tmp/epochfs-bench)")
+    ap.add_argument("--big", type=int, default=256, help="number of 4 MiB files (0: skip)")
+    ap.add_argument("--small", type=int, default=4096, help="number of 64 KiB files (0: skip)")
     ap.add_argument("--procs", default="1,4", help="reader process counts")
     ap.add_argument("--repeat", type=int, default=3, help="runs per cell; the median is reported")
     ap.add_argument("--no-drop", action="store_true", help="never drop the page cache")
@@ -303,6 +311,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--json", type=Path, help="also write the results here")
     ap.add_argument("--plot", type=Path, help=harness.PLOT_HELP + ": each ratio to direct reads")
     args = ap.parse_args(argv)
+    if min(args.big, args.small, args.repeat) < 0 or args.repeat == 0:
+        ap.error("--big and --small must be 0 (skip) or more, --repeat at least 1")
     drop = not args.no_drop
     if drop and os.geteuid() != 0:
         ap.error("dropping the page cache needs root (or pass --no-drop)")
@@ -315,12 +325,14 @@ def main(argv: list[str] | None = None) -> int:
             harness.program(tool)
     results: list[dict[str, object]] = []
     calls = {}
-    with harness.work_dir(args.dir):
-        for name, size, count in (("4MiB", 4 << 20, args.big), ("64KiB", 64 << 10, args.small)):
-            rows, calls[name] = bench_class(args, name, size, count, procs_list, drop)
+    sizes = (("4MiB", 4 << 20, args.big), ("64KiB", 64 << 10, args.small))
+    classes = [c for c in sizes if c[2] > 0]  # 0 skips that size (an epoch of no files is not cut)
+    with harness.work_dir(args.dir, prefix="epochfs-bench-mount-") as scratch:
+        for name, size, count in classes:
+            rows, calls[name] = bench_class(args, scratch, name, size, count, procs_list, drop)
             results += rows
             for tool in remotes:
-                results += bench_remote_mount(args, tool, name, size, count, procs_list, drop)
+                results += bench_remote_mount(args, scratch, tool, name, size, count, procs_list, drop)
     print(f"page cache dropped before cold phases: {'yes' if drop else 'no (--no-drop)'}; "
           f"MB/s are medians of {args.repeat} interleaved runs; warm-up {'off' if args.no_warm else 'on'}")
     for name, c in calls.items():
@@ -333,4 +345,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    harness.entry(main, "mount")

@@ -49,5 +49,21 @@ def cmd_bench(ns: argparse.Namespace) -> int:
         print(f"== epochfs bench {name}", flush=True)
         # -P: nothing is imported from the working folder, wherever the command runs.
         command = [sys.executable, "-P", "-m", f"epochfs.benchmarks.{name}", *ns.args]
-        status = max(status, subprocess.run(command).returncode)
+        status = max(status, exit_status(name, subprocess.run(command).returncode))
     return status
+
+
+def exit_status(name: str, returncode: int) -> int:
+    """A benchmark's exit status as a shell reports it: a process a signal ended (kill -9, the OOM
+    killer) has a negative returncode, which ``max`` with 0 took for success; it counts as 128 +
+    the signal, and says so."""
+    if returncode >= 0:
+        return returncode
+    import signal
+
+    try:
+        what = signal.Signals(-returncode).name
+    except ValueError:
+        what = f"signal {-returncode}"
+    print(f"epochfs bench: {name} was killed by {what}", file=sys.stderr, flush=True)
+    return 128 - returncode
