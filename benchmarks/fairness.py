@@ -306,7 +306,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--runs", type=int, default=None,
                    help="runs of every key space (the table gives the median and range of each figure; "
                         "default: one for each --sampler-seed)")
-    p.add_argument("--dir", type=Path, help="scratch folder (emptied; default: a temp folder)")
+    p.add_argument("--dir", type=Path, help=harness.DIR_HELP + " (default: the system's temp folder)")
     p.add_argument("--json", type=Path, help="write the rows here")
     p.add_argument("--markdown", type=Path, help="write the table here")
     p.add_argument("--plot", type=Path,

@@ -268,7 +268,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--mount-max", type=int, default=100_000, help="mount and scan only up to this size")
     ap.add_argument("--apis", nargs="+", choices=("lowlevel", "highlevel"), default=["lowlevel", "highlevel"],
                     help="libfuse APIs to mount with (each a server of its own over the same store)")
-    ap.add_argument("--dir", type=Path, default=None, help="scratch folder (emptied first)")
+    ap.add_argument("--dir", type=Path, default=None,
+                    help=harness.DIR_HELP + " (default: the system's temp folder)")
     ap.add_argument("--json", type=Path, default=None)
     ap.add_argument("--plot", type=Path, default=None, help=harness.PLOT_HELP + ": bytes per file and "
                     "seconds against the files, the 200 B aim dashed")

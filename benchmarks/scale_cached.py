@@ -239,23 +239,30 @@ def markdown(results: list[Result]) -> str:
     return "\n".join(lines)
 
 
+KEPT = "epochfs-scale-cached"
+"""The folder ``--keep`` makes in ``--dir`` and leaves there."""
+
+
 @contextlib.contextmanager
 def scratch(path: Path | None, keep: bool) -> Iterator[Path]:
-    """:func:`harness.work_dir`, or with ``keep`` a folder left in place (mounts below it detached)."""
+    """:func:`harness.work_dir`, or with ``keep`` the folder :data:`KEPT` in ``path``, made afresh
+    and left in place (mounts below it detached): only that folder of the run's own is ever
+    removed, never ``--dir`` itself or anything else in it."""
     if not keep:
         with harness.work_dir(path, prefix="epochfs-cached-") as folder:
             yield folder
         return
     if path is None:
         harness.fail("--keep needs --dir")
-    if path.exists():
-        harness.unmount_below(path)
-        shutil.rmtree(path, ignore_errors=True)
-    path.mkdir(parents=True)
+    folder = path / KEPT
+    if folder.exists():
+        harness.unmount_below(folder)
+        shutil.rmtree(folder, ignore_errors=True)
+    folder.mkdir(parents=True)
     try:
-        yield path
+        yield folder
     finally:
-        harness.unmount_below(path)
+        harness.unmount_below(folder)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -271,7 +278,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--list-latency", type=float, default=0.02, help="seconds per listing page (0.02)")
     p.add_argument("--timeout", type=float, default=1800, help="seconds any one wait may take")
     p.add_argument("--verify", action="store_true", help="run epochfs verify on each seeded cache")
-    p.add_argument("--dir", type=Path, help="scratch folder (emptied; default: a temp folder)")
+    p.add_argument("--dir", type=Path, help=harness.DIR_HELP + " (default: the system's temp folder; "
+                   "with --keep, a folder epochfs-scale-cached in it, kept for the next run)")
     p.add_argument("--keep", action="store_true", help="leave the scratch folder (needs --dir)")
     p.add_argument("--json", type=Path, help="write the results here")
     p.add_argument("--markdown", type=Path, help="write the tables here")

@@ -43,6 +43,8 @@ def processes_naming(text: str) -> list[str]:
 
 def test_scale_cached_seeds_a_consistent_cache_and_measures_every_column(tmp_path: Path) -> None:
     out, table, work = tmp_path / "cached.json", tmp_path / "cached.md", tmp_path / "work"
+    work.mkdir()
+    (work / "mine.txt").write_text("a file of the user's, which --keep must not remove")
     done = run_benchmark(
         [sys.executable, "-P", "-m", "epochfs.benchmarks.scale_cached", "--cached", str(CACHED), "--verify",
          "--dir", str(work), "--keep", "--json", str(out), "--markdown", str(table)],
@@ -70,8 +72,10 @@ def test_scale_cached_seeds_a_consistent_cache_and_measures_every_column(tmp_pat
     # The store's own scrub: every seeded object and the index sound.
     assert result["verify"] == {"returncode": 0, "index": "ok", "objects": CACHED, "ok": CACHED, "damaged": 0}
 
-    cache = work / "2k" / "cache"
-    log = (work / "2k" / "sidecar.log").read_text()
+    kept = work / "epochfs-scale-cached"  # --keep's own folder in --dir, nothing else of it touched
+    assert sorted(p.name for p in work.iterdir()) == [kept.name, "mine.txt"]
+    cache = kept / "2k" / "cache"
+    log = (kept / "2k" / "sidecar.log").read_text()
     # The sampler's start found a clean stop (journal in place, nothing to repair) and a complete
     # catalog, as after its own run.
     assert "0 lost object(s) to fetch again, 0 orphan object(s) removed" in log
