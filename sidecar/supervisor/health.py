@@ -25,6 +25,10 @@ log = logging.getLogger("epochfs.supervisor")
 class HealthChecks(MountWatch):
     """The :class:`~epochfs.sidecar.supervisor.Supervisor`'s answers to the probes (a mixin)."""
 
+    MOUNT_GRACE = 10.0
+    """Seconds a FUSE server that has not mounted yet is "mounting" for /healthz, not a failure
+    (a remount takes about one; a server still not mounted after this fails the probe)."""
+
     UNHEALTHY_CRASHES = 5
     """Consecutive quick sampler crashes after which /healthz fails (the pod gets restarted). A
     transient failure (the remote unreachable at the sampler's start: :attr:`Child.waiting`) is
@@ -57,14 +61,19 @@ class HealthChecks(MountWatch):
         files point into shows the cache's objects folder (``link_root`` says why when it does not
         and the watch could not make it do so: :meth:`~.watch.MountWatch._watch_link_root`)."""
         # An empty folder where the FUSE mount was (or will be) answers a stat too: "ok" only for
-        # a view that is up, as /readyz tells it.
+        # a view that is up, as /readyz tells it. A server started moments ago (a remount after a
+        # crash, about a second) is "mounting", not a failure: liveness must not count a
+        # recovery in progress, only a server that does not mount.
         mounted = self.folder_view or self._view_mounted()
-        answer = probe(self.mount, timeout=self.stat_timeout) if mounted else "not mounted"
+        answer = probe(self.mount, timeout=self.stat_timeout) if mounted else (
+            "mounting" if self.fuse.alive and time.monotonic() - self.fuse.started_at < self.MOUNT_GRACE
+            else "not mounted")
         with self._children_lock:
             sampler_ok, view_ok = [c.alive or c.crashes < self.UNHEALTHY_CRASHES
                                    for c in (self.sampler, self.view)]
             damages = self.sampler.index.in_row
-        ok = (view_ok if self.folder_view else self.fuse.alive) and answer == "ok" and sampler_ok
+        ok = ((view_ok if self.folder_view else self.fuse.alive) and answer in ("ok", "mounting")
+              and sampler_ok)
         doc: dict[str, Any] = {"mount": answer, "children": self._children_doc()}
         link_root = None if self.folder_view else self._link_root_problem
         if link_root is not None:  # the view answers, but no file of any epoch can be read
