@@ -96,6 +96,7 @@ Every one takes ARG, either
 {{- end -}}
 {{- include "epochfs.checkCache" $ctx -}}
 {{- include "epochfs.checkPaths" $ctx -}}
+{{- include "epochfs.checkSidecarValues" $ctx -}}
 {{- if and (hasKey $opts "shardIndex") (hasKey $opts "shardIndexFieldPath") -}}
 {{- fail "epochfs: give shardIndex or shardIndexFieldPath, not both" -}}
 {{- end -}}
@@ -185,10 +186,10 @@ Every one takes ARG, either
 {{- fail (printf "cache.volume.type: %q is not one of emptyDir, hostPath, ephemeral" $v.cache.volume.type) }}
 {{- end }}
 # The sidecar's /tmp (its root filesystem is read-only); the chart's Job gives the trainer a
-# subPath of it too.
+# subPath of it too, its HOME: trainer.tmpSizeLimit bounds both (past it the pod is evicted).
 - name: epochfs-tmp
   emptyDir:
-    sizeLimit: 1Gi
+    sizeLimit: {{ $v.trainer.tmpSizeLimit | default "1Gi" }}
 {{- if not $v.sidecar.native }}
 - name: epochfs-control
   emptyDir:

@@ -1,6 +1,7 @@
 {{/*
 Checks of values that render valid objects but a pod that cannot work: a cache budget its volume
-cannot hold, a tmpfs cache over the sidecar's memory limit, chart mounts that coincide or nest.
+cannot hold, a tmpfs cache over the sidecar's memory limit, chart mounts that coincide or nest, and
+values the sidecar refuses at start (epochfs.checkSidecarValues).
 epochfs.checkAttach runs them, so the chart's Job, a parent chart's workloads and every webhook
 profile get the same refusals. Each takes the chart's context (or a dict with it under "context").
 */}}
@@ -73,9 +74,10 @@ profile get the same refusals. Each takes the chart's context (or a dict with it
 {{/* The chart's own mounts: no two may be one path or nested. cache.path inside sidecar.mountPath
      puts the writable cache inside the volume the trainer sees (and under the Bidirectional
      mount); a mount inside another shadows part of it, or needs its mount point made in a
-     read-only volume, where the container fails to start. /tmp is the exception as the outer
-     one: a writable scratch emptyDir of each container, where a mount point can be made and
-     nothing of epochfs's is shadowed; a chart path equal to it, or above it, is refused. Each
+     read-only volume, where the container fails to start. /tmp and /dev/shm are the exceptions
+     as the outer one: writable scratch (an emptyDir, the shared-memory tmpfs) of each container,
+     where a mount point can be made and nothing of epochfs's is shadowed; a chart path equal to
+     one, or above it, is refused (the trainer would get two mounts at one path). Each
      entry: (what to name, its path, whether others may nest inside it). */}}
 {{- define "epochfs.checkPaths" -}}
 {{- $ctx := . -}}{{- if hasKey . "context" }}{{ $ctx = .context }}{{ end -}}
@@ -84,7 +86,8 @@ profile get the same refusals. Each takes the chart's context (or a dict with it
     (list "sidecar.mountPath" $v.sidecar.mountPath false)
     (list "cache.path" $v.cache.path false)
     (list "cache.readOnlyPath" (include "epochfs.readOnlyPath" $ctx) false)
-    (list "/tmp" "/tmp" true) -}}
+    (list "/tmp" "/tmp" true)
+    (list "/dev/shm (the trainer's shared memory, trainer.shmSize)" "/dev/shm" true) -}}
 {{- if not $v.sidecar.native -}}
 {{- $paths = append $paths (list (printf "%s (the legacy mode's control folder)" (include "epochfs.controlDir" $ctx)) (include "epochfs.controlDir" $ctx) false) -}}
 {{- end -}}
@@ -103,6 +106,83 @@ profile get the same refusals. Each takes the chart's context (or a dict with it
 {{- if or (eq $fa $fb) (and (hasPrefix $fa $fb) (not (index $a 2))) (and (hasPrefix $fb $fa) (not (index $b 2))) -}}
 {{- fail (printf "%s (%s) and %s (%s) are one path or one is inside the other: each is a mount of its own in the pod (cache.path inside sidecar.mountPath would put the writable cache where the trainer reads); choose paths apart" (index $a 0) $pa (index $b 0) $pb) -}}
 {{- end -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+
+
+{{/* Values the sidecar parses at start and refuses there (sidecar/confparse.py, the --capacity,
+     --endpoint-url and --schedule parsers): a refused one exits the sidecar at every start, so
+     the pod crash-loops and a Job never ends. Refused here instead, accepting every form the
+     sidecar accepts. */}}
+{{- define "epochfs.checkSidecarValues" -}}
+{{- $ctx := . -}}{{- if hasKey . "context" }}{{ $ctx = .context }}{{ end -}}
+{{- $v := $ctx.Values -}}
+{{- /* A budget the sidecar reads as 0 bytes (0, 0.1, 0Ki...) is "must be positive". */ -}}
+{{- if $v.cache.capacity -}}
+{{- $capacity := include "epochfs.sizeBytesFloat" (dict "value" $v.cache.capacity "name" "cache.capacity") | float64 -}}
+{{- if lt (floor $capacity) 1.0 -}}
+{{- fail (printf "cache.capacity: %q is not a positive size (the sidecar counts whole bytes and refuses a budget of 0); give a size like 500Mi, 20Gi or 1.5T, or leave it empty for 90%% of cache.volume.size" (toString $v.cache.capacity)) -}}
+{{- end -}}
+{{- end -}}
+{{- include "epochfs.checkEndpointUrl" $v.remote.endpointUrl -}}
+{{- include "epochfs.checkSchedule" $v.sidecar.schedule -}}
+{{- end -}}
+
+{{/* remote.endpointUrl (argument: the value): empty, or an http(s) URL with a host and, after a
+     ':', a port of 0-65535, as urlsplit reads one. The message names the key, not the value: it
+     may hold a password. */}}
+{{- define "epochfs.checkEndpointUrl" -}}
+{{- $url := trim (toString (default "" .)) -}}
+{{- if $url -}}
+{{- $why := "" -}}
+{{- $re := "^(?i)https?://(?:[^/?#]*@)?(?:\\[[^\\]/?#@]*\\]|[^/?#@:\\[\\]]+)(?::([0-9]*))?(?:[/?#].*)?$" -}}
+{{- if regexMatch "[\\s[:cntrl:]]" $url -}}
+{{- $why = "it has spaces or control characters" -}}
+{{- else if not (regexMatch "^(?i)https?://" $url) -}}
+{{- $why = "it has no http:// or https:// scheme" -}}
+{{- else if not (regexMatch $re $url) -}}
+{{- $why = "it has no host, or a port that is not a number" -}}
+{{- else if gt (regexReplaceAll $re $url "${1}" | default "0" | atoi) 65535 -}}
+{{- $why = "its port is past 65535" -}}
+{{- end -}}
+{{- if $why -}}
+{{- fail (printf "remote.endpointUrl must be an http(s) URL with a host, such as http://minio:9000, and %s: the sidecar refuses it at start and its pod crash-loops (the value is not shown: it may hold a password)" $why) -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+
+{{/* sidecar.schedule (argument: the value): empty (snapshot mode), or comma-separated name=value
+     fields, initial (an integer of at least 1) and growth (a number of at least 1.0), each
+     optional, as Schedule.parse (sidecar/store/records.py) reads them: Python's int() and
+     float() forms, underscores between digits included. */}}
+{{- define "epochfs.checkSchedule" -}}
+{{- $s := toString (default "" .) -}}
+{{- if $s -}}
+{{- $digits := "[0-9](?:_?[0-9])*" -}}
+{{- $float := printf "^\\+?(?:%s(?:\\.(?:%s)?)?|\\.%s)(?:[eE][-+]?%s)?$" $digits $digits $digits $digits -}}
+{{- range $part := splitList "," $s -}}
+{{- $why := "" -}}
+{{- if not (contains "=" $part) -}}
+{{- $why = printf "%q is not name=value" $part -}}
+{{- else -}}
+{{- $name := trim (regexReplaceAll "=.*$" $part "") -}}
+{{- $value := trim (regexReplaceAll "^[^=]*=" $part "") -}}
+{{- if eq $name "initial" -}}
+{{- if not (and (regexMatch (printf "^\\+?%s$" $digits) $value) (regexMatch "[1-9]" $value)) -}}
+{{- $why = printf "initial %q is not a whole number of at least 1" $value -}}
+{{- end -}}
+{{- else if eq $name "growth" -}}
+{{- if not (and (regexMatch $float $value) (ge (float64 (replace "_" "" $value)) 1.0)) -}}
+{{- $why = printf "growth %q is not a number of at least 1.0" $value -}}
+{{- end -}}
+{{- else -}}
+{{- $why = printf "%q is not a field (initial or growth)" $name -}}
+{{- end -}}
+{{- end -}}
+{{- if $why -}}
+{{- fail (printf "sidecar.schedule %q: %s; a schedule is initial=<keys, at least 1>,growth=<at least 1.0>, e.g. initial=1000,growth=1.5 (empty: snapshot mode); the sidecar refuses any other at start and its pod crash-loops" $s $why) -}}
 {{- end -}}
 {{- end -}}
 {{- end -}}

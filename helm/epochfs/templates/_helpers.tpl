@@ -32,12 +32,29 @@ app.kubernetes.io/name: {{ include "epochfs.name" . }}
 app.kubernetes.io/instance: {{ .Release.Name }}
 {{- end -}}
 
-{{/* Labels of every object: the chart's own, then commonLabels (which cannot override them). */}}
+{{/* The labels of one object, as ONE map rendered once: a key twice in one mapping is refused by
+     strict YAML readers (kustomize, kubectl's), and a last-wins reader (Helm's) may give a
+     Deployment a template whose labels no longer match its selector, which the API server
+     refuses. commonLabels first, over them the object's own extra labels, over both the chart's
+     own (helm.sh/chart, app.kubernetes.io/*, and the object's component), which nothing replaces.
+     commonLabels never bring an app.kubernetes.io/component: the chart's selectors tell its
+     pods (training, webhook, test) apart by it. Argument: the chart's context, or a dict with it
+     under "context" and optionally "component" (the object's app.kubernetes.io/component) and
+     "extra" (a label map of the object's values, e.g. a monitor's labels). */}}
 {{- define "epochfs.labels" -}}
-{{- $own := dict "helm.sh/chart" (include "epochfs.chart" .) "app.kubernetes.io/version" .Chart.AppVersion
-    "app.kubernetes.io/managed-by" .Release.Service "app.kubernetes.io/part-of" "epochfs" -}}
-{{- $own = merge $own (fromYaml (include "epochfs.selectorLabels" .)) -}}
-{{- toYaml (merge $own .Values.commonLabels) -}}
+{{- $ctx := . -}}{{- $opts := dict -}}
+{{- if hasKey . "context" }}{{ $ctx = .context }}{{ $opts = . }}{{ end -}}
+{{- $own := dict "helm.sh/chart" (include "epochfs.chart" $ctx) "app.kubernetes.io/version" $ctx.Chart.AppVersion
+    "app.kubernetes.io/managed-by" $ctx.Release.Service "app.kubernetes.io/part-of" "epochfs" -}}
+{{- $own = merge $own (fromYaml (include "epochfs.selectorLabels" $ctx)) -}}
+{{- with $opts.component }}{{ $_ := set $own "app.kubernetes.io/component" . }}{{ end -}}
+{{- $extra := default (dict) $opts.extra -}}
+{{- toYaml (merge $own $extra (include "epochfs.commonLabels" $ctx | fromYaml)) -}}
+{{- end -}}
+
+{{/* commonLabels less app.kubernetes.io/component (see epochfs.labels), a map as YAML. */}}
+{{- define "epochfs.commonLabels" -}}
+{{- toYaml (omit (default (dict) .Values.commonLabels) "app.kubernetes.io/component") -}}
 {{- end -}}
 
 {{/* The ServiceAccount of the pods (a parent may include it too: see _attach.tpl). */}}

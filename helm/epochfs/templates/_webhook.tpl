@@ -118,10 +118,12 @@ e.g. another remote, the folder view, a bigger cache).
 epochfs.io/injected-by: {{ include "epochfs.webhook.clusterName" . }}
 {{- end -}}
 
+{{/* The labels of the webhook's objects (argument: the chart's context, or a dict with it under
+     "context" and "extra": epochfs.labels). */}}
 {{- define "epochfs.webhook.labels" -}}
-{{- $labels := fromYaml (include "epochfs.labels" .) -}}
-{{- $_ := set $labels "app.kubernetes.io/component" "webhook" -}}
-{{- toYaml $labels -}}
+{{- $ctx := . -}}{{- $extra := dict -}}
+{{- if hasKey . "context" }}{{ $ctx = .context }}{{ $extra = default (dict) .extra }}{{ end -}}
+{{- include "epochfs.labels" (dict "context" $ctx "component" "webhook" "extra" $extra) -}}
 {{- end -}}
 
 {{/* The TLS Secret the webhook serves with (cert-manager's, or the chart's own). */}}
