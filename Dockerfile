@@ -23,7 +23,8 @@ COPY docker/constraints.txt docker/constraints.txt
 RUN python3 -m venv /opt/epochfs \
     && /opt/epochfs/bin/python -m pip install --no-cache-dir --disable-pip-version-check \
        -r docker/constraints.txt
-COPY pyproject.toml README.md ./
+# LICENSE: pyproject's license-files, which setuptools puts in the wheel's dist-info/licenses/.
+COPY pyproject.toml README.md LICENSE ./
 COPY sidecar/ sidecar/
 COPY fuse/ fuse/
 COPY torchclient/ torchclient/

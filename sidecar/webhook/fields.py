@@ -25,6 +25,13 @@ CAPACITY_SHARE_TENTHS = 9
 KUBE_API_VOLUME = "epochfs-kube-api-access"
 KUBE_REPORTING_ENV = "EPOCHFS_KUBE_REPORTING"
 KUBE_REPORTING_DETAIL_ENV = ("EPOCHFS_KUBE_STATUS_INTERVAL", "EPOCHFS_KUBE_ERROR_THRESHOLD")
+TEMPLATE_METRICS_PORT = "metrics"
+"""The sidecar's port name in the chart's templates (epochfs.sidecarContainer): the chart's own Job,
+Service and monitors select it on the release's own pods."""
+METRICS_PORT = "epochfs-metrics"
+"""The injected sidecar's port name instead: the chart's PodMonitor of injected pods scrapes this name
+in every container of the users' pods, which may name a port of their own ``metrics`` (KubeRay's
+workers do). A container port name: at most 15 characters, lowercase letters, digits and '-'."""
 FIELD_PATH_RE = re.compile(r"^metadata\.(labels|annotations)\['([^']+)'\]$")
 """A downward-API field path of the pod's own labels or annotations (a shard read from them)."""
 

@@ -19,7 +19,8 @@ The pod's metadata says what it wants:
 * ``epochfs.io/containers``: the containers that get the trainer's mounts and environment,
   comma-separated (default: every container of ``spec.containers``).
 
-The patch adds, as the chart's Job has them: the sidecar first in ``initContainers``, the volumes,
+The patch adds, as the chart's Job has them: the sidecar first in ``initContainers`` (its port
+named ``epochfs-metrics``, not ``metrics``: :func:`.profiles.with_own_port_name`), the volumes,
 the trainer's environment first in each target container's ``env`` (so its own variables may refer
 to ``$(EPOCHFS_MOUNT)``) and its mounts, the pod security context's fields the pod does not set,
 the scrape annotations the pod does not have, the marker ``epochfs.io/injected: <profile>``, and

@@ -12,7 +12,14 @@ from collections.abc import Mapping
 from typing import Any
 
 from epochfs.sidecar.config import SidecarSettings
-from epochfs.sidecar.webhook.fields import CONTAINERS, FIELD_PATH_RE, JSON, SHARD_ENV, SHARD_INDEX
+from epochfs.sidecar.webhook.fields import (
+    CONTAINERS,
+    FIELD_PATH_RE,
+    JSON,
+    METRICS_PORT,
+    SHARD_ENV,
+    SHARD_INDEX,
+)
 from epochfs.sidecar.webhook.profiles import Profile
 
 
@@ -126,7 +133,8 @@ def check_conflicts(
     trainer_mounts: list[JSON],
 ) -> None:
     """Nothing epochfs adds may clash with what the pod has: a container or volume of the same
-    name, the sidecar's health port, a variable the trainer's containers (``chosen``, indexes of
+    name, the sidecar's health port (its number, or its name, which the PodMonitor of injected
+    pods scrapes in every container), a variable the trainer's containers (``chosen``, indexes of
     ``containers``) set themselves, a mount where epochfs mounts its view or cache."""
     for c in sidecars:
         if c["name"] in all_names:
@@ -146,6 +154,12 @@ def check_conflicts(
                 raise Refused(
                     f"container {c.get('name')!r} declares port {port}, the epochfs sidecar's "
                     "(sidecar.healthPort of the profile); containers of a pod share its ports"
+                )
+            if p.get("name") == METRICS_PORT:
+                raise Refused(
+                    f"container {c.get('name')!r} declares a port named {METRICS_PORT!r}, the epochfs "
+                    "sidecar's (the monitor of injected pods scrapes that name in every container); "
+                    "rename it (names starting with epochfs- are epochfs')"
                 )
     env_names = {e["name"] for e in trainer_env}
     for i in chosen:

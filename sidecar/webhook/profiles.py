@@ -4,7 +4,8 @@
 ``<release>-epochfs-webhook-profiles``, key ``<profile>.json``, which the server's pod mounts as a
 folder. A document (``apiVersion: epochfs.io/injection-v1``) holds:
 
-* ``sidecarContainers``: ``epochfs.sidecarContainer`` (one native sidecar init container);
+* ``sidecarContainers``: ``epochfs.sidecarContainer`` (one native sidecar init container), whose
+  port ``metrics`` the webhook injects as ``epochfs-metrics`` (:func:`with_own_port_name`);
 * ``volumes``, ``trainerVolumeMounts``, ``trainerEnv``: ``epochfs.volumes``,
   ``epochfs.trainerVolumeMounts``, ``epochfs.trainerEnv``;
 * ``podAnnotations``: ``epochfs.podAnnotations`` (the prometheus.io/* scrape annotations);
@@ -17,6 +18,7 @@ folder. A document (``apiVersion: epochfs.io/injection-v1``) holds:
 
 from __future__ import annotations
 
+import copy
 import json
 import re
 from collections.abc import Mapping
@@ -24,8 +26,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from epochfs.sidecar.webhook.fields import METRICS_PORT, TEMPLATE_METRICS_PORT
+
 API_VERSION = "epochfs.io/injection-v1"
 NAME_RE = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
+
+
+PORT_USERS = ("startupProbe", "readinessProbe", "livenessProbe")
+"""The sidecar's probes, which name its port (an httpGet or tcpSocket handler)."""
 
 
 class ProfileError(ValueError):
@@ -120,7 +128,7 @@ class Profile:
             privileged=privileged,
             nodes=nodes,
             cache_volume_bytes=int(size) if size != "" else None,
-            sidecar_containers=containers,
+            sidecar_containers=with_own_port_name(containers),
             volumes=named_list("volumes"),
             trainer_volume_mounts=named_list("trainerVolumeMounts"),
             trainer_env=named_list("trainerEnv"),
@@ -128,6 +136,26 @@ class Profile:
             pod_labels=dict(labels),
             pod_security_context=dict(security),
         )
+
+
+def with_own_port_name(containers: list[JSON]) -> list[JSON]:
+    """The sidecar containers (a copy) with their port ``metrics`` renamed ``epochfs-metrics``, and
+    the probes that name it. The templates name the port ``metrics`` for the chart's own pods; a
+    user's pod may have a container port named ``metrics`` too (KubeRay's workers do), and the
+    PodMonitor of injected pods, which matches the port name in every container, would scrape it
+    as epochfs'. Only the name changes: the number, and the prometheus.io/port annotation, stay."""
+    containers = copy.deepcopy(containers)
+    for c in containers:
+        for p in c.get("ports") or []:
+            if isinstance(p, dict) and p.get("name") == TEMPLATE_METRICS_PORT:
+                p["name"] = METRICS_PORT
+        handlers = [c.get(k) or {} for k in PORT_USERS]
+        handlers += [h for h in (c.get("lifecycle") or {}).values() if isinstance(h, dict)]
+        for handler in handlers:
+            for action in (handler.get("httpGet"), handler.get("tcpSocket")):
+                if isinstance(action, dict) and action.get("port") == TEMPLATE_METRICS_PORT:
+                    action["port"] = METRICS_PORT
+    return containers
 
 
 def load_profiles(folder: Path) -> dict[str, Profile]:

@@ -25,7 +25,7 @@ sidecar, libfuse in the image, signals. What is checked, for the native sidecar 
   read-only root, and the same checks hold (byte-exact reads with the epochs asked for over the
   loopback port, refused writes, kill -9 of the publisher, SIGTERM exit 0);
 * the image: gcsfs imports (gs:// remotes), the installed packages are exactly the pinned ones,
-  no pip, no layer holds wheels, the default user is 10001;
+  epochfs's dist-info holds its LICENSE, no pip, no layer holds wheels, the default user is 10001;
 * the leftovers of an interrupted run (a container in the kept data root, the mounts of a
   SIGKILLed dockerd) do not break the next engine start or a pod with the same names, and a
   dockerd that ignores SIGTERM is killed without leaving a mount.
@@ -417,10 +417,12 @@ def test_image_pins_gcsfs_and_no_build_leftovers(engine: Engine, image: str) -> 
     probe = ("import importlib.metadata as m, json, gcsfs, epochfs.sidecar.cli\n"
              "from epochfs.fuse.libfuse import find_libfuse3\n"
              "print(json.dumps({'dists': {d.metadata['Name']: d.version for d in m.distributions()},"
-             " 'libfuse': find_libfuse3()}))")
+             " 'libfuse': find_libfuse3(),"
+             " 'license': m.distribution('epochfs').read_text('licenses/LICENSE')}))")
     out = json.loads(docker("run", "--rm", "--network", "host", "--entrypoint", "python", image, "-c",
                             probe).stdout)
     assert re.fullmatch(r"/\S+/libfuse3\.so\.\d+", out["libfuse"]), out["libfuse"]
+    assert out["license"] == (ROOT / "LICENSE").read_text()  # pyproject's license-files, installed
 
     def norm(name: str) -> str:
         return re.sub(r"[-_.]+", "-", name).lower()

@@ -365,10 +365,27 @@ def test_copy_sources_are_in_the_build_context() -> None:
     assert not any(n.startswith(("tests/", ".venv/", "helm/", ".git/")) for n in names)
 
 
+def _build_stage_copies(context: list[Path]) -> list[Path]:
+    """The context files the build stage's COPY lines bring into /src (what `pip install .` sees)."""
+    sources = [src.rstrip("/") for i in INSTRUCTIONS if i.op == "COPY" and i.stage == BUILD
+               and not i.args.startswith("--from") for src in i.args.split()[:-1]]
+    return [p for p in context if any(str(p) == s or str(p).startswith(s + "/") for s in sources)]
+
+
+def test_the_license_files_are_in_the_context_and_copied_by_the_build_stage() -> None:
+    """pyproject's license-files go into the wheel's dist-info/licenses/ only if the build sees
+    them: a pattern that matches nothing is a setuptools warning today and an error from 2027."""
+    license_files = PYPROJECT["project"]["license-files"]
+    assert license_files == ["LICENSE"] and (ROOT / "LICENSE").is_file()
+    copied = {str(p) for p in _build_stage_copies(_context_files())}
+    assert set(license_files) <= copied, set(license_files) - copied
+
+
 def test_build_stage_replayed_builds_the_wheel(tmp_path: Path) -> None:
-    """`pip wheel .` over exactly the build context gives the package, its script and its extra."""
+    """`pip wheel .` over exactly the files the build stage copies from the context gives the
+    package, its script, its extra and its license."""
     ctx = tmp_path / "ctx"
-    for rel in _context_files():
+    for rel in _build_stage_copies(_context_files()):
         (ctx / rel).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(ROOT / rel, ctx / rel, follow_symlinks=False)  # src/epochfs/* are symlinks
     wheels = tmp_path / "wheels"
@@ -384,3 +401,7 @@ def test_build_stage_replayed_builds_the_wheel(tmp_path: Path) -> None:
     assert "epochfs = epochfs.sidecar.cli:main" in entry_points
     assert "Provides-Extra: sidecar" in meta and "Provides-Extra: gcs" in meta
     assert re.search(r'Requires-Dist: kubernetes.*extra == "sidecar"', meta)
+    assert "License-File: LICENSE" in meta
+    [licensed] = [n for n in names if n.endswith(".dist-info/licenses/LICENSE")]
+    with zipfile.ZipFile(wheel) as z:
+        assert z.read(licensed) == (ROOT / "LICENSE").read_bytes()

@@ -92,15 +92,24 @@ def port_names(pod: dict[str, Any]) -> set[str]:
             for p in c.get("ports", []) if "name" in p}
 
 
+def named_ports(pod: dict[str, Any], names: set[str]) -> int:
+    """How many container ports of the pod (init containers' too) have one of ``names``: a
+    PodMonitor endpoint makes a target of each."""
+    spec = pod["spec"]
+    return sum(1 for c in spec.get("containers", []) + spec.get("initContainers", [])
+               for p in c.get("ports", []) if p.get("name") in names)
+
+
 def scrapers(objs: list[dict[str, Any]], pod: dict[str, Any]) -> list[str]:
-    """Names of the monitors that make a scrape target of the pod's sidecar metrics port."""
+    """Names of the monitors that make a scrape target of the pod, once per target: a PodMonitor
+    once per container port its endpoints name (a workload's own port of that name is one more)."""
     namespace = pod["metadata"]["namespace"]
     labels = pod["metadata"].get("labels", {})
     found = []
     for m in (o for o in objs if o["kind"] == "PodMonitor"):
         ports = {e["port"] for e in m["spec"]["podMetricsEndpoints"]}
-        if in_namespaces(m, namespace) and selects(m["spec"]["selector"], labels) and ports & port_names(pod):
-            found.append(m["metadata"]["name"])
+        if in_namespaces(m, namespace) and selects(m["spec"]["selector"], labels):
+            found += [m["metadata"]["name"]] * named_ports(pod, ports)
     services = [o for o in objs if o["kind"] == "Service"]
     for m in (o for o in objs if o["kind"] == "ServiceMonitor"):
         ports = {e["port"] for e in m["spec"]["endpoints"]}
@@ -147,14 +156,14 @@ def test_an_injected_pod_is_scraped_by_one_monitor(rendered: list[dict[str, Any]
                                                    profiles: dict[str, Profile], workload: str,
                                                    namespace: str) -> None:
     pod = inject(workload_pods()[workload], profiles, namespace)
-    assert "metrics" in port_names(pod)
+    assert "epochfs-metrics" in port_names(pod)  # the sidecar's; KubeRay's worker has its own metrics
     assert scrapers(rendered, pod) == [INJECTED_MONITOR]
 
 
 def test_every_profile_labels_its_pods_for_the_monitor(rendered: list[dict[str, Any]],
                                                        profiles: dict[str, Profile]) -> None:
     """A profile with another port (ray: 8090) or metrics.enabled=false (quiet) still names its
-    port metrics and carries the label."""
+    port epochfs-metrics and carries the label."""
     for name in profiles:
         if profiles[name].nodes > 1:
             continue  # their shard comes from an Indexed Job's completion index

@@ -172,6 +172,19 @@ def field_values(pod: dict[str, Any]) -> dict[str, str]:
     return out
 
 
+def injected(chart_sidecar: dict[str, Any]) -> dict[str, Any]:
+    """The chart's sidecar as the webhook injects it: its port, and the probes' reference to it,
+    named epochfs-metrics instead of metrics (tests/webhook/test_injected_port_name.py says why)."""
+    side = copy.deepcopy(chart_sidecar)
+    [port] = side["ports"]
+    assert port["name"] == "metrics"
+    port["name"] = "epochfs-metrics"
+    for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
+        assert side[probe]["httpGet"]["port"] == "metrics"
+        side[probe]["httpGet"]["port"] = "epochfs-metrics"
+    return side
+
+
 # --------------------------------------------------------------------------- the workloads
 
 
@@ -183,7 +196,7 @@ def test_a_job_pod_gets_the_charts_own_attachment(served: Served, helm_bin: Path
     spec = mutated["spec"]
     chart = pod_spec(render(helm_bin, with_remote({}), tmp_path))
     assert [c["name"] for c in spec["initContainers"]] == ["epochfs"]
-    assert container(spec, "epochfs") == container(chart, "epochfs")
+    assert container(spec, "epochfs") == injected(container(chart, "epochfs"))
     assert spec["volumes"] == [v for v in chart["volumes"] if v["name"] != "dshm"]
     trainer, chart_trainer = container(spec, "trainer"), container(chart, "trainer")
     assert trainer["env"][:4] == chart_trainer["env"][:4]
@@ -311,7 +324,7 @@ def test_profiles_merge_false_and_replace_what_they_set(
         mutated, _ = mutate(served.client, pod)
         chart = pod_spec(render(helm_bin, with_remote(values), tmp_path))
         spec = mutated["spec"]
-        assert container(spec, "epochfs") == container(chart, "epochfs")
+        assert container(spec, "epochfs") == injected(container(chart, "epochfs"))
         assert spec["volumes"] == [v for v in chart["volumes"] if v["name"] != "dshm"]
         assert container(spec, "trainer")["volumeMounts"] == container(chart, "trainer")["volumeMounts"][:2]
         if name == "quiet":
