@@ -6,9 +6,10 @@ two rates measured in the same run, on the same cache, from the same sidecar pro
 
 - **while listing**: from epoch 0 for ``window`` seconds, or until the listing is complete;
 - **after listing**: once the restarted sidecar (its restart measured first, as before) has
-  completed the listing, a third start of the sidecar with ``ROOM`` more capacity (samples
-  admitted after the benchmark's cuts cannot be evicted before the next cut, so the second start
-  stops fetching once its cache is full): ``window`` seconds from its first new sample.
+  completed the listing, a third start of the sidecar with ``ROOM`` more capacity than the
+  restart's (samples admitted after the benchmark's cuts cannot be evicted before the next cut, so
+  the second start stops fetching once its cache is full): ``window`` seconds from its first new
+  sample.
 
 Each window reads, at its two ends, the highest admission id in the index (one per sample
 admitted; eviction does not lower it), the catalog's key count (``catalog_objects``, raised by every
@@ -26,11 +27,17 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from epochfs.benchmarks import harness
+from epochfs.sidecar.store.eviction import gaps
 
 POLL = 0.25
 """Seconds between looks at the index while a window runs."""
 ROOM = 1 << 30
 """Bytes of capacity added for the window after the listing (65k samples of 16 KiB)."""
+RESTART_ROOM = 256
+"""Samples' worth of capacity the restart gets above the first start's: the first start goes on
+fetching while the benchmark measures, and samples admitted after its last cut are never evicted
+(``sidecar/store/eviction.py``), so a fast first start can fill its cache to the last byte; the
+same capacity again would then fetch nothing, and "the next sample after the restart" never come."""
 
 
 @dataclass
@@ -100,4 +107,34 @@ def listing_complete(index: Path) -> bool:
     return progress(index).complete
 
 
-__all__ = ["Window", "listing_complete", "measure", "progress"]
+def nothing_to_fetch(index: Path, *, keys: int, capacity: int, size: int) -> str | None:
+    """Why a sidecar started on this stopped cache with ``capacity`` bytes would fetch nothing
+    (None: it has keys left and room for one): every one of the remote's ``keys`` cached, or the
+    cache too full for one more ``size`` byte sample with nothing eviction may take (samples
+    inside a live epoch's range, or admitted after the newest cut). The benchmark asks before it
+    times the restart, which otherwise waits its whole ``--timeout`` for a sample that never
+    comes."""
+    try:
+        with contextlib.closing(sqlite3.connect(f"file:{index}?mode=ro", uri=True, timeout=5)) as db:
+            cached, used = db.execute("SELECT count(*), COALESCE(sum(size), 0) FROM samples").fetchone()
+            if int(cached) >= keys:
+                return (f"all {keys} keys of the remote are cached ({format_mib(int(used))}): "
+                        f"the capacity holds the whole remote")
+            if int(used) + size <= capacity:
+                return None
+            free = any(db.execute(
+                "SELECT 1 FROM samples s WHERE s.id BETWEEN ? AND ? AND NOT EXISTS "
+                "(SELECT 1 FROM epoch_samples e WHERE e.sample = s.id) LIMIT 1", gap).fetchone()
+                for gap in gaps(db))
+    except sqlite3.Error as e:
+        return f"its index could not be read: {e}"
+    return None if free else (
+        f"the cache is full ({format_mib(int(used))} of {format_mib(capacity)}) and no sample may be "
+        f"evicted (every one is in a live epoch or waits for the next cut)")
+
+
+def format_mib(n: int) -> str:
+    return f"{n / (1 << 20):.1f} MiB"
+
+
+__all__ = ["RESTART_ROOM", "Window", "listing_complete", "measure", "nothing_to_fetch", "progress"]

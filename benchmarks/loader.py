@@ -25,7 +25,6 @@ import contextlib
 import json
 import os
 import statistics
-import sys
 from collections.abc import Iterable, Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -190,7 +189,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--plot", type=Path, help=harness.PLOT_HELP + ": each epoch's ratio to direct")
     parser.add_argument("--sidecar", action="store_true",
                         help="run a real epochfs sidecar over generated samples and read through its mount "
-                             "(root; the default of `epochfs bench loader`)")
+                             "(root). Without it or --root, both sides read a generated plain folder: a "
+                             "check of the harness (~1.0x), which is what `epochfs bench` runs unless "
+                             "given `epochfs bench loader --args --sidecar`")
     args = parser.parse_args(argv)
     torch.set_num_threads(1)
     with harness.work_dir(prefix="epochfs-bench-loader-") as tmp:
@@ -264,4 +265,4 @@ def run(root: Path, args: argparse.Namespace) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    harness.entry(main, "loader")

@@ -14,8 +14,12 @@ FUSE server) against the endpoint in its own process (ListObjectsV2 pages of 1,0
   folder of the new epoch walked once through the mount) and the FUSE server's RSS before and
   after it (bytes per file listed);
 - **index** size on disk (``index.sqlite`` with its WAL);
-- **restart**: SIGTERM, the same command on the same cache, and the time to the next sample
-  fetched (a new admission in the index), and to ``/readyz``;
+- **restart**: SIGTERM, the same command on the same cache (with ``_scale_fetch.RESTART_ROOM``
+  samples' worth more capacity: the first start may have filled its cache with samples no
+  eviction may take), and the time to the next sample fetched (a new admission in the index), and
+  to ``/readyz``. The capacity is kept below the remote's bytes (at most 3/4 of them), so that
+  there are always keys left to fetch; the benchmark fails at once, saying why, where the restart
+  would find nothing to fetch;
 - the endpoint's counters: listing pages and GETs of the whole run;
 - **fetching while the listing runs and after it** (:mod:`epochfs.benchmarks._scale_fetch`):
   samples admitted per second in a ``--fetch-window`` from epoch 0 while the listing runs, and in
@@ -215,6 +219,20 @@ def endpoint(keys: int, classes: int, size: int, latency: float,
         yield url, proc.pid
 
 
+def cache_capacity(keys: int, samples: int, size: int) -> int:
+    """The first start's ``--capacity``: room for three times the ``samples`` the benchmark waits
+    for (64 MiB at the least), but never more than 3/4 of the remote's bytes. A cache that holds
+    the whole remote has fetched all of it before the restart (10k keys of 16 KiB, 156 MiB, in the
+    234 MiB that 3 x 5,000 samples gave), and the restart then has nothing to fetch."""
+    return min(max(64 << 20, 3 * samples * size), keys * size * 3 // 4)
+
+
+def with_capacity(cmd: list[str], capacity: int) -> list[str]:
+    """``cmd`` with its ``--capacity`` value replaced."""
+    at = cmd.index("--capacity") + 1
+    return [*cmd[:at], str(capacity), *cmd[at + 1:]]
+
+
 def measure(keys: int, ns: argparse.Namespace, folder: Path) -> Result:
     classes = ns.classes if keys >= ns.classes else 0
     samples = min(ns.samples, keys // 2)
@@ -225,7 +243,7 @@ def measure(keys: int, ns: argparse.Namespace, folder: Path) -> Result:
     env = harness.s3_env()
     with endpoint(keys, classes, ns.size, ns.list_latency, folder / "s3.log") as (url, s3_pid):
         port = harness.free_port()
-        capacity = max(64 << 20, 3 * samples * ns.size)
+        capacity = cache_capacity(keys, samples, ns.size)
         cmd = [*harness.EPOCHFS, "--log-level", "INFO", "sidecar", "--remote", "s3://bench",
                "--endpoint-url", url, "--cache", str(cache), "--mount", str(mount),
                "--health-port", str(port), "--capacity", str(capacity), "--min-samples", "1"]
@@ -262,12 +280,17 @@ def measure(keys: int, ns: argparse.Namespace, folder: Path) -> Result:
             result.fuse_bytes_per_file = grown * (1 << 20) / max(1, result.scandir_files)
             result.rss_mb.update({f"{k}@end": rss_mb(p) for k, p in pids(port, proc.pid).items()})
             result.index_bytes = sum(p.stat().st_size for p in cache.glob("index.sqlite*"))
-            # Restart on the same cache: the time to the next sample fetched.
+            # Restart on the same cache: the time to the next sample fetched, with room for it.
             harness.stop(proc, unmount=[mount])
             index.close()
             newest_id = index.newest_sample()
             index.close()
-            proc = harness.start(cmd, log=folder / "sidecar-restart.log", env=env)
+            restarted = with_capacity(cmd, capacity + fetching.RESTART_ROOM * ns.size)
+            why = fetching.nothing_to_fetch(cache / "index.sqlite", keys=keys, size=ns.size,
+                                            capacity=capacity + fetching.RESTART_ROOM * ns.size)
+            if why:
+                harness.fail(f"{label(keys)} keys: the restart would have nothing to fetch: {why}")
+            proc = harness.start(restarted, log=folder / "sidecar-restart.log", env=env)
             started = time.perf_counter()
             result.restart_sample_s = wait_for("a sample after the restart",
                                                lambda: index.newest_sample() > newest_id, proc,
@@ -286,7 +309,7 @@ def measure(keys: int, ns: argparse.Namespace, folder: Path) -> Result:
                 newest_id = index.newest_sample()
                 index.close()
                 log = folder / "sidecar-after.log"
-                roomy = [*cmd[:-4], "--capacity", str(capacity + fetching.ROOM), *cmd[-2:]]
+                roomy = with_capacity(cmd, capacity + fetching.RESTART_ROOM * ns.size + fetching.ROOM)
                 proc = harness.start(roomy, log=log, env=env)
                 wait_for("a sample with the complete catalog", lambda: index.newest_sample() > newest_id,
                          proc, timeout=timeout, log=log)
@@ -357,7 +380,7 @@ def main(argv: list[str] | None = None) -> int:
                    help="seconds of each fetch window, while the listing runs and after it (10; 0: "
                    "neither, and no wait for the complete listing after the restart)")
     p.add_argument("--timeout", type=float, default=3600, help="seconds any one wait may take")
-    p.add_argument("--dir", type=Path, help="scratch folder (emptied; default: a temp folder)")
+    p.add_argument("--dir", type=Path, help=harness.DIR_HELP + " (default: the system's temp folder)")
     p.add_argument("--json", type=Path, help="write the results here")
     p.add_argument("--markdown", type=Path, help="write the tables here")
     p.add_argument("--plot", type=Path, help=harness.PLOT_HELP + ": each figure against the keys")
@@ -379,4 +402,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    harness.entry(main, "scale")

@@ -52,7 +52,9 @@ def check_served_opens(result: subprocess.CompletedProcess[str]) -> None:
         pytest.skip("fanotify is not available here")
     assert result.returncode == 0, result.stdout + result.stderr
     lines = result.stdout.splitlines()
-    assert lines[:2] == ["== epochfs bench served_opens", "40 files of 65536 B, page cache warm, best of 1:"]
+    assert lines[:2] == ["== epochfs bench served_opens",
+                         "40 files of 65536 B, page cache warm, 1 pass each side, interleaved; "
+                         "medians [min-max]:"]
     assert re.fullmatch(r"  unwatched: +\d+ opens/s  \(\d+ MB/s\)", lines[2]), lines[2]
     assert re.fullmatch(r"  watched / unwatched throughput: \d+\.\d\d; cost per open: -?\d+\.\d us", lines[4])
     assert re.fullmatch(r"  opens counted: \d+ of 40", lines[5]), lines[5]
