@@ -13,7 +13,7 @@ epochfs's own reads are not served samples: the sampler's scrub, ``epochfs verif
 process. Each event carries the pid of the process that opened the file (its thread group: a scrub
 thread reports the sampler's pid), and :class:`OwnProcesses` leaves out the opens of the watcher's
 descendants (the supervisor's children and theirs) and of ``epochfs`` commands (``/proc/<pid>``:
-the console script, ``python -m epochfs.sidecar.cli``, a process named ``epochfs-*``). The verdict
+the console script, ``python -m epochfs.sidecar.cli``, the listing process by its name). The verdict
 on a pid is taken while it runs (the counter reads a wake-up's first events at once, before it
 gathers) and kept with the process's start time, so the opens it made just before it exited are
 still left out; a pid of another PID namespace (a trainer container's, reported as 0) counts.
@@ -21,7 +21,10 @@ still left out; a pid of another PID namespace (a trainer container's, reported 
 Limits, documented in docs/metrics.md: fanotify merges identical queued events (same file, same
 process) that we have not read yet, so a process re-opening one file in a tight loop may count
 once. The 256 hex fan-out folders are made up front and marked at start; any other folder that
-appears is marked at the next rescan (the supervisor rescans every tick).
+appears is marked at the next rescan (the supervisor rescans every tick). A mark is on an inode,
+not a name: a folder removed and made again (``objects/`` deleted under a running sidecar, then
+repaired) is a new inode, marked again at the next rescan; the kernel drops the old inode's mark
+with the inode.
 Needs CAP_SYS_ADMIN (the sidecar is privileged for FUSE anyway); without it :meth:`OpenCounter.start`
 returns False and the served counters stay at zero (the torch client's report still gives
 ``epochfs_client_*``).
@@ -53,6 +56,10 @@ AT_FDCWD = -100
 PROC = Path("/proc")
 CLI_MODULES = frozenset({"epochfs.sidecar.cli"})
 """``python -m`` modules that are the epochfs command line (the console script is ``epochfs``)."""
+OWN_NAMES = frozenset({"epochfs", "epochfs-listing"})
+"""``/proc/<pid>/comm`` of epochfs's own processes, matched exactly: the console script's, and the
+listing process's (:data:`epochfs.sidecar.listing.child.NAME`). Not a prefix: a trainer script
+its user named ``epochfs-train.py`` (comm ``epochfs-train.p``) is a reader like any other."""
 FORGET_AFTER = 256
 """Verdicts kept before the ones of exited processes are dropped (after a drain of the queue)."""
 _EVENT = struct.Struct("IBBHQii")  # event_len, vers, reserved, metadata_len, mask, fd, pid
@@ -78,9 +85,9 @@ def _stat(pid: int, proc: Path) -> tuple[int, int] | None:
 
 def is_epochfs_command(comm: str, argv: list[str]) -> bool:
     """Whether a process of this name (``/proc/<pid>/comm``) and command line runs the epochfs
-    command line (``epochfs verify``...) or is a process epochfs named ``epochfs-*``. A trainer
-    importing the torch client runs its own script: it is a reader like any other."""
-    if comm == "epochfs" or comm.startswith("epochfs-"):  # the console script's name, or one we set
+    command line (``epochfs verify``...) or is a process epochfs named (:data:`OWN_NAMES`). A
+    trainer importing the torch client runs its own script: it is a reader like any other."""
+    if comm in OWN_NAMES:  # the console script's name, or the one the listing process sets
         return True
     if any(os.path.basename(a) == "epochfs" for a in argv[:2]):  # [python, .../bin/epochfs, ...]
         return True
@@ -103,6 +110,34 @@ def _runs_epochfs(pid: int, proc: Path) -> bool:
     except OSError:
         return False
     return is_epochfs_command(comm, [os.fsdecode(a) for a in raw.split(b"\0") if a])
+
+
+def _kernel_id(inode: tuple[int, int]) -> tuple[int, int]:
+    """(device, inode) of a stat as the kernel's fdinfo writes it (``sdev``: the kernel's own
+    dev_t encoding, major << 20 | minor, not the one stat returns)."""
+    dev, ino = inode
+    return (os.major(dev) << 20) | os.minor(dev), ino
+
+
+def _live_marks(fd: int) -> set[tuple[int, int]] | None:
+    """(sdev, inode) of every inode the fanotify group ``fd`` has a mark on, from
+    ``/proc/self/fdinfo``: the kernel drops a mark with its inode, so a folder deleted under the
+    counter leaves this set. None when it cannot be read (the marks are then trusted by name and
+    inode number)."""
+    try:
+        text = Path(f"/proc/self/fdinfo/{fd}").read_text()
+    except OSError:
+        return None
+    live = set()
+    for line in text.splitlines():
+        if not line.startswith("fanotify ino:"):
+            continue
+        fields = dict(f.split(":", 1) for f in line.split()[1:] if ":" in f)
+        try:
+            live.add((int(fields["sdev"], 16), int(fields["ino"], 16)))
+        except (KeyError, ValueError):
+            continue
+    return live
 
 
 class OwnProcesses:
@@ -189,7 +224,10 @@ class OpenCounter:
         self.own = own if own is not None else OwnProcesses()
         self._forget_at = FORGET_AFTER
         self._fd = -1
-        self._marked: set[str] = set()
+        self._marked: dict[str, tuple[int, int]] = {}
+        """Folder name -> (device, inode) of the folder marked under that name."""
+        self._fdinfo: bool | None = None
+        """Whether the kernel lists this group's marks in fdinfo (None: not known yet)."""
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._libc: ctypes.CDLL | None = None
@@ -225,7 +263,13 @@ class OpenCounter:
         return True
 
     def rescan(self) -> int:
-        """Mark fan-out folders that appeared since the last scan; returns how many were added."""
+        """Mark fan-out folders that appeared since the last scan, or were made again under the
+        same name; returns how many were added.
+
+        A folder counts as marked while the kernel holds a mark on its inode (:func:`_live_marks`):
+        a folder removed and made again is a new inode, and often has the old one's number
+        (ext4 hands a freed inode number out again at once), so neither its name nor its
+        (device, inode) tells it from the folder that was marked."""
         if self._fd < 0 or self._libc is None:
             return 0
         added = 0
@@ -233,17 +277,30 @@ class OpenCounter:
             entries = list(os.scandir(self.objects_dir))
         except FileNotFoundError:
             return 0
+        live = _live_marks(self._fd) if self._fdinfo is not False else None
+        marked: dict[str, tuple[int, int]] = {}
         for entry in entries:
-            if entry.name in self._marked or not entry.is_dir(follow_symlinks=False):
+            try:
+                if not entry.is_dir(follow_symlinks=False):
+                    continue
+                st = entry.stat(follow_symlinks=False)
+            except OSError:  # gone meanwhile
+                continue
+            inode = (st.st_dev, st.st_ino)
+            if self._marked.get(entry.name) == inode and (live is None or _kernel_id(inode) in live):
+                marked[entry.name] = inode
                 continue
             rc = self._libc.fanotify_mark(
                 self._fd, FAN_MARK_ADD, FAN_OPEN | FAN_EVENT_ON_CHILD, AT_FDCWD, os.fsencode(entry.path)
             )
             if rc == 0:
-                self._marked.add(entry.name)
+                marked[entry.name] = inode
                 added += 1
             else:
                 log.warning("fanotify_mark %s: %s", entry.path, os.strerror(ctypes.get_errno()))
+        self._marked = marked
+        if added and self._fdinfo is None:  # a kernel that does not list them: trust the names
+            self._fdinfo = bool(_live_marks(self._fd))
         if added:
             log.info("watching opens in %d object folder(s) (+%d)", len(self._marked), added)
         return added
