@@ -49,7 +49,8 @@ class CatalogReport:
     added: int = 0
     """Objects written to the catalog."""
     new: int = 0
-    """Keys that were not in the catalog before."""
+    """Keys the catalog did not count before: new to it, or a file/folder name clash no more,
+    less the keys found to clash (their rows stay, not counted: catalog.SHOWN)."""
     dropped: int = 0
     """Keys the complete listing did not see any more (deleted from the remote)."""
     hostile: int = 0

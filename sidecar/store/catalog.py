@@ -36,9 +36,10 @@ def add(ix: Index, rows: Iterable[CatalogRow]) -> int:
 def finalize(ix: Index) -> int:
     """Record that the running listing is complete: the catalog's count, and the generation that
     windows and relists go by. Rows are not numbered (positions are implicit in the rank order),
-    so this touches the meta table only; counting is one scan of the rank index, outside any
-    write transaction."""
-    total = int(ix.query("SELECT COUNT(*) FROM catalog")[0][0])
+    so this touches the meta table only; counting is one scan of the catalog, outside any write
+    transaction. The count is of the keys the sampler can show (:data:`SHOWN`): a clash-skipped
+    row is kept for the repair and the relist, not counted as an object of the dataset."""
+    total = int(ix.query(f"SELECT COUNT(*) FROM catalog WHERE {SHOWN}")[0][0])
     with ix.write():
         ix.put(Meta.CATALOG_OBJECTS, str(total))
         ix.put(Meta.LISTING_COMPLETE, ix.get(Meta.LISTING_GENERATION) or "0")
@@ -63,6 +64,12 @@ of relists every 5 s)."""
 _KEEP_MARK = "CASE WHEN size IS ? AND version IS ? THEN pos END"
 """SQL (an UPDATE's value of ``pos``, given the listed size and version): the row's skip mark when
 the listing did not change the object, else NULL."""
+
+SHOWN = f"skipped IS NOT {SKIPPED_CLASH}"
+"""SQL: a catalog row counted as an object of the dataset (``catalog_objects``, what a listing
+reports cataloged, the estimates and epoch headers drawn from them): every row but a clash-skipped
+one, which a file/folder name clash keeps out of every epoch (before such rows were kept, a clash
+never reached the catalog, and a complete listing must not look short of its keys)."""
 
 REPAIRABLE = f"skipped IN (0, {SKIPPED_CLASH})"
 """SQL: a catalog row whose key the remote still lists and may be fetched for a repair in place."""
@@ -308,9 +315,11 @@ class Listings:
         """Write pages' rows (marked seen by ``gen``) and their parts' progress in one transaction,
         so a restart resumes exactly after the last committed page of each part. A part split off
         another (``cut_from``) is written with its first page, with the other's new stop.
-        ``progress``: what the listing knows (JSON, :data:`Meta.LISTING_PROGRESS`). Returns the
-        number of keys new to the catalog, a page each."""
+        ``progress``: what the listing knows (JSON, :data:`Meta.LISTING_PROGRESS`). Returns, a page
+        each, the keys it made countable (:data:`SHOWN`): new to the catalog or a clash no more,
+        less the keys it found to clash (so a first listing's sum is its keys, clashes left out)."""
         news = []
+        update = f"UPDATE catalog SET size=?, version=?, seen=?, skipped=0, pos={_KEEP_MARK} WHERE key=?"
         with self.ix.write() as db:
             for page in pages:
                 new = 0
@@ -319,18 +328,23 @@ class Listings:
                     # failing, an object over the volume's size) is this listing's to make anew,
                     # or one outage, or one rewritten object, would leave it out of every epoch.
                     # (The skip stays counted when the object is unchanged: SKIP_COUNTED.)
-                    cur = db.execute("UPDATE catalog SET size=?, version=?, seen=?, skipped=0, "
-                                     f"pos={_KEEP_MARK} WHERE key=?",
-                                     (r.size, r.version, gen, r.size, r.version, r.key))
-                    if cur.rowcount == 0:
-                        db.execute("INSERT INTO catalog(key, path, sid, size, version, rank, seen) "
-                                   "VALUES(?,?,?,?,?,?,?)",
-                                   (r.key, r.key, r.sid, r.size, r.version, r.rank, gen))
+                    args = (r.size, r.version, gen, r.size, r.version, r.key)
+                    if db.execute(f"{update} AND {SHOWN}", args).rowcount:
+                        continue
+                    if db.execute("INSERT INTO catalog(key, path, sid, size, version, rank, seen) "
+                                  "VALUES(?,?,?,?,?,?,?) ON CONFLICT(key) DO NOTHING",
+                                  (r.key, r.key, r.sid, r.size, r.version, r.rank, gen)).rowcount:
                         new += 1
+                    elif db.execute(update, args).rowcount:  # a clash row: counted again unless
+                        new += 1  # this listing finds the clash again (below, or a later page)
                 for key in page.clashes:  # written with this page or an earlier one: also a folder
                     # A skip of this listing, counted with the others at its end: a relist that
                     # finds the same clash again does not count it again.
-                    if db.execute("UPDATE catalog SET skipped=? WHERE key=?", (SKIPPED_CLASH, key)).rowcount:
+                    if db.execute(f"UPDATE catalog SET skipped=? WHERE key=? AND {SHOWN}",
+                                  (SKIPPED_CLASH, key)).rowcount:
+                        new -= 1  # counted as a key until now (catalog_objects' running total)
+                        self.ix.bump("listing_skips", 1)
+                    elif db.execute("SELECT 1 FROM catalog WHERE key=?", (key,)).fetchone():
                         self.ix.bump("listing_skips", 1)
                 for p in (page.part, page.cut_from) if page.cut_from is not None else (page.part,):
                     db.execute("INSERT INTO listing_parts(part, prefix, start, stop, after, done) "
@@ -345,7 +359,7 @@ class Listings:
             if progress is not None:
                 self.ix.put(Meta.LISTING_PROGRESS, progress)
             if sum(news):
-                total = int(self.ix.get(Meta.CATALOG_OBJECTS) or 0) + sum(news)
+                total = max(0, int(self.ix.get(Meta.CATALOG_OBJECTS) or 0) + sum(news))
                 self.ix.put(Meta.CATALOG_OBJECTS, str(total))
         return news
 
