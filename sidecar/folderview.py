@@ -138,34 +138,41 @@ def _publish_until(stop: threading.Event, publisher: FolderPublisher, *, interva
     log once and to the index (status, /v1/cut, the metrics), and each try every
     :data:`PAUSED_RETRY` seconds either publishes (room came back: resumed by itself) or
     fails the same way again. ``on_recovered`` is called once, after the first recovery that
-    succeeded (the publisher lock is taken then)."""
+    succeeded (the publisher lock is taken then: a full volume there is the cache's). A live epoch
+    whose name a user's folder holds (:attr:`FolderPublisher.blocked`) is recorded the same way."""
     recovered = False
     paused: str | None = None
+    recorded: str | None = None
     while True:
         busy = False
+        volume = "the folder view's volume"
         try:
             if not recovered:
                 publisher.recover()
                 if on_recovered is not None:
+                    volume = "the cache volume"  # the lock file is in the cache
                     on_recovered()  # a failure (a full cache volume) recovers again at the next try
+                    volume = "the folder view's volume"
                 recovered = True
                 busy = publisher.step(force_status=True).pending
             else:
                 busy = publisher.step(force_status=paused is not None).pending
             if paused is not None:
-                log.info("publishing resumed: the folder's volume has room again")
+                log.info("publishing resumed: the volume has room again")
                 paused = None
-                _record_pause(publisher.store, None)
         except OSError as e:
             if e.errno not in FULL_ERRNOS:
                 raise
             where = e.filename or publisher.folder
-            reason = f"the folder view's volume is full ({os.strerror(e.errno)}: {where})"
+            reason = f"{volume} is full ({os.strerror(e.errno)}: {where})"
             if paused is None:
                 log.error("%s: publishing paused; what is published stays readable; trying again every "
                           "%.0fs", reason, PAUSED_RETRY)
-                _record_pause(publisher.store, reason)
             paused = reason
+        now = paused or getattr(publisher, "blocked", None)
+        if now != recorded:
+            _record_pause(publisher.store, now)
+            recorded = now
         if paused is not None or busy or watch is None:
             if stop.wait(PAUSED_RETRY if paused is not None else 0.001 if busy else interval):
                 return

@@ -78,7 +78,7 @@ def check_cache(path: Path, *, create: bool) -> None:
         raise ConfigError(f"{where}: cannot write in it: {_os_reason(e)}") from None
 
 
-def check_view_folder(path: Path, *, create: bool) -> None:
+def check_view_folder(path: Path, *, create: bool, cache: Path | None = None) -> None:
     """Refuse a folder view's ``--mount`` that cannot be used with one line naming it, ``--mount
     PATH: reason`` (else ``publish`` ends in a traceback, and the sidecar restarts its publisher
     for ever, when the folder cannot be made).
@@ -91,8 +91,20 @@ def check_view_folder(path: Path, *, create: bool) -> None:
     system or where permission is denied is refused here, not by the publisher. A full volume
     passes: the publisher pauses until there is room (docs/folderview.md). A folder that is not
     empty must be one the publisher wrote (:func:`published_folder`), as the FUSE view refuses
-    one that is not empty: what else is there is the user's, never the view's to publish over."""
+    one that is not empty: what else is there is the user's, never the view's to publish over.
+
+    ``cache``: checked first, with the FUSE view's words (:func:`~epochfs.fuse.mounting.check_mount_apart`):
+    a ``--mount`` that is the cache folder or holds it (else refused as "not empty" once the cache
+    is made in it, a puzzle for the user)."""
     where = f"--mount {path}"
+    if cache is not None:
+        from epochfs.fuse.errors import MountError
+        from epochfs.fuse.mounting import check_mount_apart
+
+        try:
+            check_mount_apart(Path(os.path.abspath(path)), Path(os.path.abspath(cache)), None)
+        except MountError as e:
+            raise ConfigError(str(e)) from None
     st = _stat_or_none(path, where)
     if st is not None and not stat.S_ISDIR(st.st_mode):
         raise ConfigError(f"{where}: exists and is not a folder")

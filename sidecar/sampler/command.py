@@ -53,7 +53,7 @@ from epochfs.sidecar.sampler.identity import check_identity, recorded_listing
 from epochfs.sidecar.sampler.loop import STOP_GRACE, Sampler
 from epochfs.sidecar.sampler.preload import preload_after_first_request
 from epochfs.sidecar.signals import set_from_handler
-from epochfs.sidecar.store import INDEX_NAME, Meta, NoRoom, Store, StoreError, checkmark
+from epochfs.sidecar.store import INDEX_NAME, Meta, NoRoom, Store, StoreError, checkmark, publisherlock
 from epochfs.sidecar.store.index import is_corruption
 
 if TYPE_CHECKING:
@@ -238,6 +238,7 @@ def run_sample(settings: SamplerSettings) -> int:
             forked = fork_child()
         remote = _first_list_ahead(settings)
         store = Store(settings.cache, create=True)
+        publisherlock.at_sampler_start(store.root)  # a leftover lock matters only with a folder view
     except Exception:
         if forked is not None:
             _end_forked(forked)

@@ -14,10 +14,11 @@ before it died, then takes the lock, and the sampler goes on.
 
 The kernel drops the lock when its holder dies, so a crash frees it at once. The file stays after
 a clean stop too (the folder stays as published, for readers, so its objects must stay). Where no
-file exists (the FUSE view, whose supervisor removes a leftover one: :func:`forget`) nothing
-changes. A publisher that never comes back must not stop eviction for good (the cache would stay
-full and sampling paused): after :data:`GONE_AFTER` seconds without one, :func:`may_release` lets
-the sampler go on, with an error in its log; the folder then may show missing files until a
+file exists (the FUSE view, whose supervisor removes a leftover one: :func:`forget`; a sampler
+started without the folder-view marker does too: :func:`at_sampler_start`) nothing changes. A
+publisher that never comes back must not stop eviction for good (the cache would stay full and
+sampling paused): after :data:`GONE_AFTER` seconds without one, :func:`may_release` lets the
+sampler go on, with an error in its log; the folder then may show missing files until a
 publisher starts and recovers it.
 """
 
@@ -54,19 +55,34 @@ def hold(root: Path) -> int | None:
     or None (with a warning) when another publisher holds it: that one keeps the folder's
     epochs' objects, and a second publisher of the same cache changes nothing in that."""
     fd = os.open(root / LOCK_NAME, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
-    for _ in range(HOLD_TRIES):
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            time.sleep(0.01)  # a look by may_release, which holds it shared for microseconds
-            continue
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
-        return fd
-    holder = os.pread(fd, 32, 0).decode("ascii", "replace").strip() or "?"
-    os.close(fd)
+    kept = False
+    try:  # any failure closes it: a descriptor left open would hold the lock against the next try
+        for _ in range(HOLD_TRIES):
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                time.sleep(0.01)  # a look by may_release, which holds it shared for microseconds
+                continue
+            kept = True
+            _write_pid(fd, root)
+            return fd
+        holder = os.pread(fd, 32, 0).decode("ascii", "replace").strip() or "?"
+    finally:
+        if not kept:
+            os.close(fd)
     log.warning("another publisher (pid %s) holds %s: this one does not", holder, root / LOCK_NAME)
     return None
+
+
+def _write_pid(fd: int, root: Path) -> None:
+    """The holder's pid in the file, best effort: the lock is the ``flock``, not the content, so a
+    full cache volume (``ENOSPC`` from the write) does not stop a publisher from taking it."""
+    try:
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+    except OSError as e:
+        log.info("could not write the pid into %s (%s): the lock holds all the same", root / LOCK_NAME,
+                 os.strerror(e.errno) if e.errno else e)
 
 
 def state(root: Path) -> bool | None:
@@ -114,6 +130,23 @@ def may_release(root: Path, *, now: float | None = None) -> bool:
                   "objects without it; the folder may show missing files until a publisher starts "
                   "and recovers it", now - since)
     return True
+
+
+VIEW_ENV = "EPOCHFS_VIEW"
+"""The marker a sampler reads at its start: ``folder`` where a folder view's publisher serves this
+cache (``epochfs sidecar --view folder`` sets it for its sampler child; set it for an ``epochfs
+sample`` run beside a standalone ``epochfs publish``). Anything else: no folder view is configured,
+and the sampler removes a lock nobody holds (:func:`at_sampler_start`)."""
+
+
+def at_sampler_start(root: Path) -> None:
+    """A sampler starting without the folder-view marker (:data:`VIEW_ENV`) forgets a leftover
+    lock nobody holds: the lock matters only while a folder view is configured for the cache,
+    else a cache that once had one would hold retirement and eviction back for
+    :data:`GONE_AFTER` seconds, then log an error about a folder view that does not exist, in
+    every new sampler process."""
+    if os.environ.get(VIEW_ENV, "").strip().lower() != "folder":
+        forget(root)
 
 
 def forget(root: Path) -> bool:

@@ -88,8 +88,9 @@ class Supervisor(HealthChecks, Observability):
             cache=settings.cache, mount=settings.mount, link_root=settings.link_root,
             warm_files=settings.warm_files, fuse_api=settings.fuse_api,
         )
-        self.sampler = Child("sampler", ["sample"], config.to_env(sampler_settings, SamplerSettings),
-                             stop_on_refusal=True)
+        self.sampler = Child("sampler", ["sample"],  # the view: the folder view's lock holds it back
+                             {**config.to_env(sampler_settings, SamplerSettings),
+                              publisherlock.VIEW_ENV: settings.view}, stop_on_refusal=True)
         self.fuse = Child("fuse", ["mount"], config.to_env(mount_settings, MountSettings),
                           stop_on_refusal=True, max_backoff=self.REMOUNT_BACKOFF_MAX)
         self.folder_view = settings.view == "folder"

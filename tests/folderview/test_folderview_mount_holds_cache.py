@@ -1,0 +1,33 @@
+"""A folder view's ``--mount`` that is the cache folder or holds it is refused with the FUSE view's
+words ("holds the cache folder"), checked before anything is made: before the fix
+``epochfs sidecar --view folder --cache X/cache --mount X`` was refused as "not empty, and not a
+folder the folder view published" (empty until the sidecar made ``cache/`` in it)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from epochfs.sidecar.config import ConfigError
+from epochfs.sidecar.volumes import check_view_folder
+
+
+@pytest.mark.parametrize("create", [True, False])
+def test_a_mount_holding_the_cache_is_refused_as_such_and_nothing_is_made(
+        tmp_path: Path, create: bool) -> None:
+    view = tmp_path / "x"
+    view.mkdir()
+    held = rf"^--mount: {view} holds the cache folder {view}/cache \(--cache\)"
+    with pytest.raises(ConfigError, match=held):
+        check_view_folder(view, create=create, cache=view / "cache")
+    assert os.listdir(view) == []
+    with pytest.raises(ConfigError, match=r"is the cache folder \(--cache\)"):
+        check_view_folder(view, create=create, cache=view)
+
+
+def test_a_mount_beside_the_cache_passes(tmp_path: Path) -> None:
+    (tmp_path / "cache").mkdir()
+    check_view_folder(tmp_path / "view", create=True, cache=tmp_path / "cache")
+    assert (tmp_path / "view").is_dir()
