@@ -75,6 +75,8 @@ def _cmd_publish(ns: argparse.Namespace) -> int:
 
 def _cmd_sidecar(ns: argparse.Namespace) -> int:
     settings = config.from_args(config.SidecarSettings, ns)
+    if settings.view == "folder":  # before the cache is made, perhaps in it
+        volumes.check_view_folder(settings.mount, create=False, cache=settings.cache)
     volumes.check_cache(settings.cache, create=True)
     from epochfs.sidecar.supervisor import run_sidecar
 

@@ -261,7 +261,7 @@ class MountWatch(ChildProcesses):
         not use stops the sidecar with the reason, also in the termination message (a publisher
         restarted for ever would hide it)."""
         try:
-            check_view_folder(self.mount, create=True)
+            check_view_folder(self.mount, create=True, cache=self.cache)
         except ConfigError as e:
             # Imported here: core imports this module (through health).
             from epochfs.sidecar.supervisor.core import write_termination_message

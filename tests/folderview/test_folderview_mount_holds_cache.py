@@ -6,6 +6,8 @@ folder the folder view published" (empty until the sidecar made ``cache/`` in it
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -31,3 +33,19 @@ def test_a_mount_beside_the_cache_passes(tmp_path: Path) -> None:
     (tmp_path / "cache").mkdir()
     check_view_folder(tmp_path / "view", create=True, cache=tmp_path / "cache")
     assert (tmp_path / "view").is_dir()
+
+
+def test_the_sidecar_refuses_it_before_it_makes_the_cache(tmp_path: Path) -> None:
+    """Through ``epochfs sidecar --view folder``: exit 2 with the FUSE view's words, and no
+    ``cache/`` left in the folder (the cache used to be made first, then the folder refused as
+    "not empty")."""
+    view = tmp_path / "x"
+    view.mkdir()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("EPOCHFS_")}
+    done = subprocess.run(
+        [str(Path(sys.executable).with_name("epochfs")), "sidecar", "--view", "folder",
+         "--cache", str(view / "cache"), "--mount", str(view), "--remote", tmp_path.as_uri(),
+         "--health-port", "0"], env=env, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2, done.stderr
+    assert f"--mount: {view} holds the cache folder {view}/cache (--cache)" in done.stderr
+    assert os.listdir(view) == []
