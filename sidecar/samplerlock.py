@@ -13,6 +13,7 @@ import os
 from pathlib import Path
 
 from epochfs.sidecar.config import ConfigError
+from epochfs.sidecar.store import flocks
 
 LOCK_NAME = "sampler.lock"
 """The lock file in the cache folder; it holds the holder's pid (shown when a second is refused)."""
@@ -40,14 +41,4 @@ def hold(cache: Path) -> int:
 
 def held(cache: Path) -> bool:
     """Whether a sampler holds the cache's lock now."""
-    try:
-        fd = os.open(cache / LOCK_NAME, os.O_RDONLY | os.O_CLOEXEC)
-    except FileNotFoundError:
-        return False
-    try:
-        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
-    except BlockingIOError:
-        return True
-    finally:
-        os.close(fd)
-    return False
+    return flocks.holder(cache / LOCK_NAME) is True

@@ -30,6 +30,8 @@ import os
 import time
 from pathlib import Path
 
+from epochfs.sidecar.store import flocks
+
 log = logging.getLogger("epochfs.store")
 
 LOCK_NAME = "publisher.lock"
@@ -88,17 +90,7 @@ def _write_pid(fd: int, root: Path) -> None:
 def state(root: Path) -> bool | None:
     """None: the cache has no publisher lock (the FUSE view); True: a publisher holds it; False:
     the cache has a folder view and no publisher runs now."""
-    try:
-        fd = os.open(root / LOCK_NAME, os.O_RDONLY | os.O_CLOEXEC)
-    except FileNotFoundError:
-        return None
-    try:
-        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
-    except BlockingIOError:
-        return True
-    finally:
-        os.close(fd)  # drops the shared lock taken above, if any
-    return False
+    return flocks.holder(root / LOCK_NAME)
 
 
 def may_release(root: Path, *, now: float | None = None) -> bool:
