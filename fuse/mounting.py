@@ -21,6 +21,7 @@ from pathlib import Path
 
 from epochfs.fuse.errors import MountError
 from epochfs.sidecar.store.objects import OBJECTS_DIR, markers
+from epochfs.sidecar.store.placement import over_cache, spelled
 
 log = logging.getLogger("epochfs.fuse")
 
@@ -68,11 +69,8 @@ def mount_table() -> list[MountEntry]:
 
 
 def canonical(path: Path) -> str:
-    """``path`` as the mount table spells it: its parent's symlinks resolved, the path itself not
-    touched (it may be a dead mount that answers every stat with ENOTCONN)."""
-    absolute = os.path.normpath(os.path.abspath(path))
-    parent, name = os.path.split(absolute)
-    return os.path.join(os.path.realpath(parent), name) if name else absolute
+    """``path`` as the mount table spells it (:func:`~epochfs.sidecar.store.placement.spelled`)."""
+    return spelled(path)
 
 
 def find_mount(path: Path) -> MountEntry | None:
@@ -186,11 +184,9 @@ def check_mount_apart(mount: Path, cache: Path, link_root: Path | None) -> None:
     under the cache too, and a FUSE mount on top of it shadows it). Refused as well: the cache
     folder itself, or a folder that holds it (the view would hide the store from the server that
     reads it, and the supervisor's check of an empty folder would pass before the store fills it)."""
-    here, store = canonical(mount), canonical(cache)
-    if here == store or store.startswith(here.rstrip("/") + "/"):
-        what = "is the cache folder" if here == store else f"holds the cache folder {store}"
-        raise MountError(f"--mount: {mount} {what} (--cache): mount the view beside the cache, "
-                         f"never over it (--mount {Path(store).parent / 'view'})")
+    refused = over_cache(mount, cache)
+    if refused is not None:
+        raise MountError(refused)
     for place in (cache / OBJECTS_DIR, cache / DEFAULT_LINK_ROOT_NAME, link_root):
         if place is None:
             continue

@@ -17,6 +17,7 @@ from pathlib import Path
 
 from epochfs.sidecar.config import ConfigError
 from epochfs.sidecar.store import INDEX_NAME
+from epochfs.sidecar.store.placement import over_cache
 from epochfs.torchclient.layout import CONTROL_DIR, epoch_name, manifest_name
 
 CACHE_HINT = "start `epochfs sample` or `epochfs sidecar` with this --cache first"
@@ -93,18 +94,13 @@ def check_view_folder(path: Path, *, create: bool, cache: Path | None = None) ->
     empty must be one the publisher wrote (:func:`published_folder`), as the FUSE view refuses
     one that is not empty: what else is there is the user's, never the view's to publish over.
 
-    ``cache``: checked first, with the FUSE view's words (:func:`~epochfs.fuse.mounting.check_mount_apart`):
+    ``cache``: checked first, in the FUSE view's words (:func:`.store.placement.over_cache`):
     a ``--mount`` that is the cache folder or holds it (else refused as "not empty" once the cache
     is made in it, a puzzle for the user)."""
     where = f"--mount {path}"
-    if cache is not None:
-        from epochfs.fuse.errors import MountError
-        from epochfs.fuse.mounting import check_mount_apart
-
-        try:
-            check_mount_apart(Path(os.path.abspath(path)), Path(os.path.abspath(cache)), None)
-        except MountError as e:
-            raise ConfigError(str(e)) from None
+    refused = None if cache is None else over_cache(Path(os.path.abspath(path)), Path(os.path.abspath(cache)))
+    if refused is not None:
+        raise ConfigError(refused)
     st = _stat_or_none(path, where)
     if st is not None and not stat.S_ISDIR(st.st_mode):
         raise ConfigError(f"{where}: exists and is not a folder")
