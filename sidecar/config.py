@@ -191,6 +191,15 @@ class SamplerSettings(CacheSettings):
             raise ConfigError(
                 f"--shard-index: {self.shard_index} must be below --shard-count {self.shard_count}"
             )
+        if self.schedule is not None and self.min_samples > self.schedule.initial:  # never met
+            raise ConfigError(f"--min-samples: {self.min_samples} is more than --schedule's initial="
+                              f"{self.schedule.initial}, the keys of epoch 0's window: epoch 0 could never "
+                              "be cut; lower --min-samples or raise initial=")
+        if self.schedule is None and self.headroom == 0:
+            # Snapshot mode cuts the newest samples within capacity x (1 - headroom): with none
+            # left out, a full cache's epochs pin it whole and no later epoch could differ.
+            raise ConfigError("--headroom: 0 leaves no room to fetch while epochs are pinned in "
+                              "snapshot mode (every later epoch would equal the last); use a share in (0, 1)")
         if self.max_object_size is not None and self.capacity < self.max_object_size:
             raise ConfigError(
                 f"--capacity: {format_size(self.capacity)} is smaller than --max-object-size "

@@ -64,6 +64,8 @@ class Room:
         self._schedule_warned = False
         self._stuck_logged: set[int] = set()
         """Schedule mode: the epochs whose stuck window was logged (:meth:`_window_stuck`)."""
+        self._turn: tuple[int, int] | None = None
+        """Snapshot mode: the newest epoch and the bytes fetched above it (:meth:`_turn_share_left`)."""
         self._unreserved: dict[str, int] = {}
         """Keys in flight with no reservation: repairs in place (:meth:`reserve_repair`)."""
         self.backpressure: str | None = None
@@ -86,10 +88,57 @@ class Room:
         volume was full, and the sampler exited 1).
         """
         ok = self._write(lambda: self.reservations.reserve(
-            cand.size, capacity=self.disk.effective_capacity, evict=not lookahead))
+            cand.size, capacity=self.disk.effective_capacity, evict=False))
+        if not ok and not lookahead and self._turn_share_left(cand):
+            ok = self._write(lambda: self.reservations.reserve(
+                cand.size, capacity=self.disk.effective_capacity, evict=True))
+        if ok and self._turn is not None:
+            self._turn = (self._turn[0], self._turn[1] + cand.size)
         if self.reservations.capacity is not None:
             self._record_capacity(self.reservations.capacity)
         return bool(ok)
+
+    def _turn_share_left(self, cand: Candidate) -> bool:
+        """Whether ``cand`` may evict for its room: in snapshot mode with ``--keep-epochs`` K >= 2
+        and an epoch live, a download that evicts takes at most ``capacity x headroom / K`` bytes
+        above the newest epoch before the next cut (at least one download per cut).
+
+        A cut takes the newest ``capacity x (1 - headroom)``; the epochs pinned beside it are the
+        same window a turn or more older. Fetching the whole headroom after a cut made the newest
+        two epochs pin the whole cache, so nothing was fetched until the next cut retired the
+        older, and that cut repeated the epoch before it: every other epoch brought nothing new.
+        With K epochs each shifted by ``x`` new bytes, the room left after a cut is ``capacity x
+        headroom - (K - 1) x``, so ``x = capacity x headroom / K`` is fetched at every cut. Room
+        that is free (a cache still filling) is taken without this limit, and with no epoch (the
+        fetch benchmark's empty cache) nothing limits the fetch. Reads the index only when a
+        download must evict, itself an index write; the bytes above the newest epoch are summed
+        once per newest epoch and counted on from the reservations made since."""
+        keep = self.settings.keep_epochs
+        if self.settings.schedule is not None or keep < 2:
+            return True
+        live = self.store.epochs()
+        if not live:
+            return True
+        share = int(self._recorded_capacity * self.settings.headroom / keep)
+        newest = live[-1].epoch
+        if self._turn is None or self._turn[0] != newest:
+            extent = self.store.epoch_extent(newest)
+            if extent is None:
+                return True
+            self._turn = (newest, self._bytes_after(extent.last, share) + self.reservations.reserved)
+        taken = self._turn[1]
+        return taken == 0 or taken + cand.size <= share
+
+    def _bytes_after(self, last: int, enough: int) -> int:
+        """Bytes of the samples admitted after sample ``last``, summed until more than ``enough``."""
+        total = 0
+        while total <= enough:
+            page = self.store.samples_after(last, limit=4096)
+            if not page:
+                break
+            total += sum(s.size for s in page)
+            last = page[-1].id
+        return total
 
     def reserve_repair(self, cand: Candidate) -> bool:
         """Start ``cand`` with no reservation if it is the download of a sample waiting for its
@@ -199,13 +248,17 @@ class Room:
         reason = f"{CACHE_FULL}: epoch {target}'s window cannot fit beside the kept epochs ({kept})"
         if target not in self._stuck_logged:
             self._stuck_logged.add(target)
+            # The figure is the whole cache: the kept epochs' samples and those fetched for the
+            # window since the newest cut (nothing else is left once eviction found no room).
             log.error("schedule mode is stuck: epoch %d's window cannot be cached beside the kept "
-                      "epoch(s) %s, which pin %s of --capacity %s (--keep-epochs %d); none retires "
+                      "epoch(s) %s (--keep-epochs %d): the cache holds %s of --capacity %s, the "
+                      "samples they pin and those of epoch %d's window fetched so far; none retires "
                       "before epoch %d is cut, and that cut waits for the whole window, so no epoch "
                       "is cut again. Raise --capacity or --headroom, lower the schedule's growth or "
                       "--keep-epochs, or cut it now from what is cached with `epochfs cut --force`",
-                      target, kept, format_size(self.reservations.cache_bytes()),
-                      format_size(self.settings.capacity), self.settings.keep_epochs, target)
+                      target, kept, self.settings.keep_epochs,
+                      format_size(self.reservations.cache_bytes()),
+                      format_size(self.settings.capacity), target, target)
         return reason
 
     def _record_capacity(self, capacity: int) -> None:

@@ -40,8 +40,8 @@ from epochfs.sidecar.store.epochpins import record_read as record_read
 from epochfs.sidecar.store.epochpins import retire as retire
 from epochfs.sidecar.store.index import Index, is_busy
 from epochfs.sidecar.store.records import Policy
-from epochfs.sidecar.store.snapshot import newest_within
-from epochfs.sidecar.store.stats import known_at_cut
+from epochfs.sidecar.store.snapshot import budget_at_cut, newest_within
+from epochfs.sidecar.store.stats import known_at_cut, newest_fitting, read_stats
 from epochfs.sidecar.store.windows import Span, members, record, scan
 from epochfs.sidecar.store.windows import window as window  # the store's schedule_window asks here
 
@@ -55,17 +55,28 @@ def at_least(db: sqlite3.Connection, count: int) -> bool:
 
 
 def condition_holds(db: sqlite3.Connection, policy: Policy, n: int) -> tuple[bool, Span | None]:
-    """Whether at least ``min_samples`` are complete and, in schedule mode, epoch n's window is
+    """Whether epoch n would hold at least ``min_samples`` and, in schedule mode, its window is
     complete (the first epoch in snapshot mode also waits, boundedly, for the listing's first
-    round); and that window as read for it, which a cut records rather than reading it again."""
-    if not at_least(db, max(1, policy.min_samples)):
+    round); and that window as read for it, which a cut records rather than reading it again.
+
+    What the epoch would hold, not what the cache holds: a full cache of 16 samples whose epoch
+    budget holds 12 cut epoch 0 with 12 under ``--min-samples 14``, and a window's look-ahead
+    counted the next window's samples too. A minimum above 1 is checked against the epoch itself
+    (at 1, an epoch's only condition is one complete sample, as before)."""
+    least = max(1, policy.min_samples)
+    if not at_least(db, least):
         return False, None
     if policy.schedule is None:
+        # The budget the cut would use (:func:`.snapshot.budget_at_cut`), asked only when the
+        # epoch budget falls short (it may read the catalog).
+        if least > 1 and newest_fitting(db, policy.epoch_budget, least) < least and \
+                newest_fitting(db, budget_at_cut(db, policy), least) < least:
+            return False, None
         return not first_round_pending(db), None
     if db.execute("SELECT 1 FROM meta WHERE name='listing_complete'").fetchone() is None:
         return False, None  # windows are positions in the order of a complete listing
     span = ahead.fetch(db, policy, n) or scan(db, policy, n)  # one row when measured ahead
-    return span.missing == 0, span
+    return span.missing == 0 and (least == 1 or span.cached >= least), span
 
 
 def _newest(db: sqlite3.Connection) -> int | None:
@@ -127,7 +138,7 @@ def _insert_epoch(db: sqlite3.Connection, policy: Policy, n: int, span: Span | N
     bounds: tuple[int | None, str | None, int | None, str | None] = (None, None, None, None)
     if policy.schedule is None:
         # From the running totals (:mod:`.snapshot`), not a count of the epoch's rows.
-        first, samples, nbytes = newest_within(db, policy.epoch_budget, max_all)
+        first, samples, nbytes = newest_within(db, budget_at_cut(db, policy), max_all)
     else:
         span = span or ahead.fetch(db, policy, n) or scan(db, policy, n)
         bounds = record(db, span, n, max_all) or bounds
@@ -298,7 +309,36 @@ def process_cut_requests(ix: Index, policy: Policy) -> list[tuple[int, float]]:
     if policy.schedule is not None:
         # The next window's facts, measured ahead of its cut (once per epoch; a look otherwise).
         ahead.prepare(ix, policy, next_number(ix))
+    if not done:
+        _say_never(ix, policy)
     return done
+
+
+SAY_EVERY = 1.0
+"""Seconds between the sampler's looks at whether the first cut can never come (:func:`_say_never`)."""
+
+_said: dict[str, tuple[float, str]] = {}
+"""Per index path: when :func:`_say_never` last looked, and the warning it last logged."""
+
+
+def _say_never(ix: Index, policy: Policy) -> None:
+    """Log, once per warning, that the first epoch can never be cut (``--min-samples`` above what
+    the listing, the epoch budget or the first window holds): the warning ``epochfs status``,
+    ``/readyz`` and the torch client show (:func:`.stats.read_stats`), in the sampler's log too,
+    where its backpressure line alone said "waiting for a cut" that cannot come. The sampler calls
+    this several times a second: a look at most every :data:`SAY_EVERY` s, none once an epoch exists."""
+    key, now = str(ix.path), time.monotonic()
+    looked, said = _said.get(key, (float("-inf"), ""))
+    if now - looked < SAY_EVERY:
+        return
+    with ix.read() as db:
+        if db.execute("SELECT 1 FROM epochs LIMIT 1").fetchone() is not None:
+            _said[key] = (now, "")
+            return
+    warning = (read_stats(ix, policy).first_epoch or {}).get("warning") or ""
+    if warning and warning != said:
+        log.warning("epoch 0: %s", warning)
+    _said[key] = (now, warning)
 
 
 def newest(ix: Index) -> int | None:

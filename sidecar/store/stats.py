@@ -13,9 +13,14 @@ import sqlite3
 import time
 from typing import Any
 
+from epochfs.sidecar.store import ahead
 from epochfs.sidecar.store.index import Index, Meta
 from epochfs.sidecar.store.meta import COUNTER_NAMES
 from epochfs.sidecar.store.records import Policy, Stats
+from epochfs.sidecar.store.snapshot import budget_at_cut
+
+CACHE_FULL = "cache full"
+"""The sampler's backpressure reason for a full cache with nothing evictable (sampler/room.py)."""
 
 FIRST_ROUND_WAIT = 3.0
 """Seconds from a listing's start that the first epoch waits for a page of every folder."""
@@ -42,6 +47,7 @@ def read_stats(ix: Index, policy: Policy) -> Stats:
                 "WHERE retired=0 ORDER BY n"
             )
         ]
+        first = None if epochs else _first_epoch(db, policy, int(samples), listing, reason)
     return Stats(
         cache_bytes=int(nbytes),
         capacity_bytes=policy.capacity,
@@ -55,7 +61,7 @@ def read_stats(ix: Index, policy: Policy) -> Stats:
         latest_epoch=int(epochs[-1]["epoch"]) if epochs else None,
         mode="schedule" if policy.schedule else "snapshot",
         listing=listing,
-        first_epoch=None if epochs else _first_epoch(policy, int(samples), listing),
+        first_epoch=first,
         publish_paused=publish_paused,
         repairing=repairing,
         lost=lost,
@@ -63,20 +69,84 @@ def read_stats(ix: Index, policy: Policy) -> Stats:
     )
 
 
-def _first_epoch(policy: Policy, samples: int, listing: dict[str, Any]) -> dict[str, Any]:
-    """What the first cut waits for, from figures already read (no scan: status is read twice a
-    second): the samples its condition needs (``--min-samples``, or the first schedule window's
-    size, whose keys are fetched first) and how many are cached."""
-    target = policy.schedule.size(0) if policy.schedule is not None else max(1, policy.min_samples)
-    doc: dict[str, Any] = {"samples": samples, "target": int(target)}
-    if policy.schedule is None and awaits_first_round(listing, FIRST_ROUND_WAIT):
+def _first_epoch(db: sqlite3.Connection, policy: Policy, samples: int, listing: dict[str, Any],
+                 backpressure: str | None) -> dict[str, Any]:
+    """What the first cut waits for, from figures already read and at most a few rows more (no
+    scan: status is read twice a second): the samples its condition needs (``--min-samples``, or
+    the first schedule window's keys, whose samples are fetched first) and how many are cached;
+    and a ``warning`` when it can never be met, which ``epochfs status``, ``/readyz``, the torch
+    client's wait and the sampler's log (:func:`.epochs.process_cut_requests`) show: a trainer
+    would otherwise wait for epoch 0 until its timeout, told only "40/1000"."""
+    least = max(1, policy.min_samples)
+    if policy.schedule is not None:
+        return _first_window(db, policy, samples, least)
+    doc: dict[str, Any] = {"samples": samples, "target": least}
+    if awaits_first_round(listing, FIRST_ROUND_WAIT):
         doc["listing_round"] = True
     listed = listing.get("estimated_objects") if listing.get("complete") else None
-    if policy.schedule is None and listed is not None and 0 < listed < target and samples < target:
-        # Never reached: a trainer would wait for epoch 0 until its timeout, told only "40/1000".
-        doc["warning"] = (f"--min-samples {target} is more than the {listed} objects the complete "
+    if listed is not None and 0 < listed < least and samples < least:
+        doc["warning"] = (f"--min-samples {least} is more than the {listed} objects the complete "
                           "listing holds for this node: epoch 0 is never cut; lower --min-samples")
+    elif backpressure == CACHE_FULL and least > 1:
+        # Full with nothing evictable: no sample comes and none goes until a cut, so the epoch
+        # budget's newest samples are all epoch 0 would ever hold.
+        fit = newest_fitting(db, budget_at_cut(db, policy), least)
+        if fit < least:
+            doc["warning"] = (
+                f"--min-samples {least} is more than the {fit} samples an epoch holds: --capacity "
+                f"{_size(policy.capacity)} less --headroom {policy.headroom:.0%} leaves "
+                f"{_size(policy.epoch_budget)} for an epoch, and the cache is full with nothing "
+                "evictable: epoch 0 is never cut; lower --min-samples or raise --capacity")
     return doc
+
+
+def _first_window(db: sqlite3.Connection, policy: Policy, samples: int, least: int) -> dict[str, Any]:
+    """Schedule mode: the first window's cached keys of those it will hold, once its facts are
+    measured ahead (one row, :func:`.ahead.fetch`); before, the cache's samples of the schedule's
+    ``initial=``. The window holds its keys within the epoch budget that were not skipped, and no
+    more, ever: below ``--min-samples`` it is never cut (``--min-samples`` above ``initial=`` is
+    refused at the start)."""
+    assert policy.schedule is not None
+    row = db.execute("SELECT MIN(n) FROM ahead").fetchone()
+    span = None if row[0] is None else ahead.fetch(db, policy, int(row[0]))
+    if span is None:
+        return {"samples": samples, "target": max(least, policy.schedule.size(0))}
+    n, holds = int(row[0]), span.cached + span.missing
+    doc: dict[str, Any] = {"samples": span.cached, "target": max(least, holds)}
+    if holds < least:
+        why = []
+        if span.hi < policy.schedule.size(n):
+            why.append(f"the complete listing holds {span.hi} keys for this node")
+        if span.lo > 0:
+            why.append(f"the epoch budget ({_size(policy.epoch_budget)}: --capacity less --headroom) "
+                       f"holds {span.hi - span.lo} of its first {span.hi} keys")
+        if span.hi - span.lo > holds:
+            why.append(f"{span.hi - span.lo - holds} of them were skipped")
+        doc["warning"] = (f"--min-samples {least} is more than the {holds} samples epoch {n}'s window "
+                          f"holds ({'; '.join(why) or 'its keys'}): it is never cut; lower --min-samples")
+    return doc
+
+
+def _size(n: float) -> str:
+    """Binary units as the settings write them (``48.0 KiB``: config's format_size, which the store
+    may not import)."""
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if abs(n) < 1024:
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n:.1f} TiB"
+
+
+def newest_fitting(db: sqlite3.Connection, budget: int, count: int) -> int:
+    """How many of the newest ``count`` samples a snapshot epoch of ``budget`` bytes holds: the
+    epoch is the newest samples whose sizes sum to at most the budget (:mod:`.snapshot`), so it
+    holds ``count`` or more exactly when the newest ``count`` fit. Reads at most ``count`` rows
+    (as :func:`at_least` does), never the table: the cut condition is polled on every lookup."""
+    row = db.execute(
+        "SELECT COUNT(*) FROM (SELECT SUM(size) OVER (ORDER BY id DESC ROWS UNBOUNDED PRECEDING) AS t "
+        "FROM (SELECT id, size FROM samples ORDER BY id DESC LIMIT ?)) WHERE t <= ?",
+        (count, budget)).fetchone()
+    return int(row[0])
 
 
 def _meta(db: sqlite3.Connection, key: Meta) -> str | None:

@@ -225,7 +225,11 @@ class Model:
         return sorted(n for n, e in self.epochs.items() if not e.retired)
 
     def condition(self) -> bool:
-        return len(self.samples) >= max(1, self.policy.min_samples)
+        # What the epoch would hold (the newest samples within the epoch budget), not the cache.
+        least = max(1, self.policy.min_samples)
+        newest = self.by_id()[-least:]
+        fits = least == 1 or sum(s.size for s in newest) <= self.policy.epoch_budget
+        return len(newest) >= least and fits
 
     def signature(self) -> dict[str, Any]:
         counters = dict(self.counters, cache_bytes=self.cache_bytes, cache_samples=len(self.samples))
@@ -1400,11 +1404,11 @@ class Sweep:
 
     def __init__(self, base: Path) -> None:
         m = self.machine = StoreMachine(base)
-        # Keep one epoch, a 3,072-byte epoch budget, six samples before a lookup may cut.
-        m.setup(keep=1, headroom=0.25, min_samples=6, in_use=60.0)
+        # Keep one epoch, a 3,072-byte epoch budget, five samples in it before a lookup may cut.
+        m.setup(keep=1, headroom=0.25, min_samples=5, in_use=60.0)
         m.fetch(0, [(700, "admit")] * 5, None)  # 3,500 of 4,096 bytes
         m.cut("default", 0, True)  # epoch 0 (forced): the four newest; the oldest is evictable
-        m.lookup("next", 0)  # epoch 1 asked for: five samples of six, so queued
+        m.lookup("next", 0)  # epoch 1 asked for: five of 700 B exceed the budget, so queued
         m.fetch(9, [(300, "keep")], None)  # a download in flight
         m.check_all()
         self.saved = base / "saved"
@@ -1431,8 +1435,8 @@ class Sweep:
         """The sampler's next moves, each one a transaction or a few (see the comments)."""
         m = self.machine
         child = ChildPlan(m)
-        assert child.download(KEYS[20], 700)  # reserve: evicts the oldest sample, then writes
-        child.admit([KEYS[20], *sorted(m.inflight)])  # two admitted: six samples
+        assert child.download(KEYS[20], 300)  # reserve: evicts the oldest sample, then writes
+        child.admit([KEYS[20], *sorted(m.inflight)])  # two admitted: the newest five fit
         child.serve()  # the queued cut: epoch 1
         child.read(0)  # epoch 0 in use
         child.retire(m.clock + 1000)  # ... no longer: it retires
@@ -1523,9 +1527,9 @@ def test_a_killed_cut_leaves_no_temp_file(base: Path) -> None:
     try:
         m = sweep.reset()
         child = ChildPlan(m)
-        assert child.download(KEYS[20], 700)
+        assert child.download(KEYS[20], 300)
         child.admit([KEYS[20], *sorted(m.inflight)])
-        child.cut(None)  # six samples: the cut is made
+        child.cut(None)  # the newest five fit the budget: the cut is made
         assert m.crash_and_recover(child, CrashPoint(2, "file", 1))  # before the mark's fsync
         m.check_all()
         left = sorted(p.name for p in m.root.iterdir() if HWM_TEMP.fullmatch(p.name))
@@ -1607,7 +1611,7 @@ def test_a_killed_cut_is_no_epoch_after_a_rebuild(base: Path) -> None:
     try:
         m = sweep.reset()
         child = ChildPlan(m)
-        assert child.download(KEYS[20], 700)
+        assert child.download(KEYS[20], 300)
         child.admit([KEYS[20], *sorted(m.inflight)])
         child.cut(None)  # epoch 1: killed before its COMMIT, its members file in place
         assert m.crash_and_recover(child, CrashPoint(2, "commit", 2))
