@@ -111,8 +111,8 @@ class SamplerSettings(CacheSettings):
                                            "buffer each; 100,000 could not be started"))
     endpoint_url: str | None = _opt("--endpoint-url", "S3-compatible endpoint, an http(s) URL such as "
                                     "http://minio:9000 (AWS_* credentials honoured)", parse=_endpoint_url)
-    min_samples: int = _opt("--min-samples", "complete samples needed before epoch 0 can be cut",
-                            default=1, parse=_positive_int)
+    min_samples: int = _opt("--min-samples", "complete samples an epoch holds at least (no cut "
+                            "holds fewer, but for `epochfs cut --force`)", default=1, parse=_positive_int)
     keep_epochs: int = _opt("--keep-epochs", "newest epochs kept pinned", default=2, parse=_positive_int)
     max_object_size: int | None = _opt("--max-object-size",
                                        "skip objects larger than this (default: what an epoch can hold)",
