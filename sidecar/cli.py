@@ -28,6 +28,7 @@ from epochfs.sidecar import cli_bench, cli_cache, cli_index, config, redact, vol
 from epochfs.sidecar.confparse import _endpoint_url, _non_negative_float, _port, _positive_float
 from epochfs.sidecar.remote.registry import HELP as REMOTE_HELP
 from epochfs.sidecar.store import NoRoom, StoreError
+from epochfs.sidecar.store.placement import over_cache
 
 log = logging.getLogger("epochfs")
 
@@ -73,10 +74,22 @@ def _cmd_publish(ns: argparse.Namespace) -> int:
     return run_publish(cache=settings.cache, folder=settings.mount, link_root=settings.link_root)
 
 
+def _refuse_view_over_cache(settings: config.SidecarSettings) -> None:
+    """A folder view's ``--mount`` at or over the cache, refused (exit 2, the termination message
+    too) before the cache is made in it, which would leave it behind and make the folder look
+    "not empty" to the supervisor's own check."""
+    refused = over_cache(settings.mount, settings.cache)
+    if refused is not None:
+        from epochfs.sidecar.supervisor.core import write_termination_message
+
+        write_termination_message(settings.termination_log, f"epochfs sidecar: {refused}")
+        raise config.ConfigError(refused)
+
+
 def _cmd_sidecar(ns: argparse.Namespace) -> int:
     settings = config.from_args(config.SidecarSettings, ns)
-    if settings.view == "folder":  # before the cache is made, perhaps in it
-        volumes.check_view_folder(settings.mount, create=False, cache=settings.cache)
+    if settings.view == "folder":  # before the cache is made, perhaps in it: the folder's other
+        _refuse_view_over_cache(settings)  # checks come with the supervisor's (termination log)
     volumes.check_cache(settings.cache, create=True)
     from epochfs.sidecar.supervisor import run_sidecar
 
