@@ -47,10 +47,10 @@ from epochfs.sidecar.folderview_ahead import AheadTree, Tainted
 from epochfs.sidecar.folderview_classes import render_classes
 from epochfs.sidecar.folderview_grace import Grace
 from epochfs.sidecar.folderview_lost import LostRecord
+from epochfs.sidecar.folderview_owned import Owned
 from epochfs.sidecar.folderview_remove import Remover
 from epochfs.sidecar.folderview_window import WindowTree, ahead_tree
 from epochfs.sidecar.store import Store
-from epochfs.sidecar.volumes import published_epoch
 from epochfs.torchclient.layout import (
     CLASSES_NAME,
     CONTROL_DIR,
@@ -77,9 +77,6 @@ from epochfs.torchclient.publish import (
 )
 
 log = logging.getLogger("epochfs.folderview")
-
-BLOCKED_REPEAT = 60.0
-"""Seconds between the errors about a live epoch a user's ``epoch-N/`` hides."""
 
 __all__ = ["CONTROL_TEMP_PREFIX", "DIR_MODE", "FILE_MODE", "TEMP_PREFIX", "FolderPublisher", "Recovery",
            "Step"]
@@ -138,12 +135,13 @@ class FolderPublisher:
         self._lost = LostRecord(folder)  # lost samples' entries: placeholders answering ELOOP
         self._grace = Grace(store)
         self._unshown: set[int] = set()  # manifests written whose epoch a failed publish did not show
-        self._foreign: set[int] = set()  # epoch-N/ folders it did not write, warned about once
-        self._own: dict[int, tuple[int, int]] = {}  # epoch-N/ it wrote: (st_dev, st_ino) seen then
-        self._blocked_said: dict[int, float] = {}  # live epochs a foreign folder hides: last error
-        self.blocked: str | None = None
+        self._owned = Owned(folder)  # the epoch-N/ it wrote; a user's of the same name never taken
+
+    @property
+    def blocked(self) -> str | None:
         """Why a live epoch is not shown (a folder epochfs did not write holds its name), or None:
         recorded as the publisher's pause reason by :func:`.folderview.run_publish`."""
+        return self._owned.blocked
 
     # ------------------------------------------------------------------ what is in the folder
     def visible(self) -> list[int]:
@@ -153,42 +151,6 @@ class FolderPublisher:
         except FileNotFoundError:
             return []
         return sorted(n for n in map(parse_epoch_name, names) if n is not None)
-
-    def _ours(self, visible: set[int]) -> set[int]:
-        """Of the ``visible`` epochs, those the publisher wrote: one it showed (same folder since),
-        or one that passes :func:`.volumes.published_epoch` (written before a restart). A user's
-        ``epoch-N/`` is never taken for the epoch (neither shown over nor pointed at)."""
-        own: dict[int, tuple[int, int]] = {}
-        for n in visible:
-            try:
-                st = os.lstat(self.folder / epoch_name(n))
-            except OSError:
-                continue
-            if self._own.get(n) == (st.st_dev, st.st_ino) or published_epoch(self.folder, n):
-                own[n] = (st.st_dev, st.st_ino)
-        self._own = own
-        return set(own)
-
-    def _shown(self, n: int) -> None:
-        """Record ``epoch-N/`` as written by this publisher (just shown)."""
-        st = os.lstat(self.folder / epoch_name(n))
-        self._own[n] = (st.st_dev, st.st_ino)
-
-    def _report_blocked(self, blocked: list[int]) -> None:
-        """A live epoch a foreign ``epoch-N/`` hides: an error when it becomes live, then at most
-        once a minute, and :attr:`blocked` (the pause reason) until the folder is moved away."""
-        now = time.monotonic()
-        for n in blocked:
-            if now - self._blocked_said.get(n, -1e18) >= BLOCKED_REPEAT:
-                self._blocked_said[n] = now
-                log.error("%s: epoch %d is live but cannot be published: %s holds its name and was not "
-                          "published by epochfs; move it out of the folder view (epoch %d is shown "
-                          "once it is gone)", self.folder, n, epoch_name(n), n)
-        for n in set(self._blocked_said) - set(blocked):
-            del self._blocked_said[n]
-        self.blocked = None if not blocked else (
-            f"epochs {blocked} cannot be published: {', '.join(epoch_name(n) for n in blocked)} in "
-            f"{self.folder} not published by epochfs; move them out of the folder view")
 
     # ------------------------------------------------------------------ start-up
     def recover(self) -> Recovery:
@@ -221,7 +183,7 @@ class FolderPublisher:
         stale = [n for n in visible if n not in live or not self._matches(n)]
         # latest first, to an epoch that stays, so it never points at one being removed.
         kept = [n for n in visible if n not in stale]
-        self._ours(set(kept))
+        self._owned.ours(set(kept))
         self._write_latest(max(kept) if kept else None)
         report.stale = [n for n in stale if self._retire(n)]
         report.foreign = [n for n in stale if n not in report.stale]  # a user's: never removed
@@ -263,7 +225,7 @@ class FolderPublisher:
         done = Step()
         live_now = frozenset(e.epoch for e in self.store.epochs())
         status_due = time.monotonic() - self._status_written >= self.status_seconds
-        moved = any(not os.path.lexists(self.folder / epoch_name(n)) for n in self._blocked_said)
+        moved = self._owned.moved()
         if live_now == self._live_seen and not status_due and not force_status and not moved:
             self._grace.retry(live_now)  # never before a publish: a busy index would delay its show
             done.pending = self._advance()
@@ -275,7 +237,7 @@ class FolderPublisher:
         # when it appears (lost.json is written before status.json counts the loss).
         self._lost.update(self.store, lambda name, data: self._replace_control(name, data, fsync=False),
                           lambda name: (self.control / name).unlink(missing_ok=True))
-        own = self._ours(visible)
+        own = self._owned.ours(visible)
         blocked = sorted(n for n in snap.live if n in visible - own)  # a user's folder has its name
         todo = [n for n in sorted(snap.live) if n not in visible]
         for n in todo:  # the tree built ahead stands for any of them; the next tree follows
@@ -288,9 +250,9 @@ class FolderPublisher:
                     self._ahead.rebase(n)
             else:
                 continue
-            self._shown(n)
-        self._report_blocked(blocked)
-        latest = snap.latest if snap.latest in self._own else None  # only ever an epoch it wrote
+            self._owned.shown(n)
+        self._owned.report_blocked(blocked)
+        latest = snap.latest if snap.latest is not None and self._owned.holds(snap.latest) else None
         if latest != self._latest or not (self.folder / LATEST_NAME).is_symlink():
             self._write_latest(latest)
         done.latest = latest
@@ -322,7 +284,7 @@ class FolderPublisher:
         if self._ahead is None:
             self._ahead = ahead_tree(store=self.store, folder=self.folder, link_root=self.view.link_root,
                                      temp_prefix=TEMP_PREFIX)  # a window in schedule mode
-            for n in sorted(self._own)[-1:]:  # after a restart too: link from what is published
+            for n in self._owned.newest()[-1:]:  # after a restart too: link from what is published
                 self._ahead.rebase(n)
         try:
             self._ahead.advance()
@@ -431,12 +393,7 @@ class FolderPublisher:
         """``epoch-N/`` disappears at once (renamed away), then its manifest, then its files;
         False, with a warning once, for an ``epoch-N/`` the publisher did not write (a user's
         folder in ``--mount``): what epochfs did not publish it never removes."""
-        if os.path.lexists(self.folder / epoch_name(n)) and not published_epoch(self.folder, n):
-            if n not in self._foreign:
-                self._foreign.add(n)
-                log.warning("%s: %s was not published by epochfs (no manifest in %s/, or files "
-                            "rather than links): left as it is; move it out of the folder view",
-                            self.folder, epoch_name(n), CONTROL_DIR)
+        if self._owned.foreign(n):
             return False
         gone = retire_tree(self.folder / epoch_name(n))
         (self.control / manifest_name(n)).unlink(missing_ok=True)
