@@ -60,13 +60,23 @@ def _serves(car: Sidecar, objects: dict[str, bytes]) -> bool:
     return True
 
 
+def _remount_read_only(folder: Path) -> bool:
+    done = subprocess.run(["mount", "-o", "remount,ro,bind", str(folder)], capture_output=True, text=True)
+    if done.returncode != 0 and "busy" not in done.stderr:
+        raise RuntimeError(f"remount read-only: {done.stderr.strip()}")
+    return done.returncode == 0
+
+
 @contextlib.contextmanager
 def _read_only(folder: Path) -> Iterator[None]:
     """``folder`` read-only for every process that reaches it by its path, as a volume remounted
     read-only is (the read-only bind of ``objects/`` under it is carried along: --rbind)."""
     subprocess.run(["mount", "--rbind", str(folder), str(folder)], check=True)
     try:
-        subprocess.run(["mount", "-o", "remount,ro,bind", str(folder)], check=True)
+        # The kernel refuses to make a mount read-only while a file is open for writing through it
+        # (EBUSY, "mount point is busy"): the sampler's downloads write through the new bind from
+        # the moment it exists, so the remount is tried until it finds a moment between two.
+        wait_until(lambda: _remount_read_only(folder), timeout=60, what="the cache remounted read-only")
         yield
     finally:
         subprocess.run(["umount", "-l", str(folder)], check=True)
