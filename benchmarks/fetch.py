@@ -205,10 +205,8 @@ def after_start_up(mine: list[Run], theirs: list[Run], base: str) -> str:
             f"off both: epochfs {a:.2f}s, {base} {b:.2f}s)")
 
 
-def spread(values: list[float], fmt: str = ".2f") -> str:
-    """``median [min-max]`` of ``values``: a median never shown without its spread."""
-    return (f"{statistics.median(values):{fmt}} [{min(values):{fmt}}-{max(values):{fmt}}]"
-            if values else "-")
+spread = harness.spread
+"""``median [min-max]``: the harness's one definition, under the name this module's callers use."""
 
 
 def files_in(dest: Path) -> tuple[int, int]:

@@ -27,19 +27,27 @@ class Stat:
     """``R``, ``S``, ``Z`` (exited, not yet waited for), ..."""
     ppid: int
     session: int
+    start: int
+    """When it started, in clock ticks after boot: with the pid, names one process (a pid reused
+    by a later process has another)."""
 
 
-def stat(pid: int) -> Stat | None:
-    """``pid``'s :class:`Stat`, or None where it is gone (or its line cannot be read)."""
+PROC = Path("/proc")
+
+
+def stat(pid: int, proc: Path = PROC) -> Stat | None:
+    """``pid``'s :class:`Stat` (from ``proc``, ``/proc`` but in tests), or None where it is gone
+    (or its line cannot be read)."""
     try:
-        raw = Path(f"/proc/{pid}/stat").read_bytes()
+        raw = (proc / str(pid) / "stat").read_bytes()
     except OSError:
         return None
     head, _, tail = raw.rpartition(b")")  # the name may hold spaces and parentheses
     fields = tail.split()
     try:
         return Stat(pid=pid, name=head.partition(b"(")[2].decode("utf-8", "replace"),
-                    state=fields[0].decode("ascii", "replace"), ppid=int(fields[1]), session=int(fields[3]))
+                    state=fields[0].decode("ascii", "replace"), ppid=int(fields[1]), session=int(fields[3]),
+                    start=int(fields[19]))
     except (IndexError, ValueError):
         return None
 

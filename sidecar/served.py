@@ -41,6 +41,9 @@ import threading
 from collections.abc import Callable
 from pathlib import Path
 
+from epochfs.sidecar import procfs
+from epochfs.sidecar.procfs import PROC
+
 log = logging.getLogger("epochfs.served")
 
 FAN_CLASS_NOTIF = 0x0
@@ -53,7 +56,6 @@ FAN_EVENT_ON_CHILD = 0x08000000
 FAN_Q_OVERFLOW = 0x4000
 FAN_NOFD = -1
 AT_FDCWD = -100
-PROC = Path("/proc")
 CLI_MODULES = frozenset({"epochfs.sidecar.cli"})
 """``python -m`` modules that are the epochfs command line (the console script is ``epochfs``)."""
 OWN_NAMES = frozenset({"epochfs", "epochfs-listing"})
@@ -66,21 +68,6 @@ _EVENT = struct.Struct("IBBHQii")  # event_len, vers, reserved, metadata_len, ma
 GATHER_SECONDS = 0.05
 """How long the counter lets open events queue after a wake-up before it reads them: the counts lag
 by that much, and a reader's thousand opens a second cost tens of wake-ups, not a thousand."""
-
-
-def _stat(pid: int, proc: Path) -> tuple[int, int] | None:
-    """(parent pid, start time in clock ticks) of ``pid``; None when it is gone (or unreadable)."""
-    try:
-        raw = (proc / str(pid) / "stat").read_bytes()
-    except OSError:
-        return None
-    # "pid (comm) state ppid ... starttime": comm may hold spaces and parentheses, so split after
-    # the last ')'; ppid is the 2nd field from there, starttime the 20th.
-    fields = raw[raw.rfind(b")") + 2:].split()
-    try:
-        return int(fields[1]), int(fields[19])
-    except (IndexError, ValueError):
-        return None
 
 
 def is_epochfs_command(comm: str, argv: list[str]) -> bool:
@@ -161,14 +148,14 @@ class OwnProcesses:
     def ours(self, pid: int) -> bool:
         if pid <= 0 or pid == self.root:  # 0: a process of another PID namespace
             return False
-        stat = _stat(pid, self.proc)
+        stat = procfs.stat(pid, self.proc)
         kept = self._verdicts.get(pid)
         if stat is None:  # exited: what it was while it ran (unknown: counted)
             return kept is not None and kept[1]
-        if kept is not None and kept[0] == stat[1]:
+        if kept is not None and kept[0] == stat.start:
             return kept[1]
-        verdict = self._descends(stat[0]) or _runs_epochfs(pid, self.proc)
-        self._verdicts[pid] = (stat[1], verdict)
+        verdict = self._descends(stat.ppid) or _runs_epochfs(pid, self.proc)
+        self._verdicts[pid] = (stat.start, verdict)
         return verdict
 
     def _descends(self, ppid: int) -> bool:
@@ -177,18 +164,18 @@ class OwnProcesses:
                 return True
             if ppid <= 1:
                 return False
-            stat = _stat(ppid, self.proc)
+            stat = procfs.stat(ppid, self.proc)
             if stat is None:
                 return False
-            ppid = stat[0]
+            ppid = stat.ppid
         return False
 
     def exited(self) -> set[int]:
         """Pids with a verdict whose process is gone (or replaced)."""
         gone = set()
         for pid, (started, _) in self._verdicts.items():
-            stat = _stat(pid, self.proc)
-            if stat is None or stat[1] != started:
+            stat = procfs.stat(pid, self.proc)
+            if stat is None or stat.start != started:
                 gone.add(pid)
         return gone
 
