@@ -6,6 +6,7 @@ now refused at render with a message naming the value; and the /tmp size limit, 
 * a cache.capacity, remote.endpointUrl or sidecar.schedule the sidecar refuses at start (the pod
   crash-loops, the Job never ends): checked against the sidecar's own parsers, so every form it
   accepts still renders;
+* a sidecar.minSamples above the schedule's initial keys (no epoch could ever be cut);
 * chart mount paths at /dev/shm, and an extra mount equal to sidecar.mountPath written with a
   trailing slash: two mounts at one path;
 * an extra volume named epochfs-*: the chart's names.
@@ -127,6 +128,22 @@ def test_schedule_refused_where_the_sidecar_refuses_it(helm_bin: Path, tmp_path:
     else:
         assert rc != 0, f"rendered sidecar.schedule {schedule!r}, which the sidecar refuses"
         assert "sidecar.schedule" in err and schedule in err, err
+
+
+@pytest.mark.parametrize(("min_samples", "schedule"), [
+    (5, "initial=4"), (4, "initial=4"), (1001, "growth=2"), (1000, "growth=2"), (3, "initial=1_0"),
+    (11, "initial=+1_0,growth=1.5"), (2, ""),
+])
+def test_min_samples_above_schedule_initial_refused(helm_bin: Path, tmp_path: Path, min_samples: int,
+                                                     schedule: str) -> None:
+    """More minSamples than a schedule's epoch 0 holds is never met: the sidecar refuses the pair
+    at start (its pod would crash-loop), so the chart refuses it at render."""
+    rc, err = template(helm_bin, {"sidecar": {"schedule": schedule, "minSamples": min_samples}}, tmp_path)
+    if schedule and min_samples > Schedule.parse(schedule).initial:
+        assert rc != 0, f"rendered minSamples {min_samples} with schedule {schedule!r}"
+        assert "sidecar.minSamples" in err and "initial=" in err, err
+    else:
+        assert rc == 0, err
 
 
 def test_sidecar_values_checked_in_webhook_profiles(helm_bin: Path, tmp_path: Path) -> None:

@@ -128,6 +128,27 @@ profile get the same refusals. Each takes the chart's context (or a dict with it
 {{- end -}}
 {{- include "epochfs.checkEndpointUrl" $v.remote.endpointUrl -}}
 {{- include "epochfs.checkSchedule" $v.sidecar.schedule -}}
+{{- include "epochfs.checkMinSamples" $v.sidecar -}}
+{{- end -}}
+
+{{/* sidecar.minSamples against sidecar.schedule's initial (1000 when not given): a schedule's
+     epoch 0 holds initial keys, so more minSamples than that is never met, and the sidecar
+     refuses the pair at start (SidecarSettings.validate). Runs after checkSchedule: the
+     schedule is well formed here. */}}
+{{- define "epochfs.checkMinSamples" -}}
+{{- $s := toString (default "" .schedule) -}}
+{{- if $s -}}
+{{- $initial := 1000 | int64 -}}
+{{- range $part := splitList "," $s -}}
+{{- if eq (trim (regexReplaceAll "=.*$" $part "")) "initial" -}}
+{{- $initial = trim (regexReplaceAll "^[^=]*=" $part "") | replace "_" "" | trimPrefix "+" | int64 -}}
+{{- end -}}
+{{- end -}}
+{{- $min := int64 (default 1 .minSamples) -}}
+{{- if gt $min $initial -}}
+{{- fail (printf "sidecar.minSamples %d is more than sidecar.schedule's initial=%d: epoch 0 of the schedule holds %d keys, so no epoch could ever be cut; the sidecar refuses the pair at start and its pod crash-loops. Lower minSamples or raise initial" $min $initial $initial) -}}
+{{- end -}}
+{{- end -}}
 {{- end -}}
 
 {{/* remote.endpointUrl (argument: the value): empty, or an http(s) URL with a host and, after a
