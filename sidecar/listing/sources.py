@@ -39,6 +39,7 @@ from dataclasses import dataclass
 from itertools import islice
 from typing import NamedTuple, Protocol
 
+from epochfs.sidecar.listing.firstrequest import first_request
 from epochfs.sidecar.listing.keptpage import KeptPage
 from epochfs.sidecar.listing.retry import while_throttled
 from epochfs.sidecar.remote import PagedRemote, Remote, RemoteObject
@@ -391,7 +392,7 @@ class SerialSource:
         """The one span, after the listing's first request where the remote walks a bucket
         (``gs://``, ``az://``: :func:`first_request`), so a store that refuses the listing fails
         here, at the start, as a paged remote's first page does."""
-        first_request(self.remote, stop=self.stop, rng=self.rng)
+        first_request(self.remote, stop=self.stop, rng=self.rng, bounds=DISCOVERY_RETRY)
         return [Span("", "", None)]
 
     def pages(self, span: Span, after: str) -> Iterator[Page]:
@@ -408,16 +409,6 @@ class SerialSource:
                 return
 
 
-def first_request(remote: Remote, *, stop: threading.Event | None, rng: random.Random) -> None:
-    """The first request of a remote's listing that is not read at the start otherwise
-    (:meth:`~epochfs.sidecar.remote.base.Remote.probe`: a bucket walk's first page, an
-    ``http(s)://`` index's first bytes; nothing for the others), read again while the store
-    throttles it: a refusal raises :class:`~epochfs.sidecar.remote.RemoteError` before the
-    listing runs beside the sampler, which would try it again for ever."""
-    while_throttled(remote.probe, stop=stop, rng=rng, bounds=DISCOVERY_RETRY, log=log,
-                    what=f"listing {remote.url}")
-
-
 def source_for(remote: Remote, *, max_spans: int = MAX_FOLDER_SPANS, page: int = PAGE,
                stop: threading.Event | None = None) -> Source:
     """The parallel source when the remote lists in pages, else the serial one (``page``
@@ -429,5 +420,5 @@ def source_for(remote: Remote, *, max_spans: int = MAX_FOLDER_SPANS, page: int =
     return SerialSource(remote, page=page, stop=stop)
 
 
-__all__ = ["Page", "PagedRemote", "PagedSource", "SerialSource", "Source", "Span", "first_request",
+__all__ = ["Page", "PagedRemote", "PagedSource", "SerialSource", "Source", "Span",
            "source_for"]

@@ -264,7 +264,7 @@ class Remote(ABC):
 
     def probe(self) -> None:
         """The listing's first request alone, read at the start (:func:`~epochfs.sidecar.listing.
-        sources.first_request`), so that a store refusing the listing ends the start with the
+        firstrequest.first_request`), so that a store refusing the listing ends the start with the
         fix named instead of meeting it only in the listing beside the sampler. Nothing by
         default: a paged remote's first page is read at the start anyway, and a ``file://``
         folder fails when it is opened; a remote that walks a bucket (``gs://``, ``az://``) or

@@ -156,3 +156,53 @@ def test_a_read_from_a_silent_endpoint_is_unavailable_within_the_read_timeout(
             assert took < 15.0
     finally:
         remote.close()
+
+
+@pytest.mark.parametrize("scheme", ["gs", "az"])
+def test_sigterm_while_the_start_probe_waits_stops_at_once(scheme: str, tmp_path: Path) -> None:
+    """A stop (the pod's SIGTERM) while the start's first listing request waits for a store that
+    accepted the connection and never answers: a clean exit 0 at once, not after the request's
+    ``--read-timeout`` (two minutes here, longer than a pod's termination grace: the kubelet
+    would SIGKILL the sampler first)."""
+    pytest.importorskip({"gs": "gcsfs", "az": "adlfs"}[scheme])
+    accepted = threading.Event()
+    server = socket.create_server(("127.0.0.1", 0))
+    held: list[socket.socket] = []
+
+    def accept() -> None:
+        while True:
+            try:
+                conn, _ = server.accept()
+            except OSError:  # closed
+                return
+            held.append(conn)
+            accepted.set()
+
+    thread = threading.Thread(target=accept, daemon=True)
+    thread.start()
+    endpoint = f"http://127.0.0.1:{server.getsockname()[1]}"
+    if scheme == "az":
+        endpoint += f"/{AZURITE_ACCOUNT}"
+    proc = subprocess.Popen(
+        [EPOCHFS, "sample", "--cache", str(tmp_path / "cache"), "--remote", f"{scheme}://bkt/train",
+         "--endpoint-url", endpoint, "--read-timeout", "120"],
+        env=_env(scheme == "az"), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        assert accepted.wait(BOUND), "the sampler never sent its first request"
+        proc.terminate()
+        try:
+            _, err = proc.communicate(timeout=BOUND)
+        except subprocess.TimeoutExpired:
+            pytest.fail(f"epochfs sample still waited on the silent endpoint {BOUND:.0f} s after SIGTERM")
+        assert proc.returncode == 0, err[-3000:]
+        assert "Traceback" not in err, err[-3000:]
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+        with contextlib.suppress(OSError):
+            server.shutdown(socket.SHUT_RDWR)
+        server.close()
+        for conn in held:
+            conn.close()
+        thread.join(timeout=10)
