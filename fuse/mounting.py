@@ -183,10 +183,9 @@ def check_mount_apart(mount: Path, cache: Path, link_root: Path | None) -> None:
     name, and no sample could be read through it (the read-only bind of the default link root is
     under the cache too, and a FUSE mount on top of it shadows it). Refused as well: the cache
     folder itself, or a folder that holds it (the view would hide the store from the server that
-    reads it, and the supervisor's check of an empty folder would pass before the store fills it)."""
-    refused = over_cache(mount, cache)
-    if refused is not None:
-        raise MountError(refused)
+    reads it, and the supervisor's check of an empty folder would pass before the store fills it),
+    and a folder inside the cache (the store's own ``tmp/``, ``epochs/``: hidden by the view, the
+    sampler's writes there fail for ever)."""
     for place in (cache / OBJECTS_DIR, cache / DEFAULT_LINK_ROOT_NAME, link_root):
         if place is None:
             continue
@@ -194,6 +193,9 @@ def check_mount_apart(mount: Path, cache: Path, link_root: Path | None) -> None:
         if mount == place or place in mount.parents:
             raise MountError(f"--mount: {mount} is inside {place}, where the epochs' files point: "
                              f"mount the view outside it (--mount {cache.parent / 'view'})")
+    refused = over_cache(mount, cache)  # after the places above: their reason is the closer one
+    if refused is not None:
+        raise MountError(refused)
 
 
 def check_mount_point(path: Path) -> None:

@@ -1,8 +1,10 @@
-"""Where a view of the cache may be placed: never at the cache folder or over it.
+"""Where a view of the cache may be placed: never at the cache folder, inside it or over it.
 
 A view (the FUSE mount or the folder view's published folder) at the cache folder, or at a folder
 that holds it, would hide the store from the processes that read it, and the check of an empty
-mount point would pass before the store fills it. Both views refuse it in the same words
+mount point would pass before the store fills it; a view inside it would hide the store's own
+folders (a FUSE mount over ``tmp/`` failed every download, read-only, and the sampler crashed
+at every start). Both views refuse it in the same words
 (``fuse.mounting.check_mount_apart``, ``sidecar.volumes.check_view_folder``), before anything is
 made; the rule lives here, beside the cache's layout, which both may import.
 """
@@ -22,9 +24,14 @@ def spelled(path: Path) -> str:
 
 
 def over_cache(mount: Path, cache: Path) -> str | None:
-    """Why ``mount`` may not hold a view of ``cache`` (it is the cache folder or holds it), in the
-    words of a refusal naming ``--mount``; None where it may."""
+    """Why ``mount`` may not hold a view of ``cache`` (it is the cache folder, is inside it or holds
+    it), in the words of a refusal naming ``--mount``; None where it may."""
     here, store = spelled(mount), spelled(cache)
+    if here.startswith(store.rstrip("/") + "/"):
+        # Inside it: the store's own folders (tmp/, epochs/, objects/...) and any folder it may
+        # make there; a view mounted over tmp/ made every download fail (read-only) for ever.
+        return (f"--mount: {mount} is inside the cache folder {store} (--cache), which the store "
+                f"writes: mount the view beside the cache (--mount {Path(store).parent / 'view'})")
     if here != store and not store.startswith(here.rstrip("/") + "/"):
         return None
     what = "is the cache folder" if here == store else f"holds the cache folder {store}"

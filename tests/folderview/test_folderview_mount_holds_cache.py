@@ -29,6 +29,19 @@ def test_a_mount_holding_the_cache_is_refused_as_such_and_nothing_is_made(
         check_view_folder(view, create=create, cache=view)
 
 
+@pytest.mark.parametrize("create", [True, False])
+def test_a_mount_inside_the_cache_is_refused_and_nothing_is_made(tmp_path: Path, create: bool) -> None:
+    """Published inside the cache (its tmp/, a new folder there), the view would sit among the
+    store's own folders; refused in the FUSE view's words before anything is made."""
+    cache = tmp_path / "cache"
+    (cache / "tmp").mkdir(parents=True)
+    for inside in (cache / "tmp", cache / "published"):
+        said = rf"^--mount: {inside} is inside the cache folder {cache} \(--cache\)"
+        with pytest.raises(ConfigError, match=said):
+            check_view_folder(inside, create=create, cache=cache)
+    assert sorted(os.listdir(cache)) == ["tmp"] and os.listdir(cache / "tmp") == []
+
+
 def test_a_mount_beside_the_cache_passes(tmp_path: Path) -> None:
     (tmp_path / "cache").mkdir()
     check_view_folder(tmp_path / "view", create=True, cache=tmp_path / "cache")

@@ -490,3 +490,23 @@ def test_a_mount_that_does_not_answer_counts_as_dead(tmp_path: Path) -> None:
         # the wait's empty answer after SIGCONT for a signal and ignored the real one).
         m.proc.send_signal(signal.SIGTERM)
         assert m.proc.wait(timeout=10) == 0, m.log_text()[-3000:]
+
+
+def test_mount_inside_the_cache_refused(tmp_path: Path) -> None:
+    """A view mounted inside the cache folder hides the store's own folders: over ``tmp/`` every
+    download failed (read-only file system) and the sampler crashed at every start. Refused, as
+    the cache folder itself is, before anything is mounted."""
+    cache = tmp_path / "cache"
+    open_store(cache).close()
+    for inside in (cache / "tmp", cache / "epochs", cache / "view", cache / "tmp" / "deeper"):
+        try:
+            r = epochfs("mount", "--cache", str(cache), "--mount", str(inside))
+        except subprocess.TimeoutExpired:  # mounted and serving: the refusal is missing
+            r = subprocess.CompletedProcess([], -1, "", "still serving")
+        try:
+            assert r.returncode == 2 and "is inside the cache folder" in r.stderr, (inside, r.stderr)
+            assert find_mount(inside) is None, inside
+        finally:
+            for left in (inside, cache / "objects-ro"):
+                if find_mount(left) is not None:
+                    subprocess.run(["umount", "-l", str(left)], check=False)
