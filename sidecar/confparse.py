@@ -201,10 +201,12 @@ def _index_url(text: str) -> str | None:
 
 def _path(text: str) -> Path:
     """A path flag (``--cache``, ``--mount``, ...): never empty, which ``Path("")`` reads as the
-    working folder, where a cache or a view would then be made without a word."""
+    working folder, where a cache or a view would then be made without a word. Stripped of
+    surrounding whitespace, as every other setting is: a variable filled from a file or a secret
+    often ends in a newline, and ``/cache\n`` made a new, empty cache beside the real one."""
     if not str(text).strip():
         raise ValueError("must not be empty (give a folder; an empty value would mean the working folder)")
-    return Path(text)
+    return Path(str(text).strip())
 
 
 ENDPOINT_EXAMPLE = "http://minio:9000"

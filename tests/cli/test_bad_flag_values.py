@@ -170,3 +170,14 @@ def test_a_metrics_port_in_use_is_refused_with_the_flag_and_port(place: Path, ta
     r = _run(["sidecar", *_sidecar_args(place), "--health-port", "0", "--metrics-port", str(taken_port)],
              cwd=place / "work")
     _refused(r, "sidecar", f"--metrics-port {taken_port}: address already in use")
+
+
+def test_path_settings_are_stripped_as_every_other_setting_is() -> None:
+    """``EPOCHFS_CACHE`` filled from a file or a secret ends in a newline: ``/c\\n`` made a new,
+    empty cache beside the real one, silently."""
+    from epochfs.sidecar.config import SamplerSettings, parse
+
+    settings = parse(SamplerSettings, ["--remote", "s3://b/x"], {"EPOCHFS_CACHE": "/data/cache\n"})
+    assert settings.cache == Path("/data/cache")
+    settings = parse(SamplerSettings, ["--cache", " /data/cache \n", "--remote", "s3://b/x"])
+    assert settings.cache == Path("/data/cache")
