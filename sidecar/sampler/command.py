@@ -52,6 +52,7 @@ from epochfs.sidecar.remote.refusal import refusal_cause
 from epochfs.sidecar.sampler.identity import check_identity, recorded_listing
 from epochfs.sidecar.sampler.loop import STOP_GRACE, Sampler
 from epochfs.sidecar.sampler.preload import preload_after_first_request
+from epochfs.sidecar.sampler.startstop import closed_on_stop
 from epochfs.sidecar.signals import set_from_handler
 from epochfs.sidecar.store import INDEX_NAME, Meta, NoRoom, Store, StoreError, checkmark, publisherlock
 from epochfs.sidecar.store.index import is_corruption
@@ -301,7 +302,8 @@ def run_sample(settings: SamplerSettings) -> int:
             # Finding the spans lists a little here (S3's folders; a walking remote's first
             # request: gs://, az://), so a remote that cannot be listed at all is a bad setting
             # (exit 2); the pages are listed beside the sampler.
-            prepared = lister.prepare() if lister.needed() else None
+            with closed_on_stop(remote, stop):  # a SIGTERM never waits for a silent store's answer
+                prepared = lister.prepare() if lister.needed() else None
         except RemoteError as e:
             if stop.is_set():  # SIGTERM while a throttled discovery page waited: a clean stop
                 log.info("stopped while finding the remote's folders (%s)", e)

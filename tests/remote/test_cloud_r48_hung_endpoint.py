@@ -27,6 +27,9 @@ from emulators import KEY as AZURITE_KEY
 from epochfs.sidecar.config import EXIT_RETRY
 
 EPOCHFS = str(Path(sys.executable).with_name("epochfs"))
+S3_KEYS = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
+           "AWS_DEFAULT_REGION": "us-east-1"}
+"""Keys an s3:// remote signs with (the silent server reads nothing of them)."""
 READ_TIMEOUT = 2
 """``--read-timeout`` given to the sampler, in seconds."""
 BOUND = 25.0
@@ -158,13 +161,13 @@ def test_a_read_from_a_silent_endpoint_is_unavailable_within_the_read_timeout(
         remote.close()
 
 
-@pytest.mark.parametrize("scheme", ["gs", "az"])
+@pytest.mark.parametrize("scheme", ["gs", "az", "s3"])
 def test_sigterm_while_the_start_probe_waits_stops_at_once(scheme: str, tmp_path: Path) -> None:
     """A stop (the pod's SIGTERM) while the start's first listing request waits for a store that
     accepted the connection and never answers: a clean exit 0 at once, not after the request's
     ``--read-timeout`` (two minutes here, longer than a pod's termination grace: the kubelet
     would SIGKILL the sampler first)."""
-    pytest.importorskip({"gs": "gcsfs", "az": "adlfs"}[scheme])
+    pytest.importorskip({"gs": "gcsfs", "az": "adlfs", "s3": "botocore"}[scheme])
     accepted = threading.Event()
     server = socket.create_server(("127.0.0.1", 0))
     held: list[socket.socket] = []
@@ -186,7 +189,8 @@ def test_sigterm_while_the_start_probe_waits_stops_at_once(scheme: str, tmp_path
     proc = subprocess.Popen(
         [EPOCHFS, "sample", "--cache", str(tmp_path / "cache"), "--remote", f"{scheme}://bkt/train",
          "--endpoint-url", endpoint, "--read-timeout", "120"],
-        env=_env(scheme == "az"), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        env={**_env(scheme == "az"), **S3_KEYS} if scheme == "s3" else _env(scheme == "az"),
+        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     try:
         assert accepted.wait(BOUND), "the sampler never sent its first request"
         proc.terminate()
