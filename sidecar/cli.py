@@ -25,7 +25,13 @@ from typing import cast
 import epochfs
 from epochfs.fuse.errors import MountError
 from epochfs.sidecar import cli_bench, cli_cache, cli_index, config, redact, volumes
-from epochfs.sidecar.confparse import _endpoint_url, _non_negative_float, _port, _positive_float
+from epochfs.sidecar.confparse import (
+    _endpoint_url,
+    _non_negative_float,
+    _port,
+    _positive_float,
+    join_negative_values,
+)
 from epochfs.sidecar.remote.registry import HELP as REMOTE_HELP
 from epochfs.sidecar.store import NoRoom, StoreError
 from epochfs.sidecar.store.placement import over_cache
@@ -334,7 +340,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _main(argv: Sequence[str] | None) -> int:
     parser = build_parser()
-    ns = parser.parse_args(argv)
+    ns = parser.parse_args(join_negative_values(sys.argv[1:] if argv is None else argv))
     try:
         level = config.resolve_log_level(getattr(ns, "log_level", None))
     except config.ConfigError as e:

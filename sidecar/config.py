@@ -35,6 +35,7 @@ from epochfs.sidecar.confparse import (
     _switch,
     _view,
     format_size,
+    join_negative_values,
     parse_size,
 )
 from epochfs.sidecar.remote.registry import HELP as REMOTE_HELP
@@ -326,7 +327,7 @@ def from_args(
             continue
         try:
             values[f.name] = meta["parse"](raw)
-        except (ValueError, TypeError) as e:
+        except (ValueError, TypeError, OverflowError) as e:
             raise ConfigError(f"{source}: {e}") from None
     settings = cls(**values)
     settings.validate()
@@ -338,7 +339,7 @@ def parse(cls: type[T], argv: Sequence[str], environ: dict[str, str] | None = No
     parser = argparse.ArgumentParser(prog="epochfs", exit_on_error=False)
     add_arguments(parser, cls)
     try:
-        ns = parser.parse_args(list(argv))
+        ns = parser.parse_args(join_negative_values(argv))
     except argparse.ArgumentError as e:
         raise ConfigError(str(e)) from None
     return from_args(cls, ns, environ)

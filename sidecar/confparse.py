@@ -9,7 +9,7 @@ from __future__ import annotations
 import errno
 import math
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import field
 from pathlib import Path
 from typing import Any
@@ -35,6 +35,10 @@ _UNITS = {
 _SIZE_RE = re.compile(r"^\s*([0-9]*\.?[0-9]+)\s*([kmgtp]?i?)b?\s*$", re.IGNORECASE)
 
 
+MAX_SIZE = float(2**63)
+"""Sizes at or above this many bytes are refused (SQLite and the kernel count in signed 64 bits)."""
+
+
 def parse_size(text: str) -> int:
     """Parse ``500Mi``, ``20Gi``, ``1.5T``, ``4096`` into bytes (binary and decimal units)."""
     m = _SIZE_RE.match(str(text))
@@ -43,7 +47,10 @@ def parse_size(text: str) -> int:
     number, unit = float(m.group(1)), m.group(2).lower()
     if unit not in _UNITS:
         raise ValueError(f"unknown unit in {text!r}")
-    return int(number * _UNITS[unit])
+    size = number * _UNITS[unit]
+    if not size < MAX_SIZE:  # a float of hundreds of digits is inf: no int, a traceback before
+        raise ValueError(f"{text.strip()!r} is too large (at most {MAX_SIZE:.0e} bytes)")
+    return int(size)
 
 
 def format_size(n: float) -> str:
@@ -246,3 +253,27 @@ def bind_failure(e: OSError) -> str:
     if e.errno == errno.EADDRNOTAVAIL:
         return "address not available on this host"
     return e.strerror or str(e)
+
+
+_NEGATIVE = re.compile(r"^-[0-9.]")
+
+
+def join_negative_values(argv: Sequence[str]) -> list[str]:
+    """``--flag -5Gi`` as ``--flag=-5Gi``: argparse takes a value that starts with ``-`` and is no
+    plain number for an option of its own, and answered ``--capacity -5Gi`` with the whole usage
+    and "expected one argument" where ``--capacity=-5Gi`` names the flag and says "must not be
+    negative". Options after ``--`` are left alone."""
+    args, i = list(argv), 0
+    out: list[str] = []
+    while i < len(args):
+        arg = args[i]
+        if arg == "--":
+            return out + args[i:]
+        if (arg.startswith("--") and "=" not in arg and i + 1 < len(args)
+                and _NEGATIVE.match(args[i + 1])):
+            out.append(f"{arg}={args[i + 1]}")
+            i += 2
+            continue
+        out.append(arg)
+        i += 1
+    return out

@@ -181,3 +181,19 @@ def test_path_settings_are_stripped_as_every_other_setting_is() -> None:
     assert settings.cache == Path("/data/cache")
     settings = parse(SamplerSettings, ["--cache", " /data/cache \n", "--remote", "s3://b/x"])
     assert settings.cache == Path("/data/cache")
+
+
+# ---------------------------------------------------------------- sizes argparse or floats mistook
+
+@pytest.mark.parametrize(("args", "says"), [
+    (["--capacity", "-5Gi"], "--capacity: must not be negative"),
+    (["--max-rate", "-1Mi"], "--max-rate: must not be negative"),
+    (["--capacity", "1" + "0" * 400], "--capacity: "),
+    (["--max-object-size", "9" * 40 + "Ti"], "--max-object-size: "),
+])
+def test_a_negative_or_huge_size_is_refused_naming_the_flag(place: Path, args: list[str], says: str) -> None:
+    """``--capacity -5Gi`` was taken by argparse for an option of its own (the whole usage, then
+    "expected one argument"); a size of hundreds of digits overflowed into a traceback."""
+    r = _run(["sample", *_sample_args(place), *args], cwd=place / "work")
+    _refused(r, "sample", says)
+    assert not (place / "cache").exists()
