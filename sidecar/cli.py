@@ -20,6 +20,7 @@ import os
 import select
 import sys
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import cast
 
 import epochfs
@@ -81,22 +82,39 @@ def _cmd_publish(ns: argparse.Namespace) -> int:
 
 
 def _refuse_view_over_cache(settings: config.SidecarSettings) -> None:
-    """A folder view's ``--mount`` at or over the cache, refused (exit 2, the termination message
-    too) before the cache is made in it, which would leave it behind and make the folder look
-    "not empty" to the supervisor's own check."""
+    """A folder view's ``--mount`` at or over the cache, refused (exit 2) before the cache is made
+    in it, which would leave it behind and make the folder look "not empty" to the supervisor's
+    own check."""
     refused = over_cache(settings.mount, settings.cache)
     if refused is not None:
-        from epochfs.sidecar.supervisor.core import write_termination_message
-
-        write_termination_message(settings.termination_log, f"epochfs sidecar: {refused}")
         raise config.ConfigError(refused)
 
 
+def _termination_log(ns: argparse.Namespace) -> Path | None:
+    """``--termination-log`` as given (flag, else its variable, else the default), read apart
+    from the other settings: a refusal of any of them is written there too."""
+    given = getattr(ns, "termination_log", None)
+    if given is None:
+        given = os.environ.get(config.env_name("--termination-log"), "/dev/termination-log")
+    return Path(given.strip()) if given.strip() else None
+
+
 def _cmd_sidecar(ns: argparse.Namespace) -> int:
-    settings = config.from_args(config.SidecarSettings, ns)
-    if settings.view == "folder":  # before the cache is made, perhaps in it: the folder's other
-        _refuse_view_over_cache(settings)  # checks come with the supervisor's (termination log)
-    volumes.check_cache(settings.cache, create=True)
+    """The sidecar's own refusals (a flag, the cache) are written to the termination log as well
+    as printed, as its children's are: in a pod, ``kubectl describe`` then shows the reason."""
+    try:
+        settings = config.from_args(config.SidecarSettings, ns)
+        if settings.view == "folder":  # before the cache is made, perhaps in it: the folder's
+            _refuse_view_over_cache(settings)  # other checks come with the supervisor's
+        volumes.check_cache(settings.cache, create=True)
+    except (config.ConfigError, StoreError) as e:
+        log_path = _termination_log(ns)
+        if log_path is not None:
+            from epochfs.sidecar.supervisor.core import write_termination_message
+
+            said = f"--cache: {e}" if isinstance(e, StoreError) else str(e)
+            write_termination_message(log_path, redact.redact(f"epochfs sidecar: {said}"))
+        raise
     from epochfs.sidecar.supervisor import run_sidecar
 
     return run_sidecar(settings)

@@ -197,3 +197,20 @@ def test_a_negative_or_huge_size_is_refused_naming_the_flag(place: Path, args: l
     r = _run(["sample", *_sample_args(place), *args], cwd=place / "work")
     _refused(r, "sample", says)
     assert not (place / "cache").exists()
+
+
+@pytest.mark.parametrize(("args", "env", "says"), [
+    (["--capacity", "10XB"], {}, "--capacity: "),
+    (["--headroom", "0"], {}, "--headroom"),
+    (["--shard-index", "2", "--shard-count", "2"], {}, "--shard-index"),
+    ([], {"EPOCHFS_CAPACITY": "-1"}, "--capacity (from EPOCHFS_CAPACITY): "),
+])
+def test_the_sidecars_own_refusals_reach_the_termination_log(place: Path, args: list[str],
+                                                             env: dict[str, str], says: str) -> None:
+    """A flag the sidecar itself refuses (not a child) was printed but never written to
+    --termination-log, which its help says "gets the reason when the sidecar stops on a refused
+    setting": in a pod ``kubectl describe`` showed no reason."""
+    (place / "termination-log").touch()  # as in a pod: Kubernetes makes the file
+    r = _run(["sidecar", *_sidecar_args(place), *args, "--health-port", "0"], cwd=place / "work", env=env)
+    last = _refused(r, "sidecar", says)
+    assert (place / "termination-log").read_text().strip() == last
