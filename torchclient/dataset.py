@@ -144,7 +144,8 @@ class EpochDataset(Dataset[Any]):
         self.targets: list[int] | None = None
         """With ``label="folder"``: the class index of each file (ImageFolder's ``targets``)."""
         if label == "folder":
-            self.class_map = class_map(self.root, self.epoch, self.class_root, self.files, classes=classes)
+            self.class_map = class_map(self.root, self.epoch, self.class_root, self.files, classes=classes,
+                                       keep=self.keys.keep if self.keys else None)
             keep, self.targets = label_files(self.files, self.class_root, self.class_map.class_to_idx)
             self.excluded += len(self.files) - len(keep)
             self.files = [self.files[i] for i in keep]

@@ -9,6 +9,8 @@ folder's index in ``.epochfs/classes.json`` (:mod:`.layout`); this module reads 
   epoch's own folder), from ``classes.json`` where the mount has it. Without it (a plain folder
   shaped like the mount), from the class folders of every visible epoch up to this one, sorted,
   with a warning: those are stable only while no later epoch brings a class that sorts earlier.
+  There a class is a folder holding at least one file the dataset reads (its ``include`` and
+  ``exclude``), in every epoch alike, so identical epochs give identical maps.
 * :func:`label_files` keeps the files inside a class folder of the root and gives each its label.
 
 A class folder that ``classes.json`` lacks (it can only have been read before the epoch's folders
@@ -19,7 +21,7 @@ from __future__ import annotations
 
 import os
 import warnings
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from .layout import ROOT_KEY, list_epochs, read_classes, read_manifest, walk_epoch
@@ -86,37 +88,55 @@ def check_classes(classes: Mapping[str, int] | Sequence[str]) -> dict[str, int]:
     return mapping
 
 
-def _from_epochs(root: str | os.PathLike[str], epoch: int, class_root: str,
-                 files: Iterable[str]) -> dict[str, int]:
-    names = {c for c in (class_of(p, class_root) for p in files) if c is not None}
+def _class_names(paths: Iterable[str], class_root: str) -> set[str]:
+    return {c for c in (class_of(p, class_root) for p in paths) if c is not None}
+
+
+def _from_epochs(root: str | os.PathLike[str], epoch: int, class_root: str, files: Iterable[str],
+                 keep: Callable[[str], bool] | None) -> dict[str, int]:
+    """The class folders of ``files`` (this epoch's, already chosen by ``keep``) and of the visible
+    epochs before it, numbered in sorted order. The earlier epochs' paths pass through ``keep`` too:
+    a folder holding only files the dataset leaves out (a Jupyter ``.ipynb_checkpoints/``, a
+    ``meta/`` of JSON beside the images, under an images-only ``include``) is no class in this epoch,
+    so it must be none in the others, or two identical epochs number their classes differently."""
+    names = _class_names(files, class_root)
     for n in list_epochs(root):
         if n >= epoch:
             continue
         manifest = read_manifest(root, n)
         paths = manifest.paths if manifest is not None else [p for p, _ in walk_epoch(root, n)]
-        names.update(c for c in (class_of(p, class_root) for p in paths) if c is not None)
+        names |= _class_names(paths if keep is None else filter(keep, paths), class_root)
     return {name: i for i, name in enumerate(sorted(names))}
 
 
 def class_map(root: str | os.PathLike[str], epoch: int, class_root: str, files: Sequence[str], *,
-              classes: Mapping[str, int] | Sequence[str] | None = None) -> ClassMap:
-    """The class map of ``class_root`` for ``files`` (epoch ``epoch``'s paths): ``classes`` when
-    given, else the mount's ``classes.json``, else the class folders of the visible epochs up to
-    ``epoch`` (a warning says why that is weaker). Every class folder of ``files`` must have an
-    index (ClassMapError otherwise, after one more read of ``classes.json``)."""
+              classes: Mapping[str, int] | Sequence[str] | None = None,
+              keep: Callable[[str], bool] | None = None) -> ClassMap:
+    """The class map of ``class_root`` for ``files`` (epoch ``epoch``'s paths that the dataset reads,
+    chosen by ``keep``, its include/exclude; None: every path): ``classes`` when given, else the
+    mount's ``classes.json``, else the class folders of the visible epochs up to ``epoch`` (a
+    warning says why that is weaker). Every class folder of ``files`` must have an index
+    (ClassMapError otherwise, after one more read of ``classes.json``). A class root with no class
+    folder while the epoch has files is a ClassMapError too, on a mount and a plain folder alike:
+    the dataset would be empty and train for zero steps."""
+    maps = read_classes(root)
     if classes is not None:
         found = ClassMap(check_classes(classes), "given")
-        maps = read_classes(root)
         if maps is not None and class_root not in maps and files:  # a map given for the wrong folder
             raise ClassMapError(_not_a_class_root(root, epoch, class_root, maps))
+        if (maps is None and files and not _class_names(files, class_root)
+                and not _from_epochs(root, epoch, class_root, files, keep)):
+            raise ClassMapError(_no_class_folder(root, epoch, class_root, files))
+    elif maps is None:
+        mapping = _from_epochs(root, epoch, class_root, files, keep)
+        if not mapping and files:
+            raise ClassMapError(_no_class_folder(root, epoch, class_root, files))
+        warnings.warn(f"{root} has no .epochfs/classes.json (not an epochfs mount of this version): "
+                      f"the classes of {class_root!r} are numbered from the class folders of the "
+                      "epochs present, which changes the labels if a later epoch brings a class that "
+                      "sorts before others; pass classes= to fix them", stacklevel=3)
+        return ClassMap(mapping, "epochs")
     else:
-        maps = read_classes(root)
-        if maps is None:
-            warnings.warn(f"{root} has no .epochfs/classes.json (not an epochfs mount of this version): "
-                          f"the classes of {class_root!r} are numbered from the class folders of the "
-                          "epochs present, which changes the labels if a later epoch brings a class that "
-                          "sorts before others; pass classes= to fix them", stacklevel=3)
-            return ClassMap(_from_epochs(root, epoch, class_root, files), "epochs")
         if class_root not in maps and files:
             maps = read_classes(root) or {}  # once more: the server may have recorded it since
             if class_root not in maps:
@@ -135,17 +155,36 @@ def class_map(root: str | os.PathLike[str], epoch: int, class_root: str, files: 
     return found
 
 
+def _roots_named(roots: Iterable[str]) -> str:
+    """The class roots that do have classes, for the message (the first eight, sorted)."""
+    ordered = sorted(roots)
+    named = ", ".join(repr(r) for r in ordered[:8]) + (" ..." if len(ordered) > 8 else "")
+    return (f"class roots with classes: {named or 'none'} ('.' is the epoch's own folder): pass it as "
+            "folder= / class_root=")
+
+
 def _not_a_class_root(root: str | os.PathLike[str], epoch: int, class_root: str,
                       maps: Mapping[str, Mapping[str, int]]) -> str:
     """Why ``class_root`` has no classes although the epoch has files: the cache never held a
     folder under it (a typo, or the default ``"train"`` where the classes are at the top). An
     empty dataset would train for zero steps without a word, where torchvision's ImageFolder
     raises."""
-    roots = sorted(r for r, classes in maps.items() if classes)
-    named = ", ".join(repr(r) for r in roots[:8]) + (" ..." if len(roots) > 8 else "")
     return (f"{class_root!r} holds no class folder in {root} (epoch {epoch} has files, and the cache has "
-            f"never held a folder under {class_root!r}); class roots with classes: {named or 'none'} "
-            "('.' is the epoch's own folder): pass it as folder= / class_root=")
+            f"never held a folder under {class_root!r}); "
+            + _roots_named(r for r, classes in maps.items() if classes))
+
+
+def _no_class_folder(root: str | os.PathLike[str], epoch: int, class_root: str, files: Sequence[str]) -> str:
+    """The same for a plain folder (no ``classes.json``): no epoch up to ``epoch`` has a file the
+    dataset reads inside a folder under ``class_root``. The class roots named are those of this
+    epoch's files (every folder is the class root of the folders inside it, as in ``classes.json``)."""
+    roots: set[str] = set()
+    for path in files:
+        folders = path.split("/")[:-1]
+        roots.update("/".join(folders[:i]) or ROOT_KEY for i in range(len(folders)))
+    return (f"{class_root!r} holds no class folder in {root} (epoch {epoch} has {len(files)} file(s) the "
+            f"dataset reads, and no epoch up to it has one in a folder under {class_root!r}); "
+            + _roots_named(roots))
 
 
 def _missing(files: Iterable[str], class_root: str, mapping: Mapping[str, int]) -> set[str]:

@@ -35,6 +35,7 @@ from .decode import MAX_ARRAY_BYTES, Decoder, check_max_bytes, load_sample, reso
 from .epochplan import Balance, Partition, resolve_split
 from .globs import KeyFilter
 from .groupwait import CutWait
+from .imagefolder import IMAGE_FILES
 from .labels import check_class_root, check_classes
 from .layout import epoch_name
 from .peers import plan_epoch
@@ -179,6 +180,10 @@ class EpochLoader(Resumable):
     ``include``/``exclude`` choose the files of every epoch as in :class:`EpochDataset` (globs over
     the path inside ``epoch-N/``, the sidecar's ``--include``/``--exclude`` rule; checked here, up
     front): a cache shared by readers of different files, or one filled before the sidecar was told.
+    With ``decode="image"`` and no ``include``, it takes the image files only, as
+    :class:`~epochfs.torchclient.imagefolder.EpochImageFolder` does (:data:`.imagefolder.IMAGE_FILES`,
+    ImageFolder's extensions in any case): a ``.DS_Store`` or a ``notes.txt`` beside the images,
+    common in buckets uploaded from a laptop, is left out instead of failing the epoch at its decode.
 
     ``label="folder"`` (with ``class_root``, ``classes``) makes each sample ``(sample, class
     index)`` as in :class:`EpochDataset`: the class folder's index in the mount's
@@ -215,6 +220,8 @@ class EpochLoader(Resumable):
         if clash:
             raise TypeError(f"EpochLoader sets {', '.join(clash)} itself (the epoch plan is its sampler); "
                             "use batch_size=, shuffle=, drop_last= of EpochLoader")
+        if include is None and isinstance(decode, str) and decode == "image":
+            include = list(IMAGE_FILES)  # as EpochImageFolder: a .DS_Store would fail the epoch's decode
         keys = KeyFilter(include, exclude)
         if label not in (None, "folder"):
             raise ValueError(f"label must be None or 'folder' (the class folder's index), got {label!r}")
