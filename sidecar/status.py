@@ -321,11 +321,20 @@ def watch_view(
             sleep(interval)
 
 
+MAX_INTERVAL = 86400.0
+"""``--interval`` at most, in seconds: a day between two readings. Past what the clock's sleep
+takes (``1e300``), ``--watch`` ended in a traceback ("timestamp out of range") after its first
+screen; a day is far past any use, and refused in one line before anything is read."""
+
+
 def run_status(
     *, cache: Path | None, mount: Path | None, as_json: bool, watch: bool, interval: float
 ) -> int:
     if interval <= 0:
         raise ConfigError("--interval: must be positive")
+    if interval > MAX_INTERVAL:
+        raise ConfigError(f"--interval: must be at most {MAX_INTERVAL:g} seconds (a day between two "
+                          f"readings), not {interval:g}")
 
     def read() -> dict[str, Any]:
         return read_stats(cache=cache, mount=mount)

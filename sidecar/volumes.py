@@ -17,6 +17,7 @@ from pathlib import Path
 
 from epochfs.sidecar.config import ConfigError
 from epochfs.sidecar.store import INDEX_NAME
+from epochfs.sidecar.store.foreign import foreign_index
 from epochfs.sidecar.store.placement import over_cache
 from epochfs.torchclient.layout import CONTROL_DIR, epoch_name, manifest_name
 
@@ -51,8 +52,11 @@ def check_cache(path: Path, *, create: bool) -> None:
     it, so a path that cannot be made (under ``/proc``, below a file, on a read-only file system,
     permission denied) is refused here. Without it (``mount``, ``publish``, ``cut``, ``relist``,
     ``verify``, ``status``) an epochfs cache must be there already: a missing folder, or one
-    without the index, is refused naming the commands that make one. Either way the folder must
-    take a new file: SQLite writes beside its index even to read it (WAL)."""
+    without the index, is refused naming the commands that make one; and one whose index is not
+    epochfs's (another program's SQLite database, an empty file: :func:`.store.foreign.foreign_index`),
+    before anything is written in it, which the store's open would do (its schema, WAL mode,
+    ``objects/``, ``tmp/``): an empty cache would be reported over someone else's folder. Either
+    way the folder must take a new file: SQLite writes beside its index even to read it (WAL)."""
     where = f"--cache {path}"
     st = _stat_or_none(path, where)
     if st is not None and not stat.S_ISDIR(st.st_mode):
@@ -70,6 +74,8 @@ def check_cache(path: Path, *, create: bool) -> None:
             raise ConfigError(f"{where}: cannot create it{inside}: {_os_reason(e)}") from None
     elif not create and not os.path.lexists(path / INDEX_NAME):
         raise ConfigError(f"{where}: no epochfs cache there (no {INDEX_NAME}); {CACHE_HINT}")
+    elif not create and (why := foreign_index(path / INDEX_NAME)) is not None:
+        raise ConfigError(f"{where}: not an epochfs cache ({why})")
     try:
         with tempfile.TemporaryFile(dir=path):
             pass

@@ -34,7 +34,8 @@ def read_stats(ix: Index, policy: Policy) -> Stats:
         # "1" was written by epochfs before the reason was recorded.
         reason = {"0": "", "1": "cache full"}.get(ix.get(Meta.BACKPRESSURE) or "", ix.get(Meta.BACKPRESSURE))
         catalog = int(ix.get(Meta.CATALOG_OBJECTS) or 0)
-        listing = listing_known(db, catalog, excluded=int(counters.get("listing_excluded", 0)))
+        listing = listing_known(db, catalog, excluded=int(counters.get("listing_excluded", 0)),
+                                skipped=int(counters.get("listing_skips", 0)))
         publish_paused = ix.get(Meta.PUBLISH_PAUSED)
         pending = [int(r[0]) for r in db.execute("SELECT n FROM cut_requests ORDER BY n")]
         repairing, lost = (int(v) for v in db.execute(
@@ -154,26 +155,35 @@ def _meta(db: sqlite3.Connection, key: Meta) -> str | None:
     return None if row is None else str(row[0])
 
 
-def listing_known(db: sqlite3.Connection, catalog: int, *, excluded: int | None = None) -> dict[str, Any]:
+def listing_known(db: sqlite3.Connection, catalog: int, *, excluded: int | None = None,
+                  skipped: int | None = None) -> dict[str, Any]:
     """How much of the dataset the listing has covered, so a user can tell an early epoch (cut
     from the first keys listed) from a representative one: ``complete``; while it runs, keys
     ``listed`` of about ``estimated`` in the remote (every shard's, from the listing's estimates),
     ``covered`` (their ratio), folders (``spans``) reached, and this shard's ``estimated_objects``;
     a complete listing that found nothing for this shard has a ``warning``; ``excluded``: keys of
-    this shard the running (or last) listing left out by ``--include``/``--exclude``; ``failing``:
-    why the last listing run failed, while it is tried again."""
+    this shard the running (or last) listing left out by ``--include``/``--exclude``; ``skipped``:
+    keys it skipped (over the object limit, names refused: the ``listing_skips`` counter), which
+    the warning names instead of the prefix; ``failing``: why the last listing run failed, while
+    it is tried again."""
     running = db.execute("SELECT 1 FROM listing_parts WHERE done=0 LIMIT 1").fetchone() is not None
-    if excluded is None:  # read_stats has every counter already
-        row = db.execute("SELECT value FROM counters WHERE name='listing_excluded'").fetchone()
-        excluded = int(row[0]) if row is not None else 0
-    known = _listing_known(db, catalog, running, _meta(db, Meta.LISTING_COMPLETE) is not None, excluded)
+    # read_stats has every counter already
+    excluded = _counter(db, "listing_excluded") if excluded is None else excluded
+    skipped = _counter(db, "listing_skips") if skipped is None else skipped
+    known = _listing_known(db, catalog, running, _meta(db, Meta.LISTING_COMPLETE) is not None, excluded,
+                           skipped)
     if failed := _meta(db, Meta.LISTING_FAILED):
         known["failing"] = failed
     return known
 
 
+def _counter(db: sqlite3.Connection, name: str) -> int:
+    row = db.execute("SELECT value FROM counters WHERE name=?", (name,)).fetchone()
+    return int(row[0]) if row is not None else 0
+
+
 def _listing_known(db: sqlite3.Connection, catalog: int, running: bool, complete: bool,
-                   excluded: int) -> dict[str, Any]:
+                   excluded: int, skipped: int) -> dict[str, Any]:
     if not running or complete:
         # A relist runs over a catalog that was complete: the epochs sample the whole dataset
         # as it was listed, not the part the relist has reached (``relisting`` says it runs).
@@ -184,12 +194,7 @@ def _listing_known(db: sqlite3.Connection, catalog: int, running: bool, complete
         if excluded:
             known["excluded"] = excluded
         if complete and catalog == 0:
-            # A mistyped prefix lists nothing: say so where users look (status, /readyz).
-            remote = _meta(db, Meta.SAMPLER_REMOTE) or "the remote"
-            known["warning"] = (f"0 objects under {remote} for this node: check --remote's prefix"
-                                if not excluded else
-                                f"0 objects kept of {excluded} under {remote} for this node: "
-                                "--include/--exclude left out every key")
+            known["warning"] = _empty_warning(db, excluded, skipped)
         return known
     try:
         known = json.loads(_meta(db, Meta.LISTING_PROGRESS) or "{}")
@@ -206,6 +211,30 @@ def _listing_known(db: sqlite3.Connection, catalog: int, running: bool, complete
     if excluded:
         out["excluded"] = excluded
     return out
+
+
+LIMIT_MARK = " [object limit "
+"""What follows a recorded listing's name when it had an object limit (``list [object limit 750]``:
+the listing package's ``LIMIT_MARK``, which the store may not import)."""
+
+
+def _empty_warning(db: sqlite3.Connection, excluded: int, skipped: int) -> str:
+    """Why a complete listing cataloged nothing, where users look (status, /readyz): a mistyped
+    prefix lists nothing; keys it did list were left out by ``--include``/``--exclude`` or skipped
+    (larger than the object limit, the sampler's exit 2 names it; a name refused), where "check the
+    prefix" would send the user the wrong way."""
+    remote = _meta(db, Meta.SAMPLER_REMOTE) or "the remote"
+    if skipped:
+        _, mark, rest = (_meta(db, Meta.LISTING_SOURCE) or "").rpartition(LIMIT_MARK)
+        limit = _size(int(rest[:-1])) if mark and rest.endswith("]") and rest[:-1].isdigit() else None
+        left_out = f"; {excluded} left out by --include/--exclude" if excluded else ""
+        return (f"0 objects kept of {skipped + excluded} under {remote} for this node: {skipped} skipped, "
+                f"larger than the object limit{f' {limit}' if limit else ''} (or names refused: the "
+                f"sampler's log says which){left_out}; raise --capacity or --max-object-size")
+    if excluded:
+        return (f"0 objects kept of {excluded} under {remote} for this node: "
+                "--include/--exclude left out every key")
+    return f"0 objects under {remote} for this node: check --remote's prefix"
 
 
 def awaits_first_round(known: dict[str, Any], wait: float) -> bool:

@@ -1,0 +1,85 @@
+"""Whether a folder's ``index.sqlite`` is an epochfs index, asked without changing anything.
+
+The commands that only read a cache (``status``, ``cut``, ``verify``...) open it with
+:class:`~.cache.Store`, which makes a missing schema (a fresh index is a cache being made), the
+``objects/`` and ``tmp/`` folders, and switches the file to WAL mode. A folder that holds someone
+else's ``index.sqlite`` (another program's database, an empty file) would be taken over that way
+and reported as an empty cache ("cannot cut yet", "index: ok"). :func:`foreign_index` tells such a
+file apart first, reading it only: an index with epochfs's schema is a cache, even with nothing
+in it yet, and so is an index not yet (or no longer) a database beside the ``objects/`` folder
+every cache has (a sampler making it right now; damage, which the sampler's start rebuilds).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sqlite3
+import urllib.parse
+from pathlib import Path
+
+from epochfs.sidecar.store.meta import Meta
+from epochfs.sidecar.store.objects import OBJECTS_DIR
+
+SQLITE_MAGIC = b"SQLite format 3\x00"
+WAL_FORMAT = 2
+"""The file header's read/write format version (bytes 18 and 19) of a database in WAL mode."""
+SHOWN_TABLES = 3
+"""Table names a refusal shows, at most."""
+
+
+def foreign_index(path: Path) -> str | None:
+    """Why the file ``path`` is not an epochfs index (``index.sqlite is an empty file``...), or None
+    when it is one, or when this cannot tell (unreadable; damage, which the opener reports).
+
+    Nothing is written: the main file is read as it is on disk (SQLite's ``immutable``: no lock,
+    no ``-wal``/``-shm`` made), then, only when that shows no schema and the database is in WAL
+    mode with a write-ahead log beside it (where a new index's schema is until a checkpoint),
+    through a read-only connection. An empty file, a database with no table yet or a file that
+    is not a database is a cache's index when ``objects/`` is beside it: every open of a cache
+    makes that folder before its index, so a sampler making a cache right now (its index empty
+    for a moment, then without tables until the schema commits) is never refused, nor a damaged
+    index (the opener reports it, the sampler's start rebuilds it)."""
+    made = os.path.isdir(path.parent / OBJECTS_DIR)
+    try:
+        with open(path, "rb") as f:
+            head = f.read(100)
+    except OSError:
+        return None
+    if not head:
+        return None if made else f"{path.name} is an empty file"
+    if not head.startswith(SQLITE_MAGIC) or len(head) < 20:
+        return None if made else f"{path.name} is not an SQLite database"
+    wal = head[18] == WAL_FORMAT and os.path.isfile(f"{path}-wal") and os.path.getsize(f"{path}-wal") > 0
+    tables: list[str] | None = None
+    for flags in ("immutable=1", "mode=ro") if wal else ("immutable=1",):
+        try:
+            tables, epochfs = _schema(path, flags)
+        except sqlite3.Error:
+            continue  # a page torn by a concurrent checkpoint (immutable), or damage
+        if epochfs:
+            return None
+    if tables is None:
+        return None
+    if not tables:
+        return None if made else f"{path.name} is an SQLite database with no tables"
+    names = ", ".join(tables[:SHOWN_TABLES]) + (", ..." if len(tables) > SHOWN_TABLES else "")
+    return f"{path.name} is an SQLite database without epochfs's schema; its tables: {names}"
+
+
+def _schema(path: Path, flags: str) -> tuple[list[str], bool]:
+    """(the database's table names, whether it records epochfs's schema version)."""
+    uri = f"file:{urllib.parse.quote(os.path.abspath(path))}?{flags}"
+    with contextlib.closing(sqlite3.connect(uri, uri=True, timeout=5.0)) as db:
+        tables = [str(r[0]) for r in db.execute(
+            "SELECT name FROM sqlite_master WHERE type='table' AND name NOT LIKE 'sqlite_%' ORDER BY name")]
+        if "meta" not in tables:
+            return tables, False
+        try:
+            row = db.execute("SELECT value FROM meta WHERE name=?", (Meta.SCHEMA_VERSION.value,)).fetchone()
+        except sqlite3.OperationalError:  # a table of that name with other columns
+            return tables, False
+        return tables, row is not None
+
+
+__all__ = ["foreign_index"]
