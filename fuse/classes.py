@@ -15,6 +15,19 @@ the layout's format (:func:`epochfs.torchclient.layout.format_classes`):
   :func:`~epochfs.sidecar.store.classes.catalog_folders`).
 
 Both the FUSE view and the folder view serve it through :class:`~epochfs.fuse.view.View`.
+
+Waiting for the write lock (:meth:`ClassesFile.render`). A record needs the index's write lock,
+which the sampler may hold for seconds; a request that needs it waits in one of the FUSE loop's
+request threads, and those are few (libfuse's default is 10). So:
+
+* one record at a time (single flight): the first request that needs it records, every request
+  that comes meanwhile waits for that record and shares its outcome (one series of bounded tries
+  on the store's connection, not one per reader; the others' requests use it in between);
+* at most :data:`MAX_WAITING` requests wait at once, and the loop has that many threads more than
+  the rest needs (:data:`epochfs.fuse.lowlevel.LOOP_THREADS`), so the waiters never take every
+  thread; a request beyond the cap answers EIO at once, as one that waited in vain does;
+* the wait watches the server's stop (:meth:`ClassesFile.end_waits_when`): libfuse's loop ends
+  only once its request threads return, so a stop ends the wait (EIO) instead of waiting it out.
 """
 
 from __future__ import annotations
@@ -23,6 +36,7 @@ import logging
 import os
 import sqlite3
 import threading
+import time
 from collections.abc import Callable, Iterable
 
 from epochfs.fuse.tree import EpochTree
@@ -32,6 +46,37 @@ from epochfs.sidecar.store.index import is_busy
 from epochfs.torchclient.layout import format_classes
 
 log = logging.getLogger("epochfs.fuse")
+
+MAX_WAITING = 64
+"""Requests that may wait for a record at once (the reader of the flight and those sharing it).
+Every rank of a trainer opens ``classes.json`` at an epoch boundary (a few requests each, one at a
+time): 64 is far above a node's readers, and the FUSE loop gets as many threads more than it needs
+for the rest (:data:`epochfs.fuse.lowlevel.LOOP_THREADS`). Each waiter is a thread asleep."""
+
+
+class RecordBusy(RuntimeError):
+    """:data:`MAX_WAITING` requests wait for a record already: this one is not kept (EIO)."""
+
+
+class RecordAbandoned(RuntimeError):
+    """The server stops: a waiting record is given up (EIO) so that the loop can end."""
+
+
+class RecordFailed(RuntimeError):
+    """The record this request waited for failed (its error chained): EIO, as for its maker."""
+
+
+class _Flight:
+    """One record in progress: the requests that need it wait for :attr:`done` and share
+    :attr:`error` (None: recorded)."""
+
+    def __init__(self) -> None:
+        self.done = threading.Event()
+        self.error: BaseException | None = None
+
+
+def _never() -> bool:
+    return False
 
 
 class ClassesFile:
@@ -44,6 +89,16 @@ class ClassesFile:
         self._rendered: tuple[tuple[int, int, int], store_classes.ClassFolders, bytes] | None = None
         self._seen: tuple[int, int, int] | None = None
         self._pending: list[str] = []
+        self._flight: _Flight | None = None  # the record in progress (under _lock)
+        self._waiting = 0  # requests waiting for a record (under _lock)
+        self._ended: Callable[[], bool] = _never
+
+    def end_waits_when(self, ended: Callable[[], bool] | None) -> None:
+        """From now on a waiting record gives up once ``ended()`` is true (None: never). The
+        low-level adapter passes "libfuse's session has exited" (a stop signal, or the kernel
+        ending the connection) for the loop's life: the loop ends only once its request threads
+        return, so they must not wait on."""
+        self._ended = ended or _never
 
     def _file_key(self) -> tuple[int, int, int]:
         try:
@@ -70,12 +125,43 @@ class ClassesFile:
 
     def render(self, live: Iterable[int], tree: Callable[[int], EpochTree]) -> bytes:
         """``classes.json`` with the folders of every epoch of ``live`` recorded (``tree``: an
-        epoch's tree; an epoch retired meanwhile is passed over)."""
-        with self._lock:
-            value, text = self._current()
-            todo = sorted(n for n in live if n > value.through)
-            if not todo:
-                return text
+        epoch's tree; an epoch retired meanwhile is passed over). Waits for the record in
+        progress, or makes it (the module's docstring says why it is one at a time); raises
+        RecordBusy beyond :data:`MAX_WAITING` waiters, RecordAbandoned when the server stops,
+        the store's busy error when the write lock stayed taken for RECORD_WAIT (RecordFailed
+        chaining it, in the requests that waited for that record)."""
+        live = list(live)
+        while True:
+            with self._lock:
+                value, text = self._current()
+                todo = sorted(n for n in live if n > value.through)
+                if not todo:
+                    return text
+                if self._waiting >= MAX_WAITING:
+                    raise RecordBusy(f"classes.json: {self._waiting} requests wait for the index's write "
+                                     "lock already (the sampler writes); this one is not kept")
+                self._waiting += 1
+                flight = self._flight
+                leads = flight is None
+                if flight is None:
+                    flight = self._flight = _Flight()
+            try:
+                if leads:
+                    return self._fly(flight, value, todo, tree)
+                flight.done.wait()  # the leader always sets it (_fly's finally)
+            finally:
+                with self._lock:
+                    self._waiting -= 1
+            if flight.error is not None:
+                raise RecordFailed(f"classes.json: the record this request waited for failed: "
+                                   f"{flight.error!r}") from flight.error
+            # Recorded: once more from the top (an epoch of ``live`` the flight did not cover,
+            # cut since it began, makes this request lead the next one).
+
+    def _fly(self, flight: _Flight, value: store_classes.ClassFolders, todo: list[int],
+             tree: Callable[[int], EpochTree]) -> bytes:
+        """Record the folders of ``todo`` for every request that waits on ``flight``."""
+        try:
             found = list(self.store.listed_class_folders())
             if not value.folders:  # the first record: every class listed so far, sorted together
                 found += self.store.cataloged_class_folders()
@@ -86,15 +172,39 @@ class ClassesFile:
                 except LookupError:
                     continue  # retired meanwhile: nobody reads it any more
                 through = n
-            # In bounded tries: the server's other requests share the store's connection.
-            self.store.record_class_folders(found, through=through, wait=store_classes.RECORD_WAIT)
-            return self._current()[1]
+            self._record(found, through)
+            with self._lock:
+                return self._current()[1]
+        except BaseException as e:
+            flight.error = e
+            raise
+        finally:
+            with self._lock:
+                self._flight = None
+            flight.done.set()
+
+    def _record(self, found: list[str], through: int | None) -> None:
+        """The record, in bounded tries for the write lock (the store's own 250 ms ones) up to
+        RECORD_WAIT in all, the connection let go between them for the server's other requests;
+        the server's stop is looked at before each try."""
+        deadline = time.monotonic() + store_classes.RECORD_WAIT
+        while True:
+            if self._ended():
+                raise RecordAbandoned("classes.json: the server stops; the record of the new epochs' "
+                                      "folders is not waited for")
+            try:
+                self.store.record_class_folders(found, through=through, wait=0.0)
+                return
+            except sqlite3.OperationalError as e:
+                if not is_busy(e) or time.monotonic() >= deadline:
+                    raise
+            time.sleep(store_classes.READER_RETRY)  # paces the tries: not a wait for an event
 
     def _record_now(self, found: list[str]) -> bool:
         """One bounded try to record ``found`` (a refresh does not wait out the sampler's write);
-        False when it must be tried again. Not under ``_lock``: the record is one write
-        transaction that merges with what the file holds, so a render's record beside it loses
-        nothing, and a render may hold the lock while it waits for the index."""
+        False when it must be tried again. Not one of the renders' flights: the record is one
+        write transaction that merges with what the file holds, so a render's record beside it
+        loses nothing."""
         try:
             self.store.record_class_folders(found, wait=0.0)
         except sqlite3.OperationalError as e:

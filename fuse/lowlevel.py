@@ -24,6 +24,7 @@ from typing import Any
 
 import mfusepy
 
+from epochfs.fuse.classes import MAX_WAITING
 from epochfs.fuse.inodes import Inodes
 from epochfs.fuse.kernelcache import KernelNotifier
 from epochfs.fuse.lowlevel_abi import (
@@ -42,6 +43,12 @@ from epochfs.fuse.view import NotFound
 LISTING_HANDLES = 1 << 62
 """Folder handles from here on are the adapter's own (a listing's snapshot), not the
 operations' (which number theirs from 1)."""
+
+LOOP_THREADS = 10 + MAX_WAITING
+"""The loop's request threads at most: libfuse's default (10) for the mount's requests, plus one
+for each request that may wait for a ``classes.json`` record (:data:`~epochfs.fuse.classes.MAX_WAITING`),
+so that those never take every thread (:mod:`epochfs.fuse.classes`). libfuse starts threads as
+requests need them."""
 
 log = logging.getLogger("epochfs.fuse")
 
@@ -117,9 +124,16 @@ class LowLevelFUSE:
                 raise MountFailed(f"libfuse could not mount {self.mountpoint}")
             try:
                 config = lib.fuse_loop_cfg_create()
+                classes = self.ops.view.classes
                 try:
+                    set_max_threads = lib.fuse_loop_cfg_set_max_threads  # libfuse 3.12, as the loop
+                    set_max_threads.argtypes, set_max_threads.restype = [ctypes.c_void_p, ctypes.c_uint], None
+                    set_max_threads(config, LOOP_THREADS)
+                    # The loop ends only once its threads return: a stop ends a classes.json wait.
+                    classes.end_waits_when(lambda: bool(lib.fuse_session_exited(se)))
                     return int(lib.fuse_session_loop_mt_312(se, config))
                 finally:
+                    classes.end_waits_when(None)
                     lib.fuse_loop_cfg_destroy(config)
                     # No notification from here on: the loop reset the session's "exited" flag,
                     # and the unmount below closes the device before libfuse forgets its number
@@ -189,7 +203,9 @@ class LowLevelFUSE:
         def answer() -> None:
             st = mfusepy.c_stat()
             fh = fi.contents.fh if fi else None  # set when the kernel asks for an open file's
-            mfusepy.set_st_attrs(st, self.ops.getattr(self.inodes.path(ino), fh), use_ns=True)
+            # By number: a stat/fstat of an open manifest whose epoch retired answers from the open.
+            stat = self.ops.getattr(self.inodes.path(ino), fh, by_number=True)
+            mfusepy.set_st_attrs(st, stat, use_ns=True)
             st.st_ino = ino
             self.lib.fuse_reply_attr(req, ctypes.byref(st), self.timeout)
         self._reply(req, "getattr", answer)

@@ -35,7 +35,7 @@ import mfusepy
 
 from epochfs.fuse.inuse import WindowFollower, cache_timeout, read_debounce
 from epochfs.fuse.kernelcache import KernelNotifier, Refresher, Warmer
-from epochfs.fuse.packed import PackedBytes
+from epochfs.fuse.openfiles import OpenFiles
 from epochfs.fuse.translate import (
     FUSE_FILL_DIR_PLUS,
     FUSE_READDIR_PLUS,
@@ -70,8 +70,7 @@ class EpochOperations(mfusepy.Operations):
         self.timeout = timeout
         self.window = (None if in_use_seconds is None
                        else WindowFollower(view.store, in_use_seconds, self.set_window))
-        self.refresher = Refresher(view=view, interval=refresh_interval,
-                                   on_tick=None if self.window is None else self.window.check)
+        self.refresher = Refresher(view=view, interval=refresh_interval, on_tick=self._after_tick)
         self.warmer = (Warmer(view=view, mount=mount, max_files=warm_files)
                        if mount is not None and warm_files > 0 else None)
         self.mount = mount
@@ -80,10 +79,10 @@ class EpochOperations(mfusepy.Operations):
         self._life = threading.Lock()
         self._stopping = False
         self._torn_down = threading.Event()
-        self._handles: dict[int, bytes | PackedBytes] = {}
-        self._handle_attrs: dict[int, Attr] = {}
-        """An open control file's attributes as of its open: the kernel asks for them again with
-        the handle before a read (its cached ones dropped), also once the name is gone."""
+        self.open_files = OpenFiles()
+        """An open control file's bytes and attributes as of its open: the kernel asks for them
+        again with the handle before a read (its cached ones dropped), and a stat or fstat asks
+        without it, also once the name is gone (:mod:`epochfs.fuse.openfiles`)."""
         self._dir_holds: dict[int, int] = {}
         self._dir_listings: dict[int, tuple[Attr, Sequence[tuple[str, Attr]]]] = {}
         """Folder handle -> the listing its first readdir read: the later readdir calls of the
@@ -155,6 +154,13 @@ class EpochOperations(mfusepy.Operations):
                 self._config.entry_timeout = timeout
                 self._config.attr_timeout = timeout
 
+    def _after_tick(self) -> None:
+        """After each refresh: follow the store's in-use window; the kernel forgets the names of
+        open manifests whose epoch retired (:meth:`OpenFiles.forget_gone`)."""
+        if self.window is not None:
+            self.window.check()
+        self.open_files.forget_gone(self.view, self.refresher.notifier)
+
     def stop_serving(self, wake: Callable[[], None] | None = None) -> None:
         """End the mount cleanly (from the signal thread, while the loop still serves requests).
 
@@ -202,15 +208,26 @@ class EpochOperations(mfusepy.Operations):
 
     # ------------------------------------------------------------------ namespace
     @translate_errors
-    def getattr(self, path: str, fh: Any = None) -> dict[str, int]:
+    def getattr(self, path: str, fh: Any = None, *, by_number: bool = False) -> dict[str, int]:
+        """``fh``: given before a read, not for a stat/fstat. ``by_number``: an inode the kernel
+        holds (low-level getattr), not a name (lookup): a manifest whose epoch retired answers
+        from an open of it still held, so its fstat and mmap go on as its reads do."""
         self.calls["getattr"] += 1
         if fh is not None and not isinstance(fh, int):  # mfusepy with raw_fi: the fuse_file_info
             fh = fh.fh
-        held = self._handle_attrs.get(fh) if fh else None
+        held = self.open_files.attr(fh) if fh else None
+        if held is None and path is not None and self.view.is_mutable_file(path):
+            held = self.open_files.newest(path)  # status.json's stat/fstat: the open's document
         if held is not None:  # an open file's: its bytes are the open's, whatever the view says now
             return self._stat(held)
         before = self.view.snapshot
-        attr = self.view.getattr(path)
+        try:
+            attr = self.view.getattr(path)
+        except NotFound:
+            held = self.open_files.newest(path) if by_number else None
+            if held is None:
+                raise
+            return self._stat(held)
         if self.view.snapshot is not before:
             self.refresher.poke()  # a cut on lookup happened: refresh latest/status now
         if self.warmer is not None and attr.is_dir and path.count("/") == 1:
@@ -289,26 +306,28 @@ class EpochOperations(mfusepy.Operations):
             with contextlib.suppress(NotFound):
                 mtime = self.view.getattr(path).mtime  # the lookup's: the kernel keeps its pages
         handle = next(self._next_handle)
-        self._handles[handle] = data
-        self._handle_attrs[handle] = Attr(FILE_MODE, len(data), mtime)
+        self.open_files.add(handle, path, data, Attr(FILE_MODE, len(data), mtime))
         fi.fh = handle
         if mutable:
             fi.direct_io = 1  # status.json changes: never serve it from the page cache
+            # The size the kernel cached (a lookup's, a listing's, an earlier open's) is another
+            # document's: dropped before the open returns, so the reader's fstat asks, and getattr
+            # answers this open's (tar reads exactly that many bytes: kubectl cp).
+            self.refresher.notifier.invalidate(path)
         else:
             fi.keep_cache = 1  # manifests are immutable
         return 0
 
     @translate_errors
     def read(self, path: str | None, size: int, offset: int, fi: Any) -> bytes:
-        data = self._handles.get(fi.fh)
+        data = self.open_files.data(fi.fh)
         if data is None:
             raise FuseOSError(errno.EBADF)
         return data[offset : offset + size]
 
     @translate_errors
     def release(self, path: str | None, fi: Any) -> int:
-        self._handles.pop(fi.fh, None)
-        self._handle_attrs.pop(fi.fh, None)
+        self.open_files.remove(fi.fh)
         return 0
 
     @translate_errors

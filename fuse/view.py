@@ -87,7 +87,7 @@ class View(ViewState):
                 if mn is not None:
                     cut_at = self._epoch_live(mn, cut=False)
                     if cut_at is not None:
-                        return Attr(FILE_MODE, len(self.packed_manifest(mn)), cut_at)
+                        return Attr(FILE_MODE, self.manifest_size(mn), cut_at)
             raise NotFound(path)
         n = parse_epoch_name(head)
         if n is None:

@@ -8,6 +8,7 @@ the answers read, and when it changes, is one module: :class:`ViewState` is the 
 
 from __future__ import annotations
 
+import logging
 import sqlite3
 import threading
 import time
@@ -27,6 +28,7 @@ from epochfs.sidecar.store.index import is_corruption
 from epochfs.sidecar.store.stats import retry_line
 from epochfs.torchclient.layout import epoch_name, format_status, manifest_name, parse_epoch_name
 
+log = logging.getLogger("epochfs.fuse")
 T = TypeVar("T")
 TREES_KEPT = 3
 """Epoch trees (and manifests) the view keeps built, the least recently used dropped first: a
@@ -82,6 +84,11 @@ class ViewState:
         self._refresh_lock = threading.Lock()
         self._trees: dict[int, EpochTree] = {}
         self._manifests: dict[int, PackedBytes] = {}
+        self._manifest_sizes: dict[int, int] = {}
+        """Live epoch -> its manifest's size, kept apart from the :data:`TREES_KEPT` built ones
+        until the epoch retires (an int each): an epoch never changes once cut, and listing
+        ``.epochfs`` sizes every live epoch's manifest, which with more live epochs than trees
+        kept rebuilt every tree and manifest at each listing."""
         self.reads = EpochReads()
         self.lost = LostEntries()
         self.lost.refresh(store)  # before any tree is built: a lost entry is never served as a link
@@ -139,6 +146,8 @@ class ViewState:
                     del self._trees[n]
                 for n in [n for n in self._manifests if n not in new.live]:
                     del self._manifests[n]
+                for n in [n for n in self._manifest_sizes if n not in new.live]:
+                    del self._manifest_sizes[n]
         return old, new
 
     def render_status(self) -> bytes:
@@ -236,6 +245,7 @@ class ViewState:
                           reread=lambda: store.iter_epoch_files(n))
         except KeyError:
             raise NotFound(epoch_name(n)) from None
+        log.debug("epoch %d: tree built", n)  # counted by tests: sizing a manifest builds none
         with self._lock:  # the lost map read under the lock the refresh installs it under: never an old one
             t.lost = self.lost.sizes
             if n in self._snap.live:
@@ -277,6 +287,13 @@ class ViewState:
             with self._lock:
                 if n in self._snap.live:
                     self._manifests[n] = m
+                    self._manifest_sizes[n] = len(m)
                     _keep_newest_used(self._manifests, n, TREES_KEPT)
             release_free_memory()
         return m
+
+    def manifest_size(self, n: int) -> int:
+        """The size of live epoch ``n``'s manifest: built once (:meth:`packed_manifest`), then
+        known until the epoch retires, whether or not its manifest is still kept built."""
+        size = self._manifest_sizes.get(n)
+        return len(self.packed_manifest(n)) if size is None else size
