@@ -18,9 +18,11 @@ import argparse
 import logging
 import os
 import select
+import signal
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from types import FrameType
 from typing import cast
 
 import epochfs
@@ -356,6 +358,20 @@ def main(argv: Sequence[str] | None = None) -> int:
         return SIGPIPE_STATUS
 
 
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, raised where Ctrl-C's KeyboardInterrupt is, so that the same clean-up runs."""
+
+
+def _terminate_as_interrupt() -> None:
+    """SIGTERM (a Job's end, ``kubectl delete``) stops ``epochfs index`` as Ctrl-C does: its
+    listers stop and its temporary folder of listed parts (gigabytes for a large bucket) is
+    removed, where the default action killed it and left the folder behind."""
+    def handler(signum: int, frame: FrameType | None) -> None:
+        raise Terminated()
+
+    signal.signal(signal.SIGTERM, handler)
+
+
 def _main(argv: Sequence[str] | None) -> int:
     parser = build_parser()
     ns = parser.parse_args(join_negative_values(sys.argv[1:] if argv is None else argv))
@@ -370,6 +386,8 @@ def _main(argv: Sequence[str] | None) -> int:
         stream=sys.stderr,
     )
     redact.install()
+    if ns.command == "index":
+        _terminate_as_interrupt()
     try:
         return int(ns.func(ns) or 0)
     except (config.ConfigError, MountError) as e:
@@ -381,6 +399,8 @@ def _main(argv: Sequence[str] | None) -> int:
     except StoreError as e:
         print(redact.redact(f"epochfs {ns.command}: --cache: {e}"), file=sys.stderr)
         return config.EXIT_RETRY if isinstance(e, NoRoom) else 2
+    except Terminated:
+        return 128 + signal.SIGTERM
     except KeyboardInterrupt:
         return 130
 
