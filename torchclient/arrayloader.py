@@ -35,7 +35,7 @@ from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 import torch
@@ -53,6 +53,8 @@ from .resume import OnResumeMismatch, Resumable
 from .retry import RETRY_SECONDS, check_retry_seconds, retrying, transient
 from .run import ArrayEpochRun, EpochStats, RunningEpoch
 from .waiting import Progress, print_progress
+
+T = TypeVar("T")
 
 
 def default_num_threads(local_size: int = 1) -> int:
@@ -99,20 +101,28 @@ def _read_rows(reader: SampleReader, paths: list[str], indices: list[int], view:
         try:
             reader.read_into(paths[index], row, scratch)
         except ArraySampleError as exc:
-            lost = lost_error(paths[index], exc)
-            if lost is not None:  # the remote lost it: a clear EIO at once, never retried
-                raise lost from exc
-            if retry_seconds <= 0 or not transient(exc):
-                raise
-            _read_again(reader, paths[index], row, scratch, retry_seconds)
+            _read_failed(paths[index], exc, functools.partial(reader.read_into, paths[index], row, scratch),
+                         retry_seconds)
         offset += row_bytes
 
 
-def _read_again(reader: SampleReader, path: str, row: memoryview, scratch: bytearray, seconds: float) -> None:
+def _read_failed(path: str, exc: ArraySampleError, again: Callable[[], T], seconds: float) -> T:
+    """After ``exc``, a failed read of the listed file ``path``: a lost sample's clear EIO at once
+    (never retried), else ``again()`` retried when ``exc`` is what a restarting mount gives, else
+    ``exc``. The one rule for every read of a sample, the first file's probe (:meth:`ArrayLoader._prepare`)
+    as each row's."""
+    lost = lost_error(path, exc)
+    if lost is not None:
+        raise lost from exc
+    if seconds <= 0 or not transient(exc):
+        raise exc
+    return _read_again(path, again, seconds)
+
+
+def _read_again(path: str, again: Callable[[], T], seconds: float) -> T:
     """A listed file that was unreachable as during a mount's restart: tried again (:mod:`.retry`)."""
     try:
-        retrying(f"sample {path}", lost_aware(path, functools.partial(reader.read_into, path, row, scratch)),
-                 seconds=seconds)
+        return retrying(f"sample {path}", lost_aware(path, again), seconds=seconds)
     except ArraySampleError as exc:
         if not transient(exc):
             raise
@@ -144,7 +154,8 @@ class ArrayLoader(Resumable):
     ``ArraySampleError``) naming the file, the field and the value.
 
     ``num_threads`` threads read ``prefetch`` batches ahead into a ring of ``prefetch + 1`` buffers
-    (pinned when ``pin_memory``, default: CUDA available). A host batch is valid until the next one is
+    (pinned when ``pin_memory``, default: CUDA available; True without CUDA is refused here, as
+    ``device="cuda"`` is). A host batch is valid until the next one is
     asked for; ``copy=True`` reads each batch into memory of its own instead. ``device="cuda:N"``
     copies each batch on a side stream into a fresh device tensor (non-blocking, ordered before your
     next kernel on the current stream). Split, balance, waiting, reporting, holding the running epoch
@@ -194,6 +205,10 @@ class ArrayLoader(Resumable):
             raise ValueError(f"device must be None, 'cpu' or a CUDA device, got {device!r}")
         if self.device.type == "cuda" and not torch.cuda.is_available():
             raise ValueError(f"device={device!r} but CUDA is not available here")
+        if pin_memory and not torch.cuda.is_available():  # refused now, as device="cuda" is: not at epoch 0
+            raise ValueError("pin_memory=True but CUDA is not available here (pinned memory is for copies "
+                             "to a CUDA device); leave pin_memory=None (pinned when CUDA is available) or "
+                             "pass False")
         self.pin_memory = torch.cuda.is_available() if pin_memory is None else bool(pin_memory)
         self.root = Path(root)
         self.shuffle, self.drop_last, self.copy = bool(shuffle), bool(drop_last), bool(copy)
@@ -236,9 +251,15 @@ class ArrayLoader(Resumable):
     def _prepare(self, dataset: EpochDataset) -> SampleReader:
         """The reader (its template from the first epoch's first file), the threads, the ring."""
         if self.reader is None:
-            self.reader = make_reader(self.format, str(dataset.path(0)), member=self.member, dtype=self.dtype,
+            first = str(dataset.path(0))
+            probe = functools.partial(make_reader, self.format, first, member=self.member, dtype=self.dtype,
                                       shape=self.shape, max_array_bytes=self.max_array_bytes)
-            self._tensor_dtype = torch_dtype(self.reader.spec.dtype, str(dataset.path(0)))
+            try:
+                reader = probe()
+            except ArraySampleError as exc:  # read as every sample is: retried, or lost at once
+                reader = _read_failed(first, exc, probe, self.retry_seconds)
+            self._tensor_dtype = torch_dtype(reader.spec.dtype, first)
+            self.reader = reader
         if self._pool is None:
             self._pool = cf.ThreadPoolExecutor(self.num_threads, thread_name_prefix="epochfs-array")
         if not self.copy and not self._ring:

@@ -62,6 +62,16 @@ _ZIP_LOCAL = struct.Struct("<4sHHHHHIIIHH")  # a zip local file header, 30 bytes
 _ZIP_LOCAL_SIG = b"PK\x03\x04"
 
 
+def open_sample(path: str) -> int:
+    """A descriptor of ``path``, or :class:`ArraySampleError` naming it, raised from the OSError: the
+    loader's retry (a restarting mount's ENOENT) and lost-sample check (EIO, a placeholder's ELOOP)
+    look for that OSError, the first file's probe as every later read."""
+    try:
+        return os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    except OSError as exc:
+        raise ArraySampleError(f"cannot open sample {path}: {exc}", path) from exc
+
+
 class SampleReader:
     """Reads one sample file into a row (a writable byte view of ``spec.nbytes``); thread-safe."""
 
@@ -74,10 +84,7 @@ class SampleReader:
 
     def read_into(self, path: str, row: memoryview, scratch: bytearray) -> None:
         """Fill ``row`` with the array of ``path``, or raise :class:`ArraySampleError` naming it."""
-        try:
-            fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
-        except OSError as exc:
-            raise ArraySampleError(f"cannot open sample {path}: {exc}", path) from exc
+        fd = open_sample(path)
         try:
             self._read(fd, path, row, scratch)
         except OSError as exc:
@@ -110,13 +117,15 @@ class NpyReader(SampleReader):
     @classmethod
     def from_file(cls, path: str, expect: ArraySpec | None,
                   max_array_bytes: int | None = MAX_ARRAY_BYTES) -> NpyReader:
-        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+        fd = open_sample(path)
         try:
             header = read_npy_header(fd, 0, path)
             check_fits(header, path, os.fstat(fd).st_size - header.length)  # before any allocation
             check_limit(header.spec, path, max_array_bytes)
             reader = cls(expect or check_spec(header.spec, path), os.pread(fd, header.length, 0))
             reader._expect(header, path)
+        except OSError as exc:
+            raise ArraySampleError(f"cannot read sample {path}: {exc}", path) from exc
         finally:
             os.close(fd)
         return reader
@@ -219,7 +228,7 @@ class NpzReader(SampleReader):
     @classmethod
     def from_file(cls, path: str, member: str | None, expect: ArraySpec | None,
                   max_array_bytes: int | None = MAX_ARRAY_BYTES) -> NpzReader:
-        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+        fd = open_sample(path)
         try:
             found = locate_member(fd, path, member)
             name = found.name.decode("utf-8", "replace")[:-4]
@@ -228,6 +237,8 @@ class NpzReader(SampleReader):
             prefix = os.pread(fd, found.data_offset - found.local_offset, found.local_offset)
             reader = cls(spec, name, found, prefix)
             reader._expect(found.npy, path, f" (member {name!r})")
+        except OSError as exc:
+            raise ArraySampleError(f"cannot read sample {path}: {exc}", path) from exc
         finally:
             os.close(fd)
         return reader

@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from .lost import SampleLostError, lost_aware, lost_error
+from .lost import SampleLostError, carry_attributes, lost_aware, lost_error
 from .retry import RETRY_SECONDS, retrying, transient
 
 Decoder = Callable[[str], Any]
@@ -31,12 +31,16 @@ class SampleDecodeError(ValueError):
     """A sample file could not be decoded; the message names the file and the decoder.
 
     Constructible from one message string, so the DataLoader can re-raise it in the training process
-    with the worker's traceback attached.
+    with the worker's traceback attached; ``.path`` (and a subclass's ``_carried`` attributes) come
+    along then too (:func:`~.lost.carry_attributes`).
     """
+
+    _carried: tuple[str, ...] = ("path",)
 
     def __init__(self, msg: str, path: str | None = None) -> None:
         super().__init__(msg)
         self.path = path
+        carry_attributes(self, self._carried, msg)
 
 
 def check_max_bytes(max_array_bytes: int | None) -> int | None:

@@ -349,25 +349,40 @@ def read_manifest(root: str | os.PathLike[str], epoch: int) -> Manifest | None:
     return parse_manifest(text, source=str(path), epoch=epoch)
 
 
+def _folders_above(folder: Path) -> frozenset[tuple[int, int]]:
+    """(st_dev, st_ino) of ``folder`` and every folder above it, as written and as resolved: a link
+    to one of them (``up -> ..``, ``/``) would walk other epochs or the whole disk, a loop."""
+    seen: set[tuple[int, int]] = set()
+    for start in (Path(os.path.abspath(folder)), Path(os.path.realpath(folder))):
+        for each in (start, *start.parents):
+            try:
+                st = os.stat(each)
+            except OSError:
+                continue
+            seen.add((st.st_dev, st.st_ino))
+    return frozenset(seen)
+
+
 def walk_epoch(root: str | os.PathLike[str], epoch: int) -> list[tuple[str, int]]:
     """(relative path, size) of every file under ``epoch-N/``, sorted by path: the fallback without manifest.
 
     Entries are usually symlinks to the object files, so sizes come from ``stat`` (which follows them).
     A plain folder may link whole folders in (``epoch-0/b -> /data/b``): they are followed, as any
-    reader of the folder would, except one that leads back to a folder above it (a loop). A symlink
+    reader of the folder would, except one that leads back to a folder above it (a loop): the
+    epoch folder or any of its ancestors (``up -> ..`` would add the other epochs). A symlink
     whose target is missing is no file of the epoch: it is skipped with a warning, not taken for a
     mount being replaced (whose ENOENT the caller retries for ``retry_seconds``): the entry itself is
     there (``lstat``), only its target is not. One warning a walk names the entries skipped.
     """
     base = epoch_dir(root, epoch)
     try:
-        top = os.stat(base)
+        os.stat(base)
     except FileNotFoundError:
         return []  # as os.walk: the caller looks the epoch up again (the dataset retries an ENOENT)
     found: list[tuple[str, int]] = []
     dangling: list[str] = []
     loops: list[str] = []
-    stack = [(str(base), "", frozenset({(top.st_dev, top.st_ino)}))]
+    stack = [(str(base), "", _folders_above(base))]
     while stack:
         folder, prefix, above = stack.pop()
         with os.scandir(folder) as listing:

@@ -29,15 +29,19 @@ lost samples (``lost``); a dangling symlink while other samples wait for their r
 (``repairing`` above ``lost``: those come back within seconds) is retried as before, and at the
 end of the retries it is reported lost all the same (:func:`lost_error` with ``final``).
 
-Standard library only (workers import it with the decoders).
+Standard library only (workers import it with the decoders). It also holds
+:func:`carry_attributes`, how the client's sample errors keep their attributes when a DataLoader
+worker raised them.
 """
 
 from __future__ import annotations
 
+import ast
 import errno
 import json
 import os
 import stat
+import sys
 import threading
 from collections.abc import Callable
 from pathlib import Path
@@ -76,14 +80,64 @@ def is_placeholder(path: str | os.PathLike[str]) -> bool:
         return False
 
 
+ATTRIBUTES_MARK = "epochfs-error-attributes:"
+"""Starts the note (one line) that carries an error's attributes out of a DataLoader worker."""
+
+
+def _in_dataloader_worker() -> bool:
+    """Whether this process is a DataLoader worker (torch imported and its worker info set)."""
+    data = sys.modules.get("torch.utils.data")
+    info = getattr(data, "get_worker_info", None)
+    return info is not None and info() is not None
+
+
+def _literal(value: Any) -> Any:
+    """``value`` where its repr reads back as it (str, int, tuple...), else that repr."""
+    text = repr(value)
+    try:
+        if ast.literal_eval(text) == value:
+            return value
+    except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
+        pass
+    return text
+
+
+def carry_attributes(exc: BaseException, names: tuple[str, ...], msg: object) -> None:
+    """Keep ``exc``'s attributes ``names`` across a DataLoader worker; call at the end of ``__init__``.
+
+    Why: torch hands a worker's exception to the training process as its type and its formatted
+    traceback only, and raises ``type(text)`` there (``ExceptionWrapper.reraise``): every attribute
+    the docs promise (``.path``, ``.field``, ``.value``, ``.filename``) was None. So an error made
+    in a worker adds a note (Python 3.11+; the traceback's text shows notes) of
+    :data:`ATTRIBUTES_MARK` and the attributes, and one constructed from a single message with
+    none of them set takes them back from the last such note in that message."""
+    values = {name: getattr(exc, name, None) for name in names}
+    if any(value is not None for value in values.values()):
+        if hasattr(exc, "add_note") and _in_dataloader_worker():
+            exc.add_note(f"{ATTRIBUTES_MARK} {({k: _literal(v) for k, v in values.items()})!r}")
+        return
+    if not isinstance(msg, str) or ATTRIBUTES_MARK not in msg:
+        return
+    line = msg[msg.rindex(ATTRIBUTES_MARK) + len(ATTRIBUTES_MARK):].split("\n", 1)[0]
+    try:
+        carried = ast.literal_eval(line.strip())
+    except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
+        return
+    if isinstance(carried, dict):
+        for name in names:
+            if name in carried:
+                setattr(exc, name, carried[name])
+
+
 class SampleLostError(OSError):
     """A file the epoch lists whose sample the remote lost (errno EIO); the message names the file.
 
     Constructible from one message string (the DataLoader re-raises a worker's exception that way),
-    and it keeps errno EIO then too."""
+    and it keeps errno EIO then too, and ``filename`` (:func:`carry_attributes`)."""
 
     def __init__(self, msg: str, path: str | None = None) -> None:
         super().__init__(errno.EIO, msg, path)
+        carry_attributes(self, ("filename",), msg)
 
     def __reduce__(self) -> tuple[Any, ...]:
         return type(self), (self.strerror, self.filename)

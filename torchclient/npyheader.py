@@ -41,13 +41,16 @@ class ArraySampleError(SampleDecodeError):
 class NpyHeaderError(ArraySampleError):
     """A ``.npy`` header that is malformed or declares more than may be read; the message names the file,
     the field (``field``: "shape", "descr", "fortran_order", "version", "header length", "header") and the
-    value found (``value``). Constructible from one message string, as every :class:`SampleDecodeError`."""
+    value found (``value``). Constructible from one message string, as every :class:`SampleDecodeError`,
+    and all three come along from a DataLoader worker then."""
+
+    _carried = ("path", "field", "value")
 
     def __init__(self, msg: str, path: str | None = None, field: str | None = None,
                  value: Any = None) -> None:
-        super().__init__(msg, path)
-        self.field = field
+        self.field = field  # set before the base's __init__, which notes or recovers them
         self.value = value
+        super().__init__(msg, path)
 
 
 class NpzMemberError(ArraySampleError, KeyError):

@@ -59,9 +59,14 @@ class EpochResumeError(RuntimeError):
 
 
 def epoch_digest(files: Sequence[str], sizes: Sequence[int]) -> str:
-    """``sha256:<hex>`` of an epoch's file list (paths and sizes, in order): its identity on a node."""
+    """``sha256:<hex>`` of an epoch's file list (paths and sizes, in order): its identity on a node.
+
+    The text is hashed as UTF-8 with ``surrogatepass``: a file name that is not UTF-8 (a walked
+    Samba or old NFS share) comes as lone surrogates (Python's ``surrogateescape``), which a strict
+    encode refuses, so such a folder could never be checkpointed. UTF-8 names hash as before."""
     digest = hashlib.sha256()
-    digest.update("\n".join(f"{path}\t{size}" for path, size in zip(files, sizes, strict=True)).encode())
+    text = "\n".join(f"{path}\t{size}" for path, size in zip(files, sizes, strict=True))
+    digest.update(text.encode("utf-8", "surrogatepass"))
     return "sha256:" + digest.hexdigest()
 
 
