@@ -13,7 +13,8 @@ ARG BASE=python:3.11.14-slim-trixie
 
 # ---- build: the whole runtime environment in one venv, /opt/epochfs --------------------------
 # First every package pinned in docker/constraints.txt (a layer that changes only with the pins);
-# then epochfs with its sidecar and gcs (gs:// remotes) extras, offline (--no-index): a dependency
+# then epochfs with its sidecar, gcs (gs:// remotes) and azure (az:// remotes) extras, offline
+# (--no-index): every remote scheme the chart accepts is served by the image; a dependency
 # the pins miss fails the build instead of arriving at whatever version is newest. No build
 # isolation: the build backend is the pinned setuptools (which makes wheels itself). setuptools
 # and pip then leave the venv, which holds only what runs.
@@ -30,7 +31,7 @@ COPY fuse/ fuse/
 COPY torchclient/ torchclient/
 COPY src/ src/
 RUN /opt/epochfs/bin/python -m pip install --no-cache-dir --disable-pip-version-check --no-index \
-       --no-build-isolation -c docker/constraints.txt ".[sidecar,gcs]" \
+       --no-build-isolation -c docker/constraints.txt ".[sidecar,gcs,azure]" \
     && /opt/epochfs/bin/python -m pip uninstall --yes setuptools pip
 
 # ---- runtime: the base, fuse3 and the venv; nothing that builds or fetches code is left -------

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Regenerate docker/constraints.txt: the exact versions the sidecar image installs.
-# A clean Python 3.11 venv (the default base's interpreter) installs '.[sidecar,gcs]' and the
+# A clean Python 3.11 venv (the default base's interpreter) installs '.[sidecar,gcs,azure]' and the
 # build backend (setuptools, which builds wheels itself since 70.1: the image builds epochfs
 # without build isolation, from these pins) from the package index; its `pip freeze --all` (pip and epochfs left out) replaces the pins
 # below the file's "# ---" line; the header above it is kept. Local pip config (find-links, extra indexes) is ignored
@@ -17,7 +17,7 @@ export PIP_CONFIG_FILE=/dev/null PIP_DISABLE_PIP_VERSION_CHECK=1
 [ -z "${PIP_CERT:-}" ] && [ -r /etc/ssl/certs/ca-certificates.crt ] && export PIP_CERT=/etc/ssl/certs/ca-certificates.crt
 "$python" -m venv "$tmp/venv"
 "$tmp/venv/bin/pip" install --quiet --upgrade setuptools
-"$tmp/venv/bin/pip" install --quiet "$root[sidecar,gcs]"
+"$tmp/venv/bin/pip" install --quiet "$root[sidecar,gcs,azure]"
 {
   sed -n '/^# ---$/q;p' "$out"
   echo '# ---'

@@ -19,6 +19,7 @@ def cmd_index(ns: argparse.Namespace) -> int:
     from epochfs.sidecar.confparse import _bounded, _positive_int, _remote
     from epochfs.sidecar.listing.indexfile import write_index
     from epochfs.sidecar.remote import RemoteError, open_remote
+    from epochfs.sidecar.remote.objects import WriteError
 
     try:
         url = _remote(ns.remote)
@@ -39,7 +40,10 @@ def cmd_index(ns: argparse.Namespace) -> int:
     try:
         count = write_index(remote, ns.out, threads=threads, endpoint_url=ns.endpoint_url, progress=bar,
                             plain=not _gzipped_name(ns.out), order=ns.order)
-    except (RemoteError, OSError) as e:  # the remote, or writing --out: one line, no traceback
+    except WriteError as e:  # writing --out (any store's failure, as one line): the flag named
+        print(redact.redact(f"epochfs index: --out: {e}"), file=sys.stderr)
+        return 1
+    except (RemoteError, OSError) as e:  # the remote, or the listing's files: one line, no traceback
         print(redact.redact(f"epochfs index: {e}"), file=sys.stderr)
         return 1
     finally:

@@ -225,6 +225,13 @@ class FsspecRemote(Remote):
     def put_file(self, key: str, path: str) -> None:
         try:
             self._fs.put_file(path, self._path(key))
+    def object_size(self, key: str) -> int | None:
+        """The size from the object's metadata (one request), for a reader that seeks: an index
+        in Parquet on ``gs://`` is read by ranges (:func:`~.objects.open_ranged`)."""
+        with self.errors:
+            size = self._fs.size(self._path(key))
+        return int(size) if size is not None else None
+
         except Exception as e:
             raise RemoteError(f"cannot write {self.url.rstrip('/')}/{key}: {e}") from e
 

@@ -2,12 +2,16 @@
 for the index files (``--index``, ``epochfs index --out``) and S3 Inventory's manifests and data
 files (CSV streamed, Parquet by ranges).
 
-``s3://`` objects go through :class:`~epochfs.sidecar.remote.s3.S3Remote` (the sampler's own S3
-client: its endpoint, region, credentials, proxies and typed errors), using only the capabilities
-every remote declares (:meth:`~epochfs.sidecar.remote.base.Remote.open`, ``read_range``,
-``object_size``, ``put_file``), so an index read from S3 is asked for as the dataset is and fails
-with the same typed errors. Any other URL (``https``, ``gs``, ``file``, what fsspec knows) is
-opened by fsspec, whose files stream and seek.
+An object of an object store (``s3://``, ``gs://``, ``az://``: a backend of the registry that
+``stores_objects``) goes through that backend's own remote, opened by the registry as the dataset's
+is (``--endpoint-url``, the read timeout, the one-try clients, credentials, proxies and typed
+errors), using only the capabilities every remote declares
+(:meth:`~epochfs.sidecar.remote.base.Remote.open`, ``read_range``, ``object_size``,
+``put_file``): an index on Azurite or a private GCS endpoint is read where the dataset is, not
+from the cloud's public host that a bare ``fsspec.open`` would ask (a minute of retries, then a
+"host does not resolve" naming the container). Any other URL (``https``, ``file``, what fsspec
+knows) is opened by fsspec, whose files stream and seek. A local file is written whole beside
+itself and renamed over the old one (:func:`replace_local`): readers never see part of it.
 """
 
 from __future__ import annotations
@@ -15,29 +19,53 @@ from __future__ import annotations
 import contextlib
 import gzip
 import io
+import os
+import secrets
+import shutil
 from collections.abc import Callable, Iterator
 from typing import IO, Any, cast
 
 from epochfs.sidecar.redact import redact
 from epochfs.sidecar.remote.base import BLOCK, Reader, Remote, RemoteError
 from epochfs.sidecar.remote.errors import failure_reason
+from epochfs.sidecar.remote.registry import backend_for, open_remote
 from epochfs.sidecar.remote.urls import split_url
 
 GZIP_MAGIC = b"\x1f\x8b"
 
 
-def _s3(url: str, endpoint_url: str | None) -> tuple[Remote, str]:
-    """The S3 remote of ``url``'s bucket (one connection: a single object is read) and the key
-    (its "#" and "?" kept: :mod:`.urls`)."""
-    from epochfs.sidecar.remote.s3 import S3Remote
+class WriteError(RemoteError):
+    """An object that could not be written (``epochfs index --out``), said in one line: the
+    caller names its flag (a store library's own exception, an adlfs ``RuntimeError`` say, went
+    past ``epochfs index`` as a traceback of 179 lines)."""
 
-    _, bucket, path = split_url(url)
-    remote = S3Remote(url=f"s3://{bucket}", endpoint_url=endpoint_url, concurrency=1)
-    return remote, path.lstrip("/")
+
+def in_store(url: str) -> bool:
+    """Whether ``url`` names an object of an object store whose backend reads and writes it (the
+    registry's ``stores_objects``: ``s3://``, ``gs://``, ``az://``)."""
+    backend = backend_for(split_url(url).scheme)
+    return backend is not None and backend.stores_objects
 
 
 def is_s3(url: str) -> bool:
     return split_url(url).scheme == "s3"
+
+
+@contextlib.contextmanager
+def _store_object(url: str, endpoint_url: str | None, failed: str) -> Iterator[tuple[Remote, str]]:
+    """The remote of ``url``'s bucket or container, opened by the registry as the dataset's remote
+    is (one connection: a single object is read or written), and the key (its "#" and "?" kept:
+    :mod:`.urls`); closed after. A remote that cannot be opened (a library, credentials, an
+    endpoint the backend refuses) raises :class:`RemoteError` starting with ``failed``."""
+    scheme, bucket, path = split_url(url)
+    try:
+        remote = open_remote(f"{scheme}://{bucket}", endpoint_url=endpoint_url, concurrency=1)
+    except RemoteError as e:
+        raise RemoteError(f"{failed}: {e}") from e
+    try:
+        yield remote, path.lstrip("/")
+    finally:
+        remote.close()
 
 
 class ReaderFile(io.RawIOBase):
@@ -152,35 +180,31 @@ def gunzipped(buffered: io.BufferedReader[Any]) -> Iterator[IO[bytes]]:
 def _buffered(url: str, *, endpoint_url: str | None, what: str) -> Iterator[io.BufferedReader[Any]]:
     """``url`` as a :class:`io.BufferedReader` (``readline`` and ``peek`` on every kind of URL)."""
     label = f"{what} {redact(url)}".strip()
-    if not is_s3(url):
+    if not in_store(url):
         # Buffered here too: fsspec's files differ (HTTP's streaming file has no readline(n), no
         # seek; only a local file can peek), and the index reader needs readline and peek.
         with _fsspec_file(url, label, block_size=0 if url.startswith("http") else BLOCK) as f, \
                 io.BufferedReader(FileRaw(f), BLOCK) as buffered:
             yield buffered
         return
-    remote, key = _s3(url, endpoint_url)
-    try:
+    with _store_object(url, endpoint_url, f"cannot read {label}") as (remote, key):
         try:
             raw = ReaderFile(remote.open(key))
         except Exception as e:
             raise RemoteError(f"cannot read {label}: {failure_reason(e)}") from e
         with io.BufferedReader(raw, BLOCK) as buffered:
             yield buffered
-    finally:
-        remote.close()
 
 
 @contextlib.contextmanager
 def open_ranged(url: str, *, endpoint_url: str | None = None) -> Iterator[IO[bytes]]:
-    """``url`` opened for random access (a Parquet footer, then row groups): ``s3://`` one ranged
-    GET per buffered read, other URLs fsspec's seekable files."""
-    if not is_s3(url):
+    """``url`` opened for random access (a Parquet footer, then row groups): an object store's
+    object one ranged read per buffered read, other URLs fsspec's seekable files."""
+    if not in_store(url):
         with _fsspec_file(url, redact(url), block_size=BLOCK) as f:
             yield f
         return
-    remote, key = _s3(url, endpoint_url)
-    try:
+    with _store_object(url, endpoint_url, f"cannot read {redact(url)}") as (remote, key):
         try:
             size = remote.object_size(key)
         except Exception as e:
@@ -197,24 +221,92 @@ def open_ranged(url: str, *, endpoint_url: str | None = None) -> Iterator[IO[byt
 
         with io.BufferedReader(RangedFile(read_range, size), BLOCK) as f:
             yield f
-    finally:
-        remote.close()
 
 
 def upload(path: str, url: str, *, endpoint_url: str | None = None) -> None:
-    """Write the local file ``path`` to ``url`` (``s3://``: one PutObject; else through fsspec)."""
-    if is_s3(url):
-        remote, key = _s3(url, endpoint_url)
+    """Write the local file ``path`` to ``url``: an object store's object through its backend (one
+    upload, atomic: readers see the old object or the new one), a local path or ``file://`` URL by
+    :func:`replace_local`, anything else through fsspec. Any failure raises :class:`WriteError`,
+    one line naming ``url`` and the cause."""
+    failed = f"cannot write {redact(url)}"
+    try:
+        if in_store(url):
+            with _store_object(url, endpoint_url, failed) as (remote, key):
+                remote.put_file(key, path)
+        elif "://" not in url or url.startswith("file://"):
+            replace_local(path, url.removeprefix("file://"))
+        else:
+            import fsspec
+
+            with open(path, "rb") as src, fsspec.open(url, "wb") as dst:
+                shutil.copyfileobj(src, dst, BLOCK)
+    except WriteError:
+        raise
+    except Exception as e:
+        raise WriteError(f"{failed}: {_why_not_written(e, url)}") from e
+
+
+def _why_not_written(e: Exception, url: str) -> str:
+    """The cause of a failed upload of ``url`` in a few words, on one line (the Azure SDK's text
+    goes on with a request id, a time and the answer's body). A store answers 404 to an upload
+    only when the bucket or container is not there (gcsfs says so with the request's URL alone,
+    adlfs with an errno: "no such file or directory")."""
+    cause = e.__cause__ if isinstance(e, RemoteError) and e.__cause__ is not None else e
+    if in_store(url) and isinstance(cause, FileNotFoundError):
+        scheme, bucket, _ = split_url(url)
+        kind = "container" if backend_for(scheme) is backend_for("az") else "bucket"
+        return f"not found: no {kind} {bucket.partition('@')[0]!r} in this store"
+    reason = failure_reason(cause).strip().splitlines()
+    return reason[0] if reason else type(cause).__name__
+
+
+def replace_local(path: str, target: str) -> None:
+    """Copy the file ``path`` to the local file ``target`` atomically: written whole to a new file
+    in ``target``'s folder, flushed to the disk, then renamed over ``target``. A fleet's shared
+    index refreshed in place (truncated, then written) was read by a sampler starting meanwhile
+    as an empty or cut file ("not an epochfs index"), which exits 2 and stops its sidecar; a
+    reader now opens the old file or the new one, and one that holds the old one open reads it
+    whole. The new file keeps the mode and owner of the one it replaces; a symlink at ``target``
+    keeps pointing where it did (its target is replaced). A write killed midway leaves a hidden
+    ``.<name>.<random>.tmp`` beside it, never a cut index."""
+    final = os.path.realpath(os.path.expanduser(target))
+    folder, name = os.path.split(final)
+    temp = os.path.join(folder, f".{name}.{secrets.token_hex(6)}.tmp")
+    fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o666)
+    try:
+        with os.fdopen(fd, "wb") as dst:
+            with open(path, "rb") as src:
+                shutil.copyfileobj(src, dst, BLOCK)
+            dst.flush()
+            _keep_owner_and_mode(dst.fileno(), final)
+            os.fsync(dst.fileno())
+        os.replace(temp, final)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(temp)
+        raise
+    # The rename itself on the disk: done where the folder can be opened and synced (readers see
+    # the new file either way; some network and FUSE file systems refuse a folder's fsync).
+    with contextlib.suppress(OSError):
+        dir_fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
         try:
-            remote.put_file(key, path)
+            os.fsync(dir_fd)
         finally:
-            remote.close()
+            os.close(dir_fd)
+
+
+def _keep_owner_and_mode(fd: int, old: str) -> None:
+    """Give the new file ``fd`` the owner (where this user may) and the mode of the file ``old``
+    it replaces, as a rewrite in place kept them: a fleet's readers that could read the old index
+    read the new one. Nothing for a new path (the mode the umask gave)."""
+    try:
+        st = os.stat(old)
+    except FileNotFoundError:
         return
-    import fsspec
-
-    with open(path, "rb") as src, fsspec.open(url, "wb") as dst:
-        while block := src.read(BLOCK):
-            dst.write(block)
+    with contextlib.suppress(PermissionError):
+        os.fchown(fd, st.st_uid, st.st_gid)
+    os.fchmod(fd, st.st_mode & 0o7777)
 
 
-__all__ = ["FileRaw", "RangedFile", "ReaderFile", "is_s3", "open_ranged", "open_stream", "upload"]
+__all__ = ["FileRaw", "RangedFile", "ReaderFile", "WriteError", "in_store", "is_s3", "open_ranged",
+           "open_stream", "replace_local", "upload"]

@@ -6,9 +6,12 @@ libraries. From it come :data:`SCHEMES` (what ``--remote`` accepts, checked when
 read), :data:`HELP` (the ``--remote`` help of the settings and the CLI), the message naming the
 extra to install when a backend's library is missing, and :func:`open_remote`. A backend's module
 is imported only when a URL of its scheme is opened, so reading this table costs no client
-library. Adding a backend is one module with an opener and one line here (docs/architecture.md).
-:func:`check_url` refuses, before anything is opened, a URL no backend could serve (the settings'
-``--remote`` and ``--index``, the admission webhook's remote).
+library. A backend's line also says what its URLs name after ``scheme://`` (:data:`Names`: a
+bucket, a container, a host or a folder) and may hold a rule of its own (:attr:`Backend.check`):
+:func:`check_url` refuses by them, before anything is opened, a URL no backend could serve (the
+settings' ``--remote`` and ``--index``, the admission webhook's remote), and the webhook checks the
+name or the port by :attr:`Backend.names`, so neither lists schemes. What else a new backend needs
+(its library's error rule, the chart's pattern, the image's extra) is in docs/architecture.md.
 """
 
 from __future__ import annotations
@@ -18,11 +21,59 @@ import importlib.util
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Literal
 from urllib.parse import urlsplit
 
 from epochfs.sidecar.redact import redact
 from epochfs.sidecar.remote.base import Remote, RemoteError
 from epochfs.sidecar.remote.urls import split_url
+
+Names = Literal["bucket", "container", "host", "folder"]
+"""What a remote URL's part after ``scheme://`` names: a ``bucket`` (``s3://bucket/prefix``), a
+``container`` (``az://container[@account-host]/prefix``: the name is what precedes ``@``), a
+``host`` (``https://host[:port]/path``) or, with the path, a ``folder`` (``file:///path``)."""
+
+SHAPES: dict[str, str] = {"bucket": "{}://bucket/prefix", "container": "{}://container/prefix",
+                          "host": "{}://host/path", "folder": "{}:///path/to/folder"}
+"""How a URL of each :data:`Names` is written (``.format(scheme)``), for the message of a URL
+that lacks the part."""
+
+
+def named_part(url: str, names: Names) -> str:
+    """The part of ``url`` that a backend of :attr:`Backend.names` ``names`` reads it for: the
+    bucket, the container (before any ``@account-host``), the host name (as urllib reads it, so a
+    broken one such as ``[::1`` raises :class:`ValueError`) or, for a folder, its host and path;
+    "" where the URL lacks it."""
+    _, host, path = split_url(url)
+    if names == "container":
+        return host.partition("@")[0]
+    if names == "host":
+        return urlsplit(url).hostname or ""
+    if names == "folder":
+        return host + path
+    return host
+
+
+S3_BUCKET = re.compile(r"[A-Za-z0-9._-]{1,255}")
+"""The characters an S3 bucket name may hold. Names of buckets made today are 3-63 lower-case
+letters, digits, dots and hyphens; buckets made in us-east-1 before March 2018 may hold upper-case
+letters and underscores, up to 255 characters, and S3-compatible stores have rules of their own,
+so only what no bucket can be is refused (a space, ``:``, ``@``...): such a name is a mistake in
+the URL, most often a store's ``host:port`` written where the bucket goes."""
+
+
+def s3_url_problem(url: str) -> str | None:
+    """S3's own rule (:attr:`Backend.check`): no credentials in the URL, and a bucket name S3
+    can hold (:data:`S3_BUCKET`)."""
+    host = split_url(url).host
+    if "@" in host:
+        return ("an s3:// URL holds no credentials (the AWS_* variables, a profile or the pod's role "
+                "give them)")
+    if not S3_BUCKET.fullmatch(host):
+        hint = "; the store's host:port is the endpoint URL, given apart" if ":" in host else ""
+        return (f"{host!r} is not an S3 bucket name (letters, digits, '.', '-' and '_' only, at "
+                f"most 255){hint}")
+    return None
 
 
 @dataclass(frozen=True)
@@ -40,14 +91,26 @@ class Backend:
     """The extra of the ``epochfs`` distribution that installs its libraries."""
     libraries: tuple[str, ...] = ()
     """The top-level modules it needs beyond the sidecar's own (:func:`missing_library`)."""
+    names: Names = "bucket"
+    """What its URLs name after ``scheme://`` (:data:`Names`): :func:`check_url` refuses a URL
+    without it, and the admission webhook checks that name (a bucket's or container's characters)
+    or a host's port by it."""
+    check: Callable[[str], str | None] | None = None
+    """Its own rule for a URL that has the part it names: what is wrong with it (the words after
+    the URL in :func:`check_url`'s message), or None. S3's is :func:`s3_url_problem`."""
+    stores_objects: bool = False
+    """An object store (a bucket or container of keys): a single object of it addressed by its
+    whole URL (an index file, ``epochfs index --out``) is read and written through this backend's
+    remote (:mod:`.objects`), with ``--endpoint-url``, its timeouts and its one-try clients."""
 
 
 BACKENDS: tuple[Backend, ...] = (
-    Backend(("s3",), "s3", "open_s3", "s3://", "sidecar"),
-    Backend(("gs", "gcs"), "fsspec", "open_gcs", "gs://", "gcs", ("gcsfs",)),
-    Backend(("az", "abfs", "abfss"), "azure", "open_azure", "az://", "azure", ("adlfs",)),
-    Backend(("https", "http"), "httpindex", "open_http", "https:// (index file)", "sidecar"),
-    Backend(("file",), "file", "open_file", "file://", "sidecar"),
+    Backend(("s3",), "s3", "open_s3", "s3://", "sidecar", stores_objects=True, check=s3_url_problem),
+    Backend(("gs", "gcs"), "fsspec", "open_gcs", "gs://", "gcs", ("gcsfs",), stores_objects=True),
+    Backend(("az", "abfs", "abfss"), "azure", "open_azure", "az://", "azure", ("adlfs",),
+            stores_objects=True, names="container"),
+    Backend(("https", "http"), "httpindex", "open_http", "https:// (index file)", "sidecar", names="host"),
+    Backend(("file",), "file", "open_file", "file://", "sidecar", names="folder"),
 )
 
 SCHEMES: tuple[str, ...] = tuple(scheme for backend in BACKENDS for scheme in backend.schemes)
@@ -103,21 +166,15 @@ def open_remote(
                           f"pip install 'epochfs[{backend.extra}]'") from None
 
 
-S3_BUCKET = re.compile(r"[A-Za-z0-9._-]{1,255}")
-"""The characters an S3 bucket name may hold. Names of buckets made today are 3-63 lower-case
-letters, digits, dots and hyphens; buckets made in us-east-1 before March 2018 may hold upper-case
-letters and underscores, up to 255 characters, and S3-compatible stores have rules of their own,
-so only what no bucket can be is refused (a space, ``:``, ``@``...): such a name is a mistake in
-the URL, most often a store's ``host:port`` written where the bucket goes."""
-
-
 def check_url(url: str) -> None:
     """Raise :class:`ValueError` saying what is wrong with the remote URL ``url`` (none: it may be
-    opened): no scheme, a scheme no backend serves (naming those known), no bucket, container or
-    host, no folder of a ``file://`` URL, or what cannot be an S3 bucket name. Nothing is opened
-    and no backend's library imported, so a mistake ends a start at once, with exit status 2 from
-    the settings, instead of a sampler that fails later or lists something else."""
-    scheme, host, path = split_url(url)
+    opened): no scheme, a scheme no backend serves (naming those known), a URL without the part
+    its backend's :attr:`Backend.names` says it names (no bucket, container, host or folder), or
+    what the backend's own :attr:`Backend.check` refuses (S3: what cannot be a bucket name).
+    Nothing is opened and no backend's library imported, so a mistake ends a start at once, with
+    exit status 2 from the settings, instead of a sampler that fails later or lists something
+    else."""
+    scheme = split_url(url).scheme
     shown = repr(redact(url))
     known = ", ".join(SCHEMES)
     if not scheme:
@@ -125,24 +182,11 @@ def check_url(url: str) -> None:
     backend = backend_for(scheme)
     if backend is None:
         raise ValueError(f"unknown URL scheme {scheme!r} in {shown} (known: {known})")
-    if backend.module == "file":
-        if not host and not path:
-            raise ValueError(f"{shown}: no folder (file:///path/to/folder)")
-    elif backend.module == "httpindex":
-        if not urlsplit(url).hostname:
-            raise ValueError(f"{shown}: no host ({scheme}://host/path)")
-    elif backend.module == "azure":
-        if not host.partition("@")[0]:
-            raise ValueError(f"{shown}: no container ({scheme}://container/prefix)")
-    elif not host:
-        raise ValueError(f"{shown}: no bucket ({scheme}://bucket/prefix)")
-    elif scheme == "s3" and "@" in host:
-        raise ValueError(f"{shown}: an s3:// URL holds no credentials (the AWS_* variables, a profile "
-                         "or the pod's role give them)")
-    elif scheme == "s3" and not S3_BUCKET.fullmatch(host):
-        hint = "; the store's host:port is the endpoint URL, given apart" if ":" in host else ""
-        raise ValueError(f"{shown}: {host!r} is not an S3 bucket name (letters, digits, '.', '-' "
-                         f"and '_' only, at most 255){hint}")
+    if not named_part(url, backend.names):
+        raise ValueError(f"{shown}: no {backend.names} ({SHAPES[backend.names].format(scheme)})")
+    problem = backend.check(url) if backend.check is not None else None
+    if problem is not None:
+        raise ValueError(f"{shown}: {problem}")
 
 
 def check_index_url(url: str) -> None:
@@ -162,5 +206,6 @@ def check_index_url(url: str) -> None:
                          "or another fsspec protocol)")
 
 
-__all__ = ["BACKENDS", "HELP", "S3_BUCKET", "SCHEMES", "Backend", "backend_for", "check_index_url",
-           "check_url", "missing_library", "open_remote"]
+__all__ = ["BACKENDS", "HELP", "S3_BUCKET", "SCHEMES", "SHAPES", "Backend", "Names", "backend_for",
+           "check_index_url", "check_url", "missing_library", "named_part", "open_remote",
+           "s3_url_problem"]

@@ -97,6 +97,22 @@ def _host(url: str | None) -> str:
     return (urlparse(url).hostname or "") if url else ""
 
 
+def _asked_host(flag: str, url: str, endpoint_url: str | None) -> tuple[str, str]:
+    """(the flag that names it, the host) whose name a request for ``url`` looked up, "" for a
+    host no flag names. An object store's URL holds a bucket or container, not a host: its
+    requests go to ``--endpoint-url`` when given (the index on Azurite named the container
+    ``ctr`` as the host that did not resolve), else to the store's own endpoint (an ``az://``
+    URL may name its account's host: ``container@account.blob.core.windows.net``)."""
+    from epochfs.sidecar.remote.objects import in_store
+    from epochfs.sidecar.remote.urls import split_url
+
+    if not in_store(url):
+        return flag, _host(url)
+    if endpoint_url:
+        return "--endpoint-url", _host(endpoint_url)
+    return flag, _host(url) if "@" in split_url(url).host else ""
+
+
 def refusal_fix(settings: SamplerSettings, cause: str | None) -> tuple[str, str]:
     """(the flag to name, what to do) for a remote that refused the first listing, by the cause
     :func:`~epochfs.sidecar.remote.refusal.refusal_cause` found: the line a user reads first, in a
@@ -115,9 +131,12 @@ def refusal_fix(settings: SamplerSettings, cause: str | None) -> tuple[str, str]
         fix = (f"AWS's S3 endpoint for bucket {_host(url) or url} does not resolve from this node "
                f"(S3 resolves every bucket name: not a typo in {flag}): check the node's DNS and "
                "egress (or AWS_DEFAULT_REGION / --endpoint-url)")
-    elif cause == "host":
-        fix = (f"check the host name in {flag}: {_host(url) or url} does not resolve from this node "
+    elif cause == "host" and (asked := _asked_host(flag, url, settings.endpoint_url))[1]:
+        fix = (f"check the host name in {asked[0]}: {asked[1]} does not resolve from this node "
                "(a typo, or a name only another network knows)")
+    elif cause == "host":
+        fix = (f"the store's endpoint for {flag} does not resolve from this node: check the node's "
+               "DNS and egress (or --endpoint-url)")
     elif cause == "certificate":
         fix = f"check {flag}'s host and its TLS certificate"
         fix += "; a private CA's bundle goes in AWS_CA_BUNDLE" if s3 else ""

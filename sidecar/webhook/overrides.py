@@ -13,8 +13,8 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from epochfs.sidecar.confparse import parse_size
-from epochfs.sidecar.remote.registry import SCHEMES as REMOTE_SCHEMES
-from epochfs.sidecar.remote.registry import check_url, missing_library
+from epochfs.sidecar.remote import registry
+from epochfs.sidecar.remote.registry import backend_for, check_url, missing_library, named_part
 from epochfs.sidecar.remote.urls import split_url
 from epochfs.sidecar.webhook.fields import (
     CAPACITY,
@@ -41,10 +41,9 @@ def override(
     if remote is not None:
         url = str(remote).strip()
         scheme = url.split("://", 1)[0].lower() if "://" in url else ""
-        if scheme not in REMOTE_SCHEMES:
-            raise Refused(
-                f"{REMOTE}: {remote!r} is not a dataset URL ({', '.join(s + '://' for s in REMOTE_SCHEMES)})"
-            )
+        if backend_for(scheme) is None:
+            known = ", ".join(s + "://" for s in registry.SCHEMES)
+            raise Refused(f"{REMOTE}: {remote!r} is not a dataset URL ({known})")
         try:
             check_url(url)
         except ValueError as e:
@@ -115,8 +114,8 @@ def override(
 
 
 _NAME_RE = re.compile(r"^[A-Za-z0-9._-]+$")
-"""A GCS bucket's or an Azure container's name: letters, digits, dots, dashes, underscores (none
-allows a space, a slash or a colon); check_url holds S3's own rule."""
+"""A bucket's or a container's name (GCS, Azure; S3's own rule is in check_url): letters, digits,
+dots, dashes, underscores (none allows a space, a slash, a colon or an ``@``)."""
 
 
 def url_problem(url: str, scheme: str) -> str | None:
@@ -124,22 +123,26 @@ def url_problem(url: str, scheme: str) -> str | None:
     runs at its start too) unusable as a pod's remote, or None: what check_url lets through but
     the sidecar cannot list, so the pod would be created only to fail its startup probe. Split as
     the remotes split it (:func:`~epochfs.sidecar.remote.urls.split_url`): "#" and "?" are legal in
-    an object's key, so the bucket ends at the first "/" alone."""
+    an object's key, so the bucket ends at the first "/" alone. Each check follows what the
+    scheme's backend says its URLs name (:attr:`~epochfs.sidecar.remote.registry.Backend.names`),
+    so a backend added to the registry is checked here without a line of this module."""
     if any(ord(ch) < 0x20 or ord(ch) == 0x7F for ch in url):
         return "it holds a control character"
+    backend = backend_for(scheme)
+    names = backend.names if backend is not None else None
     host = split_url(url).host
-    if scheme in ("gs", "gcs", "az", "abfs", "abfss"):
-        name = host.partition("@")[0]
+    if names == "bucket" or names == "container":
+        name = named_part(url, names)  # a container's name ends at "@" (its account's host follows)
         if not _NAME_RE.match(name):
             return f"{name!r} is not a bucket or container name (letters, digits, '.', '-' and '_')"
-    elif scheme in ("http", "https"):
+    elif names == "host":
         try:
             urlsplit(url).port  # noqa: B018 -- raises ValueError for a port not a number in range
         except ValueError as e:
             return str(e)
-    elif scheme == "file" and host not in ("", "localhost"):
-        return ("a file:// remote needs an absolute path in the sidecar's container "
-                f"(file:///data/train), not {host!r}")
+    elif names == "folder" and host not in ("", "localhost"):
+        return (f"a {scheme}:// remote needs an absolute path in the sidecar's container "
+                f"({scheme}:///data/train), not {host!r}")
     return None
 
 

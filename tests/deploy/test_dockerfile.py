@@ -2,7 +2,8 @@
 
 checkov's Dockerfile checks must pass (against the dockerfile section of the skip list), and
 every command the Dockerfile runs must exist: the console script and its sub-command, the extras
-it installs (sidecar, and gcs for gs:// remotes), the tools its RUN lines call, the files it copies
+it installs (sidecar, and the extra of every backend of the sidecar's registry: gcs for gs://,
+azure for az:// remotes), the tools its RUN lines call, the files it copies
 (and that .dockerignore lets through). The shape that keeps the image small and reproducible is
 asserted: no `# syntax=` line (offline builds), the base as a build ARG defaulting to a pinned
 python:slim, one venv built in the build stage from docker/constraints.txt and copied whole. The
@@ -34,6 +35,7 @@ from packaging.utils import canonicalize_name
 
 from epochfs.fuse import libfuse
 from epochfs.sidecar import cli, config
+from epochfs.sidecar.remote import registry
 
 ROOT = Path(__file__).resolve().parents[2]
 DOCKERFILE = ROOT / "Dockerfile"
@@ -181,8 +183,11 @@ def test_default_user_is_the_unprivileged_epochfs_user() -> None:
     assert re.search(r"useradd --system --uid 10001 --user-group .* epochfs\b", _runs(FINAL))
 
 
-def test_the_sidecar_and_gcs_extras_are_installed() -> None:
-    """gs:// is a remote the schema accepts: the image carries gcsfs (the gcs extra)."""
+def test_the_extra_of_every_registry_backend_is_installed() -> None:
+    """Every scheme of the sidecar's registry is a remote the chart accepts
+    (tests/deploy/test_chart_schemes_from_registry.py): the image carries each backend's extra
+    (gcsfs for gs://, adlfs for az://), derived from the registry so that a new backend's extra
+    cannot be left out of the Dockerfile."""
     extras = PYPROJECT["project"]["optional-dependencies"]
     named = set()
     for i in INSTRUCTIONS:
@@ -192,8 +197,10 @@ def test_the_sidecar_and_gcs_extras_are_installed() -> None:
                     m = re.fullmatch(r"(?:\.|epochfs)\[([a-z,]+)\]", word)
                     if m:
                         named |= set(m[1].split(","))
-    assert named == {"sidecar", "gcs"} and named <= set(extras)
+    assert named == {"sidecar"} | {b.extra for b in registry.BACKENDS} and named <= set(extras)
+    assert named == {"sidecar", "gcs", "azure"}
     assert any(req.startswith("gcsfs") for req in extras["gcs"])
+    assert any(req.startswith("adlfs") for req in extras["azure"])
 
 
 def _pip_installs(stage: int) -> list[list[str]]:
@@ -209,12 +216,12 @@ def test_the_venv_is_built_from_the_pins_and_copied_whole() -> None:
     assert re.search(rf"python3 -m venv {VENV}\b", runs)
     pins, project = _pip_installs(BUILD)
     assert pins[0] == f"{VENV}/bin/python" and pins[-2:] == ["-r", CONSTRAINTS]
-    assert project[0] == f"{VENV}/bin/python" and project[-1] == ".[sidecar,gcs]"
+    assert project[0] == f"{VENV}/bin/python" and project[-1] == ".[sidecar,gcs,azure]"
     assert {"--no-index", "--no-build-isolation"} <= set(project)
     assert project[project.index("-c") + 1] == CONSTRAINTS
     [uninstall] = [c for c in shell_commands(runs) if c[1:4] == ["-m", "pip", "uninstall"]]
     assert uninstall[0] == f"{VENV}/bin/python" and {"pip", "setuptools"} <= set(uninstall[4:])
-    assert runs.index("pip uninstall") > runs.index(".[sidecar,gcs]")
+    assert runs.index("pip uninstall") > runs.index(".[sidecar,gcs,azure]")
     copies = [i.args for i in INSTRUCTIONS if i.op in ("COPY", "ADD") and i.stage == FINAL]
     assert copies == [f"--from=build {VENV} {VENV}"]
     assert _pip_installs(FINAL) == []
@@ -275,12 +282,13 @@ def _pins() -> dict[str, str]:
 
 
 def _requirements() -> list[Requirement]:
-    """What `pip install '.[sidecar,gcs]'` asks for directly, and the build backend (setuptools
+    """What `pip install '.[sidecar,gcs,azure]'` asks for directly, and the build backend (setuptools
     alone: the image builds without isolation, and setuptools >= 70.1 makes wheels itself)."""
     project = PYPROJECT["project"]
     extras = project["optional-dependencies"]
     [backend] = [r for r in PYPROJECT["build-system"]["requires"] if r.startswith("setuptools")]
-    return [Requirement(r) for r in (*project["dependencies"], *extras["sidecar"], *extras["gcs"], backend)]
+    return [Requirement(r) for r in (*project["dependencies"], *extras["sidecar"], *extras["gcs"],
+                                     *extras["azure"], backend)]
 
 
 def test_constraints_pin_every_requirement_exactly() -> None:
@@ -299,7 +307,7 @@ def test_constraints_pin_every_requirement_exactly() -> None:
 
 
 def _resolve_under_pins(python: str, folder: Path) -> subprocess.Popen[str]:
-    """pip's dry run of '.[sidecar,gcs]''s requirements under the pins for CPython ``python`` on Linux
+    """pip's dry run of '.[sidecar,gcs,azure]''s requirements under the pins for CPython ``python`` on Linux
     x86-64, started (both versions resolve at once: each is mostly waiting on the index)."""
     platforms = [a for p in ("manylinux_2_28", "manylinux_2_17", "manylinux2014", "manylinux_2_5")
                  for a in ("--platform", f"{p}_x86_64")]
@@ -313,7 +321,7 @@ def _resolve_under_pins(python: str, folder: Path) -> subprocess.Popen[str]:
 
 
 def test_constraints_resolve_to_themselves_on_python_3_11_and_3_13(tmp_path: Path) -> None:
-    """pip, asked for '.[sidecar,gcs]''s requirements under the pins (the default base has 3.11,
+    """pip, asked for '.[sidecar,gcs,azure]''s requirements under the pins (the default base has 3.11,
     Debian trixie's python3 is 3.13), installs exactly pinned versions and needs nothing the pins
     lack. Needs the package index (metadata only)."""
     pins = _pins()
@@ -400,6 +408,7 @@ def test_build_stage_replayed_builds_the_wheel(tmp_path: Path) -> None:
     assert "epochfs/fuse/server.py" in names
     assert "epochfs = epochfs.sidecar.cli:main" in entry_points
     assert "Provides-Extra: sidecar" in meta and "Provides-Extra: gcs" in meta
+    assert "Provides-Extra: azure" in meta
     assert re.search(r'Requires-Dist: kubernetes.*extra == "sidecar"', meta)
     assert "License-File: LICENSE" in meta
     [licensed] = [n for n in names if n.endswith(".dist-info/licenses/LICENSE")]
