@@ -15,11 +15,14 @@ import functools
 import logging
 from collections.abc import Iterator
 from typing import Any, ClassVar, NoReturn
+from urllib.parse import urlsplit
 
 from epochfs.sidecar.remote.base import BLOCK, Reader, Remote, RemoteError, RemoteObject
 from epochfs.sidecar.remote.errors import Translated, aiohttp_kind, translate
 from epochfs.sidecar.remote.refusal import NoSuchBucket
 from epochfs.sidecar.remote.urls import split_url
+
+log = logging.getLogger("epochfs.remote")
 
 FSSPEC = Translated(aiohttp_kind)
 """fsspec's, aiohttp's and gcsfs's errors, typed where they arise."""
@@ -222,9 +225,6 @@ class FsspecRemote(Remote):
                 raise
         return data
 
-    def put_file(self, key: str, path: str) -> None:
-        try:
-            self._fs.put_file(path, self._path(key))
     def object_size(self, key: str) -> int | None:
         """The size from the object's metadata (one request), for a reader that seeks: an index
         in Parquet on ``gs://`` is read by ranges (:func:`~.objects.open_ranged`)."""
@@ -232,6 +232,9 @@ class FsspecRemote(Remote):
             size = self._fs.size(self._path(key))
         return int(size) if size is not None else None
 
+    def put_file(self, key: str, path: str) -> None:
+        try:
+            self._fs.put_file(path, self._path(key))
         except Exception as e:
             raise RemoteError(f"cannot write {self.url.rstrip('/')}/{key}: {e}") from e
 
@@ -284,12 +287,44 @@ def request_timeout(read_timeout: float) -> Any:
                                  sock_read=read_timeout)
 
 
+def session_proxy(url: str) -> dict[str, Any]:
+    """The options of an aiohttp session whose requests go to ``url``'s host: through the
+    environment's proxy as botocore would send them there (:func:`.httpproxy.environ_proxy`, the
+    route of the ``s3://`` remote), ``{"proxy": its URL}``, or straight, ``{}``. aiohttp reads no
+    proxy variable unless told to (``trust_env``, whose rules are its own: an ``https://`` proxy
+    dropped, ``NO_PROXY`` matched on the host alone, ``~/.netrc`` read), so gcsfs and fsspec's HTTP
+    filesystem went straight out of a cluster whose ``s3://`` traffic took the proxy. Says once
+    per remote which proxy it takes (credentials masked). Raises :class:`RemoteError` for a proxy
+    URL that cannot be used (``socks5://``), or an aiohttp whose sessions take no proxy (an old
+    one), rather than a request that goes straight."""
+    import inspect
+
+    import aiohttp
+
+    from epochfs.sidecar.remote.httpproxy import Proxy, environ_proxy
+
+    scheme = urlsplit(url).scheme
+    try:
+        proxy = environ_proxy(url)
+    except ValueError as e:
+        raise RemoteError(f"the proxy for {scheme}:// URLs ({scheme.upper()}_PROXY): {e}") from e
+    if proxy is None:
+        return {}
+    if "proxy" not in inspect.signature(aiohttp.ClientSession).parameters:
+        raise RemoteError(f"{scheme.upper()}_PROXY is set, and aiohttp {aiohttp.__version__} cannot "
+                          "send a session's requests through a proxy (a newer one can)")
+    log.info("requests to %s go through the proxy %s", urlsplit(url).netloc.rpartition("@")[2],
+             Proxy.from_url(proxy))  # str() masks the credentials
+    return {"proxy": proxy}
+
+
 def open_gcs(url: str, *, endpoint_url: str | None = None, read_timeout: float = 30.0,
              **_: Any) -> Remote:
     """``gs://bucket/prefix`` (also ``gcs://``) through gcsfs, with its own retries off
     (:func:`one_try_gcs`); ``endpoint_url``: another GCS endpoint (an emulator, a private
     endpoint), else gcsfs's own (or ``STORAGE_EMULATOR_HOST``); ``read_timeout``: seconds a
-    request may wait for the store's next byte (:func:`request_timeout`).
+    request may wait for the store's next byte (:func:`request_timeout`). Its requests go through
+    the environment's proxy for that endpoint, as an ``s3://`` remote's do (:func:`session_proxy`).
 
     Without gcsfs's caches: the listing beside the sampler keeps this remote and lists it
     again and again, and gcsfs would answer every relisting from the folders it listed first
@@ -298,8 +333,11 @@ def open_gcs(url: str, *, endpoint_url: str | None = None, read_timeout: float =
     options: dict[str, Any] = {"endpoint_url": endpoint_url} if endpoint_url else {}
     fs = one_try_gcs()(**options, requests_timeout=request_timeout(read_timeout), use_listings_cache=False,
                        skip_instance_cache=True)
+    # The session is made at the first request, for the endpoint gcsfs settled on (endpoint_url,
+    # STORAGE_EMULATOR_HOST or Google's; ``base``: its API's URL there): that endpoint's route.
+    fs.session_kwargs = {**fs.session_kwargs, **session_proxy(fs.base)}
     return FsspecRemote(url=url, fs=fs)
 
 
 __all__ = ["CONNECT_TIMEOUT", "FSSPEC", "FsspecReader", "FsspecRemote", "one_try_gcs", "open_gcs",
-           "range_past_the_end", "request_timeout", "said", "stored_checksums"]
+           "range_past_the_end", "request_timeout", "said", "session_proxy", "stored_checksums"]

@@ -1,7 +1,9 @@
 """``http(s)://base``: objects under a base URL, listed by an index file (``--index`` or
 ``<base>/index.txt``) with one key per line, optionally ``key<TAB>size[<TAB>version]``; keys
-without a size cost one HEAD each while listing. Read through fsspec's HTTP filesystem (aiohttp);
-the version tag is the HTTP ETag or Last-Modified, or the index's version column.
+without a size cost one HEAD each while listing. Read through fsspec's HTTP filesystem (aiohttp),
+through the environment's proxy as an ``s3://`` remote goes through it (``HTTP_PROXY``,
+``HTTPS_PROXY``, ``NO_PROXY``: :func:`~.fsspec.session_proxy`); the version tag is the HTTP ETag or
+Last-Modified, or the index's version column.
 
 URLs: a key (quoted) and ``index.txt`` go under the base URL's path, and the base's query (a
 signed, SAS or CDN token) is sent after it with every request. Bodies are fetched as stored
@@ -31,7 +33,7 @@ from urllib.parse import quote, urlsplit, urlunsplit
 from epochfs.sidecar.redact import redact
 from epochfs.sidecar.remote.base import BLOCK, Reader, Remote, RemoteError, RemoteObject
 from epochfs.sidecar.remote.errors import failure_reason
-from epochfs.sidecar.remote.fsspec import FSSPEC, FsspecReader, range_past_the_end
+from epochfs.sidecar.remote.fsspec import FSSPEC, FsspecReader, range_past_the_end, session_proxy
 from epochfs.sidecar.remote.objects import FileRaw, gunzipped, open_stream
 
 log = logging.getLogger("epochfs.remote")
@@ -79,25 +81,46 @@ def _is_http(url: str) -> bool:
     return urlsplit(url).scheme in ("http", "https")
 
 
+def _origin(url: str) -> tuple[str, str]:
+    """The scheme and host (with its port) of ``url``: what its route depends on."""
+    parts = urlsplit(url)
+    return parts.scheme, parts.netloc.rpartition("@")[2]
+
+
+def _filesystem(read_timeout: float, route: dict[str, Any]) -> Any:
+    """fsspec's HTTP filesystem, its own (no instance shared with another remote), asking for the
+    stored bytes (:data:`IDENTITY`, never decompressed), with ``read_timeout`` seconds of silence
+    allowed on a socket and 10 to connect, its session going out by ``route``
+    (:func:`~.fsspec.session_proxy`: the environment's proxy, as botocore would take it, or
+    straight)."""
+    import aiohttp
+    import fsspec
+
+    return fsspec.filesystem(
+        "http",
+        skip_instance_cache=True,
+        headers=IDENTITY,
+        client_kwargs={"timeout": aiohttp.ClientTimeout(total=None, sock_read=read_timeout, sock_connect=10),
+                       "auto_decompress": False, **route},
+    )
+
+
 class HTTPRemote(Remote):
     """``http(s)://base`` with an index file listing the keys, one per line."""
 
     sorted_listing = False
 
     def __init__(self, *, url: str, index_url: str | None = None, read_timeout: float = 30.0) -> None:
-        import aiohttp
-        import fsspec
-
         self.url = url
         self.index_url = index_url or _under(url, "index.txt")
-        self._fs = fsspec.filesystem(
-            "http",
-            skip_instance_cache=True,
-            headers=IDENTITY,
-            client_kwargs={"timeout": aiohttp.ClientTimeout(total=None, sock_read=read_timeout,
-                                                            sock_connect=10),
-                           "auto_decompress": False},
-        )
+        route = session_proxy(url)
+        self._fs = _filesystem(read_timeout, route)
+        # An index on another host (or scheme), which NO_PROXY may cover when the base's is not
+        # (or the other way round), is read by its own route.
+        index_route = route
+        if _is_http(self.index_url) and _origin(self.index_url) != _origin(url):
+            index_route = session_proxy(self.index_url)
+        self._index_fs = self._fs if index_route == route else _filesystem(read_timeout, index_route)
 
     def _object_url(self, key: str) -> str:
         return _under(self.url, quote(key, safe="/"))
@@ -114,7 +137,7 @@ class HTTPRemote(Remote):
             return
         shown = redact(self.index_url)
         try:
-            f = self._fs.open(self.index_url, "rb", block_size=0)
+            f = self._index_fs.open(self.index_url, "rb", block_size=0)
         except Exception as e:  # fsspec's FileNotFoundError, the answer or the socket's error under it
             raise RemoteError(f"cannot read the index {shown}: {failure_reason(e)}") from e
         # Bodies come as stored (never decompressed): an index stored gzipped (served with

@@ -1,5 +1,7 @@
-"""Forward proxies for the presigned GETs (:mod:`.httpget`): a proxy URL read as
-botocore reads it, and the errors a proxy's refusal or absence becomes.
+"""Forward proxies: a proxy URL read as botocore reads it, the environment's proxy for a URL by
+botocore's rule (:func:`environ_proxy`: the route of the aiohttp sessions of ``gs://`` and
+``http(s)://``, which botocore does not carry), and the errors a proxy's refusal or absence
+becomes for the presigned GETs (:mod:`.httpget`).
 
 Credentials in the proxy URL become ``Proxy-Authorization: Basic``, sent to the proxy only (in the
 ``CONNECT`` or the absolute-form request, never inside a tunnel), and never appear in a message: a
@@ -13,6 +15,36 @@ import base64
 import re
 from dataclasses import dataclass, field
 from urllib.parse import unquote, urlsplit
+
+from epochfs.sidecar.remote.sigv4 import environ_proxies
+
+
+def with_scheme(url: str) -> str:
+    """A proxy URL as botocore reads it: ``host:port`` (or ``//host:port``) alone means
+    ``http://host:port``. Raises :class:`ValueError` for a scheme other than ``http`` and
+    ``https`` (``socks5://``), which botocore would glue ``http://`` in front of and fail later."""
+    if url.startswith(("http:", "https:")):
+        return url
+    if "://" in url:
+        raise ValueError(f"unsupported proxy URL scheme {url.split('://', 1)[0]!r} "
+                         "(http:// and https:// proxies are supported)")
+    return ("http:" if url.startswith("//") else "http://") + url
+
+
+def environ_proxy(url: str) -> str | None:
+    """The proxy URL (credentials and all) that requests to ``url`` go through, decided as
+    botocore decides an S3 endpoint's (:func:`.sigv4.environ_proxies`, the rule of
+    ``botocore.utils.get_environ_proxies``, which the ``s3://`` remote's listing and downloads
+    follow): ``HTTP_PROXY`` or ``HTTPS_PROXY`` (lower case first) by ``url``'s scheme, none where
+    ``NO_PROXY`` covers its host, ``ALL_PROXY`` never. None: straight to ``url``. The backends that
+    are not botocore's (aiohttp reads no variable unless told to, and then by rules of its own)
+    take their route from here, so every scheme leaves a proxied cluster the same way. Raises
+    :class:`ValueError` for a proxy URL that cannot be used (:meth:`Proxy.from_url`)."""
+    proxy = environ_proxies(url).get(urlsplit(url).scheme)
+    if not proxy:
+        return None
+    Proxy.from_url(proxy)  # its scheme, host and port checked as the S3 fast path checks them
+    return with_scheme(proxy)
 
 
 @dataclass(frozen=True)
@@ -29,12 +61,7 @@ class Proxy:
 
     @classmethod
     def from_url(cls, url: str) -> Proxy:
-        if not url.startswith(("http:", "https:")):
-            if "://" in url:  # botocore would glue http:// in front and fail later
-                raise ValueError(f"unsupported proxy URL scheme {url.split('://', 1)[0]!r} "
-                                 "(http:// and https:// proxies are supported)")
-            url = ("http:" if url.startswith("//") else "http://") + url
-        parts = urlsplit(url)
+        parts = urlsplit(with_scheme(url))
         try:
             port = parts.port
         except ValueError:
@@ -85,4 +112,4 @@ def tunnel_refusal(proxy: Proxy, error: OSError) -> ProxyError | None:
     return None if failed is None else ProxyError(proxy, int(failed[1]), failed[2])
 
 
-__all__ = ["Proxy", "ProxyConnectError", "ProxyError", "tunnel_refusal"]
+__all__ = ["Proxy", "ProxyConnectError", "ProxyError", "environ_proxy", "tunnel_refusal", "with_scheme"]
