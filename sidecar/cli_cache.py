@@ -13,7 +13,7 @@ from pathlib import Path
 
 from epochfs.sidecar import config, samplerlock, volumes
 from epochfs.sidecar.confparse import _path
-from epochfs.sidecar.store import Store
+from epochfs.sidecar.store import Policy, Stats, Store
 
 
 def cmd_cut(ns: argparse.Namespace) -> int:
@@ -25,16 +25,38 @@ def cmd_cut(ns: argparse.Namespace) -> int:
         except ValueError as e:
             raise config.ConfigError(f"--epoch: {e}") from None
         if n is None:
-            stats = store.stats()
-            print(
-                "epochfs: cannot cut: no sample is complete yet" if ns.force else
-                f"epochfs: cannot cut yet: {stats.samples} sample(s) complete, "
-                f"condition not met (use --force to cut what is there)",
-                file=sys.stderr,
-            )
+            print("epochfs: cannot cut: no sample is complete yet" if ns.force else
+                  f"epochfs: cannot cut yet: {not_met(store.stats(), store.policy())} "
+                  "(use --force to cut what is there)", file=sys.stderr)
             return 1
         print(n)
     return 0
+
+
+def not_met(stats: Stats, policy: Policy) -> str:
+    """Why the next epoch cannot be cut, as the cut condition counts (:func:`.epochs.condition_holds`):
+    the samples it would hold, not the cache's; a snapshot epoch holds only the newest within the
+    epoch budget, so "400 sample(s) complete, condition not met" named the wrong figure when the
+    budget held 300 of the 350 ``--min-samples`` asked for."""
+    from epochfs.sidecar.status import budget_note
+
+    first, least = stats.first_epoch, max(1, policy.min_samples)
+    if first is not None:  # epoch 0: the store counted what it would hold (status shows it too)
+        have, target = int(first.get("samples", 0)), int(first.get("target", least))
+        line = f"epoch 0 would hold {have} of the {target} sample(s) its condition needs"
+        if first.get("warning"):
+            return f"{line}: {first['warning']}"
+        if note := budget_note(first):
+            return f"{line}; {note}"
+        if have >= target and first.get("listing_round"):
+            return f"{line}, waiting for the listing's first round (a page of every folder, at most 3 s)"
+        return line
+    if policy.schedule is None and least > 1 and stats.samples >= least:
+        # At least --min-samples are cached, so the budget is what leaves the epoch short.
+        return (f"{stats.samples} sample(s) complete, but an epoch holds the newest within the epoch "
+                f"budget of {config.format_size(policy.epoch_budget)} (--capacity less --headroom), "
+                f"fewer than --min-samples {least}")
+    return f"{stats.samples} sample(s) complete, condition not met"
 
 
 def cmd_relist(ns: argparse.Namespace) -> int:

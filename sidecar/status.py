@@ -205,12 +205,27 @@ def first_epoch_line(stats: dict[str, Any], rate_values: dict[str, float] | None
     line = f"epoch 0: {min(have, target)}/{target} samples cached ({100 * min(1.0, have / target):.0f}%)"
     if first.get("warning"):
         return f"{line}; WARNING: {first['warning']}"
+    if note := budget_note(first):
+        # More fetches evict as many as they bring: no rate estimate would come true.
+        return f"{line}; {note}"
     if have >= target and first.get("listing_round"):
         return line + ", waiting for the listing's first round (a page of every folder, at most 3 s)"
     if have >= target:
         return f"{line}: {FIRST_CUT.get(view, FIRST_CUT[None])}"
     r = rate_values or {}
     return line + estimate(have, target, r.get("fetch samples/s"), r.get("fetch MB/s", 0.0) * 1e6)
+
+
+def budget_note(first: dict[str, Any]) -> str | None:
+    """Why epoch 0 would hold fewer samples than are cached, from the store's ``first_epoch``
+    (``cached`` and ``budget`` are there only then: :func:`.stats.epoch_holds`): an epoch holds
+    the newest samples within the epoch budget, so "300/350" is not a count of the 400 cached.
+    ``epochfs status`` and ``epochfs cut``'s refusal say it."""
+    if first.get("cached") is None or first.get("budget") is None:
+        return None
+    return (f"{int(first['cached'])} cached, of which an epoch holds the newest "
+            f"{int(first.get('samples', 0))}: those within the epoch budget of "
+            f"{format_size(int(first['budget']))} (--capacity less --headroom)")
 
 
 def awaits_first_epoch(stats: dict[str, Any]) -> bool:

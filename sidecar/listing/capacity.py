@@ -8,6 +8,7 @@ import logging
 from epochfs.sidecar.config import ConfigError, SamplerSettings, format_size
 from epochfs.sidecar.listing.filter import CatalogReport
 from epochfs.sidecar.redact import redact
+from epochfs.sidecar.store.stats import empty_shard_words
 
 log = logging.getLogger("epochfs.sampler")
 
@@ -19,9 +20,16 @@ def check_capacity(settings: SamplerSettings, report: CatalogReport) -> None:
     if report.total == 0 and report.too_large == 0:
         fix = ("--include/--exclude left out every key" if report.excluded
                else "check --remote's prefix")
-        log.warning("0 objects under %s for this node (%s): %s%s", redact(settings.remote), report, fix,
-                    f"; listing again every {settings.relist_interval:.0f}s" if settings.relist_interval
-                    else "; epochfs relist lists it again")
+        again = (f"; listing again every {settings.relist_interval:.0f}s" if settings.relist_interval
+                 else "; epochfs relist lists it again")
+        # The prefix is right when other shards' objects were listed: this node's shard is empty.
+        shard = None if report.excluded or report.in_shard else empty_shard_words(
+            redact(settings.remote), f"{settings.shard_index}/{settings.shard_count}", report.listed)
+        if shard is not None:
+            log.warning("%s (%s)%s", shard, report, again)
+        else:
+            log.warning("0 objects under %s for this node (%s): %s%s", redact(settings.remote), report,
+                        fix, again)
     if report.total == 0 and report.too_large > 0:
         limit_flag = (
             "--max-object-size"

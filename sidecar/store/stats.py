@@ -48,7 +48,7 @@ def read_stats(ix: Index, policy: Policy) -> Stats:
                 "WHERE retired=0 ORDER BY n"
             )
         ]
-        first = None if epochs else _first_epoch(db, policy, int(samples), listing, reason)
+        first = None if epochs else _first_epoch(db, policy, int(samples), int(nbytes), listing, reason)
     return Stats(
         cache_bytes=int(nbytes),
         capacity_bytes=policy.capacity,
@@ -70,35 +70,53 @@ def read_stats(ix: Index, policy: Policy) -> Stats:
     )
 
 
-def _first_epoch(db: sqlite3.Connection, policy: Policy, samples: int, listing: dict[str, Any],
-                 backpressure: str | None) -> dict[str, Any]:
+def _first_epoch(db: sqlite3.Connection, policy: Policy, samples: int, nbytes: int,
+                 listing: dict[str, Any], backpressure: str | None) -> dict[str, Any]:
     """What the first cut waits for, from figures already read and at most a few rows more (no
     scan: status is read twice a second): the samples its condition needs (``--min-samples``, or
-    the first schedule window's keys, whose samples are fetched first) and how many are cached;
-    and a ``warning`` when it can never be met, which ``epochfs status``, ``/readyz``, the torch
-    client's wait and the sampler's log (:func:`.epochs.process_cut_requests`) show: a trainer
-    would otherwise wait for epoch 0 until its timeout, told only "40/1000"."""
+    the first schedule window's keys, whose samples are fetched first) and how many of them epoch 0
+    would hold (:func:`epoch_holds`: the cut condition's count, not the cache's, or status showed
+    "350/350" for a cut refused at 300); ``cached`` and ``budget`` when the epoch budget is why it
+    holds fewer; and a ``warning`` when it can never be met, which ``epochfs status``, ``/readyz``,
+    the torch client's wait and the sampler's log (:func:`.epochs.process_cut_requests`) show: a
+    trainer would otherwise wait for epoch 0 until its timeout, told only "40/1000"."""
     least = max(1, policy.min_samples)
     if policy.schedule is not None:
         return _first_window(db, policy, samples, least)
-    doc: dict[str, Any] = {"samples": samples, "target": least}
+    held, budget = epoch_holds(db, policy, samples, nbytes)
+    doc: dict[str, Any] = {"samples": held, "target": least}
+    if held < min(samples, least):
+        doc.update(cached=samples, budget=budget)
     if awaits_first_round(listing, FIRST_ROUND_WAIT):
         doc["listing_round"] = True
     listed = listing.get("estimated_objects") if listing.get("complete") else None
     if listed is not None and 0 < listed < least and samples < least:
         doc["warning"] = (f"--min-samples {least} is more than the {listed} objects the complete "
                           "listing holds for this node: epoch 0 is never cut; lower --min-samples")
-    elif backpressure == CACHE_FULL and least > 1:
+    elif backpressure == CACHE_FULL and least > 1 and held < least:
         # Full with nothing evictable: no sample comes and none goes until a cut, so the epoch
         # budget's newest samples are all epoch 0 would ever hold.
-        fit = newest_fitting(db, budget_at_cut(db, policy), least)
-        if fit < least:
-            doc["warning"] = (
-                f"--min-samples {least} is more than the {fit} samples an epoch holds: --capacity "
-                f"{_size(policy.capacity)} less --headroom {policy.headroom:.0%} leaves "
-                f"{_size(policy.epoch_budget)} for an epoch, and the cache is full with nothing "
-                "evictable: epoch 0 is never cut; lower --min-samples or raise --capacity")
+        doc["warning"] = (
+            f"--min-samples {least} is more than the {held} samples an epoch holds: --capacity "
+            f"{_size(policy.capacity)} less --headroom {policy.headroom:.0%} leaves "
+            f"{_size(policy.epoch_budget)} for an epoch, and the cache is full with nothing "
+            "evictable: epoch 0 is never cut; lower --min-samples or raise --capacity")
     return doc
+
+
+def epoch_holds(db: sqlite3.Connection, policy: Policy, samples: int, nbytes: int) -> tuple[int, int]:
+    """(samples a snapshot epoch cut now would hold, as far as ``--min-samples`` asks, and the bytes
+    it may hold): what the cut condition counts (:func:`.epochs.condition_holds`), so that the
+    progress shown and the cut agree. Every cached sample while the cache (``samples``, ``nbytes``:
+    its running totals) is within the budget, or the minimum is 1 (then one sample is the
+    condition); else the newest that fit (:func:`newest_fitting`: at most ``--min-samples`` rows)."""
+    least, budget = max(1, policy.min_samples), policy.epoch_budget
+    if least == 1 or nbytes <= budget:
+        return samples, budget
+    held = newest_fitting(db, budget, least)
+    if held < least and (whole := budget_at_cut(db, policy)) > budget:  # asked as the condition asks
+        held, budget = (samples if nbytes <= whole else newest_fitting(db, whole, least)), whole
+    return held, budget
 
 
 def _first_window(db: sqlite3.Connection, policy: Policy, samples: int, least: int) -> dict[str, Any]:
@@ -234,7 +252,32 @@ def _empty_warning(db: sqlite3.Connection, excluded: int, skipped: int) -> str:
     if excluded:
         return (f"0 objects kept of {excluded} under {remote} for this node: "
                 "--include/--exclude left out every key")
-    return f"0 objects under {remote} for this node: check --remote's prefix"
+    return empty_shard_words(remote, _meta(db, Meta.SAMPLER_SHARD), _listed_keys(db)) or \
+        f"0 objects under {remote} for this node: check --remote's prefix"
+
+
+def _listed_keys(db: sqlite3.Connection) -> int:
+    """Keys of every shard the last listing run listed (its progress, :data:`Meta.LISTING_PROGRESS`,
+    kept after its end); 0 when not known."""
+    try:
+        known = json.loads(_meta(db, Meta.LISTING_PROGRESS) or "{}")
+        return int(known.get("listed", 0)) if isinstance(known, dict) else 0
+    except (ValueError, TypeError):
+        return 0
+
+
+def empty_shard_words(remote: str, shard: str | None, listed: int) -> str | None:
+    """The empty-listing warning when the prefix is right and the shard is empty: the listing saw
+    ``listed`` objects, all of other shards (``shard``: ``index/count``, as
+    :data:`Meta.SAMPLER_SHARD` records it), so "check --remote's prefix" would send the user the
+    wrong way. None with one shard, nothing listed or no shard known. The sampler's log says the
+    same (:func:`epochfs.sidecar.listing.capacity.check_capacity`)."""
+    index, _, count = (shard or "").partition("/")
+    if not (index.isdigit() and count.isdigit()) or int(count) <= 1 or listed <= 0:
+        return None
+    return (f"0 objects under {remote} for shard {index} of {count}: this node's shard is empty "
+            f"({listed} object(s) listed, all in the other {int(count) - 1} shards); use fewer "
+            "shards (--shard-count) or more data")
 
 
 def awaits_first_round(known: dict[str, Any], wait: float) -> bool:

@@ -37,8 +37,7 @@ def test_an_epoch_is_never_cut_below_min_samples_and_a_budget_too_small_says_so(
                    "with nothing evictable: epoch 0 is never cut; lower --min-samples or raise --capacity")
         assert first.get("warning") == warning
         assert first_epoch_line({"first_epoch": first}) == (
-            f"epoch 0: {min(16, min_samples)}/{min_samples} samples cached "
-            f"({100 * min(1.0, 16 / min_samples):.0f}%); WARNING: {warning}")
+            f"epoch 0: 12/{min_samples} samples cached ({100 * 12 / min_samples:.0f}%); WARNING: {warning}")
         assert store.cut(force=True) == 0, "--force still cuts what is there"
         assert store.stats().epochs[0]["samples"] == 12
 
