@@ -60,6 +60,9 @@ class BucketRemote:
     """The synthetic bucket's ListObjectsV2 pages in process: what ``S3Remote.list_page`` returns
     against the endpoint serving the same :class:`Dataset`, without the HTTP round trip."""
 
+    url = REMOTE
+    """The bucket it stands in for (a :class:`~epochfs.sidecar.remote.PagedRemote` names it in errors)."""
+
     def __init__(self, data: Bucket) -> None:
         self.data = data
         self.pages = 0

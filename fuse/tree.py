@@ -138,7 +138,9 @@ class EpochTree:
                 + sum(a.itemsize * len(a) for a in arrays))
 
     # ------------------------------------------------------------------ nodes
-    def _name(self, node: int) -> str:
+    def name_of(self, node: int) -> str:
+        """The name of node ``node`` (its path's last part): a :class:`Listing` reads its entries by
+        number, ``first + i``."""
         return self._names[self._name_off[node]:self._name_off[node + 1]].decode(*ENC)
 
     def _rank(self, node: int) -> int | None:
@@ -181,7 +183,8 @@ class EpochTree:
         i = self._ref[node]
         return self._prefix + self._objs[self._obj_off[i]:self._obj_off[i + 1]].decode(*ENC)
 
-    def _attr(self, node: int) -> Attr:
+    def attr_of(self, node: int) -> Attr:
+        """The attributes of node ``node`` (a listing's entry, as :meth:`lookup` answers its path)."""
         r = self._ref[node] if node != ROOT else -1
         if r < 0:
             return self._dir_attr
@@ -213,10 +216,15 @@ class EpochTree:
             raise NotFound(f"node {node}")
         parts = []
         while node != ROOT:
-            parts.append(self._name(node))
+            parts.append(self.name_of(node))
             rank = bisect.bisect_right(self._dir_first, node) - 1
             node = self._dir_node[rank]
         return "/".join(reversed(parts))
+
+    @property
+    def folder_count(self) -> int:
+        """How many folders the tree holds, the epoch's own included (:class:`Dirs`' length)."""
+        return len(self._dir_first)
 
     def folder_paths(self) -> list[str]:
         """The relative paths of every folder but the epoch's own, from the folders' arrays alone
@@ -241,7 +249,7 @@ class EpochTree:
 
     # ------------------------------------------------------------------ answers
     def lookup(self, rel: str) -> Attr:
-        return self._attr(self._find(rel))
+        return self.attr_of(self._find(rel))
 
     def listdir(self, rel: str) -> Listing:
         node = self._find(rel)
@@ -274,7 +282,7 @@ class EpochTree:
             first = self._dir_first[rank]
             sub = []
             for node in range(first, first + self._dir_count[rank]):
-                rel = base + self._name(node)
+                rel = base + self.name_of(node)
                 child = self._rank(node)
                 yield rel, child is not None
                 if child is not None:

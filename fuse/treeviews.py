@@ -40,7 +40,7 @@ class Listing(Sequence[tuple[str, "Attr"]]):
         if not 0 <= i < self._count:
             raise IndexError(i)
         node = self._first + i
-        return self._tree._name(node), self._tree._attr(node)
+        return self._tree.name_of(node), self._tree.attr_of(node)
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, Sequence):
@@ -90,4 +90,4 @@ class Dirs(Set[str]):
         return (rel for rel, is_dir in self._tree.walk() if is_dir)
 
     def __len__(self) -> int:
-        return len(self._tree._dir_first)
+        return self._tree.folder_count

@@ -40,6 +40,7 @@ from epochfs.sidecar.folderview_remove import remove_tree
 from epochfs.sidecar.folderview_wake import CutWatch
 from epochfs.sidecar.signals import set_from_handler
 from epochfs.sidecar.store import Meta, Store, object_name, publisherlock
+from epochfs.sidecar.store.reader import FolderReader
 
 log = logging.getLogger("epochfs.folderview")
 
@@ -182,7 +183,7 @@ def _publish_until(stop: threading.Event, publisher: FolderPublisher, *, interva
                 return
 
 
-def _record_pause(store: Store, reason: str | None) -> None:
+def _record_pause(store: FolderReader, reason: str | None) -> None:
     """Write (or clear) the pause's reason in the index; a failure to is logged, not raised (the
     index may be on the full volume too)."""
     try:

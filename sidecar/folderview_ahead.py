@@ -47,7 +47,8 @@ from pathlib import Path
 from epochfs.fuse.treebuild import LOGGED_SKIPS, unshown_reason
 from epochfs.sidecar.folderview_body import ManifestBody
 from epochfs.sidecar.folderview_links import Clash, LinkTree
-from epochfs.sidecar.store import EpochExtent, Store, object_name
+from epochfs.sidecar.store import EpochExtent, object_name
+from epochfs.sidecar.store.reader import FolderReader
 from epochfs.torchclient.layout import MANIFEST_MAGIC, epoch_name
 from epochfs.torchclient.publish import DIR_MODE
 
@@ -79,7 +80,7 @@ class BuiltAhead:
     prefix), the tree under its temporary name (:mod:`.folderview_links`) and the count of rows
     left out by the FUSE view's rule (:meth:`_skip`)."""
 
-    def __init__(self, *, store: Store, folder: Path, link_root: Path, temp_prefix: str) -> None:
+    def __init__(self, *, store: FolderReader, folder: Path, link_root: Path, temp_prefix: str) -> None:
         self.store = store
         self.folder = folder
         self.prefix = str(link_root).rstrip("/") + "/"
@@ -147,7 +148,7 @@ class AheadTree(BuiltAhead):
     object name; ``_start`` is the predicted front of the next cut. About 0.25 KB of memory per
     entry (the line, the object name, the body's page slot)."""
 
-    def __init__(self, *, store: Store, folder: Path, link_root: Path, temp_prefix: str) -> None:
+    def __init__(self, *, store: FolderReader, folder: Path, link_root: Path, temp_prefix: str) -> None:
         super().__init__(store=store, folder=folder, link_root=link_root, temp_prefix=temp_prefix)
         self._ids = array("q")
         self._sizes = array("q")  # -1: gone from the store

@@ -18,7 +18,7 @@ import logging
 import time
 from collections.abc import Collection
 
-from epochfs.sidecar.store import Store
+from epochfs.sidecar.store.reader import FolderReader
 
 log = logging.getLogger("epochfs.folderview")
 
@@ -26,7 +26,7 @@ log = logging.getLogger("epochfs.folderview")
 class Grace:
     """The grace records of the epochs the publisher shows, with those still due."""
 
-    def __init__(self, store: Store) -> None:
+    def __init__(self, store: FolderReader) -> None:
         self.store = store
         self._due: dict[int, float] = {}  # epoch -> when its grace ends (time.monotonic)
 

@@ -43,8 +43,8 @@ import stat
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 
-from epochfs.sidecar.store import Store
 from epochfs.sidecar.store.integrity import LostDigest
+from epochfs.sidecar.store.reader import FolderReader
 from epochfs.torchclient.layout import epoch_name, parse_epoch_name
 from epochfs.torchclient.lost import LOST_NAME, is_placeholder, placeholder_target
 from epochfs.torchclient.publish import DIR_MODE, TEMP_PREFIX, fsync_dir, temp_path
@@ -74,7 +74,7 @@ class LostRecord:
         self.folder = folder
         self._placed: frozenset[int] = frozenset()  # visible epochs whose lost entries are placeholders
 
-    def update(self, store: Store, write: Write, remove: Remove) -> bool:
+    def update(self, store: FolderReader, write: Write, remove: Remove) -> bool:
         """Rewrite the record if the store's set changed (one small query otherwise), then put
         placeholders in the epochs that lack them; True when the set changed. A failed write (a
         full volume) raises and is tried again at the next update."""

@@ -50,7 +50,7 @@ from epochfs.sidecar.folderview_lost import LostRecord
 from epochfs.sidecar.folderview_owned import Owned
 from epochfs.sidecar.folderview_remove import Remover
 from epochfs.sidecar.folderview_window import WindowTree, ahead_tree
-from epochfs.sidecar.store import Store
+from epochfs.sidecar.store.reader import FolderReader
 from epochfs.torchclient.layout import (
     CLASSES_NAME,
     CONTROL_DIR,
@@ -111,7 +111,7 @@ class Step:
 class FolderPublisher:
     """Writes the view of ``store`` into ``folder``; :meth:`step` brings the folder up to date."""
 
-    def __init__(self, *, store: Store, folder: Path, link_root: Path,
+    def __init__(self, *, store: FolderReader, folder: Path, link_root: Path,
                  status_seconds: float = 1.0, grace: bool = True, ahead: bool = False,
                  background: bool | None = None) -> None:
         """``ahead``: build the next epoch's tree ahead (:mod:`.folderview_ahead`), so that a cut

@@ -6,9 +6,9 @@ process (the sidecar's ``/v1/cut``, the sampler's timer, ``epochfs cut``), so no
 publisher sees it happen; but every cut replaces the cache's ``epochs.hwm`` (the epoch high-water
 mark, temp + rename, right after the cut's commit: :mod:`epochfs.sidecar.store.hwm`), and Linux's
 inotify reports that rename. :class:`CutWatch` waits for it or for the poll interval, whichever
-comes first; the publisher then looks as it always did (a rename that is not a cut costs one small
-query). Where inotify is missing (another OS, no ``libc``, a full watch table) it waits the
-interval, as before.
+comes first; the publisher then looks at the store as at each poll (a rename that is not a cut
+costs one small query). Where inotify is missing (another OS, no ``libc``, a full watch table) it
+waits the interval: the poll alone still publishes every cut.
 """
 
 from __future__ import annotations

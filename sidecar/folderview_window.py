@@ -23,7 +23,7 @@ links of its symlinks):
   samples admitted after the cut are left for the next tree, and the set must match the row
   (count and bytes, after one resync with the store's rows if they differ; a spot check of paths,
   object names and places). A window with excluded keys (a relist dropped some inside its ends),
-  a path clash or a set that still differs returns False and the epoch is written whole, as before.
+  a path clash or a set that still differs returns False and the epoch is written whole.
 
 Crash safety is :class:`AheadTree`'s argument unchanged: the same :class:`LinkTree` (a temporary
 name until the one rename that shows it, the manifest renamed into place before that rename), and
@@ -51,8 +51,9 @@ from epochfs.sidecar.folderview_ahead import (
 )
 from epochfs.sidecar.folderview_body import ManifestBody
 from epochfs.sidecar.folderview_links import LinkTree
-from epochfs.sidecar.store import Meta, Store, object_name
+from epochfs.sidecar.store import Meta, object_name
 from epochfs.sidecar.store.admitted import AdmittedSample, Place, WindowExtent
+from epochfs.sidecar.store.reader import FolderReader
 from epochfs.torchclient.layout import MANIFEST_MAGIC, epoch_name
 from epochfs.torchclient.publish import DIR_MODE
 
@@ -69,7 +70,7 @@ Member = tuple[int, bytes | None, str, int, str]
 :func:`~epochfs.fuse.treebuild.unshown_reason`), object name, rank, key."""
 
 
-def ahead_tree(*, store: Store, folder: Path, link_root: Path,
+def ahead_tree(*, store: FolderReader, folder: Path, link_root: Path,
                temp_prefix: str) -> AheadTree | WindowTree:
     """The next epoch's tree for the store's mode: a window of the sampling order in schedule mode,
     a range of the admission order otherwise."""
@@ -85,7 +86,7 @@ class WindowTree(BuiltAhead):
     """The next schedule-mode window's samples, its manifest body and its tree under a temporary
     name; the interface of :class:`AheadTree` (the publisher uses either)."""
 
-    def __init__(self, *, store: Store, folder: Path, link_root: Path, temp_prefix: str) -> None:
+    def __init__(self, *, store: FolderReader, folder: Path, link_root: Path, temp_prefix: str) -> None:
         super().__init__(store=store, folder=folder, link_root=link_root, temp_prefix=temp_prefix)
         self.reads = store.admitted_windows()
         self._m: dict[int, Member] = {}

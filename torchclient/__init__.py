@@ -6,7 +6,7 @@ and imports nothing from the sidecar or the FUSE server.
 The public names are imported lazily, on first use: importing this package (which every import of
 ``epochfs.torchclient.layout`` does first) must not import torch, so that the FUSE server, which
 reads the layout contract from :mod:`.layout`, never loads it. ``from epochfs.torchclient import
-EpochLoader`` works as before and imports torch then.
+EpochLoader`` works, and imports torch then.
 """
 
 from __future__ import annotations

@@ -29,12 +29,16 @@ from .layout import (
 )
 from .publish import folders_of, publish_tree, replace_file, replace_symlink
 
+HASH_BLOCK = 1 << 20
+"""Bytes read at a time to hash a file: the sidecar's ``BLOCK``, which the torch client may not
+import (it installs without the sidecar)."""
+
 
 def md5_of(path: str | os.PathLike[str]) -> str:
     """``md5:<hex>`` of a file, the checksum format of the manifest."""
     digest = hashlib.md5()
     with open(path, "rb") as handle:
-        while chunk := handle.read(1 << 20):
+        while chunk := handle.read(HASH_BLOCK):
             digest.update(chunk)
     return f"md5:{digest.hexdigest()}"
 

@@ -11,13 +11,13 @@ the cores, not a lock.
 
 What crosses the boundary is small, and most of it already went through the index: the rows and
 the listing's progress (its estimate and skew, which pace the fetches) are committed to the index
-by the listers as before; the sampler reads them there. Over one socket pair go the settings and
+by the listers, as in one process; the sampler reads them there. Over one socket pair go the settings and
 the listing prepared by the parent (its spans, found before the sampler starts, so that a remote
 that cannot be listed is still exit 2, and the discovery's first page where it is the listing's:
 the child commits it without asking for it again, the sampler's first keys), whether the
 sampler is fetching (the listers then leave it the index a share of the time, ``INDEX_SHARE``),
 whether a listing is running (the fetch order's pace and waits), a refused setting found at the
-end of a listing (exit 2, as before), and the stop.
+end of a listing (exit 2, as for one found at the start), and the stop.
 
 The first child is forked (:func:`.child.fork_child`) at the start of ``epochfs sample``, before the
 sampler opens any SQLite connection or starts a thread, and waits for its settings: it has every

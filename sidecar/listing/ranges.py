@@ -120,7 +120,7 @@ class FolderRanges:
         keys 0-99 of ``class-4161/`` was estimated at 1.5M keys up to ``class-4165/``, four of
         them held the planner's estimated whole at 4.5-7M keys of 600k, and the skew at 0.8-0.9,
         until they were made spans (offline, 5,000 folders of 120 keys; docs/performance.md,
-        "Fairness", stop 38)."""
+        "Thousands of small folders as ranges")."""
         measured, count = self._measured
         each = max(measured / count if count else 0.0, float(self._least))
         if each <= 0.0 or seg.part.stop is None:

@@ -170,7 +170,7 @@ class PagedSource:
 
     def _walk(self) -> PageWalk:
         """A walk over this remote's pages, named by its URL in the errors it raises."""
-        return PageWalk(getattr(self.remote, "url", "the remote"))
+        return PageWalk(self.remote.url)
 
     def _discover(self, prefix: str, *, token: str | None = None, delimiter: bool = False,
                   max_keys: int = 1000,

@@ -9,7 +9,8 @@ One package (docs/architecture.md draws it):
 - :mod:`.registry`: scheme -> backend, :func:`open_remote`, the accepted schemes and help text;
 - a module per backend: :mod:`.s3` (botocore, with :mod:`.s3read`, :mod:`.s3list`, the pool :mod:`.httpget`,
   its connections :mod:`.httpconn` and proxies :mod:`.httpproxy`), :mod:`.httpindex`
-  (``http(s)://`` with an index file), :mod:`.fsspec` (``gs://``), :mod:`.file`;
+  (``http(s)://`` with an index file), :mod:`.fsspec` (``gs://``), :mod:`.azure` (``az://``,
+  ``abfs(s)://``: adlfs through :mod:`.fsspec`), :mod:`.file`;
 - :mod:`.checksums`: what a store's ETags and stored checksums vouch for;
 - :mod:`.testing`: an in-memory remote that injects failures, for tests and benchmarks.
 

@@ -229,6 +229,9 @@ class PagedRemote(Protocol):
     """A remote that lists a page at a time (S3's ``ListObjectsV2``), which the listing reads in
     parallel: keys under a prefix after a start key, or folders with the delimiter."""
 
+    url: str
+    """The remote's URL, which names it in the errors of a walk over its pages (:class:`PageWalk`)."""
+
     def list_page(self, prefix: str, *, start_after: str = "", token: str | None = None,
                   delimiter: bool = False, max_keys: int = 1000) -> ListedPage:
         """One page of keys under ``prefix`` (relative to the remote root) after

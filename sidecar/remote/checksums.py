@@ -104,7 +104,7 @@ def uniform_parts(total: int, count: int, first: int) -> list[int] | None:
     return [first] * (count - 1) + [last]
 
 
-def parts_etag(path: Path, sizes: list[int], *, block: int = 1 << 20) -> str:
+def parts_etag(path: Path, sizes: list[int], *, block: int = digests.BLOCK) -> str:
     """The multipart ETag of the file at ``path`` cut into parts of ``sizes``: the md5 of the
     concatenated md5 digests of the parts, then ``-<parts>``."""
     outer = hashlib.md5()

@@ -134,7 +134,7 @@ def gcs_kind(e: BaseException) -> Kind | None:
 
 def aiohttp_kind(e: BaseException) -> Kind | None:
     """The kind of an aiohttp exception (fsspec's ``http(s)://``, gcsfs). A 5xx answer is
-    retried but not counted toward an outage, as before failures were typed; a 429 is
+    retried (:class:`~.base.Transient`) but not counted toward an outage; a 429 is
     throttling; fsspec already turns a 404, and a connection it cannot make, into
     FileNotFoundError."""
     gcs = gcs_kind(e)

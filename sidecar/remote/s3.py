@@ -35,6 +35,7 @@ from urllib.parse import urlparse
 
 from epochfs.sidecar.remote import s3boto
 from epochfs.sidecar.remote.base import (
+    BLOCK,
     ListedPage,
     PagedRemote,
     PageWalk,
@@ -304,7 +305,7 @@ class S3Remote(Remote):
         try:
             response = self._gets.get(url)
             try:
-                body = b"".join(iter(partial(response.read, 1 << 20), b""))
+                body = b"".join(iter(partial(response.read, BLOCK), b""))
             finally:
                 response.close()
         except Exception as e:

@@ -7,7 +7,7 @@ its request pipeline, once per object GET. Signing is a few HMACs; this module i
 its result is the same URL botocore would give: an explicit endpoint (path-style URLs),
 credentials in the environment and nothing in an AWS config file that could change them
 (:func:`light_settings` decides). Everywhere else, and for every call that is not a presigned
-GET, :class:`~.s3.S3Remote` uses botocore as before.
+GET, :class:`~.s3.S3Remote` uses botocore.
 tests/remote/test_sigv4.py compares the URLs with botocore's, byte for byte.
 """
 

@@ -78,7 +78,7 @@ def _forget_listing(store: Store) -> None:
 def recorded_listing(settings: SamplerSettings, store: Store, error: RemoteError) -> IndexSource:
     """An ``--index`` that cannot be read at the start, over a catalog completely listed from it:
     sample from that catalog (one warning; a relist reads the file again and says so in status
-    while it fails). Anything else re-raises ``error`` (a refusal, or a wait, as before)."""
+    while it fails). Anything else re-raises ``error`` (a refusal, or a wait)."""
     state = store.listings().state()
     source = (recorded_index(settings.index_url, endpoint_url=settings.endpoint_url, recorded=state.source)
               if settings.index_url and state.complete is not None and not state.parts else None)

@@ -6,8 +6,8 @@ Why a module of its own: a snapshot-mode epoch is a range of the admission order
 follows the samples as they are admitted (ids only grow) and the front of the range as it moves
 (the epoch budget, eviction). These reads say exactly that and nothing more: the samples admitted
 after an id, the lowest and highest ids held, and a live epoch's range as its row records it. They
-change nothing, and a reader outside the store needs no SQL of its own (it reached into the
-store's private index handle before).
+change nothing, and a reader outside the store needs no SQL of its own, nor the store's
+private index handle.
 
 A schedule-mode epoch is a window of the sampling order instead (:mod:`.windows`): the samples
 whose ``(rank, key)`` lies between its two ends, with ids up to its ``max_sample``. Its next window

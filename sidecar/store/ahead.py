@@ -21,7 +21,7 @@ and kept exact from then on in the index itself (table ``ahead``, :data:`.schema
 From then on the cut condition and the cut read one row (:func:`fetch`), and the cut records the
 same rows as a scan would: the tests compare both over random stores and random changes. Anything
 that cannot be followed (a catalog change in the window, another policy, an epoch number other than
-the row's) makes :func:`fetch` answer None, and the cut reads its window as before. The row is a
+the row's) makes :func:`fetch` answer None, and the cut reads its window by a scan. The row is a
 cache: it commits with the changes it follows, so a kill -9 at any point leaves it either settled
 and exact, or unsettled or invalid and unused; :func:`prepare` measures it again.
 """
@@ -172,7 +172,7 @@ def prepare(ix: Index, policy: Policy, n: int) -> bool:
     the write lock: a busy index is left for the next call) and one read of the window on a
     connection of its own, so neither this process's connection nor the write lock is held while
     the window is read. Paced to :data:`DUTY` when its facts keep being invalidated. Best effort:
-    a busy or full index leaves the facts unsettled, and the cut reads its window as before."""
+    a busy or full index leaves the facts unsettled, and the cut reads its window by a scan."""
     if policy.schedule is None:
         return False
     with ix.read() as db:

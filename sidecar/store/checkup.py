@@ -13,7 +13,7 @@ can happen while the sampler runs as well as while it is down. So:
   a cheap check whose cost does not grow with the index (:func:`quick`): the file header, the
   schema, and the first and last entries of every table and index (the pages at both ends of each
   b-tree, where the newest rows are written). What the cheap check finds is confirmed by the full
-  check. A damaged index is replaced as before (:mod:`.reset`: moved aside, a fresh one made, the
+  check. A damaged index is replaced (:mod:`.reset`: moved aside, a fresh one made, the
   catalog listed and the objects fetched again), in one log line, and the marker cleared.
 * **In the background** (:class:`Background`, a thread of the sampler): the full check on a
   read-only connection of its own, paced to :data:`DUTY` of one core, :data:`EVERY` seconds after

@@ -62,7 +62,7 @@ def condition_holds(db: sqlite3.Connection, policy: Policy, n: int) -> tuple[boo
     What the epoch would hold, not what the cache holds: a full cache of 16 samples whose epoch
     budget holds 12 cut epoch 0 with 12 under ``--min-samples 14``, and a window's look-ahead
     counted the next window's samples too. A minimum above 1 is checked against the epoch itself
-    (at 1, an epoch's only condition is one complete sample, as before)."""
+    (at 1, an epoch's only condition is one complete sample)."""
     least = max(1, policy.min_samples)
     if not at_least(db, least):
         return False, None

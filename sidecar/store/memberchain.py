@@ -24,7 +24,7 @@ range reads of the rowid and a line per changed member.
 windows and epochs listed row by row are not: they keep the whole file, or the keeper), and the
 newest live epoch below N has a members file whose first line matches its row and records its
 range, and that file ends with its last line (put in place whole by a rename; the rebuild still
-checks every line's hash). Otherwise the cut writes a whole file, as before, or, for an epoch too
+checks every line's hash). Otherwise the cut writes a whole file, or, for an epoch too
 big for one, chains on the keeper's segments (:mod:`.membersegments`, format 3: the same lines,
 a base that is a segment, and ``base_span``, the ids taken from it: :func:`span`).
 
@@ -33,8 +33,8 @@ a base that is a segment, and ``base_span``, the ids taken from it: :func:`span`
 is never restored as an epoch, only read through a live file that names it. The keeper rewrites
 a live file whose base is no longer a live epoch's file as a whole one (at its duty), then
 removes the base files no file names (:func:`unreferenced`). A file whose base is missing or
-damaged is refused whole by the rebuild, as a damaged whole file is: that epoch is lost, as it
-was before this module when its file was missing.
+damaged is refused whole by the rebuild, as a damaged whole file is: that epoch is lost, as is
+an epoch whose file is missing.
 """
 
 from __future__ import annotations

@@ -1,10 +1,10 @@
 """Each live epoch's members, kept outside the index: what a damaged index is rebuilt from.
 
-A damaged ``index.sqlite`` is replaced (:mod:`.reset`), and before this module the fresh index knew
-nothing: every published epoch vanished (a reader inside one got ENOENT for every file), start-up
-recovery removed every object file as an orphan and the sampler fetched the whole cache again. The
-objects were fine all along; what was lost was which samples each epoch holds. So that is written
-down beside the index, one file per live epoch::
+A damaged ``index.sqlite`` is replaced (:mod:`.reset`), and without these files the fresh index
+would know nothing: every published epoch would vanish (a reader inside one would get ENOENT for
+every file), start-up recovery would remove every object file as an orphan and the sampler fetch
+the whole cache again. The objects are fine; what is lost is which samples each epoch holds. So
+that is written down beside the index, one file per live epoch::
 
     <cache>/epochs/epoch-<N>.members
 
@@ -206,7 +206,7 @@ def at_cut(root: Path) -> Iterator[Callable[[sqlite3.Connection, int], bool]]:
     the keeper's segments (:func:`.membersegments.base_at_cut`): its cost is what they do not
     cover. Skipped (False; the keeper writes it a second later) when the
     file would list more than :data:`AT_CUT` members, and on a write error such as a full
-    volume (logged: the cut stands, as before). When the transaction then fails (its commit
+    volume (logged: the cut stands). When the transaction then fails (its commit
     included), the file is removed: no file for an epoch that was never cut."""
     placed: list[int] = []
 

@@ -33,8 +33,8 @@ a live epoch (its range cannot change). When the check fails (a sample dropped i
 range: eviction never takes one above the newest cut), each segment's range is counted and
 compared with its count (0.3 s for a 1M-id range), and the cut chains on the newest segment from
 which every link down to the epoch's first id passes, listing a failing one above it itself. When
-what the cut would list is more than ``AT_CUT``, it writes no file and the keeper writes it whole,
-as before. A rebuilt index hands out again the ids above its newest restored epoch: the rebuild
+what the cut would list is more than ``AT_CUT``, it writes no file and the keeper writes it whole.
+A rebuilt index hands out again the ids above its newest restored epoch: the rebuild
 removes the segments over them (:func:`clear`) and those no restored file names, and a segment's
 sample at ``hi`` must still be its own.
 

@@ -83,7 +83,7 @@ def files(root: Path, n: int) -> list[FileEntry]:
 
 def or_files(read: Callable[[], T], members: Callable[[], T]) -> T:
     """``read()`` (of the index), or ``members()`` when the index raises a corruption; when the
-    files cannot answer either (missing, damaged), the index's error, as before."""
+    files cannot answer either (missing, damaged), the index's error."""
     try:
         return read()
     except sqlite3.DatabaseError as e:

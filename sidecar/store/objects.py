@@ -54,6 +54,9 @@ def object_name(sid: str) -> str:
 
 
 def fsync_dir(path: str | os.PathLike[str]) -> None:
+    """Make the names in folder ``path`` durable (a rename is durable once its folder is fsynced).
+    The torch client's publishing steps hold the same function: the store imports nothing of the
+    client, nor the client anything of the sidecar."""
     fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
     try:
         os.fsync(fd)

@@ -1,4 +1,5 @@
-"""What the view may ask of the store: :class:`EpochReader`, the one store interface of the view.
+"""What the view may ask of the store: :class:`EpochReader`, the one store interface of the view
+(:class:`FolderReader` adds what the folder view's parts read to build ahead).
 
 Three readers of the store serve what a trainer sees: the FUSE view (``epochfs.fuse``: the
 namespace, lookups, read records, the in-use window), the folder view that writes the same
@@ -11,10 +12,19 @@ configures, so they are typed against this protocol rather than against
 starts evicting would have to say so here), and a test can hand them anything that answers these
 calls.
 
-One protocol, not one per caller: a lookup of ``epoch-N`` and a cut request are the same question
-(the store's ``request_cut_made``, the read record that pins an epoch), asked by the FUSE view and,
-for a published folder, over HTTP; a narrower interface per caller would only repeat these lines.
-Each member is one the view or the cut request calls today.
+The folder view's parts (``epochfs.sidecar.folderview_*``) ask a little more, and are typed
+against :class:`FolderReader`, this protocol and those calls: the reads that follow the admission
+order, so the next epoch's tree is built before its cut (:mod:`.admitted`), and the one value it
+writes, why publishing is paused (``Meta.PUBLISH_PAUSED``: status, ``/v1/cut`` and the metrics
+show it). Only the process that runs them (``epochfs.sidecar.folderview``) opens the
+:class:`~epochfs.sidecar.store.Store` itself.
+
+One protocol for these three readers, not one per caller: a lookup of ``epoch-N`` and a cut
+request are the same question (the store's ``request_cut_made``, the read record that pins an
+epoch), asked by the FUSE view and, for a published folder, over HTTP; a narrower interface per
+caller would only repeat these lines. Each member is one the view or the cut request calls today.
+:class:`FolderReader` is apart because what it adds builds epochs ahead of their cut, which no
+other reader does.
 
 The class-folder list behind ``classes.json`` (``epochfs.fuse.classes``) is in it too: recording
 a folder appends to that list under the index's write transaction, and the store does that
@@ -27,6 +37,7 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Protocol
 
+from epochfs.sidecar.store.admitted import AdmittedSample, EpochExtent, WindowReads
 from epochfs.sidecar.store.classes import ClassFolders
 from epochfs.sidecar.store.index import Meta
 from epochfs.sidecar.store.integrity import LostDigest
@@ -103,4 +114,32 @@ class EpochReader(Protocol):
 
     def listing_mark(self) -> tuple[int, int]:
         """Changes when a listing begins or splits (the view records its folders then)."""
+        ...
+
+
+class FolderReader(EpochReader, Protocol):
+    """The store as the folder view's parts see it: :class:`EpochReader` and what building the
+    next epoch ahead reads (:mod:`epochfs.sidecar.folderview_ahead`,
+    :mod:`epochfs.sidecar.folderview_window`), and the pause it records."""
+
+    # ------------------------------------------------------------------ the next epoch, ahead
+    def samples_after(self, after_id: int, *, limit: int) -> list[AdmittedSample]:
+        """Samples admitted after id ``after_id``, in admission order (at most ``limit``)."""
+        ...
+
+    def sample_id_bounds(self) -> tuple[int, int]:
+        """The lowest and highest sample ids held, (0, 0) when empty."""
+        ...
+
+    def epoch_extent(self, n: int) -> EpochExtent | None:
+        """Live snapshot-mode epoch ``n`` as a range of the admission order; None otherwise."""
+        ...
+
+    def admitted_windows(self) -> WindowReads:
+        """The same reads for schedule mode's next window."""
+        ...
+
+    # ------------------------------------------------------------------ the one write
+    def set_meta(self, key: Meta, value: str | None) -> None:
+        """Record (None: clear) why publishing is paused (``Meta.PUBLISH_PAUSED``)."""
         ...

@@ -3,10 +3,10 @@
 A damaged ``index.sqlite`` is rebuilt from the live epochs' members files (:mod:`.memberrestore`),
 and a member whose object file is there with its recorded size is taken back as sound: the rebuild
 reads no object's bytes (a ``stat`` per member, not a terabyte of hashing). The ``repairs`` table
-went with the damaged index, so before this module a sample that a scrub had found damaged (its
+goes with the damaged index, so without this log a sample that a scrub had found damaged (its
 damaged file kept in place until the repair renames the right bytes over it, :mod:`.integrity`)
-became an ordinary sample again: its damaged bytes were served with no error until a scrub found
-them again, and a sample marked lost (the remote's bytes changed) was fetched again for nothing.
+would become an ordinary sample again: its damaged bytes served with no error until a scrub found
+them again, and a sample marked lost (the remote's bytes changed) fetched again for nothing.
 So every change of ``repairs`` is written down beside the members files::
 
     <cache>/epochs/repairs.log

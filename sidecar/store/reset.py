@@ -12,7 +12,7 @@ files of samples in no live epoch become orphans that the sampler's recovery rem
 is listed again (a key whose sample was restored is not fetched again), and epoch numbers
 continue above the high-water mark kept outside the index (:mod:`.hwm`), so no number is ever
 published twice. When the rebuild itself fails (a full disk), the fresh index is an empty one,
-as before.
+which the sampler fills again: a start that failed on it would be the crash loop above.
 
 Several processes may find the damage at once (the sampler, the FUSE server, the supervisor each
 open the index): the reset holds ``<cache>/index.lock`` and looks again under it, so one of them

@@ -258,7 +258,7 @@ process, a restore) keeps them, and a kill -9 leaves them as the data: both comm
 
 def migrate_6_to_7(db: sqlite3.Connection) -> None:
     """The ``ahead`` table and its triggers (:data:`AHEAD`): nothing to fill, a window's facts are
-    measured when first needed (until then a cut reads its window as before)."""
+    measured when first needed (until then a cut reads its window by a scan)."""
     for statement in AHEAD:
         db.execute(statement)
 

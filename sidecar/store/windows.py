@@ -193,7 +193,7 @@ def record(db: sqlite3.Connection, span: Span, n: int, max_sample: int) -> Bound
     kept exact ahead of it by :mod:`.ahead`), cut now with ``max_sample`` the newest sample id:
     returns its bounds for its ``epochs`` row (after writing its few ``epoch_excluded`` rows), or
     None when the window is empty or bounds cannot describe it (then its ``epoch_samples`` rows are
-    written, one per sample, as before schema 4)."""
+    written, one per sample)."""
     if span.ends is None:
         return None  # an empty window: no bounds and no rows, an epoch of nothing
     if span.strays:

@@ -3,13 +3,16 @@
 - no import cycle among the modules of ``epochfs.sidecar.remote``, ``epochfs.sidecar.listing`` and
   the downloader (a cycle ties modules that cannot then be read, tested or moved one at a time;
   ``listing/indexfile`` and ``listing/inventory`` imported each other);
-- each constant in one home: a name given a literal value in one of these modules is not given
-  the same literal again in another, nor in the store the downloader records into, nor in the
-  modules beside them that held a copy (``SHARING``) (a copy drifts: the pages of a stream, the
-  block size, ``size-only`` and the cut request's path were each written two to four times); one
-  name for two different things (each module's ``POLL``) is not a copy;
-- no object of these modules reads another's private attributes (``filt._lock``): what two
-  objects share is a method or a constructor argument, so either can change its insides;
+- each constant in one home: a name given a literal value in one module of epochfs (``sidecar/``,
+  ``fuse/``, ``torchclient/``) is not given the same literal again in another (a copy drifts: the
+  pages of a stream, the block size, ``size-only`` and the cut request's path were each written
+  two to four times); one name for two different things (each module's ``POLL``) is not a copy;
+  nor is a function defined twice, word for word;
+- no object of epochfs reads another's private attributes (``filt._lock``): what two objects
+  share is a method or a constructor argument, so either can change its insides;
+- the block size is written once (``BLOCK``), never as ``1 << 20`` where it is used;
+- comments and docstrings give today's reasons, not the history of a change (``as before``,
+  ``(issue 24``, ``stop 38``), which the commit log keeps;
 - no module of the remote package is over :data:`LONGEST` lines: one concern a module, read in
   one sitting (``s3`` and ``errors`` were split along their seams: ``s3read``, ``librules``).
 
@@ -20,6 +23,9 @@ modules' syntax trees. Nothing is imported or run.
 from __future__ import annotations
 
 import ast
+import io
+import re
+import tokenize
 from collections import defaultdict
 from pathlib import Path
 
@@ -38,8 +44,36 @@ the store's scrub its block size (``BLOCK``), both ends of the cut request its p
 APART = {
     "MAX_EPOCH": "the store imports nothing of the torch client, the client nothing of the sidecar; "
                  "tests/torchclient/test_layout.py checks the two agree",
+    "FAIR_SPREAD": "the listing (listing/skew.py) is below the sampler (sampler/order.py) in the "
+                   "layers, and the sampler's start-up imports nothing of the listing; "
+                   "tests/sampler/test_listing_range_folders_pace.py checks the two agree",
 }
 """Constants kept in two homes on purpose, each with the reason: no module both sides may import."""
+EVERY_FILE = sorted(p for folder in ("sidecar", "fuse", "torchclient") for p in (ROOT / folder).rglob("*.py")
+                    if "__pycache__" not in p.parts)
+"""Every module of the three packages: where a constant, a function and a private part have one home."""
+APART_FUNCTIONS = {
+    "fsync_dir": "the store (sidecar/store/objects.py) may import nothing of epochfs but itself, the "
+                 "torch client (torchclient/publish.py) nothing of the sidecar (.importlinter)",
+}
+"""Functions kept in two homes on purpose, each with the reason, as :data:`APART`."""
+NOT_COPIES = {
+    ("CHUNK", "20000"): "rows the folder view reads from the index at a time, and members per line of "
+                        "an epoch's member record: two sizes that happen to agree",
+    ("DUTY", "0.25"): "the share of time the store's window measurement may take, and the share of a "
+                      "core its background full check may: each tuned to its own work",
+    ("STOP_LOOK", "0.1"): "how often the listing's first request, and the sampler's start, look at "
+                          "their stop: two waits of two processes' loops",
+}
+"""Same name, same value, different quantities: not copies (changing one must not change the other)."""
+COPIES_TO_REMOVE = {
+    ("CACHE_FULL", "'cache full'"): "sampler/room.py may import the store's (store/stats.py)",
+    ("DISK_FULL", "'disk full'"): "sampler/room.py may import sampler/pausegauges.py's",
+    ("LIMIT_MARK", "' [object limit '"): "listing/lister.py may import the store's (store/stats.py)",
+    ("_check_int", "function"): "torchclient/arrayloader.py may import torchclient/sampler.py's",
+}
+"""Copies that have a home to import from, each naming it: remove the copy and its entry here
+together (the test fails on an entry whose copy is gone, so the list only shrinks)."""
 STORE_EXPORTS = ROOT / "sidecar" / "store" / "__init__.py"
 LITERAL_NODES = (ast.Constant, ast.BinOp, ast.UnaryOp, ast.operator, ast.unaryop, ast.Tuple, ast.Load)
 """A value written out (``1000``, ``1 << 20``, ``"size-only"``, ``(0.5, 30.0)``), not computed
@@ -101,16 +135,55 @@ def _store_constants() -> dict[tuple[str, object], str]:
 
 def test_each_constant_has_one_home() -> None:
     homes: dict[tuple[str, object], list[str]] = defaultdict(list)
-    for path in [*FILES, *SHARING]:
+    scanned = [*FILES, *SHARING, *EVERY_FILE]
+    for path in sorted(set(scanned)):
         for constant, line in _literal_constants(path).items():
             homes[constant].append(f"{path.relative_to(ROOT)}:{line}")
     assert homes[("BLOCK", repr(1 << 20))] and homes[("CUT_PATH", repr("/v1/cut"))]  # the scan reads
-    scanned = {f"epochfs.{p.relative_to(ROOT).with_suffix('').as_posix().replace('/', '.')}" for p in SHARING}
+    modules = {f"epochfs.{p.relative_to(ROOT).with_suffix('').as_posix().replace('/', '.')}" for p in scanned}
     for constant, module in _store_constants().items():
-        if constant in homes and module not in scanned:
+        if constant in homes and module not in modules:
             homes[constant].append(f"{module} (the store's)")
-    copies = {name: where for (name, _), where in homes.items() if len(where) > 1 and name not in APART}
-    assert not copies, "\n".join(f"{name}: {', '.join(where)}" for name, where in sorted(copies.items()))
+    copies = {constant: where for constant, where in homes.items()
+              if len(where) > 1 and constant[0] not in APART and constant not in NOT_COPIES}
+    _no_copies_but_those_to_remove(copies, functions=False)
+
+
+def _no_copies_but_those_to_remove(copies: dict[tuple[str, object], list[str]], *, functions: bool) -> None:
+    """No copy but those of :data:`COPIES_TO_REMOVE` of the kind checked (constants, or
+    ``functions``), each of which is still a copy."""
+    listed = {c for c in COPIES_TO_REMOVE if (c[1] == "function") == functions}
+    found = {name: where for name, where in copies.items() if name not in listed}
+    assert not found, "\n".join(f"{name}: {', '.join(where)}" for (name, _), where in sorted(found.items()))
+    gone = sorted(listed - set(copies))
+    assert not gone, f"no longer copies: remove them from COPIES_TO_REMOVE: {gone}"
+
+
+def _module_functions(path: Path) -> dict[str, tuple[str, int]]:
+    """Module-level functions: name -> (their arguments and body less the docstring, as the syntax
+    tree dumps them; their line)."""
+    found = {}
+    for node in ast.parse(path.read_text(), str(path)).body:
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+            body = node.body
+            if isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant):
+                body = body[1:]  # the docstring: two copies may explain themselves differently
+            if body:
+                found[node.name] = (ast.dump(node.args) + ast.dump(ast.Module(body=body, type_ignores=[])),
+                                    node.lineno)
+    return found
+
+
+def test_each_function_has_one_home() -> None:
+    homes: dict[tuple[str, str], list[str]] = defaultdict(list)
+    for path in EVERY_FILE:
+        for name, (text, line) in _module_functions(path).items():
+            homes[(name, text)].append(f"{path.relative_to(ROOT)}:{line}")
+    assert any(name == "object_name" for name, _ in homes)  # the scan reads
+    copies: dict[tuple[str, object], list[str]] = {
+        (name, "function"): where for (name, _), where in homes.items()
+        if len(where) > 1 and name not in APART_FUNCTIONS}
+    _no_copies_but_those_to_remove(copies, functions=True)
 
 
 LIBRARY_INTERNALS = {
@@ -118,30 +191,134 @@ LIBRARY_INTERNALS = {
                                     "option to change it (remote/fsspec.py, one_try_gcs)",
     "os._exit": "the standard library's documented way for a forked child to end without the "
                 "parent's cleanups (listing/child.py, fork_child)",
+    "mfusepy._libfuse": "the libfuse mfusepy loaded, which it names nowhere else: the low-level "
+                        "calls and the kernel-cache notifications must go to that same library "
+                        "(fuse/lowlevel_abi.py, lowlevel_notify.py, operations.py)",
+    # torch's own state, which torch gives no public way to read or end:
+    "group._get_backend(reduce_device()).options._timeout": "the process group's timeout, read to "
+        "wait no longer than the group itself would (torchclient/groupwait.py)",
+    "group._get_backend": "the same read's first step (torchclient/groupwait.py)",
+    "dataloader._iterator": "a DataLoader's worker processes, shut down and dropped when the loader "
+        "closes: the next epoch builds a DataLoader over a fresh plan (torchclient/loader.py)",
 }
 """A client library's private parts read on purpose, each with the reason: not our objects, whose
 insides a method would share instead."""
+NAMEDTUPLE_API = frozenset({"_replace", "_asdict", "_make", "_fields", "_field_defaults"})
+"""A named tuple's public methods, underscored so as not to clash with its fields (prometheus
+samples are named tuples: sidecar/metrics_merge.py)."""
+OWN_MODULE = {
+    "torchclient/dataset.py": {"dataset._holding", "dataset._close_hold"},
+}
+"""Private parts read by a module-level function of the module that defines their class, each
+module with the reads: the fork hook ``os.register_at_fork`` takes a plain function, which closes
+every dataset's copy of its hold in a forked child."""
+
+
+def _own_names(tree: ast.Module) -> dict[str, set[str]]:
+    """Each class of the module -> the underscored names it or its bases in the module define
+    (methods, class attributes, ``self._x = ...``): an object of the class reading another's of
+    the same class (a classmethod filling in the one it made) keeps the insides in one class."""
+    own: dict[str, set[str]] = {}
+    bases: dict[str, list[str]] = {}
+    for cls in (n for n in ast.walk(tree) if isinstance(n, ast.ClassDef)):
+        names = own.setdefault(cls.name, set())
+        bases[cls.name] = [b.id for b in cls.bases if isinstance(b, ast.Name)]
+        for node in ast.walk(cls):
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+                names.add(node.name)
+            elif isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
+                names.add(node.id)
+            elif (isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Store)
+                  and isinstance(node.value, ast.Name) and node.value.id == "self"):
+                names.add(node.attr)
+
+    def closure(name: str, seen: frozenset[str] = frozenset()) -> set[str]:
+        found = set(own.get(name, ()))
+        for base in bases.get(name, ()):
+            if base not in seen:
+                found |= closure(base, seen | {name})
+        return found
+
+    return {name: closure(name) for name in own}
 
 
 def _private_reads(path: Path) -> list[str]:
-    """``x._name`` where ``x`` is not ``self`` or ``cls``, less :data:`LIBRARY_INTERNALS`."""
+    """``x._name`` where ``x`` is not ``self`` or ``cls``, less :data:`LIBRARY_INTERNALS`,
+    :data:`NAMEDTUPLE_API`, :data:`OWN_MODULE` and an object's read of its own class's names."""
+    tree = ast.parse(path.read_text(), str(path))
+    own = _own_names(tree)
+    allowed = OWN_MODULE.get(path.relative_to(ROOT).as_posix(), set())
     found = []
-    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+
+    def visit(node: ast.AST, names: set[str]) -> None:
+        if isinstance(node, ast.ClassDef):
+            names = own[node.name]
+        for child in ast.iter_child_nodes(node):
+            visit(child, names)
         if not isinstance(node, ast.Attribute):
-            continue
+            return
         name = node.attr
         if not name.startswith("_") or (name.startswith("__") and name.endswith("__")):
-            continue
+            return
         if isinstance(node.value, ast.Name) and node.value.id in ("self", "cls"):
-            continue
-        if ast.unparse(node) not in LIBRARY_INTERNALS:
-            found.append(f"{path.relative_to(ROOT)}:{node.lineno}: {ast.unparse(node)}")
+            return
+        text = ast.unparse(node)
+        if name in names or name in NAMEDTUPLE_API or text in LIBRARY_INTERNALS or text in allowed:
+            return
+        found.append(f"{path.relative_to(ROOT)}:{node.lineno}: {text}")
+
+    visit(tree, set())
     return found
 
 
 def test_no_object_reads_anothers_private_attributes() -> None:
-    reads = [read for path in FILES for read in _private_reads(path)]
+    reads = [read for path in sorted({*FILES, *EVERY_FILE}) for read in _private_reads(path)]
+    assert len(EVERY_FILE) > 200  # the packages were found
     assert not reads, "\n".join(reads)
+
+
+def test_the_block_size_is_named_where_it_is_used() -> None:
+    """``1 << 20`` only as a named constant's value (``BLOCK``, the store's ``NO_ROOM_BYTES``...),
+    never written out where a size is passed: a copy of ``BLOCK`` that drifts from it unseen."""
+    inline = []
+    for path in EVERY_FILE:
+        tree = ast.parse(path.read_text(), str(path))
+        named = {id(node.value) for node in tree.body if isinstance(node, ast.Assign | ast.AnnAssign)}
+        for node in ast.walk(tree):
+            if isinstance(node, ast.BinOp) and id(node) not in named and ast.unparse(node) == "1 << 20":
+                inline.append(f"{path.relative_to(ROOT)}:{node.lineno}")
+    assert not inline, "\n".join(inline)
+
+
+HISTORY = re.compile(r"\bas before\b|\bas it always did\b|\bbefore this module\b|\(issue \d+|\bstop \d+\b"
+                     r"|\bformerly\b", re.IGNORECASE)
+"""Words that tell what the code did before a change rather than why it is as it is."""
+HISTORY_TO_REWORD = {
+    "torchclient/imagefolder.py", "torchclient/lost.py", "torchclient/resume.py",
+}
+"""Modules whose comments still tell history: reword them and remove them here together (the
+test fails on a module listed that no longer does, so the list only shrinks)."""
+
+
+def _history(path: Path) -> list[str]:
+    """Where the comments and docstrings (any string standing as a statement) of ``path`` match
+    :data:`HISTORY`."""
+    source = path.read_text()
+    texts = [(node.lineno, node.value.value) for node in ast.walk(ast.parse(source, str(path)))
+             if isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant)
+             and isinstance(node.value.value, str)]
+    texts += [(t.start[0], t.string) for t in tokenize.generate_tokens(io.StringIO(source).readline)
+              if t.type == tokenize.COMMENT]
+    return [f"{path.relative_to(ROOT)}:{line}: {m.group(0)}"
+            for line, text in texts for m in HISTORY.finditer(text)]
+
+
+def test_comments_give_todays_reasons() -> None:
+    found = {path.relative_to(ROOT).as_posix(): _history(path) for path in EVERY_FILE}
+    told = [where for module, hits in found.items() if module not in HISTORY_TO_REWORD for where in hits]
+    assert not told, "\n".join(told)
+    reworded = sorted(module for module in HISTORY_TO_REWORD if not found.get(module))
+    assert not reworded, f"no history left: remove them from HISTORY_TO_REWORD: {reworded}"
 
 
 LONGEST = 400
