@@ -47,6 +47,7 @@ answers).
 
 from __future__ import annotations
 
+import errno
 import json
 import operator
 import os
@@ -370,9 +371,10 @@ def walk_epoch(root: str | os.PathLike[str], epoch: int) -> list[tuple[str, int]
     A plain folder may link whole folders in (``epoch-0/b -> /data/b``): they are followed, as any
     reader of the folder would, except one that leads back to a folder above it (a loop): the
     epoch folder or any of its ancestors (``up -> ..`` would add the other epochs). A symlink
-    whose target is missing is no file of the epoch: it is skipped with a warning, not taken for a
-    mount being replaced (whose ENOENT the caller retries for ``retry_seconds``): the entry itself is
-    there (``lstat``), only its target is not. One warning a walk names the entries skipped.
+    whose target is missing (or that leads to itself, ELOOP) is no file of the epoch: it is skipped
+    with a warning, not taken for a mount being replaced (whose ENOENT the caller retries for
+    ``retry_seconds``): the entry itself is there (``lstat``), only its target is not. One warning
+    a walk names the entries skipped.
     """
     base = epoch_dir(root, epoch)
     try:
@@ -389,7 +391,14 @@ def walk_epoch(root: str | os.PathLike[str], epoch: int) -> list[tuple[str, int]
             entries = list(listing)
         for entry in entries:
             rel = prefix + entry.name
-            if entry.is_dir():  # follows a symlink, as os.walk(followlinks=True) does
+            try:
+                is_dir = entry.is_dir()  # follows a symlink, as os.walk(followlinks=True) does
+            except OSError as e:
+                if e.errno != errno.ELOOP:
+                    raise
+                dangling.append(rel)  # a link that leads to itself (a -> a): no file, no folder
+                continue
+            if is_dir:
                 st = entry.stat()
                 if (st.st_dev, st.st_ino) in above:
                     loops.append(rel)
@@ -402,8 +411,12 @@ def walk_epoch(root: str | os.PathLike[str], epoch: int) -> list[tuple[str, int]
                 if not stat.S_ISLNK(os.lstat(entry.path).st_mode):  # the entry itself gone: raise
                     raise
                 dangling.append(rel)
+            except OSError as e:
+                if e.errno != errno.ELOOP:
+                    raise
+                dangling.append(rel)
     said = [f"{len(names)} {what}: {', '.join(names[:3])}{', ...' if len(names) > 3 else ''}"
-            for names, what in ((dangling, "dangling symlink(s) (target missing)"),
+            for names, what in ((dangling, "dangling symlink(s) (target missing, or a loop)"),
                                 (loops, "symlinked folder(s) leading to a folder above them")) if names]
     if said:
         warnings.warn(f"epochfs: walking {base} (no manifest) skipped {'; '.join(said)}", stacklevel=2)

@@ -57,3 +57,19 @@ def test_a_link_to_a_folder_beside_is_still_walked(tmp_path: Path) -> None:
         warnings.simplefilter("error")  # nothing skipped, nothing to warn about
         files = walk_epoch(root, 0)
     assert [rel for rel, _ in files] == ["more/z.npy", "x.npy"]
+
+
+@pytest.mark.parametrize("target", ["self", "ring"])
+def test_a_symlink_that_leads_to_itself_is_skipped_with_a_warning(tmp_path: Path, target: str) -> None:
+    """``a -> a`` (or ``b -> c -> b``) in a plain folder: no file and no folder, skipped with the
+    walk's one warning as a dangling link is; the walk raised a bare ELOOP before."""
+    root = _root(tmp_path)
+    epoch = root / "epoch-0"
+    if target == "self":
+        os.symlink("a", epoch / "a")
+    else:
+        os.symlink("c", epoch / "b")
+        os.symlink("b", epoch / "c")
+    with pytest.warns(UserWarning, match="dangling symlink"):
+        files = walk_epoch(root, 0)
+    assert [path for path, _ in files] == ["x.npy"]
