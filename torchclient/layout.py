@@ -383,6 +383,7 @@ def walk_epoch(root: str | os.PathLike[str], epoch: int) -> list[tuple[str, int]
         return []  # as os.walk: the caller looks the epoch up again (the dataset retries an ENOENT)
     found: list[tuple[str, int]] = []
     dangling: list[str] = []
+    cycles: list[str] = []
     loops: list[str] = []
     stack = [(str(base), "", _folders_above(base))]
     while stack:
@@ -396,7 +397,7 @@ def walk_epoch(root: str | os.PathLike[str], epoch: int) -> list[tuple[str, int]
             except OSError as e:
                 if e.errno != errno.ELOOP:
                     raise
-                dangling.append(rel)  # a link that leads to itself (a -> a): no file, no folder
+                cycles.append(rel)  # a link that leads to itself (a -> a): no file, no folder
                 continue
             if is_dir:
                 st = entry.stat()
@@ -414,9 +415,10 @@ def walk_epoch(root: str | os.PathLike[str], epoch: int) -> list[tuple[str, int]
             except OSError as e:
                 if e.errno != errno.ELOOP:
                     raise
-                dangling.append(rel)
+                cycles.append(rel)
     said = [f"{len(names)} {what}: {', '.join(names[:3])}{', ...' if len(names) > 3 else ''}"
-            for names, what in ((dangling, "dangling symlink(s) (target missing, or a loop)"),
+            for names, what in ((dangling, "dangling symlink(s) (target missing)"),
+                                (cycles, "symlink(s) that lead to themselves"),
                                 (loops, "symlinked folder(s) leading to a folder above them")) if names]
     if said:
         warnings.warn(f"epochfs: walking {base} (no manifest) skipped {'; '.join(said)}", stacklevel=2)
