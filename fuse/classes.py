@@ -54,16 +54,23 @@ time): 64 is far above a node's readers, and the FUSE loop gets as many threads 
 for the rest (:data:`epochfs.fuse.lowlevel.LOOP_THREADS`). Each waiter is a thread asleep."""
 
 
-class RecordBusy(RuntimeError):
+class RecordUnavailable(RuntimeError):
+    """A request for classes.json that gets no record (EIO), for a reason said in one line: the
+    server's error translation logs it without a traceback, at most once a minute, where any
+    other error is logged with its traceback (64 waiters each logged one)."""
+
+
+class RecordBusy(RecordUnavailable):
     """:data:`MAX_WAITING` requests wait for a record already: this one is not kept (EIO)."""
 
 
-class RecordAbandoned(RuntimeError):
+class RecordAbandoned(RecordUnavailable):
     """The server stops: a waiting record is given up (EIO) so that the loop can end."""
 
 
-class RecordFailed(RuntimeError):
-    """The record this request waited for failed (its error chained): EIO, as for its maker."""
+class RecordFailed(RecordUnavailable):
+    """The record this request waited for failed (its error chained, logged by its maker's
+    request): EIO, as for its maker."""
 
 
 class _Flight:

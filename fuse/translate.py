@@ -13,11 +13,13 @@ from __future__ import annotations
 import errno
 import functools
 import logging
+import time
 from collections.abc import Callable
 from typing import Any, TypeVar, cast
 
 import mfusepy
 
+from epochfs.fuse.classes import RecordUnavailable
 from epochfs.fuse.lost import LostSample, lost_log
 from epochfs.fuse.metrics import fuse_metrics
 from epochfs.fuse.view import NotADirectory, NotALink, NotFound
@@ -45,6 +47,11 @@ def wanted_capabilities(capable: int, want: int) -> int:
     if wish & ~capable & FUSE_CAP_CACHE_SYMLINKS:
         log.warning("kernel cannot cache symlink targets: every open costs a readlink")
     return (want | (wish & capable)) & ~FUSE_CAP_READDIRPLUS_AUTO
+
+
+UNAVAILABLE_REPEAT = 60.0
+"""Seconds between two log lines of classes.json requests that got no record."""
+_unavailable_said = [-UNAVAILABLE_REPEAT]
 
 
 def translate_errors(method: F) -> F:
@@ -76,6 +83,12 @@ def translate_errors(method: F) -> F:
             raise FuseOSError(errno.EINVAL) from e
         except LostSample as e:  # the remote lost its sample: the entry stays, a read is an I/O error
             lost_log.report(e, op)
+            raise FuseOSError(errno.EIO) from e
+        except RecordUnavailable as e:  # classes.json's record: its reason in one line, now and then
+            now = time.monotonic()
+            if now - _unavailable_said[0] >= UNAVAILABLE_REPEAT:
+                _unavailable_said[0] = now
+                log.warning("%s (EIO; such lines at most once a minute)", e)
             raise FuseOSError(errno.EIO) from e
         except Exception as e:
             log.exception("unexpected error in %s%r", method.__name__, args[1:])

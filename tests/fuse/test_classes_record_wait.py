@@ -151,7 +151,7 @@ def mount_with_new_epoch(tmp_path: Path) -> Iterator[tuple[Path, Path, Mount]]:
 
 
 def test_classes_json_waiters_never_hold_up_the_mount(mount_with_new_epoch: tuple[Path, Path, Mount]) -> None:
-    cache, mnt, _m = mount_with_new_epoch
+    cache, mnt, m = mount_with_new_epoch
     over = 6
     openers = Openers(mnt / ".epochfs" / "classes.json", MAX_WAITING + over)
     other: dict[str, object] = {}
@@ -187,6 +187,10 @@ def test_classes_json_waiters_never_hold_up_the_mount(mount_with_new_epoch: tupl
     assert len(good) == MAX_WAITING, results
     for body in good:
         assert json.loads(body)["classes"]["train"] == {"ant": 0, "bee": 1}
+    # The refused ones in one line, once: no traceback each (64 waiters logged 64 before).
+    log = m.log_text()
+    assert "unexpected error" not in log, log[-3000:]
+    assert log.count("such lines at most once a minute") == 1, log[-3000:]
 
 
 def test_a_stop_does_not_wait_for_a_classes_json_record(
