@@ -1,12 +1,13 @@
 """The fetch order: which catalog key to download next.
 
 Snapshot mode: a cursor over the sampling order that starts a new pass when it reaches the end, so
-a dataset larger than the cache streams through it. A restart goes on from the newest admissions'
-ranks (not the front: stepping over a million cached keys there took seconds). Schedule mode: the
-missing keys of the next epoch's window first, then those of the window after it (a look-ahead),
-never keys in front of the window, which the epoch budget has trimmed. Keys already busy (in
-flight, waiting for admission, kept through an outage) are passed over; the caller says which
-through ``busy``.
+a dataset larger than the cache streams through it. A restart goes on from the cursor the last run
+recorded (:mod:`epochfs.sidecar.store.fetchpass`), not the front: stepping over a million cached
+keys there took seconds, and the keys admitted and evicted since look like keys never fetched.
+Schedule mode: the missing keys of the next epoch's window first, then those of the window after
+it (a look-ahead), never keys in front of the window, which the epoch budget has trimmed. Keys
+already busy (in flight, waiting for admission, kept through an outage) are passed over; the
+caller says which through ``busy``.
 
 While the listing runs (``listing`` says so), snapshot mode draws from what is listed so far: the
 cursor walks the rank order of the listed keys, and a key listed later with a rank behind the
@@ -74,8 +75,9 @@ safe side; over many folders of known sizes it comes divided by a random sample'
 them in units of ten folders' (:func:`~epochfs.sidecar.listing.skew.random_spread`), as a random
 sample over a thousand folders is ten times as far from their mix as one over ten."""
 OFFERED_EVERY = 1.0
-"""Seconds between records of how far the pass has offered the catalog's rows (a restart goes on
-looking for owed rows from there: at most this much of the listing is looked at twice)."""
+"""Seconds between records of where the pass is: how far it has offered the catalog's rows and its
+cursor (a restart goes on from there: at most this much of the walk and of the listing is looked
+at twice). As often, the catalog is asked whether rows were added since the last refill."""
 
 
 def spread_factor(skew: float) -> float:
@@ -158,7 +160,15 @@ class FetchOrder:
         run was."""
         self._offered = self._offered_at_start() if not schedule_mode else 0
         """Snapshot mode: every catalog row up to this rowid was offered in this pass."""
-        self._offered_recorded = (self._offered, time.monotonic())
+        self._recorded: tuple[int, int | None] | None = None
+        """The pass's position last recorded (offered rowid, cursor)."""
+        self._recorded_at = time.monotonic()
+        self._out: dict[str, tuple[int, int | None]] = {}
+        """Snapshot mode: keys handed out whose downloads may not have ended, as (rank, rowid of an
+        owed key; None for the walk's): a restart must offer them again, so the recorded position
+        stays behind them (:meth:`_record`)."""
+        self._last_out: str | None = None
+        """The key handed out last: the loop holds it while it waits for room, not yet busy."""
         self.owed = 0
         """Snapshot mode: keys fetched as owed so far (listed after the cursor passed them)."""
         self._windows: dict[int, tuple[int, int]] = {}
@@ -173,26 +183,41 @@ class FetchOrder:
 
     def next(self) -> Candidate | None:
         """The next key to fetch, or None when the catalog has nothing left to fetch right now."""
+        if not self.schedule_mode:
+            self._record()
         while True:
             if self._queue and self.stale():
                 self._queue.clear()
+            if len(self._queue) > LISTING_REFILL and not self.schedule_mode and self._listing():
+                # A listing (a relist) began since the queue was filled: the keys it lists behind
+                # the cursor are owed, found at the next refill (now), and from then on a refill
+                # takes LISTING_REFILL walk keys at most: no more go before them (512 did). The
+                # rows dropped lie above the cursor: the walk comes to them again.
+                self._queue.clear()
             while self._owed and self._owed_left != 0:
-                cand = heapq.heappop(self._owed)[3]
+                rank, _, rowid, cand = heapq.heappop(self._owed)
                 if not self._busy(cand.key):
                     self.owed += 1
                     self._handed += 1
                     if self._owed_left is not None:
                         self._owed_left -= 1
-                    return cand
+                    return self._hand_out(cand, rank, rowid)
             while self._queue:
                 rank, cand = self._queue.popleft()
                 if not self.schedule_mode and (self._cursor is None or rank > self._cursor):
                     self._cursor = rank  # an owed key lies behind the cursor: it stays
                 if not self._busy(cand.key):
                     self._handed += 1
-                    return cand
+                    return self._hand_out(cand, rank, None)
             if not self._refill():
                 return None
+
+    def _hand_out(self, cand: Candidate, rank: int, rowid: int | None) -> Candidate:
+        """Snapshot mode: ``cand``, kept in :attr:`_out` until its download ends."""
+        if not self.schedule_mode:
+            self._out[cand.key] = (rank, rowid)
+            self._last_out = cand.key
+        return cand
 
     def window_target(self) -> int | None:
         """Schedule mode: the epoch whose window the candidates now come from (None: a look-ahead
@@ -269,7 +294,6 @@ class FetchOrder:
                 self.passes += 1
                 log.info("pass %d over the catalog done; starting again from the front "
                          "(samples evicted since are fetched again)", self.passes)
-        self._record_offered()
         return rows
 
     def _pace(self) -> tuple[int | None, int | None]:
@@ -300,23 +324,42 @@ class FetchOrder:
             return None, left
         return int(share * 2**64) - 2**63, left
 
-    def _record_offered(self) -> None:
-        """At most once a second, and only while a listing adds keys (nothing is owed otherwise):
-        a record that cannot be written (a full disk) is tried again later, as it only saves a
-        restart from leaving owed keys for the next pass."""
-        value, at = self._offered_recorded
+    def _record(self) -> None:
+        """At most once a second: record where the pass is (:mod:`~epochfs.sidecar.store.fetchpass`),
+        so a restart goes on from its cursor, and look whether the catalog grew since the last
+        refill. A record that cannot be written (a full disk) is tried again later: it only saves
+        a restart from walking again what this run walked.
+
+        The position recorded is behind every key a restart must offer again: the cursor below
+        the lowest walk key handed out whose download has not ended (in flight, waiting for its
+        admission or for room, kept through an outage), the rows' record before the lowest owed
+        key held in memory or handed out so. A key handed out before the last one that is no
+        longer busy has ended: admitted, skipped, or dropped for good."""
         now = time.monotonic()
-        if value == self._offered or now - at < OFFERED_EVERY or not self._listing():
+        if now - self._recorded_at < OFFERED_EVERY:
             return
-        self._offered_recorded = (value, now)
-        # Owed keys held in memory are lost with a stop: a restart looks at their rows again.
-        upto = min([self._offered, *(rowid - 1 for _, _, rowid, _ in self._owed)])
+        self._recorded_at = now
+        for key in [k for k in self._out if k != self._last_out and not self._busy(k)]:
+            del self._out[key]
+        if self._queue and self.store.last_catalog_row() > self._offered:
+            # Rows were added (a listing that began and ended between two looks): owed ones are
+            # found at the next refill, not after what is queued.
+            self._queue.clear()
+        cursor = self._cursor
+        walk = [rank for rank, rowid in self._out.values() if rowid is None]
+        if cursor is not None and walk and min(walk) <= cursor:
+            cursor = None if min(walk) == -(2**63) else min(walk) - 1
+        owed = [rowid - 1 for _, _, rowid, _ in self._owed]
+        owed += [rowid - 1 for _, rowid in self._out.values() if rowid is not None]
+        position = (min([self._offered, *owed]), cursor)
+        if position == self._recorded:
+            return
         try:
-            self.store.record_offered_upto(upto)
+            self.store.record_pass(offered_upto=position[0], cursor=position[1])
         except (OSError, sqlite3.Error) as e:
-            log.debug("could not record how far the pass offered the catalog: %s", e)
+            log.debug("could not record where the pass is: %s", e)
             return
-        self._offered_recorded = (self._offered, now)
+        self._recorded = position
 
     def _refill(self) -> bool:
         """Queue the next candidates; False when there are none now. A catalog found empty is

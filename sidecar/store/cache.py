@@ -29,6 +29,7 @@ from epochfs.sidecar.store import (
     classes,
     epochs,
     eviction,
+    fetchpass,
     integrity,
     journal,
     memberfiles,
@@ -239,19 +240,22 @@ class Store:
 
     def offered_upto(self) -> int | None:
         """Where the last run's pass had offered every catalog row (None: never recorded)."""
-        value = self._ix.get(Meta.FETCH_OFFERED)
-        return None if value is None else int(value)
+        return fetchpass.offered_upto(self._ix)
 
     def record_offered_upto(self, rowid: int) -> None:
         with self._ix.write():
             self._ix.put(Meta.FETCH_OFFERED, str(rowid))
 
+    def record_pass(self, *, offered_upto: int, cursor: int | None) -> None:
+        """The snapshot-mode pass's position, for a restart (:func:`.fetchpass.record`)."""
+        fetchpass.record(self._ix, offered_upto=offered_upto, cursor=cursor)
+
     def last_catalog_row(self) -> int:
         return catalog.last_row(self._ix)
 
     def resume_rank(self) -> int | None:
-        """Where a restarted sampler's pass goes on (:func:`.catalog.resume_rank`)."""
-        return catalog.resume_rank(self._ix)
+        """Where a restarted sampler's pass goes on (:func:`.fetchpass.resume_rank`)."""
+        return fetchpass.resume_rank(self._ix)
 
     def schedule_window(self, n: int) -> tuple[int, int]:
         """Schedule mode: positions [lo, hi) of epoch ``n``'s window (the sampler fetches it first)."""

@@ -163,10 +163,11 @@ to ``--concurrency`` apart)."""
 
 
 def resume_rank(ix: Index) -> int | None:
-    """Where a restarted snapshot-mode sampler's cursor goes on from: before the lowest rank among
-    the newest :data:`RESUME_RECENT` admissions. From the front, its first candidates query stepped
-    over every cached key (12.9 s to the first fetch after a restart with 1M cached samples). None
-    (the front) when none of them has a rank (a store from before schema 4)."""
+    """Where a restarted snapshot-mode sampler's cursor goes on from when the last run recorded no
+    cursor (:mod:`.fetchpass`, an older version): before the lowest rank among the newest
+    :data:`RESUME_RECENT` admissions. From the front, its first candidates query stepped over every
+    cached key (12.9 s to the first fetch after a restart with 1M cached samples). None (the front)
+    when none of them has a rank (a store from before schema 4)."""
     row = ix.query("SELECT MIN(rank) FROM (SELECT rank FROM samples ORDER BY id DESC LIMIT ?)",
                    (RESUME_RECENT,))
     return None if not row or row[0][0] is None else int(row[0][0]) - 1
@@ -319,23 +320,30 @@ class Listings:
         each, the keys it made countable (:data:`SHOWN`): new to the catalog or a clash no more,
         less the keys it found to clash (so a first listing's sum is its keys, clashes left out)."""
         news = []
-        update = f"UPDATE catalog SET size=?, version=?, seen=?, skipped=0, pos={_KEEP_MARK} WHERE key=?"
+        update = f"UPDATE catalog SET size=?, version=?, seen=?, skipped=0, pos={_KEEP_MARK}"
+        renew = f"{update}, rowid=(SELECT MAX(rowid) FROM catalog) + 1 WHERE key=?"
         with self.ix.write() as db:
             for page in pages:
                 new = 0
                 for r in page.rows:
-                    # A key listed again is a key to fetch again: a skip (a download that kept
-                    # failing, an object over the volume's size) is this listing's to make anew,
-                    # or one outage, or one rewritten object, would leave it out of every epoch.
-                    # (The skip stays counted when the object is unchanged: SKIP_COUNTED.)
                     args = (r.size, r.version, gen, r.size, r.version, r.key)
-                    if db.execute(f"{update} AND {SHOWN}", args).rowcount:
+                    if db.execute(f"{update} WHERE key=? AND skipped=0", args).rowcount:
                         continue
                     if db.execute("INSERT INTO catalog(key, path, sid, size, version, rank, seen) "
                                   "VALUES(?,?,?,?,?,?,?) ON CONFLICT(key) DO NOTHING",
                                   (r.key, r.key, r.sid, r.size, r.version, r.rank, gen)).rowcount:
                         new += 1
-                    elif db.execute(update, args).rowcount:  # a clash row: counted again unless
+                        continue
+                    # A key listed again is a key to fetch again: a skip (a download that kept
+                    # failing, an object over the volume's size) is this listing's to make anew,
+                    # or one outage, or one rewritten object, would leave it out of every epoch.
+                    # (The skip stays counted when the object is unchanged: SKIP_COUNTED.) The row
+                    # is numbered as one listed now (refill): owed to the pass when its rank is
+                    # behind the cursor, as a new key is. Cleared in place, it kept its old rowid,
+                    # which the pass had offered, and waited for the next pass over the order.
+                    if db.execute(f"{renew} AND {SHOWN}", args).rowcount:
+                        continue
+                    if db.execute(renew, args).rowcount:  # a clash row: counted again unless
                         new += 1  # this listing finds the clash again (below, or a later page)
                 for key in page.clashes:  # written with this page or an earlier one: also a folder
                     # A skip of this listing, counted with the others at its end: a relist that

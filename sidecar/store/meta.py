@@ -42,6 +42,10 @@ class Meta(str, Enum):
     FETCH_OFFERED = "fetch_offered"
     """Snapshot mode: the catalog rowid up to which the pass has offered every row (owed rows are
     after it; :func:`.catalog.refill`), so a restart still fetches the keys owed to the pass."""
+    FETCH_CURSOR = "fetch_cursor"
+    """Snapshot mode: the rank the pass had offered up to (``front``: a pass starting afresh),
+    less the keys handed out and not yet admitted, recorded with :data:`FETCH_OFFERED` at most
+    once a second: a restart goes on from it (:mod:`.fetchpass`). Read only beside that record."""
     SAMPLER_REMOTE = "sampler_remote"
     SAMPLER_SEED = "sampler_seed"
     SAMPLER_SHARD = "sampler_shard"
