@@ -1,5 +1,7 @@
 """``az://container/prefix``: Azure Blob Storage through adlfs (fsspec's Azure filesystem, over
-azure-storage-blob), walked and opened as :mod:`.fsspec` does any fsspec filesystem.
+azure-storage-blob), listed by the SDK's flat ``List Blobs`` and opened as :mod:`.fsspec` opens
+any fsspec filesystem's objects. Its requests take the route of every other scheme
+(:func:`with_route`).
 
 URLs: ``az://<container>/<prefix>``, also ``abfs://`` and ``abfss://`` (adlfs's names), and
 ``<scheme>://<container>@<account>.blob.core.windows.net/<prefix>`` (or ``.dfs.``), which names
@@ -32,15 +34,16 @@ from __future__ import annotations
 
 import base64
 import binascii
+import contextlib
 import logging
 import os
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any, ClassVar
 from urllib.parse import urlsplit
 
 from epochfs.sidecar.remote.base import RemoteError
 from epochfs.sidecar.remote.errors import Translated, azure_kind
-from epochfs.sidecar.remote.fsspec import CONNECT_TIMEOUT, FsspecRemote
+from epochfs.sidecar.remote.fsspec import CONNECT_TIMEOUT, FsspecRemote, session_proxy
 from epochfs.sidecar.remote.registry import BACKENDS
 from epochfs.sidecar.remote.urls import split_url
 
@@ -80,8 +83,8 @@ class AzureRemote(FsspecRemote):
         self.root = root
 
     def missing_bucket(self, bucket: str) -> str:
-        """adlfs walks a container that does not exist as an empty one; the empty listing is
-        checked (:meth:`~.fsspec.FsspecRemote.no_objects`) and said in Azure's words."""
+        """A container that does not exist lists as an empty one (:meth:`object_pages`); the
+        empty listing is checked (:meth:`~.fsspec.FsspecRemote.no_objects`) and said in Azure's words."""
         return f"the storage account has no container {bucket!r}"
 
     def first_entry(self) -> bool:
@@ -110,6 +113,47 @@ class AzureRemote(FsspecRemote):
         except ResourceNotFoundError:
             return False
 
+    def object_pages(self) -> Iterator[Sequence[dict[str, Any]]]:
+        """The blobs whose names start with ``<root>/``, a page at a time, from the SDK's flat
+        ``List Blobs`` (no delimiter) on the client and the event loop adlfs made: each blob once,
+        named as stored. adlfs's walk merged a blob ``x/a`` with the folder ``x/a/`` (listed
+        twice, ``x/a/b`` never) and dropped the keys with an empty segment, and its ``find``
+        strips a marker's trailing ``/`` and holds the whole container in memory. A folder of a
+        hierarchical namespace (``hdi_isfolder``) or one adlfs made (``is_directory``) is a
+        directory entry, not an object. A container that does not exist lists nothing
+        (:meth:`~.fsspec.FsspecRemote.no_objects` names it)."""
+        from azure.core.exceptions import ResourceNotFoundError
+        from fsspec.asyn import sync
+
+        container, _, prefix = self.root.partition("/")
+        client = self._fs.service_client.get_container_client(container)
+        pages = client.list_blobs(name_starts_with=f"{prefix}/" if prefix else None,
+                                  include=["metadata"]).by_page()
+
+        async def next_page() -> list[Any] | None:
+            try:
+                page = await pages.__anext__()
+            except StopAsyncIteration:
+                return None
+            return [blob async for blob in page]
+
+        first = True
+        try:
+            while True:
+                try:
+                    blobs = sync(self._fs.loop, next_page)
+                except ResourceNotFoundError:
+                    if first:  # no such container: an empty listing, checked by no_objects
+                        return
+                    raise
+                first = False
+                if blobs is None:
+                    return
+                yield [blob_details(container, blob) for blob in blobs]
+        finally:
+            with contextlib.suppress(Exception):
+                sync(self._fs.loop, client.close)
+
     def checksums(self, details: dict[str, Any]) -> tuple[tuple[str, str] | None, str | None]:
         return None, content_md5(details)
 
@@ -117,6 +161,19 @@ class AzureRemote(FsspecRemote):
         with self.errors:
             size = self._fs.size(self._path(key))
         return int(size) if size is not None else None
+
+
+def blob_details(container: str, blob: Any) -> dict[str, Any]:
+    """fsspec's details of a listed blob (the SDK's ``BlobProperties``): its name with the
+    container, as stored (a trailing ``/`` kept: a folder marker), its size, its ETag quoted as
+    adlfs quotes it (the version tag the listing gave before), and ``type`` ``directory`` for a
+    folder entry (adlfs's ``is_directory`` or a hierarchical namespace's ``hdi_isfolder``)."""
+    metadata = {str(k).lower(): str(v).lower() for k, v in (getattr(blob, "metadata", None) or {}).items()}
+    folder = metadata.get("is_directory") == "true" or metadata.get("hdi_isfolder") == "true"
+    etag = getattr(blob, "etag", None)
+    return {"name": f"{container}/{blob.name}", "size": int(blob.size or 0),
+            "etag": f'"{str(etag).strip(chr(34))}"' if etag else "",
+            "type": "directory" if folder else "file"}
 
 
 def parse_url(url: str) -> tuple[str, str | None, str]:
@@ -210,10 +267,44 @@ def with_timeouts(fs: Any, read_timeout: float) -> None:
         config.read_timeout = read_timeout
 
 
+def with_route(fs: Any) -> None:
+    """Send the Azure SDK's requests by the route every other scheme takes: the environment's
+    proxy as botocore would take it for the account's endpoint (:func:`~.fsspec.session_proxy`:
+    ``HTTP(S)_PROXY`` by the endpoint's scheme, ``NO_PROXY`` by botocore's rule, ``host:port``
+    entries too; a proxy URL without a scheme read as ``http://``; an ``https://`` one used), or
+    straight. The SDK's transport, which every client of the account shares, would make its
+    aiohttp session at the first request with ``trust_env=True``, and aiohttp's own rules then
+    went straight past an ``https://`` proxy, matched ``NO_PROXY`` on the host alone, and failed
+    every request through a proxy URL without a scheme with the credentials in the message. So
+    the transport is handed its session here, made as the SDK makes it (no cookies, bodies as
+    stored) but reading no variable, its proxy given. Raises :class:`RemoteError` for a proxy
+    that cannot be used, or a transport this can give no session, rather than requests that go
+    straight."""
+    import aiohttp
+    from fsspec.asyn import sync
+
+    client = fs.service_client
+    endpoint = str(getattr(client, "primary_endpoint", None) or getattr(client, "url", ""))
+    route = session_proxy(endpoint)
+    # The SDK keeps the transport in the client's pipeline (as with_timeouts reaches it).
+    transport = getattr(getattr(client, "_pipeline", None), "_transport", None)
+    if transport is None or not hasattr(transport, "session") or transport.session is not None:
+        raise RemoteError(f"az:// requests cannot take the route of {urlsplit(endpoint).netloc}: this "
+                          "Azure SDK's transport takes no aiohttp session")
+
+    async def session() -> Any:
+        return aiohttp.ClientSession(trust_env=False, cookie_jar=aiohttp.DummyCookieJar(),
+                                     auto_decompress=False, **route)
+
+    transport.session = sync(fs.loop, session)
+
+
 def open_azure(url: str, *, endpoint_url: str | None = None, read_timeout: float = 30.0,
                **_: Any) -> AzureRemote:
     """``az://container/prefix`` (also ``abfs://``, ``abfss://``) through adlfs; ``endpoint_url``:
-    the account's blob endpoint (an emulator, a private endpoint), else Azure's own."""
+    the account's blob endpoint (an emulator, a private endpoint), else Azure's own. Its requests
+    go through the environment's proxy for that endpoint, as an ``s3://`` remote's do
+    (:func:`with_route`)."""
     import adlfs  # the registry names the extra when it is missing
 
     quiet_sdk_logs()
@@ -227,8 +318,10 @@ def open_azure(url: str, *, endpoint_url: str | None = None, read_timeout: float
                           "AZURE_STORAGE_ACCOUNT_NAME with a key, a SAS token or an Azure login)") from e
     without_sdk_retries(fs)
     with_timeouts(fs, read_timeout)
+    with_route(fs)
     return AzureRemote(url=url, fs=fs, root=f"{container}/{prefix}".rstrip("/"))
 
 
-__all__ = ["AZURE", "SCHEMES", "SDK_REQUEST_LOG", "AzureRemote", "client_options", "content_md5",
-           "open_azure", "parse_url", "quiet_sdk_logs", "with_timeouts", "without_sdk_retries"]
+__all__ = ["AZURE", "SCHEMES", "SDK_REQUEST_LOG", "AzureRemote", "blob_details", "client_options",
+           "content_md5", "open_azure", "parse_url", "quiet_sdk_logs", "with_route", "with_timeouts",
+           "without_sdk_retries"]

@@ -1,4 +1,4 @@
-"""Remotes through fsspec: any fsspec filesystem (``gs://`` through gcsfs) walked and opened,
+"""Remotes through fsspec: any fsspec filesystem (``gs://`` through gcsfs) listed and opened,
 and the reader of an fsspec file that :mod:`.httpindex` shares.
 
 fsspec's and aiohttp's errors (gcsfs's ``HttpError`` too) are typed where they arise by
@@ -13,7 +13,7 @@ import base64
 import contextlib
 import functools
 import logging
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import Any, ClassVar, NoReturn
 from urllib.parse import urlsplit
 
@@ -100,12 +100,21 @@ class FsspecReader(Reader):
             self._f.close()
 
 
-class FsspecRemote(Remote):
-    """Any fsspec filesystem (``gs://``): a plain walk and ``fs.open`` per object. A filesystem
-    whose library raises other errors, or keeps other checksums, than gcsfs says so by
-    :attr:`errors` and :meth:`checksums` (:mod:`.azure`)."""
+LIST_PAGE = 1000
+"""Objects a listing request asks for (GCS's most)."""
 
-    sorted_listing = False
+
+def version_tag(info: dict[str, Any]) -> str:
+    """An object's version tag from fsspec's details: the GCS generation, else the ETag, mtime."""
+    return str(info.get("generation") or info.get("etag") or info.get("mtime") or info.get("updated") or "")
+
+
+class FsspecRemote(Remote):
+    """Any fsspec filesystem (``gs://``): a flat listing of the names under the root and
+    ``fs.open`` per object. A filesystem whose library raises other errors, or keeps other
+    checksums, than gcsfs says so by :attr:`errors` and :meth:`checksums` (:mod:`.azure`)."""
+
+    sorted_listing = True  # a flat listing comes in name order (file/folder clashes are found)
     errors: ClassVar[Translated] = FSSPEC
     """Types the errors of the filesystem's library where they arise."""
 
@@ -119,37 +128,63 @@ class FsspecRemote(Remote):
         return f"{self.root}/{key}"
 
     def list(self) -> Iterator[RemoteObject]:
-        """Every object under the root (the filesystem's walk, a listing per folder). A folder
-        that cannot be listed fails the listing (fsspec's walk would pass over it: a store that
-        is down, or that refuses, listed as an empty dataset); the root not found is an empty
-        listing, or a :class:`RemoteError` when its bucket does not exist (:meth:`no_objects`).
+        """Every object under the root, once each with its true key, in name order: the store's
+        flat listing of the names under ``<root>/`` (:meth:`object_pages`). fsspec's walk of
+        folders made keys up (gcsfs: ``d//s.bin`` as a 0-byte file ``d``; adlfs: the blob ``x/a``
+        merged with the folder ``x/a/``, ``x/a/b`` never listed), so the shared checks of keys
+        never saw the real ones and a phantom was admitted as an empty sample. An object named as
+        the root is not under it (nor under S3's prefix ``<root>/``); folder entries (a
+        hierarchical namespace's) are not objects. The root not found is an empty listing, or a
+        :class:`RemoteError` when its bucket does not exist (:meth:`no_objects`).
 
         A failure is a :class:`RemoteError` (``cannot list <url>: ...``), as S3's and the HTTP
         index's listings raise it, from the typed failure :attr:`errors` finds (when one does): the
         kind is decided here, by the rule of this filesystem's library, and read from the chain by
         :func:`~.errors.may_answer_later`, :func:`~.backoff.is_throttled` and the refusal's cause
         (:mod:`.refusal`)."""
-        walked = listed = False
+        under = self.root + "/"
+        paged = listed = False
         try:
-            for _folder, _dirs, files in self._fs.walk(self.root, detail=True, on_error="raise"):
-                walked = True
-                for name in sorted(files):
-                    info = files[name]
-                    full = str(info["name"])
-                    key = full[len(self.root) + 1:] if full.startswith(self.root + "/") else full
-                    version = str(
-                        info.get("generation") or info.get("etag") or info.get("mtime") or info.get("updated")
-                        or ""
-                    )
+            for page in self.object_pages():
+                paged = True
+                for info in page:
+                    name = str(info["name"])
+                    if info.get("type") == "directory" or not name.startswith(under):
+                        continue
                     listed = True
-                    yield RemoteObject(key, int(info.get("size") or 0), version)
+                    yield RemoteObject(name[len(under):], int(info.get("size") or 0), version_tag(info))
         except FileNotFoundError as e:
-            if walked:  # a folder gone since its parent was listed: the listing is tried again
+            if paged:  # gone since the listing began (a bucket deleted): the listing is tried again
                 self.cannot_list(e)
         except Exception as e:
             self.cannot_list(e)
         if not listed:
             self.no_objects()
+
+    def object_pages(self) -> Iterator[Sequence[dict[str, Any]]]:
+        """The objects whose names start with ``<root>/``, a page at a time, as fsspec's details
+        (``name`` with the bucket, ``size``, ``type``, the version's fields): gcsfs's request for
+        one page of a flat listing (``delimiter=""``: names as stored, empty segments and a
+        trailing ``/`` kept) and its reading of an object's resource, which gcsfs keeps private
+        (its ``find`` holds the whole bucket in memory: millions of keys); another filesystem's
+        ``find`` (files only) as one page."""
+        fs = self._fs
+        page_of = getattr(fs, "_call_list_objects", None)
+        details = getattr(fs, "_process_object", None)
+        if page_of is None or details is None:
+            yield list(fs.find(self.root, detail=True, withdirs=False).values())
+            return
+        from fsspec.asyn import sync
+
+        bucket, _, path = self.root.partition("/")
+        token = None
+        while True:
+            page = sync(fs.loop, page_of, bucket, delimiter="", prefix=f"{path}/" if path else None,
+                        maxResults=LIST_PAGE, pageToken=token)
+            yield [details(bucket, item) for item in page.get("items", [])]
+            token = page.get("nextPageToken")
+            if not token:
+                return
 
     def cannot_list(self, e: Exception) -> NoReturn:
         """Raise the listing's failure ``e`` as a :class:`RemoteError` from its typed failure
@@ -162,9 +197,9 @@ class FsspecRemote(Remote):
         (:meth:`first_entry`). It fails as :meth:`list` fails (``cannot list <url>: ...`` from
         the typed failure; a bucket that does not exist named by :meth:`no_objects`), so a store
         that refuses the listing (credentials, access, no such bucket) ends the sampler's start
-        with the fix named, as S3's first page does; the walk alone meets the refusal only in
-        the listing beside the sampler, which tries it again for ever. One request, not a
-        folder's whole listing (the walk's first step, thousands of pages in a flat bucket)."""
+        with the fix named, as S3's first page does; the listing alone meets the refusal only in
+        the listing beside the sampler, which tries it again for ever. One request of one
+        result, not a whole page."""
         try:
             found = self.first_entry()
         except FileNotFoundError:  # gcsfs's 404: no such prefix, or no such bucket
@@ -239,13 +274,35 @@ class FsspecRemote(Remote):
             raise RemoteError(f"cannot write {self.url.rstrip('/')}/{key}: {e}") from e
 
 
+BUCKET_TYPE_WARNINGS = ("Could not determine bucket type", "lack permissions for storage layout api",
+                        "Could not determine if bucket")
+"""gcsfs's warnings that it could not learn a bucket's layout (hierarchical or zonal) from the
+Storage Control API and falls back to the plain JSON API: without Google credentials (an emulator,
+a public bucket) or that API's permission, it asks again and warns again at every request (99
+times for 19 objects)."""
+
+
 class _OneTryLog(logging.Filter):
     """Drops gcsfs's "out of retries" record, an ERROR with a traceback that its one try now
     writes for every failed request (each 429 of a throttled bucket among them): the downloader
-    and the listing say what failed, at the level it deserves."""
+    and the listing say what failed, at the level it deserves. Lets each of gcsfs's bucket-layout
+    warnings (:data:`BUCKET_TYPE_WARNINGS`) through once per run: it says the same of every
+    request, and the fallback it names is what every later request takes."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._said: set[str] = set()  # a race between two threads lets a second one through at most
 
     def filter(self, record: logging.LogRecord) -> bool:
-        return "out of retries on exception" not in record.getMessage()
+        message = record.getMessage()
+        if "out of retries on exception" in message:
+            return False
+        kind = next((kind for kind in BUCKET_TYPE_WARNINGS if kind in message), None)
+        if kind is None:
+            return True
+        first = kind not in self._said
+        self._said.add(kind)
+        return first
 
 
 @functools.cache
@@ -260,13 +317,13 @@ def one_try_gcs() -> type:
     import gcsfs
     from gcsfs.retry import retry_request
 
+    gcs_log = logging.getLogger("gcsfs")
+    if not any(isinstance(f, _OneTryLog) for f in gcs_log.filters):
+        gcs_log.addFilter(_OneTryLog())
     request = gcsfs.GCSFileSystem._request
     undecorated = getattr(request, "__wrapped__", None)
     if undecorated is None:  # another gcsfs: its own retries stay
         return gcsfs.GCSFileSystem
-    gcs_log = logging.getLogger("gcsfs")
-    if not any(isinstance(f, _OneTryLog) for f in gcs_log.filters):
-        gcs_log.addFilter(_OneTryLog())
     return type("OneTryGCSFileSystem", (gcsfs.GCSFileSystem,),
                 {"_request": retry_request(retries=1)(undecorated)})
 

@@ -13,12 +13,23 @@ send 32-hex ETags that are no md5), so a body is checked by its size alone.
 
 A line that cannot be listed is passed over, as a ``file://`` walk passes over an entry it cannot
 read: a size that is not a whole number of bytes (a typo in a hand-written index: ``b<TAB>1O``),
-a key without a size whose object is not found (HEAD 404), or whose size no answer says (a HEAD
-without Content-Length, then a ranged GET without Content-Range or Content-Length). Each kind's
-first is logged with the index's URL and its line number, the counts at the listing's end.
-Failing the listing instead would not end it: the listing beside the sampler tries a failed
-listing again for ever, reading the whole index each time, and it is read there, not at the
-start; a size is never guessed as 0, which would refuse every body as longer than listed.
+a key without a size whose object is not found (404, 410), that the server refuses (403, 401, any
+other 4xx), that it does not answer (5xx, 429: asked :data:`KEY_TRIES` times, the shared full-jitter
+backoff between), or whose size no answer says (a HEAD without Content-Length, then a ranged GET
+without Content-Range or Content-Length). Each kind's first is logged with the index's URL and
+its line number, the counts at the listing's end. Failing the listing instead would not end it:
+the listing beside the sampler tries a failed listing again for ever, reading the whole index
+each time, and it is read there, not at the start, so one object refused blocked the whole
+dataset; a size is never guessed as 0, which would refuse every body as longer than listed. What
+is the server's, not one object's, still fails the listing (tried again): a connection refused or
+timed out, or :data:`UNANSWERED_RUN` keys in a row unanswered (a server down behind a proxy or a
+load balancer that answers 502 or 503 for everything), which passed over would list the dataset
+as empty and drop every key from the catalog.
+
+A key without a size that the shared checks of keys refuse for its shape (an empty, ``.`` or
+``..`` segment, a leading ``/``) is listed without a request, for those checks to count under
+their reason: its URL would not name it (aiohttp resolves ``dots/../up.bin`` to ``up.bin``, and
+``../../x`` would be asked outside the base URL).
 """
 
 from __future__ import annotations
@@ -26,11 +37,14 @@ from __future__ import annotations
 import contextlib
 import io
 import logging
+import re
+import time
 from collections.abc import Iterator, Mapping
 from typing import IO, Any, ClassVar
 from urllib.parse import quote, urlsplit, urlunsplit
 
 from epochfs.sidecar.redact import redact
+from epochfs.sidecar.remote.backoff import full_jitter, jitter_bound
 from epochfs.sidecar.remote.base import BLOCK, Reader, Remote, RemoteError, RemoteObject
 from epochfs.sidecar.remote.errors import failure_reason
 from epochfs.sidecar.remote.fsspec import FSSPEC, FsspecReader, range_past_the_end, session_proxy
@@ -43,12 +57,28 @@ IDENTITY = {"Accept-Encoding": "identity"}
 gzips on the fly would send other bytes, and another length)."""
 BOM = b"\xef\xbb\xbf"
 """The UTF-8 byte order mark some editors write at the start of a text file."""
+KEY_TRIES = 3
+"""Times a key without a size is asked for while the server answers 5xx or 429, before the line
+is passed over."""
+KEY_PAUSE = (0.5, 4.0)
+"""The full-jitter bound of the first pause between those tries, and the longest (seconds)."""
+UNANSWERED_RUN = 8
+"""Keys in a row the server does not answer (each after :data:`KEY_TRIES`) that fail the listing:
+the server's outage, not one object's."""
+_NOT_NAMED = re.compile(r"(?:^|/)\.{0,2}(?:/|$)")
+"""An empty, ``.`` or ``..`` segment (a leading or a doubled ``/`` among them): a key the shared
+checks refuse whatever else it holds, and whose URL would not name it."""
 
 
 class _Passed(ValueError):
-    """A line of the index that is not listed; :attr:`why` ends the listing's count of such lines."""
+    """A line of the index that is not listed; :attr:`why` ends the listing's count of such lines,
+    :attr:`status` is the answer that made it so (``HTTP 503 Service Unavailable``), if any."""
 
     why: ClassVar[str] = ""
+
+    def __init__(self, message: str, *, status: str = "") -> None:
+        super().__init__(message)
+        self.status = status
 
 
 class _BadSize(_Passed):
@@ -61,6 +91,18 @@ class _Missing(_Passed):
     """A key without a size whose object the server does not find (404)."""
 
     why = "whose object is not found"
+
+
+class _Refused(_Passed):
+    """A key without a size whose object the server refuses (401, 403, another 4xx)."""
+
+    why = "whose object the server refuses"
+
+
+class _Unanswered(_Passed):
+    """A key without a size the server answered only with 5xx or 429, :data:`KEY_TRIES` times."""
+
+    why = f"that the server did not answer (5xx or 429, {KEY_TRIES} tries each)"
 
 
 class _NoSize(_Passed):
@@ -113,6 +155,7 @@ class HTTPRemote(Remote):
     def __init__(self, *, url: str, index_url: str | None = None, read_timeout: float = 30.0) -> None:
         self.url = url
         self.index_url = index_url or _under(url, "index.txt")
+        self._unanswered = 0
         route = session_proxy(url)
         self._fs = _filesystem(read_timeout, route)
         # An index on another host (or scheme), which NO_PROXY may cover when the base's is not
@@ -160,6 +203,7 @@ class HTTPRemote(Remote):
 
     def list(self) -> Iterator[RemoteObject]:
         shown = redact(self.index_url)
+        self._unanswered = 0  # keys in a row the server did not answer (_stat)
         passed: dict[type[_Passed], tuple[int, int]] = {}  # kind: (how many, the first's line number)
         with self._open_index() as f:
             for number, line in enumerate(_lines(f), 1):
@@ -199,13 +243,9 @@ class HTTPRemote(Remote):
             version = fields[2].decode("utf-8", "replace") if len(fields) >= 3 else ""
             return RemoteObject(key, size, version)
         assert isinstance(key, str)
-        try:
-            found, version = self._stat(key)
-        except _Passed:
-            raise
-        except Exception as e:
-            raise RemoteError(f"cannot list {redact(self.url)}: {redact(self._object_url(key))}: "
-                              f"{failure_reason(e)}") from e
+        if _NOT_NAMED.search(key):  # refused by the shared checks, counted there; never asked for
+            return RemoteObject(key, 0, "")
+        found, version = self._stat(key)
         if found is None:
             raise _NoSize(f"{key}: the server does not say its size (no Content-Length to a HEAD, "
                           "no Content-Range or Content-Length to a GET of its first byte); write it "
@@ -214,19 +254,42 @@ class HTTPRemote(Remote):
 
     def _stat(self, key: str) -> tuple[int | None, str]:
         """(size, version) of ``key``, from a HEAD, else from a GET of its first byte (its
-        Content-Range names the whole size); the size None when neither says it. Raises
-        :class:`_Missing` for a 404, aiohttp's errors for any other failure."""
+        Content-Range names the whole size); the size None when neither says it. A 5xx or 429 is
+        asked again, :data:`KEY_TRIES` times in all, the shared full-jitter backoff between.
+        Raises a :class:`_Passed` for the line (404, a refusal, no answer), and
+        :class:`RemoteError` for what fails the listing: any other failure (a connection refused,
+        a timeout), or the :data:`UNANSWERED_RUN`-th key in a row without an answer."""
         from fsspec.asyn import sync
 
-        result: tuple[int | None, str] = sync(self._fs.loop, self._ask_size, key)
-        return result
+        for attempt in range(KEY_TRIES):
+            try:
+                result: tuple[int | None, str] = sync(self._fs.loop, self._ask_size, key)
+            except _Unanswered as e:
+                if attempt + 1 < KEY_TRIES:
+                    time.sleep(full_jitter(jitter_bound(*KEY_PAUSE, attempt)))
+                    continue
+                self._unanswered += 1
+                if self._unanswered >= UNANSWERED_RUN:
+                    raise RemoteError(f"cannot list {redact(self.url)}: the server answered none of "
+                                      f"the last {self._unanswered} keys it was asked for "
+                                      f"({redact(self._object_url(key))}: {e.status})") from e
+                raise
+            except _Passed:
+                self._unanswered = 0
+                raise
+            except Exception as e:
+                raise RemoteError(f"cannot list {redact(self.url)}: {redact(self._object_url(key))}: "
+                                  f"{failure_reason(e)}") from e
+            self._unanswered = 0
+            return result
+        raise AssertionError("unreachable")  # the last try returns or raises
 
     async def _ask_size(self, key: str) -> tuple[int | None, str]:
         url = self._fs.encode_url(self._object_url(key))
         session = await self._fs.set_session()
         async with session.head(url, headers=IDENTITY, allow_redirects=True) as r:
-            if r.status == 404:
-                raise _Missing(f"{key}: not found (HTTP 404)")
+            if r.status in (404, 410):
+                _passed_by(key, r.status, r.reason)
             length = _whole(r.headers.get("Content-Length"))
             if r.status < 300 and length:
                 return length, _version(r.headers)
@@ -235,8 +298,7 @@ class HTTPRemote(Remote):
         # for GET): the first byte's Content-Range. The body of a 200 (Range ignored) is not read: released
         # unread, its connection is closed.
         async with session.get(url, headers={**IDENTITY, "Range": "bytes=0-0"}, allow_redirects=True) as r:
-            if r.status == 404:
-                raise _Missing(f"{key}: not found (HTTP 404)")
+            _passed_by(key, r.status, r.reason)
             if r.status == 416:  # no first byte: an empty object (Content-Range: bytes */0)
                 return _range_total(r.headers.get("Content-Range")), _version(r.headers)
             r.raise_for_status()
@@ -263,6 +325,19 @@ class HTTPRemote(Remote):
                     return b""
                 raise
         return data[start:start + length] if len(data) > length else data
+
+
+def _passed_by(key: str, status: int, reason: str | None) -> None:
+    """Raise the :class:`_Passed` that an answer of ``status`` to a request for ``key`` makes of
+    its line: not found (404, 410), not answered (5xx, 429: asked again), refused (any other
+    4xx); nothing for any other status."""
+    said = f"HTTP {status} {reason or ''}".rstrip()
+    if status in (404, 410):
+        raise _Missing(f"{key}: not found (HTTP {status})")
+    if status == 429 or status >= 500:
+        raise _Unanswered(f"{key}: no answer ({said})", status=said)
+    if 400 <= status < 500 and status != 416:
+        raise _Refused(f"{key}: refused ({said})")
 
 
 def _whole(value: str | None) -> int | None:
