@@ -35,7 +35,6 @@ from .decode import MAX_ARRAY_BYTES, Decoder, check_max_bytes, load_sample, reso
 from .epochplan import Balance, Partition, resolve_split
 from .globs import KeyFilter
 from .groupwait import CutWait
-from .imagefolder import IMAGE_FILES
 from .labels import check_class_root, check_classes
 from .layout import epoch_name
 from .peers import plan_epoch
@@ -147,6 +146,11 @@ def default_num_workers(local_size: int = 1) -> int:
     return max(1, min(8, cpus // max(local_size, 1) - 1))
 
 
+HIDDEN_FILES = (".*", "**/.*/**")
+"""``exclude`` globs of hidden files and of everything in hidden folders, at any depth: what
+``decode="image"`` leaves out by default (never an image a user put there)."""
+
+
 class EpochLoader(Resumable):
     """Batches of epoch n of the mount at ``root``, one persistent DataLoader for all epochs.
 
@@ -180,10 +184,12 @@ class EpochLoader(Resumable):
     ``include``/``exclude`` choose the files of every epoch as in :class:`EpochDataset` (globs over
     the path inside ``epoch-N/``, the sidecar's ``--include``/``--exclude`` rule; checked here, up
     front): a cache shared by readers of different files, or one filled before the sidecar was told.
-    With ``decode="image"`` and no ``include``, it takes the image files only, as
-    :class:`~epochfs.torchclient.imagefolder.EpochImageFolder` does (:data:`.imagefolder.IMAGE_FILES`,
-    ImageFolder's extensions in any case): a ``.DS_Store`` or a ``notes.txt`` beside the images,
-    common in buckets uploaded from a laptop, is left out instead of failing the epoch at its decode.
+    With ``decode="image"`` and neither ``include`` nor ``exclude``, hidden files and folders are
+    left out (:data:`HIDDEN_FILES`: a ``.DS_Store``, macOS's ``._*``, ``.ipynb_checkpoints/``,
+    common in buckets uploaded from a laptop, which would fail the epoch at their decode) and every
+    other file is decoded, whatever its name: an image key without an extension, a GIF (not by
+    extension, as :class:`~epochfs.torchclient.imagefolder.EpochImageFolder`'s ImageFolder rule
+    takes them, which would drop such images without a word).
 
     ``label="folder"`` (with ``class_root``, ``classes``) makes each sample ``(sample, class
     index)`` as in :class:`EpochDataset`: the class folder's index in the mount's
@@ -220,8 +226,8 @@ class EpochLoader(Resumable):
         if clash:
             raise TypeError(f"EpochLoader sets {', '.join(clash)} itself (the epoch plan is its sampler); "
                             "use batch_size=, shuffle=, drop_last= of EpochLoader")
-        if include is None and isinstance(decode, str) and decode == "image":
-            include = list(IMAGE_FILES)  # as EpochImageFolder: a .DS_Store would fail the epoch's decode
+        if include is None and exclude is None and isinstance(decode, str) and decode == "image":
+            exclude = list(HIDDEN_FILES)  # a .DS_Store would fail the epoch's decode
         keys = KeyFilter(include, exclude)
         if label not in (None, "folder"):
             raise ValueError(f"label must be None or 'folder' (the class folder's index), got {label!r}")
