@@ -24,6 +24,7 @@ import secrets
 import shutil
 from collections.abc import Callable, Iterator
 from typing import IO, Any, cast
+from urllib.parse import urlsplit
 
 from epochfs.sidecar.redact import redact
 from epochfs.sidecar.remote.base import BLOCK, Reader, Remote, RemoteError
@@ -141,11 +142,19 @@ class RangedFile(io.RawIOBase):
 
 @contextlib.contextmanager
 def _fsspec_file(url: str, label: str, *, block_size: int) -> Iterator[IO[bytes]]:
-    """``url`` opened by fsspec (its files stream and seek); a failure to open names ``label``."""
+    """``url`` opened by fsspec (its files stream and seek); a failure to open names ``label``.
+    An ``http(s)://`` URL goes out by the route every remote takes (:func:`.fsspec.session_proxy`:
+    the environment's proxy as botocore would take it, or straight): fsspec's session reads no
+    proxy variable, and an ``--index`` on http(s) went around the proxy."""
     import fsspec
 
     try:
-        f = fsspec.open(url, "rb", block_size=block_size).open()
+        options: dict[str, Any] = {}
+        if urlsplit(url).scheme in ("http", "https"):
+            from epochfs.sidecar.remote.fsspec import session_proxy
+
+            options["client_kwargs"] = session_proxy(url)
+        f = fsspec.open(url, "rb", block_size=block_size, **options).open()
     except Exception as e:
         raise RemoteError(f"cannot read {label}: {failure_reason(e)}") from e
     with f:
