@@ -74,6 +74,7 @@ from epochfs.sidecar.listing.segments import (
     Segment,
     SpanState,
     after_number,
+    far_apart,
     horizon,
     learn_page,
     listed_share,
@@ -288,8 +289,9 @@ class Planner:
         # A gallop's page is small (GALLOP_PAGE): the pages that list the span come once its end
         # is found, by the least listed share.
         child = Segment(part, span.id, page=GALLOP_PAGE if span.is_tail(seg) else FIRST_PAGE,
-                        density=seg.density, parent=seg)
+                        density=seg.density, parent=seg, beyond=seg.beyond)
         seg.part.stop = key + "\x00"
+        seg.beyond = None  # past its new stop: known at the child's first page (:meth:`record`)
         seg.busy = True  # until the split is committed
         span.segments.append(child)
         self._open += 1
@@ -351,9 +353,12 @@ class Planner:
             if not span.reached:
                 span.reached = True
                 self._reached += 1
+            gallop = seg.parent is not None and seg.parent.span == seg.span and span.is_tail(seg)
             if seg.parent is not None:
                 if seg.parent.span != seg.span and self._spans[seg.parent.span].end is not None:
                     self._freed.append(seg.parent.span)
+                if seg.parent.span == seg.span:  # the first key past the stop it was cut at
+                    seg.parent.beyond = keys[0] if keys else seg.beyond if seg.part.done else None
                 seg.parent.busy = False
                 seg.parent = None
             if keys:
@@ -361,6 +366,8 @@ class Planner:
                 if span.folders[1] - span.folders[0] > 1:
                     self._ranges.measure(seg, seg.last or "", keys)
                 learn_page(span, seg, keys)
+                if gallop and far_apart(span, seg.part.start, keys) and keys[0] > (span.cluster or ""):
+                    span.cluster = keys[0]  # past names nobody uses: its extent, not the span's
                 self._listed += len(keys)
                 seg.page = min(FULL_PAGE, max(FIRST_PAGE, seg.page * 2))
             if seg.part.done:
@@ -391,6 +398,7 @@ class Planner:
             self._ready.append(rest)
         span.segments.remove(seg)  # its keys listed before this folder stay the range's, as done
         new = promoted_span(len(self._spans), found, seg, keys)
+        seg.beyond = None  # a key of the range's, not numbered in the folder's shape
         self._spans.append(new)
         self._reached += 1
         self._unbounded += 1

@@ -72,6 +72,12 @@ page of every free segment, and the next commit takes them all: 90k keys a commi
 shares stale between them. Bounded, a commit takes at most this many keys and the planner
 chooses again after each; on a remote slower than the commits (a page a lister in flight) it
 never binds."""
+GAP_APART = 64
+"""How far apart, in numbers, keys refute the even spread the estimates assume: a segment whose
+next keys (:attr:`Segment.beyond`) lie further past its stop than this many times its numbers left
+is estimated at most at :data:`OPEN_END_REACH` times its keys listed (:func:`keys_left`); a gallop
+page whose first key lies this many of its keys' spacings past its start found a cluster
+(:func:`far_apart`)."""
 SHAPE_KEYS = 1000
 """Keys of a span its shape is learnt from at most."""
 NUMBERS_KEPT = 4096
@@ -98,6 +104,10 @@ class Segment:
     pending: int = 0
     """Keys its page being read may bring (the page's size), counted in its span's share until
     the page is committed (:attr:`SpanState.pending`)."""
+    beyond: str | None = None
+    """The first key listed past its stop, where the segment above it, split off at that stop,
+    found it (None: not known): how far its stretch's keys are from the next ones
+    (:func:`keys_left`, :data:`GAP_APART`)."""
 
     @property
     def open(self) -> bool:
@@ -126,6 +136,10 @@ class SpanState:
     """Keys the pages of its segments being read (taken, not committed yet) may bring."""
     done_measured: tuple[int, float] = (0, 0.0)
     """Keys and numbers spanned by the pages of its segments that are done (its density's share)."""
+    retired: list[tuple[int, str, str]] = field(default_factory=list)
+    """The keys, first and last key of each segment done while its shape is still learnt
+    (:attr:`learnt` under :data:`SHAPE_KEYS`): :attr:`done_measured` measured again in each new
+    shape (:func:`remeasure`); emptied once the shape is final."""
     finished: list[tuple[str, int]] = field(default_factory=list)
     """Where each segment it finished and dropped started, and its keys (:func:`retire`): the
     listing's cap places them in the key order (:mod:`.blocks`)."""
@@ -140,6 +154,9 @@ class SpanState:
     every open segment of its span, ~450 numbers a page on average where a folder of 130k keys
     was made a span (:meth:`.Planner._promote`) and split into 128 segments; offline, listing
     those 300k keys took the planner 8.5 s of CPU with none kept, 2.0 s with them kept."""
+    cluster: str | None = None
+    """The first key a gallop's page found far past its split point (:func:`far_apart`; None: none):
+    the known extent the gallop and the open end's guess count from (:func:`horizon`)."""
     end: str | None = None
     """The stop of the segment that reads on to the span's end (its open end, galloped): None,
     the end of the key space or prefix; for a folder promoted out of a range of folders
@@ -189,8 +206,20 @@ def horizon(span: SpanState, reach: float = 1.0) -> int:
     (as far again), or how far an open end is guessed to go (:data:`OPEN_END_REACH`)."""
     if span.low is None or span.high is None:
         return number(span, None)
-    low, high = number(span, span.low), number(span, span.high)
+    low, high = number(span, max(span.low, span.cluster or "")), number(span, span.high)
     return high + int((high - low) * reach) + 1
+
+
+def far_apart(span: SpanState, start: str, keys: list[str]) -> bool:
+    """Whether the first of ``keys``, a page read after ``start`` (a gallop's split point), lies
+    further past it than :data:`GAP_APART` times the keys' spacing (evenly spread keys lie about a
+    spacing apart): a cluster past names nobody uses (``top0.bin`` after ``f39/s099...``), whose
+    extent says what the span's, measured across those names, does not: the open end after
+    ``top17.bin`` was taken for ``top*`` names spread over ``t``..``z``, 6.4M keys of 40."""
+    if len(keys) < 2 or not start:
+        return False
+    first, last = number(span, keys[0]), number(span, keys[-1])
+    return first - number(span, start) > GAP_APART * max(1.0, (last - first) / (len(keys) - 1))
 
 
 def keys_left(span: SpanState, seg: Segment) -> float | None:
@@ -212,7 +241,17 @@ def keys_left(span: SpanState, seg: Segment) -> float | None:
         high = number(span, span.high)
         if high < hi:
             hi = high + (hi - high + 1) // 2
-    return max(0.0, density * (hi - after_number(span, seg)))
+    lo = after_number(span, seg)
+    left = max(0.0, density * (hi - lo))
+    if seg.beyond is not None and not span.is_tail(seg):
+        # The keys past its stop begin far beyond it: a shape numbers every name its alphabets
+        # spell, and a stretch reaching over a folder's end into names nobody uses was counted at
+        # the folder's rate: a folder and the files beside it, its gallop carried from ``f39/s06...``
+        # to ``f40/e40...`` and ``top0.bin`` found past it, was 5.4M keys of 50 for ~20 empty pages.
+        stop = stop_number(span, seg)
+        if number(span, seg.beyond) - stop > GAP_APART * max(1, stop - lo):
+            left = min(left, OPEN_END_REACH * max(seg.listed, FIRST_PAGE))
+    return left
 
 
 def listed_share(seg: Segment, left: float | None) -> float:
@@ -264,12 +303,45 @@ def learn_page(span: SpanState, seg: Segment, keys: list[str]) -> None:
     if span.learnt < SHAPE_KEYS:
         sample = [*keys[::8], keys[-1]]
         span.learnt += len(sample)
+        before = span.shape
         span.shape = KeyShape.learn((relative(k, span.prefix) for k in sample), span.seen)
+        if before is not None and before != span.shape:
+            remeasure(span)
+        if span.learnt >= SHAPE_KEYS:
+            span.retired = []  # the shape is final: what was measured in it holds
     span.low = keys[0] if span.low is None else min(span.low, keys[0])
     span.high = keys[-1] if span.high is None else max(span.high, keys[-1])
     if seg.listed > 1 and seg.first is not None:
         width = number(span, seg.last) - number(span, seg.first)
         seg.density = (seg.listed - 1) / width if width > 0 else seg.density
+
+
+def _density(span: SpanState, listed: int, first: str | None, last: str | None) -> float | None:
+    """Keys per number of ``span``'s shape over a stretch from ``first`` to ``last`` holding
+    ``listed`` keys (None: too few keys, or no width, to say)."""
+    if listed < 2 or first is None or last is None:
+        return None
+    width = number(span, last) - number(span, first)
+    return (listed - 1) / width if width > 0 else None
+
+
+def remeasure(span: SpanState) -> None:
+    """Measure ``span``'s densities again in its new shape: a density is keys per number *of the
+    shape it was measured in*, and a page that shows a position new characters widens its alphabet,
+    and every number, many times over. Kept, the old densities counted the new numbers at the old
+    ones' rate: a folder of ``s000123.bin`` names whose gallop found ``zz006.bin`` (``.`` beside
+    digits: 95 characters at two positions where 10) was estimated at 15M keys of 161, forty such
+    at 420M, and the fetch order's pace, which divides by the estimated whole, let nothing through
+    for 30 s while empty pages split the phantom stretches (docs/listing.md). A segment with no
+    stretch of its own (a split before its second key) takes the span's density (None)."""
+    for seg in span.segments:
+        seg.density = _density(span, seg.listed, seg.first, seg.last)
+    measured, width = 0, 0.0
+    for listed, first, last in span.retired:
+        density = _density(span, listed, first, last)
+        if density:
+            measured, width = measured + listed, width + listed / density
+    span.done_measured = (measured, width)
 
 
 FINISHED_APART = 256
@@ -296,6 +368,8 @@ def retire(span: SpanState, seg: Segment) -> None:
     if seg.density and seg.listed > 1:
         measured, numbers = span.done_measured
         span.done_measured = (measured + seg.listed, numbers + seg.listed / seg.density)
+        if span.learnt < SHAPE_KEYS and seg.first is not None and seg.last is not None:
+            span.retired.append((seg.listed, seg.first, seg.last))
 
 
 def _merged(span: SpanState) -> list[tuple[str, int]]:
@@ -325,8 +399,9 @@ def span_density(span: SpanState) -> float | None:
     return listed / width if width > 0 else None
 
 
-__all__ = ["FIRST_PAGE", "FULL_PAGE", "GALLOP_PAGE", "GALLOP_REACH", "HOLD_AHEAD", "HOLD_SLACK",
-           "MAX_PENDING", "MAX_SEGMENTS", "MAX_SEGMENTS_PER_SPAN", "NUMBERS_KEPT", "OPEN_END_REACH",
-           "SEGMENT_AHEAD", "SEGMENT_SLACK", "SHAPE_KEYS", "SPAN_PAGES", "SPLIT_AT", "Segment", "SpanState",
-           "after_number", "horizon", "keys_left", "learn_page", "listed_share", "not_held", "number",
-           "relative", "retire", "span_density", "stop_number", "top_folder"]
+__all__ = ["FIRST_PAGE", "FULL_PAGE", "GALLOP_PAGE", "GALLOP_REACH", "GAP_APART", "HOLD_AHEAD",
+           "HOLD_SLACK", "MAX_PENDING", "MAX_SEGMENTS", "MAX_SEGMENTS_PER_SPAN", "NUMBERS_KEPT",
+           "OPEN_END_REACH", "SEGMENT_AHEAD", "SEGMENT_SLACK", "SHAPE_KEYS", "SPAN_PAGES", "SPLIT_AT",
+           "Segment", "SpanState", "after_number", "far_apart", "horizon", "keys_left", "learn_page",
+           "listed_share", "not_held", "number", "relative", "remeasure", "retire", "span_density",
+           "stop_number", "top_folder"]
