@@ -67,7 +67,7 @@ def test_the_chart_pattern_gives_the_registry_verdict(scheme: str) -> None:
     """The schema's pattern accepts a URL of ``scheme`` exactly where the sidecar and the webhook
     do, over every shape; and at least one shape of every scheme is accepted (a scheme the chart
     left out fails here, whatever the shapes)."""
-    urls = [shape.format(scheme) for shape in SHAPES]
+    urls = [shape.format(spelled) for shape in SHAPES for spelled in (scheme, scheme.upper())]
     disagree = {url: (registry_verdict(url), chart_accepts(url)) for url in urls
                 if (registry_verdict(url) is None) != chart_accepts(url)}
     assert not disagree, disagree
@@ -84,7 +84,7 @@ def _render_url(helm_bin: Path, tmp_path: Path, url: str, *, check: bool = True)
 def test_helm_renders_every_scheme_of_the_registry(helm_bin: Path, tmp_path: Path, scheme: str) -> None:
     """The real helm: the first shape the registry accepts renders into the sidecar's
     EPOCHFS_REMOTE; the first it refuses fails the schema's check of remote.url."""
-    urls = [shape.format(scheme) for shape in SHAPES]
+    urls = [shape.format(spelled) for shape in SHAPES for spelled in (scheme, scheme.upper())]
     good = next(url for url in urls if registry_verdict(url) is None)
     bad = next(url for url in urls if registry_verdict(url) is not None)
     _, stdout, _ = _render_url(helm_bin, tmp_path, good)

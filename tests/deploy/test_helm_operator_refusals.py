@@ -132,7 +132,8 @@ def test_schedule_refused_where_the_sidecar_refuses_it(helm_bin: Path, tmp_path:
 
 @pytest.mark.parametrize(("min_samples", "schedule"), [
     (5, "initial=4"), (4, "initial=4"), (1001, "growth=2"), (1000, "growth=2"), (3, "initial=1_0"),
-    (11, "initial=+1_0,growth=1.5"), (2, ""),
+    (11, "initial=+1_0,growth=1.5"), (2, ""), (1, "initial=09"), (80, "initial=0100"), (101, "initial=0100"),
+    (5, "initial=10000000000000000000"),
 ])
 def test_min_samples_above_schedule_initial_refused(helm_bin: Path, tmp_path: Path, min_samples: int,
                                                      schedule: str) -> None:

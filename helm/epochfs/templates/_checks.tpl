@@ -138,15 +138,17 @@ profile get the same refusals. Each takes the chart's context (or a dict with it
 {{- define "epochfs.checkMinSamples" -}}
 {{- $s := toString (default "" .schedule) -}}
 {{- if $s -}}
-{{- $initial := 1000 | int64 -}}
+{{- /* Compared as float64, which reads decimal digits as Python's int() does: sprig's int64
+       reads a leading 0 as octal ("0100" is 64) and a number past int64 as 0. */ -}}
+{{- $initial := "1000" -}}
 {{- range $part := splitList "," $s -}}
 {{- if eq (trim (regexReplaceAll "=.*$" $part "")) "initial" -}}
-{{- $initial = trim (regexReplaceAll "^[^=]*=" $part "") | replace "_" "" | trimPrefix "+" | int64 -}}
+{{- $initial = trim (regexReplaceAll "^[^=]*=" $part "") | replace "_" "" | trimPrefix "+" -}}
 {{- end -}}
 {{- end -}}
-{{- $min := int64 (default 1 .minSamples) -}}
-{{- if gt $min $initial -}}
-{{- fail (printf "sidecar.minSamples %d is more than sidecar.schedule's initial=%d: epoch 0 of the schedule holds %d keys, so no epoch could ever be cut; the sidecar refuses the pair at start and its pod crash-loops. Lower minSamples or raise initial" $min $initial $initial) -}}
+{{- $min := toString (default 1 .minSamples) -}}
+{{- if gt (float64 $min) (float64 $initial) -}}
+{{- fail (printf "sidecar.minSamples %s is more than sidecar.schedule's initial=%s: epoch 0 of the schedule holds %s keys, so no epoch could ever be cut; the sidecar refuses the pair at start and its pod crash-loops. Lower minSamples or raise initial" $min $initial $initial) -}}
 {{- end -}}
 {{- end -}}
 {{- end -}}
