@@ -63,8 +63,10 @@ is passed over."""
 KEY_PAUSE = (0.5, 4.0)
 """The full-jitter bound of the first pause between those tries, and the longest (seconds)."""
 UNANSWERED_RUN = 8
-"""Keys in a row the server does not answer (each after :data:`KEY_TRIES`) that fail the listing:
-the server's outage, not one object's."""
+"""Keys in a row the server does not answer (each after :data:`KEY_TRIES`) or refuses (401, 403,
+another 4xx but 404 and 410) that fail the listing: the server's state (an outage, an expired
+password, a proxy or a firewall refusing everything), not one object's. Passed over one by one,
+a relist would drop every key from the catalog."""
 _NOT_NAMED = re.compile(r"(?:^|/)\.{0,2}(?:/|$)")
 """An empty, ``.`` or ``..`` segment (a leading or a doubled ``/`` among them): a key the shared
 checks refuse whatever else it holds, and whose URL would not name it."""
@@ -273,6 +275,13 @@ class HTTPRemote(Remote):
                     raise RemoteError(f"cannot list {redact(self.url)}: the server answered none of "
                                       f"the last {self._unanswered} keys it was asked for "
                                       f"({redact(self._object_url(key))}: {e.status})") from e
+                raise
+            except _Refused as e:
+                self._unanswered += 1
+                if self._unanswered >= UNANSWERED_RUN:
+                    raise RemoteError(f"cannot list {redact(self.url)}: the server refused or answered "
+                                      f"none of the last {self._unanswered} keys it was asked for "
+                                      f"({e})") from e
                 raise
             except _Passed:
                 self._unanswered = 0

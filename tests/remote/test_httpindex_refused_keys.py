@@ -168,6 +168,22 @@ def test_a_server_that_answers_no_key_fails_the_listing(store: _Store) -> None:
     assert len(asked) == httpindex.UNANSWERED_RUN
 
 
+def test_a_server_that_refuses_every_key_fails_the_listing(store: _Store) -> None:
+    """Every key 403 (an expired password, a proxy or a firewall refusing everything): the
+    listing fails after :data:`~.httpindex.UNANSWERED_RUN` keys in a row, where passing each over
+    listed an empty dataset and a relist dropped every key from the catalog."""
+    store.index = b"".join(b"forbid/%d.bin\n" % i for i in range(httpindex.UNANSWERED_RUN + 4))
+
+    remote = open_remote(_url(store), read_timeout=10)
+    try:
+        with pytest.raises(RemoteError, match=r"refused or answered none of the last 8 keys .*HTTP 403"):
+            list(remote.list())
+    finally:
+        remote.close()
+    asked = {path for (method, path) in store.seen if method == "HEAD" and path != "/ds/index.txt"}
+    assert len(asked) == httpindex.UNANSWERED_RUN
+
+
 def test_a_server_that_refuses_connections_fails_the_listing(tmp_path: Path) -> None:
     """The objects' server down (connection refused), the index read from a file: a listing
     failure, tried again, not every key passed over."""
