@@ -211,12 +211,16 @@ def horizon(span: SpanState, reach: float = 1.0) -> int:
 
 
 def far_apart(span: SpanState, start: str, keys: list[str]) -> bool:
-    """Whether the first of ``keys``, a page read after ``start`` (a gallop's split point), lies
-    further past it than :data:`GAP_APART` times the keys' spacing (evenly spread keys lie about a
-    spacing apart): a cluster past names nobody uses (``top0.bin`` after ``f39/s099...``), whose
-    extent says what the span's, measured across those names, does not: the open end after
+    """Whether the first of ``keys``, a page read after ``start`` (a gallop's split point) and in
+    another folder than it, lies further past it than :data:`GAP_APART` times the keys' spacing
+    (evenly spread keys lie about a spacing apart): a cluster past names nobody uses (``top0.bin``
+    after ``f39/s099...``), whose extent says what the span's, measured across those names, does
+    not: the open end after
     ``top17.bin`` was taken for ``top*`` names spread over ``t``..``z``, 6.4M keys of 40."""
-    if len(keys) < 2 or not start:
+    if len(keys) < 2 or not start or start.rpartition("/")[0] == keys[0].rpartition("/")[0]:
+        # In one folder the gap is the names' own spread: unpadded numbers (9.jpg, 10.jpg,
+        # 100.jpg) lie unevenly along the shape's numbers, and were taken for a far-off cluster
+        # (a listing of 20k such names took 185 LISTs, the first fetch at the 80th, against 16).
         return False
     first, last = number(span, keys[0]), number(span, keys[-1])
     return first - number(span, start) > GAP_APART * max(1.0, (last - first) / (len(keys) - 1))
