@@ -254,6 +254,14 @@ class HTTPRemote(Remote):
                           "in the index (key<TAB>size)")
         return RemoteObject(key, found, version)
 
+    def _in_run(self, e: _Passed, said: str) -> None:
+        """Count ``e``'s key in the run of keys the server did not give (:data:`UNANSWERED_RUN`);
+        the run's last fails the listing, ``said`` (with ``{}`` for the count) saying why."""
+        self._unanswered += 1
+        if self._unanswered >= UNANSWERED_RUN:
+            raise RemoteError(f"cannot list {redact(self.url)}: the server "
+                              + said.replace("{}", str(self._unanswered), 1)) from e  # keys may hold braces
+
     def _stat(self, key: str) -> tuple[int | None, str]:
         """(size, version) of ``key``, from a HEAD, else from a GET of its first byte (its
         Content-Range names the whole size); the size None when neither says it. A 5xx or 429 is
@@ -270,18 +278,11 @@ class HTTPRemote(Remote):
                 if attempt + 1 < KEY_TRIES:
                     time.sleep(full_jitter(jitter_bound(*KEY_PAUSE, attempt)))
                     continue
-                self._unanswered += 1
-                if self._unanswered >= UNANSWERED_RUN:
-                    raise RemoteError(f"cannot list {redact(self.url)}: the server answered none of "
-                                      f"the last {self._unanswered} keys it was asked for "
-                                      f"({redact(self._object_url(key))}: {e.status})") from e
+                self._in_run(e, f"answered none of the last {{}} keys it was asked for "
+                                f"({redact(self._object_url(key))}: {e.status})")
                 raise
             except _Refused as e:
-                self._unanswered += 1
-                if self._unanswered >= UNANSWERED_RUN:
-                    raise RemoteError(f"cannot list {redact(self.url)}: the server refused or answered "
-                                      f"none of the last {self._unanswered} keys it was asked for "
-                                      f"({e})") from e
+                self._in_run(e, f"refused or answered none of the last {{}} keys it was asked for ({e})")
                 raise
             except _Passed:
                 self._unanswered = 0
