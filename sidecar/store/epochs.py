@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import logging
 import sqlite3
+import threading
 import time
 
 from epochfs.sidecar.store import ahead, hwm, memberfiles
@@ -319,6 +320,8 @@ SAY_EVERY = 1.0
 
 _said: dict[str, tuple[float, str]] = {}
 """Per index path: when :func:`_say_never` last looked, and the warning it last logged."""
+_said_lock = threading.Lock()
+"""Guards :data:`_said` (the sampler's threads look at once)."""
 
 
 def _say_never(ix: Index, policy: Policy) -> None:
@@ -328,17 +331,22 @@ def _say_never(ix: Index, policy: Policy) -> None:
     where its backpressure line alone said "waiting for a cut" that cannot come. The sampler calls
     this several times a second: a look at most every :data:`SAY_EVERY` s, none once an epoch exists."""
     key, now = str(ix.path), time.monotonic()
-    looked, said = _said.get(key, (float("-inf"), ""))
-    if now - looked < SAY_EVERY:
-        return
+    with _said_lock:  # the look is claimed first: two threads in one second logged it twice
+        looked, said = _said.get(key, (float("-inf"), ""))
+        if now - looked < SAY_EVERY:
+            return
+        _said[key] = (now, said)
     with ix.read() as db:
         if db.execute("SELECT 1 FROM epochs LIMIT 1").fetchone() is not None:
-            _said[key] = (now, "")
+            with _said_lock:
+                _said[key] = (now, "")
             return
     warning = (read_stats(ix, policy).first_epoch or {}).get("warning") or ""
+    with _said_lock:
+        said = _said.get(key, (now, ""))[1]
+        _said[key] = (now, warning)
     if warning and warning != said:
         log.warning("epoch 0: %s", warning)
-    _said[key] = (now, warning)
 
 
 def newest(ix: Index) -> int | None:

@@ -9,6 +9,8 @@ them, the backpressure reason the sampler records."""
 
 from __future__ import annotations
 
+import logging
+import threading
 from pathlib import Path
 
 import pytest
@@ -53,3 +55,28 @@ def test_a_minimum_the_epoch_holds_is_cut_at_once(tmp_path: Path) -> None:
         assert "warning" not in (store.stats().first_epoch or {})
         assert store.cut() == 0
         assert store.stats().epochs[0]["samples"] == 12
+
+
+def test_the_never_cut_warning_is_logged_once_when_threads_look_at_once(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """The sampler's admitter and its loop both serve cut requests, and each then looks whether
+    the first cut can never come: two looks in one second each logged the warning (the sidecar's
+    log held it twice, 1 ms apart)."""
+    with open_store(tmp_path / "cache", capacity=CAPACITY, min_samples=17) as store:
+        for i in range(16):
+            put(store, f"train/{i:03d}.bin", KIB4)
+        store.set_backpressure("cache full")
+        start = threading.Barrier(8)
+
+        def look() -> None:
+            start.wait()
+            store.process_cut_requests()
+
+        with caplog.at_level(logging.WARNING, logger="epochfs.store"):
+            threads = [threading.Thread(target=look) for _ in range(8)]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
+        said = [r for r in caplog.records if "epoch 0: --min-samples 17" in r.getMessage()]
+        assert len(said) == 1, [r.getMessage() for r in said]
