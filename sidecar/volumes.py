@@ -74,8 +74,10 @@ def check_cache(path: Path, *, create: bool) -> None:
             raise ConfigError(f"{where}: cannot create it{inside}: {_os_reason(e)}") from None
     elif not create and not os.path.lexists(path / INDEX_NAME):
         raise ConfigError(f"{where}: no epochfs cache there (no {INDEX_NAME}); {CACHE_HINT}")
-    elif not create and (why := foreign_index(path / INDEX_NAME)) is not None:
-        raise ConfigError(f"{where}: not an epochfs cache ({why})")
+    elif os.path.lexists(path / INDEX_NAME) and (why := foreign_index(path / INDEX_NAME)) is not None:
+        # The commands that make a cache too (sample, sidecar): they would write epochfs's schema
+        # into another program's database and fill the folder beside it.
+        raise ConfigError(f"{where}: not an epochfs cache ({why}); give another --cache")
     try:
         with tempfile.TemporaryFile(dir=path):
             pass

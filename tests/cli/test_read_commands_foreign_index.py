@@ -21,7 +21,9 @@ from sampler_helpers import EPOCHFS
 from epochfs.sidecar.store import INDEX_NAME, Store
 
 ENV = {k: v for k, v in os.environ.items() if not k.startswith("EPOCHFS_")}
-COMMANDS = ["status", "cut", "verify", "relist"]
+COMMANDS = ["status", "cut", "verify", "relist", "sample"]
+"""``sample`` makes a cache where there is none, and takes a folder's own index as its cache's:
+another program's was given epochfs's schema and the folder filled beside it."""
 
 
 def _notes(index: Path) -> None:
@@ -47,7 +49,9 @@ def _text(index: Path) -> None:
 
 
 def _run(command: str, cache: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([EPOCHFS, command, "--cache", str(cache)], capture_output=True, text=True,
+    remote = ["--remote", (cache.parent / "data").as_uri()] if command == "sample" else []
+    (cache.parent / "data").mkdir(exist_ok=True)
+    return subprocess.run([EPOCHFS, command, "--cache", str(cache), *remote], capture_output=True, text=True,
                           timeout=60, env=ENV)
 
 
