@@ -375,6 +375,11 @@ class FetchOrder:
                 return False
         rows = self._schedule_rows() if self.schedule_mode else self._snapshot_rows()
         rows = [r for r in rows if not self._busy(r[1].key)]
+        if rows:
+            # A key whose batch was committed after the read above and let go before the busy
+            # look was neither cached to the one nor busy to the other: fetched twice.
+            cached = self.store.cached_among([cand.key for _, cand in rows])
+            rows = [r for r in rows if r[1].key not in cached]
         if not rows and (not self._owed or self._owed_left == 0):
             self._exhausted = (time.monotonic(), listing)
             return False

@@ -233,6 +233,9 @@ class Store:
         return catalog.refill(self._ix, cursor=cursor, offered_upto=offered_upto, owed_limit=owed_limit,
                               walk_limit=walk_limit, walk_below=walk_below)
 
+    def cached_among(self, keys: list[str]) -> set[str]:
+        return catalog.cached_among(self._ix, keys)
+
     def listing_known(self) -> dict[str, Any]:
         """How much of the dataset the listing has covered (:func:`.stats.listing_known`)."""
         with self._ix.read() as db:

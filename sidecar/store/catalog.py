@@ -144,6 +144,18 @@ def refill(ix: Index, *, cursor: int | None, offered_upto: int, owed_limit: int,
                   top)
 
 
+def cached_among(ix: Index, keys: list[str]) -> set[str]:
+    """Which of ``keys`` have a sample: read after a look at which keys are busy, it sees every
+    admission that look missed (the admitter lets a key go only once its batch is committed)."""
+    found: set[str] = set()
+    with ix.read() as db:
+        for start in range(0, len(keys), 500):  # SQLite's bound on a statement's variables
+            part = keys[start:start + 500]
+            marks = ",".join("?" * len(part))
+            found.update(k for (k,) in db.execute(f"SELECT key FROM samples WHERE key IN ({marks})", part))
+    return found
+
+
 def last_row(ix: Index) -> int:
     """The highest rowid of the catalog (0 when empty)."""
     return int(ix.query("SELECT COALESCE(MAX(rowid), 0) FROM catalog")[0][0])
