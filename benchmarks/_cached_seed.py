@@ -6,7 +6,7 @@ Every write goes through the store's own code, so the result is what the store w
 imitation of it:
 
 - **catalog**: the real :class:`~epochfs.sidecar.listing.lister.Lister` with the real
-  :class:`~epochfs.sidecar.listing.sources.PagedSource` (folder discovery, one span per class
+  :class:`~epochfs.sidecar.listing.paged.PagedSource` (folder discovery, one span per class
   folder, page commits with resume points, the generation finished and recorded complete), over an
   in-process remote (:class:`BucketRemote`) whose pages are the endpoint's own
   (:func:`epochfs.benchmarks._synthetic_xml.list_page`) without HTTP or XML. The sidecar started on
@@ -38,7 +38,7 @@ from pathlib import Path
 from epochfs.benchmarks._synthetic_data import Bucket, Dataset
 from epochfs.benchmarks._synthetic_xml import list_page
 from epochfs.sidecar.listing.lister import Lister
-from epochfs.sidecar.listing.sources import PagedSource
+from epochfs.sidecar.listing.paged import PagedSource
 from epochfs.sidecar.remote import ListedPage, RemoteObject
 from epochfs.sidecar.store import Admission, Meta, Policy, Store
 

@@ -13,7 +13,7 @@ from epochfs.sidecar.config import SamplerSettings
 from epochfs.sidecar.download import RetryPolicy
 from epochfs.sidecar.listing.background import RETRY_MAX, RETRY_MIN
 from epochfs.sidecar.listing.indexfile import HEADER_RETRY
-from epochfs.sidecar.listing.sources import DISCOVERY_PAGES, DISCOVERY_RETRY, PagedSource
+from epochfs.sidecar.listing.paged import DISCOVERY_PAGES, DISCOVERY_RETRY, PagedSource
 from epochfs.sidecar.sampler.breaker import OUTAGE_AFTER, OUTAGE_PAUSE
 from epochfs.sidecar.sampler.order import LISTING_WAIT
 from epochfs.sidecar.sampler.throttle import DEFER_BASE, DEFER_CAP, THROTTLE_COOLDOWN

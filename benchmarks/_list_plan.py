@@ -18,7 +18,7 @@ from pathlib import Path
 from epochfs.benchmarks._cached_seed import BucketRemote
 from epochfs.benchmarks._keyspaces import KeySpace, parse_spec
 from epochfs.sidecar.listing import Lister
-from epochfs.sidecar.listing.sources import PagedSource
+from epochfs.sidecar.listing.paged import PagedSource
 from epochfs.sidecar.store import Store
 
 

@@ -89,7 +89,8 @@ from epochfs.benchmarks._fairness_table import (
 )
 from epochfs.benchmarks._keyspaces import SHAPES, KeySpace, Shape, with_defaults
 from epochfs.benchmarks._scale_fetch import progress
-from epochfs.benchmarks.scale import get_json, label, parse_count
+from epochfs.benchmarks._sidecar_probes import get_json
+from epochfs.benchmarks.scale import label, parse_count
 from epochfs.torchclient.layout import read_manifest
 
 __all__ = ["COLUMNS", "MISSES", "SUMMARY_COLUMNS", "Cut", "Row", "cells", "judged", "listed_by", "main",

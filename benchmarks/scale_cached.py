@@ -47,18 +47,17 @@ from pathlib import Path
 
 from epochfs.benchmarks import harness
 from epochfs.benchmarks._cached_seed import REMOTE, SEED, seed
-from epochfs.benchmarks._synthetic_data import Dataset
-from epochfs.benchmarks.scale import (
+from epochfs.benchmarks._sidecar_probes import (
     exists,
     get_json,
-    label,
-    parse_count,
     pids,
     ready,
     rss_mb,
     timed_run,
     walk,
 )
+from epochfs.benchmarks._synthetic_data import Dataset
+from epochfs.benchmarks.scale import label, parse_count
 
 NAN = float("nan")
 

@@ -2,7 +2,9 @@
 
 Here: the parser, ``main`` and the commands that start a process (sample, mount, publish, sidecar,
 webhook) or undo one (unmount). The commands on a cache folder are :mod:`.cli_cache`, ``epochfs
-index`` is :mod:`.cli_index` and ``epochfs bench`` :mod:`.cli_bench`.
+index`` is :mod:`.cli_index` and ``epochfs bench`` :mod:`.cli_bench`; the parser's parts that are
+no command (the options of every command, ``--version``, the commands' parser class) are
+:mod:`.cli_parsing`.
 
 Heavy modules (fsspec, mfusepy, prometheus) are imported inside the handlers so that ``epochfs
 status`` stays fast and works where only the cache folder is present.
@@ -20,14 +22,14 @@ import os
 import select
 import signal
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from types import FrameType
 from typing import cast
 
-import epochfs
 from epochfs.fuse.errors import MountError
 from epochfs.sidecar import cli_bench, cli_cache, cli_index, config, redact, volumes
+from epochfs.sidecar.cli_parsing import CommandParser, VersionAction, arg_type, common_options
 from epochfs.sidecar.confparse import (
     _endpoint_url,
     _non_negative_float,
@@ -35,24 +37,12 @@ from epochfs.sidecar.confparse import (
     _positive_float,
     join_negative_values,
 )
+from epochfs.sidecar.logsettings import LOG_FORMAT, resolve_log_level
 from epochfs.sidecar.remote.registry import HELP as REMOTE_HELP
 from epochfs.sidecar.store import NoRoom, StoreError
 from epochfs.sidecar.store.placement import over_cache
 
 log = logging.getLogger("epochfs")
-
-
-def _arg(parse: Callable[[str], float]) -> Callable[[str], float]:
-    """An argparse type from one of the settings' parsers: its reason in the usage error
-    ("argument --interval: must be a finite number"), not the parser's name."""
-
-    def typed(text: str) -> float:
-        try:
-            return parse(text)
-        except ValueError as e:
-            raise argparse.ArgumentTypeError(str(e)) from None
-
-    return typed
 
 
 def _cmd_sample(ns: argparse.Namespace) -> int:
@@ -157,56 +147,17 @@ def _cmd_webhook(ns: argparse.Namespace) -> int:
         raise config.ConfigError(str(e)) from None
 
 
-def _common_options() -> argparse.ArgumentParser:
-    """Options of every command, accepted before the command and after it (after wins)."""
-    common = argparse.ArgumentParser(add_help=False)
-    # SUPPRESS: a sub-command that is not given the flag leaves the value given before it.
-    common.add_argument(
-        config.LOG_LEVEL_FLAG, dest="log_level", default=argparse.SUPPRESS, metavar="LEVEL",
-        help=f"{', '.join(config.LOG_LEVELS)} (env {config.env_name(config.LOG_LEVEL_FLAG)}; "
-             f"default {config.LOG_LEVEL_DEFAULT}); before or after the command",
-    )
-    return common
-
-
-class _VersionAction(argparse.Action):
-    """``--version``: like argparse's own, but reads the version only when asked for it."""
-
-    def __init__(self, option_strings: Sequence[str], dest: str, help: str | None = None) -> None:
-        super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS, help=help)
-
-    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace,
-                 values: object, option_string: str | None = None) -> None:
-        print(f"epochfs {epochfs.__version__}")
-        parser.exit()
-
-
-class _CommandParser(argparse.ArgumentParser):
-    """A command's parser: it refuses an argument it does not know itself, with its own usage
-    (``usage: epochfs sidecar ...``, ``epochfs sidecar: error: unrecognized arguments: --bogus``),
-    where argparse hands the argument back to the top-level parser, which printed the top-level
-    usage and named no command."""
-
-    def parse_known_args(  # type: ignore[override]
-        self, args: Sequence[str] | None = None, namespace: argparse.Namespace | None = None
-    ) -> tuple[argparse.Namespace, list[str]]:
-        ns, extras = super().parse_known_args(args, namespace)
-        if extras:
-            self.error(f"unrecognized arguments: {' '.join(extras)}")
-        return ns, extras
-
-
 def build_parser() -> argparse.ArgumentParser:
-    common = _common_options()
+    common = common_options()
     parser = argparse.ArgumentParser(
         prog="epochfs",
         description="Train on a growing local sample of a remote dataset, served as epoch-N/ folders.",
         parents=[common],
     )
-    parser.add_argument("--version", action=_VersionAction, help="print the version and exit")
+    parser.add_argument("--version", action=VersionAction, help="print the version and exit")
     # Typed as plain parsers: each takes the common options' parser as a parent.
     sub = cast("argparse._SubParsersAction[argparse.ArgumentParser]", parser.add_subparsers(
-        dest="command", required=True, metavar="COMMAND", parser_class=_CommandParser))
+        dest="command", required=True, metavar="COMMAND", parser_class=CommandParser))
 
     p = sub.add_parser("sample", parents=[common], help="run the sampler alone (no mount) until interrupted")
     config.add_arguments(p, config.SamplerSettings)
@@ -279,7 +230,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="machine-readable report on stdout")
     p.add_argument("--report-only", action="store_true",
                    help="change nothing: report damaged objects without quarantining them")
-    p.add_argument("--progress-seconds", type=_arg(_non_negative_float), default=5.0,
+    p.add_argument("--progress-seconds", type=arg_type(_non_negative_float), default=5.0,
                    help="seconds between progress lines on stderr (0: none)")
     p.set_defaults(func=cli_cache.cmd_verify)
 
@@ -289,7 +240,7 @@ def build_parser() -> argparse.ArgumentParser:
     where.add_argument("--mount", help="mount point of a running sidecar")
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.add_argument("--watch", action="store_true", help="refresh in place until interrupted")
-    p.add_argument("--interval", type=_arg(_positive_float), default=2.0,
+    p.add_argument("--interval", type=arg_type(_positive_float), default=2.0,
                    help="seconds between refreshes")
     p.set_defaults(func=cli_cache.cmd_status)
 
@@ -317,8 +268,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--tls-cert", required=True, help="PEM certificate (chain) the HTTPS server presents")
     p.add_argument("--tls-key", required=True, help="PEM private key of --tls-cert")
     p.add_argument("--host", default="", help="address to listen on (default: all)")
-    p.add_argument("--port", type=_arg(_port), default=8443, help="HTTPS port (default 8443)")
-    p.add_argument("--metrics-port", type=_arg(_port), default=9090,
+    p.add_argument("--port", type=arg_type(_port), default=8443, help="HTTPS port (default 8443)")
+    p.add_argument("--metrics-port", type=arg_type(_port), default=9090,
                    help="plain-HTTP port of /metrics and /healthz (default 9090)")
     p.set_defaults(func=_cmd_webhook)
     return parser
@@ -376,13 +327,13 @@ def _main(argv: Sequence[str] | None) -> int:
     parser = build_parser()
     ns = parser.parse_args(join_negative_values(sys.argv[1:] if argv is None else argv))
     try:
-        level = config.resolve_log_level(getattr(ns, "log_level", None))
+        level = resolve_log_level(getattr(ns, "log_level", None))
     except config.ConfigError as e:
         print(f"epochfs {ns.command}: {e}", file=sys.stderr)
         return 2
     logging.basicConfig(
         level=getattr(logging, level),
-        format=config.LOG_FORMAT,
+        format=LOG_FORMAT,
         stream=sys.stderr,
     )
     redact.install()

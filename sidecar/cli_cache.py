@@ -38,19 +38,13 @@ def not_met(stats: Stats, policy: Policy) -> str:
     the samples it would hold, not the cache's; a snapshot epoch holds only the newest within the
     epoch budget, so "400 sample(s) complete, condition not met" named the wrong figure when the
     budget held 300 of the 350 ``--min-samples`` asked for."""
-    from epochfs.sidecar.status import budget_note
+    from epochfs.sidecar.status import first_epoch_hold
 
     first, least = stats.first_epoch, max(1, policy.min_samples)
     if first is not None:  # epoch 0: the store counted what it would hold (status shows it too)
         have, target = int(first.get("samples", 0)), int(first.get("target", least))
         line = f"epoch 0 would hold {have} of the {target} sample(s) its condition needs"
-        if first.get("warning"):
-            return f"{line}: {first['warning']}"
-        if note := budget_note(first):
-            return f"{line}; {note}"
-        if have >= target and first.get("listing_round"):
-            return f"{line}, waiting for the listing's first round (a page of every folder, at most 3 s)"
-        return line
+        return line + (first_epoch_hold(first, have, target, warning=": ") or "")
     if policy.schedule is None and least > 1 and stats.samples >= least:
         # At least --min-samples are cached, so the budget is what leaves the epoch short.
         return (f"{stats.samples} sample(s) complete, but an epoch holds the newest within the epoch "

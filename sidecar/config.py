@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import argparse
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any, TypeVar
@@ -358,33 +358,7 @@ def to_env(settings: CacheSettings, cls: type[CacheSettings] | None = None) -> d
     return out
 
 
-# ---- the log level: one setting shared by every command, so it lives outside the
-# settings classes above; epochfs.sidecar.cli declares the flag before and after the command.
-LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
-LOG_LEVEL_FLAG = "--log-level"
-LOG_LEVEL_DEFAULT = "INFO"
-LOG_FORMAT = "%(asctime)s %(name)s %(levelname)s %(message)s"
-"""Every epochfs process's log lines (the listing process's too: one format in the pod's log)."""
-
-
-def resolve_log_level(flag_value: str | None, environ: Mapping[str, str] | None = None) -> str:
-    """The level from ``--log-level``, else ``EPOCHFS_LOG_LEVEL`` (empty counts as unset), else
-    INFO; names in any case. Anything else raises :class:`ConfigError` naming where it came from."""
-    env = os.environ if environ is None else environ
-    raw, source = flag_value, LOG_LEVEL_FLAG
-    if raw is None and env.get(env_name(LOG_LEVEL_FLAG), "").strip():
-        raw = env[env_name(LOG_LEVEL_FLAG)]
-        source = f"{LOG_LEVEL_FLAG} (from {env_name(LOG_LEVEL_FLAG)})"
-    if raw is None:
-        return LOG_LEVEL_DEFAULT
-    level = raw.strip().upper()
-    if level not in LOG_LEVELS:
-        raise ConfigError(f"{source}: unknown level {raw!r} (one of {', '.join(LOG_LEVELS)})")
-    return level
-
-
 __all__ = [
-    "LOG_LEVELS",
     "CacheSettings",
     "ConfigError",
     "MountSettings",
@@ -397,6 +371,5 @@ __all__ = [
     "from_args",
     "parse",
     "parse_size",
-    "resolve_log_level",
     "to_env",
 ]

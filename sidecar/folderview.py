@@ -33,10 +33,9 @@ from epochfs.sidecar.folderview_publisher import (
     FILE_MODE,
     TEMP_PREFIX,
     FolderPublisher,
-    Recovery,
-    Step,
 )
 from epochfs.sidecar.folderview_remove import remove_tree
+from epochfs.sidecar.folderview_reports import Recovery, Step
 from epochfs.sidecar.folderview_wake import CutWatch
 from epochfs.sidecar.signals import set_from_handler
 from epochfs.sidecar.store import Meta, Store, object_name, publisherlock

@@ -38,7 +38,6 @@ import logging
 import os
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 
 from epochfs.fuse.view import View
@@ -49,6 +48,7 @@ from epochfs.sidecar.folderview_grace import Grace
 from epochfs.sidecar.folderview_lost import LostRecord
 from epochfs.sidecar.folderview_owned import Owned
 from epochfs.sidecar.folderview_remove import Remover
+from epochfs.sidecar.folderview_reports import Recovery, Step
 from epochfs.sidecar.folderview_window import WindowTree, ahead_tree
 from epochfs.sidecar.store.reader import FolderReader
 from epochfs.torchclient.layout import (
@@ -78,34 +78,7 @@ from epochfs.torchclient.publish import (
 
 log = logging.getLogger("epochfs.folderview")
 
-__all__ = ["CONTROL_TEMP_PREFIX", "DIR_MODE", "FILE_MODE", "TEMP_PREFIX", "FolderPublisher", "Recovery",
-           "Step"]
-
-
-@dataclass
-class Recovery:
-    """What :meth:`FolderPublisher.recover` removed at start-up."""
-
-    leftovers: list[str] = field(default_factory=list)
-    """Temporary names of an interrupted build, retirement or replacement."""
-    stale: list[int] = field(default_factory=list)
-    """Visible epochs the store no longer holds, or that did not match it (rebuilt)."""
-    foreign: list[int] = field(default_factory=list)
-    """``epoch-N/`` folders the publisher did not write (:func:`.volumes.published_epoch`): left
-    as they are, never removed."""
-
-
-@dataclass
-class Step:
-    """What one :meth:`FolderPublisher.step` changed."""
-
-    published: list[int] = field(default_factory=list)
-    retired: list[int] = field(default_factory=list)
-    latest: int | None = None
-    ahead: list[int] = field(default_factory=list)
-    """Of ``published``, the epochs shown from the tree built ahead (the rest were written whole)."""
-    pending: bool = False
-    """The tree built ahead has linking left to do: step again soon."""
+__all__ = ["CONTROL_TEMP_PREFIX", "DIR_MODE", "FILE_MODE", "TEMP_PREFIX", "FolderPublisher"]
 
 
 class FolderPublisher:

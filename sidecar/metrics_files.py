@@ -83,7 +83,7 @@ def reserve_or_warn() -> None:
     reason = reserve()
     if reason is None:
         return
-    from epochfs.sidecar.config import LOG_FORMAT
+    from epochfs.sidecar.logsettings import LOG_FORMAT
 
     record = logging.LogRecord("epochfs.metrics", logging.WARNING, __file__, 0, reason, None, None)
     sys.stderr.write(logging.Formatter(LOG_FORMAT).format(record) + "\n")

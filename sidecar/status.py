@@ -203,17 +203,29 @@ def first_epoch_line(stats: dict[str, Any], rate_values: dict[str, float] | None
         return None
     have, target = int(first.get("samples", 0)), max(1, int(first.get("target", 1)))
     line = f"epoch 0: {min(have, target)}/{target} samples cached ({100 * min(1.0, have / target):.0f}%)"
-    if first.get("warning"):
-        return f"{line}; WARNING: {first['warning']}"
-    if note := budget_note(first):
-        # More fetches evict as many as they bring: no rate estimate would come true.
-        return f"{line}; {note}"
-    if have >= target and first.get("listing_round"):
-        return line + ", waiting for the listing's first round (a page of every folder, at most 3 s)"
+    if (held := first_epoch_hold(first, have, target, warning="; WARNING: ")) is not None:
+        # No estimate after it: with the budget's note, more fetches evict as many as they bring.
+        return line + held
     if have >= target:
         return f"{line}: {FIRST_CUT.get(view, FIRST_CUT[None])}"
     r = rate_values or {}
     return line + estimate(have, target, r.get("fetch samples/s"), r.get("fetch MB/s", 0.0) * 1e6)
+
+
+def first_epoch_hold(first: dict[str, Any], have: int, target: int, *, warning: str) -> str | None:
+    """What holds epoch 0's cut back, in the words that follow a line on its progress (``have``
+    of ``target`` samples, from the store's ``first_epoch``): the store's warning (after
+    ``warning``), why the epoch holds fewer than are cached (:func:`budget_note`), or the
+    listing's first round still under way once the samples are there; None when nothing does.
+    ``epochfs status``'s line (:func:`first_epoch_line`) and ``epochfs cut``'s refusal
+    (:func:`epochfs.sidecar.cli_cache.not_met`) both end with it, each after its own head."""
+    if first.get("warning"):
+        return f"{warning}{first['warning']}"
+    if note := budget_note(first):
+        return f"; {note}"
+    if have >= target and first.get("listing_round"):
+        return ", waiting for the listing's first round (a page of every folder, at most 3 s)"
+    return None
 
 
 def budget_note(first: dict[str, Any]) -> str | None:

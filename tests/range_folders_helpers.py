@@ -3,7 +3,7 @@
 Shared by the tests of the planner over more folders than the discovery gives spans
 (``tests/sampler/test_listing_planner_range_folders.py``, ``test_listing_range_folders_pace.py``,
 ``test_listing_range_estimates.py``): the same Zipf-sized folders, the same ranges
-:class:`~epochfs.sidecar.listing.sources.PagedSource` cuts them into, one page read as S3 lists
+:class:`~epochfs.sidecar.listing.paged.PagedSource` cuts them into, one page read as S3 lists
 it and a batch of the listers' pages, so the tests judge the planner on one model.
 """
 
@@ -13,9 +13,9 @@ import bisect
 import random
 from collections import Counter
 
+from epochfs.sidecar.listing.paged import MAX_FOLDER_SPANS
 from epochfs.sidecar.listing.planner import Planner, Segment
-from epochfs.sidecar.listing.sources import MAX_FOLDER_SPANS
-from epochfs.sidecar.store.catalog import Part
+from epochfs.sidecar.store.listings import Part
 
 
 def zipf_key_space(*, folders: int, keys: int, skew: float,
@@ -33,7 +33,7 @@ def zipf_key_space(*, folders: int, keys: int, skew: float,
 
 
 def folder_ranges(paths: list[str]) -> list[Part]:
-    """The spans :class:`~epochfs.sidecar.listing.sources.PagedSource` cuts more folders than
+    """The spans :class:`~epochfs.sidecar.listing.paged.PagedSource` cuts more folders than
     ``MAX_FOLDER_SPANS`` into: ranges of ``step`` folders, the first from the key space's start."""
     step = -(-len(paths) // MAX_FOLDER_SPANS)
     starts = ["", *paths[step::step]]

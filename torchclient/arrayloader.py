@@ -52,6 +52,7 @@ from .report import ClientReporter, report_url_from_env
 from .resume import OnResumeMismatch, Resumable
 from .retry import RETRY_SECONDS, check_retry_seconds, retrying, transient
 from .run import ArrayEpochRun, EpochStats, RunningEpoch
+from .sampler import check_int
 from .waiting import Progress, print_progress
 
 T = TypeVar("T")
@@ -133,12 +134,6 @@ def _read_again(path: str, again: Callable[[], T], seconds: float) -> T:
                                "open, or is the mount gone?)", path) from exc
 
 
-def _check_int(name: str, value: object, minimum: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise ValueError(f"{name} must be an int >= {minimum}, got {value!r}")
-    return value
-
-
 class ArrayLoader(Resumable):
     """Batches of fixed-shape arrays of epoch n of the mount at ``root``, read by threads into reused tensors.
 
@@ -177,12 +172,12 @@ class ArrayLoader(Resumable):
                  on_resume_mismatch: OnResumeMismatch = "raise",
                  max_array_bytes: int | None = None, include: str | Sequence[str] | None = None,
                  exclude: str | Sequence[str] | None = None) -> None:
-        self.batch_size = _check_int("batch_size", batch_size, 1)
+        self.batch_size = check_int("batch_size", batch_size, 1)
         keys = KeyFilter(include, exclude)
         self.include, self.exclude = keys.include, keys.exclude
         self.max_array_bytes = check_max_bytes(max_array_bytes)
-        self.prefetch = _check_int("prefetch", prefetch, 1)
-        self.seed = _check_int("seed", seed, 0)
+        self.prefetch = check_int("prefetch", prefetch, 1)
+        self.seed = check_int("seed", seed, 0)
         if balance not in ("pad", "truncate", "none"):
             raise ValueError(f"balance must be 'pad', 'truncate' or 'none', got {balance!r}")
         if format not in FORMATS:
@@ -199,7 +194,7 @@ class ArrayLoader(Resumable):
         self.num_replicas, self.rank, world = resolve_split(partition, num_replicas, rank, who="ArrayLoader")
         self.world = world
         self.num_threads = default_num_threads(world.local_size) if num_threads is None else \
-            _check_int("num_threads", num_threads, 1)
+            check_int("num_threads", num_threads, 1)
         self.device = torch.device(device) if device is not None else torch.device("cpu")
         if self.device.type not in ("cpu", "cuda"):
             raise ValueError(f"device must be None, 'cpu' or a CUDA device, got {device!r}")
@@ -233,7 +228,7 @@ class ArrayLoader(Resumable):
     def epoch(self, epoch: int, *, jump: bool = False) -> ArrayEpochRun:
         """An iterable of the batches of epoch ``epoch``; the epoch is looked up when iteration starts.
         ``jump=True``: its cut may skip numbers (a resumed trainer's first epoch), as in EpochLoader."""
-        return ArrayEpochRun(self, _check_int("epoch", epoch, 0), jump=jump, resume=self._resume,
+        return ArrayEpochRun(self, check_int("epoch", epoch, 0), jump=jump, resume=self._resume,
                              running=self._running, start_reads=self._start_reads)
 
     def plan(self, epoch: int, *, jump: bool = False) -> tuple[EpochDataset, list[list[int]], int]:

@@ -28,9 +28,10 @@ from typing import Any
 from torch.utils.data import Dataset
 
 from .decode import MAX_ARRAY_BYTES, Decoder, check_max_bytes, load_sample, resolve_decoder
+from .epochwalk import walk_epoch
 from .globs import KeyFilter
 from .labels import ClassMap, check_class_root, check_classes, class_map, label_files
-from .layout import Manifest, epoch_dir, epoch_exists, read_manifest, walk_epoch
+from .layout import Manifest, epoch_dir, epoch_exists, read_manifest
 from .retry import RETRY_SECONDS, check_retry_seconds, retrying
 from .waiting import Progress, check_epoch, check_timeout, print_progress, wait_for_epoch
 

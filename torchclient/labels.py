@@ -24,7 +24,8 @@ import warnings
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
-from .layout import ROOT_KEY, list_epochs, read_classes, read_manifest, walk_epoch
+from .epochwalk import walk_epoch
+from .layout import ROOT_KEY, list_epochs, read_classes, read_manifest
 
 
 class ClassMapError(ValueError):

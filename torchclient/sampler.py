@@ -19,7 +19,9 @@ from torch.utils.data import Sampler
 from .world import World
 
 
-def _check_int(name: str, value: object, minimum: int) -> int:
+def check_int(name: str, value: object, minimum: int) -> int:
+    """``value``, refused with a ValueError that names the argument unless it is an int (not a
+    bool) of at least ``minimum``: the sampler's and the array loader's arguments, checked alike."""
     if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
         raise ValueError(f"{name} must be an int >= {minimum}, got {value!r}")
     return value
@@ -63,11 +65,11 @@ class EpochSampler(Sampler[int]):
             world = World.detect()
             num_replicas = world.size if num_replicas is None else num_replicas
             rank = world.rank if rank is None else rank
-        self.num_replicas = _check_int("num_replicas", num_replicas, 1)
-        self.rank = _check_int("rank", rank, 0)
+        self.num_replicas = check_int("num_replicas", num_replicas, 1)
+        self.rank = check_int("rank", rank, 0)
         if self.rank >= self.num_replicas:
             raise ValueError(f"rank must be below num_replicas: rank={rank}, num_replicas={num_replicas}")
-        self.seed = _check_int("seed", seed, 0)
+        self.seed = check_int("seed", seed, 0)
         self.shuffle = bool(shuffle)
         self.drop_last = bool(drop_last)
         self.dataset = dataset
@@ -82,7 +84,7 @@ class EpochSampler(Sampler[int]):
 
     def set_epoch(self, epoch: int) -> None:
         """Use epoch ``epoch``'s permutation (the same on every rank)."""
-        self.epoch = _check_int("epoch", epoch, 0)
+        self.epoch = check_int("epoch", epoch, 0)
 
     def __iter__(self) -> Iterator[int]:
         return iter(epoch_indices(len(self.dataset), num_replicas=self.num_replicas, rank=self.rank,

@@ -6,7 +6,9 @@ sampler (:mod:`.sources` where keys come from, :mod:`.filter` what of them is ca
 from epochfs.sidecar.listing.background import ListingThread
 from epochfs.sidecar.listing.filter import CatalogReport
 from epochfs.sidecar.listing.lister import Lister
-from epochfs.sidecar.listing.sources import PagedSource, SerialSource, Source, Span, source_for
+from epochfs.sidecar.listing.paged import PagedSource
+from epochfs.sidecar.listing.sources import SerialSource, Source, source_for
+from epochfs.sidecar.listing.span import Span
 
 __all__ = ["CatalogReport", "Lister", "ListingThread", "PagedSource", "SerialSource", "Source", "Span",
            "source_for"]

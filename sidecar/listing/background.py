@@ -3,7 +3,7 @@
 
 A relist is a new listing generation written over the catalog the sampler keeps fetching from:
 new keys join the sampling order where their rank puts them, and when the relist reaches the end
-the keys it did not see are dropped (:meth:`~epochfs.sidecar.store.catalog.Listings.finish`). A
+the keys it did not see are dropped (:meth:`~epochfs.sidecar.store.listings.Listings.finish`). A
 listing that fails (the remote is down, or throttles) is tried again after a full-jitter pause,
 ``uniform(0, bound)``: the sampler goes on with the catalog it has. The bound doubles from
 ``RETRY_MIN`` up to ``RETRY_MAX`` seconds after a run that committed nothing, stays after one that

@@ -24,7 +24,8 @@ import bisect
 from collections.abc import Callable, Sequence
 
 from epochfs.sidecar.listing.expected_tv import TV_TARGET, grouped, largest_true, sample_tv
-from epochfs.sidecar.listing.segments import Segment, SpanState, top_folder
+from epochfs.sidecar.listing.learning import top_folder
+from epochfs.sidecar.listing.segments import Segment, SpanState
 
 SCALES = (2, 4, 8, 16, 32, 64, 128, 256, 512)
 """Block counts the cap is measured at: from halves of the key order to quarters of a flat

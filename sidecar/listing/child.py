@@ -27,7 +27,8 @@ import time
 from multiprocessing.connection import Connection
 from typing import TYPE_CHECKING, Any, Protocol, cast
 
-from epochfs.sidecar.config import LOG_FORMAT, ConfigError, SamplerSettings
+from epochfs.sidecar.config import ConfigError, SamplerSettings
+from epochfs.sidecar.logsettings import LOG_FORMAT
 
 if TYPE_CHECKING:
     from epochfs.sidecar.remote import Remote, RemoteObject
@@ -212,7 +213,7 @@ def _list(conn: Connection, settings: SamplerSettings, store: Store, remote: Rem
     from epochfs.sidecar.listing import Lister, ListingThread
     from epochfs.sidecar.listing.capacity import check_capacity
     from epochfs.sidecar.listing.indexfile import listing_source
-    from epochfs.sidecar.listing.sources import PagedSource
+    from epochfs.sidecar.listing.paged import PagedSource
 
     stop = threading.Event()
     fetching = [False]

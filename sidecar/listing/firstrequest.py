@@ -10,11 +10,9 @@ import threading
 
 from epochfs.sidecar.listing.retry import while_throttled
 from epochfs.sidecar.remote import Remote, RemoteError
+from epochfs.sidecar.remote.stoplook import stopped_first
 
 log = logging.getLogger("epochfs.catalog")  # the listing's logger, as sources'
-
-STOP_LOOK = 0.1
-"""Seconds between looks at the stop while the first request waits."""
 
 
 def first_request(remote: Remote, *, stop: threading.Event | None, rng: random.Random,
@@ -53,9 +51,8 @@ def first_request(remote: Remote, *, stop: threading.Event | None, rng: random.R
             done.set()
 
     threading.Thread(target=run, name="first-request", daemon=True).start()
-    while not done.wait(STOP_LOOK):
-        if stop.is_set():
-            raise RemoteError(f"listing {remote.url}: stopped while its first request waited for an answer")
+    if stopped_first(done, stop):
+        raise RemoteError(f"listing {remote.url}: stopped while its first request waited for an answer")
     if outcome[0] is not None:
         raise outcome[0]
 

@@ -46,10 +46,12 @@ from typing import IO, Any
 from epochfs.sidecar.listing.filter import CatalogReport
 from epochfs.sidecar.listing.indexorder import write_shuffled
 from epochfs.sidecar.listing.lister import Lister
+from epochfs.sidecar.listing.paged import PagedSource
 from epochfs.sidecar.listing.records import BadRecord, Unreadable, json_object, read_record
 from epochfs.sidecar.listing.retry import while_throttled
 from epochfs.sidecar.listing.sinks import IndexSink, object_record
-from epochfs.sidecar.listing.sources import PAGE, Page, PagedSource, Source, Span, source_for
+from epochfs.sidecar.listing.sources import PAGE, Source, source_for
+from epochfs.sidecar.listing.span import Page, Span
 from epochfs.sidecar.progressbar import Progress
 from epochfs.sidecar.redact import redact
 from epochfs.sidecar.remote import BLOCK, Remote, RemoteError, RemoteObject, objects

@@ -29,7 +29,8 @@ from urllib.parse import unquote
 
 from epochfs.sidecar.listing.parquet import Row, parquet_rows, require_pyarrow
 from epochfs.sidecar.listing.records import MAX_SIZE, Unreadable
-from epochfs.sidecar.listing.sources import PAGE, Page, Span
+from epochfs.sidecar.listing.sources import PAGE
+from epochfs.sidecar.listing.span import Page, Span
 from epochfs.sidecar.redact import redact
 from epochfs.sidecar.remote import RemoteError, RemoteObject
 from epochfs.sidecar.remote.objects import open_stream

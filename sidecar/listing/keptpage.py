@@ -36,7 +36,7 @@ class KeptPage:
         self.objects = list(objects)
         self.keys = [str(o.key) for o in self.objects]
         self.whole = whole
-        # Answers are cut by str comparison, as the remote's pages are (sources._within); a page
+        # Answers are cut by str comparison, as the remote's pages are (paged._within); a page
         # not in that order (a store that sorts otherwise) answers nothing from memory.
         self.usable = all(a < b for a, b in itertools.pairwise(self.keys))
 

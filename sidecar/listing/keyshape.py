@@ -15,7 +15,7 @@ The mapping never decides *what* is listed, only in which order: a wrong guess c
 comes back empty or a split in a poor place, never a key. It is monotone (a key that sorts after
 another never maps to a smaller number), which is all the listing's estimates need of it. Numbers
 of two shapes do not compare: a wider alphabet makes every number many times larger, so the keys
-per number measured in one shape are measured again in the next (:func:`.segments.remeasure`;
+per number measured in one shape are measured again in the next (:func:`.learning.remeasure`;
 kept, names of three shapes in a folder, ``new0042.bin``, ``s000123.bin``, ``zz006.bin``, had the
 listing estimate 6,470 keys at 763M). Names of several shapes spread unevenly along the numbers
 (none between a folder's last name and the next names used), which the estimates bound by what

@@ -2,7 +2,7 @@
 
 The spans of a :class:`~epochfs.sidecar.listing.sources.Source` wait in one queue; each of
 ``threads`` listers takes a span, lists ONE page of it, commits the page's rows together with the
-span's resume point (:meth:`~epochfs.sidecar.store.catalog.Listings.commit_page`), and puts the span
+span's resume point (:meth:`~epochfs.sidecar.store.listings.Listings.commit_page`), and puts the span
 back at the end of the queue. So every span advances at the same page rate whatever the number of
 threads: with one span per class folder, the catalog holds the first keys of every class after
 the first round of pages, and the sampler, which draws in rank order from what is listed, fetches
@@ -38,12 +38,15 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
 from epochfs.sidecar.listing.filter import CatalogReport, ClashFinder, PageFilter
+from epochfs.sidecar.listing.paged import PagedSource
 from epochfs.sidecar.listing.planner import FULL_PAGE, Planner, Segment
 from epochfs.sidecar.listing.sinks import CatalogSink, ListedPage, ListingSink
-from epochfs.sidecar.listing.sources import Page, PagedSource, Source, Span
+from epochfs.sidecar.listing.sources import Source
+from epochfs.sidecar.listing.span import Page, Span
 from epochfs.sidecar.remote import RemoteError
 from epochfs.sidecar.store import Store
-from epochfs.sidecar.store.catalog import PageRows, Part
+from epochfs.sidecar.store.listings import PageRows, Part
+from epochfs.sidecar.store.stats import LIMIT_MARK
 from epochfs.torchclient.globs import KeyFilter
 
 log = logging.getLogger("epochfs.catalog")
@@ -66,8 +69,6 @@ first page is taken; not for ``full_pages`` (``epochfs index``: no epochs to mak
 
 NO_LIMIT = 2**62
 """The object limit of a lister given none."""
-LIMIT_MARK = " [object limit "
-"""What separates a recorded listing's name from its object limit (``… [object limit 786432]``)."""
 
 
 def _split_limit(name: str) -> tuple[str, int | None]:

@@ -50,7 +50,6 @@ split not committed never happened). A restart takes each remaining segment as a
 
 from __future__ import annotations
 
-import heapq
 import random
 import threading
 import time
@@ -58,14 +57,13 @@ from collections import deque
 from collections.abc import Sequence
 
 from epochfs.sidecar.listing.estimates import listing_progress, skew_and_fair
+from epochfs.sidecar.listing.learning import learn_page, retire
 from epochfs.sidecar.listing.ranges import FolderRanges, promoted_span, unbounded
 from epochfs.sidecar.listing.segments import (
     FIRST_PAGE,
     FULL_PAGE,
     GALLOP_PAGE,
     GALLOP_REACH,
-    HOLD_AHEAD,
-    HOLD_SLACK,
     MAX_PENDING,
     MAX_SEGMENTS,
     MAX_SEGMENTS_PER_SPAN,
@@ -76,14 +74,13 @@ from epochfs.sidecar.listing.segments import (
     after_number,
     far_apart,
     horizon,
-    learn_page,
     listed_share,
     not_held,
     number,
-    retire,
     stop_number,
 )
-from epochfs.sidecar.store.catalog import Part
+from epochfs.sidecar.listing.spanqueue import SpanQueue
+from epochfs.sidecar.store.listings import Part
 
 SKEW_EVERY = 1.0
 """Seconds between computations of the listing's skew (the fetch order's pace reads it)."""
@@ -122,7 +119,6 @@ class Planner:
         the first round over 834 ranges took most of the listing (docs/performance.md)."""
         self._freed: deque[int] = deque()
         """Folders made spans whose segment is free again (:meth:`_promote`): read first."""
-        self._heap: list[tuple[int, float, float, int, int]] = []
         self._next_part = max((p.part for p in parts), default=-1) + 1
         self._open = 0
         self._pending = 0
@@ -135,8 +131,8 @@ class Planner:
         """Spans whose open end (the segment with no stop) is not done: counted as pages are
         recorded, for :meth:`progress`'s first round at every commit (a pass over 10,000 spans
         cost ~11 ms)."""
-        self._rest = 0.0
-        """The sum of the spans' ``rest``: what :meth:`progress` shows without a pass over them."""
+        self._queue = SpanQueue(self._left)
+        """The reached spans by the priority of their next page (:meth:`_next_page`)."""
         for p in parts:
             if not p.done:
                 span = SpanState(len(self._spans), p.prefix)
@@ -164,8 +160,8 @@ class Planner:
             for seg, keys in self._due:
                 span = self._spans[seg.span]
                 if seg.last == keys[-1] and (promoted := self._promote(span, seg, keys)) is not None:
-                    self._push(promoted)
-                    self._push(span)
+                    self._queue.push(promoted)
+                    self._queue.push(span)
             self._due.clear()
             chosen = self._first_page()
             if chosen is None and self._pending < MAX_PENDING:  # else wait for a commit: MAX_PENDING
@@ -186,10 +182,9 @@ class Planner:
         """A page of a span reached: a folder freed or a range's rest first, then by the heap."""
         while self._freed:  # a folder's end, once the rest of its range is committed
             span = self._spans[self._freed.popleft()]
-            chosen = self._choose(span) if any(x.open for x in span.segments) else None
+            chosen = self._choose_counted(span) if any(x.open for x in span.segments) else None
             if chosen is not None:
-                self._count_pending(span, chosen)
-                self._push(span)
+                self._queue.push(span)
                 return chosen
         while self._ready:  # the rest of a range a folder was promoted from (:meth:`_promote`)
             seg = self._ready.pop()
@@ -197,35 +192,20 @@ class Planner:
                 seg.busy = True
                 self._count_pending(self._spans[seg.span], seg)
                 return seg
-        held = []
-        chosen = None
-        least: float | None = None
-        while self._heap and chosen is None:
-            entry = heapq.heappop(self._heap)
-            span = self._spans[entry[-1]]
-            if entry[-2] != span.version:
-                continue
-            if entry[0] == 1:  # bounded: its share against the least listed bounded span's
-                if least is None:
-                    least = entry[1]
-                elif entry[1] > least * HOLD_AHEAD + HOLD_SLACK:
-                    held.append(entry)  # the spans behind it have every segment busy: wait
-                    break
-            chosen = self._choose(span)
-            if chosen is not None:
-                self._count_pending(span, chosen)
-                self._push(span)  # its share with the page being read counted in
-            elif any(s.open for s in span.segments):
-                held.append(entry)
-        for entry in held:
-            heapq.heappush(self._heap, entry)
-        return chosen
+        return self._queue.take(self._spans, self._choose_counted)
 
     def _count_pending(self, span: SpanState, seg: Segment) -> None:
         """Count ``seg``'s page, taken now, as pending until its commit (:meth:`record`)."""
         seg.pending = seg.page
         span.pending += seg.page
         self._pending += seg.page
+
+    def _choose_counted(self, span: SpanState) -> Segment | None:
+        """:meth:`_choose`, its page counted as pending (:meth:`_count_pending`)."""
+        chosen = self._choose(span)
+        if chosen is not None:
+            self._count_pending(span, chosen)
+        return chosen
 
     def _choose(self, span: SpanState) -> Segment | None:
         free = [s for s in span.segments if s.open and not s.busy]
@@ -247,7 +227,7 @@ class Planner:
                 chosen = child or seg
                 chosen.busy = True
                 return chosen
-            others = (self._listed - span.listed, self._rest - span.rest)
+            others = (self._listed - span.listed, self._queue.rest - span.rest)
             if not open_end and not (free := not_held(span, free, self._left, others)):
                 return None  # its segments behind are being read: wait for them (:func:`.not_held`)
             seg = max(free, key=lambda s: self._left(span, s) or 0.0)
@@ -306,7 +286,7 @@ class Planner:
             # a serial source's end is its last page.
             ends_found = not self.splittable or self._unbounded <= 0
             return listing_progress(self._spans, listed=self._listed, reached=self._reached,
-                                    rest=self._rest, pages=pages, ends_found=ends_found,
+                                    rest=self._queue.rest, pages=pages, ends_found=ends_found,
                                     skew=self._skew_now())
 
     def _skew_now(self) -> tuple[float, int | None]:
@@ -321,24 +301,6 @@ class Planner:
         """:func:`.skew_and_fair` of the spans, with this planner's estimates."""
         ends_unknown = self.splittable or self.streams_in_key_order  # and read in key order
         return skew_and_fair(self._spans, self._left, ends_unknown=ends_unknown, in_key_order=ends_unknown)
-
-    def _push(self, span: SpanState) -> None:
-        """Queue ``span`` by its priority: an unknown end first, then the least listed share. A
-        range of folders of unknown size (:func:`.ranges.unsized`) counts as an unknown end: read
-        by its listed share, such a range waited behind the large folders' pages, and the skew
-        stayed undivided while any did: 2,500 folders as ranges held the epochs at 33-63 samples
-        for 32 s (docs/performance.md, "Fairness")."""
-        left = [self._left(span, s) for s in span.segments if s.open]
-        rest = sum(x or 0.0 for x in left)
-        self._rest += rest - span.rest
-        span.rest = rest
-        span.version += 1  # a span read to its end too: its queued entry must not set the hold's least
-        if not left:
-            return
-        open_end = unbounded(span)
-        total = span.listed + rest
-        share = min(1.0, (span.listed + span.pending) / total) if total > 0 else 0.0
-        heapq.heappush(self._heap, (0 if open_end else 1, share, -rest, span.version, span.id))
 
     # ------------------------------------------------------------------ learning
     def record(self, seg: Segment, keys: list[str]) -> None:
@@ -378,7 +340,7 @@ class Planner:
                     retire(span, seg)
             elif keys and span.folders[1] > span.folders[0]:
                 self._due.append((seg, keys))  # weighed at the next take (:meth:`_promote`)
-            self._push(span)
+            self._queue.push(span)
 
     def _promote(self, span: SpanState, seg: Segment, keys: list[str]) -> SpanState | None:
         """Make ``seg`` a span of its own when its page, of a range of folders, ends in a folder

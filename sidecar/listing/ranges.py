@@ -10,8 +10,9 @@ import bisect
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from epochfs.sidecar.listing.segments import Segment, SpanState, keys_left, learn_page
-from epochfs.sidecar.store.catalog import Part
+from epochfs.sidecar.listing.learning import learn_page
+from epochfs.sidecar.listing.segments import Segment, SpanState, keys_left
+from epochfs.sidecar.store.listings import Part
 
 
 @dataclass(frozen=True)
@@ -169,7 +170,7 @@ def unsized(span: SpanState) -> bool:
     """Whether ``span`` is a range of folders whose size is not known yet: it has folders no page
     has reached, or an open segment that has read into a folder whose end it has not reached (a
     page that ended there with less than half of it in the folder: :meth:`FolderRanges.promotion`).
-    Such a range's next page comes before any by listed share (:meth:`.Planner._push`), and the
+    Such a range's next page comes before any by listed share (:meth:`.SpanQueue.push`), and the
     listing's skew is not divided by a random sample's spread while one is
     (:func:`.skew.random_spread`). Read by its listed share instead, a range whose first page had
     37 keys of a folder of 28% of 600k keys (1,500 folders of Zipf 1.3 sizes), estimated at 49

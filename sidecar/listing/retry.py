@@ -1,7 +1,7 @@
 """Reading again what the store throttled, in place, until it answers or the sampler stops.
 
 Two reads come before the listing thread exists and so cannot lean on its pause: the ``--index``
-header (:mod:`.indexfile`) and the pages that find the folders (:meth:`.sources.PagedSource.spans`).
+header (:mod:`.indexfile`) and the pages that find the folders (:meth:`.paged.PagedSource.spans`).
 A fleet asks for both at the same instant, so they are where a store throttles first. Ending the
 sampler on such a SlowDown made the supervisor start it again into the same throttle (the fleet
 model counted 2,461 restarts of 1,000 flat-key nodes); reading the one request again after a

@@ -24,7 +24,7 @@ from typing import Any, Protocol
 
 from epochfs.sidecar.remote import RemoteObject
 from epochfs.sidecar.store import Store, classes
-from epochfs.sidecar.store.catalog import ListingState, PageRows, Part
+from epochfs.sidecar.store.listings import ListingState, PageRows, Part
 
 COMPRESS_LEVEL = 6
 """gzip level of the index's temporary members (as the index's own)."""
@@ -88,7 +88,7 @@ class ListingSink(Protocol):
 
 
 class CatalogSink:
-    """The cache's catalog as a :class:`ListingSink`: its :class:`~epochfs.sidecar.store.catalog.
+    """The cache's catalog as a :class:`ListingSink`: its :class:`~epochfs.sidecar.store.listings.
     Listings` (asked of the store at each call: a small view of its index, nothing kept here) and
     its class folders (``Store.record_class_folders``)."""
 

@@ -157,7 +157,7 @@ class HTTPRemote(Remote):
     def __init__(self, *, url: str, index_url: str | None = None, read_timeout: float = 30.0) -> None:
         self.url = url
         self.index_url = index_url or _under(url, "index.txt")
-        self._unanswered = 0
+        self._failed_in_a_row = 0
         route = session_proxy(url)
         self._fs = _filesystem(read_timeout, route)
         # An index on another host (or scheme), which NO_PROXY may cover when the base's is not
@@ -205,7 +205,7 @@ class HTTPRemote(Remote):
 
     def list(self) -> Iterator[RemoteObject]:
         shown = redact(self.index_url)
-        self._unanswered = 0  # keys in a row the server did not answer (_stat)
+        self._failed_in_a_row = 0  # keys in a row the server refused or did not answer (_in_run)
         passed: dict[type[_Passed], tuple[int, int]] = {}  # kind: (how many, the first's line number)
         with self._open_index() as f:
             for number, line in enumerate(_lines(f), 1):
@@ -255,12 +255,14 @@ class HTTPRemote(Remote):
         return RemoteObject(key, found, version)
 
     def _in_run(self, e: _Passed, said: str) -> None:
-        """Count ``e``'s key in the run of keys the server did not give (:data:`UNANSWERED_RUN`);
-        the run's last fails the listing, ``said`` (with ``{}`` for the count) saying why."""
-        self._unanswered += 1
-        if self._unanswered >= UNANSWERED_RUN:
+        """Count ``e``'s key in the run of keys in a row the server refused or did not answer
+        (:data:`UNANSWERED_RUN`); the run's last fails the listing, ``said`` (with ``{}`` for the
+        count) saying why."""
+        self._failed_in_a_row += 1
+        if self._failed_in_a_row >= UNANSWERED_RUN:
+            count = str(self._failed_in_a_row)
             raise RemoteError(f"cannot list {redact(self.url)}: the server "
-                              + said.replace("{}", str(self._unanswered), 1)) from e  # keys may hold braces
+                              + said.replace("{}", count, 1)) from e  # keys may hold braces
 
     def _stat(self, key: str) -> tuple[int | None, str]:
         """(size, version) of ``key``, from a HEAD, else from a GET of its first byte (its
@@ -285,12 +287,12 @@ class HTTPRemote(Remote):
                 self._in_run(e, f"refused or answered none of the last {{}} keys it was asked for ({e})")
                 raise
             except _Passed:
-                self._unanswered = 0
+                self._failed_in_a_row = 0
                 raise
             except Exception as e:
                 raise RemoteError(f"cannot list {redact(self.url)}: {redact(self._object_url(key))}: "
                                   f"{failure_reason(e)}") from e
-            self._unanswered = 0
+            self._failed_in_a_row = 0
             return result
         raise AssertionError("unreachable")  # the last try returns or raises
 

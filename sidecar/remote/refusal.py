@@ -1,5 +1,5 @@
 """What a remote's refusal at the start says is wrong: the cause (:data:`RefusalCause`) that the
-sampler's exit 2 turns into the fix it names (:func:`~epochfs.sidecar.sampler.command.refusal_fix`:
+sampler's exit 2 turns into the fix it names (:func:`~epochfs.sidecar.sampler.refusals.refusal_fix`:
 one line naming the setting to check, never a traceback). Apart from :mod:`.errors` because it
 asks a different question: not which kind of failure an exception is (retry, skip, outage) but
 which setting a user should check; it reads the same chains of causes, with :mod:`.errors`'
@@ -38,7 +38,7 @@ class NoSuchBucket(NotFound):
 
 
 RefusalCause = str
-"""What a refused first listing says is wrong, for the fix the sampler names (sampler/command.py):
+"""What a refused first listing says is wrong, for the fix the sampler names (sampler/refusals.py):
 ``host`` (the name does not resolve), ``certificate`` (TLS refused it), ``credentials`` (none
 found, or the store does not accept them), ``access`` (accepted, but not allowed), ``bucket`` (no
 such bucket or container), ``region`` (another region's bucket), ``missing`` (no such folder,

@@ -16,7 +16,7 @@ wait behind a page commit (docs/listing.md, "The listing and the fetches on one 
 Exit status: 0 after a clean stop, 2 for bad settings (ConfigError: among them a remote that
 answers the first listing with a refusal, no such bucket or folder, access denied, credentials it
 does not accept, or whose host does not exist; the line names the flag, the store's answer and
-what to check: :func:`refusal_message`), 75 (:data:`~epochfs.sidecar.config.EXIT_RETRY`) when
+what to check: :func:`~.refusals.refusal_message`), 75 (:data:`~epochfs.sidecar.config.EXIT_RETRY`) when
 the remote cannot be reached at the start (a store still starting, a DNS server that cannot
 answer now: :func:`~epochfs.sidecar.remote.errors.may_answer_later`), 74
 (:data:`~epochfs.sidecar.config.EXIT_INDEX`) when SQLite finds the index damaged while running or
@@ -37,7 +37,6 @@ import threading
 from pathlib import Path
 from types import FrameType
 from typing import TYPE_CHECKING, Any
-from urllib.parse import urlparse
 
 from epochfs.sidecar import samplerlock
 from epochfs.sidecar.config import EXIT_INDEX, ConfigError, RetryLater, SamplerSettings
@@ -45,13 +44,14 @@ from epochfs.sidecar.download import LocalWriteError
 from epochfs.sidecar.listing import Lister, ListingThread
 from epochfs.sidecar.listing.capacity import check_capacity
 from epochfs.sidecar.listing.indexfile import IndexSource, listing_source, written_from_elsewhere
-from epochfs.sidecar.listing.sources import PagedSource
+from epochfs.sidecar.listing.paged import PagedSource
 from epochfs.sidecar.remote import Remote, RemoteError, open_remote
 from epochfs.sidecar.remote.errors import may_answer_later
-from epochfs.sidecar.remote.refusal import refusal_cause
 from epochfs.sidecar.sampler.identity import check_identity, recorded_listing
-from epochfs.sidecar.sampler.loop import STOP_GRACE, Sampler
+from epochfs.sidecar.sampler.loop import Sampler
 from epochfs.sidecar.sampler.preload import preload_after_first_request
+from epochfs.sidecar.sampler.refusals import one_line, refusal_message
+from epochfs.sidecar.sampler.shutdown import STOP_GRACE
 from epochfs.sidecar.sampler.startstop import closed_on_stop
 from epochfs.sidecar.signals import set_from_handler
 from epochfs.sidecar.store import INDEX_NAME, Meta, NoRoom, Store, StoreError, checkmark, publisherlock
@@ -90,99 +90,6 @@ def _end_forked(forked: tuple[Forked, Connection]) -> None:
     from epochfs.sidecar.listing.child import end_child
 
     end_child(forked)
-
-
-def _host(url: str | None) -> str:
-    """The host of ``url`` (never its userinfo), or "" for none."""
-    return (urlparse(url).hostname or "") if url else ""
-
-
-def _asked_host(flag: str, url: str, endpoint_url: str | None) -> tuple[str, str]:
-    """(the flag that names it, the host) whose name a request for ``url`` looked up, "" for a
-    host no flag names. An object store's URL holds a bucket or container, not a host: its
-    requests go to ``--endpoint-url`` when given (the index on Azurite named the container
-    ``ctr`` as the host that did not resolve), else to the store's own endpoint (an ``az://``
-    URL may name its account's host: ``container@account.blob.core.windows.net``)."""
-    from epochfs.sidecar.remote.objects import in_store
-    from epochfs.sidecar.remote.urls import split_url
-
-    if not in_store(url):
-        return flag, _host(url)
-    if endpoint_url:
-        return "--endpoint-url", _host(endpoint_url)
-    return flag, _host(url) if "@" in split_url(url).host else ""
-
-
-def refusal_fix(settings: SamplerSettings, cause: str | None) -> tuple[str, str]:
-    """(the flag to name, what to do) for a remote that refused the first listing, by the cause
-    :func:`~epochfs.sidecar.remote.refusal.refusal_cause` found: the line a user reads first, in a
-    terminal or in ``kubectl describe pod``'s termination message, must say what to check, not
-    only what the store answered."""
-    s3 = settings.remote.startswith("s3://")
-    endpoint = settings.endpoint_url if s3 else None
-    if settings.index_url:  # the first listing reads the index
-        flag, url = "--index", settings.index_url
-    elif endpoint and cause in ("host", "certificate"):
-        flag, url = "--endpoint-url", endpoint
-    else:
-        flag, url = "--remote", settings.remote
-    if cause == "host" and url.startswith("s3://") and not settings.endpoint_url:
-        # AWS answers every bucket's name (wildcard DNS): the name that failed is AWS's endpoint.
-        fix = (f"AWS's S3 endpoint for bucket {_host(url) or url} does not resolve from this node "
-               f"(S3 resolves every bucket name: not a typo in {flag}): check the node's DNS and "
-               "egress (or AWS_DEFAULT_REGION / --endpoint-url)")
-    elif cause == "host" and (asked := _asked_host(flag, url, settings.endpoint_url))[1]:
-        fix = (f"check the host name in {asked[0]}: {asked[1]} does not resolve from this node "
-               "(a typo, or a name only another network knows)")
-    elif cause == "host":
-        fix = (f"the store's endpoint for {flag} does not resolve from this node: check the node's "
-               "DNS and egress (or --endpoint-url)")
-    elif cause == "certificate":
-        fix = f"check {flag}'s host and its TLS certificate"
-        fix += "; a private CA's bundle goes in AWS_CA_BUNDLE" if s3 else ""
-    elif cause == "credentials" and s3:
-        fix = ("check the credentials: AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY (or AWS_PROFILE, or "
-               f"the pod's IAM role) must be a key {endpoint or 'S3'} accepts")
-    elif cause == "credentials":
-        fix = "check the credentials the store is given (its key, token or SAS)"
-    elif cause == "access" and s3 and flag == "--remote":
-        fix = (f"check that these credentials may list and read {settings.remote} (s3:ListBucket, "
-               "s3:GetObject), and the bucket name in --remote")
-    elif cause == "access":
-        fix = f"check that {flag} may be read with these credentials (or by this user)"
-    elif cause == "bucket":
-        fix = ("check the bucket name in --remote (s3://BUCKET/prefix)" if s3 else
-               "check the bucket or container name in --remote")
-        fix += " and that --endpoint-url is the store that holds it" if endpoint else ""
-    elif cause == "region":
-        fix = "check the bucket's region: set AWS_DEFAULT_REGION to it"
-        fix += ", or --endpoint-url to its region's endpoint" if endpoint else ""
-    elif cause in ("missing", None) and flag == "--remote" and settings.remote.startswith("file:"):
-        fix = "check the path in --remote: the folder must exist on this node"
-    else:
-        fix = f"check {flag}" + (" and --endpoint-url" if endpoint and flag == "--remote" else "")
-    return flag, fix
-
-
-def one_line(said: str) -> str:
-    """A store's answer as one line: the exit's line is the last one on stderr, the one the
-    sidecar reports and ``kubectl describe pod`` shows, and some answers span lines (gcsfs's 403:
-    ``Forbidden: <path>`` and GCS's message under it; the Azure SDK's: the message, its request
-    id, time and code, then ``Content:`` and the answer's body, which repeats the message and is
-    left out)."""
-    lines: list[str] = []
-    for line in said.splitlines():
-        if line.startswith("Content:"):
-            break
-        if line.strip():
-            lines.append(line.strip())
-    return " ".join(lines)
-
-
-def refusal_message(settings: SamplerSettings, e: RemoteError) -> str:
-    """The one line of an exit 2 at the start: the flag, the store's answer, and the fix."""
-    flag, fix = refusal_fix(settings, refusal_cause(e))
-    return f"{flag}: {one_line(str(e)).rstrip('. ')}; {fix}"
 
 
 def index_failed(e: StoreError | sqlite3.DatabaseError, cache: Path, *, checked: bool = True) -> int:

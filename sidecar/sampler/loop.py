@@ -13,13 +13,12 @@ background and hands back the keys of damaged ones, fetched again first. Throttl
 downloads in flight below ``--concurrency`` while the store throttles, and a throttled key is
 never skipped, it waits in :class:`Deferred` for a full-jitter delay and is fetched again first.
 
-Stopping: the workers see the stop flag between blocks and abandon their downloads; finished ones
-are admitted, temp files are removed and reservations released.
+Stopping (:mod:`.shutdown`): the workers see the stop flag between blocks and abandon their
+downloads; finished ones are admitted, temp files are removed and reservations released.
 """
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import queue
 import threading
@@ -34,7 +33,7 @@ from epochfs.sidecar.metrics import process_metrics
 from epochfs.sidecar.ratelimit import RateLimiter
 from epochfs.sidecar.remote import Remote
 from epochfs.sidecar.reservations import Reservations
-from epochfs.sidecar.sampler.admitter import Admitter, discard
+from epochfs.sidecar.sampler.admitter import Admitter
 from epochfs.sidecar.sampler.breaker import OutageBreaker, give_up
 from epochfs.sidecar.sampler.cutter import CutSchedule
 from epochfs.sidecar.sampler.diskspace import DiskSpace, is_disk_full
@@ -42,6 +41,7 @@ from epochfs.sidecar.sampler.order import LISTING_WAIT, FetchOrder
 from epochfs.sidecar.sampler.progress import Rates
 from epochfs.sidecar.sampler.repairs import RepairsInPlace
 from epochfs.sidecar.sampler.room import DiskFull, Room
+from epochfs.sidecar.sampler.shutdown import Shutdown
 from epochfs.sidecar.sampler.throttle import Deferred, FetchWindow
 from epochfs.sidecar.scrub import Scrubber
 from epochfs.sidecar.store import Admission, Candidate, Store, StoreError
@@ -53,9 +53,6 @@ POLL = 0.2
 REPAIRS_EVERY = 5.0
 """Seconds between looks at the samples waiting for a repair in place (the scrub of this process
 hands its own over at once)."""
-STOP_GRACE = 2.0
-"""Seconds the stop waits for in-flight downloads before abandoning them (the supervisor allows
-the sampler 5 s to exit before it kills it)."""
 WINDOW_LOG_EVERY = 10.0
 """Seconds between log lines about the fetch window shrinking (the shrinks between are counted)."""
 LOOK_EVERY = 0.05
@@ -63,7 +60,7 @@ LOOK_EVERY = 0.05
 cache's total read again): each is index reads, and the loop turns every few ms while it fetches."""
 
 
-class Sampler(RepairsInPlace):
+class Sampler(RepairsInPlace, Shutdown):
     """The fetch loop over an opened store and remote (``run_sample`` builds one)."""
 
     def __init__(
@@ -373,43 +370,3 @@ class Sampler(RepairsInPlace):
                              "checks it in full and replaces it")
         self._write(self.store.retire)
         self.reservations.reconcile()
-
-    def _shutdown(self) -> None:
-        """Admit what finished, abandon the rest, remove temp files, release reservations."""
-        self.stop.set()
-        for _ in self._threads:
-            self._tasks.put(None)
-        deadline = time.monotonic() + STOP_GRACE
-        while self._inflight and time.monotonic() < deadline:
-            try:
-                item = self._results.get(timeout=0.1)
-            except queue.Empty:
-                continue
-            if isinstance(item, BaseException):
-                self._fatal = self._fatal or item
-                continue
-            was_inflight = self._inflight.pop(item.candidate.key, None) is not None
-            if isinstance(item, DiskFull):
-                if was_inflight:  # the admitter released its own
-                    self.room.release(item.candidate)
-            elif item.admission is not None and self.room.unreserved(item.candidate):
-                self._admit_repair(item.candidate, item.admission)
-            elif item.admission is not None:
-                self.admitter.hand_over(item.admission)
-            else:
-                self.room.release(item.candidate)
-        try:
-            self.admitter.finish()
-            if self.scrubber is not None:
-                self.scrubber.join(timeout=STOP_GRACE)
-            self.index_check.join(timeout=STOP_GRACE)
-            self.members.join(timeout=STOP_GRACE)
-        finally:
-            for temp in self.downloader.active_temps():
-                discard(temp)  # a volume gone read-only: one line, not a traceback over the cause
-            for cand in self._inflight.values():
-                self.room.release(cand)
-            self._inflight.clear()
-            with contextlib.suppress(Exception):
-                self.reservations.publish()
-                self.store.set_backpressure(None)

@@ -24,7 +24,8 @@ import threading
 from typing import Any
 
 DISK_FULL = "disk full"
-"""The reason that sets ``epochfs_disk_full`` (the Room's :data:`~.room.DISK_FULL`)."""
+"""The backpressure reason of a full node volume, which the Room sets (:mod:`.room`) and which
+sets ``epochfs_disk_full``."""
 
 BACKPRESSURE_HELP = "1 while sampling is paused (nothing evictable, or the disk is full), else 0."
 DISK_FULL_HELP = "1 while sampling is paused because the cache's filesystem is full, else 0."

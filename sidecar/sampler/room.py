@@ -28,13 +28,11 @@ from epochfs.sidecar.config import SamplerSettings, format_size
 from epochfs.sidecar.reservations import Reservations
 from epochfs.sidecar.sampler.condlog import ConditionLog
 from epochfs.sidecar.sampler.diskspace import DiskSpace
-from epochfs.sidecar.sampler.pausegauges import pause_gauges
+from epochfs.sidecar.sampler.pausegauges import DISK_FULL, pause_gauges
 from epochfs.sidecar.store import Admission, Candidate, Store
+from epochfs.sidecar.store.stats import CACHE_FULL
 
 log = logging.getLogger("epochfs.sampler")
-
-CACHE_FULL = "cache full"
-DISK_FULL = "disk full"
 
 
 @dataclass(frozen=True)
@@ -318,4 +316,4 @@ class Room:
                 "an epoch to retire")
 
 
-__all__ = ["CACHE_FULL", "DISK_FULL", "DiskFull", "Room"]
+__all__ = ["DiskFull", "Room"]

@@ -15,9 +15,7 @@ import threading
 from collections.abc import Iterator
 
 from epochfs.sidecar.remote import Remote
-
-STOP_LOOK = 0.1
-"""Seconds between looks at the stop while the start's requests run."""
+from epochfs.sidecar.remote.stoplook import stopped_first
 
 
 @contextlib.contextmanager
@@ -27,10 +25,8 @@ def closed_on_stop(remote: Remote, stop: threading.Event) -> Iterator[None]:
     done = threading.Event()
 
     def watch() -> None:
-        while not done.wait(STOP_LOOK):
-            if stop.is_set():
-                remote.close()
-                return
+        if stopped_first(done, stop):
+            remote.close()
 
     watcher = threading.Thread(target=watch, name="start-stop", daemon=True)
     watcher.start()

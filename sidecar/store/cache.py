@@ -2,8 +2,9 @@
 
 It owns the folder's parts (the SQLite :class:`Index`, the :class:`ObjectFiles`) and puts the
 rules of the other modules of this package behind one object: the catalog queries, eviction,
-epochs and stats. Nothing here knows remotes, FUSE or Kubernetes, so both processes can open the
-same folder and rely on SQLite (WAL mode) for consistency between them.
+epochs (the methods of its base, :mod:`.cacheepochs`) and stats. Nothing here knows remotes, FUSE
+or Kubernetes, so both processes can open the same folder and rely on SQLite (WAL mode) for
+consistency between them.
 
 Every use goes through the process's :class:`IndexHandle`, which follows the index if its files
 change underneath (a reset by another process, a deleted write-ahead log) and resets a damaged
@@ -17,13 +18,12 @@ import os
 import sqlite3
 import threading
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
 from epochfs.sidecar.store import (
     admit,
-    admitted,
     catalog,
     checkup,
     classes,
@@ -32,12 +32,13 @@ from epochfs.sidecar.store import (
     fetchpass,
     integrity,
     journal,
+    listings,
     memberfiles,
-    memberview,
     objectscan,
     recovery,
     stats,
 )
+from epochfs.sidecar.store.cacheepochs import StoreEpochs
 from epochfs.sidecar.store.handle import IndexHandle
 from epochfs.sidecar.store.index import INDEX_NAME, Index, Meta, is_corruption
 from epochfs.sidecar.store.objects import ObjectFiles
@@ -45,7 +46,6 @@ from epochfs.sidecar.store.records import (
     Admission,
     Candidate,
     CatalogRow,
-    EpochInfo,
     FileEntry,
     Policy,
     RecoveryReport,
@@ -58,7 +58,7 @@ from epochfs.sidecar.store.records import (
 from epochfs.sidecar.store.stats import read_stats
 
 
-class Store:
+class Store(StoreEpochs):
     """A cache folder on the node volume. Thread-safe; several processes may open the same folder."""
 
     def __init__(self, root: str | os.PathLike[str], *, create: bool = False) -> None:
@@ -220,9 +220,9 @@ class Store:
     def finalize_catalog(self) -> int:
         return catalog.finalize(self._ix)
 
-    def listings(self) -> catalog.Listings:
+    def listings(self) -> listings.Listings:
         """The catalog's listing side (generations, listers' progress, page commits, relists)."""
-        return catalog.Listings(self._ix)
+        return listings.Listings(self._ix)
 
     def candidates(self, *, after_rank: int | None, limit: int) -> list[tuple[int, Candidate]]:
         return catalog.candidates(self._ix, after_rank=after_rank, limit=limit)
@@ -332,74 +332,6 @@ class Store:
     def set_backpressure(self, reason: str | None) -> None:
         """Sampling paused, and why ("cache full", "disk full"); None when it goes on."""
         self.set_meta(Meta.BACKPRESSURE, reason or "")
-
-    # ------------------------------------------------------------------ epochs
-    def cut_ready(self, n: int) -> bool:
-        """``epoch-n`` can be served now: it is live, or it could be cut at once."""
-        return epochs.cut_ready(self._ix, self.policy(), n)
-
-    def cut(self, n: int | None = None, *, force: bool = False, far: bool = False) -> int | None:
-        """Cut epoch ``n`` (default newest + 1) if its condition holds, or ignoring it with
-        ``force``; ``far``: a jump of more than MAX_JUMP epochs; returns n, else None (see
-        :func:`epochs.cut`)."""
-        return epochs.cut(self._ix, self.policy(), n, force=force, far=far)
-
-    def request_cut(self, n: int) -> bool:
-        return epochs.request_cut(self._ix, self.policy(), n)
-
-    def request_cut_made(self, n: int) -> tuple[bool, bool]:
-        """:meth:`request_cut`, and whether this call made the cut (:func:`.epochs.request_cut_made`)."""
-        return epochs.request_cut_made(self._ix, self.policy(), n)
-
-    def pending_cuts(self) -> list[tuple[int, float]]:
-        return epochs.pending_cuts(self._ix)
-
-    def process_cut_requests(self) -> list[tuple[int, float]]:
-        return epochs.process_cut_requests(self._ix, self.policy())
-
-    def retire(self, *, now: float | None = None) -> list[int]:
-        return epochs.retire(self._ix, self.policy(), now=now)
-
-    # While the index is damaged these answer from the members files (:mod:`.memberview`).
-    def newest_epoch(self) -> int | None:
-        return memberview.or_files(lambda: epochs.newest(self._ix), lambda: memberview.newest(self.root))
-
-    def epochs(self) -> list[EpochInfo]:
-        return memberview.or_files(lambda: epochs.listing(self._ix), lambda: memberview.listing(self.root))
-
-    def epoch_files(self, n: int) -> list[FileEntry]:
-        return memberview.or_files(lambda: epochs.files(self._ix, n), lambda: memberview.files(self.root, n))
-
-    def iter_epoch_files(self, n: int) -> Iterator[FileEntry]:
-        """:meth:`epoch_files` streamed in chunks (KeyError at the first step when ``n`` is not
-        live): the FUSE view builds a 1M-file tree without a list of them."""
-        return memberview.iter_or_files(self.root, n, epochs.iter_files(self._ix, n))
-
-    def samples_after(self, after_id: int, *, limit: int) -> list[admitted.AdmittedSample]:
-        """Samples admitted after id ``after_id``, in admission order (at most ``limit``); with
-        :meth:`sample_id_bounds` and :meth:`epoch_extent`, what a reader needs to follow the next
-        snapshot-mode cut before it is made (the folder view builds its tree ahead, :mod:`.admitted`)."""
-        return admitted.samples_after(self._ix, after_id, limit)
-
-    def sample_id_bounds(self) -> tuple[int, int]:
-        """The lowest and highest sample ids held, (0, 0) when empty: the front the oldest samples
-        leave by, and the admission order's end (lower than before: the index was replaced)."""
-        return admitted.id_bounds(self._ix)
-
-    def epoch_extent(self, n: int) -> admitted.EpochExtent | None:
-        """Live epoch ``n`` as a range of the admission order (its row's ends, count and bytes);
-        None for schedule-mode windows, epochs listed row by row and epochs not live."""
-        return admitted.epoch_extent(self._ix, n)
-
-    def admitted_windows(self) -> admitted.WindowReads:
-        """The reads that follow schedule mode's next window as :meth:`samples_after` and
-        :meth:`epoch_extent` follow the next snapshot cut (the folder view builds it ahead)."""
-        return admitted.WindowReads(lambda: self._ix, self.policy)
-
-    def record_read(self, n: int, *, now: float | None = None) -> bool:
-        """Keep epoch ``n`` pinned for the in-use window; False when the index could not take the
-        write now (busy or full): the caller tries again later."""
-        return epochs.record_read(self._ix, n, now=now)
 
     # ------------------------------------------------------------------ status
     def stats(self) -> Stats:

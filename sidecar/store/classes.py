@@ -9,7 +9,7 @@ reordered. A folder's class index is its place among the folders of the same par
 is the same in every epoch of the cache, and a class that appears later takes the next index.
 
 **The same on every node.** What the listing's folder discovery found
-(:class:`~epochfs.sidecar.listing.sources.PagedSource`: delimiter pages, before any sample, the
+(:class:`~epochfs.sidecar.listing.paged.PagedSource`: delimiter pages, before any sample, the
 same on every node whatever its shard) is in the running listing's parts (``listing_parts``, one
 per class folder in the common ``train/<class>/`` layout); :func:`listing_folders` reads it, and
 the FUSE server records it as soon as a listing runs, before the first cut waits out the

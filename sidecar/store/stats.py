@@ -20,7 +20,8 @@ from epochfs.sidecar.store.records import Policy, Stats
 from epochfs.sidecar.store.snapshot import budget_at_cut
 
 CACHE_FULL = "cache full"
-"""The sampler's backpressure reason for a full cache with nothing evictable (sampler/room.py)."""
+"""The sampler's backpressure reason for a full cache with nothing evictable (sampler/room.py
+imports it from here: the store is below the sampler)."""
 
 FIRST_ROUND_WAIT = 3.0
 """Seconds from a listing's start that the first epoch waits for a page of every folder."""
@@ -32,7 +33,7 @@ def read_stats(ix: Index, policy: Policy) -> Stats:
         samples, nbytes = counters.get("cache_samples", 0), counters.get("cache_bytes", 0)
         inflight = int(ix.get(Meta.INFLIGHT_BYTES) or 0)
         # "1" was written by epochfs before the reason was recorded.
-        reason = {"0": "", "1": "cache full"}.get(ix.get(Meta.BACKPRESSURE) or "", ix.get(Meta.BACKPRESSURE))
+        reason = {"0": "", "1": CACHE_FULL}.get(ix.get(Meta.BACKPRESSURE) or "", ix.get(Meta.BACKPRESSURE))
         catalog = int(ix.get(Meta.CATALOG_OBJECTS) or 0)
         listing = listing_known(db, catalog, excluded=int(counters.get("listing_excluded", 0)),
                                 skipped=int(counters.get("listing_skips", 0)))
@@ -232,8 +233,9 @@ def _listing_known(db: sqlite3.Connection, catalog: int, running: bool, complete
 
 
 LIMIT_MARK = " [object limit "
-"""What follows a recorded listing's name when it had an object limit (``list [object limit 750]``:
-the listing package's ``LIMIT_MARK``, which the store may not import)."""
+"""What follows a recorded listing's name when it had an object limit (``list [object limit 750]``):
+the listing writes it (listing/lister.py imports it from here: the store is below the listing),
+and the store reads the limit back."""
 
 
 def _empty_warning(db: sqlite3.Connection, excluded: int, skipped: int) -> str:

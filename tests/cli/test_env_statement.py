@@ -20,7 +20,7 @@ would misread cannot pass unseen)::
 
 "What the CLI does" is found by running the real parser (``epochfs.sidecar.cli.build_parser``)
 and the real resolution of settings (``config.from_args``, flag, else variable, else default; and
-``config.resolve_log_level``) with the variable set and unset, in this process; a flag *reads its
+``logsettings.resolve_log_level``) with the variable set and unset, in this process; a flag *reads its
 variable* when setting ``EPOCHFS_<FLAG>=V`` without the flag gives what ``--flag V`` gives, and
 *takes flags only* when setting it gives what not setting it gives. Which settings a command
 resolves is read from its handler's source (the ``config.from_args(config.XSettings, ns)`` call),
@@ -41,7 +41,7 @@ from typing import Any
 import pytest
 from common import ROOT
 
-from epochfs.sidecar import cli, config
+from epochfs.sidecar import cli, config, logsettings
 
 README = ROOT / "README.md"
 
@@ -288,7 +288,7 @@ def outcome(command: str, argv: list[str], env: dict[str, str]) -> Outcome:
             if cls is not None:
                 settings = config.from_args(cls, ns)
                 values.update({f.name: getattr(settings, f.name) for f in fields(cls)})
-            values["log_level"] = config.resolve_log_level(getattr(ns, "log_level", None))
+            values["log_level"] = logsettings.resolve_log_level(getattr(ns, "log_level", None))
         except config.ConfigError as e:
             return f"refused: {e}"
     return values

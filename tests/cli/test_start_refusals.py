@@ -38,7 +38,7 @@ from epochfs.sidecar.config import EXIT_RETRY, SamplerSettings
 from epochfs.sidecar.remote import RemoteError
 from epochfs.sidecar.remote.errors import may_answer_later
 from epochfs.sidecar.remote.refusal import refusal_cause
-from epochfs.sidecar.sampler.command import refusal_message
+from epochfs.sidecar.sampler.refusals import refusal_message
 from epochfs.sidecar.store import INDEX_NAME, Store
 
 EPOCHFS = str(Path(sys.executable).with_name("epochfs"))

@@ -45,7 +45,7 @@ from fuse_helpers import EPOCHFS, open_store, sid_of
 from epochfs.sidecar import folderview
 from epochfs.sidecar.folderview import FolderPublisher
 from epochfs.sidecar.store import Admission, CatalogRow, Policy, Schedule, Store
-from epochfs.sidecar.store.catalog import Part
+from epochfs.sidecar.store.listings import Part
 from epochfs.torchclient import layout
 
 ENTRIES = 1500

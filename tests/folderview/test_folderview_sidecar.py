@@ -32,7 +32,7 @@ from folderview_helpers import (
 )
 from sidecar_helpers import Sidecar
 
-from epochfs.torchclient import layout
+from epochfs.torchclient import epochwalk, layout
 
 pytestmark = pytest.mark.skipif(os.geteuid() == 0 and not os.path.exists("/usr/bin/setpriv"),
                                 reason="needs setpriv to drop root")
@@ -61,7 +61,7 @@ def check_epoch(folder: Path, n: int, objects: dict[str, bytes]) -> list[str]:
     assert manifest.paths, f"epoch-{n} is empty"
     for rel in manifest.paths:
         assert (folder / f"epoch-{n}" / rel).read_bytes() == objects[rel], rel
-    assert [p for p, _ in layout.walk_epoch(folder, n)] == manifest.paths
+    assert [p for p, _ in epochwalk.walk_epoch(folder, n)] == manifest.paths
     return manifest.paths
 
 

@@ -28,7 +28,7 @@ from store_helpers import sid_of
 from epochfs.sidecar import folderview_window
 from epochfs.sidecar.folderview_window import WindowTree
 from epochfs.sidecar.store import Admission, CatalogRow, Policy, Schedule, Store
-from epochfs.sidecar.store.catalog import Part
+from epochfs.sidecar.store.listings import Part
 
 
 def admit(store: Store, items: dict[str, bytes]) -> None:

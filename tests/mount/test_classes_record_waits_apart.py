@@ -19,7 +19,7 @@ from fuse_helpers import admit, make_objects, open_store
 from epochfs.fuse.classes import ClassesFile
 from epochfs.fuse.view import View
 from epochfs.sidecar.store import classes
-from epochfs.sidecar.store.catalog import Part
+from epochfs.sidecar.store.listings import Part
 
 LINK_ROOT = Path("/cache/objects-ro")
 HELD = 20.0  # seconds the sampler's stand-in may hold the write lock: far more than a try's 250 ms

@@ -11,7 +11,7 @@ from pathlib import Path
 from fuse_helpers import admit, make_objects, mounted, open_store
 
 from epochfs.sidecar.store import CatalogRow
-from epochfs.sidecar.store.catalog import Part
+from epochfs.sidecar.store.listings import Part
 from epochfs.torchclient.layout import parse_manifest
 
 

@@ -251,7 +251,7 @@ def test_unresolved_store_host_not_guessed_from_the_bucket(tmp_path: Path) -> No
     which no flag names: the fix names the node's DNS, not the bucket or container as a host; an
     ``az://`` URL that names its account's host names that host."""
     from epochfs.sidecar.config import SamplerSettings
-    from epochfs.sidecar.sampler.command import refusal_fix
+    from epochfs.sidecar.sampler.refusals import refusal_fix
 
     for index in ("gs://bkt/idx.jsonl", "az://ctr/idx.jsonl"):
         settings = SamplerSettings(remote=index.replace("idx.jsonl", "d"), index_url=index, cache=tmp_path)

@@ -22,8 +22,9 @@ from xml.sax.saxutils import escape
 import pytest
 
 from epochfs.sidecar.listing.lister import Lister
+from epochfs.sidecar.listing.paged import PagedSource
 from epochfs.sidecar.listing.sinks import IndexSink
-from epochfs.sidecar.listing.sources import PagedSource, Span
+from epochfs.sidecar.listing.span import Span
 from epochfs.sidecar.remote import RemoteError
 from epochfs.sidecar.remote.base import MAX_EMPTY_PAGES
 from epochfs.sidecar.remote.s3 import S3Remote

@@ -10,7 +10,8 @@ import typing
 
 from epochfs.benchmarks._cached_seed import REMOTE, BucketRemote
 from epochfs.benchmarks._keyspaces import KeySpace, parse_spec
-from epochfs.sidecar.listing.sources import PagedSource, Span
+from epochfs.sidecar.listing.paged import PagedSource
+from epochfs.sidecar.listing.span import Span
 from epochfs.sidecar.remote import PagedRemote
 from epochfs.sidecar.remote.s3 import S3Remote
 from epochfs.sidecar.remote.testing import PagedMemoryRemote

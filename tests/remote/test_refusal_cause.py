@@ -23,7 +23,7 @@ from epochfs.sidecar.config import SamplerSettings
 from epochfs.sidecar.remote import Denied, RemoteError, open_remote
 from epochfs.sidecar.remote.errors import library_kind, may_answer_later, translate
 from epochfs.sidecar.remote.refusal import refusal_cause
-from epochfs.sidecar.sampler.command import refusal_message
+from epochfs.sidecar.sampler.refusals import refusal_message
 
 gcsfs_retry = pytest.importorskip("gcsfs.retry", reason="gs:// needs gcsfs (the gcs extra)")
 

@@ -38,7 +38,7 @@ from store_helpers import put
 from epochfs.sidecar import keyorder
 from epochfs.sidecar.listing import Lister, PagedSource
 from epochfs.sidecar.listing.sinks import CatalogSink, ListedPage
-from epochfs.sidecar.listing.sources import Page, Span
+from epochfs.sidecar.listing.span import Page, Span
 from epochfs.sidecar.remote.base import ListedPage as RemotePage
 from epochfs.sidecar.remote.testing import PagedMemoryRemote
 from epochfs.sidecar.sampler.order import LISTING_REFILL, FetchOrder

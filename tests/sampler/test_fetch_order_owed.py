@@ -108,7 +108,7 @@ def test_while_listing_the_pass_goes_up_the_order_no_faster_than_its_pace(tmp_pa
     keys within LEAD times a fair sample's share of the order (plus PACE_START keys' worth), not
     all of the first keys listed; once the listing is complete, the rest."""
     from epochfs.sidecar.sampler.order import LEAD, PACE_START
-    from epochfs.sidecar.store.catalog import Part
+    from epochfs.sidecar.store.listings import Part
 
     store = Store(tmp_path / "cache", create=True)
     store.configure(Policy(capacity=1 << 30, keep_epochs=2, min_samples=1, in_use_seconds=60.0))
@@ -139,7 +139,7 @@ def test_while_the_first_round_of_pages_runs_the_pass_waits_for_it(tmp_path: Pat
     import json
     import time
 
-    from epochfs.sidecar.store.catalog import Part
+    from epochfs.sidecar.store.listings import Part
 
     store = Store(tmp_path / "cache", create=True)
     store.configure(Policy(capacity=1 << 30, keep_epochs=2, min_samples=1, in_use_seconds=60.0))
@@ -165,7 +165,7 @@ def test_a_relist_does_not_pace_the_pass(tmp_path: Path) -> None:
     """A relist runs over a complete catalog: its first pages make the estimate of the whole
     huge (listed / covered), but the pass must go on at full speed, not at a fair sample's pace
     of a dataset it already knows whole."""
-    from epochfs.sidecar.store.catalog import Part
+    from epochfs.sidecar.store.listings import Part
 
     store = Store(tmp_path / "cache", create=True)
     store.configure(Policy(capacity=1 << 30, keep_epochs=2, min_samples=1, in_use_seconds=60.0))
@@ -195,7 +195,7 @@ def test_when_the_pace_falls_the_fetched_keys_stay_the_listed_keys_below_one_ran
     was listed. A cursor stepped back to the lower pace left the keys fetched above it in the
     cache, all from what was listed first (tried: a nested key space's samples 0.10 from the
     folder mix where the listed keys were 0.01)."""
-    from epochfs.sidecar.store.catalog import Part
+    from epochfs.sidecar.store.listings import Part
 
     store = Store(tmp_path / "cache", create=True)
     store.configure(Policy(capacity=1 << 30, keep_epochs=2, min_samples=1, in_use_seconds=60.0))

@@ -29,8 +29,9 @@ from epochfs.benchmarks.synthetic_s3 import Dataset, SyntheticS3
 from epochfs.sidecar.config import SamplerSettings
 from epochfs.sidecar.listing import Lister
 from epochfs.sidecar.listing.child import _list
+from epochfs.sidecar.listing.paged import PagedSource
 from epochfs.sidecar.listing.planner import FIRST_PAGE
-from epochfs.sidecar.listing.sources import PagedSource, Span
+from epochfs.sidecar.listing.span import Span
 from epochfs.sidecar.remote.testing import PagedMemoryRemote
 from epochfs.sidecar.store import Store
 

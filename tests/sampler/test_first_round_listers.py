@@ -14,7 +14,7 @@ from pathlib import Path
 
 from epochfs.sidecar.listing import Lister
 from epochfs.sidecar.listing.lister import FIRST_ROUND_LISTERS
-from epochfs.sidecar.listing.sources import PagedSource
+from epochfs.sidecar.listing.paged import PagedSource
 from epochfs.sidecar.remote.base import ListedPage
 from epochfs.sidecar.remote.testing import PagedMemoryRemote
 from epochfs.sidecar.store import Store

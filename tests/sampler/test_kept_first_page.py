@@ -15,9 +15,10 @@ from typing import Any
 import pytest
 from sampler_helpers import index_rows
 
-from epochfs.sidecar.listing import Lister, sources
+from epochfs.sidecar.listing import Lister, paged
 from epochfs.sidecar.listing.keptpage import KeptPage
-from epochfs.sidecar.listing.sources import Page, PagedSource, Span
+from epochfs.sidecar.listing.paged import PagedSource
+from epochfs.sidecar.listing.span import Page, Span
 from epochfs.sidecar.remote import ListedPage, RemoteError
 from epochfs.sidecar.remote.testing import PagedMemoryRemote
 from epochfs.sidecar.store import Store
@@ -30,7 +31,7 @@ KEYS = {f"k{i:04d}": b"x" for i in range(0, 6000, 2)}
 def one_delimiter_page(monkeypatch: pytest.MonkeyPatch) -> None:
     """The discovery reads its first page and one delimiter page: the first 2,000 keys
     (k0000-k3998) are kept, not the whole remote."""
-    monkeypatch.setattr(sources, "DISCOVERY_PAGES", 1)
+    monkeypatch.setattr(paged, "DISCOVERY_PAGES", 1)
 
 
 def source_after_discovery(page: int) -> tuple[PagedSource, PagedMemoryRemote, int]:

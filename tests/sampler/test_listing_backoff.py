@@ -18,7 +18,7 @@ from common import wait_until
 
 from epochfs.sidecar.listing import Lister, ListingThread
 from epochfs.sidecar.listing.background import QUIET, RETRY_MAX, RETRY_MIN, pause_bound
-from epochfs.sidecar.listing.sources import Page, Span
+from epochfs.sidecar.listing.span import Page, Span
 from epochfs.sidecar.remote import RemoteObject
 from epochfs.sidecar.remote.errors import Throttled
 from epochfs.sidecar.store import Store

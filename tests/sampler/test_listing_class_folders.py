@@ -11,7 +11,7 @@ import threading
 from pathlib import Path
 
 from epochfs.sidecar.listing import Lister, source_for
-from epochfs.sidecar.listing.sources import MAX_FOLDER_SPANS
+from epochfs.sidecar.listing.paged import MAX_FOLDER_SPANS
 from epochfs.sidecar.remote.testing import PagedMemoryRemote
 from epochfs.sidecar.store import Store, classes
 

@@ -24,12 +24,13 @@ from collections import Counter
 
 from range_folders_helpers import zipf_key_space
 
+from epochfs.sidecar.listing.paged import PagedSource
 from epochfs.sidecar.listing.planner import FIRST_PAGE, FULL_PAGE, MAX_PENDING, SPAN_PAGES, Planner, Segment
-from epochfs.sidecar.listing.sources import PagedSource, Span
+from epochfs.sidecar.listing.span import Span
 from epochfs.sidecar.remote import RemoteObject
 from epochfs.sidecar.remote.base import ListedPage
 from epochfs.sidecar.remote.testing import PagedMemoryRemote
-from epochfs.sidecar.store.catalog import Part
+from epochfs.sidecar.store.listings import Part
 
 EMPTY_MD5 = hashlib.md5(b"").hexdigest()
 

@@ -18,7 +18,7 @@ import numpy as np
 from epochfs.sidecar.listing.estimates import skew_and_fair
 from epochfs.sidecar.listing.segments import Segment, SpanState
 from epochfs.sidecar.sampler.order import skew_cap, walk_cap
-from epochfs.sidecar.store.catalog import Part
+from epochfs.sidecar.store.listings import Part
 
 
 def _span(sid: int, prefix: str, size: int, shares: list[float]) -> tuple[SpanState, dict[int, float]]:
@@ -124,9 +124,9 @@ def test_a_flat_listing_read_ahead_at_its_start_still_holds_the_cap() -> None:
 
 
 def test_finished_segments_count_where_they_lay() -> None:
-    """The planner drops a finished segment from its span (:func:`.segments.retire`) and keeps
+    """The planner drops a finished segment from its span (:func:`.learning.retire`) and keeps
     where it started: the cap is the same as with the segment kept."""
-    from epochfs.sidecar.listing.segments import retire  # here: the other tests run without it
+    from epochfs.sidecar.listing.learning import retire  # here: the other tests run without it
 
     states = _mixed(np.random.default_rng(3))
     kept, dropped, left = [], [], {}
@@ -239,7 +239,7 @@ def test_many_finished_segments_are_merged_where_nothing_lies_between_them() -> 
     ``FINISHED_APART`` of a span apart, merging neighbours with no open segment between them
     (one top folder each): the cap is the same as with every one kept, and its pieces few."""
     from epochfs.sidecar.listing.blocks import pieces
-    from epochfs.sidecar.listing.segments import FINISHED_APART, retire
+    from epochfs.sidecar.listing.learning import FINISHED_APART, retire
 
     rng = np.random.default_rng(5)
     shares = [1.0 if rng.random() < 0.9 else float(rng.uniform(0.3, 0.9)) for _ in range(2_000)]

@@ -16,7 +16,7 @@ import random
 from test_listing_commit_bound import _read, _source
 
 from epochfs.sidecar.listing.planner import Planner
-from epochfs.sidecar.store.catalog import Part
+from epochfs.sidecar.store.listings import Part
 
 KEYS = 200_000
 BLOCKS = 20

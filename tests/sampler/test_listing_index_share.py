@@ -16,7 +16,7 @@ from epochfs.sidecar.listing import Lister, source_for
 from epochfs.sidecar.listing.lister import INDEX_SHARE
 from epochfs.sidecar.remote.testing import PagedMemoryRemote
 from epochfs.sidecar.store import Store
-from epochfs.sidecar.store.catalog import Listings
+from epochfs.sidecar.store.listings import Listings
 
 
 def objects(folders: int = 4, per: int = 100) -> dict[str, bytes]:

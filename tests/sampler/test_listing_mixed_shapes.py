@@ -22,11 +22,12 @@ from pathlib import Path
 from typing import Any
 
 from epochfs.sidecar.listing import Lister, source_for
-from epochfs.sidecar.listing.segments import Segment, SpanState, keys_left, learn_page
+from epochfs.sidecar.listing.learning import learn_page
+from epochfs.sidecar.listing.segments import Segment, SpanState, keys_left
 from epochfs.sidecar.remote.testing import PagedMemoryRemote
 from epochfs.sidecar.sampler.order import LEAD, PACE_START, spread_factor, walk_cap
 from epochfs.sidecar.store import Store
-from epochfs.sidecar.store.catalog import Part
+from epochfs.sidecar.store.listings import Part
 
 SEED = 5
 

@@ -20,7 +20,7 @@ from epochfs.sidecar.remote.testing import PagedMemoryRemote
 from epochfs.sidecar.sampler import command
 from epochfs.sidecar.sampler.loop import Sampler
 from epochfs.sidecar.store import Meta
-from epochfs.sidecar.store.catalog import Listings
+from epochfs.sidecar.store.listings import Listings
 
 FOLDERS = ("cat", "dog", "eel", "fox")
 HELD_PAGE = 6

@@ -132,7 +132,7 @@ def test_the_first_round_lasts_until_every_spans_end_is_found() -> None:
     span's size is a guess from its first names, and the fetch order's pace (which divides by
     the estimated whole) let the first names of a flat bucket be fetched at once."""
     from epochfs.sidecar.listing.planner import Planner
-    from epochfs.sidecar.store.catalog import Part
+    from epochfs.sidecar.store.listings import Part
 
     keys = [f"k{i:05d}" for i in range(20_000)]
     planner = Planner([Part(0, "", "", None)], splittable=True, rng=random.Random(3))
@@ -165,7 +165,7 @@ def test_pages_being_read_count_in_their_spans_share_before_they_are_committed()
     against 0.84, and an epoch's folder mix 3-5x a random sample's TV). With the pages being
     read counted in, the pages taken between two commits spread over the spans by their shares."""
     from epochfs.sidecar.listing.planner import Planner, Segment
-    from epochfs.sidecar.store.catalog import Part
+    from epochfs.sidecar.store.listings import Part
 
     folders = [f"class-{c}/" for c in range(6)]
     keys = {f: [f"{f}img-{i:05d}.png" for i in range(20_000)] for f in folders}
@@ -198,7 +198,7 @@ def test_a_flat_span_filling_its_key_shape_is_bounded_and_spread_not_read_from_i
     the open end was read page after page from its first names, and the keys listed in the first
     30 s of a 1M-key listing were its first 47% (five deciles of ten)."""
     from epochfs.sidecar.listing.planner import Planner
-    from epochfs.sidecar.store.catalog import Part
+    from epochfs.sidecar.store.listings import Part
 
     keys = [f"sample-{i:06d}.bin" for i in range(1_000_000)]
     planner = Planner([Part(0, "", "", None)], splittable=True, rng=random.Random(0))
@@ -245,7 +245,7 @@ def test_a_range_of_folders_is_read_from_several_of_its_folders_at_once() -> Non
     ran drew from a fifth of the folders (0.56-0.61x a random sample's folders covered at 1M keys).
     Given the folders the discovery found, a range is split at its folders' starts first."""
     from epochfs.sidecar.listing.planner import Planner
-    from epochfs.sidecar.store.catalog import Part
+    from epochfs.sidecar.store.listings import Part
 
     folders = [f"class-{c:04d}/" for c in range(40)]
     keys = [f"{folder}sample-{i:06d}.bin" for folder in folders for i in range(400)]

@@ -7,7 +7,7 @@ waited while the small folders were listed whole: the listed keys stayed far fro
 
 Pure and in-process: the real :class:`~epochfs.sidecar.listing.planner.Planner` driven over a
 synthetic listing that honours ``StartAfter`` from any string and a stop, as
-:meth:`~epochfs.sidecar.listing.sources.PagedSource.read_page` does, four pages taken at a time
+:meth:`~epochfs.sidecar.listing.paged.PagedSource.read_page` does, four pages taken at a time
 and recorded in a shuffled order (four listers).
 """
 

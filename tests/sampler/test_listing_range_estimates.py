@@ -29,7 +29,7 @@ from range_folders_helpers import folder_ranges, read_batch, zipf_key_space
 from epochfs.sidecar.listing.planner import Planner
 from epochfs.sidecar.listing.ranges import FolderRanges
 from epochfs.sidecar.listing.segments import Segment, SpanState
-from epochfs.sidecar.store.catalog import Part
+from epochfs.sidecar.store.listings import Part
 
 
 @mock.patch("epochfs.sidecar.listing.planner.SKEW_EVERY", 0.0)

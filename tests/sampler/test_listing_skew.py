@@ -28,7 +28,7 @@ from epochfs.sidecar.sampler.order import (
     spread_factor,
 )
 from epochfs.sidecar.store import CatalogRow, Policy, Store
-from epochfs.sidecar.store.catalog import Part
+from epochfs.sidecar.store.listings import Part
 
 
 def _segments(planner: Planner) -> dict[str, Segment]:

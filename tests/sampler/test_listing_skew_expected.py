@@ -13,7 +13,7 @@ from epochfs.sidecar.listing.expected_tv import TV_TARGET, largest_fair_sample, 
 from epochfs.sidecar.listing.segments import Segment, SpanState
 from epochfs.sidecar.listing.skew import _random_tv, fair_samples, listing_skew
 from epochfs.sidecar.sampler.order import skew_cap, walk_cap
-from epochfs.sidecar.store.catalog import Part
+from epochfs.sidecar.store.listings import Part
 
 
 def _monte_carlo_tv(drawn: np.ndarray, target: np.ndarray, n: int, rng: np.random.Generator,

@@ -20,7 +20,7 @@ from epochfs.sidecar.listing.planner import Planner, Segment
 from epochfs.sidecar.listing.segments import keys_left
 from epochfs.sidecar.listing.skew import TEN_FOLDERS, random_spread
 from epochfs.sidecar.sampler.order import FAIR_SPREAD, skew_cap
-from epochfs.sidecar.store.catalog import Part
+from epochfs.sidecar.store.listings import Part
 
 
 def _folders(count: int, each: int) -> dict[str, list[str]]:

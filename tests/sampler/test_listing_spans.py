@@ -8,7 +8,8 @@ fill whole pages (the scale benchmark's 1M keys in 100 folders: 1,101 pages for 
 
 from __future__ import annotations
 
-from epochfs.sidecar.listing.sources import PagedSource, Span
+from epochfs.sidecar.listing.paged import PagedSource
+from epochfs.sidecar.listing.span import Span
 from epochfs.sidecar.remote.testing import PagedMemoryRemote
 
 
@@ -85,7 +86,7 @@ def test_a_folder_with_files_beside_its_folders_stays_one_span() -> None:
 
 def test_many_folders_are_not_looked_into() -> None:
     """At EXPAND_UNDER folders or more, each is a span as found: no LIST request a folder."""
-    from epochfs.sidecar.listing.sources import EXPAND_UNDER
+    from epochfs.sidecar.listing.paged import EXPAND_UNDER
 
     objects = {f"c{c:03d}/v{v}/{i}.bin": b"x"
                for c in range(EXPAND_UNDER) for v in range(2) for i in range(2)}

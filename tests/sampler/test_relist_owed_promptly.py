@@ -21,7 +21,7 @@ from store_helpers import put, sid_of
 
 from epochfs.sidecar.sampler.order import LISTING_REFILL, REFILL, FetchOrder
 from epochfs.sidecar.store import CatalogRow, Policy, Store
-from epochfs.sidecar.store.catalog import Part
+from epochfs.sidecar.store.listings import Part
 
 STEP = 2**64 // 4000
 RANK = {f"k{i:04d}": -(2**63) + (i + 1) * STEP for i in range(2000)}

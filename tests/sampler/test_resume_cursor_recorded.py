@@ -22,7 +22,7 @@ from store_helpers import put, sample_checksums, sid_of
 
 from epochfs.sidecar.sampler.order import FetchOrder
 from epochfs.sidecar.store import CatalogRow, Meta, Policy, Store
-from epochfs.sidecar.store.catalog import Part
+from epochfs.sidecar.store.listings import Part
 
 SIZE = 100
 STEP = 2**64 // 4000

@@ -21,7 +21,7 @@ from epochfs.sidecar.listing.planner import Planner
 from epochfs.sidecar.remote import RemoteObject
 from epochfs.sidecar.sampler.order import skew_cap
 from epochfs.sidecar.store import Store
-from epochfs.sidecar.store.catalog import Part
+from epochfs.sidecar.store.listings import Part
 
 
 def _read(planner: Planner, files: int, rows: int, *, done: set[int]) -> None:

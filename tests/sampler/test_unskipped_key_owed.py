@@ -20,7 +20,7 @@ from store_helpers import put, sid_of
 from epochfs.sidecar.sampler.breaker import give_up
 from epochfs.sidecar.sampler.order import LISTING_REFILL, FetchOrder
 from epochfs.sidecar.store import CatalogRow, Policy, Store
-from epochfs.sidecar.store.catalog import Part
+from epochfs.sidecar.store.listings import Part
 
 KEYS = [f"k{i:04d}" for i in range(1000)]
 RANK = {k: -(2**63) + (i + 1) * (2**64 // 2000) for i, k in enumerate(KEYS)}

@@ -78,8 +78,8 @@ def test_a_listing_whose_globs_left_out_every_key_says_so(tmp_path: Path) -> Non
     """Not 'check --remote's prefix' when the keys are there but --include/--exclude left them all
     out: the warning says that, and the count is the listing's own, not an error."""
     from epochfs.sidecar.store import Store
-    from epochfs.sidecar.store.catalog import PageRows, Part
     from epochfs.sidecar.store.index import Meta
+    from epochfs.sidecar.store.listings import PageRows, Part
 
     store = Store(tmp_path / "cache", create=True)
     store.set_meta(Meta.SAMPLER_REMOTE, "s3://bucket/train")

@@ -14,7 +14,8 @@ from pathlib import Path
 from epochfs.sidecar.catalog import build_catalog
 from epochfs.sidecar.remote.testing import MemoryRemote
 from epochfs.sidecar.store import CatalogRow, Store
-from epochfs.sidecar.store.catalog import SKIPPED_CLASH, PageRows, Part
+from epochfs.sidecar.store.catalog import SKIPPED_CLASH
+from epochfs.sidecar.store.listings import PageRows, Part
 from epochfs.sidecar.store.meta import Meta
 
 

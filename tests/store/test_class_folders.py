@@ -9,7 +9,7 @@ import pytest
 from fuse_helpers import open_store
 
 from epochfs.sidecar.store import classes
-from epochfs.sidecar.store.catalog import Part
+from epochfs.sidecar.store.listings import Part
 from epochfs.torchclient.layout import format_classes, parse_classes
 
 

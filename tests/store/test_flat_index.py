@@ -24,7 +24,7 @@ from epochfs.fuse.view import View
 from epochfs.sidecar.remote.testing import MemoryRemote
 from epochfs.sidecar.status import read_stats
 from epochfs.sidecar.store import INDEX_NAME, CatalogRow, Meta, Policy, Schedule, Store, StoreError
-from epochfs.sidecar.store.catalog import Part
+from epochfs.sidecar.store.listings import Part
 from epochfs.sidecar.store.objects import object_name
 from epochfs.sidecar.store.schema import SCHEMA_VERSION
 

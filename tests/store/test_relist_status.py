@@ -14,7 +14,7 @@ from epochfs.sidecar.listing import Lister, source_for
 from epochfs.sidecar.remote.testing import PagedMemoryRemote
 from epochfs.sidecar.status import render
 from epochfs.sidecar.store import Store
-from epochfs.sidecar.store.catalog import Part
+from epochfs.sidecar.store.listings import Part
 from epochfs.sidecar.store.stats import known_at_cut
 
 

@@ -27,7 +27,7 @@ from PIL import Image
 
 from epochfs.sidecar.folderview import FolderPublisher
 from epochfs.sidecar.store import Store
-from epochfs.sidecar.store.catalog import Part
+from epochfs.sidecar.store.listings import Part
 from epochfs.torchclient import (
     BatchShapeError,
     EpochImageFolder,

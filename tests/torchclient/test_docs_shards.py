@@ -24,7 +24,7 @@ from shards_helpers import parquet_shard, tar_shard
 from test_class_labels_mount import images
 
 from epochfs.sidecar.store import Store
-from epochfs.sidecar.store.catalog import Part
+from epochfs.sidecar.store.listings import Part
 
 pytestmark = [
     pytest.mark.fuse,

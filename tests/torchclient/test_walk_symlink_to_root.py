@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 from epochfs.torchclient import EpochDataset
-from epochfs.torchclient.layout import walk_epoch
+from epochfs.torchclient.epochwalk import walk_epoch
 
 
 def _root(tmp_path: Path) -> Path:

@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 from epochfs.torchclient import EpochDataset
-from epochfs.torchclient.layout import walk_epoch
+from epochfs.torchclient.epochwalk import walk_epoch
 
 
 def make_epoch(tmp_path: Path) -> tuple[Path, Path]:
