@@ -43,6 +43,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import mmap
 import os
 import random
 import threading
@@ -141,8 +142,10 @@ class Downloader:
         block: int = BLOCK,
         rate: RateLimiter | None = None,
         hashers: Callable[[str], checksums.Hasher] = digests.new_hasher,
+        direct: bool = True,
     ) -> None:
-        """``hashers`` makes the one hasher of each body from its algorithm's name."""
+        """``hashers`` makes the one hasher of each body from its algorithm's name; ``direct``:
+        write bodies past the page cache where the volume allows it (:mod:`.tempwrite`)."""
         if block < 4096:
             raise ValueError("block must be at least 4096 bytes")
         self.store = store
@@ -152,6 +155,7 @@ class Downloader:
         self.block = block
         self.rate = rate
         self.hashers = hashers
+        self.direct = direct
         self._lock = threading.Lock()
         self._temps: set[Path] = set()
         self._fresh: set[Path] = set()
@@ -256,7 +260,7 @@ class Downloader:
             self._track(temp)
             try:
                 total = stream_to_temp(reader.readinto, self._buffer(), temp, h, cand.size,
-                                       stop=self.stop, rate=self.rate)
+                                       stop=self.stop, rate=self.rate, direct=self.direct)
             except BaseException:
                 self._forget(temp)
                 raise
@@ -352,10 +356,11 @@ class Downloader:
         raise Transient(f"the parts of the body do not hash to the multipart ETag {wanted}")
 
     def _buffer(self) -> memoryview:
-        """This thread's block buffer, reused by every download it makes (no allocation per block)."""
+        """This thread's block buffer, reused by every download it makes (no allocation per block):
+        anonymous ``mmap`` memory, page-aligned as a direct write's buffer must be."""
         buf: memoryview | None = getattr(self._local, "buf", None)
         if buf is None:
-            buf = self._local.buf = memoryview(bytearray(self.block))
+            buf = self._local.buf = memoryview(mmap.mmap(-1, self.block))
         return buf
 
 

@@ -1,4 +1,6 @@
-"""Each block a download writes goes to the kernel's writeback at once (sidecar/tempwrite.py).
+"""Each block a download writes buffered goes to the kernel's writeback at once
+(sidecar/tempwrite.py; where it writes buffered: a volume without ``O_DIRECT``, or
+``Downloader(direct=False)``).
 
 The fsync before admission is the one wait a download slot makes on the disk; without the hint
 the kernel starts writing a body's pages only when that fsync asks, so the slot waited for the
@@ -37,7 +39,7 @@ CHILD = textwrap.dedent("""
     remote = open_remote(f"file://{data}")
     listed = {str(o.key): o for o in remote.list()}["big.bin"]
     dl = Downloader(store=store, remote=remote, stop=threading.Event(),
-                    retry=RetryPolicy(attempts=1, base=0.0, cap=0.0))
+                    retry=RetryPolicy(attempts=1, base=0.0, cap=0.0), direct=False)
     sid = hashlib.blake2b(b"big.bin", digest_size=16).hexdigest()
     result = dl.fetch(Candidate("big.bin", sid, listed.size, listed.version))
     assert result.error is None and result.admission is not None, result.error

@@ -1,0 +1,177 @@
+"""Bodies are written to their temp files past the page cache (``O_DIRECT``) where the volume
+allows it (sidecar/tempwrite.py): full blocks from the downloader's page-aligned buffer, a
+body's last partial block rounded up to a boundary and the file cut back to the body's length.
+
+All against the real kernel on the test's own disk: bodies of every awkward size land byte for
+byte whatever pieces the reader hands over; the real :class:`Downloader` fetching through the
+``file://`` remote under the real ``strace`` opens its temp file ``O_DIRECT`` and writes aligned
+blocks; a real FUSE volume that refuses ``O_DIRECT`` (tests/refusing_fs.py) and a buffer the
+kernel cannot align are written buffered, byte for byte.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import mmap
+import os
+import re
+import shutil
+import subprocess
+import sys
+import textwrap
+import threading
+from pathlib import Path
+
+import pytest
+from refusing_fs import REFUSED, refusing_mount
+
+from epochfs.sidecar import tempwrite
+from epochfs.sidecar.remote.base import Changed
+from epochfs.sidecar.store.digests import new_hasher
+
+BLOCK = 1 << 20
+SIZES = [0, 1, 4095, 4096, 4097, BLOCK - 1, BLOCK, BLOCK + 1, 3 * BLOCK + 12_345]
+
+
+def _buffer() -> memoryview:
+    return memoryview(mmap.mmap(-1, BLOCK))
+
+
+class Trickle(io.RawIOBase):
+    """A body handed over at most ``most`` bytes a call, as a socket does."""
+
+    def __init__(self, body: bytes, most: int) -> None:
+        self.src, self.most = io.BytesIO(body), most
+
+    def readinto(self, b: memoryview) -> int:  # type: ignore[override]
+        return self.src.readinto(b[:self.most])
+
+
+def _write(body: bytes, temp: Path, *, most: int, buf: memoryview | None = None, direct: bool = True) -> int:
+    h = new_hasher("crc64nvme")
+    n = tempwrite.stream_to_temp(Trickle(body, most).readinto, buf if buf is not None else _buffer(),
+                                 temp, h, len(body), stop=threading.Event(), direct=direct)
+    return n
+
+
+@pytest.mark.parametrize("size", SIZES)
+@pytest.mark.parametrize("most", [BLOCK, 1000, 65_536])
+def test_a_body_of_any_size_lands_byte_for_byte(tmp_path: Path, size: int, most: int) -> None:
+    body = os.urandom(size)
+    temp = tmp_path / "t.part"
+    assert _write(body, temp, most=most) == size
+    assert temp.stat().st_size == size  # the rounded-up last block cut back
+    assert temp.read_bytes() == body
+
+
+def test_a_body_longer_than_listed_is_refused_before_its_extra_bytes(tmp_path: Path) -> None:
+    body = os.urandom(BLOCK + 10)
+    temp = tmp_path / "t.part"
+    with pytest.raises(Changed):
+        tempwrite.stream_to_temp(Trickle(body, 4096).readinto, _buffer(), temp, new_hasher("crc64nvme"),
+                                 BLOCK, stop=threading.Event())
+    assert temp.stat().st_size <= BLOCK
+
+
+CHILD = textwrap.dedent("""
+    import hashlib, sys, threading
+    from pathlib import Path
+    from epochfs.sidecar.download import Downloader, RetryPolicy
+    from epochfs.sidecar.remote import open_remote
+    from epochfs.sidecar.store import Candidate, Store
+
+    data, cache = Path(sys.argv[1]), Path(sys.argv[2])
+    store = Store(cache, create=True)
+    remote = open_remote(f"file://{data}")
+    listed = {str(o.key): o for o in remote.list()}["big.bin"]
+    dl = Downloader(store=store, remote=remote, stop=threading.Event(),
+                    retry=RetryPolicy(attempts=1, base=0.0, cap=0.0))
+    sid = hashlib.blake2b(b"big.bin", digest_size=16).hexdigest()
+    result = dl.fetch(Candidate("big.bin", sid, listed.size, listed.version))
+    assert result.error is None and result.admission is not None, result.error
+    print(result.admission.temp)
+""")
+
+
+def test_the_downloader_writes_direct_in_aligned_blocks(tmp_path: Path) -> None:
+    """What the kernel is asked, seen by strace: the temp file opened ``O_DIRECT``, four 1 MiB
+    writes and the 100-byte tail written as one 4 KiB block, the file cut back to its length,
+    then the fsync; no writeback hint (a direct write leaves no dirty page)."""
+    strace = shutil.which("strace")
+    assert strace is not None, "strace is a test dependency (Makefile APT_PACKAGES)"
+    size = 4 * BLOCK + 100
+    data = tmp_path / "data"
+    data.mkdir()
+    body = os.urandom(size)
+    (data / "big.bin").write_bytes(body)
+    log = tmp_path / "strace"
+    out = subprocess.run(
+        [strace, "-ff", "-qq", "-e", "trace=openat,pwrite64,ftruncate,fsync,sync_file_range", "-o", str(log),
+         sys.executable, "-c", CHILD, str(data), str(tmp_path / "cache")],
+        capture_output=True, text=True, timeout=120, check=False)
+    assert out.returncode == 0, out.stderr[-2000:]
+    temp = Path(out.stdout.strip())
+    assert hashlib.sha256(temp.read_bytes()).digest() == hashlib.sha256(body).digest()
+    opening = r'openat\(.*"' + re.escape(str(temp)) + r'", ([A-Z_|]+)(?:, \d+)?\) = (\d+)$'
+    threads = [f.read_text().splitlines() for f in tmp_path.glob("strace.*")]
+    lines = next((t for t in threads if any(re.search(opening, line) for line in t)), [])
+    opened = [(m.group(1), m.group(2)) for line in lines if (m := re.search(opening, line))]
+    assert len(opened) == 1 and "O_DIRECT" in opened[0][0].split("|"), opened
+    fd = opened[0][1]
+    calls = [m.group(1) for line in lines if (m := re.match(rf"(\w+)\({fd}\b", line))]
+    writes = [(int(m.group(1)), int(m.group(2))) for line in lines
+              if (m := re.match(rf"pwrite64\({fd}, .*, (\d+), (\d+)\)\s+= \d+$", line))]
+    assert writes == [(BLOCK, 0), (BLOCK, BLOCK), (BLOCK, 2 * BLOCK), (BLOCK, 3 * BLOCK), (4096, 4 * BLOCK)]
+    assert calls == ["pwrite64"] * 5 + ["ftruncate", "fsync"], calls
+    assert any(re.match(rf"ftruncate\({fd}, {size}\)\s+= 0$", line) for line in lines)
+
+
+def test_a_volume_that_refuses_direct_writes_gets_them_buffered(tmp_path: Path) -> None:
+    source = tmp_path / "source"
+    source.mkdir()
+    with refusing_mount(source, tmp_path / "mnt") as mnt:
+        for size in (BLOCK + 7, 4096):
+            body = os.urandom(size)
+            temp = mnt / f"t{size}.part"
+            assert _write(body, temp, most=65_536) == size
+            assert temp.read_bytes() == body
+        refused = (source / REFUSED).read_text().split()
+    assert refused == [f"/t{BLOCK + 7}.part", "/t4096.part"]  # each asked direct once, then buffered
+
+
+def test_a_buffer_the_kernel_cannot_align_is_written_buffered(tmp_path: Path) -> None:
+    """A buffer one byte off a page: the kernel refuses the direct write (EINVAL), the file's
+    ``O_DIRECT`` is cleared and the same block written buffered."""
+    backing = mmap.mmap(-1, BLOCK + 4096)
+    buf = memoryview(backing)[1:BLOCK + 1]
+    body = os.urandom(2 * BLOCK + 33)
+    temp = tmp_path / "t.part"
+    assert _write(body, temp, most=BLOCK, buf=buf) == len(body)
+    assert temp.read_bytes() == body
+    buf.release()
+    backing.close()
+
+
+def test_direct_false_writes_buffered(tmp_path: Path) -> None:
+    """``direct=False`` never opens the file ``O_DIRECT`` (the flag is the file's own)."""
+    body = os.urandom(BLOCK + 5)
+    temp = tmp_path / "t.part"
+    flags: list[int] = []
+    real_fsync = os.fsync
+
+    def seen(fd: int) -> None:
+        import fcntl
+
+        flags.append(fcntl.fcntl(fd, fcntl.F_GETFL))
+        real_fsync(fd)
+
+    mp = pytest.MonkeyPatch()
+    mp.setattr(os, "fsync", seen)
+    try:
+        _write(body, temp, most=BLOCK, direct=False)
+        _write(body, tmp_path / "u.part", most=BLOCK)
+    finally:
+        mp.undo()
+    assert temp.read_bytes() == body
+    assert [bool(f & os.O_DIRECT) for f in flags] == [False, True]
