@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from bench_helpers import run_benchmark
 
-from epochfs.benchmarks.fetch import Run, after_start_up
+from epochfs.benchmarks._fetch_report import Run, after_start_up
 
 
 def _run(tool: str, seconds: float, first_object: float, steady: float | None = None) -> Run:

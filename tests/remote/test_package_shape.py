@@ -14,7 +14,9 @@
 - comments and docstrings give today's reasons, not the history of a change (``as before``,
   ``(issue 24``, ``stop 38``), which the commit log keeps;
 - no module of the remote package is over :data:`LONGEST` lines: one concern a module, read in
-  one sitting (``s3`` and ``errors`` were split along their seams: ``s3read``, ``librules``).
+  one sitting (``s3`` and ``errors`` were split along their seams: ``s3read``, ``librules``);
+  nor any module of epochfs (``sidecar/``, ``fuse/``, ``torchclient/``) or of its benchmarks
+  (``benchmarks/``), each over-long module named with its count.
 
 The graph is grimp's (import-linter's, ``make lint``), built from the sources; the rest reads the
 modules' syntax trees. Nothing is imported or run.
@@ -326,6 +328,19 @@ def test_no_module_of_the_remote_package_is_over_the_longest() -> None:
     assert len(lengths) > 10 and "s3.py" in lengths  # the package was found
     over = {name: n for name, n in lengths.items() if n > LONGEST}
     assert not over, f"over {LONGEST} lines: {over}"
+
+
+LENGTH_CHECKED = sorted(p for folder in ("sidecar", "fuse", "torchclient", "benchmarks")
+                        for p in (ROOT / folder).rglob("*.py") if "__pycache__" not in p.parts)
+"""Every module of epochfs and of its benchmarks: where no module may hold more than one concern."""
+
+
+def test_no_module_of_epochfs_or_its_benchmarks_is_over_the_longest() -> None:
+    folders = {p.relative_to(ROOT).parts[0] for p in LENGTH_CHECKED}
+    assert folders == {"sidecar", "fuse", "torchclient", "benchmarks"}, folders  # each was found
+    lengths = {str(p.relative_to(ROOT)): len(p.read_text().splitlines()) for p in LENGTH_CHECKED}
+    over = sorted(f"{name} {n}" for name, n in lengths.items() if n > LONGEST)
+    assert not over, f"over {LONGEST} lines: {', '.join(over)}"
 
 
 @pytest.mark.parametrize("path", FILES, ids=lambda p: str(p.relative_to(ROOT)))
