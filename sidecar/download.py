@@ -257,10 +257,14 @@ class Downloader:
                         if etag_is_md5 else None)
             plan = checksums.choose(reader.checksum, md5_etag)
             h = self.hashers(plan.algorithm)
+            # A body checked against a multipart ETag is read back from the file (_verify_parts):
+            # written buffered, that read finds its pages in the page cache, not on the disk.
+            read_back = (plan.kind is None and etag_is_md5
+                         and checksums.multipart_etag(reader.etag or cand.version) is not None)
             self._track(temp)
             try:
                 total = stream_to_temp(reader.readinto, self._buffer(), temp, h, cand.size,
-                                       stop=self.stop, rate=self.rate, direct=self.direct)
+                                       stop=self.stop, rate=self.rate, direct=self.direct and not read_back)
             except BaseException:
                 self._forget(temp)
                 raise

@@ -258,3 +258,30 @@ def test_a_proxy_that_drops_head_lengths_leaves_multipart_objects_checked_by_siz
         assert result.admission.verified == "size-only" and result.admission.checksum == "size-only"
         assert result.admission.temp.read_bytes() == bodies[key]
     assert any("Content-Length 0" in r.message and "proxy" in r.message for r in caplog.records)
+
+
+def test_only_a_body_read_back_for_its_multipart_etag_is_written_buffered(
+        s3: S3Server, bodies: dict[str, bytes], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Bodies are written past the page cache (``O_DIRECT``, sidecar/tempwrite.py), but one checked
+    against a multipart ETag is hashed again from its file, part by part: written buffered, that
+    read finds its pages in the page cache instead of reading the whole body back from the disk.
+    Each temp file's flags are seen at its fsync."""
+    import fcntl
+
+    direct: dict[str, bool] = {}
+    real_fsync = os.fsync
+    current: list[str] = []
+
+    def seen_fsync(fd: int) -> None:
+        if current and os.readlink(f"/proc/self/fd/{fd}").endswith(".part"):  # a download's temp file
+            direct.setdefault(current[0], bool(fcntl.fcntl(fd, fcntl.F_GETFL) & os.O_DIRECT))
+        real_fsync(fd)
+
+    monkeypatch.setattr(os, "fsync", seen_fsync)
+    for key, (kind, _) in KINDS.items():
+        current[:] = [key]
+        with downloader(tmp_path / key.replace("/", "_"), s3.endpoint) as (d, _):
+            result = d.fetch(candidate(s3, key))
+        assert result.admission is not None and result.admission.verified == kind, result
+        assert result.admission.temp.read_bytes() == bodies[key]
+    assert direct == {key: kind != "etag-multipart" for key, (kind, _) in KINDS.items()}, direct

@@ -11,6 +11,7 @@ kernel cannot align are written buffered, byte for byte.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import io
 import mmap
@@ -21,6 +22,7 @@ import subprocess
 import sys
 import textwrap
 import threading
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -175,3 +177,38 @@ def test_direct_false_writes_buffered(tmp_path: Path) -> None:
         mp.undo()
     assert temp.read_bytes() == body
     assert [bool(f & os.O_DIRECT) for f in flags] == [False, True]
+
+
+@pytest.fixture
+def small_blocks(tmp_path: Path) -> Iterator[Path]:
+    """A real 8 MiB ext4 volume of 1 KiB blocks (mkfs.ext4's choice for small volumes), loop
+    mounted for the test and always unmounted."""
+    image, mnt = tmp_path / "vol.img", tmp_path / "vol"
+    with open(image, "wb") as f:
+        f.truncate(8 << 20)
+    subprocess.run(["mkfs.ext4", "-q", "-F", "-b", "1024", "-m", "0", str(image)], check=True)
+    mnt.mkdir()
+    subprocess.run(["mount", "-o", "loop", str(image), str(mnt)], check=True)
+    try:
+        yield mnt
+    finally:
+        subprocess.run(["umount", str(mnt)], check=False)
+
+
+def test_a_last_block_whose_padding_does_not_fit_is_written_buffered(small_blocks: Path) -> None:
+    """Within 3 KiB of full on a volume of 1 KiB blocks, a 1,025-byte body fits (two blocks) but
+    its last block rounded up to 4 KiB does not: the direct write's ENOSPC sends the body's own
+    bytes buffered, not a full disk to the sampler."""
+    filler = small_blocks / "filler"
+    fd = os.open(filler, os.O_WRONLY | os.O_CREAT, 0o600)
+    with contextlib.suppress(OSError):  # until the volume is full
+        while True:
+            os.write(fd, b"\1" * 1024)
+    os.close(fd)
+    os.truncate(filler, filler.stat().st_size - 2048)
+    os.sync()
+    assert os.statvfs(small_blocks).f_bavail * os.statvfs(small_blocks).f_frsize < 4096
+    body = os.urandom(1025)
+    temp = small_blocks / "t.part"
+    assert _write(body, temp, most=BLOCK) == len(body)
+    assert temp.read_bytes() == body
