@@ -5,7 +5,6 @@
 from __future__ import annotations
 
 import math
-import statistics
 from collections.abc import Callable, Sequence
 
 from epochfs.sidecar.listing.blocks import block_fair_samples
@@ -187,6 +186,8 @@ def _outgrown(spans: Sequence[SpanState], *, ends_unknown: bool) -> bool:
             finished.append(span.listed / folders)
         elif folders == 1 and any(s.open and span.is_tail(s) for s in span.segments):
             open_folders.append(span.listed)
+    import statistics  # here: it imports decimal (6 ms), on the sampler's way to its first request
+
     return bool(open_folders and finished) and max(open_folders) > statistics.median(finished)
 
 

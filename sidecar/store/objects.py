@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import uuid
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Protocol
@@ -45,7 +44,7 @@ def ensure_marker(objects_dir: Path) -> None:
     if markers(objects_dir):
         return
     with contextlib.suppress(OSError):
-        os.mkdir(objects_dir / f"{MARKER_PREFIX}{uuid.uuid4().hex}", 0o755)
+        os.mkdir(objects_dir / f"{MARKER_PREFIX}{os.urandom(16).hex()}", 0o755)
 
 
 def object_name(sid: str) -> str:
@@ -139,7 +138,7 @@ class ObjectFiles:
 
     def temp_path(self) -> Path:
         """A fresh temp file name for one download (in tmp/, removed at start-up if left)."""
-        return self.tmp_dir / f"{uuid.uuid4().hex}.part"
+        return self.tmp_dir / f"{os.urandom(16).hex()}.part"
 
     def install(self, items: Iterable[Admission]) -> None:
         """Rename fsynced temp files into place, read-only, and fsync the folders they went to
