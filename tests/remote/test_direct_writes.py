@@ -17,16 +17,14 @@ import io
 import mmap
 import os
 import re
-import shutil
 import subprocess
-import sys
-import textwrap
 import threading
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from refusing_fs import REFUSED, refusing_mount
+from traced_download import traced_download
 
 from epochfs.sidecar import tempwrite
 from epochfs.sidecar.remote.base import Changed
@@ -76,51 +74,16 @@ def test_a_body_longer_than_listed_is_refused_before_its_extra_bytes(tmp_path: P
     assert temp.stat().st_size <= BLOCK
 
 
-CHILD = textwrap.dedent("""
-    import hashlib, sys, threading
-    from pathlib import Path
-    from epochfs.sidecar.download import Downloader, RetryPolicy
-    from epochfs.sidecar.remote import open_remote
-    from epochfs.sidecar.store import Candidate, Store
-
-    data, cache = Path(sys.argv[1]), Path(sys.argv[2])
-    store = Store(cache, create=True)
-    remote = open_remote(f"file://{data}")
-    listed = {str(o.key): o for o in remote.list()}["big.bin"]
-    dl = Downloader(store=store, remote=remote, stop=threading.Event(),
-                    retry=RetryPolicy(attempts=1, base=0.0, cap=0.0))
-    sid = hashlib.blake2b(b"big.bin", digest_size=16).hexdigest()
-    result = dl.fetch(Candidate("big.bin", sid, listed.size, listed.version))
-    assert result.error is None and result.admission is not None, result.error
-    print(result.admission.temp)
-""")
-
-
 def test_the_downloader_writes_direct_in_aligned_blocks(tmp_path: Path) -> None:
     """What the kernel is asked, seen by strace: the temp file opened ``O_DIRECT``, four 1 MiB
     writes and the 100-byte tail written as one 4 KiB block, the file cut back to its length,
     then the fsync; no writeback hint (a direct write leaves no dirty page)."""
-    strace = shutil.which("strace")
-    assert strace is not None, "strace is a test dependency (Makefile APT_PACKAGES)"
     size = 4 * BLOCK + 100
-    data = tmp_path / "data"
-    data.mkdir()
     body = os.urandom(size)
-    (data / "big.bin").write_bytes(body)
-    log = tmp_path / "strace"
-    out = subprocess.run(
-        [strace, "-ff", "-qq", "-e", "trace=openat,pwrite64,ftruncate,fsync,sync_file_range", "-o", str(log),
-         sys.executable, "-c", CHILD, str(data), str(tmp_path / "cache")],
-        capture_output=True, text=True, timeout=120, check=False)
-    assert out.returncode == 0, out.stderr[-2000:]
-    temp = Path(out.stdout.strip())
-    assert hashlib.sha256(temp.read_bytes()).digest() == hashlib.sha256(body).digest()
-    opening = r'openat\(.*"' + re.escape(str(temp)) + r'", ([A-Z_|]+)(?:, \d+)?\) = (\d+)$'
-    threads = [f.read_text().splitlines() for f in tmp_path.glob("strace.*")]
-    lines = next((t for t in threads if any(re.search(opening, line) for line in t)), [])
-    opened = [(m.group(1), m.group(2)) for line in lines if (m := re.search(opening, line))]
-    assert len(opened) == 1 and "O_DIRECT" in opened[0][0].split("|"), opened
-    fd = opened[0][1]
+    traced = traced_download(tmp_path, body, "pwrite64,ftruncate,fsync,sync_file_range", direct=True)
+    assert hashlib.sha256(traced.temp.read_bytes()).digest() == hashlib.sha256(body).digest()
+    assert "O_DIRECT" in traced.flags, traced.flags
+    fd, lines = traced.fd, traced.lines
     calls = [m.group(1) for line in lines if (m := re.match(rf"(\w+)\({fd}\b", line))]
     writes = [(int(m.group(1)), int(m.group(2))) for line in lines
               if (m := re.match(rf"pwrite64\({fd}, .*, (\d+), (\d+)\)\s+= \d+$", line))]

@@ -14,60 +14,21 @@ from __future__ import annotations
 
 import os
 import re
-import shutil
-import subprocess
-import sys
-import textwrap
 from pathlib import Path
 
 import pytest
+from traced_download import traced_download
 
 from epochfs.sidecar import tempwrite
 
 SIZE = 4 << 20
 BLOCK = 1 << 20
 
-CHILD = textwrap.dedent("""
-    import hashlib, sys, threading
-    from pathlib import Path
-    from epochfs.sidecar.download import Downloader, RetryPolicy
-    from epochfs.sidecar.remote import open_remote
-    from epochfs.sidecar.store import Candidate, Store
-
-    data, cache = Path(sys.argv[1]), Path(sys.argv[2])
-    store = Store(cache, create=True)
-    remote = open_remote(f"file://{data}")
-    listed = {str(o.key): o for o in remote.list()}["big.bin"]
-    dl = Downloader(store=store, remote=remote, stop=threading.Event(),
-                    retry=RetryPolicy(attempts=1, base=0.0, cap=0.0), direct=False)
-    sid = hashlib.blake2b(b"big.bin", digest_size=16).hexdigest()
-    result = dl.fetch(Candidate("big.bin", sid, listed.size, listed.version))
-    assert result.error is None and result.admission is not None, result.error
-    print(result.admission.temp)
-""")
-
-
 def test_every_block_is_sent_to_writeback_before_the_fsync(tmp_path: Path) -> None:
-    strace = shutil.which("strace")
-    assert strace is not None, "strace is a test dependency (Makefile APT_PACKAGES)"
-    data = tmp_path / "data"
-    data.mkdir()
     body = bytes(range(256)) * (SIZE // 256)
-    (data / "big.bin").write_bytes(body)
-    log = tmp_path / "strace"  # one file per thread (-ff): a call is never split across lines
-    out = subprocess.run(
-        [strace, "-ff", "-qq", "-e", "trace=openat,sync_file_range,fsync", "-o", str(log),
-         sys.executable, "-c", CHILD, str(data), str(tmp_path / "cache")],
-        capture_output=True, text=True, timeout=120, check=False)
-    assert out.returncode == 0, out.stderr[-2000:]
-    temp = Path(out.stdout.strip())
-    assert temp.read_bytes() == body
-    opening = r'openat\(.*"' + re.escape(str(temp)) + r'".*\) = (\d+)$'
-    threads = [f.read_text().splitlines() for f in tmp_path.glob("strace.*")]
-    lines = next((t for t in threads if any(re.search(opening, line) for line in t)), [])
-    opened = [m.group(1) for line in lines if (m := re.search(opening, line))]
-    assert len(opened) == 1, f"the temp file opened once for writing: {opened}"
-    fd = opened[0]
+    traced = traced_download(tmp_path, body, "sync_file_range,fsync", direct=False)
+    assert traced.temp.read_bytes() == body
+    fd, lines = traced.fd, traced.lines
     asked = [(int(m.group(1)), int(m.group(2)), m.group(3)) for line in lines
              if (m := re.search(rf"sync_file_range\({fd}, (\d+), (\d+), (\w+)\) = 0$", line))]
     assert asked == [(i * BLOCK, BLOCK, "SYNC_FILE_RANGE_WRITE") for i in range(SIZE // BLOCK)], asked
