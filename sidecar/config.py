@@ -152,6 +152,12 @@ class SamplerSettings(CacheSettings):
                               "CPU (page parsing, key checks) then does not share the sampler's "
                               "interpreter lock; 0 lists on threads of the sampler's process",
                               default=True, parse=_switch)
+    direct_writes: bool = _opt("--direct-writes",
+                               "write downloaded bodies past the page cache, O_DIRECT (1/0): less CPU "
+                               "and no dirty pages charged to the container's memory; a sample's first "
+                               "read then comes from the disk. Volumes that refuse O_DIRECT are written "
+                               "buffered either way",
+                               default=True, parse=_switch)
     relist_interval: float = _opt("--relist-interval",
                                   "list the remote again every N seconds in the background to pick up "
                                   "new and deleted keys (0: never; `epochfs relist` asks at any time)",

@@ -88,6 +88,7 @@ class Sampler(RepairsInPlace, Shutdown):
         self.downloader = Downloader(
             store=store, remote=remote, retry=RetryPolicy(attempts=settings.retries), stop=stop,
             rate=RateLimiter(rate=settings.max_rate) if settings.max_rate else None,
+            direct=settings.direct_writes,
         )
         self.breaker = breaker or OutageBreaker()
         self.window = FetchWindow(settings.concurrency)

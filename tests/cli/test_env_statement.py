@@ -161,6 +161,7 @@ VALUES: dict[str, tuple[str, str]] = {
     "--capacity": ("3Gi", "5Gi"),
     "--concurrency": ("3", "5"),
     "--cut-interval": ("7", "9"),
+    "--direct-writes": ("0", "1"),
     "--endpoint-url": ("http://v.invalid", "http://w.invalid"),
     "--epoch": ("3", "5"),
     "--exclude": ("*.tmp", "*.json"),

@@ -17,13 +17,19 @@ import io
 import mmap
 import os
 import re
+import shutil
+import signal
+import sqlite3
 import subprocess
+import sys
 import threading
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from common import wait_until
 from refusing_fs import REFUSED, refusing_mount
+from sampler_helpers import index_rows
 from traced_download import traced_download
 
 from epochfs.sidecar import tempwrite
@@ -175,3 +181,41 @@ def test_a_last_block_whose_padding_does_not_fit_is_written_buffered(small_block
     temp = small_blocks / "t.part"
     assert _write(body, temp, most=BLOCK) == len(body)
     assert temp.read_bytes() == body
+
+
+@pytest.mark.parametrize(("args", "direct"), [((), True), (("--direct-writes", "0"), False)])
+def test_the_sampler_writes_direct_unless_told_not_to(tmp_path: Path, args: tuple[str, ...],
+                                                       direct: bool) -> None:
+    """``epochfs sample`` itself, under strace: its temp files opened ``O_DIRECT`` by default, and
+    without it with ``--direct-writes 0`` (the operator's choice: a first read from the page cache)."""
+    strace = shutil.which("strace")
+    assert strace is not None, "strace is a test dependency (Makefile APT_PACKAGES)"
+    data, cache, log = tmp_path / "data", tmp_path / "cache", tmp_path / "strace"
+    data.mkdir()
+    for i in range(3):
+        (data / f"{i}.bin").write_bytes(os.urandom(200_000 + i))
+    epochfs = str(Path(sys.executable).parent / "epochfs")
+    proc = subprocess.Popen([strace, "-f", "-qq", "-e", "trace=openat", "-o", str(log), epochfs, "sample",
+                             "--remote", f"file://{data}", "--cache", str(cache), "--capacity", "64Mi",
+                             *args], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+
+    def admitted() -> int:
+        try:
+            return int(index_rows(cache, "SELECT COUNT(*) FROM samples")[0][0])
+        except sqlite3.Error:  # no index yet, or its schema not yet made
+            return 0
+
+    try:
+        wait_until(lambda: admitted() == 3, what="3 samples admitted")
+    finally:
+        # The sampler is strace's child: stopped, it ends strace with it.
+        children = subprocess.run(["pgrep", "-P", str(proc.pid)], capture_output=True,
+                                  text=True).stdout.split()
+        for pid in children:
+            os.kill(int(pid), signal.SIGTERM)
+        if not children:
+            proc.kill()
+        proc.wait(timeout=60)
+    temps = [line for line in log.read_text().splitlines() if re.search(r'\.part", O_WRONLY\|O_CREAT', line)]
+    assert len(temps) == 3, temps
+    assert all(("O_DIRECT" in line) == direct for line in temps), temps
