@@ -267,7 +267,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="folder of the injection documents <profile>.json the chart renders")
     p.add_argument("--tls-cert", required=True, help="PEM certificate (chain) the HTTPS server presents")
     p.add_argument("--tls-key", required=True, help="PEM private key of --tls-cert")
-    p.add_argument("--host", default="", help="address to listen on (default: all)")
+    p.add_argument("--host", default="", help="address to listen on (default: all, IPv6 and IPv4)")
     p.add_argument("--port", type=arg_type(_port), default=8443, help="HTTPS port (default 8443)")
     p.add_argument("--metrics-port", type=arg_type(_port), default=9090,
                    help="plain-HTTP port of /metrics and /healthz (default 9090)")

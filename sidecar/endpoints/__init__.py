@@ -11,6 +11,10 @@ epochs the client reads (``?epoch=N``, repeated): the folder view's only sign th
 Anyone who reaches the port can connect, so the server's cost is bounded whatever they send
 (docs/sidecar.md, "HTTP endpoints under load"):
 
+* **Both address families.** Host :data:`ALL_ADDRESSES` (``"::"``, the sidecar's) is one dual-stack
+  socket, so the kubelet's probes reach it on an IPv6-only or dual-stack cluster too; a kernel
+  without IPv6 gets ``0.0.0.0`` instead (:mod:`.listen`).
+
 * **One I/O thread** (a ``selectors`` loop) accepts, reads and writes every connection without
   blocking; no thread per connection. Requests are parsed there with fixed limits on the head
   (:class:`Limits`), the body and, for reports, the JSON nesting.
@@ -34,8 +38,9 @@ Anyone who reaches the port can connect, so the server's cost is bounded whateve
 A package along those seams: :mod:`.http11` (the limits, request heads parsed, replies written:
 no sockets), :mod:`.report` (the client report's validation), :mod:`.conn` (a connection's states),
 :mod:`.connections` (the I/O loop: selectors, deadlines, the cap and eviction), :mod:`.workers`
-(queued workers and single-flight checks) and :mod:`.server` (:class:`Endpoints`, the routes wiring
-them). This module re-exports their public names.
+(queued workers and single-flight checks), :mod:`.listen` (the listening socket's families) and
+:mod:`.server` (:class:`Endpoints`, the routes wiring them). This module re-exports their public
+names.
 """
 
 
@@ -61,9 +66,11 @@ from epochfs.sidecar.endpoints.report import (
 )
 from epochfs.sidecar.endpoints.server import Endpoints
 from epochfs.sidecar.endpoints.workers import Check, check_reply, metrics_reply
+from epochfs.sidecar.listen import ALL_ADDRESSES
 
 __all__ = [
     "ACCEPT_BATCH",
+    "ALL_ADDRESSES",
     "BODY",
     "BUSY",
     "CLIENT_REPORT_PATH",

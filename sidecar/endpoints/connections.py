@@ -36,6 +36,7 @@ from epochfs.sidecar.endpoints.conn import (
     Conn,
 )
 from epochfs.sidecar.endpoints.http11 import HttpDate, Limits, Refusal, Reply, encode_response, split_head
+from epochfs.sidecar.listen import listen
 from epochfs.sidecar.metrics import EndpointMetrics
 
 log = logging.getLogger("epochfs.endpoints")
@@ -46,8 +47,10 @@ class ConnectionLoop:
     def __init__(self, *, host: str, port: int, limits: Limits, metrics: EndpointMetrics) -> None:
         self.limits = limits
         self._metrics = metrics
-        family = socket.AF_INET6 if ":" in host else socket.AF_INET
-        self._listener = socket.create_server((host, port), family=family, backlog=self.limits.backlog)
+        listener = listen(host, port, self.limits.backlog)
+        self._listener = listener.sock
+        self.where = listener.where
+        """Which addresses the listener answers on, in words (for the line that names the port)."""
         self._listener.setblocking(False)
         self._selector = selectors.DefaultSelector()
         self._wake_r, self._wake_w = socket.socketpair()

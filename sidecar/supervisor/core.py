@@ -68,7 +68,7 @@ class Supervisor(HealthChecks, Observability):
         stat_timeout: float = 2.0,
         tick: float = 0.25,
         sink: IO[str] | None = None,
-        http_host: str = "0.0.0.0",
+        http_host: str = "::",
     ) -> None:
         if stat_timeout <= 0 or tick <= 0:
             raise ValueError("stat_timeout and tick must be positive")
@@ -79,6 +79,9 @@ class Supervisor(HealthChecks, Observability):
         self.tick = tick
         self.sink = sink if sink is not None else sys.stderr
         self.http_host = http_host
+        """Where the endpoints listen. ``"::"`` (:data:`~epochfs.sidecar.endpoints.ALL_ADDRESSES`) is
+        every IPv6 and IPv4 address, so the kubelet's probes reach an IPv6-only pod as well; IPv4
+        only where the kernel has no IPv6."""
         self.mount = Path(settings.mount).absolute()
         self.cache = Path(settings.cache).absolute()
         sampler_settings = SamplerSettings(

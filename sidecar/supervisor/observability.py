@@ -331,7 +331,8 @@ class Observability:
                 raise ConfigError(f"{flag} {port}: {bind_failure(e)}") from None
             ep.start()
             self._endpoints.append(ep)
-            log.info("serving /healthz /readyz%s on port %d", " /metrics" if reg is not None else "", ep.port)
+            log.info("serving /healthz /readyz%s on port %d of %s",
+                     " /metrics" if reg is not None else "", ep.port, ep.where)
         self._counter = served.OpenCounter(
             objects_dir=self.cache / "objects",
             on_open=sidecar_metrics.add_served,

@@ -34,7 +34,6 @@ import asyncio
 import json
 import logging
 import signal
-import socket
 import ssl
 import threading
 import time
@@ -48,6 +47,7 @@ from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
 
 from epochfs.sidecar.config import ConfigError
 from epochfs.sidecar.confparse import bind_failure
+from epochfs.sidecar.listen import ALL_ADDRESSES, listen
 from epochfs.sidecar.metrics import WebhookMetrics
 from epochfs.sidecar.webhook import review
 from epochfs.sidecar.webhook.mutate import decide
@@ -112,8 +112,9 @@ class _Served:
         keepalive_timeout: float,
         ssl_context: ssl.SSLContext | None = None,
     ) -> None:
-        family = socket.AF_INET6 if ":" in address[0] else socket.AF_INET
-        self.socket = socket.create_server(address, family=family, backlog=128)
+        # "" (the --host default): every address of both families, as the sidecar's endpoints.
+        self.listener = listen(address[0] or ALL_ADDRESSES, address[1], 128)
+        self.socket = self.listener.sock
         self.server_address: tuple[Any, ...] = self.socket.getsockname()
         self.app = app
         self.keepalive_timeout = keepalive_timeout

@@ -834,3 +834,26 @@ def test_a_client_gone_mid_connection_is_no_traceback_and_other_errors_keep_thei
             assert "Traceback" in caplog.text and "ValueError: a bug" in caplog.text
     finally:
         loop.close()
+
+
+def test_the_default_host_answers_on_ipv6_and_ipv4() -> None:
+    """``--host`` left at its default (``""``) listens on every address of both families: the API
+    server calls the webhook at the pod's IP, an IPv6 address on an IPv6-only or IPv6-primary
+    cluster (sidecar/listen.py). Checked with real connections to both loopbacks."""
+    server = MetricsServer(("", 0), WebhookMetrics().registry)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        port = server.server_address[1]
+        answered = {}
+        for host in ("127.0.0.1", "::1"):
+            conn = http.client.HTTPConnection(host, port, timeout=5)
+            try:
+                conn.request("GET", "/metrics")
+                answered[host] = conn.getresponse().status
+            finally:
+                conn.close()
+        assert answered == {"127.0.0.1": 200, "::1": 200}, answered
+    finally:
+        server.shutdown()
+        server.server_close()
