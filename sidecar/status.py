@@ -28,7 +28,8 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from epochfs.sidecar.config import ConfigError, format_size
-from epochfs.sidecar.status_estimate import ESTIMATE_SECONDS, estimate, per_second
+from epochfs.sidecar.status_estimate import ESTIMATE_SECONDS, estimate
+from epochfs.sidecar.status_lines import fmt_rates, listing_lines
 from epochfs.sidecar.store import Meta, Store
 from epochfs.sidecar.store.stats import RETRYING_MAX_AGE, STATE_FILE_NAME, retry_words
 
@@ -157,18 +158,6 @@ def rates(prev: dict[str, Any], cur: dict[str, Any], seconds: float) -> dict[str
     return out
 
 
-def _fmt_rates(r: dict[str, float]) -> str:
-    parts = []
-    for label, value in r.items():
-        if label == "trainer wait":
-            parts.append(f"trainer waited {100 * min(1.0, value):.0f}% of the time")
-        elif label.endswith(" MB/s"):
-            parts.append(f"{label[:-len(' MB/s')]} {per_second(value * 1e6)}")
-        else:
-            parts.append(f"{label} {value:.1f}")
-    return "rates: " + "  ".join(parts)
-
-
 FIRST_CUT = {
     "fuse": "it is cut at the first lookup of epoch-0",
     "folder": ("on the folder view it is cut when the torch client asks for it, at --cut-interval or "
@@ -267,22 +256,7 @@ def render(stats: dict[str, Any], rate_values: dict[str, float] | None = None, *
         f"  catalog {stats.get('catalog_objects', 0)}  cuts {stats.get('cuts_total', 0)}"
         f"  mode {stats.get('mode', 'snapshot')}",
     ]
-    listing = stats.get("listing") or {}
-    if listing.get("failing"):
-        lines.append(f"listing: failing, tried again with a growing pause (sampling goes on): "
-                     f"{listing['failing']}")
-    if listing and not listing.get("complete"):
-        lines.append(
-            f"listing: {int(listing.get('listed', 0)):,} of about {int(listing.get('estimated', 0)):,} keys "
-            f"seen ({100 * float(listing.get('covered', 0)):.1f}%), {listing.get('spans_reached', 0)} of "
-            f"{listing.get('spans', 0)} folder(s) reached: epochs cut now sample what is listed so far")
-    elif listing.get("warning"):
-        lines.append(f"listing: complete; WARNING: {listing['warning']}")
-    elif listing.get("complete"):
-        lines.append("listing: complete (epochs sample the whole dataset)"
-                     + ("; listing it again now" if listing.get("relisting") else ""))
-    if listing.get("excluded") and not listing.get("warning"):
-        lines.append(f"listing: {int(listing['excluded']):,} key(s) left out by --include/--exclude")
+    lines.extend(listing_lines(stats.get("listing") or {}))
     if "served_samples_total" in stats:
         lines.append(
             f"served {int(stats['served_samples_total'])} sample opens "
@@ -302,7 +276,7 @@ def render(stats: dict[str, Any], rate_values: dict[str, float] | None = None, *
         lines.append(f"folder view: publishing PAUSED: {stats['publish_paused']} (published epochs stay "
                      "readable; it resumes by itself when room comes back)")
     if rate_values:
-        lines.append(_fmt_rates(rate_values))
+        lines.append(fmt_rates(rate_values))
     pending_cuts = stats.get("pending_cuts") or []
     if pending_cuts:
         lines.append(f"pending cuts: {', '.join(str(n) for n in pending_cuts)}")

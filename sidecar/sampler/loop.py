@@ -351,8 +351,10 @@ class Sampler(RepairsInPlace, Shutdown):
             self._write(self.cuts.serve_requests)
         if now - self.rates.last_time >= self.progress_every:
             self._write(self.reservations.publish)
+            # The state epochfs_sampler_idle reports: an outage's pause is no idle (the gauge says 0).
             state = ("backpressure" if self.room.backpressure
-                     else "idle" if not self._inflight else "fetching")
+                     else "waiting for the remote" if self.breaker.paused()
+                     else "idle" if not self._inflight and not len(self.deferred) else "fetching")
             self.rates.log_progress(now, state=state, inflight=len(self._inflight),
                                     retried=self.downloader.retried, stats=self.store.stats(),
                                     window=(self.window.size, self.window.limit),

@@ -1,0 +1,67 @@
+"""Lines of ``epochfs status``'s view that need words of their own: the listing's coverage and the
+rates between two readings (:mod:`epochfs.sidecar.status` draws the rest).
+
+Why a module apart: :mod:`.status` reached its size bound, and these two lines are where the view
+said more than it knew: a listing with no estimate yet read "0 of about 0 keys seen (0.0%)", and
+the trainer's wait, a sum over the pod's ranks, was capped at 100% as if one rank reported it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from epochfs.sidecar.status_estimate import per_second
+
+
+def listing_lines(listing: dict[str, Any]) -> list[str]:
+    """The listing's lines from ``status.json``'s ``listing``: failing, its coverage while under
+    way (what is known only: keys seen without an estimate of the total read as such, none as
+    "no page listed yet"), complete, or keys left out by ``--include``/``--exclude``."""
+    lines: list[str] = []
+    if listing.get("failing"):
+        lines.append(f"listing: failing, tried again with a growing pause (sampling goes on): "
+                     f"{listing['failing']}")
+    if listing and not listing.get("complete"):
+        listed, estimated = int(listing.get("listed") or 0), int(listing.get("estimated") or 0)
+        if estimated > 0:
+            seen = (f"{listed:,} of about {estimated:,} keys seen "
+                    f"({100 * float(listing.get('covered') or 0):.1f}%)")
+        elif listed > 0:
+            seen = f"{listed:,} keys seen (no estimate of the total yet)"
+        else:
+            seen = "no page listed yet"
+        spans = int(listing.get("spans") or 0)
+        reached = f", {int(listing.get('spans_reached') or 0)} of {spans} folder(s) reached" if spans else ""
+        lines.append(f"listing: {seen}{reached}"
+                     + (": epochs cut now sample what is listed so far" if listed else ""))
+    elif listing.get("warning"):
+        lines.append(f"listing: complete; WARNING: {listing['warning']}")
+    elif listing.get("complete"):
+        lines.append("listing: complete (epochs sample the whole dataset)"
+                     + ("; listing it again now" if listing.get("relisting") else ""))
+    if listing.get("excluded") and not listing.get("warning"):
+        lines.append(f"listing: {int(listing['excluded']):,} key(s) left out by --include/--exclude")
+    return lines
+
+
+def wait_words(seconds_per_second: float) -> str:
+    """The trainer's wait, from the rate of ``client_wait_seconds_total``: the sidecar sums the
+    reports of all the pod's ranks and cannot tell how many there are (a report names no rank;
+    the dashboard and the alert divide by the accelerators the pod requests, which kube-state-metrics
+    knows and the sidecar does not). So the seconds waited per second, said to be a sum, never
+    capped: 8 ranks each waiting 20% show 1.60, not "100% of the time"."""
+    return (f"trainer wait {seconds_per_second:.2f} s per s summed over the pod's ranks "
+            f"(each rank's share of its time: this / ranks)")
+
+
+def fmt_rates(r: dict[str, float]) -> str:
+    """``rates: fetch 2.1 MiB/s  ...`` from :func:`epochfs.sidecar.status.rates`."""
+    parts = []
+    for label, value in r.items():
+        if label == "trainer wait":
+            parts.append(wait_words(value))
+        elif label.endswith(" MB/s"):
+            parts.append(f"{label[:-len(' MB/s')]} {per_second(value * 1e6)}")
+        else:
+            parts.append(f"{label} {value:.1f}")
+    return "rates: " + "  ".join(parts)
