@@ -149,9 +149,8 @@ def test_the_webhook_alerts_ship_only_where_the_chart_scrapes_the_webhook(
         ENABLED,
         {"webhook": {"enabled": True}, **ENABLED},
         {"metrics": {"prometheusRule": {"enabled": True}, monitor: {"enabled": True}}},
-        # The ServiceMonitor needs the metrics Service: without it nothing is scraped.
-        {"webhook": {"enabled": True}, "metrics": {"enabled": False, "prometheusRule": {"enabled": True},
-                                                   "serviceMonitor": {"enabled": True}}},
+        # (The ServiceMonitor without the metrics Service it needs is refused at render:
+        # test_helm_review_refusals.py.)
     ]
     for values in unscraped:
         assert rendered_rule(helm_bin, tmp_path, values)["spec"]["groups"] == others, values

@@ -267,9 +267,7 @@ def test_the_webhook_is_scraped_by_a_monitor_of_the_enabled_kind(helm_bin: Path,
 def test_no_webhook_monitor_without_the_webhook_or_a_monitor(helm_bin: Path, tmp_path: Path) -> None:
     for values in ({"metrics": {"serviceMonitor": {"enabled": True}}},
                    {"metrics": {"podMonitor": {"enabled": True}}},
-                   {"webhook": {"enabled": True}},
-                   {"webhook": {"enabled": True},
-                    "metrics": {"enabled": False, "serviceMonitor": {"enabled": True}}}):
+                   {"webhook": {"enabled": True}}):
         objs = render(helm_bin, with_remote(values), tmp_path)
         assert not [o for o in objs if o["kind"] in ("ServiceMonitor", "PodMonitor")
                     and o["metadata"]["name"].endswith("-webhook")], values

@@ -1,9 +1,11 @@
 {{/*
 Checks of values that render valid objects but a pod that cannot work: a cache budget its volume
-cannot hold, a tmpfs cache over the sidecar's memory limit, chart mounts that coincide or nest, and
-values the sidecar refuses at start (epochfs.checkSidecarValues).
+cannot hold, a tmpfs cache over the sidecar's memory limit, chart mounts that coincide or nest,
+values the sidecar refuses at start and sidecar.env entries that override the chart's own variables
+(epochfs.checkSidecarValues).
 epochfs.checkAttach runs them, so the chart's Job, a parent chart's workloads and every webhook
 profile get the same refusals. Each takes the chart's context (or a dict with it under "context").
+The monitors' checks (epochfs.checkMonitors, at the end) run from servicemonitor.yaml.
 */}}
 
 {{/* Bytes of a size as the sidecar and the webhook parse one (sidecar/confparse.py parse_size): a
@@ -51,14 +53,24 @@ profile get the same refusals. Each takes the chart's context (or a dict with it
 {{- end -}}
 {{- end -}}
 {{- /* A memory-backed emptyDir's pages count against the memory limit of the container that
-       writes them: past the limit the sidecar is OOM-killed, again at every restart. */ -}}
+       writes them: past the limit the sidecar is OOM-killed, again at every restart. The limit
+       must hold a full tmpfs and the sidecar's own use besides, which is its memory request
+       (0 when none is set: a request Kubernetes copies from the limit says nothing). */ -}}
 {{- if and (eq $vol.type "emptyDir") (eq (toString $vol.medium) "Memory") -}}
-{{- $limits := (default (dict) $v.sidecar.resources).limits | default (dict) -}}
+{{- $resources := default (dict) $v.sidecar.resources -}}
+{{- $limits := $resources.limits | default (dict) -}}
 {{- if and (hasKey $limits "memory") (not (kindIs "invalid" $limits.memory)) -}}
 {{- $mem := include "epochfs.quantityBytes" (dict "value" $limits.memory "name" "sidecar.resources.limits.memory") | float64 -}}
 {{- $size := include "epochfs.bytes" $vol.size | atoi -}}
-{{- if lt $mem (float64 $size) -}}
-{{- fail (printf "cache.volume.medium=Memory: the cache is a tmpfs of cache.volume.size %s, whose pages count against the sidecar's memory, but sidecar.resources.limits.memory is %s: the sidecar would be OOM-killed once the cache outgrows it; raise sidecar.resources.limits.memory above cache.volume.size (plus the sidecar's own use, its request) or lower cache.volume.size" (toString $vol.size) (toString $limits.memory)) -}}
+{{- $requests := $resources.requests | default (dict) -}}
+{{- $own := 0.0 -}}{{- $ownText := "none set" -}}
+{{- if and (hasKey $requests "memory") (not (kindIs "invalid" $requests.memory)) -}}
+{{- $own = include "epochfs.quantityBytes" (dict "value" $requests.memory "name" "sidecar.resources.requests.memory") | float64 -}}
+{{- $ownText = toString $requests.memory -}}
+{{- end -}}
+{{- $needed := addf (float64 $size) $own -}}
+{{- if le $mem $needed -}}
+{{- fail (printf "cache.volume.medium=Memory: the cache is a tmpfs of cache.volume.size %s, whose pages count against the sidecar's memory, but sidecar.resources.limits.memory is %s, not above that size plus the sidecar's own use (its memory request, %s): %.0f bytes in all; the sidecar would be OOM-killed once the cache fills; raise sidecar.resources.limits.memory above cache.volume.size (plus the sidecar's own use, its request) or lower cache.volume.size" (toString $vol.size) (toString $limits.memory) $ownText $needed) -}}
 {{- end -}}
 {{- end -}}
 {{- end -}}
@@ -129,6 +141,49 @@ profile get the same refusals. Each takes the chart's context (or a dict with it
 {{- include "epochfs.checkEndpointUrl" $v.remote.endpointUrl -}}
 {{- include "epochfs.checkSchedule" $v.sidecar.schedule -}}
 {{- include "epochfs.checkMinSamples" $v.sidecar -}}
+{{- include "epochfs.checkSidecarEnv" $v -}}
+{{- end -}}
+
+{{/* sidecar.env (argument: the values) must not name a variable the chart sets itself in the
+     sidecar (epochfs.sidecarContainer): sidecar.env comes after them, so the pod would hold the
+     name twice and the later, the user's, would win in silence, past every check of the value the
+     chart reads (a capacity over the volume, a port the probes, the Service and the monitors do
+     not use, a view the pod is not wired for). Each name says the value to set instead. */}}
+{{- define "epochfs.checkSidecarEnv" -}}
+{{- $v := . -}}
+{{- $own := dict
+    "EPOCHFS_REMOTE" "set remote.url" "EPOCHFS_ENDPOINT_URL" "set remote.endpointUrl"
+    "EPOCHFS_INDEX" "set remote.indexUrl" "EPOCHFS_INCLUDE" "set remote.include"
+    "EPOCHFS_EXCLUDE" "set remote.exclude" "EPOCHFS_CACHE" "set cache.path"
+    "EPOCHFS_MOUNT" "set sidecar.mountPath (the view is <mountPath>/view)" "EPOCHFS_VIEW" "set sidecar.view"
+    "EPOCHFS_LINK_ROOT" "set cache.readOnlyPath" "EPOCHFS_CAPACITY" "set cache.capacity"
+    "EPOCHFS_SHARD_INDEX" "set nodes (each pod gets its shard)" "EPOCHFS_SHARD_COUNT" "set nodes"
+    "EPOCHFS_HEALTH_PORT" "set sidecar.healthPort"
+    "EPOCHFS_METRICS_PORT" "set sidecar.healthPort (the chart serves /metrics there: its Service, monitors and annotations scrape that port)"
+    "EPOCHFS_SEED" "set sidecar.seed" "EPOCHFS_MIN_SAMPLES" "set sidecar.minSamples"
+    "EPOCHFS_KEEP_EPOCHS" "set sidecar.keepEpochs" "EPOCHFS_CONCURRENCY" "set sidecar.concurrency"
+    "EPOCHFS_SCHEDULE" "set sidecar.schedule" "EPOCHFS_CUT_INTERVAL" "set sidecar.cutInterval"
+    "EPOCHFS_KUBE_REPORTING" "set kubeReporting.enabled"
+    "EPOCHFS_KUBE_STATUS_INTERVAL" "set kubeReporting.statusIntervalSeconds"
+    "EPOCHFS_KUBE_ERROR_THRESHOLD" "set kubeReporting.remoteErrorThreshold"
+    "HOME" "leave HOME to the chart (/tmp, the sidecar's only writable folder)" -}}
+{{- if $v.kubeReporting.enabled -}}
+{{- range $name := list "POD_NAME" "POD_NAMESPACE" "POD_UID" "NODE_NAME" -}}
+{{- $_ := set $own $name "leave it to the chart (the downward API, for kubeReporting)" -}}
+{{- end -}}
+{{- end -}}
+{{- $creds := $v.remote.credentials -}}
+{{- if and $creds.secretName (eq $creds.mode "files") -}}
+{{- range $name, $key := $creds.fileEnv -}}
+{{- $_ := set $own $name "keep it in remote.credentials.fileEnv alone" -}}
+{{- end -}}
+{{- end -}}
+{{- range $e := default (list) $v.sidecar.env -}}
+{{- $name := toString $e.name -}}
+{{- if hasKey $own $name -}}
+{{- fail (printf "sidecar.env: %s is the chart's own to set (it comes after the chart's variables, so it would silently override or bypass the value the chart sets, checks and wires the pod for): remove it and %s" $name (get $own $name)) -}}
+{{- end -}}
+{{- end -}}
 {{- end -}}
 
 {{/* sidecar.minSamples against sidecar.schedule's initial (1000 when not given): a schedule's
@@ -206,6 +261,43 @@ profile get the same refusals. Each takes the chart's context (or a dict with it
 {{- end -}}
 {{- if $why -}}
 {{- fail (printf "sidecar.schedule %q: %s; a schedule is initial=<keys, at least 1>,growth=<at least 1.0>, e.g. initial=1000,growth=1.5 (empty: snapshot mode); the sidecar refuses any other at start and its pod crash-loops" $s $why) -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+
+{{/* Milliseconds of a Prometheus duration (argument: the string, as the schema lets it through:
+     empty, or one or more <digits><ms|s|m|h|d|w|y>, e.g. 1m30s), a float; helm has no duration
+     parser. Prometheus' units: a day is 24h, a week 7d, a year 365d. */}}
+{{- define "epochfs.durationMs" -}}
+{{- $units := dict "ms" 1.0 "s" 1e3 "m" 6e4 "h" 3.6e6 "d" 8.64e7 "w" 6.048e8 "y" 3.1536e10 -}}
+{{- $total := 0.0 -}}
+{{- range $part := regexFindAll "[0-9]+(ms|s|m|h|d|w|y)" (toString .) -1 -}}
+{{- $total = addf $total (mulf (float64 (regexReplaceAll "[a-z]+$" $part "")) (get $units (regexReplaceAll "^[0-9]+" $part ""))) -}}
+{{- end -}}
+{{- $total -}}
+{{- end -}}
+
+{{/* The Prometheus Operator's monitors (argument: the chart's context). A ServiceMonitor selects
+     the metrics Service, which metrics.enabled=false leaves out, so it would render nothing and
+     say nothing; the PodMonitor needs no Service. A scrapeTimeout longer than the interval is a
+     scrape config Prometheus refuses (the Operator drops the monitor), so no sidecar would be
+     scraped. Both monitors at once scrape every sidecar twice. */}}
+{{- define "epochfs.checkMonitors" -}}
+{{- $m := .Values.metrics -}}
+{{- if and $m.serviceMonitor.enabled (not $m.enabled) -}}
+{{- fail "metrics.serviceMonitor.enabled needs metrics.enabled: the ServiceMonitor scrapes the metrics Service, which metrics.enabled=false leaves out; set metrics.enabled=true, or use metrics.podMonitor (it needs no Service)" -}}
+{{- end -}}
+{{- if and $m.serviceMonitor.enabled $m.podMonitor.enabled -}}
+{{- fail "metrics.serviceMonitor.enabled and metrics.podMonitor.enabled: choose one, or every sidecar is scraped twice (and every alert fires twice)" -}}
+{{- end -}}
+{{- range $name := list "serviceMonitor" "podMonitor" -}}
+{{- $cfg := get $m $name -}}
+{{- if and $cfg.enabled $cfg.interval $cfg.scrapeTimeout -}}
+{{- $interval := include "epochfs.durationMs" $cfg.interval | float64 -}}
+{{- $timeout := include "epochfs.durationMs" $cfg.scrapeTimeout | float64 -}}
+{{- if gt $timeout $interval -}}
+{{- fail (printf "metrics.%s.scrapeTimeout %s is longer than its interval %s: Prometheus refuses a scrape timeout greater than the scrape interval (the Operator drops the monitor, and no sidecar is scraped); lower metrics.%s.scrapeTimeout or raise metrics.%s.interval" $name (toString $cfg.scrapeTimeout) (toString $cfg.interval) $name $name) -}}
 {{- end -}}
 {{- end -}}
 {{- end -}}
