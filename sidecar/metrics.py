@@ -85,6 +85,11 @@ if TYPE_CHECKING:
 # its way to its first GET, and counts nothing before its first download.
 
 
+TOTAL_NAMES = ("served_samples_total", "served_bytes_total", "client_samples_total",
+               "client_bytes_total", "client_wait_seconds_total")
+"""The keys of :meth:`SidecarMetrics.totals` (each ``epochfs_<key>`` in ``/metrics``)."""
+
+
 class SidecarMetrics:
     """Metrics the supervisor process counts itself (not multiprocess: it is one long-lived process)."""
 
@@ -94,6 +99,7 @@ class SidecarMetrics:
         start, restarts at 0 (so ``increase()`` counts the first restart) and up at 0 until they
         start; no other child gets one (a folder-view sidecar exported ``child="fuse"`` 0 for ever)."""
         self.registry = registry
+        self.children = tuple(children)
         from prometheus_client import Counter, Gauge
 
         self.served_samples = Counter(
@@ -140,7 +146,7 @@ class SidecarMetrics:
             "with no good run between (an epoch cut, or 30 s run); /healthz fails at 3.",
             registry=registry,
         )
-        for child in children:
+        for child in self.children:
             self.child_restarts.labels(child=child)
             self.child_up.labels(child=child)
         from prometheus_client import Histogram
@@ -183,6 +189,64 @@ class SidecarMetrics:
         self.client_samples.inc(max(0.0, totals.get("client_samples_total", 0.0)))
         self.client_bytes.inc(max(0.0, totals.get("client_bytes_total", 0.0)))
         self.client_wait_seconds.inc(max(0.0, totals.get("client_wait_seconds_total", 0.0)))
+
+    def restarts(self) -> dict[str, float]:
+        """``epochfs_child_restarts_total`` by child (the children this sidecar runs), saved beside
+        :meth:`totals` under a key of its own (``Meta.SIDECAR_RESTARTS``): the totals' keys are the
+        status document's (``epochfs status --json --cache``), which names no child."""
+        get = self.registry.get_sample_value
+        return {child: get("epochfs_child_restarts_total", {"child": child}) or 0.0
+                for child in self.children}
+
+    def resume_restarts(self, restarts: Mapping[str, float]) -> None:
+        """Start the restarts of the children this sidecar runs from a previous supervisor's save
+        (a child it does not run, the other view's, gets no series: see ``__init__``)."""
+        for child in self.children:
+            self.child_restarts.labels(child=child).inc(max(0.0, float(restarts.get(child, 0.0))))
+
+    def at_most_saved(self, families: list[Metric], totals: Mapping[str, float],
+                      restarts: Mapping[str, float]) -> list[Metric]:
+        """``families`` (this registry's, collected) with each saved counter at most its value in
+        ``totals`` and ``restarts`` (what the store holds; a missing one: 0), changed in place.
+
+        Why: a supervisor killed with -9 resumes from its last save, and a counter a scrape showed
+        above that would come back lower: Prometheus reads the drop as a reset and ``increase()``
+        adds the whole resumed value (93,000 for 22,500 counted, measured). :class:`SavedFirst`
+        saves after it collects, so this takes something off only while a save fails (a full
+        volume): the counter then stays at its saved value, and catches up once a save succeeds."""
+        saved = {f"epochfs_{name}" for name in TOTAL_NAMES}
+        for family in families:
+            for i, s in enumerate(family.samples):
+                if s.name == "epochfs_child_restarts_total":
+                    top = restarts.get(s.labels.get("child", ""), 0.0)
+                elif s.name in saved:
+                    top = totals.get(s.name[len("epochfs_"):], 0.0)
+                else:
+                    continue
+                if s.value > top:
+                    family.samples[i] = s._replace(value=top)
+        return families
+
+
+class SavedFirst:
+    """The supervisor's own metrics as ``/metrics`` shows them: saved before they are shown.
+
+    ``save`` saves the current totals when they changed since the last save (or are missing from
+    the store) and returns what the store holds then, ``(totals, restarts)``. It runs after this
+    scrape's values are read, so what it saves is at least what is shown (counters only grow):
+    a supervisor killed with -9 right after a scrape resumes at or above every value a scrape
+    showed. Values above what the store holds (a save that failed) are shown at the saved value
+    (:meth:`SidecarMetrics.at_most_saved`)."""
+
+    def __init__(self, metrics: SidecarMetrics,
+                 save: Callable[[], tuple[Mapping[str, float], Mapping[str, float]]]) -> None:
+        self._metrics = metrics
+        self._save = save
+
+    def collect(self) -> Iterator[Metric]:
+        families = list(self._metrics.registry.collect())
+        totals, restarts = self._save()
+        yield from self._metrics.at_most_saved(families, totals, restarts)
 
 
 ENDPOINT_REJECT_REASONS = ("capacity", "evicted", "timeout", "too_large", "bad_request", "busy")
@@ -272,12 +336,16 @@ class WebhookMetrics:
 def sidecar_registry(
     *, stats: Callable[[], Stats | None], multiproc_dir: Path | None, sidecar: SidecarMetrics,
     children: Mapping[str, Pid] | None = None,
+    save: Callable[[], tuple[Mapping[str, float], Mapping[str, float]]] | None = None,
 ) -> CollectorRegistry:
     """The registry the sidecar's ``/metrics`` serves: store + children + supervisor, merged, with
-    the build info and the ``process_*`` families of this process and of ``children`` (name: pid)."""
+    the build info and the ``process_*`` families of this process and of ``children`` (name: pid).
+    ``save``: the supervisor's save of its totals, run at each scrape before the values are shown
+    (:class:`SavedFirst`)."""
     from prometheus_client import CollectorRegistry
 
-    sources: list[Collector] = [StoreCollector(stats=stats), sidecar.registry, endpoint_metrics(),
+    own: Collector = sidecar.registry if save is None else SavedFirst(sidecar, save)
+    sources: list[Collector] = [StoreCollector(stats=stats), own, endpoint_metrics(),
                                 BuildInfoCollector(), *process_collectors(children)]
     if multiproc_dir is not None:
         sources.append(multiprocess_collector(multiproc_dir))
@@ -302,6 +370,7 @@ __all__ = [
     "MergedCollector",
     "Pid",
     "ProcessMetrics",
+    "SavedFirst",
     "SidecarMetrics",
     "StoreCollector",
     "WebhookMetrics",

@@ -33,7 +33,9 @@ its repair, or was lost, when the index was damaged is marked so again from the 
 file of the recorded size (a flipped byte kept in place for its repair) would otherwise be taken
 back as sound and served until a scrub found it again; the log is then rewritten from the
 rebuilt table. The next sample id stays
-above every restored epoch's ``max_sample``, the running totals are recounted, and the newest
+above every restored epoch's ``max_sample``, the running totals (``cache_samples``, ``cache_bytes``)
+are recounted (the counters that only grow are :mod:`.countercarry`'s, called by :mod:`.reset`
+after this), and the newest
 file's rules and identity go back into ``meta`` (the FUSE server reads the rules before the sampler
 records them again; the sampler refuses another seed, which made the restored ranks).
 """

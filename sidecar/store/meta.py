@@ -51,6 +51,9 @@ class Meta(str, Enum):
     SAMPLER_SHARD = "sampler_shard"
     SIDECAR_TOTALS = "sidecar_totals"
     """The supervisor's own counters (served, client reports), kept across restarts."""
+    SIDECAR_RESTARTS = "sidecar_restarts"
+    """The supervisor's restarts of each child (JSON: child name -> restarts), kept across its
+    restarts; apart from :data:`SIDECAR_TOTALS`, whose keys are the status document's."""
     SAMPLER_RETRYING = "sampler_retrying"
     """The supervisor's sampler retrying an unreachable remote (JSON; :func:`.stats.retry_line`)."""
     INDEX_CHECKED_AT = "index_checked_at"

@@ -1,5 +1,6 @@
 """What the supervisor tells the outside: the metrics registry, the HTTP endpoints on their ports,
-the served-opens counter, the Kubernetes reporter, the totals it saves every couple of seconds, and
+the served-opens counter, the Kubernetes reporter, the totals it saves every couple of seconds and
+before a scrape of ``/metrics`` shows them (so a restart resumes at or above any value shown), and
 the state file ``epochfs status`` reads (:data:`~epochfs.sidecar.store.stats.STATE_FILE_NAME`: why
 the sampler is retrying) and the same as a meta value of the index, which the mount's
 ``status.json`` shows.
@@ -19,6 +20,7 @@ import contextlib
 import json
 import logging
 import os
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -35,6 +37,10 @@ if TYPE_CHECKING:
     from epochfs.sidecar.supervisor.children import Child
 
 log = logging.getLogger("epochfs.supervisor")
+
+_TOTALS_LOCK = threading.Lock()
+"""One save of the supervisor's totals at a time: the loop's and a scrape's (one supervisor a
+process)."""
 
 TOTALS_LOG_EVERY = 60.0
 """Seconds between two lines about totals that still cannot be saved (a full volume)."""
@@ -137,9 +143,7 @@ class Observability:
         """Every couple of seconds: save the supervisor's totals, tell the reporter."""
         if self._store is None or self._metrics is None:
             return
-        totals = self._metrics.totals()
-        if totals != self._seen.get("totals"):
-            self._save_totals(totals)
+        self._saved_totals()
         if self._reporter is None:
             return
         stats = self._stats()
@@ -164,15 +168,35 @@ class Observability:
             self._safe(rep.on_remote_errors, stats.failed_total - previous)
         self._safe(rep.update_status, stats.to_json())
 
-    def _save_totals(self, totals: dict[str, float]) -> None:
-        """Save the totals in the index. A failure (a full volume) is tried again at the next tick:
-        said when it starts, at most once a minute while it lasts (with the tries since the last
-        line), and when a save succeeds again, not every couple of seconds as it was (30 lines a
-        minute for as long as the volume stayed full)."""
+    def _saved_totals(self) -> tuple[dict[str, float], dict[str, float]]:
+        """Save the totals and the children's restarts when they changed since the last save, or
+        the store lost them (an index rebuilt); returns what the store holds then. Every couple of
+        seconds, and at each scrape of ``/metrics`` before it answers (a thread of the endpoints:
+        :class:`~epochfs.sidecar.metrics.SavedFirst`), so that a supervisor killed with -9 resumes
+        at or above every value a scrape has shown; a lock makes the two one save at a time."""
+        assert self._store is not None and self._metrics is not None
+        with _TOTALS_LOCK:
+            totals, restarts = self._metrics.totals(), self._metrics.restarts()
+            try:
+                lost = self._store.meta(Meta.SIDECAR_TOTALS) is None
+            except Exception:  # the index damaged or busy: the save below says so, or succeeds
+                lost = True
+            if lost or totals != self._seen.get("totals") or restarts != self._seen.get("restarts"):
+                self._save_totals(totals, restarts)
+            return dict(self._seen.get("totals") or {}), dict(self._seen.get("restarts") or {})
+
+    def _save_totals(self, totals: dict[str, float], restarts: dict[str, float] | None = None) -> None:
+        """Save the totals (and the children's restarts) in the index. A failure (a full volume)
+        is tried again at the next tick: said when it starts, at most once a minute while it lasts
+        (with the tries since the last line), and when a save succeeds again, not every couple of
+        seconds as it was (30 lines a minute for as long as the volume stayed full)."""
         assert self._store is not None
         failing: dict[str, Any] | None = self._seen.get("totals_failing")
         now = time.monotonic()
         try:
+            if restarts is not None:
+                self._store.set_meta(Meta.SIDECAR_RESTARTS, json.dumps(restarts, sort_keys=True))
+                self._seen["restarts"] = restarts
             self._store.set_meta(Meta.SIDECAR_TOTALS, json.dumps(totals, sort_keys=True))
         except Exception as e:
             if failing is None:
@@ -281,8 +305,14 @@ class Observability:
         assert self._store is not None
         saved = self._store.meta(Meta.SIDECAR_TOTALS)
         if saved:
-            with contextlib.suppress(ValueError, TypeError):
+            with contextlib.suppress(ValueError, TypeError, AttributeError):
                 sidecar_metrics.resume({k: float(v) for k, v in json.loads(saved).items()})
+                self._seen["totals"] = sidecar_metrics.totals()  # what a restart resumes: saved
+        saved = self._store.meta(Meta.SIDECAR_RESTARTS)
+        if saved:
+            with contextlib.suppress(ValueError, TypeError, AttributeError):
+                sidecar_metrics.resume_restarts({str(k): float(v) for k, v in json.loads(saved).items()})
+                self._seen["restarts"] = sidecar_metrics.restarts()
         self._metrics = sidecar_metrics
         # process_* of each child by its current pid, read at scrape time (a restart is followed).
         sampler, view = self.sampler, self.view
@@ -291,6 +321,7 @@ class Observability:
             children={sampler.name: lambda: sampler.pid, view.name: lambda: view.pid,
                       # the sampler's child (--list-process): found under the sampler's pid
                       "listing": metrics.child_of(lambda: sampler.pid, metrics.LISTING_NAME)},
+            save=self._saved_totals,
         )
 
         def on_report(r: endpoints.ClientReport) -> None:

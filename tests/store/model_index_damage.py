@@ -15,7 +15,8 @@ lost stays so (the repairs log), a sample due for its repair with the file it ha
 whose object file is missing or of another size waits for a repair (lost again at once when the
 catalog no longer lists its key); the
 samples of no live epoch are gone, their object files removed by recovery as orphans; queued cuts,
-downloads in flight and the cumulative counters are gone; the next epoch number is unchanged.
+downloads in flight are gone, the cumulative counters kept where the damaged index's counters table
+can be read (else at what the restored epochs prove); the next epoch number is unchanged.
 """
 
 from __future__ import annotations
@@ -99,9 +100,19 @@ def corrupt_copies(root: Path) -> list[str]:
     return sorted(p.name for p in root.iterdir() if p.name.startswith(f"{INDEX_NAME}{CORRUPT_INFIX}"))
 
 
-def rebuilt(model: Any, listed: frozenset[str], last_read: float) -> int:
+def newest_copy(root: Path) -> Path:
+    """The damaged index the last rebuild moved aside (its -wal beside it, as SQLite names it)."""
+    copies = [root / n for n in corrupt_copies(root) if not n.endswith(("-wal", "-shm"))]
+    return max(copies, key=lambda p: p.stat().st_ctime_ns)
+
+
+def rebuilt(model: Any, listed: frozenset[str], last_read: float, counters_read: bool) -> int:
     """The model after the rebuild and the sampler's start that follows it (recovery, the catalog
-    listed again, its first look for repairs); returns the orphans recovery must remove."""
+    listed again, its first look for repairs); returns the orphans recovery must remove.
+    ``counters_read``: the damaged index's ``counters`` table could still be read
+    (:func:`epochfs.sidecar.store.countercarry.read_damaged`): each counter keeps its value, else
+    it restarts at what the restored epochs prove (their cuts, their samples' fetches) or 0."""
+    before = dict(model.counters)
     restored = {n: model.epochs[n] for n in sorted(model.filed)}
     newest = model.newest()
     assert newest is None or newest in restored, "the newest epoch always has its members file"
@@ -135,7 +146,9 @@ def rebuilt(model: Any, listed: frozenset[str], last_read: float) -> int:
     model.epochs = restored
     model.seq = max([*ids, *(e.max_sample for e in restored.values())], default=0)
     model.pending = set()
-    model.counters = dict.fromkeys(model.counters, 0)
+    least = {"cuts_total": len(restored), "fetched_total": len(model.samples),
+             "fetched_bytes_total": sum(s.size for s in model.samples.values())}
+    model.counters = {k: max(before[k] if counters_read else 0, least.get(k, 0)) for k in before}
     model.inflight_meta = 0
     model.commit()
     return orphans

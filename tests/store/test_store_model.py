@@ -89,7 +89,15 @@ from hypothesis.stateful import (
     rule,
     run_state_machine_as_test,
 )
-from model_index_damage import HOWS, STALE_FILES_RESTORED, corrupt_copies, damage, members_on_disk, rebuilt
+from model_index_damage import (
+    HOWS,
+    STALE_FILES_RESTORED,
+    corrupt_copies,
+    damage,
+    members_on_disk,
+    newest_copy,
+    rebuilt,
+)
 from store_helpers import epoch_snapshot, restart_as_the_sampler, sid_of
 
 from epochfs.fuse.tree import EpochTree
@@ -107,6 +115,7 @@ from epochfs.sidecar.store import (
     Stats,
     Store,
     StoredObject,
+    countercarry,
     memberchain,
     object_name,
     objectscan,
@@ -1029,7 +1038,8 @@ class StoreMachine(RuleBasedStateMachine):
         reads = {float(r[0]) for r in store._ix.query("SELECT DISTINCT last_read FROM epochs")}
         assert all(started <= t <= ended for t in reads) and len(reads) <= 1, reads
         suspects = len(self.model.suspect)
-        orphans = rebuilt(self.model, LISTED, reads.pop() if reads else 0.0)
+        counters_read = countercarry.read_damaged(newest_copy(self.root))[0] is not None
+        orphans = rebuilt(self.model, LISTED, reads.pop() if reads else 0.0, counters_read)
         report = store.recover(integrity="ok")
         assert (report.integrity, report.repairs_marked) == ("ok", 0), report
         assert (report.temp_removed, report.orphans_removed) == (temps, orphans), report
