@@ -42,6 +42,14 @@ _TOTALS_LOCK = threading.Lock()
 """One save of the supervisor's totals at a time: the loop's and a scrape's (one supervisor a
 process)."""
 
+_SCRAPE_SAVE_LOCK = threading.Lock()
+"""Guards which thread makes the scrapes' save (:meth:`Observability._scrape_totals`)."""
+
+SCRAPE_SAVE_WAIT = 2.0
+"""Seconds a scrape of ``/metrics`` waits for its save of the totals; past it (another writer
+holds the index: a long cut) it answers with what the store held, and the save goes on. Well
+inside the endpoints' 10 s and Prometheus's default scrape timeout of 10 s."""
+
 TOTALS_LOG_EVERY = 60.0
 """Seconds between two lines about totals that still cannot be saved (a full volume)."""
 
@@ -185,6 +193,22 @@ class Observability:
                 self._save_totals(totals, restarts)
             return dict(self._seen.get("totals") or {}), dict(self._seen.get("restarts") or {})
 
+    def _scrape_totals(self) -> tuple[dict[str, float], dict[str, float]]:
+        """:meth:`_saved_totals` for a scrape, waited for at most :data:`SCRAPE_SAVE_WAIT`: a save
+        waits in SQLite for any writer of the index (up to its 30 s busy timeout), and a scrape
+        that waited past the endpoints' 10 s failed with a 503 and no value at all. Past the wait
+        the scrape shows what the store held before (never more than is saved); the save goes on
+        on its thread, one at a time (a scrape while one runs waits for it, not for another)."""
+        with _SCRAPE_SAVE_LOCK:  # not _TOTALS_LOCK: a save stuck in SQLite holds that one
+            running = self._seen.get("scrape_save")
+            if running is None or not running.is_alive():
+                running = threading.Thread(target=self._saved_totals, name="totals-save", daemon=True)
+                self._seen["scrape_save"] = running
+                running.start()
+        running.join(SCRAPE_SAVE_WAIT)
+        # What the store holds now: this save's result once it ended, the last one's before.
+        return dict(self._seen.get("totals") or {}), dict(self._seen.get("restarts") or {})
+
     def _save_totals(self, totals: dict[str, float], restarts: dict[str, float] | None = None) -> None:
         """Save the totals (and the children's restarts) in the index. A failure (a full volume)
         is tried again at the next tick: said when it starts, at most once a minute while it lasts
@@ -321,7 +345,7 @@ class Observability:
             children={sampler.name: lambda: sampler.pid, view.name: lambda: view.pid,
                       # the sampler's child (--list-process): found under the sampler's pid
                       "listing": metrics.child_of(lambda: sampler.pid, metrics.LISTING_NAME)},
-            save=self._saved_totals,
+            save=self._scrape_totals,
         )
 
         def on_report(r: endpoints.ClientReport) -> None:

@@ -149,3 +149,31 @@ def test_a_value_that_cannot_be_saved_is_not_shown_until_it_is(tmp_path: Path) -
             assert json.loads(store.meta(Meta.SIDECAR_TOTALS) or "{}")["client_samples_total"] == 15
         finally:
             store.close()
+
+
+@pytest.mark.fuse
+@needs_fuse
+def test_a_scrape_answers_while_another_writer_holds_the_index(s3: S3Server, tmp_path: Path) -> None:
+    """A scrape's save of the totals waits for the index's write lock; another writer holding it
+    (a long cut; here a connection of the test's, 12 s) made every scrape whose totals changed
+    wait past the endpoints' 10 s and fail with a 503 and no value. Now the scrape answers (while
+    the lock is still held) with what the store held, and the new value once the save went through."""
+    put_objects(s3, BUCKET, random_objects(5, 4096))
+    with running_sidecar(tmp_path, remote=f"s3://{BUCKET}", endpoint=s3.endpoint, extra=EXTRA) as car:
+        _report(car, 100)
+        wait_until(lambda: car.metric("epochfs_client_samples_total") == 100, what="the first report shown")
+        _report(car, 50)  # changed since the last save: the next scrape saves before it answers
+        holder = sqlite3.connect(car.cache / "index.sqlite", isolation_level=None, timeout=30)
+        try:
+            holder.execute("BEGIN IMMEDIATE")
+            with urllib.request.urlopen(car.base + "/metrics", timeout=30) as r:
+                status, text = r.status, r.read().decode()
+            holder.execute("COMMIT")  # released only after the scrape answered
+        finally:
+            holder.close()
+        shown = [float(line.split()[-1]) for line in text.splitlines()
+                 if line.startswith("epochfs_client_samples_total ")]
+        assert status == 200, status
+        assert shown == [100.0], shown  # what the store held: never more than is saved
+        wait_until(lambda: car.metric("epochfs_client_samples_total") == 150,
+                   what="the save once the lock went")
