@@ -53,3 +53,22 @@ def test_default_trainer_gets_epoch_0_on_the_folder_view(helm_bin: Path, tmp_pat
             assert proc.returncode == 0, proc.stderr
             assert proc.stdout.startswith(f"{car.mount} "), proc.stdout
             assert "'epoch-0'" in proc.stdout and "['train']" in proc.stdout, proc.stdout
+
+
+@pytest.mark.parametrize("where", ["chart", "example"])
+def test_default_trainer_says_why_when_the_sidecar_cannot_be_reached(helm_bin: Path, tmp_path: Path,
+                                                                     where: str) -> None:
+    """No sidecar behind EPOCHFS_REPORT_URL and no epoch-0: the command ends with a line that says
+    so (not a FileNotFoundError traceback after its wait). Its 10-minute limit is cut to 2 s here
+    (the only change to the rendered text): a limit of wall time, whatever each try takes."""
+    command = str(trainer_of(helm_bin, tmp_path, where)["command"][2])
+    assert command.count("+ 600") == 1, command
+    view = tmp_path / "view"
+    view.mkdir()
+    run_env = {**os.environ, "EPOCHFS_MOUNT": str(view),
+               "EPOCHFS_REPORT_URL": "http://127.0.0.1:1/v1/client-report"}
+    proc = subprocess.run([sys.executable, "-c", command.replace("+ 600", "+ 2")], capture_output=True,
+                          text=True, timeout=60, env=run_env)
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr
+    assert "no " in proc.stderr and "epoch-0 after 10 minutes" in proc.stderr, proc.stderr
+    assert "the sidecar could not be reached" in proc.stderr, proc.stderr
