@@ -47,6 +47,7 @@ log = logging.getLogger("epochfs")
 
 def _cmd_sample(ns: argparse.Namespace) -> int:
     settings = config.from_args(config.SamplerSettings, ns)
+    volumes.check_apart_from_remote(settings.remote, cache=settings.cache)
     volumes.check_cache(settings.cache, create=True)
     from epochfs.sidecar.sampler import run_sample
 
@@ -98,6 +99,7 @@ def _cmd_sidecar(ns: argparse.Namespace) -> int:
         settings = config.from_args(config.SidecarSettings, ns)
         if settings.view == "folder":  # before the cache is made, perhaps in it: the folder's
             _refuse_view_over_cache(settings)  # other checks come with the supervisor's
+        volumes.check_apart_from_remote(settings.remote, cache=settings.cache, mount=settings.mount)
         volumes.check_cache(settings.cache, create=True)
     except (config.ConfigError, StoreError) as e:
         log_path = _termination_log(ns)

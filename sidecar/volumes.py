@@ -16,9 +16,10 @@ import tempfile
 from pathlib import Path
 
 from epochfs.sidecar.config import ConfigError
+from epochfs.sidecar.remote.file import local_root
 from epochfs.sidecar.store import INDEX_NAME
 from epochfs.sidecar.store.foreign import foreign_index
-from epochfs.sidecar.store.placement import over_cache
+from epochfs.sidecar.store.placement import over_cache, spelled
 from epochfs.torchclient.layout import CONTROL_DIR, epoch_name, manifest_name
 
 CACHE_HINT = "start `epochfs sample` or `epochfs sidecar` with this --cache first"
@@ -200,3 +201,22 @@ def published_epoch(folder: Path, n: int) -> bool:
 
 __all__ = ["CACHE_HINT", "PUBLISHED_SCAN", "check_cache", "check_view_folder", "published_epoch",
            "published_folder"]
+
+
+def check_apart_from_remote(remote: str, **places: Path | None) -> None:
+    """A ``file://`` remote's folder holding the cache or the view (``places``: flag name ->
+    path), refused (exit 2) before anything is made there: the sampler lists the remote's
+    folder, so it would take the store's own files (its index, its lock) or the view's (every
+    sample again under the mount, more at each relist) for samples of the dataset. Other remotes
+    have no folder here."""
+    if not remote.lower().startswith("file://"):
+        return
+    root = spelled(Path(local_root(remote) or "/"))
+    for flag, place in places.items():
+        if place is None:
+            continue
+        here = spelled(place)
+        if here == root or here.startswith(root.rstrip("/") + "/"):
+            raise ConfigError(f"--{flag}: {place} is inside the remote's folder {root} (--remote {remote}), "
+                              f"whose files are the samples: put it beside that folder "
+                              f"(--{flag} {Path(root).parent / ('epochfs-' + flag)})")

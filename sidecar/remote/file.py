@@ -80,8 +80,7 @@ class FileRemote(Remote):
     sorted_listing = False  # a per-folder sorted walk is not byte order across folders
 
     def __init__(self, *, url: str) -> None:
-        _, host, path = split_url(url)  # a folder's legal "#" and "?" kept (file:///data/run#1)
-        root = path if host in ("", "localhost") else host + path
+        root = local_root(url)
         self.url = url
         self.root = os.fsencode(root or "/")
         if not os.path.isdir(self.root):
@@ -157,6 +156,13 @@ class FileRemote(Remote):
             os.replace(temp, target)
         except OSError as e:
             raise RemoteError(f"cannot write {self.url.rstrip('/')}/{key}: {e}") from e
+
+
+def local_root(url: str) -> str:
+    """The folder a ``file://`` URL names (``""`` for the root): a folder's legal ``#`` and ``?``
+    kept (``file:///data/run#1``); ``file://host/path`` is read as the path ``host/path``."""
+    _, host, path = split_url(url)
+    return path if host in ("", "localhost") else host + path
 
 
 def open_file(url: str, **_: object) -> FileRemote:
