@@ -84,4 +84,8 @@ def describe_root(root: str | os.PathLike[str], pace: FirstEpochPace | None = No
         if isinstance(status.get("sampler_retrying"), str) and status["sampler_retrying"]:
             # Why no data comes: the remote is unreachable at the sampler's start.
             parts.append(f"sampler: {status['sampler_retrying']}")
+        listing = status.get("listing")
+        if isinstance(listing, dict) and isinstance(listing.get("warning"), str) and listing["warning"]:
+            # Or it lists nothing ("0 objects under s3://b/p for this node: check --remote's prefix").
+            parts.append(f"listing: {listing['warning']}")
     return "; ".join(parts)

@@ -62,3 +62,14 @@ def test_the_second_waiting_line_says_when_epoch_0_comes(tmp_path: Path) -> None
     assert len(lines) >= 2, lines
     assert "0/200 samples cached (0%), 0 B" in lines[0] and " s at " not in lines[0], lines[0]
     assert "50/200 samples cached (25%), ~" in lines[1] and " samples/s" in lines[1], lines[1]
+
+
+def test_the_waiting_line_and_the_timeout_say_the_listing_found_nothing(tmp_path: Path) -> None:
+    """A prefix that matches nothing: the sidecar knows (status.json's ``listing.warning``) and the
+    trainer's waiting line and timeout say it, not only "0/1 samples cached" for ten minutes."""
+    warning = "0 objects under s3://bucket/nomatch for this node: check --remote's prefix"
+    root = _root(tmp_path, listing={"complete": True, "warning": warning})
+    assert describe_root(root).endswith(f"; listing: {warning}"), describe_root(root)
+    with pytest.raises(TimeoutError, match="listing: 0 objects under s3://bucket/nomatch"):
+        wait_for_epoch(root, 0, timeout=0.1, progress=lambda line: None, sidecar_url=None)
+    assert "listing:" not in describe_root(_root(tmp_path / "quiet", listing={"complete": True}))
