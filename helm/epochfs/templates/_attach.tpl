@@ -268,7 +268,9 @@ Every one takes ARG, either
      trainer's. The shell is the container's PID 1, which the kernel hands only the signals it
      has a handler for: it traps the pod's SIGTERM (and SIGINT) and forwards SIGTERM to the
      trainer (a background job of a shell without job control ignores SIGINT), then waits for the
-     trainer to its end (a trapped signal interrupts `wait`). While it waits for the view, the
+     trainer to its end (a trapped signal interrupts `wait`); a signal between the trainer's start
+     and `pid=$!` finds it by `$!`, set as the job starts (it exited 143 and left the trainer to the
+     namespace's SIGKILL, seen once under load). While it waits for the view, the
      sidecar's exit record (sidecar-exited, its status) ends the wait with that status: a sidecar
      that stopped before mounting (a refused setting) never mounts it. */}}
 {{- define "epochfs.trainerCommand" -}}
@@ -285,7 +287,7 @@ Every one takes ARG, either
 {{- $control := include "epochfs.controlDir" $ctx }}
 - >-
   pid=;
-  stop() { if [ -n "$pid" ]; then kill -TERM $pid 2>/dev/null; else exit 143; fi; };
+  stop() { p=${pid:-$!}; if [ -n "$p" ]; then kill -TERM $p 2>/dev/null; else exit 143; fi; };
   trap stop TERM INT;
   until [ -e "$EPOCHFS_MOUNT/.epochfs/status.json" ]; do
   if [ -e {{ $control }}/sidecar-exited ]; then
