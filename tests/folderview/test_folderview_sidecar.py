@@ -208,7 +208,8 @@ def test_a_file_where_the_folder_goes_exits_2() -> None:
     with owned_dir() as base:
         (base / "shared").mkdir()
         (base / "shared" / "view").write_text("not a folder")
-        with folder_sidecar(base, base, ready=False, expect_exit=2) as car:
+        (base / "remote").mkdir()  # apart from the cache: a cache inside the remote is refused first
+        with folder_sidecar(base, base / "remote", ready=False, expect_exit=2) as car:
             car.proc.wait(timeout=30)
         assert "--mount" in car.log_text() and "not a folder" in car.log_text()
 
