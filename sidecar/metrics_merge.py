@@ -25,11 +25,31 @@ class Collector(Protocol):
     def collect(self) -> Iterable[Metric]: ...
 
 
+class _StartedFiles:
+    """prometheus-client's collector of the mmap files in a folder, less the files a starting
+    child has created and not yet sized (shorter than a header): the library read such a file
+    as a header, and the scrape that met it failed whole (``unpack_from requires a buffer of at
+    least 4 bytes``, met right after a child's restart). Such a file holds no value yet."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    def collect(self) -> Iterable[Metric]:
+        from prometheus_client.multiprocess import MultiProcessCollector
+
+        files = []
+        for file in self.path.glob("*.db"):
+            try:
+                if file.stat().st_size >= EMPTY:
+                    files.append(str(file))
+            except FileNotFoundError:  # a dead child's, removed meanwhile
+                continue
+        return MultiProcessCollector.merge(files, accumulate=True)
+
+
 def multiprocess_collector(path: Path) -> Collector:
     """The children's values from the mmap files in ``path`` (not registered anywhere)."""
-    from prometheus_client.multiprocess import MultiProcessCollector
-
-    return MultiProcessCollector(None, path=str(path))
+    return _StartedFiles(path)
 
 
 USED_HEADER = 4
