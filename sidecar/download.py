@@ -259,8 +259,8 @@ class Downloader:
             h = self.hashers(plan.algorithm)
             # A body checked against a multipart ETag is read back from the file (_verify_parts):
             # written buffered, that read finds its pages in the page cache, not on the disk.
-            read_back = (plan.kind is None and etag_is_md5
-                         and checksums.multipart_etag(reader.etag or cand.version) is not None)
+            multipart = checksums.multipart_etag(reader.etag or cand.version) if etag_is_md5 else None
+            read_back = plan.kind is None and multipart is not None
             self._track(temp)
             try:
                 total = stream_to_temp(reader.readinto, self._buffer(), temp, h, cand.size,
@@ -278,7 +278,7 @@ class Downloader:
             if total != cand.size:
                 raise Transient(f"got {total} bytes, expected {cand.size}")
             got = digests.value(plan.algorithm, h)
-            kind = self._verify(cand, temp, plan, got, reader.etag, etag_is_md5=etag_is_md5)
+            kind = self._verify(cand, temp, plan, got, multipart)
         except BaseException:
             self._forget(temp)
             raise
@@ -295,17 +295,16 @@ class Downloader:
             self._temps.discard(temp)
 
     def _verify(self, cand: Candidate, temp: Path, plan: checksums.Plan, got: str,
-                etag: str | None, *, etag_is_md5: bool) -> str:
+                multipart: tuple[str, int] | None) -> str:
         """Check the written body against what the remote stored; returns the kind of check that
         vouched for it (``size-only`` when nothing could). Raises :class:`Transient` on a mismatch.
-        ``etag_is_md5``: False when the remote says its ETags are not content hashes (S3 objects
-        encrypted with KMS or customer keys)."""
+        ``multipart``: the object's multipart ETag, parsed (None without one, or where the remote
+        says its ETags are not content hashes: S3 objects encrypted with KMS or customer keys)."""
         if plan.kind is not None:
             if got != plan.expected:
                 what = "the ETag" if plan.kind == checksums.ETAG_MD5 else "the stored checksum"
                 raise Transient(f"{plan.algorithm} {got} does not match {what} {plan.expected}")
             return plan.kind
-        multipart = checksums.multipart_etag(etag or cand.version) if etag_is_md5 else None
         first = self.remote.part_size(cand.key, 1) if multipart is not None else None
         if multipart is not None and first is not None:
             if first <= 0 < cand.size:
