@@ -19,7 +19,7 @@ from epochfs.sidecar.config import ConfigError
 from epochfs.sidecar.remote.file import local_root
 from epochfs.sidecar.store import INDEX_NAME
 from epochfs.sidecar.store.foreign import foreign_index
-from epochfs.sidecar.store.placement import over_cache, spelled
+from epochfs.sidecar.store.placement import inside, over_cache, spelled
 from epochfs.torchclient.layout import CONTROL_DIR, epoch_name, manifest_name
 
 CACHE_HINT = "start `epochfs sample` or `epochfs sidecar` with this --cache first"
@@ -215,8 +215,7 @@ def check_apart_from_remote(remote: str, **places: Path | None) -> None:
     for flag, place in places.items():
         if place is None:
             continue
-        here = spelled(place)
-        if here == root or here.startswith(root.rstrip("/") + "/"):
+        if inside(spelled(place), root):
             raise ConfigError(f"--{flag}: {place} is inside the remote's folder {root} (--remote {remote}), "
                               f"whose files are the samples: put it beside that folder "
                               f"(--{flag} {Path(root).parent / ('epochfs-' + flag)})")

@@ -23,20 +23,25 @@ def spelled(path: Path) -> str:
     return os.path.join(os.path.realpath(parent), name) if name else absolute
 
 
+def inside(path: str, folder: str) -> bool:
+    """Whether ``path`` is ``folder`` or below it, both spelled as :func:`spelled` gives them."""
+    return path == folder or path.startswith(folder.rstrip("/") + "/")
+
+
 def over_cache(mount: Path, cache: Path) -> str | None:
     """Why ``mount`` may not hold a view of ``cache`` (it is the cache folder, is inside it or holds
     it), in the words of a refusal naming ``--mount``; None where it may."""
     here, store = spelled(mount), spelled(cache)
-    if here.startswith(store.rstrip("/") + "/"):
+    if here != store and inside(here, store):
         # Inside it: the store's own folders (tmp/, epochs/, objects/...) and any folder it may
         # make there; a view mounted over tmp/ made every download fail (read-only) for ever.
         return (f"--mount: {mount} is inside the cache folder {store} (--cache), which the store "
                 f"writes: mount the view beside the cache (--mount {Path(store).parent / 'view'})")
-    if here != store and not store.startswith(here.rstrip("/") + "/"):
+    if not inside(store, here):
         return None
     what = "is the cache folder" if here == store else f"holds the cache folder {store}"
     return (f"--mount: {mount} {what} (--cache): mount the view beside the cache, never over it "
             f"(--mount {Path(store).parent / 'view'})")
 
 
-__all__ = ["over_cache", "spelled"]
+__all__ = ["inside", "over_cache", "spelled"]
