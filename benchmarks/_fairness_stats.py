@@ -114,6 +114,15 @@ def strata_of(positions: Positions, bounds: Sequence[int] | npt.NDArray[np.int64
     return np.searchsorted(b, _positions(positions, b), side="right") - 1
 
 
+def largest_share(positions: Positions, bounds: Sequence[int] | npt.NDArray[np.int64]) -> tuple[float, float]:
+    """The share of ``positions`` in the largest stratum, and that stratum's share of the key space."""
+    b = _bounds(bounds)
+    sizes = np.diff(b)
+    top = int(np.argmax(sizes))
+    strata = strata_of(positions, b)
+    return (float(np.mean(strata == top)) if len(strata) else float("nan")), float(sizes[top] / b[-1])
+
+
 def folders_covered(positions: Positions, bounds: Sequence[int] | npt.NDArray[np.int64]) -> int:
     """Strata holding at least one of ``positions``."""
     return len(np.unique(strata_of(positions, bounds)))

@@ -64,6 +64,11 @@ class Row:
     """The same for folders covered (a ratio to ``covered_random`` under 0.9)."""
     miss_trials: int = 0
     """The random samples drawn for ``random_miss_tv`` and ``random_miss_folders``."""
+    largest_share: float = float("nan")
+    """The share of the epoch's samples in the largest folder (stratum), beside
+    ``largest_share_dataset``, that folder's share of the dataset: tells a large folder
+    under-drawn from one over-drawn, which a TV alone does not (JSON only)."""
+    largest_share_dataset: float = float("nan")
 
 
 MISSES = "random misses: TV, folders"

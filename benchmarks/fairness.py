@@ -209,6 +209,7 @@ def row(space: KeySpace, bounds: list[int], cut: Cut, ns: argparse.Namespace, ru
     ``miss_trials``), and how often such samples miss the aims by chance."""
     c = stats.compare(cut.positions, bounds, draws=ns.draws, seed=ns.seed)
     misses = stats.random_misses(c.sample.samples, bounds, c.random, trials=ns.miss_trials, seed=ns.seed)
+    top, top_dataset = stats.largest_share(cut.positions, bounds)
     return Row(shape=space.shape.name, spec=space.shape.spec(), keys=space.count, strata=c.strata,
                epoch=cut.epoch, at_s=cut.at_s, listed=cut.listed, samples=c.sample.samples,
                covered=int(c.sample.covered),
@@ -217,7 +218,8 @@ def row(space: KeySpace, bounds: list[int], cut: Cut, ns: argparse.Namespace, ru
                ks_ratio=c.ks_ratio, ks_same_mix=c.same_mix_ks,
                ks_same_mix_ratio=c.same_mix_ks_ratio, run=run, order=order,
                listed_tv=stats.folder_mix_tv(cut.listed_positions or [], bounds),
-               random_miss_tv=misses.tv, random_miss_folders=misses.folders, miss_trials=misses.trials)
+               random_miss_tv=misses.tv, random_miss_folders=misses.folders, miss_trials=misses.trials,
+               largest_share=top, largest_share_dataset=top_dataset)
 
 
 def order_of(ns: argparse.Namespace, run: int) -> int:

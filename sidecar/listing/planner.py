@@ -55,8 +55,10 @@ import threading
 import time
 from collections import deque
 from collections.abc import Sequence
+from typing import Any
 
-from epochfs.sidecar.listing.estimates import listing_progress, skew_and_fair
+from epochfs.sidecar.listing.estimates import listing_progress, skew_and_fair, weigh_in, weighed_spans
+from epochfs.sidecar.listing.gallopfirst import GallopFirst
 from epochfs.sidecar.listing.learning import learn_page, retire
 from epochfs.sidecar.listing.ranges import FolderRanges, promoted_span, unbounded
 from epochfs.sidecar.listing.segments import (
@@ -117,6 +119,8 @@ class Planner:
         """Handed out after the first round: a range's rest cut off as a folder of it became a span
         (which waits). Before it, each rest's page made the next folder a span, range after range:
         the first round over 834 ranges took most of the listing (docs/performance.md)."""
+        self._gallop_first = GallopFirst()
+        """Spans whose ends are looked for before the first round's remaining first pages."""
         self._freed: deque[int] = deque()
         """Folders made spans whose segment is free again (:meth:`_promote`): read first."""
         self._next_part = max((p.part for p in parts), default=-1) + 1
@@ -127,6 +131,8 @@ class Planner:
         self._listed = 0
         self._skew_at: tuple[float, tuple[float, int | None]] | None = None
         """When the skew was last computed, and its value (:meth:`_skew_now`)."""
+        self._weighed: list[SpanState] = []
+        """The folders drawn by their estimated share, found with the skew (:func:`.weighed_spans`)."""
         self._unbounded = 0
         """Spans whose open end (the segment with no stop) is not done: counted as pages are
         recorded, for :meth:`progress`'s first round at every commit (a pass over 10,000 spans
@@ -162,11 +168,22 @@ class Planner:
                 if seg.last == keys[-1] and (promoted := self._promote(span, seg, keys)) is not None:
                     self._queue.push(promoted)
                     self._queue.push(span)
+                    self._gallop_first.note(promoted, first_round=self._reached < len(self._spans))
             self._due.clear()
-            chosen = self._first_page()
+            chosen = self._gallop_page()
+            if chosen is None:
+                chosen = self._first_page()
             if chosen is None and self._pending < MAX_PENDING:  # else wait for a commit: MAX_PENDING
                 chosen = self._next_page()
             return chosen
+
+    def _gallop_page(self) -> Segment | None:
+        """A gallop of a span whose first page came back full (:mod:`.gallopfirst`)."""
+        taken = self._gallop_first.take(self._spans, self._choose_counted)
+        if taken is None:
+            return None
+        self._queue.push(taken[0])
+        return taken[1]
 
     def _first_page(self) -> Segment | None:
         """The first page of a span not reached yet (the first round), in the random order."""
@@ -278,7 +295,7 @@ class Planner:
         return child
 
     # ------------------------------------------------------------------ estimates
-    def progress(self, pages: Sequence[tuple[Segment, int]] = ()) -> dict[str, int | bool | float | None]:
+    def progress(self, pages: Sequence[tuple[Segment, int]] = ()) -> dict[str, Any]:
         """What this run of the listing knows, as status shows it (:func:`.listing_progress`).
         ``pages``: pages of segments of that many keys about to be committed, counted in."""
         with self._lock:
@@ -287,7 +304,7 @@ class Planner:
             ends_found = not self.splittable or self._unbounded <= 0
             return listing_progress(self._spans, listed=self._listed, reached=self._reached,
                                     rest=self._queue.rest, pages=pages, ends_found=ends_found,
-                                    skew=self._skew_now())
+                                    skew=self._skew_now(), weighed=self._weighed)
 
     def _skew_now(self) -> tuple[float, int | None]:
         """:meth:`_skew`, computed at most every :data:`SKEW_EVERY` seconds (a pass over every
@@ -295,6 +312,7 @@ class Planner:
         now = time.monotonic()
         if self._skew_at is None or now - self._skew_at[0] >= SKEW_EVERY:
             self._skew_at = (now, self._skew())
+            self._weighed = weighed_spans(self._spans)
         return self._skew_at[1]
 
     def _skew(self) -> tuple[float, int | None]:
@@ -332,15 +350,21 @@ class Planner:
                     span.cluster = keys[0]  # past names nobody uses: its extent, not the span's
                 self._listed += len(keys)
                 seg.page = min(FULL_PAGE, max(FIRST_PAGE, seg.page * 2))
+            end_found = False
             if seg.part.done:
                 self._open -= 1
                 if span.is_tail(seg):  # the span's open end (one a span: a split keeps it)
                     self._unbounded -= 1
+                    end_found = True
                 if len(span.segments) > 1:
                     retire(span, seg)
             elif keys and span.folders[1] > span.folders[0]:
                 self._due.append((seg, keys))  # weighed at the next take (:meth:`_promote`)
-            self._queue.push(span)
+            elif keys and span.is_tail(seg) and self.splittable:
+                self._gallop_first.note(span, first_round=self._reached < len(self._spans))
+            self._queue.push(span)  # its estimate (``rest``) too
+            if end_found:  # weighed at once, not at the next pass: epoch 0 may be cut now
+                self._weighed = weigh_in(self._weighed, span)
 
     def _promote(self, span: SpanState, seg: Segment, keys: list[str]) -> SpanState | None:
         """Make ``seg`` a span of its own when its page, of a range of folders, ends in a folder

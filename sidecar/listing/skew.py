@@ -79,7 +79,7 @@ def fair_samples(spans: Sequence[SpanState], skew: float, *, ends_unknown: bool)
     estimated mix (:func:`.expected_tv.largest_fair_sample`), at least one, where that is below
     the cap ``skew`` sets (:data:`FAIR_SPREAD`); None where it is not, or the top folders' sizes
     are not known (:func:`_top_counts`). The fetch order holds its walk to it beside the skew's
-    cap (:func:`epochfs.sidecar.sampler.order.walk_cap`), below that cap's floor of 3 samples
+    cap (:func:`epochfs.sidecar.sampler.pace.walk_cap`), below that cap's floor of 3 samples
     where the listing is that lopsided (1,500 folders of Zipf 1.8 sizes: 3 samples at 8 s from
     three small folders, 2.13x a random sample's TV).
 
@@ -112,7 +112,7 @@ def epoch_cap(spans: Sequence[SpanState], left_of: Callable[[SpanState, Segment]
     expected-distance counts over the top folders (:func:`fair_samples`, taken up to a million
     samples rather than up to the skew's cap) and over blocks of the key order at the scales an
     epoch resolves (:func:`.blocks.block_fair_samples`), at least one. It replaces the skew's cap
-    (``status.json``'s ``listing.fair_cap``; :func:`epochfs.sidecar.sampler.order.walk_cap`),
+    (``status.json``'s ``listing.fair_cap``; :func:`epochfs.sidecar.sampler.pace.walk_cap`),
     so it may be above it: the skew is a distance over the planner's pieces whatever the sample
     size, and a flat bucket or a few top folders listed evenly at the scale of twentieths of
     the key order but unevenly between neighbouring segments (its skew 0.06-0.09 after half its
@@ -192,7 +192,7 @@ def _outgrown(spans: Sequence[SpanState], *, ends_unknown: bool) -> bool:
 
 
 FAIR_SPREAD = 1.8
-"""The fetch order's :data:`~epochfs.sidecar.sampler.order.FAIR_SPREAD` (its cap lets through
+"""The fetch order's :data:`~epochfs.sidecar.sampler.pace.FAIR_SPREAD` (its cap lets through
 ``(FAIR_SPREAD / skew) ** 2`` samples): the sample size the spread is taken at
 (:func:`_spread_at_cap`). Kept equal to it by a test; not imported, as the sampler's start-up
 imports nothing of the listing."""

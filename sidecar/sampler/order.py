@@ -33,6 +33,8 @@ from collections import deque
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from epochfs.sidecar.sampler.earlypicks import EarlyPicks
+from epochfs.sidecar.sampler.pace import LEAD, PACE_START, spread_factor, walk_cap
 from epochfs.sidecar.store import Candidate, Meta, Store
 from epochfs.sidecar.store.stats import FIRST_ROUND_WAIT, awaits_first_round
 
@@ -52,84 +54,10 @@ OWED_SCAN = 4096
 MAX_OWED = 200_000
 """Owed keys held in memory at most (a heap by rank, ~150 bytes each); past it the listing's
 newer rows wait to be looked at."""
-LEAD = 4.0
-"""While a listing runs, the pass goes no further up the order than LEAD times the share of the
-whole (estimated) dataset it has fetched, plus :data:`PACE_START` keys' worth: it fetches what
-is listed at no more than LEAD times a fair sample's rate, instead of all of the first keys
-listed. Once the listing has seen 1/LEAD of the dataset the pace no longer holds it back."""
-PACE_START = 1000
-"""Keys the pace allows before any is fetched (so epoch 0 has samples within seconds)."""
-SKEW_HOLD = 0.3
-"""The listing's skew (:meth:`~epochfs.sidecar.listing.planner.Planner.progress`: how far the mix of
-the keys listed so far is from the dataset's, 0 to 1) at which the pace holds the walk to
-:data:`SKEW_FLOOR` of its rate; at 0 the pace is :data:`LEAD` alone."""
-SKEW_FLOOR = 0.05
-FAIR_SPREAD = 1.8
-"""How far from the dataset's folder mix a uniform random sample of n keys is, times sqrt(n): about
-1.2 over ten equal folders, 0.9 over six unequal ones, 4 over a hundred. A sample drawn from keys
-listed ``skew`` away from the dataset's mix is no nearer than ``skew``, so while the listing is
-lopsided the walk takes at most ``(FAIR_SPREAD / skew) ** 2`` samples (:func:`skew_cap`): as
-many as keep the epochs within about twice a random sample's distance. The skew is measured over
-the planner's pieces (folders, parts of them), finer than any folder mix, so the cap errs on the
-safe side; over many folders of known sizes it comes divided by a random sample's spread over
-them in units of ten folders' (:func:`~epochfs.sidecar.listing.skew.random_spread`), as a random
-sample over a thousand folders is ten times as far from their mix as one over ten."""
 OFFERED_EVERY = 1.0
 """Seconds between records of where the pass is: how far it has offered the catalog's rows and its
 cursor (a restart goes on from there: at most this much of the walk and of the listing is looked
 at twice). As often, the catalog is asked whether rows were added since the last refill."""
-
-
-def spread_factor(skew: float) -> float:
-    """The share of :data:`LEAD` the pace allows while the listed keys' mix is ``skew`` away from
-    the dataset's. What is fetched stays in the epochs, so the samples fetched while the listing
-    had read only the first keys of a flat bucket, or the small folders whole beside the first page
-    of a large one, outweighed the later, fairer ones for the rest of the run (measured: the flat
-    key space's first tenth listed a third before the rest was reached, and made half of epochs
-    0-2); fetching slowly while the listing is lopsided and faster as it spreads keeps the epochs
-    nearer what the listing will show."""
-    return max(SKEW_FLOOR, 1.0 - skew / SKEW_HOLD)
-
-
-def walk_cap(known: Mapping[str, Any]) -> int | None:
-    """The samples the walk may have handed out while the listing runs (None: any): the samples
-    an epoch drawn from the listed keys may hold (``fair_cap``, at least one: the planner's
-    :func:`~epochfs.sidecar.listing.skew.epoch_cap`, its expected distance at the scales such an
-    epoch resolves, known where the spans' sizes are), else the skew's cap (:func:`skew_cap`).
-    While spans are not reached (:func:`unreached_share`) the skew's cap, with them counted as
-    off, holds it too: the planner's sizes leave them out."""
-    unreached = unreached_share(known)
-    cap = skew_cap(min(1.0, float(known.get("skew") or 0.0) + unreached))
-    fair = known.get("fair_cap")
-    if fair is None:
-        return cap
-    held = max(1, int(fair))
-    return held if cap is None or unreached <= 0.0 else min(cap, held)
-
-
-def skew_cap(skew: float) -> int | None:
-    """The samples the walk may have handed out while the listing's keys are ``skew`` away from the
-    dataset's mix (None: no cap). The pace's rate (:data:`LEAD`, :func:`spread_factor`) grows with
-    what was fetched, so it lets a lopsided listing's keys through at a steady share for as long
-    as the listing runs; what was fetched then stays in every later epoch. Measured with an
-    offline model of the fetch order over a flat bucket of 100k keys whose listing was 0.3 from
-    its deciles' mix at 2 s and 0.07 at 4 s: 429 samples at 4 s, 1.58x a random sample's TV, and
-    the epochs 1.3-1.7x for the rest of the listing; with the cap 229, 1.15x, then 0.9-1.1x."""
-    if skew <= 0.0:
-        return None
-    return int((FAIR_SPREAD / skew) ** 2)
-
-
-def unreached_share(known: Mapping[str, Any]) -> float:
-    """The share of the listing's spans not reached yet (each counted as the reached ones are on
-    average, as the planner's estimate counts them), once the first round's wait is over (at most
-    :data:`FIRST_ROUND_WAIT` seconds). The planner's skew leaves them out (it sets the pace's rate,
-    which they held at its floor), but a sample can cover no folder they hold: 5,000 folders of 20
-    keys, listed as 1,024 ranges of five, had 40% of them reached at 10 s, and the 761 samples
-    fetched by then covered 0.84x the folders of a random sample of that size."""
-    spans = int(known.get("spans") or 0)
-    reached = int(known.get("spans_reached", spans))
-    return max(0.0, 1.0 - reached / spans) if spans else 0.0
 
 
 class FetchOrder:
@@ -180,6 +108,11 @@ class FetchOrder:
         """When the catalog was last found with nothing to offer, and whether a listing ran then."""
         self._listing: Callable[[], bool] = listing or (lambda: False)
         """True while a listing adds keys to the catalog (the listing's ``running``)."""
+        self._known: Mapping[str, Any] = {}
+        """What the listing knew at the last paced refill (:meth:`_pace`)."""
+        self.early = EarlyPicks(store)
+        """Snapshot mode: keys drawn by their folder's estimated share while the listing runs,
+        handed out before the walk's (:mod:`.earlypicks`)."""
 
     def next(self) -> Candidate | None:
         """The next key to fetch, or None when the catalog has nothing left to fetch right now."""
@@ -194,9 +127,14 @@ class FetchOrder:
                 # takes LISTING_REFILL walk keys at most: no more go before them (512 did). The
                 # rows dropped lie above the cursor: the walk comes to them again.
                 self._queue.clear()
+            if self._owed_left != 0 and (picked := self.early.pop(self._busy, self._out)) is not None:
+                self._handed += 1
+                if self._owed_left is not None:
+                    self._owed_left -= 1
+                return self._hand_out(picked[1], picked[0], None)
             while self._owed and self._owed_left != 0:
                 rank, _, rowid, cand = heapq.heappop(self._owed)
-                if not self._busy(cand.key):
+                if not self._busy(cand.key) and not self._fetched_early(cand.key):
                     self.owed += 1
                     self._handed += 1
                     if self._owed_left is not None:
@@ -211,6 +149,13 @@ class FetchOrder:
                     return self._hand_out(cand, rank, None)
             if not self._refill():
                 return None
+
+    def _fetched_early(self, key: str) -> bool:
+        """Whether ``key``, owed, was fetched early (:mod:`.earlypicks`): an early key the listing
+        committed after the last refill is found owed once the cursor passes its rank, read while
+        its download ran and popped after it ended. One that is not cached (its download failed)
+        is fetched as owed."""
+        return key in self.early.keys and bool(self.store.cached_among([key]))
 
     def _hand_out(self, cand: Candidate, rank: int, rowid: int | None) -> Candidate:
         """Snapshot mode: ``cand``, kept in :attr:`_out` until its download ends."""
@@ -284,6 +229,15 @@ class FetchOrder:
             heapq.heappush(self._owed, (rank, cand.key, rowid, cand))
         self._offered = got.offered_upto
         rows = got.walk
+        if listing and (pace is not None or left is not None) and pace != -(2**63):
+            # The walk's rows and the scaled draw's keys together: no more than a listing's
+            # refill; a top-up takes the place of owed keys under the cap (:mod:`.earlypicks`).
+            if left is not None and not self._owed:
+                rows = self.early.draw(rows, pace=2**63 - 1 if pace is None else pace, left=limit,
+                                       known=self._known, out=self._out, busy=self._busy)
+            owed = len(self._owed) if left is None else min(left, len(self._owed))
+            rows = self.early.top_up(rows, budget=limit, known=self._known, out=self._out, busy=self._busy,
+                                     inflight=self._inflight(), owed=owed, cap=left)
         if (not rows and not got.owed and self._cursor is not None and not self._owed and pace is None
                 and left is None):  # capped by the skew: the pass is not over, it waits
             self._cursor = None
@@ -307,9 +261,11 @@ class FetchOrder:
         (Tried: the cursor stepped back to a fallen pace left the keys fetched above it in the
         cache, all from what was listed first: a nested key space's samples 0.10 from the folder
         mix where the listed keys were 0.01.)"""
+        self._known = {}
         if self.store.meta(Meta.LISTING_COMPLETE) is not None:
             return None, None
         known = self.store.listing_known()
+        self._known = known
         estimated = known.get("estimated_objects")
         if known.get("complete") or not estimated:
             return None, None
@@ -380,7 +336,7 @@ class FetchOrder:
             # look was neither cached to the one nor busy to the other: fetched twice.
             cached = self.store.cached_among([cand.key for _, cand in rows])
             rows = [r for r in rows if r[1].key not in cached]
-        if not rows and (not self._owed or self._owed_left == 0):
+        if not rows and (self._owed_left == 0 or (not self.early and not self._owed)):
             self._exhausted = (time.monotonic(), listing)
             return False
         self._exhausted = None

@@ -233,6 +233,15 @@ class Store(StoreEpochs):
         return catalog.refill(self._ix, cursor=cursor, offered_upto=offered_upto, owed_limit=owed_limit,
                               walk_limit=walk_limit, walk_below=walk_below)
 
+    def folder_lowest(self, lo: str, hi: str, *, below: int, limit: int = 8,
+                      by_key: bool = False) -> list[tuple[int, Candidate]]:
+        """:func:`.catalog.folder_lowest`."""
+        return catalog.folder_lowest(self._ix, lo, hi, below=below, limit=limit, by_key=by_key)
+
+    def cached_under(self, ranges: list[tuple[str, str]]) -> tuple[int, list[int]]:
+        """:func:`.catalog.cached_under`."""
+        return catalog.cached_under(self._ix, ranges)
+
     def cached_among(self, keys: list[str]) -> set[str]:
         return catalog.cached_among(self._ix, keys)
 

@@ -37,6 +37,7 @@ def read_stats(ix: Index, policy: Policy) -> Stats:
         catalog = int(ix.get(Meta.CATALOG_OBJECTS) or 0)
         listing = listing_known(db, catalog, excluded=int(counters.get("listing_excluded", 0)),
                                 skipped=int(counters.get("listing_skips", 0)))
+        listing.pop("weights", None)  # the fetch order's, not status's: folder names, up to 32
         publish_paused = ix.get(Meta.PUBLISH_PAUSED)
         pending = [int(r[0]) for r in db.execute("SELECT n FROM cut_requests ORDER BY n")]
         repairing, lost = (int(v) for v in db.execute(
@@ -226,7 +227,8 @@ def _listing_known(db: sqlite3.Connection, catalog: int, running: bool, complete
            "first_round": bool(known.get("first_round", False)), "began": float(known.get("began", 0)),
            "skew": float(known.get("skew", 0.0)),
            "fair_cap": int(known["fair_cap"]) if known.get("fair_cap") is not None else None,
-           "estimated_objects": round(catalog / covered) if covered > 0 else None}
+           "estimated_objects": round(catalog / covered) if covered > 0 else None,
+           "weights": list(known.get("weights") or [])}
     if excluded:
         out["excluded"] = excluded
     return out

@@ -8,6 +8,9 @@ random key spaces listed by the REAL listers while the sampler's fetch order dra
    candidates queued then), the first K keys fetched are the K lowest-ranked of the seed's order
    of the complete catalog (computed here from the keys), for every K, whatever order and speed
    the pages came in;
+   both with the keys fetched early aside (at most ``EARLY_PICKS`` a run, all while the listing
+   runs: :mod:`~epochfs.sidecar.sampler.earlypicks`), which folders of a few keys never have at
+   the default ``WEIGHT_MIN``; the last test lowers it so they do;
 3. **shards**: the shards' catalogs, and what each fetches, are disjoint and cover the dataset.
 
 Key spaces (hypothesis): flat, equal or skewed class folders, nested sub-folders, many small
@@ -41,6 +44,7 @@ from epochfs.sidecar.listing.sinks import CatalogSink, ListedPage
 from epochfs.sidecar.listing.span import Page, Span
 from epochfs.sidecar.remote.base import ListedPage as RemotePage
 from epochfs.sidecar.remote.testing import PagedMemoryRemote
+from epochfs.sidecar.sampler.earlypicks import EARLY_PICKS
 from epochfs.sidecar.sampler.order import LISTING_REFILL, FetchOrder
 from epochfs.sidecar.store import Policy, Store
 
@@ -192,13 +196,15 @@ class Trace:
     """What one run listed and fetched: the complete catalog (key -> rank), the keys in the order
     they were handed out, where each step began in that list (the last step: the drain once the
     listing is complete), the step at whose start each key was first in the catalog, and the
-    passes the order began after the first."""
+    passes the order began after the first, and the keys it fetched early (drawn by their
+    folder's size while the listing ran: :mod:`~epochfs.sidecar.sampler.earlypicks`)."""
 
     ranks: dict[str, int]
     handed: list[str]
     starts: list[int]
     visible: dict[str, int]
     passes: int
+    early: set[str] = field(default_factory=set)
 
 
 @dataclass(frozen=True)
@@ -310,6 +316,7 @@ def _listed_and_fetched(keys: list[str], run: Run) -> Trace:
         fetcher.fetch(None)
         fetcher.trace.ranks = {str(k): int(r) for k, r in store._ix.query("SELECT key, rank FROM catalog")}
         fetcher.trace.passes = fetcher.order.passes
+        fetcher.trace.early = set(fetcher.order.early.keys)
     return fetcher.trace
 
 
@@ -340,6 +347,8 @@ def _check_catch_up(trace: Trace) -> None:
     assert len(position) == len(trace.handed), "a key was handed out twice in one pass"
     assert trace.passes == 0, "a key listed late waited for a second pass"
     assert set(trace.handed) == set(ranks), "the pass did not fetch the whole catalog"
+    assert len(trace.early) <= EARLY_PICKS
+    assert all(position[k] < trace.starts[-1] for k in trace.early), "a key fetched early after the listing"
     cursors = []
     top = -(2**63) - 1
     for k in trace.handed:
@@ -349,11 +358,21 @@ def _check_catch_up(trace: Trace) -> None:
     for key, s in trace.visible.items():
         start = trace.starts[s]
         bar = max(cursors[start], ranks[key])
-        above = [k for k in trace.handed[start:position[key]] if ranks[k] > bar]
+        above = [k for k in trace.handed[start:position[key]] if ranks[k] > bar and k not in trace.early]
         assert len(above) <= LISTING_REFILL, (
             f"{key!r} was in the catalog at step {s} ({'below' if ranks[key] < cursors[start] else 'above'}"
             f" the cursor) but {len(above)} keys further up the order were handed out before it "
             f"(first: {above[:3]})")
+
+
+def _walked(trace: Trace) -> Trace:
+    """``trace`` without the keys fetched early: the walk's own fetches."""
+    if not trace.early:
+        return trace
+    kept = [i for i, k in enumerate(trace.handed) if k not in trace.early]
+    starts = [sum(1 for i in kept if i < s) for s in trace.starts]
+    return Trace({k: r for k, r in trace.ranks.items() if k not in trace.early},
+                 [trace.handed[i] for i in kept], starts, trace.visible, trace.passes)
 
 
 def _caught_up(trace: Trace, ordered: list[str]) -> int:
@@ -373,10 +392,12 @@ def _caught_up(trace: Trace, ordered: list[str]) -> int:
 def _check_converged(trace: Trace, keys: list[str], run: Run) -> int:
     """Property 2: the catalog's ranks are the seed's order of the keys (computed here); once
     the listing is complete the fetches catch up, within the keys owed then and the candidates
-    queued, and from there the first K keys fetched are the K lowest-ranked, for every K."""
+    queued, and from there the first K keys fetched are the K lowest-ranked, for every K: the
+    keys fetched early aside (they are extra, fetched first, so the first evicted)."""
     expected = {k: keyorder.rank(run.seed, k) for k in keys if keyorder.in_shard(k, *run.shard)}
     assert trace.ranks == expected, "the catalog is not the shard's keys with the seed's ranks"
-    ordered = sorted(expected, key=lambda k: (expected[k], k))
+    trace = _walked(trace)
+    ordered = sorted(trace.ranks, key=lambda k: (expected[k], k))
     end = trace.starts[-1]
     cursor = max((expected[k] for k in trace.handed[:end]), default=-(2**63) - 1)
     # The candidates queued when the listing ended are at most LISTING_REFILL keys above its
@@ -410,10 +431,39 @@ def test_the_cache_converges_to_the_seeds_order_whatever_the_pages_order_and_spe
     first = _listed_and_fetched(keys, run)
     again = _listed_and_fetched(keys, Run(run.seed, other, run.page, run.threads, run.max_spans,
                                           max(1, run.burst // 2)))
-    ordered = sorted(first.ranks, key=lambda k: (first.ranks[k], k))
     m = max(_check_converged(first, keys, run), _check_converged(again, keys, run))
-    k = max(m, min(capacity, len(ordered)))  # a cache of capacity K, K past both catch-ups
-    assert set(first.handed[:k]) == set(again.handed[:k]) == set(ordered[:k])
+    first, again = _walked(first), _walked(again)
+    # A cache of capacity K, K past both catch-ups: the walk's fetches, the early keys aside.
+    for trace in (first, again):
+        ordered = sorted(trace.ranks, key=lambda k: (trace.ranks[k], k))
+        k = max(m, min(capacity, len(ordered)))
+        assert set(trace.handed[:k]) == set(ordered[:k])
+
+
+@SETTINGS
+@given(keys=key_spaces(), run=RUNS)
+@mock.patch("epochfs.sidecar.listing.estimates.WEIGHT_MIN", 4)
+def test_keys_fetched_early_leave_the_catch_up_and_the_converged_order_to_the_walk(
+        keys: list[str], run: Run) -> None:
+    """Folders of four keys or more drawn by their size while the listing runs (the default is
+    1,000): the walk still catches up and converges, the keys fetched early aside."""
+    trace = _listed_and_fetched(keys, run)
+    _check_catch_up(trace)
+    _check_converged(trace, keys, run)
+
+
+@mock.patch("epochfs.sidecar.listing.estimates.WEIGHT_MIN", 4)
+def test_a_large_folder_listed_behind_its_size_has_keys_fetched_early_and_the_walk_converges() -> None:
+    """One folder of 150 keys beside 30 of three (the random key spaces above may have none whose
+    size is known while it is listed behind it): keys of it are fetched early, and the walk still
+    catches up and converges."""
+    keys = [f"big/{i:04d}.bin" for i in range(150)] + [f"s{j:02d}/{i}.x" for j in range(30) for i in range(3)]
+    for schedule in range(3):
+        run = Run(seed=3, schedule=schedule, page=10, threads=1, max_spans=1024, burst=3)
+        trace = _listed_and_fetched(keys, run)
+        assert trace.early and all(k.startswith("big/") for k in trace.early), trace.early
+        _check_catch_up(trace)
+        _check_converged(trace, keys, run)
 
 
 @settings(max_examples=6, deadline=None, suppress_health_check=[HealthCheck.too_slow])

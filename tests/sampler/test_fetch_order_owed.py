@@ -107,7 +107,7 @@ def test_while_listing_the_pass_goes_up_the_order_no_faster_than_its_pace(tmp_pa
     """A listing that has seen 100 keys of an estimated 100,000: the pass fetches only the listed
     keys within LEAD times a fair sample's share of the order (plus PACE_START keys' worth), not
     all of the first keys listed; once the listing is complete, the rest."""
-    from epochfs.sidecar.sampler.order import LEAD, PACE_START
+    from epochfs.sidecar.sampler.pace import LEAD, PACE_START
     from epochfs.sidecar.store.listings import Part
 
     store = Store(tmp_path / "cache", create=True)

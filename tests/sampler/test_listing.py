@@ -24,7 +24,7 @@ from epochfs.sidecar.remote.base import ListedPage
 from epochfs.sidecar.remote.testing import PagedMemoryRemote
 from epochfs.sidecar.sampler import Sampler
 from epochfs.sidecar.sampler import order as order_module
-from epochfs.sidecar.sampler.order import skew_cap
+from epochfs.sidecar.sampler.pace import skew_cap
 from epochfs.sidecar.status import render
 from epochfs.sidecar.store import Meta, Store
 from epochfs.sidecar.store import catalog as catalog_module

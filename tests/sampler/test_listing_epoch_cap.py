@@ -17,7 +17,7 @@ import numpy as np
 
 from epochfs.sidecar.listing.estimates import skew_and_fair
 from epochfs.sidecar.listing.segments import Segment, SpanState
-from epochfs.sidecar.sampler.order import skew_cap, walk_cap
+from epochfs.sidecar.sampler.pace import skew_cap, walk_cap
 from epochfs.sidecar.store.listings import Part
 
 

@@ -25,7 +25,7 @@ from epochfs.sidecar.listing import Lister, source_for
 from epochfs.sidecar.listing.learning import learn_page
 from epochfs.sidecar.listing.segments import Segment, SpanState, keys_left
 from epochfs.sidecar.remote.testing import PagedMemoryRemote
-from epochfs.sidecar.sampler.order import LEAD, PACE_START, spread_factor, walk_cap
+from epochfs.sidecar.sampler.pace import LEAD, PACE_START, spread_factor, walk_cap
 from epochfs.sidecar.store import Store
 from epochfs.sidecar.store.listings import Part
 

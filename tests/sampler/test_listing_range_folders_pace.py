@@ -9,7 +9,7 @@ at 33-63 samples for 32 s, the skew's cap at 21-54, with the listed keys 0.18 fr
 Pure: the real :class:`~epochfs.sidecar.listing.planner.Planner` over an in-memory listing (the
 harness of ``tests/range_folders_helpers.py``, shared with
 ``test_listing_planner_range_folders.py``), and the fetch order's cap
-(:func:`~epochfs.sidecar.sampler.order.skew_cap`) on what the planner says."""
+(:func:`~epochfs.sidecar.sampler.pace.skew_cap`) on what the planner says."""
 
 from __future__ import annotations
 
@@ -22,7 +22,7 @@ from range_folders_helpers import folder_ranges, folder_tv, read_batch, zipf_key
 
 from epochfs.benchmarks._fairness_stats import random_baseline
 from epochfs.sidecar.listing.planner import Planner
-from epochfs.sidecar.sampler.order import walk_cap
+from epochfs.sidecar.sampler.pace import walk_cap
 
 FOLDERS = 2500
 KEYS = 200_000
@@ -74,8 +74,8 @@ def test_the_spread_is_taken_at_the_samples_the_cap_lets_through() -> None:
     the spread at the cap's sample size, which the skew module takes from the fetch order's
     constant (a copy: the sampler imports nothing of the listing at start-up)."""
     from epochfs.sidecar.listing import skew
-    from epochfs.sidecar.sampler import order
-    assert skew.FAIR_SPREAD == order.FAIR_SPREAD
+    from epochfs.sidecar.sampler import pace
+    assert skew.FAIR_SPREAD == pace.FAIR_SPREAD
     shares = [1 / 2500] * 2500
     assert math.isclose(skew._random_tv(shares, 100), 0.961, abs_tol=0.002)
     assert math.isclose(skew._random_tv([0.1] * 10, 1000), 1.2 / math.sqrt(1000), rel_tol=0.01)

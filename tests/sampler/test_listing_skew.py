@@ -5,7 +5,7 @@ dataset's mix, and goes at its full pace once they spread.
 The planner's skew is the total-variation distance between the listed keys' shares of the key
 space's pieces (open segments, what each span has finished, the spans not reached) and those
 pieces' estimated shares; the fetch order's pace is :data:`LEAD` times
-:func:`~epochfs.sidecar.sampler.order.spread_factor` of it.
+:func:`~epochfs.sidecar.sampler.pace.spread_factor` of it.
 """
 
 from __future__ import annotations
@@ -18,15 +18,8 @@ import pytest
 from store_helpers import put, sid_of
 
 from epochfs.sidecar.listing.planner import GALLOP_PAGE, Planner, Segment
-from epochfs.sidecar.sampler.order import (
-    FAIR_SPREAD,
-    LEAD,
-    PACE_START,
-    SKEW_FLOOR,
-    FetchOrder,
-    skew_cap,
-    spread_factor,
-)
+from epochfs.sidecar.sampler.order import FetchOrder
+from epochfs.sidecar.sampler.pace import FAIR_SPREAD, LEAD, PACE_START, SKEW_FLOOR, skew_cap, spread_factor
 from epochfs.sidecar.store import CatalogRow, Policy, Store
 from epochfs.sidecar.store.listings import Part
 
@@ -208,7 +201,7 @@ def test_spans_not_reached_yet_count_in_the_cap(tmp_path: Path) -> None:
     """Past the first round's wait, spans not reached yet hold no key a sample could take: their
     share counts as skew for the cap (half of 1,000 spans unreached: (1.8 / 0.5)**2 = 12 samples),
     while the pace's rate (the planner's skew, 0 here) would let all 400 listed keys through."""
-    from epochfs.sidecar.sampler.order import unreached_share
+    from epochfs.sidecar.sampler.pace import unreached_share
 
     assert unreached_share({"spans": 1000, "spans_reached": 500}) == 0.5
     assert unreached_share({"spans": 1000, "spans_reached": 0}) == 1.0

@@ -12,7 +12,7 @@ import pytest
 from epochfs.sidecar.listing.expected_tv import TV_TARGET, largest_fair_sample, sample_tv
 from epochfs.sidecar.listing.segments import Segment, SpanState
 from epochfs.sidecar.listing.skew import _random_tv, fair_samples, listing_skew
-from epochfs.sidecar.sampler.order import skew_cap, walk_cap
+from epochfs.sidecar.sampler.pace import skew_cap, walk_cap
 from epochfs.sidecar.store.listings import Part
 
 

@@ -1,7 +1,7 @@
 """Streams read from their first record (issue 19: "``--index`` and S3 Inventory sources too: an
 index streamed in key order has the same problem"): what is read of a data file in key order is its
 first keys, so the planner counts it as off by all of it until the file is read to its end, and the
-fetch order's cap (:func:`~epochfs.sidecar.sampler.order.skew_cap`) holds the fetches to a few
+fetch order's cap (:func:`~epochfs.sidecar.sampler.pace.skew_cap`) holds the fetches to a few
 samples meanwhile. An ``epochfs index`` written shuffled is a uniform sample at every prefix: no cap.
 """
 
@@ -19,7 +19,7 @@ from epochfs.sidecar.listing import Lister
 from epochfs.sidecar.listing.indexfile import IndexSource, object_record
 from epochfs.sidecar.listing.planner import Planner
 from epochfs.sidecar.remote import RemoteObject
-from epochfs.sidecar.sampler.order import skew_cap
+from epochfs.sidecar.sampler.pace import skew_cap
 from epochfs.sidecar.store import Store
 from epochfs.sidecar.store.listings import Part
 
