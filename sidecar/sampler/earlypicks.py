@@ -23,6 +23,7 @@ folder whose size is over-estimated is over-drawn by as much, within those bound
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Container, Mapping
 from typing import Any
 
@@ -38,41 +39,41 @@ def _point(rank: int) -> float:
     return (rank + TOP) / (2 * TOP)
 
 
-def _weights(known: Mapping[str, Any]) -> list[tuple[str, float, int]]:
-    """(prefix, scale, keys listed) of each weighed folder listed behind the rest, where the scale
-    is the folder's listed share over the listed share of the folders not weighed (100 equal
-    folders listed alike are drawn as the walk draws them). Entries that do not parse are left."""
+LAG = 0.5
+"""How far behind the rest a folder's listing must be for it to be drawn by its size: its listed
+share of its estimate at most this times the listed share of the folders not weighed. Folders
+listed alike are drawn by the keys listed (the walk's draw is theirs already), and the largest
+estimates of equal folders are the over-estimated ones: drawn by them, 100 equal folders'
+epoch of 3,528 samples was 2.49x a random sample's folder-mix distance."""
+
+
+def _weights(known: Mapping[str, Any]) -> list[tuple[str, float, int, float]]:
+    """(prefix, scale, keys listed, estimated share of the dataset) of each weighed folder listed
+    behind the rest (:data:`LAG`), where the scale is the folder's listed share over the listed
+    share of the folders not weighed. Entries that do not parse are left."""
     weights = []
-    for w in known.get("weights") or []:
+    entries = known.get("weights")
+    try:
+        estimated = int(known.get("estimated") or 0)
+    except (TypeError, ValueError, OverflowError):
+        return []
+    for w in entries if isinstance(entries, list) else []:
         try:
             prefix, listed, total = str(w[0]), int(w[1]), int(w[2])
-        except (TypeError, ValueError, IndexError):
+        except (TypeError, ValueError, IndexError, KeyError, OverflowError):
             continue
-        if prefix and total > 0 and 0 < listed < total:
+        if prefix and 0 < listed < total <= estimated:
             weights.append((prefix, listed, total))
     rest_listed = int(known.get("listed") or 0) - sum(w[1] for w in weights)
-    rest_total = int(known.get("estimated") or 0) - sum(w[2] for w in weights)
+    rest_total = estimated - sum(w[2] for w in weights)
     rest = min(1.0, rest_listed / rest_total) if rest_listed > 0 and rest_total > 0 else 1.0
-    return [(p, listed / total / rest, listed) for p, listed, total in weights if listed / total < rest]
+    return [(p, listed / total / rest, listed, total / estimated) for p, listed, total in weights
+            if listed / total < LAG * rest]
 
 
 TOP_UP_BELOW = 20_000
 """Samples cached from which no folder is topped up (:meth:`EarlyPicks.top_up`): counting a
 folder's samples reads as many index entries as it holds, and by then the listing has spread."""
-
-
-def _shares(known: Mapping[str, Any]) -> list[tuple[str, float]]:
-    """(prefix, estimated share of the dataset) of each weighed folder (``weights``)."""
-    estimated = int(known.get("estimated") or 0)
-    out = []
-    for w in known.get("weights") or []:
-        try:
-            prefix, total = str(w[0]), int(w[2])
-        except (TypeError, ValueError, IndexError):
-            continue
-        if prefix and 0 < total <= estimated:
-            out.append((prefix, total / estimated))
-    return out
 
 
 class EarlyPicks:
@@ -88,10 +89,16 @@ class EarlyPicks:
 
     @property
     def room(self) -> int:
-        return EARLY_PICKS - len(self.keys)
+        """Keys that may still be drawn early in this run (those waiting count)."""
+        return EARLY_PICKS - len(self.keys) - len(self._waiting)
 
     def __bool__(self) -> bool:
         return bool(self._waiting)
+
+    def drop(self) -> None:
+        """Forget the keys waiting: the listing has ended, and a key fetched early is fetched
+        while it runs (once it is complete the walk's order is the whole catalog's)."""
+        self._waiting.clear()
 
     def pop(self, busy: Callable[[str], bool], out: Container[str]) -> tuple[int, Candidate] | None:
         """The next early key that is not busy, handed out (``out``) or cached, counted as handed
@@ -112,7 +119,7 @@ class EarlyPicks:
         are left, a prefix of ``rows`` (each walk row counts at the highest scaled rank of the
         rows up to it: the cursor never passes a row it did not offer). ``out``: keys handed out
         whose downloads may not have ended; ``known``: the listing's ``listing_known``."""
-        weights = _weights(known)
+        weights = [(p, c, listed) for p, c, listed, _ in _weights(known)]
         room = min(left, self.room)
         if not weights or room <= 0:
             return rows
@@ -126,7 +133,7 @@ class EarlyPicks:
         for i, (rank, cand) in enumerate(rows):
             high = max(high, _point(rank) * share(cand.key))
             drawn.append((high, 0, i, rank, cand))
-        walk_keys = {cand.key for _, cand in rows}
+        walk_keys = {cand.key for _, cand in [*rows, *self._waiting]}
         catalog = int(known.get("listed") or 0)
         for prefix, c, listed in weights:
             below = min(TOP - 1, int(bar / c * 2 * TOP) - TOP)  # scaled under the bar
@@ -156,36 +163,45 @@ class EarlyPicks:
     def top_up(self, rows: list[tuple[int, Candidate]], *, budget: int, known: Mapping[str, Any],
                out: Mapping[str, object], busy: Callable[[str], bool], inflight: int,
                owed: int, cap: int | None) -> list[tuple[int, Candidate]]:
-        """Keys of the weighed folders whose samples (cached, in flight, queued) fall a whole
-        sample or more short of their estimated share of the samples there will be once this
-        refill is handed out (the walk's ``rows`` up to ``budget``, the ``owed`` keys the cap lets
-        through): their lowest-ranked listed keys, drawn early before the walk's ``rows``
+        """Keys of the weighed folders whose samples (cached, in flight, queued) fall short of
+        their estimated share of the samples there will be once this refill is handed out (the
+        walk's ``rows`` up to ``budget``, the ``owed`` keys the cap lets through) by a whole sample
+        and by a random sample's spread (its count's standard deviation) or more: their
+        lowest-ranked listed keys, drawn early before the walk's ``rows``
         (trimmed to the budget left) and the owed keys, which they displace under the cap (``cap``:
         the keys it lets through now, None: no cap). The scaled draw (:meth:`draw`) takes a
         folder's keys only while nothing is owed, and what is owed is drawn by the keys listed:
         2,000 folders of Zipf 2.0 sizes, 61% of the keys in one, had 50-57% of epochs of 100-230
-        samples in it, 2.1-2.4x a random sample's folder-mix distance."""
-        shares = _shares(known)
+        samples in it, 2.1-2.4x a random sample's folder-mix distance. Within the spread, equal
+        folders were stratified: their samples taken from the keys listed first (a folder's first
+        pages), 1.31x a random sample's in-folder spread where it was 1.20x."""
+        shares = [(p, share, listed) for p, _, listed, share in _weights(known)]
         free = min(max(budget, cap or 0) - len(self._waiting), self.room)
         if not shares or free <= 0:
             return rows
-        cached, counts = self.store.cached_under([(p, p + "\U0010ffff") for p, _ in shares])
+        cached, counts = self.store.cached_under([(p, p + "\U0010ffff") for p, _, _ in shares])
         if cached >= TOP_UP_BELOW:
             return rows
         after = cached + inflight + max(budget, len(rows) + len(self._waiting) + owed)
         running = [k for k in out if busy(k)]
+        waiting = {cand.key for _, cand in self._waiting}
+        catalog = int(known.get("listed") or 0)
         picks: list[tuple[int, Candidate]] = []
-        for (prefix, share), have in zip(shares, counts, strict=True):
+        for (prefix, share, listed), have in zip(shares, counts, strict=True):
             have += sum(k.startswith(prefix) for k in running)
             have += sum(c.key.startswith(prefix) for _, c in [*rows, *self._waiting, *picks])
-            need = min(int(share * after) - have, free - len(picks))
-            if need <= 0:
-                continue
+            short = int(share * after) - have
+            if short < max(1.0, math.sqrt(after * share * (1.0 - share))):
+                continue  # within a random sample's spread: topped up, equal folders were stratified
+            need = min(short, free - len(picks))
+            # Read by the index that passes fewer rows: the folder's listed keys, or the order's
+            # from its start (the samples cached, then a row of the folder in catalog / listed).
+            by_key = listed < cached + (need + 8) * catalog / max(1, listed)
             for rank, cand in self.store.folder_lowest(prefix, prefix + "\U0010ffff", below=TOP - 1,
-                                                       limit=need + 8):
+                                                       limit=need + 8, by_key=by_key):
                 if len(picks) >= free or need <= 0:
                     break
-                if cand.key in out or cand.key in self.keys or busy(cand.key):
+                if cand.key in out or cand.key in self.keys or cand.key in waiting or busy(cand.key):
                     continue
                 picks.append((rank, cand))
                 need -= 1

@@ -127,6 +127,8 @@ class FetchOrder:
                 # takes LISTING_REFILL walk keys at most: no more go before them (512 did). The
                 # rows dropped lie above the cursor: the walk comes to them again.
                 self._queue.clear()
+            if self.early and not self._listing():
+                self.early.drop()
             if self._owed_left != 0 and (picked := self.early.pop(self._busy, self._out)) is not None:
                 self._handed += 1
                 if self._owed_left is not None:
@@ -228,7 +230,9 @@ class FetchOrder:
         for rank, rowid, cand in got.owed:
             heapq.heappush(self._owed, (rank, cand.key, rowid, cand))
         self._offered = got.offered_upto
-        rows = got.walk
+        # Keys found owed now go first: the walk's rows read beside them wait for the next refill
+        # (both counted against the cap's ``left``, they passed it together).
+        rows = [] if got.owed else got.walk
         if listing and (pace is not None or left is not None) and pace != -(2**63):
             # The walk's rows and the scaled draw's keys together: no more than a listing's
             # refill; a top-up takes the place of owed keys under the cap (:mod:`.earlypicks`).

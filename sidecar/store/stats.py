@@ -228,7 +228,7 @@ def _listing_known(db: sqlite3.Connection, catalog: int, running: bool, complete
            "skew": float(known.get("skew", 0.0)),
            "fair_cap": int(known["fair_cap"]) if known.get("fair_cap") is not None else None,
            "estimated_objects": round(catalog / covered) if covered > 0 else None,
-           "weights": list(known.get("weights") or [])}
+           "weights": known["weights"] if isinstance(known.get("weights"), list) else []}
     if excluded:
         out["excluded"] = excluded
     return out

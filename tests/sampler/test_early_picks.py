@@ -201,3 +201,67 @@ def test_a_folder_short_of_its_share_is_topped_up_while_keys_are_owed(tmp_path: 
         assert 60 <= len(handed) < 100 and in_big >= 0.8 * len(handed), \
             f"{in_big} of {len(handed)} samples in the large folder"
         assert any(k.startswith("t") for k in handed), "the owed keys were not fetched"
+
+
+def _order(store: Store, listing: list[bool]) -> FetchOrder:
+    return FetchOrder(store=store, schedule_mode=False, busy=lambda key: False, inflight=lambda: 0,
+                      listing=lambda: listing[0])
+
+
+def test_keys_waiting_to_be_fetched_early_are_dropped_when_the_listing_ends(tmp_path: Path) -> None:
+    """A top-up under a large cap leaves many early keys waiting; once the listing has ended, the
+    walk's order is the whole catalog's and none of them is handed out ahead of it."""
+    with _store(tmp_path / "cache") as store:
+        store.gen = _listing(store, random.Random(3))
+        store._ix.put(Meta.LISTING_PROGRESS, _progress(big_listed=BIG_LISTED, big_total=BIG, fair_cap=500))
+        listing = [True]
+        order = _order(store, listing)
+        first = _take(order, store, 1)
+        assert first and order.early, "no early key waits after the first hand-out"
+        listing[0] = False
+        store.listings().finish(store.gen)
+        after = _take(order, store, 200)
+        assert not set(after) & order.early.keys, "an early key was handed out after the listing ended"
+        assert not order.early
+
+
+@mock.patch("epochfs.sidecar.sampler.earlypicks.EARLY_PICKS", 10)
+def test_no_more_keys_are_fetched_early_than_a_run_allows(tmp_path: Path) -> None:
+    """The draw and the top-up in one refill share the bound (the keys waiting count in it)."""
+    with _store(tmp_path / "cache") as store:
+        _listing(store, random.Random(5))
+        store._ix.put(Meta.LISTING_PROGRESS, _progress(big_listed=BIG_LISTED, big_total=BIG, fair_cap=500))
+        order = _order(store, [True])
+        handed = _take(order, store, 300)
+        assert handed and 0 < len(order.early.keys) <= 10, len(order.early.keys)
+
+
+@mock.patch("epochfs.sidecar.sampler.order.LISTING_WAIT", 0.0)  # the catalog asked again at once
+def test_a_key_found_owed_beside_the_walks_rows_does_not_pass_the_cap(tmp_path: Path) -> None:
+    """Three keys handed out under a cap of three; a key ranked below the cursor is listed and the
+    cap rises to four: one more key is handed out (the owed one), not the owed key and a walk row."""
+    with _store(tmp_path / "cache") as store:
+        gen = _listing(store, random.Random(9), big_total=BIG_LISTED + 1)
+        store._ix.put(Meta.LISTING_PROGRESS, _progress(big_listed=BIG_LISTED, big_total=BIG_LISTED + 1,
+                                                       fair_cap=3))
+        order = _order(store, [True])
+        assert len(_take(order, store, 10)) == 3
+        late = CatalogRow("s999/late", sid_of("s999/late"), 10, "v", rank=-(2**63) + 1)
+        store.listings().commit_pages(gen, [PageRows(Part(300, "s999/", "", None, after=late.key, done=True),
+                                                     [late], 0, [])],
+                                      progress=_progress(big_listed=BIG_LISTED, big_total=BIG_LISTED + 1,
+                                                         fair_cap=4))
+        assert _take(order, store, 10) == ["s999/late"]
+
+
+def test_malformed_weights_are_passed_over(tmp_path: Path) -> None:
+    """The listing's progress is written by the listing's own process; a record that is not what
+    it writes (a number, an object, an estimate of 1e999) draws nothing early and crashes nothing."""
+    for weights in (5, [{"a": 1}], [["big/", 50, 1e999]], [["big/", "x", None]], None):
+        with _store(tmp_path / f"c{abs(hash(repr(weights)))}") as store:
+            _listing(store, random.Random(1))
+            progress = json.loads(_progress(big_listed=BIG_LISTED, big_total=BIG)) | {"weights": weights}
+            store._ix.put(Meta.LISTING_PROGRESS, json.dumps(progress))
+            order = _order(store, [True])
+            assert order.next() is not None and not order.early.keys, weights
+            assert store.stats().catalog_objects > 0
