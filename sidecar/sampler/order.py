@@ -233,7 +233,7 @@ class FetchOrder:
         # Keys found owed now go first: the walk's rows read beside them wait for the next refill
         # (both counted against the cap's ``left``, they passed it together).
         rows = [] if got.owed else got.walk
-        if listing and (pace is not None or left is not None) and pace != -(2**63):
+        if listing and (pace is not None or left is not None) and pace != -(2**63) and self.early.drawing():
             # The walk's rows and the scaled draw's keys together: no more than a listing's
             # refill; a top-up takes the place of owed keys under the cap (:mod:`.earlypicks`).
             if left is not None and not self._owed:

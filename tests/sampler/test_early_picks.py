@@ -265,3 +265,18 @@ def test_malformed_weights_are_passed_over(tmp_path: Path) -> None:
             order = _order(store, [True])
             assert order.next() is not None and not order.early.keys, weights
             assert store.stats().catalog_objects > 0
+
+
+def test_nothing_is_drawn_early_once_the_cache_holds_enough_samples(tmp_path: Path) -> None:
+    """Past EARLY_BELOW samples cached the walk's draw is left alone: the same large folder, once
+    three samples are cached under a bound of three, gets no key early (one more of room: some)."""
+    for bound, expect in ((3, False), (4, True)):
+        with (mock.patch("epochfs.sidecar.sampler.earlypicks.EARLY_BELOW", bound),
+              _store(tmp_path / f"c{bound}") as store):
+            _listing(store, random.Random(2))
+            for key in ("s000/00", "s001/00", "s002/00"):
+                put(store, key, 10)
+            store._ix.put(Meta.LISTING_PROGRESS, _progress(big_listed=BIG_LISTED, big_total=BIG, fair_cap=40))
+            order = _order(store, [True])
+            _take(order, store, 30)
+            assert bool(order.early.keys) is expect, (bound, order.early.keys)
