@@ -26,8 +26,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import multiprocessing as mp
-import multiprocessing.pool
 import os
 import statistics
 import time
@@ -157,7 +155,7 @@ def bench_reads(args: argparse.Namespace, scratch: Path, name: str, size: int, c
         with harness.running([*harness.EPOCHFS, "mount", "--cache", str(cache), "--mount", str(mnt),
                               "--link-root", str(root)], what="epochfs mount",
                              ready=lambda: harness.mounted(mnt), interval=0.02, log=work / "mount.log",
-                             unmount=(mnt,)), mp.get_context("fork").Pool(procs) as pool:
+                             unmount=(mnt,)), harness.fork_pool(procs) as pool:
             for _ in range(args.repeat):
                 drop_caches(drop)
                 samples["direct_cold"].append(harness.mb_per_s(*timed_read(pool, procs, direct)))

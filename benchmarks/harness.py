@@ -15,8 +15,10 @@ accounting, scratch folders and the printing of tables and ratios.
   bytes, in every benchmark) and :class:`Rates`.
 - **Scratch**: :func:`work_dir`, a temp folder of the run's own (in ``--dir`` when given), removed
   after with any mount left below it detached first; nothing it did not make is ever removed.
-- **Signals**: :func:`entry`, every benchmark's entry: SIGTERM cleans up as Ctrl-C does (the ``finally``
-  blocks run: servers stopped, mounts detached, scratch removed), exit status 128 + the signal.
+- **Signals** (:mod:`._signals`, its names re-exported here): :func:`entry`, every benchmark's entry:
+  SIGTERM cleans up as Ctrl-C does (the ``finally`` blocks run: servers stopped, mounts detached,
+  scratch removed), exit status 128 + the signal; :func:`signals_held`, a block a signal does not cut
+  in two; :func:`fork_pool`, a reader pool whose workers are all gone after its ``with`` block.
 - **Output**: :class:`Table` (a header and rows from one list of column formats) and :func:`times`,
   the ``0.97x`` of every ratio printed (:mod:`._output`, re-exported here), :func:`spread`, the
   ``median [min-max]`` of every result shown, and the files a benchmark writes
@@ -45,8 +47,7 @@ import urllib.request
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from types import FrameType
-from typing import Any, NoReturn
+from typing import Any
 
 from epochfs.benchmarks._accounting import Rates as Rates
 from epochfs.benchmarks._accounting import children_cpu as children_cpu
@@ -60,6 +61,10 @@ from epochfs.benchmarks._dependencies import program as program
 from epochfs.benchmarks._dependencies import require as require
 from epochfs.benchmarks._output import Table as Table
 from epochfs.benchmarks._output import times as times
+from epochfs.benchmarks._signals import clean_up_on_sigterm as clean_up_on_sigterm
+from epochfs.benchmarks._signals import entry as entry
+from epochfs.benchmarks._signals import fork_pool as fork_pool
+from epochfs.benchmarks._signals import signals_held as signals_held
 from epochfs.fuse.mounting import canonical, find_mount, is_dead, lazy_unmount, mount_table
 
 PYTHON = [sys.executable, "-P"]
@@ -159,14 +164,18 @@ def running(cmd: Sequence[str], *, what: str, ready: Callable[[], bool] | None =
             timeout: float = 30.0, interval: float = 0.1, log: Path | None = None,
             env: Mapping[str, str] | None = None, stop_timeout: float = 30.0,
             unmount: Iterable[Path] = ()) -> Iterator[subprocess.Popen[bytes]]:
-    """``cmd`` running (and ready) for the length of a ``with`` block, stopped by :func:`stop` after it."""
-    proc = start(cmd, log=log, env=env)
+    """``cmd`` running (and ready) for the length of a ``with`` block, stopped by :func:`stop` after it
+    (started with signals held: a SIGTERM as it starts is raised once the ``finally`` holds it)."""
+    proc: subprocess.Popen[bytes] | None = None
     try:
+        with signals_held():
+            proc = start(cmd, log=log, env=env)
         if ready is not None:
             wait_ready(proc, ready, what=what, timeout=timeout, interval=interval, log=log)
         yield proc
     finally:
-        stop(proc, timeout=stop_timeout, unmount=unmount)
+        if proc is not None:
+            stop(proc, timeout=stop_timeout, unmount=unmount)
 
 
 def mounted(path: Path) -> bool:
@@ -178,9 +187,9 @@ def mounted(path: Path) -> bool:
 def unmount_below(folder: Path) -> None:
     """Lazily unmount everything mounted below ``folder``, the innermost first."""
     top = canonical(folder) + os.sep
-    for entry in reversed(mount_table()):
-        if entry.mount_point.startswith(top):
-            lazy_unmount(Path(entry.mount_point), any_kind=True)
+    for mount in reversed(mount_table()):
+        if mount.mount_point.startswith(top):
+            lazy_unmount(Path(mount.mount_point), any_kind=True)
 
 
 # ---------------------------------------------------------------------------------- scratch
@@ -210,57 +219,6 @@ def work_dir(parent: Path | None = None, *, prefix: str = "epochfs-bench-") -> I
         if made and parent is not None:
             with contextlib.suppress(OSError):
                 parent.rmdir()  # only when empty: nothing of anyone else's
-
-
-# ---------------------------------------------------------------------------------- signals
-_OWNER = 0
-"""The process that installed :func:`clean_up_on_sigterm`'s handler (forked children inherit it)."""
-_SIGNALLED = 0
-"""The signal that interrupted the run (SIGTERM or SIGINT), 0 while none has."""
-
-
-def _terminate(signum: int, frame: FrameType | None) -> None:
-    global _SIGNALLED
-    if os.getpid() != _OWNER:  # a forked child (a reader pool's worker): die of it as before
-        signal.signal(signum, signal.SIG_DFL)
-        os.kill(os.getpid(), signum)
-        return
-    signal.signal(signal.SIGTERM, signal.SIG_IGN)  # once: a second one does not cut the clean-up short
-    _SIGNALLED = signum
-    raise KeyboardInterrupt  # clean up as for Ctrl-C: servers stopped, mounts detached, scratch removed
-
-
-def _interrupt(signum: int, frame: FrameType | None) -> None:
-    global _SIGNALLED
-    _SIGNALLED = _SIGNALLED or signum
-    signal.default_int_handler(signum, frame)
-
-
-def clean_up_on_sigterm() -> None:
-    """SIGTERM (``kill PID``, a scheduler's or a wrapper's stop) raises KeyboardInterrupt, as Ctrl-C
-    does, so every ``finally`` and ``with`` block runs: the default action ends the process at
-    once and left the servers it started running (an orphaned ``epochfs mount`` and its mounts)
-    and its scratch on disk. Ctrl-C raises it too, also where the process was started ignoring
-    SIGINT (``&`` in a script)."""
-    global _OWNER, _SIGNALLED
-    _OWNER, _SIGNALLED = os.getpid(), 0
-    signal.signal(signal.SIGTERM, _terminate)
-    signal.signal(signal.SIGINT, _interrupt)
-
-
-def entry(run: Callable[[], int], name: str) -> NoReturn:
-    """A benchmark's ``if __name__ == "__main__"``: :func:`clean_up_on_sigterm`, then ``run()``; on
-    SIGTERM or Ctrl-C, once its clean-up is done, one line and exit status 128 + the signal (as a
-    shell reports a process that signal ended), never 0."""
-    clean_up_on_sigterm()
-    try:
-        status = run()
-    except KeyboardInterrupt:
-        signum = _SIGNALLED or signal.SIGINT
-        print(f"{name}: interrupted by {signal.Signals(signum).name}; what it started is stopped and "
-              "its scratch removed", file=sys.stderr)
-        status = 128 + signum
-    sys.exit(status)
 
 
 # ---------------------------------------------------------------------------------- S3 (moto)

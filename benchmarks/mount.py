@@ -23,7 +23,6 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
-import multiprocessing as mp
 import multiprocessing.pool
 import os
 import random
@@ -171,7 +170,7 @@ def bench_class(args: argparse.Namespace, scratch: Path, name: str, size: int, c
                          what="epochfs mount", ready=lambda: harness.mounted(mnt), interval=0.02, log=log,
                          env={**os.environ, **env}, unmount=(mnt, cache / "objects-ro")):
         for procs in procs_list:
-            with mp.get_context("fork").Pool(procs) as pool:
+            with harness.fork_pool(procs) as pool:  # every reader gone after it, a SIGTERM or not
                 samples: dict[str, list[float]] = {k: [] for k in PHASES}
                 for _ in range(args.repeat):  # interleaved, so load from others hits all phases
                     drop_caches(drop)
@@ -278,7 +277,7 @@ def bench_remote_mount(args: argparse.Namespace, scratch: Path, tool: str, name:
                                            env=env)
             with harness.running(command, what=f"{tool} mount", ready=lambda: harness.mounted(mnt),
                                  interval=0.02, env=env, unmount=(mnt,)), \
-                    mp.get_context("fork").Pool(procs) as pool:
+                    harness.fork_pool(procs) as pool:
                 drop_caches(drop)
                 paths, total, seconds = first_read(pool, procs, mnt)
                 first = harness.mb_per_s(total, seconds)
