@@ -8,17 +8,22 @@ largest folders whose size it knows and whose keys are listed behind it (``weigh
 32: :func:`~epochfs.sidecar.listing.estimates.weighed_spans`). The rank order is a uniform random
 order, so the lowest rank among a folder's listed share ``c`` is about ``1 / c`` times as far up
 the order as the lowest rank over the whole folder: a listed key's rank times ``c`` (relative to
-the listed share of the folders not weighed) behaves as a rank over the whole folder. Each paced
-refill merges the walk's rows with the weighed folders' lowest-ranked listed keys in that scaled
-order, under the pace, the fair cap and
+the listed share of everything else) behaves as a rank over the whole folder. A paced refill
+with nothing owed merges the walk's rows with the weighed folders' lowest-ranked listed keys in
+that scaled order, under the pace, the fair cap and
 :data:`~epochfs.sidecar.sampler.order.LISTING_REFILL` together: the keys of a weighed folder
-that come so before the walk's next are fetched early.
+that come so before the walk's next are fetched early (:meth:`EarlyPicks.draw`); and a folder
+short of its estimated share of the samples by more than a random sample's spread gets its
+lowest-ranked listed keys in place of owed keys (:meth:`EarlyPicks.top_up`). Only folders listed
+well behind everything else are weighed (:data:`LAG`), and only while the cache holds under
+:data:`EARLY_BELOW` samples.
 
 They are fetched early, nothing else: the cursor does not move for them and the walk comes to
-them later (cached by then: passed over), at most :data:`EARLY_PICKS` a run. So, once the listing
-is complete, what the walk fetched converges to the order of the whole catalog, and the
-early keys, the first fetched, are the first evicted once the cache is full (docs/sampler.md). A
-folder whose size is over-estimated is over-drawn by as much, within those bounds.
+them later (cached by then: passed over), at most :data:`EARLY_PICKS` a run, none once the
+listing has ended. So, once the listing is complete, what the walk fetched converges to the
+order of the whole catalog, and the early keys, fetched while the listing ran, are among the
+first evicted once the cache is full (docs/sampler.md). A folder whose size is over-estimated is
+over-drawn by as much, within those bounds.
 """
 
 from __future__ import annotations
@@ -41,34 +46,53 @@ def _point(rank: int) -> float:
 
 LAG = 0.5
 """How far behind the rest a folder's listing must be for it to be drawn by its size: its listed
-share of its estimate at most this times the listed share of the folders not weighed. Folders
-listed alike are drawn by the keys listed (the walk's draw is theirs already), and the largest
-estimates of equal folders are the over-estimated ones: drawn by them, 100 equal folders'
-epoch of 3,528 samples was 2.49x a random sample's folder-mix distance."""
+share of its estimate (over the rest's, ``c``) under this. Folders listed alike are drawn by the
+keys listed (the walk's draw is theirs already), and the largest estimates of equal folders are
+the over-estimated ones: drawn by them, 100 equal folders' epoch of 3,528 samples was 2.49x a
+random sample's folder-mix distance. The scale goes from ``c`` (drawn by its size) at ``LAG / 2``
+and below to 1 (drawn by its keys listed) at ``LAG`` continuously (:func:`_scale`): with a step
+at ``LAG``, two equal folders listed at 49% and 51% of the rest's rate were drawn 2:1."""
+
+
+def _scale(c: float) -> float:
+    """The scale of a folder's ranks whose listed share is ``c`` times the rest's (:data:`LAG`)."""
+    low = LAG / 2
+    if c <= low:
+        return c
+    if c >= LAG:
+        return 1.0
+    return low + (1.0 - low) * (c - low) / (LAG - low)
+
+
+def _number(value: object) -> int:
+    """A count of the listing's record as an int (0 where it is not one)."""
+    try:
+        return int(value)  # type: ignore[call-overload]
+    except (TypeError, ValueError, OverflowError):
+        return 0
 
 
 def _weights(known: Mapping[str, Any]) -> list[tuple[str, float, int, float]]:
-    """(prefix, scale, keys listed, estimated share of the dataset) of each weighed folder listed
-    behind the rest (:data:`LAG`), where the scale is the folder's listed share over the listed
-    share of the folders not weighed. Entries that do not parse are left."""
-    weights = []
+    """(prefix, scale, keys listed, share of the samples) of each weighed folder listed behind
+    the rest: the scale :func:`_scale` of its listed share over the listed share of everything
+    else, the share its estimated size's, as far as the scale draws by it. Entries that do not
+    parse are left."""
     entries = known.get("weights")
-    try:
-        estimated = int(known.get("estimated") or 0)
-    except (TypeError, ValueError, OverflowError):
-        return []
+    estimated, listed_all = _number(known.get("estimated")), _number(known.get("listed"))
+    out = []
     for w in entries if isinstance(entries, list) else []:
         try:
             prefix, listed, total = str(w[0]), int(w[1]), int(w[2])
         except (TypeError, ValueError, IndexError, KeyError, OverflowError):
             continue
-        if prefix and 0 < listed < total <= estimated:
-            weights.append((prefix, listed, total))
-    rest_listed = int(known.get("listed") or 0) - sum(w[1] for w in weights)
-    rest_total = estimated - sum(w[2] for w in weights)
-    rest = min(1.0, rest_listed / rest_total) if rest_listed > 0 and rest_total > 0 else 1.0
-    return [(p, listed / total / rest, listed, total / estimated) for p, listed, total in weights
-            if listed / total < LAG * rest]
+        if not (prefix and 0 < listed < total < estimated and listed < listed_all):
+            continue
+        rest = min(1.0, (listed_all - listed) / (estimated - total))
+        c = listed / total / rest
+        scale = _scale(c)
+        if scale < 1.0:
+            out.append((prefix, scale, listed, total * c / scale / estimated))
+    return out
 
 
 EARLY_BELOW = 2_000

@@ -127,8 +127,8 @@ class FetchOrder:
                 # takes LISTING_REFILL walk keys at most: no more go before them (512 did). The
                 # rows dropped lie above the cursor: the walk comes to them again.
                 self._queue.clear()
-            if self.early and not self._listing():
-                self.early.drop()
+            if self.early and (not self._listing() or self.store.meta(Meta.LISTING_COMPLETE) is not None):
+                self.early.drop()  # the listing ended (its flag may lag its record by a poll)
             if self._owed_left != 0 and (picked := self.early.pop(self._busy, self._out)) is not None:
                 self._handed += 1
                 if self._owed_left is not None:

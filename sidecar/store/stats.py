@@ -220,6 +220,14 @@ def _listing_known(db: sqlite3.Connection, catalog: int, running: bool, complete
         known = json.loads(_meta(db, Meta.LISTING_PROGRESS) or "{}")
     except ValueError:
         known = {}
+    try:
+        return _running_known(known if isinstance(known, dict) else {}, catalog, excluded)
+    except (TypeError, ValueError, OverflowError):  # a record not as the listing writes it
+        return _running_known({}, catalog, excluded)
+
+
+def _running_known(known: dict[str, Any], catalog: int, excluded: int) -> dict[str, Any]:
+    """:func:`listing_known` of a running listing, from its progress record ``known``."""
     listed, estimated = int(known.get("listed", 0)), int(known.get("estimated", 0))
     covered = min(1.0, listed / estimated) if estimated > 0 else 0.0
     out = {"complete": False, "covered": round(covered, 4), "listed": listed, "estimated": estimated,

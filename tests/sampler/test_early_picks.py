@@ -280,3 +280,69 @@ def test_nothing_is_drawn_early_once_the_cache_holds_enough_samples(tmp_path: Pa
             order = _order(store, [True])
             _take(order, store, 30)
             assert bool(order.early.keys) is expect, (bound, order.early.keys)
+
+
+def _two_folders(path: Path, seed: int, listed: dict[str, int], *, estimated: int, cap: int,
+                 small: int = 20) -> tuple[list[str], set[str]]:
+    """Folders of ``listed`` keys each estimated at 1,000 keys, beside ``small`` folders of ten
+    listed whole: every key handed out under a cap of ``cap``, and those fetched early."""
+    rng = random.Random(seed)
+    with _store(path) as store:
+        folders = listed | {f"s{i:02d}/": 10 for i in range(small)}
+        parts = [Part(i, p, "", None) for i, p in enumerate(folders)]
+        gen = store.listings().begin(parts, "list")
+        pages = []
+        for part in parts:
+            keys = [f"{part.prefix}{j:05d}" for j in range(folders[part.prefix])]
+            pages.append(PageRows(Part(part.part, part.prefix, "", None, after=keys[-1],
+                                       done=part.prefix.startswith("s")), _rows(keys, rng), 0, []))
+        progress = {"listed": sum(folders.values()), "estimated": estimated, "spans": len(parts),
+                    "spans_reached": len(parts), "first_round": True, "skew": 0.0, "fair_cap": cap,
+                    "weights": [[p, n, 1000] for p, n in listed.items()]}
+        store.listings().commit_pages(gen, pages, progress=json.dumps(progress))
+        order = _order(store, [True])
+        return _take(order, store, cap + 10), order.early.keys
+
+
+def test_equal_folders_either_side_of_the_lag_are_drawn_alike(tmp_path: Path) -> None:
+    """Two folders of 1,000 keys by estimate, one listed 49% and one 51% (the rest listed whole):
+    about equal samples (a step at the lag drew them 467:236 over these 20 orders)."""
+    a = b = 0
+    for seed in range(20):
+        got, _ = _two_folders(tmp_path / f"c{seed}", seed, {"A/": 490, "B/": 510}, estimated=2200, cap=40)
+        a += sum(k.startswith("A/") for k in got)
+        b += sum(k.startswith("B/") for k in got)
+    assert 0.8 < a / b < 1.25, (a, b)
+
+
+def test_weighed_folders_listed_alike_draw_nothing_early(tmp_path: Path) -> None:
+    """Three folders of 1,000 keys by estimate, each 30% listed, and nothing else: each is listed
+    as the rest is, so none is drawn by its (possibly over-estimated) size."""
+    got, early = _two_folders(tmp_path / "c", 1, {"a/": 300, "b/": 300, "c/": 300}, estimated=3000,
+                              cap=40, small=0)
+    assert len(got) == 40 and not early, early
+
+
+def test_keys_waiting_are_dropped_once_the_listing_is_recorded_complete(tmp_path: Path) -> None:
+    """The listing's own flag may say it runs a poll after its completion is recorded: the keys
+    waiting to be fetched early are dropped at the record."""
+    with _store(tmp_path / "cache") as store:
+        gen = _listing(store, random.Random(3))
+        store._ix.put(Meta.LISTING_PROGRESS, _progress(big_listed=BIG_LISTED, big_total=BIG, fair_cap=500))
+        order = _order(store, [True])
+        assert _take(order, store, 1) and order.early
+        store.listings().finish(gen)
+        after = _take(order, store, 50)
+        assert after and not set(after) & order.early.keys
+
+
+def test_a_progress_record_not_as_the_listing_writes_it_leaves_status_and_the_order_working(
+        tmp_path: Path) -> None:
+    """Counts that are not numbers (an estimate of 1e999, a cap of "x") read as no progress."""
+    for bad in ({"estimated": 1e999}, {"listed": 1e999}, {"fair_cap": "x"}, {"estimated": "1e3"}):
+        with _store(tmp_path / f"c{abs(hash(repr(bad)))}") as store:
+            _listing(store, random.Random(1))
+            progress = json.loads(_progress(big_listed=BIG_LISTED, big_total=BIG)) | bad
+            store._ix.put(Meta.LISTING_PROGRESS, json.dumps(progress))
+            assert store.stats().catalog_objects > 0, bad
+            assert _order(store, [True]).next() is not None, bad
