@@ -12,9 +12,9 @@ the listed share of everything else) behaves as a rank over the whole folder. A 
 with nothing owed merges the walk's rows with the weighed folders' lowest-ranked listed keys in
 that scaled order, under the pace, the fair cap and
 :data:`~epochfs.sidecar.sampler.order.LISTING_REFILL` together: the keys of a weighed folder
-that come so before the walk's next are fetched early (:meth:`EarlyPicks.draw`); and a folder
+that come so before the walk's next are fetched early (:meth:`EarlyPicks._draw`); and a folder
 short of its estimated share of the samples by more than a random sample's spread gets its
-lowest-ranked listed keys in place of owed keys (:meth:`EarlyPicks.top_up`). Only folders listed
+lowest-ranked listed keys in place of owed keys (:meth:`EarlyPicks._top_up`). Only folders listed
 well behind everything else are weighed (:data:`LAG`), and only while the cache holds under
 :data:`EARLY_BELOW` samples.
 
@@ -70,6 +70,11 @@ def _number(value: object) -> int:
         return int(value)  # type: ignore[call-overload]
     except (TypeError, ValueError, OverflowError):
         return 0
+
+
+def _under(prefix: str) -> tuple[str, str]:
+    """The keys of the folder ``prefix`` as a range [lo, hi)."""
+    return prefix, prefix + "\U0010ffff"
 
 
 def _weights(known: Mapping[str, Any]) -> list[tuple[str, float, int, float]]:
@@ -134,10 +139,29 @@ class EarlyPicks:
     def __bool__(self) -> bool:
         return bool(self._waiting)
 
-    def drawing(self) -> bool:
-        """Whether keys may be drawn early now: room left in the run, the cache under
-        :data:`EARLY_BELOW` samples."""
-        return self.room > 0 and self.store.cached_under([])[0] < EARLY_BELOW
+    def refill(self, rows: list[tuple[int, Candidate]], *, pace: int | None, left: int | None, limit: int,
+               owed: int, known: Mapping[str, Any], out: Mapping[str, object], busy: Callable[[str], bool],
+               inflight: int) -> list[tuple[int, Candidate]]:
+        """A paced refill's early keys, and the walk's ``rows`` left after them: the scaled draw
+        (:meth:`_draw`) where the cap holds (``left``, None: no cap) and no key is ``owed``, then
+        the top-up (:meth:`_top_up`); ``limit``: the refill's walk rows at most, ``pace``: the
+        highest rank the walk may reach (None: any), ``known``: the listing's ``listing_known``,
+        ``out``: keys handed out whose downloads may not have ended. Nothing while no folder is
+        weighed, no room is left in the run or the cache holds :data:`EARLY_BELOW` samples (one
+        read of the store, none where no folder is weighed)."""
+        weights = _weights(known)
+        if not weights or self.room <= 0:
+            return rows
+        cached, counts = self.store.cached_under([_under(p) for p, *_ in weights], below=EARLY_BELOW)
+        if cached >= EARLY_BELOW:
+            return rows
+        catalog = _number(known.get("listed"))
+        if left is not None and not owed:
+            rows = self._draw(rows, weights, pace=TOP - 1 if pace is None else pace, left=limit,
+                              catalog=catalog, out=out, busy=busy)
+        return self._top_up(rows, weights, counts, cached=cached, budget=limit, catalog=catalog, out=out,
+                            busy=busy, inflight=inflight, owed=owed if left is None else min(left, owed),
+                            cap=left)
 
     def drop(self) -> None:
         """Forget the keys waiting: the listing has ended, and a key fetched early is fetched
@@ -155,17 +179,17 @@ class EarlyPicks:
                 return rank, cand
         return None
 
-    def draw(self, rows: list[tuple[int, Candidate]], *, pace: int, left: int, known: Mapping[str, Any],
-             out: Container[str], busy: Callable[[str], bool]) -> list[tuple[int, Candidate]]:
+    def _draw(self, rows: list[tuple[int, Candidate]], weighed: list[tuple[str, float, int, float]], *,
+              pace: int, left: int, catalog: int, out: Container[str],
+              busy: Callable[[str], bool]) -> list[tuple[int, Candidate]]:
         """Merge the walk's ``rows`` (rank order, under ``pace``) with the weighed folders' keys
         by scaled rank (the module doc), ``left`` in all at most: keep the early keys that come
         before the walk's next (handed out first, :meth:`pop`) and return the walk's rows that
         are left, a prefix of ``rows`` (each walk row counts at the highest scaled rank of the
-        rows up to it: the cursor never passes a row it did not offer). ``out``: keys handed out
-        whose downloads may not have ended; ``known``: the listing's ``listing_known``."""
-        weights = [(p, c, listed) for p, c, listed, _ in _weights(known)]
+        rows up to it: the cursor never passes a row it did not offer)."""
+        weights = [(p, c, listed) for p, c, listed, _ in weighed]
         room = min(left, self.room)
-        if not weights or room <= 0:
+        if room <= 0:
             return rows
 
         def share(key: str) -> float:
@@ -178,14 +202,13 @@ class EarlyPicks:
             high = max(high, _point(rank) * share(cand.key))
             drawn.append((high, 0, i, rank, cand))
         walk_keys = {cand.key for _, cand in [*rows, *self._waiting]}
-        catalog = int(known.get("listed") or 0)
         for prefix, c, listed in weights:
             below = min(TOP - 1, int(bar / c * 2 * TOP) - TOP)  # scaled under the bar
             # Read by the index that passes fewer rows: the folder's listed keys, or the order's
             # below ``below`` (a folder of 300k listed keys took 170 ms a look by its keys).
             by_key = listed < catalog * min(1.0, bar / c)
-            for rank, cand in self.store.folder_lowest(prefix, prefix + "\U0010ffff", below=below,
-                                                       limit=room + 4, by_key=by_key):
+            for rank, cand in self.store.folder_lowest(*_under(prefix), below=below, limit=room + 4,
+                                                       by_key=by_key):
                 if cand.key in out or cand.key in walk_keys or cand.key in self.keys or busy(cand.key):
                     continue
                 drawn.append((_point(rank) * c, 1, 0, rank, cand))
@@ -204,30 +227,30 @@ class EarlyPicks:
             self._waiting.extend(reversed([e for e in early if e[1].key not in cached]))
         return rows[:walk]
 
-    def top_up(self, rows: list[tuple[int, Candidate]], *, budget: int, known: Mapping[str, Any],
-               out: Mapping[str, object], busy: Callable[[str], bool], inflight: int,
-               owed: int, cap: int | None) -> list[tuple[int, Candidate]]:
+    def _top_up(self, rows: list[tuple[int, Candidate]], weighed: list[tuple[str, float, int, float]],
+                counts: list[int], *, cached: int, budget: int, catalog: int, out: Mapping[str, object],
+                busy: Callable[[str], bool], inflight: int, owed: int,
+                cap: int | None) -> list[tuple[int, Candidate]]:
         """Keys of the weighed folders whose samples (cached, in flight, queued) fall short of
-        their estimated share of the samples there will be once this refill is handed out (the
+        their estimated share of the samples there will be once this refill is handed out
+        (``counts``: each folder's samples cached, of ``cached`` in all; the
         walk's ``rows`` up to ``budget``, the ``owed`` keys the cap lets through) by a whole sample
         and by a random sample's spread (its count's standard deviation) or more: their
         lowest-ranked listed keys, drawn early before the walk's ``rows``
         (trimmed to the budget left) and the owed keys, which they displace under the cap (``cap``:
-        the keys it lets through now, None: no cap). The scaled draw (:meth:`draw`) takes a
+        the keys it lets through now, None: no cap). The scaled draw (:meth:`_draw`) takes a
         folder's keys only while nothing is owed, and what is owed is drawn by the keys listed:
         2,000 folders of Zipf 2.0 sizes, 61% of the keys in one, had 50-57% of epochs of 100-230
         samples in it, 2.1-2.4x a random sample's folder-mix distance. Within the spread, equal
         folders were stratified: their samples taken from the keys listed first (a folder's first
         pages), 1.31x a random sample's in-folder spread where it was 1.20x."""
-        shares = [(p, share, listed) for p, _, listed, share in _weights(known)]
+        shares = [(p, share, listed) for p, _, listed, share in weighed]
         free = min(max(budget, cap or 0) - len(self._waiting), self.room)
-        if not shares or free <= 0:
+        if free <= 0:
             return rows
-        cached, counts = self.store.cached_under([(p, p + "\U0010ffff") for p, _, _ in shares])
         after = cached + inflight + max(budget, len(rows) + len(self._waiting) + owed)
         running = [k for k in out if busy(k)]
         waiting = {cand.key for _, cand in self._waiting}
-        catalog = int(known.get("listed") or 0)
         picks: list[tuple[int, Candidate]] = []
         for (prefix, share, listed), have in zip(shares, counts, strict=True):
             have += sum(k.startswith(prefix) for k in running)
@@ -239,8 +262,8 @@ class EarlyPicks:
             # Read by the index that passes fewer rows: the folder's listed keys, or the order's
             # from its start (the samples cached, then a row of the folder in catalog / listed).
             by_key = listed < cached + (need + 8) * catalog / max(1, listed)
-            for rank, cand in self.store.folder_lowest(prefix, prefix + "\U0010ffff", below=TOP - 1,
-                                                       limit=need + 8, by_key=by_key):
+            for rank, cand in self.store.folder_lowest(*_under(prefix), below=TOP - 1, limit=need + 8,
+                                                       by_key=by_key):
                 if len(picks) >= free or need <= 0:
                     break
                 if cand.key in out or cand.key in self.keys or cand.key in waiting or busy(cand.key):

@@ -233,15 +233,12 @@ class FetchOrder:
         # Keys found owed now go first: the walk's rows read beside them wait for the next refill
         # (both counted against the cap's ``left``, they passed it together).
         rows = [] if got.owed else got.walk
-        if listing and (pace is not None or left is not None) and pace != -(2**63) and self.early.drawing():
+        if listing and (pace is not None or left is not None) and pace != -(2**63):
             # The walk's rows and the scaled draw's keys together: no more than a listing's
             # refill; a top-up takes the place of owed keys under the cap (:mod:`.earlypicks`).
-            if left is not None and not self._owed:
-                rows = self.early.draw(rows, pace=2**63 - 1 if pace is None else pace, left=limit,
-                                       known=self._known, out=self._out, busy=self._busy)
-            owed = len(self._owed) if left is None else min(left, len(self._owed))
-            rows = self.early.top_up(rows, budget=limit, known=self._known, out=self._out, busy=self._busy,
-                                     inflight=self._inflight(), owed=owed, cap=left)
+            rows = self.early.refill(rows, pace=pace, left=left, limit=limit, owed=len(self._owed),
+                                     known=self._known, out=self._out, busy=self._busy,
+                                     inflight=self._inflight())
         if (not rows and not got.owed and self._cursor is not None and not self._owed and pace is None
                 and left is None):  # capped by the skew: the pass is not over, it waits
             self._cursor = None

@@ -238,9 +238,9 @@ class Store(StoreEpochs):
         """:func:`.catalog.folder_lowest`."""
         return catalog.folder_lowest(self._ix, lo, hi, below=below, limit=limit, by_key=by_key)
 
-    def cached_under(self, ranges: list[tuple[str, str]]) -> tuple[int, list[int]]:
+    def cached_under(self, ranges: list[tuple[str, str]], *, below: int) -> tuple[int, list[int]]:
         """:func:`.catalog.cached_under`."""
-        return catalog.cached_under(self._ix, ranges)
+        return catalog.cached_under(self._ix, ranges, below=below)
 
     def cached_among(self, keys: list[str]) -> set[str]:
         return catalog.cached_among(self._ix, keys)

@@ -156,14 +156,18 @@ def folder_lowest(ix: Index, lo: str, hi: str, *, below: int, limit: int = 8,
                        indexed_by="sqlite_autoindex_catalog_1" if by_key else "catalog_rank")
 
 
-def cached_under(ix: Index, ranges: list[tuple[str, str]]) -> tuple[int, list[int]]:
+def cached_under(ix: Index, ranges: list[tuple[str, str]], *, below: int) -> tuple[int, list[int]]:
     """The samples cached, and those with a key in each [lo, hi) of ``ranges`` (by the key index:
-    as many index entries as the ranges hold), read together."""
+    as many index entries as the ranges hold), read together; no range is counted (an empty list)
+    where the samples cached are ``below`` or more."""
     with ix.read() as db:
-        total = db.execute("SELECT value FROM counters WHERE name='cache_samples'").fetchone()
+        row = db.execute("SELECT value FROM counters WHERE name='cache_samples'").fetchone()
+        total = int(row[0]) if row else 0
+        if total >= below:
+            return total, []
         counts = [int(db.execute("SELECT COUNT(*) FROM samples WHERE key >= ? AND key < ?", r).fetchone()[0])
                   for r in ranges]
-    return (int(total[0]) if total else 0), counts
+    return total, counts
 
 
 def cached_among(ix: Index, keys: list[str]) -> set[str]:
