@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import jsonschema
 import pytest
@@ -75,8 +76,14 @@ def test_the_chart_pattern_gives_the_registry_verdict(scheme: str) -> None:
 
 
 def _render_url(helm_bin: Path, tmp_path: Path, url: str, *, check: bool = True) -> tuple[int, str, str]:
+    # A file:// remote is a folder the sidecar mounts (the chart refuses one no mount holds): every
+    # file:// shape's path is under /data.
+    values: dict[str, Any] = {"remote": {"url": url}}
+    if url.lower().startswith("file:"):
+        values["sidecar"] = {"extraVolumes": [{"name": "data", "emptyDir": {}}],
+                             "extraVolumeMounts": [{"name": "data", "mountPath": "/data"}]}
     proc = helm(helm_bin, "template", RELEASE, str(CHART), "--show-only", "templates/job.yaml",
-                values={"remote": {"url": url}}, tmp=tmp_path, check=check)
+                values=values, tmp=tmp_path, check=check)
     return proc.returncode, proc.stdout, proc.stderr
 
 

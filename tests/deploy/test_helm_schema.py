@@ -89,8 +89,13 @@ def test_helm_rejects_unknown_keys(helm_bin: Path, tmp_path: Path, values: dict[
                                  "file://localhost/data"])
 def test_every_remote_scheme_of_the_image_is_accepted(helm_bin: Path, tmp_path: Path, url: str) -> None:
     """gs:// stays accepted: the image installs gcsfs for it (issue 9, D)."""
+    # A file:// remote is a folder the sidecar mounts (the chart refuses one no mount holds).
+    values: dict[str, Any] = {"remote": {"url": url}}
+    if url.startswith("file:"):
+        values["sidecar"] = {"extraVolumes": [{"name": "data", "emptyDir": {}}],
+                             "extraVolumeMounts": [{"name": "data", "mountPath": "/data"}]}
     proc = helm(helm_bin, "template", RELEASE, str(CHART), "--show-only", "templates/job.yaml",
-                values={"remote": {"url": url}}, tmp=tmp_path)
+                values=values, tmp=tmp_path)
     job = yaml.safe_load(proc.stdout)
     side = job["spec"]["template"]["spec"]["initContainers"][0]
     assert {"name": "EPOCHFS_REMOTE", "value": url} in side["env"]

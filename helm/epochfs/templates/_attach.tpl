@@ -145,8 +145,9 @@ Every one takes ARG, either
 {{- with $ann }}{{ toYaml . }}{{ end -}}
 {{- end -}}
 
-{{/* The volumes of an attached pod. Every name starts with epochfs- so that none clashes with the
-     workload's own volumes. */}}
+{{/* The volumes of an attached pod. Every name of the chart's starts with epochfs- so that none
+     clashes with the workload's own volumes; sidecar.extraVolumes (the sidecar's own, e.g. the
+     dataset of a file:// remote) come last, under the names the user gave them. */}}
 {{- define "epochfs.volumes" -}}
 {{- $ctx := . -}}{{- if hasKey . "context" }}{{ $ctx = .context }}{{ end -}}
 {{- $v := $ctx.Values -}}
@@ -221,6 +222,9 @@ Every one takes ARG, either
               fieldRef:
                 apiVersion: v1
                 fieldPath: metadata.namespace
+{{- end }}
+{{- with $v.sidecar.extraVolumes }}
+{{ toYaml . }}
 {{- end }}
 {{- end -}}
 

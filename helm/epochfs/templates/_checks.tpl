@@ -109,13 +109,20 @@ The monitors' checks (epochfs.checkMonitors, at the end) run from servicemonitor
 {{- if $v.kubeReporting.enabled -}}
 {{- $paths = append $paths (list "/var/run/secrets/kubernetes.io/serviceaccount (kubeReporting's token)" "/var/run/secrets/kubernetes.io/serviceaccount" false) -}}
 {{- end -}}
+{{- /* The sidecar's extra mounts (a fourth element, true): against the chart's mounts as these are
+       against each other; among themselves only one path twice is refused (Kubernetes refuses
+       it), nesting being the user's own choice. */ -}}
+{{- range $m := default (list) $v.sidecar.extraVolumeMounts -}}
+{{- $paths = append $paths (list (printf "sidecar.extraVolumeMounts %s" (toString $m.name)) (toString $m.mountPath) false true) -}}
+{{- end -}}
 {{- range $i, $a := $paths -}}
 {{- range $j, $b := $paths -}}
 {{- if lt $i $j -}}
 {{- $pa := clean (index $a 1) -}}{{- $pb := clean (index $b 1) -}}
 {{- /* As folders: "/" stays "/", "/a" becomes "/a/", so /a and /ab are apart. */ -}}
 {{- $fa := ternary $pa (printf "%s/" $pa) (eq $pa "/") -}}{{- $fb := ternary $pb (printf "%s/" $pb) (eq $pb "/") -}}
-{{- if or (eq $fa $fb) (and (hasPrefix $fa $fb) (not (index $a 2))) (and (hasPrefix $fb $fa) (not (index $b 2))) -}}
+{{- $extras := and (gt (len $a) 3) (gt (len $b) 3) -}}
+{{- if or (eq $fa $fb) (and (not $extras) (or (and (hasPrefix $fa $fb) (not (index $a 2))) (and (hasPrefix $fb $fa) (not (index $b 2))))) -}}
 {{- fail (printf "%s (%s) and %s (%s) are one path or one is inside the other: each is a mount of its own in the pod (cache.path inside sidecar.mountPath would put the writable cache where the trainer reads); choose paths apart" (index $a 0) $pa (index $b 0) $pb) -}}
 {{- end -}}
 {{- end -}}
@@ -142,6 +149,11 @@ The monitors' checks (epochfs.checkMonitors, at the end) run from servicemonitor
 {{- include "epochfs.checkSchedule" $v.sidecar.schedule -}}
 {{- include "epochfs.checkMinSamples" $v.sidecar -}}
 {{- include "epochfs.checkSidecarEnv" $v -}}
+{{- include "epochfs.checkSidecarVolumes" $ctx -}}
+{{- include "epochfs.checkCredentials" $ctx -}}
+{{- include "epochfs.checkPodAnnotations" $ctx -}}
+{{- include "epochfs.checkRepository" (dict "name" "image" "value" $v.image.repository) -}}
+{{- include "epochfs.checkCutInterval" $ctx -}}
 {{- end -}}
 
 {{/* sidecar.env (argument: the values) must not name a variable the chart sets itself in the
@@ -172,7 +184,13 @@ The monitors' checks (epochfs.checkMonitors, at the end) run from servicemonitor
 {{- $_ := set $own $name "leave it to the chart (the downward API, for kubeReporting)" -}}
 {{- end -}}
 {{- end -}}
+{{- /* fileEnv's variables come after the chart's too: the same names are refused there. */ -}}
 {{- $creds := $v.remote.credentials -}}
+{{- range $name, $key := $creds.fileEnv -}}
+{{- if hasKey $own $name -}}
+{{- fail (printf "remote.credentials.fileEnv: %s is the chart's own to set (fileEnv's variables come after the chart's, so it would silently override the value the chart sets, checks and wires the pod for): remove it and %s" $name (get $own $name)) -}}
+{{- end -}}
+{{- end -}}
 {{- if and $creds.secretName (eq $creds.mode "files") -}}
 {{- range $name, $key := $creds.fileEnv -}}
 {{- $_ := set $own $name "keep it in remote.credentials.fileEnv alone" -}}

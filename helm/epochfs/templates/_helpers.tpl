@@ -75,7 +75,13 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 {{- end -}}
 {{- end -}}
 
+{{/* The chart's Job's trainer image. An empty tag without a digest rendered "repo:", an image
+     reference every container runtime refuses (the pod never starts). */}}
 {{- define "epochfs.trainerImage" -}}
+{{- include "epochfs.checkRepository" (dict "name" "trainer.image" "value" .Values.trainer.image.repository) -}}
+{{- if and (not .Values.trainer.image.digest) (not .Values.trainer.image.tag) -}}
+{{- fail "trainer.image.tag is empty and trainer.image.digest too: the trainer's image would be \"<repository>:\", which no runtime pulls; set trainer.image.tag (e.g. 2.5.1-cuda12.4-cudnn9-runtime) or trainer.image.digest (sha256:...)" -}}
+{{- end -}}
 {{- if .Values.trainer.image.digest -}}
 {{- printf "%s@%s" .Values.trainer.image.repository .Values.trainer.image.digest -}}
 {{- else -}}

@@ -227,4 +227,7 @@ include it in its own pods.
       mountPath: /var/run/secrets/kubernetes.io/serviceaccount
       readOnly: true
     {{- end }}
+    {{- with $v.sidecar.extraVolumeMounts }}
+    {{- toYaml . | nindent 4 }}
+    {{- end }}
 {{- end -}}
