@@ -50,6 +50,9 @@ publisher resume by itself once the filler is gone. Publisher restart windows ar
 FUSE ones (from the kill until ``/healthz`` shows a new publisher alive, plus 2 s). Wrong bytes,
 failed opens of listed files outside those windows and tracebacks in the log must be 0, epoch
 numbers without gaps. No damage and no disk-full episode on the cache (the FUSE soak's).
+
+``test_counts_lost_to_an_index_rebuild_are_added_back_once`` (not slow, a second) holds the soak's
+own accounting of an index rebuild (what it adds back to the store's counters) to a real rebuild.
 """
 
 from __future__ import annotations
@@ -58,7 +61,9 @@ import collections
 import contextlib
 import dataclasses
 import errno
+import hashlib
 import json
+import logging
 import os
 import random
 import re
@@ -81,9 +86,10 @@ from faultproxy import FaultProxy
 from inprocess import fill, small_volume
 from integrity_helpers import damage
 from sidecar_helpers import Sidecar, running_sidecar
-from store_helpers import sample_checksums
+from store_helpers import garble, restart_as_the_sampler, sample_checksums, sid_of
 
-from epochfs.sidecar.store import Store, object_name
+from epochfs.sidecar.store import INDEX_NAME, Admission, CatalogRow, Policy, Store, object_name
+from epochfs.sidecar.store.integrity import objects_after
 
 pytestmark = [
     pytest.mark.fuse,
@@ -216,9 +222,12 @@ class IndexDamage:
     pages: list[int]
     had_file: list[int]  # live epochs with their members file at the damage: must come back
     no_file: list[int]  # live epochs without one yet (cut under a second before): documented loss
-    counters: dict[str, int]  # the index's counters just before (a rebuilt index counts from 0)
+    counters: dict[str, int]  # the index's counters just before
     rebuilt: float | None = None  # when the log said the index was replaced
     log_line: str = ""
+    carried: bool = True  # the rebuild carried the damaged index's counters (sidecar/store/countercarry.py)
+    floors: dict[str, int] = field(default_factory=dict)  # where not: what the rebuilt index started them at
+    counters_after: dict[str, int] = field(default_factory=dict)  # the rebuilt index's, at the planned look
     restored: list[int] = field(default_factory=list)  # of had_file, found in the index after
     retired_first: list[int] = field(default_factory=list)  # of had_file, retired (as due) before the rebuild
     refetched: dict[str, int] = field(default_factory=dict)  # live epochs' keys' GETs, until rebuild + 5 s
@@ -672,9 +681,9 @@ class Chaos:
 
     def index_damage(self, episodes: list[float]) -> None:
         """Garble 7 pages of ``index.sqlite`` in place under the running sidecar (no file damage
-        waiting meanwhile: a rebuilt index counts from 0, so the repair counters are taken before),
-        once every live epoch has its members file; then the index must come back with those
-        epochs, and no object of theirs may be fetched again."""
+        waiting meanwhile: the counters are taken before, for a rebuild that cannot carry them,
+        :func:`counters_lost`), once every live epoch has its members file; then the index must
+        come back with those epochs, and no object of theirs may be fetched again."""
         rng = random.Random(len(episodes) + 99)
         for when in episodes:
             if not self.at(when):
@@ -703,7 +712,8 @@ class Chaos:
                 counters = {str(k): int(v) for k, v in self._rows("SELECT name, value FROM counters") or []}
                 with self.proxy.lock:
                     gets_before = dict(self.proxy.gets)
-                resets_before = self.car.log_text().count("and replaced by a fresh one")
+                text = self.car.log_text()
+                resets_before, log_at = text.count(REPLACED), len(text)
                 start = time.time()
                 pages = garble_index(self.car.cache, rng)
                 episode = IndexDamage(start, pages, had, [n for n in live if n not in had], counters)
@@ -712,13 +722,12 @@ class Chaos:
                 deadline = time.time() + 90
                 while time.time() < deadline and not self.stop.is_set():
                     text = self.car.log_text()
-                    if text.count("and replaced by a fresh one") > resets_before:
+                    if text.count(REPLACED) > resets_before:
                         episode.rebuilt = time.time()
-                        episode.log_line = next(line for line in text.splitlines()[::-1]
-                                                if "and replaced by a fresh one" in line)[:600]
+                        note_rebuild(episode, text[log_at:])
                         # An epoch whose in-use window ran out retires as ever, damage or not (its
                         # members file goes with it): the FUSE server logs it before the rebuild.
-                        before_reset = text[:text.rfind("and replaced by a fresh one")]
+                        before_reset = text[:text.rfind(REPLACED)]
                         retired = {int(n) for n in re.findall(r"epoch (\d+) retired", before_reset)}
                         episode.retired_first = [n for n in had if n in retired]
                         break
@@ -727,6 +736,8 @@ class Chaos:
                     return
                 self.stop.wait(5.0)  # the planned look: 5 s after the rebuild, within the in-use window
                 numbers = {int(n) for (n,) in self._rows("SELECT n FROM epochs") or []}
+                episode.counters_after = {str(k): int(v) for k, v in
+                                          self._rows("SELECT name, value FROM counters") or []}
                 episode.restored = [n for n in had if n in numbers]
                 episode.first_cut_after = min((n for n in numbers if n > max(had, default=-1)), default=None)
                 with self.proxy.lock:
@@ -940,11 +951,9 @@ def soak_body(car: Sidecar, proxy: FaultProxy, volume: Path, plan: Plan, objects
     wrong_outside = [e for e in wrong if e not in wrong_damage]
     lookups_outside = [e for e in events if e["kind"] == "lookup" and not chaos.in_restart(e["t"])
                        and e not in in_index]
-    # A rebuilt index counts from 0: what the damaged one had counted is added back.
-    before = {k: sum(ep.counters.get(k, 0) for ep in chaos.index_damages if ep.rebuilt) for k in
-              ("cuts_total", "fetched_total", "evicted_total", "skipped_total", "corrupt_objects_total",
-               "repaired_total")}
-    stats = dataclasses.replace(stats, **{k: getattr(stats, k) + v for k, v in before.items()})
+    # What a rebuild could not carry of the damaged index's counts is added back (counters_lost).
+    lost = {k: sum(counters_lost(ep).get(k, 0) for ep in chaos.index_damages) for k in SOAK_COUNTERS}
+    stats = dataclasses.replace(stats, **{k: getattr(stats, k) + v for k, v in lost.items()})
     health_outside = [h for h in chaos.health_failures if not chaos.in_restart(h[0])]
     summary = Summary(
         seconds=plan.seconds, readers=totals, failed_outside=outside, failed_during_restart=during,
@@ -979,8 +988,8 @@ def soak_body(car: Sidecar, proxy: FaultProxy, volume: Path, plan: Plan, objects
                for w in chaos.windows]
     print(f"{'FUSE' if chaos.child == 'fuse' else 'publisher'} restart windows (start, seconds, cause): "
           f"{windows}")
-    for ep in chaos.folder_full_episodes:
-        print(f"folder volume full at {ep.start - chaos.t0:.1f} s: {dataclasses.asdict(ep)}")
+    for full in chaos.folder_full_episodes:
+        print(f"folder volume full at {full.start - chaos.t0:.1f} s: {dataclasses.asdict(full)}")
     print(f"latest trailed the index by up to {chaos.latest_behind} epoch(s), for up to "
           f"{chaos.latest_behind_for:.1f} s at a time (outside restarts)")
     damaged = [(round(d.start - chaos.t0, 1), None if d.end is None else round(d.end - d.start, 2), d.key,
@@ -994,7 +1003,7 @@ def soak_body(car: Sidecar, proxy: FaultProxy, volume: Path, plan: Plan, objects
         print(f"index damage at {ep.start - chaos.t0:.1f} s: pages {ep.pages}, replaced {took} s later, "
               f"epochs with members files {ep.had_file}, without {ep.no_file}, restored {ep.restored} "
               f"(retired first: {ep.retired_first}), "
-              f"first cut after {ep.first_cut_after}; log: {ep.log_line}")
+              f"first cut after {ep.first_cut_after}, counters carried {ep.carried}; log: {ep.log_line}")
     if in_index:
         seen = collections.Counter((e["kind"], e.get("epoch", e.get("what")), e.get("errno"))
                                    for e in in_index)
@@ -1012,7 +1021,7 @@ def soak_body(car: Sidecar, proxy: FaultProxy, volume: Path, plan: Plan, objects
     # Not documented as lost: an epoch cut after the damage, or `latest` failing while it is rebuilt.
     assert index_strays == [], f"reader failures while the index was rebuilt: {index_strays[:10]}"
     assert chaos.jump_failures == [], f"far jumps: {chaos.jump_failures[:10]}"
-    check_damages(chaos, stats, car, before)
+    check_damages(chaos, stats, car, lost)
     check_index_damages(chaos)
     assert totals["manifest_mismatch"] == 0, summary.line()
     assert outside == [], summary.line()
@@ -1091,9 +1100,14 @@ def index_summary(chaos: Chaos, in_index: list[dict[str, Any]]) -> str:
 
 
 def check_index_damages(chaos: Chaos) -> None:
-    """Every live epoch with its members file came back, and none of its objects was fetched again."""
+    """Every live epoch with its members file came back, none of its objects was fetched again, and
+    no counter went backwards where the rebuild carried them."""
     for ep in chaos.index_damages:
         assert ep.rebuilt is not None, f"the garbled index (pages {ep.pages}) was never replaced"
+        if ep.carried and ep.counters_after:
+            back = {k: (v, ep.counters_after.get(k, 0)) for k, v in ep.counters.items()
+                    if k in SOAK_COUNTERS and ep.counters_after.get(k, 0) < v}
+            assert not back, f"counters back below the damaged index's across the rebuild: {back}"
         lost = set(ep.had_file) - set(ep.restored) - set(ep.retired_first)
         assert not lost, f"epochs lost with the index: {lost}"
         assert ep.refetched == {}, f"fetched again after the index was rebuilt: {ep.refetched}"
@@ -1120,9 +1134,10 @@ def damage_summary(chaos: Chaos, stats: Any) -> str:
             f"{len(raced_finds(chaos))})")
 
 
-def check_damages(chaos: Chaos, stats: Any, car: Sidecar, before: dict[str, int]) -> None:
+def check_damages(chaos: Chaos, stats: Any, car: Sidecar, lost: dict[str, int]) -> None:
     """Every damage repaired in place (or its sample evicted first, its epochs retired), none lost;
-    the store's counters and the sidecar's metrics agree with what was damaged and repaired."""
+    the store's counters (``stats``, with the counts ``lost`` to index rebuilds added back) and the
+    sidecar's metrics (the index's counters: without them) agree with what was damaged and repaired."""
     ds = chaos.damages
     unrepaired = [(d.key, d.how, d.outcome) for d in ds if d.outcome not in ("repaired", "evicted")]
     assert unrepaired == [], f"damages not repaired: {unrepaired}"
@@ -1138,9 +1153,9 @@ def check_damages(chaos: Chaos, stats: Any, car: Sidecar, before: dict[str, int]
     found = stats.corrupt_objects_total
     assert repaired + evicted_after_take_out <= found <= repaired + evicted, (found, repaired, evicted)
     assert stats.repairing == 0 and stats.lost == 0, (stats.repairing, stats.lost)
-    assert car.metric("epochfs_repaired_samples_total") == stats.repaired_total - before["repaired_total"]
+    assert car.metric("epochfs_repaired_samples_total") == stats.repaired_total - lost["repaired_total"]
     assert car.metric("epochfs_corrupt_objects_total") == (
-        stats.corrupt_objects_total - before["corrupt_objects_total"])
+        stats.corrupt_objects_total - lost["corrupt_objects_total"])
     for run in chaos.verify_runs:
         assert run["index"] == "ok" and run["rc"] == (1 if run["damaged"] else 0), run
     # What verify quarantined is in <cache>/quarantine/<sid>, with its line in quarantine.log.
@@ -1151,6 +1166,43 @@ def check_damages(chaos: Chaos, stats: Any, car: Sidecar, before: dict[str, int]
     assert noted == quarantined, (noted, quarantined)
     assert len([p for p in folder.iterdir() if p.name != "quarantine.log"]) == len(quarantined) \
         if folder.exists() else not quarantined
+
+
+REPLACED = "and replaced by a fresh one"
+"""In the one log line of an index rebuild (sidecar/store/reset.py)."""
+CARRY_FAILED = ("the damaged index's counters", "the cache index could not be rebuilt")
+"""Logged by a rebuild that did not carry the damaged index's counters (countercarry.py, reset.py)."""
+SOAK_COUNTERS = ("cuts_total", "fetched_total", "evicted_total", "skipped_total", "corrupt_objects_total",
+                 "repaired_total")
+"""The store's counters the soak sums up."""
+
+
+def note_rebuild(ep: IndexDamage, text: str) -> None:
+    """What the sidecar's log says of ``ep``'s rebuild (``text``: the log from just before the
+    damage, through the line of the replacement and maybe on): its line, whether the damaged index's
+    counters were carried, and what the rebuilt index started them at (each restored epoch a cut,
+    each restored sample a fetch: sidecar/store/countercarry.py, ``floors``)."""
+    end = text.find("\n", text.rfind(REPLACED))
+    text = text if end < 0 else text[:end]
+    line = text[text.rfind("\n") + 1:]
+    ep.log_line = line[:600]
+    ep.carried = not any(m in text for m in CARRY_FAILED)
+    epochs = re.search(r"epochs ([\d, ]+) restored from", line)
+    samples = re.search(r"\((\d+) samples: ", line)
+    ep.floors = {"cuts_total": len(epochs.group(1).split(",")) if epochs else 0,
+                 "fetched_total": int(samples.group(1)) if samples else 0}
+
+
+def counters_lost(ep: IndexDamage) -> dict[str, int]:
+    """What ``ep``'s rebuild lost of the damaged index's counts: to be added to the rebuilt index's
+    counters for the soak's totals. Nothing where the rebuild carried them (the damaged index's
+    ``counters`` table still read: most damage is pages of the big tables); where it could not (a
+    garbled page of that table), the counts taken just before the damage less what the rebuilt
+    index started them at. (Counted between that look and the sampler's exit, a cut or a fetch is
+    lost unseen where nothing is carried; the soak damages the index with no repair waiting.)"""
+    if ep.rebuilt is None or ep.carried or not ep.counters:  # (none: the look before it failed)
+        return {}
+    return {k: ep.counters.get(k, 0) - ep.floors.get(k, 0) for k in SOAK_COUNTERS}
 
 
 def garble_index(cache: Path, rng: random.Random, pages: int = 7) -> list[int]:
@@ -1213,3 +1265,70 @@ def test_soak_short_folder_view(s3: S3Server, tmp_path: Path, monkeypatch: pytes
 def test_soak(s3: S3Server, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     seed = int(os.environ.get("EPOCHFS_SOAK_SEED", "7"))
     run_soak(s3, tmp_path, monkeypatch, plan_for(soak_seconds(), seed=seed), seed=seed)
+
+
+def _admit_remote_bytes(store: Store, key: str, body: bytes) -> None:
+    """``body`` admitted as the sampler does: a repair in place when ``key``'s sample waits for one."""
+    temp = store.tmp_dir / f"{sid_of(key)}.part"
+    temp.write_bytes(body)
+    md5 = hashlib.md5(body).hexdigest()
+    store.admit([Admission(key, sid_of(key), len(body), f"md5:{md5}", md5, temp)])
+
+
+def _found_and_repaired(store: Store, keys: list[str], objects: dict[str, bytes]) -> None:
+    """Damage the files of ``keys``, take them out as the scrub does, and repair them in place."""
+    for k in keys:
+        damage(store.objects_dir / object_name(sid_of(k)), "flip")
+    found = [o for o in objects_after(store._ix, 0, len(objects) + 1) if o.key in keys]
+    store.take_out([(o, "md5 mismatch") for o in found], quarantine=False)
+    for k in keys:
+        _admit_remote_bytes(store, k, objects[k])
+
+
+@pytest.mark.parametrize("hit", ["samples pages", "whole header"])
+def test_counts_lost_to_an_index_rebuild_are_added_back_once(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture, hit: str) -> None:
+    """The soak's accounting of an index rebuild (:func:`note_rebuild`, :func:`counters_lost`)
+    against a real rebuild: repairs before the damage, the rebuild, a repair after; the rebuilt
+    index's counters plus what the accounting adds back are the true totals. Found by the 600 s soak
+    (stop 53): the rebuild carries the damaged index's counters (sidecar/store/countercarry.py), and
+    the soak added them back again, as if the rebuilt index had counted from 0 (repaired_total 54
+    for 33 repairs, 21 of them before the damage). Pages of ``samples``: the counters are carried;
+    garbage over the whole header: they cannot be read, and restart at what the restored epochs
+    prove (the one cut, its samples' fetches)."""
+    caplog.set_level(logging.INFO, logger="epochfs.store")
+    objects = {f"train/{i:05d}.bin": hashlib.sha256(b"%d" % i).digest() * 22 for i in range(200)}
+    keys = sorted(objects)
+    cache = tmp_path / "cache"
+    with Store(cache, create=True) as store:
+        store.recover()
+        store.configure(Policy(capacity=10**7, headroom=0.0))
+        for k in keys:
+            _admit_remote_bytes(store, k, objects[k])
+        store.add_catalog(CatalogRow(k, sid_of(k), len(objects[k]), "v1", i) for i, k in enumerate(keys))
+        assert store.cut(0) == 0
+        _found_and_repaired(store, keys[10:13], objects)
+        stats = store.stats()
+        before = {k: int(getattr(stats, k)) for k in SOAK_COUNTERS}
+        assert (before["corrupt_objects_total"], before["repaired_total"], before["cuts_total"]) == (3, 3, 1)
+        store._ix.db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    at = len(caplog.text)
+    if hit == "samples pages":
+        garble(cache, "samples", pages=2)
+    else:
+        with open(cache / INDEX_NAME, "r+b") as f:
+            f.write(os.urandom(100))
+    episode = IndexDamage(time.time(), [], [0], [], before)
+    restart_as_the_sampler(cache)
+    assert list(cache.glob(f"{INDEX_NAME}.corrupt-*")), "the index was replaced"
+    episode.rebuilt = time.time()
+    note_rebuild(episode, caplog.text[at:])
+    assert REPLACED in episode.log_line and episode.carried == (hit == "samples pages"), caplog.text[at:]
+    with Store(cache) as store:
+        store.add_catalog(CatalogRow(k, sid_of(k), len(objects[k]), "v1", i) for i, k in enumerate(keys))
+        _found_and_repaired(store, [keys[120]], objects)  # one more after the rebuild
+        stats = store.stats()
+    lost = counters_lost(episode)
+    totals = {k: int(getattr(stats, k)) + lost.get(k, 0) for k in SOAK_COUNTERS}
+    after = {"corrupt_objects_total": 1, "repaired_total": 1, "fetched_total": 1}  # a repair is a fetch
+    assert totals == {k: v + after.get(k, 0) for k, v in before.items()}, (totals, before, lost)
