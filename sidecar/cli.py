@@ -67,7 +67,9 @@ def _cmd_mount(ns: argparse.Namespace) -> int:
 
 def _cmd_publish(ns: argparse.Namespace) -> int:
     settings = config.from_args(config.PublishSettings, ns)
-    volumes.check_view_folder(settings.mount, create=False)  # made by the publisher, before it writes
+    # made by the publisher, before it writes; never at, over or inside the cache: a view published
+    # into its tmp/ made every later sampler start crash (as the sidecar's folder view refuses it)
+    volumes.check_view_folder(settings.mount, create=False, cache=settings.cache)
     volumes.check_cache(settings.cache, create=False)
     from epochfs.sidecar.folderview import run_publish
 
@@ -75,12 +77,19 @@ def _cmd_publish(ns: argparse.Namespace) -> int:
 
 
 def _refuse_view_over_cache(settings: config.SidecarSettings) -> None:
-    """A folder view's ``--mount`` at or over the cache, refused (exit 2) before the cache is made
+    """A view's ``--mount`` at, over or inside the cache, refused (exit 2) before the cache is made
     in it, which would leave it behind and make the folder look "not empty" to the supervisor's
-    own check."""
-    refused = over_cache(settings.mount, settings.cache)
-    if refused is not None:
-        raise config.ConfigError(refused)
+    own check (and to the corrected command's). The FUSE view in the words of its supervisor's
+    later check (:func:`~epochfs.fuse.mounting.check_mount_apart`: the objects folder and the link
+    root too); imported here, for that view only."""
+    if settings.view == "folder":
+        refused = over_cache(settings.mount, settings.cache)
+        if refused is not None:
+            raise config.ConfigError(refused)
+        return
+    from epochfs.fuse.mounting import check_mount_apart
+
+    check_mount_apart(settings.mount.absolute(), settings.cache.absolute(), settings.link_root)
 
 
 def _termination_log(ns: argparse.Namespace) -> Path | None:
@@ -97,11 +106,11 @@ def _cmd_sidecar(ns: argparse.Namespace) -> int:
     as printed, as its children's are: in a pod, ``kubectl describe`` then shows the reason."""
     try:
         settings = config.from_args(config.SidecarSettings, ns)
-        if settings.view == "folder":  # before the cache is made, perhaps in it: the folder's
-            _refuse_view_over_cache(settings)  # other checks come with the supervisor's
+        _refuse_view_over_cache(settings)  # before the cache is made, perhaps in --mount: the
+        # view's other checks come with the supervisor's
         volumes.check_apart_from_remote(settings.remote, cache=settings.cache, mount=settings.mount)
         volumes.check_cache(settings.cache, create=True)
-    except (config.ConfigError, StoreError) as e:
+    except (config.ConfigError, MountError, StoreError) as e:
         log_path = _termination_log(ns)
         if log_path is not None:
             from epochfs.sidecar.supervisor.core import write_termination_message

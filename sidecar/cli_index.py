@@ -29,7 +29,7 @@ def cmd_index(ns: argparse.Namespace) -> int:
         threads = _bounded(_positive_int, config.MAX_LIST_THREADS, "a thread each")(ns.list_threads)
     except ValueError as e:
         raise config.ConfigError(f"--list-threads: {e}") from None
-    _check_local_out(ns.out)
+    ns.out = _checked_out(ns.out, remote=url)
     try:
         remote = open_remote(url, endpoint_url=ns.endpoint_url)
     except RemoteError as e:
@@ -52,27 +52,75 @@ def cmd_index(ns: argparse.Namespace) -> int:
     return 0
 
 
-def _check_local_out(out: str) -> None:
-    """Refuse a local ``--out`` that cannot be written before the listing runs (it ran to its end,
-    minutes on a large bucket, then failed with a traceback; and a missing folder was made):
-    a folder, a path under a missing or read-only folder."""
-    if "://" in out and not out.startswith("file://"):
-        return  # a remote URL: its store says at the upload
-    path = Path(out.removeprefix("file://")).expanduser()
+def _checked_out(out: str, *, remote: str) -> str:
+    """``--out`` checked before the listing (minutes on a large bucket; a mistake was found after
+    it, exit 1), and returned as the writer takes it: a ``file://`` URL (its scheme in any case,
+    ``file://localhost/p`` being ``/p``, as for a remote) as its local path, another URL with its
+    scheme in lower case. Refused (exit 2): an empty one (``Path("")`` is the working folder), a
+    scheme no backend and no fsspec protocol serves (the ``--index`` check:
+    :func:`~epochfs.sidecar.remote.registry.check_index_url`), and a local one that cannot be
+    written or that is in the remote's own folder (:func:`_check_local_out`)."""
+    from epochfs.sidecar.remote.file import local_root
+    from epochfs.sidecar.remote.registry import check_index_url
+    from epochfs.sidecar.remote.urls import split_url
+
+    text = out.strip()
+    if not text:
+        raise config.ConfigError("--out: must not be empty: name the index file (a path such as "
+                                 "./index.jsonl.gz, or a URL such as s3://bucket/index.jsonl.gz)")
+    scheme = split_url(text).scheme
+    if scheme:
+        try:
+            check_index_url(text)
+        except ValueError as e:
+            raise config.ConfigError(f"--out: {e}") from None
+        if scheme != "file":
+            return scheme + text[len(scheme):]  # S3://b/k is s3://b/k; the writer asks in lower case
+        text = local_root(text)
+    _check_local_out(text, shown=out, remote=remote)
+    return text
+
+
+def _check_local_out(local: str, *, shown: str, remote: str) -> None:
+    """Refuse a local ``--out`` (a path, as ``shown`` on the command line) that cannot be written
+    before the listing runs (it ran to its end, minutes on a large bucket, then failed with a
+    traceback; and a missing folder was made): a folder, a path under a missing or read-only
+    folder; or one inside a ``file://`` remote's folder, whose files are the samples: the index
+    would list itself for a data file (the sampler refuses its ``--cache`` there alike,
+    :func:`~epochfs.sidecar.volumes.check_apart_from_remote`)."""
+    path = Path(local).expanduser()
+    _check_apart_from_remote(path, shown=shown, remote=remote)
     if path.is_dir():
-        raise config.ConfigError(f"--out {out}: is a folder; name the index file ({path}/index.jsonl.gz)")
+        raise config.ConfigError(f"--out {shown}: is a folder; name the index file ({path}/index.jsonl.gz)")
     parent = path.parent
     if parent.exists() and not parent.is_dir():
-        raise config.ConfigError(f"--out {out}: {parent} is a file, not a folder")
+        raise config.ConfigError(f"--out {shown}: {parent} is a file, not a folder")
     if not parent.is_dir():
-        raise config.ConfigError(f"--out {out}: the folder {parent} does not exist")
+        raise config.ConfigError(f"--out {shown}: the folder {parent} does not exist")
     import tempfile
 
     try:  # a file made and removed: as root os.access says yes to /proc and to read-only mounts
         with tempfile.NamedTemporaryFile(dir=parent, prefix=".epochfs-index-probe-"):
             pass
     except OSError as e:
-        raise config.ConfigError(f"--out {out}: cannot write in {parent}: {e.strerror}") from None
+        raise config.ConfigError(f"--out {shown}: cannot write in {parent}: {e.strerror}") from None
+
+
+def _check_apart_from_remote(path: Path, *, shown: str, remote: str) -> None:
+    """Refuse ``path`` inside the folder of the ``file://`` remote ``remote`` (other remotes have
+    no folder here), with a place beside that folder to use instead."""
+    from epochfs.sidecar.remote.file import local_root
+    from epochfs.sidecar.remote.urls import split_url
+    from epochfs.sidecar.store.placement import inside, spelled
+
+    if split_url(remote).scheme != "file":
+        return
+    root = spelled(Path(local_root(remote) or "/"))
+    if inside(spelled(path), root):
+        beside = Path(root).parent / f"{Path(root).name or 'dataset'}-{path.name}"
+        raise config.ConfigError(f"--out: {shown} is inside the remote's folder {root} (REMOTE {remote}), "
+                                 f"whose files are the samples: the index would list itself as one; "
+                                 f"write it beside that folder (--out {beside})")
 
 
 def _gzipped_name(out: str) -> bool:

@@ -12,12 +12,17 @@ start checks only the names a crash can have left out of step, not every object.
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
+import shutil
+import sys
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Protocol
 
 from epochfs.sidecar.store.records import Admission
+
+log = logging.getLogger("epochfs.store")
 
 OBJECTS_DIR = "objects"
 TMP_DIR = "tmp"
@@ -119,6 +124,34 @@ class RecoveryJournal(Protocol):
     def removed(self, sids: list[str]) -> None: ...
 
 
+def _remove_temp_tree(path: str) -> int:
+    """Remove the folder ``path`` found in the store's ``tmp/`` with what it holds (its links
+    removed, never followed); 1 when it is gone, else 0 and one logged line. A mount point there
+    is left as it is: what it shows is not the store's to remove."""
+    if os.path.ismount(path):
+        log.warning("%s: a mount point in the cache's temp folder, left in place; unmount it "
+                    "(nothing may be mounted inside the cache folder)", path)
+        return 0
+    failed: list[str] = []
+
+    def note(_func: object, where: str, exc: BaseException | tuple[object, BaseException, object]) -> None:
+        error = exc[1] if isinstance(exc, tuple) else exc  # onerror's exc_info, onexc's exception
+        if not isinstance(error, FileNotFoundError):
+            failed.append(f"{where}: {error}")
+
+    if sys.version_info >= (3, 12):
+        shutil.rmtree(path, onexc=note)
+    else:  # onexc is 3.12's; onerror is deprecated there
+        shutil.rmtree(path, onerror=note)
+    if failed:
+        log.warning("could not remove the folder %s from the cache's temp folder (%s; %d error(s)): "
+                    "left in place", path, failed[0], len(failed))
+        return 0
+    log.info("removed the folder %s from the cache's temp folder (none of the store's: a view "
+             "published there?)", path)
+    return 1
+
+
 class ObjectFiles:
     """The ``objects/`` and ``tmp/`` folders of one cache."""
 
@@ -184,9 +217,18 @@ class ObjectFiles:
             return -1
 
     def clear_temps(self) -> int:
-        """Remove every temp file (partial downloads of a previous run); returns how many."""
+        """Remove every temp file (partial downloads of a previous run); returns how many.
+
+        A folder there is none of the store's: a view published into ``tmp/`` (``epochfs publish``
+        took such a ``--mount`` before it was refused) left its epoch folders, and the sampler
+        crashed at every start on them (IsADirectoryError). Removed as one temp tree
+        (:func:`_remove_temp_tree`); one that cannot be is left, with one logged line: it never
+        stops a start."""
         removed = 0
         for entry in os.scandir(self.tmp_dir):
+            if entry.is_dir(follow_symlinks=False):
+                removed += _remove_temp_tree(entry.path)
+                continue
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(entry.path)
                 removed += 1

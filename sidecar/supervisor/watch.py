@@ -68,6 +68,14 @@ def probe(path: Path, *, timeout: float) -> str:
     return "hung"
 
 
+def _absolute_link_root(link_root: Path) -> None:
+    """Refuse (MountError, as the FUSE view's own check words it) a relative ``--link-root``:
+    the epochs' entries would point nowhere a reader can follow. A MountError so that the
+    supervisor closes the store it opened before raising it on."""
+    if not link_root.is_absolute():
+        raise MountError(f"--link-root: {link_root} must be an absolute path")
+
+
 class MountWatch(ChildProcesses):
     """The :class:`~epochfs.sidecar.supervisor.Supervisor`'s part that watches the view: the FUSE
     mount (``--view fuse``) or the folder publisher (``--view folder``). ``_mounted`` is what
@@ -138,12 +146,18 @@ class MountWatch(ChildProcesses):
         self._check_at_start(mounting.check_mount_point, self.mount)
 
     def _check_link_root(self, objects: Path) -> None:
-        """The FUSE view's ``--link-root``, checked once the store is open and before any child
-        starts: a folder, and a view of the cache's objects folder. Not before the store: on a
-        new volume ``objects/`` (and so a read-only mount's ``<it>/objects``) is made by it."""
-        if self.folder_view or self.settings.link_root is None:
+        """``--link-root``, checked once the store is open and before any child starts. Either
+        view: an absolute path (the folder view's publisher refused a relative one at each of its
+        restarts, for ever). The FUSE view's also: a folder, and a view of the cache's objects
+        folder; not before the store: on a new volume ``objects/`` (and so a read-only mount's
+        ``<it>/objects``) is made by it. The folder view's is where the trainer sees the objects,
+        perhaps in its own container only: nothing more to check here."""
+        if self.settings.link_root is None:
             return
         link_root = Path(self.settings.link_root)
+        self._check_at_start(_absolute_link_root, link_root)
+        if self.folder_view:
+            return
         self._check_at_start(mounting.check_link_root, link_root, warn=False)  # the server warns
         self._check_at_start(mounting.check_link_root_view, link_root, objects)
 
