@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 from epochfs.sidecar import procfs
 from epochfs.sidecar.metrics_merge import Collector, LabelledCollector
 from epochfs.sidecar.store import Stats
+from epochfs.sidecar.store.stats import DISK_FULL
 
 if TYPE_CHECKING:
     from prometheus_client.core import Metric
@@ -105,7 +106,7 @@ class StoreCollector:
             "epochfs_epochs_live": len(stats.epochs),
             "epochfs_pending_cuts": len(stats.pending_cuts),
             "epochfs_backpressure": 1 if stats.backpressure else 0,
-            "epochfs_disk_full": 1 if stats.backpressure_reason == "disk full" else 0,
+            "epochfs_disk_full": 1 if (stats.backpressure_reason or "").startswith(DISK_FULL) else 0,
             "epochfs_publish_paused": 1 if stats.publish_paused else 0,
             "epochfs_samples_repairing": stats.repairing,
             "epochfs_samples_lost": stats.lost,

@@ -18,6 +18,7 @@ from typing import Any
 
 from epochfs.sidecar.kube.reporter import PodRef
 from epochfs.sidecar.kube.status import status_summary
+from epochfs.sidecar.store.stats import DISK_FULL
 
 COMPONENT = "epochfs-sidecar"
 MAX_MESSAGE = 1024  # the API server truncates longer Event messages; keep ours whole
@@ -118,8 +119,11 @@ class EventRecorder:
             if bool(on) == self._backpressure:
                 return
             self._backpressure = bool(on)
-        if on and reason == "disk full":
+        if on and reason is not None and reason.startswith(DISK_FULL):
+            # "disk full", or "disk full: <why>" (a filesystem that can hold no sample at all).
+            why = reason[len(DISK_FULL):].removeprefix(": ")
             self._record(REASON_BACKPRESSURE_ON, "Warning",
+                         f"{why}: sampling paused, keys kept" if why else
                          "the cache's filesystem is full: sampling paused, keys kept, until space returns")
         elif on:
             self._record(REASON_BACKPRESSURE_ON, "Warning",

@@ -71,4 +71,32 @@ class ConditionLog:
         self._pending = False
 
 
-__all__ = ["EVERY", "ConditionLog"]
+class RepeatLog:
+    """Warnings of one kind that recur with no end to say (a key skipped as too large, met again
+    at each pass or relist): the first is said at once, then at most one per :data:`EVERY`, which
+    counts those held back since. A catalog of such keys made one line per key and pass."""
+
+    def __init__(self, logger: logging.Logger, *, every: float = EVERY,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.log = logger
+        self.every = every
+        self.clock = clock
+        self._said: float | None = None
+        self.held = 0
+        """Lines held back since the last one said."""
+
+    def warn(self, message: Callable[[], str]) -> None:
+        """Say ``message()`` if a line is due, else count it (built only when said)."""
+        now = self.clock()
+        if self._said is not None and now - self._said < self.every:
+            self.held += 1
+            return
+        line = message()
+        if self.held:
+            line += f" ({self.held} more like it since the last line; said at most once a minute)"
+        self.log.warning("%s", line)
+        self._said = now
+        self.held = 0
+
+
+__all__ = ["EVERY", "ConditionLog", "RepeatLog"]

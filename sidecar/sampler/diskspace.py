@@ -61,11 +61,14 @@ class DiskSpace:
         self.cache = cache
         self.capacity = capacity
         st = os.statvfs(cache)
-        self.fs_bytes = st.f_blocks * st.f_frsize
-        self.margin = max(MARGIN_MIN, min(MARGIN_MAX, int(self.fs_bytes * MARGIN_SHARE)))
+        self.fs_bytes = 0
+        self.margin = MARGIN_MIN
+        self._size(st)
         self._free = st.f_bavail * st.f_frsize
         self._checked = time.monotonic()
         self._room: int | None = None
+        self._room_checked = self._checked
+        """The measurement :attr:`_room` was computed from."""
         self.limited = False
         """The last effective capacity was below ``--capacity``: the disk, not the budget, bounds
         the cache (a pause now is "disk full", not "cache full")."""
@@ -83,17 +86,27 @@ class DiskSpace:
         self._said_room: int | None = None
         """The room the last line gave (a move of over 1% of --capacity is said again)."""
 
+    def _size(self, st: os.statvfs_result) -> None:
+        """The filesystem's size and the margin it sets, measured with its free space: a volume
+        grown under the sampler (a tmpfs remounted larger, an expanded PVC) can hold samples that
+        the size at the start said never fit (:meth:`largest`)."""
+        self.fs_bytes = st.f_blocks * st.f_frsize
+        self.margin = max(MARGIN_MIN, min(MARGIN_MAX, int(self.fs_bytes * MARGIN_SHARE)))
+
     def free(self) -> int:
         now = time.monotonic()
         if now - self._checked >= CHECK_EVERY:
             st = os.statvfs(self.cache)
             self._free = st.f_bavail * st.f_frsize
+            self._size(st)
             self._checked = now
         return self._free
 
     def largest(self) -> int:
         """The most the cache could ever hold on this volume, even empty: an object bigger than
-        this never fits, so waiting for room for it would stop sampling for good."""
+        this never fits, so waiting for room for it would stop sampling for good (measured again
+        with the free space, at most once a second)."""
+        self.free()
         return max(0, min(self.capacity, self.fs_bytes - self.margin))
 
     def check_schedule_fits(self) -> None:
@@ -126,9 +139,9 @@ class DiskSpace:
         already hold are added back: they are on the disk and already reserved, and without them
         the room would dip by what is being written at each check. What the index and other files
         take shows as less free space at the next check."""
-        checked = self._checked
         free = self.free()
-        if self._room is None or self._checked != checked:
+        if self._room is None or self._room_checked != self._checked:  # (measured by any caller)
+            self._room_checked = self._checked
             self._room = cached + self._temp_bytes() + free - self.margin
             self._measured = (cached, free)
             self._refused_unmeasured = False

@@ -40,7 +40,7 @@ from epochfs.sidecar.sampler.diskspace import DiskSpace, is_disk_full
 from epochfs.sidecar.sampler.order import LISTING_WAIT, FetchOrder
 from epochfs.sidecar.sampler.progress import Rates
 from epochfs.sidecar.sampler.repairs import RepairsInPlace
-from epochfs.sidecar.sampler.room import DiskFull, Room
+from epochfs.sidecar.sampler.room import DiskFull, Room, Unfit
 from epochfs.sidecar.sampler.shutdown import Shutdown
 from epochfs.sidecar.sampler.throttle import Deferred, FetchWindow
 from epochfs.sidecar.scrub import Scrubber
@@ -211,7 +211,10 @@ class Sampler(RepairsInPlace, Shutdown):
             pending = None
             if cand is None:
                 break
-            if self.room.skip_unfittable(cand):
+            unfit = self.room.skip_unfittable(cand)
+            if unfit is Unfit.WAIT:  # the volume holds nothing now: looked at again after a poll
+                return cand
+            if unfit:
                 self.rates.skipped += 1
                 continue
             if not (cand.key in self._repairs and self.room.reserve_repair(cand)):  # (takes no room)

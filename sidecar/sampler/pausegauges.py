@@ -23,9 +23,7 @@ from __future__ import annotations
 import threading
 from typing import Any
 
-DISK_FULL = "disk full"
-"""The backpressure reason of a full node volume, which the Room sets (:mod:`.room`) and which
-sets ``epochfs_disk_full``."""
+from epochfs.sidecar.store.stats import DISK_FULL
 
 BACKPRESSURE_HELP = "1 while sampling is paused (nothing evictable, or the disk is full), else 0."
 DISK_FULL_HELP = "1 while sampling is paused because the cache's filesystem is full, else 0."

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import enum
 import logging
 import os
 from collections.abc import Callable
@@ -26,13 +27,28 @@ from typing import Any
 
 from epochfs.sidecar.config import SamplerSettings, format_size
 from epochfs.sidecar.reservations import Reservations
-from epochfs.sidecar.sampler.condlog import ConditionLog
+from epochfs.sidecar.sampler.condlog import ConditionLog, RepeatLog
 from epochfs.sidecar.sampler.diskspace import DiskSpace
 from epochfs.sidecar.sampler.pausegauges import DISK_FULL, pause_gauges
 from epochfs.sidecar.store import Admission, Candidate, Store
 from epochfs.sidecar.store.stats import CACHE_FULL
 
 log = logging.getLogger("epochfs.sampler")
+
+
+_HOLDS_NOTHING = f"{DISK_FULL}: the cache's filesystem can hold no sample"
+"""How the backpressure reason begins while the volume is too small for any key (status and the
+``epochfs_disk_full`` gauge read it as a full disk: more room is the way out)."""
+
+
+class Unfit(enum.IntEnum):
+    """:meth:`Room.skip_unfittable`'s answer (false: the key may be fetched)."""
+
+    FITS = 0
+    SKIPPED = 1
+    """Skipped and counted: the loop goes on to the next key."""
+    WAIT = 2
+    """The volume can hold nothing now: the loop keeps the key and looks again after a poll."""
 
 
 @dataclass(frozen=True)
@@ -72,6 +88,11 @@ class Room:
         self._recorded_backpressure: str | None = None
         """The reason the index holds: it may lag :attr:`backpressure` while the volume is too
         full for the index to be written (tried again at each call until it is)."""
+        self._skip_lines = (RepeatLog(log), RepeatLog(log))
+        """The lines of keys skipped as over the object limit, and as more than the volume can
+        hold: met again at each pass and relist (the skip itself is counted once a key)."""
+        self._fit_known: tuple[int, bool] | None = None
+        """(largest, whether a key fits in it): :meth:`_holds_nothing`'s read of the catalog."""
         self._paused = ConditionLog(log)
         """The lines of the pauses: at the start, once a minute while it flaps or changes reason,
         at the end."""
@@ -193,30 +214,75 @@ class Room:
         self.reservations.reconcile()  # nothing added; read again rather than assumed
         return True
 
-    def skip_unfittable(self, cand: Candidate) -> bool:
+    def skip_unfittable(self, cand: Candidate) -> Unfit:
         """Skip ``cand`` (counted, logged) when it is bigger than the cache could hold on this
-        volume even empty; True if so.
+        volume even empty (:attr:`Unfit.SKIPPED`), or hold it back while the volume can hold no
+        sample at all (:attr:`Unfit.WAIT`).
 
         The listing's object limit comes from --capacity, which may be more than the volume
         holds: such an object would wait for room forever, first in line, and no key after it
         would be fetched. One that fits once other samples are evicted still waits (that is
         backpressure). An object over the object limit is skipped too: the catalog keeps objects a
         higher limit listed (a lower ``--capacity`` since lists nothing afresh), and one that can
-        never fit beside the live epochs would be tried first for ever."""
+        never fit beside the live epochs would be tried first for ever. A skip the full volume
+        refused to record is a wait too: skipped in memory only, the key came back at the next
+        pass, and every key of the catalog with it, many times a second."""
         limit = self.settings.object_limit
         if cand.size > limit:
-            log.warning("skipping %r: %d bytes is over the object limit %d (--capacity %d)", cand.key,
-                        cand.size, limit, self.settings.capacity)
-            self._write(lambda: self.store.mark_skipped(cand.key))
-            return True
+            self._skip_lines[0].warn(lambda: (
+                f"skipping {cand.key!r}: {cand.size} bytes is over the object limit {limit} "
+                f"(--capacity {self.settings.capacity})"))
+            return self._skipped(cand)
         largest = self.disk.largest()
         if cand.size <= largest:
+            self._holds_nothing(None)
+            return Unfit.FITS
+        if self._holds_nothing(largest):
+            return Unfit.WAIT
+        self._skip_lines[1].warn(lambda: (
+            f"skipping {cand.key!r}: {cand.size} bytes is more than the cache can ever hold on its "
+            f"filesystem ({largest} bytes: --capacity {self.disk.capacity}, filesystem "
+            f"{self.disk.fs_bytes}, {self.disk.margin} kept free)"))
+        return self._skipped(cand)
+
+    def _skipped(self, cand: Candidate) -> Unfit:
+        if self._written(lambda: self.store.mark_skipped(cand.key)):
+            return Unfit.SKIPPED
+        self.set_backpressure(DISK_FULL)  # measured again at once (the loop's write said so)
+        return Unfit.WAIT
+
+    def _holds_nothing(self, largest: int | None) -> bool:
+        """Whether the volume can hold no sample of the catalog, not even alone in an empty cache:
+        ``largest`` (:meth:`DiskSpace.largest`) is 0 or below every key not yet cached or skipped
+        (None: a key fits). Then sampling pauses with a reason that says so, and resumes once the
+        volume grows, instead of skipping every key as if the objects were at fault: a cache on
+        a 400 KiB tmpfs went through its catalog 200 times in 4 s, 60,000 lines of log, as each
+        skip's write was refused and each key came back. The catalog is read (the first key that
+        fits ends it) once per value of ``largest``, which moves only when the volume is resized."""
+        if largest is not None and largest > 0:
+            if self._fit_known is None or self._fit_known[0] != largest:
+                self._fit_known = (largest, self._any_fits(largest))
+            if self._fit_known[1]:
+                largest = None
+        if largest is None:
+            if self.backpressure is not None and self.backpressure.startswith(_HOLDS_NOTHING):
+                self.set_backpressure(None)
             return False
-        log.warning("skipping %r: %d bytes is more than the cache can ever hold on its filesystem "
-                    "(%d bytes: --capacity %d, filesystem %d, %d kept free)", cand.key, cand.size,
-                    largest, self.disk.capacity, self.disk.fs_bytes, self.disk.margin)
-        self._write(lambda: self.store.mark_skipped(cand.key))
+        self.set_backpressure(
+            f"{_HOLDS_NOTHING} ({format_size(largest)} of --capacity {format_size(self.disk.capacity)}: "
+            f"a {format_size(self.disk.fs_bytes)} filesystem, {format_size(self.disk.margin)} kept "
+            "free for the index); sampling resumes once it is larger")
         return True
+
+    def _any_fits(self, largest: int) -> bool:
+        """Whether a key not cached nor skipped is at most ``largest`` bytes (reads the catalog
+        until one is found)."""
+        after: int | None = None
+        while page := self.store.candidates(after_rank=after, limit=4096):
+            if any(c.size <= largest for _, c in page):
+                return True
+            after = page[-1][0]
+        return False
 
     def full(self, *, waiting_on_own: bool, target: int | None = None) -> None:
         """No room for the next download: backpressure, unless downloads of this loop are in flight
@@ -316,4 +382,4 @@ class Room:
                 "an epoch to retire")
 
 
-__all__ = ["DiskFull", "Room"]
+__all__ = ["DiskFull", "Room", "Unfit"]

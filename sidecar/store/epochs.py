@@ -125,6 +125,37 @@ def _window_members(db: sqlite3.Connection, n: int, span: Span | None) -> tuple[
     return (span.cached, span.cached_bytes) if span is not None else members(db, n)
 
 
+def _membership(db: sqlite3.Connection, n: int) -> tuple[str, tuple[object, ...]] | None:
+    """SQL on sample ``s`` that holds for the members of live epoch n, and its arguments (None:
+    retired, its members may be evicted). Plain values, so that SQLite ranges an index on them."""
+    row = db.execute("SELECT retired, first_sample, max_sample, lo_rank, lo_key, hi_rank, hi_key "
+                     "FROM epochs WHERE n=?", (n,)).fetchone()
+    if row is None or row[0]:
+        return None
+    _, first, top, lo_rank, lo_key, hi_rank, hi_key = row
+    if first is not None:
+        return "s.id BETWEEN ? AND ?", (first, top)
+    if lo_key is not None:
+        return ("s.rank IS NOT NULL AND (s.rank, s.key) >= (?, ?) AND (s.rank, s.key) <= (?, ?) "
+                "AND s.id <= ? AND NOT EXISTS (SELECT 1 FROM epoch_excluded x "
+                "WHERE x.epoch = ? AND x.sample = s.id)", (lo_rank, lo_key, hi_rank, hi_key, top, n))
+    return "s.id IN (SELECT sample FROM epoch_samples WHERE epoch = ?)", (n,)
+
+
+def _common(db: sqlite3.Connection, prev: int, n: int) -> int | None:
+    """Schedule mode: the samples of both epoch ``prev`` and epoch ``n`` (None: ``prev`` retired).
+
+    A window takes samples admitted before the last cut (fetched ahead of it) and loses its front
+    to the budget's trim, so neither "ids above the last cut" nor "the last epoch plus those, less
+    this one" is its new or left-out count (0 left out was shown where 3 were). Counted once, at
+    the cut, by one range read of the rank index: the exact set difference both ways."""
+    a, b = _membership(db, prev), _membership(db, n)
+    if a is None or b is None:
+        return None
+    return int(db.execute(f"SELECT COUNT(*) FROM samples s WHERE {a[0]} AND {b[0]}",
+                          a[1] + b[1]).fetchone()[0])
+
+
 def _insert_epoch(db: sqlite3.Connection, policy: Policy, n: int, span: Span | None = None) -> None:
     """One ``epochs`` row: a range of the admission order (snapshot mode) or a window's bounds
     (schedule mode, with its few ``epoch_excluded`` rows, or its ``epoch_samples`` rows when
@@ -153,7 +184,11 @@ def _insert_epoch(db: sqlite3.Connection, policy: Policy, n: int, span: Span | N
     if first is None:
         samples, nbytes = _window_members(db, n, span) if bounds[1] is not None else _listed(db, n)
     new, evicted = samples, 0  # the first epoch: all of it is new
-    if prev_row is not None:
+    common = None if prev_row is None or policy.schedule is None else _common(db, int(prev_row), n)
+    if common is not None:
+        prev_samples = int(db.execute("SELECT samples FROM epochs WHERE n=?", (prev_row,)).fetchone()[0])
+        new, evicted = samples - common, prev_samples - common
+    elif prev_row is not None:
         # The samples since the last cut.
         if first is not None:
             # One bound: with two (id >= first AND id > prev_max) SQLite ranges the rowid on one of

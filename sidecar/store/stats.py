@@ -23,6 +23,13 @@ CACHE_FULL = "cache full"
 """The sampler's backpressure reason for a full cache with nothing evictable (sampler/room.py
 imports it from here: the store is below the sampler)."""
 
+DISK_FULL = "disk full"
+"""The sampler's backpressure reason for a full node volume (sampler/room.py, which sets it, and
+its pause gauges: ``epochfs_disk_full``); as a prefix, "disk full: <why>", of a volume too small
+to hold any sample (the way out is room on the disk too). Here, beside
+:data:`CACHE_FULL`, for the readers of the index's reason below the sampler (the metrics, the
+Kubernetes Events)."""
+
 FIRST_ROUND_WAIT = 3.0
 """Seconds from a listing's start that the first epoch waits for a page of every folder."""
 

@@ -10,7 +10,7 @@ the alert could never fire. Now a skip is counted once per key, and again only w
 changed the object (new size or version: another object under the same key).
 
 The real ``epochfs sample`` and ``epochfs relist`` over a ``file://`` folder, the cache on a tmpfs
-too small for any object; the store's own listing code (``build_catalog``) for the changed object.
+too small for all but one object; the store's own listing code (``build_catalog``) for the changed object.
 """
 
 from __future__ import annotations
@@ -50,22 +50,24 @@ def _relisted_and_all_skipped_again(cache: Path, generation: int) -> bool:
     complete = index_rows(cache, "SELECT value FROM meta WHERE name=?", (Meta.LISTING_COMPLETE.value,))
     if not complete or int(complete[0][0]) < generation:
         return False
-    return index_rows(cache, "SELECT COUNT(*) FROM catalog WHERE skipped = 0")[0][0] == 0
+    return index_rows(cache, "SELECT COUNT(*) FROM catalog WHERE skipped = 0 "
+                             "AND key NOT IN (SELECT key FROM samples)")[0][0] == 0
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="mounts a tmpfs")
 def test_keys_refused_again_after_a_relist_are_counted_once(tmp_path: Path) -> None:
     data = tmp_path / "data"
     data.mkdir()
-    for i in range(12):
-        (data / f"{i:02d}.bin").write_bytes(os.urandom(1000 + i))
-    with small_volume(tmp_path / "vol", "2m") as vol:
+    for i in range(12):  # 3 MiB each: more than the 2 MiB a 10 MiB volume holds beside its margin
+        (data / f"{i:02d}.bin").write_bytes(os.urandom(3 << 20))
+    (data / "small.bin").write_bytes(b"fits")  # (a volume that holds no key pauses, skips nothing)
+    with small_volume(tmp_path / "vol", "10m") as vol:
         cache = vol / "cache"
         proc = subprocess.Popen([EPOCHFS, "sample", "--cache", str(cache), "--remote", data.as_uri(),
-                                 "--capacity", "1Mi"], env=ENV, stdout=subprocess.DEVNULL,
+                                 "--capacity", "8Mi"], env=ENV, stdout=subprocess.DEVNULL,
                                 stderr=subprocess.PIPE, text=True)
         try:
-            # The volume keeps more free than it holds: every key is more than the cache can hold.
+            # Every key but one is more than the cache can hold on the volume.
             wait_until(lambda: ((cache / "index.sqlite").exists() and _skipped_total(cache) >= 12)
                        or proc.poll() is not None, timeout=60, what="every key refused")
             assert proc.poll() is None
@@ -81,7 +83,8 @@ def test_keys_refused_again_after_a_relist_are_counted_once(tmp_path: Path) -> N
             proc.send_signal(signal.SIGTERM)
             _, err = proc.communicate(timeout=60)
         assert proc.returncode == 0, err[-2000:]
-        assert err.count("is more than the cache can ever hold") == 36, "each relist tried every key"
+        # Each relist tried every key; the lines of skips met again are said once a minute at most.
+        assert 1 <= err.count("is more than the cache can ever hold") < 36, err[-2000:]
 
 
 def test_a_key_skipped_again_is_counted_again_only_when_the_listing_changed_it(tmp_path: Path) -> None:

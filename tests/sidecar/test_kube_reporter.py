@@ -387,3 +387,16 @@ def test_a_wrong_ca_is_an_error_survived(tmp_path: Path) -> None:
     finally:
         api.stop()
         other._server.server_close()
+
+
+def test_a_volume_that_holds_no_sample_is_named_in_the_backpressure_event(
+        api: FakeApiServer, clock: FakeClock) -> None:
+    """The sampler's "disk full: <why>" (a filesystem too small for any sample) is a disk-full
+    Event with its why, not the full cache's "live epochs pin it", which sends the operator to the
+    wrong place."""
+    r = make_reporter(api, clock)
+    r.on_backpressure(True, "disk full: the cache's filesystem can hold no sample (0 B of --capacity 2.0 MiB)")
+    r.flush()
+    message = api.event("BackpressureStarted")["message"]
+    assert message.startswith("the cache's filesystem can hold no sample (0 B of --capacity 2.0 MiB)"), message
+    assert "live epochs" not in message
