@@ -8,6 +8,9 @@ and reported as an empty cache ("cannot cut yet", "index: ok"). :func:`foreign_i
 file apart first, reading it only: an index with epochfs's schema is a cache, even with nothing
 in it yet, and so is an index not yet (or no longer) a database beside the ``objects/`` folder
 every cache has (a sampler making it right now; damage, which the sampler's start rebuilds).
+
+Which of the two it is, :func:`cache_content` tells: what in the folder only a cache whose index
+had its schema makes. The opener asks it (:mod:`.handle`) before it would make a schema.
 """
 
 from __future__ import annotations
@@ -18,6 +21,8 @@ import sqlite3
 import urllib.parse
 from pathlib import Path
 
+from epochfs.sidecar.store.hwm import HWM_NAME
+from epochfs.sidecar.store.memberformat import present
 from epochfs.sidecar.store.meta import Meta
 from epochfs.sidecar.store.objects import OBJECTS_DIR
 
@@ -26,6 +31,8 @@ WAL_FORMAT = 2
 """The file header's read/write format version (bytes 18 and 19) of a database in WAL mode."""
 SHOWN_TABLES = 3
 """Table names a refusal shows, at most."""
+SHOWN_EPOCHS = 5
+"""Epoch numbers a damage report shows, at most."""
 
 
 def foreign_index(path: Path) -> str | None:
@@ -39,7 +46,11 @@ def foreign_index(path: Path) -> str | None:
     is not a database is a cache's index when ``objects/`` is beside it: every open of a cache
     makes that folder before its index, so a sampler making a cache right now (its index empty
     for a moment, then without tables until the schema commits) is never refused, nor a damaged
-    index (the opener reports it, the sampler's start rebuilds it)."""
+    index (the opener reports it, the sampler's start rebuilds it: :func:`cache_content`).
+
+    It opens the file with a descriptor of its own: only for a command's check before it opens
+    the cache, never in a process that holds a connection to it (closing any descriptor of the
+    file drops all the process's POSIX locks on it, SQLite's included)."""
     made = os.path.isdir(path.parent / OBJECTS_DIR)
     try:
         with open(path, "rb") as f:
@@ -82,4 +93,42 @@ def _schema(path: Path, flags: str) -> tuple[list[str], bool]:
         return tables, row is not None
 
 
-__all__ = ["foreign_index"]
+def cache_content(root: Path) -> str | None:
+    """What the cache folder ``root`` holds that only a cache whose index had its schema makes, in
+    words (``the members file(s) of epoch(s) 0 and object files in objects/``), or None when there
+    is nothing of the kind: a new cache (its index empty, or without tables, for a moment while
+    its sampler makes it, or for good when that sampler was killed then), which holds only the
+    marker folder in ``objects/``. An index without schema beside any of it is damage: made into a
+    fresh index, the sampler's recovery would remove every epoch's members file ("never cut") and
+    every object file (orphans). Cheap, and no descriptor on the index: the ``epochs/`` folder's
+    names, ``objects/``'s fan-out folders up to the first file, the high-water mark's presence."""
+    parts = []
+    numbers = sorted(present(root))
+    if numbers:
+        shown = ", ".join(map(str, numbers[:SHOWN_EPOCHS])) + (", ..." if len(numbers) > SHOWN_EPOCHS else "")
+        parts.append(f"the members file(s) of epoch(s) {shown}")
+    if _any_object(root / OBJECTS_DIR):
+        parts.append(f"object files in {OBJECTS_DIR}/")
+    if not parts and os.path.isfile(root / HWM_NAME):
+        parts.append(f"the epochs' high-water mark ({HWM_NAME})")
+    return " and ".join(parts) or None
+
+
+def _any_object(objects: Path) -> bool:
+    """Whether ``objects`` holds a file in one of its fan-out folders (or at its top); its marker
+    folder (a dot name, made before the index) is none."""
+    try:
+        with os.scandir(objects) as entries:
+            tops = [e for e in entries if not e.name.startswith(".")]
+        for top in tops:
+            if not top.is_dir(follow_symlinks=False):
+                return True
+            with os.scandir(top.path) as inner:
+                if next(inner, None) is not None:
+                    return True
+    except OSError:
+        return False
+    return False
+
+
+__all__ = ["cache_content", "foreign_index"]

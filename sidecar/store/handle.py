@@ -17,7 +17,10 @@ once, logging it in one line:
   that its next start makes a fresh index (epoch numbers continue above the high-water mark).
 
 Opening for a writer (``create``) resets an index that SQLite reports as damaged at open
-(:mod:`.reset`: a fresh index rebuilt from the live epochs' members files takes its place);
+(:mod:`.reset`: a fresh index rebuilt from the live epochs' members files takes its place), and
+an index file without schema (an empty file...) beside a cache's epochs or objects, which SQLite
+opens without a word and the schema would make a new index of (:class:`.index.BlankIndex`); a
+reader refuses that one, writing nothing (``status`` and ``verify`` report the damage);
 :meth:`IndexHandle.reset` does the same after a failed integrity check
 (:mod:`.checkup`). Either clears the :mod:`.checkmark` marker: the damage went with the old index.
 """
@@ -30,7 +33,8 @@ import time
 from pathlib import Path
 
 from epochfs.sidecar.store import checkmark, reset
-from epochfs.sidecar.store.index import Index, is_corruption
+from epochfs.sidecar.store.foreign import cache_content
+from epochfs.sidecar.store.index import BlankIndex, Index, is_corruption
 from epochfs.sidecar.store.records import StoreError
 
 log = logging.getLogger("epochfs.store")
@@ -62,11 +66,36 @@ class IndexHandle:
         self._migrate = create
         self._index = self._open(create=create)
 
+    def _blank(self, what: str) -> str | None:
+        """Whether this index file without schema (``what`` it is) is damage: it is when the cache
+        holds what only an index with its schema came before (:func:`.foreign.cache_content`)."""
+        held = cache_content(self.path.parent)
+        return None if held is None else f"the index is {what}, but the cache holds {held}"
+
+    def _new_index(self) -> Index:
+        return Index(self.path, migrate=self._migrate, blank=self._blank)
+
     def _open(self, *, create: bool) -> Index:
+        try:
+            return self._open_or_reset(create=create)
+        except BlankIndex as e:
+            if not create:
+                raise  # status, verify, cut: report it (exit 2), never write over it
+            problem = e.problem
+        with reset.reset_lock(self.path.parent):
+            try:
+                return self._new_index()  # another process rebuilt it meanwhile
+            except BlankIndex as e:
+                problem = e.problem
+            reset.replace(self.path.parent, problem, migrate=self._migrate)
+            checkmark.clear(self.path.parent)
+            return self._new_index()
+
+    def _open_or_reset(self, *, create: bool) -> Index:
         deadline = time.monotonic() + OPEN_WAIT
         while True:
             try:
-                return Index(self.path, migrate=self._migrate)
+                return self._new_index()
             except StoreError as e:
                 if _log_elsewhere(e) and time.monotonic() < deadline:
                     time.sleep(0.05)  # a process that holds the deleted log saves it at its next use
@@ -77,13 +106,13 @@ class IndexHandle:
                 break
         with reset.reset_lock(self.path.parent):
             try:
-                return Index(self.path, migrate=self._migrate)  # another process reset it meanwhile
+                return self._new_index()  # another process reset it meanwhile
             except StoreError as e:
                 if not _corrupt(e):
                     raise
             reset.replace(self.path.parent, problem, migrate=self._migrate)
             checkmark.clear(self.path.parent)  # the damage it asked to repair went with the old index
-            return Index(self.path, migrate=self._migrate)
+            return self._new_index()
 
     def get(self) -> Index:
         """The index to use now, reopened first if its files changed under it."""
@@ -111,7 +140,7 @@ class IndexHandle:
                 except Exception as e:  # reopening is still the only way on
                     saved = f"; saving the deleted log failed ({e})"
             try:
-                new = Index(self.path, migrate=self._migrate)
+                new = self._new_index()
             except StoreError as e:
                 log.error("the cache index %s changed (%s) and cannot be reopened: %s",
                           self.path, what, e)

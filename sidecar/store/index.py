@@ -11,6 +11,8 @@ reader (``epochfs status``, the FUSE server, the supervisor's readiness) opens i
 holds the write lock for as long as it likes. Only a missing schema (a fresh index) or an older
 one takes the write lock, and an older one is migrated only by an opener that may (``migrate``:
 the sidecar's processes, which open with ``create``), never by ``epochfs status`` or ``verify``.
+A file that was there without a schema is made a fresh index only when the opener's ``blank``
+says so; else it is damage (:class:`BlankIndex`: an empty index beside a cache's epochs).
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ import os
 import sqlite3
 import sys
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -108,20 +110,45 @@ def _free_bytes(folder: Path) -> int | None:
     return st.f_bavail * st.f_frsize
 
 
+Blank = Callable[[str], str | None]
+"""Asked with what an index file without schema is (``an empty file``...): None when it is a new
+index to make, else the damage in words (:class:`.handle.IndexHandle` says which)."""
+
+
+class BlankIndex(StoreError):
+    """An index file without epochfs's schema where the cache says it had one (the opener's
+    ``blank``): damage, which a reader reports and the sampler's start rebuilds (:mod:`.reset`),
+    never a fresh index made over the cache's epochs and objects."""
+
+    def __init__(self, path: Path, problem: str) -> None:
+        super().__init__(f"{path}: damaged: {problem}; the sampler's next start rebuilds it from the "
+                         "epochs' members files")
+        self.problem = problem
+
+
 class Index:
     """One connection to ``index.sqlite`` with its lock. Thread-safe within a process."""
 
-    def __init__(self, path: Path, *, migrate: bool = True) -> None:
-        """Open ``path``. ``migrate``: this opener may upgrade an older schema (else StoreError)."""
+    def __init__(self, path: Path, *, migrate: bool = True, blank: Blank | None = None) -> None:
+        """Open ``path``. ``migrate``: this opener may upgrade an older schema (else StoreError).
+        ``blank``: asked, when a file that was there holds no schema, whether that is damage
+        (:class:`BlankIndex`, nothing written) rather than a new index to make."""
         self.path = path
         self.wal = path.with_name(path.name + WAL_SUFFIX)
         self.lock = threading.RLock()
         self.writers = _writers(path)
+        existed = os.path.lexists(path)
         try:
             self.db = sqlite3.connect(path, timeout=30.0, isolation_level=None, check_same_thread=False)
+            # The file this connection has: one put in its place while the schema is made (a reset
+            # of what another opener took for a blank index) is followed at the first use.
+            index_id = _file_id(path)
             self.db.execute(f"PRAGMA busy_timeout={BUSY_MS}")
             self.db.execute("PRAGMA synchronous=NORMAL")
-            if self._version() != SCHEMA_VERSION:
+            version = self._version()
+            if version is None and existed and blank is not None:
+                self._refuse_blank(blank)
+            if version != SCHEMA_VERSION:
                 self._prepare(migrate=migrate)
         except sqlite3.DatabaseError as e:
             free = _free_bytes(path.parent)
@@ -132,7 +159,7 @@ class Index:
             raise StoreError(f"{path}: {e}") from e
         # What this connection opened: a file put in its place, or a write-ahead log deleted
         # under it, is seen by :meth:`changed` (the connection keeps the files it opened).
-        self.opened = (_file_id(path), _file_id(self.wal))
+        self.opened = (index_id, _file_id(self.wal))
 
     def changed(self) -> str | None:
         """None while the index and its write-ahead log are the files this connection opened;
@@ -184,6 +211,19 @@ class Index:
         sampler's next start (:mod:`.checkmark`), whichever process saw it."""
         if isinstance(exc, sqlite3.DatabaseError) and is_corruption(exc):
             checkmark.mark(self.path.parent, f"{type(exc).__name__}: {exc}")
+
+    def _refuse_blank(self, blank: Blank) -> None:
+        """Raise :class:`BlankIndex` when ``blank`` calls this file without schema damage; what it
+        is comes from this connection and a ``stat`` (another descriptor of the file, closed,
+        would drop this process's locks on it, those of the connections it has open too)."""
+        tables = self.db.execute("SELECT count(*) FROM sqlite_master WHERE type='table'").fetchone()[0]
+        what = ("an empty file" if os.stat(self.path).st_size == 0 else
+                "an SQLite database with no tables" if not tables else
+                "an SQLite database without epochfs's schema version")
+        problem = blank(what)
+        if problem is not None:
+            self.db.close()
+            raise BlankIndex(self.path, problem)
 
     def _version(self) -> int | None:
         """The recorded schema version, in one deferred read (None: no schema yet)."""
