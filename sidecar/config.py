@@ -10,12 +10,13 @@ from __future__ import annotations
 
 import argparse
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any, TypeVar
 
 from epochfs.sidecar.confparse import (
+    OTHER_ENV,
     _bounded,
     _capacity,
     _endpoint_url,
@@ -25,6 +26,7 @@ from epochfs.sidecar.confparse import (
     _non_negative_float,
     _non_negative_int,
     _opt,
+    _optional_size,
     _path,
     _port,
     _positive_float,
@@ -37,15 +39,24 @@ from epochfs.sidecar.confparse import (
     format_size,
     join_negative_values,
     parse_size,
+    shown_default,
+    unknown_env,
+    warn_unknown_env,
 )
 from epochfs.sidecar.remote.registry import HELP as REMOTE_HELP
 from epochfs.sidecar.store import Policy, Schedule
+from epochfs.sidecar.viewhelp import FUSE_API_HELP, MOUNT_HELP, PUBLISH_HELP, VIEW_HELP, WARM_HELP
 from epochfs.torchclient.globs import Globs
 
 
 class ConfigError(ValueError):
     """A bad flag or environment value; the message names the flag."""
 
+
+Named = Callable[[str], str]
+"""How a check names a flag in its message: the flag, or ``--flag (from EPOCHFS_FLAG)`` where the
+value came from the environment (:func:`from_args`), so a refusal comparing two settings points
+at the variable to fix, as a single setting's refusal does."""
 
 MAX_LIST_THREADS = 256
 """``--list-threads`` at most (``epochfs index`` too): 100,000 listers made an index take 14.9 s
@@ -90,9 +101,10 @@ class CacheSettings:
 
     cache: Path = _opt("--cache", "cache directory on the node volume", parse=_path, required=True)
 
-    def validate(self) -> None:
+    def validate(self, name: Named = str) -> None:
+        """Refuse settings that cannot work together; ``name`` names a flag (:data:`Named`)."""
         if self.cache.exists() and not self.cache.is_dir():
-            raise ConfigError(f"--cache {self.cache}: exists and is not a directory")
+            raise ConfigError(f"{name('--cache')} {self.cache}: exists and is not a directory")
 
 
 @dataclass(frozen=True)
@@ -116,8 +128,8 @@ class SamplerSettings(CacheSettings):
                             "holds fewer, but for `epochfs cut --force`)", default=1, parse=_positive_int)
     keep_epochs: int = _opt("--keep-epochs", "newest epochs kept pinned", default=2, parse=_positive_int)
     max_object_size: int | None = _opt("--max-object-size",
-                                       "skip objects larger than this (default: what an epoch can hold)",
-                                       parse=_capacity)
+                                       "skip objects larger than this (default, or empty: what an epoch "
+                                       "can hold)", parse=_optional_size)
     schedule: Schedule | None = _opt("--schedule", "schedule mode, e.g. initial=1000,growth=1.5",
                                      parse=_schedule)
     headroom: float = _opt("--headroom", "share of capacity kept free of epochs for new samples",
@@ -165,8 +177,8 @@ class SamplerSettings(CacheSettings):
     in_use_seconds: float = _opt("--in-use-seconds",
                                  "an epoch looked up this recently stays pinned beyond --keep-epochs",
                                  default=600.0, parse=_non_negative_float)
-    max_rate: int | None = _opt("--max-rate", "limit on download bytes per second, e.g. 50Mi (default: none)",
-                                parse=_capacity)
+    max_rate: int | None = _opt("--max-rate", "limit on download bytes per second, e.g. 50Mi (default, or "
+                                "empty: none)", parse=_optional_size)
     cut_interval: float = _opt("--cut-interval", "cut a new epoch every N seconds (0: only on request)",
                                default=0.0, parse=_non_negative_float)
     read_timeout: float = _opt("--read-timeout",
@@ -178,7 +190,8 @@ class SamplerSettings(CacheSettings):
     scrub_rate: int = _opt("--scrub-rate",
                            "bytes per second the background scrub reads to check cached objects against "
                            "the digest recorded at admission, evicting and fetching again damaged ones "
-                           "(0: no scrub)",
+                           "(0: no scrub; a positive rate below 1 byte per second is refused, not "
+                           "rounded)",
                            default=8 * 1024**2, parse=_rate)
 
     def policy(self) -> Policy:
@@ -192,33 +205,23 @@ class SamplerSettings(CacheSettings):
         budget = self.policy().epoch_budget
         return budget if self.max_object_size is None else min(self.max_object_size, budget)
 
-    def validate(self) -> None:
-        super().validate()
+    def validate(self, name: Named = str) -> None:
+        super().validate(name)
         if self.shard_index >= self.shard_count:
-            raise ConfigError(
-                f"--shard-index: {self.shard_index} must be below --shard-count {self.shard_count}"
-            )
+            raise ConfigError(f"{name('--shard-index')}: {self.shard_index} must be below "
+                              f"{name('--shard-count')} {self.shard_count}")
         if self.schedule is not None and self.min_samples > self.schedule.initial:  # never met
-            raise ConfigError(f"--min-samples: {self.min_samples} is more than --schedule's initial="
-                              f"{self.schedule.initial}, the keys of epoch 0's window: epoch 0 could never "
-                              "be cut; lower --min-samples or raise initial=")
+            raise ConfigError(f"{name('--min-samples')}: {self.min_samples} is more than "
+                              f"{name('--schedule')}'s initial={self.schedule.initial}, the keys of epoch "
+                              "0's window: epoch 0 could never be cut; lower --min-samples or raise initial=")
         if self.schedule is None and self.headroom == 0:
             # Snapshot mode cuts the newest samples within capacity x (1 - headroom): with none
             # left out, a full cache's epochs pin it whole and no later epoch could differ.
-            raise ConfigError("--headroom: 0 leaves no room to fetch while epochs are pinned in "
+            raise ConfigError(f"{name('--headroom')}: 0 leaves no room to fetch while epochs are pinned in "
                               "snapshot mode (every later epoch would equal the last); use a share in (0, 1)")
         if self.max_object_size is not None and self.capacity < self.max_object_size:
-            raise ConfigError(
-                f"--capacity: {format_size(self.capacity)} is smaller than --max-object-size "
-                f"{format_size(self.max_object_size)}"
-            )
-
-
-FUSE_API_HELP = ("libfuse API the FUSE server uses: lowlevel (inode numbers computed, nothing kept per "
-                 "file) or highlevel (libfuse keeps a node per file the kernel holds; docs/mount.md)")
-WARM_HELP = "most symlinks of a new epoch warmed in the kernel's cache (0: no warm-up)"
-MOUNT_HELP = ("where the view is mounted: an empty folder, created if missing; in a pod a subdirectory "
-              "of the shared volume, never the volume's own mount point")
+            raise ConfigError(f"{name('--capacity')}: {format_size(self.capacity)} is smaller than "
+                              f"{name('--max-object-size')} {format_size(self.max_object_size)}")
 
 
 @dataclass(frozen=True)
@@ -236,14 +239,6 @@ class MountSettings(CacheSettings):
     fuse_api: str = _opt("--fuse-api", FUSE_API_HELP, default="lowlevel", parse=_fuse_api)
 
 
-PUBLISH_HELP = ("the folder the view is published into: an empty folder, or one it published before "
-                "(created if missing): in a pod a subdirectory of "
-                "the volume shared with the trainer")
-VIEW_HELP = ("fuse: a FUSE mount (a privileged sidecar in Kubernetes; any lookup of epoch-N asks for its "
-             "cut); folder: the same layout published as plain files into --mount, no privilege needed "
-             "(docs/folderview.md)")
-
-
 @dataclass(frozen=True)
 class PublishSettings(CacheSettings):
     """The folder view alone (``epochfs publish``): the FUSE view's layout written as files."""
@@ -256,10 +251,10 @@ class PublishSettings(CacheSettings):
         parse=_path,
     )
 
-    def validate(self) -> None:
-        super().validate()
+    def validate(self, name: Named = str) -> None:
+        super().validate(name)
         if self.link_root is not None and not self.link_root.is_absolute():
-            raise ConfigError(f"--link-root: {self.link_root} must be an absolute path")
+            raise ConfigError(f"{name('--link-root')}: {self.link_root} must be an absolute path")
 
 
 @dataclass(frozen=True)
@@ -304,9 +299,7 @@ def add_arguments(parser: argparse.ArgumentParser, cls: type[CacheSettings]) -> 
     """Declare one flag per settings field (values parsed later, so env can fill gaps)."""
     for f in fields(cls):
         meta = f.metadata
-        default = "" if f.default is None else f.default
-        if isinstance(default, Path):
-            default = str(default)
+        default = shown_default(f.default, meta["parse"])
         help_text = f"{meta['doc']} (env {env_name(meta['flag'])}"
         help_text += f"; default {default})" if default != "" else ")"
         parser.add_argument(meta["flag"], dest=f.name, default=None, metavar=f.name.upper(),
@@ -318,14 +311,16 @@ def from_args(
 ) -> T:
     """Build and validate settings: flag, else ``EPOCHFS_*`` variable, else the default."""
     env = os.environ if environ is None else environ
+    warn_unknown_env(env, known_env_names())
     values: dict[str, Any] = {}
+    sources: dict[str, str] = {}
     for f in fields(cls):
         meta = f.metadata
         raw = getattr(ns, f.name, None)
         source = meta["flag"]
         if raw is None and env_name(meta["flag"]) in env:
             raw = env[env_name(meta["flag"])]
-            source = f"{meta['flag']} (from {env_name(meta['flag'])})"
+            source = sources[meta["flag"]] = f"{meta['flag']} (from {env_name(meta['flag'])})"
         if raw is None:
             if meta["required"]:
                 raise ConfigError(f"{meta['flag']}: required (or set {env_name(meta['flag'])})")
@@ -336,7 +331,7 @@ def from_args(
         except (ValueError, TypeError, OverflowError) as e:
             raise ConfigError(f"{source}: {e}") from None
     settings = cls(**values)
-    settings.validate()
+    settings.validate(lambda flag: sources.get(flag, flag))
     return settings
 
 
@@ -356,12 +351,32 @@ def to_env(settings: CacheSettings, cls: type[CacheSettings] | None = None) -> d
 
     The supervisor starts its children with these rather than with flags: a command line is
     visible to every user of the node (``ps -ef``), and settings can hold secrets (a password in
-    ``--endpoint-url``)."""
-    out: dict[str, str | None] = {}
+    an ``https://`` ``--remote`` or ``--index``). The unknown ``EPOCHFS_*`` variables of this
+    process's environment are unset too: the sidecar warned of them at its start, and each child's
+    start (and restart) would warn again."""
+    out: dict[str, str | None] = dict.fromkeys(unknown_env_names(os.environ))
     for f in fields(cls or type(settings)):
         value = getattr(settings, f.name)
         out[env_name(f.metadata["flag"])] = None if value is None else str(value)
     return out
+
+
+SETTINGS_CLASSES: tuple[type[CacheSettings], ...] = (
+    CacheSettings, SamplerSettings, MountSettings, PublishSettings, SidecarSettings)
+
+
+def known_env_names() -> frozenset[str]:
+    """Every ``EPOCHFS_*`` variable something reads, the one list of them: each settings field's
+    (derived from the declarations) and :data:`~epochfs.sidecar.confparse.OTHER_ENV`. A test fails
+    on a variable read anywhere in the tree and missing here, so a name some tool does read is
+    never warned of as a typo."""
+    return frozenset({env_name(f.metadata["flag"]) for cls in SETTINGS_CLASSES for f in fields(cls)}
+                     | OTHER_ENV.keys())
+
+
+def unknown_env_names(environ: Mapping[str, str]) -> list[str]:
+    """The ``EPOCHFS_*`` names of ``environ`` that nothing reads (:func:`known_env_names`), sorted."""
+    return unknown_env(environ, known_env_names())
 
 
 __all__ = [
@@ -375,6 +390,7 @@ __all__ = [
     "env_name",
     "format_size",
     "from_args",
+    "known_env_names",
     "parse",
     "parse_size",
     "to_env",

@@ -6,10 +6,12 @@ flag (exit status 2). Kept apart so that config.py holds only the settings thems
 
 from __future__ import annotations
 
+import difflib
 import errno
+import logging
 import math
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import field
 from pathlib import Path
 from typing import Any
@@ -17,6 +19,8 @@ from urllib.parse import urlsplit
 
 from epochfs.sidecar.remote.registry import check_index_url, check_url
 from epochfs.sidecar.store import Schedule
+
+log = logging.getLogger("epochfs.config")
 
 _UNITS = {
     "": 1,
@@ -39,8 +43,9 @@ MAX_SIZE = float(2**63)
 """Sizes at or above this many bytes are refused (SQLite and the kernel count in signed 64 bits)."""
 
 
-def parse_size(text: str) -> int:
-    """Parse ``500Mi``, ``20Gi``, ``1.5T``, ``4096`` into bytes (binary and decimal units)."""
+def _size_bytes(text: str) -> float:
+    """The bytes ``text`` says, before they are rounded down to a whole number: a rate's parser
+    must tell ``0.5`` (which would round to 0, the feature off) from ``0``."""
     m = _SIZE_RE.match(str(text))
     if not m:
         raise ValueError(f"not a size: {text!r} (examples: 500Mi, 20Gi, 1.5T, 4096)")
@@ -50,7 +55,22 @@ def parse_size(text: str) -> int:
     size = number * _UNITS[unit]
     if not size < MAX_SIZE:  # a float of hundreds of digits is inf: no int, a traceback before
         raise ValueError(f"{text.strip()!r} is too large (at most {MAX_SIZE:.0e} bytes)")
-    return int(size)
+    return size
+
+
+def parse_size(text: str) -> int:
+    """Parse ``500Mi``, ``20Gi``, ``1.5T``, ``4096`` into bytes (binary and decimal units)."""
+    return int(_size_bytes(text))
+
+
+def spelled_size(n: int) -> str:
+    """``n`` bytes as a user types them, in the largest binary unit that holds it whole
+    (``10737418240`` -> ``10Gi``, ``8388608`` -> ``8Mi``, ``1000`` -> ``1000``): what ``--help``
+    shows as a size's default, which :func:`parse_size` reads back to ``n``."""
+    for unit in ("pi", "ti", "gi", "mi", "ki"):
+        if n and n % _UNITS[unit] == 0:
+            return f"{n // _UNITS[unit]}{unit.capitalize()}"
+    return str(n)
 
 
 def format_size(n: float) -> str:
@@ -150,10 +170,16 @@ def _port(text: str) -> int:
 
 
 def _rate(text: str) -> int:
-    """A byte rate such as ``8Mi`` (per second); 0 turns the feature off."""
+    """A byte rate such as ``8Mi`` (per second); 0 turns the feature off. A positive rate below
+    one byte per second is refused: rounded down to whole bytes it was 0, and ``--scrub-rate 0.5``
+    switched the scrub off without a word."""
     if str(text).strip().startswith("-"):
         raise ValueError("must not be negative")
-    return parse_size(text)
+    exact = _size_bytes(text)
+    if 0 < exact < 1:
+        raise ValueError(f"{str(text).strip()!r} is below 1 byte per second (give 0 to turn it off, "
+                         "or at least 1)")
+    return int(exact)
 
 
 def _capacity(text: str) -> int:
@@ -163,6 +189,17 @@ def _capacity(text: str) -> int:
     if value <= 0:
         raise ValueError("must be positive")
     return value
+
+
+def _optional_size(text: str) -> int | None:
+    """A positive size whose default is none (``--max-rate``, ``--max-object-size``): empty means
+    that default, as an empty ``EPOCHFS_INDEX`` or ``EPOCHFS_SCHEDULE`` does; ``EPOCHFS_MAX_RATE=``
+    was refused as "not a size: ''" where the help said "default: none"."""
+    return _capacity(text) if str(text).strip() else None
+
+
+SIZE_PARSERS = (_capacity, _rate, _optional_size)
+"""The parsers of fields that hold a byte count: ``--help`` shows their defaults as sizes."""
 
 
 def _schedule(text: str) -> Schedule | None:
@@ -210,10 +247,16 @@ def _path(text: str) -> Path:
     """A path flag (``--cache``, ``--mount``, ...): never empty, which ``Path("")`` reads as the
     working folder, where a cache or a view would then be made without a word. Stripped of
     surrounding whitespace, as every other setting is: a variable filled from a file or a secret
-    often ends in a newline, and ``/cache\n`` made a new, empty cache beside the real one."""
+    often ends in a newline, and ``/cache\n`` made a new, empty cache beside the real one. A
+    leading ``~`` is the home folder, as a shell would read it on a command line and as
+    ``epochfs index --out`` reads it: ``EPOCHFS_CACHE='~/x'`` (quoted, so no shell expanded it)
+    made a folder named ``~`` in the working folder."""
     if not str(text).strip():
         raise ValueError("must not be empty (give a folder; an empty value would mean the working folder)")
-    return Path(str(text).strip())
+    try:
+        return Path(str(text).strip()).expanduser()
+    except RuntimeError as e:  # no HOME and no passwd entry, or ~user of no such user
+        raise ValueError(f"cannot expand '~' in {str(text).strip()!r}: {e}") from None
 
 
 ENDPOINT_EXAMPLE = "http://minio:9000"
@@ -223,7 +266,10 @@ def _endpoint_url(text: str) -> str | None:
     """An S3-compatible endpoint (``--endpoint-url``): an http(s) URL with a host, port optional;
     empty meaning none (the store's own endpoint), as an empty ``EPOCHFS_INDEX`` means no index.
     botocore refuses anything else only when the sampler opens the remote, as a traceback (and the
-    sidecar restarted its sampler on it for ever). The value is not echoed: it may hold a password."""
+    sidecar restarted its sampler on it for ever). Credentials in it (``http://USER:PASS@host``)
+    are refused, as in an ``s3://`` remote: no backend reads them from the endpoint (S3 signs with
+    the ``AWS_*`` credentials, Azure with its key or SAS token, GCS with its token), so they were
+    taken and ignored. The value is never echoed, so a password typed there is not shown."""
     url = str(text).strip()
     if not url:
         return None
@@ -234,6 +280,10 @@ def _endpoint_url(text: str) -> str | None:
     if parts.scheme.lower() not in ("http", "https"):
         got = f"scheme {parts.scheme!r}" if parts.scheme else "no scheme"
         raise ValueError(f"must be an http(s) URL such as {ENDPOINT_EXAMPLE}, got {got}")
+    if "@" in parts.netloc:
+        raise ValueError("holds credentials (user:password@), which no store reads from the endpoint: "
+                         "give them as the store's variables (AWS_ACCESS_KEY_ID and "
+                         "AWS_SECRET_ACCESS_KEY for S3)")
     if not parts.hostname:
         raise ValueError(f"has no host (an http(s) URL such as {ENDPOINT_EXAMPLE})")
     try:
@@ -241,6 +291,57 @@ def _endpoint_url(text: str) -> str | None:
     except ValueError:
         raise ValueError("has a bad port (a number 0-65535 after the host's ':')") from None
     return url
+
+
+OTHER_ENV: dict[str, str] = {
+    "EPOCHFS_LOG_LEVEL": "--log-level of every command (sidecar/logsettings.py)",
+    "EPOCHFS_REPORT_URL": "the torch client's sidecar URL (torchclient/report.py)",
+    "EPOCHFS_TESTING": "set by the test suite for the processes it starts (tests/conftest.py)",
+    "EPOCHFS_SOAK_SECONDS": "the soak test's length (make soak)",
+    "EPOCHFS_SOAK_SEED": "the soak test's seed",
+    "EPOCHFS_SOAK_INDEX_DAMAGE": "the soak test's index damages",
+    "EPOCHFS_CRASH_SEED": "the folder view's crash test's seed",
+    "EPOCHFS_MODEL_EXAMPLES": "the store model test's examples",
+    "EPOCHFS_CONTAINER_TEST": "make container-test",
+    "EPOCHFS_CT_CACHE": "the container test's data root",
+    "EPOCHFS_CT_SUITE": "the container test's Debian suite (scripts/container-base.sh)",
+    "EPOCHFS_CT_MIRROR": "the container test's Debian mirror (scripts/container-base.sh)",
+    "EPOCHFS_RUNC": "the real runc of scripts/runc-wrapper",
+}
+"""The ``EPOCHFS_*`` variables read by something other than a settings field (whose variables
+come from the field declarations), with who reads them: with those, the known names
+(:func:`epochfs.sidecar.config.known_env_names`)."""
+
+
+def unknown_env(environ: Mapping[str, str], known: Collection[str]) -> list[str]:
+    """The ``EPOCHFS_*`` names of ``environ`` not in ``known``, sorted."""
+    return sorted(n for n in environ if n.startswith("EPOCHFS_") and n not in known)
+
+
+def warn_unknown_env(environ: Mapping[str, str], known: Collection[str]) -> None:
+    """One warning line per ``EPOCHFS_*`` variable nothing reads, naming the closest known name:
+    ``EPOCHFS_CAPCITY=1Mi`` was ignored without a word and the 10 GiB default used. A warning, not a
+    refusal: other tools, or a later epochfs, may set names this one does not know. Called once
+    per command, at the start (``config.from_args``); the supervisor's children get those names
+    unset (``config.to_env``), so a sidecar says it once."""
+    prefix = "EPOCHFS_"  # compared without it: every name shares it, so every name looked close
+    tails = sorted(name.removeprefix(prefix) for name in known)
+    for name in unknown_env(environ, known):
+        close = difflib.get_close_matches(name.removeprefix(prefix), tails, n=1)
+        hint = f" (did you mean {prefix}{close[0]}?)" if close else ""
+        log.warning("%s is set but no epochfs setting reads it, so it has no effect%s", name, hint)
+
+
+def shown_default(default: Any, parse: Callable[[str], Any]) -> str:
+    """A default as the user types it, for ``--help``: ``1``/``0`` for a switch (not ``True``),
+    a size in its unit (``10Gi``, not ``10737418240``), "" for none."""
+    if default is None:
+        return ""
+    if isinstance(default, bool):
+        return "1" if default else "0"
+    if parse in SIZE_PARSERS and isinstance(default, int):
+        return spelled_size(default)
+    return str(default)
 
 
 def bind_failure(e: OSError) -> str:

@@ -80,7 +80,10 @@ class FileRemote(Remote):
     sorted_listing = False  # a per-folder sorted walk is not byte order across folders
 
     def __init__(self, *, url: str) -> None:
-        root = local_root(url)
+        try:
+            root = local_root(url)
+        except ValueError as e:
+            raise RemoteError(str(e)) from None
         self.url = url
         self.root = os.fsencode(root or "/")
         if not os.path.isdir(self.root):
@@ -160,9 +163,16 @@ class FileRemote(Remote):
 
 def local_root(url: str) -> str:
     """The folder a ``file://`` URL names (``""`` for the root): a folder's legal ``#`` and ``?``
-    kept (``file:///data/run#1``); ``file://host/path`` is read as the path ``host/path``."""
+    kept (``file:///data/run#1``); ``file://localhost/path`` is ``/path``. Any other host raises
+    :class:`ValueError`: ``file://remote/sub`` was read as the relative folder ``remote/sub``, a
+    different dataset from each working folder (the settings refuse it at start,
+    :func:`~.registry.file_url_problem`; this is the same rule for a URL that reaches a remote
+    some other way)."""
     _, host, path = split_url(url)
-    return path if host in ("", "localhost") else host + path
+    if host and host.lower() != "localhost":
+        raise ValueError(f"{url}: a file:// URL needs an absolute path, file:///abs/path, not the "
+                         f"relative {host + path!r}")
+    return path
 
 
 def open_file(url: str, **_: object) -> FileRemote:

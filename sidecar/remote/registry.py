@@ -76,6 +76,20 @@ def s3_url_problem(url: str) -> str | None:
     return None
 
 
+def file_url_problem(url: str) -> str | None:
+    """The ``file://`` rule (:attr:`Backend.check`): an absolute folder, ``file:///path`` (or
+    ``file://localhost/path``, the same folder). ``file://remote/sub`` was read as the folder
+    ``remote/sub`` of the working folder and recorded as typed, so the same text from another
+    working folder named another dataset, and the cache's identity check, which compares the text,
+    let that dataset's files into the cache beside the first one's."""
+    host = split_url(url).host
+    if host and host.lower() != "localhost":
+        return (f"a file:// URL needs an absolute path, file:///abs/path: {host!r} would be a folder "
+                "relative to the working folder (file://localhost/abs/path is the same as "
+                "file:///abs/path)")
+    return None
+
+
 @dataclass(frozen=True)
 class Backend:
     schemes: tuple[str, ...]
@@ -97,7 +111,8 @@ class Backend:
     or a host's port by it."""
     check: Callable[[str], str | None] | None = None
     """Its own rule for a URL that has the part it names: what is wrong with it (the words after
-    the URL in :func:`check_url`'s message), or None. S3's is :func:`s3_url_problem`."""
+    the URL in :func:`check_url`'s message), or None. S3's is :func:`s3_url_problem`, file's
+    :func:`file_url_problem`."""
     stores_objects: bool = False
     """An object store (a bucket or container of keys): a single object of it addressed by its
     whole URL (an index file, ``epochfs index --out``) is read and written through this backend's
@@ -110,7 +125,7 @@ BACKENDS: tuple[Backend, ...] = (
     Backend(("az", "abfs", "abfss"), "azure", "open_azure", "az://", "azure", ("adlfs",),
             stores_objects=True, names="container"),
     Backend(("https", "http"), "httpindex", "open_http", "https:// (index file)", "sidecar", names="host"),
-    Backend(("file",), "file", "open_file", "file://", "sidecar", names="folder"),
+    Backend(("file",), "file", "open_file", "file://", "sidecar", names="folder", check=file_url_problem),
 )
 
 SCHEMES: tuple[str, ...] = tuple(scheme for backend in BACKENDS for scheme in backend.schemes)
@@ -170,7 +185,8 @@ def check_url(url: str) -> None:
     """Raise :class:`ValueError` saying what is wrong with the remote URL ``url`` (none: it may be
     opened): no scheme, a scheme no backend serves (naming those known), a URL without the part
     its backend's :attr:`Backend.names` says it names (no bucket, container, host or folder), or
-    what the backend's own :attr:`Backend.check` refuses (S3: what cannot be a bucket name).
+    what the backend's own :attr:`Backend.check` refuses (S3: what cannot be a bucket name;
+    file: a relative folder).
     Nothing is opened and no backend's library imported, so a mistake ends a start at once, with
     exit status 2 from the settings, instead of a sampler that fails later or lists something
     else."""
@@ -207,5 +223,5 @@ def check_index_url(url: str) -> None:
 
 
 __all__ = ["BACKENDS", "HELP", "S3_BUCKET", "SCHEMES", "SHAPES", "Backend", "Names", "backend_for",
-           "check_index_url", "check_url", "missing_library", "named_part", "open_remote",
-           "s3_url_problem"]
+           "check_index_url", "check_url", "file_url_problem", "missing_library", "named_part",
+           "open_remote", "s3_url_problem"]

@@ -107,8 +107,7 @@ def test_index_refuses_a_bad_endpoint_url(place: Path, args: list[str], env: dic
 def test_a_good_endpoint_url_still_passes_the_check() -> None:
     from epochfs.sidecar.config import SamplerSettings, parse
 
-    for url in ("http://minio:9000", "https://s3.example.com", "http://[::1]:9000/",
-                "http://user:secret@10.0.0.1:9000"):
+    for url in ("http://minio:9000", "https://s3.example.com", "http://[::1]:9000/"):
         settings = parse(SamplerSettings, ["--cache", "/c", "--remote", "s3://b/x", "--endpoint-url", url])
         assert settings.endpoint_url == url
     # Empty is none (the store's own endpoint), as an empty EPOCHFS_INDEX is no index.

@@ -1,5 +1,5 @@
-"""No secret in a command line, a log line or an error: a password in the endpoint URL (the
-chart's EPOCHFS_ENDPOINT_URL) and presigned-URL signatures are redacted everywhere."""
+"""No secret in a command line, a log line or an error: a password in a remote's URL (an http(s)
+server's basic auth) and presigned-URL signatures are redacted everywhere."""
 
 from __future__ import annotations
 
@@ -43,10 +43,12 @@ def test_log_records_are_redacted(caplog: pytest.LogCaptureFixture) -> None:
 
 
 def test_children_get_settings_through_the_environment() -> None:
+    """A password in an https:// remote's URL (the server's basic auth; an endpoint URL's
+    credentials are refused, review 53) goes to the children in their environment."""
     settings = config.parse(config.SamplerSettings, [
-        "--cache", "/c", "--remote", "s3://b", "--endpoint-url", f"http://u:{SECRET}@h:1"], environ={})
+        "--cache", "/c", "--remote", f"https://u:{SECRET}@h:1/base"], environ={})
     env = config.to_env(settings, config.SamplerSettings)
-    assert env["EPOCHFS_ENDPOINT_URL"] == f"http://u:{SECRET}@h:1" and env["EPOCHFS_MAX_RATE"] is None
+    assert env["EPOCHFS_REMOTE"] == f"https://u:{SECRET}@h:1/base" and env["EPOCHFS_MAX_RATE"] is None
     again = config.parse(config.SamplerSettings, [], environ={k: v for k, v in env.items() if v is not None})
     assert again == settings
 
@@ -54,12 +56,13 @@ def test_children_get_settings_through_the_environment() -> None:
 def test_no_secret_in_the_sidecars_command_lines_or_logs(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The sampler cannot reach an endpoint whose URL holds a password: it fails and is restarted,
-    and neither its command line (what ps -ef shows) nor any log line holds the password."""
+    """The sampler cannot reach a server whose URL holds a password (an http:// remote's basic
+    auth): it fails and is restarted, and neither its command line (what ps -ef shows) nor any log
+    line holds the password."""
     for name, value in (("AWS_ACCESS_KEY_ID", "testing"), ("AWS_SECRET_ACCESS_KEY", "testing"),
                         ("AWS_DEFAULT_REGION", "us-east-1")):
         monkeypatch.setenv(name, value)
-    endpoint = f"http://user:{SECRET}@127.0.0.1:{free_port()}"
+    remote = f"http://user:{SECRET}@127.0.0.1:{free_port()}/base"
     seen: list[str] = []
 
     def sampler_cmdline() -> bool:
@@ -72,15 +75,15 @@ def test_no_secret_in_the_sidecars_command_lines_or_logs(
             return False
         return True
 
-    with running_sidecar(tmp_path, remote="s3://bkt", endpoint=endpoint, expect_ready=False,
+    with running_sidecar(tmp_path, remote=remote, endpoint="", expect_ready=False,
                          extra=("--retries", "1")) as car:
         wait_until(sampler_cmdline, timeout=30, what="a running sampler child")
         wait_until(lambda: "[sampler]" in car.log_text() and "127.0.0.1" in car.log_text(), timeout=60,
-                   what="the sampler's error about the endpoint")
+                   what="the sampler's error about the server")
         wait_until(lambda: car.health().get("children", {}).get("sampler", {}).get("restarts", 0) >= 1,
                    timeout=60, what="a restart of the sampler")
         sampler_cmdline()
     assert seen and all(SECRET not in line for line in seen), seen
-    assert "sample" in seen[0] and "--endpoint-url" not in seen[0]
+    assert "sample" in seen[0] and "--remote" not in seen[0]
     assert SECRET not in car.log_text(), "the password leaked into the log"
-    assert os.environ.get("EPOCHFS_ENDPOINT_URL") is None
+    assert os.environ.get("EPOCHFS_REMOTE") is None

@@ -227,8 +227,9 @@ The monitors' checks (epochfs.checkMonitors, at the end) run from servicemonitor
 {{- end -}}
 
 {{/* remote.endpointUrl (argument: the value): empty, or an http(s) URL with a host and, after a
-     ':', a port of 0-65535, as urlsplit reads one. The message names the key, not the value: it
-     may hold a password. */}}
+     ':', a port of 0-65535, as urlsplit reads one, and no user:password@ (the sidecar refuses it:
+     S3 signs with the AWS_* credentials). The message names the key, not the value: it may hold
+     a password. */}}
 {{- define "epochfs.checkEndpointUrl" -}}
 {{- $url := trim (toString (default "" .)) -}}
 {{- if $url -}}
@@ -238,6 +239,8 @@ The monitors' checks (epochfs.checkMonitors, at the end) run from servicemonitor
 {{- $why = "it has spaces or control characters" -}}
 {{- else if not (regexMatch "^(?i)https?://" $url) -}}
 {{- $why = "it has no http:// or https:// scheme" -}}
+{{- else if regexMatch "^(?i)https?://[^/?#]*@" $url -}}
+{{- $why = "it holds credentials (user:password@), which no S3 store reads there (the AWS_* credentials sign every request: remote.credentials)" -}}
 {{- else if not (regexMatch $re $url) -}}
 {{- $why = "it has no host, or a port that is not a number" -}}
 {{- else if gt (regexReplaceAll $re $url "${1}" | default "0" | atoi) 65535 -}}
