@@ -46,7 +46,8 @@ def rank_main(rank: int, world: int, root: str, store: str, epochs: int) -> None
                 print(f"\n== EpochSampler, drop_last={drop_last} ==", flush=True)
             for epoch in range(epochs):
                 dataset = EpochDataset(root, epoch, decode="npy")
-                sampler = EpochSampler(dataset, shuffle=True, seed=0, drop_last=drop_last)  # rank/world: dist
+                sampler = EpochSampler(dataset, shuffle=True, seed=0, drop_last=drop_last,
+                                       partition="global")  # rank/world: dist; one machine
                 sampler.set_epoch(epoch)
                 loader = DataLoader(dataset, batch_size=2, sampler=sampler)
                 samples = [int(v) for batch in loader for v in batch[:, 0]]

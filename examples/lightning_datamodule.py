@@ -11,14 +11,19 @@ Lightning stores the loader's position in a mid-epoch checkpoint and a resumed f
 exactly the remaining samples of that epoch (docs/torchclient.md, "Lightning").
 
 Lightning is an optional import: ``EpochDataModule`` is built on first use of
-:func:`datamodule_class`, so this file imports without it (``pip install lightning``).
+:func:`datamodule_class`, so this file imports without it (``pip install lightning``). Lightning
+imports torchvision where it is installed; :func:`import_lightning` copes with a torchvision built
+for another torch (the repo's dev venv: a CUDA torchvision beside the CPU torch).
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib
 import os
+import sys
 import tempfile
+import types
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +34,29 @@ from epochfs.torchclient import ArrayLoader, EpochStream
 from epochfs.torchclient.plainfolder import publish_epoch
 
 
+def import_lightning() -> Any:
+    """``lightning``, imported where the installed torchvision does not match torch.
+
+    Why: ``import lightning`` imports torchvision when it is installed, and a torchvision wheel built
+    for another torch (PyPI's CUDA build beside a CPU torch, as in this repo's ``make venv``) fails at
+    import with ``RuntimeError: operator torchvision::nms does not exist``, in the one module that
+    registers its C operators' fake kernels. Lightning needs none of them here, so that module is
+    replaced by an empty one and torchvision's Python parts load; any other error is raised. With
+    a torchvision that matches torch (or none) this is a plain ``import lightning``.
+    """
+    try:
+        importlib.import_module("torchvision")
+    except ModuleNotFoundError:
+        pass  # no torchvision: lightning does without it
+    except RuntimeError as exc:
+        if "torchvision::" not in str(exc):
+            raise
+        meta = "torchvision._meta_registrations"
+        sys.modules.setdefault(meta, types.ModuleType(meta))
+        importlib.import_module("torchvision")
+    return importlib.import_module("lightning")
+
+
 def make_loader(root: str | os.PathLike[str], batch_size: int, **options: Any) -> ArrayLoader:
     """The loader the data module uses. ``copy=True``: Lightning may hold a batch while it asks for the
     next (its prefetching fetcher), so each batch gets memory of its own rather than a ring buffer."""
@@ -37,9 +65,9 @@ def make_loader(root: str | os.PathLike[str], batch_size: int, **options: Any) -
 
 def datamodule_class() -> type:
     """``EpochDataModule``, a ``lightning.LightningDataModule`` (imports lightning now)."""
-    import lightning as L
+    L = import_lightning()
 
-    class EpochDataModule(L.LightningDataModule):  # type: ignore[misc,name-defined]
+    class EpochDataModule(L.LightningDataModule):  # type: ignore[name-defined]
         """Training batches of epoch ``trainer.current_epoch`` of the mount at ``root``."""
 
         def __init__(self, root: str | os.PathLike[str], batch_size: int, **loader_options: Any) -> None:
@@ -70,9 +98,9 @@ def datamodule_class() -> type:
 
 def module_class() -> type:
     """A small regression model: predicts each sample's mean from the sample."""
-    import lightning as L
+    L = import_lightning()
 
-    class MeanModel(L.LightningModule):  # type: ignore[misc,name-defined]
+    class MeanModel(L.LightningModule):  # type: ignore[name-defined]
         def __init__(self, features: int) -> None:
             super().__init__()
             self.net = torch.nn.Linear(features, 1)
@@ -112,7 +140,7 @@ def main() -> None:
     parser.add_argument("--epochs", type=int, default=3)
     parser.add_argument("--batch-size", type=int, default=16)
     args = parser.parse_args()
-    import lightning as L
+    L = import_lightning()
 
     features = 64
     with tempfile.TemporaryDirectory(prefix="epochfs-lightning-") as tmp:

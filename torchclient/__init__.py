@@ -44,7 +44,7 @@ if TYPE_CHECKING:  # what static tools see; at run time __getattr__ below import
     from .npyheader import NpyHeaderError, NpzMemberError
     from .peers import PeerEpochError
     from .resume import EpochResumeError
-    from .sampler import EpochSampler, epoch_indices
+    from .sampler import EpochSampler, epoch_indices, rank_shards
     from .stream import EpochStream
     from .waiting import wait_for_epoch
     from .world import World
@@ -85,6 +85,7 @@ _SUBMODULE = {
     "EpochResumeError": "resume",
     "EpochSampler": "sampler",
     "epoch_indices": "sampler",
+    "rank_shards": "sampler",
     "EpochStream": "stream",
     "World": "world",
 }
@@ -124,6 +125,7 @@ __all__ = [
     "epoch_indices",
     "find_classes",
     "list_epochs",
+    "rank_shards",
     "read_classes",
     "read_manifest",
     "read_status",

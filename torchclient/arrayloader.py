@@ -216,7 +216,8 @@ class ArrayLoader(Resumable):
         self._cut_wait.seconds(timeout)  # says now, at the start, when the process group lowers the wait
         self.on_epoch_end = on_epoch_end
         self.history: list[EpochStats] = []
-        self.reporter = ClientReporter(url=report_url_from_env() if report else None)
+        url = report_url_from_env()  # also with report=False: the cut requests use it (ValueError now)
+        self.reporter = ClientReporter(url=url if report else None)
         self.reader: SampleReader | None = None
         self._tensor_dtype: torch.dtype | None = None
         self._ring: list[_Buffer] = []

@@ -30,11 +30,12 @@ log = logging.getLogger("epochfs.torchclient")
 
 
 def sidecar_url_from_env() -> str | None:
-    """``scheme://host:port`` of the sidecar, from ``EPOCHFS_REPORT_URL`` (None when it is off)."""
-    try:
-        url = report_url_from_env()
-    except ValueError:
-        return None
+    """``scheme://host:port`` of the sidecar, from ``EPOCHFS_REPORT_URL`` (None when it is off).
+
+    A malformed value (``127.0.0.1:8080`` without ``http://``) raises the report's ValueError,
+    which names the variable: taken as "off", it silently stopped the cut requests, and on the
+    folder view a trainer then waited out its whole timeout for an epoch nobody asked for."""
+    url = report_url_from_env()
     if url is None:
         return None
     parts = urlparse(url)

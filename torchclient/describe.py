@@ -10,7 +10,52 @@ from __future__ import annotations
 import os
 import time
 
-from .layout import list_epochs, read_status
+from .layout import CONTROL_DIR, LATEST_NAME, list_epochs, parse_epoch_name, read_status
+
+NOT_A_MOUNT = ("no .epochfs/ here either: not an epochfs mount (yet); is the sidecar's mount there? "
+               "A new mount has .epochfs/ before epoch 0")
+"""What the waiting line adds under a root with neither epochs nor the mount's control folder: a root
+that exists but is not the mount (its mount point before the sidecar mounts, or a wrong path)."""
+
+
+def _is_dir(path: str | os.PathLike[str]) -> bool:
+    """``os.path.isdir`` that is False also where the folder does not answer (a dead FUSE mount)."""
+    try:
+        return os.path.isdir(path)
+    except OSError:
+        return False
+
+
+def not_the_mount(root: str | os.PathLike[str]) -> str | None:
+    """Why ``root`` is certainly not the mount, naming the path to give instead; None when it may be.
+
+    Why: such a root waited out the whole timeout with "no epoch folders yet", though the fix is a
+    path. Said only where the right path is there to name: ``root`` has neither ``.epochfs/`` nor an
+    ``epoch-N`` folder, and a child folder has ``.epochfs/`` (``root`` is the pod volume above the
+    view), or ``root`` is itself an epoch folder (``epoch-N``, ``latest``) of a folder that has
+    ``.epochfs/`` (give its parent). An empty folder may still become the mount (its mount point
+    before the sidecar mounts it, a published folder before its first epoch): None there.
+    """
+    if _is_dir(os.path.join(root, CONTROL_DIR)) or list_epochs(root):
+        return None
+    absolute = os.path.abspath(root)
+    parent = os.path.dirname(absolute)
+    name = os.path.basename(absolute)
+    an_epoch = parse_epoch_name(name) is not None or name == LATEST_NAME
+    if an_epoch and _is_dir(os.path.join(parent, CONTROL_DIR)):
+        return (f"{root} is an epoch folder of the mount at {parent}, not the mount: pass {parent} as the "
+                "root (the epoch is the loader's or dataset's epoch argument)")
+    try:
+        with os.scandir(root) as entries:
+            children = sorted(entry.path for entry in entries if not entry.name.startswith(".")
+                              and _is_dir(os.path.join(entry.path, CONTROL_DIR)))
+    except OSError:
+        return None
+    if children:
+        return (f"{root} is not the mount (it has no .epochfs/ and no epoch-N folders), but "
+                f"{' and '.join(children)} {'is' if len(children) == 1 else 'are'}: pass "
+                f"{'that' if len(children) == 1 else 'the one for this job'} as the root")
+    return None
 
 
 def decimal_size(n: float) -> str:
@@ -53,7 +98,8 @@ def describe_root(root: str | os.PathLike[str], pace: FirstEpochPace | None = No
     ``pace``: the waiting line's readings of epoch 0's count, for a time estimate."""
     epochs = list_epochs(root)
     if not epochs:
-        parts = ["no epoch folders yet"]
+        control = _is_dir(os.path.join(root, CONTROL_DIR))
+        parts = ["no epoch folders yet" + ("" if control else f", {NOT_A_MOUNT}")]
     elif epochs == list(range(epochs[0], epochs[-1] + 1)) and len(epochs) > 2:
         parts = [f"epochs {epochs[0]}-{epochs[-1]} present"]
     else:

@@ -27,7 +27,7 @@ from typing import Any
 from .dataset import EpochDataset
 from .decode import Decoder
 from .labels import ClassMapError, check_class_root
-from .layout import CONTROL_DIR, read_classes
+from .layout import CONTROL_DIR, ROOT_KEY, read_classes
 from .mountroot import mount_root
 
 IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".ppm", ".bmp", ".pgm", ".tif", ".tiff", ".webp")
@@ -79,7 +79,9 @@ def find_classes(directory: str | os.PathLike[str]) -> tuple[list[str], dict[str
     """``(classes, class_to_idx)`` of ``directory`` (a folder inside ``<mount>/epoch-N/``) from the
     mount's ``.epochfs/classes.json``: a drop-in for ``ImageFolder.find_classes``. ``classes``
     are the names by index, every class the cache knows (some may have no folder in this epoch:
-    give ImageFolder ``allow_empty=True``). ClassMapError where the mount has no classes.json."""
+    give ImageFolder ``allow_empty=True``). ClassMapError where the mount has no classes.json, and
+    where ``directory`` holds no class folders the mount knows (a typo'd path): an empty map would
+    make an empty dataset without a word, where torchvision's own raises FileNotFoundError."""
     path = Path(os.path.abspath(directory))
     root = mount_root(path)  # the outermost epoch-N beside .epochfs/: a dataset may name folders so
     if root is None or not (root / CONTROL_DIR).is_dir():
@@ -94,4 +96,11 @@ def find_classes(directory: str | os.PathLike[str]) -> tuple[list[str], dict[str
     if maps is None:
         raise ClassMapError(f"{root} has no .epochfs/classes.json (not an epochfs mount of this version)")
     mapping = dict(maps.get(check_class_root(inside), {}))
+    if not mapping:
+        known, epoch = sorted(maps), path.relative_to(root).parts[0]
+        shown = ", ".join(str(root / epoch / name) if name != ROOT_KEY else f"{root / epoch} (itself)"
+                          for name in known[:10])
+        shown += f" and {len(known) - 10} more" if len(known) > 10 else ""
+        raise ClassMapError(f"{directory} has no class folders in the mount's class map: a class root is a "
+                            f"folder whose subfolders hold the images; the mount's are {shown or 'none yet'}")
     return [name for name, _ in sorted(mapping.items(), key=lambda item: item[1])], mapping

@@ -269,7 +269,8 @@ class EpochLoader(Resumable):
         options.update(dataloader_kwargs)
         self.dataloader_options = options
         self.history: list[EpochStats] = []
-        self.reporter = ClientReporter(url=report_url_from_env() if report else None)
+        url = report_url_from_env()  # also with report=False: the cut requests use it (ValueError now)
+        self.reporter = ClientReporter(url=url if report else None)
         self._workers = _Workers(self._new_dataloader)
         self._running = RunningEpoch()
         # Building the DataLoader now validates its options up front (workers start at the first epoch).

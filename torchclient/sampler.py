@@ -6,17 +6,28 @@ divides evenly, and with ``drop_last`` its tail is cut; rank r takes every world
 each rank gets the same number of indices, and without padding every index appears exactly once
 across ranks. Unlike DistributedSampler it needs no initialised process group: rank and world come
 from torch.distributed when initialised, else from the launcher's environment (RANK/WORLD_SIZE...).
+
+Which world: by default the ranks of this node (``partition="node"``), as ``EpochLoader`` does, since
+each node's sidecar samples its own part of the keys (``--shard-index``) and a node's epoch holds only
+that part: split over the job's world, each node's ranks would read 1/nodes of their own files and
+never the rest. ``partition="global"`` (DistributedSampler's world) is for a dataset that is the
+same on every node: one node, or a schedule-mode job whose nodes all sample the same keys.
+:func:`rank_shards` is the same split for a shard list handed to another library (WebDataset).
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator, Sized
+from collections.abc import Iterator, Sequence, Sized
+from typing import TYPE_CHECKING, TypeVar
 
 import torch
 from torch.utils.data import Sampler
 
-from .world import World
+if TYPE_CHECKING:
+    from .epochplan import Partition
+
+T = TypeVar("T")
 
 
 def check_int(name: str, value: object, minimum: int) -> int:
@@ -53,18 +64,24 @@ def epoch_indices(length: int, *, num_replicas: int, rank: int, shuffle: bool, s
 class EpochSampler(Sampler[int]):
     """Split a dataset over ranks like ``DistributedSampler``; call ``set_epoch(n)`` to reshuffle.
 
-    ``num_replicas``/``rank`` default to the global world (torch.distributed, else RANK/WORLD_SIZE and
-    friends, else a world of one).
+    ``num_replicas``/``rank`` default to the ranks of this node (``partition="node"``: LOCAL_RANK/
+    LOCAL_WORLD_SIZE and friends, as ``EpochLoader``), or to the job's world with ``partition="global"``
+    (torch.distributed, else RANK/WORLD_SIZE and friends); else a world of one. On one node both are
+    the same; on several, each node's epoch holds other files, which only the node's ranks can read.
     """
 
     def __init__(self, dataset: Sized, *, num_replicas: int | None = None, rank: int | None = None,
-                 shuffle: bool = True, seed: int = 0, drop_last: bool = False) -> None:
+                 shuffle: bool = True, seed: int = 0, drop_last: bool = False,
+                 partition: Partition = "node") -> None:
+        from .epochplan import resolve_split  # epochplan imports this module
+
         if not hasattr(dataset, "__len__"):
             raise TypeError(f"EpochSampler needs a dataset with a length, got {type(dataset).__name__}")
         if num_replicas is None or rank is None:
-            world = World.detect()
-            num_replicas = world.size if num_replicas is None else num_replicas
-            rank = world.rank if rank is None else rank
+            found_replicas, found_rank, _ = resolve_split(partition, num_replicas, None, who="EpochSampler")
+            num_replicas = found_replicas if num_replicas is None else num_replicas
+            rank = found_rank if rank is None else rank
+        self.partition = partition
         self.num_replicas = check_int("num_replicas", num_replicas, 1)
         self.rank = check_int("rank", rank, 0)
         if self.rank >= self.num_replicas:
@@ -93,3 +110,20 @@ class EpochSampler(Sampler[int]):
 
     def __len__(self) -> int:
         return self.num_samples
+
+
+def rank_shards(shards: Sequence[T], *, partition: Partition = "node") -> list[T]:
+    """This rank's part of ``shards`` (one epoch's shard files, in the manifest's order): every
+    ``local_world_size``-th from ``local_rank`` with ``partition="node"`` (the default), every
+    ``world_size``-th from ``rank`` with ``"global"``.
+
+    Why: a library's own rank split (WebDataset's ``split_by_node``) splits over the job's world, but
+    each node's epoch holds only that node's part of the keys, so on N nodes it would leave
+    (N-1)/N of every node's shards unread. Give the result to the library with its own split off
+    (``nodesplitter=None``). The ranks are found as ``EpochSampler``'s (with its warning when several
+    ranks run without node-local variables).
+    """
+    from .epochplan import resolve_split  # epochplan imports this module
+
+    num_replicas, rank, _ = resolve_split(partition, None, None, who="rank_shards")
+    return list(shards[rank::num_replicas])

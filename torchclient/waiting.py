@@ -17,7 +17,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from .cutask import CutAnswer, ask_cut, sidecar_url_from_env
-from .describe import FirstEpochPace, describe_root
+from .describe import FirstEpochPace, describe_root, not_the_mount
 from .layout import MAX_EPOCH, epoch_exists
 
 Progress = Callable[[str], None]
@@ -71,12 +71,18 @@ def wait_for_epoch(root: str | os.PathLike[str], epoch: int, *, wait: bool = Tru
 
     Returns the seconds spent waiting. The first miss reports at once (so a user sees why training
     has not started), then every ``progress_every`` seconds; lookups back off from 20 ms to 0.5 s.
-    Raises FileNotFoundError for a missing root, a missing epoch with ``wait=False``, or one the
-    sidecar says can never be cut (retired, or below the newest and never cut), and TimeoutError
-    after ``timeout``; each names the epoch and says what is present.
+    Raises ValueError for a malformed ``EPOCHFS_REPORT_URL`` (read when ``sidecar_url`` is the
+    default), before any lookup; FileNotFoundError for a missing root, one that is not the mount
+    but names it (the folder above the view, an epoch folder: :func:`.describe.not_the_mount`),
+    a missing epoch with ``wait=False``, or one the sidecar says can never be cut (retired, or below
+    the newest and never cut), and TimeoutError after ``timeout``; each names the epoch and says
+    what is present.
     """
     epoch = check_epoch(epoch)
     timeout = check_timeout(timeout)
+    # Read before any lookup: a malformed EPOCHFS_REPORT_URL is a ValueError now, not a wait
+    # without cut requests that ends in a TimeoutError.
+    base = sidecar_url_from_env() if isinstance(sidecar_url, _FromEnv) else sidecar_url
     root = Path(root)
     start = time.monotonic()
     if epoch_exists(root, epoch):
@@ -84,7 +90,7 @@ def wait_for_epoch(root: str | os.PathLike[str], epoch: int, *, wait: bool = Tru
     if not _root_present(root):
         raise FileNotFoundError(f"epochfs root {root} does not exist or is not a folder "
                                 "(is the sidecar's mount there?)")
-    base = sidecar_url_from_env() if isinstance(sidecar_url, _FromEnv) else sidecar_url
+    _check_root(root)
     answer = ask_cut(base, epoch, jump=jump) if base else None
     _check_answer(answer, root, epoch)
     if not wait:
@@ -98,10 +104,12 @@ def wait_for_epoch(root: str | os.PathLike[str], epoch: int, *, wait: bool = Tru
     pace = FirstEpochPace()
     while True:
         now = time.monotonic()
-        if now >= next_report and progress is not None:
-            said = f"; sidecar: {answer.message}" if answer is not None and answer.state != "live" else ""
-            progress(f"epochfs: waiting for epoch {epoch} under {root} ({now - start:.0f}s so far; "
-                     f"{describe_root(root, pace)}{said})")
+        if now >= next_report:
+            _check_root(root)  # the view may appear below a wrong root after the wait began
+            if progress is not None:
+                said = f"; sidecar: {answer.message}" if answer is not None and answer.state != "live" else ""
+                progress(f"epochfs: waiting for epoch {epoch} under {root} ({now - start:.0f}s so far; "
+                         f"{describe_root(root, pace)}{said})")
             next_report = now + progress_every
         remaining = timeout - (now - start)
         if remaining <= 0:
@@ -115,6 +123,14 @@ def wait_for_epoch(root: str | os.PathLike[str], epoch: int, *, wait: bool = Tru
             answer = ask_cut(base, epoch, jump=jump) or answer
             _check_answer(answer, root, epoch)
             next_ask = time.monotonic() + ASK_EVERY
+
+
+def _check_root(root: Path) -> None:
+    """FileNotFoundError at once for a root that is certainly not the mount (:func:`not_the_mount`):
+    no wait there ever ends, and the message names the path to give instead."""
+    wrong = not_the_mount(root)
+    if wrong is not None:
+        raise FileNotFoundError(wrong)
 
 
 def _check_answer(answer: CutAnswer | None, root: Path, epoch: int) -> None:

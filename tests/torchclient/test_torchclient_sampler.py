@@ -84,7 +84,9 @@ def test_rank_and_world_from_env_and_validation(monkeypatch: pytest.MonkeyPatch)
     monkeypatch.setenv("LOCAL_RANK", "1")
     monkeypatch.setenv("LOCAL_WORLD_SIZE", "4")
     assert World.detect() == World(rank=5, size=8, local_rank=1, local_size=4)
-    sampler = EpochSampler(_Sized(10))
+    sampler = EpochSampler(_Sized(10))  # this node's ranks by default, as EpochLoader
+    assert (sampler.rank, sampler.num_replicas) == (1, 4)
+    sampler = EpochSampler(_Sized(10), partition="global")
     assert (sampler.rank, sampler.num_replicas) == (5, 8)
     assert World.detect({"SLURM_PROCID": "3", "SLURM_NTASKS": "4", "SLURM_LOCALID": "1",
                          "SLURM_NTASKS_PER_NODE": "2(x2)"}) == World(3, 4, 1, 2)
