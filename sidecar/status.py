@@ -27,9 +27,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TextIO
 
+from epochfs.sidecar import status_facts as facts
 from epochfs.sidecar.config import ConfigError, format_size
 from epochfs.sidecar.status_estimate import ESTIMATE_SECONDS, estimate
-from epochfs.sidecar.status_lines import fmt_rates, listing_lines
+from epochfs.sidecar.status_lines import epoch_lines, fmt_rates, listing_lines
 from epochfs.sidecar.store import Meta, Store
 from epochfs.sidecar.store.stats import RETRYING_MAX_AGE, STATE_FILE_NAME, retry_words
 
@@ -70,7 +71,7 @@ def _cache_of_mount(mount: Path) -> Path | None:
     folder view has no mount, so ``EPOCHFS_CACHE`` (the sidecar container's setting) is tried."""
     from epochfs.fuse.mounting import find_mount
 
-    entry = find_mount(mount)
+    entry = find_mount(facts.resolved(mount))
     if entry is not None and entry.source.startswith("epochfs:"):
         return Path(entry.source[len("epochfs:"):])
     env = os.environ.get("EPOCHFS_CACHE")
@@ -101,7 +102,7 @@ def read_retrying(*, cache: Path | None, mount: Path | None) -> str | None:
         if mount is not None:
             from epochfs.fuse.mounting import canonical
 
-            if canonical(Path(str(state.get("mount", "")))) != canonical(mount):
+            if canonical(Path(str(state.get("mount", "")))) != canonical(facts.resolved(mount)):
                 return None
         return retry_line(state, time.time())
     except (OSError, ValueError, TypeError, AttributeError):
@@ -113,7 +114,7 @@ def read_stats(*, cache: Path | None, mount: Path | None) -> dict[str, Any]:
     if mount is not None:
         path = mount / ".epochfs" / "status.json"
         try:
-            doc = dict(json.loads(path.read_text()))
+            doc = facts.mount_document(path, path.read_bytes().decode("utf-8", "replace"))
         except FileNotFoundError:
             raise ConfigError(f"--mount: {mount} is not an epochfs mount (no {path.name})") from None
         except OSError as e:
@@ -123,9 +124,14 @@ def read_stats(*, cache: Path | None, mount: Path | None) -> dict[str, Any]:
         with Store(cache) as store:
             doc = store.stats().to_json()
             saved = store.meta(Meta.SIDECAR_TOTALS)
+            # Beside the store's connection, which keeps the index's shared memory for this read.
+            facts.mark_pins(doc, cache, store.policy().in_use_seconds)
         if saved:
             with contextlib.suppress(ValueError, TypeError, AttributeError):  # a damaged value: skip it
-                doc.update({k: float(v) for k, v in json.loads(saved).items()})
+                doc.update(facts.totals(saved))
+        facts.sampler_facts(doc, cache)
+        if warning := facts.capacity_warning(doc, cache):
+            doc["capacity_warning"] = warning
     retrying = read_retrying(cache=cache, mount=mount)
     if retrying:
         doc["sampler_retrying"] = retrying
@@ -176,7 +182,7 @@ def view_of(*, mount: Path | None) -> str | None:
     if mount is not None:
         from epochfs.fuse.mounting import find_mount
 
-        entry = find_mount(mount)
+        entry = find_mount(facts.resolved(mount))
         return "fuse" if entry is not None and entry.fstype.startswith("fuse") else "folder"
     view = os.environ.get("EPOCHFS_VIEW", "").strip().lower()
     return view if view in ("fuse", "folder") else None
@@ -240,19 +246,21 @@ def render(stats: dict[str, Any], rate_values: dict[str, float] | None = None, *
     """Human view of a status document (and of rates, when two readings are known), first saying
     when it is stale at wall-clock ``now`` (default: the time now); ``view``: the view it is read
     from, for how epoch 0 is cut (:func:`view_of`)."""
-    used = int(stats["cache_bytes"])
-    inflight = int(stats.get("inflight_bytes", 0))
-    cap = max(1, int(stats["capacity_bytes"]))
+    used = int(stats.get("cache_bytes") or 0)
+    inflight = int(stats.get("inflight_bytes") or 0)
+    cap = max(1, int(stats.get("capacity_bytes") or 0))
     filled = min(BAR_WIDTH, round(BAR_WIDTH * used / cap))
     pending = min(BAR_WIDTH - filled, round(BAR_WIDTH * inflight / cap))
     bar = "#" * filled + "+" * pending + "." * (BAR_WIDTH - filled - pending)
     stale = stale_line(stats, time.time() if now is None else now)
     lines = [
         *([stale] if stale else []),
+        *([stats["capacity_warning"]] if stats.get("capacity_warning") else []),
         f"cache [{bar}] {format_size(used)} / {format_size(cap)} ({100 * used / cap:.1f}%)"
         + (f", {format_size(inflight)} in flight" if inflight else ""),
-        f"samples {stats['samples']}  fetched {stats['fetched_total']} "
-        f"({format_size(int(stats.get('fetched_bytes_total', 0)))})  evicted {stats['evicted_total']}"
+        f"samples {stats.get('samples', '?')}  fetched {stats.get('fetched_total', '?')} "
+        f"({format_size(int(stats.get('fetched_bytes_total') or 0))})"
+        f"  evicted {stats.get('evicted_total', '?')}"
         f"  catalog {stats.get('catalog_objects', 0)}  cuts {stats.get('cuts_total', 0)}"
         f"  mode {stats.get('mode', 'snapshot')}",
     ]
@@ -266,10 +274,12 @@ def render(stats: dict[str, Any], rate_values: dict[str, float] | None = None, *
                if stats.get("client_samples_total") else "")
         )
     lines.append(
-        f"errors: {stats['skipped_total']} object(s) skipped (failed after retries or refused)"
+        f"errors: {stats.get('skipped_total', '?')} object(s) skipped (failed after retries or refused)"
         + (f"  backpressure: YES ({stats.get('backpressure_reason') or 'cache full'}; sampling paused)"
-           if stats["backpressure"] else "  backpressure: no")
+           if stats.get("backpressure") else "  backpressure: no")
     )
+    if stats.get("sampler_running") is False:
+        lines.append(facts.NOT_RUNNING)
     if stats.get("sampler_retrying"):
         lines.append(f"sampler: {stats['sampler_retrying']}")
     if stats.get("publish_paused"):
@@ -280,18 +290,9 @@ def render(stats: dict[str, Any], rate_values: dict[str, float] | None = None, *
     pending_cuts = stats.get("pending_cuts") or []
     if pending_cuts:
         lines.append(f"pending cuts: {', '.join(str(n) for n in pending_cuts)}")
-    # new: admitted since the epoch before; left out: the epoch before's samples not in this one
-    # (turned over), which is not the cache's eviction count above.
-    lines.append(f"{'epoch':>6} {'samples':>9} {'new':>7} {'left out':>8} {'bytes':>12}")
-    for e in stats["epochs"]:
-        lines.append(
-            f"{e['epoch']:>6} {e['samples']:>9} {e.get('new', 0):>7} {e.get('evicted', 0):>8} "
-            f"{format_size(e['bytes']):>12}"
-        )
-    if stats["epochs"]:
-        lines.append("  (new: admitted since the epoch before; left out: samples of the epoch before not in "
-                     "this one)")
-    if not stats["epochs"]:
+    epochs = stats.get("epochs") or []
+    lines.extend(epoch_lines(epochs))
+    if not epochs:
         first = first_epoch_line(stats, rate_values, view=view)
         lines.append(f"  (no epoch cut yet{': ' + first if first else ''})")
     return "\n".join(lines)
@@ -307,19 +308,33 @@ def watch_view(
     sleep: Callable[[float], None] = time.sleep,
     view: str | None = None,
 ) -> None:
-    """Redraw the view every ``interval`` seconds (``iterations`` bounds it for tests)."""
+    """Redraw the view every ``interval`` seconds (``iterations`` bounds it for tests). A reading
+    that fails (:func:`retried`) is shown as a line and tried again at the next interval."""
     previous: tuple[float, dict[str, Any]] | None = None
     shown = 0
     while iterations is None or shown < iterations:
-        stats = read()
+        stats, error = retried(read)
         now = clock()
-        rate_values = rates(previous[1], stats, now - previous[0]) if previous is not None else None
-        previous = (now, stats)
-        out.write(CLEAR + render(stats, rate_values, view=view) + "\n")
+        if stats is None:
+            out.write(f"{CLEAR}{error}\n")
+        else:
+            rate_values = rates(previous[1], stats, now - previous[0]) if previous is not None else None
+            previous = (now, stats)
+            out.write(CLEAR + render(stats, rate_values, view=view) + "\n")
         out.flush()
         shown += 1
         if iterations is None or shown < iterations:
             sleep(interval)
+
+
+def retried(read: Callable[[], dict[str, Any]]) -> tuple[dict[str, Any] | None, str]:
+    """One reading for ``--watch``: (the document, "") or (None, the error's line). A watch
+    outlives a FUSE server's restart (the sidecar repairs the mount within a second, and a read
+    meanwhile fails): it says so and reads again at the next interval; one-shot status exits 2."""
+    try:
+        return read(), ""
+    except ConfigError as e:
+        return None, f"{time.strftime('%H:%M:%S')} {e} (read again at the next interval)"
 
 
 MAX_INTERVAL = 86400.0
@@ -346,7 +361,7 @@ def run_status(
         if as_json:
             json.dump(stats, sys.stdout, indent=2, sort_keys=True)
             sys.stdout.write("\n")
-        elif awaits_first_epoch(stats):
+        elif awaits_first_epoch(stats) and stats.get("sampler_running") is not False:
             # Before the first cut a user asks how long: a rate needs a second reading.
             started = time.monotonic()
             time.sleep(ESTIMATE_SECONDS)
@@ -355,10 +370,15 @@ def run_status(
         else:
             print(render(stats, view=view))
         return 0
-    if as_json:  # one JSON document per line, for scripts that follow a run
+    if as_json:  # one JSON document per line, for scripts that follow a run; errors on stderr
         while True:
-            sys.stdout.write(json.dumps(read(), sort_keys=True) + "\n")
-            sys.stdout.flush()
+            doc, error = retried(read)
+            if doc is None:
+                sys.stderr.write(error + "\n")
+                sys.stderr.flush()
+            else:
+                sys.stdout.write(json.dumps(doc, sort_keys=True) + "\n")
+                sys.stdout.flush()
             time.sleep(interval)
     watch_view(read, interval=interval, out=sys.stdout, view=view)
     return 0

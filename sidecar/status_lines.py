@@ -1,5 +1,5 @@
-"""Lines of ``epochfs status``'s view that need words of their own: the listing's coverage and the
-rates between two readings (:mod:`epochfs.sidecar.status` draws the rest).
+"""Lines of ``epochfs status``'s view that need words of their own: the listing's coverage, the
+rates between two readings and the epochs table (:mod:`epochfs.sidecar.status` draws the rest).
 
 Why a module apart: :mod:`.status` reached its size bound, and these two lines are where the view
 said more than it knew: a listing with no estimate yet read "0 of about 0 keys seen (0.0%)", and
@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from epochfs.sidecar.config import format_size
 from epochfs.sidecar.status_estimate import per_second
 
 
@@ -65,3 +66,25 @@ def fmt_rates(r: dict[str, float]) -> str:
         else:
             parts.append(f"{label} {value:.1f}")
     return "rates: " + "  ".join(parts)
+
+
+def epoch_lines(epochs: list[dict[str, Any]]) -> list[str]:
+    """The epochs table: each live epoch's samples, ``new`` (admitted since the epoch before),
+    ``left out`` (the epoch before's samples not in this one: turned over, which is not the
+    cache's eviction count; JSON ``evicted``), bytes and, where the document says (``--cache``:
+    :func:`~epochfs.sidecar.status_facts.mark_pins`), whether a reader pins it: read within
+    ``--in-use-seconds``, so it stays past the newest ``--keep-epochs`` and its samples are not
+    evicted. A document without ``pinned`` (``status.json``, another version) has no such column."""
+    pins = any("pinned" in e for e in epochs)
+    lines = [f"{'epoch':>6} {'samples':>9} {'new':>7} {'left out':>8} {'bytes':>12}"
+             + (f" {'pinned':>6}" if pins else "")]
+    for e in epochs:
+        lines.append(
+            f"{e.get('epoch', '?'):>6} {e.get('samples', '?'):>9} {e.get('new', 0):>7} "
+            f"{e.get('evicted', 0):>8} {format_size(int(e.get('bytes') or 0)):>12}"
+            + (f" {'yes' if e.get('pinned') else 'no':>6}" if pins else ""))
+    if epochs:
+        lines.append("  (new: admitted since the epoch before; left out: samples of the epoch before not in "
+                     "this one" + ("; pinned: read within --in-use-seconds, kept for its readers" if pins
+                                   else "") + ")")
+    return lines

@@ -25,16 +25,11 @@ from pathlib import Path
 
 from epochfs.sidecar.config import ConfigError, format_size
 from epochfs.sidecar.sampler.condlog import ConditionLog
+from epochfs.sidecar.store.diskmargin import MARGIN_MIN, margin_for
 from epochfs.sidecar.store.objects import TMP_DIR
 
 log = logging.getLogger("epochfs.sampler")
 
-MARGIN_MAX = 64 * 1024 * 1024
-"""Free bytes kept for the index, its write-ahead log and the filesystem itself (at most)..."""
-MARGIN_SHARE = 0.10
-"""...or this share of the filesystem, when it is small..."""
-MARGIN_MIN = 8 * 1024 * 1024
-"""...but never less: SQLite's write-ahead log alone grows to about 4 MiB between checkpoints."""
 CHECK_EVERY = 1.0
 """Seconds between statvfs calls."""
 
@@ -91,7 +86,7 @@ class DiskSpace:
         grown under the sampler (a tmpfs remounted larger, an expanded PVC) can hold samples that
         the size at the start said never fit (:meth:`largest`)."""
         self.fs_bytes = st.f_blocks * st.f_frsize
-        self.margin = max(MARGIN_MIN, min(MARGIN_MAX, int(self.fs_bytes * MARGIN_SHARE)))
+        self.margin = margin_for(self.fs_bytes)
 
     def free(self) -> int:
         now = time.monotonic()

@@ -403,7 +403,7 @@ def test_open_counter_counts_opens_of_objects_through_any_path(tmp_path: Path) -
 def test_status_rates_render_and_watch(store: Store) -> None:
     import io
 
-    from epochfs.sidecar import status
+    from epochfs.sidecar import samplerlock, status
 
     for i in range(3):
         put(store, f"train/{i}.bin", 100)
@@ -411,7 +411,11 @@ def test_status_rates_render_and_watch(store: Store) -> None:
     store.count_skip(2)
     store.set_backpressure("cache full")
     store.set_meta(Meta.SIDECAR_TOTALS, json.dumps({"served_samples_total": 7, "served_bytes_total": 700}))
-    doc = status.read_stats(cache=store.root, mount=None)
+    lock = samplerlock.hold(store.root)  # a sampler runs: its backpressure is the state now
+    try:
+        doc = status.read_stats(cache=store.root, mount=None)
+    finally:
+        os.close(lock)
     assert doc["served_samples_total"] == 7 and doc["cache_bytes"] == 300
     text = status.render(doc)
     assert "[" + "#" * 12 in text and "300 B / 1000 B (30.0%)" in text

@@ -1,0 +1,162 @@
+"""What ``epochfs status`` must check before it shows a status document as the truth.
+
+Why a module apart: :mod:`.status` is at its size bound, and each of these is a place where the
+view said more than it knew (a reviewer's findings, r53):
+
+* ``--cache`` read the dead sampler's last words as current: a sampler killed with SIGKILL leaves
+  its reservations (``inflight_bytes``) and its backpressure in the index, and status showed
+  "58.9 KiB in flight" and "backpressure: YES" for ever. The sampler's lock
+  (:mod:`.samplerlock`, an ``flock`` the kernel drops at its holder's death, what ``epochfs
+  relist`` asks too) says whether one runs: :func:`sampler_facts`.
+* ``--capacity`` larger than the cache's filesystem: the sampler samples within what the disk
+  allows, the index still records ``--capacity``, and every object became an unexplained
+  "skipped". :func:`capacity_warning` compares it with the filesystem (``statvfs``).
+* the supervisor's saved totals are JSON numbers and were all made floats; counts are ints
+  (:func:`totals`).
+* a ``status.json`` that is empty, cut short or of another version (a field missing) gave a
+  traceback; :func:`mount_document` makes it one line and exit 2, as the other ``--mount`` errors.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+import time
+from pathlib import Path
+from typing import Any
+
+from epochfs.sidecar import samplerlock
+from epochfs.sidecar.config import ConfigError, format_size
+from epochfs.sidecar.store import INDEX_NAME
+from epochfs.sidecar.store.diskmargin import margin_for
+
+NOT_RUNNING = ("sampler: NOT RUNNING (no `epochfs sample` holds this cache's lock): nothing is "
+               "fetched or in flight, and no backpressure holds it back")
+"""The line ``--cache`` shows when no sampler runs (JSON: ``sampler_running`` false)."""
+
+REQUIRED = ("cache_bytes", "capacity_bytes", "epochs")
+"""Fields of a status document without which the view has nothing to draw (the rest default)."""
+
+FLOAT_TOTALS = frozenset({"client_wait_seconds_total"})
+"""The supervisor's totals that are seconds; the others are counts (samples, bytes)."""
+
+
+def sampler_facts(doc: dict[str, Any], cache: Path) -> None:
+    """Add ``sampler_running`` to a ``--cache`` document; when no sampler holds the lock, show
+    nothing in flight and no backpressure: what the index holds of those is the last words of a
+    sampler that stopped (a SIGKILL leaves them), not the state of the cache now."""
+    running = samplerlock.held(cache)
+    doc["sampler_running"] = running
+    if not running:
+        doc["inflight_bytes"] = 0
+        doc["backpressure"] = False
+        doc["backpressure_reason"] = None
+
+
+def mark_pins(doc: dict[str, Any], cache: Path, in_use_seconds: float, *,
+              now: float | None = None) -> None:
+    """Mark each live epoch of a ``--cache`` document ``pinned`` (a reader recorded a read of it
+    within ``in_use_seconds``: it stays past the newest ``--keep-epochs`` and holds its samples
+    against eviction) and add ``pinned_epochs``; what the EpochfsBackpressure runbook asks.
+
+    The store keeps the reads (``epochs.last_read``, :mod:`epochfs.sidecar.store.epochpins`) and
+    says nothing of them in its document, so they are read here, read-only; an index that cannot
+    be read now leaves the document without them (the table then has no such column)."""
+    now = time.time() if now is None else now
+    try:
+        db = sqlite3.connect(f"file:{cache / INDEX_NAME}?mode=ro", uri=True, timeout=5.0)
+        try:
+            reads = {int(n): float(t) for n, t in
+                     db.execute("SELECT n, last_read FROM epochs WHERE retired=0").fetchall()}
+        finally:
+            db.close()
+    except (sqlite3.Error, TypeError, ValueError):
+        return
+    epochs = doc.get("epochs") or []
+    for e in epochs:
+        last = reads.get(int(e["epoch"]))
+        e["pinned"] = last is not None and last > 0 and now - last < in_use_seconds
+    doc["pinned_epochs"] = [int(e["epoch"]) for e in epochs if e["pinned"]]
+
+
+def totals(saved: str) -> dict[str, int | float]:
+    """The supervisor's saved totals (a JSON object), counts as ints and seconds as floats.
+
+    Raises ValueError/TypeError/AttributeError on a damaged value (the caller skips it)."""
+    out: dict[str, int | float] = {}
+    for key, value in json.loads(saved).items():
+        out[key] = float(value) if key in FLOAT_TOTALS else int(float(value))
+    return out
+
+
+def fs_bytes(cache: Path) -> int | None:
+    """The size of the cache's filesystem (None: it cannot be asked)."""
+    try:
+        st = os.statvfs(cache)
+    except OSError:
+        return None
+    return st.f_blocks * st.f_frsize
+
+
+def capacity_warning(doc: dict[str, Any], cache: Path) -> str | None:
+    """A warning when ``--capacity`` is more than the cache's filesystem can hold even empty:
+    the filesystem's size less what the sampler keeps free for the index
+    (:func:`epochfs.sidecar.store.diskmargin.margin_for`); None when it fits or cannot be told.
+    The sampler then samples within what the disk allows, and objects larger than that cannot be
+    cached (skipped, or sampling waits when none fits): the warning says why."""
+    size = fs_bytes(cache)
+    capacity = int(doc.get("capacity_bytes") or 0)
+    if size is None or capacity <= 0:
+        return None
+    margin = margin_for(size)
+    holds = max(0, size - margin)
+    if capacity <= holds:
+        return None
+    return (f"WARNING: --capacity {format_size(capacity)} is more than the cache's filesystem can "
+            f"hold ({format_size(size)} filesystem, {format_size(margin)} kept free for the index: "
+            f"{format_size(holds)}); the sampler samples within what the disk allows, and objects "
+            "larger than that cannot be cached; lower --capacity or give the cache a larger volume")
+
+
+def mount_document(path: Path, text: str) -> dict[str, Any]:
+    """A mount's ``status.json`` as a document, or :class:`ConfigError` (one line, exit 2) when
+    it is empty, cut short, not an object, or lacks a field the view needs (another version)."""
+    try:
+        doc = json.loads(text)
+    except json.JSONDecodeError as e:
+        what = "empty" if not text.strip() else f"not JSON ({e.msg} at character {e.pos})"
+        raise ConfigError(f"--mount: {path} is {what}: not an epochfs status document "
+                          "(being rewritten, or damaged)") from None
+    if not isinstance(doc, dict):
+        raise ConfigError(f"--mount: {path} is not an epochfs status document (not a JSON object)")
+    missing = [name for name in REQUIRED if name not in doc]
+    if missing:
+        raise ConfigError(f"--mount: {path} lacks {', '.join(missing)}: a status document of another "
+                          "epochfs version? (`epochfs status --cache CACHE` in the sidecar reads the "
+                          "index itself)")
+    wrong = [name for name in REQUIRED[:2]
+             if isinstance(doc[name], bool) or not isinstance(doc[name], (int, float))]
+    if not isinstance(doc["epochs"], list) or not all(isinstance(e, dict) for e in doc["epochs"]):
+        wrong.append("epochs")
+    if wrong:
+        raise ConfigError(f"--mount: {path} is not an epochfs status document ({', '.join(wrong)} "
+                          "of another kind)")
+    return doc
+
+
+def resolved(mount: Path) -> Path:
+    """``mount`` with every symlink resolved, the last part included: the mount table holds the
+    real path, and a symlink to a FUSE mount was taken for a plain folder (the folder view).
+
+    The last part is followed with ``readlink`` only, never a ``stat``: a mount point's own
+    ``stat`` goes to its FUSE server, which may be dead or frozen (a symlink is a lookup in the
+    folder above; a mount point answers EINVAL without its server)."""
+    path = os.path.abspath(mount)
+    for _ in range(40):  # the kernel's own bound on links followed
+        try:
+            target = os.readlink(path)
+        except OSError:
+            break
+        path = os.path.abspath(os.path.join(os.path.dirname(path), target))
+    return Path(os.path.realpath(os.path.dirname(path))) / os.path.basename(path)
