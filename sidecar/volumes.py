@@ -18,7 +18,8 @@ from pathlib import Path
 from epochfs.sidecar.config import ConfigError
 from epochfs.sidecar.remote.file import local_root
 from epochfs.sidecar.store import INDEX_NAME
-from epochfs.sidecar.store.foreign import foreign_index
+from epochfs.sidecar.store.foreign import blank_damage, foreign_index
+from epochfs.sidecar.store.index import MISSING, BlankIndex
 from epochfs.sidecar.store.placement import inside, over_cache, spelled
 from epochfs.torchclient.layout import CONTROL_DIR, epoch_name, manifest_name
 
@@ -53,7 +54,9 @@ def check_cache(path: Path, *, create: bool) -> None:
     it, so a path that cannot be made (under ``/proc``, below a file, on a read-only file system,
     permission denied) is refused here. Without it (``mount``, ``publish``, ``cut``, ``relist``,
     ``verify``, ``status``) an epochfs cache must be there already: a missing folder, or one
-    without the index, is refused naming the commands that make one; and one whose index is not
+    without the index, is refused naming the commands that make one (but a cache whose index was
+    deleted, its epochs and objects still there, is refused as damage the sampler's next start
+    rebuilds: :func:`.store.foreign.blank_damage`); and one whose index is not
     epochfs's (another program's SQLite database, an empty file: :func:`.store.foreign.foreign_index`),
     before anything is written in it, which the store's open would do (its schema, WAL mode,
     ``objects/``, ``tmp/``): an empty cache would be reported over someone else's folder. Either
@@ -74,6 +77,9 @@ def check_cache(path: Path, *, create: bool) -> None:
             inside = f" in {parent}" if parent is not None else ""
             raise ConfigError(f"{where}: cannot create it{inside}: {_os_reason(e)}") from None
     elif not create and not os.path.lexists(path / INDEX_NAME):
+        damage = blank_damage(path, MISSING)
+        if damage is not None:  # a deleted index: the words of any damaged index's refusal
+            raise ConfigError(f"--cache: {BlankIndex(path / INDEX_NAME, damage)}")
         raise ConfigError(f"{where}: no epochfs cache there (no {INDEX_NAME}); {CACHE_HINT}")
     elif os.path.lexists(path / INDEX_NAME) and (why := foreign_index(path / INDEX_NAME)) is not None:
         # The commands that make a cache too (sample, sidecar): they would write epochfs's schema

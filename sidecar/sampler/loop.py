@@ -369,7 +369,8 @@ class Sampler(RepairsInPlace, Shutdown):
         the cache's total from the index again at their next use."""
         if self.store.index_lost():
             raise StoreError("the cache index was deleted under the running sampler; exiting so that "
-                             "the next start makes a fresh one (epochs continue above the high-water mark)")
+                             "the next start rebuilds it from the live epochs' members files "
+                             "(epochs continue above the high-water mark)")
         damage = self.index_check.damage()
         if damage is not None:
             raise StoreError(f"the cache index is damaged ({damage}); exiting so that the next start "

@@ -10,7 +10,8 @@ in it yet, and so is an index not yet (or no longer) a database beside the ``obj
 every cache has (a sampler making it right now; damage, which the sampler's start rebuilds).
 
 Which of the two it is, :func:`cache_content` tells: what in the folder only a cache whose index
-had its schema makes. The opener asks it (:mod:`.handle`) before it would make a schema.
+had its schema makes. The opener asks it (:mod:`.handle`) before it would make a schema, and
+before it would make a missing index (a deleted one is damage too: :func:`blank_damage`).
 """
 
 from __future__ import annotations
@@ -114,6 +115,15 @@ def cache_content(root: Path) -> str | None:
     return " and ".join(parts) or None
 
 
+def blank_damage(root: Path, what: str) -> str | None:
+    """The damage in words when the index of the cache folder ``root`` is ``what`` (``missing``,
+    ``an empty file``...) while the folder holds what only an index with its schema came before
+    (:func:`cache_content`); None for a new cache, whose index is made fresh. One wording for the
+    opener (:mod:`.handle`) and the commands' check of ``--cache`` (:mod:`..volumes`)."""
+    held = cache_content(root)
+    return None if held is None else f"the index is {what}, but the cache holds {held}"
+
+
 def _any_object(objects: Path) -> bool:
     """Whether ``objects`` holds a file in one of its fan-out folders (or at its top); its marker
     folder (a dot name, made before the index) is none."""
@@ -131,4 +141,4 @@ def _any_object(objects: Path) -> bool:
     return False
 
 
-__all__ = ["cache_content", "foreign_index"]
+__all__ = ["blank_damage", "cache_content", "foreign_index"]

@@ -14,13 +14,16 @@ once, logging it in one line:
   memory still lists frames it cannot hold (:meth:`Index.frames_elsewhere`);
 * **log or index replaced** otherwise (another process saved the log first, or a reset): reopen;
 * **index deleted**: nothing to reopen; :meth:`IndexHandle.lost` says so, and the sampler exits so
-  that its next start makes a fresh index (epoch numbers continue above the high-water mark).
+  that its next start rebuilds the index from the epochs' members files, as a reset does (epoch
+  numbers continue above the high-water mark); a reset's new index in its place is followed.
 
 Opening for a writer (``create``) resets an index that SQLite reports as damaged at open
 (:mod:`.reset`: a fresh index rebuilt from the live epochs' members files takes its place), and
 an index file without schema (an empty file...) beside a cache's epochs or objects, which SQLite
-opens without a word and the schema would make a new index of (:class:`.index.BlankIndex`); a
-reader refuses that one, writing nothing (``status`` and ``verify`` report the damage);
+opens without a word and the schema would make a new index of (:class:`.index.BlankIndex`), and
+so a missing index beside them (deleted: a fresh one would lose every epoch and cached sample to
+the recovery); a reader refuses either, writing nothing (``status`` and ``verify`` report the
+damage). A new cache (nothing in it but ``objects/``'s marker) gets a fresh index, silently;
 :meth:`IndexHandle.reset` does the same after a failed integrity check
 (:mod:`.checkup`). Either clears the :mod:`.checkmark` marker: the damage went with the old index.
 """
@@ -33,7 +36,7 @@ import time
 from pathlib import Path
 
 from epochfs.sidecar.store import checkmark, reset
-from epochfs.sidecar.store.foreign import cache_content
+from epochfs.sidecar.store.foreign import blank_damage
 from epochfs.sidecar.store.index import BlankIndex, Index, is_corruption
 from epochfs.sidecar.store.records import StoreError
 
@@ -67,10 +70,10 @@ class IndexHandle:
         self._index = self._open(create=create)
 
     def _blank(self, what: str) -> str | None:
-        """Whether this index file without schema (``what`` it is) is damage: it is when the cache
-        holds what only an index with its schema came before (:func:`.foreign.cache_content`)."""
-        held = cache_content(self.path.parent)
-        return None if held is None else f"the index is {what}, but the cache holds {held}"
+        """Whether this index file without schema, or no file (``what`` it is), is damage: it is
+        when the cache holds what only an index with its schema came before
+        (:func:`.foreign.blank_damage`)."""
+        return blank_damage(self.path.parent, what)
 
     def _new_index(self) -> Index:
         return Index(self.path, migrate=self._migrate, blank=self._blank)
@@ -89,7 +92,12 @@ class IndexHandle:
                 problem = e.problem
             reset.replace(self.path.parent, problem, migrate=self._migrate)
             checkmark.clear(self.path.parent)
-            return self._new_index()
+            return self._replaced()
+
+    def _replaced(self) -> Index:
+        """The index a reset just put in place, opened without asking ``blank``: when the rebuild
+        failed that is an empty index made here (the reset's promise, never a start that fails)."""
+        return Index(self.path, migrate=self._migrate)
 
     def _open_or_reset(self, *, create: bool) -> Index:
         deadline = time.monotonic() + OPEN_WAIT
@@ -112,7 +120,7 @@ class IndexHandle:
                     raise
             reset.replace(self.path.parent, problem, migrate=self._migrate)
             checkmark.clear(self.path.parent)  # the damage it asked to repair went with the old index
-            return self._new_index()
+            return self._replaced()
 
     def get(self) -> Index:
         """The index to use now, reopened first if its files changed under it."""

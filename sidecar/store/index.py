@@ -11,8 +11,9 @@ reader (``epochfs status``, the FUSE server, the supervisor's readiness) opens i
 holds the write lock for as long as it likes. Only a missing schema (a fresh index) or an older
 one takes the write lock, and an older one is migrated only by an opener that may (``migrate``:
 the sidecar's processes, which open with ``create``), never by ``epochfs status`` or ``verify``.
-A file that was there without a schema is made a fresh index only when the opener's ``blank``
-says so; else it is damage (:class:`BlankIndex`: an empty index beside a cache's epochs).
+A file that was there without a schema, or a missing one, is made a fresh index only when the
+opener's ``blank`` says so; else it is damage (:class:`BlankIndex`: an empty or deleted index
+beside a cache's epochs), and a missing one is not even made (SQLite's open would make it).
 """
 
 from __future__ import annotations
@@ -111,8 +112,11 @@ def _free_bytes(folder: Path) -> int | None:
 
 
 Blank = Callable[[str], str | None]
-"""Asked with what an index file without schema is (``an empty file``...): None when it is a new
-index to make, else the damage in words (:class:`.handle.IndexHandle` says which)."""
+"""Asked with what an index file without schema is (``an empty file``..., or :data:`MISSING`):
+None when it is a new index to make, else the damage in words (:class:`.handle.IndexHandle` says
+which)."""
+MISSING = "missing"
+"""What :data:`Blank` is asked with when there is no index file at all."""
 
 
 class BlankIndex(StoreError):
@@ -131,13 +135,16 @@ class Index:
 
     def __init__(self, path: Path, *, migrate: bool = True, blank: Blank | None = None) -> None:
         """Open ``path``. ``migrate``: this opener may upgrade an older schema (else StoreError).
-        ``blank``: asked, when a file that was there holds no schema, whether that is damage
-        (:class:`BlankIndex`, nothing written) rather than a new index to make."""
+        ``blank``: asked, when a file that was there holds no schema or there is no file, whether
+        that is damage (:class:`BlankIndex`, nothing written, no file made) rather than a new index
+        to make."""
         self.path = path
         self.wal = path.with_name(path.name + WAL_SUFFIX)
         self.lock = threading.RLock()
         self.writers = _writers(path)
         existed = os.path.lexists(path)
+        if not existed and blank is not None and (problem := blank(MISSING)) is not None:
+            raise BlankIndex(path, problem)  # before the connection, which would make the file
         try:
             self.db = sqlite3.connect(path, timeout=30.0, isolation_level=None, check_same_thread=False)
             # The file this connection has: one put in its place while the schema is made (a reset

@@ -15,6 +15,10 @@ continue above the high-water mark kept outside the index (:mod:`.hwm`), so no n
 published twice. When the rebuild itself fails (a full disk), the fresh index is an empty one,
 which the sampler fills again: a start that failed on it would be the crash loop above.
 
+A deleted index beside the epochs' members files is replaced the same way (an opener's fresh
+empty index would lose them all, :mod:`.handle`); its line says it was missing, with nothing to
+move aside but the ``-wal``/``-shm`` files it may have left (a new index never opens those).
+
 Several processes may find the damage at once (the sampler, the FUSE server, the supervisor each
 open the index): the reset holds ``<cache>/index.lock`` and looks again under it, so one of them
 moves the index aside and the others open the fresh one.
@@ -97,9 +101,14 @@ def replace(root: Path, problem: str, *, migrate: bool) -> Path:
     one), in one log line; returns where the old index went. Call under :func:`reset_lock`, with
     this process's connection closed."""
     started = time.monotonic()
+    index = root / INDEX_NAME
+    # A deleted index (its -wal and -shm may be left: never to be opened with the new one).
+    missing = [suffix for suffix in (WAL_SUFFIX, SHM_SUFFIX) if os.path.lexists(f"{index}{suffix}")] \
+        if not os.path.lexists(index) else None
     built = build(root, migrate=migrate)
     aside = move_aside(root, replacement=None if built is None else built[0])
-    report(root, problem, aside, None if built is None else built[1], time.monotonic() - started)
+    report(root, problem, aside, None if built is None else built[1], time.monotonic() - started,
+           missing=missing)
     return aside
 
 
@@ -135,8 +144,10 @@ def move_aside(root: Path, *, replacement: Path | None = None) -> Path:
 
 
 def report(root: Path, problem: str, aside: Path, rebuilt: memberrestore.Rebuilt | None = None,
-           seconds: float = 0.0) -> None:
-    """The one log line of a reset: what was wrong, where the old index went, what follows."""
+           seconds: float = 0.0, *, missing: list[str] | None = None) -> None:
+    """The one log line of a reset: what was wrong, where the old index went, what follows.
+    ``missing``: there was no index file (deleted), only these of its ``-wal``/``-shm`` files,
+    moved aside under ``aside``'s name (a log of the deleted index, kept for a post-mortem)."""
     top = hwm.floor(hwm.read(root), None)
     numbers = "from 0" if top is None else f"above the high-water mark {top}"
     if rebuilt is None or not rebuilt.epochs:
@@ -147,6 +158,11 @@ def report(root: Path, problem: str, aside: Path, rebuilt: memberrestore.Rebuilt
                 f"{rebuilt.repairs} missing or short to fetch again in place)")
     if rebuilt is not None and rebuilt.refused:
         kept += f"; epoch(s) {', '.join(map(str, sorted(rebuilt.refused)))} lost (members file damaged)"
-    log.error("the cache index %s is damaged (%s): moved aside to %s and replaced by a fresh one; "
-              "%s; other object files are removed as orphans and fetched again, epochs continue %s",
-              root / INDEX_NAME, problem, aside.name, kept, numbers)
+    if missing is None:
+        went = f"moved aside to {aside.name} and replaced by a fresh one"
+    else:
+        left = f" (its {' and '.join(missing)} file(s) moved aside to {aside.name}{'/'.join(missing)})" \
+            if missing else ""
+        went = f"the index file is missing, so nothing to move aside{left}; replaced by a fresh one"
+    log.error("the cache index %s is damaged (%s): %s; %s; other object files are removed as orphans "
+              "and fetched again, epochs continue %s", root / INDEX_NAME, problem, went, kept, numbers)
