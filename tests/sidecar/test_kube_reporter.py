@@ -395,8 +395,9 @@ def test_a_volume_that_holds_no_sample_is_named_in_the_backpressure_event(
     Event with its why, not the full cache's "live epochs pin it", which sends the operator to the
     wrong place."""
     r = make_reporter(api, clock)
-    r.on_backpressure(True, "disk full: the cache's filesystem can hold no sample (0 B of --capacity 2.0 MiB)")
+    why = "the cache's filesystem can hold no sample (0 B of --capacity 2.0 MiB)"
+    r.on_backpressure(True, f"disk full: {why}")
     r.flush()
     message = api.event("BackpressureStarted")["message"]
-    assert message.startswith("the cache's filesystem can hold no sample (0 B of --capacity 2.0 MiB)"), message
+    assert message.startswith(why), message
     assert "live epochs" not in message
