@@ -54,7 +54,7 @@ class ConfigError(ValueError):
 
 
 Named = Callable[[str], str]
-"""How a check names a flag in its message: the flag, or ``--flag (from EPOCHFS_FLAG)`` where the
+"""How a check names a flag in its message: the flag, or ``--flag (from EPOCHFS_<FLAG>)`` where the
 value came from the environment (:func:`from_args`), so a refusal comparing two settings points
 at the variable to fix, as a single setting's refusal does."""
 

@@ -320,7 +320,8 @@ def unknown_env(environ: Mapping[str, str], known: Collection[str]) -> list[str]
 
 def warn_unknown_env(environ: Mapping[str, str], known: Collection[str]) -> None:
     """One warning line per ``EPOCHFS_*`` variable nothing reads, naming the closest known name:
-    ``EPOCHFS_CAPCITY=1Mi`` was ignored without a word and the 10 GiB default used. A warning, not a
+    a capacity of 1Mi set under a mistyped name (CAPCITY) was ignored without a word and the 10 GiB
+    default used. A warning, not a
     refusal: other tools, or a later epochfs, may set names this one does not know. Called once
     per command, at the start (``config.from_args``); the supervisor's children get those names
     unset (``config.to_env``), so a sidecar says it once."""

@@ -278,10 +278,10 @@ def render(stats: dict[str, Any], rate_values: dict[str, float] | None = None, *
         + (f"  backpressure: YES ({stats.get('backpressure_reason') or 'cache full'}; sampling paused)"
            if stats.get("backpressure") else "  backpressure: no")
     )
-    if stats.get("sampler_running") is False:
-        lines.append(facts.NOT_RUNNING)
-    if stats.get("sampler_retrying"):
+    if stats.get("sampler_retrying"):  # not running, and why, and when it starts again: one line
         lines.append(f"sampler: {stats['sampler_retrying']}")
+    elif stats.get("sampler_running") is False:
+        lines.append(facts.NOT_RUNNING)
     if stats.get("publish_paused"):
         lines.append(f"folder view: publishing PAUSED: {stats['publish_paused']} (published epochs stay "
                      "readable; it resumes by itself when room comes back)")
