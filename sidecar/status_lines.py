@@ -69,22 +69,24 @@ def fmt_rates(r: dict[str, float]) -> str:
 
 
 def epoch_lines(epochs: list[dict[str, Any]]) -> list[str]:
-    """The epochs table: each live epoch's samples, ``new`` (admitted since the epoch before),
+    """The epochs table: each live epoch's samples, ``new`` (not in the epoch before),
     ``left out`` (the epoch before's samples not in this one: turned over, which is not the
     cache's eviction count; JSON ``evicted``), bytes and, where the document says (``--cache``:
     :func:`~epochfs.sidecar.status_facts.mark_pins`), whether a reader pins it: read within
     ``--in-use-seconds``, so it stays past the newest ``--keep-epochs`` and its samples are not
     evicted. A document without ``pinned`` (``status.json``, another version) has no such column."""
     pins = any("pinned" in e for e in epochs)
-    lines = [f"{'epoch':>6} {'samples':>9} {'new':>7} {'left out':>8} {'bytes':>12}"
+    # As wide as the largest number shown (epochs go up to 536,870,910), at least the header's.
+    width = max([6, *(len(str(e.get("epoch", "?"))) for e in epochs)])
+    lines = [f"{'epoch':>{width}} {'samples':>9} {'new':>7} {'left out':>8} {'bytes':>12}"
              + (f" {'pinned':>6}" if pins else "")]
     for e in epochs:
         lines.append(
-            f"{e.get('epoch', '?'):>6} {e.get('samples', '?'):>9} {e.get('new', 0):>7} "
+            f"{e.get('epoch', '?'):>{width}} {e.get('samples', '?'):>9} {e.get('new', 0):>7} "
             f"{e.get('evicted', 0):>8} {format_size(int(e.get('bytes') or 0)):>12}"
             + (f" {'yes' if e.get('pinned') else 'no':>6}" if pins else ""))
     if epochs:
-        lines.append("  (new: admitted since the epoch before; left out: samples of the epoch before not in "
+        lines.append("  (new: samples not in the epoch before; left out: samples of the epoch before not in "
                      "this one" + ("; pinned: read within --in-use-seconds, kept for its readers" if pins
                                    else "") + ")")
     return lines
