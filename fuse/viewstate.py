@@ -30,6 +30,13 @@ from epochfs.torchclient.layout import epoch_name, format_status, manifest_name,
 
 log = logging.getLogger("epochfs.fuse")
 T = TypeVar("T")
+STATUS_BLOCK = 4096
+"""``status.json`` is served padded with spaces to a multiple of this: two readers' opens
+(each its own document, rendered then) have the same size unless the document crossed a block
+between them, and Linux's ``fstat`` asks the server for the file, not for an open, so the
+answer is another open's size (the newest); with both the same, a reader that fstats and reads
+that many bytes (``tar``, hence ``kubectl cp``, beside a poller in any container) gets its whole
+document. JSON ignores the trailing spaces."""
 TREES_KEPT = 3
 """Epoch trees (and manifests) the view keeps built, the least recently used dropped first: a
 trainer reads one epoch while the next is warmed, and one more reader (an evaluation of a pinned
@@ -51,6 +58,13 @@ def split_path(path: str) -> list[str]:
     """``/a/b/`` -> ``["a", "b"]``; the FUSE layer passes absolute paths."""
     return [p for p in path.split("/") if p]
 
+
+
+def padded_status(doc: dict[str, object]) -> bytes:
+    """``status.json``'s bytes as served: :func:`format_status`, its last newline after spaces
+    up to a multiple of :data:`STATUS_BLOCK`."""
+    text = format_status(doc).encode()
+    return text[:-1] + b" " * (-len(text) % STATUS_BLOCK) + b"\n"
 
 @dataclass(frozen=True)
 class Snapshot:
@@ -107,7 +121,7 @@ class ViewState:
             return self._snapshot_while_damaged(old)
         doc = self._status_doc(stats)
         live = {int(e["epoch"]): float(e["cut_at"]) for e in stats.epochs}
-        status = format_status(doc).encode()
+        status = padded_status(doc)
         key_doc = dict(doc)
         key_doc.pop("time", None)
         key = format_status(key_doc).encode()
@@ -152,7 +166,7 @@ class ViewState:
 
     def render_status(self) -> bytes:
         """A fresh status document (each open of status.json gets its own)."""
-        return format_status(self._status_doc(self.store.stats())).encode()
+        return padded_status(self._status_doc(self.store.stats()))
 
     def _status_doc(self, stats: Stats) -> dict[str, object]:
         """``status.json``'s document: the store's stats, and ``sampler_retrying`` while the

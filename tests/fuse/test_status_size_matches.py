@@ -81,6 +81,6 @@ def test_tar_archives_status_json_whole(tmp_path: Path, api: str) -> None:
                 member = t.extractfile(".epochfs/status.json")
                 assert member is not None
                 text = member.read()
-            assert b"\0" not in text and text.endswith(b"}\n"), text[-40:]
+            assert b"\0" not in text and text.rstrip().endswith(b"}") and text.endswith(b"\n"), text[-40:]
             assert json.loads(text)["samples"] == 10 + i
     store.close()
