@@ -275,6 +275,8 @@ class Downloader:
                 self._forget(temp)  # the download is not returned: nobody else would remove it
                 raise
         try:
+            if total != cand.size and reader.size == total:  # a size the body's clean end told
+                raise Changed(f"size is {total}, the listing said {cand.size}")
             if total != cand.size:
                 raise Transient(f"got {total} bytes, expected {cand.size}")
             got = digests.value(plan.algorithm, h)

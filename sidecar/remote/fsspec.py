@@ -3,8 +3,8 @@ and the reader of an fsspec file that :mod:`.httpindex` shares.
 
 fsspec's and aiohttp's errors (gcsfs's ``HttpError`` too) are typed where they arise by
 :func:`~epochfs.sidecar.remote.errors.aiohttp_kind`. Version tags: the GCS generation (or ETag,
-mtime, updated time). A body read with ``checksum`` carries what the store keeps for it (GCS:
-CRC32C and md5, :func:`stored_checksums`), which the downloader verifies.
+mtime, updated time); a reader's ``etag``: the version it opened. A body read with ``checksum``
+carries what the store keeps for it (GCS: CRC32C, md5: :func:`stored_checksums`), to verify.
 """
 
 from __future__ import annotations
@@ -63,26 +63,23 @@ def said(e: BaseException) -> str:
 
 
 class FsspecReader(Reader):
-    """An fsspec file opened for a streamed read (no read-ahead cache); ``errors`` types what
-    its filesystem's library raises (aiohttp's by default)."""
+    """An fsspec file opened for a streamed read (no read-ahead cache); ``errors`` types what its
+    library raises (aiohttp's by default). An HTTP stream (``HTTPStreamFile``: no size in its
+    details; ``r``: aiohttp's answer) is sized by its Content-Length, else, chunked, at its last
+    chunk (one cut off raises): a body of another size than listed is Changed, not retried."""
 
     def __init__(self, f: Any, *, size: int | None = None, errors: Translated = FSSPEC) -> None:
         self._f = f
         self._errors = errors
-        if size is None:
-            details = getattr(f, "details", {}) or {}  # fsspec's HTTPStreamFile: the HEAD's answer
-            size = details.get("size")
-        self.size = int(size) if size is not None else None
+        headers = getattr(getattr(f, "r", None), "headers", None) or {}
+        length = str(headers.get("Content-Length", "")) if not headers.get("Content-Encoding") else ""
+        size = size if size is not None else (getattr(f, "details", None) or {}).get("size")
+        self.size = int(size) if size is not None else int(length) if length.isdigit() else None
+        self._chunked, self._got = "chunked" in str(headers.get("Transfer-Encoding", "")).lower(), 0
 
     def read(self, n: int) -> bytes:
-        out = bytearray()
-        with self._errors:
-            while len(out) < n:
-                chunk = self._f.read(n - len(out))
-                if not chunk:
-                    break
-                out += chunk
-        return bytes(out)
+        buf = bytearray(max(n, 0))
+        return bytes(buf[:self.readinto(memoryview(buf))])
 
     def readinto(self, buf: memoryview) -> int:
         got = 0
@@ -90,9 +87,12 @@ class FsspecReader(Reader):
             while got < len(buf):
                 chunk = self._f.read(len(buf) - got)
                 if not chunk:
+                    if self._chunked:  # its end, the last chunk read: the whole body's size
+                        self.size = self._got + got
                     break
                 buf[got:got + len(chunk)] = chunk
                 got += len(chunk)
+        self._got += got
         return got
 
     def close(self) -> None:
@@ -240,12 +240,12 @@ class FsspecRemote(Remote):
     def open(self, key: str, *, checksum: bool = False) -> Reader:
         with self.errors:
             f = self._fs.open(self._path(key), "rb", block_size=BLOCK, cache_type="none")
+        details = getattr(f, "details", None) or {}
         reader = FsspecReader(f, size=getattr(f, "size", None), errors=self.errors)
+        reader.etag = version_tag(details) or None  # the version opened: the listing's may be older
         if checksum:
-            # The md5 is not the version tag: recorded as the ETag it replaced the generation as
-            # the sample's version, and a repair of a sample cached before compared an md5 with a
-            # generation and found them different (lost for good).
-            reader.checksum, reader.content_md5 = self.checksums(getattr(f, "details", None) or {})
+            # Not the version: as one, a repair found the md5 unlike the generation (lost for good).
+            reader.checksum, reader.content_md5 = self.checksums(details)
         return reader
 
     def read_range(self, key: str, start: int, length: int) -> bytes:
