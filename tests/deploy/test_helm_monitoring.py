@@ -275,3 +275,52 @@ def test_no_webhook_monitor_without_the_webhook_or_a_monitor(helm_bin: Path, tmp
                                              "metrics": {"podMonitor": {"enabled": True}}}), tmp_path)
     assert endpoint_of(webhook_monitor(defaults, "PodMonitor")) == {
         "port": "metrics", "path": "/metrics", "interval": "30s", "relabelings": [JOB_RELABELING]}
+
+
+def test_the_docs_name_the_job_target_down_sees(helm_bin: Path, tmp_path: Path) -> None:
+    """A sidecar nobody scrapes is left to kube-prometheus-stack's TargetDown, which names its
+    `job`: the runbook must give the job the chart's monitors really produce. They set no jobLabel
+    and no relabeling of job, so the Operator's defaults apply: a ServiceMonitor's targets take the
+    Service's name, a PodMonitor's `<its namespace>/<its name>`; none is `epochfs`."""
+    from common import ROOT
+
+    doc = (ROOT / "docs" / "metrics.md").read_text()
+    section = doc.split("\n### EpochfsMountDown\n", 1)[1].split("\n### ", 1)[0]
+    said = " ".join(section.split("**What to check.**", 1)[0].split())
+    assert "TargetDown" in said and "job `epochfs`" not in said
+    for kind, key in (("ServiceMonitor", "serviceMonitor"), ("PodMonitor", "podMonitor")):
+        objs = render(helm_bin, with_remote({"metrics": {key: {"enabled": True}}}), tmp_path)
+        monitor = one(objs, kind)
+        assert "jobLabel" not in monitor["spec"]
+        relabelings = endpoint_of(monitor).get("relabelings", [])
+        assert not [r for r in relabelings if r.get("targetLabel") == "job"], relabelings
+        if kind == "ServiceMonitor":
+            job = one(objs, "Service")["metadata"]["name"]
+        else:
+            job = f"{monitor['metadata']['namespace']}/{monitor['metadata']['name']}"
+        assert f"`{job}`" in said, (kind, job)
+
+
+def test_the_fuse_request_baseline_is_documented_at_the_probes_pace() -> None:
+    """epochfs_fuse_requests_total is mostly the supervisor's own liveness probe on an idle mount
+    (a stat and a listing of the root every tick: opendir, readdir, releasedir at 1/tick each).
+    The metric's row and the dashboard panel that plots it give that baseline, at the tick the
+    supervisor really uses, so operators read a trainer's load above it."""
+    import inspect
+    import json
+
+    from common import ROOT
+
+    from epochfs.sidecar.supervisor.core import Supervisor
+
+    tick = inspect.signature(Supervisor.__init__).parameters["tick"].default
+    per_second = round(1 / tick)
+    doc = (ROOT / "docs" / "metrics.md").read_text()
+    [row] = [line for line in doc.splitlines() if line.startswith("| `epochfs_fuse_requests_total{op}` |")]
+    dashboard = json.loads((CHART / "dashboards" / "epochfs.json").read_text())
+    panels = [p for top in dashboard["panels"] for p in [top, *top.get("panels", [])]]
+    [panel] = [p for p in panels if any("epochfs_fuse_requests_total" in t.get("expr", "")
+                                        for t in p.get("targets", []))]
+    for text in (row, panel["description"]):
+        assert f"every {tick:g} s" in text and f"about {per_second}/s" in text, text
+        assert all(op in text for op in ("opendir", "readdir", "releasedir")), text
