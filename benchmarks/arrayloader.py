@@ -153,7 +153,7 @@ def sidecar_mount(workdir: Path, remote: Path, samples: int, nbytes: int) -> Ite
     cache, mount = workdir / "cache", workdir / "mnt"
     mount.mkdir(parents=True)
     with harness.running(
-        [*harness.EPOCHFS, "sidecar", "--remote", f"file://{remote}", "--cache", str(cache),
+        [*harness.EPOCHFS, "sidecar", "--remote", f"file://{Path(remote).resolve()}", "--cache", str(cache),
          "--mount", str(mount), "--capacity", str(nbytes * 2), "--health-port", str(harness.free_port())],
         what="sidecar (fetching the set)", log=workdir / "sidecar.log", timeout=600, interval=0.2,
         ready=lambda: _fetched(mount / ".epochfs" / "status.json", samples),

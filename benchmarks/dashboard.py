@@ -180,7 +180,7 @@ def run(ns: argparse.Namespace, folder: Path) -> tuple[list[Panel], dict[str, An
     print(f"dashboard: generating {ns.samples} samples under {remote}", file=sys.stderr, flush=True)
     dataset_bytes = generate_dataset(remote, ns.samples, ns.dim)
     port, prom_port = harness.free_port(), harness.free_port()
-    sidecar_cmd = [*harness.EPOCHFS, "--log-level", "INFO", "sidecar", "--remote", f"file://{remote}",
+    sidecar_cmd = [*harness.EPOCHFS, "--log-level", "INFO", "sidecar", "--remote", f"file://{Path(remote).resolve()}",
                    "--cache", str(cache), "--mount", str(mount), "--health-port", str(port),
                    "--capacity", ns.capacity, "--max-rate", ns.max_rate, "--min-samples", "64",
                    "--concurrency", "8", "--in-use-seconds", "0", *ns.sidecar_arg]

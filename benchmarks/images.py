@@ -163,8 +163,8 @@ def sidecar_mount(work: Path, remote: Path, count: int, nbytes: int) -> Iterator
     mount.mkdir()
     own_session = ["setsid"] if shutil.which("setsid") else []
     with harness.running(
-        [*own_session, *harness.EPOCHFS, "sidecar", "--remote", f"file://{remote}", "--cache", str(cache),
-         "--mount", str(mount), "--capacity", str(max(nbytes * 2, 64 << 20)),
+        [*own_session, *harness.EPOCHFS, "sidecar", "--remote", f"file://{Path(remote).resolve()}",
+         "--cache", str(cache), "--mount", str(mount), "--capacity", str(max(nbytes * 2, 64 << 20)),
          "--health-port", str(harness.free_port())],
         what="sidecar (fetching the images)", log=work / "sidecar.log", timeout=300, interval=0.2,
         ready=lambda: _fetched(mount / ".epochfs" / "status.json", count),

@@ -146,7 +146,7 @@ def sidecar_mount(workdir: Path, *, samples: int, sample_bytes: int) -> Iterator
     total = write_remote(remote, samples=samples, sample_bytes=sample_bytes)
     mount.mkdir()
     with harness.running(
-        [*harness.EPOCHFS, "sidecar", "--remote", f"file://{remote}",
+        [*harness.EPOCHFS, "sidecar", "--remote", f"file://{Path(remote).resolve()}",
          "--cache", str(cache), "--mount", str(mount), "--capacity", str(total * 2),
          "--health-port", str(harness.free_port())],
         what="sidecar (fetching the set)", log=workdir / "sidecar.log", timeout=300, interval=0.2,

@@ -148,7 +148,7 @@ def main() -> int:
 
     port = free_port()
     log = workdir / "sidecar.log"
-    cmd = [sys.executable, "-m", "epochfs.sidecar.cli", "sidecar", "--remote", f"file://{remote}",
+    cmd = [sys.executable, "-m", "epochfs.sidecar.cli", "sidecar", "--remote", f"file://{Path(remote).resolve()}",
            "--cache", str(cache), "--mount", str(mount), "--capacity", args.capacity,
            "--max-rate", args.max_rate, "--min-samples", "64", "--concurrency", "8",
            # Demo epochs last a fraction of a second: keep only the newest two epochs pinned

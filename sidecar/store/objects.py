@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import re
 import shutil
 import sys
 from collections.abc import Callable, Iterable, Iterator
@@ -124,13 +125,34 @@ class RecoveryJournal(Protocol):
     def removed(self, sids: list[str]) -> None: ...
 
 
+def _mounts_within(path: str) -> list[str]:
+    """The mount points at ``path`` or below it (``/proc/self/mountinfo``; its octal escapes
+    read back). ``os.path.ismount`` compares device numbers, so a bind mount of a folder of the
+    same filesystem passes it, and it looks at one folder only."""
+    top = os.path.realpath(path)
+    found = []
+    try:
+        with open("/proc/self/mountinfo", encoding="utf-8", errors="surrogateescape") as f:
+            for line in f:
+                fields = line.split(" ")
+                if len(fields) > 4:
+                    point = re.sub(r"\\([0-7]{3})", lambda m: chr(int(m[1], 8)), fields[4])
+                    if point == top or point.startswith(top.rstrip("/") + "/"):
+                        found.append(point)
+    except OSError:  # no /proc: nothing can be told apart, so the tree is not removed
+        return [top]
+    return found
+
+
 def _remove_temp_tree(path: str) -> int:
     """Remove the folder ``path`` found in the store's ``tmp/`` with what it holds (its links
-    removed, never followed); 1 when it is gone, else 0 and one logged line. A mount point there
-    is left as it is: what it shows is not the store's to remove."""
-    if os.path.ismount(path):
-        log.warning("%s: a mount point in the cache's temp folder, left in place; unmount it "
-                    "(nothing may be mounted inside the cache folder)", path)
+    removed, never followed); 1 when it is gone, else 0 and one logged line. A tree with a mount
+    point in it (at its top or deeper) is left as it is, whole: what a mount shows is not the
+    store's to remove (``shutil.rmtree`` would empty it and fail only at its mount point)."""
+    mounts = _mounts_within(path)
+    if mounts:
+        log.warning("%s: a mount in the cache's temp folder (%s), left in place with everything in "
+                    "it; unmount it (nothing may be mounted inside the cache folder)", path, mounts[0])
         return 0
     failed: list[str] = []
 
