@@ -14,6 +14,7 @@ from urllib.parse import urlsplit
 
 from epochfs.sidecar.confparse import parse_size
 from epochfs.sidecar.remote import registry
+from epochfs.sidecar.remote.file import local_root
 from epochfs.sidecar.remote.registry import backend_for, check_url, missing_library, named_part
 from epochfs.sidecar.remote.urls import split_url
 from epochfs.sidecar.webhook.fields import (
@@ -55,6 +56,14 @@ def override(
         if missing is not None:  # the webhook runs in the sidecar's image: what it lacks, the sidecar does
             raise Refused(f"{REMOTE}: the epochfs image cannot serve {scheme}:// remotes "
                           f"(it lacks {missing})")
+        if backend_for(scheme) is backend_for("file"):
+            unheld = _folder_unmounted(url, sidecars)
+            if unheld is not None:
+                raise Refused(f"{REMOTE}: {remote!r}: the sidecar reads {unheld} in its own container, "
+                              "and no mount of the profile's sidecar holds it (the sidecar would "
+                              "find no dataset and its pod would crash-loop); mount the dataset's "
+                              "volume in the sidecar with the chart's sidecar.extraVolumes and "
+                              "sidecar.extraVolumeMounts (docs/kubernetes.md, \"A dataset on a volume\")")
         values["EPOCHFS_REMOTE"] = {"name": "EPOCHFS_REMOTE", "value": url}
     capacity = annotations.get(CAPACITY)
     if capacity is not None:
@@ -145,6 +154,19 @@ def url_problem(url: str, scheme: str) -> str | None:
                 f"({scheme}:///data/train), not {host!r}")
     return None
 
+
+
+def _folder_unmounted(url: str, sidecars: list[JSON]) -> str | None:
+    """The folder of a ``file://`` remote when no volume mount of the sidecars is at it or above
+    it (the container's own root filesystem is the epochfs image's: no dataset there); None when
+    one holds it."""
+    folder = "/" + local_root(url).strip("/")
+    for c in sidecars:
+        for m in c.get("volumeMounts", []):
+            point = "/" + str(m.get("mountPath", "")).strip("/")
+            if point == "/" or folder == point or folder.startswith(point + "/"):
+                return None
+    return folder
 
 def without_kube_reporting(sidecars: list[JSON], volumes: list[JSON]) -> None:
     """The pod sets automountServiceAccountToken: false: it holds no API token, and epochfs does

@@ -61,12 +61,42 @@ def test_a_malformed_remote_is_refused_with_the_reason(served: Served, url: str,
 
 
 @pytest.mark.parametrize("url", ["s3://bucket", "s3://b/run#1?x", "gs://b_1/p", "gs://b_1/run#1?x",
-                                 "https://h:8443/d", "file:///data/train", "file://localhost/data",
-                                 "az://c@acct.blob.core.windows.net/p"])
+                                 "https://h:8443/d", "az://c@acct.blob.core.windows.net/p"])
 def test_a_well_formed_remote_is_injected(served: Served, url: str) -> None:
     pod = admitted(served, job_pod(job(annotations={"epochfs.io/remote": url})))
     [side] = pod["spec"]["initContainers"]
     assert {"name": "EPOCHFS_REMOTE", "value": url} in side["env"]
+
+
+DATASET_VOLUME = {"extraVolumes": [{"name": "dataset", "persistentVolumeClaim": {"claimName": "imagenet"}}],
+                  "extraVolumeMounts": [{"name": "dataset", "mountPath": "/data", "readOnly": True}]}
+
+
+@pytest.fixture(scope="module")
+def served_with_data(helm_bin: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
+    """Profiles whose sidecar mounts a dataset volume at /data (sidecar.extraVolumeMounts)."""
+    values = chart_values({"sidecar": DATASET_VOLUME, "remote": {"url": "file:///data/train"}})
+    docs = profile_documents(render(helm_bin, values, tmp_path_factory.mktemp("render")))
+    profiles = write_profiles(docs, tmp_path_factory.mktemp("profiles"))
+    yield from serve(profiles, tmp_path_factory.mktemp("tls"))
+
+
+@pytest.mark.parametrize("url", ["file:///data/train", "file://localhost/data", "file:///data"])
+def test_a_file_remote_the_sidecar_mounts_is_injected(served_with_data: Served, url: str) -> None:
+    pod = admitted(served_with_data, job_pod(job(annotations={"epochfs.io/remote": url})))
+    [side] = pod["spec"]["initContainers"]
+    assert {"name": "EPOCHFS_REMOTE", "value": url} in side["env"]
+
+
+@pytest.mark.parametrize(("url", "folder"), [("file:///datasets/imagenet", "/datasets/imagenet"),
+                                             ("file:///database", "/database")])
+def test_a_file_remote_no_sidecar_mount_holds_is_refused(served_with_data: Served, url: str,
+                                                         folder: str) -> None:
+    """The chart refuses such a remote.url at render; an annotation reached the sidecar and its
+    pod crash-looped (review R53b). /database is not under /data: a path, not a prefix."""
+    text = refused(served_with_data.client, job_pod(job(annotations={"epochfs.io/remote": url})))
+    assert f"the sidecar reads {folder} in its own container" in text, text
+    assert "sidecar.extraVolumeMounts" in text, text
 
 
 NESTED = [
