@@ -91,7 +91,7 @@ class Room:
         self._skip_lines = (RepeatLog(log), RepeatLog(log))
         """The lines of keys skipped as over the object limit, and as more than the volume can
         hold: met again at each pass and relist (the skip itself is counted once a key)."""
-        self._fit_known: tuple[int, bool] | None = None
+        self._fit_known: tuple[tuple[int, int], bool] | None = None
         """(largest, whether a key fits in it): :meth:`_holds_nothing`'s read of the catalog."""
         self._paused = ConditionLog(log)
         """The lines of the pauses: at the start, once a minute while it flaps or changes reason,
@@ -253,17 +253,24 @@ class Room:
 
     def _holds_nothing(self, largest: int | None) -> bool:
         """Whether the volume can hold no sample of the catalog, not even alone in an empty cache:
-        ``largest`` (:meth:`DiskSpace.largest`) is 0 or below every key not yet cached or skipped
-        (None: a key fits). Then sampling pauses with a reason that says so, and resumes once the
-        volume grows, instead of skipping every key as if the objects were at fault: a cache on
+        ``largest`` (:meth:`DiskSpace.largest`) is 0, or the cache holds no bytes and ``largest``
+        is below every key not yet cached or skipped (None: a key fits). A cache that holds
+        samples can hold samples: a key too large for it is skipped, never a pause for good.
+        Otherwise sampling pauses with a reason that says so, and resumes once the volume grows,
+        instead of skipping every key as if the objects were at fault: a cache on
         a 400 KiB tmpfs went through its catalog 200 times in 4 s, 60,000 lines of log, as each
         skip's write was refused and each key came back. The catalog is read (the first key that
-        fits ends it) once per value of ``largest``, which moves only when the volume is resized."""
+        fits ends it) once per value of ``largest`` (moved when the volume is resized) and of
+        the catalog's last row (moved when a listing adds keys)."""
         if largest is not None and largest > 0:
-            if self._fit_known is None or self._fit_known[0] != largest:
-                self._fit_known = (largest, self._any_fits(largest))
-            if self._fit_known[1]:
-                largest = None
+            if self.reservations.cache_bytes() > 0:
+                largest = None  # it holds samples: a key larger than it can hold is the key's fault
+            else:
+                seen = (largest, self.store.last_catalog_row())  # a relist's new keys: looked at
+                if self._fit_known is None or self._fit_known[0] != seen:
+                    self._fit_known = (seen, self._any_fits(largest))
+                if self._fit_known[1]:
+                    largest = None
         if largest is None:
             if self.backpressure is not None and self.backpressure.startswith(_HOLDS_NOTHING):
                 self.set_backpressure(None)

@@ -123,3 +123,32 @@ def test_keys_too_large_for_the_volume_are_skipped_once_each_and_not_logged_each
     assert _lines(caplog, HOLDS_NOTHING) == 0
     # 20 skips; the first said, the rest held back for a minute (counted in the next line).
     assert 1 <= _lines(caplog, FS_SKIP) <= 4, caplog.text[-3000:]
+
+
+def test_a_key_too_large_for_a_cache_that_holds_samples_is_skipped_and_keys_after_it_fetched(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """The volume holds samples already; a relist adds one key larger than it can ever hold and,
+    later, small keys. The large key is skipped and the small ones fetched: sampling never pauses
+    as if the volume held nothing (review R53a: it paused for good, the new keys never fetched)."""
+    remote = MemoryRemote({f"s/{i:03d}.bin": bytes([i]) * 1024 for i in range(6)})
+    caplog.set_level(logging.INFO, logger="epochfs.sampler")
+    with small_volume(tmp_path / "vol", "12m") as vol:
+        cache = vol / "cache"
+        settings = settings_for(cache, "--capacity", "8Mi")
+
+        def relist() -> None:
+            with Store(cache) as other:
+                build_catalog(other, remote, seed=settings.seed, shard_index=0, shard_count=1,
+                              object_limit=settings.object_limit, fresh=True)
+
+        with sampling(cache, remote, settings) as (store, sampler):
+            wait_until(lambda: store.stats().samples == 6, what="the first keys fetched")
+            remote.objects["big/huge.bin"] = b"\x01" * (6 << 20)  # over the 4 MiB the volume holds
+            relist()
+            wait_until(lambda: store.stats().skipped_total == 1, what="the large key skipped")
+            for i in range(3):
+                remote.objects[f"t/{i}.bin"] = bytes([i]) * 2048
+            relist()
+            wait_until(lambda: store.stats().samples == 9, what="the keys listed after it fetched")
+            assert sampler.room.backpressure is None
+    assert _lines(caplog, HOLDS_NOTHING) == 0
