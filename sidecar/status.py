@@ -31,7 +31,7 @@ from epochfs.sidecar import status_facts as facts
 from epochfs.sidecar.config import ConfigError, format_size
 from epochfs.sidecar.status_estimate import ESTIMATE_SECONDS, estimate
 from epochfs.sidecar.status_lines import epoch_lines, fmt_rates, listing_lines
-from epochfs.sidecar.store import Meta, Store
+from epochfs.sidecar.store import Meta, Store, StoreError
 from epochfs.sidecar.store.stats import RETRYING_MAX_AGE, STATE_FILE_NAME, retry_words
 
 BAR_WIDTH = 40
@@ -130,8 +130,6 @@ def read_stats(*, cache: Path | None, mount: Path | None) -> dict[str, Any]:
             with contextlib.suppress(ValueError, TypeError, AttributeError):  # a damaged value: skip it
                 doc.update(facts.totals(saved))
         facts.sampler_facts(doc, cache)
-        if warning := facts.capacity_warning(doc, cache):
-            doc["capacity_warning"] = warning
     retrying = read_retrying(cache=cache, mount=mount)
     if retrying:
         doc["sampler_retrying"] = retrying
@@ -255,7 +253,6 @@ def render(stats: dict[str, Any], rate_values: dict[str, float] | None = None, *
     stale = stale_line(stats, time.time() if now is None else now)
     lines = [
         *([stale] if stale else []),
-        *([stats["capacity_warning"]] if stats.get("capacity_warning") else []),
         f"cache [{bar}] {format_size(used)} / {format_size(cap)} ({100 * used / cap:.1f}%)"
         + (f", {format_size(inflight)} in flight" if inflight else ""),
         f"samples {stats.get('samples', '?')}  fetched {stats.get('fetched_total', '?')} "
@@ -333,8 +330,9 @@ def retried(read: Callable[[], dict[str, Any]]) -> tuple[dict[str, Any] | None, 
     meanwhile fails): it says so and reads again at the next interval; one-shot status exits 2."""
     try:
         return read(), ""
-    except ConfigError as e:
-        return None, f"{time.strftime('%H:%M:%S')} {e} (read again at the next interval)"
+    except (ConfigError, StoreError) as e:  # StoreError: an index rebuilt under the watch (a second)
+        what = f"--cache: {e}" if isinstance(e, StoreError) else str(e)
+        return None, f"{time.strftime('%H:%M:%S')} {what} (read again at the next interval)"
 
 
 MAX_INTERVAL = 86400.0
@@ -370,6 +368,11 @@ def run_status(
         else:
             print(render(stats, view=view))
         return 0
+    # A --mount that does not exist (a typo) exits 2 as a one-shot status does; one that is there
+    # but is no mount yet (the sidecar starting) or fails a read (a FUSE restart) is watched: the
+    # error shown, read again at the next interval.
+    if mount is not None and not os.path.lexists(mount):
+        raise ConfigError(f"--mount: {mount} does not exist")
     if as_json:  # one JSON document per line, for scripts that follow a run; errors on stderr
         while True:
             doc, error = retried(read)

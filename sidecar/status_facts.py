@@ -8,9 +8,6 @@ view said more than it knew (a reviewer's findings, r53):
   "58.9 KiB in flight" and "backpressure: YES" for ever. The sampler's lock
   (:mod:`.samplerlock`, an ``flock`` the kernel drops at its holder's death, what ``epochfs
   relist`` asks too) says whether one runs: :func:`sampler_facts`.
-* ``--capacity`` larger than the cache's filesystem: the sampler samples within what the disk
-  allows, the index still records ``--capacity``, and every object became an unexplained
-  "skipped". :func:`capacity_warning` compares it with the filesystem (``statvfs``).
 * the supervisor's saved totals are JSON numbers and were all made floats; counts are ints
   (:func:`totals`).
 * a ``status.json`` that is empty, cut short or of another version (a field missing) gave a
@@ -27,9 +24,8 @@ from pathlib import Path
 from typing import Any
 
 from epochfs.sidecar import samplerlock
-from epochfs.sidecar.config import ConfigError, format_size
+from epochfs.sidecar.config import ConfigError
 from epochfs.sidecar.store import INDEX_NAME
-from epochfs.sidecar.store.diskmargin import margin_for
 
 NOT_RUNNING = ("sampler: NOT RUNNING (no `epochfs sample` holds this cache's lock): nothing is "
                "fetched or in flight, and no backpressure holds it back")
@@ -88,35 +84,6 @@ def totals(saved: str) -> dict[str, int | float]:
     for key, value in json.loads(saved).items():
         out[key] = float(value) if key in FLOAT_TOTALS else int(float(value))
     return out
-
-
-def fs_bytes(cache: Path) -> int | None:
-    """The size of the cache's filesystem (None: it cannot be asked)."""
-    try:
-        st = os.statvfs(cache)
-    except OSError:
-        return None
-    return st.f_blocks * st.f_frsize
-
-
-def capacity_warning(doc: dict[str, Any], cache: Path) -> str | None:
-    """A warning when ``--capacity`` is more than the cache's filesystem can hold even empty:
-    the filesystem's size less what the sampler keeps free for the index
-    (:func:`epochfs.sidecar.store.diskmargin.margin_for`); None when it fits or cannot be told.
-    The sampler then samples within what the disk allows, and objects larger than that cannot be
-    cached (skipped, or sampling waits when none fits): the warning says why."""
-    size = fs_bytes(cache)
-    capacity = int(doc.get("capacity_bytes") or 0)
-    if size is None or capacity <= 0:
-        return None
-    margin = margin_for(size)
-    holds = max(0, size - margin)
-    if capacity <= holds:
-        return None
-    return (f"WARNING: --capacity {format_size(capacity)} is more than the cache's filesystem can "
-            f"hold ({format_size(size)} filesystem, {format_size(margin)} kept free for the index: "
-            f"{format_size(holds)}); the sampler samples within what the disk allows, and objects "
-            "larger than that cannot be cached; lower --capacity or give the cache a larger volume")
 
 
 def mount_document(path: Path, text: str) -> dict[str, Any]:

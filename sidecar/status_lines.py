@@ -86,7 +86,7 @@ def epoch_lines(epochs: list[dict[str, Any]]) -> list[str]:
             f"{e.get('evicted', 0):>8} {format_size(int(e.get('bytes') or 0)):>12}"
             + (f" {'yes' if e.get('pinned') else 'no':>6}" if pins else ""))
     if epochs:
+        pinned = "; pinned: read (or restored by an index rebuild) within --in-use-seconds"
         lines.append("  (new: samples not in the epoch before; left out: samples of the epoch before not in "
-                     "this one" + ("; pinned: read within --in-use-seconds, kept for its readers" if pins
-                                   else "") + ")")
+                     "this one" + (pinned if pins else "") + ")")
     return lines

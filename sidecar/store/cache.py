@@ -39,8 +39,9 @@ from epochfs.sidecar.store import (
     stats,
 )
 from epochfs.sidecar.store.cacheepochs import StoreEpochs
+from epochfs.sidecar.store.foreign import blank_damage
 from epochfs.sidecar.store.handle import IndexHandle
-from epochfs.sidecar.store.index import INDEX_NAME, Index, Meta, is_corruption
+from epochfs.sidecar.store.index import INDEX_NAME, MISSING, BlankIndex, Index, Meta, is_corruption
 from epochfs.sidecar.store.objects import ObjectFiles
 from epochfs.sidecar.store.records import (
     Admission,
@@ -73,6 +74,10 @@ class Store(StoreEpochs):
             self.root.mkdir(parents=True)
         index = self.root / INDEX_NAME
         if not create and not index.exists():
+            # A cache whose index went (deleted: the next writer rebuilds it) is not "no cache".
+            damage = blank_damage(self.root, MISSING)
+            if damage is not None:
+                raise BlankIndex(index, damage)
             raise StoreError(f"{self.root} is not an epochfs cache (no {INDEX_NAME})")
         self.files = ObjectFiles(self.root)
         self.objects_dir = self.files.objects_dir

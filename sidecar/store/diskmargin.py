@@ -1,8 +1,7 @@
 """The free space the sampler keeps on the cache's filesystem for the index, its write-ahead log
 and the filesystem itself: what its room on the disk is measured against
-(:mod:`epochfs.sidecar.sampler.diskspace`), and what ``epochfs status`` takes off when it says a
-``--capacity`` cannot fit (:mod:`epochfs.sidecar.status_facts`). Here, below both, so that
-``epochfs status`` imports no part of the sampler.
+(:mod:`epochfs.sidecar.sampler.diskspace`). In the store, below the sampler, beside the other
+facts of the cache's volume that readers of the index may want.
 """
 
 from __future__ import annotations

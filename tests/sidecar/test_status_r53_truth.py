@@ -21,7 +21,6 @@ from pathlib import Path
 
 from common import wait_until
 from sampler_helpers import start_sampler
-from store_helpers import put
 
 from epochfs.sidecar.store import Meta, Policy, Store
 from epochfs.torchclient import layout
@@ -117,22 +116,3 @@ def test_the_supervisors_counts_are_ints(tmp_path: Path) -> None:
         assert type(doc[key]) is int, (key, doc[key])
     assert doc["client_wait_seconds_total"] == 1.5
     assert '"served_samples_total": 20,' in _status("--cache", str(cache), "--json").stdout
-
-
-def test_a_capacity_the_filesystem_cannot_hold_is_said(tmp_path: Path) -> None:
-    cache = tmp_path / "cache"
-    st = os.statvfs(tmp_path)
-    too_much = 4 * st.f_blocks * st.f_frsize  # more than this filesystem holds
-    with Store(cache, create=True) as store:
-        store.configure(Policy(capacity=too_much, min_samples=1))
-        put(store, "train/a.bin", 100)
-    doc = _json("--cache", str(cache))
-    warning = str(doc.get("capacity_warning"))
-    assert warning.startswith("WARNING: --capacity ") and "more than the cache's filesystem" in warning
-    text = _status("--cache", str(cache)).stdout
-    assert text.splitlines()[0] == warning, text
-    # One that fits says nothing.
-    fits = tmp_path / "fits"
-    with Store(fits, create=True) as store:
-        store.configure(Policy(capacity=1 << 20, min_samples=1))
-    assert "capacity_warning" not in _json("--cache", str(fits))
