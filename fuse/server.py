@@ -187,6 +187,9 @@ def run_mount(*, cache: Path, mount: Path, link_root: Path | None = None, warm_f
             log.info("FUSE loop ended without a signal (unmounted from outside)")
         return 0
     finally:
+        # libfuse's teardown may have set SIGPIPE back to its default; once a killed supervisor's
+        # end of our log pipe is closed, the next log line would kill us before the unmounts.
+        signal.signal(signal.SIGPIPE, signal.SIG_IGN)
         left = find_mount(mount)
         if left is not None and left.fstype.startswith("fuse"):
             lazy_unmount(mount)

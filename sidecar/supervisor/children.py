@@ -100,6 +100,11 @@ class Child:
     a good run: ``/healthz`` fails at :data:`~epochfs.sidecar.config.INDEX_DAMAGES_UNHEALTHY`."""
     stop_on_refusal: bool = False
     """An exit 2 at its start (its settings refused) stops the supervisor instead of a restart."""
+    served: bool = False
+    """A run of it got past its start with these settings (the FUSE view answered): an exit 2 of a
+    later run is a crash, restarted with backoff, never a refusal that stops the sidecar (a
+    restart that met what changed since, such as a write in the mount point, would else stop it
+    for good)."""
     max_backoff: float | None = None
     """The longest wait before a restart (None: :attr:`ChildProcesses.BACKOFF_MAX`); the FUSE
     server's is short, since no new lookup works while it is down. The logged wait is this one."""
@@ -235,7 +240,7 @@ class ChildProcesses:
         ran = time.monotonic() - child.started_at
         transient = code == EXIT_RETRY
         mended = code == EXIT_INDEX  # the next start replaces the index: no crash, no longer wait
-        refusal = child.stop_on_refusal and code == 2 and ran < self.STABLE_AFTER
+        refusal = child.stop_on_refusal and not child.served and code == 2 and ran < self.STABLE_AFTER
         if (transient or refusal) and child.log_thread is not None:
             child.log_thread.join(timeout=1)  # its last line, the reason, may still be in the pipe
         volume = refusal and self._volume_refusal(child)  # a crash, restarted: no stop
@@ -320,7 +325,7 @@ class ChildProcesses:
         for a bad setting: no such bucket or folder, access denied, a bad flag) before it had run
         :attr:`STABLE_AFTER` seconds; None otherwise. Restarting it would only say it again every
         30 s: the supervisor stops instead (docs/sidecar.md)."""
-        if child.last_exit != 2 or child.last_ran >= self.STABLE_AFTER:
+        if child.last_exit != 2 or child.last_ran >= self.STABLE_AFTER or child.served:
             return None
         if child.log_thread is not None:
             child.log_thread.join(timeout=2)  # its last lines, the reason among them

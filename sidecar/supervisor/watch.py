@@ -6,7 +6,8 @@ hung mount blocks, so :func:`probe` runs it in a daemon thread it may leave behi
 most one behind per path (a probe comes every few seconds). On that answer the watch decides to
 remount: the server exited, the mount vanished, it answered ENOTCONN, or three probes in a row
 failed; it then kills the server, removes the read-only bind of ``objects/`` it made (no server is
-left to do it), lazily unmounts and mounts again, never stacking mounts. While the view answers,
+left to do it), lazily unmounts, moves aside what the folder then holds (:mod:`epochfs.fuse.strays`)
+and mounts again, never stacking mounts. While the view answers,
 the watch also checks that the link root shows ``objects/`` itself and makes the bind again when the
 folder was removed and made anew (:meth:`MountWatch._watch_link_root`).
 """
@@ -23,7 +24,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from epochfs.fuse import mounting
+from epochfs.fuse import mounting, strays
 from epochfs.fuse.errors import MountError
 from epochfs.sidecar import kube
 from epochfs.sidecar.config import ConfigError, SidecarSettings
@@ -194,8 +195,22 @@ class MountWatch(ChildProcesses):
         self._unmount_link_root()
         if not mounting.lazy_unmount(self.mount):
             log.error("lazy unmount of %s failed; retrying before the next start", self.mount)
+        else:
+            self._move_strays()
         if self._reporter is not None:
             self._safe(self._reporter.on_remount)
+
+    def _move_strays(self) -> None:
+        """Before a restart: what the mount-point folder holds (written there while no view was
+        mounted: a trainer's checkpoint retried through the restart) is moved into
+        ``<cache>/mount-strays/`` (never deleted), where the restarted server would refuse the
+        folder as not empty and the sidecar stopped for good. A first start still refuses it (a
+        wrong ``--mount``). A move that fails is logged; the server then exits 2, a crash once it
+        has served (:attr:`~.children.Child.served`), and the next restart tries again."""
+        try:
+            strays.move_strays(self.mount, self.cache)
+        except (MountError, OSError) as e:
+            log.error("%s; the FUSE server's restart will refuse the folder", e)
 
     def _watch_mount(self) -> None:
         if self._reaped(self.fuse):
@@ -219,6 +234,7 @@ class MountWatch(ChildProcesses):
             if self._metrics is not None:
                 self._metrics.mounted.set(1)
             self._probe_failures = 0
+            self.fuse.served = True  # its settings work: a later exit 2 is a crash, not a refusal
             self._watch_link_root()
             return
         self._probe_failures += 1
