@@ -56,7 +56,7 @@ def override(
         if missing is not None:  # the webhook runs in the sidecar's image: what it lacks, the sidecar does
             raise Refused(f"{REMOTE}: the epochfs image cannot serve {scheme}:// remotes "
                           f"(it lacks {missing})")
-        if backend_for(scheme) is backend_for("file"):
+        if (chosen := backend_for(scheme)) is not None and chosen.names == "folder":  # a local folder
             unheld = _folder_unmounted(url, sidecars)
             if unheld is not None:
                 raise Refused(f"{REMOTE}: {remote!r}: the sidecar reads {unheld} in its own container, "

@@ -14,70 +14,26 @@ Real ``epochfs`` processes over a ``file://`` folder; real SQLite files.
 from __future__ import annotations
 
 import os
-import shutil
 import sqlite3
-import subprocess
 from collections.abc import Callable
 from pathlib import Path
 
+import cut_cache_helpers as cc
 import pytest
 from common import wait_until
-from sampler_helpers import EPOCHFS, running_sampler
+from sampler_helpers import running_sampler
 
-from epochfs.sidecar.store import INDEX_NAME, Store
+from epochfs.sidecar.store import INDEX_NAME
 from epochfs.sidecar.store.objects import MARKER_PREFIX, OBJECTS_DIR
 
-ENV = {k: v for k, v in os.environ.items() if not k.startswith("EPOCHFS_")}
-FILES = 200
-
-
-def _epochfs(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([EPOCHFS, *args], capture_output=True, text=True, timeout=120, env=ENV)
-
-
-def _samples(cache: Path) -> int:
-    with Store(cache) as store:
-        return store.stats().samples
-
-
-def _objects(cache: Path) -> set[str]:
-    root = cache / OBJECTS_DIR
-    return {str(p.relative_to(root)) for p in root.rglob("*") if p.is_file()}
-
-
-def _epochs(cache: Path) -> list[int]:
-    db = sqlite3.connect(f"file:{cache / INDEX_NAME}?mode=ro", uri=True)
-    try:
-        return [int(r[0]) for r in db.execute("SELECT n FROM epochs ORDER BY n")]
-    finally:
-        db.close()
+ENV, FILES = cc.ENV, cc.FILES
 
 
 @pytest.fixture(scope="module")
-def cut_cache(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, set[str]]:
+def cut_cache(tmp_path_factory: pytest.TempPathFactory) -> cc.CutCache:
     """(a stopped cache with every sample of the remote cached and epoch 0 cut, the remote's
     folder, the object files of epoch 0), made once by the real sampler and ``epochfs cut``."""
-    base = tmp_path_factory.mktemp("r53")
-    data = base / "data"
-    data.mkdir()
-    for i in range(FILES):
-        (data / f"f{i:03d}.bin").write_bytes(os.urandom(100 + i))
-    cache = base / "cache"
-    with running_sampler(cache, data.as_uri(), "--capacity", "64Mi"):
-        wait_until(lambda: _samples(cache) == FILES, timeout=120, what="every sample cached")
-        cut = _epochfs("cut", "--cache", str(cache), "--force")
-        assert (cut.returncode, cut.stdout.strip()) == (0, "0"), cut.stderr
-    assert _epochs(cache) == [0]
-    objects = _objects(cache)
-    assert len(objects) == FILES
-    return cache, data, objects
-
-
-def _copy(cut_cache: tuple[Path, Path, set[str]], tmp_path: Path) -> tuple[Path, Path, set[str]]:
-    """A copy of the cut cache (the same remote: the index records which one filled it)."""
-    cache, data, objects = cut_cache
-    shutil.copytree(cache, tmp_path / "cache", symlinks=True)
-    return tmp_path / "cache", data, objects
+    return cc.make_cut_cache(tmp_path_factory.mktemp("r53"))
 
 
 def _truncate(index: Path) -> None:
@@ -106,11 +62,11 @@ def _folder(cache: Path) -> dict[str, bytes]:
 def test_read_commands_report_a_blank_index_as_damage_and_write_nothing(
         cut_cache: tuple[Path, Path, set[str]], tmp_path: Path, make: Callable[[Path], None],
         said: str) -> None:
-    cache, _, _ = _copy(cut_cache, tmp_path)
+    cache, _, _ = cc.copy_cache(cut_cache, tmp_path)
     _blank(cache, make)
     before = _folder(cache)
     for command in (["status"], ["verify", "--report-only"], ["cut"]):
-        r = _epochfs(*command, "--cache", str(cache))
+        r = cc.epochfs(*command, "--cache", str(cache))
         assert r.returncode == 2, (command, r.stdout, r.stderr)
         [line] = r.stderr.strip().splitlines()
         # The family of every damaged index's refusal: "epochfs CMD: --cache: PATH: reason".
@@ -125,25 +81,25 @@ def test_read_commands_report_a_blank_index_as_damage_and_write_nothing(
 @pytest.mark.parametrize("status_first", [True, False])
 def test_the_sampler_start_rebuilds_a_truncated_index_and_keeps_epoch_0(
         cut_cache: tuple[Path, Path, set[str]], tmp_path: Path, status_first: bool) -> None:
-    cache, data, objects = _copy(cut_cache, tmp_path)
+    cache, data, objects = cc.copy_cache(cut_cache, tmp_path)
     _blank(cache, _truncate)
     if status_first:
-        assert _epochfs("status", "--cache", str(cache)).returncode == 2
+        assert cc.epochfs("status", "--cache", str(cache)).returncode == 2
     # The start returns once the sampler logged its recovery: the rebuild and the orphans' removal
     # are behind it.
     with running_sampler(cache, data.as_uri(), "--capacity", "64Mi") as sp:
-        assert _samples(cache) == FILES
+        assert cc.samples(cache) == FILES
     log = sp.log_text()
     assert "is damaged (the index is an empty file, but the cache holds the members file(s) of " \
            "epoch(s) 0 and object files in objects/)" in log, log[-3000:]
     assert "epochs 0 restored from their members files" in log, log[-3000:]
     assert "never cut" not in log, log[-3000:]
     assert " 0 orphan object(s) removed" in log, log[-3000:]
-    assert _epochs(cache) == [0]
-    assert objects <= _objects(cache)  # every object file of epoch 0 is still there
+    assert cc.epochs(cache) == [0]
+    assert objects <= cc.objects(cache)  # every object file of epoch 0 is still there
     assert (cache / "epochs" / "epoch-0.members").is_file()
     assert [p.name for p in cache.glob(f"{INDEX_NAME}.corrupt-*")], "the damaged file kept aside"
-    status = _epochfs("status", "--cache", str(cache), "--json")
+    status = cc.epochfs("status", "--cache", str(cache), "--json")
     assert status.returncode == 0, status.stderr
 
 
@@ -166,7 +122,7 @@ def test_an_empty_index_of_a_new_cache_is_a_new_cache(tmp_path: Path) -> None:
     cache = tmp_path / "cache"
     _new_cache(cache, objects=True)
     with running_sampler(cache, data.as_uri(), "--capacity", "1Mi") as sp:
-        wait_until(lambda: _samples(cache) == 3, what="the new cache filled")
+        wait_until(lambda: cc.samples(cache) == 3, what="the new cache filled")
     assert "damaged" not in sp.log_text(), sp.log_text()[-3000:]
     assert not list(cache.glob(f"{INDEX_NAME}.corrupt-*"))
 
@@ -175,7 +131,7 @@ def test_an_empty_index_with_no_objects_folder_is_no_damage(tmp_path: Path) -> N
     """Without ``objects/`` nothing says it is a cache: the foreign-file refusal, as before."""
     cache = tmp_path / "cache"
     _new_cache(cache, objects=False)
-    r = _epochfs("status", "--cache", str(cache))
+    r = cc.epochfs("status", "--cache", str(cache))
     assert r.returncode == 2
     assert "damaged" not in r.stderr and "(index.sqlite is an empty file)" in r.stderr, r.stderr
     assert (cache / INDEX_NAME).stat().st_size == 0

@@ -16,72 +16,28 @@ from __future__ import annotations
 
 import fcntl
 import os
-import shutil
-import sqlite3
 import subprocess
 import sys
 from pathlib import Path
 
+import cut_cache_helpers as cc
 import pytest
 from common import wait_until
-from sampler_helpers import EPOCHFS, running_sampler, start_sampler
+from sampler_helpers import running_sampler, start_sampler
 
-from epochfs.sidecar.store import INDEX_NAME, Store
+from epochfs.sidecar.store import INDEX_NAME
 from epochfs.sidecar.store.objects import MARKER_PREFIX, OBJECTS_DIR
 from epochfs.sidecar.store.reset import CORRUPT_INFIX, LOCK_NAME
 
-ENV = {k: v for k, v in os.environ.items() if not k.startswith("EPOCHFS_")}
-FILES = 200
+ENV, FILES = cc.ENV, cc.FILES
 HELD = "the members file(s) of epoch(s) 0 and object files in objects/"
 
 
-def _epochfs(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([EPOCHFS, *args], capture_output=True, text=True, timeout=120, env=ENV)
-
-
-def _samples(cache: Path) -> int:
-    with Store(cache) as store:
-        return store.stats().samples
-
-
-def _objects(cache: Path) -> set[str]:
-    root = cache / OBJECTS_DIR
-    return {str(p.relative_to(root)) for p in root.rglob("*") if p.is_file()}
-
-
-def _epochs(cache: Path) -> list[int]:
-    db = sqlite3.connect(f"file:{cache / INDEX_NAME}?mode=ro", uri=True)
-    try:
-        return [int(r[0]) for r in db.execute("SELECT n FROM epochs ORDER BY n")]
-    finally:
-        db.close()
-
-
 @pytest.fixture(scope="module")
-def cut_cache(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, set[str]]:
+def cut_cache(tmp_path_factory: pytest.TempPathFactory) -> cc.CutCache:
     """(a stopped cache with every sample of the remote cached and epoch 0 cut, the remote's
     folder, the object files of epoch 0), made once by the real sampler and ``epochfs cut``."""
-    base = tmp_path_factory.mktemp("r53d")
-    data = base / "data"
-    data.mkdir()
-    for i in range(FILES):
-        (data / f"f{i:03d}.bin").write_bytes(os.urandom(100 + i))
-    cache = base / "cache"
-    with running_sampler(cache, data.as_uri(), "--capacity", "64Mi"):
-        wait_until(lambda: _samples(cache) == FILES, timeout=120, what="every sample cached")
-        cut = _epochfs("cut", "--cache", str(cache), "--force")
-        assert (cut.returncode, cut.stdout.strip()) == (0, "0"), cut.stderr
-    assert _epochs(cache) == [0]
-    objects = _objects(cache)
-    assert len(objects) == FILES
-    return cache, data, objects
-
-
-def _copy(cut_cache: tuple[Path, Path, set[str]], tmp_path: Path) -> tuple[Path, Path, set[str]]:
-    """A copy of the cut cache (the same remote: the index records which one filled it)."""
-    cache, data, objects = cut_cache
-    shutil.copytree(cache, tmp_path / "cache", symlinks=True)
-    return tmp_path / "cache", data, objects
+    return cc.make_cut_cache(tmp_path_factory.mktemp("r53d"))
 
 
 def _delete_index(cache: Path) -> None:
@@ -99,19 +55,19 @@ def _assert_rebuilt(cache: Path, objects: set[str], log: str) -> None:
             f"{HELD}): the index file is missing, so nothing to move aside") in log, log[-3000:]
     assert "epochs 0 restored from their members files" in log, log[-3000:]
     assert "never cut" not in log, log[-3000:]
-    assert _epochs(cache) == [0]
-    assert objects <= _objects(cache)  # every object file of epoch 0 is still there
+    assert cc.epochs(cache) == [0]
+    assert objects <= cc.objects(cache)  # every object file of epoch 0 is still there
     assert (cache / "epochs" / "epoch-0.members").is_file()
     assert not list(cache.glob(f"{INDEX_NAME}{CORRUPT_INFIX}*[0-9Z]")), "no index to keep aside"
 
 
 def test_read_commands_say_the_index_is_missing_and_write_nothing(
         cut_cache: tuple[Path, Path, set[str]], tmp_path: Path) -> None:
-    cache, _, _ = _copy(cut_cache, tmp_path)
+    cache, _, _ = cc.copy_cache(cut_cache, tmp_path)
     _delete_index(cache)
     before = _folder(cache)
     for command in (["status"], ["verify", "--report-only"], ["cut"]):
-        r = _epochfs(*command, "--cache", str(cache))
+        r = cc.epochfs(*command, "--cache", str(cache))
         assert r.returncode == 2, (command, r.stdout, r.stderr)
         [line] = r.stderr.strip().splitlines()
         # The family of every damaged index's refusal: "epochfs CMD: --cache: PATH: reason".
@@ -125,18 +81,18 @@ def test_read_commands_say_the_index_is_missing_and_write_nothing(
 @pytest.mark.parametrize("status_first", [True, False])
 def test_the_sampler_start_rebuilds_a_missing_index_and_keeps_epoch_0(
         cut_cache: tuple[Path, Path, set[str]], tmp_path: Path, status_first: bool) -> None:
-    cache, data, objects = _copy(cut_cache, tmp_path)
+    cache, data, objects = cc.copy_cache(cut_cache, tmp_path)
     _delete_index(cache)
     if status_first:
-        assert _epochfs("status", "--cache", str(cache)).returncode == 2
+        assert cc.epochfs("status", "--cache", str(cache)).returncode == 2
     # The start returns once the sampler logged its recovery: the rebuild and the orphans' removal
     # are behind it.
     with running_sampler(cache, data.as_uri(), "--capacity", "64Mi") as sp:
-        assert _samples(cache) == FILES
+        assert cc.samples(cache) == FILES
     log = sp.log_text()
     _assert_rebuilt(cache, objects, log)
     assert " 0 orphan object(s) removed" in log, log[-3000:]
-    status = _epochfs("status", "--cache", str(cache), "--json")
+    status = cc.epochfs("status", "--cache", str(cache), "--json")
     assert status.returncode == 0, status.stderr
 
 
@@ -144,7 +100,7 @@ def test_an_index_deleted_under_the_running_sampler_is_rebuilt_at_its_restart(
         cut_cache: tuple[Path, Path, set[str]], tmp_path: Path) -> None:
     """The sampler exits 1 when its index is deleted under it; the restart (the supervisor's)
     rebuilds the index from the members files instead of making a fresh one."""
-    cache, data, objects = _copy(cut_cache, tmp_path)
+    cache, data, objects = cc.copy_cache(cut_cache, tmp_path)
     sp = start_sampler(cache, data.as_uri(), "--capacity", "64Mi")
     try:
         (cache / INDEX_NAME).unlink()
@@ -155,7 +111,7 @@ def test_an_index_deleted_under_the_running_sampler_is_rebuilt_at_its_restart(
     assert "the cache index was deleted under the running sampler" in sp.log_text(), sp.log_text()[-3000:]
     assert not (cache / INDEX_NAME).exists()
     with running_sampler(cache, data.as_uri(), "--capacity", "64Mi") as again:
-        assert _samples(cache) == FILES
+        assert cc.samples(cache) == FILES
     _assert_rebuilt(cache, objects, again.log_text())
 
 
@@ -179,7 +135,7 @@ def test_two_openers_of_a_missing_index_rebuild_it_once(
         cut_cache: tuple[Path, Path, set[str]], tmp_path: Path) -> None:
     """Two writers (the sampler and the FUSE server of one pod, say) open the cache at once: both
     find the index missing and wait for the reset lock; one rebuilds, the other opens its index."""
-    cache, _, objects = _copy(cut_cache, tmp_path)
+    cache, _, objects = cc.copy_cache(cut_cache, tmp_path)
     _delete_index(cache)
     lock = cache / LOCK_NAME
     fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o644)
@@ -212,10 +168,10 @@ def test_a_new_cache_without_an_index_is_made_fresh_silently(tmp_path: Path) -> 
     (cache / OBJECTS_DIR).mkdir()
     (cache / OBJECTS_DIR / f"{MARKER_PREFIX}{os.urandom(16).hex()}").mkdir()
     (cache / "tmp").mkdir()
-    r = _epochfs("status", "--cache", str(cache))
+    r = cc.epochfs("status", "--cache", str(cache))
     assert r.returncode == 2 and "no epochfs cache there (no index.sqlite)" in r.stderr, r.stderr
     with running_sampler(cache, data.as_uri(), "--capacity", "1Mi") as sp:
-        wait_until(lambda: _samples(cache) == 3, what="the new cache filled")
+        wait_until(lambda: cc.samples(cache) == 3, what="the new cache filled")
     log = sp.log_text()
     assert "damaged" not in log and "missing, but" not in log, log[-3000:]
     assert not list(cache.glob(f"{INDEX_NAME}{CORRUPT_INFIX}*"))

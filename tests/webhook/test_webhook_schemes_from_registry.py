@@ -47,9 +47,16 @@ account's host, a host with a port, an absolute path, nothing, a name with a spa
 that is not one, a relative path, a control character."""
 
 
+DATASET = {"extraVolumes": [{"name": "dataset", "persistentVolumeClaim": {"claimName": "data"}}],
+           "extraVolumeMounts": [{"name": "dataset", "mountPath": "/data", "readOnly": True}]}
+"""The profiles' sidecar mounts a dataset at /data: a folder remote there is served (one no mount
+holds is refused, tests/webhook/test_webhook_refusals.py), the same for every folder backend."""
+
+
 @pytest.fixture(scope="module")
 def served(helm_bin: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
-    docs = profile_documents(render(helm_bin, chart_values(), tmp_path_factory.mktemp("render")))
+    values = chart_values({"sidecar": DATASET})
+    docs = profile_documents(render(helm_bin, values, tmp_path_factory.mktemp("render")))
     profiles = write_profiles(docs, tmp_path_factory.mktemp("profiles"))
     yield from serve(profiles, tmp_path_factory.mktemp("tls"))
 
