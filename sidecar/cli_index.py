@@ -8,6 +8,7 @@ Apart from :mod:`.cli` because it is the one command with checks of its own befo
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 
@@ -115,12 +116,13 @@ def _check_apart_from_remote(path: Path, *, shown: str, remote: str) -> None:
 
     if split_url(remote).scheme != "file":
         return
-    root = spelled(Path(local_root(remote) or "/"))
+    root = os.path.realpath(local_root(remote) or "/")  # a dataset root may be a link (current -> v3)
     if inside(spelled(path), root):
-        beside = Path(root).parent / f"{Path(root).name or 'dataset'}-{path.name}"
+        beside = Path(root).parent / f"{Path(root).name}-{path.name}"
+        where = ("give REMOTE a narrower folder than the whole filesystem" if root == "/"
+                 else f"write it beside that folder (--out {beside})")
         raise config.ConfigError(f"--out: {shown} is inside the remote's folder {root} (REMOTE {remote}), "
-                                 f"whose files are the samples: the index would list itself as one; "
-                                 f"write it beside that folder (--out {beside})")
+                                 f"whose files are the samples: the index would list itself as one; {where}")
 
 
 def _gzipped_name(out: str) -> bool:

@@ -217,11 +217,12 @@ def check_apart_from_remote(remote: str, **places: Path | None) -> None:
     have no folder here."""
     if not remote.lower().startswith("file://"):
         return
-    root = spelled(Path(local_root(remote) or "/"))
+    root = os.path.realpath(local_root(remote) or "/")  # a dataset root may be a link (current -> v3)
     for flag, place in places.items():
         if place is None:
             continue
         if inside(spelled(place), root):
+            where = ("give --remote a narrower folder than the whole filesystem" if root == "/"
+                     else f"put it beside that folder (--{flag} {Path(root).parent / ('epochfs-' + flag)})")
             raise ConfigError(f"--{flag}: {place} is inside the remote's folder {root} (--remote {remote}), "
-                              f"whose files are the samples: put it beside that folder "
-                              f"(--{flag} {Path(root).parent / ('epochfs-' + flag)})")
+                              f"whose files are the samples: {where}")

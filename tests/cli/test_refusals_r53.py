@@ -241,3 +241,34 @@ def test_fuse_sidecar_refuses_a_mount_inside_the_objects_before_making_the_cache
     assert out.returncode == 2, out.stderr
     assert f"--mount: {inside} is inside {cache / 'objects'}, where the epochs' files point" in out.stderr
     assert not cache.exists()
+
+
+# ------------------------------------------------------------------ a remote's root through a link
+def test_index_out_inside_a_remote_reached_through_a_link_is_refused(tmp_path: Path) -> None:
+    """A dataset root that is a link (``current -> v3``): --out inside the folder it names is
+    inside the remote all the same (review R53b: it was written, and listed itself as a sample)."""
+    remote = _dataset(tmp_path)
+    link = tmp_path / "current"
+    link.symlink_to(remote, target_is_directory=True)
+    out = _run("index", f"file://{link}", "--out", str(remote / "x.jsonl"))
+    assert out.returncode == 2, out.stderr
+    assert f"is inside the remote's folder {remote} " in out.stderr, out.stderr
+    assert not (remote / "x.jsonl").exists()
+
+
+def test_a_cache_inside_a_remote_reached_through_a_link_is_refused(tmp_path: Path) -> None:
+    remote = _dataset(tmp_path)
+    link = tmp_path / "current"
+    link.symlink_to(remote, target_is_directory=True)
+    out = _run("sample", "--remote", f"file://{link}", "--cache", str(remote / "cache"))
+    assert out.returncode == 2, out.stderr
+    assert f"--cache: {remote / 'cache'} is inside the remote's folder {remote} " in out.stderr, out.stderr
+    assert not (remote / "cache").exists()
+
+
+def test_a_remote_of_the_whole_filesystem_suggests_no_place_inside_it(tmp_path: Path) -> None:
+    """Every path is inside ``file:///``: the refusal's advice was a path inside it again."""
+    out = _run("index", "file:///", "--out", str(tmp_path / "root.jsonl"))
+    assert out.returncode == 2, out.stderr
+    assert "narrower folder than the whole filesystem" in out.stderr, out.stderr
+    assert "--out /" not in out.stderr, out.stderr
