@@ -8,11 +8,10 @@ Apart from :mod:`.cli` because it is the one command with checks of its own befo
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 from pathlib import Path
 
-from epochfs.sidecar import config, redact
+from epochfs.sidecar import config, redact, volumes
 
 
 def cmd_index(ns: argparse.Namespace) -> int:
@@ -110,14 +109,8 @@ def _check_local_out(local: str, *, shown: str, remote: str) -> None:
 def _check_apart_from_remote(path: Path, *, shown: str, remote: str) -> None:
     """Refuse ``path`` inside the folder of the ``file://`` remote ``remote`` (other remotes have
     no folder here), with a place beside that folder to use instead."""
-    from epochfs.sidecar.remote.file import local_root
-    from epochfs.sidecar.remote.urls import split_url
-    from epochfs.sidecar.store.placement import inside, spelled
-
-    if split_url(remote).scheme != "file":
-        return
-    root = os.path.realpath(local_root(remote) or "/")  # a dataset root may be a link (current -> v3)
-    if inside(spelled(path), root):
+    root = volumes.remote_folder_holding(remote, path)
+    if root is not None:
         beside = Path(root).parent / f"{Path(root).name}-{path.name}"
         where = ("give REMOTE a narrower folder than the whole filesystem" if root == "/"
                  else f"write it beside that folder (--out {beside})")

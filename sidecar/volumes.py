@@ -209,19 +209,23 @@ __all__ = ["CACHE_HINT", "PUBLISHED_SCAN", "check_cache", "check_view_folder", "
            "published_folder"]
 
 
+def remote_folder_holding(remote: str, place: Path) -> str | None:
+    """The folder of the ``file://`` remote ``remote`` when ``place`` is in it (its root resolved:
+    a dataset root may be a link, ``current -> v3``), else None (other remotes have no folder
+    here). Whatever is put there the sampler lists as samples of the dataset."""
+    if not remote.lower().startswith("file://"):
+        return None
+    root = os.path.realpath(local_root(remote) or "/")
+    return root if inside(spelled(place), root) else None
+
+
 def check_apart_from_remote(remote: str, **places: Path | None) -> None:
     """A ``file://`` remote's folder holding the cache or the view (``places``: flag name ->
     path), refused (exit 2) before anything is made there: the sampler lists the remote's
     folder, so it would take the store's own files (its index, its lock) or the view's (every
-    sample again under the mount, more at each relist) for samples of the dataset. Other remotes
-    have no folder here."""
-    if not remote.lower().startswith("file://"):
-        return
-    root = os.path.realpath(local_root(remote) or "/")  # a dataset root may be a link (current -> v3)
+    sample again under the mount, more at each relist) for samples of the dataset."""
     for flag, place in places.items():
-        if place is None:
-            continue
-        if inside(spelled(place), root):
+        if place is not None and (root := remote_folder_holding(remote, place)) is not None:
             where = ("give --remote a narrower folder than the whole filesystem" if root == "/"
                      else f"put it beside that folder (--{flag} {Path(root).parent / ('epochfs-' + flag)})")
             raise ConfigError(f"--{flag}: {place} is inside the remote's folder {root} (--remote {remote}), "

@@ -16,7 +16,6 @@ from epochfs.sidecar.confparse import parse_size
 from epochfs.sidecar.remote import registry
 from epochfs.sidecar.remote.file import local_root
 from epochfs.sidecar.remote.registry import backend_for, check_url, missing_library, named_part
-from epochfs.sidecar.remote.urls import split_url
 from epochfs.sidecar.webhook.fields import (
     CAPACITY,
     CAPACITY_SHARE_TENTHS,
@@ -139,7 +138,6 @@ def url_problem(url: str, scheme: str) -> str | None:
         return "it holds a control character"
     backend = backend_for(scheme)
     names = backend.names if backend is not None else None
-    host = split_url(url).host
     if names == "bucket" or names == "container":
         name = named_part(url, names)  # a container's name ends at "@" (its account's host follows)
         if not _NAME_RE.match(name):
@@ -149,11 +147,9 @@ def url_problem(url: str, scheme: str) -> str | None:
             urlsplit(url).port  # noqa: B018 -- raises ValueError for a port not a number in range
         except ValueError as e:
             return str(e)
-    elif names == "folder" and host not in ("", "localhost"):
-        return (f"a {scheme}:// remote needs an absolute path in the sidecar's container "
-                f"({scheme}:///data/train), not {host!r}")
+    # A folder's relative path is the registry's own check (check_url, before this): one rule,
+    # which reads file://LOCALHOST/ as the sidecar does.
     return None
-
 
 
 def _folder_unmounted(url: str, sidecars: list[JSON]) -> str | None:
