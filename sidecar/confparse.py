@@ -128,7 +128,15 @@ def _non_negative_float(text: str) -> float:
 
 
 def _fraction(text: str) -> float:
-    value = float(text)
+    """A share in [0, 1) (``--headroom 0.25``); a percentage is refused with the form to write."""
+    percent = str(text).strip()
+    if percent.endswith("%"):
+        try:
+            share = f"{float(percent[:-1]) / 100:g}"
+        except ValueError:
+            share = "0.25 for 25%"
+        raise ValueError(f"a fraction in [0, 1), not a percentage: write {share}")
+    value = _finite(text)
     if not 0.0 <= value < 1.0:
         raise ValueError("must be in [0, 1)")
     return value

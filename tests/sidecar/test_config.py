@@ -70,6 +70,9 @@ def one_line(proc: subprocess.CompletedProcess[str]) -> str:
         (["--schedule", "initial=0"], {}, "--schedule", "initial"),
         (["--schedule", "speed=3"], {}, "--schedule", "unknown"),
         (["--headroom", "1.5"], {}, "--headroom", "[0, 1)"),
+        # A percentage (as a share is often said: 25%) gets the form to write.
+        (["--headroom", "25%"], {}, "--headroom", "not a percentage: write 0.25"),
+        ([], {"EPOCHFS_HEADROOM": "10 %"}, "--headroom", "write 0.1"),
         (["--seed", "abc"], {}, "--seed", "invalid"),
         # Settings once read where they were used, each with its own policy for a bad value.
         ([], {"EPOCHFS_READ_TIMEOUT": "soon"}, "--read-timeout", "EPOCHFS_READ_TIMEOUT"),
