@@ -8,7 +8,7 @@ import logging
 from epochfs.sidecar.config import ConfigError, SamplerSettings, format_size
 from epochfs.sidecar.listing.filter import CatalogReport
 from epochfs.sidecar.redact import redact
-from epochfs.sidecar.store.stats import empty_shard_words
+from epochfs.sidecar.store.stats import empty_shard_words, percent
 
 log = logging.getLogger("epochfs.sampler")
 
@@ -39,7 +39,7 @@ def check_capacity(settings: SamplerSettings, report: CatalogReport) -> None:
         raise ConfigError(
             f"{limit_flag}: every object of this shard is larger than the object limit "
             f"{format_size(settings.object_limit)} (capacity {format_size(settings.capacity)}, "
-            f"headroom {settings.headroom:.0%}); the smallest is {format_size(report.smallest_refused)}"
+            f"headroom {percent(settings.headroom)}); the smallest is {format_size(report.smallest_refused)}"
         )
 
 

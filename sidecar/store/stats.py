@@ -107,7 +107,7 @@ def _first_epoch(db: sqlite3.Connection, policy: Policy, samples: int, nbytes: i
         # budget's newest samples are all epoch 0 would ever hold.
         doc["warning"] = (
             f"--min-samples {least} is more than the {held} samples an epoch holds: --capacity "
-            f"{_size(policy.capacity)} less --headroom {policy.headroom:.0%} leaves "
+            f"{_size(policy.capacity)} less --headroom {percent(policy.headroom)} leaves "
             f"{_size(policy.epoch_budget)} for an epoch, and the cache is full with nothing "
             "evictable: epoch 0 is never cut; lower --min-samples or raise --capacity")
     return doc
@@ -153,6 +153,12 @@ def _first_window(db: sqlite3.Connection, policy: Policy, samples: int, least: i
         doc["warning"] = (f"--min-samples {least} is more than the {holds} samples epoch {n}'s window "
                           f"holds ({'; '.join(why) or 'its keys'}): it is never cut; lower --min-samples")
     return doc
+
+
+def percent(share: float) -> str:
+    """``share`` as a percentage of up to four digits: 0.25 -> ``25%``, 0.999 -> ``99.9%``
+    (``{:.0%}`` said 100% of a ``--headroom`` the flag refuses at 1)."""
+    return f"{share * 100:.4g}%"
 
 
 def _size(n: float) -> str:
