@@ -31,7 +31,9 @@ class CutSchedule:
         self._write = write
         self.last = time.monotonic()
         """When the last cut was made (on request or by the interval)."""
-        self._samples_at_cut = -1
+        # A restart counts its arrivals from 0: where none came after the newest epoch's cut, the
+        # first tick cuts no copy of it (else each restart spends a number, pushing an epoch out).
+        self._samples_at_cut = -1 if store.arrived_since_newest() else 0
 
     def serve_requests(self) -> None:
         """Cut the epochs asked for whose samples have landed."""

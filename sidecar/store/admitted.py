@@ -79,6 +79,14 @@ def id_bounds(ix: Index) -> tuple[int, int]:
     return int(lo), int(hi)
 
 
+def arrived_since_newest(ix: Index) -> bool:
+    """Whether a sample was admitted after the newest epoch was cut (True with no epoch): what a
+    timer cut waits for, also across a restart of the sampler that counted the arrivals."""
+    row = ix.query("SELECT (SELECT max_sample FROM epochs ORDER BY n DESC LIMIT 1), "
+                   "(SELECT MAX(id) FROM samples)")[0]
+    return row[0] is None or (row[1] is not None and int(row[1]) > int(row[0]))
+
+
 def epoch_extent(ix: Index, n: int) -> EpochExtent | None:
     """Epoch ``n``'s range, count and bytes; None unless it is live and a range of the admission
     order (schedule-mode windows and epochs listed row by row are not)."""

@@ -59,6 +59,10 @@ class StoreEpochs(ABC):
     def process_cut_requests(self) -> list[tuple[int, float]]:
         return epochs.process_cut_requests(self._ix, self.policy())
 
+    def arrived_since_newest(self) -> bool:
+        """:func:`.admitted.arrived_since_newest`."""
+        return admitted.arrived_since_newest(self._ix)
+
     def retire(self, *, now: float | None = None) -> list[int]:
         return epochs.retire(self._ix, self.policy(), now=now)
 
