@@ -57,13 +57,19 @@ class EpochReads:
         with self._lock:
             return sorted(self._held)
 
-    def flush(self, store: EpochReader) -> list[int]:
+    def flush(self, store: EpochReader, *, held_ahead: float = 0.0) -> list[int]:
         """Write the noted reads to ``store``; returns the epochs recorded. One the index could not
-        take now (busy or full) stays noted for the next flush."""
+        take now (busy or full) stays noted for the next flush. A held epoch's read is dated
+        ``held_ahead`` seconds ahead: renewed once per debounce and refresh, a read dated now
+        lapses before the next renewal in a window shorter than that gap (``--in-use-seconds 0``
+        retired an epoch with a folder open under its reader)."""
         with self._lock:
             pending = sorted(self._pending)
+            held = set(self._held)
             self._pending.clear()
-        done = [n for n in pending if store.record_read(n) is not False]
+        now = time.time()
+        done = [n for n in pending
+                if store.record_read(n, now=now + held_ahead if n in held else None) is not False]
         if len(done) < len(pending):  # the index was busy or full: the next flush tries again
             with self._lock:
                 self._pending.update(n for n in pending if n not in done)

@@ -37,6 +37,10 @@ between them, and Linux's ``fstat`` asks the server for the file, not for an ope
 answer is another open's size (the newest); with both the same, a reader that fstats and reads
 that many bytes (``tar``, hence ``kubectl cp``, beside a poller in any container) gets its whole
 document. JSON ignores the trailing spaces."""
+HELD_MARGIN = 5.0
+"""Seconds a held epoch's read is dated beyond the debounce: its next renewal comes within one
+debounce and a refresh (0.5 s), or a few refreshes when the index is busy; dated past that, an
+epoch with a folder open stays pinned whatever the in-use window, 0 included."""
 TREES_KEPT = 3
 """Epoch trees (and manifests) the view keeps built, the least recently used dropped first: a
 trainer reads one epoch while the next is warmed, and one more reader (an evaluation of a pinned
@@ -221,8 +225,9 @@ class ViewState:
             self.note_read(n)
 
     def flush_reads(self) -> list[int]:
-        """Write the noted reads to the store (off the FUSE request path: it takes a write lock)."""
-        return self.reads.flush(self.store)
+        """Write the noted reads to the store (off the FUSE request path: it takes a write lock);
+        a held epoch's dated ahead by the debounce and :data:`HELD_MARGIN`, past its next renewal."""
+        return self.reads.flush(self.store, held_ahead=self.read_debounce + HELD_MARGIN)
 
     # ------------------------------------------------------------------ epochs
     def _epoch_live(self, n: int, *, cut: bool) -> float | None:

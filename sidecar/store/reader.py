@@ -93,8 +93,9 @@ class EpochReader(Protocol):
         """An explicit jump to epoch ``n`` (``POST /v1/cut?epoch=N&jump=1``); None: not yet."""
         ...
 
-    def record_read(self, n: int) -> bool:
-        """Epoch ``n`` was read: it stays pinned for the in-use window."""
+    def record_read(self, n: int, *, now: float | None = None) -> bool:
+        """Epoch ``n`` was read (at ``now``, the time by default): it stays pinned for the in-use
+        window from then."""
         ...
 
     # ------------------------------------------------------------------ class folders
