@@ -150,6 +150,19 @@ def view_source(cache: Path) -> str:
     return "epochfs:" + os.path.realpath(cache).replace(",", "_").replace("\\", "_")
 
 
+def view_cache(entry: MountEntry) -> Path | None:
+    """The cache a FUSE view serves, read back from its mount table entry (the source
+    :func:`view_source` gave it): how ``epochfs unmount`` finds the read-only bind that a killed
+    server left beside the view. None for any other mount, or a source that does not give back the
+    path it names. (A ``,`` in the path is written ``_``: the path read back is then another, which
+    holds the bind only if it is a cache whose bind no view uses, one its last server would remove.)"""
+    prefix = "epochfs:"
+    if not entry.fstype.startswith("fuse") or not entry.source.startswith(prefix):
+        return None
+    cache = Path(entry.source[len(prefix):])
+    return cache if cache.is_absolute() and view_source(cache) == entry.source else None
+
+
 def other_views(cache: Path, mine: Path | None = None) -> list[str]:
     """Mount points of the FUSE views of ``cache`` but ``mine`` in the mount table. Not probed for
     life: a view slow to answer would be taken for dead and lose the bind under its readers, and a
@@ -344,7 +357,12 @@ def wait_for_mount(
 
 
 def unmount_stale(path: Path) -> int:
-    """``epochfs unmount --mount DIR``: lazily unmount whatever epochfs left at DIR (exit status)."""
+    """``epochfs unmount --mount DIR``: lazily unmount whatever epochfs left at DIR, then the
+    read-only bind of the cache it served (exit status). A server killed with SIGKILL leaves both:
+    the bind (``<cache>/objects-ro``) kept ``rm -rf`` of the cache from finishing ("Device or
+    resource busy"). The cache is the one the view's mount table entry names (:func:`view_cache`);
+    its bind goes unless another view of it reads through it, the server's own rule at its exit
+    (:func:`release_link_root`)."""
     path = Path(os.path.abspath(path))
     entry = find_mount(path)
     if entry is None:
@@ -353,8 +371,29 @@ def unmount_stale(path: Path) -> int:
     if not entry.fstype.startswith("fuse"):
         print(f"epochfs unmount: {path} is a {entry.fstype} mount, not a FUSE view; left alone")
         return 1
-    if lazy_unmount(path):
-        print(f"epochfs unmount: unmounted {path} ({entry.fstype})")
-        return 0
-    print(f"epochfs unmount: could not unmount {path}; is it in use by another namespace?")
-    return 1
+    here = canonical(path)
+    caches = {c for e in mount_table() if e.mount_point == here and (c := view_cache(e)) is not None}
+    if not lazy_unmount(path):
+        print(f"epochfs unmount: could not unmount {path}; is it in use by another namespace?")
+        return 1
+    print(f"epochfs unmount: unmounted {path} ({entry.fstype})")
+    return 0 if all([_unbind(cache, path) for cache in sorted(caches)]) else 1
+
+
+def _unbind(cache: Path, view: Path) -> bool:
+    """Remove ``cache``'s read-only bind once ``view`` is gone, unless another view reads through
+    it (said, and True); False when it could not be unmounted."""
+    link_root = cache / DEFAULT_LINK_ROOT_NAME
+    if find_mount(link_root) is None:
+        return True  # none (a --link-root of the user's), or removed by the server at its exit
+    release_link_root(cache, view)
+    users = other_views(cache, view)
+    if find_mount(link_root) is None:
+        print(f"epochfs unmount: unmounted the read-only bind {link_root} (no other view of {cache})")
+    elif users:
+        print(f"epochfs unmount: left the read-only bind {link_root}: the view at {', '.join(users)} "
+              "reads through it")
+    else:
+        print(f"epochfs unmount: could not unmount the read-only bind {link_root}")
+        return False
+    return True

@@ -195,7 +195,8 @@ def build_parser() -> argparse.ArgumentParser:
     config.add_arguments(p, config.SidecarSettings)
     p.set_defaults(func=_cmd_sidecar)
 
-    p = sub.add_parser("unmount", parents=[common], help="unmount a (possibly stale) epochfs mount")
+    p = sub.add_parser("unmount", parents=[common], help="unmount a (possibly stale) epochfs mount, and the "
+                       "read-only bind <cache>/objects-ro when no other view of its cache is mounted")
     p.add_argument("--mount", required=True, help="mount point")
     p.set_defaults(func=_cmd_unmount)
 

@@ -125,7 +125,7 @@ def read_stats(*, cache: Path | None, mount: Path | None) -> dict[str, Any]:
             doc = store.stats().to_json()
             saved = store.meta(Meta.SIDECAR_TOTALS)
             # Beside the store's connection, which keeps the index's shared memory for this read.
-            facts.mark_pins(doc, cache, store.policy().in_use_seconds)
+            facts.mark_pins(doc, cache, store.policy())
         if saved:
             with contextlib.suppress(ValueError, TypeError, AttributeError):  # a damaged value: skip it
                 doc.update(facts.totals(saved))

@@ -25,7 +25,7 @@ from typing import Any
 
 from epochfs.sidecar import samplerlock
 from epochfs.sidecar.config import ConfigError
-from epochfs.sidecar.store import INDEX_NAME
+from epochfs.sidecar.store import INDEX_NAME, Policy
 
 NOT_RUNNING = ("sampler: NOT RUNNING (no `epochfs sample` holds this cache's lock): nothing is "
                "fetched or in flight, and no backpressure holds it back")
@@ -50,11 +50,20 @@ def sampler_facts(doc: dict[str, Any], cache: Path) -> None:
         doc["backpressure_reason"] = None
 
 
-def mark_pins(doc: dict[str, Any], cache: Path, in_use_seconds: float, *,
+KEPT, IN_USE = "kept", "in use"
+"""The two reasons an epoch is pinned (README, Words), as ``pinned_by`` names them."""
+
+
+def mark_pins(doc: dict[str, Any], cache: Path, policy: Policy, *,
               now: float | None = None) -> None:
-    """Mark each live epoch of a ``--cache`` document ``pinned`` (a reader recorded a read of it
-    within ``in_use_seconds``: it stays past the newest ``--keep-epochs`` and holds its samples
-    against eviction) and add ``pinned_epochs``; what the EpochfsBackpressure runbook asks.
+    """Mark each live epoch of a ``--cache`` document ``pinned``, as the README defines it: among
+    the newest ``--keep-epochs`` (``kept``) or read by a reader within ``--in-use-seconds`` (``in
+    use``); either way it stays and its samples are not evicted. ``pinned_by`` names the reasons
+    and ``pinned_epochs`` lists the pinned epochs: what the EpochfsBackpressure runbook asks.
+
+    Both reasons: the epochs a backpressure reason names ("cannot fit beside the kept epochs
+    (4-5)") are kept ones. The newest are counted among the index's live epochs, as the store's
+    own retirement does (:func:`epochfs.sidecar.store.epochpins.live`).
 
     The store keeps the reads (``epochs.last_read``, :mod:`epochfs.sidecar.store.epochpins`) and
     says nothing of them in its document, so they are read here, read-only; an index that cannot
@@ -69,10 +78,14 @@ def mark_pins(doc: dict[str, Any], cache: Path, in_use_seconds: float, *,
             db.close()
     except (sqlite3.Error, TypeError, ValueError):
         return
+    kept = set(sorted(reads, reverse=True)[:max(policy.keep_epochs, 0)])
     epochs = doc.get("epochs") or []
     for e in epochs:
-        last = reads.get(int(e["epoch"]))
-        e["pinned"] = last is not None and last > 0 and now - last < in_use_seconds
+        n = int(e["epoch"])
+        last = reads.get(n)
+        in_use = last is not None and last > 0 and now - last < policy.in_use_seconds
+        e["pinned_by"] = [why for why, holds in ((KEPT, n in kept), (IN_USE, in_use)) if holds]
+        e["pinned"] = bool(e["pinned_by"])
     doc["pinned_epochs"] = [int(e["epoch"]) for e in epochs if e["pinned"]]
 
 

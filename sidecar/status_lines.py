@@ -68,25 +68,38 @@ def fmt_rates(r: dict[str, float]) -> str:
     return "rates: " + "  ".join(parts)
 
 
+def pin_words(e: dict[str, Any]) -> str:
+    """The ``pinned`` cell of one epoch: why it is pinned (``kept``, ``in use``, ``kept, in use``,
+    from ``pinned_by``) or ``no``; ``yes`` for a document that says only ``pinned``."""
+    why = e.get("pinned_by")
+    if isinstance(why, list):
+        return ", ".join(str(w) for w in why) or "no"
+    return "yes" if e.get("pinned") else "no"
+
+
 def epoch_lines(epochs: list[dict[str, Any]]) -> list[str]:
     """The epochs table: each live epoch's samples, ``new`` (not in the epoch before),
     ``left out`` (the epoch before's samples not in this one: turned over, which is not the
     cache's eviction count; JSON ``evicted``), bytes and, where the document says (``--cache``:
-    :func:`~epochfs.sidecar.status_facts.mark_pins`), whether a reader pins it: read within
-    ``--in-use-seconds``, so it stays past the newest ``--keep-epochs`` and its samples are not
-    evicted. A document without ``pinned`` (``status.json``, another version) has no such column."""
+    :func:`~epochfs.sidecar.status_facts.mark_pins`), whether it is pinned and why: ``kept``
+    (among the newest ``--keep-epochs``) and/or ``in use`` (read within ``--in-use-seconds``);
+    either way it stays and its samples are not evicted. A document without ``pinned``
+    (``status.json``, another version) has no such column."""
     pins = any("pinned" in e for e in epochs)
     # As wide as the largest number shown (epochs go up to 536,870,910), at least the header's.
     width = max([6, *(len(str(e.get("epoch", "?"))) for e in epochs)])
+    cells = [pin_words(e) for e in epochs]
+    # The last column, left-aligned: its words differ in length ("kept, in use", "no").
     lines = [f"{'epoch':>{width}} {'samples':>9} {'new':>7} {'left out':>8} {'bytes':>12}"
-             + (f" {'pinned':>6}" if pins else "")]
-    for e in epochs:
+             + (" pinned" if pins else "")]
+    for e, cell in zip(epochs, cells, strict=True):
         lines.append(
             f"{e.get('epoch', '?'):>{width}} {e.get('samples', '?'):>9} {e.get('new', 0):>7} "
             f"{e.get('evicted', 0):>8} {format_size(int(e.get('bytes') or 0)):>12}"
-            + (f" {'yes' if e.get('pinned') else 'no':>6}" if pins else ""))
+            + (f" {cell}" if pins else ""))
     if epochs:
-        pinned = "; pinned: read (or restored by an index rebuild) within --in-use-seconds"
+        pinned = ("; pinned: kept (among the newest --keep-epochs) and/or in use (read, or restored "
+                  "by an index rebuild, within --in-use-seconds): it stays and its samples are not evicted")
         lines.append("  (new: samples not in the epoch before; left out: samples of the epoch before not in "
                      "this one" + (pinned if pins else "") + ")")
     return lines

@@ -133,9 +133,11 @@ def test_a_symlink_to_a_fuse_mount_is_the_fuse_view(tmp_path: Path) -> None:
 @needs_fuse
 def test_status_shows_which_epochs_readers_pin(tmp_path: Path) -> None:
     """The EpochfsBackpressure runbook asks status which live epochs are pinned: a read through
-    the mount records one (``epochs.last_read``); ``--cache`` shows it as a column and in JSON."""
+    the mount records one (``epochs.last_read``); ``--cache`` shows it as a column and in JSON.
+    --keep-epochs 1, so that only the read pins epoch 0 (epoch 1, the newest, is pinned ``kept``:
+    tests/sidecar/test_status_pins_kept_r54.py)."""
     cache, mnt = tmp_path / "cache", tmp_path / "mnt"
-    with open_store(cache, keep_epochs=2, in_use_seconds=300.0) as store:
+    with open_store(cache, keep_epochs=1, in_use_seconds=300.0) as store:
         admit(store, make_objects(3, 100))
         store.cut()
         admit(store, make_objects(3, 100, start=3))
@@ -149,12 +151,12 @@ def test_status_shows_which_epochs_readers_pin(tmp_path: Path) -> None:
                           text=True, env=_env(), timeout=60)
     assert proc.returncode == 0, proc.stderr
     doc = json.loads(proc.stdout)
-    assert doc["pinned_epochs"] == [0], doc
-    assert [(e["epoch"], e["pinned"]) for e in doc["epochs"]] == [(0, True), (1, False)]
+    assert doc["pinned_epochs"] == [0, 1], doc
+    assert [(e["epoch"], e["pinned_by"]) for e in doc["epochs"]] == [(0, ["in use"]), (1, ["kept"])]
     text = subprocess.run([*STATUS, "--cache", str(cache)], capture_output=True, text=True,
                           env=_env(), timeout=60).stdout
     rows = text.splitlines()
     header = next(line for line in rows if line.lstrip().startswith("epoch "))
     assert header.split() == ["epoch", "samples", "new", "left", "out", "bytes", "pinned"], text
-    assert rows[rows.index(header) + 1].split()[-1] == "yes", text
-    assert rows[rows.index(header) + 2].split()[-1] == "no", text
+    assert rows[rows.index(header) + 1].endswith(" in use"), text
+    assert rows[rows.index(header) + 2].endswith(" kept"), text
