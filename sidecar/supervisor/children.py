@@ -23,7 +23,8 @@ reason of the last transient failure is kept (:attr:`Child.waiting`) for ``/read
 ``epochfs status`` (:meth:`ChildProcesses.retry_note`), until a run proves stable or ends another way.
 Two failures are the node's, never a stop: a start that gets no process or thread (a pod's pids
 limit) is no run, tried again after the backoff; an exit 2 refusing ``--cache``, which the
-sidecar's own start found usable, is the volume failing under it, a crash.
+sidecar's own start found usable, is the volume failing under it, or another sampler holding the
+cache's lock: a crash.
 """
 
 from __future__ import annotations
@@ -278,6 +279,11 @@ class ChildProcesses:
         if refusal:
             log.error("%s refused its settings (exit 2 after %.1fs): stopping", child.name, ran)
             return True  # the supervisor stops on it (core.Supervisor.run): no restart
+        if volume and "is in use by another epochfs sample" in child.last_error:
+            log.error("%s could not take the cache's sampler lock (%s): another epochfs sample uses "
+                      "the cache; a crash, restarting in %.1fs", child.name, child.last_error,
+                      child.backoff)
+            return True
         if volume:
             log.error("%s could not use the cache, which this sidecar's start found usable (%s): "
                       "the node volume is failing; a crash, restarting in %.1fs", child.name,
@@ -340,8 +346,12 @@ class ChildProcesses:
         same cache and opened its index there (cli, core), so this is the volume changed under
         the running sidecar (ext4 ``errors=remount-ro``, a failing disk), not a setting: a crash,
         restarted with backoff and counted for ``/healthz``, where a stop would take the mount,
-        which still serves what the volume holds."""
-        return child.last_error.startswith(f"epochfs {child.argv[0]}: --cache ")
+        which still serves what the volume holds. The sampler's lock refused (``epochfs sample:
+        --cache: PATH is in use by another epochfs sample``) is one too: another sampler, run by
+        hand, holds the cache now; it may be gone by the next start, and this sidecar, which owns
+        the cache (its sidecar lock), must not stop and take its trainer's view with it."""
+        said = child.last_error.removeprefix(f"epochfs {child.argv[0]}: ")
+        return said != child.last_error and said.startswith(("--cache ", "--cache:"))
 
     def _watch_index_damages(self, child: Child) -> None:
         """While index-damage exits of ``child`` are counted and it runs: end the count once its

@@ -25,7 +25,7 @@ from typing import IO, Any
 
 from epochfs.fuse import mounting
 from epochfs.fuse.errors import MountError
-from epochfs.sidecar import config, kube
+from epochfs.sidecar import config, kube, samplerlock
 from epochfs.sidecar.config import (
     ConfigError,
     MountSettings,
@@ -109,6 +109,8 @@ class Supervisor(HealthChecks, Observability):
         self._last_probe = "not mounted"
         self._probe_failures = 0
         self._store: Store | None = None
+        self._cache_lock = -1
+        """The descriptor of the cache's sidecar lock while :meth:`run` runs (:meth:`_hold_cache`)."""
         self._multiproc_dir: Path | None = None
         self._metrics: Any = None
         self._endpoints: list[Any] = []
@@ -160,7 +162,29 @@ class Supervisor(HealthChecks, Observability):
 
     # ------------------------------------------------------------------ the loop
     def run(self) -> int:
-        """Check, start, supervise until a signal, stop cleanly. Returns the exit status."""
+        """Own the cache, check, start, supervise until a signal, stop cleanly. Returns the exit
+        status."""
+        self._hold_cache()
+        try:
+            return self._run()
+        finally:
+            os.close(self._cache_lock)  # last: the cache's metric files and state are gone by now
+
+    def _hold_cache(self) -> None:
+        """Take the cache's sidecar lock (:func:`~epochfs.sidecar.samplerlock.hold_sidecar`) before
+        anything else: a second sidecar on this cache is refused here (exit 2, one line naming the
+        running one's pid, also in the termination log), before it empties the running one's
+        metric files, detaches a mount or starts a sampler that could take the cache from it."""
+        try:
+            self.cache.mkdir(parents=True, exist_ok=True)  # made by the CLI's check already
+            self._cache_lock = samplerlock.hold_sidecar(self.cache)
+        except OSError as e:
+            raise ConfigError(f"--cache {self.cache}: cannot lock it: {e.strerror or e}") from None
+        except ConfigError as e:
+            write_termination_message(self.settings.termination_log, f"epochfs sidecar: {e}")
+            raise
+
+    def _run(self) -> int:
         if self.folder_view:
             self._check_folder()
         else:

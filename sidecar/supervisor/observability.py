@@ -321,7 +321,8 @@ class Observability:
         disable_created_metrics()
         # A fixed folder in the cache, emptied at every start: a supervisor killed with -9 leaves
         # its children's metric files behind, and the next one must not sum them (nor pile up
-        # folders in /tmp).
+        # folders in /tmp). Emptied only by the cache's one sidecar: its lock (core, _hold_cache)
+        # refused any other before it came here.
         self._multiproc_dir = metrics.prepare_multiproc_dir(self.cache / METRICS_DIR_NAME)
         # The child series of the children this sidecar runs, and only those (fuse or publisher).
         sidecar_metrics = metrics.SidecarMetrics(registry=CollectorRegistry(auto_describe=True),
