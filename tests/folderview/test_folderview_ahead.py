@@ -83,8 +83,8 @@ def test_a_clash_or_a_sample_taken_out_is_written_whole_still_identical(tmp_path
     whole.step()
     assert step.published == [n] and step.ahead == [n]  # found and dropped at the cut: still ahead
     same_epoch(ahead, whole, n)
-    # A key that is a file and a folder prefix of another: the tree builder shows the first in
-    # path order, which a tree grown in admission order cannot: written whole.
+    # A key that is a file and a folder prefix of another: the tree builder shows the folder,
+    # which a tree grown in admission order cannot: written whole.
     admit(store, {"d/00001.bin/x": b"clash"})
     settle(ahead)
     n = store.cut(store.next_epoch())
