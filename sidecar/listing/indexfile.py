@@ -48,6 +48,7 @@ from epochfs.sidecar.listing.indexorder import write_shuffled
 from epochfs.sidecar.listing.lister import Lister
 from epochfs.sidecar.listing.paged import PagedSource
 from epochfs.sidecar.listing.records import BadRecord, Unreadable, json_object, read_record
+from epochfs.sidecar.listing.resume import AGAIN, Prefix, changed, counted_point
 from epochfs.sidecar.listing.retry import while_throttled
 from epochfs.sidecar.listing.sinks import IndexSink, object_record
 from epochfs.sidecar.listing.sources import PAGE, Source, source_for
@@ -95,7 +96,8 @@ def is_index(url: str, *, endpoint_url: str | None = None) -> bool:
 
 
 class IndexSource:
-    """Keys from an ``epochfs index`` file: one span, a resume point is the records consumed."""
+    """Keys from an ``epochfs index`` file: one span, a resume point is the lines consumed and
+    their digest (:mod:`.resume`)."""
 
     def __init__(self, url: str, *, endpoint_url: str | None = None, page: int = PAGE,
                  stop: threading.Event | None = None, rng: random.Random | None = None,
@@ -114,9 +116,10 @@ class IndexSource:
         self.sorted_listing = bool(self.header.get("sorted"))
         self.shuffled = self.header.get("order") == "shuffled"
         if self.header.get("created") is not None:
-            # A listing of an index resumes by the records consumed: an index written again at the
-            # same URL (another order: each shuffled index has a salt of its own) is another
-            # source, listed afresh, not resumed at a count that means other keys.
+            # An index written again at the same URL (another order: each shuffled index has a
+            # salt of its own) is another source, listed afresh. Without "created" (written by
+            # hand), or rewritten under a running listing, the resume point's digest of the lines
+            # committed tells (:meth:`pages`): the count alone resumed in another file's lines.
             self.name += f" (written {self.header['created']})"
 
     def _read_header(self, stop: threading.Event | None, rng: random.Random) -> dict[str, Any]:
@@ -143,26 +146,42 @@ class IndexSource:
         return [Span("", "", None)]
 
     def pages(self, span: Span, after: str) -> Iterator[Page]:
-        """The records after the first ``after`` lines past the header (the resume point: lines,
-        so a blank line, which is no record, resumes in the same place). A record that cannot be
-        read is skipped and counted (:class:`Unreadable`), and still counts as a record for the
-        trailer, which counts what the writer wrote: a lost record is still found."""
-        skip = int(after or 0)
+        """The records after the resume point ``after``: the lines past the header that the
+        listing committed, with their digest (:mod:`.resume`: lines, so a blank line, which is no
+        record, resumes in the same place). Those lines are read again and skipped only when they
+        are the very lines committed: an index written again at the URL (rewritten in another
+        order, or by hand, with or without its header's ``created``) fails the run, named anew,
+        and the run tried again lists it afresh; an index that grew past them resumes. A record
+        that cannot be read is skipped and counted (:class:`Unreadable`), and still counts as a
+        record for the trailer, which counts what the writer wrote: a lost record is still found."""
+        skip, digest = counted_point(after) or (0, "")  # an earlier version's count: from the start
         where = self.unreadable.name
         records = skipped = first = in_page = 0
         batch: list[RemoteObject] = []
+        read, other = Prefix(), False
+        lines: list[bytes] = []  # read since the last page, digested with it
         with open_stream(self.url, endpoint_url=self.endpoint_url) as f:
             self._header(f.readline())
             for i, line in enumerate(f):
                 number = i + 2  # the file's line number: the header is line 1
-                if not line.strip():
+                record = json_object(line) if line.strip() else None
+                if i < skip and isinstance(record, dict) and "end" in record:
+                    break  # the index ends before the lines committed: another file
+                lines.append(line)
+                if i + 1 == skip:
+                    read.add_lines(lines)
+                    lines = []
+                    if read.digest != digest:
+                        other = True  # other lines than those committed: another file
+                        break
+                if record is None:
                     continue  # not a record (a hand-edited index's blank line): nothing lost
-                record = json_object(line)
                 if isinstance(record, dict) and "end" in record:
                     self._check_trailer(record, records, number)
                     if skipped:
                         Unreadable.report(where, skipped, f"line {first}")
-                    yield Page(batch, str(i + 1), True, in_page)
+                    read.add_lines(lines)
+                    yield Page(batch, read.point(), True, in_page)
                     return
                 records += 1
                 if i < skip:
@@ -175,8 +194,13 @@ class IndexSource:
                     first = first or number
                     self.unreadable.skip(f"{where} line {number}", str(e))
                 if len(batch) >= self.page:
-                    yield Page(batch, str(i + 1), False, in_page)
+                    read.add_lines(lines)
+                    lines = []
+                    yield Page(batch, read.point(), False, in_page)
                     batch, in_page = [], 0
+        read.add_lines(lines)
+        if other or read.count < skip:
+            raise changed(self, f"the index {redact(self.url)}", read, skip)
         raise RemoteError(f"{redact(self.url)} ends without its trailer: the index is truncated "
                           "(write it again); the listing is not finished from it")
 
@@ -223,10 +247,16 @@ def recorded_index(url: str, *, endpoint_url: str | None, recorded: str | None) 
     if recorded is None or not recorded.startswith(name):
         return None
     header: dict[str, Any] = {"epochfs_index": FORMAT_VERSION}
-    written = re.match(r" \(written ([^)]*)\)", recorded[len(name):])
+    rest = recorded[len(name):]
+    written = re.match(r" \(written ([^)]*)\)", rest)
     if written is not None:
         header["created"] = written[1]  # the name's own text: the same name again
-    return IndexSource(url, endpoint_url=endpoint_url, header=header)
+        rest = rest[written.end():]
+    source = IndexSource(url, endpoint_url=endpoint_url, header=header)
+    again = AGAIN.match(rest)  # listed afresh after the index changed under a listing (:mod:`.resume`)
+    if again is not None:
+        source.name += again[0]
+    return source
 
 
 def written_from_elsewhere(source: object, remote: str) -> str | None:

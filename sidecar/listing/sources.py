@@ -10,10 +10,12 @@ commits with the page's rows, so a restart resumes where the last committed page
   ranges at folder boundaries or a span a folder, the discovery's first pages kept to answer the
   listing's (:mod:`.paged` says how).
 - :class:`SerialSource`, any other remote (``file://``, ``http(s)://`` index files, ``gs://``,
-  ``az://``): one span over ``list()``; a resume point is the number of objects consumed (the
-  listing is read again up to it, without writing). A remote that walks a bucket folder by folder
-  (``gs://``, ``az://``) has its listing's first request read when the spans are found, one
-  request (:func:`first_request`), so a refusal comes at the start, as a paged remote's does.
+  ``az://``): one span over ``list()``; a resume point is the last key committed where the walk
+  has a known order, else the objects consumed with a digest of them (:mod:`.resume`: never a bare
+  count, which meant other keys once files were added or deleted before it). A remote that walks
+  a bucket folder by folder (``gs://``, ``az://``) has its listing's first request read when the
+  spans are found, one request (:func:`first_request`), so a refusal comes at the start, as a
+  paged remote's does.
 """
 
 from __future__ import annotations
@@ -21,12 +23,24 @@ from __future__ import annotations
 import random
 import threading
 from collections.abc import Iterator
-from itertools import islice
+from itertools import chain, islice
 from typing import Protocol
 
 from epochfs.sidecar.listing.firstrequest import first_request
 from epochfs.sidecar.listing.paged import DISCOVERY_RETRY, MAX_FOLDER_SPANS, PagedSource
+from epochfs.sidecar.listing.resume import (
+    Order,
+    Prefix,
+    changed,
+    counted_point,
+    key_bytes,
+    key_point,
+    object_item,
+    point_key,
+    walk_order,
+)
 from epochfs.sidecar.listing.span import Page, Span
+from epochfs.sidecar.redact import redact
 from epochfs.sidecar.remote import Remote
 
 PAGE = 1000
@@ -75,15 +89,54 @@ class SerialSource:
         return [Span("", "", None)]
 
     def pages(self, span: Span, after: str) -> Iterator[Page]:
-        consumed = int(after or 0)
+        """The stream's pages after ``after``: after its last committed key where the walk has a
+        known order (:func:`.resume.walk_order`), else after the objects consumed when they are
+        the very ones committed (:class:`.resume.Prefix`; another stream now: the run fails and
+        the next lists afresh)."""
+        order = walk_order(self.remote)
+        if order is not None:
+            yield from self._after_key(order, after)
+        else:
+            yield from self._counted(after)
+
+    def _after_key(self, order: Order, after: str) -> Iterator[Page]:
+        """The walk read past the keys up to the resume point's, in its order: keys deleted or
+        added before it since do not move it (a count did, dropping existing keys as gone)."""
         it = iter(self.remote.list())
-        for _ in islice(it, consumed):
-            pass
+        last = point_key(after)
+        point = ""  # "" or an earlier version's count: read from the start
+        if last is not None:
+            point, bound = after, order(last)
+            for obj in it:
+                if order(key_bytes(obj.key)) > bound:
+                    it = chain([obj], it)
+                    break
         while True:
             batch = list(islice(it, self.page))
-            consumed += len(batch)
+            if batch:
+                point = key_point(batch[-1].key)
             done = len(batch) < self.page
-            yield Page(batch, str(consumed), done)
+            yield Page(batch, point, done)
+            if done:
+                return
+
+    def _counted(self, after: str) -> Iterator[Page]:
+        """A stream in no promised order: its first objects skipped only when they are those the
+        listing committed (their number and digest); an earlier version's count: from the start."""
+        it = iter(self.remote.list())
+        read = Prefix()
+        skip, digest = counted_point(after) or (0, "")
+        if skip:
+            for obj in islice(it, skip):
+                read.add(object_item(obj))
+            if read.count != skip or read.digest != digest:
+                raise changed(self, f"the listing of {redact(self.remote.url)}", read, skip)
+        while True:
+            batch = list(islice(it, self.page))
+            for obj in batch:
+                read.add(object_item(obj))
+            done = len(batch) < self.page
+            yield Page(batch, read.point(), done)
             if done:
                 return
 
