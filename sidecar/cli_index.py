@@ -58,8 +58,9 @@ def _checked_out(out: str, *, remote: str) -> str:
     ``file://localhost/p`` being ``/p``, as for a remote) as its local path, another URL with its
     scheme in lower case. Refused (exit 2): an empty one (``Path("")`` is the working folder), a
     scheme no backend and no fsspec protocol serves (the ``--index`` check:
-    :func:`~epochfs.sidecar.remote.registry.check_index_url`), and a local one that cannot be
-    written or that is in the remote's own folder (:func:`_check_local_out`)."""
+    :func:`~epochfs.sidecar.remote.registry.check_index_url`), a URL under the remote's own
+    prefix (:func:`_check_out_of_remote_prefix`), and a local one that cannot be written or that
+    is in the remote's own folder (:func:`_check_local_out`)."""
     from epochfs.sidecar.remote.file import local_root
     from epochfs.sidecar.remote.registry import check_index_url
     from epochfs.sidecar.remote.urls import split_url
@@ -75,7 +76,9 @@ def _checked_out(out: str, *, remote: str) -> str:
         except ValueError as e:
             raise config.ConfigError(f"--out: {e}") from None
         if scheme != "file":
-            return scheme + text[len(scheme):]  # S3://b/k is s3://b/k; the writer asks in lower case
+            url = scheme + text[len(scheme):]  # S3://b/k is s3://b/k; the writer asks in lower case
+            _check_out_of_remote_prefix(url, shown=out, remote=remote)
+            return url
         text = local_root(text)
     _check_local_out(text, shown=out, remote=remote)
     return text
@@ -116,6 +119,31 @@ def _check_apart_from_remote(path: Path, *, shown: str, remote: str) -> None:
                  else f"write it beside that folder (--out {beside})")
         raise config.ConfigError(f"--out: {shown} is inside the remote's folder {root} (REMOTE {remote}), "
                                  f"whose files are the samples: the index would list itself as one; {where}")
+
+
+def _check_out_of_remote_prefix(url: str, *, shown: str, remote: str) -> None:
+    """Refuse an ``--out`` URL (not ``file://``: :func:`_check_apart_from_remote`) that names an
+    object the remote lists: the same scheme and bucket (or host), its key under the remote's
+    prefix (``s3://b/data`` lists ``data/...``, not ``data2/...``; a remote without a prefix, the
+    whole bucket). Such an index lists itself as a sample when listed again (21 keys for 20
+    objects), and every sampler listing the remote catalogs it as one; refused before the listing,
+    exit 2, as a ``file://`` remote's folder is."""
+    from epochfs.sidecar.remote.urls import split_url
+
+    out_scheme, out_host, out_path = split_url(url)
+    scheme, host, path = split_url(remote)
+    if (out_scheme, out_host) != (scheme, host):
+        return
+    prefix = path.strip("/")  # the remote's root, as its backend lists it (s3://b/p/ is p)
+    key = out_path.lstrip("/")  # the object's key, as the writer names it
+    if prefix and not key.startswith(prefix + "/"):
+        return
+    name = key.rsplit("/", 1)[-1] or "index.jsonl.gz"
+    root = f"{scheme}://{host}" + (f"/{prefix}/" if prefix else "")
+    where = (f"write it beside that prefix (--out {scheme}://{host}/{prefix}-{name})" if prefix
+             else "give REMOTE a narrower prefix than the whole bucket, or write it to another bucket")
+    raise config.ConfigError(f"--out: {shown} is inside the remote's prefix {root} (REMOTE {remote}), "
+                             f"whose objects are the samples: the index would list itself as one; {where}")
 
 
 def _gzipped_name(out: str) -> bool:

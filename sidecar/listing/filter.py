@@ -17,7 +17,9 @@ Keys of this shard that ``--include``/``--exclude`` leave out (a :class:`~epochf
 KeyFilter`, matched against the key relative to the remote root) are never cataloged, so never
 fetched; they are counted as ``excluded`` (apart from the skips, which count problems: status
 shows them as the listing's "left out by --include/--exclude", not as errors), and not logged one
-by one (they are a choice, not a problem).
+by one (they are a choice, not a problem). Rows an earlier listing with other globs cataloged for
+them are dropped at the end with the keys gone from the remote, and counted apart from those
+(:attr:`CatalogReport.dropped_left_out`): the remote may still hold them all.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ from epochfs.sidecar import keyorder
 from epochfs.sidecar.keys import SafeKey, Skip, check_key, is_directory_marker
 from epochfs.sidecar.remote import RemoteObject
 from epochfs.sidecar.store import CatalogRow
+from epochfs.sidecar.store.listings import Listings
 from epochfs.torchclient.globs import KeyFilter
 
 log = logging.getLogger("epochfs.catalog")
@@ -52,7 +55,12 @@ class CatalogReport:
     """Keys the catalog did not count before: new to it, or a file/folder name clash no more,
     less the keys found to clash (their rows stay, not counted: catalog.SHOWN)."""
     dropped: int = 0
-    """Keys the complete listing did not see any more (deleted from the remote)."""
+    """Rows the complete listing's end dropped: keys it did not see any more (deleted from the
+    remote) and, of those, ``dropped_left_out``."""
+    dropped_left_out: int = 0
+    """Of ``dropped``: rows of keys ``--include``/``--exclude`` leave out now (a narrower choice
+    than the last listing's). The remote may still hold every one of them: logged apart, not as
+    "gone from the remote" (20 objects in the bucket, a narrower include said "10 gone")."""
     hostile: int = 0
     excluded: int = 0
     """Keys of this shard left out by ``--include``/``--exclude`` (never cataloged nor fetched)."""
@@ -76,8 +84,11 @@ class CatalogReport:
         ]
         if self.new != self.added:
             parts.append(f"{self.new} new")
-        if self.dropped:
-            parts.append(f"{self.dropped} gone from the remote dropped")
+        left_out = min(self.dropped_left_out, self.dropped)
+        if self.dropped > left_out:
+            parts.append(f"{self.dropped - left_out} gone from the remote dropped")
+        if left_out:
+            parts.append(f"{left_out} dropped: left out by --include/--exclude now")
         if self.hostile:
             why = ", ".join(f"{k}: {v}" for k, v in sorted(self.reasons.items()))
             parts.append(f"{self.hostile} unsafe key(s) skipped ({why})")
@@ -235,4 +246,25 @@ class PageFilter:
         log.warning("skipping key %r: it is also a folder of other keys", key)
 
 
-__all__ = ["LOG_LIMIT", "CatalogReport", "ClashFinder", "Filtered", "PageFilter"]
+LEFT_OUT_BATCH = 5000
+"""Catalog rows read at a time by :func:`rows_left_out`."""
+
+
+def rows_left_out(listings: Listings, keys: KeyFilter, gen: int) -> int:
+    """Catalog rows the end of listing ``gen`` is about to drop (not seen by it) whose keys
+    ``keys`` (its ``--include``/``--exclude``) leave out: counted apart from the keys gone from
+    the remote, for a narrower include logged every key it left out as "gone", the bucket
+    holding them all. Called before :meth:`~epochfs.sidecar.store.listings.Listings.finish`
+    drops them; read in batches of rowids, so no read is held for the whole catalog."""
+    left_out = last = 0
+    while True:
+        rows = listings.ix.query("SELECT rowid, key FROM catalog WHERE rowid > ? AND seen < ? "
+                                 "ORDER BY rowid LIMIT ?", (last, gen, LEFT_OUT_BATCH))
+        left_out += sum(not keys.keep(str(key)) for _, key in rows)
+        if len(rows) < LEFT_OUT_BATCH:
+            return left_out
+        last = int(rows[-1][0])
+
+
+__all__ = ["LEFT_OUT_BATCH", "LOG_LIMIT", "CatalogReport", "ClashFinder", "Filtered", "PageFilter",
+           "rows_left_out"]

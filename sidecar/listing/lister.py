@@ -37,7 +37,7 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
-from epochfs.sidecar.listing.filter import CatalogReport, ClashFinder, PageFilter
+from epochfs.sidecar.listing.filter import CatalogReport, ClashFinder, PageFilter, rows_left_out
 from epochfs.sidecar.listing.paged import PagedSource
 from epochfs.sidecar.listing.planner import FULL_PAGE, Planner, Segment
 from epochfs.sidecar.listing.sinks import CatalogSink, ListedPage, ListingSink
@@ -275,7 +275,11 @@ class Lister:
             raise errors[0]
         report.seconds = time.monotonic() - started
         if planner.open_segments == 0:
+            # Read before the end drops them: rows of keys the globs leave out now, not "gone".
+            left_out = rows_left_out(self.store.listings(), self.keys, gen) if (
+                self.keys and isinstance(self.sink, CatalogSink)) else 0
             report.total, report.dropped = self.sink.finish(gen)
+            report.dropped_left_out = min(left_out, report.dropped)
             report.complete = True
         if self.sink.catalog:
             log.info("%s; %d in the catalog", report, report.total)
