@@ -20,7 +20,7 @@ from epochfs.sidecar.remote.file import local_root
 from epochfs.sidecar.store import INDEX_NAME
 from epochfs.sidecar.store.foreign import blank_damage, foreign_index
 from epochfs.sidecar.store.index import MISSING, BlankIndex
-from epochfs.sidecar.store.placement import inside, over_cache, spelled
+from epochfs.sidecar.store.placement import inside, named, over_cache, spelled
 from epochfs.torchclient.layout import CONTROL_DIR, epoch_name, manifest_name
 
 CACHE_HINT = "start `epochfs sample` or `epochfs sidecar` with this --cache first"
@@ -46,6 +46,22 @@ def _stat_or_none(path: Path, where: str) -> os.stat_result | None:
         raise ConfigError(f"{where}: {_os_reason(e)}") from None
 
 
+def _refuse_dangling(path: Path, where: str) -> None:
+    """A ``path`` that is a symlink to nothing (``stat`` found nothing there), refused in one line
+    naming the folder it points to: taken for a missing folder, it was "made" (``mkdir`` answers
+    EEXIST: "cannot create it: File exists") and then could not be written ("no such file or
+    directory"), neither saying that the link's folder is what is missing. That folder is not made
+    here: a link names a place someone chose (another volume, not mounted yet, perhaps)."""
+    try:
+        target = os.readlink(path)
+    except OSError:
+        return  # not a link: really nothing there
+    real = spelled(path)
+    said = "" if target == real else f" (it points to {target})"
+    raise ConfigError(f"{where}: a symlink to a missing folder, {real}{said}: make that folder, or "
+                      f"give the path of an existing one")
+
+
 def check_cache(path: Path, *, create: bool) -> None:
     """Refuse a ``--cache`` that cannot be used with one line naming it, ``--cache PATH: reason``,
     before a command opens it (never a traceback from a bad path).
@@ -63,6 +79,8 @@ def check_cache(path: Path, *, create: bool) -> None:
     way the folder must take a new file: SQLite writes beside its index even to read it (WAL)."""
     where = f"--cache {path}"
     st = _stat_or_none(path, where)
+    if st is None:
+        _refuse_dangling(path, where)
     if st is not None and not stat.S_ISDIR(st.st_mode):
         raise ConfigError(f"{where}: exists and is not a directory")
     if st is None:
@@ -117,6 +135,8 @@ def check_view_folder(path: Path, *, create: bool, cache: Path | None = None) ->
     if refused is not None:
         raise ConfigError(refused)
     st = _stat_or_none(path, where)
+    if st is None:
+        _refuse_dangling(path, where)
     if st is not None and not stat.S_ISDIR(st.st_mode):
         raise ConfigError(f"{where}: exists and is not a folder")
     if st is not None and not published_folder(path, where):
@@ -228,5 +248,5 @@ def check_apart_from_remote(remote: str, **places: Path | None) -> None:
         if place is not None and (root := remote_folder_holding(remote, place)) is not None:
             where = ("give --remote a narrower folder than the whole filesystem" if root == "/"
                      else f"put it beside that folder (--{flag} {Path(root).parent / ('epochfs-' + flag)})")
-            raise ConfigError(f"--{flag}: {place} is inside the remote's folder {root} (--remote {remote}), "
-                              f"whose files are the samples: {where}")
+            raise ConfigError(f"--{flag}: {named(place)} is inside the remote's folder {root} "
+                              f"(--remote {remote}), whose files are the samples: {where}")
