@@ -30,9 +30,11 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
 import sqlite3
 import threading
 import time
+import urllib.parse
 from collections.abc import Callable
 from pathlib import Path
 
@@ -55,8 +57,6 @@ SLICE = 0.05
 """Seconds the background thread works before it rests."""
 PROGRESS_OPS = 10_000
 """SQLite virtual machine steps between two calls of the background check's pacing."""
-
-_HEADER = b"SQLite format 3\x00"
 
 
 class Pace:
@@ -94,16 +94,9 @@ def full(ix: Index) -> str:
 def quick(ix: Index) -> str:
     """The cheap check: "ok", or what is wrong. Reads the header, the schema and a few pages at
     both ends of every b-tree (a dozen tables and indexes: a few dozen pages at any size)."""
-    try:
-        with open(ix.path, "rb") as f:
-            header = f.read(100)
-    except OSError as e:
-        return f"header unreadable: {e}"
-    if len(header) < 100 or not header.startswith(_HEADER):
-        return "not an SQLite database (bad header)"
-    page = int.from_bytes(header[16:18], "big")
-    if page != 1 and (page < 512 or page > 32768 or page & (page - 1)):
-        return f"bad page size {page} in the header"
+    header = _header(ix.path)
+    if header is not None:
+        return header
     try:
         with ix.read() as db:
             objects = db.execute("SELECT type, name, tbl_name, sql FROM sqlite_master "
@@ -122,6 +115,30 @@ def quick(ix: Index) -> str:
             raise
         return str(e)
     return "ok"
+
+
+def _header(path: Path) -> str | None:
+    """What is wrong with the header of the index file as it is on disk (None: nothing), read
+    by SQLite itself on a connection of its own opened ``immutable`` (no locks, no write-ahead
+    log: page 1 as the file holds it; SQLite checks the magic string, the page size and the
+    format bytes, and says "file is not a database" otherwise).
+
+    Never through a descriptor of this module's: this runs in the sampler, whose connection is
+    open, and closing any descriptor of a file drops all of the process's POSIX locks on it, the
+    SHARED lock that connection holds included. The next process to close its connection (the
+    listing process at the stop after a crash restart) then got the EXCLUSIVE lock, took itself
+    for the last user, checkpointed and deleted the write-ahead log under the sampler, which
+    logged "write-ahead log deleted" at ERROR (task C54d). SQLite's own descriptor is kept open
+    until this process's locks on the file are gone, so its close drops nothing."""
+    uri = f"file:{urllib.parse.quote(os.path.abspath(path))}?mode=ro&immutable=1"
+    try:
+        with contextlib.closing(sqlite3.connect(uri, uri=True)) as db:
+            db.execute("PRAGMA schema_version").fetchone()  # reads page 1 only, not the schema
+    except sqlite3.DatabaseError as e:
+        if is_corruption(e):
+            return f"bad header ({e})"
+        return f"header unreadable: {e}"
+    return None
 
 
 def _ends(db: sqlite3.Connection, kind: str, name: str, table: str, sql: str) -> list[str]:
