@@ -27,7 +27,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from epochfs.sidecar.store import checkmark
+from epochfs.sidecar.store import checkmark, keptfds
 from epochfs.sidecar.store.meta import Meta
 from epochfs.sidecar.store.records import NO_ROOM_BYTES, NoRoom, StoreError
 from epochfs.sidecar.store.schema import (
@@ -185,8 +185,8 @@ class Index:
         opened before the deletion (this one) can still read. False when the file holds them (a
         checkpoint by another process already saved them) or the header cannot be read."""
         try:
-            with open(self.path.with_name(self.path.name + SHM_SUFFIX), "rb") as f:
-                header = f.read(48)
+            # Never open() and close(): the close would drop our connections' locks on it.
+            header = keptfds.read_head(self.path.with_name(self.path.name + SHM_SUFFIX), 48)
             wal_size = os.stat(self.wal).st_size if self.wal.exists() else 0
         except OSError:
             return False
