@@ -43,6 +43,7 @@ from typing import IO, Any
 from epochfs.sidecar.config import EXIT_INDEX, EXIT_RETRY, INDEX_DAMAGES_UNHEALTHY
 from epochfs.sidecar.redact import redact
 from epochfs.sidecar.supervisor.indexdamage import IndexDamages
+from epochfs.sidecar.supervisor.reaper import exit_words
 
 log = logging.getLogger("epochfs.supervisor")
 
@@ -304,8 +305,8 @@ class ChildProcesses:
             log.warning("%s found the cache index damaged (exit %d after %.1fs): not a crash, "
                         "restarting in %.1fs to replace it", child.name, code, ran, self.BACKOFF_MIN)
             return True
-        log.warning("%s exited with status %s after %.1fs; restarting in %.1fs",
-                    child.name, code, ran, child.backoff)
+        log.warning("%s %s after %.1fs; restarting in %.1fs", child.name, exit_words(code), ran,
+                    child.backoff)
         return True
 
     def retry_note(self, child: Child) -> str | None:

@@ -28,6 +28,7 @@ from __future__ import annotations
 import ctypes
 import logging
 import os
+import signal
 from collections.abc import Callable, Collection
 from dataclasses import dataclass
 
@@ -50,6 +51,20 @@ class Reaped:
     def describe(self) -> str:
         how = (f"killed by signal {-self.status}" if self.status < 0 else f"exit status {self.status}")
         return f"pid {self.pid} ({self.name}), {how}"
+
+
+def exit_words(status: int) -> str:
+    """How a child ended, for a log line: ``exited with status 2``, or for a Popen status below 0
+    ``was killed by signal 9 (SIGKILL: ...)``, where "status -9" said nothing of a signal, nor of
+    the OOM killer that sends it at the container's memory limit."""
+    if status >= 0:
+        return f"exited with status {status}"
+    try:
+        name = signal.Signals(-status).name
+    except ValueError:
+        name = "an unknown signal"
+    why = ": a kill from outside, or the kernel's OOM killer at the memory limit" if -status == 9 else ""
+    return f"was killed by signal {-status} ({name}{why})"
 
 
 def _prctl() -> Callable[..., int] | None:
@@ -110,4 +125,4 @@ def reap_orphans(known: Collection[int]) -> list[Reaped]:
     return reaped
 
 
-__all__ = ["Reaped", "is_subreaper", "reap_orphans", "set_subreaper", "zombie_children"]
+__all__ = ["Reaped", "exit_words", "is_subreaper", "reap_orphans", "set_subreaper", "zombie_children"]

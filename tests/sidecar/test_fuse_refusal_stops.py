@@ -176,6 +176,7 @@ def test_the_fuse_restart_logs_the_delay_it_waits(s3: S3Server, tmp_path: Path) 
 
             wait_until(remounted, timeout=60, what="a new FUSE server mounted")
         log = car.log_text()
-    delays = re.findall(r"fuse exited with status -9 after [\d.]+s; restarting in ([\d.]+)s", log)
+    delays = re.findall(r"fuse was killed by signal 9 \(SIGKILL[^)]*\) after [\d.]+s; "
+                        r"restarting in ([\d.]+)s", log)
     assert delays == ["0.5", "1.0", "2.0", "2.0"], delays
     assert Supervisor.REMOUNT_BACKOFF_MAX == 2.0

@@ -93,7 +93,8 @@ def test_listing_child_orphaned_by_a_killed_sampler_is_reaped_by_the_supervisor(
                 # The sampler itself is the supervisor's child: Popen reaped it, with its status.
                 wait_until(lambda: car.child_pid("sampler") not in (None, sampler), timeout=20,  # noqa: B023
                            what=f"round {round_}: the sampler restarted")
-                assert len(re.findall(r"sampler exited with status -9 after", car.log_text())) == round_
+                killed = r"sampler was killed by signal 9 \(SIGKILL[^)]*\) after"
+                assert len(re.findall(killed, car.log_text())) == round_
                 assert car.metric("epochfs_child_restarts_total", child="sampler") == round_
                 wait_until(lambda: not zombies_of(supervisor), timeout=10,
                            what="no zombie child of the supervisor")
