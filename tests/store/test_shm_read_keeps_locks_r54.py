@@ -29,7 +29,7 @@ def _locks_on(path: Path) -> int:
 def test_reading_the_shared_memory_header_keeps_the_connections_locks(tmp_path: Path) -> None:
     with open_store(tmp_path / "cache") as store:
         admit(store, make_objects(3, 10))
-        ix = store._ix  # noqa: SLF001 - the index connection whose locks are looked at
+        ix = store._ix  # the index connection whose locks are looked at
         shm = ix.path.with_name(ix.path.name + SHM_SUFFIX)
         held = _locks_on(shm)
         assert held > 0, "SQLite holds a lock on the shared memory while the connection is open"
