@@ -13,7 +13,8 @@ output is the dashboard's panels as they look, with the dashboard's own queries.
 4. trains a small torch model for ``--seconds`` with ``EpochLoader`` over the mount (an epoch after
    another, each cut by the loader's lookup), reporting to the sidecar's ``/v1/client-report`` so the
    client-side metrics move too, then lets Prometheus scrape ``--tail`` seconds more,
-5. reads every panel of the dashboard (``helm/epochfs/dashboards/epochfs.json``, or ``--dashboard``),
+5. reads every panel of the dashboard (a checkout's ``helm/epochfs/dashboards/epochfs.json``, or
+   ``--dashboard``: an installed epochfs has no chart, so there the flag is needed),
    resolves its template variables as Grafana would (each query variable by its own
    ``label_values(...)`` query against this Prometheus; ``$__rate_interval`` as Grafana computes it:
    the larger of four scrape intervals and the step plus one scrape interval), and sends each
@@ -66,9 +67,27 @@ NAMESPACE, POD = "bench", "trainer-0"
 
 
 # ---------------------------------------------------------------------------------- the dashboard
+CHART_DASHBOARD = "helm/epochfs/dashboards/epochfs.json"
+"""Where the dashboard lives in the epochfs repository (the Helm chart's file)."""
+
+
 def default_dashboard() -> Path:
     """The chart's dashboard in this checkout (benchmarks/ sits beside helm/)."""
-    return Path(__file__).resolve().parent.parent / "helm" / "epochfs" / "dashboards" / "epochfs.json"
+    return Path(__file__).resolve().parent.parent / CHART_DASHBOARD
+
+
+def missing_dashboard(path: Path, *, given: bool) -> str:
+    """Why ``path`` cannot be read, and the flag that fixes it.
+
+    Why: the wheel ships the Python packages, not the chart, so from an installed epochfs the
+    default (beside ``benchmarks/`` in a checkout) is never there; "no dashboard at <site-packages
+    path>" named neither ``--dashboard`` nor where the file is to be found."""
+    where = (f"the dashboard is {CHART_DASHBOARD} in the epochfs repository (a checkout, or the "
+             "Helm chart's files)")
+    if given:
+        return f"--dashboard: no file at {path}; {where}"
+    return (f"no dashboard at {path}: the installed epochfs holds no Helm chart (only a checkout has "
+            f"it beside benchmarks/); pass --dashboard PATH, where {where}")
 
 
 # ---------------------------------------------------------------------------------- the run
@@ -250,9 +269,9 @@ def main(argv: list[str] | None = None) -> int:
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--out", type=Path, default=Path("dashboard.png"), help="the PNG (dashboard.png)")
     p.add_argument("--summary", type=Path, help="write every panel, target and series (counts) here as JSON")
-    p.add_argument("--dashboard", type=Path, default=default_dashboard(),
-                   help="the Grafana dashboard JSON (default: the chart's, "
-                   "helm/epochfs/dashboards/epochfs.json)")
+    p.add_argument("--dashboard", type=Path,
+                   help=f"the Grafana dashboard JSON (default: the chart's, {CHART_DASHBOARD} of a "
+                   "checkout; needed from an installed epochfs, which has no chart)")
     p.add_argument("--samples", type=int, default=8000, help="samples in the generated dataset (8000)")
     p.add_argument("--dim", type=int, default=1024, help="float32 values per sample (1024: ~4.3 KB files)")
     p.add_argument("--capacity", default="12Mi", help="the sidecar's --capacity (12Mi, about a third of "
@@ -276,8 +295,10 @@ def main(argv: list[str] | None = None) -> int:
     if ns.samples < 64 or ns.seconds <= 0 or ns.scrape_interval <= 0:
         p.error("--samples must be at least 64 (the sidecar's --min-samples), --seconds and "
                 "--scrape-interval positive")
+    given = ns.dashboard is not None
+    ns.dashboard = ns.dashboard if given else default_dashboard()
     if not ns.dashboard.is_file():
-        p.error(f"no dashboard at {ns.dashboard}")
+        p.error(missing_dashboard(ns.dashboard, given=given))
     harness.require("matplotlib", "torch", "mfusepy")
     if not Path("/dev/fuse").exists() or os.geteuid() != 0:
         harness.fail("needs root and /dev/fuse (the sidecar mounts its FUSE view)")

@@ -96,8 +96,9 @@ def wait_for_epoch(root: str | os.PathLike[str], epoch: int, *, wait: bool = Tru
     if not wait:
         if answer is not None and answer.state == "live":
             return _wait_published(root, epoch, start)
-        raise FileNotFoundError(f"epoch {epoch} is not under {root} ({describe_root(root)}); "
-                                "pass wait=True to wait for its cut")
+        advice = "" if _waiting_cannot_cut(answer) else "; pass wait=True to wait for its cut"
+        raise FileNotFoundError(f"epoch {epoch} is not under {root} ({describe_root(root)})"
+                                f"{_sidecar_says(answer, jump)}{advice}")
     delay = 0.02
     next_report = start
     next_ask = start + ASK_EVERY
@@ -107,14 +108,13 @@ def wait_for_epoch(root: str | os.PathLike[str], epoch: int, *, wait: bool = Tru
         if now >= next_report:
             _check_root(root)  # the view may appear below a wrong root after the wait began
             if progress is not None:
-                said = f"; sidecar: {answer.message}" if answer is not None and answer.state != "live" else ""
                 progress(f"epochfs: waiting for epoch {epoch} under {root} ({now - start:.0f}s so far; "
-                         f"{describe_root(root, pace)}{said})")
+                         f"{describe_root(root, pace)}){_sidecar_says(answer, jump)}")
             next_report = now + progress_every
         remaining = timeout - (now - start)
         if remaining <= 0:
             raise TimeoutError(f"epoch {epoch} did not appear under {root} within {timeout:g}s "
-                               f"({describe_root(root)})")
+                               f"({describe_root(root)}){_sidecar_says(answer, jump)}")
         time.sleep(min(delay, remaining))
         delay = min(delay * 1.5, 0.5)
         if epoch_exists(root, epoch):
@@ -131,6 +131,28 @@ def _check_root(root: Path) -> None:
     wrong = not_the_mount(root)
     if wrong is not None:
         raise FileNotFoundError(wrong)
+
+
+def _waiting_cannot_cut(answer: CutAnswer | None) -> bool:
+    """The sidecar refused the cut (an epoch past the next one without ``jump``, or one another cut
+    has passed): no wait asks for it, so advising ``wait=True`` would send the caller into a wait
+    that ends in a TimeoutError."""
+    return answer is not None and answer.state == "refused"
+
+
+def _sidecar_says(answer: CutAnswer | None, jump: bool) -> str:
+    """``; the sidecar says: <its reason>`` for an epoch it has not made live ('' when no sidecar
+    answered, or it said live), plus the client's remedy where one exists.
+
+    Why: the refusal is in hand when the wait gives up; without it a TimeoutError or a
+    ``wait=False`` error named only the folder, and the one remedy (``jump=True``) was lost. The
+    sidecar's own words say ``jump=1`` (its HTTP parameter); this client's is ``jump=True``."""
+    if answer is None or answer.state == "live":
+        return ""
+    said = f"; the sidecar says: {answer.message}"
+    if answer.state == "refused" and not jump and not answer.final:
+        said += "; from this client: pass jump=True (waiting alone never asks for this cut)"
+    return said
 
 
 def _check_answer(answer: CutAnswer | None, root: Path, epoch: int) -> None:
