@@ -48,11 +48,22 @@ class CutSchedule:
         if self.interval <= 0 or now - self.last < self.interval:
             return
         self.last = now
-        if samples != self._samples_at_cut or backpressure or self.store.newest_epoch() is None:
+        if backpressure or self._adds(samples) or self.store.newest_epoch() is None:
             n = self._write(self.store.cut)
             if n is not None:
                 self._samples_at_cut = samples
                 log.info("cut epoch %d (every %.0fs)", n, self.interval)
+
+    def _adds(self, samples: int) -> bool:
+        """The next epoch would differ from the newest one. Snapshot mode: a sample arrived since
+        the last cut (its epoch is the newest samples). Schedule mode: the next window holds a
+        sample the newest epoch does not, asked of the store: its windows grow over samples
+        fetched ahead of them, so the timer stopped cutting once every sample had arrived while
+        the windows still grew (``epochfs cut`` then cut the next one at once). Asked through
+        ``write``: measuring the window ahead writes to the index (None on a full disk: the
+        count decides)."""
+        adds = self._write(self.store.next_window_adds)
+        return samples != self._samples_at_cut if adds is None else adds
 
 
 __all__ = ["CutSchedule"]

@@ -63,6 +63,11 @@ class StoreEpochs(ABC):
         """:func:`.admitted.arrived_since_newest`."""
         return admitted.arrived_since_newest(self._ix)
 
+    def next_window_adds(self) -> bool | None:
+        """Schedule mode: the next window would hold a sample the newest epoch does not; None in
+        snapshot mode (:func:`.epochs.next_window_adds`)."""
+        return epochs.next_window_adds(self._ix, self.policy())
+
     def retire(self, *, now: float | None = None) -> list[int]:
         return epochs.retire(self._ix, self.policy(), now=now)
 

@@ -18,7 +18,8 @@ again with other content, even after the index lost it (a rolled-back write-ahea
 requests, and the supervisor's readiness all ask it.
 
 Beside it: :mod:`.epochnumbers` (the numbers a cut may take), :mod:`.epochfiles` (the live epochs
-and each epoch's files) and :mod:`.epochpins` (reads that pin epochs, retirement). The store's
+and each epoch's files), :mod:`.epochpins` (reads that pin epochs, retirement) and :mod:`.epochdiff`
+(what an epoch adds to and leaves out of the one before: the table's new and left out). The store's
 facade and its other parts call those as ``epochs.<name>``, so the names are imported here too.
 """
 
@@ -29,7 +30,7 @@ import sqlite3
 import threading
 import time
 
-from epochfs.sidecar.store import ahead, hwm, memberfiles
+from epochfs.sidecar.store import ahead, epochdiff, hwm, memberfiles
 from epochfs.sidecar.store.catalog import first_round_pending
 from epochfs.sidecar.store.epochfiles import files as files
 from epochfs.sidecar.store.epochfiles import iter_files as iter_files
@@ -109,6 +110,27 @@ def cut_ready(ix: Index, policy: Policy, n: int) -> bool:
         return condition_holds(db, policy, n)[0]
 
 
+def next_window_adds(ix: Index, policy: Policy) -> bool | None:
+    """Schedule mode: whether the next epoch's window, cut now, would hold a sample the newest
+    epoch does not (:func:`.epochdiff.window_adds`); None in snapshot mode. The sampler's timer
+    asks it: a window grows over samples fetched ahead of it, so "no sample arrived since the last
+    cut" did not mean "the next epoch is the newest one again" (the timer stopped cutting while
+    the schedule's windows still grew). True where the cut itself decides cheaply (no epoch yet,
+    an incomplete listing). The window's facts are measured ahead as for :func:`cut_ready` (one
+    row to read), else read by a scan, as the cut would."""
+    if policy.schedule is None:
+        return None
+    n = next_number(ix)
+    ahead.prepare(ix, policy, n)
+    with ix.read() as db:
+        newest = _newest(db)
+        listed = db.execute("SELECT 1 FROM meta WHERE name='listing_complete'").fetchone()
+        if newest is None or listed is None:
+            return True
+        span = ahead.fetch(db, policy, n) or scan(db, policy, n)
+        return epochdiff.window_adds(db, span, newest)
+
+
 def _listed(db: sqlite3.Connection, n: int) -> tuple[int, int]:
     """(samples, bytes) of epoch n listed row by row in ``epoch_samples``."""
     count, total = db.execute("SELECT COUNT(*), COALESCE(SUM(s.size), 0) FROM epoch_samples e "
@@ -125,46 +147,12 @@ def _window_members(db: sqlite3.Connection, n: int, span: Span | None) -> tuple[
     return (span.cached, span.cached_bytes) if span is not None else members(db, n)
 
 
-def _membership(db: sqlite3.Connection, n: int) -> tuple[str, tuple[object, ...]] | None:
-    """SQL on sample ``s`` that holds for the members of live epoch n, and its arguments (None:
-    retired, its members may be evicted). Plain values, so that SQLite ranges an index on them."""
-    row = db.execute("SELECT retired, first_sample, max_sample, lo_rank, lo_key, hi_rank, hi_key "
-                     "FROM epochs WHERE n=?", (n,)).fetchone()
-    if row is None or row[0]:
-        return None
-    _, first, top, lo_rank, lo_key, hi_rank, hi_key = row
-    if first is not None:
-        return "s.id BETWEEN ? AND ?", (first, top)
-    if lo_key is not None:
-        return ("s.rank IS NOT NULL AND (s.rank, s.key) >= (?, ?) AND (s.rank, s.key) <= (?, ?) "
-                "AND s.id <= ? AND NOT EXISTS (SELECT 1 FROM epoch_excluded x "
-                "WHERE x.epoch = ? AND x.sample = s.id)", (lo_rank, lo_key, hi_rank, hi_key, top, n))
-    return "s.id IN (SELECT sample FROM epoch_samples WHERE epoch = ?)", (n,)
-
-
-def _common(db: sqlite3.Connection, prev: int, n: int) -> int | None:
-    """Schedule mode: the samples of both epoch ``prev`` and epoch ``n`` (None: ``prev`` retired).
-
-    A window takes samples admitted before the last cut (fetched ahead of it) and loses its front
-    to the budget's trim, so neither "ids above the last cut" nor "the last epoch plus those, less
-    this one" is its new or left-out count (0 left out was shown where 3 were). Counted once, at
-    the cut, by one range read of the rank index: the exact set difference both ways."""
-    a, b = _membership(db, prev), _membership(db, n)
-    if a is None or b is None:
-        return None
-    return int(db.execute(f"SELECT COUNT(*) FROM samples s WHERE {a[0]} AND {b[0]}",
-                          a[1] + b[1]).fetchone()[0])
-
-
 def _insert_epoch(db: sqlite3.Connection, policy: Policy, n: int, span: Span | None = None) -> None:
     """One ``epochs`` row: a range of the admission order (snapshot mode) or a window's bounds
     (schedule mode, with its few ``epoch_excluded`` rows, or its ``epoch_samples`` rows when
     bounds cannot describe it: :func:`.windows.record`). ``span``: the window as the cut
     condition read it in this transaction (None: read it here)."""
     now = time.time()
-    prev_row = db.execute("SELECT MAX(n) FROM epochs WHERE n < ?", (n,)).fetchone()[0]
-    prev_max = 0 if prev_row is None else int(db.execute(
-        "SELECT max_sample FROM epochs WHERE n=?", (prev_row,)).fetchone()[0])
     max_all = int(db.execute("SELECT COALESCE(MAX(id), 0) FROM samples").fetchone()[0])
     first: int | None = None
     bounds: tuple[int | None, str | None, int | None, str | None] = (None, None, None, None)
@@ -183,28 +171,7 @@ def _insert_epoch(db: sqlite3.Connection, policy: Policy, n: int, span: Span | N
     )
     if first is None:
         samples, nbytes = _window_members(db, n, span) if bounds[1] is not None else _listed(db, n)
-    new, evicted = samples, 0  # the first epoch: all of it is new
-    common = None if prev_row is None or policy.schedule is None else _common(db, int(prev_row), n)
-    if common is not None:
-        prev_samples = int(db.execute("SELECT samples FROM epochs WHERE n=?", (prev_row,)).fetchone()[0])
-        new, evicted = samples - common, prev_samples - common
-    elif prev_row is not None:
-        # The samples since the last cut.
-        if first is not None:
-            # One bound: with two (id >= first AND id > prev_max) SQLite ranges the rowid on one of
-            # them and filters the rest, so a cut counted every sample (0.15 s at 1M).
-            new = int(db.execute("SELECT COUNT(*) FROM samples WHERE id >= ?",
-                                 (max(first, prev_max + 1),)).fetchone()[0])
-        elif bounds[1] is not None:
-            known = span.newer if span is not None else None
-            # Counted ahead (:mod:`.ahead`) when measured above this same previous epoch.
-            new = (known[1] if known is not None and known[0] == prev_max
-                   else members(db, n, above=prev_max)[0])
-        else:
-            new = int(db.execute("SELECT COUNT(*) FROM epoch_samples WHERE epoch=? AND sample > ?",
-                                 (n, prev_max)).fetchone()[0])
-        prev_samples = int(db.execute("SELECT samples FROM epochs WHERE n=?", (prev_row,)).fetchone()[0])
-        evicted = max(0, prev_samples + new - samples)
+    new, evicted = epochdiff.new_and_left_out(db, n, samples, span)
     db.execute("UPDATE epochs SET samples=?, bytes=?, new=?, evicted=? WHERE n=?",
                (samples, nbytes, new, evicted, n))
     db.execute("DELETE FROM cut_requests WHERE n <= ?", (n,))
