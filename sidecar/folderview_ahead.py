@@ -23,6 +23,13 @@ listed row by row, a path clash, a set that does not match the row) returns Fals
 writes the epoch the old way, whole (:meth:`FolderPublisher._publish`). Schedule mode's epochs are
 windows of the sampling order, not ranges: :mod:`.folderview_window` builds those ahead.
 
+**The front** each step trims to is a prediction: the newest samples within the epoch budget, or
+the bytes the last epoch held if more (a cut with nothing left to fetch holds the whole cache).
+Nothing is trimmed before the sampler configured the store (its defaults say capacity 1: every
+sample of a fresh cache would leave for good); samples a budget trimmed are pulled again once it
+grows, and at the cut whatever of its range the front left (:meth:`AheadTree._refill`), so the
+set converges to the epoch it is asked for rather than missing its oldest samples for ever.
+
 **The next tree** starts as soon as one is published: the entries of the epoch just published are
 hard links to its symlinks, new samples get symlinks (:mod:`.folderview_links`). So an entry costs
 one inode however many epochs show it, and disk per epoch is its folders only.
@@ -44,101 +51,26 @@ from array import array
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from epochfs.fuse.treebuild import LOGGED_SKIPS, unshown_reason
 from epochfs.sidecar.folderview_body import ManifestBody
-from epochfs.sidecar.folderview_links import Clash, LinkTree
-from epochfs.sidecar.store import EpochExtent, object_name
+from epochfs.sidecar.folderview_built import (
+    CHUNK,
+    SPOT_CHECKS,
+    STEP_SECONDS,
+    BuiltAhead,
+    Tainted,
+    WriteControl,
+    rel_of,
+)
+from epochfs.sidecar.folderview_links import LinkTree
+from epochfs.sidecar.store import AdmittedSample, EpochExtent, Meta, object_name
 from epochfs.sidecar.store.reader import FolderReader
 from epochfs.torchclient.layout import MANIFEST_MAGIC, epoch_name
 from epochfs.torchclient.publish import DIR_MODE
 
 log = logging.getLogger("epochfs.folderview")
 
-CHUNK = 20_000
-"""Rows read from the index at a time."""
-STEP_SECONDS = 0.1
-"""Most seconds one step spends linking ahead, so that a cut waits at most about this behind it."""
-SPOT_CHECKS = 16
-
-WriteControl = Callable[[int, Sequence[bytes]], None]
-"""Writes epoch N's ``classes.json`` and its manifest (given as chunks) into ``.epochfs/``."""
-
-
-def rel_of(line: bytes) -> str:
-    """The entry's path: a manifest line's first field."""
-    return line.split(b"\t", 1)[0].decode()
-
-
-class Tainted(Exception):
-    """The ahead tree cannot stand for the epoch (a clash of paths, a path the manifest cannot
-    hold, a replaced index): the epoch is written the old way."""
-
-
-class BuiltAhead:
-    """What both trees built ahead share (:class:`AheadTree`, snapshot mode; and the schedule
-    mode's ``WindowTree``): where they link (the folder, the link root, the temporary name's
-    prefix), the tree under its temporary name (:mod:`.folderview_links`) and the count of rows
-    left out by the FUSE view's rule (:meth:`_skip`)."""
-
-    def __init__(self, *, store: FolderReader, folder: Path, link_root: Path, temp_prefix: str) -> None:
-        self.store = store
-        self.folder = folder
-        self.prefix = str(link_root).rstrip("/") + "/"
-        self.temp_prefix = temp_prefix
-        self._links: LinkTree | None = None
-        self.skipped = 0
-        """Rows read that the tree builder's rule left out (the first few logged by name)."""
-
-    @property
-    def tree(self) -> Path | None:
-        """The tree's temporary name in the folder (None: none is being built)."""
-        return None if self._links is None else self._links.path
-
-    def forget(self) -> None:
-        """The tree on disk is gone (recovery removed every temporary name): built again."""
-        self._links = None
-
-    def folders(self) -> list[str]:
-        """The folders of the tree, but its own (what ``classes.json`` records for the epoch)."""
-        return [] if self._links is None else self._links.folders()
-
-    def sync_dirs(self) -> None:
-        """fsync the folders changed since the last call."""
-        assert self._links is not None
-        self._links.sync_dirs()
-
-    def discard(self) -> None:
-        """Forget the tree on disk (removed now); the set is kept."""
-        if self._links is not None:
-            links, self._links = self._links, None
-            links.remove()
-
-    def _line(self, path: str, size: int, checksum: str, obj: str) -> bytes | None:
-        """The sample's manifest line, or None for a row the FUSE view would not show
-        (:func:`~epochfs.fuse.treebuild.unshown_reason`: a separator in its path or checksum, an
-        escaping object name): kept as a member, since it counts in the epoch's row, but never
-        linked nor in the manifest (:meth:`_skip`)."""
-        why = unshown_reason(path, obj, checksum)
-        if why is None:
-            return f"{path}\t{size}\t{checksum}\n".encode()
-        self._skip(path, why)
-        return None
-
-    def _skip(self, path: str, why: str) -> None:
-        """A row left out of the tree: counted, the first few logged by name."""
-        self.skipped += 1
-        if self.skipped <= LOGGED_SKIPS:
-            log.warning("%r not shown in the folder view: %s", path, why)
-
-    @staticmethod
-    def _link_groups(links: LinkTree, groups: dict[str, list[tuple[str, str, bool]]]) -> None:
-        """Link each folder's entries (name, target, carried over from the base); a path clash
-        taints the tree: the epoch is written whole."""
-        try:
-            for parent, entries in groups.items():
-                links.link_into(parent, entries)
-        except Clash as e:
-            raise Tainted(str(e)) from None
+BUDGET_SECONDS = 5.0
+"""The epoch budget the set is trimmed by is read again this often (a read of the index)."""
 
 
 class AheadTree(BuiltAhead):
@@ -166,16 +98,23 @@ class AheadTree(BuiltAhead):
         self._base: tuple[Path, EpochExtent] | None = None  # the published epoch links are made from
         self._budget = 1
         self._budget_at = -1e18
+        self._trimmed: tuple[int, int] | None = None  # (lowest id, budget) of the budget's trims
 
     # ------------------------------------------------------------------ the set
-    def _budget_now(self) -> int:
-        if time.monotonic() - self._budget_at > 5.0:
+    def _budget_now(self) -> int | None:
+        """The bytes the next cut may hold, as far as the tree can tell; None while the sampler
+        has not configured the store: its defaults (capacity 1) would trim every sample away,
+        for good, on a fresh cache. Never below the last epoch's bytes (shown, or linked from):
+        a cut with nothing left to fetch holds the whole cache, beyond the epoch budget."""
+        if time.monotonic() - self._budget_at > BUDGET_SECONDS:
+            if self.store.meta(Meta.CAPACITY) is None:  # not configured yet: not kept either
+                return None
             policy = self.store.policy()
             if policy.schedule is not None:  # its epochs are windows: .folderview_window's
                 raise Tainted("the store is in schedule mode")
             self._budget = policy.epoch_budget
             self._budget_at = time.monotonic()
-        return self._budget
+        return self._budget if self._base is None else max(self._budget, self._base[1].bytes)
 
     def pending(self) -> bool:
         """Linking is left to do (the publisher steps again at once)."""
@@ -183,39 +122,83 @@ class AheadTree(BuiltAhead):
 
     def _pull(self, upto: int | None = None, *, trim: bool = True) -> None:
         """Read the samples admitted since the last pull (all, or up to id ``upto``) and drop
-        members the store no longer holds below its lowest id."""
+        members the store no longer holds below its lowest id; ``trim``: and those a cut made
+        now would leave out, beyond the budget. Members a smaller budget trimmed are pulled again
+        when it grew (the sampler restarted with a larger ``--capacity``): they would be missed
+        by every later cut."""
         lo, hi = self.store.sample_id_bounds()
         if hi < self._hi:  # the index was replaced: start over
             raise Tainted("the index was replaced")
         self._drop_front(lambda i: self._ids[i] < lo)
         while upto is None or self._hi < upto:
             rows = self.store.samples_after(self._hi, limit=CHUNK)
-            shown: list[bytes] = []
-            for s in rows:
-                self._ids.append(s.id)
-                self._sizes.append(s.size)
-                obj = object_name(s.sid)
-                line = self._line(s.path, s.size, s.checksum, obj)
-                if line is not None:
-                    shown.append(line)
-                    self._shown_bytes += s.size
-                else:
-                    self._unshown += 1
-                self._lines.append(line)
-                self._objs.append(obj)
-                self._linked.append(0)
-                self._bytes += s.size
-                self._hi = s.id
-            self._body.add(shown)
+            self._take(rows)
+            if rows:
+                self._hi = rows[-1].id
             if len(rows) < CHUNK:
                 break
-        if trim:  # the front of a cut made now: the newest samples within the epoch budget
-            budget = self._budget_now()
-            self._drop_front(lambda i: self._bytes > budget)
+        budget = self._budget_now() if trim else None
+        if budget is None:
+            return
+        if self._trimmed is not None and budget > self._trimmed[1]:
+            self._refill(max(lo, self._trimmed[0]))
+            self._trimmed = None
+        low = self._drop_front(lambda i: self._bytes > budget)  # the newest within the budget
+        if low is not None:
+            self._trimmed = (low if self._trimmed is None else min(low, self._trimmed[0]), budget)
 
-    def _drop_front(self, due: Callable[[int], bool]) -> None:
+    def _take(self, rows: Sequence[AdmittedSample]) -> None:
+        """Append ``rows`` (ids above every member's) as members."""
+        shown: list[bytes] = []
+        for s in rows:
+            self._ids.append(s.id)
+            self._sizes.append(s.size)
+            obj = object_name(s.sid)
+            line = self._line(s.path, s.size, s.checksum, obj)
+            if line is not None:
+                shown.append(line)
+                self._shown_bytes += s.size
+            else:
+                self._unshown += 1
+            self._lines.append(line)
+            self._objs.append(obj)
+            self._linked.append(0)
+            self._bytes += s.size
+        self._body.add(shown)
+
+    def _refill(self, first: int) -> None:
+        """Pull again the samples the store holds from id ``first`` up to the front (members the
+        front left that a cut now holds): put before the members, linked by the next steps."""
+        front = self._ids[self._start] if self._start < len(self._ids) else self._hi + 1
+        rows: list[AdmittedSample] = []
+        after = first - 1
+        while after + 1 < front:
+            chunk = self.store.samples_after(after, limit=CHUNK)
+            rows += [s for s in chunk if s.id < front]
+            if len(chunk) < CHUNK or chunk[-1].id >= front:
+                break
+            after = chunk[-1].id
+        if not rows:
+            return
+        s = self._start
+        kept = (self._ids[s:], self._sizes[s:], self._lines[s:], self._objs[s:], self._linked[s:])
+        self._ids, self._sizes = array("q"), array("q")
+        self._lines, self._objs, self._linked = [], [], bytearray()
+        self._take(rows)
+        self._ids += kept[0]
+        self._sizes += kept[1]
+        self._lines += kept[2]
+        self._objs += kept[3]
+        self._linked += kept[4]
+        self._start = self._pos = 0  # _link passes over the members linked already
+        log.debug("pulled %d sample(s) below the front again", len(rows))
+
+    def _drop_front(self, due: Callable[[int], bool]) -> int | None:
+        """Members leave the front while ``due``; returns the lowest id that left (None: none)."""
         removed: list[bytes] = []
+        low = None
         while self._start < len(self._ids) and due(self._start):
+            low = self._ids[self._start] if low is None else low
             if self._sizes[self._start] < 0:
                 self._holes -= 1
             else:
@@ -224,6 +207,7 @@ class AheadTree(BuiltAhead):
         self._body.remove(removed)
         if self._start > 4096 and self._start * 2 > len(self._ids):
             self._compact()
+        return low
 
     def _leave(self, i: int, *, hole: bool = True) -> list[bytes]:
         """Member ``i`` leaves the set: unlinked, its line to remove from the body; ``hole``: it
@@ -281,7 +265,7 @@ class AheadTree(BuiltAhead):
             members: list[int] = []
             for i in range(self._pos, stop):
                 line = self._lines[i]
-                if self._sizes[i] < 0 or line is None:
+                if self._sizes[i] < 0 or line is None or self._linked[i]:
                     continue
                 parent, _, name = rel_of(line).rpartition("/")
                 carried = base is not None and base[1].first <= self._ids[i] <= base[1].last
@@ -314,6 +298,7 @@ class AheadTree(BuiltAhead):
             self._new_tree()
         self._pull(upto=ext.last, trim=False)
         self._drop_front(lambda i: self._ids[i] < ext.first)
+        self._refill(ext.first)  # a front moved past it (by a budget since grown): linked below
         k = bisect.bisect_right(self._ids, ext.last, lo=self._start)
         late = range(k, len(self._ids))  # admitted after the cut: kept for the next epoch
         late_lines = [x for i in late if self._sizes[i] >= 0 and (x := self._lines[i]) is not None]

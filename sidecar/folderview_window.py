@@ -39,17 +39,17 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from epochfs.sidecar.folderview_ahead import (
+from epochfs.sidecar.folderview_ahead import AheadTree
+from epochfs.sidecar.folderview_body import ManifestBody
+from epochfs.sidecar.folderview_built import (
     CHUNK,
     SPOT_CHECKS,
     STEP_SECONDS,
-    AheadTree,
     BuiltAhead,
     Tainted,
     WriteControl,
     rel_of,
 )
-from epochfs.sidecar.folderview_body import ManifestBody
 from epochfs.sidecar.folderview_links import LinkTree
 from epochfs.sidecar.store import Meta, object_name
 from epochfs.sidecar.store.admitted import AdmittedSample, Place, WindowExtent
