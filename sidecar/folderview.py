@@ -18,7 +18,6 @@ shown epoch pinned for the in-use window, a refused record tried again) and
 
 from __future__ import annotations
 
-import errno
 import logging
 import os
 import signal
@@ -31,6 +30,7 @@ from epochfs.sidecar.folderview_publisher import (
     CONTROL_TEMP_PREFIX,
     DIR_MODE,
     FILE_MODE,
+    FULL_ERRNOS,
     TEMP_PREFIX,
     FolderPublisher,
 )
@@ -122,8 +122,6 @@ def run_publish(*, cache: Path, folder: Path, link_root: Path | None = None, int
     return 0
 
 
-FULL_ERRNOS = (errno.ENOSPC, errno.EDQUOT)
-"""A volume with no room (or no quota) left: the publisher waits for room instead of failing."""
 PAUSED_RETRY = 2.0
 """Seconds between tries to publish while the folder's volume is full."""
 
@@ -163,7 +161,7 @@ def _publish_until(stop: threading.Event, publisher: FolderPublisher, *, interva
         except OSError as e:
             if e.errno not in FULL_ERRNOS:
                 raise
-            where = e.filename or publisher.folder
+            where = _full_path(e, publisher.folder, cache=volume != "the folder view's volume")
             reason = f"{volume} is full ({os.strerror(e.errno)}: {where})"
             if paused is None:
                 log.error("%s: publishing paused; what is published stays readable; trying again every "
@@ -180,6 +178,17 @@ def _publish_until(stop: threading.Event, publisher: FolderPublisher, *, interva
             watch.wait(interval)
             if stop.is_set():
                 return
+
+
+def _full_path(e: OSError, folder: Path, *, cache: bool) -> str:
+    """The path on the full volume that a failed call names: ``symlink(target, link)`` names the
+    target (a cache object) first and the link second, ``rename`` its source first; so the first of
+    them in the view's folder, else the folder itself. For the cache volume, the first named."""
+    names = [str(f) for f in (e.filename, e.filename2) if f is not None]
+    if cache:
+        return names[0] if names else str(folder)
+    inside = [f for f in names if os.path.isabs(f) and (f == str(folder) or f.startswith(f"{folder}/"))]
+    return inside[0] if inside else str(folder)
 
 
 def _record_pause(store: FolderReader, reason: str | None) -> None:

@@ -42,14 +42,16 @@ from pathlib import Path
 
 from epochfs.fuse.view import View
 from epochfs.sidecar.config import ConfigError
-from epochfs.sidecar.folderview_ahead import AheadTree, Tainted
+from epochfs.sidecar.folderview_ahead import AheadTree
+from epochfs.sidecar.folderview_aheadrun import FULL_ERRNOS, AheadRun
+from epochfs.sidecar.folderview_built import WriteControl
 from epochfs.sidecar.folderview_classes import render_classes
 from epochfs.sidecar.folderview_grace import Grace
 from epochfs.sidecar.folderview_lost import LostRecord
 from epochfs.sidecar.folderview_owned import Owned
 from epochfs.sidecar.folderview_remove import Remover
 from epochfs.sidecar.folderview_reports import Recovery, Step
-from epochfs.sidecar.folderview_window import WindowTree, ahead_tree
+from epochfs.sidecar.folderview_window import WindowTree
 from epochfs.sidecar.store.reader import FolderReader
 from epochfs.torchclient.layout import (
     CLASSES_NAME,
@@ -67,19 +69,20 @@ from epochfs.torchclient.publish import (
     DIR_MODE,
     FILE_MODE,
     TEMP_PREFIX,
+    NotASymlink,
     fsync_dir,
     fsync_file,
+    link_target,
+    move_symlink,
     publish_tree,
     remove_tree,
     replace_file,
-    replace_symlink,
     retire_tree,
 )
 
 log = logging.getLogger("epochfs.folderview")
 
-__all__ = ["CONTROL_TEMP_PREFIX", "DIR_MODE", "FILE_MODE", "TEMP_PREFIX", "FolderPublisher"]
-
+__all__ = ["CONTROL_TEMP_PREFIX", "DIR_MODE", "FILE_MODE", "FULL_ERRNOS", "TEMP_PREFIX", "FolderPublisher"]
 
 class FolderPublisher:
     """Writes the view of ``store`` into ``folder``; :meth:`step` brings the folder up to date."""
@@ -102,13 +105,14 @@ class FolderPublisher:
         self._status_key = b""
         self._latest: int | None = None
         self._live_seen: frozenset[int] | None = None
-        self.ahead = ahead
-        self._ahead: AheadTree | WindowTree | None = None
+        self._ahead = AheadRun(store=store, folder=folder, link_root=link_root, enabled=ahead,
+                               newest=self._newest_shown)
         self._remover = Remover() if (ahead if background is None else background) else None
         self._lost = LostRecord(folder)  # lost samples' entries: placeholders answering ELOOP
         self._grace = Grace(store)
         self._unshown: set[int] = set()  # manifests written whose epoch a failed publish did not show
         self._owned = Owned(folder)  # the epoch-N/ it wrote; a user's of the same name never taken
+        self._latest_taken = False  # a user's file or folder named latest, warned about
 
     @property
     def blocked(self) -> str | None:
@@ -140,8 +144,7 @@ class FolderPublisher:
         self.control.mkdir(exist_ok=True)
         os.chmod(self.control, 0o755)
         report = Recovery()
-        if self._ahead is not None:
-            self._ahead.forget()  # a temporary name: removed below, built again
+        self._ahead.forget()  # a temporary name: removed below, built again
         for name in sorted(os.listdir(self.folder)):
             if name.startswith(TEMP_PREFIX):
                 remove_tree(self.folder / name)
@@ -157,7 +160,7 @@ class FolderPublisher:
         # latest first, to an epoch that stays, so it never points at one being removed.
         kept = [n for n in visible if n not in stale]
         self._owned.ours(set(kept))
-        self._write_latest(max(kept) if kept else None)
+        full = self._write_latest(max(kept) if kept else None, removing=set(stale))
         report.stale = [n for n in stale if self._retire(n)]
         report.foreign = [n for n in stale if n not in report.stale]  # a user's: never removed
         for name in os.listdir(self.control):
@@ -167,6 +170,8 @@ class FolderPublisher:
         if report.leftovers or report.stale:
             log.info("recovered %s: removed leftovers %s, stale epochs %s", self.folder,
                      report.leftovers, report.stale)
+        if full is not None:
+            raise full  # after the stale epochs went: the next try has their room
         return report
 
     def _matches(self, n: int) -> bool:
@@ -194,98 +199,94 @@ class FolderPublisher:
     # ------------------------------------------------------------------ one pass
     def step(self, *, force_status: bool = False) -> Step:
         """Publish new epochs, move ``latest``, rewrite ``status.json`` when due, retire the epochs
-        the store retired. Cheap when nothing changed: one small query of the epochs table."""
+        the store retired. Cheap when nothing changed: one small query of the epochs table.
+
+        A full volume (:data:`FULL_ERRNOS`) stops what needs room (publishing, a new ``latest``,
+        ``status.json``), never what frees it: ``latest`` is moved off (or removed from) an epoch
+        the store retired, the retired epochs and the manifests of epochs never shown go, and only
+        then is the first such error raised (the caller pauses; its next try has their room)."""
         done = Step()
         live_now = frozenset(e.epoch for e in self.store.epochs())
         status_due = time.monotonic() - self._status_written >= self.status_seconds
         moved = self._owned.moved()
         if live_now == self._live_seen and not status_due and not force_status and not moved:
             self._grace.retry(live_now)  # never before a publish: a busy index would delay its show
-            done.pending = self._advance()
+            done.pending = self._ahead.advance(self._live_seen)
             return done
         self.view.refresh()
         snap = self.view.snapshot
         visible = set(self.visible())
-        # The record of lost samples first: an epoch shown below has its placeholders in place
-        # when it appears (lost.json is written before status.json counts the loss).
-        self._lost.update(self.store, lambda name, data: self._replace_control(name, data, fsync=False),
-                          lambda name: (self.control / name).unlink(missing_ok=True))
         own = self._owned.ours(visible)
         blocked = sorted(n for n in snap.live if n in visible - own)  # a user's folder has its name
-        todo = [n for n in sorted(snap.live) if n not in visible]
+        full: OSError | None = None
+        try:
+            self._publish_new([n for n in sorted(snap.live) if n not in visible], done)
+        except OSError as e:
+            if e.errno not in FULL_ERRNOS:
+                raise
+            full = e  # the rest still runs: retiring frees the room the next try needs
+        self._owned.report_blocked(blocked)
+        latest = snap.latest if snap.latest is not None and self._owned.holds(snap.latest) else None
+        if latest is None and full is not None and snap.latest not in blocked:  # newest not shown yet
+            latest = max((n for n in snap.live if self._owned.holds(n)), default=None)
+        if latest != self._latest or not (self.folder / LATEST_NAME).is_symlink():
+            missed = self._write_latest(latest, removing=visible - set(snap.live))
+            full = full or missed
+        done.latest = self._latest
+        # Not while an epoch it counts is unshown: status.json keeps its version from before the pause.
+        if full is None and (snap.status_key != self._status_key or status_due or force_status):
+            try:
+                self._replace_control(STATUS_NAME, snap.status, fsync=False)
+                self._status_key, self._status_written = snap.status_key, time.monotonic()
+            except OSError as e:
+                if e.errno not in FULL_ERRNOS:
+                    raise
+                full = e
+        pointed = parse_epoch_name(link_target(self.folder / LATEST_NAME) or "")
+        for n in sorted(visible - set(snap.live)):
+            if n != pointed and self._retire(n):
+                done.retired.append(n)
+        for n in sorted(self._unshown - set(snap.live)):  # retired before a publish could be retried
+            (self.control / manifest_name(n)).unlink(missing_ok=True)
+            self._unshown.discard(n)
+        if done.published or done.retired:
+            log.info("published %s (%s from the tree built ahead), retired %s; latest -> %s", done.published,
+                     done.ahead, done.retired, self._latest)
+        if full is not None:
+            raise full
+        self._live_seen = frozenset(snap.live)
+        self._grace.retry(self._live_seen, tried=done.published)
+        done.pending = self._ahead.advance(self._live_seen)
+        return done
+
+    def _publish_new(self, todo: list[int], done: Step) -> None:
+        """Show the live epochs ``todo`` (not visible yet), lost samples' record first: an epoch
+        shown here has its placeholders in place when it appears (lost.json is written before
+        status.json counts the loss)."""
+        self._lost.update(self.store, lambda name, data: self._replace_control(name, data, fsync=False),
+                          lambda name: (self.control / name).unlink(missing_ok=True))
         for n in todo:  # the tree built ahead stands for any of them; the next tree follows
             if self._publish_ahead(n):
                 done.published.append(n)
                 done.ahead.append(n)
             elif self._publish(n):
                 done.published.append(n)
-                if self._ahead is not None:
-                    self._ahead.rebase(n)
+                self._ahead.rebase(n)
             else:
                 continue
             self._owned.shown(n)
-        self._owned.report_blocked(blocked)
-        latest = snap.latest if snap.latest is not None and self._owned.holds(snap.latest) else None
-        if latest != self._latest or not (self.folder / LATEST_NAME).is_symlink():
-            self._write_latest(latest)
-        done.latest = latest
-        if snap.status_key != self._status_key or status_due or force_status:
-            self._replace_control(STATUS_NAME, snap.status, fsync=False)
-            self._status_key = snap.status_key
-            self._status_written = time.monotonic()
-        for n in sorted(visible - set(snap.live)):
-            if n != latest and self._retire(n):
-                done.retired.append(n)
-        for n in sorted(self._unshown - set(snap.live)):  # retired before a publish could be retried
-            (self.control / manifest_name(n)).unlink(missing_ok=True)
-            self._unshown.discard(n)
-        self._live_seen = frozenset(snap.live)
-        self._grace.retry(self._live_seen, tried=done.published)
-        if done.published or done.retired:
-            log.info("published %s (%s from the tree built ahead), retired %s; latest -> %s", done.published,
-                     done.ahead, done.retired, latest)
-        done.pending = self._advance()
-        return done
 
     # ------------------------------------------------------------------ ahead
-    def _advance(self) -> bool:
-        """Bring the tree built ahead up to the store for a bounded time; True while it has more
-        to do. A tree that cannot stand for the next epoch is dropped until the next cut; one
-        that hit a full volume is removed at once (the room is the published epochs')."""
-        if not self.ahead or (self._ahead_off is not None and self._ahead_off == self._live_seen):
-            return False
-        if self._ahead is None:
-            self._ahead = ahead_tree(store=self.store, folder=self.folder, link_root=self.view.link_root,
-                                     temp_prefix=TEMP_PREFIX)  # a window in schedule mode
-            for n in self._owned.newest()[-1:]:  # after a restart too: link from what is published
-                self._ahead.rebase(n)
-        try:
-            self._ahead.advance()
-        except Tainted as e:
-            log.info("no tree built ahead until the next cut (%s): the next epoch is written whole", e)
-            self._drop_ahead()
-            self._ahead_off = self._live_seen or frozenset()
-            return False
-        except BaseException:
-            self._drop_ahead()
-            raise
-        return self._ahead.pending()
-
-    _ahead_off: frozenset[int] | None = None
-
-    def _drop_ahead(self) -> None:
-        if self._ahead is not None:
-            self._ahead.discard()
-            self._ahead = None
+    def _newest_shown(self) -> list[int]:
+        """The epochs this publisher showed, oldest first (the tree built ahead links from the last)."""
+        return self._owned.newest()
 
     def _publish_ahead(self, n: int) -> bool:
-        """Show epoch ``n`` from the tree built ahead; False when it cannot stand for it."""
-        if self._ahead is None:
-            return False
+        """Show epoch ``n`` from the tree built ahead (:mod:`.folderview_aheadrun`); False when it
+        cannot stand for it."""
         started = time.monotonic()
-        try:
-            ahead = self._ahead
 
+        def control_of(ahead: AheadTree | WindowTree) -> WriteControl:
             def write_control(m: int, manifest: Sequence[bytes]) -> None:
                 """What must be in place before the tree is shown as ``epoch-M``."""
                 self._publish_classes(folders=(m, ahead.folders()))
@@ -295,16 +296,9 @@ class FolderPublisher:
                     self._lost.place_in(ahead.tree)
                 if self.grace:
                     self._grace.record(m)  # pinned before a reader can find it
+            return write_control
 
-            ok = ahead.publish(n, header=self.view.known_at_cut(n), write_control=write_control)
-        except Tainted as e:
-            log.info("epoch %d: %s; written whole", n, e)
-            self._drop_ahead()
-            return False
-        except BaseException:
-            self._drop_ahead()
-            raise
-        if not ok:
+        if not self._ahead.publish(n, header=self.view.known_at_cut(n), write_control=control_of):
             return False
         self._unshown.discard(n)
         fsync_file(self.control / manifest_name(n))  # durability, after the rename: a reader
@@ -320,7 +314,7 @@ class FolderPublisher:
     def close(self) -> None:
         """A clean stop: the tree built ahead and the retired trees are removed (the published
         epochs stay); a kill leaves them to the next start's :meth:`recover`."""
-        self._drop_ahead()
+        self._ahead.drop()
         self.drain()
 
     # ------------------------------------------------------------------ writing
@@ -330,9 +324,26 @@ class FolderPublisher:
         stays, whole."""
         replace_file(self.control / name, data, fsync=fsync, mode=FILE_MODE)
 
-    def _write_latest(self, latest: int | None) -> None:
-        replace_symlink(self.folder / LATEST_NAME, None if latest is None else epoch_name(latest))
-        self._latest = latest
+    def _write_latest(self, latest: int | None, *, removing: set[int]) -> OSError | None:
+        """Point ``latest`` at epoch ``latest`` (None: remove it). A full volume's error is returned
+        (:func:`~epochfs.torchclient.publish.move_symlink`: it stays, or goes if it points at an
+        epoch in ``removing``). A file or folder of that name epochfs did not make (a user's) is
+        left as it is, with a warning once: what epochfs did not publish it never replaces nor
+        removes, and the epochs are published without ``latest``."""
+        path = self.folder / LATEST_NAME
+        try:
+            full = move_symlink(path, None if latest is None else epoch_name(latest),
+                                off={epoch_name(n) for n in removing})
+        except NotASymlink:
+            if not self._latest_taken:
+                log.warning("%s is not a symlink epochfs made (a file or folder of yours?): left as it is, "
+                            "and the epochs are published without latest; move it out of the folder "
+                            "view to get latest back", path)
+            self._latest_taken, self._latest = True, None
+            return None
+        self._latest_taken = False
+        self._latest = latest if full is None else parse_epoch_name(link_target(path) or "")
+        return full
 
     def _publish(self, n: int) -> bool:
         """Make ``epoch-N/`` appear whole: manifest first, the tree under a temporary name, one

@@ -7,8 +7,8 @@ anything**, with the same steps, kept here once:
 
 * a small file (a manifest, ``status.json``, ``classes.json``) is written under a temporary name in
   its own folder, fsynced when asked, and renamed over the old one (:func:`replace_file`);
-* ``latest`` is a symlink made under a temporary name and renamed over the old one
-  (:func:`replace_symlink`);
+* ``latest`` is a symlink made under a temporary name and renamed over the old one, never over a
+  user's file or folder of that name (:func:`replace_symlink`);
 * an epoch's tree is built whole under a dot-prefixed temporary name (readers and
   ``layout.list_epochs`` skip it), every folder fsynced (:func:`write_tree`), then one ``rename``
   makes ``epoch-N/`` appear, and its parent folder is fsynced (:func:`show`, :func:`publish_tree`);
@@ -28,10 +28,11 @@ import torch (the contract ``layout-without-torch`` in ``.importlinter`` checks)
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import secrets
 import shutil
-from collections.abc import Iterable, Mapping
+from collections.abc import Container, Iterable, Mapping
 from pathlib import Path
 
 TEMP_PREFIX = ".epochfs-"
@@ -95,9 +96,17 @@ def replace_file(target: Path, data: bytes | Iterable[bytes], *, fsync: bool,
         raise
 
 
+class NotASymlink(FileExistsError):
+    """``latest`` (or another name the publisher keeps as a symlink) holds a user's file or folder:
+    what epochfs did not write it never replaces nor removes."""
+
+
 def replace_symlink(path: Path, target: str | None, *, temp_prefix: str = TEMP_PREFIX) -> None:
     """Point symlink ``path`` at ``target`` by temp + rename (a reader never finds it missing);
-    ``target`` None removes it."""
+    ``target`` None removes it. Only a missing name or a symlink is replaced: a file or folder of
+    that name (a user's ``latest``) raises :class:`NotASymlink` and stays as it is."""
+    if os.path.lexists(path) and not os.path.islink(path):
+        raise NotASymlink(errno.EEXIST, "exists and is not a symlink epochfs made", str(path))
     if target is None:
         path.unlink(missing_ok=True)
         return
@@ -108,6 +117,30 @@ def replace_symlink(path: Path, target: str | None, *, temp_prefix: str = TEMP_P
     except BaseException:
         temp.unlink(missing_ok=True)
         raise
+
+
+def link_target(path: Path) -> str | None:
+    """Where symlink ``path`` points now; None when no symlink is there."""
+    try:
+        return os.readlink(path)
+    except OSError:
+        return None
+
+
+def move_symlink(path: Path, target: str | None, *, off: Container[str]) -> OSError | None:
+    """:func:`replace_symlink` on a volume that may be full: with no room for the new link
+    (``ENOSPC``, ``EDQUOT``) the error is returned and the old link stays, unless it points at a
+    name in ``off`` (one being removed): then it goes (an unlink needs no room). So the link never
+    points at what is removed, and the caller goes on freeing room. Other errors raise."""
+    try:
+        replace_symlink(path, target)
+    except OSError as e:
+        if e.errno not in (errno.ENOSPC, errno.EDQUOT):
+            raise
+        if link_target(path) in off:
+            path.unlink(missing_ok=True)
+        return e
+    return None
 
 
 def write_tree(root: Path, dirs: Iterable[str], links: Mapping[str, str], mode: int) -> None:
@@ -191,6 +224,6 @@ def remove_tree(path: Path) -> None:
         shutil.rmtree(path)
 
 
-__all__ = ["CONTROL_TEMP_PREFIX", "DIR_MODE", "FILE_MODE", "RETIRED_TAG", "TEMP_PREFIX", "folders_of",
-           "fsync_dir", "fsync_file", "publish_tree", "remove_tree", "replace_file", "replace_symlink",
-           "retire_tree", "show", "temp_path", "write_tree"]
+__all__ = ["CONTROL_TEMP_PREFIX", "DIR_MODE", "FILE_MODE", "RETIRED_TAG", "TEMP_PREFIX", "NotASymlink",
+           "folders_of", "fsync_dir", "fsync_file", "link_target", "move_symlink", "publish_tree",
+           "remove_tree", "replace_file", "replace_symlink", "retire_tree", "show", "temp_path", "write_tree"]

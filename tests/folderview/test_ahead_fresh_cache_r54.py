@@ -45,11 +45,11 @@ def _entries(tree: Path | None) -> int:
 def test_a_publisher_started_before_the_sampler_configured_the_store_cuts_ahead(tmp_path: Path) -> None:
     store = Store(tmp_path / "cache", create=True)  # fresh: no policy recorded yet
     ahead, whole = pair(store, tmp_path)  # their first step read the store's defaults
-    assert ahead._ahead is not None  # the tree built ahead exists, the policy read
+    assert ahead._ahead.tree is not None  # the tree built ahead exists, the policy read
     store.configure(Policy(capacity=1 << 30))  # the sampler starts: every sample lands at once
     admit(store, make_objects(300, 100, prefix="train/a/", seed=1))
     settle(ahead)
-    assert _entries(ahead._ahead.tree) == 300  # none trimmed by a budget not configured
+    assert _entries(ahead._ahead.tree.tree) == 300  # none trimmed by a budget not configured
     assert _cut_shown_ahead(store, ahead, whole) == 0
     for round_ in range(2):  # and the epochs after it, as samples go on landing
         admit(store, make_objects(50, 100, prefix="train/b/", seed=2, start=50 * round_))
@@ -71,14 +71,14 @@ def test_samples_a_smaller_budget_dropped_are_pulled_again_when_it_grows(
     admit(store, make_objects(80, 100, prefix="train/a/", seed=1))
     ahead, whole = pair(store, tmp_path)
     settle(ahead)
-    assert _entries(ahead._ahead.tree) == 50  # trimmed to the budget
+    assert _entries(ahead._ahead.tree.tree) == 50  # trimmed to the budget
     assert _cut_shown_ahead(store, ahead, whole) == 0  # the newest 50
     settle(ahead)
     store.configure(Policy(capacity=1 << 30, headroom=0.5))  # restarted with a larger capacity
     admit(store, make_objects(10, 100, prefix="train/b/", seed=2))
     settle(ahead)
     if reread:
-        assert _entries(ahead._ahead.tree) == 90  # pulled again ahead
+        assert _entries(ahead._ahead.tree.tree) == 90  # pulled again ahead
     n = _cut_shown_ahead(store, ahead, whole)
     assert len(list(store.iter_epoch_files(n))) == 90  # the old budget would have held 50
     admit(store, make_objects(10, 100, prefix="train/c/", seed=3))
@@ -99,4 +99,4 @@ def test_a_cut_holding_the_whole_cache_beyond_the_budget_is_built_ahead(tmp_path
         n = _cut_shown_ahead(store, ahead, whole)
         assert len(list(store.iter_epoch_files(n))) == 80  # the whole cache, not the budget's 50
         settle(ahead)
-        assert _entries(ahead._ahead.tree) == 80  # kept ahead now
+        assert _entries(ahead._ahead.tree.tree) == 80  # kept ahead now

@@ -64,8 +64,9 @@ def test_cuts_are_shown_from_the_tree_built_ahead_identical_to_a_whole_build(tmp
         one, two = os.lstat(ahead.folder / "epoch-6" / rel), os.lstat(ahead.folder / "epoch-5" / rel)
         assert one.st_ino == two.st_ino and one.st_nlink >= 2, rel
     # Retired epochs left the folder; nothing but the tree being built ahead is a temporary name.
-    assert sorted(os.listdir(ahead.folder)) == sorted([*os.listdir(whole.folder), ahead._ahead.tree.name])  # type: ignore[union-attr]
-    assert ahead._ahead.tree.name.startswith(folderview.TEMP_PREFIX)  # type: ignore[union-attr]
+    built = ahead._ahead.tree.tree
+    assert sorted(os.listdir(ahead.folder)) == sorted([*os.listdir(whole.folder), built.name])
+    assert built.name.startswith(folderview.TEMP_PREFIX)
 
 
 def test_a_clash_or_a_sample_taken_out_is_written_whole_still_identical(tmp_path: Path) -> None:

@@ -100,7 +100,7 @@ def test_the_publisher_shows_a_cut_without_waiting_for_its_poll(tmp_path: Path) 
     loop.start()
     try:
         wait_until(lambda: layout.list_epochs(publisher.folder) == [0], timeout=60, what="epoch 0")
-        wait_until(lambda: publisher._ahead is not None and not publisher._ahead.pending(), timeout=60,
+        wait_until(lambda: (built := publisher._ahead.tree) is not None and not built.pending(), timeout=60,
                    what="the tree built ahead")
         admit(store, make_objects(5, 10, prefix="d/", start=40))
         store.cut(1)

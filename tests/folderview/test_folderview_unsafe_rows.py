@@ -62,7 +62,7 @@ def test_rows_the_fuse_view_hides_are_skipped_and_counted_by_the_tree_built_ahea
     manifest = (ahead.folder / ".epochfs" / "epoch-1.manifest").read_text()
     assert manifest.startswith(f"#epochfs-manifest v1\tepoch=1\tfiles={18 - len(unsafe)}\t"), manifest[:80]
     # Counted and logged by the folder view itself (the whole build's tree builder logs its own).
-    assert ahead._ahead is not None and ahead._ahead.skipped == len(unsafe)
+    assert ahead._ahead.tree is not None and ahead._ahead.tree.skipped == len(unsafe)
     ours = [r.getMessage() for r in caplog.records if r.name == "epochfs.folderview"]
     assert f"epoch 1: {len(unsafe)} of 18 file(s) not shown (unsafe paths, link targets or checksums)" in ours
     store.close()

@@ -173,7 +173,7 @@ def test_a_step_between_a_cut_and_its_publish_keeps_the_aim(tmp_path: Path,
     ahead, whole = pair(store, tmp_path)
     settle(ahead)
     monkeypatch.setattr(folderview_window, "AIM_SECONDS", 0.0)  # every step looks at the aim again
-    tree = ahead._ahead
+    tree = ahead._ahead.tree
     assert isinstance(tree, WindowTree) and tree.aimed == 1
     admit(store, {k: objects[k] for k in order[40:store.schedule_window(1)[1]]})
     assert store.cut(1) == 1
@@ -184,7 +184,7 @@ def test_a_step_between_a_cut_and_its_publish_keeps_the_aim(tmp_path: Path,
     assert step.published == [1] and step.ahead == [1], step
     same_epoch(ahead, whole, 1)
     settle(ahead)  # after the publish the set follows the next window
-    assert tree is ahead._ahead and tree.aimed == 2
+    assert tree is ahead._ahead.tree and tree.aimed == 2
     admit(store, {k: objects[k] for k in order[50:store.schedule_window(2)[1]]})
     settle(ahead)
     assert store.cut(2) == 2

@@ -42,5 +42,5 @@ def test_a_windows_unsafe_rows_are_skipped_and_counted(tmp_path: Path) -> None:
     for rel, target in tree.items():
         if not rel.endswith("/"):
             assert os.path.normpath(target).startswith("/efs/"), (rel, target)
-    assert isinstance(ahead._ahead, WindowTree) and ahead._ahead.skipped == len(bad)
+    assert isinstance(ahead._ahead.tree, WindowTree) and ahead._ahead.tree.skipped == len(bad)
     store.close()
