@@ -25,8 +25,8 @@ from epochfs.sidecar.store import flocks
 LOCK_NAME = "sampler.lock"
 """The lock file in the cache folder; it holds the holder's pid (shown when a second is refused)."""
 
-SIDECAR_LOCK_NAME = "sidecar.lock"
-"""The supervisor's lock file in the cache folder (:func:`hold_sidecar`), with its pid."""
+SIDECAR_PID_NAME = "sidecar.pid"
+"""The running supervisor's pid, beside the lock it holds on the cache folder (:func:`hold_sidecar`)."""
 
 READERS_WAIT = 10.0
 """Seconds :func:`hold` waits for readers' shared locks to go (each lasts an ``open`` and a
@@ -97,19 +97,32 @@ def hold_sidecar(cache: Path) -> int:
     supervisor touches anything in the cache: a second sidecar on it would empty the first one's
     metric files, and its sampler could take the cache from the first one's between two restarts.
     Refused at once (:class:`ConfigError` naming the running sidecar's pid). Nobody takes it
-    shared, so no wait."""
-    path = cache / SIDECAR_LOCK_NAME
-    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    shared, so no wait.
+
+    The lock is on the cache folder itself, which needs no file made: a sidecar started on a full
+    volume waits for room (docs/sidecar.md), where a lock file to create refused its start. Its
+    pid goes in :data:`SIDECAR_PID_NAME` where there is room, for the refusal's line."""
+    fd = os.open(cache, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
-        holder = _holder(fd)
         os.close(fd)
+        try:
+            holder = (cache / SIDECAR_PID_NAME).read_text(encoding="ascii", errors="replace").strip() or "?"
+        except OSError:
+            holder = "?"
         raise ConfigError(
             f"--cache: {cache} is in use by another epochfs sidecar (pid {holder}); "
             f"one sidecar per cache"
         ) from None
-    _write_pid(fd)
+    try:
+        pid = os.open(cache / SIDECAR_PID_NAME, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
+        try:
+            os.write(pid, f"{os.getpid()}\n".encode())
+        finally:
+            os.close(pid)
+    except OSError:
+        pass  # no room for it: the lock holds all the same, the refusal says "pid ?"
     return fd
 
 

@@ -20,28 +20,32 @@ LINK_ROOT = Path("/cache/objects-ro")
 CUT_AT = 12.5
 
 
+def _safe(path: str) -> bool:
+    return bool(path) and "\0" not in path and not any(p in ("", ".", "..") for p in path.split("/"))
+
+
 class Reference:
     """The tree as plain dicts, the rules written out (first of a path in store order wins, a
-    file beats a folder of the same name, unsafe paths skipped): what the compact tree must answer."""
+    folder beats a file of the same name, as a sorted listing's rule is, unsafe paths skipped):
+    what the compact tree must answer."""
 
     def __init__(self, files: list[FileEntry]) -> None:
         self.dirs: dict[str, dict[str, Attr]] = {"": {}}
         self.links: dict[str, str] = {}
+        folders = {"/".join(f.path.split("/")[:i]) for f in files if _safe(f.path)
+                   for i in range(1, f.path.count("/") + 1)}
         for f in files:
             parts = f.path.split("/")
-            if not f.path or "\0" in f.path or any(p in ("", ".", "..") for p in parts):
+            if not _safe(f.path) or f.path in folders:
                 continue
-            parent, ok = "", True
+            parent = ""
             for part in parts[:-1]:
                 here = f"{parent}/{part}" if parent else part
-                if here in self.links:
-                    ok = False
-                    break
                 if here not in self.dirs:
                     self.dirs[here] = {}
                     self.dirs[parent][part] = Attr(DIR_MODE, 0, CUT_AT, 2)
                 parent = here
-            if not ok or f.path in self.dirs or f.path in self.links:
+            if f.path in self.links:
                 continue
             target = f"{LINK_ROOT}/{f.object_name}"
             self.links[f.path] = target

@@ -128,7 +128,7 @@ def test_a_second_sidecar_on_the_cache_is_refused_at_once_and_touches_nothing(
         assert said == (f"epochfs sidecar: --cache: {car.cache} is in use by another epochfs sidecar "
                         f"(pid {car.proc.pid}); one sidecar per cache"), second.stderr
         assert "started sampler" not in second.stderr, second.stderr
-        assert (car.cache / samplerlock.SIDECAR_LOCK_NAME).read_text().strip() == str(car.proc.pid)
+        assert (car.cache / samplerlock.SIDECAR_PID_NAME).read_text().strip() == str(car.proc.pid)
 
 
 def test_a_sampler_lock_held_elsewhere_is_a_crash_restarted_not_a_stop(

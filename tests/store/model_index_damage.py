@@ -143,6 +143,7 @@ def rebuilt(model: Any, listed: frozenset[str], last_read: float, counters_read:
                 model.kept.pop(key)
     for e in restored.values():
         e.last_read = last_read
+        e.listed = True  # restored as rows (epoch_samples), no longer a range
     model.epochs = restored
     model.seq = max([*ids, *(e.max_sample for e in restored.values())], default=0)
     model.pending = set()

@@ -173,6 +173,10 @@ class MEpoch:
     max_sample: int
     last_read: float = 0.0
     retired: bool = False
+    first: int = 0
+    """The range's first id (snapshot mode: the epoch is the held samples first..max_sample)."""
+    listed: bool = False
+    """Restored by an index rebuild: its members are rows, not a range."""
 
 
 @dataclass
@@ -372,15 +376,24 @@ class Model:
                 break
             chosen.append(s)
         prev = max((m for m in self.epochs if m < n), default=None)
+        top = max(s.id for s in self.samples.values())
         new, evicted = len(chosen), 0
         if prev is not None:
+            # Exact (docs/metrics.md: the samples not in the epoch before, and its samples not in
+            # this one) where the epoch before is live or a range; a retired one restored as rows
+            # may have lost its members: the samples since its cut are new.
             p = self.epochs[prev]
-            new = sum(1 for s in chosen if s.id > p.max_sample)
-            evicted = max(0, p.samples + new - len(chosen))
+            if not p.retired:
+                new = sum(1 for s in chosen if s.id not in p.ids)
+            elif not p.listed:
+                new = sum(1 for s in chosen if not p.first <= s.id <= p.max_sample)
+            else:
+                new = sum(1 for s in chosen if s.id > p.max_sample)
+            evicted = max(0, p.samples - (len(chosen) - new))
         files = tuple(sorted((s.key, s.size, s.checksum, s.object_name) for s in chosen))
         self.epochs[n] = MEpoch(n, files, frozenset(s.id for s in chosen), len(chosen),
-                                sum(s.size for s in chosen), new, evicted,
-                                max(s.id for s in self.samples.values()))
+                                sum(s.size for s in chosen), new, evicted, top,
+                                first=min((s.id for s in chosen), default=top + 1))
         self.pending = {p for p in self.pending if p > n}
         self.filed.add(n)  # written by the cut, before its commit (memberfiles.at_cut)
         self.stale.discard(n)
