@@ -13,7 +13,8 @@ rename), :mod:`.folderview_body` (its manifest body, joined ahead), :mod:`.folde
 of links on disk), :mod:`.folderview_remove` (removing retired trees in the background),
 :mod:`.folderview_lost` (lost samples' placeholders and record), :mod:`.folderview_grace` (each
 shown epoch pinned for the in-use window, a refused record tried again) and
-:mod:`.folderview_wake` (a cut wakes the publisher).
+:mod:`.folderview_wake` (a cut wakes the publisher) and :mod:`.folderview_lock` (one publisher per
+folder; the cache's publisher lock taken when the one holding it stops).
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from collections.abc import Callable
 from pathlib import Path
 from types import FrameType
 
+from epochfs.sidecar.folderview_lock import CacheLock, FolderLock
 from epochfs.sidecar.folderview_publisher import (
     CONTROL_TEMP_PREFIX,
     DIR_MODE,
@@ -38,7 +40,7 @@ from epochfs.sidecar.folderview_remove import remove_tree
 from epochfs.sidecar.folderview_reports import Recovery, Step
 from epochfs.sidecar.folderview_wake import CutWatch
 from epochfs.sidecar.signals import set_from_handler
-from epochfs.sidecar.store import Meta, Store, object_name, publisherlock
+from epochfs.sidecar.store import Meta, Store, object_name
 from epochfs.sidecar.store.reader import FolderReader
 
 log = logging.getLogger("epochfs.folderview")
@@ -89,6 +91,10 @@ def run_publish(*, cache: Path, folder: Path, link_root: Path | None = None, int
     (:mod:`~epochfs.sidecar.store.publisherlock`): while no publisher holds it the sampler retires
     and evicts nothing, so a publisher that died leaves no shown file without its object, and the
     one that comes back has taken the retired epochs' folders down before the sampler goes on.
+    Another publisher of the cache (into another folder) holding it, this one takes it at the first
+    step after that one stopped. Before its first recovery it takes the folder's lock
+    (:mod:`.folderview_lock`): a second publisher of the same folder is refused (exit 2), as its
+    recovery would remove the first one's trees in progress.
     """
     stop = threading.Event()
 
@@ -107,17 +113,17 @@ def run_publish(*, cache: Path, folder: Path, link_root: Path | None = None, int
         check_target_length(publisher.view.link_root)
         log.info("publishing %s into %s (links into %s)", cache, folder, publisher.view.link_root)
         watch = CutWatch(store.root)
-        lock: list[int | None] = []
+        folder_lock, cache_lock = FolderLock(folder), CacheLock(store.root)
         try:
             # Without inotify the watch cannot wait: the stop's wait is the poll then.
             _publish_until(stop, publisher, interval=interval, watch=watch if watch.fd >= 0 else None,
-                           on_recovered=lambda: lock.append(publisherlock.hold(store.root)))
+                           before_recover=folder_lock.take, on_recovered=cache_lock.take,
+                           on_step=cache_lock.retry)
         finally:
             watch.close()
             publisher.close()
-            for fd in lock:
-                if fd is not None:
-                    os.close(fd)  # after close: the folder stays as published, its objects too
+            cache_lock.close()  # after close: the folder stays as published, its objects too
+            folder_lock.close()
     log.info("stopped; %s left as published", folder)
     return 0
 
@@ -127,7 +133,9 @@ PAUSED_RETRY = 2.0
 
 
 def _publish_until(stop: threading.Event, publisher: FolderPublisher, *, interval: float,
-                   watch: CutWatch | None = None, on_recovered: Callable[[], None] | None = None) -> None:
+                   watch: CutWatch | None = None, on_recovered: Callable[[], None] | None = None,
+                   before_recover: Callable[[], None] | None = None,
+                   on_step: Callable[[], None] | None = None) -> None:
     """Recover the folder, then step every ``interval`` seconds, or as soon as ``watch`` sees a
     cut, until ``stop`` (noticed within ``interval``). A full volume
     pauses publishing instead of ending the process (a crash loop restarted every 30 s, its
@@ -136,7 +144,9 @@ def _publish_until(stop: threading.Event, publisher: FolderPublisher, *, interva
     log once and to the index (status, /v1/cut, the metrics), and each try every
     :data:`PAUSED_RETRY` seconds either publishes (room came back: resumed by itself) or
     fails the same way again. ``on_recovered`` is called once, after the first recovery that
-    succeeded (the publisher lock is taken then: a full volume there is the cache's). A live epoch
+    succeeded (the publisher lock is taken then: a full volume there is the cache's);
+    ``before_recover`` before each try to recover (the folder's lock: a refusal ends the loop);
+    ``on_step`` after each step (the cache's lock tried again while another holds it). A live epoch
     whose name a user's folder holds (:attr:`FolderPublisher.blocked`) is recorded the same way."""
     recovered = False
     paused: str | None = None
@@ -146,6 +156,8 @@ def _publish_until(stop: threading.Event, publisher: FolderPublisher, *, interva
         volume = "the folder view's volume"
         try:
             if not recovered:
+                if before_recover is not None:
+                    before_recover()
                 publisher.recover()
                 if on_recovered is not None:
                     volume = "the cache volume"  # the lock file is in the cache
@@ -155,6 +167,8 @@ def _publish_until(stop: threading.Event, publisher: FolderPublisher, *, interva
                 busy = publisher.step(force_status=True).pending
             else:
                 busy = publisher.step(force_status=paused is not None).pending
+            if on_step is not None:
+                on_step()
             if paused is not None:
                 log.info("publishing resumed: the volume has room again")
                 paused = None

@@ -33,7 +33,6 @@ no client reports; a record the busy or full index refused is tried again at eac
 
 from __future__ import annotations
 
-import errno
 import logging
 import os
 import time
@@ -41,12 +40,12 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from epochfs.fuse.view import View
-from epochfs.sidecar.config import ConfigError
 from epochfs.sidecar.folderview_ahead import AheadTree
 from epochfs.sidecar.folderview_aheadrun import FULL_ERRNOS, AheadRun
 from epochfs.sidecar.folderview_built import WriteControl
 from epochfs.sidecar.folderview_classes import render_classes
 from epochfs.sidecar.folderview_grace import Grace
+from epochfs.sidecar.folderview_lock import make_folder
 from epochfs.sidecar.folderview_lost import LostRecord
 from epochfs.sidecar.folderview_owned import Owned
 from epochfs.sidecar.folderview_remove import Remover
@@ -133,16 +132,9 @@ class FolderPublisher:
     def recover(self) -> Recovery:
         """Clean what a killed publisher left: temporary names, epochs the store has retired,
         manifests without their epoch, and visible epochs that differ from the store's (another
-        cache or link root: rebuilt by the next :meth:`step`)."""
-        try:
-            self.folder.mkdir(exist_ok=True)
-        except OSError as e:
-            if e.errno in (errno.ENOSPC, errno.EDQUOT):
-                raise  # a full volume: publishing pauses until there is room
-            # The settings' check passed, then the place changed: one line, not a traceback.
-            raise ConfigError(f"--mount {self.folder}: cannot create it: {e.strerror}") from None
-        self.control.mkdir(exist_ok=True)
-        os.chmod(self.control, 0o755)
+        cache or link root: rebuilt by the next :meth:`step`). Every temporary name goes, so the
+        process holds the folder's lock first (:mod:`.folderview_lock`): one publisher per folder."""
+        make_folder(self.folder)  # a full volume raises (publishing pauses), else one line
         report = Recovery()
         self._ahead.forget()  # a temporary name: removed below, built again
         for name in sorted(os.listdir(self.folder)):

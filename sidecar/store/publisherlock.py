@@ -55,7 +55,8 @@ _gave_up: set[str] = set()
 def hold(root: Path) -> int | None:
     """Take the publisher lock of the cache ``root`` for the life of the process; its descriptor,
     or None (with a warning) when another publisher holds it: that one keeps the folder's
-    epochs' objects, and a second publisher of the same cache changes nothing in that."""
+    epochs' objects, and a second publisher of the same cache changes nothing in that until the
+    first stops (then :func:`try_hold`, at its next step, takes it)."""
     fd = os.open(root / LOCK_NAME, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
     kept = False
     try:  # any failure closes it: a descriptor left open would hold the lock against the next try
@@ -74,6 +75,26 @@ def hold(root: Path) -> int | None:
             os.close(fd)
     log.warning("another publisher (pid %s) holds %s: this one does not", holder, root / LOCK_NAME)
     return None
+
+
+def try_hold(root: Path) -> int | None:
+    """One try, without waiting or a warning, at the publisher lock of the cache ``root``: its
+    descriptor, or None while another holds it. A publisher refused by :func:`hold` (another
+    publisher of the same cache, into another folder) calls it at each step, so it takes the lock
+    as soon as that one stops: else the sampler, finding the lock free, would stall for
+    :data:`GONE_AFTER` seconds and then evict without a publisher while this one runs. A refusal
+    by :func:`may_release`'s shared look is retried at the next step."""
+    fd = os.open(root / LOCK_NAME, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        return None
+    except BaseException:
+        os.close(fd)
+        raise
+    _write_pid(fd, root)
+    return fd
 
 
 def _write_pid(fd: int, root: Path) -> None:
