@@ -16,7 +16,7 @@ from typing import Any
 
 from epochfs.sidecar import keyorder
 from epochfs.sidecar.reservations import Reservations
-from epochfs.sidecar.store import INDEX_NAME, Admission, FileEntry, RecoveryReport, Store, object_name
+from epochfs.sidecar.store import INDEX_NAME, Admission, FileEntry, Policy, RecoveryReport, Store, object_name
 
 
 def sid_of(key: str) -> str:
@@ -116,3 +116,30 @@ def members_head(path: Path) -> dict[str, Any]:
         head = json.loads(f.readline())
     assert isinstance(head, dict)
     return head
+
+
+def listed_store(tmp_path: Path, keys: list[str], policy: Policy, size: int) -> Store:
+    """A store at ``tmp_path/cache`` under ``policy`` whose catalog lists ``keys`` (objects of
+    ``size`` bytes each, in an in-memory remote), as the sampler's first listing leaves it."""
+    from epochfs.sidecar.catalog import build_catalog
+    from epochfs.sidecar.remote.testing import MemoryRemote
+
+    store = Store(tmp_path / "cache", create=True)
+    store.configure(policy)
+    build_catalog(store, MemoryRemote({k: b"x" * size for k in keys}), seed=0, shard_index=0,
+                  shard_count=1, object_limit=1 << 20)
+    return store
+
+
+def epochs_table_against_members(store: Store) -> list[tuple[int, int, int, int, int]]:
+    """(epoch, new shown, new in members, left out shown, left out in members) for each epoch
+    whose previous epoch is live: the epochs table's counts beside the set differences of the
+    members the store lists."""
+    members = {e.epoch: {f.path for f in store.epoch_files(e.epoch)} for e in store.epochs()}
+    rows = []
+    for e in store.stats().epochs:
+        n = int(e["epoch"])
+        if n - 1 in members:
+            rows.append((n, int(e["new"]), len(members[n] - members[n - 1]),
+                         int(e["evicted"]), len(members[n - 1] - members[n])))
+    return rows

@@ -18,10 +18,8 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
-from store_helpers import put, sampling_order
+from store_helpers import epochs_table_against_members, listed_store, put, sampling_order
 
-from epochfs.sidecar.catalog import build_catalog
-from epochfs.sidecar.remote.testing import MemoryRemote
 from epochfs.sidecar.store import Policy, Schedule, Store
 
 SIZE = 10
@@ -29,24 +27,7 @@ SIZE = 10
 
 
 def _store(tmp_path: Path, keys: list[str], policy: Policy) -> Store:
-    store = Store(tmp_path / "cache", create=True)
-    store.configure(policy)
-    build_catalog(store, MemoryRemote({k: b"x" * SIZE for k in keys}), seed=0, shard_index=0,
-                  shard_count=1, object_limit=1 << 20)
-    return store
-
-
-def _table(store: Store) -> list[tuple[int, int, int, int, int]]:
-    """(epoch, new shown, new in members, left out shown, left out in members) for each epoch
-    whose previous epoch is live."""
-    members = {e.epoch: {f.path for f in store.epoch_files(e.epoch)} for e in store.epochs()}
-    rows = []
-    for e in store.stats().epochs:
-        n = int(e["epoch"])
-        if n - 1 in members:
-            rows.append((n, int(e["new"]), len(members[n] - members[n - 1]),
-                         int(e["evicted"]), len(members[n - 1] - members[n])))
-    return rows
+    return listed_store(tmp_path, keys, policy, SIZE)
 
 
 def test_an_epoch_whose_budget_grew_starts_below_the_previous_one(tmp_path: Path) -> None:
@@ -60,7 +41,7 @@ def test_an_epoch_whose_budget_grew_starts_below_the_previous_one(tmp_path: Path
         store.configure(replace(policy, headroom=0.0))  # budget 16: the next epoch holds all
         put(store, order[13], SIZE)
         assert store.cut(1) == 1  # 14 samples: the one epoch 0 left out and the one admitted since
-        table = _table(store)
+        table = epochs_table_against_members(store)
     assert table == [(1, 2, 2, 0, 0)], table
 
 
@@ -77,7 +58,7 @@ def test_a_snapshot_cut_after_a_window_fetched_ahead_counts_the_members(tmp_path
             put(store, key, SIZE)
         store.configure(replace(schedule, schedule=None))  # restarted in snapshot mode
         assert store.cut(1) == 1  # the newest 12: none of window 0's 4
-        table = _table(store)
+        table = epochs_table_against_members(store)
     assert table == [(1, 12, 12, 4, 4)], table
 
 
@@ -99,6 +80,6 @@ def test_random_budgets_and_mode_switches_show_the_members_difference(tmp_path: 
                 put(store, key, SIZE)
             admitted += more
             assert store.cut(n, force=True) == n
-        table = _table(store)
+        table = epochs_table_against_members(store)
     assert table and all(shown == truth and out == out_truth
                          for _, shown, truth, out, out_truth in table), table

@@ -17,10 +17,8 @@ import random
 from pathlib import Path
 
 import pytest
-from store_helpers import put, sampling_order
+from store_helpers import epochs_table_against_members, listed_store, put, sampling_order
 
-from epochfs.sidecar.catalog import build_catalog
-from epochfs.sidecar.remote.testing import MemoryRemote
 from epochfs.sidecar.store import Policy, Schedule, Store
 
 SIZE = 10
@@ -28,24 +26,7 @@ SIZE = 10
 
 
 def _store(tmp_path: Path, keys: list[str], policy: Policy) -> Store:
-    store = Store(tmp_path / "cache", create=True)
-    store.configure(policy)
-    build_catalog(store, MemoryRemote({k: b"x" * SIZE for k in keys}), seed=0, shard_index=0,
-                  shard_count=1, object_limit=1 << 20)
-    return store
-
-
-def _table_matches_members(store: Store) -> list[tuple[int, int, int, int, int]]:
-    """(epoch, new shown, new in members, left out shown, left out in members) for each epoch
-    whose previous epoch is live."""
-    members = {e.epoch: {f.path for f in store.epoch_files(e.epoch)} for e in store.epochs()}
-    rows = []
-    for e in store.stats().epochs:
-        n = int(e["epoch"])
-        if n - 1 in members:
-            rows.append((n, int(e["new"]), len(members[n] - members[n - 1]),
-                         int(e["evicted"]), len(members[n - 1] - members[n])))
-    return rows
+    return listed_store(tmp_path, keys, policy, SIZE)
 
 
 def test_a_window_fetched_ahead_and_trimmed_at_the_front_counts_exact_new_and_left_out(
@@ -63,7 +44,7 @@ def test_a_window_fetched_ahead_and_trimmed_at_the_front_counts_exact_new_and_le
         for key in order[10:]:
             put(store, key, SIZE)
         assert store.cut(2) == 2  # window [12, 20): nothing of epoch 1 in it
-        table = _table_matches_members(store)
+        table = epochs_table_against_members(store)
     assert table == [(1, 5, 5, 2, 2), (2, 8, 8, 8, 8)], table
 
 
@@ -85,6 +66,6 @@ def test_random_schedules_show_the_members_difference(tmp_path: Path, seed: int)
                 put(store, key, SIZE)
             admitted = max(admitted, hi)
             assert store.cut(n, force=True) == n
-        table = _table_matches_members(store)
+        table = epochs_table_against_members(store)
     assert len(table) == 3
     assert all(shown == real and out == real_out for _, shown, real, out, real_out in table), table
