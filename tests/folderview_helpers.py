@@ -11,6 +11,7 @@ remote is a ``file://`` folder, so no S3 server is needed.
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import shutil
 import signal
@@ -171,3 +172,30 @@ def same_epoch(ahead: FolderPublisher, whole: FolderPublisher, n: int) -> None:
         rel = os.path.relpath(dirpath, ahead.folder / f"epoch-{n}")
         for d in dirs:
             assert d in classes[layout.ROOT_KEY if rel == "." else rel], (n, rel, d)
+
+
+@contextlib.contextmanager
+def small_tmpfs(vol: Path, *, size: str, inodes: int) -> Iterator[Path]:
+    """A tmpfs of ``size`` with ``inodes`` inodes mounted at ``vol`` (made), a volume a test can
+    fill for real; always unmounted."""
+    vol.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size},nr_inodes={inodes}", "tmpfs", str(vol)],
+                   check=True)
+    try:
+        yield vol
+    finally:
+        subprocess.run(["umount", "-l", str(vol)], check=False)
+
+
+def fill_inodes(vol: Path) -> list[Path]:
+    """Empty files in ``vol`` until it has no inode left (ENOSPC); returns them."""
+    made: list[Path] = []
+    for i in range(10_000):
+        path = vol / f"filler-{i}"
+        try:
+            path.touch()
+        except OSError as e:
+            assert e.errno == errno.ENOSPC, e
+            return made
+        made.append(path)
+    raise AssertionError("the volume never filled")

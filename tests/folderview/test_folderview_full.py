@@ -8,7 +8,6 @@ A real full volume: a tmpfs with a handful of inodes, filled until ``ENOSPC``; a
 
 from __future__ import annotations
 
-import errno
 import os
 import signal
 import subprocess
@@ -17,6 +16,7 @@ from pathlib import Path
 
 import pytest
 from common import wait_until
+from folderview_helpers import fill_inodes, small_tmpfs
 from fuse_helpers import EPOCHFS, admit, make_objects, open_store
 
 from epochfs.sidecar import cutrequest
@@ -32,27 +32,9 @@ pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="mounts a tmpfs (root)
 
 @pytest.fixture
 def small_volume(tmp_path: Path) -> Iterator[Path]:
-    vol = tmp_path / "vol"
-    vol.mkdir()
-    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=4m,nr_inodes=400", "tmpfs", str(vol)], check=True)
-    try:
+    with small_tmpfs(tmp_path / "vol", size="4m", inodes=400) as vol:
         yield vol
-    finally:
-        subprocess.run(["umount", "-l", str(vol)], check=False)
 
-
-def _fill(vol: Path) -> list[Path]:
-    """Files until the volume has no inode left."""
-    made: list[Path] = []
-    for i in range(10_000):
-        path = vol / f"filler-{i}"
-        try:
-            path.touch()
-        except OSError as e:
-            assert e.errno == errno.ENOSPC, e
-            return made
-        made.append(path)
-    raise AssertionError("the volume never filled")
 
 
 def test_a_full_folder_volume_pauses_publishing_and_it_resumes_by_itself(
@@ -71,7 +53,7 @@ def test_a_full_folder_volume_pauses_publishing_and_it_resumes_by_itself(
         status_file = folder / layout.CONTROL_DIR / layout.STATUS_NAME
         wait_until(lambda: layout.list_epochs(folder) == [0] and status_file.is_file(), timeout=30,
                    what="epoch 0 and status.json published")
-        fillers = _fill(small_volume)
+        fillers = fill_inodes(small_volume)
         admit(store, make_objects(60, 100, prefix="train/b/", start=20))
         assert store.cut(1) == 1
         wait_until(lambda: store.meta(Meta.PUBLISH_PAUSED) is not None, timeout=30,

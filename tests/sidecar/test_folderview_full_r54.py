@@ -13,7 +13,6 @@ A real full volume (a tmpfs with few inodes, filled until ``ENOSPC``), a real st
 
 from __future__ import annotations
 
-import errno
 import os
 import signal
 import subprocess
@@ -23,6 +22,7 @@ from pathlib import Path
 
 import pytest
 from common import wait_until
+from folderview_helpers import fill_inodes, small_tmpfs
 from fuse_helpers import EPOCHFS, admit, make_objects, open_store
 
 from epochfs.sidecar.store import Meta, Store
@@ -34,27 +34,9 @@ pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="mounts a tmpfs (root)
 @pytest.fixture
 def small_volume(tmp_path: Path) -> Iterator[Path]:
     """A tmpfs with 1,000 inodes and room for its symlinks' pages; always unmounted."""
-    vol = tmp_path / "vol"
-    vol.mkdir()
-    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=32m,nr_inodes=1000", "tmpfs", str(vol)], check=True)
-    try:
+    with small_tmpfs(tmp_path / "vol", size="32m", inodes=1000) as vol:
         yield vol
-    finally:
-        subprocess.run(["umount", "-l", str(vol)], check=False)
 
-
-def _fill(vol: Path) -> list[Path]:
-    """Empty files until the volume has no inode left."""
-    made: list[Path] = []
-    for i in range(10_000):
-        path = vol / f"filler-{i}"
-        try:
-            path.touch()
-        except OSError as e:
-            assert e.errno == errno.ENOSPC, e
-            return made
-        made.append(path)
-    raise AssertionError("the volume never filled")
 
 
 def _start(store: Store, folder: Path, log: Path) -> subprocess.Popen[bytes]:
@@ -97,7 +79,7 @@ def _paused_with_two_epochs(store: Store, folder: Path, log: Path,
     proc = _start(store, folder, log)
     wait_until(lambda: _alive(proc, log, layout.list_epochs(folder) == [0, 1]
                               and _latest(folder) == "epoch-1"), timeout=60, what="epochs 0 and 1")
-    fillers = _fill(vol)
+    fillers = fill_inodes(vol)
     wait_until(lambda: _alive(proc, log, store.meta(Meta.PUBLISH_PAUSED)), timeout=30,
                what="the publisher paused on the full volume")
     return proc, fillers
@@ -175,7 +157,7 @@ def test_the_pause_reason_names_the_path_on_the_full_view_volume(tmp_path: Path,
     try:
         wait_until(lambda: _alive(proc, log, _latest(folder) == "epoch-0"), timeout=60, what="epoch 0")
         _stop(proc, log)
-        fillers = _fill(small_volume)
+        fillers = fill_inodes(small_volume)
         proc = _start(store, folder, log)
         reason = wait_until(lambda: _alive(proc, log, store.meta(Meta.PUBLISH_PAUSED)), timeout=30,
                             what="the publisher paused on the full volume")
