@@ -5,7 +5,7 @@ publisher lock, taken as soon as it is free.
 (``.epochfs-*`` trees, ``.epochfs/.tmp-*`` files): those of a publisher that was killed, but just as
 well the tree another running publisher of the same ``--mount`` is building ahead, which then died
 on a missing file (and, restarted, did the same to the first). So before its recovery a publisher
-takes an exclusive ``flock`` on :data:`LOCK_NAME` in the folder's ``.epochfs/`` and holds it for
+takes an exclusive ``flock`` on :data:`FOLDER_LOCK_NAME` in the folder's ``.epochfs/`` and holds it for
 its life; a second one is refused at once (exit 2, one line naming the holder's pid), as a second
 sampler or sidecar of a cache is (:mod:`.samplerlock`). The kernel drops the lock when its holder
 dies, ``kill -9`` included, so the leftovers of a killed publisher are still recovered by the next.
@@ -31,7 +31,7 @@ from epochfs.torchclient.layout import CONTROL_DIR
 
 log = logging.getLogger("epochfs.folderview")
 
-LOCK_NAME = "publisher.lock"
+FOLDER_LOCK_NAME = "publisher.lock"
 """The folder lock's file in ``<mount>/.epochfs/``; it holds the holder's pid (shown to a second
 publisher). Not a temporary name nor a manifest, so recovery leaves it; readers never open it."""
 
@@ -65,7 +65,7 @@ class FolderLock:
         then. A full volume's ``OSError`` (the folder or the file cannot be made) is raised as is."""
         if self.fd is not None:
             return
-        path = make_folder(self.folder) / LOCK_NAME
+        path = make_folder(self.folder) / FOLDER_LOCK_NAME
         fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)

@@ -133,7 +133,7 @@ def test_a_second_publisher_of_the_same_folder_is_refused_and_the_first_keeps_ru
     assert str(ahead) in publishers.log("third")
     wait_until(lambda: holds_cache_lock(store.root, third.pid),
                what="the next publisher to take the cache lock")
-    assert flocks.holder(folder / layout.CONTROL_DIR / folderview_lock.LOCK_NAME) is True
+    assert flocks.holder(folder / layout.CONTROL_DIR / folderview_lock.FOLDER_LOCK_NAME) is True
     third.send_signal(signal.SIGTERM)
     assert third.wait(timeout=30) == 0
     assert layout.list_epochs(folder) == [0]  # left as published

@@ -87,7 +87,10 @@ def test_a_cache_volume_gone_read_only_keeps_the_supervisor_and_the_mount(
         s3: S3Server, tmp_path: Path) -> None:
     objects = random_objects(200, 64 * 1024)
     put_objects(s3, BUCKET, objects)
-    extra = ("--capacity", "40Mi", "--min-samples", "5", "--concurrency", "8", "--max-rate", "1Mi",
+    # 256 KiB/s: the 12.5 MiB take 50 s, so objects are left to fetch once the volume is back
+    # (at 1 MiB/s a loaded machine's slow first mount let the sampler finish before it went
+    # read-only, and "fetching again" never came).
+    extra = ("--capacity", "40Mi", "--min-samples", "5", "--concurrency", "8", "--max-rate", "256Ki",
              "--cut-interval", "1", "--keep-epochs", "2")
     with running_sidecar(tmp_path, remote=f"s3://{BUCKET}", endpoint=s3.endpoint, extra=extra) as car:
         wait_until(lambda: _serves(car, objects), timeout=60, what="a file through the mount")
