@@ -10,22 +10,17 @@ keeps to one concern: the trees themselves are :mod:`.folderview_ahead` (snapsho
 
 from __future__ import annotations
 
-import errno
 import logging
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from epochfs.sidecar.folderview_ahead import AheadTree
-from epochfs.sidecar.folderview_built import Tainted, WriteControl
+from epochfs.sidecar.folderview_built import FULL_ERRNOS, Tainted, WriteControl
 from epochfs.sidecar.folderview_window import WindowTree, ahead_tree
 from epochfs.sidecar.store.reader import FolderReader
 from epochfs.torchclient.publish import TEMP_PREFIX
 
 log = logging.getLogger("epochfs.folderview")
-
-FULL_ERRNOS = (errno.ENOSPC, errno.EDQUOT)
-"""A volume with no room (or no quota) left: what needs room waits (publishing pauses); retiring
-and the cleanup, which free room, go on."""
 
 
 class AheadRun:
@@ -110,4 +105,4 @@ class AheadRun:
             raise
 
 
-__all__ = ["FULL_ERRNOS", "AheadRun"]
+__all__ = ["AheadRun"]

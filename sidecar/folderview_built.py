@@ -1,10 +1,12 @@
 """What the trees built ahead of the folder view's cuts share: the snapshot mode's
 (:mod:`.folderview_ahead`) and the schedule mode's (:mod:`.folderview_window`). Where they link,
 the tree under its temporary name (:mod:`.folderview_links`), the rows left out by the FUSE
-view's rule, and the exception that makes an epoch be written whole instead."""
+view's rule, the exception that makes an epoch be written whole instead, and what a full volume
+answers (the publisher's steps pause on it)."""
 
 from __future__ import annotations
 
+import errno
 import logging
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -15,6 +17,9 @@ from epochfs.sidecar.store.reader import FolderReader
 
 log = logging.getLogger("epochfs.folderview")
 
+FULL_ERRNOS = (errno.ENOSPC, errno.EDQUOT)
+"""A volume with no room (or no quota) left: what needs room waits (publishing pauses); retiring
+and the cleanup, which free room, go on."""
 CHUNK = 20_000
 """Rows read from the index at a time."""
 STEP_SECONDS = 0.1
@@ -102,4 +107,5 @@ class BuiltAhead:
             raise Tainted(str(e)) from None
 
 
-__all__ = ["CHUNK", "SPOT_CHECKS", "STEP_SECONDS", "BuiltAhead", "Tainted", "WriteControl", "rel_of"]
+__all__ = ["CHUNK", "FULL_ERRNOS", "SPOT_CHECKS", "STEP_SECONDS", "BuiltAhead", "Tainted", "WriteControl",
+           "rel_of"]

@@ -19,13 +19,13 @@ each step (one non-blocking ``flock``) and says so in one line when it gets it (
 
 from __future__ import annotations
 
-import errno
 import fcntl
 import logging
 import os
 from pathlib import Path
 
 from epochfs.sidecar.config import ConfigError
+from epochfs.sidecar.folderview_built import FULL_ERRNOS
 from epochfs.sidecar.store import publisherlock
 from epochfs.torchclient.layout import CONTROL_DIR
 
@@ -43,7 +43,7 @@ def make_folder(folder: Path) -> Path:
     try:
         folder.mkdir(exist_ok=True)
     except OSError as e:
-        if e.errno in (errno.ENOSPC, errno.EDQUOT):
+        if e.errno in FULL_ERRNOS:
             raise
         raise ConfigError(f"--mount {folder}: cannot create it: {e.strerror}") from None
     control = folder / CONTROL_DIR

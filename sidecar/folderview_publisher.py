@@ -41,8 +41,8 @@ from pathlib import Path
 
 from epochfs.fuse.view import View
 from epochfs.sidecar.folderview_ahead import AheadTree
-from epochfs.sidecar.folderview_aheadrun import FULL_ERRNOS, AheadRun
-from epochfs.sidecar.folderview_built import WriteControl
+from epochfs.sidecar.folderview_aheadrun import AheadRun
+from epochfs.sidecar.folderview_built import FULL_ERRNOS, WriteControl
 from epochfs.sidecar.folderview_classes import render_classes
 from epochfs.sidecar.folderview_grace import Grace
 from epochfs.sidecar.folderview_lock import make_folder

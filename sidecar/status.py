@@ -71,7 +71,7 @@ def _cache_of_mount(mount: Path) -> Path | None:
     folder view has no mount, so ``EPOCHFS_CACHE`` (the sidecar container's setting) is tried."""
     from epochfs.fuse.mounting import find_mount
 
-    entry = find_mount(facts.resolved(mount))
+    entry = find_mount(mount)
     if entry is not None and entry.source.startswith("epochfs:"):
         return Path(entry.source[len("epochfs:"):])
     env = os.environ.get("EPOCHFS_CACHE")
@@ -102,7 +102,7 @@ def read_retrying(*, cache: Path | None, mount: Path | None) -> str | None:
         if mount is not None:
             from epochfs.fuse.mounting import canonical
 
-            if canonical(Path(str(state.get("mount", "")))) != canonical(facts.resolved(mount)):
+            if canonical(Path(str(state.get("mount", "")))) != canonical(mount):
                 return None
         return retry_line(state, time.time())
     except (OSError, ValueError, TypeError, AttributeError):
@@ -180,7 +180,7 @@ def view_of(*, mount: Path | None) -> str | None:
     if mount is not None:
         from epochfs.fuse.mounting import find_mount
 
-        entry = find_mount(facts.resolved(mount))
+        entry = find_mount(mount)
         return "fuse" if entry is not None and entry.fstype.startswith("fuse") else "folder"
     view = os.environ.get("EPOCHFS_VIEW", "").strip().lower()
     return view if view in ("fuse", "folder") else None

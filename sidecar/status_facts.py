@@ -17,7 +17,6 @@ view said more than it knew (a reviewer's findings, r53):
 from __future__ import annotations
 
 import json
-import os
 import sqlite3
 import time
 from pathlib import Path
@@ -125,18 +124,3 @@ def mount_document(path: Path, text: str) -> dict[str, Any]:
     return doc
 
 
-def resolved(mount: Path) -> Path:
-    """``mount`` with every symlink resolved, the last part included: the mount table holds the
-    real path, and a symlink to a FUSE mount was taken for a plain folder (the folder view).
-
-    The last part is followed with ``readlink`` only, never a ``stat``: a mount point's own
-    ``stat`` goes to its FUSE server, which may be dead or frozen (a symlink is a lookup in the
-    folder above; a mount point answers EINVAL without its server)."""
-    path = os.path.abspath(mount)
-    for _ in range(40):  # the kernel's own bound on links followed
-        try:
-            target = os.readlink(path)
-        except OSError:
-            break
-        path = os.path.abspath(os.path.join(os.path.dirname(path), target))
-    return Path(os.path.realpath(os.path.dirname(path))) / os.path.basename(path)

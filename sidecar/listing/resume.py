@@ -28,8 +28,7 @@ import re
 from collections.abc import Callable
 from typing import Protocol
 
-from epochfs.sidecar.remote import Remote, RemoteError, RemoteObject
-from epochfs.sidecar.remote.file import FileRemote
+from epochfs.sidecar.remote import RemoteError, RemoteObject
 
 KEY = "key:"
 KEY_BYTES = "keyb:"
@@ -61,18 +60,6 @@ def point_key(after: str) -> bytes | None:
             return base64.b64decode(after[len(KEY_BYTES):], validate=True)
         except binascii.Error:
             return None
-    return None
-
-
-def walk_order(remote: Remote) -> Order | None:
-    """The order ``remote``'s :meth:`~.Remote.list` walks keys in, as a sort key of a key's
-    bytes; None when it promises none (an ``http(s)://`` key list comes in its file's order).
-    A ``file://`` walk sorts each folder's names and walks a folder where its name falls, so it
-    is the order of keys' path components (``d/x`` before ``d.txt``), not byte order."""
-    if isinstance(remote, FileRemote):
-        return lambda key: tuple(key.split(b"/"))
-    if remote.sorted_listing:
-        return lambda key: (key,)
     return None
 
 
@@ -145,4 +132,4 @@ def changed(source: Named, what: str, read: Prefix, expected: int) -> RemoteErro
 
 
 __all__ = ["AGAIN", "Prefix", "base_name", "changed", "counted_point", "key_bytes", "key_point",
-           "object_item", "point_key", "walk_order"]
+           "object_item", "point_key"]

@@ -37,7 +37,6 @@ from epochfs.sidecar.listing.resume import (
     key_point,
     object_item,
     point_key,
-    walk_order,
 )
 from epochfs.sidecar.listing.span import Page, Span
 from epochfs.sidecar.redact import redact
@@ -90,10 +89,10 @@ class SerialSource:
 
     def pages(self, span: Span, after: str) -> Iterator[Page]:
         """The stream's pages after ``after``: after its last committed key where the walk has a
-        known order (:func:`.resume.walk_order`), else after the objects consumed when they are
+        known order (:meth:`.Remote.walk_order`), else after the objects consumed when they are
         the very ones committed (:class:`.resume.Prefix`; another stream now: the run fails and
         the next lists afresh)."""
-        order = walk_order(self.remote)
+        order = self.remote.walk_order()
         if order is not None:
             yield from self._after_key(order, after)
         else:

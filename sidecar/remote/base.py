@@ -242,12 +242,22 @@ class PagedRemote(Protocol):
         ...
 
 
+def _byte_order(key: bytes) -> tuple[bytes, ...]:
+    return (key,)
+
+
 class Remote(ABC):
     """What the listing, the downloader and the index writers need from a remote."""
 
     url: str
     sorted_listing: ClassVar[bool] = False
     """True when :meth:`list` yields keys in UTF-8 byte order (file/folder clashes can be found)."""
+
+    def walk_order(self) -> Callable[[bytes], tuple[bytes, ...]] | None:
+        """The order :meth:`list` yields keys in, as a sort key of a key's UTF-8 bytes (a resumed
+        listing skips to the key after the last it committed); None where it promises none.
+        Byte order where :attr:`sorted_listing`."""
+        return _byte_order if self.sorted_listing else None
 
     @abstractmethod
     def list(self) -> Iterator[RemoteObject]:

@@ -18,7 +18,7 @@ import errno
 import logging
 import os
 import stat
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import BinaryIO, NoReturn
 
 from epochfs.sidecar.remote.base import Reader, Remote, RemoteError, RemoteObject
@@ -74,10 +74,19 @@ class _Passed:
                 f"{n} {kind} (first: {self.first[kind]})" for kind, n in self.counts.items()))
 
 
+def _components(key: bytes) -> tuple[bytes, ...]:
+    return tuple(key.split(b"/"))
+
+
 class FileRemote(Remote):
     """``file:///path``: a local or mounted folder, walked in sorted order."""
 
     sorted_listing = False  # a per-folder sorted walk is not byte order across folders
+
+    def walk_order(self) -> Callable[[bytes], tuple[bytes, ...]]:
+        """Each folder's names sorted and a folder walked where its name falls: the order of the
+        keys' path components (``d/x`` before ``d.txt``), not byte order."""
+        return _components
 
     def __init__(self, *, url: str) -> None:
         try:
