@@ -292,26 +292,37 @@ def logged_requests(path: Path, since: float) -> list[tuple[float, str, str]]:
     return sorted(found)
 
 
-_MOTO_WITH_REQUEST_LOG = """
+MOTO_LISTEN_BACKLOG = 1024
+"""The benchmark's moto accepts this many connections not yet taken by its accept loop (werkzeug's
+own is 128). s5cmd opens a connection per object of a set at once (its 256 workers): at 128 the
+kernel dropped a few of its SYNs in about a third of its runs (``TcpExtListenOverflows``), each
+retried after the kernel's one-second SYN timeout, and those runs took 1.2-1.4 s against 0.77 s,
+a stall of the local store that a real S3 endpoint does not have."""
+
+_MOTO = """
 import sys
 import moto.server
-from epochfs.benchmarks.harness import RequestLog
-host, port, path = sys.argv[1:4]
-serve = moto.server.run_simple
-moto.server.run_simple = lambda h, p, app, **kw: serve(h, p, RequestLog(app, path), **kw)
+import werkzeug.serving
+host, port, backlog, path = sys.argv[1:5]
+werkzeug.serving.BaseWSGIServer.request_queue_size = int(backlog)
+if path:
+    from epochfs.benchmarks.harness import RequestLog
+    serve = moto.server.run_simple
+    moto.server.run_simple = lambda h, p, app, **kw: serve(h, p, RequestLog(app, path), **kw)
 moto.server.main(["-H", host, "-p", port])
 """
 
 
 @contextlib.contextmanager
 def moto_server(log: Path | None = None, *, requests: Path | None = None) -> Iterator[Moto]:
-    """A moto S3 server on a free port of 127.0.0.1, answering, for the length of a ``with`` block;
-    with ``requests``, every request it receives is logged there (:class:`RequestLog`)."""
+    """A moto S3 server on a free port of 127.0.0.1, answering, for the length of a ``with`` block,
+    its listen backlog :data:`MOTO_LISTEN_BACKLOG`; with ``requests``, every request it receives is
+    logged there (:class:`RequestLog`)."""
     require("moto", "flask", "flask_cors")
     port = free_port()
     endpoint = f"http://127.0.0.1:{port}"
-    cmd = ([*PYTHON, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)] if requests is None
-           else [*PYTHON, "-c", _MOTO_WITH_REQUEST_LOG, "127.0.0.1", str(port), str(requests)])
+    cmd = [*PYTHON, "-c", _MOTO, "127.0.0.1", str(port), str(MOTO_LISTEN_BACKLOG),
+           "" if requests is None else str(requests)]
     with running(cmd, what="moto", ready=lambda: answers(endpoint + "/"), log=log) as proc:
         yield Moto(proc, endpoint)
 
