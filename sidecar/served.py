@@ -40,6 +40,7 @@ import struct
 import threading
 from collections.abc import Callable
 from pathlib import Path
+from typing import Protocol
 
 from epochfs.sidecar import procfs
 from epochfs.sidecar.procfs import PROC
@@ -186,11 +187,26 @@ class OwnProcesses:
             self._verdicts.pop(pid, None)
 
 
+class OpenedObjects(Protocol):
+    """What the counter tells of the object files it counts opens of, besides the counts: their
+    names (:class:`~epochfs.sidecar.served_pins.ReadRecords`, which keeps their epochs in use)."""
+
+    def wanted(self) -> bool:
+        """Whether names are wanted now (reading an open's name is a system call per open)."""
+
+    def add(self, names: list[str]) -> None:
+        """The names (sample ids) of a batch of opens counted."""
+
+    def tick(self) -> None:
+        """Called from the counter's thread at least every 0.2 s, opens or not."""
+
+
 class OpenCounter:
     """A thread that counts opens of files in ``objects_dir``'s fan-out folders, except those made
     by epochfs's own processes (``own``; default: :class:`OwnProcesses` of this process).
 
-    ``on_open(samples, nbytes)`` and ``on_lost(events)`` are called from the thread with batches.
+    ``on_open(samples, nbytes)`` and ``on_lost(events)`` are called from the thread with batches,
+    and ``objects`` (optional) is given the opened files' names.
     """
 
     def __init__(
@@ -202,8 +218,10 @@ class OpenCounter:
         precreate: bool = True,
         gather_seconds: float = GATHER_SECONDS,
         own: OwnProcesses | None = None,
+        objects: OpenedObjects | None = None,
     ) -> None:
         self.objects_dir = Path(objects_dir)
+        self._objects = objects
         self.precreate = precreate
         self.gather_seconds = gather_seconds
         self._on_open = on_open
@@ -296,6 +314,7 @@ class OpenCounter:
         poller = select.poll()
         poller.register(self._fd, select.POLLIN)
         while not self._stop.is_set():
+            self._tick()
             if not poller.poll(200):
                 continue
             # Read the first opens at once: their processes are looked at (OwnProcesses) while they
@@ -308,6 +327,14 @@ class OpenCounter:
             self._stop.wait(self.gather_seconds)  # at once on stop: what queued is still counted
             if not self._drain():
                 return
+
+    def _tick(self) -> None:
+        if self._objects is None:
+            return
+        try:
+            self._objects.tick()
+        except Exception:  # a bookkeeping write: never the end of the counting
+            log.exception("recording the epochs of opened objects")
 
     def _drain(self) -> bool:
         """Read and count every queued event; False when the counter was stopped meanwhile."""
@@ -333,6 +360,7 @@ class OpenCounter:
         samples = nbytes = lost = 0
         offset = 0
         ours: dict[int, bool] = {}  # one look at /proc per process and batch, not per open
+        names: list[str] | None = [] if self._objects is not None and self._objects.wanted() else None
         while offset + _EVENT.size <= len(buf):
             length, _vers, _res, _mlen, mask, fd, pid = _EVENT.unpack_from(buf, offset)
             offset += max(length, _EVENT.size)
@@ -347,12 +375,18 @@ class OpenCounter:
                 st = os.fstat(fd)
                 samples += 1
                 nbytes += st.st_size
+                if names is not None:  # the sample id: the object file's name
+                    path = os.readlink(f"/proc/self/fd/{fd}").removesuffix(" (deleted)")
+                    names.append(os.path.basename(path))
             except OSError:
                 pass
             finally:
                 os.close(fd)
         if samples:
             self._on_open(samples, nbytes)
+        if names:
+            assert self._objects is not None
+            self._objects.add(names)
         if lost:
             self._on_lost(lost)
 

@@ -13,7 +13,7 @@ facade stays a module read in one sitting. The base takes the index and the poli
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 from epochfs.sidecar.store import admitted, epochs, memberview
@@ -111,3 +111,12 @@ class StoreEpochs(ABC):
         """Keep epoch ``n`` pinned for the in-use window; False when the index could not take the
         write now (busy or full): the caller tries again later."""
         return epochs.record_read(self._ix, n, now=now)
+
+    def record_reads(self, ns: Sequence[int], *, now: float | None = None) -> bool:
+        """:meth:`record_read` of several epochs in one write."""
+        return epochs.record_reads(self._ix, ns, now=now)
+
+    def epochs_holding(self, sids: Sequence[str]) -> set[int]:
+        """The newest live epoch holding each of the samples ``sids`` (object file names): the
+        epochs a reader opening those files by their resolved paths is reading."""
+        return epochs.newest_holding(self._ix, sids)

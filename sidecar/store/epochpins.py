@@ -11,10 +11,12 @@ import errno
 import logging
 import sqlite3
 import time
+from collections.abc import Sequence
 
 from epochfs.sidecar.store import memberfiles, publisherlock
 from epochfs.sidecar.store.index import Index, is_busy
 from epochfs.sidecar.store.records import Policy
+from epochfs.sidecar.store.windows import IN_WINDOW
 
 log = logging.getLogger("epochfs.store")
 
@@ -68,17 +70,58 @@ def retire(ix: Index, policy: Policy, *, now: float | None = None) -> list[int]:
 
 def record_read(ix: Index, n: int, *, now: float | None = None) -> bool:
     """Note that epoch ``n`` is being read, which keeps it pinned for ``in_use_seconds``; False
-    when it could not be written now (the caller keeps it for its next try).
+    when it could not be written now (the caller keeps it for its next try)."""
+    return record_reads(ix, [n], now=now)
+
+
+def record_reads(ix: Index, ns: Sequence[int], *, now: float | None = None) -> bool:
+    """:func:`record_read` of several epochs in one write.
 
     Best effort on a full disk and while the sampler holds the write lock (a reader waits only
     :data:`~.index.READER_WAIT_MS` for it): the epoch stays pinned by its last record (and by being
     among the newest), and the reader must not see an error for a bookkeeping write."""
+    if not ns:
+        return True
+    when = time.time() if now is None else now
     try:
         with ix.write_now() as db:
-            db.execute("UPDATE epochs SET last_read=? WHERE n=?", (time.time() if now is None else now, n))
+            db.executemany("UPDATE epochs SET last_read=? WHERE n=?", [(when, int(n)) for n in ns])
     except sqlite3.OperationalError as e:
         if not disk_full(e) and not is_busy(e):
             raise
-        log.warning("cannot record a read of epoch %d now: %s", n, e)
+        log.warning("cannot record a read of epoch%s %s now: %s", "s" if len(ns) > 1 else "",
+                    ", ".join(map(str, ns)), e)
         return False
     return True
+
+
+HOLDING = (
+    "SELECT MAX(e.n) FROM samples s JOIN epochs e ON e.retired = 0 AND ("
+    "(e.first_sample IS NOT NULL AND s.id BETWEEN e.first_sample AND e.max_sample) "
+    f"OR (e.first_sample IS NULL AND e.lo_key IS NOT NULL AND {IN_WINDOW}) "
+    "OR (e.first_sample IS NULL AND e.lo_key IS NULL AND EXISTS "
+    "(SELECT 1 FROM epoch_samples x WHERE x.epoch = e.n AND x.sample = s.id))) "
+    "WHERE s.sid IN ({}) GROUP BY s.id"
+)
+"""SQL: the newest live epoch holding each of the samples named (``{}``: their ids' placeholders),
+by the three forms an epoch takes (a range of the admission order, a schedule window by its
+bounds, rows), as :mod:`.epochfiles` lists them."""
+
+HOLDING_CHUNK = 500
+"""Sample ids asked at a time (SQLite's limit on a statement's arguments is 999 in old builds)."""
+
+
+def newest_holding(ix: Index, sids: Sequence[str]) -> set[int]:
+    """The newest live epoch holding each of the samples ``sids`` (object file names), as a set;
+    a sample no live epoch holds (newer than the newest cut, evicted, not a sample) adds nothing.
+
+    What a reader that opens object files through resolved paths is reading: its epoch's own
+    samples (those no newer epoch holds) name that epoch, and the samples it shares with newer
+    epochs name one of those, which keep the file anyway."""
+    found: set[int] = set()
+    with ix.read() as db:
+        for i in range(0, len(sids), HOLDING_CHUNK):
+            part = list(sids[i:i + HOLDING_CHUNK])
+            rows = db.execute(HOLDING.format(",".join("?" * len(part))), part).fetchall()
+            found.update(int(n) for (n,) in rows if n is not None)
+    return found

@@ -117,7 +117,6 @@ class Supervisor(HealthChecks, Observability):
         self._counter: Any = None
         self._reporter: kube.Reporter | None = None
         self._seen: dict[str, Any] = {}
-        self._reads_noted: dict[int, float] = {}
         self._step_logged: dict[str, float] = {}
 
     # ------------------------------------------------------------------ signals

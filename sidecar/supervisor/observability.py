@@ -115,7 +115,6 @@ class Observability:
     _counter: Any
     _reporter: kube.Reporter | None
     _seen: dict[str, Any]
-    _reads_noted: dict[int, float]
 
     if TYPE_CHECKING:
         sampler: Child
@@ -300,23 +299,10 @@ class Observability:
                 self._seen["retrying_error"] = str(e)
                 log.warning("recording the sampler's retry in the index: %s", e)
 
-    def _client_reads(self, epochs: tuple[int, ...]) -> None:
-        """The torch client reads these epochs (its report says so): record a read of each, at
-        most one per epoch per 10 s, which keeps them pinned as a lookup on the FUSE view does;
-        with the folder view it is the only sign of a reader."""
-        now = time.monotonic()
-        for n in epochs:
-            if now - self._reads_noted.get(n, -1e18) >= 10.0 and self._store is not None:
-                self._reads_noted[n] = now
-                try:
-                    self._store.record_read(n)
-                except Exception as e:
-                    log.warning("recording a read of epoch %d: %s", n, e)
-
     def _setup_observability(self) -> None:
         from prometheus_client import CollectorRegistry, disable_created_metrics
 
-        from epochfs.sidecar import cutrequest, endpoints, metrics, served
+        from epochfs.sidecar import cutrequest, endpoints, metrics, served, served_pins
 
         disable_created_metrics()
         # A fixed folder in the cache, emptied at every start: a supervisor killed with -9 leaves
@@ -349,10 +335,13 @@ class Observability:
             save=self._scrape_totals,
         )
 
+        # Reads the view does not see: the torch client's reports, opens by resolved paths.
+        reads = served_pins.ReadRecords(self._store)
+
         def on_report(r: endpoints.ClientReport) -> None:
             sidecar_metrics.add_client_report(samples=r.samples, nbytes=r.nbytes,
                                               wait_seconds=r.wait_seconds)
-            self._client_reads(r.epochs)
+            reads.client_epochs(r.epochs)
 
         def unpublished(n: int) -> str | None:
             """Folder view: why live epoch ``n`` is not in the folder (its publisher paused)."""
@@ -392,7 +381,7 @@ class Observability:
         self._counter = served.OpenCounter(
             objects_dir=self.cache / "objects",
             on_open=sidecar_metrics.add_served,
-            on_lost=sidecar_metrics.served_lost_events.inc,
+            on_lost=sidecar_metrics.served_lost_events.inc, objects=reads,
         )
         if not self._counter.start():
             self._counter = None

@@ -1,0 +1,146 @@
+"""Opens of object files by their resolved paths keep their epoch in use (DESIGN.md: "any epoch in
+use (seen through lookups, or through opens of its objects counted outside the data path) are
+pinned").
+
+A reader that resolved an epoch's links once and opens ``<cache>/objects-ro/...`` paths later goes
+past the view: no lookup, no folder held. The sidecar's open counter (real fanotify here) hands the
+opened files' names to :class:`ReadRecords`, which records a read of the newest live epoch holding
+each. The cache: ``--keep-epochs 1``, epoch 0 = k0..k6, epoch 1 = k3..k9 (a 700-byte budget), so
+k0..k2 are epoch 0's own; epoch 0's last read is set long ago, so only a new record keeps it.
+"""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+import time
+from pathlib import Path
+
+import pytest
+from common import wait_until
+from store_helpers import put, sid_of
+
+from epochfs.sidecar.served import OpenCounter
+from epochfs.sidecar.served_pins import MAX_NAMES, ReadRecords
+from epochfs.sidecar.store import Policy, Store
+
+fanotify = pytest.mark.skipif(os.geteuid() != 0, reason="fanotify needs CAP_SYS_ADMIN")
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> Store:
+    s = Store(tmp_path / "cache", create=True)
+    s.configure(Policy(capacity=1000, keep_epochs=1, headroom=0.3, in_use_seconds=300.0))
+    for i in range(7):
+        put(s, f"k{i}")
+    assert s.cut(0) == 0
+    for i in range(7, 10):
+        put(s, f"k{i}")
+    assert s.cut(1) == 1
+    assert [f.path for f in s.epoch_files(1)] == [f"k{i}" for i in range(3, 10)]
+    assert s.record_read(0, now=time.time() - 1000.0)  # out of the window: epoch 0 may retire
+    return s
+
+
+def _last_read(store: Store, n: int) -> float:
+    with sqlite3.connect(store.root / "index.sqlite") as db:
+        return float(db.execute("SELECT last_read FROM epochs WHERE n=?", (n,)).fetchone()[0])
+
+
+def test_each_sample_names_the_newest_live_epoch_holding_it(store: Store) -> None:
+    assert store.epochs_holding([sid_of("k0")]) == {0}
+    assert store.epochs_holding([sid_of("k3"), sid_of("k9")]) == {1}
+    assert store.epochs_holding([sid_of("k2"), sid_of("k5")]) == {0, 1}
+    assert store.epochs_holding([sid_of(f"k{i}") for i in range(3)] * 400) == {0}  # chunks of 500
+    assert store.epochs_holding(["not-a-sample", "../index.sqlite"]) == set()
+    put(store, "k10")  # admitted after the newest cut (evicting epoch 0, retired, for room)
+    assert store.epochs_holding([sid_of("k10"), sid_of("k0")]) == set()
+
+
+def _counted(store: Store, reads: ReadRecords) -> OpenCounter:
+    counter = OpenCounter(objects_dir=store.objects_dir, on_open=lambda _s, _b: None, precreate=False,
+                          objects=reads)
+    assert counter.start()
+    return counter
+
+
+@fanotify
+def test_opening_an_old_epochs_own_files_keeps_it(store: Store) -> None:
+    before = _last_read(store, 0)
+    counter = _counted(store, ReadRecords(store))
+    try:
+        # The reader's resolved paths: the object files themselves, as objects-ro shows them.
+        (store.objects_dir / sid_of("k1")[:2] / sid_of("k1")).read_bytes()
+        wait_until(lambda: _last_read(store, 0) > before + 500, what="epoch 0's read recorded")
+    finally:
+        counter.stop()
+    assert store.retire() == []
+    assert [e.epoch for e in store.epochs()] == [0, 1]
+    assert (store.objects_dir / sid_of("k1")[:2] / sid_of("k1")).exists()
+
+
+@fanotify
+def test_opening_only_shared_files_pins_no_old_epoch(store: Store) -> None:
+    """A reader of the newest epoch opens files epoch 0 holds too: they name epoch 1 (the newest
+    holding them), so epoch 0, which nobody reads, still retires."""
+    before = _last_read(store, 1)
+    counter = _counted(store, ReadRecords(store))
+    try:
+        for key in ("k3", "k6", "k9"):
+            (store.objects_dir / sid_of(key)[:2] / sid_of(key)).read_bytes()
+        wait_until(lambda: _last_read(store, 1) > before, what="epoch 1's read recorded")
+    finally:
+        counter.stop()
+    assert store.retire() == [0]
+
+
+def test_a_look_is_debounced_and_bounded(store: Store) -> None:
+    """One look per debounce (10 s at most; a sixth of a shorter window), at most MAX_NAMES
+    names gathered between two looks, and a record the index refused made at the next look."""
+    now = [1000.0]
+    reads = ReadRecords(store, clock=lambda: now[0])
+    reads.add([sid_of("k0")])
+    reads.tick()
+    first = _last_read(store, 0)
+    assert first > time.time() - 60
+    store.record_read(0, now=time.time() - 1000.0)
+    reads.add([sid_of("k1")])
+    now[0] += 5.0
+    reads.tick()  # within the 10 s debounce: nothing looked up yet
+    assert _last_read(store, 0) < time.time() - 900
+    now[0] += 5.0
+    reads.tick()
+    assert _last_read(store, 0) > time.time() - 60
+    reads.add([f"{i:032x}" for i in range(MAX_NAMES + 10)])
+    assert not reads.wanted()
+
+
+def test_a_record_the_busy_index_refused_is_made_at_the_next_look(store: Store) -> None:
+    now = [1000.0]
+    reads = ReadRecords(store, clock=lambda: now[0])
+    holder = sqlite3.connect(store.root / "index.sqlite", isolation_level=None)
+    try:
+        holder.execute("BEGIN IMMEDIATE")  # another writer (the sampler) holds the write lock
+        reads.add([sid_of("k0")])
+        reads.tick()
+    finally:
+        holder.execute("ROLLBACK")
+        holder.close()
+    assert _last_read(store, 0) < time.time() - 900
+    now[0] += 10.0
+    reads.tick()  # no new open: the epoch it could not record is recorded now
+    assert _last_read(store, 0) > time.time() - 60
+
+
+def test_the_torch_clients_reports_record_reads_once_per_ten_seconds(store: Store) -> None:
+    now = [1000.0]
+    reads = ReadRecords(store, clock=lambda: now[0])
+    reads.client_epochs((0,))
+    assert _last_read(store, 0) > time.time() - 60
+    store.record_read(0, now=time.time() - 1000.0)
+    now[0] += 9.0
+    reads.client_epochs((0,))
+    assert _last_read(store, 0) < time.time() - 900
+    now[0] += 1.0
+    reads.client_epochs((0,))
+    assert _last_read(store, 0) > time.time() - 60
