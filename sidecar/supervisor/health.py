@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import threading
 import time
 from typing import TYPE_CHECKING, Any
 
@@ -48,6 +49,15 @@ class HealthChecks(MountWatch):
         first use: a mixin has no __init__ of its own)."""
         return FetchRate()
 
+    _health_ok = True
+    """The last /healthz verdict (:meth:`_log_health_change`)."""
+
+    @functools.cached_property
+    def _health_lock(self) -> threading.Lock:
+        """What the probes' threads change :attr:`_health_ok` under (made on first use, as
+        :attr:`_fetch_rate`)."""
+        return threading.Lock()
+
     if TYPE_CHECKING:
         def _stats(self) -> Stats | None: ...
 
@@ -84,7 +94,19 @@ class HealthChecks(MountWatch):
             doc["reason"] = (f"the sampler found the cache index damaged {damages} times in a row "
                              f"(exit {EXIT_INDEX}), with no run between that cut an epoch or ran "
                              f"{self.STABLE_AFTER:.0f} s: the node volume may be failing")
+        self._log_health_change(ok, doc)
         return ok, doc
+
+    def _log_health_change(self, ok: bool, doc: dict[str, Any]) -> None:
+        """One line when /healthz starts failing, with why (the kubelet's event says only "503"),
+        and one when it passes again."""
+        with self._health_lock:
+            was, self._health_ok = self._health_ok, ok
+        if was and not ok:
+            log.warning("/healthz fails now (the kubelet restarts the pod after the probe's "
+                        "failureThreshold): %s", health_problems(doc))
+        elif ok and not was:
+            log.info("/healthz passes again")
 
     def ready(self) -> tuple[bool, dict[str, Any]]:
         """Ready: mounted (folder view: published), and epoch 0 exists or could be cut now; when
@@ -156,3 +178,15 @@ class HealthChecks(MountWatch):
                 if note:
                     doc[c.name]["retrying"] = note
         return doc
+
+
+def health_problems(doc: dict[str, Any]) -> str:
+    """What a failing /healthz document says, in one line."""
+    problems = [] if doc.get("mount") in ("ok", "mounting") else [f"mount: {doc.get('mount')}"]
+    for name, child in (doc.get("children") or {}).items():
+        if not child.get("alive"):
+            problems.append(f"{name} not running (last exit {child.get('last_exit')}, "
+                            f"{child.get('crashes')} quick crash(es) in a row)")
+    problems += [f"link root: {doc['link_root']}"] if doc.get("link_root") else []
+    problems += [str(doc["reason"])] if doc.get("reason") else []
+    return "; ".join(problems) or "see /healthz"

@@ -1,8 +1,8 @@
 """``/healthz`` when the cache's index is damaged on every run of the sampler (a failing disk, a
 volume that corrupts writes): restarting the sampler mends nothing, so after three index-damage
 exits in a row with no good run between (one that cut an epoch, or ran 30 s) the liveness probe
-fails with a reason that names the damage; the sampler keeps being restarted, and the first good
-run makes ``/healthz`` answer 200 again.
+fails with a reason that names the damage (and the sidecar logs it); the sampler keeps being
+restarted, and the first good run makes ``/healthz`` answer 200 again (logged too).
 
 The damage is real: pages of ``index.sqlite`` garbled beside the real sidecar, each time just
 after a start of the sampler has replaced the index (its one log line) and before that run cuts an
@@ -97,3 +97,9 @@ def test_healthz_fails_after_three_runs_in_a_row_meet_a_damaged_index_and_heals(
         assert sampler_of(car)["index_damages"] == 0, car.health()
         assert car.metric("epochfs_index_damage_streak") == 0
         assert (car.metric("epochfs_index_damage_exits_total") or 0) == damages
+        # The sidecar's log says when liveness began to fail, and why (the kubelet's event says
+        # only "503"), and when it passed again.
+        log = car.log_text()
+        failing = next((line for line in log.splitlines() if "/healthz fails now" in line), "")
+        assert f"damaged {STREAK} times in a row" in failing, log[-3000:]
+        assert log.find("/healthz passes again", log.find(failing)) > 0, log[-3000:]
