@@ -248,8 +248,9 @@ def check_mount_point(path: Path) -> None:
         except OSError as e:
             raise MountError(f"--mount: cannot create {path}: {e.strerror}") from None
         log.info("created the mount point %s", path)
-    if not path.is_dir():
-        raise MountError(f"--mount: {path} is not a directory")
+    if not path.is_dir():  # a file; or a symlink whose folder is gone (not made: it may be a volume's)
+        raise MountError(f"--mount: {path} is not a directory" if path.exists() else
+                         f"--mount: {path} is a symlink to {os.readlink(path)}, which does not exist")
     if any(os.scandir(path)):
         raise MountError(f"--mount: {path} is not empty")
 
