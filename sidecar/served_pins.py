@@ -6,7 +6,11 @@ records its own (lookups, listings, folders held open); two kinds of reader it n
 recorded here:
 
 - **the torch client's reports** (``POST /v1/report``): the epochs it reads, the one sign of a
-  reader with the folder view;
+  reader with the folder view. A paused client names its epoch in a heartbeat every
+  :data:`~epochfs.torchclient.report.HEARTBEAT` seconds (30), so its read is dated that far
+  ahead (and a debounce more, for a late one): the epoch stays while the client reports it,
+  whatever ``--in-use-seconds`` (a window under 30 s lost a paused reader's epoch between two
+  heartbeats), and for the window after its last report;
 - **opens of object files by their resolved paths**: a reader that resolved the epoch's links once
   (``os.path.realpath``, a file list of ``<cache>/objects-ro/...`` kept from an earlier walk) and
   opens those paths later goes past the view. The sidecar counts every open of an object file
@@ -31,6 +35,7 @@ from collections.abc import Callable, Iterable
 
 from epochfs.fuse.inuse import MAX_READ_DEBOUNCE, read_debounce
 from epochfs.sidecar.store import Store
+from epochfs.torchclient.report import HEARTBEAT
 
 log = logging.getLogger("epochfs.served")
 
@@ -38,6 +43,11 @@ MAX_NAMES = 4096
 """Distinct opened samples looked up per look (one indexed query each): a reader of an old epoch
 opens thousands of its files between two looks, so the first few thousand find its epoch, and a
 look costs the index at most this many lookups, however fast the readers open files."""
+
+
+CLIENT_AHEAD = HEARTBEAT + MAX_READ_DEBOUNCE
+"""Seconds ahead a client-reported read is dated: its next heartbeat's, and a debounce for one
+that comes late (the client's report thread wakes every 2 s; a slow answer)."""
 
 
 class ReadRecords:
@@ -50,8 +60,9 @@ class ReadRecords:
         self._lock = threading.Lock()
         self._names: set[str] = set()
         self._client_noted: dict[int, float] = {}
-        self._unrecorded: set[int] = set()
-        """Epochs whose record found the index busy or full: recorded at the next look."""
+        self._unrecorded: dict[int, float] = {}
+        """Epochs whose record found the index busy or full, and how far ahead to date it: recorded
+        at the next look."""
         self._next_look = float("-inf")
 
     def client_epochs(self, epochs: Iterable[int]) -> None:
@@ -63,7 +74,7 @@ class ReadRecords:
             for n in due:
                 self._client_noted[n] = now
         if due:
-            self._record(due)
+            self._record(due, ahead=CLIENT_AHEAD)
 
     # ---------------------------------------------------------------- OpenedObjects (served.py)
     def wanted(self) -> bool:
@@ -83,17 +94,22 @@ class ReadRecords:
         self._next_look = now + read_debounce(self._store.policy().in_use_seconds)
         with self._lock:
             names, self._names = self._names, set()
-            due, self._unrecorded = self._unrecorded, set()
-        if names:
-            due |= self._store.epochs_holding(sorted(names))
-        if due:
-            self._record(sorted(due))
+            left, self._unrecorded = self._unrecorded, {}
+        due = dict.fromkeys(self._store.epochs_holding(sorted(names)) if names else (), 0.0)
+        due.update(left)  # one the client reported keeps its date ahead
+        for ahead in sorted(set(due.values())):
+            self._record(sorted(n for n, a in due.items() if a == ahead), ahead=ahead)
 
-    def _record(self, epochs: list[int]) -> None:
+    def _record(self, epochs: list[int], *, ahead: float = 0.0) -> None:
+        """Record reads of ``epochs`` dated ``ahead`` seconds from now; kept for the next look when
+        the index cannot take them now."""
+        if not epochs:
+            return
         try:
-            if self._store.record_reads(epochs):
+            if self._store.record_reads(epochs, now=time.time() + ahead):
                 return
         except Exception as e:  # the index damaged or gone meanwhile: the supervisor says so elsewhere
             log.warning("recording a read of epochs %s: %s", ", ".join(map(str, epochs)), e)
         with self._lock:
-            self._unrecorded.update(epochs)
+            for n in epochs:
+                self._unrecorded[n] = max(ahead, self._unrecorded.get(n, 0.0))

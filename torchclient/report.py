@@ -34,8 +34,9 @@ log = logging.getLogger("epochfs.torchclient.report")
 DEFAULT_URL = "http://127.0.0.1:8080/v1/client-report"
 MAX_BACKOFF = 60.0
 HEARTBEAT = 30.0
-"""Seconds between reports while an epoch is read and nothing is delivered: well within the sidecar's
-in-use window (600 s by default), so a paused reader keeps its epoch."""
+"""Seconds between reports while an epoch is read and nothing is delivered. The sidecar dates a
+reported read this far ahead (and a debounce more), so a paused reader keeps its epoch whatever the
+sidecar's in-use window, one shorter than this included."""
 
 
 def report_url_from_env() -> str | None:

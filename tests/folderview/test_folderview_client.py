@@ -26,6 +26,7 @@ from prometheus_client import CollectorRegistry
 from epochfs.sidecar import cutrequest, metrics
 from epochfs.sidecar.endpoints import ClientReport, Endpoints
 from epochfs.sidecar.folderview import FolderPublisher
+from epochfs.sidecar.served_pins import ReadRecords
 from epochfs.sidecar.store import Store
 from epochfs.torchclient import EpochDataset, EpochLoader, report, wait_for_epoch
 from epochfs.torchclient.cutask import ask_cut, sidecar_url_from_env
@@ -67,10 +68,11 @@ def sidecar(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[FolderS
         asked.append(req)
         return cutrequest.answer(store, req)
 
+    reads = ReadRecords(store)  # what the sidecar's supervisor records a report's epochs with
+
     def on_report(r: ClientReport) -> None:
         reports.append(r)
-        for n in r.epochs:
-            store.record_read(n)
+        reads.client_epochs(r.epochs)
 
     ep = Endpoints(host="127.0.0.1", port=0, health=lambda: (True, {}), ready=lambda: (True, {}),
                    registry=None, on_client_report=on_report, on_cut=on_cut,

@@ -23,6 +23,7 @@ from store_helpers import put, sid_of
 from epochfs.sidecar.served import OpenCounter
 from epochfs.sidecar.served_pins import MAX_NAMES, ReadRecords
 from epochfs.sidecar.store import Policy, Store
+from epochfs.torchclient.report import HEARTBEAT
 
 fanotify = pytest.mark.skipif(os.geteuid() != 0, reason="fanotify needs CAP_SYS_ADMIN")
 
@@ -144,3 +145,15 @@ def test_the_torch_clients_reports_record_reads_once_per_ten_seconds(store: Stor
     now[0] += 1.0
     reads.client_epochs((0,))
     assert _last_read(store, 0) > time.time() - 60
+
+
+def test_a_reported_read_keeps_its_epoch_until_the_clients_next_heartbeat(store: Store) -> None:
+    """Review r55: on the folder view a paused EpochLoader names its epoch in a heartbeat every 30 s;
+    with --in-use-seconds under 30 its epoch retired between two heartbeats. A reported read is
+    dated a heartbeat (and a debounce) ahead, so the epoch stays until the next one is due."""
+    store.configure(Policy(capacity=1000, keep_epochs=1, headroom=0.3, in_use_seconds=5.0))
+    ReadRecords(store).client_epochs((0,))
+    assert _last_read(store, 0) >= time.time() + HEARTBEAT
+    # Just before the next heartbeat is due, nothing read epoch 0 for 30 s: it stays.
+    assert store.retire(now=time.time() + HEARTBEAT) == []
+    assert store.retire(now=time.time() + HEARTBEAT + 60.0) == [0]
