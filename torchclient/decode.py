@@ -55,11 +55,24 @@ def check_max_bytes(max_array_bytes: int | None) -> int | None:
 _NATIVE = "<" if np.little_endian else ">"
 
 
+class DtypeError(TypeError):
+    """A valid array whose dtype torch has no tensor type for (strings, bytes, structured records,
+    datetimes): ``.dtype`` says which. Apart from TypeError's other causes so that the sample's
+    error says the file is fine and its dtype is the problem, not that the file is corrupt."""
+
+    def __init__(self, dtype: np.dtype[Any], cause: TypeError) -> None:
+        super().__init__(f"{cause}")
+        self.dtype = dtype
+
+
 def _tensor(array: np.ndarray) -> torch.Tensor:
     """A tensor over ``array``'s memory; only a non-native byte order forces a copy."""
     if array.dtype.byteorder not in ("=", "|", _NATIVE):
         array = array.astype(array.dtype.newbyteorder("="))
-    return torch.from_numpy(array)
+    try:
+        return torch.from_numpy(array)
+    except TypeError as exc:
+        raise DtypeError(array.dtype, exc) from exc
 
 
 def decode_npy(path: str) -> torch.Tensor:
@@ -244,7 +257,28 @@ def load_sample(path: str, decoder: Decoder, transform: Callable[[Any], Any] | N
 
 
 def _decode_error(path: str, decoder: Decoder, exc: Exception) -> SampleDecodeError:
-    name = getattr(getattr(decoder, "func", decoder), "__name__", type(decoder).__name__)
-    return SampleDecodeError(
-        f"cannot decode sample {path} with {name}: {type(exc).__name__}: {exc} "
-        "(the file is corrupt, truncated or not in this format)", path)
+    """The error for ``decoder`` failing on ``path``, with the cause that fits: the built-in
+    decoders fail on a corrupt, truncated or foreign file, or on a valid array whose dtype has no
+    tensor type (:class:`DtypeError`); a ``decode=`` callable of the user's own is said to have
+    raised, since nothing is known of what it reads (blaming the file would send its author to the
+    wrong place)."""
+    base = getattr(decoder, "func", decoder)
+    name = getattr(base, "__name__", None) or type(base).__name__
+    if not any(base is built_in for built_in in _BUILT_IN):  # identity: a callable may be unhashable
+        qualname = getattr(base, "__qualname__", name)
+        module = getattr(base, "__module__", None)
+        own = f"{module}.{qualname}" if module else qualname
+        return SampleDecodeError(f"cannot decode sample {path}: your decode= function {own} raised "
+                                 f"{type(exc).__name__}: {exc}", path)
+    if isinstance(exc, DtypeError):
+        return SampleDecodeError(
+            f"cannot decode sample {path} with {name}: the array's dtype {exc.dtype} cannot become a "
+            f"tensor ({exc}); the file is a valid array: store numbers or bools, or pass your own "
+            "decode=", path)
+    return SampleDecodeError(f"cannot decode sample {path} with {name}: {type(exc).__name__}: {exc} "
+                             "(the file is corrupt, truncated or not in this format)", path)
+
+
+_BUILT_IN: tuple[Callable[..., Any], ...] = (*_BY_KIND.values(), decode_auto, decode_image_pillow)
+"""The decoders this module gives (``resolve_decoder``'s partials wrap two of them): their failures
+are the file's; any other decoder is the user's ``decode=``."""

@@ -7,8 +7,10 @@ file) and put it in words, and never wait or ask the sidecar; :meth:`.EpochStats
 
 from __future__ import annotations
 
+import errno
 import os
 import time
+from collections.abc import Callable
 
 from .layout import CONTROL_DIR, LATEST_NAME, list_epochs, parse_epoch_name, read_status
 
@@ -16,6 +18,30 @@ NOT_A_MOUNT = ("no .epochfs/ here either: not an epochfs mount (yet); is the sid
                "A new mount has .epochfs/ before epoch 0")
 """What the waiting line adds under a root with neither epochs nor the mount's control folder: a root
 that exists but is not the mount (its mount point before the sidecar mounts, or a wrong path)."""
+
+
+DEAD_MOUNT = ("the mount does not answer ({errno}: its FUSE server died or is restarting; under "
+              "`epochfs sidecar` it is mounted again)")
+"""The waiting line under a root (or its ``.epochfs/``) that answers ENOTCONN or ECONNABORTED: a
+FUSE mount whose server is gone. It has no epochs and no control folder to show, so without this
+line it reads as a folder that is not the mount, for as long as it stays dead."""
+
+
+def not_answering(root: str | os.PathLike[str]) -> str | None:
+    """:data:`DEAD_MOUNT` with the errno's name where ``root`` or its ``.epochfs/`` answers as a dead
+    FUSE mount does (ENOTCONN, or ECONNABORTED from an aborted connection); None where they answer
+    (or are simply missing). The listing is tried first: the kernel may still answer a ``stat``
+    of the dead mount's root from the attributes it cached while the server lived."""
+    control = os.path.join(root, CONTROL_DIR)
+    probes: tuple[Callable[[], object], ...] = (
+        lambda: os.listdir(root), lambda: os.stat(root), lambda: os.stat(control))
+    for probe in probes:
+        try:
+            probe()
+        except OSError as e:
+            if e.errno in (errno.ENOTCONN, errno.ECONNABORTED):
+                return DEAD_MOUNT.format(errno=errno.errorcode[e.errno])
+    return None
 
 
 def _is_dir(path: str | os.PathLike[str]) -> bool:
@@ -97,7 +123,10 @@ def describe_root(root: str | os.PathLike[str], pace: FirstEpochPace | None = No
     """What is under ``root`` now, in words: the epochs present and the sidecar's status, if any.
     ``pace``: the waiting line's readings of epoch 0's count, for a time estimate."""
     epochs = list_epochs(root)
-    if not epochs:
+    dead = not_answering(root) if not epochs else None
+    if dead is not None:
+        parts = [dead]
+    elif not epochs:
         control = _is_dir(os.path.join(root, CONTROL_DIR))
         parts = ["no epoch folders yet" + ("" if control else f", {NOT_A_MOUNT}")]
     elif epochs == list(range(epochs[0], epochs[-1] + 1)) and len(epochs) > 2:

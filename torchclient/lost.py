@@ -250,8 +250,28 @@ def lost_error(path: str, exc: BaseException, *, final: bool = False) -> SampleL
     lost_note = f"; {count} sample(s) lost" if count else ""
     return SampleLostError(
         f"sample {path} (key {key}) was lost from the remote: it cannot be fetched again, and its "
-        f"epoch keeps listing it ({how}{lost_note}, see the sidecar's log); skip it or use a newer "
-        "epoch", path)
+        f"epoch keeps listing it ({how}{lost_note}, see the sidecar's log); {lost_advice(key)}", path)
+
+
+def exact_glob(key: str, *, anchored: bool = True) -> str:
+    """An ``exclude=`` pattern (:mod:`.globs`) that matches ``key`` (its path inside ``epoch-N/``)
+    and nothing else: anchored at the epoch's root by a leading ``/`` (a bare name would match it
+    at any depth), with ``*``, ``?`` and ``[`` each put in a set of its own (the globs have no
+    backslash escapes). ``anchored=False`` where only the file's name is known: it matches that
+    name at any depth."""
+    return ("/" if anchored else "") + "".join(f"[{c}]" if c in "*?[" else c for c in key)
+
+
+def lost_advice(key: str, *, anchored: bool = True) -> str:
+    """What to do about the lost sample ``key``: the one remedy that works. A loader cannot skip
+    one sample (a DataLoader's batch fails whole), and a newer epoch is no way out: in snapshot
+    mode the epochs cut after the loss list it too until the cache turns over past it
+    (docs/reliability.md, "A sample that cannot be repaired"); leaving it out with ``exclude=``
+    reads all the others."""
+    pattern = exact_glob(key, anchored=anchored)
+    return (f"leave it out: make the loader or dataset again with exclude=[{pattern!r}] "
+            "(added to any exclude= you pass); newer epochs may list it too until the cache turns "
+            "over past it (docs/reliability.md, section 5, \"A sample that cannot be repaired\")")
 
 
 def _placeholder_error(path: str) -> SampleLostError:
@@ -265,8 +285,8 @@ def _placeholder_error(path: str) -> SampleLostError:
     return SampleLostError(
         f"sample {path} (key {key}) was lost from the remote: it cannot be fetched again, and its "
         f"epoch keeps listing it (the folder view's entry is a placeholder that answers ELOOP; "
-        f".epochfs/{LOST_NAME} lists it{lost_note}, see the sidecar's log); skip it or use a newer "
-        "epoch", path)
+        f".epochfs/{LOST_NAME} lists it{lost_note}, see the sidecar's log); "
+        f"{lost_advice(key, anchored=root is not None)}", path)
 
 
 def lost_aware(path: str, call: Callable[[], T]) -> Callable[[], T]:
