@@ -14,11 +14,11 @@ recorded here:
 - **opens of object files by their resolved paths**: a reader that resolved the epoch's links once
   (``os.path.realpath``, a file list of ``<cache>/objects-ro/...`` kept from an earlier walk) and
   opens those paths later goes past the view. The sidecar counts every open of an object file
-  (:class:`~epochfs.sidecar.served.OpenCounter`, fanotify); each opened sample names the newest
-  live epoch that holds it (:meth:`~epochfs.sidecar.store.Store.epochs_holding`), and that
-  epoch's read is recorded. A reader of an old epoch opens its epoch's own samples (those no newer
-  epoch holds), so that epoch stays; the samples it shares with newer epochs name one of those,
-  which keep the file anyway. Opens never pin an epoch that no reader opens a file of.
+  (:class:`~epochfs.sidecar.served.OpenCounter`, fanotify), and the samples opened between two
+  looks name the epochs read (:meth:`~epochfs.sidecar.store.Store.epochs_opened`): samples the
+  newest ``--keep-epochs`` hold need nothing, the others are covered by the epoch holding most of
+  them, then the next: a reader of an old epoch names that epoch, not a newer one it shares files
+  with, and two readers of two epochs name both. Those epochs' reads are recorded.
 
 Both are debounced as the FUSE view's records are (:func:`~epochfs.fuse.inuse.read_debounce`: at
 most one write per 10 s, a sixth of a shorter window), and the store's write never waits for the
@@ -64,6 +64,8 @@ class ReadRecords:
         """Epochs whose record found the index busy or full, and how far ahead to date it: recorded
         at the next look."""
         self._next_look = float("-inf")
+        self.looks = 0
+        """Looks made at opened objects' epochs (each a query and, where due, a write)."""
 
     def client_epochs(self, epochs: Iterable[int]) -> None:
         """The torch client reads ``epochs`` (its report says so): record a read of each, at most
@@ -95,7 +97,14 @@ class ReadRecords:
         with self._lock:
             names, self._names = self._names, set()
             left, self._unrecorded = self._unrecorded, {}
-        due = dict.fromkeys(self._store.epochs_holding(sorted(names)) if names else (), 0.0)
+        try:
+            opened = self._store.epochs_opened(sorted(names)) if names else set()
+        except Exception as e:  # the index unreadable now: the names wait for the next look
+            log.warning("looking up the epochs of %d opened object(s): %s", len(names), e)
+            self.add(sorted(names))
+            opened = set()
+        self.looks += 1
+        due = dict.fromkeys(opened, 0.0)
         due.update(left)  # one the client reported keeps its date ahead
         for ahead in sorted(set(due.values())):
             self._record(sorted(n for n, a in due.items() if a == ahead), ahead=ahead)

@@ -116,7 +116,7 @@ class StoreEpochs(ABC):
         """:meth:`record_read` of several epochs in one write."""
         return epochs.record_reads(self._ix, ns, now=now)
 
-    def epochs_holding(self, sids: Sequence[str]) -> set[int]:
-        """The newest live epoch holding each of the samples ``sids`` (object file names): the
-        epochs a reader opening those files by their resolved paths is reading."""
-        return epochs.newest_holding(self._ix, sids)
+    def epochs_opened(self, sids: Sequence[str]) -> set[int]:
+        """The epochs a reader that opened the object files ``sids`` by their resolved paths reads
+        (:func:`.epochpins.epochs_read`), for the read records that keep them in use."""
+        return epochs.opened_epochs(self._ix, self.policy(), sids)

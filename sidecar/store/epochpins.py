@@ -95,33 +95,62 @@ def record_reads(ix: Index, ns: Sequence[int], *, now: float | None = None) -> b
     return True
 
 
-HOLDING = (
-    "SELECT MAX(e.n) FROM samples s JOIN epochs e ON e.retired = 0 AND ("
+HOLDERS = (
+    "SELECT s.sid, e.n FROM samples s JOIN epochs e ON e.retired = 0 AND ("
     "(e.first_sample IS NOT NULL AND s.id BETWEEN e.first_sample AND e.max_sample) "
     f"OR (e.first_sample IS NULL AND e.lo_key IS NOT NULL AND {IN_WINDOW}) "
     "OR (e.first_sample IS NULL AND e.lo_key IS NULL AND EXISTS "
     "(SELECT 1 FROM epoch_samples x WHERE x.epoch = e.n AND x.sample = s.id))) "
-    "WHERE s.sid IN ({}) GROUP BY s.id"
+    "WHERE s.sid IN ({})"
 )
-"""SQL: the newest live epoch holding each of the samples named (``{}``: their ids' placeholders),
-by the three forms an epoch takes (a range of the admission order, a schedule window by its
-bounds, rows), as :mod:`.epochfiles` lists them."""
+"""SQL: (sample id, live epoch holding it) for the samples named (``{}``: their placeholders), by
+the three forms an epoch takes (a range of the admission order, a schedule window by its bounds,
+rows), as :mod:`.epochfiles` lists them."""
 
-HOLDING_CHUNK = 500
+HOLDERS_CHUNK = 500
 """Sample ids asked at a time (SQLite's limit on a statement's arguments is 999 in old builds)."""
 
 
-def newest_holding(ix: Index, sids: Sequence[str]) -> set[int]:
-    """The newest live epoch holding each of the samples ``sids`` (object file names), as a set;
-    a sample no live epoch holds (newer than the newest cut, evicted, not a sample) adds nothing.
-
-    What a reader that opens object files through resolved paths is reading: its epoch's own
-    samples (those no newer epoch holds) name that epoch, and the samples it shares with newer
-    epochs name one of those, which keep the file anyway."""
-    found: set[int] = set()
+def holders(ix: Index, sids: Sequence[str]) -> dict[str, set[int]]:
+    """The live epochs holding each of the samples ``sids`` (object file names); a name that is no
+    sample's (a stray file, an undecodable name: sample ids are hex) is left out."""
+    names = sorted({sid for sid in sids if sid.isascii()})
+    found: dict[str, set[int]] = {}
     with ix.read() as db:
-        for i in range(0, len(sids), HOLDING_CHUNK):
-            part = list(sids[i:i + HOLDING_CHUNK])
-            rows = db.execute(HOLDING.format(",".join("?" * len(part))), part).fetchall()
-            found.update(int(n) for (n,) in rows if n is not None)
+        for i in range(0, len(names), HOLDERS_CHUNK):
+            part = names[i:i + HOLDERS_CHUNK]
+            for sid, n in db.execute(HOLDERS.format(",".join("?" * len(part))), part):
+                found.setdefault(str(sid), set()).add(int(n))
     return found
+
+
+def epochs_read(holding: dict[str, set[int]], kept: set[int]) -> set[int]:
+    """The epochs a reader that opened these samples reads (``holding``: each sample's live
+    holders; ``kept``: the newest ``keep_epochs``, pinned anyway).
+
+    A sample a kept epoch holds needs no record (its file stays). The others are covered greedily:
+    the epoch holding most of them, then the one holding most of the rest (ties: the newest), so a
+    reader of an old epoch names that epoch and not a newer one it shares files with (which would
+    keep that epoch's own samples for nobody), and two readers of two epochs name both."""
+    left = [held for held in holding.values() if held and not held & kept]
+    chosen: set[int] = set()
+    while left:
+        counts: dict[int, int] = {}
+        for held in left:
+            for n in held:
+                counts[n] = counts.get(n, 0) + 1
+        best = max(counts, key=lambda n: (counts[n], n))
+        chosen.add(best)
+        left = [held for held in left if best not in held]
+    return chosen
+
+
+def opened_epochs(ix: Index, policy: Policy, sids: Sequence[str]) -> set[int]:
+    """:func:`epochs_read` of the samples ``sids``, as the index holds them now."""
+    holding = holders(ix, sids)
+    if not holding:
+        return set()
+    with ix.read() as db:
+        newest = db.execute("SELECT n FROM epochs WHERE retired=0 ORDER BY n DESC LIMIT ?",
+                            (max(policy.keep_epochs, 0),)).fetchall()
+    return epochs_read(holding, {int(n) for (n,) in newest})

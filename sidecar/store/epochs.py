@@ -38,7 +38,7 @@ from epochfs.sidecar.store.epochfiles import listing as listing
 from epochfs.sidecar.store.epochnumbers import check_number, next_epoch
 from epochfs.sidecar.store.epochnumbers import drop_out_of_range as drop_out_of_range
 from epochfs.sidecar.store.epochpins import disk_full
-from epochfs.sidecar.store.epochpins import newest_holding as newest_holding
+from epochfs.sidecar.store.epochpins import opened_epochs as opened_epochs
 from epochfs.sidecar.store.epochpins import record_read as record_read
 from epochfs.sidecar.store.epochpins import record_reads as record_reads
 from epochfs.sidecar.store.epochpins import retire as retire

@@ -23,6 +23,7 @@ from store_helpers import put, sid_of
 from epochfs.sidecar.served import OpenCounter
 from epochfs.sidecar.served_pins import MAX_NAMES, ReadRecords
 from epochfs.sidecar.store import Policy, Store
+from epochfs.sidecar.store.epochpins import epochs_read
 from epochfs.torchclient.report import HEARTBEAT
 
 fanotify = pytest.mark.skipif(os.geteuid() != 0, reason="fanotify needs CAP_SYS_ADMIN")
@@ -48,14 +49,45 @@ def _last_read(store: Store, n: int) -> float:
         return float(db.execute("SELECT last_read FROM epochs WHERE n=?", (n,)).fetchone()[0])
 
 
-def test_each_sample_names_the_newest_live_epoch_holding_it(store: Store) -> None:
-    assert store.epochs_holding([sid_of("k0")]) == {0}
-    assert store.epochs_holding([sid_of("k3"), sid_of("k9")]) == {1}
-    assert store.epochs_holding([sid_of("k2"), sid_of("k5")]) == {0, 1}
-    assert store.epochs_holding([sid_of(f"k{i}") for i in range(3)] * 400) == {0}  # chunks of 500
-    assert store.epochs_holding(["not-a-sample", "../index.sqlite"]) == set()
+def test_opened_samples_name_the_epochs_read(store: Store) -> None:
+    """Epoch 1 is kept (--keep-epochs 1): its samples need nothing; epoch 0's own name it."""
+    assert store.epochs_opened([sid_of("k0")]) == {0}
+    assert store.epochs_opened([sid_of("k3"), sid_of("k9")]) == set()  # the kept epoch holds them
+    assert store.epochs_opened([sid_of("k2"), sid_of("k5")]) == {0}
+    assert store.epochs_opened([sid_of(f"k{i}") for i in range(3)] * 400) == {0}  # chunks of 500
+    # Not samples: a stray name, a path, a name the file system gave undecodable bytes.
+    assert store.epochs_opened(["not-a-sample", "../index.sqlite", "odd-\udcff"]) == set()
     put(store, "k10")  # admitted after the newest cut (evicting epoch 0, retired, for room)
-    assert store.epochs_holding([sid_of("k10"), sid_of("k0")]) == set()
+    assert store.epochs_opened([sid_of("k10"), sid_of("k0")]) == set()
+
+
+def test_a_reader_of_an_old_epoch_names_it_not_the_newer_ones_it_shares_files_with(tmp_path: Path) -> None:
+    """Review r55: epochs 0 = k0..k6, 1 = k3..k9, 2 = k6..k12 (a 700-byte budget), epoch 2 kept.
+    A reader of epoch 0 opens k0..k6; k3..k5 are epoch 1's too. Naming the newest holder kept
+    epoch 1 (and its own k7..k9) in use for as long as epoch 0 was read; epoch 0 is named alone."""
+    s = Store(tmp_path / "cache", create=True)
+    s.configure(Policy(capacity=2000, keep_epochs=1, headroom=0.65, in_use_seconds=300.0))
+    for n, keys in enumerate((range(7), range(7, 10), range(10, 13))):
+        for i in keys:
+            put(s, f"k{i}")
+        assert s.cut(n) == n
+    assert {f.path for f in s.epoch_files(1)} == {f"k{i}" for i in range(3, 10)}
+    assert {f.path for f in s.epoch_files(2)} == {f"k{i}" for i in range(6, 13)}
+    assert s.record_reads([0, 1], now=time.time() - 1000.0)
+    assert s.epochs_opened([sid_of(f"k{i}") for i in range(7)]) == {0}
+    assert s.epochs_opened([sid_of(f"k{i}") for i in (3, 4, 5)]) == {1}  # a tie: the newest
+    reads = ReadRecords(s)
+    reads.add([sid_of(f"k{i}") for i in range(7)])
+    reads.tick()
+    assert s.retire() == [1]
+
+
+def test_two_readers_of_two_old_epochs_name_both() -> None:
+    holding = {"a": {0}, "b": {0, 1}, "c": {1}, "d": {1, 2}, "e": {2}}
+    assert epochs_read(holding, kept={2}) == {0, 1}
+    assert epochs_read(holding, kept=set()) == {0, 1, 2}
+    assert epochs_read({"a": {3, 4}}, kept=set()) == {4}
+    assert epochs_read({}, kept={1}) == set()
 
 
 def _counted(store: Store, reads: ReadRecords) -> OpenCounter:
@@ -82,14 +114,14 @@ def test_opening_an_old_epochs_own_files_keeps_it(store: Store) -> None:
 
 @fanotify
 def test_opening_only_shared_files_pins_no_old_epoch(store: Store) -> None:
-    """A reader of the newest epoch opens files epoch 0 holds too: they name epoch 1 (the newest
-    holding them), so epoch 0, which nobody reads, still retires."""
-    before = _last_read(store, 1)
-    counter = _counted(store, ReadRecords(store))
+    """A reader of the newest epoch opens files epoch 0 holds too: epoch 1, kept anyway, holds
+    them, so nothing is recorded, and epoch 0, which nobody reads, still retires."""
+    reads = ReadRecords(store)
+    counter = _counted(store, reads)
     try:
         for key in ("k3", "k6", "k9"):
             (store.objects_dir / sid_of(key)[:2] / sid_of(key)).read_bytes()
-        wait_until(lambda: _last_read(store, 1) > before, what="epoch 1's read recorded")
+        wait_until(lambda: reads.looks >= 1, what="a look at the opened objects")
     finally:
         counter.stop()
     assert store.retire() == [0]
