@@ -18,7 +18,7 @@ from typing import Any
 
 from epochfs.sidecar.kube.reporter import PodRef
 from epochfs.sidecar.kube.status import status_summary
-from epochfs.sidecar.store.stats import DISK_FULL
+from epochfs.sidecar.store.stats import CACHE_FULL, DISK_FULL
 
 COMPONENT = "epochfs-sidecar"
 MAX_MESSAGE = 1024  # the API server truncates longer Event messages; keep ours whole
@@ -99,7 +99,7 @@ class EventRecorder:
         self._wall = wall
         self._lock = threading.Lock()  # guards the recorded state below (held briefly, never during I/O)
         self._wake = threading.Condition(self._lock)
-        self._events: dict[str, EventState] = {}
+        self._events: dict[tuple[str, str], EventState] = {}  # by (reason, type)
         self._backpressure = False
         self._publish_paused = False
         self._errors: collections.deque[tuple[float, int]] = collections.deque()
@@ -114,7 +114,18 @@ class EventRecorder:
         self._record(REASON_CUT, "Normal", f"cut epoch {int(epoch)} with {int(samples)} samples")
 
     def on_backpressure(self, on: bool, reason: str | None = None) -> None:
-        """The sampler's backpressure state; an Event when it starts and when it ends."""
+        """The sampler's backpressure state (``reason``: the store's, :data:`CACHE_FULL` or
+        :data:`DISK_FULL` with what follows them); an Event when it starts and when it ends.
+
+        A plain full cache is the normal snapshot-mode flow (the sampler fills the headroom and
+        waits for the next cut, for as long as an epoch takes; before epoch 0 it waits for the
+        trainer's first cut): a Normal Event, as docs/metrics.md's "Backpressure alone is normal"
+        says: a Warning there would come with every epoch of every healthy pod. A Warning only
+        where the store's reason is itself a problem: the filesystem full (``disk full``), or a
+        schedule-mode window that can never fit beside the kept epochs (``cache full: <why>``).
+        Whether a cut frees nothing for half an hour (EpochfsBackpressure) takes the alert's
+        window, which a transition cannot see.
+        """
         with self._lock:
             if bool(on) == self._backpressure:
                 return
@@ -125,10 +136,12 @@ class EventRecorder:
             self._record(REASON_BACKPRESSURE_ON, "Warning",
                          f"{why}: sampling paused, keys kept" if why else
                          "the cache's filesystem is full: sampling paused, keys kept, until space returns")
+        elif on and reason is not None and reason.startswith(f"{CACHE_FULL}: "):
+            self._record(REASON_BACKPRESSURE_ON, "Warning", f"{reason}: sampling paused")
         elif on:
-            self._record(REASON_BACKPRESSURE_ON, "Warning",
-                         "cache full and nothing evictable (live epochs pin it): sampling paused "
-                         "until an epoch retires")
+            self._record(REASON_BACKPRESSURE_ON, "Normal",
+                         "the cache is full until the next cut frees room: sampling paused (the "
+                         "normal wait between cuts; a problem only while cuts free nothing)")
         else:
             self._record(REASON_BACKPRESSURE_OFF, "Normal", "cache space freed: sampling resumed")
 
@@ -183,12 +196,14 @@ class EventRecorder:
 
     # ------------------------------------------------------------------ recording
     def _record(self, reason: str, type_: str, message: str) -> None:
+        """One occurrence, folded into the Event of its reason and type (client-go's aggregation
+        key has both: a Normal and a Warning of one reason are two Events, each keeping its type)."""
         now = self._wall()
         with self._lock:
-            st = self._events.get(reason)
+            st = self._events.get((reason, type_))
             if st is None:
-                st = self._events[reason] = EventState(reason=reason, type=type_, message=message,
-                                                        first=now, last=now)
+                st = self._events[(reason, type_)] = EventState(reason=reason, type=type_, message=message,
+                                                                 first=now, last=now)
             st.pending += 1
             st.message = message[:MAX_MESSAGE]
             st.last = now

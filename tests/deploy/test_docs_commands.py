@@ -142,6 +142,8 @@ RULES: list[tuple[str, Class]] = [
 PLACEHOLDERS: list[tuple[str, str]] = [
     (r"/var/cache/epochfs", "{cache}"),           # the docs' cache folder: the sandbox's cache
     (r"/mnt/epochfs", "{mount}"),                 # the docs' mount point: the sandbox's mount of it
+    (r"\$EPOCHFS_MOUNT\b", "{mount}"),            # the sidecar container's view (the chart sets it)
+    (r"\$EPOCHFS_CACHE\b", "{cache}"),            # the sidecar container's cache (the chart sets it)
     (r"https://s3\.example\.com", "{endpoint}"),  # the docs' S3-compatible endpoint: the moto server
     (r"(?<==)…", "testing"),                      # AWS_ACCESS_KEY_ID=…: moto's credentials
     (r"--cache …", "--cache {cache}"),            # "the cache of the line above"
@@ -399,7 +401,7 @@ def in_sandbox(text: str, box: Sandbox, *, cache: Path | None = None, mount: Pat
     sandbox's, the checkout's or the venv's. ``cache``, ``mount``, ``port``: a line's own (a
     sampler's cache, a sidecar's), else the sandbox's and a free port."""
     mount = mount or box.mount
-    if "/mnt/epochfs" in text and mount is None:
+    if ("/mnt/epochfs" in text or "$EPOCHFS_MOUNT" in text) and mount is None:
         pytest.skip("the line reads a mount: needs root and FUSE")
     cache = cache or box.cache
     values = {"cache": str(cache), "mount": str(mount), "endpoint": box.endpoint,

@@ -107,15 +107,15 @@ def test_backpressure_reports_changes_only(api: FakeApiServer, clock: FakeClock)
     r.on_backpressure(False)
     r.flush()
     assert api.requests == []
-    r.on_backpressure(True)
-    r.on_backpressure(True)
+    r.on_backpressure(True, "cache full")
+    r.on_backpressure(True, "cache full")
     r.flush()
-    assert api.event("BackpressureStarted")["type"] == "Warning"
+    assert api.event("BackpressureStarted")["type"] == "Normal"
     assert api.event("BackpressureStarted")["count"] == 1
     r.on_backpressure(False)
     r.flush()
     assert api.event("BackpressureEnded")["type"] == "Normal"
-    r.on_backpressure(True)
+    r.on_backpressure(True, "cache full")
     r.flush()
     assert api.event("BackpressureStarted")["count"] == 2
 
@@ -401,3 +401,37 @@ def test_a_volume_that_holds_no_sample_is_named_in_the_backpressure_event(
     message = api.event("BackpressureStarted")["message"]
     assert message.startswith(why), message
     assert "live epochs" not in message
+
+
+def test_a_full_cache_before_the_next_cut_is_a_normal_event(api: FakeApiServer, clock: FakeClock) -> None:
+    """Snapshot mode fills the headroom and waits for the next cut, every epoch, also before
+    epoch 0 exists: docs/metrics.md calls backpressure alone normal. It was a Warning saying
+    "nothing evictable (live epochs pin it)" on every healthy pod."""
+    r = make_reporter(api, clock)
+    r.on_backpressure(True, "cache full")  # what the sampler records (sampler/room.py)
+    r.flush()
+    ev = api.event("BackpressureStarted")
+    assert ev["type"] == "Normal", ev
+    assert ev["message"].startswith("the cache is full until the next cut frees room"), ev["message"]
+    assert "pin" not in ev["message"]
+
+
+def test_a_schedule_window_that_cannot_fit_is_a_warning_with_the_stores_reason(
+        api: FakeApiServer, clock: FakeClock) -> None:
+    """The store's own reason names the problem (no epoch is cut again): a Warning that says it,
+    aggregated apart from the Normal Events of the same reason (client-go keys by type too)."""
+    r = make_reporter(api, clock)
+    r.on_backpressure(True, "cache full")
+    r.on_backpressure(False)
+    stuck = "cache full: epoch 4's window cannot fit beside the kept epochs (2-3)"
+    r.on_backpressure(True, stuck)
+    r.flush()
+    started = {e["type"]: e for e in api.events.values() if e["reason"] == "BackpressureStarted"}
+    assert set(started) == {"Normal", "Warning"}, started
+    assert started["Warning"]["message"] == f"{stuck}: sampling paused"
+    assert started["Normal"]["count"] == 1 and started["Warning"]["count"] == 1
+    r.on_backpressure(False)
+    r.on_backpressure(True, "disk full")
+    r.flush()
+    started = {e["type"]: e for e in api.events.values() if e["reason"] == "BackpressureStarted"}
+    assert started["Warning"]["count"] == 2 and "filesystem is full" in started["Warning"]["message"]

@@ -9,17 +9,35 @@ under "context" plus options (see _attach.tpl). The helpers below take the chart
 {{- end -}}
 
 {{/* Full name: release-chart, at most 52 characters so that "<job>-<index>" pod host names
-     and generated pod names stay under the 63-character DNS label limit. */}}
+     and generated pod names stay under the 63-character DNS label limit (epochfs.cutName: a
+     longer one is cut and keeps a hash of the whole, so long releases stay apart). */}}
 {{- define "epochfs.fullname" -}}
+{{- $full := "" -}}
 {{- if .Values.fullnameOverride -}}
-{{- .Values.fullnameOverride | trunc 52 | trimSuffix "-" -}}
+{{- $full = .Values.fullnameOverride -}}
 {{- else -}}
 {{- $name := default .Chart.Name .Values.nameOverride -}}
 {{- if contains $name .Release.Name -}}
-{{- .Release.Name | trunc 52 | trimSuffix "-" -}}
+{{- $full = .Release.Name -}}
 {{- else -}}
-{{- printf "%s-%s" .Release.Name $name | trunc 52 | trimSuffix "-" -}}
+{{- $full = printf "%s-%s" .Release.Name $name -}}
 {{- end -}}
+{{- end -}}
+{{- include "epochfs.cutName" (dict "name" $full "max" 52) -}}
+{{- end -}}
+
+{{/* A name of at most "max" characters (argument: dict "name" "max"). One that fits is kept as
+     it is (the objects of existing releases keep their names on upgrade); a longer one is cut
+     and ends in "-" plus 8 hex digits of the sha256 of the whole name. Cutting alone made two
+     long names that differ only past the cut (release "...-a1" and "...-a2", Helm allows 53
+     characters) one name: the second release's objects collided with the first's. */}}
+{{- define "epochfs.cutName" -}}
+{{- $name := toString .name -}}
+{{- $max := int .max -}}
+{{- if le (len $name) $max -}}
+{{- $name | trimSuffix "-" -}}
+{{- else -}}
+{{- printf "%s-%s" ($name | trunc (sub $max 9 | int) | trimSuffix "-") (sha256sum $name | trunc 8) -}}
 {{- end -}}
 {{- end -}}
 
@@ -55,6 +73,26 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 {{/* commonLabels less app.kubernetes.io/component (see epochfs.labels), a map as YAML. */}}
 {{- define "epochfs.commonLabels" -}}
 {{- toYaml (omit (default (dict) .Values.commonLabels) "app.kubernetes.io/component") -}}
+{{- end -}}
+
+{{/* Where the chart's pods may run and how they pull their images: imagePullSecrets, nodeSelector
+     and tolerations of the values, as pod spec keys (indent with nindent). The training Job and
+     the `helm test` pod share them: a test pod without them could not pull a private image
+     (ImagePullBackOff) nor run on the tainted or selected nodes, so `helm test` failed while the
+     sidecars were healthy. */}}
+{{- define "epochfs.podPlacement" -}}
+{{- with .Values.imagePullSecrets }}
+imagePullSecrets:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- with .Values.nodeSelector }}
+nodeSelector:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- with .Values.tolerations }}
+tolerations:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
 {{- end -}}
 
 {{/* The ServiceAccount of the pods (a parent may include it too: see _attach.tpl). */}}

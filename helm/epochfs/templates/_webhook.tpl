@@ -81,8 +81,11 @@ e.g. another remote, the folder view, a bigger cache).
 {{- printf "(has(%s) && %s in %s) ? %s[%s] != 'false' : (has(%s) && %s in %s && %s[%s] != 'false')" $a $k $a $a $k $l $k $l $l $k -}}
 {{- end -}}
 
+{{/* <fullname>-webhook, at most 52 characters like the fullname: a fullname over 44 is cut and
+     keeps a hash of the whole (epochfs.cutName), so two long releases keep apart their webhook
+     objects, and their cluster-wide configuration (epochfs.webhook.clusterName). */}}
 {{- define "epochfs.webhook.fullname" -}}
-{{- printf "%s-webhook" (include "epochfs.fullname" . | trunc 44 | trimSuffix "-") -}}
+{{- printf "%s-webhook" (include "epochfs.cutName" (dict "name" (include "epochfs.fullname" .) "max" 44)) -}}
 {{- end -}}
 
 {{/* The name of the webhook's cluster-scoped MutatingWebhookConfiguration, also the value of the
