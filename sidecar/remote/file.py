@@ -21,7 +21,7 @@ import stat
 from collections.abc import Callable, Iterator
 from typing import BinaryIO, NoReturn
 
-from epochfs.sidecar.remote.base import Reader, Remote, RemoteError, RemoteObject
+from epochfs.sidecar.remote.base import Reader, Remote, RemoteError, RemoteObject, Transient
 from epochfs.sidecar.remote.errors import Translated, translate
 from epochfs.sidecar.remote.urls import split_url
 
@@ -30,19 +30,52 @@ log = logging.getLogger("epochfs.remote")
 _OS = Translated()  # the standard library's errors only
 
 
+def _identity(st: os.stat_result) -> tuple[int, ...]:
+    """What changes when a file is written or replaced: its inode, size and times."""
+    return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+
+
 class _FileReader(Reader):
+    """One file's bytes, checked to be one version: a file written while it is read (in place, a
+    writer not yet done) would give a body that is neither the old bytes nor the new, which no
+    checksum can catch (a ``file://`` remote stores none). The file's stat at the open is compared
+    with its stat once the body is read; a difference fails the read as :class:`Transient` (the
+    next try reads the file as it is then). The version recorded is the open's ``mtime``, so a
+    file rewritten after the listing is cached under the version it was read at."""
+
+    etag_is_md5 = False  # the etag is the mtime tag, no content hash
+
     def __init__(self, f: BinaryIO) -> None:
         self._f = f
-        self.size = os.fstat(f.fileno()).st_size
+        st = os.fstat(f.fileno())
+        self._opened = _identity(st)
+        self._read = 0
+        self.size = st.st_size
+        self.etag = f"mtime:{st.st_mtime_ns}"
 
     def read(self, n: int) -> bytes:
         with _OS:
-            return self._f.read(n)
+            data = self._f.read(n)
+        self._advance(len(data))
+        return data
 
     def readinto(self, buf: memoryview) -> int:
         with _OS:
             n: int | None = self._f.readinto(buf)  # type: ignore[attr-defined]  # a raw FileIO
+        self._advance(n or 0)
         return n or 0
+
+    def _advance(self, n: int) -> None:
+        """Count ``n`` bytes read; at the body's end (its size reached, or the file's end), check
+        that the file is the one opened."""
+        self._read += n
+        if n and self._read < (self.size or 0):
+            return
+        with _OS:
+            now = _identity(os.fstat(self._f.fileno()))
+        if now != self._opened:
+            raise Transient(f"the file changed while it was read ({self._read} bytes read; size "
+                            f"{self._opened[2]} -> {now[2]}, mtime {self._opened[3]} -> {now[3]})")
 
     def close(self) -> None:
         self._f.close()
