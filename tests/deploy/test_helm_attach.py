@@ -133,7 +133,7 @@ def test_epochfs_renders_only_its_shared_objects(helm_bin: Path, tmp: Path, work
     np = one(objs, "NetworkPolicy")
     validate(np)
     assert np["metadata"]["name"] == f"{RELEASE}-{workload}" and "labels" not in np["metadata"]
-    assert np["spec"]["ingress"][1] == {"ports": [{"port": "metrics", "protocol": "TCP"}]}
+    assert np["spec"]["ingress"][1] == {"ports": [{"port": 8080, "protocol": "TCP"}]}
     for t in templates:
         labels = (t["metadata"] if workload == "pod" else t["template"]["metadata"])["labels"]
         assert svc["spec"]["selector"].items() <= labels.items()

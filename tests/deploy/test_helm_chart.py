@@ -131,7 +131,9 @@ def test_pod_spec_is_consistent(rendered: dict[str, list[dict[str, Any]]]) -> No
         for svc in (o for o in objs if o["kind"] == "Service"):
             targets = {p["targetPort"] for p in svc["spec"]["ports"]}
             named = {p["name"] for c in containers for p in c.get("ports", [])}
-            assert targets <= named, case
+            # The sidecar's port by its number (kubernetes#127958), the others by name.
+            numbers = {p["containerPort"] for c in containers for p in c.get("ports", [])}
+            assert targets <= named | numbers, case
 
 
 def test_the_sidecar_says_why_it_stopped(rendered: dict[str, list[dict[str, Any]]]) -> None:
@@ -358,7 +360,7 @@ def test_metrics_service_monitor_and_dashboard(rendered: dict[str, list[dict[str
     assert ann["prometheus.io/scrape"] == "true" and ann["prometheus.io/port"] == "8080"
     assert ann["prometheus.io/path"] == "/metrics"
     svc = one(objs, "Service")
-    metrics_port = {"name": "metrics", "port": 8080, "targetPort": "metrics", "protocol": "TCP"}
+    metrics_port = {"name": "metrics", "port": 8080, "targetPort": 8080, "protocol": "TCP"}
     assert metrics_port in svc["spec"]["ports"]
     sm = one(objs, "ServiceMonitor")
     assert sm["apiVersion"] == "monitoring.coreos.com/v1"
@@ -390,7 +392,7 @@ def test_network_policy_admits_peers_and_scrapes(rendered: dict[str, list[dict[s
     assert np["spec"]["policyTypes"] == ["Ingress"]
     rules = np["spec"]["ingress"]
     assert rules[0]["from"][0]["podSelector"]["matchLabels"].items() <= pod_labels.items()
-    assert rules[1] == {"ports": [{"port": "metrics", "protocol": "TCP"}]}
+    assert rules[1] == {"ports": [{"port": 8080, "protocol": "TCP"}]}
 
 
 SECRETISH = re.compile(r"(SECRET|PASSWORD|TOKEN|ACCESS_KEY|PRIVATE_KEY|CREDENTIAL)", re.IGNORECASE)

@@ -21,7 +21,7 @@ PROMETHEUS_PEER = {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata
 
 def metrics_rules(objs: list[dict[str, Any]]) -> list[dict[str, Any]]:
     policy = one(objs, "NetworkPolicy")
-    port = {"port": "metrics", "protocol": "TCP"}
+    port = {"port": 8080, "protocol": "TCP"}
     return [r for r in policy["spec"]["ingress"] if port in r.get("ports", [])]
 
 
