@@ -41,7 +41,6 @@ to the sampler.
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import mmap
 import os
@@ -60,7 +59,14 @@ from epochfs.sidecar.remote.base import BLOCK, Changed, Kind, Remote, RemoteFail
 from epochfs.sidecar.remote.checksums import plain_md5_etag
 from epochfs.sidecar.remote.errors import translate
 from epochfs.sidecar.store import SIZE_ONLY, Admission, Candidate, Store, digests
-from epochfs.sidecar.tempwrite import WRITE_PIECE, Cancelled, LocalWriteError, stream_to_temp
+from epochfs.sidecar.tempwrite import (
+    DIRECT_ALIGN,
+    WRITE_PIECE,
+    Cancelled,
+    LocalWriteError,
+    create_temp,
+    stream_to_temp,
+)
 
 log = logging.getLogger("epochfs.download")
 
@@ -248,33 +254,36 @@ class Downloader:
 
     def _attempt(self, cand: Candidate) -> Admission:
         temp = self.store.temp_path()
-        reader = self.remote.open(cand.key, checksum=True)
+        self._track(temp)
         try:
-            if reader.size is not None and reader.size != cand.size:
-                raise Changed(f"size is {reader.size}, the listing said {cand.size}")
-            etag_is_md5 = reader.etag_is_md5
-            md5_etag = (reader.content_md5 or plain_md5_etag(reader.etag) or plain_md5_etag(cand.version)
-                        if etag_is_md5 else None)
-            plan = checksums.choose(reader.checksum, md5_etag)
-            h = self.hashers(plan.algorithm)
-            # A body checked against a multipart ETag is read back from the file (_verify_parts):
-            # written buffered, that read finds its pages in the page cache, not on the disk.
-            multipart = checksums.multipart_etag(reader.etag or cand.version) if etag_is_md5 else None
-            read_back = plan.kind is None and multipart is not None
-            self._track(temp)
+            # Made before the GET: a volume that can take no file (out of inodes, read-only)
+            # refuses it here, and each retry would otherwise cost the remote a request.
+            opened: tuple[int, bool] | None = create_temp(
+                temp, direct=self.direct and self.block % DIRECT_ALIGN == 0)
             try:
-                total = stream_to_temp(reader.readinto, self._buffer(), temp, h, cand.size,
-                                       stop=self.stop, rate=self.rate, direct=self.direct and not read_back)
-            except BaseException:
-                self._forget(temp)
-                raise
-        finally:
-            try:
-                reader.close()
-            except BaseException:
-                self._forget(temp)  # the download is not returned: nobody else would remove it
-                raise
-        try:
+                reader = self.remote.open(cand.key, checksum=True)
+                try:
+                    if reader.size is not None and reader.size != cand.size:
+                        raise Changed(f"size is {reader.size}, the listing said {cand.size}")
+                    etag_is_md5 = reader.etag_is_md5
+                    md5_etag = (reader.content_md5 or plain_md5_etag(reader.etag)
+                                or plain_md5_etag(cand.version) if etag_is_md5 else None)
+                    plan = checksums.choose(reader.checksum, md5_etag)
+                    h = self.hashers(plan.algorithm)
+                    # A body checked against a multipart ETag is read back from the file
+                    # (_verify_parts): written buffered, that read finds its pages in the page cache.
+                    multipart = (checksums.multipart_etag(reader.etag or cand.version)
+                                 if etag_is_md5 else None)
+                    read_back = plan.kind is None and multipart is not None
+                    given, opened = opened, None  # stream_to_temp closes it, whatever happens
+                    total = stream_to_temp(reader.readinto, self._buffer(), temp, h, cand.size,
+                                           stop=self.stop, rate=self.rate, opened=given,
+                                           direct=self.direct and not read_back)
+                finally:
+                    reader.close()
+            finally:
+                if opened is not None:
+                    os.close(opened[0])
             if total != cand.size and reader.size == total:  # a size the body's clean end told
                 raise Changed(f"size is {total}, the listing said {cand.size}")
             if total != cand.size:
@@ -282,7 +291,7 @@ class Downloader:
             got = digests.value(plan.algorithm, h)
             kind = self._verify(cand, temp, plan, got, multipart)
         except BaseException:
-            self._forget(temp)
+            self._forget(temp)  # the download is not returned: nobody else would remove it
             raise
         version = (reader.etag or cand.version).strip('"')
         digest = f"{plan.algorithm}:{got}"
@@ -290,9 +299,18 @@ class Downloader:
         return Admission(cand.key, cand.sid, total, checksum, version, temp, digest=digest, verified=kind)
 
     def _forget(self, temp: Path) -> None:
-        """Remove the temp of a download that failed, and stop listing it."""
-        with contextlib.suppress(FileNotFoundError):
+        """Remove the temp of a download that failed, and stop listing it. Called while that
+        failure is handled, so it never raises: an unlink the volume refuses (read-only, an I/O
+        error) would replace a :class:`LocalWriteError` with an error that reads as the remote's,
+        and the key would be skipped for good. Such a temp stays listed (a stop tries it again)
+        and is cleared at the next start."""
+        try:
             os.unlink(temp)
+        except FileNotFoundError:
+            pass
+        except OSError as e:
+            log.warning("cannot remove the temp file %s of a failed download: %s", temp, e)
+            return
         with self._lock:
             self._temps.discard(temp)
 

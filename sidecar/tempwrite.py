@@ -98,7 +98,7 @@ def start_writeback(fd: int, offset: int, length: int) -> bool:
 
 def stream_to_temp(readinto: Callable[[memoryview], int], buf: memoryview, temp: Path, h: Hasher,
                    limit: int, *, stop: threading.Event, rate: RateLimiter | None = None,
-                   direct: bool = True) -> int:
+                   direct: bool = True, opened: tuple[int, bool] | None = None) -> int:
     """Copy a body into the new file ``temp`` through ``buf`` while hashing with ``h`` on the same
     blocks, each full block written direct (``direct``, where ``buf`` and the volume allow it) or
     buffered and handed to writeback at once; fsync before returning the number of bytes.
@@ -110,10 +110,25 @@ def stream_to_temp(readinto: Callable[[memoryview], int], buf: memoryview, temp:
     the reader cannot announce (no Content-Length, chunked, a file growing while it is read) would
     otherwise stream to its end onto the node volume, past the one reservation of the listed size.
     A body of the listed size ends with an ask for one byte that finds its end.
+
+    ``opened``: ``temp`` already made by :func:`create_temp` (its fd and whether it writes
+    direct), which this call then owns and closes; a file opened direct is written buffered when
+    ``direct`` is not asked now.
     """
     size = len(buf)
     total = 0
-    fd, direct = _create(temp, direct=direct and size % DIRECT_ALIGN == 0)
+    direct = direct and size % DIRECT_ALIGN == 0
+    if opened is None:
+        fd, direct = create_temp(temp, direct=direct)
+    else:
+        fd, was_direct = opened
+        if was_direct and not direct:
+            try:
+                _clear_direct(fd)
+            except BaseException:
+                os.close(fd)
+                raise
+        direct = was_direct and direct
     opened_direct = direct
     try:
         while True:
@@ -140,9 +155,10 @@ def stream_to_temp(readinto: Callable[[memoryview], int], buf: memoryview, temp:
     return total
 
 
-def _create(temp: Path, *, direct: bool) -> tuple[int, bool]:
+def create_temp(temp: Path, *, direct: bool) -> tuple[int, bool]:
     """Create ``temp`` for writing, ``O_DIRECT`` where asked and the file system accepts it; the
-    fd and whether it writes direct."""
+    fd and whether it writes direct. The downloader creates it before it asks the remote for the
+    body: a volume that can take no file (no inode, read-only) refuses it without a request."""
     flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC
     if direct:
         try:
@@ -212,4 +228,5 @@ def _clear_direct(fd: int) -> None:
     fcntl.fcntl(fd, fcntl.F_SETFL, fcntl.fcntl(fd, fcntl.F_GETFL) & ~os.O_DIRECT)
 
 
-__all__ = ["DIRECT_ALIGN", "WRITE_PIECE", "Cancelled", "LocalWriteError", "start_writeback", "stream_to_temp"]
+__all__ = ["DIRECT_ALIGN", "WRITE_PIECE", "Cancelled", "LocalWriteError", "create_temp", "start_writeback",
+           "stream_to_temp"]

@@ -3,9 +3,14 @@
 A failure that points at the remote as a whole (connection refused or reset, timeout, a 5xx
 that is not throttling) on ``OUTAGE_AFTER`` objects in a row means the remote is down: skipping those keys
 would lose them for good, so the breaker keeps them for later and pauses new downloads, with a
-pause that doubles up to a bound. One success closes it again. Throttling (S3 ``SlowDown``,
-429) is not an outage and never reaches the breaker: the fetch window answers it
-(:mod:`.throttle`).
+pause that doubles up to a bound. One success closes it again. The keys of the run-up (given up
+before the streak was long enough to tell) are held, neither fetched nor skipped, until it
+tells: the outage keeps them with the rest, and a success or a failure of another kind (the
+remote is up: their failures were their own) hands them back to be skipped
+(:meth:`OutageBreaker.succeeded`), as does a loop with nothing else to fetch
+(:meth:`OutageBreaker.release`): skipped at once, a 10 s outage would lose them. Throttling
+(S3 ``SlowDown``, 429) is not an outage and never reaches the breaker: the fetch window answers
+it (:mod:`.throttle`).
 
 A key the breaker does not keep is given up (:func:`give_up`): skipped, and only then counted as
 failed (``epochfs_remote_objects_total{result="failed"}``), as the store counts ``failed_total``.
@@ -48,6 +53,8 @@ class OutageBreaker:
         self.paused_until = 0.0
         self._kept: deque[Candidate] = deque()
         self._kept_keys: set[str] = set()
+        self._held: dict[str, tuple[Candidate, str | None]] = {}
+        """The run-up's keys: failed as unavailable while the streak was short of an outage."""
 
     @property
     def open(self) -> bool:
@@ -58,7 +65,17 @@ class OutageBreaker:
         return (time.monotonic() if now is None else now) < self.paused_until
 
     def is_kept(self, key: str) -> bool:
-        return key in self._kept_keys
+        return key in self._kept_keys or key in self._held
+
+    @property
+    def holding(self) -> bool:
+        """Keys of a run-up are held, waiting for the streak to tell an outage from bad objects."""
+        return bool(self._held)
+
+    def release(self) -> list[tuple[Candidate, str | None]]:
+        """The held keys and their errors, handed back to be skipped (no outage was recognised)."""
+        held, self._held = list(self._held.values()), {}
+        return held
 
     def next_kept(self, busy: Callable[[str], bool]) -> Candidate | None:
         """A key kept through an outage, to fetch again first (passing over busy ones)."""
@@ -77,13 +94,15 @@ class OutageBreaker:
             self._kept_keys.add(cand.key)
 
     def failed(self, cand: Candidate, error: str | None) -> bool:
-        """A remote-wide failure of ``cand``; True when the key is kept (the remote is down), False
-        when it is to be skipped like any bad object."""
+        """A remote-wide failure of ``cand``, never skipped here: True when it is kept (the remote
+        is down), False when it is held until the streak tells (:attr:`_held`)."""
         self._streak += 1
         if not self.open:
+            self._held[cand.key] = (cand, error)
             return False
-        self._kept.append(cand)
-        self._kept_keys.add(cand.key)
+        for held, _ in self.release():  # the run-up was the outage's
+            self.keep(held)
+        self.keep(cand)
         now = time.monotonic()
         if now >= self.paused_until:
             log.warning("remote unavailable (%d objects in a row: %s); pausing %.0fs, keys kept",
@@ -92,12 +111,14 @@ class OutageBreaker:
             self._pause = min(self.longest_pause, self._pause * 2)
         return True
 
-    def succeeded(self) -> None:
-        """An object came through (or failed for a reason of its own): the remote is up."""
+    def succeeded(self) -> list[tuple[Candidate, str | None]]:
+        """An object came through (or failed for a reason of its own): the remote is up. Returns
+        the held keys, to be skipped (their failures were their own)."""
         if self.open:
             log.info("remote reachable again")
         self._streak = 0
         self._pause = self.first_pause
+        return self.release()
 
 
 def give_up(store: Store, key: str) -> bool:

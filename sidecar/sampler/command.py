@@ -36,7 +36,7 @@ import sqlite3
 import threading
 from pathlib import Path
 from types import FrameType
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from epochfs.sidecar import samplerlock
 from epochfs.sidecar.config import EXIT_INDEX, ConfigError, RetryLater, SamplerSettings
@@ -47,6 +47,7 @@ from epochfs.sidecar.listing.indexfile import IndexSource, listing_source, writt
 from epochfs.sidecar.listing.paged import PagedSource
 from epochfs.sidecar.remote import Remote, RemoteError, open_remote
 from epochfs.sidecar.remote.errors import may_answer_later
+from epochfs.sidecar.sampler.diskspace import is_disk_full
 from epochfs.sidecar.sampler.identity import check_identity, recorded_listing
 from epochfs.sidecar.sampler.loop import Sampler
 from epochfs.sidecar.sampler.preload import preload_after_first_request
@@ -111,6 +112,21 @@ def index_failed(e: StoreError | sqlite3.DatabaseError, cache: Path, *, checked:
         checkmark.mark(cache, str(e))
         return EXIT_INDEX
     return EXIT_INDEX if checked and checkmark.reason(cache) is not None else 1
+
+
+def no_room(e: BaseException, cache: Path) -> NoReturn:
+    """A start whose first index write found the volume full (SQLITE_FULL, ENOSPC): no damage,
+    a wait, as where the index could not be opened at all (:class:`NoRoom`). An index a kill -9
+    left with its shared-memory file and write-ahead log opens on a full volume, and its first
+    write fails instead: without this, that start exited 1 saying the index failed."""
+    try:
+        st = os.statvfs(cache)
+        free = f"{st.f_bavail * st.f_frsize} bytes free"
+    except OSError:
+        free = "free space unknown"
+    raise RetryLater(f"--cache: {cache / INDEX_NAME}: the cache's volume is full ({free}), so the "
+                     f"index cannot be written at the start ({one_line(str(e))}); waiting for "
+                     "room") from None
 
 
 def _open_remote(settings: SamplerSettings) -> Remote:
@@ -294,6 +310,8 @@ def run_sample(settings: SamplerSettings) -> int:
         # Met during the start: the check of a large index reads only the ends of each b-tree,
         # and recovery, the listing's set-up or the fetch order's resume read the pages between.
         # The same exit and line as damage met while running.
+        if is_disk_full(e):
+            no_room(e, settings.cache)
         return index_failed(e, settings.cache, checked=checked)
     finally:
         if forked is not None:

@@ -9,8 +9,10 @@ eviction start before the disk is full and lets sampling resume by itself when s
 If a write fails with ENOSPC anyway (someone else filled the disk, or the index grew), the sampler
 keeps the key and measures again at once: the smaller room makes it evict or, when nothing is
 evictable, pause with "disk full" in status, metrics and an Event, until the free space comes
-back. It never crashes, and readers of existing epochs never notice. An object bigger than the
-volume could hold even with an empty cache is skipped (:meth:`DiskSpace.largest`).
+back. A volume out of inodes (fewer free than :data:`INODE_MARGIN`) has no room beyond what it
+holds, whatever its free bytes: the same pause. It never crashes, and readers of existing epochs
+never notice. An object bigger than the volume could hold even with an empty cache is skipped
+(:meth:`DiskSpace.largest`).
 """
 
 from __future__ import annotations
@@ -32,6 +34,23 @@ log = logging.getLogger("epochfs.sampler")
 
 CHECK_EVERY = 1.0
 """Seconds between statvfs calls."""
+
+INODE_MARGIN = 16
+"""Free inodes below which the volume counts as full whatever its free bytes: every download's
+temp file takes one, and a volume of many small files (or a tmpfs with ``nr_inodes``) runs out of
+them with bytes to spare. Measuring bytes only, the sampler saw room, sent a GET per try and found
+every file refused (thousands of GETs a minute, "backpressure: no"). A few are kept for the
+index's files and the folders new objects go in."""
+
+
+def usable_free(st: os.statvfs_result, margin: int) -> int:
+    """The free bytes a statvfs result offers the cache: none beyond ``margin`` (so no room beyond
+    what is cached) where the volume is out of inodes. A filesystem that counts no inodes
+    (``f_files`` 0: btrfs, many FUSE ones) is measured by its bytes alone."""
+    free: int = st.f_bavail * st.f_frsize
+    if st.f_files > 0 and st.f_favail < INODE_MARGIN:
+        return min(free, margin)
+    return free
 
 
 def is_disk_full(exc: BaseException) -> bool:
@@ -59,7 +78,7 @@ class DiskSpace:
         self.fs_bytes = 0
         self.margin = MARGIN_MIN
         self._size(st)
-        self._free = st.f_bavail * st.f_frsize
+        self._free = usable_free(st, self.margin)
         self._checked = time.monotonic()
         self._room: int | None = None
         self._room_checked = self._checked
@@ -92,8 +111,8 @@ class DiskSpace:
         now = time.monotonic()
         if now - self._checked >= CHECK_EVERY:
             st = os.statvfs(self.cache)
-            self._free = st.f_bavail * st.f_frsize
             self._size(st)
+            self._free = usable_free(st, self.margin)
             self._checked = now
         return self._free
 

@@ -24,6 +24,7 @@ import queue
 import threading
 import time
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -205,6 +206,8 @@ class Sampler(RepairsInPlace, Shutdown):
                 if len(self._inflight) + len(self.deferred) >= self.window.size:
                     break
                 cand = self._next_candidate()
+                if cand is None and not self._inflight and self.breaker.holding:
+                    self._skip_held(self.breaker.release())  # no download left to tell an outage
                 # Idle by design (nothing to offer, nothing in flight or waiting): the stall
                 # alert stays quiet; keys offered and none admitted is the stall it is for.
                 process_metrics().set_idle(cand is None and not self._inflight and not len(self.deferred))
@@ -262,7 +265,7 @@ class Sampler(RepairsInPlace, Shutdown):
             else:
                 self.admitter.hand_over(item.admission)
             self._repairs.discard(cand.key)
-            self.breaker.succeeded()
+            self._skip_held(self.breaker.succeeded())
             self.deferred.fetched(cand.key)
             if self.window.succeeded():
                 process_metrics().set_fetch_window(self.window.size)
@@ -278,14 +281,17 @@ class Sampler(RepairsInPlace, Shutdown):
             return
         self.deferred.fetched(cand.key)
         if item.unavailable:
-            if self.breaker.failed(cand, item.error):
-                return  # the remote is down, not this object: the key is kept
-        else:
-            self.breaker.succeeded()
-        log.warning("skipping %r: %s", cand.key, item.error)
-        self._write(lambda: give_up(self.store, cand.key))  # (counted failed there, once)
-        self._repairs.discard(cand.key)
-        self.rates.skipped += 1
+            self.breaker.failed(cand, item.error)  # kept, or held until an outage is told
+            return
+        self._skip_held([*self.breaker.succeeded(), (cand, item.error)])
+
+    def _skip_held(self, failed: list[tuple[Candidate, str | None]]) -> None:
+        """Skip keys whose downloads failed for reasons of their own (no outage)."""
+        for cand, error in failed:
+            log.warning("skipping %r: %s", cand.key, error)
+            self._write(partial(give_up, self.store, cand.key))  # (counted failed there, once)
+            self._repairs.discard(cand.key)
+            self.rates.skipped += 1
 
     def _throttled(self, cand: Candidate, error: str | None) -> None:
         """The store throttled ``cand``'s GET: never skipped, fetched again after a full-jitter

@@ -133,7 +133,7 @@ def test_an_outage_keeps_the_keys_and_sampling_resumes(tmp_path: Path) -> None:
     with sampling(tmp_path / "cache", remote, settings, breaker=breaker) as (store, _):
         wait_until(lambda: breaker.open, timeout=20, what="the breaker to open")
         skipped = store.stats().skipped_total
-        assert skipped == breaker.after - 1, "only the failures before the outage was seen are skipped"
+        assert skipped == 0, "the failures before the outage was seen are kept with it, not skipped"
         wait_until(lambda: sum(remote.opens.values()) >= breaker.after + 3, timeout=20,
                    what="kept keys tried again while down")
         assert store.stats().skipped_total == skipped, "no key is skipped while the remote is down"
@@ -203,18 +203,21 @@ def test_breaker_opens_after_a_streak_and_its_pause_doubles_to_a_bound() -> None
 
     b = OutageBreaker(after=2, pause=(1.0, 3.0))
     cands = [Candidate(f"k{i}", sid_of(f"k{i}"), 1, "v") for i in range(5)]
-    assert not b.failed(cands[0], "refused")  # skipped: one failure is not an outage
+    assert not b.failed(cands[0], "refused")  # held: one failure is not an outage yet
+    assert b.is_kept("k0") and b.holding
     assert b.failed(cands[1], "refused") and b.open and b.paused()
+    assert not b.holding, "the run-up's key is kept with the outage's"
     pauses = []
     for c in cands[2:]:
         b.paused_until = 0.0
         b.failed(c, "refused")
         pauses.append(round(b.paused_until - time.monotonic()))
     assert pauses == [2, 3, 3]
-    assert b.next_kept(lambda k: k == "k1").key == "k2"  # k1 busy: passed over
-    b.succeeded()
+    assert b.next_kept(lambda k: k == "k0").key == "k1"  # k0 busy: passed over
+    assert b.succeeded() == []
     assert not b.open
     b.paused_until = 0.0
     assert not b.failed(cands[0], "refused"), "after a success the streak starts again"
+    assert b.succeeded() == [(cands[0], "refused")], "the remote is up: the held key is skipped"
     with pytest.raises(ValueError):
         OutageBreaker(after=0)
