@@ -92,6 +92,14 @@ def port_names(pod: dict[str, Any]) -> set[str]:
             for p in c.get("ports", []) if "name" in p}
 
 
+def port_numbers(pod: dict[str, Any]) -> set[int]:
+    """Container port numbers of the pod, a Service's numeric ``targetPort`` (the chart's metrics
+    Service names the native sidecar's port by its number: kubernetes#127958)."""
+    spec = pod["spec"]
+    return {p["containerPort"] for c in spec.get("containers", []) + spec.get("initContainers", [])
+            for p in c.get("ports", [])}
+
+
 def named_ports(pod: dict[str, Any], names: set[str]) -> int:
     """How many container ports of the pod (init containers' too) have one of ``names``: a
     PodMonitor endpoint makes a target of each."""
@@ -123,7 +131,7 @@ def scrapers(objs: list[dict[str, Any]], pod: dict[str, Any]) -> list[str]:
             if not pod_selector or any(labels.get(k) != v for k, v in pod_selector.items()):
                 continue
             targets = {p.get("targetPort") for p in svc["spec"]["ports"] if p.get("name") in ports}
-            if targets & port_names(pod):
+            if targets & (port_names(pod) | port_numbers(pod)):
                 found.append(m["metadata"]["name"])
     return found
 
