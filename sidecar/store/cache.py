@@ -42,7 +42,7 @@ from epochfs.sidecar.store.cacheepochs import StoreEpochs
 from epochfs.sidecar.store.foreign import blank_damage
 from epochfs.sidecar.store.handle import IndexHandle
 from epochfs.sidecar.store.index import INDEX_NAME, MISSING, BlankIndex, Index, Meta, is_corruption
-from epochfs.sidecar.store.objects import ObjectFiles
+from epochfs.sidecar.store.objects import ObjectFiles, make_folder, open_to_readers
 from epochfs.sidecar.store.records import (
     Admission,
     Candidate,
@@ -71,7 +71,7 @@ class Store(StoreEpochs):
         if not self.root.exists():
             if not create:
                 raise StoreError(f"cache directory {self.root} does not exist")
-            self.root.mkdir(parents=True)
+            make_folder(self.root)  # 0755: readers of the view traverse it (objects.FOLDER_MODE)
         index = self.root / INDEX_NAME
         if not create and not index.exists():
             # A cache whose index went (deleted: the next writer rebuilds it) is not "no cache".
@@ -79,6 +79,8 @@ class Store(StoreEpochs):
             if damage is not None:
                 raise BlankIndex(index, damage)
             raise StoreError(f"{self.root} is not an epochfs cache (no {INDEX_NAME})")
+        if create and not index.exists():
+            open_to_readers(self.root)  # a new cache: readers of the view traverse it
         self.files = ObjectFiles(self.root)
         self.objects_dir = self.files.objects_dir
         self.tmp_dir = self.files.tmp_dir

@@ -16,6 +16,7 @@ import logging
 import os
 import re
 import shutil
+import stat
 import sys
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
@@ -51,6 +52,40 @@ def ensure_marker(objects_dir: Path) -> None:
         return
     with contextlib.suppress(OSError):
         os.mkdir(objects_dir / f"{MARKER_PREFIX}{os.urandom(16).hex()}", 0o755)
+
+
+FOLDER_MODE = 0o755
+"""The mode of the folders a reader's path to an object file crosses (the cache folder,
+``objects/``, ``objects/<ab>/``): the view's links resolve with the reader's own credentials,
+and a non-root trainer must traverse them to reach the 0444 files. Set by chmod, not by mkdir's
+mode, which the process umask masks (077 left every sample EACCES to such a reader)."""
+
+
+def make_folder(path: Path) -> None:
+    """Make ``path`` (its parents too) with :data:`FOLDER_MODE` whatever the umask; one already
+    there is left as it is (its mode is its owner's choice)."""
+    if path.is_dir():
+        return
+    if not path.parent.is_dir():
+        make_folder(path.parent)
+    try:
+        os.mkdir(path)
+    except FileExistsError:  # made by another process meanwhile: theirs (a file there: an error)
+        if path.is_dir():
+            return
+        raise
+    os.chmod(path, FOLDER_MODE)
+
+
+def open_to_readers(folder: Path) -> None:
+    """Add the read and traverse bits of :data:`FOLDER_MODE` to a folder of the store's that lacks
+    them: one another process made under its umask (0700 with 077) before the store used it, such
+    as a new cache's folder made by the CLI's check. Never taken away; one that is not ours
+    (EPERM), or on a read-only volume, is left as it is."""
+    with contextlib.suppress(OSError):
+        mode = stat.S_IMODE(folder.stat().st_mode)
+        if mode & FOLDER_MODE != FOLDER_MODE:
+            os.chmod(folder, mode | FOLDER_MODE)
 
 
 def object_name(sid: str) -> str:
@@ -184,8 +219,9 @@ class ObjectFiles:
         self.objects_dir = root / OBJECTS_DIR
         self._objects = str(self.objects_dir)
         self.tmp_dir = root / TMP_DIR
-        self.objects_dir.mkdir(exist_ok=True)
-        self.tmp_dir.mkdir(exist_ok=True)
+        make_folder(self.objects_dir)
+        open_to_readers(self.objects_dir)  # made by another process under its umask, perhaps
+        self.tmp_dir.mkdir(exist_ok=True)  # private: only the store reads it
         ensure_marker(self.objects_dir)
 
     def path_of(self, sid: str) -> Path:
@@ -205,7 +241,11 @@ class ObjectFiles:
         dirs: set[Path] = set()
         for a in items:
             target = self.path_of(a.sid)
-            target.parent.mkdir(exist_ok=True)
+            if target.parent not in dirs:
+                make_folder(target.parent)
+                # The supervisor's served counter makes the 256 fan-out folders ahead, under its
+                # umask (sidecar/served.py): readers need their bits all the same.
+                open_to_readers(target.parent)
             os.chmod(a.temp, 0o444)
             os.replace(a.temp, target)
             dirs.add(target.parent)

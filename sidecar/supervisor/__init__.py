@@ -36,7 +36,8 @@ never takes the other down, and each can be restarted alone. The supervisor
 Children get ``PR_SET_PDEATHSIG`` so that they die with the supervisor even after a ``kill -9``.
 
 A package along its concerns: :mod:`.children` (:class:`Child`, the boot snippet, start, reap,
-restart and stop with backoff, the log pump), :mod:`.indexdamage` (the sampler's exits on a
+restart and stop with backoff), :mod:`.childlog` (a child's log pump and why it waits to
+restart), :mod:`.indexdamage` (the sampler's exits on a
 damaged index in a row, which fail ``/healthz`` at three, and the good run that ends them),
 :mod:`.watch` (:func:`probe` and its one-stuck-thread rule, the mount watch and remount, the
 folder publisher's liveness), :mod:`.health` (the

@@ -29,7 +29,6 @@ cache's lock: a crash.
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import os
 import signal
@@ -41,7 +40,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from epochfs.sidecar.config import EXIT_INDEX, EXIT_RETRY, INDEX_DAMAGES_UNHEALTHY
-from epochfs.sidecar.redact import redact
+from epochfs.sidecar.supervisor.childlog import pump_log, retry_reason
 from epochfs.sidecar.supervisor.indexdamage import IndexDamages
 from epochfs.sidecar.supervisor.reaper import exit_words
 
@@ -59,19 +58,6 @@ _CHILD_BOOT = (
     "from epochfs.sidecar.cli import main\n"
     "sys.exit(main(sys.argv[2:]))\n"
 )
-
-REASON_MAX = 300
-"""Characters of a reason kept for /readyz and status: one line, never a traceback."""
-
-
-def retry_reason(last_error: str, name: str) -> str:
-    """The reason of a transient failure from the child's last ``epochfs <command>: <reason>``
-    line: one line, credentials and signatures redacted, at most :data:`REASON_MAX` characters."""
-    reason = last_error.split(": ", 1)[1] if last_error.startswith("epochfs ") and ": " in last_error else ""
-    reason = reason.removeprefix("the remote cannot be reached now: ")  # shown after "remote unreachable: "
-    reason = redact(" ".join(reason.split())) or f"{name} exited with status {EXIT_RETRY}"
-    return reason if len(reason) <= REASON_MAX else reason[:REASON_MAX - 1] + "…"
-
 
 @dataclass
 class Child:
@@ -110,6 +96,10 @@ class Child:
     max_backoff: float | None = None
     """The longest wait before a restart (None: :attr:`ChildProcesses.BACKOFF_MAX`); the FUSE
     server's is short, since no new lookup works while it is down. The logged wait is this one."""
+    remount: str = ""
+    """Why this run's end is a remount, not a crash (the view lost or hung, so the supervisor
+    killed it; its mount gone, so it exited 0): no crash counted, the backoff not grown. Set by
+    the mount watch (:meth:`~.watch.MountWatch._remount`), cleared at each start."""
     log_thread: threading.Thread | None = field(default=None, repr=False)
 
     @property
@@ -119,20 +109,6 @@ class Child:
     @property
     def pid(self) -> int | None:
         return self.proc.pid if self.proc is not None else None
-
-
-def _pump(child: Child, stream: IO[bytes], sink: IO[str]) -> None:
-    """Copy a child's output to the supervisor's stderr, one prefixed line at a time (and keep its
-    last error line: the reason of an exit 2)."""
-    name = child.name
-    for raw in iter(stream.readline, b""):
-        line = raw.decode("utf-8", errors="replace").rstrip("\n")
-        if line.startswith("epochfs "):
-            child.last_error = line
-        with contextlib.suppress(ValueError, OSError):
-            sink.write(f"[{name}] {line}\n")
-            sink.flush()
-    stream.close()
 
 
 class ChildProcesses:
@@ -182,6 +158,7 @@ class ChildProcesses:
         # Before the process exists: the probes' threads read these once ``proc`` is set.
         child.started_at = time.monotonic()
         child.last_error = ""
+        child.remount = ""
         try:
             proc = subprocess.Popen(
                 argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
@@ -191,7 +168,7 @@ class ChildProcesses:
             self._not_started(child, f"could not start {child.name}: {e}")
             return False
         assert proc.stdout is not None
-        pump = threading.Thread(target=_pump, args=(child, proc.stdout, self.sink),
+        pump = threading.Thread(target=pump_log, args=(child, proc.stdout, self.sink),
                                 name=f"epochfs-log-{child.name}", daemon=True)
         try:
             pump.start()
@@ -241,6 +218,7 @@ class ChildProcesses:
         code = child.proc.returncode
         ran = time.monotonic() - child.started_at
         transient = code == EXIT_RETRY
+        remount, child.remount = child.remount, ""
         mended = code == EXIT_INDEX  # the next start replaces the index: no crash, no longer wait
         refusal = child.stop_on_refusal and not child.served and code == 2 and ran < self.STABLE_AFTER
         if (transient or refusal) and child.log_thread is not None:
@@ -257,7 +235,7 @@ class ChildProcesses:
             streak = child.index.in_row
             # An index damaged on every run lately: the crashes' backoff from then on (a volume
             # that damages each index it is given gains nothing from a new one every 0.5 s).
-            quick = mended and streak < INDEX_DAMAGES_UNHEALTHY
+            quick = (mended and streak < INDEX_DAMAGES_UNHEALTHY) or bool(remount)
             child.proc = None
             child.last_exit = code
             child.last_ran = ran
@@ -271,7 +249,7 @@ class ChildProcesses:
                 child.next_start = time.monotonic() + (self.BACKOFF_MIN if quick else child.backoff)
                 child.waiting = (f"remote unreachable: {retry_reason(child.last_error, child.name)}"
                                  if transient else "")
-                child.crashes += 0 if transient or mended else 1
+                child.crashes += 0 if transient or mended or remount else 1
         if self._metrics is not None:
             if mended:
                 self._metrics.index_damage_exits.inc()
@@ -289,6 +267,11 @@ class ChildProcesses:
             log.error("%s could not use the cache, which this sidecar's start found usable (%s): "
                       "the node volume is failing; a crash, restarting in %.1fs", child.name,
                       child.last_error, child.backoff)
+            return True
+        if remount:
+            said = "was killed by the supervisor" if code == -signal.SIGKILL else exit_words(code)
+            log.warning("%s %s after %.1fs: %s; a remount, not a crash; restarting in %.1fs",
+                        child.name, said, ran, remount, self.BACKOFF_MIN)
             return True
         if transient:
             log.warning("%s could not reach the remote (exit 75 after %.1fs): a transient failure, "

@@ -176,6 +176,9 @@ class MountWatch(ChildProcesses):
             self._metrics.mounted.set(0)
         proc = self.fuse.proc
         if proc is not None and proc.poll() is None:
+            # Its end is this remount, logged above: not a crash, nor "a kill from outside".
+            hung = reason == "mount answered hung"
+            self.fuse.remount = f"the view was {'hung' if hung else 'lost'} ({reason})"
             proc.kill()
             try:
                 proc.wait(timeout=3)
@@ -213,6 +216,11 @@ class MountWatch(ChildProcesses):
             log.error("%s; the FUSE server's restart will refuse the folder", e)
 
     def _watch_mount(self) -> None:
+        proc = self.fuse.proc
+        if self._mounted and proc is not None and proc.poll() == 0 and not self._fuse_mounted():
+            # Its mount, seen up, went away (``epochfs unmount``, ``umount``) and it ended by
+            # itself, as a FUSE server does: a remount, not a crash (:attr:`~.children.Child.remount`).
+            self.fuse.remount = "its mount went away"
         if self._reaped(self.fuse):
             if self.fuse.stop_on_refusal and self.refused(self.fuse) is not None:
                 return  # it refused its settings: the supervisor stops on it (core), no remount
