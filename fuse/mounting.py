@@ -11,6 +11,7 @@ import contextlib
 import errno
 import logging
 import os
+import re
 import shutil
 import subprocess
 import threading
@@ -31,12 +32,15 @@ DEFAULT_LINK_ROOT_NAME = "objects-ro"
 
 @dataclass(frozen=True)
 class MountEntry:
-    """One line of the mount table."""
+    """One line of the mount table. ``mount_id`` and ``device`` (its fields 1 and 3, the mount's ID
+    and its file system's ``major:minor``) tell one mount from another made at the same path."""
 
     mount_point: str
     fstype: str
     source: str
     options: str
+    mount_id: int = 0
+    device: str = ""
 
     @property
     def read_only(self) -> bool:
@@ -45,15 +49,7 @@ class MountEntry:
 
 def _unescape(field: str) -> str:
     """mountinfo escapes space, tab, newline and backslash as ``\\ooo``."""
-    out, i = [], 0
-    while i < len(field):
-        if field[i] == "\\" and i + 3 < len(field) and field[i + 1 : i + 4].isdigit():
-            out.append(chr(int(field[i + 1 : i + 4], 8)))
-            i += 4
-        else:
-            out.append(field[i])
-            i += 1
-    return "".join(out)
+    return re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), field)
 
 
 def mount_table() -> list[MountEntry]:
@@ -64,7 +60,7 @@ def mount_table() -> list[MountEntry]:
         lf, rf = left.split(), right.split()
         if len(lf) < 6 or len(rf) < 2:
             continue
-        entries.append(MountEntry(_unescape(lf[4]), rf[0], _unescape(rf[1]), lf[5]))
+        entries.append(MountEntry(_unescape(lf[4]), rf[0], _unescape(rf[1]), lf[5], int(lf[0]), lf[2]))
     return entries
 
 
@@ -112,15 +108,15 @@ def is_dead(path: Path, *, timeout: float = 5.0) -> bool:
     return outcome[0]
 
 
-def lazy_unmount(path: Path, *, any_kind: bool = False) -> bool:
+def lazy_unmount(path: Path, *, any_kind: bool = False, layers: int = 8) -> bool:
     """Detach the FUSE mount(s) at ``path`` even if busy; True if no FUSE mount is left there.
 
     Only FUSE mounts are touched unless ``any_kind`` (for the read-only bind this package makes):
     in a pod, ``path`` or its parent is the shared volume's own mount point, and detaching that
-    would cut the trainer off the volume for good.
+    would cut the trainer off the volume for good. ``layers``: at most that many stacked mounts.
     """
     target = canonical(path)
-    for _ in range(8):  # mounts can be stacked; take them off one by one
+    for _ in range(layers):  # mounts can be stacked; take them off one by one
         entry = find_mount(Path(target))
         if entry is None:
             return True

@@ -8,14 +8,12 @@ what only FUSE knows about:
 * caching: long entry/attribute timeouts for the immutable epoch trees, negative lookups uncached
   (so a new epoch shows at once), ``FUSE_CAP_CACHE_SYMLINKS`` so the kernel keeps symlink targets,
   readdir-plus so listing a folder fills the kernel's entry cache without one lookup per file;
-* change: the refresher and the warmer (:mod:`epochfs.fuse.kernelcache`) are started and stopped
-  here, with the mount.
+* change: the refresher and the warmer (:mod:`epochfs.fuse.kernelcache`) start and stop with the mount.
 
 Only calls that are implemented are defined here (mfusepy registers any attribute named like a
 FUSE call, and calls left to libfuse in C are faster than Python no-ops).
 
-Import this module only after ``FUSE_LIBRARY_PATH`` is set (see :mod:`epochfs.fuse.server`):
-mfusepy binds libfuse when it is imported.
+Import it only once ``FUSE_LIBRARY_PATH`` is set (:mod:`epochfs.fuse.server`): mfusepy binds libfuse then.
 """
 
 from __future__ import annotations
@@ -35,6 +33,7 @@ import mfusepy
 
 from epochfs.fuse.inuse import WindowFollower, cache_timeout, read_debounce
 from epochfs.fuse.kernelcache import KernelNotifier, Refresher, Warmer
+from epochfs.fuse.mounting import MountEntry, find_mount
 from epochfs.fuse.openfiles import OpenFiles
 from epochfs.fuse.translate import (
     FUSE_FILL_DIR_PLUS,
@@ -74,6 +73,7 @@ class EpochOperations(mfusepy.Operations):
         self.warmer = (Warmer(view=view, mount=mount, max_files=warm_files)
                        if mount is not None and warm_files > 0 else None)
         self.mount = mount
+        self.made: MountEntry | None = None  # the mount's entry at init: the one to remove at exit
         # Stopping: a signal thread calls stop_serving() while the loop runs; libfuse calls destroy()
         # once the loop has ended and the device is closed, just before it frees the session.
         self._life = threading.Lock()
@@ -88,8 +88,7 @@ class EpochOperations(mfusepy.Operations):
         """Folder handle -> the listing its first readdir read: the later readdir calls of the
         same handle continue it (:meth:`held_listing`) until the handle is released."""
         self._next_handle = itertools.count(1)
-        self._uid = view.uid
-        self._gid = view.gid
+        self._uid, self._gid = view.uid, view.gid
         # Python-side calls by kind: the benchmark and the shutdown log use them to show how much
         # work the kernel's caches leave to Python (ideally: one readlink per file, nothing else).
         self.calls: collections.Counter[str] = collections.Counter()
@@ -134,6 +133,7 @@ class EpochOperations(mfusepy.Operations):
     def start_serving(self, notifier: KernelNotifier) -> None:
         """The mount is up (libfuse's init): start the refresher with the kernel's notifier."""
         with self._life:
+            self.made = find_mount(self.mount) if self.mount is not None else None  # on top: ours
             if self._stopping:  # a signal came before the mount was up: end the loop at once
                 notifier.end_session()
                 log.info("mounted while stopping: ending at once")

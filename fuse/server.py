@@ -29,11 +29,13 @@ from epochfs.fuse.inuse import cache_timeout, describe, guaranteed_pause, read_d
 from epochfs.fuse.libfuse import find_libfuse3
 from epochfs.fuse.mounting import (
     DEFAULT_LINK_ROOT_NAME,
+    MountEntry,
     check_link_root,
     check_link_root_view,
     check_mount_apart,
     check_mount_point,
     find_mount,
+    is_dead,
     lazy_unmount,
     make_readonly_bind,
     release_link_root,
@@ -148,6 +150,7 @@ def run_mount(*, cache: Path, mount: Path, link_root: Path | None = None, warm_f
         store.close()
         raise
     os.environ["FUSE_LIBRARY_PATH"] = libfuse
+    ops: EpochOperations | None = None
     # A request thread that waits for the GIL behind a tree build (a new epoch's first listing:
     # ~10 s of Python at 1M files) waits up to the switch interval at every step; a lookup that cut
     # an epoch took 0.6 s beside a build at the default 5 ms, 0.18 s at 0.5 ms (docs/scale.md).
@@ -190,11 +193,36 @@ def run_mount(*, cache: Path, mount: Path, link_root: Path | None = None, warm_f
         # libfuse's teardown may have set SIGPIPE back to its default; once a killed supervisor's
         # end of our log pipe is closed, the next log line would kill us before the unmounts.
         signal.signal(signal.SIGPIPE, signal.SIG_IGN)
-        left = find_mount(mount)
-        if left is not None and left.fstype.startswith("fuse"):
-            lazy_unmount(mount)
-        release_link_root(cache, mount)  # the default bind, whichever view made it; none: nothing
+        another = _unmount_own(mount, ops.made if ops is not None else None)
+        # The default bind, whichever view made it (none: nothing); another server's view at our
+        # mount point reads through it.
+        release_link_root(cache, None if another else mount)
         store.close()
+
+
+def _unmount_own(mount: Path, made: MountEntry | None) -> bool:
+    """Lazily unmount the FUSE mount left at ``mount`` if it is the one this server made; True when
+    the FUSE mount there is another server's (left alone).
+
+    A server that does not answer (stopped, wedged) is taken for dead by the next one at its mount
+    point, which detaches the hung mount and mounts its own there under the same name: once the
+    first goes on and exits, the mount at its path is the second's, and removing it left no view.
+    Ours is the entry :meth:`~epochfs.fuse.operations.EpochOperations.start_serving` recorded when
+    the mount came up (its mount ID and device), and dead: libfuse has closed our device by now,
+    so its statfs fails at once. The kernel gives a freed mount's ID and device number to the next
+    mount, so the ID alone could name the second's. A mount that never came up (nothing recorded)
+    can leave only a FUSE mount of ours there: removed, as ever.
+    """
+    left = find_mount(mount)
+    if left is None or not left.fstype.startswith("fuse"):
+        return False
+    if made is not None and ((left.mount_id, left.device) != (made.mount_id, made.device)
+                             or not is_dead(mount, timeout=2.0)):
+        log.info("%s: the FUSE mount there is another server's now (mount %d); leaving it", mount,
+                 left.mount_id)
+        return True
+    lazy_unmount(mount, layers=1)  # ours only: one below it would be another server's
+    return False
 
 
 def _serve_highlevel(ops: EpochOperations, mount: Path, fsname: str) -> str | None:
