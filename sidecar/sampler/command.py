@@ -56,7 +56,7 @@ from epochfs.sidecar.sampler.shutdown import STOP_GRACE
 from epochfs.sidecar.sampler.startstop import closed_on_stop
 from epochfs.sidecar.signals import set_from_handler
 from epochfs.sidecar.store import INDEX_NAME, Meta, NoRoom, Store, StoreError, checkmark, publisherlock
-from epochfs.sidecar.store.index import is_corruption
+from epochfs.sidecar.store.index import free_bytes, is_corruption
 
 if TYPE_CHECKING:
     from multiprocessing.connection import Connection
@@ -119,11 +119,8 @@ def no_room(e: BaseException, cache: Path) -> NoReturn:
     a wait, as where the index could not be opened at all (:class:`NoRoom`). An index a kill -9
     left with its shared-memory file and write-ahead log opens on a full volume, and its first
     write fails instead: without this, that start exited 1 saying the index failed."""
-    try:
-        st = os.statvfs(cache)
-        free = f"{st.f_bavail * st.f_frsize} bytes free"
-    except OSError:
-        free = "free space unknown"
+    left = free_bytes(cache)
+    free = "free space unknown" if left is None else f"{left} bytes free"
     raise RetryLater(f"--cache: {cache / INDEX_NAME}: the cache's volume is full ({free}), so the "
                      f"index cannot be written at the start ({one_line(str(e))}); waiting for "
                      "room") from None

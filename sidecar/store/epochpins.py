@@ -111,16 +111,15 @@ HOLDERS_CHUNK = 500
 """Sample ids asked at a time (SQLite's limit on a statement's arguments is 999 in old builds)."""
 
 
-def holders(ix: Index, sids: Sequence[str]) -> dict[str, set[int]]:
+def holders(db: sqlite3.Connection, sids: Sequence[str]) -> dict[str, set[int]]:
     """The live epochs holding each of the samples ``sids`` (object file names); a name that is no
     sample's (a stray file, an undecodable name: sample ids are hex) is left out."""
     names = sorted({sid for sid in sids if sid.isascii()})
     found: dict[str, set[int]] = {}
-    with ix.read() as db:
-        for i in range(0, len(names), HOLDERS_CHUNK):
-            part = names[i:i + HOLDERS_CHUNK]
-            for sid, n in db.execute(HOLDERS.format(",".join("?" * len(part))), part):
-                found.setdefault(str(sid), set()).add(int(n))
+    for i in range(0, len(names), HOLDERS_CHUNK):
+        part = names[i:i + HOLDERS_CHUNK]
+        for sid, n in db.execute(HOLDERS.format(",".join("?" * len(part))), part):
+            found.setdefault(str(sid), set()).add(int(n))
     return found
 
 
@@ -146,11 +145,9 @@ def epochs_read(holding: dict[str, set[int]], kept: set[int]) -> set[int]:
 
 
 def opened_epochs(ix: Index, policy: Policy, sids: Sequence[str]) -> set[int]:
-    """:func:`epochs_read` of the samples ``sids``, as the index holds them now."""
-    holding = holders(ix, sids)
-    if not holding:
-        return set()
+    """:func:`epochs_read` of the samples ``sids``, as the index holds them now (one read)."""
     with ix.read() as db:
+        holding = holders(db, sids)
         newest = db.execute("SELECT n FROM epochs WHERE retired=0 ORDER BY n DESC LIMIT ?",
-                            (max(policy.keep_epochs, 0),)).fetchall()
+                            (max(policy.keep_epochs, 0),)).fetchall() if holding else []
     return epochs_read(holding, {int(n) for (n,) in newest})

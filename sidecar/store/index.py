@@ -102,7 +102,7 @@ def _file_id(path: Path) -> tuple[int, int] | None:
     return st.st_dev, st.st_ino
 
 
-def _free_bytes(folder: Path) -> int | None:
+def free_bytes(folder: Path) -> int | None:
     """Bytes an unprivileged writer may still use on ``folder``'s volume (None: unknown)."""
     try:
         st = os.statvfs(folder)
@@ -158,7 +158,7 @@ class Index:
             if version != SCHEMA_VERSION:
                 self._prepare(migrate=migrate)
         except sqlite3.DatabaseError as e:
-            free = _free_bytes(path.parent)
+            free = free_bytes(path.parent)
             if free is not None and free < NO_ROOM_BYTES and not is_corruption(e):
                 raise NoRoom(f"{path}: the cache's volume is full ({free} bytes free), so the "
                              f"index cannot be opened ({e}); waiting for room") from e
