@@ -323,3 +323,37 @@ The monitors' checks (epochfs.checkMonitors, at the end) run from servicemonitor
 {{- end -}}
 {{- end -}}
 {{- end -}}
+
+{{/* The chart's Job with an emptyDir cache on node disk against the pod's ephemeral-storage
+     limit. The kubelet evicts a pod whose ephemeral storage (its disk-backed emptyDirs, writable
+     layers and logs) passes the sum of its containers' ephemeral-storage limits, wherever one
+     container sets one: a limit meant for the sidecar's own scratch, below the cache it fills,
+     gets the pod evicted once the cache passes it, again after every restart. The limits must
+     hold the cache volume and the scratch volume (trainer.tmpSizeLimit). Only here, where the
+     chart renders every container of the pod; a pod the webhook or a parent chart builds has
+     its trainer's limits elsewhere (values.yaml, sidecar.resources, says the rule). */}}
+{{- define "epochfs.checkPodEphemeralStorage" -}}
+{{- $v := .Values -}}
+{{- $vol := $v.cache.volume -}}
+{{- if and (eq $vol.type "emptyDir") (not $vol.medium) -}}
+{{- $total := 0.0 -}}{{- $named := list -}}
+{{- range $who := list "sidecar" "trainer" -}}
+{{- $limits := (default (dict) (get (default (dict) (get $v $who)) "resources")).limits | default (dict) -}}
+{{- if and (hasKey $limits "ephemeral-storage") (not (kindIs "invalid" (get $limits "ephemeral-storage"))) -}}
+{{- $limit := get $limits "ephemeral-storage" -}}
+{{- $name := printf "%s.resources.limits.ephemeral-storage" $who -}}
+{{- $total = addf $total (include "epochfs.quantityBytes" (dict "value" $limit "name" $name) | float64) -}}
+{{- $named = append $named (printf "%s %s" $name (toString $limit)) -}}
+{{- end -}}
+{{- end -}}
+{{- if $named -}}
+{{- $size := include "epochfs.bytes" $vol.size | atoi -}}
+{{- $tmpText := toString ($v.trainer.tmpSizeLimit | default "1Gi") -}}
+{{- $tmp := include "epochfs.quantityBytes" (dict "value" $tmpText "name" "trainer.tmpSizeLimit") | float64 -}}
+{{- $needed := addf (float64 $size) $tmp -}}
+{{- if lt $total $needed -}}
+{{- fail (printf "the pod's ephemeral-storage limit is %.0f bytes (%s), below what its emptyDirs on node disk may hold: the cache (cache.volume.size %s) and the scratch volume (trainer.tmpSizeLimit %s), %.0f bytes; the kubelet evicts the pod once its disk use passes the sum of its containers' limits, so the filling cache would get it evicted: raise the limit above cache.volume.size plus trainer.tmpSizeLimit, remove it, or lower cache.volume.size" $total (join ", " $named) (toString $vol.size) $tmpText $needed) -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
