@@ -37,15 +37,20 @@ publisher). Not a temporary name nor a manifest, so recovery leaves it; readers 
 
 
 def make_folder(folder: Path) -> Path:
-    """Make ``folder`` and its ``.epochfs/`` (mode 755) where missing and return the latter. A full
-    volume's error is raised as it is (publishing pauses until there is room); any other is one
-    line (:class:`ConfigError`): the settings' check passed, then the place changed."""
+    """Make ``folder`` and its ``.epochfs/`` (mode 755, whatever the umask) where missing and
+    return the latter. A full volume's error is raised as it is (publishing pauses until there is
+    room); any other is one line (:class:`ConfigError`): the settings' check passed, then the
+    place changed."""
     try:
-        folder.mkdir(exist_ok=True)
+        folder.mkdir()
+    except FileExistsError:
+        pass  # the user's or the pod's folder: its mode is theirs
     except OSError as e:
         if e.errno in FULL_ERRNOS:
             raise
         raise ConfigError(f"--mount {folder}: cannot create it: {e.strerror}") from None
+    else:  # made here: the trainer's user crosses it whatever the sidecar's umask (077: 0700)
+        os.chmod(folder, 0o755)
     control = folder / CONTROL_DIR
     control.mkdir(exist_ok=True)
     os.chmod(control, 0o755)

@@ -154,7 +154,8 @@ def check_view_folder(path: Path, *, create: bool, cache: Path | None = None) ->
             raise ConfigError(f"{where}: cannot create it: its parent {parent} does not exist")
         if create:
             try:
-                path.mkdir(mode=0o755)
+                path.mkdir()
+                os.chmod(path, 0o755)  # the trainer's user crosses it whatever the umask (077: 0700)
             except FileExistsError:
                 pass  # made by a concurrent start
             except OSError as e:
