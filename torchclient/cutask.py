@@ -9,14 +9,17 @@ epoch is cut or queued); ``jump=1`` is sent only when the caller asks for a jump
 trainer starting above the newest epoch + 1). On the FUSE view the request is redundant and
 harmless: the lookup has asked already.
 
-Standard library only; failures (no sidecar, an older one without the endpoint) only mean the
-client waits as it would on any folder.
+Standard library only; failures (no sidecar, an older one without the endpoint, a sidecar on
+another ``--health-port`` than the default 8080) mean the client waits as it would on any folder, so
+:class:`CutAsker` logs the first one at WARNING and the waiting lines and errors name the URL tried,
+why it failed and ``EPOCHFS_REPORT_URL``.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import os
 import urllib.error
 import urllib.request
 from dataclasses import dataclass
@@ -43,6 +46,14 @@ def sidecar_url_from_env() -> str | None:
 
 
 @dataclass(frozen=True)
+class CutFailure:
+    """No answer from the cut endpoint: the URL tried and why (``connection refused``, ``HTTP 404 ...``)."""
+
+    url: str
+    reason: str
+
+
+@dataclass(frozen=True)
 class CutAnswer:
     """The sidecar's answer: ``live`` (200), ``waiting`` (202), ``refused`` (409), ``gone`` (410)."""
 
@@ -59,23 +70,99 @@ class CutAnswer:
         return self.state == "gone" or self.refused_for_good
 
 
-def ask_cut(base_url: str, epoch: int, *, jump: bool = False, timeout: float = 2.0) -> CutAnswer | None:
-    """``POST <base>/v1/cut?epoch=N[&jump=1]``; None when no sidecar answers with the endpoint."""
+def request_cut(base_url: str, epoch: int, *, jump: bool = False,
+                timeout: float = 2.0) -> CutAnswer | CutFailure:
+    """``POST <base>/v1/cut?epoch=N[&jump=1]``: the sidecar's answer, or why none came."""
     query = f"epoch={epoch}" + ("&jump=1" if jump else "")
-    request = urllib.request.Request(f"{base_url}{CUT_PATH}?{query}", data=b"", method="POST")
+    url = f"{base_url}{CUT_PATH}"
+    request = urllib.request.Request(f"{url}?{query}", data=b"", method="POST")
     try:
         with urllib.request.urlopen(request, timeout=timeout) as response:
             status, body = int(response.status), response.read()
     except urllib.error.HTTPError as e:
         status, body = e.code, e.read()
     except (OSError, ValueError) as e:
-        log.debug("epochfs: cut request to %s failed: %s", base_url, e)
-        return None
+        return CutFailure(url=url, reason=_why(e, timeout))
     try:
         doc: Any = json.loads(body)
     except ValueError:
         doc = None
     if not isinstance(doc, dict) or "state" not in doc:
-        return None  # not the cut endpoint (an older sidecar's 404, a proxy's page)
+        # not the cut endpoint (an older sidecar's 404, a proxy's page, another server on the port)
+        return CutFailure(url=url, reason=f"HTTP {status} without an epochfs cut answer")
     return CutAnswer(status=status, state=str(doc["state"]), message=str(doc.get("message", "")),
                      refused_for_good=doc.get("final") is True)
+
+
+def ask_cut(base_url: str, epoch: int, *, jump: bool = False, timeout: float = 2.0) -> CutAnswer | None:
+    """:func:`request_cut`, None when no sidecar answers with the endpoint."""
+    got = request_cut(base_url, epoch, jump=jump, timeout=timeout)
+    return got if isinstance(got, CutAnswer) else None
+
+
+def _why(error: BaseException, timeout: float) -> str:
+    """A request error in the words a user acts on: ``connection refused``, ``no answer within 2s``."""
+    inner: object = error.reason if isinstance(error, urllib.error.URLError) else error
+    if isinstance(inner, TimeoutError):
+        return f"no answer within {timeout:g}s"
+    text = (getattr(inner, "strerror", None) or str(inner) or type(inner).__name__) \
+        if isinstance(inner, BaseException) else str(inner)
+    return text[:1].lower() + text[1:]
+
+
+URL_FROM_ENV = "env"
+URL_DEFAULT = "default"
+URL_GIVEN = "given"
+"""Where the sidecar's URL came from (:func:`url_source`): each has its own remedy."""
+
+
+def url_source() -> str:
+    """:data:`URL_FROM_ENV` when ``EPOCHFS_REPORT_URL`` is set, else :data:`URL_DEFAULT` (port 8080)."""
+    return URL_FROM_ENV if "EPOCHFS_REPORT_URL" in os.environ else URL_DEFAULT
+
+
+_WARNED: set[str] = set()
+"""Cut URLs this process has warned about: once each, not once a second while a wait retries."""
+
+
+class CutAsker:
+    """Asks one sidecar for cuts and keeps why the last request got no answer.
+
+    Why: a failed request only means "wait as on any folder", yet on the folder view nothing else
+    cuts an epoch, and a sidecar on another ``--health-port`` than the default 8080 left a trainer
+    waiting out its timeout with no hint. The failure is logged once at WARNING and :meth:`trouble`
+    puts it, with the remedy, into the waiting lines and the errors."""
+
+    def __init__(self, base_url: str, *, source: str) -> None:
+        self.base_url = base_url
+        self.source = source
+        self.failure: CutFailure | None = None
+
+    def ask(self, epoch: int, *, jump: bool = False) -> CutAnswer | None:
+        """The sidecar's answer for ``epoch``, or None (the reason kept for :meth:`trouble`)."""
+        got = request_cut(self.base_url, epoch, jump=jump)
+        if isinstance(got, CutAnswer):
+            self.failure = None
+            return got
+        self.failure = got
+        if got.url not in _WARNED:
+            _WARNED.add(got.url)
+            log.warning("epochfs: %s", self._says(got))
+        return None
+
+    def trouble(self) -> str:
+        """``; cut requests to URL fail (reason): <remedy>`` while the last request failed, else ''."""
+        return "" if self.failure is None else f"; {self._says(self.failure)}"
+
+    def _says(self, failure: CutFailure) -> str:
+        return f"cut requests to {failure.url} fail ({failure.reason}): {REMEDY[self.source]}"
+
+
+_SET_IT = ("set EPOCHFS_REPORT_URL=http://127.0.0.1:PORT/v1/client-report, PORT being the "
+           "sidecar's --health-port")
+REMEDY = {
+    URL_DEFAULT: f"EPOCHFS_REPORT_URL is unset, so the default port 8080 was tried; {_SET_IT}",
+    URL_FROM_ENV: f"check EPOCHFS_REPORT_URL ({_SET_IT})",
+    URL_GIVEN: "check the sidecar_url passed (http://127.0.0.1:PORT, PORT being the sidecar's --health-port)",
+}
+"""What to change, by where the URL came from (:func:`url_source`, or :data:`URL_GIVEN`)."""

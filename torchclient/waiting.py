@@ -16,7 +16,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from .cutask import CutAnswer, ask_cut, sidecar_url_from_env
+from .cutask import URL_GIVEN, CutAnswer, CutAsker, sidecar_url_from_env, url_source
 from .describe import FirstEpochPace, describe_root, not_the_mount
 from .layout import MAX_EPOCH, epoch_exists
 
@@ -80,9 +80,7 @@ def wait_for_epoch(root: str | os.PathLike[str], epoch: int, *, wait: bool = Tru
     """
     epoch = check_epoch(epoch)
     timeout = check_timeout(timeout)
-    # Read before any lookup: a malformed EPOCHFS_REPORT_URL is a ValueError now, not a wait
-    # without cut requests that ends in a TimeoutError.
-    base = sidecar_url_from_env() if isinstance(sidecar_url, _FromEnv) else sidecar_url
+    asker = _asker(sidecar_url)
     root = Path(root)
     start = time.monotonic()
     if epoch_exists(root, epoch):
@@ -91,14 +89,14 @@ def wait_for_epoch(root: str | os.PathLike[str], epoch: int, *, wait: bool = Tru
         raise FileNotFoundError(f"epochfs root {root} does not exist or is not a folder "
                                 "(is the sidecar's mount there?)")
     _check_root(root)
-    answer = ask_cut(base, epoch, jump=jump) if base else None
+    answer = asker.ask(epoch, jump=jump) if asker else None
     _check_answer(answer, root, epoch)
     if not wait:
         if answer is not None and answer.state == "live":
             return _wait_published(root, epoch, start)
         advice = "" if _waiting_cannot_cut(answer) else "; pass wait=True to wait for its cut"
         raise FileNotFoundError(f"epoch {epoch} is not under {root} ({describe_root(root)})"
-                                f"{_sidecar_says(answer, jump)}{advice}")
+                                f"{_sidecar_says(answer, jump)}{_trouble(asker)}{advice}")
     delay = 0.02
     next_report = start
     next_ask = start + ASK_EVERY
@@ -109,20 +107,34 @@ def wait_for_epoch(root: str | os.PathLike[str], epoch: int, *, wait: bool = Tru
             _check_root(root)  # the view may appear below a wrong root after the wait began
             if progress is not None:
                 progress(f"epochfs: waiting for epoch {epoch} under {root} ({now - start:.0f}s so far; "
-                         f"{describe_root(root, pace)}){_sidecar_says(answer, jump)}")
+                         f"{describe_root(root, pace)}){_sidecar_says(answer, jump)}{_trouble(asker)}")
             next_report = now + progress_every
         remaining = timeout - (now - start)
         if remaining <= 0:
             raise TimeoutError(f"epoch {epoch} did not appear under {root} within {timeout:g}s "
-                               f"({describe_root(root)}){_sidecar_says(answer, jump)}")
+                               f"({describe_root(root)}){_sidecar_says(answer, jump)}{_trouble(asker)}")
         time.sleep(min(delay, remaining))
         delay = min(delay * 1.5, 0.5)
         if epoch_exists(root, epoch):
             return time.monotonic() - start
-        if base and time.monotonic() >= next_ask:
-            answer = ask_cut(base, epoch, jump=jump) or answer
+        if asker and time.monotonic() >= next_ask:
+            answer = asker.ask(epoch, jump=jump) or answer
             _check_answer(answer, root, epoch)
             next_ask = time.monotonic() + ASK_EVERY
+
+
+def _asker(sidecar_url: str | _FromEnv | None) -> CutAsker | None:
+    """Who asks for cuts: the sidecar ``sidecar_url`` names, or ``EPOCHFS_REPORT_URL``'s (read now,
+    so a malformed value is a ValueError before any lookup); None when cut requests are off."""
+    if isinstance(sidecar_url, _FromEnv):
+        base = sidecar_url_from_env()
+        return CutAsker(base, source=url_source()) if base else None
+    return CutAsker(sidecar_url, source=URL_GIVEN) if sidecar_url else None
+
+
+def _trouble(asker: CutAsker | None) -> str:
+    """Why the last cut request got no answer, and the remedy ('' when it got one or none was sent)."""
+    return asker.trouble() if asker else ""
 
 
 def _check_root(root: Path) -> None:

@@ -640,7 +640,7 @@ def test_ephemeral_storage_request_follows_a_node_disk_cache(
         "off": ({"cache": {"volume": {"requestEphemeralStorage": False}}}, None),
         "big": ({"cache": {"volume": {"size": "1500Gi"}}}, "1500Gi"),
         "own-request": ({"sidecar": {"resources": {"requests": {"ephemeral-storage": "30Gi"}}}}, "30Gi"),
-        "own-limit": ({"sidecar": {"resources": {"limits": {"ephemeral-storage": "10Gi"}}}}, None),
+        "own-limit": ({"sidecar": {"resources": {"limits": {"ephemeral-storage": "30Gi"}}}}, None),
         "no-resources": ({"sidecar": {"resources": None}}, "20Gi"),
     }
     for case, (values, expected) in cases.items():

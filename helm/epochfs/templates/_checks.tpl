@@ -145,6 +145,7 @@ The monitors' checks (epochfs.checkMonitors, at the end) run from servicemonitor
 {{- fail (printf "cache.capacity: %q is not a positive size (the sidecar counts whole bytes and refuses a budget of 0); give a size like 500Mi, 20Gi or 1.5T, or leave it empty for 90%% of cache.volume.size" (toString $v.cache.capacity)) -}}
 {{- end -}}
 {{- end -}}
+{{- include "epochfs.checkRemoteUrl" $v.remote.url -}}
 {{- include "epochfs.checkEndpointUrl" $v.remote.endpointUrl -}}
 {{- include "epochfs.checkSchedule" $v.sidecar.schedule -}}
 {{- include "epochfs.checkMinSamples" $v.sidecar -}}
@@ -223,6 +224,35 @@ The monitors' checks (epochfs.checkMonitors, at the end) run from servicemonitor
 {{- if gt (float64 $min) (float64 $initial) -}}
 {{- fail (printf "sidecar.minSamples %s is more than sidecar.schedule's initial=%s: epoch 0 of the schedule holds %s keys, so no epoch could ever be cut; the sidecar refuses the pair at start and its pod crash-loops. Lower minSamples or raise initial" $min $initial $initial) -}}
 {{- end -}}
+{{- end -}}
+{{- end -}}
+
+{{/* remote.url (argument: the value): the mistakes values.schema.json lets through so that they
+     are explained here in words, not by its pattern: no scheme (bkt/prefix, /data/train), a
+     scheme without its two slashes (s3:/bkt/prefix), a store's host:port where the bucket goes
+     (s3://minio:9000/bkt). The words follow the sidecar's start-up check (check_url in
+     sidecar/remote/registry.py), which refuses each of them. Empty is the caller's to refuse. */}}
+{{- define "epochfs.checkRemoteUrl" -}}
+{{- $url := toString (default "" .) -}}
+{{- $schemes := "s3://, gs://, gcs://, az://, abfs://, abfss://, https://, http://, file://" -}}
+{{- $known := "^(?i)(s3|gs|gcs|az|abfs|abfss|https?|file)" -}}
+{{- if and $url (not (contains ":" $url)) -}}
+{{- $like := "s3://BUCKET/PREFIX, gs://BUCKET/PREFIX, az://CONTAINER/PREFIX, https://HOST/PATH or file:///PATH" -}}
+{{- if hasPrefix "/" $url -}}{{- $like = printf "file://%s for a folder of a volume mounted into the sidecar, or s3://BUCKET/PREFIX" $url -}}{{- end -}}
+{{- fail (printf "remote.url %q has no scheme (%s): give a URL such as %s; the sidecar refuses it at start and its pod crash-loops" $url $schemes $like) -}}
+{{- end -}}
+{{- if regexMatch (printf "%s:/?([^/]|$)" $known) $url -}}
+{{- $scheme := regexReplaceAll (printf "%s:.*$" $known) $url "${1}" -}}
+{{- $rest := regexReplaceAll (printf "%s:/?" $known) $url "" -}}
+{{- $fixed := printf "%s://%s" $scheme $rest -}}
+{{- if eq (lower $scheme) "file" -}}{{- $fixed = printf "file:///%s" $rest -}}{{- end -}}
+{{- fail (printf "remote.url %q: the scheme needs two slashes after its colon, as in %s (%s); the sidecar refuses it at start and its pod crash-loops" $url $fixed $schemes) -}}
+{{- end -}}
+{{- $hostPort := "^(?i)(s3|gs|gcs)://([^/@:]*:[^/]*)(/.*)?$" -}}
+{{- if regexMatch $hostPort $url -}}
+{{- $scheme := regexReplaceAll $hostPort $url "${1}" -}}
+{{- $bucket := regexReplaceAll $hostPort $url "${2}" -}}
+{{- fail (printf "remote.url %q: %q is not a bucket name (letters, digits, '.', '-' and '_' only); a store's host:port goes in remote.endpointUrl, as http://%s, and remote.url is %s://BUCKET/PREFIX" $url $bucket $bucket $scheme) -}}
 {{- end -}}
 {{- end -}}
 
