@@ -253,7 +253,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.add_argument("--watch", action="store_true", help="refresh in place until interrupted")
     p.add_argument("--interval", type=arg_type(_positive_float), default=2.0,
-                   help="seconds between refreshes")
+                   help="seconds between refreshes (default 2)")
     p.set_defaults(func=cli_cache.cmd_status)
 
     p = sub.add_parser(

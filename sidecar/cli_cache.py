@@ -89,6 +89,12 @@ def path_flag(flag: str, value: str) -> Path:
         raise config.ConfigError(f"{flag}: {e}") from None
 
 
+STATUS_UNWRITABLE_HINT = ("use `epochfs status --mount <the view>` (it reads the view's "
+                          ".epochfs/status.json), or run it where the cache is writable "
+                          "(the sidecar's container)")
+"""What ``status --cache`` on a cache it may only read (the trainer's read-only mount) points to."""
+
+
 def cmd_status(ns: argparse.Namespace) -> int:
     from epochfs.sidecar.status import run_status
 
@@ -96,7 +102,7 @@ def cmd_status(ns: argparse.Namespace) -> int:
     cache = None if ns.cache is None else path_flag("--cache", ns.cache)
     mount = None if ns.mount is None else path_flag("--mount", ns.mount)
     if cache is not None:
-        volumes.check_cache(cache, create=False)
+        volumes.check_cache(cache, create=False, unwritable_hint=STATUS_UNWRITABLE_HINT)
     return run_status(
         cache=cache,
         mount=mount,

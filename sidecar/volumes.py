@@ -62,7 +62,7 @@ def _refuse_dangling(path: Path, where: str) -> None:
                       f"give the path of an existing one")
 
 
-def check_cache(path: Path, *, create: bool) -> None:
+def check_cache(path: Path, *, create: bool, unwritable_hint: str = "") -> None:
     """Refuse a ``--cache`` that cannot be used with one line naming it, ``--cache PATH: reason``,
     before a command opens it (never a traceback from a bad path).
 
@@ -76,7 +76,9 @@ def check_cache(path: Path, *, create: bool) -> None:
     epochfs's (another program's SQLite database, an empty file: :func:`.store.foreign.foreign_index`),
     before anything is written in it, which the store's open would do (its schema, WAL mode,
     ``objects/``, ``tmp/``): an empty cache would be reported over someone else's folder. Either
-    way the folder must take a new file: SQLite writes beside its index even to read it (WAL)."""
+    way the folder must take a new file: SQLite writes beside its index even to read it (WAL).
+    ``unwritable_hint``: what a command that only reads (``status``) can do instead, added to
+    the refusal of a folder it cannot write in (a read-only mount of the cache)."""
     where = f"--cache {path}"
     st = _stat_or_none(path, where)
     if st is None:
@@ -109,7 +111,10 @@ def check_cache(path: Path, *, create: bool) -> None:
     except OSError as e:
         if e.errno in (errno.ENOSPC, errno.EDQUOT):
             return  # writable but full: each command meets that itself (status reports it)
-        raise ConfigError(f"{where}: cannot write in it: {_os_reason(e)}") from None
+        why = _os_reason(e)
+        if unwritable_hint:
+            why += f" (SQLite writes beside the index even to read it); {unwritable_hint}"
+        raise ConfigError(f"{where}: cannot write in it: {why}") from None
 
 
 def check_view_folder(path: Path, *, create: bool, cache: Path | None = None) -> None:

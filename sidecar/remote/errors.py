@@ -247,19 +247,45 @@ def fast_path_failure(exc: BaseException, *, key: str) -> RemoteFailure | None:
     return translate(exc)
 
 
+PLAIN_HTTP_TLS_REASONS = frozenset({
+    "WRONG_VERSION_NUMBER", "HTTP_REQUEST", "RECORD_LAYER_FAILURE", "PACKET_LENGTH_TOO_LONG",
+})
+"""OpenSSL's reasons for a TLS handshake whose answer is not TLS at all: a plain-HTTP server
+answering an ``https://`` URL (which versions of OpenSSL give which of them varies)."""
+
+
+def tls_answered_by_plain_http(exc: BaseException) -> bool:
+    """Whether a TLS handshake in ``exc``'s chain was answered by plain HTTP: ``ssl``'s error
+    with one of :data:`PLAIN_HTTP_TLS_REASONS`, found by its ``reason`` or, where a library
+    wrapped it without a cause (urllib3 under botocore), by OpenSSL's ``[SSL: REASON]`` in the
+    text. At the start this is a wrong scheme, never a passing failure; while running it stays
+    :class:`Transient` (:func:`stdlib_kind`)."""
+    for link in _chain(exc):
+        # aiohttp's SSL errors are ssl.SSLError too, without ssl's attributes.
+        if isinstance(link, ssl.SSLError) and getattr(link, "reason", None) in PLAIN_HTTP_TLS_REASONS:
+            return True
+        if any(f"[SSL: {reason}]" in str(link) for reason in PLAIN_HTTP_TLS_REASONS):
+            return True
+    return False
+
+
 def may_answer_later(exc: BaseException) -> bool:
     """Whether a remote that failed as ``exc`` at the start may answer later: it could not be
     reached (connection refused or reset, a timeout, a 5xx: a store still starting) or it asked
     for fewer requests, or the resolver could not answer now (``EAI_AGAIN``: the node's DNS
     server down or slow, as in a pod whose cluster DNS is still starting); not when it answered
     with a refusal (no such bucket, access denied), nor when its host name does not exist (a typo
-    in ``--endpoint-url``: ``EAI_NONAME``), nor for an error no rule knows. ``epochfs sample``
+    in ``--endpoint-url``: ``EAI_NONAME``), nor when a TLS handshake was answered by plain HTTP
+    (an ``https://`` URL for an ``http://`` store: :func:`tls_answered_by_plain_http`), nor for
+    an error no rule knows. ``epochfs sample``
     exits :data:`~epochfs.sidecar.config.EXIT_RETRY` (75) for the first (the sidecar starts it
     again) and 2 for the rest (the sidecar stops with the reason: docs/sidecar.md)."""
     links = list(_chain(exc))
     names = [link for link in links if isinstance(link, socket.gaierror)]
     if names:
         return all(link.errno == socket.EAI_AGAIN for link in names)
+    if tls_answered_by_plain_http(exc):
+        return False  # an https:// URL for a plain-HTTP server: every try meets it again
     if any(isinstance(link, (ConnectionError, TimeoutError, _asyncio_timeout())) for link in links):
         return True  # under any wrapper: fsspec reports an http(s) URL it cannot reach as not found
     failure = translate(exc, library_kind)
@@ -270,6 +296,7 @@ __all__ = [
     "AZURE_RETRY_CODES",
     "AZURE_THROTTLE_CODES",
     "GCS_THROTTLE_REASONS",
+    "PLAIN_HTTP_TLS_REASONS",
     "S3_RETRY_CODES",
     "S3_THROTTLE_CODES",
     "Changed",
@@ -297,5 +324,6 @@ __all__ = [
     "s3_kind",
     "status_kind",
     "stdlib_kind",
+    "tls_answered_by_plain_http",
     "translate",
 ]

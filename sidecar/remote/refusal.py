@@ -14,7 +14,7 @@ import sys
 from typing import Any
 
 from epochfs.sidecar.remote.base import Denied, NotFound
-from epochfs.sidecar.remote.errors import _chain, gcs_kind, s3_error_code
+from epochfs.sidecar.remote.errors import _chain, gcs_kind, s3_error_code, tls_answered_by_plain_http
 from epochfs.sidecar.remote.httpget import HTTPStatusError
 
 S3_CREDENTIAL_CODES = frozenset({
@@ -39,7 +39,9 @@ class NoSuchBucket(NotFound):
 
 RefusalCause = str
 """What a refused first listing says is wrong, for the fix the sampler names (sampler/refusals.py):
-``host`` (the name does not resolve), ``certificate`` (TLS refused it), ``credentials`` (none
+``host`` (the name does not resolve), ``certificate`` (TLS refused it), ``scheme`` (an
+``https://`` URL whose server answered plain HTTP), ``aws-config`` (botocore could not use the
+AWS configuration: no such ``AWS_PROFILE``, a config file it cannot parse), ``credentials`` (none
 found, or the store does not accept them), ``access`` (accepted, but not allowed), ``bucket`` (no
 such bucket or container), ``region`` (another region's bucket), ``missing`` (no such folder,
 object or URL)."""
@@ -85,6 +87,17 @@ def _answer_code(link: BaseException) -> tuple[int, str] | None:
     return None
 
 
+def _aws_config_failure(link: BaseException) -> bool:
+    """Whether ``link`` is botocore's refusal of the AWS configuration itself, met as it makes
+    its client (:func:`.s3client.new_client`): a profile, a config file or a region it cannot use."""
+    if "botocore" not in sys.modules:
+        return False
+    from botocore import exceptions as bce
+
+    return isinstance(link, (bce.ProfileNotFound, bce.ConfigParseError, bce.ConfigNotFound,
+                             bce.InvalidConfigError, bce.InvalidRegionError))
+
+
 def refusal_cause(exc: BaseException) -> RefusalCause | None:
     """What a remote's refusal at the start says is wrong (:data:`RefusalCause`), from the
     exception and its causes; None when nothing in them tells (then the message names the flag
@@ -94,6 +107,10 @@ def refusal_cause(exc: BaseException) -> RefusalCause | None:
         return "host"
     if any(isinstance(link, ssl.SSLCertVerificationError) for link in links):
         return "certificate"
+    if tls_answered_by_plain_http(exc):
+        return "scheme"
+    if any(_aws_config_failure(link) for link in links):
+        return "aws-config"
     answers = [answer for answer in map(_answer_code, links) if answer is not None]
     # The answer with S3's own code first: a typed failure above it (NotFound, status 404) may
     # carry the status alone, where the presigned request's error document says NoSuchBucket.

@@ -10,6 +10,7 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
+from epochfs.sidecar.remote.base import RemoteError
 from epochfs.sidecar.remote.httpget import GetPool
 from epochfs.sidecar.remote.s3read import no_second_check
 from epochfs.sidecar.remote.sigv4 import Presigner
@@ -33,7 +34,18 @@ def botocore_config(timeouts: tuple[float, float], concurrency: int) -> Any:
 
 
 def new_client(session: Any, region: str | None, endpoint_url: str | None, config: Any) -> Any:
-    client = session.create_client("s3", region_name=region, endpoint_url=endpoint_url, config=config)
+    """botocore's S3 client. botocore reads the AWS configuration as it makes one, before any
+    request: a profile that does not exist (``AWS_PROFILE``), a config file it cannot parse, half
+    a key in the environment or a region it cannot use would otherwise escape as a traceback (and
+    the sidecar would restart its sampler for ever): they are a :class:`~.base.RemoteError`, a bad
+    setting the sampler refuses in one line (:func:`.refusal.refusal_cause`: ``aws-config``)."""
+    from botocore import exceptions as bce
+
+    try:
+        client = session.create_client("s3", region_name=region, endpoint_url=endpoint_url, config=config)
+    except (bce.ProfileNotFound, bce.ConfigParseError, bce.ConfigNotFound, bce.InvalidConfigError,
+            bce.InvalidRegionError, bce.PartialCredentialsError) as e:
+        raise RemoteError(f"cannot use the AWS configuration: {e}") from e
     client.meta.events.register("before-call.s3.GetObject", no_second_check)
     return client
 

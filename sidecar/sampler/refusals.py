@@ -37,6 +37,13 @@ def _asked_host(flag: str, url: str, endpoint_url: str | None) -> tuple[str, str
     return flag, _host(url) if "@" in split_url(url).host else ""
 
 
+def _plain_http_fix(flag: str, url: str) -> str:
+    """The fix for an ``https://`` URL whose server answered the TLS handshake in plain HTTP
+    (MinIO's and moto's default): the same URL with ``http://``."""
+    host = urlparse(url).netloc.rpartition("@")[2]  # never the userinfo
+    return f"{flag} is https:// but the server answered plain HTTP: use http://{host}"
+
+
 def refusal_fix(settings: SamplerSettings, cause: str | None) -> tuple[str, str]:
     """(the flag to name, what to do) for a remote that refused the first listing, by the cause
     :func:`~epochfs.sidecar.remote.refusal.refusal_cause` found: the line a user reads first, in a
@@ -46,7 +53,7 @@ def refusal_fix(settings: SamplerSettings, cause: str | None) -> tuple[str, str]
     endpoint = settings.endpoint_url if s3 else None
     if settings.index_url:  # the first listing reads the index
         flag, url = "--index", settings.index_url
-    elif endpoint and cause in ("host", "certificate"):
+    elif endpoint and cause in ("host", "certificate", "scheme"):
         flag, url = "--endpoint-url", endpoint
     else:
         flag, url = "--remote", settings.remote
@@ -64,6 +71,11 @@ def refusal_fix(settings: SamplerSettings, cause: str | None) -> tuple[str, str]
     elif cause == "certificate":
         fix = f"check {flag}'s host and its TLS certificate"
         fix += "; a private CA's bundle goes in AWS_CA_BUNDLE" if s3 else ""
+    elif cause == "scheme":
+        fix = _plain_http_fix(flag, url)
+    elif cause == "aws-config":
+        fix = ("check AWS_PROFILE (a profile of the AWS config file: AWS_CONFIG_FILE, else "
+               "~/.aws/config), that file's syntax, and AWS_DEFAULT_REGION")
     elif cause == "credentials" and s3:
         fix = ("check the credentials: AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY (or AWS_PROFILE, or "
                f"the pod's IAM role) must be a key {endpoint or 'S3'} accepts")
