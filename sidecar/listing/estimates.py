@@ -80,7 +80,7 @@ def folder_weights(spans: Sequence[SpanState]) -> list[list[object]]:
 
 
 def _weighed(span: SpanState) -> bool:
-    if span.folders[1] - span.folders[0] > 1 or not span.prefix or unbounded(span):
+    if span.folders[1] - span.folders[0] > 1 or not span.prefix or span.left_out or unbounded(span):
         return False
     total = span.listed + span.rest
     return total >= WEIGHT_MIN and span.listed < WEIGHT_LISTED * total and any(s.open for s in span.segments)

@@ -332,7 +332,7 @@ class Lister:
                 filt.report.in_shard += len(page.objects)
                 filt.report.added += len(page.objects)
         part.after, part.done = page.after, page.done
-        done = _Done(seg, [str(o.key) for o in page.objects], ListedPage(rows, page.objects))
+        done = _Done(seg, [str(o.key) for o in page.objects], ListedPage(rows, page.objects), rows.excluded)
         if page.done and finder is not None and not finder.sorted:
             log.warning("the listing of span %d was not sorted: file/folder name clashes were not "
                         "checked", part.part)
@@ -374,14 +374,15 @@ class Lister:
         while (left := self._free_at - time.monotonic()) > 0 and not self.stop.wait(left):
             pass  # the sampler's turn at the index (no other lister commits meanwhile)
         began = time.monotonic()
-        progress = {**planner.progress([(d.seg, len(d.keys)) for d in batch]), "began": self._began}
+        kept = [(d.seg, len(d.keys) - d.left_out) for d in batch]  # the keys the globs keep
+        progress = {**planner.progress(kept), "began": self._began}
         news = self.sink.commit_pages(gen, [d.page for d in batch],
                                       progress=json.dumps(progress, separators=(",", ":")))
         self.committed += len(batch)
         if self.yield_to is not None and self.yield_to():
             self._free_at = began + (time.monotonic() - began) / INDEX_SHARE
         for d in batch:
-            planner.record(d.seg, d.keys)
+            planner.record(d.seg, d.keys, d.left_out)
         filt.count_new(sum(news))
 
 
@@ -392,6 +393,7 @@ class _Done:
     seg: Segment
     keys: list[str]
     page: ListedPage
+    left_out: int  # of ``keys``, by the include/exclude globs: the planner counts the kept ones
 
 
 __all__ = ["INDEX_SHARE", "Lister"]

@@ -59,6 +59,7 @@ from typing import Any
 
 from epochfs.sidecar.listing.estimates import listing_progress, skew_and_fair, weigh_in, weighed_spans
 from epochfs.sidecar.listing.gallopfirst import GallopFirst
+from epochfs.sidecar.listing.kept import kept_rest, kept_spans, note_left_out
 from epochfs.sidecar.listing.learning import learn_page, retire
 from epochfs.sidecar.listing.ranges import FolderRanges, promoted_span, unbounded
 from epochfs.sidecar.listing.segments import (
@@ -128,7 +129,7 @@ class Planner:
         self._pending = 0
         """Keys the pages taken and not committed yet may bring (:data:`MAX_PENDING`)."""
         self._reached = 0
-        self._listed = 0
+        self._listed = self._left_out = 0  # every key listed; those the globs left out (:mod:`.kept`)
         self._skew_at: tuple[float, tuple[float, int | None]] | None = None
         """When the skew was last computed, and its value (:meth:`_skew_now`)."""
         self._weighed: list[SpanState] = []
@@ -302,8 +303,9 @@ class Planner:
             # Every span's end is found once no span's open end is left (:attr:`_unbounded`);
             # a serial source's end is its last page.
             ends_found = not self.splittable or self._unbounded <= 0
-            return listing_progress(self._spans, listed=self._listed, reached=self._reached,
-                                    rest=self._queue.rest, pages=pages, ends_found=ends_found,
+            rest = kept_rest(self._spans, self._queue.rest) if self._left_out else self._queue.rest
+            return listing_progress(self._spans, listed=self._listed - self._left_out, reached=self._reached,
+                                    rest=rest, pages=pages, ends_found=ends_found,
                                     skew=self._skew_now(), weighed=self._weighed)
 
     def _skew_now(self) -> tuple[float, int | None]:
@@ -318,12 +320,13 @@ class Planner:
     def _skew(self) -> tuple[float, int | None]:
         """:func:`.skew_and_fair` of the spans, with this planner's estimates."""
         ends_unknown = self.splittable or self.streams_in_key_order  # and read in key order
-        return skew_and_fair(self._spans, self._left, ends_unknown=ends_unknown, in_key_order=ends_unknown)
+        spans, left = kept_spans(self._spans, self._left)  # in the keys the globs keep
+        return skew_and_fair(spans, left, ends_unknown=ends_unknown, in_key_order=ends_unknown)
 
     # ------------------------------------------------------------------ learning
-    def record(self, seg: Segment, keys: list[str]) -> None:
+    def record(self, seg: Segment, keys: list[str], left_out: int = 0) -> None:
         """A page of ``seg`` is committed (``seg.part`` carries its new resume point and done
-        flag; a split, with the segment it was cut from)."""
+        flag; a split, with the segment it was cut from), ``left_out`` of its ``keys`` by the globs."""
         with self._lock:
             span = self._spans[seg.span]
             seg.busy = False
@@ -349,6 +352,7 @@ class Planner:
                 if gallop and far_apart(span, seg.part.start, keys) and keys[0] > (span.cluster or ""):
                     span.cluster = keys[0]  # past names nobody uses: its extent, not the span's
                 self._listed += len(keys)
+                self._left_out += note_left_out(span, seg, left_out)
                 seg.page = min(FULL_PAGE, max(FIRST_PAGE, seg.page * 2))
             end_found = False
             if seg.part.done:

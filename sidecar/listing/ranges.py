@@ -160,7 +160,7 @@ def promoted_span(span_id: int, found: Promotion, seg: Segment, keys: list[str])
     ``found.mine``): they are its listed keys, its shape and its density, so its first estimate
     is the folder's own, not one from the range's other folders."""
     new = SpanState(span_id, found.prefix, end=seg.part.stop, reached=True)
-    seg.span, seg.listed, seg.first, seg.density = new.id, 0, None, None
+    seg.span, seg.listed, seg.left_out, seg.first, seg.density = new.id, 0, 0, None, None
     new.segments.append(seg)
     learn_page(new, seg, keys[-found.mine:])  # as if its first page were the keys in the folder
     return new

@@ -107,6 +107,8 @@ class Segment:
     """The first key listed past its stop, where the segment above it, split off at that stop,
     found it (None: not known): how far its stretch's keys are from the next ones
     (:func:`keys_left`, :data:`GAP_APART`)."""
+    left_out: int = 0
+    """Of its keys listed, those the include/exclude globs leave out (:mod:`.kept`)."""
 
     @property
     def open(self) -> bool:
@@ -119,6 +121,8 @@ class SpanState:
     prefix: str
     segments: list[Segment] = field(default_factory=list)
     listed: int = 0
+    left_out: int = 0
+    """Of its keys listed, those the include/exclude globs leave out (:mod:`.kept`)."""
     learnt: int = 0
     """Keys its shape was learnt from."""
     seen: list[set[str]] = field(default_factory=list)

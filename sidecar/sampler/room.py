@@ -30,6 +30,7 @@ from epochfs.sidecar.reservations import Reservations
 from epochfs.sidecar.sampler.condlog import ConditionLog, RepeatLog
 from epochfs.sidecar.sampler.diskspace import DiskSpace
 from epochfs.sidecar.sampler.pausegauges import DISK_FULL, pause_gauges
+from epochfs.sidecar.sampler.turnshare import bytes_after, within_budget
 from epochfs.sidecar.store import Admission, Candidate, Store
 from epochfs.sidecar.store.stats import CACHE_FULL
 
@@ -106,7 +107,7 @@ class Room:
         sampling), not a failed index (the 600 s soak: a cut made samples evictable while the
         volume was full, and the sampler exited 1).
         """
-        ok = self._write(lambda: self.reservations.reserve(
+        ok = self._free_room_allowed(cand) and self._write(lambda: self.reservations.reserve(
             cand.size, capacity=self.disk.effective_capacity, evict=False))
         if not ok and not lookahead and self._turn_share_left(cand):
             ok = self._write(lambda: self.reservations.reserve(
@@ -116,6 +117,13 @@ class Room:
         if self.reservations.capacity is not None:
             self._record_capacity(self.reservations.capacity)
         return bool(ok)
+
+    def _free_room_allowed(self, cand: Candidate) -> bool:
+        """Whether ``cand`` may take room that is free: up to the epoch budget without limit,
+        above it within the turn's share (:mod:`.turnshare`)."""
+        used = self.reservations.cache_bytes() + self.reservations.reserved
+        return (within_budget(used, cand.size, self._recorded_capacity, self.settings.headroom)
+                or self._turn_share_left(cand))
 
     def _turn_share_left(self, cand: Candidate) -> bool:
         """Whether ``cand`` may evict for its room: in snapshot mode with ``--keep-epochs`` K >= 2
@@ -128,10 +136,10 @@ class Room:
         older, and that cut repeated the epoch before it: every other epoch brought nothing new.
         With K epochs each shifted by ``x`` new bytes, the room left after a cut is ``capacity x
         headroom - (K - 1) x``, so ``x = capacity x headroom / K`` is fetched at every cut. Room
-        that is free (a cache still filling) is taken without this limit, and with no epoch (the
-        fetch benchmark's empty cache) nothing limits the fetch. Reads the index only when a
-        download must evict, itself an index write; the bytes above the newest epoch are summed
-        once per newest epoch and counted on from the reservations made since."""
+        that is free is taken without this limit up to the epoch budget (a cache still filling,
+        :mod:`.turnshare`), and with no epoch (the fetch benchmark's empty cache) nothing limits
+        the fetch. Asked only past that budget; the bytes above the newest epoch are summed once
+        per newest epoch and counted on from the reservations made since."""
         keep = self.settings.keep_epochs
         if self.settings.schedule is not None or keep < 2:
             return True
@@ -144,20 +152,9 @@ class Room:
             extent = self.store.epoch_extent(newest)
             if extent is None:
                 return True
-            self._turn = (newest, self._bytes_after(extent.last, share) + self.reservations.reserved)
+            self._turn = (newest, bytes_after(self.store, extent.last, share) + self.reservations.reserved)
         taken = self._turn[1]
         return taken == 0 or taken + cand.size <= share
-
-    def _bytes_after(self, last: int, enough: int) -> int:
-        """Bytes of the samples admitted after sample ``last``, summed until more than ``enough``."""
-        total = 0
-        while total <= enough:
-            page = self.store.samples_after(last, limit=4096)
-            if not page:
-                break
-            total += sum(s.size for s in page)
-            last = page[-1].id
-        return total
 
     def reserve_repair(self, cand: Candidate) -> bool:
         """Start ``cand`` with no reservation if it is the download of a sample waiting for its
