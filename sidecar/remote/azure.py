@@ -1,7 +1,6 @@
 """``az://container/prefix``: Azure Blob Storage through adlfs (fsspec's Azure filesystem, over
-azure-storage-blob), listed by the SDK's flat ``List Blobs`` and opened as :mod:`.fsspec` opens
-any fsspec filesystem's objects. Its requests take the route of every other scheme
-(:func:`with_route`).
+azure-storage-blob), listed by the SDK's flat ``List Blobs`` and read by its ranged ``Get Blob``
+(:class:`AzureReader`). Its requests take the route of every other scheme (:func:`with_route`).
 
 URLs: ``az://<container>/<prefix>``, also ``abfs://`` and ``abfss://`` (adlfs's names), and
 ``<scheme>://<container>@<account>.blob.core.windows.net/<prefix>`` (or ``.dfs.``), which names
@@ -25,9 +24,9 @@ files) and which uploaders may set for blobs written in blocks; Azure keeps no f
 (its CRC64 checks one transfer, not the stored blob). A body read with ``checksum`` carries that
 md5 as its ETag-style hex md5 (:meth:`AzureRemote.checksums`), which the downloader verifies
 (``etag-md5``, :func:`~epochfs.sidecar.remote.checksums.choose`); a blob without one is checked
-by its size (``size-only``). The md5 is read from the blob's properties when it is opened (one
-``Get Blob Properties``), so it is the blob's own, not that of a range. Errors are typed by
-:func:`~epochfs.sidecar.remote.errors.azure_kind` where they arise. Version tags: the ETag.
+by its size (``size-only``). The md5 is read from the blob's properties when it is opened, so it
+is the blob's own, not that of a range; the body is then read as that version or not at all
+(:class:`AzureReader`). Errors are typed by :func:`~.errors.azure_kind` where they arise.
 """
 
 from __future__ import annotations
@@ -37,13 +36,14 @@ import binascii
 import contextlib
 import logging
 import os
+import re
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any, ClassVar
 from urllib.parse import urlsplit
 
-from epochfs.sidecar.remote.base import RemoteError
+from epochfs.sidecar.remote.base import Reader, RemoteError, Transient
 from epochfs.sidecar.remote.errors import Translated, azure_kind
-from epochfs.sidecar.remote.fsspec import CONNECT_TIMEOUT, FsspecRemote, session_proxy
+from epochfs.sidecar.remote.fsspec import CONNECT_TIMEOUT, FsspecRemote, range_past_the_end, session_proxy
 from epochfs.sidecar.remote.registry import BACKENDS
 from epochfs.sidecar.remote.urls import split_url
 
@@ -52,6 +52,10 @@ AZURE = Translated(azure_kind)
 
 SCHEMES = next(backend.schemes for backend in BACKENDS if backend.module == __name__.rsplit(".", 1)[1])
 """The URL schemes of Azure Blob URLs: the registry's line for this module (written once)."""
+
+
+CONTAINER = re.compile(r"\$root|\$logs|\$web|(?=.{3,63}$)[a-z0-9]+(?:-[a-z0-9]+)*")
+"""The names Azure gives containers, its special ones too."""
 
 
 def content_md5(details: Mapping[str, Any]) -> str | None:
@@ -73,6 +77,50 @@ def content_md5(details: Mapping[str, Any]) -> str | None:
     return None
 
 
+def quoted(etag: object) -> str:
+    """An ETag as adlfs quotes it (``"0x8D..."``): the version tag of a listing and of a read."""
+    return f'"{str(etag).strip(chr(34))}"' if etag else ""
+
+
+class AzureReader(Reader):
+    """One blob's body, by ranged ``Get Blob`` requests (one a ``readinto``: the downloader asks a
+    block at a time), each with the ETag the blob had when opened (``If-Match``): a blob
+    overwritten meanwhile (a block list committed at once, no Content-MD5 to catch the mix) fails
+    the read as :class:`~.base.Transient`, never joins one version's bytes to another's under the
+    first's ETag. Bodies come as stored (``decompress=False``): a blob written with
+    ``Content-Encoding: gzip`` is the bytes its listed size and Content-MD5 describe."""
+
+    def __init__(self, remote: AzureRemote, name: str, client: Any, properties: Any) -> None:
+        self._remote, self._name, self._client, self._pos = remote, name, client, 0
+        self._version = properties.etag
+        self.size = int(properties.size or 0)
+        self.etag = quoted(properties.etag) or None
+
+    def read(self, n: int) -> bytes:
+        buf = bytearray(max(n, 0))
+        return bytes(buf[:self.readinto(memoryview(buf))])
+
+    def readinto(self, buf: memoryview) -> int:
+        want = min(len(buf), (self.size or 0) - self._pos)
+        if want <= 0:
+            return 0
+        from azure.core import MatchConditions
+        from azure.core.exceptions import ResourceModifiedError
+
+        with AZURE:
+            try:
+                data = self._remote.download(self._client, self._pos, want, etag=self._version,
+                                             match_condition=MatchConditions.IfNotModified)
+            except ResourceModifiedError as e:  # 412
+                raise Transient(f"{self._name}: overwritten while it was read (its ETag is no "
+                                f"longer {self.etag}): read again") from e
+        if len(data) != want:
+            raise Transient(f"{self._name}: {len(data)} bytes at {self._pos}, {want} asked")
+        buf[:want] = data
+        self._pos += want
+        return want
+
+
 class AzureRemote(FsspecRemote):
     """A container (and a prefix in it) of an Azure storage account, through adlfs."""
 
@@ -82,9 +130,7 @@ class AzureRemote(FsspecRemote):
         super().__init__(url=url, fs=fs)
         self.root = root
 
-    def missing_bucket(self, bucket: str) -> str:
-        """A container that does not exist lists as an empty one (:meth:`object_pages`); the
-        empty listing is checked (:meth:`~.fsspec.FsspecRemote.no_objects`) and said in Azure's words."""
+    def missing_bucket(self, bucket: str) -> str:  # a missing container lists empty: no_objects
         return f"the storage account has no container {bucket!r}"
 
     def first_entry(self) -> bool:
@@ -115,13 +161,10 @@ class AzureRemote(FsspecRemote):
 
     def object_pages(self) -> Iterator[Sequence[dict[str, Any]]]:
         """The blobs whose names start with ``<root>/``, a page at a time, from the SDK's flat
-        ``List Blobs`` (no delimiter) on the client and the event loop adlfs made: each blob once,
-        named as stored. adlfs's walk merged a blob ``x/a`` with the folder ``x/a/`` (listed
-        twice, ``x/a/b`` never) and dropped the keys with an empty segment, and its ``find``
-        strips a marker's trailing ``/`` and holds the whole container in memory. A folder of a
-        hierarchical namespace (``hdi_isfolder``) or one adlfs made (``is_directory``) is a
-        directory entry, not an object. A container that does not exist lists nothing
-        (:meth:`~.fsspec.FsspecRemote.no_objects` names it)."""
+        ``List Blobs`` on adlfs's client and loop: each blob once, named as stored (adlfs's walk
+        merged ``x/a`` with the folder ``x/a/``, dropped keys with an empty segment, and its
+        ``find`` holds the whole container in memory). Folder entries (``hdi_isfolder``,
+        ``is_directory``) are not objects; a missing container lists nothing (:meth:`no_objects`)."""
         from azure.core.exceptions import ResourceNotFoundError
         from fsspec.asyn import sync
 
@@ -157,6 +200,45 @@ class AzureRemote(FsspecRemote):
     def checksums(self, details: dict[str, Any]) -> tuple[tuple[str, str] | None, str | None]:
         return None, content_md5(details)
 
+    def download(self, client: Any, start: int, length: int, **conditions: Any) -> bytes:
+        """``length`` bytes of a blob from ``start`` as stored (``decompress=False``), by one
+        ranged ``Get Blob`` of the SDK's ``client`` under ``conditions`` (an ``If-Match``)."""
+        from fsspec.asyn import sync
+
+        async def get() -> bytes:
+            stream = await client.download_blob(offset=start, length=length, decompress=False, **conditions)
+            return bytes(await stream.readall())
+
+        return bytes(sync(self._fs.loop, get))
+
+    def open(self, key: str, *, checksum: bool = False) -> Reader:
+        """The blob's properties (one ``Get Blob Properties``: its ETag, size and Content-MD5), then
+        its body by an :class:`AzureReader` that reads that version or fails."""
+        from fsspec.asyn import sync
+
+        name = self._path(key)
+        container, _, blob = name.partition("/")
+        with self.errors:
+            client = self._fs.service_client.get_blob_client(container, blob)
+            properties = sync(self._fs.loop, client.get_blob_properties)
+        reader = AzureReader(self, name, client, properties)
+        if checksum:
+            reader.content_md5 = content_md5({"content_settings": properties.content_settings})
+        return reader
+
+    def read_range(self, key: str, start: int, length: int) -> bytes:
+        """A range of the blob as stored (a gzip-encoded blob's own bytes); past the end: empty."""
+        if length <= 0:
+            return b""
+        container, _, blob = self._path(key).partition("/")
+        with self.errors:
+            try:
+                return self.download(self._fs.service_client.get_blob_client(container, blob), start, length)
+            except Exception as e:
+                if range_past_the_end(e):
+                    return b""
+                raise
+
     def object_size(self, key: str) -> int | None:
         with self.errors:
             size = self._fs.size(self._path(key))
@@ -165,15 +247,12 @@ class AzureRemote(FsspecRemote):
 
 def blob_details(container: str, blob: Any) -> dict[str, Any]:
     """fsspec's details of a listed blob (the SDK's ``BlobProperties``): its name with the
-    container, as stored (a trailing ``/`` kept: a folder marker), its size, its ETag quoted as
-    adlfs quotes it (the version tag the listing gave before), and ``type`` ``directory`` for a
-    folder entry (adlfs's ``is_directory`` or a hierarchical namespace's ``hdi_isfolder``)."""
+    container as stored (a marker's ``/`` kept), its size, its ETag (:func:`quoted`), and ``type``
+    ``directory`` for a folder entry (adlfs's ``is_directory``, a namespace's ``hdi_isfolder``)."""
     metadata = {str(k).lower(): str(v).lower() for k, v in (getattr(blob, "metadata", None) or {}).items()}
     folder = metadata.get("is_directory") == "true" or metadata.get("hdi_isfolder") == "true"
-    etag = getattr(blob, "etag", None)
     return {"name": f"{container}/{blob.name}", "size": int(blob.size or 0),
-            "etag": f'"{str(etag).strip(chr(34))}"' if etag else "",
-            "type": "directory" if folder else "file"}
+            "etag": quoted(getattr(blob, "etag", None)), "type": "directory" if folder else "file"}
 
 
 def parse_url(url: str) -> tuple[str, str | None, str]:
@@ -229,9 +308,8 @@ def without_sdk_retries(fs: Any) -> None:
     """Switch off the Azure SDK's own retries (three, 15 s and more apart, connection errors and
     5xx alike), as :mod:`.s3` switches off botocore's: the downloader retries with its own backoff,
     counts an outage and narrows its window when throttled, which it could not do while the SDK
-    spent a minute on one object. adlfs makes the client without a way to pass ``retry_total``;
-    azure-storage-blob keeps the policy every client of the account shares (its containers' and
-    blobs' too) as the client's ``_config.retry_policy``, where it is set here."""
+    spent a minute on one object. adlfs has no way to pass ``retry_total``: it is set on the
+    policy every client of the account shares (``_config.retry_policy``)."""
     policy = getattr(getattr(fs.service_client, "_config", None), "retry_policy", None)
     if policy is not None and hasattr(policy, "total_retries"):
         policy.total_retries = 0
@@ -242,10 +320,9 @@ SDK_REQUEST_LOG = "azure.core.pipeline.policies.http_logging_policy"
 
 
 def quiet_sdk_logs() -> None:
-    """Keep the Azure SDK's log of every request and answer out of the sampler's log, where it
-    was all but every line (1,435 of them for 19 samples); its warnings still pass. Failures
-    are the downloader's and the listing's to say, once, at the level they deserve. A level set
-    on that logger by the user (its own handler's configuration) is kept."""
+    """Keep the Azure SDK's log of every request and answer (1,435 lines for 19 samples) out of
+    the sampler's log; its warnings pass, and so does a level the user set on that logger.
+    Failures are the downloader's and the listing's to say, once, at the level they deserve."""
     log = logging.getLogger(SDK_REQUEST_LOG)
     if log.level == logging.NOTSET:
         log.setLevel(logging.WARNING)
@@ -254,12 +331,9 @@ def quiet_sdk_logs() -> None:
 def with_timeouts(fs: Any, read_timeout: float) -> None:
     """Give the Azure SDK's requests ``read_timeout`` seconds to wait for the store's next byte
     (and :data:`~.fsspec.CONNECT_TIMEOUT` at most to connect), as ``--read-timeout`` says for
-    every remote: azure-storage-blob waits 60 s for a read and 20 s to connect whatever the
-    flag says, so a store that accepts and never answers held the sampler's start (SIGTERM
-    waited on it too). adlfs passes its own ``read_timeout`` to uploads and downloads only, not
-    to listings; the SDK reads both timeouts at each request from the connection settings of
-    the transport that every client of the account shares (its containers' and blobs'), where
-    they are set here."""
+    every remote: the SDK waits 60 s for a read and 20 s to connect whatever the flag says (a
+    store that accepts and never answers held the start, and SIGTERM). It reads both at each
+    request from the connection settings of the transport every client of the account shares."""
     transport = getattr(getattr(fs.service_client, "_pipeline", None), "_transport", None)
     config = getattr(transport, "connection_config", None)
     if config is not None and hasattr(config, "read_timeout"):
@@ -269,17 +343,13 @@ def with_timeouts(fs: Any, read_timeout: float) -> None:
 
 def with_route(fs: Any) -> None:
     """Send the Azure SDK's requests by the route every other scheme takes: the environment's
-    proxy as botocore would take it for the account's endpoint (:func:`~.fsspec.session_proxy`:
-    ``HTTP(S)_PROXY`` by the endpoint's scheme, ``NO_PROXY`` by botocore's rule, ``host:port``
-    entries too; a proxy URL without a scheme read as ``http://``; an ``https://`` one used), or
-    straight. The SDK's transport, which every client of the account shares, would make its
-    aiohttp session at the first request with ``trust_env=True``, and aiohttp's own rules then
-    went straight past an ``https://`` proxy, matched ``NO_PROXY`` on the host alone, and failed
-    every request through a proxy URL without a scheme with the credentials in the message. So
-    the transport is handed its session here, made as the SDK makes it (no cookies, bodies as
-    stored) but reading no variable, its proxy given. Raises :class:`RemoteError` for a proxy
-    that cannot be used, or a transport this can give no session, rather than requests that go
-    straight."""
+    proxy as botocore would take it for the account's endpoint (:func:`~.fsspec.session_proxy`),
+    or straight. The SDK's transport, which every client of the account shares, would make its
+    aiohttp session with ``trust_env=True``, whose own rules went straight past an ``https://``
+    proxy, matched ``NO_PROXY`` on the host alone, and put a scheme-less proxy URL's credentials
+    in its errors. So the transport is handed its session here, made as the SDK makes it (no
+    cookies, bodies as stored) but reading no variable. Raises :class:`RemoteError` for a proxy
+    that cannot be used, or a transport that takes no session, rather than going straight."""
     import aiohttp
     from fsspec.asyn import sync
 
@@ -303,13 +373,16 @@ def open_azure(url: str, *, endpoint_url: str | None = None, read_timeout: float
                **_: Any) -> AzureRemote:
     """``az://container/prefix`` (also ``abfs://``, ``abfss://``) through adlfs; ``endpoint_url``:
     the account's blob endpoint (an emulator, a private endpoint), else Azure's own. Its requests
-    go through the environment's proxy for that endpoint, as an ``s3://`` remote's do
-    (:func:`with_route`)."""
+    go through the environment's proxy for that endpoint (:func:`with_route`). A container name
+    Azure cannot hold is refused with its rule: Azure's 400 for it read as a refused credential."""
     import adlfs  # the registry names the extra when it is missing
 
     quiet_sdk_logs()
     container, host, prefix = parse_url(url)
     options = client_options(host, endpoint_url, os.environ)
+    if not CONTAINER.fullmatch(container):
+        raise RemoteError(f"{url}: {container!r} is not an Azure container name (3 to 63 lower-case "
+                          "letters, digits and single hyphens, starting and ending with a letter or digit)")
     try:
         fs = adlfs.AzureBlobFileSystem(**options, read_timeout=read_timeout, use_listings_cache=False,
                                        skip_instance_cache=True)
@@ -322,6 +395,6 @@ def open_azure(url: str, *, endpoint_url: str | None = None, read_timeout: float
     return AzureRemote(url=url, fs=fs, root=f"{container}/{prefix}".rstrip("/"))
 
 
-__all__ = ["AZURE", "SCHEMES", "SDK_REQUEST_LOG", "AzureRemote", "blob_details", "client_options",
-           "content_md5", "open_azure", "parse_url", "quiet_sdk_logs", "with_route", "with_timeouts",
-           "without_sdk_retries"]
+__all__ = ["AZURE", "CONTAINER", "SCHEMES", "SDK_REQUEST_LOG", "AzureReader", "AzureRemote", "blob_details",
+           "client_options", "content_md5", "open_azure", "parse_url", "quiet_sdk_logs", "quoted",
+           "with_route", "with_timeouts", "without_sdk_retries"]

@@ -132,9 +132,10 @@ def failure_reason(exc: BaseException) -> str:
             return f"host name does not resolve ({link.strerror or link})"
     for link in links:
         if isinstance(link, ssl.SSLCertVerificationError):
-            return f"TLS certificate refused ({link.verify_message or link})"
+            # aiohttp's ClientConnectorCertificateError is one too, without ssl's attributes.
+            return f"TLS certificate refused ({getattr(link, 'verify_message', None) or link})"
         if isinstance(link, ssl.SSLError):
-            return f"TLS failed ({link.reason or link})"
+            return f"TLS failed ({getattr(link, 'reason', None) or link})"
     for link in links:
         if isinstance(link, (TimeoutError, _asyncio_timeout())):
             return "timed out"

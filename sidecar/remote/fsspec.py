@@ -17,7 +17,7 @@ from collections.abc import Iterator, Sequence
 from typing import Any, ClassVar, NoReturn
 from urllib.parse import urlsplit
 
-from epochfs.sidecar.remote.base import BLOCK, Reader, Remote, RemoteError, RemoteObject
+from epochfs.sidecar.remote.base import BLOCK, Changed, Reader, Remote, RemoteError, RemoteObject
 from epochfs.sidecar.remote.errors import Translated, aiohttp_kind, translate
 from epochfs.sidecar.remote.refusal import NoSuchBucket
 from epochfs.sidecar.remote.urls import split_url
@@ -32,17 +32,14 @@ def range_past_the_end(e: BaseException) -> bool:
     """Whether ``e`` is a 416 answer (a range that starts at or past the end of the object), as
     gcsfs (``code``), aiohttp (``status``) or the Azure SDK (``status_code``) reports it."""
     status = getattr(e, "status", None)  # aiohttp's (its ``code`` is deprecated)
-    if status is None:
-        status = getattr(e, "status_code", None)
+    status = getattr(e, "status_code", None) if status is None else status
     return (status if status is not None else getattr(e, "code", None)) == 416
 
 
 def stored_checksums(details: dict[str, Any]) -> tuple[tuple[str, str] | None, str | None]:
-    """The checksums a store keeps for an object, from its metadata as fsspec gives it (the file's
-    ``details``): GCS's ``crc32c`` (base64 of the big-endian CRC32C, the form S3's
-    ``x-amz-checksum-crc32c`` takes, so the downloader verifies it as it does S3's) and
-    ``md5Hash`` (base64; as a hex md5 ETag, what composite objects lack). Without them a gs://
-    body was checked by its size alone."""
+    """The checksums a store keeps for an object, from fsspec's ``details``: GCS's ``crc32c``
+    (base64 of the big-endian CRC32C, the form of S3's ``x-amz-checksum-crc32c``, verified as
+    S3's is) and ``md5Hash`` (base64; as a hex md5 ETag, what composite objects lack)."""
     crc = details.get("crc32c")
     full = ("crc32c", str(crc)) if isinstance(crc, str) and crc else None
     etag = None
@@ -63,10 +60,9 @@ def said(e: BaseException) -> str:
 
 
 class FsspecReader(Reader):
-    """An fsspec file opened for a streamed read (no read-ahead cache); ``errors`` types what its
-    library raises (aiohttp's by default). An HTTP stream (``HTTPStreamFile``: no size in its
-    details; ``r``: aiohttp's answer) is sized by its Content-Length, else, chunked, at its last
-    chunk (one cut off raises): a body of another size than listed is Changed, not retried."""
+    """An fsspec file read as a stream (no read-ahead cache); ``errors`` types what its library
+    raises (aiohttp's by default). An HTTP stream (``HTTPStreamFile``, ``r``: aiohttp's answer) is
+    sized by its Content-Length, else, chunked, at its last chunk: another size than listed is Changed."""
 
     def __init__(self, f: Any, *, size: int | None = None, errors: Translated = FSSPEC) -> None:
         self._f = f
@@ -90,6 +86,8 @@ class FsspecReader(Reader):
                     if self._chunked:  # its end, the last chunk read: the whole body's size
                         self.size = self._got + got
                     break
+                if len(chunk) > len(buf) - got:  # a library that inflated the body as it read it
+                    raise Changed(f"{len(chunk)} bytes read where {len(buf) - got} were asked")
                 buf[got:got + len(chunk)] = chunk
                 got += len(chunk)
         self._got += got
@@ -100,8 +98,24 @@ class FsspecReader(Reader):
             self._f.close()
 
 
-LIST_PAGE = 1000
-"""Objects a listing request asks for (GCS's most)."""
+class Ranges:
+    """An object read a range at a time (``cat_file``, as gcsfs's file reads it) up to its size."""
+
+    def __init__(self, fs: Any, path: str, details: dict[str, Any]) -> None:
+        self._fs, self._path, self.details, self._at = fs, path, details, 0
+        self.size = int(details.get("size") or 0)
+
+    def read(self, n: int) -> bytes:
+        n = min(n, self.size - self._at)
+        data: bytes = self._fs.cat_file(self._path, start=self._at, end=self._at + n) if n > 0 else b""
+        self._at += len(data)
+        return data
+
+    def close(self) -> None:  # nothing held between ranges: each is its own request
+        return None
+
+
+LIST_PAGE = 1000  # objects a listing request asks for (GCS's most)
 
 
 def version_tag(info: dict[str, Any]) -> str:
@@ -110,9 +124,8 @@ def version_tag(info: dict[str, Any]) -> str:
 
 
 class FsspecRemote(Remote):
-    """Any fsspec filesystem (``gs://``): a flat listing of the names under the root and
-    ``fs.open`` per object. A filesystem whose library raises other errors, or keeps other
-    checksums, than gcsfs says so by :attr:`errors` and :meth:`checksums` (:mod:`.azure`)."""
+    """Any fsspec filesystem (``gs://``): a flat listing of the names under the root, and each
+    object read by ranges. Another library's errors and checksums: :attr:`errors`, :meth:`checksums`."""
 
     sorted_listing = True  # a flat listing comes in name order (file/folder clashes are found)
     errors: ClassVar[Translated] = FSSPEC
@@ -129,19 +142,14 @@ class FsspecRemote(Remote):
 
     def list(self) -> Iterator[RemoteObject]:
         """Every object under the root, once each with its true key, in name order: the store's
-        flat listing of the names under ``<root>/`` (:meth:`object_pages`). fsspec's walk of
-        folders made keys up (gcsfs: ``d//s.bin`` as a 0-byte file ``d``; adlfs: the blob ``x/a``
-        merged with the folder ``x/a/``, ``x/a/b`` never listed), so the shared checks of keys
-        never saw the real ones and a phantom was admitted as an empty sample. An object named as
-        the root is not under it (nor under S3's prefix ``<root>/``); folder entries (a
-        hierarchical namespace's) are not objects. The root not found is an empty listing, or a
-        :class:`RemoteError` when its bucket does not exist (:meth:`no_objects`).
-
-        A failure is a :class:`RemoteError` (``cannot list <url>: ...``), as S3's and the HTTP
-        index's listings raise it, from the typed failure :attr:`errors` finds (when one does): the
-        kind is decided here, by the rule of this filesystem's library, and read from the chain by
-        :func:`~.errors.may_answer_later`, :func:`~.backoff.is_throttled` and the refusal's cause
-        (:mod:`.refusal`)."""
+        flat listing of the names under ``<root>/`` (:meth:`object_pages`); fsspec's walk of
+        folders made keys up (gcsfs: ``d//s.bin`` as a 0-byte file ``d``), which the shared checks
+        of keys never saw. An object named as the root is not under it (nor under S3's prefix
+        ``<root>/``); folder entries are not objects. The root not found is an empty listing, or a
+        :class:`RemoteError` when its bucket does not exist (:meth:`no_objects`). A failure is a
+        :class:`RemoteError` (``cannot list <url>: ...``) from the typed failure :attr:`errors`
+        finds, read by :func:`~.errors.may_answer_later`, :func:`~.backoff.is_throttled` and
+        :mod:`.refusal`."""
         under = self.root + "/"
         paged = listed = False
         try:
@@ -162,12 +170,9 @@ class FsspecRemote(Remote):
             self.no_objects()
 
     def object_pages(self) -> Iterator[Sequence[dict[str, Any]]]:
-        """The objects whose names start with ``<root>/``, a page at a time, as fsspec's details
-        (``name`` with the bucket, ``size``, ``type``, the version's fields): gcsfs's request for
-        one page of a flat listing (``delimiter=""``: names as stored, empty segments and a
-        trailing ``/`` kept) and its reading of an object's resource, which gcsfs keeps private
-        (its ``find`` holds the whole bucket in memory: millions of keys); another filesystem's
-        ``find`` (files only) as one page."""
+        """The objects whose names start with ``<root>/``, a page at a time, as fsspec's details:
+        gcsfs's private request for one page of a flat listing (``delimiter=""``: names as stored;
+        its ``find`` holds the whole bucket in memory); another filesystem's ``find`` as one page."""
         fs = self._fs
         page_of = getattr(fs, "_call_list_objects", None)
         details = getattr(fs, "_process_object", None)
@@ -187,19 +192,15 @@ class FsspecRemote(Remote):
                 return
 
     def cannot_list(self, e: Exception) -> NoReturn:
-        """Raise the listing's failure ``e`` as a :class:`RemoteError` from its typed failure
-        (from ``e`` itself when no rule knows it)."""
+        """Raise the listing's failure ``e`` as a :class:`RemoteError` from its typed failure."""
         failure = translate(e, self.errors.rule)
         raise RemoteError(f"cannot list {self.url}: {said(e)}") from (failure or e)
 
     def probe(self) -> None:
-        """The listing's first request alone, at the start: whether the root holds anything
-        (:meth:`first_entry`). It fails as :meth:`list` fails (``cannot list <url>: ...`` from
-        the typed failure; a bucket that does not exist named by :meth:`no_objects`), so a store
-        that refuses the listing (credentials, access, no such bucket) ends the sampler's start
-        with the fix named, as S3's first page does; the listing alone meets the refusal only in
-        the listing beside the sampler, which tries it again for ever. One request of one
-        result, not a whole page."""
+        """The listing's first request alone (one result, :meth:`first_entry`), at the start: it
+        fails as :meth:`list` fails (a missing bucket named by :meth:`no_objects`), so a store that
+        refuses the listing ends the sampler's start with the fix named, as S3's first page does,
+        not the listing beside the sampler, which would try it again for ever."""
         try:
             found = self.first_entry()
         except FileNotFoundError:  # gcsfs's 404: no such prefix, or no such bucket
@@ -210,15 +211,13 @@ class FsspecRemote(Remote):
             self.no_objects()
 
     def first_entry(self) -> bool:
-        """Whether the root holds an object or a folder, from one listing request: gcsfs asks
-        for one result (``maxResults=1``; a second request, for an object of the root's own
-        name, when the root holds nothing)."""
+        """Whether the root holds an object or a folder, from one listing request of one result
+        (``maxResults=1``; gcsfs asks for an object of the root's name when the root is empty)."""
         return bool(self._fs.ls(self.root, detail=False, max_results=1))
 
     def no_objects(self) -> None:
-        """The root lists no object: an empty dataset, unless the bucket itself does not exist
-        (a typo in the URL), which raises :class:`RemoteError` from a
-        :class:`~.refusal.NoSuchBucket` (the refusal's cause: the bucket's name)."""
+        """The root lists no object: an empty dataset, unless the bucket does not exist (a typo),
+        a :class:`RemoteError` from a :class:`~.refusal.NoSuchBucket` (the refusal's cause)."""
         bucket = self.root.split("/", 1)[0]
         try:
             self._fs.info(bucket)
@@ -228,8 +227,7 @@ class FsspecRemote(Remote):
         except Exception:  # a credential that may list but not read the bucket's metadata: empty
             pass
 
-    def missing_bucket(self, bucket: str) -> str:
-        """How the store says that ``bucket`` does not exist."""
+    def missing_bucket(self, bucket: str) -> str:  # in the store's own words
         return f"no bucket {bucket!r}"
 
     def checksums(self, details: dict[str, Any]) -> tuple[tuple[str, str] | None, str | None]:
@@ -237,9 +235,23 @@ class FsspecRemote(Remote):
         ``(algorithm, base64)``, the hex md5 of the body), each None when it has none."""
         return stored_checksums(details)
 
+    def object_details(self, path: str) -> dict[str, Any] | None:
+        """The object's resource by one request (gcsfs's ``_get_object``), where gcsfs's file asks
+        ``info``, which adds a listing of a folder of that name (3 requests before the body, one a
+        billed objects.list). None for a filesystem without it (its own file is opened)."""
+        get = getattr(self._fs, "_get_object", None)
+        if get is None:
+            return None
+        from fsspec.asyn import sync
+
+        return dict(sync(self._fs.loop, get, path))
+
     def open(self, key: str, *, checksum: bool = False) -> Reader:
+        path = self._path(key)
         with self.errors:
-            f = self._fs.open(self._path(key), "rb", block_size=BLOCK, cache_type="none")
+            known = self.object_details(path)
+            f = (Ranges(self._fs, path, known) if known is not None
+                 else self._fs.open(path, "rb", block_size=BLOCK, cache_type="none"))
         details = getattr(f, "details", None) or {}
         reader = FsspecReader(f, size=getattr(f, "size", None), errors=self.errors)
         reader.etag = version_tag(details) or None  # the version opened: the listing's may be older
@@ -261,8 +273,7 @@ class FsspecRemote(Remote):
         return data
 
     def object_size(self, key: str) -> int | None:
-        """The size from the object's metadata (one request), for a reader that seeks: an index
-        in Parquet on ``gs://`` is read by ranges (:func:`~.objects.open_ranged`)."""
+        """The size from the object's metadata, for a reader that seeks (:func:`~.objects.open_ranged`)."""
         with self.errors:
             size = self._fs.size(self._path(key))
         return int(size) if size is not None else None
@@ -276,18 +287,14 @@ class FsspecRemote(Remote):
 
 BUCKET_TYPE_WARNINGS = ("Could not determine bucket type", "lack permissions for storage layout api",
                         "Could not determine if bucket")
-"""gcsfs's warnings that it could not learn a bucket's layout (hierarchical or zonal) from the
-Storage Control API and falls back to the plain JSON API: without Google credentials (an emulator,
-a public bucket) or that API's permission, it asks again and warns again at every request (99
-times for 19 objects)."""
+"""gcsfs's warnings that it could not learn a bucket's layout from the Storage Control API (no
+Google credentials: an emulator, a public bucket), said again at every request it falls back."""
 
 
 class _OneTryLog(logging.Filter):
-    """Drops gcsfs's "out of retries" record, an ERROR with a traceback that its one try now
-    writes for every failed request (each 429 of a throttled bucket among them): the downloader
-    and the listing say what failed, at the level it deserves. Lets each of gcsfs's bucket-layout
-    warnings (:data:`BUCKET_TYPE_WARNINGS`) through once per run: it says the same of every
-    request, and the fallback it names is what every later request takes."""
+    """Drops gcsfs's "out of retries" record, an ERROR with a traceback for every failed request
+    of its one try (each 429 among them): the downloader and the listing say what failed, at the
+    level it deserves. Lets each bucket-layout warning (:data:`BUCKET_TYPE_WARNINGS`) through once."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -309,11 +316,10 @@ class _OneTryLog(logging.Filter):
 def one_try_gcs() -> type:
     """gcsfs's filesystem with its own retries off, as :mod:`.s3` switches off botocore's and
     :mod:`.azure` the Azure SDK's: gcsfs tries each request six times, 1 to 32 s apart
-    (``retry_request``), so a GCS server that was down took 34 s to fail one GET, and the
-    downloader, which retries with its own backoff, counts an outage and narrows its window when
-    throttled, could do none of it meanwhile. gcsfs binds the count when its class is made (a
-    decorator on ``_request``, no option), so this subclass wraps the undecorated request again
-    with one try."""
+    (``retry_request``): 34 s to fail one GET of a server that was down, while the downloader,
+    which retries with its own backoff, counts an outage and narrows its window when throttled,
+    could do none of it. gcsfs binds the count when its class is made (a decorator on
+    ``_request``), so this subclass wraps the undecorated request again with one try."""
     import gcsfs
     from gcsfs.retry import retry_request
 
@@ -334,10 +340,9 @@ CONNECT_TIMEOUT = 10.0
 
 def request_timeout(read_timeout: float) -> Any:
     """aiohttp's timeout for each request: ``read_timeout`` seconds of silence on the socket, and
-    :data:`CONNECT_TIMEOUT` to connect; no bound on the whole request, which a large body read
-    slowly but steadily may take long to fill. Without it gcsfs waits on a store that accepts
-    and never answers for as long as the connection stays open (minutes: the start's first
-    request never ended, and neither did the sampler, SIGTERM or not)."""
+    :data:`CONNECT_TIMEOUT` to connect; no bound on the whole request (a large body read slowly
+    but steadily). Without it gcsfs waits on a store that accepts and never answers for as long
+    as the connection stays open, SIGTERM or not."""
     import aiohttp
 
     return aiohttp.ClientTimeout(total=None, sock_connect=min(CONNECT_TIMEOUT, read_timeout),
@@ -346,14 +351,11 @@ def request_timeout(read_timeout: float) -> Any:
 
 def session_proxy(url: str) -> dict[str, Any]:
     """The options of an aiohttp session whose requests go to ``url``'s host: through the
-    environment's proxy as botocore would send them there (:func:`.httpproxy.environ_proxy`, the
-    route of the ``s3://`` remote), ``{"proxy": its URL}``, or straight, ``{}``. aiohttp reads no
-    proxy variable unless told to (``trust_env``, whose rules are its own: an ``https://`` proxy
-    dropped, ``NO_PROXY`` matched on the host alone, ``~/.netrc`` read), so gcsfs and fsspec's HTTP
-    filesystem went straight out of a cluster whose ``s3://`` traffic took the proxy. Says once
-    per remote which proxy it takes (credentials masked). Raises :class:`RemoteError` for a proxy
-    URL that cannot be used (``socks5://``), or an aiohttp whose sessions take no proxy (an old
-    one), rather than a request that goes straight."""
+    environment's proxy as botocore would send them there (:func:`.httpproxy.environ_proxy`),
+    ``{"proxy": its URL}``, or straight, ``{}``: aiohttp's own ``trust_env`` rules (an ``https://``
+    proxy dropped, ``NO_PROXY`` matched on the host alone) are not the ``s3://`` remote's. Says
+    once which proxy it takes (credentials masked). Raises :class:`RemoteError` for a proxy URL
+    that cannot be used (``socks5://``), or an aiohttp whose sessions take no proxy."""
     import inspect
 
     import aiohttp
@@ -377,22 +379,20 @@ def session_proxy(url: str) -> dict[str, Any]:
 
 def open_gcs(url: str, *, endpoint_url: str | None = None, read_timeout: float = 30.0,
              **_: Any) -> Remote:
-    """``gs://bucket/prefix`` (also ``gcs://``) through gcsfs, with its own retries off
-    (:func:`one_try_gcs`); ``endpoint_url``: another GCS endpoint (an emulator, a private
-    endpoint), else gcsfs's own (or ``STORAGE_EMULATOR_HOST``); ``read_timeout``: seconds a
-    request may wait for the store's next byte (:func:`request_timeout`). Its requests go through
-    the environment's proxy for that endpoint, as an ``s3://`` remote's do (:func:`session_proxy`).
-
-    Without gcsfs's caches: the listing beside the sampler keeps this remote and lists it
-    again and again, and gcsfs would answer every relisting from the folders it listed first
-    (objects written since never seen, deleted ones still listed), and hand the next remote of
-    the same options the same filesystem, caches and all."""
-    options: dict[str, Any] = {"endpoint_url": endpoint_url} if endpoint_url else {}
+    """``gs://bucket/prefix`` (also ``gcs://``) through gcsfs, its own retries off
+    (:func:`one_try_gcs`); ``endpoint_url``: another GCS endpoint (an emulator), else gcsfs's own
+    (or ``STORAGE_EMULATOR_HOST``); ``read_timeout``: :func:`request_timeout`; through the
+    environment's proxy for that endpoint (:func:`session_proxy`). Without gcsfs's caches: they
+    would answer every relisting from the first (new objects never seen, deleted ones listed)."""
+    # gcsfs adds "/storage/v1/...": an endpoint's own trailing "/" made "//storage", a 404.
+    options: dict[str, Any] = {"endpoint_url": endpoint_url.rstrip("/")} if endpoint_url else {}
     fs = one_try_gcs()(**options, requests_timeout=request_timeout(read_timeout), use_listings_cache=False,
                        skip_instance_cache=True)
     # The session is made at the first request, for the endpoint gcsfs settled on (endpoint_url,
     # STORAGE_EMULATOR_HOST or Google's; ``base``: its API's URL there): that endpoint's route.
-    fs.session_kwargs = {**fs.session_kwargs, **session_proxy(fs.base)}
+    # Bodies as stored: an object written with Content-Encoding gzip is the bytes its size and its
+    # CRC32C describe, which aiohttp would otherwise inflate.
+    fs.session_kwargs = {**fs.session_kwargs, **session_proxy(fs.base), "auto_decompress": False}
     return FsspecRemote(url=url, fs=fs)
 
 

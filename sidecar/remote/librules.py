@@ -169,7 +169,8 @@ def azure_kind(e: BaseException) -> Kind | None:
     adlfs), else aiohttp's (the SDK's transport under adlfs): an answer by its class, its
     ``error_code`` and its status (``BlobNotFound`` not found, a refused key or token denied,
     ``ServerBusy`` throttling, 5xx an outage); a request that could not be sent (refused,
-    timed out) an outage; a response cut short or garbled retried."""
+    timed out) an outage, but denied over a TLS certificate that does not verify; a response cut
+    short or garbled retried."""
     from azure.core import exceptions as ace
 
     if isinstance(e, ace.ResourceNotFoundError):
@@ -190,6 +191,11 @@ def azure_kind(e: BaseException) -> Kind | None:
             return Unavailable
         return status_kind(status) if status else None
     if isinstance(e, (ace.ServiceRequestError, ace.ServiceResponseTimeoutError)):
+        import ssl
+
+        inner = getattr(e, "inner_exception", None) or e.__cause__
+        if isinstance(inner, ssl.SSLCertVerificationError):
+            return Denied  # a certificate that does not verify: another try meets it again
         return Unavailable  # not sent (refused, no route, timed out), or no answer in time
     if isinstance(e, ace.ServiceResponseError):
         return Transient  # a connection cut mid-answer: an outage when a reset lies under it
