@@ -16,8 +16,13 @@ epoch a trainer will ask for impossible:
   (1,000) epochs is refused for good (``"final": true``: most often a step count passed as the
   epoch; an operator may cut it with ``epochfs cut --epoch N --far``), and a number above
   ``MAX_EPOCH`` (536,870,910, the view's inode numbers) is a 400;
-* a request for a live epoch records a read of it (as a lookup does), which pins it for
-  ``in_use_seconds``.
+* a request answered ``live`` records a read of the epoch (as a lookup does), dated ``read_ahead``
+  seconds ahead: the supervisor passes the lead it gives the torch client's reports
+  (:data:`~epochfs.sidecar.served_pins.CLIENT_AHEAD`, 40 s), because the asker is that client about
+  to read. The epoch stays through the window after that date: before the folder view has shown it
+  (a publisher behind a burst of cuts) and until the client's first report names it, whatever
+  ``in_use_seconds`` (a window of a second could end before either). A folder view's showing
+  records its own grace, from then.
 
 Answers (JSON ``{"epoch", "state", "newest", "message"}``): 200 ``live`` (it is, or was just cut),
 202 ``waiting`` (the next epoch, queued, or a jump whose condition does not hold yet: ask again),
@@ -81,14 +86,16 @@ def _doc(req: CutRequest, state: str, newest: int | None, message: str) -> dict[
 
 def answer(store: EpochReader, req: CutRequest, *,
            unpublished: Callable[[int], str | None] | None = None,
-           cut_waited: Callable[[float], None] | None = None) -> tuple[int, dict[str, Any]]:
+           cut_waited: Callable[[float], None] | None = None,
+           read_ahead: float = 0.0) -> tuple[int, dict[str, Any]]:
     """Ask ``store`` for the cut ``req`` names; (HTTP status, JSON document) as described above.
     ``unpublished``: the folder view's reason a live epoch is not in the folder (its volume full);
     such an epoch is answered 202 ``waiting`` with that reason, not ``live``. ``cut_waited``: told
     the seconds a cut this request made waited (see the module's doc), never for a cut it found.
     ``store``: the view's interface to the store (:class:`~epochfs.sidecar.store.EpochReader`), as
-    a lookup of the FUSE view asks it."""
-    status, doc, waited = _answer(store, req)
+    a lookup of the FUSE view asks it. ``read_ahead``: seconds ahead of now the read of an epoch
+    answered ``live`` is dated (see the module's doc)."""
+    status, doc, waited = _answer(store, req, read_ahead)
     if waited is not None and cut_waited is not None:
         cut_waited(waited)
     why = unpublished(req.epoch) if unpublished is not None and doc["state"] == "live" else None
@@ -98,7 +105,8 @@ def answer(store: EpochReader, req: CutRequest, *,
     return status, doc
 
 
-def _answer(store: EpochReader, req: CutRequest) -> tuple[int, dict[str, Any], float | None]:
+def _answer(store: EpochReader, req: CutRequest,
+            read_ahead: float) -> tuple[int, dict[str, Any], float | None]:
     """:func:`answer`'s status and document, and the wait of the cut it made (None: no cut)."""
     asked = time.monotonic()
     n = req.epoch
@@ -106,7 +114,7 @@ def _answer(store: EpochReader, req: CutRequest) -> tuple[int, dict[str, Any], f
     live = {e.epoch for e in store.epochs()}
     newest = max(live) if live else None
     if n in live:
-        store.record_read(n)
+        store.record_read(n, now=time.time() + read_ahead)
         return 200, _doc(req, "live", newest, f"epoch {n} is live"), None
     if n < next_n:
         return 410, _doc(req, "gone", newest, f"epoch {n} is not live: it has retired, or it is below the "
@@ -130,7 +138,7 @@ def _answer(store: EpochReader, req: CutRequest) -> tuple[int, dict[str, Any], f
                    "window); ask again")
             return 202, _doc(req, "waiting", newest, why), None
         waited = time.monotonic() - asked  # a jump is never queued: it waited for this request only
-        store.record_read(n)
+        store.record_read(n, now=time.time() + read_ahead)
         return 200, _doc(req, "live", n, f"epoch {n} cut (a jump from {next_n})"), waited
     # When n was queued (by this client's earlier request, or a lookup) the cut ends that wait.
     queued = dict(store.pending_cuts()).get(n)
@@ -139,7 +147,7 @@ def _answer(store: EpochReader, req: CutRequest) -> tuple[int, dict[str, Any], f
         # Reported only by the request that made the cut: another rank's, or the sampler's, cut
         # found here is theirs to report.
         waited = time.time() - queued if queued is not None else time.monotonic() - asked
-        store.record_read(n)
+        store.record_read(n, now=time.time() + read_ahead)
         return 200, _doc(req, "live", n, f"epoch {n} is live"), max(0.0, waited) if made else None
     return 202, _doc(req, "waiting", newest, f"epoch {n} is queued: it is cut as soon as its condition "
                                              "holds (min-samples, or its schedule window); ask again"), None

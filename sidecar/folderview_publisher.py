@@ -36,7 +36,7 @@ from __future__ import annotations
 import logging
 import os
 import time
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from pathlib import Path
 
 from epochfs.fuse.view import View
@@ -218,9 +218,7 @@ class FolderPublisher:
                 raise
             full = e  # the rest still runs: retiring frees the room the next try needs
         self._owned.report_blocked(blocked)
-        latest = snap.latest if snap.latest is not None and self._owned.holds(snap.latest) else None
-        if latest is None and full is not None and snap.latest not in blocked:  # newest not shown yet
-            latest = max((n for n in snap.live if self._owned.holds(n)), default=None)
+        latest = self._latest_of(snap.live, snap.latest, blocked)
         if latest != self._latest or not (self.folder / LATEST_NAME).is_symlink():
             missed = self._write_latest(latest, removing=visible - set(snap.live))
             full = full or missed
@@ -250,6 +248,18 @@ class FolderPublisher:
         self._grace.retry(self._live_seen, tried=done.published)
         done.pending = self._ahead.advance(self._live_seen)
         return done
+
+    def _latest_of(self, live: Collection[int], newest: int | None, blocked: list[int]) -> int | None:
+        """What ``latest`` points at: the newest live epoch, or, while that one is not shown (a full
+        volume; retired before its turn came, as in a burst of cuts behind a slow publisher), the
+        newest live epoch that is: a reader that finds epoch folders always finds ``latest`` with
+        them. None while a user's folder holds the newest epoch's name (``latest`` never stands
+        for an epoch that folder hides)."""
+        if newest is not None and self._owned.holds(newest):
+            return newest
+        if newest in blocked:
+            return None
+        return max((n for n in live if self._owned.holds(n)), default=None)
 
     def _publish_new(self, todo: list[int], done: Step) -> None:
         """Show the live epochs ``todo`` (not visible yet), lost samples' record first: an epoch

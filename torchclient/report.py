@@ -15,8 +15,13 @@ empty value) disables reporting.
 :meth:`ClientReporter.done`), every report names it in its query (``?epoch=N``), and a report is
 sent at least every ``HEARTBEAT`` seconds even without deliveries (a pause for a checkpoint). The
 sidecar records a read of each named epoch, which keeps it pinned: on the folder view
-(``--view folder``) this is the only sign that a reader uses an epoch. A query rather than a body
-field, so that an older sidecar (which refuses unknown fields) still takes the report.
+(``--view folder``) this is the only sign that a reader uses an epoch. So the first report naming
+an epoch goes at once (the thread is woken), not after ``interval``: until it arrives the epoch is
+held only by the publisher's grace, which lasts ``--in-use-seconds`` from its showing, and a window
+of a second or two could end before a report ``interval`` later (a slow worker start-up delays it
+further). That is one report more per epoch begun; the others go every ``interval``. The epochs
+go in the query rather than a body field, so that an older sidecar (which refuses unknown fields)
+still takes the report.
 """
 
 from __future__ import annotations
@@ -61,21 +66,31 @@ class ClientReporter:
         self.sent_reports = 0
         self.failed_reports = 0
         self._lock = threading.Lock()
+        self._posting = threading.Lock()  # one flush at a time: the thread's and a caller's never overlap
         self._samples = 0
         self._bytes = 0
         self._wait = 0.0
         self._epochs: dict[int, int] = {}
+        self._unnamed: set[int] = set()  # epochs begun that no sent report has named yet
         self._last_sent = 0.0
         self._stop = threading.Event()
+        self._wake = threading.Event()  # a new epoch to name: post now, not at the next interval
         self._thread: threading.Thread | None = None
 
     def reading(self, epoch: int) -> None:
-        """An epoch is being read: name it in every report until :meth:`done` (cheap)."""
+        """An epoch is being read: name it in every report until :meth:`done` (cheap). An epoch no
+        one here reads yet is named at once: the thread is woken to post (the caller never waits
+        for the post)."""
         if self.url is None:
             return
         with self._lock:
+            new = epoch not in self._epochs
             self._epochs[epoch] = self._epochs.get(epoch, 0) + 1
+            if new:
+                self._unnamed.add(epoch)
         self._start()
+        if new:
+            self._wake.set()
 
     def done(self, epoch: int) -> None:
         """The epoch :meth:`reading` named is no longer read (by this caller)."""
@@ -85,6 +100,7 @@ class ClientReporter:
                 self._epochs[epoch] = left
             else:
                 self._epochs.pop(epoch, None)
+                self._unnamed.discard(epoch)
 
     def _start(self) -> None:
         """Start the posting thread unless it runs. After :meth:`close` (a loader closed on a dead
@@ -94,6 +110,7 @@ class ClientReporter:
         if self._thread is None:
             if self._stop.is_set():
                 self._stop = threading.Event()
+                self._wake.clear()  # close's wake-up was for the stopped thread
             self._thread = threading.Thread(target=self._run, args=(self._stop,), name="epochfs-report",
                                             daemon=True)
             self._thread.start()
@@ -110,7 +127,8 @@ class ClientReporter:
 
     def _take(self) -> dict[str, float | int] | None:
         with self._lock:
-            heartbeat = bool(self._epochs) and time.monotonic() - self._last_sent >= HEARTBEAT
+            heartbeat = bool(self._epochs) and (
+                bool(self._unnamed) or time.monotonic() - self._last_sent >= HEARTBEAT)
             if not (self._samples or self._bytes or self._wait or heartbeat):
                 return None
             body: dict[str, float | int] = {
@@ -127,11 +145,16 @@ class ClientReporter:
 
     def flush(self) -> bool:
         """Post what was counted since the last report; False (and kept for later) on failure."""
+        with self._posting:
+            return self._post()
+
+    def _post(self) -> bool:
         body = self._take()
         if body is None or self.url is None:
             return True
         with self._lock:
             epochs = sorted(self._epochs)[-8:]  # the sidecar takes at most 8
+            unnamed = set(self._unnamed)
         url = self.url
         if epochs:
             url += ("&" if "?" in url else "?") + "&".join(f"epoch={n}" for n in epochs)
@@ -149,19 +172,33 @@ class ClientReporter:
                 log.info("epochfs: cannot report to the sidecar at %s (%s); will retry quietly", self.url, e)
             return False
         self.sent_reports += 1
-        self._last_sent = time.monotonic()
+        with self._lock:
+            self._last_sent = time.monotonic()
+            self._unnamed -= unnamed  # named (or beyond the 8 a report names: not posted for again)
         return True
 
     def _run(self, stop: threading.Event) -> None:
+        """Post every ``interval`` (backing off after failures), and at once when :meth:`reading`
+        wakes it for a new epoch, unless backing off: a sidecar that does not answer costs no more
+        connections for a new epoch than it did."""
         delay = self.interval
-        while not stop.wait(delay):
+        due = time.monotonic() + delay
+        while not stop.is_set():
+            woken = self._wake.wait(max(0.0, due - time.monotonic()))
+            self._wake.clear()
+            if stop.is_set():
+                return
+            if woken and delay > self.interval and time.monotonic() < due:
+                continue  # backing off: the new epoch is named at the next try
             ok = self.flush()
             delay = self.interval if ok else min(MAX_BACKOFF, delay * 2)
+            due = time.monotonic() + delay
 
     def close(self) -> None:
         """Post the last increments (best effort) and stop the thread; a later :meth:`reading` or
         :meth:`add` starts a new one (the loaders close on a dead worker and go on)."""
         self._stop.set()
+        self._wake.set()  # the thread's wait ends now, not at its next interval
         if self._thread is not None:
             self._thread.join(timeout=self.timeout + 1)
             self._thread = None

@@ -355,7 +355,8 @@ class Observability:
             assert self._store is not None
             return cutrequest.answer(self._store, request,
                                      unpublished=unpublished if self.settings.view == "folder" else None,
-                                     cut_waited=sidecar_metrics.cut_waited)
+                                     cut_waited=sidecar_metrics.cut_waited,
+                                     read_ahead=served_pins.CLIENT_AHEAD)  # the asker: a client about to read
 
         # /metrics on the health port, or only on --metrics-port when that is given and differs:
         # then a NetworkPolicy can open scrapes to Prometheus while the probes, the torch client's
