@@ -341,9 +341,10 @@ class Store(StoreEpochs):
         """Samples marked lost, read only when they changed (:func:`.integrity.lost`)."""
         return integrity.lost(self._ix, unless=unless)
 
-    def evict(self, need: int) -> int:
-        """Evict the oldest unpinned samples until ``need`` bytes are free; returns bytes freed."""
-        return eviction.evict(self._ix, self.files, self.policy(), need)
+    def evict(self, need: int, *, now: float | None = None) -> int:
+        """Evict the oldest unpinned samples until ``need`` bytes are free; returns bytes freed
+        (``now``: the clock retirement and its grace are read at, default the time)."""
+        return eviction.evict(self._ix, self.files, self.policy(), need, now=now)
 
     def set_backpressure(self, reason: str | None) -> None:
         """Sampling paused, and why ("cache full", "disk full"); None when it goes on."""

@@ -1,4 +1,5 @@
-"""Eviction: the samples admitted first go first, except those a live epoch holds.
+"""Eviction: the samples admitted first go first, except those a live epoch holds, or an epoch
+retired less than :data:`~.epochpins.RETIRE_GRACE` ago (a view may still show it: see there).
 
 Index rows go first (committed), files second: a crash in between leaves orphan files that
 recovery removes, never an index row without its object. Samples admitted after the newest cut
@@ -9,21 +10,25 @@ sample for another (the sampler pauses instead: backpressure).
 from __future__ import annotations
 
 import sqlite3
+import time
 
 from epochfs.sidecar.store import epochs, publisherlock
+from epochfs.sidecar.store.epochpins import HOLDS, grace_bounds
 from epochfs.sidecar.store.index import Index
 from epochfs.sidecar.store.objects import ObjectFiles
 from epochfs.sidecar.store.records import Policy
 from epochfs.sidecar.store.windows import IN_WINDOW
 
 
-def gaps(db: sqlite3.Connection) -> list[tuple[int, int]]:
-    """Ranges of sample ids no live epoch's range holds, up to the newest cut, lowest first (a
-    handful: one below, between and above the live epochs' ranges)."""
+def gaps(db: sqlite3.Connection, now: float | None = None) -> list[tuple[int, int]]:
+    """Ranges of sample ids no holding epoch's range holds (live, or retired within the grace at
+    ``now``, default the time: :data:`~.epochpins.HOLDS`), up to the newest cut, lowest first (a
+    handful: one below, between and above the holders' ranges)."""
+    now = time.time() if now is None else now
     newest = int(db.execute("SELECT COALESCE(MAX(max_sample), 0) FROM epochs").fetchone()[0])
-    held = db.execute("SELECT first_sample, max_sample FROM epochs WHERE retired=0 "
+    held = db.execute(f"SELECT first_sample, max_sample FROM epochs WHERE {HOLDS} "
                       "AND first_sample IS NOT NULL AND first_sample <= max_sample "
-                      "ORDER BY first_sample").fetchall()
+                      "ORDER BY first_sample", grace_bounds(now)).fetchall()
     out, lo = [], 1
     for first, last in held:
         if int(first) > lo:
@@ -34,16 +39,17 @@ def gaps(db: sqlite3.Connection) -> list[tuple[int, int]]:
     return out
 
 
-def _evictable(db: sqlite3.Connection, limit: int) -> list[tuple[int, str, int]]:
-    """The oldest samples outside every live epoch: each gap between live ranges is read from
-    its start, so pinned samples are never walked (an epoch listed row by row, or a schedule-mode
-    window recorded by its bounds, is checked too)."""
+def _evictable(db: sqlite3.Connection, limit: int, now: float) -> list[tuple[int, str, int]]:
+    """The oldest samples outside every holding epoch (as :func:`gaps`): each gap between their
+    ranges is read from its start, so pinned samples are never walked (an epoch listed row by row,
+    or a schedule-mode window recorded by its bounds, is checked too; a retired epoch's rows stay
+    until its grace is over: :func:`.epochpins.retire`)."""
     out: list[tuple[int, str, int]] = []
     windows = [int(n) for (n,) in db.execute(
-        "SELECT n FROM epochs WHERE retired=0 AND lo_key IS NOT NULL").fetchall()]
+        f"SELECT n FROM epochs WHERE {HOLDS} AND lo_key IS NOT NULL", grace_bounds(now)).fetchall()]
     in_window = (f"AND NOT EXISTS (SELECT 1 FROM epochs e WHERE e.n IN ({','.join('?' * len(windows))}) "
                  f"AND {IN_WINDOW}) ") if windows else ""
-    for lo, hi in gaps(db):
+    for lo, hi in gaps(db, now):
         rows = db.execute(
             "SELECT s.id, s.sid, s.size FROM samples s WHERE s.id BETWEEN ? AND ? "
             "AND NOT EXISTS (SELECT 1 FROM epoch_samples e WHERE e.sample = s.id) "
@@ -56,19 +62,21 @@ def _evictable(db: sqlite3.Connection, limit: int) -> list[tuple[int, str, int]]
     return out
 
 
-def evict(ix: Index, files: ObjectFiles, policy: Policy, need: int) -> int:
+def evict(ix: Index, files: ObjectFiles, policy: Policy, need: int, *, now: float | None = None) -> int:
     """Retire what may retire, then evict the oldest unpinned samples until ``need`` bytes are
     free; returns the bytes freed. Nothing while the cache's folder view has no publisher
     running (:mod:`.publisherlock`): an epoch the store retired may still be shown, its folder not
-    taken down yet, and the sampler waits (backpressure) rather than break its files."""
+    taken down yet, and the sampler waits (backpressure) rather than break its files. The FUSE
+    view's lag is covered by the grace instead (``now``: the clock both are read at)."""
     if not publisherlock.may_release(ix.path.parent):
         return 0
-    epochs.retire(ix, policy)
+    now = time.time() if now is None else now
+    epochs.retire(ix, policy, now=now)
     freed = 0
     victims: list[tuple[int, str, int]] = []
     with ix.write() as db:
         while freed < need:
-            batch = _evictable(db, 256)
+            batch = _evictable(db, 256, now)
             if not batch:
                 break
             for v in batch:

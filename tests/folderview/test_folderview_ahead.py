@@ -21,6 +21,7 @@ from folderview_helpers import pair, same_epoch, settle, tree_of
 from fuse_helpers import admit, make_objects, open_store
 
 from epochfs.sidecar import folderview
+from epochfs.sidecar.store.epochpins import RETIRE_GRACE
 
 
 def test_cuts_are_shown_from_the_tree_built_ahead_identical_to_a_whole_build(tmp_path: Path) -> None:
@@ -42,6 +43,8 @@ def test_cuts_are_shown_from_the_tree_built_ahead_identical_to_a_whole_build(tmp
         start += 3  # ...and some only at the cut
         n = store.cut(store.next_epoch())
         assert n is not None
+        # The retirement this cut makes due, a grace ago: the next admissions may evict its samples.
+        store.retire(now=time.time() - RETIRE_GRACE - 1)
         admit(store, make_objects(2, 100, prefix="late/", seed=4, start=start))
         start += 2  # landed after the cut, before it is shown: in the next epoch only
         step = ahead.step()

@@ -45,7 +45,7 @@ def query(cache: Path, sql: str) -> list[tuple[int, ...]]:
 
 
 def retired(cache: Path) -> set[int]:
-    return {int(n) for (n,) in query(cache, "SELECT n FROM epochs WHERE retired=1")}
+    return {int(n) for (n,) in query(cache, "SELECT n FROM epochs WHERE retired != 0")}
 
 
 def evicted(cache: Path) -> int:

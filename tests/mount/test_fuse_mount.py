@@ -20,6 +20,7 @@ from common import wait_until
 from fuse_helpers import EPOCHFS, admit, files_under, freeze, make_objects, mounted, open_store, stop
 
 from epochfs.fuse.mounting import find_mount, is_dead
+from epochfs.sidecar.store.epochpins import RETIRE_GRACE
 
 pytestmark = [
     pytest.mark.fuse,
@@ -322,7 +323,7 @@ def test_readers_under_eviction_pressure(tmp_path: Path) -> None:
     with mounted(cache, mnt) as m:
         os.listdir(m.path / "epoch-0")  # a reader's first lookup pins epoch 0 (recorded async)
         wait_until(lambda: last_read(cache, 0) > 0, timeout=10, what="epoch 0 in use")
-        seconds = "4"
+        seconds = str(4 + RETIRE_GRACE)  # retired epochs' samples go once their grace is over
         readers = [subprocess.Popen([sys.executable, "-c", READER, str(m.path), seconds],
                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
                    for _ in range(4)]

@@ -14,6 +14,7 @@ flight). The reviewer's runs against a real sidecar on moto showed both defects:
 
 from __future__ import annotations
 
+import sqlite3
 import threading
 import time
 from collections.abc import Callable
@@ -24,6 +25,7 @@ from inprocess import objects_of, sampling, settings_for
 from epochfs.sidecar.remote.testing import MemoryRemote
 from epochfs.sidecar.sampler import Sampler
 from epochfs.sidecar.store import Store
+from epochfs.sidecar.store.epochpins import RETIRE_GRACE
 
 SETTLE_LIMIT = 120.0
 """Seconds a settle may take before the test fails (well under 1 s measured)."""
@@ -51,13 +53,26 @@ def _observe_passes(sampler: Sampler) -> Callable[[], int]:
 def _settle(store: Store, sampler: Sampler, passes: Callable[[], int], total: int) -> None:
     """Wait until a pass begun after this call found no room, or nothing left to fetch (all
     ``total`` objects cached), with nothing in flight: the cache holds what the sampler can fetch
-    before the next cut."""
-    start = passes()
+    before the next cut. A retired epoch's samples are evicted only once its grace is over
+    (:data:`RETIRE_GRACE`): until then a pass finds no room that the grace will give, so the
+    passes counted begin after it."""
     deadline = time.monotonic() + SETTLE_LIMIT
+    start = passes()
+    while passes() < start + 2 or _in_grace(store):  # the ticks retired what the cut made due
+        assert time.monotonic() < deadline, "a retired epoch's grace did not end"
+        time.sleep(0.05)  # a poll of the loop's passes and the wall clock the grace is measured on
+    start = passes()
     while not (passes() >= start + 2 and not sampler._inflight and not sampler.admitter.busy()
                and (sampler.room.backpressure is not None or store.stats().samples == total)):
         assert time.monotonic() < deadline, "the sampler did not settle"
         time.sleep(0.01)  # a poll of the condition above, not a synchronization
+
+
+def _in_grace(store: Store) -> bool:
+    """Whether an epoch retired less than :data:`RETIRE_GRACE` ago (its ``retired`` stamp)."""
+    with sqlite3.connect(f"file:{store.root / 'index.sqlite'}?mode=ro", uri=True) as db:
+        row = db.execute("SELECT COUNT(*) FROM epochs WHERE retired > ?", (time.time() - RETIRE_GRACE,))
+        return bool(row.fetchone()[0])
 
 
 def _cut_loop(store: Store, sampler: Sampler, count: int, total: int) -> list[tuple[int, int, int]]:

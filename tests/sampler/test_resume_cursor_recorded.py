@@ -15,6 +15,7 @@ throttle is set to every call, so that where the run stops is exact.
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 from unittest import mock
 
@@ -22,6 +23,7 @@ from store_helpers import put, sample_checksums, sid_of
 
 from epochfs.sidecar.sampler.order import FetchOrder
 from epochfs.sidecar.store import CatalogRow, Meta, Policy, Store
+from epochfs.sidecar.store.epochpins import RETIRE_GRACE
 from epochfs.sidecar.store.listings import Part
 
 SIZE = 100
@@ -61,7 +63,7 @@ class Run:
             self.admitted.append(cand.key)
             if len(self.admitted) % 50 == 0:
                 assert self.store.cut(force=True) is not None
-                self.store.evict(1 << 30)
+                self.store.evict(1 << 30, now=time.time() + RETIRE_GRACE + 1)  # the grace passed
 
     def hand_out(self, n: int) -> list[str]:
         """``n`` keys handed out whose downloads are in flight when the run stops."""

@@ -12,6 +12,7 @@ import re
 import shutil
 import subprocess
 import sys
+import time
 import urllib.error
 import urllib.request
 from pathlib import Path
@@ -27,6 +28,7 @@ from epochfs.sidecar.endpoints import CLIENT_REPORT_PATH, ClientReport, Endpoint
 from epochfs.sidecar.reservations import Reservations
 from epochfs.sidecar.served import OpenCounter
 from epochfs.sidecar.store import Admission, Meta, Policy, Store
+from epochfs.sidecar.store.epochpins import RETIRE_GRACE
 
 DASHBOARD = ROOT / "helm" / "epochfs" / "dashboards" / "epochfs.json"
 
@@ -136,7 +138,7 @@ def test_store_collector_reads_persisted_counters_and_gauges(store: Store) -> No
     for i in range(4, 6):
         put(store, f"train/{i}.bin", 100)
     assert store.cut() == 1  # holds the newest 400 bytes: samples 4, 5 and 3
-    store.retire()
+    store.retire(now=time.time() - RETIRE_GRACE - 1)  # a grace ago: its samples may go now
     reservations = Reservations(store)
     assert reservations.reserve(500)  # evicts samples 0, 1, 2 (600 bytes), which epoch 1 does not hold
     reservations.release(500)

@@ -23,7 +23,7 @@ from store_helpers import put, sid_of
 from epochfs.sidecar.served import OpenCounter
 from epochfs.sidecar.served_pins import MAX_NAMES, ReadRecords
 from epochfs.sidecar.store import Policy, Store
-from epochfs.sidecar.store.epochpins import epochs_read
+from epochfs.sidecar.store.epochpins import RETIRE_GRACE, epochs_read
 from epochfs.torchclient.report import HEARTBEAT
 
 fanotify = pytest.mark.skipif(os.geteuid() != 0, reason="fanotify needs CAP_SYS_ADMIN")
@@ -57,6 +57,7 @@ def test_opened_samples_name_the_epochs_read(store: Store) -> None:
     assert store.epochs_opened([sid_of(f"k{i}") for i in range(3)] * 400) == {0}  # chunks of 500
     # Not samples: a stray name, a path, a name the file system gave undecodable bytes.
     assert store.epochs_opened(["not-a-sample", "../index.sqlite", "odd-\udcff"]) == set()
+    store.retire(now=time.time() - RETIRE_GRACE - 1)  # a grace ago: its samples may go now
     put(store, "k10")  # admitted after the newest cut (evicting epoch 0, retired, for room)
     assert store.epochs_opened([sid_of("k10"), sid_of("k0")]) == set()
 

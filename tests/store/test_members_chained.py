@@ -14,6 +14,7 @@ SQLite files, the index replaced by garbage, the sampler's start-up check and re
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +23,7 @@ from fuse_helpers import admit, make_objects, open_store
 from store_helpers import epoch_snapshot, restart_as_the_sampler
 
 from epochfs.sidecar.store import INDEX_NAME, Store, memberfiles
+from epochfs.sidecar.store.epochpins import RETIRE_GRACE
 from epochfs.sidecar.store.memberfiles import base_path_of, path_of
 
 LIMIT = 100
@@ -126,6 +128,7 @@ def test_a_chain_over_evictions_and_a_retired_base(tmp_path: Path) -> None:
     keys = sorted(objects)
     with open_store(cache, capacity=200_000, keep_epochs=1, in_use_seconds=0.0) as store:
         for n in range(6):  # 40 samples a round; an epoch holds at most 150, the cache 200
+            store.retire(now=time.time() - RETIRE_GRACE - 1)  # a grace ago: its samples may go now
             admit(store, {k: objects[k] for k in keys[n * 40:(n + 1) * 40]})
             assert store.cut() == n
         rows = store._ix.query("SELECT first_sample FROM epochs ORDER BY n")

@@ -15,12 +15,14 @@ from __future__ import annotations
 
 import json
 import os
+import time
 from pathlib import Path
 
 from fuse_helpers import admit, make_objects, open_store
 from store_helpers import garble, restart_as_the_sampler
 
 from epochfs.sidecar.store import INDEX_NAME, Meta, Store
+from epochfs.sidecar.store.epochpins import RETIRE_GRACE
 from epochfs.sidecar.store.meta import COUNTER_NAMES
 
 TOTALS = json.dumps({"served_samples_total": 12345.0, "client_samples_total": 678.0})
@@ -34,6 +36,7 @@ def _filled(cache: Path) -> tuple[dict[str, int], list[int]]:
     keys = sorted(objects)
     with open_store(cache, keep_epochs=1, capacity=400 * 500, headroom=0.3) as store:
         for n in range(6):
+            store.retire(now=time.time() - RETIRE_GRACE - 1)  # a grace ago: its samples may go now
             admit(store, {k: objects[k] for k in keys[n * 100:(n + 1) * 100]})
             assert store.cut() == n
         store.set_meta(Meta.SIDECAR_TOTALS, TOTALS)

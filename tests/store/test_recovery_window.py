@@ -15,6 +15,7 @@ import logging
 import os
 import signal
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -24,6 +25,7 @@ from common import wait_until
 from store_helpers import put, sample_checksums, sid_of
 
 from epochfs.sidecar.store import Admission, Meta, Policy, Store, object_name
+from epochfs.sidecar.store.epochpins import RETIRE_GRACE
 
 SAMPLES = 100
 
@@ -60,6 +62,7 @@ def filled(root: Path) -> Store:
     for i in range(70, SAMPLES):
         put(store, f"k{i:03d}")
     assert store.cut(1) == 1  # keeps the newest 70; epoch 0 retires
+    assert store.retire(now=time.time() - RETIRE_GRACE - 1) == [0]  # a grace ago: its samples may go
     assert store.evict(500) == 500
     return store
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import os
 import sqlite3
+import time
 from pathlib import Path
 
 import pytest
@@ -20,6 +21,7 @@ from epochfs.sidecar.store import (
     StoreError,
     object_name,
 )
+from epochfs.sidecar.store.epochpins import RETIRE_GRACE
 
 
 @pytest.fixture
@@ -69,6 +71,7 @@ def test_eviction_takes_oldest_admitted_first(cache_dir: Path) -> None:
     for i in range(7, 10):
         put(store, f"k{i}")  # fills the headroom
     store.cut(1)  # the 700-byte budget keeps k3..k9; epoch 0 retires (keep 1)
+    store.retire(now=time.time() - RETIRE_GRACE - 1)  # a grace ago: its samples may go now
     assert [f.path for f in store.epoch_files(1)] == [f"k{i}" for i in range(3, 10)]
     for i in range(10, 13):
         put(store, f"k{i}")  # each evicts the oldest unpinned: k0, then k1, then k2

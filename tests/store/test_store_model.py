@@ -120,6 +120,7 @@ from epochfs.sidecar.store import (
     object_name,
     objectscan,
 )
+from epochfs.sidecar.store.epochpins import grace_bounds, retired_stamp
 from epochfs.sidecar.store.memberfiles import path_of
 
 KEYS = [f"train/{i:03d}.bin" for i in range(24)]
@@ -173,6 +174,10 @@ class MEpoch:
     max_sample: int
     last_read: float = 0.0
     retired: bool = False
+    retired_at: float = 0.0
+    """When it retired (the store's stamp): its samples stay for RETIRE_GRACE after it."""
+    grace_ids: frozenset[int] = frozenset()
+    """The samples it held when it retired: eviction keeps them through the grace."""
     first: int = 0
     """The range's first id (snapshot mode: the epoch is the held samples first..max_sample)."""
     listed: bool = False
@@ -270,6 +275,7 @@ class Model:
         gone = sorted(n for n in live if n not in keep)
         for n in gone:
             e = self.epochs[n]
+            e.retired_at, e.grace_ids = retired_stamp(now), e.ids
             e.retired, e.files, e.ids = True, (), frozenset()
             self.filed.discard(n)
         self.commit()
@@ -278,7 +284,10 @@ class Model:
     def evict(self, need: int, now: float) -> int:
         self.retire(now)
         top = max((e.max_sample for e in self.epochs.values()), default=0)
-        pinned = frozenset().union(*(e.ids for e in self.epochs.values() if not e.retired))
+        lo, hi = grace_bounds(now)
+        pinned = frozenset().union(*(e.ids for e in self.epochs.values() if not e.retired),
+                                   *(e.grace_ids for e in self.epochs.values()
+                                     if e.retired and lo <= e.retired_at <= hi))
         freed, victims = 0, []
         for s in self.by_id():
             if freed >= need:
@@ -585,7 +594,8 @@ class ChildPlan:
         self.ops.append(("retire", now, self.sim.retire(now)))
 
     def evict(self, need: int) -> None:
-        self.ops.append(("evict", need, self.sim.evict(need, time.time())))
+        now = time.time()
+        self.ops.append(("evict", need, now, self.sim.evict(need, now)))
 
     def read(self, n: int) -> None:
         self.sim.record_read(n, self.clock)
@@ -647,6 +657,15 @@ class StoreMachine(RuleBasedStateMachine):
         RUN_STATS["taken out"] += stats.corrupt_objects_total
         RUN_STATS["repaired"] += stats.repaired_total
         return stats
+
+    def _retired_stamps(self) -> None:
+        """The model takes the store's retirement stamps: a reservation evicts (and retires) at
+        the store's own clock, a few milliseconds after the model's, and the grace counts from
+        the stamp."""
+        for n, stamp in self._rows("SELECT n, retired FROM epochs WHERE retired != 0"):
+            e = self.model.epochs.get(int(n))
+            if e is not None and e.retired:
+                e.retired_at = float(stamp)
 
     def _rows(self, sql: str) -> list[tuple[Any, ...]]:
         assert self.ro is not None
@@ -748,6 +767,7 @@ class StoreMachine(RuleBasedStateMachine):
             cap = None if clamp is None else int(CAPACITY * clamp)  # the disk's effective capacity
             expected = self.model.reserve(size, self.reserved, cap or CAPACITY, time.time())
             got = self.reservations.reserve(size, capacity=cap)
+            self._retired_stamps()
             assert got == expected, f"reserve({size}, capacity={cap}) answered {got}, model {expected}"
             if not got:
                 break  # backpressure: the sampler waits
@@ -811,8 +831,9 @@ class StoreMachine(RuleBasedStateMachine):
         cache's total again after each (:meth:`Reservations.reconcile`); a total kept from before
         would still count the evicted bytes, and the next reservation would evict (and retire) more."""
         assert self.store is not None
-        expected = self.model.evict(need, time.time())
-        assert self.store.evict(need) == expected
+        now = time.time()
+        expected = self.model.evict(need, now)
+        assert self.store.evict(need, now=now) == expected
         self.reservations.reconcile()
 
     # -- cuts and lookups
@@ -1204,7 +1225,7 @@ class StoreMachine(RuleBasedStateMachine):
             elif kind == "retire":
                 assert sorted(store.retire(now=op[1])) == op[2], op
             elif kind == "evict":
-                assert store.evict(op[1]) == op[2], op
+                assert store.evict(op[1], now=op[2]) == op[3], op
                 reservations.reconcile()  # as the sampler's own eviction: see :meth:`evict`
             elif kind == "read":
                 store.record_read(op[1], now=op[2])

@@ -38,6 +38,7 @@ def test_a_download_after_an_eviction_evicts_and_retires_nothing_more(tmp_path: 
     reservation evicted and retired epoch 1 (the machine: ``[37] == [22, 37]``)."""
     m = _two_epochs(tmp_path)
     try:
+        m.retire(0.0)  # at the machine's clock, far ahead: its grace is no bar to the eviction
         m.evict(CAPACITY)
         assert KEYS[0] not in m.model.samples and m.model.epochs[0].retired
         m.cut("default", 0, False)
@@ -54,6 +55,7 @@ def test_a_killed_sampler_that_evicted_then_downloaded_leaves_a_committed_state(
     m = _two_epochs(tmp_path)
     try:
         child = ChildPlan(m)
+        child.retire(m.clock)  # as above: epoch 0 retires at the far clock, its samples may go
         child.evict(CAPACITY)
         child.cut(None)
         assert child.download(KEYS[2], 2000)
