@@ -125,8 +125,12 @@ class ClientReporter:
             self._wait += max(0.0, wait_seconds)
         self._start()
 
-    def _take(self) -> dict[str, float | int] | None:
+    def _take(self, *, naming: bool = False) -> dict[str, float | int] | None:
+        """What the next report says, taken from the counts; None when nothing is due (with
+        ``naming``: unless an epoch begun is not named yet, whatever else is counted)."""
         with self._lock:
+            if naming and not self._unnamed:
+                return None
             heartbeat = bool(self._epochs) and (
                 bool(self._unnamed) or time.monotonic() - self._last_sent >= HEARTBEAT)
             if not (self._samples or self._bytes or self._wait or heartbeat):
@@ -148,8 +152,8 @@ class ClientReporter:
         with self._posting:
             return self._post()
 
-    def _post(self) -> bool:
-        body = self._take()
+    def _post(self, *, naming: bool = False) -> bool:
+        body = self._take(naming=naming)
         if body is None or self.url is None:
             return True
         with self._lock:
@@ -188,9 +192,13 @@ class ClientReporter:
             self._wake.clear()
             if stop.is_set():
                 return
-            if woken and delay > self.interval and time.monotonic() < due:
+            early = woken and time.monotonic() < due
+            if early and delay > self.interval:
                 continue  # backing off: the new epoch is named at the next try
-            ok = self.flush()
+            with self._posting:  # early: only to name a new epoch, which a caller's flush may have done
+                ok = self._post(naming=early)
+            if early and ok:
+                continue  # the next report is due on time, not an interval from now
             delay = self.interval if ok else min(MAX_BACKOFF, delay * 2)
             due = time.monotonic() + delay
 

@@ -122,6 +122,13 @@ def _forget_rows(db: sqlite3.Connection, now: float) -> None:
         db.execute("DELETE FROM epoch_excluded WHERE epoch=?", (n,))
 
 
+READ_AHEAD_LIMIT = 300.0
+"""Seconds ahead of the clock a recorded read may be dated and still stand against a later
+record dated earlier: the callers date reads at most about a minute ahead (a client's report, a
+cut request's, the mount's held folders), so a record further ahead comes from a clock that
+stepped back, and keeping it would pin its epoch for as long."""
+
+
 def record_read(ix: Index, n: int, *, now: float | None = None) -> bool:
     """Note that epoch ``n`` is being read, which keeps it pinned for ``in_use_seconds``; False
     when it could not be written now (the caller keeps it for its next try)."""
@@ -137,9 +144,15 @@ def record_reads(ix: Index, ns: Sequence[int], *, now: float | None = None) -> b
     if not ns:
         return True
     when = time.time() if now is None else now
+    # A later record stands: a read dated ahead (a client's report, a cut request) is not cut
+    # short by a read dated now; one further ahead of this one than any caller dates (the clock
+    # stepped back) is replaced.
+    latest = when + READ_AHEAD_LIMIT
     try:
         with ix.write_now() as db:
-            db.executemany("UPDATE epochs SET last_read=? WHERE n=?", [(when, int(n)) for n in ns])
+            db.executemany(
+                "UPDATE epochs SET last_read = CASE WHEN last_read > ? AND last_read <= ? "
+                "THEN last_read ELSE ? END WHERE n=?", [(when, latest, when, int(n)) for n in ns])
     except sqlite3.OperationalError as e:
         if not disk_full(e) and not is_busy(e):
             raise

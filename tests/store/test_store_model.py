@@ -120,7 +120,7 @@ from epochfs.sidecar.store import (
     object_name,
     objectscan,
 )
-from epochfs.sidecar.store.epochpins import grace_bounds, retired_stamp
+from epochfs.sidecar.store.epochpins import READ_AHEAD_LIMIT, grace_bounds, retired_stamp
 from epochfs.sidecar.store.memberfiles import path_of
 
 KEYS = [f"train/{i:03d}.bin" for i in range(24)]
@@ -451,7 +451,8 @@ class Model:
         return done
 
     def record_read(self, n: int, now: float) -> None:
-        if n in self.epochs:
+        # A later record stands unless it is further ahead than any reader dates one.
+        if n in self.epochs and not now < self.epochs[n].last_read <= now + READ_AHEAD_LIMIT:
             self.epochs[n].last_read = now
         self.commit()
 
