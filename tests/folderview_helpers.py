@@ -12,15 +12,20 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import json
 import os
 import shutil
 import signal
+import sqlite3
 import subprocess
 import sys
 import tempfile
 import time
+import urllib.error
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 from common import free_port, wait_until
 from sidecar_helpers import EPOCHFS, Sidecar
@@ -199,3 +204,23 @@ def fill_inodes(vol: Path) -> list[Path]:
             return made
         made.append(path)
     raise AssertionError("the volume never filled")
+
+
+def cut(car: Sidecar, query: str) -> tuple[int, dict[str, Any]]:
+    """A cut request to the sidecar's loopback port, as the torch client asks (``epoch=N``,
+    ``epoch=next``...): its status and answer."""
+    req = urllib.request.Request(f"{car.base}/v1/cut?{query}", data=b"", method="POST")
+    try:
+        with urllib.request.urlopen(req, timeout=10) as r:
+            return int(r.status), json.loads(r.read())
+    except urllib.error.HTTPError as e:
+        return e.code, json.loads(e.read())
+
+
+def last_read(cache: Path, n: int) -> float:
+    """When the store last recorded a read of epoch ``n`` (its ``epochs.last_read``)."""
+    db = sqlite3.connect(f"file:{cache / 'index.sqlite'}?mode=ro", uri=True, timeout=30)
+    try:
+        return float(db.execute("SELECT last_read FROM epochs WHERE n=?", (n,)).fetchone()[0])
+    finally:
+        db.close()

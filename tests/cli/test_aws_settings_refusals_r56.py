@@ -47,15 +47,20 @@ def _last_line(stderr: str) -> str:
     return stderr.strip().splitlines()[-1]
 
 
-def test_a_missing_profile_is_one_line_naming_aws_profile(s3: S3Server, tmp_path: Path) -> None:
-    remote = _bucket(s3)
-    env = {**os.environ, "AWS_PROFILE": "nosuch", "HOME": str(tmp_path)}
-    argv = ["--remote", remote, "--endpoint-url", s3.endpoint, "--cache", str(tmp_path / "c")]
+def _refused(argv: list[str], env: dict[str, str]) -> str:
+    """Run ``epochfs sample`` and return its last line, checked to be a prompt refusal (exit 2,
+    no traceback)."""
     r, took = _sample(argv, env)
     assert r.returncode == 2, r.stderr[-3000:]
     assert "Traceback" not in r.stderr, r.stderr[-3000:]
     assert took < PROMPT
-    last = _last_line(r.stderr)
+    return _last_line(r.stderr)
+
+
+def test_a_missing_profile_is_one_line_naming_aws_profile(s3: S3Server, tmp_path: Path) -> None:
+    remote = _bucket(s3)
+    env = {**os.environ, "AWS_PROFILE": "nosuch", "HOME": str(tmp_path)}
+    last = _refused(["--remote", remote, "--endpoint-url", s3.endpoint, "--cache", str(tmp_path / "c")], env)
     assert last.startswith("epochfs sample: --remote: cannot use the AWS configuration: "), last
     assert "nosuch" in last and "check AWS_PROFILE" in last and "~/.aws/config" in last, last
 
@@ -68,12 +73,7 @@ def test_a_config_file_botocore_cannot_parse_is_one_line(s3: S3Server, tmp_path:
     env = {k: v for k, v in os.environ.items() if k not in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY",
                                                            "AWS_PROFILE", "AWS_CONFIG_FILE")}
     env["HOME"] = str(tmp_path)
-    argv = ["--remote", remote, "--endpoint-url", s3.endpoint, "--cache", str(tmp_path / "c")]
-    r, took = _sample(argv, env)
-    assert r.returncode == 2, r.stderr[-3000:]
-    assert "Traceback" not in r.stderr, r.stderr[-3000:]
-    assert took < PROMPT
-    last = _last_line(r.stderr)
+    last = _refused(["--remote", remote, "--endpoint-url", s3.endpoint, "--cache", str(tmp_path / "c")], env)
     assert f"Unable to parse config file: {config}" in last and "check AWS_PROFILE" in last, last
 
 

@@ -19,8 +19,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from readonly_helpers import read_only_view
 
-from epochfs.fuse.mounting import lazy_unmount
 from epochfs.sidecar.store import Policy, Store
 
 EPOCHFS = str(Path(sys.executable).with_name("epochfs"))
@@ -50,18 +50,8 @@ def _cache(path: Path) -> Path:
 def read_only_cache(tmp_path: Path) -> Iterator[Path]:
     """A real cache seen through a read-only bind mount (root only)."""
     source = _cache(tmp_path / "source" / "cache")
-    target = tmp_path / "ro"
-    target.mkdir()
-    made = subprocess.run(["mount", "--bind", "-o", "ro", str(source.parent), str(target)],
-                          capture_output=True, text=True)
-    if made.returncode != 0:
-        pytest.skip(f"cannot bind-mount here: {made.stderr.strip()}")
-    try:
-        if os.access(target, os.W_OK):  # an older mount(8) ignores ro on the first call
-            subprocess.run(["mount", "-o", "remount,bind,ro", str(target)], check=True)
-        yield target / "cache"
-    finally:
-        lazy_unmount(target, any_kind=True)
+    with read_only_view(source.parent, tmp_path / "ro") as ro:
+        yield ro / "cache"
 
 
 @pytest.mark.skipif(not IS_ROOT, reason="a read-only bind mount needs root")

@@ -8,7 +8,6 @@ SIGTERM exits 0 and leaves the folder.
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import sqlite3
@@ -17,20 +16,20 @@ import time
 import urllib.error
 import urllib.request
 from pathlib import Path
-from typing import Any
 
 import pytest
 from common import random_objects, wait_until
 from folderview_helpers import (
     cli,
+    cut,
     folder_sidecar,
     kill_child,
+    last_read,
     owned_dir,
     proc_status,
     process_tree,
     write_remote,
 )
-from sidecar_helpers import Sidecar
 
 from epochfs.torchclient import epochwalk, layout
 
@@ -46,15 +45,6 @@ def link_of(path: Path) -> str | None:
         return None
 
 
-def cut(car: Sidecar, query: str) -> tuple[int, dict[str, Any]]:
-    req = urllib.request.Request(f"{car.base}/v1/cut?{query}", data=b"", method="POST")
-    try:
-        with urllib.request.urlopen(req, timeout=10) as r:
-            return int(r.status), json.loads(r.read())
-    except urllib.error.HTTPError as e:
-        return e.code, json.loads(e.read())
-
-
 def check_epoch(folder: Path, n: int, objects: dict[str, bytes]) -> list[str]:
     manifest = layout.read_manifest(folder, n)
     assert manifest is not None, f"epoch-{n} has no manifest"
@@ -63,14 +53,6 @@ def check_epoch(folder: Path, n: int, objects: dict[str, bytes]) -> list[str]:
         assert (folder / f"epoch-{n}" / rel).read_bytes() == objects[rel], rel
     assert [p for p, _ in epochwalk.walk_epoch(folder, n)] == manifest.paths
     return manifest.paths
-
-
-def last_read(cache: Path, n: int) -> float:
-    db = sqlite3.connect(f"file:{cache / 'index.sqlite'}?mode=ro", uri=True, timeout=30)
-    try:
-        return float(db.execute("SELECT last_read FROM epochs WHERE n=?", (n,)).fetchone()[0])
-    finally:
-        db.close()
 
 
 def live_in_store(cache: Path, n: int) -> bool:

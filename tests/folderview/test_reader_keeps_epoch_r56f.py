@@ -14,20 +14,15 @@ real ``EpochLoader`` with its reports on, real HTTP cut requests.
 from __future__ import annotations
 
 import contextlib
-import json
 import os
-import sqlite3
 import threading
 import time
-import urllib.error
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 from common import random_objects, wait_until
-from folderview_helpers import folder_sidecar, owned_dir, write_remote
+from folderview_helpers import cut, folder_sidecar, last_read, owned_dir, write_remote
 from sidecar_helpers import Sidecar
 
 from epochfs.sidecar.served_pins import CLIENT_AHEAD
@@ -49,27 +44,10 @@ def path_and_bytes(path: str) -> tuple[str, bytes]:
         return path, f.read()
 
 
-def ask_cut(car: Sidecar, n: int) -> tuple[int, dict[str, Any]]:
-    req = urllib.request.Request(f"{car.base}/v1/cut?epoch={n}", data=b"", method="POST")
-    try:
-        with urllib.request.urlopen(req, timeout=10) as r:
-            return int(r.status), json.loads(r.read())
-    except urllib.error.HTTPError as e:
-        return e.code, json.loads(e.read())
-
-
 def cut_and_show(car: Sidecar, n: int) -> None:
     """Cut epoch ``n`` on request and wait until the folder shows it."""
-    wait_until(lambda: ask_cut(car, n)[0] == 200, timeout=60, what=f"epoch {n} cut")
+    wait_until(lambda: cut(car, f"epoch={n}")[0] == 200, timeout=60, what=f"epoch {n} cut")
     wait_until(lambda: (car.mount / f"epoch-{n}").is_dir(), timeout=30, what=f"epoch-{n}/ shown")
-
-
-def last_read(cache: Path, n: int) -> float:
-    db = sqlite3.connect(f"file:{cache / 'index.sqlite'}?mode=ro", uri=True, timeout=30)
-    try:
-        return float(db.execute("SELECT last_read FROM epochs WHERE n=?", (n,)).fetchone()[0])
-    finally:
-        db.close()
 
 
 @contextlib.contextmanager
@@ -137,5 +115,5 @@ def test_a_cut_request_dates_its_read_as_far_ahead_as_a_report() -> None:
             cut_and_show(car, 0)
             wait_until(lambda: last_read(car.cache, 0) > 0, timeout=30, what="epoch 0's grace recorded")
             asked = time.time()
-            assert ask_cut(car, 0)[0] == 200  # live: the client about to read it asked
+            assert cut(car, "epoch=0")[0] == 200  # live: the client about to read it asked
             assert last_read(car.cache, 0) >= asked + CLIENT_AHEAD - 1.0

@@ -23,6 +23,7 @@ from pathlib import Path
 
 import pytest
 from common import free_port
+from readonly_helpers import read_only_view
 from sidecar_helpers import running_sidecar
 
 from epochfs.fuse.mounting import find_mount, lazy_unmount
@@ -144,22 +145,6 @@ def test_a_cache_that_is_a_file_or_below_one_is_refused_naming_it(
         assert line.endswith(f"cannot create it: {afile} is not a directory"), line
     else:
         assert "no epochfs cache there" in line, line
-
-
-@contextlib.contextmanager
-def read_only_view(source: Path, target: Path) -> Iterator[Path]:
-    """``source`` seen read-only at ``target`` (a read-only bind mount: root only)."""
-    target.mkdir()
-    made = subprocess.run(["mount", "--bind", "-o", "ro", str(source), str(target)],
-                          capture_output=True, text=True)
-    if made.returncode != 0:
-        pytest.skip(f"cannot bind-mount here: {made.stderr.strip()}")
-    try:
-        if os.access(target, os.W_OK):  # an older mount(8) ignores ro on the first call
-            subprocess.run(["mount", "-o", "remount,bind,ro", str(target)], check=True)
-        yield target
-    finally:
-        lazy_unmount(target, any_kind=True)
 
 
 @pytest.mark.skipif(not IS_ROOT, reason="a read-only bind mount needs root")
