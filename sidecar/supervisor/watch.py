@@ -191,6 +191,10 @@ class MountWatch(ChildProcesses):
                 self.fuse.proc = None
                 self.fuse.last_exit = None
                 self.fuse.next_start = time.monotonic() + self.fuse.backoff
+        elif proc is not None and proc.returncode == 0 and not self.fuse.remount:
+            # It ended by itself between the watch's look and this one, as a server whose mount
+            # went away does: the same remount as one seen exited first (_watch_mount).
+            self.fuse.remount = "its mount went away"
         self._reaped(self.fuse)  # schedules the restart after the fuse child's backoff, and logs it
         # No server is left to remove the bind it made when it stops: removed now, not at the
         # supervisor's clean stop only (a kill -9 of the supervisor before the restart left it
