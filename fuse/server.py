@@ -175,7 +175,8 @@ def run_mount(*, cache: Path, mount: Path, link_root: Path | None = None, warm_f
         log.info("%s", describe(in_use))
         # libfuse splits options at commas: keep them out of the name shown by `mount`.
         fsname = view_source(cache)
-        with StopSignals(ops.stop_serving) as signals:
+        stop = ops.stop_serving if fuse_api == "lowlevel" else _stop_highlevel(ops, mount)
+        with StopSignals(stop) as signals:
             try:
                 if fuse_api == "lowlevel":
                     failed = _serve_lowlevel(ops, mount, fsname)
@@ -198,6 +199,25 @@ def run_mount(*, cache: Path, mount: Path, link_root: Path | None = None, warm_f
         # mount point reads through it.
         release_link_root(cache, None if another else mount)
         store.close()
+
+
+def _stop_highlevel(ops: EpochOperations, mount: Path) -> Callable[[Callable[[], None]], None]:
+    """The high-level API's stop: libfuse's own teardown unmounts by path, whatever is mounted
+    there, unless it finds our connection already gone. A server taken for dead and replaced at its
+    mount point (see :func:`_unmount_own`) whose detached mount is still held open would remove the
+    new server's view on its way out: such a server exits at once instead (its own mount is
+    detached already, and the cache's read-only bind stays for the new view)."""
+    def stop(wake: Callable[[], None]) -> None:
+        made = ops.made
+        left = find_mount(mount)
+        if (made is not None and left is not None and left.fstype.startswith("fuse")
+                and (left.mount_id, left.device) != (made.mount_id, made.device)):
+            log.info("%s: the FUSE mount there is another server's now (mount %d); exiting without "
+                     "libfuse's unmount", mount, left.mount_id)
+            logging.shutdown()
+            os._exit(0)
+        ops.stop_serving(wake)
+    return stop
 
 
 def _unmount_own(mount: Path, made: MountEntry | None) -> bool:
