@@ -175,8 +175,7 @@ def run_mount(*, cache: Path, mount: Path, link_root: Path | None = None, warm_f
         log.info("%s", describe(in_use))
         # libfuse splits options at commas: keep them out of the name shown by `mount`.
         fsname = view_source(cache)
-        stop = ops.stop_serving if fuse_api == "lowlevel" else _stop_highlevel(ops, mount)
-        with StopSignals(stop) as signals:
+        with StopSignals(_stop_unless_replaced(ops, mount)) as signals:
             try:
                 if fuse_api == "lowlevel":
                     failed = _serve_lowlevel(ops, mount, fsname)
@@ -201,9 +200,9 @@ def run_mount(*, cache: Path, mount: Path, link_root: Path | None = None, warm_f
         store.close()
 
 
-def _stop_highlevel(ops: EpochOperations, mount: Path) -> Callable[[Callable[[], None]], None]:
-    """The high-level API's stop: libfuse's own teardown unmounts by path, whatever is mounted
-    there, unless it finds our connection already gone. A server taken for dead and replaced at its
+def _stop_unless_replaced(ops: EpochOperations, mount: Path) -> Callable[[Callable[[], None]], None]:
+    """The stop on a signal: libfuse's session teardown (either API) unmounts by path, whatever
+    is mounted there, unless it finds our connection already gone. A server taken for dead and replaced at its
     mount point (see :func:`_unmount_own`) whose detached mount is still held open would remove the
     new server's view on its way out: such a server exits at once instead (its own mount is
     detached already, and the cache's read-only bind stays for the new view)."""
