@@ -200,6 +200,11 @@ def run_mount(*, cache: Path, mount: Path, link_root: Path | None = None, warm_f
         store.close()
 
 
+def _same(entry: MountEntry, made: MountEntry) -> bool:
+    """Whether the mount table's ``entry`` is the mount this server made (its ID and device)."""
+    return (entry.mount_id, entry.device) == (made.mount_id, made.device)
+
+
 def _stop_unless_replaced(ops: EpochOperations, mount: Path) -> Callable[[Callable[[], None]], None]:
     """The stop on a signal: libfuse's session teardown (either API) unmounts by path, whatever
     is mounted there, unless it finds our connection already gone. A server taken for dead and replaced at its
@@ -209,8 +214,7 @@ def _stop_unless_replaced(ops: EpochOperations, mount: Path) -> Callable[[Callab
     def stop(wake: Callable[[], None]) -> None:
         made = ops.made
         left = find_mount(mount)
-        if (made is not None and left is not None and left.fstype.startswith("fuse")
-                and (left.mount_id, left.device) != (made.mount_id, made.device)):
+        if made is not None and left is not None and left.fstype.startswith("fuse") and not _same(left, made):
             log.info("%s: the FUSE mount there is another server's now (mount %d); exiting without "
                      "libfuse's unmount", mount, left.mount_id)
             logging.shutdown()
@@ -235,8 +239,7 @@ def _unmount_own(mount: Path, made: MountEntry | None) -> bool:
     left = find_mount(mount)
     if left is None or not left.fstype.startswith("fuse"):
         return False
-    if made is not None and ((left.mount_id, left.device) != (made.mount_id, made.device)
-                             or not is_dead(mount, timeout=2.0)):
+    if made is not None and (not _same(left, made) or not is_dead(mount, timeout=2.0)):
         log.info("%s: the FUSE mount there is another server's now (mount %d); leaving it", mount,
                  left.mount_id)
         return True
