@@ -1,12 +1,14 @@
 """How each tool of the fetch benchmark (:mod:`.fetch`) is run and timed: ``epochfs sample``
-(watched through its index until every object is admitted), ``s5cmd cp`` and ``rclone copy``,
-one process each; and the sampler's modules compiled before them (:func:`compile_epochfs`).
+(watched through its index until every object is admitted), ``s5cmd cp``, ``rclone copy`` and
+``download-path`` (epochfs's download path alone in a fresh process, :mod:`._fetch_alone`), one
+process each; and the sampler's modules compiled before them (:func:`compile_epochfs`).
 """
 
 from __future__ import annotations
 
 import compileall
 import os
+import shutil
 import sqlite3
 import subprocess
 import time
@@ -146,4 +148,22 @@ def compile_epochfs(src: Path | None = None) -> None:
         raise RuntimeError(f"compiling {package} failed")
 
 
-TOOLS = {"epochfs": run_epochfs, "s5cmd": run_s5cmd, "rclone": run_rclone}
+def run_download_path(endpoint: str, url: str, dest: Path, count: int,
+                      concurrency: int) -> tuple[float, float]:
+    """:mod:`._fetch_alone` from its process start to its exit; its scratch store lies beside
+    ``dest`` (the same file system, so its files move into ``dest``) and is removed after."""
+    store = dest.with_name(dest.name + "-store")
+    started = time.monotonic()
+    try:
+        subprocess.run([*harness.PYTHON, "-m", "epochfs.benchmarks._fetch_alone", "--url", url,
+                        "--endpoint", endpoint, "--dest", str(dest), "--store", str(store),
+                        "--concurrency", str(concurrency)], env=harness.s3_env(), check=True,
+                       stdout=subprocess.DEVNULL)
+        return started, time.monotonic() - started
+    finally:
+        shutil.rmtree(store, ignore_errors=True)
+
+
+TOOLS = {"epochfs": run_epochfs, "s5cmd": run_s5cmd, "rclone": run_rclone, "download-path": run_download_path}
+NOT_PROGRAMS = {"epochfs-base", "download-path"}
+"""Tools that are no program of their own to find on the PATH (both run this Python)."""

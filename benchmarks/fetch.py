@@ -11,7 +11,11 @@ uploads left), then downloads each dataset with:
   from process start until the index lists every object; the run is checked to have verified
   every object by the expected kind;
 * ``s5cmd cp 's3://bucket/prefix/*' DIR`` (``--numworkers`` workers, its default 256);
-* ``rclone copy`` with ``--transfers`` and ``--checkers`` set to the same concurrency as the sampler.
+* ``rclone copy`` with ``--transfers`` and ``--checkers`` set to the same concurrency as the sampler;
+* ``download-path`` (only when ``--tools`` names it): epochfs's download path alone in a fresh
+  Python process (:mod:`._fetch_alone`: the imports a download needs, one LIST, the sampler's
+  downloader on the same concurrency, each object verified and fsynced; no sampler around it),
+  timed from its process start to its exit: the most ``epochfs sample`` could reach end to end.
 
 Each tool runs ``--repeat`` times per dataset (5 by default), in rotating order, into a fresh
 folder on the same disk; every median is shown with its spread (``median [min-max]``), and the
@@ -31,6 +35,7 @@ included) is reported beside it.
     python -m epochfs.benchmarks.fetch --tools epochfs,s5cmd --checksums crc64nvme --json out.json
     python -m epochfs.benchmarks.fetch --sample-args "--list-process 0"  # epochfs sample's own flags
     python -m epochfs.benchmarks.fetch --baseline-src /tmp/old/src   # before/after, alternating
+    python -m epochfs.benchmarks.fetch --tools epochfs,s5cmd,download-path --small 0  # the ceiling
 
 ``--baseline-src`` adds the tool ``epochfs-base``: the same ``epochfs sample`` with that source
 folder first on ``PYTHONPATH`` (a worktree of an older commit), run in turn with the others, so a
@@ -60,6 +65,7 @@ from pathlib import Path
 from epochfs.benchmarks import harness
 from epochfs.benchmarks._fetch_report import Run, print_summary, share
 from epochfs.benchmarks._fetch_runs import (
+    NOT_PROGRAMS,
     PROGRAM,
     SAMPLE_ARGS,
     STEADY,
@@ -218,7 +224,7 @@ def main(argv: list[str] | None = None) -> int:
     unknown = sorted(set(checksums) - set(CHECKSUMS))
     if unknown or not checksums:
         ap.error(f"--checksums: unknown {', '.join(unknown) or 'none given'} (known: {', '.join(CHECKSUMS)})")
-    PROGRAM.update({tool: harness.program(tool) for tool in tools if tool != "epochfs-base"})
+    PROGRAM.update({tool: harness.program(tool) for tool in tools if tool not in NOT_PROGRAMS})
     if "epochfs-base" in tools:
         PROGRAM["epochfs"] = harness.program("epochfs")
         compile_epochfs(args.baseline_src)
