@@ -26,7 +26,13 @@ from epochfs.fuse.tree import DIR_MODE, Attr, EpochTree, NotFound
 from epochfs.sidecar.store import EpochReader, Meta, Stats
 from epochfs.sidecar.store.index import is_corruption
 from epochfs.sidecar.store.stats import retry_line
-from epochfs.torchclient.layout import epoch_name, format_status, manifest_name, parse_epoch_name
+from epochfs.torchclient.layout import (
+    REPORT_URL_KEY,
+    epoch_name,
+    format_status,
+    manifest_name,
+    parse_epoch_name,
+)
 
 log = logging.getLogger("epochfs.fuse")
 T = TypeVar("T")
@@ -173,13 +179,18 @@ class ViewState:
         return padded_status(self._status_doc(self.store.stats()))
 
     def _status_doc(self, stats: Stats) -> dict[str, object]:
-        """``status.json``'s document: the store's stats, and ``sampler_retrying`` while the
+        """``status.json``'s document: the store's stats, ``sampler_retrying`` while the
         supervisor records that the sampler cannot reach the remote (a trainer reads only the
-        mount, so its waiting line says why no data comes; absent otherwise)."""
+        mount, so its waiting line says why no data comes; absent otherwise), and the report URL
+        the supervisor recorded (:data:`REPORT_URL_KEY`: the client finds a sidecar on any
+        ``--health-port`` through the mount it reads)."""
         doc = stats.to_json()
         retrying = retry_line(self.store.meta(Meta.SAMPLER_RETRYING), time.time())
         if retrying:
             doc["sampler_retrying"] = retrying
+        report_url = self.store.meta(Meta.REPORT_URL)
+        if report_url:
+            doc[REPORT_URL_KEY] = report_url
         return doc
 
     def render_classes(self) -> bytes:

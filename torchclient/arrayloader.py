@@ -217,7 +217,7 @@ class ArrayLoader(Resumable):
         self.on_epoch_end = on_epoch_end
         self.history: list[EpochStats] = []
         url = report_url_from_env()  # also with report=False: the cut requests use it (ValueError now)
-        self.reporter = ClientReporter(url=url if report else None)
+        self.reporter = ClientReporter(url=url if report else None, root=self.root)
         self.reader: SampleReader | None = None
         self._tensor_dtype: torch.dtype | None = None
         self._ring: list[_Buffer] = []

@@ -3,16 +3,17 @@
 On the FUSE view, looking up ``epoch-N`` is what asks for its cut. A folder published by the sidecar
 (``--view folder``, for clusters that forbid privileged containers) is plain files: nothing sees a
 lookup. So while ``epoch-N/`` is missing, the waiting client also sends ``POST /v1/cut?epoch=N`` to
-the sidecar whose URL it already knows from ``EPOCHFS_REPORT_URL`` (the Helm chart sets it; the
-base URL is its scheme and host). The sidecar applies the store's rule for lookups (only the next
-epoch is cut or queued); ``jump=1`` is sent only when the caller asks for a jump (a resumed
-trainer starting above the newest epoch + 1). On the FUSE view the request is redundant and
-harmless: the lookup has asked already.
+the sidecar it reports to (:mod:`.report`: ``EPOCHFS_REPORT_URL`` when set, which the Helm chart
+does; else the ``report_url`` the mount's status.json names, the sidecar's ``--health-port``; else
+port 8080; the base URL is its scheme and host). The sidecar applies the store's rule for lookups
+(only the next epoch is cut or queued); ``jump=1`` is sent only when the caller asks for a jump (a
+resumed trainer starting above the newest epoch + 1). On the FUSE view the request is redundant
+and harmless: the lookup has asked already.
 
-Standard library only; failures (no sidecar, an older one without the endpoint, a sidecar on
-another ``--health-port`` than the default 8080) mean the client waits as it would on any folder, so
-:class:`CutAsker` logs the first one at WARNING and the waiting lines and errors name the URL tried,
-why it failed and ``EPOCHFS_REPORT_URL``.
+Standard library only; failures (no sidecar, an older one without the endpoint, an older sidecar
+on another ``--health-port`` than the default 8080, whose status.json names no URL) mean the
+client waits as it would on any folder, so :class:`CutAsker` logs the first one at WARNING and the
+waiting lines and errors name the URL tried, why it failed and ``EPOCHFS_REPORT_URL``.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from typing import Any
 from urllib.parse import urlparse
 
 from .layout import CUT_PATH
-from .report import report_url_from_env
+from .report import DEFAULT_URL, ENV, report_url_from_env, report_url_from_status
 
 log = logging.getLogger("epochfs.torchclient")
 
@@ -39,9 +40,12 @@ def sidecar_url_from_env() -> str | None:
     which names the variable: taken as "off", it silently stopped the cut requests, and on the
     folder view a trainer then waited out its whole timeout for an epoch nobody asked for."""
     url = report_url_from_env()
-    if url is None:
-        return None
-    parts = urlparse(url)
+    return None if url is None else base_of(url)
+
+
+def base_of(report_url: str) -> str:
+    """``scheme://host:port`` of a report URL: where the sidecar's other endpoints are."""
+    parts = urlparse(report_url)
     return f"{parts.scheme}://{parts.netloc}"
 
 
@@ -111,14 +115,18 @@ def _why(error: BaseException, timeout: float) -> str:
 
 
 URL_FROM_ENV = "env"
+URL_FROM_STATUS = "status"
 URL_DEFAULT = "default"
 URL_GIVEN = "given"
 """Where the sidecar's URL came from (:func:`url_source`): each has its own remedy."""
 
 
-def url_source() -> str:
-    """:data:`URL_FROM_ENV` when ``EPOCHFS_REPORT_URL`` is set, else :data:`URL_DEFAULT` (port 8080)."""
-    return URL_FROM_ENV if "EPOCHFS_REPORT_URL" in os.environ else URL_DEFAULT
+def url_source(root: str | os.PathLike[str] | None = None) -> str:
+    """:data:`URL_FROM_ENV` when ``EPOCHFS_REPORT_URL`` is set, else :data:`URL_FROM_STATUS` when
+    ``root``'s status.json names the sidecar's URL, else :data:`URL_DEFAULT` (port 8080)."""
+    if ENV in os.environ:
+        return URL_FROM_ENV
+    return URL_FROM_STATUS if root is not None and report_url_from_status(root) else URL_DEFAULT
 
 
 _WARNED: set[str] = set()
@@ -133,18 +141,51 @@ class CutAsker:
     waiting out its timeout with no hint. The failure is logged once at WARNING and :meth:`trouble`
     puts it, with the remedy, into the waiting lines and the errors."""
 
-    def __init__(self, base_url: str, *, source: str) -> None:
+    def __init__(self, base_url: str, *, source: str, root: str | os.PathLike[str] | None = None) -> None:
+        """``root``: the mount waited on, whose status.json names the sidecar's URL (read at the
+        first ask, again after one fails); ``base_url`` is the fallback where it names none."""
         self.base_url = base_url
         self.source = source
         self.failure: CutFailure | None = None
+        self._fallback = (base_url, source)
+        self._root = root
+        self._looked = False
+
+    @classmethod
+    def for_mount(cls, root: str | os.PathLike[str]) -> CutAsker | None:
+        """The asker for a reader of ``root``: ``EPOCHFS_REPORT_URL``'s sidecar when it is set (a
+        malformed value raises ValueError now; None when it says off), else the one ``root``'s
+        status.json names, else port 8080's (:func:`.report.report_url`'s order)."""
+        if ENV in os.environ:
+            base = sidecar_url_from_env()
+            return cls(base, source=URL_FROM_ENV) if base else None
+        return cls(base_of(DEFAULT_URL), source=URL_DEFAULT, root=root)
+
+    def _look(self) -> bool:
+        """Take the URL the mount's status.json names (the fallback where it names none); True
+        when that changed where requests go. Only for an asker made with a ``root``."""
+        if self._root is None:
+            return False
+        self._looked = True
+        named = report_url_from_status(self._root)
+        base, source = (base_of(named), URL_FROM_STATUS) if named else self._fallback
+        changed = base != self.base_url
+        self.base_url, self.source = base, source
+        return changed
 
     def ask(self, epoch: int, *, jump: bool = False) -> CutAnswer | None:
         """The sidecar's answer for ``epoch``, or None (the reason kept for :meth:`trouble`)."""
+        cached = self._looked
+        if not cached:
+            self._look()
         got = request_cut(self.base_url, epoch, jump=jump)
+        if isinstance(got, CutFailure) and cached and self._look():  # the sidecar named another URL since
+            got = request_cut(self.base_url, epoch, jump=jump)
         if isinstance(got, CutAnswer):
             self.failure = None
             return got
         self.failure = got
+        self._looked = False  # read status.json again before the next ask
         if got.url not in _WARNED:
             _WARNED.add(got.url)
             log.warning("epochfs: %s", self._says(got))
@@ -161,7 +202,12 @@ class CutAsker:
 _SET_IT = ("set EPOCHFS_REPORT_URL=http://127.0.0.1:PORT/v1/client-report, PORT being the "
            "sidecar's --health-port")
 REMEDY = {
-    URL_DEFAULT: f"EPOCHFS_REPORT_URL is unset, so the default port 8080 was tried; {_SET_IT}",
+    URL_DEFAULT: ("EPOCHFS_REPORT_URL is unset and no report_url came from the mount's .epochfs/status.json "
+                  "(where a sidecar records its --health-port; an older one does not), so the default port "
+                  f"8080 was tried; {_SET_IT}"),
+    URL_FROM_STATUS: ("EPOCHFS_REPORT_URL is unset, so the report_url the mount's .epochfs/status.json "
+                      f"names was tried (the sidecar's --health-port at its start): is the sidecar running? "
+                      f"To send elsewhere, {_SET_IT}"),
     URL_FROM_ENV: f"check EPOCHFS_REPORT_URL ({_SET_IT})",
     URL_GIVEN: "check the sidecar_url passed (http://127.0.0.1:PORT, PORT being the sidecar's --health-port)",
 }

@@ -73,6 +73,11 @@ MANIFEST_VERSION = 1
 MANIFEST_MAGIC = f"#epochfs-manifest v{MANIFEST_VERSION}"
 CUT_PATH = "/v1/cut"
 """The sidecar's endpoint that stands in for a lookup of ``epoch-N`` on a published folder."""
+REPORT_URL_KEY = "report_url"
+"""The field of ``status.json`` naming the sidecar's client-report URL on the pod's loopback
+(``http://127.0.0.1:<--health-port>/v1/client-report``), recorded by the sidecar at its start: the
+client reports and asks for cuts there when ``EPOCHFS_REPORT_URL`` is unset (absent from an older
+sidecar's document: the client's default then)."""
 
 _NUMBER = r"(0|[1-9][0-9]{0,8})"
 _EPOCH_NAME = re.compile(EPOCH_PREFIX + _NUMBER)

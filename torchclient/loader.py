@@ -270,7 +270,7 @@ class EpochLoader(Resumable):
         self.dataloader_options = options
         self.history: list[EpochStats] = []
         url = report_url_from_env()  # also with report=False: the cut requests use it (ValueError now)
-        self.reporter = ClientReporter(url=url if report else None)
+        self.reporter = ClientReporter(url=url if report else None, root=self.root)
         self._workers = _Workers(self._new_dataloader)
         self._running = RunningEpoch()
         # Building the DataLoader now validates its options up front (workers start at the first epoch).

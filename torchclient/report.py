@@ -7,9 +7,15 @@ sidecar's ``/v1/client-report`` endpoint, which exports them as ``epochfs_client
 Reporting must never slow or break training: :meth:`ClientReporter.add` only adds to counters under
 a lock held for nanoseconds; the HTTP call happens on the thread, with a short timeout; failures are
 counted and logged once, and after repeated failures the reporter backs off (a pod without a sidecar
-costs one failed connection per minute at most). Where to report: ``EPOCHFS_REPORT_URL`` (the Helm
-chart sets it), else ``http://127.0.0.1:8080/v1/client-report``; ``EPOCHFS_REPORT_URL=off`` (or an
-empty value) disables reporting.
+costs one failed connection per minute at most).
+
+**Where to report**, first found: ``EPOCHFS_REPORT_URL`` (the Helm chart sets it;
+``EPOCHFS_REPORT_URL=off``, or an empty value, disables reporting); else the URL the mount's
+``.epochfs/status.json`` names (``report_url``: the sidecar records its ``--health-port`` there at
+its start, so a sidecar on any port is found through the mount the trainer reads; the reporter is
+given the mount as ``root``); else ``http://127.0.0.1:8080/v1/client-report``. The status file is
+read at the first report and again only after a report fails (a sidecar restarted on another port:
+the next report goes to the new one), never per sample.
 
 **Epochs in use.** While a loader reads an epoch (:meth:`ClientReporter.reading` to
 :meth:`ClientReporter.done`), every report names it in its query (``?epoch=N``), and a report is
@@ -32,10 +38,14 @@ import os
 import threading
 import time
 import urllib.request
+from pathlib import Path
 from urllib.parse import urlparse
+
+from .layout import REPORT_URL_KEY, read_status
 
 log = logging.getLogger("epochfs.torchclient.report")
 
+ENV = "EPOCHFS_REPORT_URL"
 DEFAULT_URL = "http://127.0.0.1:8080/v1/client-report"
 MAX_BACKOFF = 60.0
 HEARTBEAT = 30.0
@@ -45,8 +55,9 @@ sidecar's in-use window, one shorter than this included."""
 
 
 def report_url_from_env() -> str | None:
-    """The report URL from ``EPOCHFS_REPORT_URL`` (None when reporting is off)."""
-    url = os.environ.get("EPOCHFS_REPORT_URL", DEFAULT_URL).strip()
+    """The report URL from ``EPOCHFS_REPORT_URL``, :data:`DEFAULT_URL` when it is unset (None when
+    reporting is off)."""
+    url = os.environ.get(ENV, DEFAULT_URL).strip()
     if url.lower() in ("", "off", "none", "0", "false"):
         return None
     if urlparse(url).scheme not in ("http", "https"):
@@ -54,13 +65,39 @@ def report_url_from_env() -> str | None:
     return url
 
 
+def report_url_from_status(root: str | os.PathLike[str]) -> str | None:
+    """The report URL ``root/.epochfs/status.json`` names (``report_url``), or None: no status file
+    (a plain folder, the mount not there), an older sidecar's without the field, or a value that is
+    not an http(s) URL (then the caller's fallback is tried, not a broken URL)."""
+    doc = read_status(root)
+    url = doc.get(REPORT_URL_KEY) if doc is not None else None
+    if not isinstance(url, str) or urlparse(url).scheme not in ("http", "https"):
+        return None
+    return url
+
+
+def report_url(root: str | os.PathLike[str] | None) -> str | None:
+    """Where a reader of ``root`` reports, first found: ``EPOCHFS_REPORT_URL`` when set (None when
+    it says off), the URL ``root``'s status.json names, :data:`DEFAULT_URL`."""
+    if root is None or ENV in os.environ:
+        return report_url_from_env()
+    return report_url_from_status(root) or DEFAULT_URL
+
+
 class ClientReporter:
     """Counts deliveries and posts increments to the sidecar from a daemon thread."""
 
-    def __init__(self, *, url: str | None, interval: float = 2.0, timeout: float = 1.0) -> None:
+    def __init__(self, *, url: str | None, interval: float = 2.0, timeout: float = 1.0,
+                 root: str | os.PathLike[str] | None = None) -> None:
+        """``url``: where to report (None: not at all). ``root``: the mount read; while
+        ``EPOCHFS_REPORT_URL`` is unset, reports go where its status.json names (read at the first
+        report, again after one fails), ``url`` where it names none."""
         if interval <= 0 or timeout <= 0:
             raise ValueError("interval and timeout must be positive")
         self.url = url
+        self._fallback = url
+        self._root = Path(root) if root is not None and url is not None and ENV not in os.environ else None
+        self._looked = False  # status.json read for the URL since the last failed report
         self.interval = interval
         self.timeout = timeout
         self.sent_reports = 0
@@ -152,6 +189,16 @@ class ClientReporter:
         with self._posting:
             return self._post()
 
+    def _look(self) -> bool:
+        """Take the URL the mount's status.json names (the fallback where it names none); True
+        when that changed where reports go. Only with a ``root`` and ``EPOCHFS_REPORT_URL`` unset."""
+        if self._root is None:
+            return False
+        self._looked = True
+        url = report_url_from_status(self._root) or self._fallback
+        changed, self.url = url != self.url, url
+        return changed
+
     def _post(self, *, naming: bool = False) -> bool:
         body = self._take(naming=naming)
         if body is None or self.url is None:
@@ -159,6 +206,29 @@ class ClientReporter:
         with self._lock:
             epochs = sorted(self._epochs)[-8:]  # the sidecar takes at most 8
             unnamed = set(self._unnamed)
+        cached = self._looked
+        if not cached:
+            self._look()
+        error = self._send(body, epochs)
+        if error is not None and cached and self._look():  # the sidecar named another URL since: try it
+            error = self._send(body, epochs)
+        if error is not None:
+            self._looked = False  # read status.json again before the next try
+            self._give_back(body)
+            self.failed_reports += 1
+            if self.failed_reports == 1:
+                log.info("epochfs: cannot report to the sidecar at %s (%s); will retry quietly",
+                         self.url, error)
+            return False
+        self.sent_reports += 1
+        with self._lock:
+            self._last_sent = time.monotonic()
+            self._unnamed -= unnamed  # named (or beyond the 8 a report names: not posted for again)
+        return True
+
+    def _send(self, body: dict[str, float | int], epochs: list[int]) -> OSError | None:
+        """POST ``body`` to :attr:`url`, naming ``epochs``; the error, None when it was taken."""
+        assert self.url is not None
         url = self.url
         if epochs:
             url += ("&" if "?" in url else "?") + "&".join(f"epoch={n}" for n in epochs)
@@ -170,16 +240,8 @@ class ClientReporter:
             with urllib.request.urlopen(request, timeout=self.timeout) as response:
                 response.read()
         except OSError as e:
-            self._give_back(body)
-            self.failed_reports += 1
-            if self.failed_reports == 1:
-                log.info("epochfs: cannot report to the sidecar at %s (%s); will retry quietly", self.url, e)
-            return False
-        self.sent_reports += 1
-        with self._lock:
-            self._last_sent = time.monotonic()
-            self._unnamed -= unnamed  # named (or beyond the 8 a report names: not posted for again)
-        return True
+            return e
+        return None
 
     def _run(self, stop: threading.Event) -> None:
         """Post every ``interval`` (backing off after failures), and at once when :meth:`reading`

@@ -16,7 +16,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from .cutask import URL_GIVEN, CutAnswer, CutAsker, sidecar_url_from_env, url_source
+from .cutask import URL_GIVEN, CutAnswer, CutAsker
 from .describe import FirstEpochPace, describe_root, not_the_mount
 from .layout import MAX_EPOCH, epoch_exists
 
@@ -63,11 +63,12 @@ def wait_for_epoch(root: str | os.PathLike[str], epoch: int, *, wait: bool = Tru
                    jump: bool = False, sidecar_url: str | _FromEnv | None = FROM_ENV) -> float:
     """Look up ``root/epoch-N`` (on the mount, the lookup asks for the cut) until it exists.
 
-    While it is missing, the sidecar at ``sidecar_url`` (default: from ``EPOCHFS_REPORT_URL``; None:
-    never) is also asked for the cut (``POST /v1/cut``, :mod:`.cutask`), once a second: on the folder
-    view (``--view folder``) that request is what a lookup is on the FUSE view. ``jump=True`` lets
-    the cut skip numbers (a resumed trainer starting above the newest epoch + 1); otherwise only
-    the next epoch is cut, as for a lookup.
+    While it is missing, the sidecar at ``sidecar_url`` (default: from ``EPOCHFS_REPORT_URL``, else
+    the ``report_url`` of ``root``'s status.json, else port 8080; None: never) is also asked for
+    the cut (``POST /v1/cut``, :mod:`.cutask`), once a second: on the folder view (``--view
+    folder``) that request is what a lookup is on the FUSE view. ``jump=True`` lets the cut skip
+    numbers (a resumed trainer starting above the newest epoch + 1); otherwise only the next epoch
+    is cut, as for a lookup.
 
     Returns the seconds spent waiting. The first miss reports at once (so a user sees why training
     has not started), then every ``progress_every`` seconds; lookups back off from 20 ms to 0.5 s.
@@ -80,8 +81,8 @@ def wait_for_epoch(root: str | os.PathLike[str], epoch: int, *, wait: bool = Tru
     """
     epoch = check_epoch(epoch)
     timeout = check_timeout(timeout)
-    asker = _asker(sidecar_url)
     root = Path(root)
+    asker = _asker(sidecar_url, root)
     start = time.monotonic()
     if epoch_exists(root, epoch):
         return 0.0
@@ -123,12 +124,12 @@ def wait_for_epoch(root: str | os.PathLike[str], epoch: int, *, wait: bool = Tru
             next_ask = time.monotonic() + ASK_EVERY
 
 
-def _asker(sidecar_url: str | _FromEnv | None) -> CutAsker | None:
+def _asker(sidecar_url: str | _FromEnv | None, root: Path) -> CutAsker | None:
     """Who asks for cuts: the sidecar ``sidecar_url`` names, or ``EPOCHFS_REPORT_URL``'s (read now,
-    so a malformed value is a ValueError before any lookup); None when cut requests are off."""
+    so a malformed value is a ValueError before any lookup), else the one ``root``'s status.json
+    names, else port 8080's; None when cut requests are off."""
     if isinstance(sidecar_url, _FromEnv):
-        base = sidecar_url_from_env()
-        return CutAsker(base, source=url_source()) if base else None
+        return CutAsker.for_mount(root)
     return CutAsker(sidecar_url, source=URL_GIVEN) if sidecar_url else None
 
 

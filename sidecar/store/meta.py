@@ -54,6 +54,9 @@ class Meta(str, Enum):
     SIDECAR_RESTARTS = "sidecar_restarts"
     """The supervisor's restarts of each child (JSON: child name -> restarts), kept across its
     restarts; apart from :data:`SIDECAR_TOTALS`, whose keys are the status document's."""
+    REPORT_URL = "report_url"
+    """The supervisor's client-report URL on the pod's loopback (its ``--health-port``), recorded at
+    its start: the views show it in status.json, where the torch client finds the sidecar."""
     SAMPLER_RETRYING = "sampler_retrying"
     """The supervisor's sampler retrying an unreachable remote (JSON; :func:`.stats.retry_line`)."""
     INDEX_CHECKED_AT = "index_checked_at"

@@ -34,7 +34,7 @@ from epochfs.sidecar.config import (
     SidecarSettings,
 )
 from epochfs.sidecar.signals import set_from_handler
-from epochfs.sidecar.store import NoRoom, Store, StoreError, publisherlock
+from epochfs.sidecar.store import Meta, NoRoom, Store, StoreError, publisherlock
 from epochfs.sidecar.supervisor.children import Child
 from epochfs.sidecar.supervisor.health import HealthChecks
 from epochfs.sidecar.supervisor.observability import STATE_FILE_NAME, Observability, load_reporter
@@ -159,6 +159,28 @@ class Supervisor(HealthChecks, Observability):
             except StoreError as e:
                 raise ConfigError(f"--cache: {e}") from None
 
+    def _record_report_url(self) -> None:
+        """Record the health port's client-report URL in the index (:data:`Meta.REPORT_URL`), which
+        the views show in status.json: a trainer without ``EPOCHFS_REPORT_URL`` finds this sidecar
+        on any ``--health-port`` through the mount it reads. On the loopback, which the trainer's
+        container shares in the pod. A failure (the index busy) is said once and tried again every
+        couple of seconds, as after an index rebuild (:meth:`_saved_totals` finds the totals lost)."""
+        from epochfs.sidecar.endpoints import CLIENT_REPORT_PATH
+
+        assert self._store is not None and self._endpoints
+        host = "127.0.0.1" if self.http_host in ("", "::", "0.0.0.0") else self.http_host
+        host = f"[{host}]" if ":" in host else host
+        url = f"http://{host}:{self._endpoints[0].port}{CLIENT_REPORT_PATH}"
+        try:
+            self._store.set_meta(Meta.REPORT_URL, url)
+        except Exception as e:  # the index busy or damaged: the sampler's business, not ours
+            self._seen["report_url"] = None
+            if self._seen.get("report_url_error") != str(e):
+                self._seen["report_url_error"] = str(e)
+                log.warning("recording the report URL in the index: %s (tried again)", e)
+            return
+        self._seen["report_url"] = url
+
     # ------------------------------------------------------------------ the loop
     def run(self) -> int:
         """Own the cache, check, start, supervise until a signal, stop cleanly. Returns the exit
@@ -209,6 +231,7 @@ class Supervisor(HealthChecks, Observability):
             except ConfigError as e:  # a port in use: kubectl describe pod says why, too
                 write_termination_message(self.settings.termination_log, f"epochfs sidecar: {e}")
                 raise
+            self._record_report_url()  # before the view starts: its first status.json names it
             self._reporter = load_reporter(self.settings, self.mount)
             self._start(self.sampler)
             self._start(self.view)
@@ -231,6 +254,8 @@ class Supervisor(HealthChecks, Observability):
                 if time.monotonic() - last_periodic >= 2.0:
                     last_periodic = time.monotonic()
                     self._periodic()
+                    if not self._seen.get("report_url"):  # its record failed, or an index rebuilt lost it
+                        self._record_report_url()
                     self._safe(self._reap_orphans)  # a zombie costs a pid, not CPU: every 2 s
             status = self._shutdown()
             if refused is not None:

@@ -190,6 +190,8 @@ class Observability:
                 lost = True
             if lost or totals != self._seen.get("totals") or restarts != self._seen.get("restarts"):
                 self._save_totals(totals, restarts)
+            if lost:  # an index rebuilt lost the report URL too: the supervisor's loop records it again
+                self._seen["report_url"] = None
             return dict(self._seen.get("totals") or {}), dict(self._seen.get("restarts") or {})
 
     def _scrape_totals(self) -> tuple[dict[str, float], dict[str, float]]:
