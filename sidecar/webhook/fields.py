@@ -20,6 +20,9 @@ INJECTED = "epochfs.io/injected"
 ANNOTATIONS = (INJECT, PROFILE, REMOTE, CAPACITY, SHARD_INDEX, CONTAINERS)
 
 SHARD_ENV = "EPOCHFS_SHARD_INDEX"
+REMOTE_ENV = "EPOCHFS_REMOTE"
+INDEX_ENV = "EPOCHFS_INDEX"
+"""The profile's ``remote.indexUrl``: the keys of the profile's remote, which another remote lacks."""
 CAPACITY_SHARE_TENTHS = 9
 """The share of the cache volume a capacity may take: the chart's (epochfs.capacity, _helpers.tpl)."""
 KUBE_API_VOLUME = "epochfs-kube-api-access"
@@ -36,3 +39,38 @@ FIELD_PATH_RE = re.compile(r"^metadata\.(labels|annotations)\['([^']+)'\]$")
 """A downward-API field path of the pod's own labels or annotations (a shard read from them)."""
 
 JSON = dict[str, Any]
+
+SHOWN_CHARS = 200
+"""The characters of a pod's value that a message quotes: the API server shows the message to the
+user and the webhook logs it, so a value as long as the request (megabytes) must not travel whole."""
+MAX_VALUE_CHARS = 2048
+"""The longest value of an ``epochfs.io/*`` annotation the webhook reads (a URL up to the common
+2,048-character limit); longer ones are refused before any parser sees them, so no parser's cost
+on a hostile value (an annotation may hold 256 KiB) holds up the other reviews."""
+
+
+def cut(text: str) -> str:
+    """``text``, or its first :data:`SHOWN_CHARS` characters and how long it was."""
+    if len(text) <= SHOWN_CHARS:
+        return text
+    return f"{text[:SHOWN_CHARS]}… ({len(text)} characters)"
+
+
+MAX_MESSAGE_CHARS = 1000
+"""The longest refusal message: past it, a message (a parser's words quoting a value of the pod)
+is cut in its middle, so it keeps its start (what was refused) and its end (why)."""
+
+
+def cut_message(text: str) -> str:
+    """``text``, or its start and its end around how long it was."""
+    if len(text) <= MAX_MESSAGE_CHARS:
+        return text
+    keep = (MAX_MESSAGE_CHARS - 40) // 2
+    return f"{text[:keep]} … ({len(text)} characters) … {text[-keep:]}"
+
+
+def quoted(value: Any) -> str:
+    """A pod's ``value`` as a message quotes it: its ``repr``, cut as :func:`cut` cuts."""
+    if isinstance(value, str) and len(value) > SHOWN_CHARS:
+        return f"{value[:SHOWN_CHARS]!r}… ({len(value)} characters)"
+    return cut(repr(value))

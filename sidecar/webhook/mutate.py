@@ -12,7 +12,8 @@ The pod's metadata says what it wants:
   pods that ask (and those with another value, refused here).
 * ``epochfs.io/profile``: a profile of the chart's ``webhook.profiles`` (default: ``default``).
 * ``epochfs.io/remote``, ``epochfs.io/capacity``: the sidecar's ``EPOCHFS_REMOTE`` and
-  ``EPOCHFS_CAPACITY`` instead of the profile's.
+  ``EPOCHFS_CAPACITY`` instead of the profile's (a remote other than the profile's drops its
+  ``EPOCHFS_INDEX``, which lists the profile's remote). A value over 2,048 characters is refused.
 * ``epochfs.io/shard-index``: the pod's shard, a number or a downward-API field path such as
   ``metadata.labels['training.kubeflow.org/replica-index']`` (default: the profile's, which is the
   Indexed Job's completion index for nodes > 1 and 0 for one node).
@@ -23,11 +24,14 @@ The patch adds, as the chart's Job has them: the sidecar first in ``initContaine
 named ``epochfs-metrics``, not ``metrics``: :func:`.profiles.with_own_port_name`), the volumes,
 the trainer's environment first in each target container's ``env`` (so its own variables may refer
 to ``$(EPOCHFS_MOUNT)``) and its mounts, the pod security context's fields the pod does not set,
-the scrape annotations the pod does not have, the marker ``epochfs.io/injected: <profile>``, and
-the profile's pod labels (``epochfs.io/injected-by: <the webhook>``: the chart's PodMonitor of
-injected pods selects it; set even where the pod has it, so the monitor finds every injected pod).
-A pod with the marker, or holding the sidecar and its volume already (attached by the
-templates), is left alone: a pod mutated twice is unchanged.
+the chart's ``imagePullSecrets`` the pod does not list (the sidecar's image may be private; the
+Secrets must exist in the pod's namespace), the scrape annotations the pod does not have, the
+marker ``epochfs.io/injected: <profile>``, and the profile's pod labels
+(``epochfs.io/injected-by: <the webhook>``: the chart's PodMonitor of injected pods selects it; set
+even where the pod has it, so the monitor finds every injected pod).
+A pod with the marker, or holding the sidecar and the volumes it shares with the trainer already
+(attached by the templates, whose values may leave out the profile's optional volumes: the API
+token's, the credentials'), is left alone: a pod mutated twice is unchanged.
 
 A pod that sets ``spec.automountServiceAccountToken: false`` gets no API token from epochfs
 either: the projected token volume (``epochfs-kube-api-access``) and its mount are left out and
@@ -43,7 +47,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from epochfs.sidecar.webhook.fields import INJECT, INJECTED, JSON, PROFILE
+from epochfs.sidecar.webhook.fields import INJECT, INJECTED, JSON, PROFILE, cut, cut_message, quoted
 from epochfs.sidecar.webhook.overrides import override, without_kube_reporting
 from epochfs.sidecar.webhook.podchecks import (
     Refused,
@@ -51,6 +55,7 @@ from epochfs.sidecar.webhook.podchecks import (
     as_map,
     check_conflicts,
     check_host_network,
+    check_lengths,
     check_security,
     check_shard,
     targets,
@@ -82,7 +87,7 @@ def decide(pod: Any, profiles: Mapping[str, Profile], *, pss_enforced: bool = Fa
     try:
         return _decide(pod, profiles, pss_enforced)
     except Refused as e:
-        return Decision("refused", f"epochfs: {e}")
+        return Decision("refused", cut_message(f"epochfs: {e}"))
 
 
 def _decide(pod: Any, profiles: Mapping[str, Profile], pss_enforced: bool) -> Decision:
@@ -96,13 +101,14 @@ def _decide(pod: Any, profiles: Mapping[str, Profile], pss_enforced: bool) -> De
     if wanted is None or wanted == "false":
         return Decision("skipped", f'{INJECT} is not "true"')
     if wanted != "true":
-        raise Refused(f'{INJECT}: {wanted!r} is neither "true" nor "false"')
+        raise Refused(f'{INJECT}: {quoted(wanted)} is neither "true" nor "false"')
     if INJECTED in annotations:
         return Decision(
             "skipped",
-            f"already injected (profile {annotations[INJECTED]})",
-            profile=str(annotations[INJECTED]),
+            f"already injected (profile {cut(str(annotations[INJECTED]))})",
+            profile=cut(str(annotations[INJECTED])),
         )
+    check_lengths(annotations)
 
     spec = as_map(pod.get("spec"), "spec")
     containers = as_list(spec.get("containers"), "spec.containers")
@@ -120,12 +126,13 @@ def _decide(pod: Any, profiles: Mapping[str, Profile], pss_enforced: bool) -> De
     profile = profiles.get(name)
     if profile is None:
         raise Refused(
-            f"{PROFILE}: no profile {name!r} (the chart's webhook.profiles has: "
+            f"{PROFILE}: no profile {quoted(name)} (the chart's webhook.profiles has: "
             f"{', '.join(sorted(profiles))})"
         )
     sidecars = copy.deepcopy(profile.sidecar_containers)
     own_volumes = copy.deepcopy(profile.volumes)
-    if {c["name"] for c in sidecars} <= all_names and {v["name"] for v in own_volumes} <= volume_names:
+    shared = {m["name"] for m in profile.trainer_volume_mounts}  # the view's and the cache's
+    if {c["name"] for c in sidecars} <= all_names and shared <= volume_names:
         return Decision(
             "skipped", "already attached (the epochfs sidecar and its volumes are there)", profile=name
         )
@@ -187,6 +194,14 @@ def _decide(pod: Any, profiles: Mapping[str, Profile], pss_enforced: bool) -> De
         else:
             for m in trainer_mounts:
                 add(_pointer("spec", "containers", i, "volumeMounts", "-"), copy.deepcopy(m))
+    pulled = {s.get("name") for s in as_list(spec.get("imagePullSecrets"), "spec.imagePullSecrets")}
+    pull_secrets = [dict(s) for s in profile.image_pull_secrets if s["name"] not in pulled]
+    if spec.get("imagePullSecrets") is None:
+        if pull_secrets:
+            add("/spec/imagePullSecrets", pull_secrets)
+    else:
+        for s in pull_secrets:
+            add("/spec/imagePullSecrets/-", s)
     security = as_map(spec.get("securityContext"), "spec.securityContext")
     missing = {k: v for k, v in profile.pod_security_context.items() if k not in security}
     if spec.get("securityContext") is None:
@@ -195,7 +210,7 @@ def _decide(pod: Any, profiles: Mapping[str, Profile], pss_enforced: bool) -> De
     else:
         for k, v in missing.items():
             add(_pointer("spec", "securityContext", k), v)
-    targets_text = ", ".join(str(containers[i].get("name")) for i in chosen)
+    targets_text = cut(", ".join(str(containers[i].get("name")) for i in chosen))
     no_report = " without kube reporting (automountServiceAccountToken: false)" if no_token else ""
     return Decision(
         "mutated",

@@ -13,6 +13,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from epochfs.sidecar.confparse import parse_size
+from epochfs.sidecar.redact import redact
 from epochfs.sidecar.remote import registry
 from epochfs.sidecar.remote.file import local_root
 from epochfs.sidecar.remote.registry import backend_for, check_url, missing_library, named_part
@@ -20,16 +21,23 @@ from epochfs.sidecar.webhook.fields import (
     CAPACITY,
     CAPACITY_SHARE_TENTHS,
     FIELD_PATH_RE,
+    INDEX_ENV,
     JSON,
     KUBE_API_VOLUME,
     KUBE_REPORTING_DETAIL_ENV,
     KUBE_REPORTING_ENV,
     REMOTE,
+    REMOTE_ENV,
     SHARD_ENV,
     SHARD_INDEX,
+    cut,
+    quoted,
 )
-from epochfs.sidecar.webhook.podchecks import Refused
+from epochfs.sidecar.webhook.podchecks import Refused, shard_below
 from epochfs.sidecar.webhook.profiles import Profile
+
+MAX_SIZE_CHARS = 64
+"""The longest capacity read: a size of bytes below 2**63 is a few characters (``1.5Ti``)."""
 
 
 def override(
@@ -43,14 +51,14 @@ def override(
         scheme = url.split("://", 1)[0].lower() if "://" in url else ""
         if backend_for(scheme) is None:
             known = ", ".join(s + "://" for s in registry.SCHEMES)
-            raise Refused(f"{REMOTE}: {remote!r} is not a dataset URL ({known})")
+            raise Refused(f"{REMOTE}: {quoted(remote)} is not a dataset URL ({known})")
         try:
             check_url(url)
-        except ValueError as e:
-            raise Refused(f"{REMOTE}: {e}") from None
+        except ValueError as e:  # its message quotes the whole URL, redacted
+            raise Refused(f"{REMOTE}: {str(e).replace(repr(redact(url)), quoted(redact(url)))}") from None
         problem = url_problem(url, scheme)
         if problem is not None:
-            raise Refused(f"{REMOTE}: {remote!r} is not a dataset URL: {problem}")
+            raise Refused(f"{REMOTE}: {quoted(remote)} is not a dataset URL: {problem}")
         missing = missing_library(scheme)
         if missing is not None:  # the webhook runs in the sidecar's image: what it lacks, the sidecar does
             raise Refused(f"{REMOTE}: the epochfs image cannot serve {scheme}:// remotes "
@@ -58,14 +66,16 @@ def override(
         if (chosen := backend_for(scheme)) is not None and chosen.names == "folder":  # a local folder
             unheld = _folder_unmounted(url, sidecars)
             if unheld is not None:
-                raise Refused(f"{REMOTE}: {remote!r}: the sidecar reads {unheld} in its own container, "
-                              "and no mount of the profile's sidecar holds it (the sidecar would "
+                raise Refused(f"{REMOTE}: {quoted(remote)}: the sidecar reads {cut(unheld)} in its own "
+                              "container, and no mount of the profile's sidecar holds it (the sidecar would "
                               "find no dataset and its pod would crash-loop); mount the dataset's "
                               "volume in the sidecar with the chart's sidecar.extraVolumes and "
                               "sidecar.extraVolumeMounts (docs/kubernetes.md, \"A dataset on a volume\")")
-        values["EPOCHFS_REMOTE"] = {"name": "EPOCHFS_REMOTE", "value": url}
+        values[REMOTE_ENV] = {"name": REMOTE_ENV, "value": url}
     capacity = annotations.get(CAPACITY)
     if capacity is not None:
+        if len(str(capacity).strip()) > MAX_SIZE_CHARS:  # parse_size backtracks on long runs of digits
+            raise Refused(f"{CAPACITY}: {quoted(capacity)} is not a size (examples: 500Mi, 20Gi, 1.5T, 4096)")
         try:
             if str(capacity).strip().startswith("-"):
                 raise ValueError("must not be negative")
@@ -73,7 +83,7 @@ def override(
         except ValueError as e:
             raise Refused(f"{CAPACITY}: {e}") from None
         if size <= 0:
-            raise Refused(f"{CAPACITY}: {capacity!r} must be positive")
+            raise Refused(f"{CAPACITY}: {quoted(capacity)} must be positive")
         if profile.cache_volume_bytes is not None:
             limit = profile.cache_volume_bytes * CAPACITY_SHARE_TENTHS // 10
             if size > limit:
@@ -89,9 +99,9 @@ def override(
     if shard is not None:
         text = str(shard).strip()
         if text.isascii() and text.isdigit():
-            if int(text) >= profile.nodes:
+            if not shard_below(text, profile.nodes):
                 raise Refused(
-                    f"{SHARD_INDEX}: {text} is not one of 0..{profile.nodes - 1} "
+                    f"{SHARD_INDEX}: {cut(text)} is not one of 0..{profile.nodes - 1} "
                     f"(profile {profile.name} has nodes={profile.nodes})"
                 )
             values[SHARD_ENV] = {"name": SHARD_ENV, "value": text}
@@ -99,13 +109,15 @@ def override(
             values[SHARD_ENV] = {"name": SHARD_ENV, "valueFrom": {"fieldRef": {"fieldPath": text}}}
         else:
             raise Refused(
-                f"{SHARD_INDEX}: {shard!r} is neither a number nor a field path like "
+                f"{SHARD_INDEX}: {quoted(shard)} is neither a number nor a field path like "
                 "metadata.labels['training.kubeflow.org/replica-index']"
             )
     if not values:
         return
     for c in sidecars:
         env = c.get("env", [])
+        if REMOTE_ENV in values:
+            _without_other_index(env, values[REMOTE_ENV]["value"])
         found = set()
         for k, item in enumerate(env):
             if item["name"] in values:
@@ -141,12 +153,12 @@ def url_problem(url: str, scheme: str) -> str | None:
     if names == "bucket" or names == "container":
         name = named_part(url, names)  # a container's name ends at "@" (its account's host follows)
         if not _NAME_RE.match(name):
-            return f"{name!r} is not a bucket or container name (letters, digits, '.', '-' and '_')"
+            return f"{quoted(name)} is not a bucket or container name (letters, digits, '.', '-' and '_')"
     elif names == "host":
         try:
             urlsplit(url).port  # noqa: B018 -- raises ValueError for a port not a number in range
         except ValueError as e:
-            return str(e)
+            return cut(str(e))
     # A folder's relative path is the registry's own check (check_url, before this): one rule,
     # which reads file://LOCALHOST/ as the sidecar does.
     return None
@@ -163,6 +175,16 @@ def _folder_unmounted(url: str, sidecars: list[JSON]) -> str | None:
             if point == "/" or folder == point or folder.startswith(point + "/"):
                 return None
     return folder
+
+
+def _without_other_index(env: list[JSON], url: str) -> None:
+    """The profile's index (``remote.indexUrl``) out of the sidecar's ``env`` when the pod's remote
+    is another: the index lists the profile's dataset, whose keys the pod's remote does not hold
+    (every fetch would miss, the sidecar would sample nothing). Without it the sidecar lists the
+    pod's remote itself (an ``http(s)://`` remote: its ``<url>/index.txt``)."""
+    if any(e["name"] == REMOTE_ENV and e.get("value") != url for e in env):
+        env[:] = [e for e in env if e["name"] != INDEX_ENV]
+
 
 def without_kube_reporting(sidecars: list[JSON], volumes: list[JSON]) -> None:
     """The pod sets automountServiceAccountToken: false: it holds no API token, and epochfs does

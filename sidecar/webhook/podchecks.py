@@ -13,12 +13,16 @@ from typing import Any
 
 from epochfs.sidecar.config import SidecarSettings
 from epochfs.sidecar.webhook.fields import (
+    ANNOTATIONS,
     CONTAINERS,
     FIELD_PATH_RE,
     JSON,
+    MAX_VALUE_CHARS,
     METRICS_PORT,
     SHARD_ENV,
     SHARD_INDEX,
+    cut,
+    quoted,
 )
 from epochfs.sidecar.webhook.profiles import Profile
 
@@ -45,6 +49,26 @@ def as_list(obj: Any, what: str) -> list[Any]:
     return obj
 
 
+def check_lengths(annotations: Mapping[str, Any]) -> None:
+    """Refuse an ``epochfs.io/*`` annotation longer than :data:`MAX_VALUE_CHARS` before anything
+    parses it: no value of epochfs is that long, and the cost of checking one that is should not
+    hold up the other pods' reviews."""
+    for key in ANNOTATIONS:
+        value = annotations.get(key)
+        if value is not None and len(text := str(value)) > MAX_VALUE_CHARS:
+            raise Refused(f"{key}: {quoted(text)} is longer than the {MAX_VALUE_CHARS} characters "
+                          "epochfs reads")
+
+
+def shard_below(text: str, nodes: int) -> bool:
+    """``text`` is a shard number (ASCII digits) below ``nodes``; decided without ``int()`` of a
+    long run of digits (Python refuses to convert more than 4,300 of them)."""
+    if not (text.isascii() and text.isdigit()):
+        return False
+    digits = text.lstrip("0") or "0"
+    return len(digits) <= len(str(nodes)) and int(digits) < nodes
+
+
 def check_shard(meta: Mapping[str, Any], profile: Profile, sidecars: list[JSON]) -> None:
     """The shard the sidecar will read from the pod's metadata must be there, and in range."""
     for c in sidecars:
@@ -63,9 +87,9 @@ def check_shard(meta: Mapping[str, Any], profile: Profile, sidecars: list[JSON])
                     f"which this pod does not have (the Indexed Job's pods have it); set {SHARD_INDEX} "
                     "to a number or a field path of this pod"
                 )
-            if not (str(value).isascii() and str(value).isdigit()) or int(value) >= profile.nodes:
+            if not shard_below(str(value), profile.nodes):
                 raise Refused(
-                    f"the shard of this pod, {path} = {value!r}, is not one of "
+                    f"the shard of this pod, {path} = {quoted(value)}, is not one of "
                     f"0..{profile.nodes - 1} (profile {profile.name} has nodes={profile.nodes})"
                 )
 
@@ -74,7 +98,7 @@ def check_security(spec: Mapping[str, Any], profile: Profile, pss_enforced: bool
     """Refuse a pod that could not run the profile's sidecar, with the reason and the way out."""
     os_name = as_map(spec.get("os"), "spec.os").get("name")
     if os_name not in (None, "linux"):
-        raise Refused(f"spec.os.name is {os_name!r}: the epochfs sidecar runs on Linux only")
+        raise Refused(f"spec.os.name is {quoted(os_name)}: the epochfs sidecar runs on Linux only")
     if not profile.privileged:
         return
     folder_hint = "use a profile with sidecar.view=folder (no privilege: it passes the Restricted level)"
@@ -114,8 +138,8 @@ def targets(annotations: Mapping[str, Any], containers: list[JSON]) -> list[int]
     unknown = [n for n in wanted if n not in names]
     if unknown:
         raise Refused(
-            f"{CONTAINERS}: no container {', '.join(map(repr, unknown))} in the pod "
-            f"(it has {', '.join(map(str, names))})"
+            f"{CONTAINERS}: no container {cut(', '.join(map(repr, unknown)))} in the pod "
+            f"(it has {cut(', '.join(map(str, names)))})"
         )
     return [i for i, n in enumerate(names) if n in wanted]
 
@@ -152,12 +176,12 @@ def check_conflicts(
         for p in as_list(c.get("ports"), f"container {c.get('name')} ports"):
             if port is not None and p.get("containerPort") == port:
                 raise Refused(
-                    f"container {c.get('name')!r} declares port {port}, the epochfs sidecar's "
+                    f"container {quoted(c.get('name'))} declares port {port}, the epochfs sidecar's "
                     "(sidecar.healthPort of the profile); containers of a pod share its ports"
                 )
             if p.get("name") == METRICS_PORT:
                 raise Refused(
-                    f"container {c.get('name')!r} declares a port named {METRICS_PORT!r}, the epochfs "
+                    f"container {quoted(c.get('name'))} declares a port named {METRICS_PORT!r}, the epochfs "
                     "sidecar's (the monitor of injected pods scrapes that name in every container); "
                     "rename it (names starting with epochfs- are epochfs')"
                 )
@@ -168,7 +192,7 @@ def check_conflicts(
         for e in as_list(c.get("env"), f"container {cname} env"):
             if e.get("name") in env_names:
                 raise Refused(
-                    f"container {cname!r} sets {e.get('name')} itself; epochfs sets it "
+                    f"container {quoted(cname)} sets {e.get('name')} itself; epochfs sets it "
                     f"(remove it, or leave the container out with {CONTAINERS})"
                 )
         for m in as_list(c.get("volumeMounts"), f"container {cname} volumeMounts"):
@@ -188,7 +212,7 @@ def check_nesting(cname: Any, path: Any, trainer_mounts: list[JSON]) -> None:
     a folder the FUSE view then hides; above, it writes a folder into the pod's own volume (and
     fails on a read-only one)."""
     if not isinstance(path, str) or not path:
-        raise Refused(f"container {cname!r} has a volumeMount without a mountPath")
+        raise Refused(f"container {quoted(cname)} has a volumeMount without a mountPath")
     mine = _parts(path)
     for m in trainer_mounts:
         theirs = _parts(m["mountPath"])
@@ -201,7 +225,7 @@ def check_nesting(cname: Any, path: Any, trainer_mounts: list[JSON]) -> None:
         else:
             continue
         raise Refused(
-            f"container {cname!r} mounts something at {path}, {where} {m['mountPath']}, where "
+            f"container {quoted(cname)} mounts something at {cut(path)}, {where} {m['mountPath']}, where "
             "epochfs mounts its view or cache (a mount nested with epochfs's needs its mount point "
             "made inside the other, read-only or hidden by the view); mount it elsewhere, or "
             "leave the container out with " + CONTAINERS

@@ -12,6 +12,8 @@ folder. A document (``apiVersion: epochfs.io/injection-v1``) holds:
 * ``podLabels``: ``epochfs.webhook.injectedLabels`` (``epochfs.io/injected-by: <the webhook>``,
   which the chart's PodMonitor of injected pods selects); absent from documents of older charts;
 * ``podSecurityContext``: the chart's ``podSecurityContext`` (fsGroup: the trainer reads the cache);
+* ``imagePullSecrets``: the chart's (the sidecar's image may be private), added to the pod's own;
+  absent from documents of older charts;
 * ``view`` (fuse or folder), ``privileged`` (the sidecar is: the FUSE view), ``nodes`` (the
   shard count), ``cacheVolumeBytes`` (the cache volume's size, "" for hostPath).
 """
@@ -59,6 +61,7 @@ class Profile:
     pod_annotations: dict[str, str] = field(default_factory=dict)
     pod_labels: dict[str, str] = field(default_factory=dict)
     pod_security_context: JSON = field(default_factory=dict)
+    image_pull_secrets: list[JSON] = field(default_factory=list)
 
     @property
     def health_port(self) -> int | None:
@@ -119,6 +122,7 @@ class Profile:
         security = doc.get("podSecurityContext") or {}
         if not isinstance(security, dict):
             raise fail("podSecurityContext is not an object")
+        pull_secrets = named_list("imagePullSecrets", required=False) if "imagePullSecrets" in doc else []
         privileged = doc.get("privileged")
         if not isinstance(privileged, bool):
             raise fail("privileged is not a boolean")
@@ -135,6 +139,7 @@ class Profile:
             pod_annotations=dict(annotations),
             pod_labels=dict(labels),
             pod_security_context=dict(security),
+            image_pull_secrets=[{"name": s["name"]} for s in pull_secrets],
         )
 
 

@@ -13,6 +13,8 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
+from epochfs.sidecar.webhook.fields import cut
+
 API_VERSION = "admission.k8s.io/v1"
 KIND = "AdmissionReview"
 JSON = dict[str, Any]
@@ -40,6 +42,17 @@ class Request:
             and self.operation == "CREATE"
             and not self.sub_resource
         )
+
+    @property
+    def who(self) -> str:
+        """``namespace/name`` of the object (``generateName*`` before the API server names it) as
+        a log line shows it: cut, since nothing has checked the name's length yet (the API server
+        validates the object after the mutating webhooks)."""
+        pod = self.obj if isinstance(self.obj, dict) else {}
+        meta = pod.get("metadata")
+        if not isinstance(meta, dict):
+            meta = {}
+        return f"{self.namespace}/{cut(str(meta.get('name') or str(meta.get('generateName', '')) + '*'))}"
 
 
 def _no_constants(name: str) -> Any:

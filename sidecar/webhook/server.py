@@ -302,11 +302,7 @@ class AdmissionServer(_Served):
         if not request.is_pod_creation:
             return review.response(request.uid), "skipped"
         decision = decide(request.obj, self.profiles, pss_enforced=pss_enforced)
-        pod = request.obj if isinstance(request.obj, dict) else {}
-        meta = pod.get("metadata")
-        if not isinstance(meta, dict):
-            meta = {}
-        who = f"{request.namespace}/{meta.get('name') or str(meta.get('generateName', '')) + '*'}"
+        who = request.who
         if decision.result == "refused":
             log.info("webhook: refused pod %s: %s", who, decision.message)
             return review.response(request.uid, allowed=False, message=decision.message), "refused"

@@ -88,6 +88,12 @@ include it in its own pods.
       value: {{ int64 $v.nodes | toString | quote }}
     - name: EPOCHFS_HEALTH_PORT
       value: {{ int64 $v.sidecar.healthPort | toString | quote }}
+    {{- /* Set although it is the sidecar's default (/metrics on the health port): a pod with
+         service links (the default; injected pods keep the pod's choice) gets
+         EPOCHFS_METRICS_PORT=tcp://IP:PORT from a Service named epochfs-metrics in its namespace,
+         which the sidecar refuses as a port, and a container's own variable wins over those. */}}
+    - name: EPOCHFS_METRICS_PORT
+      value: {{ int64 $v.sidecar.healthPort | toString | quote }}
     - name: EPOCHFS_SEED
       value: {{ int64 $v.sidecar.seed | toString | quote }}
     - name: EPOCHFS_MIN_SAMPLES

@@ -57,6 +57,7 @@ e.g. another remote, the folder view, a bigger cache).
     "podAnnotations" (default (dict) (fromYaml (include "epochfs.podAnnotations" $ctx)))
     "podLabels" (fromYaml (include "epochfs.webhook.injectedLabels" $root))
     "podSecurityContext" (default (dict) $values.podSecurityContext)
+    "imagePullSecrets" (default (list) $values.imagePullSecrets)
 -}}
 {{- toJson $doc -}}
 {{- end -}}
