@@ -30,7 +30,7 @@ from epochfs.sidecar.reservations import Reservations
 from epochfs.sidecar.sampler.condlog import ConditionLog, RepeatLog
 from epochfs.sidecar.sampler.diskspace import DiskSpace
 from epochfs.sidecar.sampler.pausegauges import DISK_FULL, pause_gauges
-from epochfs.sidecar.sampler.turnshare import bytes_after, within_budget
+from epochfs.sidecar.sampler.turnshare import TurnShare, within_budget
 from epochfs.sidecar.store import Admission, Candidate, Store
 from epochfs.sidecar.store.stats import CACHE_FULL
 
@@ -79,8 +79,8 @@ class Room:
         self._schedule_warned = False
         self._stuck_logged: set[int] = set()
         """Schedule mode: the epochs whose stuck window was logged (:meth:`_window_stuck`)."""
-        self._turn: tuple[int, int] | None = None
-        """Snapshot mode: the newest epoch and the bytes fetched above it (:meth:`_turn_share_left`)."""
+        self._turn = TurnShare(store=store, reservations=reservations, settings=settings)
+        """Snapshot mode: the bytes fetched above the newest epoch, against the turn's share."""
         self._unreserved: dict[str, int] = {}
         """Keys in flight with no reservation: repairs in place (:meth:`reserve_repair`)."""
         self.backpressure: str | None = None
@@ -109,11 +109,11 @@ class Room:
         """
         ok = self._free_room_allowed(cand) and self._write(lambda: self.reservations.reserve(
             cand.size, capacity=self.disk.effective_capacity, evict=False))
-        if not ok and not lookahead and self._turn_share_left(cand):
+        if not ok and not lookahead and self._turn.left(cand.size, self._recorded_capacity):
             ok = self._write(lambda: self.reservations.reserve(
                 cand.size, capacity=self.disk.effective_capacity, evict=True))
-        if ok and self._turn is not None:
-            self._turn = (self._turn[0], self._turn[1] + cand.size)
+        if ok:
+            self._turn.taken(cand.size)
         if self.reservations.capacity is not None:
             self._record_capacity(self.reservations.capacity)
         return bool(ok)
@@ -123,38 +123,7 @@ class Room:
         above it within the turn's share (:mod:`.turnshare`)."""
         used = self.reservations.cache_bytes() + self.reservations.reserved
         return (within_budget(used, cand.size, self._recorded_capacity, self.settings.headroom)
-                or self._turn_share_left(cand))
-
-    def _turn_share_left(self, cand: Candidate) -> bool:
-        """Whether ``cand`` may evict for its room: in snapshot mode with ``--keep-epochs`` K >= 2
-        and an epoch live, a download that evicts takes at most ``capacity x headroom / K`` bytes
-        above the newest epoch before the next cut (at least one download per cut).
-
-        A cut takes the newest ``capacity x (1 - headroom)``; the epochs pinned beside it are the
-        same window a turn or more older. Fetching the whole headroom after a cut made the newest
-        two epochs pin the whole cache, so nothing was fetched until the next cut retired the
-        older, and that cut repeated the epoch before it: every other epoch brought nothing new.
-        With K epochs each shifted by ``x`` new bytes, the room left after a cut is ``capacity x
-        headroom - (K - 1) x``, so ``x = capacity x headroom / K`` is fetched at every cut. Room
-        that is free is taken without this limit up to the epoch budget (a cache still filling,
-        :mod:`.turnshare`), and with no epoch (the fetch benchmark's empty cache) nothing limits
-        the fetch. Asked only past that budget; the bytes above the newest epoch are summed once
-        per newest epoch and counted on from the reservations made since."""
-        keep = self.settings.keep_epochs
-        if self.settings.schedule is not None or keep < 2:
-            return True
-        live = self.store.epochs()
-        if not live:
-            return True
-        share = int(self._recorded_capacity * self.settings.headroom / keep)
-        newest = live[-1].epoch
-        if self._turn is None or self._turn[0] != newest:
-            extent = self.store.epoch_extent(newest)
-            if extent is None:
-                return True
-            self._turn = (newest, bytes_after(self.store, extent.last, share) + self.reservations.reserved)
-        taken = self._turn[1]
-        return taken == 0 or taken + cand.size <= share
+                or self._turn.left(cand.size, self._recorded_capacity))
 
     def reserve_repair(self, cand: Candidate) -> bool:
         """Start ``cand`` with no reservation if it is the download of a sample waiting for its
@@ -183,9 +152,13 @@ class Room:
         return self._unreserved.pop(cand.key, None) is not None
 
     def release(self, cand: Candidate) -> None:
-        """Give back what ``cand``'s download reserved (a repair in place reserved nothing)."""
+        """Give back what ``cand``'s download reserved (a repair in place reserved nothing), and
+        its part of the turn's share: it was not admitted, so it brought nothing above the newest
+        epoch (kept spent, the failed downloads of a remote outage would use up the turn, and the next
+        try would be refused and shown as a full cache)."""
         if self._unreserved.pop(cand.key, None) is None:
             self.reservations.release(cand.size)
+            self._turn.given_back(cand.size)
 
     def admit_repair(self, cand: Candidate, admission: Admission) -> bool:
         """Admit the download of a repair in place that reserved nothing; False when it was dropped.
@@ -258,7 +231,10 @@ class Room:
         a 400 KiB tmpfs went through its catalog 200 times in 4 s, 60,000 lines of log, as each
         skip's write was refused and each key came back. The catalog is read (the first key that
         fits ends it) once per value of ``largest`` (moved when the volume is resized) and of
-        the catalog's last row (moved when a listing adds keys)."""
+        the catalog's last row (moved when a listing adds keys). The budget recorded meanwhile
+        (status's ``capacity_bytes``, ``epochfs_cache_capacity_bytes``) is what the volume allows,
+        ``largest`` (at least 1 byte), as for any volume short of room; the budget the disk allows
+        once it has grown is recorded when the pause ends."""
         if largest is not None and largest > 0:
             if self.reservations.cache_bytes() > 0:
                 largest = None  # it holds samples: a key larger than it can hold is the key's fault
@@ -271,7 +247,9 @@ class Room:
         if largest is None:
             if self.backpressure is not None and self.backpressure.startswith(_HOLDS_NOTHING):
                 self.set_backpressure(None)
+                self._record_capacity(self.disk.effective_capacity(self.reservations.cache_bytes()))
             return False
+        self._record_capacity(largest)  # what the volume allows, not --capacity, while it lasts
         self.set_backpressure(
             f"{_HOLDS_NOTHING} ({format_size(largest)} of --capacity {format_size(self.disk.capacity)}: "
             f"a {format_size(self.disk.fs_bytes)} filesystem, {format_size(self.disk.margin)} kept "

@@ -81,6 +81,8 @@ def test_a_volume_that_holds_no_sample_pauses_sampling_until_it_grows(
             stats = store.stats()
             assert stats.skipped_total == 0 and stats.samples == 0
             assert (stats.backpressure_reason or "").startswith(HOLDS_NOTHING), stats
+            # The budget in force is what the volume allows (status, epochfs_cache_capacity_bytes).
+            assert 1 <= stats.capacity_bytes < settings.capacity, stats
             assert REGISTRY.get_sample_value("epochfs_disk_full") == 1
             assert REGISTRY.get_sample_value("epochfs_backpressure") == 1
             pauses = [r for r in caplog.records if HOLDS_NOTHING in r.getMessage()]
@@ -90,6 +92,7 @@ def test_a_volume_that_holds_no_sample_pauses_sampling_until_it_grows(
             wait_until(lambda: store.stats().samples == 40 and sampler.room.backpressure is None,
                        what="every key fetched once the volume grew")
             assert store.stats().backpressure_reason is None and store.stats().skipped_total == 0
+            assert store.stats().capacity_bytes == settings.capacity
             assert REGISTRY.get_sample_value("epochfs_disk_full") == 0
     assert _lines(caplog, "backpressure cleared") == 1
     assert _lines(caplog, FS_SKIP) == 0
