@@ -36,7 +36,11 @@ _UNITS = {
     "ti": 1024**4,
     "pi": 1024**5,
 }
-_SIZE_RE = re.compile(r"^\s*([0-9]*\.?[0-9]+)\s*([kmgtp]?i?)b?\s*$", re.IGNORECASE)
+_SIZE_RE = re.compile(r"([0-9]+(?:\.[0-9]+)?|\.[0-9]+)\s*([kmgtp]?i?)b?", re.IGNORECASE)
+"""A number (``4096``, ``1.5``, ``.5``) and a unit, matched whole against the stripped text. Each
+digit and each space belongs to one place in the pattern, so a long run of either is matched or
+refused in one pass (two runs of the same class side by side would try every split of it:
+quadratic, seconds for a few thousand digits)."""
 
 
 MAX_SIZE = float(2**63)
@@ -46,7 +50,7 @@ MAX_SIZE = float(2**63)
 def _size_bytes(text: str) -> float:
     """The bytes ``text`` says, before they are rounded down to a whole number: a rate's parser
     must tell ``0.5`` (which would round to 0, the feature off) from ``0``."""
-    m = _SIZE_RE.match(str(text))
+    m = _SIZE_RE.fullmatch(str(text).strip())
     if not m:
         raise ValueError(f"not a size: {text!r} (examples: 500Mi, 20Gi, 1.5T, 4096)")
     number, unit = float(m.group(1)), m.group(2).lower()
