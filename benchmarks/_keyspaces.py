@@ -22,7 +22,13 @@ Shapes (:data:`SHAPES`; ``keys`` is N, ``folders`` F):
 - ``many``: F folders (default 5,000) of N/F keys (``skew`` > 0: Zipf-like as ``skewed``);
 - ``flat``: no folders, ``sample-000042.bin``;
 - ``mixed``: ``arrays/`` (``array-*.npy``) beside ``train/class-0`` ... ``train/class-4``
-  (``img-*.png``), 500 : 1,000 each (9% of the keys in ``arrays/``), scaled to N.
+  (``img-*.png``), 500 : 1,000 each (9% of the keys in ``arrays/``), scaled to N;
+- ``bigtiny``: one big folder ``m-big/`` beside F tiny folders (default 300) of :data:`TINY_FILES`
+  keys each, half of them sorting before it (``a-tiny-0007/``) and half after (``z-tiny-0007/``);
+  the big folder holds the rest of the N keys (92% of 10,900). One large ``images/`` or class
+  folder beside many small metadata or rare-class folders: the listing's first round reaches
+  the big folder at a random point among hundreds of first pages, and an epoch drawn before it
+  is reached holds none of most of the data.
 
 **Strata** (what a key counts in for the fairness metrics; :meth:`KeySpace.strata`), always runs
 of consecutive positions: at the ``top`` level the class folder (``class-0003/``; for ``mixed``
@@ -44,7 +50,7 @@ from typing import Any, NamedTuple
 
 from epochfs.benchmarks._synthetic_data import Dataset, SortedKeys
 
-SHAPES = ("equal", "skewed", "nested", "many", "flat", "mixed")
+SHAPES = ("equal", "skewed", "nested", "many", "flat", "mixed", "bigtiny")
 DEFAULTS: dict[str, dict[str, float]] = {
     "equal": {"folders": 100, "skew": 0.0},
     "skewed": {"folders": 100, "skew": 1.1},
@@ -52,11 +58,14 @@ DEFAULTS: dict[str, dict[str, float]] = {
     "many": {"folders": 5000, "skew": 0.0},
     "flat": {},
     "mixed": {},
+    "bigtiny": {"folders": 300},
 }
 """Each shape's parameters where a :class:`Shape` leaves them None."""
 MIXED = (("arrays/", "array", ".npy", 500), *((f"train/class-{k}/", "img", ".png", 1000) for k in range(5)))
 """``mixed``: (folder, stem, extension, share) of each folder."""
 DECILES = 10
+TINY_FILES = 3
+"""``bigtiny``: keys in each tiny folder."""
 
 
 class Folder(NamedTuple):
@@ -151,6 +160,8 @@ def folders(shape: Shape) -> list[Folder]:
         parts = apportion(n, [m[3] for m in MIXED]) if n >= len(MIXED) else [n]
         return [Folder(path, stem, ext, c, path)
                 for (path, stem, ext, _), c in zip(MIXED, parts, strict=False)]
+    if shape.name == "bigtiny":
+        return _big_beside_tiny(n, count)
     if shape.name in ("equal", "skewed", "many"):
         sizes = apportion(n, zipf_weights(count, shape.param("skew"), rng))
         width = _digits(count)
@@ -169,6 +180,17 @@ def folders(shape: Shape) -> list[Folder]:
     leaves = iter(sizes)
     return [Folder(f"class-{c:0{cw}d}/video-{v:0{vw}d}/", "frame", ".bin", next(leaves), f"class-{c:0{cw}d}/")
             for c, s in enumerate(subs) for v in range(s)]
+
+
+def _big_beside_tiny(n: int, tiny: int) -> list[Folder]:
+    """``bigtiny``: ``m-big/`` holding what ``tiny`` folders of :data:`TINY_FILES` keys leave of
+    ``n`` (fewer tiny folders where ``n`` is too small for them all: the big one keeps a key)."""
+    tiny = min(tiny, (n - 1) // TINY_FILES)
+    width = _digits(tiny)
+    sides = [("a" if i < tiny // 2 else "z", i) for i in range(tiny)]
+    small = [Folder(f"{side}-tiny-{i:0{width}d}/", "s", ".bin", TINY_FILES, f"{side}-tiny-{i:0{width}d}/")
+             for side, i in sides]
+    return [*small, Folder("m-big/", "s", ".bin", n - TINY_FILES * tiny, "m-big/")]
 
 
 # ---------------------------------------------------------------------------------- key space

@@ -8,7 +8,8 @@ each folder, small folders over-represented. This benchmark measures that per ep
 change to the listing or the fetch order shows its effect as numbers:
 
 For each key space shape (:mod:`epochfs.benchmarks._keyspaces`: ``equal``, ``skewed``, ``nested``,
-``many``, ``flat``, ``mixed`` class folders, ``--keys`` keys of ``--size`` bytes), the synthetic S3
+``many``, ``flat``, ``mixed`` class folders, and ``bigtiny``, one folder holding most keys beside
+``--folders`` folders of 3 keys; ``--keys`` keys of ``--size`` bytes), the synthetic S3
 endpoint serves it in its own process (ListObjectsV2 pages after ``--list-latency`` each, 20 ms
 like S3), and a real ``epochfs sidecar`` (supervisor, sampler, FUSE view; as root) samples it into
 a fresh cache large enough that nothing is evicted. Epoch N is cut by a lookup of ``epoch-N``
@@ -53,9 +54,16 @@ keys listed by its cut, so runs of one sampling order repeat its draw (a lopside
 run): ``--sampler-seed 7,11,12`` gives the runs those orders in turn, and the medians spread over
 the draws as well as the listing's and the load's.
 
-    epochfs bench fairness                                     # six shapes, 100k keys, 6 epochs
+    epochfs bench fairness                                     # seven shapes, 100k keys, 6 epochs
     python -m epochfs.benchmarks.fairness --shapes skewed,mixed --keys 1M --markdown f.md
     python -m epochfs.benchmarks.fairness --keys 2000 --epochs 2 --every 1     # a smoke run
+
+A listing whose first round of pages (one a folder) outlasts the first epoch's 3 s wait is what
+``--list-latency`` slows the endpoint for: ``bigtiny``'s 301 first pages take about 5 s at 0.25 s
+a page on the first round's 16 listers, and ``many``'s 1,024 ranges about 16 s (docs/performance.md,
+"A span not reached yet holds the walk at the floor", adds ``--epochs 8 --sampler-seed 0,3,6``)::
+
+    python -m epochfs.benchmarks.fairness --shapes bigtiny --keys 10900 --list-latency 0.25 --every 1.5
 """
 
 from __future__ import annotations
@@ -279,7 +287,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--shapes", default=",".join(SHAPES), help=f"key spaces (default {','.join(SHAPES)})")
     p.add_argument("--keys", type=parse_count, default=100_000, help="keys per key space: 100k, 1M (100k)")
     p.add_argument("--folders", type=int, help="class folders (default per shape: equal and skewed 100, "
-                   "nested 10, many 5000)")
+                   "nested 10, many 5000; bigtiny: its folders of 3 keys, 300)")
     p.add_argument("--skew", type=float, help="Zipf exponent of folder sizes (skewed 1.1; equal and many 0), "
                    "lognormal sigma of nested's sub-folders (1.0)")
     p.add_argument("--subfolders", type=int, help="nested: mean sub-folders per class folder (20)")

@@ -82,6 +82,7 @@ from epochfs.sidecar.listing.segments import (
     number,
     stop_number,
 )
+from epochfs.sidecar.listing.skew import skew_as_of
 from epochfs.sidecar.listing.spanqueue import SpanQueue
 from epochfs.sidecar.store.listings import Part
 
@@ -130,14 +131,13 @@ class Planner:
         """Keys the pages taken and not committed yet may bring (:data:`MAX_PENDING`)."""
         self._reached = 0
         self._listed = self._left_out = 0  # every key listed; those the globs left out (:mod:`.kept`)
-        self._skew_at: tuple[float, tuple[float, int | None]] | None = None
-        """When the skew was last computed, and its value (:meth:`_skew_now`)."""
+        self._skew_at: tuple[float, tuple[float, int | None], bool] | None = None
+        """When the skew was last computed, its value, and whether every span was reached then."""
         self._weighed: list[SpanState] = []
         """The folders drawn by their estimated share, found with the skew (:func:`.weighed_spans`)."""
         self._unbounded = 0
-        """Spans whose open end (the segment with no stop) is not done: counted as pages are
-        recorded, for :meth:`progress`'s first round at every commit (a pass over 10,000 spans
-        cost ~11 ms)."""
+        """Spans whose open end (the segment with no stop) is not done: counted as pages are recorded,
+        for :meth:`progress`'s first round at every commit (a pass over 10,000 spans cost ~11 ms)."""
         self._queue = SpanQueue(self._left)
         """The reached spans by the priority of their next page (:meth:`_next_page`)."""
         for p in parts:
@@ -306,16 +306,17 @@ class Planner:
             rest = kept_rest(self._spans, self._queue.rest) if self._left_out else self._queue.rest
             return listing_progress(self._spans, listed=self._listed - self._left_out, reached=self._reached,
                                     rest=rest, pages=pages, ends_found=ends_found,
-                                    skew=self._skew_now(), weighed=self._weighed)
+                                    skew=self._skew_now(pages), weighed=self._weighed)
 
-    def _skew_now(self) -> tuple[float, int | None]:
+    def _skew_now(self, pages: Sequence[tuple[Segment, int]]) -> tuple[float, int | None]:
         """:meth:`_skew`, computed at most every :data:`SKEW_EVERY` seconds (a pass over every
-        span and segment: 10,000 folders cost ~160 ms, and progress is asked at every commit)."""
-        now = time.monotonic()
-        if self._skew_at is None or now - self._skew_at[0] >= SKEW_EVERY:
-            self._skew_at = (now, self._skew())
+        span and segment: 10,000 folders cost ~160 ms, and progress is asked at every commit),
+        and at once when the last span is reached (:func:`.skew_as_of`: ``pages`` may reach it)."""
+        now, whole = time.monotonic(), self._reached >= len(self._spans)
+        if self._skew_at is None or now - self._skew_at[0] >= SKEW_EVERY or whole > self._skew_at[2]:
+            self._skew_at = (now, self._skew(), whole)
             self._weighed = weighed_spans(self._spans)
-        return self._skew_at[1]
+        return skew_as_of(self._skew_at[1], self._skew_at[2], self._spans, self._reached, pages)
 
     def _skew(self) -> tuple[float, int | None]:
         """:func:`.skew_and_fair` of the spans, with this planner's estimates."""

@@ -5,12 +5,31 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 
 from epochfs.sidecar.listing.blocks import block_fair_samples
 from epochfs.sidecar.listing.expected_tv import grouped, largest_fair_sample
 from epochfs.sidecar.listing.ranges import unsized
 from epochfs.sidecar.listing.segments import Segment, SpanState
+
+
+def skew_as_of(skew: tuple[float, int | None], whole: bool, spans: Sequence[SpanState], reached: int,
+               pages: Iterable[tuple[Segment, int]]) -> tuple[float, int | None]:
+    """The skew and fair cap to report (:meth:`.Planner.progress`): ``skew``, computed with every
+    span reached (``whole``) or while some were not; or off by all, ``(1.0, None)``, where the
+    ``pages`` about to be committed reach the last spans (``reached`` of ``spans`` before them)
+    and one of those pages is not the span's last, so its size is unknown. Spans not reached are
+    left out of the skew, and the fetch order holds its walk at the skew's floor for them
+    (``sidecar/sampler/pace.py: walk_cap``); the skew computed before the last of them was
+    reached says nothing of its size, and let the walk run until the next (one folder of 92% of
+    the keys, reached last of 301 spans: 326 samples drawn from the other 300 in that second,
+    8.5x a random sample's distance). The planner computes it again once the pages are recorded;
+    a span listed whole by its first page is of known size, a page at most."""
+    if whole:
+        return skew
+    fresh = {seg.span: seg for seg, _ in pages if not spans[seg.span].reached}
+    unknown = any(not seg.part.done for seg in fresh.values())
+    return (1.0, None) if unknown and reached + len(fresh) >= len(spans) else skew
 
 
 def listing_skew(spans: Sequence[SpanState], left_of: Callable[[SpanState, Segment], float | None], *,
@@ -314,4 +333,5 @@ def _top_counts(spans: Sequence[SpanState], *, ends_unknown: bool) -> dict[str, 
     return tops
 
 
-__all__ = ["FAIR_SPREAD", "TEN_FOLDERS", "epoch_cap", "fair_samples", "listing_skew", "random_spread"]
+__all__ = ["FAIR_SPREAD", "TEN_FOLDERS", "epoch_cap", "fair_samples", "listing_skew", "random_spread",
+           "skew_as_of"]

@@ -51,15 +51,16 @@ def walk_cap(known: Mapping[str, Any]) -> int | None:
     an epoch drawn from the listed keys may hold (``fair_cap``, at least one: the planner's
     :func:`~epochfs.sidecar.listing.skew.epoch_cap`, its expected distance at the scales such an
     epoch resolves, known where the spans' sizes are), else the skew's cap (:func:`skew_cap`).
-    While spans are not reached (:func:`unreached_share`) the skew's cap, with them counted as
-    off, holds it too: the planner's sizes leave them out."""
-    unreached = unreached_share(known)
-    cap = skew_cap(min(1.0, float(known.get("skew") or 0.0) + unreached))
+    While a span is not reached (:func:`unreached_share`) the listed keys count as off by all
+    of them, the skew's floor (``skew_cap(1.0)``, 3 samples), whatever else is known: the
+    planner's sizes leave such a span out, and it may hold most of the data."""
+    unreached = unreached_share(known) > 0.0
+    cap = skew_cap(1.0 if unreached else min(1.0, float(known.get("skew") or 0.0)))
     fair = known.get("fair_cap")
     if fair is None:
         return cap
     held = max(1, int(fair))
-    return held if cap is None or unreached <= 0.0 else min(cap, held)
+    return held if cap is None or not unreached else min(cap, held)
 
 
 def skew_cap(skew: float) -> int | None:
@@ -76,12 +77,15 @@ def skew_cap(skew: float) -> int | None:
 
 
 def unreached_share(known: Mapping[str, Any]) -> float:
-    """The share of the listing's spans not reached yet (each counted as the reached ones are on
-    average, as the planner's estimate counts them), once the first round's wait is over (at most
-    :data:`FIRST_ROUND_WAIT` seconds). The planner's skew leaves them out (it sets the pace's rate,
-    which they held at its floor), but a sample can cover no folder they hold: 5,000 folders of 20
-    keys, listed as 1,024 ranges of five, had 40% of them reached at 10 s, and the 761 samples
-    fetched by then covered 0.84x the folders of a random sample of that size."""
+    """The share of the listing's spans no page has reached yet, once the first round's wait is
+    over (at most :data:`FIRST_ROUND_WAIT` seconds; the fetch order holds the walk before it).
+    Any share holds the walk at the skew's floor (:func:`walk_cap`): such a span's size is
+    unknown, not the reached ones' average. One folder of 92% of the keys beside 300 folders of
+    3 keys, its first page among the first round's last 19 of 301, let 813 samples through when
+    each unreached span counted as the reached ones on average (the skew their share, 0.063),
+    every one from the small folders: epochs of 138-1,133 samples 7-12.5x a random sample's
+    folder-mix distance, 7-10.8x still once the listing was complete; held, within 1.7x
+    (docs/sampler.md, "A fair sample while the listing runs", point 5)."""
     spans = int(known.get("spans") or 0)
     reached = int(known.get("spans_reached", spans))
     return max(0.0, 1.0 - reached / spans) if spans else 0.0
