@@ -93,6 +93,15 @@ class Sidecar:
         return self.exit_code
 
 
+def file_remote(tmp_path: Path, *, count: int = 6, size: int = 512) -> str:
+    """A ``file://`` remote of ``count`` random samples of ``size`` bytes under ``train/``."""
+    data = tmp_path / "data" / "train"
+    data.mkdir(parents=True)
+    for i in range(count):
+        (data / f"{i:03d}.bin").write_bytes(os.urandom(size))
+    return (tmp_path / "data").as_uri()
+
+
 def sidecar_argv(*, remote: str, endpoint: str, cache: Path, mount: Path, port: int,
                  extra: tuple[str, ...] = ()) -> list[str]:
     return [*EPOCHFS, "--log-level", "INFO", "sidecar", "--remote", remote, "--endpoint-url", endpoint,

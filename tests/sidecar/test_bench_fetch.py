@@ -60,8 +60,8 @@ def test_the_report_shows_spread_and_start_up(tmp_path: Path, capsys: pytest.Cap
     # The floor the aim is up against: the same downloads in process, timed with their spread.
     assert re.search(rf"^large \(crc64nvme\): the download path alone, in process: {SPREAD} s, client CPU "
                      r"per object \d+\.\d\d ms", out, re.M), out
-    assert re.search(r"^large: the download path alone, in process \(no process start, no sampler\) / s5cmd = "
-                     r"\d+\.\d\dx: once a process has started and listed", out, re.M), out
+    assert re.search(r"^large: the download path alone, in process \(no process start, no sampler\) "
+                     r"/ s5cmd = \d+\.\d\dx: once a process has started and listed", out, re.M), out
     runs = json.loads(out_json.read_text())
     assert len(runs) == 4
     for run in runs:

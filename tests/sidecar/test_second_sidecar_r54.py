@@ -25,7 +25,7 @@ from pathlib import Path
 
 import pytest
 from common import free_port, wait_until
-from sidecar_helpers import cleanup_mounts, running_sidecar, sidecar_argv
+from sidecar_helpers import cleanup_mounts, file_remote, running_sidecar, sidecar_argv
 
 from epochfs.fuse.mounting import find_mount
 from epochfs.sidecar import samplerlock
@@ -89,12 +89,6 @@ def holders() -> Iterator[list[Holder]]:
         h.stop()
 
 
-def _remote(tmp_path: Path) -> str:
-    data = tmp_path / "data" / "train"
-    data.mkdir(parents=True)
-    for i in range(6):
-        (data / f"{i:03d}.bin").write_bytes(os.urandom(2048))
-    return (tmp_path / "data").as_uri()
 
 
 def _metric_files(cache: Path) -> set[str]:
@@ -105,7 +99,7 @@ def _metric_files(cache: Path) -> set[str]:
 def test_a_second_sidecar_on_the_cache_is_refused_at_once_and_touches_nothing(
     tmp_path: Path, port: str
 ) -> None:
-    remote = _remote(tmp_path)
+    remote = file_remote(tmp_path, size=2048)
     with running_sidecar(tmp_path, remote=remote, endpoint="", extra=EXTRA) as car:
         wait_until(lambda: car.child_pid("sampler") and car.child_pid("fuse"), what="both children")
         children = (car.child_pid("sampler"), car.child_pid("fuse"))
@@ -142,7 +136,7 @@ def test_a_sampler_lock_held_elsewhere_is_a_crash_restarted_not_a_stop(
     log = tmp_path / "sidecar.log"
     with open(log, "wb") as out:
         proc = subprocess.Popen(
-            sidecar_argv(remote=_remote(tmp_path), endpoint="", cache=cache, mount=mount,
+            sidecar_argv(remote=file_remote(tmp_path, size=2048), endpoint="", cache=cache, mount=mount,
                          port=free_port(), extra=EXTRA),
             stdout=out, stderr=subprocess.STDOUT,
         )

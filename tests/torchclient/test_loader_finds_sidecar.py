@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 from common import wait_until
-from sidecar_helpers import running_sidecar
+from sidecar_helpers import file_remote, running_sidecar
 
 from epochfs.torchclient import EpochLoader, wait_for_epoch
 
@@ -23,18 +23,12 @@ def no_variable(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("EPOCHFS_REPORT_URL", raising=False)
 
 
-def remote(tmp_path: Path) -> str:
-    data = tmp_path / "data" / "train"
-    data.mkdir(parents=True)
-    for i in range(6):
-        (data / f"{i}.bin").write_bytes(os.urandom(512))
-    return (tmp_path / "data").as_uri()
 
 
 @pytest.mark.fuse
 @pytest.mark.skipif(os.geteuid() != 0 or not os.path.exists("/dev/fuse"), reason="needs root and FUSE")
 def test_epoch_loader_reports_to_a_sidecar_on_another_port(tmp_path: Path) -> None:
-    source = remote(tmp_path)
+    source = file_remote(tmp_path)
     with running_sidecar(tmp_path, remote=source, endpoint="", extra=("--kube-reporting", "0")) as car:
         assert car.port != 8080
         loader = EpochLoader(car.mount, batch_size=2, num_workers=0, decode="bytes", progress=None)
@@ -46,7 +40,7 @@ def test_epoch_loader_reports_to_a_sidecar_on_another_port(tmp_path: Path) -> No
 
 
 def test_the_wait_cuts_on_a_folder_view_sidecar_on_another_port(tmp_path: Path) -> None:
-    with running_sidecar(tmp_path, remote=remote(tmp_path), endpoint="", mount=tmp_path / "view",
+    with running_sidecar(tmp_path, remote=file_remote(tmp_path), endpoint="", mount=tmp_path / "view",
                          extra=("--view", "folder", "--kube-reporting", "0")) as car:
         assert car.port != 8080
         wait_for_epoch(car.mount, 0, timeout=30, progress=None)  # only the cut request cuts it here

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 from common import wait_until
-from sidecar_helpers import Sidecar, running_sidecar
+from sidecar_helpers import Sidecar, file_remote, running_sidecar
 
 from epochfs.torchclient import layout
 from epochfs.torchclient.cutask import URL_FROM_STATUS, CutAsker
@@ -31,13 +31,6 @@ def no_variable(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("EPOCHFS_REPORT_URL", raising=False)
 
 
-def remote(tmp_path: Path) -> str:
-    """A file:// remote of six small samples."""
-    data = tmp_path / "data" / "train"
-    data.mkdir(parents=True)
-    for i in range(6):
-        (data / f"{i}.bin").write_bytes(os.urandom(512))
-    return (tmp_path / "data").as_uri()
 
 
 def reported(car: Sidecar) -> float:
@@ -54,7 +47,7 @@ def report_through(reporter: ClientReporter, car: Sidecar, samples: int, *, befo
 @pytest.mark.fuse
 @needs_fuse
 def test_reports_reach_a_sidecar_on_another_port_through_the_mount(tmp_path: Path) -> None:
-    source = remote(tmp_path)
+    source = file_remote(tmp_path)
     with running_sidecar(tmp_path, remote=source, endpoint="", extra=("--kube-reporting", "0")) as car:
         assert car.port != 8080
         expected = f"http://127.0.0.1:{car.port}/v1/client-report"
@@ -75,7 +68,7 @@ def test_reports_reach_a_sidecar_on_another_port_through_the_mount(tmp_path: Pat
 
 def test_cut_requests_reach_a_folder_view_sidecar_on_another_port(tmp_path: Path) -> None:
     """On the folder view nothing sees a lookup: only the client's request cuts epoch 0."""
-    with running_sidecar(tmp_path, remote=remote(tmp_path), endpoint="", mount=tmp_path / "view",
+    with running_sidecar(tmp_path, remote=file_remote(tmp_path), endpoint="", mount=tmp_path / "view",
                          extra=("--view", "folder", "--kube-reporting", "0")) as car:
         assert car.port != 8080
         asker = CutAsker.for_mount(car.mount)
