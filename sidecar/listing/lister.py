@@ -40,9 +40,10 @@ from dataclasses import dataclass
 from epochfs.sidecar.listing.filter import CatalogReport, ClashFinder, PageFilter, rows_left_out
 from epochfs.sidecar.listing.paged import PagedSource
 from epochfs.sidecar.listing.planner import FULL_PAGE, Planner, Segment
+from epochfs.sidecar.listing.refused import Refusals
 from epochfs.sidecar.listing.sinks import CatalogSink, ListedPage, ListingSink
 from epochfs.sidecar.listing.sources import Source
-from epochfs.sidecar.listing.span import Page, Span
+from epochfs.sidecar.listing.span import Page
 from epochfs.sidecar.remote import RemoteError
 from epochfs.sidecar.store import Store
 from epochfs.sidecar.store.listings import PageRows, Part
@@ -127,6 +128,8 @@ class Lister:
         self.planner: Planner | None = None
         """The running listing's planner (what is listed next; its estimate for status)."""
         self._began = 0.0
+        self.refusals = Refusals(passes_over=self.sink.catalog and isinstance(source, PagedSource))
+        """Spans the remote refuses for good, passed over (:mod:`.refused`)."""
         self._tally = threading.Lock()
         """Guards the report's counts of a sink that takes no rows (no PageFilter counts them)."""
 
@@ -203,12 +206,15 @@ class Lister:
                      self.threads if isinstance(self.source, PagedSource) else min(self.threads, len(parts)),
                      f" ({first} for the spans' first pages)" if first > self.threads else "",
                      f"; keys kept: {self._keys_line()}" if self.keys else "")
+        self.refusals.begin(gen, len(parts), first=state.complete is None)
         return gen, parts, {p.start for p in parts if p.start}
 
     def run(self, *, fresh: bool = False,
             prepared: tuple[int, list[Part], set[str]] | None = None) -> CatalogReport:
         """List to the end (or until stopped); ``report.complete`` says which."""
         gen, parts, boundaries = prepared or self.prepare(fresh=fresh)
+        if prepared is not None:  # by another lister (a listing process's parent): not begun here
+            self.refusals.begin(gen, len(parts), first=self.sink.state().complete is None)
         report = CatalogReport()
         started = time.monotonic()
         filt = PageFilter(report, seed=self.seed, shard_index=self.shard_index,
@@ -304,16 +310,7 @@ class Lister:
         """One page of one segment, committed with its resume point (a segment the planner just
         split off another: with the other's new stop)."""
         part = seg.part
-        span = Span(part.prefix, part.start, part.stop)
-        if isinstance(self.source, PagedSource):
-            size = FULL_PAGE if self.full_pages else seg.page
-            page: Page | None = self.source.read_page(span, part.after, size)
-        else:
-            if part.part not in streams:
-                streams[part.part] = self.source.pages(span, part.after)
-            page = next(streams[part.part], None)
-        if page is None:
-            page = Page([], part.after, True)
+        page = self.refusals.read(self.source, part, FULL_PAGE if self.full_pages else seg.page, streams)
         if not page.done and page.after == part.after:
             # Committed, it would be asked again from the same point, for ever.
             raise RemoteError(f"cannot list {part.prefix or 'the root'!r} after {part.after!r}: "
@@ -375,7 +372,7 @@ class Lister:
             pass  # the sampler's turn at the index (no other lister commits meanwhile)
         began = time.monotonic()
         kept = [(d.seg, len(d.keys) - d.left_out) for d in batch]  # the keys the globs keep
-        progress = {**planner.progress(kept), "began": self._began}
+        progress = {**planner.progress(kept), "began": self._began, **self.refusals.progress()}
         news = self.sink.commit_pages(gen, [d.page for d in batch],
                                       progress=json.dumps(progress, separators=(",", ":")))
         self.committed += len(batch)

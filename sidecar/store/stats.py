@@ -250,6 +250,8 @@ def _running_known(known: dict[str, Any], catalog: int, excluded: int) -> dict[s
            "fair_cap": int(known["fair_cap"]) if known.get("fair_cap") is not None else None,
            "estimated_objects": round(catalog / covered) if covered > 0 else None,
            "weights": known["weights"] if isinstance(known.get("weights"), list) else []}
+    if known.get("spans_refused"):  # spans the remote refuses, passed over (listing/refused.py)
+        out["spans_refused"] = int(known["spans_refused"])
     if excluded:
         out["excluded"] = excluded
     return out
