@@ -109,6 +109,24 @@ def epoch_line(stats: EpochStats, status: dict[str, object], loss: float) -> str
     )
 
 
+class Interrupted:
+    """Ctrl-C, remembered. Python drops a KeyboardInterrupt raised inside a finalizer (a dataset's
+    or a DataLoader's ``__del__`` running when the signal came: "Exception ignored in ..."), and
+    the same Ctrl-C killed the DataLoader's workers, so the loop went on into "DataLoader worker
+    exited unexpectedly" and exit 1. :meth:`check` raises it again at the loop's next step."""
+
+    def __init__(self) -> None:
+        self.seen = False
+
+    def __call__(self, signum: int, frame: object) -> None:
+        self.seen = True
+        raise KeyboardInterrupt
+
+    def check(self) -> None:
+        if self.seen:
+            raise KeyboardInterrupt
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -155,6 +173,8 @@ def main() -> int:
            # (real runs keep the default 600 s grace for an epoch a slow rank has just opened).
            "--in-use-seconds", "0",
            "--health-port", str(port)]
+    interrupted = Interrupted()
+    signal.signal(signal.SIGINT, interrupted)
     print(f"demo: starting the sidecar (log: {log})")
     with open(log, "wb") as out:
         # Its own session: Ctrl-C reaches the demo only, which then stops the sidecar with one SIGTERM
@@ -170,15 +190,21 @@ def main() -> int:
         for epoch in range(args.epochs):
             losses = []
             started, consumed = time.monotonic(), 0
-            for batch in loader.epoch(epoch):
-                optimizer.zero_grad()
-                loss = torch.nn.functional.cross_entropy(model(batch["x"]), batch["y"])
-                loss.backward()
-                optimizer.step()
-                losses.append(loss.item())
-                consumed += len(batch["y"]) * sample_bytes
-                if train_rate:
-                    pace(started, consumed, train_rate)
+            try:
+                for batch in loader.epoch(epoch):
+                    interrupted.check()
+                    optimizer.zero_grad()
+                    loss = torch.nn.functional.cross_entropy(model(batch["x"]), batch["y"])
+                    loss.backward()
+                    optimizer.step()
+                    losses.append(loss.item())
+                    consumed += len(batch["y"]) * sample_bytes
+                    if train_rate:
+                        pace(started, consumed, train_rate)
+            except RuntimeError:
+                interrupted.check()  # the workers a swallowed Ctrl-C killed: the Ctrl-C it was
+                raise
+            interrupted.check()
             status = json.loads((mount / ".epochfs" / "status.json").read_text())
             print(epoch_line(loader.history[-1], status, sum(losses) / max(1, len(losses))), flush=True)
         print("demo: done; stopping the sidecar")
