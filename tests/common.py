@@ -7,16 +7,19 @@ itself: tests never import it).
 from __future__ import annotations
 
 import contextlib
+import http.server
 import os
 import random
 import socket
 import subprocess
 import sys
+import threading
 import time
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 TESTS = ROOT / "tests"
@@ -78,6 +81,23 @@ def free_port() -> int:
     with socket.socket() as s:  # no block on this machine, or every port of it taken: the kernel's
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
+
+
+@contextlib.contextmanager
+def serving_http(handler: Callable[..., Any]) -> Iterator[str]:
+    """``handler`` (a request handler class, or a callable making one) served on a port the system
+    picks, each request on a thread of its own, for the duration of a ``with`` block: its URL,
+    ``http://127.0.0.1:PORT``. Stopped, closed and its thread joined after."""
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    server.daemon_threads = True
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(timeout=10)
 
 
 def wait_until(predicate, *, timeout: float = 30.0, interval: float = 0.05, what: str = "condition"):

@@ -19,14 +19,13 @@ import socket
 import subprocess
 import sys
 import threading
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from urllib.parse import unquote, urlsplit
 
 import pytest
+from common import serving_http
 from store_helpers import sid_of
 
 from epochfs.sidecar.download import Downloader, RetryPolicy
@@ -135,18 +134,9 @@ def _handler(site: Site) -> type[BaseHTTPRequestHandler]:
     return Handler
 
 
-@contextmanager
-def serving(site: Site) -> Iterator[str]:
+def serving(site: Site) -> contextlib.AbstractContextManager[str]:
     """``site`` served on a free local port: its URL (``http://127.0.0.1:PORT``)."""
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _handler(site))
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}"
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join(timeout=10)
+    return serving_http(_handler(site))
 
 
 def _listed(remote: Remote) -> list[tuple[str, int]]:

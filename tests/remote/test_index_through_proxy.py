@@ -7,11 +7,11 @@ from __future__ import annotations
 
 import functools
 import http.server
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from common import serving_http
 from proxy_helpers import ForwardProxy
 
 from epochfs.sidecar.remote.objects import open_stream
@@ -24,15 +24,8 @@ PROXY_VARS = ("HTTP_PROXY", "http_proxy", "HTTPS_PROXY", "https_proxy", "NO_PROX
 def origin(tmp_path: Path) -> Iterator[str]:
     (tmp_path / "index.jsonl").write_bytes(b'{"epochfs_index": 1}\n{"key": "a.bin", "size": 3}\n')
     handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(tmp_path))
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}"
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join(timeout=10)
+    with serving_http(handler) as url:
+        yield url
 
 
 def test_an_index_on_http_is_read_through_the_proxy(origin: str, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -11,21 +11,19 @@ AccessDenied error document to a listing of one prefix and forwards everything e
 
 from __future__ import annotations
 
+import contextlib
 import http.server
 import os
 import subprocess
 import sys
-import threading
 import urllib.error
 import urllib.parse
 import urllib.request
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
 from botocore.exceptions import ClientError
-from common import S3Server, put_objects, wait_until
+from common import S3Server, put_objects, serving_http, wait_until
 from sampler_helpers import index_rows, running_sampler, s3_env
 
 from epochfs.sidecar.listing.refused import refusal
@@ -82,18 +80,9 @@ def _handler(upstream: str, denied: set[str]) -> type[http.server.BaseHTTPReques
     return Proxy
 
 
-@contextmanager
-def _denying_proxy(upstream: str, denied: set[str]) -> Iterator[str]:
+def _denying_proxy(upstream: str, denied: set[str]) -> contextlib.AbstractContextManager[str]:
     """The proxy's endpoint, on a port the system picks, for the duration of a block."""
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _handler(upstream, denied))
-    server.daemon_threads = True
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}"
-    finally:
-        server.shutdown()
-        server.server_close()
+    return serving_http(_handler(upstream, denied))
 
 
 def _samples(cache: Path) -> int:

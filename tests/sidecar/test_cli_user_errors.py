@@ -17,12 +17,11 @@ import os
 import shutil
 import subprocess
 import sys
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from common import free_port
+from common import free_port, serving_http
 from readonly_helpers import read_only_view
 from sidecar_helpers import running_sidecar
 
@@ -316,14 +315,8 @@ class _Answers(http.server.BaseHTTPRequestHandler):
 
 @pytest.fixture
 def answers() -> Iterator[str]:
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Answers)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}"
-    finally:
-        server.shutdown()
-        server.server_close()
+    with serving_http(_Answers) as url:
+        yield url
 
 
 @pytest.mark.parametrize(("status", "reason"), [(404, "HTTP 404 Not Found"),
