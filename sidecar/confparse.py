@@ -330,16 +330,23 @@ def unknown_env(environ: Mapping[str, str], known: Collection[str]) -> list[str]
     return sorted(n for n in environ if n.startswith("EPOCHFS_") and n not in known)
 
 
+SERVICE_LINK = re.compile(r"EPOCHFS\w*?_(SERVICE_HOST|SERVICE_PORT\w*|PORT_\d+_(TCP|UDP|SCTP)\w*)"
+                          r"|EPOCHFS\w*_PORT=(tcp|udp|sctp)://\S*")
+"""Kubernetes' service links of a Service named epochfs*, as ``name`` or ``name=value``: no typos."""
+
+
 def warn_unknown_env(environ: Mapping[str, str], known: Collection[str]) -> None:
     """One warning line per ``EPOCHFS_*`` variable nothing reads, naming the closest known name:
     a capacity of 1Mi set under a mistyped name (CAPCITY) was ignored without a word and the 10 GiB
-    default used. A warning, not a
-    refusal: other tools, or a later epochfs, may set names this one does not know. Called once
+    default used. A warning, not a refusal: other tools, or a later epochfs, may set names this one
+    does not know (Kubernetes' service links are not even warned of: :data:`SERVICE_LINK`). Called once
     per command, at the start (``config.from_args``); the supervisor's children get those names
     unset (``config.to_env``), so a sidecar says it once."""
     prefix = "EPOCHFS_"  # compared without it: every name shares it, so every name looked close
     tails = sorted(name.removeprefix(prefix) for name in known)
     for name in unknown_env(environ, known):
+        if SERVICE_LINK.fullmatch(name) or SERVICE_LINK.fullmatch(f"{name}={environ[name]}"):
+            continue
         close = difflib.get_close_matches(name.removeprefix(prefix), tails, n=1)
         hint = f" (did you mean {prefix}{close[0]}?)" if close else ""
         log.warning("%s is set but no epochfs setting reads it, so it has no effect%s", name, hint)

@@ -105,6 +105,32 @@ def test_a_mistyped_variable_is_warned_of_once_with_the_closest_name(tmp_path: P
     assert len(lines) == 2, lines
 
 
+def test_service_link_variables_are_not_taken_for_mistyped_settings(tmp_path: Path) -> None:
+    """A Service named ``epochfs-metrics`` (or ``epochfs``) in the pod's namespace gives every
+    container Kubernetes' service-link variables; nobody typed them, so no warning names them,
+    while a mistyped setting beside them is still warned of."""
+    remote = dataset(tmp_path / "ds", "x.bin")
+    links = {"EPOCHFS_METRICS_SERVICE_HOST": "10.96.0.12", "EPOCHFS_METRICS_SERVICE_PORT": "8080",
+             "EPOCHFS_METRICS_SERVICE_PORT_HTTP": "8080", "EPOCHFS_METRICS_PORT_8080_TCP": "tcp://10.96.0.12:8080",
+             "EPOCHFS_METRICS_PORT_8080_TCP_PROTO": "tcp", "EPOCHFS_METRICS_PORT_8080_TCP_PORT": "8080",
+             "EPOCHFS_METRICS_PORT_8080_TCP_ADDR": "10.96.0.12", "EPOCHFS_SERVICE_HOST": "10.96.0.13",
+             "EPOCHFS_PORT_9090_UDP": "udp://10.96.0.13:9090"}
+    done = epochfs("sample", "--cache", str(tmp_path / "c"), "--remote", f"file://{remote}",
+                   "--shard-index", "5", cwd=tmp_path, env={**links, "EPOCHFS_CAPCITY": "1Mi"})
+    assert done.returncode == 2, done.stderr
+    lines = [line for line in done.stderr.splitlines() if "EPOCHFS_" in line and "WARNING" in line]
+    assert len(lines) == 1 and "EPOCHFS_CAPCITY" in lines[0], done.stderr
+
+
+def test_a_mistyped_port_setting_is_still_warned_of(tmp_path: Path) -> None:
+    """Only a ``_PORT`` variable whose value is a service link's (``tcp://...``) is passed over."""
+    remote = dataset(tmp_path / "ds", "x.bin")
+    done = epochfs("sample", "--cache", str(tmp_path / "c"), "--remote", f"file://{remote}",
+                   "--shard-index", "5", cwd=tmp_path, env={"EPOCHFS_HELTH_PORT": "9090"})
+    assert done.returncode == 2, done.stderr
+    assert "EPOCHFS_HELTH_PORT is set but no epochfs setting reads it" in done.stderr, done.stderr
+
+
 def test_the_children_of_the_supervisor_get_unknown_names_unset(monkeypatch: pytest.MonkeyPatch) -> None:
     """The sidecar warns at its start; its sampler and view, started and restarted with these
     variables, would warn again at each start."""
