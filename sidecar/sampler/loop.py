@@ -250,7 +250,9 @@ class Sampler(RepairsInPlace, Shutdown):
             return
         if isinstance(item, DiskFull):
             key = item.candidate.key
-            if not item.released and self._inflight.get(key) is item.candidate:  # a worker's
+            if item.released:  # the admitter's: its reservation is given back already
+                self.room.admission_failed(item.candidate)
+            elif self._inflight.get(key) is item.candidate:  # a worker's
                 del self._inflight[key]
                 self.room.release(item.candidate)
             if key not in self._inflight:  # (else a new download of it runs: not fetched twice)

@@ -160,6 +160,12 @@ class Room:
             self.reservations.release(cand.size)
             self._turn.given_back(cand.size)
 
+    def admission_failed(self, cand: Candidate) -> None:
+        """``cand``'s download landed but its batch could not be committed (a full disk): the
+        admitter gave its reservation back, and its part of the turn's share is free again too
+        (kept spent until the next cut, the keys kept for when there is room would be refused)."""
+        self._turn.given_back(cand.size)
+
     def admit_repair(self, cand: Candidate, admission: Admission) -> bool:
         """Admit the download of a repair in place that reserved nothing; False when it was dropped.
 

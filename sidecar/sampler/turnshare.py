@@ -10,11 +10,12 @@ before it. So free room above the budget is held to the same share as the room a
 for (:meth:`TurnShare.left`).
 
 The share counts the bytes that came above the newest epoch and those of the downloads in flight;
-a download that brings nothing (it failed, was cancelled or throttled) gives its part back
-(:meth:`TurnShare.given_back`). Kept spent, a burst of downloads that evict for their room and
-then fail on a remote outage would use up the turn, and the next try would be refused with room
-free: "cache full ... and nothing evictable" (``epochfs_backpressure`` 1) through the outage, which
-is no backpressure and silences the alert for a stalled sampler."""
+a download that brings nothing (it failed, was cancelled or throttled, or a full disk refused its
+admission) gives its part back (:meth:`TurnShare.given_back`). Kept spent, a burst of downloads
+that evict for their room and then fail on a remote outage would use up the turn, and the next
+try would be refused with room free: "cache full ... and nothing evictable"
+(``epochfs_backpressure`` 1) through the outage, which is no backpressure and silences the alert
+for a stalled sampler."""
 
 from __future__ import annotations
 

@@ -13,16 +13,19 @@ free space and the room, as the fetch loop drives them (reserve, then ``full`` w
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import os
+import threading
 from pathlib import Path
 
 from inprocess import settings_for
 from store_helpers import put, sid_of
 
 from epochfs.sidecar.listing import Lister, source_for
-from epochfs.sidecar.remote.testing import PagedMemoryRemote
+from epochfs.sidecar.remote.testing import MemoryRemote, PagedMemoryRemote
 from epochfs.sidecar.reservations import Reservations
+from epochfs.sidecar.sampler import Sampler
 from epochfs.sidecar.sampler.diskspace import DiskSpace
 from epochfs.sidecar.sampler.room import Room
 from epochfs.sidecar.store import Admission, Candidate, Store
@@ -102,3 +105,24 @@ def test_an_admitted_download_keeps_its_share_spent(tmp_path: Path) -> None:
         assert not _try(room, _candidate(3), own_in_flight=False), "the share is spent by what came"
         assert room.backpressure is not None
 
+
+
+def test_a_batch_the_full_disk_refused_gives_back_its_share(tmp_path: Path) -> None:
+    """The admitter could not commit a batch (the volume filled): the keys are kept for when
+    there is room, and their part of the turn is free again, not spent until the next cut."""
+    cache = tmp_path / "cache"
+    store, _ = _full_cache_with_an_epoch(cache)
+    settings = settings_for(cache, "--capacity", "64Ki", "--keep-epochs", "2")
+    with store:
+        s = Sampler(store=store, remote=MemoryRemote({}), settings=settings, stop=threading.Event())
+        turn = [_candidate(i) for i in range(2)]
+        assert all(s.room.reserve(c, lookahead=False) for c in turn), "the turn's share: 2 samples"
+        assert not s.room.reserve(_candidate(2), lookahead=False)
+        batch = [Admission(c.key, c.sid, c.size, "md5:00", c.version, tmp_path / f"{c.key}.part")
+                 for c in turn]
+        for a in batch:  # the admitter's way: temp files gone, reservations released
+            s.reservations.release(a.size)
+        assert s._admit_failed(batch, OSError(errno.ENOSPC, "No space left on device"))
+        s._collect(1.0)
+        assert all(s.breaker.is_kept(c.key) for c in turn), "fetched again once there is room"
+        assert s.room.reserve(_candidate(2), lookahead=False), "the refused batch kept the turn spent"
