@@ -128,7 +128,7 @@ class Lister:
         self.planner: Planner | None = None
         """The running listing's planner (what is listed next; its estimate for status)."""
         self._began = 0.0
-        self.refusals = Refusals(passes_over=self.sink.catalog and isinstance(source, PagedSource))
+        self.refusals = Refusals(passes_over=self.sink.catalog)
         """Spans the remote refuses for good, passed over (:mod:`.refused`)."""
         self._tally = threading.Lock()
         """Guards the report's counts of a sink that takes no rows (no PageFilter counts them)."""

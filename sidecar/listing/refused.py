@@ -26,8 +26,9 @@ import threading
 from collections.abc import Iterator
 
 from epochfs.sidecar.listing.paged import PagedSource
-from epochfs.sidecar.listing.sources import Source
+from epochfs.sidecar.listing.sources import SerialSource, Source
 from epochfs.sidecar.listing.span import Page, Span
+from epochfs.sidecar.remote import PassOver
 from epochfs.sidecar.remote.errors import (
     Denied,
     NotFound,
@@ -52,15 +53,18 @@ def refusal(exc: BaseException) -> RemoteFailure | None:
     return failure if isinstance(failure, (Denied, NotFound)) else None
 
 
-def read_page(source: Source, part: Part, size: int, streams: dict[int, Iterator[Page]]) -> Page:
+def read_page(source: Source, part: Part, size: int, streams: dict[int, Iterator[Page]], *,
+              pass_over: PassOver | None = None) -> Page:
     """The next page of ``part``: a paged source's page of ``size`` keys after its resume point,
     or the next page of a serial source's stream of it (``streams``, opened here); a stream at
-    its end is a last, empty page."""
+    its end is a last, empty page. ``pass_over``: asked by a walk of folders about one it may
+    not read (:meth:`.SerialSource.pages`)."""
     span = Span(part.prefix, part.start, part.stop)
     if isinstance(source, PagedSource):
         return source.read_page(span, part.after, size)
     if part.part not in streams:
-        streams[part.part] = source.pages(span, part.after)
+        streams[part.part] = (source.pages(span, part.after, pass_over=pass_over)
+                              if isinstance(source, SerialSource) else source.pages(span, part.after))
     page = next(streams[part.part], None)
     return Page([], part.after, True) if page is None else page
 
@@ -69,10 +73,14 @@ class Refusals:
     """The spans given up in the running listing (its generation): counted for status (the
     progress record's ``spans_refused``) and bounded by :data:`MOST`. Thread-safe.
 
-    ``passes_over``: False for a serial source (a ``file://`` folder the walk cannot read fails
-    the listing, tried again: docs/sampler.md) and for a sink that is a lasting record of the
-    whole remote (an index file that ``epochfs index`` writes once and many nodes read): there a
-    refusal is raised, as a failure, rather than leaving the span's keys out for every reader."""
+    A serial source's stream is one span: refused, it is the whole listing's refusal (the
+    bounds of :data:`MOST`), tried again; but a folder its walk may not read (a ``file://``
+    volume's ``lost+found`` to a sidecar that does not run as root) is passed over as a refused
+    span is (:meth:`folder`).
+
+    ``passes_over``: False for a sink that is a lasting record of the whole remote (an index file
+    that ``epochfs index`` writes once and many nodes read): there a refusal is raised, as a
+    failure, rather than leaving the span's keys out for every reader."""
 
     def __init__(self, *, passes_over: bool = True) -> None:
         self.passes_over = passes_over
@@ -82,6 +90,8 @@ class Refusals:
         self._first = False
         self.refused: set[int] = set()
         """The parts given up in this generation."""
+        self.folders: set[str] = set()
+        """The folders a serial source's walk passed over in this generation."""
 
     def begin(self, gen: int, parts: int, *, first: bool) -> None:
         """A run of listing ``gen`` over ``parts`` parts (done ones included) starts: a new
@@ -91,14 +101,14 @@ class Refusals:
         span's keys of the listing before (its end would drop the rows it did not see)."""
         with self._lock:
             if gen != self._gen:
-                self._gen, self.refused = gen, set()
+                self._gen, self.refused, self.folders = gen, set(), set()
             self._parts, self._first = parts, first
 
     def read(self, source: Source, part: Part, size: int, streams: dict[int, Iterator[Page]]) -> Page:
         """:func:`read_page`, or a last, empty page when the remote refuses ``part`` for good
         (:meth:`give_up`); any other failure is raised."""
         try:
-            return read_page(source, part, size, streams)
+            return read_page(source, part, size, streams, pass_over=self.folder)
         except Exception as e:
             if not self.give_up(part, e):
                 raise
@@ -119,14 +129,34 @@ class Refusals:
             self.refused.add(part.part)
         if first:
             where = f"{part.prefix or 'the root'!r}" + (f" from {part.start!r}" if part.start else "")
-            log.warning("listing of %s refused (%s: %s): passed over, its keys are not sampled; a "
-                        "relist tries it again", where, type(failure).__name__, failure_reason(exc))
+            _warn(where, failure, exc)
+        return True
+
+    def folder(self, prefix: str, exc: BaseException) -> bool:
+        """Whether a serial source's walk passes over the folder ``prefix`` it may not read: a
+        refusal (:func:`refusal`: EACCES is denied; EIO is not) in the first listing. Logged
+        once for the folder."""
+        failure = refusal(exc) if self.passes_over and self._first else None
+        if failure is None:
+            return False
+        with self._lock:
+            first = prefix not in self.folders
+            self.folders.add(prefix)
+        if first:
+            _warn(repr(prefix), failure, exc)
         return True
 
     def progress(self) -> dict[str, int]:
-        """The progress record's count of the spans given up (nothing while there are none)."""
+        """The progress record's count of the spans and folders given up (nothing while there
+        are none)."""
         with self._lock:
-            return {"spans_refused": len(self.refused)} if self.refused else {}
+            given_up = len(self.refused) + len(self.folders)
+        return {"spans_refused": given_up} if given_up else {}
+
+
+def _warn(where: str, failure: RemoteFailure, exc: BaseException) -> None:
+    log.warning("listing of %s refused (%s: %s): passed over, its keys are not sampled; a relist "
+                "tries it again", where, type(failure).__name__, failure_reason(exc))
 
 
 __all__ = ["MOST", "Refusals", "read_page", "refusal"]

@@ -40,7 +40,7 @@ from epochfs.sidecar.listing.resume import (
 )
 from epochfs.sidecar.listing.span import Page, Span
 from epochfs.sidecar.redact import redact
-from epochfs.sidecar.remote import Remote
+from epochfs.sidecar.remote import PassOver, Remote, RemoteObject
 
 PAGE = 1000
 """Objects per page of a source read as one stream: a listing stream, an index file, an S3
@@ -87,21 +87,23 @@ class SerialSource:
         first_request(self.remote, stop=self.stop, rng=self.rng, bounds=DISCOVERY_RETRY)
         return [Span("", "", None)]
 
-    def pages(self, span: Span, after: str) -> Iterator[Page]:
+    def pages(self, span: Span, after: str, *, pass_over: PassOver | None = None) -> Iterator[Page]:
         """The stream's pages after ``after``: after its last committed key where the walk has a
         known order (:meth:`.Remote.walk_order`), else after the objects consumed when they are
         the very ones committed (:class:`.resume.Prefix`; another stream now: the run fails and
-        the next lists afresh)."""
+        the next lists afresh). ``pass_over``: what the remote's walk asks about a folder it may
+        not read (:meth:`.Remote.walk`); None: such a folder fails the listing."""
+        objects = self.remote.list() if pass_over is None else self.remote.walk(pass_over)
         order = self.remote.walk_order()
         if order is not None:
-            yield from self._after_key(order, after)
+            yield from self._after_key(order, after, objects)
         else:
-            yield from self._counted(after)
+            yield from self._counted(after, objects)
 
-    def _after_key(self, order: Order, after: str) -> Iterator[Page]:
+    def _after_key(self, order: Order, after: str, objects: Iterator[RemoteObject]) -> Iterator[Page]:
         """The walk read past the keys up to the resume point's, in its order: keys deleted or
         added before it since do not move it (a count did, dropping existing keys as gone)."""
-        it = iter(self.remote.list())
+        it = iter(objects)
         last = point_key(after)
         point = ""  # "" or an earlier version's count: read from the start
         if last is not None:
@@ -119,10 +121,10 @@ class SerialSource:
             if done:
                 return
 
-    def _counted(self, after: str) -> Iterator[Page]:
+    def _counted(self, after: str, objects: Iterator[RemoteObject]) -> Iterator[Page]:
         """A stream in no promised order: its first objects skipped only when they are those the
         listing committed (their number and digest); an earlier version's count: from the start."""
-        it = iter(self.remote.list())
+        it = iter(objects)
         read = Prefix()
         skip, digest = counted_point(after) or (0, "")
         if skip:

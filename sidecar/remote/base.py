@@ -54,6 +54,10 @@ from typing import ClassVar, Protocol
 
 from epochfs.sidecar.store.digests import BLOCK  # what a reader hands the writer at a time
 
+PassOver = Callable[[str, BaseException], bool]
+"""Asked by :meth:`Remote.walk` about a folder it may not read: its key prefix (``a/b/``) and the
+error; True to go on without it."""
+
 
 @dataclass(frozen=True)
 class RemoteObject:
@@ -263,6 +267,13 @@ class Remote(ABC):
     def list(self) -> Iterator[RemoteObject]:
         """Every object under the remote's root, as a stream (the first keys before the last page)."""
 
+    def walk(self, pass_over: PassOver) -> Iterator[RemoteObject]:
+        """:meth:`list`, where a remote that walks folders asks ``pass_over`` about a folder it
+        may not read (its key prefix, the error): True, the walk goes on without it; False, the
+        listing fails. A remote that walks no folders lists as :meth:`list` (a refusal there is
+        the whole listing's)."""
+        return self.list()
+
     @abstractmethod
     def open(self, key: str, *, checksum: bool = False) -> Reader:
         """Open ``key`` for reading; ``checksum`` asks the remote to send the checksum it stored
@@ -346,6 +357,7 @@ __all__ = [
     "NotFound",
     "PageWalk",
     "PagedRemote",
+    "PassOver",
     "Reader",
     "Remote",
     "RemoteError",

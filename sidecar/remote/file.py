@@ -7,7 +7,10 @@ a fifo) is logged once per kind with the first example and counted at the walk's
 missing a linked folder must not look complete. A folder that cannot be read (EIO or ESTALE on
 a flaky NFS or FUSE mount, EACCES) fails the listing instead, as fsspec's walk does
 (:meth:`~.fsspec.FsspecRemote.list`): a listing that ended without it would be complete, and a
-relist would drop its keys from the catalog; the listing is tried again. The version tag is
+relist would drop its keys from the catalog; the listing is tried again. Except where the
+listing's caller passes such a folder over (:meth:`FileRemote.walk`: a cache's first listing, for
+a folder it may not read, such as a volume's ``lost+found`` to a sidecar that does not run as
+root, which would otherwise keep every key from being listed). The version tag is
 ``mtime:<ns>``. The standard library's errors are typed where they arise (ENOENT: not found,
 EACCES: denied; other errors such as EIO pass through).
 """
@@ -21,7 +24,7 @@ import stat
 from collections.abc import Callable, Iterator
 from typing import BinaryIO, NoReturn
 
-from epochfs.sidecar.remote.base import Reader, Remote, RemoteError, RemoteObject, Transient
+from epochfs.sidecar.remote.base import PassOver, Reader, Remote, RemoteError, RemoteObject, Transient
 from epochfs.sidecar.remote.errors import Translated, translate
 from epochfs.sidecar.remote.urls import split_url
 
@@ -132,11 +135,20 @@ class FileRemote(Remote):
             raise RemoteError(f"{url}: {root} is not a folder")
 
     def list(self) -> Iterator[RemoteObject]:
+        return self._listing(None)
+
+    def walk(self, pass_over: PassOver) -> Iterator[RemoteObject]:
+        """The walk; a folder below the root that cannot be read is passed over where
+        ``pass_over`` says so (the root never is: a dataset that cannot be read is no empty one)."""
+        return self._listing(pass_over)
+
+    def _listing(self, pass_over: PassOver | None) -> Iterator[RemoteObject]:
         passed = _Passed()
-        yield from self._walk(self.root, b"", passed)
+        yield from self._walk(self.root, b"", passed, pass_over)
         passed.report(self.url)
 
-    def _walk(self, folder: bytes, rel: bytes, passed: _Passed) -> Iterator[RemoteObject]:
+    def _walk(self, folder: bytes, rel: bytes, passed: _Passed,
+              pass_over: PassOver | None) -> Iterator[RemoteObject]:
         try:
             entries = sorted(os.scandir(folder), key=lambda e: e.name)
         except FileNotFoundError as e:
@@ -144,12 +156,14 @@ class FileRemote(Remote):
                 self._cannot_list(folder, e)
             return  # a folder removed since its parent was read: its keys are gone
         except OSError as e:
+            if rel and pass_over is not None and pass_over(os.fsdecode(rel), translate(e) or e):
+                return
             self._cannot_list(folder, e)
         for entry in entries:
             name = rel + entry.name
             try:
                 if entry.is_dir(follow_symlinks=False):
-                    yield from self._walk(entry.path, name + b"/", passed)
+                    yield from self._walk(entry.path, name + b"/", passed, pass_over)
                     continue
                 st = entry.stat(follow_symlinks=True)
             except OSError as e:
