@@ -3,14 +3,26 @@
 A failure that points at the remote as a whole (connection refused or reset, timeout, a 5xx
 that is not throttling) on ``OUTAGE_AFTER`` objects in a row means the remote is down: skipping those keys
 would lose them for good, so the breaker keeps them for later and pauses new downloads, with a
-pause that doubles up to a bound. One success closes it again. The keys of the run-up (given up
-before the streak was long enough to tell) are held, neither fetched nor skipped, until it
-tells: the outage keeps them with the rest, and a success or a failure of another kind (the
-remote is up: their failures were their own) hands them back to be skipped
-(:meth:`OutageBreaker.succeeded`), as does a loop with nothing else to fetch
-(:meth:`OutageBreaker.release`): skipped at once, a 10 s outage would lose them. Throttling
-(S3 ``SlowDown``, 429) is not an outage and never reaches the breaker: the fetch window answers
-it (:mod:`.throttle`).
+pause that doubles up to a bound. Throttling (S3 ``SlowDown``, 429) is not an outage and never
+reaches the breaker: the fetch window answers it (:mod:`.throttle`).
+
+Only an answer to a request sent after a failure tells anything about that failure: a download
+whose response came before the remote went down finishes afterwards (its body still being read,
+slowly under ``--max-rate``, or for a large object): counted as answers, the 32 downloads in
+flight would reset the streak between the first failures and have the failed keys skipped. So the
+loop tells the breaker when each download is sent (:meth:`OutageBreaker.sent`), and a completion
+(a success, or a failure of another kind: the remote answered) clears only the failures that came
+before its download was sent (:meth:`OutageBreaker.succeeded`); the streak is the failures no
+later answer has cleared.
+
+The keys of the run-up (given up before the streak was long enough to tell) are held, neither
+fetched nor skipped, until it tells: the outage keeps them with the rest. A held key whose failure
+a later answer cleared may have met an outage too short to tell (a few seconds of connection
+refused): it is fetched once more (:attr:`OutageBreaker._retried`), and skipped only when an answer
+sent after that second failure clears it again: its failures were its own. With nothing else
+left to fetch, no answer can come to tell: the held keys are fetched again
+(:meth:`OutageBreaker.retry_held`), their new failures count on toward the streak, so a remote
+still down opens the breaker and keeps them.
 
 A key the breaker does not keep is given up (:func:`give_up`): skipped, and only then counted as
 failed (``epochfs_remote_objects_total{result="failed"}``), as the store counts ``failed_total``.
@@ -22,6 +34,7 @@ import logging
 import time
 from collections import deque
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from epochfs.sidecar.metrics_sampler import process_metrics
@@ -39,6 +52,15 @@ OUTAGE_PAUSE = (2.0, 60.0)
 """First and longest pause while the remote is down (doubling in between)."""
 
 
+@dataclass(frozen=True)
+class Held:
+    """A key of the run-up: failed as unavailable at ``at`` (monotonic), the streak short of an outage."""
+
+    cand: Candidate
+    error: str | None
+    at: float
+
+
 class OutageBreaker:
     """Counts remote-wide failures in a row; keeps keys and pauses while the remote is down.
     Used from the sampler's loop thread only."""
@@ -49,12 +71,17 @@ class OutageBreaker:
         self.after = after
         self.first_pause, self.longest_pause = pause
         self._streak = 0
+        self._failed_at: deque[float] = deque(maxlen=after)
+        """When the streak's last failures came: enough to tell whether an answer leaves an outage."""
         self._pause = self.first_pause
         self.paused_until = 0.0
         self._kept: deque[Candidate] = deque()
         self._kept_keys: set[str] = set()
-        self._held: dict[str, tuple[Candidate, str | None]] = {}
-        """The run-up's keys: failed as unavailable while the streak was short of an outage."""
+        self._held: dict[str, Held] = {}
+        self._sent: dict[str, float] = {}
+        """When each download in flight was sent: what its answer can tell about."""
+        self._retried: set[str] = set()
+        """Keys whose failure a later answer cleared once, fetched again: cleared again, skipped."""
 
     @property
     def open(self) -> bool:
@@ -72,10 +99,17 @@ class OutageBreaker:
         """Keys of a run-up are held, waiting for the streak to tell an outage from bad objects."""
         return bool(self._held)
 
-    def release(self) -> list[tuple[Candidate, str | None]]:
-        """The held keys and their errors, handed back to be skipped (no outage was recognised)."""
+    def sent(self, key: str, now: float | None = None) -> None:
+        """The download of ``key`` starts now: its answer tells about the failures before it."""
+        self._sent[key] = time.monotonic() if now is None else now
+
+    def retry_held(self) -> bool:
+        """Nothing else left to fetch, so no answer will come to tell: the held keys are fetched
+        again first (their failures stay in the streak). Returns whether any was held."""
         held, self._held = list(self._held.values()), {}
-        return held
+        for h in held:
+            self.keep(h.cand)
+        return bool(held)
 
     def next_kept(self, busy: Callable[[str], bool]) -> Candidate | None:
         """A key kept through an outage, to fetch again first (passing over busy ones)."""
@@ -93,17 +127,20 @@ class OutageBreaker:
             self._kept.append(cand)
             self._kept_keys.add(cand.key)
 
-    def failed(self, cand: Candidate, error: str | None) -> bool:
+    def failed(self, cand: Candidate, error: str | None, now: float | None = None) -> bool:
         """A remote-wide failure of ``cand``, never skipped here: True when it is kept (the remote
         is down), False when it is held until the streak tells (:attr:`_held`)."""
+        now = time.monotonic() if now is None else now
+        self._sent.pop(cand.key, None)
         self._streak += 1
+        self._failed_at.append(now)
         if not self.open:
-            self._held[cand.key] = (cand, error)
+            self._held[cand.key] = Held(cand, error, now)
             return False
-        for held, _ in self.release():  # the run-up was the outage's
-            self.keep(held)
+        for held in self._held.values():  # the run-up was the outage's
+            self.keep(held.cand)
+        self._held = {}
         self.keep(cand)
-        now = time.monotonic()
         if now >= self.paused_until:
             log.warning("remote unavailable (%d objects in a row: %s); pausing %.0fs, keys kept",
                         self._streak, error, self._pause)
@@ -111,14 +148,46 @@ class OutageBreaker:
             self._pause = min(self.longest_pause, self._pause * 2)
         return True
 
-    def succeeded(self) -> list[tuple[Candidate, str | None]]:
-        """An object came through (or failed for a reason of its own): the remote is up. Returns
-        the held keys, to be skipped (their failures were their own)."""
-        if self.open:
-            log.info("remote reachable again")
-        self._streak = 0
-        self._pause = self.first_pause
-        return self.release()
+    def succeeded(self, key: str) -> list[tuple[Candidate, str | None]]:
+        """The remote answered the download of ``key`` (it came through, or failed for a reason
+        of its own). Returns the held keys to be skipped: those whose failure came before this
+        download was sent, and had been cleared so once already."""
+        self._retried.discard(key)
+        sent = self._sent.pop(key, None)
+        if sent is None:  # not sent through :meth:`sent` (a repair in place): tells nothing
+            return []
+        self._clear_failures_before(sent)
+        return self._clear_held_before(sent)
+
+    def _clear_failures_before(self, sent: float) -> None:
+        """Drop from the streak the failures that came before ``sent``: the remote answered after
+        them. An outage with as many failures since stays open."""
+        later = [t for t in self._failed_at if t >= sent]
+        if len(later) == len(self._failed_at) == self.after:
+            return
+        was_open = self.open
+        self._streak = len(later)
+        self._failed_at = deque(later, maxlen=self.after)
+        if not self.open:
+            if was_open:
+                log.info("remote reachable again")
+            self._pause = self.first_pause
+
+    def _clear_held_before(self, sent: float) -> list[tuple[Candidate, str | None]]:
+        """Held keys that failed before ``sent``: fetched once more (an outage too short to tell
+        may have failed them), or skipped when that was their second failure cleared so."""
+        skip: list[tuple[Candidate, str | None]] = []
+        for key, held in list(self._held.items()):
+            if held.at >= sent:
+                continue
+            del self._held[key]
+            if key in self._retried:
+                self._retried.discard(key)
+                skip.append((held.cand, held.error))
+            else:
+                self._retried.add(key)
+                self.keep(held.cand)
+        return skip
 
 
 def give_up(store: Store, key: str) -> bool:

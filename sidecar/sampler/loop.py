@@ -206,8 +206,8 @@ class Sampler(RepairsInPlace, Shutdown):
                 if len(self._inflight) + len(self.deferred) >= self.window.size:
                     break
                 cand = self._next_candidate()
-                if cand is None and not self._inflight and self.breaker.holding:
-                    self._skip_held(self.breaker.release())  # no download left to tell an outage
+                if cand is None and not self._inflight and self.breaker.retry_held():
+                    cand = self._next_candidate()  # no download left to tell an outage: again
                 # Idle by design (nothing to offer, nothing in flight or waiting): the stall
                 # alert stays quiet; keys offered and none admitted is the stall it is for.
                 process_metrics().set_idle(cand is None and not self._inflight and not len(self.deferred))
@@ -228,6 +228,7 @@ class Sampler(RepairsInPlace, Shutdown):
                     return cand
                 self.room.set_backpressure(None)
             self._inflight[cand.key] = cand
+            self.breaker.sent(cand.key)  # its answer tells only about the failures before it
             self._tasks.put(cand)
         return None
 
@@ -267,7 +268,7 @@ class Sampler(RepairsInPlace, Shutdown):
             else:
                 self.admitter.hand_over(item.admission)
             self._repairs.discard(cand.key)
-            self._skip_held(self.breaker.succeeded())
+            self._skip_held(self.breaker.succeeded(cand.key))
             self.deferred.fetched(cand.key)
             if self.window.succeeded():
                 process_metrics().set_fetch_window(self.window.size)
@@ -285,7 +286,7 @@ class Sampler(RepairsInPlace, Shutdown):
         if item.unavailable:
             self.breaker.failed(cand, item.error)  # kept, or held until an outage is told
             return
-        self._skip_held([*self.breaker.succeeded(), (cand, item.error)])
+        self._skip_held([*self.breaker.succeeded(cand.key), (cand, item.error)])
 
     def _skip_held(self, failed: list[tuple[Candidate, str | None]]) -> None:
         """Skip keys whose downloads failed for reasons of their own (no outage)."""

@@ -214,10 +214,15 @@ def test_breaker_opens_after_a_streak_and_its_pause_doubles_to_a_bound() -> None
         pauses.append(round(b.paused_until - time.monotonic()))
     assert pauses == [2, 3, 3]
     assert b.next_kept(lambda k: k == "k0").key == "k1"  # k0 busy: passed over
-    assert b.succeeded() == []
+    b.sent("k1", now=time.monotonic() + 1)  # sent after every failure so far
+    assert b.succeeded("k1") == []
     assert not b.open
     b.paused_until = 0.0
     assert not b.failed(cands[0], "refused"), "after a success the streak starts again"
-    assert b.succeeded() == [(cands[0], "refused")], "the remote is up: the held key is skipped"
+    b.sent("k2", now=time.monotonic() + 1)
+    assert b.succeeded("k2") == [] and b.is_kept("k0"), "the remote is up: k0 is fetched once more"
+    assert not b.failed(cands[0], "refused", now=time.monotonic() + 2)
+    b.sent("k3", now=time.monotonic() + 3)
+    assert b.succeeded("k3") == [(cands[0], "refused")], "failed again while the remote answers: skipped"
     with pytest.raises(ValueError):
         OutageBreaker(after=0)
