@@ -9,6 +9,8 @@ the answers read, and when it changes, is one module: :class:`ViewState` is the 
 from __future__ import annotations
 
 import logging
+import os
+import socket
 import sqlite3
 import threading
 import time
@@ -28,6 +30,7 @@ from epochfs.sidecar.store.index import is_corruption
 from epochfs.sidecar.store.stats import retry_line
 from epochfs.torchclient.layout import (
     REPORT_URL_KEY,
+    SHARD_KEY,
     epoch_name,
     format_status,
     manifest_name,
@@ -104,6 +107,10 @@ class ViewState:
         self.gid = gid
         self.started = time.time() if started is None else started
         self.read_debounce = read_debounce
+        self.node = f"{socket.gethostname()}:{os.path.abspath(store.root)}"
+        """Which sidecar this is, as ``status.json``'s shard names it: two nodes' sidecars never share
+        a host name and a cache, and every reader of one sidecar sees the same name whatever path
+        it mounts the view at."""
         self._lock = threading.Lock()
         self._refresh_lock = threading.Lock()
         self._trees: dict[int, EpochTree] = {}
@@ -183,7 +190,7 @@ class ViewState:
         supervisor records that the sampler cannot reach the remote (a trainer reads only the
         mount, so its waiting line says why no data comes; absent otherwise), and the report URL
         the supervisor recorded (:data:`REPORT_URL_KEY`: the client finds a sidecar on any
-        ``--health-port`` through the mount it reads)."""
+        ``--health-port`` through the mount it reads), and its shard (:meth:`_shard`)."""
         doc = stats.to_json()
         retrying = retry_line(self.store.meta(Meta.SAMPLER_RETRYING), time.time())
         if retrying:
@@ -191,7 +198,20 @@ class ViewState:
         report_url = self.store.meta(Meta.REPORT_URL)
         if report_url:
             doc[REPORT_URL_KEY] = report_url
+        shard = self._shard()
+        if shard is not None:
+            doc[SHARD_KEY] = shard
         return doc
+
+    def _shard(self) -> dict[str, object] | None:
+        """The shard this sidecar samples (:data:`SHARD_KEY`), as its cache records it (``i/c``,
+        :data:`Meta.SAMPLER_SHARD`); None until the sampler recorded it. Only the trainers see every
+        node, so the view publishes it for them to compare: one node's sidecar cannot tell that
+        another node has the same ``--shard-index`` or another ``--shard-count``."""
+        index, _, count = (self.store.meta(Meta.SAMPLER_SHARD) or "").partition("/")
+        if not (index.isdigit() and count.isdigit()):
+            return None
+        return {"index": int(index), "count": int(count), "node": self.node}
 
     def render_classes(self) -> bytes:
         """``classes.json``, with the folders of every live epoch recorded first."""

@@ -42,9 +42,10 @@ if TYPE_CHECKING:  # what static tools see; at run time __getattr__ below import
     from .loader import EpochLoader, EpochRun, EpochStats, default_num_workers
     from .lost import SampleLostError
     from .npyheader import NpyHeaderError, NpzMemberError
-    from .peers import PeerEpochError
+    from .peers import EpochSkewError, PeerEpochError
     from .resume import EpochResumeError
     from .sampler import EpochSampler, epoch_indices, rank_shards
+    from .shardcheck import ShardSettingsError
     from .stream import EpochStream
     from .waiting import wait_for_epoch
     from .world import World
@@ -81,11 +82,13 @@ _SUBMODULE = {
     "default_num_workers": "loader",
     "NpyHeaderError": "npyheader",
     "NpzMemberError": "npyheader",
+    "EpochSkewError": "peers",
     "PeerEpochError": "peers",
     "EpochResumeError": "resume",
     "EpochSampler": "sampler",
     "epoch_indices": "sampler",
     "rank_shards": "sampler",
+    "ShardSettingsError": "shardcheck",
     "EpochStream": "stream",
     "World": "world",
 }
@@ -103,6 +106,7 @@ __all__ = [
     "EpochResumeError",
     "EpochRun",
     "EpochSampler",
+    "EpochSkewError",
     "EpochStats",
     "EpochStream",
     "Manifest",
@@ -113,6 +117,7 @@ __all__ = [
     "PeerEpochError",
     "SampleDecodeError",
     "SampleLostError",
+    "ShardSettingsError",
     "World",
     "decode_auto",
     "decode_bytes",

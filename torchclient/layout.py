@@ -78,6 +78,13 @@ REPORT_URL_KEY = "report_url"
 (``http://127.0.0.1:<--health-port>/v1/client-report``), recorded by the sidecar at its start: the
 client reports and asks for cuts there when ``EPOCHFS_REPORT_URL`` is unset (absent from an older
 sidecar's document: the client's default then)."""
+SHARD_KEY = "shard"
+"""The field of ``status.json`` naming the keys the sidecar samples: ``{"index": i, "count": c,
+"node": "<host>:<cache>"}`` (its ``--shard-index``/``--shard-count`` as its cache records them, and
+which sidecar that is). The loaders compare it across the job's nodes at each epoch's start, so two
+nodes that would train on the same keys, or split them by different counts, are refused there
+(:mod:`.shardcheck`); absent from a plain folder, an older sidecar's document, or before the
+sidecar's sampler recorded its shard."""
 
 _NUMBER = r"(0|[1-9][0-9]{0,8})"
 _EPOCH_NAME = re.compile(EPOCH_PREFIX + _NUMBER)

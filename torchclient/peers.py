@@ -8,10 +8,14 @@ reduce, a DDP gradient sync): a mismatch that crashes or trains out of step. A r
 after it (no files to pad its batches with) leaves the others training while it is gone.
 
 So each rank takes part in the reduce whatever happened, with its failure in it: one all_reduce
-(MAX) of a vector holding the batch count and, per rank, a failure code and an "empty" flag. Every
-rank then sees who failed and why: the failed rank raises its own error, the others
-:class:`PeerEpochError` naming it. The failure after the reduce (a rank with no files to pad with)
-is known from the reduced values, so every rank decides it alike. A resumed epoch's decision
+(MAX) of a vector holding the batch count and, per rank, a failure code, an "empty" flag, the epoch
+it iterates and its node's shard (:mod:`.shardcheck`). Every rank then sees who failed and why: the
+failed rank raises its own error, the others :class:`PeerEpochError` naming it. Ranks that iterate
+different epochs (restored from different checkpoints, one skipping an epoch) would otherwise pass
+the reduce and train on mismatched epochs, schedules and shuffles without a word: every rank raises
+:class:`EpochSkewError` instead, naming the epochs; nodes whose shards overlap or differ in count
+raise :class:`~.shardcheck.ShardSettingsError`. The failure after the reduce (a rank with no files
+to pad with) is known from the reduced values, so every rank decides it alike. A resumed epoch's decision
 (resume at the saved batch, or start over) is made the same way, in :func:`agree_resume`.
 """
 
@@ -21,7 +25,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
-from .epochplan import Balance, ReduceOp, all_reduce_max, distributed, plan_batches
+from .epochplan import Balance, Partition, ReduceOp, all_reduce_max, distributed, plan_batches
+from .shardcheck import SLOTS, NodeShard, check_shards, node_shard
 
 if TYPE_CHECKING:
     from .dataset import EpochDataset
@@ -56,6 +61,30 @@ class PeerEpochError(RuntimeError):
             "the next epoch on every rank goes on in step")
 
 
+class EpochSkewError(PeerEpochError):
+    """The ranks called for different epochs, so none starts: ``.epochs`` maps each epoch asked for to
+    the ranks that asked for it; ``.failures`` names the ranks whose epoch is not this rank's."""
+
+    def __init__(self, epoch: int, epochs: dict[int, list[int]]) -> None:
+        self.epochs = dict(sorted(epochs.items()))
+        others = {rank: f"iterates epoch {n}"
+                  for n, ranks in self.epochs.items() if n != epoch for rank in ranks}
+        self.epoch, self.failures = epoch, dict(sorted(others.items()))
+        self.rank = min(self.failures)
+        self.reason = self.failures[self.rank]
+        named = "; ".join(f"epoch {n} on {_ranks(ranks)}" for n, ranks in self.epochs.items())
+        RuntimeError.__init__(
+            self, f"epoch {epoch} cannot start: the ranks iterate different epochs ({named}). The start "
+            "of an epoch is collective: every rank must iterate the same epoch (resume every rank from "
+            "the same checkpoint's epoch); no rank started one")
+
+
+def _ranks(ranks: list[int], shown: int = 8) -> str:
+    """``ranks 0, 1, 2`` (the first ``shown``, then how many more)."""
+    more = f" and {len(ranks) - shown} more" if len(ranks) > shown else ""
+    return f"rank{'s' if len(ranks) > 1 else ''} {', '.join(map(str, ranks[:shown]))}{more}"
+
+
 def failure_code(exc: BaseException) -> int:
     """The code of ``exc`` in the failure vector (1-based: 0 is "no failure")."""
     names = {cls.__name__ for cls in type(exc).__mro__}
@@ -74,13 +103,47 @@ class EpochReduce:
     """The batch-count reduce of one epoch (:data:`~.epochplan.Reduce`) carrying this rank's failure.
 
     ``failure``: what this rank's opening of the epoch raised (None: it opened); ``empty``: the epoch
-    has no files on this node. Called once by :func:`~.epochplan.plan_batches` (not at all with
+    has no files on this node; ``shard``: this node's shard (None: its mount says none);
+    ``same_shard_ok``: the loader splits over the whole job (``partition="global"``), where every
+    node may have the same shard. Called once by :func:`~.epochplan.plan_batches` (not at all with
     ``balance="none"``: then :meth:`settle` raises the failure)."""
 
-    def __init__(self, epoch: int, failure: Exception | None, empty: bool) -> None:
+    def __init__(self, epoch: int, failure: Exception | None, empty: bool, *,
+                 shard: NodeShard | None = None, same_shard_ok: bool = False) -> None:
         self.epoch = epoch
         self.failure = failure
         self.empty = empty
+        self.shard = shard
+        self.same_shard_ok = same_shard_ok
+
+    def _vector(self, value: int, rank: int, size: int) -> list[int]:
+        """This rank's part of the reduced vector: the value, then per rank its failure code, empty
+        flag, epoch + 1 and :data:`~.shardcheck.SLOTS` shard numbers (each rank writes its own)."""
+        vector = [0] * (1 + (3 + SLOTS) * size)
+        vector[0] = value
+        vector[1 + rank] = failure_code(self.failure) if self.failure is not None else 0
+        vector[1 + size + rank] = int(self.empty)
+        vector[1 + 2 * size + rank] = self.epoch + 1
+        if self.shard is not None:
+            start = 1 + 3 * size + SLOTS * rank
+            vector[start:start + SLOTS] = self.shard.slots()
+        return vector
+
+    def _agree(self, out: list[int], size: int) -> None:
+        """Every rank alike: :class:`EpochSkewError` when the ranks asked for different epochs,
+        :class:`~.shardcheck.ShardSettingsError` when the nodes' shards overlap or differ in count
+        (this rank's own failure, if any, chained: it is a consequence)."""
+        epochs: dict[int, list[int]] = {}
+        for peer, plus_one in enumerate(out[1 + 2 * size:1 + 3 * size]):
+            epochs.setdefault(plus_one - 1, []).append(peer)
+        if len(epochs) > 1:
+            raise EpochSkewError(self.epoch, epochs) from self.failure
+        start = 1 + 3 * size
+        slots = [out[start + SLOTS * peer:start + SLOTS * (peer + 1)] for peer in range(size)]
+        try:
+            check_shards(slots, same_shard_ok=self.same_shard_ok)
+        except ValueError as exc:
+            raise exc from self.failure
 
     def __call__(self, value: int, op: ReduceOp) -> int:
         world = distributed()
@@ -88,11 +151,9 @@ class EpochReduce:
             self.settle()
             return value
         rank, size = world
-        vector = [0] * (1 + 2 * size)
-        vector[0] = value if op == "max" else -value  # one MAX reduce serves "min" too
-        vector[1 + rank] = failure_code(self.failure) if self.failure is not None else 0
-        vector[1 + size + rank] = int(self.empty)
-        out = all_reduce_max(vector)
+        # one MAX reduce serves "min" too
+        out = all_reduce_max(self._vector(value if op == "max" else -value, rank, size))
+        self._agree(out, size)
         failures = {peer: reason(code) for peer, code in enumerate(out[1:1 + size]) if code}
         if failures:
             self.settle()
@@ -122,6 +183,7 @@ class EpochSplit(Protocol):
     seed: int
     drop_last: bool
     balance: Balance
+    partition: Partition
 
 
 def plan_epoch(loader: EpochSplit, epoch: int,
@@ -130,7 +192,9 @@ def plan_epoch(loader: EpochSplit, epoch: int,
     padding). Collective when torch.distributed is initialised: every rank must call it for the same
     epoch. What opening raised is not raised at once but carried into the batch-count reduce
     (:class:`EpochReduce`), so the other ranks learn of it there instead of waiting in it; this rank
-    then raises it, the others :class:`PeerEpochError`."""
+    then raises it, the others :class:`PeerEpochError`. Every rank raises :class:`EpochSkewError`
+    when they called for different epochs, and :class:`~.shardcheck.ShardSettingsError` when their
+    nodes' shards (read from each mount's ``status.json``) overlap or differ in count."""
     dataset: EpochDataset | None = None
     failure: Exception | None = None
     try:
@@ -138,7 +202,10 @@ def plan_epoch(loader: EpochSplit, epoch: int,
     except Exception as exc:  # reaches the other ranks through the reduce below
         failure = exc
     length = len(dataset) if dataset is not None else 0
-    reduce = EpochReduce(epoch, failure, empty=dataset is not None and length == 0)
+    compared = distributed() is not None and loader.balance != "none"  # else no reduce to carry it
+    shard = node_shard(loader.root) if compared else None
+    reduce = EpochReduce(epoch, failure, empty=dataset is not None and length == 0, shard=shard,
+                         same_shard_ok=loader.partition == "global")
     batches, padded = plan_batches(length, epoch=epoch, batch_size=loader.batch_size,
                                    num_replicas=loader.num_replicas, rank=loader.rank, shuffle=loader.shuffle,
                                    seed=loader.seed, drop_last=loader.drop_last, balance=loader.balance,
