@@ -19,6 +19,9 @@ sidecar, libfuse in the image, signals. What is checked, for the native sidecar 
   does a user's own Pod mutated by the admission webhook: the chart's webhook Deployment run from
   the same image, called over HTTPS with an AdmissionReview v1 as the API server would, its
   JSONPatch applied (tests/webhook_container.py);
+* the legacy sidecar (sidecar.native=false) keeps the native one's promises: the trainer starts
+  only once epoch 0 can be cut (a plain listing of epoch-0/ at its start finds it), and on the
+  pod's SIGTERM, sent to both containers at once, the view stays up while the trainer saves;
 * with two nodes, each pod's epoch holds only keys of its own shard;
 * the folder view (sidecar.view=folder): the rendered pod passes the Restricted Pod Security
   Standard (tests/pss.py), its sidecar runs as 10001 with no capability, no_new_privs and a
@@ -239,6 +242,68 @@ def test_pod_reads_epochs_survives_a_fuse_crash_and_ends_clean(
     pod = start(tmp_path, engine, spec, identity, "pod")
     try:
         crash_and_end(pod, port)
+    finally:
+        print(f"--- sidecar log ---\n{pod.logs('epochfs')}\n--- trainer log ---\n{pod.logs('trainer')}")
+        pod.cleanup()
+
+
+# The trainer of the legacy pod: one plain listing of epoch-0 at its start (no retry, as with
+# np.load of a file), then it sits in epoch-0; on the pod's SIGTERM it takes a few seconds to save
+# a checkpoint, the time a real one takes, and reads the view again before it exits 0.
+LEGACY_TRAINER = """import os, signal, sys, time
+epoch = os.path.join(os.environ['EPOCHFS_MOUNT'], 'epoch-0')
+def count(top):
+    return sum(len(files) for _, _, files in os.walk(top, onerror=print))
+print('at start, epoch-0 holds', count(epoch), 'files', flush=True)
+os.chdir(epoch)
+def term(*_):
+    print('SIGTERM: saving a checkpoint', flush=True)
+    time.sleep(3)
+    print('after SIGTERM, epoch-0 holds', count('.'), 'files', flush=True)
+    sys.exit(0)
+signal.signal(signal.SIGTERM, term)
+open('/tmp/reading', 'w').close()
+while True:
+    time.sleep(1)
+"""
+assert "$(" not in LEGACY_TRAINER
+
+
+def test_legacy_trainer_starts_once_ready_and_keeps_the_view_until_it_exits(
+        engine: Engine, image: str, s3: S3Server, tmp_path: Path) -> None:
+    """sidecar.native=false keeps the native sidecar's promises. The trainer starts only once
+    epoch 0 can be cut (the downloads throttled so that it can be only seconds after the mount:
+    a trainer started at the mount found no epoch-0/), and on the pod's SIGTERM, sent to both
+    containers at once, the view stays up while the trainer saves its checkpoint (the sidecar
+    unmounted it at once: ENOTCONN); then both exit 0 and nothing stays mounted."""
+    put_objects(s3, BUCKET, OBJECTS)
+    repository, tag = image.rsplit(":", 1)
+    values = epochfs_values(image, s3, native=False, nodes=1, port=free_port())
+    values["sidecar"].update(minSamples=40, env=[{"name": "EPOCHFS_MAX_RATE", "value": "256Ki"}])
+    values["trainer"] = {"image": {"repository": repository, "tag": tag, "pullPolicy": "Never"},
+                         "command": ["python", "-c", LEGACY_TRAINER]}
+    [(spec, identity)] = job_pods(one(render(helm_binary(), values, tmp_path), "Job"))
+    pod = start(tmp_path, engine, spec, identity, "pod")
+    try:
+        reading = pod.host_path("trainer", "/tmp") / "reading"
+
+        def started() -> bool:
+            state = pod.state("trainer")
+            assert state["Running"] or reading.exists(), \
+                f"trainer exited {state['ExitCode']}:\n{pod.logs('trainer')}"
+            return reading.exists()
+
+        wait_until(started, timeout=120, interval=0.1, what="the trainer in epoch-0")
+        held = re.search(r"at start, epoch-0 holds (\d+) files", pod.logs("trainer"))
+        assert held and int(held[1]) >= 40, pod.logs("trainer")
+        began = time.monotonic()
+        codes = pod.terminate()
+        log = pod.logs("trainer")
+        after = re.search(r"after SIGTERM, epoch-0 holds (\d+) files", log)
+        assert after and int(after[1]) >= 40, log
+        assert codes == {"epochfs": 0, "trainer": 0}, (codes, log, pod.logs("epochfs")[-4000:])
+        assert time.monotonic() - began < pod.grace
+        assert pod.leftover_mounts() == []
     finally:
         print(f"--- sidecar log ---\n{pod.logs('epochfs')}\n--- trainer log ---\n{pod.logs('trainer')}")
         pod.cleanup()

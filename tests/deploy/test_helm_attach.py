@@ -206,8 +206,8 @@ def test_pod_snippet_refuses_a_shard_outside_the_nodes(helm_bin: Path, tmp: Path
 
 def test_pod_snippet_in_legacy_mode_for_older_clusters(helm_bin: Path, tmp: Path) -> None:
     """sidecar.native=false: the sidecar is a regular container, the trainer's command is wrapped
-    (wait for the view, then tell the sidecar to stop), and it validates on 1.25 to 1.28; the native
-    sidecar is refused there with advice."""
+    (wait for the sidecar's readiness, then tell the sidecar to stop), and it validates on 1.25
+    to 1.28; the native sidecar is refused there with advice."""
     values = {"sidecar": {"native": False}}
     objs = render_example(helm_bin, "pod", values, tmp, args=("--kube-version", "1.25.0"))
     pod = workload_of(objs, "Pod")
@@ -220,8 +220,8 @@ def test_pod_snippet_in_legacy_mode_for_older_clusters(helm_bin: Path, tmp: Path
     default_cmd = yaml.safe_load((EXAMPLES / "values.yaml").read_text())["trainer"]["command"]
     assert trainer["command"][:2] == ["/bin/sh", "-c"]
     assert trainer["command"][3:] == ["epochfs-trainer", *default_cmd]
-    assert '"$EPOCHFS_MOUNT/.epochfs/status.json"' in trainer["command"][2]
     control = "/var/run/epochfs-control"
+    assert f"until [ -e {control}/ready ]" in trainer["command"][2]
     assert mounts_of(trainer)[control]["name"] == mounts_of(spec["containers"][0])[control]["name"]
     # Equal to the chart's own legacy Job, wrapper scripts included.
     job = pod_spec(render(helm_bin, with_remote(values), tmp))

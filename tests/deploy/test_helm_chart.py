@@ -510,7 +510,8 @@ def test_legacy_wrappers_wait_for_the_mount_and_stop_the_sidecar(
 ) -> None:
     """Run the two rendered shell wrappers for real, with a stand-in `epochfs` on PATH.
 
-    The trainer's wrapper must wait for the mount's status file, keep the trainer's exit code and
+    The trainer's wrapper must wait for the sidecar's ready file (its wrapper leaves it once
+    /readyz answers: tests/deploy/test_helm_legacy_ready.py), keep the trainer's exit code and
     leave the exit file; the sidecar's wrapper must then SIGTERM `epochfs sidecar` and exit with
     its status (0 after a clean SIGTERM).
     """
@@ -531,12 +532,11 @@ def test_legacy_wrappers_wait_for_the_mount_and_stop_the_sidecar(
         wait_until(lambda: log.exists() and "started sidecar" in log.read_text(), what="fake sidecar start")
         run = subprocess.Popen(["/bin/sh", "-c", trainer_script, "epochfs-trainer", "sh", "-c",
                                 "echo trained > \"$0\"; exit 7", str(tmp_path / "out")], env=env)
-        # The trainer waits for the mount: nothing has run yet, and no exit file exists.
+        # The trainer waits for the sidecar: nothing has run yet, and no exit file exists.
         with pytest.raises(subprocess.TimeoutExpired):
             run.wait(timeout=1.5)
         assert not (tmp_path / "out").exists() and not (control / "trainer-exited").exists()
-        (mount / ".epochfs").mkdir(parents=True)
-        (mount / ".epochfs" / "status.json").write_text("{}")
+        (control / "ready").touch()
         assert run.wait(timeout=30) == 7  # the trainer's own exit code
         assert (tmp_path / "out").read_text() == "trained\n"
         assert (control / "trainer-exited").exists()

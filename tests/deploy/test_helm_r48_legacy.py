@@ -39,9 +39,11 @@ def _children(pid: int) -> list[int]:
 
 
 def _mounted(tmp_path: Path) -> tuple[Path, Path]:
-    """(the control folder, a mount point whose view is up: its status.json is there)."""
+    """(the control folder, a mount point whose view is up: its status.json is there, and the
+    sidecar's wrapper has left its ready file)."""
     control = tmp_path / "control"
     control.mkdir()
+    (control / "ready").touch()
     mount = tmp_path / "mnt"
     (mount / ".epochfs").mkdir(parents=True)
     (mount / ".epochfs" / "status.json").write_text("{}")

@@ -93,6 +93,8 @@ Every one takes ARG, either
 {{- end -}}
 {{- else if ne (toString $ctx.Values.sidecar.view) "fuse" -}}
 {{- fail (printf "sidecar.view: %q is not one of fuse, folder" (toString $ctx.Values.sidecar.view)) -}}
+{{- else -}}
+{{- include "epochfs.checkFuseUser" $ctx -}}
 {{- end -}}
 {{- include "epochfs.checkCache" $ctx -}}
 {{- include "epochfs.checkPaths" $ctx -}}
@@ -105,6 +107,22 @@ Every one takes ARG, either
 {{- if or (not (regexMatch "^[0-9]+$" $i)) (ge (atoi $i) (int $ctx.Values.nodes)) -}}
 {{- fail (printf "epochfs: shardIndex %s is not one of 0..%d (nodes=%d)" $i (sub (int $ctx.Values.nodes) 1) (int $ctx.Values.nodes)) -}}
 {{- end -}}
+{{- end -}}
+{{- end -}}
+
+{{/* The FUSE view's sidecar user against what can start and mount. As root (the default) it is
+     a root container, which the kubelet refuses to start under the pod's runAsNonRoot: true
+     (CreateContainerConfigError), so the trainer never starts: the webhook refuses such a pod
+     with the same words. As another user it mounts through the image's setuid fusermount3,
+     which needs the user in the image's /etc/passwd (root and epochfs, 10001): any other uid
+     fails every mount ("could not determine username") until the startupProbe gives up. */}}
+{{- define "epochfs.checkFuseUser" -}}
+{{- $user := include "epochfs.sidecarUser" . -}}
+{{- if and (eq $user "0") (default (dict) .Values.podSecurityContext).runAsNonRoot -}}
+{{- fail "podSecurityContext.runAsNonRoot: true with the FUSE view: its sidecar runs as root in a privileged container (mounting FUSE for the trainer needs CAP_SYS_ADMIN), which the kubelet refuses to start under the pod's runAsNonRoot: true; set runAsNonRoot on the trainer container instead (trainer.securityContext, where it is on by default), or use sidecar.view=folder (no privilege: it passes the Restricted level)" -}}
+{{- end -}}
+{{- if not (has $user (list "0" "10001")) -}}
+{{- fail (printf "sidecar.runAsUser %s with the FUSE view: a non-root sidecar mounts through the image's fusermount3, which needs the user in the image's /etc/passwd, and that holds only 0 (root) and 10001 (epochfs); any other uid never mounts (fusermount3: could not determine username) and the startupProbe restarts the sidecar until it gives up. Set sidecar.runAsUser to 0 (or leave it empty) or 10001, or use sidecar.view=folder, which runs under any non-zero uid" $user) -}}
 {{- end -}}
 {{- end -}}
 
@@ -267,16 +285,19 @@ Every one takes ARG, either
 {{- end -}}
 
 {{/* The trainer's command (option "command"). With sidecar.native=false it is wrapped in /bin/sh
-     (the trainer image needs one): wait for the view, run the command (the container's args
-     follow it), then leave the file that tells the sidecar to stop; the exit code is the
-     trainer's. The shell is the container's PID 1, which the kernel hands only the signals it
-     has a handler for: it traps the pod's SIGTERM (and SIGINT) and forwards SIGTERM to the
-     trainer (a background job of a shell without job control ignores SIGINT), then waits for the
-     trainer to its end (a trapped signal interrupts `wait`); a signal between the trainer's start
-     and `pid=$!` finds it by `$!`, set as the job starts (it exited 143 and left the trainer to the
-     namespace's SIGKILL, seen once under load). While it waits for the view, the
-     sidecar's exit record (sidecar-exited, its status) ends the wait with that status: a sidecar
-     that stopped before mounting (a refused setting) never mounts it. */}}
+     (the trainer image needs one): wait for the sidecar's `ready` file in the control folder
+     (its shell leaves it once /readyz answers: the view mounted and epoch 0 ready to cut, what a
+     native sidecar's startupProbe waits for), run the command (the container's args follow it),
+     then leave the file that tells the sidecar to stop, also when the pod's SIGTERM comes before
+     the trainer started; the exit code is the trainer's. The shell is the container's PID 1,
+     which the kernel hands only the signals it has a handler for: it traps the pod's SIGTERM
+     (and SIGINT) and forwards SIGTERM to the trainer (a background job of a shell without job
+     control ignores SIGINT), then waits for the trainer to its end (a trapped signal interrupts
+     `wait`); a signal between the trainer's start and `pid=$!` finds it by `$!`, set as the job
+     starts (it exited 143 and left the trainer to the namespace's SIGKILL, seen once under
+     load). While it waits for the sidecar, the sidecar's exit record (sidecar-exited, its
+     status) ends the wait with that status: a sidecar that stopped before it was ready (a
+     refused setting) never gets ready. */}}
 {{- define "epochfs.trainerCommand" -}}
 {{- $ctx := .context -}}
 {{- $command := default (list) .command -}}
@@ -284,19 +305,19 @@ Every one takes ARG, either
 {{- with $command }}{{ toYaml . }}{{ end -}}
 {{- else -}}
 {{- if not $command -}}
-{{- fail "sidecar.native=false wraps trainer.command (to wait for the mount and stop the sidecar at the end): set trainer.command" -}}
+{{- fail "sidecar.native=false wraps trainer.command (to wait until the sidecar is ready and stop the sidecar at the end): set trainer.command" -}}
 {{- end -}}
 - /bin/sh
 - -c
 {{- $control := include "epochfs.controlDir" $ctx }}
 - >-
   pid=;
-  stop() { p=${pid:-$!}; if [ -n "$p" ]; then kill -TERM $p 2>/dev/null; else exit 143; fi; };
+  stop() { p=${pid:-$!}; if [ -n "$p" ]; then kill -TERM $p 2>/dev/null; else touch {{ $control }}/trainer-exited; exit 143; fi; };
   trap stop TERM INT;
-  until [ -e "$EPOCHFS_MOUNT/.epochfs/status.json" ]; do
+  until [ -e {{ $control }}/ready ]; do
   if [ -e {{ $control }}/sidecar-exited ]; then
   rc=$(cat {{ $control }}/sidecar-exited);
-  echo "epochfs: the sidecar exited with status $rc before it mounted the view at $EPOCHFS_MOUNT; its log says why: kubectl logs <this pod> -c epochfs" >&2;
+  echo "epochfs: the sidecar exited with status $rc before it was ready (the view mounted at $EPOCHFS_MOUNT and epoch 0 ready to cut); its log says why: kubectl logs <this pod> -c epochfs" >&2;
   [ "$rc" -gt 0 ] 2>/dev/null || rc=1;
   exit $rc;
   fi;

@@ -167,6 +167,14 @@ tolerations:
 
 {{- define "epochfs.controlDir" -}}/var/run/epochfs-control{{- end -}}
 
+{{/* Legacy sidecar mode: how long, in seconds, the sidecar's shell keeps the view up after the
+     pod's SIGTERM while the trainer has not exited: terminationGracePeriodSeconds less a margin
+     (5 s, at most half of it) in which the sidecar unmounts before the kubelet's SIGKILL. */}}
+{{- define "epochfs.legacyStopWait" -}}
+{{- $grace := int64 .Values.terminationGracePeriodSeconds -}}
+{{- sub $grace (min 5 (div $grace 2)) -}}
+{{- end -}}
+
 {{/* The resources of the sidecar: sidecar.resources, plus an ephemeral-storage request as large
      as an emptyDir cache on node disk (values.yaml cache.volume.requestEphemeralStorage says why)
      unless the user sets an ephemeral-storage request or limit. */}}

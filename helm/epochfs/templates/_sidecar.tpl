@@ -24,23 +24,34 @@ include it in its own pods.
   {{- if $native }}
   restartPolicy: Always
   {{- else }}
-  # Legacy sidecar mode: run `epochfs sidecar` under a small shell that forwards SIGTERM and
-  # stops it (SIGTERM: stop sampling, unmount, exit 0) once the trainer has left its exit file.
-  # One SIGTERM only: a second tells the sidecar to kill its children and exit 143 at once, and
-  # the pod's SIGTERM can come in the same moment as the exit file. Waited for to its end (a
-  # trapped signal interrupts `wait`), so the shell exits with the sidecar's own status, which it
-  # leaves in sidecar-exited (written whole: a temporary file renamed) for the trainer's wrapper,
-  # which otherwise would wait for ever for a view a sidecar that stopped early never mounts. A
-  # record left by an earlier run of this container is removed first.
+  # Legacy sidecar mode: run `epochfs sidecar` under a small shell. The kubelet starts both
+  # containers at once, so the shell stands in for the native sidecar's startupProbe: it polls
+  # the sidecar's /readyz (mounted, and epoch 0 can be cut) and leaves `ready` in the control
+  # folder, which the trainer's wrapper waits for. The kubelet also sends SIGTERM to both at
+  # once: the shell then keeps the view up until the trainer has left its exit file (it may be
+  # saving a checkpoint through the view), for at most {{ include "epochfs.legacyStopWait" $ctx }} s
+  # (terminationGracePeriodSeconds less a margin to unmount in), and only then stops the sidecar
+  # (SIGTERM: stop sampling, unmount, exit 0), as it does at once when the trainer's exit file
+  # comes first. One SIGTERM only: a second tells the sidecar to kill its children and exit 143
+  # at once. Waited for to its end (a trapped signal interrupts `wait`), so the shell exits with
+  # the sidecar's own status, which it leaves in sidecar-exited (written whole: a temporary file
+  # renamed) for the trainer's wrapper, which otherwise would wait for ever for a sidecar that
+  # stopped before it was ready. The records of an earlier run of this container go first.
   command:
     - /bin/sh
     - -c
     - >-
-      rm -f {{ $control }}/sidecar-exited;
+      rm -f {{ $control }}/sidecar-exited {{ $control }}/ready;
       epochfs sidecar & pid=$!;
       stop() { [ -n "$sent" ] || kill -TERM $pid 2>/dev/null; sent=1; };
-      trap stop TERM INT;
-      while kill -0 $pid 2>/dev/null && [ ! -e {{ $control }}/trainer-exited ]; do sleep 2; done;
+      term() { [ -n "$left" ] || left={{ include "epochfs.legacyStopWait" $ctx }}; };
+      trap term TERM INT;
+      while kill -0 $pid 2>/dev/null && [ ! -e {{ $control }}/trainer-exited ] && [ "${left:-1}" -gt 0 ]; do
+      if [ ! -e {{ $control }}/ready ] && python3 -c "import os, urllib.request as u; u.urlopen('http://127.0.0.1:' + os.environ['EPOCHFS_HEALTH_PORT'] + '/readyz', timeout=2)" 2>/dev/null;
+      then touch {{ $control }}/ready; fi;
+      sleep 1;
+      [ -z "$left" ] || left=$((left - 1));
+      done;
       stop;
       wait $pid; rc=$?;
       while kill -0 $pid 2>/dev/null; do wait $pid; rc=$?; done;
