@@ -45,6 +45,8 @@ from typing import Any
 from urllib.parse import parse_qs
 
 from epochfs.sidecar.store import MAX_JUMP, EpochReader
+from epochfs.sidecar.store.epochs import refused_full
+from epochfs.sidecar.store.stats import DISK_FULL
 from epochfs.torchclient.layout import MAX_EPOCH, parse_epoch_name
 
 
@@ -149,5 +151,24 @@ def _answer(store: EpochReader, req: CutRequest,
         waited = time.time() - queued if queued is not None else time.monotonic() - asked
         store.record_read(n, now=time.time() + read_ahead)
         return 200, _doc(req, "live", n, f"epoch {n} is live"), max(0.0, waited) if made else None
-    return 202, _doc(req, "waiting", newest, f"epoch {n} is queued: it is cut as soon as its condition "
-                                             "holds (min-samples, or its schedule window); ask again"), None
+    return 202, _doc(req, "waiting", newest, _waiting(store, n)), None
+
+
+def _waiting(store: EpochReader, n: int) -> str:
+    """Why the next epoch ``n`` is not cut yet, in the answer a trainer's wait shows: the cache's
+    volume full (the request could not even be recorded, or sampling paused on it: its epoch
+    would hold no sample), or a ``--min-samples`` the next epoch can never meet (the store's
+    ``next_epoch`` warning, as ``status.json`` has it); else queued. "Queued" alone would be
+    wrong for a request the full volume refused, and hides a wait that never ends."""
+    refused = refused_full(store.root)
+    if refused is not None:
+        return (f"epoch {n} is not cut yet: the cache's volume is full, so its request could not "
+                f"be recorded ({refused}); it is cut once room returns; ask again")
+    stats = store.stats()
+    if (warning := (stats.next_epoch or stats.first_epoch or {}).get("warning")) is not None:
+        return f"epoch {n} is queued, but never cut: {warning}"
+    if (stats.backpressure_reason or "").startswith(DISK_FULL):
+        return (f"epoch {n} is queued: the cache's volume is full ({stats.backpressure_reason}); "
+                "it is cut once room returns and its condition holds; ask again")
+    return f"epoch {n} is queued: it is cut as soon as its condition holds (min-samples, or its " \
+           "schedule window); ask again"

@@ -289,6 +289,10 @@ def render(stats: dict[str, Any], rate_values: dict[str, float] | None = None, *
         lines.append(f"pending cuts: {', '.join(str(n) for n in pending_cuts)}")
     epochs = stats.get("epochs") or []
     lines.extend(epoch_lines(epochs))
+    later = stats.get("next_epoch") or {}
+    if later.get("warning"):  # an epoch the settings never let be cut: said, not waited on
+        lines.append(f"  epoch {later.get('epoch')}: {later.get('samples', 0)}/{later.get('target')} "
+                     f"samples; WARNING: {later['warning']}")
     if not epochs:
         first = first_epoch_line(stats, rate_values, view=view)
         lines.append(f"  (no epoch cut yet{': ' + first if first else ''})")

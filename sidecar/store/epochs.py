@@ -44,8 +44,8 @@ from epochfs.sidecar.store.epochpins import record_reads as record_reads
 from epochfs.sidecar.store.epochpins import retire as retire
 from epochfs.sidecar.store.index import Index, is_busy
 from epochfs.sidecar.store.records import Policy
-from epochfs.sidecar.store.snapshot import budget_at_cut, newest_within
-from epochfs.sidecar.store.stats import known_at_cut, newest_fitting, read_stats
+from epochfs.sidecar.store.snapshot import cut_budget, holds_samples, newest_within
+from epochfs.sidecar.store.stats import known_at_cut, read_stats
 from epochfs.sidecar.store.windows import Span, members, record, scan
 from epochfs.sidecar.store.windows import window as window  # the store's schedule_window asks here
 
@@ -65,22 +65,20 @@ def condition_holds(db: sqlite3.Connection, policy: Policy, n: int) -> tuple[boo
 
     What the epoch would hold, not what the cache holds: a full cache of 16 samples whose epoch
     budget holds 12 cut epoch 0 with 12 under ``--min-samples 14``, and a window's look-ahead
-    counted the next window's samples too. A minimum above 1 is checked against the epoch itself
-    (at 1, an epoch's only condition is one complete sample)."""
+    counted the next window's samples too. At 1 as well: on a volume that holds nothing more the
+    budget is 1 byte (docs/sampler.md, "Disk space"), and an epoch of no sample from a cache of
+    hundreds reads as 0 files without an error (:func:`.snapshot.cut_budget`)."""
     least = max(1, policy.min_samples)
     if not at_least(db, least):
         return False, None
     if policy.schedule is None:
-        # The budget the cut would use (:func:`.snapshot.budget_at_cut`), asked only when the
-        # epoch budget falls short (it may read the catalog).
-        if least > 1 and newest_fitting(db, policy.epoch_budget, least) < least and \
-                newest_fitting(db, budget_at_cut(db, policy), least) < least:
+        if not holds_samples(db, policy, least):
             return False, None
         return not first_round_pending(db), None
     if db.execute("SELECT 1 FROM meta WHERE name='listing_complete'").fetchone() is None:
         return False, None  # windows are positions in the order of a complete listing
     span = ahead.fetch(db, policy, n) or scan(db, policy, n)  # one row when measured ahead
-    return span.missing == 0 and (least == 1 or span.cached >= least), span
+    return span.missing == 0 and span.cached >= least, span
 
 
 def _newest(db: sqlite3.Connection) -> int | None:
@@ -160,7 +158,7 @@ def _insert_epoch(db: sqlite3.Connection, policy: Policy, n: int, span: Span | N
     bounds: tuple[int | None, str | None, int | None, str | None] = (None, None, None, None)
     if policy.schedule is None:
         # From the running totals (:mod:`.snapshot`), not a count of the epoch's rows.
-        first, samples, nbytes = newest_within(db, budget_at_cut(db, policy), max_all)
+        first, samples, nbytes = newest_within(db, cut_budget(db, policy), max_all)
     else:
         span = span or ahead.fetch(db, policy, n) or scan(db, policy, n)
         bounds = record(db, span, n, max_all) or bounds
@@ -219,7 +217,7 @@ def _cut(ix: Index, policy: Policy, n: int | None, *, force: bool, far: bool = F
             raise ValueError(f"epoch {n} may have been published before the index lost it "
                              f"(high-water mark {top}); epochs continue at {top + 1}")
         holds, span = condition_holds(db, policy, n)
-        if not holds and (not force or not at_least(db, 1)):
+        if not holds and (not force or not _holds_one(db, policy)):
             return None, False
         hwm.raise_to(root, cutting=n)
         _insert_epoch(db, policy, n, span)
@@ -232,6 +230,12 @@ def _cut(ix: Index, policy: Policy, n: int | None, *, force: bool, far: bool = F
         # The cut stands; only a later loss of the index could then re-use n (see hwm.floor).
         log.warning("epoch %d is cut, but its high-water mark could not be recorded: %s", n, e)
     return n, True
+
+
+def _holds_one(db: sqlite3.Connection, policy: Policy) -> bool:
+    """What ``--force`` still asks: the epoch holds a sample (in snapshot mode, the newest fits
+    the budget the cut uses, which a volume that holds nothing more sets to 1 byte)."""
+    return holds_samples(db, policy, 1) if policy.schedule is None else at_least(db, 1)
 
 
 def request_cut(ix: Index, policy: Policy, n: int) -> bool:
@@ -280,8 +284,41 @@ def request_cut_made(ix: Index, policy: Policy, n: int) -> tuple[bool, bool]:
             raise
         # The index (or the high-water mark) cannot grow: the epoch is not there yet (ENOENT,
         # asked again later), which a reader survives; an error here would reach it as EIO.
-        log.warning("cannot cut epoch %d now: %s", n, e)
+        _refused_full(ix, n, e)
+        return False, False
+    with _said_lock:
+        _full.pop(str(ix.path.parent), None)  # written, or queued before: the volume took it
     return False, False
+
+
+FULL_SAY_EVERY = 60.0
+"""Seconds between two warnings of lookups refused on a full volume (every trainer's poll is one)."""
+
+_full: dict[str, str] = {}
+"""Per cache folder: why the last request for a cut could not be recorded (the volume full)."""
+_full_said: dict[str, float] = {}
+"""Per cache folder: when that was last logged (monotonic)."""
+
+
+def _refused_full(ix: Index, n: int, e: BaseException) -> None:
+    """A request for epoch ``n`` the full volume refused: kept for :func:`refused_full` (the cut
+    request's answer says it) and logged at most once a minute (62 lines in 18 s otherwise)."""
+    key, now = str(ix.path.parent), time.monotonic()
+    with _said_lock:
+        _full[key] = str(e)
+        say = now - _full_said.get(key, float("-inf")) >= FULL_SAY_EVERY
+        if say:
+            _full_said[key] = now
+    if say:
+        log.warning("cannot cut epoch %d now: the cache's volume is full (%s); lookups answer not yet "
+                    "until room returns (said at most once a minute)", n, e)
+
+
+def refused_full(root: object) -> str | None:
+    """Why this process's last request for a cut of the cache at ``root`` could not be recorded
+    (its volume full: the error), or None when it was."""
+    with _said_lock:
+        return _full.get(str(root))
 
 
 def pending_cuts(ix: Index) -> list[tuple[int, float]]:
@@ -329,28 +366,26 @@ _said_lock = threading.Lock()
 
 
 def _say_never(ix: Index, policy: Policy) -> None:
-    """Log, once per warning, that the first epoch can never be cut (``--min-samples`` above what
-    the listing, the epoch budget or the first window holds): the warning ``epochfs status``,
-    ``/readyz`` and the torch client show (:func:`.stats.read_stats`), in the sampler's log too,
-    where its backpressure line alone said "waiting for a cut" that cannot come. The sampler calls
-    this several times a second: a look at most every :data:`SAY_EVERY` s, none once an epoch exists."""
+    """Log, once per warning, that the next epoch can never be cut (``--min-samples`` above what
+    the listing, the epoch budget or the window holds): the warning ``epochfs status``,
+    ``/readyz`` and the torch client show (:func:`.stats.read_stats`: ``first_epoch``, then
+    ``next_epoch``), in the sampler's log too, where its backpressure line alone said "waiting for
+    a cut" that cannot come. The sampler calls this several times a second: a look at most every
+    :data:`SAY_EVERY` s."""
     key, now = str(ix.path), time.monotonic()
     with _said_lock:  # the look is claimed first: two threads in one second logged it twice
         looked, said = _said.get(key, (float("-inf"), ""))
         if now - looked < SAY_EVERY:
             return
         _said[key] = (now, said)
-    with ix.read() as db:
-        if db.execute("SELECT 1 FROM epochs LIMIT 1").fetchone() is not None:
-            with _said_lock:
-                _said[key] = (now, "")
-            return
-    warning = (read_stats(ix, policy).first_epoch or {}).get("warning") or ""
+    stats = read_stats(ix, policy)
+    doc = stats.first_epoch or stats.next_epoch or {}
+    warning = doc.get("warning") or ""
     with _said_lock:
         said = _said.get(key, (now, ""))[1]
         _said[key] = (now, warning)
     if warning and warning != said:
-        log.warning("epoch 0: %s", warning)
+        log.warning("epoch %d: %s", doc.get("epoch", 0), warning)
 
 
 def newest(ix: Index) -> int | None:

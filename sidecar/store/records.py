@@ -278,6 +278,10 @@ class Stats:
     """Before the first cut: what the first epoch waits for, ``{"samples": cached, "target":
     needed}`` (``--min-samples``, or the first schedule window's size), and ``"listing_round":
     true`` while it waits for the listing's first round; None once an epoch exists."""
+    next_epoch: dict[str, Any] | None = None
+    """Once an epoch exists: the next epoch's ``{"epoch", "samples", "target", "warning"}`` when its
+    condition can never be met (``--min-samples`` above what the listing or a full cache holds),
+    else None."""
     publish_paused: str | None = None
     """Folder view: why its publisher cannot write the folder now (its volume full); None while it
     publishes."""

@@ -74,3 +74,53 @@ def budget_at_cut(db: sqlite3.Connection, policy: Policy) -> int:
     unfetched = db.execute("SELECT 1 FROM catalog c WHERE c.skipped = 0 AND NOT EXISTS "
                            "(SELECT 1 FROM samples s WHERE s.key = c.key) LIMIT 1").fetchone()
     return budget if unfetched is not None else max(budget, policy.capacity)
+
+
+def newest_fitting(db: sqlite3.Connection, budget: int, count: int) -> int:
+    """How many of the newest ``count`` samples a snapshot epoch of ``budget`` bytes holds: the
+    epoch is the newest samples whose sizes sum to at most the budget (:func:`newest_within`), so
+    it holds ``count`` or more exactly when the newest ``count`` fit. Reads at most ``count`` rows
+    (as :func:`.epochs.at_least` does), never the table: the cut condition is polled on every
+    lookup."""
+    row = db.execute(
+        "SELECT COUNT(*) FROM (SELECT SUM(size) OVER (ORDER BY id DESC ROWS UNBOUNDED PRECEDING) AS t "
+        "FROM (SELECT id, size FROM samples ORDER BY id DESC LIMIT ?)) WHERE t <= ?",
+        (count, budget)).fetchone()
+    return int(row[0])
+
+
+def holds_samples(db: sqlite3.Connection, policy: Policy, least: int) -> bool:
+    """Whether a snapshot epoch cut now holds at least ``least`` samples (at most ``least`` rows
+    read): the budget the cut would use (:func:`cut_budget`) is asked only when the epoch budget
+    falls short (it may read the catalog). On a volume that holds nothing more the budget is 1
+    byte (docs/sampler.md, "Disk space"): with no epoch to hold to, no sample fits and no epoch is
+    cut."""
+    return newest_fitting(db, policy.epoch_budget, least) >= least or \
+        newest_fitting(db, cut_budget(db, policy), least) >= least
+
+
+DISK_FULL = "disk full"
+"""The sampler's backpressure reason for a full node volume (sampler/room.py, which sets it, and
+its pause gauges: ``epochfs_disk_full``); as a prefix, "disk full: <why>", of a volume too small
+to hold any sample (the way out is room on the disk too). Here, for :func:`cut_budget`; its
+readers below the sampler (the metrics, the Kubernetes Events, a cut request's answer) import it
+from :mod:`.stats`, beside ``CACHE_FULL``."""
+
+
+def cut_budget(db: sqlite3.Connection, policy: Policy) -> int:
+    """The bytes a snapshot epoch cut now holds at most: :func:`budget_at_cut`, and, while sampling
+    is paused on a volume short of room, no less than the newest live epoch's bytes.
+
+    The budget recorded then is what the volume allows, 1 byte where it holds nothing more: an
+    epoch cut to it would hold no sample although the cache holds hundreds (a trainer reads it as
+    0 files without an error, and it takes a --keep-epochs slot of a real one). Nor may the cut
+    wait for room: past the epoch budget the paused sampler fetches a share of the headroom per
+    cut, one download per cut of a 1-byte budget, so without a cut it never measures that the
+    room is back. An epoch of the newest cached samples within the newest epoch's size pins no
+    more than the kept epochs do, and lets the oldest retire."""
+    budget = budget_at_cut(db, policy)
+    paused = db.execute("SELECT value FROM meta WHERE name=?", (Meta.BACKPRESSURE.value,)).fetchone()
+    if paused is None or not str(paused[0]).startswith(DISK_FULL):
+        return budget
+    newest = db.execute("SELECT bytes FROM epochs WHERE retired=0 ORDER BY n DESC LIMIT 1").fetchone()
+    return budget if newest is None else max(budget, int(newest[0]))

@@ -17,18 +17,12 @@ from epochfs.sidecar.store import ahead
 from epochfs.sidecar.store.index import Index, Meta
 from epochfs.sidecar.store.meta import COUNTER_NAMES
 from epochfs.sidecar.store.records import Policy, Stats
-from epochfs.sidecar.store.snapshot import budget_at_cut
+from epochfs.sidecar.store.snapshot import DISK_FULL as DISK_FULL  # the readers import it from here
+from epochfs.sidecar.store.snapshot import budget_at_cut, newest_fitting
 
 CACHE_FULL = "cache full"
 """The sampler's backpressure reason for a full cache with nothing evictable (sampler/room.py
 imports it from here: the store is below the sampler)."""
-
-DISK_FULL = "disk full"
-"""The sampler's backpressure reason for a full node volume (sampler/room.py, which sets it, and
-its pause gauges: ``epochfs_disk_full``); as a prefix, "disk full: <why>", of a volume too small
-to hold any sample (the way out is room on the disk too). Here, beside
-:data:`CACHE_FULL`, for the readers of the index's reason below the sampler (the metrics, the
-Kubernetes Events)."""
 
 FIRST_ROUND_WAIT = 3.0
 """Seconds from a listing's start that the first epoch waits for a page of every folder."""
@@ -58,6 +52,7 @@ def read_stats(ix: Index, policy: Policy) -> Stats:
             )
         ]
         first = None if epochs else _first_epoch(db, policy, int(samples), int(nbytes), listing, reason)
+        later = epochs and _next_epoch(db, policy, (int(samples), int(nbytes)), listing, reason, epochs)
     return Stats(
         cache_bytes=int(nbytes),
         capacity_bytes=policy.capacity,
@@ -72,6 +67,7 @@ def read_stats(ix: Index, policy: Policy) -> Stats:
         mode="schedule" if policy.schedule else "snapshot",
         listing=listing,
         first_epoch=first,
+        next_epoch=later or None,
         publish_paused=publish_paused,
         repairing=repairing,
         lost=lost,
@@ -80,7 +76,7 @@ def read_stats(ix: Index, policy: Policy) -> Stats:
 
 
 def _first_epoch(db: sqlite3.Connection, policy: Policy, samples: int, nbytes: int,
-                 listing: dict[str, Any], backpressure: str | None) -> dict[str, Any]:
+                 listing: dict[str, Any], backpressure: str | None, n: int = 0) -> dict[str, Any]:
     """What the first cut waits for, from figures already read and at most a few rows more (no
     scan: status is read twice a second): the samples its condition needs (``--min-samples``, or
     the first schedule window's keys, whose samples are fetched first) and how many of them epoch 0
@@ -88,7 +84,8 @@ def _first_epoch(db: sqlite3.Connection, policy: Policy, samples: int, nbytes: i
     "350/350" for a cut refused at 300); ``cached`` and ``budget`` when the epoch budget is why it
     holds fewer; and a ``warning`` when it can never be met, which ``epochfs status``, ``/readyz``,
     the torch client's wait and the sampler's log (:func:`.epochs.process_cut_requests`) show: a
-    trainer would otherwise wait for epoch 0 until its timeout, told only "40/1000"."""
+    trainer would otherwise wait for epoch 0 until its timeout, told only "40/1000". ``n``: the
+    epoch named (:func:`_next_epoch`)."""
     least = max(1, policy.min_samples)
     if policy.schedule is not None:
         return _first_window(db, policy, samples, least)
@@ -98,10 +95,10 @@ def _first_epoch(db: sqlite3.Connection, policy: Policy, samples: int, nbytes: i
         doc.update(cached=samples, budget=budget)
     if awaits_first_round(listing, FIRST_ROUND_WAIT):
         doc["listing_round"] = True
-    listed = listing.get("estimated_objects") if listing.get("complete") else None
-    if listed is not None and 0 < listed < least and samples < least:
+    if _listed_below(listing, least) and samples < least:
+        listed = listing["estimated_objects"]
         doc["warning"] = (f"--min-samples {least} is more than the {listed} objects the complete "
-                          "listing holds for this node: epoch 0 is never cut; lower --min-samples")
+                          f"listing holds for this node: epoch {n} is never cut; lower --min-samples")
     elif backpressure == CACHE_FULL and least > 1 and held < least:
         # Full with nothing evictable: no sample comes and none goes until a cut, so the epoch
         # budget's newest samples are all epoch 0 would ever hold.
@@ -109,18 +106,38 @@ def _first_epoch(db: sqlite3.Connection, policy: Policy, samples: int, nbytes: i
             f"--min-samples {least} is more than the {held} samples an epoch holds: --capacity "
             f"{_size(policy.capacity)} less --headroom {percent(policy.headroom)} leaves "
             f"{_size(policy.epoch_budget)} for an epoch, and the cache is full with nothing "
-            "evictable: epoch 0 is never cut; lower --min-samples or raise --capacity")
+            f"evictable: epoch {n} is never cut; lower --min-samples or raise --capacity")
     return doc
+
+
+def _next_epoch(db: sqlite3.Connection, policy: Policy, cache: tuple[int, int], listing: dict[str, Any],
+                backpressure: str | None, live: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """The next epoch's :func:`_first_epoch` document, with its ``epoch``, when it is never cut (a
+    restart with a higher ``--min-samples`` is otherwise waited on in silence); else None. A full cache is
+    "never" only while no live epoch is beyond ``--keep-epochs`` (none retires before the cut)."""
+    least, n = max(1, policy.min_samples), int(live[-1]["epoch"]) + 1
+    if policy.schedule is None and not (least > 1 and (
+            (_listed_below(listing, least) and cache[0] < least) or
+            (backpressure == CACHE_FULL and len(live) <= policy.keep_epochs))):
+        return None  # no warning can follow: the epoch's count is not read (twice a second)
+    doc = _first_window(db, policy, cache[0], least) if policy.schedule is not None else \
+        _first_epoch(db, policy, *cache, listing, backpressure, n)
+    return {**doc, "epoch": n} if doc.get("warning") else None
+
+
+def _listed_below(listing: dict[str, Any], least: int) -> bool:
+    """A complete listing holds fewer keys for this node than ``least``."""
+    return bool(listing.get("complete")) and 0 < int(listing.get("estimated_objects") or 0) < least
 
 
 def epoch_holds(db: sqlite3.Connection, policy: Policy, samples: int, nbytes: int) -> tuple[int, int]:
     """(samples a snapshot epoch cut now would hold, as far as ``--min-samples`` asks, and the bytes
     it may hold): what the cut condition counts (:func:`.epochs.condition_holds`), so that the
     progress shown and the cut agree. Every cached sample while the cache (``samples``, ``nbytes``:
-    its running totals) is within the budget, or the minimum is 1 (then one sample is the
-    condition); else the newest that fit (:func:`newest_fitting`: at most ``--min-samples`` rows)."""
+    its running totals) is within the budget; else the newest that fit (:func:`newest_fitting`: at
+    most ``--min-samples`` rows; none on a volume that holds nothing more, a budget of 1 byte)."""
     least, budget = max(1, policy.min_samples), policy.epoch_budget
-    if least == 1 or nbytes <= budget:
+    if nbytes <= budget:
         return samples, budget
     held = newest_fitting(db, budget, least)
     if held < least and (whole := budget_at_cut(db, policy)) > budget:  # asked as the condition asks
@@ -169,18 +186,6 @@ def _size(n: float) -> str:
             return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
         n /= 1024
     return f"{n:.1f} TiB"
-
-
-def newest_fitting(db: sqlite3.Connection, budget: int, count: int) -> int:
-    """How many of the newest ``count`` samples a snapshot epoch of ``budget`` bytes holds: the
-    epoch is the newest samples whose sizes sum to at most the budget (:mod:`.snapshot`), so it
-    holds ``count`` or more exactly when the newest ``count`` fit. Reads at most ``count`` rows
-    (as :func:`at_least` does), never the table: the cut condition is polled on every lookup."""
-    row = db.execute(
-        "SELECT COUNT(*) FROM (SELECT SUM(size) OVER (ORDER BY id DESC ROWS UNBOUNDED PRECEDING) AS t "
-        "FROM (SELECT id, size FROM samples ORDER BY id DESC LIMIT ?)) WHERE t <= ?",
-        (count, budget)).fetchone()
-    return int(row[0])
 
 
 def _meta(db: sqlite3.Connection, key: Meta) -> str | None:
