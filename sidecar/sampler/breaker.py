@@ -20,9 +20,10 @@ fetched nor skipped, until it tells: the outage keeps them with the rest. A held
 a later answer cleared may have met an outage too short to tell (a few seconds of connection
 refused): it is fetched once more (:attr:`OutageBreaker._retried`), and skipped only when an answer
 sent after that second failure clears it again: its failures were its own. With nothing else
-left to fetch, no answer can come to tell: the held keys are fetched again
+left to fetch, no answer can come to tell: the held keys are fetched once more
 (:meth:`OutageBreaker.retry_held`), their new failures count on toward the streak, so a remote
-still down opens the breaker and keeps them.
+still down under several keys opens the breaker and keeps them; a key held again then is skipped
+(a lone bad object at the end of a listing is not fetched for ever).
 
 A key the breaker does not keep is given up (:func:`give_up`): skipped, and only then counted as
 failed (``epochfs_remote_objects_total{result="failed"}``), as the store counts ``failed_total``.
@@ -103,13 +104,22 @@ class OutageBreaker:
         """The download of ``key`` starts now: its answer tells about the failures before it."""
         self._sent[key] = time.monotonic() if now is None else now
 
-    def retry_held(self) -> bool:
-        """Nothing else left to fetch, so no answer will come to tell: the held keys are fetched
-        again first (their failures stay in the streak). Returns whether any was held."""
+    def retry_held(self) -> list[tuple[Candidate, str | None]]:
+        """Nothing else left to fetch, so no answer will come to tell: a held key is fetched once
+        more first (its failure stays in the streak, so a remote still down under several keys
+        opens the breaker and keeps them). One already fetched again so, and held again, is
+        returned to be skipped: a lone object that fails every GET would otherwise be fetched for
+        ever, with the outage's pauses, since nothing else is fetched to tell it from an outage."""
+        skip: list[tuple[Candidate, str | None]] = []
         held, self._held = list(self._held.values()), {}
         for h in held:
-            self.keep(h.cand)
-        return bool(held)
+            if h.cand.key in self._retried:
+                self._retried.discard(h.cand.key)
+                skip.append((h.cand, h.error))
+            else:
+                self._retried.add(h.cand.key)
+                self.keep(h.cand)
+        return skip
 
     def next_kept(self, busy: Callable[[str], bool]) -> Candidate | None:
         """A key kept through an outage, to fetch again first (passing over busy ones)."""

@@ -206,8 +206,9 @@ class Sampler(RepairsInPlace, Shutdown):
                 if len(self._inflight) + len(self.deferred) >= self.window.size:
                     break
                 cand = self._next_candidate()
-                if cand is None and not self._inflight and self.breaker.retry_held():
-                    cand = self._next_candidate()  # no download left to tell an outage: again
+                if cand is None and not self._inflight and self.breaker.holding:
+                    self._skip_held(self.breaker.retry_held())  # no download left to tell
+                    cand = self._next_candidate()
                 # Idle by design (nothing to offer, nothing in flight or waiting): the stall
                 # alert stays quiet; keys offered and none admitted is the stall it is for.
                 process_metrics().set_idle(cand is None and not self._inflight and not len(self.deferred))
