@@ -268,3 +268,19 @@ def validate_custom_resource(obj: dict[str, Any]) -> None:
 
     path = CRD_SCHEMAS[(obj["apiVersion"], obj["kind"])]
     jsonschema.Draft7Validator(strict(json.loads(path.read_text()))).validate(obj)
+
+
+def saving_trainer(tmp_path: Path) -> tuple[Path, Path, Path]:
+    """A trainer script that, on SIGTERM, saves a checkpoint until the file ``go`` exists, then
+    exits 0, writing each step to its record: (its script, its record, go). What the legacy
+    mode's wrappers must wait for: a trainer taking its time after the pod's SIGTERM."""
+    record, go = tmp_path / "record", tmp_path / "go"
+    script = tmp_path / "trainer.sh"
+    script.write_text(
+        "#!/bin/sh\n"
+        f"trap 'echo got-TERM >> {record}; while [ ! -e {go} ]; do sleep 0.05; done; "
+        f"echo saved >> {record}; exit 0' TERM\n"
+        f"echo started >> {record}\n"
+        "while :; do sleep 0.05; done\n")
+    script.chmod(0o755)
+    return script, record, go

@@ -27,7 +27,7 @@ from typing import Any
 
 import pytest
 from common import free_port, wait_until
-from helm_helpers import pod_spec, render, with_remote
+from helm_helpers import pod_spec, render, saving_trainer, with_remote
 
 CONTROL = "/var/run/epochfs-control"
 GRACE = 16
@@ -120,21 +120,6 @@ def _kill(*procs: subprocess.Popen[Any]) -> None:
         proc.wait()
 
 
-def _saving_trainer(tmp_path: Path) -> tuple[Path, Path, Path]:
-    """A trainer that, on SIGTERM, saves a checkpoint until the file `go` exists, then exits 0:
-    (its script, its record, go)."""
-    record, go = tmp_path / "record", tmp_path / "go"
-    script = tmp_path / "trainer.sh"
-    script.write_text(
-        "#!/bin/sh\n"
-        f"trap 'echo got-TERM >> {record}; while [ ! -e {go} ]; do sleep 0.05; done; "
-        f"echo saved >> {record}; exit 0' TERM\n"
-        f"echo started >> {record}\n"
-        "while :; do sleep 0.05; done\n")
-    script.chmod(0o755)
-    return script, record, go
-
-
 def test_the_trainer_starts_only_once_the_sidecar_is_ready(legacy: Legacy, tmp_path: Path) -> None:
     """Mounted but not ready (/readyz 503): the trainer has not started after the sidecar's
     wrapper asked twice; once /readyz answers 200 it starts, and its wrapper keeps its status."""
@@ -170,7 +155,7 @@ def test_a_stale_ready_file_of_an_earlier_sidecar_is_cleared(legacy: Legacy) -> 
 def test_on_sigterm_the_sidecar_stops_once_the_trainer_has_saved(legacy: Legacy, tmp_path: Path) -> None:
     """The pod's SIGTERM to both containers; the trainer saves, then exits 0: the sidecar is
     stopped after that, within a check of the exit file, not at the end of the grace period."""
-    script, record, go = _saving_trainer(tmp_path)
+    script, record, go = saving_trainer(tmp_path)
     legacy.ready.touch()
     sidecar = legacy.sidecar()
     trainer = legacy.trainer(str(script))
@@ -194,7 +179,7 @@ def test_on_sigterm_a_trainer_that_never_exits_is_given_the_grace_period(legacy:
                                                                          tmp_path: Path) -> None:
     """No exit file ever comes (a trainer still saving at SIGKILL time): the sidecar is stopped
     after the grace period less its margin, in time to unmount before the kubelet's SIGKILL."""
-    script, record, _ = _saving_trainer(tmp_path)
+    script, record, _ = saving_trainer(tmp_path)
     legacy.ready.touch()
     sidecar = legacy.sidecar()
     trainer = legacy.trainer(str(script))

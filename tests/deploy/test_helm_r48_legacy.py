@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 from common import wait_until
-from helm_helpers import pod_spec, render, with_remote
+from helm_helpers import pod_spec, render, saving_trainer, with_remote
 
 CONTROL = "/var/run/epochfs-control"
 
@@ -95,15 +95,7 @@ def test_the_trainer_keeps_running_to_its_end_after_a_forwarded_sigterm(scripts:
     trapped signal interrupts `wait`) and exits with its status, not the signal's."""
     _, trainer_script = scripts
     control, mount = _mounted(tmp_path)
-    record, go = tmp_path / "record", tmp_path / "go"
-    trainer = tmp_path / "trainer.sh"
-    trainer.write_text(
-        "#!/bin/sh\n"
-        f"trap 'echo got-TERM >> {record}; while [ ! -e {go} ]; do sleep 0.05; done; "
-        f"echo saved >> {record}; exit 0' TERM\n"
-        f"echo started >> {record}\n"
-        "while :; do sleep 0.05; done\n")
-    trainer.chmod(0o755)
+    trainer, record, go = saving_trainer(tmp_path)
     script = trainer_script.replace(CONTROL, str(control))
     env = {**os.environ, "EPOCHFS_MOUNT": str(mount)}
     proc = subprocess.Popen(["/bin/sh", "-c", script, "epochfs-trainer", str(trainer)], env=env,
