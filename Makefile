@@ -17,8 +17,9 @@ CONTAINER_APT_PACKAGES := docker.io debootstrap
 PYTEST_ARGS ?=
 # make test runs the suite in this many pytest-xdist workers: most of its time is spent waiting on
 # real processes, mounts and servers, not on the CPU (TEST_JOBS=0: all in the one pytest process).
-# Three on the 2-core machine: 2,319 tests in 507 s where two workers took 673-857 s (2026-12-03).
-TEST_JOBS ?= 3
+# Four on the 2-core machine: 4,224 tests in 644 s where three workers took 762 s (the same commit,
+# 2026-12-06; the CPU was 167% busy of 200%, against 140% with three).
+TEST_JOBS ?= 4
 
 .PHONY: all venv system-deps test test-slow test-reliability test-container lint typecheck demo bench dist check-dist image clean
 
