@@ -52,7 +52,8 @@ def read_stats(ix: Index, policy: Policy) -> Stats:
             )
         ]
         first = None if epochs else _first_epoch(db, policy, int(samples), int(nbytes), listing, reason)
-        later = epochs and _next_epoch(db, policy, (int(samples), int(nbytes)), listing, reason, epochs)
+        later = (_next_epoch(db, policy, (int(samples), int(nbytes)), listing, reason, epochs)
+                 if epochs else None)
     return Stats(
         cache_bytes=int(nbytes),
         capacity_bytes=policy.capacity,
@@ -67,7 +68,7 @@ def read_stats(ix: Index, policy: Policy) -> Stats:
         mode="schedule" if policy.schedule else "snapshot",
         listing=listing,
         first_epoch=first,
-        next_epoch=later or None,
+        next_epoch=later,
         publish_paused=publish_paused,
         repairing=repairing,
         lost=lost,
