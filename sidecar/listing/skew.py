@@ -24,11 +24,17 @@ def skew_as_of(skew: tuple[float, int | None], whole: bool, spans: Sequence[Span
     reached says nothing of its size, and let the walk run until the next (one folder of 92% of
     the keys, reached last of 301 spans: 326 samples drawn from the other 300 in that second,
     8.5x a random sample's distance). The planner computes it again once the pages are recorded;
-    a span listed whole by its first page is of known size, a page at most."""
+    a span listed whole by its first page is of known size, a page at most. So is, in the keys
+    the globs keep, a span whose first page they leave out whole: the planner estimates its keys
+    left by the share kept (:func:`.kept.kept_rest`), none. Counted unknown, a left-out folder
+    reached last held the walk at the skew's floor, 3 samples, with every kept key listed."""
     if whole:
         return skew
-    fresh = {seg.span: seg for seg, _ in pages if not spans[seg.span].reached}
-    unknown = any(not seg.part.done for seg in fresh.values())
+    fresh: dict[int, tuple[Segment, int]] = {}
+    for seg, kept in pages:
+        if not spans[seg.span].reached:
+            fresh[seg.span] = (seg, fresh.get(seg.span, (seg, 0))[1] + kept)
+    unknown = any(not seg.part.done and kept > 0 for seg, kept in fresh.values())
     return (1.0, None) if unknown and reached + len(fresh) >= len(spans) else skew
 
 
