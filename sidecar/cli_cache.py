@@ -14,6 +14,7 @@ from pathlib import Path
 from epochfs.sidecar import config, samplerlock, volumes
 from epochfs.sidecar.confparse import _path
 from epochfs.sidecar.store import Policy, Stats, Store
+from epochfs.sidecar.store.stats import DISK_FULL
 
 
 def cmd_cut(ns: argparse.Namespace) -> int:
@@ -25,12 +26,25 @@ def cmd_cut(ns: argparse.Namespace) -> int:
         except ValueError as e:
             raise config.ConfigError(f"--epoch: {e}") from None
         if n is None:
-            print("epochfs: cannot cut: no sample is complete yet" if ns.force else
+            print(f"epochfs: cannot cut: {forced_refusal(store.stats())}" if ns.force else
                   f"epochfs: cannot cut yet: {not_met(store.stats(), store.policy())} "
                   "(use --force to cut what is there)", file=sys.stderr)
             return 1
         print(n)
     return 0
+
+
+def forced_refusal(stats: Stats) -> str:
+    """Why ``--force`` cut nothing: an epoch still needs one sample, and a volume that holds
+    nothing more gives a cut a budget of no sample (:func:`.snapshot.holds_samples`). "No sample
+    is complete yet" was said beside hundreds of cached samples there."""
+    if stats.samples == 0:
+        return "no sample is complete yet"
+    reason = stats.backpressure_reason or ""
+    if reason.startswith(DISK_FULL):
+        return (f"the cache's volume is full ({reason}): an epoch cut now would hold none of the "
+                f"{stats.samples} cached sample(s); it can be cut once room returns")
+    return f"an epoch cut now would hold none of the {stats.samples} cached sample(s)"
 
 
 def not_met(stats: Stats, policy: Policy) -> str:

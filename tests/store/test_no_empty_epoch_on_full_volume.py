@@ -12,10 +12,12 @@ the way the sampler records them (``dataclasses.replace(policy, capacity=...)`` 
 from __future__ import annotations
 
 import dataclasses
+import subprocess
 from pathlib import Path
 
 import pytest
 from fuse_helpers import open_store
+from sidecar_helpers import EPOCHFS
 from store_helpers import put
 
 from epochfs.sidecar import cutrequest
@@ -84,3 +86,38 @@ def test_a_budget_that_holds_fewer_than_min_samples_waits(tmp_path: Path) -> Non
         assert store.cut() is None
         assert store.cut(force=True) == 1, "--force cuts what the budget holds"
         assert store.stats().epochs[-1]["samples"] == 2
+
+
+def test_a_forced_cut_the_full_volume_refuses_says_so(tmp_path: Path) -> None:
+    """``epochfs cut --force`` on the paused full volume, with no epoch to hold to: it said "no
+    sample is complete yet" beside ten cached samples; it now names the volume, and the samples."""
+    cache = tmp_path / "cache"
+    with open_store(cache, capacity=1 << 20) as store:
+        for i in range(10):
+            put(store, f"train/{i:03d}.bin", KIB4)
+        _full_volume(store)
+
+    def cut() -> subprocess.CompletedProcess[str]:
+        return subprocess.run([*EPOCHFS, "cut", "--cache", str(cache), "--force"], capture_output=True,
+                              text=True, timeout=60, check=False)
+
+    refused = cut()
+    assert refused.returncode == 1, refused
+    assert refused.stderr.strip() == (
+        "epochfs: cannot cut: the cache's volume is full (disk full): an epoch cut now would hold "
+        "none of the 10 cached sample(s); it can be cut once room returns"), refused.stderr
+    with Store(cache) as store:
+        store.set_backpressure(None)  # the sampler's pause is over, the 1-byte budget stays
+    refused = cut()
+    assert refused.stderr.strip() == ("epochfs: cannot cut: an epoch cut now would hold none of the 10 "
+                                      "cached sample(s)"), refused.stderr
+
+
+def test_a_forced_cut_of_an_empty_cache_says_no_sample_is_complete(tmp_path: Path) -> None:
+    cache = tmp_path / "cache"
+    with open_store(cache, capacity=1 << 20):
+        pass
+    refused = subprocess.run([*EPOCHFS, "cut", "--cache", str(cache), "--force"], capture_output=True,
+                             text=True, timeout=60, check=False)
+    said = "epochfs: cannot cut: no sample is complete yet"
+    assert (refused.returncode, refused.stderr.strip()) == (1, said)
