@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
 from .epochplan import Balance, Partition, ReduceOp, all_reduce_max, distributed, plan_batches
-from .shardcheck import SLOTS, NodeShard, check_shards, node_shard
+from .shardcheck import SLOTS, NodeShard, check_shards, node_shard, warn_unsampled
 
 if TYPE_CHECKING:
     from .dataset import EpochDataset
@@ -129,7 +129,7 @@ class EpochReduce:
             vector[start:start + SLOTS] = self.shard.slots()
         return vector
 
-    def _agree(self, out: list[int], size: int) -> None:
+    def _agree(self, out: list[int], rank: int, size: int) -> None:
         """Every rank alike: :class:`EpochSkewError` when the ranks asked for different epochs,
         :class:`~.shardcheck.ShardSettingsError` when the nodes' shards overlap or differ in count
         (this rank's own failure, if any, chained: it is a consequence)."""
@@ -144,6 +144,8 @@ class EpochReduce:
             check_shards(slots, same_shard_ok=self.same_shard_ok)
         except ValueError as exc:
             raise exc from self.failure
+        if rank == 0 and not self.same_shard_ok:
+            warn_unsampled(slots)
 
     def __call__(self, value: int, op: ReduceOp) -> int:
         world = distributed()
@@ -153,7 +155,7 @@ class EpochReduce:
         rank, size = world
         # one MAX reduce serves "min" too
         out = all_reduce_max(self._vector(value if op == "max" else -value, rank, size))
-        self._agree(out, size)
+        self._agree(out, rank, size)
         failures = {peer: reason(code) for peer, code in enumerate(out[1:1 + size]) if code}
         if failures:
             self.settle()

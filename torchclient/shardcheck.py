@@ -18,10 +18,13 @@ are compared there.
 from __future__ import annotations
 
 import hashlib
+import logging
 import os
 from dataclasses import dataclass
 
 from .layout import SHARD_KEY, read_status
+
+log = logging.getLogger("epochfs.torchclient")
 
 SLOTS = 3
 """Numbers each rank puts in the epoch-start vector for its node's shard: index + 1 (0: unknown),
@@ -105,3 +108,37 @@ def check_shards(slots: list[list[int]], *, same_shard_ok: bool) -> None:
                 f"--shard-index (0 to {count - 1}); for identical epochs on every node on purpose, "
                 'split over the whole job with partition="global"', shards)
         by_index[index] = rank
+
+
+def unsampled_shards(slots: list[list[int]]) -> tuple[int, list[int]] | None:
+    """The shard count and the shards no node of the job samples, where every rank's mount names
+    its shard and all have one count (as :func:`check_shards` leaves them); None where none is
+    missing or some rank's shard is unknown. Such shards' keys are fetched by no sidecar, so no
+    epoch ever holds them: a Job of fewer pods than ``--shard-count`` (one left pending, or a
+    count set for a larger run) trains on part of the dataset without an error."""
+    if not slots or any(not index_plus_one for index_plus_one, _, _ in slots):
+        return None
+    counts = {count for _, count, _ in slots}
+    if len(counts) != 1:
+        return None
+    (count,) = counts
+    missing = sorted(set(range(count)) - {index_plus_one - 1 for index_plus_one, _, _ in slots})
+    return (count, missing) if missing else None
+
+
+_said: set[tuple[int, tuple[int, ...]]] = set()
+"""The missing shards already warned of in this process: each set once, not at every epoch."""
+
+
+def warn_unsampled(slots: list[list[int]]) -> None:
+    """Log :func:`unsampled_shards` once a process (the caller's lowest rank only calls it)."""
+    found = unsampled_shards(slots)
+    if found is None or (found[0], tuple(found[1])) in _said:
+        return
+    count, missing = found
+    _said.add((count, tuple(missing)))
+    shown = ", ".join(map(str, missing[:10])) + (", ..." if len(missing) > 10 else "")
+    log.warning("no node of this job samples shard(s) %s of --shard-count %d: their keys are in no "
+                "epoch, so training sees %d of %d parts of the dataset. Run a node for each shard, or set "
+                "every sidecar's --shard-count to the number of nodes", shown, count, count - len(missing),
+                count)

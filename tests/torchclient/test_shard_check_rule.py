@@ -5,12 +5,20 @@ processes: ranks of one node, a mount that names no shard, ``partition="global"`
 from __future__ import annotations
 
 import json
+import logging
 from pathlib import Path
 
 import pytest
 
 from epochfs.torchclient.layout import control_dir
-from epochfs.torchclient.shardcheck import NodeShard, ShardSettingsError, check_shards, node_shard
+from epochfs.torchclient.shardcheck import (
+    NodeShard,
+    ShardSettingsError,
+    check_shards,
+    node_shard,
+    unsampled_shards,
+    warn_unsampled,
+)
 
 UNKNOWN = [0, 0, 0]
 
@@ -54,3 +62,22 @@ def test_the_shard_is_read_from_status_json(tmp_path: Path) -> None:
     assert node_shard(tmp_path) == NodeShard(1, 2, "h:/c")
     status.write_text(json.dumps({"shard": {"index": 2, "count": 2, "node": "h:/c"}}))
     assert node_shard(tmp_path) is None, "an index out of its count is no shard"
+
+
+def test_shards_no_node_samples_are_named_where_every_shard_is_known() -> None:
+    assert unsampled_shards(_slots((0, 3, "a"), (0, 3, "a"), (2, 3, "b"))) == (3, [1])
+    assert unsampled_shards(_slots((0, 2, "a"), (1, 2, "b"))) is None, "every shard sampled"
+    assert unsampled_shards(_slots((0, 2, "a"), None)) is None, "a rank's shard unknown: it may be shard 1"
+    assert unsampled_shards(_slots((0, 1, "a"))) is None, "one node of one shard"
+
+
+def test_the_warning_is_logged_once_a_process(caplog: pytest.LogCaptureFixture) -> None:
+    world = _slots((0, 4, "a"), (3, 4, "b"))
+    with caplog.at_level(logging.WARNING, logger="epochfs.torchclient"):
+        for _ in range(3):
+            check_shards(world, same_shard_ok=False)
+            warn_unsampled(world)
+    said = [r.getMessage() for r in caplog.records if "no node of this job samples" in r.getMessage()]
+    assert said == ["no node of this job samples shard(s) 1, 2 of --shard-count 4: their keys are in no "
+                    "epoch, so training sees 2 of 4 parts of the dataset. Run a node for each shard, or set "
+                    "every sidecar's --shard-count to the number of nodes"]

@@ -9,12 +9,14 @@ DDP's gradient sync: A and B (both train on shard 0, shard 1 by no one) and A an
 2 and by 3) must raise ``ShardSettingsError`` on both ranks before any batch, naming both nodes'
 settings; A and C train; so do two ranks of one node (both read A), and A and B with
 ``partition="global"`` (the same epochs on every node, split over the job, is what it is for).
+One node of a count of two trains on half the keys: its rank 0 warns once that no node samples shard 1.
 """
 
 from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import os
 import socket
 import sys
@@ -128,12 +130,17 @@ def _rank_main(rank: int, base: str) -> None:
     dist.init_process_group(
         "gloo", init_method=f"file://{base}/store", rank=rank, world_size=2, timeout=timedelta(seconds=60)
     )
+    said: list[str] = []
+    handler = logging.Handler(logging.WARNING)
+    handler.emit = lambda record: said.append(record.getMessage())  # type: ignore[method-assign]
+    logging.getLogger("epochfs.torchclient").addHandler(handler)
     try:
         for name, (roots, partition, kind) in json.loads(Path(f"{base}/plan.json").read_text()).items():
             options: dict[str, Any] = dict(
                 batch_size=2, report=False, progress=None, timeout=30, partition=partition
             )
             out: dict[str, Any] = {"batches": 0}
+            start = len(said)
             try:
                 root = roots[rank]
                 loader: Any = (
@@ -151,6 +158,7 @@ def _rank_main(rank: int, base: str) -> None:
                     "message": str(exc),
                     "shards": {str(k): list(v) for k, v in getattr(exc, "shards", {}).items()},
                 }
+            out["warned"] = said[start:]
             Path(f"{base}/{name}-rank{rank}.json").write_text(json.dumps(out))
     finally:
         dist.destroy_process_group()
@@ -177,6 +185,15 @@ def test_nodes_with_different_shard_counts_fail_every_rank(ran: dict[str, list[d
         assert (
             "rank 0's node has --shard-index 0 --shard-count 2, rank 1's node --shard-index 1 --shard-count 3"
         ) in out["message"], out
+
+
+def test_a_shard_no_node_samples_is_warned_of_by_rank_zero(ran: dict[str, list[dict[str, Any]]]) -> None:
+    warned = {case: [out["warned"] for out in outs] for case, outs in ran.items()}
+    assert warned.pop("one node") == [[
+        "no node of this job samples shard(s) 1 of --shard-count 2: their keys are in no epoch, so training "
+        "sees 1 of 2 parts of the dataset. Run a node for each shard, or set every sidecar's --shard-count "
+        "to the number of nodes"], []]
+    assert all(ranks == [[], []] for ranks in warned.values()), warned
 
 
 @pytest.mark.parametrize("case", ["own shards", "one node", "global"])
