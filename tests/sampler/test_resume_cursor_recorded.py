@@ -63,7 +63,12 @@ class Run:
             self.admitted.append(cand.key)
             if len(self.admitted) % 50 == 0:
                 assert self.store.cut(force=True) is not None
-                self.store.evict(1 << 30, now=time.time() + RETIRE_GRACE + 1)  # the grace passed
+                # Retired at the real clock, then evicted as if the grace had passed since: retired
+                # at the later clock, each epoch's stamp would lie within the grace of the next
+                # eviction's clock whenever a second passed between two cuts (a loaded machine),
+                # and the cache would fill ("no room").
+                self.store.retire()
+                self.store.evict(1 << 30, now=time.time() + RETIRE_GRACE + 1)
 
     def hand_out(self, n: int) -> list[str]:
         """``n`` keys handed out whose downloads are in flight when the run stops."""
