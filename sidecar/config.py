@@ -43,6 +43,10 @@ from epochfs.sidecar.confparse import (
     unknown_env,
     warn_unknown_env,
 )
+from epochfs.sidecar.exitcodes import EXIT_INDEX as EXIT_INDEX
+from epochfs.sidecar.exitcodes import EXIT_RETRY as EXIT_RETRY
+from epochfs.sidecar.exitcodes import INDEX_DAMAGES_UNHEALTHY as INDEX_DAMAGES_UNHEALTHY
+from epochfs.sidecar.exitcodes import RetryLater as RetryLater
 from epochfs.sidecar.remote.registry import HELP as REMOTE_HELP
 from epochfs.sidecar.store import Policy, Schedule
 from epochfs.sidecar.viewhelp import FUSE_API_HELP, MOUNT_HELP, PUBLISH_HELP, VIEW_HELP, WARM_HELP
@@ -69,30 +73,17 @@ MAX_READ_TIMEOUT = 3600.0
 """``--read-timeout`` at most, in seconds: an hour of silence is a stalled download, and values
 past what a socket timeout takes (``inf``, ``1e300``) failed as a listing error."""
 
-EXIT_RETRY = 75
-"""The exit status of a command that cannot go on *now* (EX_TEMPFAIL): the remote unreachable at
-the sampler's start, a store still starting or an outage. The supervisor starts it again after its
-backoff and counts no crash (``/healthz`` stays ok: restarting the pod would not bring the remote
-back); the CLI's last line, ``epochfs <command>: <reason>``, says why, as for exit 2."""
-
-EXIT_INDEX = 74
-"""The exit status (EX_IOERR) of a sampler that met a damaged index while running: the damage is
-marked, and the next start's check replaces the index from the members files in seconds
-(:mod:`epochfs.sidecar.store.reset`). The supervisor starts it again at once and counts no crash:
-a liveness failure would restart the pod for a damage the sidecar mends by itself. A start that
-cannot mend it exits 1, a crash."""
-
-INDEX_DAMAGES_UNHEALTHY = 3
-"""Sampler exits :data:`EXIT_INDEX` in a row, with no good run between (one during which an epoch
-was cut, or that ran 30 s), after which ``/healthz`` fails: replacing the index mends a one-off
-damage, but an index damaged again on every run (a failing disk, a volume that corrupts writes)
-is no longer the sidecar's to mend, and the pod must be restarted or someone told. The sampler is
-still restarted (with a growing backoff), so a cause that passes heals, and ``/healthz`` answers
-200 again at the next good run."""
+MIN_RETIRE_GRACE = 1.0
+"""``--retire-grace`` at least: twice the FUSE view's refresh interval (0.5 s)."""
+MAX_RETIRE_GRACE = 3600.0
 
 
-class RetryLater(RuntimeError):
-    """Raised for :data:`EXIT_RETRY`; the message is the reason (one line)."""
+def _retire_grace(text: str) -> float:
+    value = _positive_float(text)
+    if value < MIN_RETIRE_GRACE:
+        raise ValueError(f"must be at least {MIN_RETIRE_GRACE:g} (a view refreshes its epochs every 0.5 s "
+                         "and must not show one whose files are gone)")
+    return value
 
 
 @dataclass(frozen=True)
@@ -177,6 +168,12 @@ class SamplerSettings(CacheSettings):
     in_use_seconds: float = _opt("--in-use-seconds",
                                  "an epoch looked up this recently stays pinned beyond --keep-epochs",
                                  default=600.0, parse=_non_negative_float)
+    retire_grace: float = _opt("--retire-grace",
+                               "seconds a retired epoch's files stay on disk for views that still show "
+                               f"it (at least {MIN_RETIRE_GRACE:g}: the FUSE view refreshes every 0.5 s); "
+                               "a full cache's turnover may wait this long", default=Policy.retire_grace,
+                               parse=_bounded(_retire_grace, MAX_RETIRE_GRACE,
+                                              "an hour of unreadable samples on disk"))
     max_rate: int | None = _opt("--max-rate", "limit on download bytes per second, e.g. 50Mi (default, or "
                                 "empty: none)", parse=_optional_size)
     cut_interval: float = _opt("--cut-interval", "cut a new epoch every N seconds (0: only on request)",
@@ -197,7 +194,8 @@ class SamplerSettings(CacheSettings):
     def policy(self) -> Policy:
         """The cache rules these settings give, as the store records them."""
         return Policy(capacity=self.capacity, keep_epochs=self.keep_epochs, min_samples=self.min_samples,
-                      headroom=self.headroom, in_use_seconds=self.in_use_seconds, schedule=self.schedule)
+                      headroom=self.headroom, in_use_seconds=self.in_use_seconds, schedule=self.schedule,
+                      retire_grace=self.retire_grace)
 
     @property
     def object_limit(self) -> int:

@@ -140,6 +140,7 @@ class Store(StoreEpochs):
             put(Meta.MIN_SAMPLES, str(policy.min_samples))
             put(Meta.HEADROOM, repr(policy.headroom))
             put(Meta.IN_USE_SECONDS, repr(policy.in_use_seconds))
+            put(Meta.RETIRE_GRACE, repr(policy.retire_grace))
             put(Meta.SCHEDULE, str(policy.schedule) if policy.schedule else "")
 
     def policy(self) -> Policy:
@@ -154,6 +155,7 @@ class Store(StoreEpochs):
                 min_samples=int(get(Meta.MIN_SAMPLES) or 1),
                 headroom=float(get(Meta.HEADROOM) or 0.25),
                 in_use_seconds=float(get(Meta.IN_USE_SECONDS) or Policy.in_use_seconds),
+                retire_grace=float(get(Meta.RETIRE_GRACE) or Policy.retire_grace),
                 schedule=Schedule.parse(schedule) if schedule else None,
             )
 

@@ -21,33 +21,37 @@ from epochfs.sidecar.store.windows import IN_WINDOW
 
 log = logging.getLogger("epochfs.store")
 
-RETIRE_GRACE = 5.0
-"""Seconds a retired epoch's samples outlive its retirement: :mod:`.eviction` keeps what it held
-until then. Why: the FUSE view answers from a snapshot of the live epochs that its refresher reads
-again every ``refresh_interval`` (0.5 s: :class:`~epochfs.fuse.operations.EpochOperations`), so for up
-to that long after the commit it still lists, looks up and opens the epoch, and a reader that got
-in then must find every file with its bytes. Ten times that interval, so a late refresh (a busy
-machine, a store read waiting for the write lock) is covered too, and short enough that the
-sampler waits (backpressure) for a few seconds at most when only a just-retired epoch has room to
-give. For every other purpose (listings, pins, stats, cuts) the epoch is retired at once; its
-``epochs.retired`` holds the time it retired (whole seconds, rounded up; 0: live), and its
-``epoch_samples``/``epoch_excluded`` rows, which eviction reads, go once the grace is over."""
+RETIRE_GRACE = Policy.retire_grace
+"""Seconds a retired epoch's samples outlive its retirement by default (``--retire-grace``:
+:attr:`.Policy.retire_grace`): :mod:`.eviction` keeps what it held until then. Why: the FUSE view
+answers from a snapshot of the live epochs that its refresher reads again every ``refresh_interval``
+(0.5 s: :class:`~epochfs.fuse.operations.EpochOperations`), so for up to that long after the commit
+it still lists, looks up and opens the epoch, and a reader that got in then must find every file
+with its bytes. Ten times that interval, so a late refresh (a busy machine, a store read waiting for
+the write lock) is covered too, and short enough that the sampler waits (backpressure) for a few
+seconds at most when only a just-retired epoch has room to give. For every other purpose (listings,
+pins, stats, cuts) the epoch is retired at once; its ``epochs.retired`` holds the time it retired
+(whole seconds, rounded up; 0: live), and its ``epoch_samples``/``epoch_excluded`` rows, which
+eviction reads, go once the grace is over. A shorter grace turns a full cache over sooner (each turn
+may wait for it); below ~2 s a loaded node's view may still show an epoch whose files are gone (a
+reads may fail)."""
 
 HOLDS = "(retired = 0 OR retired BETWEEN ? AND ?)"
 """SQL over ``epochs``: an epoch whose samples eviction keeps, live or
 retired within :data:`RETIRE_GRACE`; its arguments are :func:`grace_bounds`."""
 
 
-def grace_bounds(now: float) -> tuple[float, float]:
-    """The arguments of :data:`HOLDS` at ``now``: retired after ``now - RETIRE_GRACE``. A stamp
-    more than the grace ahead of ``now`` (the clock stepped back) holds nothing: it would pin the
-    cache for as long as the clock is behind, long after every view refreshed."""
-    return now - RETIRE_GRACE + 1e-9, now + RETIRE_GRACE
+def grace_bounds(now: float, grace: float) -> tuple[float, float]:
+    """The arguments of :data:`HOLDS` at ``now``: retired after ``now - grace`` (the policy's
+    :attr:`~.Policy.retire_grace`). A stamp more than the grace ahead of ``now`` (the clock stepped
+    back) holds nothing: it would pin the cache for as long as the clock is behind, long after
+    every view refreshed."""
+    return now - grace + 1e-9, now + grace
 
 
 def retired_stamp(now: float) -> int:
     """What ``epochs.retired`` records for an epoch retired at ``now``: the second after it, so
-    the grace is never shorter than :data:`RETIRE_GRACE`, and never 0 (which means live)."""
+    the grace is never shorter than the policy's, and never 0 (which means live)."""
     return max(1, math.ceil(now))
 
 
@@ -86,11 +90,11 @@ def retire(ix: Index, policy: Policy, *, now: float | None = None) -> list[int]:
     with ix.read() as db:
         due = db.execute("SELECT COUNT(*) FROM epochs WHERE retired=0").fetchone()[0] > len(
             live(db, policy, now))
-        stale = bool(_past_grace(db, now))
+        stale = bool(_past_grace(db, now, policy.retire_grace))
     if not due and not stale:
         return []
     with ix.write() as db:
-        _forget_rows(db, now)
+        _forget_rows(db, now, policy.retire_grace)
         if not due:
             return []
         keep = set(live(db, policy, now))
@@ -104,20 +108,20 @@ def retire(ix: Index, policy: Policy, *, now: float | None = None) -> list[int]:
     return gone
 
 
-def _past_grace(db: sqlite3.Connection, now: float) -> list[int]:
+def _past_grace(db: sqlite3.Connection, now: float, grace: float) -> list[int]:
     """Retired epochs whose grace is over (or whose stamp lies beyond it: :func:`grace_bounds`)
     that still have ``epoch_samples``/``epoch_excluded`` rows."""
-    lo, hi = grace_bounds(now)
+    lo, hi = grace_bounds(now, grace)
     return [int(n) for (n,) in db.execute(
         "SELECT n FROM epochs WHERE retired != 0 AND (retired < ? OR retired > ?) "
         "AND (EXISTS (SELECT 1 FROM epoch_samples x WHERE x.epoch = epochs.n) "
         "OR EXISTS (SELECT 1 FROM epoch_excluded x WHERE x.epoch = epochs.n))", (lo, hi)).fetchall()]
 
 
-def _forget_rows(db: sqlite3.Connection, now: float) -> None:
+def _forget_rows(db: sqlite3.Connection, now: float, grace: float) -> None:
     """Delete the rows of the epochs :func:`_past_grace` names (in a write): eviction reads them
     while the epoch is in its grace, nothing after."""
-    for n in _past_grace(db, now):
+    for n in _past_grace(db, now, grace):
         db.execute("DELETE FROM epoch_samples WHERE epoch=?", (n,))
         db.execute("DELETE FROM epoch_excluded WHERE epoch=?", (n,))
 

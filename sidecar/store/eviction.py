@@ -1,5 +1,5 @@
 """Eviction: the samples admitted first go first, except those a live epoch holds, or an epoch
-retired less than :data:`~.epochpins.RETIRE_GRACE` ago (a view may still show it: see there).
+retired less than the policy's ``retire_grace`` ago (a view may still show it: see there).
 
 Index rows go first (committed), files second: a crash in between leaves orphan files that
 recovery removes, never an index row without its object. Samples admitted after the newest cut
@@ -20,15 +20,14 @@ from epochfs.sidecar.store.records import Policy
 from epochfs.sidecar.store.windows import IN_WINDOW
 
 
-def gaps(db: sqlite3.Connection, now: float | None = None) -> list[tuple[int, int]]:
-    """Ranges of sample ids no holding epoch's range holds (live, or retired within the grace at
-    ``now``, default the time: :data:`~.epochpins.HOLDS`), up to the newest cut, lowest first (a
-    handful: one below, between and above the holders' ranges)."""
-    now = time.time() if now is None else now
+def gaps(db: sqlite3.Connection, now: float, grace: float) -> list[tuple[int, int]]:
+    """Ranges of sample ids no holding epoch's range holds (live, or retired within ``grace`` at
+    ``now``: :data:`~.epochpins.HOLDS`), up to the newest cut, lowest first (a handful: one below,
+    between and above the holders' ranges)."""
     newest = int(db.execute("SELECT COALESCE(MAX(max_sample), 0) FROM epochs").fetchone()[0])
     held = db.execute(f"SELECT first_sample, max_sample FROM epochs WHERE {HOLDS} "
                       "AND first_sample IS NOT NULL AND first_sample <= max_sample "
-                      "ORDER BY first_sample", grace_bounds(now)).fetchall()
+                      "ORDER BY first_sample", grace_bounds(now, grace)).fetchall()
     out, lo = [], 1
     for first, last in held:
         if int(first) > lo:
@@ -39,17 +38,17 @@ def gaps(db: sqlite3.Connection, now: float | None = None) -> list[tuple[int, in
     return out
 
 
-def _evictable(db: sqlite3.Connection, limit: int, now: float) -> list[tuple[int, str, int]]:
+def _evictable(db: sqlite3.Connection, limit: int, now: float, grace: float) -> list[tuple[int, str, int]]:
     """The oldest samples outside every holding epoch (as :func:`gaps`): each gap between their
     ranges is read from its start, so pinned samples are never walked (an epoch listed row by row,
     or a schedule-mode window recorded by its bounds, is checked too; a retired epoch's rows stay
     until its grace is over: :func:`.epochpins.retire`)."""
     out: list[tuple[int, str, int]] = []
     windows = [int(n) for (n,) in db.execute(
-        f"SELECT n FROM epochs WHERE {HOLDS} AND lo_key IS NOT NULL", grace_bounds(now)).fetchall()]
+        f"SELECT n FROM epochs WHERE {HOLDS} AND lo_key IS NOT NULL", grace_bounds(now, grace)).fetchall()]
     in_window = (f"AND NOT EXISTS (SELECT 1 FROM epochs e WHERE e.n IN ({','.join('?' * len(windows))}) "
                  f"AND {IN_WINDOW}) ") if windows else ""
-    for lo, hi in gaps(db, now):
+    for lo, hi in gaps(db, now, grace):
         rows = db.execute(
             "SELECT s.id, s.sid, s.size FROM samples s WHERE s.id BETWEEN ? AND ? "
             "AND NOT EXISTS (SELECT 1 FROM epoch_samples e WHERE e.sample = s.id) "
@@ -76,7 +75,7 @@ def evict(ix: Index, files: ObjectFiles, policy: Policy, need: int, *, now: floa
     victims: list[tuple[int, str, int]] = []
     with ix.write() as db:
         while freed < need:
-            batch = _evictable(db, 256, now)
+            batch = _evictable(db, 256, now, policy.retire_grace)
             if not batch:
                 break
             for v in batch:

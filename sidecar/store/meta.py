@@ -17,6 +17,7 @@ class Meta(str, Enum):
     MIN_SAMPLES = "min_samples"
     HEADROOM = "headroom"
     IN_USE_SECONDS = "in_use_seconds"
+    RETIRE_GRACE = "retire_grace"
     SCHEDULE = "schedule"
     INFLIGHT_BYTES = "inflight_bytes"
     """Bytes reserved by downloads in flight, published by the sampler for status and metrics."""

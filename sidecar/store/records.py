@@ -90,6 +90,8 @@ class Policy:
     """Share of the capacity kept out of epochs so that sampling can go on while epochs are pinned."""
     in_use_seconds: float = 600.0
     """An epoch read within this many seconds stays pinned even when it is not among the newest."""
+    retire_grace: float = 5.0
+    """Seconds a retired epoch's samples outlive its retirement (:data:`.epochpins.RETIRE_GRACE`)."""
     schedule: Schedule | None = None
     """Schedule mode when set; snapshot mode otherwise."""
 

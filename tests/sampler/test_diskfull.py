@@ -141,7 +141,7 @@ def test_a_full_disk_while_evicting_for_room_pauses_instead_of_ending_the_sample
     objects = objects_of(40, 64 * 1024)  # 2.5 MiB through a 1 MiB budget: evictions needed
     cache = tmp_path / "cache"
     # Epochs cut and retired as it goes: what a retired epoch held may be evicted.
-    settings = settings_for(cache, "--cut-interval", "0.2", "--keep-epochs", "1")
+    settings = settings_for(cache, "--cut-interval", "0.2", "--keep-epochs", "1", "--retire-grace", "1")
     with sampling(cache, MemoryRemote(objects), settings) as (store, sampler):
         wait_until(lambda: len(evictions) > 3 and sampler.rates.samples >= 30, timeout=30,
                    what="the sampler fetching on after three full-disk answers to its evictions")

@@ -25,7 +25,6 @@ from inprocess import objects_of, sampling, settings_for
 from epochfs.sidecar.remote.testing import MemoryRemote
 from epochfs.sidecar.sampler import Sampler
 from epochfs.sidecar.store import Store
-from epochfs.sidecar.store.epochpins import RETIRE_GRACE
 
 SETTLE_LIMIT = 120.0
 """Seconds a settle may take before the test fails (well under 1 s measured)."""
@@ -54,7 +53,7 @@ def _settle(store: Store, sampler: Sampler, passes: Callable[[], int], total: in
     """Wait until a pass begun after this call found no room, or nothing left to fetch (all
     ``total`` objects cached), with nothing in flight: the cache holds what the sampler can fetch
     before the next cut. A retired epoch's samples are evicted only once its grace is over
-    (:data:`RETIRE_GRACE`): until then a pass finds no room that the grace will give, so the
+    (``--retire-grace``): until then a pass finds no room that the grace will give, so the
     passes counted begin after it."""
     deadline = time.monotonic() + SETTLE_LIMIT
     start = passes()
@@ -69,9 +68,10 @@ def _settle(store: Store, sampler: Sampler, passes: Callable[[], int], total: in
 
 
 def _in_grace(store: Store) -> bool:
-    """Whether an epoch retired less than :data:`RETIRE_GRACE` ago (its ``retired`` stamp)."""
+    """Whether an epoch retired less than the policy's grace ago (its ``retired`` stamp)."""
+    grace = store.policy().retire_grace
     with sqlite3.connect(f"file:{store.root / 'index.sqlite'}?mode=ro", uri=True) as db:
-        row = db.execute("SELECT COUNT(*) FROM epochs WHERE retired > ?", (time.time() - RETIRE_GRACE,))
+        row = db.execute("SELECT COUNT(*) FROM epochs WHERE retired > ?", (time.time() - grace,))
         return bool(row.fetchone()[0])
 
 
@@ -101,8 +101,11 @@ def test_a_dataset_that_fits_the_capacity_is_shown_whole(tmp_path: Path) -> None
 
 def test_every_epoch_brings_new_samples_once_the_cache_turns_over(tmp_path: Path) -> None:
     objects = objects_of(200, 4096)  # 800 KiB through a 64 KiB cache: 16 samples, epochs of 12
-    settings = settings_for(tmp_path / "cache", "--capacity", "64Ki", "--in-use-seconds", "0")
+    # Each turn waits for the retired epoch's grace: the shortest one allowed.
+    settings = settings_for(tmp_path / "cache", "--capacity", "64Ki", "--in-use-seconds", "0",
+                            "--retire-grace", "1")
     with sampling(tmp_path / "cache", MemoryRemote(objects), settings) as (store, sampler):
+        assert store.policy().retire_grace == 1.0, "the sampler records its --retire-grace"
         cuts = _cut_loop(store, sampler, 9, len(objects))
         stats = store.stats()
         assert stats.cache_bytes <= 64 * 1024

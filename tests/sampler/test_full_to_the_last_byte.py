@@ -131,7 +131,8 @@ def test_a_budget_that_turns_over_on_a_short_volume_says_its_pauses_once(
     remote = MemoryRemote(objects_of(400, 256 * 1024))
     with small_volume(tmp_path / "vol", "32m") as vol:
         cache = vol / "cache"
-        settings = settings_for(cache, "--capacity", "1Gi", "--keep-epochs", "1", "--cut-interval", "0.3")
+        settings = settings_for(cache, "--capacity", "1Gi", "--keep-epochs", "1", "--cut-interval", "0.3",
+                                "--retire-grace", "1")  # each turn waits for the grace: the shortest
         with sampling(cache, remote, settings) as (_, sampler):
             paused: list[str | None] = []
             set_backpressure = sampler.room.set_backpressure

@@ -106,7 +106,7 @@ def test_capacity_never_exceeded_while_sampling(s3: S3Server, tmp_path: Path) ->
     observations = 0
     with running_sampler(cache, "s3://bkt", *s3_args(s3), "--capacity", str(capacity),
                          "--cut-interval", "0.3", "--keep-epochs", "1", "--concurrency", "16",
-                         env=s3_env(s3.endpoint)) as sp:
+                         "--retire-grace", "1", env=s3_env(s3.endpoint)) as sp:
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
             on_disk = disk_bytes(cache)
@@ -262,7 +262,7 @@ def test_schedule_mode_under_capacity_pressure(s3: S3Server, tmp_path: Path) -> 
         cache = tmp_path / name
         with running_sampler(cache, "s3://bkt", *s3_args(s3), "--seed", "3", "--schedule", str(schedule),
                              "--capacity", str(capacity), "--keep-epochs", "1", "--concurrency", concurrency,
-                             env=s3_env(s3.endpoint)) as sp, Store(cache) as store:
+                             "--retire-grace", "1", env=s3_env(s3.endpoint)) as sp, Store(cache) as store:
             got = {}
             for n in range(6):
                 def ready(n: int = n, cache: Path = cache) -> bool:

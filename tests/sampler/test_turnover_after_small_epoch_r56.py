@@ -72,7 +72,7 @@ def test_no_epoch_repeats_the_one_before_after_a_small_epoch(tmp_path: Path) -> 
     objects = objects_of(200, SAMPLE)  # 800 KiB through a 64 KiB cache: 16 samples, budget 12
     remote = LeaveRemote(objects)
     settings = settings_for(tmp_path / "cache", "--capacity", "64Ki", "--in-use-seconds", "0",
-                            "--keep-epochs", "2")
+                            "--keep-epochs", "2", "--retire-grace", "1")
     try:
         with sampling(tmp_path / "cache", remote, settings) as (store, _sampler):
             remote.allow(FIRST)

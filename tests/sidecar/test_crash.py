@@ -38,8 +38,9 @@ def crash_rounds(s3: S3Server, tmp_path: Path, rounds: int, seed: int) -> None:
     objects = dataset(seed)
     put_objects(s3, "bkt", objects)
     cache = tmp_path / "cache"
-    args = ["--endpoint-url", s3.endpoint, "--capacity", "6Mi", "--cut-interval", "0.2",
-            "--keep-epochs", str(KEEP_EPOCHS), "--concurrency", str(rng.choice([2, 8, 32]))]
+    # The shortest --retire-grace: each turn of the full cache waits for a retired epoch's grace.
+    args = ["--endpoint-url", s3.endpoint, "--capacity", "6Mi", "--cut-interval", "0.2", "--retire-grace",
+            "1", "--keep-epochs", str(KEEP_EPOCHS), "--concurrency", str(rng.choice([2, 8, 32]))]
     for r in range(rounds):
         sp = start_sampler(cache, "s3://bkt", *args, env=s3_env(s3.endpoint))
         try:

@@ -54,7 +54,7 @@ def test_a_remote_outage_on_a_full_cache_is_not_reported_as_backpressure(
         put_objects(server, "data", random_objects(160, SIZE))
         with running_sidecar(tmp_path, remote="s3://data", endpoint=server.endpoint,
                              extra=("--capacity", "4Mi", "--cut-interval", "2", "--concurrency", "32",
-                                    "--retries", "2")) as car:
+                                    "--retries", "2", "--retire-grace", "1")) as car:
             wait_until(lambda: (car.metric("epochfs_evicted_samples_total") or 0) > 0, timeout=60,
                        what="the cache at its budget, turning over")
             stop_process(server.process)

@@ -8,6 +8,7 @@ take them once :data:`RETIRE_GRACE` has passed. Every clock here is passed as ``
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 import time
 from pathlib import Path
@@ -81,5 +82,35 @@ def test_a_retirement_stamped_far_ahead_of_the_clock_holds_nothing(tmp_path: Pat
         assert store.retire(now=now + 3600) == [0]
         assert store.evict(4 * BATCH * SIZE, now=now) == BATCH * SIZE
         assert not any(p.exists() for p in files.values())
+    finally:
+        store.close()
+
+
+def test_the_policys_grace_is_the_one_eviction_waits_out(tmp_path: Path) -> None:
+    """``--retire-grace`` (the policy's ``retire_grace``, recorded in the index): a grace of 2 s
+    frees the retired epoch's files 3 s after, where the default's still keeps them."""
+    store, files = _two_epochs(tmp_path / "cache")
+    try:
+        store.configure(dataclasses.replace(store.policy(), retire_grace=2.0))
+        with Store(tmp_path / "cache") as reader:  # another process's view of the recorded policy
+            assert reader.policy().retire_grace == 2.0
+        now = time.time()
+        assert store.retire(now=now) == [0]
+        assert store.evict(4 * BATCH * SIZE, now=now + 1) == 0
+        assert all(p.exists() for p in files.values())
+        assert store.evict(4 * BATCH * SIZE, now=now + 3) == BATCH * SIZE
+        assert not any(p.exists() for p in files.values())
+    finally:
+        store.close()
+
+
+def test_the_default_grace_keeps_them_at_the_same_moment(tmp_path: Path) -> None:
+    store, files = _two_epochs(tmp_path / "cache")
+    try:
+        assert store.policy().retire_grace == RETIRE_GRACE
+        now = time.time()
+        assert store.retire(now=now) == [0]
+        assert store.evict(4 * BATCH * SIZE, now=now + 3) == 0
+        assert all(p.exists() for p in files.values())
     finally:
         store.close()
