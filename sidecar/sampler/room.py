@@ -4,9 +4,11 @@ The loop asks once per object, so the answer reads nothing but memory while ther
 cache's total as the reservations keep it (:class:`Reservations`, which read the index's counter
 again after each look at the store) and the disk's free space as :class:`DiskSpace` last measured
 it (once a second); the capacity is written to the store only when the disk moves it by more than
-1%, and the backpressure only when its reason changes; either is tried again at the next call
-until the index took it (a volume filled to its last byte refuses the write). The backpressure
-shows at once in the sampler's own gauges (:mod:`.pausegauges`), which need no room on the disk.
+1%, and the backpressure only when its reason differs from what the index holds (at the start,
+what a run killed while paused left: cleared at once, :meth:`Room._take_over`); either is tried
+again at the next call until the index took it (a volume filled to its last byte refuses the
+write). The backpressure shows at once in the sampler's own gauges (:mod:`.pausegauges`), which
+need no room on the disk.
 
 A repair in place takes no room (:meth:`Room.reserve_repair`): its bytes are counted already. In
 schedule mode the capacity is never recorded lower (every node's windows come from --capacity),
@@ -31,7 +33,7 @@ from epochfs.sidecar.sampler.condlog import ConditionLog, RepeatLog
 from epochfs.sidecar.sampler.diskspace import DiskSpace
 from epochfs.sidecar.sampler.pausegauges import DISK_FULL, pause_gauges
 from epochfs.sidecar.sampler.turnshare import TurnShare, within_budget
-from epochfs.sidecar.store import Admission, Candidate, Store
+from epochfs.sidecar.store import Admission, Candidate, Meta, Store
 from epochfs.sidecar.store.stats import CACHE_FULL
 
 log = logging.getLogger("epochfs.sampler")
@@ -97,6 +99,7 @@ class Room:
         self._paused = ConditionLog(log)
         """The lines of the pauses: at the start, once a minute while it flaps or changes reason,
         at the end."""
+        self._take_over()
 
     def reserve(self, cand: Candidate, *, lookahead: bool) -> bool:
         """Reserve room for ``cand``; a look-ahead download only takes room that is free.
@@ -342,6 +345,22 @@ class Room:
         """Run the store write ``fn`` through the loop's write; False when the volume refused it
         (the loop's write swallows that, and the caller tries again at its next call)."""
         return bool(self._write(lambda: (fn(), True)[1]))
+
+    def _take_over(self) -> None:
+        """Clear the backpressure a sampler killed while paused left in the index (a clean stop
+        clears its own; an older index's "1" is "cache full"). This sampler owns the flag while it
+        holds the cache's lock, and has not paused yet: as the reason is written only when it
+        changes, the dead run's "cache full" or "disk full" would stay in status and in
+        ``epochfs_backpressure`` for good if this run never pauses, as after a --capacity raised
+        to end backpressure. A full volume that refuses the write leaves it to the next
+        :meth:`set_backpressure`."""
+        raw = self.store.meta(Meta.BACKPRESSURE) or "0"
+        left = {"0": None, "1": CACHE_FULL}.get(raw, raw)
+        self._recorded_backpressure = left
+        if left is not None:
+            log.info("clearing the backpressure the last run left in the index (%s): this run "
+                     "records its own if it pauses", left)
+            self.set_backpressure(None)
 
     def set_backpressure(self, reason: str | None) -> None:
         """Sampling waits for ``reason`` (None: it goes on). The loop and the gauges know at once;
