@@ -150,7 +150,9 @@ def _publish_until(stop: threading.Event, publisher: FolderPublisher, *, interva
     whose name a user's folder holds (:attr:`FolderPublisher.blocked`) is recorded the same way."""
     recovered = False
     paused: str | None = None
-    recorded: str | None = None
+    # Not what the index holds: a publisher killed while paused left its reason there, which the
+    # first step's record replaces (recorded only on change, it would stay for good).
+    recorded: object = _UNRECORDED
     while True:
         busy = False
         volume = "the folder view's volume"
@@ -192,6 +194,10 @@ def _publish_until(stop: threading.Event, publisher: FolderPublisher, *, interva
             watch.wait(interval)
             if stop.is_set():
                 return
+
+
+_UNRECORDED = object()
+"""What :func:`_publish_until` has recorded of its pause before its first record: nothing."""
 
 
 def _full_path(e: OSError, folder: Path, *, cache: bool) -> str:
