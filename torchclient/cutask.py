@@ -5,10 +5,11 @@ On the FUSE view, looking up ``epoch-N`` is what asks for its cut. A folder publ
 lookup. So while ``epoch-N/`` is missing, the waiting client also sends ``POST /v1/cut?epoch=N`` to
 the sidecar it reports to (:mod:`.report`: ``EPOCHFS_REPORT_URL`` when set, which the Helm chart
 does; else the ``report_url`` the mount's status.json names, the sidecar's ``--health-port``; else
-port 8080; the base URL is its scheme and host). The sidecar applies the store's rule for lookups
-(only the next epoch is cut or queued); ``jump=1`` is sent only when the caller asks for a jump (a
-resumed trainer starting above the newest epoch + 1). On the FUSE view the request is redundant
-and harmless: the lookup has asked already.
+port 8080; the base URL is its scheme and host), never through a proxy (:mod:`.sidecarhttp`).
+The sidecar applies the store's rule for lookups (only the next epoch is cut or queued);
+``jump=1`` is sent only when the caller asks for a jump (a resumed trainer starting above the
+newest epoch + 1). On the FUSE view the request is redundant and harmless: the lookup has asked
+already.
 
 Standard library only; failures (no sidecar, an older one without the endpoint, an older sidecar
 on another ``--health-port`` than the default 8080, whose status.json names no URL) mean the
@@ -29,6 +30,7 @@ from urllib.parse import urlparse
 
 from .layout import CUT_PATH
 from .report import DEFAULT_URL, ENV, report_url_from_env, report_url_from_status
+from .sidecarhttp import open_sidecar
 
 log = logging.getLogger("epochfs.torchclient")
 
@@ -81,7 +83,7 @@ def request_cut(base_url: str, epoch: int, *, jump: bool = False,
     url = f"{base_url}{CUT_PATH}"
     request = urllib.request.Request(f"{url}?{query}", data=b"", method="POST")
     try:
-        with urllib.request.urlopen(request, timeout=timeout) as response:
+        with open_sidecar(request, timeout) as response:
             status, body = int(response.status), response.read()
     except urllib.error.HTTPError as e:
         status, body = e.code, e.read()

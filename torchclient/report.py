@@ -15,7 +15,8 @@ costs one failed connection per minute at most).
 its start, so a sidecar on any port is found through the mount the trainer reads; the reporter is
 given the mount as ``root``); else ``http://127.0.0.1:8080/v1/client-report``. The status file is
 read at the first report and again only after a report fails (a sidecar restarted on another port:
-the next report goes to the new one), never per sample.
+the next report goes to the new one), never per sample. Reports go direct, never through the
+environment's proxies (:mod:`.sidecarhttp`).
 
 **Epochs in use.** While a loader reads an epoch (:meth:`ClientReporter.reading` to
 :meth:`ClientReporter.done`), every report names it in its query (``?epoch=N``), and a report is
@@ -42,6 +43,7 @@ from pathlib import Path
 from urllib.parse import urlparse
 
 from .layout import REPORT_URL_KEY, read_status
+from .sidecarhttp import open_sidecar
 
 log = logging.getLogger("epochfs.torchclient.report")
 
@@ -237,7 +239,7 @@ class ClientReporter:
             headers={"Content-Type": "application/json"},
         )
         try:
-            with urllib.request.urlopen(request, timeout=self.timeout) as response:
+            with open_sidecar(request, self.timeout) as response:
                 response.read()
         except OSError as e:
             return e

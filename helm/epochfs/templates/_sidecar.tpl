@@ -27,9 +27,10 @@ include it in its own pods.
   # Legacy sidecar mode: run `epochfs sidecar` under a small shell. The kubelet starts both
   # containers at once, so the shell stands in for the native sidecar's startupProbe: it polls
   # the sidecar's /readyz (mounted, and epoch 0 can be cut) and leaves `ready` in the control
-  # folder, which the trainer's wrapper waits for. The kubelet also sends SIGTERM to both at
-  # once: the shell then keeps the view up until the trainer has left its exit file (it may be
-  # saving a checkpoint through the view), for at most {{ include "epochfs.legacyStopWait" $ctx }} s
+  # folder, which the trainer's wrapper waits for; the poll goes direct to the loopback, never
+  # through an HTTP_PROXY of sidecar.env (meant for the remote store). The kubelet also sends
+  # SIGTERM to both at once: the shell then keeps the view up until the trainer has left its
+  # exit file (it may be saving a checkpoint through the view), for at most {{ include "epochfs.legacyStopWait" $ctx }} s
   # (terminationGracePeriodSeconds less a margin to unmount in), and only then stops the sidecar
   # (SIGTERM: stop sampling, unmount, exit 0), as it does at once when the trainer's exit file
   # comes first. One SIGTERM only: a second tells the sidecar to kill its children and exit 143
@@ -47,7 +48,7 @@ include it in its own pods.
       term() { [ -n "$left" ] || left={{ include "epochfs.legacyStopWait" $ctx }}; };
       trap term TERM INT;
       while kill -0 $pid 2>/dev/null && [ ! -e {{ $control }}/trainer-exited ] && [ "${left:-1}" -gt 0 ]; do
-      if [ ! -e {{ $control }}/ready ] && python3 -c "import os, urllib.request as u; u.urlopen('http://127.0.0.1:' + os.environ['EPOCHFS_HEALTH_PORT'] + '/readyz', timeout=2)" 2>/dev/null;
+      if [ ! -e {{ $control }}/ready ] && python3 -c "import os, urllib.request as u; u.build_opener(u.ProxyHandler({})).open('http://127.0.0.1:' + os.environ['EPOCHFS_HEALTH_PORT'] + '/readyz', timeout=2)" 2>/dev/null;
       then touch {{ $control }}/ready; fi;
       sleep 1;
       [ -z "$left" ] || left=$((left - 1));
