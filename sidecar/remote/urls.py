@@ -56,15 +56,42 @@ def same_remote(url: str) -> str:
     to it: for every scheme but http(s), the path's leading and trailing ``/`` dropped
     (``s3://b/p/``, ``s3://b//p`` and ``s3://b/p`` list the same keys: a prefix is a folder), and
     for ``file://`` every empty component (``file:///d//ds/`` is the folder ``/d/ds``; an object
-    store keeps ``a//b`` as a prefix of its own). http(s) URLs are kept as they are (a server may
-    tell ``/a/`` from ``/a``)."""
+    store keeps ``a//b`` as a prefix of its own) and the host ``localhost``, which names this
+    machine as the empty host does (``file://localhost/d`` is ``file:///d``, RFC 8089). http(s)
+    URLs are kept as they are (a server may tell ``/a/`` from ``/a``)."""
     scheme, host, path = split_url(url)
     if not scheme or scheme in HTTP_SCHEMES:
         return url
     if scheme == "file":
         path = "/".join(part for part in path.split("/") if part)
+        host = "" if host.lower() == "localhost" else host
     path = path.strip("/")
     return f"{scheme}://{host}" + (f"/{path}" if path else "")
 
 
-__all__ = ["HTTP_SCHEMES", "SplitURL", "same_remote", "split_url"]
+DEFAULT_PORTS = {"http": 80, "https": 443}
+
+
+def same_endpoint(url: str) -> str:
+    """An endpoint URL (``--endpoint-url``, ``STORAGE_EMULATOR_HOST``...) in the form two spellings
+    of one store share, and with nothing secret in it, for recording which store filled a cache:
+    scheme and host in lower case, the scheme's default port and userinfo dropped, the path kept
+    without its trailing ``/`` (an Azure endpoint's path names the account), query and fragment
+    dropped (a SAS token's place). "" stays "" (the store's own endpoint)."""
+    if not url:
+        return ""
+    parts = urlsplit(url.strip())
+    scheme = parts.scheme.lower()
+    host = (parts.hostname or "").lower()
+    host = f"[{host}]" if ":" in host else host
+    try:
+        port = parts.port
+    except ValueError:  # not a number: kept as written, still a distinct store
+        port = None
+        host = parts.netloc.rpartition("@")[2].lower()
+    if port is not None and port != DEFAULT_PORTS.get(scheme):
+        host = f"{host}:{port}"
+    return f"{scheme}://{host}{parts.path.rstrip('/')}"
+
+
+__all__ = ["HTTP_SCHEMES", "SplitURL", "same_endpoint", "same_remote", "split_url"]

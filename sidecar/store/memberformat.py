@@ -69,10 +69,11 @@ DUTY = 0.5
 """Share of one core the keeper (:class:`.memberfiles.Keeper`) may use while it writes a file
 (it rests between lines; a cut's write is not paced)."""
 KEPT_META = (Meta.CAPACITY, Meta.KEEP_EPOCHS, Meta.MIN_SAMPLES, Meta.HEADROOM, Meta.IN_USE_SECONDS,
-             Meta.SCHEDULE, Meta.SAMPLER_REMOTE, Meta.SAMPLER_SEED, Meta.SAMPLER_SHARD)
+             Meta.RETIRE_GRACE, Meta.SCHEDULE, Meta.SAMPLER_REMOTE, Meta.SAMPLER_ENDPOINT, Meta.SAMPLER_SEED,
+             Meta.SAMPLER_SHARD)
 """The index's ``meta`` values a rebuilt index gets back (from the newest epoch's file): the
 cache's rules, which the FUSE server reads before the sampler records them again, and what the
-cache was filled from (remote, seed, shard), which the sampler checks at start: the restored
+cache was filled from (remote, its endpoint, seed, shard), which the sampler checks at start: the restored
 samples' ranks were made with that seed."""
 HEADER_COLUMNS = ("cut_at", "samples", "bytes", "new", "evicted", "max_sample", "listed", "estimated",
                   "first_sample")

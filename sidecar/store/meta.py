@@ -48,6 +48,10 @@ class Meta(str, Enum):
     less the keys handed out and not yet admitted, recorded with :data:`FETCH_OFFERED` at most
     once a second: a restart goes on from it (:mod:`.fetchpass`). Read only beside that record."""
     SAMPLER_REMOTE = "sampler_remote"
+    SAMPLER_ENDPOINT = "sampler_endpoint"
+    """The endpoint of the store the remote was read from (``--endpoint-url``, or the variable its
+    backend reads; "" for the store's own, or a scheme that takes none), redacted and normalized
+    (:func:`.urls.same_endpoint`): one bucket name at two endpoints is two datasets."""
     SAMPLER_SEED = "sampler_seed"
     SAMPLER_SHARD = "sampler_shard"
     SIDECAR_TOTALS = "sidecar_totals"

@@ -13,6 +13,7 @@ header), the real reset and recovery the sampler runs at start.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import time
@@ -79,3 +80,21 @@ def test_counters_that_cannot_be_read_restart_at_what_the_restored_epochs_prove(
     assert stats.cuts_total == len(live), "the restored epochs were cut"
     assert (stats.fetched_total, stats.fetched_bytes_total) == (stats.samples, stats.cache_bytes)
     assert stats.samples >= 280
+
+
+def test_a_rebuilt_index_keeps_the_endpoint_and_the_retire_grace(tmp_path: Path) -> None:
+    """What the sampler checks at start (the store the cache was filled from) and the grace
+    eviction waits out come back with the rebuilt index, as the remote and the seed do: rebuilt
+    without them, a start at another endpoint was taken silently."""
+    cache = tmp_path / "cache"
+    with open_store(cache) as store:
+        store.configure(dataclasses.replace(store.policy(), retire_grace=2.0))
+        store.set_meta(Meta.SAMPLER_ENDPOINT, "http://127.0.0.1:9000")
+        admit(store, make_objects(600, 500))  # pages enough for the damage
+        assert store.cut() == 0
+    garble(cache, "samples")
+    problem, _, _ = restart_as_the_sampler(cache)
+    assert problem != "ok"
+    with Store(cache) as store:
+        assert store.meta(Meta.SAMPLER_ENDPOINT) == "http://127.0.0.1:9000"
+        assert store.policy().retire_grace == 2.0
