@@ -116,7 +116,7 @@ def cmd_status(ns: argparse.Namespace) -> int:
     cache = None if ns.cache is None else path_flag("--cache", ns.cache)
     mount = None if ns.mount is None else path_flag("--mount", ns.mount)
     if cache is not None:
-        volumes.check_cache(cache, create=False, unwritable_hint=STATUS_UNWRITABLE_HINT)
+        volumes.check_cache(cache, create=False, unwritable_hint=STATUS_UNWRITABLE_HINT, writes=False)
     return run_status(
         cache=cache,
         mount=mount,

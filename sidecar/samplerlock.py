@@ -77,9 +77,17 @@ def hold(cache: Path) -> int:
     samplers on one cache would each count only their own reservations and the second one's
     recovery would delete the first one's downloads in flight: the second is refused
     (:class:`ConfigError` naming the first one's pid). A reader asking whether a sampler runs
-    (:func:`held`) is waited for: the sampler's start never fails on ``epochfs status``."""
+    (:func:`held`) is waited for: the sampler's start never fails on ``epochfs status``. A lock
+    file another user left (the start check refuses that first; here for a file put there since)
+    is the same one-line refusal naming ``--cache``, never a traceback the sidecar restarts."""
     path = cache / LOCK_NAME
-    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    except PermissionError as e:
+        from epochfs.sidecar.volumes import unwritable_refusal  # volumes imports this module
+
+        why = (e.strerror or "permission denied").lower()
+        raise ConfigError(unwritable_refusal(cache, path, why)) from None
     if not _take(fd, path, wait_readers=READERS_WAIT):
         holder = _holder(fd)
         os.close(fd)

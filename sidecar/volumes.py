@@ -17,10 +17,18 @@ from pathlib import Path
 
 from epochfs.sidecar.config import ConfigError
 from epochfs.sidecar.remote.file import local_root
-from epochfs.sidecar.store import INDEX_NAME
+from epochfs.sidecar.samplerlock import LOCK_NAME, SIDECAR_PID_NAME
+from epochfs.sidecar.store import HWM_NAME, INDEX_NAME, OBJECTS_DIR, QUARANTINE_DIR, TMP_DIR
+from epochfs.sidecar.store.checkmark import MARKER_NAME
 from epochfs.sidecar.store.foreign import blank_damage, foreign_index
-from epochfs.sidecar.store.index import MISSING, BlankIndex
+from epochfs.sidecar.store.index import MISSING, SHM_SUFFIX, WAL_SUFFIX, BlankIndex
+from epochfs.sidecar.store.memberformat import MEMBERS_DIR
+from epochfs.sidecar.store.objects import MARKER_PREFIX
 from epochfs.sidecar.store.placement import inside, named, over_cache, spelled
+from epochfs.sidecar.store.publisherlock import LOCK_NAME as PUBLISHER_LOCK_NAME
+from epochfs.sidecar.store.repairlog import LOG_NAME as REPAIRS_LOG_NAME
+from epochfs.sidecar.store.reset import LOCK_NAME as INDEX_LOCK_NAME
+from epochfs.sidecar.store.stats import STATE_FILE_NAME
 from epochfs.torchclient.layout import CONTROL_DIR, epoch_name, manifest_name
 
 CACHE_HINT = "start `epochfs sample` or `epochfs sidecar` with this --cache first"
@@ -62,7 +70,71 @@ def _refuse_dangling(path: Path, where: str) -> None:
                       f"give the path of an existing one")
 
 
-def check_cache(path: Path, *, create: bool, unwritable_hint: str = "") -> None:
+WRITTEN_FILES = (INDEX_NAME, INDEX_NAME + WAL_SUFFIX, INDEX_NAME + SHM_SUFFIX, INDEX_LOCK_NAME,
+                 MARKER_NAME, LOCK_NAME, SIDECAR_PID_NAME, PUBLISHER_LOCK_NAME, HWM_NAME, REPAIRS_LOG_NAME,
+                 STATE_FILE_NAME)
+"""The files at a cache's top that its writers open for writing (each where it is there)."""
+
+WRITTEN_FOLDERS = (OBJECTS_DIR, TMP_DIR, MEMBERS_DIR, QUARANTINE_DIR)
+"""The folders at a cache's top its writers make, fill and empty; with the fan-out folders of
+``objects/`` and the members files of ``epochs/``, which are written, appended to and removed."""
+
+
+def _folder_entries(folder: Path) -> list[Path]:
+    """What in the cache folder ``folder`` is written besides the folder itself: the fan-out
+    folders of ``objects/`` (not its marker, made once and never written) and the members files
+    of ``epochs/``; none of ``tmp/`` (its temporaries are removed, which the folder's right is
+    enough for). A few hundred entries at most: the object files are never opened for writing."""
+    if folder.name not in (OBJECTS_DIR, MEMBERS_DIR):
+        return []
+    try:
+        with os.scandir(folder) as entries:
+            names = sorted(e.name for e in entries if not e.name.startswith(MARKER_PREFIX))
+    except OSError:
+        return []  # the folder's own check refuses it
+    return [folder / name for name in names]
+
+
+def unwritable_entry(cache: Path) -> Path | None:
+    """The first of the cache's own files and folders (:data:`WRITTEN_FILES`,
+    :data:`WRITTEN_FOLDERS`) this process may not write, else None. Tried with ``access(2)``, which
+    opens nothing: a descriptor of the index opened and closed here would drop the locks of this
+    process's SQLite connections on it. A folder must take new entries (write and search)."""
+    for name in WRITTEN_FILES:
+        entry = cache / name
+        if os.path.lexists(entry) and not os.access(entry, os.W_OK):
+            return entry
+    for name in WRITTEN_FOLDERS:
+        folder = cache / name
+        if not os.path.lexists(folder):
+            continue
+        for entry in (folder, *_folder_entries(folder)):
+            wanted = os.W_OK | os.X_OK if entry.is_dir() else os.W_OK
+            if not os.access(entry, wanted):
+                return entry
+    return None
+
+
+def unwritable_refusal(cache: Path, entry: Path, reason: str = "permission denied") -> str:
+    """The one line refusing ``--cache`` because ``entry`` in it cannot be written: its owner and
+    the fix. A cache filled by another user (root's sidecar, then a non-root one on the same
+    hostPath) has a folder the new user may be given and files still the old one's; unrefused,
+    the first write ends in a traceback (the sampler's lock, the index's "attempt to write a
+    readonly database"), which the sidecar restarts for ever as a crash."""
+    me = os.geteuid()
+    try:
+        st = os.lstat(entry)
+    except OSError:
+        return f"--cache {cache}: cannot write in it: {entry}: {reason}"
+    if st.st_uid == me:
+        return (f"--cache {cache}: cannot write in it: {entry} (mode {stat.S_IMODE(st.st_mode):04o}, "
+                f"this user's): {reason}; give its user write access (chmod -R u+w {cache})")
+    return (f"--cache {cache}: cannot write in it: {entry} belongs to uid {st.st_uid}, not to this "
+            f"user (uid {me}): {reason}; run as uid {st.st_uid}, or give the cache to this user "
+            f"(chown -R {me} {cache})")
+
+
+def check_cache(path: Path, *, create: bool, unwritable_hint: str = "", writes: bool = True) -> None:
     """Refuse a ``--cache`` that cannot be used with one line naming it, ``--cache PATH: reason``,
     before a command opens it (never a traceback from a bad path).
 
@@ -78,7 +150,12 @@ def check_cache(path: Path, *, create: bool, unwritable_hint: str = "") -> None:
     ``objects/``, ``tmp/``): an empty cache would be reported over someone else's folder. Either
     way the folder must take a new file: SQLite writes beside its index even to read it (WAL).
     ``unwritable_hint``: what a command that only reads (``status``) can do instead, added to
-    the refusal of a folder it cannot write in (a read-only mount of the cache)."""
+    the refusal of a folder it cannot write in (a read-only mount of the cache).
+
+    ``writes``: the command writes in the cache (all but ``status``), so the cache's own files
+    and folders must be writable too (:func:`unwritable_entry`), else refused in one line naming
+    the first one, its owner and the fix (:func:`unwritable_refusal`). A reader needs only the
+    folder: SQLite reads an index it may not write."""
     where = f"--cache {path}"
     st = _stat_or_none(path, where)
     if st is None:
@@ -115,6 +192,8 @@ def check_cache(path: Path, *, create: bool, unwritable_hint: str = "") -> None:
         if unwritable_hint:
             why += f" (SQLite writes beside the index even to read it); {unwritable_hint}"
         raise ConfigError(f"{where}: cannot write in it: {why}") from None
+    if writes and (entry := unwritable_entry(path)) is not None:
+        raise ConfigError(unwritable_refusal(path, entry))
 
 
 def check_view_folder(path: Path, *, create: bool, cache: Path | None = None) -> None:
@@ -232,7 +311,7 @@ def published_epoch(folder: Path, n: int) -> bool:
 
 
 __all__ = ["CACHE_HINT", "PUBLISHED_SCAN", "check_cache", "check_view_folder", "published_epoch",
-           "published_folder"]
+           "published_folder", "unwritable_entry", "unwritable_refusal"]
 
 
 def remote_folder_holding(remote: str, place: Path) -> str | None:

@@ -250,9 +250,10 @@ class Index:
                 db.execute(SEEN_INDEX)
                 self.put(Meta.SCHEMA_VERSION, str(SCHEMA_VERSION))
                 return
-            if version > SCHEMA_VERSION:
-                raise StoreError(f"{self.path}: schema version {version}, "
-                                 f"this epochfs reads {SCHEMA_VERSION}")
+            if version > SCHEMA_VERSION:  # a rollback: refused before any write, kept for the newer version
+                raise StoreError(f"{self.path}: written by a newer epochfs (index schema {version}; "
+                                 f"this version reads up to {SCHEMA_VERSION}): run the newer version on it, "
+                                 "or give this one another --cache (an empty folder: it starts cold)")
             if version == SCHEMA_VERSION:
                 return
             if not migrate:
