@@ -64,4 +64,7 @@ def traced_download(tmp_path: Path, body: bytes, calls: str, *, direct: bool) ->
     lines = next((t for t in threads if any(re.search(opening, line) for line in t)), [])
     opened = [(m.group(1), m.group(2)) for line in lines if (m := re.search(opening, line))]
     assert len(opened) == 1, f"the temp file opened once for writing: {opened}"
-    return Traced(temp, opened[0][1], opened[0][0].split("|"), lines)
+    # The calls from its opening on: its number may have named another file before (the remote's
+    # folder, opened and closed to read the source relative to it).
+    since = next(i for i, line in enumerate(lines) if re.search(opening, line))
+    return Traced(temp, opened[0][1], opened[0][0].split("|"), lines[since + 1:])

@@ -13,6 +13,13 @@ a folder it may not read, such as a volume's ``lost+found`` to a sidecar that do
 root, which would otherwise keep every key from being listed). The version tag is
 ``mtime:<ns>``. The standard library's errors are typed where they arise (ENOENT: not found,
 EACCES: denied; other errors such as EIO pass through).
+
+Every path is taken relative to a folder's descriptor (``openat``, ``os.scandir`` on an fd),
+never as the root joined to a key: a dataset's keys may be up to 4,096 bytes
+long, and the root's own path on top of one would pass the kernel's limit on one path (PATH_MAX),
+failing with ENAMETOOLONG. A folder whose relative path passes 4,096 bytes is not walked: no key
+below it could be a path in ``epoch-N/`` (:mod:`epochfs.sidecar.keys`), so it is listed as one key
+of that path, which the listing's filter skips and counts as ``path over 4096 bytes``.
 """
 
 from __future__ import annotations
@@ -24,13 +31,68 @@ import stat
 from collections.abc import Callable, Iterator
 from typing import BinaryIO, NoReturn
 
-from epochfs.sidecar.remote.base import PassOver, Reader, Remote, RemoteError, RemoteObject, Transient
+from epochfs.sidecar.remote.base import (
+    Changed,
+    PassOver,
+    Reader,
+    Remote,
+    RemoteError,
+    RemoteObject,
+    Transient,
+)
 from epochfs.sidecar.remote.errors import Translated, translate
 from epochfs.sidecar.remote.urls import split_url
 
 log = logging.getLogger("epochfs.remote")
 
 _OS = Translated()  # the standard library's errors only
+
+DEEPEST = 4096
+"""The relative path of a folder past which the walk does not go: the longest key the catalog takes
+(:data:`epochfs.sidecar.keys.MAX_PATH_BYTES`, in a layer above this package, which may not import
+it; tests/remote/test_file_long_paths.py checks the two agree). No key below such a folder could be
+a path in ``epoch-N/``, and a walk on would go as deep as the folders do."""
+_PATH_ARG = os.pathconf("/", "PC_PATH_MAX")
+"""The kernel's limit on one path argument, its NUL counted (ENAMETOOLONG at it)."""
+_SEARCH = getattr(os, "O_PATH", os.O_RDONLY) | os.O_DIRECTORY
+"""A folder opened to resolve names under it: search permission alone, as a path's walk needs."""
+_LIST = os.O_RDONLY | os.O_DIRECTORY
+"""A folder opened to read its names."""
+_KINDS = ((stat.S_ISFIFO, "a fifo"), (stat.S_ISSOCK, "a socket"), (stat.S_ISCHR, "a character device"),
+          (stat.S_ISBLK, "a block device"))
+
+
+def _open_at(base: int, rel: bytes, flags: int) -> int:
+    """``openat(base, rel)`` for a relative path of any length: one the kernel would refuse as too
+    long is resolved a part at a time, each part under :data:`_PATH_ARG` bytes opened as a folder
+    to resolve the rest from. A key of 4,096 bytes is a legal key, one byte over the limit."""
+    opened: list[int] = []
+    try:
+        while len(rel) >= _PATH_ARG:
+            cut = rel.rfind(b"/", 0, _PATH_ARG)
+            if cut <= 0:  # one name over the limit: no filesystem holds it
+                raise OSError(errno.ENAMETOOLONG, os.strerror(errno.ENAMETOOLONG))
+            base = os.open(rel[:cut], _SEARCH, dir_fd=base)
+            opened.append(base)
+            rel = rel[cut + 1:]
+        return os.open(rel, flags, dir_fd=base)
+    finally:
+        for fd in opened:
+            os.close(fd)
+
+
+def _regular(fd: int, key: str) -> os.stat_result:
+    """The stat of ``fd``, opened without blocking, refused unless a regular file: a key replaced
+    by a fifo since the listing would hold a download slot until a writer came (a blocking open
+    waits for one, a read for its bytes), a device would be read without end. A folder is
+    IsADirectoryError, as a plain ``open`` says; the others are :class:`Changed` (skipped at once)."""
+    st = os.fstat(fd)
+    if stat.S_ISREG(st.st_mode):
+        return st
+    if stat.S_ISDIR(st.st_mode):
+        raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), key)
+    kind = next((name for test, name in _KINDS if test(st.st_mode)), "not a regular file")
+    raise Changed(f"{key}: {kind} now, not a regular file (replaced since the listing)")
 
 
 def _identity(st: os.stat_result) -> tuple[int, ...]:
@@ -48,9 +110,8 @@ class _FileReader(Reader):
 
     etag_is_md5 = False  # the etag is the mtime tag, no content hash
 
-    def __init__(self, f: BinaryIO) -> None:
+    def __init__(self, f: BinaryIO, st: os.stat_result) -> None:
         self._f = f
-        st = os.fstat(f.fileno())
         self._opened = _identity(st)
         self._read = 0
         self.size = st.st_size
@@ -110,6 +171,48 @@ class _Passed:
                 f"{n} {kind} (first: {self.first[kind]})" for kind, n in self.counts.items()))
 
 
+_FOLDER = "folder"
+"""An entry :func:`_entries` found to be a folder, walked where its name falls."""
+_Found = RemoteObject | str | tuple[str, str]
+"""What one entry of a folder is: an object, :data:`_FOLDER`, or passed over (its kind and why)."""
+
+
+def _key(name: bytes) -> str | bytes:
+    """A walked name as a key: text where it is UTF-8, else its bytes (the filter skips those)."""
+    try:
+        return name.decode("utf-8")
+    except UnicodeDecodeError:
+        return name
+
+
+def _entries(root: int, rel: bytes) -> list[tuple[bytes, _Found]]:
+    """The folder ``rel``'s entries, sorted by name, each what it is: read and stat'ed through
+    the folder's own descriptor, closed before its sub-folders are walked (a walk holds a few
+    descriptors at a time, however deep its folders go)."""
+    fd = _open_at(root, rel.rstrip(b"/") or b".", _LIST)
+    try:  # (a scandir of a descriptor names its entries in text: their bytes are sorted, as keys)
+        named = sorted(((rel + os.fsencode(entry.name), entry) for entry in os.scandir(fd)),
+                       key=lambda pair: pair[0])
+        return [(name, _found(entry, name)) for name, entry in named]
+    finally:
+        os.close(fd)
+
+
+def _found(entry: os.DirEntry[str], name: bytes) -> _Found:
+    """One entry: a folder (not a symlinked one), an object, or why it is passed over."""
+    try:
+        if entry.is_dir(follow_symlinks=False):
+            return _FOLDER
+        st = entry.stat(follow_symlinks=True)
+    except OSError as e:
+        return (UNREADABLE, e.strerror or str(e))
+    if stat.S_ISDIR(st.st_mode):
+        return (LINKED_FOLDER, "a symlinked folder (not followed)")
+    if not stat.S_ISREG(st.st_mode):
+        return (NOT_A_FILE, "not a regular file")
+    return RemoteObject(_key(name), st.st_size, f"mtime:{st.st_mtime_ns}")
+
+
 def _components(key: bytes) -> tuple[bytes, ...]:
     return tuple(key.split(b"/"))
 
@@ -144,64 +247,95 @@ class FileRemote(Remote):
 
     def _listing(self, pass_over: PassOver | None) -> Iterator[RemoteObject]:
         passed = _Passed()
-        yield from self._walk(self.root, b"", passed, pass_over)
+        try:
+            root = os.open(self.root, _SEARCH)
+        except OSError as e:  # an unmounted volume is not an empty dataset
+            self._cannot_list(b"", e)
+        try:
+            yield from self._walk(root, b"", passed, pass_over)
+        finally:
+            os.close(root)
         passed.report(self.url)
 
-    def _walk(self, folder: bytes, rel: bytes, passed: _Passed,
+    def _walk(self, root: int, rel: bytes, passed: _Passed,
               pass_over: PassOver | None) -> Iterator[RemoteObject]:
+        """The keys under the folder ``rel`` (``b""``, or ending in ``/``), in walk order."""
         try:
-            entries = sorted(os.scandir(folder), key=lambda e: e.name)
+            entries = _entries(root, rel)
         except FileNotFoundError as e:
             if not rel:  # the root itself: an unmounted volume is not an empty dataset
-                self._cannot_list(folder, e)
+                self._cannot_list(rel, e)
             return  # a folder removed since its parent was read: its keys are gone
         except OSError as e:
             if rel and pass_over is not None and pass_over(os.fsdecode(rel), translate(e) or e):
                 return
-            self._cannot_list(folder, e)
-        for entry in entries:
-            name = rel + entry.name
-            try:
-                if entry.is_dir(follow_symlinks=False):
-                    yield from self._walk(entry.path, name + b"/", passed, pass_over)
-                    continue
-                st = entry.stat(follow_symlinks=True)
-            except OSError as e:
-                passed.add(UNREADABLE, name, e.strerror or str(e))
-                continue
-            if stat.S_ISDIR(st.st_mode):
-                passed.add(LINKED_FOLDER, name, "a symlinked folder (not followed)")
-                continue
-            if not stat.S_ISREG(st.st_mode):
-                passed.add(NOT_A_FILE, name, "not a regular file")
-                continue
-            try:
-                key: str | bytes = name.decode("utf-8")
-            except UnicodeDecodeError:
-                key = name
-            yield RemoteObject(key, st.st_size, f"mtime:{st.st_mtime_ns}")
+            self._cannot_list(rel, e)
+        for name, found in entries:
+            if isinstance(found, RemoteObject):
+                yield found
+            elif isinstance(found, tuple):
+                passed.add(found[0], name, found[1])
+            elif len(name) > DEEPEST:  # a key of its path, for the filter to skip and count
+                yield RemoteObject(_key(name), 0, "")
+            else:
+                yield from self._walk(root, name + b"/", passed, pass_over)
 
-    def _cannot_list(self, folder: bytes, e: OSError) -> NoReturn:
+    def _cannot_list(self, rel: bytes, e: OSError) -> NoReturn:
         """Fail the listing on a folder that could not be read, naming it and the errno, from the
         typed failure (EACCES is Denied: the refusal's cause names the access to check)."""
+        folder = os.path.join(self.root, rel.rstrip(b"/")) if rel else self.root
         errno_name = errno.errorcode.get(e.errno or 0, str(e.errno))
         raise RemoteError(f"cannot list {self.url}: folder {os.fsdecode(folder)}: "
                           f"{errno_name} ({e.strerror or e})") from (translate(e) or e)
 
-    def _path(self, key: str) -> bytes:
-        return os.path.join(self.root, os.fsencode(key))
+    def _at(self, key: str, flags: int) -> int:
+        """``key`` opened relative to the root's descriptor (:func:`_open_at`)."""
+        root = os.open(self.root, _SEARCH)
+        try:
+            return _open_at(root, os.fsencode(key), flags)
+        finally:
+            os.close(root)
+
+    def _open_regular(self, key: str) -> tuple[int, os.stat_result]:
+        """``key`` opened for reading, refused unless a regular file (:func:`_regular`), blocking
+        again for the reads once it is known to be one."""
+        fd = self._at(key, os.O_RDONLY | os.O_NONBLOCK)
+        try:
+            st = _regular(fd, key)
+            os.set_blocking(fd, True)
+        except BaseException:
+            os.close(fd)
+            raise
+        return fd, st
 
     def open(self, key: str, *, checksum: bool = False) -> Reader:
         with _OS:  # ENOENT: not found; EACCES: denied; other errors (EIO) pass through
-            return _FileReader(open(self._path(key), "rb", buffering=0))
+            fd, st = self._open_regular(key)
+            try:
+                f = os.fdopen(fd, "rb", buffering=0)
+            except BaseException:
+                os.close(fd)
+                raise
+            return _FileReader(f, st)
 
     def object_size(self, key: str) -> int:
         with _OS:
-            return os.stat(self._path(key)).st_size
+            fd = self._at(key, getattr(os, "O_PATH", os.O_RDONLY | os.O_NONBLOCK))
+            try:
+                return os.fstat(fd).st_size
+            finally:
+                os.close(fd)
 
     def read_range(self, key: str, start: int, length: int) -> bytes:
-        with _OS, open(self._path(key), "rb", buffering=0) as f:
-            return os.pread(f.fileno(), max(0, length), start) if length > 0 else b""
+        with _OS:
+            fd, _ = self._open_regular(key)
+            try:
+                return os.pread(fd, max(0, length), start) if length > 0 else b""
+            finally:
+                os.close(fd)
+
+    def _path(self, key: str) -> bytes:
+        return os.path.join(self.root, os.fsencode(key))
 
     def put_file(self, key: str, path: str) -> None:
         """Copy the file at ``path`` to ``key`` under the root (written whole, then renamed)."""
