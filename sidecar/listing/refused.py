@@ -14,9 +14,13 @@ which is tried again, and the catalog keeps what the listing before it had of th
 end drops the rows it did not see, and the pace does not hold the walk during a relist).
 
 Throttling and the remote's outages (5xx, resets, timeouts) are never refusals: they end the run
-and the listing thread tries again (:mod:`.background`). Nor is a refusal of most of the listing
-(:data:`MOST`): expired credentials or a bucket that is gone refuse every span, and giving them
-all up would end the listing with nothing listed; the run fails and is tried again instead.
+and the listing thread tries again (:mod:`.background`). Nor is a refusal of the credentials
+themselves (S3's ``InvalidAccessKeyId``, ``ExpiredToken``...:
+:class:`~epochfs.sidecar.remote.base.CredentialsRefused`, the remote's as a whole, which the S3
+remote answers by reading its credentials again), nor a
+refusal of most of the listing (:data:`MOST`): credentials that a library reports only as denied
+(GCS's 401, Azure's wrong key) or a bucket that is gone refuse every span, and giving them all
+up would end the listing with nothing listed; the run fails and is tried again instead.
 """
 
 from __future__ import annotations
@@ -48,7 +52,8 @@ MOST = 0.5
 
 def refusal(exc: BaseException) -> RemoteFailure | None:
     """The typed refusal ``exc`` stands for (denied, not found), or None for any other failure
-    (throttled, unavailable, transient, one no rule knows): those are tried again."""
+    (throttled, unavailable, credentials refused, transient, one no rule knows): those are
+    tried again."""
     failure = translate(exc, library_kind)
     return failure if isinstance(failure, (Denied, NotFound)) else None
 

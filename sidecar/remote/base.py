@@ -39,6 +39,9 @@ Throttled     S3 ``SlowDown`` (or another throttling code), HTTP 429,    returns
                                                                          narrows its fetch window
 Unavailable   connection refused/reset, timeout, other 5xx               retries; then counts it
                                                                          toward an outage
+Credentials-  S3 ``InvalidAccessKeyId``, ``SignatureDoesNotMatch``,      as Unavailable (the keys are
+Refused       ``ExpiredToken``, ``InvalidToken``, no credentials found   kept); S3 reads its
+                                                                         credentials again
 ============  =========================================================  ============================
 
 Of the rest of epochfs this imports only :data:`BLOCK`, from the store: the store reads and hashes
@@ -143,6 +146,7 @@ class RemoteFailure(Exception):
     retry: ClassVar[bool] = False
     outage: ClassVar[bool] = False
     throttled: ClassVar[bool] = False
+    credentials: ClassVar[bool] = False
 
     def __init__(self, message: str, *, status: int | None = None) -> None:
         super().__init__(message)
@@ -176,6 +180,18 @@ class Unavailable(Transient):
     this way in a row make the sampler pause and keep their keys (the outage breaker)."""
 
     outage = True
+
+
+class CredentialsRefused(Unavailable):
+    """The store refuses the credentials themselves, whatever the object (S3's
+    ``InvalidAccessKeyId``, ``SignatureDoesNotMatch``, ``ExpiredToken``, ``InvalidToken``; none
+    found): a property of the remote as a whole, never of one object, so never a reason to skip
+    one. Retried and counted toward an outage as :class:`Unavailable` (the keys are kept while it
+    lasts), while the remote reads its credentials again (a rotated Secret's file, a renewed
+    token: :mod:`.s3creds`). At the start it is a refusal all the same: the sampler exits naming
+    the credentials (:func:`~.errors.may_answer_later`)."""
+
+    credentials = True
 
 
 class Throttled(Transient):
@@ -351,6 +367,7 @@ __all__ = [
     "BLOCK",
     "MAX_EMPTY_PAGES",
     "Changed",
+    "CredentialsRefused",
     "Denied",
     "Kind",
     "ListedPage",

@@ -25,7 +25,9 @@ downloader skips the object without retrying. The rules keep three behaviours on
 but not counted toward an outage; fsspec reports such a remote that cannot be reached as
 FileNotFoundError (not found; an HTTP answer under it, a 401, 403 or 429, is typed by that
 answer); and botocore's ``SSLError`` (even a certificate that fails) is retried. Throttling is
-its own kind, :class:`Throttled`, never an outage nor a reason to skip. Every backend's reads
+its own kind, :class:`Throttled`, never an outage nor a reason to skip; so is a refusal of the
+credentials themselves, :class:`CredentialsRefused`, an outage (the keys kept) and never a reason
+to skip. Every backend's reads
 and listing meet a store that throttles, refuses or is down as the same kind
 (tests/remote/test_conformance.py, against each backend's own server).
 """
@@ -42,6 +44,7 @@ from collections.abc import Callable, Iterator
 
 from epochfs.sidecar.remote.base import (
     Changed,
+    CredentialsRefused,
     Denied,
     Kind,
     NotFound,
@@ -56,6 +59,7 @@ from epochfs.sidecar.remote.librules import (
     AZURE_RETRY_CODES,
     AZURE_THROTTLE_CODES,
     GCS_THROTTLE_REASONS,
+    S3_CREDENTIAL_CODES,
     S3_RETRY_CODES,
     S3_THROTTLE_CODES,
     aiohttp_kind,
@@ -277,7 +281,9 @@ def may_answer_later(exc: BaseException) -> bool:
     server down or slow, as in a pod whose cluster DNS is still starting); not when it answered
     with a refusal (no such bucket, access denied), nor when its host name does not exist (a typo
     in ``--endpoint-url``: ``EAI_NONAME``), nor when a TLS handshake was answered by plain HTTP
-    (an ``https://`` URL for an ``http://`` store: :func:`tls_answered_by_plain_http`), nor for
+    (an ``https://`` URL for an ``http://`` store: :func:`tls_answered_by_plain_http`), nor when
+    it refused the credentials (:class:`~.base.CredentialsRefused`: retried while running, where
+    they may be renewed under a running remote, but at the start a setting to fix), nor for
     an error no rule knows. ``epochfs sample``
     exits :data:`~epochfs.sidecar.config.EXIT_RETRY` (75) for the first (the sidecar starts it
     again) and 2 for the rest (the sidecar stops with the reason: docs/sidecar.md)."""
@@ -290,7 +296,7 @@ def may_answer_later(exc: BaseException) -> bool:
     if any(isinstance(link, (ConnectionError, TimeoutError, _asyncio_timeout())) for link in links):
         return True  # under any wrapper: fsspec reports an http(s) URL it cannot reach as not found
     failure = translate(exc, library_kind)
-    return failure is not None and failure.retry
+    return failure is not None and failure.retry and not failure.credentials
 
 
 __all__ = [
@@ -298,9 +304,11 @@ __all__ = [
     "AZURE_THROTTLE_CODES",
     "GCS_THROTTLE_REASONS",
     "PLAIN_HTTP_TLS_REASONS",
+    "S3_CREDENTIAL_CODES",
     "S3_RETRY_CODES",
     "S3_THROTTLE_CODES",
     "Changed",
+    "CredentialsRefused",
     "Denied",
     "Kind",
     "NotFound",

@@ -101,8 +101,13 @@ class GetPool:
 
     def __init__(self, *, connect_timeout: float, read_timeout: float, cafile: str | None = None,
                  max_idle: int = 64, recv_buffer: int = 0,
-                 proxies: Mapping[str, str] | None = None) -> None:
-        """``proxies`` maps a target's URL scheme (``http``, ``https``) to a proxy URL, as in
+                 proxies: Mapping[str, str] | None = None,
+                 tls: Callable[[], ssl.SSLContext] | None = None) -> None:
+        """``tls`` gives the TLS context of every connection (an ``s3://`` remote's one CA bundle,
+        :mod:`.trust`, which botocore's client verifies against too); without it, OpenSSL's
+        defaults, or ``cafile``'s certificates alone when given.
+
+        ``proxies`` maps a target's URL scheme (``http``, ``https``) to a proxy URL, as in
         botocore's ``Config(proxies=...)`` and ``botocore.utils.get_environ_proxies``; other keys
         (``no``, ``ftp``...) are ignored, as botocore ignores them. A proxy URL that cannot be
         used raises ``ValueError`` (its message holds no credentials)."""
@@ -117,6 +122,7 @@ class GetPool:
         self._proxies = {scheme: Proxy.from_url(proxy) for scheme, proxy in (proxies or {}).items()
                          if scheme in ("http", "https") and proxy}
         self._cafile = cafile
+        self._tls = tls
         self._ssl: ssl.SSLContext | None = None
         self._lock = threading.Lock()
         self._idle: dict[_Key, list[http.client.HTTPConnection]] = {}
@@ -229,7 +235,8 @@ class GetPool:
         # One context for every connection: loading the CA certificates takes tens of ms.
         with self._lock:
             if self._ssl is None:
-                self._ssl = ssl.create_default_context(cafile=self._cafile)
+                tls = self._tls or (lambda: ssl.create_default_context(cafile=self._cafile))
+                self._ssl = tls()
             return self._ssl
 
     def release(self, key: _Key, conn: http.client.HTTPConnection, *, reusable: bool) -> None:

@@ -24,7 +24,16 @@ import sys
 import xml.etree.ElementTree as ElementTree
 from typing import Any
 
-from epochfs.sidecar.remote.base import Changed, Denied, Kind, NotFound, Throttled, Transient, Unavailable
+from epochfs.sidecar.remote.base import (
+    Changed,
+    CredentialsRefused,
+    Denied,
+    Kind,
+    NotFound,
+    Throttled,
+    Transient,
+    Unavailable,
+)
 from epochfs.sidecar.remote.httpget import HTTPStatusError
 
 # ---------------------------------------------------------------------------- HTTP and S3
@@ -37,6 +46,13 @@ S3_RETRY_CODES = S3_THROTTLE_CODES | frozenset({
     "500", "502", "503", "504",  # botocore's code when the error had no body
 })
 """S3 error codes worth another try whatever their status."""
+S3_CREDENTIAL_CODES = frozenset({
+    "InvalidAccessKeyId", "SignatureDoesNotMatch", "ExpiredToken", "ExpiredTokenException",
+    "InvalidToken", "TokenRefreshRequired", "InvalidClientTokenId", "AuthFailure",
+})
+"""S3 error codes that refuse the credentials themselves (an unknown or deleted key, a wrong secret,
+an expired session token), whatever the object: :class:`~.base.CredentialsRefused`, the remote's as a
+whole. ``AccessDenied`` is not among them: known credentials without the right to one object."""
 
 
 def status_kind(status: int) -> Kind:
@@ -50,6 +66,8 @@ def status_kind(status: int) -> Kind:
 
 def s3_kind(status: int, code: str) -> Kind:
     """The kind of an S3 error answer, from its status and its error code."""
+    if code in S3_CREDENTIAL_CODES:
+        return CredentialsRefused
     if code in S3_THROTTLE_CODES:
         return Throttled
     if code in S3_RETRY_CODES:
@@ -79,7 +97,8 @@ def s3_answer(e: HTTPStatusError) -> tuple[str, str]:
 
 
 def botocore_kind(e: BaseException) -> Kind | None:
-    """The kind of a botocore exception: S3's error answers by status and code, transport
+    """The kind of a botocore exception: S3's error answers by status and code (a refusal of the
+    credentials, or none found, the remote's as a whole), transport
     errors as retried (an outage when the connection could not be made or timed out, or, seen
     by :func:`~.errors.translate`, when a reset lies under them). None while botocore is not loaded (the
     S3 remote makes its client on first need): none of its exceptions can exist then, and
@@ -93,6 +112,8 @@ def botocore_kind(e: BaseException) -> Kind | None:
         response: dict[str, Any] = dict(e.response or {})
         status = int(response.get("ResponseMetadata", {}).get("HTTPStatusCode", 0) or 0)
         return s3_kind(status, str(response.get("Error", {}).get("Code", "")))
+    if isinstance(e, (bce.NoCredentialsError, bce.PartialCredentialsError, bce.CredentialRetrievalError)):
+        return CredentialsRefused  # none found (a credentials file emptied, a token not yet renewed)
     if isinstance(e, (bce.EndpointConnectionError, bce.ConnectTimeoutError, bce.ReadTimeoutError)):
         return Unavailable
     if isinstance(e, (bce.HTTPClientError, bce.ConnectionError, bce.IncompleteReadError,
@@ -221,6 +242,7 @@ __all__ = [
     "AZURE_RETRY_CODES",
     "AZURE_THROTTLE_CODES",
     "GCS_THROTTLE_REASONS",
+    "S3_CREDENTIAL_CODES",
     "S3_RETRY_CODES",
     "S3_THROTTLE_CODES",
     "aiohttp_kind",

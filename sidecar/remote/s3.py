@@ -17,7 +17,8 @@ The bodies are read, and what vouches for them (the stored checksum, an md5 ETag
 answer, by the readers of :mod:`.s3read`. Failures come out typed where they arise
 (:mod:`.errors`): botocore's by :func:`~.librules.botocore_kind`, the fast path's S3 error
 answers (their ``<Code>`` read as XML), proxy refusals and socket errors by
-:func:`~.errors.fast_path_failure`. The interface this class implements is
+:func:`~.errors.fast_path_failure`. A refusal of the credentials themselves has a new botocore session
+and client made, which read them again (:mod:`.s3creds`). The interface this class implements is
 :class:`~.base.Remote`; :mod:`.registry` opens it for ``s3://``.
 """
 
@@ -26,16 +27,13 @@ from __future__ import annotations
 import contextlib
 import importlib.util
 import logging
-import os
 import threading
 from collections.abc import Callable, Iterator
 from functools import partial
 from typing import Any
-from urllib.parse import urlparse
 
 from epochfs.sidecar.remote import s3boto
 from epochfs.sidecar.remote.base import (
-    BLOCK,
     ListedPage,
     PagedRemote,
     PageWalk,
@@ -43,7 +41,6 @@ from epochfs.sidecar.remote.base import (
     Remote,
     RemoteError,
     RemoteObject,
-    Transient,
 )
 from epochfs.sidecar.remote.errors import fast_path_failure
 from epochfs.sidecar.remote.httpget import DEFAULT_RECV_BUFFER, GetPool, HTTPStatusError
@@ -56,16 +53,16 @@ from epochfs.sidecar.remote.s3client import (
     new_client,
     signer_in_bucket_region,
 )
-from epochfs.sidecar.remote.s3list import ListedXML, ListXMLError, client_error_text, parse_list_page
+from epochfs.sidecar.remote.s3creds import CredentialRereads
+from epochfs.sidecar.remote.s3fastlist import Fallback as _Fallback
+from epochfs.sidecar.remote.s3fastlist import list_fast
+from epochfs.sidecar.remote.s3list import ListedXML
 from epochfs.sidecar.remote.s3read import BOTOCORE, CHECKSUM_MODE, BotoReader, FastReader
 from epochfs.sidecar.remote.sigv4 import Presigner, environ_proxies, light_settings
+from epochfs.sidecar.remote.trust import resolve_trust
 from epochfs.sidecar.remote.urls import split_url
 
 log = logging.getLogger("epochfs.remote")
-
-class _Fallback(Exception):
-    """The presigned fast path cannot serve this bucket (region redirect, auth scheme)."""
-
 
 class S3Remote(Remote):
     """``s3://bucket/prefix`` through one botocore client (thread-safe), used from any thread.
@@ -77,8 +74,8 @@ class S3Remote(Remote):
     Every GET asks for the object's stored checksum (``x-amz-checksum-mode: ENABLED``, signed
     into the URL), which the downloader checks while streaming. Listing pages take the same path
     (:meth:`list_page`). What the fast path cannot serve (a region redirect, no credentials) goes
-    through the botocore client directly. Both go through the same proxy: the fast path takes the
-    one botocore's client takes (see :meth:`_proxies`).
+    through the botocore client directly. Both go through the same proxy (the one botocore's
+    client takes, :meth:`_proxies`) and trust the same CA bundle (:mod:`.trust`).
 
     Plain botocore rather than s3fs/aiobotocore: nothing here needs an event loop any more, and
     leaving s3fs, aiobotocore and aiohttp out saves about 0.2 s of start-up (imports, a second
@@ -109,21 +106,21 @@ class S3Remote(Remote):
         self._endpoint_url = endpoint_url
         self._boto: Any = None
         self._boto_lock = threading.Lock()
+        self._creds = CredentialRereads(self._forget_client)  # a rotated credentials file read again
         self._region_lock = threading.Lock()
         light = light_settings(endpoint_url)
+        self._trust = resolve_trust(profiles=light is None)  # one CA bundle: the fast path's and botocore's
         # Presigned URLs without botocore where they are the same URL (sigv4.light_settings):
         # botocore's import and client (~0.4 s) are then made on first need, off the way to the
         # first GET, and each GET is signed in microseconds instead of botocore's ~0.3 ms.
         self._signer: Presigner | None = Presigner(light) if light is not None else None
-        pool = partial(
-            GetPool, connect_timeout=connect_timeout, read_timeout=read_timeout,
-            cafile=os.environ.get("AWS_CA_BUNDLE") or None, max_idle=concurrency + 4,
-            recv_buffer=DEFAULT_RECV_BUFFER,
-        )
+        pool = partial(GetPool, connect_timeout=connect_timeout, read_timeout=read_timeout,
+                       tls=self._trust.context, max_idle=concurrency + 4, recv_buffer=DEFAULT_RECV_BUFFER)
         self._fast = True
         self._fast_list = True  # off once botocore lists what a presigned listing was refused
         self._ahead: PageAhead[ListedPage] = PageAhead()
         endpoint = light.endpoint if light is not None else self._client.meta.endpoint_url
+        self._trust.checked(endpoint)  # a bundle named that cannot be loaded: refused at the start
         try:
             self._gets = pool(proxies=self._proxies())
         except ValueError as e:  # a proxy URL the fast path cannot use: botocore decides
@@ -169,6 +166,13 @@ class S3Remote(Remote):
             return self._new_client(self._signer.region)
         return client_in_bucket_region(self._new_client(), self.bucket, self._new_client)
 
+    def _forget_client(self) -> Any:
+        """Drop botocore's client (returned): the next use makes a new session and client, which
+        read the credentials again (botocore reads a shared credentials file only then)."""
+        with self._boto_lock:
+            client, self._boto = self._boto, None
+        return client
+
     def _learn_region(self) -> bool:
         """Once, after a presigned request was refused (or before botocore's client is made):
         sign for the bucket's own region (:func:`.s3client.signer_in_bucket_region`). True when
@@ -198,7 +202,7 @@ class S3Remote(Remote):
         return url
 
     def _new_client(self, region: str | None = None) -> Any:
-        return new_client(self._session, region, self._endpoint_url, self._config)
+        return new_client(self._trust.pin(self._session), region, self._endpoint_url, self._config)
 
     def _proxies(self) -> dict[str, str]:
         """The proxies of botocore's own client (:func:`.s3client.client_proxies`), so listing and
@@ -266,6 +270,7 @@ class S3Remote(Remote):
             kwargs["StartAfter"] = root + start_after
         if delimiter:
             kwargs["Delimiter"] = "/"
+        generation = self._creds.generation
         fast = self._list_fast(kwargs) if self._fast and self._fast_list else None
         if isinstance(fast, _Fallback) and self._learn_region():  # signed for the bucket's region now
             fast = self._list_fast(kwargs)
@@ -278,8 +283,9 @@ class S3Remote(Remote):
         try:
             page = self._client.list_objects_v2(**kwargs)
         except Exception as e:
+            self._creds.refused(e)
             raise RemoteError(f"cannot list {self.url}: {e}") from e
-        if fast is not None and self._fast_list:
+        if fast is not None and self._fast_list and generation == self._creds.generation:
             # botocore listed what the presigned URL was refused: stop using it for listing.
             log.warning("S3 presigned listing refused (%s); using botocore for every page", fast)
             self._fast_list = False
@@ -292,45 +298,22 @@ class S3Remote(Remote):
         return ListedPage(objects, prefixes, str(more) if more else None, truncated=truncated)
 
     def _list_fast(self, kwargs: dict[str, Any]) -> ListedXML | _Fallback:
-        """The page of ``kwargs`` through a presigned URL, read with ElementTree
-        (:mod:`.s3list`); a :class:`_Fallback` when S3 refuses the URL (301,
-        307, 400, 403: botocore asks again, and redirects or reports it). Any other failure is a
-        :class:`RemoteError` worded as botocore's (``cannot list ...: An error occurred
-        (NoSuchBucket) ...``) raised from the typed failure a GET would give
-        (:func:`~.errors.fast_path_failure`: a ``503 SlowDown`` is
-        :class:`~.base.Throttled`). ``encoding-type=url`` is asked, as
-        botocore asks it, so keys XML 1.0 cannot carry come back (decoded by the parser)."""
-        what = f"list {kwargs['Prefix']!r}"
+        """The page of ``kwargs`` through a presigned URL (:func:`.s3fastlist.list_fast`);
+        ``encoding-type=url`` is asked, as botocore asks it, so keys XML 1.0 cannot carry come
+        back (decoded by the parser)."""
         url = self._presign("list_objects_v2", {**kwargs, "EncodingType": "url"}, {})
-        try:
-            response = self._gets.get(url)
-            try:
-                body = b"".join(iter(partial(response.read, BLOCK), b""))
-            finally:
-                response.close()
-        except Exception as e:
-            if isinstance(e, HTTPStatusError) and e.status in (301, 307, 400, 403):
-                return _Fallback(s3_answer(e)[1])
-            failure = fast_path_failure(e, key=what)
-            if failure is None:
-                raise RemoteError(f"cannot list {self.url}: {e}") from e
-            if failure.__cause__ is None:
-                failure.__cause__ = e
-            if isinstance(e, HTTPStatusError):
-                text = client_error_text(e.status, e.body)
-            else:  # name the endpoint, as botocore's transport errors do (never the userinfo)
-                parsed = urlparse(url)
-                text = f"{failure} (endpoint {parsed.scheme}://{parsed.netloc.rpartition('@')[2]})"
-            raise RemoteError(f"cannot list {self.url}: {text}") from failure
-        try:
-            return parse_list_page(body)
-        except ListXMLError as e:  # a garbled or cut page: worth another try, as botocore's parser error
-            raise RemoteError(f"cannot list {self.url}: {e}") from Transient(f"{what}: {e}")
+        return list_fast(self._gets, self.url, url, f"list {kwargs['Prefix']!r}")
 
     def open(self, key: str, *, checksum: bool = False) -> Reader:
         """Open ``key``; S3 is always asked for the object's stored checksum (checksum mode), which
         the reader hands to the downloader as ``checksum`` (``checksum`` is ignored: there is no
-        cost in asking)."""
+        cost in asking). A refusal of the credentials has them read again (:mod:`.s3creds`)."""
+        with self._creds.watching():
+            return self._open(key)
+
+    def _open(self, key: str) -> Reader:
+        """:meth:`open` itself."""
+        generation = self._creds.generation
         kwargs: dict[str, Any] = {"Bucket": self.bucket, "Key": self._full_key(key),
                                   "ChecksumMode": "ENABLED"}
         refused: _Fallback | None = None
@@ -343,8 +326,9 @@ class S3Remote(Remote):
             refused = fast
         with BOTOCORE:
             response = self._client.get_object(**kwargs)
-        if refused is not None and self._fast:
-            # botocore got what the presigned URL was refused: stop using the fast path.
+        if refused is not None and self._fast and generation == self._creds.generation:
+            # botocore got what the presigned URL was refused (with the same credentials): stop
+            # using the fast path.
             log.warning("S3 presigned GETs refused (%s); using botocore for every GET", refused)
             self._fast = False
         return BotoReader(response)

@@ -1,7 +1,8 @@
 """The outage breaker: tell a remote that is down from an object that is bad.
 
 A failure that points at the remote as a whole (connection refused or reset, timeout, a 5xx
-that is not throttling) on ``OUTAGE_AFTER`` objects in a row means the remote is down: skipping those keys
+that is not throttling, a refusal of the credentials themselves: S3's ``InvalidAccessKeyId``,
+``ExpiredToken``...) on ``OUTAGE_AFTER`` objects in a row means the remote is down: skipping those keys
 would lose them for good, so the breaker keeps them for later and pauses new downloads, with a
 pause that doubles up to a bound. Throttling (S3 ``SlowDown``, 429) is not an outage and never
 reaches the breaker: the fetch window answers it (:mod:`.throttle`).
@@ -39,6 +40,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from epochfs.sidecar.metrics_sampler import process_metrics
+from epochfs.sidecar.remote.base import CredentialsRefused
 from epochfs.sidecar.store import Candidate
 
 if TYPE_CHECKING:
@@ -152,7 +154,7 @@ class OutageBreaker:
         self._held = {}
         self.keep(cand)
         if now >= self.paused_until:
-            log.warning("remote unavailable (%d objects in a row: %s); pausing %.0fs, keys kept",
+            log.warning("%s (%d objects in a row: %s); pausing %.0fs, keys kept", _down(error),
                         self._streak, error, self._pause)
             self.paused_until = now + self._pause
             self._pause = min(self.longest_pause, self._pause * 2)
@@ -198,6 +200,14 @@ class OutageBreaker:
                 self._retried.add(key)
                 self.keep(held.cand)
         return skip
+
+
+def _down(error: str | None) -> str:
+    """How the pause's log line names the outage: the credentials when the store refuses them
+    (the remote reads them again meanwhile: a rotated Secret is taken up), else the remote."""
+    if error is not None and f"{CredentialsRefused.__name__}:" in error:
+        return "remote refuses the credentials"
+    return "remote unavailable"
 
 
 def give_up(store: Store, key: str) -> bool:

@@ -560,9 +560,11 @@ THROTTLING = [("az", "azure-serverbusy"), ("gs", "gcs-429"), ("gs", "gcs-403-rat
 """(backend, its throttling answer: answering_front.ANSWERS)."""
 DENIALS = [("az", "wrong key", "failed to authenticate"), ("gs", "gcs-401", "Invalid Credentials"),
            ("gs", "gcs-403", "storage.objects.get"), ("http", "http-401", "401"), ("http", "http-403", "403"),
-           ("s3", "s3-invalid-key", "InvalidAccessKeyId"), ("s3", "s3-access-denied", "AccessDenied")]
+           ("s3", "s3-access-denied", "AccessDenied")]
 """(backend, its refusal: answering_front.ANSWERS or Azurite's own check of a wrong key, what
-every error of it says)."""
+every error of it says). S3's refusal of the credentials themselves (``s3-invalid-key``) is not
+among them: it is the remote's as a whole, kept as an outage's keys and read again
+(tests/remote/test_credential_rereads.py)."""
 
 
 def _read_all(remote: Remote, key: str) -> bytes:

@@ -180,7 +180,10 @@ BOTOCORE: list[Case] = [  # s3:// through botocore (a refused fast path, S3's ch
     ("proxy unreachable", lambda: chained(bce.ProxyConnectionError(proxy_url="http://p:1", error="x"),
                                           u3.ProxyError("p", None), ConnectionRefusedError(111, "refused")),
      "Unavailable", "outage"),
-    ("no credentials", lambda: bce.NoCredentialsError(), None, "skip"),
+    ("no credentials", lambda: bce.NoCredentialsError(), "CredentialsRefused", "outage"),
+    ("InvalidAccessKeyId 403", lambda: client_error(403, "InvalidAccessKeyId"), "CredentialsRefused",
+     "outage"),
+    ("ExpiredToken 400", lambda: client_error(400, "ExpiredToken"), "CredentialsRefused", "outage"),
 ]
 
 FSSPEC: list[Case] = [  # http(s):// and gs:// through fsspec (aiohttp)
