@@ -16,6 +16,7 @@ from typing import Any
 from epochfs.sidecar.remote.base import Denied, NotFound
 from epochfs.sidecar.remote.errors import _chain, gcs_kind, s3_error_code, tls_answered_by_plain_http
 from epochfs.sidecar.remote.httpget import HTTPStatusError
+from epochfs.sidecar.remote.trust import TrustSettingError
 
 S3_CREDENTIAL_CODES = frozenset({
     "InvalidAccessKeyId", "SignatureDoesNotMatch", "ExpiredToken", "InvalidToken",
@@ -39,12 +40,12 @@ class NoSuchBucket(NotFound):
 
 RefusalCause = str
 """What a refused first listing says is wrong, for the fix the sampler names (sampler/refusals.py):
-``host`` (the name does not resolve), ``certificate`` (TLS refused it), ``scheme`` (an
-``https://`` URL whose server answered plain HTTP), ``aws-config`` (botocore could not use the
-AWS configuration: no such ``AWS_PROFILE``, a config file it cannot parse), ``credentials`` (none
-found, or the store does not accept them), ``access`` (accepted, but not allowed), ``bucket`` (no
-such bucket or container), ``region`` (another region's bucket), ``missing`` (no such folder,
-object or URL)."""
+``ca-bundle`` (the CA bundle a setting names cannot be used), ``host`` (the name does not resolve),
+``certificate`` (TLS refused it), ``scheme`` (an ``https://`` URL whose server answered plain HTTP),
+``aws-config`` (botocore could not use the AWS configuration: no such ``AWS_PROFILE``, a config file
+it cannot parse), ``credentials`` (none found, or the store does not accept them), ``access``
+(accepted, but not allowed), ``bucket`` (no such bucket or container), ``region`` (another region's
+bucket), ``missing`` (no such folder, object or URL)."""
 
 
 def _gcs_status(link: BaseException) -> int | None:
@@ -103,6 +104,8 @@ def refusal_cause(exc: BaseException) -> RefusalCause | None:
     exception and its causes; None when nothing in them tells (then the message names the flag
     only). Asked only of failures :func:`may_answer_later` says a restart would meet again."""
     links = list(_chain(exc))
+    if any(isinstance(link, TrustSettingError) for link in links):
+        return "ca-bundle"
     if any(isinstance(link, socket.gaierror) for link in links):
         return "host"
     if any(isinstance(link, ssl.SSLCertVerificationError) for link in links):

@@ -68,6 +68,8 @@ def refusal_fix(settings: SamplerSettings, cause: str | None) -> tuple[str, str]
     elif cause == "host":
         fix = (f"the store's endpoint for {flag} does not resolve from this node: check the node's "
                "DNS and egress (or --endpoint-url)")
+    elif cause == "ca-bundle":  # the line names the setting and the path already
+        fix = "point it at the CA's PEM file, or unset it for botocore's default bundle"
     elif cause == "certificate":
         fix = f"check {flag}'s host and its TLS certificate"
         fix += "; a private CA's bundle goes in AWS_CA_BUNDLE" if s3 else ""

@@ -215,7 +215,9 @@ def test_an_aws_ca_bundle_that_is_not_a_bundle_is_refused_naming_it(
     cache = tmp_path / "cache"
     status, said = _refused(cache, front, _keys_env(tmp_path / "home", AWS_CA_BUNDLE=str(bundle)))
     assert status == 2, said[-3000:]
-    assert _last_line(said).startswith(f"epochfs sample: --remote: AWS_CA_BUNDLE: {bundle}: {missing}")
+    line = _last_line(said)
+    assert line.startswith(f"epochfs sample: --remote: AWS_CA_BUNDLE: {bundle}: {missing}"), line
+    assert line.endswith("; point it at the CA's PEM file, or unset it for botocore's default bundle"), line
 
 
 def test_a_profiles_missing_ca_bundle_is_refused_naming_the_profile_and_the_path(
@@ -227,6 +229,7 @@ def test_a_profiles_missing_ca_bundle_is_refused_naming_the_profile_and_the_path
     assert status == 2, said[-3000:]
     line = _last_line(said)
     assert f"ca_bundle of AWS profile 'train' in {tmp_path / 'config'}: {bundle}: no such file" in line
+    assert "check --remote" not in line, "the setting is named: not --remote's URL"
 
 
 @pytest.mark.parametrize("settings", [
