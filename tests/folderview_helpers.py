@@ -20,10 +20,11 @@ import sqlite3
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -224,3 +225,35 @@ def last_read(cache: Path, n: int) -> float:
         return float(db.execute("SELECT last_read FROM epochs WHERE n=?", (n,)).fetchone()[0])
     finally:
         db.close()
+
+
+@contextlib.contextmanager
+def publishing(cache: Path, folder: Path, *,
+               on_recovered: Callable[[], None] | None = None) -> Iterator[list[BaseException]]:
+    """The loop ``epochfs publish`` runs (:func:`~epochfs.sidecar.folderview._publish_until`) on a
+    thread of the test, over its own store of ``cache``, for the block; yields what it raised (the
+    block asserts on it), and fails if it raised or did not stop."""
+    from epochfs.sidecar import folderview
+
+    stop = threading.Event()
+    failed: list[BaseException] = []
+
+    def publish() -> None:
+        try:
+            with Store(cache) as own:
+                publisher = FolderPublisher(store=own, folder=folder, link_root=own.objects_dir, grace=False)
+                try:
+                    folderview._publish_until(stop, publisher, interval=0.02, on_recovered=on_recovered)
+                finally:
+                    publisher.close()
+        except BaseException as e:  # shown by the caller's assertions
+            failed.append(e)
+
+    thread = threading.Thread(target=publish)
+    thread.start()
+    try:
+        yield failed
+    finally:
+        stop.set()
+        thread.join(timeout=60)
+    assert not thread.is_alive() and not failed, failed

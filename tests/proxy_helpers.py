@@ -22,6 +22,7 @@ import socket
 import ssl
 import subprocess
 import threading
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -348,3 +349,24 @@ class StaticServer(_Base):
     def client_ports(self) -> set[int]:
         with self.lock:
             return {port for port, _path, _headers in self.requests}
+
+
+PROXY_VARIABLES = ("HTTP_PROXY", "http_proxy", "HTTPS_PROXY", "https_proxy")
+"""The variables that send Python's ``urlopen`` (and curl) through a proxy."""
+
+
+@contextlib.contextmanager
+def refusing_proxy() -> Iterator[ForwardProxy]:
+    """A proxy that answers 407 to any request without its credentials (none is sent), counting
+    each: a request to the pod's own sidecar must never reach it."""
+    forward = ForwardProxy(auth=("corp", "not-sent"))
+    try:
+        yield forward
+    finally:
+        forward.close()
+
+
+def proxied(env: Mapping[str, str], proxy: ForwardProxy) -> dict[str, str]:
+    """``env`` with every proxy variable naming ``proxy`` and no NO_PROXY."""
+    out = {k: v for k, v in env.items() if k.lower() not in ("no_proxy", "http_proxy", "https_proxy")}
+    return {**out, **dict.fromkeys(PROXY_VARIABLES, proxy.url)}

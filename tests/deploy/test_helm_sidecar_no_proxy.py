@@ -24,28 +24,17 @@ import pytest
 from common import wait_until
 from folderview_helpers import folder_sidecar, owned_dir, write_remote
 from helm_helpers import env_of
-from proxy_helpers import ForwardProxy
+from proxy_helpers import ForwardProxy, proxied, refusing_proxy
 from test_helm_default_trainer_folder import trainer_of
 from test_helm_legacy_ready import Legacy, _kill, legacy  # noqa: F401  (legacy: the fixture)
 
 OBJECTS = {f"train/{i:02d}.npy": bytes([i]) * 64 for i in range(6)}
-PROXY_VARIABLES = ("HTTP_PROXY", "http_proxy", "HTTPS_PROXY", "https_proxy")
 
 
 @pytest.fixture
 def proxy() -> Iterator[ForwardProxy]:
-    """A proxy that answers 407 to any request without its credentials (none is sent)."""
-    forward = ForwardProxy(auth=("corp", "not-sent"))
-    try:
+    with refusing_proxy() as forward:
         yield forward
-    finally:
-        forward.close()
-
-
-def proxied(env: dict[str, str], proxy: ForwardProxy) -> dict[str, str]:
-    """``env`` with every proxy variable naming ``proxy`` and no NO_PROXY."""
-    out = {k: v for k, v in env.items() if k.lower() not in ("no_proxy", "http_proxy", "https_proxy")}
-    return {**out, **dict.fromkeys(PROXY_VARIABLES, proxy.url)}
 
 
 @pytest.mark.parametrize("where", ["chart", "example"])

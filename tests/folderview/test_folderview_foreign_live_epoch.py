@@ -11,14 +11,13 @@ from __future__ import annotations
 
 import logging
 import os
-import threading
 from pathlib import Path
 
 import pytest
 from common import wait_until
+from folderview_helpers import publishing
 from fuse_helpers import admit, make_objects, open_store
 
-from epochfs.sidecar import folderview
 from epochfs.sidecar.folderview import FolderPublisher
 from epochfs.sidecar.store import Meta, Store
 from epochfs.torchclient import layout
@@ -100,24 +99,7 @@ def test_the_pause_reason_is_recorded_until_the_folder_is_moved_away(tmp_path: P
     folder.mkdir()
     (folder / ".epochfs").mkdir()  # a folder the view published before
     users = _users_epoch(folder, 1)
-    stop = threading.Event()
-    failed: list[BaseException] = []
-
-    def publish() -> None:
-        try:
-            with Store(tmp_path / "cache") as own:
-                publisher = FolderPublisher(store=own, folder=folder, link_root=own.objects_dir, grace=False)
-                try:
-                    folderview._publish_until(stop, publisher, interval=0.02)
-                finally:
-                    publisher.close()
-        except BaseException as e:  # shown by the assertions below
-            failed.append(e)
-
-    thread = threading.Thread(target=publish)
-    thread.start()
-    reader = Store(tmp_path / "cache")
-    try:
+    with publishing(tmp_path / "cache", folder) as failed, Store(tmp_path / "cache") as reader:
         wait_until(lambda: failed or "epoch-1" in (reader.meta(Meta.PUBLISH_PAUSED) or ""), timeout=30,
                    what="the pause reason naming epoch-1")
         assert not failed, failed
@@ -129,8 +111,3 @@ def test_the_pause_reason_is_recorded_until_the_folder_is_moved_away(tmp_path: P
         assert not failed, failed
         wait_until(lambda: os.path.islink(folder / "latest") and os.readlink(folder / "latest") == "epoch-1",
                    timeout=30, what="latest -> epoch-1")
-    finally:
-        stop.set()
-        thread.join(timeout=60)
-        reader.close()
-    assert not thread.is_alive() and not failed, failed

@@ -8,14 +8,12 @@ publish`` runs, on a thread of the test."""
 
 from __future__ import annotations
 
-import threading
 from pathlib import Path
 
 from common import wait_until
+from folderview_helpers import publishing
 from fuse_helpers import admit, make_objects, open_store
 
-from epochfs.sidecar import folderview
-from epochfs.sidecar.folderview import FolderPublisher
 from epochfs.sidecar.store import Meta, Store
 from epochfs.torchclient import layout
 
@@ -27,31 +25,9 @@ def test_a_pause_a_killed_publisher_left_is_cleared_by_the_next(tmp_path: Path) 
     store.set_meta(Meta.PUBLISH_PAUSED, "the folder view's volume is full (No space left on device: /v)")
     store.close()
     folder = tmp_path / "view"
-    stop = threading.Event()
-    failed: list[BaseException] = []
-
-    def publish() -> None:
-        try:
-            with Store(tmp_path / "cache") as own:
-                publisher = FolderPublisher(store=own, folder=folder, link_root=own.objects_dir, grace=False)
-                try:
-                    folderview._publish_until(stop, publisher, interval=0.02)
-                finally:
-                    publisher.close()
-        except BaseException as e:  # shown by the assertions below
-            failed.append(e)
-
-    thread = threading.Thread(target=publish)
-    thread.start()
-    reader = Store(tmp_path / "cache")
-    try:
+    with publishing(tmp_path / "cache", folder) as failed, Store(tmp_path / "cache") as reader:
         wait_until(lambda: failed or layout.manifest_path(folder, 0).exists(), timeout=30,
                    what="epoch 0 published")
         wait_until(lambda: failed or reader.meta(Meta.PUBLISH_PAUSED) is None, timeout=30,
                    what="the dead publisher's pause cleared")
         assert not failed, failed
-    finally:
-        stop.set()
-        thread.join(timeout=60)
-        reader.close()
-    assert not thread.is_alive() and not failed, failed

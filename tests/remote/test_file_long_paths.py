@@ -20,27 +20,11 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+from file_chain import make_chain
 
 from epochfs.sidecar.keys import MAX_PATH_BYTES, Skip, check_key
 from epochfs.sidecar.remote.base import Changed
 from epochfs.sidecar.remote.file import DEEPEST, FileRemote
-
-
-def make_chain(root: Path, folders: list[bytes], name: bytes, body: bytes) -> str:
-    """The file ``folders/.../name`` under ``root``, made one folder descriptor at a time; its key."""
-    fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        for folder in folders:
-            os.mkdir(folder, dir_fd=fd)
-            inner = os.open(folder, os.O_RDONLY | os.O_DIRECTORY, dir_fd=fd)
-            os.close(fd)
-            fd = inner
-        out = os.open(name, os.O_WRONLY | os.O_CREAT, 0o644, dir_fd=fd)
-        os.write(out, body)
-        os.close(out)
-    finally:
-        os.close(fd)
-    return b"/".join([*folders, name]).decode()
 
 
 def long_root(tmp_path: Path) -> Path:

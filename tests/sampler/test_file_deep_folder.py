@@ -17,26 +17,10 @@ import sqlite3
 from pathlib import Path
 
 from common import wait_until
+from file_chain import make_chain
 from sampler_helpers import index_rows, running_sampler, verify_cache
 
 from epochfs.sidecar.store import Store
-
-
-def make_chain(root: Path, folders: list[bytes], name: bytes, body: bytes) -> str:
-    """The file ``folders/.../name`` under ``root``, made one folder descriptor at a time; its key."""
-    fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        for folder in folders:
-            os.mkdir(folder, dir_fd=fd)
-            inner = os.open(folder, os.O_RDONLY | os.O_DIRECTORY, dir_fd=fd)
-            os.close(fd)
-            fd = inner
-        out = os.open(name, os.O_WRONLY | os.O_CREAT, 0o644, dir_fd=fd)
-        os.write(out, body)
-        os.close(out)
-    finally:
-        os.close(fd)
-    return b"/".join([*folders, name]).decode()
 
 
 def _skipped_total(cache: Path) -> int:

@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 from common import wait_until
 from folderview_helpers import folder_sidecar, owned_dir, write_remote
-from proxy_helpers import ForwardProxy
+from proxy_helpers import ForwardProxy, proxied, refusing_proxy
 
 OBJECTS = {f"train/{i:02d}.bin": bytes([i]) * 256 for i in range(6)}
 
@@ -43,20 +43,13 @@ print(json.dumps(got))
 
 @pytest.fixture
 def proxy() -> Iterator[ForwardProxy]:
-    """A proxy that answers 407 to any request without its credentials (none is sent)."""
-    forward = ForwardProxy(auth=("corp", "not-sent"))
-    try:
+    with refusing_proxy() as forward:
         yield forward
-    finally:
-        forward.close()
 
 
 def proxied_env(proxy: ForwardProxy, **extra: str) -> dict[str, str]:
     """This process's environment with every proxy variable naming ``proxy`` and no NO_PROXY."""
-    env = {k: v for k, v in os.environ.items() if k.lower() not in ("no_proxy", "http_proxy", "https_proxy")}
-    for name in ("HTTP_PROXY", "http_proxy", "HTTPS_PROXY", "https_proxy"):
-        env[name] = proxy.url
-    return {**env, **extra}
+    return {**proxied(os.environ, proxy), **extra}
 
 
 def test_cut_and_report_go_direct_to_the_sidecar(proxy: ForwardProxy) -> None:
