@@ -4,10 +4,11 @@ globs, under the object limit.
 Each key is checked (:mod:`epochfs.sidecar.keys`), hashed into its shard and its rank in the
 sampling order (:mod:`epochfs.sidecar.keyorder`), and filtered by the object size limit. Hostile
 keys and objects over the limit are counted (the store adds them to ``skipped_total`` once per
-complete listing) and logged once each (the first ``LOG_LIMIT`` of each kind, then a summary).
-When a span lists in byte order (S3), a key that is also a folder of other keys (``a/b`` beside
-``a/b/c``) cannot be shown as both a file and a folder: the file is skipped and counted the same
-way. Across spans, a file whose name is a span boundary folder (``cat`` beside ``cat/``) is too.
+complete listing) and logged once each (the first ``LOG_LIMIT`` of each kind, then a summary; a
+relist logs only the keys it did not skip before, :mod:`.skiplog`). When a listing is sorted by
+key (S3), a key that is also a folder of other keys (``a/b`` beside ``a/b/c``) cannot be shown as
+both a file and a folder: the file is skipped and counted the same way, however the spans and
+the planner's splits cut the key space between the two (:mod:`.clashes`).
 A clash-skipped key keeps its catalog row, marked not to be fetched as a new sample: the remote
 still has it, so a relist does not count it "gone from the remote", and a sample of it the cache
 already holds (an upload made its name a folder later) is repaired in place when damaged, not
@@ -26,10 +27,12 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from epochfs.sidecar import keyorder
 from epochfs.sidecar.keys import SafeKey, Skip, check_key, is_directory_marker
+from epochfs.sidecar.listing.clashes import CatalogClashes, ClashBook, ClashFinder, Edges
 from epochfs.sidecar.remote import RemoteObject
 from epochfs.sidecar.store import CatalogRow
 from epochfs.sidecar.store.listings import Listings
@@ -105,39 +108,6 @@ class CatalogReport:
         return ", ".join(parts)
 
 
-class ClashFinder:
-    """Finds keys that are also folders of later keys, in a listing sorted by UTF-8 bytes.
-
-    Keeps a stack of recent keys whose folder range ``[key + "/", key + "0")`` is still ahead;
-    the ranges are nested, so a stack suffices and stays as short as the deepest nesting. Only
-    keys this node cataloged are reported (another shard's file is another node's business).
-    """
-
-    def __init__(self) -> None:
-        self._stack: list[tuple[str, bool]] = []
-        self._last: str | None = None
-        self.sorted = True
-
-    def see(self, key: str, cataloged: bool) -> list[str]:
-        """Feed the next key; returns earlier cataloged keys now known to be folders (to skip)."""
-        if self._last is not None and key < self._last:
-            self.sorted = False
-        self._last = key
-        if not self.sorted:
-            return []
-        clashes = []
-        while self._stack and key >= self._stack[-1][0] + "0":
-            self._stack.pop()
-        for i in range(len(self._stack) - 1, -1, -1):
-            f, was_cataloged = self._stack[i]
-            if key.startswith(f + "/"):
-                if was_cataloged:
-                    clashes.append(f)
-                del self._stack[i]
-        self._stack.append((key, cataloged))
-        return clashes
-
-
 @dataclass
 class Filtered:
     rows: list[CatalogRow]
@@ -150,22 +120,40 @@ class Filtered:
     counted as skips when marked."""
     excluded: int = 0
     """Keys of this shard left out by the include/exclude globs (a choice, not a skip)."""
+    edges: Edges = field(default_factory=Edges)
+    """What the page's finder cannot settle alone (:mod:`.clashes`): :meth:`PageFilter.across`
+    settles it as the page commits."""
+
+
+MORE = {"hostile": "unsafe keys", "too_large": "objects over the object limit",
+        "clash": "file/folder name clashes"}
+"""What the line that ends a kind's one-by-one log names (:data:`LOG_LIMIT`)."""
 
 
 class PageFilter:
     """Turns listed pages into catalog rows; one per listing, shared by its lister threads (the
-    report under a lock), with one :class:`ClashFinder` per span. ``keys``: the include/exclude
-    globs (None or an empty filter: every key)."""
+    report under a lock), with one :class:`ClashFinder` per stretch the listers read in key order
+    and a :class:`~.clashes.ClashBook` for the clashes across them. ``keys``: the include/exclude
+    globs (None or an empty filter: every key). ``announce``: whether a skipped key is logged one
+    by one (:class:`~.skiplog.SkippedKeys`: once each, not at every relist; None: every key, up to
+    :data:`LOG_LIMIT` of each kind). ``catalog``: the rows an earlier run of the listing committed,
+    for the clashes across them (None: this run is the listing's first). A clash across spans is
+    found from the keys listed on both sides, not from where the spans start."""
 
     def __init__(self, report: CatalogReport, *, seed: int, shard_index: int, shard_count: int,
-                 object_limit: int, boundaries: set[str], keys: KeyFilter | None = None) -> None:
+                 object_limit: int, keys: KeyFilter | None = None,
+                 announce: Callable[[object], bool] | None = None,
+                 catalog: CatalogClashes | None = None) -> None:
         self.report = report
         self.keys = keys if keys else None
         self.seed = seed
         self.shard_index = shard_index
         self.shard_count = shard_count
         self.object_limit = object_limit
-        self.boundaries = boundaries
+        self.announce = announce
+        self.catalog = catalog
+        self.book = ClashBook()
+        self._logged: dict[str, int] = {}
         self._lock = threading.Lock()
 
     def page(self, objects: list[RemoteObject], finder: ClashFinder | None) -> Filtered:
@@ -192,18 +180,14 @@ class PageFilter:
                     cataloged = False
                     skips += 1
                     self._too_large(key, obj.size)
-            boundary = cataloged and key + "/" in self.boundaries
-            if boundary:
-                self._clash(key)
             if finder is not None:
-                for clash in finder.see(key, cataloged and not boundary):
-                    self._clash(clash)
-                    clashes.append(clash)  # its row, in this page or an earlier one, is marked
+                for clash in finder.see(key, cataloged):
+                    if self.book.claim(clash):  # not found across stretches already
+                        self._clash(clash)
+                        clashes.append(clash)  # its row, in this page or an earlier one, is marked
             if cataloged:
                 rows.append(CatalogRow(key=key, sid=checked.sid, size=obj.size, version=obj.version,
                                        rank=keyorder.rank(self.seed, key)))
-                if boundary:
-                    clashes.append(key)
         with self._lock:  # once a page: a lock a key cost more than the rest of the filter
             report = self.report
             report.listed += len(objects)
@@ -211,7 +195,20 @@ class PageFilter:
             report.in_shard += in_shard
             report.excluded += excluded
             report.added += len(rows) - len(clashes)
-        return Filtered(rows, skips, clashes, excluded)
+        return Filtered(rows, skips, clashes, excluded, finder.edges() if finder is not None else Edges())
+
+    def across(self, edges: list[Edges]) -> list[str]:
+        """The clashes across stretches that pages about to commit complete (their ``edges``),
+        logged and counted; the commit marks them after its rows are written. One committer at
+        a time (:meth:`.ClashBook.settle`)."""
+        if not any(e.files or e.folders for e in edges):
+            return []
+        found = self.book.settle(edges, self.catalog)
+        for key in found:
+            self._clash(key)
+        with self._lock:
+            self.report.added -= len(found)  # counted as added with their pages
+        return found
 
     def count_new(self, n: int) -> None:
         """Count ``n`` keys the index did not hold before (what a committed page added), under the
@@ -219,16 +216,25 @@ class PageFilter:
         with self._lock:
             self.report.new += n
 
+    def _logs(self, kind: str, key: object) -> bool:
+        """Whether ``key``'s skip is logged one by one: ``announce`` lets it (a key not logged
+        before) and fewer than :data:`LOG_LIMIT` of its kind were logged by this listing; the
+        first past the limit logs that only counts follow."""
+        if self.announce is not None and not self.announce(key):
+            return False
+        with self._lock:
+            n = self._logged[kind] = self._logged.get(kind, 0) + 1
+        if n == LOG_LIMIT + 1:
+            log.warning("more %s: only their count is reported from now on", MORE[kind])
+        return n <= LOG_LIMIT
+
     def _hostile(self, skip: Skip) -> None:
         with self._lock:
             report = self.report
             report.hostile += 1
             report.reasons[skip.reason] = report.reasons.get(skip.reason, 0) + 1
-            n = report.hostile
-        if n <= LOG_LIMIT:
+        if self._logs("hostile", skip.key):
             log.warning("skipping key %r: %s", skip.key, skip.reason)
-        elif n == LOG_LIMIT + 1:
-            log.warning("more unsafe keys: only their count is reported from now on")
 
     def _too_large(self, key: str, size: int) -> None:
         with self._lock:
@@ -236,14 +242,14 @@ class PageFilter:
             report.too_large += 1
             report.largest_refused = max(report.largest_refused, size)
             report.smallest_refused = size if report.too_large == 1 else min(report.smallest_refused, size)
-            n = report.too_large
-        if n <= LOG_LIMIT:
+        if self._logs("too_large", key):
             log.warning("skipping %r: %d bytes is over the object limit %d", key, size, self.object_limit)
 
     def _clash(self, key: str) -> None:
         with self._lock:
             self.report.clashes += 1
-        log.warning("skipping key %r: it is also a folder of other keys", key)
+        if self._logs("clash", key):
+            log.warning("skipping key %r: it is also a folder of other keys", key)
 
 
 LEFT_OUT_BATCH = 5000
@@ -266,5 +272,5 @@ def rows_left_out(listings: Listings, keys: KeyFilter, gen: int) -> int:
         last = int(rows[-1][0])
 
 
-__all__ = ["LEFT_OUT_BATCH", "LOG_LIMIT", "CatalogReport", "ClashFinder", "Filtered", "PageFilter",
+__all__ = ["LEFT_OUT_BATCH", "LOG_LIMIT", "MORE", "CatalogReport", "ClashFinder", "Filtered", "PageFilter",
            "rows_left_out"]

@@ -35,13 +35,15 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
 
-from epochfs.sidecar.listing.filter import CatalogReport, ClashFinder, PageFilter, rows_left_out
+from epochfs.sidecar.listing.clashes import CatalogClashes, ClashFinder, Edges
+from epochfs.sidecar.listing.filter import CatalogReport, PageFilter, rows_left_out
 from epochfs.sidecar.listing.paged import PagedSource
+from epochfs.sidecar.listing.pending import PendingPage
 from epochfs.sidecar.listing.planner import FULL_PAGE, Planner, Segment
 from epochfs.sidecar.listing.refused import Refusals
 from epochfs.sidecar.listing.sinks import CatalogSink, ListedPage, ListingSink
+from epochfs.sidecar.listing.skiplog import SkippedKeys
 from epochfs.sidecar.listing.sources import Source
 from epochfs.sidecar.listing.span import Page
 from epochfs.sidecar.remote import RemoteError
@@ -118,7 +120,7 @@ class Lister:
         """True while the sampler fetches (``epochfs sample`` passes it): the listers then leave
         the index free between their commits (``INDEX_SHARE``)."""
         self._commit = threading.Lock()
-        self._waiting: list[_Done] = []
+        self._waiting: list[PendingPage] = []
         """Pages read and not committed yet (:meth:`_commit_waiting`)."""
         self._waiting_lock = threading.Lock()
         self._free_at = 0.0
@@ -132,6 +134,8 @@ class Lister:
         """Spans the remote refuses for good, passed over (:mod:`.refused`)."""
         self._tally = threading.Lock()
         """Guards the report's counts of a sink that takes no rows (no PageFilter counts them)."""
+        self.skipped = SkippedKeys()
+        """The keys its runs skipped: each logged once, not at every relist (:mod:`.skiplog`)."""
 
     @property
     def store(self) -> Store:
@@ -212,14 +216,16 @@ class Lister:
     def run(self, *, fresh: bool = False,
             prepared: tuple[int, list[Part], set[str]] | None = None) -> CatalogReport:
         """List to the end (or until stopped); ``report.complete`` says which."""
-        gen, parts, boundaries = prepared or self.prepare(fresh=fresh)
+        gen, parts, _starts = prepared or self.prepare(fresh=fresh)
+        first = self.sink.state().complete is None
         if prepared is not None:  # by another lister (a listing process's parent): not begun here
-            self.refusals.begin(gen, len(parts), first=self.sink.state().complete is None)
+            self.refusals.begin(gen, len(parts), first=first)
         report = CatalogReport()
         started = time.monotonic()
         filt = PageFilter(report, seed=self.seed, shard_index=self.shard_index,
-                          shard_count=self.shard_count, object_limit=self.object_limit,
-                          boundaries={b for b in boundaries if b.endswith("/")}, keys=self.keys)
+                          shard_count=self.shard_count, object_limit=self.object_limit, keys=self.keys,
+                          announce=self.skipped.listing(first=first), catalog=CatalogClashes.resumed(
+                              self.store.listings(), gen) if isinstance(self.sink, CatalogSink) else None)
         paged = isinstance(self.source, PagedSource)
         planner = self.planner = Planner(parts, splittable=paged,
                                          streams_in_key_order=not self.source.shuffled,
@@ -287,6 +293,7 @@ class Lister:
             report.total, report.dropped = self.sink.finish(gen)
             report.dropped_left_out = min(left_out, report.dropped)
             report.complete = True
+            self.skipped.completed()
         if self.sink.catalog:
             log.info("%s; %d in the catalog", report, report.total)
         else:
@@ -317,11 +324,13 @@ class Lister:
                               "a page that is not the last did not move the listing on")
         cut_from = seg.parent.part if seg.parent else None
         finder = finders.get(part.part)
+        edges = Edges()  # a stretch's clash edges (:mod:`.clashes`): none without a finder
         if self.sink.catalog:
-            if finder is None and self.source.sorted_listing:
+            if finder is None and self.source.sorted_listing:  # a stretch in key order from here
                 finder = finders[part.part] = ClashFinder()
             out = filt.page(page.objects, finder)
             rows = PageRows(part, out.rows, out.skips + page.skips, out.clashes, cut_from, out.excluded)
+            edges = out.edges
         else:  # every object as listed: the sink's readers filter (an index file)
             rows = PageRows(part, [], 0, [], cut_from)
             with self._tally:
@@ -329,7 +338,8 @@ class Lister:
                 filt.report.in_shard += len(page.objects)
                 filt.report.added += len(page.objects)
         part.after, part.done = page.after, page.done
-        done = _Done(seg, [str(o.key) for o in page.objects], ListedPage(rows, page.objects), rows.excluded)
+        done = PendingPage(seg, [str(o.key) for o in page.objects], ListedPage(rows, page.objects),
+                           rows.excluded, edges)
         if page.done and finder is not None and not finder.sorted:
             log.warning("the listing of span %d was not sorted: file/folder name clashes were not "
                         "checked", part.part)
@@ -367,12 +377,14 @@ class Lister:
                     return
             wait = False  # a page came in as this lister let go: commit it unless another does
 
-    def _commit_batch(self, gen: int, batch: list[_Done], planner: Planner, filt: PageFilter) -> None:
+    def _commit_batch(self, gen: int, batch: list[PendingPage], planner: Planner, filt: PageFilter) -> None:
         while (left := self._free_at - time.monotonic()) > 0 and not self.stop.wait(left):
             pass  # the sampler's turn at the index (no other lister commits meanwhile)
         began = time.monotonic()
         kept = [(d.seg, len(d.keys) - d.left_out) for d in batch]  # the keys the globs keep
         progress = {**planner.progress(kept), "began": self._began, **self.refusals.progress()}
+        if across := filt.across([d.edges for d in batch]):  # across stretches: marked after every row
+            batch[-1].add_clashes(across)
         news = self.sink.commit_pages(gen, [d.page for d in batch],
                                       progress=json.dumps(progress, separators=(",", ":")))
         self.committed += len(batch)
@@ -381,16 +393,6 @@ class Lister:
         for d in batch:
             planner.record(d.seg, d.keys, d.left_out)
         filt.count_new(sum(news))
-
-
-@dataclass
-class _Done:
-    """A page read, waiting for its commit."""
-
-    seg: Segment
-    keys: list[str]
-    page: ListedPage
-    left_out: int  # of ``keys``, by the include/exclude globs: the planner counts the kept ones
 
 
 __all__ = ["INDEX_SHARE", "Lister"]

@@ -85,7 +85,7 @@ def test_the_shared_checks_count_every_odd_key(remote: Remote) -> None:
     finally:
         remote.close()
     report = CatalogReport()
-    page = PageFilter(report, seed=0, shard_index=0, shard_count=1, object_limit=1 << 30, boundaries=set())
+    page = PageFilter(report, seed=0, shard_index=0, shard_count=1, object_limit=1 << 30)
     out = page.page(objects, ClashFinder() if remote.sorted_listing else None)
 
     assert report.reasons == {"empty component (//)": 1, "leading /": 1}

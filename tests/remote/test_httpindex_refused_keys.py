@@ -146,8 +146,7 @@ def test_a_key_with_dot_segments_is_never_asked_for_and_is_counted_by_its_reason
     asked = {path for (_method, path) in store.seen}
     assert asked == {"/ds/index.txt", "/ds/plain/a.bin"}, asked
     report = CatalogReport()
-    out = PageFilter(report, seed=0, shard_index=0, shard_count=1, object_limit=1 << 30,
-                     boundaries=set()).page(objects, None)
+    out = PageFilter(report, seed=0, shard_index=0, shard_count=1, object_limit=1 << 30).page(objects, None)
     assert report.reasons == {"'..' component": 2}
     assert [row.key for row in out.rows] == ["plain/a.bin"]
 

@@ -36,15 +36,18 @@ def _objects(*keys: str) -> list[RemoteObject]:
 
 def test_every_clash_keeps_its_row_to_be_marked(tmp_path: Path) -> None:
     report = CatalogReport()
-    filt = PageFilter(report, seed=0, shard_index=0, shard_count=1, object_limit=100, boundaries={"cat/"})
+    filt = PageFilter(report, seed=0, shard_index=0, shard_count=1, object_limit=100)
     finder = ClashFinder()
     first = filt.page(_objects("a", "a!"), finder)  # UTF-8 byte order, as S3 lists
     assert [r.key for r in first.rows] == ["a", "a!"] and first.clashes == []
-    # "a" clashes with a later page's key; "b/c" with a key of its own page; "cat" names a boundary.
+    # "a" clashes with a later page's key; "b/c" with a key of its own page; "cat" with a key of
+    # another stretch (a span that starts at cat/), found as the pages commit.
     second = filt.page(_objects("a/x", "b/c", "b/c/d", "cat"), finder)
     assert [r.key for r in second.rows] == ["a/x", "b/c", "b/c/d", "cat"]
-    assert sorted(second.clashes) == ["a", "b/c", "cat"]
-    assert (report.clashes, report.added, second.skips) == (3, 3, 0), "counted when marked, once"
+    assert sorted(second.clashes) == ["a", "b/c"]
+    third = filt.page(_objects("cat/x"), ClashFinder())
+    assert filt.across([second.edges, third.edges]) == ["cat"]
+    assert (report.clashes, report.added, second.skips) == (3, 4, 0), "counted when marked, once"
 
 
 def test_a_relist_keeps_a_clash_skipped_key_and_does_not_call_it_gone(tmp_path: Path) -> None:
