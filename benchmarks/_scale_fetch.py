@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from epochfs.benchmarks import harness
+from epochfs.sidecar.store.epochpins import RETIRE_GRACE
 from epochfs.sidecar.store.eviction import gaps
 
 POLL = 0.25
@@ -125,12 +126,18 @@ def nothing_to_fetch(index: Path, *, keys: int, capacity: int, size: int) -> str
             free = any(db.execute(
                 "SELECT 1 FROM samples s WHERE s.id BETWEEN ? AND ? AND NOT EXISTS "
                 "(SELECT 1 FROM epoch_samples e WHERE e.sample = s.id) LIMIT 1", gap).fetchone()
-                for gap in gaps(db))
+                for gap in gaps(db, time.time(), _grace(db)))
     except sqlite3.Error as e:
         return f"its index could not be read: {e}"
     return None if free else (
         f"the cache is full ({format_mib(int(used))} of {format_mib(capacity)}) and no sample may be "
         f"evicted (every one is in a live epoch or waits for the next cut)")
+
+
+def _grace(db: sqlite3.Connection) -> float:
+    """The retire grace the sampler recorded (``--retire-grace``), else the default."""
+    row = db.execute("SELECT value FROM meta WHERE name='retire_grace'").fetchone()
+    return float(row[0]) if row is not None and row[0] else RETIRE_GRACE
 
 
 def format_mib(n: int) -> str:

@@ -170,6 +170,7 @@ VALUES: dict[str, tuple[str, str]] = {
     "--health-port": ("8081", "8082"),
     "--host": ("127.0.0.2", "127.0.0.3"),
     "--in-use-seconds": ("7", "9"),
+    "--retire-grace": ("3", "7"),
     "--include": ("*.npy", "train/**"),
     "--index": ("file:///v.txt", "file:///w.txt"),
     "--interval": ("3", "5"),

@@ -56,17 +56,23 @@ sys.exit(main(sys.argv[1:]))
 """
 
 
-def _run(tmp_path: Path, cache: Path, *flags: str, script: str = SCRIPT) -> subprocess.CompletedProcess[str]:
-    with SyntheticS3(Dataset(20, 64), list_latency=0) as server:
-        argv = ["--log-level", "WARNING", "sample", "--remote", server.url, "--cache", str(cache),
-                "--endpoint-url", server.endpoint, "--capacity", "1Mi", *flags]
-        env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
-        return subprocess.run([sys.executable, "-P", "-c", script, *argv], capture_output=True, text=True,
-                              timeout=120, env={**env, **s3_env(server.endpoint)})
+def _run(tmp_path: Path, cache: Path, *flags: str, script: str = SCRIPT,
+         server: SyntheticS3 | None = None) -> subprocess.CompletedProcess[str]:
+    """``epochfs sample`` run by ``script`` against ``server`` (default: a store of its own: a
+    cache's restart needs the same one, since the cache records the endpoint it was filled from)."""
+    if server is None:
+        with SyntheticS3(Dataset(20, 64), list_latency=0) as own:
+            return _run(tmp_path, cache, *flags, script=script, server=own)
+    argv = ["--log-level", "WARNING", "sample", "--remote", server.url, "--cache", str(cache),
+            "--endpoint-url", server.endpoint, "--capacity", "1Mi", *flags]
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
+    return subprocess.run([sys.executable, "-P", "-c", script, *argv], capture_output=True, text=True,
+                          timeout=120, env={**env, **s3_env(server.endpoint)})
 
 
-def _seen(tmp_path: Path, cache: Path, *flags: str) -> dict[str, list[str] | None]:
-    out = _run(tmp_path, cache, *flags)
+def _seen(tmp_path: Path, cache: Path, *flags: str,
+          server: SyntheticS3 | None = None) -> dict[str, list[str] | None]:
+    out = _run(tmp_path, cache, *flags, server=server)
     assert out.returncode == 0 and out.stdout, out.stderr[-3000:]
     seen: dict[str, list[str] | None] = json.loads(out.stdout)
     return seen
@@ -88,8 +94,9 @@ def test_on_threads_too(tmp_path: Path) -> None:
 def test_a_cache_with_an_index_asks_nothing_before_opening_it(tmp_path: Path) -> None:
     """Its listing may be complete (nothing to ask) or resume elsewhere: the index says first."""
     cache = tmp_path / "cache"
-    assert _seen(tmp_path, cache)["lists"]
-    seen = _seen(tmp_path, cache)
+    with SyntheticS3(Dataset(20, 64), list_latency=0) as server:
+        assert _seen(tmp_path, cache, server=server)["lists"]
+        seen = _seen(tmp_path, cache, server=server)
     assert seen["lists_before_the_index"] == [], seen
 
 

@@ -284,7 +284,7 @@ class Model:
     def evict(self, need: int, now: float) -> int:
         self.retire(now)
         top = max((e.max_sample for e in self.epochs.values()), default=0)
-        lo, hi = grace_bounds(now)
+        lo, hi = grace_bounds(now, self.policy.retire_grace)
         pinned = frozenset().union(*(e.ids for e in self.epochs.values() if not e.retired),
                                    *(e.grace_ids for e in self.epochs.values()
                                      if e.retired and lo <= e.retired_at <= hi))
