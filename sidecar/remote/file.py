@@ -252,25 +252,23 @@ class FileRemote(Remote):
         except OSError as e:  # an unmounted volume is not an empty dataset
             self._cannot_list(b"", e)
         try:
-            yield from self._walk(root, b"", passed, pass_over)
+            yield from self._walk(root, passed, pass_over)
         finally:
             os.close(root)
         passed.report(self.url)
 
-    def _walk(self, root: int, rel: bytes, passed: _Passed,
-              pass_over: PassOver | None) -> Iterator[RemoteObject]:
-        """The keys under the folder ``rel`` (``b""``, or ending in ``/``), in walk order."""
-        try:
-            entries = _entries(root, rel)
-        except FileNotFoundError as e:
-            if not rel:  # the root itself: an unmounted volume is not an empty dataset
-                self._cannot_list(rel, e)
-            return  # a folder removed since its parent was read: its keys are gone
-        except OSError as e:
-            if rel and pass_over is not None and pass_over(os.fsdecode(rel), translate(e) or e):
-                return
-            self._cannot_list(rel, e)
-        for name, found in entries:
+    def _walk(self, root: int, passed: _Passed, pass_over: PassOver | None) -> Iterator[RemoteObject]:
+        """The keys under the root, in walk order: a folder's keys where its name falls. A stack
+        of the folders being read, not a call a level: a chain of a thousand one-letter folders (a
+        key of 2 KB, within the 4,096 bytes a key may have) passed Python's recursion limit and
+        failed the whole listing."""
+        stack: list[Iterator[tuple[bytes, _Found]]] = [self._folder(root, b"", pass_over)]
+        while stack:
+            entry = next(stack[-1], None)
+            if entry is None:
+                stack.pop()
+                continue
+            name, found = entry
             if isinstance(found, RemoteObject):
                 yield found
             elif isinstance(found, tuple):
@@ -278,7 +276,21 @@ class FileRemote(Remote):
             elif len(name) > DEEPEST:  # a key of its path, for the filter to skip and count
                 yield RemoteObject(_key(name), 0, "")
             else:
-                yield from self._walk(root, name + b"/", passed, pass_over)
+                stack.append(self._folder(root, name + b"/", pass_over))
+
+    def _folder(self, root: int, rel: bytes, pass_over: PassOver | None) -> Iterator[tuple[bytes, _Found]]:
+        """The entries of the folder ``rel`` (``b""``, or ending in ``/``) in walk order
+        (:func:`_entries`); none for one removed since its parent was read, or passed over."""
+        try:
+            return iter(_entries(root, rel))
+        except FileNotFoundError as e:
+            if not rel:  # the root itself: an unmounted volume is not an empty dataset
+                self._cannot_list(rel, e)
+            return iter(())  # a folder removed since its parent was read: its keys are gone
+        except OSError as e:
+            if rel and pass_over is not None and pass_over(os.fsdecode(rel), translate(e) or e):
+                return iter(())
+            self._cannot_list(rel, e)
 
     def _cannot_list(self, rel: bytes, e: OSError) -> NoReturn:
         """Fail the listing on a folder that could not be read, naming it and the errno, from the

@@ -20,7 +20,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-from file_chain import make_chain
+from file_chain import make_chain, remove_tree
 
 from epochfs.sidecar.keys import MAX_PATH_BYTES, Skip, check_key
 from epochfs.sidecar.remote.base import Changed
@@ -75,6 +75,24 @@ def test_a_folder_past_the_limit_is_one_key_the_catalog_refuses(tmp_path: Path) 
     assert keys == [deep, "good/a.bin", "z.bin"]
     refused = check_key(deep)
     assert isinstance(refused, Skip) and refused.reason == f"path over {MAX_PATH_BYTES} bytes"
+
+
+def test_a_chain_of_a_thousand_and_more_folders_is_walked(tmp_path: Path) -> None:
+    """A chain of 1,500 folders ``d/d/...`` (a key of 3,004 bytes) is listed with the rest of the
+    dataset: past ~990 levels the walk failed on Python's recursion limit, and the whole listing
+    with it."""
+    root = tmp_path / "ds"
+    (root / "top").mkdir(parents=True)
+    (root / "top" / "f").write_bytes(b"t")
+    deep = make_chain(root, [b"d"] * 1500, b"leaf", b"x")
+
+    try:
+        keys = [o.key for o in FileRemote(url=root.as_uri()).list()]
+    finally:
+        remove_tree(root)
+
+    assert keys == [deep, "top/f"]
+    assert len(deep) == 3004
 
 
 @pytest.mark.parametrize("last", [78, 79, 80])
