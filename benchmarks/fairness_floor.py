@@ -15,7 +15,7 @@ distribution for TV and coverage, positions for KS), seconds for the defaults. O
 markdown table (``--markdown FILE`` too) headed by the commit and the command, JSON rows
 (``--json FILE``).
 
-    python -m epochfs.benchmarks.fairness_floor                       # six shapes, 100k keys
+    python -m epochfs.benchmarks.fairness_floor                       # every shape, 100k keys
     python -m epochfs.benchmarks.fairness_floor --shapes skewed --sizes 10,34,100 --json f.json
 """
 

@@ -29,16 +29,25 @@ of a second or two could end before a report ``interval`` later (a slow worker s
 further). That is one report more per epoch begun; the others go every ``interval``. The epochs
 go in the query rather than a body field, so that an older sidecar (which refuses unknown fields)
 still takes the report.
+
+**The last deliveries.** A training script need not call ``close()`` for its counts to arrive
+(the README's loop does not): the end of an epoch (:meth:`ClientReporter.done`) wakes the thread
+to post at once, and the interpreter's exit posts what is left, from the process that made the
+reporter only (a forked child, a DataLoader worker among them, inherits a copy of the counts the
+parent reports itself). The exit waits for that post :data:`EXIT_SECONDS` at most, all reporters
+together: a sidecar that does not answer never holds the trainer's exit longer.
 """
 
 from __future__ import annotations
 
+import atexit
 import json
 import logging
 import os
 import threading
 import time
 import urllib.request
+import weakref
 from pathlib import Path
 from urllib.parse import urlparse
 
@@ -54,6 +63,9 @@ HEARTBEAT = 30.0
 """Seconds between reports while an epoch is read and nothing is delivered. The sidecar dates a
 reported read this far ahead (and a debounce more), so a paused reader keeps its epoch whatever the
 sidecar's in-use window, one shorter than this included."""
+EXIT_SECONDS = 1.0
+"""The most the interpreter's exit waits for the reporters' last posts (a report's own timeout):
+a sidecar that does not answer costs the trainer's exit this, never a hang."""
 
 
 def report_url_from_env() -> str | None:
@@ -113,8 +125,11 @@ class ClientReporter:
         self._unnamed: set[int] = set()  # epochs begun that no sent report has named yet
         self._last_sent = 0.0
         self._stop = threading.Event()
-        self._wake = threading.Event()  # a new epoch to name: post now, not at the next interval
+        self._wake = threading.Event()  # an epoch begun or ended: post now, not at the next interval
         self._thread: threading.Thread | None = None
+        self._ended = False  # an epoch ended since the last report: the thread posts now
+        self._pid = os.getpid()  # the process whose deliveries these counts are
+        _LIVE.add(self)
 
     def reading(self, epoch: int) -> None:
         """An epoch is being read: name it in every report until :meth:`done` (cheap). An epoch no
@@ -132,14 +147,19 @@ class ClientReporter:
             self._wake.set()
 
     def done(self, epoch: int) -> None:
-        """The epoch :meth:`reading` named is no longer read (by this caller)."""
+        """The epoch :meth:`reading` named is no longer read (by this caller). Its last deliveries
+        are posted now (the thread is woken; the caller never waits): a script may end here."""
         with self._lock:
             left = self._epochs.get(epoch, 0) - 1
+            ended = left <= 0 and epoch in self._epochs
             if left > 0:
                 self._epochs[epoch] = left
             else:
                 self._epochs.pop(epoch, None)
                 self._unnamed.discard(epoch)
+            self._ended = self._ended or ended
+        if ended:
+            self._wake.set()
 
     def _start(self) -> None:
         """Start the posting thread unless it runs. After :meth:`close` (a loader closed on a dead
@@ -166,10 +186,11 @@ class ClientReporter:
 
     def _take(self, *, naming: bool = False) -> dict[str, float | int] | None:
         """What the next report says, taken from the counts; None when nothing is due (with
-        ``naming``: unless an epoch begun is not named yet, whatever else is counted)."""
+        ``naming``: unless an epoch begun is not named yet or one ended, whatever else is counted)."""
         with self._lock:
-            if naming and not self._unnamed:
+            if naming and not (self._unnamed or self._ended):
                 return None
+            self._ended = False
             heartbeat = bool(self._epochs) and (
                 bool(self._unnamed) or time.monotonic() - self._last_sent >= HEARTBEAT)
             if not (self._samples or self._bytes or self._wait or heartbeat):
@@ -259,7 +280,7 @@ class ClientReporter:
             early = woken and time.monotonic() < due
             if early and delay > self.interval:
                 continue  # backing off: the new epoch is named at the next try
-            with self._posting:  # early: only to name a new epoch, which a caller's flush may have done
+            with self._posting:  # early: to name a new epoch or end one (a caller's flush may have)
                 ok = self._post(naming=early)
             if early and ok:
                 continue  # the next report is due on time, not an interval from now
@@ -275,3 +296,40 @@ class ClientReporter:
             self._thread.join(timeout=self.timeout + 1)
             self._thread = None
         self.flush()
+
+    def flush_within(self, seconds: float) -> None:
+        """Post what is left, and let a post in flight (the reporting thread's, woken by an epoch's
+        end just before) finish: the interpreter's exit stops a daemon thread mid-post. Waits
+        ``seconds`` at most: the post runs on a thread of its own, so neither a sidecar that does
+        not answer nor a mount that hangs the status.json read holds the caller longer. Nothing
+        from a process other than the reporter's (a fork holds a copy of the parent's counts)."""
+        if self.url is None or os.getpid() != self._pid or seconds <= 0:
+            return
+        with self._lock:
+            idle = not (self._samples or self._bytes or self._wait)
+        if idle and not self._posting.locked():  # counts taken by a post hold _posting until it ends
+            return
+        poster = threading.Thread(target=self.flush, name="epochfs-report-exit", daemon=True)
+        try:
+            poster.start()
+        except RuntimeError:  # no new thread at this point of the interpreter's exit: post here
+            self.flush()
+            return
+        poster.join(timeout=seconds)
+
+
+_LIVE: weakref.WeakSet[ClientReporter] = weakref.WeakSet()
+"""The reporters of this process, for the post at exit (held weakly: a reporter never used goes)."""
+
+
+def _flush_all_at_exit() -> None:
+    """Post every reporter's last counts, :data:`EXIT_SECONDS` at most for all of them together."""
+    deadline = time.monotonic() + EXIT_SECONDS
+    for reporter in list(_LIVE):
+        try:
+            reporter.flush_within(deadline - time.monotonic())
+        except Exception:  # the exit goes on whatever a report does
+            log.debug("epochfs: the last report failed at exit", exc_info=True)
+
+
+atexit.register(_flush_all_at_exit)
