@@ -19,20 +19,17 @@ from epochfs.sidecar.confparse import (
     OTHER_ENV,
     _bounded,
     _capacity,
-    _endpoint_url,
     _fraction,
     _fuse_api,
-    _index_url,
     _non_negative_float,
     _non_negative_int,
     _opt,
+    _optional_port,
     _optional_size,
-    _path,
     _port,
     _positive_float,
     _positive_int,
     _rate,
-    _remote,
     _schedule,
     _switch,
     _view,
@@ -43,6 +40,7 @@ from epochfs.sidecar.confparse import (
     unknown_env,
     warn_unknown_env,
 )
+from epochfs.sidecar.confplaces import _endpoint_url, _index_url, _optional_path, _path, _remote
 from epochfs.sidecar.exitcodes import EXIT_INDEX as EXIT_INDEX
 from epochfs.sidecar.exitcodes import EXIT_RETRY as EXIT_RETRY
 from epochfs.sidecar.exitcodes import INDEX_DAMAGES_UNHEALTHY as INDEX_DAMAGES_UNHEALTHY
@@ -230,8 +228,8 @@ class MountSettings(CacheSettings):
     link_root: Path | None = _opt(
         "--link-root",
         "read-only path to the objects folder that epoch symlinks point into "
-        "(default: a read-only bind mount made under the cache)",
-        parse=_path,
+        "(default, or empty: a read-only bind mount made under the cache)",
+        parse=_optional_path,
     )
     warm_files: int = _opt("--warm-files", WARM_HELP, default=200_000, parse=_non_negative_int)
     fuse_api: str = _opt("--fuse-api", FUSE_API_HELP, default="lowlevel", parse=_fuse_api)
@@ -245,8 +243,8 @@ class PublishSettings(CacheSettings):
     link_root: Path | None = _opt(
         "--link-root",
         "read-only path to the objects folder that epoch symlinks point into, as readers see it "
-        "(default: the cache's own objects folder)",
-        parse=_path,
+        "(default, or empty: the cache's own objects folder)",
+        parse=_optional_path,
     )
 
     def validate(self, name: Named = str) -> None:
@@ -263,11 +261,13 @@ class SidecarSettings(SamplerSettings):
     mount: Path = _opt("--mount", MOUNT_HELP + "; with --view folder, the folder the view is published into",
                        parse=_path, required=True)
     view: str = _opt("--view", VIEW_HELP, default="fuse", parse=_view)
-    link_root: Path | None = _opt("--link-root", "read-only path to the objects folder", parse=_path)
+    link_root: Path | None = _opt("--link-root", "read-only path to the objects folder (default, or "
+                                  "empty: a read-only bind mount made under the cache; with --view "
+                                  "folder, the cache's own objects folder)", parse=_optional_path)
     health_port: int = _opt("--health-port", "port of /healthz, /readyz and /metrics", default=8080,
                             parse=_port)
-    metrics_port: int | None = _opt("--metrics-port", "separate /metrics port (default: health port)",
-                                    parse=_port)
+    metrics_port: int | None = _opt("--metrics-port", "separate /metrics port (default, or empty: the "
+                                    "health port)", parse=_optional_port)
     warm_files: int = _opt("--warm-files", WARM_HELP, default=200_000, parse=_non_negative_int)
     fuse_api: str = _opt("--fuse-api", FUSE_API_HELP, default="lowlevel", parse=_fuse_api)
     kube_reporting: bool = _opt("--kube-reporting",

@@ -1,7 +1,9 @@
-"""The value parsers of the settings (sizes, counts, fractions, ports, URLs...) and the field
+"""The value parsers of the settings (sizes, counts, fractions, ports, switches...) and the field
 declaration helper: each parser raises ValueError saying what is wrong, which
 :mod:`epochfs.sidecar.config` turns into a :class:`~epochfs.sidecar.config.ConfigError` naming the
-flag (exit status 2). Kept apart so that config.py holds only the settings themselves.
+flag (exit status 2). Kept apart so that config.py holds only the settings themselves; the parsers
+of places (remote, index, endpoint, paths) are in :mod:`epochfs.sidecar.confplaces`, named here too.
+An empty or blank value of a setting whose default is none means that default (``_optional_*``).
 """
 
 from __future__ import annotations
@@ -13,11 +15,14 @@ import math
 import re
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import field
-from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit
 
-from epochfs.sidecar.remote.registry import check_index_url, check_url
+from epochfs.sidecar.confplaces import ENDPOINT_EXAMPLE as ENDPOINT_EXAMPLE
+from epochfs.sidecar.confplaces import _endpoint_url as _endpoint_url
+from epochfs.sidecar.confplaces import _index_url as _index_url
+from epochfs.sidecar.confplaces import _optional_path as _optional_path
+from epochfs.sidecar.confplaces import _path as _path
+from epochfs.sidecar.confplaces import _remote as _remote
 from epochfs.sidecar.store import Schedule
 
 log = logging.getLogger("epochfs.config")
@@ -175,10 +180,21 @@ def _switch(text: str) -> bool:
 
 
 def _port(text: str) -> int:
-    value = int(text)
+    """A TCP port, 0 for any the system picks (:func:`bind_failure` offers it). Refused in words:
+    ``int()``'s own message ("invalid literal for int() with base 10: ''") named no port."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise ValueError(f"must be a TCP port (0-65535), got {str(text).strip()!r}") from None
     if not 0 <= value <= 65535:
-        raise ValueError("must be a TCP port (0-65535)")
+        raise ValueError(f"must be a TCP port (0-65535), got {value}")
     return value
+
+
+def _optional_port(text: str) -> int | None:
+    """A port whose default is none (``--metrics-port``: the health port's): empty or blank means
+    that default, as for every setting whose default is none (:func:`_optional_size`)."""
+    return _port(text) if str(text).strip() else None
 
 
 def _rate(text: str) -> int:
@@ -215,7 +231,9 @@ SIZE_PARSERS = (_capacity, _rate, _optional_size)
 
 
 def _schedule(text: str) -> Schedule | None:
-    return Schedule.parse(text) if text else None
+    """A schedule, or none (snapshot mode) for an empty or blank value, as for every setting
+    whose default is none: a variable filled from a file ends in a newline."""
+    return Schedule.parse(text) if str(text).strip() else None
 
 
 def _one_of(choices: tuple[str, ...]) -> Callable[[str], str]:
@@ -232,77 +250,6 @@ VIEWS = ("fuse", "folder")
 _view = _one_of(VIEWS)
 FUSE_APIS = ("lowlevel", "highlevel")
 _fuse_api = _one_of(FUSE_APIS)
-
-
-def _remote(text: str) -> str:
-    """A remote URL (``--remote``, ``epochfs index REMOTE``): stripped, and refused with the
-    reason where it cannot be one (:func:`~epochfs.sidecar.remote.registry.check_url`): exit
-    status 2 at start, before anything is opened or mounted."""
-    url = text.strip()
-    if not url:
-        raise ValueError("must not be empty")
-    check_url(url)
-    return url
-
-
-def _index_url(text: str) -> str | None:
-    """An index URL or path (``--index``): stripped, empty meaning none (an empty
-    ``EPOCHFS_INDEX`` has always meant no index), refused with the reason where it cannot be read
-    (:func:`~epochfs.sidecar.remote.registry.check_index_url`)."""
-    url = text.strip()
-    if url:
-        check_index_url(url)
-    return url or None
-
-
-def _path(text: str) -> Path:
-    """A path flag (``--cache``, ``--mount``, ...): never empty, which ``Path("")`` reads as the
-    working folder, where a cache or a view would then be made without a word. Stripped of
-    surrounding whitespace, as every other setting is: a variable filled from a file or a secret
-    often ends in a newline, and ``/cache\n`` made a new, empty cache beside the real one. A
-    leading ``~`` is the home folder, as a shell would read it on a command line and as
-    ``epochfs index --out`` reads it: ``EPOCHFS_CACHE='~/x'`` (quoted, so no shell expanded it)
-    made a folder named ``~`` in the working folder."""
-    if not str(text).strip():
-        raise ValueError("must not be empty (give a folder; an empty value would mean the working folder)")
-    try:
-        return Path(str(text).strip()).expanduser()
-    except RuntimeError as e:  # no HOME and no passwd entry, or ~user of no such user
-        raise ValueError(f"cannot expand '~' in {str(text).strip()!r}: {e}") from None
-
-
-ENDPOINT_EXAMPLE = "http://minio:9000"
-
-
-def _endpoint_url(text: str) -> str | None:
-    """An S3-compatible endpoint (``--endpoint-url``): an http(s) URL with a host, port optional;
-    empty meaning none (the store's own endpoint), as an empty ``EPOCHFS_INDEX`` means no index.
-    botocore refuses anything else only when the sampler opens the remote, as a traceback (and the
-    sidecar restarted its sampler on it for ever). Credentials in it (``http://USER:PASS@host``)
-    are refused, as in an ``s3://`` remote: no backend reads them from the endpoint (S3 signs with
-    the ``AWS_*`` credentials, Azure with its key or SAS token, GCS with its token), so they were
-    taken and ignored. The value is never echoed, so a password typed there is not shown."""
-    url = str(text).strip()
-    if not url:
-        return None
-    if any(c.isspace() or not c.isprintable() for c in url):
-        raise ValueError(f"must be an http(s) URL such as {ENDPOINT_EXAMPLE} (this one has spaces or "
-                         "control characters)")
-    parts = urlsplit(url)
-    if parts.scheme.lower() not in ("http", "https"):
-        got = f"scheme {parts.scheme!r}" if parts.scheme else "no scheme"
-        raise ValueError(f"must be an http(s) URL such as {ENDPOINT_EXAMPLE}, got {got}")
-    if "@" in parts.netloc:
-        raise ValueError("holds credentials (user:password@), which no store reads from the endpoint: "
-                         "give them as the store's variables (AWS_ACCESS_KEY_ID and "
-                         "AWS_SECRET_ACCESS_KEY for S3)")
-    if not parts.hostname:
-        raise ValueError(f"has no host (an http(s) URL such as {ENDPOINT_EXAMPLE})")
-    try:
-        parts.port  # noqa: B018 - urlsplit checks the port only when it is read
-    except ValueError:
-        raise ValueError("has a bad port (a number 0-65535 after the host's ':')") from None
-    return url
 
 
 OTHER_ENV: dict[str, str] = {

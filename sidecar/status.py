@@ -3,10 +3,11 @@
 It reads the same document the mount serves as ``.epochfs/status.json`` (``Store.stats()``), so it
 works while a sidecar runs and on a cache folder with no sidecar. With ``--cache`` it adds the
 supervisor's own totals (samples and bytes served, what the torch client reported), which the
-supervisor saves in the store every few seconds. ``--watch`` redraws in place and derives rates
-from the difference between two readings, so no process has to keep rate state for it; before
-the first cut a plain ``epochfs status`` reads twice, a second apart, for epoch 0's estimate
-(:mod:`epochfs.sidecar.status_estimate`).
+supervisor saves in the store every few seconds. Rates come from the difference between two
+readings, so no process has to keep rate state for them: ``--watch`` redraws in place, and a plain
+``epochfs status`` reads twice, a second apart (:func:`one_shot_view`), for its ``rates:`` line and,
+before the first cut, epoch 0's estimate (:mod:`epochfs.sidecar.status_estimate`). ``--json``
+prints the counters of one reading.
 
 What the index cannot say, the supervisor writes into its state file in the cache
 (:data:`~epochfs.sidecar.store.stats.STATE_FILE_NAME`): the sampler retrying after a transient
@@ -30,7 +31,7 @@ from typing import Any, TextIO
 from epochfs.sidecar import status_facts as facts
 from epochfs.sidecar.config import ConfigError, format_size
 from epochfs.sidecar.status_estimate import ESTIMATE_SECONDS, estimate
-from epochfs.sidecar.status_lines import epoch_lines, fmt_rates, listing_lines
+from epochfs.sidecar.status_lines import epoch_lines, fmt_rates, listing_lines, rates
 from epochfs.sidecar.store import Meta, Store, StoreError
 from epochfs.sidecar.store.stats import RETRYING_MAX_AGE, STATE_FILE_NAME, retry_words
 
@@ -136,32 +137,6 @@ def read_stats(*, cache: Path | None, mount: Path | None) -> dict[str, Any]:
     return doc
 
 
-def rates(prev: dict[str, Any], cur: dict[str, Any], seconds: float) -> dict[str, float]:
-    """Per-second rates of the counters present in both readings (never negative: a reset of a
-    counter, e.g. a wiped cache, reads as 0 rather than a negative rate)."""
-    dt = max(1e-6, seconds)
-
-    def rate(key: str, scale: float = 1.0) -> float | None:
-        if key not in prev or key not in cur:
-            return None
-        return max(0.0, (float(cur[key]) - float(prev[key])) / dt / scale)
-
-    out: dict[str, float] = {}
-    for label, key, scale in (
-        ("fetch MB/s", "fetched_bytes_total", 1e6),
-        ("fetch samples/s", "fetched_total", 1.0),
-        ("serve MB/s", "served_bytes_total", 1e6),
-        ("serve samples/s", "served_samples_total", 1.0),
-        ("evict samples/s", "evicted_total", 1.0),
-        ("skips/s", "skipped_total", 1.0),
-        ("trainer wait", "client_wait_seconds_total", 1.0),
-    ):
-        value = rate(key, scale)
-        if value is not None:
-            out[label] = value
-    return out
-
-
 FIRST_CUT = {
     "fuse": "it is cut at the first lookup of epoch-0",
     "folder": ("on the folder view it is cut when the torch client asks for it, at --cut-interval or "
@@ -233,12 +208,6 @@ def budget_note(first: dict[str, Any]) -> str | None:
             f"{format_size(int(first['budget']))} (--capacity less --headroom)")
 
 
-def awaits_first_epoch(stats: dict[str, Any]) -> bool:
-    """Whether epoch 0 still waits for samples to be fetched (its estimate needs a rate)."""
-    first = stats.get("first_epoch") or {}
-    return bool(first) and int(first.get("samples", 0)) < int(first.get("target", 1))
-
-
 def render(stats: dict[str, Any], rate_values: dict[str, float] | None = None, *,
            now: float | None = None, view: str | None = None) -> str:
     """Human view of a status document (and of rates, when two readings are known), first saying
@@ -297,6 +266,25 @@ def render(stats: dict[str, Any], rate_values: dict[str, float] | None = None, *
         first = first_epoch_line(stats, rate_values, view=view)
         lines.append(f"  (no epoch cut yet{': ' + first if first else ''})")
     return "\n".join(lines)
+
+
+def one_shot_view(read: Callable[[], dict[str, Any]], first: dict[str, Any], *, view: str | None = None,
+                  pause: float = ESTIMATE_SECONDS, sleep: Callable[[float], None] = time.sleep,
+                  clock: Callable[[], float] = time.monotonic) -> str:
+    """A plain ``epochfs status``: ``first``, then a second reading ``pause`` seconds later, drawn
+    with the rates between the two (``rates:``; before the first cut, epoch 0's estimate). The
+    rates are what an operator asks of it once epochs exist too (the EpochfsSamplerStalled
+    runbook: is anything fetched?), and a document holds counters only. One reading where no
+    sampler runs (``sampler_running`` false, known with ``--cache``: nothing fetches) or where the
+    second read fails (a FUSE server restarting): that one is shown, without rates."""
+    if first.get("sampler_running") is False:
+        return render(first, view=view)
+    started = clock()
+    sleep(pause)
+    later, _ = retried(read)
+    if later is None:
+        return render(first, view=view)
+    return render(later, rates(first, later, clock() - started), view=view)
 
 
 def watch_view(
@@ -360,17 +348,11 @@ def run_status(
     view = view_of(mount=mount)
     if not watch:
         stats = read()
-        if as_json:
+        if as_json:  # the counters as they are now: a script takes its own readings for rates
             json.dump(stats, sys.stdout, indent=2, sort_keys=True)
             sys.stdout.write("\n")
-        elif awaits_first_epoch(stats) and stats.get("sampler_running") is not False:
-            # Before the first cut a user asks how long: a rate needs a second reading.
-            started = time.monotonic()
-            time.sleep(ESTIMATE_SECONDS)
-            later = read()
-            print(render(later, rates(stats, later, time.monotonic() - started), view=view))
         else:
-            print(render(stats, view=view))
+            print(one_shot_view(read, stats, view=view))
         return 0
     # A --mount that does not exist (a typo) exits 2 as a one-shot status does; one that is there
     # but is no mount yet (the sidecar starting) or fails a read (a FUSE restart) is watched: the

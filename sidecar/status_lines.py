@@ -1,5 +1,6 @@
 """Lines of ``epochfs status``'s view that need words of their own: the listing's coverage, the
-rates between two readings and the epochs table (:mod:`epochfs.sidecar.status` draws the rest).
+rates between two readings (and the rates themselves, :func:`rates`) and the epochs table
+(:mod:`epochfs.sidecar.status` draws the rest).
 
 Why a module apart: :mod:`.status` reached its size bound, and these two lines are where the view
 said more than it knew: a listing with no estimate yet read "0 of about 0 keys seen (0.0%)", and
@@ -55,8 +56,34 @@ def wait_words(seconds_per_second: float) -> str:
             f"(each rank's share of its time: this / ranks)")
 
 
+def rates(prev: dict[str, Any], cur: dict[str, Any], seconds: float) -> dict[str, float]:
+    """Per-second rates of the counters present in both readings (never negative: a reset of a
+    counter, e.g. a wiped cache, reads as 0 rather than a negative rate)."""
+    dt = max(1e-6, seconds)
+
+    def rate(key: str, scale: float = 1.0) -> float | None:
+        if key not in prev or key not in cur:
+            return None
+        return max(0.0, (float(cur[key]) - float(prev[key])) / dt / scale)
+
+    out: dict[str, float] = {}
+    for label, key, scale in (
+        ("fetch MB/s", "fetched_bytes_total", 1e6),
+        ("fetch samples/s", "fetched_total", 1.0),
+        ("serve MB/s", "served_bytes_total", 1e6),
+        ("serve samples/s", "served_samples_total", 1.0),
+        ("evict samples/s", "evicted_total", 1.0),
+        ("skips/s", "skipped_total", 1.0),
+        ("trainer wait", "client_wait_seconds_total", 1.0),
+    ):
+        value = rate(key, scale)
+        if value is not None:
+            out[label] = value
+    return out
+
+
 def fmt_rates(r: dict[str, float]) -> str:
-    """``rates: fetch 2.1 MiB/s  ...`` from :func:`epochfs.sidecar.status.rates`."""
+    """``rates: fetch 2.1 MiB/s  ...`` from :func:`rates`."""
     parts = []
     for label, value in r.items():
         if label == "trainer wait":

@@ -132,7 +132,7 @@ def test_an_empty_path_is_refused_not_taken_as_the_working_folder(
     assert "empty" in _refused(r, command, says)
 
 
-@pytest.mark.parametrize("flag", ["--mount", "--link-root", "--termination-log"])
+@pytest.mark.parametrize("flag", ["--mount", "--termination-log"])  # an empty --link-root is its default
 def test_the_sidecar_refuses_an_empty_path(place: Path, flag: str) -> None:
     args = _sidecar_args(place)
     if flag in args:
