@@ -46,6 +46,7 @@ if TYPE_CHECKING:  # what static tools see; at run time __getattr__ below import
     from .resume import EpochResumeError
     from .sampler import EpochSampler, epoch_indices, rank_shards
     from .shardcheck import ShardSettingsError
+    from .startepoch import start_epoch
     from .stream import EpochStream
     from .waiting import wait_for_epoch
     from .world import World
@@ -89,6 +90,7 @@ _SUBMODULE = {
     "epoch_indices": "sampler",
     "rank_shards": "sampler",
     "ShardSettingsError": "shardcheck",
+    "start_epoch": "startepoch",
     "EpochStream": "stream",
     "World": "world",
 }
@@ -134,6 +136,7 @@ __all__ = [
     "read_classes",
     "read_manifest",
     "read_status",
+    "start_epoch",
     "wait_for_epoch",
 ]
 

@@ -109,22 +109,26 @@ class HealthChecks(MountWatch):
             log.info("/healthz passes again")
 
     def ready(self) -> tuple[bool, dict[str, Any]]:
-        """Ready: mounted (folder view: published), and epoch 0 exists or could be cut now; when
+        """Ready: mounted (folder view: published), and the first epoch a new trainer reads
+        exists or could be cut now: ``first_epoch``, the newest live epoch on a kept cache (epoch
+        numbers are never reused, so its epoch 0 may be gone for good), else the first cut (0 on a
+        new cache). ``epoch0`` says whether it is ready (its name from the new cache's case). When
         not, ``reason`` says why in words (a listing that found nothing first: waiting would not
         help; then a remote that cannot be reached, with the sampler's next retry, since no data
-        comes until it answers; then how far epoch 0 is, ``epoch 0: 54/200 samples cached, ~20 s
-        at 2.7 samples/s (2.1 MiB/s)``, the estimate from the fetch rate between this answer's
+        comes until it answers; then how far the first epoch is, ``epoch 0: 54/200 samples cached,
+        ~20 s at 2.7 samples/s (2.1 MiB/s)``, the estimate from the fetch rate between this answer's
         reading and an earlier one's, at most :attr:`FetchRate.WINDOW` s back or the last before).
         ``retrying`` holds that line whenever there is one, ready or not (an epoch kept from a
         previous run is readable while the remote is down)."""
         stats = self._stats()
         rate = (None if stats is None else
                 self._fetch_rate.record(time.monotonic(), stats.fetched_total, stats.fetched_bytes_total))
-        cuttable = stats is not None and self._epoch0_ready(stats.latest_epoch)
+        first_epoch, cuttable = (None, False) if stats is None else self._first_epoch(stats.latest_epoch)
         mounted = self._view_mounted()
         doc: dict[str, Any] = {
             "mounted": self._mounted,
             "epoch0": cuttable,
+            "first_epoch": first_epoch,
             "samples": 0 if stats is None else stats.samples,
         }
         warning = (stats.listing or {}).get("warning") if stats is not None else None
@@ -138,31 +142,36 @@ class HealthChecks(MountWatch):
         elif not mounted:
             doc["reason"] = "the view is not mounted yet"
         elif not cuttable:
+            n = 0 if first_epoch is None else first_epoch
             first = (stats.first_epoch if stats is not None else None) or {}
             if first.get("warning"):
-                doc["reason"] = f"epoch 0: {first.get('samples', 0)}/{first.get('target')} samples cached; " \
-                                f"{first['warning']}"
+                doc["reason"] = (f"epoch {n}: {first.get('samples', 0)}/{first.get('target')} samples "
+                                 f"cached; {first['warning']}")
             elif first.get("samples", 0) >= first.get("target", 1) and first.get("listing_round"):
-                doc["reason"] = "epoch 0 waits for the listing's first round (a page of every folder)"
+                doc["reason"] = f"epoch {n} waits for the listing's first round (a page of every folder)"
             elif first:
                 have, target = int(first["samples"]), int(first["target"])
-                doc["reason"] = (f"epoch 0: {have}/{target} samples cached"
+                doc["reason"] = (f"epoch {n}: {have}/{target} samples cached"
                                  + estimate(have, target, *(rate or (None, None))))
             else:
-                doc["reason"] = "epoch 0 cannot be cut yet"
+                doc["reason"] = f"epoch {n} cannot be cut yet"
         return mounted and cuttable, doc
 
-    def _epoch0_ready(self, latest_epoch: int | None) -> bool:
-        """An epoch exists, or the first one could be cut now (the store's one cut condition; the
-        first is 0, or the number after the high-water mark once an index was reset)."""
+    def _first_epoch(self, latest_epoch: int | None) -> tuple[int | None, bool]:
+        """The first epoch a new trainer reads (the torch client's ``start_epoch`` rule) and
+        whether it exists or could be cut now: the newest live epoch, which exists, once there is
+        one (a kept cache's epoch 0 has retired for good, and a new run starts at its newest);
+        else the first cut, 0 or the number after the high-water mark once an index was reset,
+        by the store's one cut condition. (None, False) when the store cannot be read."""
         if latest_epoch is not None:
-            return True
+            return latest_epoch, True
         assert self._store is not None
         try:
-            return self._store.cut_ready(self._store.next_epoch())
+            n = self._store.next_epoch()
+            return n, self._store.cut_ready(n)
         except Exception as e:
             log.warning("store cut condition: %s", e)
-            return False
+            return None, False
 
     def _children_doc(self) -> dict[str, Any]:
         """Each child's pid, whether it runs, its restarts, last exit status, quick crashes and

@@ -1,0 +1,64 @@
+"""``start_epoch``: the first epoch a new training run reads, wherever the cache is.
+
+Why: epoch numbers are never reused (the store cuts only above the newest), so on a kept cache (a
+hostPath cache that outlived its pod, a replacement pod, another release sharing the folder) the
+epochs a new run meets may start at 7, and epoch 0 is gone for good: a loop written
+``for epoch in range(100)`` fails at once there ("epoch 0 is not live"). A new run starts at the
+cache's newest live epoch instead (what ``latest`` points to: it exists, so nothing waits, and the
+epoch after it is the next cut, so the loop goes on as on a new cache), or at 0 when no epoch exists
+yet. A run resumed from a checkpoint does not use this: it goes on at its state's absolute epoch
+(``loader.next_epoch``), which a jump reaches.
+
+Every rank must iterate the same epoch (:mod:`.peers`), and each node's cache may be at another
+number (a node that ran before beside a new one): with torch.distributed initialised the ranks
+take the largest of their answers (one all_reduce), and a node whose newest epoch is below it
+reaches it by a jump (``loader.epoch(first, jump=True)``).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from .describe import not_the_mount
+from .layout import list_epochs, read_status
+
+
+def newest_live_epoch(root: str | os.PathLike[str]) -> int | None:
+    """This node's newest live epoch under ``root``: ``latest_epoch`` of the mount's
+    ``status.json`` (the sidecar's word: None before its first cut); on a plain folder without
+    one, the highest ``epoch-N`` folder (None when there is none)."""
+    status = read_status(root)
+    if status is None:
+        epochs = list_epochs(root)
+        return epochs[-1] if epochs else None
+    latest = status.get("latest_epoch")
+    return latest if isinstance(latest, int) and not isinstance(latest, bool) and latest >= 0 else None
+
+
+def start_epoch(root: str | os.PathLike[str]) -> int:
+    """The epoch a new training run reads first: the newest live epoch under ``root`` (a kept
+    cache), or 0 when none exists yet (a new cache: its first cut). Collective when
+    torch.distributed is initialised with more than one rank (every rank calls it, as it makes
+    its loader): the largest answer of any rank, so every rank starts at the same epoch; pass
+    ``jump=True`` for that first epoch, since another node's cache may be ahead of this one's.
+
+    Raises FileNotFoundError for a ``root`` that is not there or is certainly not the mount
+    (the same message the loaders give), rather than answer 0 for a mount not up yet."""
+    path = Path(root)
+    if not path.is_dir():
+        raise FileNotFoundError(f"epochfs root {path} does not exist or is not a folder "
+                                "(is the sidecar's mount there?)")
+    wrong = not_the_mount(path)
+    if wrong is not None:
+        raise FileNotFoundError(wrong)
+    newest = newest_live_epoch(path)
+    first = 0 if newest is None else newest
+    return _agreed(first)
+
+
+def _agreed(first: int) -> int:
+    """``first`` agreed over the world: the largest of every rank's (each node's cache is its own)."""
+    from .epochplan import all_reduce_max, distributed  # torch only where the ranks must agree
+
+    return first if distributed() is None else all_reduce_max([first])[0]
