@@ -25,6 +25,7 @@ from epochfs.sidecar.config import ConfigError, SamplerSettings
 from epochfs.sidecar.listing.indexfile import IndexSource, recorded_index
 from epochfs.sidecar.redact import redact
 from epochfs.sidecar.remote import RemoteError
+from epochfs.sidecar.remote.awsendpoint import configured_s3_endpoint
 from epochfs.sidecar.remote.registry import backend_for
 from epochfs.sidecar.remote.urls import same_endpoint, same_remote, split_url
 from epochfs.sidecar.store import Meta, Store, classes
@@ -64,10 +65,6 @@ def _shown(value: str) -> str:
     return repr(value) if value else "the store's own endpoint"
 
 
-AWS_ENDPOINT_VARIABLES = ("AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT_URL")
-"""What botocore reads as the S3 endpoint when none is given, in its order."""
-
-
 def store_endpoint(remote: str, endpoint_url: str | None, environ: Mapping[str, str] | None = None) -> str:
     """The endpoint of the store ``remote`` is read from, normalized and redacted
     (:func:`.urls.same_endpoint`): ``--endpoint-url`` (or ``EPOCHFS_ENDPOINT_URL``, the sidecar's
@@ -85,12 +82,11 @@ def store_endpoint(remote: str, endpoint_url: str | None, environ: Mapping[str, 
 
 def _environ_endpoint(module: str, host: str, environ: Mapping[str, str]) -> str:
     """The endpoint a backend takes from the environment when no ``--endpoint-url`` is given
-    (botocore's ``AWS_ENDPOINT_URL[_S3]``, gcsfs's ``STORAGE_EMULATOR_HOST``, the Azure account of
-    the connection string or ``AZURE_STORAGE_ACCOUNT_NAME``), or ""."""
+    (botocore's ``AWS_ENDPOINT_URL[_S3]`` or the AWS config file's: :mod:`.awsendpoint`; gcsfs's
+    ``STORAGE_EMULATOR_HOST``; the Azure account of the connection string or
+    ``AZURE_STORAGE_ACCOUNT_NAME``), or ""."""
     if module == "s3":
-        if environ.get("AWS_IGNORE_CONFIGURED_ENDPOINT_URLS", "").lower() == "true":
-            return ""
-        return next((environ[name] for name in AWS_ENDPOINT_VARIABLES if environ.get(name)), "")
+        return configured_s3_endpoint(environ)
     if module == "fsspec":
         emulator = environ.get("STORAGE_EMULATOR_HOST", "")
         if emulator in ("", "default"):

@@ -185,3 +185,40 @@ def test_two_spellings_of_one_endpoint(one: str, other: str, same: bool) -> None
 def test_the_endpoint_recorded_is_the_one_the_backend_reaches(remote: str, endpoint: str | None,
                                                               environ: dict[str, str], recorded: str) -> None:
     assert store_endpoint(remote, endpoint, environ) == recorded
+
+
+CONFIG = """[default]
+endpoint_url = http://global-default:9000
+
+[profile train]
+endpoint_url = http://global-train:9000
+services = stores
+
+[profile flat]
+endpoint_url = http://flat:9000
+ignore_configured_endpoint_urls = true
+
+[services stores]
+s3 =
+  endpoint_url = http://s3-service:9000
+"""
+
+
+@pytest.mark.parametrize(("environ", "recorded"), [
+    ({}, "http://global-default:9000"),
+    ({"AWS_PROFILE": "train"}, "http://s3-service:9000"),
+    ({"AWS_PROFILE": "train", "AWS_ENDPOINT_URL": "http://env:1"}, "http://env:1"),
+    ({"AWS_ENDPOINT_URL_S3": "http://env-s3:1", "AWS_PROFILE": "train"}, "http://env-s3:1"),
+    ({"AWS_ENDPOINT_URL": "http://env:1"}, "http://env:1"),
+    ({"AWS_PROFILE": "flat"}, ""),
+    ({"AWS_PROFILE": "absent"}, ""),
+])
+def test_an_endpoint_the_aws_config_file_sets_is_recorded(tmp_path: Path, environ: dict[str, str],
+                                                          recorded: str) -> None:
+    """botocore takes the S3 endpoint from the AWS config file too (a profile's ``endpoint_url``,
+    or its ``services`` section's ``s3``): a cache filled so recorded "" and took a start at
+    another store in silence, its epochs then mixing both stores' samples."""
+    config = tmp_path / "config"
+    config.write_text(CONFIG)
+    env = {"AWS_CONFIG_FILE": str(config), "HOME": str(tmp_path), **environ}
+    assert store_endpoint("s3://b/p", None, env) == recorded
