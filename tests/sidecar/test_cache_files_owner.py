@@ -24,6 +24,7 @@ import pytest
 from common import free_port
 from cut_cache_helpers import ENV, CutCache, make_cut_cache
 from folderview_helpers import unprivileged
+from test_cli_user_errors import refusal
 
 from epochfs.sidecar.samplerlock import LOCK_NAME
 from epochfs.sidecar.store import INDEX_NAME, OBJECTS_DIR, TMP_DIR
@@ -69,14 +70,6 @@ def run(command: str, cache: Path, tmp_path: Path, data: Path) -> subprocess.Com
     return subprocess.run(argv, capture_output=True, text=True, env=ENV, timeout=60)
 
 
-def refusal(proc: subprocess.CompletedProcess[str]) -> str:
-    """The one line of a refusal: exit 2, no traceback, nothing else on stderr."""
-    out = proc.stdout + proc.stderr
-    assert "Traceback" not in out, out
-    assert proc.returncode == 2, out
-    lines = [line for line in proc.stderr.splitlines() if line.strip()]
-    assert len(lines) == 1, f"expected one line on stderr, got: {proc.stderr!r}"
-    return lines[0]
 
 
 def owned_by_other(command: str, cache: Path, entry: Path) -> str:

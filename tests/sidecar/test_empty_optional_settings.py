@@ -10,7 +10,6 @@ The settings are read by the real parser (``config.parse``) and the real console
 from __future__ import annotations
 
 import os
-import signal
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -18,7 +17,7 @@ from dataclasses import fields
 from pathlib import Path
 
 import pytest
-from common import wait_until
+from common import stop_process, wait_until
 from fuse_helpers import admit, make_objects, open_store
 from sidecar_helpers import file_remote, running_sidecar
 
@@ -128,12 +127,7 @@ def stopped(tmp_path: Path) -> Iterator[list[subprocess.Popen[bytes]]]:
     yield procs
     for proc in procs:
         if proc.poll() is None:
-            proc.send_signal(signal.SIGTERM)
-            try:
-                proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+            stop_process(proc, timeout=30)
     for place in (tmp_path / "view", tmp_path / "cache" / "objects-ro"):
         if find_mount(place) is not None:
             lazy_unmount(place, any_kind=True)
