@@ -31,12 +31,12 @@ from epochfs.fuse.errors import MountError
 from epochfs.sidecar import cli_bench, cli_cache, cli_index, config, redact, volumes
 from epochfs.sidecar.cli_parsing import CommandParser, VersionAction, arg_type, common_options
 from epochfs.sidecar.confparse import (
-    _endpoint_url,
     _non_negative_float,
     _port,
     _positive_float,
     join_negative_values,
 )
+from epochfs.sidecar.confplaces import _endpoint_url
 from epochfs.sidecar.logsettings import LOG_FORMAT, resolve_log_level
 from epochfs.sidecar.remote.registry import HELP as REMOTE_HELP
 from epochfs.sidecar.store import NoRoom, StoreError

@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 
 from epochfs.sidecar import config, samplerlock, volumes
-from epochfs.sidecar.confparse import _path
+from epochfs.sidecar.confplaces import _path
 from epochfs.sidecar.store import Policy, Stats, Store
 from epochfs.sidecar.store.stats import DISK_FULL
 

@@ -16,7 +16,8 @@ from epochfs.sidecar import config, redact, volumes
 
 def cmd_index(ns: argparse.Namespace) -> int:
     """List a remote once (in parallel) into an index file that sidecars read with --index."""
-    from epochfs.sidecar.confparse import _bounded, _positive_int, _remote
+    from epochfs.sidecar.confparse import _bounded, _positive_int
+    from epochfs.sidecar.confplaces import _remote
     from epochfs.sidecar.listing.indexfile import write_index
     from epochfs.sidecar.remote import RemoteError, open_remote
     from epochfs.sidecar.remote.objects import WriteError

@@ -2,7 +2,7 @@
 declaration helper: each parser raises ValueError saying what is wrong, which
 :mod:`epochfs.sidecar.config` turns into a :class:`~epochfs.sidecar.config.ConfigError` naming the
 flag (exit status 2). Kept apart so that config.py holds only the settings themselves; the parsers
-of places (remote, index, endpoint, paths) are in :mod:`epochfs.sidecar.confplaces`, named here too.
+of places (remote, index, endpoint, paths) are in :mod:`epochfs.sidecar.confplaces`.
 An empty or blank value of a setting whose default is none means that default (``_optional_*``).
 """
 
@@ -17,12 +17,6 @@ from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import field
 from typing import Any
 
-from epochfs.sidecar.confplaces import ENDPOINT_EXAMPLE as ENDPOINT_EXAMPLE
-from epochfs.sidecar.confplaces import _endpoint_url as _endpoint_url
-from epochfs.sidecar.confplaces import _index_url as _index_url
-from epochfs.sidecar.confplaces import _optional_path as _optional_path
-from epochfs.sidecar.confplaces import _path as _path
-from epochfs.sidecar.confplaces import _remote as _remote
 from epochfs.sidecar.store import Schedule
 
 log = logging.getLogger("epochfs.config")

@@ -18,14 +18,17 @@ from collections.abc import Mapping
 
 def configured_s3_endpoint(environ: Mapping[str, str]) -> str:
     """The endpoint an S3 client made with no ``endpoint_url`` uses, "" for AWS's own."""
-    profile = _profile(environ)
+    parser = _config(environ)
+    profile = _profile(parser, environ) if parser is not None else {}
     if _true(environ.get("AWS_IGNORE_CONFIGURED_ENDPOINT_URLS")) or \
             _true(profile.get("ignore_configured_endpoint_urls")):
         return ""
     for name in ("AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT_URL"):
         if environ.get(name):
             return environ[name]
-    return _service_endpoint(environ, profile.get("services", "")) or profile.get("endpoint_url", "").strip()
+    if parser is None:
+        return ""
+    return _service_endpoint(parser, profile.get("services", "")) or profile.get("endpoint_url", "").strip()
 
 
 def _true(value: str | None) -> bool:
@@ -45,12 +48,9 @@ def _config(environ: Mapping[str, str]) -> configparser.RawConfigParser | None:
     return parser if read else None
 
 
-def _profile(environ: Mapping[str, str]) -> dict[str, str]:
+def _profile(parser: configparser.RawConfigParser, environ: Mapping[str, str]) -> dict[str, str]:
     """The settings of the profile botocore uses (``AWS_PROFILE``, else ``AWS_DEFAULT_PROFILE``,
     else ``default``)."""
-    parser = _config(environ)
-    if parser is None:
-        return {}
     name = environ.get("AWS_PROFILE") or environ.get("AWS_DEFAULT_PROFILE") or "default"
     for section in ((name, f"profile {name}") if name == "default" else (f"profile {name}",)):
         if parser.has_section(section):
@@ -58,14 +58,12 @@ def _profile(environ: Mapping[str, str]) -> dict[str, str]:
     return {}
 
 
-def _service_endpoint(environ: Mapping[str, str], services: str) -> str:
+def _service_endpoint(parser: configparser.RawConfigParser, services: str) -> str:
     """The ``s3`` ``endpoint_url`` of the ``[services NAME]`` section (its nested lines)."""
-    parser = _config(environ) if services.strip() else None
     section = f"services {services.strip()}"
-    if parser is None or not parser.has_section(section):
+    if not services.strip() or not parser.has_section(section):
         return ""
-    nested = parser.get(section, "s3", fallback="")
-    for line in nested.splitlines():
+    for line in parser.get(section, "s3", fallback="").splitlines():
         key, _, value = line.partition("=")
         if key.strip() == "endpoint_url":
             return value.strip()

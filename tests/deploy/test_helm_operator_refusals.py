@@ -32,7 +32,8 @@ from helm_helpers import (
     with_remote,
 )
 
-from epochfs.sidecar.confparse import _capacity, _endpoint_url
+from epochfs.sidecar.confparse import _capacity
+from epochfs.sidecar.confplaces import _endpoint_url
 from epochfs.sidecar.store.records import Schedule
 
 
