@@ -14,17 +14,21 @@ import sys
 from typing import Any
 
 from epochfs.sidecar.remote.base import Denied, NotFound
-from epochfs.sidecar.remote.errors import _chain, gcs_kind, s3_error_code, tls_answered_by_plain_http
+from epochfs.sidecar.remote.errors import (
+    S3_CREDENTIAL_CODES,
+    _chain,
+    gcs_kind,
+    s3_error_code,
+    tls_answered_by_plain_http,
+)
 from epochfs.sidecar.remote.httpget import HTTPStatusError
 from epochfs.sidecar.remote.trust import TrustSettingError
 
-S3_CREDENTIAL_CODES = frozenset({
-    "InvalidAccessKeyId", "SignatureDoesNotMatch", "ExpiredToken", "InvalidToken",
-    "TokenRefreshRequired", "InvalidClientTokenId", "AuthFailure",
-    "AuthenticationFailed",  # Azure's refused key or SAS
-})
-"""S3 error codes that refuse the credentials themselves (an unknown key, a wrong secret, an
-expired session token), as opposed to ``AccessDenied``: known credentials without the right."""
+AZURE_CREDENTIAL_CODES = frozenset({"AuthenticationFailed", "InvalidAuthenticationInfo"})
+"""Azure Storage error codes that refuse the key, SAS or token itself (not a missing right: that
+is ``AuthorizationPermissionMismatch``): at the start, the credentials are what to check. S3's own
+codes are :data:`~.librules.S3_CREDENTIAL_CODES`, the set the downloader and the listing type as
+:class:`~.base.CredentialsRefused`, so a refusal at the start and one met later say one cause."""
 S3_REGION_CODES = frozenset({
     "PermanentRedirect", "AuthorizationHeaderMalformed", "IllegalLocationConstraintException",
 })
@@ -119,7 +123,8 @@ def refusal_cause(exc: BaseException) -> RefusalCause | None:
     # carry the status alone, where the presigned request's error document says NoSuchBucket.
     answers.sort(key=lambda answer: not answer[1])
     for status, code in answers:
-        if code == "NoCredentials" or code in S3_CREDENTIAL_CODES or status == 401:
+        if code == "NoCredentials" or code in S3_CREDENTIAL_CODES or code in AZURE_CREDENTIAL_CODES \
+                or status == 401:
             return "credentials"
         if code in ("NoSuchBucket", "ContainerNotFound"):
             return "bucket"
@@ -138,7 +143,7 @@ def refusal_cause(exc: BaseException) -> RefusalCause | None:
 
 
 __all__ = [
-    "S3_CREDENTIAL_CODES",
+    "AZURE_CREDENTIAL_CODES",
     "S3_REGION_CODES",
     "NoSuchBucket",
     "RefusalCause",
