@@ -153,6 +153,10 @@ class Reservations:
             self._cache += added
 
     def publish(self) -> None:
-        """Write the bytes in flight where other processes (status, metrics) can read them."""
+        """Write the bytes in flight where other processes (status, metrics) can read them: the
+        reservations alone, not the admissions under way, whose commit may already have put their
+        bytes in the cache's total (a reading would count them twice and a full cache show over
+        its budget). Until its commit an admission's bytes are in neither figure: a reading may
+        show less in flight than there is, never ``cache_bytes + inflight_bytes`` over capacity."""
         with self._lock:
-            self.store.set_meta(Meta.INFLIGHT_BYTES, str(self.reserved))
+            self.store.set_meta(Meta.INFLIGHT_BYTES, str(self._reserved))
