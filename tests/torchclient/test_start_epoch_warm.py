@@ -23,7 +23,7 @@ from common import wait_until
 from folderview_helpers import folder_sidecar, owned_dir, write_remote
 from warm_cache_helpers import OBJECTS, live_epochs, warm_folder_cache
 
-from epochfs.torchclient.layout import list_epochs
+from epochfs.torchclient.layout import epoch_name, list_epochs
 from epochfs.torchclient.plainfolder import publish_epoch
 
 sys.path.insert(0, str(Path(__file__).parent))
@@ -85,7 +85,10 @@ def test_readyz_on_a_new_cache_names_epoch_0(monkeypatch: pytest.MonkeyPatch) ->
             code, doc = _readyz(car)
             assert code == 200 and doc["epoch0"] is True and doc["first_epoch"] == 0, doc
             assert list_epochs(car.mount) == [] and start_epoch(car.mount) == 0
-            assert _read_from_start(car.mount, epochs=1) == {0: len(OBJECTS)}
+            counts = _read_from_start(car.mount, epochs=1)  # epoch 0 is cut on the loader's request
+            # from what is cached then: the first sidecar may have stopped before it had them all
+            members = sum(1 for p in (car.mount / epoch_name(0)).rglob("*") if p.is_file())
+            assert counts == {0: members} and 0 < members <= len(OBJECTS), (counts, members)
 
 
 def test_start_epoch_refuses_a_root_that_is_not_there(tmp_path: Path) -> None:
