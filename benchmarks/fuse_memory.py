@@ -99,7 +99,7 @@ def measure_tree(cache: Path) -> dict[str, float]:
         assert tree.lookup("train").is_dir
         # the time to build without tracemalloc's overhead: a second, fresh build
         t0 = time.perf_counter()
-        view._trees.clear()
+        view.drop_built()
         view.tree(0)
         plain = time.perf_counter() - t0
     return {"files": files, "tree_bytes_per_file": kept / files, "peak_bytes_per_file": peak / files,
@@ -137,14 +137,11 @@ def probe_stats() -> dict[str, int]:
     """What the server holds, by part: RSS, glibc's heap (mallinfo2), the view's trees and manifests."""
     from epochfs.fuse.view import View
 
-    views = [o for o in gc.get_objects() if isinstance(o, View)]
-    trees = sum(t.nbytes() for v in views for t in list(v._trees.values()))
-    manifests = sum(len(m) for v in views for m in list(v._manifests.values()))
-    nbytes = [getattr(m, "nbytes", None) for v in views for m in list(v._manifests.values())]
-    kept = sum(n() if callable(n) else 0 for n in nbytes) or manifests
+    built = [o.built_bytes() for o in gc.get_objects() if isinstance(o, View)]
     smaps = _smaps_rollup(os.getpid())
-    return {"rss": rss(), "anonymous": smaps.get("Anonymous", 0), **_mallinfo2(), "tree_bytes": trees,
-            "manifest_bytes": manifests, "manifest_kept_bytes": kept}
+    return {"rss": rss(), "anonymous": smaps.get("Anonymous", 0), **_mallinfo2(),
+            "tree_bytes": sum(b.trees for b in built), "manifest_bytes": sum(b.manifests for b in built),
+            "manifest_kept_bytes": sum(b.manifests_kept for b in built)}
 
 
 def _serve_probed(probe: Path, argv: list[str]) -> int:

@@ -135,8 +135,9 @@ class Refresher:
                 self.notifier.invalidate(path)
 
 
-# The warm-up child: lists the folders of ``<mount>/epoch-N`` and reads each symlink once, for each
-# epoch number it reads on stdin, answering "N count" (or "N retired", "N error ...") on stdout.
+# The warm-up child: lists the folders of ``<mount>/<name>`` and reads each symlink once, for each
+# epoch folder name (:func:`epoch_name`) it reads on stdin, answering "<name> count" (or
+# "<name> retired", "<name> error ...") on stdout.
 # Standard library only, so it starts in milliseconds; it dies with the thread that started it.
 _WARM_CHILD = r"""
 import ctypes, os, signal, sys
@@ -162,14 +163,14 @@ def warm(base):
     return count
 
 for line in sys.stdin:
-    n = line.strip()
+    name = line.strip()
     try:
-        answer = str(warm(os.path.join(mount, "epoch-" + n)))
+        answer = str(warm(os.path.join(mount, name)))
     except FileNotFoundError:
         answer = "retired"
     except OSError as e:
         answer = "error " + str(e)
-    print(n, answer, flush=True)
+    print(name, answer, flush=True)
 """
 
 
@@ -252,13 +253,14 @@ class Warmer:
                     if child is None:
                         return
                 assert child.stdin is not None and child.stdout is not None
+                name = epoch_name(n)
                 try:
-                    child.stdin.write(f"{n}\n")
+                    child.stdin.write(f"{name}\n")
                     child.stdin.flush()
                     answer = child.stdout.readline().strip().split(maxsplit=1)
                 except (OSError, ValueError):
                     answer = []
-                if len(answer) < 2 or answer[0] != str(n):
+                if len(answer) < 2 or answer[0] != name:
                     if not self._stop.is_set():
                         log.warning("warm-up of epoch %d stopped: the warm-up process ended", n)
                     return

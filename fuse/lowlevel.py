@@ -36,7 +36,8 @@ from epochfs.fuse.lowlevel_abi import (
     bind,
     make_args,
 )
-from epochfs.fuse.operations import EpochOperations, FuseOSError, wanted_capabilities
+from epochfs.fuse.operations import SETATTR_CALLS, EpochOperations, FuseOSError, wanted_capabilities
+from epochfs.fuse.operations import WRITE_CALLS as OPS_WRITE_CALLS
 from epochfs.fuse.treebuild import ENC
 from epochfs.fuse.view import NotFound
 
@@ -52,8 +53,9 @@ requests need them."""
 
 log = logging.getLogger("epochfs.fuse")
 
-_WRITE_CALLS = ("setattr", "mknod", "mkdir", "unlink", "rmdir", "symlink", "rename", "link", "write",
-                "create", "setxattr", "removexattr", "fallocate")
+WRITE_CALLS = ("setattr", *(c for c in OPS_WRITE_CALLS if c not in SETATTR_CALLS))
+"""The low-level calls that answer EROFS: the operations' :data:`~.operations.WRITE_CALLS`, with
+those the low-level API makes one ``setattr`` as that one."""
 
 
 class MountFailed(RuntimeError):
@@ -102,7 +104,7 @@ class LowLevelFUSE:
             "readdir": self._readdir, "readdirplus": self._readdirplus,
             "releasedir": self._releasedir, "statfs": self._statfs,
         }
-        for name in _WRITE_CALLS:
+        for name in WRITE_CALLS:
             handlers[name] = self._read_only
         for name, fn in handlers.items():
             c_fn = CALLBACK_TYPES[name](fn)

@@ -27,7 +27,7 @@ import os
 import threading
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, cast
+from typing import Any, TypeVar, cast
 
 import mfusepy
 
@@ -43,22 +43,43 @@ from epochfs.fuse.translate import (
     wanted_capabilities,
 )
 from epochfs.fuse.view import FILE_MODE, Attr, NotFound, View
-from epochfs.torchclient.layout import parse_epoch_name
+from epochfs.torchclient.layout import VIEW_REFRESH_SECONDS, parse_epoch_name
 
 log = logging.getLogger("epochfs.fuse")
 
 __all__ = ["EpochFUSE", "EpochOperations", "FuseOSError", "translate_listing", "wanted_capabilities"]
 
+WRITE_CALLS = (
+    "write", "create", "mkdir", "mknod", "unlink", "rmdir", "rename", "link", "symlink", "chmod",
+    "chown", "truncate", "utimens", "setxattr", "removexattr", "fallocate",
+)
+"""Every call that would change the mount, named as mfusepy names them: each answers EROFS, on both
+APIs (:mod:`epochfs.fuse.lowlevel` takes its list from here, :data:`SETATTR_CALLS` as one call)."""
+SETATTR_CALLS = ("chmod", "chown", "truncate", "utimens")
+"""The calls of :data:`WRITE_CALLS` that libfuse's low-level API makes one ``setattr``."""
+
+T = TypeVar("T")
+
+
 def _read_only(*_args: Any, **_kwargs: Any) -> int:
     raise FuseOSError(errno.EROFS)
 
 
+def _refusing_writes(cls: type[T]) -> type[T]:
+    """Every call of :data:`WRITE_CALLS` defined on ``cls`` to answer EROFS (mfusepy registers
+    each name defined on the class)."""
+    for name in WRITE_CALLS:
+        setattr(cls, name, staticmethod(_read_only))
+    return cls
+
+
+@_refusing_writes
 class EpochOperations(mfusepy.Operations):
     """The epochfs mount: a read-only namespace whose files are symlinks into the cache."""
 
     use_ns = True
 
-    def __init__(self, *, view: View, timeout: float, refresh_interval: float = 0.5,
+    def __init__(self, *, view: View, timeout: float, refresh_interval: float = VIEW_REFRESH_SECONDS,
                  mount: Path | None = None, warm_files: int = 200_000,
                  in_use_seconds: float | None = None) -> None:
         """``in_use_seconds``: the window ``timeout`` and the view's debounce were derived from;
@@ -346,29 +367,6 @@ class EpochOperations(mfusepy.Operations):
             "f_ffree": 0,
             "f_namemax": 255,
         }
-
-    # ------------------------------------------------------------------ every write: EROFS
-    write = staticmethod(_read_only)
-    create = staticmethod(_read_only)
-    mkdir = staticmethod(_read_only)
-    mknod = staticmethod(_read_only)
-    unlink = staticmethod(_read_only)
-    rmdir = staticmethod(_read_only)
-    rename = staticmethod(_read_only)
-    link = staticmethod(_read_only)
-    symlink = staticmethod(_read_only)
-    chmod = staticmethod(_read_only)
-    chown = staticmethod(_read_only)
-    truncate = staticmethod(_read_only)
-    utimens = staticmethod(_read_only)
-    setxattr = staticmethod(_read_only)
-    removexattr = staticmethod(_read_only)
-
-
-WRITE_CALLS = (
-    "write", "create", "mkdir", "mknod", "unlink", "rmdir", "rename", "link", "symlink", "chmod",
-    "chown", "truncate", "utimens", "setxattr", "removexattr",
-)
 
 
 class EpochFUSE(mfusepy.FUSE):

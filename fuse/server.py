@@ -285,6 +285,6 @@ def _serve_lowlevel(ops: EpochOperations, mount: Path, fsname: str) -> str | Non
     return None
 
 
-def _was_mounted(ops: object) -> bool:
-    refresher = getattr(ops, "refresher", None)
-    return bool(refresher is not None and refresher.started)
+def _was_mounted(ops: EpochOperations) -> bool:
+    """Whether libfuse's init ran (it starts the refresher): the mount was up at some point."""
+    return ops.refresher.started

@@ -48,8 +48,9 @@ that many bytes (``tar``, hence ``kubectl cp``, beside a poller in any container
 document. JSON ignores the trailing spaces."""
 HELD_MARGIN = 5.0
 """Seconds a held epoch's read is dated beyond the debounce: its next renewal comes within one
-debounce and a refresh (0.5 s), or a few refreshes when the index is busy; dated past that, an
-epoch with a folder open stays pinned whatever the in-use window, 0 included."""
+debounce and a refresh (:data:`~epochfs.torchclient.layout.VIEW_REFRESH_SECONDS`), or a few
+refreshes when the index is busy; dated past that, an epoch with a folder open stays pinned
+whatever the in-use window, 0 included."""
 TREES_KEPT = 3
 """Epoch trees (and manifests) the view keeps built, the least recently used dropped first: a
 trainer reads one epoch while the next is warmed, and one more reader (an evaluation of a pinned
@@ -91,6 +92,17 @@ class Snapshot:
     """``status`` without its clock field: tells whether anything but the time changed."""
 
 
+@dataclass(frozen=True)
+class BuiltBytes:
+    """What the trees and manifests a view keeps built hold (:meth:`ViewState.built_bytes`)."""
+
+    trees: int
+    manifests: int
+    """The manifests' sizes as served."""
+    manifests_kept: int
+    """What the manifests take in memory, kept compressed."""
+
+
 class ViewState:
     """The state of the namespace over one store (:class:`~epochfs.fuse.view.View` answers paths
     from it). Thread-safe: FUSE calls it from many threads."""
@@ -123,16 +135,17 @@ class ViewState:
         self.reads = EpochReads()
         self.lost = LostEntries()
         self.lost.refresh(store)  # before any tree is built: a lost entry is never served as a link
-        self._snap = self._read_snapshot()
+        self._snap = self._read_snapshot(None)
         self._dir_attr = Attr(DIR_MODE, 0, self.started, 2)
         self.classes = ClassesFile(store)
 
     # ------------------------------------------------------------------ changing state
-    def _read_snapshot(self) -> Snapshot:
+    def _read_snapshot(self, old: Snapshot | None) -> Snapshot:
+        """The store's state now; ``old`` (None at the start: nothing to fall back on) stands in
+        for what a damaged index cannot answer (:meth:`_snapshot_while_damaged`)."""
         try:
             stats = self.store.stats()
         except sqlite3.DatabaseError as e:
-            old = getattr(self, "_snap", None)
             if old is None or not is_corruption(e):
                 raise
             return self._snapshot_while_damaged(old)
@@ -160,7 +173,7 @@ class ViewState:
     def refresh(self) -> tuple[Snapshot, Snapshot]:
         """Re-read live epochs and status from the store; returns (old, new) for invalidation."""
         with self._refresh_lock:  # one at a time, so a slow refresh never installs an older state
-            new = self._read_snapshot()
+            new = self._read_snapshot(self._snap)
             try:
                 lost = self.lost.refresh(self.store)
             except sqlite3.DatabaseError as e:  # the damaged index: the lost entries as they were
@@ -303,6 +316,21 @@ class ViewState:
                 _keep_newest_used(self._trees, n, TREES_KEPT)
         release_free_memory()  # the build's high-water mark (the store's chunks of rows), not kept
         return t
+
+    def built_bytes(self) -> BuiltBytes:
+        """Bytes the kept trees and manifests hold now: what grows with the files of the epochs
+        read (``epochfs bench fuse-memory`` reports them beside the server's RSS)."""
+        with self._lock:
+            trees, manifests = list(self._trees.values()), list(self._manifests.values())
+        return BuiltBytes(trees=sum(t.nbytes() for t in trees), manifests=sum(len(m) for m in manifests),
+                          manifests_kept=sum(m.nbytes() for m in manifests))
+
+    def drop_built(self) -> None:
+        """Forget the kept trees and manifests: each is built again from the store when next asked,
+        as one dropped beyond :data:`TREES_KEPT` is (the memory benchmark times a fresh build)."""
+        with self._lock:
+            self._trees.clear()
+            self._manifests.clear()
 
     def _used(self, cache: dict[int, T], n: int) -> None:
         """``n`` of ``cache`` was used: the last to be dropped (the least recently used goes first,

@@ -49,6 +49,7 @@ from epochfs.sidecar.remote.registry import HELP as REMOTE_HELP
 from epochfs.sidecar.store import Policy, Schedule
 from epochfs.sidecar.viewhelp import FUSE_API_HELP, MOUNT_HELP, PUBLISH_HELP, VIEW_HELP, WARM_HELP
 from epochfs.torchclient.globs import Globs
+from epochfs.torchclient.layout import VIEW_REFRESH_SECONDS
 
 
 class ConfigError(ValueError):
@@ -68,19 +69,21 @@ MAX_CONCURRENCY = 1024
 slip such as 100,000 spent half a minute starting threads before failing, and 4,096 asks 4 GiB
 of the chart's 2 GiB sidecar; past a few hundred the remote, not the count, sets the rate."""
 MAX_READ_TIMEOUT = 3600.0
-"""``--read-timeout`` at most, in seconds: an hour of silence is a stalled download, and values
-past what a socket timeout takes (``inf``, ``1e300``) failed as a listing error."""
+"""``--read-timeout`` at most, in seconds: an hour of silence is a stalled download, and a socket
+refuses a timeout past what it can take (``inf``, ``1e300``), which the listing's first socket would
+report as a listing error instead of as this flag's."""
 
-MIN_RETIRE_GRACE = 1.0
-"""``--retire-grace`` at least: twice the FUSE view's refresh interval (0.5 s)."""
+MIN_RETIRE_GRACE = 2 * VIEW_REFRESH_SECONDS
+"""``--retire-grace`` at least: twice the FUSE view's refresh interval
+(:data:`~epochfs.torchclient.layout.VIEW_REFRESH_SECONDS`): no view shows an epoch whose files are gone."""
 MAX_RETIRE_GRACE = 3600.0
 
 
 def _retire_grace(text: str) -> float:
     value = _positive_float(text)
     if value < MIN_RETIRE_GRACE:
-        raise ValueError(f"must be at least {MIN_RETIRE_GRACE:g} (a view refreshes its epochs every 0.5 s "
-                         "and must not show one whose files are gone)")
+        raise ValueError(f"must be at least {MIN_RETIRE_GRACE:g} (a view refreshes its epochs every "
+                         f"{VIEW_REFRESH_SECONDS:g} s and must not show one whose files are gone)")
     return value
 
 
@@ -167,9 +170,10 @@ class SamplerSettings(CacheSettings):
                                  "an epoch looked up this recently stays pinned beyond --keep-epochs",
                                  default=600.0, parse=_non_negative_float)
     retire_grace: float = _opt("--retire-grace",
-                               "seconds a retired epoch's files stay on disk for views that still show "
-                               f"it (at least {MIN_RETIRE_GRACE:g}: the FUSE view refreshes every 0.5 s); "
-                               "a full cache's turnover may wait this long", default=Policy.retire_grace,
+                               "seconds a retired epoch's files stay on disk for views that still show it "
+                               f"(at least {MIN_RETIRE_GRACE:g}: the FUSE view refreshes every "
+                               f"{VIEW_REFRESH_SECONDS:g} s); a full cache's turnover may wait this long",
+                               default=Policy.retire_grace,
                                parse=_bounded(_retire_grace, MAX_RETIRE_GRACE,
                                               "an hour of unreadable samples on disk"))
     max_rate: int | None = _opt("--max-rate", "limit on download bytes per second, e.g. 50Mi (default, or "

@@ -47,7 +47,7 @@ from urllib.parse import parse_qs
 from epochfs.sidecar.store import MAX_JUMP, EpochReader
 from epochfs.sidecar.store.epochs import refused_full
 from epochfs.sidecar.store.stats import DISK_FULL
-from epochfs.torchclient.layout import MAX_EPOCH, parse_epoch_name
+from epochfs.torchclient.layout import EPOCH_PREFIX, MAX_EPOCH, parse_epoch_name
 
 
 @dataclass(frozen=True)
@@ -70,7 +70,7 @@ class CutRequest:
         values = fields.get("epoch", [])
         if len(values) != 1:
             raise ValueError("give the epoch once: ?epoch=N")
-        epoch = parse_epoch_name("epoch-" + values[0])
+        epoch = parse_epoch_name(EPOCH_PREFIX + values[0])
         if epoch is None:
             raise ValueError(f"epoch must be a canonical decimal from 0 to {MAX_EPOCH}, got {values[0]!r}")
         jumps = fields.get("jump", ["0"])

@@ -183,7 +183,7 @@ def _publish_until(stop: threading.Event, publisher: FolderPublisher, *, interva
                 log.error("%s: publishing paused; what is published stays readable; trying again every "
                           "%.0fs", reason, PAUSED_RETRY)
             paused = reason
-        now = paused or getattr(publisher, "blocked", None)
+        now = paused or publisher.blocked
         if now != recorded:
             _record_pause(publisher.store, now)
             recorded = now

@@ -10,7 +10,8 @@ below, whose names this module re-exports, so every metric is imported from here
   live on the node volume, not in a process.
 * **The children**: per-process instrumentation of the sampler (:class:`ProcessMetrics`,
   :mod:`.metrics_sampler`: retried/failed fetches, fetch latency, downloads in flight, cut waits,
-  idle by design) and of the FUSE server (:class:`FuseMetrics`, defined in ``epochfs.fuse.metrics``
+  idle by design; :class:`PauseGauges`: its pauses, which need no room on a full disk) and of the
+  FUSE server (:class:`FuseMetrics`, defined in ``epochfs.fuse.metrics``
   because fuse may import nothing from sidecar but the store: requests and errors by operation,
   the waits of the cuts a lookup of ``epoch-N`` makes).
   The supervisor sets ``PROMETHEUS_MULTIPROC_DIR`` for its children, so prometheus-client writes
@@ -43,7 +44,6 @@ Never a key, a path or an epoch number.
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -56,11 +56,16 @@ from epochfs.sidecar.metrics_merge import (
     prepare_multiproc_dir,
 )
 from epochfs.sidecar.metrics_sampler import (
+    BACKPRESSURE_HELP,
     CUT_WAIT_BUCKETS,
     CUT_WAIT_HELP,
+    DISK_FULL_HELP,
     FETCH_BUCKETS,
     PROCESS_RESULTS,
+    PauseGauges,
     ProcessMetrics,
+    lazy_singleton,
+    pause_gauges,
     process_metrics,
 )
 from epochfs.sidecar.metrics_scrape import (
@@ -97,7 +102,8 @@ class SidecarMetrics:
         """``children``: the names of the children this sidecar runs (the sampler and its view's:
         ``fuse``, or ``publisher`` for the folder view). Their ``child`` series exist from the
         start, restarts at 0 (so ``increase()`` counts the first restart) and up at 0 until they
-        start; no other child gets one (a folder-view sidecar exported ``child="fuse"`` 0 for ever)."""
+        start; no other child gets one (a series of a child this sidecar never runs would read
+        as down for ever)."""
         self.registry = registry
         self.children = tuple(children)
         from prometheus_client import Counter, Gauge
@@ -287,17 +293,10 @@ class EndpointMetrics:
         yield from self.connections.collect()
 
 
-_endpoint_lock = threading.Lock()
-_endpoint_default: EndpointMetrics | None = None
-
-
+@lazy_singleton
 def endpoint_metrics() -> EndpointMetrics:
     """The process-wide :class:`EndpointMetrics` (created on first use, registered nowhere)."""
-    global _endpoint_default
-    with _endpoint_lock:
-        if _endpoint_default is None:
-            _endpoint_default = EndpointMetrics()
-        return _endpoint_default
+    return EndpointMetrics()
 
 
 WEBHOOK_RESULTS = ("mutated", "skipped", "refused", "error")
@@ -355,8 +354,10 @@ def sidecar_registry(
 
 
 __all__ = [
+    "BACKPRESSURE_HELP",
     "CUT_WAIT_BUCKETS",
     "CUT_WAIT_HELP",
+    "DISK_FULL_HELP",
     "ENDPOINT_REJECT_REASONS",
     "FETCH_BUCKETS",
     "LISTING_NAME",
@@ -368,6 +369,7 @@ __all__ = [
     "BuildInfoCollector",
     "EndpointMetrics",
     "MergedCollector",
+    "PauseGauges",
     "Pid",
     "ProcessMetrics",
     "SavedFirst",
@@ -377,7 +379,9 @@ __all__ = [
     "child_of",
     "endpoint_metrics",
     "forget_process",
+    "lazy_singleton",
     "multiprocess_collector",
+    "pause_gauges",
     "prepare_multiproc_dir",
     "process_collectors",
     "process_metrics",

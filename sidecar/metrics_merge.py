@@ -104,7 +104,7 @@ def _shrink(file: Path) -> None:
 
 EITHER = frozenset({"epochfs_backpressure", "epochfs_disk_full"})
 """Flags two sources give (the index's record and the live sampler's gauges,
-:mod:`epochfs.sidecar.sampler.pausegauges`): the larger value is taken, not the sum (either one
+:class:`epochfs.sidecar.metrics_sampler.PauseGauges`): the larger value is taken, not the sum (either one
 saying 1 is the answer; both saying it is 1, not 2)."""
 
 

@@ -6,20 +6,25 @@ prometheus-client's multiprocess mode under the supervisor (``PROMETHEUS_MULTIPR
 files the supervisor sums, so each metric's ``multiprocess_mode`` matters here and nowhere else.
 The one family the supervisor and the FUSE server observe too (``epochfs_cut_wait_seconds``)
 takes its help and buckets from :mod:`epochfs.sidecar.store.cutwait`, as theirs do, so the three
-stay one family.
+stay one family. :func:`lazy_singleton` makes each process-wide instance here and in
+:mod:`epochfs.sidecar.metrics`.
 """
 
 from __future__ import annotations
 
+import functools
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 from epochfs.sidecar.store.cutwait import CUT_WAIT_BUCKETS, CUT_WAIT_HELP
+from epochfs.sidecar.store.stats import DISK_FULL
 
 if TYPE_CHECKING:
     from prometheus_client import CollectorRegistry
+
+T = TypeVar("T")
 
 # prometheus-client (~0.05 s of imports, http.server among them) is imported where a metric is
 # made, never at this module's import: the sampler imports this module on its way to its first
@@ -144,26 +149,84 @@ class ProcessMetrics:
             self.sampler_idle.set(1 if idle else 0)
 
 
-_default_lock = threading.Lock()
-_default: ProcessMetrics | None = None
+BACKPRESSURE_HELP = "1 while sampling is paused (nothing evictable, or the disk is full), else 0."
+DISK_FULL_HELP = "1 while sampling is paused because the cache's filesystem is full, else 0."
+"""The help texts of the store's families of the same names (one family each in the exposition)."""
 
 
+class PauseGauges:
+    """The sampler's backpressure as live gauges of its own process: ``epochfs_backpressure`` and
+    ``epochfs_disk_full`` (livemax: a dead sampler's are dropped at its reaping).
+
+    The same families are read from the index at scrape time
+    (:class:`~epochfs.sidecar.metrics_scrape.StoreCollector`), but on a volume filled to its last
+    byte the index cannot record the pause, and the gauges would say 0 while the sampler waits
+    for room. Under the supervisor these live in the sampler's multiprocess file, whose blocks
+    were allocated before anything was written to it (:func:`epochfs.sidecar.metrics_files.reserve`),
+    so setting them needs no room. The supervisor's exposition takes the larger of the two sources
+    (:data:`epochfs.sidecar.metrics_merge.EITHER`): the index's record, which outlives the sampler,
+    or the live sampler's word, dropped with its other live gauges when it dies.
+
+    Made at the sampler's first pause (:func:`pause_gauges`), not at its start: prometheus-client
+    is not imported on the way to the first GET (tests/sampler/test_startup_imports.py). Until then
+    they are absent, which the exposition reads as the index's value alone.
+    """
+
+    def __init__(self) -> None:
+        from prometheus_client import Gauge
+
+        self._backpressure = Gauge("epochfs_backpressure", BACKPRESSURE_HELP, multiprocess_mode="livemax")
+        self._disk_full = Gauge("epochfs_disk_full", DISK_FULL_HELP, multiprocess_mode="livemax")
+        self.show(None)
+
+    def show(self, reason: str | None) -> None:
+        """Sampling is paused for ``reason`` now (None: it is not)."""
+        self._backpressure.set(0 if reason is None else 1)
+        self._disk_full.set(1 if reason is not None and reason.startswith(DISK_FULL) else 0)
+
+
+def lazy_singleton(make: Callable[[], T]) -> Callable[[], T]:
+    """``make`` as a function that makes its object at the first call and returns that one from
+    then on, in every thread: a metric family is registered once per process (a second
+    registration of a name is refused), and not before it is needed (prometheus-client is not
+    imported on the sampler's way to its first GET)."""
+    lock = threading.Lock()
+    made: list[T] = []
+
+    @functools.wraps(make)
+    def once() -> T:
+        with lock:
+            if not made:
+                made.append(make())
+            return made[0]
+
+    return once
+
+
+@lazy_singleton
 def process_metrics() -> ProcessMetrics:
     """The process-wide :class:`ProcessMetrics` on the default registry (created on first use)."""
-    global _default
-    with _default_lock:
-        if _default is None:
-            from prometheus_client import REGISTRY
+    from prometheus_client import REGISTRY
 
-            _default = ProcessMetrics(registry=REGISTRY)
-        return _default
+    return ProcessMetrics(registry=REGISTRY)
+
+
+@lazy_singleton
+def pause_gauges() -> PauseGauges:
+    """The process-wide :class:`PauseGauges` (made at the sampler's first pause)."""
+    return PauseGauges()
 
 
 __all__ = [
+    "BACKPRESSURE_HELP",
     "CUT_WAIT_BUCKETS",
     "CUT_WAIT_HELP",
+    "DISK_FULL_HELP",
     "FETCH_BUCKETS",
     "PROCESS_RESULTS",
+    "PauseGauges",
     "ProcessMetrics",
+    "lazy_singleton",
+    "pause_gauges",
     "process_metrics",
 ]

@@ -10,6 +10,7 @@ corrupt sample is a clear error in the training process, never a dead worker.
 from __future__ import annotations
 
 import functools
+import logging
 import os
 import zipfile
 from collections.abc import Callable
@@ -20,6 +21,8 @@ import torch
 
 from .lost import SampleLostError, carry_attributes, lost_aware, lost_error
 from .retry import RETRY_SECONDS, retrying, transient
+
+log = logging.getLogger("epochfs.torchclient")
 
 Decoder = Callable[[str], Any]
 DECODE_KINDS: tuple[str, ...] = ("auto", "npy", "npz", "pt", "bytes", "image")
@@ -144,14 +147,24 @@ def _torchvision_decoder() -> Callable[[str], torch.Tensor] | None:
     torchvision::nms does not exist"), and where its pure-Python parts were imported anyway (its
     ``ImageFolder`` and transforms need no C extension), torchvision.io imports but its decoders
     raise at each call ("Couldn't load the image extension"). So one tiny PNG is decoded here:
-    any failure, or a wrong pixel, means Pillow."""
+    any failure, or a wrong pixel, means Pillow, and one log line (per process) says why: a
+    torchvision that is installed but unusable is worth an INFO line (its user expects it to
+    decode), none installed only a DEBUG one."""
     try:
         from torchvision.io import ImageReadMode, decode_image, read_file
 
         probe = decode_image(torch.tensor(list(_PROBE_PNG), dtype=torch.uint8), mode=ImageReadMode.RGB)
         if probe.tolist() != [[[1]], [[2]], [[3]]]:
+            log.info("images are decoded by Pillow: torchvision.io decoded a test image wrongly")
             return None
-    except Exception:
+    except ModuleNotFoundError as e:
+        if e.name not in ("torchvision", "torchvision.io"):
+            log.info("images are decoded by Pillow: torchvision.io cannot be imported (%s)", e)
+        else:
+            log.debug("images are decoded by Pillow: torchvision is not installed")
+        return None
+    except Exception as e:
+        log.info("images are decoded by Pillow: torchvision.io cannot decode (%s: %s)", type(e).__name__, e)
         return None
 
     def decode(path: str) -> torch.Tensor:

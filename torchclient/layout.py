@@ -67,8 +67,12 @@ MANIFEST_SUFFIX = ".manifest"
 MAX_EPOCH = (1 << 29) - 2
 """The largest epoch number: the FUSE view's inode numbers have a block for each epoch up to it
 (``fuse/inodes.py``; an epoch a second would take 17 years to get there). The store keeps the
-same number (``sidecar/store/epochs.py``: it imports nothing of the client) and refuses a cut
+same number (``sidecar/store/hwm.py``: it imports nothing of the client) and refuses a cut
 above it; ``tests/torchclient/test_layout.py`` checks they agree."""
+VIEW_REFRESH_SECONDS = 0.5
+"""How often the FUSE view reads the store again (its epochs, ``latest``, ``status.json``): how
+long a mount may show an epoch that has just retired. The sidecar keeps a retired epoch's files at
+least twice this long (its ``--retire-grace``), so no view shows a link whose file is gone."""
 MANIFEST_VERSION = 1
 MANIFEST_MAGIC = f"#epochfs-manifest v{MANIFEST_VERSION}"
 CUT_PATH = "/v1/cut"

@@ -2,11 +2,11 @@
 
 Two reads come before the listing thread exists and so cannot lean on its pause: the ``--index``
 header (:mod:`.indexfile`) and the pages that find the folders (:meth:`.paged.PagedSource.spans`).
-A fleet asks for both at the same instant, so they are where a store throttles first. Ending the
-sampler on such a SlowDown made the supervisor start it again into the same throttle (the fleet
-model counted 2,461 restarts of 1,000 flat-key nodes); reading the one request again after a
-full-jitter pause, ``uniform(0, bound)`` with the bound doubling from the first to the longest,
-asks the store far less and keeps what was read before it. Any other failure is raised.
+A fleet asks for both at the same instant, so they are where a store throttles first. A sampler
+that ended on such a SlowDown would be started again by the supervisor into the same throttle (the
+fleet model counts 2,461 restarts of 1,000 flat-key nodes that way); reading the one request again
+after a full-jitter pause, ``uniform(0, bound)`` with the bound doubling from the first to the
+longest, asks the store far less and keeps what was read before it. Any other failure is raised.
 The pause and the question are :mod:`epochfs.sidecar.remote.backoff`'s, as every caller's.
 """
 

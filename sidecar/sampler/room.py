@@ -7,8 +7,8 @@ it (once a second); the capacity is written to the store only when the disk move
 1%, and the backpressure only when its reason differs from what the index holds (at the start,
 what a run killed while paused left: cleared at once, :meth:`Room._take_over`); either is tried
 again at the next call until the index took it (a volume filled to its last byte refuses the
-write). The backpressure shows at once in the sampler's own gauges (:mod:`.pausegauges`), which
-need no room on the disk.
+write). The backpressure shows at once in the sampler's own gauges
+(:class:`~epochfs.sidecar.metrics_sampler.PauseGauges`), which need no room on the disk.
 
 A repair in place takes no room (:meth:`Room.reserve_repair`): its bytes are counted already. In
 schedule mode the capacity is never recorded lower (every node's windows come from --capacity),
@@ -28,13 +28,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from epochfs.sidecar.config import SamplerSettings, format_size
+from epochfs.sidecar.metrics_sampler import pause_gauges
 from epochfs.sidecar.reservations import Reservations
 from epochfs.sidecar.sampler.condlog import ConditionLog, RepeatLog
 from epochfs.sidecar.sampler.diskspace import DiskSpace
-from epochfs.sidecar.sampler.pausegauges import DISK_FULL, pause_gauges
 from epochfs.sidecar.sampler.turnshare import TurnShare, within_budget
 from epochfs.sidecar.store import Admission, Candidate, Meta, Store
-from epochfs.sidecar.store.stats import CACHE_FULL
+from epochfs.sidecar.store.stats import CACHE_FULL, DISK_FULL
 
 log = logging.getLogger("epochfs.sampler")
 
@@ -370,7 +370,7 @@ class Room:
         changed = reason != self.backpressure
         if changed:
             self.backpressure = reason
-            pause_gauges().show(reason)  # (made at the first pause: see .pausegauges)
+            pause_gauges().show(reason)  # (made at the first pause: see PauseGauges)
         if reason != self._recorded_backpressure and self._written(
                 lambda: self.store.set_backpressure(reason)):
             self._recorded_backpressure = reason

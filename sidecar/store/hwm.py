@@ -30,7 +30,8 @@ HWM_NAME = "epochs.hwm"
 MAX_EPOCH = (1 << 29) - 2
 """The largest epoch number: the FUSE view's inode numbers have a block for each epoch up to it
 (``torchclient/layout.py``'s MAX_EPOCH, the same number: the store imports nothing of the
-client). A mark above it (written before the limit was enforced) is read as none."""
+client). A mark above it names no epoch the view can serve, so it is read as none (a cut never
+writes one: the store refuses cuts above the limit)."""
 
 
 @dataclass(frozen=True)

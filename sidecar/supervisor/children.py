@@ -40,6 +40,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from epochfs.sidecar.config import EXIT_INDEX, EXIT_RETRY, INDEX_DAMAGES_UNHEALTHY
+from epochfs.sidecar.remote.backoff import doubled
 from epochfs.sidecar.supervisor.childlog import pump_log, retry_reason
 from epochfs.sidecar.supervisor.indexdamage import IndexDamages
 from epochfs.sidecar.supervisor.reaper import exit_words
@@ -191,10 +192,16 @@ class ChildProcesses:
         next try after the child's backoff, doubled as after a crash (a limit reached stays for a
         while: trying every tick would only fill the log)."""
         with self._children_lock:
-            longest = self.BACKOFF_MAX if child.max_backoff is None else child.max_backoff
-            child.backoff = min(longest, max(self.BACKOFF_MIN, child.backoff * 2))
+            child.backoff = self._doubled_backoff(child)
             child.next_start = time.monotonic() + child.backoff
         log.error("%s; trying again in %.1fs", why, child.backoff)
+
+    def _doubled_backoff(self, child: Child) -> float:
+        """``child``'s wait after one more failed run or start: its last wait doubled
+        (:func:`~epochfs.sidecar.remote.backoff.doubled`), at most its longest, and at least
+        :attr:`BACKOFF_MIN` (half of it doubled) after a stable run reset it to 0."""
+        longest = self.BACKOFF_MAX if child.max_backoff is None else child.max_backoff
+        return doubled(max(child.backoff, self.BACKOFF_MIN / 2), longest)
 
     def _forget_metrics(self, pid: int) -> None:
         """Drop an exited child's live gauges (:func:`~epochfs.sidecar.metrics.forget_process`).
@@ -244,8 +251,7 @@ class ChildProcesses:
                     child.backoff = 0.0
                     child.crashes = 0
                 if not quick:
-                    longest = self.BACKOFF_MAX if child.max_backoff is None else child.max_backoff
-                    child.backoff = min(longest, max(self.BACKOFF_MIN, child.backoff * 2))
+                    child.backoff = self._doubled_backoff(child)
                 child.next_start = time.monotonic() + (self.BACKOFF_MIN if quick else child.backoff)
                 child.waiting = (f"remote unreachable: {retry_reason(child.last_error, child.name)}"
                                  if transient else "")

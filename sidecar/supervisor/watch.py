@@ -31,6 +31,7 @@ from epochfs.sidecar.config import ConfigError, SidecarSettings
 from epochfs.sidecar.store.objects import OBJECTS_DIR
 from epochfs.sidecar.supervisor.children import Child, ChildProcesses
 from epochfs.sidecar.volumes import check_view_folder
+from epochfs.torchclient.layout import CONTROL_DIR, STATUS_NAME
 
 log = logging.getLogger("epochfs.supervisor")
 
@@ -315,7 +316,7 @@ class MountWatch(ChildProcesses):
         """Restart a dead publisher with backoff (what it published stays readable meanwhile);
         "mounted" is "published": the publisher runs and status.json is there."""
         self._reaped(self.publisher)
-        published = self.publisher.alive and (self.mount / ".epochfs" / "status.json").is_file()
+        published = self.publisher.alive and (self.mount / CONTROL_DIR / STATUS_NAME).is_file()
         if published != self._mounted:
             log.info("folder view %s %s", self.mount, "published" if published else "not published")
         self._mounted = published

@@ -44,7 +44,7 @@ f = fuse_metrics()
 for op in FUSE_OPS:
     f.request(op, n)
 if sys.argv[2] != "-":
-    from epochfs.sidecar.sampler.pausegauges import pause_gauges
+    from epochfs.sidecar.metrics_sampler import pause_gauges
     pause_gauges().show(sys.argv[2])
 print(os.getpid())
 """
