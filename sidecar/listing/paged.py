@@ -201,7 +201,9 @@ class PagedSource:
         self.folders = list(folders)
         step = -(-len(folders) // self.max_spans)
         starts = ["", *folders[step::step]]
-        return [Span(prefix, start, starts[i + 1] if i + 1 < len(starts) else None)
+        # A range lists the keys after its start (StartAfter): the one before it keeps the start
+        # itself, a folder's marker, up to its stop, as the planner's cuts at a folder do.
+        return [Span(prefix, start, starts[i + 1] + "\x00" if i + 1 < len(starts) else None)
                 for i, start in enumerate(starts)]
 
     def _subfolders(self, prefix: str) -> list[str] | None:

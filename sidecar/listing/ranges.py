@@ -44,11 +44,14 @@ class FolderRanges:
 
     def of_part(self, part: Part) -> tuple[int, int]:
         """The indices [lo, hi) of the folders whose starts lie in ``part``'s range (none for a
-        span with no stop: a prefix of its own, or the last range, read as the key space's end)."""
+        span with no stop: a prefix of its own, or the last range, read as the key space's end),
+        less a folder whose start the stop is cut just after: the part keeps that folder's marker,
+        the next part its keys."""
         if not self.folders or part.stop is None:
             return 0, 0
         lo = bisect.bisect_left(self.folders, part.start) if part.start else 0
-        return lo, bisect.bisect_left(self.folders, part.stop)
+        hi = bisect.bisect_left(self.folders, part.stop)
+        return lo, hi - 1 if hi > lo and self.folders[hi - 1] + "\x00" == part.stop else hi
 
     def reached(self, span: SpanState, keys: list[str]) -> range:
         """The indices of ``span``'s folders a page's ``keys`` lie in (a page is contiguous)."""
