@@ -41,6 +41,7 @@ from epochfs.sidecar.remote.base import (
     Transient,
 )
 from epochfs.sidecar.remote.errors import Translated, translate
+from epochfs.sidecar.remote.objects import replace_local
 from epochfs.sidecar.remote.urls import split_url
 
 log = logging.getLogger("epochfs.remote")
@@ -350,15 +351,13 @@ class FileRemote(Remote):
         return os.path.join(self.root, os.fsencode(key))
 
     def put_file(self, key: str, path: str) -> None:
-        """Copy the file at ``path`` to ``key`` under the root (written whole, then renamed)."""
-        import shutil
-
+        """Copy the file at ``path`` to ``key`` under the root by the one atomic writer
+        (:func:`~.objects.replace_local`: a hidden temp beside it, fsynced, renamed over it; a
+        failure leaves no temp in the dataset, where a listing would take it for a sample)."""
         target = os.fsdecode(self._path(key))
-        temp = f"{target}.part"
         try:
             os.makedirs(os.path.dirname(target), exist_ok=True)
-            shutil.copyfile(path, temp)
-            os.replace(temp, target)
+            replace_local(path, target)
         except OSError as e:
             raise RemoteError(f"cannot write {self.url.rstrip('/')}/{key}: {e}") from e
 
@@ -366,7 +365,7 @@ class FileRemote(Remote):
 def local_root(url: str) -> str:
     """The folder a ``file://`` URL names (``""`` for the root): a folder's legal ``#`` and ``?``
     kept (``file:///data/run#1``); ``file://localhost/path`` is ``/path``. Any other host raises
-    :class:`ValueError`: ``file://remote/sub`` was read as the relative folder ``remote/sub``, a
+    :class:`ValueError`: ``file://remote/sub`` would be the relative folder ``remote/sub``, a
     different dataset from each working folder (the settings refuse it at start,
     :func:`~.registry.file_url_problem`; this is the same rule for a URL that reaches a remote
     some other way)."""

@@ -20,9 +20,9 @@ import contextlib
 import gzip
 import io
 import os
-import secrets
 import shutil
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import IO, Any, cast
 from urllib.parse import urlsplit
 
@@ -31,6 +31,7 @@ from epochfs.sidecar.remote.base import BLOCK, Reader, Remote, RemoteError
 from epochfs.sidecar.remote.errors import failure_reason
 from epochfs.sidecar.remote.registry import backend_for, open_remote
 from epochfs.sidecar.remote.urls import split_url
+from epochfs.sidecar.store.objects import replace_file
 
 GZIP_MAGIC = b"\x1f\x8b"
 
@@ -270,38 +271,26 @@ def _why_not_written(e: Exception, url: str) -> str:
 
 
 def replace_local(path: str, target: str) -> None:
-    """Copy the file ``path`` to the local file ``target`` atomically: written whole to a new file
-    in ``target``'s folder, flushed to the disk, then renamed over ``target``. A fleet's shared
-    index refreshed in place (truncated, then written) was read by a sampler starting meanwhile
-    as an empty or cut file ("not an epochfs index"), which exits 2 and stops its sidecar; a
-    reader now opens the old file or the new one, and one that holds the old one open reads it
-    whole. The new file keeps the mode and owner of the one it replaces; a symlink at ``target``
-    keeps pointing where it did (its target is replaced). A write killed midway leaves a hidden
-    ``.<name>.<random>.tmp`` beside it, never a cut index."""
+    """Copy the file ``path`` to the local file ``target`` atomically, by the sidecar's one
+    atomic writer (:func:`~epochfs.sidecar.store.objects.replace_file`): written whole to a new
+    file in ``target``'s folder, flushed to the disk, then renamed over ``target``. A fleet's
+    samplers may start while a shared index is refreshed: each opens the old file or the new one,
+    never an empty or cut file ("not an epochfs index", exit 2), and one that holds the old one
+    open reads it whole. The new file keeps the mode and owner of the one it replaces; a symlink
+    at ``target`` keeps pointing where it did (its target is replaced). A failed write leaves no
+    temp; a write killed midway leaves a hidden ``.<name>.<pid>.<random>.tmp`` beside it, never a
+    cut index. A folder that refuses its fsync (some network and FUSE file systems) is left
+    unsynced: readers see the new file either way."""
     final = os.path.realpath(os.path.expanduser(target))
-    folder, name = os.path.split(final)
-    temp = os.path.join(folder, f".{name}.{secrets.token_hex(6)}.tmp")
-    fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o666)
-    try:
-        with os.fdopen(fd, "wb") as dst:
-            with open(path, "rb") as src:
-                shutil.copyfileobj(src, dst, BLOCK)
-            dst.flush()
-            _keep_owner_and_mode(dst.fileno(), final)
-            os.fsync(dst.fileno())
-        os.replace(temp, final)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(temp)
-        raise
-    # The rename itself on the disk: done where the folder can be opened and synced (readers see
-    # the new file either way; some network and FUSE file systems refuse a folder's fsync).
-    with contextlib.suppress(OSError):
-        dir_fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
-        try:
-            os.fsync(dir_fd)
-        finally:
-            os.close(dir_fd)
+    replace_file(Path(final), _pieces(path), mode=0o666,
+                 before_rename=lambda fd: _keep_owner_and_mode(fd, final), strict=False)
+
+
+def _pieces(path: str) -> Iterator[bytes]:
+    """The file ``path``'s bytes, :data:`BLOCK` at a time."""
+    with open(path, "rb") as src:
+        while piece := src.read(BLOCK):
+            yield piece
 
 
 def _keep_owner_and_mode(fd: int, old: str) -> None:

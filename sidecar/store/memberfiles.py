@@ -89,7 +89,7 @@ from epochfs.sidecar.store.memberformat import (
     present,
     temp,
 )
-from epochfs.sidecar.store.objects import fsync_dir, writer_gone
+from epochfs.sidecar.store.objects import fsync_dir, staged, writer_gone
 
 log = logging.getLogger("epochfs.store")
 
@@ -164,20 +164,15 @@ def write(ix: Index, root: Path, n: int, *, stop: threading.Event | None = None)
     head = header(ix.read, n)
     if head is None:
         return False
-    tmp = temp(root, n)
-    try:
-        if not _filled(tmp, ix.read, head, stop):
+    with staged(path_of(root, n), temp(root, n)) as s:
+        if not _filled(s.temp, ix.read, head, stop):
             return False
         with ix.write() as db:  # retire() removes the file before its commit: serialized with it
             live = db.execute("SELECT 1 FROM epochs WHERE n=? AND retired=0", (n,)).fetchone()
             if live is None:
                 return False
-            os.replace(tmp, path_of(root, n))
-        fsync_dir(folder(root))
-        return True
-    finally:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
+            s.install()
+    return True  # the folder fsynced as the block ended, outside the write lock
 
 
 AT_CUT = 100_000
@@ -232,14 +227,12 @@ def at_cut(root: Path) -> Iterator[Callable[[sqlite3.Connection, int], bool]]:
             with contextlib.suppress(OSError):
                 discard(root, [n])
             return False
-        tmp: Path | None = None
         try:
-            tmp = temp(root, n)
-            if not _filled(tmp, lambda: contextlib.nullcontext(db), head, None, spans):
-                return False
-            os.replace(tmp, path_of(root, n))
-            placed.append(n)
-            fsync_dir(folder(root))
+            with staged(path_of(root, n), temp(root, n)) as s:
+                if not _filled(s.temp, lambda: contextlib.nullcontext(db), head, None, spans):
+                    return False
+                s.install()
+                placed.append(n)
             return True
         except OSError as e:
             log.warning("epoch %d: its members file could not be written at its cut (%s); the "
@@ -247,10 +240,6 @@ def at_cut(root: Path) -> Iterator[Callable[[sqlite3.Connection, int], bool]]:
             with contextlib.suppress(OSError):
                 discard(root, [n])  # not a stale file of a killed cut (above)
             return False
-        finally:
-            if tmp is not None:
-                with contextlib.suppress(FileNotFoundError):
-                    os.unlink(tmp)
 
     try:
         yield keep

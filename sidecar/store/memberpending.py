@@ -68,7 +68,7 @@ from epochfs.sidecar.store.memberformat import (
     matching,
     path_of,
 )
-from epochfs.sidecar.store.objects import fsync_dir
+from epochfs.sidecar.store.objects import fsync_dir, staged
 
 log = logging.getLogger("epochfs.store")
 
@@ -204,15 +204,11 @@ def write_ahead(ix: Index, root: Path, stop: threading.Event | None = None) -> i
     reserve = max(len(_encode({**head, "count": 10**15, "bytes": 10**18})), len(_encode(wide))) + SLACK
     tmp = folder(root) / f".{PREFIX}{PENDING}{n}{SUFFIX}.{os.getpid()}.{threading.get_ident()}.tmp"
     folder(root).mkdir(exist_ok=True)
-    try:
-        if not _fill(tmp, ix, head, ends, top, reserve, stop):
+    with staged(path_for(root, n), tmp) as s:
+        if not _fill(s.temp, ix, head, ends, top, reserve, stop):
             return None
         with ix.write():  # never under a cut that checks the file it would replace
-            os.replace(tmp, path_for(root, n))
-        fsync_dir(folder(root))
-    finally:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
+            s.install()
     return n
 
 

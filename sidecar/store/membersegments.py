@@ -70,7 +70,7 @@ from epochfs.sidecar.store.memberformat import (
     present,
 )
 from epochfs.sidecar.store.memberformat import PREFIX as EPOCH_PREFIX
-from epochfs.sidecar.store.objects import fsync_dir
+from epochfs.sidecar.store.objects import fsync_dir, staged
 
 log = logging.getLogger("epochfs.store")
 
@@ -286,14 +286,10 @@ def advance(ix: Index, root: Path, limit: int, stop: threading.Event | None = No
         head["base"], head["base_span"] = base, [min(chain_lo, lo), lo - 1]
     folder(root).mkdir(exist_ok=True)
     tmp = folder(root) / f".{EPOCH_PREFIX}{name}{SUFFIX}.{os.getpid()}.{threading.get_ident()}.tmp"
-    try:
-        if fill(tmp, ix.read, head, stop, [(lo, top_id)]) is None:
+    with staged(final, tmp) as s:
+        if fill(s.temp, ix.read, head, stop, [(lo, top_id)]) is None:
             return None
-        os.replace(tmp, final)
-        fsync_dir(folder(root))
-    finally:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
+        s.install()
     return name
 
 

@@ -7,6 +7,11 @@ directory fsync; the index row is committed after that, so a crash leaves at wor
 index does not know (an orphan), never an index row without its object. Renames and unlinks
 are told to a :class:`RecoveryJournal` (the store's :class:`.journal.Journal`), so that the next
 start checks only the names a crash can have left out of step, not every object.
+
+The sidecar's other files (the store's small files and members files, the supervisor's state file,
+an index written to a local path) replace their old version through :func:`staged` and
+:func:`replace_file` here: temp beside the target, fsync, rename, folder fsync, the temp removed on
+a failure. tests/sidecar/test_one_atomic_writer.py keeps other renames from creeping in.
 """
 
 from __future__ import annotations
@@ -104,27 +109,75 @@ def fsync_dir(path: str | os.PathLike[str]) -> None:
         os.close(fd)
 
 
-def replace_file(target: Path, data: bytes) -> None:
-    """Replace the small file ``target`` atomically and durably: ``.<name>.<pid>.tmp`` beside it,
-    written and fsynced, renamed over it, its folder fsynced. A temp left by a writer killed
-    before the rename keeps its pid in its name, so a later clean-up can tell it from a live
-    writer's. OSError (ENOSPC...) when it cannot; the temp never outlives a failure here."""
-    temp = target.parent / f".{target.name}.{os.getpid()}.tmp"
+def temp_beside(target: Path) -> Path:
+    """A new temp name for ``target`` in its own folder (a rename within one file system):
+    ``.<name>.<pid>.<random>.tmp``. Hidden, so a listing of the folder passes over it; its
+    writer's pid for :func:`clear_replace_temps`; random, so two writers of one target (two
+    threads, two supervisors on one cache) never write into one temp."""
+    return target.parent / f".{target.name}.{os.getpid()}.{os.urandom(6).hex()}.tmp"
+
+
+class Staged:
+    """A new file for ``target`` written under the name ``temp`` beside it (by the caller, who
+    fsyncs what it writes), put in place by :meth:`install`; see :func:`staged`."""
+
+    def __init__(self, target: Path, temp: Path) -> None:
+        self.target = target
+        self.temp = temp
+        self.installed = False
+
+    def install(self) -> None:
+        """Rename the temp over the target: a reader opens the old file or the new one, whole.
+        Called where the caller decides (under its lock, after a last check); the folder's fsync
+        follows when the :func:`staged` block ends."""
+        os.replace(self.temp, self.target)
+        self.installed = True
+
+
+@contextlib.contextmanager
+def staged(target: Path, temp: Path | None = None, *, strict: bool = True) -> Iterator[Staged]:
+    """The one way a file of the sidecar replaces another: the caller writes and fsyncs
+    ``staged.temp`` (:func:`temp_beside` unless it names its own, in ``target``'s folder) and
+    calls :meth:`Staged.install`. A block left with the file installed fsyncs the folder, so the
+    rename outlives a crash; a block left without (a failure, an early return, a temp that turned
+    out not to be wanted) removes the temp. ``strict`` False: a folder that refuses its fsync (some
+    network and FUSE file systems; readers see the new file all the same) is not an error."""
+    s = Staged(target, temp_beside(target) if temp is None else temp)
     try:
-        fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
+        yield s
+    finally:
+        if not s.installed:
+            with contextlib.suppress(OSError):  # gone, or never made: the block's own error stands
+                os.unlink(s.temp)
+    if s.installed:
         try:
-            view = memoryview(data)
-            while view:  # write(2) may write part of it (a disk filling up): the rest, or ENOSPC
-                view = view[os.write(fd, view):]
+            fsync_dir(target.parent)
+        except OSError:
+            if strict:
+                raise
+
+
+def replace_file(target: Path, data: bytes | Iterable[bytes], *, mode: int = 0o644,
+                 before_rename: Callable[[int], None] | None = None, strict: bool = True) -> None:
+    """Replace the file ``target`` atomically and durably with ``data`` (bytes, or pieces of it
+    written in turn, never all in memory): a new temp (:func:`temp_beside`, created ``mode``
+    under the umask), written, fsynced, renamed over it, its folder fsynced (:func:`staged`).
+    ``before_rename(fd)``: a last touch of the written file (its owner and mode). OSError (ENOSPC...)
+    when it cannot; the temp never outlives a failure here, only a kill -9 (then
+    :func:`clear_replace_temps`)."""
+    with staged(target, strict=strict) as s:
+        fd = os.open(s.temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, mode)
+        try:
+            for piece in (data,) if isinstance(data, (bytes, bytearray, memoryview)) else data:
+                view = memoryview(piece)
+                while view:  # write(2) may write part of it (a disk filling up): the rest, or ENOSPC
+                    view = view[os.write(fd, view):]
+            if before_rename is not None:
+                before_rename(fd)
             os.fsync(fd)
         finally:
             os.close(fd)
-        os.replace(temp, target)
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(temp)
-        raise
-    fsync_dir(target.parent)
+        s.install()
 
 
 def writer_gone(pid: str) -> bool:
@@ -141,10 +194,12 @@ def writer_gone(pid: str) -> bool:
 
 def clear_replace_temps(target: Path) -> int:
     """Remove the temps :func:`replace_file` left for ``target`` when its writer died between
-    writing and renaming (kill -9); see :func:`writer_gone` for whose temps stay."""
+    writing and renaming (kill -9); see :func:`writer_gone` for whose temps stay. A temp's name
+    is ``.<name>.<pid>.<random>.tmp``: its pid is the first part after the name (a name with no
+    random part, ``.<name>.<pid>.tmp``, reads the same)."""
     removed = 0
     for path in target.parent.glob(f".{target.name}.*.tmp"):
-        if not writer_gone(path.name[len(target.name) + 2:-len(".tmp")]):
+        if not writer_gone(path.name[len(target.name) + 2:-len(".tmp")].partition(".")[0]):
             continue
         with contextlib.suppress(FileNotFoundError):
             path.unlink()

@@ -34,11 +34,13 @@ import json
 import logging
 import os
 import sqlite3
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from epochfs.sidecar.store.memberfiles import folder
-from epochfs.sidecar.store.objects import clear_replace_temps, fsync_dir
+from epochfs.sidecar.store.objects import clear_replace_temps, fsync_dir, replace_file
 
 log = logging.getLogger("epochfs.store")
 
@@ -53,6 +55,8 @@ COMPACT_BYTES = 256 << 10
 """Size past which an append rewrites the file from the table (when it is also 4x the table's)."""
 _LINE_BYTES = 64
 """About the bytes of one line: what a rewrite of the table would take."""
+_BATCH = 1024
+"""Lines a rewrite hands to one write(2) (about 64 KiB)."""
 
 
 @dataclass(frozen=True)
@@ -67,10 +71,6 @@ class Mark:
 def path_of(root: Path) -> Path:
     """The log of the cache folder ``root``."""
     return folder(root) / LOG_NAME
-
-
-def _temp(root: Path) -> Path:
-    return folder(root) / f".{LOG_NAME}.{os.getpid()}.tmp"
 
 
 def note(db: sqlite3.Connection, root: Path, marks: list[tuple[int, str, int, float]]) -> None:
@@ -107,10 +107,10 @@ def note(db: sqlite3.Connection, root: Path, marks: list[tuple[int, str, int, fl
 
 
 def rewrite(db: sqlite3.Connection, root: Path) -> int:
-    """Replace the log by the ``repairs`` table as ``db`` sees it (temp, fsync, rename, folder
-    fsync; the file removed when the table is empty); returns the marks written. Called by
-    recovery (the committed table, before anything writes) and by a rebuild (its table), and by
-    :func:`note` when the file has grown."""
+    """Replace the log by the ``repairs`` table as ``db`` sees it (:func:`.objects.replace_file`:
+    temp, fsync, rename, folder fsync; the file removed when the table is empty); returns the
+    marks written. Called by recovery (the committed table, before anything writes) and by a
+    rebuild (its table), and by :func:`note` when the file has grown."""
     rows = db.execute("SELECT r.sample, s.sid, r.lost, r.since FROM repairs r JOIN samples s "
                       "ON s.id = r.sample ORDER BY r.sample").fetchall()
     path = path_of(root)
@@ -119,20 +119,17 @@ def rewrite(db: sqlite3.Connection, root: Path) -> int:
             os.unlink(path)
         return 0
     folder(root).mkdir(exist_ok=True)
-    temp = _temp(root)
-    try:
-        with open(temp, "w", encoding="ascii") as f:
-            for i, sid, lost, since in rows:
-                f.write(json.dumps([int(i), str(sid), LOST if int(lost) else WAITING, float(since)],
-                                   separators=(",", ":")) + "\n")
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(temp, path)
-    finally:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(temp)
-    fsync_dir(folder(root))
+    replace_file(path, _lines(rows))
     return len(rows)
+
+
+def _lines(rows: list[Any]) -> Iterator[bytes]:
+    """The log's lines for ``rows`` (sample, sid, lost, since), :data:`_BATCH` lines a piece: one
+    write(2) a piece, never the whole table in memory as text."""
+    for at in range(0, len(rows), _BATCH):
+        yield "".join(json.dumps([int(i), str(sid), LOST if int(lost) else WAITING, float(since)],
+                                 separators=(",", ":")) + "\n"
+                      for i, sid, lost, since in rows[at:at + _BATCH]).encode("ascii")
 
 
 def load(root: Path) -> dict[int, Mark]:
@@ -166,6 +163,6 @@ def load(root: Path) -> dict[int, Mark]:
 
 def clear_temps(root: Path) -> int:
     """Remove the temp files of rewrites that died before their rename (a live process's temp is
-    left alone); start-up recovery calls this. Returns how many were removed. The temps are named
-    as :func:`.objects.replace_file` names its own, so its clean-up is theirs."""
+    left alone); start-up recovery calls this. Returns how many were removed. The temps are
+    :func:`.objects.replace_file`'s, so its clean-up is theirs."""
     return clear_replace_temps(path_of(root))

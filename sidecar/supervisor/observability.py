@@ -30,6 +30,7 @@ from epochfs.sidecar import kube
 from epochfs.sidecar.config import ConfigError, SidecarSettings
 from epochfs.sidecar.confparse import bind_failure
 from epochfs.sidecar.store import Meta, Stats, Store
+from epochfs.sidecar.store.objects import OBJECTS_DIR, clear_replace_temps, replace_file
 from epochfs.sidecar.store.stats import STATE_FILE_NAME
 from epochfs.torchclient.layout import epoch_name
 
@@ -267,14 +268,15 @@ class Observability:
             return
         path = self.cache / STATE_FILE_NAME
         try:
+            if "state" not in self._seen:  # the first look: the temps of a supervisor killed mid-write
+                clear_replace_temps(path)
             if key is None:
                 if _ours_or_stale(path):
                     path.unlink(missing_ok=True)
             else:
                 doc = {"pid": os.getpid(), "mount": str(self.mount), "sampler": sampler}
-                tmp = path.with_name(f".{STATE_FILE_NAME}.tmp")
-                tmp.write_text(json.dumps(doc, sort_keys=True) + "\n")
-                os.replace(tmp, path)  # a reader sees the old document or the new one, whole
+                # A reader sees the old document or the new one, whole (temp, fsync, rename).
+                replace_file(path, (json.dumps(doc, sort_keys=True) + "\n").encode())
             self._seen["state"] = key
         except OSError as e:
             if self._seen.get("state_error") != str(e):
@@ -382,7 +384,7 @@ class Observability:
             log.info("serving /healthz /readyz%s on port %d of %s",
                      " /metrics" if reg is not None else "", ep.port, ep.where)
         self._counter = served.OpenCounter(
-            objects_dir=self.cache / "objects",
+            objects_dir=self.cache / OBJECTS_DIR,
             on_open=sidecar_metrics.add_served,
             on_lost=sidecar_metrics.served_lost_events.inc, objects=reads,
         )

@@ -137,7 +137,7 @@ COUNTERS = (*TRACKED, "cache_bytes", "cache_samples")
 FileRow = tuple[str, int, str, str]  # path, size, checksum, object name
 ROOT_NAMES = {INDEX_NAME, f"{INDEX_NAME}-wal", f"{INDEX_NAME}-shm", "index.lock", "epochs.hwm", "objects",
               "tmp", QUARANTINE_DIR, "epochs"}
-HWM_TEMP = re.compile(r"\.epochs\.hwm\.\d+\.tmp")
+HWM_TEMP = re.compile(r"\.epochs\.hwm\.\d+\.[0-9a-f]{12}\.tmp")
 
 
 def body_of(key: str, version: int, size: int) -> bytes:
