@@ -15,12 +15,12 @@ end drops the rows it did not see, and the pace does not hold the walk during a 
 
 Throttling and the remote's outages (5xx, resets, timeouts) are never refusals: they end the run
 and the listing thread tries again (:mod:`.background`). Nor is a refusal of the credentials
-themselves (S3's ``InvalidAccessKeyId``, ``ExpiredToken``...:
+themselves (S3's ``InvalidAccessKeyId``, Azure's ``AuthenticationFailed``, GCS's 401...:
 :class:`~epochfs.sidecar.remote.base.CredentialsRefused`, the remote's as a whole, which the S3
-remote answers by reading its credentials again), nor a
-refusal of most of the listing (:data:`MOST`): credentials that a library reports only as denied
-(GCS's 401, Azure's wrong key) or a bucket that is gone refuse every span, and giving them all
-up would end the listing with nothing listed; the run fails and is tried again instead.
+and GCS remotes answer by reading their credentials again), nor a refusal of most of the listing
+(:data:`MOST`): credentials a store answers with a plain 403 (known to it, without the right to
+list) or a bucket that is gone refuse every span, and giving them all up would end the listing
+with nothing listed; the run fails and is tried again instead.
 """
 
 from __future__ import annotations

@@ -7,16 +7,16 @@ URLs: ``az://<container>/<prefix>``, also ``abfs://`` and ``abfss://`` (adlfs's 
 the storage account in the URL. Without it the account comes from the credentials.
 
 Credentials, from the standard environment variables, as adlfs reads them:
-``AZURE_STORAGE_CONNECTION_STRING``; else ``AZURE_STORAGE_ACCOUNT_NAME`` with
-``AZURE_STORAGE_ACCOUNT_KEY`` or ``AZURE_STORAGE_SAS_TOKEN`` (or a service principal:
-``AZURE_STORAGE_CLIENT_ID``, ``_CLIENT_SECRET``, ``_TENANT_ID``); else, with the account name
-alone, azure-identity's ``DefaultAzureCredential`` (workload identity, managed identity, the
-Azure CLI's login). ``--endpoint-url`` is the blob endpoint of the account (an emulator such as
-Azurite, ``http://127.0.0.1:10000/devstoreaccount1``; Azure Stack; a private endpoint): with a
-key or a SAS token (from those variables, or from the connection string, whose own endpoint it
-replaces) it is reached by plain ``http://`` or ``https://``; with a token credential only by
-``https://``. The account is then taken from the URL, the variables, the connection string or
-the endpoint's first path segment (the emulator's path-style address), in that order.
+``AZURE_STORAGE_CONNECTION_STRING``; else ``AZURE_STORAGE_ACCOUNT_NAME`` with ``AZURE_STORAGE_ACCOUNT_KEY``
+or ``AZURE_STORAGE_SAS_TOKEN`` (or a service principal: ``AZURE_STORAGE_CLIENT_ID``, ``_CLIENT_SECRET``,
+``_TENANT_ID``); else, with the account name alone, azure-identity's ``DefaultAzureCredential`` (workload
+identity, managed identity, the Azure CLI's login). ``--endpoint-url`` is the blob endpoint of the account
+(an emulator such as Azurite, ``http://127.0.0.1:10000/devstoreaccount1``; Azure Stack; a private endpoint):
+with a key or a SAS token (from those variables, or from the connection string, whose own endpoint it
+replaces) it is reached by plain ``http://`` or ``https://``; with a token credential only by ``https://``.
+The account is then taken from the URL, the variables, the connection string or the endpoint's first path
+segment (the emulator's path-style address), in that order. A key or SAS is read once: refused later
+(rotated, expired, revoked), the keys are kept until a restart reads a new one; a token renews itself.
 
 What Azure stores for a body: the Content-MD5 property (base64), which Azure computes for every
 blob written in one request (``Put Blob``: single-shot uploads, azcopy's and the SDK's for small

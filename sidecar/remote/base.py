@@ -40,8 +40,9 @@ Throttled     S3 ``SlowDown`` (or another throttling code), HTTP 429,    returns
 Unavailable   connection refused/reset, timeout, other 5xx               retries; then counts it
                                                                          toward an outage
 Credentials-  S3 ``InvalidAccessKeyId``, ``SignatureDoesNotMatch``,      as Unavailable (the keys are
-Refused       ``ExpiredToken``, ``InvalidToken``, no credentials found   kept); S3 reads its
-                                                                         credentials again
+Refused       ``ExpiredToken``, ``InvalidToken``, no credentials found;  kept); S3 and GCS read
+              Azure ``AuthenticationFailed`` and the other codes of      their credentials again
+              ``AZURE_CREDENTIAL_CODES``; GCS's 401, a token not renewed
 ============  =========================================================  ============================
 
 Of the rest of epochfs this imports only :data:`BLOCK`, from the store: the store reads and hashes
@@ -185,11 +186,12 @@ class Unavailable(Transient):
 class CredentialsRefused(Unavailable):
     """The store refuses the credentials themselves, whatever the object (S3's
     ``InvalidAccessKeyId``, ``SignatureDoesNotMatch``, ``ExpiredToken``, ``InvalidToken``; none
-    found): a property of the remote as a whole, never of one object, so never a reason to skip
-    one. Retried and counted toward an outage as :class:`Unavailable` (the keys are kept while it
-    lasts), while the remote reads its credentials again (a rotated Secret's file, a renewed
-    token: :mod:`.s3creds`). At the start it is a refusal all the same: the sampler exits naming
-    the credentials (:func:`~.errors.may_answer_later`)."""
+    found; Azure's ``AuthenticationFailed``; GCS's 401): a property of the remote as a whole, never
+    of one object, so never a reason to skip one. Retried and counted toward an outage as
+    :class:`Unavailable` (the keys are kept while it lasts), while the remote reads its credentials
+    again (a rotated Secret's file, a renewed token: :mod:`.s3creds`, :mod:`.gcs`; Azure's key comes
+    from the environment, read at the start). At the start it is a refusal all the same: the sampler
+    exits naming the credentials (:func:`~.errors.may_answer_later`)."""
 
     credentials = True
 

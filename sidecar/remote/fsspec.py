@@ -1,5 +1,5 @@
-"""Remotes through fsspec: any fsspec filesystem (``gs://`` through gcsfs) listed and opened,
-and the reader of an fsspec file that :mod:`.httpindex` shares.
+"""Remotes through fsspec: any fsspec filesystem (``gs://`` through gcsfs, adapted by :mod:`.gcs`)
+listed and opened, and the reader of an fsspec file that :mod:`.httpindex` shares.
 
 fsspec's and aiohttp's errors (gcsfs's ``HttpError`` too) are typed where they arise by
 :func:`~epochfs.sidecar.remote.errors.aiohttp_kind`. Version tags: the GCS generation (or ETag,
@@ -11,15 +11,17 @@ from __future__ import annotations
 
 import base64
 import contextlib
-import functools
 import logging
 from collections.abc import Iterator, Sequence
+from contextlib import AbstractContextManager, nullcontext
 from typing import Any, ClassVar, NoReturn
 from urllib.parse import urlsplit
 
 from epochfs.sidecar.remote.base import BLOCK, Changed, Reader, Remote, RemoteError, RemoteObject
 from epochfs.sidecar.remote.errors import Translated, aiohttp_kind, translate
+from epochfs.sidecar.remote.gcs import gcs_rereads, one_try_gcs
 from epochfs.sidecar.remote.refusal import NoSuchBucket
+from epochfs.sidecar.remote.s3creds import CredentialRereads
 from epochfs.sidecar.remote.urls import split_url
 
 log = logging.getLogger("epochfs.remote")
@@ -131,11 +133,17 @@ class FsspecRemote(Remote):
     errors: ClassVar[Translated] = FSSPEC
     """Types the errors of the filesystem's library where they arise."""
 
-    def __init__(self, *, url: str, fs: Any) -> None:
+    def __init__(self, *, url: str, fs: Any, rereads: CredentialRereads | None = None) -> None:
         self.url = url
         self._fs = fs
         _, bucket, path = split_url(url)
         self.root = (bucket + path).rstrip("/")
+        self.rereads = rereads
+        """Told of each failure, has the credentials read again after the store refuses them (gs://)."""
+
+    def _watching(self) -> AbstractContextManager[None]:
+        """Reports the block's failure or success to :attr:`rereads`, where there is one."""
+        return self.rereads.watching() if self.rereads is not None else nullcontext()
 
     def _path(self, key: str) -> str:
         return f"{self.root}/{key}"
@@ -193,6 +201,8 @@ class FsspecRemote(Remote):
 
     def cannot_list(self, e: Exception) -> NoReturn:
         """Raise the listing's failure ``e`` as a :class:`RemoteError` from its typed failure."""
+        if self.rereads is not None:  # a refusal of the credentials has them read again
+            self.rereads.refused(e)
         failure = translate(e, self.errors.rule)
         raise RemoteError(f"cannot list {self.url}: {said(e)}") from (failure or e)
 
@@ -248,7 +258,7 @@ class FsspecRemote(Remote):
 
     def open(self, key: str, *, checksum: bool = False) -> Reader:
         path = self._path(key)
-        with self.errors:
+        with self._watching(), self.errors:
             known = self.object_details(path)
             f = (Ranges(self._fs, path, known) if known is not None
                  else self._fs.open(path, "rb", block_size=BLOCK, cache_type="none"))
@@ -263,7 +273,7 @@ class FsspecRemote(Remote):
     def read_range(self, key: str, start: int, length: int) -> bytes:
         if length <= 0:
             return b""
-        with self.errors:
+        with self._watching(), self.errors:
             try:
                 data: bytes = self._fs.cat_file(self._path(key), start=start, end=start + length)
             except Exception as e:
@@ -274,7 +284,7 @@ class FsspecRemote(Remote):
 
     def object_size(self, key: str) -> int | None:
         """The size from the object's metadata, for a reader that seeks (:func:`~.objects.open_ranged`)."""
-        with self.errors:
+        with self._watching(), self.errors:
             size = self._fs.size(self._path(key))
         return int(size) if size is not None else None
 
@@ -283,55 +293,6 @@ class FsspecRemote(Remote):
             self._fs.put_file(path, self._path(key))
         except Exception as e:
             raise RemoteError(f"cannot write {self.url.rstrip('/')}/{key}: {e}") from e
-
-
-BUCKET_TYPE_WARNINGS = ("Could not determine bucket type", "lack permissions for storage layout api",
-                        "Could not determine if bucket")
-"""gcsfs's warnings that it could not learn a bucket's layout from the Storage Control API (no
-Google credentials: an emulator, a public bucket), said again at every request it falls back."""
-
-
-class _OneTryLog(logging.Filter):
-    """Drops gcsfs's "out of retries" record, an ERROR with a traceback for every failed request
-    of its one try (each 429 among them): the downloader and the listing say what failed, at the
-    level it deserves. Lets each bucket-layout warning (:data:`BUCKET_TYPE_WARNINGS`) through once."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self._said: set[str] = set()  # a race between two threads lets a second one through at most
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        message = record.getMessage()
-        if "out of retries on exception" in message:
-            return False
-        kind = next((kind for kind in BUCKET_TYPE_WARNINGS if kind in message), None)
-        if kind is None:
-            return True
-        first = kind not in self._said
-        self._said.add(kind)
-        return first
-
-
-@functools.cache
-def one_try_gcs() -> type:
-    """gcsfs's filesystem with its own retries off, as :mod:`.s3` switches off botocore's and
-    :mod:`.azure` the Azure SDK's: gcsfs tries each request six times, 1 to 32 s apart
-    (``retry_request``): 34 s to fail one GET of a server that was down, while the downloader,
-    which retries with its own backoff, counts an outage and narrows its window when throttled,
-    could do none of it. gcsfs binds the count when its class is made (a decorator on
-    ``_request``), so this subclass wraps the undecorated request again with one try."""
-    import gcsfs
-    from gcsfs.retry import retry_request
-
-    gcs_log = logging.getLogger("gcsfs")
-    if not any(isinstance(f, _OneTryLog) for f in gcs_log.filters):
-        gcs_log.addFilter(_OneTryLog())
-    request = gcsfs.GCSFileSystem._request
-    undecorated = getattr(request, "__wrapped__", None)
-    if undecorated is None:  # another gcsfs: its own retries stay
-        return gcsfs.GCSFileSystem
-    return type("OneTryGCSFileSystem", (gcsfs.GCSFileSystem,),
-                {"_request": retry_request(retries=1)(undecorated)})
 
 
 CONNECT_TIMEOUT = 10.0
@@ -380,10 +341,11 @@ def session_proxy(url: str) -> dict[str, Any]:
 def open_gcs(url: str, *, endpoint_url: str | None = None, read_timeout: float = 30.0,
              **_: Any) -> Remote:
     """``gs://bucket/prefix`` (also ``gcs://``) through gcsfs, its own retries off
-    (:func:`one_try_gcs`); ``endpoint_url``: another GCS endpoint (an emulator), else gcsfs's own
+    (:func:`~.gcs.one_try_gcs`); ``endpoint_url``: another GCS endpoint (an emulator), else gcsfs's own
     (or ``STORAGE_EMULATOR_HOST``); ``read_timeout``: :func:`request_timeout`; through the
-    environment's proxy for that endpoint (:func:`session_proxy`). Without gcsfs's caches: they
-    would answer every relisting from the first (new objects never seen, deleted ones listed)."""
+    environment's proxy for that endpoint (:func:`session_proxy`); its credentials read again when
+    GCS refuses them (:func:`~.gcs.gcs_rereads`). Without gcsfs's caches: they would answer every
+    relisting from the first (new objects never seen, deleted ones listed)."""
     # gcsfs adds "/storage/v1/...": an endpoint's own trailing "/" made "//storage", a 404.
     options: dict[str, Any] = {"endpoint_url": endpoint_url.rstrip("/")} if endpoint_url else {}
     fs = one_try_gcs()(**options, requests_timeout=request_timeout(read_timeout), use_listings_cache=False,
@@ -393,7 +355,7 @@ def open_gcs(url: str, *, endpoint_url: str | None = None, read_timeout: float =
     # Bodies as stored: an object written with Content-Encoding gzip is the bytes its size and its
     # CRC32C describe, which aiohttp would otherwise inflate.
     fs.session_kwargs = {**fs.session_kwargs, **session_proxy(fs.base), "auto_decompress": False}
-    return FsspecRemote(url=url, fs=fs)
+    return FsspecRemote(url=url, fs=fs, rereads=gcs_rereads(fs))
 
 
 __all__ = ["CONNECT_TIMEOUT", "FSSPEC", "FsspecReader", "FsspecRemote", "one_try_gcs", "open_gcs",

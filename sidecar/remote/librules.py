@@ -5,9 +5,11 @@ them over a chain of causes (:func:`~.errors.translate`), after the standard lib
 - S3's error answers by status and ``<Code>`` (:func:`s3_kind`, :func:`s3_error_code`, the
   presigned fast path's :func:`s3_answer`) and botocore's exceptions (:func:`botocore_kind`,
   :func:`botocore_error_code`);
-- GCS's answers as gcsfs reports them (:func:`gcs_kind`) and aiohttp's exceptions
-  (:func:`aiohttp_kind`: fsspec's ``http(s)://`` and ``gs://``);
-- the Azure SDK's under adlfs (:func:`azure_kind`);
+- GCS's answers as gcsfs reports them (:func:`gcs_kind`: a 401 and a token that could not be
+  renewed refuse the credentials) and aiohttp's exceptions (:func:`aiohttp_kind`: fsspec's
+  ``http(s)://`` and ``gs://``);
+- the Azure SDK's under adlfs (:func:`azure_kind`: :data:`AZURE_CREDENTIAL_CODES` and
+  ``ClientAuthenticationError`` refuse the credentials);
 - :func:`library_kind`, every installed library's rule at once, for callers that do not know
   which library raised.
 
@@ -138,19 +140,33 @@ GCS_THROTTLE_REASONS = ("rateLimitExceeded", "userRateLimitExceeded", "Rate Limi
 
 def gcs_kind(e: BaseException) -> Kind | None:
     """The kind of a GCS error answer as gcsfs reports it (once its own retries are spent, one
-    try here: :func:`~.fsspec.one_try_gcs`), recognised by its attributes, not its class (gcsfs
-    is optional): its ``HttpError`` by the status it keeps (``code``: 429 throttling, 401 a
-    credential refused, 5xx an outage), else by a throttling reason in its text; a 403, which
-    gcsfs raises as a bare ``OSError("Forbidden: <path>\\n<message>")``, denied, unless its message
-    says a rate limit. Other errors, gcsfs's 404 (FileNotFoundError) among them, are not GCS's."""
+    try here: :func:`~.gcs.one_try_gcs`), recognised by its attributes, not its class (gcsfs
+    is optional): its ``HttpError`` by the status it keeps (``code``: 429 throttling, 401 the
+    credentials refused, 5xx an outage), else by a throttling reason in its text; a 403, which
+    gcsfs raises as a bare ``OSError("Forbidden: <path>\\n<message>")``, denied (known credentials
+    without ``storage.objects.get`` on that object), unless its message says a rate limit.
+    A 401 is a token GCS does not take (revoked, expired), and gcsfs raises a token it could not
+    renew (google-auth's ``RefreshError``: ``invalid_grant``, a deleted key) as one too: never one
+    object's. Other errors, gcsfs's 404 (FileNotFoundError) among them, are not GCS's."""
     if type(e).__name__ == "HttpError":
         code = getattr(e, "code", None)
         if any(r in str(e) for r in GCS_THROTTLE_REASONS):
             return Throttled
+        if code == 401:
+            return CredentialsRefused
         return status_kind(code) if isinstance(code, int) and 400 <= code <= 599 else None
     if type(e) is OSError and e.errno is None and str(e).startswith("Forbidden: "):
         return Throttled if any(r in str(e) for r in GCS_THROTTLE_REASONS) else Denied
-    return None
+    return CredentialsRefused if refused_google_token(e) else None
+
+
+def refused_google_token(e: BaseException) -> bool:
+    """Whether ``e`` is google-auth's failure to get a token (``RefreshError``: the token endpoint
+    answered ``invalid_grant`` for a deleted key or a revoked grant, or the metadata server gave
+    none), where it reaches a caller unwrapped. google-auth is loaded with gcsfs: none of its
+    exceptions exist before."""
+    auth = sys.modules.get("google.auth.exceptions")
+    return auth is not None and isinstance(e, auth.RefreshError)
 
 
 def aiohttp_kind(e: BaseException) -> Kind | None:
@@ -183,13 +199,28 @@ AZURE_THROTTLE_CODES = frozenset({"ServerBusy", "TooManyRequests"})
 ingress, egress or request rate is over its limit)."""
 AZURE_RETRY_CODES = frozenset({"InternalError", "OperationTimedOut", "ServerBusy"})
 """Azure Storage error codes worth another try whatever their status."""
+AZURE_CREDENTIAL_CODES = frozenset({
+    "AuthenticationFailed", "InvalidAuthenticationInfo", "NoAuthenticationInformation",
+    "AuthorizationFailure", "KeyBasedAuthenticationNotPermitted",
+})
+"""Azure Storage error codes that refuse the credentials themselves, whatever the blob:
+:class:`~.base.CredentialsRefused`, the remote's as a whole. ``AuthenticationFailed`` (403): a key
+rotated away, a SAS whose signature fails or that expired (``Signed expiry time``) or whose stored
+access policy was removed; ``InvalidAuthenticationInfo`` (401): a bearer token expired or
+revoked; ``NoAuthenticationInformation`` (401): none sent; ``AuthorizationFailure`` (403): the
+account's firewall refusing this client, and Azurite's answer to a wrong key or a revoked SAS;
+``KeyBasedAuthenticationNotPermitted`` (403): the account no longer takes keys. Not among them:
+``AuthorizationPermissionMismatch`` (403), known credentials without the right to this blob
+(a role or a SAS scoped elsewhere), denied as S3's ``AccessDenied`` is."""
 
 
 def azure_kind(e: BaseException) -> Kind | None:
     """The kind of an Azure SDK exception (azure-core's, raised by azure-storage-blob under
     adlfs), else aiohttp's (the SDK's transport under adlfs): an answer by its class, its
-    ``error_code`` and its status (``BlobNotFound`` not found, a refused key or token denied,
-    ``ServerBusy`` throttling, 5xx an outage); a request that could not be sent (refused,
+    ``error_code`` and its status (``BlobNotFound`` not found, ``ServerBusy`` throttling, 5xx an
+    outage, a refusal of the credentials the remote's as a whole: :data:`AZURE_CREDENTIAL_CODES`,
+    and ``ClientAuthenticationError``, which the SDK raises for a 401 and for those codes, and
+    azure-identity for a token it could not get); a request that could not be sent (refused,
     timed out) an outage, but denied over a TLS certificate that does not verify; a response cut
     short or garbled retried."""
     from azure.core import exceptions as ace
@@ -199,18 +230,11 @@ def azure_kind(e: BaseException) -> Kind | None:
     if isinstance(e, ace.ResourceModifiedError):  # 412: an If-Match on the listed ETag failed
         return Changed
     if isinstance(e, ace.ClientAuthenticationError):  # a refused key, SAS or token (azure-identity too)
-        return Denied
+        return CredentialsRefused
     if isinstance(e, ace.DecodeError):  # IncompleteReadError among them: a body cut short
         return Transient
     if isinstance(e, ace.HttpResponseError):
-        status = int(getattr(e, "status_code", None) or 0)
-        code = getattr(e, "error_code", None) or ""
-        code = str(getattr(code, "value", code))  # azure-storage's StorageErrorCode: str() is its name
-        if code in AZURE_THROTTLE_CODES or status == 429:
-            return Throttled
-        if code in AZURE_RETRY_CODES or status >= 500:
-            return Unavailable
-        return status_kind(status) if status else None
+        return azure_answer_kind(int(getattr(e, "status_code", None) or 0), getattr(e, "error_code", None))
     if isinstance(e, (ace.ServiceRequestError, ace.ServiceResponseTimeoutError)):
         import ssl
 
@@ -221,6 +245,20 @@ def azure_kind(e: BaseException) -> Kind | None:
     if isinstance(e, ace.ServiceResponseError):
         return Transient  # a connection cut mid-answer: an outage when a reset lies under it
     return aiohttp_kind(e)
+
+
+def azure_answer_kind(status: int, error_code: object) -> Kind | None:
+    """The kind of an Azure Storage error answer by its status and its ``error_code`` as the SDK
+    keeps it (azure-storage's ``StorageErrorCode``, whose ``str()`` is its member's name: its
+    ``value`` is the code; or the code itself), None for one with neither."""
+    code = str(getattr(error_code, "value", error_code) or "")
+    if code in AZURE_CREDENTIAL_CODES:
+        return CredentialsRefused
+    if code in AZURE_THROTTLE_CODES or status == 429:
+        return Throttled
+    if code in AZURE_RETRY_CODES or status >= 500:
+        return Unavailable
+    return status_kind(status) if status else None
 
 
 def library_kind(e: BaseException) -> Kind | None:
@@ -239,6 +277,7 @@ def library_kind(e: BaseException) -> Kind | None:
 
 
 __all__ = [
+    "AZURE_CREDENTIAL_CODES",
     "AZURE_RETRY_CODES",
     "AZURE_THROTTLE_CODES",
     "GCS_THROTTLE_REASONS",
@@ -246,11 +285,13 @@ __all__ = [
     "S3_RETRY_CODES",
     "S3_THROTTLE_CODES",
     "aiohttp_kind",
+    "azure_answer_kind",
     "azure_kind",
     "botocore_error_code",
     "botocore_kind",
     "gcs_kind",
     "library_kind",
+    "refused_google_token",
     "s3_answer",
     "s3_error_code",
     "s3_kind",

@@ -13,22 +13,17 @@ import ssl
 import sys
 from typing import Any
 
-from epochfs.sidecar.remote.base import Denied, NotFound
+from epochfs.sidecar.remote.base import CredentialsRefused, Denied, NotFound
 from epochfs.sidecar.remote.errors import (
-    S3_CREDENTIAL_CODES,
     _chain,
     gcs_kind,
     s3_error_code,
     tls_answered_by_plain_http,
 )
 from epochfs.sidecar.remote.httpget import HTTPStatusError
+from epochfs.sidecar.remote.librules import AZURE_CREDENTIAL_CODES, S3_CREDENTIAL_CODES
 from epochfs.sidecar.remote.trust import TrustSettingError
 
-AZURE_CREDENTIAL_CODES = frozenset({"AuthenticationFailed", "InvalidAuthenticationInfo"})
-"""Azure Storage error codes that refuse the key, SAS or token itself (not a missing right: that
-is ``AuthorizationPermissionMismatch``): at the start, the credentials are what to check. S3's own
-codes are :data:`~.librules.S3_CREDENTIAL_CODES`, the set the downloader and the listing type as
-:class:`~.base.CredentialsRefused`, so a refusal at the start and one met later say one cause."""
 S3_REGION_CODES = frozenset({
     "PermanentRedirect", "AuthorizationHeaderMalformed", "IllegalLocationConstraintException",
 })
@@ -135,6 +130,8 @@ def refusal_cause(exc: BaseException) -> RefusalCause | None:
         if status == 404:
             return "missing"
     for link in links:
+        if isinstance(link, CredentialsRefused):  # no answer to read (azure-identity got no token)
+            return "credentials"
         if isinstance(link, (PermissionError, Denied)):
             return "access"
         if isinstance(link, (FileNotFoundError, NotADirectoryError, NotFound)):
@@ -143,7 +140,6 @@ def refusal_cause(exc: BaseException) -> RefusalCause | None:
 
 
 __all__ = [
-    "AZURE_CREDENTIAL_CODES",
     "S3_REGION_CODES",
     "NoSuchBucket",
     "RefusalCause",

@@ -80,8 +80,8 @@ class CredentialRereads:
             if say:
                 self._said = now
         log.log(logging.WARNING if say else logging.DEBUG,
-                "the store refuses the credentials (%s): reading them again (a new session and "
-                "client; at most every %.0fs while it lasts); the keys are kept, not skipped",
+                "the store refuses the credentials (%s): reading them again (at most every %.0fs "
+                "while it lasts); the keys are kept, not skipped",
                 failure_reason(exc), self._every)
         if old is not None:
             with contextlib.suppress(Exception):

@@ -16,6 +16,7 @@ StorageErrorCode = blob.StorageErrorCode
 
 from epochfs.sidecar.remote.base import (  # noqa: E402 - after the skip when the SDK is missing
     Changed,
+    CredentialsRefused,
     Denied,
     Kind,
     NotFound,
@@ -51,7 +52,10 @@ def answer(cls: Any, status: int, code: str = "") -> BaseException:
     (answer(ace.ResourceNotFoundError, 404, "BlobNotFound"), NotFound),
     (answer(ace.ResourceNotFoundError, 404, "ContainerNotFound"), NotFound),
     (answer(ace.ResourceModifiedError, 412, "ConditionNotMet"), Changed),
-    (answer(ace.ClientAuthenticationError, 403, "AuthenticationFailed"), Denied),
+    (answer(ace.ClientAuthenticationError, 403, "AuthenticationFailed"), CredentialsRefused),
+    (answer(ace.ClientAuthenticationError, 401, "InvalidAuthenticationInfo"), CredentialsRefused),
+    (answer(ace.HttpResponseError, 403, "AuthenticationFailed"), CredentialsRefused),
+    (answer(ace.HttpResponseError, 403, "AuthorizationFailure"), CredentialsRefused),
     (answer(ace.HttpResponseError, 403, "AuthorizationPermissionMismatch"), Denied),
     (answer(ace.HttpResponseError, 409, "BlobArchived"), Denied),
     (answer(ace.HttpResponseError, 503, "ServerBusy"), Throttled),
@@ -64,7 +68,7 @@ def answer(cls: Any, status: int, code: str = "") -> BaseException:
     (ace.ServiceRequestTimeoutError("connect timed out"), Unavailable),
     (ace.ServiceResponseTimeoutError("read timed out"), Unavailable),
     (ace.ServiceResponseError("the connection broke mid-answer"), Transient),
-    (ace.ClientAuthenticationError("DefaultAzureCredential failed to retrieve a token"), Denied),
+    (ace.ClientAuthenticationError("DefaultAzureCredential failed to retrieve a token"), CredentialsRefused),
 ])
 def test_each_azure_error_has_its_kind(exc: BaseException, kind: Kind) -> None:
     assert azure_kind(exc) is kind

@@ -54,6 +54,7 @@ from sampler_helpers import index_rows, running_sampler, verify_cache
 from epochfs.sidecar.download import failure_kind
 from epochfs.sidecar.remote import Denied, NotFound, Remote, RemoteError, Throttled, Unavailable, open_remote
 from epochfs.sidecar.remote.backoff import is_throttled
+from epochfs.sidecar.remote.base import CredentialsRefused
 from epochfs.sidecar.remote.checksums import plain_md5_etag
 from epochfs.sidecar.remote.errors import library_kind, may_answer_later, translate
 from epochfs.sidecar.remote.testing import MemoryRemote, PagedMemoryRemote
@@ -551,20 +552,21 @@ def test_a_store_that_is_down_fails_typed_and_at_once(name: str, monkeypatch: py
 # GCS's 429 and its older 403 rateLimitExceeded, Azure's 503 ServerBusy, a plain server's 429) is
 # Throttled for reads, which the downloader hands back for a later try, and a listing error that
 # the listing reads again; a refusal (a key the store does not know, a key without the right, a
-# 401 or 403) is Denied for reads, skipped at once, and a listing error that the sampler's start
-# does not take for one a restart would mend. Azurite checks the key itself; the other servers
+# 403 to known credentials) is Denied for reads, skipped at once, and a listing error that the sampler's start
+# does not take for one a restart would mend. A refusal of the credentials themselves (a wrong or
+# rotated key, GCS's 401) is the remote's as a whole: tests/remote/test_credentials_refused_cloud.py.
+# Azurite checks the key itself; the other servers
 # cannot answer so, and are fronted by tests/remote/answering_front.py, which sends the store's
 # own answer (its status, headers and error document) instead of passing requests on.
 THROTTLING = [("az", "azure-serverbusy"), ("gs", "gcs-429"), ("gs", "gcs-403-rate"), ("http", "http-429"),
               ("s3", "s3-slowdown")]
 """(backend, its throttling answer: answering_front.ANSWERS)."""
-DENIALS = [("az", "wrong key", "failed to authenticate"), ("gs", "gcs-401", "Invalid Credentials"),
-           ("gs", "gcs-403", "storage.objects.get"), ("http", "http-401", "401"), ("http", "http-403", "403"),
+DENIALS = [("gs", "gcs-403", "storage.objects.get"), ("http", "http-401", "401"), ("http", "http-403", "403"),
            ("s3", "s3-access-denied", "AccessDenied")]
 """(backend, its refusal: answering_front.ANSWERS or Azurite's own check of a wrong key, what
-every error of it says). S3's refusal of the credentials themselves (``s3-invalid-key``) is not
-among them: it is the remote's as a whole, kept as an outage's keys and read again
-(tests/remote/test_credential_rereads.py)."""
+every error of it says). A store's refusal of the credentials themselves (S3's ``s3-invalid-key``,
+Azure's wrong key, GCS's ``gcs-401``) is not among them: it is the remote's as a whole, kept as an
+outage's keys (tests/remote/test_credential_rereads.py, test_credentials_refused_cloud.py)."""
 
 
 def _read_all(remote: Remote, key: str) -> bytes:
@@ -689,8 +691,8 @@ def test_an_azure_blob_written_in_blocks_has_no_md5_and_is_read_all_the_same(azu
 
 
 def test_azure_failures_are_typed(azure_env: AzureServer, monkeypatch: pytest.MonkeyPatch) -> None:
-    """A wrong key is denied, a missing container or blob not found, a server that does not
-    answer unavailable, each as its kind, where the downloader and the listing see it."""
+    """A wrong key is the credentials refused, a missing container or blob not found, a server
+    that does not answer unavailable, each as its kind, where the downloader and the listing see it."""
     container = azure_env.container({"d/a.bin": b"a"})
     missing = open_remote("az://no-such-container/d", endpoint_url=azure_env.endpoint)
     try:
@@ -704,9 +706,9 @@ def test_azure_failures_are_typed(azure_env: AzureServer, monkeypatch: pytest.Mo
     monkeypatch.setenv("AZURE_STORAGE_ACCOUNT_KEY", AZURITE_KEY[:-4] + "AAA=")
     wrong = open_remote(f"az://{container}/d", endpoint_url=azure_env.endpoint)
     try:
-        with pytest.raises(Denied):
+        with pytest.raises(CredentialsRefused):
             wrong.open("a.bin")
-        with pytest.raises(Denied):
+        with pytest.raises(CredentialsRefused):
             wrong.read_range("a.bin", 0, 1)
     finally:
         wrong.close()

@@ -10,8 +10,8 @@ import pytest
 from botocore.exceptions import ClientError
 
 from epochfs.sidecar.remote.base import CredentialsRefused
-from epochfs.sidecar.remote.librules import S3_CREDENTIAL_CODES, s3_kind
-from epochfs.sidecar.remote.refusal import AZURE_CREDENTIAL_CODES, refusal_cause
+from epochfs.sidecar.remote.librules import AZURE_CREDENTIAL_CODES, S3_CREDENTIAL_CODES, s3_kind
+from epochfs.sidecar.remote.refusal import refusal_cause
 
 
 def s3_answer(code: str, status: int = 400) -> ClientError:

@@ -186,7 +186,7 @@ def test_each_function_has_one_home() -> None:
 
 LIBRARY_INTERNALS = {
     "gcsfs.GCSFileSystem._request": "gcsfs binds its retry count in a decorator on it, with no "
-                                    "option to change it (remote/fsspec.py, one_try_gcs)",
+                                    "option to change it (remote/gcs.py, one_try_gcs)",
     "os._exit": "the standard library's documented way for a forked child to end without the "
                 "parent's cleanups (listing/child.py, fork_child)",
     "mfusepy._libfuse": "the libfuse mfusepy loaded, which it names nowhere else: the low-level "

@@ -21,6 +21,7 @@ from answering_front import ANSWERS, AnsweringFront
 
 from epochfs.sidecar.config import SamplerSettings
 from epochfs.sidecar.remote import Denied, RemoteError, open_remote
+from epochfs.sidecar.remote.base import CredentialsRefused
 from epochfs.sidecar.remote.errors import library_kind, may_answer_later, translate
 from epochfs.sidecar.remote.refusal import refusal_cause
 from epochfs.sidecar.sampler.refusals import refusal_message
@@ -61,8 +62,9 @@ def nothing_listens() -> str:
 def test_a_refused_gcs_listing_names_the_fix(name: str, cause: str, fix: str, nothing_listens: str,
                                              tmp_path: Path) -> None:
     """The gs:// listing refused off the wire fails as a :class:`RemoteError` naming the URL
-    (as S3's listing does) from a :class:`Denied`, which no restart mends, and the exit line
-    names the credentials for a 401 and the access for a 403."""
+    (as S3's listing does) from a refusal no restart mends (a 401 the credentials'
+    :class:`CredentialsRefused`, a 403 :class:`Denied`), and the exit line names the credentials
+    for a 401 and the access for a 403."""
     url = "gs://bkt/train"
     with AnsweringFront(upstream=nothing_listens) as front:
         front.answer(name)
@@ -74,7 +76,8 @@ def test_a_refused_gcs_listing_names_the_fix(name: str, cause: str, fix: str, no
             remote.close()
         assert front.passed == 0
     failure = listing.value
-    assert type(translate(failure, library_kind)) is Denied, repr(failure)
+    kind = CredentialsRefused if cause == "credentials" else Denied
+    assert type(translate(failure, library_kind)) is kind, repr(failure)
     assert not may_answer_later(failure)
     assert refusal_cause(failure) == cause
     line = refusal_message(SamplerSettings(remote=url, cache=tmp_path), failure)

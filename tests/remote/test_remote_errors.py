@@ -200,7 +200,7 @@ FSSPEC: list[Case] = [  # http(s):// and gs:// through fsspec (aiohttp)
                                                        "rateLimitExceeded"), "Throttled", "throttled"),
     # gcsfs keeps the status of an HttpError, and raises a 403 as a bare OSError: both were left
     # untyped (skipped, as any error no rule knows), a GCS 5xx too since gcsfs's own retries are off.
-    ("GCS 401", lambda: GcsHttpError(401, "Invalid Credentials, 401"), "Denied", "skip"),
+    ("GCS 401", lambda: GcsHttpError(401, "Invalid Credentials, 401"), "CredentialsRefused", "outage"),
     ("GCS 503", lambda: GcsHttpError(503, "Backend Error, 503"), "Unavailable", "outage"),
     ("GCS 403 as gcsfs raises it", lambda: OSError("Forbidden: b/bkt/o/k\nreader does not have "
                                                    "storage.objects.get access"), "Denied", "skip"),
