@@ -19,6 +19,7 @@ from contextlib import contextmanager
 from typing import TYPE_CHECKING, TypeVar
 
 from epochfs.sidecar.store.cutwait import CUT_WAIT_BUCKETS, CUT_WAIT_HELP
+from epochfs.sidecar.store.outage import CAUSES
 from epochfs.sidecar.store.stats import DISK_FULL
 
 if TYPE_CHECKING:
@@ -185,6 +186,35 @@ class PauseGauges:
         self._disk_full.set(1 if reason is not None and reason.startswith(DISK_FULL) else 0)
 
 
+OUTAGE_CAUSES = tuple(CAUSES)
+"""The ``cause`` label's values of ``epochfs_remote_outage``: a bounded set, every one exported
+(at 0 but the cause now) from the first outage on."""
+
+REMOTE_OUTAGE_HELP = ("1 while the running sampler waits out an outage of the remote for this "
+                      "cause (its outage breaker paused, the keys kept): credentials_refused (new "
+                      "credentials mend it) or remote_unavailable; else 0.")
+
+
+class OutageGauges:
+    """``epochfs_remote_outage{cause}``: the sampler's outage breaker, live from its process
+    (livemax: a dead sampler's series are dropped at its reaping, so a run killed mid-outage leaves
+    no outage on /metrics). Made at the first outage (:func:`outage_gauges`): prometheus-client is
+    not imported on the sampler's way to its first GET, and an outage comes after GETs."""
+
+    def __init__(self, *, registry: CollectorRegistry | None = None) -> None:
+        """``registry``: the default one unless given (tests read a fresh one)."""
+        from prometheus_client import REGISTRY, Gauge
+
+        self._gauge = Gauge("epochfs_remote_outage", REMOTE_OUTAGE_HELP, ["cause"],
+                            multiprocess_mode="livemax", registry=registry or REGISTRY)
+        self.show(None)
+
+    def show(self, cause: str | None) -> None:
+        """The outage's cause now (None: the remote answers): 1 for it, 0 for the others."""
+        for name in OUTAGE_CAUSES:
+            self._gauge.labels(cause=name).set(1 if name == cause else 0)
+
+
 def lazy_singleton(make: Callable[[], T]) -> Callable[[], T]:
     """``make`` as a function that makes its object at the first call and returns that one from
     then on, in every thread: a metric family is registered once per process (a second
@@ -217,16 +247,26 @@ def pause_gauges() -> PauseGauges:
     return PauseGauges()
 
 
+@lazy_singleton
+def outage_gauges() -> OutageGauges:
+    """The process-wide :class:`OutageGauges` (made at the sampler's first outage)."""
+    return OutageGauges()
+
+
 __all__ = [
     "BACKPRESSURE_HELP",
     "CUT_WAIT_BUCKETS",
     "CUT_WAIT_HELP",
     "DISK_FULL_HELP",
     "FETCH_BUCKETS",
+    "OUTAGE_CAUSES",
     "PROCESS_RESULTS",
+    "REMOTE_OUTAGE_HELP",
+    "OutageGauges",
     "PauseGauges",
     "ProcessMetrics",
     "lazy_singleton",
+    "outage_gauges",
     "pause_gauges",
     "process_metrics",
 ]

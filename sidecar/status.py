@@ -12,9 +12,10 @@ prints the counters of one reading.
 What the index cannot say, the supervisor writes into its state file in the cache
 (:data:`~epochfs.sidecar.store.stats.STATE_FILE_NAME`): the sampler retrying after a transient
 failure (the remote unreachable at its start). :func:`read_stats` adds that as ``sampler_retrying``,
-the line ``/readyz`` gives as its reason; with ``--mount`` the cache is found through the mount's
-source (``epochfs:<cache>``, the FUSE server's), else ``EPOCHFS_CACHE`` (set in the sidecar's
-container).
+the line ``/readyz`` gives as its reason (with ``--cache``, a running sampler's outage of the remote
+too, which it records in the index: ``outage``, ``outage_cause``); with ``--mount`` the cache is
+found through the mount's source (``epochfs:<cache>``, the FUSE server's), else ``EPOCHFS_CACHE``
+(set in the sidecar's container).
 """
 
 from __future__ import annotations
@@ -124,14 +125,15 @@ def read_stats(*, cache: Path | None, mount: Path | None) -> dict[str, Any]:
         assert cache is not None
         with Store(cache) as store:
             doc = store.stats().to_json()
-            saved = store.meta(Meta.SIDECAR_TOTALS)
+            saved, outage = store.meta(Meta.SIDECAR_TOTALS), store.meta(Meta.OUTAGE)
             # Beside the store's connection, which keeps the index's shared memory for this read.
             facts.mark_pins(doc, cache, store.policy())
         if saved:
             with contextlib.suppress(ValueError, TypeError, AttributeError):  # a damaged value: skip it
                 doc.update(facts.totals(saved))
         facts.sampler_facts(doc, cache)
-    retrying = read_retrying(cache=cache, mount=mount)
+        facts.outage_facts(doc, outage)
+    retrying = read_retrying(cache=cache, mount=mount) or doc.get("outage")
     if retrying:
         doc["sampler_retrying"] = retrying
     return doc

@@ -25,6 +25,7 @@ from typing import Any
 from epochfs.sidecar import samplerlock
 from epochfs.sidecar.config import ConfigError
 from epochfs.sidecar.store import INDEX_NAME, Policy
+from epochfs.sidecar.store.outage import parse
 
 NOT_RUNNING = ("sampler: NOT RUNNING (no `epochfs sample` holds this cache's lock): nothing is "
                "fetched or in flight, and no backpressure holds it back")
@@ -47,6 +48,16 @@ def sampler_facts(doc: dict[str, Any], cache: Path) -> None:
         doc["inflight_bytes"] = 0
         doc["backpressure"] = False
         doc["backpressure_reason"] = None
+
+
+def outage_facts(doc: dict[str, Any], record: str | None) -> None:
+    """Add ``outage`` (its words) and ``outage_cause`` to a ``--cache`` document while the running
+    sampler records an outage of the remote in the index (:mod:`epochfs.sidecar.store.outage`);
+    none when no sampler runs: a record left by a run killed mid-outage is no state of the cache
+    now (the next run's start removes it)."""
+    outage = parse(record) if doc.get("sampler_running") else None
+    if outage is not None:
+        doc["outage"], doc["outage_cause"] = outage.words, outage.cause
 
 
 KEPT, IN_USE = "kept", "in use"

@@ -26,6 +26,11 @@ left to fetch, no answer can come to tell: the held keys are fetched once more
 still down under several keys opens the breaker and keeps them; a key held again then is skipped
 (a lone bad object at the end of a listing is not fetched for ever).
 
+The breaker tells its owner of each pause of an outage and of its end through the callback it is
+built with (:class:`OutageChange`): the loop records them in the index (:mod:`.outagerecord`), where
+the supervisor's ``/readyz``, ``status.json`` and ``epochfs status`` read the cause, and in the
+``epochfs_remote_outage`` gauge. The log's lines are for people; nothing reads them back.
+
 A key the breaker does not keep is given up (:func:`give_up`): skipped, and only then counted as
 failed (``epochfs_remote_objects_total{result="failed"}``), as the store counts ``failed_total``.
 """
@@ -42,6 +47,7 @@ from typing import TYPE_CHECKING
 from epochfs.sidecar.metrics_sampler import process_metrics
 from epochfs.sidecar.remote.base import CredentialsRefused
 from epochfs.sidecar.store import Candidate
+from epochfs.sidecar.store.outage import CAUSES
 
 if TYPE_CHECKING:
     from epochfs.sidecar.store import Store
@@ -64,13 +70,29 @@ class Held:
     at: float
 
 
+@dataclass(frozen=True)
+class OutageChange:
+    """What the breaker reports at each pause of an outage (``cause`` set) and at its end
+    (``cause`` None: the remote answered)."""
+
+    cause: str | None
+    """A key of :data:`~epochfs.sidecar.store.outage.CAUSES`, or None when the outage is over."""
+    objects: int = 0
+    """Objects that failed in a row."""
+    error: str = ""
+    """The failure that made this pause (unredacted: the recorder redacts it)."""
+
+
 class OutageBreaker:
     """Counts remote-wide failures in a row; keeps keys and pauses while the remote is down.
-    Used from the sampler's loop thread only."""
+    Used from the sampler's loop thread only; ``on_change`` is called on that thread at each
+    pause and at the end of an outage (:class:`OutageChange`)."""
 
-    def __init__(self, *, after: int = OUTAGE_AFTER, pause: tuple[float, float] = OUTAGE_PAUSE) -> None:
+    def __init__(self, *, after: int = OUTAGE_AFTER, pause: tuple[float, float] = OUTAGE_PAUSE,
+                 on_change: Callable[[OutageChange], None] | None = None) -> None:
         if after < 1 or not 0 < pause[0] <= pause[1]:
             raise ValueError("need after >= 1 and 0 < first pause <= longest pause")
+        self._on_change = on_change or (lambda change: None)
         self.after = after
         self.first_pause, self.longest_pause = pause
         self._streak = 0
@@ -154,8 +176,10 @@ class OutageBreaker:
         self._held = {}
         self.keep(cand)
         if now >= self.paused_until:
-            log.warning("%s (%d objects in a row: %s); pausing %.0fs, keys kept", _down(error),
+            cause = _cause(error)
+            log.warning("%s (%d objects in a row: %s); pausing %.0fs, keys kept", CAUSES[cause],
                         self._streak, error, self._pause)
+            self._on_change(OutageChange(cause, self._streak, error or ""))
             self.paused_until = now + self._pause
             self._pause = min(self.longest_pause, self._pause * 2)
         return True
@@ -183,6 +207,7 @@ class OutageBreaker:
         if not self.open:
             if was_open:
                 log.info("remote reachable again")
+                self._on_change(OutageChange(None))
             self._pause = self.first_pause
 
     def _clear_held_before(self, sent: float) -> list[tuple[Candidate, str | None]]:
@@ -202,12 +227,12 @@ class OutageBreaker:
         return skip
 
 
-def _down(error: str | None) -> str:
-    """How the pause's log line names the outage: the credentials when the store refuses them
-    (the remote reads them again meanwhile: a rotated Secret is taken up), else the remote."""
+def _cause(error: str | None) -> str:
+    """The outage's cause: the credentials when the store refuses them (the remote reads them
+    again meanwhile: a rotated Secret is taken up), else the remote."""
     if error is not None and f"{CredentialsRefused.__name__}:" in error:
-        return "remote refuses the credentials"
-    return "remote unavailable"
+        return "credentials_refused"
+    return "remote_unavailable"
 
 
 def give_up(store: Store, key: str) -> bool:

@@ -39,6 +39,7 @@ from epochfs.sidecar.sampler.breaker import OutageBreaker, give_up
 from epochfs.sidecar.sampler.cutter import CutSchedule
 from epochfs.sidecar.sampler.diskspace import DiskSpace, is_disk_full
 from epochfs.sidecar.sampler.order import LISTING_WAIT, FetchOrder
+from epochfs.sidecar.sampler.outagerecord import OutageRecord
 from epochfs.sidecar.sampler.progress import Rates
 from epochfs.sidecar.sampler.repairs import RepairsInPlace
 from epochfs.sidecar.sampler.room import DiskFull, Room, Unfit
@@ -91,7 +92,8 @@ class Sampler(RepairsInPlace, Shutdown):
             rate=RateLimiter(rate=settings.max_rate) if settings.max_rate else None,
             direct=settings.direct_writes,
         )
-        self.breaker = breaker or OutageBreaker()
+        outage = OutageRecord(store)  # clears what a run killed mid-outage left: at every start
+        self.breaker = breaker or OutageBreaker(on_change=outage)
         self.window = FetchWindow(settings.concurrency)
         self.deferred = Deferred()
         """Throttled keys, fetched again after their full-jitter delay."""

@@ -62,6 +62,9 @@ class Meta(str, Enum):
     REPORT_URL = "report_url"
     """The supervisor's client-report URL on the pod's loopback (its ``--health-port``), recorded at
     its start: the views show it in status.json, where the torch client finds the sidecar."""
+    OUTAGE = "remote_outage"
+    """The running sampler's outage of the remote and its cause (JSON, :mod:`.outage`): written at
+    each pause of its outage breaker, removed when the remote answers again and at its start."""
     SAMPLER_RETRYING = "sampler_retrying"
     """The supervisor's sampler retrying an unreachable remote (JSON; :func:`.stats.retry_line`)."""
     INDEX_CHECKED_AT = "index_checked_at"

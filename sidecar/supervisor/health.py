@@ -18,6 +18,7 @@ from epochfs.sidecar.config import EXIT_INDEX, INDEX_DAMAGES_UNHEALTHY
 from epochfs.sidecar.status_estimate import FetchRate, estimate
 from epochfs.sidecar.store import Stats, Store
 from epochfs.sidecar.supervisor.children import Child
+from epochfs.sidecar.supervisor.outage import shown
 from epochfs.sidecar.supervisor.watch import MountWatch, probe
 
 log = logging.getLogger("epochfs.supervisor")
@@ -42,6 +43,9 @@ class HealthChecks(MountWatch):
     view: Child
     folder_view: bool
     _store: Store | None
+    _seen: dict[str, Any]
+    """The supervisor loop's last readings: ``outage``, the running sampler's outage of the remote
+    as the index records it (:mod:`.outage`), read at each tick and never by a probe."""
 
     @functools.cached_property
     def _fetch_rate(self) -> FetchRate:
@@ -114,12 +118,15 @@ class HealthChecks(MountWatch):
         numbers are never reused, so its epoch 0 may be gone for good), else the first cut (0 on a
         new cache). ``epoch0`` says whether it is ready (its name from the new cache's case). When
         not, ``reason`` says why in words (a listing that found nothing first: waiting would not
-        help; then a remote that cannot be reached, with the sampler's next retry, since no data
-        comes until it answers; then how far the first epoch is, ``epoch 0: 54/200 samples cached,
+        help; then a remote that cannot be reached, with the sampler's next retry, or the outage
+        the running sampler waits out and its cause (credentials refused), since no data comes
+        until it answers; then how far the first epoch is, ``epoch 0: 54/200 samples cached,
         ~20 s at 2.7 samples/s (2.1 MiB/s)``, the estimate from the fetch rate between this answer's
         reading and an earlier one's, at most :attr:`FetchRate.WINDOW` s back or the last before).
         ``retrying`` holds that line whenever there is one, ready or not (an epoch kept from a
-        previous run is readable while the remote is down)."""
+        previous run is readable while the remote is down); ``outage`` and ``outage_cause``
+        (``credentials_refused``, ``remote_unavailable``) the running sampler's outage, as it
+        recorded it in the index (:mod:`.outage`), the same way."""
         stats = self._stats()
         rate = (None if stats is None else
                 self._fetch_rate.record(time.monotonic(), stats.fetched_total, stats.fetched_bytes_total))
@@ -135,6 +142,10 @@ class HealthChecks(MountWatch):
         retrying = self.retry_note(self.sampler)
         if retrying:
             doc["retrying"] = retrying
+        outage = shown(self._seen.get("outage"), self.sampler)
+        if outage is not None:  # ready or not, as the retry: the cause of no new data
+            doc["outage"], doc["outage_cause"] = outage.words, outage.cause
+            retrying = retrying or outage.words
         if warning:
             doc["reason"] = warning
         elif retrying and not (mounted and cuttable):
@@ -175,8 +186,8 @@ class HealthChecks(MountWatch):
 
     def _children_doc(self) -> dict[str, Any]:
         """Each child's pid, whether it runs, its restarts, last exit status, quick crashes and
-        index-damage exits in a row (what health counts), and ``retrying`` when its last exit
-        was a transient failure."""
+        index-damage exits in a row (what health counts), ``retrying`` when its last exit
+        was a transient failure and ``outage`` while its run waits out the remote's outage."""
         doc: dict[str, Any] = {}
         with self._children_lock:  # one consistent reading of each child (a restart in between)
             for c in (self.sampler, self.view):
@@ -186,6 +197,8 @@ class HealthChecks(MountWatch):
                 note = self.retry_note(c)
                 if note:
                     doc[c.name]["retrying"] = note
+                if c is self.sampler and (outage := shown(self._seen.get("outage"), c)) is not None:
+                    doc[c.name]["outage"] = outage.words
         return doc
 
 

@@ -32,6 +32,7 @@ from epochfs.sidecar.confparse import bind_failure
 from epochfs.sidecar.store import Meta, Stats, Store
 from epochfs.sidecar.store.objects import OBJECTS_DIR, clear_replace_temps, replace_file
 from epochfs.sidecar.store.stats import STATE_FILE_NAME
+from epochfs.sidecar.supervisor.outage import outage_state, running_outage, state_key
 from epochfs.torchclient.layout import epoch_name
 
 if TYPE_CHECKING:
@@ -244,17 +245,23 @@ class Observability:
     def _save_state(self) -> None:
         """Write (or remove) :data:`STATE_FILE_NAME` and :data:`Meta.SAMPLER_RETRYING` when the
         sampler's retry state changes: each tick compares a small key, so they are written once
-        per transient exit and once per restart, never per tick. Times are wall-clock (other
-        processes read them)."""
+        per transient exit and once per restart, never per tick; or, while the running sampler
+        records an outage of the remote in the index, at each of its pauses and every 30 s
+        (:mod:`.outage`). Times are wall-clock (other processes read them)."""
         child = self.sampler
         proc, note = child.proc, self.retry_note(child)
-        key = None if note is None else (child.waiting, child.restarts, proc is None)
+        self._seen["outage"] = running_outage(self._store, child)  # the probes' (.outage.shown)
+        outage = None if note is not None else self._seen["outage"]
+        key: object = None if note is None else (child.waiting, child.restarts, proc is None)
+        key = state_key(outage) if outage is not None else key
         file_due = "state" not in self._seen or self._seen["state"] != key
         meta_due = "retrying" not in self._seen or self._seen["retrying"] != key
         if not (file_due or meta_due):
             return
         sampler: dict[str, Any] | None = None
-        if key is not None:
+        if outage is not None:
+            sampler = outage_state(outage)
+        elif key is not None:
             wall = time.time() - time.monotonic()
             sampler = {
                 "waiting": child.waiting,

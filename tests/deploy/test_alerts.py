@@ -238,6 +238,7 @@ def exported_series_names(cache_dir: Path) -> set[str]:
     store.configure(Policy(capacity=1000, keep_epochs=1, headroom=0.0))
     children = CollectorRegistry()
     metrics.ProcessMetrics(registry=children)
+    metrics.OutageGauges(registry=children)
     FuseMetrics(registry=children)
     sidecar = metrics.SidecarMetrics(registry=CollectorRegistry())
     registry = metrics.sidecar_registry(stats=store.stats, multiproc_dir=None, sidecar=sidecar)
