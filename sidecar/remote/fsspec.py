@@ -18,7 +18,7 @@ from typing import Any, ClassVar, NoReturn
 from urllib.parse import urlsplit
 
 from epochfs.sidecar.remote.base import BLOCK, Changed, Reader, Remote, RemoteError, RemoteObject
-from epochfs.sidecar.remote.errors import Translated, aiohttp_kind, translate
+from epochfs.sidecar.remote.errors import Translated, aiohttp_kind, may_answer_later, translate
 from epochfs.sidecar.remote.gcs import gcs_rereads, one_try_gcs
 from epochfs.sidecar.remote.refusal import NoSuchBucket
 from epochfs.sidecar.remote.s3creds import CredentialRereads
@@ -227,15 +227,24 @@ class FsspecRemote(Remote):
 
     def no_objects(self) -> None:
         """The root lists no object: an empty dataset, unless the bucket does not exist (a typo),
-        a :class:`RemoteError` from a :class:`~.refusal.NoSuchBucket` (the refusal's cause)."""
+        a :class:`RemoteError` from a :class:`~.refusal.NoSuchBucket` (the refusal's cause). A
+        store that could not answer the bucket's question (down, throttling, a reset) fails the
+        listing as any of its requests would, to be asked again: taken for an empty prefix, a
+        typo'd bucket met during a passing 503 ran as an idle sampler. Credentials that may list
+        the bucket but not read its metadata (denied, or refused for that request alone: the
+        listing went through with them) leave it an empty prefix, said in the log."""
         bucket = self.root.split("/", 1)[0]
         try:
             self._fs.info(bucket)
         except FileNotFoundError:
-            said = self.missing_bucket(bucket)
-            raise RemoteError(f"{self.url}: {said}") from NoSuchBucket(said, status=404)
-        except Exception:  # a credential that may list but not read the bucket's metadata: empty
-            pass
+            missing = self.missing_bucket(bucket)
+            raise RemoteError(f"{self.url}: {missing}") from NoSuchBucket(missing, status=404)
+        except Exception as e:
+            failure = translate(e, self.errors.rule)
+            if failure is not None and may_answer_later(failure):  # not a refusal: asked again
+                self.cannot_list(e)
+            log.warning("%s lists no object and its bucket's metadata cannot be read (%s): taken "
+                        "for an empty prefix", self.url, said(e))
 
     def missing_bucket(self, bucket: str) -> str:  # in the store's own words
         return f"no bucket {bucket!r}"
