@@ -56,18 +56,22 @@ from epochfs.sidecar.remote.base import (
 )
 from epochfs.sidecar.remote.httpget import HTTPStatusError, ProxyError
 from epochfs.sidecar.remote.librules import (
+    AZURE_CREDENTIAL_CODES,
     AZURE_RETRY_CODES,
     AZURE_THROTTLE_CODES,
+    GCS_ANONYMOUS,
     GCS_THROTTLE_REASONS,
     S3_CREDENTIAL_CODES,
     S3_RETRY_CODES,
     S3_THROTTLE_CODES,
     aiohttp_kind,
+    azure_answer_kind,
     azure_kind,
     botocore_error_code,
     botocore_kind,
     gcs_kind,
     library_kind,
+    refused_google_token,
     s3_answer,
     s3_error_code,
     s3_kind,
@@ -300,8 +304,10 @@ def may_answer_later(exc: BaseException) -> bool:
 
 
 __all__ = [
+    "AZURE_CREDENTIAL_CODES",
     "AZURE_RETRY_CODES",
     "AZURE_THROTTLE_CODES",
+    "GCS_ANONYMOUS",
     "GCS_THROTTLE_REASONS",
     "PLAIN_HTTP_TLS_REASONS",
     "S3_CREDENTIAL_CODES",
@@ -320,6 +326,7 @@ __all__ = [
     "Translated",
     "Unavailable",
     "aiohttp_kind",
+    "azure_answer_kind",
     "azure_kind",
     "botocore_error_code",
     "botocore_kind",
@@ -328,6 +335,7 @@ __all__ = [
     "gcs_kind",
     "library_kind",
     "may_answer_later",
+    "refused_google_token",
     "s3_answer",
     "s3_error_code",
     "s3_kind",

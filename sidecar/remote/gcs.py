@@ -12,8 +12,9 @@ renewing tokens with the key it read; so after such a refusal :func:`gcs_rereads
 credentials made again, by the way gcsfs found them (``google_default``: the file, workload
 identity's metadata server...), at most once every :data:`~.s3creds.REREAD_EVERY` seconds however
 many downloads meet the refusal (:class:`~.s3creds.CredentialRereads`). Anonymous access has
-nothing to read again. Apart from :mod:`.fsspec`, which any fsspec filesystem uses, because all of
-it is gcsfs's.
+nothing to read again: GCS's 401 to it (``Anonymous caller does not have ...``) is one object's
+denial, skipped (:data:`~.librules.GCS_ANONYMOUS`), never a refusal of credentials. Apart from
+:mod:`.fsspec`, which any fsspec filesystem uses, because all of it is gcsfs's.
 """
 
 from __future__ import annotations

@@ -6,8 +6,8 @@ them over a chain of causes (:func:`~.errors.translate`), after the standard lib
   presigned fast path's :func:`s3_answer`) and botocore's exceptions (:func:`botocore_kind`,
   :func:`botocore_error_code`);
 - GCS's answers as gcsfs reports them (:func:`gcs_kind`: a 401 and a token that could not be
-  renewed refuse the credentials) and aiohttp's exceptions (:func:`aiohttp_kind`: fsspec's
-  ``http(s)://`` and ``gs://``);
+  renewed refuse the credentials, but a 401 to an anonymous caller denies one object) and
+  aiohttp's exceptions (:func:`aiohttp_kind`: fsspec's ``http(s)://`` and ``gs://``);
 - the Azure SDK's under adlfs (:func:`azure_kind`: :data:`AZURE_CREDENTIAL_CODES` and
   ``ClientAuthenticationError`` refuse the credentials);
 - :func:`library_kind`, every installed library's rule at once, for callers that do not know
@@ -136,6 +136,10 @@ def botocore_error_code(e: BaseException) -> str:
 GCS_THROTTLE_REASONS = ("rateLimitExceeded", "userRateLimitExceeded", "Rate Limit Exceeded")
 """How GCS says it throttles besides a 429: these reasons (a 403 on older APIs), or their message
 (all that gcsfs keeps of a 403)."""
+GCS_ANONYMOUS = "Anonymous caller"
+"""How GCS's answer to a request without credentials begins (``Anonymous caller does not have
+storage.objects.get access ...``, a 401): what refuses it is the object's permission, as a 403
+does to known credentials, for there are no credentials to refuse or rotate."""
 
 
 def gcs_kind(e: BaseException) -> Kind | None:
@@ -147,13 +151,15 @@ def gcs_kind(e: BaseException) -> Kind | None:
     without ``storage.objects.get`` on that object), unless its message says a rate limit.
     A 401 is a token GCS does not take (revoked, expired), and gcsfs raises a token it could not
     renew (google-auth's ``RefreshError``: ``invalid_grant``, a deleted key) as one too: never one
-    object's. Other errors, gcsfs's 404 (FileNotFoundError) among them, are not GCS's."""
+    object's. But GCS's 401 to an anonymous caller (:data:`GCS_ANONYMOUS`: a public bucket read
+    without credentials) is denied: an object that caller may not read, skipped as the 403 is.
+    Other errors, gcsfs's 404 (FileNotFoundError) among them, are not GCS's."""
     if type(e).__name__ == "HttpError":
         code = getattr(e, "code", None)
         if any(r in str(e) for r in GCS_THROTTLE_REASONS):
             return Throttled
         if code == 401:
-            return CredentialsRefused
+            return Denied if GCS_ANONYMOUS in str(e) else CredentialsRefused
         return status_kind(code) if isinstance(code, int) and 400 <= code <= 599 else None
     if type(e) is OSError and e.errno is None and str(e).startswith("Forbidden: "):
         return Throttled if any(r in str(e) for r in GCS_THROTTLE_REASONS) else Denied
@@ -280,6 +286,7 @@ __all__ = [
     "AZURE_CREDENTIAL_CODES",
     "AZURE_RETRY_CODES",
     "AZURE_THROTTLE_CODES",
+    "GCS_ANONYMOUS",
     "GCS_THROTTLE_REASONS",
     "S3_CREDENTIAL_CODES",
     "S3_RETRY_CODES",

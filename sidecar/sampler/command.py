@@ -4,7 +4,8 @@ Order of a run: fork the listing process (``--list-process``, before any SQLite 
 thread: :func:`~epochfs.sidecar.listing.child.fork_child`), send a new cache's first LIST
 (:func:`_first_list_ahead`), open or create the cache, hold its sampler lock, check the index (a damaged one,
 a garbage page say, is moved aside and replaced by a fresh one in one log line, see
-:mod:`epochfs.sidecar.store.reset`), check that the cache belongs to this (remote, seed, shard), run
+:mod:`epochfs.sidecar.store.reset`), remove the outage record a run killed mid-outage left
+(:class:`~.outagerecord.OutageRecord`), check that the cache belongs to this (remote, seed, shard), run
 recovery (and log what it repaired), record the policy, then run the
 :class:`~epochfs.sidecar.sampler.loop.Sampler` until SIGTERM/SIGINT with the listing beside it
 (:class:`~epochfs.sidecar.listing.ListingThread`): a complete catalog is fetched from at once (no
@@ -50,6 +51,7 @@ from epochfs.sidecar.remote.errors import may_answer_later
 from epochfs.sidecar.sampler.diskspace import is_disk_full
 from epochfs.sidecar.sampler.identity import check_identity, recorded_listing
 from epochfs.sidecar.sampler.loop import Sampler
+from epochfs.sidecar.sampler.outagerecord import OutageRecord
 from epochfs.sidecar.sampler.preload import preload_after_first_request
 from epochfs.sidecar.sampler.refusals import one_line, refusal_message
 from epochfs.sidecar.sampler.shutdown import STOP_GRACE
@@ -208,6 +210,9 @@ def run_sample(settings: SamplerSettings) -> int:
         lock_fd = samplerlock.hold(settings.cache)
         store.check_index()  # a damaged index is replaced (one log line), never a crash loop
         checked = True
+        # Before this start waits on the remote (a slow listing, a remote still down): status
+        # sees a sampler hold the lock meanwhile, and would show a dead run's record as this one's.
+        OutageRecord(store)
         check_identity(store, settings)
         log.info("%s", store.recover(integrity="ok"))
         store.configure(settings.policy())

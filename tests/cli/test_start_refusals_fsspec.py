@@ -165,12 +165,13 @@ def test_a_gcs_store_that_is_down_is_retried_not_refused(tmp_path: Path) -> None
 # ---------------------------------------------------------------------------- az://
 def test_a_wrong_azure_key_exits_2_at_once_naming_the_fix(azurite: Azurite, tmp_path: Path) -> None:
     """Azurite refuses a key that is not the account's with ``AuthorizationFailure`` (Azure's code
-    for credentials it takes without the right: the access is named; Azure itself answers a wrong
-    key with ``AuthenticationFailed``, which names the credentials: tests/remote/test_azure_errors.py).
-    The SDK's answer spans lines, its body among them: the exit's line is one, without the body."""
+    for a firewall that refuses the client, never one blob's: a refusal of the credentials, as
+    Azure's own ``AuthenticationFailed`` for a wrong key: the credentials are named,
+    sidecar/remote/librules.py ``AZURE_CREDENTIAL_CODES``). The SDK's answer spans lines, its body
+    among them: the exit's line is one, without the body."""
     remote = f"az://{azurite.container}/train"
     _refused(remote, azurite.endpoint, tmp_path / "cache", says="Server failed to authenticate the "
-             "request", fix=ACCESS, azure_key=AZURITE_KEY[:-4] + "AAA=")
+             "request", fix=CREDENTIALS, azure_key=AZURITE_KEY[:-4] + "AAA=")
 
 
 def test_a_missing_azure_container_exits_2_naming_the_container(azurite: Azurite, tmp_path: Path) -> None:

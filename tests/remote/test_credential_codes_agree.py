@@ -34,3 +34,12 @@ def test_azure_credential_codes_are_the_credentials_at_the_start(code: str) -> N
 
 def test_a_known_key_without_the_right_is_access_not_credentials() -> None:
     assert refusal_cause(s3_answer("AccessDenied", status=403)) == "access"
+
+
+def test_every_rule_and_code_set_is_importable_from_errors() -> None:
+    """errors.py says every name of librules is importable from it too (callers import the kinds,
+    the rules and the codes from one module): a new code set added to librules alone broke that."""
+    from epochfs.sidecar.remote import errors, librules
+
+    assert set(librules.__all__) <= set(errors.__all__)
+    assert all(getattr(errors, name) is getattr(librules, name) for name in librules.__all__)
