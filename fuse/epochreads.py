@@ -17,8 +17,18 @@ from __future__ import annotations
 import collections
 import threading
 import time
+from collections.abc import Collection, Iterable
 
 from epochfs.sidecar.store import EpochReader
+
+
+def retired(epochs: Iterable[int], live: Collection[int]) -> list[int]:
+    """Those of ``epochs`` that retired for good: not live, and older than the newest live epoch.
+    Epoch numbers only grow, so such an epoch is never live again; one newer than every live epoch
+    may have been cut since ``live`` was read (a cut on lookup), and is not counted. Per-epoch
+    bookkeeping trims these, so it is bounded by the live epochs, not by every epoch ever read."""
+    newest = max(live, default=None)
+    return [n for n in epochs if newest is not None and n < newest and n not in live]
 
 
 class EpochReads:
@@ -39,6 +49,15 @@ class EpochReads:
         with self._lock:
             self._pending.add(n)
             self._last_recorded[n] = time.monotonic()
+
+    def forget_retired(self, live: Collection[int]) -> None:
+        """Drop the debounce dates of epochs that retired (:func:`retired`) and have no folder
+        held: else one date stays per epoch ever read, for the life of the mount. Only the date
+        goes; a read still pending is written at the next flush."""
+        with self._lock:
+            for n in retired(list(self._last_recorded), live):
+                if n not in self._held:
+                    del self._last_recorded[n]
 
     def hold(self, n: int) -> None:
         """A folder of epoch ``n`` was opened."""
@@ -76,4 +95,4 @@ class EpochReads:
         return done
 
 
-__all__ = ["EpochReads"]
+__all__ = ["EpochReads", "retired"]

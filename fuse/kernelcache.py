@@ -22,9 +22,10 @@ import queue
 import subprocess
 import sys
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from pathlib import Path
 
+from epochfs.fuse.epochreads import retired
 from epochfs.fuse.lost import MAX_INVALIDATIONS
 from epochfs.fuse.lowlevel_notify import KernelNotifier
 from epochfs.fuse.view import View
@@ -45,13 +46,16 @@ log = logging.getLogger("epochfs.fuse")
 class Refresher:
     """Re-reads the store every ``interval`` seconds, records reads, invalidates what changed."""
 
-    def __init__(self, *, view: View, interval: float, on_tick: Callable[[], object] | None = None) -> None:
-        """``on_tick``: called at each refresh too (the server follows the in-use window)."""
+    def __init__(self, *, view: View, interval: float, on_tick: Callable[[], object] | None = None,
+                 warmer: Warmer | None = None) -> None:
+        """``on_tick``: called at each refresh too (the server follows the in-use window);
+        ``warmer``: told of the epochs that retired, to forget them."""
         if interval <= 0:
             raise ValueError("refresh interval must be positive")
         self.view = view
         self.interval = interval
         self.on_tick = on_tick
+        self.warmer = warmer
         self.notifier = KernelNotifier(None)
         self._stop = threading.Event()
         self._wake = threading.Event()
@@ -105,6 +109,8 @@ class Refresher:
             n.invalidate(f"/{CONTROL_DIR}/{manifest_name(gone)}")
             n.invalidate(f"/{epoch_name(gone)}")
             n.forget_root_entry(epoch_name(gone))
+        if self.warmer is not None:  # by the live set: an epoch may come and go between two ticks
+            self.warmer.forget_retired(new.live)
         if old.latest != new.latest:
             n.invalidate(f"/{LATEST_NAME}")
             n.forget_root_entry(LATEST_NAME)
@@ -217,6 +223,15 @@ class Warmer:
                 self._thread = threading.Thread(target=self._run, name="epochfs-warm", daemon=True)
                 self._thread.start()
         self._queue.put(n)
+
+    def forget_retired(self, live: Collection[int]) -> None:
+        """Forget the epochs that retired (:func:`~epochfs.fuse.epochreads.retired`): one is never
+        requested again (a lookup of it answers ENOENT first), and else an entry of each stays for
+        the life of the mount. An epoch newer than ``live`` is kept, so it is not warmed twice."""
+        with self._lock:
+            for n in retired(list(self._requested | set(self.warmed)), live):
+                self._requested.discard(n)
+                self.warmed.pop(n, None)
 
     def stop(self, timeout: float = 5.0) -> None:
         """End the warm-up (it reads through the mount, so stop it while the mount still answers)."""

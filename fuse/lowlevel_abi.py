@@ -10,7 +10,8 @@ low-level one, checked against libfuse 3.14 (Debian bookworm) and 3.17 (trixie, 
 * ``struct fuse_conn_info``: ``capable`` and ``want`` at offsets 20 and 24 (3.17 converts a changed
   ``want`` into its 64-bit ``want_ext`` itself);
 * the multi-threaded loop is ``fuse_session_loop_mt_312`` with a config from ``fuse_loop_cfg_create``
-  (exported by both; the unversioned name would bind an older ABI on some builds).
+  (exported by both; the unversioned name would bind an older ABI on some builds), its threads set
+  by ``fuse_loop_cfg_set_max_threads`` and ``fuse_loop_cfg_set_idle_threads`` (libfuse 3.12 too).
 """
 
 from __future__ import annotations
@@ -119,6 +120,8 @@ _SIGNATURES: dict[str, tuple[list[Any], Any]] = {
     "fuse_session_exited": ([P], INT),
     "fuse_loop_cfg_create": ([], P),
     "fuse_loop_cfg_destroy": ([P], None),
+    "fuse_loop_cfg_set_max_threads": ([P, ctypes.c_uint], None),
+    "fuse_loop_cfg_set_idle_threads": ([P, ctypes.c_uint], None),
     "fuse_session_loop_mt_312": ([P, P], INT),
     "fuse_reply_err": ([c_req, INT], INT),
     "fuse_reply_none": ([c_req], None),

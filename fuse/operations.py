@@ -90,9 +90,10 @@ class EpochOperations(mfusepy.Operations):
         self.timeout = timeout
         self.window = (None if in_use_seconds is None
                        else WindowFollower(view.store, in_use_seconds, self.set_window))
-        self.refresher = Refresher(view=view, interval=refresh_interval, on_tick=self._after_tick)
         self.warmer = (Warmer(view=view, mount=mount, max_files=warm_files)
                        if mount is not None and warm_files > 0 else None)
+        self.refresher = Refresher(view=view, interval=refresh_interval, on_tick=self._after_tick,
+                                   warmer=self.warmer)
         self.mount = mount
         self.made: MountEntry | None = None  # the mount's entry at init: the one to remove at exit
         # Stopping: a signal thread calls stop_serving() while the loop runs; libfuse calls destroy()

@@ -249,12 +249,16 @@ def _unmount_own(mount: Path, made: MountEntry | None) -> bool:
 
 def _serve_highlevel(ops: EpochOperations, mount: Path, fsname: str) -> str | None:
     """Serve through mfusepy (libfuse's high-level API) until the loop ends; why the mount failed,
-    or None."""
+    or None. Its loop runs libfuse's default 10 request threads at most; the idle ones kept are
+    capped as the low-level loop's are (:data:`~epochfs.fuse.lowlevel.IDLE_THREADS`), in case a
+    libfuse raises that default."""
+    from epochfs.fuse.lowlevel import IDLE_THREADS
     from epochfs.fuse.operations import EpochFUSE
 
     try:
         EpochFUSE(ops, str(mount), raw_fi=True, foreground=True, allow_other=True,
-                  default_permissions=True, ro=True, fsname=fsname, subtype="epochfs")
+                  default_permissions=True, ro=True, fsname=fsname, subtype="epochfs",
+                  max_idle_threads=IDLE_THREADS)
     except RuntimeError as e:
         # A failed mount leaves nothing mounted and is the only real error here; a loop that
         # ended otherwise (unmounted under us) is a stop.

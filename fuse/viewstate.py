@@ -192,6 +192,7 @@ class ViewState:
                     del self._manifests[n]
                 for n in [n for n in self._manifest_sizes if n not in new.live]:
                     del self._manifest_sizes[n]
+            self.reads.forget_retired(new.live)
         return old, new
 
     def render_status(self) -> bytes:
