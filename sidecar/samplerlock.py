@@ -134,6 +134,18 @@ def hold_sidecar(cache: Path) -> int:
     return fd
 
 
+def holder_pid(cache: Path) -> int | None:
+    """The pid the running sampler wrote into its lock file (:func:`hold`), None when no sampler
+    holds the lock or the file says no pid: whose records of the cache are the running run's."""
+    if not held(cache):
+        return None
+    try:
+        text = (cache / LOCK_NAME).read_text(encoding="ascii", errors="replace").strip()
+    except OSError:
+        return None
+    return int(text) if text.isdigit() else None
+
+
 def held(cache: Path) -> bool:
     """Whether a sampler holds the cache's lock now."""
     return flocks.holder(cache / LOCK_NAME) is True

@@ -50,13 +50,14 @@ def sampler_facts(doc: dict[str, Any], cache: Path) -> None:
         doc["backpressure_reason"] = None
 
 
-def outage_facts(doc: dict[str, Any], record: str | None) -> None:
+def outage_facts(doc: dict[str, Any], record: str | None, cache: Path) -> None:
     """Add ``outage`` (its words) and ``outage_cause`` to a ``--cache`` document while the running
-    sampler records an outage of the remote in the index (:mod:`epochfs.sidecar.store.outage`);
-    none when no sampler runs: a record left by a run killed mid-outage is no state of the cache
-    now (the next run's start removes it)."""
+    sampler (the pid in its lock file, :func:`~epochfs.sidecar.samplerlock.holder_pid`) records
+    an outage of the remote in the index (:mod:`epochfs.sidecar.store.outage`); none when no
+    sampler runs or the record is another run's: a record left by a run killed mid-outage is no
+    state of the cache now (the next run removes it as soon as it holds the lock)."""
     outage = parse(record) if doc.get("sampler_running") else None
-    if outage is not None:
+    if outage is not None and outage.pid == samplerlock.holder_pid(cache):
         doc["outage"], doc["outage_cause"] = outage.words, outage.cause
 
 
