@@ -41,7 +41,7 @@ from remote.credential_front import (
 )
 from sampler_helpers import EPOCHFS, SamplerProc, running_sampler
 
-COUNT = 40
+COUNT = 20
 SIZE = 20_000
 PACED = ("--capacity", "100Mi", "--max-rate", "40Ki", "--concurrency", "4")
 """About two objects a second: most keys are still to fetch when the credentials stop working."""
