@@ -23,7 +23,7 @@ from sampler_helpers import EPOCHFS, SamplerProc, start_sampler
 from epochfs.sidecar.store import Meta, Store
 from epochfs.sidecar.store.outage import Outage, parse
 
-COUNT = 60
+COUNT = 24
 CAUSE = "remote refuses the credentials since "
 
 

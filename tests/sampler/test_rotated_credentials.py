@@ -31,7 +31,7 @@ from common import S3Server, put_objects, wait_until
 from sampler_helpers import running_sampler
 
 OLD, NEW = "AKIAOLDKEY0000000001", "AKIANEWKEY0000000002"
-COUNT = 60
+COUNT = 30
 _SIGNED_BY = re.compile(r"Credential=([A-Z0-9]+)(?:/|%2F)")
 _REFUSAL = (b"<Error><Code>InvalidAccessKeyId</Code><Message>The AWS Access Key Id you provided does "
             b"not exist in our records.</Message></Error>")
