@@ -2,7 +2,7 @@
 
 A key ``one/k`` beside ``one/k/x`` cannot be shown as both a file and a folder: a listing sorted
 by key skips the file. The listers read stretches of the key space in key order: each span, and
-each range the planner splits off a large folder while listing it. With 2,000 keys ``one/k-NNNN``
+each range the planner splits off a large folder while listing it. With 1,000 keys ``one/k-NNNN``
 between ``one/k`` and ``one/k/x`` the planner splits the folder between them, and a listing
 stopped and resumed cuts it at its resume points: checked each on its own, the two sides would
 miss the clash, and ``one/k`` would be cataloged and fetched, then hidden by the view (the epoch's
@@ -38,10 +38,11 @@ from epochfs.sidecar.store.catalog import SKIPPED_CLASH
 ODD = {"m": b"file m", "m/": b"", "w": b"file w", "w/../v": b"refused", "good/x": b"good"}
 """A file beside a folder marker, a file beside a refused key, and a plain key: two kept files."""
 CLASHES = {"one/k": b"file k", "one/k/x": b"below k", "one/zz": b"file zz", "one/zz/y": b"below zz"}
-BIG = {**ODD, **CLASHES, **{f"one/k-{i:04d}": b"%d" % i for i in range(2000)},
+BIG = {**ODD, **CLASHES, **{f"one/k-{i:04d}": b"%d" % i for i in range(1000)},
        **{f"two/{i}": b"t%d" % i for i in range(50)}}
-"""2,000 keys between ``one/k`` and ``one/k/x``: the planner splits the folder between them (at
-1,000, in each of five listings of an in-memory bucket)."""
+"""1,000 keys between ``one/k`` and ``one/k/x``: the bucket (1,059 keys) does not fit in one page,
+so the folder is a span whose first page (100 keys) ends well before ``one/k/x`` and the planner
+splits it between them (the test asserts the split; 600 keys fit in one page and do not split)."""
 SKIPS = {"one/k", "one/zz", "w/../v"}
 """What a listing of BIG skips: two files that are folders too, one unsafe key."""
 
@@ -100,7 +101,7 @@ def test_a_clash_split_across_ranges_or_a_resume_is_skipped(
         big: str, s3: S3Server, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     """Listed whole by four listers, then (a fresh cache each) stopped after a few pages and
     resumed by a new lister, as a sampler started again: the pages committed before the stop are
-    the other side of some clashes (the catalog's rows). One bucket for all: its 2,000 uploads
+    the other side of some clashes (the catalog's rows). One bucket for all: its 1,059 uploads
     cost more than the listings."""
     caplog.set_level(logging.WARNING, logger="epochfs.catalog")
     starts: set[str] = set()

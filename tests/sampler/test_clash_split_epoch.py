@@ -1,7 +1,7 @@
 """The epoch a sampler cuts holds what a reader is shown, however the listing cut the bucket, and
 a relist logs only the skipped keys it did not skip before.
 
-A file ``one/k`` beside ``one/k/x``, 2,000 keys ``one/k-NNNN`` between them: the listing splits
+A file ``one/k`` beside ``one/k/x``, 1,000 keys ``one/k-NNNN`` between them: the listing splits
 that folder between the two and must still skip ``one/k`` as a clash, or the sampler fetches it,
 counts it in the epoch's size, and the view hides it (a trainer comparing ``len(dataset)`` with
 the epoch's size sees one more). ``m`` beside a folder marker ``m/`` and ``w`` beside the unsafe
@@ -31,7 +31,7 @@ EPOCHFS = str(Path(sys.executable).with_name("epochfs"))
 ENV = {k: v for k, v in os.environ.items() if not k.startswith("EPOCHFS_")}
 KEYS = {"m": b"file m", "m/": b"", "w": b"file w", "w/../v": b"refused", "good/x": b"good",
         "one/k": b"file k", "one/k/x": b"below k", "one/zz": b"file zz", "one/zz/y": b"below zz",
-        **{f"one/k-{i:04d}": b"k%d" % i for i in range(2000)}, **{f"two/{i}": b"t%d" % i for i in range(50)}}
+        **{f"one/k-{i:04d}": b"k%d" % i for i in range(1000)}, **{f"two/{i}": b"t%d" % i for i in range(50)}}
 SHOWN = {k: v for k, v in KEYS.items() if k not in {"m/", "w/../v", "one/k", "one/zz"}}
 LATE = "late/../x"
 """An unsafe key uploaded between the two relists: logged by the second, once."""

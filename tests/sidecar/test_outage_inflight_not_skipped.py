@@ -30,7 +30,7 @@ pytestmark = [
     pytest.mark.skipif(os.geteuid() != 0 or not os.path.exists("/dev/fuse"), reason="needs root and FUSE"),
 ]
 
-COUNT = 200
+COUNT = 120
 SIZE = 64 * 1024
 OUTAGE = "remote unavailable"
 """The breaker's line: the outage told."""
@@ -113,7 +113,7 @@ def _count(car: Sidecar, result: str) -> float:
 
 def test_keys_in_flight_when_the_remote_dies_are_fetched_once_it_is_back(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """200 objects of 64 KiB under the default 32 downloads at 1 MiB/s (answered bodies wait for
+    """120 objects of 64 KiB under the default 32 downloads at 1 MiB/s (answered bodies wait for
     the rate limit); the proxy is stopped once 40 are cached, started again once the sampler has
     told the outage, and the test waits until every key is either cached or skipped."""
     for name, value in (("AWS_ACCESS_KEY_ID", "testing"), ("AWS_SECRET_ACCESS_KEY", "testing"),
