@@ -36,9 +36,11 @@ BUCKET = "data"
 STREAK = 3
 """Index-damage exits in a row after which /healthz fails (config.INDEX_DAMAGES_UNHEALTHY)."""
 MAX_DAMAGES = 8
-# Cuts every 5 s: a start of the sampler replaces the index, and its loop runs for seconds before
+# Cuts every 3 s: a start of the sampler replaces the index, and its loop runs for seconds before
 # its first cut, the window in which the test garbles the fresh index (a cut proves a run good).
-EXTRA = ("--capacity", "2Mi", "--min-samples", "10", "--cut-interval", "5", "--keep-epochs", "2",
+# Its progress line comes every second, so the garbling has 2 s (a run that cut first is counted
+# good, and the test damages again: MAX_DAMAGES); every cut waited for here is one interval.
+EXTRA = ("--capacity", "2Mi", "--min-samples", "10", "--cut-interval", "3", "--keep-epochs", "2",
          "--in-use-seconds", "2", "--concurrency", "4", "--max-rate", "1Mi", "--scrub-rate", "0")
 
 
@@ -75,7 +77,7 @@ def test_healthz_fails_after_three_runs_in_a_row_meet_a_damaged_index_and_heals(
                 # and starts the count again: the test goes on damaging, MAX_DAMAGES at most.
                 assert damages < MAX_DAMAGES, f"/healthz never failed on the index: {car.health()}"
                 if damages:
-                    # In the run's loop, before its first cut (5 s after its start).
+                    # In the run's loop, before its first cut (3 s after its start).
                     wait_until(lambda: LOOPING in since_last_reset(car), timeout=60,
                                what=f"the sampler's loop after start {damages}")
                 resets = car.log_text().count(RESET_LINE)

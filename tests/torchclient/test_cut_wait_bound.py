@@ -4,7 +4,7 @@ With torch.distributed initialised, a rank waits for its node's cut while its pe
 the batch-count all_reduce; the process group's timeout bounds how long they sit there (gloo raises
 past it, NCCL's watchdog aborts the job). So the loaders' wait for a cut is lowered below that
 timeout: the late rank's TimeoutError is carried through the reduce and every rank raises a clear
-error in time. Two real gloo ranks with a 16 s process-group timeout and the loaders' default
+error in time. Two real gloo ranks with a 10 s process-group timeout and the loaders' default
 ``timeout`` (600 s): rank 1's epoch 0 never appears, for an EpochLoader and an ArrayLoader in turn.
 """
 
@@ -25,7 +25,9 @@ import pytest
 sys.path.insert(0, str(Path(__file__).parent))
 from two_ranks import run_two_ranks
 
-GROUP_TIMEOUT = 16.0  # seconds: the process group's, far below the loaders' default wait of 600 s
+GROUP_TIMEOUT = 10.0  # seconds: the process group's, far below the loaders' default wait of 600 s
+# (the loaders wait half of it, 5 s, twice: the test's length; rank 0 waits in its all_reduce 5 s
+# short of the group's timeout)
 
 
 def _publish(base: Path, node: int, epoch: int, count: int) -> None:
@@ -100,7 +102,8 @@ def test_a_rank_whose_cut_never_comes_fails_every_rank_before_the_group_times_ou
     for output in outputs:  # each loader says once, at its start, that it lowered the wait, and why
         said = [line for line in output.splitlines() if "waits at most" in line]
         assert len(said) == 2, output
-        assert all("init_process_group(timeout=" in line and "16s" in line for line in said), said
+        group = f"{GROUP_TIMEOUT:g}s"
+        assert all("init_process_group(timeout=" in line and group in line for line in said), said
 
 
 def test_the_wait_ends_a_margin_before_the_group_timeout() -> None:
