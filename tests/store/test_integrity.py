@@ -56,6 +56,14 @@ def samples(cache: Path) -> dict[str, tuple[str, str, str]]:
 
 
 
+def _holds(store: Store, key: str, body: bytes) -> bool:
+    """Whether ``key``'s object file holds ``body`` (False while it is missing or being replaced)."""
+    try:
+        return (store.objects_dir / object_name(sid_of(key))).read_bytes() == body
+    except FileNotFoundError:
+        return False
+
+
 # ---------------------------------------------------------------------------- the background scrub
 def test_the_background_scrub_evicts_damaged_objects_counts_them_and_fetches_them_again(
         tmp_path: Path) -> None:
@@ -70,6 +78,9 @@ def test_the_background_scrub_evicts_damaged_objects_counts_them_and_fetches_the
         wait_until(lambda: store.stats().corrupt_objects_total == 2, timeout=20, what="both found")
         wait_until(lambda: store.stats().samples == 12 and remote.opens.get(truncated) == 2
                    and remote.opens.get(flipped) == 2, timeout=20, what="both fetched again")
+        # A second open is the repair's download under way, not its install: wait for the bytes.
+        wait_until(lambda: all(_holds(store, key, objects[key]) for key in (flipped, truncated)),
+                   timeout=60, what="both repaired in place")
         assert sampler.scrubber is not None and sampler.scrubber.damaged == 2
     with Store(cache) as store:
         for key, body in objects.items():
