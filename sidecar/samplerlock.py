@@ -135,10 +135,9 @@ def hold_sidecar(cache: Path) -> int:
 
 
 def holder_pid(cache: Path) -> int | None:
-    """The pid the running sampler wrote into its lock file (:func:`hold`), None when no sampler
-    holds the lock or the file says no pid: whose records of the cache are the running run's."""
-    if not held(cache):
-        return None
+    """The pid the lock's last holder wrote into its lock file (:func:`hold`), None when the file
+    says none: the running sampler's while :func:`held` says one runs, whose records of the cache
+    are then the running run's."""
     try:
         text = (cache / LOCK_NAME).read_text(encoding="ascii", errors="replace").strip()
     except OSError:

@@ -212,7 +212,7 @@ def run_sample(settings: SamplerSettings) -> int:
         checked = True
         # Before this start waits on the remote (a slow listing, a remote still down): status
         # sees a sampler hold the lock meanwhile, and would show a dead run's record as this one's.
-        OutageRecord(store)
+        outage = OutageRecord(store)
         check_identity(store, settings)
         log.info("%s", store.recover(integrity="ok"))
         store.configure(settings.policy())
@@ -274,6 +274,7 @@ def run_sample(settings: SamplerSettings) -> int:
             settings=settings,
             stop=stop,
             progress_every=settings.progress_seconds,
+            outage=outage,
             listing=listing_running.is_set,
         )
         listing: ListingThread | ListingProcess

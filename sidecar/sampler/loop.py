@@ -74,11 +74,13 @@ class Sampler(RepairsInPlace, Shutdown):
         stop: threading.Event,
         progress_every: float = 5.0,
         breaker: OutageBreaker | None = None,
+        outage: OutageRecord | None = None,
         listing: Callable[[], bool] | None = None,
     ) -> None:
         """``listing``: True while a listing adds keys to the catalog (``epochfs sample`` passes
         the listing's ``running``); the fetch order then looks for new keys sooner. None: no
-        listing runs beside this sampler."""
+        listing runs beside this sampler. ``outage``: the record the breaker reports to, made
+        (clearing a killed run's) when the run took the cache's lock; None: made here."""
         if progress_every <= 0:
             raise ValueError("progress_every must be positive")
         self.store = store
@@ -92,8 +94,7 @@ class Sampler(RepairsInPlace, Shutdown):
             rate=RateLimiter(rate=settings.max_rate) if settings.max_rate else None,
             direct=settings.direct_writes,
         )
-        outage = OutageRecord(store)  # clears what a run killed mid-outage left: at every start
-        self.breaker = breaker or OutageBreaker(on_change=outage)
+        self.breaker = breaker or OutageBreaker(on_change=outage or OutageRecord(store))
         self.window = FetchWindow(settings.concurrency)
         self.deferred = Deferred()
         """Throttled keys, fetched again after their full-jitter delay."""
