@@ -280,8 +280,8 @@ class Warmer:
                         log.warning("warm-up of epoch %d stopped: the warm-up process ended", n)
                     return
                 if answer[1].isdigit():
-                    self.warmed[n] = int(answer[1])
-                    log.debug("warmed %d symlink(s) of epoch %d", self.warmed[n], n)
+                    count = self.warmed[n] = int(answer[1])  # forget_retired may drop it at once
+                    log.debug("warmed %d symlink(s) of epoch %d", count, n)
                 elif answer[1].startswith("error") and not self._stop.is_set():
                     log.warning("warm-up of epoch %d stopped: %s", n, answer[1][6:])
                 else:

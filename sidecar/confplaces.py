@@ -2,8 +2,7 @@
 each raises ValueError saying what is wrong, as every parser of
 :mod:`epochfs.sidecar.confparse` does (:mod:`epochfs.sidecar.config` turns it into a
 :class:`~epochfs.sidecar.config.ConfigError` naming the flag). Kept apart from the parsers of
-numbers so that each module stays within the size bound; ``confparse`` names these too, for the
-commands that take them from there.
+numbers so that each module stays within the size bound.
 """
 
 from __future__ import annotations

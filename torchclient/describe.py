@@ -84,6 +84,18 @@ def not_the_mount(root: str | os.PathLike[str]) -> str | None:
     return None
 
 
+def check_root(root: str | os.PathLike[str], *, present: bool) -> None:
+    """FileNotFoundError at once for a root that is not there (``present``: the caller's own test,
+    as a wait and a start differ on a mount not up yet) or is certainly not the mount
+    (:func:`not_the_mount`): no wait there ever ends, and the message names the path to give."""
+    if not present:
+        raise FileNotFoundError(f"epochfs root {root} does not exist or is not a folder "
+                                "(is the sidecar's mount there?)")
+    wrong = not_the_mount(root)
+    if wrong is not None:
+        raise FileNotFoundError(wrong)
+
+
 def decimal_size(n: float) -> str:
     """``n`` bytes in the decimal unit that fits: ``512 B``, ``44.0 kB``, ``199.5 MB``, ``1.2 GB``.
     The torch client's one formatter of sizes and rates (:meth:`.EpochStats.line`, the waiting

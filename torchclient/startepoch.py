@@ -20,7 +20,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from .describe import not_the_mount
+from .describe import check_root
 from .layout import list_epochs, read_status
 
 
@@ -46,12 +46,7 @@ def start_epoch(root: str | os.PathLike[str]) -> int:
     Raises FileNotFoundError for a ``root`` that is not there or is certainly not the mount
     (the same message the loaders give), rather than answer 0 for a mount not up yet."""
     path = Path(root)
-    if not path.is_dir():
-        raise FileNotFoundError(f"epochfs root {path} does not exist or is not a folder "
-                                "(is the sidecar's mount there?)")
-    wrong = not_the_mount(path)
-    if wrong is not None:
-        raise FileNotFoundError(wrong)
+    check_root(path, present=path.is_dir())
     newest = newest_live_epoch(path)
     first = 0 if newest is None else newest
     return _agreed(first)

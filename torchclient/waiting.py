@@ -17,7 +17,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from .cutask import URL_GIVEN, CutAnswer, CutAsker
-from .describe import FirstEpochPace, describe_root, not_the_mount
+from .describe import FirstEpochPace, check_root, describe_root
 from .layout import MAX_EPOCH, epoch_exists
 
 Progress = Callable[[str], None]
@@ -86,10 +86,7 @@ def wait_for_epoch(root: str | os.PathLike[str], epoch: int, *, wait: bool = Tru
     start = time.monotonic()
     if epoch_exists(root, epoch):
         return 0.0
-    if not _root_present(root):
-        raise FileNotFoundError(f"epochfs root {root} does not exist or is not a folder "
-                                "(is the sidecar's mount there?)")
-    _check_root(root)
+    check_root(root, present=_root_present(root))
     answer = asker.ask(epoch, jump=jump) if asker else None
     _check_answer(answer, root, epoch)
     if not wait:
@@ -105,7 +102,7 @@ def wait_for_epoch(root: str | os.PathLike[str], epoch: int, *, wait: bool = Tru
     while True:
         now = time.monotonic()
         if now >= next_report:
-            _check_root(root)  # the view may appear below a wrong root after the wait began
+            check_root(root, present=True)  # the view may appear below a wrong root after the wait began
             if progress is not None:
                 progress(f"epochfs: waiting for epoch {epoch} under {root} ({now - start:.0f}s so far; "
                          f"{describe_root(root, pace)}){_sidecar_says(answer, jump)}{_trouble(asker)}")
@@ -136,14 +133,6 @@ def _asker(sidecar_url: str | _FromEnv | None, root: Path) -> CutAsker | None:
 def _trouble(asker: CutAsker | None) -> str:
     """Why the last cut request got no answer, and the remedy ('' when it got one or none was sent)."""
     return asker.trouble() if asker else ""
-
-
-def _check_root(root: Path) -> None:
-    """FileNotFoundError at once for a root that is certainly not the mount (:func:`not_the_mount`):
-    no wait there ever ends, and the message names the path to give instead."""
-    wrong = not_the_mount(root)
-    if wrong is not None:
-        raise FileNotFoundError(wrong)
 
 
 def _waiting_cannot_cut(answer: CutAnswer | None) -> bool:

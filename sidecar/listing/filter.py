@@ -272,5 +272,5 @@ def rows_left_out(listings: Listings, keys: KeyFilter, gen: int) -> int:
         last = int(rows[-1][0])
 
 
-__all__ = ["LEFT_OUT_BATCH", "LOG_LIMIT", "MORE", "CatalogReport", "ClashFinder", "Filtered", "PageFilter",
+__all__ = ["LEFT_OUT_BATCH", "LOG_LIMIT", "MORE", "CatalogReport", "Filtered", "PageFilter",
            "rows_left_out"]

@@ -29,7 +29,7 @@ from collections.abc import Callable, Iterable
 from typing import IO
 
 from epochfs.sidecar.keys import SafeKey, check_key, is_directory_marker
-from epochfs.sidecar.listing.filter import ClashFinder
+from epochfs.sidecar.listing.clashes import ClashFinder
 
 BUCKET_RECORDS = 65_536
 """Records a bucket holds about (each is read and sorted in memory)."""

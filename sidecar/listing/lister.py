@@ -180,9 +180,10 @@ class Lister:
         state = self.sink.state()
         return state.complete is None or bool(state.parts) or not self.covered_by(state.source)
 
-    def prepare(self, *, fresh: bool = False) -> tuple[int, list[Part], set[str]]:
+    def prepare(self, *, fresh: bool = False) -> tuple[int, list[Part], bool]:
         """The listing to run: the running one (same source, not ``fresh``) or a new generation
-        over the source's spans (found here: a remote that cannot be listed fails here)."""
+        over the source's spans (found here: a remote that cannot be listed fails here), and
+        whether it is the cache's first (no listing has completed yet)."""
         state = self.sink.state()
         name = self.listing_name
         if state.parts and self.covered_by(state.source) and not fresh:
@@ -210,14 +211,14 @@ class Lister:
                      self.threads if isinstance(self.source, PagedSource) else min(self.threads, len(parts)),
                      f" ({first} for the spans' first pages)" if first > self.threads else "",
                      f"; keys kept: {self._keys_line()}" if self.keys else "")
-        self.refusals.begin(gen, len(parts), first=state.complete is None)
-        return gen, parts, {p.start for p in parts if p.start}
+        first = state.complete is None
+        self.refusals.begin(gen, len(parts), first=first)
+        return gen, parts, first
 
     def run(self, *, fresh: bool = False,
-            prepared: tuple[int, list[Part], set[str]] | None = None) -> CatalogReport:
+            prepared: tuple[int, list[Part], bool] | None = None) -> CatalogReport:
         """List to the end (or until stopped); ``report.complete`` says which."""
-        gen, parts, _starts = prepared or self.prepare(fresh=fresh)
-        first = self.sink.state().complete is None
+        gen, parts, first = prepared or self.prepare(fresh=fresh)
         if prepared is not None:  # by another lister (a listing process's parent): not begun here
             self.refusals.begin(gen, len(parts), first=first)
         report = CatalogReport()

@@ -50,8 +50,13 @@ class FolderRanges:
         if not self.folders or part.stop is None:
             return 0, 0
         lo = bisect.bisect_left(self.folders, part.start) if part.start else 0
-        hi = bisect.bisect_left(self.folders, part.stop)
-        return lo, hi - 1 if hi > lo and self.folders[hi - 1] + "\x00" == part.stop else hi
+        return lo, self._stop_index(lo, part.stop)
+
+    def _stop_index(self, lo: int, stop: str) -> int:
+        """The index of the first folder at or past ``stop``, less one where ``stop`` is cut just
+        after a folder's start (past ``lo``): that folder is the next part's."""
+        hi = bisect.bisect_left(self.folders, stop)
+        return hi - 1 if hi > lo and self.folders[hi - 1] + "\x00" == stop else hi
 
     def reached(self, span: SpanState, keys: list[str]) -> range:
         """The indices of ``span``'s folders a page's ``keys`` lie in (a page is contiguous)."""
@@ -69,10 +74,7 @@ class FolderRanges:
         if not self.folders or seg.part.stop is None:
             return 0, 0
         lo = bisect.bisect_right(self.folders, seg.part.after or seg.part.start)
-        hi = bisect.bisect_left(self.folders, seg.part.stop)
-        if hi > lo and self.folders[hi - 1] + "\x00" == seg.part.stop:
-            hi -= 1
-        return lo, hi
+        return lo, self._stop_index(lo, seg.part.stop)
 
     def folder_split(self, free: list[Segment]) -> tuple[Segment, str] | None:
         """The bounded segment holding the most folders' starts past where it has read, and the

@@ -40,7 +40,6 @@ from pathlib import Path
 from typing import IO, Any
 
 from epochfs.sidecar.config import EXIT_INDEX, EXIT_RETRY, INDEX_DAMAGES_UNHEALTHY
-from epochfs.sidecar.remote.backoff import doubled
 from epochfs.sidecar.supervisor.childlog import pump_log, retry_reason
 from epochfs.sidecar.supervisor.indexdamage import IndexDamages
 from epochfs.sidecar.supervisor.reaper import exit_words
@@ -197,11 +196,10 @@ class ChildProcesses:
         log.error("%s; trying again in %.1fs", why, child.backoff)
 
     def _doubled_backoff(self, child: Child) -> float:
-        """``child``'s wait after one more failed run or start: its last wait doubled
-        (:func:`~epochfs.sidecar.remote.backoff.doubled`), at most its longest, and at least
-        :attr:`BACKOFF_MIN` (half of it doubled) after a stable run reset it to 0."""
+        """``child``'s wait after one more failed run or start: its last wait doubled, at least
+        :attr:`BACKOFF_MIN` (after a stable run reset it to 0) and at most its longest."""
         longest = self.BACKOFF_MAX if child.max_backoff is None else child.max_backoff
-        return doubled(max(child.backoff, self.BACKOFF_MIN / 2), longest)
+        return min(longest, max(self.BACKOFF_MIN, child.backoff * 2))
 
     def _forget_metrics(self, pid: int) -> None:
         """Drop an exited child's live gauges (:func:`~epochfs.sidecar.metrics.forget_process`).

@@ -145,8 +145,8 @@ class Supervisor(HealthChecks, Observability):
         filled the node volume before this start): the start goes on once there is room, where an
         exit would be a crash loop of the whole container. SIGTERM meanwhile ends the process
         (its handlers are not installed yet). A cache that cannot be used otherwise is a bad
-        setting (exit 2), written to the termination log as the start's other refusals are (an
-        index a newer epochfs wrote: ``kubectl describe pod`` names it)."""
+        setting (exit 2; :meth:`_run` writes it to the termination log as the start's other refusals: an
+        index a newer epochfs wrote, which ``kubectl describe pod`` names)."""
         logged = -self.NO_ROOM_LOG_EVERY
         while True:
             try:
@@ -158,9 +158,7 @@ class Supervisor(HealthChecks, Observability):
                 if self._stop.wait(1.0):
                     raise config.RetryLater(str(e)) from None
             except StoreError as e:
-                refusal = ConfigError(f"--cache: {e}")
-                write_termination_message(self.settings.termination_log, f"epochfs sidecar: {refusal}")
-                raise refusal from None
+                raise ConfigError(f"--cache: {e}") from None
 
     def _record_report_url(self) -> None:
         """Record the health port's client-report URL in the index (:data:`Meta.REPORT_URL`), which
@@ -213,7 +211,7 @@ class Supervisor(HealthChecks, Observability):
             self._check_folder()
         else:
             self._check_mount()  # what the FUSE server would refuse; dead mounts are detached
-        self._store = self._open_store()
+        self._store = self._check_at_start(self._open_store)  # its refusal in the termination log too
         try:
             self._check_link_root(self._store.objects_dir)
         except MountError:

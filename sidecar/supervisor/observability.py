@@ -251,9 +251,9 @@ class Observability:
         child = self.sampler
         proc, note = child.proc, self.retry_note(child)
         self._seen["outage"] = running_outage(self._store, child)  # the probes' (.outage.shown)
-        outage = None if note is not None else self._seen["outage"]
-        key: object = None if note is None else (child.waiting, child.restarts, proc is None)
-        key = state_key(outage) if outage is not None else key
+        outage = None if note is not None else self._seen["outage"]  # a retry's note first
+        key: object = ((child.waiting, child.restarts, proc is None) if note is not None
+                       else None if outage is None else state_key(outage))
         file_due = "state" not in self._seen or self._seen["state"] != key
         meta_due = "retrying" not in self._seen or self._seen["retrying"] != key
         if not (file_due or meta_due):

@@ -68,10 +68,10 @@ def outage_state(outage: Outage) -> dict[str, Any]:
             "started": None}
 
 
-def state_key(outage: Outage, now: float | None = None) -> tuple[str, int]:
+def state_key(outage: Outage) -> tuple[str, int]:
     """What changes when the state must be written again: the words, and every
     :data:`REWRITE_EVERY` seconds while they stay."""
-    return outage.words, int((time.monotonic() if now is None else now) // REWRITE_EVERY)
+    return outage.words, int(time.monotonic() // REWRITE_EVERY)
 
 
 __all__ = ["REWRITE_EVERY", "outage_state", "running_outage", "shown", "state_key"]

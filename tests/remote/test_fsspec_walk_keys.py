@@ -19,7 +19,8 @@ from urllib.parse import quote
 import pytest
 from test_conformance import AzureServer, GCSServer, azure_env, azurite, gcs_server  # noqa: F401  (fixtures)
 
-from epochfs.sidecar.listing.filter import CatalogReport, ClashFinder, PageFilter
+from epochfs.sidecar.listing.clashes import ClashFinder
+from epochfs.sidecar.listing.filter import CatalogReport, PageFilter
 from epochfs.sidecar.remote import Remote, RemoteObject, open_remote
 
 STORED: dict[str, bytes] = {

@@ -22,7 +22,8 @@ from store_helpers import sid_of
 
 from epochfs.sidecar.catalog import build_catalog
 from epochfs.sidecar.listing import CatalogReport
-from epochfs.sidecar.listing.filter import ClashFinder, PageFilter
+from epochfs.sidecar.listing.clashes import ClashFinder
+from epochfs.sidecar.listing.filter import PageFilter
 from epochfs.sidecar.remote import RemoteObject
 from epochfs.sidecar.remote.testing import MemoryRemote
 from epochfs.sidecar.store import Admission, CatalogRow, Policy, Store, object_name
