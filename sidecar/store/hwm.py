@@ -45,11 +45,16 @@ class HighWater:
         return HighWater(max(self.published, published), max(self.cutting, cutting, published))
 
 
+_reported: set[tuple[str, str]] = set()
+"""The damaged files already reported, with their text: the status document reads the mark twice
+a second while a cache has no live epoch, and one error a damage is enough."""
+
+
 def read(root: Path) -> HighWater | None:
     """The recorded marks; None when there is no file (a cache from before it, or no cut yet).
 
-    A file that cannot be parsed (a damaged volume) is reported and read as none: the index's
-    own newest epoch is all that is left to go by."""
+    A file that cannot be parsed (a damaged volume) is reported (once a process) and read as none:
+    the index's own newest epoch is all that is left to go by."""
     try:
         text = (root / HWM_NAME).read_text(encoding="ascii", errors="replace")
     except FileNotFoundError:
@@ -57,15 +62,21 @@ def read(root: Path) -> HighWater | None:
     try:
         published, cutting = (int(x) for x in text.split())
     except ValueError:
-        log.error("%s is damaged (%r); epoch numbers continue from the index alone",
-                  root / HWM_NAME, text[:40])
+        _report(root, text, f"{root / HWM_NAME} is damaged ({text[:40]!r}); epoch numbers "
+                            "continue from the index alone")
         return None
     if max(published, cutting) > MAX_EPOCH:
-        log.error("%s holds epoch %d, above the largest epoch number %d (never shown by the view); "
-                  "epoch numbers continue from the index alone", root / HWM_NAME,
-                  max(published, cutting), MAX_EPOCH)
+        _report(root, text, f"{root / HWM_NAME} holds epoch {max(published, cutting)}, above the "
+                            f"largest epoch number {MAX_EPOCH} (never shown by the view); epoch "
+                            "numbers continue from the index alone")
         return None
     return HighWater(published, max(cutting, published))
+
+
+def _report(root: Path, text: str, message: str) -> None:
+    if (str(root), text) not in _reported:
+        _reported.add((str(root), text))
+        log.error("%s", message)
 
 
 def write(root: Path, mark: HighWater) -> None:

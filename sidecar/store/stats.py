@@ -13,7 +13,8 @@ import sqlite3
 import time
 from typing import Any
 
-from epochfs.sidecar.store import ahead
+from epochfs.sidecar.store import ahead, hwm
+from epochfs.sidecar.store.epochnumbers import next_epoch
 from epochfs.sidecar.store.index import Index, Meta
 from epochfs.sidecar.store.meta import COUNTER_NAMES
 from epochfs.sidecar.store.records import Policy, Stats
@@ -51,7 +52,8 @@ def read_stats(ix: Index, policy: Policy) -> Stats:
                 "WHERE retired=0 ORDER BY n"
             )
         ]
-        first = None if epochs else _first_epoch(db, policy, int(samples), int(nbytes), listing, reason)
+        first = (None if epochs else
+                 _first_cut_doc(ix, db, policy, (int(samples), int(nbytes)), listing, reason))
         later = (_next_epoch(db, policy, (int(samples), int(nbytes)), listing, reason, epochs)
                  if epochs else None)
     return Stats(
@@ -74,6 +76,17 @@ def read_stats(ix: Index, policy: Policy) -> Stats:
         lost=lost,
         **{k: int(counters.get(k, 0)) for k in COUNTER_NAMES},
     )
+
+
+def _first_cut_doc(ix: Index, db: sqlite3.Connection, policy: Policy, cache: tuple[int, int],
+                   listing: dict[str, Any], backpressure: str | None) -> dict[str, Any]:
+    """:func:`_first_epoch`'s document for a cache with no live epoch, with the number that cut
+    gets (``epoch``): 0 on a new cache, above the high-water mark once an index reset lost every
+    epoch (numbers are never reused). The torch client's ``start_epoch`` starts a new run there,
+    as ``/readyz``'s ``first_epoch`` names it."""
+    newest = db.execute("SELECT MAX(n) FROM epochs").fetchone()[0]
+    n = next_epoch(hwm.floor(hwm.read(ix.path.parent), None if newest is None else int(newest)))
+    return {**_first_epoch(db, policy, *cache, listing, backpressure, n), "epoch": n}
 
 
 def _first_epoch(db: sqlite3.Connection, policy: Policy, samples: int, nbytes: int,
