@@ -20,11 +20,9 @@ still left out; a pid of another PID namespace (a trainer container's, reported 
 
 Limits, documented in docs/metrics.md: fanotify merges identical queued events (same file, same
 process) that we have not read yet, so a process re-opening one file in a tight loop may count
-once. The 256 hex fan-out folders are made up front and marked at start; any other folder that
-appears is marked at the next rescan (the supervisor rescans every tick). A mark is on an inode,
-not a name: a folder removed and made again (``objects/`` deleted under a running sidecar, then
-repaired) is a new inode, marked again at the next rescan; the kernel drops the old inode's mark
-with the inode.
+once. The 256 hex fan-out folders are made and marked at start; any other folder, or one removed
+and made again (``objects/`` deleted under a running sidecar, then repaired: a new inode; the
+kernel drops the old one's mark with it), is marked at the next rescan (every supervisor tick).
 Needs CAP_SYS_ADMIN (the sidecar is privileged for FUSE anyway); without it :meth:`OpenCounter.start`
 returns False and the served counters stay at zero (the torch client's report still gives
 ``epochfs_client_*``).
@@ -43,6 +41,7 @@ from pathlib import Path
 from typing import Protocol
 
 from epochfs.sidecar import procfs
+from epochfs.sidecar.folderstamp import FolderStamp
 from epochfs.sidecar.procfs import PROC
 
 log = logging.getLogger("epochfs.served")
@@ -103,8 +102,7 @@ def _runs_epochfs(pid: int, proc: Path) -> bool:
 def _kernel_id(inode: tuple[int, int]) -> tuple[int, int]:
     """(device, inode) of a stat as the kernel's fdinfo writes it (``sdev``: the kernel's own
     dev_t encoding, major << 20 | minor, not the one stat returns)."""
-    dev, ino = inode
-    return (os.major(dev) << 20) | os.minor(dev), ino
+    return (os.major(inode[0]) << 20) | os.minor(inode[0]), inode[1]
 
 
 def _live_marks(fd: int) -> set[tuple[int, int]] | None:
@@ -231,6 +229,7 @@ class OpenCounter:
         self._fd = -1
         self._marked: dict[str, tuple[int, int]] = {}
         """Folder name -> (device, inode) of the folder marked under that name."""
+        self._stamp = FolderStamp(self.objects_dir)
         self._fdinfo: bool | None = None
         """Whether the kernel lists this group's marks in fdinfo (None: not known yet)."""
         self._stop = threading.Event()
@@ -268,16 +267,16 @@ class OpenCounter:
         return True
 
     def rescan(self) -> int:
-        """Mark fan-out folders that appeared since the last scan, or were made again under the
-        same name; returns how many were added.
+        """Mark fan-out folders that appeared, or were made again under the same name, since the
+        last scan (none when ``objects/`` did not change: :class:`.FolderStamp`); how many.
 
         A folder counts as marked while the kernel holds a mark on its inode (:func:`_live_marks`):
         a folder removed and made again is a new inode, and often has the old one's number
         (ext4 hands a freed inode number out again at once), so neither its name nor its
         (device, inode) tells it from the folder that was marked."""
-        if self._fd < 0 or self._libc is None:
+        if self._fd < 0 or self._libc is None or (stamp := self._stamp.look()) is None:
             return 0
-        added = 0
+        added = failed = 0
         try:
             entries = list(os.scandir(self.objects_dir))
         except FileNotFoundError:
@@ -302,8 +301,10 @@ class OpenCounter:
                 marked[entry.name] = inode
                 added += 1
             else:
+                failed += 1
                 log.warning("fanotify_mark %s: %s", entry.path, os.strerror(ctypes.get_errno()))
         self._marked = marked
+        self._stamp.scanned(None if failed else stamp)  # a refused mark is tried at every look
         if added and self._fdinfo is None:  # a kernel that does not list them: trust the names
             self._fdinfo = bool(_live_marks(self._fd))
         if added:

@@ -251,7 +251,7 @@ class Supervisor(HealthChecks, Observability):
                 self._restart_due(self.view)
                 self._save_state()  # for epochfs status: the sampler retrying, or nothing
                 if self._counter is not None:
-                    self._counter.rescan()  # a scandir of at most 256 entries
+                    self._counter.rescan()  # a stat of objects/; its 256 entries when it changed
                 if time.monotonic() - last_periodic >= 2.0:
                     last_periodic = time.monotonic()
                     self._periodic()
