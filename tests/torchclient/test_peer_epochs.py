@@ -6,6 +6,10 @@ node), or cannot be padded (no files), must make every rank raise before the fir
 with PeerEpochError naming it; after the failure both ranks go on with the next epoch in step. A
 resume whose epoch changed on one node only is decided the same on both ranks: both restart the
 epoch (on_resume_mismatch="restart") or both raise. Any hang is killed at the deadline and fails.
+
+A rank is a process importing torch (most of a test's time), so one pair of ranks runs every
+failure case in turn, each on folders of its own, as a training job goes on after a failed epoch;
+a resume runs restart and raise in one pair of restarted ranks, the save in the pair before it.
 """
 
 from __future__ import annotations
@@ -14,6 +18,7 @@ import json
 import os
 import shutil
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -70,48 +75,105 @@ def _epoch(loader: Any, epoch: int, stop: int | None = None) -> dict[str, Any]:
     return {"batches": batches, "start": run.start_batch}
 
 
-def _rank_main(rank: int, scenario: str, kind: str, base: str, mode: str) -> None:
+def _run_case(rank: int, scenario: str, kind: str, base: str, mode: str) -> dict[str, Any]:
+    """One loader's run on this rank's node folder under ``base``: what happened, as plain values."""
+    root = f"{base}/node{rank}"
+    out: dict[str, Any] = {}
+    if scenario == "fail":
+        with _loader(kind, root) as loader:
+            out["epoch0"] = _epoch(loader, 0)
+            out["epoch1"] = _epoch(loader, 1)
+    elif scenario == "save":
+        with _loader(kind, root) as loader:
+            out["epoch0"] = _epoch(loader, 0, stop=1)
+            Path(f"{base}/state{rank}.json").write_text(json.dumps(loader.state_dict()))
+    else:
+        with _loader(kind, root, on_resume_mismatch=mode) as loader:
+            loader.load_state_dict(json.loads(Path(f"{base}/state{rank}.json").read_text()))
+            out["epoch0"] = _epoch(loader, 0)
+            out["epoch1"] = _epoch(loader, 1)
+    return out
+
+
+def _rank_main(rank: int, scenario: str, cases: str, base: str, modes: str) -> None:
+    """Every case (``folder:kind``, comma-separated) under every mode, in order, on both ranks."""
     from datetime import timedelta
 
     import torch.distributed as dist
 
     # A rendezvous file of each run's own: torch's file:// store must not be reused, and a test runs
-    # "resume" twice (restart, raise); a file left by the first made the second hang in the loaded suite.
-    dist.init_process_group("gloo", init_method=f"file://{base}/store-{scenario}-{mode}", rank=rank,
+    # two pairs of ranks (save, resume); a file left by one made the next hang in the loaded suite.
+    dist.init_process_group("gloo", init_method=f"file://{base}/store-{scenario}", rank=rank,
                             world_size=2, timeout=timedelta(seconds=60))
-    root = f"{base}/node{rank}"
-    out: dict[str, Any] = {}
     try:
-        if scenario == "fail":
-            with _loader(kind, root) as loader:
-                out["epoch0"] = _epoch(loader, 0)
-                out["epoch1"] = _epoch(loader, 1)
-        elif scenario == "save":
-            with _loader(kind, root) as loader:
-                out["epoch0"] = _epoch(loader, 0, stop=1)
-                Path(f"{base}/state{rank}.json").write_text(json.dumps(loader.state_dict()))
-        else:
-            with _loader(kind, root, on_resume_mismatch=mode) as loader:
-                loader.load_state_dict(json.loads(Path(f"{base}/state{rank}.json").read_text()))
-                out["epoch0"] = _epoch(loader, 0)
-                out["epoch1"] = _epoch(loader, 1)
+        for case in cases.split(","):
+            folder, kind = case.split(":")
+            for mode in modes.split(","):
+                out = _run_case(rank, scenario, kind, f"{base}/{folder}", mode)
+                Path(f"{base}/{folder}/{scenario}-{mode}-rank{rank}.json").write_text(json.dumps(out))
     finally:
         dist.destroy_process_group()
-    Path(f"{base}/{scenario}-{mode}-rank{rank}.json").write_text(json.dumps(out))
 
 
-def _outcomes(base: Path, scenario: str, kind: str, mode: str = "-") -> list[dict[str, Any]]:
-    run_two_ranks(__file__, [scenario, kind, str(base), mode])
-    return [json.loads((base / f"{scenario}-{mode}-rank{r}.json").read_text()) for r in range(2)]
+def _outcomes(base: Path, scenario: str, cases: dict[str, str],
+              modes: tuple[str, ...] = ("-",)) -> dict[tuple[str, str], list[dict[str, Any]]]:
+    """Run ``scenario`` on both ranks for each case (folder under ``base``: kind) and mode, in one pair
+    of rank processes; each (folder, mode)'s outcome per rank."""
+    run_two_ranks(__file__, [scenario, ",".join(f"{f}:{k}" for f, k in cases.items()), str(base),
+                             ",".join(modes)])
+    return {(folder, mode): [json.loads((base / folder / f"{scenario}-{mode}-rank{r}.json").read_text())
+                             for r in range(2)]
+            for folder in cases for mode in modes}
+
+
+def _gone_on_rank_1(base: Path) -> None:
+    """Rank 1's epoch 0 is not on its node; epoch 1 is on both (7 and 8 files)."""
+    _publish(base, 0, 0, list(range(5)))
+    for node in range(2):
+        _publish(base, node, 1, list(range(7 + node)))
+
+
+def _empty_on_rank_1(base: Path) -> None:
+    """Rank 1's epoch 0 holds no file; epoch 1 is on both (4 files each)."""
+    _publish(base, 0, 0, list(range(5)))
+    _publish(base, 1, 0, [])
+    for node in range(2):
+        _publish(base, node, 1, list(range(4)))
+
+
+FAILURES = {"gone-epoch": ("epoch", _gone_on_rank_1), "gone-array": ("array", _gone_on_rank_1),
+            "empty-array": ("array", _empty_on_rank_1)}
+
+
+@pytest.fixture(scope="module")
+def failed(tmp_path_factory: pytest.TempPathFactory) -> Callable[[str], list[dict[str, Any]]]:
+    """Each failure case's outcome per rank, all cases run in turn by one pair of ranks. A case
+    whose ranks crashed or hung fails its own test with their outputs; the cases before it stand."""
+    base = tmp_path_factory.mktemp("peer-epochs")
+    for folder, (_kind, publish) in FAILURES.items():
+        (base / folder).mkdir()
+        publish(base / folder)
+    ranks_said = ""
+    try:
+        run_two_ranks(__file__, ["fail", ",".join(f"{f}:{kind}" for f, (kind, _) in FAILURES.items()),
+                                 str(base), "-"])
+    except AssertionError as exc:
+        ranks_said = str(exc)
+
+    def outcome(folder: str) -> list[dict[str, Any]]:
+        files = [base / folder / f"fail---rank{r}.json" for r in range(2)]
+        if not all(f.exists() for f in files):
+            pytest.fail(f"{folder}: no outcome from both ranks; {ranks_said}")
+        return [json.loads(f.read_text()) for f in files]
+
+    return outcome
 
 
 @pytest.mark.parametrize("kind", ["epoch", "array"])
-def test_an_epoch_gone_on_one_rank_fails_every_rank_then_the_next_runs(tmp_path: Path, kind: str) -> None:
+def test_an_epoch_gone_on_one_rank_fails_every_rank_then_the_next_runs(
+        failed: Callable[[str], list[dict[str, Any]]], kind: str) -> None:
     """Rank 1's epoch 0 is not on its node (wait=False: FileNotFoundError before the batch-count reduce)."""
-    _publish(tmp_path, 0, 0, list(range(5)))
-    for node in range(2):
-        _publish(tmp_path, node, 1, list(range(7 + node)))
-    zero, one = _outcomes(tmp_path, "fail", kind)
+    zero, one = failed(f"gone-{kind}")
     assert one["epoch0"]["error"] == "FileNotFoundError", one
     assert zero["epoch0"]["error"] == "PeerEpochError", zero
     assert "rank 1" in zero["epoch0"]["message"] and "epoch 0" in zero["epoch0"]["message"]
@@ -120,13 +182,9 @@ def test_an_epoch_gone_on_one_rank_fails_every_rank_then_the_next_runs(tmp_path:
     assert zero["epoch1"] == one["epoch1"] == {"batches": 4, "start": 0}, "in step again after the failure"
 
 
-def test_a_rank_with_no_files_to_pad_fails_every_rank(tmp_path: Path) -> None:
+def test_a_rank_with_no_files_to_pad_fails_every_rank(failed: Callable[[str], list[dict[str, Any]]]) -> None:
     """Rank 1's epoch 0 is empty: with balance="pad" it fails right after the batch-count reduce."""
-    _publish(tmp_path, 0, 0, list(range(5)))
-    _publish(tmp_path, 1, 0, [])
-    for node in range(2):
-        _publish(tmp_path, node, 1, list(range(4)))
-    zero, one = _outcomes(tmp_path, "fail", "array")
+    zero, one = failed("empty-array")
     assert one["epoch0"]["error"] == "RuntimeError" and "no files for this rank" in one["epoch0"]["message"]
     assert zero["epoch0"]["error"] == "PeerEpochError" and "rank 1" in zero["epoch0"]["message"], zero
     assert zero["epoch1"] == one["epoch1"] == {"batches": 2, "start": 0}
@@ -136,18 +194,23 @@ def test_a_resume_whose_epoch_changed_on_one_node_is_decided_the_same_on_every_r
     """Both ranks saved their state after batch 1 of epoch 0; then node 1's epoch 0 is cut anew (a cold
     cache: other files, the same count). Restart: both ranks read epoch 0 from its first batch; raise:
     both raise EpochResumeError before any batch, rank 0 naming rank 1."""
+    case = tmp_path / "case"
+    case.mkdir()
     for node in range(2):
-        _publish(tmp_path, node, 0, list(range(10 * node, 10 * node + 6)))
-        _publish(tmp_path, node, 1, list(range(5)))
-    zero, one = _outcomes(tmp_path, "save", "epoch")
+        _publish(case, node, 0, list(range(10 * node, 10 * node + 6)))
+        _publish(case, node, 1, list(range(5)))
+    zero, one = _outcomes(tmp_path, "save", {case.name: "epoch"})[case.name, "-"]
     assert zero["epoch0"] == one["epoch0"] == {"batches": 1, "start": 0}
-    shutil.rmtree(tmp_path / "node1" / "epoch-0")
-    os.unlink(manifest_path(tmp_path / "node1", 0))
-    _publish(tmp_path, 1, 0, list(range(20, 26)))
-    zero, one = _outcomes(tmp_path, "resume", "epoch", "restart")
+    shutil.rmtree(case / "node1" / "epoch-0")
+    os.unlink(manifest_path(case / "node1", 0))
+    _publish(case, 1, 0, list(range(20, 26)))
+    # The restarted job: one pair of ranks resumes with "restart", then with "raise", each loader
+    # loading the saved states anew.
+    resumed = _outcomes(tmp_path, "resume", {case.name: "epoch"}, ("restart", "raise"))
+    zero, one = resumed[case.name, "restart"]
     assert zero["epoch0"] == one["epoch0"] == {"batches": 3, "start": 0}, (zero, one)
     assert zero["epoch1"] == one["epoch1"] == {"batches": 3, "start": 0}
-    zero, one = _outcomes(tmp_path, "resume", "epoch", "raise")
+    zero, one = resumed[case.name, "raise"]
     assert one["epoch0"]["error"] == "EpochResumeError", one
     assert "not the one the state" in one["epoch0"]["message"]
     assert zero["epoch0"]["error"] == "EpochResumeError" and "rank 1" in zero["epoch0"]["message"], zero

@@ -48,7 +48,8 @@ def test_the_sidecar_caches_and_counts_whole_shards_only(tmp_path: Path) -> None
     budget = capacity * 3 // 4
     with running_sidecar(tmp_path, remote=f"file://{remote}", endpoint="", extra=(
             "--include", "shards/*.tar", "--min-samples", str(MIN_SAMPLES), "--capacity", str(capacity),
-            "--concurrency", "2", "--keep-epochs", "1", "--in-use-seconds", "1")) as car:
+            "--concurrency", "2", "--keep-epochs", "1", "--in-use-seconds", "1",
+            "--retire-grace", "1")) as car:  # the least grace: each eviction for a newer shard waits it
         mount = car.mount
         seen: set[str] = set()
         fetched = 0
