@@ -32,7 +32,7 @@ least (the ``list floor`` column). Output: a markdown table (``--markdown FILE``
 
     epochfs bench scale                                   # 10k and 100k keys
     python -m epochfs.benchmarks.scale --sizes 10k,100k,1M --json scale.json --markdown scale.md
-    python -m epochfs.benchmarks.scale --sizes 2000 --samples 200     # a smoke run (seconds)
+    python -m epochfs.benchmarks.scale --sizes 2000 --samples 200 --fetch-window 1   # a smoke run (seconds)
 """
 
 from __future__ import annotations

@@ -83,10 +83,13 @@ def test_every_panel_of_the_chart_dashboard_is_found_in_reading_order() -> None:
 @needs_a_real_run
 def test_dashboard_picture_from_a_real_prometheus_at_a_tiny_size(tmp_path: Path) -> None:
     png, summary, work = tmp_path / "dashboard.png", tmp_path / "dashboard.json", tmp_path / "work"
-    # 3 s of training (about 30 epochs of 171 samples here) and 1 s of tail: 2-3 scrapes in each
+    # 3 s of training (about 15 epochs of 171 samples here) and 1 s of tail: 2-3 scrapes in each
     # panel's 2 s rate window from the first epoch on; 6 s and 2 s gave the same panels with data.
+    # Steps of 20 ms and one loader worker: the panels need reads and reports, not the most of
+    # them (2 ms steps and two workers read twice the epochs for the same panels, at a second
+    # more of CPU).
     args = ["--samples", "600", "--capacity", "1Mi", "--max-rate", "1Mi", "--seconds", "3", "--tail", "1",
-            "--scrape-interval", "0.5", "--step-ms", "2", "--width", "10", "--dpi", "50",
+            "--scrape-interval", "0.5", "--step-ms", "20", "--workers", "1", "--width", "10", "--dpi", "50",
             "--dir", str(work), "--out", str(png), "--summary", str(summary)]
     done = run_benchmark([sys.executable, "-P", "-m", "epochfs.benchmarks.dashboard", *args], timeout=150)
     assert done.returncode == 0, done.stdout + done.stderr
