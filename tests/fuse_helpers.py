@@ -19,7 +19,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from epochfs.fuse.mounting import find_mount, lazy_unmount, wait_for_mount
+from epochfs.fuse.mounting import MountEntry, find_mount, lazy_unmount, wait_for_mount
 from epochfs.sidecar.reservations import Reservations
 from epochfs.sidecar.store import Admission, Policy, Store
 
@@ -89,10 +89,22 @@ def _interrupt(signum: int, _frame: object) -> None:
     raise KeyboardInterrupt(f"signal {signum} while a test mount was up")
 
 
+def _wait_replaced(mount: Path, hung: MountEntry, deadline: float, alive: Callable[[], bool]) -> None:
+    """Return once ``hung`` is no longer the mount at ``mount`` (or the server died, or the
+    deadline passed: the wait for the new mount then says so)."""
+    while find_mount(mount) == hung and alive() and time.monotonic() < deadline:
+        time.sleep(0.05)  # polls the mount table for the server's detach of the hung mount
+
+
 @contextlib.contextmanager
 def mounted(cache: Path, mount: Path, *, args: tuple[str, ...] = (), timeout: float = 20.0,
-            env: dict[str, str] | None = None) -> Iterator[Mount]:
-    """Run ``epochfs mount`` on ``cache`` at ``mount`` for the duration of the block."""
+            env: dict[str, str] | None = None, over: MountEntry | None = None) -> Iterator[Mount]:
+    """Run ``epochfs mount`` on ``cache`` at ``mount`` for the duration of the block.
+
+    ``over``: a hung mount (a frozen server's) at ``mount``, which the new server is to take for
+    dead and replace. The new mount is probed once that one has left the mount table: a probe
+    of the hung mount gets no answer and waits out its timeout (5 s) each time.
+    """
     if find_mount(mount) is None:  # a dead mount is left for the server to clean up
         mount.mkdir(parents=True, exist_ok=True)
     log = mount.parent / f"{mount.name}.server.log"
@@ -109,7 +121,11 @@ def mounted(cache: Path, mount: Path, *, args: tuple[str, ...] = (), timeout: fl
     previous = signal.getsignal(signal.SIGTERM) or signal.SIG_DFL
     signal.signal(signal.SIGTERM, _interrupt)
     try:
-        if not wait_for_mount(mount, timeout=timeout, alive=lambda: proc.poll() is None):
+        deadline = time.monotonic() + timeout
+        if over is not None:
+            _wait_replaced(mount, over, deadline, alive=lambda: proc.poll() is None)
+        left = max(0.0, deadline - time.monotonic())
+        if not wait_for_mount(mount, timeout=left, alive=lambda: proc.poll() is None):
             raise RuntimeError(f"epochfs mount did not come up (exit {proc.poll()}):\n{m.log_text()}")
         yield m
         failed = False

@@ -40,9 +40,10 @@ def test_old_server_exit_leaves_the_new_servers_mount(tmp_path: Path, api: str, 
     args = ("--fuse-api", api)
     with mounted(cache, mnt, args=args) as old:
         freeze(old.proc)
-        assert find_mount(mnt) is not None
+        hung = find_mount(mnt)
+        assert hung is not None
         # The new server finds the stopped one's mount silent, detaches it and mounts its own.
-        with mounted(cache, mnt, args=args, timeout=30) as new:
+        with mounted(cache, mnt, args=args, timeout=30, over=hung) as new:
             device = os.stat(mnt).st_dev  # the new mount's (a stat of the hung one would wait)
             if stop == "term":
                 old.proc.send_signal(signal.SIGTERM)

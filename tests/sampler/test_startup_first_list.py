@@ -7,7 +7,8 @@ that the round trip overlaps that work instead of following it; the discovery th
 answer (no second request for the page).
 
 The real command runs in a fresh process with an audit hook: when it opens its index, the hook
-waits (a poll with a deadline) for the first LIST to be on the wire, and records whether it came.
+waits (a poll with a deadline) for the first LIST to be on the wire while another thread, which
+could send it, is alive, and records whether it came.
 """
 
 from __future__ import annotations
@@ -30,10 +31,16 @@ sent = []
 opened = []
 first = threading.Lock()  # taken by the first object GET's thread, for good: one report
 
+def could_send():
+    # Only another thread can put a LIST on the wire while this one is held in the hook: with
+    # none alive, none is coming.
+    me = threading.current_thread()
+    return any(t is not me and t.is_alive() for t in threading.enumerate())
+
 def hook(name, args):
     if name == "sqlite3.connect" and str(args[0]).endswith("index.sqlite") and not opened:
         deadline = time.monotonic() + 10
-        while not sent and time.monotonic() < deadline:
+        while not sent and could_send() and time.monotonic() < deadline:
             time.sleep(0.005)  # polls for the LIST thread's request, with a deadline
         opened.append(list(sent))
 

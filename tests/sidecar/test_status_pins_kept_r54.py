@@ -16,11 +16,14 @@ import os
 import re
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 from common import wait_until
 from fuse_helpers import admit, make_objects, open_store
 from sampler_helpers import running_sampler
+
+from epochfs.sidecar.status import read_stats
 
 EPOCHFS = [sys.executable, "-m", "epochfs.sidecar.cli"]
 
@@ -77,17 +80,30 @@ def test_the_kept_epochs_a_stuck_schedule_names_are_shown_pinned(tmp_path: Path)
         (data / f"o{i:02d}.bin").write_bytes(bytes([i]) * 4096)
     stuck = re.compile(r"cannot fit beside the kept epochs \((\d+)-(\d+)\)")
 
+    tried: dict[str, float] = {"fetched": -1.0, "at": 0.0}
+
     def cut_until_stuck() -> re.Match[str] | None:
-        subprocess.run([*EPOCHFS, "cut", "--cache", str(cache)], capture_output=True, env=_env(),
-                       timeout=120)  # refused while the window is incomplete: tried again
-        return stuck.search(_status(cache))
+        # Polled through the status command's own reading, in this process: a plain `epochfs
+        # status` beside a running sampler waits a second for its rates (read once, below).
+        doc = read_stats(cache=cache, mount=None)
+        m = stuck.search(doc["backpressure_reason"] or "")
+        # Each window is larger than the last: a cut is worth trying once the sampler fetched
+        # more since the last try (or a while after it, in case).
+        if m is None and (doc["fetched_total"] != tried["fetched"]
+                          or time.monotonic() - tried["at"] > 2):
+            tried.update(fetched=doc["fetched_total"], at=time.monotonic())
+            subprocess.run([*EPOCHFS, "cut", "--cache", str(cache)], capture_output=True, env=_env(),
+                           timeout=120)  # refused while the window is incomplete: tried again
+        return m
 
     with running_sampler(cache, f"file://{data}", "--capacity", "64Ki", "--keep-epochs", "2",
                          "--schedule", "initial=8,growth=1.15", "--in-use-seconds", "1"):
-        m = wait_until(cut_until_stuck, timeout=240, interval=0.2, what="backpressure on the kept epochs")
+        m = wait_until(cut_until_stuck, timeout=240, interval=0.1, what="backpressure on the kept epochs")
         kept = list(range(int(m.group(1)), int(m.group(2)) + 1))
         text = _status(cache)
         doc = json.loads(_status(cache, "--json"))
+    shown = stuck.search(text)  # the table's own backpressure line names the same kept epochs
+    assert shown is not None and shown.groups() == m.groups(), text
     assert doc["backpressure"] and "kept epochs" in doc["backpressure_reason"], doc
     assert [e["epoch"] for e in doc["epochs"]] == kept, doc["epochs"]
     assert doc["pinned_epochs"] == kept, doc
