@@ -151,7 +151,7 @@ class HealthChecks(MountWatch):
         elif retrying and not (mounted and cuttable):
             doc["reason"] = retrying
         elif not mounted:
-            doc["reason"] = "the view is not mounted yet"
+            doc["reason"] = self._view_hung or "the view is not mounted yet"
         elif not cuttable:
             n = 0 if first_epoch is None else first_epoch
             first = (stats.first_epoch if stats is not None else None) or {}
@@ -163,7 +163,8 @@ class HealthChecks(MountWatch):
             elif first:
                 have, target = int(first["samples"]), int(first["target"])
                 doc["reason"] = (f"epoch {n}: {have}/{target} samples cached"
-                                 + estimate(have, target, *(rate or (None, None))))
+                                 + estimate(have, target, *(rate or (None, None)))
+                                 + _skips(stats))
             else:
                 doc["reason"] = f"epoch {n} cannot be cut yet"
         return mounted and cuttable, doc
@@ -212,3 +213,12 @@ def health_problems(doc: dict[str, Any]) -> str:
     problems += [f"link root: {doc['link_root']}"] if doc.get("link_root") else []
     problems += [str(doc["reason"])] if doc.get("reason") else []
     return "; ".join(problems) or "see /healthz"
+
+
+def _skips(stats: Stats | None) -> str:
+    """The keys given up, while the cache is empty: a catalog whose every read is refused (an
+    IAM policy that lists and cannot read) is otherwise shown as "0/1 samples cached" for ever."""
+    if stats is None or stats.samples or not stats.skipped_total:
+        return ""
+    return (f"; {stats.skipped_total} key(s) skipped, {stats.failed_total} of them failed after "
+            "their attempts (the sampler's log says why; fix it, then epochfs relist)")

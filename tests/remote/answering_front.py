@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from proxy_helpers import _Base, _Handler
@@ -86,6 +87,7 @@ class AnsweringFront(_Base):
     passed: int = 0
     _answer: Answer | None = None
     _left: int | None = None
+    _only: Callable[[str, str], bool] | None = None
     _count_lock: threading.Lock = field(default_factory=threading.Lock)
 
     def __post_init__(self) -> None:
@@ -94,7 +96,7 @@ class AnsweringFront(_Base):
 
         class Handler(_Handler):
             def _front(self) -> None:
-                answer = owner._take()
+                answer = owner._take(self.command, self.path)
                 if answer is None:
                     self.pass_on(host, int(port or 80), self.path)
                     return
@@ -117,21 +119,23 @@ class AnsweringFront(_Base):
         Handler.owner = owner
         self._serve(Handler, None)
 
-    def answer(self, name: str, count: int | None = None) -> None:
+    def answer(self, name: str, count: int | None = None,
+               only: Callable[[str, str], bool] | None = None) -> None:
         """Answer the next ``count`` requests (every request until :meth:`pass_all`, when None)
-        with :data:`ANSWERS` ``[name]``."""
+        with :data:`ANSWERS` ``[name]``; ``only(method, path)``: those requests alone (the others
+        are passed on and not counted), e.g. the object GETs of a store whose listing is allowed."""
         with self._count_lock:
-            self._answer, self._left = ANSWERS[name], count
+            self._answer, self._left, self._only = ANSWERS[name], count, only
 
     def pass_all(self) -> None:
         """Pass every request on from now on."""
         with self._count_lock:
             self._answer = None
 
-    def _take(self) -> Answer | None:
+    def _take(self, method: str, path: str) -> Answer | None:
         with self._count_lock:
             answer = self._answer
-            if answer is None:
+            if answer is None or (self._only is not None and not self._only(method, path)):
                 self.passed += 1
                 return None
             self.answered += 1
