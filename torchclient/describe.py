@@ -151,10 +151,12 @@ def describe_root(root: str | os.PathLike[str], pace: FirstEpochPace | None = No
         first = status.get("first_epoch")
         if isinstance(first, dict) and isinstance(first.get("samples"), int) and \
                 isinstance(first.get("target"), int) and first["target"] > 0:
-            # Before the first cut: how far epoch 0 is (its target: --min-samples or the window).
+            # Before the first cut: how far it is (its target: --min-samples or the window); its
+            # number is 0 but after an index reset that lost every epoch.
             have, target = min(first["samples"], first["target"]), first["target"]
             nbytes = status.get("cache_bytes") if isinstance(status.get("cache_bytes"), int) else None
-            bits.append(f"epoch 0: {have}/{target} samples cached ({100 * have // target}%)"
+            n = first.get("epoch") if isinstance(first.get("epoch"), int) else 0
+            bits.append(f"epoch {n}: {have}/{target} samples cached ({100 * have // target}%)"
                         + (pace.estimate(have, target, nbytes) if pace is not None else "")
                         + (", waiting for the listing's first round" if first.get("listing_round") else "")
                         + (f"; {first['warning']}" if isinstance(first.get("warning"), str) else ""))
@@ -171,6 +173,10 @@ def describe_root(root: str | os.PathLike[str], pace: FirstEpochPace | None = No
         if isinstance(status.get("sampler_retrying"), str) and status["sampler_retrying"]:
             # Why no data comes: the remote is unreachable at the sampler's start.
             parts.append(f"sampler: {status['sampler_retrying']}")
+        later = status.get("next_epoch")
+        if isinstance(later, dict) and isinstance(later.get("warning"), str) and later["warning"]:
+            # An epoch after the first that can never be cut ("--min-samples 1000 is more than...").
+            parts.append(f"next epoch: {later['warning']}")
         listing = status.get("listing")
         if isinstance(listing, dict) and isinstance(listing.get("warning"), str) and listing["warning"]:
             # Or it lists nothing ("0 objects under s3://b/p for this node: check --remote's prefix").
