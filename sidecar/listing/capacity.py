@@ -8,6 +8,7 @@ import logging
 from epochfs.sidecar.config import ConfigError, SamplerSettings, format_size
 from epochfs.sidecar.listing.filter import CatalogReport
 from epochfs.sidecar.redact import redact
+from epochfs.sidecar.store.prefixfix import prefix_fix
 from epochfs.sidecar.store.stats import empty_shard_words, percent
 
 log = logging.getLogger("epochfs.sampler")
@@ -19,7 +20,7 @@ def check_capacity(settings: SamplerSettings, report: CatalogReport) -> None:
     is a warning (a mistyped prefix, or objects not uploaded yet: status and /readyz say it too)."""
     if report.total == 0 and report.too_large == 0:
         fix = ("--include/--exclude left out every key" if report.excluded
-               else "check --remote's prefix")
+               else prefix_fix(redact(settings.remote)))
         again = (f"; listing again every {settings.relist_interval:.0f}s" if settings.relist_interval
                  else "; epochfs relist lists it again")
         # The prefix is right when other shards' objects were listed: this node's shard is empty.

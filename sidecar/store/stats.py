@@ -17,6 +17,7 @@ from epochfs.sidecar.store import ahead, hwm
 from epochfs.sidecar.store.epochnumbers import next_epoch
 from epochfs.sidecar.store.index import Index, Meta
 from epochfs.sidecar.store.meta import COUNTER_NAMES
+from epochfs.sidecar.store.prefixfix import prefix_fix
 from epochfs.sidecar.store.records import Policy, Stats
 from epochfs.sidecar.store.snapshot import DISK_FULL as DISK_FULL  # the readers import it from here
 from epochfs.sidecar.store.snapshot import budget_at_cut, newest_fitting
@@ -299,7 +300,8 @@ def _empty_warning(db: sqlite3.Connection, excluded: int, skipped: int) -> str:
         return (f"0 objects kept of {excluded} under {remote} for this node: "
                 "--include/--exclude left out every key")
     return empty_shard_words(remote, _meta(db, Meta.SAMPLER_SHARD), _listed_keys(db)) or \
-        f"0 objects under {remote} for this node: check --remote's prefix"
+        f"0 objects under {remote} for this node: {prefix_fix(remote)}"
+
 
 
 def _listed_keys(db: sqlite3.Connection) -> int:
