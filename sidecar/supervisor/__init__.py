@@ -25,7 +25,8 @@ never takes the other down, and each can be restarted alone. The supervisor
   with the next retry; an exit on a damaged index is none either, unless it comes on three runs
   in a row with no good run between (:mod:`.indexdamage`);
 * notices a dead FUSE server or a dead mount (ENOTCONN, or a stat that hangs past a deadline),
-  lazily unmounts and mounts again, never stacking mounts;
+  lazily unmounts and mounts again, never stacking mounts; kills and restarts a hung folder
+  publisher (its ``status.json`` and its CPU time still for 30 s);
 * on SIGTERM/SIGINT stops the sampler, unmounts (lazily if busy) and exits 0; a second signal kills
   the children, detaches the mount and exits at once;
 * serves ``/healthz``, ``/readyz``, ``/metrics`` and the torch client's report endpoint, counts
@@ -40,7 +41,7 @@ restart and stop with backoff), :mod:`.childlog` (a child's log pump and why it 
 restart), :mod:`.indexdamage` (the sampler's exits on a
 damaged index in a row, which fail ``/healthz`` at three, and the good run that ends them),
 :mod:`.watch` (:func:`probe` and its one-stuck-thread rule, the mount watch and remount, the
-folder publisher's liveness), :mod:`.health` (the
+folder publisher's liveness), :mod:`.stall` (when the folder publisher is hung), :mod:`.health` (the
 ``/healthz`` and ``/readyz`` documents), :mod:`.observability` (the metrics registry, the endpoints
 on their ports, the served counter, the Kubernetes reporter, the periodic totals), :mod:`.reaper`
 (the child subreaper and the orphans it reaps) and :mod:`.core`

@@ -99,7 +99,8 @@ class Child:
     remount: str = ""
     """Why this run's end is a remount, not a crash (the view lost or hung, so the supervisor
     killed it; its mount gone, so it exited 0): no crash counted, the backoff not grown. Set by
-    the mount watch (:meth:`~.watch.MountWatch._remount`), cleared at each start."""
+    the mount watch (:meth:`~.watch.MountWatch._remount`; for the folder publisher, killed hung:
+    :meth:`~.watch.MountWatch._kill_hung_publisher`), cleared at each start."""
     log_thread: threading.Thread | None = field(default=None, repr=False)
 
     @property
@@ -274,8 +275,8 @@ class ChildProcesses:
             return True
         if remount:
             said = "was killed by the supervisor" if code == -signal.SIGKILL else exit_words(code)
-            log.warning("%s %s after %.1fs: %s; a remount, not a crash; restarting in %.1fs",
-                        child.name, said, ran, remount, self.BACKOFF_MIN)
+            log.warning("%s %s after %.1fs: %s; %s, not a crash; restarting in %.1fs", child.name, said, ran,
+                        remount, "a remount" if child.name == "fuse" else "a restart", self.BACKOFF_MIN)
             return True
         if transient:
             log.warning("%s could not reach the remote (exit 75 after %.1fs): a transient failure, "

@@ -9,12 +9,15 @@ failed; it then kills the server, removes the read-only bind of ``objects/`` it 
 left to do it), lazily unmounts, moves aside what the folder then holds (:mod:`epochfs.fuse.strays`)
 and mounts again, never stacking mounts. While the view answers,
 the watch also checks that the link root shows ``objects/`` itself and makes the bind again when the
-folder was removed and made anew (:meth:`MountWatch._watch_link_root`).
+folder was removed and made anew (:meth:`MountWatch._watch_link_root`). The folder view has no
+mount to probe: its publisher counts as hung when neither its ``status.json`` nor its CPU time
+moved for 30 s (:mod:`.stall`), and is then killed and restarted the same way.
 """
 
 from __future__ import annotations
 
 import errno
+import functools
 import logging
 import os
 import subprocess
@@ -30,6 +33,7 @@ from epochfs.sidecar import kube
 from epochfs.sidecar.config import ConfigError, SidecarSettings
 from epochfs.sidecar.store.objects import OBJECTS_DIR
 from epochfs.sidecar.supervisor.children import Child, ChildProcesses
+from epochfs.sidecar.supervisor.stall import STUCK_AFTER, StallWatch, StatusKey, status_key
 from epochfs.sidecar.volumes import check_view_folder
 from epochfs.torchclient.layout import CONTROL_DIR, STATUS_NAME
 
@@ -312,13 +316,53 @@ class MountWatch(ChildProcesses):
             write_termination_message(self.settings.termination_log, f"epochfs sidecar: {e}")
             raise
 
+    @functools.cached_property
+    def _stall(self) -> StallWatch:
+        """The publisher's signs of life (made on first use: a mixin has no __init__ of its own)."""
+        return StallWatch()
+
+    _view_hung: str | None = None
+    """Why the view is not published although its publisher runs: it was killed hung and its
+    next run has not rewritten ``status.json`` yet (/readyz's ``reason``). None otherwise."""
+
     def _watch_publisher(self) -> None:
         """Restart a dead publisher with backoff (what it published stays readable meanwhile);
-        "mounted" is "published": the publisher runs and status.json is there."""
+        "mounted" is "published": the publisher runs, status.json is there, and the publisher is
+        not hung. A hung one (:mod:`.stall`) is killed and restarted; the view counts as published
+        again once its next run has rewritten status.json."""
         self._reaped(self.publisher)
-        published = self.publisher.alive and (self.mount / CONTROL_DIR / STATUS_NAME).is_file()
+        status = status_key(self.mount / CONTROL_DIR / STATUS_NAME)
+        now, alive = time.monotonic(), self.publisher.alive
+        stalled = self._stall.observe(self.publisher.pid if alive else None, status, now)
+        if stalled is not None and not self.publisher.remount:
+            self._kill_hung_publisher(stalled, status, now)
+        elif alive and self.publisher.remount and self._stall.stuck(now):
+            log.error("folder publisher pid %s still runs %.0f s after its SIGKILL: stuck in the kernel "
+                      "(a call on the folder's volume that does not return); it is restarted once it "
+                      "dies", self.publisher.pid, STUCK_AFTER)
+        proven = self._stall.proven(status)
+        if proven:
+            self._view_hung = None
+        published = self.publisher.alive and status is not None and proven and not self.publisher.remount
         if published != self._mounted:
             log.info("folder view %s %s", self.mount, "published" if published else "not published")
         self._mounted = published
         if self._metrics is not None:
             self._metrics.mounted.set(int(published))
+
+    def _kill_hung_publisher(self, stalled: float, status: StatusKey, now: float) -> None:
+        """SIGKILL the hung publisher; its exit is reaped and it restarts as after any exit,
+        counted as no crash (:attr:`~.children.Child.remount`): its recovery handles a kill at
+        any moment. A process stuck in the kernel (a write to a volume that does not answer) dies
+        only once the call returns; until then no second publisher starts (the folder's lock)."""
+        proc = self.publisher.proc
+        assert proc is not None
+        why = (f"status.json not rewritten and no CPU time used for {stalled:.0f} s; it rewrites it "
+               f"every second")
+        log.error("folder publisher pid %d hung (%s: stopped, deadlocked, or blocked on I/O): killing it "
+                  "and starting it again; the folder view counts as not published until it publishes",
+                  proc.pid, why)
+        self.publisher.remount = f"the folder view was hung ({why})"
+        self._view_hung = f"the folder view's publisher hung ({why}) and is being restarted"
+        self._stall.killed(status, now)
+        proc.kill()
