@@ -32,6 +32,7 @@ from epochfs.sidecar.metrics_sampler import pause_gauges
 from epochfs.sidecar.reservations import Reservations
 from epochfs.sidecar.sampler.condlog import ConditionLog, RepeatLog
 from epochfs.sidecar.sampler.diskspace import DiskSpace
+from epochfs.sidecar.sampler.stuckwindow import StuckWindows
 from epochfs.sidecar.sampler.turnshare import TurnShare, within_budget
 from epochfs.sidecar.store import Admission, Candidate, Meta, Store
 from epochfs.sidecar.store.stats import CACHE_FULL, DISK_FULL
@@ -79,8 +80,8 @@ class Room:
         self._write = write
         self._recorded_capacity = settings.capacity
         self._schedule_warned = False
-        self._stuck_logged: set[int] = set()
-        """Schedule mode: the epochs whose stuck window was logged (:meth:`_window_stuck`)."""
+        self._stuck = StuckWindows(store=store, reservations=reservations, settings=settings)
+        """Schedule mode: the windows that can never be cached beside the kept epochs."""
         self._turn = TurnShare(store=store, reservations=reservations, settings=settings)
         """Snapshot mode: the bytes fetched above the newest epoch, against the turn's share."""
         self._unreserved: dict[str, int] = {}
@@ -109,14 +110,26 @@ class Room:
         a full volume it meets SQLITE_FULL, which is no room now (the loop's write pauses
         sampling), not a failed index (the 600 s soak: a cut made samples evictable while the
         volume was full, and the sampler exited 1).
+
+        While the disk bounds the budget, the volume is measured again (at most once a second)
+        before ``cand`` is judged against the budget recorded: past that budget, with an epoch
+        live, the download is refused before the volume is looked at, so room freed or added
+        would otherwise stay "disk full" (nothing fetched) until the next cut.
         """
-        ok = self._free_room_allowed(cand) and self._write(lambda: self.reservations.reserve(
-            cand.size, capacity=self.disk.effective_capacity, evict=False))
+        if self.disk.limited:
+            self._record_capacity(self.disk.effective_capacity(self.reservations.cache_bytes()))
+        ok = self._free_room_allowed(cand) and self._reserved(cand.size, evict=False)
         if not ok and not lookahead and self._turn.left(cand.size, self._recorded_capacity):
-            ok = self._write(lambda: self.reservations.reserve(
-                cand.size, capacity=self.disk.effective_capacity, evict=True))
+            ok = self._reserved(cand.size, evict=True)
         if ok:
             self._turn.taken(cand.size)
+        return ok
+
+    def _reserved(self, size: int, *, evict: bool) -> bool:
+        """Reserve ``size`` bytes within the room the disk allows now, and record the budget this
+        reservation was judged against (only then: an older one would undo a newer measurement)."""
+        ok = self._write(lambda: self.reservations.reserve(
+            size, capacity=self.disk.effective_capacity, evict=evict))
         if self.reservations.capacity is not None:
             self._record_capacity(self.reservations.capacity)
         return bool(ok)
@@ -284,37 +297,8 @@ class Room:
         if self.disk.limited:
             self.set_backpressure(DISK_FULL)
             return
-        stuck = None if target is None else self._window_stuck(target)
+        stuck = None if target is None else self._stuck.reason(target)
         self.set_backpressure(stuck or CACHE_FULL)
-
-    def _window_stuck(self, target: int) -> str | None:
-        """Schedule mode: the reason to show when epoch ``target``'s window can never be cached.
-
-        Its download found no room after everything evictable was evicted, so the rest of the
-        window waits for an epoch to retire; but while no more epochs are live than --keep-epochs,
-        the next to retire goes only at the next cut, and that cut waits for the whole window. No
-        epoch would be cut again: said once per epoch as an ERROR with the ways out, and in the
-        status as the reason for the backpressure. (Live epochs beyond --keep-epochs retire once
-        out of their in-use window: that is a wait, not this.)"""
-        live = [e.epoch for e in self.store.epochs()]
-        if len(live) > self.settings.keep_epochs:
-            return None
-        kept = f"{live[0]}-{live[-1]}" if len(live) > 1 else (str(live[0]) if live else "none")
-        reason = f"{CACHE_FULL}: epoch {target}'s window cannot fit beside the kept epochs ({kept})"
-        if target not in self._stuck_logged:
-            self._stuck_logged.add(target)
-            # The figure is the whole cache: the kept epochs' samples and those fetched for the
-            # window since the newest cut (nothing else is left once eviction found no room).
-            log.error("schedule mode is stuck: epoch %d's window cannot be cached beside the kept "
-                      "epoch(s) %s (--keep-epochs %d): the cache holds %s of --capacity %s, the "
-                      "samples they pin and those of epoch %d's window fetched so far; none retires "
-                      "before epoch %d is cut, and that cut waits for the whole window, so no epoch "
-                      "is cut again. Raise --capacity or --headroom, lower the schedule's growth or "
-                      "--keep-epochs, or cut it now from what is cached with `epochfs cut --force`",
-                      target, kept, self.settings.keep_epochs,
-                      format_size(self.reservations.cache_bytes()),
-                      format_size(self.settings.capacity), target, target)
-        return reason
 
     def _record_capacity(self, capacity: int) -> None:
         """Tell the store when the disk bounds the cache below --capacity (or stops doing so), so
