@@ -144,7 +144,8 @@ class SidecarMetrics:
             "epochfs_child_up", "1 while the child process runs.", ["child"], registry=registry,
         )
         self.mounted = Gauge(
-            "epochfs_mounted", "1 while the FUSE view is mounted and answers.", registry=registry,
+            "epochfs_mounted", "1 while the view is up: the FUSE view mounted and answering, or the "
+            "folder view published by a publisher that is not hung.", registry=registry,
         )
         self.index_damage_exits = Counter(
             "epochfs_index_damage_exits", "Exits of the sampler on a damaged cache index (status "
