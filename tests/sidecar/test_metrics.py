@@ -463,7 +463,7 @@ def test_status_says_how_far_epoch_0_is(store: Store) -> None:
     for i in range(54):
         put(store, f"train/{i}.bin", 10)
     doc = status.read_stats(cache=store.root, mount=None)
-    assert doc["first_epoch"] == {"samples": 54, "target": 200}
+    assert doc["first_epoch"] == {"samples": 54, "target": 200, "epoch": 0}
     assert "(no epoch cut yet: epoch 0: 54/200 samples cached (27%))" in status.render(doc)
     later = dict(doc, fetched_total=doc["fetched_total"] + 20,
                  fetched_bytes_total=doc["fetched_bytes_total"] + 2048)
