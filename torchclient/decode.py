@@ -289,7 +289,9 @@ def _decode_error(path: str, decoder: Decoder, exc: Exception) -> SampleDecodeEr
             f"tensor ({exc}); the file is a valid array: store numbers or bools, or pass your own "
             "decode=", path)
     return SampleDecodeError(f"cannot decode sample {path} with {name}: {type(exc).__name__}: {exc} "
-                             "(the file is corrupt, truncated or not in this format)", path)
+                             "(the file is corrupt, truncated or not in this format; files of "
+                             "other kinds in the epoch are left out with include= or exclude=, "
+                             "e.g. exclude=['*.txt'])", path)
 
 
 _BUILT_IN: tuple[Callable[..., Any], ...] = (*_BY_KIND.values(), decode_auto, decode_image_pillow)

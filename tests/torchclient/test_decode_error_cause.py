@@ -92,3 +92,14 @@ def test_a_corrupt_file_still_says_so(tmp_path: Path) -> None:
     with pytest.raises(SampleDecodeError) as raised:
         load_sample(str(path), resolve_decoder("pt"))
     assert CORRUPT in str(raised.value) and "with decode_pt" in str(raised.value)
+
+
+def test_a_stray_file_of_another_kind_is_told_how_to_leave_it_out(tmp_path: Path) -> None:
+    """A ``notes.txt`` in an image epoch stopped ``EpochLoader(decode="image")`` with the image
+    library's words alone; the message names include=/exclude= (``EpochImageFolder`` leaves such
+    files out by default, the loader decodes every file it is given)."""
+    path = tmp_path / "notes.txt"
+    path.write_text("labels are the folder names")
+    with pytest.raises(SampleDecodeError) as raised:
+        load_sample(str(path), resolve_decoder("image"))
+    assert CORRUPT in str(raised.value) and "exclude=['*.txt']" in str(raised.value), raised.value
