@@ -57,6 +57,7 @@ from epochfs.sidecar.progressbar import Progress
 from epochfs.sidecar.redact import redact
 from epochfs.sidecar.remote import BLOCK, Remote, RemoteError, RemoteObject, objects
 from epochfs.sidecar.remote.urls import same_remote
+from epochfs.sidecar.store.prefixfix import prefix_fix
 
 log = logging.getLogger("epochfs.catalog")
 
@@ -342,6 +343,9 @@ def write_index(remote: Remote, out: str, *, threads: int = 8, endpoint_url: str
         _upload(joined, out, endpoint_url=endpoint_url)
     log.info("indexed %d key(s) of %s in %.1fs into %s", total, redact(remote.url),
              time.monotonic() - started, redact(out))
+    if not total:  # every node's sidecar would sample nothing from it: say so where it is made
+        log.warning("0 keys under %s: the index is empty; %s", redact(remote.url),
+                    prefix_fix(redact(remote.url)))
     return total
 
 
