@@ -29,9 +29,22 @@ from epochfs.sidecar.store.publisherlock import LOCK_NAME as PUBLISHER_LOCK_NAME
 from epochfs.sidecar.store.repairlog import LOG_NAME as REPAIRS_LOG_NAME
 from epochfs.sidecar.store.reset import LOCK_NAME as INDEX_LOCK_NAME
 from epochfs.sidecar.store.stats import STATE_FILE_NAME
-from epochfs.torchclient.layout import CONTROL_DIR, epoch_name, manifest_name
+from epochfs.torchclient.layout import CONTROL_DIR, epoch_name, manifest_name, read_status
 
 CACHE_HINT = "start `epochfs sample` or `epochfs sidecar` with this --cache first"
+
+
+def _mount_given(path: Path) -> str | None:
+    """The hint for a view's mount given where its cache goes (``--cache /mnt/epochfs``): its
+    ``status.json`` names the cache's folder (``shard.node``, ``host:/path``). None elsewhere."""
+    doc = read_status(path)
+    if doc is None:
+        return None
+    shard = doc.get("shard")
+    node = shard.get("node") if isinstance(shard, dict) else None
+    cache = node.partition(":")[2] if isinstance(node, str) and ":" in node else None
+    at = f" of the cache in {cache}: give that as --cache" if cache else ": give its cache's folder"
+    return f"{path} is an epochfs view{at} (a view's own state: epochfs status --mount {path})"
 
 
 def _os_reason(e: OSError) -> str:
@@ -177,7 +190,8 @@ def check_cache(path: Path, *, create: bool, unwritable_hint: str = "", writes: 
         damage = blank_damage(path, MISSING)
         if damage is not None:  # a deleted index: the words of any damaged index's refusal
             raise ConfigError(f"--cache: {BlankIndex(path / INDEX_NAME, damage)}")
-        raise ConfigError(f"{where}: no epochfs cache there (no {INDEX_NAME}); {CACHE_HINT}")
+        raise ConfigError(f"{where}: no epochfs cache there (no {INDEX_NAME}); "
+                          f"{_mount_given(path) or CACHE_HINT}")
     elif os.path.lexists(path / INDEX_NAME) and (why := foreign_index(path / INDEX_NAME)) is not None:
         # The commands that make a cache too (sample, sidecar): they would write epochfs's schema
         # into another program's database and fill the folder beside it.
