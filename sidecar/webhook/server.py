@@ -80,6 +80,10 @@ METRICS_TIMEOUT = 10.0
 """Seconds a metrics-port connection may sit idle before it is closed."""
 SHUTDOWN_TIMEOUT = 10.0
 """Seconds the reviews in flight get to finish after SIGTERM."""
+LINGER_SECONDS = 1.0
+"""Seconds an answered connection whose body is unread (a 408, 413 or 429 before it came) is read
+on before it is closed, so the client sees the answer and not a reset: aiohttp's default, 10 s,
+held a stalled client's connection that long after its 408."""
 PATHS = {"/mutate": False, "/mutate/pss-enforced": True}
 _TEXT = "text/plain"
 _GONE = (ConnectionError, TimeoutError, ssl.SSLError)
@@ -134,6 +138,7 @@ class _Served:
             access_log=None,
             keepalive_timeout=self.keepalive_timeout,
             shutdown_timeout=SHUTDOWN_TIMEOUT,
+            lingering_time=LINGER_SECONDS,
         )
         await runner.setup()
         self._runner = runner

@@ -115,3 +115,19 @@ def test_bodies_being_read_are_bounded_in_bytes(served: Served, monkeypatch: pyt
     # The stalled body's bytes are given back once its connection is gone.
     wait_until(lambda: served.client.post("/mutate", review)[0] == 200, timeout=30,
                what="a review once the stalled body is dropped")
+
+
+def test_a_stalled_client_answered_408_is_let_go_within_the_linger(
+    served: Served, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """After the 408, the server reads on for the body only ``LINGER_SECONDS`` before it closes the
+    connection (aiohttp's default, 10 s, held each stalled client's socket that long)."""
+    assert server_mod.LINGER_SECONDS <= 2
+    monkeypatch.setattr(server_mod, "BODY_TIMEOUT", 0.5)
+    with _stalled(served) as sock:
+        response = http.client.HTTPResponse(sock)
+        response.begin()
+        response.read()
+        assert response.status == 408
+        sock.settimeout(6)  # the linger and a loaded machine's margin; aiohttp's default is 10 s
+        assert sock.recv(1) == b"", "the server closed the connection"
