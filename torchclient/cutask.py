@@ -9,7 +9,9 @@ port 8080; the base URL is its scheme and host), never through a proxy (:mod:`.s
 The sidecar applies the store's rule for lookups (only the next epoch is cut or queued);
 ``jump=1`` is sent only when the caller asks for a jump (a resumed trainer starting above the
 newest epoch + 1). On the FUSE view the request is redundant and harmless: the lookup has asked
-already.
+already. Each request names the cache the mount's status.json names (``X-Epochfs-Cache``, as the
+reports do: :mod:`.report`), and a sidecar serving another cache answers 409 and cuts nothing: a
+failed request here, whose reason (the sidecar's, naming both caches) the waiting lines show.
 
 Standard library only; failures (no sidecar, an older one without the endpoint, an older sidecar
 on another ``--health-port`` than the default 8080, whose status.json names no URL) mean the
@@ -29,7 +31,15 @@ from typing import Any
 from urllib.parse import urlparse
 
 from .layout import CUT_PATH
-from .report import DEFAULT_URL, ENV, report_url_from_env, report_url_from_status
+from .report import (
+    CACHE_HEADER,
+    DEFAULT_URL,
+    ENV,
+    cache_of_status,
+    other_cache_reason,
+    report_url_from_env,
+    report_url_from_status,
+)
 from .sidecarhttp import open_sidecar
 
 log = logging.getLogger("epochfs.torchclient")
@@ -76,12 +86,15 @@ class CutAnswer:
         return self.state == "gone" or self.refused_for_good
 
 
-def request_cut(base_url: str, epoch: int, *, jump: bool = False,
-                timeout: float = 2.0) -> CutAnswer | CutFailure:
-    """``POST <base>/v1/cut?epoch=N[&jump=1]``: the sidecar's answer, or why none came."""
+def request_cut(base_url: str, epoch: int, *, jump: bool = False, timeout: float = 2.0,
+                cache: str | None = None) -> CutAnswer | CutFailure:
+    """``POST <base>/v1/cut?epoch=N[&jump=1]``: the sidecar's answer, or why none came. ``cache``:
+    the :data:`~.report.CACHE_HEADER` value (the mount's cache); a sidecar of another cache
+    refuses the request, a failure here (its reason the sidecar's)."""
     query = f"epoch={epoch}" + ("&jump=1" if jump else "")
     url = f"{base_url}{CUT_PATH}"
-    request = urllib.request.Request(f"{url}?{query}", data=b"", method="POST")
+    headers = {CACHE_HEADER: cache} if cache is not None else {}
+    request = urllib.request.Request(f"{url}?{query}", data=b"", method="POST", headers=headers)
     try:
         with open_sidecar(request, timeout) as response:
             status, body = int(response.status), response.read()
@@ -93,6 +106,9 @@ def request_cut(base_url: str, epoch: int, *, jump: bool = False,
         doc: Any = json.loads(body)
     except ValueError:
         doc = None
+    refused = other_cache_reason(status, doc)
+    if refused is not None:  # a sidecar of another cache: no answer about this cache's epoch
+        return CutFailure(url=url, reason=refused)
     if not isinstance(doc, dict) or "state" not in doc:
         # not the cut endpoint (an older sidecar's 404, a proxy's page, another server on the port)
         return CutFailure(url=url, reason=f"HTTP {status} without an epochfs cut answer")
@@ -151,7 +167,10 @@ class CutAsker:
         self.failure: CutFailure | None = None
         self._fallback = (base_url, source)
         self._root = root
+        self._mount = root  # its status.json names the cache the requests are about
         self._looked = False
+        self.cache: str | None = None
+        """The :data:`~.report.CACHE_HEADER` value sent, read from the mount's status.json."""
 
     @classmethod
     def for_mount(cls, root: str | os.PathLike[str]) -> CutAsker | None:
@@ -160,15 +179,21 @@ class CutAsker:
         status.json names, else port 8080's (:func:`.report.report_url`'s order)."""
         if ENV in os.environ:
             base = sidecar_url_from_env()
-            return cls(base, source=URL_FROM_ENV) if base else None
+            if not base:
+                return None
+            asker = cls(base, source=URL_FROM_ENV)
+            asker._mount = root  # the URL is the variable's; the cache is still the mount's
+            return asker
         return cls(base_of(DEFAULT_URL), source=URL_DEFAULT, root=root)
 
     def _look(self) -> bool:
         """Take the URL the mount's status.json names (the fallback where it names none); True
-        when that changed where requests go. Only for an asker made with a ``root``."""
+        when that changed where requests go (only for an asker made with a ``root``); the cache it
+        names is read with it."""
+        self._looked = True
+        self.cache = cache_of_status(self._mount) if self._mount is not None else None
         if self._root is None:
             return False
-        self._looked = True
         named = report_url_from_status(self._root)
         base, source = (base_of(named), URL_FROM_STATUS) if named else self._fallback
         changed = base != self.base_url
@@ -180,9 +205,9 @@ class CutAsker:
         cached = self._looked
         if not cached:
             self._look()
-        got = request_cut(self.base_url, epoch, jump=jump)
+        got = request_cut(self.base_url, epoch, jump=jump, cache=self.cache)
         if isinstance(got, CutFailure) and cached and self._look():  # the sidecar named another URL since
-            got = request_cut(self.base_url, epoch, jump=jump)
+            got = request_cut(self.base_url, epoch, jump=jump, cache=self.cache)
         if isinstance(got, CutAnswer):
             self.failure = None
             return got

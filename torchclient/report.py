@@ -18,6 +18,12 @@ read at the first report and again only after a report fails (a sidecar restarte
 the next report goes to the new one), never per sample. Reports go direct, never through the
 environment's proxies (:mod:`.sidecarhttp`).
 
+**Which cache.** Each report names the cache the mount's status.json names (``shard.node``, in the
+``X-Epochfs-Cache`` header), and a sidecar serving another cache answers 409: a ``report_url``
+outlives the sidecar that recorded it, and another sidecar may listen on its port since. Such a
+report is dropped (its counts are not that sidecar's), logged once at WARNING with the sidecar's
+reason, and the reporter backs off and reads status.json again, as after any failed report.
+
 **Epochs in use.** While a loader reads an epoch (:meth:`ClientReporter.reading` to
 :meth:`ClientReporter.done`), every report names it in its query (``?epoch=N``), and a report is
 sent at least every ``HEARTBEAT`` seconds even without deliveries (a pause for a checkpoint). The
@@ -46,12 +52,13 @@ import logging
 import os
 import threading
 import time
+import urllib.error
 import urllib.request
 import weakref
 from pathlib import Path
-from urllib.parse import urlparse
+from urllib.parse import quote, urlparse
 
-from .layout import REPORT_URL_KEY, read_status
+from .layout import REPORT_URL_KEY, SHARD_KEY, read_status
 from .sidecarhttp import open_sidecar
 
 log = logging.getLogger("epochfs.torchclient.report")
@@ -90,6 +97,44 @@ def report_url_from_status(root: str | os.PathLike[str]) -> str | None:
     return url
 
 
+CACHE_HEADER = "X-Epochfs-Cache"
+"""The request header naming the cache a report or cut request is about (``<host>:<cache>``,
+percent-encoded); the sidecar answers 409 when it serves another cache."""
+
+
+def cache_of_status(root: str | os.PathLike[str] | None) -> str | None:
+    """The cache behind ``root`` as its status.json names it (``shard.node``), percent-encoded for
+    :data:`CACHE_HEADER`; None where it names none (a plain folder, an older sidecar's document)."""
+    doc = read_status(root) if root is not None else None
+    shard = doc.get(SHARD_KEY) if doc is not None else None
+    node = shard.get("node") if isinstance(shard, dict) else None
+    if not isinstance(node, str) or not node:
+        return None
+    try:
+        return quote(node, safe="/:@+-._~", errors="surrogateescape")  # a non-UTF-8 path as its bytes
+    except UnicodeEncodeError:  # not a name any path has: no header, as for a mount naming none
+        return None
+
+
+def other_cache_reason(status: int, doc: object) -> str | None:
+    """The sidecar's reason when its answer (``status``, the parsed JSON ``doc``) is the 409 for
+    another cache's request, else None."""
+    if status != 409 or not isinstance(doc, dict) or doc.get("state") != "other_cache":
+        return None
+    return str(doc.get("message", "the sidecar serves another cache"))
+
+
+def other_cache(error: BaseException) -> str | None:
+    """:func:`other_cache_reason` of a failed request's ``error`` (reads its body)."""
+    if not isinstance(error, urllib.error.HTTPError) or error.code != 409:
+        return None
+    try:
+        doc = json.loads(error.read())
+    except (OSError, ValueError):
+        return None
+    return other_cache_reason(error.code, doc)
+
+
 def report_url(root: str | os.PathLike[str] | None) -> str | None:
     """Where a reader of ``root`` reports, first found: ``EPOCHFS_REPORT_URL`` when set (None when
     it says off), the URL ``root``'s status.json names, :data:`DEFAULT_URL`."""
@@ -111,6 +156,9 @@ class ClientReporter:
         self.url = url
         self._fallback = url
         self._root = Path(root) if root is not None and url is not None and ENV not in os.environ else None
+        self._mount = Path(root) if root is not None else None  # its status.json names the cache
+        self._cache: str | None = None  # CACHE_HEADER's value, read with the URL
+        self._told_other = False  # another cache's sidecar refused a report: said once
         self._looked = False  # status.json read for the URL since the last failed report
         self.interval = interval
         self.timeout = timeout
@@ -214,10 +262,12 @@ class ClientReporter:
 
     def _look(self) -> bool:
         """Take the URL the mount's status.json names (the fallback where it names none); True
-        when that changed where reports go. Only with a ``root`` and ``EPOCHFS_REPORT_URL`` unset."""
+        when that changed where reports go (the URL only with ``EPOCHFS_REPORT_URL`` unset); the
+        cache it names is read with it."""
+        self._looked = True
+        self._cache = cache_of_status(self._mount)
         if self._root is None:
             return False
-        self._looked = True
         url = report_url_from_status(self._root) or self._fallback
         changed, self.url = url != self.url, url
         return changed
@@ -237,8 +287,14 @@ class ClientReporter:
             error = self._send(body, epochs)
         if error is not None:
             self._looked = False  # read status.json again before the next try
-            self._give_back(body)
             self.failed_reports += 1
+            refused = other_cache(error)
+            if refused is not None:  # dropped: these reads are not that sidecar's
+                if not self._told_other:
+                    self._told_other = True
+                    log.warning("epochfs: reports to %s are refused: %s", self.url, refused)
+                return False
+            self._give_back(body)
             if self.failed_reports == 1:
                 log.info("epochfs: cannot report to the sidecar at %s (%s); will retry quietly",
                          self.url, error)
@@ -255,10 +311,10 @@ class ClientReporter:
         url = self.url
         if epochs:
             url += ("&" if "?" in url else "?") + "&".join(f"epoch={n}" for n in epochs)
-        request = urllib.request.Request(
-            url, data=json.dumps(body).encode(), method="POST",
-            headers={"Content-Type": "application/json"},
-        )
+        headers = {"Content-Type": "application/json"}
+        if self._cache is not None:
+            headers[CACHE_HEADER] = self._cache
+        request = urllib.request.Request(url, data=json.dumps(body).encode(), method="POST", headers=headers)
         try:
             with open_sidecar(request, self.timeout) as response:
                 response.read()

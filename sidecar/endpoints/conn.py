@@ -31,6 +31,7 @@ class Conn:
     __slots__ = (
         "body_wanted",
         "buf",
+        "cache",
         "deadline",
         "events",
         "host",
@@ -58,6 +59,7 @@ class Conn:
         self.seq = 0
         self.body_wanted = 0
         self.query = ""
+        self.cache: str | None = None  # a report's X-Epochfs-Cache, checked once its body is in
         self.timeout_reply: Reply | None = None
         self.waited = 0  # bytes dropped while lingering
 

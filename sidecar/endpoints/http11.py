@@ -83,6 +83,8 @@ class Request:
     """Content-Length (0 without one)."""
     keep_alive: bool
     expect: list[bytes]
+    cache: bytes | None = None
+    """The ``X-Epochfs-Cache`` header's raw value: the cache the client reads (:mod:`.cacheid`)."""
 
 
 def split_head(buf: bytearray, limit: int) -> bytes | Refusal | None:
@@ -130,10 +132,13 @@ def parse_head(head: bytes, max_headers: int) -> Request | Refusal:
             return Refusal("bad_request", text_reply(400, "invalid Content-Length"))
         length = int(value) if len(value) <= 18 else 1 << 62
     tokens = {t.strip().lower() for v in headers.get(b"connection", []) for t in v.split(b",")}
+    caches = set(headers.get(b"x-epochfs-cache", []))
+    if len(caches) > 1:
+        return Refusal("bad_request", text_reply(400, "X-Epochfs-Cache names more than one cache"))
     path, _, query = target.decode("latin-1").partition("?")
     return Request(method=method, path=path, query=query, length=length,
                    keep_alive=v.group(2) != b"0" and b"close" not in tokens,
-                   expect=headers.get(b"expect", []))
+                   expect=headers.get(b"expect", []), cache=caches.pop() if caches else None)
 
 
 class HttpDate:

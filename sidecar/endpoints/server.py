@@ -13,6 +13,7 @@ import dataclasses
 import ipaddress
 import json
 import logging
+import os
 import time
 from collections.abc import Callable
 from typing import Any
@@ -20,6 +21,7 @@ from typing import Any
 from prometheus_client import CollectorRegistry
 
 from epochfs.sidecar.cutrequest import CutRequest
+from epochfs.sidecar.endpoints.cacheid import CacheIdentity, header_value, identity
 from epochfs.sidecar.endpoints.conn import BODY, BUSY, Conn
 from epochfs.sidecar.endpoints.connections import ConnectionLoop
 from epochfs.sidecar.endpoints.http11 import Limits, Refusal, Reply, parse_head, text_reply
@@ -57,8 +59,13 @@ class Endpoints(ConnectionLoop):
         limits: Limits | None = None,
         metrics: EndpointMetrics | None = None,
         on_cut: Callable[[CutRequest], tuple[int, dict[str, Any]]] | None = None,
+        cache: str | os.PathLike[str] | None = None,
     ) -> None:
+        """``cache``: the cache this sidecar serves; a cut request or report naming another one
+        (``X-Epochfs-Cache``) gets 409 (:mod:`.cacheid`). None: every request is taken."""
         self._on_report = on_client_report
+        self._identity: CacheIdentity | None = identity(cache)
+        self._refused_caches: set[str] = set()  # logged once each (a bounded set: stray headers)
         self._on_cut = on_cut
         super().__init__(host=host, port=port, limits=limits if limits is not None else Limits(),
                          metrics=metrics if metrics is not None else endpoint_metrics())
@@ -111,9 +118,10 @@ class Endpoints(ConnectionLoop):
             else:
                 self._join(conn, flight)
         elif method == b"POST" and path == CUT_PATH:
-            self._post_cut(conn, request.query, length)
+            self._post_cut(conn, request.query, length, request.cache)
         elif method == b"POST":
             conn.query = request.query
+            conn.cache = None if request.cache is None else header_value(request.cache)
             self._post_report(conn, path, length, request.expect)
         else:
             self._refuse(conn, Refusal("bad_request", text_reply(
@@ -141,8 +149,9 @@ class Endpoints(ConnectionLoop):
             conn.body_wanted = length
             self._set_state(conn, BODY, conn.deadline)
 
-    def _post_cut(self, conn: Conn, query: str, length: int) -> None:
-        """A cut request: loopback only, no body; answered by a worker (the store may block)."""
+    def _post_cut(self, conn: Conn, query: str, length: int, cache: bytes | None) -> None:
+        """A cut request: loopback only, no body; answered by a worker (the store may block), 409
+        when ``cache`` (its ``X-Epochfs-Cache``) names another cache than this sidecar's."""
         if self._on_cut is None:
             self._respond(conn, text_reply(404, "not found"), close=True)
             return
@@ -158,8 +167,12 @@ class Endpoints(ConnectionLoop):
             self._refuse(conn, Refusal("bad_request", text_reply(400, str(e))))
             return
         on_cut = self._on_cut
+        asked = None if cache is None else header_value(cache)
 
         def job() -> Reply:
+            refused = self._other_cache(asked, "cut request")
+            if refused is not None:
+                return refused
             try:
                 code, doc = on_cut(request)
                 return Reply(code, json.dumps(doc, sort_keys=True).encode() + b"\n", "application/json")
@@ -180,8 +193,12 @@ class Endpoints(ConnectionLoop):
             return
         on_report = self._on_report
         assert on_report is not None
+        asked = conn.cache
 
         def job() -> Reply:
+            refused = self._other_cache(asked, "report")
+            if refused is not None:
+                return refused
             try:
                 on_report(report)
                 return Reply(204)
@@ -190,6 +207,17 @@ class Endpoints(ConnectionLoop):
                 return text_reply(500, "report not recorded")
 
         self._queue(conn, self._reports, job)
+
+    def _other_cache(self, asked: str | None, what: str) -> Reply | None:
+        """The 409 for a request whose ``X-Epochfs-Cache`` names another cache (logged once per
+        cache named); None when it names this one, or none. On a worker: the check may stat."""
+        if asked is None or self._identity is None or self._identity.serves(asked):
+            return None
+        if asked not in self._refused_caches and len(self._refused_caches) < 64:
+            self._refused_caches.add(asked)
+            log.warning("refused a %s from a reader of another cache (%s; this sidecar serves %s): "
+                        "answered 409", what, asked, self._identity.name)
+        return self._identity.refusal(asked, what)
 
     def _queue(self, conn: Conn, worker: Worker, job: Callable[[], Reply]) -> None:
         """Run ``job`` on ``worker`` and answer with its reply; 503 when the queue is full or the job

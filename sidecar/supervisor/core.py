@@ -182,6 +182,17 @@ class Supervisor(HealthChecks, Observability):
             return
         self._seen["report_url"] = url
 
+    def _forget_report_url(self) -> None:
+        """Remove the report URL from the index once the endpoints are closed: a view of this cache
+        served later without this sidecar (``epochfs mount``) must not name a port that another
+        sidecar may listen on by then."""
+        assert self._store is not None
+        try:
+            self._store.set_meta(Meta.REPORT_URL, None)
+        except Exception as e:  # a full or failing volume: the trainers' 409 check still holds
+            log.warning("removing the report URL from the index: %s", e)
+        self._seen["report_url"] = None
+
     # ------------------------------------------------------------------ the loop
     def run(self) -> int:
         """Own the cache, check, start, supervise until a signal, stop cleanly. Returns the exit
@@ -333,6 +344,7 @@ class Supervisor(HealthChecks, Observability):
         if self._store is not None:
             if self._seen.get("retrying") is not None:  # as the state file, below
                 self._save_retrying(None, None)
+            self._forget_report_url()
             self._store.close()
         if self._multiproc_dir is not None:
             shutil.rmtree(self._multiproc_dir, ignore_errors=True)

@@ -382,7 +382,7 @@ class Observability:
             try:
                 ep = endpoints.Endpoints(
                     host=self.http_host, port=port, health=self.health, ready=self.ready,
-                    registry=reg, on_client_report=report, on_cut=cut,
+                    registry=reg, on_client_report=report, on_cut=cut, cache=self.cache,
                 )
             except OSError as e:
                 raise ConfigError(f"{flag} {port}: {bind_failure(e)}") from None
