@@ -216,9 +216,11 @@ def health_problems(doc: dict[str, Any]) -> str:
 
 
 def _skips(stats: Stats | None) -> str:
-    """The keys given up, while the cache is empty: a catalog whose every read is refused (an
-    IAM policy that lists and cannot read) is otherwise shown as "0/1 samples cached" for ever."""
-    if stats is None or stats.samples or not stats.skipped_total:
+    """The keys given up after their downloads failed, while the cache is empty: a catalog whose
+    every read is refused (an IAM policy that lists and cannot read) is otherwise shown as "0/1
+    samples cached" for ever. Keys the listing left out (over the object limit) are not these: a
+    relist does not bring them, and the listing's own warning names them."""
+    if stats is None or stats.samples or not stats.failed_total:
         return ""
-    return (f"; {stats.skipped_total} key(s) skipped, {stats.failed_total} of them failed after "
-            "their attempts (the sampler's log says why; fix it, then epochfs relist)")
+    return (f"; {stats.failed_total} key(s) given up after their downloads failed (the sampler's "
+            "log says why; fix it, then epochfs relist)")

@@ -37,10 +37,10 @@ def test_readyz_counts_the_skips_of_a_catalog_whose_reads_are_refused(s3: S3Serv
                 code, body = car.get("/readyz")
                 return "" if code == 0 else str(json.loads(body).get("reason", ""))
 
-            wait_until(lambda: "6 key(s) skipped" in reason(), timeout=60, what="the skips in /readyz")
+            wait_until(lambda: "6 key(s) given up" in reason(), timeout=60, what="the skips in /readyz")
             code, body = car.get("/readyz")
             doc = json.loads(body)
             assert code == 503 and doc["samples"] == 0, doc
             assert doc["reason"].startswith("epoch 0: 0/1 samples cached"), doc
-            assert "6 of them failed" in doc["reason"] and "epochfs relist" in doc["reason"], doc
+            assert "after their downloads failed" in doc["reason"] and "epochfs relist" in doc["reason"], doc
         assert front.answered >= 6 and front.passed >= 1  # every object refused, the listing passed
