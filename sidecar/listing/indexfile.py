@@ -345,7 +345,7 @@ def write_index(remote: Remote, out: str, *, threads: int = 8, endpoint_url: str
              time.monotonic() - started, redact(out))
     if not total:  # every node's sidecar would sample nothing from it: say so where it is made
         log.warning("0 keys under %s: the index is empty; %s", redact(remote.url),
-                    prefix_fix(redact(remote.url)))
+                    prefix_fix(redact(remote.url), index=True))
     return total
 
 

@@ -27,8 +27,11 @@ from epochfs.sidecar.store.prefixfix import prefix_fix
 @pytest.mark.parametrize(("remote", "fix"), [
     ("s3://imgs/train/*.jpg",
      "--remote is a prefix, not a pattern: --remote s3://imgs/train --include '*.jpg'"),
-    ("gs://b/shards/{000..099}.tar", "--remote is a prefix, not a pattern: --remote gs://b/shards "
-                                     "--include '{000..099}.tar'"),
+    ("gs://b/shards/shard-{000..099}.tar", "--remote is a prefix, not a pattern: --remote gs://b/shards "
+     "--include 'shard-*.tar' (--include takes globs; braces are not expanded)"),
+    ("s3://b/imgs/x[0-9]/",
+     "--remote is a prefix, not a pattern: --remote s3://b/imgs --include 'x[0-9]/**'"),
+    ("http://host/data?token=***", "check --remote's prefix"),
     ("s3://imgs/train", "check --remote's prefix"),
     ("s3://*", "check --remote's prefix"),
 ])
