@@ -63,8 +63,9 @@ class CacheIdentity:
     def refusal(self, asked: str, what: str) -> Reply:
         """The 409 for a request about another cache: JSON naming both, which the client logs."""
         message = (f"this sidecar serves the cache {self.name}, not {asked} (the cache of the mount "
-                   f"the {what} came from): that mount's status.json names the report_url of another "
-                   "sidecar, most often one that has stopped; start that cache's sidecar, or set "
+                   f"the {what} came from): the URL it was sent to (EPOCHFS_REPORT_URL, or the "
+                   "report_url of the mount's status.json, which a sidecar that has stopped leaves) "
+                   "is another cache's sidecar; start that cache's sidecar, or set "
                    "EPOCHFS_REPORT_URL to its --health-port")
         doc = {"state": OTHER_CACHE, "message": message, "cache": self.name, "asked": asked}
         return Reply(409, json.dumps(doc, sort_keys=True).encode() + b"\n", "application/json")
