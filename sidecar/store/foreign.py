@@ -81,7 +81,7 @@ def foreign_index(path: Path) -> str | None:
 
 def _schema(path: Path, flags: str) -> tuple[list[str], bool]:
     """(the database's table names, whether it records epochfs's schema version)."""
-    uri = f"file:{urllib.parse.quote(os.path.abspath(path))}?{flags}"
+    uri = f"file:{urllib.parse.quote(os.fsencode(os.path.abspath(path)))}?{flags}"  # bytes: any path
     with contextlib.closing(sqlite3.connect(uri, uri=True, timeout=5.0)) as db:
         tables = [str(r[0]) for r in db.execute(
             "SELECT name FROM sqlite_master WHERE type='table' AND name NOT LIKE 'sqlite_%' ORDER BY name")]
