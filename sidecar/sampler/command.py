@@ -50,7 +50,7 @@ from epochfs.sidecar.remote import Remote, RemoteError, open_remote
 from epochfs.sidecar.remote.errors import may_answer_later
 from epochfs.sidecar.sampler.diskspace import is_disk_full
 from epochfs.sidecar.sampler.identity import check_identity, recorded_listing
-from epochfs.sidecar.sampler.loop import Sampler
+from epochfs.sidecar.sampler.loop import INDEX_DELETED, Sampler
 from epochfs.sidecar.sampler.outagerecord import OutageRecord
 from epochfs.sidecar.sampler.preload import preload_after_first_request
 from epochfs.sidecar.sampler.refusals import one_line, refusal_message
@@ -106,6 +106,9 @@ def index_failed(e: StoreError | sqlite3.DatabaseError, cache: Path, *, checked:
     earlier run says nothing of this failure (an unreadable volume is no damage)."""
     if isinstance(e, NoRoom):  # no damage: the supervisor restarts it after its backoff
         raise RetryLater(f"--cache: {e}") from None
+    if not os.path.lexists(cache / INDEX_NAME):  # a write met the deletion before the loop's look
+        log.error("%s", e if str(e) == INDEX_DELETED else f"{INDEX_DELETED} ({e})")
+        return 1
     log.error("the cache index failed: %s; exiting (the next start repairs it)", e)
     if is_corruption(e):
         # The next start replaces the index only where the marker asks for the full check; a

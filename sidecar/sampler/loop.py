@@ -49,6 +49,11 @@ from epochfs.sidecar.scrub import Scrubber
 from epochfs.sidecar.store import Admission, Candidate, Store, StoreError
 
 log = logging.getLogger("epochfs.sampler")
+INDEX_DELETED = ("the cache index was deleted under the running sampler; exiting so that the next "
+                 "start rebuilds it from the live epochs' members files (epochs continue above the "
+                 "high-water mark)")
+"""The loop's check finds the deletion, or a write fails on it first (SQLite's disk I/O error on a
+file unlinked under it): :func:`.command.index_failed` says the same then."""
 
 POLL = 0.2
 """Seconds between checks of the store while waiting (backpressure, idle, pending cuts)."""
@@ -381,9 +386,7 @@ class Sampler(RepairsInPlace, Shutdown):
         their in-use window, full cache or not (a read when nothing is due); the reservations read
         the cache's total from the index again at their next use."""
         if self.store.index_lost():
-            raise StoreError("the cache index was deleted under the running sampler; exiting so that "
-                             "the next start rebuilds it from the live epochs' members files "
-                             "(epochs continue above the high-water mark)")
+            raise StoreError(INDEX_DELETED)
         damage = self.index_check.damage()
         if damage is not None:
             raise StoreError(f"the cache index is damaged ({damage}); exiting so that the next start "
