@@ -106,7 +106,8 @@ def index_failed(e: StoreError | sqlite3.DatabaseError, cache: Path, *, checked:
     earlier run says nothing of this failure (an unreadable volume is no damage)."""
     if isinstance(e, NoRoom):  # no damage: the supervisor restarts it after its backoff
         raise RetryLater(f"--cache: {e}") from None
-    if not os.path.lexists(cache / INDEX_NAME):  # a write met the deletion before the loop's look
+    if not is_corruption(e) and not os.path.lexists(cache / INDEX_NAME):
+        # A write met the deletion (SQLite's disk I/O error) before the loop's look did.
         log.error("%s", e if str(e) == INDEX_DELETED else f"{INDEX_DELETED} ({e})")
         return 1
     log.error("the cache index failed: %s; exiting (the next start repairs it)", e)
