@@ -6,7 +6,7 @@ for an epoch to retire; but while no more epochs are live than --keep-epochs, th
 goes only at the next cut, and that cut waits for the whole window. No epoch would be cut again:
 said once per epoch as an ERROR with the ways out, and in the status as the reason for the
 backpressure. (Live epochs beyond --keep-epochs retire once out of their in-use window: that is a
-wait, not this.)
+wait, not this; so is an epoch retired within --retire-grace, whose samples come free after it.)
 """
 
 from __future__ import annotations
@@ -34,8 +34,8 @@ class StuckWindows:
     def reason(self, target: int) -> str | None:
         """The reason to show when epoch ``target``'s window can never be cached (None: it can)."""
         live = [e.epoch for e in self.store.epochs()]
-        if len(live) > self.settings.keep_epochs:
-            return None
+        if len(live) > self.settings.keep_epochs or self.store.retired_in_grace():
+            return None  # an epoch retires once out of its in-use window, or its grace frees room
         kept = f"{live[0]}-{live[-1]}" if len(live) > 1 else (str(live[0]) if live else "none")
         if target not in self._logged:
             self._logged.add(target)

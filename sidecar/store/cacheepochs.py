@@ -16,7 +16,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
-from epochfs.sidecar.store import admitted, epochs, memberview
+from epochfs.sidecar.store import admitted, epochpins, epochs, memberview
 from epochfs.sidecar.store.index import Index
 from epochfs.sidecar.store.records import EpochInfo, FileEntry, Policy
 
@@ -70,6 +70,10 @@ class StoreEpochs(ABC):
 
     def retire(self, *, now: float | None = None) -> list[int]:
         return epochs.retire(self._ix, self.policy(), now=now)
+
+    def retired_in_grace(self, *, now: float | None = None) -> bool:
+        """An epoch retired within the retire grace still holds samples (:func:`.epochpins.in_grace`)."""
+        return epochpins.in_grace(self._ix, self.policy(), now=now)
 
     # While the index is damaged these answer from the members files (:mod:`.memberview`).
     def newest_epoch(self) -> int | None:

@@ -108,6 +108,15 @@ def retire(ix: Index, policy: Policy, *, now: float | None = None) -> list[int]:
     return gone
 
 
+def in_grace(ix: Index, policy: Policy, *, now: float | None = None) -> bool:
+    """Whether an epoch retired within ``policy``'s retire grace still holds its samples from
+    eviction: the room they take comes free once the grace is over, so a full cache waits."""
+    lo, hi = grace_bounds(time.time() if now is None else now, policy.retire_grace)
+    with ix.read() as db:
+        return db.execute("SELECT 1 FROM epochs WHERE retired != 0 AND retired BETWEEN ? AND ? LIMIT 1",
+                          (lo, hi)).fetchone() is not None
+
+
 def _past_grace(db: sqlite3.Connection, now: float, grace: float) -> list[int]:
     """Retired epochs whose grace is over (or whose stamp lies beyond it: :func:`grace_bounds`)
     that still have ``epoch_samples``/``epoch_excluded`` rows."""
