@@ -39,6 +39,7 @@ from .report import (
     other_cache_reason,
     report_url_from_env,
     report_url_from_status,
+    sidecar_of_status,
 )
 from .sidecarhttp import open_sidecar
 
@@ -191,10 +192,10 @@ class CutAsker:
         when that changed where requests go (only for an asker made with a ``root``); the cache it
         names is read with it."""
         self._looked = True
-        self.cache = cache_of_status(self._mount) if self._mount is not None else None
         if self._root is None:
+            self.cache = cache_of_status(self._mount)
             return False
-        named = report_url_from_status(self._root)
+        named, self.cache = sidecar_of_status(self._root)
         base, source = (base_of(named), URL_FROM_STATUS) if named else self._fallback
         changed = base != self.base_url
         self.base_url, self.source = base, source

@@ -18,11 +18,9 @@ read at the first report and again only after a report fails (a sidecar restarte
 the next report goes to the new one), never per sample. Reports go direct, never through the
 environment's proxies (:mod:`.sidecarhttp`).
 
-**Which cache.** Each report names the cache the mount's status.json names (``shard.node``, in the
-``X-Epochfs-Cache`` header), and a sidecar serving another cache answers 409: a ``report_url``
-outlives the sidecar that recorded it, and another sidecar may listen on its port since. Such a
-report is dropped (its counts are not that sidecar's), logged once at WARNING with the sidecar's
-reason, and the reporter backs off and reads status.json again, as after any failed report.
+**Which cache.** Each report names the mount's cache (status.json's ``shard.node``, header
+``X-Epochfs-Cache``); a sidecar of another cache (on the port of a stopped sidecar's ``report_url``)
+answers 409: the report is dropped, logged once, and status.json read again after a back-off.
 
 **Epochs in use.** While a loader reads an epoch (:meth:`ClientReporter.reading` to
 :meth:`ClientReporter.done`), every report names it in its query (``?epoch=N``), and a report is
@@ -41,8 +39,7 @@ still takes the report.
 to post at once, and the interpreter's exit posts what is left, from the process that made the
 reporter only (a forked child, a DataLoader worker among them, inherits a copy of the counts the
 parent reports itself). The exit waits for that post :data:`EXIT_SECONDS` at most, all reporters
-together: a sidecar that does not answer never holds the trainer's exit longer.
-"""
+together."""
 
 from __future__ import annotations
 
@@ -90,7 +87,15 @@ def report_url_from_status(root: str | os.PathLike[str]) -> str | None:
     """The report URL ``root/.epochfs/status.json`` names (``report_url``), or None: no status file
     (a plain folder, the mount not there), an older sidecar's without the field, or a value that is
     not an http(s) URL (then the caller's fallback is tried, not a broken URL)."""
-    doc = read_status(root)
+    return _url_of(read_status(root))
+
+
+def sidecar_of_status(root: str | os.PathLike[str]) -> tuple[str | None, str | None]:
+    """(:func:`report_url_from_status`, :func:`cache_of_status`) from one reading of status.json."""
+    return _url_of(doc := read_status(root)), _cache_of(doc)
+
+
+def _url_of(doc: dict[str, object] | None) -> str | None:
     url = doc.get(REPORT_URL_KEY) if doc is not None else None
     if not isinstance(url, str) or urlparse(url).scheme not in ("http", "https"):
         return None
@@ -105,7 +110,10 @@ percent-encoded); the sidecar answers 409 when it serves another cache."""
 def cache_of_status(root: str | os.PathLike[str] | None) -> str | None:
     """The cache behind ``root`` as its status.json names it (``shard.node``), percent-encoded for
     :data:`CACHE_HEADER`; None where it names none (a plain folder, an older sidecar's document)."""
-    doc = read_status(root) if root is not None else None
+    return _cache_of(read_status(root) if root is not None else None)
+
+
+def _cache_of(doc: dict[str, object] | None) -> str | None:
     shard = doc.get(SHARD_KEY) if doc is not None else None
     node = shard.get("node") if isinstance(shard, dict) else None
     if not isinstance(node, str) or not node:
@@ -265,10 +273,11 @@ class ClientReporter:
         when that changed where reports go (the URL only with ``EPOCHFS_REPORT_URL`` unset); the
         cache it names is read with it."""
         self._looked = True
-        self._cache = cache_of_status(self._mount)
         if self._root is None:
+            self._cache = cache_of_status(self._mount)
             return False
-        url = report_url_from_status(self._root) or self._fallback
+        named, self._cache = sidecar_of_status(self._root)
+        url = named or self._fallback
         changed, self.url = url != self.url, url
         return changed
 
