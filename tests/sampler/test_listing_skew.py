@@ -124,7 +124,9 @@ def test_a_span_whose_end_is_not_found_counts_as_skewed_until_it_is() -> None:
     """Where pages can start anywhere (S3), a span's size is a guess until a page past its end
     comes back empty: its listed keys' share of the whole is unknown, so the skew counts it as off
     by all of it. Two spans listed alike by their first page (an estimate-based skew of 0) are
-    held at the listed share of the unbounded one until each gallop finds its end."""
+    held at 1 while either end is unknown: beside one span of known size, the other may hold any
+    share (``val/`` beside ``train/``: :func:`_outgrown`). Among four of known size and one open,
+    no more listed than they hold, the open one counts by its listed share."""
     planner = Planner([Part(0, "a/", "", None), Part(1, "b/", "", None)], splittable=True)
     seg = _segments(planner)
     _page(planner, seg["a/"], range(100), done=False)
@@ -137,7 +139,27 @@ def test_a_span_whose_end_is_not_found_counts_as_skewed_until_it_is() -> None:
     assert seg_a.page == GALLOP_PAGE, "a gallop's page finds the end; it is not there to list"
     seg_a.part.done = True
     planner.record(seg_a, [])
-    assert planner.progress()["skew"] == pytest.approx(0.5), "b, half of the listed keys, unbounded"
+    assert planner.progress()["skew"] == 1.0, "b's size unknown beside a single span of known size"
+
+
+@mock.patch("epochfs.sidecar.listing.planner.SKEW_EVERY", 0.0)
+def test_an_open_span_among_typical_ones_counts_by_its_listed_share() -> None:
+    """Four spans listed whole (100 keys each) tell a typical size; a fifth whose end is not found
+    and which has listed no more than that counts as off by at least its listed share (100 of
+    500), not by all, as the last of many equal folders still galloping does; one that has listed
+    more may hold any share."""
+    parts = [Part(i, f"{name}/", "", None) for i, name in enumerate("abcde")]
+    planner = Planner(parts, splittable=True)
+    seg = _segments(planner)
+    for name in "abcd":
+        _page(planner, seg[f"{name}/"], range(100), done=True)
+    _page(planner, seg["e/"], range(100), done=False)
+    skew = planner.progress()["skew"]
+    assert 0.2 <= skew < 1.0, "e counts as off by its listed share (a fifth), not by all"
+    more = planner.take()
+    assert more is not None and more.part.prefix == "e/"
+    _page(planner, more, range(100, 101), done=False)
+    assert planner.progress()["skew"] == 1.0, "e listed more than a typical folder holds: any share"
 
 
 @pytest.mark.parametrize("skew", [0.05, 0.2, 0.45])

@@ -16,10 +16,12 @@ import math
 import random
 from unittest import mock
 
+import pytest
+
 from epochfs.sidecar.listing.planner import Planner, Segment
 from epochfs.sidecar.listing.segments import keys_left
 from epochfs.sidecar.listing.skew import TEN_FOLDERS, random_spread
-from epochfs.sidecar.sampler.pace import FAIR_SPREAD, skew_cap
+from epochfs.sidecar.sampler.pace import FAIR_SPREAD, skew_cap, walk_cap
 from epochfs.sidecar.store.listings import Part
 
 
@@ -160,3 +162,31 @@ def test_sub_folders_count_as_their_top_folder() -> None:
     for span in planner._spans:
         span.reached, span.listed = True, 100
     assert math.isclose(random_spread(planner._spans), TEN_FOLDERS, rel_tol=0.01)
+
+
+@pytest.mark.parametrize("names", [("few/", "many/"), ("zfew/", "amany/")])
+@pytest.mark.parametrize("seed", range(4))
+@mock.patch("epochfs.sidecar.listing.planner.SKEW_EVERY", 0.0)
+def test_a_small_folder_beside_a_large_one_holds_the_walk_until_the_large_ones_end_is_found(
+        names: tuple[str, str], seed: int) -> None:
+    """``val/`` beside ``train/``: 1,200 keys beside 18,800. Until the large folder's end is found
+    the listed keys are about half the small folder's (6% of the keys), and the one folder of
+    known size is no typical size to judge the other by, so the walk takes one sample, not the
+    skew's 3-6 (5 of 6 to 14 of 21 early samples from the small folder on a loaded node)."""
+    few, many = names
+    keys = {few: [f"{few}k{j:06d}" for j in range(1200)], many: [f"{many}k{j:06d}" for j in range(18800)]}
+    planner = Planner([Part(i, f, "", None) for i, f in enumerate(sorted(keys))], splittable=True,
+                      rng=random.Random(seed))
+    held, end_found = 0, False
+    while planner.open_segments:
+        for seg in [s for s in (planner.take() for _ in range(4)) if s is not None]:
+            _read(keys, seg)
+            planner.record(seg, seg.planner_keys)  # type: ignore[attr-defined]
+            # A page that reads on to the folder's end and comes back short found it.
+            end_found |= seg.part.prefix == many and seg.part.stop is None and seg.part.done
+        if end_found:
+            break
+        cap = walk_cap(planner.progress())
+        assert cap is not None and cap <= 1, f"{cap} samples while {many}'s end is not found"
+        held += 1
+    assert held, "the large folder's end was found by its first page: nothing looked at"
