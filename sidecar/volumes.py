@@ -115,7 +115,7 @@ def unwritable_entry(cache: Path) -> Path | None:
     process's SQLite connections on it. A folder must take new entries (write and search)."""
     for name in WRITTEN_FILES:
         entry = cache / name
-        if os.path.lexists(entry) and not os.access(entry, os.W_OK):
+        if not os.access(entry, os.W_OK) and os.path.lexists(entry):
             return entry
     for name in WRITTEN_FOLDERS:
         folder = cache / name
@@ -123,7 +123,9 @@ def unwritable_entry(cache: Path) -> Path | None:
             continue
         for entry in (folder, *_folder_entries(folder)):
             wanted = os.W_OK | os.X_OK if entry.is_dir() else os.W_OK
-            if not os.access(entry, wanted):
+            # An entry gone since the listing (a temp file another process of the sidecar
+            # renamed over its final name) is no refusal: access(2) fails on it all the same.
+            if not os.access(entry, wanted) and os.path.lexists(entry):
                 return entry
     return None
 
