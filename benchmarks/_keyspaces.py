@@ -29,6 +29,8 @@ Shapes (:data:`SHAPES`; ``keys`` is N, ``folders`` F):
   folder beside many small metadata or rare-class folders: the listing's first round reaches
   the big folder at a random point among hundreds of first pages, and an epoch drawn before it
   is reached holds none of most of the data.
+- ``trainval``: ``train/`` (94% of the keys) beside ``val/`` (6%), ``img-*.jpg``: two top
+  folders, where one folder listed whole is no typical size to judge the other by.
 
 **Strata** (what a key counts in for the fairness metrics; :meth:`KeySpace.strata`), always runs
 of consecutive positions: at the ``top`` level the class folder (``class-0003/``; for ``mixed``
@@ -50,7 +52,7 @@ from typing import Any, NamedTuple
 
 from epochfs.benchmarks._synthetic_data import Dataset, SortedKeys
 
-SHAPES = ("equal", "skewed", "nested", "many", "flat", "mixed", "bigtiny")
+SHAPES = ("equal", "skewed", "nested", "many", "flat", "mixed", "bigtiny", "trainval")
 DEFAULTS: dict[str, dict[str, float]] = {
     "equal": {"folders": 100, "skew": 0.0},
     "skewed": {"folders": 100, "skew": 1.1},
@@ -59,10 +61,13 @@ DEFAULTS: dict[str, dict[str, float]] = {
     "flat": {},
     "mixed": {},
     "bigtiny": {"folders": 300},
+    "trainval": {},
 }
 """Each shape's parameters where a :class:`Shape` leaves them None."""
 MIXED = (("arrays/", "array", ".npy", 500), *((f"train/class-{k}/", "img", ".png", 1000) for k in range(5)))
 """``mixed``: (folder, stem, extension, share) of each folder."""
+TRAINVAL = (("train/", "img", ".jpg", 94), ("val/", "img", ".jpg", 6))
+"""``trainval``: (folder, stem, extension, share) of each folder."""
 DECILES = 10
 TINY_FILES = 3
 """``bigtiny``: keys in each tiny folder."""
@@ -156,10 +161,11 @@ def folders(shape: Shape) -> list[Folder]:
     count = min(n, int(shape.param("folders")))
     if shape.name == "flat":
         return [Folder("", "sample", ".bin", n, "")]
-    if shape.name == "mixed":
-        parts = apportion(n, [m[3] for m in MIXED]) if n >= len(MIXED) else [n]
+    if shape.name in ("mixed", "trainval"):
+        table = MIXED if shape.name == "mixed" else TRAINVAL
+        parts = apportion(n, [m[3] for m in table]) if n >= len(table) else [n]
         return [Folder(path, stem, ext, c, path)
-                for (path, stem, ext, _), c in zip(MIXED, parts, strict=False)]
+                for (path, stem, ext, _), c in zip(table, parts, strict=False)]
     if shape.name == "bigtiny":
         return _big_beside_tiny(n, count)
     if shape.name in ("equal", "skewed", "many"):

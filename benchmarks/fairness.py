@@ -8,8 +8,9 @@ each folder, small folders over-represented. This benchmark measures that per ep
 change to the listing or the fetch order shows its effect as numbers:
 
 For each key space shape (:mod:`epochfs.benchmarks._keyspaces`: ``equal``, ``skewed``, ``nested``,
-``many``, ``flat``, ``mixed`` class folders, and ``bigtiny``, one folder holding most keys beside
-``--folders`` folders of 3 keys; ``--keys`` keys of ``--size`` bytes), the synthetic S3
+``many``, ``flat``, ``mixed`` class folders, ``bigtiny``, one folder holding most keys beside
+``--folders`` folders of 3 keys, and ``trainval``, ``train/`` (94%) beside ``val/`` (6%);
+``--keys`` keys of ``--size`` bytes), the synthetic S3
 endpoint serves it in its own process (ListObjectsV2 pages after ``--list-latency`` each, 20 ms
 like S3), and a real ``epochfs sidecar`` (supervisor, sampler, FUSE view; as root) samples it into
 a fresh cache large enough that nothing is evicted. Epoch N is cut by a lookup of ``epoch-N``
@@ -54,7 +55,7 @@ keys listed by its cut, so runs of one sampling order repeat its draw (a lopside
 run): ``--sampler-seed 7,11,12`` gives the runs those orders in turn, and the medians spread over
 the draws as well as the listing's and the load's.
 
-    epochfs bench fairness                                     # seven shapes, 100k keys, 6 epochs
+    epochfs bench fairness                                     # eight shapes, 100k keys, 6 epochs
     python -m epochfs.benchmarks.fairness --shapes skewed,mixed --keys 1M --markdown f.md
     python -m epochfs.benchmarks.fairness --keys 2000 --epochs 2 --every 1     # a smoke run
 
