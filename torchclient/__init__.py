@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:  # what static tools see; at run time __getattr__ below imports on demand
     from .arrayloader import ArrayEpochRun, ArrayLoader, default_num_threads
     from .arrays import ArraySampleError
-    from .collate import BatchShapeError
+    from .collate import BatchMembersError, BatchShapeError
     from .dataset import EpochDataset
     from .decode import (
         SampleDecodeError,
@@ -56,6 +56,7 @@ _SUBMODULE = {
     "ArrayLoader": "arrayloader",
     "default_num_threads": "arrayloader",
     "ArraySampleError": "arrays",
+    "BatchMembersError": "collate",
     "BatchShapeError": "collate",
     "EpochDataset": "dataset",
     "wait_for_epoch": "waiting",
@@ -100,6 +101,7 @@ __all__ = [
     "ArrayEpochRun",
     "ArrayLoader",
     "ArraySampleError",
+    "BatchMembersError",
     "BatchShapeError",
     "ClassMapError",
     "EpochDataset",

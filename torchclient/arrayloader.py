@@ -37,9 +37,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
-import numpy as np
 import torch
 
+from .arraydtype import loader_dtype, torch_dtype
 from .arrays import FORMATS, ArraySampleError, SampleReader, expected_spec, make_reader
 from .dataset import EpochDataset
 from .decode import check_max_bytes
@@ -62,14 +62,6 @@ def default_num_threads(local_size: int = 1) -> int:
     """Reader threads per rank: two per CPU of this node shared by its ranks (reads wait on I/O), 2-16."""
     cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
     return max(2, min(16, 2 * cpus // max(local_size, 1)))
-
-
-def torch_dtype(dtype: np.dtype[Any], path: str) -> torch.dtype:
-    """The torch dtype holding ``dtype``'s bytes, or ArraySampleError naming ``path``."""
-    try:
-        return torch.from_numpy(np.empty(0, dtype=dtype)).dtype
-    except (TypeError, ValueError) as exc:
-        raise ArraySampleError(f"sample {path} holds {dtype}, which torch has no dtype for", path) from exc
 
 
 @dataclass
@@ -140,7 +132,8 @@ class ArrayLoader(Resumable):
     ``for batch in loader.epoch(n)`` yields tensors of shape ``(batch_size, *shape)`` (the last one
     shorter unless ``drop_last``). Samples: ``format="npy"``, ``"npz"`` (the stored member ``member``,
     or the only one), ``"raw"`` (``dtype`` and ``shape`` required) or ``"auto"`` (by the first file's
-    extension). ``dtype``/``shape`` not given come from the epoch's first file; every sample must
+    extension); ``dtype`` is numpy's or torch's (:mod:`.arraydtype`: ``torch.bfloat16`` is read as
+    its ``uint16`` bits). ``dtype``/``shape`` not given come from the epoch's first file; every sample must
     match, else :class:`~epochfs.torchclient.arrays.ArraySampleError` names the file. The first file's
     header is parsed strictly, and the array it declares must fit in the file (and be at most
     ``max_array_bytes`` when given: the file's own size bounds it otherwise, and a sample of a
@@ -188,7 +181,8 @@ class ArrayLoader(Resumable):
             raise ValueError(f"on_epoch_end must be callable or None, got {on_epoch_end!r}")
         self.retry_seconds = check_retry_seconds(retry_seconds)
         self._init_resume(on_resume_mismatch)
-        self.dtype, self.shape = expected_spec(dtype, shape)
+        read_as, self._view_dtype = loader_dtype(dtype)  # torch.bfloat16: read as uint16 bits
+        self.dtype, self.shape = expected_spec(read_as, shape)
         if format == "raw" and (self.dtype is None or self.shape is None):
             raise ValueError("format='raw' needs dtype= and shape=")
         self.num_replicas, self.rank, world = resolve_split(partition, num_replicas, rank, who="ArrayLoader")
@@ -254,7 +248,7 @@ class ArrayLoader(Resumable):
                 reader = probe()
             except ArraySampleError as exc:  # read as every sample is: retried, or lost at once
                 reader = _read_failed(first, exc, probe, self.retry_seconds)
-            self._tensor_dtype = torch_dtype(reader.spec.dtype, first)
+            self._tensor_dtype = self._view_dtype or torch_dtype(reader.spec.dtype, first)
             self.reader = reader
         if self._pool is None:
             self._pool = cf.ThreadPoolExecutor(self.num_threads, thread_name_prefix="epochfs-array")

@@ -58,6 +58,23 @@ if hasattr(os, "register_at_fork"):  # POSIX; spawned children exec, so O_CLOEXE
     os.register_at_fork(after_in_child=_drop_holds_in_child)
 
 
+def _shown(patterns: Sequence[str], most: int = 4) -> str:
+    listed = ", ".join(repr(p) for p in patterns[:most])
+    return listed + (f" and {len(patterns) - most} more" if len(patterns) > most else "")
+
+
+def nothing_kept(keys: KeyFilter, epoch: int, files: Sequence[str]) -> str:
+    """Why a dataset refuses an epoch whose files ``keys`` all leave out: a typo'd or wrong-case
+    pattern would otherwise train zero steps every epoch without a word (an epoch with no files at
+    all is no such mistake and stays a dataset of length 0)."""
+    given = " and ".join(f"{what}={_shown(p)}" for what, p in (("include", keys.include),
+                                                                ("exclude", keys.exclude)) if p)
+    named = ", ".join(files[:3]) + (" ..." if len(files) > 3 else "")
+    return (f"{given} keep none of epoch {epoch}'s {len(files)} files (e.g. {named}): check the "
+            "patterns (they are case-sensitive and match the path inside epoch-N/; one without '/' "
+            "matches a name at any depth)")
+
+
 class EpochDataset(Dataset[Any]):
     """The files of ``root/epoch-<epoch>/`` in a stable order (by relative path); item i is file i decoded.
 
@@ -80,7 +97,9 @@ class EpochDataset(Dataset[Any]):
     matched against the path inside ``epoch-N/``, the sidecar's ``--include``/``--exclude`` rule,
     :mod:`.globs`): a file is kept when it matches an include (or none is given) and no exclude;
     the manifest's order is kept and ``excluded`` counts the files left out. Patterns are checked
-    before the epoch is looked up (a bad one is a ValueError naming the argument).
+    before the epoch is looked up (a bad one is a ValueError naming the argument), and patterns
+    that leave out every file of an epoch that has files are a ValueError naming them
+    (:func:`nothing_kept`).
 
     ``label="folder"`` makes item i ``(sample, class index)``, the class being the folder of
     ``class_root`` (``"train"``; default ``"."``, the epoch's own folder) that holds the file:
@@ -136,6 +155,8 @@ class EpochDataset(Dataset[Any]):
         """Files of the epoch that ``include``/``exclude`` left out."""
         if self.keys:
             keep = [i for i, path in enumerate(self.files) if self.keys.keep(path)]
+            if not keep and self.files:
+                raise ValueError(nothing_kept(self.keys, self.epoch, self.files))
             self.excluded = len(self.files) - len(keep)
             self.files = [self.files[i] for i in keep]
             self.sizes = [self.sizes[i] for i in keep]

@@ -10,7 +10,8 @@ folder's index in ``.epochfs/classes.json`` (:mod:`.layout`); this module reads 
   shaped like the mount), from the class folders of every visible epoch up to this one, sorted,
   with a warning: those are stable only while no later epoch brings a class that sorts earlier.
   There a class is a folder holding at least one file the dataset reads (its ``include`` and
-  ``exclude``), in every epoch alike, so identical epochs give identical maps.
+  ``exclude``), in every epoch alike, so identical epochs give identical maps. A hidden folder
+  (:func:`is_hidden`) is no class there nor in ``classes.json``.
 * :func:`label_files` keeps the files inside a class folder of the root and gives each its label.
 
 A class folder that ``classes.json`` lacks (it can only have been read before the epoch's folders
@@ -63,17 +64,29 @@ def _prefix(class_root: str) -> str:
     return "" if class_root == ROOT_KEY else class_root + "/"
 
 
+def is_hidden(name: str) -> bool:
+    """Whether a folder is hidden, and so no class (``.ipynb_checkpoints``, ``.git``): tooling
+    beside the data. The sidecar records no hidden folder in ``classes.json``
+    (``epochfs.sidecar.store.classes.hidden_folder``, which this package may not import:
+    tests/torchclient/test_hidden_class_folders.py checks both agree), so a plain folder and the
+    mount number the same classes."""
+    return name.startswith(".")
+
+
 def class_of(path: str, class_root: str) -> str | None:
-    """The class folder of ``path`` under ``class_root`` (None: not inside one of its folders)."""
+    """The class folder of ``path`` under ``class_root`` (None: not inside one of its folders, or
+    inside a hidden one, :func:`is_hidden`)."""
     prefix = _prefix(class_root)
     if not path.startswith(prefix):
         return None
     name, sep, _ = path[len(prefix):].partition("/")
-    return name if sep and name else None
+    return name if sep and name and not is_hidden(name) else None
 
 
 def check_classes(classes: Mapping[str, int] | Sequence[str]) -> dict[str, int]:
-    """A ``classes=`` argument as ``{name: index}``: a mapping as it is, a list of names by index."""
+    """A ``classes=`` argument as ``{name: index}``: a mapping as it is, a list of names by index.
+    The indexes must be 0..K-1, each once (ClassMapError naming those that are not): ``classes``
+    lists the names by index and ``len(classes)`` sizes a model's output."""
     if isinstance(classes, Mapping):
         mapping = dict(classes)
     elif isinstance(classes, Sequence) and not isinstance(classes, str):
@@ -86,7 +99,30 @@ def check_classes(classes: Mapping[str, int] | Sequence[str]) -> dict[str, int]:
     if not all(isinstance(k, str) and isinstance(v, int) and not isinstance(v, bool) and v >= 0
                for k, v in mapping.items()):
         raise ValueError("classes: names must be str and indexes ints >= 0")
+    problem = _not_dense(mapping)
+    if problem:
+        raise ClassMapError(f"classes: the indexes of {len(mapping)} classes must be 0..{len(mapping) - 1}, "
+                            f"each once ({problem}): classes[label] names the class of a label and "
+                            "len(classes) sizes the model's output, neither of which holds otherwise; "
+                            "number the classes 0..K-1 (e.g. {name: i for i, name in enumerate(names)})")
     return mapping
+
+
+def _not_dense(mapping: Mapping[str, int]) -> str:
+    """What keeps ``mapping``'s indexes from being 0..K-1 each once ('' when nothing): the
+    indexes given to several classes, those past K-1 (a gap below them)."""
+    by_index: dict[int, list[str]] = {}
+    for name, index in mapping.items():
+        by_index.setdefault(index, []).append(name)
+    said = [f"index {i} is given to {', '.join(repr(n) for n in sorted(names))}"
+            for i, names in sorted(by_index.items()) if len(names) > 1]
+    beyond = {i: names for i, names in sorted(by_index.items()) if i >= len(mapping)}
+    if beyond:
+        unused = [i for i in range(len(mapping)) if i not in by_index]
+        shown = ", ".join(f"{names[0]!r}: {i}" for i, names in list(beyond.items())[:5])
+        said.append(f"{shown} {'is' if len(beyond) == 1 else 'are'} past {len(mapping) - 1}, "
+                    f"leaving {', '.join(map(str, unused[:5]))}{' ...' if len(unused) > 5 else ''} unused")
+    return "; ".join(said)
 
 
 def _class_names(paths: Iterable[str], class_root: str) -> set[str]:
@@ -132,6 +168,7 @@ def class_map(root: str | os.PathLike[str], epoch: int, class_root: str, files: 
         mapping = _from_epochs(root, epoch, class_root, files, keep)
         if not mapping and files:
             raise ClassMapError(_no_class_folder(root, epoch, class_root, files))
+        _check_not_one(mapping, epoch, class_root, files)
         warnings.warn(f"{root} has no .epochfs/classes.json (not an epochfs mount of this version): "
                       f"the classes of {class_root!r} are numbered from the class folders of the "
                       "epochs present, which changes the labels if a later epoch brings a class that "
@@ -153,7 +190,31 @@ def class_map(root: str | os.PathLike[str], epoch: int, class_root: str, files: 
         named = ", ".join(sorted(missing)[:5]) + (" ..." if len(missing) > 5 else "")
         raise ClassMapError(f"class folder(s) {named} of {class_root!r} in epoch {epoch} have no index "
                             f"in {where}")
+    if found.source != "given":
+        _check_not_one(found.class_to_idx, epoch, class_root, files)
     return found
+
+
+def _check_not_one(mapping: Mapping[str, int], epoch: int, class_root: str, files: Sequence[str]) -> None:
+    """A class root with one class gives every file label 0: a classifier learns nothing from it,
+    and it is what ``class_root="."`` (the default) gives on the ``train/<class>/`` layout, where
+    ``train`` is the one folder at the top. ClassMapError naming the folder and, where it holds the
+    class folders, the class_root to pass; ``classes=`` with one entry is taken as meant. An epoch
+    with no file in the class (all outside it) labels nothing and passes."""
+    if len(mapping) != 1 or all(class_of(path, class_root) is None for path in files):
+        return
+    (only,) = mapping
+    inner = only if class_root == ROOT_KEY else f"{class_root}/{only}"
+    below = sorted(_class_names(files, inner))
+    if below:
+        named = ", ".join(below[:5]) + (" ..." if len(below) > 5 else "")
+        advice = (f"it holds the class folders {named}: pass class_root={inner!r} "
+                  f"(EpochImageFolder's folder={inner!r})")
+    else:
+        advice = ("a classifier needs two classes or more: check class_root, or pass classes= naming "
+                  "the one class if it is meant")
+    raise ClassMapError(f"class_root={class_root!r} has one class, {only!r}, so every file of epoch {epoch} "
+                        f"would get label 0; {advice}")
 
 
 def _roots_named(roots: Iterable[str]) -> str:

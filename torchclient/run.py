@@ -34,7 +34,10 @@ class EpochStats:
 
     epoch: int
     files: int = 0
-    """Files in the epoch folder (the node's whole epoch, before the split over ranks)."""
+    """Files of the epoch folder read (the node's whole epoch, before the split over ranks)."""
+    excluded: int = 0
+    """Files of the epoch folder left out (``include``/``exclude``, files outside a class folder):
+    the line counts them apart, so "3 files" never hides an epoch of 100."""
     samples: int = 0
     """Samples delivered to this rank (repeats from padding included)."""
     batches: int = 0
@@ -66,12 +69,17 @@ class EpochStats:
     def samples_per_s(self) -> float:
         return self.samples / self.reading_seconds if self.reading_seconds > 0 else 0.0
 
+    def _files(self) -> str:
+        if not self.excluded:
+            return f"{self.files} files in the epoch"
+        return f"{self.files} of the epoch's {self.files + self.excluded} files, {self.excluded} left out"
+
     def line(self) -> str:
         """One human line, the one the examples print; sizes and rates in the decimal unit that
         fits (a small epoch read "0.0 MB in 0.05s = 0.1 MB/s"; now "44.0 kB ... = 880.0 kB/s")."""
         rate = self.bytes / self.reading_seconds if self.reading_seconds > 0 else 0.0
         return (f"epoch {self.epoch}: {self.samples} samples in {self.batches} batches "
-                f"({self.files} files in the epoch), {decimal_size(self.bytes)} in "
+                f"({self._files()}), {decimal_size(self.bytes)} in "
                 f"{self.reading_seconds:.2f}s = "
                 f"{decimal_size(rate)}/s, {self.samples_per_s:.0f} samples/s; "
                 f"waited {self.wait_seconds:.2f}s for data, {self.cut_wait_seconds:.2f}s for the cut before"
@@ -226,8 +234,8 @@ class RunBase:
     def _measure(self, dataset: EpochDataset, padded: int) -> EpochStats:
         """The stats of this epoch of ``dataset`` (read from now on), kept on the run as it runs."""
         self.dataset = dataset
-        self.stats = EpochStats(epoch=self.epoch, files=len(dataset), cut_wait_seconds=dataset.wait_seconds,
-                                padded=padded)
+        self.stats = EpochStats(epoch=self.epoch, files=len(dataset), excluded=dataset.excluded,
+                                cut_wait_seconds=dataset.wait_seconds, padded=padded)
         return self.stats
 
     def __iter__(self) -> Iterator[Any]:

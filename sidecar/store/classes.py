@@ -4,7 +4,9 @@ torchvision's ``ImageFolder`` numbers the classes of ``epoch-N/train`` by the fo
 *that* epoch: an epoch that lacks one class shifts every later label. The cache therefore keeps
 every folder it has shown, or that the listing found, in one list (``<cache>/classes.folders``):
 sorted at the first record, and from then on only appended to (new folders in sorted order), never
-reordered. A folder's class index is its place among the folders of the same parent in that list
+reordered. Hidden folders (``.ipynb_checkpoints/``: :func:`hidden_folder`) are never recorded;
+a list that already names one keeps it, as it keeps every line. A folder's class index is its
+place among the folders of the same parent in that list
 (``epochfs.torchclient.layout.format_classes`` renders ``.epochfs/classes.json`` from it), so it
 is the same in every epoch of the cache, and a class that appears later takes the next index.
 
@@ -80,15 +82,27 @@ def read(root: Path) -> ClassFolders:
     return ClassFolders(tuple(line for line in lines[1:] if line), through)
 
 
+def hidden_folder(name: str) -> bool:
+    """Whether a folder of this name is left out of the list: a hidden one (``.ipynb_checkpoints``,
+    ``.git``, macOS's ``.Trashes``) is tooling beside the data, never a class. The torch client
+    numbers a plain folder's classes by the same rule (``epochfs.torchclient.labels.is_hidden``,
+    which may not import the store: tests/torchclient/test_hidden_class_folders.py checks both
+    agree), so a mount and a copy of its epoch give the same labels."""
+    return name.startswith(".")
+
+
 def with_parents(folders: Iterable[str]) -> set[str]:
     """``folders`` (``a/b/``, ``a/b``) and every folder above them, without trailing slashes;
-    empty and unsafe names (``.``, ``..``, an empty component) are left out."""
+    empty and unsafe names (``.``, ``..``, an empty component) are left out, and so is a hidden
+    folder (:func:`hidden_folder`) with every folder below it."""
     out: set[str] = set()
     for folder in folders:
         parts = folder.strip("/").split("/")
         if not folder.strip("/") or any(p in ("", ".", "..") or "\n" in p or "\0" in p for p in parts):
             continue
         for i in range(1, len(parts) + 1):
+            if hidden_folder(parts[i - 1]):
+                break
             out.add("/".join(parts[:i]))
     return out
 
@@ -205,5 +219,5 @@ def listing_mark(ix: Index) -> tuple[int, int]:
     return generation, parts
 
 
-__all__ = ["FOLDERS_NAME", "MAX_FOLDERS", "RECORD_WAIT", "ClassFolders", "catalog_folders", "listing_folders",
-           "listing_mark", "merged", "read", "record", "with_parents"]
+__all__ = ["FOLDERS_NAME", "MAX_FOLDERS", "RECORD_WAIT", "ClassFolders", "catalog_folders", "hidden_folder",
+           "listing_folders", "listing_mark", "merged", "read", "record", "with_parents"]
