@@ -19,11 +19,13 @@ reaches it by a jump (``loader.epoch(first, jump=True)``).
 from __future__ import annotations
 
 import os
+import time
 from pathlib import Path
 from typing import Any
 
-from .describe import check_root
+from .describe import check_root, describe_root
 from .layout import list_epochs, read_status
+from .waiting import Progress, check_timeout, print_progress
 
 
 def newest_live_epoch(root: str | os.PathLike[str]) -> int | None:
@@ -33,7 +35,8 @@ def newest_live_epoch(root: str | os.PathLike[str]) -> int | None:
     return _own_start(Path(root), read_status(root))[0]
 
 
-def start_epoch(root: str | os.PathLike[str]) -> int:
+def start_epoch(root: str | os.PathLike[str], *, wait: bool = True, timeout: float = 600.0,
+                progress: Progress | None = print_progress) -> int:
     """The epoch a new training run reads first: the newest live epoch under ``root`` (a kept
     cache), or the first cut when none exists yet (0 on a new cache; on a cache whose index was
     reset and lost every epoch, the number after the old ones, as ``status.json``'s
@@ -42,12 +45,42 @@ def start_epoch(root: str | os.PathLike[str]) -> int:
     its loader): the largest answer of any rank, so every rank starts at the same epoch; pass
     ``jump=True`` for that first epoch, since another node's cache may be ahead of this one's.
 
-    Raises FileNotFoundError for a ``root`` that is not there or is certainly not the mount
-    (the same message the loaders give), rather than answer 0 for a mount not up yet."""
+    A ``root`` that shows neither ``.epochfs/status.json`` nor an epoch is a mount point the
+    sidecar has not mounted yet (a trainer started beside the sidecar, not after it): answered
+    at once, 0 sent a kept cache's trainer to an epoch retired for good. So it is waited for, as
+    the loaders wait for an epoch (``wait``, ``timeout``, ``progress`` as theirs;
+    :func:`_view_up`). Raises FileNotFoundError for a ``root`` that is not there or is certainly
+    not the mount (the same message the loaders give), and TimeoutError when no view came."""
     path = Path(root)
     check_root(path, present=path.is_dir())
-    newest, first_cut = _own_start(path, read_status(path))
+    status = read_status(path)
+    if status is None and not list_epochs(path) and wait:
+        status = _view_up(path, check_timeout(timeout), progress)
+    newest, first_cut = _own_start(path, status)
     return _agreed(first_cut if newest is None else newest)
+
+
+def _view_up(root: Path, timeout: float, progress: Progress | None) -> dict[str, Any] | None:
+    """Wait until ``root`` shows the sidecar's ``status.json`` or an epoch folder; its status
+    then (None: a plain folder's epochs). Lines as the loaders' wait: the first at once, then
+    every 5 s; looks back off from 20 ms to 0.5 s."""
+    start = time.monotonic()
+    delay, next_report = 0.02, start
+    while True:
+        now = time.monotonic()
+        if now >= next_report:
+            check_root(root, present=True)
+            if progress is not None:
+                progress(f"epochfs: waiting for the sidecar's view under {root} to know where a new "
+                         f"run starts ({now - start:.0f}s so far; {describe_root(root)})")
+            next_report = now + 5.0
+        if now - start >= timeout:
+            raise TimeoutError(f"no epochfs view under {root} within {timeout:g}s to tell where a new "
+                               f"run starts ({describe_root(root)})")
+        time.sleep(min(delay, max(0.0, timeout - (now - start))))
+        delay = min(delay * 1.5, 0.5)
+        if (status := read_status(root)) is not None or list_epochs(root):
+            return status
 
 
 def _own_start(root: Path, status: dict[str, Any] | None) -> tuple[int | None, int]:
