@@ -4,7 +4,8 @@ Apart from :mod:`.cache` because it is the store's longest rule: the order temp 
 ``objects/`` -> dir fsync -> index commit (DESIGN.md), a batch checked against what the index holds
 before any file moves, a sample waiting for its repair in place repaired instead
 (:func:`.integrity.repair`), a sample fetched again while cached (or whose repair landed after it
-was marked lost) dropped, and files given back when the install or the commit fails.
+was marked lost, or whose key is held back: :mod:`.heldback`) dropped, and files given back when
+the install or the commit fails.
 :meth:`.Store.admit` calls :func:`admit`.
 """
 
@@ -17,7 +18,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from epochfs.sidecar.store import integrity
+from epochfs.sidecar.store import heldback, integrity
 from epochfs.sidecar.store.index import Index, Meta
 from epochfs.sidecar.store.objects import ObjectFiles
 from epochfs.sidecar.store.records import Admission
@@ -74,10 +75,12 @@ def admit(ix_of: Callable[[], Index], files: ObjectFiles, items: list[Admission]
         raise ValueError(f"already in the cache: {', '.join(sorted(clashes))}")
     _drop(by_key, again, "fetched again while cached")
     _drop(by_key, late, "whose repair landed after they were marked lost")
+    held = _held_back(ix_of(), [a for a in items if a.key not in waiting and a.key not in again + late])
+    _drop(by_key, held, "held back (a retired epoch's folder may still name their objects)")
     if waiting:
         integrity.repair(ix_of(), files, [(by_key[k], int(r[2]), int(r[3]), str(r[4]), str(r[5]))
                                           for k, r in waiting.items()])
-    dropped = {*again, *late}
+    dropped = {*again, *late, *held}
     items = [a for a in items if a.key not in waiting and a.key not in dropped]
     if not items:
         if inflight_bytes is not None:
@@ -112,6 +115,15 @@ def admit(ix_of: Callable[[], Index], files: ObjectFiles, items: list[Admission]
         files.remove(a.sid for a in items)
         raise
     return total
+
+
+def _held_back(ix: Index, items: list[Admission]) -> list[str]:
+    """The keys of ``items`` held back from a fetch (:mod:`.heldback`): the fetch order does not
+    offer them, and one whose download began before its hold must not land either, or an old
+    epoch's folder would show its new bytes."""
+    with ix.read() as db:
+        held = heldback.among(db, [a.sid for a in items])
+    return [a.key for a in items if a.sid in held]
 
 
 def _drop(by_key: dict[str, Admission], keys: list[str], why: str) -> None:

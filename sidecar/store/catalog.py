@@ -14,6 +14,7 @@ import sqlite3
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from epochfs.sidecar.store import heldback
 from epochfs.sidecar.store.index import Index, Meta
 from epochfs.sidecar.store.records import Candidate, CatalogRow
 from epochfs.sidecar.store.stats import FIRST_ROUND_WAIT, awaits_first_round, listing_known
@@ -82,8 +83,10 @@ def _candidates(
     """Catalog rows matching ``where`` that are neither cached nor skipped, as (order, candidate)."""
     unfetched = _UNFETCHED if indexed_by is None else _UNFETCHED.replace(
         "FROM catalog c", f"FROM catalog c INDEXED BY {indexed_by}", 1)
-    rows = ix.query(f"SELECT c.{order_column}, c.key, c.sid, c.size, c.version {unfetched} AND {where}",
-                    args)
+    with ix.read() as db:
+        unfetched += heldback.clause(db, "c.sid")
+        rows = db.execute(f"SELECT c.{order_column}, c.key, c.sid, c.size, c.version {unfetched} AND {where}",
+                          args).fetchall()
     return [(int(r[0]), Candidate(str(r[1]), str(r[2]), int(r[3]), str(r[4]))) for r in rows]
 
 
@@ -114,13 +117,15 @@ def refill(ix: Index, *, cursor: int | None, offered_upto: int, owed_limit: int,
     below the cursor are owed. The owed rows and the walk are read in one transaction, so a row
     is offered once per pass, by one or the other; when ``owed_limit`` rows are owed the walk
     waits for the next refill. ``walk_below``: the walk goes no higher than this rank (the fetch
-    order's pace while a listing runs).
+    order's pace while a listing runs). A key held back (:mod:`.heldback`) is neither owed nor
+    walked: it is left to a later pass.
     """
     walk_from = -(2**63) if cursor is None else cursor
     op = ">=" if cursor is None else ">"
     select = "SELECT c.rowid, c.rank, c.key, c.sid, c.size, c.version"
     top_rank = 2**63 - 1 if walk_below is None else walk_below
     with ix.read() as db:
+        unfetched = _UNFETCHED + heldback.clause(db, "c.sid")  # held back: a later pass's
         top = int(db.execute("SELECT COALESCE(MAX(rowid), 0) FROM catalog").fetchone()[0])
         # A relist that dropped the newest rows lets new ones take lower numbers again.
         upto = min(offered_upto, top)
@@ -128,14 +133,14 @@ def refill(ix: Index, *, cursor: int | None, offered_upto: int, owed_limit: int,
         walk_ok = walk_limit > 0
         if cursor is not None and top > upto:
             if owed_limit > 0:
-                owed = db.execute(f"{select} {_UNFETCHED} AND c.rowid > ? AND c.rank <= ? "
+                owed = db.execute(f"{select} {unfetched} AND c.rowid > ? AND c.rank <= ? "
                                   "ORDER BY c.rowid LIMIT ?", (upto, cursor, owed_limit)).fetchall()
             if owed_limit <= 0 or len(owed) >= owed_limit:
                 # Rows after these are not looked at yet (some may be owed): no walk past them.
                 top = int(owed[-1][0]) if owed else upto
                 walk_ok = False
         walk = db.execute(
-            f"{select} {_UNFETCHED} AND c.rank {op} ? AND c.rank <= ? ORDER BY c.rank, c.key LIMIT ?",
+            f"{select} {unfetched} AND c.rank {op} ? AND c.rank <= ? ORDER BY c.rank, c.key LIMIT ?",
             (walk_from, top_rank, walk_limit)).fetchall() if walk_ok else []
     return Refill([(int(r[1]), int(r[0]), Candidate(str(r[2]), str(r[3]), int(r[4]), str(r[5])))
                    for r in owed],
@@ -214,13 +219,15 @@ def resume_rank(ix: Index) -> int | None:
 def window_candidates(ix: Index, lo: int, hi: int, *, limit: int) -> list[tuple[int, Candidate]]:
     """Catalog entries at positions [lo, hi) of the rank order that are neither cached nor
     skipped, in order (positions are counted, not stored: no row is ever renumbered)."""
-    rows = ix.query(
-        "SELECT w.n, w.key, w.sid, w.size, w.version FROM (SELECT ROW_NUMBER() OVER () - 1 + ? AS n, "
-        "key, sid, size, version, skipped FROM (SELECT key, sid, size, version, skipped FROM catalog "
-        "ORDER BY rank, key LIMIT ? OFFSET ?)) w WHERE w.skipped = 0 "
-        "AND NOT EXISTS (SELECT 1 FROM samples s WHERE s.key = w.key) ORDER BY w.n LIMIT ?",
-        (lo, max(0, hi - lo), lo, limit),
-    )
+    with ix.read() as db:
+        rows = db.execute(
+            "SELECT w.n, w.key, w.sid, w.size, w.version FROM (SELECT ROW_NUMBER() OVER () - 1 + ? AS n, "
+            "key, sid, size, version, skipped FROM (SELECT key, sid, size, version, skipped FROM catalog "
+            "ORDER BY rank, key LIMIT ? OFFSET ?)) w WHERE w.skipped = 0 "
+            f"AND NOT EXISTS (SELECT 1 FROM samples s WHERE s.key = w.key){heldback.clause(db, 'w.sid')} "
+            "ORDER BY w.n LIMIT ?",
+            (lo, max(0, hi - lo), lo, limit),
+        ).fetchall()
     return [(int(r[0]), Candidate(str(r[1]), str(r[2]), int(r[3]), str(r[4]))) for r in rows]
 
 

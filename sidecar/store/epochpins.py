@@ -14,7 +14,7 @@ import sqlite3
 import time
 from collections.abc import Sequence
 
-from epochfs.sidecar.store import memberfiles, publisherlock
+from epochfs.sidecar.store import heldback, memberfiles, publisherlock
 from epochfs.sidecar.store.index import Index, is_busy
 from epochfs.sidecar.store.records import Policy
 from epochfs.sidecar.store.windows import IN_WINDOW
@@ -86,6 +86,7 @@ def retire(ix: Index, policy: Policy, *, now: float | None = None) -> list[int]:
     deletes them."""
     if not publisherlock.may_release(ix.path.parent):
         return []
+    heldback.holding(ix)  # a publisher back (or no folder view): keys held back are fetched again
     now = time.time() if now is None else now
     with ix.read() as db:
         due = db.execute("SELECT COUNT(*) FROM epochs WHERE retired=0").fetchone()[0] > len(

@@ -12,7 +12,7 @@ from __future__ import annotations
 import sqlite3
 import time
 
-from epochfs.sidecar.store import epochs, publisherlock
+from epochfs.sidecar.store import epochs, heldback, publisherlock
 from epochfs.sidecar.store.epochpins import HOLDS, grace_bounds
 from epochfs.sidecar.store.index import Index
 from epochfs.sidecar.store.objects import ObjectFiles
@@ -66,9 +66,12 @@ def evict(ix: Index, files: ObjectFiles, policy: Policy, need: int, *, now: floa
     free; returns the bytes freed. Nothing while the cache's folder view has no publisher
     running (:mod:`.publisherlock`): an epoch the store retired may still be shown, its folder not
     taken down yet, and the sampler waits (backpressure) rather than break its files. The FUSE
-    view's lag is covered by the grace instead (``now``: the clock both are read at)."""
+    view's lag is covered by the grace instead (``now``: the clock both are read at). Once the
+    store has given up waiting for a publisher, what is evicted is held back from a fetch
+    (:mod:`.heldback`): a retired epoch's folder may still name its object's path."""
     if not publisherlock.may_release(ix.path.parent):
         return 0
+    held_back = heldback.holding(ix)
     now = time.time() if now is None else now
     epochs.retire(ix, policy, now=now)
     freed = 0
@@ -86,6 +89,8 @@ def evict(ix: Index, files: ObjectFiles, policy: Policy, need: int, *, now: floa
                 victims.append(v)
                 freed += v[2]
         if victims:
+            if held_back:
+                heldback.hold(ix, db, [sid for _, sid, _ in victims])
             ix.bump("evicted_total", len(victims))
             ix.bump("cache_samples", -len(victims))
             ix.bump("cache_bytes", -freed)

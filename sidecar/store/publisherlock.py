@@ -19,7 +19,8 @@ started without the folder-view marker does too: :func:`at_sampler_start`) nothi
 publisher that never comes back must not stop eviction for good (the cache would stay full and
 sampling paused): after :data:`GONE_AFTER` seconds without one, :func:`may_release` lets the
 sampler go on, with an error in its log; the folder then may show missing files until a
-publisher starts and recovers it.
+publisher starts and recovers it, never other bytes: a key evicted meanwhile is not fetched again
+until then (:mod:`.heldback`), as its object's path is the one the old links name.
 """
 
 from __future__ import annotations
@@ -141,8 +142,15 @@ def may_release(root: Path, *, now: float | None = None) -> bool:
         _gave_up.add(key)
         log.error("the folder view's publisher has not run for %.0fs: retiring epochs and evicting "
                   "objects without it; the folder may show missing files until a publisher starts "
-                  "and recovers it", now - since)
+                  "and recovers it (evicted keys are not fetched again until then)", now - since)
     return True
+
+
+def gave_up(root: Path) -> bool:
+    """Whether :func:`may_release`, in this process, has stopped waiting for the cache's absent
+    publisher: retired epochs' folders may then still be shown, so what is evicted is held back
+    from a fetch (:mod:`.heldback`) until a publisher is back."""
+    return str(root) in _gave_up
 
 
 VIEW_ENV = "EPOCHFS_VIEW"
