@@ -15,6 +15,7 @@ from epochfs.sidecar import config, samplerlock, volumes
 from epochfs.sidecar.confplaces import _path
 from epochfs.sidecar.store import Policy, Stats, Store
 from epochfs.sidecar.store.stats import DISK_FULL
+from epochfs.sidecar.store.windows import Span
 
 
 def cmd_cut(ns: argparse.Namespace) -> int:
@@ -27,7 +28,7 @@ def cmd_cut(ns: argparse.Namespace) -> int:
             raise config.ConfigError(f"--epoch: {e}") from None
         if n is None:
             print(f"epochfs: cannot cut: {forced_refusal(store.stats())}" if ns.force else
-                  f"epochfs: cannot cut yet: {not_met(store.stats(), store.policy())} "
+                  f"epochfs: cannot cut yet: {refusal(store, ns.epoch)} "
                   "(use --force to cut what is there)", file=sys.stderr)
             return 1
         print(n)
@@ -45,6 +46,31 @@ def forced_refusal(stats: Stats) -> str:
         return (f"the cache's volume is full ({reason}): an epoch cut now would hold none of the "
                 f"{stats.samples} cached sample(s); it can be cut once room returns")
     return f"an epoch cut now would hold none of the {stats.samples} cached sample(s)"
+
+
+def refusal(store: Store, asked: int | None) -> str:
+    """Why the epoch ``epochfs cut`` asked for (``asked``; None: the next) cannot be cut: in
+    schedule mode, past epoch 0's first cut or for another number than 0, what that epoch's window
+    lacks (:func:`window_not_met`); otherwise what the next cut would hold (:func:`not_met`).
+    Epoch 0's figures were given for ``--epoch 5`` ("50 of the 50": a condition that holds)."""
+    stats, policy = store.stats(), store.policy()
+    n = store.next_epoch() if asked is None else asked
+    if policy.schedule is not None and (stats.first_epoch is None or n != 0):
+        return window_not_met(n, store.window_span(n), max(1, policy.min_samples))
+    return not_met(stats, policy)
+
+
+def window_not_met(n: int, span: Span | None, least: int) -> str:
+    """What schedule-mode epoch ``n``'s window lacks for its cut: its keys not yet cached, or a
+    ``--min-samples`` above what it holds (``span``: None before the first complete listing)."""
+    if span is None:
+        return (f"epoch {n}'s schedule window is not known until the first listing is complete "
+                "(windows are positions in its order)")
+    holds = span.cached + span.missing
+    line = f"epoch {n}'s schedule window holds {span.cached} of its {holds} sample(s)"
+    if holds < least:
+        return f"{line}; --min-samples {least} is more than it holds: it is never cut"
+    return line
 
 
 def not_met(stats: Stats, policy: Policy) -> str:

@@ -16,8 +16,8 @@ from abc import ABC, abstractmethod
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
-from epochfs.sidecar.store import admitted, epochpins, epochs, memberview
-from epochfs.sidecar.store.index import Index
+from epochfs.sidecar.store import admitted, ahead, epochpins, epochs, memberview, windows
+from epochfs.sidecar.store.index import Index, Meta
 from epochfs.sidecar.store.records import EpochInfo, FileEntry, Policy
 
 
@@ -45,6 +45,16 @@ class StoreEpochs(ABC):
         ``force``; ``far``: a jump of more than MAX_JUMP epochs; returns n, else None (see
         :func:`epochs.cut`)."""
         return epochs.cut(self._ix, self.policy(), n, force=force, far=far)
+
+    def window_span(self, n: int) -> windows.Span | None:
+        """Schedule mode: epoch ``n``'s window as its cut condition counts it (``epochfs cut``'s
+        refusal names what it lacks); None in snapshot mode or before the first complete listing,
+        whose order windows are positions of."""
+        policy = self.policy()
+        if policy.schedule is None or self._ix.get(Meta.LISTING_COMPLETE) is None:
+            return None
+        with self._ix.read() as db:
+            return ahead.fetch(db, policy, n) or windows.scan(db, policy, n)
 
     def request_cut(self, n: int) -> bool:
         return epochs.request_cut(self._ix, self.policy(), n)
