@@ -32,8 +32,11 @@ def listing_lines(listing: dict[str, Any]) -> list[str]:
             seen = f"{listed:,} keys seen (no estimate of the total yet)"
         else:
             seen = "no page listed yet"
-        spans = int(listing.get("spans") or 0)
-        reached = f", {int(listing.get('spans_reached') or 0)} of {spans} folder(s) reached" if spans else ""
+        spans, got = int(listing.get("spans") or 0), int(listing.get("spans_reached") or 0)
+        reached = f", {got} of {spans} folder(s) reached" if spans else ""
+        if estimated > 0 and 0 < got < spans:
+            # Such a folder may hold most keys: the estimate counts it at the reached ones' average.
+            reached += " (the others counted at the reached ones' average size until reached)"
         lines.append(f"listing: {seen}{reached}"
                      + (": epochs cut now sample what is listed so far" if listed else ""))
     elif listing.get("warning"):
