@@ -210,6 +210,33 @@ def compare(positions: Positions, bounds: Sequence[int] | npt.NDArray[np.int64],
                       same_mix_ks(positions, b, draws=draws, seed=seed))
 
 
+@dataclass(frozen=True)
+class Prefix:
+    """The sampling order's own first N keys of those listed, beside an epoch of N samples."""
+
+    tv: float
+    """The prefix's folder-mix TV (nan when nothing was listed)."""
+    tv_ratio: float
+    """``tv`` to the random samples' median: the order's own luck, which its nested epochs share."""
+    sampler_vs_order: float
+    """The epoch's TV / ``tv``: near 1.0 when the sampler drew what the order's front holds."""
+    shared: int
+    """The epoch's keys that are among the prefix."""
+
+
+def order_prefix(epoch: Positions, ranked: Positions, bounds: Sequence[int] | npt.NDArray[np.int64],
+                 random_tv: float) -> Prefix:
+    """The first ``len(epoch)`` of ``ranked`` (the listed keys' positions, lowest rank first) beside
+    the epoch: a sampler that follows its order exactly holds that prefix, so the epoch's TV apart
+    from the prefix's is the sampler's own error, and the prefix's apart from random the order's."""
+    b = _bounds(bounds)
+    pos = _positions(epoch, b)
+    front = _positions(ranked, b)[:len(pos)]
+    tv = folder_mix_tv(front, b)
+    return Prefix(tv, ratio(tv, random_tv), ratio(folder_mix_tv(pos, b), tv),
+                  int(np.isin(pos, front).sum()))
+
+
 # ---------------------------------------------------------------------------------- chance misses
 TV_AIM = 2.0
 """The folder-mix TV an epoch may have, as a ratio to random samples' median."""
@@ -290,6 +317,7 @@ def random_misses(samples: int, bounds: Sequence[int] | npt.NDArray[np.int64], b
     return miss_fractions(covered, tv, baseline)
 
 
-__all__ = ["COVERED_AIM", "KS_AIM", "TV_AIM", "Comparison", "Fairness", "Misses", "compare", "folder_mix_tv",
-           "folders_covered", "in_folder_ks", "measure", "miss_fractions", "random_baseline", "random_ks",
-           "random_misses", "random_mixes", "ratio", "same_mix_ks", "strata_of"]
+__all__ = ["COVERED_AIM", "KS_AIM", "TV_AIM", "Comparison", "Fairness", "Misses", "Prefix", "compare",
+           "folder_mix_tv", "folders_covered", "in_folder_ks", "measure", "miss_fractions", "order_prefix",
+           "random_baseline", "random_ks", "random_misses", "random_mixes", "ratio", "same_mix_ks",
+           "strata_of"]

@@ -69,11 +69,24 @@ class Row:
     ``largest_share_dataset``, that folder's share of the dataset: tells a large folder
     under-drawn from one over-drawn, which a TV alone does not (JSON only)."""
     largest_share_dataset: float = float("nan")
+    prefix_tv: float = float("nan")
+    """The folder-mix TV of the sampling order's own first ``samples`` keys among those listed by
+    the cut (lowest ``keyorder.rank(order, key)`` first): what a sampler that follows the order
+    exactly would hold."""
+    prefix_tv_ratio: float = float("nan")
+    """``prefix_tv`` to ``tv_random``: the order's own luck. Epochs are nested prefixes of one
+    order, so a lucky or unlucky front stays in every epoch of the run."""
+    sampler_vs_order: float = float("nan")
+    """``tv`` / ``prefix_tv``: near 1.0 when the sampler drew what the order's front holds (a TV
+    ratio far from 1 is then the order's draw, not the sampler's fault)."""
+    prefix_shared: int = 0
+    """The epoch's keys among the order's first ``samples`` listed keys: with few outside (keys
+    in flight at the cut), a ``sampler_vs_order`` far from 1 is two small TVs apart by those few."""
 
 
 MISSES = "random misses: TV, folders"
 SUMMARY_COLUMNS = ("shape", "epoch", "runs", "cut at (s)", "samples", "folders ratio", "TV ratio",
-                   "KS ratio", "KS ratio, same mix", MISSES)
+                   "KS ratio", "KS ratio, same mix", MISSES, "order's first N: TV ratio", "sampler vs order")
 
 
 def _spread(values: list[float], fmt: str) -> str:
@@ -98,13 +111,16 @@ def summary(rows: list[Row]) -> list[dict[str, str | int]]:
              "KS ratio": _spread([r.ks_ratio for r in rs], ".2f"),
              "KS ratio, same mix": _spread([r.ks_same_mix_ratio for r in rs], ".2f"),
              MISSES: f"{_spread([r.random_miss_tv for r in rs], '.0%')}, "
-                     f"{_spread([r.random_miss_folders for r in rs], '.0%')}"}
+                     f"{_spread([r.random_miss_folders for r in rs], '.0%')}",
+             "order's first N: TV ratio": _spread([r.prefix_tv_ratio for r in rs], ".2f"),
+             "sampler vs order": _spread([r.sampler_vs_order for r in rs], ".2f")}
             for (shape, epoch), rs in groups.items()]
 
 
 COLUMNS = ("shape", "keys", "strata", "epoch", "cut at (s)", "listed", "samples",
            "folders covered (random)", "ratio", "folder-mix TV (random)", "ratio",
-           "in-folder KS (random)", "ratio", "KS ratio, same mix", MISSES, "listed keys' TV")
+           "in-folder KS (random)", "ratio", "KS ratio, same mix", MISSES, "listed keys' TV",
+           "order's first N: TV (ratio)", "sampler vs order (keys shared)")
 
 
 def judged(value: float, missed: bool, chance: float) -> str:
@@ -120,7 +136,9 @@ def cells(r: Row) -> list[str]:
             f"{r.tv:.3f} ({r.tv_random:.3f})",
             judged(r.tv_ratio, r.tv_ratio > stats.TV_AIM, r.random_miss_tv),
             f"{r.ks:.3f} ({r.ks_random:.3f})", harness.times(r.ks_ratio), harness.times(r.ks_same_mix_ratio),
-            f"{r.random_miss_tv:.0%}, {r.random_miss_folders:.0%}", f"{r.listed_tv:.3f}"]
+            f"{r.random_miss_tv:.0%}, {r.random_miss_folders:.0%}", f"{r.listed_tv:.3f}",
+            f"{r.prefix_tv:.3f} ({harness.times(r.prefix_tv_ratio)})",
+            f"{harness.times(r.sampler_vs_order)} ({r.prefix_shared}/{r.samples})"]
 
 
 def source() -> str:
@@ -152,7 +170,11 @@ def markdown(rows: list[Row], ns: argparse.Namespace, argv: list[str], specs: li
              f"median of {ns.draws} draws; ratio = epoch / random; KS ratio, same mix: to random samples "
              "with the epoch's count in each folder (the spread inside folders alone); random misses: "
              f"of {trials} more random samples of the epoch's size, the share over 2x the random "
-             "TV and under 0.9x the random folders (a miss by chance; docs/fairness-floor.md)", "",
+             "TV and under 0.9x the random folders (a miss by chance; docs/fairness-floor.md); order's "
+             "first N: the sampling order's own first N keys of those listed by the cut (N: the epoch's "
+             "samples), its TV and ratio to random (the order's luck); sampler vs order: epoch TV / that "
+             "TV (1.00x: the sampler drew the order's front), and the epoch's keys among the order's "
+             "first N", "",
              ]
     orders = sorted({r.order for r in rows})
     if ns.runs > 1:

@@ -34,6 +34,12 @@ Beside them, **listed keys' TV**: the folder-mix TV of the keys listed by the cu
 first rows in listing order, read from the index after the run) against the dataset's. An epoch
 can be no fairer than what was listed: an epoch TV near this one says the listing is lopsided,
 one far above it that the fetch order strays from what was listed.
+**Order's first N: TV (ratio)**: the folder-mix TV of the sampling order's own first N keys of
+those listed by the cut (N: the epoch's samples, lowest ``keyorder.rank(order, key)`` first), what
+a sampler that follows its order exactly holds, and its ratio to random: the order's own luck.
+**Sampler vs order**: epoch TV / that TV, near 1.00x when the sampler drew the order's front; a
+TV ratio far from 1 beside it is the order's draw, which every nested epoch of the run shares
+(on two folders, such as ``trainval``'s, about one order in seven stays at 2x for a whole run).
 **Random misses: TV, folders**: the share of ``--miss-trials`` further uniform random samples of
 the epoch's size that miss the aims themselves against the same median (TV ratio over 2, folders
 ratio under 0.9): a sample of a few dozen keys over skewed folders misses the folders aim by chance
@@ -83,6 +89,8 @@ from concurrent.futures import FIRST_EXCEPTION, Future, ThreadPoolExecutor, wait
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+import numpy as np
+
 from epochfs.benchmarks import _fairness_stats as stats
 from epochfs.benchmarks import harness
 from epochfs.benchmarks._fairness_table import (
@@ -100,6 +108,7 @@ from epochfs.benchmarks._keyspaces import SHAPES, KeySpace, Shape, with_defaults
 from epochfs.benchmarks._scale_fetch import progress
 from epochfs.benchmarks._sidecar_probes import get_json
 from epochfs.benchmarks.scale import label, parse_count
+from epochfs.sidecar import keyorder
 from epochfs.torchclient.layout import read_manifest
 
 __all__ = ["COLUMNS", "MISSES", "SUMMARY_COLUMNS", "Cut", "Row", "cells", "judged", "listed_by", "main",
@@ -128,7 +137,8 @@ class Cut:
     last_row: int = 0
     """The catalog's largest rowid at the cut: the rows up to it are what was listed by then."""
     listed_positions: list[int] | None = None
-    """The positions of the keys listed by the cut, read from the index after the run."""
+    """The positions of the keys listed by the cut, read from the index after the run, in the
+    run's sampling order (lowest rank first)."""
 
 
 def last_row(index: Path) -> int:
@@ -139,13 +149,22 @@ def last_row(index: Path) -> int:
     return int(row[0] or 0)
 
 
-def listed_by(space: KeySpace, index: Path, rows: list[int]) -> list[list[int]]:
-    """For each rowid of ``rows``, the positions of the catalog's keys inserted up to it."""
+def listed_by(space: KeySpace, index: Path, rows: list[int], order: int | None = None) -> list[list[int]]:
+    """For each rowid of ``rows``, the positions of the catalog's keys inserted up to it: in the
+    listing's order, or with ``order`` in that sampling order (lowest ``keyorder.rank`` first: the
+    order's definition, not the rank the sidecar stored, so a wrong stored rank reads as the
+    sampler's fault)."""
     with contextlib.closing(sqlite3.connect(f"file:{index}?mode=ro", uri=True)) as db:
-        order = [(int(r), space.position(str(k))) for r, k in db.execute("SELECT rowid, key FROM catalog "
-                                                                          "ORDER BY rowid")]
-    rowids = [r for r, _ in order]
-    return [[q for _, q in order[:bisect.bisect_right(rowids, upto)] if q is not None] for upto in rows]
+        listed = [(int(r), str(k)) for r, k in db.execute("SELECT rowid, key FROM catalog ORDER BY rowid")]
+    rowids = [r for r, _ in listed]
+    positions = np.array([-1 if (q := space.position(k)) is None else q for _, k in listed], dtype=np.int64)
+    ranks = np.array([0 if order is None else keyorder.rank(order, k) for _, k in listed], dtype=np.int64)
+    out = []
+    for upto in rows:
+        end = bisect.bisect_right(rowids, upto)
+        picked = positions[:end][np.argsort(ranks[:end], kind="stable")]  # all ranks 0: the listing's
+        out.append(picked[picked >= 0].tolist())
+    return out
 
 
 @contextlib.contextmanager
@@ -206,8 +225,8 @@ def sample(space: KeySpace, ns: argparse.Namespace, folder: Path, order: int = 0
                 cuts.append(Cut(epoch, at, listed, [q for q in positions if q is not None], upto))
                 print(f"  {space.shape.name} epoch {epoch} at {at:.1f} s: {len(positions)} samples, "
                       f"{listed} keys listed", file=sys.stderr, flush=True)
-    for cut, listed_then in zip(cuts, listed_by(space, cache / "index.sqlite", [c.last_row for c in cuts]),
-                                strict=True):
+    for cut, listed_then in zip(cuts, listed_by(space, cache / "index.sqlite", [c.last_row for c in cuts],
+                                                order), strict=True):
         cut.listed_positions = listed_then
     return cuts
 
@@ -219,6 +238,7 @@ def row(space: KeySpace, bounds: list[int], cut: Cut, ns: argparse.Namespace, ru
     c = stats.compare(cut.positions, bounds, draws=ns.draws, seed=ns.seed)
     misses = stats.random_misses(c.sample.samples, bounds, c.random, trials=ns.miss_trials, seed=ns.seed)
     top, top_dataset = stats.largest_share(cut.positions, bounds)
+    front = stats.order_prefix(cut.positions, cut.listed_positions or [], bounds, c.random.tv)
     return Row(shape=space.shape.name, spec=space.shape.spec(), keys=space.count, strata=c.strata,
                epoch=cut.epoch, at_s=cut.at_s, listed=cut.listed, samples=c.sample.samples,
                covered=int(c.sample.covered),
@@ -228,7 +248,9 @@ def row(space: KeySpace, bounds: list[int], cut: Cut, ns: argparse.Namespace, ru
                ks_same_mix_ratio=c.same_mix_ks_ratio, run=run, order=order,
                listed_tv=stats.folder_mix_tv(cut.listed_positions or [], bounds),
                random_miss_tv=misses.tv, random_miss_folders=misses.folders, miss_trials=misses.trials,
-               largest_share=top, largest_share_dataset=top_dataset)
+               largest_share=top, largest_share_dataset=top_dataset, prefix_tv=front.tv,
+               prefix_tv_ratio=front.tv_ratio, sampler_vs_order=front.sampler_vs_order,
+               prefix_shared=front.shared)
 
 
 def order_of(ns: argparse.Namespace, run: int) -> int:

@@ -45,6 +45,9 @@ def test_fairness_has_a_row_per_shape_and_epoch_at_a_tiny_size(tmp_path: Path) -
         assert all(math.isfinite(r[k]) for k in ("tv", "ks", "tv_random", "ks_random", "covered_random"))
         # The listed keys' mix, read from the index: within [0, 1], and 0 once every key is listed.
         assert 0.0 <= r["listed_tv"] <= 1.0 and (r["listed"] < r["keys"] or r["listed_tv"] < 1e-9), r
+        # The order's own first N listed keys: a TV, its ratio to random, the epoch's TV to it.
+        assert 0.0 <= r["prefix_tv"] <= 1.0 and 0 <= r["prefix_shared"] <= r["samples"], r
+        assert not any(math.isnan(r[k]) for k in ("prefix_tv_ratio", "sampler_vs_order")), r
     assert any(r["listed"] == r["keys"] for r in rows)  # 2,000 keys: some listing is complete by a cut
     assert {r["shape"]: r["strata"] for r in rows}["flat"] == 10  # deciles
     lines = table.read_text().splitlines()
@@ -52,7 +55,8 @@ def test_fairness_has_a_row_per_shape_and_epoch_at_a_tiny_size(tmp_path: Path) -
     assert lines[1] == "command: python -m epochfs.benchmarks.fairness " + " ".join(args)
     header = next(i for i, line in enumerate(lines) if line.startswith("| shape |"))
     assert "| folders covered (random) | ratio | folder-mix TV (random) |" in lines[header]
-    assert lines[header].endswith("| listed keys' TV |")
+    assert lines[header].endswith("| listed keys' TV | order's first N: TV (ratio) "
+                                  "| sampler vs order (keys shared) |")
     body = lines[header + 2:header + 2 + len(rows)]
     assert [line.split(" | ")[0] for line in body] == [f"| {s}" for s in SHAPES for _ in (0, 1)]
     assert all(line.count("|") == lines[header].count("|") for line in body)
@@ -62,3 +66,31 @@ def test_fairness_has_a_row_per_shape_and_epoch_at_a_tiny_size(tmp_path: Path) -
     assert all(f">{s}<" in drawn for s in SHAPES)
     assert not [m for m in mount_table() if m.mount_point.startswith(str(tmp_path))]
     assert list((tmp_path / "work").iterdir()) == []  # its scratch folders removed
+
+
+def test_an_epoch_cut_after_the_listing_is_its_sampling_orders_first_keys(tmp_path: Path) -> None:
+    """Once every key is listed the sampler walks its order, so an epoch of N samples is the order's
+    first N keys but for those in flight at the cut: the "order's first N" column must be computed
+    from those keys (most of the epoch's among them) and its TV match the epoch's. A TV differs
+    from another sample's by at most the share of keys not in both, which bounds the tolerance.
+    ``trainval`` (two folders, 94% and 6%): four pages list it at once; 64 objects a second keep
+    the later epochs to a few hundred samples of its 4,000 keys, apart from the whole key space."""
+    out = tmp_path / "fairness.json"
+    args = ["--shapes", "trainval", "--keys", "4000", "--epochs", "3", "--every", "2", "--draws", "5",
+            "--miss-trials", "5", "--sidecar-arg=--max-rate=256Ki",
+            "--dir", str(tmp_path / "work"), "--json", str(out)]
+    done = run_benchmark([sys.executable, "-P", "-m", "epochfs.benchmarks.fairness", *args], timeout=240)
+    assert done.returncode == 0, done.stdout + done.stderr
+    rows = json.loads(out.read_text())
+    walked = [r for r in rows if r["listed"] == r["keys"] and 100 <= r["samples"] <= r["keys"] // 4]
+    assert walked, rows  # the schedule leaves at least one such epoch
+    for r in walked:
+        outside = (r["samples"] - r["prefix_shared"]) / r["samples"]
+        assert outside <= 0.05, r  # keys from elsewhere in the order: computed from the wrong keys
+        assert abs(r["tv"] - r["prefix_tv"]) <= outside + 1e-9, r
+        # The ratios divide by the random median's TV and the prefix's (either 0 for a sample of
+        # exactly the dataset's mix: the ratio is then 1 or inf).
+        if r["tv_random"]:
+            assert r["prefix_tv_ratio"] * r["tv_random"] == pytest.approx(r["prefix_tv"]), r
+        if r["prefix_tv"]:
+            assert r["sampler_vs_order"] * r["prefix_tv"] == pytest.approx(r["tv"]), r
