@@ -56,6 +56,16 @@ def admit(store: Store, objects: dict[str, bytes]) -> None:
     reservations.admit(items)
 
 
+def cut_epochs(store: Store, epochs: int, each: int = 10, size: int = 100) -> None:
+    """Admit ``each`` new objects and cut an epoch, ``epochs`` times (epochs 0, 1, ... of a fresh
+    store): a cache with epochs of distinct samples."""
+    objects = make_objects(epochs * each, size)
+    keys = sorted(objects)
+    for n in range(epochs):
+        admit(store, {k: objects[k] for k in keys[n * each:(n + 1) * each]})
+        assert store.cut() == n
+
+
 def make_objects(count: int, size: int, *, prefix: str = "train/", seed: int = 0,
                  start: int = 0) -> dict[str, bytes]:
     rng = random.Random(seed * 1_000_003 + start)

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 from common import wait_until
-from fuse_helpers import admit, make_objects, open_store
+from fuse_helpers import admit, cut_epochs, make_objects, open_store
 from integrity_helpers import objects_of, sampling
 from sampler_helpers import verify_cache
 from store_helpers import epoch_snapshot, garble, restart_as_the_sampler, sid_of
@@ -196,12 +196,8 @@ def test_schedule_mode_windows_come_back_with_their_files_and_ranks(tmp_path: Pa
 def test_a_damaged_members_file_loses_its_epoch_only_and_its_number_is_never_cut_again(
         tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     cache = tmp_path / "cache"
-    objects = make_objects(30, 100)
-    keys = sorted(objects)
     with open_store(cache, keep_epochs=3) as store:
-        for n in range(3):
-            admit(store, {k: objects[k] for k in keys[n * 10:(n + 1) * 10]})
-            assert store.cut() == n
+        cut_epochs(store, 3)
         store.write_members()
         before = epoch_snapshot(store)
     damaged = path_of(cache, 2)

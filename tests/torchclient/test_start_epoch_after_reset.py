@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from fuse_helpers import admit, make_objects, mounted, open_store
+from fuse_helpers import admit, cut_epochs, make_objects, mounted, open_store
 
 from epochfs.sidecar.store import INDEX_NAME, Store
 from epochfs.sidecar.store.memberfiles import path_of
@@ -23,12 +23,8 @@ from epochfs.sidecar.store.memberfiles import path_of
 def _reset_losing_every_epoch(cache: Path) -> None:
     """Three epochs cut and published, then their members files and the index damaged: the
     writer's open resets the index with none of them."""
-    objects = make_objects(30, 100)
-    keys = sorted(objects)
     with open_store(cache, keep_epochs=3) as store:
-        for n in range(3):
-            admit(store, {k: objects[k] for k in keys[n * 10:(n + 1) * 10]})
-            assert store.cut() == n
+        cut_epochs(store, 3)
         store.write_members()
     for n in range(3):
         path_of(cache, n).write_bytes(b"damaged")
