@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import logging
 import os
 import time
 import weakref
@@ -34,6 +35,8 @@ from .labels import ClassMap, check_class_root, check_classes, class_map, label_
 from .layout import Manifest, epoch_dir, epoch_exists, read_manifest
 from .retry import RETRY_SECONDS, check_retry_seconds, retrying
 from .waiting import Progress, check_epoch, check_timeout, print_progress, wait_for_epoch
+
+log = logging.getLogger("epochfs.torchclient")
 
 HOLD_CHECK_SECONDS = 5.0
 """How often (at most) a dataset checks that its hold is on the mount now there (not a replaced one)."""
@@ -63,16 +66,28 @@ def _shown(patterns: Sequence[str], most: int = 4) -> str:
     return listed + (f" and {len(patterns) - most} more" if len(patterns) > most else "")
 
 
+NOTHING_KEPT_RAISES = 1000
+"""Files an epoch holds from which patterns that keep none of them raise rather than warn: an
+early epoch is a few samples by design (the sampler holds its first epochs to 1-3 while the
+listing is young), and one that happens to hold only side files (``x.json`` beside ``x.jpg``) is
+no mistake; a thousand files none of which a pattern keeps almost surely are (a pattern that
+keeps 1% of a dataset misses a uniform epoch of 1,000 with a chance of 4e-5)."""
+
+
 def nothing_kept(keys: KeyFilter, epoch: int, files: Sequence[str]) -> str:
-    """Why a dataset refuses an epoch whose files ``keys`` all leave out: a typo'd or wrong-case
+    """Why an epoch whose files ``keys`` all leave out trains no step: a typo'd or wrong-case
     pattern would otherwise train zero steps every epoch without a word (an epoch with no files at
-    all is no such mistake and stays a dataset of length 0)."""
+    all is no such mistake and stays a dataset of length 0). Raised as a ValueError from
+    :data:`NOTHING_KEPT_RAISES` files, logged as a warning below."""
     given = " and ".join(f"{what}={_shown(p)}" for what, p in (("include", keys.include),
                                                                 ("exclude", keys.exclude)) if p)
     named = ", ".join(files[:3]) + (" ..." if len(files) > 3 else "")
+    small = "" if len(files) >= NOTHING_KEPT_RAISES else (
+        "; the epoch trains no step (an early epoch of a few samples may hold none they keep: "
+        "if later epochs say so too, the patterns are wrong)")
     return (f"{given} keep none of epoch {epoch}'s {len(files)} files (e.g. {named}): check the "
             "patterns (they are case-sensitive and match the path inside epoch-N/; one without '/' "
-            "matches a name at any depth)")
+            f"matches a name at any depth){small}")
 
 
 class EpochDataset(Dataset[Any]):
@@ -98,8 +113,8 @@ class EpochDataset(Dataset[Any]):
     :mod:`.globs`): a file is kept when it matches an include (or none is given) and no exclude;
     the manifest's order is kept and ``excluded`` counts the files left out. Patterns are checked
     before the epoch is looked up (a bad one is a ValueError naming the argument), and patterns
-    that leave out every file of an epoch that has files are a ValueError naming them
-    (:func:`nothing_kept`).
+    that leave out every file of an epoch that has files are a warning naming them, a ValueError
+    from :data:`NOTHING_KEPT_RAISES` files (:func:`nothing_kept`).
 
     ``label="folder"`` makes item i ``(sample, class index)``, the class being the folder of
     ``class_root`` (``"train"``; default ``"."``, the epoch's own folder) that holds the file:
@@ -156,7 +171,9 @@ class EpochDataset(Dataset[Any]):
         if self.keys:
             keep = [i for i, path in enumerate(self.files) if self.keys.keep(path)]
             if not keep and self.files:
-                raise ValueError(nothing_kept(self.keys, self.epoch, self.files))
+                if len(self.files) >= NOTHING_KEPT_RAISES:
+                    raise ValueError(nothing_kept(self.keys, self.epoch, self.files))
+                log.warning("%s", nothing_kept(self.keys, self.epoch, self.files))
             self.excluded = len(self.files) - len(keep)
             self.files = [self.files[i] for i in keep]
             self.sizes = [self.sizes[i] for i in keep]
