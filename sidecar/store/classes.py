@@ -94,16 +94,17 @@ def hidden_folder(name: str) -> bool:
 def with_parents(folders: Iterable[str]) -> set[str]:
     """``folders`` (``a/b/``, ``a/b``) and every folder above them, without trailing slashes;
     empty and unsafe names (``.``, ``..``, an empty component) are left out, and so is a hidden
-    folder (:func:`hidden_folder`) with every folder below it."""
+    folder (:func:`hidden_folder`), but not the folders below it: the client labels a file by the
+    name of its class folder alone, so ``.v2/train/cat`` is a class of the class root
+    ``.v2/train`` on a plain folder, and must be one on the mount too."""
     out: set[str] = set()
     for folder in folders:
         parts = folder.strip("/").split("/")
         if not folder.strip("/") or any(p in ("", ".", "..") or "\n" in p or "\0" in p for p in parts):
             continue
         for i in range(1, len(parts) + 1):
-            if hidden_folder(parts[i - 1]):
-                break
-            out.add("/".join(parts[:i]))
+            if not hidden_folder(parts[i - 1]):  # the folders below one may be classes
+                out.add("/".join(parts[:i]))
     return out
 
 

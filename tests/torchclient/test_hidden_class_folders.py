@@ -87,7 +87,28 @@ def _objects(tmp_path: Path) -> None:
 def test_a_list_that_names_a_hidden_folder_keeps_its_indexes() -> None:
     """A cache whose list already holds one keeps it where it is: a recorded index never moves."""
     known = ("train", "train/.ipynb_checkpoints", "train/cat")
-    assert store_classes.merged(known, ["train/dog/", "train/.git/x/", ".cache/"]) == (*known, "train/dog")
+    assert store_classes.merged(known, ["train/dog/", "train/.git/x/", ".cache/"]) == (
+        *known, "train/.git/x", "train/dog")  # the folder below a hidden one is recorded
+
+
+def test_classes_below_a_hidden_folder_are_classes_on_the_mount_as_on_a_plain_folder(tmp_path: Path) -> None:
+    """``.v2/train/<class>/``: the hidden folder is no class, the class root below it has its
+    classes on the mount as on a plain copy (recording nothing below a hidden folder left
+    ``classes.json`` empty, and ``label="folder", class_root=".v2/train"`` failed on the mount)."""
+    objects = {f".v2/train/{c}/{i}.png": png(10 * n + i)
+               for n, c in enumerate(("c0", "c1")) for i in range(2)}
+    cache, mnt = tmp_path / "cache", tmp_path / "mnt"
+    with open_store(cache) as store:
+        admit(store, objects)
+        store.cut(0)
+    with mounted(cache, mnt):
+        assert read_classes(mnt).get(".v2/train") == {"c0": 0, "c1": 1}, read_classes(mnt)
+        # include= given: the image decoder's default leaves out every file below a hidden folder.
+        with EpochLoader(mnt, batch_size=8, decode="image", label="folder", class_root=".v2/train",
+                         include="**/*.png", num_workers=0, report=False, progress=None,
+                         shuffle=False) as loader:
+            (_, labels), = list(loader.epoch(0))
+    assert labels.tolist() == [0, 0, 1, 1]
 
 
 @pytest.mark.parametrize("name", [".ipynb_checkpoints", ".git", "._x", "..a", "cat", "_thumbs", "a.b", "x."])
