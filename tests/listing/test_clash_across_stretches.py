@@ -113,7 +113,9 @@ def test_a_clash_split_across_ranges_or_a_resume_is_skipped(
         _check(store, caplog, BIG)
         assert (report.clashes, report.hostile, report.markers) == (2, 1, 1), str(report)
         assert report.added == len(BIG) - 1 - 1 - 2, str(report)  # the marker, the unsafe key, the clashes
-    for stop_after in (1, 4, 10):
+    # The whole listing is about 12 pages; up to four more than stop_after are in flight when the
+    # stop is set (one a lister), so the last stop is at 6, not 10 (then it sometimes completed).
+    for stop_after in (1, 3, 6):
         caplog.clear()
         with Store(tmp_path / f"resumed-{stop_after}", create=True) as store:
             assert not _lister(store, big, s3, stop_after=stop_after).run().complete
