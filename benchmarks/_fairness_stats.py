@@ -225,15 +225,16 @@ class Prefix:
 
 
 def order_prefix(epoch: Positions, ranked: Positions, bounds: Sequence[int] | npt.NDArray[np.int64],
-                 random_tv: float) -> Prefix:
+                 compared: Comparison) -> Prefix:
     """The first ``len(epoch)`` of ``ranked`` (the listed keys' positions, lowest rank first) beside
-    the epoch: a sampler that follows its order exactly holds that prefix, so the epoch's TV apart
-    from the prefix's is the sampler's own error, and the prefix's apart from random the order's."""
+    the epoch (``compared``: its :func:`compare` with random samples): a sampler that follows its
+    order exactly holds that prefix, so the epoch's TV apart from the prefix's is the sampler's own
+    error, and the prefix's apart from random the order's."""
     b = _bounds(bounds)
     pos = _positions(epoch, b)
     front = _positions(ranked, b)[:len(pos)]
     tv = folder_mix_tv(front, b)
-    return Prefix(tv, ratio(tv, random_tv), ratio(folder_mix_tv(pos, b), tv),
+    return Prefix(tv, ratio(tv, compared.random.tv), ratio(compared.sample.tv, tv),
                   int(np.isin(pos, front).sum()))
 
 

@@ -68,6 +68,8 @@ MIXED = (("arrays/", "array", ".npy", 500), *((f"train/class-{k}/", "img", ".png
 """``mixed``: (folder, stem, extension, share) of each folder."""
 TRAINVAL = (("train/", "img", ".jpg", 94), ("val/", "img", ".jpg", 6))
 """``trainval``: (folder, stem, extension, share) of each folder."""
+TABLES = {"mixed": MIXED, "trainval": TRAINVAL}
+"""The shapes whose folders are a fixed table, scaled to the keys."""
 DECILES = 10
 TINY_FILES = 3
 """``bigtiny``: keys in each tiny folder."""
@@ -161,8 +163,7 @@ def folders(shape: Shape) -> list[Folder]:
     count = min(n, int(shape.param("folders")))
     if shape.name == "flat":
         return [Folder("", "sample", ".bin", n, "")]
-    if shape.name in ("mixed", "trainval"):
-        table = MIXED if shape.name == "mixed" else TRAINVAL
+    if (table := TABLES.get(shape.name)) is not None:
         parts = apportion(n, [m[3] for m in table]) if n >= len(table) else [n]
         return [Folder(path, stem, ext, c, path)
                 for (path, stem, ext, _), c in zip(table, parts, strict=False)]

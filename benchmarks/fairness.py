@@ -158,11 +158,16 @@ def listed_by(space: KeySpace, index: Path, rows: list[int], order: int | None =
         listed = [(int(r), str(k)) for r, k in db.execute("SELECT rowid, key FROM catalog ORDER BY rowid")]
     rowids = [r for r, _ in listed]
     positions = np.array([-1 if (q := space.position(k)) is None else q for _, k in listed], dtype=np.int64)
-    ranks = np.array([0 if order is None else keyorder.rank(order, k) for _, k in listed], dtype=np.int64)
+    # One stable sort for every cut: filtered to a prefix of rowids it is that prefix sorted.
+    if order is None:
+        by_rank = np.arange(len(listed))
+    else:
+        ranks = np.array([keyorder.rank(order, k) for _, k in listed], dtype=np.int64)
+        by_rank = np.argsort(ranks, kind="stable")
     out = []
     for upto in rows:
         end = bisect.bisect_right(rowids, upto)
-        picked = positions[:end][np.argsort(ranks[:end], kind="stable")]  # all ranks 0: the listing's
+        picked = positions[by_rank[by_rank < end]]
         out.append(picked[picked >= 0].tolist())
     return out
 
@@ -238,7 +243,7 @@ def row(space: KeySpace, bounds: list[int], cut: Cut, ns: argparse.Namespace, ru
     c = stats.compare(cut.positions, bounds, draws=ns.draws, seed=ns.seed)
     misses = stats.random_misses(c.sample.samples, bounds, c.random, trials=ns.miss_trials, seed=ns.seed)
     top, top_dataset = stats.largest_share(cut.positions, bounds)
-    front = stats.order_prefix(cut.positions, cut.listed_positions or [], bounds, c.random.tv)
+    front = stats.order_prefix(cut.positions, cut.listed_positions or [], bounds, c)
     return Row(shape=space.shape.name, spec=space.shape.spec(), keys=space.count, strata=c.strata,
                epoch=cut.epoch, at_s=cut.at_s, listed=cut.listed, samples=c.sample.samples,
                covered=int(c.sample.covered),

@@ -188,16 +188,17 @@ def check_cache(path: Path, *, create: bool, unwritable_hint: str = "", writes: 
         except OSError as e:
             inside = f" in {parent}" if parent is not None else ""
             raise ConfigError(f"{where}: cannot create it{inside}: {_os_reason(e)}") from None
-    elif not create and not os.path.lexists(path / INDEX_NAME):
-        damage = blank_damage(path, MISSING)
-        if damage is not None:  # a deleted index: the words of any damaged index's refusal
-            raise ConfigError(f"--cache: {BlankIndex(path / INDEX_NAME, damage)}")
-        raise ConfigError(f"{where}: no epochfs cache there (no {INDEX_NAME}); "
-                          f"{_mount_given(path) or CACHE_HINT}")
-    elif create and not os.path.lexists(path / INDEX_NAME) and (view := _mount_given(path)) is not None:
-        # sample and sidecar would make a cache inside the folder the trainers read (a folder view).
-        raise ConfigError(f"{where}: {view}")
-    elif os.path.lexists(path / INDEX_NAME) and (why := foreign_index(path / INDEX_NAME)) is not None:
+    elif not os.path.lexists(path / INDEX_NAME):
+        if not create:
+            damage = blank_damage(path, MISSING)
+            if damage is not None:  # a deleted index: the words of any damaged index's refusal
+                raise ConfigError(f"--cache: {BlankIndex(path / INDEX_NAME, damage)}")
+            raise ConfigError(f"{where}: no epochfs cache there (no {INDEX_NAME}); "
+                              f"{_mount_given(path) or CACHE_HINT}")
+        if (view := _mount_given(path)) is not None:
+            # sample and sidecar would make a cache inside the folder the trainers read (a folder view).
+            raise ConfigError(f"{where}: {view}")
+    elif (why := foreign_index(path / INDEX_NAME)) is not None:
         # The commands that make a cache too (sample, sidecar): they would write epochfs's schema
         # into another program's database and fill the folder beside it.
         raise ConfigError(f"{where}: not an epochfs cache ({why}); give another --cache")

@@ -106,12 +106,13 @@ def index_failed(e: StoreError | sqlite3.DatabaseError, cache: Path, *, checked:
     earlier run says nothing of this failure (an unreadable volume is no damage)."""
     if isinstance(e, NoRoom):  # no damage: the supervisor restarts it after its backoff
         raise RetryLater(f"--cache: {e}") from None
-    if not is_corruption(e) and not os.path.lexists(cache / INDEX_NAME):
+    corrupt = is_corruption(e)
+    if not corrupt and not os.path.lexists(cache / INDEX_NAME):
         # A write met the deletion (SQLite's disk I/O error) before the loop's look did.
         log.error("%s", e if str(e) == INDEX_DELETED else f"{INDEX_DELETED} ({e})")
         return 1
     log.error("the cache index failed: %s; exiting (the next start repairs it)", e)
-    if is_corruption(e):
+    if corrupt:
         # The next start replaces the index only where the marker asks for the full check; a
         # corruption met through a statement that does not mark (a checkpoint, the integrity
         # check itself) would otherwise pass the cheap check again and exit 74 again.

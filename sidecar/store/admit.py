@@ -75,12 +75,13 @@ def admit(ix_of: Callable[[], Index], files: ObjectFiles, items: list[Admission]
         raise ValueError(f"already in the cache: {', '.join(sorted(clashes))}")
     _drop(by_key, again, "fetched again while cached")
     _drop(by_key, late, "whose repair landed after they were marked lost")
-    held = _held_back(ix_of(), [a for a in items if a.key not in waiting and a.key not in again + late])
+    dropped = {*again, *late}
+    held = _held_back(ix_of(), [a for a in items if a.key not in waiting and a.key not in dropped])
     _drop(by_key, held, "held back (a retired epoch's folder may still name their objects)")
+    dropped.update(held)
     if waiting:
         integrity.repair(ix_of(), files, [(by_key[k], int(r[2]), int(r[3]), str(r[4]), str(r[5]))
                                           for k, r in waiting.items()])
-    dropped = {*again, *late, *held}
     items = [a for a in items if a.key not in waiting and a.key not in dropped]
     if not items:
         if inflight_bytes is not None:

@@ -71,9 +71,9 @@ def evict(ix: Index, files: ObjectFiles, policy: Policy, need: int, *, now: floa
     (:mod:`.heldback`): a retired epoch's folder may still name its object's path."""
     if not publisherlock.may_release(ix.path.parent):
         return 0
-    held_back = heldback.holding(ix)
     now = time.time() if now is None else now
-    epochs.retire(ix, policy, now=now)
+    epochs.retire(ix, policy, now=now)  # releases the holds where a publisher is back
+    held_back = publisherlock.gave_up(ix.path.parent)
     freed = 0
     victims: list[tuple[int, str, int]] = []
     with ix.write() as db:

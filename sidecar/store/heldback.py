@@ -43,13 +43,8 @@ _lock = threading.Lock()
 
 
 def _held(db: sqlite3.Connection) -> int:
-    """Keys held back now (0 where the table was never made)."""
-    try:
-        return int(db.execute(f"SELECT COUNT(*) FROM {TABLE}").fetchone()[0])
-    except sqlite3.OperationalError as e:
-        if "no such table" in str(e):
-            return 0
-        raise
+    """Keys held back now (the table made)."""
+    return int(db.execute(f"SELECT COUNT(*) FROM {TABLE}").fetchone()[0])
 
 
 def holding(ix: Index) -> bool:
@@ -80,25 +75,22 @@ def hold(ix: Index, db: sqlite3.Connection, sids: list[str]) -> None:
                     publisherlock.GONE_AFTER)
 
 
-def release(ix: Index) -> int:
-    """Let every held-back key be fetched again; how many were held."""
+def release(ix: Index) -> None:
+    """Let every held-back key be fetched again."""
     with _lock:
         if ix in _empty:
-            return 0
+            return
     with ix.read() as db:
         some = _any(db)
-    count = 0
     if some:
         with ix.write() as db:
-            count = _held(db)
-            db.execute(f"DELETE FROM {TABLE}")
+            count = db.execute(f"DELETE FROM {TABLE}").rowcount
         log.info("released %d held-back key(s): the folder view has no retired epoch's folder left "
                  "(a publisher runs, or the cache has no folder view now); they are fetched again",
                  count)
     with _lock:
         _empty.add(ix)
         _told.discard(ix)
-    return count
 
 
 def _any(db: sqlite3.Connection) -> bool:
