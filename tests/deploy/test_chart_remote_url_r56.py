@@ -1,7 +1,8 @@
 """The chart explains the common ``remote.url`` mistakes in words, as the CLI does, not by a regex.
 
 Why: the chart is the documented way in, and values.schema.json's pattern answered a store's
-host:port in the bucket place, a scheme with one slash or no scheme at all with its whole
+host:port in the bucket place, a scheme it does not serve (``s4://``), a scheme with one slash
+or no scheme at all with its whole
 300-character pattern, before the templates' own checks could run, where ``epochfs sample`` said
 what was wrong and what to write instead. Real helm over the chart; the sidecar's own start-up check
 (``registry.check_url``) or the webhook's confirms that each case is one they refuse.
@@ -31,6 +32,9 @@ MISTAKES = [
     ("file:/data/train", ["two slashes", "file:///data/train"]),
     ("bkt/p", ["has no scheme", "s3://BUCKET/PREFIX"]),
     ("/data/train", ["has no scheme", "file:///data/train"]),
+    ("s4://bkt/p", ['unknown URL scheme "s4"', "s3://", "file://"]),
+    ("ftp://host/data", ['unknown URL scheme "ftp"', "gs://"]),
+    ("C:/data/train", ['unknown URL scheme "C"', "file://"]),
 ]
 
 

@@ -30,7 +30,6 @@ def test_schema_is_valid_and_accepts_the_default_values() -> None:
         ({"sidecar": {"native": "yes"}}, "native"),
         ({"cache": {"volume": {"type": "nfs", "size": "10Gi"}}}, "type"),
         ({"cache": {"volume": {"type": "emptyDir", "size": "lots"}}}, "size"),
-        ({"remote": {"url": "ftp://host/data"}}, "url"),
         # Malformed URLs of known schemes: every pod's sidecar would fail its startup probe.
         ({"remote": {"url": "s3://"}}, "url"),
         ({"remote": {"url": "s3:///train"}}, "url"),

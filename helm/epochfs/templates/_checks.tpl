@@ -241,6 +241,9 @@ The monitors' checks (epochfs.checkMonitors, at the end) run from servicemonitor
 {{- if hasPrefix "/" $url -}}{{- $like = printf "file://%s for a folder of a volume mounted into the sidecar, or s3://BUCKET/PREFIX" $url -}}{{- end -}}
 {{- fail (printf "remote.url %q has no scheme (%s): give a URL such as %s; the sidecar refuses it at start and its pod crash-loops" $url $schemes $like) -}}
 {{- end -}}
+{{- if and (regexMatch "^[A-Za-z][A-Za-z0-9+.-]*:" $url) (not (regexMatch (printf "%s:" $known) $url)) -}}
+{{- fail (printf "remote.url %q: unknown URL scheme %q (known: %s); the sidecar refuses it at start and its pod crash-loops" $url (regexReplaceAll "^([A-Za-z][A-Za-z0-9+.-]*):.*$" $url "${1}") $schemes) -}}
+{{- end -}}
 {{- if regexMatch (printf "%s:/?([^/]|$)" $known) $url -}}
 {{- $scheme := regexReplaceAll (printf "%s:.*$" $known) $url "${1}" -}}
 {{- $rest := regexReplaceAll (printf "%s:/?" $known) $url "" -}}
