@@ -20,7 +20,9 @@ below, whose names this module re-exports, so every metric is imported from here
   :func:`forget_process`.
 * **The supervisor itself** (:class:`SidecarMetrics`, here): samples and bytes served (counted from
   opens of object files, see ``epochfs.sidecar.served``), what the torch client reports, child
-  restarts, the sampler's exits on a damaged index (in a row: what ``/healthz`` fails on); and
+  restarts and retries (:class:`ChildMetrics`, :mod:`.metrics_children`, with the supervisor's
+  ``epochfs_disk_full``), the sampler's exits on a damaged index (in a row: what ``/healthz``
+  fails on); and
   the counters of its HTTP endpoints (:class:`EndpointMetrics`, here).
 * **The admission webhook** (:class:`WebhookMetrics`, here): ``epochfs webhook`` is a process of its
   own with a registry of its own (no store, no children); its metrics are defined here all the same.
@@ -48,6 +50,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from epochfs.sidecar.metrics_children import ChildMetrics
 from epochfs.sidecar.metrics_merge import (
     Collector,
     MergedCollector,
@@ -136,13 +139,9 @@ class SidecarMetrics:
             "epochfs_client_wait_seconds", "Seconds the training loop reports it waited for data.",
             registry=registry,
         )
-        self.child_restarts = Counter(
-            "epochfs_child_restarts", "Restarts of a child process after it died.", ["child"],
-            registry=registry,
-        )
-        self.child_up = Gauge(
-            "epochfs_child_up", "1 while the child process runs.", ["child"], registry=registry,
-        )
+        self.children_metrics = ChildMetrics(registry, self.children)
+        kids = self.children_metrics
+        self.child_restarts, self.child_retries, self.child_up = kids.restarts, kids.retries, kids.up
         self.mounted = Gauge(
             "epochfs_mounted", "1 while the view is up: the FUSE view mounted and answering, or the "
             "folder view published by a publisher that is not hung.", registry=registry,
@@ -157,9 +156,6 @@ class SidecarMetrics:
             "with no good run between (an epoch cut, or 30 s run); /healthz fails at 3.",
             registry=registry,
         )
-        for child in self.children:
-            self.child_restarts.labels(child=child)
-            self.child_up.labels(child=child)
         from prometheus_client import Histogram
 
         # The same family as the sampler's and the FUSE server's (same name, help and buckets):
@@ -215,26 +211,23 @@ class SidecarMetrics:
         for child in self.children:
             self.child_restarts.labels(child=child).inc(max(0.0, float(restarts.get(child, 0.0))))
 
-    def at_most_saved(self, families: list[Metric], totals: Mapping[str, float],
-                      restarts: Mapping[str, float]) -> list[Metric]:
-        """``families`` (this registry's, collected) with each saved counter at most its value in
-        ``totals`` and ``restarts`` (what the store holds; a missing one: 0), changed in place.
+    def at_most_saved(self, families: list[Metric], totals: Mapping[str, float]) -> list[Metric]:
+        """``families`` (this registry's, collected) with each of the :data:`TOTAL_NAMES` at most
+        its value in ``totals`` (what the store holds; a missing one: 0), changed in place.
 
         Why: a supervisor killed with -9 resumes from its last save, and a counter a scrape showed
         above that would come back lower: Prometheus reads the drop as a reset and ``increase()``
         adds the whole resumed value (93,000 for 22,500 counted, measured). :class:`SavedFirst`
         saves after it collects, so this takes something off only while a save fails (a full
-        volume): the counter then stays at its saved value, and catches up once a save succeeds."""
+        volume): the counter then stays at its saved value, and catches up once a save succeeds.
+        Not the children's restarts: EpochfsChildRestarting reads them, and a volume that fails is
+        when a child keeps restarting; held at their save they froze, and the alert could not
+        fire. A supervisor killed -9 while its saves fail resumes them lower, a reset to
+        Prometheus, which then counts the resumed restarts (a few) once more."""
         saved = {f"epochfs_{name}" for name in TOTAL_NAMES}
         for family in families:
             for i, s in enumerate(family.samples):
-                if s.name == "epochfs_child_restarts_total":
-                    top = restarts.get(s.labels.get("child", ""), 0.0)
-                elif s.name in saved:
-                    top = totals.get(s.name[len("epochfs_"):], 0.0)
-                else:
-                    continue
-                if s.value > top:
+                if s.name in saved and s.value > (top := totals.get(s.name[len("epochfs_"):], 0.0)):
                     family.samples[i] = s._replace(value=top)
         return families
 
@@ -246,8 +239,8 @@ class SavedFirst:
     the store) and returns what the store holds then, ``(totals, restarts)``. It runs after this
     scrape's values are read, so what it saves is at least what is shown (counters only grow):
     a supervisor killed with -9 right after a scrape resumes at or above every value a scrape
-    showed. Values above what the store holds (a save that failed) are shown at the saved value
-    (:meth:`SidecarMetrics.at_most_saved`)."""
+    showed. Totals above what the store holds (a save that failed) are shown at the saved value
+    (:meth:`SidecarMetrics.at_most_saved`; the restarts as counted)."""
 
     def __init__(self, metrics: SidecarMetrics,
                  save: Callable[[], tuple[Mapping[str, float], Mapping[str, float]]]) -> None:
@@ -256,8 +249,8 @@ class SavedFirst:
 
     def collect(self) -> Iterator[Metric]:
         families = list(self._metrics.registry.collect())
-        totals, restarts = self._save()
-        yield from self._metrics.at_most_saved(families, totals, restarts)
+        totals, _ = self._save()
+        yield from self._metrics.at_most_saved(families, totals)
 
 
 ENDPOINT_REJECT_REASONS = ("capacity", "evicted", "timeout", "too_large", "bad_request", "busy")
@@ -304,7 +297,7 @@ def endpoint_metrics() -> EndpointMetrics:
     return EndpointMetrics()
 
 
-WEBHOOK_RESULTS = ("mutated", "skipped", "refused", "error")
+WEBHOOK_RESULTS = ("mutated", "skipped", "refused", "busy", "error")
 """``epochfs_webhook_requests_total{result}``: how the admission webhook answered."""
 WEBHOOK_DURATION_BUCKETS = (0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1.0, 5.0)
 
@@ -323,7 +316,8 @@ class WebhookMetrics:
             "epochfs_webhook_requests",
             "Admission requests answered, by result: mutated (epochfs "
             "injected), skipped (not asked for, already injected, not a pod creation), refused (asked "
-            "for but cannot be served: the response says why), error (not an AdmissionReview, or a failure)",
+            "for but cannot be served: the response says why), busy (no review slot freed in time: answered "
+            "429 with Retry-After, which the API server retries), error (not an AdmissionReview, or a failure)",
             ["result"], registry=self.registry,
         )
         for result in WEBHOOK_RESULTS:

@@ -20,7 +20,8 @@ never takes the other down, and each can be restarted alone. The supervisor
   (``config.to_env``; never on a command line, which any user can read), their
   output on its stderr prefixed ``[sampler]`` / ``[fuse]``;
 * restarts a dead sampler with exponential backoff while the mount keeps serving; an exit because
-  the remote cannot be reached at its start is a transient failure, not a crash: it never fails
+  the remote cannot be reached at its start (or the cache's volume is too full for it) is a
+  transient failure, not a crash, and its start again a retry, not a restart: it never fails
   ``/healthz``, and ``/readyz`` and ``epochfs status`` (through :data:`STATE_FILE_NAME`) say it
   with the next retry; an exit on a damaged index is none either, unless it comes on three runs
   in a row with no good run between (:mod:`.indexdamage`);
@@ -49,11 +50,11 @@ on their ports, the served counter, the Kubernetes reporter, the periodic totals
 their public names.
 """
 
+from epochfs.sidecar.supervisor.childlog import retry_reason
 from epochfs.sidecar.supervisor.children import (
     _CHILD_BOOT,
     Child,
     ChildProcesses,
-    retry_reason,
 )
 from epochfs.sidecar.supervisor.core import Supervisor, run_sidecar
 from epochfs.sidecar.supervisor.health import HealthChecks

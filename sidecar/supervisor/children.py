@@ -9,11 +9,15 @@ after a child ran :attr:`ChildProcesses.STABLE_AFTER` seconds).
 
 An exit is a *crash* or a *transient failure*: the sampler exits :data:`~epochfs.sidecar.config.EXIT_RETRY`
 (75) when the remote cannot be reached at its start (a store still starting, an outage:
-sampler/command.py), its last line ``epochfs sample: <reason>``. Both restart with the same backoff,
-but only crashes count toward
-:attr:`Child.crashes`, which ``/healthz`` reads: restarting the pod would not bring the remote
-back. A third kind, the sampler's :data:`~epochfs.sidecar.config.EXIT_INDEX` (it met a damaged
-index while running), is neither: the next start replaces the index in seconds, so it restarts after
+sampler/command.py), or when the cache's volume is too full for its start to write the index
+(its reason then names ``--cache``: :func:`.childlog.no_room`), its last line ``epochfs sample:
+<reason>``. Both restart with the same backoff, but only crashes count toward
+:attr:`Child.crashes`, which ``/healthz`` reads (restarting the pod would not bring the remote
+back, nor make room), and a transient failure's start again counts in
+``epochfs_child_retries_total``, not in ``epochfs_child_restarts_total``, which
+EpochfsChildRestarting reads (a remote late at the pod's start is no restart loop). A third
+kind, the sampler's :data:`~epochfs.sidecar.config.EXIT_INDEX` (it met a damaged index while
+running), is neither: the next start replaces the index in seconds, so it restarts after
 :attr:`ChildProcesses.BACKOFF_MIN` and counts no crash (a liveness failure would restart the pod
 for a damage the sidecar mends by itself; a start that cannot mend it exits 1, a crash), unless
 it comes on every run: :attr:`Child.index` counts those exits in a row until a good run
@@ -40,7 +44,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from epochfs.sidecar.config import EXIT_INDEX, EXIT_RETRY, INDEX_DAMAGES_UNHEALTHY
-from epochfs.sidecar.supervisor.childlog import pump_log, retry_reason
+from epochfs.sidecar.supervisor.childlog import no_room, pump_log, volume_refusal, waiting_words
 from epochfs.sidecar.supervisor.indexdamage import IndexDamages
 from epochfs.sidecar.supervisor.reaper import exit_words
 
@@ -81,8 +85,12 @@ class Child:
     """Quick exits in a row that were not transient failures (``/healthz`` fails at
     :attr:`~epochfs.sidecar.supervisor.HealthChecks.UNHEALTHY_CRASHES`); reset by a stable run."""
     waiting: str = ""
-    """``remote unreachable: <reason>`` while the last exit was a transient failure and no run has
-    proved stable since: what /readyz and ``epochfs status`` say (:meth:`ChildProcesses.retry_note`)."""
+    """``remote unreachable: <reason>`` (``disk full: <reason>`` when :attr:`no_room`) while the
+    last exit was a transient failure and no run has proved stable since: what /readyz and
+    ``epochfs status`` say (:meth:`ChildProcesses.retry_note`)."""
+    no_room: bool = False
+    """The last transient failure was the cache's volume too full for the start: ``epochfs_disk_full``
+    is 1 while it waits (:meth:`ChildProcesses.waiting_for_room`)."""
     index: IndexDamages = field(default_factory=IndexDamages)
     """Its exits on a damaged index (:data:`~epochfs.sidecar.config.EXIT_INDEX`) in a row, until
     a good run: ``/healthz`` fails at :data:`~epochfs.sidecar.config.INDEX_DAMAGES_UNHEALTHY`."""
@@ -229,7 +237,7 @@ class ChildProcesses:
         refusal = child.stop_on_refusal and not child.served and code == 2 and ran < self.STABLE_AFTER
         if (transient or refusal) and child.log_thread is not None:
             child.log_thread.join(timeout=1)  # its last line, the reason, may still be in the pipe
-        volume = refusal and self._volume_refusal(child)  # a crash, restarted: no stop
+        volume = refusal and volume_refusal(child)  # a crash, restarted: no stop
         refusal = refusal and not volume
         if self._multiproc_dir is not None:
             self._forget_metrics(child.proc.pid)
@@ -252,8 +260,8 @@ class ChildProcesses:
                 if not quick:
                     child.backoff = self._doubled_backoff(child)
                 child.next_start = time.monotonic() + (self.BACKOFF_MIN if quick else child.backoff)
-                child.waiting = (f"remote unreachable: {retry_reason(child.last_error, child.name)}"
-                                 if transient else "")
+                child.no_room = transient and no_room(child.last_error)
+                child.waiting = waiting_words(child.last_error, child.name) if transient else ""
                 child.crashes += 0 if transient or mended or remount else 1
         if self._metrics is not None:
             if mended:
@@ -277,6 +285,11 @@ class ChildProcesses:
             said = "was killed by the supervisor" if code == -signal.SIGKILL else exit_words(code)
             log.warning("%s %s after %.1fs: %s; %s, not a crash; restarting in %.1fs", child.name, said, ran,
                         remount, "a remount" if child.name == "fuse" else "a restart", self.BACKOFF_MIN)
+            return True
+        if transient and child.no_room:
+            log.warning("%s found the cache's volume full at its start (exit 75 after %.1fs): a wait "
+                        "for room, not a crash; retry %d in %.1fs", child.name, ran, child.restarts + 1,
+                        child.backoff)
             return True
         if transient:
             log.warning("%s could not reach the remote (exit 75 after %.1fs): a transient failure, "
@@ -315,6 +328,12 @@ class ChildProcesses:
             return None
         return f"{waiting}; retry {restarts} running for {running:.0f} s"
 
+    def waiting_for_room(self, child: Child) -> bool:
+        """Whether ``child`` waits for room on the cache's volume to start: its last exit said so
+        (:attr:`Child.no_room`) and its :meth:`retry_note` still holds. The supervisor's
+        ``epochfs_disk_full`` (a sampler that cannot start sets no gauge of its own)."""
+        return child.no_room and self.retry_note(child) is not None
+
     def refused(self, child: Child) -> str | None:
         """The reason ``child`` gave for refusing its settings, when it exited 2 (the CLI's status
         for a bad setting: no such bucket or folder, access denied, a bad flag) before it had run
@@ -324,23 +343,9 @@ class ChildProcesses:
             return None
         if child.log_thread is not None:
             child.log_thread.join(timeout=2)  # its last lines, the reason among them
-        if self._volume_refusal(child):
+        if volume_refusal(child):
             return None
         return child.last_error or f"{child.name} exited with status 2"
-
-    @staticmethod
-    def _volume_refusal(child: Child) -> bool:
-        """Whether ``child``'s exit 2 refused ``--cache`` (``epochfs sample: --cache PATH: cannot
-        write in it: read-only file system``). The sidecar's own start ran the same check on the
-        same cache and opened its index there (cli, core), so this is the volume changed under
-        the running sidecar (ext4 ``errors=remount-ro``, a failing disk), not a setting: a crash,
-        restarted with backoff and counted for ``/healthz``, where a stop would take the mount,
-        which still serves what the volume holds. The sampler's lock refused (``epochfs sample:
-        --cache: PATH is in use by another epochfs sample``) is one too: another sampler, run by
-        hand, holds the cache now; it may be gone by the next start, and this sidecar, which owns
-        the cache (its sidecar lock), must not stop and take its trainer's view with it."""
-        said = child.last_error.removeprefix(f"epochfs {child.argv[0]}: ")
-        return said != child.last_error and said.startswith(("--cache ", "--cache:"))
 
     def _watch_index_damages(self, child: Child) -> None:
         """While index-damage exits of ``child`` are counted and it runs: end the count once its
@@ -367,8 +372,10 @@ class ChildProcesses:
                 if not self._start(child):
                     return  # tried again after the backoff: not a restart
                 child.restarts += 1
+                retry = bool(child.waiting)  # after a transient failure (its reason kept)
             if self._metrics is not None:
-                self._metrics.child_restarts.labels(child=child.name).inc()
+                counter = self._metrics.child_retries if retry else self._metrics.child_restarts
+                counter.labels(child=child.name).inc()
 
     def _terminate(self, child: Child, *, timeout: float) -> None:
         proc = child.proc

@@ -243,6 +243,8 @@ class Supervisor(HealthChecks, Observability):
             except ConfigError as e:  # a port in use: kubectl describe pod says why, too
                 write_termination_message(self.settings.termination_log, f"epochfs sidecar: {e}")
                 raise
+            # epochfs_disk_full while the sampler cannot start for room: it sets no gauge then.
+            self._metrics.children_metrics.waiting_for_room(lambda: self.waiting_for_room(self.sampler))
             self._record_report_url()  # before the view starts: its first status.json names it
             self._reporter = load_reporter(self.settings, self.mount)
             self._start(self.sampler)

@@ -33,8 +33,9 @@ class HealthChecks(MountWatch):
 
     UNHEALTHY_CRASHES = 5
     """Consecutive quick sampler crashes after which /healthz fails (the pod gets restarted). A
-    transient failure (the remote unreachable at the sampler's start: :attr:`Child.waiting`) is
-    not one: the process is healthy, the remote is not, and a new pod would meet the same remote."""
+    transient failure (the remote unreachable, or the cache's volume full, at the sampler's
+    start: :attr:`Child.waiting`) is not one: the process is healthy, the remote or the volume is
+    not, and a new pod would meet the same."""
     UNHEALTHY_INDEX_DAMAGES = INDEX_DAMAGES_UNHEALTHY
     """Sampler exits on a damaged index in a row, with no good run between, after which /healthz
     fails (:mod:`.indexdamage`); one such exit is mended by the next start and is no failure."""

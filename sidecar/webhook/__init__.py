@@ -16,9 +16,12 @@ Modules:
 * :mod:`.podchecks`: the refusals, each with its reason and way out.
 * :mod:`.overrides`: the annotations' remote, capacity and shard in the sidecar's environment;
   no API token where the pod refuses one.
+* :mod:`.qos`: the warning for a Guaranteed pod that the sidecar would make Burstable.
 * :mod:`.fields`: the annotation and environment names the three above share.
 * :mod:`.review`: AdmissionReview v1 requests and responses.
-* :mod:`.server`: the HTTPS server and its metrics on ``aiohttp.web``, ``run_webhook``;
+* :mod:`.server`: the HTTPS server of the reviews on ``aiohttp.web``, ``run_webhook``;
+* :mod:`.serving`: how both servers listen, serve and stop, and the metrics server;
+* :mod:`.slots`: the reviews decided at once, and the brief queue for the next ones;
 * :mod:`.tls`: the certificate pair, taken again for new connections when it is renewed.
 
 docs/kubernetes.md ("Attach with one annotation") is the user's side.

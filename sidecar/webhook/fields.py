@@ -18,6 +18,13 @@ SHARD_INDEX = "epochfs.io/shard-index"
 CONTAINERS = "epochfs.io/containers"
 INJECTED = "epochfs.io/injected"
 ANNOTATIONS = (INJECT, PROFILE, REMOTE, CAPACITY, SHARD_INDEX, CONTAINERS)
+PREFIX = "epochfs.io/"
+WRITTEN = (INJECTED, "epochfs.io/status")
+"""The ``epochfs.io/*`` annotations epochfs writes itself: the webhook's marker and the sidecar's
+status (``epochfs.sidecar.kube.status``), which a pod copied from a running one carries."""
+ANNOTATION_ONLY = (PROFILE, REMOTE, CAPACITY, SHARD_INDEX, CONTAINERS)
+"""The options read from annotations only: as labels they are refused, not ignored (only
+``epochfs.io/inject`` works as a label too, for the objectSelector and the matchCondition)."""
 
 SHARD_ENV = "EPOCHFS_SHARD_INDEX"
 REMOTE_ENV = "EPOCHFS_REMOTE"

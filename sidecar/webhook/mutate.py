@@ -20,12 +20,19 @@ The pod's metadata says what it wants:
 * ``epochfs.io/containers``: the containers that get the trainer's mounts and environment,
   comma-separated (default: every container of ``spec.containers``).
 
+Any other ``epochfs.io/*`` annotation (but those epochfs writes), and the options after
+``epochfs.io/inject`` given as labels, are refused: ignored, a misspelled key would leave the pod
+on the profile's dataset without a word. A pod whose containers are all of QoS class Guaranteed
+gets a warning when the profile's sidecar makes it Burstable (:mod:`.qos`).
+
 The patch adds, as the chart's Job has them: the sidecar first in ``initContainers`` (its port
 named ``epochfs-metrics``, not ``metrics``: :func:`.profiles.with_own_port_name`), the volumes,
 the trainer's environment first in each target container's ``env`` (so its own variables may refer
 to ``$(EPOCHFS_MOUNT)``) and its mounts, the pod security context's fields the pod does not set,
 the chart's ``imagePullSecrets`` the pod does not list (the sidecar's image may be private; the
-Secrets must exist in the pod's namespace), the scrape annotations the pod does not have, the
+Secrets must exist in the pod's namespace), the ``prometheus.io/*`` scrape annotations unless the
+pod has one of its own (merged key by key they would point its discovery at another port or path:
+the chart's PodMonitor of injected pods scrapes the sidecar then, and a warning says so), the
 marker ``epochfs.io/injected: <profile>``, and the profile's pod labels
 (``epochfs.io/injected-by: <the webhook>``: the chart's PodMonitor of injected pods selects it; set
 even where the pod has it, so the monitor finds every injected pod).
@@ -55,25 +62,34 @@ from epochfs.sidecar.webhook.podchecks import (
     as_map,
     check_conflicts,
     check_host_network,
+    check_keys,
     check_lengths,
     check_security,
     check_shard,
     targets,
 )
 from epochfs.sidecar.webhook.profiles import Profile
+from epochfs.sidecar.webhook.qos import qos_warning
 
 Result = Literal["mutated", "skipped", "refused"]
+SCRAPE_PREFIX = "prometheus.io/"
+SCRAPE_WARNING = ("epochfs: the pod has prometheus.io/* annotations of its own, so epochfs adds none "
+                  "(merged, they would scrape another port or path); the chart's PodMonitor of "
+                  "injected pods scrapes the sidecar (port epochfs-metrics)")
+"""Each warning at most 256 characters: the API server may cut a longer one."""
 
 
 @dataclass(frozen=True)
 class Decision:
     """What the server answers for one pod: the result, the message it logs (and, refused, the
-    API server shows), the patch (mutated only) and the profile asked for."""
+    API server shows), the patch (mutated only), the profile asked for and the warnings the API
+    server passes on to the client (kubectl prints them)."""
 
     result: Result
     message: str
     patch: list[JSON] = field(default_factory=list)
     profile: str | None = None
+    warnings: tuple[str, ...] = ()
 
 
 def _pointer(*parts: str | int) -> str:
@@ -109,6 +125,7 @@ def _decide(pod: Any, profiles: Mapping[str, Profile], pss_enforced: bool) -> De
             profile=cut(str(annotations[INJECTED])),
         )
     check_lengths(annotations)
+    check_keys(annotations, labels, {k for p in profiles.values() for k in p.pod_annotations})
 
     spec = as_map(pod.get("spec"), "spec")
     containers = as_list(spec.get("containers"), "spec.containers")
@@ -167,8 +184,15 @@ def _decide(pod: Any, profiles: Mapping[str, Profile], pss_enforced: bool) -> De
             for k, v in values.items():
                 add(_pointer("metadata", field, k), v)
 
+    warnings = []
+    scraped = any(isinstance(k, str) and k.startswith(SCRAPE_PREFIX) for k in annotations)
     new_annotations = {INJECTED: name}
-    new_annotations.update({k: v for k, v in profile.pod_annotations.items() if k not in annotations})
+    new_annotations.update({k: v for k, v in profile.pod_annotations.items()
+                            if k not in annotations and not (scraped and k.startswith(SCRAPE_PREFIX))})
+    if scraped and any(k.startswith(SCRAPE_PREFIX) for k in profile.pod_annotations):
+        warnings.append(SCRAPE_WARNING)
+    if (qos := qos_warning(spec, sidecars, name)) is not None:
+        warnings.append(qos)
     add_map("annotations", new_annotations)
     if profile.pod_labels:
         add_map("labels", dict(profile.pod_labels))
@@ -217,4 +241,5 @@ def _decide(pod: Any, profiles: Mapping[str, Profile], pss_enforced: bool) -> De
         f"epochfs profile {name} injected{no_report} (trainer containers: {targets_text})",
         patch,
         profile=name,
+        warnings=tuple(warnings),
     )

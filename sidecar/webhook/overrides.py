@@ -38,6 +38,34 @@ from epochfs.sidecar.webhook.profiles import Profile
 
 MAX_SIZE_CHARS = 64
 """The longest capacity read: a size of bytes below 2**63 is a few characters (``1.5Ti``)."""
+MIN_CAPACITY = 1024 * 1024
+"""The smallest capacity admitted: below a MiB no dataset's objects fit, so a smaller budget is a
+unit left out or mistyped (``15`` meant as 15Gi), and its sidecar would stop at once."""
+EXAMPLES = "examples: 15Gi, 500G, 1.5Ti"
+
+
+def _capacity(capacity: Any) -> int:
+    """The bytes of an ``epochfs.io/capacity`` value, or :class:`Refused`. A number without a unit
+    is refused, not read as bytes: ``100`` or ``15`` is a budget whose unit was left out, and as
+    bytes it admits a pod whose sidecar refuses its settings and crash-loops (a size in bytes says
+    so: ``2000000B``)."""
+    text = str(capacity).strip()
+    if len(text) > MAX_SIZE_CHARS:  # parse_size backtracks on long runs of digits
+        raise Refused(f"{CAPACITY}: {quoted(capacity)} is not a size ({EXAMPLES})")
+    try:
+        if text.startswith("-"):
+            raise ValueError("must not be negative")
+        size = parse_size(text)
+    except ValueError as e:
+        raise Refused(f"{CAPACITY}: {e}") from None
+    if size <= 0:
+        raise Refused(f"{CAPACITY}: {quoted(capacity)} must be positive")
+    if text[-1:].isdigit():
+        raise Refused(f"{CAPACITY}: {quoted(capacity)} has no unit: write one ({EXAMPLES})")
+    if size < MIN_CAPACITY:
+        raise Refused(f"{CAPACITY}: {quoted(capacity)} is {size} bytes, less than the 1Mi a cache "
+                      f"needs ({EXAMPLES})")
+    return size
 
 
 def override(
@@ -74,16 +102,7 @@ def override(
         values[REMOTE_ENV] = {"name": REMOTE_ENV, "value": url}
     capacity = annotations.get(CAPACITY)
     if capacity is not None:
-        if len(str(capacity).strip()) > MAX_SIZE_CHARS:  # parse_size backtracks on long runs of digits
-            raise Refused(f"{CAPACITY}: {quoted(capacity)} is not a size (examples: 500Mi, 20Gi, 1.5T, 4096)")
-        try:
-            if str(capacity).strip().startswith("-"):
-                raise ValueError("must not be negative")
-            size = parse_size(str(capacity))
-        except ValueError as e:
-            raise Refused(f"{CAPACITY}: {e}") from None
-        if size <= 0:
-            raise Refused(f"{CAPACITY}: {quoted(capacity)} must be positive")
+        size = _capacity(capacity)
         if profile.cache_volume_bytes is not None:
             limit = profile.cache_volume_bytes * CAPACITY_SHARE_TENTHS // 10
             if size > limit:

@@ -7,20 +7,25 @@ patch. Each check raises :class:`Refused` with the message the API server shows 
 
 from __future__ import annotations
 
+import difflib
 import posixpath
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from typing import Any
 
 from epochfs.sidecar.config import SidecarSettings
 from epochfs.sidecar.webhook.fields import (
+    ANNOTATION_ONLY,
     ANNOTATIONS,
     CONTAINERS,
     FIELD_PATH_RE,
+    INJECT,
     JSON,
     MAX_VALUE_CHARS,
     METRICS_PORT,
+    PREFIX,
     SHARD_ENV,
     SHARD_INDEX,
+    WRITTEN,
     cut,
     quoted,
 )
@@ -58,6 +63,30 @@ def check_lengths(annotations: Mapping[str, Any]) -> None:
         if value is not None and len(text := str(value)) > MAX_VALUE_CHARS:
             raise Refused(f"{key}: {quoted(text)} is longer than the {MAX_VALUE_CHARS} characters "
                           "epochfs reads")
+
+
+def check_keys(annotations: Mapping[str, Any], labels: Mapping[str, Any], written: Collection[str]) -> None:
+    """Refuse an ``epochfs.io/*`` annotation epochfs does not read, and an option set as a label.
+
+    Either would be ignored, and ignoring it is the worst answer: ``epochfs.io/remote-url`` or
+    ``epochfs.io/profile`` as a label leaves the pod on the profile's dataset and view, and the
+    trainer trains on another dataset without a word. ``written``: the ``epochfs.io/*``
+    annotations of the profiles' documents, which epochfs writes itself (as :data:`WRITTEN`)."""
+    for key in ANNOTATION_ONLY:
+        if key in labels:
+            raise Refused(f"{key} is a label of this pod, where epochfs does not read it: set it as an "
+                          f"annotation (only {INJECT} works as a label too)")
+    known = set(ANNOTATIONS)
+    for key in annotations:
+        if not isinstance(key, str) or not key.startswith(PREFIX) or key in known:
+            continue
+        if key in WRITTEN or key in written:
+            continue
+        near = difflib.get_close_matches(key, ANNOTATIONS, n=1) if len(key) <= 100 else []
+        hint = f"did you mean {near[0]}? " if near else ""
+        raise Refused(f"{cut(key)} is not an annotation epochfs reads ({hint}it reads "
+                      f"{', '.join(ANNOTATIONS)}); a misspelled option would be ignored and the "
+                      "pod run with the profile's value")
 
 
 def shard_below(text: str, nodes: int) -> bool:

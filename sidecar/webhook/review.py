@@ -2,7 +2,8 @@
 
 https://kubernetes.io/docs/reference/access-authn-authz/extensible-admission-controllers/ -- the
 response echoes the request's ``uid``; a mutation is ``patchType: JSONPatch`` with the patch as
-base64 of its JSON; a refusal is ``allowed: false`` with ``status.code`` and ``status.message``,
+base64 of its JSON; ``warnings`` (strings the API server passes on to the client) may come with
+either; a refusal is ``allowed: false`` with ``status.code`` and ``status.message``,
 which the client (kubectl, the Job controller's Events) shows as is.
 """
 
@@ -10,6 +11,7 @@ from __future__ import annotations
 
 import base64
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -105,10 +107,19 @@ def parse(body: bytes) -> Request:
 
 
 def response(
-    uid: str, *, allowed: bool = True, patch: list[JSON] | None = None, message: str = "", code: int = 403
+    uid: str,
+    *,
+    allowed: bool = True,
+    patch: list[JSON] | None = None,
+    message: str = "",
+    code: int = 403,
+    warnings: Sequence[str] = (),
 ) -> JSON:
-    """An AdmissionReview v1 response: allowed (with a JSONPatch when ``patch``), or refused."""
+    """An AdmissionReview v1 response: allowed (with a JSONPatch when ``patch``), or refused;
+    ``warnings`` go to the client that creates the pod (kubectl prints them)."""
     answer: JSON = {"uid": uid, "allowed": allowed}
+    if warnings:
+        answer["warnings"] = list(warnings)
     if patch:
         answer["patchType"] = "JSONPatch"
         answer["patch"] = base64.b64encode(json.dumps(patch, separators=(",", ":")).encode()).decode("ascii")

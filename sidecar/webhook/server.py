@@ -1,4 +1,5 @@
-"""The webhook's HTTPS server and its metrics server, both on ``aiohttp.web``.
+"""The webhook's HTTPS server and, with :mod:`.serving` (how both listen, serve and stop; the
+metrics server), ``run_webhook``, both on ``aiohttp.web``.
 
 Why aiohttp.web: it is a maintained HTTP/1.1 server already in the sidecar's image (the HTTP
 remote uses its client), where the standard library's ``http.server`` is, in its own words, not
@@ -18,8 +19,9 @@ do the rest.
 * ``POST /mutate`` and ``POST /mutate/pss-enforced`` (namespaces that enforce Pod Security baseline
   or restricted): an AdmissionReview v1 in, an AdmissionReview v1 out. A body that is not one is
   answered 400 (413 above the size limit, 415 when not JSON); an unexpected failure 500, which
-  the API server treats according to the configuration's failurePolicy. More than
-  ``MAX_IN_FLIGHT`` reviews at once are answered 429.
+  the API server treats according to the configuration's failurePolicy. Beyond ``MAX_IN_FLIGHT``
+  reviews at once a review waits briefly for a slot (:mod:`.slots`), then is answered 429 with
+  ``Retry-After: 1``, counted as ``busy``.
 * ``GET /healthz``, ``GET /readyz`` on the HTTPS port; ``/metrics`` and ``/healthz`` on the plain
   metrics port (the metrics themselves are :class:`epochfs.sidecar.metrics.WebhookMetrics`, with
   every other metric of epochfs).
@@ -34,24 +36,28 @@ import asyncio
 import json
 import logging
 import signal
-import ssl
-import threading
 import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
 from aiohttp import ClientError, web
-from prometheus_client import CollectorRegistry
-from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
 
 from epochfs.sidecar.config import ConfigError
 from epochfs.sidecar.confparse import bind_failure
-from epochfs.sidecar.listen import ALL_ADDRESSES, listen
 from epochfs.sidecar.metrics import WebhookMetrics
 from epochfs.sidecar.webhook import review
 from epochfs.sidecar.webhook.mutate import decide
 from epochfs.sidecar.webhook.profiles import Profile, load_profiles
+from epochfs.sidecar.webhook.serving import MetricsServer, Served, quiet_gone_clients, text_response
+from epochfs.sidecar.webhook.slots import (
+    MAX_IN_FLIGHT,
+    MAX_WAITING,
+    QUEUE_SECONDS,
+    RETRY_AFTER,
+    Slots,
+    queue_wait,
+)
 from epochfs.sidecar.webhook.tls import TLSFiles
 
 __all__ = ["AdmissionServer", "MetricsServer", "TLSFiles", "quiet_gone_clients", "run_webhook"]
@@ -62,144 +68,19 @@ MAX_BODY_BYTES = 2 * 1024 * 1024
 """Bodies above this are refused (413): a pod is at most ~1.5 MiB (etcd's limit), and its
 AdmissionReview adds little else for a CREATE (no oldObject)."""
 MAX_READING_BYTES = 16 * MAX_BODY_BYTES
-"""The announced bytes of the bodies being read at once; a request beyond is answered 429 before
-its body is read. Bodies are read before a review slot is taken (a client that stalls in its body
-holds no slot), so without this clients that stall near the largest body each held ~3.5 MiB of the
-webhook's memory (256 MiB in the chart: about 50 of them killed it)."""
-MAX_IN_FLIGHT = 16
-"""Admission requests processed at once; more are answered 429 (the API server retries or applies
-the failurePolicy) instead of piling up threads and memory."""
+"""The announced bytes of the bodies being read, or waiting for a review slot, at once; a request
+beyond is answered 429 before its body is read. Bodies are read before a review slot is taken (a
+client that stalls in its body holds no slot), so without this clients that stall near the largest
+body each held ~3.5 MiB of the webhook's memory (256 MiB in the chart: about 50 of them killed it)."""
 IDLE_TIMEOUT = 30.0
 """Seconds an HTTPS connection may sit idle between requests."""
 BODY_TIMEOUT = 10.0
 """Seconds a request's body may take to arrive once its headers have: the API server sends it at
 once and gives up on the webhook after its ``timeoutSeconds`` (10 s by default, at most 30)."""
-HANDSHAKE_TIMEOUT = 10.0
-"""Seconds a TLS handshake may take: a client that connects and stalls frees its connection."""
-METRICS_TIMEOUT = 10.0
-"""Seconds a metrics-port connection may sit idle before it is closed."""
-SHUTDOWN_TIMEOUT = 10.0
-"""Seconds the reviews in flight get to finish after SIGTERM."""
-LINGER_SECONDS = 1.0
-"""Seconds an answered connection whose body is unread (a 408, 413 or 429 before it came) is read
-on before it is closed, so the client sees the answer and not a reset: aiohttp's default, 10 s,
-held a stalled client's connection that long after its 408."""
 PATHS = {"/mutate": False, "/mutate/pss-enforced": True}
-_TEXT = "text/plain"
-_GONE = (ConnectionError, TimeoutError, ssl.SSLError)
-"""A client that went away (the API server's timeout, a probe that closed without reading, a
-reset keep-alive connection): worth a DEBUG line, not a traceback."""
 
 
-def quiet_gone_clients(loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
-    """The event loop's exception handler: a client gone mid-connection is one DEBUG line; any
-    other error keeps the loop's default report, traceback included."""
-    error = context.get("exception")
-    if isinstance(error, _GONE):
-        log.debug("webhook: a connection ended: %s (%s)", context.get("message"), error)
-        return
-    loop.default_exception_handler(context)
-
-
-class _Served:
-    """One aiohttp application on a socket bound at construction (so port 0 is known at once).
-
-    :func:`run_webhook` starts both servers on one event loop (:meth:`start`, :meth:`stop`);
-    :meth:`serve_forever`, :meth:`shutdown` and :meth:`server_close` run one on its own loop in a
-    thread the caller starts, as tests and embedders do."""
-
-    def __init__(
-        self,
-        address: tuple[str, int],
-        app: web.Application,
-        *,
-        keepalive_timeout: float,
-        ssl_context: ssl.SSLContext | None = None,
-    ) -> None:
-        # "" (the --host default): every address of both families, as the sidecar's endpoints.
-        self.listener = listen(address[0] or ALL_ADDRESSES, address[1], 128)
-        self.socket = self.listener.sock
-        self.server_address: tuple[Any, ...] = self.socket.getsockname()
-        self.app = app
-        self.keepalive_timeout = keepalive_timeout
-        self.ssl_context = ssl_context
-        self._runner: web.AppRunner | None = None
-        self._listener: asyncio.Server | None = None
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._stop: asyncio.Event | None = None
-        self._started = threading.Event()
-        self._stopped = threading.Event()
-
-    async def start(self) -> None:
-        """Listen on the running loop."""
-        runner = web.AppRunner(
-            self.app,
-            handle_signals=False,
-            access_log=None,
-            keepalive_timeout=self.keepalive_timeout,
-            shutdown_timeout=SHUTDOWN_TIMEOUT,
-            lingering_time=LINGER_SECONDS,
-        )
-        await runner.setup()
-        self._runner = runner
-        assert runner.server is not None
-        self._listener = await asyncio.get_running_loop().create_server(
-            runner.server,
-            sock=self.socket,
-            ssl=self.ssl_context,
-            ssl_handshake_timeout=HANDSHAKE_TIMEOUT if self.ssl_context else None,
-            backlog=128,
-        )
-
-    async def stop(self) -> None:
-        """Stop accepting, let the requests in flight finish (SHUTDOWN_TIMEOUT), close the rest."""
-        if self._listener is not None:
-            self._listener.close()
-        if self._runner is not None:
-            await self._runner.cleanup()
-        if self._listener is not None:
-            await self._listener.wait_closed()
-
-    def serve_forever(self) -> None:
-        """Serve on a new event loop in the calling thread until :meth:`shutdown`."""
-
-        async def serve() -> None:
-            self._loop = asyncio.get_running_loop()
-            self._loop.set_exception_handler(quiet_gone_clients)
-            self._stop = asyncio.Event()
-            try:
-                await self.start()
-            finally:
-                self._started.set()
-            try:
-                await self._stop.wait()
-            finally:
-                await self.stop()
-
-        try:
-            asyncio.run(serve())
-        finally:
-            self._stopped.set()
-
-    def shutdown(self) -> None:
-        """Stop :meth:`serve_forever` (called from another thread after it began) and wait for it."""
-        self._started.wait()
-        if self._loop is not None and self._stop is not None and not self._stopped.is_set():
-            self._loop.call_soon_threadsafe(self._stop.set)
-        self._stopped.wait()
-
-    def server_close(self) -> None:
-        self.socket.close()
-
-
-def _text(status: int, text: str, close: bool = False) -> web.Response:
-    response = web.Response(status=status, text=text, content_type=_TEXT)
-    if close:
-        response.force_close()
-    return response
-
-
-class AdmissionServer(_Served):
+class AdmissionServer(Served):
     """HTTPS: the admission reviews, ``/healthz`` and ``/readyz``."""
 
     def __init__(
@@ -210,17 +91,19 @@ class AdmissionServer(_Served):
         metrics: WebhookMetrics | None = None,
         max_body: int = MAX_BODY_BYTES,
         max_in_flight: int = MAX_IN_FLIGHT,
+        queue_seconds: float = QUEUE_SECONDS,
+        max_waiting: int = MAX_WAITING,
     ) -> None:
         self.profiles = dict(profiles)
         self.max_in_flight = max_in_flight
-        # A thread-safe semaphore taken without waiting: a review beyond the cap is answered at once.
-        self.in_flight = threading.BoundedSemaphore(max_in_flight)
+        self.queue_seconds = queue_seconds
+        self.in_flight = Slots(max_in_flight, max_waiting)
         self.tls = tls
         self.metrics = metrics or WebhookMetrics()
         self.metrics.profiles.set(len(self.profiles))
         self.max_body = max_body
         self._reading = 0
-        """Announced bytes of the bodies being read now (:data:`MAX_READING_BYTES`)."""
+        """Announced bytes of the bodies being read or waiting for a slot (:data:`MAX_READING_BYTES`)."""
         # client_max_size: the limit aiohttp itself enforces on a body it reads (chunked too).
         app = web.Application(client_max_size=max_body)
         app.router.add_route("*", "/{path:.*}", self._handle)
@@ -236,22 +119,41 @@ class AdmissionServer(_Served):
             response.force_close()
         return response
 
+    def _busy(self, message: str, close: bool = False) -> web.Response:
+        """A 429 with ``Retry-After``, which the API server's client needs to retry it; counted as
+        ``busy``, not ``error``: the review is retried, and no pod was refused."""
+        self.metrics.requests.labels("busy").inc()
+        log.warning("webhook: 429 %s", message)
+        response = web.json_response({"error": message}, status=429, headers={"Retry-After": RETRY_AFTER})
+        if close:
+            response.force_close()
+        return response
+
     async def _handle(self, request: web.Request) -> web.StreamResponse:
         if request.method == "GET":
             if request.path in ("/healthz", "/readyz"):
-                return _text(200, "ok\n")
-            return _text(404, "not found\n")
+                return text_response(200, "ok\n")
+            return text_response(404, "not found\n")
         if request.method != "POST":
-            return _text(405, "method not allowed\n")
+            return text_response(405, "method not allowed\n")
         started = time.monotonic()
         try:
             body = await self._body(request)
             if isinstance(body, web.Response):
                 return body
             # The slot is taken once the body is here: it bounds the reviews being decided, and a
-            # client that sends headers and then stalls holds a coroutine, never a slot.
-            if not self.in_flight.acquire(blocking=False):
-                return self._error(429, f"busy: {self.max_in_flight} requests in flight; retry")
+            # client that sends headers and then stalls holds a coroutine, never a slot. While it
+            # waits for one, its body counts among the bytes held (MAX_READING_BYTES).
+            self._reading += len(body)
+            try:
+                wait = queue_wait(self.queue_seconds, request.query.get("timeout"))
+                taken = await self.in_flight.take(wait)
+            finally:
+                self._reading -= len(body)
+            if not taken:
+                return self._busy(
+                    f"busy: {self.max_in_flight} reviews in flight, {self.in_flight.waiting} waiting; retry"
+                )
             try:
                 return await self._admit(request, body)
             finally:
@@ -267,8 +169,9 @@ class AdmissionServer(_Served):
         if length > self.max_body:
             return self._error(413, f"the body is {length} bytes, more than {self.max_body}", close=True)
         if self._reading + length > MAX_READING_BYTES:  # the loop's thread only: no lock
-            return self._error(429, f"busy: {self._reading} bytes of request bodies being read; retry",
-                               close=True)
+            return self._busy(
+                f"busy: {self._reading} bytes of request bodies being read or waiting; retry", close=True
+            )
         self._reading += length
         try:
             return await asyncio.wait_for(request.read(), BODY_TIMEOUT)
@@ -311,6 +214,8 @@ class AdmissionServer(_Served):
         if decision.result == "refused":
             log.info("webhook: refused pod %s: %s", who, decision.message)
             return review.response(request.uid, allowed=False, message=decision.message), "refused"
+        for warning in decision.warnings:
+            log.info("webhook: pod %s: %s", who, warning)
         log.log(
             logging.INFO if decision.result == "mutated" else logging.DEBUG,
             "webhook: %s pod %s: %s",
@@ -318,28 +223,7 @@ class AdmissionServer(_Served):
             who,
             decision.message,
         )
-        return review.response(request.uid, patch=decision.patch), decision.result
-
-
-class MetricsServer(_Served):
-    """Plain HTTP: ``/metrics`` of ``registry`` and ``/healthz``."""
-
-    def __init__(
-        self, address: tuple[str, int], registry: CollectorRegistry, timeout: float = METRICS_TIMEOUT
-    ) -> None:
-        self.registry = registry
-        app = web.Application()
-        app.router.add_get("/{path:.*}", self._handle)
-        super().__init__(address, app, keepalive_timeout=timeout)
-
-    async def _handle(self, request: web.Request) -> web.Response:
-        if request.path == "/metrics":
-            return web.Response(
-                body=generate_latest(self.registry), headers={"Content-Type": CONTENT_TYPE_LATEST}
-            )
-        if request.path == "/healthz":
-            return _text(200, "ok\n")
-        return _text(404, "not found\n")
+        return review.response(request.uid, patch=decision.patch, warnings=decision.warnings), decision.result
 
 
 def run_webhook(

@@ -7,6 +7,7 @@ the refusals say why; the injected parts equal the chart's own Job's, field for 
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import copy
 import http.client
@@ -18,12 +19,14 @@ import socket
 import subprocess
 import threading
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
 import jsonpatch
 import kubernetes_validate
 import pytest
+from common import wait_until
 from helm_helpers import container, env_of, mounts_of, pod_spec, render, with_remote
 from prometheus_client import CollectorRegistry
 from prometheus_client.parser import text_string_to_metric_families
@@ -86,7 +89,8 @@ class Served:
         return out
 
 
-def serve(profiles: dict[str, Profile], folder: Path, ca: Any = None) -> Iterator[Served]:
+def serve(profiles: dict[str, Profile], folder: Path, ca: Any = None, **options: Any) -> Iterator[Served]:
+    """The server on a free port in threads of its own; ``options`` go to :class:`AdmissionServer`."""
     ca = ca or make_ca()
     cert, key, _ = make_leaf(ca, [SERVICE_DNS])
     (folder / "tls.crt").write_bytes(cert)
@@ -98,6 +102,7 @@ def serve(profiles: dict[str, Profile], folder: Path, ca: Any = None) -> Iterato
         TLSFiles(folder / "tls.crt", folder / "tls.key"),
         metrics,
         max_body=1 << 20,
+        **options,
     )
     metrics_server = MetricsServer(("127.0.0.1", 0), metrics.registry)
     threads = [threading.Thread(target=s.serve_forever, daemon=True) for s in (server, metrics_server)]
@@ -534,7 +539,7 @@ def test_the_webhooks_metrics_live_with_every_other_metric() -> None:
     webhook_metrics.profiles.set(3)
     get = registry.get_sample_value
     assert {r: get("epochfs_webhook_requests_total", {"result": r}) for r in metrics.WEBHOOK_RESULTS} == {
-        "mutated": 0, "skipped": 0, "refused": 1, "error": 0}
+        "mutated": 0, "skipped": 0, "refused": 1, "busy": 0, "error": 0}
     assert get("epochfs_webhook_profiles") == 3
     assert get("epochfs_webhook_request_duration_seconds_count") == 0
     assert get("epochfs_build_info", {"version": epochfs.__version__}) == 1
@@ -730,30 +735,50 @@ def test_the_body_limit_fits_a_pod_and_no_more() -> None:
     assert server.MAX_BODY_BYTES == 2 * 1024 * 1024
 
 
-def test_requests_beyond_the_concurrency_cap_are_answered_429(served: Served) -> None:
+def test_a_review_beyond_the_concurrency_cap_waits_for_a_slot(served: Served) -> None:
+    """Every slot taken: the next review waits (a 429 at once failed the pod) and is answered once
+    a slot frees, counted as what it is."""
     server = served.server
-    taken = 0
-    while server.in_flight.acquire(blocking=False):
-        taken += 1
+    slots = hold_slots(server)
     try:
-        assert taken == server.max_in_flight
         before = served.counts()
-        status, body = served.client.post("/mutate", json.dumps(admission_review(job_pod(job()))).encode())
-        assert status == 429 and b"busy" in body
-        assert served.counts()["error"] - before["error"] == 1
+        with ThreadPoolExecutor(1) as pool:
+            answer = pool.submit(served.client.review, job_pod(job()))
+            wait_until(lambda: server.in_flight.waiting == 1, what="the review waiting for a slot")
+            give_back(server, slots)
+            slots = 0
+            assert answer.result()["response"]["allowed"] is True
+        after = served.counts()
+        assert {k: after[k] - before[k] for k in ("mutated", "busy", "error")} == {
+            "mutated": 1, "busy": 0, "error": 0}
     finally:
-        for _ in range(taken):
-            server.in_flight.release()
-    assert served.client.review(job_pod(job()))["response"]["allowed"] is True
+        give_back(server, slots)
+
+
+def hold_slots(server: AdmissionServer) -> int:
+    """Take every review slot of ``server`` on its own loop; returns how many were taken."""
+    wait_until(lambda: server._loop is not None, what="the server's loop running")
+    assert server._loop is not None
+    taken = 0
+    while asyncio.run_coroutine_threadsafe(server.in_flight.take(0), server._loop).result(10):
+        taken += 1
+    assert taken == server.max_in_flight
+    return taken
+
+
+def give_back(server: AdmissionServer, count: int) -> None:
+    assert server._loop is not None
+    for _ in range(count):
+        server._loop.call_soon_threadsafe(server.in_flight.release)
 
 
 def test_a_silent_metrics_client_is_cut_off() -> None:
     import socket
     import time
 
-    from epochfs.sidecar.webhook import server as server_mod
+    from epochfs.sidecar.webhook import serving
 
-    assert server_mod.METRICS_TIMEOUT > 0
+    assert serving.METRICS_TIMEOUT > 0
     metrics_server = MetricsServer(("127.0.0.1", 0), WebhookMetrics().registry, timeout=0.5)
     thread = threading.Thread(target=metrics_server.serve_forever, daemon=True)
     thread.start()
@@ -774,10 +799,10 @@ def test_a_client_that_stalls_in_the_tls_handshake_is_cut_off(
     import socket
     import time
 
-    from epochfs.sidecar.webhook import server as server_mod
+    from epochfs.sidecar.webhook import serving
 
-    assert server_mod.HANDSHAKE_TIMEOUT > 0
-    monkeypatch.setattr(server_mod, "HANDSHAKE_TIMEOUT", 0.5)
+    assert serving.HANDSHAKE_TIMEOUT > 0
+    monkeypatch.setattr(serving, "HANDSHAKE_TIMEOUT", 0.5)
     for served in serve(profiles, tmp_path):
         with socket.create_connection(("127.0.0.1", served.server.server_address[1]), timeout=10) as sock:
             started = time.monotonic()
