@@ -24,15 +24,18 @@ answers 409: the report is dropped, logged once, and status.json read again afte
 
 **Epochs in use.** While a loader reads an epoch (:meth:`ClientReporter.reading` to
 :meth:`ClientReporter.done`), every report names it in its query (``?epoch=N``), and a report is
-sent at least every ``HEARTBEAT`` seconds even without deliveries (a pause for a checkpoint). The
-sidecar records a read of each named epoch, which keeps it pinned: on the folder view
-(``--view folder``) this is the only sign that a reader uses an epoch. So the first report naming
-an epoch goes at once (the thread is woken), not after ``interval``: until it arrives the epoch is
-held only by the publisher's grace, which lasts ``--in-use-seconds`` from its showing, and a window
-of a second or two could end before a report ``interval`` later (a slow worker start-up delays it
-further). That is one report more per epoch begun; the others go every ``interval``. The epochs
-go in the query rather than a body field, so that an older sidecar (which refuses unknown fields)
-still takes the report.
+sent at least every ``HEARTBEAT`` seconds even without deliveries (a pause for a checkpoint). Each
+report also names the reporter (``client=<id>``, random per reporter), so the sidecar keeps the
+epochs this client names pinned until a report of the same client no longer names them (or it is
+silent for a heartbeat and more): the report after :meth:`ClientReporter.done` goes at once and
+names what is read then, so an epoch the loop moved on from is released within seconds, whatever
+``--in-use-seconds`` (:mod:`epochfs.sidecar.served_pins`). On the folder view (``--view folder``)
+this is the only sign that a reader uses an epoch. So the first report naming an epoch goes at once
+too (the thread is woken), not after ``interval``: until it arrives the epoch is held only by the
+publisher's grace, which lasts ``--in-use-seconds`` from its showing, and a window of a second or
+two could end before a report ``interval`` later. The epochs and the client go in the query rather
+than a body field, and a sidecar that refuses the ``client`` parameter (400: one older than it)
+gets reports without it from then on: it then dates each named epoch a heartbeat ahead instead.
 
 **The last deliveries.** A training script need not call ``close()`` for its counts to arrive
 (the README's loop does not): the end of an epoch (:meth:`ClientReporter.done`) wakes the thread
@@ -47,108 +50,36 @@ import atexit
 import json
 import logging
 import os
+import secrets
 import threading
 import time
 import urllib.error
 import urllib.request
 import weakref
 from pathlib import Path
-from urllib.parse import quote, urlparse
 
-from .layout import REPORT_URL_KEY, SHARD_KEY, read_status
+from .reporturl import CACHE_HEADER as CACHE_HEADER
+from .reporturl import DEFAULT_URL as DEFAULT_URL
+from .reporturl import ENV as ENV
+from .reporturl import cache_of_status as cache_of_status
+from .reporturl import other_cache as other_cache
+from .reporturl import other_cache_reason as other_cache_reason
+from .reporturl import report_url as report_url
+from .reporturl import report_url_from_env as report_url_from_env
+from .reporturl import report_url_from_status as report_url_from_status
+from .reporturl import sidecar_of_status as sidecar_of_status
 from .sidecarhttp import open_sidecar
 
 log = logging.getLogger("epochfs.torchclient.report")
 
-ENV = "EPOCHFS_REPORT_URL"
-DEFAULT_URL = "http://127.0.0.1:8080/v1/client-report"
 MAX_BACKOFF = 60.0
 HEARTBEAT = 30.0
-"""Seconds between reports while an epoch is read and nothing is delivered. The sidecar dates a
-reported read this far ahead (and a debounce more), so a paused reader keeps its epoch whatever the
-sidecar's in-use window, one shorter than this included."""
+"""Seconds between reports while an epoch is read and nothing is delivered. The sidecar keeps a
+client's epochs pinned while it hears from the client at least this often (and a debounce more),
+so a paused reader keeps its epoch whatever the sidecar's in-use window."""
 EXIT_SECONDS = 1.0
 """The most the interpreter's exit waits for the reporters' last posts (a report's own timeout):
 a sidecar that does not answer costs the trainer's exit this, never a hang."""
-
-
-def report_url_from_env() -> str | None:
-    """The report URL from ``EPOCHFS_REPORT_URL``, :data:`DEFAULT_URL` when it is unset (None when
-    reporting is off)."""
-    url = os.environ.get(ENV, DEFAULT_URL).strip()
-    if url.lower() in ("", "off", "none", "0", "false"):
-        return None
-    if urlparse(url).scheme not in ("http", "https"):
-        raise ValueError(f"EPOCHFS_REPORT_URL must be an http(s) URL or 'off', got {url!r}")
-    return url
-
-
-def report_url_from_status(root: str | os.PathLike[str]) -> str | None:
-    """The report URL ``root/.epochfs/status.json`` names (``report_url``), or None: no status file
-    (a plain folder, the mount not there), an older sidecar's without the field, or a value that is
-    not an http(s) URL (then the caller's fallback is tried, not a broken URL)."""
-    return _url_of(read_status(root))
-
-
-def sidecar_of_status(root: str | os.PathLike[str]) -> tuple[str | None, str | None]:
-    """(:func:`report_url_from_status`, :func:`cache_of_status`) from one reading of status.json."""
-    return _url_of(doc := read_status(root)), _cache_of(doc)
-
-
-def _url_of(doc: dict[str, object] | None) -> str | None:
-    url = doc.get(REPORT_URL_KEY) if doc is not None else None
-    if not isinstance(url, str) or urlparse(url).scheme not in ("http", "https"):
-        return None
-    return url
-
-
-CACHE_HEADER = "X-Epochfs-Cache"
-"""The request header naming the cache a report or cut request is about (``<host>:<cache>``,
-percent-encoded); the sidecar answers 409 when it serves another cache."""
-
-
-def cache_of_status(root: str | os.PathLike[str] | None) -> str | None:
-    """The cache behind ``root`` as its status.json names it (``shard.node``), percent-encoded for
-    :data:`CACHE_HEADER`; None where it names none (a plain folder, an older sidecar's document)."""
-    return _cache_of(read_status(root) if root is not None else None)
-
-
-def _cache_of(doc: dict[str, object] | None) -> str | None:
-    shard = doc.get(SHARD_KEY) if doc is not None else None
-    node = shard.get("node") if isinstance(shard, dict) else None
-    if not isinstance(node, str) or not node:
-        return None
-    try:
-        return quote(node, safe="/:@+-._~", errors="surrogateescape")  # a non-UTF-8 path as its bytes
-    except UnicodeEncodeError:  # not a name any path has: no header, as for a mount naming none
-        return None
-
-
-def other_cache_reason(status: int, doc: object) -> str | None:
-    """The sidecar's reason when its answer (``status``, the parsed JSON ``doc``) is the 409 for
-    another cache's request, else None."""
-    if status != 409 or not isinstance(doc, dict) or doc.get("state") != "other_cache":
-        return None
-    return str(doc.get("message", "the sidecar serves another cache"))
-
-
-def other_cache(error: BaseException) -> str | None:
-    """:func:`other_cache_reason` of a failed request's ``error`` (reads its body)."""
-    if not isinstance(error, urllib.error.HTTPError) or error.code != 409:
-        return None
-    try:
-        doc = json.loads(error.read())
-    except (OSError, ValueError):
-        return None
-    return other_cache_reason(error.code, doc)
-
-
-def report_url(root: str | os.PathLike[str] | None) -> str | None:
-    """Where a reader of ``root`` reports, first found: ``EPOCHFS_REPORT_URL`` when set (None when
-    it says off), the URL ``root``'s status.json names, :data:`DEFAULT_URL`."""
-    if root is None or ENV in os.environ:
-        return report_url_from_env()
-    return report_url_from_status(root) or DEFAULT_URL
 
 
 class ClientReporter:
@@ -185,6 +116,8 @@ class ClientReporter:
         self._thread: threading.Thread | None = None
         self._ended = False  # an epoch ended since the last report: the thread posts now
         self._pid = os.getpid()  # the process whose deliveries these counts are
+        self.client = secrets.token_hex(8)  # names this reporter's reads to the sidecar
+        self._plain = False  # the sidecar refused the client parameter (an older one): not sent
         _LIVE.add(self)
 
     def reading(self, epoch: int) -> None:
@@ -246,9 +179,10 @@ class ClientReporter:
         with self._lock:
             if naming and not (self._unnamed or self._ended):
                 return None
-            self._ended = False
-            heartbeat = bool(self._epochs) and (
-                bool(self._unnamed) or time.monotonic() - self._last_sent >= HEARTBEAT)
+            # An epoch ended: the report says what is read now, which releases the ended one.
+            ended, self._ended = self._ended, False
+            heartbeat = ended or (bool(self._epochs) and (
+                bool(self._unnamed) or time.monotonic() - self._last_sent >= HEARTBEAT))
             if not (self._samples or self._bytes or self._wait or heartbeat):
                 return None
             body: dict[str, float | int] = {
@@ -292,6 +226,9 @@ class ClientReporter:
         if not cached:
             self._look()
         error = self._send(body, epochs)
+        if not self._plain and isinstance(error, urllib.error.HTTPError) and error.code == 400:
+            self._plain = True  # a sidecar that takes no client parameter: it dates reads ahead itself
+            error = self._send(body, epochs)
         if error is not None and cached and self._look():  # the sidecar named another URL since: try it
             error = self._send(body, epochs)
         if error is not None:
@@ -318,8 +255,9 @@ class ClientReporter:
         """POST ``body`` to :attr:`url`, naming ``epochs``; the error, None when it was taken."""
         assert self.url is not None
         url = self.url
-        if epochs:
-            url += ("&" if "?" in url else "?") + "&".join(f"epoch={n}" for n in epochs)
+        query = [f"epoch={n}" for n in epochs] + ([] if self._plain else [f"client={self.client}"])
+        if query:
+            url += ("&" if "?" in url else "?") + "&".join(query)
         headers = {"Content-Type": "application/json"}
         if self._cache is not None:
             headers[CACHE_HEADER] = self._cache

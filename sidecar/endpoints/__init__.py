@@ -3,8 +3,10 @@
 ``POST /v1/client-report`` takes a JSON body ``{"samples": int, "bytes": int, "wait_seconds": float}``
 (increments since the client's previous report) from the torch client on the pod's loopback; other
 addresses get 403, so nothing outside the pod can inflate the numbers. Its query may name the
-epochs the client reads (``?epoch=N``, repeated): the folder view's only sign that they are in use
-(a query, so that older sidecars, which refuse unknown body fields, still take the report).
+epochs the client reads (``?epoch=N``, repeated), pinned while it names them (the folder view's
+only sign that they are in use), and the reporter (``&client=<hex id>``), so that its later report
+naming other epochs releases these (a query, so that older sidecars, which refuse unknown body
+fields, still take the epochs; the client drops ``client`` when a sidecar refuses it).
 ``POST /v1/cut?epoch=N[&jump=1]`` (loopback only, no body) asks for a cut as a lookup of
 ``epoch-N`` does on the FUSE view (:mod:`epochfs.sidecar.cutrequest`), on a worker of its own.
 

@@ -19,6 +19,9 @@ MAX_JSON_DEPTH = 4
 """A report is one flat object (depth 1); deeper JSON is refused before it is parsed."""
 MAX_REPORT_EPOCHS = 8
 """Epochs one report may name as in use (a rank reads one; a few more for a pipeline)."""
+CLIENT_ID = re.compile(r"[0-9a-f]{1,32}")
+"""A reporter's id (the torch client sends 16 hex digits): short and plain, since the sidecar keeps
+one entry per client it heard from (:data:`epochfs.sidecar.served_pins.MAX_CLIENTS` at most)."""
 
 
 @dataclass(frozen=True)
@@ -29,23 +32,32 @@ class ClientReport:
     nbytes: int
     wait_seconds: float
     epochs: tuple[int, ...] = ()
-    """Epochs the client reads now (from the query), which the folder view keeps as in use."""
+    """Epochs the client reads now (from the query), which stay pinned while it names them."""
+    client: str | None = None
+    """The reporter naming them (``client=<id>`` in the query): a later report of the same client
+    that no longer names an epoch releases it (:mod:`epochfs.sidecar.served_pins`). None from an
+    older client, whose named epochs are dated a heartbeat ahead instead."""
 
     @staticmethod
-    def parse_epochs(query: str) -> tuple[int, ...]:
-        """``epoch=3&epoch=4`` -> (3, 4); ValueError for anything else."""
+    def parse_query(query: str) -> tuple[tuple[int, ...], str | None]:
+        """``epoch=3&epoch=4&client=ab12`` -> ((3, 4), "ab12"); ValueError for anything else."""
         if not query:
-            return ()
+            return (), None
         found: list[int] = []
+        client: str | None = None
         for item in query.split("&"):
             name, sep, value = item.partition("=")
+            if name == "client" and sep and client is None and CLIENT_ID.fullmatch(value):
+                client = value
+                continue
             n = parse_epoch_name("epoch-" + value) if name == "epoch" and sep else None
             if n is None:
-                raise ValueError(f"the query may only name epochs (epoch=N), got {item[:40]!r}")
+                raise ValueError(f"the query may only name epochs (epoch=N) and the client once "
+                                 f"(client=<hex id>), got {item[:40]!r}")
             found.append(n)
         if len(found) > MAX_REPORT_EPOCHS:
             raise ValueError(f"at most {MAX_REPORT_EPOCHS} epochs per report")
-        return tuple(sorted(set(found)))
+        return tuple(sorted(set(found))), client
 
     @classmethod
     def parse(cls, body: bytes) -> ClientReport:

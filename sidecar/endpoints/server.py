@@ -186,7 +186,8 @@ class Endpoints(ConnectionLoop):
         """A client report's body arrived."""
         try:
             report = ClientReport.parse(body)
-            report = dataclasses.replace(report, epochs=ClientReport.parse_epochs(conn.query))
+            epochs, client = ClientReport.parse_query(conn.query)
+            report = dataclasses.replace(report, epochs=epochs, client=client)
         except ValueError as e:
             self._metrics.reject("bad_request")
             self._respond(conn, text_reply(400, str(e)))

@@ -352,7 +352,7 @@ class Observability:
         def on_report(r: endpoints.ClientReport) -> None:
             sidecar_metrics.add_client_report(samples=r.samples, nbytes=r.nbytes,
                                               wait_seconds=r.wait_seconds)
-            reads.client_epochs(r.epochs)
+            reads.client_epochs(r.epochs, client=r.client)
 
         def unpublished(n: int) -> str | None:
             """Folder view: why live epoch ``n`` is not in the folder (its publisher paused)."""

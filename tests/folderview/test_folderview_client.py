@@ -72,7 +72,7 @@ def sidecar(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[FolderS
 
     def on_report(r: ClientReport) -> None:
         reports.append(r)
-        reads.client_epochs(r.epochs)
+        reads.client_epochs(r.epochs, client=r.client)
 
     ep = Endpoints(host="127.0.0.1", port=0, health=lambda: (True, {}), ready=lambda: (True, {}),
                    registry=None, on_client_report=on_report, on_cut=on_cut,
@@ -192,11 +192,13 @@ def test_a_paused_reader_heartbeats_its_epoch(sidecar: FolderSidecar,
     reporter = ClientReporter(url=f"{sidecar.url}/v1/client-report", interval=3600)
     reporter.reading(4)
     assert reporter.flush()  # nothing delivered, but an epoch is read and no report was sent yet
-    assert sidecar.reports[-1] == ClientReport(0, 0, 0.0, (4,))
+    assert sidecar.reports[-1] == ClientReport(0, 0, 0.0, (4,), reporter.client)
     count = len(sidecar.reports)
     assert reporter.flush() and len(sidecar.reports) == count  # the next heartbeat is not due
     monkeypatch.setattr(report, "HEARTBEAT", 0.0)
     assert reporter.flush() and len(sidecar.reports) == count + 1
     reporter.done(4)
-    assert reporter.flush() and len(sidecar.reports) == count + 1  # nothing read: nothing to say
+    assert reporter.flush() and len(sidecar.reports) == count + 2  # the end is said: it releases epoch 4
+    assert sidecar.reports[-1] == ClientReport(0, 0, 0.0, (), reporter.client)
+    assert reporter.flush() and len(sidecar.reports) == count + 2  # nothing read: nothing more to say
     reporter.close()
