@@ -44,6 +44,11 @@ def not_answering(root: str | os.PathLike[str]) -> str | None:
     return None
 
 
+CACHE_MARKS = ("index.sqlite", "objects")
+"""What the sidecar's ``--cache`` folder holds (its index file, its objects folder) and a view never
+does: a root with both is that folder, given where the ``--mount`` path belongs."""
+
+
 def _is_dir(path: str | os.PathLike[str]) -> bool:
     """``os.path.isdir`` that is False also where the folder does not answer (a dead FUSE mount)."""
     try:
@@ -55,12 +60,23 @@ def _is_dir(path: str | os.PathLike[str]) -> bool:
 def not_the_mount(root: str | os.PathLike[str]) -> str | None:
     """Why ``root`` is certainly not the mount, naming the path to give instead; None when it may be.
 
-    Why: such a root waited out the whole timeout with "no epoch folders yet", though the fix is a
-    path. Said only where the right path is there to name: ``root`` has neither ``.epochfs/`` nor an
-    ``epoch-N`` folder, and a child folder has ``.epochfs/`` (``root`` is the pod volume above the
-    view), or ``root`` is itself an epoch folder (``epoch-N``, ``latest``) of a folder that has
-    ``.epochfs/`` (give its parent). An empty folder may still become the mount (its mount point
-    before the sidecar mounts it, a published folder before its first epoch): None there.
+    Why: such a root waits out the whole timeout with "no epoch folders yet", though the fix is a
+    path. Only a root with neither ``.epochfs/`` nor an ``epoch-N`` folder is judged (both views,
+    and a plain folder of epochs, show one of them), and it is certainly not the mount where:
+
+    * it is an epoch folder (``epoch-N``, ``latest``) of a folder that has ``.epochfs/``: give its
+      parent;
+    * it is the sidecar's ``--cache`` folder (:data:`CACHE_MARKS`), a likely mix-up of the two
+      flags;
+    * a child folder has ``.epochfs/`` (``root`` is the pod volume above the view): give the child;
+    * it shows entries (dot names aside) and is no mount point: both views refuse a ``--mount``
+      that is not empty (the folder view's own earlier publishing has ``.epochfs/``), so nothing
+      ever mounts or publishes the view there (the dataset's own folder, a typo'd path).
+
+    An empty folder may still become the mount (its mount point before the sidecar mounts it, a
+    published folder before its first epoch), and a mount point (a volume's root, lost+found and
+    all) may still show the view once mounted: None there, as where the folder cannot be listed
+    (a dead FUSE mount, which :func:`not_answering` words).
     """
     if _is_dir(os.path.join(root, CONTROL_DIR)) or list_epochs(root):
         return None
@@ -71,17 +87,32 @@ def not_the_mount(root: str | os.PathLike[str]) -> str | None:
     if an_epoch and _is_dir(os.path.join(parent, CONTROL_DIR)):
         return (f"{root} is an epoch folder of the mount at {parent}, not the mount: pass {parent} as the "
                 "root (the epoch is the loader's or dataset's epoch argument)")
+    if _is_cache(root):
+        return (f"{root} is the sidecar's --cache folder, not its mount: pass the --mount path (the view) "
+                "as the root")
     try:
         with os.scandir(root) as entries:
-            children = sorted(entry.path for entry in entries if not entry.name.startswith(".")
-                              and _is_dir(os.path.join(entry.path, CONTROL_DIR)))
+            shown = [entry for entry in entries if not entry.name.startswith(".")]
     except OSError:
         return None
+    children = sorted(entry.path for entry in shown if _is_dir(os.path.join(entry.path, CONTROL_DIR)))
     if children:
         return (f"{root} is not the mount (it has no .epochfs/ and no epoch-N folders), but "
                 f"{' and '.join(children)} {'is' if len(children) == 1 else 'are'}: pass "
                 f"{'that' if len(children) == 1 else 'the one for this job'} as the root")
+    if shown and not os.path.ismount(root):
+        names = sorted(entry.name for entry in shown)
+        listed = ", ".join(names[:3]) + (f" and {len(names) - 3} more" if len(names) > 3 else "")
+        return (f"{root} is not the mount and never becomes it: it holds {listed} but no .epochfs/ and no "
+                "epoch-N folders, is no mount point, and the sidecar refuses a --mount that is not "
+                "empty: pass the sidecar's --mount path (the view) as the root")
     return None
+
+
+def _is_cache(root: str | os.PathLike[str]) -> bool:
+    """Whether ``root`` holds the sidecar's cache: its index file and its objects folder."""
+    index, objects = CACHE_MARKS
+    return os.path.isfile(os.path.join(root, index)) and _is_dir(os.path.join(root, objects))
 
 
 def check_root(root: str | os.PathLike[str], *, present: bool) -> None:

@@ -54,8 +54,9 @@ def read_npz(path: str, max_array_bytes: int | None) -> list[tuple[str, np.ndarr
     try:
         archive = zipfile.ZipFile(path)
     except zipfile.BadZipFile as exc:
-        raise ArraySampleError(f"sample {path} is not a readable .npz (zip) file, or it is truncated: {exc}",
-                               path) from exc
+        hint = "; the name ends in .npy: pass decode='npy' or 'auto'" if path.lower().endswith(".npy") else ""
+        raise ArraySampleError(f"sample {path} is not a readable .npz (zip) file, or it is truncated: {exc}"
+                               f"{hint}", path) from exc
     arrays: list[tuple[str, np.ndarray]] = []
     with archive:
         for info in archive.infolist():

@@ -50,7 +50,9 @@ def start_epoch(root: str | os.PathLike[str], *, wait: bool = True, timeout: flo
     at once, 0 sent a kept cache's trainer to an epoch retired for good. So it is waited for, as
     the loaders wait for an epoch (``wait``, ``timeout``, ``progress`` as theirs;
     :func:`_view_up`). Raises FileNotFoundError for a ``root`` that is not there or is certainly
-    not the mount (the same message the loaders give), and TimeoutError when no view came."""
+    not the mount (the sidecar's ``--cache`` folder, a folder with files that is no mount point:
+    :func:`.describe.not_the_mount`; the same message the loaders give), and TimeoutError when no
+    view came."""
     path = Path(root)
     check_root(path, present=path.is_dir())
     status = read_status(path)

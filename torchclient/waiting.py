@@ -73,11 +73,11 @@ def wait_for_epoch(root: str | os.PathLike[str], epoch: int, *, wait: bool = Tru
     Returns the seconds spent waiting. The first miss reports at once (so a user sees why training
     has not started), then every ``progress_every`` seconds; lookups back off from 20 ms to 0.5 s.
     Raises ValueError for a malformed ``EPOCHFS_REPORT_URL`` (read when ``sidecar_url`` is the
-    default), before any lookup; FileNotFoundError for a missing root, one that is not the mount
-    but names it (the folder above the view, an epoch folder: :func:`.describe.not_the_mount`),
-    a missing epoch with ``wait=False``, or one the sidecar says can never be cut (retired, or below
-    the newest and never cut), and TimeoutError after ``timeout``; each names the epoch and says
-    what is present.
+    default), before any lookup; FileNotFoundError for a missing root, one that is certainly not
+    the mount (the folder above the view, an epoch folder, the sidecar's ``--cache`` folder, a
+    folder with files that is no mount point: :func:`.describe.not_the_mount`), a missing epoch
+    with ``wait=False``, or one the sidecar says can never be cut (retired, or below the newest and
+    never cut), and TimeoutError after ``timeout``; each names the epoch and says what is present.
     """
     epoch = check_epoch(epoch)
     timeout = check_timeout(timeout)
