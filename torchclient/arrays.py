@@ -183,8 +183,9 @@ def locate_member(fd: int, path: str, member: str | None) -> _Member:
                 raise NpzMemberError(f"sample {path} has no array {member!r} (it holds {names})",
                                      path) from None
     except zipfile.BadZipFile as exc:
-        raise ArraySampleError(f"sample {path} is not a readable .npz (zip) file, or it is truncated: {exc}",
-                               path) from exc
+        hint = "; the name ends in .npy: pass format='npy' or 'auto'" if str(path).lower().endswith(".npy") else ""
+        raise ArraySampleError(f"sample {path} is not a readable .npz (zip) file, or it is truncated: {exc}"
+                               f"{hint}", path) from exc
     if info.compress_type != zipfile.ZIP_STORED:
         raise ArraySampleError(
             f"sample {path}: array {member!r} is compressed (np.savez_compressed); ArrayLoader reads "

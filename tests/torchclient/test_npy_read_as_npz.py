@@ -4,7 +4,7 @@ Why: the README's training block passed ``decode="npz"``; copied onto a folder o
 layout docs/torchclient.md's first block reads) every batch failed with "is not a readable .npz
 (zip) file", and the message did not say which decoder would read the file. The block now keeps
 the default ``"auto"`` (by extension), and the npz decoder's refusal of a ``.npy`` name says
-``decode='npy' or 'auto'``. Plain folders published like the mount (``publish_epoch``), no sidecar.
+``decode='npy' or 'auto'`` (ArrayLoader's ``format=`` likewise). Plain folders published like the mount (``publish_epoch``), no sidecar.
 """
 
 from __future__ import annotations
@@ -67,3 +67,15 @@ def test_npz_decoding_of_a_npy_file_names_the_decoders_that_read_it(tmp_path: Pa
     text = str(caught.value)
     assert "is not a readable .npz (zip) file" in text, text
     assert "the name ends in .npy: pass decode='npy' or 'auto'" in text, text
+
+
+def test_arrayloader_npz_format_on_a_npy_file_names_the_formats_that_read_it(tmp_path: Path) -> None:
+    from epochfs.torchclient import ArrayLoader
+
+    root = _publish(tmp_path, ".npy")
+    with ArrayLoader(root, batch_size=2, shuffle=False, num_threads=1, report=False, progress=None,
+                     format="npz") as loader, pytest.raises(ArraySampleError) as caught:
+        list(loader.epoch(0))
+    text = str(caught.value)
+    assert "is not a readable .npz (zip) file" in text, text
+    assert "the name ends in .npy: pass format='npy' or 'auto'" in text, text
