@@ -4,7 +4,8 @@ Why: the README's training block passed ``decode="npz"``; copied onto a folder o
 layout docs/torchclient.md's first block reads) every batch failed with "is not a readable .npz
 (zip) file", and the message did not say which decoder would read the file. The block now keeps
 the default ``"auto"`` (by extension), and the npz decoder's refusal of a ``.npy`` name says
-``decode='npy' or 'auto'`` (ArrayLoader's ``format=`` likewise). Plain folders published like the mount (``publish_epoch``), no sidecar.
+``decode='npy' or 'auto'`` (ArrayLoader's ``format=`` likewise). Plain folders published like the
+mount (``publish_epoch``), no sidecar.
 """
 
 from __future__ import annotations
