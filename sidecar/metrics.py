@@ -317,7 +317,8 @@ class WebhookMetrics:
             "Admission requests answered, by result: mutated (epochfs "
             "injected), skipped (not asked for, already injected, not a pod creation), refused (asked "
             "for but cannot be served: the response says why), busy (no review slot freed in time: answered "
-            "429 with Retry-After, which the API server retries), error (not an AdmissionReview, or a failure)",
+            "429 with Retry-After, which the API server retries), error (not an AdmissionReview, or a "
+            "failure)",
             ["result"], registry=self.registry,
         )
         for result in WEBHOOK_RESULTS:

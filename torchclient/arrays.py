@@ -183,8 +183,8 @@ def locate_member(fd: int, path: str, member: str | None) -> _Member:
                 raise NpzMemberError(f"sample {path} has no array {member!r} (it holds {names})",
                                      path) from None
     except zipfile.BadZipFile as exc:
-        npy = str(path).lower().endswith(".npy")
-        hint = "; the name ends in .npy: pass format='npy' or 'auto'" if npy else ""
+        named_npy = str(path).lower().endswith(".npy")
+        hint = "; the name ends in .npy: pass format='npy' or 'auto'" if named_npy else ""
         raise ArraySampleError(f"sample {path} is not a readable .npz (zip) file, or it is truncated: {exc}"
                                f"{hint}", path) from exc
     if info.compress_type != zipfile.ZIP_STORED:
