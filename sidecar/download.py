@@ -53,6 +53,7 @@ from pathlib import Path
 
 from epochfs.sidecar.metrics import process_metrics
 from epochfs.sidecar.ratelimit import RateLimiter
+from epochfs.sidecar.received import InFlightBytes
 from epochfs.sidecar.remote import checksums
 from epochfs.sidecar.remote.backoff import full_jitter, jitter_bound
 from epochfs.sidecar.remote.base import BLOCK, Changed, Kind, Remote, RemoteFailure, Transient
@@ -171,6 +172,7 @@ class Downloader:
         self._local = threading.local()
         self._warned_part_sizes = False
         self.retried = 0
+        self.received = InFlightBytes()  # the bodies' bytes so far, for status (:mod:`.received`)
 
     def active_temps(self) -> list[Path]:
         """Temp files this downloader wrote that are still there: downloads in progress, and
@@ -255,6 +257,7 @@ class Downloader:
     def _attempt(self, cand: Candidate) -> Admission:
         temp = self.store.temp_path()
         self._track(temp)
+        received = self.received.here()
         try:
             # Made before the GET: a volume that can take no file (out of inodes, read-only)
             # refuses it here, and each retry would otherwise cost the remote a request.
@@ -276,7 +279,8 @@ class Downloader:
                                  if etag_is_md5 else None)
                     read_back = plan.kind is None and multipart is not None
                     given, opened = opened, None  # stream_to_temp closes it, whatever happens
-                    total = stream_to_temp(reader.readinto, self._buffer(), temp, h, cand.size,
+                    counted = received.counting(reader.readinto)  # status shows a body's progress
+                    total = stream_to_temp(counted, self._buffer(), temp, h, cand.size,
                                            stop=self.stop, rate=self.rate, opened=given,
                                            direct=self.direct and not read_back)
                 finally:
@@ -293,6 +297,8 @@ class Downloader:
         except BaseException:
             self._forget(temp)  # the download is not returned: nobody else would remove it
             raise
+        finally:
+            received.n = 0  # its bytes are the admission's now, or nobody's
         version = (reader.etag or cand.version).strip('"')
         digest = f"{plan.algorithm}:{got}"
         checksum = SIZE_ONLY if kind == SIZE_ONLY else digest
@@ -387,14 +393,5 @@ class Downloader:
         return buf
 
 
-__all__ = [
-    "WRITE_PIECE",
-    "Cancelled",
-    "Downloader",
-    "FetchResult",
-    "LocalWriteError",
-    "RetryPolicy",
-    "failure_kind",
-    "is_transient",
-    "is_unavailable",
-]
+__all__ = ["WRITE_PIECE", "Cancelled", "Downloader", "FetchResult", "LocalWriteError", "RetryPolicy",
+           "failure_kind", "is_transient", "is_unavailable"]

@@ -65,6 +65,11 @@ class ProcessMetrics:
             "epochfs_inflight_downloads", "Downloads in flight.",
             multiprocess_mode="livesum", registry=registry,
         )
+        self.inflight_received = Gauge(
+            "epochfs_inflight_downloaded_bytes", "Bytes the downloads in flight have received so far "
+            "(a large object's download moving before it is admitted).",
+            multiprocess_mode="livesum", registry=registry,
+        )
         self.remote_retries = Counter(
             "epochfs_remote_retries", "Fetch attempts that failed and were tried again: attempts, not "
             "objects (one object tried three times counts 2).",
@@ -121,6 +126,10 @@ class ProcessMetrics:
         ``epochfs_throttled_total`` too."""
         self.throttled_requests.inc()
         self.throttled_total.inc()
+
+    def set_inflight_received(self, nbytes: int) -> None:
+        """The downloads in flight have received ``nbytes`` so far (set when the sampler publishes)."""
+        self.inflight_received.set(nbytes)
 
     def set_fetch_window(self, size: int) -> None:
         """The sampler's fetch window now allows ``size`` downloads in flight."""

@@ -32,8 +32,8 @@ from typing import Any, TextIO
 from epochfs.sidecar import status_facts as facts
 from epochfs.sidecar.config import ConfigError, format_size
 from epochfs.sidecar.status_estimate import ESTIMATE_SECONDS, estimate
-from epochfs.sidecar.status_lines import epoch_lines, fmt_rates, listing_lines, rates
-from epochfs.sidecar.store import Meta, Store, StoreError
+from epochfs.sidecar.status_lines import epoch_lines, fmt_rates, in_flight_words, listing_lines, rates
+from epochfs.sidecar.store import INDEX_NAME, Meta, Store, StoreError
 from epochfs.sidecar.store.stats import RETRYING_MAX_AGE, STATE_FILE_NAME, retry_words
 
 BAR_WIDTH = 40
@@ -118,7 +118,9 @@ def read_stats(*, cache: Path | None, mount: Path | None) -> dict[str, Any]:
         try:
             doc = facts.mount_document(path, path.read_bytes().decode("utf-8", "replace"))
         except FileNotFoundError:
-            raise ConfigError(f"--mount: {mount} is not an epochfs mount (no {path.name})") from None
+            cache_here = os.path.isfile(mount / INDEX_NAME)
+            hint = ": this is a cache folder: pass it as --cache" if cache_here else ""
+            raise ConfigError(f"--mount: {mount} is not an epochfs mount (no {path.name}){hint}") from None
         except OSError as e:
             raise ConfigError(f"--mount: cannot read {path}: {e.strerror}") from None
     else:
@@ -179,7 +181,8 @@ def first_epoch_line(stats: dict[str, Any], rate_values: dict[str, float] | None
     if have >= target:
         return f"{line}: {FIRST_CUT.get(view, FIRST_CUT[None])}"
     r = rate_values or {}
-    return line + estimate(have, target, r.get("fetch samples/s"), r.get("fetch MB/s", 0.0) * 1e6)
+    inflight = (int(stats.get("inflight_downloaded_bytes") or 0), int(stats.get("inflight_bytes") or 0))
+    return line + estimate(have, target, r.get("fetch samples/s"), r.get("fetch MB/s", 0.0) * 1e6, inflight)
 
 
 def first_epoch_hold(first: dict[str, Any], have: int, target: int, *, warning: str) -> str | None:
@@ -225,7 +228,7 @@ def render(stats: dict[str, Any], rate_values: dict[str, float] | None = None, *
     lines = [
         *([stale] if stale else []),
         f"cache [{bar}] {format_size(used)} / {format_size(cap)} ({100 * used / cap:.1f}%)"
-        + (f", {format_size(inflight)} in flight" if inflight else ""),
+        + in_flight_words(inflight, int(stats.get("inflight_downloaded_bytes") or 0)),
         f"samples {stats.get('samples', '?')}  fetched {stats.get('fetched_total', '?')} "
         f"({format_size(int(stats.get('fetched_bytes_total') or 0))})"
         f"  evicted {stats.get('evicted_total', '?')}"

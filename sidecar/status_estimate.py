@@ -24,11 +24,26 @@ def per_second(nbytes: float) -> str:
     return f"{format_size(int(nbytes))}/s"
 
 
-def estimate(have: int, target: int, samples_per_s: float | None, bytes_per_s: float | None) -> str:
+def estimate(have: int, target: int, samples_per_s: float | None, bytes_per_s: float | None,
+             inflight: tuple[int, int] | None = None) -> str:
     """``, ~20 s at 2.7 samples/s (2.1 MiB/s)``: the time left until ``target`` samples at the
-    rate given; "" when there is no rate (one reading, or no fetch since the last) or nothing left."""
-    if not samples_per_s or samples_per_s <= 0 or have >= target:
+    rate given; "" when there is no rate (one reading, or no fetch since the last) or nothing left.
+
+    ``inflight``: the bytes the downloads in flight have received and the bytes they reserve (the
+    status document's ``inflight_downloaded_bytes`` and ``inflight_bytes``), given where
+    ``bytes_per_s`` counts the received ones. With bytes coming and no sample landing (a large
+    object's download: "0/1 samples" for minutes) the line tells those downloads' progress and
+    their time left instead: ``, downloading at 50.0 MiB/s: 480.0 MiB of 1.0 GiB in flight
+    received, ~11 s left for those``."""
+    if have >= target:
         return ""
+    if not samples_per_s or samples_per_s <= 0:
+        received, reserved = inflight or (0, 0)
+        if not bytes_per_s or bytes_per_s <= 0 or reserved <= received:
+            return ""
+        return (f", downloading at {per_second(bytes_per_s)}: {format_size(received)} of "
+                f"{format_size(reserved)} in flight received, ~{(reserved - received) / bytes_per_s:.0f} s "
+                "left for those")
     return (f", ~{(target - have) / samples_per_s:.0f} s at {samples_per_s:.1f} samples/s "
             f"({per_second(bytes_per_s or 0.0)})")
 

@@ -45,7 +45,7 @@ def sampler_facts(doc: dict[str, Any], cache: Path) -> None:
     running = samplerlock.held(cache)
     doc["sampler_running"] = running
     if not running:
-        doc["inflight_bytes"] = 0
+        doc["inflight_bytes"] = doc["inflight_downloaded_bytes"] = 0
         doc["backpressure"] = False
         doc["backpressure_reason"] = None
 

@@ -49,6 +49,16 @@ def listing_lines(listing: dict[str, Any]) -> list[str]:
     return lines
 
 
+def in_flight_words(reserved: int, received: int) -> str:
+    """The cache line's end: ``, 1.0 GiB in flight``, and what those downloads have received so
+    far once they have (``, 480.0 MiB of 1.0 GiB in flight downloaded``: a large object's)."""
+    if not reserved:
+        return ""
+    if not received:
+        return f", {format_size(reserved)} in flight"
+    return f", {format_size(min(received, reserved))} of {format_size(reserved)} in flight downloaded"
+
+
 def wait_words(seconds_per_second: float) -> str:
     """The trainer's wait, from the rate of ``client_wait_seconds_total``: the sidecar sums the
     reports of all the pod's ranks and cannot tell how many there are (a report names no rank;
@@ -61,7 +71,8 @@ def wait_words(seconds_per_second: float) -> str:
 
 def rates(prev: dict[str, Any], cur: dict[str, Any], seconds: float) -> dict[str, float]:
     """Per-second rates of the counters present in both readings (never negative: a reset of a
-    counter, e.g. a wiped cache, reads as 0 rather than a negative rate)."""
+    counter, e.g. a wiped cache, reads as 0 rather than a negative rate). The fetch's bytes count
+    the bytes the downloads in flight have received (``inflight_downloaded_bytes``) too."""
     dt = max(1e-6, seconds)
 
     def rate(key: str, scale: float = 1.0) -> float | None:
@@ -70,6 +81,9 @@ def rates(prev: dict[str, Any], cur: dict[str, Any], seconds: float) -> dict[str
         return max(0.0, (float(cur[key]) - float(prev[key])) / dt / scale)
 
     out: dict[str, float] = {}
+    received, fetched = "inflight_downloaded_bytes", "fetched_bytes_total"
+    if all(key in doc for doc in (prev, cur) for key in (received, fetched)):
+        prev, cur = ({**doc, fetched: int(doc[fetched]) + int(doc[received])} for doc in (prev, cur))
     for label, key, scale in (
         ("fetch MB/s", "fetched_bytes_total", 1e6),
         ("fetch samples/s", "fetched_total", 1.0),

@@ -4,6 +4,14 @@ Admission renames files and fsyncs their folders (a few ms per batch folder); do
 of its own keeps the loop starting downloads meanwhile. It takes whatever is waiting, up to
 ``ADMIT_BATCH``, so batches grow with the download rate and stay small when it is low. After each
 batch it asks the store to serve queued cut requests, whose condition may now hold.
+
+Its backlog is bounded (:data:`ADMIT_BACKLOG`): the loop starts no download while that many wait
+(:meth:`Admitter.full`), and the admitter wakes it (``on_room``) once a batch brings the backlog
+below. Tiny objects download faster than a batch's commit admits them, and without the bound
+verified downloads piled up in ``tmp/`` by the ten thousand, in no epoch and in no count, and a stop
+then spent seconds admitting them. The loop never blocks on the admitter: a hand-over always
+succeeds (the stop hands over what finishes in flight), so the backlog passes the bound by at most
+the fetch window.
 """
 
 from __future__ import annotations
@@ -22,6 +30,9 @@ log = logging.getLogger("epochfs.sampler")
 
 ADMIT_BATCH = 512
 """Most verified downloads made visible in one store transaction."""
+ADMIT_BACKLOG = 2 * ADMIT_BATCH
+"""Verified downloads waiting for admission at which the loop starts no more: one batch being
+committed and a full one ready behind it, so batches stay as large as the admitter takes them."""
 
 
 def discard(temp: str | os.PathLike[str]) -> None:
@@ -41,13 +52,17 @@ class Admitter:
     """One thread admitting verified downloads through the sampler's reservations."""
 
     def __init__(self, *, reservations: Reservations, on_batch: Callable[[list[Admission]], None],
-                 on_failure: Callable[[list[Admission], BaseException], bool] | None = None) -> None:
+                 on_failure: Callable[[list[Admission], BaseException], bool] | None = None,
+                 on_room: Callable[[], None] | None = None) -> None:
         self.reservations = reservations
         self.on_batch = on_batch
         """Called after each admitted batch (rates, queued cuts); its errors are logged only."""
         self.on_failure = on_failure
         """Called when a batch could not be admitted (its temp files already removed and its
         reservations released); True when the failure is handled (a full disk), False to stop."""
+        self.on_room = on_room
+        """Called (on the admitter's thread) when a batch brings a full backlog below the bound:
+        the loop, waiting for room, starts downloads again at once."""
         self.fatal: BaseException | None = None
         """The error that stopped admissions (the node volume failed): the loop raises it."""
         self._q: queue.Queue[Admission | None] = queue.Queue()
@@ -71,6 +86,16 @@ class Admitter:
     def busy(self) -> bool:
         with self._lock:
             return bool(self._waiting)
+
+    def backlog(self) -> int:
+        """Verified downloads waiting for admission, the batch being committed included."""
+        with self._lock:
+            return len(self._waiting)
+
+    def full(self) -> bool:
+        """The backlog is at its bound: the loop starts no download until ``on_room``."""
+        with self._lock:
+            return len(self._waiting) >= ADMIT_BACKLOG
 
     def finish(self, timeout: float = 60.0) -> None:
         """Admit what is waiting, end the thread, and undo what could not be admitted."""
@@ -121,8 +146,12 @@ class Admitter:
                 return
             finally:
                 with self._lock:
+                    was_full = len(self._waiting) >= ADMIT_BACKLOG
                     for a in batch:
                         self._waiting.pop(a.key, None)
+                    room = was_full and len(self._waiting) < ADMIT_BACKLOG
+                if room and self.on_room is not None:
+                    self.on_room()
             try:
                 self.on_batch(batch)
             except Exception as e:  # a cut that fails must not stop admissions

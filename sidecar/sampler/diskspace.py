@@ -142,6 +142,11 @@ class DiskSpace:
             f"--capacity to at most {format_size(self.largest())} (the same on every node) or give "
             "the cache a larger volume")
 
+    @property
+    def refusing(self) -> bool:
+        """A write was refused as full since the last measurement: writes that can wait do."""
+        return self._refused_unmeasured
+
     def effective_capacity(self, cached: int) -> int:
         """The budget the sampler can fill; ``cached`` is the bytes of its admitted samples.
 

@@ -13,6 +13,9 @@ background and hands back the keys of damaged ones, fetched again first. Throttl
 downloads in flight below ``--concurrency`` while the store throttles, and a throttled key is
 never skipped, it waits in :class:`Deferred` for a full-jitter delay and is fetched again first.
 
+The admitter's backlog is bounded: while it is full no download starts (:mod:`.admitter`). What
+the loop publishes for status and logs as its progress is :mod:`.publishing`'s.
+
 Stopping (:mod:`.shutdown`): the workers see the stop flag between blocks and abandon their
 downloads; finished ones are admitted, temp files are removed and reservations released.
 """
@@ -41,6 +44,7 @@ from epochfs.sidecar.sampler.diskspace import DiskSpace, is_disk_full
 from epochfs.sidecar.sampler.order import LISTING_WAIT, FetchOrder
 from epochfs.sidecar.sampler.outagerecord import OutageRecord
 from epochfs.sidecar.sampler.progress import Rates
+from epochfs.sidecar.sampler.publishing import Publishing
 from epochfs.sidecar.sampler.repairs import RepairsInPlace
 from epochfs.sidecar.sampler.room import DiskFull, Room, Unfit
 from epochfs.sidecar.sampler.shutdown import Shutdown
@@ -67,7 +71,7 @@ LOOK_EVERY = 0.05
 cache's total read again): each is index reads, and the loop turns every few ms while it fetches."""
 
 
-class Sampler(RepairsInPlace, Shutdown):
+class Sampler(RepairsInPlace, Shutdown, Publishing):
     """The fetch loop over an opened store and remote (``run_sample`` builds one)."""
 
     def __init__(
@@ -112,7 +116,7 @@ class Sampler(RepairsInPlace, Shutdown):
         self.room = Room(store=store, reservations=self.reservations, disk=self.disk,
                          settings=settings, write=self._write)
         self.admitter = Admitter(reservations=self.reservations, on_batch=self._admitted,
-                                 on_failure=self._admit_failed)
+                                 on_failure=self._admit_failed, on_room=lambda: self._results.put(None))
         self.order = FetchOrder(store=store, schedule_mode=settings.schedule is not None,
                                 busy=self._busy, inflight=lambda: len(self._inflight), listing=listing)
         self._listing: Callable[[], bool] = listing or (lambda: False)
@@ -131,7 +135,8 @@ class Sampler(RepairsInPlace, Shutdown):
         """Writes each live epoch's members file, what a damaged index is rebuilt from
         (store/memberfiles.py), whichever process cut it."""
         self._tasks: queue.Queue[Candidate | None] = queue.Queue()
-        self._results: queue.Queue[FetchResult | DiskFull | BaseException] = queue.Queue()
+        self._results: queue.Queue[FetchResult | DiskFull | BaseException | None] = queue.Queue()
+        """Finished downloads, and None: the admitter's backlog fell below its bound (a wake-up)."""
         self._inflight: dict[str, Candidate] = {}
         self._looked = float("-inf")
         self._fatal: BaseException | None = None
@@ -203,7 +208,7 @@ class Sampler(RepairsInPlace, Shutdown):
         """Start downloads while there is room in flight and in the cache; returns the candidate
         that found no room (tried again first)."""
         while (len(self._inflight) < self.window.size and not self.stop.is_set()
-               and not self.breaker.paused()):
+               and not self.breaker.paused() and not self.admitter.full()):
             if pending is not None and self.order.stale():
                 pending = None
             cand = pending or self.deferred.due()
@@ -248,7 +253,8 @@ class Sampler(RepairsInPlace, Shutdown):
         except queue.Empty:
             return
         while True:
-            self._handle(item)
+            if item is not None:  # (None: the admitter's wake-up)
+                self._handle(item)
             try:
                 item = self._results.get_nowait()
             except queue.Empty:
@@ -370,16 +376,8 @@ class Sampler(RepairsInPlace, Shutdown):
         self.cuts.tick(now, samples=self.rates.samples, backpressure=self.room.backpressure is not None)
         if not self._inflight:
             self._write(self.cuts.serve_requests)
-        if now - self.rates.last_time >= self.progress_every:
-            self._write(self.reservations.publish)
-            # The state epochfs_sampler_idle reports: an outage's pause is no idle (the gauge says 0).
-            state = ("backpressure" if self.room.backpressure
-                     else "waiting for the remote" if self.breaker.paused()
-                     else "idle" if not self._inflight and not len(self.deferred) else "fetching")
-            self.rates.log_progress(now, state=state, inflight=len(self._inflight),
-                                    retried=self.downloader.retried, stats=self.store.stats(),
-                                    window=(self.window.size, self.window.limit),
-                                    throttled=len(self.deferred))
+        self._publish(now)
+        self._log_progress(now)
 
     def _look_at_store(self) -> None:
         """A deleted or damaged index ends the loop; epochs beyond --keep-epochs retire once out of

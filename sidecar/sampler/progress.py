@@ -25,20 +25,28 @@ class Rates:
     last_samples: int = 0
 
     def log_progress(self, now: float, *, state: str, inflight: int, retried: int, stats: Stats,
-                     window: tuple[int, int] = (0, 0), throttled: int = 0) -> None:
+                     window: tuple[int, int] = (0, 0), throttled: int = 0, admitting: int = 0,
+                     received: int = 0) -> None:
         """One line since the last one; rates over the interval between the two. ``window``: the
-        fetch window and --concurrency; ``throttled``: keys waiting after a throttled answer. The
+        fetch window and --concurrency; ``throttled``: keys waiting after a throttled answer;
+        ``admitting``: verified downloads waiting for admission (in no epoch and no count yet);
+        ``received``: the bytes the downloads in flight have received so far, counted in the byte
+        rate, so a large object's download reads as moving before it lands (a completed one's
+        bytes leave that figure when they join the admitted ones: a rate never goes below 0). The
         byte rate in the unit that fits, as ``epochfs status`` writes it (a slow remote read
         "0.0 MB/s" at 40 KiB/s, as if nothing came)."""
         dt = max(now - self.last_time, 1e-9)
-        byte_rate = (self.nbytes - self.last_bytes) / dt
+        nbytes = self.nbytes + received
+        byte_rate = max(0, nbytes - self.last_bytes) / dt
         rate = (self.samples - self.last_samples) / dt
-        self.last_time, self.last_bytes, self.last_samples = now, self.nbytes, self.samples
+        self.last_time, self.last_bytes, self.last_samples = now, nbytes, self.samples
         log.info(
-            "%s: %d sample(s) fetched this run (%.0f/s, %s), %d in flight (window %d/%d), "
-            "%d skipped, %d retried, %d throttled; cache %s / %s, %d sample(s), epochs %s",
-            state, self.samples, rate, per_second(byte_rate), inflight, *window, self.skipped, retried,
-            throttled,
+            "%s: %d sample(s) fetched this run (%.0f/s, %s), %d in flight (window %d/%d%s), "
+            "%d downloaded waiting for admission, %d skipped, %d retried, %d throttled; "
+            "cache %s / %s, %d sample(s), epochs %s",
+            state, self.samples, rate, per_second(byte_rate), inflight, *window,
+            f"; {format_size(received)} received" if received else "", admitting, self.skipped,
+            retried, throttled,
             format_size(stats.cache_bytes), format_size(stats.capacity_bytes), stats.samples,
             [e["epoch"] for e in stats.epochs] or "none",
         )

@@ -9,6 +9,7 @@ the loop's state without changing how the loop turns.
 from __future__ import annotations
 
 import contextlib
+import logging
 import queue
 import threading
 import time
@@ -27,9 +28,14 @@ if TYPE_CHECKING:
     from epochfs.sidecar.store.checkup import Background
     from epochfs.sidecar.store.memberfiles import Keeper
 
+log = logging.getLogger("epochfs.sampler")
+
 STOP_GRACE = 2.0
 """Seconds the stop waits for in-flight downloads before abandoning them (the supervisor allows
 the sampler 5 s to exit before it kills it)."""
+ADMITTING_SAID_AT = 100
+"""Verified downloads waiting for admission at the stop from which the stop says it admits them
+(a few hundred take a noticeable moment, and a silent wait after Ctrl-C reads as a hang)."""
 
 
 class Shutdown:
@@ -46,12 +52,13 @@ class Shutdown:
     members: Keeper
     _threads: list[threading.Thread]
     _tasks: queue.Queue[Candidate | None]
-    _results: queue.Queue[FetchResult | DiskFull | BaseException]
+    _results: queue.Queue[FetchResult | DiskFull | BaseException | None]
     _inflight: dict[str, Candidate]
     _fatal: BaseException | None
 
     if TYPE_CHECKING:
         def _admit_repair(self, cand: Candidate, admission: Admission) -> None: ...
+        def _unpublish(self) -> None: ...
 
     def _shutdown(self) -> None:
         """Admit what finished, abandon the rest, remove temp files, release reservations."""
@@ -63,6 +70,8 @@ class Shutdown:
             try:
                 item = self._results.get(timeout=0.1)
             except queue.Empty:
+                continue
+            if item is None:  # the admitter's wake-up
                 continue
             if isinstance(item, BaseException):
                 self._fatal = self._fatal or item
@@ -77,6 +86,9 @@ class Shutdown:
                 self.admitter.hand_over(item.admission)
             else:
                 self.room.release(item.candidate)
+        waiting = self.admitter.backlog()
+        if waiting >= ADMITTING_SAID_AT:
+            log.info("admitting %d downloaded sample(s) before stopping", waiting)
         try:
             self.admitter.finish()
             if self.scrubber is not None:
@@ -92,6 +104,7 @@ class Shutdown:
             with contextlib.suppress(Exception):
                 self.reservations.publish()
                 self.store.set_backpressure(None)
+                self._unpublish()
 
 
-__all__ = ["STOP_GRACE", "Shutdown"]
+__all__ = ["ADMITTING_SAID_AT", "STOP_GRACE", "Shutdown"]

@@ -21,6 +21,9 @@ class Meta(str, Enum):
     SCHEDULE = "schedule"
     INFLIGHT_BYTES = "inflight_bytes"
     """Bytes reserved by downloads in flight, published by the sampler for status and metrics."""
+    INFLIGHT_DOWNLOADED = "inflight_downloaded_bytes"
+    """Of those, the bytes the downloads in progress have received so far (the sampler publishes
+    it beside :data:`INFLIGHT_BYTES`): a large object's download shows its progress by it."""
     BACKPRESSURE = "backpressure"
     PUBLISH_PAUSED = "publish_paused"
     """Why the folder view's publisher cannot write the folder now (its volume full), while it

@@ -287,6 +287,9 @@ class Stats:
     publish_paused: str | None = None
     """Folder view: why its publisher cannot write the folder now (its volume full); None while it
     publishes."""
+    inflight_downloaded_bytes: int = 0
+    """Bytes the downloads in progress have received so far, of their ``inflight_bytes``: status
+    counts them in its fetch rate, so a large object's download is seen moving before it lands."""
     time: float = field(default_factory=time.time)
 
     def to_json(self) -> dict[str, object]:

@@ -34,7 +34,7 @@ def read_stats(ix: Index, policy: Policy) -> Stats:
     with ix.read() as db:
         counters = dict(db.execute("SELECT name, value FROM counters").fetchall())
         samples, nbytes = counters.get("cache_samples", 0), counters.get("cache_bytes", 0)
-        inflight = int(ix.get(Meta.INFLIGHT_BYTES) or 0)
+        inflight, received = (int(ix.get(m) or 0) for m in (Meta.INFLIGHT_BYTES, Meta.INFLIGHT_DOWNLOADED))
         # "1" was written by epochfs before the reason was recorded.
         reason = {"0": "", "1": CACHE_FULL}.get(ix.get(Meta.BACKPRESSURE) or "", ix.get(Meta.BACKPRESSURE))
         catalog = int(ix.get(Meta.CATALOG_OBJECTS) or 0)
@@ -62,6 +62,7 @@ def read_stats(ix: Index, policy: Policy) -> Stats:
         capacity_bytes=policy.capacity,
         samples=int(samples),
         inflight_bytes=inflight,
+        inflight_downloaded_bytes=min(inflight, received),
         backpressure=bool(reason),
         backpressure_reason=reason or None,
         catalog_objects=catalog,
