@@ -130,7 +130,8 @@ class HealthChecks(MountWatch):
         recorded it in the index (:mod:`.outage`), the same way."""
         stats = self._stats()
         rate = (None if stats is None else
-                self._fetch_rate.record(time.monotonic(), stats.fetched_total, stats.fetched_bytes_total))
+                self._fetch_rate.record(time.monotonic(), stats.fetched_total,
+                                        stats.fetched_bytes_total + stats.inflight_downloaded_bytes))
         first_epoch, cuttable = (None, False) if stats is None else self._first_epoch(stats.latest_epoch)
         mounted = self._view_mounted()
         doc: dict[str, Any] = {
@@ -164,7 +165,8 @@ class HealthChecks(MountWatch):
             elif first:
                 have, target = int(first["samples"]), int(first["target"])
                 doc["reason"] = (f"epoch {n}: {have}/{target} samples cached"
-                                 + estimate(have, target, *(rate or (None, None)))
+                                 + estimate(have, target, *(rate or (None, None)),
+                                            (stats.inflight_downloaded_bytes, stats.inflight_bytes))
                                  + _skips(stats))
             else:
                 doc["reason"] = f"epoch {n} cannot be cut yet"
