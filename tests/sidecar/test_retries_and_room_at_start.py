@@ -20,19 +20,17 @@ import os
 import sqlite3
 import subprocess
 from pathlib import Path
-from typing import Any
 
 import pytest
 import sidecar_helpers
 from common import wait_until
 from inprocess import fill, small_volume
-from prometheus_client import CollectorRegistry, generate_latest
+from observability_helpers import StoreObservability, scraped
 from prometheus_client.parser import text_string_to_metric_families
 from sidecar_helpers import Sidecar, running_sidecar
 
 from epochfs.sidecar import metrics
 from epochfs.sidecar.store import Meta, Store
-from epochfs.sidecar.supervisor.observability import Observability
 
 needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="mounts a tmpfs")
 needs_fuse = pytest.mark.skipif(os.geteuid() != 0 or not os.path.exists("/dev/fuse"),
@@ -119,44 +117,26 @@ def test_a_remote_unreachable_at_the_start_is_retried_not_restarted(tmp_path: Pa
         assert car.health()["children"]["sampler"]["restarts"] >= 3  # /healthz counts every start again
 
 
-class _Saves(Observability):
-    """The supervisor's save of its totals with what it reads: a store, its metrics."""
-
-    def __init__(self, store: Store) -> None:
-        self._store = store
-        self._metrics = metrics.SidecarMetrics(registry=CollectorRegistry())
-        self._reporter = None
-        self._seen: dict[str, Any] = {}
-
-
-def _scraped(registry: CollectorRegistry, name: str, **labels: str) -> float:
-    for family in text_string_to_metric_families(generate_latest(registry).decode()):
-        for s in family.samples:
-            if s.name == name and s.labels == labels:
-                return float(s.value)
-    raise AssertionError(f"{name}{labels} not in the exposition")
-
-
 @needs_root
 def test_restarts_are_shown_while_the_volume_refuses_their_save(tmp_path: Path) -> None:
     with small_volume(tmp_path / "vol", "16m") as vol:
         store = Store(vol / "cache", create=True)
         try:
-            saves = _Saves(store)
+            saves = StoreObservability(store)
             registry = metrics.sidecar_registry(stats=lambda: None, multiproc_dir=None,
                                                 sidecar=saves._metrics, save=saves._saved_totals)
             saves._metrics.child_restarts.labels(child="sampler").inc()
-            assert _scraped(registry, "epochfs_child_restarts_total", child="sampler") == 1
+            assert scraped(registry, "epochfs_child_restarts_total", child="sampler") == 1
             with sqlite3.connect(vol / "cache" / "index.sqlite") as db:  # a write must grow the log
                 db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
             filler = fill(vol, leave=0)
             saves._metrics.child_restarts.labels(child="sampler").inc(2)
             saves._metrics.child_retries.labels(child="sampler").inc(4)
-            assert _scraped(registry, "epochfs_child_restarts_total", child="sampler") == 3
-            assert _scraped(registry, "epochfs_child_retries_total", child="sampler") == 4
+            assert scraped(registry, "epochfs_child_restarts_total", child="sampler") == 3
+            assert scraped(registry, "epochfs_child_retries_total", child="sampler") == 4
             assert json.loads(store.meta(Meta.SIDECAR_RESTARTS) or "{}")["sampler"] == 1  # not saved
             filler.unlink()
-            assert _scraped(registry, "epochfs_child_restarts_total", child="sampler") == 3
+            assert scraped(registry, "epochfs_child_restarts_total", child="sampler") == 3
             assert json.loads(store.meta(Meta.SIDECAR_RESTARTS) or "{}")["sampler"] == 3
         finally:
             store.close()

@@ -14,27 +14,14 @@ import logging
 import os
 import sqlite3
 from pathlib import Path
-from typing import Any
 
 import pytest
 from inprocess import fill, small_volume
-from prometheus_client import CollectorRegistry
+from observability_helpers import StoreObservability
 
-from epochfs.sidecar import metrics
 from epochfs.sidecar.store import Meta, Store
-from epochfs.sidecar.supervisor.observability import Observability
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="mounts a tmpfs")
-
-
-class Ticks(Observability):
-    """The supervisor's periodic duty with what it reads: a store, its metrics, no reporter."""
-
-    def __init__(self, store: Store) -> None:
-        self._store = store
-        self._metrics = metrics.SidecarMetrics(registry=CollectorRegistry())
-        self._reporter = None
-        self._seen: dict[str, Any] = {}
 
 
 def test_totals_that_cannot_be_saved_are_said_once_then_saved_again(
@@ -43,7 +30,7 @@ def test_totals_that_cannot_be_saved_are_said_once_then_saved_again(
     with small_volume(tmp_path / "vol", "16m") as vol:
         store = Store(vol / "cache", create=True)
         try:
-            ticks = Ticks(store)
+            ticks = StoreObservability(store)
             with sqlite3.connect(vol / "cache" / "index.sqlite") as db:  # a write must grow the log
                 db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
             filler = fill(vol, leave=0)

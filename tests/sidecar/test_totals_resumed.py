@@ -19,17 +19,15 @@ import signal
 import sqlite3
 import urllib.request
 from pathlib import Path
-from typing import Any
 
 import pytest
 from common import S3Server, put_objects, random_objects, wait_until
-from prometheus_client import CollectorRegistry
+from observability_helpers import StoreObservability, scraped
 from sidecar_helpers import Sidecar, cleanup_mounts, running_sidecar
 
 from epochfs.fuse.mounting import find_mount, is_dead
 from epochfs.sidecar import metrics
 from epochfs.sidecar.store import Meta, Store
-from epochfs.sidecar.supervisor.observability import Observability
 
 needs_fuse = pytest.mark.skipif(os.geteuid() != 0 or not os.path.exists("/dev/fuse"),
                                 reason="needs root and FUSE")
@@ -104,27 +102,6 @@ def test_child_restarts_do_not_reset_with_the_supervisor(s3: S3Server, tmp_path:
         assert again.metric("epochfs_child_restarts_total", child="fuse") == 0
 
 
-class _Saves(Observability):
-    """The supervisor's save of its totals with what it reads: a store, its metrics."""
-
-    def __init__(self, store: Store) -> None:
-        self._store = store
-        self._metrics = metrics.SidecarMetrics(registry=CollectorRegistry())
-        self._reporter = None
-        self._seen: dict[str, Any] = {}
-
-
-def _scraped(registry: CollectorRegistry, name: str) -> float:
-    from prometheus_client import generate_latest
-    from prometheus_client.parser import text_string_to_metric_families
-
-    for family in text_string_to_metric_families(generate_latest(registry).decode()):
-        for s in family.samples:
-            if s.name == name:
-                return float(s.value)
-    raise AssertionError(f"{name} not in the exposition")
-
-
 @pytest.mark.skipif(os.geteuid() != 0, reason="mounts a tmpfs")
 def test_a_value_that_cannot_be_saved_is_not_shown_until_it_is(tmp_path: Path) -> None:
     """A full volume: the scrape shows the saved value (what a restart would resume), then the
@@ -134,18 +111,18 @@ def test_a_value_that_cannot_be_saved_is_not_shown_until_it_is(tmp_path: Path) -
     with small_volume(tmp_path / "vol", "16m") as vol:
         store = Store(vol / "cache", create=True)
         try:
-            saves = _Saves(store)
+            saves = StoreObservability(store)
             registry = metrics.sidecar_registry(stats=lambda: None, multiproc_dir=None,
                                                 sidecar=saves._metrics, save=saves._saved_totals)
             saves._metrics.add_client_report(samples=10, nbytes=100, wait_seconds=1.0)
-            assert _scraped(registry, "epochfs_client_samples_total") == 10
+            assert scraped(registry, "epochfs_client_samples_total") == 10
             with sqlite3.connect(vol / "cache" / "index.sqlite") as db:  # a write must grow the log
                 db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
             filler = fill(vol, leave=0)
             saves._metrics.add_client_report(samples=5, nbytes=50, wait_seconds=1.0)
-            assert _scraped(registry, "epochfs_client_samples_total") == 10, "shown above the save"
+            assert scraped(registry, "epochfs_client_samples_total") == 10, "shown above the save"
             filler.unlink()
-            assert _scraped(registry, "epochfs_client_samples_total") == 15
+            assert scraped(registry, "epochfs_client_samples_total") == 15
             assert json.loads(store.meta(Meta.SIDECAR_TOTALS) or "{}")["client_samples_total"] == 15
         finally:
             store.close()
