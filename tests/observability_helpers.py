@@ -23,6 +23,11 @@ class StoreObservability(Observability):
         self._reporter = None
         self._seen: dict[str, Any] = {}
 
+    def registry(self) -> CollectorRegistry:
+        """What ``/metrics`` scrapes: these metrics, saved to the store before each collection."""
+        return metrics.sidecar_registry(stats=lambda: None, multiproc_dir=None, sidecar=self._metrics,
+                                        save=self._saved_totals)
+
 
 def scraped(registry: CollectorRegistry, name: str, **labels: str) -> float:
     """The value of sample ``name`` with exactly ``labels`` in ``registry``'s exposition."""

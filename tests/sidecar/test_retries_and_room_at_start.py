@@ -29,7 +29,6 @@ from observability_helpers import StoreObservability, scraped
 from prometheus_client.parser import text_string_to_metric_families
 from sidecar_helpers import Sidecar, running_sidecar
 
-from epochfs.sidecar import metrics
 from epochfs.sidecar.store import Meta, Store
 
 needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="mounts a tmpfs")
@@ -123,8 +122,7 @@ def test_restarts_are_shown_while_the_volume_refuses_their_save(tmp_path: Path) 
         store = Store(vol / "cache", create=True)
         try:
             saves = StoreObservability(store)
-            registry = metrics.sidecar_registry(stats=lambda: None, multiproc_dir=None,
-                                                sidecar=saves._metrics, save=saves._saved_totals)
+            registry = saves.registry()
             saves._metrics.child_restarts.labels(child="sampler").inc()
             assert scraped(registry, "epochfs_child_restarts_total", child="sampler") == 1
             with sqlite3.connect(vol / "cache" / "index.sqlite") as db:  # a write must grow the log

@@ -26,7 +26,6 @@ from observability_helpers import StoreObservability, scraped
 from sidecar_helpers import Sidecar, cleanup_mounts, running_sidecar
 
 from epochfs.fuse.mounting import find_mount, is_dead
-from epochfs.sidecar import metrics
 from epochfs.sidecar.store import Meta, Store
 
 needs_fuse = pytest.mark.skipif(os.geteuid() != 0 or not os.path.exists("/dev/fuse"),
@@ -112,8 +111,7 @@ def test_a_value_that_cannot_be_saved_is_not_shown_until_it_is(tmp_path: Path) -
         store = Store(vol / "cache", create=True)
         try:
             saves = StoreObservability(store)
-            registry = metrics.sidecar_registry(stats=lambda: None, multiproc_dir=None,
-                                                sidecar=saves._metrics, save=saves._saved_totals)
+            registry = saves.registry()
             saves._metrics.add_client_report(samples=10, nbytes=100, wait_seconds=1.0)
             assert scraped(registry, "epochfs_client_samples_total") == 10
             with sqlite3.connect(vol / "cache" / "index.sqlite") as db:  # a write must grow the log
