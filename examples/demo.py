@@ -8,9 +8,14 @@
    folders, printing one line per epoch (samples, new, left out of the epoch before, cache
    occupancy, read rate, loss). The model is tiny: unpaced, it finishes an epoch long before the
    sampler has fetched a second one, and how much the epochs grow would depend on the machine's
-   speed. So each step is paced to read at most ``--train-rate`` bytes a second (the download
-   rate by default), standing in for a real model's compute: each epoch then about doubles until
-   the cache is full, and a slower (loaded) machine only makes the epochs grow sooner,
+   speed. So each step is paced to read at most ``--train-rate`` bytes a second (half the download
+   rate by default), standing in for a real model's compute: each epoch then about triples until
+   the cache is full, and a slower (loaded) machine only makes the epochs grow sooner. The pace
+   also makes a full epoch last longer than the turnover's delay: the samples an epoch leaves out
+   become evictable once the epoch before has been released (5 s after the loader closes its
+   folder: the mount's margin for a held epoch) and its ``--retire-grace`` (1 s here) has passed;
+   with full epochs of ~4.5 s, that is before the epoch after next is cut, so every full epoch
+   brings new samples (shorter epochs would bring them in bursts, a few epochs apart),
 4. stops the sidecar (SIGTERM: it unmounts and exits 0), also on Ctrl-C.
 """
 
@@ -134,12 +139,17 @@ def main() -> int:
     parser.add_argument("--workdir", type=Path, default=None, help="keep files here (default: a temp dir)")
     parser.add_argument("--samples", type=int, default=4000, help="samples in the generated dataset")
     parser.add_argument("--capacity", default="6Mi", help="cache capacity (the dataset is ~17 MiB)")
-    parser.add_argument("--max-rate", default="4Mi",
-                        help="download rate limit, bytes/s (about what the demo's training consumes, so "
-                             "each epoch roughly doubles until the cache is full)")
+    parser.add_argument("--max-rate", default="2Mi",
+                        help="download rate limit, bytes/s (twice what the demo's training reads, so "
+                             "each epoch roughly triples until the cache is full)")
     parser.add_argument("--train-rate", default=None,
                         help="bytes/s the training reads at most, standing in for a real model's "
-                             "compute (default: --max-rate; 0: unpaced, as fast as the machine goes)")
+                             "compute (default: half of --max-rate; 0: unpaced, as fast as the "
+                             "machine goes; a full epoch shorter than about 3.5 s turns the cache "
+                             "over in bursts, with epochs that bring no new sample between them)")
+    parser.add_argument("--retire-grace", default="1",
+                        help="the sidecar's --retire-grace, seconds (its minimum: a retired epoch's "
+                             "samples become evictable soon, so a small cache turns over every epoch)")
     parser.add_argument("--epochs", type=int, default=6)
     parser.add_argument("--workers", type=int, default=2)
     args = parser.parse_args()
@@ -155,7 +165,7 @@ def main() -> int:
         print(f"demo: generating {args.samples} samples under {remote}")
         generate_dataset(remote, args.samples)
     sample_bytes = next((remote / "train").iterdir()).stat().st_size  # every sample has the same size
-    train_rate = parse_size(args.max_rate if args.train_rate is None else args.train_rate)
+    train_rate = parse_size(args.max_rate) // 2 if args.train_rate is None else parse_size(args.train_rate)
 
     # Torch set-up first (its first use in a process takes a moment), so epoch 0 is asked for as soon
     # as the sidecar is ready: the loader looks nothing up until an epoch starts.
@@ -169,9 +179,10 @@ def main() -> int:
     cmd = [sys.executable, "-m", "epochfs.sidecar.cli", "sidecar", "--remote", f"file://{Path(remote).resolve()}",
            "--cache", str(cache), "--mount", str(mount), "--capacity", args.capacity,
            "--max-rate", args.max_rate, "--min-samples", "64", "--concurrency", "8",
-           # Demo epochs last a fraction of a second: keep only the newest two epochs pinned
-           # (real runs keep the default 600 s grace for an epoch a slow rank has just opened).
-           "--in-use-seconds", "0",
+           # Demo epochs last seconds: keep only the newest two epochs pinned, and the epoch being
+           # read (real runs keep the default 600 s window for an epoch a slow rank has just
+           # opened, and the default 5 s grace).
+           "--in-use-seconds", "0", "--retire-grace", args.retire_grace,
            "--health-port", str(port)]
     interrupted = Interrupted()
     signal.signal(signal.SIGINT, interrupted)
