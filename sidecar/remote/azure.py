@@ -44,6 +44,7 @@ from urllib.parse import urlsplit
 from epochfs.sidecar.remote.base import Reader, RemoteError, Transient
 from epochfs.sidecar.remote.errors import Translated, azure_kind
 from epochfs.sidecar.remote.fsspec import CONNECT_TIMEOUT, FsspecRemote, range_past_the_end, session_proxy
+from epochfs.sidecar.remote.notstore import azure_listing_check
 from epochfs.sidecar.remote.registry import BACKENDS
 from epochfs.sidecar.remote.urls import split_url
 
@@ -53,7 +54,6 @@ AZURE = Translated(azure_kind)
 SCHEMES = next(backend.schemes for backend in BACKENDS if backend.module == __name__.rsplit(".", 1)[1])
 """The URL schemes of Azure Blob URLs: the registry's line for this module (written once)."""
 
-
 CONTAINER = re.compile(r"\$root|\$logs|\$web|(?=.{3,63}$)[a-z0-9]+(?:-[a-z0-9]+)*")
 """The names Azure gives containers, its special ones too."""
 
@@ -62,11 +62,8 @@ def content_md5(details: Mapping[str, Any]) -> str | None:
     """The hex md5 Azure stores for a blob (its Content-MD5), from the blob's properties as adlfs
     gives them (``content_settings``: a dict or the SDK's ``ContentSettings``; the md5 as bytes,
     or base64 as the REST API writes it), or None when the blob has none."""
-    settings = details.get("content_settings")
-    if isinstance(settings, Mapping):
-        md5 = settings.get("content_md5")
-    else:
-        md5 = getattr(settings, "content_md5", None)
+    got = details.get("content_settings")
+    md5 = got.get("content_md5") if isinstance(got, Mapping) else getattr(got, "content_md5", None)
     if isinstance(md5, str):
         try:
             md5 = base64.b64decode(md5, validate=True)
@@ -133,6 +130,9 @@ class AzureRemote(FsspecRemote):
     def missing_bucket(self, bucket: str) -> str:  # a missing container lists empty: no_objects
         return f"the storage account has no container {bucket!r}"
 
+    def _check(self) -> Any:  # a web page for a listing names the endpoint (.notstore)
+        return azure_listing_check(str(self._fs.service_client.url))
+
     def first_entry(self) -> bool:
         """Whether the root holds a blob, from one ``List Blobs`` request of one result: adlfs
         lists a folder whole (every page of it) and has no way to ask for less, so the request
@@ -147,7 +147,7 @@ class AzureRemote(FsspecRemote):
         async def first() -> bool:
             async with self._fs.service_client.get_container_client(container) as client:
                 pages = client.list_blobs(name_starts_with=f"{prefix}/" if prefix else None,
-                                          results_per_page=1).by_page()
+                                          results_per_page=1, raw_response_hook=self._check()).by_page()
                 async for page in pages:
                     async for _blob in page:
                         return True
@@ -170,8 +170,8 @@ class AzureRemote(FsspecRemote):
 
         container, _, prefix = self.root.partition("/")
         client = self._fs.service_client.get_container_client(container)
-        pages = client.list_blobs(name_starts_with=f"{prefix}/" if prefix else None,
-                                  include=["metadata"]).by_page()
+        pages = client.list_blobs(name_starts_with=f"{prefix}/" if prefix else None, include=["metadata"],
+                                  raw_response_hook=self._check()).by_page()
 
         async def next_page() -> list[Any] | None:
             try:

@@ -76,7 +76,9 @@ from epochfs.sidecar.remote.librules import (
     s3_error_code,
     s3_kind,
     status_kind,
+    unparsed_answer,
 )
+from epochfs.sidecar.remote.notstore import NotTheStore
 
 Rule = Callable[[BaseException], "Kind | None"]
 """A library's translation: the kind one exception stands for, or None when it does not know it."""
@@ -284,7 +286,8 @@ def may_answer_later(exc: BaseException) -> bool:
     for fewer requests, or the resolver could not answer now (``EAI_AGAIN``: the node's DNS
     server down or slow, as in a pod whose cluster DNS is still starting); not when it answered
     with a refusal (no such bucket, access denied), nor when its host name does not exist (a typo
-    in ``--endpoint-url``: ``EAI_NONAME``), nor when a TLS handshake was answered by plain HTTP
+    in ``--endpoint-url``: ``EAI_NONAME``), nor when a 2xx answer was not the store's (a web page:
+    :class:`~.notstore.NotTheStore`), nor when a TLS handshake was answered by plain HTTP
     (an ``https://`` URL for an ``http://`` store: :func:`tls_answered_by_plain_http`), nor when
     it refused the credentials (:class:`~.base.CredentialsRefused`: retried while running, where
     they may be renewed under a running remote, but at the start a setting to fix), nor for
@@ -295,6 +298,8 @@ def may_answer_later(exc: BaseException) -> bool:
     names = [link for link in links if isinstance(link, socket.gaierror)]
     if names:
         return all(link.errno == socket.EAI_AGAIN for link in names)
+    if any(isinstance(link, NotTheStore) for link in links):
+        return False  # answered, by something else than the store: every try meets it again
     if tls_answered_by_plain_http(exc):
         return False  # an https:// URL for a plain-HTTP server: every try meets it again
     if any(isinstance(link, (ConnectionError, TimeoutError, _asyncio_timeout())) for link in links):
@@ -343,4 +348,5 @@ __all__ = [
     "stdlib_kind",
     "tls_answered_by_plain_http",
     "translate",
+    "unparsed_answer",
 ]

@@ -108,8 +108,15 @@ class Ranges:
         self.size = int(details.get("size") or 0)
 
     def read(self, n: int) -> bytes:
+        """The next ``n`` bytes (fewer only at the listed size). A range answered short before
+        the object's end is :class:`~.base.Changed` at once, never a part read to ask the rest of:
+        a proxy's or a portal's page answering every range (``200 text/html``, 72 bytes) made one
+        object thousands of GETs, each advancing by the page's length."""
         n = min(n, self.size - self._at)
         data: bytes = self._fs.cat_file(self._path, start=self._at, end=self._at + n) if n > 0 else b""
+        if len(data) < n:
+            raise Changed(f"{len(data)} bytes answered for the {n} asked at {self._at} (the listing "
+                          f"said {self.size}): the object is shorter, or something else answered")
         self._at += len(data)
         return data
 

@@ -23,6 +23,7 @@ import functools
 import logging
 from typing import Any
 
+from epochfs.sidecar.remote.notstore import json_answer
 from epochfs.sidecar.remote.s3creds import CredentialRereads
 
 log = logging.getLogger("epochfs.remote")
@@ -88,7 +89,8 @@ def one_try_gcs() -> type:
     (``retry_request``): 34 s to fail one GET of a server that was down, while the downloader,
     which retries with its own backoff, counts an outage and narrows its window when throttled,
     could do none of it. gcsfs binds the count when its class is made (a decorator on
-    ``_request``), so this subclass wraps the undecorated request again with one try."""
+    ``_request``), so this subclass wraps the undecorated request again with one try (and reads
+    its JSON answers with :func:`_call_read_as_json`)."""
     import gcsfs
     from gcsfs.retry import retry_request
 
@@ -100,7 +102,22 @@ def one_try_gcs() -> type:
     if undecorated is None:  # another gcsfs: its own retries stay
         return gcsfs.GCSFileSystem
     return type("OneTryGCSFileSystem", (gcsfs.GCSFileSystem,),
-                {"_request": retry_request(retries=1)(undecorated)})
+                {"_request": retry_request(retries=1)(undecorated), "_call": _call_read_as_json})
+
+
+async def _call_read_as_json(self: Any, method: str, path: str, *args: Any, json_out: bool = False,
+                             info_out: bool = False, **kwargs: Any) -> Any:
+    """gcsfs's ``_call`` (a method of the filesystem: one request, its answer as JSON, as its
+    request info, or as headers and body), but an answer read as JSON (a listing page, an
+    object's or a bucket's resource) that is a web page or another format than JSON raises
+    :class:`~.notstore.NotTheStore` naming the endpoint and its Content-Type, and one that is
+    JSON cut short :class:`~.base.Transient` (:func:`~.notstore.json_answer`), where gcsfs's
+    ``json.loads`` said only ``Expecting value: line 1 column 1``."""
+    status, headers, info, contents = await self._request(method, path, *args, **kwargs)
+    if json_out:
+        return json_answer(headers, contents, endpoint=self._location, status=status,
+                           expected="a GCS JSON API answer")
+    return info if info_out else (headers, contents)
 
 
 __all__ = ["BUCKET_TYPE_WARNINGS", "gcs_rereads", "one_try_gcs", "read_credentials_again"]

@@ -48,6 +48,7 @@ from epochfs.sidecar.remote.backoff import full_jitter, jitter_bound
 from epochfs.sidecar.remote.base import BLOCK, Reader, Remote, RemoteError, RemoteObject
 from epochfs.sidecar.remote.errors import failure_reason
 from epochfs.sidecar.remote.fsspec import FSSPEC, FsspecReader, range_past_the_end, session_proxy
+from epochfs.sidecar.remote.notstore import refuse_web_index
 from epochfs.sidecar.remote.objects import FileRaw, gunzipped, open_stream
 
 log = logging.getLogger("epochfs.remote")
@@ -188,6 +189,7 @@ class HTTPRemote(Remote):
         # Bodies come as stored (never decompressed): an index stored gzipped (served with
         # Content-Encoding: gzip, or a keys.txt.gz) is gunzipped here.
         with f, io.BufferedReader(FileRaw(f), BLOCK) as buffered, gunzipped(buffered) as stream:
+            refuse_web_index(shown, f, stream)  # a web page's lines read as keys would be served as samples
             yield stream
 
     def probe(self) -> None:

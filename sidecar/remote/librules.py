@@ -188,6 +188,8 @@ def aiohttp_kind(e: BaseException) -> Kind | None:
     except ImportError:  # pragma: no cover - aiohttp comes with the sidecar extra
         return None
     if isinstance(e, aiohttp.ClientResponseError):
+        if unparsed_answer(e):  # aiohttp's 400 for an answer it could not read: no server's status
+            return Transient
         if e.status == 429:
             return Throttled
         return Transient if e.status >= 500 else status_kind(e.status)
@@ -197,6 +199,24 @@ def aiohttp_kind(e: BaseException) -> Kind | None:
     if isinstance(e, aiohttp.ClientError):
         return Transient
     return None
+
+
+def unparsed_answer(e: BaseException) -> bool:
+    """Whether ``e`` is aiohttp's report of an answer it could not parse (a garbled status line,
+    a Content-Length shorter than the body that left bytes before the next answer, a TLS record
+    where HTTP was due): aiohttp raises it as ``ClientResponseError(status=400)`` from its parser's
+    ``HttpProcessingError`` (``BadStatusLine``, ``BadHttpMessage``), a status no server sent. A
+    garbled answer is retried, as on every backend; a server's own 400 or 403 has no such cause."""
+    from aiohttp.http_exceptions import HttpProcessingError
+
+    seen: set[int] = set()
+    link: BaseException | None = e
+    while link is not None and id(link) not in seen:
+        seen.add(id(link))
+        if isinstance(link, HttpProcessingError):
+            return True
+        link = link.__cause__ or link.__context__
+    return False
 
 
 # ---------------------------------------------------------------------------- Azure Blob
@@ -303,4 +323,5 @@ __all__ = [
     "s3_error_code",
     "s3_kind",
     "status_kind",
+    "unparsed_answer",
 ]

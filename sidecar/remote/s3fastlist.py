@@ -15,6 +15,7 @@ from epochfs.sidecar.remote.base import BLOCK, RemoteError, Transient
 from epochfs.sidecar.remote.errors import fast_path_failure
 from epochfs.sidecar.remote.httpget import GetPool, HTTPStatusError
 from epochfs.sidecar.remote.librules import s3_answer
+from epochfs.sidecar.remote.notstore import is_foreign, not_the_store
 from epochfs.sidecar.remote.s3list import ListedXML, ListXMLError, client_error_text, parse_list_page
 
 
@@ -29,13 +30,16 @@ def list_fast(gets: GetPool, remote_url: str, url: str, what: str) -> ListedXML 
     :class:`~.base.RemoteError` worded as botocore's (``cannot list ...: An error occurred
     (NoSuchBucket) ...``) raised from the typed failure a GET would give
     (:func:`~.errors.fast_path_failure`: a ``503 SlowDown`` is :class:`~.base.Throttled`).
-    ``remote_url``: the remote's ``s3://`` URL, which the messages name."""
+    ``remote_url``: the remote's ``s3://`` URL, which the messages name. A 200 answer that is
+    not S3's XML (a web page: :mod:`.notstore`) is :class:`~.notstore.NotTheStore`, a setting to
+    fix at the start; one in S3's format that does not parse is :class:`~.base.Transient`."""
     try:
         response = gets.get(url)
         try:
             body = b"".join(iter(partial(response.read, BLOCK), b""))
         finally:
             response.close()
+        content_type = response.header("Content-Type")
     except Exception as e:
         if isinstance(e, HTTPStatusError) and e.status in (301, 307, 400, 403):
             return Fallback(s3_answer(e)[1])
@@ -52,7 +56,11 @@ def list_fast(gets: GetPool, remote_url: str, url: str, what: str) -> ListedXML 
         raise RemoteError(f"cannot list {remote_url}: {text}") from failure
     try:
         return parse_list_page(body)
-    except ListXMLError as e:  # a garbled or cut page: worth another try, as botocore's parser error
+    except ListXMLError as e:
+        if is_foreign(content_type, body, ("xml",)):  # a web page: --endpoint-url is another server
+            foreign = not_the_store(url, 200, content_type, "an S3 ListObjectsV2 answer")
+            raise RemoteError(f"cannot list {remote_url}: {foreign}") from foreign
+        # A garbled or cut page of the store's: worth another try, as botocore's parser error.
         raise RemoteError(f"cannot list {remote_url}: {e}") from Transient(f"{what}: {e}")
 
 

@@ -421,7 +421,7 @@ def http_proxy(tmp_path: Path) -> Iterator[FaultProxy]:
     # No "corrupt" row: an HTTP ETag is opaque (a 32-hex one may be no md5: KMS, a CDN), so
     # http(s) bodies are checked by their size only (docs/listing.md, "http(s):// key lists").
     ("stall", "Unavailable", "outage"),
-    ("garbage", "Denied", "skip"),  # aiohttp answers a garbled status line as a 400
+    ("garbage", "Transient", "retry"),  # aiohttp's 400 for a garbled status line: no server's answer
     ("503", "Transient", "retry"),  # quirk: not counted toward an outage
     ("429", "Throttled", "throttled"),
     ("404", "NotFound", "skip"),
