@@ -150,9 +150,10 @@ class Downloader:
         rate: RateLimiter | None = None,
         hashers: Callable[[str], checksums.Hasher] = digests.new_hasher,
         direct: bool = True,
+        stall_window: float = 30.0,
     ) -> None:
-        """``hashers`` makes the one hasher of each body from its algorithm's name; ``direct``:
-        write bodies past the page cache where the volume allows it (:mod:`.tempwrite`)."""
+        """``hashers``: the one hasher of each body by algorithm; ``direct``: write bodies past the
+        page cache where it can (:mod:`.tempwrite`); ``stall_window``: --read-timeout (:mod:`.received`)."""
         if block < 4096:
             raise ValueError("block must be at least 4096 bytes")
         self.store = store
@@ -163,6 +164,7 @@ class Downloader:
         self.rate = rate
         self.hashers = hashers
         self.direct = direct
+        self.stall_window = stall_window
         self._lock = threading.Lock()
         self._temps: set[Path] = set()
         self._fresh: set[Path] = set()
@@ -279,7 +281,8 @@ class Downloader:
                                  if etag_is_md5 else None)
                     read_back = plan.kind is None and multipart is not None
                     given, opened = opened, None  # stream_to_temp closes it, whatever happens
-                    counted = received.counting(reader.readinto)  # status shows a body's progress
+                    counted = received.counting(reader.readinto, key=cand.key, size=cand.size,
+                                                window=self.stall_window)  # progress; rate floor
                     total = stream_to_temp(counted, self._buffer(), temp, h, cand.size,
                                            stop=self.stop, rate=self.rate, opened=given,
                                            direct=self.direct and not read_back)

@@ -35,6 +35,9 @@ PROCESS_RESULTS = ("retried", "failed")
 """``epochfs_remote_objects_total{result}`` values counted by the sampler process; ``ok`` and
 ``skipped`` come from the store (so a sampler crash never loses the persistent ones)."""
 
+WAITING_REASONS = ("throttled", "throttled_alone", "held")
+"""``epochfs_keys_waiting{reason}`` values."""
+
 FETCH_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0)
 
 
@@ -100,7 +103,17 @@ class ProcessMetrics:
             "skipped; the listing's pace holding it back), else 0.",
             multiprocess_mode="livemax", registry=registry,
         )
+        self.keys_waiting = Gauge(
+            "epochfs_keys_waiting", "Keys the sampler keeps waiting, neither in flight, fetched nor "
+            "skipped, by reason: throttled (the store throttled them, fetched again after a delay), "
+            "throttled_alone (a key throttled on its own while others come through: asked less and "
+            "less often), held (failed as an outage would fail them; fetched again or skipped once "
+            "later answers tell, or after a deadline).",
+            ["reason"], multiprocess_mode="livesum", registry=registry,
+        )
         self._idle: bool | None = None
+        for reason in WAITING_REASONS:
+            self.keys_waiting.labels(reason=reason)
         for result in PROCESS_RESULTS:
             self.remote_objects.labels(result=result)
 
@@ -130,6 +143,11 @@ class ProcessMetrics:
     def set_inflight_received(self, nbytes: int) -> None:
         """The downloads in flight have received ``nbytes`` so far (set when the sampler publishes)."""
         self.inflight_received.set(nbytes)
+
+    def set_keys_waiting(self, *, throttled: int, alone: int, held: int) -> None:
+        """The keys waiting now, by reason (``epochfs_keys_waiting``)."""
+        for reason, n in zip(WAITING_REASONS, (throttled, alone, held), strict=True):
+            self.keys_waiting.labels(reason=reason).set(n)
 
     def set_fetch_window(self, size: int) -> None:
         """The sampler's fetch window now allows ``size`` downloads in flight."""

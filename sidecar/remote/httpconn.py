@@ -8,22 +8,96 @@ absolute-form request (``GET http://host/path``, written by the pool) to the pro
 then TLS to the target, checked against the same CA bundle as a direct connection. An
 ``https://`` proxy is reached over TLS too (TLS inside TLS for an ``https://`` target, with
 urllib3's ``SSLTransport``, as botocore does).
+
+The read timeout of a socket is a silence timeout: it starts again with every byte, so a server
+that trickles (1 byte a second: a degraded node, a pacing middlebox, a slow-loris proxy) would hold
+a download, and its slot, for as long as it likes. So every response also has a floor on its rate:
+over each window of the read timeout's length, fewer than :data:`MIN_BODY_RATE` bytes a second is
+:class:`SlowBody`, a :class:`Transient` failure (retried, then skipped). It is checked where the
+socket's reads return, below ``http.client``'s buffer (whose ``readinto`` fills the whole block
+before it returns: a check above it would see a trickle only at its end), one clock read a
+``recv``; a response whose reads all end within one window is never looked at.
 """
 
 from __future__ import annotations
 
 import contextlib
 import http.client
+import io
 import select
 import socket
 import ssl
+import time
 from collections.abc import Callable
 from typing import Any
 
+from epochfs.sidecar.remote.base import Transient
 from epochfs.sidecar.remote.httpproxy import Proxy, ProxyConnectError, tunnel_refusal
 
 DEFAULT_RECV_BUFFER = 4 << 20
 """Socket receive buffer asked for on each connection (bytes; the kernel doubles it)."""
+
+
+MIN_BODY_RATE = 4096
+"""Bytes a second below which a download counts as stalled over a window of the read timeout: 4
+KiB/s is ~30,000 times below a node's share of its link, so no download that can be useful is cut,
+and a 30 s window (the default --read-timeout) still lets 120 KiB through before it tells."""
+
+
+class SlowBody(Transient):
+    """A response that brought fewer than :data:`MIN_BODY_RATE` bytes a second over a window."""
+
+
+def too_slow(got: int, seconds: float) -> SlowBody | None:
+    """The failure of ``got`` bytes in ``seconds`` (a window at least as long as the read
+    timeout), or None when that is fast enough."""
+    if got >= MIN_BODY_RATE * seconds:
+        return None
+    return SlowBody(f"stalled: {got} bytes in {seconds:.1f}s, under the floor of "
+                    f"{MIN_BODY_RATE} bytes/s (a server that trickles)")
+
+
+class _FlooredRaw(io.RawIOBase):
+    """A socket's reads with the rate floor: windows of ``window`` seconds from the first read."""
+
+    def __init__(self, raw: Any, window: float) -> None:
+        self._raw = raw
+        self._window = window
+        self._start: float | None = None
+        self._got = 0
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, b: Any) -> int | None:
+        n: int | None = self._raw.readinto(b)
+        now = time.monotonic()
+        if self._start is None:
+            self._start = now  # the first answer's bytes: the wait for them is the timeout's
+        self._got += n or 0
+        elapsed = now - self._start
+        if elapsed >= self._window and n:
+            slow = too_slow(self._got, elapsed)
+            if slow is not None:
+                raise slow
+            self._start, self._got = now, 0
+        return n
+
+    def close(self) -> None:
+        self._raw.close()
+        super().close()
+
+
+class FlooredResponse(http.client.HTTPResponse):
+    """A response read under the rate floor (the window: the socket's read timeout)."""
+
+    def __init__(self, sock: Any, *args: Any, **kwargs: Any) -> None:
+        super().__init__(sock, *args, **kwargs)
+        window = sock.gettimeout() if hasattr(sock, "gettimeout") else None
+        if window:
+            plain, self.fp = self.fp, io.BufferedReader(_FlooredRaw(sock.makefile("rb", buffering=0),
+                                                                    window))
+            plain.close()
 
 
 def usable_recv_buffer(wanted: int) -> int:
@@ -95,11 +169,11 @@ class _ConnMixin:
 
 
 class HTTPConn(_ConnMixin, http.client.HTTPConnection):
-    pass
+    response_class = FlooredResponse  # the rate floor
 
 
 class HTTPSConn(_ConnMixin, http.client.HTTPSConnection):
-    pass
+    response_class = FlooredResponse  # the rate floor
 
 
 class _TLSInTLSConn(HTTPSConn):
@@ -172,10 +246,13 @@ def dropped(conn: http.client.HTTPConnection) -> bool:
 
 __all__ = [
     "DEFAULT_RECV_BUFFER",
+    "MIN_BODY_RATE",
     "HTTPConn",
     "HTTPSConn",
+    "SlowBody",
     "dropped",
     "new_connection",
     "socket_of",
+    "too_slow",
     "usable_recv_buffer",
 ]

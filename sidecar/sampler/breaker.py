@@ -26,6 +26,13 @@ left to fetch, no answer can come to tell: the held keys are fetched once more
 still down under several keys opens the breaker and keeps them; a key held again then is skipped
 (a lone bad object at the end of a listing is not fetched for ever).
 
+Downloads that keep the loop busy without telling anything (a key throttled again and again, a
+large object still streaming) would hold a key for ever out of sight, neither fetched nor
+skipped: so a key held longer than ``hold_for`` (:func:`hold_for`) is handled as with nothing
+else left (:meth:`OutageBreaker.overdue`), whatever else is in flight. Each held key is named in
+the log when it is held, and counted (:attr:`OutageBreaker.held_count`: the progress line,
+``epochfs_keys_waiting{reason="held"}``).
+
 The breaker tells its owner of each pause of an outage and of its end through the callback it is
 built with (:class:`OutageChange`): the loop records them in the index (:mod:`.outagerecord`), where
 the supervisor's ``/readyz``, ``status.json`` and ``epochfs status`` read the cause, and in the
@@ -61,6 +68,13 @@ OUTAGE_PAUSE = (2.0, 60.0)
 """First and longest pause while the remote is down (doubling in between)."""
 
 
+def hold_for(attempts: int, read_timeout: float) -> float:
+    """How long a key is held at most: the time another key's download takes to fail on a remote
+    that is down (its attempts, each ending within ``--read-timeout`` of silence), so that the keys
+    sent meanwhile have told an outage by then; at least the first outage pause."""
+    return max(OUTAGE_PAUSE[0], attempts * read_timeout)
+
+
 @dataclass(frozen=True)
 class Held:
     """A key of the run-up: failed as unavailable at ``at`` (monotonic), the streak short of an outage."""
@@ -89,9 +103,11 @@ class OutageBreaker:
     pause and at the end of an outage (:class:`OutageChange`)."""
 
     def __init__(self, *, after: int = OUTAGE_AFTER, pause: tuple[float, float] = OUTAGE_PAUSE,
-                 on_change: Callable[[OutageChange], None] | None = None) -> None:
-        if after < 1 or not 0 < pause[0] <= pause[1]:
-            raise ValueError("need after >= 1 and 0 < first pause <= longest pause")
+                 on_change: Callable[[OutageChange], None] | None = None,
+                 hold_for: float = OUTAGE_PAUSE[1]) -> None:
+        if after < 1 or not 0 < pause[0] <= pause[1] or hold_for <= 0:
+            raise ValueError("need after >= 1, 0 < first pause <= longest pause and hold_for > 0")
+        self.hold_for = hold_for
         self._on_change = on_change or (lambda change: None)
         self.after = after
         self.first_pause, self.longest_pause = pause
@@ -124,6 +140,11 @@ class OutageBreaker:
         """Keys of a run-up are held, waiting for the streak to tell an outage from bad objects."""
         return bool(self._held)
 
+    @property
+    def held_count(self) -> int:
+        """Keys held now: neither in flight, fetched nor skipped."""
+        return len(self._held)
+
     def sent(self, key: str, now: float | None = None) -> None:
         """The download of ``key`` starts now: its answer tells about the failures before it."""
         self._sent[key] = time.monotonic() if now is None else now
@@ -134,8 +155,20 @@ class OutageBreaker:
         opens the breaker and keeps them). One already fetched again so, and held again, is
         returned to be skipped: a lone object that fails every GET would otherwise be fetched for
         ever, with the outage's pauses, since nothing else is fetched to tell it from an outage."""
-        skip: list[tuple[Candidate, str | None]] = []
         held, self._held = list(self._held.values()), {}
+        return self._fetch_again_or_skip(held)
+
+    def overdue(self, now: float | None = None) -> list[tuple[Candidate, str | None]]:
+        """The held keys held ``hold_for`` seconds and more, handled as :meth:`retry_held` handles
+        them all: other downloads keep the loop busy, but none sent since may come to tell."""
+        now = time.monotonic() if now is None else now
+        late = [h for h in self._held.values() if now - h.at >= self.hold_for]
+        for h in late:
+            del self._held[h.cand.key]
+        return self._fetch_again_or_skip(late)
+
+    def _fetch_again_or_skip(self, held: list[Held]) -> list[tuple[Candidate, str | None]]:
+        skip: list[tuple[Candidate, str | None]] = []
         for h in held:
             if h.cand.key in self._retried:
                 self._retried.discard(h.cand.key)
@@ -170,6 +203,8 @@ class OutageBreaker:
         self._failed_at.append(now)
         if not self.open:
             self._held[cand.key] = Held(cand, error, now)
+            log.info("holding %r (%s): fetched again when later answers tell its failure from an "
+                        "outage of the remote, within %.0fs", cand.key, error, self.hold_for)
             return False
         for held in self._held.values():  # the run-up was the outage's
             self.keep(held.cand)

@@ -27,7 +27,6 @@ import queue
 import threading
 import time
 from collections.abc import Callable
-from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -38,7 +37,7 @@ from epochfs.sidecar.ratelimit import RateLimiter
 from epochfs.sidecar.remote import Remote
 from epochfs.sidecar.reservations import Reservations
 from epochfs.sidecar.sampler.admitter import Admitter
-from epochfs.sidecar.sampler.breaker import OutageBreaker, give_up
+from epochfs.sidecar.sampler.breaker import OutageBreaker, hold_for
 from epochfs.sidecar.sampler.cutter import CutSchedule
 from epochfs.sidecar.sampler.diskspace import DiskSpace, is_disk_full
 from epochfs.sidecar.sampler.order import LISTING_WAIT, FetchOrder
@@ -49,6 +48,7 @@ from epochfs.sidecar.sampler.repairs import RepairsInPlace
 from epochfs.sidecar.sampler.room import DiskFull, Room, Unfit
 from epochfs.sidecar.sampler.shutdown import Shutdown
 from epochfs.sidecar.sampler.throttle import Deferred, FetchWindow
+from epochfs.sidecar.sampler.waiting import Waiting
 from epochfs.sidecar.scrub import Scrubber
 from epochfs.sidecar.store import Admission, Candidate, Store, StoreError
 
@@ -64,14 +64,12 @@ POLL = 0.2
 REPAIRS_EVERY = 5.0
 """Seconds between looks at the samples waiting for a repair in place (the scrub of this process
 hands its own over at once)."""
-WINDOW_LOG_EVERY = 10.0
-"""Seconds between log lines about the fetch window shrinking (the shrinks between are counted)."""
 LOOK_EVERY = 0.05
 """Seconds between the loop's looks at the store (a deleted or damaged index, epochs to retire, the
 cache's total read again): each is index reads, and the loop turns every few ms while it fetches."""
 
 
-class Sampler(RepairsInPlace, Shutdown, Publishing):
+class Sampler(RepairsInPlace, Shutdown, Publishing, Waiting):
     """The fetch loop over an opened store and remote (``run_sample`` builds one)."""
 
     def __init__(
@@ -101,14 +99,13 @@ class Sampler(RepairsInPlace, Shutdown, Publishing):
         self.downloader = Downloader(
             store=store, remote=remote, retry=RetryPolicy(attempts=settings.retries), stop=stop,
             rate=RateLimiter(rate=settings.max_rate) if settings.max_rate else None,
-            direct=settings.direct_writes,
+            direct=settings.direct_writes, stall_window=settings.read_timeout,
         )
-        self.breaker = breaker or OutageBreaker(on_change=outage or OutageRecord(store))
+        self.breaker = breaker or OutageBreaker(on_change=outage or OutageRecord(store),
+                                                hold_for=hold_for(settings.retries, settings.read_timeout))
         self.window = FetchWindow(settings.concurrency)
         self.deferred = Deferred()
         """Throttled keys, fetched again after their full-jitter delay."""
-        self._shrinks = 0
-        self._window_logged = float("-inf")
         process_metrics().set_fetch_window(self.window.size)
         self.disk = DiskSpace(Path(settings.cache), settings.capacity)
         if settings.schedule is not None:
@@ -216,7 +213,7 @@ class Sampler(RepairsInPlace, Shutdown, Publishing):
                 # A throttled key's wait holds its place in the window: a throttled answer comes
                 # back in one round trip, so a freed slot would otherwise ask again at once and
                 # the window would not lower the request rate.
-                if len(self._inflight) + len(self.deferred) >= self.window.size:
+                if len(self._inflight) + self.deferred.holding() >= self.window.size:
                     break
                 cand = self._next_candidate()
                 if cand is None and not self._inflight and self.breaker.holding:
@@ -284,7 +281,7 @@ class Sampler(RepairsInPlace, Shutdown, Publishing):
                 self.admitter.hand_over(item.admission)
             self._repairs.discard(cand.key)
             self._skip_held(self.breaker.succeeded(cand.key))
-            self.deferred.fetched(cand.key)
+            self.deferred.came_through(cand.key)
             if self.window.succeeded():
                 process_metrics().set_fetch_window(self.window.size)
             return
@@ -302,31 +299,6 @@ class Sampler(RepairsInPlace, Shutdown, Publishing):
             self.breaker.failed(cand, item.error)  # kept, or held until an outage is told
             return
         self._skip_held([*self.breaker.succeeded(cand.key), (cand, item.error)])
-
-    def _skip_held(self, failed: list[tuple[Candidate, str | None]]) -> None:
-        """Skip keys whose downloads failed for reasons of their own (no outage)."""
-        for cand, error in failed:
-            log.warning("skipping %r: %s", cand.key, error)
-            self._write(partial(give_up, self.store, cand.key))  # (counted failed there, once)
-            self._repairs.discard(cand.key)
-            self.rates.skipped += 1
-
-    def _throttled(self, cand: Candidate, error: str | None) -> None:
-        """The store throttled ``cand``'s GET: never skipped, fetched again after a full-jitter
-        delay; the fetch window halves (once per burst), logged at most every WINDOW_LOG_EVERY."""
-        delay = self.deferred.defer(cand)
-        log.debug("throttled %r (%s); again in %.2fs", cand.key, error, delay)
-        if not self.window.throttled():
-            return
-        process_metrics().set_fetch_window(self.window.size)
-        self._shrinks += 1
-        now = time.monotonic()
-        if now - self._window_logged >= WINDOW_LOG_EVERY:
-            log.warning("remote throttling (%s): fetch window %d of %d (%d shrink(s) since the last "
-                        "line); throttled keys are kept and fetched again", error, self.window.size,
-                        self.window.limit, self._shrinks)
-            self._window_logged = now
-            self._shrinks = 0
 
     def _write(self, fn: Callable[[], Any]) -> Any:
         """A store write from the loop: a full disk pauses sampling instead of ending it."""
@@ -373,6 +345,7 @@ class Sampler(RepairsInPlace, Shutdown, Publishing):
                     self._refetch.put(cand)
             # A --capacity lowered since the samples came.
             self._write(lambda: self.reservations.trim(self.settings.capacity))
+        self._held_overdue()
         self.cuts.tick(now, samples=self.rates.samples, backpressure=self.room.backpressure is not None)
         if not self._inflight:
             self._write(self.cuts.serve_requests)

@@ -63,6 +63,7 @@ class Publishing:
 
     if TYPE_CHECKING:
         def _write(self, fn: Callable[[], Any]) -> Any: ...
+        def _count_waiting(self) -> tuple[int, int, int]: ...
 
     def _publish(self, now: float) -> None:
         """Every :data:`PUBLISH_EVERY` seconds, when it changed: the bytes the downloads in flight
@@ -85,14 +86,16 @@ class Publishing:
             return
         self._write(self.reservations.publish)
         # The state epochfs_sampler_idle reports: an outage's pause is no idle (the gauge says 0).
+        throttled, alone, held = self._count_waiting()
         state = ("backpressure" if self.room.backpressure
                  else "waiting for the remote" if self.breaker.paused()
                  else "idle" if not self._inflight and not len(self.deferred) else "fetching")
         self.rates.log_progress(now, state=state, inflight=len(self._inflight),
                                 retried=self.downloader.retried, stats=self.store.stats(),
                                 window=(self.window.size, self.window.limit),
-                                throttled=len(self.deferred), admitting=self.admitter.backlog(),
-                                received=self.downloader.received.total())
+                                throttled=throttled, admitting=self.admitter.backlog(),
+                                received=self.downloader.received.total(), alone=alone,
+                                oldest_alone=self.deferred.oldest_alone(), held=held)
 
     def _unpublish(self) -> None:
         """At the stop: nothing is received in flight any more (the reservations are the stop's)."""
