@@ -162,12 +162,12 @@ class HealthChecks(MountWatch):
                                  f"cached; {first['warning']}")
             elif first.get("samples", 0) >= first.get("target", 1) and first.get("listing_round"):
                 doc["reason"] = f"epoch {n} waits for the listing's first round (a page of every folder)"
-            elif first:
+            elif first and stats is not None:
                 have, target = int(first["samples"]), int(first["target"])
+                per_s, bytes_per_s = rate or (None, None)
+                inflight = (stats.inflight_downloaded_bytes, stats.inflight_bytes)
                 doc["reason"] = (f"epoch {n}: {have}/{target} samples cached"
-                                 + estimate(have, target, *(rate or (None, None)),
-                                            (stats.inflight_downloaded_bytes, stats.inflight_bytes))
-                                 + _skips(stats))
+                                 + estimate(have, target, per_s, bytes_per_s, inflight) + _skips(stats))
             else:
                 doc["reason"] = f"epoch {n} cannot be cut yet"
         return mounted and cuttable, doc
