@@ -9,25 +9,22 @@ Counting is on the download's hot path (one read of the remote's body, up to a b
 time), so it takes no lock: each worker thread adds to its own :class:`Received`, and a reader sums
 them (a Python int another thread writes is read whole under the GIL; a sum may be a read behind).
 
-The same count holds every backend's downloads to a floor on their rate: a download whose body
-brings fewer than :data:`~epochfs.sidecar.remote.httpconn.MIN_BODY_RATE` bytes a second over a
-window of ``--read-timeout`` seconds is abandoned as stalled (:class:`SlowBody`, a transient
-failure: retried, then skipped) with a WARNING naming its key, as a server that trickles would
-otherwise hold the download's slot for ever: a socket's read timeout counts silence only. The
-check costs a clock read a block (no lock, no system call: the clock is read from the vDSO), and
-it sees a block's rate when the block's read returns; the http(s) connections check each
-``recv`` under their buffer (:mod:`epochfs.sidecar.remote.httpconn`), so a trickle there is cut
-within a window, whatever the block's size.
+The same reads hold every backend's downloads to the floor on a body's rate
+(:class:`~epochfs.sidecar.remote.ratefloor.RateFloor`, the window ``--read-timeout``): a download
+stalled there is abandoned (:class:`SlowBody`, a transient failure: retried, then skipped) with a
+WARNING naming its key. At this level the floor sees a block's rate when the block's read returns
+(two clock reads a block, from the vDSO); the http(s) connections hold each ``recv`` to it under
+their buffer (:mod:`epochfs.sidecar.remote.httpconn`), so a trickle there is cut within a window,
+whatever the block's size.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
-import time
 from collections.abc import Callable
 
-from epochfs.sidecar.remote.httpconn import SlowBody, too_slow
+from epochfs.sidecar.remote.ratefloor import RateFloor, SlowBody
 
 log = logging.getLogger("epochfs.download")
 
@@ -45,26 +42,17 @@ class Received:
         """``readinto`` that adds what each read brings to this count, and raises :class:`SlowBody`
         when the reads of the body of ``key`` (``size`` bytes) fall below the floor over a window
         of ``window`` seconds (the body's end is never cut: it is there)."""
-        start = time.monotonic()
-        mark = self.n
+        floor = RateFloor(window)
 
         def counted(buf: memoryview) -> int:
-            nonlocal start, mark
             try:
-                n = readinto(buf)
+                n = floor.read(readinto, buf, size - self.n)
             except SlowBody as e:
                 log.warning("download of %r stalled (%s): abandoned, retried", key, e)
                 raise
             if n:
                 self.n += n
-            now = time.monotonic()
-            if now - start >= window and n and self.n < size:
-                slow = too_slow(self.n - mark, now - start)
-                if slow is not None:
-                    log.warning("download of %r stalled (%s): abandoned, retried", key, slow)
-                    raise slow
-                start, mark = now, self.n
-            return n
+            return n or 0
 
         return counted
 

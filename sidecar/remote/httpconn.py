@@ -9,14 +9,10 @@ then TLS to the target, checked against the same CA bundle as a direct connectio
 ``https://`` proxy is reached over TLS too (TLS inside TLS for an ``https://`` target, with
 urllib3's ``SSLTransport``, as botocore does).
 
-The read timeout of a socket is a silence timeout: it starts again with every byte, so a server
-that trickles (1 byte a second: a degraded node, a pacing middlebox, a slow-loris proxy) would hold
-a download, and its slot, for as long as it likes. So every response also has a floor on its rate:
-over each window of the read timeout's length, fewer than :data:`MIN_BODY_RATE` bytes a second is
-:class:`SlowBody`, a :class:`Transient` failure (retried, then skipped). It is checked where the
-socket's reads return, below ``http.client``'s buffer (whose ``readinto`` fills the whole block
-before it returns: a check above it would see a trickle only at its end), one clock read a
-``recv``; a response whose reads all end within one window is never looked at.
+Every response is read under a floor on its rate (:mod:`.ratefloor`, the window: the socket's
+read timeout), checked where the socket's reads return, below ``http.client``'s buffer (whose
+``readinto`` fills the whole block before it returns: a check above it would see a trickle only at
+its end).
 """
 
 from __future__ import annotations
@@ -27,61 +23,28 @@ import io
 import select
 import socket
 import ssl
-import time
 from collections.abc import Callable
 from typing import Any
 
-from epochfs.sidecar.remote.base import Transient
 from epochfs.sidecar.remote.httpproxy import Proxy, ProxyConnectError, tunnel_refusal
+from epochfs.sidecar.remote.ratefloor import MIN_BODY_RATE, RateFloor, SlowBody
 
 DEFAULT_RECV_BUFFER = 4 << 20
 """Socket receive buffer asked for on each connection (bytes; the kernel doubles it)."""
 
 
-MIN_BODY_RATE = 4096
-"""Bytes a second below which a download counts as stalled over a window of the read timeout: 4
-KiB/s is ~30,000 times below a node's share of its link, so no download that can be useful is cut,
-and a 30 s window (the default --read-timeout) still lets 120 KiB through before it tells."""
-
-
-class SlowBody(Transient):
-    """A response that brought fewer than :data:`MIN_BODY_RATE` bytes a second over a window."""
-
-
-def too_slow(got: int, seconds: float) -> SlowBody | None:
-    """The failure of ``got`` bytes in ``seconds`` (a window at least as long as the read
-    timeout), or None when that is fast enough."""
-    if got >= MIN_BODY_RATE * seconds:
-        return None
-    return SlowBody(f"stalled: {got} bytes in {seconds:.1f}s, under the floor of "
-                    f"{MIN_BODY_RATE} bytes/s (a server that trickles)")
-
-
 class _FlooredRaw(io.RawIOBase):
-    """A socket's reads with the rate floor: windows of ``window`` seconds from the first read."""
+    """A socket's reads under a :class:`~.ratefloor.RateFloor` of ``window`` seconds."""
 
     def __init__(self, raw: Any, window: float) -> None:
         self._raw = raw
-        self._window = window
-        self._start: float | None = None
-        self._got = 0
+        self._floor = RateFloor(window)
 
     def readable(self) -> bool:
         return True
 
     def readinto(self, b: Any) -> int | None:
-        n: int | None = self._raw.readinto(b)
-        now = time.monotonic()
-        if self._start is None:
-            self._start = now  # the first answer's bytes: the wait for them is the timeout's
-        self._got += n or 0
-        elapsed = now - self._start
-        if elapsed >= self._window and n:
-            slow = too_slow(self._got, elapsed)
-            if slow is not None:
-                raise slow
-            self._start, self._got = now, 0
-        return n
+        return self._floor.read(self._raw.readinto, b)
 
     def close(self) -> None:
         self._raw.close()
@@ -253,6 +216,5 @@ __all__ = [
     "dropped",
     "new_connection",
     "socket_of",
-    "too_slow",
     "usable_recv_buffer",
 ]

@@ -1,0 +1,66 @@
+"""A floor on a body's rate: a download that brings too little while it waits on the remote is
+stalled, not slow.
+
+Why: a socket's read timeout is a silence timeout; it starts again with every byte, so a server
+that trickles (1 byte a second: a degraded node, a pacing middlebox, a slow-loris proxy) would hold
+a download, and its slot, for as long as it likes. So a body's reads are held to
+:data:`MIN_BODY_RATE`: over each window of ``--read-timeout`` seconds *spent inside the reads*,
+fewer bytes than that rate is :class:`SlowBody`, a :class:`~.base.Transient` failure (retried,
+then skipped). Only the time inside the reads counts: the caller's own pauses between them (the
+``--max-rate`` limiter's sleeps, hashing, disk writes) are not the server's, and a limit of
+100 KiB/s over 32 downloads (3 KiB/s each) must not read as a trickle. The first read's wait is
+the time to the first byte, which the read timeout bounds; it is not counted either.
+
+One :class:`RateFloor` a body; two clock reads a read, no lock.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+from epochfs.sidecar.remote.base import Transient
+
+MIN_BODY_RATE = 4096
+"""Bytes a second below which a download counts as stalled over a window of the read timeout: 4
+KiB/s is ~30,000 times below a node's share of its link, so no download that can be useful is cut,
+and a 30 s window (the default --read-timeout) still lets 120 KiB through before it tells."""
+
+
+class SlowBody(Transient):
+    """A body that brought fewer than :data:`MIN_BODY_RATE` bytes a second over a window."""
+
+
+class RateFloor:
+    """The reads of one body, held to :data:`MIN_BODY_RATE` over windows of ``window`` seconds
+    spent inside them (``inf``: never checked)."""
+
+    __slots__ = ("_first", "_got", "_waited", "window")
+
+    def __init__(self, window: float) -> None:
+        self.window = window
+        self._waited = 0.0
+        self._got = 0
+        self._first = True
+
+    def read(self, readinto: Callable[[Any], int | None], buf: Any, left: int | None = None) -> int | None:
+        """``readinto(buf)``, timed; raises :class:`SlowBody` at the end of a window that brought
+        too little. Never for a read that ends the body: one that returns nothing, or brings the
+        ``left`` bytes the body still had (where the caller knows them)."""
+        start = time.monotonic()
+        n = readinto(buf)
+        if self._first:
+            self._first = False
+            return n
+        self._waited += time.monotonic() - start
+        self._got += n or 0
+        if n and self._waited >= self.window and (left is None or n < left):
+            if self._got < MIN_BODY_RATE * self._waited:
+                raise SlowBody(f"stalled: {self._got} bytes in {self._waited:.1f}s of reading, under "
+                               f"the floor of {MIN_BODY_RATE} bytes/s (a server that trickles)")
+            self._waited, self._got = 0.0, 0
+        return n
+
+
+__all__ = ["MIN_BODY_RATE", "RateFloor", "SlowBody"]
