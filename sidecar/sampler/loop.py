@@ -292,7 +292,7 @@ class Sampler(RepairsInPlace, Shutdown, Publishing, Waiting):
             self._throttled(cand, item.error)
             return
         if item.gave_up and self.store.awaits_repair(cand.key):  # skipped, it would be marked lost
-            self.deferred.defer(cand)  # (a run of 5xx is no answer about it); again after a pause
+            self.deferred.defer(cand, throttled=False)  # (a run of 5xx is no answer about it); again later
             return
         self.deferred.fetched(cand.key)
         if item.unavailable:

@@ -141,15 +141,18 @@ class Deferred:
         since = [self._since[key] for key in self._keys if self.alone(key) and key in self._since]
         return self.clock() - min(since) if since else None
 
-    def defer(self, cand: Candidate) -> float:
-        """Put ``cand`` back after its throttled answer; returns its delay in seconds."""
+    def defer(self, cand: Candidate, *, throttled: bool = True) -> float:
+        """Put ``cand`` back after its throttled answer; returns its delay in seconds.
+        ``throttled=False``: put back for another reason (a repair whose remote is down), with the
+        same delays, never counted as throttled on its own."""
         key = cand.key
         n = self._answers.get(key, 0)
         self._answers[key] = n + 1
-        self._since.setdefault(key, self.clock())
-        others = key not in self._seen or self._came_through > self._seen[key]
-        self._lone[key] = self._lone.get(key, 0) + 1 if others else 0
-        self._seen[key] = self._came_through
+        if throttled:
+            self._since.setdefault(key, self.clock())
+            others = key not in self._seen or self._came_through > self._seen[key]
+            self._lone[key] = self._lone.get(key, 0) + 1 if others else 0
+            self._seen[key] = self._came_through
         cap = ALONE_CAP if self.alone(key) else self.cap
         delay = full_jitter(jitter_bound(self.base, max(cap, self.cap), n), self.rng)
         if key not in self._keys:

@@ -79,7 +79,7 @@ class Slots:
             # the semaphore's own cancellation: none is lost.
             await asyncio.wait_for(self._free.acquire(), wait)
             return True
-        except TimeoutError:
+        except asyncio.TimeoutError:  # TimeoutError from Python 3.11, a class of its own on 3.10
             return False
         finally:
             self.waiting -= 1

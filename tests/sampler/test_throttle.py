@@ -7,7 +7,7 @@ import random
 import pytest
 from store_helpers import sid_of
 
-from epochfs.sidecar.sampler.throttle import Deferred, FetchWindow
+from epochfs.sidecar.sampler.throttle import ALONE_AFTER, Deferred, FetchWindow
 from epochfs.sidecar.store import Candidate
 
 
@@ -97,3 +97,31 @@ def test_deferred_keys_are_due_soonest_first_and_once() -> None:
         order.append(c.key)
     assert order == sorted(delays, key=delays.__getitem__)
     assert d.next_due_in() is None
+
+
+def test_a_key_throttled_in_a_row_while_others_come_through_is_throttled_on_its_own() -> None:
+    clock = Clock()
+    d = Deferred(base=0.1, cap=1.0, clock=clock, rng=random.Random(3))
+    for i in range(ALONE_AFTER):
+        assert not d.alone("a")
+        d.defer(cand("a"))
+        clock.now += 2
+        assert d.due() is not None
+        d.came_through(f"other{i}")  # another key came through between its answers
+    assert d.alone("a") and d.waiting_alone() == 0  # alone, and not waiting now
+    d.defer(cand("a"))
+    assert d.waiting_alone() == 1 and d.holding() == 0  # holds no place in the window
+
+
+def test_a_key_put_back_for_another_reason_is_never_throttled_on_its_own() -> None:
+    """A repair whose remote is down is put back with the throttled keys' delays: the delays stay
+    within the cap, and it is no key throttled on its own (no 600 s waits, not in that count)."""
+    clock = Clock()
+    d = Deferred(base=0.1, cap=1.0, clock=clock, rng=random.Random(3))
+    delays = []
+    for i in range(3 * ALONE_AFTER):
+        delays.append(d.defer(cand("a"), throttled=False))
+        clock.now += 2
+        assert d.due() is not None
+        d.came_through(f"other{i}")
+    assert not d.alone("a") and max(delays) <= 1.0
