@@ -66,10 +66,16 @@ CLAIM_SECONDS = CLIENT_AHEAD
 RENEW_EVERY = 1.0
 """Seconds between two renewals of the claimed epochs' reads (one small write to the index)."""
 
-RENEW_AHEAD = 3.0
-"""Seconds ahead a claimed epoch's read is dated: a few renewals may be late or find the index
-busy before the epoch loses it. Also how long an epoch stays pinned past its release (and the
-in-use window more): short, so a full cache turns over even when epochs last a second."""
+RENEW_AHEAD = 5.0
+"""Seconds ahead a claimed epoch's read is dated: four renewals in a row may be late or find the
+index busy (a busy sampler, a full volume) before the epoch loses it. Also how long an epoch stays
+pinned past its release (and the in-use window more): as long as the FUSE view keeps a folder
+closed a moment ago (:data:`~epochfs.fuse.viewstate.HELD_MARGIN`), short enough that a full cache
+turns over when epochs last seconds."""
+
+WARN_EVERY = 60.0
+"""Seconds between two warnings that a read could not be recorded (a renewal a second on a full
+volume would otherwise log one a second); the others go to the debug log."""
 
 MAX_CLIENTS = 1024
 """Clients whose claims are kept at most; beyond, the one heard from least recently is dropped (a
@@ -97,6 +103,7 @@ class ReadRecords:
         """Epochs whose record found the index busy or full, and how far ahead to date it: recorded
         at the next look."""
         self._next_look = float("-inf")
+        self._warned = float("-inf")
         self.looks = 0
         """Looks made at opened objects' epochs (each a query and, where due, a write)."""
 
@@ -211,7 +218,12 @@ class ReadRecords:
             if self._store.record_reads(epochs, now=time.time() + ahead):
                 return
         except Exception as e:  # the index damaged or gone meanwhile: the supervisor says so elsewhere
-            log.warning("recording a read of epochs %s: %s", ", ".join(map(str, epochs)), e)
+            now = self._clock()
+            loud = now - self._warned >= WARN_EVERY
+            if loud:
+                self._warned = now
+            log.log(logging.WARNING if loud else logging.DEBUG, "recording a read of epochs %s: %s",
+                    ", ".join(map(str, epochs)), e)
         with self._lock:
             for n in epochs:
                 self._unrecorded[n] = max(ahead, self._unrecorded.get(n, 0.0))

@@ -136,6 +136,11 @@ def _forget_rows(db: sqlite3.Connection, now: float, grace: float) -> None:
         db.execute("DELETE FROM epoch_excluded WHERE epoch=?", (n,))
 
 
+REFUSED_WARN_EVERY = 60.0
+"""Seconds between two warnings that a read could not be recorded now (a full volume, the lock
+held): the renewals of claimed epochs ask every second; the others go to the debug log."""
+_refused_warned = [float("-inf")]
+
 READ_AHEAD_LIMIT = 300.0
 """Seconds ahead of the clock a recorded read may be dated and still stand against a later
 record dated earlier: the callers date reads at most about a minute ahead (a client's report, a
@@ -170,8 +175,11 @@ def record_reads(ix: Index, ns: Sequence[int], *, now: float | None = None) -> b
     except sqlite3.OperationalError as e:
         if not disk_full(e) and not is_busy(e):
             raise
-        log.warning("cannot record a read of epoch%s %s now: %s", "s" if len(ns) > 1 else "",
-                    ", ".join(map(str, ns)), e)
+        loud = time.monotonic() - _refused_warned[0] >= REFUSED_WARN_EVERY
+        if loud:
+            _refused_warned[0] = time.monotonic()
+        log.log(logging.WARNING if loud else logging.DEBUG, "cannot record a read of epoch%s %s now: %s",
+                "s" if len(ns) > 1 else "", ", ".join(map(str, ns)), e)
         return False
     return True
 
