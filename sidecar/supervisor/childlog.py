@@ -29,7 +29,16 @@ def no_room(last_error: str) -> bool:
     the volume too full for the start to write the index (``--cache: …: the cache's volume is
     full …; waiting for room``: the store's ``NoRoom``). The sampler's other exit 75, the remote
     unreachable, begins ``the remote cannot be reached now:``, never with the flag."""
-    said = last_error.split(": ", 1)[1] if last_error.startswith("epochfs ") and ": " in last_error else ""
+    return _refuses_cache(_said(last_error))
+
+
+def _said(last_error: str) -> str:
+    """The reason of a child's last ``epochfs <command>: <reason>`` line ("" for another line)."""
+    return last_error.split(": ", 1)[1] if last_error.startswith("epochfs ") and ": " in last_error else ""
+
+
+def _refuses_cache(said: str) -> bool:
+    """Whether a reason is about ``--cache`` (``--cache: …``, ``--cache PATH: …``)."""
     return said.startswith(("--cache:", "--cache "))
 
 
@@ -45,8 +54,8 @@ def waiting_words(last_error: str, name: str) -> str:
 def retry_reason(last_error: str, name: str) -> str:
     """The reason of a transient failure from the child's last ``epochfs <command>: <reason>``
     line: one line, credentials and signatures redacted, at most :data:`REASON_MAX` characters."""
-    reason = last_error.split(": ", 1)[1] if last_error.startswith("epochfs ") and ": " in last_error else ""
-    reason = reason.removeprefix("the remote cannot be reached now: ")  # shown after "remote unreachable: "
+    # shown after "remote unreachable: "
+    reason = _said(last_error).removeprefix("the remote cannot be reached now: ")
     reason = redact(" ".join(reason.split())) or f"{name} exited with status {EXIT_RETRY}"
     return reason if len(reason) <= REASON_MAX else reason[:REASON_MAX - 1] + "…"
 
@@ -62,7 +71,7 @@ def volume_refusal(child: Child) -> bool:
     hand, holds the cache now; it may be gone by the next start, and this sidecar, which owns
     the cache (its sidecar lock), must not stop and take its trainer's view with it."""
     said = child.last_error.removeprefix(f"epochfs {child.argv[0]}: ")
-    return said != child.last_error and said.startswith(("--cache ", "--cache:"))
+    return said != child.last_error and _refuses_cache(said)
 
 
 def pump_log(child: Child, stream: IO[bytes], sink: IO[str]) -> None:
