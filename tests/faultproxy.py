@@ -97,6 +97,24 @@ class FaultProxy:
         self._thread.join(timeout=10)
 
 
+def forward(request: BaseHTTPRequestHandler,
+            upstream: tuple[str, int]) -> tuple[int, list[tuple[str, str]], bytes]:
+    """``request`` sent on to ``upstream`` as it came (its body read); the answer's status,
+    headers (less the hop-by-hop ones) and whole body."""
+    length = int(request.headers.get("Content-Length") or 0)
+    body = request.rfile.read(length) if length else None
+    conn = http.client.HTTPConnection(*upstream, timeout=30)
+    try:
+        headers = {k: v for k, v in request.headers.items() if k.lower() != "connection"}
+        conn.request(request.command, request.path, body=body, headers=headers)
+        resp = conn.getresponse()
+        data = resp.read()
+        return resp.status, [(k, v) for k, v in resp.getheaders()
+                             if k.lower() not in ("connection", "transfer-encoding")], data
+    finally:
+        conn.close()
+
+
 class _Handler(BaseHTTPRequestHandler):
     owner: FaultProxy
     protocol_version = "HTTP/1.1"
@@ -105,18 +123,7 @@ class _Handler(BaseHTTPRequestHandler):
         pass
 
     def _forward(self) -> tuple[int, list[tuple[str, str]], bytes]:
-        length = int(self.headers.get("Content-Length") or 0)
-        body = self.rfile.read(length) if length else None
-        conn = http.client.HTTPConnection(*self.owner.upstream, timeout=30)
-        try:
-            headers = {k: v for k, v in self.headers.items() if k.lower() != "connection"}
-            conn.request(self.command, self.path, body=body, headers=headers)
-            resp = conn.getresponse()
-            data = resp.read()
-            return resp.status, [(k, v) for k, v in resp.getheaders()
-                                 if k.lower() not in ("connection", "transfer-encoding")], data
-        finally:
-            conn.close()
+        return forward(self, self.owner.upstream)
 
     def _send(self, status: int, headers: list[tuple[str, str]], body: bytes) -> None:
         self.send_response(status)

@@ -12,11 +12,12 @@ GETs of each key."""
 
 from __future__ import annotations
 
-import http.client
 import threading
 from collections import Counter
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import urlsplit
+
+from faultproxy import forward
 
 SLOWDOWN = (b'<?xml version="1.0" encoding="UTF-8"?><Error><Code>SlowDown</Code>'
             b"<Message>Please reduce your request rate.</Message></Error>")
@@ -62,17 +63,7 @@ class _Handler(BaseHTTPRequestHandler):
         pass
 
     def _forward(self) -> tuple[int, list[tuple[str, str]], bytes]:
-        length = int(self.headers.get("Content-Length") or 0)
-        body = self.rfile.read(length) if length else None
-        conn = http.client.HTTPConnection(*self.proxy.upstream, timeout=30)
-        try:
-            headers = {k: v for k, v in self.headers.items() if k.lower() != "connection"}
-            conn.request(self.command, self.path, body=body, headers=headers)
-            resp = conn.getresponse()
-            return resp.status, [(k, v) for k, v in resp.getheaders()
-                                 if k.lower() not in ("connection", "transfer-encoding")], resp.read()
-        finally:
-            conn.close()
+        return forward(self, self.proxy.upstream)
 
     def _send(self, status: int, headers: list[tuple[str, str]], body: bytes, *,
               piece: int = 0, every: float = 0.0) -> None:
