@@ -426,7 +426,7 @@ def test_the_torch_reporter_keeps_its_counts_through_a_503(serve: Callable[..., 
         assert read_response(blocking.makefile("rb"))[0] == 204
         assert read_response(queued.makefile("rb"))[0] == 204
         assert reporter.flush() is True
-        assert seen[-1] == ClientReport(7, 700, 0.25)  # the increments survived the 503
+        assert seen[-1] == ClientReport(7, 700, 0.25, client=reporter.client)  # they survived the 503
     finally:
         release.set()
         blocking.close()
