@@ -22,10 +22,14 @@ from typing import Any
 
 from epochfs.sidecar.remote.base import Transient
 
-MIN_BODY_RATE = 4096
-"""Bytes a second below which a download counts as stalled over a window of the read timeout: 4
-KiB/s is ~30,000 times below a node's share of its link, so no download that can be useful is cut,
-and a 30 s window (the default --read-timeout) still lets 120 KiB through before it tells."""
+MIN_BODY_RATE = 64
+"""Bytes a second below which a download counts as stalled over a window of the read timeout.
+Low, because the downloads in flight share the node's link: a slow link (an on-premises store
+behind a capped uplink, a throttled egress) gives each of them its share, and a floor above that
+share would cut them all, again and again, and fetch nothing (4 KiB/s did, over 32 downloads on a
+link of 100 KiB/s). 64 B/s is a share of a link of 2 KiB/s over 32 downloads (64 KiB/s over 1,024),
+and still well above a server that trickles a byte or a few a second (a slow-loris proxy, a
+middlebox that paces instead of answering 503), which is what it is there to cut."""
 
 
 class SlowBody(Transient):

@@ -53,9 +53,9 @@ def test_the_callers_pauses_between_reads_are_not_the_remotes() -> None:
 
 
 def test_a_remote_that_trickles_inside_its_reads_is_stalled() -> None:
-    counted = Received().counting(_waiting(bytes(1000), 10, 0.05), key="k", size=1000, window=WINDOW)
+    counted = Received().counting(_waiting(bytes(1000), 1, 0.05), key="k", size=1000, window=WINDOW)
     buf = memoryview(bytearray(100))
-    with pytest.raises(SlowBody, match="stalled"):
+    with pytest.raises(SlowBody, match="stalled"):  # 20 bytes a second
         for _ in range(100):
             counted(buf)
 
@@ -80,7 +80,15 @@ def test_a_connections_socket_reads_count_only_their_own_wait() -> None:
     for _ in range(10):
         assert fast.readinto(buf) == 100
         time.sleep(0.1)
-    slow = _FlooredRaw(_Raw(_waiting(bytes(1000), 10, 0.05)), WINDOW)
+    slow = _FlooredRaw(_Raw(_waiting(bytes(1000), 1, 0.05)), WINDOW)
     with pytest.raises(SlowBody):
         for _ in range(100):
             slow.readinto(buf)
+
+
+def test_a_share_of_a_slow_shared_link_is_not_a_trickle() -> None:
+    """32 downloads over a link of 100 KiB/s get ~3 KiB/s each, steadily: a slow link, not a
+    server that trickles (a floor of 4 KiB/s cut them all, every window, and fetched nothing)."""
+    counted = Received().counting(_waiting(bytes(3200), 160, 0.05), key="k", size=3200, window=WINDOW)
+    buf = memoryview(bytearray(160))
+    assert sum(counted(buf) for _ in range(20)) == 3200  # 3.2 KB/s over 1 s, five windows
