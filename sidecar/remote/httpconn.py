@@ -23,6 +23,7 @@ import io
 import select
 import socket
 import ssl
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -34,20 +35,32 @@ DEFAULT_RECV_BUFFER = 4 << 20
 
 
 class _FlooredRaw(io.RawIOBase):
-    """A socket's reads under a :class:`~.ratefloor.RateFloor` of ``window`` seconds."""
+    """A socket's reads under a :class:`~.ratefloor.RateFloor` of ``window`` seconds, straight
+    from the socket (``recv_into``, not through ``socket.makefile``'s own raw reader): this is
+    every download's innermost loop, a call for each ``recv``, so it adds one Python frame, not
+    two. It holds a ``makefile`` reader all the same, unread: the socket's reference that keeps
+    its descriptor open while the body is read after the connection let go of it (a server that
+    closes each connection), as the response's own reader would."""
 
-    def __init__(self, raw: Any, window: float) -> None:
-        self._raw = raw
+    def __init__(self, sock: Any, window: float) -> None:
+        self._held = sock.makefile("rb", buffering=0)
+        self._recv_into = sock.recv_into
         self._floor = RateFloor(window)
 
     def readable(self) -> bool:
         return True
 
     def readinto(self, b: Any) -> int | None:
-        return self._floor.read(self._raw.readinto, b)
+        start = time.monotonic()
+        try:
+            n: int = self._recv_into(b)
+        except BlockingIOError:  # as socket.makefile's reader: no data now on a non-blocking socket
+            return None
+        self._floor.note(n, time.monotonic() - start)
+        return n
 
     def close(self) -> None:
-        self._raw.close()
+        self._held.close()
         super().close()
 
 
@@ -58,8 +71,7 @@ class FlooredResponse(http.client.HTTPResponse):
         super().__init__(sock, *args, **kwargs)
         window = sock.gettimeout() if hasattr(sock, "gettimeout") else None
         if window:
-            plain, self.fp = self.fp, io.BufferedReader(_FlooredRaw(sock.makefile("rb", buffering=0),
-                                                                    window))
+            plain, self.fp = self.fp, io.BufferedReader(_FlooredRaw(sock, window))
             plain.close()
 
 

@@ -54,17 +54,22 @@ class RateFloor:
         ``left`` bytes the body still had (where the caller knows them)."""
         start = time.monotonic()
         n = readinto(buf)
+        self.note(n, time.monotonic() - start, left)
+        return n
+
+    def note(self, n: int | None, seconds: float, left: int | None = None) -> None:
+        """A read of ``n`` bytes that waited ``seconds``: :meth:`read` for a caller that times
+        its own reads (a socket's, on the hot path of every download)."""
         if self._first:
             self._first = False
-            return n
-        self._waited += time.monotonic() - start
+            return
+        self._waited += seconds
         self._got += n or 0
         if n and self._waited >= self.window and (left is None or n < left):
             if self._got < MIN_BODY_RATE * self._waited:
                 raise SlowBody(f"stalled: {self._got} bytes in {self._waited:.1f}s of reading, under "
                                f"the floor of {MIN_BODY_RATE} bytes/s (a server that trickles)")
             self._waited, self._got = 0.0, 0
-        return n
 
 
 __all__ = ["MIN_BODY_RATE", "RateFloor", "SlowBody"]

@@ -68,12 +68,14 @@ def test_the_read_that_ends_the_body_is_never_cut() -> None:
 
 
 def test_a_connections_socket_reads_count_only_their_own_wait() -> None:
-    class _Raw(io.RawIOBase):
-        def __init__(self, read: Callable[[memoryview], int]) -> None:
-            self._read = read
+    class _Raw:
+        """A socket's reads (``recv_into``) and its ``makefile``."""
 
-        def readinto(self, b: memoryview) -> int:  # type: ignore[override]
-            return self._read(b)
+        def __init__(self, read: Callable[[memoryview], int]) -> None:
+            self.recv_into = read
+
+        def makefile(self, mode: str, buffering: int) -> io.BytesIO:
+            return io.BytesIO()
 
     fast = _FlooredRaw(_Raw(_instant(bytes(1000), 100)), WINDOW)
     buf = memoryview(bytearray(100))
