@@ -27,6 +27,7 @@ import struct
 import threading
 from collections import defaultdict
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import TypeVar
 from urllib.parse import urlsplit
 
 FAULTS = ("reset", "reset-body", "truncate", "stall", "garbage", "503", "500", "429", "404", "403",
@@ -41,7 +42,35 @@ _ERRORS = {
 }
 
 
-class FaultProxy:
+P = TypeVar("P", bound="ServedProxy")
+
+
+class ServedProxy:
+    """A proxy's server on its own thread: started by ``with``, stopped (``stopping`` set for the
+    handlers that wait) when the block ends."""
+
+    stopping: threading.Event
+    server: ThreadingHTTPServer
+    endpoint: str
+
+    def _serve(self, handler: type[BaseHTTPRequestHandler], host: str, port: int) -> None:
+        self.server = ThreadingHTTPServer((host, port), handler)
+        self.server.daemon_threads = True
+        self.endpoint = f"http://{host}:{self.server.server_address[1]}"
+        self._thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+
+    def __enter__(self: P) -> P:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stopping.set()
+        self.server.shutdown()
+        self.server.server_close()
+        self._thread.join(timeout=10)
+
+
+class FaultProxy(ServedProxy):
     """The proxy server; ``plan[path]`` lists the faults of successive GETs of that path."""
 
     def __init__(self, *, upstream: str, host: str = "127.0.0.1", port: int = 0) -> None:
@@ -65,10 +94,7 @@ class FaultProxy:
         class Handler(_Handler):
             owner = proxy
 
-        self.server = ThreadingHTTPServer((host, port), Handler)
-        self.server.daemon_threads = True
-        self.endpoint = f"http://{host}:{self.server.server_address[1]}"
-        self._thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self._serve(Handler, host, port)
 
     def set_plan(self, path: str, faults: list[str]) -> None:
         unknown = [f for f in faults if f not in FAULTS]
@@ -85,16 +111,6 @@ class FaultProxy:
             if fault != "ok":
                 self.injected[fault] += 1
             return fault
-
-    def __enter__(self) -> FaultProxy:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.stopping.set()
-        self.server.shutdown()
-        self.server.server_close()
-        self._thread.join(timeout=10)
 
 
 def forward(request: BaseHTTPRequestHandler,
@@ -115,6 +131,17 @@ def forward(request: BaseHTTPRequestHandler,
         conn.close()
 
 
+def send_head(request: BaseHTTPRequestHandler, status: int, headers: list[tuple[str, str]],
+              length: int) -> None:
+    """The status line and ``headers`` of an answer to ``request``, its Content-Length ``length``."""
+    request.send_response(status)
+    for k, v in headers:
+        if k.lower() != "content-length":
+            request.send_header(k, v)
+    request.send_header("Content-Length", str(length))
+    request.end_headers()
+
+
 class _Handler(BaseHTTPRequestHandler):
     owner: FaultProxy
     protocol_version = "HTTP/1.1"
@@ -126,12 +153,7 @@ class _Handler(BaseHTTPRequestHandler):
         return forward(self, self.owner.upstream)
 
     def _send(self, status: int, headers: list[tuple[str, str]], body: bytes) -> None:
-        self.send_response(status)
-        for k, v in headers:
-            if k.lower() != "content-length":
-                self.send_header(k, v)
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
+        send_head(self, status, headers, len(body))
         self.wfile.write(body)
         self.wfile.flush()
 

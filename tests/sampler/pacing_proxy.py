@@ -14,16 +14,16 @@ from __future__ import annotations
 
 import threading
 from collections import Counter
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from urllib.parse import urlsplit
 
-from faultproxy import forward
+from faultproxy import ServedProxy, forward, send_head
 
 SLOWDOWN = (b'<?xml version="1.0" encoding="UTF-8"?><Error><Code>SlowDown</Code>'
             b"<Message>Please reduce your request rate.</Message></Error>")
 
 
-class PacingProxy:
+class PacingProxy(ServedProxy):
     def __init__(self, upstream: str, port: int) -> None:
         parts = urlsplit(upstream)
         self.upstream = (parts.hostname or "127.0.0.1", parts.port or 80)
@@ -35,24 +35,12 @@ class PacingProxy:
         class Handler(_Handler):
             proxy = owner
 
-        self.server = ThreadingHTTPServer(("127.0.0.1", port), Handler)
-        self.server.daemon_threads = True
-        self.endpoint = f"http://127.0.0.1:{port}"
-        self._thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self._serve(Handler, "127.0.0.1", port)
 
     def count(self, marker: str) -> int:
         with self.lock:
             return sum(n for key, n in self.gets.items() if marker in key)
 
-    def __enter__(self) -> PacingProxy:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.stopping.set()
-        self.server.shutdown()
-        self.server.server_close()
-        self._thread.join(timeout=10)
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -67,12 +55,7 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _send(self, status: int, headers: list[tuple[str, str]], body: bytes, *,
               piece: int = 0, every: float = 0.0) -> None:
-        self.send_response(status)
-        for k, v in headers:
-            if k.lower() != "content-length":
-                self.send_header(k, v)
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
+        send_head(self, status, headers, len(body))
         if not piece:
             self.wfile.write(body)
             return
