@@ -20,6 +20,13 @@ MAX_COMPONENT_BYTES = 255
 """Longest file name most Linux filesystems accept (NAME_MAX)."""
 MAX_PATH_BYTES = 4096
 """Longest path the kernel accepts (PATH_MAX), counted for the relative path alone."""
+MAX_COMPONENTS = 128
+"""Most components (folders and the file) a key's path may have. Within 4,096 bytes a key may nest
+some 2,000 folders (``d/d/.../x``), and the work on a key's folders grows with its depth: the
+FUSE view and the class folders (``store/classes.py``) hold every folder above every sample by
+its full path, some 4 MB for one such key. No dataset nests files 128 folders deep (deep layouts
+such as ``train/<class>/<video>/<clip>/<frame>`` have a handful), so only a hostile or broken
+remote meets the bound. The check is one count of the key's ``/``."""
 _CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029]")
 """C0 and C1 control characters and the Unicode line and paragraph separators: one regex search
 a key (a Python loop over its characters cost ~10 µs a key, most of a listed page's CPU)."""
@@ -89,6 +96,8 @@ def _reason(text: str, raw: bytes) -> str | None:
         return "leading /"
     if len(raw) > MAX_PATH_BYTES:
         return f"path over {MAX_PATH_BYTES} bytes"
+    if text.count("/") >= MAX_COMPONENTS:
+        return f"path over {MAX_COMPONENTS} components"
     if _ODD_COMPONENT.search(text) is None and len(raw) <= MAX_COMPONENT_BYTES:
         return None  # the common key: no part of it can be refused below
     for part in text.split("/"):
@@ -102,6 +111,7 @@ def _reason(text: str, raw: bytes) -> str | None:
 
 
 __all__ = [
+    "MAX_COMPONENTS",
     "MAX_COMPONENT_BYTES",
     "MAX_PATH_BYTES",
     "SafeKey",

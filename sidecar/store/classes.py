@@ -46,7 +46,12 @@ FOLDERS_NAME = "classes.folders"
 MAGIC = "#epochfs-class-folders v1"
 MAX_FOLDERS = 200_000
 """Folders recorded at most (a dataset of a folder per sample is no class layout): past it, new
-folders get no index and a warning is logged once per process."""
+folders get no index and a warning is logged."""
+MAX_FOLDER_BYTES = 32 << 20
+"""Bytes of folder lines (UTF-8, newline included) recorded at most: :data:`MAX_FOLDERS` of 160
+bytes each. The count alone lets folders of 4,096-byte paths (a remote's keys are untrusted) fill
+the file, its ``classes.json`` and the FUSE server's memory with some 800 MB; past it, new
+folders get no index, as past the count."""
 
 
 @dataclass(frozen=True)
@@ -96,32 +101,69 @@ def with_parents(folders: Iterable[str]) -> set[str]:
     empty and unsafe names (``.``, ``..``, an empty component) are left out, and so is a hidden
     folder (:func:`hidden_folder`), but not the folders below it: the client labels a file by the
     name of its class folder alone, so ``.v2/train/cat`` is a class of the class root
-    ``.v2/train`` on a plain folder, and must be one on the mount too."""
+    ``.v2/train`` on a plain folder, and must be one on the mount too.
+
+    Linear in the bytes of ``folders`` and of the result: each folder is walked up only to the
+    first folder already seen, so a folder's ancestors are built once however many of them
+    ``folders`` names (an epoch's folders name every level of a deep key)."""
+    seen: set[str] = set()  # every folder walked, hidden ones too: those above it are in it
     out: set[str] = set()
     for folder in folders:
-        parts = folder.strip("/").split("/")
-        if not folder.strip("/") or any(p in ("", ".", "..") or "\n" in p or "\0" in p for p in parts):
+        path = folder.strip("/")
+        if path in seen or _unsafe(path):
             continue
-        for i in range(1, len(parts) + 1):
-            if not hidden_folder(parts[i - 1]):  # the folders below one may be classes
-                out.add("/".join(parts[:i]))
+        while path and path not in seen:
+            seen.add(path)
+            cut = path.rfind("/")
+            if not hidden_folder(path[cut + 1:]):  # the folders below one may be classes
+                out.add(path)
+            path = path[:cut] if cut > 0 else ""
     return out
+
+
+def _unsafe(path: str) -> bool:
+    """Whether ``path`` (no leading or trailing ``/``) is empty or has an empty, ``.`` or ``..``
+    component, a newline or a NUL: substring searches, no list of its components."""
+    dotted = f"/{path}/"
+    return (not path or "\n" in path or "\0" in path or "//" in path or "/./" in dotted
+            or "/../" in dotted)
 
 
 def merged(known: tuple[str, ...], found: Iterable[str]) -> tuple[str, ...]:
     """``known`` followed by the folders of ``found`` it lacks (their parents included), sorted.
 
     Sorted by path, a parent comes before its children and siblings come in name order; the
-    known folders keep their places. Past :data:`MAX_FOLDERS` the shallowest are kept: in
-    ``train/<class>/<clip>/`` the clips of the first classes would otherwise fill the list before
-    the later classes, which then had no index (333 of 400 classes kept at 600 clips each)."""
+    known folders keep their places. Past :data:`MAX_FOLDERS` folders or
+    :data:`MAX_FOLDER_BYTES` bytes the shallowest are kept: in ``train/<class>/<clip>/`` the
+    clips of the first classes would otherwise fill the list before the later classes, which
+    then had no index (333 of 400 classes kept at 600 clips each)."""
+    return _appended(known, sorted(with_parents(found)))
+
+
+def _line_bytes(folder: str) -> int:
+    return len(folder.encode("utf-8", "surrogateescape")) + 1
+
+
+def _appended(known: tuple[str, ...], ordered: list[str]) -> tuple[str, ...]:
+    """:func:`merged` of folders already with their parents and sorted (:func:`record` does
+    that before it takes the write lock): linear in the bytes of ``known`` and ``ordered``."""
     have = set(known)
-    new = sorted(with_parents(found) - have)
+    new = [folder for folder in ordered if folder not in have]
+    if not new:
+        return known
     room = MAX_FOLDERS - len(known)
-    if len(new) > room:
-        log.warning("class folders: %d new folder(s) beyond the %d recorded at most; they get no "
-                    "class index", len(new) - max(room, 0), MAX_FOLDERS)
-        new = sorted(sorted(new, key=lambda folder: folder.count("/"))[:max(room, 0)])
+    byte_room = MAX_FOLDER_BYTES - sum(map(_line_bytes, known))
+    if len(new) > room or sum(map(_line_bytes, new)) > byte_room:
+        kept: list[str] = []
+        for folder in sorted(new, key=lambda folder: folder.count("/")):  # parents first
+            size = _line_bytes(folder)
+            if len(kept) >= room or size > byte_room:
+                break  # stops at the first that does not fit: every kept folder's parents are kept
+            kept.append(folder)
+            byte_room -= size
+        log.warning("class folders: %d new folder(s) beyond the %d folders or %d bytes recorded at "
+                    "most; they get no class index", len(new) - len(kept), MAX_FOLDERS, MAX_FOLDER_BYTES)
+        new = sorted(kept)
     return known + tuple(new)
 
 
@@ -151,10 +193,12 @@ def record(ix: Index, root: Path, found: Iterable[str], *, through: int | None =
     between them, and the busy error raised after; a wait of the whole busy timeout on the
     connection would hold up every other request of the server that shares it (status.json,
     manifests, cuts on lookup) while the sampler writes."""
-    found = list(found)
+    # Before the write lock: the folders' parents and their order, linear in their bytes but
+    # the most of a record's work; under it only the file's read, the merge and the write.
+    ordered = sorted(with_parents(found))
     with _recording(ix, wait):
         current = read(root)
-        folders = merged(current.folders, found)
+        folders = _appended(current.folders, ordered)
         mark = current.through if through is None else max(current.through, through)
         value = ClassFolders(folders, mark)
         if value != current:
@@ -220,5 +264,6 @@ def listing_mark(ix: Index) -> tuple[int, int]:
     return generation, parts
 
 
-__all__ = ["FOLDERS_NAME", "MAX_FOLDERS", "RECORD_WAIT", "ClassFolders", "catalog_folders", "hidden_folder",
-           "listing_folders", "listing_mark", "merged", "read", "record", "with_parents"]
+__all__ = ["FOLDERS_NAME", "MAX_FOLDERS", "MAX_FOLDER_BYTES", "RECORD_WAIT", "ClassFolders",
+           "catalog_folders", "hidden_folder", "listing_folders", "listing_mark", "merged", "read", "record",
+           "with_parents"]

@@ -77,7 +77,7 @@ def test_file_remote_every_byte_and_unsafe_names(tmp_path: Path) -> None:
 def test_hostile_s3_keys_are_skipped_and_never_escape(s3: S3Server, tmp_path: Path) -> None:
     good = random_objects(10, 1000, prefix="ok/")
     hostile = ["../escape.bin", "a/../../x", "./dot", "/abs", "a//b", "back\\slash", "ctl\x01char",
-               "tab\tkey", "x" * 256, "clash", "clash/inner.bin"]
+               "tab\tkey", "x" * 256, "d/" * 300 + "deep.bin", "clash", "clash/inner.bin"]
     put_objects(s3, "bkt", {f"ds/{k}": v for k, v in good.items()}
                 | {f"ds/{k}": b"evil" for k in hostile} | {"ds/folder/": b""})
     cache = tmp_path / "sub" / "cache"
@@ -89,7 +89,7 @@ def test_hostile_s3_keys_are_skipped_and_never_escape(s3: S3Server, tmp_path: Pa
     assert fetched_keys == set(good) | {"clash/inner.bin"}
     assert Store(cache).stats().skipped_total == len(hostile) - 1
     for reason in ("'..' component", "'.' component", "leading /", "empty component (//)",
-                   "backslash", "control character", "component over 255 bytes",
+                   "backslash", "control character", "component over 255 bytes", "path over 128 components",
                    "also a folder of other keys"):
         assert reason in log, reason
     outside = [p for p in tmp_path.rglob("*") if p.is_file() and not str(p).startswith(str(cache))

@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 
 from epochfs.sidecar.keys import (
     MAX_COMPONENT_BYTES,
+    MAX_COMPONENTS,
     MAX_PATH_BYTES,
     SafeKey,
     Skip,
@@ -54,6 +55,8 @@ def test_ordinary_keys_keep_their_path(key: str) -> None:
         ("x" * 256, "component over 255 bytes"),
         ("é" * 128, "component over 255 bytes"),  # 256 bytes in UTF-8
         ("/".join(["y" * 200] * 21), "path over 4096 bytes"),
+        ("d/" * 128 + "x", "path over 128 components"),
+        ("train/" + "d/" * 2038 + "x", "path over 128 components"),  # 4,083 bytes, 2,040 components
         (b"bad\xffname", "not UTF-8"),
         (os.fsdecode(b"bad\xffname"), "not UTF-8"),
     ],
@@ -71,6 +74,9 @@ def test_limits_are_inclusive() -> None:
     assert len(long_path.encode()) == 4096
     assert isinstance(check_key(long_path), SafeKey)
     assert isinstance(check_key(long_path + "w"), Skip)
+    deepest = "/".join(["d"] * MAX_COMPONENTS)
+    assert isinstance(check_key(deepest), SafeKey)
+    assert isinstance(check_key(deepest + "/x"), Skip)
 
 
 def test_bytes_keys_that_are_utf8_are_accepted() -> None:
@@ -118,6 +124,8 @@ def _reference_reason(text: str) -> str | None:
         return "leading /"
     if len(text.encode()) > MAX_PATH_BYTES:
         return f"path over {MAX_PATH_BYTES} bytes"
+    if len(text.split("/")) > MAX_COMPONENTS:
+        return f"path over {MAX_COMPONENTS} components"
     for part in text.split("/"):
         if part == "":
             return "empty component (//)"
@@ -132,7 +140,10 @@ _KEY_PARTS = st.sampled_from(["/", ".", "..", "a", "é", "\x1f", "\x7f", "\x9f",
                               "\\", "x" * 200, "名" * 40, "\t"])
 
 
-@given(st.lists(_KEY_PARTS, max_size=12).map("".join) | st.text(max_size=40))
+_DEEP_KEYS = st.lists(st.sampled_from(["d/", "/", "é/", "x", "../"]), min_size=150, max_size=170).map("".join)
+
+
+@given(st.lists(_KEY_PARTS, max_size=12).map("".join) | st.text(max_size=40) | _DEEP_KEYS)
 def test_the_fast_key_check_refuses_what_the_rules_say(text: str) -> None:
     got = check_key(text)
     want = _reference_reason(text)
