@@ -293,7 +293,9 @@ Every one takes ARG, either
      which the kernel hands only the signals it has a handler for: it traps the pod's SIGTERM
      (and SIGINT) and forwards SIGTERM to the trainer (a background job of a shell without job
      control ignores SIGINT), then waits for the trainer to its end (a trapped signal interrupts
-     `wait`); a signal between the trainer's start and `pid=$!` finds it by `$!`, set as the job
+     `wait`), and asks `wait` once more at the end: a trainer reaped while the signal interrupted
+     `wait` is gone before `kill -0` looks, and only `wait` still has its status (the wrapper
+     exited 143, not the trainer's 5, under load); a signal between the trainer's start and `pid=$!` finds it by `$!`, set as the job
      starts (it exited 143 and left the trainer to the namespace's SIGKILL, seen once under
      load). While it waits for the sidecar, the sidecar's exit record (sidecar-exited, its
      status) ends the wait with that status: a sidecar that stopped before it was ready (a
@@ -327,6 +329,7 @@ Every one takes ARG, either
   "$@" & pid=$!;
   wait $pid; rc=$?;
   while kill -0 $pid 2>/dev/null; do wait $pid; rc=$?; done;
+  wait $pid 2>/dev/null; r=$?; [ $r -eq 127 ] || rc=$r;
   exit $rc
 - epochfs-trainer
 {{ toYaml $command }}

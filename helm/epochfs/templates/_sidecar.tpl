@@ -34,7 +34,8 @@ include it in its own pods.
   # (terminationGracePeriodSeconds less a margin to unmount in), and only then stops the sidecar
   # (SIGTERM: stop sampling, unmount, exit 0), as it does at once when the trainer's exit file
   # comes first. One SIGTERM only: a second tells the sidecar to kill its children and exit 143
-  # at once. Waited for to its end (a trapped signal interrupts `wait`), so the shell exits with
+  # at once. Waited for to its end (a trapped signal interrupts `wait`; `wait` asked once more at
+  # the end, for a sidecar reaped while it was interrupted), so the shell exits with
   # the sidecar's own status, which it leaves in sidecar-exited (written whole: a temporary file
   # renamed) for the trainer's wrapper, which otherwise would wait for ever for a sidecar that
   # stopped before it was ready. The records of an earlier run of this container go first.
@@ -56,6 +57,7 @@ include it in its own pods.
       stop;
       wait $pid; rc=$?;
       while kill -0 $pid 2>/dev/null; do wait $pid; rc=$?; done;
+      wait $pid 2>/dev/null; r=$?; [ $r -eq 127 ] || rc=$r;
       echo $rc > {{ $control }}/sidecar-exited.tmp && mv {{ $control }}/sidecar-exited.tmp {{ $control }}/sidecar-exited;
       exit $rc
   {{- end }}
