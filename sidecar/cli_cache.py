@@ -26,6 +26,17 @@ def cmd_cut(ns: argparse.Namespace) -> int:
             n = store.cut(ns.epoch, force=ns.force, far=ns.far)
         except ValueError as e:
             raise config.ConfigError(f"--epoch: {e}") from None
+        except Exception as e:
+            # The high-water mark or the index cannot grow: nothing was cut (the transaction
+            # rolls back), and room coming back is the way out, as for the sampler's cuts.
+            # (Imported here: the sampler package is not loaded at every command's start.)
+            from epochfs.sidecar.sampler.diskspace import is_disk_full
+
+            if not is_disk_full(e):
+                raise
+            print(f"epochfs: cannot cut now: the cache's volume is full ({e}); try again once "
+                  "room returns", file=sys.stderr)
+            return config.EXIT_RETRY
         if n is None:
             print(f"epochfs: cannot cut: {forced_refusal(store.stats())}" if ns.force else
                   f"epochfs: cannot cut yet: {refusal(store, ns.epoch)} "

@@ -6,6 +6,12 @@ Apart from the fetch loop (:mod:`.loop`) because it is a schedule of its own: th
 admitted batch (on the admitter's thread, so a waiting cut sees the samples that let it happen)
 and while nothing is in flight. An epoch identical to the newest one is only cut under
 backpressure, where pushing the oldest pinned epoch out is what frees room.
+
+A cut the cache's full volume refuses (the high-water mark or the index cannot grow) is no crash
+and no silence: the loop is told at once (``on_full``: it measures the volume, and a pause under
+way is then "disk full", the way out being room, not a cut), and the log says
+``cannot cut epoch N now: the cache's volume is full`` when it starts, at most once a minute while
+it lasts, and when a cut is made again.
 """
 
 from __future__ import annotations
@@ -16,6 +22,8 @@ from collections.abc import Callable
 from typing import Any
 
 from epochfs.sidecar.metrics import process_metrics
+from epochfs.sidecar.sampler.condlog import ConditionLog
+from epochfs.sidecar.sampler.diskspace import is_disk_full
 from epochfs.sidecar.store import Store
 
 log = logging.getLogger("epochfs.sampler")
@@ -25,10 +33,19 @@ class CutSchedule:
     """Cuts of ``store`` every ``interval`` seconds (0: none) and on request; store writes go
     through ``write`` (the loop's: a full disk pauses instead of ending the sampler)."""
 
-    def __init__(self, store: Store, interval: float, write: Callable[[Callable[[], Any]], Any]) -> None:
+    def __init__(self, store: Store, interval: float, write: Callable[[Callable[[], Any]], Any], *,
+                 on_full: Callable[[BaseException], None] | None = None) -> None:
+        """``on_full``: told the error of an interval cut the full volume refused (the loop's
+        room measures the volume again at once); None: the refusal is only logged."""
         self.store = store
         self.interval = interval
         self._write = write
+        self._on_full = on_full
+        self._refusals = ConditionLog(log)
+        """The lines of interval cuts the full volume refuses: one per interval while it lasts."""
+        self._refused = 0
+        """Interval cuts refused since the last line about them."""
+        self._refused_error = ""
         self.last = time.monotonic()
         """When the last cut was made (on request or by the interval)."""
         # A restart counts its arrivals from 0: where none came after the newest epoch's cut, the
@@ -49,10 +66,48 @@ class CutSchedule:
             return
         self.last = now
         if backpressure or self._adds(samples) or self.store.newest_epoch() is None:
-            n = self._write(self.store.cut)
+            n = self._cut()
             if n is not None:
                 self._samples_at_cut = samples
                 log.info("cut epoch %d (every %.0fs)", n, self.interval)
+
+    def _cut(self) -> int | None:
+        """The interval's cut (None: its condition does not hold, or the full volume refused it).
+
+        A refusal is told to ``on_full`` and logged here rather than left to the loop's write,
+        which only notes a write the volume refused: a paused sampler would otherwise say "cache
+        full; waiting for a cut" for as long as another tenant keeps the volume full, with no
+        line about the cuts that fail and ``epochfs_disk_full`` at 0 (no alert fires)."""
+        try:
+            n = self.store.cut()
+        except Exception as e:
+            if not is_disk_full(e):
+                raise
+            self._refused += 1
+            self._refused_error = str(e)
+            self._tell_refusals(refused=True, end=None)
+            if self._on_full is not None:
+                self._on_full(e)
+            return None
+        if n is not None:
+            self._tell_refusals(refused=False, end=n)
+        return n
+
+    def _tell_refusals(self, *, refused: bool, end: int | None) -> None:
+        """Whether the full volume refuses the interval's cuts now; ``end``: the epoch cut."""
+        self._refusals.update(refused, material=refused, start=self._refused_line, still=self._still_line,
+                              end=lambda: f"cuts resume: epoch {end} cut, the cache's volume has room again")
+
+    def _refused_line(self) -> str:
+        self._refused = 0
+        return (f"cannot cut epoch {self.store.next_epoch()} now: the cache's volume is full "
+                f"({self._refused_error}); the cut is tried again every {self.interval:.0f}s until "
+                "room returns (said at most once a minute while it lasts)")
+
+    def _still_line(self) -> str:
+        refused, self._refused = self._refused, 0
+        return (f"cannot cut epoch {self.store.next_epoch()} now: the cache's volume is still full "
+                f"({self._refused_error}); {refused} interval cut(s) refused since the last line")
 
     def _adds(self, samples: int) -> bool:
         """The next epoch would differ from the newest one. Snapshot mode: a sample arrived since

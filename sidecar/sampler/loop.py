@@ -137,7 +137,7 @@ class Sampler(RepairsInPlace, Shutdown, Publishing, Waiting):
         self._inflight: dict[str, Candidate] = {}
         self._looked = float("-inf")
         self._fatal: BaseException | None = None
-        self.cuts = CutSchedule(store, settings.cut_interval, self._write)
+        self.cuts = CutSchedule(store, settings.cut_interval, self._write, on_full=self.room.cut_refused)
         now = time.monotonic()
         self.rates = Rates(started=now, last_time=now)
         self._threads = [

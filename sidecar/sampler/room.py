@@ -300,6 +300,20 @@ class Room:
         stuck = None if target is None else self._stuck.reason(target)
         self.set_backpressure(stuck or CACHE_FULL)
 
+    def cut_refused(self, error: BaseException) -> None:
+        """The interval's cut met a full volume (``error``): the volume is measured again at once,
+        and while it bounds the cache below --capacity a pause under way is "disk full" (gauge,
+        status, an Event) rather than "cache full". A "cache full" pause waits for a cut, and the
+        loop's next reservation is refused against the recorded budget before the volume is
+        looked at, so nothing else would measure it while the cuts fail. Once room returns, the
+        next refused reservation measures it again (:meth:`reserve` does while the disk bounds
+        the cache), :meth:`full` says "cache full" again and the next cut is made."""
+        self.disk.filled(error)
+        self._record_capacity(self.disk.effective_capacity(self.reservations.cache_bytes()))
+        if (self.disk.limited and self.backpressure is not None
+                and not self.backpressure.startswith(DISK_FULL)):
+            self.set_backpressure(DISK_FULL)
+
     def _record_capacity(self, capacity: int) -> None:
         """Tell the store when the disk bounds the cache below --capacity (or stops doing so), so
         that epochs are cut to the budget that really exists and status shows it.
