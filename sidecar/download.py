@@ -263,8 +263,8 @@ class Downloader:
         try:
             # Made before the GET: a volume that can take no file (out of inodes, read-only)
             # refuses it here, and each retry would otherwise cost the remote a request.
-            opened: tuple[int, bool] | None = create_temp(
-                temp, direct=self.direct and self.block % DIRECT_ALIGN == 0)
+            created = create_temp(temp, direct=self.direct and self.block % DIRECT_ALIGN == 0)
+            opened: tuple[int, bool] | None = created.fd, created.direct
             try:
                 reader = self.remote.open(cand.key, checksum=True)
                 try:
@@ -302,10 +302,10 @@ class Downloader:
             raise
         finally:
             received.n = 0  # its bytes are the admission's now, or nobody's
-        version = (reader.etag or cand.version).strip('"')
         digest = f"{plan.algorithm}:{got}"
         checksum = SIZE_ONLY if kind == SIZE_ONLY else digest
-        return Admission(cand.key, cand.sid, total, checksum, version, temp, digest=digest, verified=kind)
+        return Admission(cand.key, cand.sid, total, checksum, (reader.etag or cand.version).strip('"'), temp,
+                         digest=digest, verified=kind, inode=created.inode)
 
     def _forget(self, temp: Path) -> None:
         """Remove the temp of a download that failed, and stop listing it. Called while that

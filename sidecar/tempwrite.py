@@ -42,6 +42,7 @@ import os
 import threading
 from collections.abc import Callable
 from pathlib import Path
+from typing import NamedTuple
 
 from epochfs.sidecar.ratelimit import RateLimiter
 from epochfs.sidecar.remote.base import Changed
@@ -119,7 +120,7 @@ def stream_to_temp(readinto: Callable[[memoryview], int], buf: memoryview, temp:
     total = 0
     direct = direct and size % DIRECT_ALIGN == 0
     if opened is None:
-        fd, direct = create_temp(temp, direct=direct)
+        fd, direct, _ = create_temp(temp, direct=direct)
     else:
         fd, was_direct = opened
         if was_direct and not direct:
@@ -155,23 +156,40 @@ def stream_to_temp(readinto: Callable[[memoryview], int], buf: memoryview, temp:
     return total
 
 
-def create_temp(temp: Path, *, direct: bool) -> tuple[int, bool]:
-    """Create ``temp`` for writing, ``O_DIRECT`` where asked and the file system accepts it; the
-    fd and whether it writes direct. The downloader creates it before it asks the remote for the
-    body: a volume that can take no file (no inode, read-only) refuses it without a request."""
+class Opened(NamedTuple):
+    """A temp file made by :func:`create_temp`."""
+
+    fd: int
+    direct: bool
+    """Whether it writes direct."""
+    inode: tuple[int, int]
+    """Its (device, inode), read through ``fd``: the file the store installs must be this one,
+    not whatever another process renamed to its name since (:mod:`.store.fanout`)."""
+
+
+def create_temp(temp: Path, *, direct: bool) -> Opened:
+    """Create ``temp`` for writing, ``O_DIRECT`` where asked and the file system accepts it. The
+    downloader creates it before it asks the remote for the body: a volume that can take no file
+    (no inode, read-only) refuses it without a request."""
     flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC
+    fd = -1
     if direct:
         try:
-            return os.open(temp, flags | os.O_DIRECT, 0o600), True
+            fd = os.open(temp, flags | os.O_DIRECT, 0o600)
         except OSError as e:
             if e.errno != errno.EINVAL:
                 raise LocalWriteError(f"cannot create {temp}: {e}") from e
             # A file system without O_DIRECT may have created the file before refusing the flag.
             temp.unlink(missing_ok=True)
     try:
-        return os.open(temp, flags, 0o600), False
+        if fd < 0:
+            fd, direct = os.open(temp, flags, 0o600), False
+        st = os.fstat(fd)
     except OSError as e:
+        if fd >= 0:
+            os.close(fd)
         raise LocalWriteError(f"cannot create {temp}: {e}") from e
+    return Opened(fd, direct, (st.st_dev, st.st_ino))
 
 
 def _fill(readinto: Callable[[memoryview], int], block: memoryview, before: int, limit: int,
@@ -228,5 +246,5 @@ def _clear_direct(fd: int) -> None:
     fcntl.fcntl(fd, fcntl.F_SETFL, fcntl.fcntl(fd, fcntl.F_GETFL) & ~os.O_DIRECT)
 
 
-__all__ = ["DIRECT_ALIGN", "WRITE_PIECE", "Cancelled", "LocalWriteError", "create_temp", "start_writeback",
-           "stream_to_temp"]
+__all__ = ["DIRECT_ALIGN", "WRITE_PIECE", "Cancelled", "LocalWriteError", "Opened", "create_temp",
+           "start_writeback", "stream_to_temp"]

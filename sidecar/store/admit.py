@@ -92,7 +92,7 @@ def admit(ix_of: Callable[[], Index], files: ObjectFiles, items: list[Admission]
     now = time.time()
     ix = ix_of()
     try:
-        files.install(items)
+        items = files.install(items)  # less a temp found replaced since its download (dropped)
         with ix.write() as db:
             for a in items:
                 db.execute(

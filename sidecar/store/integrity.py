@@ -238,8 +238,8 @@ def repair(ix: Index, files: ObjectFiles, fixes: list[tuple[Admission, int, int,
         log.warning("cannot repair %r: the remote's object is not the bytes the epochs hold (its "
                     "version or digest changed): marked lost; its entries stay, a read of one fails "
                     "(EIO)", a.key)
-    if good:
-        files.install([a for a, _ in good])
+    installed = {a.sid for a in files.install([a for a, _ in good])} if good else set()
+    good = [(a, i) for a, i in good if a.sid in installed]  # a temp found replaced: still due
     with ix.write() as db:
         journaled = journal.exists(db)
         for _, i in good:

@@ -27,6 +27,8 @@ from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Protocol
 
+from epochfs.sidecar.store import fanout
+from epochfs.sidecar.store.fanout import FOLDER_MODE
 from epochfs.sidecar.store.records import Admission
 
 log = logging.getLogger("epochfs.store")
@@ -57,13 +59,6 @@ def ensure_marker(objects_dir: Path) -> None:
         return
     with contextlib.suppress(OSError):
         os.mkdir(objects_dir / f"{MARKER_PREFIX}{os.urandom(16).hex()}", 0o755)
-
-
-FOLDER_MODE = 0o755
-"""The mode of the folders a reader's path to an object file crosses (the cache folder,
-``objects/``, ``objects/<ab>/``): the view's links resolve with the reader's own credentials,
-and a non-root trainer must traverse them to reach the 0444 files. Set by chmod, not by mkdir's
-mode, which the process umask masks (077 left every sample EACCES to such a reader)."""
 
 
 def make_folder(path: Path) -> None:
@@ -286,44 +281,53 @@ class ObjectFiles:
         """A fresh temp file name for one download (in tmp/, removed at start-up if left)."""
         return self.tmp_dir / f"{os.urandom(16).hex()}.part"
 
-    def install(self, items: Iterable[Admission]) -> None:
+    def install(self, items: Iterable[Admission]) -> list[Admission]:
         """Rename fsynced temp files into place, read-only, and fsync the folders they went to
         (their names committed to the journal first: a crash before the index commit leaves
-        orphans that the next start finds there)."""
+        orphans that the next start finds there); returns those installed. Each goes through
+        :mod:`.fanout`, which crosses no link: a temp that is not the file its download wrote
+        (:class:`.fanout.Swapped`) is removed and left out, with a warning; the caller admits
+        the rest and the key is fetched again in its turn."""
         items = list(items)
         if self.journal is not None:
             self.journal.before_install([a.sid for a in items])
-        dirs: set[Path] = set()
-        for a in items:
-            target = self.path_of(a.sid)
-            if target.parent not in dirs:
-                make_folder(target.parent)
-                # The supervisor's served counter makes the 256 fan-out folders ahead, under its
-                # umask (sidecar/served.py): readers need their bits all the same.
-                open_to_readers(target.parent)
-            os.chmod(a.temp, 0o444)
-            os.replace(a.temp, target)
-            dirs.add(target.parent)
-        for d in dirs:
-            fsync_dir(d)
+        fans: dict[str, int] = {}
+        done: list[Admission] = []
+        try:
+            for a in items:
+                fan = a.sid[:2]
+                if fan not in fans:
+                    fans[fan] = fanout.open_fan(self._objects, fan)
+                try:
+                    fanout.install(a.temp, a.inode, fans[fan], a.sid)
+                except fanout.Swapped as e:
+                    with contextlib.suppress(OSError):
+                        os.unlink(a.temp)
+                    log.warning("not admitting %r: its temp file changed after its download was "
+                                "verified (%s; another process on the cache volume?): dropped, "
+                                "fetched again in its turn", a.key, e)
+                    continue
+                done.append(a)
+            for fd in fans.values():
+                os.fsync(fd)
+        finally:
+            for fd in fans.values():
+                os.close(fd)
+        return done
 
     def remove(self, sids: Iterable[str]) -> None:
         """Unlink objects (their rows already gone), then tell the journal."""
         done = []
         for sid in sids:
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(self.path_of(sid))
+            self.unlink(sid)
             done.append(sid)
         if self.journal is not None:
             self.journal.removed(done)
 
     def unlink(self, sid: str) -> bool:
-        """Remove one object file (recovery's own, journal untouched); False when it was not there."""
-        try:
-            os.unlink(self.path_of(sid))
-        except FileNotFoundError:
-            return False
-        return True
+        """Remove one object file (recovery's own, journal untouched); False when it was not there.
+        Never through a link planted at its fan-out folder (:func:`.fanout.unlink`)."""
+        return fanout.unlink(self._objects, sid[:2], sid)
 
     def size_of(self, sid: str) -> int:
         """The object's size in bytes, -1 when it is missing. A plain string path: pathlib
@@ -370,9 +374,8 @@ class ObjectFiles:
             held = known([e.name for e in entries])
             for entry in entries:
                 if entry.name not in held:
-                    with contextlib.suppress(FileNotFoundError):
-                        os.unlink(entry.path)
-                        orphans += 1
+                    orphans += fanout.unlink(self._objects, os.path.basename(os.path.dirname(entry.path)),
+                                             entry.name)
             entries.clear()
 
         for entry in self.names():

@@ -7,6 +7,10 @@ it when the sampler starts (a file deleted while it was stopped) and after each 
 index passes (every 6 hours), paced to :data:`.checkup.DUTY` of one
 core (a ``stat`` per sample and a listing of ``objects/``: metadata only; the scrub reads bytes):
 
+* first, a fan-out folder of ``objects/`` that is a link or not a folder is replaced by a folder,
+  and an object file that is a symbolic link is removed, never followed (:func:`.fanout.planted`:
+  another process on the cache volume planted it), with one WARNING line; the samples they stood
+  for are then missing, and taken out as below;
 * a sample whose object is missing or has another size is taken out as the scrub takes out a
   damaged one (:func:`.integrity.take_out`: marked for a repair in place, its row and every
   epoch's entry kept, ``corrupt_objects_total`` counts it), one WARNING line
@@ -30,7 +34,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from epochfs.sidecar.store import integrity, journal
+from epochfs.sidecar.store import fanout, integrity, journal
 from epochfs.sidecar.store.checkup import DUTY, Pace
 from epochfs.sidecar.store.index import Index
 from epochfs.sidecar.store.objects import ObjectFiles
@@ -53,6 +57,9 @@ class ScanReport:
     orphans: int
     stale: int = 0
     """Files of samples marked lost, removed (a damaged file a crashed take-out left)."""
+    planted: int = 0
+    """Fan-out folders that were links or not folders (replaced by folders) and object files that
+    were links (removed), before the samples were checked: their samples are then missing."""
 
 
 def scan(index: Callable[[], Index], files: ObjectFiles, stop: threading.Event, *,
@@ -62,6 +69,13 @@ def scan(index: Callable[[], Index], files: ObjectFiles, stop: threading.Event, 
     started = time.monotonic()
     samples = lost = 0
     after = 0
+    fans, links = fanout.planted(str(files.objects_dir), pace)
+    if fans or links:
+        log.warning("object scan: %d fan-out folder(s) of objects/ were links or not folders (replaced "
+                    "by folders: %s) and %d object file(s) were symbolic links (removed: %s); nothing "
+                    "is read or written through a link, and the samples they stood for are fetched "
+                    "again into their place", len(fans), ", ".join(fans[:3]) or "-", len(links),
+                    ", ".join(links[:3]) or "-")
     while True:
         objs = integrity.objects_after(index(), after, CHUNK)
         damaged: list[tuple[StoredObject, str]] = []
@@ -101,7 +115,7 @@ def scan(index: Callable[[], Index], files: ObjectFiles, stop: threading.Event, 
         log.warning("object scan: removed %d object file(s) the index does not know", orphans)
     log.info("object scan: %d samples checked in %.1fs, %d missing or short (marked for repair in "
              "place), %d orphan(s) removed", samples, time.monotonic() - started, lost, orphans)
-    return ScanReport(samples, lost, orphans, stale)
+    return ScanReport(samples, lost, orphans, stale, len(fans) + len(links))
 
 
 def _remove_stale(ix: Index, files: ObjectFiles) -> int:

@@ -148,6 +148,10 @@ class Admission:
     temp: Path
     digest: str = ""
     verified: str = ""
+    inode: tuple[int, int] | None = None
+    """The temp file's (device, inode) while the download's descriptor was open: the file that was
+    written and hashed, the only one :meth:`.objects.ObjectFiles.install` installs (None: any
+    regular file, for an admission made without a download)."""
 
     @property
     def local_digest(self) -> str:

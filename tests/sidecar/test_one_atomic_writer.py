@@ -25,9 +25,9 @@ RENAMES = {"os.replace", "os.rename", "os.renames", "shutil.move"}
 ALLOWED: dict[tuple[str, str], str] = {
     ("store/objects.py", "os.replace(self.temp, self.target)"):
         "the one writer itself (Staged.install)",
-    ("store/objects.py", "os.replace(a.temp, target)"):
-        "the objects' install: a download's fsynced temp renamed into place, journaled first, its "
-        "folders fsynced after (ObjectFiles.install)",
+    ("store/fanout.py", "os.replace(temp, name, dst_dir_fd=fan_fd)"):
+        "the objects' install: a download's fsynced temp, checked to be the file it wrote, renamed "
+        "into its fan-out folder, journaled first, its folders fsynced after (ObjectFiles.install)",
     ("store/memberfiles.py", "os.replace(path_of(root, n), base_path_of(root, n))"):
         "a retiring epoch's members file moved aside whole (its name changes, not its bytes)",
     ("store/memberfiles.py", "os.replace(bases.pop(n), path_of(root, n))"):
