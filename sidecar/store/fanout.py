@@ -47,7 +47,8 @@ FAN_NAME = re.compile(r"[0-9a-f]{2}")
 
 class Swapped(Exception):
     """A download's temp file is not the file its download wrote (replaced by another file or a
-    link, or gone): nothing was installed."""
+    link, or gone), or its fan-out folder is a link planted again as soon as it was replaced:
+    nothing was installed (the download is dropped, its key fetched again in its turn)."""
 
 
 def _not_a_folder(err: OSError) -> bool:
@@ -66,7 +67,9 @@ def replace_with_folder(path: str) -> None:
     """Remove the link (or other non-folder) at the fan-out folder ``path``, never following it,
     and say so; the caller makes the folder."""
     what = _what(path)
-    with contextlib.suppress(FileNotFoundError):
+    # Gone, or a folder already (the object scan's own replacement, made meanwhile): either way
+    # the caller's open of the folder follows.
+    with contextlib.suppress(FileNotFoundError, IsADirectoryError):
         os.unlink(path)
     log.warning("%s is %s, not a folder of the cache: removed (not what it names) and a folder made "
                 "in its place; objects are never written or removed through a link (planted on the "
@@ -91,7 +94,13 @@ def open_fan(objects: str, fan: str) -> int:
     if fd < 0:
         with contextlib.suppress(FileExistsError):  # made by another process meanwhile
             os.mkdir(path, FOLDER_MODE)
-        fd = os.open(path, FAN_FLAGS)
+        try:
+            fd = os.open(path, FAN_FLAGS)
+        except OSError as e:
+            if not _not_a_folder(e) and e.errno != errno.ENOENT:
+                raise
+            raise Swapped(f"{path} was replaced again ({_what(path)}) as soon as it was made a "
+                          "folder") from None
     try:
         # The supervisor's served counter makes the 256 fan-out folders ahead, under its umask
         # (sidecar/served.py): readers need their bits all the same. Never taken away; one that is
@@ -112,30 +121,34 @@ def install(temp: Path, inode: tuple[int, int] | None, fan_fd: int, name: str) -
     ``inode`` (None: any regular file, for an admission made without a download). Raises
     :class:`Swapped` otherwise, and when the name was replaced between the check and the rename
     (what was renamed in is removed again)."""
+    changed = "its temp file changed after its download was verified:"
     try:
         fd = os.open(temp, TEMP_FLAGS)
     except OSError as e:
         if e.errno == errno.ELOOP:
-            raise Swapped(f"{temp} is a symbolic link") from None
+            raise Swapped(f"{changed} {temp} is a symbolic link") from None
         if e.errno == errno.ENOENT:
-            raise Swapped(f"{temp} is gone") from None
+            raise Swapped(f"{changed} {temp} is gone") from None
         raise
     try:
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):
-            raise Swapped(f"{temp} is not a regular file (mode {st.st_mode:o})")
+            raise Swapped(f"{changed} {temp} is not a regular file (mode {st.st_mode:o})")
         if inode is not None and (st.st_dev, st.st_ino) != inode:
-            raise Swapped(f"{temp} is another file (device {st.st_dev}, inode {st.st_ino}; the "
+            raise Swapped(f"{changed} {temp} is another file (device {st.st_dev}, inode {st.st_ino}; the "
                           f"download wrote device {inode[0]}, inode {inode[1]})")
         os.fchmod(fd, 0o444)
     finally:
         os.close(fd)
     os.replace(temp, name, dst_dir_fd=fan_fd)
-    now = os.lstat(name, dir_fd=fan_fd)
+    try:
+        now = os.lstat(name, dir_fd=fan_fd)
+    except FileNotFoundError:
+        raise Swapped(f"{changed} {temp} was removed from the cache as soon as it was renamed") from None
     if (now.st_dev, now.st_ino) != (st.st_dev, st.st_ino):
         with contextlib.suppress(FileNotFoundError):
             os.unlink(name, dir_fd=fan_fd)
-        raise Swapped(f"{temp} was replaced between its check and its rename")
+        raise Swapped(f"{changed} {temp} was replaced between its check and its rename")
 
 
 def unlink(objects: str, fan: str, name: str) -> bool:

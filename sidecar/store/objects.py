@@ -296,16 +296,15 @@ class ObjectFiles:
         try:
             for a in items:
                 fan = a.sid[:2]
-                if fan not in fans:
-                    fans[fan] = fanout.open_fan(self._objects, fan)
                 try:
+                    if fan not in fans:
+                        fans[fan] = fanout.open_fan(self._objects, fan)
                     fanout.install(a.temp, a.inode, fans[fan], a.sid)
                 except fanout.Swapped as e:
                     with contextlib.suppress(OSError):
                         os.unlink(a.temp)
-                    log.warning("not admitting %r: its temp file changed after its download was "
-                                "verified (%s; another process on the cache volume?): dropped, "
-                                "fetched again in its turn", a.key, e)
+                    log.warning("not admitting %r: %s (another process on the cache volume?): "
+                                "dropped, fetched again in its turn", a.key, e)
                     continue
                 done.append(a)
             for fd in fans.values():

@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 from store_helpers import put, sid_of
 
-from epochfs.sidecar.store import Policy, Store, object_name, objectscan
+from epochfs.sidecar.store import Policy, Store, fanout, object_name, objectscan
 
 
 def _store(tmp_path: Path) -> Store:
@@ -121,3 +121,54 @@ def test_the_object_scan_replaces_linked_fan_folders_and_removes_linked_objects(
         _untouched(outside, fan_sid)
         assert store.stats().repairing == 2
     assert any("were symbolic links" in r.getMessage() for r in caplog.records)
+
+
+def test_a_fan_link_planted_again_at_once_drops_that_download_not_the_sampler(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    """A neighbour that plants the link again as soon as the store replaced it: the open of the
+    fan-out folder still refuses it, and that one download is dropped (fetched again later) rather
+    than failing its batch, which the admitter would take for a broken store and stop the sampler."""
+    outside = _outside(tmp_path)
+    real = fanout.replace_with_folder
+
+    def planted_again(path: str) -> None:
+        real(path)
+        os.symlink(outside, path)
+
+    with _store(tmp_path) as store:
+        fan = store.objects_dir / sid_of("train/one.bin")[:2]
+        fan.symlink_to(outside)
+        monkeypatch.setattr(fanout, "replace_with_folder", planted_again)
+        caplog.set_level(logging.WARNING, logger="epochfs.store")
+        put(store, "train/one.bin", 14, fill=ord("o"))  # raised NotADirectoryError before
+        assert store.cached_among(["train/one.bin"]) == set()
+        assert any("not admitting 'train/one.bin'" in r.getMessage() and "replaced again" in r.getMessage()
+                   for r in caplog.records), [r.getMessage() for r in caplog.records]
+        monkeypatch.setattr(fanout, "replace_with_folder", real)
+        put(store, "train/one.bin", 14, fill=ord("o"))  # the neighbour gone: admitted
+        assert store.cached_among(["train/one.bin"]) == {"train/one.bin"}
+        _untouched(outside)
+
+
+def test_a_fan_link_replaced_by_another_replacer_meanwhile_is_no_error(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The install and the object scan (two threads) both find the same link: the one that comes
+    second finds the other's new folder where it meant to remove the link (EISDIR), and goes on
+    into that folder."""
+    outside = _outside(tmp_path)
+    real = fanout._what
+
+    def other_replacer_first(path: str) -> str:
+        said = real(path)
+        os.unlink(path)
+        os.mkdir(path, 0o755)
+        return said
+
+    with _store(tmp_path) as store:
+        fan = store.objects_dir / sid_of("train/one.bin")[:2]
+        fan.symlink_to(outside)
+        monkeypatch.setattr(fanout, "_what", other_replacer_first)
+        put(store, "train/one.bin", 14, fill=ord("o"))  # raised IsADirectoryError before
+        assert store.cached_among(["train/one.bin"]) == {"train/one.bin"}
+        assert not fan.is_symlink() and fan.is_dir()
+        _untouched(outside)
