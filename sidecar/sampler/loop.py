@@ -334,6 +334,7 @@ class Sampler(RepairsInPlace, Shutdown, Publishing, Waiting):
         if now - self._looked >= LOOK_EVERY:
             self._looked = now
             self._look_at_store()
+            self.room.look_at_volume()  # a full volume refuses the cuts a "cache full" pause awaits
         if now - self._repairs_looked >= REPAIRS_EVERY:
             # Repairs this process did not queue: epochfs verify's quarantines, a restart's.
             self._repairs_looked = now

@@ -301,14 +301,23 @@ class Room:
         self.set_backpressure(stuck or CACHE_FULL)
 
     def cut_refused(self, error: BaseException) -> None:
-        """The interval's cut met a full volume (``error``): the volume is measured again at once,
-        and while it bounds the cache below --capacity a pause under way is "disk full" (gauge,
-        status, an Event) rather than "cache full". A "cache full" pause waits for a cut, and the
-        loop's next reservation is refused against the recorded budget before the volume is
-        looked at, so nothing else would measure it while the cuts fail. Once room returns, the
-        next refused reservation measures it again (:meth:`reserve` does while the disk bounds
-        the cache), :meth:`full` says "cache full" again and the next cut is made."""
+        """The interval's cut met a full volume (``error``): measured at once (:meth:`_measure_pause`)."""
         self.disk.filled(error)
+        self._measure_pause()
+
+    def look_at_volume(self) -> None:
+        """The loop's tick, while paused for another reason than the disk: :meth:`_measure_pause`
+        (statvfs at most once a second). The cuts of a trainer's lookup (the FUSE server's) and of
+        queued requests never reach :meth:`cut_refused`, and a "cache full" pause measures nothing."""
+        if self.backpressure is not None and not self.backpressure.startswith(DISK_FULL):
+            self._measure_pause()
+
+    def _measure_pause(self) -> None:
+        """Measure the volume; while it bounds the cache below --capacity a pause under way is
+        "disk full" (gauge, status, an Event), not "cache full" (whose reservations are refused
+        against the recorded budget before the volume is looked at). Once room returns, the next
+        refused reservation measures it (:meth:`reserve` does while the disk bounds the cache),
+        :meth:`full` says "cache full" again and the next cut is made."""
         self._record_capacity(self.disk.effective_capacity(self.reservations.cache_bytes()))
         if (self.disk.limited and self.backpressure is not None
                 and not self.backpressure.startswith(DISK_FULL)):
