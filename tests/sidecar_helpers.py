@@ -71,6 +71,20 @@ class Sidecar:
         assert code == 200, body
         return body.decode()
 
+    def gauges(self) -> dict[str, float]:
+        """The unlabelled samples of one scrape of ``/metrics``, and the ``ok`` fetches
+        (``epochfs_remote_objects_total{result="ok"}``) as ``fetched``."""
+        from prometheus_client.parser import text_string_to_metric_families
+
+        out: dict[str, float] = {}
+        for family in text_string_to_metric_families(self.metrics()):
+            for s in family.samples:
+                if not s.labels:
+                    out[s.name] = float(s.value)
+                elif s.name == "epochfs_remote_objects_total" and s.labels == {"result": "ok"}:
+                    out["fetched"] = float(s.value)
+        return out
+
     def metric(self, name: str, **labels: str) -> float | None:
         """One sample's value from /metrics (None when absent)."""
         from prometheus_client.parser import text_string_to_metric_families

@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 from common import wait_until
 from inprocess import small_volume
-from sidecar_helpers import Sidecar, running_sidecar
+from sidecar_helpers import running_sidecar
 
 pytestmark = [
     pytest.mark.fuse,
@@ -35,20 +35,6 @@ SIZE = 128 << 10
 TENANT = 40 << 20
 
 
-def _gauges(car: Sidecar) -> dict[str, float]:
-    """The unlabelled samples of one scrape of ``/metrics``, and ``ok`` fetches as ``fetched``."""
-    from prometheus_client.parser import text_string_to_metric_families
-
-    code, body = car.get("/metrics")
-    assert code == 200, body
-    out: dict[str, float] = {}
-    for family in text_string_to_metric_families(body.decode()):
-        for s in family.samples:
-            if not s.labels:
-                out[s.name] = float(s.value)
-            elif s.name == "epochfs_remote_objects_total" and s.labels == {"result": "ok"}:
-                out["fetched"] = float(s.value)
-    return out
 
 
 def _remote(tmp_path: Path) -> Path:
@@ -78,19 +64,19 @@ def test_disk_full_ends_and_fetching_resumes_once_the_volume_has_room_without_a_
         with running_sidecar(vol, remote=f"file://{remote}", endpoint="",
                              extra=("--capacity", "40Mi")) as car:
             os.listdir(car.mount / "epoch-0")  # the trainer's first lookup cuts epoch 0
-            wait_until(lambda: (g := _gauges(car)).get("epochfs_epoch_latest") == 0
+            wait_until(lambda: (g := car.gauges()).get("epochfs_epoch_latest") == 0
                        and g.get("epochfs_disk_full") == 1 and g.get("epochfs_sampler_idle") == 0,
                        timeout=60, what="epoch 0 live and sampling paused as disk full")
-            short = _gauges(car)
+            short = car.gauges()
             assert short["epochfs_cache_capacity_bytes"] < CAPACITY, short
             assert short["fetched"] < OBJECTS, short
             _make_room(vol, tenant, how)  # room for --capacity again
-            wait_until(lambda: _gauges(car).get("epochfs_disk_full") == 0, timeout=20,
+            wait_until(lambda: car.gauges().get("epochfs_disk_full") == 0, timeout=20,
                        what="epochfs_disk_full back to 0 with no cut")
-            wait_until(lambda: _gauges(car).get("epochfs_cache_capacity_bytes") == CAPACITY,
+            wait_until(lambda: car.gauges().get("epochfs_cache_capacity_bytes") == CAPACITY,
                        timeout=20, what="the budget back to --capacity")
-            wait_until(lambda: _gauges(car)["fetched"] > short["fetched"], timeout=20,
+            wait_until(lambda: car.gauges()["fetched"] > short["fetched"], timeout=20,
                        what="samples fetched again with no cut")
-            after = _gauges(car)
+            after = car.gauges()
             assert after["epochfs_epoch_latest"] == 0 and after["epochfs_epochs_live"] == 1, after
             assert "has room for --capacity" in car.log_text()

@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 from common import wait_until
 from inprocess import fill, small_volume
-from sidecar_helpers import Sidecar, running_sidecar
+from sidecar_helpers import running_sidecar
 
 pytestmark = [
     pytest.mark.fuse,
@@ -33,20 +33,6 @@ OBJECTS = 400
 SIZE = 64 << 10
 
 
-def _gauges(car: Sidecar) -> dict[str, float]:
-    """The unlabelled samples of one scrape of ``/metrics``, and ``ok`` fetches as ``fetched``."""
-    from prometheus_client.parser import text_string_to_metric_families
-
-    code, body = car.get("/metrics")
-    assert code == 200, body
-    out: dict[str, float] = {}
-    for family in text_string_to_metric_families(body.decode()):
-        for s in family.samples:
-            if not s.labels:
-                out[s.name] = float(s.value)
-            elif s.name == "epochfs_remote_objects_total" and s.labels == {"result": "ok"}:
-                out["fetched"] = float(s.value)
-    return out
 
 
 def test_cache_full_pause_becomes_disk_full_without_any_cut_and_back(tmp_path: Path) -> None:
@@ -62,18 +48,18 @@ def test_cache_full_pause_becomes_disk_full_without_any_cut_and_back(tmp_path: P
                              extra=("--capacity", "12Mi", "--cut-interval", "0")) as car:
             os.listdir(car.mount / "epoch-0")  # the trainer's first lookup cuts epoch 0
             # The cache at --capacity, epoch 0 pinning it, nothing in flight: paused as "cache full".
-            wait_until(lambda: (g := _gauges(car)).get("epochfs_backpressure") == 1
+            wait_until(lambda: (g := car.gauges()).get("epochfs_backpressure") == 1
                        and g.get("epochfs_disk_full") == 0 and g.get("epochfs_epoch_latest") == 0
                        and g.get("fetched", 0) < OBJECTS,
                        timeout=90, what="the cache full, pinned by epoch 0")
-            cuts = _gauges(car)["epochfs_cuts_total"]
+            cuts = car.gauges()["epochfs_cuts_total"]
             filler = fill(vol, leave=0)  # another tenant: the volume full to its last byte
-            wait_until(lambda: _gauges(car).get("epochfs_disk_full") == 1, timeout=20,
+            wait_until(lambda: car.gauges().get("epochfs_disk_full") == 1, timeout=20,
                        what="epochfs_disk_full 1 with no cut tried")
-            short = _gauges(car)
+            short = car.gauges()
             assert short["epochfs_backpressure"] == 1 and short["epochfs_cuts_total"] == cuts, short
             filler.unlink()  # the tenant leaves
-            wait_until(lambda: (g := _gauges(car)).get("epochfs_disk_full") == 0
+            wait_until(lambda: (g := car.gauges()).get("epochfs_disk_full") == 0
                        and g.get("epochfs_backpressure") == 1, timeout=20,
                        what="the pause back to cache full")
-            assert _gauges(car)["epochfs_cuts_total"] == cuts
+            assert car.gauges()["epochfs_cuts_total"] == cuts

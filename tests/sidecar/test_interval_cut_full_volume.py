@@ -38,14 +38,6 @@ SIZE = 64 << 10
 INTERVAL = 5
 
 
-def _gauges(car: Sidecar) -> dict[str, float]:
-    """The unlabelled samples of one scrape of ``/metrics``."""
-    from prometheus_client.parser import text_string_to_metric_families
-
-    code, body = car.get("/metrics")
-    assert code == 200, body
-    return {s.name: float(s.value) for family in text_string_to_metric_families(body.decode())
-            for s in family.samples if not s.labels}
 
 
 def _reason(car: Sidecar) -> str | None:
@@ -85,7 +77,7 @@ def test_interval_cuts_refused_by_a_full_volume_pause_as_disk_full_and_resume(tm
                                     "--in-use-seconds", "2")) as car:
             # The cache at --capacity, the kept epochs pinning it: paused until the next cut, with
             # the share a cut allows fetched (nothing written until that cut).
-            wait_until(lambda: (g := _gauges(car)).get("epochfs_backpressure") == 1
+            wait_until(lambda: (g := car.gauges()).get("epochfs_backpressure") == 1
                        and g.get("epochfs_disk_full") == 0 and g.get("epochfs_cuts_total", 0) >= 2
                        and _settled(car.log_text()),
                        timeout=90, what="the cache full, pinned by kept epochs, between two cuts")
@@ -94,20 +86,20 @@ def test_interval_cuts_refused_by_a_full_volume_pause_as_disk_full_and_resume(tm
                        what="the refused interval cut in the log")
             line = next(s for s in car.log_text().splitlines() if "cannot cut epoch" in s)
             assert "the cache's volume is full" in line, line
-            wait_until(lambda: _gauges(car).get("epochfs_disk_full") == 1, timeout=20,
+            wait_until(lambda: car.gauges().get("epochfs_disk_full") == 1, timeout=20,
                        what="epochfs_disk_full 1 while the cut is refused")
-            cuts = _gauges(car)["epochfs_cuts_total"]
+            cuts = car.gauges()["epochfs_cuts_total"]
             # The pause stays the disk's across the interval cuts refused next (the sampler's
             # progress line comes once a second here).
             lines = _progress_lines(car)
             wait_until(lambda: _progress_lines(car) >= lines + 2 * INTERVAL + 1, timeout=30,
                        what="more interval cuts refused")
-            still = _gauges(car)
+            still = car.gauges()
             assert (still.get("epochfs_disk_full"), still["epochfs_cuts_total"]) == (1, cuts), still
             filler.unlink()  # the tenant leaves
-            wait_until(lambda: _gauges(car)["epochfs_cuts_total"] >= cuts + 2, timeout=6 * INTERVAL + 20,
+            wait_until(lambda: car.gauges()["epochfs_cuts_total"] >= cuts + 2, timeout=6 * INTERVAL + 20,
                        what="interval cuts again once room returns")
-            wait_until(lambda: _gauges(car).get("epochfs_disk_full") == 0, timeout=20,
+            wait_until(lambda: car.gauges().get("epochfs_disk_full") == 0, timeout=20,
                        what="epochfs_disk_full back to 0")
             assert _reason(car) != "disk full"
             log = car.log_text()
