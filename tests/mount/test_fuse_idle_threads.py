@@ -24,6 +24,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from common import wait_until
 from fuse_helpers import admit, make_objects, mounted, open_store
 
 from epochfs.fuse.lowlevel import IDLE_THREADS
@@ -122,7 +123,10 @@ def test_a_burst_leaves_no_more_idle_request_threads_than_kept(tmp_path: Path, a
     store.close()
     with mounted(cache, tmp_path / "mnt", args=("--fuse-api", api)) as m:
         pid = m.proc.pid
-        assert _request_threads(pid) >= 1, "no thread of the server waits in fuse_dev_do_read"
+        # The mount is ready before its first request thread is back in its read of /dev/fuse
+        # (under load the suite once looked in between).
+        wait_until(lambda: _request_threads(pid) >= 1, timeout=30,
+                   what="a thread of the server waiting in fuse_dev_do_read")
         own = _threads(pid) - _request_threads(pid)
         started = _burst(m.path, pid)
         status = m.path / ".epochfs" / "status.json"
