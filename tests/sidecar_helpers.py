@@ -179,3 +179,22 @@ def running_sidecar(
             assert code == expect_exit, f"sidecar exit {code}:\n{car.log_text()[-5000:]}"
             assert took < 10, f"SIGTERM took {took:.1f}s"
             assert not left, f"left mounted: {left}"
+
+
+@contextlib.contextmanager
+def sidecar_on_small_volume(tmp_path: Path, volume: str, *, objects: int, size: int,
+                            extra: tuple[str, ...]) -> Iterator[tuple[Sidecar, Path]]:
+    """A sidecar over a ``file://`` remote of ``objects`` files of ``size`` bytes whose cache alone
+    lies on a tmpfs of ``volume`` (``"24m"``), for another tenant to fill: its log stays on
+    ``tmp_path``, where it can be written. Yields (the sidecar, the volume)."""
+    from inprocess import small_volume
+
+    data = tmp_path / "data"
+    data.mkdir()
+    for i in range(objects):
+        (data / f"{i:03d}.bin").write_bytes(bytes([i % 251]) * size)
+    with small_volume(tmp_path / "vol", volume) as vol:
+        (vol / "cache").mkdir()
+        (tmp_path / "cache").symlink_to(vol / "cache")  # where running_sidecar puts the cache
+        with running_sidecar(tmp_path, remote=f"file://{data}", endpoint="", extra=extra) as car:
+            yield car, vol

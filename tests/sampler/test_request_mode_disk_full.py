@@ -20,8 +20,8 @@ from pathlib import Path
 
 import pytest
 from common import wait_until
-from inprocess import fill, small_volume
-from sidecar_helpers import running_sidecar
+from inprocess import fill
+from sidecar_helpers import sidecar_on_small_volume
 
 pytestmark = [
     pytest.mark.fuse,
@@ -33,33 +33,23 @@ OBJECTS = 400
 SIZE = 64 << 10
 
 
-
-
 def test_cache_full_pause_becomes_disk_full_without_any_cut_and_back(tmp_path: Path) -> None:
-    data = tmp_path / "data"
-    data.mkdir()
-    for i in range(OBJECTS):
-        (data / f"{i:03d}.bin").write_bytes(bytes([i % 251]) * SIZE)
-    with small_volume(tmp_path / "vol", "24m") as vol:
-        (vol / "cache").mkdir()
-        # Only the cache on the small volume: the sidecar's log stays where it can be written.
-        (tmp_path / "cache").symlink_to(vol / "cache")
-        with running_sidecar(tmp_path, remote=f"file://{data}", endpoint="",
-                             extra=("--capacity", "12Mi", "--cut-interval", "0")) as car:
-            os.listdir(car.mount / "epoch-0")  # the trainer's first lookup cuts epoch 0
-            # The cache at --capacity, epoch 0 pinning it, nothing in flight: paused as "cache full".
-            wait_until(lambda: (g := car.gauges()).get("epochfs_backpressure") == 1
-                       and g.get("epochfs_disk_full") == 0 and g.get("epochfs_epoch_latest") == 0
-                       and g.get("fetched", 0) < OBJECTS,
-                       timeout=90, what="the cache full, pinned by epoch 0")
-            cuts = car.gauges()["epochfs_cuts_total"]
-            filler = fill(vol, leave=0)  # another tenant: the volume full to its last byte
-            wait_until(lambda: car.gauges().get("epochfs_disk_full") == 1, timeout=20,
-                       what="epochfs_disk_full 1 with no cut tried")
-            short = car.gauges()
-            assert short["epochfs_backpressure"] == 1 and short["epochfs_cuts_total"] == cuts, short
-            filler.unlink()  # the tenant leaves
-            wait_until(lambda: (g := car.gauges()).get("epochfs_disk_full") == 0
-                       and g.get("epochfs_backpressure") == 1, timeout=20,
-                       what="the pause back to cache full")
-            assert car.gauges()["epochfs_cuts_total"] == cuts
+    with sidecar_on_small_volume(tmp_path, "24m", objects=OBJECTS, size=SIZE,
+                                 extra=("--capacity", "12Mi", "--cut-interval", "0")) as (car, vol):
+        os.listdir(car.mount / "epoch-0")  # the trainer's first lookup cuts epoch 0
+        # The cache at --capacity, epoch 0 pinning it, nothing in flight: paused as "cache full".
+        wait_until(lambda: (g := car.gauges()).get("epochfs_backpressure") == 1
+                   and g.get("epochfs_disk_full") == 0 and g.get("epochfs_epoch_latest") == 0
+                   and g.get("fetched", 0) < OBJECTS,
+                   timeout=90, what="the cache full, pinned by epoch 0")
+        cuts = car.gauges()["epochfs_cuts_total"]
+        filler = fill(vol, leave=0)  # another tenant: the volume full to its last byte
+        wait_until(lambda: car.gauges().get("epochfs_disk_full") == 1, timeout=20,
+                   what="epochfs_disk_full 1 with no cut tried")
+        short = car.gauges()
+        assert short["epochfs_backpressure"] == 1 and short["epochfs_cuts_total"] == cuts, short
+        filler.unlink()  # the tenant leaves
+        wait_until(lambda: (g := car.gauges()).get("epochfs_disk_full") == 0
+                   and g.get("epochfs_backpressure") == 1, timeout=20,
+                   what="the pause back to cache full")
+        assert car.gauges()["epochfs_cuts_total"] == cuts

@@ -24,8 +24,8 @@ from pathlib import Path
 
 import pytest
 from common import wait_until
-from inprocess import fill, small_volume
-from sidecar_helpers import Sidecar, running_sidecar
+from inprocess import fill
+from sidecar_helpers import Sidecar, sidecar_on_small_volume
 
 pytestmark = [
     pytest.mark.fuse,
@@ -63,46 +63,37 @@ def _progress_lines(car: Sidecar) -> int:
 
 
 def test_interval_cuts_refused_by_a_full_volume_pause_as_disk_full_and_resume(tmp_path: Path) -> None:
-    data = tmp_path / "data"
-    data.mkdir()
-    for i in range(OBJECTS):
-        (data / f"{i:03d}.bin").write_bytes(bytes([i % 251]) * SIZE)
-    with small_volume(tmp_path / "vol", "24m") as vol:
-        (vol / "cache").mkdir()
-        # Only the cache on the small volume (running_sidecar puts it at tmp_path/cache): the
-        # sidecar's log stays where it can be written.
-        (tmp_path / "cache").symlink_to(vol / "cache")
-        with running_sidecar(tmp_path, remote=f"file://{data}", endpoint="",
-                             extra=("--capacity", "12Mi", "--cut-interval", str(INTERVAL),
-                                    "--in-use-seconds", "2")) as car:
-            # The cache at --capacity, the kept epochs pinning it: paused until the next cut, with
-            # the share a cut allows fetched (nothing written until that cut).
-            wait_until(lambda: (g := car.gauges()).get("epochfs_backpressure") == 1
-                       and g.get("epochfs_disk_full") == 0 and g.get("epochfs_cuts_total", 0) >= 2
-                       and _settled(car.log_text()),
-                       timeout=90, what="the cache full, pinned by kept epochs, between two cuts")
-            filler = fill(vol, leave=0)  # another tenant: the volume full to its last byte
-            wait_until(lambda: "cannot cut epoch" in car.log_text(), timeout=4 * INTERVAL + 10,
-                       what="the refused interval cut in the log")
-            line = next(s for s in car.log_text().splitlines() if "cannot cut epoch" in s)
-            assert "the cache's volume is full" in line, line
-            wait_until(lambda: car.gauges().get("epochfs_disk_full") == 1, timeout=20,
-                       what="epochfs_disk_full 1 while the cut is refused")
-            cuts = car.gauges()["epochfs_cuts_total"]
-            # The pause stays the disk's across the interval cuts refused next (the sampler's
-            # progress line comes once a second here).
-            lines = _progress_lines(car)
-            wait_until(lambda: _progress_lines(car) >= lines + 2 * INTERVAL + 1, timeout=30,
-                       what="more interval cuts refused")
-            still = car.gauges()
-            assert (still.get("epochfs_disk_full"), still["epochfs_cuts_total"]) == (1, cuts), still
-            filler.unlink()  # the tenant leaves
-            wait_until(lambda: car.gauges()["epochfs_cuts_total"] >= cuts + 2, timeout=6 * INTERVAL + 20,
-                       what="interval cuts again once room returns")
-            wait_until(lambda: car.gauges().get("epochfs_disk_full") == 0, timeout=20,
-                       what="epochfs_disk_full back to 0")
-            assert _reason(car) != "disk full"
-            log = car.log_text()
-            assert "cuts resume: epoch " in log, log[-3000:]
-            refused = [s for s in log.splitlines() if "cannot cut epoch" in s]
-            assert len(refused) == 1, refused  # said at most once a minute
+    with sidecar_on_small_volume(tmp_path, "24m", objects=OBJECTS, size=SIZE,
+                                 extra=("--capacity", "12Mi", "--cut-interval", str(INTERVAL),
+                                        "--in-use-seconds", "2")) as (car, vol):
+        # The cache at --capacity, the kept epochs pinning it: paused until the next cut, with
+        # the share a cut allows fetched (nothing written until that cut).
+        wait_until(lambda: (g := car.gauges()).get("epochfs_backpressure") == 1
+                   and g.get("epochfs_disk_full") == 0 and g.get("epochfs_cuts_total", 0) >= 2
+                   and _settled(car.log_text()),
+                   timeout=90, what="the cache full, pinned by kept epochs, between two cuts")
+        filler = fill(vol, leave=0)  # another tenant: the volume full to its last byte
+        wait_until(lambda: "cannot cut epoch" in car.log_text(), timeout=4 * INTERVAL + 10,
+                   what="the refused interval cut in the log")
+        line = next(s for s in car.log_text().splitlines() if "cannot cut epoch" in s)
+        assert "the cache's volume is full" in line, line
+        wait_until(lambda: car.gauges().get("epochfs_disk_full") == 1, timeout=20,
+                   what="epochfs_disk_full 1 while the cut is refused")
+        cuts = car.gauges()["epochfs_cuts_total"]
+        # The pause stays the disk's across the interval cuts refused next (the sampler's
+        # progress line comes once a second here).
+        lines = _progress_lines(car)
+        wait_until(lambda: _progress_lines(car) >= lines + 2 * INTERVAL + 1, timeout=30,
+                   what="more interval cuts refused")
+        still = car.gauges()
+        assert (still.get("epochfs_disk_full"), still["epochfs_cuts_total"]) == (1, cuts), still
+        filler.unlink()  # the tenant leaves
+        wait_until(lambda: car.gauges()["epochfs_cuts_total"] >= cuts + 2, timeout=6 * INTERVAL + 20,
+                   what="interval cuts again once room returns")
+        wait_until(lambda: car.gauges().get("epochfs_disk_full") == 0, timeout=20,
+                   what="epochfs_disk_full back to 0")
+        assert _reason(car) != "disk full"
+        log = car.log_text()
+        assert "cuts resume: epoch " in log, log[-3000:]
+        refused = [s for s in log.splitlines() if "cannot cut epoch" in s]
+        assert len(refused) == 1, refused  # said at most once a minute
