@@ -57,6 +57,13 @@ class Process(Protocol):
     def kill(self) -> None: ...
 
 
+WAIT_POLL_FIRST = 0.0005
+"""Seconds of :meth:`Forked.wait`'s first sleep between two looks at the child."""
+
+WAIT_POLL_MAX = 0.005
+"""Seconds of its longest sleep between two looks."""
+
+
 class Forked:
     """A child made by :func:`fork_child`, with the parts of :class:`subprocess.Popen` the parent
     uses (its exit status as Popen gives it: a signal's number negated). Reaped under a lock, as
@@ -82,11 +89,17 @@ class Forked:
             return self.returncode
 
     def wait(self, timeout: float | None = None) -> int:
+        """Its exit status once it has exited. Polled as :meth:`subprocess.Popen.wait` polls a
+        child with a timeout, from 0.5 ms up to :data:`WAIT_POLL_MAX`: a child just killed (the
+        one a listing of one page ends before the first object GET) is reaped within a
+        millisecond, where a first sleep of 5 ms put those on the sampler's start."""
         deadline = None if timeout is None else time.monotonic() + timeout
+        delay = WAIT_POLL_FIRST
         while (rc := self.poll()) is None:
             if deadline is not None and time.monotonic() >= deadline:
                 raise subprocess.TimeoutExpired(f"listing process {self.pid}", timeout or 0.0)
-            time.sleep(0.005)  # as Popen.wait polls a child with a timeout
+            time.sleep(delay)
+            delay = min(delay * 2, WAIT_POLL_MAX)
         return rc
 
     def kill(self) -> None:
