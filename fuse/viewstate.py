@@ -26,6 +26,7 @@ from epochfs.fuse.lost import LostEntries
 from epochfs.fuse.packed import PackedBytes
 from epochfs.fuse.tree import DIR_MODE, Attr, EpochTree, NotFound
 from epochfs.sidecar.store import EpochReader, Meta, Stats
+from epochfs.sidecar.store.diskmargin import show_volume_full
 from epochfs.sidecar.store.index import is_corruption
 from epochfs.sidecar.store.stats import retry_line
 from epochfs.torchclient.layout import (
@@ -206,6 +207,7 @@ class ViewState:
         the supervisor recorded (:data:`REPORT_URL_KEY`: the client finds a sidecar on any
         ``--health-port`` through the mount it reads), and its shard (:meth:`_shard`)."""
         doc = stats.to_json()
+        show_volume_full(doc, self.store.root)  # a pause the index could not record
         retrying = retry_line(self.store.meta(Meta.SAMPLER_RETRYING), time.time())
         if retrying:
             doc["sampler_retrying"] = retrying

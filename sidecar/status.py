@@ -134,6 +134,7 @@ def read_stats(*, cache: Path | None, mount: Path | None) -> dict[str, Any]:
             with contextlib.suppress(ValueError, TypeError, AttributeError):  # a damaged value: skip it
                 doc.update(facts.totals(saved))
         facts.sampler_facts(doc, cache)
+        facts.volume_facts(doc, cache)
         facts.outage_facts(doc, outage, cache)
     retrying = read_retrying(cache=cache, mount=mount) or doc.get("outage")
     if retrying:

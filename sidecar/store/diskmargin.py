@@ -6,6 +6,12 @@ facts of the cache's volume that readers of the index may want.
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
+from typing import Any
+
+from epochfs.sidecar.store.snapshot import DISK_FULL
+
 MARGIN_MAX = 64 * 1024 * 1024
 """Free bytes kept for the index, its write-ahead log and the filesystem itself (at most)..."""
 MARGIN_SHARE = 0.10
@@ -20,4 +26,38 @@ def margin_for(fs_bytes: int) -> int:
     return max(MARGIN_MIN, min(MARGIN_MAX, int(fs_bytes * MARGIN_SHARE)))
 
 
-__all__ = ["MARGIN_MAX", "MARGIN_MIN", "MARGIN_SHARE", "margin_for"]
+INDEX_ROOM = 1024 * 1024
+"""Free bytes on the cache's volume under which the index may take no write: a transaction
+appends its pages to the write-ahead log, and a checkpoint may need room as well."""
+
+
+def volume_full_words(root: Path) -> str | None:
+    """``disk full (N bytes free on the cache's volume)`` when the volume of the cache at ``root``
+    has less than :data:`INDEX_ROOM` free now; None when it has more or cannot be measured.
+
+    A volume filled to its last byte by another tenant takes no write of the index, so the
+    sampler cannot record its "disk full" pause there (its gauge says it at once): ``epochfs
+    status --cache`` and the views' ``status.json`` read the index, and would go on saying what
+    it held before (``cache full``, or no pause at all). They measure the volume themselves."""
+    try:
+        st = os.statvfs(root)
+    except OSError:
+        return None
+    free = st.f_bavail * st.f_frsize
+    if free >= INDEX_ROOM:
+        return None
+    return f"{DISK_FULL} ({free} bytes free on the cache's volume: too few for the index to record the pause)"
+
+
+def show_volume_full(doc: dict[str, Any], root: Path) -> None:
+    """Show a status document's pause (``Stats.to_json``) as :func:`volume_full_words` says, where
+    the index's own words are not already "disk full"."""
+    if str(doc.get("backpressure_reason") or "").startswith(DISK_FULL):
+        return
+    words = volume_full_words(root)
+    if words is not None:
+        doc["backpressure"], doc["backpressure_reason"] = True, words
+
+
+__all__ = ["INDEX_ROOM", "MARGIN_MAX", "MARGIN_MIN", "MARGIN_SHARE", "margin_for", "show_volume_full",
+           "volume_full_words"]

@@ -13,6 +13,7 @@ gate (so the volume is filled while downloads are in flight, as another tenant's
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import sqlite3
@@ -26,6 +27,8 @@ from common import wait_until
 from inprocess import fill, objects_of, sampling, settings_for, small_volume
 from prometheus_client import REGISTRY
 
+from epochfs.fuse.view import View
+from epochfs.sidecar import samplerlock, status
 from epochfs.sidecar.remote.testing import MemoryReader, MemoryRemote
 from epochfs.sidecar.sampler import Sampler
 from epochfs.sidecar.store import Store
@@ -58,15 +61,27 @@ class GatedRemote(MemoryRemote):
 
 
 @contextmanager
-def full_to_the_last_byte(tmp_path: Path, *extra: str
+def held_if(locked: bool, cache: Path) -> Iterator[None]:
+    fd = samplerlock.hold(cache) if locked else None
+    try:
+        yield
+    finally:
+        if fd is not None:
+            os.close(fd)
+
+
+@contextmanager
+def full_to_the_last_byte(tmp_path: Path, *extra: str, locked: bool = False
                           ) -> Iterator[tuple[Path, Path, Store, Sampler, Callable[[], int]]]:
     """A sampler paused as "disk full" on a volume with no byte free: (volume, filler, store,
-    sampler, the count of writes the volume refused so far); ``extra``: more sampler flags."""
+    sampler, the count of writes the volume refused so far); ``extra``: more sampler flags;
+    ``locked``: the sampler's lock held, as ``epochfs sample`` holds it (status then sees a
+    sampler run)."""
     remote = GatedRemote(objects_of(40, 128 * 1024), free=8)
     with small_volume(tmp_path / "vol", "32m") as vol:
         cache = vol / "cache"
         settings = settings_for(cache, "--capacity", "6Mi", "--concurrency", "4", *extra)
-        with sampling(cache, remote, settings) as (store, sampler):
+        with sampling(cache, remote, settings) as (store, sampler), held_if(locked, cache):
             refused: list[BaseException] = []
             filled = sampler.disk.filled
 
@@ -147,3 +162,24 @@ def test_a_budget_that_turns_over_on_a_short_volume_says_its_pauses_once(
     lines = [r.getMessage() for r in caplog.records
              if r.getMessage().startswith("backpressure") and " sample(s) fetched" not in r.getMessage()]
     assert 1 <= len(lines) <= 3, lines
+
+
+def test_status_and_status_json_say_disk_full_where_the_index_cannot(tmp_path: Path) -> None:
+    """Review KK: with no byte free the sampler cannot write its pause into the index, which
+    ``epochfs status --cache`` and the views' ``status.json`` read: they said what the index held
+    before (here: no pause at all). They measure the volume now."""
+    with full_to_the_last_byte(tmp_path, locked=True) as (vol, filler, store, _sampler, refused):
+        wait_until(lambda: refused() >= 1, what="a write refused by the full volume")
+        assert not (store.stats().backpressure_reason or "").startswith("disk full")  # the index's words
+        cache = vol / "cache"
+        doc = status.read_stats(cache=cache, mount=None)
+        assert doc["backpressure"] is True
+        assert doc["backpressure_reason"].startswith("disk full (")
+        assert "bytes free on the cache's volume" in doc["backpressure_reason"]
+        shown = json.loads(View(store=store, link_root=cache / "objects").render_status())
+        assert shown["backpressure"] is True and shown["backpressure_reason"].startswith("disk full (")
+        # Room back (more than the index needs): the index's own words again.
+        os.truncate(filler, filler.stat().st_size - 4 * 1024 * 1024)
+        wait_until(lambda: store.stats().backpressure_reason == "disk full", timeout=20,
+                   what="disk full in the index once it can be written")
+        assert status.read_stats(cache=cache, mount=None)["backpressure_reason"] == "disk full"
