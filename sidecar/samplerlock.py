@@ -22,7 +22,7 @@ from pathlib import Path
 from epochfs.sidecar.config import ConfigError
 from epochfs.sidecar.store import flocks
 
-LOCK_NAME = "sampler.lock"
+LOCK_NAME = flocks.SAMPLER_LOCK_NAME
 """The lock file in the cache folder; it holds the holder's pid (shown when a second is refused)."""
 
 SIDECAR_PID_NAME = "sidecar.pid"
@@ -147,4 +147,4 @@ def holder_pid(cache: Path) -> int | None:
 
 def held(cache: Path) -> bool:
     """Whether a sampler holds the cache's lock now."""
-    return flocks.holder(cache / LOCK_NAME) is True
+    return flocks.sampler_running(cache)

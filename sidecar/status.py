@@ -34,6 +34,7 @@ from epochfs.sidecar.config import ConfigError, format_size
 from epochfs.sidecar.status_estimate import ESTIMATE_SECONDS, estimate
 from epochfs.sidecar.status_lines import epoch_lines, fmt_rates, in_flight_words, listing_lines, rates
 from epochfs.sidecar.store import INDEX_NAME, Meta, Store, StoreError
+from epochfs.sidecar.store.diskmargin import show_volume_full
 from epochfs.sidecar.store.stats import RETRYING_MAX_AGE, STATE_FILE_NAME, retry_words
 
 BAR_WIDTH = 40
@@ -134,7 +135,7 @@ def read_stats(*, cache: Path | None, mount: Path | None) -> dict[str, Any]:
             with contextlib.suppress(ValueError, TypeError, AttributeError):  # a damaged value: skip it
                 doc.update(facts.totals(saved))
         facts.sampler_facts(doc, cache)
-        facts.volume_facts(doc, cache)
+        show_volume_full(doc, cache)  # a pause the index could not record (a volume full to its last byte)
         facts.outage_facts(doc, outage, cache)
     retrying = read_retrying(cache=cache, mount=mount) or doc.get("outage")
     if retrying:

@@ -25,7 +25,6 @@ from typing import Any
 from epochfs.sidecar import samplerlock
 from epochfs.sidecar.config import ConfigError
 from epochfs.sidecar.store import INDEX_NAME, Policy
-from epochfs.sidecar.store.diskmargin import show_volume_full
 from epochfs.sidecar.store.outage import parse
 
 NOT_RUNNING = ("sampler: NOT RUNNING (no `epochfs sample` holds this cache's lock): nothing is "
@@ -49,14 +48,6 @@ def sampler_facts(doc: dict[str, Any], cache: Path) -> None:
         doc["inflight_bytes"] = doc["inflight_downloaded_bytes"] = 0
         doc["backpressure"] = False
         doc["backpressure_reason"] = None
-
-
-def volume_facts(doc: dict[str, Any], cache: Path) -> None:
-    """While a sampler runs on a cache whose volume has too little room for the index to take a
-    write, show its pause as "disk full" (:func:`~epochfs.sidecar.store.diskmargin.volume_full_words`):
-    the index still holds what the sampler wrote before the volume filled. No sampler, no pause."""
-    if doc.get("sampler_running"):
-        show_volume_full(doc, cache)
 
 
 def outage_facts(doc: dict[str, Any], record: str | None, cache: Path) -> None:

@@ -6,10 +6,12 @@ facts of the cache's volume that readers of the index may want.
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import Any
 
+from epochfs.sidecar.store.flocks import sampler_running
+from epochfs.sidecar.store.index import free_bytes
+from epochfs.sidecar.store.records import NO_ROOM_BYTES
 from epochfs.sidecar.store.snapshot import DISK_FULL
 
 MARGIN_MAX = 64 * 1024 * 1024
@@ -26,38 +28,35 @@ def margin_for(fs_bytes: int) -> int:
     return max(MARGIN_MIN, min(MARGIN_MAX, int(fs_bytes * MARGIN_SHARE)))
 
 
-INDEX_ROOM = 1024 * 1024
-"""Free bytes on the cache's volume under which the index may take no write: a transaction
-appends its pages to the write-ahead log, and a checkpoint may need room as well."""
-
-
 def volume_full_words(root: Path) -> str | None:
-    """``disk full (N bytes free on the cache's volume)`` when the volume of the cache at ``root``
-    has less than :data:`INDEX_ROOM` free now; None when it has more or cannot be measured.
+    """``disk full: ...`` when the volume of the cache at ``root`` has less than
+    :data:`~.records.NO_ROOM_BYTES` free now (too little for the index to take a write: a
+    transaction appends its pages to the write-ahead log); None when it has more or cannot be
+    measured. The words do not change with the bytes left, so a status document that shows them
+    changes only when the pause does."""
+    free = free_bytes(root)
+    if free is None or free >= NO_ROOM_BYTES:
+        return None
+    return (f"{DISK_FULL}: under {NO_ROOM_BYTES // 1024**2} MiB free on the cache's volume, too "
+            "little for the index to record the pause")
+
+
+def show_volume_full(doc: dict[str, Any], root: Path) -> None:
+    """Show a status document's pause (``Stats.to_json``) as "disk full" while a sampler runs on
+    the cache at ``root`` and its volume is full (:func:`volume_full_words`), where the index's own
+    words are not already that.
 
     A volume filled to its last byte by another tenant takes no write of the index, so the
     sampler cannot record its "disk full" pause there (its gauge says it at once): ``epochfs
     status --cache`` and the views' ``status.json`` read the index, and would go on saying what
-    it held before (``cache full``, or no pause at all). They measure the volume themselves."""
-    try:
-        st = os.statvfs(root)
-    except OSError:
-        return None
-    free = st.f_bavail * st.f_frsize
-    if free >= INDEX_ROOM:
-        return None
-    return f"{DISK_FULL} ({free} bytes free on the cache's volume: too few for the index to record the pause)"
-
-
-def show_volume_full(doc: dict[str, Any], root: Path) -> None:
-    """Show a status document's pause (``Stats.to_json``) as :func:`volume_full_words` says, where
-    the index's own words are not already "disk full"."""
+    it held before (``cache full``, or no pause at all). No sampler, no pause: the same rule as
+    ``status --cache`` follows for every pause (the lock is asked only on a full volume)."""
     if str(doc.get("backpressure_reason") or "").startswith(DISK_FULL):
         return
     words = volume_full_words(root)
-    if words is not None:
+    if words is not None and sampler_running(root):
         doc["backpressure"], doc["backpressure_reason"] = True, words
 
 
-__all__ = ["INDEX_ROOM", "MARGIN_MAX", "MARGIN_MIN", "MARGIN_SHARE", "margin_for", "show_volume_full",
+__all__ = ["MARGIN_MAX", "MARGIN_MIN", "MARGIN_SHARE", "margin_for", "show_volume_full",
            "volume_full_words"]

@@ -12,6 +12,16 @@ import fcntl
 import os
 from pathlib import Path
 
+SAMPLER_LOCK_NAME = "sampler.lock"
+"""The sampler's lock file in the cache, held for the sampler's life (:mod:`epochfs.sidecar.samplerlock`
+takes it); named here so that the store's readers, the views among them, can ask whether a sampler
+runs (:func:`sampler_running`) without the sidecar's modules."""
+
+
+def sampler_running(root: Path) -> bool:
+    """Whether a sampler holds the lock of the cache at ``root`` now."""
+    return holder(root / SAMPLER_LOCK_NAME) is True
+
 
 def holder(path: Path) -> bool | None:
     """None: no such file; True: a process holds an exclusive ``flock`` on it; False: nobody does."""

@@ -36,6 +36,9 @@ from epochfs.sidecar.store import Store
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="mounts a tmpfs")
 
 CAPACITY = 6 * 1024 * 1024
+WORDS = ("disk full: under 1 MiB free on the cache's volume, too little for the index to record "
+         "the pause")
+"""What status and status.json say of a volume full to its last byte while a sampler runs."""
 VOLUME_LINES = ("the cache's filesystem", "--capacity")
 """How the sampler's lines about its volume begin (full, short of room, clamped, room again)."""
 
@@ -174,12 +177,22 @@ def test_status_and_status_json_say_disk_full_where_the_index_cannot(tmp_path: P
         cache = vol / "cache"
         doc = status.read_stats(cache=cache, mount=None)
         assert doc["backpressure"] is True
-        assert doc["backpressure_reason"].startswith("disk full (")
-        assert "bytes free on the cache's volume" in doc["backpressure_reason"]
+        assert doc["backpressure_reason"] == WORDS
         shown = json.loads(View(store=store, link_root=cache / "objects").render_status())
-        assert shown["backpressure"] is True and shown["backpressure_reason"].startswith("disk full (")
+        assert shown["backpressure"] is True and shown["backpressure_reason"] == WORDS
         # Room back (more than the index needs): the index's own words again.
         os.truncate(filler, filler.stat().st_size - 4 * 1024 * 1024)
         wait_until(lambda: store.stats().backpressure_reason == "disk full", timeout=20,
                    what="disk full in the index once it can be written")
         assert status.read_stats(cache=cache, mount=None)["backpressure_reason"] == "disk full"
+
+
+def test_no_sampler_no_pause_on_a_full_volume(tmp_path: Path) -> None:
+    """The views say what ``status --cache`` says: with no sampler holding the cache's lock (a
+    mount or publisher alone, a sampler down), a full volume pauses nothing (review FIN65)."""
+    with full_to_the_last_byte(tmp_path) as (vol, _filler, store, _sampler, refused):
+        wait_until(lambda: refused() >= 1, what="a write refused by the full volume")
+        cache = vol / "cache"
+        shown = json.loads(View(store=store, link_root=cache / "objects").render_status())
+        assert not (shown["backpressure_reason"] or "").startswith("disk full")
+        assert status.read_stats(cache=cache, mount=None)["backpressure"] is False
