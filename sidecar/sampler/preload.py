@@ -8,10 +8,10 @@ answer, a wait that holds no GIL. Started only once the LIST is sent
 (:meth:`~epochfs.sidecar.remote.s3.S3Remote.on_first_sent`), so nothing heavy is imported before
 the first request; a remote that cannot say when starts it at once.
 
-awscrt (the CRCs, ~50 ms of imports on a loaded node) is not preloaded: it is first needed by
-the first body's hash, after the first object GET is sent, and imported beside the LIST it took
-the CPU the main thread needed between the LIST's answer and that GET (0.107 s against 0.039 s
-from the first LIST to the first object GET, medians of 12 alternating runs).
+awscrt (the CRCs) is not preloaded: its functions are loaded straight from its shared library at
+the first body's hash (:mod:`~epochfs.sidecar.store.crtcrc`, ~6 ms), without the start of its
+module (~55 ms of aws-lc entropy seeding with the GIL held), which an import beside the LIST had
+taken from the main thread between the LIST's answer and the first object GET.
 """
 
 from __future__ import annotations

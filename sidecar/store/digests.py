@@ -26,6 +26,8 @@ import zlib
 from collections.abc import Callable
 from typing import Any, Protocol
 
+from epochfs.sidecar.store import crtcrc
+
 MD5 = "md5"
 BLOCK = 1 << 20
 """Bytes hashed at a time: the downloader's blocks from the network (the remote hands them on at
@@ -64,14 +66,19 @@ _CRT_WIDTHS = {"crc32c": 4, "crc64nvme": 8}
 
 
 @functools.cache
-def _crt() -> Any:
-    """awscrt's checksums module, or None without awscrt; imported on first use, so that processes
-    which only read the store (the FUSE server, ``epochfs status``) do not load its native library."""
+def _crt() -> dict[str, Callable[[Any, int], int]] | None:
+    """awscrt's CRCs by name, or None without awscrt; loaded on first use, so that processes which
+    only read the store (the FUSE server, ``epochfs status``) do not load its native library.
+    Straight from its shared library where that checks out (:mod:`.crtcrc`: no ~55 ms module
+    start with the GIL held), else through ``awscrt.checksums``."""
+    direct = crtcrc.load()
+    if direct is not None:
+        return direct
     try:
         from awscrt import checksums
     except ImportError:
         return None
-    return checksums
+    return {name: getattr(checksums, name) for name in _CRT_WIDTHS}
 
 
 def available(algorithm: str) -> bool:
@@ -94,7 +101,7 @@ def new_hasher(algorithm: str) -> Hasher:
     if crt is None:
         missing = " (awscrt is not installed)" if algorithm in _CRT_WIDTHS else ""
         raise ValueError(f"cannot compute {algorithm!r} digests here{missing}")
-    return _Crc(getattr(crt, algorithm), _CRT_WIDTHS[algorithm])
+    return _Crc(crt[algorithm], _CRT_WIDTHS[algorithm])
 
 
 def value(algorithm: str, h: Hasher) -> str:
