@@ -14,7 +14,7 @@ held on entry (``ctypes.PyDLL``); they release it themselves for buffers over 5 
 still runs beside the other downloads' reads. Each is checked against its catalogue check value
 (the CRC of ``b"123456789"``) before it is used; where anything differs (no awscrt, a release
 that renamed or changed them, a wrong answer) :func:`load` answers None and the caller imports
-``awscrt.checksums`` as before.
+``awscrt.checksums`` instead.
 """
 
 from __future__ import annotations
