@@ -1,8 +1,9 @@
 """The admitter: makes verified downloads visible in batches, off the scheduling thread.
 
 Admission renames files and fsyncs their folders (a few ms per batch folder); doing it on a thread
-of its own keeps the loop starting downloads meanwhile. It takes whatever is waiting, up to
-``ADMIT_BATCH``, so batches grow with the download rate and stay small when it is low. After each
+of its own keeps the loop starting downloads meanwhile. A batch is the first download handed over
+and whatever comes within ``ADMIT_LINGER`` of it, up to ``ADMIT_BATCH``: a batch costs about the
+same whatever its size, so small objects that finish one after another share one. After each
 batch it asks the store to serve queued cut requests, whose condition may now hold.
 
 Its backlog is bounded (:data:`ADMIT_BACKLOG`): the loop starts no download while that many wait
@@ -20,6 +21,7 @@ import logging
 import os
 import queue
 import threading
+import time
 from collections.abc import Callable
 
 from epochfs.sidecar.download import LocalWriteError
@@ -30,6 +32,15 @@ log = logging.getLogger("epochfs.sampler")
 
 ADMIT_BATCH = 512
 """Most verified downloads made visible in one store transaction."""
+ADMIT_LINGER = 0.05
+"""Seconds a batch waits for more downloads after its first. Each batch is two index commits and
+an fsync of every fan-out folder it touched, whatever its size: taking only what was waiting, a
+set of small objects was admitted one or two at a time (897 batches for 1,500 objects of 64 KiB,
+~0.6 ms of CPU and ~4 ms of disk waits each, beside the downloads' own fsyncs). A sample becomes
+visible this much later at most, and not at all once no download is left in flight (the last
+of a set is admitted at once); a stop does not wait for it."""
+LINGER_POLL = 0.005
+"""Seconds between the looks at the downloads in flight while a batch waits for more."""
 ADMIT_BACKLOG = 2 * ADMIT_BATCH
 """Verified downloads waiting for admission at which the loop starts no more: one batch being
 committed and a full one ready behind it, so batches stay as large as the admitter takes them."""
@@ -53,7 +64,8 @@ class Admitter:
 
     def __init__(self, *, reservations: Reservations, on_batch: Callable[[list[Admission]], None],
                  on_failure: Callable[[list[Admission], BaseException], bool] | None = None,
-                 on_room: Callable[[], None] | None = None) -> None:
+                 on_room: Callable[[], None] | None = None, linger: float = ADMIT_LINGER,
+                 pending: Callable[[], int] | None = None) -> None:
         self.reservations = reservations
         self.on_batch = on_batch
         """Called after each admitted batch (rates, queued cuts); its errors are logged only."""
@@ -63,6 +75,11 @@ class Admitter:
         self.on_room = on_room
         """Called (on the admitter's thread) when a batch brings a full backlog below the bound:
         the loop, waiting for room, starts downloads again at once."""
+        self.linger = linger
+        """Seconds a batch waits for more after its first (:data:`ADMIT_LINGER`)."""
+        self.pending = pending
+        """The downloads in flight, not yet handed over: a batch waits for more only while there
+        are some (None: not known, it waits)."""
         self.fatal: BaseException | None = None
         """The error that stopped admissions (the node volume failed): the loop raises it."""
         self._q: queue.Queue[Admission | None] = queue.Queue()
@@ -112,19 +129,27 @@ class Admitter:
                 self.reservations.release(a.size)
 
     def _next_batch(self) -> tuple[list[Admission], bool]:
+        """The next batch: the first download handed over, and what comes within :attr:`linger`
+        of it while downloads are in flight, up to :data:`ADMIT_BATCH`; True once the stop was
+        handed over."""
         first = self._q.get()
-        batch: list[Admission] = [] if first is None else [first]
-        done = first is None
+        if first is None:
+            return [], True
+        batch = [first]
+        deadline = time.monotonic() + self.linger
         while len(batch) < ADMIT_BATCH:
+            left = deadline - time.monotonic()
+            more = left > 0 and (self.pending is None or self.pending() > 0)  # may still come
             try:
-                item = self._q.get_nowait()
+                item = self._q.get(timeout=min(left, LINGER_POLL)) if more else self._q.get_nowait()
             except queue.Empty:
+                if more:
+                    continue
                 break
             if item is None:
-                done = True
-                break
+                return batch, True
             batch.append(item)
-        return batch, done
+        return batch, False
 
     def _run(self) -> None:
         done = False

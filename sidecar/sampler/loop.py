@@ -113,7 +113,8 @@ class Sampler(RepairsInPlace, Shutdown, Publishing, Waiting):
         self.room = Room(store=store, reservations=self.reservations, disk=self.disk,
                          settings=settings, write=self._write)
         self.admitter = Admitter(reservations=self.reservations, on_batch=self._admitted,
-                                 on_failure=self._admit_failed, on_room=lambda: self._results.put(None))
+                                 on_failure=self._admit_failed, on_room=lambda: self._results.put(None),
+                                 pending=lambda: len(self._inflight))
         self.order = FetchOrder(store=store, schedule_mode=settings.schedule is not None,
                                 busy=self._busy, inflight=lambda: len(self._inflight), listing=listing)
         self._listing: Callable[[], bool] = listing or (lambda: False)
