@@ -2,8 +2,9 @@
 
 Admission renames files and fsyncs their folders (a few ms per batch folder); doing it on a thread
 of its own keeps the loop starting downloads meanwhile. A batch is the first download handed over
-and whatever comes within ``ADMIT_LINGER`` of it, up to ``ADMIT_BATCH``: a batch costs about the
-same whatever its size, so small objects that finish one after another share one. After each
+and whatever comes within ``ADMIT_LINGER`` of it, up to ``ADMIT_BATCH``: a batch's two index
+commits cost the same at any size (its folder fsyncs grow with the fan-out folders it touches),
+so small objects that finish one after another share them. After each
 batch it asks the store to serve queued cut requests, whose condition may now hold.
 
 Its backlog is bounded (:data:`ADMIT_BACKLOG`): the loop starts no download while that many wait
@@ -33,8 +34,8 @@ log = logging.getLogger("epochfs.sampler")
 ADMIT_BATCH = 512
 """Most verified downloads made visible in one store transaction."""
 ADMIT_LINGER = 0.05
-"""Seconds a batch waits for more downloads after its first. Each batch is two index commits and
-an fsync of every fan-out folder it touched, whatever its size: taking only what was waiting, a
+"""Seconds a batch waits for more downloads after its first. Each batch is two index commits
+whatever its size, and an fsync of every fan-out folder it touched: taking only what was waiting, a
 set of small objects was admitted one or two at a time (897 batches for 1,500 objects of 64 KiB,
 ~0.6 ms of CPU and ~4 ms of disk waits each, beside the downloads' own fsyncs). A sample becomes
 visible this much later at most, and not at all once no download is left in flight (the last

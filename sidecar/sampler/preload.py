@@ -9,7 +9,7 @@ answer, a wait that holds no GIL. Started only once the LIST is sent
 the first request; a remote that cannot say when starts it at once.
 
 awscrt (the CRCs) is not preloaded: its functions are loaded straight from its shared library at
-the first body's hash (:mod:`~epochfs.sidecar.store.crtcrc`, ~6 ms), without the start of its
+the first body's hash (:mod:`~epochfs.sidecar.store.crtcrc`, a millisecond or two), without the start of its
 module (~55 ms of aws-lc entropy seeding with the GIL held), which an import beside the LIST had
 taken from the main thread between the LIST's answer and the first object GET.
 """

@@ -9,11 +9,17 @@ of it.
 
 The same shared library exports the functions the Python module's ``crc64nvme`` and ``crc32c``
 are (``aws_py_checksums_crc64nvme(self, (data, previous))``): :func:`load` opens the library with
-ctypes (``dlopen`` alone, ~2 ms, runs no module init) and calls them as the module would, GIL
-held on entry (``ctypes.PyDLL``); they release it themselves for buffers over 5 KiB, so hashing
-still runs beside the other downloads' reads. Each is checked against its catalogue check value
-(the CRC of ``b"123456789"``) before it is used; where anything differs (no awscrt, a release
-that renamed or changed them, a wrong answer) :func:`load` answers None and the caller imports
+ctypes (``dlopen`` alone, a millisecond or two, runs no module init) and calls them as the module
+would, GIL held on entry (``ctypes.PyDLL``); they release it themselves for buffers over 5 KiB,
+so hashing still runs beside the other downloads' reads.
+
+Those symbols are the extension's own, not an API: a release that changed their calling
+convention would crash the process at the first call, which no check could catch. So the direct
+call is made only for the awscrt releases it was checked on (:data:`TESTED`, the image's pin in
+``docker/constraints.txt`` among them; read from the installed distribution's folder name, which
+imports nothing), and each function is still checked against its catalogue check value (the CRC
+of ``b"123456789"``) before use. Anything else (another release, no awscrt, no ctypes, a renamed
+function, a wrong answer) makes :func:`load` answer None, and the caller imports
 ``awscrt.checksums`` instead.
 """
 
@@ -22,6 +28,7 @@ from __future__ import annotations
 import importlib.util
 import logging
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 log = logging.getLogger("epochfs.sidecar")
@@ -29,6 +36,10 @@ log = logging.getLogger("epochfs.sidecar")
 CHECK_INPUT = b"123456789"
 CHECK_VALUES = {"crc64nvme": 0xAE8B14860A799888, "crc32c": 0xE3069283}
 """The CRC catalogue's check values (reveng.sourceforge.io): each function must give its own."""
+
+TESTED = ((0, 38),)
+"""The awscrt releases (major, minor) the direct call was checked on (``tests/store/test_crtcrc.py``
+compares it with ``awscrt.checksums`` on the installed one, and fails on a release not listed)."""
 
 Crc = Callable[[Any, int], int]
 
@@ -42,6 +53,8 @@ def load() -> dict[str, Crc] | None:
         return None
     if spec is None or not spec.origin or spec.origin in ("built-in", "frozen"):
         return None
+    if installed_release(Path(spec.origin).parent) not in TESTED:
+        return None
     try:
         import ctypes
 
@@ -51,10 +64,23 @@ def load() -> dict[str, Crc] | None:
             if fn(CHECK_INPUT, 0) != CHECK_VALUES[name]:
                 log.debug("awscrt's %s gave a wrong check value; importing awscrt", name)
                 return None
-    except (OSError, AttributeError, TypeError, ValueError) as e:
+    except (ImportError, OSError, AttributeError, TypeError, ValueError) as e:
         log.debug("awscrt's CRCs not loadable directly (%s); importing awscrt", e)
         return None
     return found
+
+
+def installed_release(site: Path) -> tuple[int, int] | None:
+    """(major, minor) of the awscrt distribution installed in ``site`` (its
+    ``awscrt-<version>.dist-info`` folder); None when there is not exactly one."""
+    found = [p.name for p in site.glob("awscrt-*.dist-info")]
+    if len(found) != 1:
+        return None
+    parts = found[0].removeprefix("awscrt-").removesuffix(".dist-info").split(".")
+    try:
+        return int(parts[0]), int(parts[1])
+    except (IndexError, ValueError):
+        return None
 
 
 def _function(library: Any, name: str) -> Crc:
@@ -72,4 +98,4 @@ def _function(library: Any, name: str) -> Crc:
     return crc
 
 
-__all__ = ["CHECK_INPUT", "CHECK_VALUES", "Crc", "load"]
+__all__ = ["CHECK_INPUT", "CHECK_VALUES", "TESTED", "Crc", "installed_release", "load"]

@@ -5,9 +5,12 @@ be checked."""
 
 from __future__ import annotations
 
-import os
+import json
+import random
+import re
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -15,21 +18,57 @@ from epochfs.sidecar.store import crtcrc, digests
 
 checksums = pytest.importorskip("awscrt.checksums")
 
+ROOT = Path(__file__).resolve().parents[2]
 SIZES = (0, 1, 9, 1000, 5 * 1024, 5 * 1024 + 1, 70_000, (1 << 20) + 3)
 
+DIRECT = """
+import json, random, sys
+from epochfs.sidecar.store import crtcrc
+found = crtcrc.load()
+rng = random.Random(66)
+out = []
+for size in SIZES:
+    data = rng.randbytes(size)
+    half = size // 2
+    for name, fn in sorted(found.items()):
+        view = memoryview(bytearray(data))[:size]
+        out.append([name, size, fn(data, 0), fn(view, 0), fn(data[half:], fn(data[:half], 0))])
+print(json.dumps({"crcs": out, "awscrt": sorted(m for m in sys.modules if "awscrt" in m)}))
+"""
 
-@pytest.mark.parametrize("name", ["crc64nvme", "crc32c"])
-def test_direct_crcs_equal_awscrt(name: str) -> None:
-    found = crtcrc.load()
-    assert found is not None
-    reference = getattr(checksums, name)
+
+def test_direct_crcs_equal_awscrt() -> None:
+    """The direct calls, made in a process where awscrt's module never started (as in the
+    sampler), give awscrt's values: plain bytes, a writable buffer's view, chained updates."""
+    out = subprocess.run(
+        [sys.executable, "-c", f"SIZES = {SIZES!r}\n" + DIRECT], capture_output=True, text=True, check=True
+    )
+    got = json.loads(out.stdout)
+    assert got["awscrt"] == []
+    rng = random.Random(66)
+    expected = []
     for size in SIZES:
-        data = os.urandom(size)
-        assert found[name](data, 0) == reference(data)
-        assert found[name](memoryview(data), 0) == reference(data)
-        # chained over two blocks, as a hasher's updates are
-        half = size // 2
-        assert found[name](data[half:], found[name](data[:half], 0)) == reference(data)
+        data = rng.randbytes(size)
+        for name in ("crc32c", "crc64nvme"):
+            value = getattr(checksums, name)(data)
+            expected.append([name, size, value, value, value])
+    assert got["crcs"] == expected
+
+
+def test_the_installed_and_the_images_awscrt_are_checked_releases() -> None:
+    """A new awscrt (here or in the image's pin) must be checked against the direct call and added
+    to ``TESTED``; until then the sampler imports awscrt (slower to start, never wrong)."""
+    import awscrt
+
+    site = Path(awscrt.__file__).resolve().parents[1]
+    assert crtcrc.installed_release(site) in crtcrc.TESTED
+    pins = re.findall(r"^awscrt==(\d+)\.(\d+)", (ROOT / "docker" / "constraints.txt").read_text(), re.M)
+    assert [(int(a), int(b)) for a, b in pins] and all((int(a), int(b)) in crtcrc.TESTED for a, b in pins)
+
+
+def test_a_release_not_checked_is_imported_instead(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(crtcrc, "TESTED", ())
+    assert crtcrc.load() is None
 
 
 def test_a_digest_does_not_start_awscrt() -> None:
@@ -66,4 +105,5 @@ def test_a_library_without_the_functions_is_refused(monkeypatch: pytest.MonkeyPa
         origin = "libc.so.6"
 
     monkeypatch.setattr(crtcrc.importlib.util, "find_spec", lambda name: Spec())
+    monkeypatch.setattr(crtcrc, "installed_release", lambda site: crtcrc.TESTED[0])
     assert crtcrc.load() is None
