@@ -5,10 +5,12 @@ stop is not held up by the wait. Real store, real files, the sampler's own admit
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import sqlite3
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 from common import wait_until
@@ -37,20 +39,28 @@ def _keys(root: Path) -> list[str]:
         db.close()
 
 
-def test_downloads_handed_over_after_the_first_join_its_batch(tmp_path: Path) -> None:
-    root = tmp_path / "cache"
-    with Store(root, create=True) as store:
+@contextlib.contextmanager
+def _admitting(
+    tmp_path: Path, *, linger: float, pending: int
+) -> Iterator[tuple[Store, Admitter, list[list[str]]]]:
+    """A real store and the sampler's admitter over it (``pending`` downloads in flight), the keys
+    of each batch it admits recorded in order."""
+    with Store(tmp_path / "cache", create=True) as store:
         store.configure(Policy(capacity=1 << 20, keep_epochs=2, headroom=0.0))
-        reservations = Reservations(store)
         batches: list[list[str]] = []
         admitter = Admitter(
-            reservations=reservations,
+            reservations=Reservations(store),
             on_batch=lambda b: batches.append([a.key for a in b]),
-            linger=30.0,
-            pending=lambda: 1,
+            linger=linger,
+            pending=lambda: pending,
         )
+        yield store, admitter, batches
+
+
+def test_downloads_handed_over_after_the_first_join_its_batch(tmp_path: Path) -> None:
+    with _admitting(tmp_path, linger=30.0, pending=1) as (store, admitter, batches):
         downloads = [_download(store, f"k{i:02d}") for i in range(12)]
-        assert reservations.reserve(sum(a.size for a in downloads))
+        assert admitter.reservations.reserve(sum(a.size for a in downloads))
         admitter.start()
         admitter.hand_over(downloads[0])
         # The admitter has taken the first: the others come after it, one by one.
@@ -62,25 +72,19 @@ def test_downloads_handed_over_after_the_first_join_its_batch(tmp_path: Path) ->
         assert time.monotonic() - started < 20, "the stop waited for the linger"
         assert admitter.fatal is None
     assert batches == [[a.key for a in downloads]]
-    assert _keys(root) == [a.key for a in downloads]
+    assert _keys(tmp_path / "cache") == [a.key for a in downloads]
 
 
 def test_a_stop_during_the_wait_admits_what_came_at_once(tmp_path: Path) -> None:
-    root = tmp_path / "cache"
-    with Store(root, create=True) as store:
-        store.configure(Policy(capacity=1 << 20, keep_epochs=2, headroom=0.0))
-        reservations = Reservations(store)
-        admitter = Admitter(
-            reservations=reservations, on_batch=lambda b: None, linger=60.0, pending=lambda: 1
-        )
+    with _admitting(tmp_path, linger=60.0, pending=1) as (store, admitter, _):
         download = _download(store, "only")
-        assert reservations.reserve(download.size)
+        assert admitter.reservations.reserve(download.size)
         admitter.start()
         admitter.hand_over(download)
         wait_until(lambda: admitter._q.empty(), timeout=10, what="the download taken")
         admitter.finish(timeout=30)
         assert not admitter._thread.is_alive(), "the stop waited for the linger"
-    assert _keys(root) == ["only"]
+    assert _keys(tmp_path / "cache") == ["only"]
 
 
 def test_the_default_wait_is_short() -> None:
@@ -91,23 +95,13 @@ def test_the_default_wait_is_short() -> None:
 
 def test_with_nothing_in_flight_a_batch_does_not_wait(tmp_path: Path) -> None:
     """The last download of a set (none left in flight) is admitted at once, not a linger later."""
-    root = tmp_path / "cache"
-    with Store(root, create=True) as store:
-        store.configure(Policy(capacity=1 << 20, keep_epochs=2, headroom=0.0))
-        reservations = Reservations(store)
-        batches: list[list[str]] = []
-        admitter = Admitter(
-            reservations=reservations,
-            on_batch=lambda b: batches.append([a.key for a in b]),
-            linger=60.0,
-            pending=lambda: 0,
-        )
+    with _admitting(tmp_path, linger=60.0, pending=0) as (store, admitter, batches):
         download = _download(store, "last")
-        assert reservations.reserve(download.size)
+        assert admitter.reservations.reserve(download.size)
         admitter.start()
         try:
             admitter.hand_over(download)
             wait_until(lambda: batches == [["last"]], timeout=20, what="the last download admitted")
         finally:
             admitter.finish(timeout=30)
-    assert _keys(root) == ["last"]
+    assert _keys(tmp_path / "cache") == ["last"]
