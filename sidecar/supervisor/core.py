@@ -39,6 +39,7 @@ from epochfs.sidecar.supervisor.children import Child
 from epochfs.sidecar.supervisor.health import HealthChecks
 from epochfs.sidecar.supervisor.observability import STATE_FILE_NAME, Observability, load_reporter
 from epochfs.sidecar.supervisor.reaper import is_subreaper, reap_orphans, set_subreaper
+from epochfs.sidecar.supervisor.roomwait import RoomWait
 
 log = logging.getLogger("epochfs.supervisor")
 
@@ -143,22 +144,29 @@ class Supervisor(HealthChecks, Observability):
     def _open_store(self) -> Store:
         """The cache's index, waiting while the volume is too full to open it (another tenant
         filled the node volume before this start): the start goes on once there is room, where an
-        exit would be a crash loop of the whole container. SIGTERM meanwhile ends the process
-        (its handlers are not installed yet). A cache that cannot be used otherwise is a bad
+        exit would be a crash loop of the whole container. Meanwhile its ports answer that it waits
+        (:class:`~.roomwait.RoomWait`), and SIGTERM ends the process (its handlers are not
+        installed yet). A cache that cannot be used otherwise is a bad
         setting (exit 2; :meth:`_run` writes it to the termination log as the start's other refusals: an
         index a newer epochfs wrote, which ``kubectl describe pod`` names)."""
         logged = -self.NO_ROOM_LOG_EVERY
-        while True:
-            try:
-                return Store(self.cache, create=True)
-            except NoRoom as e:
-                if time.monotonic() - logged >= self.NO_ROOM_LOG_EVERY:
-                    log.warning("%s", e)
-                    logged = time.monotonic()
-                if self._stop.wait(1.0):
-                    raise config.RetryLater(str(e)) from None
-            except StoreError as e:
-                raise ConfigError(f"--cache: {e}") from None
+        waiting = RoomWait(host=self.http_host, health_port=self.settings.health_port,
+                           metrics_port=self.settings.metrics_port, cache=str(self.cache))
+        try:
+            while True:
+                try:
+                    return Store(self.cache, create=True)
+                except NoRoom as e:
+                    waiting.serve(str(e))  # the probes and epochfs_disk_full while it lasts
+                    if time.monotonic() - logged >= self.NO_ROOM_LOG_EVERY:
+                        log.warning("%s", e)
+                        logged = time.monotonic()
+                    if self._stop.wait(1.0):
+                        raise config.RetryLater(str(e)) from None
+                except StoreError as e:
+                    raise ConfigError(f"--cache: {e}") from None
+        finally:
+            waiting.close()  # before the real endpoints bind the same ports
 
     def _record_report_url(self) -> None:
         """Record the health port's client-report URL in the index (:data:`Meta.REPORT_URL`), which

@@ -32,6 +32,7 @@ from epochfs.sidecar.confparse import bind_failure
 from epochfs.sidecar.store import Meta, Stats, Store
 from epochfs.sidecar.store.objects import OBJECTS_DIR, clear_replace_temps, replace_file
 from epochfs.sidecar.store.stats import STATE_FILE_NAME
+from epochfs.sidecar.supervisor import roomwait
 from epochfs.sidecar.supervisor.outage import outage_state, running_outage, state_key
 from epochfs.torchclient.layout import epoch_name
 
@@ -369,27 +370,20 @@ class Observability:
                                      cut_waited=sidecar_metrics.cut_waited,
                                      read_ahead=served_pins.CLIENT_AHEAD)  # the asker: a client about to read
 
-        # /metrics on the health port, or only on --metrics-port when that is given and differs:
-        # then a NetworkPolicy can open scrapes to Prometheus while the probes, the torch client's
-        # reports and cut requests stay on a port only the pod and the kubelet reach.
-        metrics_port = self.settings.metrics_port
-        separate = metrics_port is not None and metrics_port != self.settings.health_port
-        ports: list[tuple[str, int, Any, Any, Any]] = [
-            ("--health-port", self.settings.health_port, None if separate else registry, on_report, on_cut)]
-        if metrics_port is not None and separate:
-            ports.append(("--metrics-port", metrics_port, registry, None, None))
-        for flag, port, reg, report, cut in ports:
+        for p in roomwait.ports(self.settings.health_port, self.settings.metrics_port):
             try:
                 ep = endpoints.Endpoints(
-                    host=self.http_host, port=port, health=self.health, ready=self.ready,
-                    registry=reg, on_client_report=report, on_cut=cut, cache=self.cache,
+                    host=self.http_host, port=p.port, health=self.health, ready=self.ready,
+                    registry=registry if p.metrics else None, cache=self.cache,
+                    on_client_report=on_report if p.pod_only else None,
+                    on_cut=on_cut if p.pod_only else None,
                 )
             except OSError as e:
-                raise ConfigError(f"{flag} {port}: {bind_failure(e)}") from None
+                raise ConfigError(f"{p.flag} {p.port}: {bind_failure(e)}") from None
             ep.start()
             self._endpoints.append(ep)
             log.info("serving /healthz /readyz%s on port %d of %s",
-                     " /metrics" if reg is not None else "", ep.port, ep.where)
+                     " /metrics" if p.metrics else "", ep.port, ep.where)
         self._counter = served.OpenCounter(
             objects_dir=self.cache / OBJECTS_DIR,
             on_open=sidecar_metrics.add_served,

@@ -3,12 +3,13 @@
 Before: SQLite could not create the index's shared-memory file, ``epochfs sidecar``, ``sample`` and
 ``status`` printed ``--cache: …/index.sqlite: disk I/O error`` and exited 2, the status of a bad
 setting: the supervisor stopped for good (no mount) and a container restarted into the same. Now
-the commands exit 75 (try again later) naming the full volume, and the supervisor waits, then starts
-once there is room. A real tmpfs of 16 MiB filled to its last byte.
+the commands exit 75 (try again later) naming the full volume, and the supervisor waits, its probes
+and ``epochfs_disk_full`` served meanwhile, then starts once there is room. A real tmpfs of 16 MiB filled to its last byte.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 from pathlib import Path
@@ -58,8 +59,18 @@ def test_the_sidecar_waits_for_room_then_starts(s3: S3Server, tmp_path: Path) ->
             wait_until(lambda: "the cache's volume is full" in car.log_text() or car.proc.poll() is not None,
                        timeout=30, what="the wait for room in the log")
             assert car.proc.poll() is None, car.log_text()[-3000:]
+            # Its ports answer while it waits: alive (a restart meets the same volume), not
+            # ready, and epochfs_disk_full for the EpochfsDiskFull alert (before: refused).
+            code, body = car.get("/healthz")
+            assert code == 200 and b"the cache's volume is full" in body, (code, body)
+            code, body = car.get("/readyz")
+            assert code == 503 and "waiting for room" in json.loads(body)["reason"], (code, body)
+            assert car.metric("epochfs_disk_full") == 1
             filler.unlink()
             wait_until(lambda: car.get("/readyz")[0] == 200 or car.proc.poll() is not None,
                        timeout=60, what="/readyz once there is room")
             assert car.proc.poll() is None, car.log_text()[-3000:]
             assert len(os.listdir(car.mount / "epoch-0")) >= 1  # the lookup cuts epoch 0
+            # The real endpoints took the ports over: the sidecar's own series and checks.
+            assert car.metric("epochfs_disk_full") == 0
+            assert json.loads(car.get("/healthz")[1])["mount"] == "ok"
