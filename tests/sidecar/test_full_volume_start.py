@@ -4,7 +4,8 @@ Before: SQLite could not create the index's shared-memory file, ``epochfs sideca
 ``status`` printed ``--cache: …/index.sqlite: disk I/O error`` and exited 2, the status of a bad
 setting: the supervisor stopped for good (no mount) and a container restarted into the same. Now
 the commands exit 75 (try again later) naming the full volume, and the supervisor waits, its probes
-and ``epochfs_disk_full`` served meanwhile, then starts once there is room. A real tmpfs of 16 MiB filled to its last byte.
+and ``epochfs_disk_full`` served meanwhile, then starts once there is room. A real tmpfs of 16 MiB
+filled to its last byte.
 """
 
 from __future__ import annotations
