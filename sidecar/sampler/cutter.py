@@ -110,14 +110,18 @@ class CutSchedule:
                 f"({self._refused_error}); {refused} interval cut(s) refused since the last line")
 
     def _adds(self, samples: int) -> bool:
-        """The next epoch would differ from the newest one. Snapshot mode: a sample arrived since
-        the last cut (its epoch is the newest samples). Schedule mode: the next window holds a
-        sample the newest epoch does not, asked of the store: its windows grow over samples
-        fetched ahead of them, so the timer stopped cutting once every sample had arrived while
-        the windows still grew (``epochfs cut`` then cut the next one at once). Asked through
-        ``write``: measuring the window ahead writes to the index (None on a full disk: the
-        count decides)."""
+        """The next epoch would differ from the newest one. Snapshot mode: a sample was admitted
+        after the newest epoch's cut, asked of the store: ``samples``, the loop's count of what
+        the admitter took, also counts downloads dropped at admission (fetched again while
+        cached, held back), which would cut a copy of the newest epoch. Schedule mode: the next
+        window holds a sample the newest epoch does not, asked of the store: its windows grow
+        over samples fetched ahead of them, so the timer stopped cutting once every sample had
+        arrived while the windows still grew (``epochfs cut`` then cut the next one at once).
+        Asked through ``write``: measuring the window ahead writes to the index (None on a full
+        disk: the count decides)."""
         adds = self._write(self.store.next_window_adds)
+        if adds is None:  # snapshot mode, or the window could not be measured
+            adds = self._write(self.store.arrived_since_newest)
         return samples != self._samples_at_cut if adds is None else adds
 
 
