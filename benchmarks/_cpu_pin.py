@@ -35,7 +35,14 @@ def pin_split(text: str) -> tuple[set[int], set[int]]:
     store, colon, tools = text.partition(":")
     if not colon:
         raise ValueError(f"{text!r}: give the store's CPUs and the tools', as STORE:TOOLS (e.g. 0:1)")
-    a, b = cpu_list(store), cpu_list(tools)
+    try:
+        a = cpu_list(store)
+    except ValueError as e:
+        raise ValueError(f"{text!r}: the store's CPUs: {e}") from None
+    try:
+        b = cpu_list(tools)
+    except ValueError as e:
+        raise ValueError(f"{text!r}: the tools' CPUs: {e}") from None
     if a & b:
         raise ValueError(f"{text!r}: the store's and the tools' CPUs overlap ({sorted(a & b)})")
     allowed = os.sched_getaffinity(0)
@@ -60,9 +67,11 @@ def pin_process(pid: int, cpus: set[int]) -> int:
 
 @contextlib.contextmanager
 def pinned(store_pid: int, store: set[int], tools: set[int]) -> Iterator[None]:
-    """The store's process on ``store``, this process (and so every tool it starts) on ``tools``
-    for the length of the ``with`` block; this process's own CPUs are given back at its end (a
-    benchmark run inside a test or a notebook must not leave it pinned)."""
+    """The store's process on ``store``, and the calling thread on ``tools`` for the length of the
+    ``with`` block, so that every tool process and thread it starts there runs on them (Linux
+    pins a thread; its children inherit it). The calling thread's CPUs are given back at the end
+    (a benchmark run inside a test or a notebook must not leave it pinned); a thread started
+    inside the block keeps the tools' CPUs."""
     own = os.sched_getaffinity(0)
     pin_process(store_pid, store)
     os.sched_setaffinity(0, tools)

@@ -217,9 +217,9 @@ def main(argv: list[str] | None = None) -> int:
                     help="also run epochfs sample from this source folder (PYTHONPATH; e.g. a git "
                          "worktree's src/) as the tool epochfs-base, alternating with the others")
     ap.add_argument("--pin", default=None, metavar="STORE:TOOLS",
-                    help="CPUs for moto and for the tools (and this benchmark), e.g. 0:1: the store "
-                         "then shares no core with the tools it serves, as a remote store does not "
-                         "(default: no pinning; benchmarks/_cpu_pin.py says why)")
+                    help="CPUs for moto and for the tools (this benchmark's main thread starts them), "
+                         "e.g. 0:1: the store then shares no core with the tools it serves, as a remote "
+                         "store does not (default: no pinning; benchmarks/_cpu_pin.py says why)")
     args = ap.parse_args(argv)
     SAMPLE_ARGS[:] = shlex.split(args.sample_args)
     pin = None

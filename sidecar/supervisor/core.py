@@ -141,14 +141,14 @@ class Supervisor(HealthChecks, Observability):
     NO_ROOM_LOG_EVERY = 60.0
     """Seconds between the lines of a start waiting for room on the cache's volume."""
 
-    def _open_store(self) -> Store:
+    def _open_store(self) -> Store | None:
         """The cache's index, waiting while the volume is too full to open it (another tenant
         filled the node volume before this start): the start goes on once there is room, where an
         exit would be a crash loop of the whole container. Meanwhile its ports answer that it waits
-        (:class:`~.roomwait.RoomWait`), and SIGTERM ends the process (its handlers are not
-        installed yet). A cache that cannot be used otherwise is a bad
-        setting (exit 2; :meth:`_run` writes it to the termination log as the start's other refusals: an
-        index a newer epochfs wrote, which ``kubectl describe pod`` names)."""
+        (:class:`~.roomwait.RoomWait`), and a stop signal ends the wait (None). A cache that cannot
+        be used otherwise is a bad setting (exit 2; :meth:`_run` writes it to the termination log
+        as the start's other refusals: an index a newer epochfs wrote, which ``kubectl describe
+        pod`` names)."""
         logged = -self.NO_ROOM_LOG_EVERY
         waiting = RoomWait(host=self.http_host, health_port=self.settings.health_port,
                            metrics_port=self.settings.metrics_port, cache=str(self.cache))
@@ -162,7 +162,7 @@ class Supervisor(HealthChecks, Observability):
                         log.warning("%s", e)
                         logged = time.monotonic()
                     if self._stop.wait(1.0):
-                        raise config.RetryLater(str(e)) from None
+                        return None
                 except StoreError as e:
                     raise ConfigError(f"--cache: {e}") from None
         finally:
@@ -230,17 +230,31 @@ class Supervisor(HealthChecks, Observability):
             self._check_folder()
         else:
             self._check_mount()  # what the FUSE server would refuse; dead mounts are detached
-        self._store = self._check_at_start(self._open_store)  # its refusal in the termination log too
-        try:
-            self._check_link_root(self._store.objects_dir)
-        except MountError:
-            self._store.close()
-            raise
-        if not self.folder_view:  # a cache that had a folder view: no sampler waits for a publisher
-            publisherlock.forget(self.cache)
+        # The handlers before the wait for room: a pod deleted while its start waits stops with
+        # status 0, as a running sidecar does, not killed by the signal.
         previous = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGINT)}
         for s in previous:
             signal.signal(s, self._on_signal)
+        try:
+            store = self._check_at_start(self._open_store)  # its refusal in the termination log too
+            if store is None:
+                log.info("stopped while waiting for room on the cache's volume")
+                return 0
+            self._store = store
+            return self._serve(store)
+        finally:
+            for s, handler in previous.items():
+                signal.signal(s, handler)
+
+    def _serve(self, store: Store) -> int:
+        """From an open store: the endpoints, the children and the loop, until a signal."""
+        try:
+            self._check_link_root(store.objects_dir)
+        except MountError:
+            store.close()
+            raise
+        if not self.folder_view:  # a cache that had a folder view: no sampler waits for a publisher
+            publisherlock.forget(self.cache)
         # Before the first child: its orphans (the sampler's listing child when the sampler
         # dies) then come to this process to be reaped, as they would to PID 1 in the image.
         was_subreaper = os.getpid() == 1 or is_subreaper()  # PID 1 gets every orphan already
@@ -285,8 +299,6 @@ class Supervisor(HealthChecks, Observability):
                 raise ConfigError(f"the {refuser} refused its settings, so the sidecar stops: {refused}")
             return status
         finally:
-            for s, handler in previous.items():
-                signal.signal(s, handler)
             self._cleanup()
             if subreaper and not was_subreaper:
                 set_subreaper(False)

@@ -79,7 +79,8 @@ class RoomWait:
                                          on_client_report=None, cache=self.cache)
             except OSError as e:
                 self.close()
-                raise ConfigError(f"{p.flag} {p.port}: {bind_failure(e)}") from None
+                raise ConfigError(f"{p.flag} {p.port}: {bind_failure(e)} (found while the start waits for "
+                                  f"room: {reason})") from None
             ep.start()
             self._endpoints.append(ep)
             log.info("serving /healthz /readyz%s on port %d of %s while waiting for room",

@@ -44,6 +44,10 @@ def test_a_pin_names_two_disjoint_sets_of_cpus_this_process_has() -> None:
         pin_split("0")
     with pytest.raises(ValueError, match="overlap"):
         pin_split("0-1:1")
+    with pytest.raises(ValueError, match="'0:': the tools' CPUs: '' is no CPU list"):
+        pin_split("0:")
+    with pytest.raises(ValueError, match="':1': the store's CPUs: '' is no CPU list"):
+        pin_split(":1")
     with pytest.raises(ValueError, match="not available"):
         pin_split(f"0:{max(os.sched_getaffinity(0)) + 1}")
 

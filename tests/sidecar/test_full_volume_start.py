@@ -60,8 +60,8 @@ def test_the_sidecar_waits_for_room_then_starts(s3: S3Server, tmp_path: Path) ->
             wait_until(lambda: "the cache's volume is full" in car.log_text() or car.proc.poll() is not None,
                        timeout=30, what="the wait for room in the log")
             assert car.proc.poll() is None, car.log_text()[-3000:]
-            # Its ports answer while it waits: alive (a restart meets the same volume), not
-            # ready, and epochfs_disk_full for the EpochfsDiskFull alert (before: refused).
+            # Its ports answer while it waits: alive, not ready, and epochfs_disk_full for the
+            # EpochfsDiskFull alert (without them the probes are refused and the target is down).
             code, body = car.get("/healthz")
             assert code == 200 and b"the cache's volume is full" in body, (code, body)
             code, body = car.get("/readyz")
@@ -75,3 +75,19 @@ def test_the_sidecar_waits_for_room_then_starts(s3: S3Server, tmp_path: Path) ->
             # The real endpoints took the ports over: the sidecar's own series and checks.
             assert car.metric("epochfs_disk_full") == 0
             assert json.loads(car.get("/healthz")[1])["mount"] == "ok"
+
+
+def test_a_stop_while_waiting_for_room_exits_0(s3: S3Server, tmp_path: Path) -> None:
+    """SIGTERM during the wait (a pod deleted before its volume had room): exit 0 and a line, as a
+    running sidecar stops (running_sidecar checks the status and the time), not killed by it."""
+    put_objects(s3, "data", random_objects(1, 1024))
+    with small_volume(tmp_path / "vol", "16m") as vol:
+        cache, _ = _full_cache(tmp_path, vol)
+        (tmp_path / "cache").symlink_to(cache)
+        with running_sidecar(tmp_path, remote="s3://data", endpoint=s3.endpoint,
+                             expect_ready=False) as car:
+            wait_until(lambda: "the cache's volume is full" in car.log_text() or car.proc.poll() is not None,
+                       timeout=30, what="the wait for room in the log")
+            assert car.get("/healthz")[0] == 200
+        log = car.log_text()
+        assert "stopped while waiting for room on the cache's volume" in log, log[-3000:]
