@@ -62,9 +62,8 @@ def _checked_out(out: str, *, remote: str) -> str:
     :func:`~epochfs.sidecar.remote.registry.check_index_url`), a URL under the remote's own
     prefix (:func:`_check_out_of_remote_prefix`), and a local one that cannot be written or that
     is in the remote's own folder (:func:`_check_local_out`)."""
-    from epochfs.sidecar.remote.file import local_root
     from epochfs.sidecar.remote.registry import check_index_url
-    from epochfs.sidecar.remote.urls import split_url
+    from epochfs.sidecar.remote.urls import local_root, split_url
 
     text = out.strip()
     if not text:

@@ -16,7 +16,7 @@ import tempfile
 from pathlib import Path
 
 from epochfs.sidecar.config import ConfigError
-from epochfs.sidecar.remote.file import local_root
+from epochfs.sidecar.remote.urls import local_root
 from epochfs.sidecar.samplerlock import LOCK_NAME, SIDECAR_PID_NAME
 from epochfs.sidecar.store import HWM_NAME, INDEX_NAME, OBJECTS_DIR, QUARANTINE_DIR, TMP_DIR
 from epochfs.sidecar.store.checkmark import MARKER_NAME

@@ -42,7 +42,7 @@ from epochfs.sidecar.remote.base import (
 )
 from epochfs.sidecar.remote.errors import Translated, translate
 from epochfs.sidecar.remote.objects import replace_local
-from epochfs.sidecar.remote.urls import split_url
+from epochfs.sidecar.remote.urls import local_root
 
 log = logging.getLogger("epochfs.remote")
 
@@ -360,20 +360,6 @@ class FileRemote(Remote):
             replace_local(path, target)
         except OSError as e:
             raise RemoteError(f"cannot write {self.url.rstrip('/')}/{key}: {e}") from e
-
-
-def local_root(url: str) -> str:
-    """The folder a ``file://`` URL names (``""`` for the root): a folder's legal ``#`` and ``?``
-    kept (``file:///data/run#1``); ``file://localhost/path`` is ``/path``. Any other host raises
-    :class:`ValueError`: ``file://remote/sub`` would be the relative folder ``remote/sub``, a
-    different dataset from each working folder (the settings refuse it at start,
-    :func:`~.registry.file_url_problem`; this is the same rule for a URL that reaches a remote
-    some other way)."""
-    _, host, path = split_url(url)
-    if host and host.lower() != "localhost":
-        raise ValueError(f"{url}: a file:// URL needs an absolute path, file:///abs/path, not the "
-                         f"relative {host + path!r}")
-    return path
 
 
 def open_file(url: str, **_: object) -> FileRemote:

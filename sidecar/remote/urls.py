@@ -94,4 +94,18 @@ def same_endpoint(url: str) -> str:
     return f"{scheme}://{host}{parts.path.rstrip('/')}"
 
 
-__all__ = ["HTTP_SCHEMES", "SplitURL", "same_endpoint", "same_remote", "split_url"]
+def local_root(url: str) -> str:
+    """The folder a ``file://`` URL names (``""`` for the root): a folder's legal ``#`` and ``?``
+    kept (``file:///data/run#1``); ``file://localhost/path`` is ``/path``. Any other host raises
+    :class:`ValueError`: ``file://remote/sub`` would be the relative folder ``remote/sub``, a
+    different dataset from each working folder (the settings refuse it at start,
+    :func:`~.registry.file_url_problem`; this is the same rule for a URL that reaches a remote
+    some other way)."""
+    _, host, path = split_url(url)
+    if host and host.lower() != "localhost":
+        raise ValueError(f"{url}: a file:// URL needs an absolute path, file:///abs/path, not the "
+                         f"relative {host + path!r}")
+    return path
+
+
+__all__ = ["HTTP_SCHEMES", "SplitURL", "local_root", "same_endpoint", "same_remote", "split_url"]

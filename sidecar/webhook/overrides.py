@@ -15,8 +15,8 @@ from urllib.parse import urlsplit
 from epochfs.sidecar.confparse import parse_size
 from epochfs.sidecar.redact import redact
 from epochfs.sidecar.remote import registry
-from epochfs.sidecar.remote.file import local_root
 from epochfs.sidecar.remote.registry import backend_for, check_url, missing_library, named_part
+from epochfs.sidecar.remote.urls import local_root
 from epochfs.sidecar.webhook.fields import (
     CAPACITY,
     CAPACITY_SHARE_TENTHS,

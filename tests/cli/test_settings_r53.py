@@ -29,8 +29,8 @@ from common import ROOT
 
 from epochfs.sidecar import config
 from epochfs.sidecar.config import ConfigError, SamplerSettings
-from epochfs.sidecar.remote.file import local_root
 from epochfs.sidecar.remote.registry import check_index_url, check_url
+from epochfs.sidecar.remote.urls import local_root
 
 EPOCHFS = str(Path(sys.executable).with_name("epochfs"))
 ENDS = 60.0
