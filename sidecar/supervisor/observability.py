@@ -27,13 +27,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from epochfs.sidecar import kube
-from epochfs.sidecar.config import ConfigError, SidecarSettings
-from epochfs.sidecar.confparse import bind_failure
+from epochfs.sidecar.config import SidecarSettings
 from epochfs.sidecar.store import Meta, Stats, Store
 from epochfs.sidecar.store.objects import OBJECTS_DIR, clear_replace_temps, replace_file
 from epochfs.sidecar.store.stats import STATE_FILE_NAME
-from epochfs.sidecar.supervisor import roomwait
 from epochfs.sidecar.supervisor.outage import outage_state, running_outage, state_key
+from epochfs.sidecar.supervisor.ports import open_ports, ports
 from epochfs.torchclient.layout import epoch_name
 
 if TYPE_CHECKING:
@@ -370,20 +369,9 @@ class Observability:
                                      cut_waited=sidecar_metrics.cut_waited,
                                      read_ahead=served_pins.CLIENT_AHEAD)  # the asker: a client about to read
 
-        for p in roomwait.ports(self.settings.health_port, self.settings.metrics_port):
-            try:
-                ep = endpoints.Endpoints(
-                    host=self.http_host, port=p.port, health=self.health, ready=self.ready,
-                    registry=registry if p.metrics else None, cache=self.cache,
-                    on_client_report=on_report if p.pod_only else None,
-                    on_cut=on_cut if p.pod_only else None,
-                )
-            except OSError as e:
-                raise ConfigError(f"{p.flag} {p.port}: {bind_failure(e)}") from None
-            ep.start()
-            self._endpoints.append(ep)
-            log.info("serving /healthz /readyz%s on port %d of %s",
-                     " /metrics" if p.metrics else "", ep.port, ep.where)
+        self._endpoints += open_ports(ports(self.settings.health_port, self.settings.metrics_port),
+                                      host=self.http_host, health=self.health, ready=self.ready,
+                                      registry=registry, cache=self.cache, on_report=on_report, on_cut=on_cut)
         self._counter = served.OpenCounter(
             objects_dir=self.cache / OBJECTS_DIR,
             on_open=sidecar_metrics.add_served,

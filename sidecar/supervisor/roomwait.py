@@ -12,39 +12,9 @@ volume too. They are closed before the real endpoints bind the same ports.
 
 from __future__ import annotations
 
-import logging
-from dataclasses import dataclass
 from typing import Any
 
-from epochfs.sidecar.config import ConfigError
-from epochfs.sidecar.confparse import bind_failure
-
-log = logging.getLogger("epochfs.supervisor")
-
-
-@dataclass(frozen=True)
-class Port:
-    """One listening port of the sidecar and what it serves."""
-
-    flag: str
-    """The flag that set it, named in a bind failure (``--health-port``, ``--metrics-port``)."""
-    port: int
-    metrics: bool
-    """It serves ``/metrics``."""
-    pod_only: bool
-    """It takes the client reports and cut requests (the health port, which only the pod and
-    the kubelet reach)."""
-
-
-def ports(health_port: int, metrics_port: int | None) -> list[Port]:
-    """The sidecar's ports: ``/metrics`` on the health port, or only on ``--metrics-port`` when
-    that is given and differs, so a NetworkPolicy can open scrapes to Prometheus while the
-    probes, the torch client's reports and cut requests stay on a port only the pod reaches."""
-    separate = metrics_port is not None and metrics_port != health_port
-    found = [Port("--health-port", health_port, not separate, True)]
-    if metrics_port is not None and separate:
-        found.append(Port("--metrics-port", metrics_port, True, False))
-    return found
+from epochfs.sidecar.supervisor.ports import open_ports, ports
 
 
 class RoomWait:
@@ -67,24 +37,13 @@ class RoomWait:
             return
         from prometheus_client import CollectorRegistry, Gauge
 
-        from epochfs.sidecar import endpoints
         from epochfs.sidecar.metrics import DISK_FULL_HELP
 
         registry = CollectorRegistry(auto_describe=True)
         Gauge("epochfs_disk_full", DISK_FULL_HELP, registry=registry).set(1)
-        for p in self.ports:
-            try:
-                ep = endpoints.Endpoints(host=self.host, port=p.port, health=self.health, ready=self.ready,
-                                         registry=registry if p.metrics else None,
-                                         on_client_report=None, cache=self.cache)
-            except OSError as e:
-                self.close()
-                raise ConfigError(f"{p.flag} {p.port}: {bind_failure(e)} (found while the start waits for "
-                                  f"room: {reason})") from None
-            ep.start()
-            self._endpoints.append(ep)
-            log.info("serving /healthz /readyz%s on port %d of %s while waiting for room",
-                     " /metrics" if p.metrics else "", ep.port, ep.where)
+        self._endpoints = open_ports(self.ports, host=self.host, health=self.health, ready=self.ready,
+                                     registry=registry, cache=self.cache,
+                                     why=f"while the start waits for room: {reason}")
 
     def health(self) -> tuple[bool, dict[str, Any]]:
         """Alive: the start waits, as it should; no child runs yet."""
