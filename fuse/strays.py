@@ -5,18 +5,34 @@ the view's mount point for a second or so, and the bare folder there answers ins
 that writes there (a checkpoint retried in a loop) lands its file in that folder: hidden under the
 next mount, and the restarted server refused the folder as not empty, which stopped the sidecar
 for good. The supervisor therefore moves what it finds there, never deleting it (a user's data),
-into ``<cache>/mount-strays/<UTC time>/`` before it *restarts* the FUSE server
-(:func:`move_strays`): a folder the store never reads or writes and that the view does not show.
-A first start still refuses a folder that is not empty (``--mount`` is then likely a wrong path).
+before it *restarts* the FUSE server (:func:`move_strays`). A first start still refuses a folder
+that is not empty (``--mount`` is then likely a wrong path).
+
+Where to: renamed, never copied, where a rename can reach. The writer may still hold its file open
+(it opened it in the bare folder and writes on), and a rename keeps the file it writes to, where a
+copy and a removal leave its later writes in a removed file: lost. So the entries go to the first
+of these that a rename reaches:
+
+* ``<cache>/mount-strays/<UTC time>/``: the cache's volume, where the mount point is on it too;
+* ``<parent>/.<name>.mount-strays/<UTC time>/`` beside the mount point ``<parent>/<name>``, on the
+  mount point's own volume (in a pod, the shared volume the trainer wrote through: the cache is on
+  another one);
+* otherwise (the mount point is itself the root of a volume, or its parent takes no new folder)
+  copied into ``<cache>/mount-strays/<UTC time>/``, then removed, and the warning says that a
+  writer still holding a file open loses what it writes after the copy.
+
+The store never reads or writes these folders and the view does not show them.
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import logging
 import os
 import shutil
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 from epochfs.fuse.errors import MountError
@@ -24,56 +40,109 @@ from epochfs.fuse.errors import MountError
 log = logging.getLogger("epochfs.fuse")
 
 STRAYS_DIR = "mount-strays"
-"""Under the cache: where a restart moves what it found in the mount-point folder."""
+"""Under the cache, and in ``.<name>.mount-strays`` beside the mount point: where a restart moves
+what it found in the mount-point folder."""
+
+
+def beside(path: Path) -> Path:
+    """The strays' folder beside the mount point ``path``, on the mount point's own volume."""
+    return path.parent / f".{path.name}.{STRAYS_DIR}"
 
 
 def move_strays(path: Path, cache: Path) -> Path | None:
-    """Move everything in the mount-point folder ``path`` into a new folder under
-    ``<cache>/mount-strays/``; that folder, or None when ``path`` was empty."""
+    """Move everything in the mount-point folder ``path`` into a new folder (the module's list of
+    places); that folder, or None when ``path`` was empty."""
     if not any(os.scandir(path)):
         return None
-    dest = cache / STRAYS_DIR / time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
-    n = 1
-    while dest.exists():
-        n += 1
-        dest = dest.with_name(f"{dest.name.split('.')[0]}.{n}")
-    dest.mkdir(parents=True)
-    try:
-        names = _move_all(path, dest)
-    except OSError as e:
-        with contextlib.suppress(OSError):
-            dest.rmdir()  # nothing moved: no empty folder per failed try
-        raise MountError(f"--mount: {path} is not empty and its entries could not be moved "
-                         f"aside to {dest}: {e}") from None
-    shown = ", ".join(names[:5]) + (f" and {len(names) - 5} more" if len(names) > 5 else "")
-    log.warning("the mount point %s held %d entr%s, written there while no view was mounted (%s): "
-                "moved aside to %s, not deleted", path, len(names), "y" if len(names) == 1 else "ies",
-                shown, dest)
+    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+    with _writable(path):
+        names = sorted(os.listdir(path))
+        for root in (cache / STRAYS_DIR, beside(path)):
+            dest = _renamed_into(path, root, stamp, names)
+            if dest is not None:
+                _warn(path, names, dest, "moved aside to %s, not deleted")
+                return dest
+        dest = _new_folder(cache / STRAYS_DIR, stamp)
+        try:
+            _copy_all(path, dest, names)
+        except OSError as e:
+            with contextlib.suppress(OSError):
+                dest.rmdir()  # nothing moved: no empty folder per failed try
+            raise MountError(f"--mount: {path} is not empty and its entries could not be moved "
+                             f"aside to {dest}: {e}") from None
+    _warn(path, names, dest, "copied to %s (another volume, and none beside it), then removed; a "
+                             "writer that still held one open loses what it writes after the copy")
     return dest
 
 
-def _move_all(folder: Path, dest: Path) -> list[str]:
-    """Move every entry of ``folder`` into ``dest`` (another file system: copied, then removed);
-    their names. A folder without write permission gets it for the moves, then its mode back."""
+def _renamed_into(path: Path, root: Path, stamp: str, names: list[str]) -> Path | None:
+    """Every entry of ``path`` renamed into a new folder under ``root``; that folder, or None
+    where no rename reaches ``root`` (another volume, or no new folder there): nothing moved.
+
+    Any other failure is a :class:`MountError`: what was renamed stays renamed, and the next
+    restart moves the rest."""
+    try:
+        dest = _new_folder(root, stamp)
+    except OSError:
+        return None
+    for i, name in enumerate(names):
+        try:
+            os.rename(path / name, dest / name)
+        except OSError as e:
+            if i == 0:
+                with contextlib.suppress(OSError):
+                    dest.rmdir()
+                    if not any(os.scandir(root)):
+                        root.rmdir()  # made here for nothing
+                if e.errno == errno.EXDEV:
+                    return None
+            raise MountError(f"--mount: {path} is not empty and its entry {name!r} could not be "
+                             f"moved aside to {dest}: {e}") from None
+    return dest
+
+
+def _new_folder(root: Path, stamp: str) -> Path:
+    """A new folder ``root/stamp`` (``stamp.2``, ... where one of that second exists)."""
+    dest = root / stamp
+    n = 1
+    while dest.exists():
+        n += 1
+        dest = root / f"{stamp}.{n}"
+    dest.mkdir(parents=True)
+    return dest
+
+
+@contextlib.contextmanager
+def _writable(folder: Path) -> Iterator[None]:
+    """``folder`` with write permission for the moves, then its mode back."""
     mode = folder.stat().st_mode & 0o7777
     if not mode & 0o200:
         os.chmod(folder, mode | 0o700)
     try:
-        names = sorted(os.listdir(folder))
-        for name in names:
-            try:
-                shutil.move(str(folder / name), str(dest / name))
-            except OSError:
-                # A copy whose original could not be removed (immutable, a busy folder): dropped,
-                # or every restart would add one more copy of it to the cache's volume.
-                if os.path.lexists(folder / name) and os.path.lexists(dest / name):
-                    if os.path.isdir(dest / name) and not os.path.islink(dest / name):
-                        shutil.rmtree(dest / name, ignore_errors=True)
-                    else:
-                        with contextlib.suppress(OSError):
-                            os.unlink(dest / name)
-                raise
+        yield
     finally:
         if not mode & 0o200:
             os.chmod(folder, mode)
-    return names
+
+
+def _copy_all(folder: Path, dest: Path, names: list[str]) -> None:
+    """Copy every entry of ``folder`` into ``dest``, then remove it."""
+    for name in names:
+        try:
+            shutil.move(str(folder / name), str(dest / name))
+        except OSError:
+            # A copy whose original could not be removed (immutable, a busy folder): dropped,
+            # or every restart would add one more copy of it to the cache's volume.
+            if os.path.lexists(folder / name) and os.path.lexists(dest / name):
+                if os.path.isdir(dest / name) and not os.path.islink(dest / name):
+                    shutil.rmtree(dest / name, ignore_errors=True)
+                else:
+                    with contextlib.suppress(OSError):
+                        os.unlink(dest / name)
+            raise
+
+
+def _warn(path: Path, names: list[str], dest: Path, how: str) -> None:
+    shown = ", ".join(names[:5]) + (f" and {len(names) - 5} more" if len(names) > 5 else "")
+    log.warning("the mount point %s held %d entr%s, written there while no view was mounted (%s): "
+                + how, path, len(names), "y" if len(names) == 1 else "ies", shown, dest)

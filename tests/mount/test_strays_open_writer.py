@@ -1,0 +1,95 @@
+"""A file a writer still holds open in the mount-point folder keeps every byte when a FUSE restart
+moves it aside (``fuse/strays.py``).
+
+The trainer opened its checkpoint in the bare folder of a restart's window and writes on after the
+move. The move copied, then removed, where the cache is on another volume than the mount point (a
+pod's case): the writes after the copy went to the removed file, lost, and the copy kept what was
+there at the copy. Each case below puts the two folders on real volumes (tmpfs mounts) as a pod
+has them, holds a file open across the move, writes after it, and reads what the move left.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from pathlib import Path
+
+import pytest
+from inprocess import small_volume
+
+from epochfs.fuse import strays
+
+pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="mounts tmpfs volumes (root)")
+
+
+def _write_across_the_move(mount: Path, cache: Path) -> tuple[Path | None, int]:
+    """Open ``mount/checkpoint.pt``, write half, move the strays, write the rest through the same
+    descriptor; the folder the move made, and the file's inode before the move."""
+    fd = os.open(mount / "checkpoint.pt", os.O_CREAT | os.O_WRONLY, 0o644)
+    try:
+        os.write(fd, b"first half;")
+        inode = os.fstat(fd).st_ino
+        dest = strays.move_strays(mount, cache)
+        os.write(fd, b"second half")
+    finally:
+        os.close(fd)
+    assert os.listdir(mount) == [], "the folder is empty for the next mount"
+    return dest, inode
+
+
+def test_a_cache_on_another_volume_leaves_the_file_beside_the_mount_point_whole(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """The pod's case: the view's folder on the shared volume, the cache on the node's."""
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    with small_volume(tmp_path / "shared", "4m") as shared:
+        mount = shared / "view"
+        mount.mkdir()
+        caplog.set_level(logging.WARNING, logger="epochfs.fuse")
+        dest, inode = _write_across_the_move(mount, cache)
+        assert dest is not None and dest.parent == shared / ".view.mount-strays", dest
+        moved = dest / "checkpoint.pt"
+        assert moved.read_bytes() == b"first half;second half"
+        assert moved.stat().st_ino == inode, "renamed, not copied"
+        assert not (cache / "mount-strays").exists(), "nothing left in the cache's folder"
+        [line] = [r.getMessage() for r in caplog.records]
+        assert f"moved aside to {dest}, not deleted" in line and "checkpoint.pt" in line, line
+
+
+def test_a_mount_point_on_the_caches_volume_moves_into_the_caches_folder(tmp_path: Path) -> None:
+    with small_volume(tmp_path / "node", "4m") as node:
+        mount, cache = node / "view", node / "cache"
+        mount.mkdir()
+        cache.mkdir()
+        dest, inode = _write_across_the_move(mount, cache)
+        assert dest is not None and dest.parent == cache / "mount-strays", dest
+        moved = dest / "checkpoint.pt"
+        assert moved.read_bytes() == b"first half;second half"
+        assert moved.stat().st_ino == inode
+        assert not strays.beside(mount).exists()
+
+
+def test_a_mount_point_that_is_a_volumes_root_is_copied_and_says_so(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """No rename reaches either place: the copy is all there is, and its warning says what a writer
+    still holding the file loses. No empty folder is left where the renames were tried."""
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    with small_volume(tmp_path / "view", "4m") as mount:
+        (mount / "sub").mkdir()
+        (mount / "sub" / "notes.txt").write_bytes(b"notes")
+        caplog.set_level(logging.WARNING, logger="epochfs.fuse")
+        dest, _ = _write_across_the_move(mount, cache)
+        assert dest is not None and dest.parent == cache / "mount-strays", dest
+        assert (dest / "checkpoint.pt").read_bytes() == b"first half;", "the copy holds what was there"
+        assert (dest / "sub" / "notes.txt").read_bytes() == b"notes"
+        assert not strays.beside(mount).exists(), "no empty folder beside the mount point"
+        assert sorted(os.listdir(cache / "mount-strays")) == [dest.name]
+        [line] = [r.getMessage() for r in caplog.records]
+        assert f"copied to {dest}" in line and "loses what it writes after the copy" in line, line
+
+
+def test_an_empty_folder_moves_nothing(tmp_path: Path) -> None:
+    (tmp_path / "view").mkdir()
+    assert strays.move_strays(tmp_path / "view", tmp_path / "cache") is None
+    assert os.listdir(tmp_path) == ["view"]
