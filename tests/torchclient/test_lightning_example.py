@@ -6,6 +6,7 @@ Also ``EpochStream`` alone, the piece that works without Lightning.
 
 from __future__ import annotations
 
+import functools
 import importlib.util
 import os
 import sys
@@ -63,30 +64,37 @@ def test_epoch_stream_is_a_fresh_epoch_each_iteration(tmp_path: Path) -> None:
     assert follow.epoch == 2, "without an epoch_fn: the loader's next_epoch"
 
 
-try:
-    # As the example imports it (its import_lightning: the dev extra's torchvision is a CUDA build
-    # whose operators do not register beside the CPU torch), so this test runs what the docs run.
-    lightning = _example().import_lightning()
-except ModuleNotFoundError:
+if importlib.util.find_spec("lightning") is None:
     pytest.skip("lightning is not installed (pip install lightning)", allow_module_level=True)
 
 
-class _StopAt(lightning.Callback):  # type: ignore[name-defined]
-    """Save a checkpoint after global step ``step`` (mid-epoch), then stop the fit as a crash would."""
+@functools.cache
+def _lightning() -> Any:
+    """``lightning`` as the example imports it (its import_lightning: the dev extra's torchvision is
+    a CUDA build whose operators do not register beside the CPU torch), so this test runs what the
+    docs run. Imported by the test, not at collection, where every pytest worker paid its ~3 s of
+    CPU (lightning, torchmetrics, torchvision's models) for one test."""
+    return _example().import_lightning()
 
-    def __init__(self, step: int, path: Path) -> None:
-        self.step, self.path = step, path
 
-    def on_train_batch_end(self, trainer: Any, *args: Any) -> None:
-        if trainer.global_step == self.step:
-            trainer.save_checkpoint(self.path)
-            raise RuntimeError("stopped mid-epoch by the test")
+def _stop_at(step: int, path: Path) -> Any:
+    """A callback that saves a checkpoint after global step ``step`` (mid-epoch), then stops the fit
+    as a crash would."""
+
+    class _StopAt(_lightning().Callback):  # type: ignore[misc]
+        def on_train_batch_end(self, trainer: Any, *args: Any) -> None:
+            if trainer.global_step == step:
+                trainer.save_checkpoint(path)
+                raise RuntimeError("stopped mid-epoch by the test")
+
+    return _StopAt()
 
 
 def _trainer(epochs: int, callbacks: list[Any] | None = None) -> Any:
-    return lightning.Trainer(max_epochs=epochs, reload_dataloaders_every_n_epochs=1, accelerator="cpu",
-                             devices=1, logger=False, enable_checkpointing=False, enable_progress_bar=False,
-                             enable_model_summary=False, callbacks=callbacks or [])
+    return _lightning().Trainer(max_epochs=epochs, reload_dataloaders_every_n_epochs=1, accelerator="cpu",
+                                devices=1, logger=False, enable_checkpointing=False,
+                                enable_progress_bar=False, enable_model_summary=False,
+                                callbacks=callbacks or [])
 
 
 def test_lightning_fit_reads_epoch_n_in_training_epoch_n_and_resumes_mid_epoch(tmp_path: Path) -> None:
@@ -103,7 +111,7 @@ def test_lightning_fit_reads_epoch_n_in_training_epoch_n_and_resumes_mid_epoch(t
     ckpt = tmp_path / "mid.ckpt"
     crashed = module(8)
     with pytest.raises(RuntimeError, match="stopped mid-epoch"):
-        _trainer(3, [_StopAt(4 + 3, ckpt)]).fit(crashed, datamodule=datamodule(root, 6, report=False,
+        _trainer(3, [_stop_at(4 + 3, ckpt)]).fit(crashed, datamodule=datamodule(root, 6, report=False,
                                                                                 progress=None))
     assert os.path.exists(ckpt) and torch.load(ckpt, weights_only=False)["epoch"] == 1
     resumed = module(8)
