@@ -52,7 +52,7 @@ def beside(path: Path) -> Path:
 def move_strays(path: Path, cache: Path) -> Path | None:
     """Move everything in the mount-point folder ``path`` into a new folder (the module's list of
     places); that folder, or None when ``path`` was empty."""
-    if not any(os.scandir(path)):
+    if _empty(path):
         return None
     stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
     with _writable(path):
@@ -92,13 +92,18 @@ def _renamed_into(path: Path, root: Path, stamp: str, names: list[str]) -> Path 
             if i == 0:
                 with contextlib.suppress(OSError):
                     dest.rmdir()
-                    if not any(os.scandir(root)):
+                    if _empty(root):
                         root.rmdir()  # made here for nothing
                 if e.errno == errno.EXDEV:
                     return None
             raise MountError(f"--mount: {path} is not empty and its entry {name!r} could not be "
                              f"moved aside to {dest}: {e}") from None
     return dest
+
+
+def _empty(folder: Path) -> bool:
+    with os.scandir(folder) as entries:
+        return not any(entries)
 
 
 def _new_folder(root: Path, stamp: str) -> Path:
