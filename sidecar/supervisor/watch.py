@@ -214,9 +214,10 @@ class MountWatch(ChildProcesses):
 
     def _move_strays(self) -> None:
         """Before a restart: what the mount-point folder holds (written there while no view was
-        mounted: a trainer's checkpoint retried through the restart) is moved into
-        ``<cache>/mount-strays/`` (never deleted), where the restarted server would refuse the
-        folder as not empty and the sidecar stopped for good. A first start still refuses it (a
+        mounted: a checkpoint retried through the restart) is moved aside, never deleted (renamed
+        into ``<cache>/mount-strays/`` or beside the mount point, copied only where no rename
+        reaches: :mod:`epochfs.fuse.strays`), where the restarted server would refuse the folder
+        as not empty and the sidecar stopped for good. A first start still refuses it (a
         wrong ``--mount``). A move that fails is logged; the server then exits 2, a crash once it
         has served (:attr:`~.children.Child.served`), and the next restart tries again."""
         try:

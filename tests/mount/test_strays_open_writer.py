@@ -1,5 +1,6 @@
 """A file a writer still holds open in the mount-point folder keeps every byte when a FUSE restart
-moves it aside (``fuse/strays.py``).
+moves it aside (``fuse/strays.py``); the copy a move falls back to never leaves a file only in a
+removed original.
 
 The trainer opened its checkpoint in the bare folder of a restart's window and writes on after the
 move. The move copied, then removed, where the cache is on another volume than the mount point (a
@@ -12,12 +13,15 @@ from __future__ import annotations
 
 import logging
 import os
+import stat
+import subprocess
 from pathlib import Path
 
 import pytest
 from inprocess import small_volume
 
 from epochfs.fuse import strays
+from epochfs.fuse.errors import MountError
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="mounts tmpfs volumes (root)")
 
@@ -93,3 +97,58 @@ def test_an_empty_folder_moves_nothing(tmp_path: Path) -> None:
     (tmp_path / "view").mkdir()
     assert strays.move_strays(tmp_path / "view", tmp_path / "cache") is None
     assert os.listdir(tmp_path) == ["view"]
+
+
+def test_an_entry_whose_removal_would_fail_is_refused_before_anything_is_copied(tmp_path: Path) -> None:
+    """The copy path: a folder holding a plain file and an immutable one. Copied, then removed,
+    the plain file went from the original and the copy of the folder was dropped when the
+    immutable file stayed: the plain file was nowhere. Now nothing is copied or removed."""
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    with small_volume(tmp_path / "view", "4m") as mount:
+        (mount / "ckpt").mkdir()
+        (mount / "ckpt" / "a").write_bytes(b"AAA")
+        (mount / "ckpt" / "b").write_bytes(b"BBB")
+        subprocess.run(["chattr", "+i", str(mount / "ckpt" / "b")], check=True)
+        try:
+            with pytest.raises(MountError, match=r"ckpt/b is immutable or append-only: nothing was moved"):
+                strays.move_strays(mount, cache)
+            assert (mount / "ckpt" / "a").read_bytes() == b"AAA"
+            assert (mount / "ckpt" / "b").read_bytes() == b"BBB"
+        finally:
+            subprocess.run(["chattr", "-i", str(mount / "ckpt" / "b")], check=True)
+        assert os.listdir(cache) == [], "no folder left for a copy that was not made"
+        assert not strays.beside(mount).exists()
+        assert strays.move_strays(mount, cache) is not None, "moved once it can be removed"
+        assert sorted(p.name for p in (cache / "mount-strays").glob("*/ckpt/*")) == ["a", "b"]
+
+
+def test_a_mount_below_an_entry_is_refused_and_its_volume_left_whole(tmp_path: Path) -> None:
+    """A copy then a removal of a folder with a volume mounted in it emptied that volume, then
+    failed on the mount point and dropped the copy."""
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    with small_volume(tmp_path / "view", "4m") as mount:
+        (mount / "sub").mkdir()
+        with small_volume(mount / "sub" / "vol", "1m") as inner:
+            (inner / "data").write_bytes(b"precious")
+            with pytest.raises(MountError, match=r"sub/vol is a mount point: nothing was moved"):
+                strays.move_strays(mount, cache)
+            assert (inner / "data").read_bytes() == b"precious"
+        assert os.listdir(cache) == []
+
+
+def test_the_folders_made_are_open_to_the_writer_whatever_the_umask(tmp_path: Path) -> None:
+    """The trainer (another user) reaches its moved file: the folders are 0755 under umask 077."""
+    with small_volume(tmp_path / "shared", "4m") as shared:
+        mount = shared / "view"
+        mount.mkdir()
+        (mount / "checkpoint.pt").write_bytes(b"x")
+        old = os.umask(0o077)
+        try:
+            dest = strays.move_strays(mount, tmp_path / "cache-elsewhere")
+        finally:
+            os.umask(old)
+        assert dest is not None and dest.parent == strays.beside(mount)
+        assert [stat.S_IMODE(p.stat().st_mode) for p in (dest.parent, dest)] == [0o755, 0o755]
+        assert not (tmp_path / "cache-elsewhere").exists(), "a missing cache folder is not made"

@@ -6,8 +6,9 @@ landed in the bare mount-point folder, the restarted server then exited 2 on "--
 empty", the supervisor took that for a refusal of its settings and stopped, and every later start
 refused the same folder: a CrashLoopBackOff for good. Now a restart moves whatever it finds there
 aside (never deleted): renamed into ``<cache>/mount-strays/``, or beside the mount point where the
-cache is on another volume (the pod's case, ``pod_volume``), so that a writer still holding its
-file open keeps writing to it. An exit 2 of a server whose settings already served is a crash,
+cache is on another volume (``pod_volume``: a pod whose containers mount the shared volume
+writable; the chart's trainer mounts it read-only), so that a writer still holding its file open
+keeps writing to it. An exit 2 of a server whose settings already served is a crash,
 restarted (docs/sidecar.md, "Crashes").
 
 Real processes throughout: the sidecar CLI against moto's S3 server, real FUSE and bind mounts.
