@@ -108,15 +108,18 @@ def underneath(folder: Path) -> Iterator[Path]:
 
 
 @contextmanager
-def pod_volume(tmp_path: Path) -> Iterator[tuple[Path, Path]]:
-    """A pod's shared volume, as the chart mounts it: ``vol`` shared (the sidecar's, propagation
-    Bidirectional), ``trainer`` a slave bind of it (the trainer's, HostToContainer). Yields the
+def pod_volume(tmp_path: Path, *, trainer_read_only: bool = False) -> Iterator[tuple[Path, Path]]:
+    """A pod's shared volume: ``vol`` shared (the sidecar's, propagation Bidirectional),
+    ``trainer`` a slave bind of it (the trainer's, HostToContainer), read-only with
+    ``trainer_read_only`` as the chart mounts it (``epochfs.trainerVolumeMounts``). Yields the
     view's mount point in the sidecar's volume and the same folder as the trainer sees it."""
     vol, trainer = tmp_path / "vol", tmp_path / "trainer"
     vol.mkdir()
     trainer.mkdir()
-    steps = (["mount", "--bind", str(vol), str(vol)], ["mount", "--make-shared", str(vol)],
-             ["mount", "--bind", str(vol), str(trainer)], ["mount", "--make-slave", str(trainer)])
+    steps = [["mount", "--bind", str(vol), str(vol)], ["mount", "--make-shared", str(vol)],
+             ["mount", "--bind", str(vol), str(trainer)], ["mount", "--make-slave", str(trainer)]]
+    if trainer_read_only:
+        steps.append(["mount", "-o", "remount,bind,ro", str(trainer)])
     try:
         for cmd in steps:
             subprocess.run(cmd, check=True, capture_output=True)
@@ -124,6 +127,36 @@ def pod_volume(tmp_path: Path) -> Iterator[tuple[Path, Path]]:
     finally:
         for place in (trainer, vol):
             subprocess.run(["umount", "-l", str(place)], capture_output=True)
+
+
+def test_the_charts_read_only_trainer_cannot_write_in_the_window(s3: S3Server, tmp_path: Path) -> None:
+    """With the chart the trainer mounts the shared volume read-only: its writes in the restart's
+    window fail (EROFS, or ENOTCONN while the dead mount is still seen), nothing lands in the bare
+    folder, nothing is moved aside, and the view comes back (docs/sidecar.md, "Crashes")."""
+    put_objects(s3, BUCKET, random_objects(5, 4 * 1024))
+    with pod_volume(tmp_path, trainer_read_only=True) as (mount, seen), running_sidecar(
+            tmp_path, remote=f"s3://{BUCKET}", endpoint=s3.endpoint, extra=EXTRA, mount=mount) as car:
+        assert ".epochfs" in os.listdir(seen), "the trainer does not see the view"
+        killed = kill_fuse_child(car)
+        outcomes: collections.Counter[str] = collections.Counter()
+        deadline = time.monotonic() + 60
+        while not mounted_again(car, killed):
+            assert time.monotonic() < deadline, f"no new mount within 60 s: {outcomes}"
+            try:
+                os.close(os.open(seen / "checkpoint.pt", os.O_CREAT | os.O_WRONLY, 0o644))
+            except OSError as e:
+                outcomes[errno.errorcode.get(e.errno or 0, str(e.errno))] += 1
+                continue
+            outcomes["written"] += 1
+        print(f"write outcomes during the restart: {dict(outcomes)}")
+        assert not outcomes["written"] and outcomes["EROFS"] > 0, outcomes
+        wait_until(lambda: car.get("/readyz")[0] == 200, timeout=60, what="/readyz after the restart")
+        with underneath(car.mount) as folder:
+            assert os.listdir(folder) == []
+        assert not strays.beside(mount).exists() and not (car.cache / "mount-strays").exists()
+        assert "moved aside" not in car.log_text()
+        assert ".epochfs" in os.listdir(seen), "the trainer does not see the view again"
+    assert mounts_at_or_under(seen) == [], "the clean stop left a mount in the trainer's copy"
 
 
 @pytest.mark.parametrize("where", ["sidecar", "trainer"])
