@@ -19,11 +19,8 @@ of these that a rename reaches:
   trainer mounts it read-only, a container that mounts it writable finds its file there);
 * otherwise (the mount point is itself the root of a volume, or its parent takes no new folder)
   copied into ``<cache>/mount-strays/<UTC time>/``, then removed, and the warning says that a
-  writer still holding a file open loses what it writes after the copy. Each entry's copy is
-  whole before its original is removed, and kept whatever that removal does; an entry whose
-  removal must fail (a mount below it, an immutable or append-only file or folder) or that cannot
-  be copied (a device, a pipe, a socket) is refused before anything is copied, so nothing is ever
-  only in a removed original, and a restart that meets it again copies nothing again.
+  writer still holding a file open loses what it writes after the copy (:mod:`.straycopy`: only
+  what was copied is removed, and what cannot be copied then removed is refused first).
 
 The folders made here are ``0755`` whatever the umask: the writer of a file (another user)
 reaches it. The store never reads or writes these folders and the view does not show them.
@@ -33,17 +30,13 @@ from __future__ import annotations
 
 import contextlib
 import errno
-import fcntl
 import logging
 import os
-import shutil
-import stat
-import struct
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
-from epochfs.fuse import mounting
+from epochfs.fuse import straycopy
 from epochfs.fuse.errors import MountError
 from epochfs.sidecar.store.fanout import FOLDER_MODE
 
@@ -52,11 +45,6 @@ log = logging.getLogger("epochfs.fuse")
 STRAYS_DIR = "mount-strays"
 """Under the cache, and in ``.<name>.mount-strays`` beside the mount point: where a restart moves
 what it found in the mount-point folder."""
-_FS_IOC_GETFLAGS = 0x80086601
-_PINNING_FLAGS = 0x10 | 0x20
-"""``FS_IMMUTABLE_FL`` and ``FS_APPEND_FL`` (``chattr +i``, ``+a``): the entry cannot be removed."""
-
-
 def beside(path: Path) -> Path:
     """The strays' folder beside the mount point ``path``, on the mount point's own volume."""
     return path.parent / f".{path.name}.{STRAYS_DIR}"
@@ -70,21 +58,28 @@ def move_strays(path: Path, cache: Path) -> Path | None:
     stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
     with _writable(path):
         names = sorted(os.listdir(path))
+        if not names:
+            return None  # emptied since the look above (a writer's temp renamed away)
         for root in (cache / STRAYS_DIR, beside(path)):
             dest = _renamed_into(path, root, stamp, names)
             if dest is not None:
                 _warn(path, names, dest, "moved aside to %s, not deleted")
                 return dest
-        refused = _not_copyable(path, names)
+        refused = straycopy.refusal(path, names, cache)
         if refused is not None:
-            raise MountError(f"--mount: {path} is not empty, its entries cannot be renamed aside "
-                             f"(another volume), and {refused}: nothing was moved")
+            raise MountError(f"--mount: {path} is not empty, no rename takes its entries elsewhere "
+                             f"(the cache is on another volume and no folder can be made beside "
+                             f"the mount point), and {refused}: nothing was moved")
         with _folder(cache / STRAYS_DIR, stamp) as dest:
             try:
-                _copy_all(path, dest, names)
+                left = straycopy.copy_all(path, dest, names)
             except OSError as e:
                 raise MountError(f"--mount: {path} is not empty and its entries could not be "
-                                 f"copied aside to {dest}: {e}") from None
+                                 f"copied into {cache / STRAYS_DIR} and removed: {e}") from None
+        if left:
+            raise MountError(f"--mount: {path}'s entries were copied to {dest}, but {', '.join(left[:5])} "
+                             "changed while they were copied: left in place, copied again at the "
+                             "next restart")
     _warn(path, names, dest, "copied to %s (another volume, and none beside it), then removed; a "
                              "writer that still held one open loses what it writes after the copy")
     return dest
@@ -104,8 +99,10 @@ def _renamed_into(path: Path, root: Path, stamp: str, names: list[str]) -> Path 
                 except OSError as e:
                     if i == 0 and e.errno == errno.EXDEV:
                         return None
+                    moved = ("nothing was moved" if i == 0 else
+                             f"{i} of {len(names)} moved to {dest}, the rest left for the next restart")
                     raise MountError(f"--mount: {path} is not empty and its entry {name!r} could "
-                                     f"not be moved aside to {dest}: {e}") from None
+                                     f"not be moved into {root}: {e}; {moved}") from None
     except OSError:
         return None  # no folder can be made there (a MountError is no OSError: it goes on)
     return dest
@@ -162,79 +159,6 @@ def _writable(folder: Path) -> Iterator[None]:
     finally:
         if not mode & 0o200:
             os.chmod(folder, mode)
-
-
-def _not_copyable(folder: Path, names: list[str]) -> str | None:
-    """Why the entries of ``folder`` cannot be copied then removed, or None: a mount at or below
-    one (its removal would empty the other volume, then fail), a file or folder (the mount point
-    folder included) that is immutable or append-only (its removal fails), an entry that is not a
-    file, a folder or a symbolic link (a copy would read a device or wait on a pipe)."""
-    base = mounting.canonical(folder) + "/"
-    mounted = [e.mount_point for e in mounting.mount_table() if e.mount_point.startswith(base)]
-    if mounted:
-        return f"{mounted[0]} is a mount point"
-    if _flags(str(folder)) & _PINNING_FLAGS:
-        return f"{folder} is immutable or append-only"
-    for name in names:
-        top = folder / name
-        why = _pinned(str(top))
-        if why is None and top.is_dir() and not top.is_symlink():
-            why = next((w for parent, dirs, files in os.walk(top) for entry in (*dirs, *files)
-                        if (w := _pinned(os.path.join(parent, entry))) is not None), None)
-        if why is not None:
-            return why
-    return None
-
-
-def _pinned(path: str) -> str | None:
-    """Why the entry ``path`` cannot be copied then removed, or None."""
-    mode = os.lstat(path).st_mode
-    if stat.S_ISLNK(mode):
-        return None
-    if not (stat.S_ISREG(mode) or stat.S_ISDIR(mode)):
-        return f"{path} is not a file, a folder or a link"
-    if _flags(path) & _PINNING_FLAGS:
-        return f"{path} is immutable or append-only"
-    return None
-
-
-def _flags(path: str) -> int:
-    """The inode flags of the file or folder ``path`` (``lsattr``), 0 where it has none to tell."""
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY)
-    except OSError:
-        return 0
-    try:
-        return int(struct.unpack("l", fcntl.ioctl(fd, _FS_IOC_GETFLAGS, struct.pack("l", 0)))[0])
-    except OSError:
-        return 0
-    finally:
-        os.close(fd)
-
-
-def _copy_all(folder: Path, dest: Path, names: list[str]) -> None:
-    """Copy each entry of ``folder`` into ``dest``, then remove its original. A copy that failed part
-    way is removed (its original is whole); once whole, a copy is kept whatever the removal of its
-    original does, so that nothing is only in a removed original."""
-    for name in names:
-        src, dst = folder / name, dest / name
-        tree = src.is_dir() and not src.is_symlink()
-        try:
-            if tree:
-                shutil.copytree(src, dst, symlinks=True)
-            else:
-                shutil.copy2(src, dst, follow_symlinks=False)
-        except OSError:
-            if os.path.isdir(dst) and not os.path.islink(dst):
-                shutil.rmtree(dst, ignore_errors=True)
-            else:
-                with contextlib.suppress(OSError):
-                    os.unlink(dst)
-            raise
-        if tree:
-            shutil.rmtree(src)
-        else:
-            os.unlink(src)
 
 
 def _warn(path: Path, names: list[str], dest: Path, how: str) -> None:

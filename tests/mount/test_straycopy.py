@@ -1,0 +1,109 @@
+"""The copy a FUSE restart's move of strays falls back to (``fuse/straycopy.py``): only what was
+copied is removed, and what cannot be copied then removed is refused before anything is copied.
+
+The mount point is the root of a volume of its own (a tmpfs), so no rename reaches the cache's
+folder or a folder beside it, as in the case the copy exists for. A writer's change between the
+copy and the removal is made at that moment by wrapping the copy (the race, made certain).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from inprocess import small_volume
+
+from epochfs.fuse import straycopy, strays
+from epochfs.fuse.errors import MountError
+
+pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="mounts tmpfs volumes (root)")
+
+
+def _after(original: Callable[..., Any], then: Callable[[], None]) -> Callable[..., Any]:
+    def copy(*args: Any, **kwargs: Any) -> Any:
+        result = original(*args, **kwargs)
+        then()
+        return result
+    return copy
+
+
+def test_a_checkpoint_saved_again_between_its_copy_and_its_removal_is_kept(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The writer saves its checkpoint again by rename (write a temp, rename it over) while the old
+    one is copied: the new one was removed with the old one's name, and was nowhere."""
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    with small_volume(tmp_path / "view", "4m") as mount:
+        (mount / "ckpt.pt").write_bytes(b"OLD")
+
+        def save_again() -> None:
+            (mount / "ckpt.tmp").write_bytes(b"NEW")
+            os.rename(mount / "ckpt.tmp", mount / "ckpt.pt")
+
+        monkeypatch.setattr(shutil, "copy2", _after(shutil.copy2, save_again))
+        with pytest.raises(MountError, match=r"ckpt.pt changed while they were copied: left in place"):
+            strays.move_strays(mount, cache)
+        assert (mount / "ckpt.pt").read_bytes() == b"NEW", "the new save stays for the next restart"
+        [copy] = (cache / "mount-strays").glob("*/ckpt.pt")
+        assert copy.read_bytes() == b"OLD"
+
+
+def test_a_file_added_to_a_folder_while_it_is_copied_stays_with_its_folder(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    with small_volume(tmp_path / "view", "4m") as mount:
+        (mount / "run1").mkdir()
+        (mount / "run1" / "early.pt").write_bytes(b"early")
+        monkeypatch.setattr(shutil, "copytree", _after(
+            shutil.copytree, lambda: (mount / "run1" / "late.pt").write_bytes(b"late")))
+        with pytest.raises(MountError, match=r"run1 changed while they were copied"):
+            strays.move_strays(mount, cache)
+        assert os.listdir(mount / "run1") == ["late.pt"], "only what was copied is removed"
+        assert (mount / "run1" / "late.pt").read_bytes() == b"late"
+        [copy] = (cache / "mount-strays").glob("*/run1")
+        assert os.listdir(copy) == ["early.pt"]
+
+
+def test_a_volume_gone_read_only_is_refused_before_anything_is_copied(tmp_path: Path) -> None:
+    """Every restart copied the first entry again, then failed to remove it."""
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    with small_volume(tmp_path / "view", "4m") as mount:
+        (mount / "a").write_bytes(b"a")
+        (mount / "b").write_bytes(b"b")
+        subprocess.run(["mount", "-o", "remount,ro", str(mount)], check=True)
+        for _ in range(2):
+            with pytest.raises(MountError, match=r"is on a read-only volume: nothing was moved"):
+                strays.move_strays(mount, cache)
+        assert os.listdir(cache) == [], "no copy, no folder"
+        assert sorted(os.listdir(mount)) == ["a", "b"]
+
+
+def test_entries_larger_than_half_the_caches_free_room_are_refused(tmp_path: Path) -> None:
+    """A sparse file is copied whole: a 64 MiB one filled a 16 MiB cache volume, the sampler's too."""
+    with small_volume(tmp_path / "node", "16m") as node, small_volume(tmp_path / "view", "4m") as mount:
+        cache = node / "cache"
+        cache.mkdir()
+        with open(mount / "sparse.bin", "wb") as f:
+            f.truncate(64 << 20)
+        with pytest.raises(MountError, match=r"more than half of the \d+ bytes free on the cache's volume"):
+            strays.move_strays(mount, cache)
+        assert os.listdir(cache) == []
+        assert os.listdir(mount) == ["sparse.bin"]
+
+
+def test_flags_are_read_where_a_file_system_keeps_them(tmp_path: Path) -> None:
+    with small_volume(tmp_path / "vol", "1m") as vol:
+        (vol / "f").write_bytes(b"x")
+        assert straycopy._flags(str(vol / "f")) & 0x10 == 0
+        subprocess.run(["chattr", "+i", str(vol / "f")], check=True)
+        try:
+            assert straycopy._flags(str(vol / "f")) & 0x10, "FS_IMMUTABLE_FL read back"
+        finally:
+            subprocess.run(["chattr", "-i", str(vol / "f")], check=True)
