@@ -45,6 +45,8 @@ log = logging.getLogger("epochfs.fuse")
 STRAYS_DIR = "mount-strays"
 """Under the cache, and in ``.<name>.mount-strays`` beside the mount point: where a restart moves
 what it found in the mount-point folder."""
+
+
 def beside(path: Path) -> Path:
     """The strays' folder beside the mount point ``path``, on the mount point's own volume."""
     return path.parent / f".{path.name}.{STRAYS_DIR}"
@@ -53,13 +55,11 @@ def beside(path: Path) -> Path:
 def move_strays(path: Path, cache: Path) -> Path | None:
     """Move everything in the mount-point folder ``path`` into a new folder (the module's list of
     places); that folder, or None when ``path`` was empty."""
-    if _empty(path):
+    names = sorted(os.listdir(path))
+    if not names:
         return None
     stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
     with _writable(path):
-        names = sorted(os.listdir(path))
-        if not names:
-            return None  # emptied since the look above (a writer's temp renamed away)
         for root in (cache / STRAYS_DIR, beside(path)):
             dest = _renamed_into(path, root, stamp, names)
             if dest is not None:
@@ -141,11 +141,6 @@ def _gone_if_empty(folder: Path) -> bool:
     except OSError:
         return False
     return True
-
-
-def _empty(folder: Path) -> bool:
-    with os.scandir(folder) as entries:
-        return not any(entries)
 
 
 @contextlib.contextmanager
