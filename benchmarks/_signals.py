@@ -85,11 +85,15 @@ def clean_up_on_sigterm() -> None:
     does, so every ``finally`` and ``with`` block runs: the default action ends the process at
     once and left the servers it started running (an orphaned ``epochfs mount`` and its mounts)
     and its scratch on disk. Ctrl-C raises it too, also where the process was started ignoring
-    SIGINT (``&`` in a script)."""
+    SIGINT (``&`` in a script), and both are unblocked in the calling thread, where it was started
+    with them blocked."""
     global _OWNER, _SIGNALLED, _HOLDING, _HELD
     _OWNER, _SIGNALLED, _HOLDING, _HELD = os.getpid(), 0, 0, False
     signal.signal(signal.SIGTERM, _terminate)
     signal.signal(signal.SIGINT, _interrupt)
+    # A signal mask is inherited through exec: a parent that started this process with SIGTERM
+    # blocked (a launcher's thread, a test runner's worker) left a `kill PID` pending forever.
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM, signal.SIGINT})
 
 
 @contextlib.contextmanager

@@ -151,6 +151,17 @@ def stop_process(proc: subprocess.Popen[bytes], *, timeout: float = 10.0) -> Non
         proc.wait()
 
 
+def signal_state(pid: int) -> str:
+    """The signals ``pid`` blocks, ignores and has pending (``/proc/<pid>/status``'s masks): why a
+    process a test signalled did not act on it."""
+    try:
+        lines = Path(f"/proc/{pid}/status").read_text().splitlines()
+    except OSError as e:
+        return f"no /proc/{pid}/status: {e.strerror}"
+    return ", ".join(line.replace("\t", " ") for line in lines
+                     if line.split(":")[0] in ("SigBlk", "SigIgn", "SigPnd", "ShdPnd"))
+
+
 def port_open(port: int) -> bool:
     with socket.socket() as s:
         return s.connect_ex(("127.0.0.1", port)) == 0

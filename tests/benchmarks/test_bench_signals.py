@@ -20,6 +20,7 @@ from pathlib import Path
 
 import pytest
 from bench_helpers import bench
+from common import signal_state
 
 from epochfs.benchmarks import harness
 from epochfs.fuse.mounting import mount_table
@@ -93,18 +94,34 @@ harness.entry(main, "probe")
 """
 
 
-def test_sigterm_runs_a_benchmarks_clean_up_and_fails_it(tmp_path: Path) -> None:
+def sigterm_blocked() -> None:
+    """In the child before exec: SIGTERM blocked, as a parent's thread that blocks it (a launcher,
+    a test runner's worker) hands its mask on through exec."""
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
+
+
+@pytest.mark.parametrize("inherited", ["unblocked", "blocked"])
+def test_sigterm_runs_a_benchmarks_clean_up_and_fails_it(tmp_path: Path, inherited: str) -> None:
     """:func:`harness.entry`: the ``with`` blocks run on SIGTERM (the child stopped, the scratch
-    removed), one line says so, and the status is 128 + SIGTERM."""
+    removed), one line says so, and the status is 128 + SIGTERM; also when the benchmark was
+    started with SIGTERM blocked (the signal then stayed pending and the benchmark ran on)."""
     parent = tmp_path / "dir"
     proc = subprocess.Popen([*harness.PYTHON, "-c", ENTRY, str(parent)], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
+                            stderr=subprocess.PIPE, text=True, env={**os.environ, "PYTHONFAULTHANDLER": "1"},
+                            preexec_fn=sigterm_blocked if inherited == "blocked" else None)
     try:
         assert proc.stdout is not None
         scratch, child = proc.stdout.readline().split()
         assert Path(scratch).is_dir()
         proc.send_signal(signal.SIGTERM)
-        _, err = proc.communicate(timeout=60)
+        try:
+            _, err = proc.communicate(timeout=60)
+        except subprocess.TimeoutExpired:
+            masks = signal_state(proc.pid)  # blocked, ignored, pending: why SIGTERM did nothing
+            proc.send_signal(signal.SIGABRT)  # its threads' stacks on stderr (PYTHONFAULTHANDLER)
+            _, err = proc.communicate(timeout=30)
+            pytest.fail(f"the benchmark still ran 60 s after its SIGTERM ({masks}); its stacks then:\n"
+                        f"{err[-6000:]}")
     finally:
         if proc.poll() is None:
             proc.kill()

@@ -37,7 +37,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from common import free_port, port_open, stop_process, wait_until
+from common import free_port, port_open, signal_state, stop_process, wait_until
 from docs_blocks import PAGES, ROOT, DocCommand, all_commands, commands_of, words
 from docs_sidecar import (
     env_problems,
@@ -423,16 +423,6 @@ def as_from_a_terminal() -> None:
     must not hang here for what the worker left behind."""
     signal.pthread_sigmask(signal.SIG_SETMASK, set())
     signal.signal(signal.SIGINT, signal.SIG_DFL)
-
-
-def signal_state(pid: int) -> str:
-    """The signals ``pid`` blocks, ignores and has pending (``/proc/<pid>/status``'s masks)."""
-    try:
-        lines = Path(f"/proc/{pid}/status").read_text().splitlines()
-    except OSError as e:
-        return f"no /proc/{pid}/status: {e.strerror}"
-    return ", ".join(line.replace("\t", " ") for line in lines
-                     if line.split(":")[0] in ("SigBlk", "SigIgn", "SigPnd", "ShdPnd"))
 
 
 def test_a_path_the_table_does_not_map_is_refused_before_it_runs(tmp_path: Path) -> None:
