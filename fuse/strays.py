@@ -18,9 +18,9 @@ of these that a rename reaches:
   mount point's own volume (in a pod, the shared volume: the cache is on another one; the chart's
   trainer mounts it read-only, a container that mounts it writable finds its file there);
 * otherwise (the mount point is itself the root of a volume, or its parent takes no new folder)
-  copied into ``<cache>/mount-strays/<UTC time>/``, then removed, and the warning says that a
-  writer still holding a file open loses what it writes after the copy (:mod:`.straycopy`: only
-  what was copied is removed, and what cannot be copied then removed is refused first).
+  copied into ``<cache>/mount-strays/<UTC time>/``, then removed (:mod:`.straycopy`: only what was
+  copied is removed, a file another process still holds open stays in place for the next restart,
+  and what cannot be copied then removed is refused first).
 
 The folders made here are ``0755`` whatever the umask: the writer of a file (another user)
 reaches it. The store never reads or writes these folders and the view does not show them.
@@ -72,16 +72,21 @@ def move_strays(path: Path, cache: Path) -> Path | None:
                              f"the mount point), and {refused}: nothing was moved")
         with _folder(cache / STRAYS_DIR, stamp) as dest:
             try:
-                left = straycopy.copy_all(path, dest, names)
+                done = straycopy.copy_all(path, dest, names)
             except OSError as e:
                 raise MountError(f"--mount: {path} is not empty and its entries could not be "
                                  f"copied into {cache / STRAYS_DIR} and removed: {e}") from None
-        if left:
-            raise MountError(f"--mount: {path}'s entries were copied to {dest}, but {', '.join(left[:5])} "
-                             "changed while they were copied: left in place, copied again at the "
-                             "next restart")
-    _warn(path, names, dest, "copied to %s (another volume, and none beside it), then removed; a "
-                             "writer that still held one open loses what it writes after the copy")
+        if done.opened_at_removal:
+            log.error("a process opened %s as it was removed, after its copy to %s: what it writes "
+                      "through that descriptor is lost", ", ".join(done.opened_at_removal[:5]), dest)
+        if done.left:
+            left = ", ".join(f"{name} ({why})" for name, why in list(done.left.items())[:5])
+            raise MountError(f"--mount: {path}'s entries were copied to {dest}, but {left}: left in "
+                             "place, copied again at the next restart")
+    _warn(path, names, dest, "copied to %s (another volume, and none beside it), then removed"
+          + (f"; {done.unchecked} of them without knowing whether a writer still held it open (no "
+             "lease on that file system), which loses what it writes after the copy" if done.unchecked
+             else ", none of them open in another process"))
     return dest
 
 

@@ -8,14 +8,17 @@ copy and the removal is made at that moment by wrapping the copy (the race, made
 
 from __future__ import annotations
 
+import logging
 import os
 import shutil
 import subprocess
+import threading
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
+from common import wait_until
 from inprocess import small_volume
 
 from epochfs.fuse import straycopy, strays
@@ -46,7 +49,7 @@ def test_a_checkpoint_saved_again_between_its_copy_and_its_removal_is_kept(
             os.rename(mount / "ckpt.tmp", mount / "ckpt.pt")
 
         monkeypatch.setattr(shutil, "copy2", _after(shutil.copy2, save_again))
-        with pytest.raises(MountError, match=r"ckpt.pt changed while they were copied: left in place"):
+        with pytest.raises(MountError, match=r"ckpt.pt \(changed while it was copied\): left in place"):
             strays.move_strays(mount, cache)
         assert (mount / "ckpt.pt").read_bytes() == b"NEW", "the new save stays for the next restart"
         [copy] = (cache / "mount-strays").glob("*/ckpt.pt")
@@ -62,7 +65,7 @@ def test_a_file_added_to_a_folder_while_it_is_copied_stays_with_its_folder(
         (mount / "run1" / "early.pt").write_bytes(b"early")
         monkeypatch.setattr(shutil, "copytree", _after(
             shutil.copytree, lambda: (mount / "run1" / "late.pt").write_bytes(b"late")))
-        with pytest.raises(MountError, match=r"run1 changed while they were copied"):
+        with pytest.raises(MountError, match=r"run1 \(changed while it was copied\)"):
             strays.move_strays(mount, cache)
         assert os.listdir(mount / "run1") == ["late.pt"], "only what was copied is removed"
         assert (mount / "run1" / "late.pt").read_bytes() == b"late"
@@ -107,3 +110,34 @@ def test_flags_are_read_where_a_file_system_keeps_them(tmp_path: Path) -> None:
             assert straycopy._flags(str(vol / "f")) & 0x10, "FS_IMMUTABLE_FL read back"
         finally:
             subprocess.run(["chattr", "-i", str(vol / "f")], check=True)
+
+
+def test_a_writer_that_opens_a_file_as_it_is_removed_is_named(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    """The lease ends the check's blind spot to a moment: a writer that opens the file between its
+    last look and its removal waits in its ``open`` for the lease (made certain by opening it as the
+    removal starts, and removing once its ``open`` waits), and the removal's error names the file."""
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    with small_volume(tmp_path / "view", "4m") as mount:
+        (mount / "ckpt.pt").write_bytes(b"saved")
+        opened: list[int] = []
+        writer = threading.Thread(target=lambda: opened.append(os.open(mount / "ckpt.pt", os.O_WRONLY)))
+        unlink = os.unlink
+
+        def unlink_as_a_writer_opens(path: Any, *args: Any, **kwargs: Any) -> None:
+            if str(path).endswith("ckpt.pt") and not writer.is_alive():
+                writer.start()
+                wait_until(lambda: "BREAK" in Path("/proc/locks").read_text(), timeout=10,
+                           what="the writer's open waiting on the lease")
+            unlink(path, *args, **kwargs)
+
+        monkeypatch.setattr(os, "unlink", unlink_as_a_writer_opens)
+        caplog.set_level(logging.WARNING, logger="epochfs.fuse")
+        dest = strays.move_strays(mount, cache)
+        writer.join(10)
+        assert opened, "the writer's open went through once the lease ended"
+        os.close(opened[0])
+        assert dest is not None and (dest / "ckpt.pt").read_bytes() == b"saved"
+        [error] = [r.getMessage() for r in caplog.records if r.levelno == logging.ERROR]
+        assert f"a process opened {mount / 'ckpt.pt'} as it was removed" in error, error

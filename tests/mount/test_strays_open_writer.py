@@ -73,24 +73,38 @@ def test_a_mount_point_on_the_caches_volume_moves_into_the_caches_folder(tmp_pat
         assert not strays.beside(mount).exists()
 
 
-def test_a_mount_point_that_is_a_volumes_root_is_copied_and_says_so(
+def test_a_mount_point_that_is_a_volumes_root_copies_and_leaves_a_file_held_open_in_place(
         tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
-    """No rename reaches either place: the copy is all there is, and its warning says what a writer
-    still holding the file loses. No empty folder is left where the renames were tried."""
+    """No rename reaches either place: the copy is all there is. The file the writer holds open
+    stays in place (its later writes went to a removed file: lost) until a restart after the
+    writer closed it; the rest is copied and removed at once. No empty folder is left where the
+    renames were tried."""
     cache = tmp_path / "cache"
     cache.mkdir()
     with small_volume(tmp_path / "view", "4m") as mount:
         (mount / "sub").mkdir()
         (mount / "sub" / "notes.txt").write_bytes(b"notes")
         caplog.set_level(logging.WARNING, logger="epochfs.fuse")
-        dest, _ = _write_across_the_move(mount, cache)
+        fd = os.open(mount / "checkpoint.pt", os.O_CREAT | os.O_WRONLY, 0o644)
+        try:
+            os.write(fd, b"first half;")
+            with pytest.raises(MountError, match=r"checkpoint.pt \(still held open by a writer\): left in "
+                                                 r"place, copied again at the next restart"):
+                strays.move_strays(mount, cache)
+            os.write(fd, b"second half")
+        finally:
+            os.close(fd)
+        assert os.listdir(mount) == ["checkpoint.pt"], "notes.txt copied and removed, the open file kept"
+        [first] = (cache / "mount-strays").iterdir()
+        assert (first / "sub" / "notes.txt").read_bytes() == b"notes"
+        assert (mount / "checkpoint.pt").read_bytes() == b"first half;second half"
+        dest = strays.move_strays(mount, cache)  # the next restart, the writer done
         assert dest is not None and dest.parent == cache / "mount-strays", dest
-        assert (dest / "checkpoint.pt").read_bytes() == b"first half;", "the copy holds what was there"
-        assert (dest / "sub" / "notes.txt").read_bytes() == b"notes"
+        assert os.listdir(mount) == []
+        assert (dest / "checkpoint.pt").read_bytes() == b"first half;second half", "every byte"
         assert not strays.beside(mount).exists(), "no empty folder beside the mount point"
-        assert sorted(os.listdir(cache / "mount-strays")) == [dest.name]
-        [line] = [r.getMessage() for r in caplog.records]
-        assert f"copied to {dest}" in line and "loses what it writes after the copy" in line, line
+        line = caplog.records[-1].getMessage()
+        assert f"copied to {dest}" in line and "none of them open in another process" in line, line
 
 
 def test_an_empty_folder_moves_nothing(tmp_path: Path) -> None:
