@@ -39,6 +39,7 @@ from epochfs.sidecar.confparse import (
 from epochfs.sidecar.confplaces import _endpoint_url
 from epochfs.sidecar.logsettings import LOG_FORMAT, resolve_log_level
 from epochfs.sidecar.remote.registry import HELP as REMOTE_HELP
+from epochfs.sidecar.signals import STOP_SIGNALS
 from epochfs.sidecar.store import NoRoom, StoreError
 from epochfs.sidecar.store.placement import over_cache
 
@@ -349,6 +350,10 @@ def _main(argv: Sequence[str] | None) -> int:
         stream=sys.stderr,
     )
     redact.install()
+    # A blocked signal stays blocked through exec: a parent's thread that blocked these (a launcher,
+    # a test runner's worker) left every command deaf to `kill PID` and Ctrl-C, never stopping
+    # cleanly. Their handlers and dispositions (an ignored SIGHUP under nohup) are left as they are.
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)
     if ns.command == "index":
         _terminate_as_interrupt()
     try:

@@ -11,8 +11,14 @@ the main thread lets go of it.
 
 from __future__ import annotations
 
+import signal
 import threading
 from collections.abc import Callable
+
+STOP_SIGNALS = frozenset({signal.SIGTERM, signal.SIGINT, signal.SIGHUP})
+"""The signals that stop a command (``kill PID``, Ctrl-C, a closed terminal): unblocked as every
+command starts (a blocked signal stays blocked through exec). The FUSE server then blocks the
+same three again in every thread and takes them on a thread of its own (``StopSignals``)."""
 
 
 def set_from_handler(event: threading.Event, *, then: Callable[[], None] | None = None) -> None:
