@@ -83,11 +83,19 @@ def move_strays(path: Path, cache: Path) -> Path | None:
             left = ", ".join(f"{name} ({why})" for name, why in list(done.left.items())[:5])
             raise MountError(f"--mount: {path}'s entries were copied to {dest}, but {left}: left in "
                              "place, copied again at the next restart")
-    _warn(path, names, dest, "copied to %s (another volume, and none beside it), then removed"
-          + (f"; {done.unchecked} of them without knowing whether a writer still held it open (no "
-             "lease on that file system), which loses what it writes after the copy" if done.unchecked
-             else ", none of them open in another process"))
+    _warn(path, names, dest,
+          "copied to %s (another volume, and none beside it), then removed" + _checked(done))
     return dest
+
+
+def _checked(done: straycopy.Copied) -> str:
+    """What the warning says of the writers of the files removed after their copy."""
+    if done.unchecked:
+        return (f"; {done.unchecked} file(s) without knowing whether a writer still held one open (no "
+                "lease tells on that file system), which loses what it writes after the copy")
+    if done.opened_at_removal:
+        return "; one or more opened for writing as they were removed (the error above)"
+    return ", none of them open for writing in another process"
 
 
 def _renamed_into(path: Path, root: Path, stamp: str, names: list[str]) -> Path | None:
