@@ -156,8 +156,8 @@ def entry(run: Callable[[], int], name: str) -> NoReturn:
     """A benchmark's ``if __name__ == "__main__"``: :func:`clean_up_on_sigterm`, then ``run()``; on
     SIGTERM or Ctrl-C, once its clean-up is done, one line and exit status 128 + the signal (as a
     shell reports a process that signal ended), never 0."""
-    clean_up_on_sigterm()
     try:
+        clean_up_on_sigterm()  # in the try: a SIGTERM pending since the start is raised here
         status = run()
     except KeyboardInterrupt:
         signum = _SIGNALLED or signal.SIGINT

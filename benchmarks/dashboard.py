@@ -303,8 +303,8 @@ def main(argv: list[str] | None = None) -> int:
     if not Path("/dev/fuse").exists() or os.geteuid() != 0:
         harness.fail("needs root and /dev/fuse (the sidecar mounts its FUSE view)")
     ns.prometheus = harness.program("prometheus")
-    harness.clean_up_on_sigterm()  # SIGTERM and Ctrl-C raise KeyboardInterrupt: the clean-up below runs
     try:
+        harness.clean_up_on_sigterm()  # SIGTERM and Ctrl-C raise KeyboardInterrupt: the clean-up below runs
         with harness.work_dir(ns.dir, prefix="epochfs-dashboard-") as folder:
             panels, meta = run(ns, folder)
     except KeyboardInterrupt:

@@ -367,12 +367,12 @@ def main(argv: list[str] | None = None) -> int:
     harness.require("botocore")
     if not Path("/dev/fuse").exists() or os.geteuid() != 0:
         harness.fail("needs root and /dev/fuse (the sidecar mounts its FUSE view)")
-    harness.clean_up_on_sigterm()  # SIGTERM and Ctrl-C raise KeyboardInterrupt: the clean-up below runs
     if ns.runs < 1 or ns.jobs < 1:
         p.error("--runs and --jobs must be at least 1")
     rows: list[Row] = []
     STOPPING.clear()
     try:
+        harness.clean_up_on_sigterm()  # SIGTERM and Ctrl-C raise KeyboardInterrupt: the clean-up below runs
         for run in range(ns.runs):
             rows += run_shapes(shapes, ns, run)
     except KeyboardInterrupt:

@@ -132,6 +132,25 @@ def test_sigterm_runs_a_benchmarks_clean_up_and_fails_it(tmp_path: Path, inherit
     assert not Path(f"/proc/{child}").exists()  # stopped and reaped by harness.running
 
 
+def test_a_sigterm_pending_since_a_blocked_start_ends_the_benchmark_as_one_does(tmp_path: Path) -> None:
+    """Sent while the benchmark still starts with SIGTERM blocked (pending until it unblocks it):
+    one line and 128 + SIGTERM, where it raised outside the clean-up's ``try`` (a traceback and
+    the status of a Ctrl-C)."""
+    parent = tmp_path / "dir"
+    proc = subprocess.Popen([*harness.PYTHON, "-c", ENTRY, str(parent)], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, preexec_fn=sigterm_blocked)
+    try:
+        proc.send_signal(signal.SIGTERM)  # Popen has returned: the benchmark's interpreter runs, blocked
+        out, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 128 + signal.SIGTERM, err
+    assert "probe: interrupted by SIGTERM" in err and "Traceback" not in err, err
+    assert out == "" and not parent.exists(), "nothing started"
+
+
 @needs_fuse
 def test_sigterm_to_the_mount_benchmark_leaves_nothing(tmp_path: Path) -> None:
     """The reviewer's case: ``kill PID`` while the mount benchmark reads through its mount."""
