@@ -16,6 +16,7 @@ import signal
 import subprocess
 import textwrap
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -100,16 +101,33 @@ def sigterm_blocked() -> None:
     signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
 
 
+@contextlib.contextmanager
+def probe(parent: Path, *, blocked: bool) -> Iterator[subprocess.Popen[str]]:
+    """The ENTRY benchmark running for a ``with`` block (SIGTERM blocked in it from its start where
+    ``blocked``), killed after it if still running."""
+    proc = subprocess.Popen([*harness.PYTHON, "-c", ENTRY, str(parent)], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env={**os.environ, "PYTHONFAULTHANDLER": "1"},
+                            preexec_fn=sigterm_blocked if blocked else None)
+    try:
+        yield proc
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
+def assert_ended_by_sigterm(proc: subprocess.Popen[str], err: str) -> None:
+    assert proc.returncode == 128 + signal.SIGTERM, err
+    assert "probe: interrupted by SIGTERM" in err and "Traceback" not in err, err
+
+
 @pytest.mark.parametrize("inherited", ["unblocked", "blocked"])
 def test_sigterm_runs_a_benchmarks_clean_up_and_fails_it(tmp_path: Path, inherited: str) -> None:
     """:func:`harness.entry`: the ``with`` blocks run on SIGTERM (the child stopped, the scratch
     removed), one line says so, and the status is 128 + SIGTERM; also when the benchmark was
     started with SIGTERM blocked (the signal then stayed pending and the benchmark ran on)."""
     parent = tmp_path / "dir"
-    proc = subprocess.Popen([*harness.PYTHON, "-c", ENTRY, str(parent)], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, env={**os.environ, "PYTHONFAULTHANDLER": "1"},
-                            preexec_fn=sigterm_blocked if inherited == "blocked" else None)
-    try:
+    with probe(parent, blocked=inherited == "blocked") as proc:
         assert proc.stdout is not None
         scratch, child = proc.stdout.readline().split()
         assert Path(scratch).is_dir()
@@ -122,12 +140,7 @@ def test_sigterm_runs_a_benchmarks_clean_up_and_fails_it(tmp_path: Path, inherit
             _, err = proc.communicate(timeout=30)
             pytest.fail(f"the benchmark still ran 60 s after its SIGTERM ({masks}); its stacks then:\n"
                         f"{err[-6000:]}")
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-    assert proc.returncode == 128 + signal.SIGTERM, err
-    assert "probe: interrupted by SIGTERM" in err and "Traceback" not in err, err
+    assert_ended_by_sigterm(proc, err)
     assert not Path(scratch).exists() and not parent.exists()
     assert not Path(f"/proc/{child}").exists()  # stopped and reaped by harness.running
 
@@ -137,17 +150,10 @@ def test_a_sigterm_pending_since_a_blocked_start_ends_the_benchmark_as_one_does(
     one line and 128 + SIGTERM, where it raised outside the clean-up's ``try`` (a traceback and
     the status of a Ctrl-C)."""
     parent = tmp_path / "dir"
-    proc = subprocess.Popen([*harness.PYTHON, "-c", ENTRY, str(parent)], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, preexec_fn=sigterm_blocked)
-    try:
+    with probe(parent, blocked=True) as proc:
         proc.send_signal(signal.SIGTERM)  # Popen has returned: the benchmark's interpreter runs, blocked
         out, err = proc.communicate(timeout=60)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-    assert proc.returncode == 128 + signal.SIGTERM, err
-    assert "probe: interrupted by SIGTERM" in err and "Traceback" not in err, err
+    assert_ended_by_sigterm(proc, err)
     assert out == "" and not parent.exists(), "nothing started"
 
 
