@@ -25,9 +25,11 @@ user's without ``CAP_LEASE``, nothing tells: the file is removed all the same an
 counts such files.
 
 What cannot be removed or copied is refused before anything is copied (:func:`refusal`), so that a
-restart that meets it again copies nothing again: a mount at or below an entry (its removal would
-empty the other volume, then fail), an immutable or append-only file or folder, the mount point
-folder included, a folder on a read-only volume, an entry that is not a file, a folder or a link
+restart that meets it again copies nothing again: a file a writer holds open (each restart, every
+two seconds or so, copied it whole and dropped the copy, for as long as its writer held it), a
+mount at or below an entry (its removal would empty the other volume, then fail), an immutable or
+append-only file or folder, the mount point folder included, a folder on a read-only volume, an
+entry that is not a file, a folder or a link
 (a copy would read a device or wait on a pipe), and entries too large for the cache's volume (more
 than half of its free space: a sparse file is copied whole, and the sampler shares that volume).
 """
@@ -86,6 +88,7 @@ def refusal(folder: Path, names: list[str], cache: Path) -> str | None:
     if _flags(str(folder)) & _PINNING_FLAGS:
         return f"{folder} is immutable or append-only"
     size = 0
+    leases = _leases_tell(folder)
     for name in names:
         for path in _walk(folder / name):
             st = os.lstat(path)
@@ -95,6 +98,8 @@ def refusal(folder: Path, names: list[str], cache: Path) -> str | None:
                 return f"{path} is not a file, a folder or a link"
             if _flags(path) & _PINNING_FLAGS:
                 return f"{path} is immutable or append-only"
+            if stat.S_ISREG(st.st_mode) and _open_for_writing(path, leases=leases):
+                return f"{path} is held open for writing by another process"
             size += st.st_size if stat.S_ISREG(st.st_mode) else 0
     vfs = os.statvfs(cache)
     free = vfs.f_bavail * vfs.f_frsize
@@ -238,6 +243,12 @@ class _Lease:
             return self.no_writer is True and fcntl.fcntl(self.fd, fcntl.F_GETLEASE) != fcntl.F_RDLCK
         except OSError:
             return False
+
+
+def _open_for_writing(path: str, *, leases: bool) -> bool:
+    """Whether a lease says the file ``path`` is open for writing now."""
+    with _lease(path, leases=leases) as lease:
+        return lease.no_writer is False
 
 
 @contextlib.contextmanager

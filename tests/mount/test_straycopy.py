@@ -237,3 +237,25 @@ def test_leases_are_not_asked_where_they_see_too_little(tmp_path: Path) -> None:
             assert done.left == {} and done.unchecked == 1
         finally:
             subprocess.run(["umount", str(vol / "merged")], check=True)
+
+
+def test_a_file_a_writer_opens_during_its_copy_stays_in_place_without_a_copy(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Open nowhere at the check before the copy, opened for writing during it: left in place for
+    the next restart, and its copy dropped (the next restart copies it again)."""
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    with small_volume(tmp_path / "view", "4m") as mount:
+        (mount / "ckpt.pt").write_bytes(b"part")
+        held: list[int] = []
+        monkeypatch.setattr(shutil, "copy2", _after(
+            shutil.copy2, lambda: held.append(os.open(mount / "ckpt.pt", os.O_WRONLY | os.O_APPEND))))
+        try:
+            with pytest.raises(MountError, match=r"ckpt.pt \(still held open by a writer\): left in place"):
+                strays.move_strays(mount, cache)
+            os.write(held[0], b"+rest")
+        finally:
+            for fd in held:
+                os.close(fd)
+        assert (mount / "ckpt.pt").read_bytes() == b"part+rest"
+        assert not (cache / "mount-strays").exists(), "its copy dropped, and the folder made for it"
