@@ -74,17 +74,20 @@ def move_strays(path: Path, cache: Path) -> Path | None:
             try:
                 done = straycopy.copy_all(path, dest, names)
             except OSError as e:
-                raise MountError(f"--mount: {path} is not empty and its entries could not be "
-                                 f"copied into {cache / STRAYS_DIR} and removed: {e}") from None
+                raise MountError(f"--mount: {path} is not empty and its entries could not all be "
+                                 f"copied into {dest} and removed ({e}): each file is either there or "
+                                 "still in place") from None
         if done.opened_at_removal:
-            log.error("a process opened %s as it was removed, after its copy to %s: what it writes "
-                      "through that descriptor is lost", ", ".join(done.opened_at_removal[:5]), dest)
+            log.error("a process opened %s for writing as it was removed, after its copy to %s: what "
+                      "it writes through that descriptor is lost", ", ".join(done.opened_at_removal[:5]),
+                      dest)
+        if moved := [name for name in names if name not in done.left]:
+            _warn(path, moved, dest,
+                  "copied to %s (another volume, and none beside it), then removed" + _checked(done))
         if done.left:
             left = ", ".join(f"{name} ({why})" for name, why in list(done.left.items())[:5])
             raise MountError(f"--mount: {path}'s entries were copied to {dest}, but {left}: left in "
                              "place, copied again at the next restart")
-    _warn(path, names, dest,
-          "copied to %s (another volume, and none beside it), then removed" + _checked(done))
     return dest
 
 

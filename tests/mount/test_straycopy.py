@@ -21,7 +21,7 @@ import pytest
 from common import wait_until
 from inprocess import small_volume
 
-from epochfs.fuse import straycopy, strays
+from epochfs.fuse import straycopy, strays, writers
 from epochfs.fuse.errors import MountError
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="mounts tmpfs volumes (root)")
@@ -62,8 +62,8 @@ def test_a_file_added_to_a_folder_while_it_is_copied_stays_with_its_folder(
     with small_volume(tmp_path / "view", "4m") as mount:
         (mount / "run1").mkdir()
         (mount / "run1" / "early.pt").write_bytes(b"early")
-        monkeypatch.setattr(shutil, "copytree", _after(
-            shutil.copytree, lambda: (mount / "run1" / "late.pt").write_bytes(b"late")))
+        monkeypatch.setattr(shutil, "copy2", _after(
+            shutil.copy2, lambda: (mount / "run1" / "late.pt").write_bytes(b"late")))
         with pytest.raises(MountError, match=r"run1 \(changed while it was copied\)"):
             strays.move_strays(mount, cache)
         assert os.listdir(mount / "run1") == ["late.pt"], "only what was copied is removed"
@@ -200,7 +200,7 @@ def test_a_writer_that_opens_a_file_in_the_instant_of_its_removal_is_named(
         os.close(opened[0])
         assert dest is not None and (dest / "ckpt.pt").read_bytes() == b"saved"
         [error] = [r.getMessage() for r in caplog.records if r.levelno == logging.ERROR]
-        assert f"a process opened {mount / 'ckpt.pt'} as it was removed" in error, error
+        assert f"a process opened {mount / 'ckpt.pt'} for writing as it was removed" in error, error
         assert "none of them open" not in caplog.records[-1].getMessage()
 
 
@@ -218,44 +218,117 @@ def test_a_reader_alone_does_not_keep_a_file_in_place(tmp_path: Path) -> None:
         assert os.listdir(mount) == []
 
 
-def test_leases_are_not_asked_where_they_see_too_little(tmp_path: Path) -> None:
-    """On an overlay (or FUSE) a writer of the file beneath goes unseen by a lease on the file
-    above: such a file is counted as removed unchecked, not said to be open nowhere."""
-    with small_volume(tmp_path / "vol", "4m") as vol:
-        for name in ("lower", "upper", "work", "merged"):
+def test_leases_are_not_asked_where_they_see_too_little(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    """On an overlay (or FUSE, or NFS) a writer of the file beneath goes unseen by a lease on the
+    file above: its files are removed unchecked and the warning counts them, also when another
+    entry is left in place (the move then ends in an error: the warning comes first)."""
+    with small_volume(tmp_path / "vol", "4m") as vol, small_volume(tmp_path / "node", "4m") as node:
+        for name in ("lower", "upper", "work", "view"):
             (vol / name).mkdir()
+        view = vol / "view"
         subprocess.run(["mount", "-t", "overlay", "overlay", "-o",
                         f"lowerdir={vol / 'lower'},upperdir={vol / 'upper'},workdir={vol / 'work'}",
-                        str(vol / "merged")], check=True)
+                        str(view)], check=True)
         try:
-            assert straycopy._leases_tell(vol)
-            assert not straycopy._leases_tell(vol / "merged")
-            (vol / "merged" / "f").write_bytes(b"x")
-            dest = vol / "dest"
-            dest.mkdir()
-            done = straycopy.copy_all(vol / "merged", dest, ["f"])
-            assert done.left == {} and done.unchecked == 1
+            assert writers.leases_tell(vol) and not writers.leases_tell(view)
+            (view / "a").write_bytes(b"a")
+            (view / "b").write_bytes(b"b")
+            monkeypatch.setattr(shutil, "copy2", _after(
+                shutil.copy2, lambda: (view / "b").write_bytes(b"b, saved again")))
+            caplog.set_level(logging.WARNING, logger="epochfs.fuse")
+            with pytest.raises(MountError, match=r"b \(changed while it was copied\)"):
+                strays.move_strays(view, node)
+            [line] = [r.getMessage() for r in caplog.records]
+            assert "held 1 entry" in line and "(a)" in line, line
+            assert "1 file(s) without knowing whether a writer still held one open" in line, line
+            assert os.listdir(view) == ["b"]
         finally:
-            subprocess.run(["umount", str(vol / "merged")], check=True)
+            subprocess.run(["umount", str(view)], check=True)
+
+
+def test_a_save_that_takes_the_name_again_leaves_the_one_before_it_aside(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Saved by rename just before the move aside (so the file aside is not the one copied: put
+    back) and again just after it (the name is taken): the one aside is never put back over the
+    newer one; it stays aside, under a name of its own, for the next restart."""
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    with small_volume(tmp_path / "view", "4m") as mount:
+        (mount / "ckpt.pt").write_bytes(b"OLD")
+        rename = os.rename
+
+        def save(body: bytes) -> None:
+            (mount / "saving").write_bytes(body)
+            rename(mount / "saving", mount / "ckpt.pt")
+
+        def saves_around(src: Any, dst: Any, *args: Any, **kwargs: Any) -> None:
+            aside = str(dst).endswith(".aside")
+            if aside:
+                save(b"NEW 1")
+            rename(src, dst, *args, **kwargs)
+            if aside:
+                save(b"NEW 2")
+
+        monkeypatch.setattr(os, "rename", saves_around)
+        with pytest.raises(MountError, match=r"ckpt.pt \(changed while it was copied\)"):
+            strays.move_strays(mount, cache)
+        [aside] = [name for name in os.listdir(mount) if name != "ckpt.pt"]
+        assert aside.startswith(".ckpt.pt.") and aside.endswith(".aside"), aside
+        assert (mount / aside).read_bytes() == b"NEW 1" and (mount / "ckpt.pt").read_bytes() == b"NEW 2"
 
 
 def test_a_file_a_writer_opens_during_its_copy_stays_in_place_without_a_copy(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Open nowhere at the check before the copy, opened for writing during it: left in place for
-    the next restart, and its copy dropped (the next restart copies it again)."""
+    """Open nowhere at the check before the copy, opened for writing during it: the writer's
+    ``open`` waits on the lease until the copy is done, the file is left in place for the next
+    restart with its copy dropped, and the writer's bytes land in it."""
     cache = tmp_path / "cache"
     cache.mkdir()
     with small_volume(tmp_path / "view", "4m") as mount:
         (mount / "ckpt.pt").write_bytes(b"part")
         held: list[int] = []
-        monkeypatch.setattr(shutil, "copy2", _after(
-            shutil.copy2, lambda: held.append(os.open(mount / "ckpt.pt", os.O_WRONLY | os.O_APPEND))))
+        writer = threading.Thread(
+            target=lambda: held.append(os.open(mount / "ckpt.pt", os.O_WRONLY | os.O_APPEND)))
+
+        def open_for_writing() -> None:
+            writer.start()
+            _wait_for_a_lease_break()
+
+        monkeypatch.setattr(shutil, "copy2", _after(shutil.copy2, open_for_writing))
+        with pytest.raises(MountError, match=r"ckpt.pt \(still held open by a writer\): left in place"):
+            strays.move_strays(mount, cache)
+        writer.join(10)
         try:
-            with pytest.raises(MountError, match=r"ckpt.pt \(still held open by a writer\): left in place"):
-                strays.move_strays(mount, cache)
             os.write(held[0], b"+rest")
         finally:
             for fd in held:
                 os.close(fd)
         assert (mount / "ckpt.pt").read_bytes() == b"part+rest"
         assert not (cache / "mount-strays").exists(), "its copy dropped, and the folder made for it"
+
+
+def test_a_file_put_back_where_no_hard_link_can_be_made(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Saved by rename just before the move aside: the file aside (the new save, never copied) goes
+    back to its name without a hard link (``protected_hardlinks`` refuses one to another user's file)."""
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    with small_volume(tmp_path / "view", "4m") as mount:
+        (mount / "ckpt.pt").write_bytes(b"OLD")
+        rename = os.rename
+
+        def save_first(src: Any, dst: Any, *args: Any, **kwargs: Any) -> None:
+            if str(dst).endswith(".aside"):
+                (mount / "saving").write_bytes(b"NEW")
+                rename(mount / "saving", mount / "ckpt.pt")
+            rename(src, dst, *args, **kwargs)
+
+        def no_hard_link(*args: Any, **kwargs: Any) -> None:
+            raise PermissionError(1, "Operation not permitted")
+
+        monkeypatch.setattr(os, "rename", save_first)
+        monkeypatch.setattr(os, "link", no_hard_link)
+        with pytest.raises(MountError, match=r"ckpt.pt \(changed while it was copied\)"):
+            strays.move_strays(mount, cache)
+        assert os.listdir(mount) == ["ckpt.pt"] and (mount / "ckpt.pt").read_bytes() == b"NEW"
