@@ -5,18 +5,21 @@ A copy then a removal can lose what a rename cannot: what is written or added be
 what a writer that holds a file open writes after its removal (into the removed file). So the
 entries are moved file by file, each under a read lease (:mod:`.writers`: the kernel grants it only
 while no other process holds the file open for writing, and an open for writing meanwhile waits
-until it ends, or breaks it) held from before the file is looked at until after its removal: looked
-at (inode, size, modification time), copied, renamed aside (a name of this move's own,
-``.<name>.<8 hex>.aside`` in its folder), checked there (the same inode, size and time, the lease
-not broken), then removed, or put back at its name with a hard link that never replaces a newer
-save (where none can be made it stays aside under that name, and the next restart moves it). A
-file that was open for writing, changed, replaced (a checkpoint saved by rename: renaming aside
-first means a save in between is never what is removed) or added meanwhile stays in place for the
-next restart and its copy is dropped; folders left empty are removed. Readers lose nothing (they
-read on from the removed file). Where leases do not tell (overlayfs, FUSE, network file systems; a
-file of another user without ``CAP_LEASE``) a file is removed after the same look and check, and the
-warning counts such files: a writer's bytes written through a descriptor it still holds, or through
-a shared mapping in the same timestamp tick, would then be lost.
+until it ends, or breaks it) held from before the file is looked at until after its removal: opened
+(never through a link: folders are walked by their descriptors, so one swapped for a link is never
+followed out of the mount point), looked at (inode, size, modification time, of the file opened),
+copied from that descriptor in steps (:data:`COPY_STEP`; a writer that opens it meanwhile stops the
+copy at the next step, and waits no longer), renamed aside (``.<name>.<8 hex>.aside`` in its folder),
+checked there (the same inode, size and time, the lease not broken), then removed, or put back at
+its name without ever replacing a newer save (where the name is taken it stays aside, and the next
+restart moves it under that name). A file that was open for writing, changed, replaced (a
+checkpoint saved by rename: renaming aside first means a save in between is never what is removed)
+or added meanwhile stays in place for the next restart and its copy is dropped; folders left empty
+are removed. Readers lose nothing (they read on from the removed file). Where leases do not tell
+(overlayfs, FUSE, network file systems; a file of another user without ``CAP_LEASE``) a file is
+removed after the same look and check, and the warning counts such files: a writer's bytes written
+through a descriptor it still holds, or through a shared mapping in the same timestamp tick, would
+then be lost.
 
 What cannot be removed or copied is refused before anything is copied (:func:`refusal`), so that a
 restart that meets it again copies nothing again: a file a writer holds open (each restart, every
@@ -44,24 +47,27 @@ from pathlib import Path
 
 from epochfs.fuse import mounting, writers
 
-_AT_FDCWD = -100
 _RENAME_NOREPLACE = 1
 _FS_IOC_GETFLAGS = 0x80086601
 _PINNING_FLAGS = 0x10 | 0x20
 """``FS_IMMUTABLE_FL`` and ``FS_APPEND_FL`` (``chattr +i``, ``+a``): the entry cannot be removed."""
 
+COPY_STEP = 8 << 20
+"""Bytes copied between two looks at the lease: a writer's ``open`` waits at most one step's copy."""
 CHANGED = "changed while it was copied"
 HELD_OPEN = "still held open by a writer"
 
 
 @dataclass
 class Copied:
-    """What :func:`copy_all` did: the entries left in place (name → why), the files (and links)
+    """What :func:`copy_all` did: the entries left in place (name → why), those moved whole, the
+    files (and links)
     removed after their copy, of them those removed without knowing whether another process held
     them open for writing (no lease tells there), and those another process opened as they were
     removed."""
 
     left: dict[str, str] = field(default_factory=dict)
+    moved: list[str] = field(default_factory=list)
     removed: int = 0
     unchecked: int = 0
     opened_at_removal: list[str] = field(default_factory=list)
@@ -101,100 +107,139 @@ def refusal(folder: Path, names: list[str], cache: Path) -> str | None:
 
 def copy_all(folder: Path, dest: Path, names: list[str]) -> Copied:
     """Copy each entry of ``folder`` into ``dest``, then remove what was copied (the module's
-    rules); what was removed, what was left in place, in part or whole, and why."""
+    rules); what was moved, what was left in place, in part or whole, and why."""
     done = Copied()
     leases = writers.leases_tell(folder)
-    for name in names:
-        why = _move_entry(folder / name, dest / name, done, leases=leases)
-        if why is not None:
-            done.left[name] = why
+    top = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+    try:
+        for name in names:
+            why = _move_entry(top, name, dest / name, done, shown=str(folder / name), leases=leases)
+            if why is not None:
+                done.left[name] = why
+            elif os.path.lexists(dest / name):
+                done.moved.append(name)
+    finally:
+        os.close(top)
     return done
 
 
-def _move_entry(src: Path, dst: Path, done: Copied, *, leases: bool) -> str | None:
-    """Move the entry ``src`` (a file, a link, or a folder and what it holds) into ``dst`` file by
-    file (:func:`_move_file`); None once ``src`` is gone, else why it stays. A failure (a full
-    volume) leaves each file either moved or in place, never half."""
-    held = False
-    folders: list[tuple[str, Path]] = []
+def _move_entry(dir_fd: int, name: str, target: Path, done: Copied, *, shown: str,
+                leases: bool) -> str | None:
+    """Move the entry ``name`` of the folder ``dir_fd`` (a file, a link, or a folder and what it
+    holds, reached through folder descriptors: a folder swapped for a link meanwhile is never
+    followed out of the mount point) into ``target``, file by file (:func:`_move_file`); None once
+    it is gone, else why it stays. A failure (a full volume) leaves each file moved or in place.
+    ``shown``: its path, for the messages."""
     try:
-        for path in _walk(src):  # listed before: what is added meanwhile stays
-            rel = os.path.relpath(path, src)
-            target = dst if rel == "." else dst / rel
-            if os.path.isdir(path) and not os.path.islink(path):
-                target.mkdir()
-                folders.append((path, target))
-                continue
-            outcome = _move_file(path, target, leases=leases)
-            held = held or outcome == "held"
-            done.removed += outcome in ("removed", "unchecked", "opened")
-            if outcome == "unchecked":
-                done.unchecked += 1
-            elif outcome == "opened":
-                done.opened_at_removal.append(path)
-    finally:
-        for path, target in reversed(folders):  # the innermost first
+        st = os.lstat(name, dir_fd=dir_fd)
+    except FileNotFoundError:
+        return None
+    if not stat.S_ISDIR(st.st_mode):
+        outcome = _move_file(dir_fd, name, target, leases=leases)
+        done.removed += outcome in ("removed", "unchecked", "opened")
+        done.unchecked += outcome == "unchecked"
+        if outcome == "opened":
+            done.opened_at_removal.append(shown)
+        return {"held": HELD_OPEN, "kept": CHANGED}.get(outcome)
+    fd = os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=dir_fd)
+    try:
+        target.mkdir()
+        try:
+            whys = [_move_entry(fd, entry, target / entry, done, shown=os.path.join(shown, entry),
+                                leases=leases) for entry in sorted(os.listdir(fd))]
+        finally:
             with contextlib.suppress(OSError):
-                shutil.copystat(path, target, follow_symlinks=False)
+                shutil.copystat(f"/proc/self/fd/{fd}", target)
             with contextlib.suppress(OSError):  # something was moved into it
                 target.rmdir()
-            with contextlib.suppress(OSError):  # something was added or kept there
-                os.rmdir(path)
-    if not os.path.lexists(src):
+    finally:
+        os.close(fd)
+    with contextlib.suppress(OSError):  # something was added or kept there
+        os.rmdir(name, dir_fd=dir_fd)
+    try:
+        os.lstat(name, dir_fd=dir_fd)
+    except FileNotFoundError:
         return None
-    return HELD_OPEN if held else CHANGED
+    return HELD_OPEN if HELD_OPEN in whys else CHANGED
 
 
-def _move_file(path: str, target: Path, *, leases: bool) -> str:
-    """Copy the file or link ``path`` to ``target`` and remove it, under a read lease (the module's
-    rules): "removed", "gone" (its writer removed it first), "unchecked" (removed where no lease
-    tells), "opened" (removed, but a process opened it for writing in the instant between its
-    check and its removal: what it writes there is lost), "held" (left in place: open for writing)
-    or "kept" (left in place: changed or replaced)."""
-    with writers.lease(path, leases=leases) as lease:
+def _move_file(dir_fd: int, name: str, target: Path, *, leases: bool) -> str:
+    """Copy the file or link ``name`` of the folder ``dir_fd`` to ``target`` and remove it, under a
+    read lease (the module's rules): "removed", "gone" (its writer removed it first), "unchecked"
+    (removed where no lease tells), "opened" (removed, but a process opened it for writing in the
+    instant between its check and its removal: what it writes there is lost), "held" (left in
+    place: open for writing) or "kept" (left in place: changed or replaced)."""
+    with writers.lease(name, dir_fd=dir_fd, leases=leases) as lease:
         if lease.no_writer is False:
             return "held"
         try:
-            st = os.lstat(path)
+            st = os.fstat(lease.fd) if lease.fd >= 0 else os.lstat(name, dir_fd=dir_fd)
         except FileNotFoundError:
             return "gone"
         try:
-            shutil.copy2(path, target, follow_symlinks=False)
+            if not _copy(dir_fd, name, st, lease, target):
+                _remove(target)
+                return "held"  # opened for writing during its copy: the copy stopped there
+            aside = _aside_name(name)
+            os.rename(name, aside, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
+        except FileNotFoundError:
+            return "gone"  # removed by its writer after the copy: the copy is all there is
         except OSError:
             _remove(target)
             raise
-        aside = os.path.join(os.path.dirname(path), f".{os.path.basename(path)}.{secrets.token_hex(4)}.aside")
-        try:
-            os.rename(path, aside)
-        except FileNotFoundError:
-            return "gone"  # removed by its writer after the copy: the copy is all there is
-        now = os.lstat(aside)
+        now = os.lstat(aside, dir_fd=dir_fd)
         opened = lease.broken()
         if (now.st_ino, now.st_size, now.st_mtime_ns) != (st.st_ino, st.st_size, st.st_mtime_ns) or opened:
-            _put_back(aside, path)
+            _put_back(dir_fd, aside, name)
             _remove(target)
             return "held" if opened else "kept"
-        os.unlink(aside)
+        os.unlink(aside, dir_fd=dir_fd)
         if lease.no_writer is None:
             return "unchecked" if stat.S_ISREG(st.st_mode) else "removed"  # a link is never open to write
         return "opened" if lease.broken() else "removed"
 
 
-def _put_back(aside: str, path: str) -> None:
-    """``aside`` back at ``path``, never over a newer save that took the name (``renameat2`` with
+def _copy(dir_fd: int, name: str, st: os.stat_result, lease: writers.Lease, target: Path) -> bool:
+    """``name`` copied to ``target`` (never over anything there): a link as a link, a plain file from
+    the descriptor the lease holds, in steps of :data:`COPY_STEP`, stopping at the first step after
+    the lease was broken (a writer waits in its ``open`` until then); whether it was copied whole."""
+    if lease.fd < 0:
+        os.symlink(os.readlink(name, dir_fd=dir_fd), target)
+        return True
+    with open(target, "xb") as out:
+        offset = 0
+        while sent := os.sendfile(out.fileno(), lease.fd, offset, COPY_STEP):
+            offset += sent
+            if lease.broken():
+                return False
+    os.chmod(target, stat.S_IMODE(st.st_mode))
+    os.utime(target, ns=(st.st_atime_ns, st.st_mtime_ns))
+    return True
+
+
+def _aside_name(name: str) -> str:
+    """A name of this removal's own beside ``name``: ``.<name>.<8 hex>.aside`` where that fits a
+    file name (255 bytes), else ``.<8 hex>.aside``."""
+    token = secrets.token_hex(4)
+    aside = f".{name}.{token}.aside"
+    return aside if len(os.fsencode(aside)) <= 255 else f".{token}.aside"
+
+
+def _put_back(dir_fd: int, aside: str, name: str) -> None:
+    """``aside`` back at ``name``, never over a newer save that took the name (``renameat2`` with
     ``RENAME_NOREPLACE``, or a hard link where the file system has no such rename); where the name
     is taken, or neither can be made, it stays aside for the next restart."""
     renameat2 = getattr(ctypes.CDLL(None, use_errno=True), "renameat2", None)
     if renameat2 is not None:
-        if renameat2(_AT_FDCWD, os.fsencode(aside), _AT_FDCWD, os.fsencode(path), _RENAME_NOREPLACE) == 0:
+        if renameat2(dir_fd, os.fsencode(aside), dir_fd, os.fsencode(name), _RENAME_NOREPLACE) == 0:
             return
         if ctypes.get_errno() not in (errno.EINVAL, errno.ENOSYS, errno.EOPNOTSUPP):
             return  # EEXIST: a newer save has the name
     try:
-        os.link(aside, path, follow_symlinks=False)
+        os.link(aside, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd, follow_symlinks=False)
     except OSError:
         return
-    os.unlink(aside)
+    os.unlink(aside, dir_fd=dir_fd)
 
 
 def _walk(top: Path) -> list[str]:

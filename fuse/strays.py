@@ -81,8 +81,8 @@ def move_strays(path: Path, cache: Path) -> Path | None:
             log.error("a process opened %s for writing as it was removed, after its copy to %s: what "
                       "it writes through that descriptor is lost", ", ".join(done.opened_at_removal[:5]),
                       dest)
-        if moved := [name for name in names if name not in done.left]:
-            _warn(path, moved, dest,
+        if done.moved:
+            _warn(path, done.moved, dest,
                   "copied to %s (another volume, and none beside it), then removed" + _checked(done))
         if done.left:
             left = ", ".join(f"{name} ({why})" for name, why in list(done.left.items())[:5])

@@ -28,6 +28,7 @@ import errno
 import fcntl
 import os
 import signal
+import stat
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -64,7 +65,8 @@ def _fs_type(folder: Path) -> int | None:
 class Lease:
     """What :func:`lease` found: ``no_writer`` True while this process holds a read lease on the
     file, False where it is open for writing elsewhere, None where nothing tells (not a plain file,
-    a file system not in :data:`LEASES_TELL`, or no lease granted)."""
+    a file system not in :data:`LEASES_TELL`, or no lease granted); ``fd`` the file opened for
+    reading (-1 for what is not a plain file)."""
 
     no_writer: bool | None
     fd: int = -1
@@ -79,22 +81,28 @@ class Lease:
 
 
 @contextlib.contextmanager
-def lease(path: str, *, leases: bool = True) -> Iterator[Lease]:
-    """A read lease on the file ``path`` for a ``with`` block, where one is granted and
-    ``leases`` (:func:`leases_tell` of its folder) says it answers."""
+def lease(name: str, *, dir_fd: int | None = None, leases: bool = True) -> Iterator[Lease]:
+    """The plain file ``name`` (of the folder ``dir_fd``; never followed through a link) opened for
+    reading for a ``with`` block, its descriptor in :attr:`Lease.fd` (-1 where it is not a plain
+    file or cannot be opened), and a read lease on it where one is granted and ``leases``
+    (:func:`leases_tell` of its folder) says it answers."""
     try:
-        if not leases:
-            raise PermissionError(errno.EPERM, "leases do not tell here")
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY)
+        fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY, dir_fd=dir_fd)
     except OSError:
         yield Lease(None)
         return
     try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            yield Lease(None)
+            return
+        if not leases:
+            yield Lease(None, fd)
+            return
         try:
             fcntl.fcntl(fd, fcntl.F_SETSIG, signal.SIGURG)  # a break's signal: not SIGIO, which ends us
             fcntl.fcntl(fd, fcntl.F_SETLEASE, fcntl.F_RDLCK)
         except OSError as e:
-            yield Lease(False if e.errno in (errno.EAGAIN, errno.EBUSY) else None)
+            yield Lease(False if e.errno in (errno.EAGAIN, errno.EBUSY) else None, fd)
             return
         try:
             yield Lease(True, fd)

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import logging
 import os
-import shutil
 import subprocess
 import threading
 from collections.abc import Callable
@@ -27,12 +26,20 @@ from epochfs.fuse.errors import MountError
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="mounts tmpfs volumes (root)")
 
 
-def _after(original: Callable[..., Any], then: Callable[[], None]) -> Callable[..., Any]:
-    def copy(*args: Any, **kwargs: Any) -> Any:
-        result = original(*args, **kwargs)
-        then()
-        return result
-    return copy
+def _after_copying(path: Path, then: Callable[[], None]) -> Callable[..., Any]:
+    """``os.sendfile`` (the copy's steps) that calls ``then`` once, after the first step of the
+    copy of the file now at ``path``: a change made at that moment, during its copy."""
+    inode = path.stat().st_ino
+    sendfile = os.sendfile
+    done: list[bool] = []
+
+    def step(out_fd: int, in_fd: int, *args: Any) -> int:
+        sent = sendfile(out_fd, in_fd, *args)
+        if not done and os.fstat(in_fd).st_ino == inode:
+            done.append(True)
+            then()
+        return sent
+    return step
 
 
 def test_a_checkpoint_saved_again_between_its_copy_and_its_removal_is_kept(
@@ -48,7 +55,7 @@ def test_a_checkpoint_saved_again_between_its_copy_and_its_removal_is_kept(
             (mount / "ckpt.tmp").write_bytes(b"NEW")
             os.rename(mount / "ckpt.tmp", mount / "ckpt.pt")
 
-        monkeypatch.setattr(shutil, "copy2", _after(shutil.copy2, save_again))
+        monkeypatch.setattr(os, "sendfile", _after_copying(mount / "ckpt.pt", save_again))
         with pytest.raises(MountError, match=r"ckpt.pt \(changed while it was copied\): left in place"):
             strays.move_strays(mount, cache)
         assert (mount / "ckpt.pt").read_bytes() == b"NEW", "the new save stays for the next restart"
@@ -62,8 +69,8 @@ def test_a_file_added_to_a_folder_while_it_is_copied_stays_with_its_folder(
     with small_volume(tmp_path / "view", "4m") as mount:
         (mount / "run1").mkdir()
         (mount / "run1" / "early.pt").write_bytes(b"early")
-        monkeypatch.setattr(shutil, "copy2", _after(
-            shutil.copy2, lambda: (mount / "run1" / "late.pt").write_bytes(b"late")))
+        monkeypatch.setattr(os, "sendfile", _after_copying(
+            mount / "run1" / "early.pt", lambda: (mount / "run1" / "late.pt").write_bytes(b"late")))
         with pytest.raises(MountError, match=r"run1 \(changed while it was copied\)"):
             strays.move_strays(mount, cache)
         assert os.listdir(mount / "run1") == ["late.pt"], "only what was copied is removed"
@@ -182,20 +189,21 @@ def test_a_writer_that_opens_a_file_in_the_instant_of_its_removal_is_named(
     with small_volume(tmp_path / "view", "4m") as mount:
         (mount / "ckpt.pt").write_bytes(b"saved")
         opened: list[int] = []
-        writers: list[threading.Thread] = []
+        openers: list[threading.Thread] = []
         unlink = os.unlink
 
         def unlink_as_a_writer_opens(path: Any, *args: Any, **kwargs: Any) -> None:
-            if str(path).endswith(".aside") and not writers:
-                writers.append(threading.Thread(target=lambda: opened.append(os.open(path, os.O_WRONLY))))
-                writers[0].start()
+            if str(path).endswith(".aside") and not openers:
+                aside = mount / str(path)  # the name aside, in the mount point's folder
+                openers.append(threading.Thread(target=lambda: opened.append(os.open(aside, os.O_WRONLY))))
+                openers[0].start()
                 _wait_for_a_lease_break()
             unlink(path, *args, **kwargs)
 
         monkeypatch.setattr(os, "unlink", unlink_as_a_writer_opens)
         caplog.set_level(logging.WARNING, logger="epochfs.fuse")
         dest = strays.move_strays(mount, cache)
-        writers[0].join(10)
+        openers[0].join(10)
         assert opened, "the writer's open went through once the lease ended"
         os.close(opened[0])
         assert dest is not None and (dest / "ckpt.pt").read_bytes() == b"saved"
@@ -234,8 +242,8 @@ def test_leases_are_not_asked_where_they_see_too_little(
             assert writers.leases_tell(vol) and not writers.leases_tell(view)
             (view / "a").write_bytes(b"a")
             (view / "b").write_bytes(b"b")
-            monkeypatch.setattr(shutil, "copy2", _after(
-                shutil.copy2, lambda: (view / "b").write_bytes(b"b, saved again")))
+            monkeypatch.setattr(os, "sendfile", _after_copying(
+                view / "b", lambda: (view / "b").write_bytes(b"b, saved again")))
             caplog.set_level(logging.WARNING, logger="epochfs.fuse")
             with pytest.raises(MountError, match=r"b \(changed while it was copied\)"):
                 strays.move_strays(view, node)
@@ -295,7 +303,7 @@ def test_a_file_a_writer_opens_during_its_copy_stays_in_place_without_a_copy(
             writer.start()
             _wait_for_a_lease_break()
 
-        monkeypatch.setattr(shutil, "copy2", _after(shutil.copy2, open_for_writing))
+        monkeypatch.setattr(os, "sendfile", _after_copying(mount / "ckpt.pt", open_for_writing))
         with pytest.raises(MountError, match=r"ckpt.pt \(still held open by a writer\): left in place"):
             strays.move_strays(mount, cache)
         writer.join(10)
@@ -332,3 +340,74 @@ def test_a_file_put_back_where_no_hard_link_can_be_made(
         with pytest.raises(MountError, match=r"ckpt.pt \(changed while it was copied\)"):
             strays.move_strays(mount, cache)
         assert os.listdir(mount) == ["ckpt.pt"] and (mount / "ckpt.pt").read_bytes() == b"NEW"
+
+
+def test_a_save_by_rename_as_the_file_is_opened_is_not_what_is_removed(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The file is looked at through the descriptor the lease holds, not again by its name: a
+    checkpoint saved by rename just after that open, its writer still holding it, was the one
+    looked at, copied and removed, its later bytes lost."""
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    with small_volume(tmp_path / "view", "4m") as mount:
+        (mount / "ckpt.pt").write_bytes(b"OLD")
+        held: list[int] = []
+        real_open = os.open
+
+        def save_after_the_open(path: Any, flags: int, *args: Any, **kwargs: Any) -> int:
+            fd = real_open(path, flags, *args, **kwargs)
+            if str(path) == "ckpt.pt" and kwargs.get("dir_fd") is not None and not held:
+                held.append(real_open(mount / "saving", os.O_CREAT | os.O_WRONLY, 0o644))
+                os.write(held[0], b"NEW")
+                os.rename(mount / "saving", mount / "ckpt.pt")
+            return fd
+
+        monkeypatch.setattr(os, "open", save_after_the_open)
+        try:
+            with pytest.raises(MountError, match=r"ckpt.pt \(changed while it was copied\)"):
+                strays.move_strays(mount, cache)
+            os.write(held[0], b"+later")
+        finally:
+            for fd in held:
+                os.close(fd)
+        assert os.listdir(mount) == ["ckpt.pt"] and (mount / "ckpt.pt").read_bytes() == b"NEW+later"
+
+
+def test_an_entry_with_a_name_of_250_bytes_is_moved(tmp_path: Path) -> None:
+    """Its name aside is shorter than ``.<name>.<8 hex>.aside``, which is longer than a file name may be:
+    the rename aside failed at every restart, each leaving another copy in the cache."""
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    name = "c" * 250
+    with small_volume(tmp_path / "view", "4m") as mount:
+        (mount / name).write_bytes(b"x")
+        dest = strays.move_strays(mount, cache)
+        assert dest is not None and (dest / name).read_bytes() == b"x" and os.listdir(mount) == []
+
+
+def test_a_folder_swapped_for_a_link_is_never_followed_out_of_the_mount_point(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The folders are walked by descriptor: a folder replaced by a link to another folder after it
+    was listed (made certain at the moment it is looked at) is refused, and nothing outside is moved."""
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "f").write_bytes(b"not the mount's")
+    with small_volume(tmp_path / "view", "4m") as mount:
+        (mount / "run").mkdir()
+        (mount / "run" / "f").write_bytes(b"the mount's")
+        real_lstat = os.lstat
+
+        def swap_after_the_look(path: Any, *args: Any, **kwargs: Any) -> os.stat_result:
+            st = real_lstat(path, *args, **kwargs)
+            if str(path) == "run" and kwargs.get("dir_fd") is not None and not (mount / "kept").exists():
+                os.rename(mount / "run", mount / "kept")
+                os.symlink(outside, mount / "run")
+            return st
+
+        monkeypatch.setattr(os, "lstat", swap_after_the_look)
+        with pytest.raises(MountError, match="could not all be copied"):
+            strays.move_strays(mount, cache)
+        assert (outside / "f").read_bytes() == b"not the mount's"
+        assert (mount / "kept" / "f").read_bytes() == b"the mount's"
