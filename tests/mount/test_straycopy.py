@@ -123,11 +123,13 @@ def _wait_for_a_lease_break() -> None:
                what="the writer's open waiting on the lease")
 
 
+@pytest.mark.parametrize("links", ["hard links", "no hard link"])
 def test_a_save_by_rename_between_the_last_look_and_the_removal_is_kept(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, links: str) -> None:
     """A rename does not break a lease: a checkpoint saved again by rename right after the last
     look at the old one was what a removal by its name removed, never copied (made certain by
-    saving as the file is moved aside)."""
+    saving as the file is moved aside). It goes back to its name also where no hard link can be
+    made (``protected_hardlinks`` refuses one to another user's file)."""
     cache = tmp_path / "cache"
     cache.mkdir()
     with small_volume(tmp_path / "view", "4m") as mount:
@@ -142,41 +144,59 @@ def test_a_save_by_rename_between_the_last_look_and_the_removal_is_kept(
                 (mount / "saved").rmdir()
             rename(src, dst, *args, **kwargs)
 
+        def no_hard_link(*args: Any, **kwargs: Any) -> None:
+            raise PermissionError(1, "Operation not permitted")
+
         monkeypatch.setattr(os, "rename", save_again_first)
+        if links == "no hard link":
+            monkeypatch.setattr(os, "link", no_hard_link)
         with pytest.raises(MountError, match=r"ckpt.pt \(changed while it was copied\)"):
             strays.move_strays(mount, cache)
         assert os.listdir(mount) == ["ckpt.pt"]
         assert (mount / "ckpt.pt").read_bytes() == b"NEW SAVE", "the new save put back at its name"
 
 
-def test_a_writer_that_opens_a_file_as_it_is_moved_aside_keeps_it_in_place(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """A writer opens the file as the removal starts: its ``open`` waits on the lease, the removal
-    sees the lease broken and puts the file back, and the writer's bytes land in it."""
+@pytest.mark.parametrize("moment", ["during its copy", "as it is moved aside"])
+def test_a_writer_that_opens_a_file_during_its_move_keeps_it_in_place_without_a_copy(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, moment: str) -> None:
+    """Open nowhere at the check before the copy, opened for writing during the copy or as the
+    file is moved aside: the writer's ``open`` waits on the lease until the copy's step or the
+    check aside is done, the file is left in place (put back) for the next restart with its copy
+    dropped, and the writer's bytes land in it."""
     cache = tmp_path / "cache"
     cache.mkdir()
     with small_volume(tmp_path / "view", "4m") as mount:
-        (mount / "ckpt.pt").write_bytes(b"saved")
-        opened: list[int] = []
+        (mount / "ckpt.pt").write_bytes(b"part")
+        held: list[int] = []
         writer = threading.Thread(
-            target=lambda: opened.append(os.open(mount / "ckpt.pt", os.O_WRONLY | os.O_APPEND)))
+            target=lambda: held.append(os.open(mount / "ckpt.pt", os.O_WRONLY | os.O_APPEND)))
+
+        def open_for_writing() -> None:
+            writer.start()
+            _wait_for_a_lease_break()
+
         rename = os.rename
 
         def rename_as_a_writer_opens(src: Any, dst: Any, *args: Any, **kwargs: Any) -> None:
-            if str(dst).endswith(".aside") and not writer.is_alive() and not opened:
-                writer.start()
-                _wait_for_a_lease_break()
+            if str(dst).endswith(".aside") and not writer.is_alive() and not held:
+                open_for_writing()
             rename(src, dst, *args, **kwargs)
 
-        monkeypatch.setattr(os, "rename", rename_as_a_writer_opens)
-        with pytest.raises(MountError, match=r"ckpt.pt \(still held open by a writer\)"):
+        if moment == "during its copy":
+            monkeypatch.setattr(os, "sendfile", _after_copying(mount / "ckpt.pt", open_for_writing))
+        else:
+            monkeypatch.setattr(os, "rename", rename_as_a_writer_opens)
+        with pytest.raises(MountError, match=r"ckpt.pt \(still held open by a writer\): left in place"):
             strays.move_strays(mount, cache)
         writer.join(10)
-        assert opened, "the writer's open went through once the lease ended"
-        os.write(opened[0], b"+late")
-        os.close(opened[0])
+        try:
+            os.write(held[0], b"+rest")
+        finally:
+            for fd in held:
+                os.close(fd)
         assert os.listdir(mount) == ["ckpt.pt"]
-        assert (mount / "ckpt.pt").read_bytes() == b"saved+late", "every byte, at its name"
+        assert (mount / "ckpt.pt").read_bytes() == b"part+rest", "every byte, at its name"
+        assert not (cache / "mount-strays").exists(), "its copy dropped, and the folder made for it"
 
 
 def test_a_writer_that_opens_a_file_in_the_instant_of_its_removal_is_named(
@@ -284,62 +304,6 @@ def test_a_save_that_takes_the_name_again_leaves_the_one_before_it_aside(
         [aside] = [name for name in os.listdir(mount) if name != "ckpt.pt"]
         assert aside.startswith(".ckpt.pt.") and aside.endswith(".aside"), aside
         assert (mount / aside).read_bytes() == b"NEW 1" and (mount / "ckpt.pt").read_bytes() == b"NEW 2"
-
-
-def test_a_file_a_writer_opens_during_its_copy_stays_in_place_without_a_copy(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Open nowhere at the check before the copy, opened for writing during it: the writer's
-    ``open`` waits on the lease until the copy is done, the file is left in place for the next
-    restart with its copy dropped, and the writer's bytes land in it."""
-    cache = tmp_path / "cache"
-    cache.mkdir()
-    with small_volume(tmp_path / "view", "4m") as mount:
-        (mount / "ckpt.pt").write_bytes(b"part")
-        held: list[int] = []
-        writer = threading.Thread(
-            target=lambda: held.append(os.open(mount / "ckpt.pt", os.O_WRONLY | os.O_APPEND)))
-
-        def open_for_writing() -> None:
-            writer.start()
-            _wait_for_a_lease_break()
-
-        monkeypatch.setattr(os, "sendfile", _after_copying(mount / "ckpt.pt", open_for_writing))
-        with pytest.raises(MountError, match=r"ckpt.pt \(still held open by a writer\): left in place"):
-            strays.move_strays(mount, cache)
-        writer.join(10)
-        try:
-            os.write(held[0], b"+rest")
-        finally:
-            for fd in held:
-                os.close(fd)
-        assert (mount / "ckpt.pt").read_bytes() == b"part+rest"
-        assert not (cache / "mount-strays").exists(), "its copy dropped, and the folder made for it"
-
-
-def test_a_file_put_back_where_no_hard_link_can_be_made(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Saved by rename just before the move aside: the file aside (the new save, never copied) goes
-    back to its name without a hard link (``protected_hardlinks`` refuses one to another user's file)."""
-    cache = tmp_path / "cache"
-    cache.mkdir()
-    with small_volume(tmp_path / "view", "4m") as mount:
-        (mount / "ckpt.pt").write_bytes(b"OLD")
-        rename = os.rename
-
-        def save_first(src: Any, dst: Any, *args: Any, **kwargs: Any) -> None:
-            if str(dst).endswith(".aside"):
-                (mount / "saving").write_bytes(b"NEW")
-                rename(mount / "saving", mount / "ckpt.pt")
-            rename(src, dst, *args, **kwargs)
-
-        def no_hard_link(*args: Any, **kwargs: Any) -> None:
-            raise PermissionError(1, "Operation not permitted")
-
-        monkeypatch.setattr(os, "rename", save_first)
-        monkeypatch.setattr(os, "link", no_hard_link)
-        with pytest.raises(MountError, match=r"ckpt.pt \(changed while it was copied\)"):
-            strays.move_strays(mount, cache)
-        assert os.listdir(mount) == ["ckpt.pt"] and (mount / "ckpt.pt").read_bytes() == b"NEW"
 
 
 def test_a_save_by_rename_as_the_file_is_opened_is_not_what_is_removed(
