@@ -110,7 +110,7 @@ def copy_all(folder: Path, dest: Path, names: list[str]) -> Copied:
     rules); what was moved, what was left in place, in part or whole, and why."""
     done = Copied()
     leases = writers.leases_tell(folder)
-    top = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+    top = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)  # --mount may name a link to its folder
     try:
         for name in names:
             why = _move_entry(top, name, dest / name, done, shown=str(folder / name), leases=leases)

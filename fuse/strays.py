@@ -86,8 +86,9 @@ def move_strays(path: Path, cache: Path) -> Path | None:
                   "copied to %s (another volume, and none beside it), then removed" + _checked(done))
         if done.left:
             left = ", ".join(f"{name} ({why})" for name, why in list(done.left.items())[:5])
-            raise MountError(f"--mount: {path}'s entries were copied to {dest}, but {left}: left in "
-                             "place, copied again at the next restart")
+            raise MountError(f"--mount: {path} is not empty: {left}: left in place, copied again at the "
+                             "next restart" + (f" (the others were copied to {dest}, then removed)"
+                                               if done.moved else ""))
     return dest
 
 

@@ -375,3 +375,15 @@ def test_a_folder_swapped_for_a_link_is_never_followed_out_of_the_mount_point(
             strays.move_strays(mount, cache)
         assert (outside / "f").read_bytes() == b"not the mount's"
         assert (mount / "kept" / "f").read_bytes() == b"the mount's"
+
+
+def test_a_mount_point_reached_through_a_link_is_moved_from(tmp_path: Path) -> None:
+    """``--mount`` may name a link to the folder (the mount is made at the folder it leads to):
+    the move follows that one link, as the renames it falls back from do."""
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    with small_volume(tmp_path / "view", "4m") as mount:
+        (mount / "ckpt.pt").write_bytes(b"x")
+        (tmp_path / "link").symlink_to(mount)
+        dest = strays.move_strays(tmp_path / "link", cache)
+        assert dest is not None and (dest / "ckpt.pt").read_bytes() == b"x" and os.listdir(mount) == []
