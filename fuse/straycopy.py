@@ -60,15 +60,12 @@ HELD_OPEN = "still held open by a writer"
 
 @dataclass
 class Copied:
-    """What :func:`copy_all` did: the entries left in place (name → why), those moved whole, the
-    files (and links)
-    removed after their copy, of them those removed without knowing whether another process held
-    them open for writing (no lease tells there), and those another process opened as they were
-    removed."""
+    """What :func:`copy_all` did: the entries left in place (name → why), those moved whole, how
+    many files were removed without knowing whether another process held them open for writing
+    (no lease tells there), and those another process opened as they were removed."""
 
     left: dict[str, str] = field(default_factory=dict)
     moved: list[str] = field(default_factory=list)
-    removed: int = 0
     unchecked: int = 0
     opened_at_removal: list[str] = field(default_factory=list)
 
@@ -136,7 +133,6 @@ def _move_entry(dir_fd: int, name: str, target: Path, done: Copied, *, shown: st
         return None
     if not stat.S_ISDIR(st.st_mode):
         outcome = _move_file(dir_fd, name, target, leases=leases)
-        done.removed += outcome in ("removed", "unchecked", "opened")
         done.unchecked += outcome == "unchecked"
         if outcome == "opened":
             done.opened_at_removal.append(shown)

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
-import ctypes.util
 import errno
 import fcntl
 import os
@@ -54,7 +53,7 @@ def leases_tell(folder: Path) -> bool:
 def _fs_type(folder: Path) -> int | None:
     """The ``f_type`` of ``statfs(folder)`` (the file system the folder is on, whatever mounts
     hide), or None where it cannot be read."""
-    libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+    libc = ctypes.CDLL(None, use_errno=True)  # this process's own libc: no ldconfig run to find it
     buf = ctypes.create_string_buffer(256)  # struct statfs, its first field f_type (a long)
     if libc.statfs(os.fsencode(folder), buf) != 0:
         return None
