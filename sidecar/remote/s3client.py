@@ -6,6 +6,7 @@ client takes, which the fast path then takes too."""
 from __future__ import annotations
 
 import contextlib
+import threading
 from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
@@ -33,6 +34,30 @@ def botocore_config(timeouts: tuple[float, float], concurrency: int) -> Any:
     )
 
 
+_LOADERS: dict[str | None, Any] = {}
+"""botocore's loaders of its data files (service models, endpoints), one per data path, kept for
+the life of the process."""
+_LOADERS_LOCK = threading.Lock()
+
+
+def share_loader(session: Any) -> None:
+    """Give ``session`` this process's loader of botocore's data files for its data path.
+
+    Each client is made from a session of its own, so that it reads the credentials and the
+    configuration again (a rotated credentials file is read at the next client), and a new
+    session parses S3's service model again: 0.14 s of CPU a client on this machine, 0.02 s with
+    the loader kept. The loader holds only what botocore's own files say (no credentials, no
+    settings), so sharing it changes nothing but that time."""
+    from botocore.loaders import create_loader
+
+    data_path = session.get_config_variable("data_path")
+    with _LOADERS_LOCK:
+        loader = _LOADERS.get(data_path)
+        if loader is None:
+            loader = _LOADERS[data_path] = create_loader(data_path)
+    session.register_component("data_loader", loader)
+
+
 def new_client(session: Any, region: str | None, endpoint_url: str | None, config: Any) -> Any:
     """botocore's S3 client. botocore reads the AWS configuration as it makes one, before any
     request: a profile that does not exist (``AWS_PROFILE``), a config file it cannot parse, half
@@ -42,6 +67,7 @@ def new_client(session: Any, region: str | None, endpoint_url: str | None, confi
     from botocore import exceptions as bce
 
     try:
+        share_loader(session)
         client = session.create_client("s3", region_name=region, endpoint_url=endpoint_url, config=config)
     except (bce.ProfileNotFound, bce.ConfigParseError, bce.ConfigNotFound, bce.InvalidConfigError,
             bce.InvalidRegionError, bce.PartialCredentialsError) as e:
@@ -89,4 +115,4 @@ def client_proxies(client: Any) -> dict[str, str]:
 
 
 __all__ = ["botocore_config", "client_in_bucket_region", "client_proxies", "new_client",
-           "signer_in_bucket_region"]
+           "share_loader", "signer_in_bucket_region"]
