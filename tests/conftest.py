@@ -7,12 +7,21 @@ helpers beside their tests); tests never import this file.
 
 from __future__ import annotations
 
+import functools
 import os
 from collections.abc import Iterator
 from pathlib import Path
 
+import kubernetes_validate.utils
 import pytest
 from common import S3Server, moto_server
+
+# kubernetes-validate reads and parses a version's whole schema (its _definitions.json, some MB)
+# at every validate(); the chart and webhook tests validate hundreds of objects, which cost the
+# suite tens of seconds of CPU. The files never change during a run and the validator does not
+# change what it is given, so each is parsed once a process.
+kubernetes_validate.utils.schema_contents = functools.lru_cache(maxsize=None)(
+    kubernetes_validate.utils.schema_contents)
 
 
 @pytest.fixture(scope="session")
