@@ -48,8 +48,8 @@ def share_loader(session: Any) -> None:
     session parses S3's service model again: 0.14 s of CPU a client on this machine, 0.02 s with
     the loader kept. The loader holds only what botocore's own files say (no credentials, no
     settings); botocore fills in a few of their entries in place as it makes a client (the
-    endpoints' defaults, the S3 model's paths), the same way for every client, as it always did
-    for the clients of one session: sharing it changes nothing but that time."""
+    endpoints' defaults, the S3 model's paths), the same way for every client, as for the
+    clients of one session: sharing it changes nothing but that time."""
     from botocore.loaders import create_loader
 
     data_path = session.get_config_variable("data_path")
