@@ -43,7 +43,7 @@ from .resume import OnResumeMismatch, Resumable
 from .retry import RETRY_SECONDS, check_retry_seconds
 from .run import EpochRun, EpochStats, RunningEpoch
 from .waiting import Progress, check_epoch, print_progress
-from .workers import worker_failure
+from .workers import end_after_a_death, worker_failure
 
 _RESERVED_KWARGS = ("dataset", "batch_size", "shuffle", "sampler", "batch_sampler", "drop_last")
 
@@ -129,13 +129,17 @@ class _Workers:
         return worker_failure(exc, self.processes())
 
     def close(self) -> None:
-        """Shut the worker processes down; the next epoch builds a DataLoader over a fresh plan."""
+        """Shut the worker processes down; the next epoch builds a DataLoader over a fresh plan.
+        After a worker's death torch's own shutdown could wait for ever (:func:`end_after_a_death`)."""
         dataloader, self._loader = self._loader, None
         if dataloader is not None:
             iterator = getattr(dataloader, "_iterator", None)
-            shutdown = getattr(iterator, "_shutdown_workers", None)
-            if shutdown is not None:
-                shutdown()
+            if any(not process.is_alive() for process in getattr(iterator, "_workers", [])):
+                end_after_a_death(iterator)
+            else:
+                shutdown = getattr(iterator, "_shutdown_workers", None)
+                if shutdown is not None:
+                    shutdown()
             dataloader._iterator = None
         self._plan = _PlanSampler()
 

@@ -61,3 +61,41 @@ def worker_failure(exc: Exception, workers: Sequence[Any], *,
     return RuntimeError(f"DataLoader worker (pid(s) {pids}) exited unexpectedly (exit code(s) {codes}); "
                         f"the epoch is incomplete and the next one starts new workers "
                         f"(it showed here as {type(exc).__name__}: {exc})")
+
+
+def end_after_a_death(iterator: Any) -> None:
+    """Shut down the workers of a DataLoader iterator one of whose workers died, without waiting
+    on anything a worker shares.
+
+    torch's own shutdown (``_shutdown_workers``) first sets an ``Event`` shared with the workers,
+    under that event's lock, which each worker takes as it checks the event between batches. A
+    worker killed in that instant (the out-of-memory killer's SIGKILL) leaves the lock taken for
+    ever, and the shutdown then waits for it for ever: the next epoch, or the loader's close, hung.
+    Such a DataLoader never serves again, so its pin-memory thread is stopped by its own
+    (thread) event, its workers are taken off torch's SIGCHLD watch (their end is no error) and
+    ended, and its queues let go without joining their feeder threads. Private DataLoader state,
+    as torch has no public way to it; the iterator is marked shut down, so torch's shutdown (from
+    its ``__del__`` too) does nothing more."""
+    from torch.utils.data._utils import MP_STATUS_CHECK_INTERVAL, signal_handling
+
+    iterator._shutdown = True
+    results = getattr(iterator, "_worker_result_queue", None)
+    thread = getattr(iterator, "_pin_memory_thread", None)
+    if thread is not None:
+        iterator._pin_memory_thread_done_event.set()  # it looks at this event between its reads
+        thread.join(timeout=2 * MP_STATUS_CHECK_INTERVAL)
+    if getattr(iterator, "_worker_pids_set", False):
+        signal_handling._remove_worker_pids(id(iterator))
+        iterator._worker_pids_set = False
+    workers = list(getattr(iterator, "_workers", []))
+    for worker in workers:
+        if worker.is_alive():
+            worker.terminate()
+    for worker in workers:
+        worker.join(timeout=MP_STATUS_CHECK_INTERVAL)
+        if worker.is_alive():
+            worker.kill()
+            worker.join(timeout=MP_STATUS_CHECK_INTERVAL)
+    for queue in [*getattr(iterator, "_index_queues", []), *([results] if results is not None else [])]:
+        queue.cancel_join_thread()
+        queue.close()

@@ -198,6 +198,12 @@ LIBRARY_INTERNALS = {
     "group._get_backend": "the same read's first step (torchclient/groupwait.py)",
     "dataloader._iterator": "a DataLoader's worker processes, shut down and dropped when the loader "
         "closes: the next epoch builds a DataLoader over a fresh plan (torchclient/loader.py)",
+    # A DataLoader with a dead worker, ended without torch's shutdown, which can wait for ever on a
+    # lock a killed worker held (torchclient/workers.py, end_after_a_death):
+    "iterator._shutdown": "marks it ended, so torch's shutdown (and its __del__) does nothing more",
+    "iterator._pin_memory_thread_done_event": "the pin-memory thread's own stop event",
+    "iterator._worker_pids_set": "whether its workers are on torch's SIGCHLD watch",
+    "signal_handling._remove_worker_pids": "takes them off that watch before they are ended",
 }
 """A client library's private parts read on purpose, each with the reason: not our objects, whose
 insides a method would share instead."""

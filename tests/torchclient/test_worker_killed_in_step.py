@@ -8,9 +8,11 @@ next epoch, with real worker processes and a real SIGKILL.
 
 from __future__ import annotations
 
+import multiprocessing
 import os
 import signal
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -67,5 +69,37 @@ def test_a_worker_killed_during_the_step_fails_its_epoch_only(tmp_path: Path) ->
         got = sorted(i for batch in loader.epoch(2) for i in _ids(batch))
         assert got == list(range(24))
         assert loader.history[-1].complete
+        fresh = loader.worker_pids()
+        assert len(fresh) == 2 and not set(fresh) & set(workers), "the next epoch runs on new workers"
+
+
+def _take_and_die(event: Any) -> None:
+    """Take ``event``'s lock, as a DataLoader worker does while it checks the event between
+    batches, and be killed holding it."""
+    event._cond.acquire()
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+@pytest.mark.timeout(60)
+def test_a_worker_killed_holding_the_workers_event_lock_leaves_the_next_epoch_free(tmp_path: Path) -> None:
+    """The worst instant for an out-of-memory kill: while the worker holds the lock of the event
+    torch's shutdown sets. The lock then stays taken for ever; the next epoch replaces the broken
+    DataLoader without waiting for it (the moment is made certain by a process of the same
+    DataLoader's making that takes that lock and is killed, beside a worker killed)."""
+    root = _folder(tmp_path, 24, epochs=2)
+    with EpochLoader(root, batch_size=2, num_workers=2, decode="bytes", report=False, progress=None,
+                     wait=False) as loader:
+        assert len(list(loader.epoch(0))) == 12
+        workers = loader.worker_pids()
+        event = loader._workers.dataloader()._iterator._workers_done_event
+        holder = multiprocessing.get_context("fork").Process(target=_take_and_die, args=(event,))
+        holder.start()
+        holder.join(timeout=30)
+        assert holder.exitcode == -signal.SIGKILL
+        assert not event._cond.acquire(timeout=0.1), "the lock stays taken by the dead process"
+        with pytest.raises(RuntimeError, match=r"killed by signal|exited unexpectedly"):
+            _kill_during_the_step(workers[0])
+        got = sorted(i for batch in loader.epoch(1) for i in _ids(batch))
+        assert got == list(range(24))
         fresh = loader.worker_pids()
         assert len(fresh) == 2 and not set(fresh) & set(workers), "the next epoch runs on new workers"
