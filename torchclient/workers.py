@@ -81,21 +81,23 @@ def end_after_a_death(iterator: Any) -> None:
     iterator._shutdown = True
     results = getattr(iterator, "_worker_result_queue", None)
     thread = getattr(iterator, "_pin_memory_thread", None)
-    if thread is not None:
-        iterator._pin_memory_thread_done_event.set()  # it looks at this event between its reads
-        thread.join(timeout=2 * MP_STATUS_CHECK_INTERVAL)
-    if getattr(iterator, "_worker_pids_set", False):
-        signal_handling._remove_worker_pids(id(iterator))
-        iterator._worker_pids_set = False
-    workers = list(getattr(iterator, "_workers", []))
-    for worker in workers:
-        if worker.is_alive():
-            worker.terminate()
-    for worker in workers:
-        worker.join(timeout=MP_STATUS_CHECK_INTERVAL)
-        if worker.is_alive():
-            worker.kill()
+    try:
+        if thread is not None:
+            iterator._pin_memory_thread_done_event.set()  # it looks at this event between its reads
+            thread.join(timeout=2 * MP_STATUS_CHECK_INTERVAL)
+    finally:  # a Ctrl-C in that wait still ends the workers: nothing else would any more
+        if getattr(iterator, "_worker_pids_set", False):
+            signal_handling._remove_worker_pids(id(iterator))
+            iterator._worker_pids_set = False
+        workers = list(getattr(iterator, "_workers", []))
+        for worker in workers:
+            if worker.is_alive():
+                worker.terminate()
+        for worker in workers:
             worker.join(timeout=MP_STATUS_CHECK_INTERVAL)
-    for queue in [*getattr(iterator, "_index_queues", []), *([results] if results is not None else [])]:
-        queue.cancel_join_thread()
-        queue.close()
+            if worker.is_alive():
+                worker.kill()
+                worker.join(timeout=MP_STATUS_CHECK_INTERVAL)
+        for queue in [*getattr(iterator, "_index_queues", []), *([results] if results is not None else [])]:
+            queue.cancel_join_thread()
+            queue.close()
