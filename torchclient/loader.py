@@ -106,7 +106,7 @@ class _Workers:
         of the last died. A worker killed while the training step runs (out of memory) fails that
         epoch from torch's SIGCHLD handler, in the training code, not in the run: only this check
         sees it, and a DataLoader with a dead worker never serves again."""
-        if any(not process.is_alive() for process in self.processes()):
+        if self._a_worker_died():
             self.close()
         dataloader = self.dataloader()
         self._plan.batches = batches
@@ -115,6 +115,9 @@ class _Workers:
     def serving(self, dataloader: Iterable[Any]) -> bool:
         """Whether ``dataloader`` is still this one's DataLoader (not closed since :meth:`serve`)."""
         return self._loader is dataloader
+
+    def _a_worker_died(self) -> bool:
+        return any(not process.is_alive() for process in self.processes())
 
     def processes(self) -> list[Any]:
         """The DataLoader's worker processes once its first iteration started them ([] before, after
@@ -131,10 +134,11 @@ class _Workers:
     def close(self) -> None:
         """Shut the worker processes down; the next epoch builds a DataLoader over a fresh plan.
         After a worker's death torch's own shutdown could wait for ever (:func:`end_after_a_death`)."""
+        died = self._a_worker_died()
         dataloader, self._loader = self._loader, None
         if dataloader is not None:
             iterator = getattr(dataloader, "_iterator", None)
-            if any(not process.is_alive() for process in getattr(iterator, "_workers", [])):
+            if died:
                 end_after_a_death(iterator)
             else:
                 shutdown = getattr(iterator, "_shutdown_workers", None)
