@@ -102,6 +102,7 @@ def exec_form(args: str) -> list[str]:
     return [str(v) for v in value]
 
 
+@pytest.mark.long
 def test_checkov_dockerfile_checks_pass() -> None:
     failed = run_checkov(DOCKERFILE, "dockerfile")
     skips = yaml.safe_load((ROOT / "tests" / "checkov-skips.yaml").read_text())["dockerfile"]
@@ -320,6 +321,7 @@ def _resolve_under_pins(python: str, folder: Path) -> subprocess.Popen[str]:
          "-c", str(ROOT / CONSTRAINTS), *reqs], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
 
 
+@pytest.mark.long
 def test_constraints_resolve_to_themselves_on_python_3_11_and_3_13(tmp_path: Path) -> None:
     """pip, asked for '.[sidecar,gcs,azure]''s requirements under the pins (the default base has 3.11,
     Debian trixie's python3 is 3.13), installs exactly pinned versions and needs nothing the pins

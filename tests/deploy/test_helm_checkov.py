@@ -10,6 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import pytest
 import yaml
 from helm_helpers import (
     MATRIX,
@@ -48,6 +49,7 @@ def test_skip_list_is_short_and_reasoned() -> None:
     assert len(SKIPS["kubernetes"]) <= 12
 
 
+@pytest.mark.long
 def test_checkov_passes_every_rendered_manifest(tmp_path: Path) -> None:
     helm_bin = helm_binary()
     out = tmp_path / "manifests"

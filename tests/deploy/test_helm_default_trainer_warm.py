@@ -26,6 +26,7 @@ from warm_cache_helpers import OBJECTS, live_epochs, warm_folder_cache
 from epochfs.torchclient.layout import list_epochs
 
 
+@pytest.mark.long
 @pytest.mark.parametrize("where", ["chart", "example"])
 def test_default_trainer_reads_the_newest_epoch_of_a_kept_cache(helm_bin: Path, tmp_path: Path,
                                                                   where: str) -> None:

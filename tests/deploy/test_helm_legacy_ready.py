@@ -181,6 +181,7 @@ def test_on_sigterm_the_sidecar_stops_once_the_trainer_has_saved(legacy: Legacy,
         _kill(trainer, sidecar)
 
 
+@pytest.mark.long
 def test_on_sigterm_a_trainer_that_never_exits_is_given_the_grace_period(helm_bin: Path,
                                                                          tmp_path: Path) -> None:
     """No exit file ever comes (a trainer still saving at SIGKILL time): the sidecar is stopped

@@ -153,6 +153,7 @@ def _get(port: int, path: str) -> tuple[int, bytes]:
         return 0, b""
 
 
+@pytest.mark.long
 def test_sidecar_as_rendered_reports_to_the_cluster(s3: S3Server, tmp_path: Path,
                                                     request: pytest.FixtureRequest) -> None:
     objects = random_objects(20, 16 * 1024)

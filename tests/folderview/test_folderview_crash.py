@@ -247,6 +247,7 @@ def run_rounds(tmp_path: Path, rounds: int, seed: int, *, schedule: bool = False
     return seen
 
 
+@pytest.mark.long
 @pytest.mark.parametrize("schedule", [False, True], ids=["snapshot", "schedule"])
 @pytest.mark.parametrize("seed", [int(os.environ.get("EPOCHFS_CRASH_SEED", "20261130"))])
 def test_kill_9_while_publishing_and_retiring(tmp_path: Path, seed: int, schedule: bool) -> None:

@@ -113,6 +113,7 @@ def publisher(cache: Path, folder: Path, log: Path) -> Iterator[subprocess.Popen
             proc.wait(timeout=30)
 
 
+@pytest.mark.long
 def test_keys_evicted_without_a_publisher_are_not_fetched_again_until_it_is_back(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
     monkeypatch.setattr(publisherlock, "GONE_AFTER", 2.0)

@@ -75,6 +75,7 @@ def publisher(car: Sidecar) -> dict[str, int]:
     return car.health()["children"]["publisher"]
 
 
+@pytest.mark.long
 def test_published_epochs_keep_their_objects_while_the_publisher_is_down(tmp_path: Path) -> None:
     objects = random_objects(40, 8192, seed=5)
     write_remote(tmp_path, objects)

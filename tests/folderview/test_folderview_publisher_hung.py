@@ -83,6 +83,7 @@ def publisher(car: Sidecar) -> dict[str, int]:
     return car.health()["children"]["publisher"]
 
 
+@pytest.mark.long
 def test_a_stopped_publisher_is_killed_restarted_and_publishes_the_cut_it_missed(tmp_path: Path) -> None:
     write_remote(tmp_path, random_objects(12, 2048, seed=3))
     with owned_dir() as base, folder_sidecar(base, tmp_path) as car:
@@ -140,6 +141,7 @@ def hung_within(watch: StallWatch, pid: int, status: Path, seconds: float) -> fl
                             interval=0.25, what=f"pid {pid} called hung"))
 
 
+@pytest.mark.long
 def test_a_busy_process_without_status_is_not_hung_and_a_stopped_one_is(tmp_path: Path) -> None:
     """A step that writes a large epoch whole rewrites no status.json for as long as it takes, but
     runs: here a process that only computes, its status.json never rewritten."""
@@ -156,6 +158,7 @@ def test_a_busy_process_without_status_is_not_hung_and_a_stopped_one_is(tmp_path
         busy.wait()
 
 
+@pytest.mark.long
 @pytest.mark.skipif(os.geteuid() != 0, reason="mounts a tmpfs (root)")
 def test_a_publisher_paused_on_a_full_volume_is_not_hung_and_a_stopped_one_is(tmp_path: Path) -> None:
     """A pause (the folder's volume full) leaves status.json as it was on purpose; the publisher

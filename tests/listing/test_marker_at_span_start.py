@@ -16,6 +16,7 @@ import threading
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+import pytest
 from common import S3Server
 
 from epochfs.sidecar.listing.filter import CatalogReport
@@ -42,6 +43,7 @@ def _lister(store: Store, url: str, s3: S3Server, *, stop_after: int | None = No
     return Lister(store, source_for(remote), seed=7, threads=4, stop=stop, on_page=on_page)
 
 
+@pytest.mark.long
 def test_every_marker_is_counted_when_the_listing_splits_at_folders(s3: S3Server, tmp_path: Path) -> None:
     client = s3.client()
     client.create_bucket(Bucket="marks")

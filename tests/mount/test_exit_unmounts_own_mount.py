@@ -26,6 +26,7 @@ pytestmark = [
 ]
 
 
+@pytest.mark.long
 @pytest.mark.parametrize("stop", ["term", "cont"])
 @pytest.mark.parametrize("api", ["lowlevel", "highlevel"])
 def test_old_server_exit_leaves_the_new_servers_mount(tmp_path: Path, api: str, stop: str) -> None:

@@ -113,6 +113,7 @@ def _settles(pid: int, ok: Callable[[int], bool], poke: Path) -> int:
     return idle
 
 
+@pytest.mark.long
 @pytest.mark.parametrize("api", ["lowlevel", "highlevel"])
 def test_a_burst_leaves_no_more_idle_request_threads_than_kept(tmp_path: Path, api: str) -> None:
     cache = tmp_path / "cache"

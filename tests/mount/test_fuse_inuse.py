@@ -94,6 +94,7 @@ def test_a_reader_paused_mid_epoch_past_the_old_window_reads_every_listed_file(t
     store.close()
 
 
+@pytest.mark.long
 def test_an_epoch_held_open_stays_whole_however_long_the_pause(tmp_path: Path) -> None:
     """A folder handle inside epoch 0 is a reader inside it: the server renews epoch 0's pin while
     the handle is open (a 2 s window here, so the renewals show in seconds), through newer cuts and

@@ -313,6 +313,7 @@ print(admitted, cuts, store.stats().evicted_total)
 """
 
 
+@pytest.mark.long
 def test_readers_under_eviction_pressure(tmp_path: Path) -> None:
     cache, mnt = tmp_path / "cache", tmp_path / "mnt"
     size, count = 65536, 24

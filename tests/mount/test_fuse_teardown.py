@@ -158,6 +158,7 @@ def run_rounds(tmp_path: Path, rounds: int) -> None:
     assert cuts >= rounds  # the storm really changed things in every round
 
 
+@pytest.mark.long
 def test_sigterm_under_a_storm_of_changes_never_crashes(tmp_path: Path) -> None:
     run_rounds(tmp_path, ROUNDS)
 

@@ -54,6 +54,7 @@ def _listed(folder: Path) -> list[str]:
     return [str((Path(d) / f).relative_to(folder)) for d, _, names in os.walk(folder) for f in names]
 
 
+@pytest.mark.long
 @pytest.mark.parametrize("api", ["lowlevel", "highlevel"])
 def test_a_listed_epoch_reads_whole_after_the_sampler_retires_and_evicts(tmp_path: Path, api: str) -> None:
     cache = tmp_path / "cache"

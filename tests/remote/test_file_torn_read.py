@@ -43,6 +43,7 @@ def test_a_file_written_during_its_read_fails_the_read(tmp_path: Path) -> None:
     again.close()
 
 
+@pytest.mark.long
 def test_the_sampler_caches_one_version_of_a_file_rewritten_while_read(tmp_path: Path) -> None:
     data, cache = tmp_path / "data", tmp_path / "cache"
     data.mkdir()

@@ -145,6 +145,7 @@ def split_at_throttle(s3: SyntheticS3) -> tuple[int, list[Request], Request, lis
     return at + 1, [r for r, _ in log[:at]], log[at][0], [r for r, _ in log[at + 1:]]
 
 
+@pytest.mark.long
 def test_a_throttled_discovery_page_is_read_again_in_place_not_the_end_of_the_sampler(
     tmp_path: Path,
 ) -> None:
@@ -198,6 +199,7 @@ def test_a_stop_while_a_throttled_discovery_page_waits_is_a_clean_exit(tmp_path:
         assert "epochfs sample: --remote" not in sp.log_text()
 
 
+@pytest.mark.long
 def test_a_throttled_listing_page_resumes_from_its_span_and_the_sampler_keeps_running(
     tmp_path: Path,
 ) -> None:

@@ -20,6 +20,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from common import S3Server, put_objects, wait_until
 from integrity_helpers import damage
 from sampler_helpers import SamplerProc, index_rows, running_sampler, s3_env
@@ -46,6 +47,7 @@ def _catalog_lines(sp: SamplerProc) -> list[str]:
     return [line for line in sp.log_text().splitlines() if "epochfs.catalog INFO catalog: " in line]
 
 
+@pytest.mark.long
 def test_a_cached_key_that_became_a_folder_too_is_repaired_not_lost(s3: S3Server, tmp_path: Path) -> None:
     put_objects(s3, "bkt", {f"ds/{k}": v for k, v in OBJECTS.items()})
     cache = tmp_path / "cache"

@@ -21,6 +21,7 @@ import sys
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+import pytest
 from common import S3Server, wait_until
 from sampler_helpers import SamplerProc, index_rows, running_sampler, s3_env
 
@@ -73,6 +74,7 @@ def _relist(sp: SamplerProc, reports: int) -> str:
     return _catalog_lines(sp)[reports - 1]
 
 
+@pytest.mark.long
 def test_the_epoch_holds_what_a_reader_is_shown_and_relists_log_each_skip_once(
         s3: S3Server, tmp_path: Path) -> None:
     _put(s3, "bkt", KEYS)

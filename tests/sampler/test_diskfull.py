@@ -122,6 +122,7 @@ def test_a_full_disk_while_repairs_are_looked_for_pauses_instead_of_ending_the_s
                    what="the sampler fetching on after three full-disk answers")
 
 
+@pytest.mark.long
 def test_a_full_disk_while_evicting_for_room_pauses_instead_of_ending_the_sampler(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Evicting for the next download is an index write: the 600 s soak met SQLITE_FULL there

@@ -20,6 +20,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+import pytest
 from inprocess import objects_of, sampling, settings_for
 
 from epochfs.sidecar.remote.testing import MemoryRemote
@@ -88,6 +89,7 @@ def _cut_loop(store: Store, sampler: Sampler, count: int, total: int) -> list[tu
     return out
 
 
+@pytest.mark.long
 def test_a_dataset_that_fits_the_capacity_is_shown_whole(tmp_path: Path) -> None:
     objects = objects_of(40, 4096)  # 160 KiB: fits 200 KiB, not the epoch budget of 150 KiB
     settings = settings_for(tmp_path / "cache", "--capacity", "200Ki", "--in-use-seconds", "0")
@@ -99,6 +101,7 @@ def test_a_dataset_that_fits_the_capacity_is_shown_whole(tmp_path: Path) -> None
         assert shown == set(objects)
 
 
+@pytest.mark.long
 def test_every_epoch_brings_new_samples_once_the_cache_turns_over(tmp_path: Path) -> None:
     objects = objects_of(200, 4096)  # 800 KiB through a 64 KiB cache: 16 samples, epochs of 12
     # Each turn waits for the retired epoch's grace: the shortest one allowed.

@@ -34,6 +34,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from unittest import mock
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from store_helpers import put
@@ -466,6 +467,7 @@ def test_a_large_folder_listed_behind_its_size_has_keys_fetched_early_and_the_wa
         _check_converged(trace, keys, run)
 
 
+@pytest.mark.long
 @settings(max_examples=6, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(keys=key_spaces(), run=RUNS, count=st.integers(2, 4))
 def test_shards_are_disjoint_and_cover_the_dataset(keys: list[str], run: Run, count: int) -> None:

@@ -139,6 +139,7 @@ def test_a_lasting_full_volume_is_said_once_not_per_write(tmp_path: Path,
     assert len(ended) == 1, ended
 
 
+@pytest.mark.long
 def test_a_budget_that_turns_over_on_a_short_volume_says_its_pauses_once(
         tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     """--capacity 1Gi on a 32 MiB volume, an epoch cut every 0.3 s: the sampler fills what the

@@ -19,6 +19,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from common import wait_until
 
 from epochfs.sidecar.store import INDEX_NAME, Store
@@ -103,6 +104,7 @@ def test_a_larger_capacity_catalogs_the_objects_the_smaller_one_left_out(tmp_pat
     assert "object limit changed" in _sample_until(cache, data, 7, "--capacity", "10Mi")
 
 
+@pytest.mark.long
 def test_a_lower_capacity_evicts_down_to_it_with_nothing_left_to_fetch(tmp_path: Path) -> None:
     """Before: room was made only for a download, so a cache started again with a lower
     ``--capacity`` and every key cached kept all of it, epochs cut or not (882.8 KiB / 100.0 KiB

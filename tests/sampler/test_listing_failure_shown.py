@@ -14,6 +14,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import pytest
 from common import wait_until
 
 EPOCHFS = str(Path(sys.executable).with_name("epochfs"))
@@ -38,6 +39,7 @@ def _indexed(tmp_path: Path, name: str) -> tuple[Path, Path]:
     return data, index
 
 
+@pytest.mark.long
 def test_a_failing_listing_says_why_until_it_goes_through(tmp_path: Path) -> None:
     data, whole = _indexed(tmp_path, "whole.jsonl")
     index = tmp_path / "index.jsonl"

@@ -76,6 +76,7 @@ def listing_complete(cache: Path) -> bool:
     return bool(index_rows(cache, "SELECT value FROM meta WHERE name = 'listing_complete'"))
 
 
+@pytest.mark.long
 def test_a_listing_process_killed_mid_listing_is_started_again_and_the_listing_ends(
         quick_s3: SyntheticS3, tmp_path: Path) -> None:
     cache, s3 = tmp_path / "cache", quick_s3

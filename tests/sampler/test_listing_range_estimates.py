@@ -24,6 +24,7 @@ from __future__ import annotations
 import random
 from unittest import mock
 
+import pytest
 from range_folders_helpers import folder_ranges, read_batch, zipf_key_space
 
 from epochfs.sidecar.listing.planner import Planner
@@ -32,6 +33,7 @@ from epochfs.sidecar.listing.segments import Segment, SpanState
 from epochfs.sidecar.store.listings import Part
 
 
+@pytest.mark.long
 @mock.patch("epochfs.sidecar.listing.planner.SKEW_EVERY", 0.0)
 def test_a_ranges_estimate_does_not_run_across_its_folders() -> None:
     """2,100 folders of 120 keys as ranges of three (more than twice ``MAX_FOLDER_SPANS``): while

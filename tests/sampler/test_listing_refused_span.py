@@ -103,6 +103,7 @@ def _samples(cache: Path) -> int:
         return 0
 
 
+@pytest.mark.long
 def test_a_folder_whose_listing_is_refused_is_passed_over(s3: S3Server, tmp_path: Path) -> None:
     _put(s3, "bkt", {f"f{f:03d}/{k}.bin": bytes([f % 256]) * 64
                             for f in range(FOLDERS) for k in range(KEYS)})

@@ -27,6 +27,7 @@ from epochfs.sidecar.store import Stats
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="mounts a tmpfs")
 
 
+@pytest.mark.long
 def test_epochs_stay_real_on_a_full_volume_and_sampling_resumes(tmp_path: Path) -> None:
     objects = objects_of(300, 32 * 1024)
     with small_volume(tmp_path / "vol", "20m") as vol:

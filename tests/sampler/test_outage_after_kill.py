@@ -16,6 +16,7 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
+import pytest
 from common import S3Server, put_objects, wait_until
 from refusing_proxy import refusing_proxy
 from sampler_helpers import EPOCHFS, SamplerProc, start_sampler
@@ -45,6 +46,7 @@ def _all_cached(sp: SamplerProc) -> bool:
     return sp.stats()["samples"] == COUNT
 
 
+@pytest.mark.long
 def test_a_start_after_kill_mid_outage_shows_no_outage(s3: S3Server, tmp_path: Path) -> None:
     put_objects(s3, "outage", {f"train/{i:05d}.bin": os.urandom(20_000) for i in range(COUNT)})
     cache = tmp_path / "cache"

@@ -36,6 +36,7 @@ def _cut_while_possible(store: Store, *, timeout: float = 30.0) -> int:
     raise AssertionError(f"no stuck window reported; reason {store.stats().backpressure_reason!r}")
 
 
+@pytest.mark.long
 def test_a_window_that_cannot_fit_beside_the_kept_epochs_is_reported(
         tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     # 4 KiB keys, a 64 KiB cache (48 KiB an epoch: 12 keys), two kept epochs, windows of 8 keys

@@ -14,6 +14,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+import pytest
 from common import wait_until
 from inprocess import objects_of, sampling, settings_for
 from integrity_helpers import damage
@@ -55,6 +56,7 @@ def test_a_repair_that_meets_more_faults_than_its_attempts_is_fetched_again(tmp_
         assert path.read_bytes() == objects[key], "the right bytes in place"
 
 
+@pytest.mark.long
 def test_a_repair_whose_object_is_gone_is_still_lost(tmp_path: Path) -> None:
     """The other side: an answer about the object (404) loses the sample, as before."""
     with _four_cached(tmp_path) as (store, remote, _objects):

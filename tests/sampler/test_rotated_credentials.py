@@ -137,6 +137,7 @@ def files_mode(s3: S3Server, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) ->
     return credentials
 
 
+@pytest.mark.long
 def test_a_rotated_credentials_file_is_read_again_and_no_key_is_skipped(
         s3: S3Server, files_mode: Path, tmp_path: Path) -> None:
     """The old key is revoked mid-run and the file then holds a new one: while the store refuses

@@ -108,6 +108,7 @@ def _reader_policy(container: Any, *, on: bool) -> None:
     container.set_container_access_policy(signed_identifiers={"reader": policy} if on else {})
 
 
+@pytest.mark.long
 def test_a_revoked_azure_sas_keeps_every_key_and_its_return_fetches_them(
         azurite: Azurite, no_store_credentials: None, monkeypatch: pytest.MonkeyPatch,
         tmp_path: Path) -> None:
@@ -135,6 +136,7 @@ def test_a_revoked_azure_sas_keeps_every_key_and_its_return_fetches_them(
     assert fetched < COUNT and stats["skipped_total"] == 0 and stats["samples"] == COUNT, log[-3000:]
 
 
+@pytest.mark.long
 def test_azures_refusal_of_a_rotated_key_keeps_every_key(
         azurite: Azurite, no_store_credentials: None, monkeypatch: pytest.MonkeyPatch,
         tmp_path: Path) -> None:
@@ -197,6 +199,7 @@ DENIED_KEY = "train/00007.bin"
 """The object the credentials may not read (GCS's 403 for it, whatever the token)."""
 
 
+@pytest.mark.long
 def test_a_rotated_gcs_credentials_file_is_read_again_and_only_the_denied_key_is_skipped(
         gcs: str, no_store_credentials: None, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     """The old key is deleted mid-run (its access token refused with 401, its renewal with

@@ -142,6 +142,7 @@ def test_an_outage_keeps_the_keys_and_sampling_resumes(tmp_path: Path) -> None:
         assert not breaker.open
 
 
+@pytest.mark.long
 def test_backpressure_waits_for_a_cut_and_never_exceeds_the_capacity(tmp_path: Path) -> None:
     objects = objects_of(60, 1024)
     remote = MemoryRemote(objects)

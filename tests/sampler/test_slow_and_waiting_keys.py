@@ -55,6 +55,7 @@ def test_a_trickling_server_holds_no_download_slot(s3: S3Server, proxy: PacingPr
     assert re.search(r"skipping 'd/TRICKLE\d+\.bin': gave up after 2 attempts: SlowBody", log)
 
 
+@pytest.mark.long
 def test_one_key_throttled_on_its_own_is_deferred_alone(s3: S3Server, proxy: PacingProxy,
                                                         tmp_path: Path) -> None:
     objects = random_objects(400, 2000, prefix="d/")
@@ -74,6 +75,7 @@ def test_one_key_throttled_on_its_own_is_deferred_alone(s3: S3Server, proxy: Pac
         assert sp.stats()["skipped_total"] == 0  # throttling never skips a key
 
 
+@pytest.mark.long
 def test_a_held_key_is_seen_and_retried_while_the_loop_is_busy(s3: S3Server, proxy: PacingProxy,
                                                                tmp_path: Path) -> None:
     objects = random_objects(5, 2000, prefix="d/good/")

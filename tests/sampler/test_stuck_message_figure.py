@@ -21,6 +21,7 @@ from epochfs.sidecar.remote.testing import MemoryRemote
 KiB = 1024
 
 
+@pytest.mark.long
 def test_the_stuck_error_names_the_cache_total_as_the_cache_not_as_what_the_epochs_pin(
         tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     # The scenario of test_r48: 4 KiB keys, 64 KiB cache, epochs 4 and 5 kept, window 6 stuck.

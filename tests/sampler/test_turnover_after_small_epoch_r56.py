@@ -21,6 +21,7 @@ import math
 import threading
 from pathlib import Path
 
+import pytest
 from common import wait_until
 from inprocess import objects_of, sampling, settings_for
 
@@ -68,6 +69,7 @@ def _share_fetched(store: Store, epoch: int) -> bool:
     return len(store.samples_after(extent.last, limit=SHARE)) >= SHARE
 
 
+@pytest.mark.long
 def test_no_epoch_repeats_the_one_before_after_a_small_epoch(tmp_path: Path) -> None:
     objects = objects_of(200, SAMPLE)  # 800 KiB through a 64 KiB cache: 16 samples, budget 12
     remote = LeaveRemote(objects)

@@ -80,6 +80,7 @@ def test_every_panel_of_the_chart_dashboard_is_found_in_reading_order() -> None:
     assert places == sorted(places)
 
 
+@pytest.mark.long
 @needs_a_real_run
 def test_dashboard_picture_from_a_real_prometheus_at_a_tiny_size(tmp_path: Path) -> None:
     png, summary, work = tmp_path / "dashboard.png", tmp_path / "dashboard.json", tmp_path / "work"

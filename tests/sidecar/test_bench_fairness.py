@@ -24,6 +24,7 @@ pytestmark = [
 ]
 
 
+@pytest.mark.long
 def test_fairness_has_a_row_per_shape_and_epoch_at_a_tiny_size(tmp_path: Path) -> None:
     out, table, plot = tmp_path / "fairness.json", tmp_path / "fairness.md", tmp_path / "fairness.svg"
     # Every key space at once (--jobs): one at a time, the run was six sidecar start-ups in a row.
@@ -68,6 +69,7 @@ def test_fairness_has_a_row_per_shape_and_epoch_at_a_tiny_size(tmp_path: Path) -
     assert list((tmp_path / "work").iterdir()) == []  # its scratch folders removed
 
 
+@pytest.mark.long
 def test_an_epoch_cut_after_the_listing_is_its_sampling_orders_first_keys(tmp_path: Path) -> None:
     """Once every key is listed the sampler walks its order, so an epoch of N samples is the order's
     first N keys but for those in flight at the cut: the "order's first N" column must be computed

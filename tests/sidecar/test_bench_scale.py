@@ -22,6 +22,7 @@ pytestmark = [
 ]
 
 
+@pytest.mark.long
 def test_scale_measures_every_column_at_a_tiny_size(tmp_path: Path) -> None:
     out = tmp_path / "scale.json"
     table = tmp_path / "scale.md"

@@ -25,6 +25,7 @@ pytestmark = [
 ]
 
 
+@pytest.mark.long
 def test_the_documented_smoke_run_ends_with_a_restart_that_fetched(tmp_path: Path) -> None:
     out = tmp_path / "scale.json"
     # The docstring's command as written (1 s fetch windows: each of the three starts runs as in the

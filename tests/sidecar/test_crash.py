@@ -83,6 +83,7 @@ def crash_rounds(s3: S3Server, tmp_path: Path, rounds: int, seed: int) -> None:
     verify_cache(cache, objects)
 
 
+@pytest.mark.long
 def test_kill_9_a_few_rounds(s3: S3Server, tmp_path: Path) -> None:
     crash_rounds(s3, tmp_path, rounds=4, seed=11)
 

@@ -123,6 +123,7 @@ def check_the_readme_story(text: str, epochs: int) -> None:
         f"the turnover stopped: only epochs {turned} of the last three took new samples:\n{text}"
 
 
+@pytest.mark.long
 def test_demo_trains_over_epochs_that_grow_then_turn_over_and_unmounts(tmp_path: Path) -> None:
     """The README's story, as ``make demo`` runs it (its defaults) with two epochs more: 4000
     samples (17 MiB) through a 6 MiB cache at 2 MiB/s, training paced at half that
@@ -140,6 +141,7 @@ def test_demo_trains_over_epochs_that_grow_then_turn_over_and_unmounts(tmp_path:
     assert not mounts_under(tmp_path)
 
 
+@pytest.mark.long
 def test_ctrl_c_stops_the_sidecar_cleanly(tmp_path: Path) -> None:
     proc, log = start_demo(tmp_path, "--samples", "800", "--epochs", "1000")
     wait_until(lambda: "epoch 1:" in log.read_text() or proc.poll() is not None, timeout=120,

@@ -82,6 +82,7 @@ def _read_only(folder: Path) -> Iterator[None]:
         subprocess.run(["umount", "-l", str(folder)], check=True)
 
 
+@pytest.mark.long
 @needs_root_fuse
 def test_a_cache_volume_gone_read_only_keeps_the_supervisor_and_the_mount(
         s3: S3Server, tmp_path: Path) -> None:

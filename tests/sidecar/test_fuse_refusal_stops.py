@@ -159,6 +159,7 @@ def test_healthz_does_not_call_a_mount_ok_while_nothing_is_mounted(tmp_path: Pat
         sup.fuse.proc = None
 
 
+@pytest.mark.long
 def test_the_fuse_restart_logs_the_delay_it_waits(s3: S3Server, tmp_path: Path) -> None:
     """Four quick kills of the FUSE server: the supervisor restarts it after at most 2 s each
     time (REMOUNT_BACKOFF_MAX), and its log says so (before: "restarting in 4.0s" at the fourth,

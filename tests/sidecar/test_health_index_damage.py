@@ -118,6 +118,7 @@ def sampler_of(car: Sidecar) -> dict[str, Any]:
     return cast(dict[str, Any], car.health().get("children", {}).get("sampler", {}))
 
 
+@pytest.mark.long
 def test_healthz_stays_200_while_garbled_indexes_are_replaced(s3: S3Server, tmp_path: Path) -> None:
     """UNHEALTHY_CRASHES damages in a row, each met by the running sampler (which exits on it) and
     mended by its next start within seconds: were each exit a crash, the last would fail /healthz

@@ -64,6 +64,7 @@ def index_failures(answers: list[tuple[int, str]]) -> list[str]:
     return out
 
 
+@pytest.mark.long
 def test_healthz_fails_after_three_runs_in_a_row_meet_a_damaged_index_and_heals(
         s3: S3Server, tmp_path: Path) -> None:
     put_objects(s3, BUCKET, random_objects(600, 8 * 1024))

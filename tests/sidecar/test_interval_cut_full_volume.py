@@ -62,6 +62,7 @@ def _progress_lines(car: Sidecar) -> int:
     return car.log_text().count("sample(s) fetched this run")
 
 
+@pytest.mark.long
 def test_interval_cuts_refused_by_a_full_volume_pause_as_disk_full_and_resume(tmp_path: Path) -> None:
     with sidecar_on_small_volume(tmp_path, "24m", objects=OBJECTS, size=SIZE,
                                  extra=("--capacity", "12Mi", "--cut-interval", str(INTERVAL),

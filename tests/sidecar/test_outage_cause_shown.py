@@ -55,6 +55,7 @@ def _outage_gauge(car: Sidecar) -> float | None:
     return car.metric("epochfs_remote_outage", cause="credentials_refused")
 
 
+@pytest.mark.long
 @pytest.mark.parametrize("level", ["INFO", "WARNING"])
 def test_credentials_refused_mid_run_is_named_until_the_remote_answers_again(
         s3: S3Server, tmp_path: Path, level: str) -> None:

@@ -111,6 +111,7 @@ def _count(car: Sidecar, result: str) -> float:
     return car.metric("epochfs_remote_objects_total", result=result) or 0.0
 
 
+@pytest.mark.long
 def test_keys_in_flight_when_the_remote_dies_are_fetched_once_it_is_back(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """120 objects of 64 KiB under the default 32 downloads at 1 MiB/s (answered bodies wait for

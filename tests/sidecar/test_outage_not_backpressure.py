@@ -41,6 +41,7 @@ def _backpressure_lines(log: str) -> list[str]:
     return [line for line in log.splitlines() if "epochfs.sampler" in line and any(s in line for s in said)]
 
 
+@pytest.mark.long
 def test_a_remote_outage_on_a_full_cache_is_not_reported_as_backpressure(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A 4 MiB budget of 64 KiB samples (a turn's share: 512 KiB, 8 samples) under a 32-download

@@ -86,6 +86,7 @@ def grafana_to_promql(expr: str) -> str:
             .replace("$pod", POD))
 
 
+@pytest.mark.long
 def test_every_dashboard_expression_returns_a_result(s3: S3Server, tmp_path: Path) -> None:
     objects = random_objects(120, 32 * 1024)  # 3.75 MiB remote, 2 MiB cache: evictions
     put_objects(s3, "data", objects)

@@ -222,6 +222,7 @@ def test_a_restart_moves_what_it_finds_in_the_mount_point_aside_and_serves_on(
     assert mounts_at_or_under(car.mount) == [], "the clean stop left a mount behind"
 
 
+@pytest.mark.long
 def test_a_restart_that_exits_2_is_a_crash_restarted_never_a_stop(
         s3: S3Server, tmp_path: Path) -> None:
     """A stray that cannot be moved (immutable): every restart exits 2 on the folder "not empty".

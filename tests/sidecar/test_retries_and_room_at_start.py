@@ -68,6 +68,7 @@ def our_port(monkeypatch: pytest.MonkeyPatch) -> int:
     return HEALTH_PORT
 
 
+@pytest.mark.long
 @pytest.mark.fuse
 @needs_fuse
 def test_a_volume_full_at_the_start_is_disk_full_not_the_remote(tmp_path: Path, our_port: int) -> None:
@@ -103,6 +104,7 @@ def test_a_volume_full_at_the_start_is_disk_full_not_the_remote(tmp_path: Path, 
             assert not _retrying(car)
 
 
+@pytest.mark.long
 @pytest.mark.fuse
 @needs_fuse
 def test_a_remote_unreachable_at_the_start_is_retried_not_restarted(tmp_path: Path, our_port: int) -> None:

@@ -19,6 +19,7 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
 from common import wait_until
 from fuse_helpers import admit, make_objects, open_store
 from sampler_helpers import running_sampler
@@ -70,6 +71,7 @@ def test_status_names_kept_and_in_use_epochs_pinned(tmp_path: Path) -> None:
     assert _pin_cells(text) == {0: "in use", 1: "no", 2: "kept", 3: "kept, in use"}, text
 
 
+@pytest.mark.long
 def test_the_kept_epochs_a_stuck_schedule_names_are_shown_pinned(tmp_path: Path) -> None:
     """The report's case: 40 objects of 4 KiB, --capacity 64Ki, --keep-epochs 2, a schedule whose
     windows grow until one cannot fit beside the kept epochs; cut until status says so, then the

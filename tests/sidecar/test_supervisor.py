@@ -58,6 +58,7 @@ def fuse_mounts_at(path: Path) -> int:
     return sum(1 for e in mount_table() if e.mount_point == target)
 
 
+@pytest.mark.long
 def test_epochs_equal_the_remote_and_grow_then_sigterm_is_clean(s3: S3Server, tmp_path: Path) -> None:
     objects = remote_with(s3, 60, 32 * 1024)
     extra = ("--capacity", "64Mi", "--min-samples", "5", "--concurrency", "4", "--max-rate", "400Ki")

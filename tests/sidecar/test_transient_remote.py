@@ -59,6 +59,7 @@ def _status_lines(*wheres: tuple[str, ...]) -> list[str]:
     return found
 
 
+@pytest.mark.long
 @pytest.mark.fuse
 @needs_fuse
 def test_an_unreachable_remote_keeps_health_and_says_why_it_is_not_ready(
@@ -107,6 +108,7 @@ def test_an_unreachable_remote_keeps_health_and_says_why_it_is_not_ready(
     assert not (car.cache / STATE_FILE_NAME).exists(), "the state file outlived its supervisor"
 
 
+@pytest.mark.long
 @pytest.mark.fuse
 @needs_fuse
 def test_quick_crashes_still_fail_health(s3: S3Server, tmp_path: Path) -> None:

@@ -299,6 +299,7 @@ def recovery_peak(tmp_path: Path, samples: int, monkeypatch: pytest.MonkeyPatch)
         return peak
 
 
+@pytest.mark.long
 def test_recovery_memory_does_not_grow_with_the_samples(tmp_path: Path,
                                                         monkeypatch: pytest.MonkeyPatch) -> None:
     small = recovery_peak(tmp_path, 600, monkeypatch)

@@ -82,6 +82,7 @@ def _rebuild(cache: Path) -> None:
         pass
 
 
+@pytest.mark.long
 def test_an_epoch_of_at_cut_members_gets_its_file_at_its_cut(tmp_path: Path) -> None:
     """The real limit: epoch 0 of exactly AT_CUT members (no base to chain on: a whole file) is
     written by its cut, no keeper pass; epoch 1 with AT_CUT + 1 members outside epoch 0's range

@@ -1433,6 +1433,7 @@ def run_machine(base: Path, *, examples: int, steps: int) -> None:
           + ", ".join(f"{k} {v}" for k, v in RUN_STATS.items()))
 
 
+@pytest.mark.long
 def test_store_model(base: Path) -> None:
     run_machine(base, examples=30, steps=50)  # 500 x 80 in test_store_model_long (slow)
 

@@ -84,6 +84,7 @@ def _rank_main(rank: int, base: str) -> None:
     Path(f"{base}/rank{rank}.json").write_text(json.dumps(out))
 
 
+@pytest.mark.long
 def test_a_rank_whose_cut_never_comes_fails_every_rank_before_the_group_times_out(tmp_path: Path) -> None:
     _publish(tmp_path, 0, 0, 4)
     (tmp_path / "node1").mkdir()  # rank 1's node never cuts epoch 0

@@ -107,6 +107,7 @@ def test_webdataset_refuses_fewer_shards_than_workers(tmp_path: Path) -> None:
                 pass
 
 
+@pytest.mark.long
 def test_the_datasets_parquet_snippet_streams_every_row_without_a_copy(tmp_path: Path) -> None:
     datasets = need("datasets")
     with shard_mount(tmp_path) as (m, _store):

@@ -190,6 +190,7 @@ def test_a_rank_with_no_files_to_pad_fails_every_rank(failed: Callable[[str], li
     assert zero["epoch1"] == one["epoch1"] == {"batches": 2, "start": 0}
 
 
+@pytest.mark.long
 def test_a_resume_whose_epoch_changed_on_one_node_is_decided_the_same_on_every_rank(tmp_path: Path) -> None:
     """Both ranks saved their state after batch 1 of epoch 0; then node 1's epoch 0 is cut anew (a cold
     cache: other files, the same count). Restart: both ranks read epoch 0 from its first batch; raise:

@@ -32,6 +32,7 @@ def documented() -> tuple[list[str], list[str]]:
     return shlex.split(lines[0][2:]), lines[2:]
 
 
+@pytest.mark.long
 def test_the_documented_lightning_command_runs_as_printed() -> None:
     if importlib.util.find_spec("lightning") is None:
         pytest.skip("lightning is not installed (pip install lightning)")

@@ -241,6 +241,7 @@ def test_len_looks_the_epoch_up_once(tmp_path: Path) -> None:
             len(loader.epoch(0))
 
 
+@pytest.mark.long
 @pytest.mark.parametrize("kind", KINDS)
 def test_killed_mid_epoch_and_resumed_from_the_checkpoint(tmp_path: Path, kind: str) -> None:
     """A training process writes the loader's state after every batch and is SIGKILLed mid-epoch; the

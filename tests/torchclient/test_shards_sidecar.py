@@ -35,6 +35,7 @@ def status(mount: Path) -> dict:
         return {}
 
 
+@pytest.mark.long
 def test_the_sidecar_caches_and_counts_whole_shards_only(tmp_path: Path) -> None:
     remote = tmp_path / "remote"
     (remote / "shards").mkdir(parents=True)

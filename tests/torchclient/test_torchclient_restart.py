@@ -56,6 +56,7 @@ def last_read(cache: Path, n: int) -> float:
         db.close()
 
 
+@pytest.mark.long
 def test_a_loader_paused_mid_epoch_keeps_its_epoch_whole(tmp_path: Path) -> None:
     cache, mnt = tmp_path / "cache", tmp_path / "mnt"
     window = 2.0
@@ -139,6 +140,7 @@ ROUNDS = 2
 """FUSE server kills under one reading DataLoader (each costs a restart's backoff, seconds)."""
 
 
+@pytest.mark.long
 def test_kill_9_of_the_fuse_server_under_a_reading_dataloader(s3: S3Server, tmp_path: Path) -> None:
     """Twice: the reader pauses mid-epoch, the FUSE server is killed, the test waits until the
     supervisor has detached the dead mount (so the mount point is an empty folder for at least the

@@ -113,6 +113,7 @@ def last_read(cache: Path, n: int) -> float:
         db.close()
 
 
+@pytest.mark.long
 @pytest.mark.fuse
 @pytest.mark.skipif(os.geteuid() != 0 or not os.path.exists("/dev/fuse"), reason="needs root and FUSE")
 def test_a_real_mount_retires_the_first_epoch_while_the_workers_live(tmp_path: Path) -> None:
