@@ -68,3 +68,27 @@ def helm_bin() -> Path:
 
 
 os.environ.setdefault("EPOCHFS_TESTING", "1")
+
+
+LONG_CALL = 6.0
+"""Seconds of a test's own call at or over which it belongs with the long tests (``@pytest.mark.long``,
+``make test-long``): ``make test`` ends within 10 minutes on 2 cores only while they stay out of it."""
+
+_UNMARKED_LONG: list[tuple[float, str]] = []
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    """Note a test whose call ran :data:`LONG_CALL` or more without the ``long`` or ``slow`` marker
+    (run by the controller for every worker's reports too)."""
+    if (report.when == "call" and report.duration >= LONG_CALL
+            and not {"long", "slow"} & set(report.keywords)):
+        _UNMARKED_LONG.append((report.duration, report.nodeid))
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    """Name the tests :func:`pytest_runtest_logreport` noted: candidates for ``@pytest.mark.long``
+    (a test that ran long once under load only need not be one)."""
+    if _UNMARKED_LONG:
+        terminalreporter.section(f"tests of {LONG_CALL:.0f} s or more without the long marker")
+        for took, nodeid in sorted(_UNMARKED_LONG, reverse=True):
+            terminalreporter.write_line(f"{took:6.1f} s  {nodeid}")
