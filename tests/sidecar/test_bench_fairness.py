@@ -10,6 +10,7 @@ import math
 import os
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 from bench_helpers import run_benchmark
@@ -76,15 +77,29 @@ def test_an_epoch_cut_after_the_listing_is_its_sampling_orders_first_keys(tmp_pa
     from those keys (most of the epoch's among them) and its TV match the epoch's. A TV differs
     from another sample's by at most the share of keys not in both, which bounds the tolerance.
     ``trainval`` (two folders, 94% and 6%): four pages list it at once; 64 objects a second keep
-    the later epochs to a few hundred samples of its 4,000 keys, apart from the whole key space."""
+    the later epochs to a few hundred samples of its 4,000 keys, apart from the whole key space.
+
+    Only an epoch whose run had listed every key by its first cut is compared: keys fetched while
+    the listing ran (the walk may go up to ``LEAD`` times a fair share ahead then) stay in the cache
+    until evicted, so a listing that outlasted a cut (a start slowed by the machine's load: the
+    long tests' run once listed for over 2 s) leaves a later epoch with keys beyond the order's
+    first N, by design (docs/sampler.md)."""
     out = tmp_path / "fairness.json"
-    args = ["--shapes", "trainval", "--keys", "4000", "--epochs", "3", "--every", "2", "--draws", "5",
+    args = ["--shapes", "trainval", "--keys", "4000", "--epochs", "3", "--every", "3", "--draws", "5",
             "--miss-trials", "5", "--sidecar-arg=--max-rate=256Ki",
             "--dir", str(tmp_path / "work"), "--json", str(out)]
     done = run_benchmark([sys.executable, "-P", "-m", "epochfs.benchmarks.fairness", *args], timeout=240)
     assert done.returncode == 0, done.stdout + done.stderr
     rows = json.loads(out.read_text())
-    walked = [r for r in rows if r["listed"] == r["keys"] and 100 <= r["samples"] <= r["keys"] // 4]
+    first_cut: dict[tuple[int, int], dict[str, Any]] = {}
+    for r in sorted(rows, key=lambda r: r["epoch"]):
+        first_cut.setdefault((r["run"], r["order"]), r)
+    listed_first = {run for run, r in first_cut.items() if r["listed"] == r["keys"]}
+    if not listed_first:
+        pytest.skip(f"the listing outlasted every run's first cut (listed {[r['listed'] for r in rows]} "
+                    "of 4000 keys at the cuts): the machine too loaded for the walk's premise")
+    walked = [r for r in rows if (r["run"], r["order"]) in listed_first
+              and 100 <= r["samples"] <= r["keys"] // 4]
     assert walked, rows  # the schedule leaves at least one such epoch
     for r in walked:
         outside = (r["samples"] - r["prefix_shared"]) / r["samples"]
