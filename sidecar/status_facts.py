@@ -25,6 +25,7 @@ from typing import Any
 from epochfs.sidecar import samplerlock
 from epochfs.sidecar.config import ConfigError
 from epochfs.sidecar.store import INDEX_NAME, Policy
+from epochfs.sidecar.store.dburi import uri
 from epochfs.sidecar.store.outage import parse
 
 NOT_RUNNING = ("sampler: NOT RUNNING (no `epochfs sample` holds this cache's lock): nothing is "
@@ -81,7 +82,7 @@ def mark_pins(doc: dict[str, Any], cache: Path, policy: Policy, *,
     be read now leaves the document without them (the table then has no such column)."""
     now = time.time() if now is None else now
     try:
-        db = sqlite3.connect(f"file:{cache / INDEX_NAME}?mode=ro", uri=True, timeout=5.0)
+        db = sqlite3.connect(uri(cache / INDEX_NAME, "ro"), uri=True, timeout=5.0)
         try:
             reads = {int(n): float(t) for n, t in
                      db.execute("SELECT n, last_read FROM epochs WHERE retired=0").fetchall()}

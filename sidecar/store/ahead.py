@@ -35,6 +35,7 @@ import threading
 import time
 from dataclasses import dataclass, replace
 
+from epochfs.sidecar.store.dburi import uri
 from epochfs.sidecar.store.index import Index, is_busy
 from epochfs.sidecar.store.records import Policy
 from epochfs.sidecar.store.windows import Span, at, extent, scan
@@ -205,7 +206,7 @@ def _measure(ix: Index, policy: Policy, n: int) -> bool:
             armed = arm(db, policy, n, front)
         if armed is None:
             return False
-        reader = sqlite3.connect(ix.path, timeout=30.0, isolation_level=None)
+        reader = sqlite3.connect(uri(ix.path, "rw"), uri=True, timeout=30.0, isolation_level=None)
         try:
             reader.execute("BEGIN")
             result = measure(reader, policy, armed)

@@ -30,15 +30,14 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import os
 import sqlite3
 import threading
 import time
-import urllib.parse
 from collections.abc import Callable
 from pathlib import Path
 
 from epochfs.sidecar.store import checkmark
+from epochfs.sidecar.store.dburi import uri
 from epochfs.sidecar.store.handle import IndexHandle
 from epochfs.sidecar.store.index import WAL_SUFFIX, Index, Meta, is_corruption
 
@@ -130,9 +129,8 @@ def _header(path: Path) -> str | None:
     for the last user, checkpointed and deleted the write-ahead log under the sampler, which
     logged "write-ahead log deleted" at ERROR (task C54d). SQLite's own descriptor is kept open
     until this process's locks on the file are gone, so its close drops nothing."""
-    uri = f"file:{urllib.parse.quote(os.path.abspath(path))}?mode=ro&immutable=1"
     try:
-        with contextlib.closing(sqlite3.connect(uri, uri=True)) as db:
+        with contextlib.closing(sqlite3.connect(uri(path, "ro", immutable=True), uri=True)) as db:
             db.execute("PRAGMA schema_version").fetchone()  # reads page 1 only, not the schema
     except sqlite3.DatabaseError as e:
         if is_corruption(e):
@@ -286,8 +284,7 @@ class Background:
         """One paced full check on a read-only connection: "ok", the damage, or None if stopped.
         Its read transaction keeps checkpoints from passing its snapshot, so the write-ahead log
         grows by what is written meanwhile (until the next checkpoint after it ends)."""
-        uri = f"file:{self.handle.path}?mode=ro"
-        db = sqlite3.connect(uri, uri=True, timeout=30.0, check_same_thread=False)
+        db = sqlite3.connect(uri(self.handle.path, "ro"), uri=True, timeout=30.0, check_same_thread=False)
         try:
             pace = Pace(self.stop, self.duty)
             # SQLite's progress handler: nonzero interrupts the check (the sampler stops).

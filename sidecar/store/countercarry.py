@@ -29,6 +29,7 @@ import logging
 import sqlite3
 from pathlib import Path
 
+from epochfs.sidecar.store.dburi import uri
 from epochfs.sidecar.store.index import Index
 from epochfs.sidecar.store.meta import COUNTER_NAMES, Meta
 
@@ -47,7 +48,7 @@ def read_damaged(index: Path) -> tuple[dict[str, int] | None, dict[Meta, str]]:
     if not index.is_file():
         return counters, meta
     try:
-        db = sqlite3.connect(f"file:{index}?mode=ro", uri=True, timeout=1.0)
+        db = sqlite3.connect(uri(index, "ro"), uri=True, timeout=1.0)
     except sqlite3.Error:
         return counters, meta
     try:

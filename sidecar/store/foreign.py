@@ -19,9 +19,9 @@ from __future__ import annotations
 import contextlib
 import os
 import sqlite3
-import urllib.parse
 from pathlib import Path
 
+from epochfs.sidecar.store.dburi import uri
 from epochfs.sidecar.store.hwm import HWM_NAME
 from epochfs.sidecar.store.memberformat import present
 from epochfs.sidecar.store.meta import Meta
@@ -64,9 +64,9 @@ def foreign_index(path: Path) -> str | None:
         return None if made else f"{path.name} is not an SQLite database"
     wal = head[18] == WAL_FORMAT and os.path.isfile(f"{path}-wal") and os.path.getsize(f"{path}-wal") > 0
     tables: list[str] | None = None
-    for flags in ("immutable=1", "mode=ro") if wal else ("immutable=1",):
+    for immutable in (True, False) if wal else (True,):
         try:
-            tables, epochfs = _schema(path, flags)
+            tables, epochfs = _schema(path, immutable=immutable)
         except sqlite3.Error:
             continue  # a page torn by a concurrent checkpoint (immutable), or damage
         if epochfs:
@@ -79,10 +79,10 @@ def foreign_index(path: Path) -> str | None:
     return f"{path.name} is an SQLite database without epochfs's schema; its tables: {names}"
 
 
-def _schema(path: Path, flags: str) -> tuple[list[str], bool]:
+def _schema(path: Path, *, immutable: bool) -> tuple[list[str], bool]:
     """(the database's table names, whether it records epochfs's schema version)."""
-    uri = f"file:{urllib.parse.quote(os.fsencode(os.path.abspath(path)))}?{flags}"  # bytes: any path
-    with contextlib.closing(sqlite3.connect(uri, uri=True, timeout=5.0)) as db:
+    name = uri(path, "ro", immutable=immutable)
+    with contextlib.closing(sqlite3.connect(name, uri=True, timeout=5.0)) as db:
         tables = [str(r[0]) for r in db.execute(
             "SELECT name FROM sqlite_master WHERE type='table' AND name NOT LIKE 'sqlite_%' ORDER BY name")]
         if "meta" not in tables:

@@ -64,6 +64,8 @@ class IndexHandle:
         self.path = path
         self._lock = threading.Lock()
         self._lost_logged = False
+        self._unopened: str | None = None
+        """What the last failed reopen met (logged once until it changes or a reopen succeeds)."""
         # A writer-side opener (the sidecar's processes open with ``create``) may migrate an older
         # schema; a reader (``epochfs status``) never writes at open.
         self._migrate = create
@@ -150,9 +152,13 @@ class IndexHandle:
             try:
                 new = self._new_index()
             except StoreError as e:
-                log.error("the cache index %s changed (%s) and cannot be reopened: %s",
-                          self.path, what, e)
+                failure = str(e)  # (what changed may alternate: the failed open's -wal comes and goes)
+                if failure != self._unopened:  # asked before every use: said once, not each time
+                    log.error("the cache index %s changed (%s) and cannot be reopened: %s",
+                              self.path, what, e)
+                    self._unopened = failure
                 return ix
+            self._unopened = None
             log.log(logging.ERROR if saved else logging.WARNING,
                     "the cache index %s changed under this process (%s)%s; reopened",
                     self.path, what.replace("wal ", "write-ahead log "), saved)

@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from epochfs.sidecar.store import checkmark, keptfds
+from epochfs.sidecar.store.dburi import uri
 from epochfs.sidecar.store.meta import Meta
 from epochfs.sidecar.store.records import NO_ROOM_BYTES, NoRoom, StoreError
 from epochfs.sidecar.store.schema import (
@@ -146,7 +147,9 @@ class Index:
         if not existed and blank is not None and (problem := blank(MISSING)) is not None:
             raise BlankIndex(path, problem)  # before the connection, which would make the file
         try:
-            self.db = sqlite3.connect(path, timeout=30.0, isolation_level=None, check_same_thread=False)
+            # "rw" where a file was there: one deleted since is not made again (dburi's why).
+            self.db = sqlite3.connect(uri(path, "rw" if existed else "rwc"), uri=True, timeout=30.0,
+                                      isolation_level=None, check_same_thread=False)
             # The file this connection has: one put in its place while the schema is made (a reset
             # of what another opener took for a blank index) is followed at the first use.
             index_id = _file_id(path)
@@ -158,6 +161,9 @@ class Index:
             if version != SCHEMA_VERSION:
                 self._prepare(migrate=migrate)
         except sqlite3.DatabaseError as e:
+            if existed and not os.path.lexists(path) and blank is not None \
+                    and (problem := blank(MISSING)) is not None:
+                raise BlankIndex(path, problem) from e  # deleted between the look and the open
             free = free_bytes(path.parent)
             if free is not None and free < NO_ROOM_BYTES and not is_corruption(e):
                 raise NoRoom(f"{path}: the cache's volume is full ({free} bytes free), so the "
