@@ -23,7 +23,7 @@ from epochfs.sidecar.store.checkmark import MARKER_NAME
 from epochfs.sidecar.store.foreign import blank_damage, foreign_index
 from epochfs.sidecar.store.index import MISSING, SHM_SUFFIX, WAL_SUFFIX, BlankIndex
 from epochfs.sidecar.store.memberformat import MEMBERS_DIR
-from epochfs.sidecar.store.objects import MARKER_PREFIX
+from epochfs.sidecar.store.objects import MARKER_PREFIX, markers
 from epochfs.sidecar.store.placement import inside, named, over_cache, spelled
 from epochfs.sidecar.store.publisherlock import LOCK_NAME as PUBLISHER_LOCK_NAME
 from epochfs.sidecar.store.repairlog import LOG_NAME as REPAIRS_LOG_NAME
@@ -149,6 +149,24 @@ def unwritable_refusal(cache: Path, entry: Path, reason: str = "permission denie
             f"(chown -R {me} {cache})")
 
 
+def _emptied(folder: Path) -> str | None:
+    """What in ``folder``, a cache to be made, a cache's start would remove (``tmp/``'s entries,
+    files in ``objects/`` the index does not know), in words; None where there is nothing, or
+    where ``objects/`` holds a cache's marker (epochfs made it: a start killed before its index)."""
+    if markers(folder / OBJECTS_DIR):
+        return None
+    counts = {name: _entries(folder / name) for name in (TMP_DIR, OBJECTS_DIR)}
+    return " and ".join(f"{name}/ ({n} entries)" for name, n in counts.items() if n) or None
+
+
+def _entries(folder: Path) -> int:
+    try:
+        with os.scandir(folder) as entries:
+            return sum(1 for _ in entries)
+    except OSError:
+        return 0
+
+
 def check_cache(path: Path, *, create: bool, unwritable_hint: str = "", writes: bool = True) -> None:
     """Refuse a ``--cache`` that cannot be used with one line naming it, ``--cache PATH: reason``,
     before a command opens it (never a traceback from a bad path).
@@ -198,6 +216,10 @@ def check_cache(path: Path, *, create: bool, unwritable_hint: str = "", writes: 
         if (view := _mount_given(path)) is not None:
             # sample and sidecar would make a cache inside the folder the trainers read (a folder view).
             raise ConfigError(f"{where}: {view}")
+        if (held := _emptied(path)) is not None:
+            raise ConfigError(f"{where}: not an epochfs cache (no {INDEX_NAME}, no marker in "
+                              f"{OBJECTS_DIR}/), and a cache's start would empty its {held}: give an "
+                              "empty folder or a cache")
     elif (why := foreign_index(path / INDEX_NAME)) is not None:
         # The commands that make a cache too (sample, sidecar): they would write epochfs's schema
         # into another program's database and fill the folder beside it.
@@ -346,12 +368,28 @@ def remote_folder_holding(remote: str, place: Path) -> str | None:
 
 def check_apart_from_remote(remote: str, **places: Path | None) -> None:
     """A ``file://`` remote's folder holding the cache or the view (``places``: flag name ->
-    path), refused (exit 2) before anything is made there: the sampler lists the remote's
-    folder, so it would take the store's own files (its index, its lock) or the view's (every
-    sample again under the mount, more at each relist) for samples of the dataset."""
+    path), or held by one, refused (exit 2) before anything is made there. The sampler lists the
+    remote's folder, so a cache or view in it would be taken for samples of the dataset (the
+    store's index and lock; every sample again under the mount, more at each relist); and a
+    dataset in the cache is the cache's to empty (its ``tmp/`` is cleared at each start, files
+    in ``objects/`` that the index does not know are removed as orphans), under a mount hidden."""
     for flag, place in places.items():
-        if place is not None and (root := remote_folder_holding(remote, place)) is not None:
+        if place is None:
+            continue
+        if (root := remote_folder_holding(remote, place)) is not None:
             where = ("give --remote a narrower folder than the whole filesystem" if root == "/"
                      else f"put it beside that folder (--{flag} {Path(root).parent / ('epochfs-' + flag)})")
             raise ConfigError(f"--{flag}: {named(place)} is inside the remote's folder {root} "
                               f"(--remote {remote}), whose files are the samples: {where}")
+        if (held := remote_folder_inside(remote, place)) is not None:
+            raise ConfigError(f"--remote {remote}: the dataset's folder {held} is inside --{flag} "
+                              f"{named(place)}, which epochfs fills and empties: move the dataset out of it")
+
+
+def remote_folder_inside(remote: str, place: Path) -> str | None:
+    """The folder of the ``file://`` remote ``remote`` (resolved) when it is ``place`` or in it
+    (as :func:`spelled` gives it: never a ``stat`` of a mount point), else None."""
+    if not remote.lower().startswith("file://"):
+        return None
+    root = os.path.realpath(local_root(remote) or "/")
+    return root if inside(root, spelled(place)) else None

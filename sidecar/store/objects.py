@@ -35,6 +35,8 @@ log = logging.getLogger("epochfs.store")
 
 OBJECTS_DIR = "objects"
 TMP_DIR = "tmp"
+SHOWN_FOLDERS = 5
+"""Paths of folders found among the object files that one warning names, at most."""
 MARKER_PREFIX = ".epochfs-cache-"
 """The name of the cache's marker in ``objects/``: an empty folder ``.epochfs-cache-<32 hex>``, made
 once per cache with a random name, by which a ``--link-root`` is told to be a view of this cache's
@@ -355,10 +357,21 @@ class ObjectFiles:
         return removed
 
     def names(self) -> Iterator[os.DirEntry[str]]:
-        """Every object file (sample ids as names) under the fan-out folders."""
+        """Every object file (sample ids as names) under the fan-out folders. A folder among them
+        is none of the store's (objects are files; another program's, or a dataset put there):
+        passed over and left in place, never removed as an orphan, and logged once a pass."""
+        folders: list[str] = []
         for fan in os.scandir(self.objects_dir):
             if fan.is_dir(follow_symlinks=False):
-                yield from os.scandir(fan.path)
+                for entry in os.scandir(fan.path):
+                    if entry.is_dir(follow_symlinks=False):
+                        folders.append(entry.path)
+                        continue
+                    yield entry
+        if folders:
+            shown = ", ".join(folders[:SHOWN_FOLDERS]) + (", ..." if len(folders) > SHOWN_FOLDERS else "")
+            log.warning("left %d folder(s) in %s that are none of the store's (its objects are files): "
+                        "%s; move them out of the cache", len(folders), self.objects_dir, shown)
 
     def remove_orphans(self, known: Callable[[list[str]], set[str]], *, batch: int = 1024) -> int:
         """Remove object files whose sample id the index does not know; returns how many.
