@@ -188,7 +188,8 @@ class HTTPRemote(Remote):
             raise RemoteError(f"cannot read the index {shown}: {failure_reason(e)}") from e
         # Bodies come as stored (never decompressed): an index stored gzipped (served with
         # Content-Encoding: gzip, or a keys.txt.gz) is gunzipped here.
-        with f, io.BufferedReader(FileRaw(f), BLOCK) as buffered, gunzipped(buffered) as stream:
+        with f, io.BufferedReader(FileRaw(f), BLOCK) as buffered, \
+                gunzipped(buffered, f"the index {shown}") as stream:
             refuse_web_index(shown, f, stream)  # a web page's lines read as keys would be served as samples
             yield stream
 

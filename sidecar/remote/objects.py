@@ -21,9 +21,10 @@ import gzip
 import io
 import os
 import shutil
+import zlib
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import IO, Any, cast
+from typing import IO, Any
 from urllib.parse import urlsplit
 
 from epochfs.sidecar.redact import redact
@@ -172,18 +173,41 @@ def open_stream(url: str, *, endpoint_url: str | None = None, what: str = "",
         if not gunzip:
             yield buffered
             return
-        with gunzipped(buffered) as stream:
+        with gunzipped(buffered, f"{what} {redact(url)}".strip()) as stream:
             yield stream
 
 
 @contextlib.contextmanager
-def gunzipped(buffered: io.BufferedReader[Any]) -> Iterator[IO[bytes]]:
-    """``buffered`` read gunzipped when it starts with gzip's magic bytes, as it is otherwise."""
+def gunzipped(buffered: io.BufferedReader[Any], label: str = "") -> Iterator[IO[bytes]]:
+    """``buffered`` read gunzipped when it starts with gzip's magic bytes, as it is otherwise. A
+    gzip stream cut short or damaged is a :class:`RemoteError` naming ``label`` (the object, in
+    words) and telling to write it again, as a plain index without its trailer is."""
     if buffered.peek(2)[:2] != GZIP_MAGIC:
         yield buffered
         return
-    with gzip.GzipFile(fileobj=buffered) as stream:
-        yield cast(IO[bytes], stream)
+    with gzip.GzipFile(fileobj=buffered) as stream, \
+            io.BufferedReader(_Gunzipping(stream, label or "the gzip object"), BLOCK) as checked:
+        yield checked
+
+
+class _Gunzipping(io.RawIOBase):
+    """A gzip stream's bytes, its own errors told in one line: gzip raises ``EOFError`` at a cut
+    short stream and ``BadGzipFile`` or ``zlib.error`` at a damaged one, which no reader of an
+    index or inventory expects (a traceback). Errors of the transport below pass as they are."""
+
+    def __init__(self, stream: gzip.GzipFile, label: str) -> None:
+        self._stream = stream
+        self._label = label
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, b: Any) -> int:
+        try:
+            return self._stream.readinto1(b)  # one step: a stream cut short gives its whole lines first
+        except (EOFError, gzip.BadGzipFile, zlib.error) as e:
+            raise RemoteError(f"{self._label}: its gzip stream is cut short or damaged ({e}): write "
+                              "it again") from e
 
 
 @contextlib.contextmanager
