@@ -17,6 +17,7 @@ view said more than it knew (a reviewer's findings, r53):
 from __future__ import annotations
 
 import json
+import math
 import sqlite3
 import time
 from pathlib import Path
@@ -111,15 +112,36 @@ def totals(saved: str) -> dict[str, int | float]:
     return out
 
 
+EPOCH_NUMBERS = ("epoch", "samples", "new", "evicted", "bytes")
+"""The whole numbers of a status document's epoch, where it has them (the epochs table shows them)."""
+
+
+def _whole(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _not_finite(name: str) -> float:
+    raise ValueError(f"{name} where a number is")
+
+
+def _finite(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        raise ValueError(f"{text}, a number out of range")
+    return value
+
+
 def mount_document(path: Path, text: str) -> dict[str, Any]:
     """A mount's ``status.json`` as a document, or :class:`ConfigError` (one line, exit 2) when
     it is empty, cut short, not an object, or lacks a field the view needs (another version)."""
     try:
-        doc = json.loads(text)
+        doc = json.loads(text, parse_constant=_not_finite, parse_float=_finite)
     except json.JSONDecodeError as e:
         what = "empty" if not text.strip() else f"not JSON ({e.msg} at character {e.pos})"
         raise ConfigError(f"--mount: {path} is {what}: not an epochfs status document "
                           "(being rewritten, or damaged)") from None
+    except ValueError as e:  # a number no sidecar writes
+        raise ConfigError(f"--mount: {path} is not an epochfs status document ({e})") from None
     if not isinstance(doc, dict):
         raise ConfigError(f"--mount: {path} is not an epochfs status document (not a JSON object)")
     missing = [name for name in REQUIRED if name not in doc]
@@ -129,7 +151,9 @@ def mount_document(path: Path, text: str) -> dict[str, Any]:
                           "index itself)")
     wrong = [name for name in REQUIRED[:2]
              if isinstance(doc[name], bool) or not isinstance(doc[name], (int, float))]
-    if not isinstance(doc["epochs"], list) or not all(isinstance(e, dict) for e in doc["epochs"]):
+    if not isinstance(doc["epochs"], list) or not all(
+            isinstance(e, dict) and all(_whole(e[name]) for name in EPOCH_NUMBERS if name in e)
+            for e in doc["epochs"]):
         wrong.append("epochs")
     if wrong:
         raise ConfigError(f"--mount: {path} is not an epochfs status document ({', '.join(wrong)} "

@@ -86,6 +86,13 @@ def test_a_damaged_or_foreign_status_json_is_one_line_and_exit_2(tmp_path: Path)
         "notobject": ("[1, 2]", "is not an epochfs status document (not a JSON object)"),
         "wrongkinds": ('{"cache_bytes": "1", "capacity_bytes": 2, "epochs": {}}',
                        "is not an epochfs status document (cache_bytes, epochs of another kind)"),
+        # Numbers no sidecar writes (an exploratory bad-input run: tracebacks, exit 1):
+        "nan": ('{"epochs": [], "cache_bytes": NaN, "capacity_bytes": 100}',
+                "is not an epochfs status document (NaN where a number is)"),
+        "huge": ('{"epochs": [], "cache_bytes": 1e400, "capacity_bytes": 100}',
+                 "is not an epochfs status document (1e400, a number out of range)"),
+        "epochrow": ('{"epochs": [{"epoch": "x", "samples": null}], "cache_bytes": 1, "capacity_bytes": 100}',
+                     "is not an epochfs status document (epochs of another kind)"),
     }
     for name, (content, words) in cases.items():
         folder = _bad_mount(tmp_path, name, content)
