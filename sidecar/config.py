@@ -21,6 +21,7 @@ from epochfs.sidecar.confparse import (
     _capacity,
     _fraction,
     _fuse_api,
+    _integer,
     _non_negative_float,
     _non_negative_int,
     _opt,
@@ -33,6 +34,7 @@ from epochfs.sidecar.confparse import (
     _schedule,
     _switch,
     _view,
+    env_name,
     format_size,
     join_negative_values,
     parse_size,
@@ -107,7 +109,8 @@ class SamplerSettings(CacheSettings):
                        parse=_remote, required=True)
     capacity: int = _opt("--capacity", "cache byte budget, e.g. 500Mi, 20Gi, 1.5T",
                          default=10 * 1024**3, parse=_capacity)
-    seed: int = _opt("--seed", "seed of the sampling order (same seed, same order)", default=0, parse=int)
+    seed: int = _opt("--seed", "seed of the sampling order (same seed, same order)", default=0,
+                     parse=_integer)
     shard_index: int = _opt("--shard-index", "this node's shard (0-based)", default=0,
                             parse=_non_negative_int)
     shard_count: int = _opt("--shard-count", "number of shards (nodes)", default=1, parse=_positive_int)
@@ -290,11 +293,6 @@ class SidecarSettings(SamplerSettings):
 
 
 T = TypeVar("T", bound=CacheSettings)
-
-
-def env_name(flag: str) -> str:
-    """``--shard-index`` -> ``EPOCHFS_SHARD_INDEX``."""
-    return "EPOCHFS_" + flag.lstrip("-").replace("-", "_").upper()
 
 
 def add_arguments(parser: argparse.ArgumentParser, cls: type[CacheSettings]) -> None:

@@ -99,15 +99,24 @@ def _opt(
     )
 
 
+def _integer(text: str) -> int:
+    """A whole number, refused in words (``int()``'s own "invalid literal for int() with base 10"
+    names neither the kind wanted nor, for ``1.5``, why)."""
+    try:
+        return int(text)
+    except ValueError:
+        raise ValueError(f"must be a whole number, got {str(text).strip()!r}") from None
+
+
 def _positive_int(text: str) -> int:
-    value = int(text)
+    value = _integer(text)
     if value < 1:
         raise ValueError("must be at least 1")
     return value
 
 
 def _non_negative_int(text: str) -> int:
-    value = int(text)
+    value = _integer(text)
     if value < 0:
         raise ValueError("must not be negative")
     return value
@@ -117,7 +126,10 @@ def _finite(text: str) -> float:
     """A float that is a number: NaN compares false with everything (a NaN interval made every
     check "not yet due" or "due", as each comparison fell) and inf overflows the clock and socket
     calls it reaches (``settimeout(inf)`` fails as "timestamp out of range")."""
-    value = float(text)
+    try:
+        value = float(text)
+    except ValueError:
+        raise ValueError(f"must be a number, got {str(text).strip()!r}") from None
     if not math.isfinite(value):
         raise ValueError("must be a finite number")
     return value
@@ -207,10 +219,12 @@ def _rate(text: str) -> int:
 def _capacity(text: str) -> int:
     if str(text).strip().startswith("-"):
         raise ValueError("must not be negative")
-    value = parse_size(text)
-    if value <= 0:
+    exact = _size_bytes(text)
+    if 0 < exact < 1:  # "must be positive" said of a positive value, rounded down to 0 bytes
+        raise ValueError(f"{str(text).strip()!r} is below 1 byte (sizes count whole bytes)")
+    if exact <= 0:
         raise ValueError("must be positive")
-    return value
+    return int(exact)
 
 
 def _optional_size(text: str) -> int | None:
@@ -264,6 +278,11 @@ OTHER_ENV: dict[str, str] = {
 """The ``EPOCHFS_*`` variables read by something other than a settings field (whose variables
 come from the field declarations), with who reads them: with those, the known names
 (:func:`epochfs.sidecar.config.known_env_names`)."""
+
+
+def env_name(flag: str) -> str:
+    """``--shard-index`` -> ``EPOCHFS_SHARD_INDEX``."""
+    return "EPOCHFS_" + flag.lstrip("-").replace("-", "_").upper()
 
 
 def unknown_env(environ: Mapping[str, str], known: Collection[str]) -> list[str]:

@@ -60,15 +60,20 @@ class Schedule:
             name, sep, value = part.partition("=")
             if not sep:
                 raise ValueError(f"expected name=value, got {part!r}")
+            if name.strip() in fields:  # the last would win without a word
+                raise ValueError(f"{name.strip()} given twice")
             fields[name.strip()] = value.strip()
         unknown = set(fields) - {"initial", "growth"}
         if unknown:
             raise ValueError(f"unknown schedule field(s): {', '.join(sorted(unknown))}")
         try:
             initial = int(fields.get("initial", "1000"))
+        except ValueError:
+            raise ValueError(f"initial must be a whole number, got {fields['initial']!r}") from None
+        try:
             growth = float(fields.get("growth", "1.5"))
-        except ValueError as e:
-            raise ValueError(f"not a number: {e}") from None
+        except ValueError:
+            raise ValueError(f"growth must be a number, got {fields['growth']!r}") from None
         if initial < 1:
             raise ValueError("initial must be at least 1")
         if not growth >= 1.0 or growth == float("inf"):  # nan fails the first test

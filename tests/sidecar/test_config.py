@@ -73,7 +73,7 @@ def one_line(proc: subprocess.CompletedProcess[str]) -> str:
         # A percentage (as a share is often said: 25%) gets the form to write.
         (["--headroom", "25%"], {}, "--headroom", "not a percentage: write 0.25"),
         ([], {"EPOCHFS_HEADROOM": "10 %"}, "--headroom", "write 0.1"),
-        (["--seed", "abc"], {}, "--seed", "invalid"),
+        (["--seed", "abc"], {}, "--seed", "must be a whole number, got 'abc'"),
         # Settings once read where they were used, each with its own policy for a bad value.
         ([], {"EPOCHFS_READ_TIMEOUT": "soon"}, "--read-timeout", "EPOCHFS_READ_TIMEOUT"),
         (["--read-timeout", "0"], {}, "--read-timeout", "positive"),
