@@ -238,6 +238,8 @@ def run_webhook(
     ready: Callable[[AdmissionServer, MetricsServer], None] | None = None,
 ) -> int:
     """Serve until SIGTERM or SIGINT; 0 then. ``ready`` is called once both servers listen."""
+    if port == metrics_port and port != 0:  # else the second bind says "address already in use"
+        raise ConfigError(f"--metrics-port {metrics_port}: the same port as --port; give each its own")
     profiles = load_profiles(profiles_dir)
     tls = TLSFiles(cert, key)
     metrics = WebhookMetrics()

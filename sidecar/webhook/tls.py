@@ -17,6 +17,8 @@ import ssl
 import threading
 from pathlib import Path
 
+from epochfs.sidecar.config import ConfigError
+
 log = logging.getLogger("epochfs.webhook")
 
 
@@ -55,7 +57,7 @@ class TLSFiles:
                     self._context, self._stamp, self._warned = ctx, stamp, ""
             except (OSError, ssl.SSLError) as e:
                 if self._context is None:
-                    raise
+                    raise ConfigError(_refusal(self.cert, self.key, e)) from None
                 # The stamp of the files this load read, not one taken after it: a pair completed
                 # in between is a change, loaded at the next connection.
                 self._refused = stamp
@@ -76,6 +78,19 @@ class TLSFiles:
         ctx.minimum_version = ssl.TLSVersion.TLSv1_2
         ctx.files = self
         return ctx
+
+
+def _refusal(cert: Path, key: Path, e: OSError) -> str:
+    """Which file of the pair cannot be served, in one line naming its flag: OpenSSL's own words
+    ("[SSL] PEM lib (_ssl.c:3905)") name neither the flag nor the file."""
+    if not isinstance(e, ssl.SSLError):  # missing, unreadable
+        flag, path = ("--tls-key", key) if e.filename == str(key) else ("--tls-cert", cert)
+        return f"{flag} {path}: {e.strerror or e}"
+    try:
+        ssl.create_default_context(cafile=str(cert))  # the certificate alone
+    except (ssl.SSLError, OSError):
+        return f"--tls-cert {cert}: not a PEM certificate ({e})"
+    return f"--tls-key {key}: not the PEM private key of --tls-cert {cert} ({e})"
 
 
 class _RenewingContext(ssl.SSLContext):

@@ -695,6 +695,39 @@ def test_the_command_names_a_port_in_use(docs: dict[str, Any], tmp_path: Path, f
     assert "Traceback" not in proc.stderr
 
 
+@pytest.mark.parametrize("pair", ["junk-cert", "junk-key", "other-key", "no-key"])
+def test_the_command_names_the_file_of_a_pair_it_cannot_serve(docs: dict[str, Any], tmp_path: Path,
+                                                               pair: str) -> None:
+    """One line naming the flag and the file that is wrong (an exploratory bad-input run: before,
+    OpenSSL's "[SSL] PEM lib (_ssl.c:3905)", which names neither)."""
+    write_profiles(docs, tmp_path / "profiles")
+    cert, key, _ = make_leaf(make_ca(), [SERVICE_DNS])
+    crt, pem_key = tmp_path / "tls.crt", tmp_path / "tls.key"
+    crt.write_bytes(b"junk\n" if pair == "junk-cert" else cert)
+    other = make_leaf(make_ca(), [SERVICE_DNS])[1]
+    if pair != "no-key":
+        pem_key.write_bytes({"junk-key": b"junk\n", "other-key": other}.get(pair, key))
+    proc = subprocess.run(webhook_cmd(tmp_path / "profiles", crt, pem_key, "--host", "127.0.0.1",
+                                      "--port", "0", "--metrics-port", "0"),
+                          capture_output=True, text=True, timeout=60, cwd=ROOT)
+    said = {"junk-cert": f"--tls-cert {crt}: not a PEM certificate (",
+            "junk-key": f"--tls-key {pem_key}: not the PEM private key of --tls-cert {crt} (",
+            "other-key": f"--tls-key {pem_key}: not the PEM private key of --tls-cert {crt} (",
+            "no-key": f"--tls-key {pem_key}: No such file or directory"}[pair]
+    assert proc.returncode == 2 and proc.stderr.startswith(f"epochfs webhook: {said}"), proc.stderr
+    assert proc.stderr.count("\n") == 1, proc.stderr
+
+
+def test_the_command_refuses_one_port_for_both_servers(docs: dict[str, Any], tmp_path: Path) -> None:
+    write_profiles(docs, tmp_path / "profiles")
+    proc = subprocess.run(webhook_cmd(tmp_path / "profiles", tmp_path / "tls.crt", tmp_path / "tls.key",
+                                      "--port", "18750", "--metrics-port", "18750"),
+                          capture_output=True, text=True, timeout=60, cwd=ROOT)
+    assert proc.returncode == 2, proc.stderr
+    said = "epochfs webhook: --metrics-port 18750: the same port as --port; give each its own\n"
+    assert proc.stderr == said, proc.stderr
+
+
 # --------------------------------------------------------------------------- review fixes
 
 
