@@ -53,6 +53,8 @@ def foreign_index(path: Path) -> str | None:
     the cache, never in a process that holds a connection to it (closing any descriptor of the
     file drops all the process's POSIX locks on it, SQLite's included)."""
     made = os.path.isdir(path.parent / OBJECTS_DIR)
+    if os.path.isdir(path):  # SQLite's word for it is "unable to open database file"
+        return f"{path.name} is a folder"
     try:
         with open(path, "rb") as f:
             head = f.read(100)

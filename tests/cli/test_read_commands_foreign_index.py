@@ -102,3 +102,17 @@ def test_an_index_being_made_with_nothing_in_it_is_a_cache(tmp_path: Path) -> No
         assert r.stdout.splitlines()[1].startswith("samples 0 "), r.stdout
     r = _run("cut", cache)  # closed (checkpointed): a cache still
     assert r.returncode == 1 and "cannot cut yet" in r.stderr, r.stderr
+
+
+@pytest.mark.parametrize("command", COMMANDS)
+def test_an_index_that_is_a_folder_is_refused_in_one_line(tmp_path: Path, command: str) -> None:
+    """Not SQLite's "unable to open database file", which says nothing of a folder (an exploratory
+    bad-input run)."""
+    cache = tmp_path / "fc"
+    (cache / INDEX_NAME).mkdir(parents=True)
+    r = _run(command, cache)
+    assert r.returncode == 2, (r.stdout, r.stderr)
+    [line] = r.stderr.strip().splitlines()
+    assert line == (f"epochfs {command}: --cache {cache}: not an epochfs cache ({INDEX_NAME} is a folder); "
+                    "give another --cache"), line
+    assert sorted(p.name for p in cache.iterdir()) == [INDEX_NAME]
