@@ -38,7 +38,8 @@ def could_send():
     return any(t is not me and t.is_alive() for t in threading.enumerate())
 
 def hook(name, args):
-    if name == "sqlite3.connect" and str(args[0]).endswith("index.sqlite") and not opened:
+    # The index is opened by a URI (file:...index.sqlite?mode=rwc): its path ends before the "?".
+    if name == "sqlite3.connect" and str(args[0]).split("?")[0].endswith("index.sqlite") and not opened:
         deadline = time.monotonic() + 10
         while not sent and could_send() and time.monotonic() < deadline:
             time.sleep(0.005)  # polls for the LIST thread's request, with a deadline
