@@ -182,7 +182,7 @@ Every one takes ARG, either
 {{- else if eq $v.cache.volume.type "hostPath" }}
 - name: epochfs-cache
   hostPath:
-    path: {{ $v.cache.volume.hostPath.path }}
+    path: {{ $v.cache.volume.hostPath.path | quote }}
     type: DirectoryOrCreate
 {{- else if eq $v.cache.volume.type "ephemeral" }}
 - name: epochfs-cache
@@ -196,7 +196,7 @@ Every one takes ARG, either
         accessModes:
           {{- toYaml $v.cache.volume.ephemeral.accessModes | nindent 10 }}
         {{- with $v.cache.volume.ephemeral.storageClassName }}
-        storageClassName: {{ . }}
+        storageClassName: {{ . | quote }}
         {{- end }}
         resources:
           requests:
@@ -217,7 +217,7 @@ Every one takes ARG, either
 {{- if and $creds.secretName (eq $creds.mode "files") }}
 - name: epochfs-remote-credentials
   secret:
-    secretName: {{ $creds.secretName }}
+    secretName: {{ $creds.secretName | quote }}
     defaultMode: 0400
 {{- end }}
 {{- if $v.kubeReporting.enabled }}
@@ -254,20 +254,20 @@ Every one takes ARG, either
 {{- $v := $ctx.Values -}}
 {{- $subPathExpr := include "epochfs.cacheSubPathExpr" $ctx -}}
 - name: epochfs-mount
-  mountPath: {{ $v.sidecar.mountPath }}
+  mountPath: {{ $v.sidecar.mountPath | quote }}
   {{- if not (include "epochfs.folderView" $ctx) }}
   mountPropagation: HostToContainer
   {{- end }}
   readOnly: true
 - name: epochfs-cache
-  mountPath: {{ include "epochfs.readOnlyPath" $ctx }}
+  mountPath: {{ include "epochfs.readOnlyPath" $ctx | quote }}
   readOnly: true
   {{- with $subPathExpr }}
   subPathExpr: {{ . }}
   {{- end }}
 {{- if not $v.sidecar.native }}
 - name: epochfs-control
-  mountPath: {{ include "epochfs.controlDir" $ctx }}
+  mountPath: {{ include "epochfs.controlDir" $ctx | quote }}
 {{- end }}
 {{- end -}}
 

@@ -234,6 +234,11 @@ The monitors' checks (epochfs.checkMonitors, at the end) run from servicemonitor
      sidecar/remote/registry.py), which refuses each of them. Empty is the caller's to refuse. */}}
 {{- define "epochfs.checkRemoteUrl" -}}
 {{- $url := toString (default "" .) -}}
+{{- if regexMatch "^(?i)(s3|gs|gcs)://[^/]*@" $url -}}
+{{- /* Never echoed: a key before the "@" would reach the CI log that shows the error. (az:// names
+     its account host after an "@", and an http(s) URL may carry a user: both are the sidecar's.) */ -}}
+{{- fail "remote.url holds credentials (a key or password before an \"@\"; the value is not shown here): an s3:// or gs:// URL names the bucket and prefix only; give the credentials in remote.credentials (a Secret) or use the node's workload identity" -}}
+{{- end -}}
 {{- $schemes := "s3://, gs://, gcs://, az://, abfs://, abfss://, https://, http://, file://" -}}
 {{- $known := "^(?i)(s3|gs|gcs|az|abfs|abfss|https?|file)" -}}
 {{- if and $url (not (contains ":" $url)) -}}

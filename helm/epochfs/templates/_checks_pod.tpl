@@ -98,3 +98,17 @@ repositories, and sidecar.cutInterval given as a string. Each takes the chart's 
 {{- fail (printf "sidecar.cutInterval %s is more than 604800 seconds (a week): an interval no training run reaches; use 0 to cut only on request" $c) -}}
 {{- end -}}
 {{- end -}}
+
+{{/* The trainer's user: runAsNonRoot (trainer.securityContext's default) with uid 0, from that
+     context or from the pod's, is a container the kubelet refuses to start ("runAsUser breaks
+     non-root policy"), so the Job waits for ever; refused here with the values to change. */}}
+{{- define "epochfs.checkTrainerUser" -}}
+{{- $sc := default (dict) .Values.trainer.securityContext -}}
+{{- $pod := default (dict) .Values.podSecurityContext -}}
+{{- $user := ternary (get $sc "runAsUser") (get $pod "runAsUser") (hasKey $sc "runAsUser") -}}
+{{- $nonRoot := ternary (get $sc "runAsNonRoot") (get $pod "runAsNonRoot") (hasKey $sc "runAsNonRoot") -}}
+{{- if and $nonRoot (not (kindIs "invalid" $user)) (eq (toString $user) "0") -}}
+{{- $from := dict "true" "trainer.securityContext" "false" "podSecurityContext" -}}
+{{- fail (printf "the trainer's runAsNonRoot is true (%s.runAsNonRoot) and its runAsUser is 0 (%s.runAsUser): the kubelet refuses to start a container whose user breaks its non-root policy, and the Job would wait for ever; give a non-zero runAsUser, or set trainer.securityContext.runAsNonRoot: false to train as root" (get $from (toString (hasKey $sc "runAsNonRoot"))) (get $from (toString (hasKey $sc "runAsUser")))) -}}
+{{- end -}}
+{{- end -}}

@@ -23,7 +23,12 @@ under "context" plus options (see _attach.tpl). The helpers below take the chart
 {{- $full = printf "%s-%s" .Release.Name $name -}}
 {{- end -}}
 {{- end -}}
-{{- include "epochfs.cutName" (dict "name" $full "max" 52) -}}
+{{- $cut := include "epochfs.cutName" (dict "name" $full "max" 52) -}}
+{{- /* The Service of the pods takes this name, and the pods' subdomain: a DNS-1035 label. */ -}}
+{{- if not (regexMatch "^[a-z]([-a-z0-9]*[a-z0-9])?$" $cut) -}}
+{{- fail (printf "the chart's objects would be named %q (from %s), which Kubernetes refuses for their Service and the pods' subdomain: a name of lowercase letters, digits and '-' that starts with a letter and ends with a letter or digit; set fullnameOverride to one" $cut (ternary "fullnameOverride" "the release name and nameOverride" (not (empty .Values.fullnameOverride)))) -}}
+{{- end -}}
+{{- $cut -}}
 {{- end -}}
 
 {{/* A name of at most "max" characters (argument: dict "name" "max"). One that fits is kept as
@@ -145,7 +150,11 @@ tolerations:
 {{- if .Values.cache.capacity -}}
 {{- .Values.cache.capacity -}}
 {{- else -}}
-{{- include "epochfs.ninetyPercent" (include "epochfs.bytes" .Values.cache.volume.size | atoi) -}}
+{{- $budget := include "epochfs.ninetyPercent" (include "epochfs.bytes" .Values.cache.volume.size | atoi) -}}
+{{- if lt (atoi $budget) 1 -}}
+{{- fail (printf "cache.volume.size %s leaves a cache budget of 0 bytes (90%% of it, rounded down), which the sidecar refuses at start (its pod would crash-loop); give the volume a size such as 20Gi, or cache.capacity" (toString .Values.cache.volume.size)) -}}
+{{- end -}}
+{{- $budget -}}
 {{- end -}}
 {{- end -}}
 

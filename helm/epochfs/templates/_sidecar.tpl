@@ -16,7 +16,7 @@ include it in its own pods.
 {{- $period := 2 -}}
 {{- $folder := include "epochfs.folderView" $ctx -}}
 - name: epochfs
-  image: {{ include "epochfs.image" $ctx }}
+  image: {{ include "epochfs.image" $ctx | quote }}
   imagePullPolicy: {{ $v.image.pullPolicy }}
   # A refused setting (no such bucket, access denied) stops the sidecar with its reason in
   # /dev/termination-log; any other end shows the log's last lines: kubectl describe pod.
@@ -161,7 +161,7 @@ include it in its own pods.
   {{- if and $creds.secretName (eq $creds.mode "env") }}
   envFrom:
     - secretRef:
-        name: {{ $creds.secretName }}
+        name: {{ $creds.secretName | quote }}
   {{- end }}
   ports:
     - name: metrics
@@ -214,17 +214,17 @@ include it in its own pods.
     # The shared volume. FUSE view: mounted in its subdirectory, and Bidirectional propagation
     # carries that mount to the trainer. Folder view: the subdirectory holds plain files.
     - name: epochfs-mount
-      mountPath: {{ $v.sidecar.mountPath }}
+      mountPath: {{ $v.sidecar.mountPath | quote }}
       {{- if not $folder }}
       mountPropagation: Bidirectional
       {{- end }}
     - name: epochfs-cache
-      mountPath: {{ $v.cache.path }}
+      mountPath: {{ $v.cache.path | quote }}
       {{- with $subPathExpr }}
       subPathExpr: {{ . }}
       {{- end }}
     - name: epochfs-cache
-      mountPath: {{ include "epochfs.readOnlyPath" $ctx }}
+      mountPath: {{ include "epochfs.readOnlyPath" $ctx | quote }}
       readOnly: true
       {{- with $subPathExpr }}
       subPathExpr: {{ . }}
@@ -235,11 +235,11 @@ include it in its own pods.
     {{- if not $native }}
     # Read-write: the wrapper leaves its exit record here.
     - name: epochfs-control
-      mountPath: {{ $control }}
+      mountPath: {{ $control | quote }}
     {{- end }}
     {{- if and $creds.secretName (eq $creds.mode "files") }}
     - name: epochfs-remote-credentials
-      mountPath: {{ $creds.mountPath }}
+      mountPath: {{ $creds.mountPath | quote }}
       readOnly: true
     {{- end }}
     {{- if $v.kubeReporting.enabled }}
