@@ -52,7 +52,7 @@ from .report import ClientReporter, report_url_from_env
 from .resume import OnResumeMismatch, Resumable
 from .retry import RETRY_SECONDS, check_retry_seconds, retrying, transient
 from .run import ArrayEpochRun, EpochStats, RunningEpoch
-from .sampler import check_int
+from .sampler import check_int, check_seed
 from .waiting import Progress, print_progress
 
 T = TypeVar("T")
@@ -170,7 +170,7 @@ class ArrayLoader(Resumable):
         self.include, self.exclude = keys.include, keys.exclude
         self.max_array_bytes = check_max_bytes(max_array_bytes)
         self.prefetch = check_int("prefetch", prefetch, 1)
-        self.seed = check_int("seed", seed, 0)
+        self.seed = check_seed(seed)
         if balance not in ("pad", "truncate", "none"):
             raise ValueError(f"balance must be 'pad', 'truncate' or 'none', got {balance!r}")
         if format not in FORMATS:

@@ -263,8 +263,11 @@ class EpochDataset(Dataset[Any]):
         return state
 
     def __del__(self) -> None:
-        with contextlib.suppress(Exception):
+        # Not contextlib.suppress: at interpreter exit this module's globals may be None already.
+        try:  # noqa: SIM105
             self._close_hold()
+        except Exception:
+            pass
 
     # ------------------------------------------------------------------ the Dataset
     def __len__(self) -> int:

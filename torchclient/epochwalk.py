@@ -42,8 +42,9 @@ def walk_epoch(root: str | os.PathLike[str], epoch: int) -> list[tuple[str, int]
     epoch folder or any of its ancestors (``up -> ..`` would add the other epochs). A symlink
     whose target is missing (or that leads to itself, ELOOP) is no file of the epoch: it is skipped
     with a warning, not taken for a mount being replaced (whose ENOENT the caller retries for
-    ``retry_seconds``): the entry itself is there (``lstat``), only its target is not. One warning
-    a walk names the entries skipped.
+    ``retry_seconds``): the entry itself is there (``lstat``), only its target is not. So is a fifo,
+    socket or device (a read of a fifo waits for a writer for ever). One warning a walk names the
+    entries skipped.
     """
     base = epoch_dir(root, epoch)
     try:
@@ -54,6 +55,7 @@ def walk_epoch(root: str | os.PathLike[str], epoch: int) -> list[tuple[str, int]
     dangling: list[str] = []
     cycles: list[str] = []
     loops: list[str] = []
+    others: list[str] = []
     stack = [(str(base), "", _folders_above(base))]
     while stack:
         folder, prefix, above = stack.pop()
@@ -76,7 +78,11 @@ def walk_epoch(root: str | os.PathLike[str], epoch: int) -> list[tuple[str, int]
                     stack.append((entry.path, rel + "/", above | {(st.st_dev, st.st_ino)}))
                 continue
             try:
-                found.append((rel, os.stat(entry.path).st_size))
+                st = os.stat(entry.path)
+                if not stat.S_ISREG(st.st_mode):
+                    others.append(rel)  # a fifo, socket or device: a read of it would block or never end
+                    continue
+                found.append((rel, st.st_size))
             except FileNotFoundError:
                 if not stat.S_ISLNK(os.lstat(entry.path).st_mode):  # the entry itself gone: raise
                     raise
@@ -88,7 +94,9 @@ def walk_epoch(root: str | os.PathLike[str], epoch: int) -> list[tuple[str, int]
     said = [f"{len(names)} {what}: {', '.join(names[:3])}{', ...' if len(names) > 3 else ''}"
             for names, what in ((dangling, "dangling symlink(s) (target missing)"),
                                 (cycles, "symlink(s) that lead to themselves"),
-                                (loops, "symlinked folder(s) leading to a folder above them")) if names]
+                                (loops, "symlinked folder(s) leading to a folder above them"),
+                                (others, "entries that are no regular file (a fifo, socket or device)"))
+          if names]
     if said:
         warnings.warn(f"epochfs: walking {base} (no manifest) skipped {'; '.join(said)}", stacklevel=2)
     found.sort()

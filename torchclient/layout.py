@@ -245,6 +245,7 @@ def parse_manifest(text: str, *, source: str, epoch: int | None = None) -> Manif
     except ValueError as exc:
         _raise_bad_line(body, source)
         raise ManifestError(f"{source}: malformed entries ({exc})") from None
+    _refuse_escapes(paths, source)
     total = sum(sizes)
     if len(paths) != fields["files"]:
         raise ManifestError(f"{source}: header says files={fields['files']}, found {len(paths)} lines")
@@ -252,6 +253,19 @@ def parse_manifest(text: str, *, source: str, epoch: int | None = None) -> Manif
         raise ManifestError(f"{source}: header says bytes={fields['bytes']}, entries sum to {total}")
     return Manifest(epoch=fields["epoch"], paths=paths, sizes=sizes, checksums=checksums, total_bytes=total,
                     listed=fields.get("listed"), estimated=fields.get("estimated"))
+
+
+def _refuse_escapes(paths: list[str], source: str) -> None:
+    """A path that leaves ``epoch-N/`` (absolute, or through ``..``) is no file of the epoch: a reader
+    would open ``/etc/hostname`` for a sample. One search of the joined paths (a million-file
+    manifest is read at every epoch boundary), the line named only once one is found."""
+    joined = "\n" + "\n".join(paths) + "\n"
+    if "\n/" not in joined and "../" not in joined and "/..\n" not in joined and "\n..\n" not in joined:
+        return
+    for number, path in enumerate(paths, start=2):
+        if path.startswith("/") or ".." in path.split("/"):
+            raise ManifestError(f"{source}: line {number}: {path[:80]!r} is not a path inside the epoch "
+                                "folder")
 
 
 def _raise_bad_line(body: list[str], source: str) -> None:
@@ -361,5 +375,7 @@ def read_manifest(root: str | os.PathLike[str], epoch: int) -> Manifest | None:
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
         return None
+    except UnicodeDecodeError as e:
+        raise ManifestError(f"{path}: not UTF-8 text (at byte {e.start})") from None
     return parse_manifest(text, source=str(path), epoch=epoch)
 

@@ -42,6 +42,7 @@ from .report import ClientReporter, report_url_from_env
 from .resume import OnResumeMismatch, Resumable
 from .retry import RETRY_SECONDS, check_retry_seconds
 from .run import EpochRun, EpochStats, RunningEpoch
+from .sampler import check_seed
 from .waiting import Progress, check_epoch, print_progress
 from .workers import end_after_a_death, worker_failure
 
@@ -258,7 +259,7 @@ class EpochLoader(Resumable):
         self.transform = transform
         self.include, self.exclude = keys.include, keys.exclude
         self.shuffle = bool(shuffle)
-        self.seed = seed
+        self.seed = check_seed(seed)
         self.drop_last = bool(drop_last)
         self.partition = partition
         self.balance = balance

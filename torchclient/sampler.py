@@ -38,9 +38,36 @@ def check_int(name: str, value: object, minimum: int) -> int:
     return value
 
 
+MAX_SEED = 2**63 - 1
+"""The largest seed: ``seed + epoch`` seeds torch's generator, which takes at most 2**64 - 1."""
+
+
+def check_seed(seed: object) -> int:
+    """``seed``, refused with a ValueError naming it unless an int in [0, :data:`MAX_SEED`]: a
+    larger one was taken and failed at the first shuffle ("Overflow when unpacking long long")."""
+    value = check_int("seed", seed, 0)
+    if value > MAX_SEED:
+        raise ValueError(f"seed must be at most 2**63 - 1, got {value}")
+    return value
+
+
+def check_split(num_replicas: object, rank: object) -> tuple[int, int]:
+    """(num_replicas, rank), refused with a ValueError naming them unless rank is below a world of
+    at least one: a rank past the world read another rank's indices, a negative one the tail's."""
+    world, me = check_int("num_replicas", num_replicas, 1), check_int("rank", rank, 0)
+    if me >= world:
+        raise ValueError(f"rank must be below num_replicas: rank={me}, num_replicas={world}")
+    return world, me
+
+
 def epoch_indices(length: int, *, num_replicas: int, rank: int, shuffle: bool, seed: int, epoch: int,
                   drop_last: bool) -> list[int]:
-    """The indices rank ``rank`` of ``num_replicas`` reads in ``epoch`` (the sampler's pure function)."""
+    """The indices rank ``rank`` of ``num_replicas`` reads in ``epoch`` (the sampler's pure function);
+    arguments out of range are refused (:func:`check_split`, :func:`check_seed`)."""
+    check_int("length", length, 0)
+    check_split(num_replicas, rank)
+    check_seed(seed)
+    check_int("epoch", epoch, 0)
     if drop_last and length % num_replicas:
         num_samples = math.ceil((length - num_replicas) / num_replicas)
     else:
@@ -82,11 +109,8 @@ class EpochSampler(Sampler[int]):
             num_replicas = found_replicas if num_replicas is None else num_replicas
             rank = found_rank if rank is None else rank
         self.partition = partition
-        self.num_replicas = check_int("num_replicas", num_replicas, 1)
-        self.rank = check_int("rank", rank, 0)
-        if self.rank >= self.num_replicas:
-            raise ValueError(f"rank must be below num_replicas: rank={rank}, num_replicas={num_replicas}")
-        self.seed = check_int("seed", seed, 0)
+        self.num_replicas, self.rank = check_split(num_replicas, rank)
+        self.seed = check_seed(seed)
         self.shuffle = bool(shuffle)
         self.drop_last = bool(drop_last)
         self.dataset = dataset

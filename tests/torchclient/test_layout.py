@@ -129,7 +129,15 @@ def test_manifest_epoch_must_have_a_name() -> None:
         format_manifest(-1, [])
 
 
-paths = st.text(st.characters(blacklist_categories=("Cs",), blacklist_characters="\t\n\r"), min_size=1)
+texts = st.text(st.characters(blacklist_categories=("Cs",), blacklist_characters="\t\n\r"), min_size=1)
+
+
+def _inside(path: str) -> bool:
+    return not path.startswith("/") and ".." not in path.split("/")
+
+
+paths = texts.filter(_inside)
+"""Paths inside the epoch folder (one outside is refused: test_bad_input_r72.py, and below)."""
 
 
 checksums = st.from_regex(r"md5:[0-9a-f]{0,32}", fullmatch=True)
@@ -144,6 +152,17 @@ def test_manifest_round_trip(files: dict[str, tuple[int, str]], epoch: int) -> N
     assert parsed.paths == sorted(files)
     assert parsed.entries == tuple(ManifestEntry(p, *files[p]) for p in sorted(files))
     assert parsed.total_bytes == sum(size for size, _ in files.values())
+
+
+outside = st.one_of(texts.map(lambda t: "/" + t), paths.map(lambda t: "../" + t), st.just(".."),
+                    st.tuples(paths, paths).map(lambda ab: f"{ab[0]}/../{ab[1]}"))
+
+
+@given(outside)
+def test_a_path_outside_the_epoch_folder_is_refused(path: str) -> None:
+    text = format_manifest(0, [("ok", 1, "md5:"), (path, 2, "md5:")])
+    with pytest.raises(ManifestError, match="is not a path inside the epoch folder"):
+        parse_manifest(text, source="m", epoch=0)
 
 
 def test_other_manifest_versions_are_refused_by_name() -> None:
