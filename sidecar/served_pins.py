@@ -77,6 +77,10 @@ WARN_EVERY = 60.0
 """Seconds between two warnings that a read could not be recorded (a renewal a second on a full
 volume would otherwise log one a second); the others go to the debug log."""
 
+MAX_NOTED = 1024
+"""Epochs whose last reported read is kept for the debounce, at most: a report may name any epoch
+number, and a dict of every one ever named grew with each report of new numbers (20 MB for 320k)."""
+
 MAX_CLIENTS = 1024
 """Clients whose claims are kept at most; beyond, the one heard from least recently is dropped (a
 trainer restarted in a loop makes a new client each time: its old claims end with it anyway)."""
@@ -120,7 +124,10 @@ class ReadRecords:
         with self._lock:
             due = [n for n in epochs if now - self._client_noted.get(n, float("-inf")) >= MAX_READ_DEBOUNCE]
             for n in due:
-                self._client_noted[n] = now
+                self._client_noted.pop(n, None)
+                self._client_noted[n] = now  # last: the dict's order is by the time noted
+            while len(self._client_noted) > MAX_NOTED:  # the oldest first: noted again at its next report
+                del self._client_noted[next(iter(self._client_noted))]
         if due:
             self._record(due, ahead=CLIENT_AHEAD)
 

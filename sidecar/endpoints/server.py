@@ -139,7 +139,7 @@ class Endpoints(ConnectionLoop):
         elif length > limit:
             self._refuse(conn, Refusal("too_large", text_reply(
                 413, f"a report body is at most {limit} bytes")))
-        elif expect and expect != [b"100-continue"]:
+        elif expect and [e.strip().lower() for e in expect] != [b"100-continue"]:  # (case-insensitive)
             self._refuse(conn, Refusal("bad_request", text_reply(
                 417, "only Expect: 100-continue is supported")))
         else:
@@ -216,7 +216,8 @@ class Endpoints(ConnectionLoop):
             return None
         if asked not in self._refused_caches and len(self._refused_caches) < 64:
             self._refused_caches.add(asked)
-            log.warning("refused a %s from a reader of another cache (%s; this sidecar serves %s): "
+            # %r: the header is the client's, percent-decoded; a newline in it would forge a log line.
+            log.warning("refused a %s from a reader of another cache (%r; this sidecar serves %s): "
                         "answered 409", what, asked, self._identity.name)
         return self._identity.refusal(asked, what)
 

@@ -1,0 +1,65 @@
+"""Hostile requests to the sidecar's HTTP endpoints that an exploratory run found mishandled:
+an ``X-Epochfs-Cache`` header holding a newline (percent-encoded) was written raw into the log
+(a forged log line, a NUL that made the log a binary file), and ``Expect: 100-Continue`` in
+another case than lowercase got 417 (RFC 9110 compares it case-insensitively). The real endpoint
+server on a real socket."""
+
+from __future__ import annotations
+
+import logging
+import socket
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from prometheus_client import CollectorRegistry
+
+from epochfs.sidecar import metrics
+from epochfs.sidecar.endpoints import CLIENT_REPORT_PATH, Endpoints, Limits
+
+REPORT = b'{"samples": 1, "bytes": 10, "wait_seconds": 0.5}'
+
+
+@pytest.fixture
+def endpoints(tmp_path: Path) -> Iterator[Endpoints]:
+    (tmp_path / "cache").mkdir()
+    ep = Endpoints(host="127.0.0.1", port=0, health=lambda: (True, {}), ready=lambda: (True, {}),
+                   registry=CollectorRegistry(), on_client_report=lambda report: None, limits=Limits(),
+                   metrics=metrics.EndpointMetrics(registry=CollectorRegistry()), cache=tmp_path / "cache")
+    ep.start()
+    try:
+        yield ep
+    finally:
+        ep.stop()
+
+
+def _send(port: int, head: bytes, body: bytes = b"") -> bytes:
+    with socket.create_connection(("127.0.0.1", port), timeout=5) as s:
+        s.sendall(head + body)
+        s.shutdown(socket.SHUT_WR)
+        out = b""
+        while chunk := s.recv(65536):
+            out += chunk
+    return out
+
+
+def test_a_header_with_a_newline_is_logged_on_one_line(endpoints: Endpoints,
+                                                       caplog: pytest.LogCaptureFixture) -> None:
+    forged = "x%0a2099-01-01 00:00:00,000 epochfs.supervisor ERROR FORGED%00"
+    head = (f"POST {CLIENT_REPORT_PATH} HTTP/1.1\r\nHost: x\r\nContent-Length: {len(REPORT)}\r\n"
+            f"X-Epochfs-Cache: {forged}\r\nConnection: close\r\n\r\n").encode()
+    with caplog.at_level(logging.WARNING, logger="epochfs"):
+        answer = _send(endpoints.port, head, REPORT)
+    assert answer.startswith(b"HTTP/1.1 409 "), answer[:200]
+    said = [r.getMessage() for r in caplog.records if "another cache" in r.getMessage()]
+    assert len(said) == 1, said
+    assert "\n" not in said[0] and "\x00" not in said[0], said
+    assert "'x\\n2099-01-01 00:00:00,000 epochfs.supervisor ERROR FORGED\\x00'" in said[0], said
+
+
+@pytest.mark.parametrize("expect", ["100-continue", "100-Continue", "100-CONTINUE"])
+def test_expect_100_continue_is_taken_in_any_case(endpoints: Endpoints, expect: str) -> None:
+    head = (f"POST {CLIENT_REPORT_PATH} HTTP/1.1\r\nHost: x\r\nContent-Length: {len(REPORT)}\r\n"
+            f"Expect: {expect}\r\nConnection: close\r\n\r\n").encode()
+    answer = _send(endpoints.port, head, REPORT)
+    assert answer.startswith(b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 204 "), answer[:200]
