@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import operator
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any, Literal
@@ -45,6 +46,19 @@ OnResumeMismatch = Literal["raise", "restart"]
 SETTINGS = ("batch_size", "seed", "shuffle", "drop_last", "num_replicas", "partition", "balance")
 """The settings the batches depend on, besides the rank: a state made with others cannot resume."""
 
+
+
+def _count(state: Mapping[str, Any], name: str) -> int:
+    """A whole number of at least 0 from a loaded state, else ValueError naming it: a hand-edited or
+    damaged checkpoint's -3 became the next epoch, its "x" failed as int()'s bare message."""
+    value: Any = state.get(name)
+    try:
+        count = operator.index(value)  # an int, or numpy's (a state that went through arrays)
+    except TypeError:
+        count = -1
+    if isinstance(value, bool) or count < 0:
+        raise ValueError(f"the loader state's {name} must be a whole number >= 0, got {value!r}")
+    return count
 
 class EpochResumeError(RuntimeError):
     """The epoch a loader state points into is gone from the node or is not the same epoch any more.
@@ -159,8 +173,8 @@ class ResumeTracker:
         if state.get("epoch") is None:
             self._position = self._pending = None
             return
-        position = Position(epoch=int(state["epoch"]), batches=int(state["batches_yielded"]),
-                            samples=int(state["samples_yielded"]), total=state.get("batches"),
+        position = Position(epoch=_count(state, "epoch"), batches=_count(state, "batches_yielded"),
+                            samples=_count(state, "samples_yielded"), total=state.get("batches"),
                             files=state.get("files"), digest=state.get("digest"),
                             complete=bool(state.get("complete")), world_size=state.get("world_size"))
         if not own:

@@ -54,7 +54,9 @@ LAUNCHERS = (
 
 def _env_int(env: Mapping[str, str], name: str) -> int:
     raw = env[name]
-    match = re.match(r"\s*(\d+)", raw)  # SLURM_NTASKS_PER_NODE may read "4(x2)"
+    # SLURM_NTASKS_PER_NODE may read "4(x2)"; anything else after the number ("4abc", "4.5") is a
+    # mistake, not a world of 4.
+    match = re.fullmatch(r"\s*(\d+)(?:\(x\d+\))?\s*", raw)
     if not match:
         raise ValueError(f"environment variable {name}={raw!r} is not a non-negative integer")
     return int(match.group(1))
@@ -88,6 +90,10 @@ class World:
     local_size: int = 1
 
     def __post_init__(self) -> None:
+        for name in ("rank", "size", "local_rank", "local_size"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int):
+                raise ValueError(f"{name} must be an int, got {value!r}")
         if self.size < 1 or not 0 <= self.rank < self.size:
             raise ValueError(f"rank must be in [0, size): rank={self.rank}, size={self.size}")
         if self.local_size < 1 or not 0 <= self.local_rank < self.local_size:

@@ -9,6 +9,7 @@ traceback on stderr). Real folders, real subprocesses."""
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 import warnings
@@ -20,6 +21,7 @@ import pytest
 from epochfs.torchclient import EpochDataset, EpochLoader, EpochSampler, ManifestError, epoch_indices
 from epochfs.torchclient.layout import manifest_path, read_manifest
 from epochfs.torchclient.plainfolder import publish_epoch
+from epochfs.torchclient.world import World
 
 
 def _epoch(root: Path, names: list[str]) -> None:
@@ -94,3 +96,31 @@ def test_a_dataset_alive_at_exit_leaves_stderr_quiet(tmp_path: Path) -> None:
     r = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120,
                        check=False)
     assert r.returncode == 0 and r.stderr == "", r.stderr
+
+
+@pytest.mark.parametrize("size", ["4abc", "4.5", "-1"])
+def test_a_world_size_variable_with_more_than_a_number_is_refused(size: str) -> None:
+    with pytest.raises(ValueError, match=rf"environment variable WORLD_SIZE='{re.escape(size)}' is not a"):
+        World.detect({"RANK": "0", "WORLD_SIZE": size})
+    assert World.detect({"RANK": "0", "WORLD_SIZE": " 4 "}).size == 4
+
+
+@pytest.mark.parametrize(("kwargs", "said"), [({"rank": 0.5, "size": 2}, "rank must be an int, got 0.5"),
+                                              ({"rank": "0", "size": 1}, "rank must be an int, got '0'")])
+def test_a_world_of_other_than_ints_is_refused(kwargs: dict[str, object], said: str) -> None:
+    with pytest.raises(ValueError, match=re.escape(said)):
+        World(**kwargs)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(("name", "value"), [("epoch", -3), ("epoch", "x"), ("batches_yielded", -5),
+                                             ("samples_yielded", 1.5)])
+def test_a_loaded_state_with_a_count_out_of_range_is_refused(tmp_path: Path, name: str,
+                                                             value: object) -> None:
+    root = tmp_path / "mnt"
+    _epoch(root, ["a", "b"])
+    loader = EpochLoader(root, batch_size=1, num_workers=0, report=False)
+    state = {**loader.state_dict(), "epoch": 0, name: value}
+    with pytest.raises(ValueError, match=re.escape(f"the loader state's {name} must be a whole number >= 0, "
+                                                   f"got {value!r}")):
+        loader.load_state_dict(state)
+    loader.load_state_dict({**state, name: np.int64(1) if name != "epoch" else np.int64(0)})
