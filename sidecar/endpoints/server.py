@@ -109,7 +109,13 @@ class Endpoints(ConnectionLoop):
             return
         method, path, length = request.method, request.path, request.length
         conn.keep_alive = request.keep_alive
-        if method == b"GET":
+        allowed = self._allowed(path)
+        if allowed is not None and method != allowed.encode():
+            # A route that takes another method: 405 naming it, so a client's author sees the mistake
+            # (not a 404 for a path that exists). The body, if any, is not read: close after.
+            self._respond(conn, text_reply(405, f"{path} takes {allowed}", ("Allow", allowed)),
+                          close=bool(length) or method != b"GET")
+        elif method == b"GET":
             if length:
                 conn.keep_alive = False  # the body is not read: close after the response
             flight = self._flights.get(path)
@@ -126,6 +132,16 @@ class Endpoints(ConnectionLoop):
         else:
             self._refuse(conn, Refusal("bad_request", text_reply(
                 501, f"unsupported method {method.decode('latin-1')!r}")))
+
+    def _allowed(self, path: str) -> str | None:
+        """The method the route ``path`` takes (GET for the probes and /metrics, POST for cut
+        requests and client reports), None for a path that is no route."""
+        if path in self._flights:
+            return "GET"
+        if (path == CUT_PATH and self._on_cut is not None) or \
+                (path == CLIENT_REPORT_PATH and self._on_report is not None):
+            return "POST"
+        return None
 
     def _post_report(self, conn: Conn, path: str, length: int, expect: list[bytes]) -> None:
         limit = self.limits.max_body_bytes

@@ -174,7 +174,7 @@ def test_cut_requests_over_http(tmp_path: Path, endpoints: Callable[..., Any]) -
         code, body = request(ep.port, "POST", bad)
         assert code == 400, (bad, body)
     assert request(ep.port, "POST", "/v1/cut?epoch=5", body=b"{}")[0] == 400  # no body
-    assert request(ep.port, "GET", "/v1/cut?epoch=5")[0] == 404
+    assert request(ep.port, "GET", "/v1/cut?epoch=5")[0] == 405  # a route of POST
     assert store.newest_epoch() == 4
     store.close()
 

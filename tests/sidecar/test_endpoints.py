@@ -529,9 +529,10 @@ def test_protocol_limits_and_keep_alive(serve: Callable[..., Server]) -> None:
     assert exchange(port, b"POST /v1/client-report HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n")[0] == 501
     assert exchange(port, b"HELLO\r\n\r\n")[0] == 400
     assert exchange(port, b"GET /healthz HTTP/2.0\r\n\r\n")[0] == 505
-    assert exchange(port, b"PUT /healthz HTTP/1.1\r\n\r\n")[0] == 501
+    assert exchange(port, b"PUT /healthz HTTP/1.1\r\n\r\n")[0] == 405  # a route of GET: 405, Allow: GET
+    assert exchange(port, b"PUT /nothing HTTP/1.1\r\n\r\n")[0] == 501
     assert exchange(port, b"GET /nothing HTTP/1.1\r\n\r\n")[0] == 404
-    assert exchange(port, b"POST /healthz HTTP/1.1\r\nContent-Length: 2\r\n\r\n{}")[0] == 404
+    assert exchange(port, b"POST /healthz HTTP/1.1\r\nContent-Length: 2\r\n\r\n{}")[0] == 405
     assert exchange(port, b"POST /v1/client-report HTTP/1.1\r\n\r\n")[0] == 400
     assert exchange(port, b"POST /v1/client-report HTTP/1.1\r\nContent-Length: x\r\n\r\n")[0] == 400
     # Keep-alive, pipelined: three requests in one write, three answers, then the server closes.

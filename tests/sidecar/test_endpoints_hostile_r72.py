@@ -63,3 +63,19 @@ def test_expect_100_continue_is_taken_in_any_case(endpoints: Endpoints, expect: 
             f"Expect: {expect}\r\nConnection: close\r\n\r\n").encode()
     answer = _send(endpoints.port, head, REPORT)
     assert answer.startswith(b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 204 "), answer[:200]
+
+
+@pytest.mark.parametrize(("method", "path", "allowed"), [
+    ("GET", CLIENT_REPORT_PATH, "POST"), ("POST", "/healthz", "GET"), ("PUT", "/readyz", "GET"),
+    ("DELETE", CLIENT_REPORT_PATH, "POST"),
+])
+def test_a_route_asked_with_another_method_answers_405_with_allow(endpoints: Endpoints, method: str,
+                                                                  path: str, allowed: str) -> None:
+    request = f"{method} {path} HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n\r\n"
+    answer = _send(endpoints.port, request.encode())
+    head = answer.split(b"\r\n\r\n", 1)[0].decode()
+    assert head.startswith("HTTP/1.1 405 "), answer[:200]
+    assert f"\r\nAllow: {allowed}\r\n" in head + "\r\n", head
+    for unknown in ("GET /nothing", "PUT /nothing"):  # no route: 404, and 501 for a method of none
+        code = _send(endpoints.port, f"{unknown} HTTP/1.1\r\nHost: x\r\n\r\n".encode())[9:12]
+        assert code == (b"404" if unknown.startswith("GET") else b"501"), unknown
