@@ -20,10 +20,10 @@ from epochfs.sidecar.remote.urls import local_root
 from epochfs.sidecar.samplerlock import LOCK_NAME, SIDECAR_PID_NAME
 from epochfs.sidecar.store import HWM_NAME, INDEX_NAME, OBJECTS_DIR, QUARANTINE_DIR, TMP_DIR
 from epochfs.sidecar.store.checkmark import MARKER_NAME
-from epochfs.sidecar.store.foreign import blank_damage, foreign_index
+from epochfs.sidecar.store.foreign import SHOWN_FOREIGN, blank_damage, foreign_entries, foreign_index
 from epochfs.sidecar.store.index import MISSING, SHM_SUFFIX, WAL_SUFFIX, BlankIndex
 from epochfs.sidecar.store.memberformat import MEMBERS_DIR
-from epochfs.sidecar.store.objects import MARKER_PREFIX, markers
+from epochfs.sidecar.store.objects import MARKER_PREFIX
 from epochfs.sidecar.store.placement import inside, named, over_cache, spelled
 from epochfs.sidecar.store.publisherlock import LOCK_NAME as PUBLISHER_LOCK_NAME
 from epochfs.sidecar.store.repairlog import LOG_NAME as REPAIRS_LOG_NAME
@@ -149,24 +149,6 @@ def unwritable_refusal(cache: Path, entry: Path, reason: str = "permission denie
             f"(chown -R {me} {cache})")
 
 
-def _emptied(folder: Path) -> str | None:
-    """What in ``folder``, a cache to be made, a cache's start would remove (``tmp/``'s entries,
-    files in ``objects/`` the index does not know), in words; None where there is nothing, or
-    where ``objects/`` holds a cache's marker (epochfs made it: a start killed before its index)."""
-    if markers(folder / OBJECTS_DIR):
-        return None
-    counts = {name: _entries(folder / name) for name in (TMP_DIR, OBJECTS_DIR)}
-    return " and ".join(f"{name}/ ({n} entries)" for name, n in counts.items() if n) or None
-
-
-def _entries(folder: Path) -> int:
-    try:
-        with os.scandir(folder) as entries:
-            return sum(1 for _ in entries)
-    except OSError:
-        return 0
-
-
 def check_cache(path: Path, *, create: bool, unwritable_hint: str = "", writes: bool = True) -> None:
     """Refuse a ``--cache`` that cannot be used with one line naming it, ``--cache PATH: reason``,
     before a command opens it (never a traceback from a bad path).
@@ -216,10 +198,11 @@ def check_cache(path: Path, *, create: bool, unwritable_hint: str = "", writes: 
         if (view := _mount_given(path)) is not None:
             # sample and sidecar would make a cache inside the folder the trainers read (a folder view).
             raise ConfigError(f"{where}: {view}")
-        if (held := _emptied(path)) is not None:
-            raise ConfigError(f"{where}: not an epochfs cache (no {INDEX_NAME}, no marker in "
-                              f"{OBJECTS_DIR}/), and a cache's start would empty its {held}: give an "
-                              "empty folder or a cache")
+        if theirs := foreign_entries(path):  # a cache's start removes them (every temp, every orphan)
+            shown = ", ".join(theirs[:SHOWN_FOREIGN]) + (", ..." if len(theirs) > SHOWN_FOREIGN else "")
+            raise ConfigError(f"{where}: not an epochfs cache (no {INDEX_NAME}), and its {TMP_DIR}/ or "
+                              f"{OBJECTS_DIR}/ hold what no cache makes ({shown}), which a cache's start "
+                              "would remove: give an empty folder or a cache")
     elif (why := foreign_index(path / INDEX_NAME)) is not None:
         # The commands that make a cache too (sample, sidecar): they would write epochfs's schema
         # into another program's database and fill the folder beside it.

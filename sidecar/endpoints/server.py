@@ -113,6 +113,7 @@ class Endpoints(ConnectionLoop):
         if allowed is not None and method != allowed.encode():
             # A route that takes another method: 405 naming it, so a client's author sees the mistake
             # (not a 404 for a path that exists). The body, if any, is not read: close after.
+            self._metrics.reject("bad_request")  # counted as the 501 and 400 are
             self._respond(conn, text_reply(405, f"{path} takes {allowed}", ("Allow", allowed)),
                           close=bool(length) or method != b"GET")
         elif method == b"GET":

@@ -18,14 +18,16 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import sqlite3
 from pathlib import Path
 
 from epochfs.sidecar.store.dburi import uri
+from epochfs.sidecar.store.fanout import FAN_NAME
 from epochfs.sidecar.store.hwm import HWM_NAME
 from epochfs.sidecar.store.memberformat import present
 from epochfs.sidecar.store.meta import Meta
-from epochfs.sidecar.store.objects import OBJECTS_DIR
+from epochfs.sidecar.store.objects import OBJECTS_DIR, TMP_DIR, markers
 
 SQLITE_MAGIC = b"SQLite format 3\x00"
 WAL_FORMAT = 2
@@ -126,6 +128,45 @@ def blank_damage(root: Path, what: str) -> str | None:
     return None if held is None else f"the index is {what}, but the cache holds {held}"
 
 
+TEMP_NAME = re.compile(r"[0-9a-f]{32}\.part")
+"""A download's temp file in ``tmp/`` (:meth:`.objects.ObjectFiles.temp_path`)."""
+SID_NAME = re.compile(r"[0-9a-f]{32}")
+"""An object file in a fan-out folder of ``objects/``: its sample id (:func:`..keys.sample_id`)."""
+SHOWN_FOREIGN = 3
+"""Entries a refusal names, at most."""
+
+
+def foreign_entries(root: Path) -> list[str]:
+    """Entries of ``root``'s ``tmp/`` and ``objects/`` that no cache makes (a temp file, a fan-out
+    folder, an object file by its sample id), relative to ``root``, at most
+    :data:`SHOWN_FOREIGN` + 1 of them: what a cache's start would remove (every temp, every
+    object file its index does not know) that is someone else's. A marker in ``objects/`` says
+    epochfs made the folder: nothing is foreign then."""
+    objects = root / OBJECTS_DIR
+    if markers(objects):
+        return []
+    found = [f"{TMP_DIR}/{name}" for name in _names(root / TMP_DIR) if not TEMP_NAME.fullmatch(name)]
+    for top in _names(objects):
+        if len(found) > SHOWN_FOREIGN:
+            break
+        if not (FAN_NAME.fullmatch(top) and (objects / top).is_dir()):
+            found.append(f"{OBJECTS_DIR}/{top}")
+            continue
+        for name in _names(objects / top):
+            if not (SID_NAME.fullmatch(name) and name.startswith(top)):
+                found.append(f"{OBJECTS_DIR}/{top}/{name}")
+                break
+    return found[:SHOWN_FOREIGN + 1]
+
+
+def _names(folder: Path) -> list[str]:
+    try:
+        with os.scandir(folder) as entries:
+            return sorted(e.name for e in entries)
+    except OSError:
+        return []
+
+
 def _any_object(objects: Path) -> bool:
     """Whether ``objects`` holds a file in one of its fan-out folders (or at its top); its marker
     folder (a dot name, made before the index) is none."""
@@ -143,4 +184,4 @@ def _any_object(objects: Path) -> bool:
     return False
 
 
-__all__ = ["blank_damage", "cache_content", "foreign_index"]
+__all__ = ["blank_damage", "cache_content", "foreign_entries", "foreign_index"]

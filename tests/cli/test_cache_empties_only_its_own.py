@@ -68,7 +68,27 @@ def test_a_folder_that_is_no_cache_keeps_its_tmp_and_objects(tmp_path: Path, fol
     before = _files(project)
     out = _run("sample", "--cache", str(project), "--remote", f"file://{data}", "--capacity", "1Mi")
     assert out.returncode == 2, out.stderr
-    assert (f"--cache {project}: not an epochfs cache (no index.sqlite, no marker in objects/), and a "
-            f"cache's start would empty its {folder}/ (1 entries)") in out.stderr, out.stderr
+    said = (f"--cache {project}: not an epochfs cache (no index.sqlite), and its tmp/ or objects/ hold "
+            f"what no cache makes ({folder}/src), which a cache's start would remove")
+    assert said in out.stderr, out.stderr
     assert _files(project) == before
     assert sorted(p.name for p in project.iterdir()) == [folder], "nothing made there"
+
+
+def test_a_cache_of_an_older_version_whose_index_is_gone_is_still_a_cache(tmp_path: Path) -> None:
+    """A cache made before the objects/ marker existed, its index deleted: its temps and object
+    files are a cache's (the start rebuilds the index from the members files), not refused."""
+    from fuse_helpers import admit, make_objects, open_store
+
+    from epochfs.sidecar.store.objects import OBJECTS_DIR, markers
+    from epochfs.sidecar.volumes import check_cache
+
+    cache = tmp_path / "old"
+    with open_store(cache) as store:
+        admit(store, make_objects(4, 10))
+        (cache / "tmp" / f"{'ab' * 16}.part").write_bytes(b"partial")  # a download cut short
+    for suffix in ("", "-wal", "-shm"):
+        (cache / f"index.sqlite{suffix}").unlink(missing_ok=True)
+    for marker in markers(cache / OBJECTS_DIR):
+        (cache / OBJECTS_DIR / marker).rmdir()
+    check_cache(cache, create=True)

@@ -102,14 +102,26 @@ def test_a_trainer_list_that_repeats_or_overrides_the_chart_is_refused(
 
 
 def test_a_torch_client_setting_in_trainer_env_is_the_users(helm_bin: Path, tmp_path: Path) -> None:
-    objs = render(helm_bin, with_remote({"trainer": {"env": [{"name": "EPOCHFS_TIMEOUT", "value": "60"}]}}),
-                  tmp_path)
-    assert env_of(container(pod_spec(objs), "trainer"))["EPOCHFS_TIMEOUT"] == "60"
+    """Reports turned off (docs/torchclient.md: EPOCHFS_REPORT_URL=off), a setting of its own."""
+    env = [{"name": "EPOCHFS_TIMEOUT", "value": "60"}, {"name": "EPOCHFS_REPORT_URL", "value": "off"}]
+    objs = render(helm_bin, with_remote({"trainer": {"env": env}}), tmp_path)
+    trainer = container(pod_spec(objs), "trainer")
+    assert trainer["env"][-2:] == env, trainer["env"]
+    assert env_of(trainer)["EPOCHFS_TIMEOUT"] == "60"
+
+
+def test_the_issuer_of_the_webhooks_certificate_is_rendered_whole(helm_bin: Path, tmp_path: Path) -> None:
+    values = {"webhook": {"enabled": True, "certManager": {"enabled": True, "issuerRef": {
+        "kind": "ClusterIssuer", "name": "team-ca #prod"}}}}
+    [cert] = [o for o in render(helm_bin, with_remote(values), tmp_path) if o["kind"] == "Certificate"]
+    assert cert["spec"]["issuerRef"]["name"] == "team-ca #prod", cert["spec"]["issuerRef"]
 
 
 @pytest.mark.parametrize(("values", "release", "words"), [
-    ({"fullnameOverride": "Foo_Bar"}, RELEASE, 'would be named "Foo_Bar" (from fullnameOverride)'),
-    ({"nodes": 2}, "run.v1", 'would be named "run.v1-epochfs" (from the release name and nameOverride)'),
+    ({"fullnameOverride": "Foo_Bar"}, RELEASE, "/fullnameOverride"),
+    ({"nodes": 2}, "run.v1",
+     'Service would be named "run.v1-epochfs" (from the release name and nameOverride)'),
+    ({}, "2024-run", 'Service would be named "2024-run-epochfs"'),
     ({"serviceAccount": {"name": "Bad_SA"}}, RELEASE, "/serviceAccount/name"),
     ({"podLabels": {"bad key": "x"}}, RELEASE, "invalid propertyName 'bad key'"),
     ({"podLabels": {"ok": "has space"}}, RELEASE, "/podLabels/ok"),
@@ -126,6 +138,11 @@ def test_what_kubernetes_refuses_is_refused_at_render(helm_bin: Path, tmp_path: 
 
 
 def test_what_kubernetes_takes_still_renders(helm_bin: Path, tmp_path: Path) -> None:
+    longest = "a" * 63 + "." + "b" * 63 + "." + "c" * 63 + "." + "d" * 61 + "/" + "e" * 63  # 317
+    assert template(helm_bin, {"podAnnotations": {longest: ""}}, tmp_path).returncode == 0
+    # No Service rendered: its name need not be a DNS-1035 label (a release may start with a digit).
+    bare = {"job": {"enabled": False}, "metrics": {"enabled": False}}
+    assert template(helm_bin, bare, tmp_path, "2024-run").returncode == 0
     values = {"podAnnotations": {"example.com/note": "any text: it may hold spaces"},
               "podLabels": {"team": "ml-infra"}, "serviceAccount": {"name": "trainer.sa"},
               "trainer": {"resources": {"limits": {"memory": "4Gi", "cpu": 2}, "requests": {"cpu": "500m"}}}}

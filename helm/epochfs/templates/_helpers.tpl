@@ -23,12 +23,16 @@ under "context" plus options (see _attach.tpl). The helpers below take the chart
 {{- $full = printf "%s-%s" .Release.Name $name -}}
 {{- end -}}
 {{- end -}}
-{{- $cut := include "epochfs.cutName" (dict "name" $full "max" 52) -}}
-{{- /* The Service of the pods takes this name, and the pods' subdomain: a DNS-1035 label. */ -}}
-{{- if not (regexMatch "^[a-z]([-a-z0-9]*[a-z0-9])?$" $cut) -}}
-{{- fail (printf "the chart's objects would be named %q (from %s), which Kubernetes refuses for their Service and the pods' subdomain: a name of lowercase letters, digits and '-' that starts with a letter and ends with a letter or digit; set fullnameOverride to one" $cut (ternary "fullnameOverride" "the release name and nameOverride" (not (empty .Values.fullnameOverride)))) -}}
+{{- include "epochfs.cutName" (dict "name" $full "max" 52) -}}
 {{- end -}}
-{{- $cut -}}
+
+{{/* The chart's Service takes its full name, which must then be a DNS-1035 label (the API refuses
+     the Service otherwise; the other objects take DNS-1123 names). */}}
+{{- define "epochfs.checkServiceName" -}}
+{{- $name := include "epochfs.fullname" . -}}
+{{- if not (regexMatch "^[a-z]([-a-z0-9]*[a-z0-9])?$" $name) -}}
+{{- fail (printf "the chart's Service would be named %q (from %s), which Kubernetes refuses: a Service's name is lowercase letters, digits and '-', starting with a letter and ending with a letter or digit; set fullnameOverride to one" $name (ternary "fullnameOverride" "the release name and nameOverride" (not (empty .Values.fullnameOverride)))) -}}
+{{- end -}}
 {{- end -}}
 
 {{/* A name of at most "max" characters (argument: dict "name" "max"). One that fits is kept as
