@@ -81,16 +81,24 @@ def test_a_new_module_is_importable_without_reinstalling() -> None:
     assert result.returncode == 0 and result.stdout.splitlines()[-1] == "42", result.stderr
 
 
-def test_the_wheel_holds_every_module(tmp_path: Path) -> None:
-    """Subpackages (sidecar/store/, sidecar/sampler/, ...) are found, not listed by hand."""
+def _source_copy(tmp_path: Path) -> Path:
+    """The checkout's package sources copied to ``tmp_path/src``: a wheel is built from the copy,
+    never from the checkout, where another test of this file puts a probe module for a moment
+    (``pip wheel`` of the checkout failed when the probe went during its build, under xdist)."""
     src = tmp_path / "src"
     src.mkdir()
-    for name in ("pyproject.toml", "README.md"):
+    for name in ("pyproject.toml", "README.md", "LICENSE"):
         shutil.copy2(ROOT / name, src / name)
     for name in FOLDERS:
         shutil.copytree(ROOT / name, src / name, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
     shutil.copytree(ROOT / "src", src / "src", symlinks=True,
                     ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+    return src
+
+
+def test_the_wheel_holds_every_module(tmp_path: Path) -> None:
+    """Subpackages (sidecar/store/, sidecar/sampler/, ...) are found, not listed by hand."""
+    src = _source_copy(tmp_path)
     subprocess.run([sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "--no-build-isolation",
                     "--wheel-dir", str(tmp_path / "wheels"), str(src)],
                    check=True, capture_output=True, timeout=300)
@@ -116,7 +124,7 @@ def test_the_built_wheel_installed_alone_runs_a_short_sample(tmp_path: Path) -> 
     from common import wait_until
 
     subprocess.run([sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "--no-build-isolation",
-                    "--wheel-dir", str(tmp_path / "wheels"), str(ROOT)],
+                    "--wheel-dir", str(tmp_path / "wheels"), str(_source_copy(tmp_path))],
                    check=True, capture_output=True, timeout=300)
     [wheel] = (tmp_path / "wheels").glob("epochfs-*.whl")
     target = tmp_path / "installed"
