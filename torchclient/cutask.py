@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlparse
 
-from .layout import CUT_PATH
+from .layout import CUT_PATH, status_path
 from .report import (
     CACHE_HEADER,
     DEFAULT_URL,
@@ -137,7 +137,20 @@ URL_FROM_ENV = "env"
 URL_FROM_STATUS = "status"
 URL_DEFAULT = "default"
 URL_GIVEN = "given"
+URL_MOUNT_FAILING = "mount failing"
 """Where the sidecar's URL came from (:func:`url_source`): each has its own remedy."""
+
+
+def _mount_failing(root: str | os.PathLike[str]) -> bool:
+    """Whether ``root``'s status.json cannot be looked at for another reason than its absence (a
+    dead FUSE mount answers ENOTCONN): the sidecar's URL is unknown, not wrong."""
+    try:
+        os.stat(status_path(root))
+    except (FileNotFoundError, NotADirectoryError):
+        return False
+    except OSError:
+        return True
+    return False
 
 
 def url_source(root: str | os.PathLike[str] | None = None) -> str:
@@ -197,6 +210,8 @@ class CutAsker:
             return False
         named, self.cache = sidecar_of_status(self._root)
         base, source = (base_of(named), URL_FROM_STATUS) if named else self._fallback
+        if not named and source == URL_DEFAULT and _mount_failing(self._root):
+            source = URL_MOUNT_FAILING  # status.json unreadable: 8080 is a guess, not the mistake
         changed = base != self.base_url
         self.base_url, self.source = base, source
         return changed
@@ -238,5 +253,8 @@ REMEDY = {
                       f"To send elsewhere, {_SET_IT}"),
     URL_FROM_ENV: f"check EPOCHFS_REPORT_URL ({_SET_IT})",
     URL_GIVEN: "check the sidecar_url passed (http://127.0.0.1:PORT, PORT being the sidecar's --health-port)",
+    URL_MOUNT_FAILING: ("the mount's .epochfs/status.json cannot be read (the mount itself is failing), "
+                        "so the sidecar's report_url is unknown and the default port 8080 was tried: see "
+                        "to the mount and its sidecar first"),
 }
 """What to change, by where the URL came from (:func:`url_source`, or :data:`URL_GIVEN`)."""

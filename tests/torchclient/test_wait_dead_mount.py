@@ -55,3 +55,27 @@ def test_the_wait_on_a_dead_mount_says_it_does_not_answer_and_keeps_waiting(
             wait_for_epoch(mnt, 1, timeout=0.3, progress=lines.append, sidecar_url=None)
         assert DEAD in str(waited.value) and NOT_A_MOUNT not in str(waited.value), str(waited.value)
         assert lines and DEAD in lines[0] and NOT_A_MOUNT not in lines[0], lines
+
+
+def test_cut_requests_on_a_dead_mount_blame_the_mount_not_the_port(tmp_path: Path,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """With the mount dead, its status.json (which names the sidecar's port) cannot be read, and
+    a failed cut request's advice was to set EPOCHFS_REPORT_URL (an exploratory run): the port
+    was never the mistake."""
+    from common import free_port
+
+    from epochfs.torchclient.cutask import URL_DEFAULT, CutAsker
+
+    monkeypatch.delenv("EPOCHFS_REPORT_URL", raising=False)
+    cache, mnt = tmp_path / "cache", tmp_path / "mnt"
+    with open_store(cache) as store:
+        admit(store, make_objects(2, 100))
+        store.cut()
+    with mounted(cache, mnt) as m:
+        m.proc.send_signal(signal.SIGKILL)
+        m.proc.wait()
+        asker = CutAsker(f"http://127.0.0.1:{free_port()}", source=URL_DEFAULT, root=mnt)
+        assert asker.ask(1) is None
+        said = asker.trouble()
+        assert "status.json cannot be read (the mount itself is failing)" in said, said
+        assert "set EPOCHFS_REPORT_URL" not in said, said
