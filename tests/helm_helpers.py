@@ -105,6 +105,21 @@ def helm(helm_bin: Path, *args: str, values: dict[str, Any] | None = None, tmp: 
     return proc
 
 
+def template(helm_bin: Path, values: dict[str, Any], tmp: Path,
+             release: str = RELEASE) -> subprocess.CompletedProcess[str]:
+    """One ``helm template`` of ``values`` (with the default remote), never raising: the refusal
+    tests read its exit status and stderr."""
+    return helm(helm_bin, "template", release, str(CHART), "--namespace", NAMESPACE,
+                values=with_remote(values), tmp=tmp, check=False)
+
+
+def refused(helm_bin: Path, values: dict[str, Any], tmp: Path, release: str = RELEASE) -> str:
+    """The stderr of a render of ``values`` that must fail."""
+    proc = template(helm_bin, values, tmp, release)
+    assert proc.returncode != 0, f"rendered: {values}"
+    return proc.stderr
+
+
 def render_text(helm_bin: Path, values: dict[str, Any], tmp: Path) -> str:
     return helm(helm_bin, "template", RELEASE, str(CHART), "--namespace", NAMESPACE,
                 values=values, tmp=tmp).stdout

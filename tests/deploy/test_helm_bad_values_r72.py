@@ -17,7 +17,6 @@ free text, rendered quoted), each by the real helm binary. Found by an explorato
 
 from __future__ import annotations
 
-import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -31,21 +30,11 @@ from helm_helpers import (
     helm,
     mounts_of,
     pod_spec,
+    refused,
     render,
+    template,
     with_remote,
 )
-
-
-def template(helm_bin: Path, values: dict[str, Any], tmp: Path,
-             release: str = RELEASE) -> subprocess.CompletedProcess[str]:
-    return helm(helm_bin, "template", release, str(CHART), "--namespace", NAMESPACE,
-                values=with_remote(values), tmp=tmp, check=False)
-
-
-def refused(helm_bin: Path, values: dict[str, Any], tmp: Path, release: str = RELEASE) -> str:
-    proc = template(helm_bin, values, tmp, release)
-    assert proc.returncode != 0, f"rendered: {values}"
-    return proc.stderr
 
 
 def test_free_text_is_rendered_as_one_string(helm_bin: Path, tmp_path: Path) -> None:

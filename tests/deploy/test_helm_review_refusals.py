@@ -29,23 +29,13 @@ from helm_helpers import (
     helm,
     one,
     pod_spec,
+    refused,
     render,
     with_remote,
 )
 
 GI = 1024**3
 MI = 1024**2
-
-
-def template(helm_bin: Path, values: dict[str, Any], tmp: Path) -> subprocess.CompletedProcess[str]:
-    return helm(helm_bin, "template", RELEASE, str(CHART), "--namespace", NAMESPACE,
-                values=with_remote(values), tmp=tmp, check=False)
-
-
-def refused(helm_bin: Path, values: dict[str, Any], tmp: Path) -> str:
-    proc = template(helm_bin, values, tmp)
-    assert proc.returncode != 0, f"rendered: {values}"
-    return proc.stderr
 
 
 # --------------------------------------------------------------------------- sidecar.env
