@@ -79,16 +79,27 @@ def chosen(runs: list[Run], name: str, checksum: str, tool: str) -> list[Run]:
 CEILING = "download-path"
 """The tool that is epochfs's download path alone in a fresh process (:mod:`._fetch_alone`)."""
 
+FLOOR = "python-floor"
+"""The tool that is the least a Python process does for a durable, checked fetch (:mod:`._fetch_floor`)."""
 
-def ceiling_line(runs: list[Run], name: str, checksum: str, base: str) -> str:
-    """The download path in a fresh process against ``base``, end to end: the most the sampler
-    could reach, the interpreter's start and the imports a download needs included."""
-    mine, theirs = chosen(runs, name, checksum, CEILING), chosen(runs, name, checksum, base)
+REFERENCES = {
+    CEILING: ("the download path alone in a fresh process",
+              "the most epochfs sample could reach, process start included"),
+    FLOOR: ("list, GET, CRC, direct write and fsync alone, in a fresh process",
+            "what a Python process reaches doing only what every durable fetch must"),
+}
+"""Each reference tool (a part of the sampler's work, timed alone) and what its ratio tells."""
+
+
+def reference_line(runs: list[Run], name: str, checksum: str, tool: str, base: str) -> str:
+    """A reference tool (:data:`REFERENCES`) against ``base``, end to end, per pair of runs."""
+    mine, theirs = chosen(runs, name, checksum, tool), chosen(runs, name, checksum, base)
     pairs = [b.seconds / m.seconds for m, b in zip(mine, theirs, strict=True)]
     ratio = statistics.median(r.seconds for r in theirs) / statistics.median(r.seconds for r in mine)
-    return (f"{name}: {CEILING} (the download path alone in a fresh process) / {base} = "
+    what, tells = REFERENCES[tool]
+    return (f"{name}: {tool} ({what}) / {base} = "
             f"{harness.times(ratio)} end to end (per pair {harness.times(min(pairs))}-"
-            f"{harness.times(max(pairs))}): the most epochfs sample could reach, process start included")
+            f"{harness.times(max(pairs))}): {tells}")
 
 
 def print_summary(runs: list[Run], datasets: list[tuple[str, str]], tools: list[str],
@@ -137,13 +148,14 @@ def print_summary(runs: list[Run], datasets: list[tuple[str, str]], tools: list[
                       f"{harness.times(min(pairs))}-{harness.times(max(pairs))}), "
                       f"{after_start_up(mine, theirs, base)}, {harness.times(durable)} with each "
                       f"run's files synced to disk after it; objects stored with {checksum}")
-                if alone.get((name, checksum)) and base != CEILING:
+                if alone.get((name, checksum)) and base not in REFERENCES:
                     floor = statistics.median(alone[(name, checksum)])
                     print(f"{name}: the download path alone, in process (no process start, no "
                           f"sampler) / {base} = {harness.times(base_seconds / floor)}: once a "
                           f"process has started and listed")
-                if CEILING in tools and base != CEILING and not base.startswith("epochfs"):
-                    print(ceiling_line(runs, name, checksum, base))
+                for reference in REFERENCES:
+                    if reference in tools and base not in REFERENCES and not base.startswith("epochfs"):
+                        print(reference_line(runs, name, checksum, reference, base))
             for sampler in (t for t in tools if t.startswith("epochfs")):
                 done = chosen(runs, name, checksum, sampler)
                 firsts = [r.first_get_seconds for r in done if r.first_get_seconds is not None]

@@ -1,6 +1,7 @@
 """How each tool of the fetch benchmark (:mod:`.fetch`) is run and timed: ``epochfs sample``
 (watched through its index until every object is admitted), ``s5cmd cp``, ``rclone copy`` and
-``download-path`` (epochfs's download path alone in a fresh process, :mod:`._fetch_alone`), one
+``download-path`` (epochfs's download path alone in a fresh process, :mod:`._fetch_alone`),
+``python-floor`` (the least a Python process does for a durable, checked fetch, :mod:`._fetch_floor`), one
 process each; and the sampler's modules compiled before them (:func:`compile_epochfs`).
 """
 
@@ -164,6 +165,17 @@ def run_download_path(endpoint: str, url: str, dest: Path, count: int,
         shutil.rmtree(store, ignore_errors=True)
 
 
-TOOLS = {"epochfs": run_epochfs, "s5cmd": run_s5cmd, "rclone": run_rclone, "download-path": run_download_path}
-NOT_PROGRAMS = {"epochfs-base", "download-path"}
+def run_python_floor(endpoint: str, url: str, dest: Path, count: int,
+                     concurrency: int) -> tuple[float, float]:
+    """:mod:`._fetch_floor` from its process start to its exit."""
+    started = time.monotonic()
+    subprocess.run([*harness.PYTHON, "-m", "epochfs.benchmarks._fetch_floor", "--url", url,
+                    "--endpoint", endpoint, "--dest", str(dest), "--concurrency", str(concurrency)],
+                   env=harness.s3_env(), check=True, stdout=subprocess.DEVNULL)
+    return started, time.monotonic() - started
+
+
+TOOLS = {"epochfs": run_epochfs, "s5cmd": run_s5cmd, "rclone": run_rclone, "download-path": run_download_path,
+         "python-floor": run_python_floor}
+NOT_PROGRAMS = {"epochfs-base", "download-path", "python-floor"}
 """Tools that are no program of their own to find on the PATH (both run this Python)."""

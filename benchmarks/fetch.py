@@ -15,7 +15,11 @@ uploads left), then downloads each dataset with:
 * ``download-path`` (only when ``--tools`` names it): epochfs's download path alone in a fresh
   Python process (:mod:`._fetch_alone`: the imports a download needs, one LIST, the sampler's
   downloader on the same concurrency, each object verified and fsynced; no sampler around it),
-  timed from its process start to its exit: the most ``epochfs sample`` could reach end to end.
+  timed from its process start to its exit: the most ``epochfs sample`` could reach end to end;
+* ``python-floor`` (only when ``--tools`` names it): the least a Python process does for a durable,
+  checked fetch (:mod:`._fetch_floor`: the standard library's HTTP client, the sampler's presigned
+  GET and CRC functions, direct writes and an fsync per object; no epochfs package imported), timed
+  the same way: what any Python sampler is up against on the store and machine of the run.
 
 Each tool runs ``--repeat`` times per dataset (5 by default), in rotating order, into a fresh
 folder on the same disk; every median is shown with its spread (``median [min-max]``), and the
@@ -37,6 +41,7 @@ others (:mod:`._cpu_pin`), so that no tool's CPU competes with the store's, as w
     python -m epochfs.benchmarks.fetch --sample-args "--list-process 0"  # epochfs sample's own flags
     python -m epochfs.benchmarks.fetch --baseline-src /tmp/old/src   # before/after, alternating
     python -m epochfs.benchmarks.fetch --tools epochfs,s5cmd,download-path --small 0  # the ceiling
+    python -m epochfs.benchmarks.fetch --tools epochfs,s5cmd,python-floor  # Python's floor
     python -m epochfs.benchmarks.fetch --tools epochfs,s5cmd --pin 0:1  # moto on CPU 0, the tools on 1
 
 ``--baseline-src`` adds the tool ``epochfs-base``: the same ``epochfs sample`` with that source
