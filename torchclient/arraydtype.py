@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from .npyheader import ArraySampleError
+from .npyheader import ArrayMismatchError, ArraySampleError
 
 BITS = {1: np.dtype(np.uint8), 2: np.dtype(np.uint16), 4: np.dtype(np.uint32), 8: np.dtype(np.uint64)}
 """The numpy dtype that holds a float of each size as its bits."""
@@ -35,6 +35,15 @@ def loader_dtype(dtype: Any) -> tuple[Any, torch.dtype | None]:
         return BITS[dtype.itemsize], dtype
     raise ValueError(f"dtype={dtype} has no numpy dtype and cannot be read as bits: pass a numpy dtype "
                      "such as 'float32' or np.float32 (or a torch one numpy has, such as torch.float32)")
+
+
+def note_bits(exc: BaseException, view: torch.dtype | None) -> None:
+    """On a sample of another dtype than a loader that reads ``view`` (a torch dtype numpy has none
+    for) as its bits: a note that says so, since the error names only the unsigned int it reads."""
+    if view is not None and isinstance(exc, ArrayMismatchError):
+        bits = BITS[view.itemsize]
+        exc.add_note(f"dtype={view} is read as its bits, {bits}: raw files hold them as they are, and a "
+                     f".npy/.npz holds t.view(torch.int{8 * view.itemsize}).numpy().view(np.{bits})")
 
 
 def torch_dtype(dtype: np.dtype[Any], path: str) -> torch.dtype:

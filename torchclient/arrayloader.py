@@ -39,7 +39,7 @@ from typing import Any, TypeVar
 
 import torch
 
-from .arraydtype import loader_dtype, torch_dtype
+from .arraydtype import loader_dtype, note_bits, torch_dtype
 from .arrays import FORMATS, ArraySampleError, SampleReader, expected_spec, make_reader
 from .dataset import EpochDataset
 from .decode import check_max_bytes
@@ -53,7 +53,7 @@ from .resume import OnResumeMismatch, Resumable
 from .retry import RETRY_SECONDS, check_retry_seconds, retrying, transient
 from .run import ArrayEpochRun, EpochStats, RunningEpoch
 from .sampler import check_int, check_seed
-from .waiting import Progress, print_progress
+from .waiting import Progress, check_progress, check_timeout, print_progress
 
 T = TypeVar("T")
 
@@ -175,13 +175,14 @@ class ArrayLoader(Resumable):
             raise ValueError(f"balance must be 'pad', 'truncate' or 'none', got {balance!r}")
         if format not in FORMATS:
             raise ValueError(f"format must be one of {', '.join(FORMATS)}, got {format!r}")
-        if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not timeout > 0:
-            raise ValueError(f"timeout must be a positive number of seconds, got {timeout!r}")
+        timeout = check_timeout(timeout)
+        check_progress(progress)
         if on_epoch_end is not None and not callable(on_epoch_end):
             raise ValueError(f"on_epoch_end must be callable or None, got {on_epoch_end!r}")
         self.retry_seconds = check_retry_seconds(retry_seconds)
         self._init_resume(on_resume_mismatch)
-        read_as, self._view_dtype = loader_dtype(dtype)  # torch.bfloat16: read as uint16 bits
+        read_as, self.bits_dtype = loader_dtype(dtype)
+        """The torch dtype read as its bits (``torch.bfloat16`` as uint16), None for any other."""
         self.dtype, self.shape = expected_spec(read_as, shape)
         if format == "raw" and (self.dtype is None or self.shape is None):
             raise ValueError("format='raw' needs dtype= and shape=")
@@ -245,10 +246,14 @@ class ArrayLoader(Resumable):
             probe = functools.partial(make_reader, self.format, first, member=self.member, dtype=self.dtype,
                                       shape=self.shape, max_array_bytes=self.max_array_bytes)
             try:
-                reader = probe()
-            except ArraySampleError as exc:  # read as every sample is: retried, or lost at once
-                reader = _read_failed(first, exc, probe, self.retry_seconds)
-            self._tensor_dtype = self._view_dtype or torch_dtype(reader.spec.dtype, first)
+                try:
+                    reader = probe()
+                except ArraySampleError as exc:  # read as every sample is: retried, or lost at once
+                    reader = _read_failed(first, exc, probe, self.retry_seconds)
+            except ArraySampleError as exc:
+                note_bits(exc, self.bits_dtype)
+                raise
+            self._tensor_dtype = self.bits_dtype or torch_dtype(reader.spec.dtype, first)
             self.reader = reader
         if self._pool is None:
             self._pool = cf.ThreadPoolExecutor(self.num_threads, thread_name_prefix="epochfs-array")
@@ -344,7 +349,9 @@ class _Pipeline:
         batch = self.pending.popleft()
         cf.wait(batch.futures)
         for future in batch.futures:
-            future.result()  # the first failing sample's ArraySampleError, naming the file
+            if (failed := future.exception()) is not None:  # the first failing sample's, naming the file
+                note_bits(failed, self.loader.bits_dtype)
+                raise failed
         self.held = batch.buffer
         host = batch.buffer.tensor
         if batch.rows < self.loader.batch_size:

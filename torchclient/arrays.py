@@ -304,7 +304,11 @@ def _check_raw_size(first: str, spec: ArraySpec) -> None:
 
 def expected_spec(dtype: Any, shape: Any) -> tuple[np.dtype[Any] | None, tuple[int, ...] | None]:
     """Validate the declared dtype and shape (either may be None: then taken from the first file)."""
-    dt = None if dtype is None else np.dtype(dtype)
+    try:
+        dt = None if dtype is None else np.dtype(dtype)
+    except TypeError as exc:  # numpy's "data type 'floaty' not understood" names no argument
+        raise ValueError(f"dtype must be a numpy or torch dtype ('float32', np.float32, torch.float32), "
+                         f"got {dtype!r}") from exc
     if shape is None:
         return dt, None
     if isinstance(shape, int):

@@ -43,7 +43,7 @@ from .resume import OnResumeMismatch, Resumable
 from .retry import RETRY_SECONDS, check_retry_seconds
 from .run import EpochRun, EpochStats, RunningEpoch
 from .sampler import check_seed
-from .waiting import Progress, check_epoch, print_progress
+from .waiting import Progress, check_epoch, check_progress, check_timeout, print_progress
 from .workers import end_after_a_death, worker_failure
 
 _RESERVED_KWARGS = ("dataset", "batch_size", "shuffle", "sampler", "batch_sampler", "drop_last")
@@ -229,8 +229,8 @@ class EpochLoader(Resumable):
             raise ValueError(f"transform must be callable or None, got {transform!r}")
         if on_epoch_end is not None and not callable(on_epoch_end):
             raise ValueError(f"on_epoch_end must be callable or None, got {on_epoch_end!r}")
-        if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not timeout > 0:
-            raise ValueError(f"timeout must be a positive number of seconds, got {timeout!r}")
+        timeout = check_timeout(timeout)
+        check_progress(progress)
         clash = sorted(set(dataloader_kwargs) & set(_RESERVED_KWARGS))
         if clash:
             raise TypeError(f"EpochLoader sets {', '.join(clash)} itself (the epoch plan is its sampler); "

@@ -204,8 +204,12 @@ def layouts_differ(header: NpyHeader) -> bool:
     return header.fortran and sum(n > 1 for n in header.spec.shape) > 1
 
 
+class ArrayMismatchError(ArraySampleError):
+    """A sample of another dtype or shape than the loader's (the caller may say how it chose its own)."""
+
+
 def mismatch_error(path: str, found: ArraySpec, expected: ArraySpec, where: str = "") -> ArraySampleError:
-    return ArraySampleError(
+    return ArrayMismatchError(
         f"sample {path}{where} holds {found.describe()}, but this loader reads {expected.describe()} "
         "(every sample must have the same dtype and shape)", path)
 

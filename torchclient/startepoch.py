@@ -25,7 +25,7 @@ from typing import Any
 
 from .describe import check_root, describe_root
 from .layout import list_epochs, read_status
-from .waiting import Progress, check_timeout, print_progress
+from .waiting import Progress, check_progress, check_timeout, print_progress
 
 
 def newest_live_epoch(root: str | os.PathLike[str]) -> int | None:
@@ -53,11 +53,13 @@ def start_epoch(root: str | os.PathLike[str], *, wait: bool = True, timeout: flo
     not the mount (the sidecar's ``--cache`` folder, a folder with files that is no mount point:
     :func:`.describe.not_the_mount`; the same message the loaders give), and TimeoutError when no
     view came."""
+    timeout = check_timeout(timeout)
+    check_progress(progress)
     path = Path(root)
     check_root(path, present=path.is_dir())
     status = read_status(path)
     if status is None and not list_epochs(path) and wait:
-        status = _view_up(path, check_timeout(timeout), progress)
+        status = _view_up(path, timeout, progress)
     newest, first_cut = _own_start(path, status)
     return _agreed(first_cut if newest is None else newest)
 

@@ -15,6 +15,7 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
+from urllib.parse import urlparse
 
 from .cutask import URL_GIVEN, CutAnswer, CutAsker
 from .describe import FirstEpochPace, check_root, describe_root
@@ -45,6 +46,33 @@ def check_timeout(timeout: object) -> float:
     return float(timeout)
 
 
+def check_progress(progress: object) -> None:
+    """A ValueError unless ``progress`` is a callable of one line or None (before any wait): a
+    wrong value would otherwise fail only at the first waiting line, minutes into a wait."""
+    if progress is not None and not callable(progress):
+        raise ValueError(f"progress must be a callable taking one line, or None (quiet), got {progress!r}")
+
+
+def check_progress_every(seconds: object) -> float:
+    """``progress_every`` as seconds if it is a positive number (``math.inf``: the first line only),
+    else a ValueError: 0 would write a waiting line at every lookup, 50 a second."""
+    if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or not seconds > 0:
+        raise ValueError(f"progress_every must be a positive number of seconds (math.inf: the first line "
+                         f"only), got {seconds!r}")
+    return float(seconds)
+
+
+def check_sidecar_url(url: object) -> None:
+    """A ValueError unless ``url`` (a ``sidecar_url`` given) is an http(s) URL with a host, or
+    None: another value would send each cut request nowhere and only say so in a waiting line."""
+    if url is None:
+        return
+    parts = urlparse(url) if isinstance(url, str) else None
+    if parts is None or parts.scheme not in ("http", "https") or not parts.netloc:
+        raise ValueError("sidecar_url must be the sidecar's http(s) URL (http://127.0.0.1:8080) or None "
+                         f"(no cut requests), got {url!r}")
+
+
 class _FromEnv:
     """The default of ``sidecar_url``: ``EPOCHFS_REPORT_URL``'s scheme and host."""
 
@@ -73,7 +101,7 @@ def wait_for_epoch(root: str | os.PathLike[str], epoch: int, *, wait: bool = Tru
     Returns the seconds spent waiting. The first miss reports at once (so a user sees why training
     has not started), then every ``progress_every`` seconds; lookups back off from 20 ms to 0.5 s.
     Raises ValueError for a malformed ``EPOCHFS_REPORT_URL`` (read when ``sidecar_url`` is the
-    default), before any lookup; FileNotFoundError for a missing root, one that is certainly not
+    default) or argument, before any lookup; FileNotFoundError for a missing root, one that is certainly not
     the mount (the folder above the view, an epoch folder, the sidecar's ``--cache`` folder, a
     folder with files that is no mount point: :func:`.describe.not_the_mount`), a missing epoch
     with ``wait=False``, or one the sidecar says can never be cut (retired, or below the newest and
@@ -81,6 +109,10 @@ def wait_for_epoch(root: str | os.PathLike[str], epoch: int, *, wait: bool = Tru
     """
     epoch = check_epoch(epoch)
     timeout = check_timeout(timeout)
+    check_progress(progress)
+    progress_every = check_progress_every(progress_every)
+    if not isinstance(sidecar_url, _FromEnv):
+        check_sidecar_url(sidecar_url)
     root = Path(root)
     asker = _asker(sidecar_url, root)
     start = time.monotonic()
