@@ -19,6 +19,9 @@ from epochfs.sidecar.endpoints.report import MAX_REPORT_BYTES
 
 _HEAD_END = re.compile(rb"\r?\n\r?\n")
 _LINE = re.compile(rb"\r?\n")
+_ABSOLUTE = re.compile(rb"https?://[^/?#]*", re.IGNORECASE)
+"""The scheme and authority of an absolute-form request target (``GET http://host:8080/v1/status``),
+which a server must accept (RFC 9112, 3.2.2) and a proxy sends: the rest is routed as usual."""
 _TOKEN = re.compile(rb"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
 _VERSION = re.compile(rb"HTTP/(\d)\.(\d)")
 
@@ -135,6 +138,9 @@ def parse_head(head: bytes, max_headers: int) -> Request | Refusal:
     caches = set(headers.get(b"x-epochfs-cache", []))
     if len(caches) > 1:
         return Refusal("bad_request", text_reply(400, "X-Epochfs-Cache names more than one cache"))
+    if absolute := _ABSOLUTE.match(target):
+        target = target[absolute.end():]
+        target = target if target.startswith(b"/") else b"/" + target
     path, _, query = target.decode("latin-1").partition("?")
     return Request(method=method, path=path, query=query, length=length,
                    keep_alive=v.group(2) != b"0" and b"close" not in tokens,
