@@ -255,6 +255,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--watch", action="store_true", help="refresh in place until interrupted")
     p.add_argument("--interval", type=arg_type(_positive_float), default=2.0,
                    help="seconds between refreshes (default 2)")
+    p.add_argument("--answer-timeout", type=arg_type(_positive_float), default=10.0, metavar="SECONDS",
+                   help="how long a look at --mount may take before the command says the mount does not "
+                        "answer (a stopped or hung FUSE server) and exits 2 (default 10)")
     p.set_defaults(func=cli_cache.cmd_status)
 
     p = sub.add_parser(

@@ -160,4 +160,5 @@ def cmd_status(ns: argparse.Namespace) -> int:
         as_json=ns.json,
         watch=ns.watch,
         interval=ns.interval,
+        answer_seconds=ns.answer_timeout,
     )

@@ -33,6 +33,7 @@ from epochfs.sidecar import status_facts as facts
 from epochfs.sidecar.config import ConfigError, format_size
 from epochfs.sidecar.status_estimate import ESTIMATE_SECONDS, estimate
 from epochfs.sidecar.status_lines import epoch_lines, fmt_rates, in_flight_words, listing_lines, rates
+from epochfs.sidecar.statusread import ANSWER_SECONDS, read_status_file, within
 from epochfs.sidecar.store import INDEX_NAME, Meta, Store, StoreError
 from epochfs.sidecar.store.diskmargin import show_volume_full
 from epochfs.sidecar.store.stats import RETRYING_MAX_AGE, STATE_FILE_NAME, retry_words
@@ -117,7 +118,7 @@ def read_stats(*, cache: Path | None, mount: Path | None) -> dict[str, Any]:
     if mount is not None:
         path = mount / ".epochfs" / "status.json"
         try:
-            doc = facts.mount_document(path, path.read_bytes().decode("utf-8", "replace"))
+            doc = facts.mount_document(path, read_status_file(path).decode("utf-8", "replace"))
         except FileNotFoundError:
             cache_here = os.path.isfile(mount / INDEX_NAME)
             hint = ": this is a cache folder: pass it as --cache" if cache_here else ""
@@ -341,8 +342,10 @@ screen; a day is far past any use, and refused in one line before anything is re
 
 
 def run_status(
-    *, cache: Path | None, mount: Path | None, as_json: bool, watch: bool, interval: float
+    *, cache: Path | None, mount: Path | None, as_json: bool, watch: bool, interval: float,
+    answer_seconds: float = ANSWER_SECONDS,
 ) -> int:
+    """``answer_seconds``: how long each look at ``mount`` may take (:func:`.statusread.within`)."""
     if interval <= 0:
         raise ConfigError("--interval: must be positive")
     if interval > MAX_INTERVAL:
@@ -350,7 +353,9 @@ def run_status(
                           f"readings), not {interval:g}")
 
     def read() -> dict[str, Any]:
-        return read_stats(cache=cache, mount=mount)
+        if mount is None:
+            return read_stats(cache=cache, mount=None)
+        return within(lambda: read_stats(cache=cache, mount=mount), mount=mount, seconds=answer_seconds)
 
     view = view_of(mount=mount)
     if not watch:
@@ -364,7 +369,7 @@ def run_status(
     # A --mount that does not exist (a typo) exits 2 as a one-shot status does; one that is there
     # but is no mount yet (the sidecar starting) or fails a read (a FUSE restart) is watched: the
     # error shown, read again at the next interval.
-    if mount is not None and not os.path.lexists(mount):
+    if mount is not None and not within(lambda: os.path.lexists(mount), mount=mount, seconds=answer_seconds):
         raise ConfigError(f"--mount: {mount} does not exist")
     if as_json:  # one JSON document per line, for scripts that follow a run; errors on stderr
         while True:
