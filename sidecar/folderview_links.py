@@ -10,7 +10,10 @@ An entry carried over from the published epoch is a **hard link** of that epoch'
 (``link``: no new inode, no new target block, ~1.5x cheaper than ``symlink`` here), so a sample
 costs one inode however many epochs show it; a new sample gets a symlink. A folder the last entry
 left is removed at once (a whole build would not show it). Links are made folder by folder through
-one descriptor of each folder (``symlinkat``/``linkat``): no path walk per entry.
+one descriptor of each folder (``symlinkat``/``linkat``): no path walk per entry. Every call names
+a path relative to the tree's own folder (``dir_fd``), never the absolute one: a key may be 4,096
+bytes, and the folder's path before it would pass the kernel's limit on one path (PATH_MAX), which
+failed the publisher at every start; relative to the tree, a key's folder always fits.
 
 :func:`epochfs.torchclient.publish.write_tree` writes an epoch whole, the same way, when no tree
 built ahead can stand for it; the rename that shows either is :func:`epochfs.torchclient.publish.show`.
@@ -22,9 +25,10 @@ import contextlib
 import errno
 import os
 import secrets
+from collections.abc import Iterator
 from pathlib import Path
 
-from epochfs.torchclient.publish import fsync_dir, remove_tree, show
+from epochfs.torchclient.publish import remove_tree, show
 
 AHEAD_TAG = "ahead-"
 """After the folder view's temporary prefix: the next epoch's tree, built ahead."""
@@ -47,21 +51,32 @@ class LinkTree:
         self.base: Path | None = None
         """The published epoch whose entries are hard-linked (``link`` in :meth:`link_into`)."""
 
-    def _at(self, rel: str) -> Path:
-        return self.path / rel if rel else self.path
+    @contextlib.contextmanager
+    def _tree(self) -> Iterator[int]:
+        """A descriptor of the tree's folder, what every path of the tree is made relative to."""
+        fd = os.open(self.path, os.O_RDONLY | os.O_DIRECTORY)
+        try:
+            yield fd
+        finally:
+            os.close(fd)
+
+    @staticmethod
+    def _open(rel: str, tree: int) -> int:
+        """A descriptor of the tree's folder ``rel`` (``""``: the tree's own)."""
+        return os.open(rel or ".", os.O_RDONLY | os.O_DIRECTORY, dir_fd=tree)
 
     def folders(self) -> list[str]:
         """The folders of the tree, but its own (what ``classes.json`` records for the epoch)."""
         return sorted(d for d in self.dirs if d)
 
-    def _mkdirs(self, rel: str) -> None:
+    def _mkdirs(self, rel: str, tree: int) -> None:
         parts = rel.split("/")
         for k in range(1, len(parts) + 1):
             sub = "/".join(parts[:k])
             if sub in self.dirs:
                 continue
             try:
-                os.mkdir(self.path / sub, 0o755)
+                os.mkdir(sub, 0o755, dir_fd=tree)
             except FileExistsError:
                 raise Clash(f"{sub!r} is a file and a folder") from None
             self.dirs.add(sub)
@@ -72,13 +87,18 @@ class LinkTree:
     def link_into(self, parent: str, entries: list[tuple[str, str, bool]]) -> None:
         """Make ``(name, target, carried)`` entries in folder ``parent`` (created as needed);
         ``carried``: the entry is the base epoch's, hard-linked when the base has it."""
-        self._mkdirs(parent)
-        fd = os.open(self._at(parent), os.O_RDONLY | os.O_DIRECTORY)
+        with self._tree() as tree:
+            self._mkdirs(parent, tree)
+            fd = self._open(parent, tree)
         src = -1
         try:
             if self.base is not None and any(c for _, _, c in entries):
                 with contextlib.suppress(OSError):
-                    src = os.open(self.base / parent if parent else self.base, os.O_RDONLY | os.O_DIRECTORY)
+                    base = os.open(self.base, os.O_RDONLY | os.O_DIRECTORY)
+                    try:
+                        src = self._open(parent, base)
+                    finally:
+                        os.close(base)
             for name, target, carried in entries:
                 try:
                     if src >= 0 and carried:
@@ -101,15 +121,24 @@ class LinkTree:
 
     def unlink(self, rel: str) -> None:
         """Remove entry ``rel``, and the folders it leaves empty (a whole build would not show them)."""
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(self.path / rel)
-        parent = rel.rpartition("/")[0]
+        parent, _, name = rel.rpartition("/")
+        with self._tree() as tree:
+            with contextlib.suppress(FileNotFoundError):
+                fd = self._open(parent, tree)  # by its folder: a key of 4,096 bytes is no path to unlink
+                try:
+                    os.unlink(name, dir_fd=fd)
+                finally:
+                    os.close(fd)
+            self._unlinked(parent, tree)
+
+    def _unlinked(self, parent: str, tree: int) -> None:
+        """One entry of folder ``parent`` is gone: the folders it leaves empty go too."""
         while True:
             self._dirty.add(parent)
             self._count[parent] -= 1
             if parent == "" or self._count[parent] > 0:
                 return
-            os.rmdir(self.path / parent)
+            os.rmdir(parent, dir_fd=tree)
             self.dirs.discard(parent)
             del self._count[parent]
             self._dirty.discard(parent)
@@ -117,16 +146,24 @@ class LinkTree:
 
     def sync_dirs(self) -> None:
         """fsync the folders changed since the last call."""
-        for rel in sorted(self._dirty):
-            with contextlib.suppress(FileNotFoundError):
-                fsync_dir(self._at(rel))
+        with self._tree() as tree:
+            for rel in sorted(self._dirty):
+                try:
+                    fd = self._open(rel, tree)
+                except FileNotFoundError:
+                    continue
+                try:
+                    os.fsync(fd)
+                finally:
+                    os.close(fd)
         self._dirty.clear()
 
     def show(self, visible: Path, mode: int) -> None:
         """Every folder made ``mode`` (``0555``), then one rename makes the whole tree ``visible``
         (its folder fsynced after)."""
-        for rel in self.dirs:
-            os.chmod(self._at(rel), mode)
+        with self._tree() as tree:
+            for rel in self.dirs:
+                os.chmod(rel or ".", mode, dir_fd=tree)
         show(self.path, visible)
 
     def remove(self) -> None:
