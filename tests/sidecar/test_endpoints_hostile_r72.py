@@ -1,8 +1,10 @@
 """Hostile requests to the sidecar's HTTP endpoints that an exploratory run found mishandled:
 an ``X-Epochfs-Cache`` header holding a newline (percent-encoded) was written raw into the log
 (a forged log line, a NUL that made the log a binary file), and ``Expect: 100-Continue`` in
-another case than lowercase got 417 (RFC 9110 compares it case-insensitively). The real endpoint
-server on a real socket."""
+another case than lowercase got 417 (RFC 9110 compares it case-insensitively), and a request whose
+target is in absolute form (``GET http://127.0.0.1:8080/healthz``, what a client sends through a
+proxy, and which a server must accept: RFC 9112, 3.2.2) got 404: it is routed by its path. The
+real endpoint server on a real socket, and its request parser on its own."""
 
 from __future__ import annotations
 
@@ -16,6 +18,7 @@ from prometheus_client import CollectorRegistry
 
 from epochfs.sidecar import metrics
 from epochfs.sidecar.endpoints import CLIENT_REPORT_PATH, Endpoints, Limits
+from epochfs.sidecar.endpoints.http11 import Request, parse_head
 
 REPORT = b'{"samples": 1, "bytes": 10, "wait_seconds": 0.5}'
 
@@ -79,3 +82,28 @@ def test_a_route_asked_with_another_method_answers_405_with_allow(endpoints: End
     for unknown in ("GET /nothing", "PUT /nothing"):  # no route: 404, and 501 for a method of none
         code = _send(endpoints.port, f"{unknown} HTTP/1.1\r\nHost: x\r\n\r\n".encode())[9:12]
         assert code == (b"404" if unknown.startswith("GET") else b"501"), unknown
+
+
+@pytest.mark.parametrize("target, path, query", [
+    (b"http://127.0.0.1:8080/healthz", "/healthz", ""),
+    (b"HTTP://sidecar.example:80/v1/cut?epoch=3", "/v1/cut", "epoch=3"),
+    (b"https://[::1]:8443/metrics", "/metrics", ""),
+    (b"http://host?x=1", "/", "x=1"),
+    (b"http://host", "/", ""),
+    (b"/healthz", "/healthz", ""),  # the origin form, unchanged
+    (b"/http://host/healthz", "/http://host/healthz", ""),  # a path, not a scheme
+])
+def test_an_absolute_target_is_routed_by_its_path(target: bytes, path: str, query: str) -> None:
+    got = parse_head(b"GET " + target + b" HTTP/1.1\r\nHost: x", max_headers=10)
+    assert isinstance(got, Request), got
+    assert (got.path, got.query) == (path, query)
+
+
+def test_the_server_answers_an_absolute_form_request(endpoints: Endpoints) -> None:
+    head = f"GET http://127.0.0.1:{endpoints.port}/healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+    with socket.create_connection(("127.0.0.1", endpoints.port), timeout=5) as s:
+        s.sendall(head.encode())
+        answer = b""
+        while chunk := s.recv(65536):
+            answer += chunk
+    assert answer.startswith(b"HTTP/1.1 200 "), answer[:200]
