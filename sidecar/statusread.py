@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import TypeVar
 
 from epochfs.sidecar.config import ConfigError
+from epochfs.sidecar.store.digests import BLOCK
 
 T = TypeVar("T")
 
@@ -45,7 +46,7 @@ def read_status_file(path: Path) -> bytes:
             raise OSError(errno.EINVAL, "not a regular file (no status document)")
         chunks: list[bytes] = []
         size = 0
-        while chunk := os.read(fd, 1 << 20):
+        while chunk := os.read(fd, BLOCK):
             size += len(chunk)
             if size > MAX_STATUS_BYTES:
                 raise OSError(errno.EFBIG, f"more than {MAX_STATUS_BYTES >> 20} MiB (no status document)")
