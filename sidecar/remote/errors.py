@@ -20,11 +20,13 @@ Every name of :mod:`.librules` is importable from here too, so callers import th
 the rules and the translation from one module.
 
 An exception no rule knows (a bug, an unusual ``OSError`` such as EIO) is left as it is; the
-downloader skips the object without retrying. The rules keep three behaviours on purpose
+downloader skips the object without retrying. The rules keep two behaviours on purpose
 (tests/remote/test_remote_errors.py holds the table): an ``http(s)://`` remote's 5xx is retried
-but not counted toward an outage; fsspec reports such a remote that cannot be reached as
-FileNotFoundError (not found; an HTTP answer under it, a 401, 403 or 429, is typed by that
-answer); and botocore's ``SSLError`` (even a certificate that fails) is retried. Throttling is
+but not counted toward an outage; and botocore's ``SSLError`` (even a certificate that fails) is
+retried. fsspec raises FileNotFoundError over whatever failed its look at a URL: an HTTP answer
+under it (a 401, 403 or 429) or a connection that could not be made (refused, reset, timed out:
+an outage) is typed by that cause, so that a remote that is down keeps its keys instead of having
+every one skipped as gone. Throttling is
 its own kind, :class:`Throttled`, never an outage nor a reason to skip; so is a refusal of the
 credentials themselves, :class:`CredentialsRefused`, an outage (the keys kept) and never a reason
 to skip. Every backend's reads
@@ -172,15 +174,19 @@ def _link_kind(e: BaseException, rule: Rule | None) -> Kind | None:
     return found
 
 
-def _http_answer(causes: list[BaseException]) -> BaseException | None:
-    """The HTTP answer among ``causes`` that is not a 404 (an exception with its ``status``), or
-    None. fsspec's HTTP filesystem raises FileNotFoundError from whatever failed its look at a URL
-    (a HEAD, then a GET): under it a 401, a 403 or a 429 says what the store answered, which a
-    not-found would hide (a throttled server's objects skipped as gone). A connection that could
-    not be made has no status and stays not found (the quirk kept on purpose)."""
+def _under_not_found(causes: list[BaseException], rule: Rule | None) -> BaseException | None:
+    """What decides a FileNotFoundError raised over ``causes``, or None (it is one). fsspec's HTTP
+    filesystem raises FileNotFoundError from whatever failed its look at a URL (a HEAD, then a
+    GET): under it an HTTP answer that is not a 404 (a 401, a 403 or a 429) says what the store
+    answered, and a connection that could not be made (refused, reset, timed out) that the store
+    is down; a not-found would hide either, and skip every key of a remote that is down as gone."""
     for cause in causes:
         status = getattr(cause, "status", None)
         if isinstance(status, int) and 400 <= status <= 599 and status != 404:
+            return cause
+    for cause in causes:
+        kind = _link_kind(cause, rule)
+        if kind is not None and issubclass(kind, Unavailable):
             return cause
     return None
 
@@ -189,8 +195,8 @@ def translate(exc: BaseException, rule: Rule | None = None, *, what: str = "") -
     """The typed failure ``exc`` stands for, or None when no rule knows it (leave it as it is).
 
     One walk down the chain of causes: the outermost exception that a rule knows gives the kind,
-    but a FileNotFoundError raised over an HTTP answer, which that answer gives, and quotes
-    (:func:`_http_answer`).
+    but a FileNotFoundError raised over an HTTP answer or a failed connection, which that cause
+    gives, and quotes (:func:`_under_not_found`).
     When that kind is :class:`Transient`, the causes below it may still show an outage: a
     botocore or aiohttp wrapper around a connection reset or a timeout is :class:`Unavailable`,
     one around a truncated body is not. ``what`` (the key) starts the message when given.
@@ -206,7 +212,7 @@ def translate(exc: BaseException, rule: Rule | None = None, *, what: str = "") -
             continue
         if kind is None:
             kind = found
-            answer = _http_answer(links[i + 1:]) if isinstance(link, FileNotFoundError) else None
+            answer = _under_not_found(links[i + 1:], rule) if isinstance(link, FileNotFoundError) else None
             answered = _link_kind(answer, rule) if answer is not None else None
             if answer is not None and answered is not None:
                 kind, said = answered, answer

@@ -8,10 +8,11 @@ backends: the typed failures change no decision, but those made on purpose since
 (SlowDown, 429, GCS ``rateLimitExceeded``) is ``throttled``, returned at once for the sampler to
 fetch again later (it was ``outage``, or ``retry`` over fsspec; issue 14); a GCS 5xx is an
 outage, which gcsfs's own retries hid until they were switched off, and the 401, 403 or 429 under
-fsspec's not found decides for it (issue 24). Three quirks are kept
+fsspec's not found decides for it (issue 24), as does a connection that could not be made under
+it (an outage: every key of a remote that was down was skipped as gone). Two quirks are kept
 on purpose and named in the table: an ``http(s)://`` remote's 5xx is retried but not counted
-toward an outage, fsspec reports such a remote that cannot be reached as not found, and
-botocore's ``SSLError`` is retried even for a certificate that does not verify.
+toward an outage, and botocore's ``SSLError`` is retried even for a certificate that does not
+verify.
 """
 
 from __future__ import annotations
@@ -188,8 +189,10 @@ BOTOCORE: list[Case] = [  # s3:// through botocore (a refused fast path, S3's ch
 
 FSSPEC: list[Case] = [  # http(s):// and gs:// through fsspec (aiohttp)
     ("404", lambda: FileNotFoundError(URL), "NotFound", "skip"),
-    ("quirk: unreachable, said as not found", lambda: chained(FileNotFoundError(URL), connector_error(
-        aiohttp.ClientConnectorError, ConnectionRefusedError(111, "refused"))), "NotFound", "skip"),
+    ("unreachable under fsspec's not found", lambda: chained(FileNotFoundError(URL), connector_error(
+        aiohttp.ClientConnectorError, ConnectionRefusedError(111, "refused"))), "Unavailable", "outage"),
+    ("timed out under fsspec's not found", lambda: chained(FileNotFoundError(URL), TimeoutError()),
+     "Unavailable", "outage"),
     ("403", lambda: response_error(403, "Forbidden"), "Denied", "skip"),
     ("quirk: 503", lambda: response_error(503, "Service Unavailable"), "Transient", "retry"),
     ("quirk: 500", lambda: response_error(500, "Internal Server Error"), "Transient", "retry"),

@@ -1,0 +1,94 @@
+"""An ``http(s)://`` remote whose objects cannot be reached mid-run (connections cut without an
+answer) is an outage, as any store's: the sampler pauses, keeps the keys, and fetches them once
+the server answers again. fsspec reports such a failure as FileNotFoundError, and every key was
+skipped for good as not found (a dataset dropped from the catalog by a brief outage). A real
+``epochfs sample`` against a real local HTTP server that serves its index and cuts every object
+GET while it is down."""
+
+from __future__ import annotations
+
+import socket
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import pytest
+from common import random_objects, wait_until
+from sampler_helpers import running_sampler
+
+
+class Server:
+    """Serves ``index.txt`` and the objects of a dict; while ``down``, every object GET and HEAD
+    is cut (the connection closed without an answer), as a server that is going away does."""
+
+    def __init__(self, objects: dict[str, bytes]) -> None:
+        self.objects = objects
+        self.down = True
+        index = "".join(f"{k}\t{len(v)}\n" for k, v in sorted(objects.items())).encode()
+        server = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, format: str, *args: object) -> None:  # quiet
+                pass
+
+            def _answer(self, body: bool) -> None:
+                key = self.path.removeprefix("/data/")
+                if key == "index.txt":
+                    data = index
+                elif server.down:
+                    self.connection.shutdown(socket.SHUT_RDWR)
+                    self.close_connection = True
+                    return
+                elif key in server.objects:
+                    data = server.objects[key]
+                else:
+                    self.send_error(404)
+                    return
+                self.send_response(200)
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                if body:
+                    self.wfile.write(data)
+
+            def do_GET(self) -> None:
+                self._answer(True)
+
+            def do_HEAD(self) -> None:
+                self._answer(False)
+
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}/data"
+        self._thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
+        self._thread.start()
+
+    def close(self) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+@pytest.fixture
+def objects() -> dict[str, bytes]:
+    return {f"d/{k}": v for k, v in random_objects(12, 2_000).items()}
+
+
+@pytest.fixture
+def server(objects: dict[str, bytes]) -> Iterator[Server]:
+    s = Server(objects)
+    try:
+        yield s
+    finally:
+        s.close()
+
+
+def test_an_http_remote_that_is_down_keeps_its_keys(tmp_path: Path, server: Server,
+                                                    objects: dict[str, bytes]) -> None:
+    cache = tmp_path / "cache"
+    with running_sampler(cache, server.url, "--retries", "1", "--concurrency", "2",
+                         env={"EPOCHFS_READ_TIMEOUT": "1"}) as sp:
+        wait_until(lambda: "remote unavailable" in sp.log_text(), what="the outage noticed")
+        assert sp.stats()["skipped_total"] == 0, sp.log_text()[-3000:]
+        server.down = False
+        wait_until(lambda: sp.stats()["samples"] == len(objects), what="every object after the outage")
+        assert "remote reachable again" in sp.log_text()
+        assert sp.stats()["skipped_total"] == 0
