@@ -40,6 +40,8 @@ from epochfs.torchclient.globs import KeyFilter
 
 log = logging.getLogger("epochfs.catalog")
 
+BAD_SIZE = "size not a whole number of bytes"
+"""The skip reason of a key whose listed size is none (``<Size>abc</Size>``, ``-5``)."""
 LOG_LIMIT = 100
 """Skipped keys logged one by one per kind before only the counts are reported."""
 
@@ -170,6 +172,10 @@ class PageFilter:
                 self._hostile(checked)
                 continue
             key = checked.key
+            if obj.size < 0:  # a listing's size that is no whole number of bytes (s3list.NOT_A_SIZE)
+                skips += 1
+                self._hostile(Skip(key, BAD_SIZE))
+                continue
             cataloged = keyorder.in_shard(key, self.shard_index, self.shard_count)
             if cataloged:
                 in_shard += 1

@@ -57,6 +57,7 @@ from epochfs.sidecar.remote.s3creds import CredentialRereads
 from epochfs.sidecar.remote.s3fastlist import Fallback as _Fallback
 from epochfs.sidecar.remote.s3fastlist import list_fast
 from epochfs.sidecar.remote.s3list import ListedXML
+from epochfs.sidecar.remote.s3outside import within_root
 from epochfs.sidecar.remote.s3read import BOTOCORE, CHECKSUM_MODE, BotoReader, FastReader
 from epochfs.sidecar.remote.sigv4 import Presigner, environ_proxies, light_settings
 from epochfs.sidecar.remote.trust import resolve_trust
@@ -276,8 +277,10 @@ class S3Remote(Remote):
             fast = self._list_fast(kwargs)
         if isinstance(fast, ListedXML):
             cut = len(root)
-            return ListedPage([RemoteObject(key[cut:], size, etag) for key, size, etag in fast.objects],
-                              [p[cut:] for p in fast.prefixes],
+            inside = within_root(root, [k for k, _, _ in fast.objects], fast.prefixes, self.url)
+            return ListedPage([RemoteObject(key[cut:], size, etag) for key, size, etag in fast.objects
+                               if key.startswith(root)],
+                              [p[cut:] for p in inside],
                               fast.next_token if fast.truncated and fast.next_token else None,
                               truncated=fast.truncated)
         try:
@@ -289,10 +292,13 @@ class S3Remote(Remote):
             # botocore listed what the presigned URL was refused: stop using it for listing.
             log.warning("S3 presigned listing refused (%s); using botocore for every page", fast)
             self._fast_list = False
+        contents = page.get("Contents", ())
+        inside = within_root(root, [str(item["Key"]) for item in contents],
+                             [str(p["Prefix"]) for p in page.get("CommonPrefixes", ())], self.url)
         objects = [RemoteObject(str(item["Key"])[len(root):], int(item["Size"]),
                                 str(item.get("ETag", "")).strip('"'))
-                   for item in page.get("Contents", ())]
-        prefixes = [str(p["Prefix"])[len(root):] for p in page.get("CommonPrefixes", ())]
+                   for item in contents if str(item["Key"]).startswith(root)]
+        prefixes = [p[len(root):] for p in inside]
         truncated = bool(page.get("IsTruncated"))
         more = page.get("NextContinuationToken") if truncated else None
         return ListedPage(objects, prefixes, str(more) if more else None, truncated=truncated)

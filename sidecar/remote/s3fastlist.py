@@ -8,7 +8,7 @@ asks instead are the remote's choices.
 
 from __future__ import annotations
 
-from functools import partial
+from collections.abc import Callable
 from urllib.parse import urlparse
 
 from epochfs.sidecar.remote.base import BLOCK, RemoteError, Transient
@@ -17,6 +17,29 @@ from epochfs.sidecar.remote.httpget import GetPool, HTTPStatusError
 from epochfs.sidecar.remote.librules import s3_answer
 from epochfs.sidecar.remote.notstore import is_foreign, not_the_store
 from epochfs.sidecar.remote.s3list import ListedXML, ListXMLError, client_error_text, parse_list_page
+
+MAX_PAGE_BYTES = 32 << 20
+"""The most of one ``ListObjectsV2`` answer that is read. A page holds at most 1,000 keys of at
+most 1,024 bytes each, with their fields some 4 MiB in the worst case; an answer past this is no
+page of S3's (a server streaming without end), and read whole it would take the process's memory
+(7.5 GB in 20 s): it fails as a garbled page does, and is asked again."""
+
+
+class PageTooLarge(Exception):
+    """An answer past :data:`MAX_PAGE_BYTES`."""
+
+
+def _read_page(read: Callable[[int], bytes]) -> bytes:
+    """The body through ``read``, at most :data:`MAX_PAGE_BYTES`; :class:`PageTooLarge` past it."""
+    chunks: list[bytes] = []
+    size = 0
+    while chunk := read(BLOCK):
+        size += len(chunk)
+        if size > MAX_PAGE_BYTES:
+            raise PageTooLarge(f"the answer passed {MAX_PAGE_BYTES >> 20} MiB, more than any "
+                               "ListObjectsV2 page holds")
+        chunks.append(chunk)
+    return b"".join(chunks)
 
 
 class Fallback(Exception):
@@ -36,10 +59,12 @@ def list_fast(gets: GetPool, remote_url: str, url: str, what: str) -> ListedXML 
     try:
         response = gets.get(url)
         try:
-            body = b"".join(iter(partial(response.read, BLOCK), b""))
+            body = _read_page(response.read)
         finally:
             response.close()
         content_type = response.header("Content-Type")
+    except PageTooLarge as e:
+        raise RemoteError(f"cannot list {remote_url}: {what}: {e}") from Transient(f"{what}: {e}")
     except Exception as e:
         if isinstance(e, HTTPStatusError) and e.status in (301, 307, 400, 403):
             return Fallback(s3_answer(e)[1])

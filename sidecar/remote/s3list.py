@@ -38,6 +38,11 @@ _ENCODING = NS + "EncodingType"
 _START_AFTER = NS + "StartAfter"
 
 
+NOT_A_SIZE = -1
+"""The size of a listed key whose ``<Size>`` is no whole number of bytes (``abc``, ``-5``): the
+listing's filter skips that key alone, counted and logged, where ``int()`` failed the page."""
+
+
 class ListXMLError(ValueError):
     """A 200 answer that is not a ``ListBucketResult`` (garbled, cut short, another document)."""
 
@@ -75,7 +80,8 @@ def parse_list_page(document: bytes) -> ListedXML:
                 if t == _KEY:
                     key = item.text or ""
                 elif t == _SIZE:
-                    size = int(item.text or 0)
+                    text = (item.text or "0").strip()
+                    size = int(text) if text.isascii() and text.isdigit() else NOT_A_SIZE
                 elif t == _ETAG:
                     etag = (item.text or "").strip('"')
             objects.append((key, size, etag))
