@@ -48,6 +48,7 @@ from epochfs.sidecar.remote.backoff import full_jitter, jitter_bound
 from epochfs.sidecar.remote.base import BLOCK, Reader, Remote, RemoteError, RemoteObject
 from epochfs.sidecar.remote.errors import failure_reason
 from epochfs.sidecar.remote.fsspec import FSSPEC, FsspecReader, range_past_the_end, session_proxy
+from epochfs.sidecar.remote.indexlines import MAX_LINE_BYTES, index_lines
 from epochfs.sidecar.remote.notstore import refuse_web_index
 from epochfs.sidecar.remote.objects import FileRaw, gunzipped, open_stream
 
@@ -88,6 +89,12 @@ class _BadSize(_Passed):
     """A line of the index whose size field is not a whole number of bytes."""
 
     why = "whose size is not a number of bytes"
+
+
+class _TooLong(_Passed):
+    """A line of the index over :data:`~.indexlines.MAX_LINE_BYTES` (no key is that long)."""
+
+    why = "too long to be a key's"
 
 
 class _Missing(_Passed):
@@ -211,10 +218,12 @@ class HTTPRemote(Remote):
         self._failed_in_a_row = 0  # keys in a row the server refused or did not answer (_in_run)
         passed: dict[type[_Passed], tuple[int, int]] = {}  # kind: (how many, the first's line number)
         with self._open_index() as f:
-            for number, line in enumerate(_lines(f), 1):
-                if number == 1 and line.startswith(BOM):
+            for number, line in enumerate(index_lines(f), 1):
+                if number == 1 and line is not None and line.startswith(BOM):
                     line = line[len(BOM):]
                 try:
+                    if line is None:
+                        raise _TooLong(f"over {MAX_LINE_BYTES} bytes, read no further than its newline")
                     obj = self._parse(line)
                 except _Passed as e:
                     count, first = passed.get(type(e), (0, number))
@@ -369,18 +378,6 @@ def _range_total(value: str | None) -> int | None:
 
 def _version(headers: Mapping[str, str]) -> str:
     return str(headers.get("ETag") or headers.get("Last-Modified") or "")
-
-
-def _lines(f: Any) -> Iterator[bytes]:
-    """The lines of an open file, read BLOCK bytes at a time (the index may be larger than memory
-    allows to hold at once); the last one whether or not it ends with a newline."""
-    pending = b""
-    while block := f.read(BLOCK):
-        pending += block
-        *lines, pending = pending.split(b"\n")
-        yield from lines
-    if pending:
-        yield pending
 
 
 def open_http(url: str, *, index_url: str | None = None, read_timeout: float = 30.0,

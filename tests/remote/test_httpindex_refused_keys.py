@@ -3,7 +3,8 @@
 the sampler tried the failed listing again for ever, the good keys never fetched); a key the
 shared checks refuse for its shape (``..``) is never asked for (aiohttp resolved
 ``dots/../up.bin`` to ``up.bin``, and ``../../x`` would be asked outside the base URL), and is
-counted under its reason. What is the server's (connection refused, every key unanswered) still
+counted under its reason; a line past the cap (no newline for megabytes) is dropped up to its
+newline and counted. What is the server's (connection refused, every key unanswered) still
 fails the listing.
 
 A real HTTP server on a thread answers per key prefix; the index is one of its files.
@@ -24,6 +25,7 @@ from common import free_port
 
 from epochfs.sidecar.listing.filter import CatalogReport, PageFilter
 from epochfs.sidecar.remote import RemoteError, httpindex, open_remote
+from epochfs.sidecar.remote.indexlines import MAX_LINE_BYTES, index_lines
 
 BODY = b"0123456789"
 
@@ -194,3 +196,39 @@ def test_a_server_that_refuses_connections_fails_the_listing(tmp_path: Path) -> 
             list(remote.list())
     finally:
         remote.close()
+
+
+def test_a_line_past_the_cap_is_passed_over_and_counted(store: _Store,
+                                                        caplog: pytest.LogCaptureFixture) -> None:
+    """A line with no newline for megabytes (a gzip bomb of one byte, an endless line) was held
+    whole and searched whole at every block: it is dropped past :data:`~.indexlines.MAX_LINE_BYTES`
+    up to its newline, counted, and the lines around it listed."""
+    store.index = (b"a.bin\t10\n" + b"x" * (3 * MAX_LINE_BYTES) + b"\nb.bin\t10\n"
+                   + b"y" * (2 * MAX_LINE_BYTES))
+    caplog.set_level(logging.WARNING, logger="epochfs.remote")
+    remote = open_remote(_url(store), read_timeout=10)
+    try:
+        listed = [str(o.key) for o in remote.list()]
+    finally:
+        remote.close()
+    assert listed == ["a.bin", "b.bin"]
+    assert f"line 2: over {MAX_LINE_BYTES} bytes" in caplog.text
+    assert "listed without 2 line(s) too long to be a key's (first: line 2)" in caplog.text
+
+
+class _Blocks:
+    """A file whose ``read`` answers the given blocks, one a call."""
+
+    def __init__(self, blocks: list[bytes]) -> None:
+        self.blocks = list(blocks)
+
+    def read(self, _n: int) -> bytes:
+        return self.blocks.pop(0) if self.blocks else b""
+
+
+@pytest.mark.parametrize("cut", [1, 2, 3, 7, 4096])
+def test_lines_are_the_same_however_the_blocks_fall(cut: int) -> None:
+    text = b"one\ntwo\n\nthree" + b"\n" + b"z" * (MAX_LINE_BYTES + 1) + b"\nfour\n" + b"w" * MAX_LINE_BYTES
+    blocks = [text[i:i + cut] for i in range(0, len(text), cut)]
+    assert list(index_lines(_Blocks(blocks))) == [b"one", b"two", b"", b"three", None, b"four",
+                                                  b"w" * MAX_LINE_BYTES]
