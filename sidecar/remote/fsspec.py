@@ -76,24 +76,31 @@ class FsspecReader(Reader):
         self._chunked, self._got = "chunked" in str(headers.get("Transfer-Encoding", "")).lower(), 0
 
     def read(self, n: int) -> bytes:
+        """``n`` bytes, fewer only at the body's end."""
         buf = bytearray(max(n, 0))
-        return bytes(buf[:self.readinto(memoryview(buf))])
+        view, got = memoryview(buf), 0
+        while got < n and (more := self.readinto(view[got:])):
+            got += more
+        return bytes(buf[:got])
 
     def readinto(self, buf: memoryview) -> int:
-        got = 0
+        """What one read of the stream brings (0 at its end), as a socket's ``readinto``: the
+        caller's rate floor (:mod:`.ratefloor`) sees each read, where a buffer filled whole in one
+        call made a body shorter than the buffer one read that ends it, never cut however slowly
+        it trickled."""
+        if not len(buf):
+            return 0
         with self._errors:
-            while got < len(buf):
-                chunk = self._f.read(len(buf) - got)
-                if not chunk:
-                    if self._chunked:  # its end, the last chunk read: the whole body's size
-                        self.size = self._got + got
-                    break
-                if len(chunk) > len(buf) - got:  # a library that inflated the body as it read it
-                    raise Changed(f"{len(chunk)} bytes read where {len(buf) - got} were asked")
-                buf[got:got + len(chunk)] = chunk
-                got += len(chunk)
-        self._got += got
-        return got
+            chunk = self._f.read(len(buf))
+            if not chunk:
+                if self._chunked:  # its end, the last chunk read: the whole body's size
+                    self.size = self._got
+                return 0
+            if len(chunk) > len(buf):  # a library that inflated the body as it read it
+                raise Changed(f"{len(chunk)} bytes read where {len(buf)} were asked")
+            buf[:len(chunk)] = chunk
+        self._got += len(chunk)
+        return len(chunk)
 
     def close(self) -> None:
         with contextlib.suppress(Exception):

@@ -1,14 +1,15 @@
 """An ``http(s)://`` remote whose objects cannot be reached mid-run (connections cut without an
 answer) is an outage, as any store's: the sampler pauses, keeps the keys, and fetches them once
 the server answers again. fsspec reports such a failure as FileNotFoundError, and every key was
-skipped for good as not found (a dataset dropped from the catalog by a brief outage). A real
-``epochfs sample`` against a real local HTTP server that serves its index and cuts every object
-GET while it is down."""
+skipped for good as not found (a dataset dropped from the catalog by a brief outage). And a body
+that trickles is cut, as an S3 body is. A real ``epochfs sample`` against a real local HTTP server
+that serves its index and cuts every object GET while it is down, or trickles each body."""
 
 from __future__ import annotations
 
 import socket
 import threading
+import time
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -20,11 +21,13 @@ from sampler_helpers import running_sampler
 
 class Server:
     """Serves ``index.txt`` and the objects of a dict; while ``down``, every object GET and HEAD
-    is cut (the connection closed without an answer), as a server that is going away does."""
+    is cut (the connection closed without an answer), as a server that is going away does; with
+    ``trickle``, each body is sent a byte at a time, five a second."""
 
     def __init__(self, objects: dict[str, bytes]) -> None:
         self.objects = objects
         self.down = True
+        self.trickle = False
         index = "".join(f"{k}\t{len(v)}\n" for k, v in sorted(objects.items())).encode()
         server = self
 
@@ -48,7 +51,15 @@ class Server:
                 self.send_response(200)
                 self.send_header("Content-Length", str(len(data)))
                 self.end_headers()
-                if body:
+                if body and server.trickle and key != "index.txt":
+                    try:
+                        for i in range(len(data)):  # a byte every 0.2 s, until the client leaves
+                            self.wfile.write(data[i:i + 1])
+                            self.wfile.flush()
+                            time.sleep(0.2)
+                    except OSError:
+                        return
+                elif body:
                     self.wfile.write(data)
 
             def do_GET(self) -> None:
@@ -92,3 +103,14 @@ def test_an_http_remote_that_is_down_keeps_its_keys(tmp_path: Path, server: Serv
         wait_until(lambda: sp.stats()["samples"] == len(objects), what="every object after the outage")
         assert "remote reachable again" in sp.log_text()
         assert sp.stats()["skipped_total"] == 0
+
+
+def test_a_trickling_http_body_is_cut(tmp_path: Path, server: Server) -> None:
+    """A body sent at 5 bytes a second (a slow-loris proxy) is cut once a window of
+    ``--read-timeout`` brings less than the floor, as an S3 body is: the reads of an fsspec
+    stream each count, where a body shorter than the buffer was one read, never cut."""
+    server.down, server.trickle = False, True
+    cache = tmp_path / "cache"
+    with running_sampler(cache, server.url, "--concurrency", "2", env={"EPOCHFS_READ_TIMEOUT": "1"}) as sp:
+        wait_until(lambda: "stalled" in sp.log_text(), what="a trickling download cut")
+    assert "abandoned, retried" in sp.log_text()
