@@ -51,6 +51,7 @@ from epochfs.sidecar.remote.fsspec import FSSPEC, FsspecReader, range_past_the_e
 from epochfs.sidecar.remote.indexlines import MAX_LINE_BYTES, index_lines
 from epochfs.sidecar.remote.notstore import refuse_web_index
 from epochfs.sidecar.remote.objects import FileRaw, gunzipped, open_stream
+from epochfs.sidecar.remote.ratefloor import RateFloor
 
 log = logging.getLogger("epochfs.remote")
 
@@ -174,6 +175,7 @@ class HTTPRemote(Remote):
         if _is_http(self.index_url) and _origin(self.index_url) != _origin(url):
             index_route = session_proxy(self.index_url)
         self._index_fs = self._fs if index_route == route else _filesystem(read_timeout, index_route)
+        self._read_timeout = read_timeout  # the index's reads are held to the bodies' rate floor
 
     def _object_url(self, key: str) -> str:
         return _under(self.url, quote(key, safe="/"))
@@ -195,7 +197,7 @@ class HTTPRemote(Remote):
             raise RemoteError(f"cannot read the index {shown}: {failure_reason(e)}") from e
         # Bodies come as stored (never decompressed): an index stored gzipped (served with
         # Content-Encoding: gzip, or a keys.txt.gz) is gunzipped here.
-        with f, io.BufferedReader(FileRaw(f), BLOCK) as buffered, \
+        with f, io.BufferedReader(FileRaw(f, RateFloor(self._read_timeout)), BLOCK) as buffered, \
                 gunzipped(buffered, f"the index {shown}") as stream:
             refuse_web_index(shown, f, stream)  # a web page's lines read as keys would be served as samples
             yield stream

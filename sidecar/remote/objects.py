@@ -21,6 +21,7 @@ import gzip
 import io
 import os
 import shutil
+import time
 import zlib
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -30,6 +31,7 @@ from urllib.parse import urlsplit
 from epochfs.sidecar.redact import redact
 from epochfs.sidecar.remote.base import BLOCK, Reader, Remote, RemoteError
 from epochfs.sidecar.remote.errors import failure_reason
+from epochfs.sidecar.remote.ratefloor import RateFloor
 from epochfs.sidecar.remote.registry import backend_for, open_remote
 from epochfs.sidecar.remote.urls import split_url
 from epochfs.sidecar.store.objects import replace_file
@@ -92,15 +94,20 @@ class ReaderFile(io.RawIOBase):
 
 
 class FileRaw(io.RawIOBase):
-    """Any file object with ``read(n)`` as a raw binary file for :class:`io.BufferedReader`."""
+    """Any file object with ``read(n)`` as a raw binary file for :class:`io.BufferedReader`;
+    ``floor``: each read held to a body's rate floor (a stream that trickles is cut, not waited on)."""
 
-    def __init__(self, f: IO[bytes]) -> None:
+    def __init__(self, f: IO[bytes], floor: RateFloor | None = None) -> None:
         super().__init__()
         self._f = f
+        self._floor = floor
 
     def readinto(self, b: Any) -> int:
         view = memoryview(b).cast("B")
+        started = time.monotonic()
         data = self._f.read(len(view))
+        if self._floor is not None:
+            self._floor.note(len(data), time.monotonic() - started)
         view[:len(data)] = data
         return len(data)
 

@@ -12,8 +12,10 @@ A real HTTP server on a thread answers per key prefix; the index is one of its f
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
+import time
 from collections import Counter
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -26,6 +28,7 @@ from common import free_port
 from epochfs.sidecar.listing.filter import CatalogReport, PageFilter
 from epochfs.sidecar.remote import RemoteError, httpindex, open_remote
 from epochfs.sidecar.remote.indexlines import MAX_LINE_BYTES, index_lines
+from epochfs.sidecar.remote.ratefloor import SlowBody
 
 BODY = b"0123456789"
 
@@ -35,6 +38,8 @@ class _Store(ThreadingHTTPServer):
     index = b""
     seen: Counter[tuple[str, str]]
     flaky_left = 0
+    trickle = False
+    """The index sent a byte at a time, five a second, until the client leaves."""
     lock: threading.Lock
 
 
@@ -52,6 +57,16 @@ class _Handler(BaseHTTPRequestHandler):
         path = unquote(urlsplit(self.path).path)
         with self.server.lock:
             self.server.seen[(self.command, path)] += 1
+        if path == "/ds/index.txt" and self.server.trickle and not head:
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(self.server.index)))
+            self.end_headers()
+            with contextlib.suppress(OSError):
+                for i in range(len(self.server.index)):
+                    self.wfile.write(self.server.index[i:i + 1])
+                    self.wfile.flush()
+                    time.sleep(0.2)
+            return None
         if path == "/ds/index.txt":
             return self._send(200, self.server.index, head)
         key = path.removeprefix("/ds/")
@@ -232,3 +247,19 @@ def test_lines_are_the_same_however_the_blocks_fall(cut: int) -> None:
     blocks = [text[i:i + cut] for i in range(0, len(text), cut)]
     assert list(index_lines(_Blocks(blocks))) == [b"one", b"two", b"", b"three", None, b"four",
                                                   b"w" * MAX_LINE_BYTES]
+
+
+def test_an_index_that_trickles_fails_the_listing_within_a_window(store: _Store) -> None:
+    """An index sent at 5 bytes a second held the listing without a word (keys are handed on a
+    thousand at a time; a read timeout is one of silence): its reads are held to the bodies' rate
+    floor, and the listing fails (tried again, and said) within a window of the read timeout."""
+    store.index = b"".join(b"k%04d.bin\t10\n" % i for i in range(2000))
+    store.trickle = True
+    remote = open_remote(_url(store), read_timeout=1)
+    started = time.monotonic()
+    try:
+        with pytest.raises(SlowBody, match="stalled"):
+            list(remote.list())
+    finally:
+        remote.close()
+    assert time.monotonic() - started < 20
