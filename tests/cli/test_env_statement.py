@@ -174,6 +174,7 @@ VALUES: dict[str, tuple[str, str]] = {
     "--include": ("*.npy", "train/**"),
     "--index": ("file:///v.txt", "file:///w.txt"),
     "--interval": ("3", "5"),
+    "--answer-timeout": ("3", "5"),
     "--keep-epochs": ("3", "5"),
     "--kube-error-threshold": ("3", "5"),
     "--kube-reporting": ("0", "1"),
