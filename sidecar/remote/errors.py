@@ -174,19 +174,30 @@ def _link_kind(e: BaseException, rule: Rule | None) -> Kind | None:
     return found
 
 
+def _quoted(e: BaseException) -> str:
+    """What a failure's message quotes of ``e``: its own text, but for aiohttp's redirect loop,
+    whose text (``0, message='', url=...``) says neither what happened nor how often."""
+    aiohttp = sys.modules.get("aiohttp")
+    if aiohttp is not None and isinstance(e, aiohttp.TooManyRedirects):
+        url = getattr(e.request_info, "real_url", "")
+        return f"{len(e.history)} redirects from {url} without an answer (a redirect loop)"
+    return str(e)
+
+
 def _under_not_found(causes: list[BaseException], rule: Rule | None) -> BaseException | None:
     """What decides a FileNotFoundError raised over ``causes``, or None (it is one). fsspec's HTTP
     filesystem raises FileNotFoundError from whatever failed its look at a URL (a HEAD, then a
     GET): under it an HTTP answer that is not a 404 (a 401, a 403 or a 429) says what the store
-    answered, and a connection that could not be made (refused, reset, timed out) that the store
-    is down; a not-found would hide either, and skip every key of a remote that is down as gone."""
+    answered, a connection that could not be made (refused, reset, timed out) that the store is
+    down, and an answer that could not be followed (a redirect loop) a failure worth another try;
+    a not-found would hide each, and skip every key of a remote that is down as gone."""
     for cause in causes:
         status = getattr(cause, "status", None)
         if isinstance(status, int) and 400 <= status <= 599 and status != 404:
             return cause
     for cause in causes:
         kind = _link_kind(cause, rule)
-        if kind is not None and issubclass(kind, Unavailable):
+        if kind is not None and issubclass(kind, Transient):
             return cause
     return None
 
@@ -226,7 +237,7 @@ def translate(exc: BaseException, rule: Rule | None = None, *, what: str = "") -
     if kind is None:
         return None
     prefix = f"{what}: " if what else ""
-    failure = kind(f"{prefix}{type(said).__name__}: {said}".rstrip(": "))
+    failure = kind(f"{prefix}{type(said).__name__}: {_quoted(said)}".rstrip(": "))
     failure.__cause__ = exc
     return failure
 

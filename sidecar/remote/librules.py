@@ -178,8 +178,10 @@ def refused_google_token(e: BaseException) -> bool:
 def aiohttp_kind(e: BaseException) -> Kind | None:
     """The kind of an aiohttp exception (fsspec's ``http(s)://``, gcsfs). A 5xx answer is
     retried (:class:`~.base.Transient`) but not counted toward an outage; a 429 is
-    throttling; fsspec already turns a 404, and a connection it cannot make, into
-    FileNotFoundError."""
+    throttling; a redirect loop (``TooManyRedirects``, a status of 0: no answer of its own to
+    type) is retried as a passing misconfiguration, then skipped, never taken as a refusal or as
+    not found. fsspec turns all of these into FileNotFoundError (:func:`~.errors.translate` looks
+    under it)."""
     gcs = gcs_kind(e)
     if gcs is not None:
         return gcs
@@ -187,6 +189,8 @@ def aiohttp_kind(e: BaseException) -> Kind | None:
         import aiohttp
     except ImportError:  # pragma: no cover - aiohttp comes with the sidecar extra
         return None
+    if isinstance(e, aiohttp.TooManyRedirects):
+        return Transient
     if isinstance(e, aiohttp.ClientResponseError):
         if unparsed_answer(e):  # aiohttp's 400 for an answer it could not read: no server's status
             return Transient

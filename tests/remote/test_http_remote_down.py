@@ -1,9 +1,11 @@
 """An ``http(s)://`` remote whose objects cannot be reached mid-run (connections cut without an
 answer) is an outage, as any store's: the sampler pauses, keeps the keys, and fetches them once
 the server answers again. fsspec reports such a failure as FileNotFoundError, and every key was
-skipped for good as not found (a dataset dropped from the catalog by a brief outage). And a body
-that trickles is cut, as an S3 body is. A real ``epochfs sample`` against a real local HTTP server
-that serves its index and cuts every object GET while it is down, or trickles each body."""
+skipped for good as not found (a dataset dropped from the catalog by a brief outage). A server
+that never answers is an outage too, and an object that redirects to itself a redirect loop, said
+so, never a key gone. And a body that trickles is cut, as an S3 body is. A real ``epochfs sample``
+against a real local HTTP server that serves its index and cuts every object GET while it is
+down, hangs, redirects, or trickles each body."""
 
 from __future__ import annotations
 
@@ -22,12 +24,13 @@ from sampler_helpers import running_sampler
 class Server:
     """Serves ``index.txt`` and the objects of a dict; while ``down``, every object GET and HEAD
     is cut (the connection closed without an answer), as a server that is going away does; with
-    ``trickle``, each body is sent a byte at a time, five a second."""
+    ``hang``, every object request is read and never answered; with ``loop``, every object
+    redirects to itself; with ``trickle``, each body is sent a byte at a time, five a second."""
 
     def __init__(self, objects: dict[str, bytes]) -> None:
         self.objects = objects
         self.down = True
-        self.trickle = False
+        self.hang = self.loop = self.trickle = False
         index = "".join(f"{k}\t{len(v)}\n" for k, v in sorted(objects.items())).encode()
         server = self
 
@@ -39,6 +42,16 @@ class Server:
                 key = self.path.removeprefix("/data/")
                 if key == "index.txt":
                     data = index
+                elif server.hang:  # read until the client leaves; never answered
+                    self.rfile.read()
+                    self.close_connection = True
+                    return
+                elif server.loop:
+                    self.send_response(302)
+                    self.send_header("Location", self.path)
+                    self.send_header("Content-Length", "0")
+                    self.end_headers()
+                    return
                 elif server.down:
                     self.connection.shutdown(socket.SHUT_RDWR)
                     self.close_connection = True
@@ -103,6 +116,32 @@ def test_an_http_remote_that_is_down_keeps_its_keys(tmp_path: Path, server: Serv
         wait_until(lambda: sp.stats()["samples"] == len(objects), what="every object after the outage")
         assert "remote reachable again" in sp.log_text()
         assert sp.stats()["skipped_total"] == 0
+
+
+def test_an_http_remote_that_never_answers_keeps_its_keys(tmp_path: Path, server: Server) -> None:
+    """A server that accepts each connection and never answers (a hung proxy) times out under
+    fsspec's not found: the keys are held for the outage breaker, none skipped as gone."""
+    server.down, server.hang = False, True
+    cache = tmp_path / "cache"
+    with running_sampler(cache, server.url, "--retries", "1", "--concurrency", "2",
+                         env={"EPOCHFS_READ_TIMEOUT": "0.5"}) as sp:
+        wait_until(lambda: "holding 'd/" in sp.log_text(), what="a key held, not skipped")
+        assert "Unavailable" in sp.log_text()
+        assert sp.stats()["skipped_total"] == 0, sp.log_text()[-3000:]
+
+
+def test_an_http_object_that_redirects_to_itself_is_skipped_as_a_loop(
+        tmp_path: Path, server: Server, objects: dict[str, bytes]) -> None:
+    """An object that redirects to itself is retried, then skipped as a redirect loop, said so,
+    not as gone: under fsspec's not found lies aiohttp's TooManyRedirects."""
+    server.down, server.loop = False, True
+    cache = tmp_path / "cache"
+    with running_sampler(cache, server.url, "--retries", "2", "--concurrency", "4") as sp:
+        wait_until(lambda: sp.stats()["skipped_total"] == len(objects), what="every object given up on")
+    log = sp.log_text()
+    assert "Transient: TooManyRedirects: 10 redirects from " in log, log[-3000:]
+    assert "(a redirect loop)" in log
+    assert "NotFound" not in log
 
 
 def test_a_trickling_http_body_is_cut(tmp_path: Path, server: Server) -> None:

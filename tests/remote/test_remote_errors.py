@@ -91,6 +91,11 @@ def response_error(status: int, message: str) -> aiohttp.ClientResponseError:
     return aiohttp.ClientResponseError(info, (), status=status, message=message)
 
 
+def redirect_loop() -> aiohttp.TooManyRedirects:
+    info = aiohttp.RequestInfo(yarl.URL(URL), "GET", CIMultiDictProxy(CIMultiDict()), yarl.URL(URL))
+    return aiohttp.TooManyRedirects(info, ())
+
+
 def connector_error(cls: type[aiohttp.ClientConnectorError], os_error: OSError) -> BaseException:
     from aiohttp.client_reqrep import ConnectionKey
 
@@ -193,6 +198,8 @@ FSSPEC: list[Case] = [  # http(s):// and gs:// through fsspec (aiohttp)
         aiohttp.ClientConnectorError, ConnectionRefusedError(111, "refused"))), "Unavailable", "outage"),
     ("timed out under fsspec's not found", lambda: chained(FileNotFoundError(URL), TimeoutError()),
      "Unavailable", "outage"),
+    ("redirect loop under fsspec's not found", lambda: chained(FileNotFoundError(URL), redirect_loop()),
+     "Transient", "retry"),
     ("403", lambda: response_error(403, "Forbidden"), "Denied", "skip"),
     ("quirk: 503", lambda: response_error(503, "Service Unavailable"), "Transient", "retry"),
     ("quirk: 500", lambda: response_error(500, "Internal Server Error"), "Transient", "retry"),
