@@ -130,6 +130,9 @@ def failure_reason(exc: BaseException) -> str:
     link further down the chain says what happened."""
     links = list(_chain(exc))
     for link in links:
+        if (loop := redirect_loop(link)) is not None:
+            return loop
+    for link in links:
         status = getattr(link, "status", None)  # aiohttp's ClientResponseError, HTTPStatusError...
         if isinstance(status, int) and 100 <= status <= 599:
             phrase = getattr(link, "message", None) or getattr(link, "reason", None)
@@ -174,14 +177,19 @@ def _link_kind(e: BaseException, rule: Rule | None) -> Kind | None:
     return found
 
 
-def _quoted(e: BaseException) -> str:
-    """What a failure's message quotes of ``e``: its own text, but for aiohttp's redirect loop,
-    whose text (``0, message='', url=...``) says neither what happened nor how often."""
+def redirect_loop(e: BaseException) -> str | None:
+    """What aiohttp's redirect loop (``TooManyRedirects``) says in words, or None when ``e`` is not
+    one: its own text (``0, message='', url=...``) says neither what happened nor how often."""
     aiohttp = sys.modules.get("aiohttp")
-    if aiohttp is not None and isinstance(e, aiohttp.TooManyRedirects):
-        url = getattr(e.request_info, "real_url", "")
-        return f"{len(e.history)} redirects from {url} without an answer (a redirect loop)"
-    return str(e)
+    if aiohttp is None or not isinstance(e, aiohttp.TooManyRedirects):
+        return None
+    url = getattr(e.request_info, "real_url", "")
+    return f"{len(e.history)} redirects from {url} without an answer (a redirect loop)"
+
+
+def _quoted(e: BaseException) -> str:
+    """What a failure's message quotes of ``e``."""
+    return redirect_loop(e) or str(e)
 
 
 def _under_not_found(causes: list[BaseException], rule: Rule | None) -> BaseException | None:
@@ -306,9 +314,10 @@ def may_answer_later(exc: BaseException) -> bool:
     in ``--endpoint-url``: ``EAI_NONAME``), nor when a 2xx answer was not the store's (a web page:
     :class:`~.notstore.NotTheStore`), nor when a TLS handshake was answered by plain HTTP
     (an ``https://`` URL for an ``http://`` store: :func:`tls_answered_by_plain_http`), nor when
-    it refused the credentials (:class:`~.base.CredentialsRefused`: retried while running, where
-    they may be renewed under a running remote, but at the start a setting to fix), nor for
-    an error no rule knows. ``epochfs sample``
+    it redirects without end (:func:`redirect_loop`: retried while running, at the start a URL to
+    fix), nor when it refused the credentials (:class:`~.base.CredentialsRefused`: retried while
+    running, where they may be renewed under a running remote, but at the start a setting to fix),
+    nor for an error no rule knows. ``epochfs sample``
     exits :data:`~epochfs.sidecar.config.EXIT_RETRY` (75) for the first (the sidecar starts it
     again) and 2 for the rest (the sidecar stops with the reason: docs/sidecar.md)."""
     links = list(_chain(exc))
@@ -319,6 +328,8 @@ def may_answer_later(exc: BaseException) -> bool:
         return False  # answered, by something else than the store: every try meets it again
     if tls_answered_by_plain_http(exc):
         return False  # an https:// URL for a plain-HTTP server: every try meets it again
+    if any(redirect_loop(link) is not None for link in links):
+        return False  # a URL that redirects to itself: while running retried, at the start a URL to fix
     if any(isinstance(link, (ConnectionError, TimeoutError, _asyncio_timeout())) for link in links):
         return True  # under any wrapper: fsspec reports an http(s) URL it cannot reach as not found
     failure = translate(exc, library_kind)
@@ -357,6 +368,7 @@ __all__ = [
     "gcs_kind",
     "library_kind",
     "may_answer_later",
+    "redirect_loop",
     "refused_google_token",
     "s3_answer",
     "s3_error_code",

@@ -10,6 +10,8 @@ down, hangs, redirects, or trickles each body."""
 from __future__ import annotations
 
 import socket
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -25,12 +27,13 @@ class Server:
     """Serves ``index.txt`` and the objects of a dict; while ``down``, every object GET and HEAD
     is cut (the connection closed without an answer), as a server that is going away does; with
     ``hang``, every object request is read and never answered; with ``loop``, every object
-    redirects to itself; with ``trickle``, each body is sent a byte at a time, five a second."""
+    redirects to itself (and the index too with ``loop_index``); with ``trickle``, each body is
+    sent a byte at a time, five a second."""
 
     def __init__(self, objects: dict[str, bytes]) -> None:
         self.objects = objects
         self.down = True
-        self.hang = self.loop = self.trickle = False
+        self.hang = self.loop = self.loop_index = self.trickle = False
         index = "".join(f"{k}\t{len(v)}\n" for k, v in sorted(objects.items())).encode()
         server = self
 
@@ -40,13 +43,13 @@ class Server:
 
             def _answer(self, body: bool) -> None:
                 key = self.path.removeprefix("/data/")
-                if key == "index.txt":
+                if key == "index.txt" and not server.loop_index:
                     data = index
                 elif server.hang:  # read until the client leaves; never answered
                     self.rfile.read()
                     self.close_connection = True
                     return
-                elif server.loop:
+                elif server.loop or server.loop_index:
                     self.send_response(302)
                     self.send_header("Location", self.path)
                     self.send_header("Content-Length", "0")
@@ -142,6 +145,18 @@ def test_an_http_object_that_redirects_to_itself_is_skipped_as_a_loop(
     assert "Transient: TooManyRedirects: 10 redirects from " in log, log[-3000:]
     assert "(a redirect loop)" in log
     assert "NotFound" not in log
+
+
+def test_an_http_index_that_redirects_to_itself_is_refused_at_the_start(tmp_path: Path,
+                                                                        server: Server) -> None:
+    """At the start a redirect loop is a URL to fix, not a remote that may answer later: exit 2
+    with one line that says so, never 75 (which has the sidecar started again for ever)."""
+    server.down, server.loop_index = False, True
+    run = subprocess.run([str(Path(sys.executable).with_name("epochfs")), "sample", "--remote", server.url,
+                          "--cache", str(tmp_path / "cache"), "--capacity", "1Mi", "--read-timeout", "2"],
+                         capture_output=True, text=True, timeout=60)
+    assert run.returncode == 2, run.stderr[-3000:]
+    assert "index.txt without an answer (a redirect loop); check --remote" in run.stderr
 
 
 def test_a_trickling_http_body_is_cut(tmp_path: Path, server: Server) -> None:
