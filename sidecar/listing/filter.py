@@ -34,14 +34,16 @@ from epochfs.sidecar import keyorder
 from epochfs.sidecar.keys import SafeKey, Skip, check_key, is_directory_marker
 from epochfs.sidecar.listing.clashes import CatalogClashes, ClashBook, ClashFinder, Edges
 from epochfs.sidecar.remote import RemoteObject
+from epochfs.sidecar.remote.s3list import NOT_A_SIZE, SIZE_SKIPS
 from epochfs.sidecar.store import CatalogRow
 from epochfs.sidecar.store.listings import Listings
 from epochfs.torchclient.globs import KeyFilter
 
 log = logging.getLogger("epochfs.catalog")
 
-BAD_SIZE = "size not a whole number of bytes"
-"""The skip reason of a key whose listed size is none (``<Size>abc</Size>``, ``-5``)."""
+BAD_SIZE = SIZE_SKIPS[NOT_A_SIZE]
+"""The skip reason of a key whose listed size is none (``<Size>abc</Size>``, ``-5``); a size past
+any object's has its own (:data:`~epochfs.sidecar.remote.s3list.SIZE_SKIPS`)."""
 LOG_LIMIT = 100
 """Skipped keys logged one by one per kind before only the counts are reported."""
 
@@ -172,9 +174,9 @@ class PageFilter:
                 self._hostile(checked)
                 continue
             key = checked.key
-            if obj.size < 0:  # a listing's size that is no whole number of bytes (s3list.NOT_A_SIZE)
+            if obj.size < 0:  # a listing's size that is none (s3list.NOT_A_SIZE, OVER_ANY_OBJECT)
                 skips += 1
-                self._hostile(Skip(key, BAD_SIZE))
+                self._hostile(Skip(key, SIZE_SKIPS.get(obj.size, BAD_SIZE)))
                 continue
             cataloged = keyorder.in_shard(key, self.shard_index, self.shard_count)
             if cataloged:

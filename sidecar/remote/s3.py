@@ -56,7 +56,7 @@ from epochfs.sidecar.remote.s3client import (
 from epochfs.sidecar.remote.s3creds import CredentialRereads
 from epochfs.sidecar.remote.s3fastlist import Fallback as _Fallback
 from epochfs.sidecar.remote.s3fastlist import list_fast
-from epochfs.sidecar.remote.s3list import ListedXML
+from epochfs.sidecar.remote.s3list import ListedXML, checked_size
 from epochfs.sidecar.remote.s3outside import within_root
 from epochfs.sidecar.remote.s3read import BOTOCORE, CHECKSUM_MODE, BotoReader, FastReader
 from epochfs.sidecar.remote.sigv4 import Presigner, environ_proxies, light_settings
@@ -295,7 +295,7 @@ class S3Remote(Remote):
         contents = page.get("Contents", ())
         inside = within_root(root, [str(item["Key"]) for item in contents],
                              [str(p["Prefix"]) for p in page.get("CommonPrefixes", ())], self.url)
-        objects = [RemoteObject(str(item["Key"])[len(root):], int(item["Size"]),
+        objects = [RemoteObject(str(item["Key"])[len(root):], checked_size(int(item.get("Size", -1))),
                                 str(item.get("ETag", "")).strip('"'))
                    for item in contents if str(item["Key"]).startswith(root)]
         prefixes = [p[len(root):] for p in inside]

@@ -21,6 +21,7 @@ listing refused on either path says the same thing.
 from __future__ import annotations
 
 import http.client
+import re
 import xml.etree.ElementTree as ElementTree
 from dataclasses import dataclass, field
 from urllib.parse import unquote_plus
@@ -39,8 +40,45 @@ _START_AFTER = NS + "StartAfter"
 
 
 NOT_A_SIZE = -1
-"""The size of a listed key whose ``<Size>`` is no whole number of bytes (``abc``, ``-5``): the
-listing's filter skips that key alone, counted and logged, where ``int()`` failed the page."""
+"""The size of a listed key whose ``<Size>`` is no whole number of bytes (``abc``, ``-5``, empty or
+absent): the listing's filter skips that key alone, counted and logged, rather than the page
+failing (``int()`` of it) or a size no object has going into the catalog."""
+OVER_ANY_OBJECT = -2
+"""The size of a listed key whose ``<Size>`` is past :data:`MAX_OBJECT_SIZE`: skipped as
+:data:`NOT_A_SIZE` is, under its own reason."""
+MAX_OBJECT_SIZE = 10_000 * (5 << 30)
+"""The largest object S3 can hold: a multipart upload of at most 10,000 parts of at most 5 GiB
+each (about 53.7 TB; AWS documents objects of up to 50 TB). A listed size past it (``10**30``) is
+no object's: as a size it would be refused as over the cache's object limit, and, alone in the
+listing, stop the sampler blaming ``--capacity``, which no setting could satisfy."""
+SIZE_SKIPS = {NOT_A_SIZE: "size not a whole number of bytes",
+              OVER_ANY_OBJECT: "size larger than any S3 object (over 10,000 parts of 5 GiB)"}
+"""The skip reason of each size that is none (the listing's filter counts skipped keys by it)."""
+
+
+def listed_size(text: str | None) -> int:
+    """A ``<Size>``'s bytes, or :data:`NOT_A_SIZE` / :data:`OVER_ANY_OBJECT` for what is none."""
+    text = (text or "").strip()
+    return checked_size(int(text)) if text.isascii() and text.isdigit() else NOT_A_SIZE
+
+
+def checked_size(size: int) -> int:
+    """``size`` as a listing gives it (botocore's parsed ``Size``): negative sizes are
+    :data:`NOT_A_SIZE`, sizes past :data:`MAX_OBJECT_SIZE` :data:`OVER_ANY_OBJECT`."""
+    return NOT_A_SIZE if size < 0 else OVER_ANY_OBJECT if size > MAX_OBJECT_SIZE else size
+
+
+_NOT_DIGITS = re.compile(rb"<Size>(?!\s*[0-9]+\s*</Size>)[^<]*</Size>|<Size\s*/>")
+
+
+def readable_sizes(response_dict: dict[str, object], **_: object) -> None:
+    """botocore's ``before-parse`` hook of ``ListObjectsV2``: each ``<Size>`` that is not digits is
+    written ``-1`` (:data:`NOT_A_SIZE` once :func:`checked_size` reads it). botocore's parser
+    takes ``int()`` of every ``Size``, and one ``abc`` failed the whole page, again at every try:
+    a listing that never ends, naming no key. The digits of real pages are left as they are."""
+    body = response_dict.get("body")
+    if response_dict.get("status_code") == 200 and isinstance(body, bytes) and b"<Size" in body:
+        response_dict["body"] = _NOT_DIGITS.sub(b"<Size>-1</Size>", body)
 
 
 class ListXMLError(ValueError):
@@ -74,14 +112,13 @@ def parse_list_page(document: bytes) -> ListedXML:
     for child in root:
         tag = child.tag
         if tag == _CONTENTS:
-            key, size, etag = "", 0, ""
+            key, size, etag = "", NOT_A_SIZE, ""
             for item in child:
                 t = item.tag
                 if t == _KEY:
                     key = item.text or ""
                 elif t == _SIZE:
-                    text = (item.text or "0").strip()
-                    size = int(text) if text.isascii() and text.isdigit() else NOT_A_SIZE
+                    size = listed_size(item.text)
                 elif t == _ETAG:
                     etag = (item.text or "").strip('"')
             objects.append((key, size, etag))
@@ -135,4 +172,6 @@ def client_error_text(status: int, document: bytes, *, operation: str = "ListObj
     return f"An error occurred ({code}) when calling the {operation} operation{reached}: {message}"
 
 
-__all__ = ["NS", "ListXMLError", "ListedXML", "client_error_text", "error_fields", "parse_list_page"]
+__all__ = ["MAX_OBJECT_SIZE", "NOT_A_SIZE", "NS", "OVER_ANY_OBJECT", "SIZE_SKIPS", "ListXMLError",
+           "ListedXML", "checked_size", "client_error_text", "error_fields", "listed_size",
+           "parse_list_page", "readable_sizes"]

@@ -22,15 +22,19 @@ from epochfs.sidecar.remote import RemoteError
 from epochfs.sidecar.remote.base import Transient
 from epochfs.sidecar.remote.s3 import S3Remote
 from epochfs.sidecar.remote.s3fastlist import MAX_PAGE_BYTES
+from epochfs.sidecar.remote.s3list import NOT_A_SIZE, OVER_ANY_OBJECT, SIZE_SKIPS
 
 NS = "http://s3.amazonaws.com/doc/2006-03-01/"
 
 
 class FakeS3:
-    """Answers every ListObjectsV2 with ``contents`` ((key, size text) pairs, one page), or with a
-    page that never ends (``endless``); a GET of a key with its body ``b"x" * 10``."""
+    """Answers every ListObjectsV2 with ``contents`` ((key, size text) pairs, one page; a size of
+    None: no ``<Size>``), or with a page that never ends (``endless``); a GET of a key with its body
+    ``b"x" * 10``. ``refuse_presigned``: a presigned request (its signature in the query) is
+    refused with a 403, as a store that takes only signed headers does, so botocore lists."""
 
-    def __init__(self, contents: list[tuple[str, str]], *, endless: bool = False) -> None:
+    def __init__(self, contents: list[tuple[str, str | None]], *, endless: bool = False,
+                 refuse_presigned: bool = False) -> None:
         owner = self
         self.contents = contents
 
@@ -42,6 +46,13 @@ class FakeS3:
 
             def do_GET(self) -> None:
                 query = parse_qs(urlsplit(self.path).query)
+                if refuse_presigned and "X-Amz-Signature" in query:
+                    denied = b"<Error><Code>AccessDenied</Code><Message>signed headers only</Message></Error>"
+                    self.send_response(403)
+                    self.send_header("Content-Length", str(len(denied)))
+                    self.end_headers()
+                    self.wfile.write(denied)
+                    return
                 if "list-type" not in query:
                     body = b"x" * 10
                     self.send_response(200)
@@ -63,8 +74,8 @@ class FakeS3:
                             self.wfile.write(b"%x\r\n%s\r\n" % (len(chunk), chunk))
                     except OSError:
                         return
-                items = "".join(f"<Contents><Key>{k}</Key><Size>{s}</Size><ETag>\"etag\"</ETag></Contents>"
-                                for k, s in owner.contents)
+                items = "".join(f"<Contents><Key>{k}</Key>{'' if s is None else f'<Size>{s}</Size>'}"
+                                "<ETag>\"etag\"</ETag></Contents>" for k, s in owner.contents)
                 body = head + f"{items}<IsTruncated>false</IsTruncated></ListBucketResult>".encode()
                 self.send_response(200)
                 self.send_header("Content-Type", "application/xml")
@@ -113,17 +124,43 @@ def test_keys_outside_the_prefix_are_passed_over(env: None, caplog: pytest.LogCa
         store.close()
 
 
+ABSURD = str(10**30)
+"""A ``<Size>`` past any S3 object's: alone in a listing it stopped the sampler (exit 2) blaming
+``--capacity`` as if a larger cache could hold it."""
+HOSTILE_SIZES: list[tuple[str, str | None]] = [
+    ("pre/a.bin", "10"), ("pre/b.bin", "abc"), ("pre/c.bin", "-5"), ("pre/d.bin", "10"),
+    ("pre/e.bin", ABSURD), ("pre/f.bin", ""), ("pre/g.bin", None), ("pre/h.bin", "12abc"),
+]
+
+
 def test_a_key_without_a_size_is_skipped_alone(tmp_path: Path) -> None:
-    store = FakeS3([("pre/a.bin", "10"), ("pre/b.bin", "abc"), ("pre/c.bin", "-5"), ("pre/d.bin", "10")])
+    store = FakeS3(HOSTILE_SIZES)
     try:
         cache = tmp_path / "cache"
         with running_sampler(cache, "s3://b/pre", "--endpoint-url", store.endpoint,
                              env=s3_env(store.endpoint)) as sp:
             wait_until(lambda: sp.stats()["samples"] == 2, what="the two keys with sizes")
-            wait_until(lambda: sp.stats()["skipped_total"] >= 2, what="the two without, skipped")
+            wait_until(lambda: sp.stats()["skipped_total"] >= 6, what="the six without, skipped")
             log = sp.log_text()
-        assert "skipping key 'b.bin': size not a whole number of bytes" in log, log[-3000:]
-        assert "skipping key 'c.bin': size not a whole number of bytes" in log
+        for key in ("b.bin", "c.bin", "f.bin", "g.bin", "h.bin"):
+            assert f"skipping key {key!r}: {SIZE_SKIPS[NOT_A_SIZE]}" in log, log[-3000:]
+        assert f"skipping key 'e.bin': {SIZE_SKIPS[OVER_ANY_OBJECT]}" in log, log[-3000:]
+        assert "over the object limit" not in log
         assert "Traceback" not in log
     finally:
+        store.close()
+
+
+def test_botocore_lists_the_same_sizes_without_failing_the_page(env: None) -> None:
+    """A store that refuses presigned listing is listed by botocore, whose parser took ``int()``
+    of every ``<Size>``: one ``abc`` failed the page at every try, naming no key."""
+    store = FakeS3([*HOSTILE_SIZES, ("other/secret.bin", "1")], refuse_presigned=True)
+    remote = S3Remote(url="s3://b/pre", endpoint_url=store.endpoint)
+    try:
+        objects = remote.list_page("")[0]
+        assert {o.key: o.size for o in objects} == {
+            "a.bin": 10, "b.bin": NOT_A_SIZE, "c.bin": NOT_A_SIZE, "d.bin": 10, "e.bin": OVER_ANY_OBJECT,
+            "f.bin": NOT_A_SIZE, "g.bin": NOT_A_SIZE, "h.bin": NOT_A_SIZE}
+    finally:
+        remote.close()
         store.close()
