@@ -13,6 +13,7 @@ from typing import Any
 
 from epochfs.sidecar.remote.base import RemoteError
 from epochfs.sidecar.remote.httpget import GetPool
+from epochfs.sidecar.remote.s3botolist import bound_list_answers
 from epochfs.sidecar.remote.s3list import readable_sizes
 from epochfs.sidecar.remote.s3read import no_second_check
 from epochfs.sidecar.remote.sigv4 import Presigner
@@ -77,6 +78,7 @@ def new_client(session: Any, region: str | None, endpoint_url: str | None, confi
         raise RemoteError(f"cannot use the AWS configuration: {e}") from e
     client.meta.events.register("before-call.s3.GetObject", no_second_check)
     client.meta.events.register("before-parse.s3.ListObjectsV2", readable_sizes)  # a bad Size skips a key
+    bound_list_answers(client)  # a page that never ends fails at the cap, not out of memory
     return client
 
 

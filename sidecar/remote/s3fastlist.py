@@ -29,7 +29,7 @@ class PageTooLarge(Exception):
     """An answer past :data:`MAX_PAGE_BYTES`."""
 
 
-def _read_page(read: Callable[[int], bytes]) -> bytes:
+def read_page(read: Callable[[int], bytes]) -> bytes:
     """The body through ``read``, at most :data:`MAX_PAGE_BYTES`; :class:`PageTooLarge` past it."""
     chunks: list[bytes] = []
     size = 0
@@ -59,7 +59,7 @@ def list_fast(gets: GetPool, remote_url: str, url: str, what: str) -> ListedXML 
     try:
         response = gets.get(url)
         try:
-            body = _read_page(response.read)
+            body = read_page(response.read)
         finally:
             response.close()
         content_type = response.header("Content-Type")
@@ -89,4 +89,4 @@ def list_fast(gets: GetPool, remote_url: str, url: str, what: str) -> ListedXML 
         raise RemoteError(f"cannot list {remote_url}: {e}") from Transient(f"{what}: {e}")
 
 
-__all__ = ["Fallback", "list_fast"]
+__all__ = ["MAX_PAGE_BYTES", "Fallback", "PageTooLarge", "list_fast", "read_page"]

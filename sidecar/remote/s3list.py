@@ -74,7 +74,7 @@ _NOT_DIGITS = re.compile(rb"<Size>(?!\s*[0-9]+\s*</Size>)[^<]*</Size>|<Size\s*/>
 def readable_sizes(response_dict: dict[str, object], **_: object) -> None:
     """botocore's ``before-parse`` hook of ``ListObjectsV2``: each ``<Size>`` that is not digits is
     written ``-1`` (:data:`NOT_A_SIZE` once :func:`checked_size` reads it). botocore's parser
-    takes ``int()`` of every ``Size``, and one ``abc`` failed the whole page, again at every try:
+    takes ``int()`` of every ``Size``, and one ``abc`` would fail the whole page, again at every try:
     a listing that never ends, naming no key. The digits of real pages are left as they are."""
     body = response_dict.get("body")
     if response_dict.get("status_code") == 200 and isinstance(body, bytes) and b"<Size" in body:

@@ -189,6 +189,9 @@ LIBRARY_INTERNALS = {
                                     "option to change it (remote/gcs.py, one_try_gcs)",
     "os._exit": "the standard library's documented way for a forked child to end without the "
                 "parent's cleanups (listing/child.py, fork_child)",
+    "client._endpoint": "botocore's endpoint of an S3 client, whose HTTP session sends a ListObjectsV2 "
+                        "with the body left unread: botocore reads every answer whole before any hook, "
+                        "and a page that never ends would take the memory (remote/s3botolist.py)",
     "mfusepy._libfuse": "the libfuse mfusepy loaded, which it names nowhere else: the low-level "
                         "calls and the kernel-cache notifications must go to that same library "
                         "(fuse/lowlevel_abi.py, lowlevel_notify.py, operations.py)",

@@ -31,12 +31,14 @@ class FakeS3:
     """Answers every ListObjectsV2 with ``contents`` ((key, size text) pairs, one page; a size of
     None: no ``<Size>``), or with a page that never ends (``endless``); a GET of a key with its body
     ``b"x" * 10``. ``refuse_presigned``: a presigned request (its signature in the query) is
-    refused with a 403, as a store that takes only signed headers does, so botocore lists."""
+    refused with a 403, as a store that takes only signed headers does, so botocore lists.
+    ``padding``: bytes of an XML comment in the page (a page of that size that still parses)."""
 
     def __init__(self, contents: list[tuple[str, str | None]], *, endless: bool = False,
-                 refuse_presigned: bool = False) -> None:
+                 refuse_presigned: bool = False, padding: int = 0) -> None:
         owner = self
         self.contents = contents
+        self.padding = padding
 
         class Handler(BaseHTTPRequestHandler):
             protocol_version = "HTTP/1.1"
@@ -76,7 +78,8 @@ class FakeS3:
                         return
                 items = "".join(f"<Contents><Key>{k}</Key>{'' if s is None else f'<Size>{s}</Size>'}"
                                 "<ETag>\"etag\"</ETag></Contents>" for k, s in owner.contents)
-                body = head + f"{items}<IsTruncated>false</IsTruncated></ListBucketResult>".encode()
+                pad = b"<!--" + b"x" * owner.padding + b"-->" if owner.padding else b""
+                body = head + pad + f"{items}<IsTruncated>false</IsTruncated></ListBucketResult>".encode()
                 self.send_response(200)
                 self.send_header("Content-Type", "application/xml")
                 self.send_header("Content-Length", str(len(body)))
@@ -106,6 +109,22 @@ def test_a_page_that_never_ends_fails_as_a_garbled_one(env: None) -> None:
         with pytest.raises(RemoteError, match=f"passed {MAX_PAGE_BYTES >> 20} MiB") as raised:
             remote.list_page("")
         assert isinstance(raised.value.__cause__, Transient)  # asked again, as a cut page is
+    finally:
+        remote.close()
+        store.close()
+
+
+def test_botocore_reads_a_page_to_the_same_cap(env: None) -> None:
+    """botocore, listing what the presigned listing was refused, read a whole answer however large
+    (a page that never ends: without bound); past the cap its page fails as the presigned one's."""
+    store = FakeS3([("pre/a.bin", "1")], refuse_presigned=True, padding=MAX_PAGE_BYTES + (1 << 20))
+    remote = S3Remote(url="s3://b/pre", endpoint_url=store.endpoint)
+    try:
+        with pytest.raises(RemoteError, match=f"passed {MAX_PAGE_BYTES >> 20} MiB") as raised:
+            remote.list_page("")
+        assert isinstance(raised.value.__cause__, Transient)  # asked again, as a cut page is
+        store.padding = 0  # the store answers pages of its size again: so does the remote
+        assert [o.key for o in remote.list_page("")[0]] == ["a.bin"]
     finally:
         remote.close()
         store.close()
