@@ -16,7 +16,7 @@ from urllib.parse import parse_qs, urlsplit
 
 import pytest
 from common import wait_until
-from sampler_helpers import running_sampler, s3_env
+from sampler_helpers import index_rows, running_sampler, s3_env
 
 from epochfs.sidecar.remote import RemoteError
 from epochfs.sidecar.remote.base import Transient
@@ -140,6 +140,23 @@ def test_keys_outside_the_prefix_are_passed_over(env: None, caplog: pytest.LogCa
         assert "answered 2 key(s) or folder(s) outside the prefix 'pre/' (the first: 'aaa')" in caplog.text
     finally:
         remote.close()
+        store.close()
+
+
+def test_the_sampler_catalogs_no_key_outside_the_prefix(tmp_path: Path) -> None:
+    """The tester's run: ``other/secret.bin`` answered under ``pre/`` was cataloged as
+    ``r/secret.bin`` and fetched as ``pre/r/secret.bin``, another object than the one listed."""
+    store = FakeS3([("aaa", "10"), ("other/secret.bin", "10"), ("pre/ok1.bin", "10")])
+    try:
+        cache = tmp_path / "cache"
+        with running_sampler(cache, "s3://b/pre", "--endpoint-url", store.endpoint,
+                             env=s3_env(store.endpoint)) as sp:
+            # One page, committed whole: once ok1.bin is fetched, every row of the page is cataloged.
+            wait_until(lambda: sp.stats()["samples"] >= 1, what="ok1.bin fetched")
+            log = sp.log_text()
+        assert {k for (k,) in index_rows(cache, "SELECT key FROM catalog")} == {"ok1.bin"}
+        assert "outside the prefix 'pre/'" in log, log[-3000:]
+    finally:
         store.close()
 
 
