@@ -21,6 +21,7 @@ import logging
 import os
 import select
 import signal
+import sqlite3
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -41,6 +42,7 @@ from epochfs.sidecar.logsettings import LOG_FORMAT, resolve_log_level
 from epochfs.sidecar.remote.registry import HELP as REMOTE_HELP
 from epochfs.sidecar.signals import STOP_SIGNALS
 from epochfs.sidecar.store import NoRoom, StoreError
+from epochfs.sidecar.store.index import BUSY_MS, is_busy
 from epochfs.sidecar.store.placement import over_cache
 
 log = logging.getLogger("epochfs")
@@ -370,6 +372,15 @@ def _main(argv: Sequence[str] | None) -> int:
     except StoreError as e:
         print(redact.redact(f"epochfs {ns.command}: --cache: {e}"), file=sys.stderr)
         return config.EXIT_RETRY if isinstance(e, NoRoom) else 2
+    except sqlite3.OperationalError as e:
+        if not is_busy(e):
+            raise
+        # Another process held the index's write lock past SQLite's wait (a cut or a verify that
+        # is stuck, a sqlite3 shell left in a transaction): nothing is damaged, try again later.
+        print(f"epochfs {ns.command}: --cache: the index is busy ({e}: another process has held its "
+              f"write lock for {BUSY_MS // 1000} s: a cut or a verify still running, or a sqlite3 shell "
+              "left in a transaction); nothing was changed, try again once it is done", file=sys.stderr)
+        return config.EXIT_RETRY
     except Terminated:
         return 128 + signal.SIGTERM
     except KeyboardInterrupt:
