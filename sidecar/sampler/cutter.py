@@ -24,7 +24,7 @@ from typing import Any
 from epochfs.sidecar.metrics import process_metrics
 from epochfs.sidecar.sampler.condlog import ConditionLog
 from epochfs.sidecar.sampler.diskspace import is_disk_full
-from epochfs.sidecar.store import Store
+from epochfs.sidecar.store import MAX_EPOCH, Store
 
 log = logging.getLogger("epochfs.sampler")
 
@@ -46,6 +46,7 @@ class CutSchedule:
         self._refused = 0
         """Interval cuts refused since the last line about them."""
         self._refused_error = ""
+        self._used_up = False  # every epoch number cut: said once, no cut tried again
         self.last = time.monotonic()
         """When the last cut was made (on request or by the interval)."""
         # A restart counts its arrivals from 0: where none came after the newest epoch's cut, the
@@ -78,6 +79,16 @@ class CutSchedule:
         which only notes a write the volume refused: a paused sampler would otherwise say "cache
         full; waiting for a cut" for as long as another tenant keeps the volume full, with no
         line about the cuts that fail and ``epochfs_disk_full`` at 0 (no alert fires)."""
+        if self._used_up or self.store.next_epoch() > MAX_EPOCH:
+            # A cut of the largest number (`epochfs cut --far`) leaves none for the next: the
+            # store's refusal was a ValueError that ended the sampler at every tick, restarted for
+            # ever. Sampling goes on; the epochs there stay readable.
+            if not self._used_up:
+                log.error("no epoch is cut at the interval any more: epoch %d, the largest epoch "
+                          "number, is cut already; sampling goes on (a new cache starts the numbers "
+                          "again)", MAX_EPOCH)
+            self._used_up = True
+            return None
         try:
             n = self.store.cut()
         except Exception as e:
