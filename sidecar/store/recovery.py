@@ -25,7 +25,16 @@ import logging
 import sqlite3
 from pathlib import Path
 
-from epochfs.sidecar.store import classes, epochs, hwm, integrity, journal, memberfiles, repairlog
+from epochfs.sidecar.store import (
+    classes,
+    epochs,
+    hwm,
+    integrity,
+    journal,
+    memberfiles,
+    quarantinestray,
+    repairlog,
+)
 from epochfs.sidecar.store.index import Index, Meta
 from epochfs.sidecar.store.objects import ObjectFiles
 from epochfs.sidecar.store.records import RecoveryReport, StoredObject, StoreError
@@ -89,7 +98,8 @@ def recover(ix: Index, files: ObjectFiles, *, integrity: str | None = None) -> R
             raise StoreError(f"{ix.path}: integrity check failed: {integrity}")
         root = files.objects_dir.parent
         temp_removed = (files.clear_temps() + hwm.clear_temps(root) + memberfiles.clear_temps(root)
-                        + classes.clear_temps(root) + repairlog.clear_temps(root))
+                        + classes.clear_temps(root) + repairlog.clear_temps(root)
+                        + quarantinestray.finish_strays(root))
         _remove_uncut_members(ix, root)
         boot = boot_id()
         with ix.read() as db:
