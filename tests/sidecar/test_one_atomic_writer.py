@@ -41,6 +41,9 @@ ALLOWED: dict[tuple[str, str], str] = {
         "a person; its temp is removed on a failure. To go through replace_file with store/integrity.py",
     ("store/integrity.py", "os.replace(files.path_of(obj.sid), target)"):
         "a damaged object file moved into the quarantine whole",
+    ("store/quarantinestray.py", "os.replace(temp, target)"):
+        "a cut-short take-out's second link of a damaged object, finished into the quarantine whole "
+        "as the take-out would have moved it",
     ("store/reset.py", 'os.replace(root / f"{INDEX_NAME}{suffix}", Path(f"{base}{suffix}"))'):
         "a damaged index's WAL and shared-memory files moved aside whole, kept for a post-mortem",
     ("store/reset.py", "os.replace(replacement, index)"):
