@@ -20,6 +20,7 @@ import os
 import time
 from pathlib import Path
 
+from epochfs.sidecar.store.integrity import QUARANTINE_DIR, QUARANTINE_LOG
 from epochfs.sidecar.store.objects import writer_gone
 
 log = logging.getLogger("epochfs.store")
@@ -27,8 +28,6 @@ log = logging.getLogger("epochfs.store")
 
 def finish_strays(root: Path) -> int:
     """Finish the hidden links of dead take-outs in ``root/quarantine``; returns how many."""
-    from epochfs.sidecar.store.integrity import QUARANTINE_DIR, QUARANTINE_LOG
-
     folder = root / QUARANTINE_DIR
     done = 0
     for temp in folder.glob(".*.tmp") if folder.is_dir() else ():
